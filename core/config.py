@@ -1,0 +1,434 @@
+"""Typed configuration models: model, parallel plan, cluster and cost.
+
+Every field carries its unit and meaning in its metadata (``unit``, ``help``),
+which the GUI editor and the CLI use for labels and tooltips. The models are
+plain dataclasses: constructing one has no side effects and performs no
+validation; :func:`validate` returns every rule a configuration breaks, each
+with the field it concerns, so a form can show the message next to the field.
+
+Terms follow Megatron-LM: tensor-parallel size ``t``, pipeline-parallel size
+``p``, data-parallel size ``d`` (world size ``t*p*d``), micro-batch size ``b``,
+global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ModelConfig",
+    "ParallelPlan",
+    "ClusterConfig",
+    "CostConfig",
+    "Session",
+    "FieldError",
+    "ConfigError",
+    "validate",
+    "check",
+    "MODEL_PRESETS",
+    "GPU_KINDS",
+    "SCHEDULES",
+    "RECOMPUTE_MODES",
+    "PRECISIONS",
+    "read_vtrain_config",
+    "padded_vocab_size",
+]
+
+SCHEDULES = ("1f1b", "gpipe")
+RECOMPUTE_MODES = ("none", "full")
+PRECISIONS = ("bf16", "fp16", "fp32")
+#: GPU kinds with a shipped profile store; the value is the store's file stem.
+GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
+#: Aliases used by other tools' configuration files.
+_GPU_ALIASES = {
+    "a100": "A100-SXM4-80GB",
+    "a100-80gb": "A100-SXM4-80GB",
+    "a100-sxm4-80gb": "A100-SXM4-80GB",
+    "h100": "H100-SXM5-80GB",
+    "h100-80gb": "H100-SXM5-80GB",
+    "h100-sxm5-80gb": "H100-SXM5-80GB",
+}
+
+
+def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
+    """A dataclass field with ``unit`` and ``help`` metadata."""
+    return field(default=default, metadata={"unit": unit, "help": help, **kw})
+
+
+@dataclass
+class ModelConfig:
+    """A GPT-style decoder-only transformer (Megatron-LM's GPT model)."""
+
+    name: str = _f("GPT-3 175B", "", "Display name of the model")
+    num_layers: int = _f(96, "", "Number of transformer layers L (--num-layers)")
+    hidden_size: int = _f(12288, "", "Hidden size h (--hidden-size)")
+    num_attention_heads: int = _f(96, "", "Attention heads a (--num-attention-heads)")
+    ffn_hidden_size: int | None = _f(
+        None, "", "MLP hidden size (--ffn-hidden-size); empty means 4*h"
+    )
+    seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)")
+    vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding")
+
+    @property
+    def ffn(self) -> int:
+        """MLP hidden size, ``4*h`` when :attr:`ffn_hidden_size` is unset."""
+        return self.ffn_hidden_size if self.ffn_hidden_size else 4 * self.hidden_size
+
+    def num_parameters(self, tensor_parallel: int = 1) -> int:
+        """Total parameter count (untied output layer counted once, as tied).
+
+        Per layer: QKV ``3h^2+3h``, projection ``h^2+h``, MLP ``2*h*f+f+h``,
+        two layer norms ``4h``; plus embedding ``V'h``, positions ``s*h`` and
+        the final layer norm ``2h``. ``V'`` is the padded vocabulary.
+        """
+        h, f = self.hidden_size, self.ffn
+        per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+        vocab = padded_vocab_size(self.vocab_size, tensor_parallel)
+        return self.num_layers * per_layer + vocab * h + self.seq_length * h + 2 * h
+
+
+@dataclass
+class ParallelPlan:
+    """How one iteration is split over GPUs (Megatron-LM arguments)."""
+
+    tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)")
+    pipeline_parallel: int = _f(16, "GPUs", "Pipeline-parallel size p (--pipeline-model-parallel-size)")
+    data_parallel: int = _f(4, "GPUs", "Data-parallel size d (world size / (t*p))")
+    micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)")
+    global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)")
+    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush) or gpipe",
+                       choices=SCHEDULES)
+    recompute: str = _f("full", "", "Activation recomputation: none or full",
+                        choices=RECOMPUTE_MODES)
+    precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
+                        choices=PRECISIONS)
+
+    @property
+    def num_gpus(self) -> int:
+        """World size ``t*p*d``."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per iteration per pipeline, ``B / (d*b)`` (floor)."""
+        return self.global_batch_size // (self.data_parallel * self.micro_batch_size)
+
+
+@dataclass
+class ClusterConfig:
+    """The GPUs and the network between them."""
+
+    gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS)
+    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node (NVLink domain)")
+    intra_node_bandwidth_gbytes_per_s: float = _f(
+        300.0, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction"
+    )
+    inter_node_bandwidth_gbits_per_s: float = _f(
+        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)"
+    )
+    profile_path: str | None = _f(
+        None, "", "Profile store to use instead of the shipped one for this GPU kind"
+    )
+
+
+@dataclass
+class CostConfig:
+    """What the training run costs."""
+
+    price_per_gpu_hour_usd: float = _f(2.0, "USD/GPU-hour", "Price of one GPU for one hour")
+    training_tokens: float = _f(300e9, "tokens", "Tokens to train on (token budget)")
+
+
+@dataclass
+class Session:
+    """Everything one simulation needs; what a session file holds."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    plan: ParallelPlan = field(default_factory=ParallelPlan)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+    notes: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of all sections (no format header)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Session":
+        """Build a session from :meth:`to_dict` output.
+
+        Raises
+        ------
+        ConfigError
+            On an unknown section or field, or a value of the wrong type.
+        """
+        if not isinstance(data, dict):
+            raise ConfigError([FieldError("session", "must be a JSON object")])
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError([FieldError(k, "unknown section") for k in unknown])
+        kwargs: dict[str, Any] = {}
+        for name, f in known.items():
+            if name not in data:
+                continue
+            if name == "notes":
+                if not isinstance(data[name], str):
+                    raise ConfigError([FieldError("notes", "must be a string")])
+                kwargs[name] = data[name]
+                continue
+            section_cls = {"model": ModelConfig, "plan": ParallelPlan,
+                           "cluster": ClusterConfig, "cost": CostConfig}[name]
+            kwargs[name] = _section_from_dict(section_cls, name, data[name])
+        return cls(**kwargs)
+
+    def copy(self) -> "Session":
+        """A deep copy."""
+        return Session.from_dict(json.loads(json.dumps(self.to_dict())))
+
+
+_SECTION_TYPES = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+}
+
+
+def _section_from_dict(cls: type, section: str, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError([FieldError(section, "must be a JSON object")])
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    errors = [FieldError(f"{section}.{k}", "unknown field") for k in sorted(set(data) - set(fields))]
+    kwargs = {}
+    for name, value in data.items():
+        if name not in fields:
+            continue
+        ftype = str(fields[name].type)
+        optional = "None" in ftype
+        base = ftype.split("|")[0].strip()
+        if value is None and optional:
+            kwargs[name] = None
+            continue
+        ok = _SECTION_TYPES.get(base, (object,))
+        if isinstance(value, bool) or not isinstance(value, ok):
+            errors.append(FieldError(f"{section}.{name}", f"must be of type {base}, got {value!r}"))
+            continue
+        kwargs[name] = float(value) if base == "float" else value
+    if errors:
+        raise ConfigError(errors)
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One broken rule: ``field`` is a dotted path such as ``plan.tensor_parallel``."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """A configuration breaks one or more rules; ``errors`` lists them all."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = list(errors)
+        super().__init__("; ".join(str(e) for e in self.errors))
+
+
+def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
+    """Vocabulary padded as Megatron-LM does (``--make-vocab-size-divisible-by``).
+
+    The padded size is the smallest multiple of ``divisible_by * t`` that is
+    at least ``vocab_size`` (Megatron-LM ``_vocab_size_with_padding``).
+    """
+    multiple = divisible_by * tensor_parallel
+    return -(-vocab_size // multiple) * multiple
+
+
+def validate(session: Session) -> list[FieldError]:
+    """Return every rule the session breaks (empty list when valid).
+
+    Rules (Megatron-LM's argument checks): positive sizes; ``h`` divisible by
+    ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    by ``p``; ``B`` divisible by ``d*b``; ``t`` at most the GPUs of a node
+    (tensor-parallel all-reduces stay on NVLink); known enumerations.
+    """
+    m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
+    errs: list[FieldError] = []
+
+    def need_pos(section: str, obj: Any, names: tuple[str, ...]) -> None:
+        for n in names:
+            v = getattr(obj, n)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                errs.append(FieldError(f"{section}.{n}", f"{n}={v!r} must be a positive number"))
+
+    need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                          "seq_length", "vocab_size"))
+    need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                          "micro_batch_size", "global_batch_size"))
+    need_pos("cluster", c, ("gpus_per_node", "intra_node_bandwidth_gbytes_per_s",
+                            "inter_node_bandwidth_gbits_per_s"))
+    need_pos("cost", cost, ("training_tokens",))
+    if not (isinstance(cost.price_per_gpu_hour_usd, (int, float)) and cost.price_per_gpu_hour_usd >= 0):
+        errs.append(FieldError("cost.price_per_gpu_hour_usd", "must be zero or more"))
+    for section, obj, name, choices in (
+        ("plan", pl, "schedule", SCHEDULES),
+        ("plan", pl, "recompute", RECOMPUTE_MODES),
+        ("plan", pl, "precision", PRECISIONS),
+    ):
+        if getattr(obj, name) not in choices:
+            errs.append(FieldError(f"{section}.{name}",
+                                   f"{name}={getattr(obj, name)!r} is not one of {', '.join(choices)}"))
+    if c.gpu not in GPU_KINDS and not c.profile_path:
+        errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
+                               f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
+    if errs:  # divisibility rules below need positive integers
+        return errs
+
+    t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
+                     pl.micro_batch_size, pl.global_batch_size)
+    if m.hidden_size % m.num_attention_heads:
+        errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
+                               f"by num_attention_heads={m.num_attention_heads}"))
+    if m.num_attention_heads % t:
+        errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
+                               f"is not divisible by tensor_parallel_size={t}"))
+    if m.ffn % t:
+        errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
+                               f"by tensor_parallel_size={t}"))
+    if m.num_layers % p:
+        errs.append(FieldError("plan.pipeline_parallel", f"num_layers={m.num_layers} is not divisible "
+                               f"by pipeline_parallel_size={p}"))
+    if B % (d * b):
+        errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
+                               f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
+    if t > c.gpus_per_node:
+        errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} is larger than "
+                               f"gpus_per_node={c.gpus_per_node}; tensor parallelism must stay in a node"))
+    elif c.gpus_per_node % t:
+        errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
+                               f"divisible by tensor_parallel_size={t}"))
+    return errs
+
+
+def check(session: Session) -> Session:
+    """Return ``session`` unchanged, or raise :class:`ConfigError` listing every broken rule."""
+    errs = validate(session)
+    if errs:
+        raise ConfigError(errs)
+    return session
+
+
+# --------------------------------------------------------------------------- presets
+
+#: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
+#: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
+#: (Narayanan et al. 2021, Table 1).
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    p.name: p
+    for p in (
+        ModelConfig("GPT-3 1.3B", 24, 2048, 16, None, 2048, 50257),
+        ModelConfig("GPT-3 2.7B", 32, 2560, 32, None, 2048, 50257),
+        ModelConfig("GPT-3 6.7B", 32, 4096, 32, None, 2048, 50257),
+        ModelConfig("GPT-3 13B", 40, 5120, 40, None, 2048, 50257),
+        ModelConfig("GPT-3 175B", 96, 12288, 96, None, 2048, 50257),
+        ModelConfig("MT-NLG 530B", 105, 20480, 128, None, 2048, 50257),
+        ModelConfig("Megatron 1T", 128, 25600, 160, None, 2048, 51200),
+    )
+}
+
+
+# --------------------------------------------------------------------------- other formats
+
+_AUTHORS_KEYS = {
+    "num_gpus", "gpu_name", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+    "global_batch_size", "micro_batch_size", "num_layers", "hidden_size", "num_attention_heads",
+    "max_length", "use_gradient_bucket", "use_checkpoint", "pipeline_scheduling",
+    "inter_node_bandwidth", "intra_node_bandwidth", "node_size", "trace_path",
+    "ffn_hidden_size", "vocab_size",
+}
+
+
+def gpu_kind(name: str) -> str:
+    """Map a GPU name used by other tools (``"A100"``) to a shipped GPU kind."""
+    if name in GPU_KINDS:
+        return name
+    return _GPU_ALIASES.get(name.strip().lower(), name)
+
+
+def read_vtrain_config(path: str | Path) -> Session:
+    """Read the vTrain authors' JSON configuration format into a :class:`Session`.
+
+    Units in that format: ``inter_node_bandwidth`` in Gb/s per node,
+    ``intra_node_bandwidth`` in GB/s; ``max_length`` is the sequence length;
+    ``use_checkpoint`` means full activation recomputation. The vocabulary is
+    not in the format; GPT-2's 50257 is used. ``use_gradient_bucket`` and
+    ``trace_path`` do not change the prediction here and are ignored.
+
+    Raises
+    ------
+    ConfigError
+        On a missing or unknown key, or ``num_gpus`` that disagrees with
+        ``tensor_parallel_size * pipeline_parallel_size * data_parallel_size``.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError([FieldError(str(path), f"cannot read JSON: {exc}")]) from None
+    return vtrain_config_from_dict(raw, source=path.name)
+
+
+def vtrain_config_from_dict(raw: Any, source: str = "config") -> Session:
+    """Convert a parsed authors'-format dict (see :func:`read_vtrain_config`)."""
+    if not isinstance(raw, dict):
+        raise ConfigError([FieldError(source, "must be a JSON object")])
+    errs = [FieldError(k, "unknown key in vTrain config") for k in sorted(set(raw) - _AUTHORS_KEYS)]
+    required = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+                "global_batch_size", "micro_batch_size", "num_layers", "hidden_size",
+                "num_attention_heads", "max_length")
+    errs += [FieldError(k, "missing required key") for k in required if k not in raw]
+    if errs:
+        raise ConfigError(errs)
+    sched = str(raw.get("pipeline_scheduling", "1f1b")).lower()
+    model = ModelConfig(
+        name=f"{raw['num_layers']}-layer h={raw['hidden_size']}",
+        num_layers=raw["num_layers"], hidden_size=raw["hidden_size"],
+        num_attention_heads=raw["num_attention_heads"], ffn_hidden_size=raw.get("ffn_hidden_size"),
+        seq_length=raw["max_length"], vocab_size=raw.get("vocab_size", 50257),
+    )
+    for preset in MODEL_PRESETS.values():
+        if (preset.num_layers, preset.hidden_size, preset.num_attention_heads) == (
+                model.num_layers, model.hidden_size, model.num_attention_heads):
+            model.name = preset.name
+    plan = ParallelPlan(
+        tensor_parallel=raw["tensor_parallel_size"], pipeline_parallel=raw["pipeline_parallel_size"],
+        data_parallel=raw["data_parallel_size"], micro_batch_size=raw["micro_batch_size"],
+        global_batch_size=raw["global_batch_size"], schedule=sched,
+        recompute="full" if raw.get("use_checkpoint", False) else "none", precision="fp16",
+    )
+    cluster = ClusterConfig(
+        gpu=gpu_kind(str(raw.get("gpu_name", "A100"))),
+        gpus_per_node=raw.get("node_size", 8),
+        intra_node_bandwidth_gbytes_per_s=float(raw.get("intra_node_bandwidth", 300.0)),
+        inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
+    )
+    session = Session(model=model, plan=plan, cluster=cluster)
+    errs = validate(session)
+    if "num_gpus" in raw and raw["num_gpus"] != plan.num_gpus:
+        errs.append(FieldError("num_gpus", f"num_gpus={raw['num_gpus']} disagrees with "
+                               f"tensor_parallel_size*pipeline_parallel_size*data_parallel_size="
+                               f"{plan.tensor_parallel}*{plan.pipeline_parallel}*{plan.data_parallel}"
+                               f"={plan.num_gpus}"))
+    if errs:
+        raise ConfigError(errs)
+    return session

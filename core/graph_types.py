@@ -1,0 +1,95 @@
+"""Array types shared by the graph builder, the solver and the views.
+
+The execution graph of one iteration is data, not objects: one numpy array per
+task attribute plus two edge arrays. A view draws from these arrays directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["KINDS", "STREAMS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
+
+#: Task kinds; ``ExecutionGraph.kind`` holds indices into this tuple.
+KINDS = (
+    "forward",      # 0 transformer-layer forward compute
+    "backward",     # 1 transformer-layer backward compute
+    "recompute",    # 2 forward recomputed before backward (full activation recomputation)
+    "embedding",    # 3 token + position embedding, forward or backward (first stage)
+    "output",       # 4 output layer + cross-entropy loss, forward or backward (last stage)
+    "optimizer",    # 5 optimizer step (Adam) on this stage's parameters
+    "tp_comm",      # 6 tensor-parallel all-reduce (blocks the compute stream)
+    "pp_p2p",       # 7 pipeline send/recv of activations or their gradients
+    "dp_comm",      # 8 data-parallel gradient all-reduce
+)
+#: Kinds that run on a GPU's compute stream.
+KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5})
+#: Kinds that are communication.
+KIND_COMM = frozenset({6, 7, 8})
+#: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple.
+STREAMS = ("compute", "comm")
+
+
+@dataclass
+class ExecutionGraph:
+    """One training iteration of one data-parallel replica as arrays.
+
+    Attributes
+    ----------
+    duration_s : float64 array, shape (n,)
+        Task durations in seconds.
+    kind : int8 array, shape (n,)
+        Index into :data:`KINDS`.
+    stream : int8 array, shape (n,)
+        Index into :data:`STREAMS`; the timeline row of a task is
+        ``stage * len(STREAMS) + stream``.
+    stage : int32 array, shape (n,)
+        Pipeline stage 0..p-1 (the sending stage for pipeline transfers).
+    microbatch : int32 array, shape (n,)
+        Micro-batch 0..m-1, or -1 for per-iteration tasks (optimizer, dp_comm).
+    layer : int32 array, shape (n,)
+        Global transformer layer 0..L-1, or -1 for tasks not tied to one layer.
+    src, dst : int64 arrays, shape (e,)
+        Dependency edges: task ``dst`` starts after task ``src`` ends.
+    num_stages : int
+        Pipeline-parallel size p.
+    """
+
+    duration_s: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    stage: np.ndarray
+    microbatch: np.ndarray
+    layer: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    num_stages: int
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks n."""
+        return int(self.duration_s.shape[0])
+
+    @property
+    def row(self) -> np.ndarray:
+        """Timeline row per task, ``stage * len(STREAMS) + stream``; int32 (n,)."""
+        return self.stage.astype(np.int32) * len(STREAMS) + self.stream.astype(np.int32)
+
+
+@dataclass
+class Schedule:
+    """Solved start and end times of every task (seconds from iteration start).
+
+    Attributes
+    ----------
+    start_s, end_s : float64 arrays, shape (n,)
+        Earliest start and end time of each task.
+    iteration_time_s : float
+        ``max(end_s)``: the length of the critical path.
+    """
+
+    start_s: np.ndarray
+    end_s: np.ndarray
+    iteration_time_s: float

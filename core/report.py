@@ -1,0 +1,81 @@
+"""The numbers a planner reads: time, throughput, MFU, cost and memory per GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["StageMemory", "Report"]
+
+
+@dataclass
+class StageMemory:
+    """Memory of one GPU of a pipeline stage, in bytes.
+
+    Formulas: mixed-precision Adam keeps 2-byte weights and gradients plus
+    12 bytes of fp32 master weights, momentum and variance per parameter
+    (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: 16 bytes per parameter).
+    Activations follow Korthikanti et al. 2022 ("Reducing Activation
+    Recomputation in Large Transformer Models"), Eq. 2 with tensor
+    parallelism: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes per layer without
+    recomputation and ``2*s*b*h`` per layer (the layer input) with full
+    recomputation; the first stage keeps activations of ``p`` micro-batches
+    in flight under 1F1B (Korthikanti Sec. 4.2.3), ``m`` under GPipe.
+    """
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Sum of the four parts."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+
+
+@dataclass
+class Report:
+    """Result figures of one simulated iteration and the whole training run.
+
+    Times in seconds, memory in bytes, money in USD. MFU uses the model FLOPs
+    of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
+    on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
+    ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
+    recomputed forward (Eq. 3 as written, factor 96 instead of 72).
+    """
+
+    num_gpus: int
+    num_microbatches: int
+    iteration_time_s: float
+    tokens_per_s: float
+    model_flops_per_iteration: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    #: mean over stages of compute / exposed communication / idle (bubble) time per iteration
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    stage_compute_s: list[float]
+    stage_comm_s: list[float]
+    stage_idle_s: list[float]
+    num_iterations: float
+    training_days: float
+    gpu_hours: float
+    cost_usd: float
+    memory: list[StageMemory]
+    memory_capacity_bytes: float
+    max_memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    profile: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict; memory stages gain a ``total_bytes`` key."""
+        d = dataclasses.asdict(self)
+        for m, obj in zip(d["memory"], self.memory):
+            m["total_bytes"] = obj.total_bytes
+        return d

@@ -1,0 +1,131 @@
+"""Versioned session files (JSON, never pickle) with atomic saves.
+
+A session file is one JSON object::
+
+    {"format": "vtrain-session", "version": 1,
+     "model": {...}, "plan": {...}, "cluster": {...}, "cost": {...}, "notes": ""}
+
+Readers dispatch on ``version``; a newer version than this build knows is a
+clear error. Saving writes a temporary file in the same folder and renames it
+over the target, so a crash never leaves a half-written session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, FieldError, Session, check, read_vtrain_config
+
+__all__ = ["SESSION_FORMAT", "SESSION_VERSION", "SessionFileError", "save_session",
+           "load_session", "load_any", "session_to_json", "atomic_write_text"]
+
+SESSION_FORMAT = "vtrain-session"
+SESSION_VERSION = 1
+
+
+class SessionFileError(ValueError):
+    """A session or config file cannot be read; the message names the file and the problem."""
+
+
+def session_to_json(session: Session) -> str:
+    """Serialize to the session JSON text (stable key order, trailing newline)."""
+    doc: dict[str, Any] = {"format": SESSION_FORMAT, "version": SESSION_VERSION}
+    doc.update(session.to_dict())
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_session(session: Session, path: str | Path) -> None:
+    """Save ``session`` to ``path`` atomically. Raises ``OSError`` if the folder is not writable."""
+    atomic_write_text(path, session_to_json(session))
+
+
+def load_session(path: str | Path) -> Session:
+    """Read a session file.
+
+    Raises
+    ------
+    SessionFileError
+        The file is missing, not JSON, not a session file, of a newer version,
+        or holds invalid fields (the message lists them).
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SessionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SessionFileError(f"{path}: not a valid JSON file ({exc})") from None
+    return session_from_document(doc, str(path))
+
+
+def session_from_document(doc: Any, where: str = "session") -> Session:
+    """Convert a parsed session document, checking format and version."""
+    if not isinstance(doc, dict) or doc.get("format") != SESSION_FORMAT:
+        raise SessionFileError(f"{where}: not a vTrain session file (missing \"format\": "
+                               f"\"{SESSION_FORMAT}\")")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SessionFileError(f"{where}: \"version\" must be an integer, got {version!r}")
+    if version > SESSION_VERSION:
+        raise SessionFileError(f"{where}: session file version {version} is newer than this "
+                               f"program supports (version {SESSION_VERSION}); update vtrain")
+    if version < 1:
+        raise SessionFileError(f"{where}: unknown session file version {version}")
+    body = {k: v for k, v in doc.items() if k not in ("format", "version")}
+    try:
+        return Session.from_dict(body)
+    except ConfigError as exc:
+        raise SessionFileError(f"{where}: {exc}") from None
+
+
+def load_any(path: str | Path, *, validate: bool = True) -> Session:
+    """Read a session file or a vTrain authors'-format config, detected from its content.
+
+    With ``validate`` the configuration rules are checked too.
+
+    Raises
+    ------
+    SessionFileError
+        Unreadable file or a file of neither format.
+    ConfigError
+        The file parses but breaks configuration rules.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except OSError as exc:
+        raise SessionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SessionFileError(f"{path}: not a valid JSON file ({exc})") from None
+    if isinstance(doc, dict) and "format" in doc:
+        session = session_from_document(doc, str(path))
+        return check(session) if validate else session
+    if isinstance(doc, dict) and "tensor_parallel_size" in doc:
+        return read_vtrain_config(path)
+    raise SessionFileError(f"{path}: neither a vTrain session file nor a vTrain config "
+                           f"(no \"format\" or \"tensor_parallel_size\" key)")
+
+
+__all__ += ["session_from_document", "FieldError"]
