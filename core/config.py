@@ -124,8 +124,9 @@ class ClusterConfig:
 
     gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS)
     gpus_per_node: int = _f(8, "GPUs", "GPUs in one node (NVLink domain)")
-    intra_node_bandwidth_gbytes_per_s: float = _f(
-        300.0, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction"
+    intra_node_bandwidth_gbytes_per_s: float | None = _f(
+        None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
+        "the collective times measured in the GPU's profile"
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
         800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)"
@@ -419,7 +420,8 @@ def vtrain_config_from_dict(raw: Any, source: str = "config") -> Session:
     cluster = ClusterConfig(
         gpu=gpu_kind(str(raw.get("gpu_name", "A100"))),
         gpus_per_node=raw.get("node_size", 8),
-        intra_node_bandwidth_gbytes_per_s=float(raw.get("intra_node_bandwidth", 300.0)),
+        intra_node_bandwidth_gbytes_per_s=(float(raw["intra_node_bandwidth"])
+                                           if "intra_node_bandwidth" in raw else None),
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
     )
     session = Session(model=model, plan=plan, cluster=cluster)

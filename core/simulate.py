@@ -1,14 +1,29 @@
-"""One entry point, the same for the command line and the GUI: session in, result out."""
+"""One entry point, the same for the command line and the GUI: session in, result out.
+
+``simulate(session)`` validates the session, opens the profile store of its
+GPU kind, builds the execution graph, solves it and computes the report.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from .config import Session
-from .graph_types import ExecutionGraph, Schedule
-from .report import Report
+import numpy as np
 
-__all__ = ["SimulationResult", "simulate"]
+from .config import Session, check, padded_vocab_size
+from .graph import build_graph, params_per_gpu
+from .graph_types import KINDS, ExecutionGraph, Schedule
+from .ops import DTYPE_BYTES
+from .profile_store import ProfileStore
+from .report import Report, StageMemory
+from .solver import solve
+
+__all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
+           "stage_memory", "model_flops_per_iteration"]
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+_STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
 
 
 @dataclass
@@ -21,6 +36,143 @@ class SimulationResult:
     report: Report
 
 
-def simulate(session: Session, store=None) -> SimulationResult:  # pragma: no cover - filled in below
-    """Simulate one training iteration of ``session`` (placeholder until the builder lands)."""
-    raise NotImplementedError
+def profile_path(session: Session) -> Path:
+    """The profile store a session uses: ``cluster.profile_path`` or the shipped one for its GPU."""
+    if session.cluster.profile_path:
+        return Path(session.cluster.profile_path).expanduser()
+    return PROFILES_DIR / f"{session.cluster.gpu}.h5"
+
+
+def open_profile(path: str | Path) -> ProfileStore:
+    """Open a profile store, cached by path and modification time (stores are read-only here).
+
+    Raises
+    ------
+    ProfileStoreError
+        Missing or unreadable store.
+    """
+    path = Path(path).resolve()
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return ProfileStore.open(path)  # raises a clear ProfileStoreError
+    if key not in _STORE_CACHE:
+        _STORE_CACHE[key] = ProfileStore.open(path)
+    return _STORE_CACHE[key]
+
+
+def model_flops_per_iteration(session: Session, recomputed: bool = False) -> float:
+    """Model FLOPs of one iteration (Narayanan et al. 2021, Eq. 3, general MLP size).
+
+    Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV`` (GEMMs and attention,
+    multiply-add = 2 FLOPs); training is 3x forward, or 4x for the layers when
+    ``recomputed`` (full recomputation, for HFU). With ``f = 4h`` this is
+    ``72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h))``.
+    """
+    m, pl = session.model, session.plan
+    h, s = m.hidden_size, m.seq_length
+    layers = m.num_layers * (8 * h * h + 4 * h * m.ffn + 4 * s * h)
+    factor = 4 if recomputed else 3
+    tokens = pl.global_batch_size * s
+    return tokens * (factor * layers + 3 * 2 * h * m.vocab_size)
+
+
+def stage_memory(session: Session) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (formulas in :class:`StageMemory`)."""
+    m, pl = session.model, session.plan
+    s, b, h, a, t, p = (m.seq_length, pl.micro_batch_size, m.hidden_size, m.num_attention_heads,
+                        pl.tensor_parallel, pl.pipeline_parallel)
+    e = DTYPE_BYTES[pl.precision]
+    n = params_per_gpu(session)
+    L_stage = m.num_layers // p
+    full_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * e / 2  # Korthikanti Eq. 2
+    per_layer = 2 * s * b * h * e / 2 if pl.recompute == "full" else full_layer
+    V = padded_vocab_size(m.vocab_size, t)
+    out = []
+    for i in range(p):
+        in_flight = pl.num_microbatches if pl.schedule == "gpipe" else min(p - i, pl.num_microbatches)
+        acts = per_layer * L_stage * in_flight
+        if pl.recompute == "full":
+            acts += full_layer  # the layer being recomputed during backward
+        if i == p - 1:
+            acts += s * b * V / t * (e + 4)  # logits and their fp32 copy for the loss
+        opt_bytes = 8 if pl.precision == "fp32" else 12
+        out.append(StageMemory(i, n[i] * e, n[i] * e, n[i] * opt_bytes, acts))
+    return out
+
+
+def simulate(session: Session, store: ProfileStore | None = None) -> SimulationResult:
+    """Simulate one training iteration of ``session``.
+
+    Parameters
+    ----------
+    session : Session
+    store : ProfileStore, optional
+        Profile to use; by default the one :func:`profile_path` names.
+
+    Raises
+    ------
+    ConfigError
+        The session breaks a configuration rule.
+    ProfileStoreError
+        The profile store cannot be opened.
+    KeyError
+        The profile lacks data the plan needs (dtype peak, collectives).
+    """
+    check(session)
+    if store is None:
+        store = open_profile(profile_path(session))
+    graph, warnings = build_graph(session, store)
+    schedule = solve(graph)
+    pl = session.plan
+    T = schedule.iteration_time_s
+    p = pl.pipeline_parallel
+    kind = graph.kind
+    compute_mask = np.isin(kind, [KINDS.index(k) for k in
+                                  ("forward", "backward", "recompute", "embedding", "output", "optimizer")])
+    comm_mask = np.isin(kind, [KINDS.index("tp_comm"), KINDS.index("dp_comm")])
+    stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
+    stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    stage_idle = np.maximum(T - stage_compute - stage_comm, 0.0)
+    flops = model_flops_per_iteration(session)
+    hw_flops = model_flops_per_iteration(session, recomputed=pl.recompute == "full")
+    peak = float(store.peak_flops[pl.precision]) * pl.num_gpus
+    tokens_per_iter = pl.global_batch_size * session.model.seq_length
+    iterations = session.cost.training_tokens / tokens_per_iter
+    train_s = iterations * T
+    gpu_hours = train_s * pl.num_gpus / 3600
+    memory = stage_memory(session)
+    capacity = float(store.memory_bytes)
+    max_mem = max(mm.total_bytes for mm in memory)
+    if max_mem > capacity:
+        worst = max(memory, key=lambda mm: mm.total_bytes)
+        warnings.append(f"does not fit: stage {worst.stage} needs {max_mem / 2**30:.1f} GiB per GPU, "
+                        f"the GPU has {capacity / 2**30:.1f} GiB")
+    report = Report(
+        num_gpus=pl.num_gpus,
+        num_microbatches=pl.num_microbatches,
+        iteration_time_s=T,
+        tokens_per_s=tokens_per_iter / T,
+        model_flops_per_iteration=flops,
+        mfu=flops / T / peak,
+        hfu=hw_flops / T / peak,
+        bubble_fraction=float(stage_idle.mean() / T),
+        compute_s=float(stage_compute.mean()),
+        comm_s=float(stage_comm.mean()),
+        bubble_s=float(stage_idle.mean()),
+        stage_compute_s=stage_compute.tolist(),
+        stage_comm_s=stage_comm.tolist(),
+        stage_idle_s=stage_idle.tolist(),
+        num_iterations=iterations,
+        training_days=train_s / 86400,
+        gpu_hours=gpu_hours,
+        cost_usd=gpu_hours * session.cost.price_per_gpu_hour_usd,
+        memory=memory,
+        memory_capacity_bytes=capacity,
+        max_memory_per_gpu_bytes=max_mem,
+        fits_in_memory=bool(max_mem <= capacity),
+        profile={"device": store.device_name, "path": str(store.path) if store.path else "",
+                 **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
+        warnings=warnings,
+    )
+    return SimulationResult(session, graph, schedule, report)

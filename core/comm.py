@@ -1,0 +1,132 @@
+"""Communication times from rank placement, profile curves and network bandwidth.
+
+Rank placement follows Megatron-LM's default order: tensor-parallel rank
+fastest, then data-parallel, then pipeline-parallel, i.e. global rank
+``r = tp + t * (dp + d * pp)``; node of a rank is ``r // gpus_per_node``.
+
+* Collectives inside a node use the profile store's measured curves (nccl-tests
+  conventions: ``nbytes`` is the whole buffer). If the cluster sets an explicit
+  intra-node bandwidth, a ring model with that bus bandwidth and the profile's
+  fitted latency is used instead.
+* Collectives spanning nodes are hierarchical (NCCL's tree/ring over nodes):
+  reduce-scatter inside the node, ring all-reduce of the shard across nodes at
+  each GPU's share of the node bandwidth, all-gather inside the node.
+* Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
+  the node bandwidth, plus a fixed latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .config import ClusterConfig, ParallelPlan
+
+__all__ = ["CommModel", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
+
+#: Latency of one inter-node message step (InfiniBand + NCCL proxy), seconds.
+INTER_NODE_LATENCY_S = 10e-6
+#: Per-step latency of intra-node collectives when the profile has no curve to fit it from.
+DEFAULT_INTRA_LATENCY_S = 8e-6
+
+_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
+          "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1}
+_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+           "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+
+
+@dataclass
+class CommModel:
+    """Times of the collectives of one plan on one cluster, in seconds.
+
+    Parameters
+    ----------
+    store : ProfileStore
+        Supplies intra-node collective curves.
+    plan, cluster : ParallelPlan, ClusterConfig
+        Placement and bandwidths.
+
+    Attributes
+    ----------
+    warnings : list of str
+        One line per lookup that extrapolated beyond the profile's curves.
+    """
+
+    store: object
+    plan: ParallelPlan
+    cluster: ClusterConfig
+    warnings: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ placement
+    def node_of(self, tp: int, dp: int, pp: int) -> int:
+        """Node index of the rank at (tp, dp, pp) under Megatron's rank order."""
+        t, d = self.plan.tensor_parallel, self.plan.data_parallel
+        return (tp + t * (dp + d * pp)) // self.cluster.gpus_per_node
+
+    def stages_share_node(self, stage: int) -> bool:
+        """Whether stage ``stage`` and ``stage+1`` of replica 0 sit in one node."""
+        return self.node_of(0, 0, stage) == self.node_of(0, 0, stage + 1)
+
+    @property
+    def _gpu_inter_bytes_per_s(self) -> float:
+        """One GPU's share of its node's network bandwidth, bytes/s."""
+        return self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8 / self.cluster.gpus_per_node
+
+    # ------------------------------------------------------------------ primitives
+    def intra(self, kind: str, group_size: int, nbytes: float) -> float:
+        """A collective among ``group_size`` GPUs of one node, seconds."""
+        if group_size <= 1 or nbytes <= 0:
+            return 0.0
+        bw = self.cluster.intra_node_bandwidth_gbytes_per_s
+        kinds = self.store.collective_kinds()
+        if bw:
+            alpha = self.store.ring_model(kind)[0] if kinds.get(kind) else DEFAULT_INTRA_LATENCY_S
+            return alpha * _STEPS[kind](group_size) + nbytes * _FACTOR[kind](group_size) / (bw * 1e9)
+        if not kinds.get(kind):
+            if kind == "send_recv" and kinds.get("all_reduce"):
+                alpha, busbw = self.store.ring_model("all_reduce")
+                return alpha + nbytes / busbw
+            raise KeyError(f"profile {self.store.device_name} has no {kind} curves and the cluster "
+                           f"sets no intra-node bandwidth")
+        lk = self.store.collective_time(kind, group_size, nbytes)
+        if lk.extrapolated:
+            self.warnings.append(f"{kind} of {nbytes / 2**20:.1f} MiB on {group_size} GPUs: "
+                                 f"outside the profile's measured curves ({lk.source})")
+        return lk.time_s
+
+    def inter_all_reduce(self, num_nodes: int, nbytes: float) -> float:
+        """Ring all-reduce of ``nbytes`` per GPU across ``num_nodes`` nodes, seconds."""
+        if num_nodes <= 1 or nbytes <= 0:
+            return 0.0
+        steps = 2 * (num_nodes - 1)
+        return steps * INTER_NODE_LATENCY_S + (steps / num_nodes) * nbytes / self._gpu_inter_bytes_per_s
+
+    # ------------------------------------------------------------------ plan-level
+    def tp_all_reduce(self, nbytes: float) -> float:
+        """Tensor-parallel all-reduce of ``nbytes`` (always inside a node)."""
+        return self.intra("all_reduce", self.plan.tensor_parallel, nbytes)
+
+    def dp_all_reduce(self, nbytes: float) -> float:
+        """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).
+
+        The group is the ``d`` ranks ``tp + t*j``; ``k = min(d, gpus_per_node // t)``
+        of them share a node, and the group spans ``ceil(d / k)`` nodes.
+        """
+        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        if d <= 1:
+            return 0.0
+        k = max(1, min(d, g // t))
+        num_nodes = math.ceil(d / k)
+        if num_nodes == 1:
+            return self.intra("all_reduce", d, nbytes)
+        return (self.intra("reduce_scatter", k, nbytes)
+                + self.inter_all_reduce(num_nodes, nbytes / k)
+                + self.intra("all_gather", k, nbytes))
+
+    def p2p(self, stage: int, nbytes: float) -> float:
+        """Send ``nbytes`` from pipeline stage ``stage`` to ``stage+1`` (or back)."""
+        if nbytes <= 0:
+            return 0.0
+        if self.stages_share_node(stage):
+            return self.intra("send_recv", 2, nbytes)
+        return INTER_NODE_LATENCY_S + nbytes / self._gpu_inter_bytes_per_s

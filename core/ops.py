@@ -1,0 +1,212 @@
+"""The operations of one transformer layer and their times.
+
+Operation names and the keys they depend on (the profile store's op tables
+use the same names and key columns):
+
+============================  =========================================
+op                             key columns
+============================  =========================================
+attention_fwd, attention_bwd   b, s, h, a, t, dtype
+mlp_fwd, mlp_bwd               b, s, h, f, t, dtype
+embedding_fwd, embedding_bwd   b, s, h, V, t, dtype
+output_fwd, output_bwd         b, s, h, V, t, dtype
+optimizer_step                 n, dtype
+============================  =========================================
+
+``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
+attention heads, ``f`` MLP hidden size, ``V`` padded vocabulary, ``t``
+tensor-parallel size, ``n`` parameters held by one GPU.
+
+Each op is one rank's share under Megatron-LM tensor parallelism
+(Shoeybi et al. 2019, Fig. 3): QKV and the first MLP GEMM are
+column-parallel (N/t), the projection and second MLP GEMM row-parallel
+(K/t), attention runs on ``a/t`` heads. The tensor-parallel all-reduces are
+not part of an op; the graph inserts them.
+
+The analytic time of an op is the sum over its kernels of a roofline with
+efficiency: ``max(flops / (peak * eff_gemm), bytes / (bw * eff_mem)) +
+kernel_overhead_s``, where ``eff_gemm = gemm_efficiency_max * x / (x +
+gemm_half_size)`` with ``x`` the geometric mean of the GEMM's M, N and K.
+Attention is the unfused form Megatron-LM used (baddbmm, fused
+scale-mask-softmax, dropout, bmm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = [
+    "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
+    "op_kernels", "kernel_time", "analytic_op_time", "DEFAULT_OP_MODEL",
+]
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
+EDGE_OPS = ("embedding_fwd", "embedding_bwd", "output_fwd", "output_bwd")
+OPTIMIZER_OP = "optimizer_step"
+ALL_OPS = LAYER_OPS + EDGE_OPS + (OPTIMIZER_OP,)
+OP_KEYS: dict[str, tuple[str, ...]] = {
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype"),
+    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype"),
+    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype"),
+    "embedding_fwd": ("b", "s", "h", "V", "t", "dtype"),
+    "embedding_bwd": ("b", "s", "h", "V", "t", "dtype"),
+    "output_fwd": ("b", "s", "h", "V", "t", "dtype"),
+    "output_bwd": ("b", "s", "h", "V", "t", "dtype"),
+    "optimizer_step": ("n", "dtype"),
+}
+#: Parameters of the analytic op model when a store gives none.
+DEFAULT_OP_MODEL = {
+    "gemm_efficiency_max": 0.8,
+    "gemm_half_size": 160.0,
+    "memory_efficiency": 0.75,
+    "kernel_overhead_s": 4e-6,
+}
+#: Bytes moved per parameter by the fused Adam step with mixed precision:
+#: read fp32 master, m, v and the gradient, write master, m, v and the
+#: half-precision copy (4*3 + 2 read-side, 4*3 + 2 write-side, plus grad scaling).
+ADAM_BYTES_PER_PARAM = 32
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel."""
+
+    name: str
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.m > 0
+
+
+def _gemm(name: str, m: int, n: int, k: int, e: int, batch: int = 1) -> Kernel:
+    return Kernel(name, 2.0 * m * n * k * batch, float(e * batch * (m * k + k * n + m * n)),
+                  m, n, k, batch)
+
+
+def _mem(name: str, nbytes: float) -> Kernel:
+    return Kernel(name, 0.0, float(nbytes))
+
+
+def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """The kernels of ``op`` for one GPU, given the key columns of :data:`OP_KEYS`.
+
+    Raises
+    ------
+    KeyError
+        Unknown op or a key column missing.
+    """
+    if op not in OP_KEYS:
+        raise KeyError(f"unknown op {op!r}; known: {', '.join(ALL_OPS)}")
+    missing = [c for c in OP_KEYS[op] if c not in key]
+    if missing:
+        raise KeyError(f"op {op!r} needs key columns {missing}")
+    e = DTYPE_BYTES[str(key["dtype"])]
+    if op == OPTIMIZER_OP:
+        return [_mem("adam", ADAM_BYTES_PER_PARAM * float(key["n"]))]
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    T = b * s  # tokens in the micro-batch
+    act = T * h * e  # bytes of one (b, s, h) activation
+    if op in ("attention_fwd", "attention_bwd"):
+        a = int(key["a"])
+        heads, dh = a // t, h // a
+        score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
+        fwd = [
+            _mem("layernorm", 2 * act),
+            _gemm("qkv", T, 3 * h // t, h, e),                  # (b*s, h) x (h, 3h/t)
+            _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+            _mem("scale_mask_softmax", 2 * score),
+            _mem("attn_dropout", 2.5 * score),
+            _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+            _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+        ]
+        if op == "attention_fwd":
+            return fwd
+        return [
+            _mem("bias_dropout_add_bwd", 2 * act),
+            _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
+            _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
+            _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
+            _mem("attn_dropout_bwd", 2.5 * score),
+            _mem("softmax_bwd", 3 * score),
+            _gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
+            _gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
+            _gemm("qkv_dgrad", T, h, 3 * h // t, e), _gemm("qkv_wgrad", 3 * h // t, h, T, e),
+            _mem("layernorm_bwd", 4 * act),
+        ]
+    if op in ("mlp_fwd", "mlp_bwd"):
+        f = int(key["f"])
+        inner = T * (f // t) * e
+        if op == "mlp_fwd":
+            return [
+                _mem("bias_dropout_add", 3.5 * act),
+                _mem("layernorm", 2 * act),
+                _gemm("fc1", T, f // t, h, e),                  # (b*s, h) x (h, f/t)
+                _mem("bias_gelu", 2 * inner),
+                _gemm("fc2", T, h, f // t, e),                  # (b*s, f/t) x (f/t, h)
+                _mem("bias_dropout_add", 3.5 * act),
+            ]
+        return [
+            _mem("bias_dropout_add_bwd", 2 * act),
+            _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
+            _mem("bias_gelu_bwd", 3 * inner),
+            _gemm("fc1_dgrad", T, h, f // t, e), _gemm("fc1_wgrad", f // t, h, T, e),
+            _mem("layernorm_bwd", 4 * act),
+            _mem("bias_dropout_add_bwd", 2 * act),
+        ]
+    V = int(key["V"])
+    logits = T * (V // t) * e
+    if op == "embedding_fwd":
+        return [_mem("embedding_lookup", 2 * act), _mem("position_add_dropout", 3.5 * act)]
+    if op == "embedding_bwd":
+        return [_mem("dropout_bwd", 2 * act), _mem("embedding_grad_scatter_add", 3 * act)]
+    if op == "output_fwd":
+        return [
+            _mem("final_layernorm", 2 * act),
+            _gemm("logits", T, V // t, h, e),                   # (b*s, h) x (h, V/t)
+            _mem("cross_entropy", 2 * logits * 4 / e),          # fp32 vocab-parallel softmax
+        ]
+    # output_bwd
+    return [
+        _mem("cross_entropy_bwd", 2 * logits * 4 / e),
+        _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
+        _mem("final_layernorm_bwd", 4 * act),
+    ]
+
+
+def kernel_time(kernel: Kernel, peak_flops: float, memory_bandwidth_bytes_per_s: float,
+                op_model: Mapping[str, float]) -> float:
+    """Seconds for one kernel under the roofline-with-efficiency model (see module doc)."""
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    mem_s = kernel.bytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
+    if kernel.is_gemm:
+        x = (float(kernel.m) * kernel.n * kernel.k) ** (1.0 / 3.0)
+        eff = p["gemm_efficiency_max"] * x / (x + p["gemm_half_size"])
+        return max(kernel.flops / (peak_flops * eff), mem_s) + p["kernel_overhead_s"]
+    return mem_s + p["kernel_overhead_s"]
+
+
+def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
+    """Seconds for ``op`` on ``device`` (anything with ``peak_flops`` by dtype,
+    ``memory_bandwidth_bytes_per_s`` and ``op_model``, e.g. a ProfileStore).
+
+    Raises
+    ------
+    KeyError
+        Unknown op, missing key column, or no peak FLOP/s for the dtype.
+    """
+    dtype = str(key["dtype"])
+    if dtype not in device.peak_flops:
+        raise KeyError(f"profile of {getattr(device, 'device_name', 'device')} has no peak FLOP/s "
+                       f"for dtype {dtype!r}")
+    peak = float(device.peak_flops[dtype])
+    return sum(kernel_time(k, peak, device.memory_bandwidth_bytes_per_s, device.op_model or {})
+               for k in op_kernels(op, key))

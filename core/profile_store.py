@@ -1,0 +1,608 @@
+"""HDF5 profile store: measured or modelled times of one GPU kind (schema version 1).
+
+One file per device kind holds the device's peak FLOP/s, HBM size and bandwidth,
+how the numbers were obtained (provenance), per-operation timing tables keyed by
+the shapes that change them, and collective-communication curves (bytes ->
+seconds) per group size. The file layout is specified in ``docs/profile_store.md``.
+
+:meth:`ProfileStore.open` reads everything into memory and closes the file, so a
+store never holds an HDF5 handle; :meth:`ProfileStore.save` writes a temporary
+file in the target folder and renames it into place. Lookups interpolate in
+log-log space (vTrain, Bang et al. MICRO 2024, profiles each operation once per
+shape and reuses the times) and say when they extrapolate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = ["SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
+           "Lookup", "ProfileStore"]
+
+SCHEMA_VERSION = 1
+#: Collective kinds a store can hold curves for.
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+#: Allowed values of ``provenance["method"]``.
+PROVENANCE_METHODS = ("measured", "analytic", "calibrated")
+
+_ROOT_TYPE = "vtrain-profile-store"
+_ENC_TYPE, _ENC_VERSION = "encoding-type", "encoding-version"
+_JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hold JSON text
+_RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
+# encoding-type -> newest encoding-version this build reads
+_GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1}
+
+
+class ProfileStoreError(ValueError):
+    """A profile store file cannot be read; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Result of a time lookup.
+
+    Attributes
+    ----------
+    time_s : float
+        Predicted time in seconds.
+    extrapolated : bool
+        True outside the tabulated range or when a fitted model was used.
+    source : str
+        ``"table"`` (exact or interpolated), ``"extrapolated"`` (log-log line
+        extended past the table) or ``"fit"`` (alpha-beta or ring model).
+    """
+
+    time_s: float
+    extrapolated: bool
+    source: str
+
+
+def _steps_factor(kind: str, n: np.ndarray | int) -> tuple[Any, Any]:
+    """Latency steps and bus-bandwidth factor of a ring collective (nccl-tests PERFORMANCE.md)."""
+    n = np.asarray(n, dtype=np.float64)
+    if kind == "all_reduce":
+        return 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n
+    if kind in ("all_gather", "reduce_scatter"):
+        return n - 1.0, (n - 1.0) / n
+    return np.ones_like(n), np.ones_like(n)  # send_recv
+
+
+def _fit_linear(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """Fit ``t ~ alpha*a + beta*b`` by relative least squares with alpha >= 0, beta > 0.
+
+    Residuals are divided by ``t`` so that small and large sizes weigh alike.
+    If the unconstrained fit breaks a bound, alpha is fixed at 0 (beta then is
+    positive for positive data).
+    """
+    w = 1.0 / t
+    if len(t) >= 2:
+        (alpha, beta), *_ = np.linalg.lstsq(np.column_stack([a * w, b * w]), t * w, rcond=None)
+        if alpha >= 0.0 and beta > 0.0:
+            return float(alpha), float(beta)
+    bw = b * w
+    return 0.0, float(np.dot(bw, t * w) / np.dot(bw, bw))
+
+
+def _loglog(x: float, xs: np.ndarray, ts: np.ndarray) -> tuple[float, bool]:
+    """Time at ``x`` on the log-log polyline through ``(xs, ts)`` (sorted); flag if outside."""
+    if xs[0] <= x <= xs[-1]:
+        i = int(np.searchsorted(xs, x))
+        if xs[i] == x:
+            return float(ts[i]), False
+        return float(np.exp(np.interp(math.log(x), np.log(xs), np.log(ts)))), False
+    if len(xs) == 1:
+        return float(ts[0] * x / xs[0]), True
+    j = 0 if x < xs[0] else len(xs) - 2
+    slope = math.log(ts[j + 1] / ts[j]) / math.log(xs[j + 1] / xs[j])
+    k = j if x < xs[0] else j + 1
+    return float(ts[k] * math.exp(slope * math.log(x / xs[k]))), True
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _as_column(name: str, values: Any, n: int) -> np.ndarray:
+    """Key column as int64 or str array; ValueError for other types or lengths."""
+    arr = np.asarray(values)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"key column {name!r} must be 1-D of length {n} (like time_s), "
+                         f"got shape {arr.shape}")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        return arr.astype(np.int64)
+    if arr.dtype.kind in "UO" and all(isinstance(v, str) for v in arr.tolist()):
+        return arr.astype(str)
+    raise ValueError(f"key column {name!r} must hold integers or strings, got dtype {arr.dtype}")
+
+
+def _norm(value: Any) -> Any:
+    """Key value as a hashable python int/str (floats with integral value become ints)."""
+    if isinstance(value, (str, np.str_)):
+        return str(value)
+    f = float(value)
+    return int(f) if f.is_integer() else f
+
+
+class _OpTable:
+    """One op's rows plus, per non-axis key tuple, the sorted axis and time arrays."""
+
+    def __init__(self, keys: dict[str, np.ndarray], time_s: np.ndarray, axis: str):
+        self.keys, self.time_s, self.axis = keys, time_s, axis
+        self.others = tuple(c for c in keys if c != axis)
+        rows: dict[tuple, list[tuple[float, float]]] = {}
+        cols = [keys[c].tolist() for c in self.others]
+        for i, (x, t) in enumerate(zip(keys[axis].tolist(), time_s.tolist())):
+            rows.setdefault(tuple(col[i] for col in cols), []).append((float(x), t))
+        self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        for k, pts in rows.items():
+            pts.sort()
+            xs = np.array([p[0] for p in pts])
+            dup = xs[1:][np.diff(xs) == 0]
+            if len(dup):
+                raise ValueError(f"duplicate rows for {dict(zip(self.others, k))} at "
+                                 f"{axis}={dup[0]:g}")
+            self.groups[k] = (xs, np.array([p[1] for p in pts]))
+
+
+class ProfileStore:
+    """Timing profile of one GPU kind, held in memory.
+
+    Parameters
+    ----------
+    device_name : str
+        Device kind, e.g. ``"A100-SXM4-80GB"``.
+    peak_flops : dict[str, float]
+        Dense peak throughput in FLOP/s per dtype (``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"``).
+    memory_bytes : float
+        HBM capacity in bytes.
+    memory_bandwidth_bytes_per_s : float
+        HBM bandwidth in bytes/s.
+    provenance : dict[str, Any]
+        How the numbers were obtained: ``"method"`` in :data:`PROVENANCE_METHODS`
+        plus free keys (``date``, ``torch_version``, ``cuda_version``, ``source``,
+        ``parameters`` ...). Nested values are stored as JSON.
+    op_model : dict[str, float], optional
+        Free parameters of the analytic op model (e.g. ``gemm_efficiency_max``).
+
+    Raises
+    ------
+    ValueError
+        Unknown provenance method, non-positive peak FLOP/s or memory figures.
+
+    Notes
+    -----
+    Construction performs no I/O; :attr:`path` is set by :meth:`open` and :meth:`save`.
+    """
+
+    def __init__(self, device_name: str, peak_flops: dict[str, float], memory_bytes: float,
+                 memory_bandwidth_bytes_per_s: float, provenance: dict[str, Any],
+                 op_model: dict[str, float] | None = None):
+        if provenance.get("method") not in PROVENANCE_METHODS:
+            raise ValueError(f"provenance['method'] must be one of {PROVENANCE_METHODS}, "
+                             f"got {provenance.get('method')!r}")
+        for what, v in [*((f"peak_flops[{k!r}]", v) for k, v in peak_flops.items()),
+                        ("memory_bytes", memory_bytes),
+                        ("memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s)]:
+            if not (math.isfinite(float(v)) and float(v) > 0):
+                raise ValueError(f"{what} must be a positive finite number, got {v!r}")
+        self.device_name = str(device_name)
+        self.peak_flops = {str(k): float(v) for k, v in peak_flops.items()}
+        self.memory_bytes = float(memory_bytes)
+        self.memory_bandwidth_bytes_per_s = float(memory_bandwidth_bytes_per_s)
+        self.provenance = dict(provenance)
+        self.op_model = {str(k): float(v) for k, v in (op_model or {}).items()}
+        self.path: Path | None = None
+        self._ops: dict[str, _OpTable] = {}
+        self._curves: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+        self._fits: dict[tuple[str, int | None], tuple[float, float]] = {}
+
+    # ------------------------------------------------------------------ op tables
+    def add_op_table(self, op: str, keys: dict[str, np.ndarray], time_s: np.ndarray,
+                     axis: str) -> None:
+        """Add (or replace) the timing table of ``op``.
+
+        Parameters
+        ----------
+        op : str
+            Operation name (no ``/``).
+        keys : dict[str, array_like]
+            Key column name -> values, shape (n_rows,): integers (``b, s, h, a, t``...)
+            or strings (``dtype``). Integral floats are accepted as integers.
+        time_s : array_like
+            Time of each row in seconds, shape (n_rows,), positive and finite.
+        axis : str
+            Key column interpolated over (positive integers), e.g. ``"b"``.
+
+        Raises
+        ------
+        ValueError
+            Bad name, unequal lengths, wrong column types, non-positive or
+            non-finite times or axis values, ``axis`` not a column, duplicate rows.
+        """
+        if not op or "/" in op or op in (".", ".."):
+            raise ValueError(f"invalid op name {op!r}")
+        t = np.asarray(time_s, dtype=np.float64)
+        if t.ndim != 1 or len(t) == 0:
+            raise ValueError(f"op {op!r}: time_s must be 1-D and non-empty, got shape {t.shape}")
+        if not np.all(np.isfinite(t) & (t > 0)):
+            raise ValueError(f"op {op!r}: time_s must be positive and finite")
+        if axis not in keys:
+            raise ValueError(f"op {op!r}: axis {axis!r} is not a key column ({list(keys)})")
+        cols = {}
+        for name, values in keys.items():
+            if not name or "/" in name or name == "time_s":
+                raise ValueError(f"op {op!r}: invalid key column name {name!r}")
+            cols[name] = _readonly(_as_column(name, values, len(t)))
+        if cols[axis].dtype.kind != "i" or np.any(cols[axis] <= 0):
+            raise ValueError(f"op {op!r}: axis column {axis!r} must hold positive integers")
+        try:
+            self._ops[op] = _OpTable(cols, _readonly(t.copy()), axis)
+        except ValueError as exc:
+            raise ValueError(f"op {op!r}: {exc}") from None
+
+    def op_names(self) -> list[str]:
+        """Names of the ops with a table, in insertion order."""
+        return list(self._ops)
+
+    def op_table(self, op: str) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+        """``(keys, time_s, axis)`` of ``op`` as added (read-only arrays, shape (n_rows,)).
+
+        Raises ``KeyError`` if ``op`` has no table.
+        """
+        if op not in self._ops:
+            raise KeyError(f"no table for op {op!r}; ops: {self.op_names()}")
+        tab = self._ops[op]
+        return dict(tab.keys), tab.time_s, tab.axis
+
+    def op_time(self, op: str, key: dict[str, int | str]) -> Lookup | None:
+        """Time of ``op`` at ``key``, interpolated in log-log space along the table's axis.
+
+        Only rows whose non-axis key columns all equal ``key``'s values are used.
+        Outside their axis range the log-log line through the two nearest points
+        is extended (proportional scaling if there is one point).
+
+        Parameters
+        ----------
+        op : str
+            Operation name.
+        key : dict[str, int | str]
+            A value for every key column of the table; extra entries are ignored.
+
+        Returns
+        -------
+        Lookup or None
+            ``None`` if ``op`` is unknown or no row matches the non-axis keys
+            (the caller then uses its analytic model).
+
+        Raises
+        ------
+        KeyError
+            ``key`` lacks a key column of the table.
+        ValueError
+            The axis value is not positive.
+        """
+        tab = self._ops.get(op)
+        if tab is None:
+            return None
+        missing = [c for c in tab.keys if c not in key]
+        if missing:
+            raise KeyError(f"op {op!r} lookup needs key columns {missing} "
+                           f"(table keys: {list(tab.keys)})")
+        group = tab.groups.get(tuple(_norm(key[c]) for c in tab.others))
+        if group is None:
+            return None
+        x = float(key[tab.axis])
+        if not x > 0:
+            raise ValueError(f"op {op!r}: axis {tab.axis}={key[tab.axis]!r} must be positive")
+        time, outside = _loglog(x, *group)
+        return Lookup(time, outside, "extrapolated" if outside else "table")
+
+    # --------------------------------------------------------------- collectives
+    def add_collective(self, kind: str, group_size: int, nbytes: np.ndarray,
+                       time_s: np.ndarray) -> None:
+        """Add (or replace) the curve of ``kind`` over ``group_size`` ranks.
+
+        Parameters
+        ----------
+        kind : str
+            One of :data:`COLLECTIVE_KINDS`.
+        group_size : int
+            Number of ranks (>= 2).
+        nbytes : array_like
+            Buffer sizes in bytes as nccl-tests reports them, shape (n_points,),
+            positive and distinct (sorted here).
+        time_s : array_like
+            Time per size in seconds, shape (n_points,), positive and finite.
+
+        Raises
+        ------
+        ValueError
+            Unknown kind, group size < 2, bad shapes, non-positive or repeated sizes, bad times.
+        """
+        if kind not in COLLECTIVE_KINDS:
+            raise ValueError(f"unknown collective kind {kind!r}; expected one of {COLLECTIVE_KINDS}")
+        if int(group_size) != group_size or group_size < 2:
+            raise ValueError(f"{kind}: group_size must be an integer >= 2, got {group_size!r}")
+        x = np.asarray(nbytes, dtype=np.float64)
+        t = np.asarray(time_s, dtype=np.float64)
+        if x.ndim != 1 or x.shape != t.shape or len(x) == 0:
+            raise ValueError(f"{kind}/{group_size}: nbytes and time_s must be 1-D, non-empty "
+                             f"and of equal length, got {x.shape} and {t.shape}")
+        order = np.argsort(x, kind="stable")
+        x, t = x[order], t[order]
+        if not (np.all(np.isfinite(x)) and x[0] > 0 and np.all(np.diff(x) > 0)):
+            raise ValueError(f"{kind}/{group_size}: nbytes must be positive, finite and distinct")
+        if not np.all(np.isfinite(t) & (t > 0)):
+            raise ValueError(f"{kind}/{group_size}: time_s must be positive and finite")
+        self._curves.setdefault(kind, {})[int(group_size)] = (_readonly(x), _readonly(t))
+        self._fits = {k: v for k, v in self._fits.items() if k[0] != kind}
+
+    def collective_kinds(self) -> dict[str, list[int]]:
+        """Kind -> sorted group sizes that have a curve."""
+        return {k: sorted(c) for k, c in self._curves.items() if c}
+
+    def collective_curve(self, kind: str, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(nbytes, time_s)`` of one curve, sorted by size, read-only, shape (n_points,).
+
+        Raises ``KeyError`` if there is no such curve.
+        """
+        try:
+            return self._curves[kind][int(group_size)]
+        except KeyError:
+            raise KeyError(f"no {kind} curve for group size {group_size}; curves: "
+                           f"{self.collective_kinds()}") from None
+
+    def collective_time(self, kind: str, group_size: int, nbytes: float) -> Lookup:
+        """Time of one collective of ``nbytes`` bytes over ``group_size`` ranks.
+
+        Inside a measured curve's byte range: log-log interpolation (``"table"``).
+        Outside it: alpha-beta fit ``time = alpha + nbytes * beta`` to that curve.
+        No curve for the group size: the kind's ring model (:meth:`ring_model`).
+        Both fits give ``extrapolated=True, source="fit"``.
+
+        Parameters
+        ----------
+        kind : str
+            One of :data:`COLLECTIVE_KINDS`.
+        group_size : int
+            Number of ranks; 1 costs nothing.
+        nbytes : float
+            Total buffer size in bytes (nccl-tests convention); 0 costs nothing.
+
+        Raises
+        ------
+        KeyError
+            ``kind`` is unknown or has no curves at all.
+        ValueError
+            ``nbytes`` is negative or ``group_size`` < 1.
+        """
+        if kind not in COLLECTIVE_KINDS:
+            raise KeyError(f"unknown collective kind {kind!r}; expected one of {COLLECTIVE_KINDS}")
+        if nbytes < 0 or group_size < 1:
+            raise ValueError(f"{kind}: need nbytes >= 0 and group_size >= 1, "
+                             f"got {nbytes!r} and {group_size!r}")
+        if group_size == 1 or nbytes == 0:
+            return Lookup(0.0, False, "table")
+        curve = self._curves.get(kind, {}).get(int(group_size))
+        if curve is None:
+            alpha, bus_bw = self.ring_model(kind)
+            steps, factor = _steps_factor(kind, group_size)
+            return Lookup(float(alpha * steps + nbytes * factor / bus_bw), True, "fit")
+        xs, ts = curve
+        if xs[0] <= nbytes <= xs[-1]:
+            return Lookup(_loglog(float(nbytes), xs, ts)[0], False, "table")
+        fit_key = (kind, int(group_size))
+        if fit_key not in self._fits:
+            self._fits[fit_key] = _fit_linear(np.ones_like(xs), xs, ts)
+        alpha, beta = self._fits[fit_key]
+        return Lookup(alpha + float(nbytes) * beta, True, "fit")
+
+    def ring_model(self, kind: str) -> tuple[float, float]:
+        """Ring model of ``kind`` fitted across all its curves.
+
+        ``time = alpha * steps(n) + nbytes * factor(n) / bus_bandwidth`` with
+        steps 2(n-1), (n-1), (n-1), 1 and factor 2(n-1)/n, (n-1)/n, (n-1)/n, 1 for
+        all_reduce, all_gather, reduce_scatter, send_recv (nccl-tests bus-bandwidth
+        conventions, PERFORMANCE.md). Fitted by relative least squares, alpha >= 0.
+
+        Returns
+        -------
+        alpha_s : float
+            Per-step latency in seconds.
+        bus_bandwidth_bytes_per_s : float
+            Bus bandwidth in bytes/s.
+
+        Raises
+        ------
+        KeyError
+            ``kind`` has no curves.
+        """
+        curves = self._curves.get(kind)
+        if not curves:
+            raise KeyError(f"no {kind!r} curves in profile store {self.device_name!r}; "
+                           f"curves: {self.collective_kinds()}")
+        if (kind, None) not in self._fits:
+            n = np.concatenate([np.full(len(c[0]), g, dtype=np.float64) for g, c in curves.items()])
+            x = np.concatenate([c[0] for c in curves.values()])
+            t = np.concatenate([c[1] for c in curves.values()])
+            steps, factor = _steps_factor(kind, n)
+            alpha, inv_bw = _fit_linear(steps, x * factor, t)
+            self._fits[(kind, None)] = (alpha, 1.0 / inv_bw)
+        return self._fits[(kind, None)]
+
+    # --------------------------------------------------------------------- files
+    def summary(self) -> str:
+        """One line: device, method, date and source."""
+        p = self.provenance
+        source = p.get("source") or (self.path.name if self.path else "unsaved")
+        return f"{self.device_name} — {p['method']}, {p.get('date', 'undated')}, source: {source}"
+
+    def save(self, path: str | Path) -> None:
+        """Write the store to ``path`` atomically (temporary file in the same folder, then rename).
+
+        Sets :attr:`path`. Raises ``OSError`` if the folder is not writable; on any
+        error the previous file at ``path`` is left as it was.
+        """
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            os.chmod(tmp, 0o644)
+            with h5py.File(tmp, "w", track_order=True) as f:
+                self._write(f)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self.path = path
+
+    def _write(self, f: h5py.File) -> None:
+        f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(SCHEMA_VERSION),
+                        "device_name": self.device_name,
+                        "memory_bytes": self.memory_bytes,
+                        "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s})
+        for name, d in (("peak_flops", self.peak_flops), ("provenance", self.provenance),
+                        ("op_model", self.op_model)):
+            _write_dict(f.create_group(name, track_order=True), d)
+        ops = _write_dict(f.create_group("ops", track_order=True), {})
+        for op, tab in self._ops.items():
+            g = ops.create_group(op, track_order=True)
+            g.attrs.update({_ENC_TYPE: "op-table", _ENC_VERSION: np.int64(1), "axis": tab.axis})
+            for c, v in tab.keys.items():
+                if v.dtype.kind == "U":
+                    g.create_dataset(c, data=v.astype(object), dtype=h5py.string_dtype("utf-8"))
+                else:
+                    g.create_dataset(c, data=v)
+            g.create_dataset("time_s", data=tab.time_s)
+        coll = _write_dict(f.create_group("collectives", track_order=True), {})
+        for kind, curves in self._curves.items():
+            kg = _write_dict(coll.create_group(kind, track_order=True), {})
+            for n, (x, t) in sorted(curves.items()):
+                g = kg.create_group(str(n))
+                g.attrs.update({_ENC_TYPE: "collective-curve", _ENC_VERSION: np.int64(1)})
+                g.create_dataset("bytes", data=x)
+                g.create_dataset("time_s", data=t)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "ProfileStore":
+        """Read a store file completely into memory and close it.
+
+        Raises
+        ------
+        ProfileStoreError
+            The file is missing or unreadable, not HDF5, not a profile store (wrong
+            ``encoding-type``), of a newer schema version, or lacks or has invalid
+            attributes, groups or tables; the message names the file and the part.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise ProfileStoreError(f"{path}: profile store file not found")
+        try:
+            if not h5py.is_hdf5(path):
+                raise ProfileStoreError(f"{path}: not an HDF5 file")
+            with h5py.File(path, "r") as f:
+                store = cls._read(f)
+        except ProfileStoreError as exc:
+            raise ProfileStoreError(str(exc) if str(exc).startswith(str(path))
+                                    else f"{path}: {exc}") from None
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise ProfileStoreError(f"{path}: cannot read profile store: {exc}") from None
+        store.path = path
+        return store
+
+    @classmethod
+    def _read(cls, f: h5py.File) -> "ProfileStore":
+        _check(f, _ROOT_TYPE)
+        a = f.attrs
+        for name in ("device_name", "memory_bytes", "memory_bandwidth_bytes_per_s"):
+            if name not in a:
+                raise ProfileStoreError(f"missing root attribute {name!r}")
+        for name in ("peak_flops", "provenance", "op_model", "ops", "collectives"):
+            if name not in f:
+                raise ProfileStoreError(f"missing group /{name}")
+        store = cls(str(a["device_name"]), _read_dict(f["peak_flops"]), float(a["memory_bytes"]),
+                    float(a["memory_bandwidth_bytes_per_s"]), _read_dict(f["provenance"]),
+                    _read_dict(f["op_model"]))
+        _check(f["ops"], "dict")
+        for op, g in f["ops"].items():
+            _check(g, "op-table")
+            if "axis" not in g.attrs or "time_s" not in g:
+                raise ProfileStoreError(f"{g.name}: missing 'axis' attribute or 'time_s' dataset")
+            keys = {c: (ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()])
+                    for c, ds in g.items() if c != "time_s"}
+            try:
+                store.add_op_table(op, keys, g["time_s"][()], str(g.attrs["axis"]))
+            except ValueError as exc:
+                raise ProfileStoreError(f"{g.name}: {exc}") from None
+        _check(f["collectives"], "dict")
+        for kind, kg in f["collectives"].items():
+            _check(kg, "dict")
+            for n, g in kg.items():
+                _check(g, "collective-curve")
+                try:
+                    store.add_collective(kind, int(n), g["bytes"][()], g["time_s"][()])
+                except (ValueError, KeyError) as exc:
+                    raise ProfileStoreError(f"{g.name}: {exc}") from None
+        return store
+
+
+def _check(node: h5py.Group, expected: str) -> None:
+    """Dispatch check: ``node`` must carry ``expected`` encoding-type at a known version."""
+    where = node.name
+    etype, ever = node.attrs.get(_ENC_TYPE), node.attrs.get(_ENC_VERSION)
+    if etype is None or ever is None:
+        raise ProfileStoreError(f"{where}: missing '{_ENC_TYPE}' or '{_ENC_VERSION}' attribute"
+                                + (" (not a vTrain profile store)" if where == "/" else ""))
+    if etype != expected:
+        raise ProfileStoreError(f"{where}: encoding-type {etype!r}, expected {expected!r}")
+    newest = _GROUP_VERSIONS[expected]
+    if int(ever) > newest:
+        raise ProfileStoreError(f"{where}: {expected} encoding-version {int(ever)} is newer than "
+                                f"this program supports (version {newest}); update vtrain")
+    if int(ever) < 1:
+        raise ProfileStoreError(f"{where}: unknown {expected} encoding-version {int(ever)}")
+
+
+def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:
+    """Store ``d`` as attributes of a "dict" group; non-scalar values as JSON text."""
+    g.attrs.update({_ENC_TYPE: "dict", _ENC_VERSION: np.int64(1)})
+    json_keys = []
+    for k, v in d.items():
+        if k in _RESERVED or "/" in k:
+            raise ValueError(f"{g.name}: key {k!r} is reserved or invalid")
+        if isinstance(v, (str, bool, int, float, np.generic)):
+            g.attrs[k] = v
+        else:
+            g.attrs[k] = json.dumps(v)
+            json_keys.append(k)
+    if json_keys:
+        g.attrs[_JSON_KEYS] = json.dumps(json_keys)
+    return g
+
+
+def _read_dict(g: h5py.Group) -> dict[str, Any]:
+    """Inverse of :func:`_write_dict`."""
+    _check(g, "dict")
+    json_keys = set(json.loads(g.attrs.get(_JSON_KEYS, "[]")))
+    out = {}
+    for k, v in g.attrs.items():
+        if k in _RESERVED:
+            continue
+        v = v.item() if isinstance(v, np.generic) else v
+        out[k] = json.loads(v) if k in json_keys else v
+    return out

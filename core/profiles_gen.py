@@ -1,0 +1,116 @@
+"""Generate analytic profile stores from public GPU specifications.
+
+``vtrain profile generate --gpu A100-SXM4-80GB --out profiles/A100-SXM4-80GB.h5``
+rebuilds a shipped store. Op tables hold the analytic model's times (see
+:mod:`core.ops`) for the shapes of the preset models at t in {1, 2, 4, 8} and
+micro-batch sizes 1..16; the model parameters are stored too, so shapes not
+tabulated are computed with the same model. Collective curves come from a ring
+model with the NVLink bus bandwidth times an efficiency.
+
+Specification sources (vendor data sheets): NVIDIA A100 Tensor Core GPU data
+sheet (SXM4 80 GB: 312 TFLOP/s dense BF16/FP16, 156 TF32, 19.5 FP32, 2,039 GB/s
+HBM2e, NVLink 600 GB/s both directions); NVIDIA H100 Tensor Core GPU data sheet
+(SXM5: 989 TFLOP/s dense BF16/FP16, 495 TF32, 67 FP32, 3.35 TB/s HBM3, NVLink
+900 GB/s both directions). Efficiencies are assumptions stated in the store's
+provenance, not measurements.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from .comm import _FACTOR, _STEPS
+from .config import MODEL_PRESETS, padded_vocab_size
+from .ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, analytic_op_time
+from .profile_store import ProfileStore
+
+__all__ = ["DEVICE_SPECS", "generate_store"]
+
+GiB = 2**30
+DEVICE_SPECS = {
+    "A100-SXM4-80GB": dict(
+        peak_flops={"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+        memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2.039e12,
+        nvlink_bytes_per_s=300e9,
+        op_model={"gemm_efficiency_max": 0.80, "gemm_half_size": 160.0,
+                  "memory_efficiency": 0.75, "kernel_overhead_s": 4e-6},
+        source="NVIDIA A100 Tensor Core GPU data sheet (SXM4 80GB)",
+    ),
+    "H100-SXM5-80GB": dict(
+        peak_flops={"bf16": 989e12, "fp16": 989e12, "tf32": 495e12, "fp32": 67e12},
+        memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=3.35e12,
+        nvlink_bytes_per_s=450e9,
+        op_model={"gemm_efficiency_max": 0.75, "gemm_half_size": 224.0,
+                  "memory_efficiency": 0.75, "kernel_overhead_s": 4e-6},
+        source="NVIDIA H100 Tensor Core GPU data sheet (SXM5)",
+    ),
+}
+NVLINK_EFFICIENCY = 0.8
+COLLECTIVE_ALPHA_S = 2e-6  # latency per ring step
+TP_SIZES = (1, 2, 4, 8)
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+DTYPES = ("bf16", "fp16")
+SEQ_LENGTHS = (1024, 2048, 4096)
+
+
+def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
+    """An analytic :class:`ProfileStore` for ``gpu`` (a key of :data:`DEVICE_SPECS`).
+
+    Raises
+    ------
+    KeyError
+        Unknown GPU kind.
+    """
+    if gpu not in DEVICE_SPECS:
+        raise KeyError(f"no specification for gpu={gpu!r}; known: {', '.join(DEVICE_SPECS)}")
+    spec = DEVICE_SPECS[gpu]
+    busbw = spec["nvlink_bytes_per_s"] * NVLINK_EFFICIENCY
+    store = ProfileStore(
+        device_name=gpu, peak_flops=spec["peak_flops"], memory_bytes=spec["memory_bytes"],
+        memory_bandwidth_bytes_per_s=spec["memory_bandwidth_bytes_per_s"],
+        provenance={"method": "analytic", "date": date or _dt.date.today().isoformat(),
+                    "source": spec["source"], "generator": "core.profiles_gen",
+                    "model": "roofline with efficiency (core.ops); ring collectives",
+                    "nvlink_bytes_per_s": spec["nvlink_bytes_per_s"],
+                    "nvlink_efficiency": NVLINK_EFFICIENCY,
+                    "collective_alpha_s": COLLECTIVE_ALPHA_S},
+        op_model=dict(spec["op_model"]),
+    )
+    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
+                     for m in MODEL_PRESETS.values()})
+    for op in ALL_OPS:
+        if op == OPTIMIZER_OP:
+            continue
+        rows = []
+        for (h, a, f, vocab), s, t, b, dtype in itertools.product(
+                shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
+            if a % t or f % t:
+                continue
+            key = dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype)
+            rows.append({c: key[c] for c in OP_KEYS[op]} | {"time_s": analytic_op_time(op, key, store)})
+        rows = list({tuple((c, r[c]) for c in OP_KEYS[op]): r for r in rows}.values())  # unique keys
+        keys = {c: np.array([r[c] for r in rows]) for c in OP_KEYS[op]}
+        store.add_op_table(op, keys, np.array([r["time_s"] for r in rows]), axis="b")
+    n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
+    opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))
+                for dt in DTYPES for x in n]
+    store.add_op_table(OPTIMIZER_OP, {"n": np.array([r[0] for r in opt_rows]),
+                                      "dtype": np.array([r[1] for r in opt_rows])},
+                       np.array([r[2] for r in opt_rows]), axis="n")
+    sizes = 2.0 ** np.arange(10, 32)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
+        for group in ((2,) if kind == "send_recv" else (2, 4, 8)):
+            times = COLLECTIVE_ALPHA_S * _STEPS[kind](group) + sizes * _FACTOR[kind](group) / busbw
+            store.add_collective(kind, group, sizes, times)
+    return store
+
+
+def write_store(gpu: str, out: str | Path, date: str | None = None) -> Path:
+    """Generate the store for ``gpu`` and save it atomically to ``out``."""
+    store = generate_store(gpu, date)
+    store.save(out)
+    return Path(out)
