@@ -1,0 +1,19 @@
+"""Shared test helpers and paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data" / "vtrain-a100"
+EXAMPLES = ROOT / "resources" / "examples"
+
+
+def shared_file(*parts: str) -> Path:
+    """A file under ../shared/data/vtrain-a100, skipping the test when the checkout lacks it."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data not present: {path}")
+    return path

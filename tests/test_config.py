@@ -1,0 +1,93 @@
+"""Configuration models, validation messages and the authors' config format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.config import (ConfigError, ModelConfig, ParallelPlan, Session, padded_vocab_size,
+                         read_vtrain_config, validate)
+from tests.conftest import shared_file
+
+
+def errors_of(session):
+    return {(e.field, e.message) for e in validate(session)}
+
+
+def test_default_session_is_valid():
+    assert validate(Session()) == []
+
+
+def test_heads_not_divisible_by_tensor_parallel_names_both_fields():
+    s = Session(plan=ParallelPlan(tensor_parallel=5, pipeline_parallel=16, data_parallel=4))
+    s.cluster.gpus_per_node = 10
+    msgs = [e.message for e in validate(s) if e.field == "plan.tensor_parallel"]
+    assert "num_attention_heads=96 is not divisible by tensor_parallel_size=5" in msgs
+
+
+def test_layers_batch_and_node_rules():
+    s = Session(plan=ParallelPlan(tensor_parallel=16, pipeline_parallel=7, data_parallel=5,
+                                  micro_batch_size=2, global_batch_size=1536))
+    fields = {e.field for e in validate(s)}
+    assert fields == {"plan.pipeline_parallel", "plan.global_batch_size", "plan.tensor_parallel"}
+    text = " ".join(e.message for e in validate(s))
+    assert "num_layers=96 is not divisible by pipeline_parallel_size=7" in text
+    assert "global_batch_size=1536 is not divisible by micro_batch_size*data_parallel_size=2*5=10" in text
+    assert "tensor_parallel_size=16 is larger than gpus_per_node=8" in text
+
+
+def test_non_positive_and_enum_values():
+    s = Session(model=ModelConfig(num_layers=0), plan=ParallelPlan(schedule="zero-bubble"))
+    fields = {e.field for e in validate(s)}
+    assert {"model.num_layers", "plan.schedule"} <= fields
+
+
+def test_padded_vocab_matches_megatron():
+    assert padded_vocab_size(50257, 1) == 50304
+    assert padded_vocab_size(50257, 8) == 51200
+    assert padded_vocab_size(51200, 8) == 51200
+
+
+def test_num_parameters_gpt3_175b():
+    # 175B: 96 layers of 12h^2 plus embeddings; Brown et al. report 175.0B.
+    n = ModelConfig().num_parameters()
+    assert 174.5e9 < n < 175.5e9
+
+
+def test_read_authors_config_mtnlg():
+    s = read_vtrain_config(shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json"))
+    assert (s.plan.tensor_parallel, s.plan.data_parallel, s.plan.pipeline_parallel) == (8, 12, 35)
+    assert s.plan.num_gpus == 3360 and s.plan.num_microbatches == 160
+    assert s.model.name == "MT-NLG 530B" and s.model.seq_length == 2048
+    assert s.plan.recompute == "full" and s.plan.schedule == "1f1b"
+    assert s.cluster.inter_node_bandwidth_gbits_per_s == 800.0
+    assert s.cluster.intra_node_bandwidth_gbytes_per_s == 150.0
+    assert s.cluster.gpu == "A100-SXM4-80GB" and s.cluster.gpus_per_node == 8
+
+
+def test_authors_config_num_gpus_mismatch_is_an_error(tmp_path):
+    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
+    raw["num_gpus"] = 1024
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as info:
+        read_vtrain_config(path)
+    assert "num_gpus=1024 disagrees with tensor_parallel_size*pipeline_parallel_size*" \
+           "data_parallel_size=8*16*4=512" in str(info.value)
+
+
+def test_authors_config_unknown_and_missing_keys(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"tensor_parallel_size": 1, "colour": "red"}))
+    with pytest.raises(ConfigError) as info:
+        read_vtrain_config(path)
+    fields = {e.field for e in info.value.errors}
+    assert "colour" in fields and "num_layers" in fields
+
+
+def test_session_from_dict_rejects_wrong_types():
+    with pytest.raises(ConfigError, match="plan.tensor_parallel: must be of type int"):
+        Session.from_dict({"plan": {"tensor_parallel": "8"}})
+    with pytest.raises(ConfigError, match="model.depth: unknown field"):
+        Session.from_dict({"model": {"depth": 3}})

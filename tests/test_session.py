@@ -1,0 +1,78 @@
+"""Session files: exact round trips, clear errors, atomic saves."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
+from core.session import (SESSION_VERSION, SessionFileError, load_any, load_session, save_session,
+                          session_to_json)
+from tests.conftest import EXAMPLES
+
+
+def odd_session():
+    return Session(MODEL_PRESETS["MT-NLG 530B"],
+                   ParallelPlan(4, 5, 3, 2, 48, "gpipe", "none", "fp16"),
+                   ClusterConfig("H100-SXM5-80GB", 4, 123.456, 1600.5, None),
+                   CostConfig(0.1 + 0.2, 1.2345678901234567e12), notes="ünïcode ✓\nline two")
+
+
+def test_round_trip_is_exact(tmp_path):
+    s = odd_session()
+    path = tmp_path / "a.json"
+    save_session(s, path)
+    back = load_session(path)
+    assert back == s
+    assert back.cost.price_per_gpu_hour_usd == 0.1 + 0.2  # float bits preserved
+    save_session(back, tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_examples_load(tmp_path):
+    for path in EXAMPLES.glob("*.json"):
+        s = load_any(path)
+        assert session_to_json(s) == path.read_text()
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not a valid JSON file"),
+    ('{"format": "something-else", "version": 1}', "not a vTrain session file"),
+    ('{"format": "vtrain-session", "version": 99}', "version 99 is newer than this program supports"),
+    ('{"format": "vtrain-session", "version": "1"}', "\"version\" must be an integer"),
+    ('{"format": "vtrain-session", "version": 1, "plan": {"tensor_parallel": -1.5}}', "plan.tensor_parallel"),
+])
+def test_bad_files_give_clear_errors(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(SessionFileError) as info:
+        load_session(path)
+    assert needle in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SessionFileError, match="cannot read"):
+        load_session(tmp_path / "nope.json")
+
+
+def test_failed_save_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "s.json"
+    save_session(Session(), path)
+    before = path.read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_session(odd_session(), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_written_version_is_current(tmp_path):
+    doc = json.loads(session_to_json(Session()))
+    assert doc["format"] == "vtrain-session" and doc["version"] == SESSION_VERSION

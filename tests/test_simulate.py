@@ -1,0 +1,175 @@
+"""End-to-end simulation, report figures, memory formulas, trace export and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.graph import params_per_gpu
+from core.ops import analytic_op_time
+from core.session import load_any, save_session
+from core.simulate import open_profile, profile_path, simulate, stage_memory
+from tests.conftest import EXAMPLES, ROOT, SHARED, shared_file
+
+
+def session_1node(**plan):
+    base = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=2,
+                global_batch_size=8, schedule="1f1b", recompute="none", precision="bf16")
+    base.update(plan)
+    return Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(**base), ClusterConfig(), CostConfig(2.0, 1e9))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")) + sorted((SHARED / "configs").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_examples_and_authors_configs_simulate(path):
+    r = simulate(load_any(path)).report
+    assert r.iteration_time_s > 0 and np.isfinite(r.iteration_time_s)
+    assert 0 < r.mfu < r.hfu <= 1 or (r.mfu == r.hfu and 0 < r.mfu < 1)
+    assert 0 <= r.bubble_fraction < 1
+    assert r.fits_in_memory
+
+
+def test_single_gpu_iteration_is_the_sum_of_its_ops():
+    s = session_1node()
+    store = open_profile(profile_path(s))
+    key = dict(b=2, s=2048, h=2048, a=16, f=8192, t=1, V=50304, dtype="bf16")
+    per_mb = sum(analytic_op_time(op, key, store) for op in
+                 ("embedding_fwd", "output_fwd", "output_bwd", "embedding_bwd"))
+    per_mb += 24 * sum(analytic_op_time(op, key, store) for op in
+                       ("attention_fwd", "mlp_fwd", "mlp_bwd", "attention_bwd"))
+    opt = analytic_op_time("optimizer_step", {"n": int(params_per_gpu(s)[0]), "dtype": "bf16"}, store)
+    r = simulate(s, store).report
+    assert r.iteration_time_s == pytest.approx(4 * per_mb + opt, rel=1e-3)  # table interpolation
+    assert r.bubble_fraction == pytest.approx(0.0, abs=1e-12)
+
+
+def test_recomputation_adds_one_forward_per_layer():
+    plain = simulate(session_1node()).report
+    full = simulate(session_1node(recompute="full")).report
+    s = session_1node()
+    store = open_profile(profile_path(s))
+    key = dict(b=2, s=2048, h=2048, a=16, f=8192, t=1, V=50304, dtype="bf16")
+    fwd = 24 * (analytic_op_time("attention_fwd", key, store) + analytic_op_time("mlp_fwd", key, store))
+    assert full.iteration_time_s - plain.iteration_time_s == pytest.approx(4 * fwd, rel=1e-3)
+    assert full.hfu / full.mfu == pytest.approx(
+        1 + (24 * (8 + 16 + 4 * 2048 / 2048) * 2048**2) / (3 * 24 * (8 + 16 + 4) * 2048**2 + 6 * 2048 * 50257),
+        rel=1e-9)
+
+
+def test_report_figures_are_consistent():
+    s = load_any(EXAMPLES / "gpt3_175b.json")
+    r = simulate(s).report
+    B, seq, L, h, V = 1536, 2048, 96, 12288, 50257
+    flops = 72 * B * seq * L * h**2 * (1 + seq / (6 * h) + V / (12 * L * h))  # Narayanan Eq. 3
+    assert r.model_flops_per_iteration == pytest.approx(flops, rel=1e-12)
+    assert r.mfu == pytest.approx(flops / r.iteration_time_s / (512 * 312e12))
+    assert r.tokens_per_s == pytest.approx(B * seq / r.iteration_time_s)
+    assert r.num_iterations == pytest.approx(300e9 / (B * seq))
+    assert r.training_days == pytest.approx(r.num_iterations * r.iteration_time_s / 86400)
+    assert r.gpu_hours == pytest.approx(r.training_days * 24 * 512)
+    assert r.cost_usd == pytest.approx(r.gpu_hours * 2.0)
+    assert r.compute_s + r.comm_s + r.bubble_s == pytest.approx(r.iteration_time_s)
+
+
+def test_tensor_parallel_adds_all_reduces():
+    r = simulate(session_1node(tensor_parallel=4))
+    tp = r.graph.kind == 6
+    assert tp.sum() == 4 * (1 + 24 * 4 + 1)  # per micro-batch: embedding, 4 per layer, output backward
+    assert r.report.comm_s > 0
+
+
+def test_memory_formulas_korthikanti():
+    # GPT-3 175B, t=8, p=16, b=1: Korthikanti et al. 2022 Eq. 2 per layer, stage 5 of 16 keeps
+    # p - 5 = 11 micro-batches in flight under 1F1B, 6 layers per stage.
+    s = Session(MODEL_PRESETS["GPT-3 175B"], ParallelPlan(8, 16, 4, 1, 1536, "1f1b", "none", "bf16"))
+    mem = stage_memory(s)
+    seq, b, h, a, t = 2048, 1, 12288, 96, 8
+    per_layer = seq * b * h * (10 + 24 / t + 5 * a * seq / (h * t))
+    assert mem[5].activations_bytes == pytest.approx(per_layer * 6 * (16 - 5))
+    n = params_per_gpu(s)[5]
+    assert mem[5].weights_bytes + mem[5].gradients_bytes + mem[5].optimizer_bytes == pytest.approx(16 * n)
+    # sharded QKV/proj/fc1/fc2 weights and QKV, fc1 biases (12h^2 + 7h)/t; replicated biases and norms 6h
+    assert n == pytest.approx(6 * ((12 * h * h + 7 * h) / 8 + 6 * h), rel=1e-12)
+    full = stage_memory(Session(s.model, ParallelPlan(8, 16, 4, 1, 1536, "1f1b", "full", "bf16")))
+    assert full[5].activations_bytes == pytest.approx(2 * seq * b * h * 6 * 11 + per_layer)
+
+
+def test_plan_that_does_not_fit_is_flagged_not_hidden():
+    s = Session(MODEL_PRESETS["GPT-3 175B"], ParallelPlan(8, 2, 1, 4, 64, "1f1b", "none", "bf16"))
+    r = simulate(s).report
+    assert not r.fits_in_memory
+    assert r.max_memory_per_gpu_bytes > 80 * 2**30
+    assert any("does not fit" in w for w in r.warnings)
+
+
+def test_h100_is_faster_than_a100():
+    a = simulate(load_any(EXAMPLES / "gpt3_175b.json"))
+    s = load_any(EXAMPLES / "gpt3_175b.json")
+    s.cluster.gpu = "H100-SXM5-80GB"
+    h = simulate(s)
+    assert h.report.iteration_time_s < a.report.iteration_time_s
+    assert h.report.profile["device"] == "H100-SXM5-80GB"
+
+
+def test_trace_export(tmp_path):
+    path = tmp_path / "t.json"
+    assert main(["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--trace-out", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    result = simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"))
+    assert len(events) == result.graph.num_tasks
+    last = max(e["ts"] + e["dur"] for e in events)
+    assert last == pytest.approx(result.report.iteration_time_s * 1e6, rel=1e-6)
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"stage 0", "stage 1"}
+
+
+def test_cli_json_keys(capsys):
+    cfg = shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json")
+    assert main(["simulate", str(cfg), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("iteration_time_s", "bubble_fraction", "mfu", "tokens_per_s", "num_gpus",
+                "max_memory_per_gpu_bytes", "fits_in_memory", "training_days", "cost_usd"):
+        assert key in doc
+    assert doc["num_gpus"] == 3360
+    # the bubble can't be below the 1F1B ideal for p=35, m=160
+    assert doc["bubble_fraction"] >= 34 / 194 - 1e-9
+
+
+def test_cli_overrides(capsys):
+    assert main(["simulate", str(EXAMPLES / "gpt3_175b.json"), "--json", "--tokens", "1e9",
+                 "--price-per-gpu-hour", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cost_usd"] == 0 and doc["num_iterations"] == pytest.approx(1e9 / (1536 * 2048))
+
+
+@pytest.mark.parametrize("setup,needle", [
+    (lambda p: p.write_text("{oops"), "not a valid JSON file"),
+    (lambda p: p.write_text(json.dumps({"format": "vtrain-session", "version": 1,
+                                        "plan": {"tensor_parallel": 5}})),
+     "num_attention_heads=96 is not divisible by tensor_parallel_size=5"),
+    (lambda p: None, "cannot read"),
+])
+def test_cli_bad_input_exits_2_with_one_message(tmp_path, setup, needle):
+    path = tmp_path / "in.json"
+    setup(path)
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "simulate", str(path)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_cli_missing_profile_exits_2(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    s = session_1node()
+    s.cluster.profile_path = str(tmp_path / "missing.h5")
+    save_session(s, path)
+    assert main(["simulate", str(path)]) == 2
+    assert "missing.h5" in capsys.readouterr().err
