@@ -83,9 +83,9 @@ class CommModel:
             alpha = self.store.ring_model(kind)[0] if kinds.get(kind) else DEFAULT_INTRA_LATENCY_S
             return alpha * _STEPS[kind](group_size) + nbytes * _FACTOR[kind](group_size) / (bw * 1e9)
         if not kinds.get(kind):
-            if kind == "send_recv" and kinds.get("all_reduce"):
+            if kinds.get("all_reduce"):  # same links: the all-reduce ring fit with this kind's factors
                 alpha, busbw = self.store.ring_model("all_reduce")
-                return alpha + nbytes / busbw
+                return alpha * _STEPS[kind](group_size) + nbytes * _FACTOR[kind](group_size) / busbw
             raise KeyError(f"profile {self.store.device_name} has no {kind} curves and the cluster "
                            f"sets no intra-node bandwidth")
         lk = self.store.collective_time(kind, group_size, nbytes)
@@ -102,26 +102,35 @@ class CommModel:
         return steps * INTER_NODE_LATENCY_S + (steps / num_nodes) * nbytes / self._gpu_inter_bytes_per_s
 
     # ------------------------------------------------------------------ plan-level
+    def hierarchical_all_reduce(self, group_size: int, per_node: int, nbytes: float) -> float:
+        """All-reduce of ``nbytes`` among ``group_size`` GPUs, ``per_node`` of them in each node.
+
+        One node: the profile's intra-node collective. Several: reduce-scatter
+        in the node, ring all-reduce of the ``nbytes/per_node`` shard across
+        ``ceil(group_size/per_node)`` nodes, all-gather in the node.
+        """
+        if group_size <= 1:
+            return 0.0
+        num_nodes = math.ceil(group_size / per_node)
+        if num_nodes == 1:
+            return self.intra("all_reduce", group_size, nbytes)
+        return (self.intra("reduce_scatter", per_node, nbytes)
+                + self.inter_all_reduce(num_nodes, nbytes / per_node)
+                + self.intra("all_gather", per_node, nbytes))
+
     def tp_all_reduce(self, nbytes: float) -> float:
-        """Tensor-parallel all-reduce of ``nbytes`` (always inside a node)."""
-        return self.intra("all_reduce", self.plan.tensor_parallel, nbytes)
+        """Tensor-parallel all-reduce of ``nbytes``: consecutive ranks, across nodes when t > gpus_per_node."""
+        t = self.plan.tensor_parallel
+        return self.hierarchical_all_reduce(t, min(t, self.cluster.gpus_per_node), nbytes)
 
     def dp_all_reduce(self, nbytes: float) -> float:
         """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).
 
         The group is the ``d`` ranks ``tp + t*j``; ``k = min(d, gpus_per_node // t)``
-        of them share a node, and the group spans ``ceil(d / k)`` nodes.
+        of them share a node (at least 1), and the group spans ``ceil(d / k)`` nodes.
         """
         d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
-        if d <= 1:
-            return 0.0
-        k = max(1, min(d, g // t))
-        num_nodes = math.ceil(d / k)
-        if num_nodes == 1:
-            return self.intra("all_reduce", d, nbytes)
-        return (self.intra("reduce_scatter", k, nbytes)
-                + self.inter_all_reduce(num_nodes, nbytes / k)
-                + self.intra("all_gather", k, nbytes))
+        return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
 
     def p2p(self, stage: int, nbytes: float) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``stage+1`` (or back)."""

@@ -258,8 +258,9 @@ def validate(session: Session) -> list[FieldError]:
 
     Rules (Megatron-LM's argument checks): positive sizes; ``h`` divisible by
     ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
-    by ``p``; ``B`` divisible by ``d*b``; ``t`` at most the GPUs of a node
-    (tensor-parallel all-reduces stay on NVLink); known enumerations.
+    by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
+    or is a multiple of them (tensor parallelism across nodes is allowed, and
+    slow); known enumerations.
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
@@ -313,8 +314,9 @@ def validate(session: Session) -> list[FieldError]:
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
     if t > c.gpus_per_node:
-        errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} is larger than "
-                               f"gpus_per_node={c.gpus_per_node}; tensor parallelism must stay in a node"))
+        if t % c.gpus_per_node:
+            errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
+                                   f"unevenly: it must be a multiple of gpus_per_node={c.gpus_per_node}"))
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))

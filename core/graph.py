@@ -25,13 +25,14 @@ import numpy as np
 
 from .comm import CommModel
 from .config import Session, padded_vocab_size
-from .graph_types import KINDS, ExecutionGraph
+from .graph_types import KINDS, OPS, ExecutionGraph
 from .ops import DTYPE_BYTES, OPTIMIZER_OP, analytic_op_time
 
 __all__ = ["StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "OpTimes"]
 
 K = {name: i for i, name in enumerate(KINDS)}
+OP = {name: i for i, name in enumerate(OPS)}
 COMPUTE, COMM = 0, 1
 
 
@@ -57,6 +58,8 @@ class StageProgram:
         (resp. its gradient to the previous stage), seconds.
     dp_comm_s, optimizer_s : float
         Data-parallel gradient all-reduce (skipped when None) and optimizer step.
+    fwd_op, bwd_op : int array, optional
+        Index into :data:`core.graph_types.OPS` per template task (-1 unknown).
     """
 
     fwd_kind: np.ndarray
@@ -71,16 +74,17 @@ class StageProgram:
     send_bwd_s: float = 0.0
     dp_comm_s: float | None = None
     optimizer_s: float | None = None
+    fwd_op: np.ndarray | None = None
+    bwd_op: np.ndarray | None = None
 
     @classmethod
-    def from_tasks(cls, fwd: list[tuple[int, int, float, int]], bwd: list[tuple[int, int, float, int]],
-                   **kw: float | None) -> "StageProgram":
-        """Build from lists of ``(kind, stream, duration_s, layer)`` tuples."""
-        f = np.array(fwd, dtype=float).reshape(-1, 4)
-        b = np.array(bwd, dtype=float).reshape(-1, 4)
+    def from_tasks(cls, fwd: list[tuple], bwd: list[tuple], **kw: float | None) -> "StageProgram":
+        """Build from lists of ``(kind, stream, duration_s, layer[, op])`` tuples."""
+        f = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in fwd], dtype=float).reshape(-1, 5)
+        b = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in bwd], dtype=float).reshape(-1, 5)
         return cls(f[:, 0].astype(np.int8), f[:, 1].astype(np.int8), f[:, 2], f[:, 3].astype(np.int32),
                    b[:, 0].astype(np.int8), b[:, 1].astype(np.int8), b[:, 2], b[:, 3].astype(np.int32),
-                   **kw)
+                   fwd_op=f[:, 4].astype(np.int16), bwd_op=b[:, 4].astype(np.int16), **kw)
 
 
 def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage: int
@@ -130,7 +134,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     """
     p, m = len(programs), num_microbatches
     cols: dict[str, list[np.ndarray]] = {k: [] for k in
-                                         ("dur", "kind", "stream", "stage", "mb", "layer")}
+                                         ("dur", "kind", "stream", "stage", "mb", "layer", "op")}
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
     first_f = np.zeros((p, m), np.int64)
@@ -152,14 +156,19 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         cols["kind"].append(np.where(bw, pr.bwd_kind[pb], pr.fwd_kind[pf]))
         cols["stream"].append(np.where(bw, pr.bwd_stream[pb], pr.fwd_stream[pf]))
         cols["layer"].append(np.where(bw, pr.bwd_layer[pb], pr.fwd_layer[pf]))
+        f_op = pr.fwd_op if pr.fwd_op is not None else np.full(nF, -1)
+        b_op = pr.bwd_op if pr.bwd_op is not None else np.full(nB, -1)
+        cols["op"].append(np.where(bw, b_op[pb], f_op[pf]))
         cols["mb"].append(mb[op])
         first = base + starts
         last = first + lens - 1
         first_f[i, mb[~is_bwd]], last_f[i, mb[~is_bwd]] = first[~is_bwd], last[~is_bwd]
         first_b[i, mb[is_bwd]], last_b[i, mb[is_bwd]] = first[is_bwd], last[is_bwd]
-        tail = [(K["dp_comm"], COMM, pr.dp_comm_s), (K["optimizer"], COMPUTE, pr.optimizer_s)]
+        tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
+                (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
         if tail:
+            cols["op"].append(np.array([x[3] for x in tail]))
             cols["dur"].append(np.array([x[2] for x in tail], float))
             cols["kind"].append(np.array([x[0] for x in tail]))
             cols["stream"].append(np.array([x[1] for x in tail]))
@@ -173,9 +182,9 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         base += n_stage
     # Pipeline transfers: forward activations i -> i+1, gradients i+1 -> i.
     for i in range(p - 1):
-        for send_s, s_from, s_to, stage_of_task in (
-                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i),
-                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1)):
+        for send_s, s_from, s_to, stage_of_task, op_id in (
+                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"]),
+                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"])):
             ids = base + np.arange(m)
             cols["dur"].append(np.full(m, float(send_s)))
             cols["kind"].append(np.full(m, K["pp_p2p"]))
@@ -183,6 +192,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["stage"].append(np.full(m, stage_of_task))
             cols["mb"].append(np.arange(m))
             cols["layer"].append(np.full(m, -1))
+            cols["op"].append(np.full(m, op_id))
             src += [s_from, ids]
             dst += [ids, s_to]
             base += m
@@ -196,6 +206,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         src=np.concatenate(src).astype(np.int64),
         dst=np.concatenate(dst).astype(np.int64),
         num_stages=p,
+        op=np.concatenate(cols["op"]).astype(np.int16),
     )
 
 
@@ -302,9 +313,9 @@ def build_graph(session: Session, store) -> tuple[ExecutionGraph, list[str]]:
         bwd: list[tuple[int, int, float, int]] = []
 
         def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
-            out.append((kind, COMPUTE, ops.times[op], layer))
+            out.append((kind, COMPUTE, ops.times[op], layer, OP[op]))
             if ar is not None and allreduce:
-                out.append((K["tp_comm"], COMM, ar, layer))
+                out.append((K["tp_comm"], COMM, ar, layer, OP["tp_all_reduce"]))
 
         layers = range(i * layers_per_stage, (i + 1) * layers_per_stage)
         if i == 0:

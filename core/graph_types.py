@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KINDS", "STREAMS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
+__all__ = ["KINDS", "STREAMS", "OPS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
 
 #: Task kinds; ``ExecutionGraph.kind`` holds indices into this tuple.
 KINDS = (
@@ -28,6 +28,14 @@ KINDS = (
 KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5})
 #: Kinds that are communication.
 KIND_COMM = frozenset({6, 7, 8})
+#: What a task runs; ``ExecutionGraph.op`` holds indices into this tuple (-1: unknown).
+#: The first nine are the profile store's op names (core.ops); recompute tasks
+#: run the forward ops again.
+OPS = (
+    "attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd", "embedding_fwd", "embedding_bwd",
+    "output_fwd", "output_bwd", "optimizer_step",
+    "tp_all_reduce", "p2p_fwd", "p2p_bwd", "dp_all_reduce",
+)
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple.
 STREAMS = ("compute", "comm")
 
@@ -55,6 +63,9 @@ class ExecutionGraph:
         Dependency edges: task ``dst`` starts after task ``src`` ends.
     num_stages : int
         Pipeline-parallel size p.
+    op : int16 array, shape (n,), optional
+        Index into :data:`OPS` (-1 where unknown); None for graphs built
+        without op information.
     """
 
     duration_s: np.ndarray
@@ -66,6 +77,7 @@ class ExecutionGraph:
     src: np.ndarray
     dst: np.ndarray
     num_stages: int
+    op: np.ndarray | None = None
 
     @property
     def num_tasks(self) -> int:

@@ -27,14 +27,19 @@ def test_heads_not_divisible_by_tensor_parallel_names_both_fields():
 
 
 def test_layers_batch_and_node_rules():
-    s = Session(plan=ParallelPlan(tensor_parallel=16, pipeline_parallel=7, data_parallel=5,
+    s = Session(plan=ParallelPlan(tensor_parallel=12, pipeline_parallel=7, data_parallel=5,
                                   micro_batch_size=2, global_batch_size=1536))
     fields = {e.field for e in validate(s)}
     assert fields == {"plan.pipeline_parallel", "plan.global_batch_size", "plan.tensor_parallel"}
     text = " ".join(e.message for e in validate(s))
     assert "num_layers=96 is not divisible by pipeline_parallel_size=7" in text
     assert "global_batch_size=1536 is not divisible by micro_batch_size*data_parallel_size=2*5=10" in text
-    assert "tensor_parallel_size=16 is larger than gpus_per_node=8" in text
+    assert "tensor_parallel_size=12 spans nodes unevenly: it must be a multiple of gpus_per_node=8" in text
+
+
+def test_tensor_parallel_across_whole_nodes_is_allowed():
+    s = Session(plan=ParallelPlan(tensor_parallel=16, pipeline_parallel=8, data_parallel=4))
+    assert validate(s) == []
 
 
 def test_non_positive_and_enum_values():
