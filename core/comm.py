@@ -13,6 +13,10 @@ fastest, then data-parallel, then pipeline-parallel, i.e. global rank
   each GPU's share of the node bandwidth, all-gather inside the node.
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
+
+Two parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
+(the share of the nominal network bandwidth that collectives achieve) and
+``collective_overhead_s`` (framework time per collective call).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from .config import ClusterConfig, ParallelPlan
+from .ops import DEFAULT_OP_MODEL
 
 __all__ = ["CommModel", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
 
@@ -57,6 +62,11 @@ class CommModel:
     cluster: ClusterConfig
     warnings: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        p = {**DEFAULT_OP_MODEL, **(getattr(self.store, "op_model", None) or {})}
+        self.inter_node_efficiency = float(p["inter_node_efficiency"])
+        self.collective_overhead_s = float(p["collective_overhead_s"])
+
     # ------------------------------------------------------------------ placement
     def node_of(self, tp: int, dp: int, pp: int) -> int:
         """Node index of the rank at (tp, dp, pp) under Megatron's rank order."""
@@ -70,7 +80,8 @@ class CommModel:
     @property
     def _gpu_inter_bytes_per_s(self) -> float:
         """One GPU's share of its node's network bandwidth, bytes/s."""
-        return self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8 / self.cluster.gpus_per_node
+        return (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8 / self.cluster.gpus_per_node
+                * self.inter_node_efficiency)
 
     # ------------------------------------------------------------------ primitives
     def intra(self, kind: str, group_size: int, nbytes: float) -> float:
@@ -113,8 +124,8 @@ class CommModel:
             return 0.0
         num_nodes = math.ceil(group_size / per_node)
         if num_nodes == 1:
-            return self.intra("all_reduce", group_size, nbytes)
-        return (self.intra("reduce_scatter", per_node, nbytes)
+            return self.collective_overhead_s + self.intra("all_reduce", group_size, nbytes)
+        return (self.collective_overhead_s + self.intra("reduce_scatter", per_node, nbytes)
                 + self.inter_all_reduce(num_nodes, nbytes / per_node)
                 + self.intra("all_gather", per_node, nbytes))
 
@@ -137,5 +148,5 @@ class CommModel:
         if nbytes <= 0:
             return 0.0
         if self.stages_share_node(stage):
-            return self.intra("send_recv", 2, nbytes)
-        return INTER_NODE_LATENCY_S + nbytes / self._gpu_inter_bytes_per_s
+            return self.collective_overhead_s + self.intra("send_recv", 2, nbytes)
+        return self.collective_overhead_s + INTER_NODE_LATENCY_S + nbytes / self._gpu_inter_bytes_per_s

@@ -23,12 +23,22 @@ column-parallel (N/t), the projection and second MLP GEMM row-parallel
 (K/t), attention runs on ``a/t`` heads. The tensor-parallel all-reduces are
 not part of an op; the graph inserts them.
 
-The analytic time of an op is the sum over its kernels of a roofline with
-efficiency: ``max(flops / (peak * eff_gemm), bytes / (bw * eff_mem)) +
-kernel_overhead_s``, where ``eff_gemm = gemm_efficiency_max * x / (x +
-gemm_half_size)`` with ``x`` the geometric mean of the GEMM's M, N and K.
-Attention is the unfused form Megatron-LM used (baddbmm, fused
-scale-mask-softmax, dropout, bmm).
+The analytic time of an op is the larger of its device time and its host
+time (the GPU runs kernels asynchronously, so whichever side is slower sets
+the pace; small models are host-bound):
+
+* device: the sum over its kernels of a roofline with efficiency,
+  ``max(flops / (peak * eff_gemm), bytes / (bw * eff_mem)) +
+  kernel_overhead_s``, where ``eff_gemm = gemm_efficiency_max * x / (x +
+  gemm_half_size)`` with ``x`` the geometric mean of the GEMM's M, N and K;
+* host: ``op_overhead_s + num_kernels * kernel_launch_s`` (framework time
+  per module call and per kernel launch).
+
+The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
+work: loss scaling, gradient norm, logging). Attention is the unfused form
+Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm). Each
+backward op also accumulates its weight gradients into the gradient buffer
+(read, read, write: ``6`` bytes per parameter in half precision).
 """
 
 from __future__ import annotations
@@ -36,9 +46,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
-    "op_kernels", "kernel_time", "analytic_op_time", "DEFAULT_OP_MODEL",
+    "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
+    "combine_op_time",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -57,13 +70,21 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "output_bwd": ("b", "s", "h", "V", "t", "dtype"),
     "optimizer_step": ("n", "dtype"),
 }
-#: Parameters of the analytic op model when a store gives none.
+#: Parameters of the analytic op and communication model when a store gives none.
+#: ``collective_overhead_s`` and ``inter_node_efficiency`` are read by core.comm.
 DEFAULT_OP_MODEL = {
     "gemm_efficiency_max": 0.8,
     "gemm_half_size": 160.0,
     "memory_efficiency": 0.75,
     "kernel_overhead_s": 4e-6,
+    "op_overhead_s": 0.0,
+    "kernel_launch_s": 0.0,
+    "iteration_overhead_s": 0.0,
+    "collective_overhead_s": 0.0,
+    "inter_node_efficiency": 1.0,
 }
+#: Bytes per parameter of accumulating a weight gradient into the gradient buffer.
+GRAD_ACCUMULATE_BYTES_PER_PARAM = 6
 #: Bytes moved per parameter by the fused Adam step with mixed precision:
 #: read fp32 master, m, v and the gradient, write master, m, v and the
 #: half-precision copy (4*3 + 2 read-side, 4*3 + 2 write-side, plus grad scaling).
@@ -133,6 +154,7 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         return [
             _mem("bias_dropout_add_bwd", 2 * act),
             _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
+            _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * 4 * h * h // t),
             _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
             _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
             _mem("attn_dropout_bwd", 2.5 * score),
@@ -159,6 +181,7 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
             _mem("bias_gelu_bwd", 3 * inner),
             _gemm("fc1_dgrad", T, h, f // t, e), _gemm("fc1_wgrad", f // t, h, T, e),
+            _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * 2 * h * f // t),
             _mem("layernorm_bwd", 4 * act),
             _mem("bias_dropout_add_bwd", 2 * act),
         ]
@@ -178,20 +201,48 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     return [
         _mem("cross_entropy_bwd", 2 * logits * 4 / e),
         _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
+        _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * V * h // t),
         _mem("final_layernorm_bwd", 4 * act),
     ]
 
 
-def kernel_time(kernel: Kernel, peak_flops: float, memory_bandwidth_bytes_per_s: float,
-                op_model: Mapping[str, float]) -> float:
-    """Seconds for one kernel under the roofline-with-efficiency model (see module doc)."""
+def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gemm: np.ndarray,
+                 peak_flops: float, memory_bandwidth_bytes_per_s: float,
+                 op_model: Mapping[str, float]) -> np.ndarray:
+    """Seconds per kernel under the roofline-with-efficiency model (see module doc), vectorized.
+
+    Parameters
+    ----------
+    flops, nbytes, size : float arrays, shape (k,)
+        FLOPs, bytes moved and, for GEMMs, the geometric mean of M, N, K.
+    is_gemm : bool array, shape (k,)
+    peak_flops, memory_bandwidth_bytes_per_s : float
+    op_model : mapping
+        Parameters; missing ones take :data:`DEFAULT_OP_MODEL`.
+    """
     p = {**DEFAULT_OP_MODEL, **op_model}
-    mem_s = kernel.bytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
-    if kernel.is_gemm:
-        x = (float(kernel.m) * kernel.n * kernel.k) ** (1.0 / 3.0)
-        eff = p["gemm_efficiency_max"] * x / (x + p["gemm_half_size"])
-        return max(kernel.flops / (peak_flops * eff), mem_s) + p["kernel_overhead_s"]
-    return mem_s + p["kernel_overhead_s"]
+    mem_s = nbytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
+    eff = p["gemm_efficiency_max"] * size / (size + p["gemm_half_size"])
+    gemm_s = np.where(is_gemm, flops / (peak_flops * np.where(is_gemm, eff, 1.0)), 0.0)
+    return np.maximum(gemm_s, mem_s) + p["kernel_overhead_s"]
+
+
+def kernel_arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(flops, nbytes, size, is_gemm)`` arrays of a kernel list for :func:`kernel_times`."""
+    flops = np.array([k.flops for k in kernels], float)
+    nbytes = np.array([k.bytes for k in kernels], float)
+    size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
+    is_gemm = np.array([k.is_gemm for k in kernels], bool)
+    return flops, nbytes, size, is_gemm
+
+
+def combine_op_time(device_s: np.ndarray | float, num_kernels: np.ndarray | float, is_optimizer,
+                    op_model: Mapping[str, float]) -> np.ndarray | float:
+    """Op time from its device time and kernel count: ``max(device, host)`` plus, for the
+    optimizer step, ``iteration_overhead_s`` (see module doc). Vectorized over ops."""
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    host_s = p["op_overhead_s"] + np.asarray(num_kernels) * p["kernel_launch_s"]
+    return np.maximum(device_s, host_s) + np.where(is_optimizer, p["iteration_overhead_s"], 0.0)
 
 
 def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
@@ -207,6 +258,8 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
     if dtype not in device.peak_flops:
         raise KeyError(f"profile of {getattr(device, 'device_name', 'device')} has no peak FLOP/s "
                        f"for dtype {dtype!r}")
-    peak = float(device.peak_flops[dtype])
-    return sum(kernel_time(k, peak, device.memory_bandwidth_bytes_per_s, device.op_model or {})
-               for k in op_kernels(op, key))
+    op_model = device.op_model or {}
+    kernels = op_kernels(op, key)
+    times = kernel_times(*kernel_arrays(kernels), float(device.peak_flops[dtype]),
+                         device.memory_bandwidth_bytes_per_s, op_model)
+    return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -80,33 +81,52 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
                     "collective_alpha_s": COLLECTIVE_ALPHA_S},
         op_model=dict(spec["op_model"]),
     )
-    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
-                     for m in MODEL_PRESETS.values()})
-    for op in ALL_OPS:
-        if op == OPTIMIZER_OP:
-            continue
-        rows = []
-        for (h, a, f, vocab), s, t, b, dtype in itertools.product(
-                shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
-            if a % t or f % t:
-                continue
-            key = dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype)
-            rows.append({c: key[c] for c in OP_KEYS[op]} | {"time_s": analytic_op_time(op, key, store)})
-        rows = list({tuple((c, r[c]) for c in OP_KEYS[op]): r for r in rows}.values())  # unique keys
-        keys = {c: np.array([r[c] for r in rows]) for c in OP_KEYS[op]}
-        store.add_op_table(op, keys, np.array([r["time_s"] for r in rows]), axis="b")
-    n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
-    opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))
-                for dt in DTYPES for x in n]
-    store.add_op_table(OPTIMIZER_OP, {"n": np.array([r[0] for r in opt_rows]),
-                                      "dtype": np.array([r[1] for r in opt_rows])},
-                       np.array([r[2] for r in opt_rows]), axis="n")
+    fill_op_tables(store)
     sizes = 2.0 ** np.arange(10, 32)
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
         for group in ((2,) if kind == "send_recv" else (2, 4, 8)):
             times = COLLECTIVE_ALPHA_S * _STEPS[kind](group) + sizes * _FACTOR[kind](group) / busbw
             store.add_collective(kind, group, sizes, times)
     return store
+
+
+def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
+                   factor: Callable[[str, dict], float] | None = None) -> None:
+    """Tabulate every op of :mod:`core.ops` with ``store``'s analytic model.
+
+    The grid: the preset models' (h, a, f, V) at sequence lengths 1024-4096,
+    t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16, plus
+    ``extra_keys`` (full op keys with every column of :data:`core.ops.OP_KEYS`
+    except ``b``; each is tabulated at the grid's micro-batch sizes and its
+    own ``b``); the optimizer step for 10^6..10^11 parameters. Each
+    tabulated time is the model's times ``factor(op, key)`` (default 1).
+    """
+    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
+                     for m in MODEL_PRESETS.values()})
+    keys = []
+    for (h, a, f, vocab), s, t, b, dtype in itertools.product(
+            shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
+        if a % t == 0 and f % t == 0:
+            keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
+    for k in extra_keys or []:
+        keys += [{**k, "b": b} for b in sorted(set(MICRO_BATCHES) | {k["b"]})]
+    for op in ALL_OPS:
+        if op == OPTIMIZER_OP:
+            continue
+        rows = {}
+        for key in keys:
+            sub = tuple((c, key[c]) for c in OP_KEYS[op])
+            rows[sub] = key  # unique per op key; later keys (extra) win
+        op_keys = list(rows.values())
+        times = [analytic_op_time(op, k, store) * (factor(op, k) if factor else 1.0) for k in op_keys]
+        cols = {c: np.array([k[c] for k in op_keys]) for c in OP_KEYS[op]}
+        store.add_op_table(op, cols, np.array(times), axis="b")
+    n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
+    opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))
+                for dt in DTYPES for x in n]
+    store.add_op_table(OPTIMIZER_OP, {"n": np.array([r[0] for r in opt_rows]),
+                                      "dtype": np.array([r[1] for r in opt_rows])},
+                       np.array([r[2] for r in opt_rows]), axis="n")
 
 
 def write_store(gpu: str, out: str | Path, date: str | None = None) -> Path:

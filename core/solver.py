@@ -15,7 +15,7 @@ import numpy as np
 
 from .graph_types import ExecutionGraph, Schedule
 
-__all__ = ["solve", "earliest_times", "CycleError"]
+__all__ = ["solve", "earliest_times", "critical_path", "CycleError"]
 
 
 class CycleError(ValueError):
@@ -83,3 +83,35 @@ def solve(graph: ExecutionGraph) -> Schedule:
     """Solve ``graph``: earliest start/end of every task and the iteration time (critical path length)."""
     start, end = earliest_times(graph.duration_s, graph.src, graph.dst)
     return Schedule(start_s=start, end_s=end, iteration_time_s=float(end.max()) if end.size else 0.0)
+
+
+def critical_path(graph: ExecutionGraph, schedule: Schedule, rtol: float = 1e-9) -> np.ndarray:
+    """Task indices of one critical path, in execution order.
+
+    Starts from the task that ends last and walks back through predecessors
+    whose end equals the task's start (within ``rtol`` of the iteration time);
+    tasks on it sum to the iteration time.
+
+    Returns
+    -------
+    int64 array, shape (k,)
+    """
+    n = graph.num_tasks
+    if n == 0:
+        return np.zeros(0, np.int64)
+    start, end = schedule.start_s, schedule.end_s
+    tol = rtol * max(schedule.iteration_time_s, 1e-300)
+    src, dst = graph.src, graph.dst
+    tight = end[src] >= start[dst] - tol
+    pred = np.full(n, -1, np.int64)
+    # among tight in-edges keep the one whose source ends last
+    order = np.argsort(end[src[tight]], kind="stable")
+    pred[dst[tight][order]] = src[tight][order]
+    pred_list = pred.tolist()
+    start_list = start.tolist()
+    v = int(np.argmax(end))
+    path = [v]
+    while start_list[v] > tol and pred_list[v] >= 0:
+        v = pred_list[v]
+        path.append(v)
+    return np.array(path[::-1], np.int64)

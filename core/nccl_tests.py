@@ -1,0 +1,137 @@
+"""Read collective timings in the nccl-tests layouts.
+
+Two forms are accepted:
+
+* nccl-tests' own stdout (``all_reduce_perf -b 1M -e 1G ...``): ``#`` comment
+  lines, the device lines ``#  Rank  0 Group  0 Pid ... device  0 [...]`` (their
+  count is the group size) and data rows ``size count type redop root time
+  algbw busbw #wrong time algbw busbw #wrong`` with times in microseconds.
+  The operation is taken from the ``# Collective test starting: NAME`` line
+  or the file name (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+  ``sendrecv``).
+* the CSV form the vTrain authors released: header ``size(B), count, type,
+  time(ns), busbw(GB/s), time(ns), busbw(GB/s)`` (out-of-place, then in-place),
+  times in nanoseconds; the group size comes from a ``_<N>gpu`` file name.
+
+The out-of-place time is used. ``nbytes`` is the whole buffer, as nccl-tests
+reports ``size``.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["CollectiveCurve", "read_nccl_tests", "NcclTestsError"]
+
+_KIND_NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
+               "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
+               "reducescatter": "reduce_scatter", "sendrecv": "send_recv", "send_recv": "send_recv"}
+
+
+class NcclTestsError(ValueError):
+    """The file is not nccl-tests output, or its operation or group size cannot be told."""
+
+
+@dataclass
+class CollectiveCurve:
+    """One measured curve: ``nbytes`` and ``time_s`` are float arrays of shape (k,), sorted by size."""
+
+    kind: str
+    group_size: int
+    nbytes: np.ndarray
+    time_s: np.ndarray
+
+
+def _kind_from(text: str) -> str | None:
+    low = text.lower()
+    for name, kind in _KIND_NAMES.items():
+        if name in low:
+            return kind
+    return None
+
+
+def _group_from_name(path: Path) -> int | None:
+    m = re.search(r"(\d+)\s*gpus?", path.stem.lower())
+    return int(m.group(1)) if m else None
+
+
+def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int | None = None
+                    ) -> CollectiveCurve:
+    """Read one nccl-tests result file (see module doc for the layouts).
+
+    Parameters
+    ----------
+    path : path
+    kind, group_size : optional
+        Override what the file says (or does not say).
+
+    Raises
+    ------
+    NcclTestsError
+        No data rows, or the operation or group size cannot be determined.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NcclTestsError(f"{path}: cannot read: {exc}") from None
+    lines = text.splitlines()
+    first = lines[0].strip().lower() if lines else ""
+    sizes: list[float] = []
+    times: list[float] = []
+    if first.startswith("size(b)"):
+        for i, row in enumerate(csv.reader(lines[1:]), start=2):
+            if not row:
+                continue
+            try:
+                sizes.append(float(row[0]))
+                times.append(float(row[3]) * 1e-9)
+            except (ValueError, IndexError):
+                raise NcclTestsError(f"{path}: line {i}: expected size(B),count,type,time(ns),... "
+                                     f"got {','.join(row)!r}") from None
+        kind = kind or _kind_from(path.stem)
+        group_size = group_size or _group_from_name(path)
+    else:
+        ranks = 0
+        for line in lines:
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("#"):
+                if re.match(r"#\s*Rank\s+\d+", s):
+                    ranks += 1
+                m = re.search(r"Collective test starting:\s*(\S+)", s)
+                if m and kind is None:
+                    kind = _kind_from(m.group(1))
+                continue
+            tok = s.split()
+            if len(tok) < 8 or not tok[0].isdigit():
+                continue
+            # size count type redop root time algbw busbw ... (older versions lack root)
+            time_idx = 5 if len(tok) >= 13 else 4
+            try:
+                sizes.append(float(tok[0]))
+                times.append(float(tok[time_idx]) * 1e-6)
+            except ValueError:
+                continue
+        kind = kind or _kind_from(path.stem)
+        group_size = group_size or ranks or _group_from_name(path)
+    if not sizes:
+        raise NcclTestsError(f"{path}: no nccl-tests data rows found")
+    if kind is None:
+        raise NcclTestsError(f"{path}: cannot tell the collective; name it in the file name "
+                             f"(e.g. all_reduce_8gpu.txt) or pass it explicitly")
+    if not group_size or group_size < 2:
+        raise NcclTestsError(f"{path}: cannot tell the number of GPUs; put it in the file name "
+                             f"(e.g. a100_allreduce_8gpu.csv) or pass it explicitly")
+    nb = np.array(sizes)
+    ts = np.array(times)
+    order = np.argsort(nb)
+    nb, ts = nb[order], ts[order]
+    keep = np.concatenate([[True], np.diff(nb) > 0]) & (nb > 0) & (ts > 0)
+    return CollectiveCurve(kind, int(group_size), nb[keep], ts[keep])

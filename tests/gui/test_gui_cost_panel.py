@@ -1,0 +1,62 @@
+"""CostPanel shows the report's figures and memory against capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from synthetic import synthetic_report
+from vtrain_gui.cost_panel import CostPanel
+from vtrain_gui.formatting import format_usd
+
+
+@pytest.fixture
+def panel(qtbot):
+    w = CostPanel()
+    qtbot.addWidget(w)
+    w.resize(1000, 420)
+    w.show()
+    return w
+
+
+def test_figures_are_formatted(panel):
+    report = synthetic_report(p=4, warnings=["profile extrapolated for h=20480"])
+    panel.set_report(report)
+    assert panel.report is report
+    assert panel.value_text("cost_usd") == "$2,469,134"
+    assert panel.value_text("gpu_hours") == "1,234,567"
+    assert panel.value_text("tokens_per_s") == "1,234,568 tokens/s"
+    assert panel.value_text("mfu") == "43.2 %"
+    assert panel.value_text("hfu") == "54.3 %"
+    assert panel.value_text("iteration_time") == "1.000 s"
+    assert panel.value_text("compute") == "700.00 ms"
+    assert panel.value_text("training_days") == "34.6 days"
+    assert "synthetic" in panel.value_text("profile")
+    assert "extrapolated" in panel.warnings_text
+    assert panel.fit_text.startswith("Fits")
+
+
+def test_memory_that_does_not_fit_is_flagged_in_red(panel):
+    panel.set_report(synthetic_report(p=4, fits=False))
+    assert panel.fit_text.startswith("Does not fit")
+    assert "C62828" in panel._fit_label.styleSheet()
+    assert panel._capacity_line.isVisible()
+    assert panel._capacity_line.value() == pytest.approx(80e9 / 2**30)
+    heights = panel._bars[-1].opts["height"]  # activations, one bar per stage
+    assert len(heights) == 4
+
+
+def test_clear(panel):
+    panel.set_report(synthetic_report())
+    panel.clear()
+    assert panel.report is None
+    assert panel.value_text("cost_usd") == "–"
+
+
+def test_real_report(panel, real_simulate):
+    from core.session import load_any
+    from tests.conftest import EXAMPLES
+
+    report = real_simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json")).report
+    panel.set_report(report)
+    assert panel.value_text("cost_usd") == format_usd(report.cost_usd)
+    panel.grab()

@@ -1,0 +1,119 @@
+"""ConfigEditor: generated form, edits, inline validation, presets."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6 import QtCore, QtWidgets
+
+from core.config import MODEL_PRESETS, Session
+from vtrain_gui.editor import ConfigEditor
+
+
+@pytest.fixture
+def editor(qtbot):
+    w = ConfigEditor()
+    qtbot.addWidget(w)
+    w.show()
+    w.set_session(Session())
+    return w
+
+
+def test_round_trip_without_edits(editor):
+    s = Session()
+    s.cost.training_tokens = 123_456_789_012.0  # finer than the form's display
+    s.notes = "hello"
+    editor.set_session(s)
+    assert editor.session().to_dict() == s.to_dict()
+
+
+def test_every_field_has_a_widget_with_help_tooltip(editor):
+    import dataclasses
+
+    from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
+    for section, cls in (("model", ModelConfig), ("plan", ParallelPlan),
+                         ("cluster", ClusterConfig), ("cost", CostConfig)):
+        for f in dataclasses.fields(cls):
+            w = editor.field_widget(f"{section}.{f.name}")
+            assert f.metadata["help"] in w.toolTip()
+            if f.metadata.get("choices"):
+                assert isinstance(w, QtWidgets.QComboBox)
+                assert [w.itemText(i) for i in range(w.count())] == list(f.metadata["choices"])
+
+
+def test_edit_emits_session_changed_with_the_new_value(editor, qtbot):
+    with qtbot.waitSignal(editor.session_changed, timeout=1000) as blocker:
+        editor.field_widget("plan.data_parallel").setValue(2)
+    assert blocker.args[0].plan.data_parallel == 2
+    assert editor.session().plan.data_parallel == 2
+    assert editor.is_valid()
+    assert "World size" in editor.findChild(QtWidgets.QLabel, "derived").text()
+    assert "256" in editor.findChild(QtWidgets.QLabel, "derived").text()  # 8*16*2
+
+
+def test_typing_into_a_field(editor, qtbot):
+    box = editor.field_widget("plan.micro_batch_size")
+    box.setFocus()
+    box.selectAll()
+    with qtbot.waitSignal(editor.session_changed, timeout=1000):
+        qtbot.keyClicks(box, "2")
+    assert editor.session().plan.micro_batch_size == 2
+
+
+def test_invalid_value_shows_the_message_next_to_the_field(editor, qtbot):
+    with qtbot.waitSignal(editor.session_changed, timeout=1000) as blocker:
+        editor.field_widget("plan.tensor_parallel").setValue(5)
+    assert blocker.args[0].plan.tensor_parallel == 5
+    assert not editor.is_valid()
+    text = editor.error_text("plan.tensor_parallel")
+    assert "num_attention_heads=96 is not divisible by tensor_parallel_size=5" in text
+    assert editor.error_label("plan.tensor_parallel").isVisible()
+    assert editor.error_text("plan.pipeline_parallel") == ""
+    assert "problem" in editor.summary_text()
+    editor.field_widget("plan.tensor_parallel").setValue(4)
+    assert editor.is_valid()
+    assert editor.error_text("plan.tensor_parallel") == ""
+    assert not editor.error_label("plan.tensor_parallel").isVisible()
+
+
+def test_preset_replaces_the_model(editor, qtbot):
+    combo = editor.findChild(QtWidgets.QComboBox, "preset")
+    assert combo.currentText() == "GPT-3 175B"
+    index = combo.findText("GPT-3 13B")
+    with qtbot.waitSignal(editor.session_changed, timeout=1000) as blocker:
+        combo.activated.emit(index)
+    assert blocker.args[0].model == MODEL_PRESETS["GPT-3 13B"]
+    assert editor.field_widget("model.num_layers").value() == 40
+    editor.field_widget("model.num_layers").setValue(41)
+    assert combo.currentText() == "Custom"
+
+
+def test_optional_and_scaled_fields(editor):
+    ffn = editor.field_widget("model.ffn_hidden_size")
+    ffn.setValue(1000)
+    assert editor.session().model.ffn_hidden_size == 1000
+    ffn.setValue(0)
+    assert editor.session().model.ffn_hidden_size is None
+    assert ffn.text() == ffn.specialValueText()
+    tokens = editor.field_widget("cost.training_tokens")
+    assert "billion" in tokens.suffix()
+    tokens.setValue(100.0)
+    assert editor.session().cost.training_tokens == pytest.approx(100e9)
+    path = editor.field_widget("cluster.profile_path")
+    path.setText("x.h5")
+    path.textEdited.emit("x.h5")
+    assert editor.session().cluster.profile_path == "x.h5"
+    path.textEdited.emit("")
+    assert editor.session().cluster.profile_path is None
+
+
+def test_unknown_choice_from_a_file_is_shown_and_flagged(editor):
+    s = Session()
+    s.plan.schedule = "interleaved"
+    editor.set_session(s)
+    assert editor.field_widget("plan.schedule").currentText() == "interleaved"
+    assert "not one of" in editor.error_text("plan.schedule")
+
+
+def test_set_session_does_not_emit(editor, qtbot):
+    with qtbot.assertNotEmitted(editor.session_changed):
+        editor.set_session(Session())

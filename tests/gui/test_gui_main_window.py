@@ -1,0 +1,174 @@
+"""MainWindow: open, edit, simulate in the background, save, reopen; errors; unsaved changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from PySide6 import QtGui, QtWidgets
+
+from core.config import Session
+from core.session import load_any
+from tests.conftest import EXAMPLES, ROOT
+from vtrain_gui.main_window import MAX_RECENT_FILES, MainWindow
+
+EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.setWindowModified(False)  # closing must not ask
+
+
+@pytest.fixture
+def example(tmp_path):
+    path = tmp_path / "example.json"
+    shutil.copy(EXAMPLE, path)
+    return path
+
+
+def test_open_edit_simulate_save_reopen(window, qtbot, example, tmp_path, real_simulate):
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        assert window.open_path(example)
+    assert window.path == example
+    assert window.windowTitle() == "vTrain — example.json[*]"
+    assert not window.isWindowModified()
+    first = window.result
+    assert window.timeline.num_tasks == first.graph.num_tasks
+    assert "Simulated in" in window.status_text and "tasks" in window.status_text
+
+    # edit a field as a user would; the new simulation runs after the pause
+    old_b = window.session().plan.global_batch_size
+    with qtbot.waitSignal(window.result_shown, timeout=30_000) as blocker:
+        window.editor.field_widget("plan.global_batch_size").setValue(old_b * 2)
+    assert window.isWindowModified()
+    result = blocker.args[0]
+    assert result.session.plan.global_batch_size == old_b * 2
+    assert result.report.num_microbatches == 2 * first.report.num_microbatches
+    assert window.cost_panel.report is result.report
+
+    out = tmp_path / "saved.json"
+    assert window.save_to(out)
+    assert not window.isWindowModified()
+    assert window.windowTitle() == "vTrain — saved.json[*]"
+    saved = load_any(out)
+    assert saved.to_dict() == window.session().to_dict()
+
+    window.new_session()
+    assert window.path is None
+    assert window.session().to_dict() == Session().to_dict()
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        assert window.open_path(out)
+    assert window.session().to_dict() == saved.to_dict()
+    assert str(out.resolve()) == window.recent_files()[0]
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30_000)
+
+
+def test_corrupt_file_leaves_the_session_untouched(window, qtbot, tmp_path, message_boxes,
+                                                   example):
+    window.open_path(example)
+    before = window.session().to_dict()
+    bad = tmp_path / "corrupt.json"
+    bad.write_text("{ this is not json", encoding="utf-8")
+    assert not window.open_path(bad)
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert "not a valid JSON" in text and "corrupt.json" in text
+    assert window.session().to_dict() == before
+    assert window.path == example
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"hello": 1}), encoding="utf-8")
+    assert not window.open_path(other)
+    assert "neither a vTrain session" in message_boxes.of_kind("critical")[-1][2]
+    assert window.session().to_dict() == before
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30_000)
+
+
+def test_invalid_edit_keeps_the_last_result(window, qtbot, example, real_simulate):
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        window.open_path(example)
+    shown = window.result
+    requests = window.runner.latest_request_id
+    window.editor.field_widget("plan.tensor_parallel").setValue(5)
+    assert "Invalid configuration" in window.status_text
+    assert "tensor_parallel" in window.editor.error_text("plan.tensor_parallel") or \
+        "divisible" in window.editor.error_text("plan.tensor_parallel")
+    qtbot.wait(500)  # longer than the debounce pause
+    assert window.runner.latest_request_id == requests
+    assert window.result is shown
+    assert window.timeline.num_tasks == shown.graph.num_tasks
+
+
+def test_simulation_failure_is_shown_and_keeps_the_result(window, qtbot, monkeypatch, example,
+                                                          real_simulate):
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        window.open_path(example)
+    shown = window.result
+
+    def broken(session):
+        raise RuntimeError("profile store is missing")
+
+    monkeypatch.setattr("core.simulate.simulate", broken)
+    with qtbot.waitSignal(window.simulation_failed, timeout=10_000):
+        window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.0)
+    assert "profile store is missing" in window.status_text
+    assert window.result is shown
+
+
+def test_unsaved_changes_are_asked_about_on_close(window, qtbot, message_boxes, tmp_path):
+    window.editor.field_widget("plan.data_parallel").setValue(2)
+    assert window.isWindowModified()
+    message_boxes.answer = QtWidgets.QMessageBox.StandardButton.Cancel
+    assert not window.close()
+    assert window.isVisible()
+    assert message_boxes.of_kind("warning")
+    message_boxes.answer = QtWidgets.QMessageBox.StandardButton.Discard
+    assert window.close()
+    assert not window.isVisible()
+    assert not window.runner.is_thread_running()
+
+
+def test_new_with_unsaved_changes_can_be_cancelled(window, message_boxes):
+    window.editor.field_widget("plan.data_parallel").setValue(2)
+    message_boxes.answer = QtWidgets.QMessageBox.StandardButton.Cancel
+    window.action_new.trigger()
+    assert window.session().plan.data_parallel == 2
+    message_boxes.answer = QtWidgets.QMessageBox.StandardButton.Discard
+    window.action_new.trigger()
+    assert window.session().plan.data_parallel == Session().plan.data_parallel
+    assert not window.isWindowModified()
+
+
+def test_recent_files_keep_the_newest_eight(window, tmp_path):
+    for i in range(MAX_RECENT_FILES + 2):
+        assert window.save_to(tmp_path / f"s{i}.json")
+    recent = window.recent_files()
+    assert len(recent) == MAX_RECENT_FILES
+    assert recent[0].endswith(f"s{MAX_RECENT_FILES + 1}.json")
+    window.recent_menu.aboutToShow.emit()
+    names = [a.text() for a in window.recent_menu.actions() if a.text()]
+    assert names[0] == f"&1 s{MAX_RECENT_FILES + 1}.json"
+
+
+def test_preset_menu_changes_the_model(window):
+    presets = [a for a in window.findChildren(QtGui.QAction) if a.data() == "GPT-3 13B"]
+    presets[0].trigger()
+    assert window.session().model.name == "GPT-3 13B"
+    assert window.isWindowModified()
+
+
+def test_screenshot_command(tmp_path, real_simulate):
+    out = tmp_path / "shot.png"
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui", str(EXAMPLE),
+                           "--screenshot", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 0, proc.stderr
+    image = QtGui.QImage(str(out))
+    assert (image.width(), image.height()) == (1600, 1000)

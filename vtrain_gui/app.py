@@ -1,0 +1,120 @@
+"""Entry point of the desktop application (``vtrain gui [PATH] [--screenshot OUT.png]``)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+from PySide6.QtCore import Slot
+
+__all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE"]
+
+#: Example opened when no path is given (looked up in ``resources/examples``).
+DEFAULT_EXAMPLE = "mtnlg_530b.json"
+#: Window size of ``--screenshot`` images, in pixels.
+SCREENSHOT_SIZE = (1600, 1000)
+#: Give up on a screenshot when the first simulation takes longer than this.
+SCREENSHOT_TIMEOUT_MS = 300_000
+
+
+class _ScreenshotTaker(QtCore.QObject):
+    """Grabs the window once the first simulation finished (or failed) and quits the app."""
+
+    def __init__(self, window, out_path: str, app: QtWidgets.QApplication) -> None:
+        super().__init__(window)
+        self._window = window
+        self._out = out_path
+        self._app = app
+        self._done = False
+        self.exit_code = 1
+        window.result_shown.connect(self._on_result_shown)
+        window.simulation_failed.connect(self._on_simulation_failed)
+        self._timeout = QtCore.QTimer(self)
+        self._timeout.setSingleShot(True)
+        self._timeout.timeout.connect(self._on_timeout)
+        self._timeout.start(SCREENSHOT_TIMEOUT_MS)
+
+    def start(self) -> None:
+        """Finish at once when nothing will be simulated (the session is invalid)."""
+        if not self._window.runner.busy:
+            print(f"vtrain gui: not simulated: {self._window.status_text}", file=sys.stderr)
+            self._finish(2)
+
+    @Slot(object)
+    def _on_result_shown(self, result) -> None:
+        self._finish(0)
+
+    @Slot(str)
+    def _on_simulation_failed(self, message: str) -> None:
+        print(f"vtrain gui: simulation failed: {message}", file=sys.stderr)
+        self._finish(1)
+
+    @Slot()
+    def _on_timeout(self) -> None:
+        print("vtrain gui: timed out waiting for the simulation", file=sys.stderr)
+        self._finish(3)
+
+    def _finish(self, code: int) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._timeout.stop()
+        self.exit_code = code
+        # let layouts and the plots settle before grabbing
+        QtCore.QTimer.singleShot(200, self._on_settled)
+
+    @Slot()
+    def _on_settled(self) -> None:
+        self._app.processEvents()
+        if not self._window.grab().save(self._out):
+            print(f"vtrain gui: cannot write {self._out}", file=sys.stderr)
+            self.exit_code = self.exit_code or 4
+        self._window.setWindowModified(False)  # never ask to save when closing for a screenshot
+        self._window.close()
+        self._app.exit(self.exit_code)
+
+
+def run_gui(path: str | None = None, screenshot: str | None = None) -> int:
+    """Run the GUI; returns the process exit code.
+
+    Parameters
+    ----------
+    path
+        Session file or authors' config to open; None opens the shipped
+        example ``resources/examples/mtnlg_530b.json`` as an untitled session.
+    screenshot
+        If given, wait for the first simulation, save a PNG of the window
+        (1600x1000) to this path and exit: 0 when the simulation succeeded,
+        1 when it failed, 2 when the session is invalid or cannot be opened.
+    """
+    from .main_window import MainWindow, examples_dir
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    app.setApplicationName("vTrain")
+    app.setOrganizationName("vtrain")
+    settings = None
+    if screenshot:  # a screenshot run leaves the user's recent files alone
+        scratch = tempfile.TemporaryDirectory(prefix="vtrain-gui-")
+        settings = QtCore.QSettings(str(Path(scratch.name) / "settings.ini"),
+                                    QtCore.QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings)
+    if screenshot:
+        window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    if path:
+        opened = window.open_path(path)
+    else:
+        example = examples_dir() / DEFAULT_EXAMPLE
+        opened = example.exists() and window.open_path(example, as_template=True)
+        if not example.exists():
+            window.new_session()
+    if screenshot:
+        if path and not opened:
+            window.close()
+            return 2
+        taker = _ScreenshotTaker(window, str(Path(screenshot)), app)
+        taker.start()
+        return app.exec()
+    return app.exec()

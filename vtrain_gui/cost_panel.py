@@ -1,0 +1,306 @@
+"""Report figures of one simulation: time, throughput, cost and memory per GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtGui, QtWidgets
+from PySide6.QtCore import Qt
+
+from core.report import Report
+
+from .formatting import (format_bytes, format_count, format_duration, format_fraction,
+                         format_rate, format_usd)
+
+__all__ = ["CostPanel"]
+
+_GIB = float(2**30)
+#: Memory parts of :class:`core.report.StageMemory`: attribute, label, colour.
+_MEMORY_PARTS = (
+    ("weights_bytes", "weights", "#4C78A8"),
+    ("gradients_bytes", "gradients", "#72B7B2"),
+    ("optimizer_bytes", "optimizer state", "#B279A2"),
+    ("activations_bytes", "activations", "#F58518"),
+)
+_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed communication", "#54A24B"),
+              ("bubble_s", "idle (bubble)", "#C9CED6"))
+
+
+class _BreakdownBar(QtWidgets.QWidget):
+    """A horizontal stacked bar of compute / communication / bubble seconds."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._values: list[float] = []
+        self._brushes = [QtGui.QBrush(QtGui.QColor(c)) for _, _, c in _BREAKDOWN]
+        self.setMinimumHeight(16)
+        self.setMaximumHeight(18)
+
+    def set_values(self, values: list[float]) -> None:
+        """Seconds per part, in the order of ``_BREAKDOWN``."""
+        self._values = [max(float(v), 0.0) for v in values]
+        self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        painter = QtGui.QPainter(self)
+        rect = self.rect().adjusted(0, 1, -1, -1)
+        painter.setPen(QtGui.QColor("#B0B4BA"))
+        painter.drawRect(rect)
+        total = sum(self._values)
+        if total <= 0:
+            return
+        painter.setPen(Qt.PenStyle.NoPen)
+        x = float(rect.left() + 1)
+        width = float(rect.width() - 1)
+        for value, brush in zip(self._values, self._brushes):
+            w = width * value / total
+            painter.fillRect(int(round(x)), rect.top() + 1, int(round(x + w)) - int(round(x)),
+                             rect.height() - 1, brush)
+            x += w
+        painter.end()
+
+
+class CostPanel(QtWidgets.QWidget):
+    """Figures of a :class:`core.report.Report` and a memory-per-GPU chart by pipeline stage.
+
+    Left: iteration time, tokens/s, MFU, HFU, bubble fraction, the time
+    breakdown (compute / exposed communication / bubble, mean over stages),
+    training days, GPU-hours and dollars, the profile the times came from and
+    the report's warnings. Right: stacked bars of weights, gradients,
+    optimizer state and activations per GPU of each stage, with the GPU's
+    capacity as a red line and a red "does not fit" notice when a stage
+    exceeds it.
+    """
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._report: Report | None = None
+        self._values: dict[str, QtWidgets.QLabel] = {}
+
+        figures = QtWidgets.QWidget()
+        grid = QtWidgets.QGridLayout(figures)
+        grid.setContentsMargins(6, 6, 6, 6)
+        grid.setHorizontalSpacing(14)
+        grid.setVerticalSpacing(3)
+        rows = [
+            ("Iteration", None),
+            ("iteration_time", "Iteration time"),
+            ("tokens_per_s", "Throughput"),
+            ("mfu", "MFU (model FLOPs utilization)"),
+            ("hfu", "HFU (hardware FLOPs utilization)"),
+            ("bubble_fraction", "Pipeline bubble fraction"),
+            ("Time per iteration (mean over stages)", None),
+            ("compute", "Compute"),
+            ("comm", "Exposed communication"),
+            ("bubble", "Idle (bubble)"),
+            ("breakdown", ""),
+            ("Training run", None),
+            ("gpus", "GPUs × micro-batches"),
+            ("iterations", "Iterations"),
+            ("training_days", "Training time"),
+            ("gpu_hours", "GPU-hours"),
+            ("cost_usd", "Cost"),
+            ("Profile", None),
+            ("profile", ""),
+        ]
+        heading_font = QtGui.QFont(self.font())
+        heading_font.setBold(True)
+        big_font = QtGui.QFont(self.font())
+        big_font.setPointSizeF(self.font().pointSizeF() * 1.15)
+        big_font.setBold(True)
+        names: dict[str, QtWidgets.QLabel] = {}
+        for r, (key, label) in enumerate(rows):
+            if label is None:
+                heading = QtWidgets.QLabel(key)
+                heading.setFont(heading_font)
+                heading.setContentsMargins(0, 6 if r else 0, 0, 0)
+                grid.addWidget(heading, r, 0, 1, 2)
+                continue
+            if key == "breakdown":
+                self._breakdown = _BreakdownBar()
+                self._breakdown.setToolTip("compute / exposed communication / idle (bubble)")
+                grid.addWidget(self._breakdown, r, 0, 1, 2)
+                continue
+            value = QtWidgets.QLabel("–")
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setObjectName(key)
+            if key == "profile":
+                value.setWordWrap(True)
+                grid.addWidget(value, r, 0, 1, 2)
+            else:
+                name = names[key] = QtWidgets.QLabel(label)
+                if key in ("iteration_time", "tokens_per_s", "mfu", "training_days", "cost_usd"):
+                    value.setFont(big_font)
+                value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                grid.addWidget(name, r, 0)
+                grid.addWidget(value, r, 1)
+            self._values[key] = value
+        for key, (_, _, color) in zip(("compute", "comm", "bubble"), _BREAKDOWN):
+            name = names[key]
+            name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
+                         f"{name.text()}")
+        self._warnings = QtWidgets.QLabel()
+        self._warnings.setWordWrap(True)
+        self._warnings.setStyleSheet("color: #B35C00;")
+        grid.addWidget(self._warnings, len(rows), 0, 1, 2)
+        grid.setRowStretch(len(rows) + 1, 1)
+        grid.setColumnStretch(0, 1)
+
+        figures_scroll = QtWidgets.QScrollArea()
+        figures_scroll.setWidget(figures)
+        figures_scroll.setWidgetResizable(True)
+        figures_scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._figures = figures
+        self._figures_scroll = figures_scroll
+
+        # memory chart
+        self._fit_label = QtWidgets.QLabel()
+        self._fit_label.setWordWrap(True)
+        self.memory_plot = pg.PlotWidget(background="w")
+        item = self.memory_plot.getPlotItem()
+        item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(pg.mkPen("#404040"))
+            axis.setTextPen(pg.mkPen("#202020"))
+        item.setLabel("left", "memory per GPU (GiB)")
+        item.setLabel("bottom", "pipeline stage")
+        item.showGrid(x=False, y=True, alpha=0.2)
+        self._bars: list[pg.BarGraphItem] = []
+        for attr, label, color in _MEMORY_PARTS:
+            bar = pg.BarGraphItem(x=[], height=[], width=0.7, brush=pg.mkBrush(color),
+                                  pen=pg.mkPen(QtGui.QColor(color).darker(130)))
+            item.addItem(bar)
+            self._bars.append(bar)
+        self._capacity_line = pg.InfiniteLine(
+            angle=0, movable=False, pen=pg.mkPen("#D62728", width=2, style=Qt.PenStyle.DashLine),
+            label="capacity",
+            labelOpts={"position": 0.02, "color": "#D62728", "anchors": [(0, 1), (0, 1)],
+                       "fill": pg.mkBrush(255, 255, 255, 220)})
+        self._capacity_line.setVisible(False)
+        self._capacity_line.setZValue(10)
+        item.addItem(self._capacity_line, ignoreBounds=True)
+
+        chart = QtWidgets.QWidget()
+        chart_layout = QtWidgets.QVBoxLayout(chart)
+        chart_layout.setContentsMargins(6, 6, 0, 0)
+        chart_layout.setSpacing(2)
+        legend = QtWidgets.QLabel("&nbsp;&nbsp; ".join(
+            f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
+            f'{label.replace(" ", "&nbsp;")}' for _, label, color in _MEMORY_PARTS))
+        legend.setWordWrap(True)
+        title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
+        chart_layout.addWidget(title)
+        chart_layout.addWidget(self._fit_label)
+        chart_layout.addWidget(legend)
+        chart_layout.addWidget(self.memory_plot, 1)
+
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(figures_scroll, 0)
+        layout.addWidget(chart, 1)
+        self.clear()
+        self._fit_figures_width()
+
+    # ------------------------------------------------------------------ API
+    @property
+    def report(self) -> Report | None:
+        """The report shown, if any."""
+        return self._report
+
+    def value_text(self, key: str) -> str:
+        """Text shown for figure ``key`` (e.g. ``'cost_usd'``, ``'mfu'``); for tests."""
+        return self._values[key].text()
+
+    @property
+    def fit_text(self) -> str:
+        """Text of the memory-fit notice."""
+        return self._fit_label.text()
+
+    @property
+    def warnings_text(self) -> str:
+        """Text of the warnings line."""
+        return self._warnings.text()
+
+    def clear(self) -> None:
+        """Show no report."""
+        self._report = None
+        for label in self._values.values():
+            label.setText("–")
+        self._breakdown.set_values([])
+        self._warnings.setText("")
+        self._fit_label.setText("")
+        for bar in self._bars:
+            bar.setOpts(x=[], height=[], y0=[])
+        self._capacity_line.setVisible(False)
+
+    def set_report(self, report: Report) -> None:
+        """Show the figures of ``report``."""
+        self._report = report
+        v = self._values
+        v["iteration_time"].setText(format_duration(report.iteration_time_s))
+        v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))
+        v["mfu"].setText(format_fraction(report.mfu))
+        v["hfu"].setText(format_fraction(report.hfu))
+        v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
+        v["compute"].setText(format_duration(report.compute_s))
+        v["comm"].setText(format_duration(report.comm_s))
+        v["bubble"].setText(format_duration(report.bubble_s))
+        self._breakdown.set_values([report.compute_s, report.comm_s, report.bubble_s])
+        v["gpus"].setText(f"{format_count(report.num_gpus)} × {format_count(report.num_microbatches)}")
+        v["iterations"].setText(format_count(report.num_iterations))
+        v["training_days"].setText(f"{format_count(report.training_days, 1)} days")
+        v["gpu_hours"].setText(format_count(report.gpu_hours))
+        v["cost_usd"].setText(format_usd(report.cost_usd))
+        profile = report.profile or {}
+        shown = [str(profile[k]) for k in ("device", "method", "date") if profile.get(k)]
+        if profile.get("source"):
+            shown.append(str(profile["source"]))
+        v["profile"].setText(" · ".join(shown) if shown else "–")
+        v["profile"].setToolTip("\n".join(f"{k}: {val}" for k, val in profile.items()))
+        if report.warnings:
+            self._warnings.setText("⚠ " + "\n⚠ ".join(report.warnings))
+        else:
+            self._warnings.setText("")
+        self._set_memory(report)
+        self._fit_figures_width()
+
+    def _fit_figures_width(self) -> None:
+        """Keep the figures column wide enough for its longest value (no clipping)."""
+        self._figures.adjustSize()
+        bar = self._figures_scroll.verticalScrollBar().sizeHint().width()
+        self._figures_scroll.setMinimumWidth(self._figures.minimumSizeHint().width() + bar + 4)
+
+    # ------------------------------------------------------------------ memory
+    def _set_memory(self, report: Report) -> None:
+        stages = np.array([m.stage for m in report.memory], dtype=np.float64)
+        bottom = np.zeros(stages.size)
+        for bar, (attr, _, _) in zip(self._bars, _MEMORY_PARTS):
+            height = np.array([getattr(m, attr) for m in report.memory], dtype=np.float64) / _GIB
+            bar.setOpts(x=stages, height=height, y0=bottom.copy(), width=0.7)
+            bottom += height
+        capacity_gib = report.memory_capacity_bytes / _GIB
+        self._capacity_line.setVisible(report.memory_capacity_bytes > 0)
+        self._capacity_line.setValue(capacity_gib)
+        # the label only re-renders while visible, so set the text after showing the line
+        self._capacity_line.label.setFormat("capacity {value:,.1f} GiB")
+        item = self.memory_plot.getPlotItem()
+        top = max(float(bottom.max()) if bottom.size else 0.0, capacity_gib) * 1.08
+        n = max(stages.size, 1)
+        item.setXRange(-0.6, n - 0.4, padding=0)
+        item.setYRange(0, max(top, 1.0), padding=0)
+        step = max(1, int(np.ceil(n / 16)))
+        item.getAxis("bottom").setTicks([[(float(s), str(int(s))) for s in stages[::step]], []])
+        if report.fits_in_memory:
+            self._fit_label.setText(
+                f"Fits: at most {format_bytes(report.max_memory_per_gpu_bytes)} of "
+                f"{format_bytes(report.memory_capacity_bytes)} per GPU")
+            self._fit_label.setStyleSheet("color: #2E7D32;")
+        else:
+            self._fit_label.setText(
+                f"Does not fit: {format_bytes(report.max_memory_per_gpu_bytes)} needed per GPU, "
+                f"{format_bytes(report.memory_capacity_bytes)} available")
+            self._fit_label.setStyleSheet("color: #C62828; font-weight: bold;")

@@ -1,0 +1,444 @@
+"""Point-and-click form for a :class:`core.config.Session`, generated from the dataclass fields.
+
+Each field's label, unit suffix and tooltip come from the field's metadata
+(``unit``, ``help``, ``choices``). Every edit writes the one field it concerns
+into the editor's session (fields not edited keep their exact values), runs
+:func:`core.config.validate`, shows each error message in red under the field
+it names, and emits :attr:`ConfigEditor.session_changed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from PySide6 import QtCore, QtWidgets
+from PySide6.QtCore import Qt, Signal, Slot
+
+from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
+                         ParallelPlan, Session, validate)
+
+from .formatting import format_count
+
+__all__ = ["ConfigEditor", "FieldSpec", "field_specs"]
+
+_INT_MAX = 2**31 - 1
+
+#: Section name -> (dataclass, group title).
+_SECTIONS = (
+    ("model", ModelConfig, "Model"),
+    ("plan", ParallelPlan, "Parallel plan"),
+    ("cluster", ClusterConfig, "Cluster"),
+    ("cost", CostConfig, "Cost"),
+)
+
+#: Short labels; the long explanation is the field's ``help`` (tooltip).
+_LABELS = {
+    "model.name": "Name",
+    "model.num_layers": "Layers L",
+    "model.hidden_size": "Hidden size h",
+    "model.num_attention_heads": "Attention heads a",
+    "model.ffn_hidden_size": "MLP hidden size",
+    "model.seq_length": "Sequence length s",
+    "model.vocab_size": "Vocabulary V",
+    "plan.tensor_parallel": "Tensor parallel t",
+    "plan.pipeline_parallel": "Pipeline parallel p",
+    "plan.data_parallel": "Data parallel d",
+    "plan.micro_batch_size": "Micro-batch size b",
+    "plan.global_batch_size": "Global batch size B",
+    "plan.schedule": "Pipeline schedule",
+    "plan.recompute": "Activation recompute",
+    "plan.precision": "Precision",
+    "cluster.gpu": "GPU",
+    "cluster.gpus_per_node": "GPUs per node",
+    "cluster.intra_node_bandwidth_gbytes_per_s": "NVLink bandwidth",
+    "cluster.inter_node_bandwidth_gbits_per_s": "Network per node",
+    "cluster.profile_path": "Profile store",
+    "cost.price_per_gpu_hour_usd": "Price",
+    "cost.training_tokens": "Training tokens",
+}
+
+#: Fields shown in another unit: path -> (factor the stored value is divided by, unit shown).
+_DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
+#: Text an optional number shows at its minimum (0), which stands for None.
+_NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
+              "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store"}
+#: Decimals of floating-point spin boxes.
+_DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """How one dataclass field is edited: dotted ``path``, Python type and metadata."""
+
+    path: str
+    section: str
+    name: str
+    type_name: str  # "int", "float", "str", "bool"
+    optional: bool
+    unit: str
+    help: str
+    choices: tuple[str, ...] | None
+
+    @property
+    def label(self) -> str:
+        """Short label of the field."""
+        return _LABELS.get(self.path, self.name.replace("_", " ").capitalize())
+
+
+def field_specs(section: str, cls: type) -> list[FieldSpec]:
+    """The editable fields of dataclass ``cls`` stored under ``section`` of a session."""
+    specs = []
+    for f in dataclasses.fields(cls):
+        type_str = str(f.type)
+        parts = [p.strip() for p in type_str.split("|")]
+        optional = "None" in parts
+        base = next(p for p in parts if p != "None")
+        specs.append(FieldSpec(
+            path=f"{section}.{f.name}", section=section, name=f.name, type_name=base,
+            optional=optional, unit=f.metadata.get("unit", ""), help=f.metadata.get("help", ""),
+            choices=tuple(f.metadata["choices"]) if "choices" in f.metadata else None))
+    return specs
+
+
+class _FieldBinding(QtCore.QObject):
+    """Binds one input widget to one session field; reports user edits to the editor."""
+
+    edited = Signal(str, object)  # field path, new stored value
+
+    def __init__(self, spec: FieldSpec, parent: QtWidgets.QWidget) -> None:
+        super().__init__(parent)
+        self.spec = spec
+        self.scale, unit = _DISPLAY_SCALE.get(spec.path, (1.0, spec.unit))
+        self.widget = self._make_widget(spec, unit, parent)
+        self.widget.setToolTip(spec.help + (f" [{spec.unit}]" if spec.unit else ""))
+        self.widget.setObjectName(spec.path)
+        self.error_label = QtWidgets.QLabel(parent)
+        self.error_label.setObjectName(f"error:{spec.path}")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #C62828;")
+        self.error_label.setVisible(False)
+        self._updating = False
+        #: the form's label of this field (turns red with the error)
+        self.row_label: QtWidgets.QLabel | None = None
+
+    # ------------------------------------------------------------------ widgets
+    def _make_widget(self, spec: FieldSpec, unit: str, parent: QtWidgets.QWidget) -> QtWidgets.QWidget:
+        suffix = f" {unit}" if unit else ""
+        if spec.choices is not None:
+            w = QtWidgets.QComboBox(parent)
+            w.addItems(list(spec.choices))
+            w.currentTextChanged.connect(self._on_combo_text_change)
+            return w
+        if spec.type_name == "int":
+            w = QtWidgets.QSpinBox(parent)
+            w.setRange(0 if spec.optional else 1, _INT_MAX)
+            if spec.optional:
+                w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
+            w.setSuffix(suffix)
+            w.setGroupSeparatorShown(True)
+            w.setKeyboardTracking(True)
+            w.valueChanged.connect(self._on_int_value_change)
+            return w
+        if spec.type_name == "float":
+            w = QtWidgets.QDoubleSpinBox(parent)
+            w.setDecimals(_DECIMALS.get(spec.path, 2))
+            w.setRange(0.0, 1e12)
+            if spec.optional:
+                w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
+            w.setSuffix(suffix)
+            w.setGroupSeparatorShown(True)
+            w.valueChanged.connect(self._on_float_value_change)
+            return w
+        if spec.type_name == "bool":
+            w = QtWidgets.QCheckBox(parent)
+            w.toggled.connect(self._on_check_toggle)
+            return w
+        w = QtWidgets.QLineEdit(parent)
+        if spec.optional:
+            w.setPlaceholderText("(shipped profile for the GPU)" if spec.name == "profile_path"
+                                 else "(none)")
+        w.textEdited.connect(self._on_text_edit)
+        return w
+
+    def set_value(self, value: Any) -> None:
+        """Show ``value`` (the stored value) without reporting an edit."""
+        self._updating = True
+        try:
+            w = self.widget
+            if isinstance(w, QtWidgets.QComboBox):
+                idx = w.findText(str(value))
+                if idx < 0:  # an unknown value loaded from a file: show it, validate will complain
+                    w.addItem(str(value))
+                    idx = w.count() - 1
+                w.setCurrentIndex(idx)
+            elif isinstance(w, QtWidgets.QSpinBox):
+                w.setValue(int(value) if value is not None else 0)
+            elif isinstance(w, QtWidgets.QDoubleSpinBox):
+                w.setValue(float(value) / self.scale if value is not None else 0.0)
+            elif isinstance(w, QtWidgets.QCheckBox):
+                w.setChecked(bool(value))
+            else:
+                w.setText("" if value is None else str(value))
+        finally:
+            self._updating = False
+
+    def set_error(self, messages: list[str]) -> None:
+        """Show ``messages`` under the field (hide the label when empty)."""
+        self.error_label.setText("\n".join(messages))
+        self.error_label.setVisible(bool(messages))
+        if self.row_label is not None:
+            self.row_label.setStyleSheet("color: #C62828; font-weight: bold;" if messages else "")
+
+    # ------------------------------------------------------------------ handlers
+    def _report(self, value: Any) -> None:
+        if not self._updating:
+            self.edited.emit(self.spec.path, value)
+
+    @Slot(str)
+    def _on_combo_text_change(self, text: str) -> None:
+        self._report(text)
+
+    @Slot(int)
+    def _on_int_value_change(self, value: int) -> None:
+        self._report(None if (self.spec.optional and value == 0) else int(value))
+
+    @Slot(float)
+    def _on_float_value_change(self, value: float) -> None:
+        self._report(None if (self.spec.optional and value == 0.0) else float(value) * self.scale)
+
+    @Slot(bool)
+    def _on_check_toggle(self, checked: bool) -> None:
+        self._report(bool(checked))
+
+    @Slot(str)
+    def _on_text_edit(self, text: str) -> None:
+        self._report(None if (self.spec.optional and not text.strip()) else text)
+
+
+class ConfigEditor(QtWidgets.QWidget):
+    """Form for model, parallel plan, cluster and cost of a session.
+
+    Signals
+    -------
+    session_changed(Session)
+        After every user edit, with a copy of the edited session (valid or not).
+    validity_changed(bool)
+        When the session becomes valid or invalid.
+    """
+
+    session_changed = Signal(object)
+    validity_changed = Signal(bool)
+
+    _CUSTOM = "Custom"
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._session = Session()
+        self._errors: list[FieldError] = []
+        self._bindings: dict[str, _FieldBinding] = {}
+
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        self._summary = QtWidgets.QLabel()
+        self._summary.setWordWrap(True)
+        self._summary.setObjectName("summary")
+        layout.addWidget(self._summary)
+
+        for section, cls, title in _SECTIONS:
+            box = QtWidgets.QGroupBox(title, self)
+            form = QtWidgets.QFormLayout(box)
+            form.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            form.setContentsMargins(8, 6, 8, 6)
+            form.setVerticalSpacing(4)
+            if section == "model":
+                self._preset = QtWidgets.QComboBox(box)
+                self._preset.setObjectName("preset")
+                self._preset.addItem(self._CUSTOM)
+                self._preset.addItems(list(MODEL_PRESETS))
+                self._preset.setToolTip("Replace the model shape by a published one")
+                self._preset.activated.connect(self._on_preset_activate)
+                form.addRow("Preset", self._preset)
+            for spec in field_specs(section, cls):
+                binding = _FieldBinding(spec, box)
+                binding.edited.connect(self._on_field_edit)
+                self._bindings[spec.path] = binding
+                cell = QtWidgets.QWidget(box)
+                cell_layout = QtWidgets.QVBoxLayout(cell)
+                cell_layout.setContentsMargins(0, 0, 0, 0)
+                cell_layout.setSpacing(1)
+                if spec.path == "cluster.profile_path":
+                    row = QtWidgets.QHBoxLayout()
+                    row.setContentsMargins(0, 0, 0, 0)
+                    row.addWidget(binding.widget, 1)
+                    browse = QtWidgets.QToolButton(cell)
+                    browse.setText("…")
+                    browse.setToolTip("Choose a profile store (.h5)")
+                    browse.clicked.connect(self._on_browse_profile_click)
+                    row.addWidget(browse)
+                    cell_layout.addLayout(row)
+                else:
+                    cell_layout.addWidget(binding.widget)
+                cell_layout.addWidget(binding.error_label)
+                label = QtWidgets.QLabel(spec.label, box)
+                label.setToolTip(binding.widget.toolTip())
+                binding.row_label = label
+                form.addRow(label, cell)
+            if section == "plan":
+                self._derived = QtWidgets.QLabel(box)
+                self._derived.setObjectName("derived")
+                self._derived.setWordWrap(True)
+                self._derived.setStyleSheet("color: #404040;")
+                form.addRow(self._derived)
+            layout.addWidget(box)
+
+        notes_box = QtWidgets.QGroupBox("Notes", self)
+        notes_layout = QtWidgets.QVBoxLayout(notes_box)
+        notes_layout.setContentsMargins(8, 6, 8, 6)
+        self._notes = QtWidgets.QPlainTextEdit(notes_box)
+        self._notes.setObjectName("notes")
+        self._notes.setPlaceholderText("Free text saved with the session")
+        self._notes.setFixedHeight(60)
+        self._notes.textChanged.connect(self._on_notes_change)
+        notes_layout.addWidget(self._notes)
+        layout.addWidget(notes_box)
+        layout.addStretch(1)
+        self._updating = False
+        self.set_session(self._session)
+
+    # ------------------------------------------------------------------ API
+    def set_session(self, session: Session) -> None:
+        """Show ``session`` (a copy is kept); does not emit :attr:`session_changed`."""
+        self._session = session.copy()
+        self._updating = True
+        try:
+            for path, binding in self._bindings.items():
+                section, name = path.split(".")
+                binding.set_value(getattr(getattr(self._session, section), name))
+            self._notes.setPlainText(self._session.notes)
+        finally:
+            self._updating = False
+        self._refresh()
+
+    def session(self) -> Session:
+        """A copy of the session as edited."""
+        return self._session.copy()
+
+    def errors(self) -> list[FieldError]:
+        """The rules the edited session breaks (empty when valid)."""
+        return list(self._errors)
+
+    def is_valid(self) -> bool:
+        """Whether the edited session breaks no rule."""
+        return not self._errors
+
+    def field_widget(self, path: str) -> QtWidgets.QWidget:
+        """The input widget of field ``path`` such as ``'plan.tensor_parallel'``."""
+        return self._bindings[path].widget
+
+    def error_text(self, path: str) -> str:
+        """The error text shown under field ``path`` ('' when none)."""
+        label = self._bindings[path].error_label
+        return label.text() if not label.isHidden() else ""
+
+    def error_label(self, path: str) -> QtWidgets.QLabel:
+        """The red label under field ``path``."""
+        return self._bindings[path].error_label
+
+    def summary_text(self) -> str:
+        """The summary line above the form."""
+        return self._summary.text()
+
+    def set_model_preset(self, name: str) -> None:
+        """Replace the model by preset ``name`` of :data:`core.config.MODEL_PRESETS` (an edit)."""
+        preset = MODEL_PRESETS[name]
+        self._session.model = dataclasses.replace(preset)
+        self._updating = True
+        try:
+            for path, binding in self._bindings.items():
+                section, field_name = path.split(".")
+                if section == "model":
+                    binding.set_value(getattr(self._session.model, field_name))
+        finally:
+            self._updating = False
+        self._edited()
+
+    # ------------------------------------------------------------------ handlers
+    @Slot(str, object)
+    def _on_field_edit(self, path: str, value: Any) -> None:
+        section, name = path.split(".")
+        setattr(getattr(self._session, section), name, value)
+        self._edited()
+
+    @Slot(int)
+    def _on_preset_activate(self, index: int) -> None:
+        name = self._preset.itemText(index)
+        if name in MODEL_PRESETS:
+            self.set_model_preset(name)
+
+    @Slot()
+    def _on_notes_change(self) -> None:
+        if self._updating:
+            return
+        self._session.notes = self._notes.toPlainText()
+        self._edited()
+
+    @Slot()
+    def _on_browse_profile_click(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(
+            self, "Choose a profile store", "", "Profile stores (*.h5 *.hdf5);;All files (*)")
+        if path:
+            binding = self._bindings["cluster.profile_path"]
+            binding.set_value(path)
+            self._on_field_edit("cluster.profile_path", path)
+
+    # ------------------------------------------------------------------ internals
+    def _edited(self) -> None:
+        self._refresh()
+        self.session_changed.emit(self.session())
+
+    def _refresh(self) -> None:
+        was_valid = not self._errors
+        self._errors = validate(self._session)
+        by_field: dict[str, list[str]] = {}
+        for err in self._errors:
+            by_field.setdefault(err.field, []).append(err.message)
+        for path, binding in self._bindings.items():
+            binding.set_error(by_field.get(path, []))
+        if self._errors:
+            n = len(self._errors)
+            lines = "".join(f"<li>{_html(e.field)}: {_html(e.message)}</li>" for e in self._errors)
+            self._summary.setText(f"<b>{n} problem{'s' if n > 1 else ''}</b> — fix the fields "
+                                  f"marked in red:<ul style='margin-left:-20px'>{lines}</ul>")
+            self._summary.setStyleSheet("color: #C62828;")
+        else:
+            self._summary.setText("Configuration is valid.")
+            self._summary.setStyleSheet("color: #2E7D32;")
+        self._update_derived()
+        self._update_preset()
+        if was_valid != (not self._errors):
+            self.validity_changed.emit(not self._errors)
+
+    def _update_derived(self) -> None:
+        plan, model = self._session.plan, self._session.model
+        try:
+            params = format_count(model.num_parameters(plan.tensor_parallel) / 1e9, 1)
+            text = (f"World size t·p·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
+                    f"Micro-batches per iteration m = B/(d·b) = "
+                    f"<b>{format_count(plan.num_microbatches)}</b><br>"
+                    f"Parameters ≈ <b>{params} billion</b>")
+        except (ZeroDivisionError, TypeError, ValueError):
+            text = "World size and micro-batches: enter positive sizes"
+        self._derived.setText(text)
+
+    def _update_preset(self) -> None:
+        model = self._session.model
+        name = self._CUSTOM
+        preset = MODEL_PRESETS.get(model.name)
+        if preset is not None and dataclasses.asdict(preset) == dataclasses.asdict(model):
+            name = model.name
+        self._preset.setCurrentText(name)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

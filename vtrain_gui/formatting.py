@@ -1,0 +1,83 @@
+"""Text formatting of core figures for display (no computation beyond unit scaling)."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
+           "format_fraction", "format_rate", "KIND_LABELS", "KIND_COLORS"]
+
+#: Display names of :data:`core.graph_types.KINDS`, by kind name.
+KIND_LABELS = {
+    "forward": "forward",
+    "backward": "backward",
+    "recompute": "recompute",
+    "embedding": "embedding",
+    "output": "output + loss",
+    "optimizer": "optimizer",
+    "tp_comm": "TP all-reduce",
+    "pp_p2p": "PP send/recv",
+    "dp_comm": "DP all-reduce",
+}
+
+#: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
+KIND_COLORS = {
+    "forward": "#4C78A8",
+    "backward": "#F58518",
+    "recompute": "#B279A2",
+    "embedding": "#72B7B2",
+    "output": "#9D755D",
+    "optimizer": "#E45756",
+    "tp_comm": "#54A24B",
+    "pp_p2p": "#EECA3B",
+    "dp_comm": "#7F7F7F",
+}
+
+
+def format_duration(seconds: float) -> str:
+    """``0.0123`` -> ``'12.30 ms'``; picks s, ms, µs or ns."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    a = abs(seconds)
+    if a >= 1.0 or a == 0.0:
+        return f"{seconds:.3f} s"
+    if a >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    if a >= 1e-6:
+        return f"{seconds * 1e6:.2f} µs"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+def format_bytes(num_bytes: float) -> str:
+    """Bytes in GiB (or MiB below one GiB), e.g. ``'61.3 GiB'``."""
+    if num_bytes is None or not math.isfinite(num_bytes):
+        return "–"
+    if abs(num_bytes) >= 2**30:
+        return f"{num_bytes / 2**30:,.1f} GiB"
+    return f"{num_bytes / 2**20:,.1f} MiB"
+
+
+def format_count(value: float, decimals: int = 0) -> str:
+    """Thousands separators: ``1234567.8`` -> ``'1,234,568'``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:,.{decimals}f}"
+
+
+def format_usd(value: float) -> str:
+    """``1234567.8`` -> ``'$1,234,568'``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"${value:,.0f}"
+
+
+def format_fraction(value: float) -> str:
+    """A fraction 0..1 as a percentage, ``0.4312`` -> ``'43.1 %'``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value * 100:.1f} %"
+
+
+def format_rate(value: float, unit: str) -> str:
+    """Large rates with thousands separators, e.g. ``'152,340 tokens/s'``."""
+    return f"{format_count(value)} {unit}"

@@ -1,0 +1,408 @@
+"""The main window: session editor, timeline, cost panel, file handling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt, Signal, Slot
+
+import core
+from core.config import MODEL_PRESETS, ConfigError, Session, validate
+from core.session import SessionFileError, load_any, save_session
+from core.simulate import SimulationResult
+
+from .cost_panel import CostPanel
+from .editor import ConfigEditor
+from .formatting import format_count
+from .timeline import TimelineWidget
+from .workers import SimulationRunner
+
+__all__ = ["MainWindow", "MAX_RECENT_FILES", "examples_dir"]
+
+MAX_RECENT_FILES = 8
+_RECENT_KEY = "recentFiles"
+_CLEAR_RECENT = "<clear recent files>"
+_DEBOUNCE_MS = 300
+_FILE_FILTER = "vTrain sessions and configs (*.json);;All files (*)"
+
+
+def examples_dir() -> Path:
+    """Folder of the shipped example sessions (``resources/examples``)."""
+    return Path(core.__file__).resolve().parent.parent / "resources" / "examples"
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    """Editor on the left, timeline top right, cost panel bottom right.
+
+    Every valid edit re-simulates in the background after a short pause; an
+    invalid edit shows its messages next to the fields and keeps the last
+    valid result on screen. ``settings`` stores the recent files (a private
+    ``QSettings`` in tests).
+
+    Signals
+    -------
+    result_shown(object)
+        A :class:`core.simulate.SimulationResult` is now on screen.
+    simulation_failed(str)
+        The latest simulation raised; the message is in the status bar too.
+    """
+
+    result_shown = Signal(object)
+    simulation_failed = Signal(str)
+
+    def __init__(self, settings: QtCore.QSettings | None = None,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._settings = settings or QtCore.QSettings("vtrain", "vtrain-gui")
+        self._path: Path | None = None
+        self._result: SimulationResult | None = None
+        self._last_error: str | None = None
+
+        self.editor = ConfigEditor()
+        self.editor.session_changed.connect(self._on_editor_session_change)
+        editor_scroll = QtWidgets.QScrollArea()
+        editor_scroll.setWidget(self.editor)
+        editor_scroll.setWidgetResizable(True)
+        editor_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        editor_scroll.setMinimumWidth(self.editor.sizeHint().width() + 24)
+
+        self.timeline = TimelineWidget()
+        self.timeline.task_hovered.connect(self._on_timeline_task_hover)
+        self.cost_panel = CostPanel()
+
+        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.timeline)
+        right.addWidget(self.cost_panel)
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 2)
+        right.setChildrenCollapsible(False)
+        main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
+        main.addWidget(editor_scroll)
+        main.addWidget(right)
+        main.setStretchFactor(0, 0)
+        main.setStretchFactor(1, 1)
+        main.setChildrenCollapsible(False)
+        self.setCentralWidget(main)
+        self._splitters = (main, right)
+
+        self._status = QtWidgets.QLabel("Ready")
+        self._hover = QtWidgets.QLabel()
+        self.statusBar().addWidget(self._status, 1)
+        self.statusBar().addPermanentWidget(self._hover)
+
+        self._debounce = QtCore.QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._on_debounce_timeout)
+
+        self.runner = SimulationRunner(parent=self)
+        self.runner.started.connect(self._on_simulation_start)
+        self.runner.finished.connect(self._on_simulation_finish)
+        self.runner.failed.connect(self._on_simulation_fail)
+
+        self._build_menus()
+        self.resize(1600, 1000)
+        main.setSizes([400, 1200])
+        right.setSizes([560, 400])
+        self._set_path(None)
+        self.editor.set_session(Session())
+
+    # ------------------------------------------------------------------ menus
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.action_new = file_menu.addAction("&New", QtGui.QKeySequence.StandardKey.New)
+        self.action_new.triggered.connect(self._on_new_trigger)
+        self.action_open = file_menu.addAction("&Open…", QtGui.QKeySequence.StandardKey.Open)
+        self.action_open.triggered.connect(self._on_open_trigger)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
+        self.recent_menu.triggered.connect(self._on_recent_menu_trigger)
+        file_menu.addSeparator()
+        self.action_save = file_menu.addAction("&Save", QtGui.QKeySequence.StandardKey.Save)
+        self.action_save.triggered.connect(self._on_save_trigger)
+        self.action_save_as = file_menu.addAction("Save &As…", QtGui.QKeySequence.StandardKey.SaveAs)
+        self.action_save_as.triggered.connect(self._on_save_as_trigger)
+        file_menu.addSeparator()
+        self.action_quit = file_menu.addAction("&Quit", QtGui.QKeySequence.StandardKey.Quit)
+        self.action_quit.triggered.connect(self.close)
+
+        model_menu = self.menuBar().addMenu("&Model")
+        presets = model_menu.addMenu("&Presets")
+        self._preset_actions = QtGui.QActionGroup(self)
+        for name in MODEL_PRESETS:
+            action = presets.addAction(name)
+            action.setData(name)
+            self._preset_actions.addAction(action)
+        self._preset_actions.triggered.connect(self._on_preset_action_trigger)
+        examples = model_menu.addMenu("&Examples")
+        for path in sorted(examples_dir().glob("*.json")):
+            examples.addAction(path.stem).setData(str(path))
+        examples.setEnabled(bool(examples.actions()))
+        examples.triggered.connect(self._on_example_menu_trigger)
+
+        view_menu = self.menuBar().addMenu("&View")
+        reset = view_menu.addAction("&Reset timeline zoom")
+        reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
+        reset.triggered.connect(self._on_reset_zoom_trigger)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        about = help_menu.addAction("&About vTrain")
+        about.triggered.connect(self._on_about_trigger)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def path(self) -> Path | None:
+        """File of the current session, or None when untitled."""
+        return self._path
+
+    @property
+    def result(self) -> SimulationResult | None:
+        """The simulation result on screen."""
+        return self._result
+
+    @property
+    def last_error(self) -> str | None:
+        """Message of the latest failed simulation (None after a success)."""
+        return self._last_error
+
+    @property
+    def status_text(self) -> str:
+        """Text of the status bar."""
+        return self._status.text()
+
+    def session(self) -> Session:
+        """The session as edited."""
+        return self.editor.session()
+
+    def new_session(self, session: Session | None = None) -> None:
+        """Replace the session without asking (see :meth:`maybe_save` for the question)."""
+        self.editor.set_session(session or Session())
+        self._set_path(None)
+        self.setWindowModified(False)
+        self._schedule_simulation(immediately=True)
+
+    def open_path(self, path: str | Path, *, as_template: bool = False) -> bool:
+        """Open a session file or an authors' config; on error show a message, change nothing.
+
+        With ``as_template`` the window stays untitled (Save asks for a name),
+        as for the shipped example opened at start-up.
+        """
+        path = Path(path)
+        try:
+            # A saved session may be work in progress that breaks a rule: open it and show
+            # the messages by the fields. Authors' configs are checked by their reader.
+            session = load_any(path, validate=False)
+        except (SessionFileError, ConfigError, OSError) as exc:
+            if not path.exists():
+                self._remove_recent(path)
+            QtWidgets.QMessageBox.critical(self, "Cannot open file", f"{exc}")
+            return False
+        self.editor.set_session(session)
+        self._set_path(None if as_template else path)
+        self.setWindowModified(False)
+        if not as_template:
+            self._add_recent(path)
+        self._schedule_simulation(immediately=True)
+        return True
+
+    def save_to(self, path: str | Path) -> bool:
+        """Save the session to ``path`` (atomic); on error show a message and return False."""
+        path = Path(path)
+        try:
+            save_session(self.editor.session(), path)
+        except OSError as exc:
+            QtWidgets.QMessageBox.critical(self, "Cannot save file",
+                                           f"{path}: {exc.strerror or exc}")
+            return False
+        self._set_path(path)
+        self.setWindowModified(False)
+        self._add_recent(path)
+        self.statusBar().showMessage(f"Saved {path}", 3000)
+        return True
+
+    def recent_files(self) -> list[str]:
+        """Recently opened or saved files, newest first (at most :data:`MAX_RECENT_FILES`)."""
+        value = self._settings.value(_RECENT_KEY, [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])][:MAX_RECENT_FILES]
+
+    def maybe_save(self) -> bool:
+        """Ask to save unsaved changes; False when the user cancels (or saving fails)."""
+        if not self.isWindowModified():
+            return True
+        name = self._path.name if self._path else "Untitled"
+        answer = QtWidgets.QMessageBox.warning(
+            self, "Unsaved changes", f"Save the changes to “{name}”?",
+            QtWidgets.QMessageBox.StandardButton.Save | QtWidgets.QMessageBox.StandardButton.Discard
+            | QtWidgets.QMessageBox.StandardButton.Cancel,
+            QtWidgets.QMessageBox.StandardButton.Save)
+        if answer == QtWidgets.QMessageBox.StandardButton.Save:
+            return self._save_interactive(ask_path=self._path is None)
+        return answer == QtWidgets.QMessageBox.StandardButton.Discard
+
+    def simulate_now(self) -> None:
+        """Simulate the edited session now if it is valid (skips the debounce pause)."""
+        self._schedule_simulation(immediately=True)
+
+    # ------------------------------------------------------------------ handlers: editor, runner
+    @Slot(object)
+    def _on_editor_session_change(self, session: Session) -> None:
+        self.setWindowModified(True)
+        self._schedule_simulation()
+
+    @Slot()
+    def _on_debounce_timeout(self) -> None:
+        if not self.editor.is_valid():
+            return
+        self.runner.request(self.editor.session())
+
+    @Slot(int)
+    def _on_simulation_start(self, request_id: int) -> None:
+        self._status.setText("Simulating…")
+
+    @Slot(int, object, float)
+    def _on_simulation_finish(self, request_id: int, result: SimulationResult, seconds: float) -> None:
+        if request_id != self.runner.latest_request_id:
+            return  # a newer request is on its way; skip the stale picture
+        self._result = result
+        self._last_error = None
+        self.timeline.set_data(result.graph, result.schedule)
+        self.cost_panel.set_report(result.report)
+        self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
+                             f"{format_count(result.graph.num_tasks)} tasks")
+        self.result_shown.emit(result)
+
+    @Slot(int, str)
+    def _on_simulation_fail(self, request_id: int, message: str) -> None:
+        if request_id != self.runner.latest_request_id:
+            return
+        self._last_error = message
+        kept = " (showing the last result)" if self._result is not None else ""
+        self._status.setText(f"Simulation failed: {message}{kept}")
+        self.simulation_failed.emit(message)
+
+    @Slot(int)
+    def _on_timeline_task_hover(self, index: int) -> None:
+        self._hover.setText(self.timeline.task_text(index) if index >= 0 else "")
+
+    # ------------------------------------------------------------------ handlers: menus
+    @Slot()
+    def _on_new_trigger(self) -> None:
+        if self.maybe_save():
+            self.new_session()
+
+    @Slot()
+    def _on_open_trigger(self) -> None:
+        if not self.maybe_save():
+            return
+        start = str(self._path.parent) if self._path else str(examples_dir())
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open session", start, _FILE_FILTER)
+        if path:
+            self.open_path(path)
+
+    @Slot()
+    def _on_recent_menu_about_to_show(self) -> None:
+        self.recent_menu.clear()
+        files = self.recent_files()
+        for i, f in enumerate(files, 1):
+            action = self.recent_menu.addAction(f"&{i} {Path(f).name}")
+            action.setData(f)
+            action.setToolTip(f)
+        if not files:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear list").setData(_CLEAR_RECENT)
+
+    @Slot(QtGui.QAction)
+    def _on_recent_menu_trigger(self, action: QtGui.QAction) -> None:
+        target = action.data()
+        if target == _CLEAR_RECENT:
+            self._settings.setValue(_RECENT_KEY, [])
+        elif target and self.maybe_save():
+            self.open_path(target)
+
+    @Slot(QtGui.QAction)
+    def _on_example_menu_trigger(self, action: QtGui.QAction) -> None:
+        if self.maybe_save():
+            self.open_path(action.data(), as_template=True)
+
+    @Slot()
+    def _on_save_trigger(self) -> None:
+        self._save_interactive(ask_path=self._path is None)
+
+    @Slot()
+    def _on_save_as_trigger(self) -> None:
+        self._save_interactive(ask_path=True)
+
+    @Slot(QtGui.QAction)
+    def _on_preset_action_trigger(self, action: QtGui.QAction) -> None:
+        self.editor.set_model_preset(action.data())
+
+    @Slot()
+    def _on_reset_zoom_trigger(self) -> None:
+        self.timeline.reset_view()
+
+    @Slot()
+    def _on_about_trigger(self) -> None:
+        QtWidgets.QMessageBox.about(
+            self, "About vTrain",
+            "<h3>vTrain</h3><p>Simulates one training iteration of a large transformer language "
+            "model on a GPU cluster for a parallelization plan, and turns it into training days, "
+            "GPU-hours and dollars.</p><p>After Bang et al., “vTrain: A Simulation Framework for "
+            "Evaluating Cost-effective and Compute-optimal Large Language Model Training”, "
+            "MICRO 2024.</p>")
+
+    # ------------------------------------------------------------------ window
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 - Qt API
+        if not self.maybe_save():
+            event.ignore()
+            return
+        self._debounce.stop()
+        self.runner.shutdown()
+        event.accept()
+
+    # ------------------------------------------------------------------ internals
+    def _schedule_simulation(self, immediately: bool = False) -> None:
+        errors = validate(self.editor.session())
+        if errors:
+            self._debounce.stop()
+            n = len(errors)
+            kept = "; the last valid result stays on screen" if self._result is not None else ""
+            self._status.setText(f"Invalid configuration ({n} problem{'s' if n > 1 else ''}): "
+                                 f"{errors[0]}{kept}")
+            return
+        if immediately:
+            self._debounce.stop()
+            self._on_debounce_timeout()
+        else:
+            self._debounce.start()
+
+    def _save_interactive(self, ask_path: bool) -> bool:
+        path = self._path
+        if ask_path or path is None:
+            start = str(self._path) if self._path else str(Path.home() / "session.json")
+            chosen, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Save session", start,
+                                                              _FILE_FILTER)
+            if not chosen:
+                return False
+            path = Path(chosen)
+            if not path.suffix:
+                path = path.with_suffix(".json")
+        return self.save_to(path)
+
+    def _set_path(self, path: Path | None) -> None:
+        self._path = path
+        self.setWindowFilePath(str(path) if path else "")
+        self.setWindowTitle(f"vTrain — {path.name if path else 'Untitled'}[*]")
+
+    def _add_recent(self, path: Path) -> None:
+        p = str(Path(path).resolve())
+        files = [f for f in self.recent_files() if f != p]
+        self._settings.setValue(_RECENT_KEY, [p, *files][:MAX_RECENT_FILES])
+
+    def _remove_recent(self, path: Path) -> None:
+        p = str(Path(path).resolve())
+        self._settings.setValue(_RECENT_KEY, [f for f in self.recent_files() if f != p])
