@@ -29,7 +29,7 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .ops import DTYPE_BYTES, OPTIMIZER_OP, analytic_op_time
 
 __all__ = ["StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
-           "params_per_gpu", "OpTimes"]
+           "params_per_gpu", "OpTimes", "StageTimes", "stage_times", "DETAILS"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
@@ -116,8 +116,8 @@ def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage:
     return is_bwd, mb
 
 
-def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str
-                         ) -> ExecutionGraph:
+def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str,
+                         blocking_p2p: bool = False) -> ExecutionGraph:
     """Arrays of one iteration from per-stage programs.
 
     Parameters
@@ -126,6 +126,12 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     num_microbatches : int
         m >= 1.
     schedule : {"1f1b", "gpipe"}
+    blocking_p2p : bool
+        Pipeline transfers as Megatron-LM and DeepSpeed run them: a rendezvous
+        that starts once the receiver has finished the op before the one that
+        needs the data, and that the sender waits for before its next op.
+        Otherwise the sender continues at once and the transfer starts when
+        the data is ready.
 
     Returns
     -------
@@ -141,6 +147,11 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     last_f = np.zeros((p, m), np.int64)
     first_b = np.zeros((p, m), np.int64)
     last_b = np.zeros((p, m), np.int64)
+    # neighbours in program order: last task of the op before, first task after (-1: none)
+    prev_f = np.full((p, m), -1, np.int64)
+    prev_b = np.full((p, m), -1, np.int64)
+    next_f = np.full((p, m), -1, np.int64)
+    next_b = np.full((p, m), -1, np.int64)
     base = 0
     for i, pr in enumerate(programs):
         is_bwd, mb = schedule_order(schedule, p, m, i)
@@ -167,6 +178,10 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
                 (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
+        after = np.append(first[1:], base + total if tail else -1)
+        before = np.insert(last[:-1], 0, -1)
+        prev_f[i, mb[~is_bwd]], next_f[i, mb[~is_bwd]] = before[~is_bwd], after[~is_bwd]
+        prev_b[i, mb[is_bwd]], next_b[i, mb[is_bwd]] = before[is_bwd], after[is_bwd]
         if tail:
             cols["op"].append(np.array([x[3] for x in tail]))
             cols["dur"].append(np.array([x[2] for x in tail], float))
@@ -182,9 +197,11 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         base += n_stage
     # Pipeline transfers: forward activations i -> i+1, gradients i+1 -> i.
     for i in range(p - 1):
-        for send_s, s_from, s_to, stage_of_task, op_id in (
-                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"]),
-                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"])):
+        for send_s, s_from, s_to, stage_of_task, op_id, recv_ready, send_next in (
+                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"],
+                 prev_f[i + 1], next_f[i]),
+                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"],
+                 prev_b[i], next_b[i + 1])):
             ids = base + np.arange(m)
             cols["dur"].append(np.full(m, float(send_s)))
             cols["kind"].append(np.full(m, K["pp_p2p"]))
@@ -195,6 +212,10 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["op"].append(np.full(m, op_id))
             src += [s_from, ids]
             dst += [ids, s_to]
+            if blocking_p2p:
+                ok = recv_ready >= 0
+                src += [recv_ready[ok], ids[send_next >= 0]]
+                dst += [ids[ok], send_next[send_next >= 0]]
             base += m
     return ExecutionGraph(
         duration_s=np.concatenate(cols["dur"]).astype(np.float64),
@@ -244,7 +265,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     """Times of every op for the session's shapes, from the store's tables or its analytic model.
 
     A shape missing from a measured store falls back to the analytic model
-    and adds a warning; an analytic store's model is its source of truth.
+    and adds a warning; an analytic or calibrated store's model is its source
+    of truth (its tables are that model tabulated).
     """
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
@@ -257,12 +279,12 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         lk = store.op_time(op, key)
         if lk is not None:
             out.times[op] = lk.time_s
-            if lk.extrapolated and method != "analytic":
+            if lk.extrapolated and method == "measured":
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
             out.times[op] = analytic_op_time(op, key, store)
-            if method != "analytic":
+            if method == "measured":
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
 
@@ -274,7 +296,207 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
     return lk.time_s if lk is not None else analytic_op_time(OPTIMIZER_OP, key, store)
 
 
-def build_graph(session: Session, store) -> tuple[ExecutionGraph, list[str]]:
+#: Granularity of :func:`build_graph`: one task per op (``"op"``) or per stage and micro-batch.
+DETAILS = ("op", "microbatch")
+
+
+def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduce_s: float | None
+                 ) -> tuple[list[tuple[int, int, float, int]], list[tuple[int, int, float, int]]]:
+    """Per-op forward and backward templates of one stage: ``(kind, stream, duration_s, layer)``.
+
+    See :func:`build_graph` for the order of the tasks.
+    """
+    m, pl = session.model, session.plan
+    p = pl.pipeline_parallel
+    layers_per_stage = m.num_layers // p
+    fwd: list[tuple[int, int, float, int]] = []
+    bwd: list[tuple[int, int, float, int]] = []
+
+    def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
+        # 5-tuples: the op index lets calibration and the timeline tell tasks apart
+        out.append((kind, COMPUTE, times[op], layer, OP[op]))
+        if allreduce_s is not None and allreduce:
+            out.append((K["tp_comm"], COMM, allreduce_s, layer, OP["tp_all_reduce"]))
+
+    layers = range(stage * layers_per_stage, (stage + 1) * layers_per_stage)
+    if stage == 0:
+        block(fwd, K["embedding"], "embedding_fwd", -1)   # vocab-parallel embedding all-reduce
+    for layer in layers:
+        block(fwd, K["forward"], "attention_fwd", layer)
+        block(fwd, K["forward"], "mlp_fwd", layer)
+    if stage == p - 1:
+        block(fwd, K["output"], "output_fwd", -1, allreduce=False)
+        block(bwd, K["output"], "output_bwd", -1)
+    for layer in reversed(layers):
+        if pl.recompute == "full":
+            block(bwd, K["recompute"], "attention_fwd", layer)
+            block(bwd, K["recompute"], "mlp_fwd", layer)
+        block(bwd, K["backward"], "mlp_bwd", layer)
+        block(bwd, K["backward"], "attention_bwd", layer)
+    if stage == 0:
+        block(bwd, K["embedding"], "embedding_bwd", -1, allreduce=False)
+    return fwd, bwd
+
+
+@dataclass
+class StageTimes:
+    """Per-stage durations of one plan at micro-batch granularity (the coarse graph's inputs).
+
+    Each stage's compute stream is one chain and its tensor-parallel
+    all-reduces block it, so the per-op tasks of one micro-batch's forward
+    (resp. backward with recomputation) on a stage run back to back; their
+    sum is the duration of the merged task.
+
+    Attributes
+    ----------
+    fwd_s, bwd_s : float64 array, shape (p,)
+        Forward (resp. backward incl. recomputation) of one micro-batch on each
+        stage, tensor-parallel all-reduces included, seconds: the sum in
+        program order of the per-op template of :func:`build_graph`.
+    send_fwd_s, send_bwd_s : float64 array, shape (p,)
+        Pipeline transfer of one micro-batch from stage ``i`` to ``i+1``
+        (resp. ``i-1``), seconds; 0 for the last (resp. first) stage.
+    dp_comm_s : float64 array, shape (p,)
+        Data-parallel gradient all-reduce of each stage, seconds (0 when ``d == 1``).
+    optimizer_s : float64 array, shape (p,)
+        Optimizer step of each stage, seconds.
+    has_dp_comm : bool
+        Whether the graph has data-parallel all-reduce tasks (``d > 1``).
+    op_times_s : dict[str, float]
+        Time of each op of one micro-batch (the per-op templates' durations).
+    tp_all_reduce_s : float or None
+        One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``.
+    warnings : list of str
+        Lookups that extrapolated or fell back to the analytic model.
+    """
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    send_fwd_s: np.ndarray
+    send_bwd_s: np.ndarray
+    dp_comm_s: np.ndarray
+    optimizer_s: np.ndarray
+    has_dp_comm: bool
+    op_times_s: dict[str, float] = field(default_factory=dict)
+    tp_all_reduce_s: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def programs(self) -> list[StageProgram]:
+        """One :class:`StageProgram` per stage with one forward and one backward task each."""
+        return [StageProgram.from_tasks(
+            [(K["forward"], COMPUTE, float(self.fwd_s[i]), -1)],
+            [(K["backward"], COMPUTE, float(self.bwd_s[i]), -1)],
+            send_fwd_s=float(self.send_fwd_s[i]), send_bwd_s=float(self.send_bwd_s[i]),
+            dp_comm_s=float(self.dp_comm_s[i]) if self.has_dp_comm else None,
+            optimizer_s=float(self.optimizer_s[i]),
+        ) for i in range(len(self.fwd_s))]
+
+
+def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
+    """``fn(sink)`` memoized in ``cache`` under ``key``; the warnings it produced are replayed on hits."""
+    if cache is None:
+        return fn(warnings)
+    hit = cache.get(key)
+    if hit is None:
+        sink: list[str] = []
+        hit = cache[key] = (fn(sink), tuple(sink))
+    warnings.extend(hit[1])
+    return hit[0]
+
+
+def _comm_call(comm: CommModel, method: str, *args: float):
+    """A function ``sink -> seconds`` calling ``comm.method(*args)`` and moving its warnings to ``sink``."""
+    def run(sink: list[str]) -> float:
+        n = len(comm.warnings)
+        value = getattr(comm, method)(*args)
+        sink.extend(comm.warnings[n:])
+        del comm.warnings[n:]
+        return value
+    return run
+
+
+def _representatives(p: int) -> list[int]:
+    """Stages whose per-op templates differ: first, one middle stage, last."""
+    return sorted({0, min(1, p - 1), p - 1})
+
+
+def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
+    """Durations of each stage's work at micro-batch granularity (see :class:`StageTimes`).
+
+    The values are those of the per-op graph of :func:`build_graph` (same
+    lookups, same communication model); per-op durations are summed in
+    program order.
+
+    Parameters
+    ----------
+    session : Session
+        A valid session (see :func:`core.config.validate`).
+    store : ProfileStore
+    cache : dict, optional
+        Memo of op lookups and communication times shared between calls; keys
+        include the store's identity, the model and the cluster, so one dict can
+        serve any sessions. Plan sweeps pass one to reuse lookups across plans.
+
+    Raises
+    ------
+    KeyError
+        The profile lacks the dtype or collectives the plan needs.
+    """
+    m, pl, cl = session.model, session.plan, session.cluster
+    t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
+    e = DTYPE_BYTES[pl.precision]
+    warnings: list[str] = []  # communication lookups
+    env = (id(store), m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn, m.seq_length,
+           m.vocab_size, cl.gpus_per_node, cl.intra_node_bandwidth_gbytes_per_s,
+           cl.inter_node_bandwidth_gbits_per_s, pl.precision)
+    if cache is None:
+        ops = lookup_op_times(session, store)
+    else:
+        key = ("ops", env, t, pl.micro_batch_size)
+        if key not in cache:
+            cache[key] = lookup_op_times(session, store)
+        ops = cache[key]
+    times = ops.times
+    comm = CommModel(store, pl, cl)
+    act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
+    ar = (_memo(cache, ("tp", env, t, act_bytes), warnings, _comm_call(comm, "tp_all_reduce", act_bytes))
+          if t > 1 else None)
+    fwd_s, bwd_s = np.empty(p), np.empty(p)
+    reps = _representatives(p)
+    for i in reps:
+        def sums(sink: list[str], i: int = i) -> tuple[float, float]:
+            fwd, bwd = _stage_tasks(session, i, times, ar)
+            return sum(x[2] for x in fwd), sum(x[2] for x in bwd)
+        fwd_s[i], bwd_s[i] = _memo(cache, ("stage", env, t, pl.micro_batch_size, pl.recompute, p, i),
+                                   warnings, sums)
+    if p > 2:
+        fwd_s[1:-1], bwd_s[1:-1] = fwd_s[1], bwd_s[1]
+    p2p_bytes = act_bytes / t
+    share = [comm.stages_share_node(i) for i in range(p - 1)]
+    hop = np.empty(max(p - 1, 0))
+    for flag in set(share):
+        i = share.index(flag)
+        hop[np.array(share) == flag] = _memo(cache, ("p2p", env, flag, p2p_bytes), warnings,
+                                             _comm_call(comm, "p2p", i, p2p_bytes))
+    send_fwd, send_bwd = np.zeros(p), np.zeros(p)
+    send_fwd[:-1], send_bwd[1:] = hop, hop
+    n_params = params_per_gpu(session)
+    dp_s, opt_s = np.zeros(p), np.empty(p)
+    for i in reps:
+        if d > 1:
+            nbytes = n_params[i] * e
+            dp_s[i] = _memo(cache, ("dp", env, t, d, nbytes), warnings,
+                            _comm_call(comm, "dp_all_reduce", nbytes))
+        opt_s[i] = _memo(cache, ("opt", env, n_params[i]), warnings,
+                         lambda sink, n=n_params[i]: optimizer_time(store, n, pl.precision))
+    if p > 2:
+        dp_s[1:-1], opt_s[1:-1] = dp_s[1], opt_s[1]
+    return StageTimes(fwd_s, bwd_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, dict(times), ar,
+                      ops.warnings + sorted(set(warnings)))
+
+
+def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None
+                ) -> tuple[ExecutionGraph, list[str]]:
     """Execution graph of one iteration of Megatron-style GPT training.
 
     Per stage and micro-batch: embedding (first stage), per layer attention
@@ -287,6 +509,24 @@ def build_graph(session: Session, store) -> tuple[ExecutionGraph, list[str]]:
     modelled). After the last backward, the data-parallel gradient
     all-reduce, then the optimizer step.
 
+    Parameters
+    ----------
+    session : Session
+    store : ProfileStore
+    detail : {"op", "microbatch"}
+        ``"op"``: one task per op and all-reduce (what the timeline draws).
+        ``"microbatch"``: each stage's forward (resp. backward with
+        recomputation) of one micro-batch merged into one ``forward`` (resp.
+        ``backward``) task of summed duration, ``layer = -1``. The merged
+        tasks are chains with one entry (the first task) and one exit (the last
+        task), so every remaining task (pipeline transfers, data-parallel
+        all-reduce, optimizer step) and the iteration time keep their start
+        and end times (up to float rounding of the sums); the graph is about
+        ``L/p * 4`` times smaller. The compute/communication split per stage
+        is lost.
+    cache : dict, optional
+        Memo of lookups shared between calls (see :func:`stage_times`).
+
     Returns
     -------
     graph : ExecutionGraph
@@ -297,50 +537,21 @@ def build_graph(session: Session, store) -> tuple[ExecutionGraph, list[str]]:
     ------
     KeyError
         The profile lacks the dtype or collectives the plan needs.
+    ValueError
+        Unknown ``detail``.
     """
-    m, pl = session.model, session.plan
-    t, p = pl.tensor_parallel, pl.pipeline_parallel
-    e = DTYPE_BYTES[pl.precision]
-    ops = lookup_op_times(session, store)
-    comm = CommModel(store, pl, session.cluster)
-    act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
-    ar = comm.tp_all_reduce(act_bytes) if t > 1 else None
-    n_params = params_per_gpu(session)
-    layers_per_stage = m.num_layers // p
+    if detail not in DETAILS:
+        raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
+    pl = session.plan
+    st = stage_times(session, store, cache)
+    if detail == "microbatch":
+        return build_pipeline_graph(st.programs(), pl.num_microbatches, pl.schedule), st.warnings
     programs = []
-    for i in range(p):
-        fwd: list[tuple[int, int, float, int]] = []
-        bwd: list[tuple[int, int, float, int]] = []
-
-        def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
-            out.append((kind, COMPUTE, ops.times[op], layer, OP[op]))
-            if ar is not None and allreduce:
-                out.append((K["tp_comm"], COMM, ar, layer, OP["tp_all_reduce"]))
-
-        layers = range(i * layers_per_stage, (i + 1) * layers_per_stage)
-        if i == 0:
-            block(fwd, K["embedding"], "embedding_fwd", -1)   # vocab-parallel embedding all-reduce
-        for layer in layers:
-            block(fwd, K["forward"], "attention_fwd", layer)
-            block(fwd, K["forward"], "mlp_fwd", layer)
-        if i == p - 1:
-            block(fwd, K["output"], "output_fwd", -1, allreduce=False)
-            block(bwd, K["output"], "output_bwd", -1)
-        for layer in reversed(layers):
-            if pl.recompute == "full":
-                block(bwd, K["recompute"], "attention_fwd", layer)
-                block(bwd, K["recompute"], "mlp_fwd", layer)
-            block(bwd, K["backward"], "mlp_bwd", layer)
-            block(bwd, K["backward"], "attention_bwd", layer)
-        if i == 0:
-            block(bwd, K["embedding"], "embedding_bwd", -1, allreduce=False)
-        p2p_bytes = act_bytes / t
+    for i in range(pl.pipeline_parallel):
+        fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_all_reduce_s)
         programs.append(StageProgram.from_tasks(
-            fwd, bwd,
-            send_fwd_s=comm.p2p(i, p2p_bytes) if i < p - 1 else 0.0,
-            send_bwd_s=comm.p2p(i - 1, p2p_bytes) if i > 0 else 0.0,
-            dp_comm_s=comm.dp_all_reduce(n_params[i] * e) if pl.data_parallel > 1 else None,
-            optimizer_s=optimizer_time(store, n_params[i], pl.precision),
-        ))
+            fwd, bwd, send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
+            dp_comm_s=float(st.dp_comm_s[i]) if st.has_dp_comm else None,
+            optimizer_s=float(st.optimizer_s[i])))
     graph = build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
-    return graph, ops.warnings + sorted(set(comm.warnings))
+    return graph, st.warnings

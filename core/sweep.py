@@ -1,0 +1,819 @@
+"""Design-space explorer: every valid parallel plan, simulated in batch, with cost and Pareto front.
+
+This module repeats the first case study of vTrain (Bang et al., MICRO 2024):
+for one model, one global batch size and a GPU budget, enumerate every valid
+plan (t, p, d, b, schedule, recomputation), predict each plan's iteration
+time, and turn it into days, GPU-hours and dollars for a token budget. The
+time-versus-cost Pareto front then shows which plans are worth considering.
+
+Validity has one source of truth, :func:`core.config.validate`. Plans that do
+not fit in GPU memory are kept and marked with the reason.
+
+Speed
+-----
+The per-plan iteration time equals :func:`core.simulate.simulate`'s (relative
+difference below 1e-9; tests check it), but it is computed without building
+per-op graphs:
+
+* :func:`core.graph.stage_times` gives each stage's forward and backward time
+  of one micro-batch (the per-op chain merged, exact because the compute
+  stream is one chain with one entry and one exit per micro-batch), transfer,
+  data-parallel all-reduce and optimizer times. Op lookups and communication
+  times are memoized across plans.
+* Plans with the same pipeline structure (p, m, schedule) are solved together
+  by :func:`pipeline_iteration_times`: stage end times are a max-plus
+  recurrence, solved per stage with a running maximum over that stage's
+  program (vectorized over the stage's 2m operations and over plans) and
+  Gauss-Seidel sweeps across stages until nothing changes.
+
+Front-end API (CLI ``vtrain sweep`` and the GUI's Explore tab)
+---------------------------------------------------------------
+Everything below is Qt-free and safe to call from a worker thread; it touches
+no global state except read-only caches::
+
+    import threading
+    from core.sweep import SweepSpace, run_sweep, SweepCancelled
+
+    space = SweepSpace(max_gpus=3360)              # or num_gpus=3360 / (1024, 2048)
+    cancel = threading.Event()                     # GUI: cancel.set() from the Cancel button
+
+    def on_progress(done: int, total: int) -> None:  # called on the worker thread
+        ...                                          # emit a queued signal; never touch widgets
+
+    try:
+        result = run_sweep(session, space, deadline_days=90.0,
+                           progress=on_progress, cancel=cancel)
+    except SweepCancelled:
+        ...                                        # the sweep stopped; no result
+    except ConfigError as exc:                     # invalid model/cost/space: exc.errors lists
+        ...                                        # FieldError(field, message), fields "sweep.*"
+
+* Scatter: ``result.training_days`` (x), ``result.cost_usd`` (y), one point per
+  plan; grey where ``~result.fits_in_memory``; the front is
+  ``result.pareto_indices()`` (feasible plans only, sorted by days).
+* Table: ``result.rows()`` (list of dicts, keys :data:`COLUMNS`) or the numpy
+  columns (attributes of :class:`SweepResult`, shape ``(num_plans,)`` each).
+* Filters: ``result.select(num_gpus=..., fits_only=True, deadline_days=...)``
+  returns a boolean mask; ``result.cheapest_within(deadline_days)`` an index.
+* Load a point into the editor: ``result.session_for(i)`` (a new
+  :class:`~core.config.Session` with that plan and the sweep's model, cluster
+  and cost); simulate it as usual to show its timeline.
+* Export: ``result.write_csv(path)``; ``result.to_dict()`` is the CLI's JSON.
+* Save the settings: ``space.to_dict()`` / ``SweepSpace.from_dict(d)`` (plain JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
+                     validate)
+from .graph import schedule_order, stage_times
+from .simulate import model_flops_per_iteration, open_profile, profile_path, stage_memory
+
+__all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
+           "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
+
+#: Micro-batch sizes tried when the space does not name them.
+DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
+#: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
+COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+           "num_microbatches", "schedule", "recompute", "num_gpus", "iteration_time_s",
+           "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
+           "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+
+ProgressFn = Callable[[int, int], None]
+#: Plans are solved in batches of at most this many (stage, op, plan) elements.
+_MAX_BATCH_ELEMENTS = 2_000_000
+
+
+class SweepCancelled(Exception):
+    """The sweep was cancelled through its ``cancel`` argument; no result is returned."""
+
+
+# --------------------------------------------------------------------------- the space
+
+@dataclass
+class SweepSpace:
+    """Which plans a sweep tries. Construction validates nothing; see :meth:`errors`.
+
+    The global batch size B, the precision and the model come from the
+    session; the GPU budget and candidate sizes from here. Give exactly one
+    budget: ``num_gpus`` (exact counts), ``max_gpus``, or only a bound on the
+    data-parallel size (``data_parallel`` / ``max_data_parallel``, no GPU bound).
+
+    Attributes
+    ----------
+    num_gpus : int or sequence of int, optional
+        Exact world sizes ``t*p*d`` allowed.
+    max_gpus : int, optional
+        Largest world size allowed.
+    tensor_parallel : sequence of int, optional
+        Candidate t. Default: divisors of ``cluster.gpus_per_node`` (within a node),
+        plus multiples of it when ``tensor_parallel_across_nodes``.
+    tensor_parallel_across_nodes : bool
+        Also try t = k * gpus_per_node (k >= 2), which ``validate`` allows and the
+        communication model prices as a hierarchical all-reduce. Default False.
+    pipeline_parallel : sequence of int, optional
+        Candidate p. Default: divisors of the layer count L.
+    data_parallel : sequence of int, optional
+        Candidate d. Default: every d the budget allows.
+    max_data_parallel : int, optional
+        Largest d.
+    micro_batch_sizes : sequence of int
+        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
+    schedules : sequence of str
+        Pipeline schedules from :data:`core.config.SCHEDULES`. Default: all.
+    recompute : sequence of str
+        Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
+    """
+
+    num_gpus: int | Sequence[int] | None = None
+    max_gpus: int | None = None
+    tensor_parallel: Sequence[int] | None = None
+    tensor_parallel_across_nodes: bool = False
+    pipeline_parallel: Sequence[int] | None = None
+    data_parallel: Sequence[int] | None = None
+    max_data_parallel: int | None = None
+    micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
+    schedules: Sequence[str] = SCHEDULES
+    recompute: Sequence[str] = RECOMPUTE_MODES
+
+    def gpu_counts(self) -> tuple[int, ...] | None:
+        """``num_gpus`` as a sorted tuple, or None when unset."""
+        if self.num_gpus is None:
+            return None
+        if isinstance(self.num_gpus, (int, np.integer)) and not isinstance(self.num_gpus, bool):
+            return (int(self.num_gpus),)
+        return tuple(sorted(set(self.num_gpus)))
+
+    def errors(self) -> list[FieldError]:
+        """Every rule the space breaks, fields named ``sweep.<attribute>`` (empty when valid)."""
+        errs: list[FieldError] = []
+
+        def pos_int(v: Any) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
+
+        def ints(name: str, values: Any, allow_none: bool = True) -> None:
+            if values is None:
+                if not allow_none:
+                    errs.append(FieldError(f"sweep.{name}", "must be given"))
+                return
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                values = [values]
+            values = list(values)
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            bad = [v for v in values if not pos_int(v)]
+            if bad:
+                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer"))
+
+        ints("num_gpus", self.num_gpus)
+        for name in ("max_gpus", "max_data_parallel"):
+            v = getattr(self, name)
+            if v is not None and not pos_int(v):
+                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer"))
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
+            ints(name, getattr(self, name))
+        ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
+            values = getattr(self, name)
+            values = [values] if isinstance(values, str) else list(values or [])
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            for v in values:
+                if v not in choices:
+                    errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of {', '.join(choices)}"))
+        if self.num_gpus is not None and self.max_gpus is not None:
+            errs.append(FieldError("sweep.num_gpus", "give either num_gpus (exact) or max_gpus, not both"))
+        if (self.num_gpus is None and self.max_gpus is None and self.data_parallel is None
+                and self.max_data_parallel is None):
+            errs.append(FieldError("sweep.max_gpus", "no GPU budget: give num_gpus, max_gpus, "
+                                   "data_parallel or max_data_parallel"))
+        return errs
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (sequences as lists)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple, range)):
+                v = list(v)
+            elif isinstance(v, np.integer):
+                v = int(v)
+            out[name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SweepSpace":
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        ConfigError
+            Not a dict, or an unknown key.
+        """
+        if not isinstance(data, dict):
+            raise ConfigError([FieldError("sweep", "must be a JSON object")])
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**kw)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _as_list(values: Any) -> list:
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        return [values]
+    return list(values)
+
+
+def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
+    """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
+
+    A plan is emitted iff :func:`core.config.validate` accepts the session with
+    that plan and it is within the budget. Candidates that certainly break a
+    rule (``B % d != 0`` implies ``B % (d*b) != 0``) are pruned before validation.
+
+    Parameters
+    ----------
+    session : Session
+        Supplies the model, cluster, cost inputs and ``plan.global_batch_size``,
+        ``plan.precision``; its own t, p, d, b, schedule and recompute are ignored.
+    space : SweepSpace
+
+    Returns
+    -------
+    list of ParallelPlan
+        Ordered by t, p, d, b, schedule, recompute (the orders of their candidate lists).
+
+    Raises
+    ------
+    ConfigError
+        The space breaks a rule (:meth:`SweepSpace.errors`) or the session breaks
+        a rule not about the plan (model, cluster, cost).
+    """
+    errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    if errs:
+        raise ConfigError(errs)
+    m, cl, base = session.model, session.cluster, session.plan
+    B, g = base.global_batch_size, cl.gpus_per_node
+    if space.tensor_parallel is not None:
+        ts = sorted(set(_as_list(space.tensor_parallel)))
+    else:
+        ts = _divisors(g)
+        if space.tensor_parallel_across_nodes:
+            ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
+    ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
+          else _divisors(m.num_layers))
+    bs = sorted(set(_as_list(space.micro_batch_sizes)))
+    scheds = list(dict.fromkeys(_as_list(space.schedules)))
+    rcs = list(dict.fromkeys(_as_list(space.recompute)))
+    counts = space.gpu_counts()
+    d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
+    d_divisors = _divisors(B)  # d must divide B (d*b divides B)
+    plans: list[ParallelPlan] = []
+    for t in ts:
+        for p in ps:
+            tp = t * p
+            if counts is not None:
+                ds = sorted({n // tp for n in counts if n % tp == 0})
+            elif space.max_gpus is not None:
+                ds = [d for d in d_divisors if d * tp <= space.max_gpus]
+            else:
+                ds = list(d_divisors)
+            ds = [d for d in ds if B % d == 0
+                  and (d_allowed is None or d in d_allowed)
+                  and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+            for d in ds:
+                for b in bs:
+                    for sched in scheds:
+                        for rc in rcs:
+                            plan = ParallelPlan(t, p, d, b, B, sched, rc, base.precision)
+                            if not validate(Session(m, plan, cl, session.cost)):
+                                plans.append(plan)
+    return plans
+
+
+# --------------------------------------------------------------------------- batch solver
+
+@lru_cache(maxsize=32)
+def _pipeline_structure(schedule: str, p: int, m: int):
+    """Program order of every stage as arrays (read-only).
+
+    Returns ``is_bwd`` (p, 2m) bool; ``nf``, ``nb`` (p, 2m) forwards and backwards
+    among ops ``0..k``; ``src`` (p, 2m) row of the flattened ``(p*2m + 1, n)``
+    end-time array that op ``k`` waits for (the sender's op of the same
+    micro-batch; the last row, always 0, when it waits for no transfer);
+    ``from_prev`` (p, 2m) bool, whether that sender is stage ``i-1`` (a forward).
+    """
+    is_bwd = np.empty((p, 2 * m), bool)
+    mbs = np.empty((p, 2 * m), np.int64)
+    posf = np.empty((p, m), np.int64)
+    posb = np.empty((p, m), np.int64)
+    for i in range(p):
+        bw, mb = schedule_order(schedule, p, m, i)
+        is_bwd[i], mbs[i] = bw, mb
+        posf[i, mb[~bw]] = np.flatnonzero(~bw)
+        posb[i, mb[bw]] = np.flatnonzero(bw)
+    if not np.all(posb[:, m - 1] == 2 * m - 1):  # both schedules end with the last backward
+        raise AssertionError(f"{schedule}: last op is not the backward of the last micro-batch")
+    nb = np.cumsum(is_bwd, axis=1)          # backwards among ops 0..k, (p, 2m)
+    nf = np.arange(1, 2 * m + 1) - nb       # forwards among ops 0..k
+    stage = np.arange(p)[:, None]
+    from_prev = ~is_bwd & (stage > 0)
+    from_next = is_bwd & (stage < p - 1)
+    src = np.full((p, 2 * m), p * 2 * m, np.int64)
+    prev_pos = posf[np.maximum(stage - 1, 0), mbs]   # (p, 2m): forward of this mb on stage i-1
+    next_pos = posb[np.minimum(stage + 1, p - 1), mbs]
+    src[from_prev] = ((stage - 1) * 2 * m + prev_pos)[from_prev]
+    src[from_next] = ((stage + 1) * 2 * m + next_pos)[from_next]
+    out = (is_bwd, nf, nb, src, from_prev, from_next)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
+                             bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
+                             dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
+                             return_updates: bool = False) -> np.ndarray | tuple[np.ndarray, int]:
+    """Iteration times of many plans with one pipeline structure, without building graphs.
+
+    Equals the critical path of :func:`core.graph.build_pipeline_graph` on
+    stage programs with one forward task (``fwd_s``) and one backward task
+    (``bwd_s``), transfers, data-parallel all-reduce and optimizer step, up to
+    float rounding (tests compare with :func:`core.solver.solve`).
+
+    Method: the end time of op ``k`` of stage ``i`` is
+    ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the arrival of the
+    transfer it waits for (from stage ``i-1`` for a forward, ``i+1`` for a
+    backward; 0 when none). With prefix sums ``S`` of the durations this is
+    ``E[k] = S[k] + max_{l<=k}(R[l] - S[l-1])``, a running maximum over the
+    stage's program. Stages are updated in alternating ascending and
+    descending sweeps, starting from the lower bound ``-inf``, and a stage is
+    recomputed only when a neighbour changed since its last update; every
+    update is monotone, so the fixed point reached is the least one, i.e. the
+    longest-path times of the DAG. The iteration time is
+    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+
+    Parameters
+    ----------
+    schedule : {"1f1b", "gpipe"}
+    num_microbatches : int
+        m >= 1.
+    fwd_s, bwd_s : float array, shape (p, n)
+        Forward / backward of one micro-batch per stage (rows) and plan (columns), seconds.
+    send_fwd_s, send_bwd_s : float array, shape (p, n)
+        Transfer from stage i to i+1 (resp. i-1); the last (resp. first) row is unused.
+    dp_comm_s, optimizer_s : float array, shape (p, n)
+        Tail of each stage after its last backward (0 for a missing all-reduce).
+    return_updates : bool
+        Also return the number of stage updates made (diagnostics).
+
+    Returns
+    -------
+    float64 array, shape (n,)
+        Iteration time of each plan, seconds.
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule, ``m < 1`` or arrays of different shapes.
+    """
+    F = np.asarray(fwd_s, np.float64)
+    if F.ndim != 2:
+        raise ValueError(f"fwd_s must have shape (p, n), got {F.shape}")
+    arrays = [np.asarray(a, np.float64) for a in (bwd_s, send_fwd_s, send_bwd_s, dp_comm_s,
+                                                  optimizer_s)]
+    if any(a.shape != F.shape for a in arrays):
+        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n)")
+    Bw, cf, cb, dp, opt = arrays
+    m = int(num_microbatches)
+    if m < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+    p, n = F.shape
+    is_bwd, nf, nb, src, from_prev, from_next = _pipeline_structure(schedule, p, m)
+    S = nf[:, :, None] * F[:, None, :] + nb[:, :, None] * Bw[:, None, :]     # (p, 2m, n) prefix sums
+    # Q = (transfer time of the awaited message) - S[k-1]: R[k] - S[k-1] = E[src] + Q
+    Q = np.where(is_bwd[:, :, None], Bw[:, None, :], F[:, None, :]) - S
+    cf_prev = np.concatenate([np.zeros((1, n)), cf[:-1]])                   # (p, n): send of i-1
+    cb_next = np.concatenate([cb[1:], np.zeros((1, n))])                    # send of i+1
+    Q += np.where(from_prev[:, :, None], cf_prev[:, None, :],
+                  np.where(from_next[:, :, None], cb_next[:, None, :], 0.0))
+    E = np.full((p * 2 * m + 1, n), -np.inf)  # flattened (p, 2m) end times + a row of zeros
+    E[-1] = 0.0
+    version = np.zeros(p + 2, np.int64)       # version[i + 1]: changes of stage i so far
+    seen = np.full((p, 2), -1, np.int64)      # neighbours' versions at a stage's last update
+    updates = 0
+    sweep = 0
+    up, down = list(range(p)), list(range(p - 1, -1, -1))
+    while True:
+        changed = False
+        for i in (up if sweep % 2 == 0 else down):
+            nbr = (version[i], version[i + 2])
+            if seen[i, 0] == nbr[0] and seen[i, 1] == nbr[1]:
+                continue  # inputs unchanged since the last update: still a fixed point
+            seen[i] = nbr
+            new = np.maximum.accumulate(E[src[i]] + Q[i], axis=0)
+            new += S[i]
+            updates += 1
+            rows = slice(i * 2 * m, (i + 1) * 2 * m)
+            if not np.array_equal(new, E[rows]):
+                E[rows] = new
+                version[i + 1] += 1
+                changed = True
+        sweep += 1
+        if not changed:
+            break
+    last = E[2 * m - 1:p * 2 * m:2 * m]  # (p, n): end of each stage's last backward
+    T = ((last + dp) + opt).max(axis=0)
+    return (T, updates) if return_updates else T
+
+
+# --------------------------------------------------------------------------- Pareto
+
+def pareto_front(days: np.ndarray, cost: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Plans not dominated in (days, cost), both minimized.
+
+    Plan ``j`` dominates ``i`` when ``days[j] <= days[i]`` and ``cost[j] <=
+    cost[i]`` with at least one strict. Plans with identical (days, cost) do not
+    dominate each other, so both are on the front.
+
+    Parameters
+    ----------
+    days, cost : float array, shape (n,)
+    mask : bool array, shape (n,), optional
+        Plans taking part (e.g. those that fit in memory); others are never on the front.
+
+    Returns
+    -------
+    bool array, shape (n,)
+    """
+    days = np.asarray(days, np.float64)
+    cost = np.asarray(cost, np.float64)
+    cand = np.flatnonzero(np.ones(days.shape, bool) if mask is None else np.asarray(mask, bool))
+    out = np.zeros(days.shape, bool)
+    order = cand[np.lexsort((cost[cand], days[cand]))]
+    best_cost = math.inf
+    last: tuple[float, float] | None = None
+    for i in order.tolist():
+        key = (days[i], cost[i])
+        if cost[i] < best_cost:
+            out[i] = True
+            best_cost = cost[i]
+            last = key
+        elif key == last:  # exact duplicate of a front point
+            out[i] = True
+    return out
+
+
+# --------------------------------------------------------------------------- result
+
+@dataclass
+class SweepResult:
+    """All plans of a sweep as columns (numpy arrays of shape (num_plans,)) plus the summary.
+
+    Attributes
+    ----------
+    session : Session
+        The sweep's input (model, cluster, cost inputs, B, precision).
+    space : SweepSpace
+    tensor_parallel, pipeline_parallel, data_parallel : int64 arrays
+    micro_batch_size, num_microbatches, num_gpus : int64 arrays
+    schedule, recompute : str arrays
+    iteration_time_s : float64 array
+        Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
+    tokens_per_s, mfu : float64 arrays
+        Throughput (tokens/s) and model FLOPs utilization (0..1).
+    training_days, gpu_hours, cost_usd : float64 arrays
+        For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
+    max_memory_per_gpu_bytes : float64 array
+        Largest per-GPU memory over the stages, bytes.
+    fits_in_memory : bool array
+    reason : list of str
+        Why a plan does not fit ("" when it fits).
+    pareto : bool array
+        On the (days, cost) Pareto front of the plans that fit.
+    fastest, cheapest : int or None
+        Indices among plans that fit (ties: the cheaper, resp. faster, then the first).
+    deadline_days : float or None
+    cheapest_within_deadline : int or None
+        Cheapest plan that fits and trains within ``deadline_days``.
+    wall_s : float
+        Wall time of the sweep, seconds.
+    warnings : list of str
+        Distinct lookup warnings of all plans.
+    profile : dict
+        Device name and provenance of the profile store used.
+    """
+
+    session: Session
+    space: SweepSpace
+    tensor_parallel: np.ndarray
+    pipeline_parallel: np.ndarray
+    data_parallel: np.ndarray
+    micro_batch_size: np.ndarray
+    num_microbatches: np.ndarray
+    num_gpus: np.ndarray
+    schedule: np.ndarray
+    recompute: np.ndarray
+    iteration_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    training_days: np.ndarray
+    gpu_hours: np.ndarray
+    cost_usd: np.ndarray
+    max_memory_per_gpu_bytes: np.ndarray
+    fits_in_memory: np.ndarray
+    reason: list[str]
+    pareto: np.ndarray
+    fastest: int | None
+    cheapest: int | None
+    deadline_days: float | None
+    cheapest_within_deadline: int | None
+    wall_s: float
+    warnings: list[str] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_plans(self) -> int:
+        """Number of valid plans (fitting or not)."""
+        return int(self.iteration_time_s.shape[0])
+
+    @property
+    def num_feasible(self) -> int:
+        """Number of plans that fit in GPU memory."""
+        return int(np.count_nonzero(self.fits_in_memory))
+
+    def plan(self, i: int) -> ParallelPlan:
+        """The parallel plan of row ``i``."""
+        base = self.session.plan
+        return ParallelPlan(int(self.tensor_parallel[i]), int(self.pipeline_parallel[i]),
+                            int(self.data_parallel[i]), int(self.micro_batch_size[i]),
+                            base.global_batch_size, str(self.schedule[i]), str(self.recompute[i]),
+                            base.precision)
+
+    def session_for(self, i: int) -> Session:
+        """A new session: the sweep's model, cluster and cost with the plan of row ``i``."""
+        s = self.session.copy()
+        s.plan = self.plan(i)
+        return s
+
+    def index_of(self, plan: ParallelPlan) -> int | None:
+        """Row of ``plan`` (t, p, d, b, schedule, recompute), or None when not in the sweep."""
+        hit = np.flatnonzero(
+            (self.tensor_parallel == plan.tensor_parallel)
+            & (self.pipeline_parallel == plan.pipeline_parallel)
+            & (self.data_parallel == plan.data_parallel) & (self.micro_batch_size == plan.micro_batch_size)
+            & (self.schedule == plan.schedule) & (self.recompute == plan.recompute))
+        return int(hit[0]) if hit.size else None
+
+    def pareto_indices(self) -> np.ndarray:
+        """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
+        idx = np.flatnonzero(self.pareto)
+        return idx[np.lexsort((self.cost_usd[idx], self.training_days[idx]))]
+
+    def dominated_by(self, i: int) -> np.ndarray:
+        """Rows of plans that fit and dominate row ``i`` in (days, cost); int64 (k,)."""
+        d, c = self.training_days, self.cost_usd
+        dom = self.fits_in_memory & (d <= d[i]) & (c <= c[i]) & ((d < d[i]) | (c < c[i]))
+        return np.flatnonzero(dom)
+
+    def select(self, num_gpus: int | Sequence[int] | None = None, max_gpus: int | None = None,
+               fits_only: bool = False, deadline_days: float | None = None,
+               max_cost_usd: float | None = None) -> np.ndarray:
+        """Boolean mask (num_plans,) of the rows passing every given filter."""
+        mask = np.ones(self.num_plans, bool)
+        if num_gpus is not None:
+            mask &= np.isin(self.num_gpus, _as_list(num_gpus))
+        if max_gpus is not None:
+            mask &= self.num_gpus <= max_gpus
+        if fits_only:
+            mask &= self.fits_in_memory
+        if deadline_days is not None:
+            mask &= self.training_days <= deadline_days
+        if max_cost_usd is not None:
+            mask &= self.cost_usd <= max_cost_usd
+        return mask
+
+    def cheapest_within(self, deadline_days: float) -> int | None:
+        """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then first)."""
+        return _best(self.cost_usd, self.training_days, self.select(fits_only=True,
+                                                                     deadline_days=deadline_days))
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as a JSON-able dict with the keys :data:`COLUMNS`."""
+        out: dict[str, Any] = {}
+        for c in COLUMNS:
+            if c == "on_pareto_front":
+                out[c] = bool(self.pareto[i])
+            elif c == "reason":
+                out[c] = self.reason[i]
+            else:
+                v = getattr(self, c)[i]
+                out[c] = v.item() if isinstance(v, np.generic) else v
+        return out
+
+    def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts (all, or ``indices`` in that order)."""
+        return [self.row(i) for i in (range(self.num_plans) if indices is None else indices)]
+
+    def to_dict(self, include_all: bool = False) -> dict[str, Any]:
+        """The summary document ``vtrain sweep --json`` prints.
+
+        Keys: ``num_plans``, ``num_feasible``, ``wall_s``, ``fastest``,
+        ``cheapest``, ``deadline_days``, ``cheapest_within_deadline`` (plan
+        dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
+        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``; with
+        ``include_all``, ``plans`` (every row).
+        """
+        pick = (lambda i: None if i is None else self.row(i))
+        doc = {
+            "num_plans": self.num_plans, "num_feasible": self.num_feasible, "wall_s": self.wall_s,
+            "fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
+            "deadline_days": self.deadline_days,
+            "cheapest_within_deadline": pick(self.cheapest_within_deadline),
+            "pareto": self.rows(self.pareto_indices().tolist()),
+            "training_tokens": self.session.cost.training_tokens,
+            "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
+            "profile": self.profile, "warnings": self.warnings,
+        }
+        if include_all:
+            doc["plans"] = self.rows()
+        return doc
+
+    def csv_text(self) -> str:
+        """All rows as CSV text with a header row of :data:`COLUMNS`."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in self.rows():
+            w.writerow([repr(v) if isinstance(v, float) else v for v in r.values()])
+        return buf.getvalue()
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write :meth:`csv_text` to ``path`` atomically. Raises ``OSError`` when not writable."""
+        from .session import atomic_write_text
+        atomic_write_text(path, self.csv_text())
+
+
+def _best(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    if not idx.size:
+        return None
+    return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
+
+
+# --------------------------------------------------------------------------- driver
+
+def _is_cancelled(cancel: Any) -> bool:
+    if cancel is None:
+        return False
+    if hasattr(cancel, "is_set"):
+        return bool(cancel.is_set())
+    return bool(cancel())
+
+
+def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
+              progress: ProgressFn | None = None, cancel: Any = None) -> SweepResult:
+    """Enumerate, simulate and cost every valid plan of ``space``.
+
+    Parameters
+    ----------
+    session : Session
+        Model, cluster, cost inputs (token budget, price per GPU-hour), global
+        batch size and precision; its plan's t, p, d, b, schedule and recompute
+        are not used.
+    space : SweepSpace
+        Budget and candidate sizes.
+    store : ProfileStore, optional
+        Default: the store :func:`core.simulate.profile_path` names for the session.
+    deadline_days : float, optional
+        Also find the cheapest plan within this many days (> 0).
+    progress : callable ``(done, total) -> None``, optional
+        Called with ``(0, total)`` first, then after each batch of plans with the
+        number of plans finished (``total`` = number of valid plans), from the
+        calling thread. Must not raise.
+    cancel : threading.Event or callable returning bool, optional
+        Checked between batches (each a few ms to ~0.1 s of work); when set,
+        :class:`SweepCancelled` is raised.
+
+    Returns
+    -------
+    SweepResult
+
+    Raises
+    ------
+    ConfigError
+        Invalid space, model, cluster or cost inputs, or ``deadline_days <= 0``.
+    ProfileStoreError
+        The profile store cannot be opened.
+    KeyError
+        The profile lacks data a plan needs (dtype peak, collectives).
+    SweepCancelled
+        ``cancel`` was set.
+    """
+    t0 = time.perf_counter()
+    if deadline_days is not None and not (isinstance(deadline_days, (int, float))
+                                          and math.isfinite(deadline_days) and deadline_days > 0):
+        raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
+                                      "must be a positive number")])
+    plans = enumerate_plans(session, space)
+    session = session.copy()  # the result keeps the inputs it was computed from
+    if store is None:
+        store = open_profile(profile_path(session))
+    n = len(plans)
+    col = {k: np.zeros(n, np.int64) for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                                               "micro_batch_size", "num_microbatches", "num_gpus")}
+    for i, pl in enumerate(plans):
+        col["tensor_parallel"][i], col["pipeline_parallel"][i] = pl.tensor_parallel, pl.pipeline_parallel
+        col["data_parallel"][i], col["micro_batch_size"][i] = pl.data_parallel, pl.micro_batch_size
+        col["num_microbatches"][i], col["num_gpus"][i] = pl.num_microbatches, pl.num_gpus
+    iteration = np.zeros(n)
+    max_mem = np.zeros(n)
+    reason = [""] * n
+    capacity = float(store.memory_bytes)
+    groups: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for i, pl in enumerate(plans):
+        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
+    lookup_cache: dict = {}
+    times_cache: dict[tuple, Any] = {}
+    warnings: set[str] = set()
+    model, cluster, cost = session.model, session.cluster, session.cost
+    done = 0
+    if progress is not None:
+        progress(0, n)
+    for (p, m, schedule), group in sorted(groups.items()):
+        # chunks of plans keep the (p, 2m, plans) work arrays near 16 MB each
+        step = max(1, _MAX_BATCH_ELEMENTS // (p * 2 * m))
+        for start in range(0, len(group), step):
+            if _is_cancelled(cancel):
+                raise SweepCancelled("sweep cancelled")
+            idx = group[start:start + step]
+            cols = np.empty((6, p, len(idx)))
+            for j, i in enumerate(idx):
+                pl = plans[i]
+                key = (pl.tensor_parallel, p, pl.data_parallel, pl.micro_batch_size, pl.recompute)
+                st = times_cache.get(key)
+                if st is None:
+                    st = times_cache[key] = stage_times(Session(model, pl, cluster, cost), store,
+                                                        lookup_cache)
+                    warnings.update(st.warnings)
+                cols[:, :, j] = (st.fwd_s, st.bwd_s, st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
+                                 st.optimizer_s)
+                totals = [sm.total_bytes for sm in stage_memory(Session(model, pl, cluster, cost))]
+                worst = int(np.argmax(totals))
+                max_mem[i] = totals[worst]
+                if totals[worst] > capacity:  # same rule and message as core.simulate
+                    reason[i] = (f"does not fit: stage {worst} needs {totals[worst] / 2**30:.1f} GiB "
+                                 f"per GPU, the GPU has {capacity / 2**30:.1f} GiB")
+            iteration[idx] = pipeline_iteration_times(schedule, m, *cols)
+            done += len(idx)
+            if progress is not None:
+                progress(done, n)
+    # Cost, as core.simulate computes it.
+    tokens_per_iter = session.plan.global_batch_size * model.seq_length
+    iterations = cost.training_tokens / tokens_per_iter
+    train_s = iterations * iteration
+    num_gpus = col["num_gpus"].astype(np.float64)
+    gpu_hours = train_s * num_gpus / 3600
+    peak = float(store.peak_flops[session.plan.precision]) * num_gpus
+    fits = max_mem <= capacity
+    days = train_s / 86400
+    cost_usd = gpu_hours * cost.price_per_gpu_hour_usd
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tokens_per_s = tokens_per_iter / iteration
+        mfu = model_flops_per_iteration(session) / iteration / peak
+    schedules = np.array([pl.schedule for pl in plans], dtype=f"<U{max(map(len, SCHEDULES))}")
+    recomputes = np.array([pl.recompute for pl in plans], dtype=f"<U{max(map(len, RECOMPUTE_MODES))}")
+    pareto = pareto_front(days, cost_usd, fits)
+    result = SweepResult(
+        session=session, space=space, **col, schedule=schedules, recompute=recomputes,
+        iteration_time_s=iteration, tokens_per_s=tokens_per_s, mfu=mfu, training_days=days,
+        gpu_hours=gpu_hours, cost_usd=cost_usd, max_memory_per_gpu_bytes=max_mem,
+        fits_in_memory=fits, reason=reason, pareto=pareto,
+        fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
+        deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
+        warnings=sorted(warnings),
+        profile={"device": store.device_name, "path": str(store.path) if store.path else "",
+                 **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
+    )
+    if deadline_days is not None:
+        result.cheapest_within_deadline = result.cheapest_within(deadline_days)
+    result.wall_s = time.perf_counter() - t0
+    return result

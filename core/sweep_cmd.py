@@ -1,0 +1,251 @@
+"""``vtrain sweep``: every valid parallel plan of a config, its cost and the Pareto front.
+
+Kept apart from :mod:`core.cli` (which only registers the subcommand) so that
+several people can add subcommands without touching the same lines. Errors
+are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError
+
+__all__ = ["add_sweep_parser", "run_command"]
+
+GiB = 2**30
+
+
+def add_sweep_parser(sub: Any) -> None:
+    """Add the ``sweep`` subcommand to ``vtrain``'s sub-parsers."""
+    sw = sub.add_parser(
+        "sweep", help="search every valid parallel plan: time, cost, Pareto front",
+        description="Enumerate every valid plan (tensor, pipeline and data parallel sizes, "
+                    "micro-batch size, schedule, recomputation) for the model and global batch "
+                    "size of CONFIG within a GPU budget, predict each plan's iteration time and "
+                    "print the fastest and cheapest plans and the (days, dollars) Pareto front. "
+                    "Without --gpus, --max-gpus or --max-data-parallel the budget is at most "
+                    "the GPU count of CONFIG's plan.")
+    sw.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
+    budget = sw.add_mutually_exclusive_group()
+    budget.add_argument("--gpus", metavar="N[,N...]", help="exact GPU count(s)")
+    budget.add_argument("--max-gpus", metavar="N", help="largest GPU count")
+    sw.add_argument("--max-data-parallel", metavar="D", help="largest data-parallel size")
+    sw.add_argument("--tensor-parallel", metavar="T[,T...]",
+                    help="tensor-parallel sizes to try (default: divisors of the GPUs per node)")
+    sw.add_argument("--tensor-parallel-across-nodes", action="store_true",
+                    help="also try tensor-parallel sizes that are multiples of a node")
+    sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
+                    help="pipeline-parallel sizes to try (default: divisors of the layer count)")
+    sw.add_argument("--micro-batch-sizes", metavar="B[,B...]", default="1,2,4,8",
+                    help="micro-batch sizes to try (default 1,2,4,8)")
+    sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
+                    help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
+                    help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
+    sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
+    sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+                    help="price of one GPU-hour in USD (overrides the file)")
+    sw.add_argument("--deadline-days", type=float, metavar="D",
+                    help="also report the cheapest plan that trains within D days")
+    sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sw.add_argument("--out", metavar="FILE.csv", help="write every plan to a CSV file")
+    sw.add_argument("--json", action="store_true",
+                    help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
+                         "cheapest, pareto, ...) instead of tables")
+
+
+def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError([FieldError(option, f"{text!r} is not a comma-separated list of "
+                                              "integers")]) from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError([FieldError(option, f"{text!r}: every value must be a positive integer")])
+    return values
+
+
+def _one_int(option: str, text: str | None) -> int | None:
+    values = _ints(option, text)
+    if values is not None and len(values) != 1:
+        raise ConfigError([FieldError(option, f"{text!r}: give one positive integer")])
+    return None if values is None else values[0]
+
+
+def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+    values = tuple(v.strip().lower() for v in text.split(",") if v.strip())
+    bad = [v for v in values if v not in choices]
+    if not values or bad:
+        raise ConfigError([FieldError(option, f"{text!r}: choose from {', '.join(choices)}")])
+    return values
+
+
+def _space_from_args(args: argparse.Namespace, session) -> Any:
+    from .sweep import SweepSpace
+    gpus = _ints("--gpus", args.gpus)
+    max_gpus = _one_int("--max-gpus", args.max_gpus)
+    max_d = _one_int("--max-data-parallel", args.max_data_parallel)
+    if gpus is None and max_gpus is None and max_d is None:
+        max_gpus = session.plan.num_gpus
+    return SweepSpace(
+        num_gpus=gpus, max_gpus=max_gpus, max_data_parallel=max_d,
+        tensor_parallel=_ints("--tensor-parallel", args.tensor_parallel),
+        tensor_parallel_across_nodes=args.tensor_parallel_across_nodes,
+        pipeline_parallel=_ints("--pipeline-parallel", args.pipeline_parallel),
+        micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
+        schedules=_names("--schedules", args.schedules, SCHEDULES),
+        recompute=_names("--recompute", args.recompute, RECOMPUTE_MODES),
+    )
+
+
+def _check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
+    from pathlib import Path
+
+    from .session import load_any
+    from .sweep import run_sweep
+
+    _check_number("--tokens", args.tokens)
+    _check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
+    _check_number("--deadline-days", args.deadline_days)
+    session = load_any(args.path)
+    if args.profile:
+        session.cluster.profile_path = str(Path(args.profile).resolve())
+    if args.tokens is not None:
+        session.cost.training_tokens = args.tokens
+    if args.price_per_gpu_hour is not None:
+        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    space = _space_from_args(args, session)
+    err_console = Console(stderr=True)
+    if args.json or not err_console.is_terminal:
+        result = run_sweep(session, space, deadline_days=args.deadline_days)
+    else:
+        with Progress(TextColumn("sweeping plans"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task("sweep", total=None)
+            result = run_sweep(session, space, deadline_days=args.deadline_days,
+                               progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if result.num_plans == 0:
+        raise ConfigError([FieldError("sweep", f"no valid plan for {session.model.name} with "
+                                      f"global batch {session.plan.global_batch_size} in this budget "
+                                      f"({_budget_text(space)})")])
+    if args.out:
+        result.write_csv(args.out)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        _print_result(result, Console(), args.out)
+    return 0
+
+
+def _budget_text(space) -> str:
+    parts = []
+    if space.num_gpus is not None:
+        parts.append(f"exactly {', '.join(map(str, space.gpu_counts()))} GPUs")
+    if space.max_gpus is not None:
+        parts.append(f"at most {space.max_gpus:,} GPUs")
+    if space.max_data_parallel is not None:
+        parts.append(f"d <= {space.max_data_parallel}")
+    return "; ".join(parts)
+
+
+def _money(usd: float) -> str:
+    if usd >= 1e6:
+        return f"${usd / 1e6:,.2f}M"
+    if usd >= 1e3:
+        return f"${usd / 1e3:,.1f}k"
+    return f"${usd:,.0f}"
+
+
+def _plan_cells(result, i: int) -> list[str]:
+    mem = f"{result.max_memory_per_gpu_bytes[i] / GiB:,.1f}"
+    return [str(result.tensor_parallel[i]), str(result.pipeline_parallel[i]), str(result.data_parallel[i]),
+            str(result.micro_batch_size[i]), str(result.schedule[i]), str(result.recompute[i]),
+            f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}",
+            f"{result.training_days[i]:,.1f}",
+            _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
+            mem if result.fits_in_memory[i] else f"[red]{mem}![/]"]
+
+
+def _plan_table(title: str, first_col: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=0)
+    if first_col is not None:
+        t.add_column(first_col, style="bold", no_wrap=True)
+    for col in ("t", "p", "d", "b", "sched", "recomp", "GPUs", "iter s", "days", "cost", "MFU", "GiB"):
+        t.add_column(col, justify="left" if col in ("sched", "recomp") else "right", no_wrap=True)
+    return t
+
+
+def _print_result(result, console: Console, csv_path: str | None) -> None:
+    s = result.session
+    console.print(f"[bold]{s.model.name}[/] on {s.cluster.gpu}, global batch {s.plan.global_batch_size}, "
+                  f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
+                  f"/GPU-hour; budget: {_budget_text(result.space)}")
+    prov = result.profile
+    console.print(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}")
+    console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
+                  f"swept in {result.wall_s:.2f} s")
+    if result.num_feasible == 0:
+        console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
+    console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
+    best = _plan_table("Best plans", "")
+    rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
+    if result.deadline_days is not None:
+        rows.append((f"<= {result.deadline_days:g} d", result.cheapest_within_deadline))
+    own = result.index_of(s.plan)
+    if own is not None:
+        rows.append(("config", own))
+    for label, i in rows:
+        if i is None:
+            best.add_row(label, *(["-"] * 12))
+        else:
+            best.add_row(label, *_plan_cells(result, i))
+    console.print(best)
+    console.print()
+    if own is not None:
+        if result.pareto[own]:
+            console.print("The config's plan is on the Pareto front.")
+        elif not result.fits_in_memory[own]:
+            console.print(f"The config's plan does not fit: {result.reason[own]}")
+        else:
+            dom = result.dominated_by(own)
+            j = int(dom[np.argmin(result.cost_usd[dom])])
+            console.print(
+                f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
+                f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
+                f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
+                f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
+                f"takes {result.training_days[j] / result.training_days[own] - 1:+.1%} time for "
+                f"{result.cost_usd[j] / result.cost_usd[own] - 1:+.1%} cost.")
+    console.print()
+    front = _plan_table(f"Pareto front of (days, cost): {int(result.pareto.sum())} plans, fastest first")
+    for i in result.pareto_indices().tolist():
+        front.add_row(*_plan_cells(result, i))
+    if result.num_feasible:
+        console.print(front)
+    for w in result.warnings[:10]:
+        console.print(f"[yellow]warning:[/] {w}")
+    if csv_path:
+        console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")

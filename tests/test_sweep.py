@@ -1,0 +1,358 @@
+"""Design-space explorer: enumeration, batch simulation, cost, Pareto front and ``vtrain sweep``."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
+                         ParallelPlan, Session, validate)
+from core.graph import StageProgram, build_graph, build_pipeline_graph
+from core.graph_types import KINDS
+from core.simulate import open_profile, profile_path, simulate
+from core.solver import solve
+from core.sweep import (SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
+                        pipeline_iteration_times, run_sweep)
+from tests.conftest import ROOT, shared_file
+
+TINY = ModelConfig("tiny", num_layers=4, hidden_size=64, num_attention_heads=8, ffn_hidden_size=None,
+                   seq_length=32, vocab_size=1000)
+
+
+def tiny_session(global_batch=8, gpus_per_node=4, **cost) -> Session:
+    return Session(TINY, ParallelPlan(1, 1, 1, 1, global_batch, "1f1b", "none", "bf16"),
+                   ClusterConfig(gpus_per_node=gpus_per_node), CostConfig(**{"price_per_gpu_hour_usd": 2.0,
+                                                                             "training_tokens": 1e9, **cost}))
+
+
+def key(plan: ParallelPlan) -> tuple:
+    return (plan.tensor_parallel, plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size,
+            plan.schedule, plan.recompute)
+
+
+# --------------------------------------------------------------------------- enumeration
+
+def test_exact_budget_count_by_hand():
+    # gpus_per_node=4 -> t in {1,2,4}; L=4 -> p in {1,2,4}; d = 4/(t*p):
+    # (t,p,d) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1); b in {1,2}; B=8 divisible by every d*b.
+    space = SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2), schedules=("1f1b",), recompute=("none",))
+    plans = enumerate_plans(tiny_session(8), space)
+    assert len(plans) == 12
+    assert {(p.tensor_parallel, p.pipeline_parallel, p.data_parallel) for p in plans} == {
+        (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
+    # B=4: d=4 with b=2 breaks B % (d*b) == 0, the only one
+    assert len(enumerate_plans(tiny_session(4), space)) == 11
+    # every schedule and recomputation mode: 4x
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 48
+
+
+def test_max_budget_count_by_hand():
+    # t*p*d <= 4: t=1: p=1 (d 1,2,4), p=2 (d 1,2), p=4 (d 1) -> 6; t=2: p=1 (d 1,2), p=2 (d 1) -> 3;
+    # t=4: p=1, d=1 -> 1. Ten (t,p,d) times b in {1,2}.
+    space = SweepSpace(max_gpus=4, micro_batch_sizes=(1, 2), schedules=("gpipe",), recompute=("full",))
+    plans = enumerate_plans(tiny_session(8), space)
+    assert len(plans) == 20
+    assert all(p.num_gpus <= 4 and p.schedule == "gpipe" and p.recompute == "full" for p in plans)
+    # a list of exact counts is the union of the exact sweeps
+    both = enumerate_plans(tiny_session(8), SweepSpace(num_gpus=(2, 4), micro_batch_sizes=(1, 2),
+                                                       schedules=("gpipe",), recompute=("full",)))
+    two = enumerate_plans(tiny_session(8), SweepSpace(num_gpus=2, micro_batch_sizes=(1, 2),
+                                                      schedules=("gpipe",), recompute=("full",)))
+    assert len(both) == len(two) + 12 and len(two) == 2 * 3  # (1,1,2) (1,2,1) (2,1,1)
+
+
+def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[tuple]:
+    out = set()
+    counts = space.gpu_counts()
+    for t, p, d in itertools.product(range(1, max_size + 1), repeat=3):
+        n = t * p * d
+        if counts is not None and n not in counts:
+            continue
+        if space.max_gpus is not None and n > space.max_gpus:
+            continue
+        if space.max_data_parallel is not None and d > space.max_data_parallel:
+            continue
+        if space.tensor_parallel is not None and t not in space.tensor_parallel:
+            continue
+        if space.pipeline_parallel is not None and p not in space.pipeline_parallel:
+            continue
+        if space.data_parallel is not None and d not in space.data_parallel:
+            continue
+        if (space.tensor_parallel is None and not space.tensor_parallel_across_nodes
+                and t > session.cluster.gpus_per_node):
+            continue
+        for b, sched, rc in itertools.product(space.micro_batch_sizes, space.schedules, space.recompute):
+            plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc, session.plan.precision)
+            if not validate(Session(session.model, plan, session.cluster, session.cost)):
+                out.add(key(plan))
+    return out
+
+
+@pytest.mark.parametrize("space", [
+    SweepSpace(num_gpus=8),
+    SweepSpace(num_gpus=(3, 6, 12), micro_batch_sizes=(1, 3)),
+    SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2, 4)),
+    SweepSpace(max_gpus=16, tensor_parallel_across_nodes=True),
+    SweepSpace(max_data_parallel=5, micro_batch_sizes=(2,)),
+    SweepSpace(max_gpus=12, tensor_parallel=(1, 2, 3), pipeline_parallel=(1, 2, 3)),
+    SweepSpace(data_parallel=(1, 2, 5, 6), micro_batch_sizes=(1, 2)),
+], ids=["exact", "list", "max", "across-nodes", "max-d", "given-t-p", "given-d"])
+def test_enumeration_is_exactly_the_valid_plans(space):
+    session = tiny_session(12)
+    plans = enumerate_plans(session, space)
+    keys = [key(p) for p in plans]
+    assert len(keys) == len(set(keys))
+    for p in plans:  # every emitted plan is valid
+        assert validate(Session(session.model, p, session.cluster, session.cost)) == []
+    assert set(keys) == brute_force(session, space)  # and none is missed
+
+
+def test_space_errors_are_reported_per_field():
+    with pytest.raises(ConfigError) as exc:
+        enumerate_plans(tiny_session(), SweepSpace(num_gpus=4, max_gpus=8, micro_batch_sizes=(0,),
+                                                   schedules=("zigzag",)))
+    fields = {e.field for e in exc.value.errors}
+    assert fields == {"sweep.num_gpus", "sweep.micro_batch_sizes", "sweep.schedules"}
+    with pytest.raises(ConfigError, match="no GPU budget"):
+        enumerate_plans(tiny_session(), SweepSpace())
+    bad_model = tiny_session()
+    bad_model.model = ModelConfig("bad", 4, 65, 8, None, 32, 1000)  # h not divisible by a
+    with pytest.raises(ConfigError, match="hidden_size=65"):
+        enumerate_plans(bad_model, SweepSpace(num_gpus=1))
+
+
+def test_space_round_trips_through_json():
+    space = SweepSpace(num_gpus=(64, 128), tensor_parallel=(2, 4), micro_batch_sizes=(1, 2),
+                       schedules=("1f1b",), max_data_parallel=8)
+    again = SweepSpace.from_dict(json.loads(json.dumps(space.to_dict())))
+    assert again == space
+    with pytest.raises(ConfigError, match="unknown field"):
+        SweepSpace.from_dict({"gpus": 3})
+
+
+# --------------------------------------------------------------------------- batch simulation
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_batch_recurrence_matches_graph_solver(schedule):
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        p, m, n = int(rng.integers(1, 8)), int(rng.integers(1, 11)), 3
+        arr = [rng.uniform(0.1, 3, (p, n)), rng.uniform(0.1, 5, (p, n)),
+               rng.uniform(0, 1, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n)),
+               rng.uniform(0, 2, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n))]
+        got = pipeline_iteration_times(schedule, m, *arr)
+        for j in range(n):
+            programs = [StageProgram.from_tasks(
+                [(0, 0, arr[0][i, j], -1)], [(1, 0, arr[1][i, j], -1)], send_fwd_s=arr[2][i, j],
+                send_bwd_s=arr[3][i, j], dp_comm_s=arr[4][i, j], optimizer_s=arr[5][i, j])
+                for i in range(p)]
+            want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+            assert got[j] == pytest.approx(want, rel=1e-12)
+
+
+def test_batch_recurrence_closed_form():
+    # uniform stages without communication: (m + p - 1)(tf + tb) for 1F1B and GPipe
+    p, m = 6, 9
+    ones = np.ones((p, 2))
+    T = pipeline_iteration_times("1f1b", m, ones * [[1.0, 2.0]], ones * [[2.0, 3.0]], 0 * ones, 0 * ones,
+                                 0 * ones, 0 * ones)
+    assert T == pytest.approx([(m + p - 1) * 3.0, (m + p - 1) * 5.0])
+    with pytest.raises(ValueError, match="shape"):
+        pipeline_iteration_times("1f1b", m, ones, ones[:, :1], ones, ones, ones, ones)
+
+
+@pytest.mark.parametrize("plan", [
+    ParallelPlan(2, 3, 2, 2, 24, "1f1b", "full", "bf16"),
+    ParallelPlan(1, 4, 1, 1, 16, "gpipe", "none", "bf16"),
+    ParallelPlan(8, 2, 2, 1, 32, "1f1b", "none", "fp16"),   # t across nodes
+    ParallelPlan(1, 1, 4, 2, 16, "1f1b", "full", "bf16"),
+])
+def test_microbatch_graph_keeps_every_remaining_task_time(plan):
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"], plan, ClusterConfig(gpus_per_node=4), CostConfig())
+    store = open_profile(profile_path(s))
+    fine, _ = build_graph(s, store)
+    coarse, _ = build_graph(s, store, detail="microbatch")
+    a, b = solve(fine), solve(coarse)
+    assert coarse.num_tasks < fine.num_tasks
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-12)
+    for kind in ("pp_p2p", "dp_comm", "optimizer"):
+        k = KINDS.index(kind)
+        fa, fb = fine.kind == k, coarse.kind == k
+        assert fa.sum() == fb.sum()
+        np.testing.assert_allclose(b.start_s[fb], a.start_s[fa], rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(b.end_s[fb], a.end_s[fa], rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="detail"):
+        build_graph(s, store, detail="kernel")
+
+
+def check_against_simulate(result, rows):
+    for i in rows:
+        r = simulate(result.session_for(i)).report
+        assert result.iteration_time_s[i] == pytest.approx(r.iteration_time_s, rel=1e-9)
+        assert result.max_memory_per_gpu_bytes[i] == r.max_memory_per_gpu_bytes
+        assert bool(result.fits_in_memory[i]) == r.fits_in_memory
+        assert result.training_days[i] == pytest.approx(r.training_days, rel=1e-9)
+        assert result.gpu_hours[i] == pytest.approx(r.gpu_hours, rel=1e-9)
+        assert result.cost_usd[i] == pytest.approx(r.cost_usd, rel=1e-9)
+        assert result.mfu[i] == pytest.approx(r.mfu, rel=1e-9)
+        assert result.tokens_per_s[i] == pytest.approx(r.tokens_per_s, rel=1e-9)
+        assert (result.reason[i] != "") == (not r.fits_in_memory)
+        if result.reason[i]:
+            assert result.reason[i] in r.warnings
+
+
+def test_batch_equals_single_plan_simulate_tiny():
+    result = run_sweep(tiny_session(16), SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2),
+                                                    tensor_parallel_across_nodes=True))
+    assert result.num_plans > 200
+    check_against_simulate(result, range(result.num_plans))
+
+
+def test_batch_equals_single_plan_simulate_gpt3_1_3b():
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(1, 1, 1, 1, 64, "1f1b", "none", "bf16"),
+                ClusterConfig(), CostConfig(2.5, 26e9))
+    result = run_sweep(s, SweepSpace(num_gpus=(4, 16), micro_batch_sizes=(1, 4)))
+    assert result.num_plans > 50 and result.fits_in_memory.any()
+    check_against_simulate(result, range(0, result.num_plans, 3))
+
+
+def test_batch_equals_simulate_on_mtnlg_plans():
+    s = Session(MODEL_PRESETS["MT-NLG 530B"], ParallelPlan(8, 35, 12, 1, 1920, "1f1b", "full", "fp16"),
+                ClusterConfig(intra_node_bandwidth_gbytes_per_s=150.0), CostConfig(2.0, 270e9))
+    result = run_sweep(s, SweepSpace(tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
+                                     data_parallel=(12, 16), micro_batch_sizes=(1, 2),
+                                     max_data_parallel=16))
+    assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 2
+    rows = [result.index_of(s.plan)] + list(range(0, result.num_plans, 9))
+    check_against_simulate(result, rows)
+
+
+# --------------------------------------------------------------------------- cost and Pareto
+
+def dominates(dj, cj, di, ci):
+    return dj <= di and cj <= ci and (dj < di or cj < ci)
+
+
+def check_front(days, cost, mask, front):
+    idx = np.flatnonzero(mask)
+    for i in range(len(days)):
+        dominated = any(dominates(days[j], cost[j], days[i], cost[i]) for j in idx)
+        if front[i]:
+            assert mask[i] and not dominated
+        elif mask[i]:
+            assert dominated
+    assert not front[~mask].any()
+
+
+def test_pareto_front_random_with_ties():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        days = rng.integers(1, 8, n).astype(float)   # many ties
+        cost = rng.integers(1, 8, n).astype(float)
+        mask = rng.random(n) < 0.8
+        check_front(days, cost, mask, pareto_front(days, cost, mask))
+    # duplicates of a front point are both on the front
+    assert pareto_front(np.array([1.0, 1.0, 2.0]), np.array([5.0, 5.0, 6.0])).tolist() == [True, True, False]
+
+
+def test_sweep_summary_is_consistent():
+    s = tiny_session(16, training_tokens=5e10, price_per_gpu_hour_usd=3.0)
+    result = run_sweep(s, SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2, 4)), deadline_days=2.0)
+    fits = result.fits_in_memory
+    check_front(result.training_days, result.cost_usd, fits, result.pareto)
+    assert result.fastest == int(np.flatnonzero(fits)[np.argmin(result.training_days[fits])])
+    assert result.cost_usd[result.cheapest] == result.cost_usd[fits].min()
+    ok = fits & (result.training_days <= 2.0)
+    if ok.any():
+        assert result.cost_usd[result.cheapest_within_deadline] == result.cost_usd[ok].min()
+    assert result.cheapest_within(1e9) == result.cheapest
+    front = result.pareto_indices()
+    assert np.all(np.diff(result.training_days[front]) >= 0)
+    assert result.fastest in front and result.cheapest in front
+    np.testing.assert_allclose(result.gpu_hours, result.training_days * 24 * result.num_gpus, rtol=1e-12)
+    np.testing.assert_allclose(result.cost_usd, result.gpu_hours * 3.0, rtol=1e-12)
+    for i in range(result.num_plans):
+        assert result.index_of(result.plan(i)) == i
+    assert result.select(fits_only=True, deadline_days=2.0).sum() == ok.sum()
+
+
+def test_progress_and_cancel():
+    calls = []
+    result = run_sweep(tiny_session(16), SweepSpace(max_gpus=16),
+                       progress=lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, result.num_plans) and calls[-1] == (result.num_plans, result.num_plans)
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+    event = threading.Event()
+    event.set()
+    with pytest.raises(SweepCancelled):
+        run_sweep(tiny_session(16), SweepSpace(max_gpus=16), cancel=event)
+    stop_after = iter(range(3))
+    with pytest.raises(SweepCancelled):  # a callable works too; stops mid-way
+        run_sweep(tiny_session(16), SweepSpace(max_gpus=16), cancel=lambda: next(stop_after, None) is None)
+
+
+# --------------------------------------------------------------------------- CLI
+
+PLAN_KEYS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size", "num_gpus",
+             "iteration_time_s", "training_days", "cost_usd", "fits_in_memory")
+
+
+def test_cli_json_keys_and_csv(tmp_path, capsys):
+    cfg = shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json")
+    out = tmp_path / "plans.csv"
+    assert main(["sweep", str(cfg), "--json", "--tokens", "270e9", "--price-per-gpu-hour", "2",
+                 "--deadline-days", "60", "--out", str(out), "--micro-batch-sizes", "1,2",
+                 "--schedules", "1f1b"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for k in ("num_plans", "num_feasible", "wall_s", "fastest", "cheapest", "pareto"):
+        assert k in doc
+    assert 0 < doc["num_feasible"] <= doc["num_plans"]
+    for plan in [doc["fastest"], doc["cheapest"], doc["cheapest_within_deadline"], *doc["pareto"]]:
+        assert set(PLAN_KEYS) <= set(plan)
+        assert plan["fits_in_memory"] is True and plan["num_gpus"] <= 3360
+    assert doc["cheapest_within_deadline"]["training_days"] <= 60
+    days = [p["training_days"] for p in doc["pareto"]]
+    assert days == sorted(days) and doc["fastest"]["training_days"] == days[0]
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == doc["num_plans"]
+    assert sum(r["on_pareto_front"] == "True" for r in rows) == len(doc["pareto"])
+
+
+def test_cli_table_output(capsys):
+    cfg = shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json")
+    assert main(["sweep", str(cfg), "--gpus", "3360", "--micro-batch-sizes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and "fastest" in out and "config" in out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--gpus", "0"], "--gpus"),
+    (["--max-gpus", "x"], "--max-gpus"),
+    (["--micro-batch-sizes", "1,-2"], "--micro-batch-sizes"),
+    (["--schedules", "zigzag"], "--schedules"),
+    (["--deadline-days", "0"], "--deadline-days"),
+    (["--tokens", "-5"], "--tokens"),
+    (["--gpus", "7", "--tensor-parallel", "3"], "no valid plan"),
+])
+def test_cli_bad_input_exits_2_with_one_message(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "sweep",
+                           str(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"), *args],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_cli_missing_config_exits_2(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err
