@@ -3,6 +3,9 @@
 ``vtrain simulate PATH``   predict one iteration of a session or vTrain config
 ``vtrain gui [PATH]``      open the desktop window
 ``vtrain profile ...``     generate or inspect profile stores
+``vtrain sweep CONFIG``    every valid plan, time and cost, Pareto front (core/sweep_cmd.py)
+``vtrain validate CSV``    predict measured iteration times, report the error (core/accuracy_cmd.py)
+``vtrain calibrate CSV..`` fit a profile to measured iteration times (core/accuracy_cmd.py)
 
 Invalid input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -19,8 +22,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import ConfigError
+from .nccl_tests import NcclTestsError
 from .profile_store import ProfileStoreError
 from .session import SessionFileError, load_any
+from .validate import MeasurementFileError
 
 __all__ = ["main", "build_parser"]
 
@@ -63,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="STORE.h5")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
     show.add_argument("store", metavar="STORE.h5")
+    from .profile_cmd import add_profiling_parsers  # profile run / collectives (torch when run)
+    add_profiling_parsers(psub)
+    from .sweep_cmd import add_sweep_parser  # vtrain sweep (design-space explorer)
+    add_sweep_parser(sub)
+    from .accuracy_cmd import add_accuracy_parsers, add_import_parser  # validate, calibrate
+    add_accuracy_parsers(sub)
+    add_import_parser(psub)
     return parser
 
 
@@ -78,8 +90,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                   f"B={pl.global_batch_size}, m={m}; {pl.schedule}, recompute {pl.recompute}, "
                   f"{pl.precision})")
     prov = r.profile
-    console.print(f"profile: {prov.get('device')} ({prov.get('method')}, {prov.get('date', '?')}) "
-                  f"{prov.get('path', '')}")
+    from .profile_cmd import profile_line
+    console.print(profile_line(prov))
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -162,6 +174,12 @@ def _cmd_gui(args: argparse.Namespace) -> int:
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from .profile_store import ProfileStore
+    if args.profile_command == "import-nccl-tests":
+        from .accuracy_cmd import run_import_nccl
+        return run_import_nccl(args)
+    if args.profile_command in ("run", "collectives"):
+        from .profile_cmd import run_command
+        return run_command(args)
     if args.profile_command == "generate":
         from .profiles_gen import DEVICE_SPECS, write_store
         if args.gpu not in DEVICE_SPECS:
@@ -172,6 +190,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     store = ProfileStore.open(args.store)
     console = Console()
     console.print(store.summary())
+    if store.provenance.get("method") == "measured":
+        from .profile_cmd import provenance_lines
+        for line in provenance_lines(store.provenance):
+            console.print(f"  {line}", highlight=False)
     t = Table(title="operations", title_justify="left")
     for col in ("op", "rows", "interpolated over"):
         t.add_column(col)
@@ -188,14 +210,31 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep_cmd import run_command
+    return run_command(args)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .accuracy_cmd import run_validate
+    return run_validate(args)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .accuracy_cmd import run_calibrate
+    return run_calibrate(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile}
+    handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile,
+                "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate}
     try:
         return handlers[args.command](args)
-    except (ConfigError, SessionFileError, ProfileStoreError, UsageError) as exc:
+    except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
+            NcclTestsError) as exc:
         print(f"vtrain: error: {exc}", file=sys.stderr)
         return 2
     except KeyError as exc:  # the profile lacks data the plan needs

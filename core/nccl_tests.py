@@ -135,3 +135,35 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
     nb, ts = nb[order], ts[order]
     keep = np.concatenate([[True], np.diff(nb) > 0]) & (nb > 0) & (ts > 0)
     return CollectiveCurve(kind, int(group_size), nb[keep], ts[keep])
+
+
+def fit_curve(curve: CollectiveCurve, num_knots: int = 12) -> CollectiveCurve:
+    """A piecewise log-log linear fit of ``curve`` with ``num_knots`` knots.
+
+    The knots are log-spaced between the smallest and largest size; the knot
+    times are the least-squares fit of ``log(time)`` by the hat functions of
+    the knots (linear interpolation in log-log space, which is exactly how the
+    profile store interpolates a curve). Use it to keep a model of a
+    measurement instead of the raw rows.
+
+    Raises
+    ------
+    NcclTestsError
+        Fewer measured sizes than knots.
+    """
+    x = np.log(curve.nbytes)
+    y = np.log(curve.time_s)
+    if x.size < num_knots or num_knots < 2:
+        raise NcclTestsError(f"{curve.kind} on {curve.group_size} GPUs: {x.size} sizes are too "
+                             f"few for {num_knots} knots")
+    knots = np.linspace(x[0], x[-1], num_knots)
+    idx = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, num_knots - 2)
+    w = (x - knots[idx]) / (knots[idx + 1] - knots[idx])
+    basis = np.zeros((x.size, num_knots))
+    basis[np.arange(x.size), idx] = 1 - w
+    basis[np.arange(x.size), idx + 1] = w
+    coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+    return CollectiveCurve(curve.kind, curve.group_size, np.exp(knots), np.exp(coef))
+
+
+__all__ += ["fit_curve"]

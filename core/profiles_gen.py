@@ -97,8 +97,8 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     The grid: the preset models' (h, a, f, V) at sequence lengths 1024-4096,
     t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16, plus
     ``extra_keys`` (full op keys with every column of :data:`core.ops.OP_KEYS`
-    except ``b``; each is tabulated at the grid's micro-batch sizes and its
-    own ``b``); the optimizer step for 10^6..10^11 parameters. Each
+    except ``b``, and optionally ``ops``, the op names it is for; each is
+    tabulated at the grid's micro-batch sizes and its own ``b``); the optimizer step for 10^6..10^11 parameters. Each
     tabulated time is the model's times ``factor(op, key)`` (default 1).
     """
     shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
@@ -115,6 +115,8 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
             continue
         rows = {}
         for key in keys:
+            if op not in key.get("ops", ALL_OPS):
+                continue
             sub = tuple((c, key[c]) for c in OP_KEYS[op])
             rows[sub] = key  # unique per op key; later keys (extra) win
         op_keys = list(rows.values())

@@ -1,0 +1,397 @@
+"""Fit a profile's free parameters to measured iteration times.
+
+The free parameters (:data:`FIT_PARAMS`) are those of the analytic op and
+communication model (:mod:`core.ops`, :mod:`core.comm`): GEMM efficiency curve,
+achieved memory bandwidth, per-kernel, per-op, per-collective and
+per-iteration overheads, and the achieved share of the inter-node bandwidth.
+Collective curves measured with nccl-tests stay as measured.
+
+Method (a Gauss-Newton-style fixed point around the critical path):
+
+1. simulate every measured plan with the current parameters and take its
+   critical path;
+2. along that path the iteration time is an explicit function of the
+   parameters: sum of kernel roofline times (vectorized over all rows), plus
+   communication time ``A + B / inter_node_efficiency + C *
+   collective_overhead_s`` (A, B, C read off graphs built at three parameter
+   points, exact because those terms are linear);
+3. fit the parameters by bounded least squares on ``log(predicted /
+   measured)`` (scipy.optimize.least_squares), then repeat from 1 with the
+   new parameters (the critical path may move) for a few rounds;
+4. then, as a profile would, give each measured shape its own op times: a
+   factor on the model's time of the transformer-layer ops (attention, MLP)
+   and the embedding and output ops, per shape (s, h, a, f, V, t, b, dtype),
+   fitted with a ridge penalty on the log factor so a shape seen in few runs
+   stays close to the model. The calibrated store tabulates the
+   corrected times; shapes never measured use the fitted model.
+
+Every reported accuracy is out-of-sample: k-fold cross-validation where each
+fold's held-out rows are predicted by the full simulator with the parameters
+fitted on the other folds, or a fit on one file predicting another.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .config import Session, padded_vocab_size
+from .graph import build_graph, params_per_gpu
+from .graph_types import OPS
+from .ops import (DEFAULT_OP_MODEL, OPTIMIZER_OP, combine_op_time, kernel_arrays, kernel_times,
+                  op_kernels)
+from .profile_store import ProfileStore
+from .simulate import simulate
+from .solver import critical_path
+from .validate import Measurement, error_metrics
+
+__all__ = ["FIT_PARAMS", "model_store", "LinearizedRow", "linearize", "predict_linearized",
+           "fit", "FitResult", "cross_validate", "calibrated_store", "apply_fit",
+           "measured_sessions", "shape_key"]
+
+#: Fitted parameters and their bounds (SI units).
+FIT_PARAMS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency_max": (0.2, 1.0),
+    "gemm_half_size": (1.0, 4000.0),
+    "memory_efficiency": (0.1, 1.0),
+    "kernel_overhead_s": (0.0, 100e-6),
+    "op_overhead_s": (0.0, 5e-3),
+    "kernel_launch_s": (0.0, 100e-6),
+    "iteration_overhead_s": (0.0, 2.0),
+    "collective_overhead_s": (0.0, 5e-3),
+    "inter_node_efficiency": (0.05, 1.0),
+}
+#: Where the search starts (host overheads must start above zero: below the
+#: device time their gradient vanishes).
+FIT_START = {"gemm_efficiency_max": 0.7, "gemm_half_size": 200.0, "memory_efficiency": 0.7,
+             "kernel_overhead_s": 2e-6, "op_overhead_s": 2e-4, "kernel_launch_s": 5e-6,
+             "iteration_overhead_s": 1e-3, "collective_overhead_s": 1e-5,
+             "inter_node_efficiency": 0.8}
+#: Ridge weight on the log of a shape's correction factor, per unit of log residual.
+DEFAULT_RIDGE = 0.05
+_COMPUTE_OPS = OPS[:9]
+_FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
+           "embedding_fwd": "edge", "embedding_bwd": "edge", "output_fwd": "edge", "output_bwd": "edge"}
+
+
+def shape_key(session: Session) -> tuple:
+    """Correction key of a plan: ``("shape", s, h, a, f, V, t, b, dtype)`` (V padded)."""
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    return ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
+            padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
+
+
+def model_store(base: ProfileStore, op_model: dict[str, float]) -> ProfileStore:
+    """A copy of ``base`` without op tables (every op from the analytic model) and with ``op_model``."""
+    store = ProfileStore(base.device_name, dict(base.peak_flops), base.memory_bytes,
+                         base.memory_bandwidth_bytes_per_s, dict(base.provenance), dict(op_model))
+    for kind, sizes in base.collective_kinds().items():
+        for n in sizes:
+            store.add_collective(kind, n, *base.collective_curve(kind, n))
+    return store
+
+
+def apply_fit(base: ProfileStore, op_model: dict[str, float],
+              corrections: dict[tuple, float] | None = None) -> ProfileStore:
+    """``base``'s device with the fitted model, and op tables holding the corrected times.
+
+    Corrected shapes are tabulated at the generator's micro-batch sizes too,
+    each with the factor of the nearest measured micro-batch size (in log b),
+    so a table row never mixes corrected and uncorrected times.
+    """
+    from .profiles_gen import fill_op_tables
+
+    store = model_store(base, op_model)
+    corrections = corrections or {}
+    by_shape: dict[tuple, dict[int, float]] = {}  # (s, h, a, f, V, t, dtype) -> {b: factor}
+    for key, c in corrections.items():
+        _, seq, h, a, f, V, t, b, dtype = key
+        by_shape.setdefault((seq, h, a, f, V, t, dtype), {})[b] = c
+    extra = [dict(s=k[0], h=k[1], a=k[2], f=k[3], V=k[4], t=k[5], dtype=k[6], b=min(v))
+             for k, v in by_shape.items()]
+
+    def factor(op: str, key: dict) -> float:
+        if op not in _FAMILY:
+            return 1.0
+        for (seq, h, a, f, V, t, dtype), by_b in by_shape.items():
+            if ((seq, h, t, dtype) == (key["s"], key["h"], key["t"], key["dtype"])
+                    and key.get("a", a) == a and key.get("f", f) == f and key.get("V", V) == V):
+                nearest = min(by_b, key=lambda b: (abs(np.log(b / key["b"])), b))
+                return by_b[nearest]
+        return 1.0
+
+    fill_op_tables(store, extra, factor)
+    return store
+
+
+@dataclass
+class LinearizedRow:
+    """Iteration time of one plan along a fixed critical path, as a function of the parameters.
+
+    Attributes
+    ----------
+    kernels : tuple of arrays
+        ``(flops, nbytes, size, is_gemm)`` of the kernels of every distinct op
+        on the path, shape (k,).
+    kernel_op : int array, shape (k,)
+        Which op (0..o-1) each kernel belongs to.
+    op_count, op_num_kernels : float arrays, shape (o,)
+        Times each op runs on the path, and its kernel count.
+    op_is_optimizer : bool array, shape (o,)
+    op_family : list of str, length o
+        "layer", "edge" or "" (layer and edge ops take the shape's factor).
+    key : tuple
+        The row's :func:`shape_key`.
+    comm_fixed_s, comm_inter_s, num_collectives : float
+        Communication on the path: ``comm_fixed_s + comm_inter_s /
+        inter_node_efficiency + num_collectives * collective_overhead_s``.
+    peak_flops, memory_bandwidth_bytes_per_s : float
+    """
+
+    kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    kernel_op: np.ndarray
+    op_count: np.ndarray
+    op_num_kernels: np.ndarray
+    op_is_optimizer: np.ndarray
+    op_family: list[str]
+    key: tuple
+    comm_fixed_s: float
+    comm_inter_s: float
+    num_collectives: float
+    peak_flops: float
+    memory_bandwidth_bytes_per_s: float
+
+
+def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
+              store: ProfileStore | None = None) -> LinearizedRow:
+    """Simulate ``session`` (with ``store``, default the model of ``op_model``) and linearize
+    its iteration time around the critical path."""
+    store = store or model_store(base, op_model)
+    res = simulate(session, store)
+    path = critical_path(res.graph, res.schedule)
+    ops = res.graph.op[path]
+    stages = res.graph.stage[path]
+    pl, m = session.plan, session.model
+    key = dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+               f=m.ffn, t=pl.tensor_parallel, V=padded_vocab_size(m.vocab_size, pl.tensor_parallel),
+               dtype=pl.precision)
+    n_params = params_per_gpu(session)
+    kernels, kernel_op, counts, num_k, is_opt, family = [], [], [], [], [], []
+
+    def add(ks: list, count: float, name: str) -> None:
+        kernel_op.extend([len(counts)] * len(ks))
+        kernels.extend(ks)
+        counts.append(count)
+        num_k.append(len(ks))
+        is_opt.append(name == OPTIMIZER_OP)
+        family.append(_FAMILY.get(name, ""))
+
+    for op_id in np.unique(ops[(ops >= 0) & (ops < len(_COMPUTE_OPS))]):
+        name = OPS[op_id]
+        if name == OPTIMIZER_OP:
+            for st in stages[ops == op_id]:
+                add(op_kernels(name, {"n": int(n_params[st]), "dtype": pl.precision}), 1.0, name)
+        else:
+            add(op_kernels(name, key), float((ops == op_id).sum()), name)
+    comm = ops >= len(_COMPUTE_OPS)
+    # Communication along the path is A + B / inter_node_efficiency + C * collective_overhead_s,
+    # C the number of collective calls (one per comm task). One more build with half the
+    # efficiency gives B.
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    eff, ov = p["inter_node_efficiency"], p["collective_overhead_s"]
+    now_s = float(res.graph.duration_s[path[comm]].sum())
+    num_calls = float(comm.sum())
+    saved = store.op_model
+    try:
+        store.op_model = _with(op_model, inter_node_efficiency=eff / 2)
+        half_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+    finally:
+        store.op_model = saved
+    inter = (half_s - now_s) * eff  # B
+    fixed = now_s - inter / eff - num_calls * ov  # A
+    return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
+                         np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
+                         fixed, inter, num_calls,
+                         float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
+
+
+def _with(op_model: dict[str, float], **kw: float) -> dict[str, float]:
+    return {**op_model, **kw}
+
+
+def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
+    """(time of the ops a shape factor scales, everything else) of a linearized row, seconds."""
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p)
+    device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
+    op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p) * row.op_count
+    fam = np.array(row.op_family)
+    scaled = float(op_s[fam != ""].sum())
+    rest = (float(op_s[fam == ""].sum()) + row.comm_fixed_s
+            + row.comm_inter_s / p["inter_node_efficiency"] + row.num_collectives * p["collective_overhead_s"])
+    return scaled, rest
+
+
+def predict_linearized(rows: Sequence[LinearizedRow], op_model: dict[str, float],
+                       corrections: dict[tuple, float] | None = None) -> np.ndarray:
+    """Iteration times (s) of linearized rows under ``op_model`` and shape corrections; shape (n,)."""
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    corrections = corrections or {}
+    out = np.empty(len(rows))
+    for i, r in enumerate(rows):
+        scaled, rest = _parts(r, p)
+        out[i] = scaled * corrections.get(r.key, 1.0) + rest
+    return out
+
+
+@dataclass
+class FitResult:
+    """Fitted parameters, shape corrections and in-sample figures.
+
+    In-sample figures flatter the model: use :func:`cross_validate` for accuracy.
+    """
+
+    op_model: dict[str, float]
+    corrections: dict[tuple, float]
+    rounds: int
+    train_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _fit_globals(sessions, measured_s, base, names, current, rounds, say):
+    from scipy.optimize import least_squares
+
+    lo = np.array([FIT_PARAMS[n][0] for n in names])
+    hi = np.array([FIT_PARAMS[n][1] for n in names])
+    rows = []
+    for rnd in range(rounds):
+        rows = [linearize(s, base, current) for s in sessions]
+
+        def residuals(u: np.ndarray) -> np.ndarray:
+            values = dict(zip(names, lo + u * (hi - lo)))
+            return np.log(predict_linearized(rows, {**current, **values}) / measured_s)
+
+        u0 = np.clip((np.array([current[n] for n in names]) - lo) / (hi - lo), 0, 1)
+        sol = least_squares(residuals, u0, bounds=(0, 1), x_scale="jac", max_nfev=400)
+        current = {**current, **dict(zip(names, (lo + sol.x * (hi - lo)).tolist()))}
+        say(f"model round {rnd + 1}/{rounds}: in-sample RMS log error {np.sqrt(np.mean(sol.fun**2)):.4f}")
+    return current
+
+
+def _fit_corrections(rows, measured_s, op_model, ridge):
+    from scipy.optimize import least_squares
+
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    parts = np.array([_parts(r, p) for r in rows])  # (n, 2)
+    keys = sorted({r.key for r in rows}, key=repr)
+    index = {k: i for i, k in enumerate(keys)}
+    ki = np.array([index[r.key] for r in rows])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pred = parts[:, 0] * np.exp(x)[ki] + parts[:, 1]
+        return np.concatenate([np.log(pred / measured_s), np.sqrt(ridge) * x])
+
+    sol = least_squares(residuals, np.zeros(len(keys)), method="trf", x_scale=1.0)
+    return {k: float(np.exp(v)) for k, v in zip(keys, sol.x)}
+
+
+def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
+        params: Sequence[str] | None = None, start: dict[str, float] | None = None, rounds: int = 2,
+        corrections: bool = True, ridge: float = DEFAULT_RIDGE,
+        progress: Callable[[str], None] | None = None) -> FitResult:
+    """Fit ``params`` (default all of :data:`FIT_PARAMS`; an empty list fits none) and per-shape
+    corrections to measured times.
+
+    Parameters
+    ----------
+    sessions : sequence of Session, length n
+    measured_s : float array, shape (n,)
+        Measured iteration times, seconds.
+    base : ProfileStore
+        Supplies the device and the collective curves.
+    start : dict, optional
+        Starting parameter values (default :data:`FIT_START`).
+    rounds : int
+        Re-linearization rounds for each stage.
+    corrections : bool
+        Fit per-shape factors after the model (stage 4 of the module doc).
+    ridge : float
+        Weight of the penalty on log factors.
+
+    Raises
+    ------
+    ValueError
+        No rows, or a measured time that is not positive.
+    """
+    measured_s = np.asarray(measured_s, float)
+    if len(sessions) == 0 or len(sessions) != measured_s.size:
+        raise ValueError("fit needs one measured time per session and at least one session")
+    if not np.all(measured_s > 0):
+        raise ValueError("measured times must be positive")
+    names = list(FIT_PARAMS) if params is None else list(params)
+    say = progress or (lambda _msg: None)
+    current = {**DEFAULT_OP_MODEL, **FIT_START, **(start or {})}
+    if names:
+        current = _fit_globals(sessions, measured_s, base, names, current, rounds, say)
+    corr: dict[tuple, float] = {}
+    if corrections:
+        for rnd in range(rounds):
+            store = apply_fit(base, current, corr)
+            rows = [linearize(s, base, current, store) for s in sessions]
+            corr = _fit_corrections(rows, measured_s, current, ridge)
+            say(f"shape round {rnd + 1}/{rounds}: {len(corr)} shape factors")
+    store = apply_fit(base, current, corr)
+    pred = np.array([simulate(s, store).report.iteration_time_s for s in sessions])
+    return FitResult(current, corr, rounds, error_metrics(pred, measured_s))
+
+
+def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
+                   folds: int = 5, seed: int = 0, progress: Callable[[str], None] | None = None,
+                   **fit_kw) -> tuple[np.ndarray, dict[str, float]]:
+    """k-fold cross-validated predictions: each fold predicted by the simulator fitted on the others.
+
+    Returns
+    -------
+    predicted_s : float array, shape (n,)
+    metrics : dict
+        :func:`core.validate.error_metrics` of the out-of-fold predictions.
+    """
+    measured_s = np.asarray(measured_s, float)
+    n = len(sessions)
+    fold_of = np.random.default_rng(seed).permutation(n) % folds
+    pred = np.empty(n)
+    say = progress or (lambda _msg: None)
+    for k in range(folds):
+        train = np.flatnonzero(fold_of != k)
+        test = np.flatnonzero(fold_of == k)
+        res = fit([sessions[i] for i in train], measured_s[train], base, **fit_kw)
+        store = apply_fit(base, res.op_model, res.corrections)
+        for i in test:
+            pred[i] = simulate(sessions[i], store).report.iteration_time_s
+        say(f"fold {k + 1}/{folds}: held-out MAPE "
+            f"{error_metrics(pred[test], measured_s[test])['mape_percent']:.2f}%")
+    return pred, error_metrics(pred, measured_s)
+
+
+def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
+                     cv: dict[str, dict[str, float]]) -> ProfileStore:
+    """The calibrated store for ``base``'s device, with provenance (data, parameters, CV error)."""
+    store = apply_fit(base, result.op_model, result.corrections)
+    store.provenance = {
+        "method": "calibrated", "date": _dt.date.today().isoformat(),
+        "base_profile": base.summary(), "data": "; ".join(data),
+        "parameters": {k: float(v) for k, v in result.op_model.items()},
+        "num_shape_factors": len(result.corrections),
+        "cross_validation": cv,
+        "fit": "bounded least squares on log(predicted/measured), critical-path linearization, "
+               "ridge-penalized per-shape factors (core.calibrate)",
+    }
+    return store
+
+
+def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session], np.ndarray]:
+    """Sessions and measured seconds of the rows that are not skipped."""
+    used = [m for m in measurements if not m.skip_reason]
+    return [m.session for m in used], np.array([m.measured_s for m in used])

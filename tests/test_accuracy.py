@@ -1,0 +1,240 @@
+"""Measurement readers, error figures, nccl-tests import and calibration."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core.calibrate import apply_fit, fit, linearize, model_store, predict_linearized
+from core.cli import main
+from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
+from core.ops import DEFAULT_OP_MODEL
+from core.profiles_gen import generate_store
+from core.simulate import simulate
+from core.validate import (MeasurementFileError, error_metrics, predict_rows, read_measurements)
+from tests.conftest import shared_file
+
+GENERAL_HEADER = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+                  "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
+                  "virtual_pipeline_stages,sequence_parallel,recompute,measured_iteration_time_s,extra")
+
+
+def test_authors_single_node_layout():
+    ms = read_measurements(shared_file("measured_single_node.csv"))
+    assert len(ms) == 864
+    first = ms[0]  # 8,8,2,2048,16,20,1024,4,1,2,160.6027
+    pl = first.session.plan
+    assert (pl.num_gpus, pl.global_batch_size, pl.micro_batch_size) == (8, 8, 2)
+    assert (pl.tensor_parallel, pl.data_parallel, pl.pipeline_parallel) == (4, 1, 2)
+    assert first.session.model.hidden_size == 2048 and first.session.model.num_layers == 20
+    assert first.measured_s == pytest.approx(0.1606027)
+    assert pl.recompute == "full" and pl.precision == "fp16" and pl.schedule == "1f1b"
+    assert not first.skip_reason and first.group["source"] == "single-node"
+
+
+def test_authors_multi_node_layout_with_bom():
+    ms = read_measurements(shared_file("measured_multi_node.csv"))
+    assert len(ms) == 65
+    m0 = ms[0]  # 3.6,64,512,8,3072,32,30,2048,1,64,1,3566.5
+    assert m0.group["model"] == "3.6B" and m0.session.plan.data_parallel == 64
+    assert m0.session.cluster.inter_node_bandwidth_gbits_per_s == 800.0
+    assert m0.measured_s == pytest.approx(3.5665)
+    assert all(not m.skip_reason for m in ms)  # t=16 spans two whole nodes: supported
+
+
+def test_general_layout_and_skip_reasons(tmp_path):
+    rows = [
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x",      # ok
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,2,n,full,0.5,x",      # interleaved
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,y,full,0.5,x",      # sequence parallel
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,selective,0.5,x",  # selective
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x".replace("16,8,24", "32,8,24"),
+        "A100,16,8,25,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x",      # 25 layers, p=2
+    ]
+    path = tmp_path / "runs.csv"
+    path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    reasons = [m.skip_reason for m in ms]
+    assert reasons[0] == ""
+    assert "interleaved schedule" in reasons[1]
+    assert "sequence parallelism" in reasons[2]
+    assert "selective recomputation" in reasons[3]
+    assert "num_gpus=32 disagrees with t*p*d=16" in reasons[4]
+    assert "num_layers=25 is not divisible by pipeline_parallel_size=2" in reasons[5]
+    result = predict_rows(ms, lambda s: simulate(s).report.iteration_time_s)
+    assert result.used.tolist() == [True, False, False, False, False, False]
+    assert result.metrics()["skipped"] == 5
+
+
+def test_general_layout_missing_column_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("gpu,num_gpus\nA100,8\n")
+    with pytest.raises(MeasurementFileError, match="needs columns .*num_layers"):
+        read_measurements(path)
+    path.write_text(GENERAL_HEADER + "\nA100,16,8,24,2048,16,1024,64,2,2,2,four,1,n,full,0.5,x\n")
+    with pytest.raises(MeasurementFileError, match="row 1, column 'data_parallel': 'four'"):
+        read_measurements(path)
+
+
+def test_error_metrics_closed_form():
+    m = error_metrics(np.array([1.1, 1.8, 3.0]), np.array([1.0, 2.0, 3.0]))
+    assert m["mape_percent"] == pytest.approx(20 / 3)
+    assert m["median_ape_percent"] == pytest.approx(10.0)
+    assert m["max_ape_percent"] == pytest.approx(10.0)
+    assert m["r2"] == pytest.approx(1 - (0.01 + 0.04) / 2.0)
+
+
+NCCL_STDOUT = """# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+#  Rank  0 Group  0 Pid  1 on host device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid  2 on host device  1 [0x0a] NVIDIA A100-SXM4-80GB
+#  Rank  2 Group  0 Pid  3 on host device  2 [0x47] NVIDIA A100-SXM4-80GB
+#  Rank  3 Group  0 Pid  4 on host device  3 [0x4d] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        4096          1024     float     sum      -1    20.00    0.20    0.31      0    19.00    0.22    0.32      0
+        1024           256     float     sum      -1    10.00    0.10    0.15      0    10.50    0.10    0.15      0
+        2048           512     float     sum      -1    14.00    0.15    0.22      0    13.00    0.16    0.24      0
+# Out of bounds values : 0 OK
+"""
+
+
+def test_nccl_tests_stdout(tmp_path):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(NCCL_STDOUT)
+    c = read_nccl_tests(path)
+    assert (c.kind, c.group_size) == ("all_reduce", 4)
+    assert c.nbytes.tolist() == [1024, 2048, 4096]
+    np.testing.assert_allclose(c.time_s, [10e-6, 14e-6, 20e-6])
+
+
+def test_nccl_tests_authors_csv(tmp_path):
+    path = tmp_path / "a100_allreduce_3gpu.csv"
+    path.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                    "1048576,262144,float,92790,19.78,92150,19.91\n"
+                    "2097152,524288,float,93250,39.36,92970,39.47\n")
+    c = read_nccl_tests(path)
+    assert (c.kind, c.group_size) == ("all_reduce", 3)
+    np.testing.assert_allclose(c.time_s, [92790e-9, 93250e-9])
+
+
+def test_nccl_tests_needs_group_size(tmp_path):
+    path = tmp_path / "allreduce.csv"
+    path.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n1024,256,float,10,1,10,1\n")
+    with pytest.raises(NcclTestsError, match="number of GPUs"):
+        read_nccl_tests(path)
+    assert read_nccl_tests(path, group_size=2).group_size == 2
+
+
+def test_import_into_store_then_interpolate_and_extrapolate(tmp_path):
+    store_path = tmp_path / "s.h5"
+    generate_store("A100-SXM4-80GB", date="2026-01-01").save(store_path)
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(NCCL_STDOUT)
+    assert main(["profile", "import-nccl-tests", str(path), "--into", str(store_path)]) == 0
+    from core.profile_store import ProfileStore
+    s = ProfileStore.open(store_path)
+    inside = s.collective_time("all_reduce", 4, 2048 * 2**0.5)
+    assert inside.time_s == pytest.approx(np.exp((np.log(14e-6) + np.log(20e-6)) / 2 - 0 * 1))
+    assert inside.time_s == pytest.approx((14e-6 * 20e-6) ** 0.5) and not inside.extrapolated
+    outside = s.collective_time("all_reduce", 4, 2**20)
+    assert outside.extrapolated and outside.source == "fit" and outside.time_s > 20e-6
+
+
+def test_fit_curve_is_exact_on_piecewise_power_law():
+    from core.nccl_tests import CollectiveCurve
+    n = 2.0 ** np.arange(10, 30.01, 0.25)  # knots at 2^10, 2^15, ..., 2^30
+    t = np.where(n < 2**20, 1e-5 * (n / 2**10) ** 0.1, 1e-5 * (2**10) ** 0.1 * (n / 2**20) ** 0.9)
+    fitted = fit_curve(CollectiveCurve("all_reduce", 8, n, t), num_knots=5)  # knot at 2^20
+    back = np.exp(np.interp(np.log(n), np.log(fitted.nbytes), np.log(fitted.time_s)))
+    np.testing.assert_allclose(back, t, rtol=1e-9)
+
+
+def small_sessions():
+    """Plans of small models that exercise compute, tensor, pipeline and data parallelism."""
+    out = []
+    for (h, L, t, p, d, b, B, gpn) in [
+        (512, 4, 1, 1, 1, 1, 4, 8), (512, 4, 1, 1, 1, 4, 8, 8), (1024, 4, 2, 1, 1, 2, 8, 8),
+        (1024, 8, 1, 2, 1, 1, 8, 8), (1024, 8, 2, 2, 2, 1, 16, 8), (512, 8, 1, 1, 4, 2, 16, 2),
+        (768, 4, 1, 2, 4, 1, 8, 2), (1024, 4, 4, 1, 2, 8, 16, 4), (512, 4, 2, 2, 2, 2, 8, 2),
+        (1024, 8, 1, 4, 2, 2, 16, 4), (768, 8, 2, 1, 4, 4, 32, 2), (512, 4, 1, 1, 8, 1, 16, 4),
+    ]:
+        out.append(Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
+                           ParallelPlan(t, p, d, b, B, "1f1b", "full", "fp16"),
+                           ClusterConfig("A100-SXM4-80GB", gpn, None, 200.0), CostConfig()))
+    return out
+
+
+def test_linearization_is_exact_at_its_point():
+    base = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "inter_node_efficiency": 0.6,
+                "collective_overhead_s": 3e-5}
+    sessions = small_sessions()
+    rows = [linearize(s, base, op_model) for s in sessions]
+    sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
+    # moving only communication parameters keeps the path: still exact
+    moved = {**op_model, "inter_node_efficiency": 0.3, "collective_overhead_s": 1e-4}
+    sim = [simulate(s, model_store(base, moved)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, moved), sim, rtol=1e-9)
+
+
+def test_calibration_recovers_known_parameters():
+    base = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    truth = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.55, "memory_efficiency": 0.45,
+             "op_overhead_s": 1.5e-4, "iteration_overhead_s": 0.02, "inter_node_efficiency": 0.4}
+    sessions = small_sessions()
+    measured = np.array([simulate(s, apply_fit(base, truth)).report.iteration_time_s for s in sessions])
+    names = ["gemm_efficiency_max", "memory_efficiency", "op_overhead_s", "iteration_overhead_s",
+             "inter_node_efficiency"]
+    res = fit(sessions, measured, base, params=names, rounds=3, corrections=False,
+              start={**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.8, "memory_efficiency": 0.8,
+                     "op_overhead_s": 5e-5, "iteration_overhead_s": 0.001,
+                     "inter_node_efficiency": 0.9})
+    for n in names:
+        assert res.op_model[n] == pytest.approx(truth[n], rel=0.02), n
+    assert res.train_metrics["max_ape_percent"] < 0.1
+
+
+def test_shape_factors_absorb_a_shape_specific_slowdown():
+    base = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    sessions = small_sessions()
+    # "measured": the model, but one shape's ops 30% slower
+    slow = sessions[2]
+    from core.calibrate import shape_key
+    truth_corr = {shape_key(slow): 1.3}
+    measured = np.array([simulate(s, apply_fit(base, DEFAULT_OP_MODEL, truth_corr)).report.iteration_time_s
+                         for s in sessions])
+    res = fit(sessions, measured, base, params=[], rounds=2, start=dict(DEFAULT_OP_MODEL), ridge=1e-6)
+    assert res.corrections[shape_key(slow)] == pytest.approx(1.3, rel=0.01)
+    assert res.train_metrics["max_ape_percent"] < 0.5
+
+
+def test_validate_cli_outputs(tmp_path, capsys):
+    csv_path = tmp_path / "runs.csv"
+    rows = ["A100,8,8,4,512,8,512,8,1,2,2,2,1,n,full,0.05,x",
+            "A100,4,8,4,512,8,512,8,2,1,1,4,1,n,full,0.04,x",
+            "A100,4,8,4,512,8,512,8,2,1,1,4,2,n,full,0.04,x"]
+    csv_path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
+    out_csv, png = tmp_path / "pred.csv", tmp_path / "plot.png"
+    assert main(["validate", str(csv_path), "--json", "--out", str(out_csv), "--plot", str(png)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n"] == 2 and doc["skipped"] == 1
+    for key in ("mape_percent", "median_ape_percent", "max_ape_percent", "r2"):
+        assert key in doc
+    lines = out_csv.read_text().splitlines()
+    assert len(lines) == 4 and "interleaved schedule" in lines[3]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validate_cli_bad_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n1,2\n")
+    assert main(["validate", str(path)]) == 2
+    assert "unknown layout" in capsys.readouterr().err
