@@ -153,10 +153,18 @@ class Session:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     notes: str = ""
+    #: Settings of the design-space sweep (the GUI's Explore tab), plain JSON:
+    #: ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``. Optional:
+    #: None (the default) is not written, so files without it stay byte-identical.
+    #: Its content is checked by :meth:`core.sweep.SweepSpace.from_dict` where it is used.
+    sweep: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of all sections (no format header)."""
-        return dataclasses.asdict(self)
+        """Plain JSON-able dict of all sections (no format header); ``sweep`` only when set."""
+        out = dataclasses.asdict(self)
+        if out["sweep"] is None:
+            del out["sweep"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Session":
@@ -181,6 +189,12 @@ class Session:
                 if not isinstance(data[name], str):
                     raise ConfigError([FieldError("notes", "must be a string")])
                 kwargs[name] = data[name]
+                continue
+            if name == "sweep":
+                if data[name] is not None and not isinstance(data[name], dict):
+                    raise ConfigError([FieldError("sweep", "must be a JSON object or null")])
+                # a deep copy: the session never shares mutable state with its source
+                kwargs[name] = None if data[name] is None else json.loads(json.dumps(data[name]))
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
                            "cluster": ClusterConfig, "cost": CostConfig}[name]

@@ -76,3 +76,34 @@ def test_failed_save_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
 def test_written_version_is_current(tmp_path):
     doc = json.loads(session_to_json(Session()))
     assert doc["format"] == "vtrain-session" and doc["version"] == SESSION_VERSION
+
+
+def test_sweep_settings_are_optional_and_round_trip(tmp_path):
+    from core.sweep import SweepSpace
+
+    # version 1 files without a "sweep" section load as sweep=None and are written back unchanged
+    plain = odd_session()
+    assert plain.sweep is None
+    assert "sweep" not in json.loads(session_to_json(plain))
+
+    s = odd_session()
+    space = SweepSpace(num_gpus=(1024, 3360), tensor_parallel=(2, 8), micro_batch_sizes=(1, 2),
+                       schedules=("1f1b",), max_data_parallel=30)
+    s.sweep = {"space": space.to_dict(), "deadline_days": 0.1 + 0.2}
+    path = tmp_path / "sweep.json"
+    save_session(s, path)
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 1 and doc["sweep"]["space"]["num_gpus"] == [1024, 3360]
+    back = load_session(path)
+    assert back == s and back.sweep is not s.sweep
+    assert back.sweep["deadline_days"] == 0.1 + 0.2
+    assert SweepSpace.from_dict(back.sweep["space"]) == SweepSpace.from_dict(space.to_dict())
+    save_session(back, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+    assert back.copy() == back
+
+    path.write_text(json.dumps({**doc, "sweep": [1, 2]}))
+    with pytest.raises(SessionFileError, match="sweep"):
+        load_session(path)
+    path.write_text(json.dumps({**doc, "sweep": None}))
+    assert load_session(path).sweep is None

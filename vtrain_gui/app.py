@@ -1,4 +1,8 @@
-"""Entry point of the desktop application (``vtrain gui [PATH] [--screenshot OUT.png]``)."""
+"""Entry point of the desktop application (``vtrain gui [PATH] [--screenshot OUT.png]``).
+
+``run_gui(..., screenshot=OUT, explore=True)`` grabs the Explore tab after a
+sweep of the session's saved (or default) sweep settings instead of the Plan tab.
+"""
 
 from __future__ import annotations
 
@@ -20,17 +24,26 @@ SCREENSHOT_TIMEOUT_MS = 300_000
 
 
 class _ScreenshotTaker(QtCore.QObject):
-    """Grabs the window once the first simulation finished (or failed) and quits the app."""
+    """Grabs the window once the first simulation finished (or failed) and quits the app.
 
-    def __init__(self, window, out_path: str, app: QtWidgets.QApplication) -> None:
+    With ``explore``, the Explore tab is grabbed after a sweep that starts once the
+    first simulation is shown.
+    """
+
+    def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
+                 explore: bool = False) -> None:
         super().__init__(window)
         self._window = window
         self._out = out_path
         self._app = app
         self._done = False
+        self._explore = explore
+        self._swept = False
         self.exit_code = 1
         window.result_shown.connect(self._on_result_shown)
         window.simulation_failed.connect(self._on_simulation_failed)
+        window.explore.sweep_finished.connect(self._on_sweep_finished)
+        window.explore.sweep_failed.connect(self._on_sweep_failed)
         self._timeout = QtCore.QTimer(self)
         self._timeout.setSingleShot(True)
         self._timeout.timeout.connect(self._on_timeout)
@@ -44,7 +57,24 @@ class _ScreenshotTaker(QtCore.QObject):
 
     @Slot(object)
     def _on_result_shown(self, result) -> None:
+        if not self._explore:
+            self._finish(0)
+        elif not self._swept:
+            self._swept = True
+            self._window.show_tab("explore")
+            if not self._window.explore.run():
+                print(f"vtrain gui: sweep not started: {self._window.explore.status_text}",
+                      file=sys.stderr)
+                self._finish(2)
+
+    @Slot(object)
+    def _on_sweep_finished(self, result) -> None:
         self._finish(0)
+
+    @Slot(str)
+    def _on_sweep_failed(self, message: str) -> None:
+        print(f"vtrain gui: sweep failed: {message}", file=sys.stderr)
+        self._finish(1)
 
     @Slot(str)
     def _on_simulation_failed(self, message: str) -> None:
@@ -76,7 +106,7 @@ class _ScreenshotTaker(QtCore.QObject):
         self._app.exit(self.exit_code)
 
 
-def run_gui(path: str | None = None, screenshot: str | None = None) -> int:
+def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False) -> int:
     """Run the GUI; returns the process exit code.
 
     Parameters
@@ -88,6 +118,10 @@ def run_gui(path: str | None = None, screenshot: str | None = None) -> int:
         If given, wait for the first simulation, save a PNG of the window
         (1600x1000) to this path and exit: 0 when the simulation succeeded,
         1 when it failed, 2 when the session is invalid or cannot be opened.
+    explore
+        With ``screenshot``: after the first simulation, run a sweep of the
+        session's sweep settings (defaults: at most the plan's GPUs) in the
+        Explore tab and grab that tab once the sweep finished.
     """
     from .main_window import MainWindow, examples_dir
 
@@ -114,7 +148,7 @@ def run_gui(path: str | None = None, screenshot: str | None = None) -> int:
         if path and not opened:
             window.close()
             return 2
-        taker = _ScreenshotTaker(window, str(Path(screenshot)), app)
+        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore)
         taker.start()
         return app.exec()
     return app.exec()

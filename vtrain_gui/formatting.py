@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
-           "format_fraction", "format_rate", "KIND_LABELS", "KIND_COLORS"]
+           "format_fraction", "format_rate", "format_number_short", "format_usd_short",
+           "KIND_LABELS", "KIND_COLORS"]
 
 #: Display names of :data:`core.graph_types.KINDS`, by kind name.
 KIND_LABELS = {
@@ -81,3 +82,23 @@ def format_fraction(value: float) -> str:
 def format_rate(value: float, unit: str) -> str:
     """Large rates with thousands separators, e.g. ``'152,340 tokens/s'``."""
     return f"{format_count(value)} {unit}"
+
+
+def format_number_short(value: float) -> str:
+    """Axis ticks: three significant digits, thousands separators from 1,000 (``'2.5'``, ``'60,000'``)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def format_usd_short(value: float) -> str:
+    """Dollars with a k / M / B suffix and three significant digits, ``2.5e6`` -> ``'$2.5M'``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    a = abs(value)
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if a >= scale:
+            return f"${value / scale:.3g}{suffix}"
+    return f"${value:.3g}"

@@ -1,4 +1,4 @@
-"""The main window: session editor, timeline, cost panel, file handling."""
+"""The main window: a Plan tab (editor, timeline, cost panel), an Explore tab, file handling."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from core.simulate import SimulationResult
 
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
+from .explore import ExploreTab
 from .formatting import format_count
 from .timeline import TimelineWidget
 from .workers import SimulationRunner
@@ -33,12 +34,15 @@ def examples_dir() -> Path:
 
 
 class MainWindow(QtWidgets.QMainWindow):
-    """Editor on the left, timeline top right, cost panel bottom right.
+    """Two tabs. Plan: editor on the left, timeline top right, cost panel bottom right.
+    Explore: a design-space sweep of the session (:class:`~vtrain_gui.explore.ExploreTab`).
 
     Every valid edit re-simulates in the background after a short pause; an
     invalid edit shows its messages next to the fields and keeps the last
-    valid result on screen. ``settings`` stores the recent files (a private
-    ``QSettings`` in tests).
+    valid result on screen. Picking a plan in the Explore tab loads it into the
+    editor (an edit) and simulates it; its timeline shows in both tabs. The
+    sweep settings are saved with the session (``Session.sweep``).
+    ``settings`` stores the recent files (a private ``QSettings`` in tests).
 
     Signals
     -------
@@ -83,8 +87,20 @@ class MainWindow(QtWidgets.QMainWindow):
         main.setStretchFactor(0, 0)
         main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
-        self.setCentralWidget(main)
         self._splitters = (main, right)
+
+        self.explore = ExploreTab()
+        self.explore.plan_selected.connect(self._on_explore_plan_select)
+        self.explore.open_in_plan_requested.connect(self._on_explore_open_request)
+        self.explore.settings_changed.connect(self._on_explore_settings_change)
+        self.tabs = QtWidgets.QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.plan_tab_index = self.tabs.addTab(main, "Plan")
+        self.explore_tab_index = self.tabs.addTab(self.explore, "Explore")
+        self.tabs.setTabToolTip(self.plan_tab_index, "Edit one plan; its timeline and cost (Ctrl+1)")
+        self.tabs.setTabToolTip(self.explore_tab_index,
+                                "Sweep every parallel plan: days against dollars, Pareto front (Ctrl+2)")
+        self.setCentralWidget(self.tabs)
 
         self._status = QtWidgets.QLabel("Ready")
         self._hover = QtWidgets.QLabel()
@@ -107,6 +123,7 @@ class MainWindow(QtWidgets.QMainWindow):
         right.setSizes([560, 400])
         self._set_path(None)
         self.editor.set_session(Session())
+        self.explore.reset(Session())
 
     # ------------------------------------------------------------------ menus
     def _build_menus(self) -> None:
@@ -142,6 +159,13 @@ class MainWindow(QtWidgets.QMainWindow):
         examples.triggered.connect(self._on_example_menu_trigger)
 
         view_menu = self.menuBar().addMenu("&View")
+        show_plan = view_menu.addAction("&Plan tab")
+        show_plan.setShortcut(QtGui.QKeySequence("Ctrl+1"))
+        show_plan.triggered.connect(self._on_show_plan_trigger)
+        show_explore = view_menu.addAction("&Explore tab")
+        show_explore.setShortcut(QtGui.QKeySequence("Ctrl+2"))
+        show_explore.triggered.connect(self._on_show_explore_trigger)
+        view_menu.addSeparator()
         reset = view_menu.addAction("&Reset timeline zoom")
         reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
         reset.triggered.connect(self._on_reset_zoom_trigger)
@@ -172,12 +196,16 @@ class MainWindow(QtWidgets.QMainWindow):
         return self._status.text()
 
     def session(self) -> Session:
-        """The session as edited."""
-        return self.editor.session()
+        """The session as edited, with the Explore tab's sweep settings."""
+        session = self.editor.session()
+        session.sweep = self.explore.settings()
+        return session
 
     def new_session(self, session: Session | None = None) -> None:
         """Replace the session without asking (see :meth:`maybe_save` for the question)."""
-        self.editor.set_session(session or Session())
+        session = session or Session()
+        self.editor.set_session(session)
+        self.explore.reset(session)
         self._set_path(None)
         self.setWindowModified(False)
         self._schedule_simulation(immediately=True)
@@ -199,6 +227,7 @@ class MainWindow(QtWidgets.QMainWindow):
             QtWidgets.QMessageBox.critical(self, "Cannot open file", f"{exc}")
             return False
         self.editor.set_session(session)
+        self.explore.reset(session)
         self._set_path(None if as_template else path)
         self.setWindowModified(False)
         if not as_template:
@@ -210,7 +239,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Save the session to ``path`` (atomic); on error show a message and return False."""
         path = Path(path)
         try:
-            save_session(self.editor.session(), path)
+            save_session(self.session(), path)
         except OSError as exc:
             QtWidgets.QMessageBox.critical(self, "Cannot save file",
                                            f"{path}: {exc.strerror or exc}")
@@ -246,10 +275,19 @@ class MainWindow(QtWidgets.QMainWindow):
         """Simulate the edited session now if it is valid (skips the debounce pause)."""
         self._schedule_simulation(immediately=True)
 
+    def show_tab(self, name: str) -> None:
+        """Bring tab ``'plan'`` or ``'explore'`` to the front."""
+        self.tabs.setCurrentIndex(self.explore_tab_index if name == "explore" else self.plan_tab_index)
+
+    def current_tab(self) -> str:
+        """``'plan'`` or ``'explore'``."""
+        return "explore" if self.tabs.currentIndex() == self.explore_tab_index else "plan"
+
     # ------------------------------------------------------------------ handlers: editor, runner
     @Slot(object)
     def _on_editor_session_change(self, session: Session) -> None:
         self.setWindowModified(True)
+        self.explore.set_session(session)
         self._schedule_simulation()
 
     @Slot()
@@ -270,6 +308,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._last_error = None
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
+        self.explore.show_simulation(result)
         self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
                              f"{format_count(result.graph.num_tasks)} tasks")
         self.result_shown.emit(result)
@@ -286,6 +325,43 @@ class MainWindow(QtWidgets.QMainWindow):
     @Slot(int)
     def _on_timeline_task_hover(self, index: int) -> None:
         self._hover.setText(self.timeline.task_text(index) if index >= 0 else "")
+
+    # ------------------------------------------------------------------ handlers: Explore tab
+    @Slot(int)
+    def _on_explore_plan_select(self, index: int) -> None:
+        sweep = self.explore.result
+        if sweep is None:
+            return
+        current = self.editor.session()
+        picked = sweep.session_for(index)  # the swept model, cluster and cost with that plan
+        picked.notes = current.notes
+        picked.sweep = current.sweep
+        pl = picked.plan
+        self._status.setText(f"Loaded plan t={pl.tensor_parallel} p={pl.pipeline_parallel} "
+                             f"d={pl.data_parallel} b={pl.micro_batch_size} {pl.schedule} "
+                             f"recompute={pl.recompute} from the sweep")
+        if picked.to_dict() == current.to_dict():
+            return
+        self.editor.set_session(picked)
+        self.explore.set_session(picked)
+        self.setWindowModified(True)
+        self._schedule_simulation(immediately=True)
+
+    @Slot()
+    def _on_explore_open_request(self) -> None:
+        self.show_tab("plan")
+
+    @Slot()
+    def _on_explore_settings_change(self) -> None:
+        self.setWindowModified(True)
+
+    @Slot()
+    def _on_show_plan_trigger(self) -> None:
+        self.show_tab("plan")
+
+    @Slot()
+    def _on_show_explore_trigger(self) -> None:
+        self.show_tab("explore")
 
     # ------------------------------------------------------------------ handlers: menus
     @Slot()
@@ -362,6 +438,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self._debounce.stop()
         self.runner.shutdown()
+        self.explore.shutdown()
         event.accept()
 
     # ------------------------------------------------------------------ internals

@@ -566,6 +566,8 @@ class TimelineWidget(QtWidgets.QWidget):
         axis = self.plot.getPlotItem().getAxis("left")
         metrics = QtGui.QFontMetrics(axis.style.get("tickFont") or self.font())
         row_px = self.view_box.height() / max(num_rows, 1)
+        if row_px <= 0 and num_rows:
+            return  # not laid out yet (a hidden tab): labelled on the first resize
         n_streams = len(STREAMS)
         if row_px >= metrics.height() or num_rows == 0:
             ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[r % n_streams]}")

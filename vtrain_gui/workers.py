@@ -1,14 +1,24 @@
-"""Run :func:`core.simulate.simulate` off the GUI thread.
+"""Run :func:`core.simulate.simulate` and :func:`core.sweep.run_sweep` off the GUI thread.
 
 One :class:`SimulationRunner` owns one worker thread. Requests are numbered;
 while a simulation runs, newer requests replace each other and only the latest
 runs next ("latest wins"), so typing into a field never queues a backlog.
 Results come back to the GUI thread through queued signals. The simulator is
 a Qt-free function; the worker never touches a widget.
+
+:class:`SweepRunner` does the same for design-space sweeps, which take
+seconds: each run gets its own ``threading.Event`` that Cancel (or a newer
+run, or :meth:`SweepRunner.shutdown`) sets; the Qt-free sweep checks it
+between batches and raises :class:`core.sweep.SweepCancelled`. Progress
+``(done, total)`` comes back through a queued signal, at most every
+:data:`PROGRESS_INTERVAL_S`.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+import threading
 import time
 import traceback
 import weakref
@@ -19,13 +29,16 @@ from PySide6.QtCore import Signal, Slot
 
 from core.config import Session
 
-__all__ = ["SimulationRunner", "live_runners"]
+__all__ = ["SimulationRunner", "SweepRunner", "live_runners", "PROGRESS_INTERVAL_S"]
 
-_LIVE: "weakref.WeakSet[SimulationRunner]" = weakref.WeakSet()
+#: Sweep progress reaches the GUI thread at most this often (plus the first and last report).
+PROGRESS_INTERVAL_S = 0.05
+
+_LIVE: "weakref.WeakSet[SimulationRunner | SweepRunner]" = weakref.WeakSet()
 
 
-def live_runners() -> list["SimulationRunner"]:
-    """Runners whose worker thread is still running (tests use this to find leaks)."""
+def live_runners() -> list["SimulationRunner | SweepRunner"]:
+    """Runners (simulation or sweep) whose worker thread is still running (tests find leaks)."""
     return [r for r in list(_LIVE) if r.is_thread_running()]
 
 
@@ -180,3 +193,227 @@ class SimulationRunner(QtCore.QObject):
             return
         self.failed.emit(request_id, message)
         self._start_pending()
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def _default_run_sweep(session: Session, space: Any, deadline_days: float | None,
+                       progress: Callable[[int, int], None], cancel: threading.Event) -> Any:
+    # looked up at call time so a test's stand-in is used
+    from core import sweep as sweep_module
+
+    return sweep_module.run_sweep(session, space, deadline_days=deadline_days,
+                                  progress=progress, cancel=cancel)
+
+
+def _error_text(exc: BaseException) -> str:
+    from core.config import ConfigError
+
+    if isinstance(exc, ConfigError):
+        return "; ".join(str(e) for e in exc.errors)
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+class _SweepWorker(QtCore.QObject):
+    """Lives in the worker thread; runs one sweep per :meth:`run` call."""
+
+    progressed = Signal(int, int, int)  # run id, plans done, plans in total
+    succeeded = Signal(int, object, float)  # run id, SweepResult, seconds
+    failed = Signal(int, str)  # run id, message
+    cancelled = Signal(int)  # run id
+
+    def __init__(self, sweep_fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self._sweep = sweep_fn
+
+    @Slot(int, object, object, object, object)
+    def run(self, run_id: int, session: Session, space: Any, deadline_days: Any,
+            cancel: threading.Event) -> None:
+        from core.sweep import SweepCancelled
+
+        last = [-math.inf]
+
+        def progress(done: int, total: int) -> None:  # called on this (worker) thread
+            now = time.monotonic()
+            if done == 0 or done >= total or now - last[0] >= PROGRESS_INTERVAL_S:
+                last[0] = now
+                self.progressed.emit(run_id, int(done), int(total))
+
+        t0 = time.perf_counter()
+        try:
+            if cancel.is_set():
+                raise SweepCancelled("sweep cancelled")
+            result = self._sweep(session, space, deadline_days, progress, cancel)
+        except SweepCancelled:
+            self.cancelled.emit(run_id)
+            return
+        except Exception as exc:  # noqa: BLE001 - report any sweep error to the user
+            self.failed.emit(run_id, _error_text(exc))
+            return
+        self.succeeded.emit(run_id, result, time.perf_counter() - t0)
+
+
+class SweepRunner(QtCore.QObject):
+    """Runs design-space sweeps (:func:`core.sweep.run_sweep`) on a worker thread.
+
+    One sweep runs at a time. :meth:`start` while one runs cancels it and
+    runs the new one next (latest wins); :meth:`cancel` stops the running one
+    within one batch of plans (~0.1 s). ``sweep_fn(session, space,
+    deadline_days, progress, cancel)`` replaces ``run_sweep`` in tests.
+
+    Signals (emitted on the GUI thread)
+    -----------------------------------
+    started(int)
+        Run ``id`` began.
+    progress(int, int, int)
+        Run ``id`` finished ``done`` of ``total`` plans (``total`` is 0 until known).
+    finished(int, object, float)
+        Run ``id`` produced a :class:`core.sweep.SweepResult` in the given seconds.
+    failed(int, str)
+        Run ``id`` raised (invalid settings, missing profile...); the message is readable.
+    cancelled(int)
+        Run ``id`` stopped because it was cancelled; it has no result.
+    """
+
+    started = Signal(int)
+    progress = Signal(int, int, int)
+    finished = Signal(int, object, float)
+    failed = Signal(int, str)
+    cancelled = Signal(int)
+    _run_requested = Signal(int, object, object, object, object)
+
+    def __init__(self, sweep_fn: Callable[..., Any] | None = None,
+                 parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self._sweep_fn = sweep_fn or _default_run_sweep
+        self._thread: QtCore.QThread | None = None
+        self._worker: _SweepWorker | None = None
+        self._running: tuple[int, threading.Event] | None = None
+        self._pending: tuple[int, Session, Any, float | None] | None = None
+        self._next_id = 0
+        self._closed = False
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------------ API
+    def start(self, session: Session, space: Any, deadline_days: float | None = None) -> int:
+        """Sweep ``space`` for (a copy of) ``session``; returns the run id.
+
+        A running sweep is cancelled and this one runs when it has stopped.
+        """
+        if self._closed:
+            raise RuntimeError("SweepRunner is shut down")
+        self._next_id += 1
+        run_id = self._next_id
+        self._pending = (run_id, session.copy(), copy.deepcopy(space), deadline_days)
+        if self._running is not None:
+            self._running[1].set()
+        else:
+            self._start_pending()
+        return run_id
+
+    def cancel(self) -> None:
+        """Drop a waiting sweep and ask the running one to stop (``cancelled`` follows)."""
+        self._pending = None
+        if self._running is not None:
+            self._running[1].set()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a sweep is running or waiting."""
+        return self._running is not None or self._pending is not None
+
+    @property
+    def running_id(self) -> int | None:
+        """Id of the running sweep, or None."""
+        return self._running[0] if self._running is not None else None
+
+    @property
+    def latest_run_id(self) -> int:
+        """Id of the newest run (0 before the first)."""
+        return self._next_id
+
+    def is_thread_running(self) -> bool:
+        """Whether the worker thread exists and runs."""
+        return self._thread is not None and self._thread.isRunning()
+
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Cancel everything, wait for the worker to stop, end the thread.
+
+        Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
+        """
+        self._closed = True
+        self.cancel()
+        if self._thread is None:
+            return True
+        self._thread.quit()
+        stopped = self._thread.wait(timeout_ms)
+        if stopped:
+            self._worker.deleteLater()
+            self._thread.deleteLater()
+            self._worker = None
+            self._thread = None
+            self._running = None
+        return stopped
+
+    # ------------------------------------------------------------------ internals
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = QtCore.QThread()
+        self._thread.setObjectName("vtrain-sweep")
+        self._worker = _SweepWorker(self._sweep_fn)
+        self._worker.moveToThread(self._thread)
+        self._run_requested.connect(self._worker.run)  # queued: worker lives in the thread
+        self._worker.progressed.connect(self._on_worker_progressed)
+        self._worker.succeeded.connect(self._on_worker_succeeded)
+        self._worker.failed.connect(self._on_worker_failed)
+        self._worker.cancelled.connect(self._on_worker_cancelled)
+        self._thread.start()
+
+    def _start_pending(self) -> None:
+        if self._pending is None or self._closed:
+            return
+        self._ensure_thread()
+        run_id, session, space, deadline_days = self._pending
+        self._pending = None
+        cancel = threading.Event()
+        self._running = (run_id, cancel)
+        self.started.emit(run_id)
+        self._run_requested.emit(run_id, session, space, deadline_days, cancel)
+
+    def _end_run(self, run_id: int) -> bool:
+        """Forget run ``run_id``; whether its outcome should be reported."""
+        if self._running is not None and self._running[0] == run_id:
+            self._running = None
+        return not self._closed
+
+    def _was_cancelled(self, run_id: int) -> bool:
+        return self._running is not None and self._running[0] == run_id and self._running[1].is_set()
+
+    @Slot(int, int, int)
+    def _on_worker_progressed(self, run_id: int, done: int, total: int) -> None:
+        if not self._closed and self.running_id == run_id:
+            self.progress.emit(run_id, done, total)
+
+    @Slot(int, object, float)
+    def _on_worker_succeeded(self, run_id: int, result: object, seconds: float) -> None:
+        # a sweep that finished its last batch just as Cancel was pressed counts as cancelled
+        cancelled = self._was_cancelled(run_id)
+        if self._end_run(run_id):
+            if cancelled:
+                self.cancelled.emit(run_id)
+            else:
+                self.finished.emit(run_id, result, seconds)
+            self._start_pending()
+
+    @Slot(int, str)
+    def _on_worker_failed(self, run_id: int, message: str) -> None:
+        if self._end_run(run_id):
+            self.failed.emit(run_id, message)
+            self._start_pending()
+
+    @Slot(int)
+    def _on_worker_cancelled(self, run_id: int) -> None:
+        if self._end_run(run_id):
+            self.cancelled.emit(run_id)
+            self._start_pending()
