@@ -65,6 +65,8 @@ def add_import_parser(psub: Any) -> None:
     imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
     imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
                      help="collective, when the file does not say")
+    imp.add_argument("--knots", type=int, metavar="N",
+                     help="store a piecewise log-log fit with N knots instead of every measured size")
 
 
 def _usage(field: str, msg: str) -> ConfigError:
@@ -231,15 +233,21 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run_import_nccl(args: argparse.Namespace) -> int:
     """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
-    from .nccl_tests import read_nccl_tests
+    from .nccl_tests import fit_curve, read_nccl_tests
     from .profile_store import ProfileStore
 
     store = ProfileStore.open(args.into)
+    imported = []
     for f in args.files:
         curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
+        if args.knots:
+            curve = fit_curve(curve, args.knots)
         store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
-        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} sizes "
-              f"({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
+        imported.append(f"{Path(f).name}: {curve.kind}/{curve.group_size}")
+        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
+              f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
+    store.provenance = {**store.provenance, "collectives_imported": "; ".join(imported)
+                        + (f" (piecewise log-log fit, {args.knots} knots)" if args.knots else "")}
     store.save(args.into)
     print(f"wrote {args.into}")
     return 0

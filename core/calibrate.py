@@ -15,8 +15,8 @@ Method (a Gauss-Newton-style fixed point around the critical path):
    communication time ``A + B / inter_node_efficiency + C *
    collective_overhead_s`` (A, B, C read off graphs built at three parameter
    points, exact because those terms are linear);
-3. fit the parameters by bounded least squares on ``log(predicted /
-   measured)`` (scipy.optimize.least_squares), then repeat from 1 with the
+3. fit the parameters by bounded robust least squares (soft-L1) on
+   ``log(predicted / measured)`` (scipy.optimize.least_squares), then repeat from 1 with the
    new parameters (the critical path may move) for a few rounds;
 4. then, as a profile would, give each measured shape its own op times: a
    factor on the model's time of the transformer-layer ops (attention, MLP)
@@ -63,16 +63,22 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     "iteration_overhead_s": (0.0, 2.0),
     "collective_overhead_s": (0.0, 5e-3),
     "inter_node_efficiency": (0.05, 1.0),
+    "p2p_efficiency": (0.02, 1.0),
 }
 #: Where the search starts (host overheads must start above zero: below the
 #: device time their gradient vanishes).
 FIT_START = {"gemm_efficiency_max": 0.7, "gemm_half_size": 200.0, "memory_efficiency": 0.7,
              "kernel_overhead_s": 2e-6, "op_overhead_s": 2e-4, "kernel_launch_s": 5e-6,
              "iteration_overhead_s": 1e-3, "collective_overhead_s": 1e-5,
-             "inter_node_efficiency": 0.8}
+             "inter_node_efficiency": 0.8, "p2p_efficiency": 0.8}
 #: Ridge weight on the log of a shape's correction factor, per unit of log residual.
 DEFAULT_RIDGE = 0.05
+#: Robust loss on log residuals (scipy's soft_l1 with this scale): a run far off the rest
+#: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
+ROBUST_LOSS = "soft_l1"
+ROBUST_SCALE = 0.05
 _COMPUTE_OPS = OPS[:9]
+HALF_PRECISIONS = ("fp16", "bf16")
 _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
            "embedding_fwd": "edge", "embedding_bwd": "edge", "output_fwd": "edge", "output_bwd": "edge"}
 
@@ -111,6 +117,10 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
     for key, c in corrections.items():
         _, seq, h, a, f, V, t, b, dtype = key
         by_shape.setdefault((seq, h, a, f, V, t, dtype), {})[b] = c
+    # bf16 and fp16 run at the same tensor-core rate: a half-precision shape's factor holds for both
+    for (seq, h, a, f, V, t, dtype), by_b in list(by_shape.items()):
+        for twin in HALF_PRECISIONS if dtype in HALF_PRECISIONS else ():
+            by_shape.setdefault((seq, h, a, f, V, t, twin), by_b)
     extra = [dict(s=k[0], h=k[1], a=k[2], f=k[3], V=k[4], t=k[5], dtype=k[6], b=min(v))
              for k, v in by_shape.items()]
 
@@ -120,12 +130,28 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
         for (seq, h, a, f, V, t, dtype), by_b in by_shape.items():
             if ((seq, h, t, dtype) == (key["s"], key["h"], key["t"], key["dtype"])
                     and key.get("a", a) == a and key.get("f", f) == f and key.get("V", V) == V):
-                nearest = min(by_b, key=lambda b: (abs(np.log(b / key["b"])), b))
-                return by_b[nearest]
+                return _factor_at(by_b, key["b"])
         return 1.0
 
     fill_op_tables(store, extra, factor)
     return store
+
+
+def _factor_at(by_b: dict[int, float], b: int) -> float:
+    """A shape's factor at micro-batch size ``b``: the measured factor, log-interpolated in
+    log b between measured sizes, and outside them the nearest one (FACTOR_EXTRAPOLATION)."""
+    if b in by_b:
+        return by_b[b]
+    bs = np.array(sorted(by_b), float)
+    logs = np.log([by_b[int(x)] for x in bs])
+    if bs[0] < b < bs[-1]:
+        return float(np.exp(np.interp(np.log(b), np.log(bs), logs)))
+    if FACTOR_EXTRAPOLATION == "model":
+        return 1.0
+    return float(np.exp(logs[0] if b < bs[0] else logs[-1]))
+
+
+FACTOR_EXTRAPOLATION = "nearest"
 
 
 @dataclass
@@ -146,9 +172,10 @@ class LinearizedRow:
         "layer", "edge" or "" (layer and edge ops take the shape's factor).
     key : tuple
         The row's :func:`shape_key`.
-    comm_fixed_s, comm_inter_s, num_collectives : float
+    comm_fixed_s, comm_inter_s, p2p_inter_s, num_collectives : float
         Communication on the path: ``comm_fixed_s + comm_inter_s /
-        inter_node_efficiency + num_collectives * collective_overhead_s``.
+        inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
+        collective_overhead_s``.
     peak_flops, memory_bandwidth_bytes_per_s : float
     """
 
@@ -161,6 +188,7 @@ class LinearizedRow:
     key: tuple
     comm_fixed_s: float
     comm_inter_s: float
+    p2p_inter_s: float
     num_collectives: float
     peak_flops: float
     memory_bandwidth_bytes_per_s: float
@@ -198,24 +226,27 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = ops >= len(_COMPUTE_OPS)
-    # Communication along the path is A + B / inter_node_efficiency + C * collective_overhead_s,
-    # C the number of collective calls (one per comm task). One more build with half the
-    # efficiency gives B.
+    # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
+    # + C * collective_overhead_s, C the number of collective calls (one per comm task).
+    # One more build with each efficiency halved gives B, resp. P.
     p = {**DEFAULT_OP_MODEL, **op_model}
-    eff, ov = p["inter_node_efficiency"], p["collective_overhead_s"]
+    eff, p2p_eff, ov = p["inter_node_efficiency"], p["p2p_efficiency"], p["collective_overhead_s"]
     now_s = float(res.graph.duration_s[path[comm]].sum())
     num_calls = float(comm.sum())
     saved = store.op_model
     try:
         store.op_model = _with(op_model, inter_node_efficiency=eff / 2)
         half_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+        store.op_model = _with(op_model, p2p_efficiency=p2p_eff / 2)
+        half_p2p_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
     finally:
         store.op_model = saved
     inter = (half_s - now_s) * eff  # B
-    fixed = now_s - inter / eff - num_calls * ov  # A
+    p2p_inter = (half_p2p_s - now_s) * p2p_eff  # P
+    fixed = now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov  # A
     return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
                          np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
-                         fixed, inter, num_calls,
+                         fixed, inter, p2p_inter, num_calls,
                          float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
 
 
@@ -231,7 +262,8 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
     fam = np.array(row.op_family)
     scaled = float(op_s[fam != ""].sum())
     rest = (float(op_s[fam == ""].sum()) + row.comm_fixed_s
-            + row.comm_inter_s / p["inter_node_efficiency"] + row.num_collectives * p["collective_overhead_s"])
+            + row.comm_inter_s / p["inter_node_efficiency"] + row.p2p_inter_s / p["p2p_efficiency"]
+            + row.num_collectives * p["collective_overhead_s"])
     return scaled, rest
 
 
@@ -274,7 +306,8 @@ def _fit_globals(sessions, measured_s, base, names, current, rounds, say):
             return np.log(predict_linearized(rows, {**current, **values}) / measured_s)
 
         u0 = np.clip((np.array([current[n] for n in names]) - lo) / (hi - lo), 0, 1)
-        sol = least_squares(residuals, u0, bounds=(0, 1), x_scale="jac", max_nfev=400)
+        sol = least_squares(residuals, u0, bounds=(0, 1), x_scale="jac", max_nfev=400,
+                            loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
         current = {**current, **dict(zip(names, (lo + sol.x * (hi - lo)).tolist()))}
         say(f"model round {rnd + 1}/{rounds}: in-sample RMS log error {np.sqrt(np.mean(sol.fun**2)):.4f}")
     return current
@@ -293,7 +326,8 @@ def _fit_corrections(rows, measured_s, op_model, ridge):
         pred = parts[:, 0] * np.exp(x)[ki] + parts[:, 1]
         return np.concatenate([np.log(pred / measured_s), np.sqrt(ridge) * x])
 
-    sol = least_squares(residuals, np.zeros(len(keys)), method="trf", x_scale=1.0)
+    sol = least_squares(residuals, np.zeros(len(keys)), method="trf", x_scale=1.0,
+                        loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
     return {k: float(np.exp(v)) for k, v in zip(keys, sol.x)}
 
 

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     gui.add_argument("path", metavar="PATH", nargs="?", help="session file or vTrain config")
     gui.add_argument("--screenshot", metavar="OUT.png",
                      help="simulate, save a picture of the window to OUT.png and exit")
+    gui.add_argument("--explore", action="store_true",
+                     help="with --screenshot: run the plan sweep and picture the Explore tab")
 
     prof = sub.add_parser("profile", help="generate or inspect profile stores")
     psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
@@ -169,7 +171,7 @@ def _cmd_gui(args: argparse.Namespace) -> int:
         from vtrain_gui.app import run_gui
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
-    return run_gui(args.path, screenshot=args.screenshot)
+    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore)
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:

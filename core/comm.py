@@ -14,9 +14,10 @@ fastest, then data-parallel, then pipeline-parallel, i.e. global rank
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
 
-Two parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
-(the share of the nominal network bandwidth that collectives achieve) and
-``collective_overhead_s`` (framework time per collective call).
+Three parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
+(the share of the nominal network bandwidth that collectives achieve),
+``p2p_efficiency`` (the share that pipeline transfers between nodes achieve)
+and ``collective_overhead_s`` (framework time per collective call).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class CommModel:
         p = {**DEFAULT_OP_MODEL, **(getattr(self.store, "op_model", None) or {})}
         self.inter_node_efficiency = float(p["inter_node_efficiency"])
         self.collective_overhead_s = float(p["collective_overhead_s"])
+        self.p2p_efficiency = float(p["p2p_efficiency"])
 
     # ------------------------------------------------------------------ placement
     def node_of(self, tp: int, dp: int, pp: int) -> int:
@@ -149,4 +151,6 @@ class CommModel:
             return 0.0
         if self.stages_share_node(stage):
             return self.collective_overhead_s + self.intra("send_recv", 2, nbytes)
-        return self.collective_overhead_s + INTER_NODE_LATENCY_S + nbytes / self._gpu_inter_bytes_per_s
+        gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
+                           / self.cluster.gpus_per_node * self.p2p_efficiency)
+        return self.collective_overhead_s + INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s

@@ -116,8 +116,8 @@ def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage:
     return is_bwd, mb
 
 
-def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str,
-                         blocking_p2p: bool = False) -> ExecutionGraph:
+def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str
+                         ) -> ExecutionGraph:
     """Arrays of one iteration from per-stage programs.
 
     Parameters
@@ -126,12 +126,6 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     num_microbatches : int
         m >= 1.
     schedule : {"1f1b", "gpipe"}
-    blocking_p2p : bool
-        Pipeline transfers as Megatron-LM and DeepSpeed run them: a rendezvous
-        that starts once the receiver has finished the op before the one that
-        needs the data, and that the sender waits for before its next op.
-        Otherwise the sender continues at once and the transfer starts when
-        the data is ready.
 
     Returns
     -------
@@ -147,11 +141,6 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     last_f = np.zeros((p, m), np.int64)
     first_b = np.zeros((p, m), np.int64)
     last_b = np.zeros((p, m), np.int64)
-    # neighbours in program order: last task of the op before, first task after (-1: none)
-    prev_f = np.full((p, m), -1, np.int64)
-    prev_b = np.full((p, m), -1, np.int64)
-    next_f = np.full((p, m), -1, np.int64)
-    next_b = np.full((p, m), -1, np.int64)
     base = 0
     for i, pr in enumerate(programs):
         is_bwd, mb = schedule_order(schedule, p, m, i)
@@ -178,10 +167,6 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
                 (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
-        after = np.append(first[1:], base + total if tail else -1)
-        before = np.insert(last[:-1], 0, -1)
-        prev_f[i, mb[~is_bwd]], next_f[i, mb[~is_bwd]] = before[~is_bwd], after[~is_bwd]
-        prev_b[i, mb[is_bwd]], next_b[i, mb[is_bwd]] = before[is_bwd], after[is_bwd]
         if tail:
             cols["op"].append(np.array([x[3] for x in tail]))
             cols["dur"].append(np.array([x[2] for x in tail], float))
@@ -197,11 +182,9 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         base += n_stage
     # Pipeline transfers: forward activations i -> i+1, gradients i+1 -> i.
     for i in range(p - 1):
-        for send_s, s_from, s_to, stage_of_task, op_id, recv_ready, send_next in (
-                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"],
-                 prev_f[i + 1], next_f[i]),
-                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"],
-                 prev_b[i], next_b[i + 1])):
+        for send_s, s_from, s_to, stage_of_task, op_id in (
+                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"]),
+                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"])):
             ids = base + np.arange(m)
             cols["dur"].append(np.full(m, float(send_s)))
             cols["kind"].append(np.full(m, K["pp_p2p"]))
@@ -212,10 +195,6 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["op"].append(np.full(m, op_id))
             src += [s_from, ids]
             dst += [ids, s_to]
-            if blocking_p2p:
-                ok = recv_ready >= 0
-                src += [recv_ready[ok], ids[send_next >= 0]]
-                dst += [ids[ok], send_next[send_next >= 0]]
             base += m
     return ExecutionGraph(
         duration_s=np.concatenate(cols["dur"]).astype(np.float64),

@@ -71,7 +71,7 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "optimizer_step": ("n", "dtype"),
 }
 #: Parameters of the analytic op and communication model when a store gives none.
-#: ``collective_overhead_s`` and ``inter_node_efficiency`` are read by core.comm.
+#: ``collective_overhead_s``, ``inter_node_efficiency`` and ``p2p_efficiency`` are read by core.comm.
 DEFAULT_OP_MODEL = {
     "gemm_efficiency_max": 0.8,
     "gemm_half_size": 160.0,
@@ -82,6 +82,7 @@ DEFAULT_OP_MODEL = {
     "iteration_overhead_s": 0.0,
     "collective_overhead_s": 0.0,
     "inter_node_efficiency": 1.0,
+    "p2p_efficiency": 1.0,
 }
 #: Bytes per parameter of accumulating a weight gradient into the gradient buffer.
 GRAD_ACCUMULATE_BYTES_PER_PARAM = 6

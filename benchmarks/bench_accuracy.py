@@ -1,0 +1,104 @@
+"""Out-of-sample accuracy on the vTrain authors' A100 measurements, and the calibrated A100 store.
+
+Steps (every figure printed is out-of-sample):
+
+1. base store: the analytic A100 store (``core.profiles_gen``) plus the NCCL
+   all-reduce curves of ../shared/data/vtrain-a100/nccl_allreduce as
+   12-knot piecewise log-log fits (the store keeps the fit, not the rows);
+2. 5-fold cross-validation on measured_single_node.csv and on
+   measured_multi_node.csv (fit on four folds, predict the fifth with the
+   full simulator);
+3. transfer: fit on all single-node rows, predict every multi-node row;
+4. fit on both files and, with ``--write``, save the calibrated store to
+   profiles/A100-SXM4-80GB.h5 with the figures of 2. in its provenance;
+5. with ``--plot DIR``, write predicted-vs-measured plots of the
+   cross-validated predictions.
+
+Run: ``python benchmarks/bench_accuracy.py [--write] [--plot docs/img] [--folds 5]``
+(about 10-15 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.calibrate import calibrated_store, cross_validate, fit, measured_sessions  # noqa: E402
+from core.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
+from core.profiles_gen import generate_store  # noqa: E402
+from core.simulate import simulate  # noqa: E402
+from core.calibrate import apply_fit  # noqa: E402
+from core.validate import ValidationResult, error_metrics, read_measurements  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
+FILES = ("measured_single_node.csv", "measured_multi_node.csv")
+
+
+def base_store():
+    """Analytic A100 store plus 12-knot fits of the measured NCCL all-reduce curves."""
+    store = generate_store("A100-SXM4-80GB")
+    names = []
+    for path in sorted((DATA / "nccl_allreduce").glob("*.csv")):
+        curve = fit_curve(read_nccl_tests(path), 12)
+        store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        names.append(path.name)
+    store.provenance = {**store.provenance,
+                        "collectives_imported": "; ".join(names) + " (piecewise log-log fit, 12 knots)"}
+    return store
+
+
+def fmt(m: dict) -> str:
+    return (f"n={m['n']} MAPE={m['mape_percent']:.2f}% median={m['median_ape_percent']:.2f}% "
+            f"max={m['max_ape_percent']:.2f}% R2={m['r2']:.4f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--write", action="store_true", help="write profiles/A100-SXM4-80GB.h5")
+    ap.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs into DIR")
+    args = ap.parse_args()
+    base = base_store()
+    data = {}
+    for name in FILES:
+        ms = read_measurements(DATA / name)
+        data[name] = (ms, *measured_sessions(ms))
+    cv: dict[str, dict] = {}
+    for name, (ms, sessions, measured) in data.items():
+        t0 = time.perf_counter()
+        pred, met = cross_validate(sessions, measured, base, folds=args.folds)
+        cv[name] = {k: float(v) for k, v in met.items()}
+        print(f"{name}: {args.folds}-fold CV {fmt(met)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        if args.plot:
+            from core.accuracy_cmd import _plot
+            full = np.full(len(ms), np.nan)
+            full[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred
+            res = ValidationResult(ms, full)
+            out = Path(args.plot) / f"accuracy_{Path(name).stem}.png"
+            _plot(res, str(out), {**res.metrics(), "cross_validated_folds": args.folds})
+            print(f"  plot: {out}")
+    _, s_single, y_single = data[FILES[0]]
+    _, s_multi, y_multi = data[FILES[1]]
+    res = fit(s_single, y_single, base)
+    store = apply_fit(base, res.op_model, res.corrections)
+    pred = np.array([simulate(s, store).report.iteration_time_s for s in s_multi])
+    transfer = error_metrics(pred, y_multi)
+    print(f"fit on single-node, predict multi-node: {fmt(transfer)}", flush=True)
+    if args.write:
+        res = fit(s_single + s_multi, np.concatenate([y_single, y_multi]), base)
+        cv["transfer single-node -> multi-node"] = {k: float(v) for k, v in transfer.items()}
+        out = calibrated_store(base, res, list(FILES), cv)
+        path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+        out.save(path)
+        print(f"wrote {path} (in-sample {fmt(res.train_metrics)})")
+
+
+if __name__ == "__main__":
+    main()
