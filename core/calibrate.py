@@ -20,9 +20,9 @@ Method (a Gauss-Newton-style fixed point around the critical path):
    new parameters (the critical path may move) for a few rounds;
 4. then, as a profile would, give each measured shape its own op times: a
    factor on the model's time of the transformer-layer ops (attention, MLP)
-   and the embedding and output ops, per shape (s, h, a, f, V, t, b, dtype),
-   fitted with a ridge penalty on the log factor so a shape seen in few runs
-   stays close to the model. The calibrated store tabulates the
+   and the embedding and output ops, per shape (s, h, a, f, V, t, b, dtype)
+   measured in at least three runs, fitted with a ridge penalty on the log
+   factor so a shape seen in few runs stays close to the model. The calibrated store tabulates the
    corrected times; shapes never measured use the fitted model.
 
 Every reported accuracy is out-of-sample: k-fold cross-validation where each
@@ -73,6 +73,9 @@ FIT_START = {"gemm_efficiency_max": 0.7, "gemm_half_size": 200.0, "memory_effici
              "inter_node_efficiency": 0.8, "p2p_efficiency": 0.8}
 #: Ridge weight on the log of a shape's correction factor, per unit of log residual.
 DEFAULT_RIDGE = 0.05
+#: A shape gets its own factor only when measured at least this often: one or two runs
+#: cannot tell a property of the shape from an anomaly of a run.
+MIN_ROWS_PER_SHAPE = 3
 #: Robust loss on log residuals (scipy's soft_l1 with this scale): a run far off the rest
 #: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
 ROBUST_LOSS = "soft_l1"
@@ -106,21 +109,20 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
     """``base``'s device with the fitted model, and op tables holding the corrected times.
 
     Corrected shapes are tabulated at the generator's micro-batch sizes too,
-    each with the factor of the nearest measured micro-batch size (in log b),
-    so a table row never mixes corrected and uncorrected times.
+    with the factor log-interpolated between measured micro-batch sizes and
+    the nearest measured one beyond them, so a table row along b never mixes
+    corrected and uncorrected times. bf16 and fp16 run at the same
+    tensor-core rate, so a half-precision shape's factor holds for both.
     """
     from .profiles_gen import fill_op_tables
 
     store = model_store(base, op_model)
-    corrections = corrections or {}
     by_shape: dict[tuple, dict[int, float]] = {}  # (s, h, a, f, V, t, dtype) -> {b: factor}
-    for key, c in corrections.items():
+    for key, c in (corrections or {}).items():
         _, seq, h, a, f, V, t, b, dtype = key
-        by_shape.setdefault((seq, h, a, f, V, t, dtype), {})[b] = c
-    # bf16 and fp16 run at the same tensor-core rate: a half-precision shape's factor holds for both
-    for (seq, h, a, f, V, t, dtype), by_b in list(by_shape.items()):
-        for twin in HALF_PRECISIONS if dtype in HALF_PRECISIONS else ():
-            by_shape.setdefault((seq, h, a, f, V, t, twin), by_b)
+        twins = HALF_PRECISIONS if dtype in HALF_PRECISIONS else (dtype,)
+        for dt in twins:
+            by_shape.setdefault((seq, h, a, f, V, t, dt), {})[b] = c
     extra = [dict(s=k[0], h=k[1], a=k[2], f=k[3], V=k[4], t=k[5], dtype=k[6], b=min(v))
              for k, v in by_shape.items()]
 
@@ -130,28 +132,15 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
         for (seq, h, a, f, V, t, dtype), by_b in by_shape.items():
             if ((seq, h, t, dtype) == (key["s"], key["h"], key["t"], key["dtype"])
                     and key.get("a", a) == a and key.get("f", f) == f and key.get("V", V) == V):
-                return _factor_at(by_b, key["b"])
+                if key["b"] in by_b:
+                    return by_b[key["b"]]
+                bs = np.array(sorted(by_b), float)
+                logs = np.log([by_b[int(x)] for x in bs])
+                return float(np.exp(np.interp(np.log(key["b"]), np.log(bs), logs)))
         return 1.0
 
     fill_op_tables(store, extra, factor)
     return store
-
-
-def _factor_at(by_b: dict[int, float], b: int) -> float:
-    """A shape's factor at micro-batch size ``b``: the measured factor, log-interpolated in
-    log b between measured sizes, and outside them the nearest one (FACTOR_EXTRAPOLATION)."""
-    if b in by_b:
-        return by_b[b]
-    bs = np.array(sorted(by_b), float)
-    logs = np.log([by_b[int(x)] for x in bs])
-    if bs[0] < b < bs[-1]:
-        return float(np.exp(np.interp(np.log(b), np.log(bs), logs)))
-    if FACTOR_EXTRAPOLATION == "model":
-        return 1.0
-    return float(np.exp(logs[0] if b < bs[0] else logs[-1]))
-
-
-FACTOR_EXTRAPOLATION = "nearest"
 
 
 @dataclass
@@ -227,18 +216,19 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = ops >= len(_COMPUTE_OPS)
     # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
-    # + C * collective_overhead_s, C the number of collective calls (one per comm task).
-    # One more build with each efficiency halved gives B, resp. P.
+    # + C * collective_overhead_s (C: collective calls, weighted as core.comm weighs them).
+    # One more build with each parameter moved gives B, P and C.
     p = {**DEFAULT_OP_MODEL, **op_model}
     eff, p2p_eff, ov = p["inter_node_efficiency"], p["p2p_efficiency"], p["collective_overhead_s"]
     now_s = float(res.graph.duration_s[path[comm]].sum())
-    num_calls = float(comm.sum())
     saved = store.op_model
     try:
         store.op_model = _with(op_model, inter_node_efficiency=eff / 2)
         half_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
         store.op_model = _with(op_model, p2p_efficiency=p2p_eff / 2)
         half_p2p_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+        store.op_model = _with(op_model, collective_overhead_s=ov + 1e-3)
+        num_calls = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
     finally:
         store.op_model = saved
     inter = (half_s - now_s) * eff  # B
@@ -314,16 +304,22 @@ def _fit_globals(sessions, measured_s, base, names, current, rounds, say):
 
 
 def _fit_corrections(rows, measured_s, op_model, ridge):
+    """Log factor per shape measured in at least MIN_ROWS_PER_SHAPE runs (ridge-penalized)."""
     from scipy.optimize import least_squares
 
     p = {**DEFAULT_OP_MODEL, **op_model}
     parts = np.array([_parts(r, p) for r in rows])  # (n, 2)
-    keys = sorted({r.key for r in rows}, key=repr)
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        counts[r.key] = counts.get(r.key, 0) + 1
+    keys = sorted((k for k, n in counts.items() if n >= MIN_ROWS_PER_SHAPE), key=repr)
+    if not keys:
+        return {}
     index = {k: i for i, k in enumerate(keys)}
-    ki = np.array([index[r.key] for r in rows])
+    ki = np.array([index.get(r.key, len(keys)) for r in rows])  # len(keys): no factor
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pred = parts[:, 0] * np.exp(x)[ki] + parts[:, 1]
+        pred = parts[:, 0] * np.exp(np.append(x, 0.0))[ki] + parts[:, 1]
         return np.concatenate([np.log(pred / measured_s), np.sqrt(ridge) * x])
 
     sol = least_squares(residuals, np.zeros(len(keys)), method="trf", x_scale=1.0,

@@ -205,8 +205,12 @@ def test_calibration_recovers_known_parameters():
 def test_shape_factors_absorb_a_shape_specific_slowdown():
     base = generate_store("A100-SXM4-80GB", date="2026-01-01")
     sessions = small_sessions()
-    # "measured": the model, but one shape's ops 30% slower
+    # "measured": the model, but one shape's ops 30% slower; that shape is run three times
     slow = sessions[2]
+    for layers, batch in ((8, 16), (12, 32)):
+        twin = slow.copy()
+        twin.model.num_layers, twin.plan.global_batch_size = layers, batch
+        sessions.append(twin)
     from core.calibrate import shape_key
     truth_corr = {shape_key(slow): 1.3}
     measured = np.array([simulate(s, apply_fit(base, DEFAULT_OP_MODEL, truth_corr)).report.iteration_time_s
@@ -214,6 +218,8 @@ def test_shape_factors_absorb_a_shape_specific_slowdown():
     res = fit(sessions, measured, base, params=[], rounds=2, start=dict(DEFAULT_OP_MODEL), ridge=1e-6)
     assert res.corrections[shape_key(slow)] == pytest.approx(1.3, rel=0.01)
     assert res.train_metrics["max_ape_percent"] < 0.5
+    # shapes run fewer than three times get no factor of their own
+    assert set(res.corrections) == {shape_key(slow)}
 
 
 def test_validate_cli_outputs(tmp_path, capsys):
