@@ -165,21 +165,25 @@ def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     used = result.used
     meas = result.measured_s[used]
     pred = result.predicted_s[used]
     fig, ax = plt.subplots(figsize=(5.5, 5.0), dpi=120)
+    lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
+    ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.88",
+                    label="±5 %", zorder=0)
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, zorder=1)
     groups = [m.group.get("t", "?") for m, u in zip(result.measurements, used) if u]
     for label in sorted(set(groups), key=lambda x: (len(x), x)):
         sel = np.array([g == label for g in groups])
-        ax.scatter(meas[sel], pred[sel], s=10, alpha=0.7, label=f"t={label}")
-    lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
-    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
-    ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85",
-                    label="±5 %")
+        ax.scatter(meas[sel], pred[sel], s=12, alpha=0.75, label=f"t={label}", zorder=2)
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
            xlabel="measured iteration time (s)", ylabel="predicted iteration time (s)")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     folds = metrics.get("cross_validated_folds")
     ax.set_title(f"MAPE {metrics['mape_percent']:.2f} %, R² {metrics['r2']:.3f}"
                  + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
