@@ -189,12 +189,10 @@ def _plot(result, path: str, metrics: dict) -> None:
                  + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    from .atomic import atomic_target
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

@@ -144,15 +144,21 @@ def _json_report(result, wall_s: float) -> dict:
     return doc
 
 
+def session_from_args(args: argparse.Namespace):
+    """Load ``args.path`` and apply ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    session = load_any(args.path)
+    if getattr(args, "profile", None):
+        session.cluster.profile_path = str(Path(args.profile).resolve())
+    if getattr(args, "tokens", None) is not None:
+        session.cost.training_tokens = args.tokens
+    if getattr(args, "price_per_gpu_hour", None) is not None:
+        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    return session
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from .simulate import simulate
-    session = load_any(args.path)
-    if args.profile:
-        session.cluster.profile_path = str(Path(args.profile).resolve())
-    if args.tokens is not None:
-        session.cost.training_tokens = args.tokens
-    if args.price_per_gpu_hour is not None:
-        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    session = session_from_args(args)
     t0 = time.perf_counter()
     result = simulate(session)
     wall = time.perf_counter() - t0

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
+
+from .atomic import atomic_target
 
 __all__ = ["SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
            "Lookup", "ProfileStore"]
@@ -456,19 +456,9 @@ class ProfileStore:
         error the previous file at ``path`` is left as it was.
         """
         path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            os.chmod(tmp, 0o644)
+        with atomic_target(path) as tmp:
             with h5py.File(tmp, "w", track_order=True) as f:
                 self._write(f)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
         self.path = path
 
     def _write(self, f: h5py.File) -> None:

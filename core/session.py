@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_target
 from .config import ConfigError, FieldError, Session, check, read_vtrain_config
 
 __all__ = ["SESSION_FORMAT", "SESSION_VERSION", "SessionFileError", "save_session",
@@ -44,20 +44,11 @@ def session_to_json(session: Session) -> str:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    with atomic_target(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def save_session(session: Session, path: str | Path) -> None:

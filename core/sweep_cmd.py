@@ -121,21 +121,14 @@ def _check_number(option: str, value: float | None, allow_zero: bool = False) ->
 
 def run_command(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
-    from pathlib import Path
 
-    from .session import load_any
     from .sweep import run_sweep
 
     _check_number("--tokens", args.tokens)
     _check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     _check_number("--deadline-days", args.deadline_days)
-    session = load_any(args.path)
-    if args.profile:
-        session.cluster.profile_path = str(Path(args.profile).resolve())
-    if args.tokens is not None:
-        session.cost.training_tokens = args.tokens
-    if args.price_per_gpu_hour is not None:
-        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    from .cli import session_from_args
+    session = session_from_args(args)
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:

@@ -232,7 +232,7 @@ def test_failed_save_keeps_old_file(tmp_path, monkeypatch, full_store, target):
     if target == "file":
         monkeypatch.setattr(ps.h5py, "File", boom)
     else:
-        monkeypatch.setattr(ps.os, "replace", boom)
+        monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         full_store.save(path)
     assert path.read_bytes() == before

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
 from core.graph import params_per_gpu
 from core.ops import analytic_op_time
 from core.session import load_any, save_session

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Signal, Slot
 
 from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
                          ParallelPlan, Session, validate)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtWidgets
 
 from core.config import MODEL_PRESETS, Session
 from vtrain_gui.editor import ConfigEditor

@@ -1,0 +1,34 @@
+"""Atomic file replacement: write a temporary file beside the target, then rename it over."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["atomic_target"]
+
+
+@contextmanager
+def atomic_target(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s folder; on success rename it to ``path``.
+
+    On any error the temporary file is removed and the previous file at
+    ``path`` is left as it was. Raises ``OSError`` if the folder is not
+    writable.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, mode)
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
