@@ -171,8 +171,8 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=bool(max_mem <= capacity),
-        profile={"device": store.device_name, "path": str(store.path) if store.path else "",
-                 **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
+        profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
+                 "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
     )
     return SimulationResult(session, graph, schedule, report)

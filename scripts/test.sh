@@ -5,5 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# torch for the profiling tests: a CPU build from local disk (never a plain `torch`,
+# which would download a multi-GB CUDA build).
+.venv/bin/python -m pip install --quiet torch==2.13.0
 export QT_QPA_PLATFORM=offscreen
 exec .venv/bin/python -m pytest "$@"

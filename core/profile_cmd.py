@@ -1,0 +1,201 @@
+"""``vtrain profile run`` and ``vtrain profile collectives`` (argument parsing and output).
+
+Kept apart from :mod:`core.cli` so that the command line itself never imports
+torch: :mod:`core.profiling` imports it only when a profile actually runs.
+Errors are printed as one ``vtrain: error: ...`` line with exit status 2;
+Ctrl-C exits with status 130 and leaves the store file valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+__all__ = ["add_profiling_parsers", "run_command", "provenance_lines", "profile_line"]
+
+PROFILE_ACTIONS = ("run", "collectives")
+
+
+def add_profiling_parsers(psub: Any) -> None:
+    """Add the ``run`` and ``collectives`` actions to the ``vtrain profile`` sub-parsers."""
+    run = psub.add_parser(
+        "run", help="measure op times on this machine's CPU or GPU into a store (needs torch)",
+        description="Time one tensor-parallel rank's share of Megatron-style GPT layers, the "
+                    "embedding, the output layer and the optimizer step on the local device "
+                    "with torch, for each shape, and write a measured profile store. The store "
+                    "is saved after every shape group, so Ctrl-C keeps what was finished.")
+    run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    run.add_argument("--out", required=True, metavar="STORE.h5",
+                     help="store to write; an existing store of the same device is extended")
+    run.add_argument("--shapes", metavar="FILE",
+                     help="JSON list of shape dicts and/or session files (default: a small set "
+                          "for the device; format in core/profiling/shapes.py)")
+    run.add_argument("--threads", type=int, metavar="N",
+                     help="CPU threads for torch (pin the same number when training)")
+    run.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
+                     help="dtype of shape dicts that give none (default fp32 on cpu, bf16 on cuda)")
+    run.add_argument("--kernels", action=argparse.BooleanOptionalAction, default=None,
+                     help="record a per-kernel breakdown with torch.profiler (default: on cuda)")
+    run.add_argument("--no-merge", dest="merge", action="store_false",
+                     help="replace an existing store at --out instead of extending it")
+    coll = psub.add_parser(
+        "collectives", help="measure collective curves with torch.distributed on this machine",
+        description="Spawn WORLD_SIZE local processes (gloo on CPUs, nccl on GPUs), time "
+                    "all-reduce, all-gather, reduce-scatter and send/recv over buffer sizes "
+                    "(nccl-tests conventions) and add the curves to a store.")
+    coll.add_argument("--world-size", type=int, required=True, metavar="N")
+    coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    coll.add_argument("--out", metavar="STORE.h5",
+                      help="store to add the curves to (created if missing); omit to only print")
+    coll.add_argument("--sizes", metavar="BYTES,...",
+                      help="comma-separated buffer sizes in bytes (default 4 KiB..16 MiB on gloo, "
+                           "..1 GiB on nccl)")
+    coll.add_argument("--kinds", metavar="KIND,...",
+                      help="subset of all_reduce,all_gather,reduce_scatter,send_recv")
+
+
+def _error(msg: str) -> int:
+    print(f"vtrain: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def provenance_lines(provenance: dict[str, Any]) -> list[str]:
+    """Readable ``key: value`` lines of a store's provenance (JSON-valued keys summarized)."""
+    lines = []
+    for k, v in provenance.items():
+        if isinstance(v, (list, dict)):
+            v = f"({len(v)} entries)"
+        lines.append(f"{k}: {v}")
+    return lines
+
+
+def profile_line(profile: dict[str, Any]) -> str:
+    """One line naming a report's profile: device, method, date, and for measured stores the
+    torch version and threads (``Report.profile`` as input)."""
+    parts = [str(profile.get("method", "?")), str(profile.get("date", "?"))]
+    if profile.get("method") == "measured":
+        if profile.get("torch_version"):
+            parts.append(f"torch {profile['torch_version']}")
+        if profile.get("cuda_version") not in (None, "", "none"):
+            parts.append(f"CUDA {profile['cuda_version']}")
+        if profile.get("threads") and profile.get("torch_device", "cpu") == "cpu":
+            parts.append(f"{profile['threads']} threads")
+    return f"profile: {profile.get('device')} ({', '.join(parts)}) {profile.get('path', '')}"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``vtrain profile run|collectives``; returns the exit status."""
+    from . import profiling
+    from .profile_store import ProfileStoreError
+    console = Console()
+    try:
+        if args.profile_command == "run":
+            return _run(args, profiling, console)
+        return _collectives(args, profiling, console)
+    except profiling.ProfilingUnavailable as exc:
+        return _error(str(exc))
+    except (profiling.ShapeFileError, ProfileStoreError, ValueError, RuntimeError) as exc:
+        return _error(str(exc))
+
+
+def _progress_bar(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    ok, why = profiling.torch_status()
+    if not ok:
+        raise profiling.ProfilingUnavailable(why)
+    device_type = "cpu" if args.device == "cpu" else "cuda"
+    dtype = args.dtype or ("fp32" if device_type == "cpu" else "bf16")
+    shapes = (profiling.load_shapes(args.shapes, dtype) if args.shapes
+              else profiling.default_shapes(device_type))
+    last = {"saved": 0}
+    with _progress_bar(console) as bar:
+        task = bar.add_task("profiling", total=None)
+
+        def on_progress(p: Any) -> None:
+            last["saved"] = p.groups_saved
+            bar.update(task, completed=p.done, total=p.total, description=p.message[:70])
+        try:
+            result = profiling.run_profile(args.out, args.device, shapes, threads=args.threads,
+                                           progress=on_progress, kernels=args.kernels,
+                                           merge=args.merge)
+        except KeyboardInterrupt:
+            bar.stop()
+            console.print(f"[yellow]interrupted:[/] {args.out} holds {last['saved']} of "
+                          f"{len(shapes)} shape groups (a valid store)")
+            return 130
+    store = result.store
+    console.print(f"wrote {result.path}: {result.groups_done}/{result.groups_total} shape groups "
+                  f"in {result.wall_s:,.0f} s")
+    _print_store(store, console)
+    if device_type == "cpu":
+        console.print("[dim]use it: vtrain simulate SESSION --profile "
+                      f"{result.path} (precision fp32, t <= gpus_per_node)[/]")
+    return 0
+
+
+def _print_store(store: Any, console: Console) -> None:
+    console.print(store.summary())
+    peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
+    console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
+                  f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s")
+    t = Table(title="operations", title_justify="left")
+    for col in ("op", "rows", "axis", "time range"):
+        t.add_column(col)
+    for op in store.op_names():
+        _, times, axis = store.op_table(op)
+        t.add_row(op, str(len(times)), axis,
+                  f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms")
+    console.print(t)
+
+
+def _bus_factor(kind: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md): busbw = size * factor / time."""
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+            "reduce_scatter": (n - 1) / n}.get(kind, 1.0)
+
+
+def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    try:
+        sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
+    except ValueError:
+        return _error(f"--sizes {args.sizes!r}: expected comma-separated integers (bytes)")
+    kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else None
+    last = {"saved": 0}
+    with _progress_bar(console) as bar:
+        task = bar.add_task("collectives", total=None)
+
+        def on_progress(p: Any) -> None:
+            last["saved"] = p.groups_saved
+            bar.update(task, completed=p.done, total=p.total, description=p.message[:70])
+        try:
+            result = profiling.run_collectives(args.world_size, args.backend, out=args.out,
+                                               sizes=sizes, kinds=kinds, progress=on_progress)
+        except KeyboardInterrupt:
+            bar.stop()
+            if args.out:
+                console.print(f"[yellow]interrupted:[/] {args.out} holds the {last['saved']} "
+                              "collective kind(s) finished before")
+            return 130
+    t = Table(title=f"{args.backend}, {args.world_size} ranks (size = whole buffer, "
+                    "nccl-tests convention)", title_justify="left")
+    for col in ("kind", "bytes", "time (us)", "bus bandwidth (GB/s)"):
+        t.add_column(col, justify="right")
+    for kind, (xs, ts) in result.curves.items():
+        factor = _bus_factor(kind, args.world_size)
+        for x, s in zip(xs, ts):
+            t.add_row(kind, f"{x:,}", f"{s * 1e6:,.1f}", f"{x * factor / s / 1e9:,.2f}")
+    console.print(t)
+    for kind, why in result.skipped.items():
+        console.print(f"[yellow]skipped {kind}:[/] {why}")
+    if result.path is not None:
+        console.print(f"added {len(result.curves)} curve(s) to {result.path}")
+    return 0

@@ -1,0 +1,118 @@
+"""Which profile stores exist and where they came from (no torch, no Qt).
+
+The GUI's Profiles view and scripts list stores with :func:`list_stores`:
+the shipped ones (``profiles/*.h5``) and the user's (:func:`user_profiles_dir`,
+where a profile of the local device is written by default). Each entry says
+the device, how the numbers were obtained (measured on which device, when,
+with which torch; analytic; calibrated) and what the store holds. A file
+that cannot be read is listed with its error instead of being skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .profile_store import ProfileStore, ProfileStoreError
+from .simulate import PROFILES_DIR
+
+__all__ = ["StoreInfo", "list_stores", "store_info", "user_profiles_dir", "default_profile_path"]
+
+
+def user_profiles_dir() -> Path:
+    """Folder for the user's own stores: ``$VTRAIN_PROFILES_DIR``, else
+    ``$XDG_DATA_HOME/vtrain/profiles`` (``~/.local/share/vtrain/profiles``). Not created here."""
+    env = os.environ.get("VTRAIN_PROFILES_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "vtrain" / "profiles"
+
+
+def default_profile_path(device: str) -> Path:
+    """Where a profile of the local ``device`` (``"cpu"``, ``"cuda:0"``) goes by default:
+    ``<user_profiles_dir>/local-<device>.h5`` (``:`` replaced by ``-``)."""
+    return user_profiles_dir() / f"local-{device.replace(':', '-')}.h5"
+
+
+@dataclass
+class StoreInfo:
+    """What a list of stores shows about one file.
+
+    Attributes
+    ----------
+    path : Path
+    shipped : bool
+        The file is one of the stores shipped in ``profiles/``.
+    device_name, method, date, source : str
+        Device kind; ``measured`` / ``analytic`` / ``calibrated``; provenance
+        date and source ("" when unknown or unreadable).
+    torch_version, cuda_version : str
+        For measured stores ("" otherwise).
+    threads : int or None
+        CPU threads of a measured CPU profile.
+    summary : str
+        :meth:`ProfileStore.summary`, or the error.
+    num_op_rows : dict[str, int]
+        Op -> table rows.
+    collectives : dict[str, list[int]]
+        Kind -> group sizes with a curve.
+    provenance : dict
+        The full provenance mapping.
+    error : str or None
+        Why the file could not be read (other fields then empty).
+    """
+
+    path: Path
+    shipped: bool
+    device_name: str = ""
+    method: str = ""
+    date: str = ""
+    source: str = ""
+    torch_version: str = ""
+    cuda_version: str = ""
+    threads: int | None = None
+    summary: str = ""
+    num_op_rows: dict[str, int] = field(default_factory=dict)
+    collectives: dict[str, list[int]] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def store_info(path: str | Path, shipped: bool = False) -> StoreInfo:
+    """Read one store's :class:`StoreInfo` (the file is opened, read and closed)."""
+    path = Path(path)
+    try:
+        store = ProfileStore.open(path)
+    except ProfileStoreError as exc:
+        return StoreInfo(path, shipped, summary=str(exc), error=str(exc))
+    p = store.provenance
+    threads = p.get("threads")
+    return StoreInfo(
+        path=path, shipped=shipped, device_name=store.device_name, method=str(p.get("method", "")),
+        date=str(p.get("date", "")), source=str(p.get("source", "")),
+        torch_version=str(p.get("torch_version", "")), cuda_version=str(p.get("cuda_version", "")),
+        threads=int(threads) if isinstance(threads, (int, float)) else None,
+        summary=store.summary(),
+        num_op_rows={op: len(store.op_table(op)[1]) for op in store.op_names()},
+        collectives=store.collective_kinds(), provenance=dict(p))
+
+
+def list_stores(dirs: Iterable[str | Path] | None = None) -> list[StoreInfo]:
+    """Every ``*.h5`` store in ``dirs`` (default: shipped ``profiles/``, then
+    :func:`user_profiles_dir`), sorted by folder then name. Missing folders are skipped."""
+    folders = [Path(d) for d in dirs] if dirs is not None else [PROFILES_DIR, user_profiles_dir()]
+    out: list[StoreInfo] = []
+    seen: set[Path] = set()
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.h5")):
+            real = path.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            out.append(store_info(path, shipped=real.parent == PROFILES_DIR.resolve()))
+    return out
