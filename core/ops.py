@@ -84,12 +84,13 @@ DEFAULT_OP_MODEL = {
     "inter_node_efficiency": 1.0,
     "p2p_efficiency": 1.0,
 }
-#: Bytes per parameter of accumulating a weight gradient into the gradient buffer.
-GRAD_ACCUMULATE_BYTES_PER_PARAM = 6
-#: Bytes moved per parameter by the fused Adam step with mixed precision:
-#: read fp32 master, m, v and the gradient, write master, m, v and the
-#: half-precision copy (4*3 + 2 read-side, 4*3 + 2 write-side, plus grad scaling).
-ADAM_BYTES_PER_PARAM = 32
+#: Bytes per parameter of accumulating a weight gradient into the gradient buffer
+#: (read, read, write), by dtype.
+GRAD_ACCUMULATE_BYTES_PER_PARAM = {"bf16": 6, "fp16": 6, "fp32": 12}
+#: Bytes moved per parameter by the fused Adam step, by dtype. Mixed precision: read fp32
+#: master, m, v and the half-precision gradient, write master, m, v and the half-precision
+#: copy, plus gradient scaling (32). fp32: read p, g, m, v and write p, m, v (28).
+ADAM_BYTES_PER_PARAM = {"bf16": 32, "fp16": 32, "fp32": 28}
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,9 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         raise KeyError(f"op {op!r} needs key columns {missing}")
     e = DTYPE_BYTES[str(key["dtype"])]
     if op == OPTIMIZER_OP:
-        return [_mem("adam", ADAM_BYTES_PER_PARAM * float(key["n"]))]
+        return [_mem("adam", ADAM_BYTES_PER_PARAM[str(key["dtype"])] * float(key["n"]))]
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[str(key["dtype"])]
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation
     if op in ("attention_fwd", "attention_bwd"):
@@ -155,7 +157,7 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         return [
             _mem("bias_dropout_add_bwd", 2 * act),
             _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
-            _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * 4 * h * h // t),
+            _mem("wgrad_accumulate", acc * 4 * h * h // t),
             _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
             _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
             _mem("attn_dropout_bwd", 2.5 * score),
@@ -182,7 +184,7 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
             _mem("bias_gelu_bwd", 3 * inner),
             _gemm("fc1_dgrad", T, h, f // t, e), _gemm("fc1_wgrad", f // t, h, T, e),
-            _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * 2 * h * f // t),
+            _mem("wgrad_accumulate", acc * 2 * h * f // t),
             _mem("layernorm_bwd", 4 * act),
             _mem("bias_dropout_add_bwd", 2 * act),
         ]
@@ -202,7 +204,7 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     return [
         _mem("cross_entropy_bwd", 2 * logits * 4 / e),
         _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
-        _mem("wgrad_accumulate", GRAD_ACCUMULATE_BYTES_PER_PARAM * V * h // t),
+        _mem("wgrad_accumulate", acc * V * h // t),
         _mem("final_layernorm_bwd", 4 * act),
     ]
 

@@ -575,7 +575,9 @@ def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:
     for k, v in d.items():
         if k in _RESERVED or "/" in k:
             raise ValueError(f"{g.name}: key {k!r} is reserved or invalid")
-        if isinstance(v, (str, bool, int, float, np.generic)):
+        if isinstance(v, str):
+            g.attrs[k] = str(v)  # plain str: h5py cannot write str subclasses (torch's version)
+        elif isinstance(v, (bool, int, float, np.generic)):
             g.attrs[k] = v
         else:
             g.attrs[k] = json.dumps(v)
