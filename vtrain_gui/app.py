@@ -1,7 +1,8 @@
 """Entry point of the desktop application (``vtrain gui [PATH] [--screenshot OUT.png]``).
 
 ``run_gui(..., screenshot=OUT, explore=True)`` grabs the Explore tab after a
-sweep of the session's saved (or default) sweep settings instead of the Plan tab.
+sweep of the session's saved (or default) sweep settings instead of the Plan tab;
+``run_gui(..., screenshot=OUT, tab="profiles")`` grabs the Profiles tab.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ class _ScreenshotTaker(QtCore.QObject):
     """
 
     def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
-                 explore: bool = False) -> None:
+                 explore: bool = False, tab: str | None = None) -> None:
         super().__init__(window)
         self._window = window
         self._out = out_path
         self._app = app
         self._done = False
         self._explore = explore
+        self._tab = tab  # shown before grabbing (not with explore, which shows its own)
         self._swept = False
         self.exit_code = 1
         window.result_shown.connect(self._on_result_shown)
@@ -58,6 +60,13 @@ class _ScreenshotTaker(QtCore.QObject):
     @Slot(object)
     def _on_result_shown(self, result) -> None:
         if not self._explore:
+            if self._tab:
+                self._window.show_tab(self._tab)
+            profiles = self._window.profiles
+            if self._tab == "profiles" and profiles.torch_available is None:
+                profiles.torch_checked.connect(self._on_torch_checked)  # grab with the answer
+                profiles.check_torch()
+                return
             self._finish(0)
         elif not self._swept:
             self._swept = True
@@ -66,6 +75,10 @@ class _ScreenshotTaker(QtCore.QObject):
                 print(f"vtrain gui: sweep not started: {self._window.explore.status_text}",
                       file=sys.stderr)
                 self._finish(2)
+
+    @Slot(bool, str)
+    def _on_torch_checked(self, ok: bool, text: str) -> None:
+        self._finish(0)
 
     @Slot(object)
     def _on_sweep_finished(self, result) -> None:
@@ -106,7 +119,8 @@ class _ScreenshotTaker(QtCore.QObject):
         self._app.exit(self.exit_code)
 
 
-def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False) -> int:
+def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False,
+            tab: str | None = None) -> int:
     """Run the GUI; returns the process exit code.
 
     Parameters
@@ -122,6 +136,9 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         With ``screenshot``: after the first simulation, run a sweep of the
         session's sweep settings (defaults: at most the plan's GPUs) in the
         Explore tab and grab that tab once the sweep finished.
+    tab
+        Tab shown at start (``"plan"``, ``"explore"``, ``"profiles"``); with
+        ``screenshot`` (and without ``explore``) the grabbed tab.
     """
     from .main_window import MainWindow, examples_dir
 
@@ -136,6 +153,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     window = MainWindow(settings=settings)
     if screenshot:
         window.resize(*SCREENSHOT_SIZE)
+    if tab:
+        window.show_tab(tab)
     window.show()
     if path:
         opened = window.open_path(path)
@@ -148,7 +167,7 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         if path and not opened:
             window.close()
             return 2
-        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore)
+        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab)
         taker.start()
         return app.exec()
     return app.exec()

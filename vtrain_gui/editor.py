@@ -363,6 +363,19 @@ class ConfigEditor(QtWidgets.QWidget):
             self._updating = False
         self._edited()
 
+    def set_field(self, path: str, value: Any) -> None:
+        """Set field ``path`` (e.g. ``'cluster.profile_path'``) to the stored ``value`` as a user
+        edit would: the field shows it, the session is validated, :attr:`session_changed` follows.
+
+        Raises
+        ------
+        KeyError
+            ``path`` is not a field of the form.
+        """
+        binding = self._bindings[path]
+        binding.set_value(value)
+        self._on_field_edit(path, value)
+
     # ------------------------------------------------------------------ handlers
     @Slot(str, object)
     def _on_field_edit(self, path: str, value: Any) -> None:
@@ -388,9 +401,7 @@ class ConfigEditor(QtWidgets.QWidget):
         path, _ = QtWidgets.QFileDialog.getOpenFileName(
             self, "Choose a profile store", "", "Profile stores (*.h5 *.hdf5);;All files (*)")
         if path:
-            binding = self._bindings["cluster.profile_path"]
-            binding.set_value(path)
-            self._on_field_edit("cluster.profile_path", path)
+            self.set_field("cluster.profile_path", path)
 
     # ------------------------------------------------------------------ internals
     def _edited(self) -> None:

@@ -1,4 +1,5 @@
-"""The main window: a Plan tab (editor, timeline, cost panel), an Explore tab, file handling."""
+"""The main window: a Plan tab (editor, timeline, cost panel), an Explore tab, a Profiles tab,
+file handling."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .cost_panel import CostPanel
 from .editor import ConfigEditor
 from .explore import ExploreTab
 from .formatting import format_count
+from .profiles_view import ProfilesTab
 from .timeline import TimelineWidget
 from .workers import SimulationRunner
 
@@ -34,8 +36,11 @@ def examples_dir() -> Path:
 
 
 class MainWindow(QtWidgets.QMainWindow):
-    """Two tabs. Plan: editor on the left, timeline top right, cost panel bottom right.
+    """Three tabs. Plan: editor on the left, timeline top right, cost panel bottom right.
     Explore: a design-space sweep of the session (:class:`~vtrain_gui.explore.ExploreTab`).
+    Profiles: the profile stores, their provenance, and profiling this machine
+    (:class:`~vtrain_gui.profiles_view.ProfilesTab`); "Use for this session" sets
+    ``cluster.profile_path`` as an edit.
 
     Every valid edit re-simulates in the background after a short pause; an
     invalid edit shows its messages next to the fields and keeps the last
@@ -100,6 +105,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabs.setTabToolTip(self.plan_tab_index, "Edit one plan; its timeline and cost (Ctrl+1)")
         self.tabs.setTabToolTip(self.explore_tab_index,
                                 "Sweep every parallel plan: days against dollars, Pareto front (Ctrl+2)")
+        self.profiles = ProfilesTab(session_fn=self.editor.session)
+        self.profiles.use_requested.connect(self._on_profiles_use_request)
+        self.profiles_tab_index = self.tabs.addTab(self.profiles, "Profiles")
+        self.tabs.setTabToolTip(self.profiles_tab_index,
+                                "Profile stores and their provenance; profile this machine (Ctrl+3)")
         self.setCentralWidget(self.tabs)
 
         self._status = QtWidgets.QLabel("Ready")
@@ -165,6 +175,9 @@ class MainWindow(QtWidgets.QMainWindow):
         show_explore = view_menu.addAction("&Explore tab")
         show_explore.setShortcut(QtGui.QKeySequence("Ctrl+2"))
         show_explore.triggered.connect(self._on_show_explore_trigger)
+        show_profiles = view_menu.addAction("Pro&files tab")
+        show_profiles.setShortcut(QtGui.QKeySequence("Ctrl+3"))
+        show_profiles.triggered.connect(self._on_show_profiles_trigger)
         view_menu.addSeparator()
         reset = view_menu.addAction("&Reset timeline zoom")
         reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
@@ -276,12 +289,25 @@ class MainWindow(QtWidgets.QMainWindow):
         self._schedule_simulation(immediately=True)
 
     def show_tab(self, name: str) -> None:
-        """Bring tab ``'plan'`` or ``'explore'`` to the front."""
-        self.tabs.setCurrentIndex(self.explore_tab_index if name == "explore" else self.plan_tab_index)
+        """Bring tab ``'plan'``, ``'explore'`` or ``'profiles'`` to the front.
+
+        Raises
+        ------
+        ValueError
+            Another name.
+        """
+        indices = {"plan": self.plan_tab_index, "explore": self.explore_tab_index,
+                   "profiles": self.profiles_tab_index}
+        if name not in indices:
+            raise ValueError(f"no tab {name!r}; choose one of {', '.join(indices)}")
+        self.tabs.setCurrentIndex(indices[name])
 
     def current_tab(self) -> str:
-        """``'plan'`` or ``'explore'``."""
-        return "explore" if self.tabs.currentIndex() == self.explore_tab_index else "plan"
+        """``'plan'``, ``'explore'`` or ``'profiles'``."""
+        index = self.tabs.currentIndex()
+        if index == self.explore_tab_index:
+            return "explore"
+        return "profiles" if index == self.profiles_tab_index else "plan"
 
     # ------------------------------------------------------------------ handlers: editor, runner
     @Slot(object)
@@ -363,6 +389,17 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_show_explore_trigger(self) -> None:
         self.show_tab("explore")
 
+    @Slot()
+    def _on_show_profiles_trigger(self) -> None:
+        self.show_tab("profiles")
+
+    # ------------------------------------------------------------------ handlers: Profiles tab
+    @Slot(str)
+    def _on_profiles_use_request(self, path: str) -> None:
+        # an edit like typing the path: validated, marks the window modified, re-simulates
+        self.editor.set_field("cluster.profile_path", path)
+        self.statusBar().showMessage(f"This session now uses the profile {path}", 5000)
+
     # ------------------------------------------------------------------ handlers: menus
     @Slot()
     def _on_new_trigger(self) -> None:
@@ -439,6 +476,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._debounce.stop()
         self.runner.shutdown()
         self.explore.shutdown()
+        self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
         event.accept()
 
     # ------------------------------------------------------------------ internals

@@ -12,6 +12,10 @@ run, or :meth:`SweepRunner.shutdown`) sets; the Qt-free sweep checks it
 between batches and raises :class:`core.sweep.SweepCancelled`. Progress
 ``(done, total)`` comes back through a queued signal, at most every
 :data:`PROGRESS_INTERVAL_S`.
+
+:class:`ProfileRunner` runs :func:`core.profiling.run_profile` (minutes) the
+same way: a cancel ``threading.Event`` per run, one queued progress signal per
+profiling step, and the partial store reported on Cancel.
 """
 
 from __future__ import annotations
@@ -29,16 +33,16 @@ from PySide6.QtCore import Signal, Slot
 
 from core.config import Session
 
-__all__ = ["SimulationRunner", "SweepRunner", "live_runners", "PROGRESS_INTERVAL_S"]
+__all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "live_runners", "PROGRESS_INTERVAL_S"]
 
 #: Sweep progress reaches the GUI thread at most this often (plus the first and last report).
 PROGRESS_INTERVAL_S = 0.05
 
-_LIVE: "weakref.WeakSet[SimulationRunner | SweepRunner]" = weakref.WeakSet()
+_LIVE: "weakref.WeakSet[SimulationRunner | SweepRunner | ProfileRunner]" = weakref.WeakSet()
 
 
-def live_runners() -> list["SimulationRunner | SweepRunner"]:
-    """Runners (simulation or sweep) whose worker thread is still running (tests find leaks)."""
+def live_runners() -> list["SimulationRunner | SweepRunner | ProfileRunner"]:
+    """Runners (simulation, sweep or profile) whose worker thread is still running (tests find leaks)."""
     return [r for r in list(_LIVE) if r.is_thread_running()]
 
 
@@ -417,3 +421,246 @@ class SweepRunner(QtCore.QObject):
         if self._end_run(run_id):
             self.cancelled.emit(run_id)
             self._start_pending()
+
+
+# --------------------------------------------------------------------------- profiling
+
+def _default_run_profile(out: Any, device: str, shapes: Any, threads: int | None,
+                         progress: Callable[[Any], None], cancel: threading.Event) -> Any:
+    # looked up at call time so a test's stand-in (monkeypatched core.profiling.run_profile) is used
+    from core import profiling
+
+    return profiling.run_profile(out, device, shapes, threads=threads, progress=progress,
+                                 cancel=cancel)
+
+
+def _default_torch_status() -> tuple[bool, str]:
+    from core import profiling
+
+    return profiling.torch_status()
+
+
+class _ProfileWorker(QtCore.QObject):
+    """Lives in the worker thread; checks for torch and runs one profile per :meth:`run` call."""
+
+    probed = Signal(bool, str)  # torch available, text
+    progressed = Signal(int, object)  # run id, core.profiling.ProfileProgress
+    succeeded = Signal(int, object, float)  # run id, ProfileRunResult, seconds
+    cancelled = Signal(int, object)  # run id, ProfileRunResult (the store keeps finished groups) or None
+    failed = Signal(int, str)  # run id, message
+
+    def __init__(self, profile_fn: Callable[..., Any],
+                 status_fn: Callable[[], tuple[bool, str]]) -> None:
+        super().__init__()
+        self._profile = profile_fn
+        self._status = status_fn
+
+    @Slot()
+    def probe(self) -> None:
+        # torch_status() imports torch (seconds, the first time): done here, not on the GUI thread
+        try:
+            ok, text = self._status()
+        except Exception as exc:  # noqa: BLE001 - report, do not kill the thread
+            ok, text = False, _error_text(exc)
+        self.probed.emit(bool(ok), str(text))
+
+    @Slot(int, object, str, object, object, object)
+    def run(self, run_id: int, out: Any, device: str, shapes: Any, threads: Any,
+            cancel: threading.Event) -> None:
+        def progress(report: Any) -> None:  # called on this (worker) thread, once per step (seconds)
+            self.progressed.emit(run_id, report)
+
+        t0 = time.perf_counter()
+        try:
+            if cancel.is_set():
+                self.cancelled.emit(run_id, None)
+                return
+            result = self._profile(out, device, shapes, threads, progress, cancel)
+        except KeyboardInterrupt:
+            self.cancelled.emit(run_id, None)
+            return
+        except Exception as exc:  # noqa: BLE001 - torch missing, bad device, out of memory...
+            self.failed.emit(run_id, _error_text(exc))
+            return
+        if getattr(result, "cancelled", False):
+            self.cancelled.emit(run_id, result)
+        else:
+            self.succeeded.emit(run_id, result, time.perf_counter() - t0)
+
+
+class ProfileRunner(QtCore.QObject):
+    """Profiles the local device (:func:`core.profiling.run_profile`) on a worker thread.
+
+    One run at a time. :meth:`cancel` sets the run's ``threading.Event``; the
+    Qt-free profiler stops at its next measurement and returns a result whose
+    store holds the shape groups finished before (``cancelled`` follows).
+    :meth:`probe` asks :func:`core.profiling.torch_status` on the same thread,
+    because with torch installed it imports torch, which takes seconds.
+
+    ``profile_fn(out, device, shapes, threads, progress, cancel)`` and
+    ``status_fn()`` replace the defaults in tests.
+
+    Signals (emitted on the GUI thread)
+    -----------------------------------
+    probed(bool, str)
+        Whether torch is available here, its version or the install hint.
+    started(int)
+        Run ``id`` began.
+    progress(int, object)
+        Run ``id`` reports a :class:`core.profiling.ProfileProgress` (one per step).
+    finished(int, object, float)
+        Run ``id`` produced a :class:`core.profiling.ProfileRunResult` in the given seconds.
+    cancelled(int, object)
+        Run ``id`` stopped on Cancel; the result (or None if it stopped before
+        starting) names the store, which holds the groups finished before.
+    failed(int, str)
+        Run ``id`` raised (torch missing, bad device...); the message is readable.
+    """
+
+    probed = Signal(bool, str)
+    started = Signal(int)
+    progress = Signal(int, object)
+    finished = Signal(int, object, float)
+    cancelled = Signal(int, object)
+    failed = Signal(int, str)
+    _probe_requested = Signal()
+    _run_requested = Signal(int, object, str, object, object, object)
+
+    def __init__(self, profile_fn: Callable[..., Any] | None = None,
+                 status_fn: Callable[[], tuple[bool, str]] | None = None,
+                 parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self._profile_fn = profile_fn or _default_run_profile
+        self._status_fn = status_fn or _default_torch_status
+        self._thread: QtCore.QThread | None = None
+        self._worker: _ProfileWorker | None = None
+        self._running: tuple[int, threading.Event] | None = None
+        self._next_id = 0
+        self._closed = False
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------------ API
+    def probe(self) -> None:
+        """Ask whether torch is available (:attr:`probed` answers)."""
+        if self._closed:
+            raise RuntimeError("ProfileRunner is shut down")
+        self._ensure_thread()
+        self._probe_requested.emit()
+
+    def start(self, out: Any, device: str = "cpu", shapes: Any = None,
+              threads: int | None = None) -> int:
+        """Profile ``device`` for ``shapes`` (None: the default set) into store ``out``.
+
+        Returns the run id.
+
+        Raises
+        ------
+        RuntimeError
+            A run is in progress, or the runner is shut down.
+        """
+        if self._closed:
+            raise RuntimeError("ProfileRunner is shut down")
+        if self._running is not None:
+            raise RuntimeError("a profile run is in progress")
+        self._ensure_thread()
+        self._next_id += 1
+        run_id = self._next_id
+        cancel = threading.Event()
+        self._running = (run_id, cancel)
+        self.started.emit(run_id)
+        self._run_requested.emit(run_id, out, str(device),
+                                 copy.deepcopy(shapes) if shapes is not None else None,
+                                 threads, cancel)
+        return run_id
+
+    def cancel(self) -> None:
+        """Ask the running profile to stop at its next measurement (``cancelled`` follows)."""
+        if self._running is not None:
+            self._running[1].set()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a profile runs."""
+        return self._running is not None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether Cancel was asked of the running profile (it has not stopped yet)."""
+        return self._running is not None and self._running[1].is_set()
+
+    @property
+    def running_id(self) -> int | None:
+        """Id of the running profile, or None."""
+        return self._running[0] if self._running is not None else None
+
+    def is_thread_running(self) -> bool:
+        """Whether the worker thread exists and runs."""
+        return self._thread is not None and self._thread.isRunning()
+
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Cancel the running profile, wait for it to stop, end the thread.
+
+        The store keeps the groups finished before. Returns whether the thread
+        stopped within ``timeout_ms``. Safe to call twice.
+        """
+        self._closed = True
+        self.cancel()
+        if self._thread is None:
+            return True
+        self._thread.quit()
+        stopped = self._thread.wait(timeout_ms)
+        if stopped:
+            self._worker.deleteLater()
+            self._thread.deleteLater()
+            self._worker = None
+            self._thread = None
+            self._running = None
+        return stopped
+
+    # ------------------------------------------------------------------ internals
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = QtCore.QThread()
+        self._thread.setObjectName("vtrain-profile")
+        self._worker = _ProfileWorker(self._profile_fn, self._status_fn)
+        self._worker.moveToThread(self._thread)
+        self._probe_requested.connect(self._worker.probe)  # queued: worker lives in the thread
+        self._run_requested.connect(self._worker.run)
+        self._worker.probed.connect(self._on_worker_probed)
+        self._worker.progressed.connect(self._on_worker_progressed)
+        self._worker.succeeded.connect(self._on_worker_succeeded)
+        self._worker.cancelled.connect(self._on_worker_cancelled)
+        self._worker.failed.connect(self._on_worker_failed)
+        self._thread.start()
+
+    def _end_run(self, run_id: int) -> bool:
+        """Forget run ``run_id``; whether its outcome should be reported."""
+        if self._running is not None and self._running[0] == run_id:
+            self._running = None
+        return not self._closed
+
+    @Slot(bool, str)
+    def _on_worker_probed(self, ok: bool, text: str) -> None:
+        if not self._closed:
+            self.probed.emit(ok, text)
+
+    @Slot(int, object)
+    def _on_worker_progressed(self, run_id: int, report: object) -> None:
+        if not self._closed and self.running_id == run_id:
+            self.progress.emit(run_id, report)
+
+    @Slot(int, object, float)
+    def _on_worker_succeeded(self, run_id: int, result: object, seconds: float) -> None:
+        if self._end_run(run_id):
+            self.finished.emit(run_id, result, seconds)
+
+    @Slot(int, object)
+    def _on_worker_cancelled(self, run_id: int, result: object) -> None:
+        if self._end_run(run_id):
+            self.cancelled.emit(run_id, result)
+
+    @Slot(int, str)
+    def _on_worker_failed(self, run_id: int, message: str) -> None:
+        if self._end_run(run_id):
+            self.failed.emit(run_id, message)
