@@ -5,17 +5,20 @@ Steps (every figure printed is out-of-sample):
 1. base store: the analytic A100 store (``core.profiles_gen``) plus the NCCL
    all-reduce curves of ../shared/data/vtrain-a100/nccl_allreduce as
    12-knot piecewise log-log fits (the store keeps the fit, not the rows);
-2. 5-fold cross-validation on measured_single_node.csv and on
-   measured_multi_node.csv (fit on four folds, predict the fifth with the
-   full simulator);
-3. transfer: fit on all single-node rows, predict every multi-node row;
-4. fit on both files and, with ``--write``, save the calibrated store to
-   profiles/A100-SXM4-80GB.h5 with the figures of 2. in its provenance;
-5. with ``--plot DIR``, write predicted-vs-measured plots of the
-   cross-validated predictions.
+2. 5-fold cross-validation of the shipped store's procedure on each file:
+   fit on the other file plus four folds of this one (files weighted
+   equally), predict the fifth with the full simulator;
+3. the same per file alone (fit on four folds of the file only), which shows
+   how well the model can describe each regime by itself;
+4. transfer: fit on all single-node rows, predict every multi-node row;
+5. with ``--write``, fit on both files (weighted equally) and save the
+   calibrated store to profiles/A100-SXM4-80GB.h5 with the figures of 2.-4.
+   in its provenance;
+6. with ``--plot DIR``, write predicted-vs-measured plots of the
+   cross-validated predictions of 2.
 
 Run: ``python benchmarks/bench_accuracy.py [--write] [--plot docs/img] [--folds 5]``
-(about 10-15 minutes on 2 cores).
+(about 35 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.calibrate import calibrated_store, cross_validate, fit, measured_sessions  # noqa: E402
+from core.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
+                            cross_validate, cross_validate_files, fit, measured_sessions)
 from core.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
 from core.profiles_gen import generate_store  # noqa: E402
 from core.simulate import simulate  # noqa: E402
-from core.calibrate import apply_fit  # noqa: E402
 from core.validate import ValidationResult, error_metrics, read_measurements  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
@@ -71,11 +74,15 @@ def main() -> None:
         ms = read_measurements(DATA / name)
         data[name] = (ms, *measured_sessions(ms))
     cv: dict[str, dict] = {}
-    for name, (ms, sessions, measured) in data.items():
+    names = list(data)
+    files = [(data[n][1], data[n][2]) for n in names]
+    for j, name in enumerate(names):
+        ms = data[name][0]
         t0 = time.perf_counter()
-        pred, met = cross_validate(sessions, measured, base, folds=args.folds)
+        pred, met = cross_validate_files(files, j, base, folds=args.folds)
         cv[name] = {k: float(v) for k, v in met.items()}
-        print(f"{name}: {args.folds}-fold CV {fmt(met)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"{name}: {args.folds}-fold CV of the shipped procedure {fmt(met)} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
         if args.plot:
             from core.accuracy_cmd import _plot
             full = np.full(len(ms), np.nan)
@@ -84,21 +91,25 @@ def main() -> None:
             out = Path(args.plot) / f"accuracy_{Path(name).stem}.png"
             _plot(res, str(out), {**res.metrics(), "cross_validated_folds": args.folds})
             print(f"  plot: {out}")
+    for name, (ms, sessions, measured) in data.items():
+        _, met = cross_validate(sessions, measured, base, folds=args.folds)
+        cv[f"{name} alone"] = {k: float(v) for k, v in met.items()}
+        print(f"{name} alone: {args.folds}-fold CV {fmt(met)}", flush=True)
     _, s_single, y_single = data[FILES[0]]
     _, s_multi, y_multi = data[FILES[1]]
     res = fit(s_single, y_single, base)
     store = apply_fit(base, res.op_model, res.corrections)
     pred = np.array([simulate(s, store).report.iteration_time_s for s in s_multi])
     transfer = error_metrics(pred, y_multi)
+    cv["transfer single-node -> multi-node"] = {k: float(v) for k, v in transfer.items()}
     print(f"fit on single-node, predict multi-node: {fmt(transfer)}", flush=True)
     if args.write:
-        res = fit(s_single + s_multi, np.concatenate([y_single, y_multi]), base)
-        cv["transfer single-node -> multi-node"] = {k: float(v) for k, v in transfer.items()}
+        res = fit(s_single + s_multi, np.concatenate([y_single, y_multi]), base,
+                  weights=balanced_weights([len(s_single), len(s_multi)]))
         out = calibrated_store(base, res, list(FILES), cv)
         path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
         out.save(path)
         print(f"wrote {path} (in-sample {fmt(res.train_metrics)})")
-
 
 if __name__ == "__main__":
     main()

@@ -45,8 +45,8 @@ def add_accuracy_parsers(sub: Any) -> None:
         "calibrate", help="fit a profile's parameters to measured iteration times",
         description="Fit the free parameters of a profile store (op model efficiencies and "
                     "overheads, inter-node efficiency) and per-shape op-time factors to "
-                    "measured iteration times, report k-fold cross-validated error per file "
-                    "and write a calibrated store whose provenance lists the data, the "
+                    "measured iteration times (files weighted equally), report per file the "
+                    "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
     c.add_argument("csv", metavar="CSV", nargs="+")
     c.add_argument("--profile", metavar="STORE.h5", required=True, help="store to start from")
@@ -197,7 +197,8 @@ def _plot(result, path: str, metrics: dict) -> None:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_accuracy_parsers`."""
-    from .calibrate import calibrated_store, cross_validate, fit, measured_sessions
+    from .calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
+                            measured_sessions)
     from .profile_store import ProfileStore
     from .validate import read_measurements
 
@@ -211,19 +212,21 @@ def run_calibrate(args: argparse.Namespace) -> int:
             raise _usage(path, "no usable rows")
         per_file.append((Path(path).name, sessions, measured))
     cv: dict[str, dict[str, float]] = {}
+    files = [(ss, yy) for _, ss, yy in per_file]
     if args.folds:
-        for name, sessions, measured in per_file:
+        for j, (name, sessions, measured) in enumerate(per_file):
             console.print(f"cross-validating on {name} ({len(sessions)} rows, {args.folds} folds)...")
-            _, met = cross_validate(sessions, measured, base, folds=args.folds,
-                                    progress=lambda msg: console.print(f"  {msg}"))
+            _, met = cross_validate_files(files, j, base, folds=args.folds,
+                                          progress=lambda msg: console.print(f"  {msg}"))
             cv[name] = {k: float(v) for k, v in met.items()}
             console.print(f"  {name}: MAPE {met['mape_percent']:.2f} %, median "
                           f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
                           f"R^2 {met['r2']:.4f}")
     sessions = [s for _, ss, _ in per_file for s in ss]
     measured = np.concatenate([m for _, _, m in per_file])
-    console.print(f"fitting on all {len(sessions)} rows...")
-    result = fit(sessions, measured, base, progress=lambda msg: console.print(f"  {msg}"))
+    console.print(f"fitting on all {len(sessions)} rows (files weighted equally)...")
+    result = fit(sessions, measured, base, weights=balanced_weights([len(ss) for ss, _ in files]),
+                 progress=lambda msg: console.print(f"  {msg}"))
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,

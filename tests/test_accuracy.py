@@ -244,3 +244,35 @@ def test_validate_cli_bad_file_exits_2(tmp_path, capsys):
     path.write_text("a,b\n1,2\n")
     assert main(["validate", str(path)]) == 2
     assert "unknown layout" in capsys.readouterr().err
+
+
+def test_calibrate_cli_round_trip(tmp_path, capsys):
+    """Two measurement files made by a known model: calibrate writes a store that predicts them."""
+    base_path = tmp_path / "base.h5"
+    generate_store("A100-SXM4-80GB", date="2026-01-01").save(base_path)
+    base = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    truth = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.6, "op_overhead_s": 1e-4}
+    truth_store = apply_fit(base, truth)
+    sessions = small_sessions()
+    paths = []
+    for name, part in (("a.csv", sessions[:6]), ("b.csv", sessions[6:])):
+        lines = [GENERAL_HEADER.replace("gpus_per_node,", "gpus_per_node,inter_node_bandwidth_gbps,")]
+        for s in part:
+            m, pl = s.model, s.plan
+            t = simulate(s, truth_store).report.iteration_time_s
+            lines.append(f"A100,{pl.num_gpus},{s.cluster.gpus_per_node},"
+                         f"{s.cluster.inter_node_bandwidth_gbits_per_s},{m.num_layers},{m.hidden_size},"
+                         f"{m.num_attention_heads},{m.seq_length},{pl.global_batch_size},"
+                         f"{pl.micro_batch_size},{pl.tensor_parallel},{pl.pipeline_parallel},"
+                         f"{pl.data_parallel},1,n,full,{t!r},x")
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        paths.append(str(tmp_path / name))
+    out = tmp_path / "calibrated.h5"
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["cross_validation"]) == {"a.csv", "b.csv"}
+    from core.profile_store import ProfileStore
+    store = ProfileStore.open(out)
+    assert store.provenance["method"] == "calibrated" and "a.csv" in store.provenance["data"]
+    assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mape_percent"] < 2.0
