@@ -59,7 +59,7 @@ def plot(result, out: Path, title: str, width: int = 1100) -> None:
     span = float(np.ptp(cost_m[fits])) if result.num_feasible else 1.0
     # (label, row, colour, label offset: (x factor on days, y offset as a share of the cost range), anchor)
     marks = [("fastest", result.fastest, (0, 130, 60), (1.0, 0.12), (0.1, 1)),
-             ("cheapest", result.cheapest, (120, 40, 170), (1.0, 0.12), (0.7, 1))]
+             ("cheapest", result.cheapest, (120, 40, 170), (1.0, 0.12), (0.9, 1))]
     own = result.index_of(result.session.plan)
     if own is not None:
         marks.append(("MT-NLG's plan", own, (220, 110, 0), (1.0, 0.12), (0.5, 1)))
@@ -72,9 +72,14 @@ def plot(result, out: Path, title: str, width: int = 1100) -> None:
         p.plot([x], [y], pen=None, symbol="star", symbolSize=20,
                symbolPen=pg.mkPen("k", width=1), symbolBrush=pg.mkBrush(*colour))
         pl = result.plan(i)
-        text = (f"{label}\n(t={pl.tensor_parallel}, p={pl.pipeline_parallel}, d={pl.data_parallel}, "
-                f"b={pl.micro_batch_size})\n{x:,.1f} d, ${y:,.2f}M")
-        item = pg.TextItem(text, color=colour, anchor=anchor)
+        sched = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(str(result.schedule[i]), str(result.schedule[i]))
+        recompute = "recompute" if result.recompute[i] == "full" else "no recompute"
+        lines = [label, f"t={pl.tensor_parallel}, p={pl.pipeline_parallel}, d={pl.data_parallel}, "
+                 f"b={pl.micro_batch_size}", f"{sched}, {recompute}", f"{x:,.1f} d, ${y:,.2f}M"]
+        # rich text with a white background keeps the label readable over the dense scatter
+        html = ('<div style="background-color: rgba(255, 255, 255, 230); color: rgb(%d, %d, %d);">%s</div>'
+                % (*colour, "<br>".join(lines)))
+        item = pg.TextItem(html=html, anchor=anchor)
         item.setFont(QtGui.QFont("DejaVu Sans", 10, QtGui.QFont.Weight.Bold))
         item.setPos(math.log10(lx), ly)
         p.addItem(item)
@@ -105,7 +110,8 @@ def main() -> None:
     result = run_sweep(session, space("as-trained" if args.as_trained else "all"))
     title = (f"{session.model.name}, B={session.plan.global_batch_size}, {TOKENS / 1e9:.0f}B tokens, "
              f"${session.cost.price_per_gpu_hour_usd:.0f}/GPU-hour: {result.num_plans:,} plans, "
-             f"{result.num_feasible:,} fit (analytic A100 profile)")
+             f"{result.num_feasible:,} fit ({result.profile.get('method', 'unknown')} "
+             f"{result.profile.get('device', '')} profile)")
     plot(result, Path(args.out), title)
     print(f"wrote {args.out}: {result.num_plans} plans, {result.num_feasible} fit, "
           f"{int(result.pareto.sum())} on the front")
