@@ -230,15 +230,18 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                 f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
                 f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
                 f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
-                f"takes {result.training_days[j] / result.training_days[own] - 1:+.1%} time for "
-                f"{result.cost_usd[j] / result.cost_usd[own] - 1:+.1%} cost.")
+                f"takes {result.training_days[j] / result.training_days[own] - 1:+.2%} time for "
+                f"{result.cost_usd[j] / result.cost_usd[own] - 1:+.2%} cost.")
     console.print()
     front = _plan_table(f"Pareto front of (days, cost): {int(result.pareto.sum())} plans, fastest first")
     for i in result.pareto_indices().tolist():
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
-    for w in result.warnings[:10]:
-        console.print(f"[yellow]warning:[/] {w}")
+    for w in result.warnings[:3]:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if len(result.warnings) > 3:
+        console.print(f"[yellow]... and {len(result.warnings) - 3} more warnings "
+                      f"(all in --json)[/]")
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")
