@@ -53,6 +53,25 @@ def _default_simulate(session: Session) -> Any:
     return simulate_module.simulate(session)
 
 
+def _new_worker_thread(name: str, worker: QtCore.QObject) -> QtCore.QThread:
+    """A named thread that owns ``worker``; connect the signals, then start it."""
+    thread = QtCore.QThread()
+    thread.setObjectName(name)
+    worker.moveToThread(thread)
+    return thread
+
+
+def _stop_worker_thread(thread: QtCore.QThread, worker: QtCore.QObject, timeout_ms: int) -> bool:
+    """End ``thread``'s event loop and wait; on success schedule both for deletion (the
+    worker's signals still queued for the GUI thread are dropped with it)."""
+    thread.quit()
+    stopped = thread.wait(timeout_ms)
+    if stopped:
+        worker.deleteLater()
+        thread.deleteLater()
+    return stopped
+
+
 class _SimulationWorker(QtCore.QObject):
     """Lives in the worker thread; runs one simulation per :meth:`run` call."""
 
@@ -148,12 +167,8 @@ class SimulationRunner(QtCore.QObject):
         self._pending = None
         if self._thread is None:
             return True
-        self._thread.quit()
-        stopped = self._thread.wait(timeout_ms)
+        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
         if stopped:
-            # the worker signals still queued for the GUI thread are dropped with the worker
-            self._worker.deleteLater()
-            self._thread.deleteLater()
             self._worker = None
             self._thread = None
             self._running_id = None
@@ -163,10 +178,8 @@ class SimulationRunner(QtCore.QObject):
     def _ensure_thread(self) -> None:
         if self._thread is not None:
             return
-        self._thread = QtCore.QThread()
-        self._thread.setObjectName("vtrain-simulation")
         self._worker = _SimulationWorker(self._simulate_fn)
-        self._worker.moveToThread(self._thread)
+        self._thread = _new_worker_thread("vtrain-simulation", self._worker)
         self._run_requested.connect(self._worker.run)  # queued: worker lives in the thread
         self._worker.succeeded.connect(self._on_worker_succeeded)
         self._worker.failed.connect(self._on_worker_failed)
@@ -349,11 +362,8 @@ class SweepRunner(QtCore.QObject):
         self.cancel()
         if self._thread is None:
             return True
-        self._thread.quit()
-        stopped = self._thread.wait(timeout_ms)
+        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
         if stopped:
-            self._worker.deleteLater()
-            self._thread.deleteLater()
             self._worker = None
             self._thread = None
             self._running = None
@@ -363,10 +373,8 @@ class SweepRunner(QtCore.QObject):
     def _ensure_thread(self) -> None:
         if self._thread is not None:
             return
-        self._thread = QtCore.QThread()
-        self._thread.setObjectName("vtrain-sweep")
         self._worker = _SweepWorker(self._sweep_fn)
-        self._worker.moveToThread(self._thread)
+        self._thread = _new_worker_thread("vtrain-sweep", self._worker)
         self._run_requested.connect(self._worker.run)  # queued: worker lives in the thread
         self._worker.progressed.connect(self._on_worker_progressed)
         self._worker.succeeded.connect(self._on_worker_succeeded)
@@ -607,11 +615,8 @@ class ProfileRunner(QtCore.QObject):
         self.cancel()
         if self._thread is None:
             return True
-        self._thread.quit()
-        stopped = self._thread.wait(timeout_ms)
+        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
         if stopped:
-            self._worker.deleteLater()
-            self._thread.deleteLater()
             self._worker = None
             self._thread = None
             self._running = None
@@ -621,10 +626,8 @@ class ProfileRunner(QtCore.QObject):
     def _ensure_thread(self) -> None:
         if self._thread is not None:
             return
-        self._thread = QtCore.QThread()
-        self._thread.setObjectName("vtrain-profile")
         self._worker = _ProfileWorker(self._profile_fn, self._status_fn)
-        self._worker.moveToThread(self._thread)
+        self._thread = _new_worker_thread("vtrain-profile", self._worker)
         self._probe_requested.connect(self._worker.probe)  # queued: worker lives in the thread
         self._run_requested.connect(self._worker.run)
         self._worker.probed.connect(self._on_worker_probed)
