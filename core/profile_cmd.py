@@ -118,11 +118,7 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
               else profiling.default_shapes(device_type))
     last = {"saved": 0}
     with _progress_bar(console) as bar:
-        task = bar.add_task("profiling", total=None)
-
-        def on_progress(p: Any) -> None:
-            last["saved"] = p.groups_saved
-            bar.update(task, completed=p.done, total=p.total, description=p.message[:70])
+        on_progress = _progress_updater(bar, bar.add_task("profiling", total=None), last)
         try:
             result = profiling.run_profile(args.out, args.device, shapes, threads=args.threads,
                                            progress=on_progress, kernels=args.kernels,
@@ -163,6 +159,14 @@ def _bus_factor(kind: str, n: int) -> float:
             "reduce_scatter": (n - 1) / n}.get(kind, 1.0)
 
 
+def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
+    """A progress callback that moves ``bar``'s ``task`` and records the groups saved in ``last``."""
+    def on_progress(p: Any) -> None:
+        last["saved"] = p.groups_saved
+        bar.update(task, completed=p.done, total=p.total, description=p.message[:70])
+    return on_progress
+
+
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
     try:
         sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
@@ -171,11 +175,7 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
     kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else None
     last = {"saved": 0}
     with _progress_bar(console) as bar:
-        task = bar.add_task("collectives", total=None)
-
-        def on_progress(p: Any) -> None:
-            last["saved"] = p.groups_saved
-            bar.update(task, completed=p.done, total=p.total, description=p.message[:70])
+        on_progress = _progress_updater(bar, bar.add_task("collectives", total=None), last)
         try:
             result = profiling.run_collectives(args.world_size, args.backend, out=args.out,
                                                sizes=sizes, kinds=kinds, progress=on_progress)

@@ -66,13 +66,25 @@ def load_session(path: str | Path) -> Session:
         or holds invalid fields (the message lists them).
     """
     path = Path(path)
+    return session_from_document(read_json(path, SessionFileError, "utf-8"), str(path))
+
+
+def read_json(path: str | Path, error: type[Exception] = SessionFileError,
+              encoding: str = "utf-8-sig") -> Any:
+    """Parse the JSON file at ``path``.
+
+    Raises
+    ------
+    error
+        The file cannot be read or is not JSON; the message names the file.
+    """
+    path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding=encoding))
     except OSError as exc:
-        raise SessionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SessionFileError(f"{path}: not a valid JSON file ({exc})") from None
-    return session_from_document(doc, str(path))
+        raise error(f"{path}: not a valid JSON file ({exc})") from None
 
 
 def session_from_document(doc: Any, where: str = "session") -> Session:
@@ -108,12 +120,7 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
         The file parses but breaks configuration rules.
     """
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise SessionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SessionFileError(f"{path}: not a valid JSON file ({exc})") from None
+    doc = read_json(path)
     if isinstance(doc, dict) and "format" in doc:
         session = session_from_document(doc, str(path))
         return check(session) if validate else session
@@ -123,4 +130,4 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
                            f"(no \"format\" or \"tensor_parallel_size\" key)")
 
 
-__all__ += ["session_from_document", "FieldError"]
+__all__ += ["session_from_document", "FieldError", "read_json"]

@@ -25,7 +25,6 @@ pipeline stage.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -212,15 +211,10 @@ def load_shapes(path: str | Path, default_dtype: str = "fp32") -> list[ShapeGrou
         The file is unreadable, not a JSON list, or an item is invalid; the
         message names the file and the item's index.
     """
-    from ..session import SessionFileError, load_any  # lazy: sessions only when used
+    from ..session import SessionFileError, load_any, read_json  # lazy: sessions only when used
 
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ShapeFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ShapeFileError(f"{path}: not a valid JSON file ({exc})") from None
+    doc = read_json(path, ShapeFileError, "utf-8")
     if not isinstance(doc, list) or not doc:
         raise ShapeFileError(f"{path}: expected a non-empty JSON list of shapes or session files")
     groups: list[ShapeGroup] = []
