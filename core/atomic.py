@@ -20,7 +20,10 @@ def atomic_target(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
     writable.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file the caller asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     os.close(fd)
     try:
         os.chmod(tmp, mode)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -248,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:  # the profile lacks data the plan needs
         print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``vtrain ... | head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2

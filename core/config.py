@@ -96,8 +96,8 @@ class ParallelPlan:
     """How one iteration is split over GPUs (Megatron-LM arguments)."""
 
     tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)")
-    pipeline_parallel: int = _f(16, "GPUs", "Pipeline-parallel size p (--pipeline-model-parallel-size)")
-    data_parallel: int = _f(4, "GPUs", "Data-parallel size d (world size / (t*p))")
+    pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)")
+    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))")
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)")
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)")
     schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush) or gpipe",
@@ -279,20 +279,21 @@ def validate(session: Session) -> list[FieldError]:
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
 
-    def need_pos(section: str, obj: Any, names: tuple[str, ...]) -> None:
+    def need_pos(section: str, obj: Any, names: tuple[str, ...], integer: bool = False) -> None:
+        kinds, what = ((int,), "integer") if integer else ((int, float), "number")
         for n in names:
             v = getattr(obj, n)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                errs.append(FieldError(f"{section}.{n}", f"{n}={v!r} must be a positive number"))
+            if isinstance(v, bool) or not isinstance(v, kinds) or not v > 0:
+                errs.append(FieldError(f"{section}.{n}", f"{n}={v!r} must be a positive {what}"))
 
     need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                          "seq_length", "vocab_size"))
+                          "seq_length", "vocab_size"), integer=True)
     need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                          "micro_batch_size", "global_batch_size"))
-    need_pos("cluster", c, ("gpus_per_node", "intra_node_bandwidth_gbytes_per_s",
-                            "inter_node_bandwidth_gbits_per_s"))
+                          "micro_batch_size", "global_batch_size"), integer=True)
+    need_pos("cluster", c, ("gpus_per_node",), integer=True)
+    need_pos("cluster", c, ("intra_node_bandwidth_gbytes_per_s", "inter_node_bandwidth_gbits_per_s"))
     need_pos("cost", cost, ("training_tokens",))
     if not (isinstance(cost.price_per_gpu_hour_usd, (int, float)) and cost.price_per_gpu_hour_usd >= 0):
         errs.append(FieldError("cost.price_per_gpu_hour_usd", "must be zero or more"))
@@ -405,6 +406,30 @@ def read_vtrain_config(path: str | Path) -> Session:
     return vtrain_config_from_dict(raw, source=path.name)
 
 
+#: Session field -> authors'-format key that fills it (for error messages).
+_AUTHORS_NAME = {
+    "plan.tensor_parallel": "tensor_parallel_size", "plan.pipeline_parallel": "pipeline_parallel_size",
+    "plan.data_parallel": "data_parallel_size", "plan.micro_batch_size": "micro_batch_size",
+    "plan.global_batch_size": "global_batch_size", "plan.schedule": "pipeline_scheduling",
+    "model.num_layers": "num_layers", "model.hidden_size": "hidden_size",
+    "model.num_attention_heads": "num_attention_heads", "model.ffn_hidden_size": "ffn_hidden_size",
+    "model.seq_length": "max_length", "model.vocab_size": "vocab_size",
+    "cluster.gpu": "gpu_name", "cluster.gpus_per_node": "node_size",
+    "cluster.intra_node_bandwidth_gbytes_per_s": "intra_node_bandwidth",
+    "cluster.inter_node_bandwidth_gbits_per_s": "inter_node_bandwidth",
+}
+
+
+def _as_authors(err: FieldError) -> FieldError:
+    """``err`` with the authors'-format key in place of the session field it names."""
+    key = _AUTHORS_NAME.get(err.field)
+    if key is None:
+        return err
+    short = err.field.split(".")[-1] + "="
+    message = key + "=" + err.message[len(short):] if err.message.startswith(short) else err.message
+    return FieldError(key, message)
+
+
 def vtrain_config_from_dict(raw: Any, source: str = "config") -> Session:
     """Convert a parsed authors'-format dict (see :func:`read_vtrain_config`)."""
     if not isinstance(raw, dict):
@@ -441,8 +466,9 @@ def vtrain_config_from_dict(raw: Any, source: str = "config") -> Session:
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
     )
     session = Session(model=model, plan=plan, cluster=cluster)
-    errs = validate(session)
-    if "num_gpus" in raw and raw["num_gpus"] != plan.num_gpus:
+    # name the keys of the user's file, not the session fields they fill
+    errs = [_as_authors(e) for e in validate(session)]
+    if "num_gpus" in raw and not errs and raw["num_gpus"] != plan.num_gpus:
         errs.append(FieldError("num_gpus", f"num_gpus={raw['num_gpus']} disagrees with "
                                f"tensor_parallel_size*pipeline_parallel_size*data_parallel_size="
                                f"{plan.tensor_parallel}*{plan.pipeline_parallel}*{plan.data_parallel}"

@@ -87,6 +87,10 @@ def read_json(path: str | Path, error: type[Exception] = SessionFileError,
         raise error(f"{path}: not a valid JSON file ({exc})") from None
 
 
+#: Sections a session file must have (cluster, cost and sweep fall back to defaults).
+REQUIRED_SECTIONS = ("model", "plan")
+
+
 def session_from_document(doc: Any, where: str = "session") -> Session:
     """Convert a parsed session document, checking format and version."""
     if not isinstance(doc, dict) or doc.get("format") != SESSION_FORMAT:
@@ -101,6 +105,11 @@ def session_from_document(doc: Any, where: str = "session") -> Session:
     if version < 1:
         raise SessionFileError(f"{where}: unknown session file version {version}")
     body = {k: v for k, v in doc.items() if k not in ("format", "version")}
+    missing = [name for name in REQUIRED_SECTIONS if name not in body]
+    if missing:  # a default model or plan would be simulated without the user asking for it
+        raise SessionFileError(f"{where}: missing section{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(repr(m) for m in missing)}; a session names its "
+                               f"model and its parallel plan")
     try:
         return Session.from_dict(body)
     except ConfigError as exc:

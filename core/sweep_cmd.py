@@ -230,10 +230,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                 f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
                 f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
                 f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
-                f"takes {result.training_days[j] / result.training_days[own] - 1:+.2%} time for "
-                f"{result.cost_usd[j] / result.cost_usd[own] - 1:+.2%} cost.")
+                f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
+                f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
     console.print()
-    front = _plan_table(f"Pareto front of (days, cost): {int(result.pareto.sum())} plans, fastest first")
+    n_front = int(result.pareto.sum())
+    front = _plan_table(f"Pareto front of (days, cost): {n_front} plan{'s' if n_front != 1 else ''}, "
+                        f"fastest first")
     for i in result.pareto_indices().tolist():
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
@@ -245,3 +247,10 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                       f"(all in --json)[/]")
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")
+
+
+def _change(rel: float) -> str:
+    """``-0.1772`` -> ``"17.72% less"``; ``0.05`` -> ``"5.00% more"``; ``0`` -> ``"the same"``."""
+    if abs(rel) < 5e-5:
+        return "the same"
+    return f"{abs(rel):.2%} {'less' if rel < 0 else 'more'}"

@@ -82,6 +82,19 @@ def test_authors_config_num_gpus_mismatch_is_an_error(tmp_path):
            "data_parallel_size=8*16*4=512" in str(info.value)
 
 
+@pytest.mark.parametrize("value", ["eight", 8.0, True, -8])
+def test_authors_config_non_integer_tensor_parallel_names_the_key(tmp_path, value):
+    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
+    raw["tensor_parallel_size"] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as info:
+        read_vtrain_config(path)
+    # one error, on the file's own key, and no num_gpus product built from a string
+    assert [str(e) for e in info.value.errors] == [
+        f"tensor_parallel_size: tensor_parallel_size={value!r} must be a positive integer"]
+
+
 def test_authors_config_unknown_and_missing_keys(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"tensor_parallel_size": 1, "colour": "red"}))

@@ -42,7 +42,10 @@ def test_examples_load(tmp_path):
     ('{"format": "something-else", "version": 1}', "not a vTrain session file"),
     ('{"format": "vtrain-session", "version": 99}', "version 99 is newer than this program supports"),
     ('{"format": "vtrain-session", "version": "1"}', "\"version\" must be an integer"),
-    ('{"format": "vtrain-session", "version": 1, "plan": {"tensor_parallel": -1.5}}', "plan.tensor_parallel"),
+    ('{"format": "vtrain-session", "version": 1, "model": {}, "plan": {"tensor_parallel": -1.5}}',
+     "plan.tensor_parallel"),
+    ('{"format": "vtrain-session", "version": 1, "plan": {}}', "missing section 'model'"),
+    ('{"format": "vtrain-session", "version": 1}', "missing sections 'model', 'plan'"),
 ])
 def test_bad_files_give_clear_errors(tmp_path, content, needle):
     path = tmp_path / "bad.json"
@@ -107,3 +110,10 @@ def test_sweep_settings_are_optional_and_round_trip(tmp_path):
         load_session(path)
     path.write_text(json.dumps({**doc, "sweep": None}))
     assert load_session(path).sweep is None
+
+
+def test_save_into_a_missing_folder_names_the_target(tmp_path):
+    target = tmp_path / "no-such-folder" / "s.json"
+    with pytest.raises(OSError) as info:
+        save_session(Session(), target)
+    assert info.value.filename == str(target)  # not the hidden temporary file beside it

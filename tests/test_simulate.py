@@ -151,7 +151,7 @@ def test_cli_overrides(capsys):
 
 @pytest.mark.parametrize("setup,needle", [
     (lambda p: p.write_text("{oops"), "not a valid JSON file"),
-    (lambda p: p.write_text(json.dumps({"format": "vtrain-session", "version": 1,
+    (lambda p: p.write_text(json.dumps({"format": "vtrain-session", "version": 1, "model": {},
                                         "plan": {"tensor_parallel": 5}})),
      "num_attention_heads=96 is not divisible by tensor_parallel_size=5"),
     (lambda p: None, "cannot read"),

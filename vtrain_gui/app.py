@@ -142,6 +142,15 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     """
     from .main_window import MainWindow, examples_dir
 
+    if screenshot and path:
+        # No one is there to dismiss an error dialog: report on stderr and exit instead.
+        from core.config import ConfigError
+        from core.session import SessionFileError, load_any
+        try:
+            load_any(Path(path), validate=False)
+        except (SessionFileError, ConfigError, OSError) as exc:
+            print(f"vtrain gui: {exc}", file=sys.stderr)
+            return 2
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("vTrain")
     app.setOrganizationName("vtrain")

@@ -264,9 +264,12 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                                 if _divisors(g) else "divisors of the GPUs per node")
         L = session.model.num_layers
         ds = _divisors(L)
-        shown = _join(ds) if len(ds) <= 10 else _join(ds[:9]) + ", …"
-        self.pipeline_parallel.setPlaceholderText(f"divisors of L={L}: {shown}" if ds
+        # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
+        self.pipeline_parallel.setPlaceholderText(f"divisors of L={L} ({len(ds)} sizes)" if ds
                                                   else "divisors of the layer count")
+        self.pipeline_parallel.setToolTip(
+            "Pipeline-parallel sizes p to try, comma-separated; empty: "
+            + (f"the divisors of L={L}: {_join(ds)}" if ds else "the divisors of the layer count"))
         self.gpus.setPlaceholderText("no limit (set a max data parallel)"
                                      if self.budget_mode.currentText() == self.AT_MOST
                                      else "e.g. 1024, 2048")

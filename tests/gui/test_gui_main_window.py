@@ -172,3 +172,18 @@ def test_screenshot_command(tmp_path, real_simulate):
     assert proc.returncode == 0, proc.stderr
     image = QtGui.QImage(str(out))
     assert (image.width(), image.height()) == (1600, 1000)
+
+
+@pytest.mark.parametrize("content", [None, "{not json"])
+def test_screenshot_of_a_file_that_cannot_open_exits_2(tmp_path, content):
+    # no dialog may wait for a click: the error goes to stderr and the process exits
+    path = tmp_path / "session.json"
+    if content is not None:
+        path.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui", str(path),
+                           "--screenshot", str(tmp_path / "shot.png")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 2
+    assert str(path) in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "shot.png").exists()
