@@ -517,7 +517,7 @@ class SweepResult:
     wall_s : float
         Wall time of the sweep, seconds.
     warnings : list of str
-        Distinct lookup warnings of all plans.
+        Distinct lookup warnings of the plans that fit in memory.
     profile : dict
         Device name and provenance of the profile store used.
     """
@@ -753,7 +753,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
     lookup_cache: dict = {}
     times_cache: dict[tuple, Any] = {}
-    warnings: set[str] = set()
+    warnings: set[str] = set()  # of plans that fit: the others' lookups are never used
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
     if progress is not None:
@@ -773,7 +773,6 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                 if st is None:
                     st = times_cache[key] = stage_times(Session(model, pl, cluster, cost), store,
                                                         lookup_cache)
-                    warnings.update(st.warnings)
                 cols[:, :, j] = (st.fwd_s, st.bwd_s, st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
                                  st.optimizer_s)
                 totals = [sm.total_bytes for sm in stage_memory(Session(model, pl, cluster, cost))]
@@ -782,6 +781,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                 if totals[worst] > capacity:  # same rule and message as core.simulate
                     reason[i] = (f"does not fit: stage {worst} needs {totals[worst] / 2**30:.1f} GiB "
                                  f"per GPU, the GPU has {capacity / 2**30:.1f} GiB")
+                else:
+                    warnings.update(st.warnings)
             iteration[idx] = pipeline_iteration_times(schedule, m, *cols)
             done += len(idx)
             if progress is not None:

@@ -21,7 +21,7 @@ from core.simulate import open_profile, profile_path, simulate
 from core.solver import solve
 from core.sweep import (SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
                         pipeline_iteration_times, run_sweep)
-from tests.conftest import ROOT, shared_file
+from tests.conftest import EXAMPLES, ROOT, shared_file
 
 TINY = ModelConfig("tiny", num_layers=4, hidden_size=64, num_attention_heads=8, ffn_hidden_size=None,
                    seq_length=32, vocab_size=1000)
@@ -356,3 +356,20 @@ def test_cli_bad_input_exits_2_with_one_message(args, needle):
 def test_cli_missing_config_exits_2(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "nope.json")]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_warnings_come_from_plans_that_fit():
+    # a plan that does not fit is never run, so its extrapolated lookups are no one's concern
+    from core.graph import stage_times
+    from core.session import load_any
+    from core.simulate import open_profile, profile_path
+    session = load_any(EXAMPLES / "mtnlg_530b.json")
+    result = run_sweep(session, SweepSpace(max_gpus=3360, tensor_parallel=(1, 8),
+                                           micro_batch_sizes=(1,), schedules=("1f1b",)))
+    store = open_profile(profile_path(session))
+    expect, others = set(), set()
+    for i in range(result.num_plans):
+        warned = stage_times(result.session_for(i), store).warnings
+        (expect if result.fits_in_memory[i] else others).update(warned)
+    assert set(result.warnings) == expect
+    assert others - expect  # t=1 plans: huge all-reduces, and far too big for the GPU
