@@ -6,12 +6,12 @@ Steps (every figure printed is out-of-sample):
    all-reduce curves of ../shared/data/vtrain-a100/nccl_allreduce as
    12-knot piecewise log-log fits (the store keeps the fit, not the rows);
 2. 5-fold cross-validation of the shipped store's procedure on each file:
-   fit on the other file plus four folds of this one (files weighted
-   equally), predict the fifth with the full simulator;
+   fit on the other file plus four folds of this one (the files weighted
+   by :data:`FILE_WEIGHTS`), predict the fifth with the full simulator;
 3. the same per file alone (fit on four folds of the file only), which shows
    how well the model can describe each regime by itself;
 4. transfer: fit on all single-node rows, predict every multi-node row;
-5. with ``--write``, fit on both files (weighted equally) and save the
+5. with ``--write``, fit on both files (weighted by :data:`FILE_WEIGHTS`) and save the
    calibrated store to profiles/A100-SXM4-80GB.h5 with the figures of 2.-4.
    in its provenance;
 6. with ``--plot DIR``, write predicted-vs-measured plots of the
@@ -42,6 +42,12 @@ from core.validate import ValidationResult, error_metrics, read_measurements  # 
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
 FILES = ("measured_single_node.csv", "measured_multi_node.csv")
+#: Share of the fit each file gets: the multi-node runs count twelve times as much as the
+#: single-node runs. Large runs are what the tool plans, and the single-node shapes are all
+#: measured often enough to get their own factors, which absorb the shift. Chosen by this
+#: 5-fold CV among 1, 4, 12 and 40 (single node 1.78, 1.76, 1.75, 2.20 % MAPE; multi node
+#: 7.07, 6.55, 6.30, 6.21 %), so the figures carry that small selection.
+FILE_WEIGHTS = (1.0, 12.0)
 
 
 def base_store():
@@ -79,7 +85,7 @@ def main() -> None:
     for j, name in enumerate(names):
         ms = data[name][0]
         t0 = time.perf_counter()
-        pred, met = cross_validate_files(files, j, base, folds=args.folds)
+        pred, met = cross_validate_files(files, j, base, folds=args.folds, shares=FILE_WEIGHTS)
         cv[name] = {k: float(v) for k, v in met.items()}
         print(f"{name}: {args.folds}-fold CV of the shipped procedure {fmt(met)} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -105,8 +111,8 @@ def main() -> None:
     print(f"fit on single-node, predict multi-node: {fmt(transfer)}", flush=True)
     if args.write:
         res = fit(s_single + s_multi, np.concatenate([y_single, y_multi]), base,
-                  weights=balanced_weights([len(s_single), len(s_multi)]))
-        out = calibrated_store(base, res, list(FILES), cv)
+                  weights=balanced_weights([len(s_single), len(s_multi)], FILE_WEIGHTS))
+        out = calibrated_store(base, res, list(FILES), cv, FILE_WEIGHTS)
         path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
         out.save(path)
         print(f"wrote {path} (in-sample {fmt(res.train_metrics)})")

@@ -2,8 +2,9 @@
 
 The free parameters (:data:`FIT_PARAMS`) are those of the analytic op and
 communication model (:mod:`core.ops`, :mod:`core.comm`): GEMM efficiency curve,
-achieved memory bandwidth, per-kernel, per-op, per-collective and
-per-iteration overheads, and the achieved share of the inter-node bandwidth.
+achieved memory bandwidth, per-kernel, per-op, per-collective, per-pipeline-
+transfer and per-iteration overheads, and the achieved share of the
+inter-node bandwidth.
 Collective curves measured with nccl-tests stay as measured.
 
 Method (a Gauss-Newton-style fixed point around the critical path):
@@ -13,8 +14,8 @@ Method (a Gauss-Newton-style fixed point around the critical path):
 2. along that path the iteration time is an explicit function of the
    parameters: sum of kernel roofline times (vectorized over all rows), plus
    communication time ``A + B / inter_node_efficiency + C *
-   collective_overhead_s`` (A, B, C read off graphs built at three parameter
-   points, exact because those terms are linear);
+   collective_overhead_s + N * p2p_overhead_s`` (A, B, C, N read off graphs
+   built at moved parameter points, exact because those terms are linear);
 3. fit the parameters by bounded robust least squares (soft-L1) on
    ``log(predicted / measured)`` (scipy.optimize.least_squares), then repeat from 1 with the
    new parameters (the critical path may move) for a few rounds;
@@ -62,6 +63,7 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     "kernel_launch_s": (0.0, 100e-6),
     "iteration_overhead_s": (0.0, 2.0),
     "collective_overhead_s": (0.0, 5e-3),
+    "p2p_overhead_s": (0.0, 5e-3),
     "inter_node_efficiency": (0.05, 1.0),
 }
 # p2p_efficiency is not fitted: on the authors' data it improved no fit (in-sample MAPE
@@ -71,7 +73,7 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
 #: device time their gradient vanishes).
 FIT_START = {"gemm_efficiency_max": 0.7, "gemm_half_size": 200.0, "memory_efficiency": 0.7,
              "kernel_overhead_s": 2e-6, "op_overhead_s": 2e-4, "kernel_launch_s": 5e-6,
-             "iteration_overhead_s": 1e-3, "collective_overhead_s": 1e-5,
+             "iteration_overhead_s": 1e-3, "collective_overhead_s": 1e-5, "p2p_overhead_s": 1e-5,
              "inter_node_efficiency": 0.8}
 #: Ridge weight on the log of a shape's correction factor, per unit of log residual.
 DEFAULT_RIDGE = 0.05
@@ -163,10 +165,10 @@ class LinearizedRow:
         "layer", "edge" or "" (layer and edge ops take the shape's factor).
     key : tuple
         The row's :func:`shape_key`.
-    comm_fixed_s, comm_inter_s, p2p_inter_s, num_collectives : float
+    comm_fixed_s, comm_inter_s, p2p_inter_s, num_collectives, num_p2p : float
         Communication on the path: ``comm_fixed_s + comm_inter_s /
         inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
-        collective_overhead_s``.
+        collective_overhead_s + num_p2p * p2p_overhead_s``.
     peak_flops, memory_bandwidth_bytes_per_s : float
     """
 
@@ -181,6 +183,7 @@ class LinearizedRow:
     comm_inter_s: float
     p2p_inter_s: float
     num_collectives: float
+    num_p2p: float
     peak_flops: float
     memory_bandwidth_bytes_per_s: float
 
@@ -218,10 +221,12 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = ops >= len(_COMPUTE_OPS)
     # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
-    # + C * collective_overhead_s (C: collective calls, weighted as core.comm weighs them).
-    # One more build with each parameter moved gives B, P and C.
+    # + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
+    # core.comm weighs them; N: pipeline transfers). One more build with each parameter
+    # moved gives B, P, C and N.
     p = {**DEFAULT_OP_MODEL, **op_model}
     eff, p2p_eff, ov = p["inter_node_efficiency"], p["p2p_efficiency"], p["collective_overhead_s"]
+    p2p_ov = p["p2p_overhead_s"]
     now_s = float(res.graph.duration_s[path[comm]].sum())
     saved = store.op_model
     try:
@@ -231,14 +236,16 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         half_p2p_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
         store.op_model = _with(op_model, collective_overhead_s=ov + 1e-3)
         num_calls = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
+        store.op_model = _with(op_model, p2p_overhead_s=p2p_ov + 1e-3)
+        num_p2p = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
     finally:
         store.op_model = saved
     inter = (half_s - now_s) * eff  # B
     p2p_inter = (half_p2p_s - now_s) * p2p_eff  # P
-    fixed = now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov  # A
+    fixed = now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov - num_p2p * p2p_ov  # A
     return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
                          np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
-                         fixed, inter, p2p_inter, num_calls,
+                         fixed, inter, p2p_inter, num_calls, num_p2p,
                          float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
 
 
@@ -255,7 +262,7 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
     scaled = float(op_s[fam != ""].sum())
     rest = (float(op_s[fam == ""].sum()) + row.comm_fixed_s
             + row.comm_inter_s / p["inter_node_efficiency"] + row.p2p_inter_s / p["p2p_efficiency"]
-            + row.num_collectives * p["collective_overhead_s"])
+            + row.num_collectives * p["collective_overhead_s"] + row.num_p2p * p["p2p_overhead_s"])
     return scaled, rest
 
 
@@ -412,15 +419,22 @@ def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
 
 
 def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
-                     cv: dict[str, dict[str, float]]) -> ProfileStore:
-    """The calibrated store for ``base``'s device, with provenance (data, parameters, CV error)."""
+                     cv: dict[str, dict[str, float]],
+                     file_weights: Sequence[float] | None = None) -> ProfileStore:
+    """The calibrated store for ``base``'s device, with provenance (data, file weights,
+    parameters, CV error)."""
     store = apply_fit(base, result.op_model, result.corrections)
+    weights = [1.0] * len(data) if file_weights is None else [float(w) for w in file_weights]
     store.provenance = {
         "method": "calibrated", "date": _dt.date.today().isoformat(),
         "base_profile": base.summary(), "data": "; ".join(data),
+        "file_weights": {name: w for name, w in zip(data, weights)},
         "parameters": {k: float(v) for k, v in result.op_model.items()},
         "num_shape_factors": len(result.corrections),
         "cross_validation": cv,
+        "cross_validation_procedure": (
+            "k-fold per file; each fold fitted on the other files plus the other folds of this "
+            "one, with the file weights above (core.calibrate.cross_validate_files)"),
         "fit": "bounded least squares on log(predicted/measured), critical-path linearization, "
                "ridge-penalized per-shape factors (core.calibrate)",
     }
@@ -433,22 +447,35 @@ def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session
     return [m.session for m in used], np.array([m.measured_s for m in used])
 
 
-def balanced_weights(sizes: Sequence[int]) -> np.ndarray:
-    """Per-run weights that make each file count equally: ``total / (files * size)``; shape (sum,)."""
-    total = float(sum(sizes))
-    return np.concatenate([np.full(n, total / (len(sizes) * n)) for n in sizes])
+def balanced_weights(sizes: Sequence[int], shares: Sequence[float] | None = None) -> np.ndarray:
+    """Per-run weights that give file ``j`` the share ``shares[j]`` of the total weight.
+
+    Default: equal shares, ``total / (files * size)`` per run. The weights sum
+    to the number of runs; shape (sum(sizes),).
+
+    Raises
+    ------
+    ValueError
+        ``shares`` of another length than ``sizes``, or a share that is not positive.
+    """
+    shares = [1.0] * len(sizes) if shares is None else [float(x) for x in shares]
+    if len(shares) != len(sizes) or not all(x > 0 for x in shares):
+        raise ValueError(f"need one positive share per file, got {shares} for {len(sizes)} files")
+    total, norm = float(sum(sizes)), sum(shares)
+    return np.concatenate([np.full(n, total * w / (norm * n)) for n, w in zip(sizes, shares)])
 
 
 def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], target: int,
                          base: ProfileStore, *, folds: int = 5, seed: int = 0,
+                         shares: Sequence[float] | None = None,
                          progress: Callable[[str], None] | None = None,
                          **fit_kw) -> tuple[np.ndarray, dict[str, float]]:
     """k-fold cross-validation of the several-file fit on file ``target``.
 
     Each fold fits on every other file plus the other folds of ``target``
-    (files weighted equally, :func:`balanced_weights`) and predicts the
-    held-out fold with the full simulator: the out-of-sample error of a store
-    calibrated on all the files.
+    (file ``j`` weighted by ``shares[j]``, default equally, see
+    :func:`balanced_weights`) and predicts the held-out fold with the full
+    simulator: the out-of-sample error of a store calibrated on all the files.
 
     Returns
     -------
@@ -465,8 +492,10 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
         test = np.flatnonzero(fold_of == k)
         parts = [([sessions[i] for i in train], measured[train])]
         parts += [(list(s), np.asarray(y, float)) for j, (s, y) in enumerate(files) if j != target]
+        order = [target] + [j for j in range(len(files)) if j != target]
+        part_shares = None if shares is None else [shares[j] for j in order]
         res = fit([s for ss, _ in parts for s in ss], np.concatenate([y for _, y in parts]), base,
-                  weights=balanced_weights([len(ss) for ss, _ in parts]), **fit_kw)
+                  weights=balanced_weights([len(ss) for ss, _ in parts], part_shares), **fit_kw)
         store = apply_fit(base, res.op_model, res.corrections)
         for i in test:
             pred[i] = simulate(sessions[i], store).report.iteration_time_s

@@ -14,10 +14,14 @@ fastest, then data-parallel, then pipeline-parallel, i.e. global rank
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
 
-Three parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
+Four parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
 (the share of the nominal network bandwidth that collectives achieve),
-``p2p_efficiency`` (the share that pipeline transfers between nodes achieve)
-and ``collective_overhead_s`` (framework time per collective call).
+``p2p_efficiency`` (the share that pipeline transfers between nodes achieve),
+``collective_overhead_s`` (framework time per collective call) and
+``p2p_overhead_s`` (framework time per pipeline transfer around the bytes:
+the blocking send/recv of Megatron-LM or of DeepSpeed's pipeline engine; as
+sends block the sender (:mod:`core.graph`), about one transfer per 1F1B step
+lies on the critical path, i.e. roughly ``(m + p - 1)`` of them).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class CommModel:
         self.inter_node_efficiency = float(p["inter_node_efficiency"])
         self.collective_overhead_s = float(p["collective_overhead_s"])
         self.p2p_efficiency = float(p["p2p_efficiency"])
+        self.p2p_overhead_s = float(p["p2p_overhead_s"])
 
     # ------------------------------------------------------------------ placement
     def node_of(self, tp: int, dp: int, pp: int) -> int:
@@ -150,7 +155,7 @@ class CommModel:
         if nbytes <= 0:
             return 0.0
         if self.stages_share_node(stage):
-            return self.collective_overhead_s + self.intra("send_recv", 2, nbytes)
+            return self.p2p_overhead_s + self.intra("send_recv", 2, nbytes)
         gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
                            / self.cluster.gpus_per_node * self.p2p_efficiency)
-        return self.collective_overhead_s + INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s
+        return self.p2p_overhead_s + INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s

@@ -12,7 +12,10 @@ Dependencies: the compute stream of a stage runs its tasks in program order
 (one chain, including the tensor-parallel all-reduces, which block it, and the
 data-parallel all-reduce before the optimizer step). A pipeline transfer
 depends on the producing stage's last task of that micro-batch and gates the
-consuming stage's first task; the sender does not wait for it. Replicas are
+consuming stage's first task; the send is blocking, as in Megatron-LM
+(``torch.cuda.synchronize`` after the batched send/recv) and DeepSpeed's
+pipeline engine (synchronous NCCL send), so the sender's next task also waits
+for the transfer to end. Replicas are
 symmetric, so one replica is simulated and the data-parallel all-reduce enters
 as a timed task.
 """
@@ -137,6 +140,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
                                          ("dur", "kind", "stream", "stage", "mb", "layer", "op")}
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
+    stage_end: list[int] = []
     first_f = np.zeros((p, m), np.int64)
     last_f = np.zeros((p, m), np.int64)
     first_b = np.zeros((p, m), np.int64)
@@ -176,6 +180,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["mb"].append(np.full(len(tail), -1))
         n_stage = total + len(tail)
         cols["stage"].append(np.full(n_stage, i))
+        stage_end.append(base + n_stage)
         chain = np.arange(base, base + n_stage - 1)  # program order on the stage
         src.append(chain)
         dst.append(chain + 1)
@@ -195,6 +200,10 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["op"].append(np.full(m, op_id))
             src += [s_from, ids]
             dst += [ids, s_to]
+            nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
+            ok = nxt < stage_end[stage_of_task]
+            src.append(ids[ok])
+            dst.append(nxt[ok])
             base += m
     return ExecutionGraph(
         duration_s=np.concatenate(cols["dur"]).astype(np.float64),

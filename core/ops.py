@@ -38,7 +38,11 @@ The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
 work: loss scaling, gradient norm, logging). Attention is the unfused form
 Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm). Each
 backward op also accumulates its weight gradients into the gradient buffer
-(read, read, write: ``6`` bytes per parameter in half precision).
+(read, read, write: ``6`` bytes per parameter in half precision). The output
+op runs Megatron-LM's vocab-parallel cross-entropy on fp32 logits one kernel
+per step (copy to fp32, max, subtract, exp, sum, divide: 38 bytes per logit
+in half precision; backward: scale in place and copy back, 14 bytes), and the
+embedding backward builds the dense ``(V/t, h)`` weight gradient.
 """
 
 from __future__ import annotations
@@ -71,7 +75,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "optimizer_step": ("n", "dtype"),
 }
 #: Parameters of the analytic op and communication model when a store gives none.
-#: ``collective_overhead_s``, ``inter_node_efficiency`` and ``p2p_efficiency`` are read by core.comm.
+#: ``collective_overhead_s``, ``inter_node_efficiency``, ``p2p_efficiency`` and ``p2p_overhead_s``
+#: are read by core.comm.
 DEFAULT_OP_MODEL = {
     "gemm_efficiency_max": 0.8,
     "gemm_half_size": 160.0,
@@ -83,6 +88,7 @@ DEFAULT_OP_MODEL = {
     "collective_overhead_s": 0.0,
     "inter_node_efficiency": 1.0,
     "p2p_efficiency": 1.0,
+    "p2p_overhead_s": 0.0,
 }
 #: Bytes per parameter of accumulating a weight gradient into the gradient buffer
 #: (read, read, write), by dtype.
@@ -189,20 +195,31 @@ def op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             _mem("bias_dropout_add_bwd", 2 * act),
         ]
     V = int(key["V"])
-    logits = T * (V // t) * e
+    cells = T * (V // t)  # logits of this rank: (b*s, V/t)
+    to_fp32 = 4 + e if e < 4 else 0  # bytes per logit of the .float() copy (none in fp32)
     if op == "embedding_fwd":
         return [_mem("embedding_lookup", 2 * act), _mem("position_add_dropout", 3.5 * act)]
     if op == "embedding_bwd":
-        return [_mem("dropout_bwd", 2 * act), _mem("embedding_grad_scatter_add", 3 * act)]
+        # dense (V/t, h) gradient: zero-filled, rows scattered in, accumulated into the buffer
+        return [_mem("dropout_bwd", 2 * act), _mem("embedding_grad_zero", e * V * h // t),
+                _mem("embedding_grad_scatter_add", 3 * act),
+                _mem("wgrad_accumulate", acc * V * h // t)]
     if op == "output_fwd":
+        # Megatron's vocab-parallel cross-entropy on fp32 logits, one kernel per step:
+        # .float() copy, max, subtract max, exp, sum, divide (softmax kept for backward).
+        ce = [_mem("logits_to_fp32", to_fp32 * cells)] if to_fp32 else []
         return [
             _mem("final_layernorm", 2 * act),
             _gemm("logits", T, V // t, h, e),                   # (b*s, h) x (h, V/t)
-            _mem("cross_entropy", 2 * logits * 4 / e),          # fp32 vocab-parallel softmax
+            *ce,
+            _mem("ce_max", 4 * cells), _mem("ce_sub_max", 8 * cells), _mem("ce_exp", 8 * cells),
+            _mem("ce_sum", 4 * cells), _mem("ce_softmax_div", 8 * cells),
         ]
-    # output_bwd
+    # output_bwd: softmax minus one-hot, scaled by the loss gradient in place, then the copy
+    # back to the half-precision logits' gradient
+    ce_bwd = [_mem("ce_grad_to_half", to_fp32 * cells)] if to_fp32 else []
     return [
-        _mem("cross_entropy_bwd", 2 * logits * 4 / e),
+        _mem("ce_grad_scale", 8 * cells), *ce_bwd,
         _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
         _mem("wgrad_accumulate", acc * V * h // t),
         _mem("final_layernorm_bwd", 4 * act),

@@ -357,7 +357,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     Equals the critical path of :func:`core.graph.build_pipeline_graph` on
     stage programs with one forward task (``fwd_s``) and one backward task
     (``bwd_s``), transfers, data-parallel all-reduce and optimizer step, up to
-    float rounding (tests compare with :func:`core.solver.solve`).
+    float rounding (tests compare with :func:`core.solver.solve`). Sends are
+    blocking there, so each transfer is folded into the op that sends it.
 
     Method: the end time of op ``k`` of stage ``i`` is
     ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the arrival of the
@@ -407,6 +408,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
     p, n = F.shape
+    # Sends block the sender (core.graph): a sending op ends, for its own stage and for the
+    # receiver alike, when its transfer does. Fold each transfer into the op that sends it.
+    stage = np.arange(p)[:, None]
+    F = F + np.where(stage < p - 1, cf, 0.0)
+    Bw = Bw + np.where(stage > 0, cb, 0.0)
+    cf, cb = np.zeros_like(cf), np.zeros_like(cb)
     is_bwd, nf, nb, src, from_prev, from_next = _pipeline_structure(schedule, p, m)
     S = nf[:, :, None] * F[:, None, :] + nb[:, :, None] * Bw[:, None, :]     # (p, 2m, n) prefix sums
     # Q = (transfer time of the awaited message) - S[k-1]: R[k] - S[k-1] = E[src] + Q

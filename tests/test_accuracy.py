@@ -174,29 +174,41 @@ def small_sessions():
 def test_linearization_is_exact_at_its_point():
     base = generate_store("A100-SXM4-80GB", date="2026-01-01")
     op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "inter_node_efficiency": 0.6,
-                "collective_overhead_s": 3e-5}
+                "collective_overhead_s": 3e-5, "p2p_overhead_s": 1e-4}
     sessions = small_sessions()
     rows = [linearize(s, base, op_model) for s in sessions]
     sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
     np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
     # moving only communication parameters keeps the path: still exact
-    moved = {**op_model, "inter_node_efficiency": 0.3, "collective_overhead_s": 1e-4}
+    moved = {**op_model, "inter_node_efficiency": 0.3, "collective_overhead_s": 1e-4,
+             "p2p_overhead_s": 2e-4}
     sim = [simulate(s, model_store(base, moved)).report.iteration_time_s for s in sessions]
     np.testing.assert_allclose(predict_linearized(rows, moved), sim, rtol=1e-9)
+
+
+def test_balanced_weights_give_each_file_its_share():
+    from core.calibrate import balanced_weights
+    w = balanced_weights([3, 1])
+    np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])  # each file half of the total, 4
+    w = balanced_weights([3, 1], [1, 4])
+    np.testing.assert_allclose(w, [4 / 15] * 3 + [16 / 5])      # one fifth and four fifths of 4
+    with pytest.raises(ValueError, match="one positive share per file"):
+        balanced_weights([3, 1], [1, 0])
 
 
 def test_calibration_recovers_known_parameters():
     base = generate_store("A100-SXM4-80GB", date="2026-01-01")
     truth = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.55, "memory_efficiency": 0.45,
-             "op_overhead_s": 1.5e-4, "iteration_overhead_s": 0.02, "inter_node_efficiency": 0.4}
+             "op_overhead_s": 1.5e-4, "iteration_overhead_s": 0.02, "inter_node_efficiency": 0.4,
+             "p2p_overhead_s": 5e-4}
     sessions = small_sessions()
     measured = np.array([simulate(s, apply_fit(base, truth)).report.iteration_time_s for s in sessions])
     names = ["gemm_efficiency_max", "memory_efficiency", "op_overhead_s", "iteration_overhead_s",
-             "inter_node_efficiency"]
+             "inter_node_efficiency", "p2p_overhead_s"]
     res = fit(sessions, measured, base, params=names, rounds=3, corrections=False,
               start={**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.8, "memory_efficiency": 0.8,
                      "op_overhead_s": 5e-5, "iteration_overhead_s": 0.001,
-                     "inter_node_efficiency": 0.9})
+                     "inter_node_efficiency": 0.9, "p2p_overhead_s": 1e-5})
     for n in names:
         assert res.op_model[n] == pytest.approx(truth[n], rel=0.02), n
     assert res.train_metrics["max_ape_percent"] < 0.1
@@ -268,11 +280,18 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
         (tmp_path / name).write_text("\n".join(lines) + "\n")
         paths.append(str(tmp_path / name))
     out = tmp_path / "calibrated.h5"
-    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2"]) == 0
+    # a weight per file, or the command says what is wrong and writes nothing
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out),
+                 "--file-weights", "1"]) == 2
+    assert "--file-weights: needs one positive weight per CSV (2), got 1" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
+                 "--file-weights", "1", "3"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["cross_validation"]) == {"a.csv", "b.csv"}
     from core.profile_store import ProfileStore
     store = ProfileStore.open(out)
     assert store.provenance["method"] == "calibrated" and "a.csv" in store.provenance["data"]
+    assert store.provenance["file_weights"] == {"a.csv": 1.0, "b.csv": 3.0}
     assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["mape_percent"] < 2.0

@@ -43,6 +43,15 @@ def test_p2p_latency_adds_per_stage_hop():
     assert solve(g).iteration_time_s == pytest.approx(p * 3.0 + 2 * (p - 1) * c)
 
 
+def test_blocking_send_keeps_the_sender_waiting():
+    # p=2, m=2, 1F1B, transfers of c: stage 0 runs F0 F1 B0 B1, stage 1 runs F0 B0 F1 B1.
+    # Stage 1's B0 send (c) holds its F1, so B1 reaches stage 0 at 3tf + 2tb + 3c and
+    # T = 3(tf + tb) + 3c; with a non-blocking send it would be 3(tf + tb) + 2c.
+    tf, tb, c = 1.0, 2.0, 0.25
+    g = build_pipeline_graph(uniform(2, tf, tb, send_fwd_s=c, send_bwd_s=c), 2, "1f1b")
+    assert solve(g).iteration_time_s == pytest.approx(3 * (tf + tb) + 3 * c)
+
+
 def test_dp_and_optimizer_follow_the_last_backward():
     p, m = 3, 5
     g = build_pipeline_graph(uniform(p, dp_comm_s=0.5, optimizer_s=0.25), m, "1f1b")
