@@ -754,8 +754,9 @@ class SweepPlot(pg.PlotWidget):
         self._deadline_line.setVisible(False)
         item.addItem(self._deadline_line, ignoreBounds=True)
 
+        # translucent, so points behind it stay visible (and it can be dragged aside)
         legend = self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
-                                               brush=pg.mkBrush(255, 255, 255, 230),
+                                               brush=pg.mkBrush(255, 255, 255, 170),
                                                pen=pg.mkPen("#B0B4BA"))
         legend.addItem(self._feasible, "fits in memory")
         legend.addItem(self._infeasible, "does not fit")
