@@ -214,6 +214,20 @@ def test_calibration_recovers_known_parameters():
     assert res.train_metrics["max_ape_percent"] < 0.1
 
 
+def test_cross_validation_predicts_held_out_runs_of_a_known_model():
+    from core.calibrate import cross_validate
+    base = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    truth = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.6, "op_overhead_s": 1e-4}
+    sessions = small_sessions()
+    measured = np.array([simulate(s, apply_fit(base, truth)).report.iteration_time_s for s in sessions])
+    pred, met = cross_validate(sessions, measured, base, folds=3, corrections=False, rounds=2,
+                               params=["gemm_efficiency_max", "op_overhead_s"],
+                               start={**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.8,
+                                      "op_overhead_s": 5e-5})
+    assert met["n"] == len(sessions) and met["max_ape_percent"] < 0.5
+    np.testing.assert_allclose(pred, measured, rtol=5e-3)
+
+
 def test_shape_factors_absorb_a_shape_specific_slowdown():
     base = generate_store("A100-SXM4-80GB", date="2026-01-01")
     sessions = small_sessions()

@@ -87,6 +87,17 @@ def settings(tmp_path) -> QtCore.QSettings:
     return QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.Format.IniFormat)
 
 
+@pytest.fixture
+def window(qtbot, settings):
+    """A shown main window with private settings; closing it never asks to save."""
+    from vtrain_gui.main_window import MainWindow
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.setWindowModified(False)  # closing must not ask
+
+
 @pytest.fixture(scope="session")
 def real_simulate():
     """``core.simulate.simulate``; skips only while the core still raises NotImplementedError."""

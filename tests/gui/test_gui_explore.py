@@ -36,15 +36,6 @@ def _session_file(tmp_path, source=SMALL, sweep=SMALL_SETTINGS, name="small.json
     return path
 
 
-@pytest.fixture
-def window(qtbot, settings):
-    w = MainWindow(settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.setWindowModified(False)  # closing must not ask
-
-
 @pytest.fixture(scope="module")
 def small_result():
     session = load_any(SMALL)

@@ -14,18 +14,9 @@ from PySide6 import QtGui, QtWidgets
 from core.config import Session
 from core.session import load_any
 from tests.conftest import EXAMPLES, ROOT
-from vtrain_gui.main_window import MAX_RECENT_FILES, MainWindow
+from vtrain_gui.main_window import MAX_RECENT_FILES
 
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
-
-
-@pytest.fixture
-def window(qtbot, settings):
-    w = MainWindow(settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.setWindowModified(False)  # closing must not ask
 
 
 @pytest.fixture

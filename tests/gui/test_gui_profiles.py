@@ -17,7 +17,6 @@ import pytest
 from core import profiling
 from core.profile_store import ProfileStore
 from core.profiling import ProfileProgress, ProfileRunResult
-from vtrain_gui.main_window import MainWindow
 from vtrain_gui.profiles_view import COLUMNS, ProfilesTab, format_provenance
 from vtrain_gui.workers import ProfileRunner
 
@@ -96,15 +95,6 @@ def tab(qtbot):
     qtbot.addWidget(w)
     yield w
     w.shutdown()
-
-
-@pytest.fixture
-def window(qtbot, settings):
-    w = MainWindow(settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.setWindowModified(False)  # closing must not ask
 
 
 def _row_of(tab: ProfilesTab, device: str) -> int:
