@@ -108,6 +108,21 @@ def _same_inputs(a: Session, b: Session) -> bool:
 
 # --------------------------------------------------------------------------- settings
 
+def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
+                   ) -> dict[str, QtWidgets.QCheckBox]:
+    """A form row of one check box per name (object names ``prefix.name``); returns them by name."""
+    boxes: dict[str, QtWidgets.QCheckBox] = {}
+    row = QtWidgets.QHBoxLayout()
+    row.setContentsMargins(0, 0, 0, 0)
+    for name in names:
+        box = boxes[name] = QtWidgets.QCheckBox(name)
+        box.setObjectName(f"{prefix}.{name}")
+        row.addWidget(box)
+    row.addStretch(1)
+    form.addRow(label, row)
+    return boxes
+
+
 class SweepSettingsPanel(QtWidgets.QWidget):
     """Form for a :class:`core.sweep.SweepSpace` and a deadline.
 
@@ -184,25 +199,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences)")
         form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
 
-        self.schedule_boxes: dict[str, QtWidgets.QCheckBox] = {}
-        row = QtWidgets.QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        for name in SCHEDULES:
-            box = self.schedule_boxes[name] = QtWidgets.QCheckBox(name)
-            box.setObjectName(f"sweep.schedules.{name}")
-            row.addWidget(box)
-        row.addStretch(1)
-        form.addRow("Schedules", row)
-
-        self.recompute_boxes: dict[str, QtWidgets.QCheckBox] = {}
-        row = QtWidgets.QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        for name in RECOMPUTE_MODES:
-            box = self.recompute_boxes[name] = QtWidgets.QCheckBox(name)
-            box.setObjectName(f"sweep.recompute.{name}")
-            row.addWidget(box)
-        row.addStretch(1)
-        form.addRow("Recompute", row)
+        self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
+        self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
 
         self.deadline = QtWidgets.QDoubleSpinBox()
         self.deadline.setObjectName("sweep.deadline_days")
