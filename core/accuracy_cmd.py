@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
+from .console import Console
 from rich.table import Table
 
 from .config import ConfigError, FieldError

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
+from .console import Console
 from rich.table import Table
 
 from .config import ConfigError

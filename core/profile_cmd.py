@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from rich.console import Console
+from .console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from rich import box
-from rich.console import Console
+from .console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 

@@ -173,3 +173,15 @@ def test_cli_missing_profile_exits_2(tmp_path, capsys):
     save_session(s, path)
     assert main(["simulate", str(path)]) == 2
     assert "missing.h5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]], ids=["tables", "json"])
+def test_cli_reader_going_away_is_a_quiet_exit_0(extra):
+    """``vtrain simulate ... | head -1``: status 0 and nothing on stderr, tables or JSON."""
+    code = ("import sys; from core.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, "simulate", str(EXAMPLES / "gpt3_175b.json"),
+                             *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(1)
+    proc.stdout.close()  # the reader goes away before the report is printed in full
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""

@@ -65,6 +65,9 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
+#: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
+_SINGULAR = {"sequences": "sequence", "stages": "stage", "replicas": "replica", "GPUs": "GPU",
+             "tokens": "token"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +141,11 @@ class _FieldBinding(QtCore.QObject):
             w.setSuffix(suffix)
             w.setGroupSeparatorShown(True)
             w.setKeyboardTracking(True)
+            if unit in _SINGULAR:
+                def number_suffix(v: int, w=w) -> None:
+                    w.setSuffix(f" {_SINGULAR[unit] if v == 1 else unit}")
+                number_suffix(w.value())
+                w.valueChanged.connect(number_suffix)
             w.valueChanged.connect(self._on_int_value_change)
             return w
         if spec.type_name == "float":

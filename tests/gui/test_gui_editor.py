@@ -117,3 +117,14 @@ def test_unknown_choice_from_a_file_is_shown_and_flagged(editor):
 def test_set_session_does_not_emit(editor, qtbot):
     with qtbot.assertNotEmitted(editor.session_changed):
         editor.set_session(Session())
+
+
+def test_unit_suffix_agrees_with_the_number(editor):
+    b = editor.field_widget("plan.micro_batch_size")
+    b.setValue(1)
+    assert b.suffix() == " sequence"
+    b.setValue(2)
+    assert b.suffix() == " sequences"
+    p = editor.field_widget("plan.pipeline_parallel")
+    p.setValue(1)
+    assert p.text().endswith("1 stage")
