@@ -8,7 +8,10 @@ a paint only slices them to the visible time range (``np.searchsorted`` on
 sorted starts). When many bars are narrower than a device pixel, those bars
 are merged per (row, pixel column) and coloured by the kind that covers most
 of that pixel (level of detail), so a paint draws at most a few thousand
-rectangles however many tasks the iteration holds.
+rectangles however many tasks the iteration holds. A merged pixel is shaded
+by the part of its time the row is busy (one of five opacity steps), so a
+stream that is busy 10 % of the time in thousands of short bars reads as a
+pale band, not as solid colour.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ _BAR_TOP, _BAR_HEIGHT = 0.12, 0.76
 _LOD_MIN_SMALL_BARS = 2000
 #: Merge per zoom level over the whole iteration while it spans at most this many pixels.
 _LEVEL_MAX_COLUMNS = 12_000
+#: Opacity steps of merged sub-pixel bars: a pixel busy a fraction f of its time gets
+#: opacity ceil(f * _SHADES) / _SHADES.
+_SHADES = 5
 #: Hover tolerance in device pixels when the mouse is not exactly over a bar.
 _HOVER_TOLERANCE_PX = 3.0
 _LANE_COLORS = (QtGui.QColor("#EEF1F6"), QtGui.QColor("#F7F7F7"))  # compute, comm lanes
@@ -55,6 +61,11 @@ def _draw_rects(painter: QtGui.QPainter, rects: np.ndarray) -> None:
         painter.drawRects(ptr, n)  # `rects` stays alive until this returns
     else:  # pragma: no cover
         painter.drawRects([QtCore.QRectF(*r) for r in rects.tolist()])
+
+
+def _shade_step(busy: np.ndarray) -> np.ndarray:
+    """Opacity step ``1.._SHADES`` of pixels busy a fraction ``busy`` of their time; shape kept."""
+    return np.clip(np.ceil(np.asarray(busy) * _SHADES), 1, _SHADES).astype(np.int64)
 
 
 def _draw_lines(painter: QtGui.QPainter, lines: np.ndarray) -> None:
@@ -107,6 +118,7 @@ class GanttItem(pg.GraphicsObject):
         self._t_end = 0.0
         self._lanes = np.empty((0, 4))
         self._brushes = [QtGui.QBrush(QtGui.QColor(KIND_COLORS[k])) for k in KINDS]
+        self._shaded: dict[tuple[int, float], QtGui.QBrush] = {}
         self._pens = [pg.mkPen(QtGui.QColor(KIND_COLORS[k]).darker(150), width=1, cosmetic=True)
                       for k in KINDS]
         self._lane_brushes = [QtGui.QBrush(c) for c in _LANE_COLORS]
@@ -116,7 +128,7 @@ class GanttItem(pg.GraphicsObject):
         self.grid_ticks = None
         self._highlight: np.ndarray | None = None  # (1, 4) rect of the hovered task
         self._cache_key: tuple | None = None
-        self._cache: list[tuple[int, np.ndarray, bool]] = []
+        self._cache: list[tuple[int, np.ndarray, bool, float]] = []
         self._levels: dict[float, list] = {}
         self.last_paint_num_rects = 0  # for tests and benchmarks
 
@@ -175,11 +187,14 @@ class GanttItem(pg.GraphicsObject):
         return QtCore.QRectF(0.0, 0.0, max(self._t_end, 1e-12), float(max(self._num_rows, 1)))
 
     # ------------------------------------------------------------------ drawing
-    def draw_list(self, x0: float, x1: float, px_s: float) -> list[tuple[int, np.ndarray, bool]]:
+    def draw_list(self, x0: float, x1: float,
+                  px_s: float) -> list[tuple[int, np.ndarray, bool, float]]:
         """Rectangles to paint for the view ``[x0, x1]`` at ``px_s`` seconds per pixel.
 
-        Returns ``(kind, rects (k, 4), exact)`` per kind; ``exact`` is false for
-        level-of-detail rectangles that merge (or widen) sub-pixel bars.
+        Returns ``(kind, rects (k, 4), exact, opacity)`` per kind and opacity;
+        ``exact`` is false for level-of-detail rectangles that merge (or widen)
+        sub-pixel bars, whose opacity in ``(0, 1]`` is the busy part of their
+        pixels (rounded up to a step of ``1 / _SHADES``); exact bars have opacity 1.
 
         While the whole iteration spans at most ``_LEVEL_MAX_COLUMNS`` pixels, the
         merged rectangles are computed once per zoom level over the whole
@@ -191,18 +206,19 @@ class GanttItem(pg.GraphicsObject):
             return self._cache
         if self._t_end / px_s <= _LEVEL_MAX_COLUMNS:
             out = []
-            for kind, starts, rects, max_w, exact in self._level(px_s):
+            for kind, starts, rects, max_w, exact, shade in self._level(px_s):
                 lo = int(np.searchsorted(starts, x0 - max_w, side="left"))
                 hi = int(np.searchsorted(starts, x1, side="right"))
                 if hi > lo:
-                    out.append((kind, rects[lo:hi], exact))  # contiguous views, no copy
+                    out.append((kind, rects[lo:hi], exact, shade))  # contiguous views, no copy
         else:
             out = self._visible_draw_list(x0, x1, px_s)
         self._cache_key, self._cache = key, out
         return out
 
-    def _level(self, px_s: float) -> list[tuple[int, np.ndarray, np.ndarray, float, bool]]:
-        """Whole-iteration rectangles at one zoom level: ``(kind, starts, rects, max_width, exact)``."""
+    def _level(self, px_s: float) -> list[tuple[int, np.ndarray, np.ndarray, float, bool, float]]:
+        """Whole-iteration rectangles at one zoom level:
+        ``(kind, starts, rects, max_width, exact, opacity)``."""
         cached = self._levels.get(px_s)
         if cached is not None:
             return cached
@@ -211,24 +227,24 @@ class GanttItem(pg.GraphicsObject):
             wide = np.ascontiguousarray(col.rects[col.rects[:, 2] >= px_s])  # sorted by start
             if wide.shape[0]:
                 parts.append((col.kind, np.ascontiguousarray(wide[:, 0]), wide,
-                              float(wide[:, 2].max()), True))
+                              float(wide[:, 2].max()), True, 1.0))
         narrow = self._rs_dur < px_s
-        for kind, rects in self._small_bars(self._rs_start[narrow], self._rs_dur[narrow],
-                                            self._rs_row[narrow], self._rs_kind[narrow],
-                                            px_s, 0.0, presorted=True):
+        for kind, rects, shade in self._small_bars(self._rs_start[narrow], self._rs_dur[narrow],
+                                                   self._rs_row[narrow], self._rs_kind[narrow],
+                                                   px_s, 0.0, presorted=True):
             order = np.argsort(rects[:, 0], kind="stable")
             rects = np.ascontiguousarray(rects[order])
             parts.append((kind, np.ascontiguousarray(rects[:, 0]), rects,
-                          float(rects[:, 2].max()), False))
+                          float(rects[:, 2].max()), False, shade))
         if len(self._levels) >= 4:
             self._levels.pop(next(iter(self._levels)))
         self._levels[px_s] = parts
         return parts
 
     def _visible_draw_list(self, x0: float, x1: float,
-                           px_s: float) -> list[tuple[int, np.ndarray, bool]]:
+                           px_s: float) -> list[tuple[int, np.ndarray, bool, float]]:
         """Rectangles of the bars in ``[x0, x1]`` only (zoomed far in)."""
-        out: list[tuple[int, np.ndarray, bool]] = []
+        out: list[tuple[int, np.ndarray, bool, float]] = []
         small = []
         for col in self._columns:
             rects = col.rects[col.visible(x0, x1)]
@@ -239,40 +255,45 @@ class GanttItem(pg.GraphicsObject):
                 small.append((col.kind, rects[narrow]))
                 rects = rects[~narrow]
             if rects.shape[0]:
-                out.append((col.kind, np.ascontiguousarray(rects), True))
+                out.append((col.kind, np.ascontiguousarray(rects), True, 1.0))
         if small:
             rects = np.concatenate([r for _, r in small])  # (s, 4)
             kinds = np.concatenate([np.full(r.shape[0], k, np.int64) for k, r in small])
             rows = np.floor(rects[:, 1]).astype(np.int64)
             merged = self._small_bars(rects[:, 0], rects[:, 2], rows, kinds, px_s, x0,
                                       presorted=False)
-            out = [(k, r, False) for k, r in merged] + out
+            out = [(k, r, False, shade) for k, r, shade in merged] + out
         return out
 
     def _small_bars(self, start: np.ndarray, dur: np.ndarray, row: np.ndarray, kind: np.ndarray,
-                    px_s: float, origin: float, presorted: bool) -> list[tuple[int, np.ndarray]]:
-        """Rectangles for bars narrower than a pixel, as ``(kind, rects (k, 4))``.
+                    px_s: float, origin: float,
+                    presorted: bool) -> list[tuple[int, np.ndarray, float]]:
+        """Rectangles for bars narrower than a pixel, as ``(kind, rects (k, 4), opacity)``.
 
-        Few bars are widened to one pixel. Many are merged (level of detail):
-        each (row, pixel column) cell gets the kind that covers most of its
-        time, and runs of adjacent cells with the same kind become one
-        rectangle. Cells are ``row * columns + floor((start - origin) / px_s)``;
-        with ``presorted`` the bars come sorted by (row, start), so cells are
-        already non-decreasing and no sort is needed.
+        Few bars are widened to one pixel, with the opacity of their own width.
+        Many are merged (level of detail): each (row, pixel column) cell gets
+        the kind that covers most of its time and the opacity of the time all
+        its bars cover, and runs of adjacent cells with the same kind and
+        opacity become one rectangle. Cells are
+        ``row * columns + floor((start - origin) / px_s)``; with ``presorted``
+        the bars come sorted by (row, start), so cells are already
+        non-decreasing and no sort is needed.
         """
         n = start.shape[0]
         if n == 0:
             return []
         if n <= _LOD_MIN_SMALL_BARS:
             out = []
+            step = _shade_step(dur / px_s)
             for k in np.unique(kind):
-                m = kind == k
-                rects = np.empty((int(m.sum()), 4))
-                rects[:, 0] = start[m]
-                rects[:, 1] = row[m] + _BAR_TOP
-                rects[:, 2] = px_s
-                rects[:, 3] = _BAR_HEIGHT
-                out.append((int(k), rects))
+                for lv in np.unique(step[kind == k]):
+                    m = (kind == k) & (step == lv)
+                    rects = np.empty((int(m.sum()), 4))
+                    rects[:, 0] = start[m]
+                    rects[:, 1] = row[m] + _BAR_TOP
+                    rects[:, 2] = px_s
+                    rects[:, 3] = _BAR_HEIGHT
+                    out.append((int(k), rects, lv / _SHADES))
             return out
         cols = np.floor((start - origin) / px_s).astype(np.int64)
         ncols = int(cols.max()) + 2
@@ -291,12 +312,13 @@ class GanttItem(pg.GraphicsObject):
         cover = np.bincount(cell_id * nk + slot, weights=dur + 1e-300,
                             minlength=cells.size * nk).reshape(-1, nk)
         best = cover.argmax(axis=1)
+        step = _shade_step(cover.sum(axis=1) / px_s)
         brk = np.ones(cells.size, dtype=bool)
-        brk[1:] = ((np.diff(cells) != 1) | (best[1:] != best[:-1])
+        brk[1:] = ((np.diff(cells) != 1) | (best[1:] != best[:-1]) | (step[1:] != step[:-1])
                    | (cells[1:] // ncols != cells[:-1] // ncols))
         run_first = np.flatnonzero(brk)
         length = np.diff(np.append(run_first, cells.size))
-        run_cell, run_slot = cells[run_first], best[run_first]
+        run_cell, run_slot, run_step = cells[run_first], best[run_first], step[run_first]
         merged = np.empty((run_first.size, 4))
         merged[:, 0] = origin + (run_cell % ncols) * px_s
         merged[:, 1] = run_cell // ncols + _BAR_TOP
@@ -304,10 +326,18 @@ class GanttItem(pg.GraphicsObject):
         merged[:, 3] = _BAR_HEIGHT
         out = []
         for s_, k in enumerate(kinds_present):
-            part = merged[run_slot == s_]
-            if part.shape[0]:
-                out.append((int(k), np.ascontiguousarray(part)))
+            for lv in np.unique(run_step[run_slot == s_]):
+                part = merged[(run_slot == s_) & (run_step == lv)]
+                out.append((int(k), np.ascontiguousarray(part), lv / _SHADES))
         return out
+
+    def _shaded_brush(self, kind: int, shade: float) -> QtGui.QBrush:
+        brush = self._shaded.get((kind, shade))
+        if brush is None:
+            color = QtGui.QColor(KIND_COLORS[KINDS[kind]])
+            color.setAlphaF(shade)
+            brush = self._shaded[(kind, shade)] = QtGui.QBrush(color)
+        return brush
 
     def paint(self, painter: QtGui.QPainter, option, widget=None) -> None:  # noqa: D102
         if self._num_rows == 0:
@@ -335,11 +365,11 @@ class GanttItem(pg.GraphicsObject):
                 painter.setPen(Qt.PenStyle.NoPen)
         parts = self.draw_list(view.left(), view.right(), px_s)
         num = 0
-        for kind, rects, exact in parts:
+        for kind, rects, exact, shade in parts:
             # outlines only when bars are a few pixels wide on average (zoomed in)
             outline = exact and rects.shape[0] * 4 * px_s < (view.right() - view.left())
             painter.setPen(self._pens[kind] if outline else Qt.PenStyle.NoPen)
-            painter.setBrush(self._brushes[kind])
+            painter.setBrush(self._brushes[kind] if shade >= 1.0 else self._shaded_brush(kind, shade))
             _draw_rects(painter, rects)
             num += rects.shape[0]
         self.last_paint_num_rects = num

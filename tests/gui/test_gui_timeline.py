@@ -113,9 +113,9 @@ def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
     item.set_tasks(start, dur, kind, row, 4)
     px = x1 / columns
     parts = item.draw_list(0.0, x1, px)
-    assert parts and all(not exact for _, _, exact in parts)
+    assert parts and all(not exact for _, _, exact, _ in parts)
     covered = np.zeros((4, columns + 2), dtype=bool)
-    for _, rects, _ in parts:
+    for _, rects, _, _ in parts:
         assert rects.flags["C_CONTIGUOUS"] and rects.dtype == np.float64
         r = np.floor(rects[:, 1]).astype(int)
         c0 = np.round(rects[:, 0] / px).astype(int)
@@ -129,7 +129,31 @@ def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
     need[row[inside].astype(int), (start[inside] / px).astype(int)] = True
     assert not (need & ~covered).any()
     assert not (covered[:, :columns] & ~need[:, :columns]).any()
-    assert sum(r.shape[0] for _, r, _ in parts) < 4 * (columns + 2) * (1.0 / x1)
+    assert sum(r.shape[0] for _, r, _, _ in parts) < 4 * (columns + 2) * (1.0 / x1)
+
+
+@pytest.mark.parametrize("n, full", [(500, 0.8), (20_000, 1.0)],
+                         ids=["few bars widened", "many bars merged"])
+def test_merged_bars_are_shaded_by_the_busy_part_of_their_pixels(n, full):
+    """Row 0 busy 10 % of its time, row 1 busy all of it, both in bars below a pixel: row 0
+    draws at the lowest opacity step; row 1 opaque when merged, and at the step of each
+    bar's own width (0.8 px) when few bars are widened one by one."""
+    item = GanttItem()
+    columns = 400
+    px = 1.0 / columns
+    slot = 1.0 / n  # n bars per row, each in its own slot of the unit interval
+    start = np.concatenate([np.arange(n) * slot, np.arange(n) * slot])
+    dur = np.concatenate([np.full(n, 0.1 * slot), np.full(n, slot)])
+    row = np.repeat([0.0, 1.0], n)
+    item.set_tasks(start, dur, np.zeros(2 * n, np.int64), row, 2)
+    parts = item.draw_list(0.0, 1.0, px)
+    shade = {}
+    for _, rects, exact, opacity in parts:
+        assert not exact
+        for r in np.unique(np.floor(rects[:, 1]).astype(int)):
+            shade.setdefault(r, set()).add(opacity)
+    assert shade[0] == {0.2}
+    assert shade[1] == {full}
 
 
 def test_clear_removes_everything(timeline):
