@@ -102,7 +102,9 @@ def run_validate(args: argparse.Namespace) -> int:
             raise _usage("--cross-validate", f"{len(sessions)} usable rows are fewer than "
                                              f"{args.cross_validate} folds")
         base = open_profile(args.profile or profile_path(sessions[0]))
-        pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate)
+        err = Console(stderr=True)
+        pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
+                                      progress=lambda msg: err.print(msg, highlight=False))
         pred = np.full(len(ms), np.nan)
         pred[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred_used
         result = ValidationResult(ms, pred)
@@ -118,8 +120,11 @@ def run_validate(args: argparse.Namespace) -> int:
         print(json.dumps(metrics))
         return 0
     console = Console()
-    how = (f"{args.cross_validate}-fold cross-validated" if args.cross_validate
-           else "profile as shipped (in-sample if it was calibrated on this file)")
+    if args.cross_validate:
+        how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the profile "
+               "refitted on the other folds of this file alone")
+    else:
+        how = _profile_note(args.profile, result, Path(args.csv).name)
     console.print(f"[bold]{Path(args.csv).name}[/]: {metrics['n']} rows predicted, "
                   f"{metrics['skipped']} skipped; {how}")
     t = Table(show_header=False, box=None)
@@ -143,6 +148,22 @@ def run_validate(args: argparse.Namespace) -> int:
     if len(skipped) > 20:
         console.print(f"[yellow]... and {len(skipped) - 20} more skipped rows (see --out)[/]")
     return 0
+
+
+def _profile_note(profile: str | None, result, csv_name: str) -> str:
+    """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
+    from .simulate import open_profile, profile_path
+
+    sessions = [m.session for m in result.measurements if m.session is not None]
+    if not sessions:
+        return "no row could be predicted"
+    store = open_profile(profile or profile_path(sessions[0]))
+    prov = store.provenance or {}
+    name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
+    if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):
+        return (f"{name}, calibrated on this file: in-sample figures (use --cross-validate K "
+                "for out-of-sample ones)")
+    return name
 
 
 def _write_rows(result, path: str) -> None:
@@ -186,6 +207,7 @@ def _plot(result, path: str, metrics: dict) -> None:
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
            xlabel="measured iteration time (s)", ylabel="predicted iteration time (s)")
     for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     folds = metrics.get("cross_validated_folds")

@@ -2,15 +2,30 @@
 
 rich's own :class:`rich.console.Console` exits with status 1 when the reader of a pipe goes
 away (``vtrain ... | head``); this one raises :class:`BrokenPipeError` instead, which
-:func:`core.cli.main` turns into a quiet exit with status 0, as for plain output.
+:func:`core.cli.main` turns into a quiet exit with status 0, as for plain output. Written
+to a pipe or a file (and with no ``COLUMNS`` set) it does not hard-wrap text at 80
+columns, so values and warnings stay on one line for ``grep`` and logs.
 """
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import rich.console
+
+#: Width of tables written to a pipe or a file.
+PIPE_WIDTH = 160
 
 
 class Console(rich.console.Console):
-    """A :class:`rich.console.Console` whose broken pipe is an ordinary ``BrokenPipeError``."""
+    """A :class:`rich.console.Console` whose broken pipe is an ordinary ``BrokenPipeError``
+    and whose text is not wrapped when it goes to a pipe or a file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_terminal and "COLUMNS" not in os.environ and "width" not in kwargs:
+            self.width = PIPE_WIDTH
+            self.soft_wrap = True
 
     def on_broken_pipe(self) -> None:
         """Stop printing and raise ``BrokenPipeError`` (rich's default raises ``SystemExit(1)``)."""

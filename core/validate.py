@@ -96,6 +96,8 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(f"{path}: cannot read: {exc}") from None
     if not rows:
         raise MeasurementFileError(f"{path}: empty file")
+    if len(rows) == 1:
+        raise MeasurementFileError(f"{path}: a header and no data rows")
     header = [_norm_header(h) for h in rows[0]]
     if header == _AUTHORS_SINGLE or header == _AUTHORS_MULTI:
         return [_authors_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]

@@ -265,11 +265,14 @@ def test_validate_cli_outputs(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_validate_cli_bad_file_exits_2(tmp_path, capsys):
+@pytest.mark.parametrize("text, needle", [("a,b\n1,2\n", "unknown layout"),
+                                          ("gpu,num_gpus\n", "a header and no data rows"),
+                                          ("", "empty file")])
+def test_validate_cli_bad_file_exits_2(tmp_path, capsys, text, needle):
     path = tmp_path / "x.csv"
-    path.write_text("a,b\n1,2\n")
+    path.write_text(text)
     assert main(["validate", str(path)]) == 2
-    assert "unknown layout" in capsys.readouterr().err
+    assert needle in capsys.readouterr().err
 
 
 def test_calibrate_cli_round_trip(tmp_path, capsys):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -185,3 +187,12 @@ def test_cli_reader_going_away_is_a_quiet_exit_0(extra):
     proc.stdout.close()  # the reader goes away before the report is printed in full
     assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == b""
+
+
+def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "simulate", str(EXAMPLES / "gpt3_175b.json")],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("Per stage"))
+    assert re.search(r"compute [\d.]+ s, blocking communication [\d.]+ s, idle [\d.]+ s", line)
