@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
@@ -16,10 +17,12 @@ def atomic_target(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
     """Yield a temporary path in ``path``'s folder; on success rename it to ``path``.
 
     On any error the temporary file is removed and the previous file at
-    ``path`` is left as it was. Raises ``OSError`` if the folder is not
-    writable.
+    ``path`` is left as it was. Raises ``OSError`` (naming ``path``) if the
+    folder is not writable or ``path`` is a directory.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:  # name the file the caller asked for, not the temporary one
@@ -28,7 +31,12 @@ def atomic_target(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
     try:
         os.chmod(tmp, mode)
         yield Path(tmp)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.filename != tmp:
+                raise
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None  # name the target
     except BaseException:
         try:
             os.unlink(tmp)

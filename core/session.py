@@ -134,7 +134,7 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
         session = session_from_document(doc, str(path))
         return check(session) if validate else session
     if isinstance(doc, dict) and "tensor_parallel_size" in doc:
-        return read_vtrain_config(path)
+        return read_vtrain_config(path, check_rules=validate)
     raise SessionFileError(f"{path}: neither a vTrain session file nor a vTrain config "
                            f"(no \"format\" or \"tensor_parallel_size\" key)")
 

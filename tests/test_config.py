@@ -95,6 +95,17 @@ def test_authors_config_non_integer_tensor_parallel_names_the_key(tmp_path, valu
         f"tensor_parallel_size: tensor_parallel_size={value!r} must be a positive integer"]
 
 
+def test_authors_config_gradient_bucketing_is_refused_not_ignored(tmp_path):
+    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
+    raw["use_gradient_bucket"] = True
+    path = tmp_path / "bucket.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as info:
+        read_vtrain_config(path)
+    assert [e.field for e in info.value.errors] == ["use_gradient_bucket"]
+    assert "not modelled yet" in str(info.value)
+
+
 def test_authors_config_unknown_and_missing_keys(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"tensor_parallel_size": 1, "colour": "red"}))

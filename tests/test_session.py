@@ -117,3 +117,10 @@ def test_save_into_a_missing_folder_names_the_target(tmp_path):
     with pytest.raises(OSError) as info:
         save_session(Session(), target)
     assert info.value.filename == str(target)  # not the hidden temporary file beside it
+
+
+def test_save_onto_a_folder_names_the_folder_and_leaves_nothing(tmp_path):
+    with pytest.raises(IsADirectoryError) as info:
+        save_session(Session(), tmp_path)
+    assert info.value.filename == str(tmp_path)
+    assert list(tmp_path.parent.glob(f".{tmp_path.name}.*")) == []
