@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from .console import Console
 from rich.table import Table
 
+from .console import Console
 from .config import ConfigError
 from .nccl_tests import NcclTestsError
 from .profile_store import ProfileStoreError
@@ -145,9 +145,10 @@ def _json_report(result, wall_s: float) -> dict:
     return doc
 
 
-def session_from_args(args: argparse.Namespace):
-    """Load ``args.path`` and apply ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
-    session = load_any(args.path)
+def session_from_args(args: argparse.Namespace, validate: bool = True):
+    """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
+    ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    session = load_any(args.path, validate=validate)
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
     if getattr(args, "tokens", None) is not None:
@@ -197,25 +198,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
         return 0
     store = ProfileStore.open(args.store)
-    console = Console()
-    console.print(store.summary())
-    if store.provenance.get("method") == "measured":
-        from .profile_cmd import provenance_lines
-        for line in provenance_lines(store.provenance):
-            console.print(f"  {line}", highlight=False)
-    t = Table(title="operations", title_justify="left")
-    for col in ("op", "rows", "interpolated over"):
-        t.add_column(col)
-    for op in store.op_names():
-        keys, times, axis = store.op_table(op)
-        t.add_row(op, str(len(times)), axis)
-    console.print(t)
-    c = Table(title="collectives", title_justify="left")
-    c.add_column("kind")
-    c.add_column("group sizes")
-    for kind, sizes in store.collective_kinds().items():
-        c.add_row(kind, ", ".join(map(str, sizes)))
-    console.print(c)
+    from .profile_cmd import print_store
+    print_store(store, Console())
     return 0
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 from rich import box
-from .console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError
+from .console import Console
 
 __all__ = ["add_sweep_parser", "run_command"]
 
@@ -128,7 +128,8 @@ def run_command(args: argparse.Namespace) -> int:
     _check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     _check_number("--deadline-days", args.deadline_days)
     from .cli import session_from_args
-    session = session_from_args(args)
+    session = session_from_args(args, validate=False)
+    _check_all_but_the_plan(session)
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:
@@ -142,7 +143,7 @@ def run_command(args: argparse.Namespace) -> int:
     if result.num_plans == 0:
         raise ConfigError([FieldError("sweep", f"no valid plan for {session.model.name} with "
                                       f"global batch {session.plan.global_batch_size} in this budget "
-                                      f"({_budget_text(space)})")])
+                                      f"({_budget_text(space)})")] + _why_no_plan(session, space))
     if args.out:
         result.write_csv(args.out)
     if args.json:
@@ -150,6 +151,33 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         _print_result(result, Console(), args.out)
     return 0
+
+
+def _check_all_but_the_plan(session) -> None:
+    """Raise ConfigError for the rules the model, cluster, cost and global batch break: the
+    file's own t, p, d, b, schedule and recompute are only a starting point, so a plan that
+    breaks a rule (heads not divisible by its t, say) is no reason to refuse the sweep."""
+    from .config import ParallelPlan, check
+    probe = session.copy()
+    base = session.plan
+    probe.plan = ParallelPlan(1, 1, 1, 1, base.global_batch_size, "1f1b", "full", base.precision)
+    check(probe)
+
+
+def _why_no_plan(session, space) -> list:
+    """The rules each value given for t, p or b breaks on its own (the others at 1)."""
+    from .config import ParallelPlan, validate
+    out = []
+    base = session.plan
+    for option, values, make in (
+            ("--tensor-parallel", space.tensor_parallel, lambda v: (v, 1, 1, 1)),
+            ("--pipeline-parallel", space.pipeline_parallel, lambda v: (1, v, 1, 1)),
+            ("--micro-batch-sizes", space.micro_batch_sizes, lambda v: (1, 1, 1, v))):
+        for v in values or ():
+            probe = session.copy()
+            probe.plan = ParallelPlan(*make(v), base.global_batch_size, "1f1b", "full", base.precision)
+            out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
+    return out
 
 
 def _budget_text(space) -> str:

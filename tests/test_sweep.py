@@ -343,6 +343,10 @@ def test_cli_table_output(capsys):
     (["--deadline-days", "0"], "--deadline-days"),
     (["--tokens", "-5"], "--tokens"),
     (["--gpus", "7", "--tensor-parallel", "3"], "no valid plan"),
+    (["--tensor-parallel", "3"], "--tensor-parallel 3: num_attention_heads=16 is not divisible by "
+                                 "tensor_parallel_size=3"),
+    (["--pipeline-parallel", "5"], "--pipeline-parallel 5: num_layers=24 is not divisible by "
+                                   "pipeline_parallel_size=5"),
 ])
 def test_cli_bad_input_exits_2_with_one_message(args, needle):
     proc = subprocess.run([sys.executable, "-m", "core.cli", "sweep",
@@ -351,6 +355,22 @@ def test_cli_bad_input_exits_2_with_one_message(args, needle):
     assert proc.returncode == 2
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_cli_sweeps_a_file_whose_own_plan_breaks_a_rule(tmp_path, capsys):
+    """The file's t, p, d, b are only a starting point: a plan with heads not divisible by its
+    t still sweeps (and its own row is absent); a model rule it breaks is still an error."""
+    doc = json.loads((ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json").read_text())
+    doc["plan"]["tensor_parallel"] = 3  # 32 heads are not divisible by 3
+    path = tmp_path / "bad_plan.json"
+    path.write_text(json.dumps(doc))
+    assert main(["sweep", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["num_plans"] > 0 and all(row["tensor_parallel"] != 3 for row in out["pareto"])
+    doc["model"]["hidden_size"] = 2050  # not divisible by 32 heads: the model itself is wrong
+    path.write_text(json.dumps(doc))
+    assert main(["sweep", str(path)]) == 2
+    assert "hidden_size" in capsys.readouterr().err
 
 
 def test_cli_missing_config_exits_2(tmp_path, capsys):
