@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from .console import Console
 from rich.table import Table
 
 from .config import ConfigError, FieldError
+from .console import Console
 
 __all__ = ["add_accuracy_parsers", "add_import_parser", "run_validate", "run_calibrate",
            "run_import_nccl"]

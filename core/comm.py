@@ -45,6 +45,14 @@ _FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n -
            "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
 
 
+def _size(nbytes: float) -> str:
+    """``nbytes`` in the binary unit that keeps it at 1 or more (``"1 KiB"``, ``"2 GiB"``)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
 @dataclass
 class CommModel:
     """Times of the collectives of one plan on one cluster, in seconds.
@@ -108,8 +116,16 @@ class CommModel:
                            f"sets no intra-node bandwidth")
         lk = self.store.collective_time(kind, group_size, nbytes)
         if lk.extrapolated:
-            self.warnings.append(f"{kind} of {nbytes / 2**20:.1f} MiB on {group_size} GPUs: "
-                                 f"outside the profile's measured curves ({lk.source})")
+            what = f"{kind} of {nbytes / 2**20:.1f} MiB on {group_size} GPUs"
+            if group_size in kinds[kind]:
+                xs = self.store.collective_curve(kind, group_size)[0]
+                self.warnings.append(
+                    f"{what}: beyond the measured sizes ({_size(xs[0])} to {_size(xs[-1])}), "
+                    "extrapolated with that curve's latency-bandwidth fit")
+            else:
+                self.warnings.append(
+                    f"{what}: no measured curve for {group_size} GPUs, estimated with the ring "
+                    f"model fitted to the measured group sizes {kinds[kind]}")
         return lk.time_s
 
     def inter_all_reduce(self, num_nodes: int, nbytes: float) -> float:

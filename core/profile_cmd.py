@@ -12,9 +12,10 @@ import argparse
 import sys
 from typing import Any
 
-from .console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from .console import Console
 
 __all__ = ["add_profiling_parsers", "run_command", "provenance_lines", "profile_line"]
 
@@ -64,13 +65,29 @@ def _error(msg: str) -> int:
     return 2
 
 
+def _value(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def provenance_lines(provenance: dict[str, Any]) -> list[str]:
-    """Readable ``key: value`` lines of a store's provenance (JSON-valued keys summarized)."""
+    """Readable ``key: value`` lines of a store's provenance.
+
+    A dict of scalars prints as ``k=v`` pairs; a dict of dicts (a calibrated
+    store's cross-validation per file) as one indented line per entry; a list
+    as its length.
+    """
     lines = []
     for k, v in provenance.items():
-        if isinstance(v, (list, dict)):
-            v = f"({len(v)} entries)"
-        lines.append(f"{k}: {v}")
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            lines.append(f"{k}:")
+            lines += [f"  {name}: " + ", ".join(f"{a}={_value(b)}" for a, b in sub.items())
+                      for name, sub in v.items()]
+        elif isinstance(v, dict):
+            lines.append(f"{k}: " + ", ".join(f"{a}={_value(b)}" for a, b in v.items()))
+        elif isinstance(v, list):
+            lines.append(f"{k}: ({len(v)} entries)")
+        else:
+            lines.append(f"{k}: {_value(v)}")
     return lines
 
 
@@ -131,26 +148,44 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
     store = result.store
     console.print(f"wrote {result.path}: {result.groups_done}/{result.groups_total} shape groups "
                   f"in {result.wall_s:,.0f} s")
-    _print_store(store, console)
+    print_store(store, console, provenance=False)
+    if not store.collective_kinds():
+        console.print(f"[dim]for plans with t, p or d above 1, add collective curves first: "
+                      f"vtrain profile collectives --world-size N --out {result.path} "
+                      "(or set cluster.intra_node_bandwidth_gbytes_per_s in the session)[/]",
+                      highlight=False)
     if device_type == "cpu":
         console.print("[dim]use it: vtrain simulate SESSION --profile "
-                      f"{result.path} (precision fp32, t <= gpus_per_node)[/]")
+                      f"{result.path} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
     return 0
 
 
-def _print_store(store: Any, console: Console) -> None:
+def print_store(store: Any, console: Console, provenance: bool = True) -> None:
+    """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
+    ``provenance``), its op tables with their time ranges and its collective curves."""
     console.print(store.summary())
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
-                  f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s")
+                  f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s", highlight=False)
+    if provenance:
+        for line in provenance_lines(store.provenance):
+            console.print(f"  {line}", highlight=False)
     t = Table(title="operations", title_justify="left")
-    for col in ("op", "rows", "axis", "time range"):
+    for col in ("op", "rows", "interpolated over", "time range"):
         t.add_column(col)
     for op in store.op_names():
         _, times, axis = store.op_table(op)
         t.add_row(op, str(len(times)), axis,
-                  f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms")
+                  f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms" if len(times) else "")
     console.print(t)
+    kinds = store.collective_kinds()
+    if kinds:
+        c = Table(title="collectives", title_justify="left")
+        c.add_column("kind")
+        c.add_column("group sizes")
+        for kind, sizes in kinds.items():
+            c.add_row(kind, ", ".join(map(str, sizes)))
+        console.print(c)
 
 
 def _bus_factor(kind: str, n: int) -> float:

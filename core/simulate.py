@@ -123,6 +123,10 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     if store is None:
         store = open_profile(profile_path(session))
     graph, warnings = build_graph(session, store)
+    if store.device_name != session.cluster.gpu:
+        warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
+                           f"{session.cluster.gpu}: times, MFU and memory capacity are "
+                           f"{store.device_name}'s")
     schedule = solve(graph)
     pl = session.plan
     T = schedule.iteration_time_s
