@@ -272,3 +272,12 @@ def test_gloo_collectives_world_size_2_monotone_positive(tmp_path):
         assert np.all(t > 0) and np.all(np.diff(t) > 0), (kind, t)
     assert store.provenance["collectives"]["all_reduce/2"]["backend"] == "gloo"
     assert store.collective_time("all_reduce", 2, 1 << 22).source == "table"
+
+
+def test_profile_show_prints_peaks_and_calibration_provenance(capsys):
+    from core.cli import main
+    assert main(["profile", "show", str(ROOT / "profiles" / "A100-SXM4-80GB.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "peak GFLOP/s: bf16 312,000" in out
+    assert "parameters: gemm_efficiency_max=" in out
+    assert "measured_multi_node.csv: n=65, mape_percent=" in out

@@ -102,6 +102,21 @@ def test_memory_formulas_korthikanti():
     assert full[5].activations_bytes == pytest.approx(2 * seq * b * h * 6 * 11 + per_layer)
 
 
+def test_profile_of_another_gpu_is_named_in_a_warning():
+    s = session_1node()  # cluster.gpu A100-SXM4-80GB
+    assert not any("the profile is of" in w for w in simulate(s).report.warnings)
+    r = simulate(s, open_profile(ROOT / "profiles" / "H100-SXM5-80GB.h5")).report
+    assert r.warnings[0].startswith("the profile is of H100-SXM5-80GB, not of cluster.gpu "
+                                    "A100-SXM4-80GB")
+
+
+def test_large_collective_warning_says_what_was_measured_and_how_it_was_extended():
+    # 175B with t=2 on one node: tensor-parallel all-reduces far beyond the 1 GiB measured
+    s = Session(MODEL_PRESETS["GPT-3 175B"], ParallelPlan(2, 1, 1, 64, 64, "1f1b", "full", "bf16"))
+    ws = [w for w in simulate(s).report.warnings if "all_reduce" in w]
+    assert ws and all("beyond the measured sizes (" in w and "latency-bandwidth fit" in w for w in ws)
+
+
 def test_plan_that_does_not_fit_is_flagged_not_hidden():
     s = Session(MODEL_PRESETS["GPT-3 175B"], ParallelPlan(8, 2, 1, 4, 64, "1f1b", "none", "bf16"))
     r = simulate(s).report
