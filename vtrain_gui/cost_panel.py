@@ -95,7 +95,8 @@ class CostPanel(QtWidgets.QWidget):
             ("bubble", "Idle (bubble)"),
             ("breakdown", ""),
             ("Training run", None),
-            ("gpus", "GPUs × micro-batches"),
+            ("gpus", "GPUs"),
+            ("microbatches", "Micro-batches per iteration"),
             ("iterations", "Iterations"),
             ("training_days", "Training time"),
             ("gpu_hours", "GPU-hours"),
@@ -250,7 +251,8 @@ class CostPanel(QtWidgets.QWidget):
         v["comm"].setText(format_duration(report.comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
         self._breakdown.set_values([report.compute_s, report.comm_s, report.bubble_s])
-        v["gpus"].setText(f"{format_count(report.num_gpus)} × {format_count(report.num_microbatches)}")
+        v["gpus"].setText(format_count(report.num_gpus))
+        v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))
         v["training_days"].setText(f"{format_count(report.training_days, 1)} days")
         v["gpu_hours"].setText(format_count(report.gpu_hours))

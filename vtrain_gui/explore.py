@@ -756,17 +756,32 @@ class SweepPlot(pg.PlotWidget):
         legend = self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
                                                brush=pg.mkBrush(255, 255, 255, 170),
                                                pen=pg.mkPen("#B0B4BA"))
-        legend.addItem(self._feasible, "fits in memory")
-        legend.addItem(self._infeasible, "does not fit")
         front_sample = pg.PlotDataItem(pen=pg.mkPen(_FRONT, width=2), symbol="o", symbolSize=8,
                                        symbolBrush=pg.mkBrush(_FRONT), symbolPen=pg.mkPen("w"))
-        legend.addItem(front_sample, "Pareto front")
         self._legend_samples = [front_sample]  # keep alive; not in the plot
+        self._legend_deadline: bool | None = None
+        self._fill_legend(with_deadline=False)
+        self.setMinimumHeight(220)
+
+    def _fill_legend(self, with_deadline: bool) -> None:
+        """Legend entries; "cheapest within deadline" only while a deadline is set."""
+        if with_deadline == self._legend_deadline:
+            return
+        legend = self._legend
+        legend.clear()
+        legend.addItem(self._feasible, "fits in memory")
+        legend.addItem(self._infeasible, "does not fit")
+        legend.addItem(self._legend_samples[0], "Pareto front")
         legend.addItem(self._mark_items["fastest"], "fastest")
         legend.addItem(self._mark_items["cheapest"], "cheapest")
-        legend.addItem(self._mark_items["deadline"], "cheapest within deadline")
+        if with_deadline:
+            legend.addItem(self._mark_items["deadline"], "cheapest within deadline")
         legend.addItem(self._current_item, "plan in the editor")
-        self.setMinimumHeight(220)
+        self._legend_deadline = with_deadline
+
+    def legend_labels(self) -> list[str]:
+        """Texts of the legend entries, top to bottom."""
+        return [label.text for _, label in self._legend.items]
 
     # ------------------------------------------------------------------ API
     @property
@@ -801,6 +816,7 @@ class SweepPlot(pg.PlotWidget):
         self._front_idx = idx
         self._marks = dict(marks)
         self._deadline = deadline_days
+        self._fill_legend(with_deadline=deadline_days is not None)
         self._redraw(auto_range=auto_range)
 
     def set_selected(self, index: int | None) -> None:

@@ -496,6 +496,10 @@ class TimelineWidget(QtWidgets.QWidget):
         self._set_row_ticks(0)
         self._legend.setText("<i>No simulation result</i>")
         self._set_hover(-1, None)
+        # an empty axis reads in seconds (0..1), not in the picoseconds of a zero-length range
+        self.view_box.setLimits(xMin=None, xMax=None, yMin=None, yMax=None,
+                                minXRange=None, maxXRange=None)
+        self.view_box.setRange(xRange=(0.0, 1.0), yRange=(0, 1), padding=0.0)
 
     def reset_view(self) -> None:
         """Show the whole iteration and all rows."""

@@ -340,9 +340,12 @@ def test_filters_change_plot_table_front_and_marks(window, qtbot, tmp_path, real
     explore.gpu_filter.setValue(2)
     assert (result.num_gpus[explore.table_model.shown()] <= 2).all()
 
-    # the deadline works at once, without a new sweep
+    # the deadline works at once, without a new sweep; its legend entry comes with it
     explore.gpu_filter_mode.setCurrentText("all GPU counts")
+    explore.settings_panel.deadline.setValue(0.0)
+    assert "cheapest within deadline" not in explore.plot.legend_labels()
     explore.settings_panel.deadline.setValue(3.0)
+    assert "cheapest within deadline" in explore.plot.legend_labels()
     assert explore.marks()["deadline"] == result.cheapest_within(3.0)
     explore.within_deadline.setChecked(True)
     assert (result.training_days[explore.table_model.shown()] <= 3.0).all()

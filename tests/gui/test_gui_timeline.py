@@ -163,6 +163,9 @@ def test_clear_removes_everything(timeline):
     assert timeline.num_tasks == 0
     assert timeline.task_at(0.0, 0.5) == -1
     timeline.plot.grab()  # paints without data
+    # the empty axis reads in seconds, not in the picoseconds of a zero-length range
+    assert timeline.view_box.viewRange()[0][1] == pytest.approx(1.0, abs=0.01)
+    assert "(s)" in timeline.plot.getAxis("bottom").labelString()
 
 
 def test_real_simulation_shows_every_task(timeline, real_simulate):
