@@ -646,10 +646,20 @@ class SweepResult:
         Keys: ``num_plans``, ``num_feasible``, ``wall_s``, ``fastest``,
         ``cheapest``, ``deadline_days``, ``cheapest_within_deadline`` (plan
         dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
-        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``; with
-        ``include_all``, ``plans`` (every row).
+        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``config`` (the
+        session's own plan: ``in_sweep``, and when in it ``plan``,
+        ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
+        plan dict or None); with ``include_all``, ``plans`` (every row).
         """
         pick = (lambda i: None if i is None else self.row(i))
+        own = self.index_of(self.session.plan)
+        config: dict[str, Any] = {"in_sweep": own is not None}
+        if own is not None:
+            dom = self.dominated_by(own) if self.fits_in_memory[own] else np.empty(0, np.int64)
+            config.update(plan=self.row(own), on_pareto_front=bool(self.pareto[own]),
+                          num_dominating=int(dom.size),
+                          cheapest_dominating=pick(int(dom[np.argmin(self.cost_usd[dom])])
+                                                   if dom.size else None))
         doc = {
             "num_plans": self.num_plans, "num_feasible": self.num_feasible, "wall_s": self.wall_s,
             "fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
@@ -658,7 +668,7 @@ class SweepResult:
             "pareto": self.rows(self.pareto_indices().tolist()),
             "training_tokens": self.session.cost.training_tokens,
             "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
-            "profile": self.profile, "warnings": self.warnings,
+            "profile": self.profile, "warnings": self.warnings, "config": config,
         }
         if include_all:
             doc["plans"] = self.rows()

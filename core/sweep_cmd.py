@@ -245,21 +245,30 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
             best.add_row(label, *_plan_cells(result, i))
     console.print(best)
     console.print()
-    if own is not None:
-        if result.pareto[own]:
-            console.print("The config's plan is on the Pareto front.")
-        elif not result.fits_in_memory[own]:
-            console.print(f"The config's plan does not fit: {result.reason[own]}")
-        else:
-            dom = result.dominated_by(own)
-            j = int(dom[np.argmin(result.cost_usd[dom])])
-            console.print(
-                f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
-                f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
-                f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
-                f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
-                f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
-                f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
+    if result.deadline_days is not None and result.cheapest_within_deadline is None:
+        quick = (f"; the fastest plan that fits takes {result.training_days[result.fastest]:,.1f} days"
+                 if result.fastest is not None else "")
+        console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
+    if own is None:
+        p = s.plan
+        console.print(f"The config's own plan (t={p.tensor_parallel} p={p.pipeline_parallel} "
+                      f"d={p.data_parallel} b={p.micro_batch_size} {p.schedule} "
+                      f"recompute={p.recompute}) is not among the swept plans: outside the "
+                      "budget or the candidate values, or it breaks a configuration rule.")
+    elif result.pareto[own]:
+        console.print("The config's plan is on the Pareto front.")
+    elif not result.fits_in_memory[own]:
+        console.print(f"The config's plan does not fit: {result.reason[own]}")
+    else:
+        dom = result.dominated_by(own)
+        j = int(dom[np.argmin(result.cost_usd[dom])])
+        console.print(
+            f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
+            f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
+            f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
+            f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
+            f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
+            f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
     console.print()
     n_front = int(result.pareto.sum())
     front = _plan_table(f"Pareto front of (days, cost): {n_front} plan{'s' if n_front != 1 else ''}, "

@@ -328,6 +328,31 @@ def test_cli_json_keys_and_csv(tmp_path, capsys):
     assert sum(r["on_pareto_front"] == "True" for r in rows) == len(doc["pareto"])
 
 
+def test_cli_json_names_the_config_plan_and_what_dominates_it(capsys):
+    cfg = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(cfg), "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)["config"]
+    assert own["in_sweep"] and (own["plan"]["tensor_parallel"], own["plan"]["pipeline_parallel"],
+                                own["plan"]["data_parallel"], own["plan"]["micro_batch_size"]) == (2, 2, 2, 4)
+    if own["on_pareto_front"]:
+        assert own["num_dominating"] == 0 and own["cheapest_dominating"] is None
+    else:
+        dom = own["cheapest_dominating"]
+        assert own["num_dominating"] >= 1
+        assert dom["training_days"] <= own["plan"]["training_days"]
+        assert dom["cost_usd"] <= own["plan"]["cost_usd"]
+    assert main(["sweep", str(cfg), "--json", "--micro-batch-sizes", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == {"in_sweep": False}
+
+
+def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(capsys):
+    cfg = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(cfg), "--micro-batch-sizes", "16", "--deadline-days", "0.01"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No plan that fits finishes within 0.01 days; the fastest plan that fits takes" in out
+    assert "The config's own plan (t=2 p=2 d=2 b=4 1f1b recompute=none) is not among" in out
+
+
 def test_cli_table_output(capsys):
     cfg = shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json")
     assert main(["sweep", str(cfg), "--gpus", "3360", "--micro-batch-sizes", "1"]) == 0
