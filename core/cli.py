@@ -38,7 +38,8 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``vtrain`` (subcommands simulate, gui, profile)."""
+    """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
+    validate, calibrate)."""
     parser = argparse.ArgumentParser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")
@@ -75,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_profiling_parsers(psub)
     from .sweep_cmd import add_sweep_parser  # vtrain sweep (design-space explorer)
     add_sweep_parser(sub)
+    from .optimal_cmd import add_optimal_parser  # vtrain optimal (compute-optimal model size)
+    add_optimal_parser(sub)
     from .accuracy_cmd import add_accuracy_parsers, add_import_parser  # validate, calibrate
     add_accuracy_parsers(sub)
     add_import_parser(psub)
@@ -208,6 +211,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _cmd_optimal(args: argparse.Namespace) -> int:
+    from .optimal_cmd import run_command
+    return run_command(args)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .accuracy_cmd import run_validate
     return run_validate(args)
@@ -223,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile,
-                "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate}
+                "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate,
+                "optimal": _cmd_optimal}
     try:
         return handlers[args.command](args)
     except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,

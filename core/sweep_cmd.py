@@ -110,7 +110,9 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
     )
 
 
-def _check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
+def check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
+    """Raise ConfigError naming ``option`` unless ``value`` is None or a finite number above 0
+    (at or above 0 with ``allow_zero``)."""
     if value is None:
         return
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
@@ -124,9 +126,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .sweep import run_sweep
 
-    _check_number("--tokens", args.tokens)
-    _check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
-    _check_number("--deadline-days", args.deadline_days)
+    check_number("--tokens", args.tokens)
+    check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
+    check_number("--deadline-days", args.deadline_days)
     from .cli import session_from_args
     session = session_from_args(args, validate=False)
     _check_all_but_the_plan(session)

@@ -1,0 +1,284 @@
+"""Compute-optimal model size for a fixed GPU budget: the vTrain paper's third study.
+
+Given a cluster of ``G`` GPUs for ``T`` days, which model trains to the lowest
+loss? The Chinchilla rule (Hoffmann et al. 2022) answers for a budget of
+FLOPs ``C``: it minimizes the fitted loss
+
+    L(N, D) = E + A / N**alpha + B / D**beta          (Hoffmann et al. 2022, Eq. 2)
+
+under ``C = 6 N D`` (Kaplan et al. 2020), giving
+
+    N_opt = G_c * (C / 6) ** (beta / (alpha + beta)),
+    D_opt = (C / 6) / N_opt,       G_c = (alpha A / (beta B)) ** (1 / (alpha + beta))
+
+(Hoffmann et al. 2022, Eq. 4). The parameters are Besiroglu et al. 2024's
+refit of Hoffmann et al.'s data ("Chinchilla Scaling: A replication
+attempt", Eq. 4: E = 1.8172, A = 482.01, B = 2085.43, alpha = 0.3478,
+beta = 0.3658), whose optimum is the familiar ~20 tokens per parameter; the
+original Approach 3 fit (E = 1.69, A = 406.4, B = 410.7, alpha = 0.34,
+beta = 0.28) puts it near 90, at odds with the paper's own Approaches 1 and 2.
+
+A GPU budget gives ``C`` only through an assumed utilization:
+``C = G * peak * T * MFU``. The MFU a model really reaches depends on its
+shape and on the best plan for it on this cluster, which is what the
+simulator knows (the compute-optimal study of Bang et al. 2024: under a
+wall-clock budget the best model is not the one the FLOP budget suggests).
+So :func:`compute_optimal` sizes candidate GPT models around the rule's
+answer, finds each one's fastest plan that fits on exactly ``G`` GPUs with a
+plan sweep (:func:`core.sweep.run_sweep`), trains it for the tokens that plan
+processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
+
+Parameters ``N`` count every weight (embeddings included, as
+:meth:`core.config.ModelConfig.num_parameters`); tokens ``D`` are training
+tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .config import ConfigError, FieldError, ModelConfig, Session
+
+__all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "Candidate",
+           "OptimalResult", "compute_optimal"]
+
+#: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
+CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+#: Head dimension h / a of the generated shapes (GPT-3 175B, MT-NLG: 128).
+HEAD_DIM = 128
+#: Width-to-depth ratio h / L of the generated shapes (GPT-3 175B: 12288 / 96 = 128).
+ASPECT_RATIO = 128
+
+
+def chinchilla_loss(n_params: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
+    """Fitted pre-training loss ``E + A/N^alpha + B/D^beta`` in nats per token (Hoffmann et al.
+    2022, Eq. 2, with :data:`CHINCHILLA`'s parameters). Raises ValueError for a non-positive N or D."""
+    n, d = np.asarray(n_params, float), np.asarray(tokens, float)
+    if np.any(n <= 0) or np.any(d <= 0):
+        raise ValueError("parameters and tokens must be positive")
+    c = CHINCHILLA
+    out = c["E"] + c["A"] / n ** c["alpha"] + c["B"] / d ** c["beta"]
+    return float(out) if out.ndim == 0 else out
+
+
+def chinchilla_optimal(flops: float) -> tuple[float, float]:
+    """``(N_opt, D_opt)`` minimizing :func:`chinchilla_loss` under ``6 N D = flops``
+    (Hoffmann et al. 2022, Eq. 4). Raises ValueError for ``flops <= 0``."""
+    if not flops > 0:
+        raise ValueError("the compute budget must be positive")
+    c = CHINCHILLA
+    a, b = c["alpha"], c["beta"]
+    g = (a * c["A"] / (b * c["B"])) ** (1.0 / (a + b))
+    n = g * (flops / 6.0) ** (b / (a + b))
+    return n, flops / 6.0 / n
+
+
+def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
+              name: str | None = None) -> ModelConfig:
+    """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
+    split well.
+
+    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` (so ``h ≈ ASPECT_RATIO * L`` and
+    ``12 L h^2 ≈ N``), rounded to a multiple of ``8 * HEAD_DIM`` so that the
+    ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8;
+    ``L`` a multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split
+    it, that brings the total,
+    embeddings included, closest to ``n_params``. GPT-3 175B comes out as
+    L=96, h=12288, a=96. Raises ValueError for ``n_params <= 0``.
+    """
+    if not n_params > 0:
+        raise ValueError("n_params must be positive")
+    step = 8 * HEAD_DIM
+    h = max(step, step * round((ASPECT_RATIO * n_params / 12.0) ** (1 / 3) / step))
+
+    def model(layers: int) -> ModelConfig:
+        return ModelConfig("", layers, h, h // HEAD_DIM, None, seq_length, vocab_size)
+
+    per_layer = model(2).num_parameters() - model(1).num_parameters()
+    rest = model(1).num_parameters() - per_layer
+    target = (n_params - rest) / per_layer
+    grain = 16 if target >= 64 else 8
+    layers = max(8, grain * round(target / grain))
+    out = model(layers)
+    out.name = name or f"{_billions(out.num_parameters())} (L={layers}, h={h})"
+    return out
+
+
+def _billions(n: float) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+@dataclass
+class Candidate:
+    """One candidate model and the best it does on the budget.
+
+    ``plan`` is None when no plan of it fits on the GPUs (``reason`` says why);
+    then ``tokens``, ``loss`` and the plan figures are NaN.
+    """
+
+    model: ModelConfig
+    n_params: int
+    plan: dict[str, Any] | None
+    tokens_per_s: float
+    mfu: float
+    tokens: float
+    loss: float
+    reason: str = ""
+
+    @property
+    def tokens_per_parameter(self) -> float:
+        """Training tokens per parameter (Chinchilla's optimum is about 20)."""
+        return self.tokens / self.n_params
+
+
+@dataclass
+class OptimalResult:
+    """What :func:`compute_optimal` found.
+
+    Attributes
+    ----------
+    num_gpus, days : the budget
+    assumed_mfu : float
+        MFU the Chinchilla rule's FLOP budget assumes.
+    budget_flops : float
+        ``num_gpus * peak * days * 86400 * assumed_mfu``.
+    rule_params, rule_tokens : float
+        Chinchilla's ``N_opt`` and ``D_opt`` for ``budget_flops``.
+    candidates : list of Candidate
+        Smallest first; ``candidates[rule_index]`` is the one closest to the
+        rule's ``N_opt`` (in log size).
+    best : int or None
+        Index of the candidate with the lowest loss (None when no candidate fits).
+    """
+
+    num_gpus: int
+    days: float
+    assumed_mfu: float
+    peak_flops: float
+    budget_flops: float
+    rule_params: float
+    rule_tokens: float
+    rule_index: int
+    candidates: list[Candidate] = field(default_factory=list)
+    best: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
+        def cand(c: Candidate) -> dict[str, Any]:
+            m = c.model
+            return {"name": m.name, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+                    "num_attention_heads": m.num_attention_heads, "n_params": c.n_params,
+                    "plan": c.plan, "tokens_per_s": _num(c.tokens_per_s), "mfu": _num(c.mfu),
+                    "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
+                    "loss": _num(c.loss), "reason": c.reason}
+        return {"num_gpus": self.num_gpus, "days": self.days, "assumed_mfu": self.assumed_mfu,
+                "peak_flops_per_gpu": self.peak_flops, "budget_flops": self.budget_flops,
+                "rule_params": self.rule_params, "rule_tokens": self.rule_tokens,
+                "rule_index": self.rule_index, "best": self.best,
+                "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings}
+
+
+def _num(v: float) -> float | None:
+    return None if not math.isfinite(v) else float(v)
+
+
+def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
+                    num_candidates: int = 9, spread: float = 8.0, store=None,
+                    progress: Callable[[int, int, str], None] | None = None) -> OptimalResult:
+    """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
+
+    Parameters
+    ----------
+    session : Session
+        Cluster, global batch size, sequence length, vocabulary, precision and
+        profile; its model and plan are not used.
+    num_gpus : int
+        GPUs of the budget; every plan uses exactly this many.
+    days : float
+        Wall-clock budget.
+    assumed_mfu : float
+        Utilization the rule's FLOP budget assumes, in (0, 1].
+    num_candidates : int
+        Candidate sizes, geometric from ``N_opt / sqrt(spread)`` to ``N_opt * sqrt(spread)``
+        (at least 2; sizes that round to the same shape are tried once).
+    spread : float
+        Ratio of the largest to the smallest candidate size (> 1).
+    store : ProfileStore, optional
+        Default: the session's profile.
+    progress : callable ``(done, total, model_name)``, optional
+
+    Raises
+    ------
+    ConfigError
+        A budget argument out of range (named as the CLI option).
+    """
+    from .simulate import open_profile, profile_path
+    from .sweep import SweepSpace, run_sweep
+
+    errs = []
+    if not (isinstance(num_gpus, int) and num_gpus > 0):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be a positive integer"))
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
+        errs.append(FieldError("--days", f"{days!r} must be a positive number"))
+    if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
+        errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
+    if not (isinstance(num_candidates, int) and num_candidates >= 2):
+        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer >= 2"))
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread > 1):
+        errs.append(FieldError("--spread", f"{spread!r} must be a number above 1"))
+    if errs:
+        raise ConfigError(errs)
+    store = store or open_profile(profile_path(session))
+    precision = session.plan.precision
+    peak = float(store.peak_flops[precision])
+    seconds = days * 86400.0
+    flops = num_gpus * peak * seconds * assumed_mfu
+    n_rule, d_rule = chinchilla_optimal(flops)
+    m = session.model
+    sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
+    models: list[ModelConfig] = []
+    for n in sizes:  # neighbouring sizes can round to one shape: keep it once
+        shape = gpt_shape(n, m.seq_length, m.vocab_size)
+        if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
+                                                                   models[-1].hidden_size):
+            models.append(shape)
+    params = np.array([x.num_parameters() for x in models], float)
+    rule_index = int(np.argmin(np.abs(np.log(params / n_rule))))
+    out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
+                        rule_index)
+    space = SweepSpace(num_gpus=num_gpus)
+    for k, model in enumerate(models):
+        if progress:
+            progress(k, len(models), model.name)
+        s = session.copy()
+        s.model = model
+        n = model.num_parameters()
+        try:
+            res = run_sweep(s, space, store=store)
+        except ConfigError as exc:
+            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
+                                            str(exc)))
+            continue
+        out.warnings += [w for w in res.warnings if w not in out.warnings]
+        i = res.fastest
+        if i is None:
+            reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
+                      else f"none of its {res.num_plans:,} plans fits in GPU memory")
+            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
+                                            reason))
+            continue
+        tps = float(res.tokens_per_s[i])
+        tokens = tps * seconds
+        out.candidates.append(Candidate(model, n, res.row(i), tps, float(res.mfu[i]), tokens,
+                                        chinchilla_loss(n, tokens)))
+    if progress:
+        progress(len(models), len(models), "")
+    losses = np.array([c.loss for c in out.candidates])
+    if np.isfinite(losses).any():
+        out.best = int(np.nanargmin(losses))
+    return out

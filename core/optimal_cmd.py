@@ -1,0 +1,139 @@
+"""``vtrain optimal``: the compute-optimal model for a GPU budget (argument parsing and output).
+
+The study itself is :func:`core.optimal.compute_optimal`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from .console import Console
+
+__all__ = ["add_optimal_parser", "run_command"]
+
+
+def add_optimal_parser(sub: Any) -> None:
+    """Add the ``optimal`` subcommand to ``vtrain``'s sub-parsers."""
+    op = sub.add_parser(
+        "optimal", help="compute-optimal model size for N GPUs and D days (Chinchilla, then "
+                        "the plan that really runs)",
+        description="Size GPT models around the Chinchilla-optimal size for the FLOPs that N "
+                    "GPUs deliver in D days at an assumed MFU, find each model's fastest plan "
+                    "that fits on exactly N GPUs, train it for the tokens that plan processes in "
+                    "D days, and rank the models by Chinchilla's fitted loss. CONFIG supplies the "
+                    "cluster, global batch size, sequence length, vocabulary, precision and price; "
+                    "its model and plan are not used.")
+    op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
+    op.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the budget")
+    op.add_argument("--days", type=float, required=True, metavar="D", help="wall-clock days")
+    op.add_argument("--assumed-mfu", type=float, default=0.4, metavar="U",
+                    help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
+    op.add_argument("--candidates", type=int, default=9, metavar="K",
+                    help="candidate model sizes (default 9)")
+    op.add_argument("--spread", type=float, default=8.0, metavar="R",
+                    help="largest / smallest candidate size (default 8)")
+    op.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+                    help="price of one GPU-hour in USD (overrides the file)")
+    op.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def _check_cluster(session) -> None:
+    """Raise ConfigError for the cluster, cost, batch or sequence rules CONFIG breaks (its own
+    model and plan do not matter here)."""
+    from .config import ParallelPlan, check
+    from .optimal import gpt_shape
+    probe = session.copy()
+    probe.model = gpt_shape(1e9, session.model.seq_length, session.model.vocab_size)
+    base = session.plan
+    probe.plan = ParallelPlan(1, 1, 1, 1, base.global_batch_size, "1f1b", "full", base.precision)
+    check(probe)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``vtrain optimal``; returns the exit status."""
+    from .cli import session_from_args
+    from .optimal import compute_optimal
+    from .sweep_cmd import check_number
+
+    check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
+    session = session_from_args(args, validate=False)
+    _check_cluster(session)
+    err = Console(stderr=True)
+    progress = None
+    if not args.json and err.is_terminal:
+        def progress(done: int, total: int, name: str) -> None:
+            if name:
+                err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
+    result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
+                             num_candidates=args.candidates, spread=args.spread, progress=progress)
+    if args.json:
+        doc = result.to_dict()
+        doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
+        doc["cost_usd"] = _cost(result, session)
+        print(json.dumps(doc))
+        return 0
+    _print(result, session, Console())
+    return 0
+
+
+def _cost(result, session) -> float:
+    return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
+
+
+def _print(result, session, console: Console) -> None:
+    s = session
+    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
+                  f"{result.days:g} days (${_cost(result, s):,.0f} at "
+                  f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
+                  f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
+                  highlight=False)
+    console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
+                  f"{result.assumed_mfu:.0%}: "
+                  f"C = {result.budget_flops:.3g} FLOPs, N_opt = {result.rule_params / 1e9:,.1f}B "
+                  f"parameters, D_opt = {result.rule_tokens / 1e9:,.0f}B tokens "
+                  f"({result.rule_tokens / result.rule_params:.0f} tokens per parameter)",
+                  highlight=False)
+    t = Table(title="Candidates: each trained with its fastest plan that fits, for the whole budget",
+              title_justify="left")
+    for col in ("params", "L", "h", "a", "t p d b", "sched", "recomp", "MFU", "tokens",
+                "tok/param", "loss", ""):
+        t.add_column(col, justify="left" if col in ("sched", "recomp", "") else "right")
+    for k, c in enumerate(result.candidates):
+        m = c.model
+        mark = ", ".join(x for x, on in (("lowest loss", k == result.best),
+                                         ("rule's size", k == result.rule_index)) if on)
+        style = "bold" if k == result.best else None
+        if c.plan is None:
+            t.add_row(f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                      str(m.num_attention_heads), "-", "-", "-", "-", "-", "-", "-",
+                      c.reason + (f" ({mark})" if mark else ""))
+            continue
+        p = c.plan
+        t.add_row(f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                  str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
+                  f"{p['micro_batch_size']}", p["schedule"], p["recompute"], f"{c.mfu:.1%}",
+                  f"{c.tokens / 1e9:,.0f}B", f"{c.tokens_per_parameter:.0f}", f"{c.loss:.4f}",
+                  mark, style=style)
+    console.print(t)
+    if result.best is None:
+        console.print("[red]No candidate has a plan that fits on exactly these GPUs[/] (try "
+                      "another global batch size or GPU count).")
+        return
+    b = result.candidates[result.best]
+    r = result.candidates[result.rule_index]
+    line = (f"Lowest loss: {b.n_params / 1e9:.1f}B parameters (L={b.model.num_layers}, "
+            f"h={b.model.hidden_size}) trained on {b.tokens / 1e9:,.0f}B tokens at "
+            f"{b.mfu:.1%} MFU, loss {b.loss:.4f}")
+    if result.best != result.rule_index and r.plan is not None:
+        line += (f"; the rule's size ({r.n_params / 1e9:.1f}B) reaches {r.loss:.4f} on "
+                 f"{r.tokens / 1e9:,.0f}B tokens at {r.mfu:.1%} MFU")
+    console.print(line + ".", highlight=False)
+    for w in result.warnings[:3]:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if len(result.warnings) > 3:
+        console.print(f"[yellow]... and {len(result.warnings) - 3} more warnings (all in --json)[/]")
