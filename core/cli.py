@@ -39,7 +39,7 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
-    validate, calibrate)."""
+    schedule, validate, calibrate)."""
     parser = argparse.ArgumentParser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
     from .optimal_cmd import add_optimal_parser  # vtrain optimal (compute-optimal model size)
     add_optimal_parser(sub)
+    from .schedule_cmd import add_schedule_parser  # vtrain schedule (multi-tenant cluster)
+    add_schedule_parser(sub)
     from .accuracy_cmd import add_accuracy_parsers, add_import_parser  # validate, calibrate
     add_accuracy_parsers(sub)
     add_import_parser(psub)
@@ -216,6 +218,11 @@ def _cmd_optimal(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    from .schedule_cmd import run_command
+    return run_command(args)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .accuracy_cmd import run_validate
     return run_validate(args)
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile,
                 "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate,
-                "optimal": _cmd_optimal}
+                "optimal": _cmd_optimal, "schedule": _cmd_schedule}
     try:
         return handlers[args.command](args)
     except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,

@@ -1,0 +1,153 @@
+"""``vtrain schedule``: replay a job trace on a shared cluster under several GPU-allocation
+policies (argument parsing and output). The study itself is :mod:`core.scheduler`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from .console import Console
+
+__all__ = ["add_schedule_parser", "run_command"]
+
+
+def add_schedule_parser(sub: Any) -> None:
+    """Add the ``schedule`` subcommand to ``vtrain``'s sub-parsers."""
+    from .scheduler import POLICIES
+    sc = sub.add_parser(
+        "schedule", help="replay a job trace on a shared GPU cluster under allocation policies",
+        description="Predict every job's best throughput at each GPU count (one plan sweep per "
+                    "job), then replay the trace first come, first served on a cluster of "
+                    "--gpus GPUs under each policy: 'requested' (the GPUs each job asked for), "
+                    "'efficient' (at most the request, cut to where tokens/s per GPU stays "
+                    "within --min-efficiency of the job's best) and 'adaptive' (efficient, but "
+                    "start at once on at least half of it rather than wait). Prints job "
+                    "completion time, queueing delay, makespan, utilization and GPU-hours.")
+    sc.add_argument("trace", metavar="TRACE.json",
+                    help="JSON list of jobs: name, arrival_h, model (preset name) or num_layers/"
+                         "hidden_size/num_attention_heads, global_batch_size, tokens, "
+                         "requested_gpus")
+    sc.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the cluster")
+    sc.add_argument("--cluster", metavar="CONFIG",
+                    help="session file or vTrain config whose cluster, precision and profile to "
+                         "use (default: 8-GPU A100-SXM4-80GB nodes, 800 Gb/s per node, bf16)")
+    sc.add_argument("--policies", default=",".join(POLICIES), metavar="P[,P...]",
+                    help=f"policies to compare (default {','.join(POLICIES)})")
+    sc.add_argument("--backfill", action="store_true",
+                    help="let a later job start ahead of a waiting one when it fits")
+    sc.add_argument("--min-efficiency", type=float, default=0.8, metavar="F",
+                    help="least tokens/s per GPU, relative to the job's best, that 'efficient' "
+                         "and 'adaptive' accept (default 0.8)")
+    sc.add_argument("--runs", action="store_true", help="also print every job's run per policy")
+    sc.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sc.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``vtrain schedule``; returns the exit status."""
+    from pathlib import Path
+
+    from .config import ConfigError, FieldError, Session
+    from .scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
+    from .session import load_any
+
+    if args.gpus <= 0:
+        raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise ConfigError([FieldError("--policies", f"{args.policies!r}: choose from "
+                                                    f"{', '.join(POLICIES)}")])
+    jobs = read_jobs(args.trace)
+    session = load_any(args.cluster, validate=False) if args.cluster else Session()
+    if args.profile:
+        session.cluster.profile_path = str(Path(args.profile).resolve())
+    counts = gpu_counts(args.gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
+    err = Console(stderr=True)
+    progress = None
+    if not args.json and err.is_terminal:
+        def progress(done: int, total: int, name: str) -> None:
+            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
+    tps, plans = throughput_table(jobs, session, counts, progress=progress)
+    results = [run_schedule(jobs, tps, counts, args.gpus, p, plans=plans, backfill=args.backfill,
+                            min_efficiency=args.min_efficiency) for p in policies]
+    if args.json:
+        print(json.dumps(_document(jobs, counts, tps, results, args)))
+        return 0
+    _print(jobs, counts, tps, results, args, session, Console())
+    return 0
+
+
+def _run_dict(r) -> dict[str, Any]:
+    return {"job": r.job.name, "start_h": r.start_h, "end_h": r.end_h, "gpus": r.gpus,
+            "tokens_per_s": r.tokens_per_s, "jct_h": r.jct_h, "wait_h": r.wait_h, "plan": r.plan}
+
+
+def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
+    return {
+        "gpus": args.gpus, "backfill": args.backfill, "min_efficiency": args.min_efficiency,
+        "counts": list(counts),
+        "jobs": [{"name": j.name, "model": j.model.name, "arrival_h": j.arrival_h,
+                  "tokens": j.tokens, "requested_gpus": j.requested_gpus,
+                  "tokens_per_s": [float(x) for x in row]} for j, row in zip(jobs, tps)],
+        "policies": [{"policy": r.policy, "metrics": r.metrics(), "unrunnable": r.unrunnable,
+                      "runs": [_run_dict(x) for x in r.runs]} for r in results],
+    }
+
+
+def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
+    import numpy as np
+
+    from .scheduler import target_index
+    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {session.cluster.gpu} "
+                  f"({session.cluster.gpus_per_node} per node), first come first served"
+                  f"{', with backfilling' if args.backfill else ''}", highlight=False)
+    counts_a = np.asarray(counts)
+    jt = Table(title="Jobs: best predicted throughput (tokens/s per GPU relative to the job's "
+                     "best, at the request and at the efficient count)", title_justify="left")
+    for col in ("job", "model", "arrival h", "tokens", "requested", "per GPU there",
+                f"efficient (>= {args.min_efficiency:.0%})", "tokens/s there"):
+        jt.add_column(col, justify="left" if col in ("job", "model") else "right")
+    for j, job in enumerate(jobs):
+        ok = tps[j] > 0
+        if not ok.any():
+            jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+                       str(job.requested_gpus), "-", "no plan fits", "-")
+            continue
+        per = np.where(ok, tps[j] / counts_a, 0.0)
+        best = per[ok].max()
+        req = int(np.flatnonzero(counts_a == job.requested_gpus)[0])
+        k = target_index(job, counts_a, tps[j], args.min_efficiency)
+        jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+                   str(job.requested_gpus), f"{per[req] / best:.0%}" if ok[req] else "no plan",
+                   f"{counts_a[k]} ({per[k] / best:.0%})", f"{tps[j, k]:,.0f}")
+    console.print(jt)
+    pt = Table(title="Policies", title_justify="left")
+    for col in ("policy", "mean JCT h", "median JCT h", "mean wait h", "makespan h",
+                "utilization", "GPU-hours"):
+        pt.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        m = r.metrics()
+        pt.add_row(r.policy, f"{m['mean_jct_h']:,.1f}", f"{m['median_jct_h']:,.1f}",
+                   f"{m['mean_wait_h']:,.1f}", f"{m['makespan_h']:,.1f}", f"{m['utilization']:.1%}",
+                   f"{m['gpu_hours']:,.0f}")
+    console.print(pt)
+    for r in results:
+        if r.unrunnable:
+            console.print(f"[yellow]{r.policy}: no plan fits for {', '.join(r.unrunnable)} "
+                          "(left out)[/]")
+        if not args.runs:
+            continue
+        rt = Table(title=f"Runs under {r.policy}", title_justify="left")
+        for col in ("job", "GPUs", "t p d b", "start h", "end h", "wait h", "JCT h"):
+            rt.add_column(col, justify="left" if col == "job" else "right")
+        for x in r.runs:
+            p = x.plan or {}
+            rt.add_row(x.job.name, str(x.gpus),
+                       " ".join(str(p.get(k, "-")) for k in ("tensor_parallel", "pipeline_parallel",
+                                                              "data_parallel", "micro_batch_size")),
+                       f"{x.start_h:,.1f}", f"{x.end_h:,.1f}", f"{x.wait_h:,.1f}", f"{x.jct_h:,.1f}")
+        console.print(rt)

@@ -1,0 +1,149 @@
+"""The multi-tenant cluster study: event replay against hand-worked schedules, policies,
+trace errors, the throughput table against the simulator, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.config import MODEL_PRESETS, ConfigError, Session
+from core.scheduler import (Job, gpu_counts, jobs_from_list, read_jobs, run_schedule, target_index,
+                            throughput_table)
+from core.simulate import simulate
+from tests.conftest import ROOT
+
+TRACE = ROOT / "resources" / "traces" / "jobs_trace.json"
+
+COUNTS = [1, 2, 4, 8]
+#: tokens/s at 1, 2, 4, 8 GPUs: per GPU 100, 95, 85, 62.5
+TPS = np.array([100.0, 190.0, 340.0, 500.0])
+
+
+def job(name, arrival_h, tokens, gpus):
+    return Job(name, arrival_h, MODEL_PRESETS["GPT-3 1.3B"], 64, tokens, gpus)
+
+
+def table(n):
+    return np.tile(TPS, (n, 1))
+
+
+def test_one_job_on_an_empty_cluster_runs_at_once_for_tokens_over_throughput():
+    r = run_schedule([job("a", 2.0, 3600 * 500 * 3, 8)], table(1), COUNTS, 8, "requested")
+    (run,) = r.runs
+    assert (run.start_h, run.end_h, run.gpus) == (2.0, 5.0, 8)  # 3 hours at 500 tokens/s
+    m = r.metrics()
+    assert m["mean_jct_h"] == 3.0 and m["mean_wait_h"] == 0.0 and m["makespan_h"] == 3.0
+    assert m["utilization"] == 1.0 and m["gpu_hours"] == 24.0
+
+
+def test_first_come_first_served_and_backfilling():
+    # a takes half the cluster for 10 h; b wants all of it; c, small, arrives next
+    jobs = [job("a", 0.0, 3600 * 340 * 10, 4), job("b", 0.5, 3600 * 500 * 2, 8),
+            job("c", 1.0, 3600 * 100 * 1, 1)]
+    fifo = {x.job.name: x for x in run_schedule(jobs, table(3), COUNTS, 8, "requested").runs}
+    assert fifo["b"].start_h == 10.0 and fifo["b"].end_h == 12.0
+    assert fifo["c"].start_h == 12.0 and fifo["c"].end_h == 13.0  # waits behind b
+    bf = {x.job.name: x for x in run_schedule(jobs, table(3), COUNTS, 8, "requested",
+                                              backfill=True).runs}
+    assert bf["c"].start_h == 1.0 and bf["c"].end_h == 2.0  # fills the free half at once
+    assert bf["b"].start_h == 10.0
+
+
+def test_efficient_cuts_a_request_to_where_gpus_still_pay():
+    j = job("a", 0.0, 3600 * 340, 8)
+    # per GPU relative to the best: 1, .95, .85, .625 -> at 80 %: 4 GPUs; at 90 %: 2
+    assert COUNTS[target_index(j, np.array(COUNTS), TPS, 0.8)] == 4
+    assert COUNTS[target_index(j, np.array(COUNTS), TPS, 0.9)] == 2
+    (run,) = run_schedule([j], table(1), COUNTS, 8, "efficient").runs
+    assert run.gpus == 4 and run.end_h == pytest.approx(1.0)
+    # never more than the request
+    assert COUNTS[target_index(job("b", 0, 1, 2), np.array(COUNTS), TPS, 0.5)] == 2
+
+
+def test_adaptive_starts_on_half_its_target_rather_than_wait():
+    jobs = [job("a", 0.0, 3600 * 340 * 10, 4), job("b", 1.0, 3600 * 190 * 2, 4),
+            job("c", 1.5, 3600 * 100, 4)]
+    runs = {x.job.name: x for x in run_schedule(jobs, table(3), COUNTS, 6, "adaptive").runs}
+    assert runs["b"].start_h == 1.0 and runs["b"].gpus == 2  # 2 free: half of its 4
+    assert runs["c"].start_h == 3.0  # nothing free until b ends (a holds 4 for 10 h)
+    eff = {x.job.name: x for x in run_schedule(jobs, table(3), COUNTS, 6, "efficient").runs}
+    assert eff["b"].start_h == 10.0 and eff["b"].gpus == 4
+
+
+def test_a_job_with_no_plan_is_reported_not_scheduled():
+    tps = table(2)
+    tps[1] = 0.0
+    r = run_schedule([job("a", 0, 100, 1), job("b", 0, 100, 1)], tps, COUNTS, 8, "requested")
+    assert r.unrunnable == ["b"] and [x.job.name for x in r.runs] == ["a"]
+
+
+@pytest.mark.parametrize("policy, kw, needle", [
+    ("fastest", {}, "--policy"),
+    ("efficient", {"min_efficiency": 0.0}, "--min-efficiency"),
+])
+def test_bad_policy_arguments(policy, kw, needle):
+    with pytest.raises(ConfigError, match=needle):
+        run_schedule([job("a", 0, 1, 1)], table(1), COUNTS, 8, policy, **kw)
+
+
+def test_request_above_the_cluster_is_an_error():
+    with pytest.raises(ConfigError, match="a.requested_gpus: 16 is more than the cluster's 8"):
+        run_schedule([job("a", 0, 1, 16)], table(1), COUNTS, 8, "requested")
+
+
+def test_trace_errors_name_the_job_and_key():
+    with pytest.raises(ConfigError) as info:
+        jobs_from_list([{"arrival_h": 0, "model": "GPT-9", "global_batch_size": 8, "tokens": 1,
+                         "requested_gpus": 8},
+                        {"arrival_h": -1, "model": "GPT-3 1.3B", "global_batch_size": 8,
+                         "tokens": 1, "requested_gpus": 8, "colour": "red"}])
+    fields = [e.field for e in info.value.errors]
+    assert "trace[0].model" in fields and "trace[1].arrival_h" in fields
+    assert "trace[1].colour" in fields
+    with pytest.raises(ConfigError, match="non-empty JSON list"):
+        jobs_from_list({})
+
+
+def test_gpu_counts():
+    assert gpu_counts(64, 8, [24, 128]) == [1, 2, 4, 8, 16, 24, 32, 64]
+
+
+def test_throughput_table_is_the_best_simulated_plan_at_each_count():
+    jobs = read_jobs(str(TRACE))[:1]  # GPT-3 1.3B, B=512
+    session = Session()
+    counts = [8, 16]
+    tps, plans = throughput_table(jobs, session, counts)
+    for k, n in enumerate(counts):
+        p = plans[0][k]
+        assert p["num_gpus"] == n and p["fits_in_memory"]
+        s = session.copy()
+        s.model = jobs[0].model
+        s.plan.global_batch_size = 512
+        for key in ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+                    "schedule", "recompute"):
+            setattr(s.plan, key, p[key])
+        r = simulate(s).report
+        assert tps[0, k] == pytest.approx(512 * 2048 / r.iteration_time_s, rel=1e-9)
+    assert tps[0, 1] > tps[0, 0]
+
+
+def test_cli_json(capsys):
+    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["policy"] for p in doc["policies"]] == ["requested", "efficient", "adaptive"]
+    req = doc["policies"][0]
+    assert len(req["runs"]) == 12
+    by_name = {j["name"]: j for j in doc["jobs"]}
+    for run in req["runs"]:
+        assert run["gpus"] == by_name[run["job"]]["requested_gpus"]
+    eff = doc["policies"][1]
+    assert eff["metrics"]["gpu_hours"] <= req["metrics"]["gpu_hours"]
+
+
+def test_cli_bad_policy_exits_2(capsys):
+    assert main(["schedule", str(TRACE), "--gpus", "64",
+                 "--policies", "random"]) == 2
+    assert "--policies" in capsys.readouterr().err
