@@ -1,5 +1,5 @@
 """The main window: a Plan tab (editor, timeline, cost panel), an Explore tab, a Profiles tab,
-file handling."""
+a Studies tab, file handling."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .editor import ConfigEditor
 from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
+from .studies import StudiesTab
 from .timeline import TimelineWidget
 from .workers import SimulationRunner
 
@@ -110,6 +111,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.profiles_tab_index = self.tabs.addTab(self.profiles, "Profiles")
         self.tabs.setTabToolTip(self.profiles_tab_index,
                                 "Profile stores and their provenance; profile this machine (Ctrl+3)")
+        self.studies = StudiesTab(session_fn=self.editor.session)
+        self.studies_tab_index = self.tabs.addTab(self.studies, "Studies")
+        self.tabs.setTabToolTip(self.studies_tab_index,
+                                "Compute-optimal model size for a GPU budget; a job trace on a "
+                                "shared cluster (Ctrl+4)")
         self.setCentralWidget(self.tabs)
 
         self._status = QtWidgets.QLabel("Ready")
@@ -178,6 +184,9 @@ class MainWindow(QtWidgets.QMainWindow):
         show_profiles = view_menu.addAction("Pro&files tab")
         show_profiles.setShortcut(QtGui.QKeySequence("Ctrl+3"))
         show_profiles.triggered.connect(self._on_show_profiles_trigger)
+        show_studies = view_menu.addAction("&Studies tab")
+        show_studies.setShortcut(QtGui.QKeySequence("Ctrl+4"))
+        show_studies.triggered.connect(self._on_show_studies_trigger)
         view_menu.addSeparator()
         reset = view_menu.addAction("&Reset timeline zoom")
         reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
@@ -289,7 +298,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._schedule_simulation(immediately=True)
 
     def show_tab(self, name: str) -> None:
-        """Bring tab ``'plan'``, ``'explore'`` or ``'profiles'`` to the front.
+        """Bring tab ``'plan'``, ``'explore'``, ``'profiles'`` or ``'studies'`` to the front.
 
         Raises
         ------
@@ -297,17 +306,16 @@ class MainWindow(QtWidgets.QMainWindow):
             Another name.
         """
         indices = {"plan": self.plan_tab_index, "explore": self.explore_tab_index,
-                   "profiles": self.profiles_tab_index}
+                   "profiles": self.profiles_tab_index, "studies": self.studies_tab_index}
         if name not in indices:
             raise ValueError(f"no tab {name!r}; choose one of {', '.join(indices)}")
         self.tabs.setCurrentIndex(indices[name])
 
     def current_tab(self) -> str:
-        """``'plan'``, ``'explore'`` or ``'profiles'``."""
-        index = self.tabs.currentIndex()
-        if index == self.explore_tab_index:
-            return "explore"
-        return "profiles" if index == self.profiles_tab_index else "plan"
+        """``'plan'``, ``'explore'``, ``'profiles'`` or ``'studies'``."""
+        names = {self.explore_tab_index: "explore", self.profiles_tab_index: "profiles",
+                 self.studies_tab_index: "studies"}
+        return names.get(self.tabs.currentIndex(), "plan")
 
     # ------------------------------------------------------------------ handlers: editor, runner
     @Slot(object)
@@ -393,6 +401,10 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_show_profiles_trigger(self) -> None:
         self.show_tab("profiles")
 
+    @Slot()
+    def _on_show_studies_trigger(self) -> None:
+        self.show_tab("studies")
+
     # ------------------------------------------------------------------ handlers: Profiles tab
     @Slot(str)
     def _on_profiles_use_request(self, path: str) -> None:
@@ -477,6 +489,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runner.shutdown()
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
+        self.studies.shutdown()
         event.accept()
 
     # ------------------------------------------------------------------ internals

@@ -1,0 +1,443 @@
+"""The Studies tab: the vTrain paper's compute-optimal model study and its shared-cluster
+scheduler study, over the session's cluster.
+
+Both run on a worker thread (a :class:`~vtrain_gui.workers.SweepRunner` with the study
+in place of the sweep, so Cancel and progress work the same way) and show only what
+:mod:`core.optimal` and :mod:`core.scheduler` compute; ``vtrain optimal`` and
+``vtrain schedule`` print the same numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+from PySide6.QtCore import Qt, Slot
+
+from core.config import Session
+
+from .workers import SweepRunner
+
+__all__ = ["StudiesTab", "OptimalPanel", "SchedulePanel", "DEFAULT_TRACE"]
+
+#: The trace the scheduler study opens with.
+DEFAULT_TRACE = Path(__file__).resolve().parent.parent / "resources" / "traces" / "jobs_trace.json"
+_BEST = "#2E7D32"
+_POINT = "#1565C0"
+_WAIT = "#CFD8DC"
+_RUN = "#1565C0"
+
+
+def _cancel_check(cancel: Any) -> None:
+    from core.sweep import SweepCancelled
+    if cancel is not None and cancel.is_set():
+        raise SweepCancelled("study cancelled")
+
+
+def run_optimal_study(session: Session, settings: dict, _unused: Any,
+                      progress: Callable[[int, int], None], cancel: Any) -> Any:
+    """Worker-thread body of the compute-optimal study (``settings``: compute_optimal keywords)."""
+    from core.optimal import compute_optimal
+
+    def on_progress(done: int, total: int, _name: str) -> None:
+        _cancel_check(cancel)
+        progress(done, total)
+    return compute_optimal(session, settings["num_gpus"], settings["days"],
+                           assumed_mfu=settings["assumed_mfu"],
+                           num_candidates=settings["num_candidates"], spread=settings["spread"],
+                           progress=on_progress)
+
+
+def run_schedule_study(session: Session, settings: dict, _unused: Any,
+                       progress: Callable[[int, int], None], cancel: Any) -> Any:
+    """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results)``."""
+    from core.scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
+
+    jobs = read_jobs(settings["trace"])
+    counts = gpu_counts(settings["gpus"], session.cluster.gpus_per_node,
+                        [j.requested_gpus for j in jobs])
+
+    def on_progress(done: int, total: int, _name: str) -> None:
+        _cancel_check(cancel)
+        progress(done, total)
+    tps, plans = throughput_table(jobs, session, counts, progress=on_progress)
+    results = [run_schedule(jobs, tps, counts, settings["gpus"], p, plans=plans,
+                            backfill=settings["backfill"], min_efficiency=settings["min_efficiency"])
+               for p in POLICIES]
+    return jobs, counts, tps, results
+
+
+def _table(headers: list[str]) -> QtWidgets.QTableWidget:
+    t = QtWidgets.QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
+    t.verticalHeader().setVisible(False)
+    t.horizontalHeader().setStretchLastSection(True)
+    return t
+
+
+def _fill(table: QtWidgets.QTableWidget, rows: list[list[str]], bold: set[int] = frozenset(),
+          left: set[int] = frozenset({0})) -> None:
+    """Put ``rows`` in ``table``: columns in ``left`` left-aligned, the others right-aligned;
+    rows in ``bold`` bold."""
+    table.setRowCount(len(rows))
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            item = QtWidgets.QTableWidgetItem(text)
+            if c not in left:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if r in bold:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            table.setItem(r, c, item)
+    table.resizeColumnsToContents()
+
+
+class _StudyPanel(QtWidgets.QWidget):
+    """Settings form, Run / Cancel, a status line and a runner; subclasses add the views."""
+
+    def __init__(self, session_fn: Callable[[], Session], study_fn: Callable[..., Any],
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._session_fn = session_fn
+        self.runner = SweepRunner(sweep_fn=study_fn, parent=self)
+        self.runner.progress.connect(self._on_progress)
+        self.runner.finished.connect(self._on_finish)
+        self.runner.failed.connect(self._on_fail)
+        self.runner.cancelled.connect(lambda _id: self._set_status("Cancelled.", False))
+        self.form = QtWidgets.QFormLayout()
+        self.run_button = QtWidgets.QPushButton("Run")
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button = QtWidgets.QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.runner.cancel)
+        self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setObjectName("status")
+        self.result: Any = None
+
+    def _side(self) -> QtWidgets.QWidget:
+        side = QtWidgets.QWidget()
+        lay = QtWidgets.QVBoxLayout(side)
+        lay.addLayout(self.form)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        lay.addLayout(buttons)
+        lay.addWidget(self.status)
+        lay.addStretch(1)
+        side.setMaximumWidth(330)
+        return side
+
+    def settings(self) -> dict:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @Slot()
+    def run(self) -> int:
+        """Start the study with the form's settings on the session's cluster; returns the run id."""
+        self._set_status("Running…", True)
+        return self.runner.start(self._session_fn(), self.settings())
+
+    def shutdown(self) -> bool:
+        """Stop the worker thread (window closing)."""
+        return self.runner.shutdown()
+
+    def _set_status(self, text: str, busy: bool, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet("color: #C62828;" if error else "")
+        self.run_button.setEnabled(not busy)
+        self.cancel_button.setEnabled(busy)
+
+    @Slot(int, int, int)
+    def _on_progress(self, _run: int, done: int, total: int) -> None:
+        if total:
+            self._set_status(f"Running… {done} of {total} models swept", True)
+
+    @Slot(int, str)
+    def _on_fail(self, _run: int, message: str) -> None:
+        self._set_status(message, False, error=True)
+
+    @Slot(int, object, float)
+    def _on_finish(self, _run: int, result: object, seconds: float) -> None:
+        self.result = result
+        self._set_status(f"Done in {seconds:.1f} s.", False)
+        self.show_result(result)
+
+    def show_result(self, result: Any) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class OptimalPanel(_StudyPanel):
+    """Which model trains to the lowest loss on N GPUs in D days (:func:`core.optimal.compute_optimal`)."""
+
+    def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
+                 study_fn: Callable[..., Any] | None = None) -> None:
+        super().__init__(session_fn, study_fn or run_optimal_study, parent)
+        self.gpus = QtWidgets.QSpinBox()
+        self.gpus.setRange(1, 1_000_000)
+        self.gpus.setValue(1024)
+        self.gpus.setSuffix(" GPUs")
+        self.gpus.setGroupSeparatorShown(True)
+        self.days = QtWidgets.QDoubleSpinBox()
+        self.days.setRange(0.01, 3650.0)
+        self.days.setValue(30.0)
+        self.days.setSuffix(" days")
+        self.mfu = QtWidgets.QDoubleSpinBox()
+        self.mfu.setRange(0.01, 1.0)
+        self.mfu.setSingleStep(0.05)
+        self.mfu.setValue(0.40)
+        self.mfu.setToolTip("MFU the Chinchilla rule's FLOP budget assumes")
+        self.candidates = QtWidgets.QSpinBox()
+        self.candidates.setRange(2, 25)
+        self.candidates.setValue(9)
+        self.spread = QtWidgets.QDoubleSpinBox()
+        self.spread.setRange(1.5, 100.0)
+        self.spread.setValue(8.0)
+        self.spread.setToolTip("Largest over smallest candidate size")
+        for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
+                         ("Candidate sizes", self.candidates), ("Size spread", self.spread)):
+            self.form.addRow(label, w)
+        hint = QtWidgets.QLabel("Cluster, global batch, sequence length and price come from the "
+                                "Plan tab; the model and plan there are not used.")
+        hint.setWordWrap(True)
+        hint.setStyleSheet("color: #616161;")
+        self.form.addRow(hint)
+        self.summary = QtWidgets.QLabel("Run to size candidate models around the Chinchilla-"
+                                        "optimal size and train each with its fastest plan.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.table = _table(["params", "L", "h", "heads", "t p d b", "schedule", "recompute",
+                             "MFU", "tokens", "tokens/param", "loss", ""])
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setLabel("bottom", "parameters (billions)")
+        self.plot.setLabel("left", "Chinchilla loss (nats/token)")
+        for side in ("bottom", "left"):
+            self.plot.getAxis(side).enableAutoSIPrefix(False)
+        self.plot.getAxis("left").setWidth(70)
+        self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self._points = pg.ScatterPlotItem(size=9, brush=pg.mkBrush(_POINT), pen=pg.mkPen("w"))
+        self._line = pg.PlotDataItem(pen=pg.mkPen(_POINT, width=1.5))
+        self._best = pg.ScatterPlotItem(size=18, symbol="star", brush=pg.mkBrush(_BEST),
+                                        pen=pg.mkPen("#1B5E20"))
+        self._rule = pg.InfiniteLine(angle=90, movable=False,
+                                     pen=pg.mkPen("#7A5C00", width=1.5, style=Qt.PenStyle.DashLine),
+                                     label="Chinchilla N_opt",
+                                     labelOpts={"position": 0.9, "color": "#7A5C00"})
+        self._rule.setVisible(False)
+        for item in (self._line, self._points, self._best, self._rule):
+            self.plot.addItem(item)
+        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        top = QtWidgets.QWidget()
+        tl = QtWidgets.QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.summary)
+        tl.addWidget(self.table)
+        right.addWidget(top)
+        right.addWidget(self.plot)
+        right.setSizes([380, 420])
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.addWidget(self._side())
+        lay.addWidget(right, 1)
+
+    def settings(self) -> dict:
+        """The form as :func:`core.optimal.compute_optimal` keywords."""
+        return {"num_gpus": self.gpus.value(), "days": self.days.value(),
+                "assumed_mfu": self.mfu.value(), "num_candidates": self.candidates.value(),
+                "spread": self.spread.value()}
+
+    def show_result(self, result: Any) -> None:
+        """Fill the table, the summary and the loss plot from an OptimalResult."""
+        rows = []
+        for k, c in enumerate(result.candidates):
+            m = c.model
+            mark = ", ".join(x for x, on in (("lowest loss", k == result.best),
+                                             ("rule's size", k == result.rule_index)) if on)
+            if c.plan is None:
+                rows.append([f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                             str(m.num_attention_heads), "–", "–", "–", "–", "–", "–", "–",
+                             c.reason + (f" ({mark})" if mark else "")])
+                continue
+            p = c.plan
+            rows.append([f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                         str(m.num_attention_heads),
+                         f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
+                         f"{p['micro_batch_size']}", p["schedule"], p["recompute"], f"{c.mfu:.1%}",
+                         f"{c.tokens / 1e9:,.0f}B", f"{c.tokens_per_parameter:.0f}",
+                         f"{c.loss:.4f}", mark])
+        _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
+              left={5, 6, 11})
+        text = (f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
+                f"C = {result.budget_flops:.3g} FLOPs → N_opt {result.rule_params / 1e9:,.1f}B "
+                f"parameters on {result.rule_tokens / 1e9:,.0f}B tokens.")
+        if result.best is None:
+            text += " No candidate has a plan that fits on exactly these GPUs."
+        else:
+            b = result.candidates[result.best]
+            text += (f" <b>Lowest loss: {b.n_params / 1e9:.1f}B parameters</b> (L={b.model.num_layers}, "
+                     f"h={b.model.hidden_size}) on {b.tokens / 1e9:,.0f}B tokens at {b.mfu:.1%} MFU.")
+        self.summary.setText(text)
+        ok = [c for c in result.candidates if c.plan is not None]
+        x = np.array([c.n_params for c in ok], float)
+        y = np.array([c.loss for c in ok], float)
+        self._points.setData(x / 1e9, y)
+        self._line.setData(x / 1e9, y)
+        if result.best is not None:
+            b = result.candidates[result.best]
+            self._best.setData([b.n_params / 1e9], [b.loss])
+        else:
+            self._best.setData([], [])
+        self._rule.setPos(result.rule_params / 1e9)
+        self._rule.setVisible(True)
+        self.plot.enableAutoRange()
+
+
+class SchedulePanel(_StudyPanel):
+    """A job trace on a shared cluster under GPU-allocation policies (:mod:`core.scheduler`)."""
+
+    def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
+                 study_fn: Callable[..., Any] | None = None) -> None:
+        super().__init__(session_fn, study_fn or run_schedule_study, parent)
+        self.trace = QtWidgets.QLineEdit(str(DEFAULT_TRACE))
+        browse = QtWidgets.QPushButton("…")
+        browse.setFixedWidth(28)
+        browse.clicked.connect(self._browse)
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(self.trace, 1)
+        row.addWidget(browse)
+        self.gpus = QtWidgets.QSpinBox()
+        self.gpus.setRange(1, 1_000_000)
+        self.gpus.setValue(1024)
+        self.gpus.setSuffix(" GPUs")
+        self.gpus.setGroupSeparatorShown(True)
+        self.min_efficiency = QtWidgets.QDoubleSpinBox()
+        self.min_efficiency.setRange(0.05, 1.0)
+        self.min_efficiency.setSingleStep(0.05)
+        self.min_efficiency.setValue(0.80)
+        self.min_efficiency.setToolTip("Least tokens/s per GPU, relative to the job's best, that "
+                                       "'efficient' and 'adaptive' accept")
+        self.backfill = QtWidgets.QCheckBox("backfill")
+        self.backfill.setToolTip("Let a later job start ahead of a waiting one when it fits")
+        self.form.addRow("Job trace", row)
+        self.form.addRow("Cluster", self.gpus)
+        self.form.addRow("Min. efficiency", self.min_efficiency)
+        self.form.addRow("", self.backfill)
+        hint = QtWidgets.QLabel("GPU kind, node size, network, precision and profile come from "
+                                "the Plan tab. Policies: requested (as asked), efficient (cut to "
+                                "where GPUs still pay), adaptive (efficient, but start on half "
+                                "rather than wait).")
+        hint.setWordWrap(True)
+        hint.setStyleSheet("color: #616161;")
+        self.form.addRow(hint)
+        self.policies = _table(["policy", "mean JCT h", "median JCT h", "mean wait h",
+                                "makespan h", "utilization", "GPU-hours"])
+        self.policies.itemSelectionChanged.connect(self._on_policy_select)
+        self.gantt = pg.PlotWidget(background="w")
+        self.gantt.setLabel("bottom", "hours since the first arrival")
+        self.gantt.getViewBox().invertY(True)
+        self.gantt.showGrid(x=True, y=False, alpha=0.25)
+        self.gantt.getAxis("left").setWidth(110)
+        self._bars: list[pg.GraphicsObject] = []
+        self.gantt_title = QtWidgets.QLabel("")
+        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        top = QtWidgets.QWidget()
+        tl = QtWidgets.QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.policies)
+        bottom = QtWidgets.QWidget()
+        bl = QtWidgets.QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.gantt_title)
+        bl.addWidget(self.gantt, 1)
+        right.addWidget(top)
+        right.addWidget(bottom)
+        right.setStretchFactor(1, 3)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.addWidget(self._side())
+        lay.addWidget(right, 1)
+
+    def settings(self) -> dict:
+        """The form: trace path, GPUs, backfill, min_efficiency."""
+        return {"trace": self.trace.text().strip(), "gpus": self.gpus.value(),
+                "backfill": self.backfill.isChecked(),
+                "min_efficiency": self.min_efficiency.value()}
+
+    def _browse(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a job trace",
+                                                        str(Path(self.trace.text()).parent),
+                                                        "Job traces (*.json)")
+        if path:
+            self.trace.setText(path)
+
+    def show_result(self, result: Any) -> None:
+        """Fill the policy table and draw the first policy's jobs."""
+        _jobs, _counts, _tps, results = result
+        rows = []
+        for r in results:
+            m = r.metrics()
+            rows.append([r.policy, f"{m['mean_jct_h']:,.1f}", f"{m['median_jct_h']:,.1f}",
+                         f"{m['mean_wait_h']:,.1f}", f"{m['makespan_h']:,.1f}",
+                         f"{m['utilization']:.1%}", f"{m['gpu_hours']:,.0f}"])
+        _fill(self.policies, rows)
+        self.policies.selectRow(0)
+        self.show_policy(0)
+
+    @Slot()
+    def _on_policy_select(self) -> None:
+        rows = {i.row() for i in self.policies.selectedIndexes()}
+        if rows and self.result is not None:
+            self.show_policy(min(rows))
+
+    def show_policy(self, index: int) -> None:
+        """Draw policy ``index``'s jobs: waiting (arrival to start) and running (start to end)."""
+        jobs, _counts, _tps, results = self.result
+        r = results[index]
+        for item in self._bars:
+            self.gantt.removeItem(item)
+        self._bars = []
+        runs = r.runs
+        if not runs:
+            return
+        t0 = min(x.job.arrival_h for x in runs)
+        y = np.arange(len(runs), dtype=float)
+        arr = np.array([x.job.arrival_h - t0 for x in runs])
+        start = np.array([x.start_h - t0 for x in runs])
+        end = np.array([x.end_h - t0 for x in runs])
+        wait = pg.BarGraphItem(x0=arr, x1=start, y=y, height=0.6, brush=pg.mkBrush(_WAIT),
+                               pen=pg.mkPen(None))
+        run = pg.BarGraphItem(x0=start, x1=end, y=y, height=0.6, brush=pg.mkBrush(_RUN),
+                              pen=pg.mkPen("w"))
+        self._bars = [wait, run]
+        for k, x in enumerate(runs):
+            label = pg.TextItem(f"{x.gpus} GPUs", color="w", anchor=(0, 0.5))
+            label.setPos(start[k], y[k])
+            self._bars.append(label)
+        for item in self._bars:
+            self.gantt.addItem(item)
+        self.gantt.getAxis("left").setTicks([[(k, x.job.name) for k, x in enumerate(runs)]])
+        self.gantt_title.setText(f"<b>{r.policy}</b>: each job waits (grey) from its arrival to "
+                                 "its start, then runs (blue) on the GPUs shown")
+        self.gantt.enableAutoRange()
+
+
+class StudiesTab(QtWidgets.QTabWidget):
+    """The compute-optimal model study and the shared-cluster study, as two inner tabs."""
+
+    def __init__(self, session_fn: Callable[[], Session],
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.optimal = OptimalPanel(session_fn)
+        self.schedule = SchedulePanel(session_fn)
+        self.addTab(self.optimal, "Compute-optimal model")
+        self.addTab(self.schedule, "Shared cluster")
+        self.setTabToolTip(0, "Which model trains to the lowest loss on N GPUs in D days")
+        self.setTabToolTip(1, "A job trace on a shared cluster under GPU-allocation policies")
+
+    def shutdown(self) -> bool:
+        """Stop both studies' worker threads (window closing)."""
+        a = self.optimal.shutdown()
+        return self.schedule.shutdown() and a
