@@ -28,6 +28,7 @@ __all__ = [
     "FieldError",
     "ConfigError",
     "validate",
+    "check_all_but_the_plan",
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
@@ -344,6 +345,21 @@ def check(session: Session) -> Session:
     if errs:
         raise ConfigError(errs)
     return session
+
+
+def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
+                           global_batch_size: int | None = None) -> None:
+    """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
+    t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
+    those themselves. With ``model`` (``global_batch_size``), that model (batch) is checked
+    in place of the session's own."""
+    probe = session.copy()
+    if model is not None:
+        probe.model = model
+    base = session.plan
+    batch = base.global_batch_size if global_batch_size is None else global_batch_size
+    probe.plan = ParallelPlan(1, 1, 1, 1, batch, "1f1b", "full", base.precision)
+    check(probe)
 
 
 # --------------------------------------------------------------------------- presets

@@ -43,11 +43,14 @@ import numpy as np
 
 from .config import ConfigError, FieldError, ModelConfig, Session
 
-__all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "Candidate",
+__all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
+           "Candidate",
            "OptimalResult", "compute_optimal"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+#: Largest budget :func:`compute_optimal` takes: GPUs, days, and candidate size ratio.
+MAX_GPUS, MAX_DAYS, MAX_SPREAD = 1_000_000, 3650, 1000.0
 #: Head dimension h / a of the generated shapes (GPT-3 175B, MT-NLG: 128).
 HEAD_DIM = 128
 #: Width-to-depth ratio h / L of the generated shapes (GPT-3 175B: 12288 / 96 = 128).
@@ -104,12 +107,16 @@ def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
     grain = 16 if target >= 64 else 8
     layers = max(8, grain * round(target / grain))
     out = model(layers)
-    out.name = name or f"{_billions(out.num_parameters())} (L={layers}, h={h})"
+    out.name = name or f"{format_params(out.num_parameters())} (L={layers}, h={h})"
     return out
 
 
-def _billions(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+def format_params(n: float) -> str:
+    """A count of parameters or tokens for people: ``"65.7B"``, ``"154M"``, ``"1.2T"``."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
 
 
 @dataclass
@@ -149,8 +156,11 @@ class OptimalResult:
     rule_params, rule_tokens : float
         Chinchilla's ``N_opt`` and ``D_opt`` for ``budget_flops``.
     candidates : list of Candidate
-        Smallest first; ``candidates[rule_index]`` is the one closest to the
-        rule's ``N_opt`` (in log size).
+        Smallest first, one per distinct shape (sizes below the smallest shape,
+        L=8 and h=1024, all round to it).
+    rule_index : int or None
+        The candidate closest to the rule's ``N_opt`` (in log size), or None
+        when none is within a factor of 2 of it.
     best : int or None
         Index of the candidate with the lowest loss (None when no candidate fits).
     """
@@ -162,7 +172,7 @@ class OptimalResult:
     budget_flops: float
     rule_params: float
     rule_tokens: float
-    rule_index: int
+    rule_index: int | None
     candidates: list[Candidate] = field(default_factory=list)
     best: int | None = None
     warnings: list[str] = field(default_factory=list)
@@ -198,16 +208,16 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         Cluster, global batch size, sequence length, vocabulary, precision and
         profile; its model and plan are not used.
     num_gpus : int
-        GPUs of the budget; every plan uses exactly this many.
+        GPUs of the budget (at most :data:`MAX_GPUS`); every plan uses exactly this many.
     days : float
-        Wall-clock budget.
+        Wall-clock budget (at most :data:`MAX_DAYS`).
     assumed_mfu : float
         Utilization the rule's FLOP budget assumes, in (0, 1].
     num_candidates : int
         Candidate sizes, geometric from ``N_opt / sqrt(spread)`` to ``N_opt * sqrt(spread)``
         (at least 2; sizes that round to the same shape are tried once).
     spread : float
-        Ratio of the largest to the smallest candidate size (> 1).
+        Ratio of the largest to the smallest candidate size (above 1, at most :data:`MAX_SPREAD`).
     store : ProfileStore, optional
         Default: the session's profile.
     progress : callable ``(done, total, model_name)``, optional
@@ -221,16 +231,16 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     from .sweep import SweepSpace, run_sweep
 
     errs = []
-    if not (isinstance(num_gpus, int) and num_gpus > 0):
-        errs.append(FieldError("--gpus", f"{num_gpus!r} must be a positive integer"))
-    if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
-        errs.append(FieldError("--days", f"{days!r} must be a positive number"))
+    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and 0 < days <= MAX_DAYS):
+        errs.append(FieldError("--days", f"{days!r} must be a number above 0 and at most {MAX_DAYS:,}"))
     if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
         errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
     if not (isinstance(num_candidates, int) and num_candidates >= 2):
         errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer >= 2"))
-    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread > 1):
-        errs.append(FieldError("--spread", f"{spread!r} must be a number above 1"))
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and 1 < spread <= MAX_SPREAD):
+        errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
     if errs:
         raise ConfigError(errs)
     store = store or open_profile(profile_path(session))
@@ -248,7 +258,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
                                                                    models[-1].hidden_size):
             models.append(shape)
     params = np.array([x.num_parameters() for x in models], float)
-    rule_index = int(np.argmin(np.abs(np.log(params / n_rule))))
+    closest = int(np.argmin(np.abs(np.log(params / n_rule))))
+    rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
                         rule_index)
     space = SweepSpace(num_gpus=num_gpus)
@@ -274,7 +285,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
             continue
         tps = float(res.tokens_per_s[i])
         tokens = tps * seconds
-        out.candidates.append(Candidate(model, n, res.row(i), tps, float(res.mfu[i]), tokens,
+        out.candidates.append(Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
                                         chinchilla_loss(n, tokens)))
     if progress:
         progress(len(models), len(models), "")

@@ -42,18 +42,6 @@ def add_optimal_parser(sub: Any) -> None:
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def _check_cluster(session) -> None:
-    """Raise ConfigError for the cluster, cost, batch or sequence rules CONFIG breaks (its own
-    model and plan do not matter here)."""
-    from .config import ParallelPlan, check
-    from .optimal import gpt_shape
-    probe = session.copy()
-    probe.model = gpt_shape(1e9, session.model.seq_length, session.model.vocab_size)
-    base = session.plan
-    probe.plan = ParallelPlan(1, 1, 1, 1, base.global_batch_size, "1f1b", "full", base.precision)
-    check(probe)
-
-
 def run_command(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
     from .cli import session_from_args
@@ -62,7 +50,10 @@ def run_command(args: argparse.Namespace) -> int:
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     session = session_from_args(args, validate=False)
-    _check_cluster(session)
+    from .config import check_all_but_the_plan
+    from .optimal import gpt_shape
+    # the model and plan are the study's; the cluster, batch and sequence must be valid
+    check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:
@@ -85,53 +76,73 @@ def _cost(result, session) -> float:
     return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
 
 
+def _size(n: float) -> str:
+    from .optimal import format_params
+    return format_params(n)
+
+
 def _print(result, session, console: Console) -> None:
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
-                  f"{result.days:g} days (${_cost(result, s):,.0f} at "
+                  f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
     console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
                   f"{result.assumed_mfu:.0%}: "
-                  f"C = {result.budget_flops:.3g} FLOPs, N_opt = {result.rule_params / 1e9:,.1f}B "
-                  f"parameters, D_opt = {result.rule_tokens / 1e9:,.0f}B tokens "
+                  f"C = {result.budget_flops:.3g} FLOPs, N_opt = {_size(result.rule_params)} "
+                  f"parameters, D_opt = {_size(result.rule_tokens)} tokens "
                   f"({result.rule_tokens / result.rule_params:.0f} tokens per parameter)",
                   highlight=False)
     t = Table(title="Candidates: each trained with its fastest plan that fits, for the whole budget",
               title_justify="left")
     for col in ("params", "L", "h", "a", "t p d b", "sched", "recomp", "MFU", "tokens",
-                "tok/param", "loss", ""):
-        t.add_column(col, justify="left" if col in ("sched", "recomp", "") else "right")
+                "tok/param", "loss", "note"):
+        t.add_column(col, justify="left" if col in ("sched", "recomp", "note") else "right")
     for k, c in enumerate(result.candidates):
         m = c.model
         mark = ", ".join(x for x, on in (("lowest loss", k == result.best),
                                          ("rule's size", k == result.rule_index)) if on)
         style = "bold" if k == result.best else None
         if c.plan is None:
-            t.add_row(f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+            t.add_row(_size(c.n_params), str(m.num_layers), str(m.hidden_size),
                       str(m.num_attention_heads), "-", "-", "-", "-", "-", "-", "-",
                       c.reason + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
-        t.add_row(f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
-                  str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
-                  f"{p['micro_batch_size']}", p["schedule"], p["recompute"], f"{c.mfu:.1%}",
-                  f"{c.tokens / 1e9:,.0f}B", f"{c.tokens_per_parameter:.0f}", f"{c.loss:.4f}",
-                  mark, style=style)
+        t.add_row(_size(c.n_params), str(m.num_layers), str(m.hidden_size),
+                  str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} "
+                  f"{p['data_parallel']} {p['micro_batch_size']}", p["schedule"], p["recompute"],
+                  f"{c.mfu:.1%}", _size(c.tokens), f"{c.tokens_per_parameter:.3g}",
+                  f"{c.loss:.4f}", mark, style=style)
     console.print(t)
+    console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
+                  "definition); the rule's budget counts 6 N D.[/]")
+    smallest = result.candidates[0].n_params
+    if result.rule_index is None:
+        console.print(f"The rule's N_opt ({_size(result.rule_params)}) is not within a factor "
+                      f"of 2 of any candidate shape (the smallest is {_size(smallest)}: L=8, "
+                      "h=1024).", highlight=False)
     if result.best is None:
-        console.print("[red]No candidate has a plan that fits on exactly these GPUs[/] (try "
-                      "another global batch size or GPU count).")
+        reasons = {c.reason for c in result.candidates}
+        if reasons == {"no plan on exactly this many GPUs"}:
+            console.print(f"[red]No candidate has a plan on exactly {result.num_gpus:,} GPUs[/]: "
+                          "a plan needs t*p*d GPUs with t dividing a node and d*b dividing the "
+                          f"global batch ({s.plan.global_batch_size}); try another --gpus or "
+                          "global batch.", highlight=False)
+        else:
+            console.print("[red]No candidate has a plan that fits on exactly these GPUs[/] "
+                          "(see the note column).")
         return
     b = result.candidates[result.best]
-    r = result.candidates[result.rule_index]
-    line = (f"Lowest loss: {b.n_params / 1e9:.1f}B parameters (L={b.model.num_layers}, "
-            f"h={b.model.hidden_size}) trained on {b.tokens / 1e9:,.0f}B tokens at "
+    line = (f"Lowest loss: {_size(b.n_params)} parameters (L={b.model.num_layers}, "
+            f"h={b.model.hidden_size}) trained on {_size(b.tokens)} tokens at "
             f"{b.mfu:.1%} MFU, loss {b.loss:.4f}")
-    if result.best != result.rule_index and r.plan is not None:
-        line += (f"; the rule's size ({r.n_params / 1e9:.1f}B) reaches {r.loss:.4f} on "
-                 f"{r.tokens / 1e9:,.0f}B tokens at {r.mfu:.1%} MFU")
+    if result.rule_index is not None and result.best != result.rule_index:
+        r = result.candidates[result.rule_index]
+        if r.plan is not None:
+            line += (f"; the rule's size ({_size(r.n_params)}) reaches {r.loss:.4f} on "
+                     f"{_size(r.tokens)} tokens at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
     for w in result.warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)

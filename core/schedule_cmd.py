@@ -50,21 +50,31 @@ def run_command(args: argparse.Namespace) -> int:
     """Run ``vtrain schedule``; returns the exit status."""
     from pathlib import Path
 
-    from .config import ConfigError, FieldError, Session
+    from .config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from .optimal import gpt_shape
     from .scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
     from .session import load_any
+    from .sweep_cmd import check_number
 
     if args.gpus <= 0:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    check_number("--min-efficiency", args.min_efficiency)
+    policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise ConfigError([FieldError("--policies", f"{args.policies!r}: choose from "
                                                     f"{', '.join(POLICIES)}")])
     jobs = read_jobs(args.trace)
+    too_big = [FieldError(f"{Path(args.trace).name}[{i}].requested_gpus",
+                          f"{j.requested_gpus} is more than the cluster's {args.gpus} GPUs")
+               for i, j in enumerate(jobs) if j.requested_gpus > args.gpus]
+    if too_big:
+        raise ConfigError(too_big)
     session = load_any(args.cluster, validate=False) if args.cluster else Session()
     if args.profile:
         session.cluster.profile_path = str(Path(args.profile).resolve())
+    # the jobs bring their own models and batches; the cluster, precision and profile must be valid
+    check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
     counts = gpu_counts(args.gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
     err = Console(stderr=True)
     progress = None
@@ -94,6 +104,8 @@ def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
                   "tokens": j.tokens, "requested_gpus": j.requested_gpus,
                   "tokens_per_s": [float(x) for x in row]} for j, row in zip(jobs, tps)],
         "policies": [{"policy": r.policy, "metrics": r.metrics(), "unrunnable": r.unrunnable,
+                      "adjusted": [{"job": n, "requested_gpus": a, "gpus": g}
+                                   for n, a, g in r.adjusted],
                       "runs": [_run_dict(x) for x in r.runs]} for r in results],
     }
 
@@ -106,8 +118,8 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)
     counts_a = np.asarray(counts)
-    jt = Table(title="Jobs: best predicted throughput (tokens/s per GPU relative to the job's "
-                     "best, at the request and at the efficient count)", title_justify="left")
+    jt = Table(title="Jobs: predicted tokens/s per GPU as a share of the job's best over all "
+                     "counts, at the request and at the efficient count", title_justify="left")
     for col in ("job", "model", "arrival h", "tokens", "requested", "per GPU there",
                 f"efficient (>= {args.min_efficiency:.0%})", "tokens/s there"):
         jt.add_column(col, justify="left" if col in ("job", "model") else "right")
@@ -129,16 +141,24 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     for col in ("policy", "mean JCT h", "median JCT h", "mean wait h", "makespan h",
                 "utilization", "GPU-hours"):
         pt.add_column(col, justify="left" if col == "policy" else "right")
+    def fmt(v, spec: str) -> str:
+        return "–" if v is None else format(v, spec)
+
     for r in results:
         m = r.metrics()
-        pt.add_row(r.policy, f"{m['mean_jct_h']:,.1f}", f"{m['median_jct_h']:,.1f}",
-                   f"{m['mean_wait_h']:,.1f}", f"{m['makespan_h']:,.1f}", f"{m['utilization']:.1%}",
-                   f"{m['gpu_hours']:,.0f}")
+        pt.add_row(r.policy, fmt(m["mean_jct_h"], ",.1f"), fmt(m["median_jct_h"], ",.1f"),
+                   fmt(m["mean_wait_h"], ",.1f"), fmt(m["makespan_h"], ",.1f"),
+                   fmt(m["utilization"], ".1%"), fmt(m["gpu_hours"], ",.0f"))
     console.print(pt)
+    if results and results[0].unrunnable:
+        console.print(f"[yellow]No plan fits on any count for {', '.join(results[0].unrunnable)}; "
+                      "left out of every policy.[/]", highlight=False)
     for r in results:
-        if r.unrunnable:
-            console.print(f"[yellow]{r.policy}: no plan fits for {', '.join(r.unrunnable)} "
-                          "(left out)[/]")
+        for name, asked, got in r.adjusted:
+            console.print(f"[yellow]{r.policy}: {name} asked for {asked} GPUs; no plan fits "
+                          f"{'there' if r.policy == 'requested' else 'at or below that'}, so it "
+                          f"ran on {got}.[/]", highlight=False)
+    for r in results:
         if not args.runs:
             continue
         rt = Table(title=f"Runs under {r.policy}", title_justify="left")

@@ -14,13 +14,17 @@ of these policies (first come, first served, no preemption; a job runs from
 its start to its end on a fixed GPU count):
 
 ``requested``
-    Every job gets the GPUs it asked for (the ``efficient`` count when no plan
-    of it fits on that many), and waits until that many are free.
+    Every job gets the GPUs it asked for, and waits until that many are free.
+
+A job with no plan that fits on its request runs on the nearest count below
+it that has one (above it when none below has), and is listed in
+:attr:`ScheduleResult.adjusted`.
 ``efficient``
     Every job gets the largest count, at most its request, at which its
     predicted tokens/s per GPU is at least ``min_efficiency`` (default 80 %)
-    of its best (its smallest count that fits); it waits until that many are
-    free. Requests beyond the point where adding GPUs stops paying are cut.
+    of its best over all counts (usually at the smallest count that fits); it
+    waits until that many are free. Requests beyond the point where adding
+    GPUs stops paying are cut.
 ``adaptive``
     As ``efficient``, but when that count is not free it starts at once on
     the largest free count of at least half of it.
@@ -47,6 +51,8 @@ __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "thro
            "target_index", "JobRun", "ScheduleResult", "run_schedule"]
 
 POLICIES = ("requested", "efficient", "adaptive")
+#: Latest arrival a trace may have, hours (about 114 years: later ones lose hour precision).
+MAX_ARRIVAL_H = 1e6
 
 
 @dataclass
@@ -81,10 +87,13 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
     ConfigError
         Naming ``source[i].key`` and the rule it breaks.
     """
+    from .config import ParallelPlan, validate
+
     if not isinstance(items, list) or not items:
         raise ConfigError([FieldError(source, "must be a non-empty JSON list of jobs")])
     errs: list[FieldError] = []
     jobs = []
+    names: dict[str, int] = {}
     for i, it in enumerate(items):
         where = f"{source}[{i}]"
         if not isinstance(it, dict):
@@ -104,14 +113,32 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
                                        f"{'non-negative' if allow_zero else 'positive'} {kind}"))
             return v
 
+        n_err = len(errs)
         arrival = num("arrival_h", allow_zero=True)
+        if isinstance(arrival, (int, float)) and arrival > MAX_ARRIVAL_H:
+            errs.append(FieldError(f"{where}.arrival_h", f"{arrival!r} is more than "
+                                   f"{MAX_ARRIVAL_H:,.0f} hours after the trace starts"))
         batch = num("global_batch_size", integer=True)
         tokens = num("tokens")
         gpus = num("requested_gpus", integer=True)
+        name = it.get("name", f"job{i}")
+        if not isinstance(name, str) or not name:
+            errs.append(FieldError(f"{where}.name", f"{name!r} must be a non-empty string"))
+        elif name in names:
+            errs.append(FieldError(f"{where}.name", f"{name!r} is also the name of "
+                                   f"{source}[{names[name]}]; names must be unique"))
+        else:
+            names[name] = i
+        shape_keys = sorted(set(it) & {"num_layers", "hidden_size", "num_attention_heads",
+                                       "seq_length", "vocab_size"})
         if "model" in it:
-            model = MODEL_PRESETS.get(it["model"])
+            if shape_keys:
+                errs.append(FieldError(f"{where}.model", f"give a preset or {', '.join(shape_keys)}, "
+                                       "not both"))
+            preset = it["model"]
+            model = MODEL_PRESETS.get(preset) if isinstance(preset, str) else None
             if model is None:
-                errs.append(FieldError(f"{where}.model", f"{it['model']!r} is not a preset; "
+                errs.append(FieldError(f"{where}.model", f"{preset!r} is not a preset; "
                                        f"known: {', '.join(MODEL_PRESETS)}"))
                 continue
             model = ModelConfig(**{**model.__dict__})
@@ -122,7 +149,12 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
                 continue
             model = ModelConfig(f"L={shape[0]} h={shape[1]}", *shape, None,
                                 it.get("seq_length", 2048), it.get("vocab_size", 50257))
-        jobs.append(Job(str(it.get("name", f"job{i}")), arrival, model, batch, tokens, gpus))
+        if len(errs) == n_err:  # the model's own rules, and the batch (any plan splits it by d*b)
+            probe = Session(model=model, plan=ParallelPlan(1, 1, 1, 1, batch, "1f1b", "full"))
+            errs += [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message)
+                     for e in validate(probe) if not e.field.startswith(("cluster", "cost"))]
+        jobs.append(Job(name if isinstance(name, str) else str(name), arrival, model, batch,
+                        tokens, gpus))
     if errs:
         raise ConfigError(errs)
     return jobs
@@ -141,7 +173,12 @@ def read_jobs(path: str) -> list[Job]:
 
 def gpu_counts(total_gpus: int, gpus_per_node: int, extra: Sequence[int] = ()) -> list[int]:
     """Candidate allocations: one node times powers of two up to ``total_gpus``, the powers of
-    two below one node, and ``extra`` counts (requests) up to ``total_gpus``; sorted."""
+    two below one node, and ``extra`` counts (requests) up to ``total_gpus``; sorted.
+
+    Raises ValueError unless ``total_gpus`` and ``gpus_per_node`` are positive."""
+    if total_gpus < 1 or gpus_per_node < 1:
+        raise ValueError(f"need positive GPU counts, got total_gpus={total_gpus}, "
+                         f"gpus_per_node={gpus_per_node}")
     counts = {c for c in (2 ** k for k in range(0, 31)) if c <= min(gpus_per_node, total_gpus)}
     c = gpus_per_node
     while c <= total_gpus:
@@ -186,7 +223,7 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
                 idx = np.flatnonzero((res.num_gpus == n) & res.fits_in_memory)
                 if idx.size:
                     i = int(idx[np.argmax(res.tokens_per_s[idx])])
-                    tps[k], best[k] = float(res.tokens_per_s[i]), res.row(i)
+                    tps[k], best[k] = float(res.tokens_per_s[i]), res.plan_row(i)
             cache[key] = (tps, best)
         out[j], row = cache[key][0], cache[key][1]
         plans.append(list(row))
@@ -218,19 +255,24 @@ class JobRun:
 @dataclass
 class ScheduleResult:
     """One policy's replay of a trace. ``runs`` follow the trace order; ``unrunnable`` names
-    jobs with no plan that fits on any allowed count (they are left out of the metrics)."""
+    jobs with no plan that fits on any allowed count (they are left out of the metrics);
+    ``adjusted`` lists ``(job, requested, granted)`` for jobs that ran on another count than
+    they asked for because no plan fits there (``requested``), or on more than they asked
+    for because no plan fits at or below it (``efficient``, ``adaptive``)."""
 
     policy: str
     total_gpus: int
     runs: list[JobRun] = field(default_factory=list)
     unrunnable: list[str] = field(default_factory=list)
+    adjusted: list[tuple[str, int, int]] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
         """``mean_jct_h``, ``median_jct_h``, ``mean_wait_h``, ``makespan_h`` (first arrival to last
-        end), ``utilization`` (allocated GPU-hours / (GPUs * makespan)), ``gpu_hours``."""
+        end), ``utilization`` (allocated GPU-hours / (GPUs * makespan)), ``gpu_hours``; None
+        where undefined (no job ran; a zero makespan has no utilization)."""
         if not self.runs:
-            return {k: math.nan for k in ("mean_jct_h", "median_jct_h", "mean_wait_h",
-                                          "makespan_h", "utilization", "gpu_hours")}
+            return {k: None for k in ("mean_jct_h", "median_jct_h", "mean_wait_h",
+                                      "makespan_h", "utilization", "gpu_hours")}
         jct = np.array([r.jct_h for r in self.runs])
         wait = np.array([r.wait_h for r in self.runs])
         first = min(r.job.arrival_h for r in self.runs)
@@ -238,15 +280,17 @@ class ScheduleResult:
         gpu_h = float(sum(r.gpus * (r.end_h - r.start_h) for r in self.runs))
         return {"mean_jct_h": float(jct.mean()), "median_jct_h": float(np.median(jct)),
                 "mean_wait_h": float(wait.mean()), "makespan_h": float(span),
-                "utilization": gpu_h / (self.total_gpus * span) if span > 0 else math.nan,
+                "utilization": gpu_h / (self.total_gpus * span) if span > 0 else None,
                 "gpu_hours": gpu_h}
 
 
 def target_index(job: Job, counts: np.ndarray, tps: np.ndarray, min_efficiency: float) -> int:
     """The ``efficient`` policy's count for ``job``: index into ``counts`` (shape (k,), with
-    ``tps`` the job's tokens/s there, 0 where no plan fits) of the largest count, at most the request, whose tokens/s per GPU is at least
-    ``min_efficiency`` of the job's best (the smallest count with a plan); the count with a
-    plan nearest below the request when none qualifies."""
+    ``tps`` the job's tokens/s there, 0 where no plan fits) of the largest count at most the
+    request whose tokens/s per GPU is at least ``min_efficiency`` of the job's best tokens/s
+    per GPU over all counts; the count with a plan nearest below the request when none
+    qualifies, and the smallest count with a plan when none is at most the request (the
+    job is then raised above its request: :attr:`ScheduleResult.adjusted`)."""
     ok = tps > 0
     per_gpu = np.where(ok, tps / counts, 0.0)
     cap = ok & (counts <= job.requested_gpus)
@@ -256,13 +300,22 @@ def target_index(job: Job, counts: np.ndarray, tps: np.ndarray, min_efficiency: 
     return int(good[-1]) if good.size else int(np.flatnonzero(cap)[-1])
 
 
+def _requested_index(job: Job, counts: np.ndarray, tps: np.ndarray) -> int:
+    """The request's index; when no plan fits there, the nearest count below it with a plan,
+    else the smallest above."""
+    ok = tps > 0
+    k = int(np.flatnonzero(counts == job.requested_gpus)[0])
+    if ok[k]:
+        return k
+    below = np.flatnonzero(ok & (counts < job.requested_gpus))
+    return int(below[-1]) if below.size else int(np.flatnonzero(ok)[0])
+
+
 def _choice(policy: str, job: Job, counts: np.ndarray, tps: np.ndarray, free: int,
             min_efficiency: float) -> int | None:
     """Index into ``counts`` to start ``job`` with now, or None to wait."""
     if policy == "requested":
-        k = int(np.flatnonzero(counts == job.requested_gpus)[0])
-        if tps[k] <= 0:  # no plan fits on the request: the efficient count instead
-            k = target_index(job, counts, tps, min_efficiency)
+        k = _requested_index(job, counts, tps)
         return k if counts[k] <= free else None
     k = target_index(job, counts, tps, min_efficiency)
     if counts[k] <= free:
@@ -343,6 +396,8 @@ def run_schedule(jobs: Sequence[Job], tokens_per_s: np.ndarray, counts: Sequence
             g, tps = int(counts_a[k]), float(tokens_per_s[j, k])
             end = now + jobs[j].tokens / tps / 3600.0
             runs[j] = JobRun(jobs[j], now, end, g, tps, plans[j][k] if plans else None)
+            if g > jobs[j].requested_gpus or (policy == "requested" and g != jobs[j].requested_gpus):
+                result.adjusted.append((jobs[j].name, jobs[j].requested_gpus, g))
             heapq.heappush(running, (end, j, g))
             free -= g
             queue.pop(pos)

@@ -623,6 +623,12 @@ class SweepResult:
         return _best(self.cost_usd, self.training_days, self.select(fits_only=True,
                                                                      deadline_days=deadline_days))
 
+    def plan_row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` without the figures of the session's token budget (``training_days``,
+        ``gpu_hours``, ``cost_usd``), for studies that train for another budget."""
+        return {k: v for k, v in self.row(i).items()
+                if k not in ("training_days", "gpu_hours", "cost_usd")}
+
     def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` as a JSON-able dict with the keys :data:`COLUMNS`."""
         out: dict[str, Any] = {}

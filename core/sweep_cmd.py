@@ -17,7 +17,7 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError
+from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
 from .console import Console
 
 __all__ = ["add_sweep_parser", "run_command"]
@@ -131,7 +131,7 @@ def run_command(args: argparse.Namespace) -> int:
     check_number("--deadline-days", args.deadline_days)
     from .cli import session_from_args
     session = session_from_args(args, validate=False)
-    _check_all_but_the_plan(session)
+    check_all_but_the_plan(session)  # the file's own plan is only a starting point
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:
@@ -153,17 +153,6 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         _print_result(result, Console(), args.out)
     return 0
-
-
-def _check_all_but_the_plan(session) -> None:
-    """Raise ConfigError for the rules the model, cluster, cost and global batch break: the
-    file's own t, p, d, b, schedule and recompute are only a starting point, so a plan that
-    breaks a rule (heads not divisible by its t, say) is no reason to refuse the sweep."""
-    from .config import ParallelPlan, check
-    probe = session.copy()
-    base = session.plan
-    probe.plan = ParallelPlan(1, 1, 1, 1, base.global_batch_size, "1f1b", "full", base.precision)
-    check(probe)
 
 
 def _why_no_plan(session, space) -> list:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS
+from core.config import MODEL_PRESETS, ConfigError
 from core.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
 from core.session import load_any
 from tests.conftest import EXAMPLES
@@ -93,3 +93,20 @@ def test_cli_json_and_table(capsys):
 def test_cli_bad_budget_exits_2_naming_the_option(args, needle, capsys):
     assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), *args]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_a_budget_below_the_smallest_shape_names_no_rule_candidate():
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    r = compute_optimal(session, 1, 0.001)
+    assert r.rule_params < 2e7 and r.rule_index is None
+    assert len(r.candidates) == 1 and r.candidates[0].model.num_layers == 8  # all round to L=8, h=1024
+    assert "training_days" not in (r.candidates[0].plan or {})
+
+
+@pytest.mark.parametrize("kw, needle", [({"days": 1e300}, "--days"), ({"spread": 1e30}, "--spread"),
+                                        ({"num_gpus": 10**9}, "--gpus")])
+def test_budgets_beyond_the_bounds_are_refused(kw, needle):
+    args = {"num_gpus": 8, "days": 1.0, **kw}
+    with pytest.raises(ConfigError, match=needle):
+        compute_optimal(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"), args.pop("num_gpus"),
+                        args.pop("days"), **args)

@@ -147,3 +147,64 @@ def test_cli_bad_policy_exits_2(capsys):
     assert main(["schedule", str(TRACE), "--gpus", "64",
                  "--policies", "random"]) == 2
     assert "--policies" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["requested", "efficient", "adaptive"])
+@pytest.mark.parametrize("backfill", [False, True])
+def test_random_traces_never_overcommit_and_keep_fifo_without_backfill(policy, backfill):
+    rng = np.random.default_rng(7)
+    n = 40
+    jobs = [job(f"j{i}", float(a), float(t), int(g)) for i, (a, t, g) in enumerate(zip(
+        np.round(rng.uniform(0, 20, n), 1), rng.uniform(1e5, 1e7, n), rng.choice(COUNTS, n)))]
+    tps = TPS[None, :] * rng.uniform(0.5, 2.0, (n, 1))
+    r = run_schedule(jobs, tps, COUNTS, 8, policy, backfill=backfill)
+    assert len(r.runs) == n
+    events = sorted([(x.start_h, 1, x.gpus) for x in r.runs] + [(x.end_h, 0, -x.gpus) for x in r.runs])
+    in_use = np.cumsum([g for _, _, g in events])
+    assert in_use.max() <= 8  # ends sort before starts at the same instant
+    for x in r.runs:
+        assert x.start_h >= x.job.arrival_h
+        k = COUNTS.index(x.gpus)
+        assert x.end_h - x.start_h == pytest.approx(x.job.tokens / x.tokens_per_s / 3600)
+        assert x.tokens_per_s == tps[int(x.job.name[1:]), k]
+        if policy != "adaptive":
+            assert x.gpus <= x.job.requested_gpus
+    if not backfill:  # first come, first served: starts follow arrivals (ties: trace order)
+        by_arrival = sorted(r.runs, key=lambda x: (x.job.arrival_h, int(x.job.name[1:])))
+        starts = [x.start_h for x in by_arrival]
+        assert starts == sorted(starts)
+
+
+def test_a_request_with_no_plan_runs_on_the_nearest_count_and_is_reported():
+    tps = table(2)
+    tps[:, 2] = 0.0  # nothing fits on 4 GPUs
+    tps[1, :2] = 0.0  # job b fits on 8 only
+    jobs = [job("a", 0, 3600 * 190, 4), job("b", 0, 3600 * 500, 4)]
+    r = run_schedule(jobs, tps, COUNTS, 16, "requested")
+    assert [(x.job.name, x.gpus) for x in r.runs] == [("a", 2), ("b", 8)]
+    assert r.adjusted == [("a", 4, 2), ("b", 4, 8)]
+    eff = run_schedule(jobs, tps, COUNTS, 16, "efficient")
+    assert eff.adjusted == [("b", 4, 8)]  # a at 2 is within its request
+
+
+def test_trace_rejects_duplicate_names_and_a_preset_with_shape_keys():
+    base = {"arrival_h": 0, "global_batch_size": 8, "tokens": 1, "requested_gpus": 8}
+    with pytest.raises(ConfigError) as info:
+        jobs_from_list([{**base, "name": "a", "model": "GPT-3 1.3B"},
+                        {**base, "name": "a", "model": "GPT-3 1.3B", "num_layers": 3},
+                        {**base, "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 15}])
+    msgs = [str(e) for e in info.value.errors]
+    assert any("trace[1].name" in m and "unique" in m for m in msgs)
+    assert any("trace[1].model: give a preset or num_layers, not both" in m for m in msgs)
+    assert any(m.startswith("trace[2].hidden_size") for m in msgs)
+
+
+def test_gpu_counts_reject_a_zero_node_size():
+    with pytest.raises(ValueError):
+        gpu_counts(16, 0)
+
+
+def test_cli_plans_carry_no_figures_of_another_token_budget(capsys):
+    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json", "--policies", "requested"]) == 0
+    run = json.loads(capsys.readouterr().out)["policies"][0]["runs"][0]
+    assert "training_days" not in run["plan"] and "cost_usd" not in run["plan"]

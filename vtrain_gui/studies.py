@@ -212,7 +212,7 @@ class OptimalPanel(_StudyPanel):
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.table = _table(["params", "L", "h", "heads", "t p d b", "schedule", "recompute",
-                             "MFU", "tokens", "tokens/param", "loss", ""])
+                             "MFU", "tokens", "tokens/param", "loss", "note"])
         self.plot = pg.PlotWidget(background="w")
         self.plot.setLabel("bottom", "parameters (billions)")
         self.plot.setLabel("left", "Chinchilla loss (nats/token)")
@@ -252,34 +252,37 @@ class OptimalPanel(_StudyPanel):
 
     def show_result(self, result: Any) -> None:
         """Fill the table, the summary and the loss plot from an OptimalResult."""
+        from core.optimal import format_params as fp
         rows = []
         for k, c in enumerate(result.candidates):
             m = c.model
             mark = ", ".join(x for x, on in (("lowest loss", k == result.best),
                                              ("rule's size", k == result.rule_index)) if on)
             if c.plan is None:
-                rows.append([f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                rows.append([fp(c.n_params), str(m.num_layers), str(m.hidden_size),
                              str(m.num_attention_heads), "–", "–", "–", "–", "–", "–", "–",
                              c.reason + (f" ({mark})" if mark else "")])
                 continue
             p = c.plan
-            rows.append([f"{c.n_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+            rows.append([fp(c.n_params), str(m.num_layers), str(m.hidden_size),
                          str(m.num_attention_heads),
                          f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
                          f"{p['micro_batch_size']}", p["schedule"], p["recompute"], f"{c.mfu:.1%}",
-                         f"{c.tokens / 1e9:,.0f}B", f"{c.tokens_per_parameter:.0f}",
+                         fp(c.tokens), f"{c.tokens_per_parameter:.3g}",
                          f"{c.loss:.4f}", mark])
         _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
               left={5, 6, 11})
         text = (f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
-                f"C = {result.budget_flops:.3g} FLOPs → N_opt {result.rule_params / 1e9:,.1f}B "
-                f"parameters on {result.rule_tokens / 1e9:,.0f}B tokens.")
+                f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "
+                f"parameters on {fp(result.rule_tokens)} tokens.")
+        if result.rule_index is None:
+            text += " (No candidate shape is within a factor of 2 of N_opt.)"
         if result.best is None:
-            text += " No candidate has a plan that fits on exactly these GPUs."
+            text += " No candidate has a plan that fits on exactly these GPUs (see the last column)."
         else:
             b = result.candidates[result.best]
-            text += (f" <b>Lowest loss: {b.n_params / 1e9:.1f}B parameters</b> (L={b.model.num_layers}, "
-                     f"h={b.model.hidden_size}) on {b.tokens / 1e9:,.0f}B tokens at {b.mfu:.1%} MFU.")
+            text += (f" <b>Lowest loss: {fp(b.n_params)} parameters</b> (L={b.model.num_layers}, "
+                     f"h={b.model.hidden_size}) on {fp(b.tokens)} tokens at {b.mfu:.1%} MFU.")
         self.summary.setText(text)
         ok = [c for c in result.candidates if c.plan is not None]
         x = np.array([c.n_params for c in ok], float)

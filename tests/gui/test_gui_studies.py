@@ -8,7 +8,7 @@ import json
 import pytest
 
 from core.config import Session
-from core.optimal import compute_optimal
+from core.optimal import compute_optimal, format_params
 from core.scheduler import POLICIES
 from vtrain_gui.studies import DEFAULT_TRACE, StudiesTab
 
@@ -37,7 +37,7 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
     best = expected.candidates[expected.best]
     assert panel.table.item(expected.best, 10).text() == f"{best.loss:.4f}"
     assert "lowest loss" in panel.table.item(expected.best, 11).text()
-    assert f"{best.n_params / 1e9:.1f}B parameters" in panel.summary.text()
+    assert f"{format_params(best.n_params)} parameters" in panel.summary.text()
     assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
 
 
