@@ -26,6 +26,8 @@ lies on the critical path, i.e. roughly ``(m + p - 1)`` of them).
 
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import dataclass, field
 
@@ -43,6 +45,31 @@ _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
           "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1}
 _FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
            "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+
+
+_BEYOND = re.compile(r"^(\w+) of ([\d.]+) MiB on (\d+) GPUs: beyond the measured sizes \((.+?)\), "
+                     r"extrapolated with that curve's latency-bandwidth fit$")
+
+
+def summarize_warnings(warnings: list[str]) -> list[str]:
+    """``warnings`` with every "beyond the measured sizes" collective warning folded into one
+    line naming how many there are and the largest; the others unchanged, in order."""
+    beyond = [(m, w) for w in warnings if (m := _BEYOND.match(w))]
+    if len(beyond) < 2:
+        return list(warnings)
+    m, _ = max(beyond, key=lambda mw: float(mw[0].group(2)))
+    line = (f"{len(beyond)} collective sizes beyond the measured curves (the largest: {m.group(1)} "
+            f"of {m.group(2)} MiB on {m.group(3)} GPUs, measured {m.group(4)}), extrapolated with "
+            "each curve's latency-bandwidth fit")
+    out, placed = [], False
+    for w in warnings:
+        if _BEYOND.match(w):
+            if not placed:
+                out.append(line)
+                placed = True
+        else:
+            out.append(w)
+    return out
 
 
 def _size(nbytes: float) -> str:

@@ -144,7 +144,9 @@ def _print(result, session, console: Console) -> None:
             line += (f"; the rule's size ({_size(r.n_params)}) reaches {r.loss:.4f} on "
                      f"{_size(r.tokens)} tokens at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
-    for w in result.warnings[:3]:
+    from .comm import summarize_warnings
+    warnings = summarize_warnings(result.warnings)
+    for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    if len(result.warnings) > 3:
-        console.print(f"[yellow]... and {len(result.warnings) - 3} more warnings (all in --json)[/]")
+    if len(warnings) > 3:
+        console.print(f"[yellow]... and {len(warnings) - 3} more warnings (all in --json)[/]")

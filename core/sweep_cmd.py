@@ -268,10 +268,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
-    for w in result.warnings[:3]:
+    from .comm import summarize_warnings
+    warnings = summarize_warnings(result.warnings)
+    for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    if len(result.warnings) > 3:
-        console.print(f"[yellow]... and {len(result.warnings) - 3} more warnings "
+    if len(warnings) > 3:
+        console.print(f"[yellow]... and {len(warnings) - 3} more warnings "
                       f"(all in --json)[/]")
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")

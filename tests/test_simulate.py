@@ -211,3 +211,17 @@ def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
     assert proc.returncode == 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("Per stage"))
     assert re.search(r"compute [\d.]+ s, blocking communication [\d.]+ s, idle [\d.]+ s", line)
+
+
+def test_collective_warnings_fold_into_one_line_naming_the_largest():
+    from core.comm import summarize_warnings
+    ws = ["all_gather of 3000.0 MiB on 4 GPUs: beyond the measured sizes (1 KiB to 2 GiB), "
+          "extrapolated with that curve's latency-bandwidth fit",
+          "does not fit: stage 0 needs 90.0 GiB",
+          "all_reduce of 5000.5 MiB on 2 GPUs: beyond the measured sizes (1 MiB to 1024 MiB), "
+          "extrapolated with that curve's latency-bandwidth fit"]
+    out = summarize_warnings(ws)
+    assert out == ["2 collective sizes beyond the measured curves (the largest: all_reduce of "
+                   "5000.5 MiB on 2 GPUs, measured 1 MiB to 1024 MiB), extrapolated with each "
+                   "curve's latency-bandwidth fit", "does not fit: stage 0 needs 90.0 GiB"]
+    assert summarize_warnings(ws[:2]) == ws[:2]  # one is left as it is
