@@ -26,9 +26,8 @@ lies on the critical path, i.e. roughly ``(m + p - 1)`` of them).
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 from dataclasses import dataclass, field
 
 from .config import ClusterConfig, ParallelPlan
