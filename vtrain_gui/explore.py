@@ -1358,7 +1358,10 @@ class ExploreTab(QtWidgets.QWidget):
         text = (f"{format_count(result.num_plans)} plans ({format_count(result.num_feasible)} fit in "
                 f"memory) in {seconds:,.1f} s, {format_count(rate)} plans/s")
         if result.warnings:
-            text += f"\n⚠ {len(result.warnings)} profile warning(s): {result.warnings[0]}"
+            from core.comm import summarize_warnings
+            folded = summarize_warnings(result.warnings)
+            more = f" (+{len(folded) - 1} more)" if len(folded) > 1 else ""
+            text += f"\n⚠ {folded[0]}{more}"
         self._set_status(text)
         self.sweep_finished.emit(result)
 
