@@ -159,12 +159,18 @@ class Session:
     #: None (the default) is not written, so files without it stay byte-identical.
     #: Its content is checked by :meth:`core.sweep.SweepSpace.from_dict` where it is used.
     sweep: dict[str, Any] | None = None
+    #: Settings of the studies (the GUI's Studies tab), plain JSON:
+    #: ``{"optimal": {...}, "schedule": {...}}``; optional like ``sweep``. Checked
+    #: where used (:func:`core.optimal.compute_optimal`, :mod:`core.scheduler`).
+    studies: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of all sections (no format header); ``sweep`` only when set."""
+        """Plain JSON-able dict of all sections (no format header); ``sweep`` and ``studies``
+        only when set."""
         out = dataclasses.asdict(self)
-        if out["sweep"] is None:
-            del out["sweep"]
+        for name in ("sweep", "studies"):
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod
@@ -191,9 +197,9 @@ class Session:
                     raise ConfigError([FieldError("notes", "must be a string")])
                 kwargs[name] = data[name]
                 continue
-            if name == "sweep":
+            if name in ("sweep", "studies"):
                 if data[name] is not None and not isinstance(data[name], dict):
-                    raise ConfigError([FieldError("sweep", "must be a JSON object or null")])
+                    raise ConfigError([FieldError(name, "must be a JSON object or null")])
                 # a deep copy: the session never shares mutable state with its source
                 kwargs[name] = None if data[name] is None else json.loads(json.dumps(data[name]))
                 continue

@@ -4,10 +4,12 @@ A session file is one JSON object::
 
     {"format": "vtrain-session", "version": 1,
      "model": {...}, "plan": {...}, "cluster": {...}, "cost": {...}, "notes": "",
-     "sweep": {"space": {...}, "deadline_days": ...}}
+     "sweep": {"space": {...}, "deadline_days": ...},
+     "studies": {"optimal": {...}, "schedule": {...}}}
 
-``sweep`` (the Explore tab's sweep settings) is optional in version 1 and
-written only when set, so files without it load and save unchanged.
+``sweep`` (the Explore tab's sweep settings) and ``studies`` (the Studies
+tab's settings) are optional in version 1 and written only when set, so files
+without them load and save unchanged.
 
 Readers dispatch on ``version``; a newer version than this build knows is a
 clear error. Saving writes a temporary file in the same folder and renames it

@@ -112,6 +112,23 @@ def test_sweep_settings_are_optional_and_round_trip(tmp_path):
     assert load_session(path).sweep is None
 
 
+def test_study_settings_are_optional_and_round_trip(tmp_path):
+    plain = odd_session()
+    assert plain.studies is None and "studies" not in json.loads(session_to_json(plain))
+    s = odd_session()
+    s.studies = {"optimal": {"num_gpus": 512, "days": 0.1 + 0.2},
+                 "schedule": {"trace": "jobs.json", "backfill": True}}
+    path = tmp_path / "studies.json"
+    save_session(s, path)
+    back = load_session(path)
+    assert back == s and back.studies is not s.studies
+    assert back.studies["optimal"]["days"] == 0.1 + 0.2
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "studies": "fast"}))
+    with pytest.raises(SessionFileError, match="studies: must be a JSON object or null"):
+        load_session(path)
+
+
 def test_save_into_a_missing_folder_names_the_target(tmp_path):
     target = tmp_path / "no-such-folder" / "s.json"
     with pytest.raises(OSError) as info:

@@ -98,7 +98,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore = ExploreTab()
         self.explore.plan_selected.connect(self._on_explore_plan_select)
         self.explore.open_in_plan_requested.connect(self._on_explore_open_request)
-        self.explore.settings_changed.connect(self._on_explore_settings_change)
+        self.explore.settings_changed.connect(self._on_tab_settings_change)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
         self.plan_tab_index = self.tabs.addTab(main, "Plan")
@@ -113,6 +113,7 @@ class MainWindow(QtWidgets.QMainWindow):
                                 "Profile stores and their provenance; profile this machine (Ctrl+3)")
         self.studies = StudiesTab(session_fn=self.editor.session)
         self.studies_tab_index = self.tabs.addTab(self.studies, "Studies")
+        self.studies.settings_changed.connect(self._on_tab_settings_change)
         self.tabs.setTabToolTip(self.studies_tab_index,
                                 "Compute-optimal model size for a GPU budget; a job trace on a "
                                 "shared cluster (Ctrl+4)")
@@ -218,9 +219,11 @@ class MainWindow(QtWidgets.QMainWindow):
         return self._status.text()
 
     def session(self) -> Session:
-        """The session as edited, with the Explore tab's sweep settings."""
+        """The session as edited, with the Explore tab's sweep settings and the Studies tab's
+        settings."""
         session = self.editor.session()
         session.sweep = self.explore.settings()
+        session.studies = self.studies.settings()
         return session
 
     def new_session(self, session: Session | None = None) -> None:
@@ -228,6 +231,7 @@ class MainWindow(QtWidgets.QMainWindow):
         session = session or Session()
         self.editor.set_session(session)
         self.explore.reset(session)
+        self.studies.reset(session)
         self._set_path(None)
         self.setWindowModified(False)
         self._schedule_simulation(immediately=True)
@@ -250,6 +254,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return False
         self.editor.set_session(session)
         self.explore.reset(session)
+        self.studies.reset(session)
         self._set_path(None if as_template else path)
         self.setWindowModified(False)
         if not as_template:
@@ -386,7 +391,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.show_tab("plan")
 
     @Slot()
-    def _on_explore_settings_change(self) -> None:
+    def _on_tab_settings_change(self) -> None:
         self.setWindowModified(True)
 
     @Slot()

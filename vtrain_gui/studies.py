@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import json
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 
 from core.config import Session
 
@@ -101,6 +103,9 @@ def _fill(table: QtWidgets.QTableWidget, rows: list[list[str]], bold: set[int] =
 class _StudyPanel(QtWidgets.QWidget):
     """Settings form, Run / Cancel, a status line and a runner; subclasses add the views."""
 
+    #: a setting was edited (the window marks the session modified)
+    settings_changed = Signal()
+
     def __init__(self, session_fn: Callable[[], Session], study_fn: Callable[..., Any],
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -135,6 +140,50 @@ class _StudyPanel(QtWidgets.QWidget):
         return side
 
     def settings(self) -> dict:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _watch(self, *widgets: QtWidgets.QWidget) -> None:
+        """Report edits of ``widgets`` as :attr:`settings_changed`."""
+        for w in widgets:
+            for name in ("valueChanged", "toggled", "textEdited"):
+                if hasattr(w, name):
+                    getattr(w, name).connect(lambda *_: self.settings_changed.emit())
+                    break
+
+    def apply_settings(self, settings: Any) -> list[str]:
+        """Show ``settings`` (as :meth:`settings` gives them); values of the wrong type or out of
+        a field's range are left at the form's value and named in the returned list."""
+        ignored: list[str] = []
+        if not isinstance(settings, dict):
+            return ["(not a JSON object)"] if settings is not None else []
+        fields = self._fields()
+        for key, value in settings.items():
+            w = fields.get(key)
+            ok = w is not None
+            if isinstance(w, QtWidgets.QSpinBox):
+                ok = (isinstance(value, int) and not isinstance(value, bool)
+                      and w.minimum() <= value <= w.maximum())
+            elif isinstance(w, QtWidgets.QDoubleSpinBox):
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and w.minimum() <= value <= w.maximum())
+            elif isinstance(w, QtWidgets.QCheckBox):
+                ok = isinstance(value, bool)
+            elif isinstance(w, QtWidgets.QLineEdit):
+                ok = isinstance(value, str)
+            if not ok:
+                ignored.append(key)
+                continue
+            w.blockSignals(True)
+            if isinstance(w, (QtWidgets.QSpinBox, QtWidgets.QDoubleSpinBox)):
+                w.setValue(value)
+            elif isinstance(w, QtWidgets.QCheckBox):
+                w.setChecked(value)
+            else:
+                w.setText(value)
+            w.blockSignals(False)
+        return ignored
+
+    def _fields(self) -> dict[str, QtWidgets.QWidget]:  # pragma: no cover - overridden
         raise NotImplementedError
 
     @Slot()
@@ -202,6 +251,7 @@ class OptimalPanel(_StudyPanel):
         for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
                          ("Candidate sizes", self.candidates), ("Size spread", self.spread)):
             self.form.addRow(label, w)
+        self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread)
         hint = QtWidgets.QLabel("Cluster, global batch, sequence length and price come from the "
                                 "Plan tab; the model and plan there are not used.")
         hint.setWordWrap(True)
@@ -243,6 +293,10 @@ class OptimalPanel(_StudyPanel):
         lay = QtWidgets.QHBoxLayout(self)
         lay.addWidget(self._side())
         lay.addWidget(right, 1)
+
+    def _fields(self) -> dict[str, QtWidgets.QWidget]:
+        return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
+                "num_candidates": self.candidates, "spread": self.spread}
 
     def settings(self) -> dict:
         """The form as :func:`core.optimal.compute_optimal` keywords."""
@@ -329,6 +383,7 @@ class SchedulePanel(_StudyPanel):
         self.form.addRow("Cluster", self.gpus)
         self.form.addRow("Min. efficiency", self.min_efficiency)
         self.form.addRow("", self.backfill)
+        self._watch(self.trace, self.gpus, self.min_efficiency, self.backfill)
         hint = QtWidgets.QLabel("GPU kind, node size, network, precision and profile come from "
                                 "the Plan tab. Policies: requested (as asked), efficient (cut to "
                                 "where GPUs still pay), adaptive (efficient, but start on half "
@@ -363,6 +418,10 @@ class SchedulePanel(_StudyPanel):
         lay.addWidget(self._side())
         lay.addWidget(right, 1)
 
+    def _fields(self) -> dict[str, QtWidgets.QWidget]:
+        return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
+                "min_efficiency": self.min_efficiency}
+
     def settings(self) -> dict:
         """The form: trace path, GPUs, backfill, min_efficiency."""
         return {"trace": self.trace.text().strip(), "gpus": self.gpus.value(),
@@ -375,6 +434,7 @@ class SchedulePanel(_StudyPanel):
                                                         "Job traces (*.json)")
         if path:
             self.trace.setText(path)
+            self.settings_changed.emit()
 
     def show_result(self, result: Any) -> None:
         """Fill the policy table and draw the first policy's jobs."""
@@ -428,7 +488,13 @@ class SchedulePanel(_StudyPanel):
 
 
 class StudiesTab(QtWidgets.QTabWidget):
-    """The compute-optimal model study and the shared-cluster study, as two inner tabs."""
+    """The compute-optimal model study and the shared-cluster study, as two inner tabs.
+
+    Their settings are saved with the session (``Session.studies``).
+    """
+
+    #: a study setting was edited
+    settings_changed = Signal()
 
     def __init__(self, session_fn: Callable[[], Session],
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -439,6 +505,48 @@ class StudiesTab(QtWidgets.QTabWidget):
         self.addTab(self.schedule, "Shared cluster")
         self.setTabToolTip(0, "Which model trains to the lowest loss on N GPUs in D days")
         self.setTabToolTip(1, "A job trace on a shared cluster under GPU-allocation policies")
+        self._defaults = self.current_settings()
+        self._loaded: dict | None = None
+        self._touched = False
+        for panel in (self.optimal, self.schedule):
+            panel.settings_changed.connect(self._on_edit)
+            panel.run_button.clicked.connect(self._on_run)
+
+    def current_settings(self) -> dict:
+        """``{"optimal": {...}, "schedule": {...}}`` as the forms show them."""
+        return {"optimal": self.optimal.settings(), "schedule": self.schedule.settings()}
+
+    def settings(self) -> dict | None:
+        """What ``Session.studies`` should hold: None while the forms show untouched defaults,
+        the loaded dict while unedited (an exact round trip), else :meth:`current_settings`."""
+        if not self._touched:
+            return None if self._loaded is None else json.loads(json.dumps(self._loaded))
+        return self.current_settings()
+
+    @Slot()
+    def _on_edit(self) -> None:
+        self._touched = True
+        self.settings_changed.emit()
+
+    @Slot()
+    def _on_run(self) -> None:
+        self._touched = True  # the settings were used: save them from now on
+
+    def reset(self, session: Session) -> list[str]:
+        """Show ``session.studies`` (defaults for what it lacks); returns the settings it had
+        that could not be used (wrong type or out of range), as ``panel.key``."""
+        self._loaded = json.loads(json.dumps(session.studies)) if session.studies is not None else None
+        self._touched = False
+        studies = session.studies if isinstance(session.studies, dict) else {}
+        ignored = [] if session.studies is None or isinstance(session.studies, dict) else ["studies"]
+        for name, panel in (("optimal", self.optimal), ("schedule", self.schedule)):
+            panel.apply_settings(self._defaults[name])
+            bad = panel.apply_settings(studies.get(name))
+            panel.result = None
+            panel._set_status("Settings from the file not used (wrong type or out of range): "
+                              + ", ".join(bad) if bad else "", False, error=bool(bad))
+            ignored += [f"{name}.{k}" for k in bad]
+        return ignored
 
     def shutdown(self) -> bool:
         """Stop both studies' worker threads (window closing)."""

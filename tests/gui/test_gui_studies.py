@@ -73,3 +73,31 @@ def test_a_bad_trace_is_a_readable_error_not_a_traceback(studies, qtbot, tmp_pat
 def test_window_has_a_studies_tab(window):
     window.show_tab("studies")
     assert window.current_tab() == "studies"
+
+
+def test_study_settings_round_trip_through_the_session_file(window, tmp_path, qtbot):
+    from core.session import load_session
+    path = tmp_path / "s.json"
+    assert window.save_to(path)
+    assert load_session(path).studies is None  # untouched defaults are not written
+    window.studies.optimal.gpus.setValue(512)
+    window.studies.optimal.gpus.valueChanged.emit(512)
+    assert window.isWindowModified()
+    window.studies.schedule.backfill.setChecked(True)
+    assert window.save_to(path)
+    saved = load_session(path).studies
+    assert saved["optimal"]["num_gpus"] == 512 and saved["schedule"]["backfill"] is True
+    window.new_session()
+    assert window.studies.optimal.gpus.value() == 1024
+    assert window.open_path(path)
+    assert window.studies.optimal.gpus.value() == 512 and window.studies.schedule.backfill.isChecked()
+    assert window.session().studies == saved  # unedited: the loaded settings, exactly
+
+
+def test_bad_study_settings_in_a_file_are_named_and_left_at_defaults(studies):
+    from core.config import Session
+    s = Session()
+    s.studies = {"optimal": {"num_gpus": "many", "days": 7.0, "colour": 1}}
+    assert studies.reset(s) == ["optimal.num_gpus", "optimal.colour"]
+    assert studies.optimal.gpus.value() == 1024 and studies.optimal.days.value() == 7.0
+    assert "num_gpus" in studies.optimal.status.text()
