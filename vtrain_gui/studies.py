@@ -20,6 +20,7 @@ from PySide6 import QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.config import Session
+from core.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
 from .workers import SweepRunner
 
@@ -70,6 +71,16 @@ def run_schedule_study(session: Session, settings: dict, _unused: Any,
                             backfill=settings["backfill"], min_efficiency=settings["min_efficiency"])
                for p in POLICIES]
     return jobs, counts, tps, results
+
+
+def _gpu_spin() -> QtWidgets.QSpinBox:
+    """A GPU-count field: 1 to :data:`core.optimal.MAX_GPUS`, 1,024 to start with."""
+    w = QtWidgets.QSpinBox()
+    w.setRange(1, MAX_GPUS)
+    w.setValue(1024)
+    w.setSuffix(" GPUs")
+    w.setGroupSeparatorShown(True)
+    return w
 
 
 def _table(headers: list[str]) -> QtWidgets.QTableWidget:
@@ -227,13 +238,9 @@ class OptimalPanel(_StudyPanel):
     def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
                  study_fn: Callable[..., Any] | None = None) -> None:
         super().__init__(session_fn, study_fn or run_optimal_study, parent)
-        self.gpus = QtWidgets.QSpinBox()
-        self.gpus.setRange(1, 1_000_000)
-        self.gpus.setValue(1024)
-        self.gpus.setSuffix(" GPUs")
-        self.gpus.setGroupSeparatorShown(True)
+        self.gpus = _gpu_spin()
         self.days = QtWidgets.QDoubleSpinBox()
-        self.days.setRange(0.01, 3650.0)
+        self.days.setRange(0.01, float(MAX_DAYS))
         self.days.setValue(30.0)
         self.days.setSuffix(" days")
         self.mfu = QtWidgets.QDoubleSpinBox()
@@ -245,7 +252,7 @@ class OptimalPanel(_StudyPanel):
         self.candidates.setRange(2, 25)
         self.candidates.setValue(9)
         self.spread = QtWidgets.QDoubleSpinBox()
-        self.spread.setRange(1.5, 100.0)
+        self.spread.setRange(1.5, MAX_SPREAD)
         self.spread.setValue(8.0)
         self.spread.setToolTip("Largest over smallest candidate size")
         for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
@@ -366,11 +373,7 @@ class SchedulePanel(_StudyPanel):
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.trace, 1)
         row.addWidget(browse)
-        self.gpus = QtWidgets.QSpinBox()
-        self.gpus.setRange(1, 1_000_000)
-        self.gpus.setValue(1024)
-        self.gpus.setSuffix(" GPUs")
-        self.gpus.setGroupSeparatorShown(True)
+        self.gpus = _gpu_spin()
         self.min_efficiency = QtWidgets.QDoubleSpinBox()
         self.min_efficiency.setRange(0.05, 1.0)
         self.min_efficiency.setSingleStep(0.05)
