@@ -15,10 +15,6 @@ its start to its end on a fixed GPU count):
 
 ``requested``
     Every job gets the GPUs it asked for, and waits until that many are free.
-
-A job with no plan that fits on its request runs on the nearest count below
-it that has one (above it when none below has), and is listed in
-:attr:`ScheduleResult.adjusted`.
 ``efficient``
     Every job gets the largest count, at most its request, at which its
     predicted tokens/s per GPU is at least ``min_efficiency`` (default 80 %)
@@ -28,6 +24,10 @@ it that has one (above it when none below has), and is listed in
 ``adaptive``
     As ``efficient``, but when that count is not free it starts at once on
     the largest free count of at least half of it.
+
+A job with no plan that fits on its request runs on the nearest count below
+it that has one (above it when none below has), and is listed in
+:attr:`ScheduleResult.adjusted`.
 
 With ``backfill`` a later job may start ahead of a waiting head job when it
 fits in the free GPUs (simple backfilling, which can delay the head job).
@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import ConfigError, FieldError, MODEL_PRESETS, ModelConfig, Session
+from .config import MODEL_PRESETS, ConfigError, FieldError, ModelConfig, Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
            "target_index", "JobRun", "ScheduleResult", "run_schedule"]
@@ -202,8 +202,10 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
         0 where no plan fits.
     plans : list (per job) of lists (per count) of plan dicts or None
     """
+    from .simulate import open_profile, profile_path
     from .sweep import SweepSpace, run_sweep
 
+    store = store or open_profile(profile_path(session))  # opened once for every job
     cache: dict[tuple, tuple[np.ndarray, list]] = {}
     out = np.zeros((len(jobs), len(counts)))
     plans: list[list[dict | None]] = []
