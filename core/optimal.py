@@ -49,8 +49,8 @@ __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
-#: Largest budget :func:`compute_optimal` takes: GPUs, days, and candidate size ratio.
-MAX_GPUS, MAX_DAYS, MAX_SPREAD = 1_000_000, 3650, 1000.0
+#: Largest budget :func:`compute_optimal` takes: GPUs, days, candidate size ratio, candidates.
+MAX_GPUS, MAX_DAYS, MAX_SPREAD, MAX_CANDIDATES = 1_000_000, 3650, 1000.0, 100
 #: Head dimension h / a of the generated shapes (GPT-3 175B, MT-NLG: 128).
 HEAD_DIM = 128
 #: Width-to-depth ratio h / L of the generated shapes (GPT-3 175B: 12288 / 96 = 128).
@@ -215,7 +215,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         Utilization the rule's FLOP budget assumes, in (0, 1].
     num_candidates : int
         Candidate sizes, geometric from ``N_opt / sqrt(spread)`` to ``N_opt * sqrt(spread)``
-        (at least 2; sizes that round to the same shape are tried once).
+        (2 to :data:`MAX_CANDIDATES`; sizes that round to the same shape are tried once).
     spread : float
         Ratio of the largest to the smallest candidate size (above 1, at most :data:`MAX_SPREAD`).
     store : ProfileStore, optional
@@ -237,8 +237,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         errs.append(FieldError("--days", f"{days!r} must be a number above 0 and at most {MAX_DAYS:,}"))
     if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
         errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
-    if not (isinstance(num_candidates, int) and num_candidates >= 2):
-        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer >= 2"))
+    if not (isinstance(num_candidates, int) and 2 <= num_candidates <= MAX_CANDIDATES):
+        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer from 2 to "
+                                               f"{MAX_CANDIDATES}"))
     if not (isinstance(spread, (int, float)) and math.isfinite(spread) and 1 < spread <= MAX_SPREAD):
         errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
     if errs:
