@@ -44,7 +44,7 @@ import numpy as np
 from .config import ConfigError, FieldError, ModelConfig, Session
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
-           "Candidate",
+           "no_plan_explanation", "Candidate",
            "OptimalResult", "compute_optimal"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
@@ -193,13 +193,24 @@ class OptimalResult:
                 "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings}
 
 
+def no_plan_explanation(result: "OptimalResult", global_batch_size: int) -> str:
+    """Why no candidate has a plan, for people: the GPU-count rule when no candidate has a
+    plan on exactly this many GPUs, else a pointer to the per-candidate reasons."""
+    if {c.reason for c in result.candidates} == {"no plan on exactly this many GPUs"}:
+        return (f"No candidate has a plan on exactly {result.num_gpus:,} GPUs: a plan needs t*p*d "
+                f"GPUs with t dividing a node and d*b dividing the global batch "
+                f"({global_batch_size}); try another GPU count or global batch.")
+    return "No candidate has a plan that fits on exactly these GPUs (see each candidate's note)."
+
+
 def _num(v: float) -> float | None:
     return None if not math.isfinite(v) else float(v)
 
 
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
                     num_candidates: int = 9, spread: float = 8.0, store=None,
-                    progress: Callable[[int, int, str], None] | None = None) -> OptimalResult:
+                    progress: Callable[[int, int, str], None] | None = None,
+                    cancel: Any = None) -> OptimalResult:
     """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
 
     Parameters
@@ -221,11 +232,15 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     store : ProfileStore, optional
         Default: the session's profile.
     progress : callable ``(done, total, model_name)``, optional
+    cancel : threading.Event or callable returning bool, optional
+        Passed to each plan sweep (:func:`core.sweep.run_sweep`).
 
     Raises
     ------
     ConfigError
         A budget argument out of range (named as the CLI option).
+    core.sweep.SweepCancelled
+        ``cancel`` was set.
     """
     from .simulate import open_profile, profile_path
     from .sweep import SweepSpace, run_sweep
@@ -271,7 +286,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         s.model = model
         n = model.num_parameters()
         try:
-            res = run_sweep(s, space, store=store)
+            res = run_sweep(s, space, store=store, cancel=cancel)
         except ConfigError as exc:
             out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
                                             str(exc)))

@@ -124,15 +124,9 @@ def _print(result, session, console: Console) -> None:
                       f"of 2 of any candidate shape (the smallest is {_size(smallest)}: L=8, "
                       "h=1024).", highlight=False)
     if result.best is None:
-        reasons = {c.reason for c in result.candidates}
-        if reasons == {"no plan on exactly this many GPUs"}:
-            console.print(f"[red]No candidate has a plan on exactly {result.num_gpus:,} GPUs[/]: "
-                          "a plan needs t*p*d GPUs with t dividing a node and d*b dividing the "
-                          f"global batch ({s.plan.global_batch_size}); try another --gpus or "
-                          "global batch.", highlight=False)
-        else:
-            console.print("[red]No candidate has a plan that fits on exactly these GPUs[/] "
-                          "(see the note column).")
+        from .optimal import no_plan_explanation
+        console.print(f"[red]{no_plan_explanation(result, s.plan.global_batch_size)}[/]",
+                      highlight=False)
         return
     b = result.candidates[result.best]
     line = (f"Lowest loss: {_size(b.n_params)} parameters (L={b.model.num_layers}, "

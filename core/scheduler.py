@@ -189,8 +189,8 @@ def gpu_counts(total_gpus: int, gpus_per_node: int, extra: Sequence[int] = ()) -
 
 
 def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int], *,
-                     store=None, progress: Callable[[int, int, str], None] | None = None
-                     ) -> tuple[np.ndarray, list[list[dict | None]]]:
+                     store=None, progress: Callable[[int, int, str], None] | None = None,
+                     cancel: Any = None) -> tuple[np.ndarray, list[list[dict | None]]]:
     """Best predicted tokens/s of every job at every GPU count.
 
     One plan sweep per distinct (model, global batch) over exactly ``counts``
@@ -201,6 +201,9 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
     tokens_per_s : float array, shape (len(jobs), len(counts))
         0 where no plan fits.
     plans : list (per job) of lists (per count) of plan dicts or None
+
+    ``progress(done, total, name)`` is called before each job's sweep; ``cancel`` is passed
+    to the sweeps (:class:`core.sweep.SweepCancelled` when it is set).
     """
     from .simulate import open_profile, profile_path
     from .sweep import SweepSpace, run_sweep
@@ -218,7 +221,7 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             s = session.copy()
             s.model = job.model
             s.plan.global_batch_size = job.global_batch_size
-            res = run_sweep(s, SweepSpace(num_gpus=list(counts)), store=store)
+            res = run_sweep(s, SweepSpace(num_gpus=list(counts)), store=store, cancel=cancel)
             tps = np.zeros(len(counts))
             best: list[dict | None] = [None] * len(counts)
             for k, n in enumerate(counts):

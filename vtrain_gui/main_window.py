@@ -254,9 +254,9 @@ class MainWindow(QtWidgets.QMainWindow):
             return False
         self.editor.set_session(session)
         self.explore.reset(session)
-        self.studies.reset(session)
+        unusable = self.studies.reset(session)
         self._set_path(None if as_template else path)
-        self.setWindowModified(False)
+        self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
             self._add_recent(path)
         self._schedule_simulation(immediately=True)

@@ -51,7 +51,7 @@ def run_optimal_study(session: Session, settings: dict, _unused: Any,
     return compute_optimal(session, settings["num_gpus"], settings["days"],
                            assumed_mfu=settings["assumed_mfu"],
                            num_candidates=settings["num_candidates"], spread=settings["spread"],
-                           progress=on_progress)
+                           progress=on_progress, cancel=cancel)
 
 
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
@@ -59,14 +59,14 @@ def run_schedule_study(session: Session, settings: dict, _unused: Any,
     """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results)``."""
     from core.scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
 
-    jobs = read_jobs(settings["trace"])
+    jobs = read_jobs(settings["trace"] or str(DEFAULT_TRACE))
     counts = gpu_counts(settings["gpus"], session.cluster.gpus_per_node,
                         [j.requested_gpus for j in jobs])
 
     def on_progress(done: int, total: int, _name: str) -> None:
         _cancel_check(cancel)
         progress(done, total)
-    tps, plans = throughput_table(jobs, session, counts, progress=on_progress)
+    tps, plans = throughput_table(jobs, session, counts, progress=on_progress, cancel=cancel)
     results = [run_schedule(jobs, tps, counts, settings["gpus"], p, plans=plans,
                             backfill=settings["backfill"], min_efficiency=settings["min_efficiency"])
                for p in POLICIES]
@@ -89,7 +89,7 @@ def _table(headers: list[str]) -> QtWidgets.QTableWidget:
     t.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
     t.verticalHeader().setVisible(False)
-    t.horizontalHeader().setStretchLastSection(True)
+    t.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
     return t
 
 
@@ -126,6 +126,7 @@ class _StudyPanel(QtWidgets.QWidget):
         self.runner.finished.connect(self._on_finish)
         self.runner.failed.connect(self._on_fail)
         self.runner.cancelled.connect(lambda _id: self._set_status("Cancelled.", False))
+        self.settings_changed.connect(self._on_settings_edit)
         self.form = QtWidgets.QFormLayout()
         self.run_button = QtWidgets.QPushButton("Run")
         self.run_button.clicked.connect(self.run)
@@ -147,7 +148,7 @@ class _StudyPanel(QtWidgets.QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.status)
         lay.addStretch(1)
-        side.setMaximumWidth(330)
+        side.setFixedWidth(330)
         return side
 
     def settings(self) -> dict:  # pragma: no cover - overridden
@@ -198,10 +199,26 @@ class _StudyPanel(QtWidgets.QWidget):
         raise NotImplementedError
 
     @Slot()
-    def run(self) -> int:
-        """Start the study with the form's settings on the session's cluster; returns the run id."""
+    def run(self) -> int | None:
+        """Start the study with the form's settings on the session's cluster; returns the run id,
+        or None when the Plan tab's configuration cannot run it (the status says why)."""
+        from core.config import ConfigError
+        session = self._session_fn()
+        try:
+            self.check_session(session)
+        except ConfigError as exc:
+            self._set_status("The Plan tab's configuration cannot run this study: "
+                             + "; ".join(str(e) for e in exc.errors), False, error=True)
+            return None
         self._set_status("Running…", True)
-        return self.runner.start(self._session_fn(), self.settings())
+        self.clear_result()
+        return self.runner.start(session, self.settings())
+
+    def check_session(self, session: Session) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def clear_result(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
     def shutdown(self) -> bool:
         """Stop the worker thread (window closing)."""
@@ -213,13 +230,22 @@ class _StudyPanel(QtWidgets.QWidget):
         self.run_button.setEnabled(not busy)
         self.cancel_button.setEnabled(busy)
 
+    @Slot()
+    def _on_settings_edit(self) -> None:
+        if self.result is not None and not self.runner.busy:
+            self._set_status("Settings changed since this result: Run to update it.", False)
+
     @Slot(int, int, int)
     def _on_progress(self, _run: int, done: int, total: int) -> None:
         if total:
-            self._set_status(f"Running… {done} of {total} models swept", True)
+            self._set_status(f"Running… {self._progress_noun} {min(done + 1, total)} of {total}",
+                             True)
 
     @Slot(int, str)
     def _on_fail(self, _run: int, message: str) -> None:
+        parts = message.split("; ")
+        if len(parts) > 3:
+            message = "; ".join(parts[:3]) + f"; … and {len(parts) - 3} more"
         self._set_status(message, False, error=True)
 
     @Slot(int, object, float)
@@ -238,6 +264,7 @@ class OptimalPanel(_StudyPanel):
     def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
                  study_fn: Callable[..., Any] | None = None) -> None:
         super().__init__(session_fn, study_fn or run_optimal_study, parent)
+        self._progress_noun = "sweeping the plans of candidate"
         self.gpus = _gpu_spin()
         self.days = QtWidgets.QDoubleSpinBox()
         self.days.setRange(0.01, float(MAX_DAYS))
@@ -278,7 +305,7 @@ class OptimalPanel(_StudyPanel):
         self.plot.getAxis("left").setWidth(70)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self._points = pg.ScatterPlotItem(size=9, brush=pg.mkBrush(_POINT), pen=pg.mkPen("w"))
-        self._line = pg.PlotDataItem(pen=pg.mkPen(_POINT, width=1.5))
+        self._line = pg.PlotDataItem(pen=pg.mkPen(_POINT, width=1.5), connect="finite")
         self._best = pg.ScatterPlotItem(size=18, symbol="star", brush=pg.mkBrush(_BEST),
                                         pen=pg.mkPen("#1B5E20"))
         self._rule = pg.InfiniteLine(angle=90, movable=False,
@@ -304,6 +331,22 @@ class OptimalPanel(_StudyPanel):
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
                 "num_candidates": self.candidates, "spread": self.spread}
+
+    def check_session(self, session: Session) -> None:
+        """Raise ConfigError when the session's cluster, batch or sequence cannot run the study."""
+        from core.config import check_all_but_the_plan
+        from core.optimal import gpt_shape
+        m = session.model
+        check_all_but_the_plan(session, gpt_shape(1e9, m.seq_length, m.vocab_size))
+
+    def clear_result(self) -> None:
+        """Empty the table, the summary and the plot."""
+        self.result = None
+        self.table.setRowCount(0)
+        self.summary.setText("")
+        for item in (self._points, self._line, self._best):
+            item.setData([], [])
+        self._rule.setVisible(False)
 
     def settings(self) -> dict:
         """The form as :func:`core.optimal.compute_optimal` keywords."""
@@ -333,30 +376,42 @@ class OptimalPanel(_StudyPanel):
                          f"{c.loss:.4f}", mark])
         _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
               left={5, 6, 11})
-        text = (f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
+        session = self._session_fn()
+        cost = result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
+        text = (f"<b>{result.num_gpus:,} GPUs for {result.days:g} days</b> (${cost:,.0f}). "
+                f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
                 f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "
                 f"parameters on {fp(result.rule_tokens)} tokens.")
         if result.rule_index is None:
             text += " (No candidate shape is within a factor of 2 of N_opt.)"
         if result.best is None:
-            text += " No candidate has a plan that fits on exactly these GPUs (see the last column)."
+            from core.optimal import no_plan_explanation
+            text += " " + no_plan_explanation(result, session.plan.global_batch_size)
         else:
             b = result.candidates[result.best]
             text += (f" <b>Lowest loss: {fp(b.n_params)} parameters</b> (L={b.model.num_layers}, "
-                     f"h={b.model.hidden_size}) on {fp(b.tokens)} tokens at {b.mfu:.1%} MFU.")
+                     f"h={b.model.hidden_size}) on {fp(b.tokens)} tokens at {b.mfu:.1%} MFU, "
+                     f"loss {b.loss:.4f}")
+            r = result.candidates[result.rule_index] if result.rule_index is not None else None
+            if r is not None and r is not b and r.plan is not None:
+                text += f" (the rule's size: {r.loss:.4f})"
+            text += "."
+        if result.warnings:
+            from core.comm import summarize_warnings
+            text += f"<br><span style='color:#7A5C00'>⚠ {summarize_warnings(result.warnings)[0]}</span>"
         self.summary.setText(text)
-        ok = [c for c in result.candidates if c.plan is not None]
-        x = np.array([c.n_params for c in ok], float)
-        y = np.array([c.loss for c in ok], float)
-        self._points.setData(x / 1e9, y)
-        self._line.setData(x / 1e9, y)
+        x = np.array([c.n_params for c in result.candidates], float) / 1e9
+        y = np.array([c.loss for c in result.candidates], float)  # NaN where no plan fits
+        ok = np.isfinite(y)
+        self._points.setData(x[ok], y[ok])
+        self._line.setData(x, y)
         if result.best is not None:
             b = result.candidates[result.best]
             self._best.setData([b.n_params / 1e9], [b.loss])
         else:
             self._best.setData([], [])
         self._rule.setPos(result.rule_params / 1e9)
-        self._rule.setVisible(True)
+        self._rule.setVisible(bool(ok.any()))
         self.plot.enableAutoRange()
 
 
@@ -366,7 +421,10 @@ class SchedulePanel(_StudyPanel):
     def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
                  study_fn: Callable[..., Any] | None = None) -> None:
         super().__init__(session_fn, study_fn or run_schedule_study, parent)
-        self.trace = QtWidgets.QLineEdit(str(DEFAULT_TRACE))
+        self._progress_noun = "sweeping the plans of job"
+        self.trace = QtWidgets.QLineEdit()
+        self.trace.setPlaceholderText("the example trace")
+        self.trace.setToolTip(f"A JSON job trace; empty: {DEFAULT_TRACE}")
         browse = QtWidgets.QPushButton("…")
         browse.setFixedWidth(28)
         browse.clicked.connect(self._browse)
@@ -397,6 +455,9 @@ class SchedulePanel(_StudyPanel):
         self.policies = _table(["policy", "mean JCT h", "median JCT h", "mean wait h",
                                 "makespan h", "utilization", "GPU-hours"])
         self.policies.itemSelectionChanged.connect(self._on_policy_select)
+        self.notes = QtWidgets.QLabel("")
+        self.notes.setWordWrap(True)
+        self.notes.setStyleSheet("color: #7A5C00;")
         self.gantt = pg.PlotWidget(background="w")
         self.gantt.setLabel("bottom", "hours since the first arrival")
         self.gantt.getViewBox().invertY(True)
@@ -409,6 +470,7 @@ class SchedulePanel(_StudyPanel):
         tl = QtWidgets.QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.policies)
+        tl.addWidget(self.notes)
         bottom = QtWidgets.QWidget()
         bl = QtWidgets.QVBoxLayout(bottom)
         bl.setContentsMargins(0, 0, 0, 0)
@@ -425,15 +487,33 @@ class SchedulePanel(_StudyPanel):
         return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
                 "min_efficiency": self.min_efficiency}
 
+    def check_session(self, session: Session) -> None:
+        """Raise ConfigError when the session's cluster, precision or profile cannot run the
+        study (the jobs bring their own models and batches)."""
+        from core.config import check_all_but_the_plan
+        from core.optimal import gpt_shape
+        check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
+
+    def clear_result(self) -> None:
+        """Empty the policy table, the notes and the chart."""
+        self.result = None
+        self.policies.setRowCount(0)
+        self.notes.setText("")
+        for item in self._bars:
+            self.gantt.removeItem(item)
+        self._bars = []
+        self.gantt_title.setText("")
+
     def settings(self) -> dict:
-        """The form: trace path, GPUs, backfill, min_efficiency."""
+        """The form: trace path (empty: the example trace), GPUs, backfill, min_efficiency."""
         return {"trace": self.trace.text().strip(), "gpus": self.gpus.value(),
                 "backfill": self.backfill.isChecked(),
                 "min_efficiency": self.min_efficiency.value()}
 
     def _browse(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a job trace",
-                                                        str(Path(self.trace.text()).parent),
+                                                        str(Path(self.trace.text().strip()
+                                                                 or DEFAULT_TRACE).parent),
                                                         "Job traces (*.json)")
         if path:
             self.trace.setText(path)
@@ -449,6 +529,17 @@ class SchedulePanel(_StudyPanel):
                          f"{m['mean_wait_h']:,.1f}", f"{m['makespan_h']:,.1f}",
                          f"{m['utilization']:.1%}", f"{m['gpu_hours']:,.0f}"])
         _fill(self.policies, rows)
+        notes = []
+        if results and results[0].unrunnable:
+            notes.append(f"No plan fits on any count for {', '.join(results[0].unrunnable)}: "
+                         "left out of every policy.")
+        for r in results:
+            notes += [f"{r.policy}: {name} asked for {asked} GPUs; no plan fits "
+                      f"{'there' if r.policy == 'requested' else 'at or below that'}, so it ran "
+                      f"on {got}." for name, asked, got in r.adjusted]
+        if len(notes) > 6:
+            notes = notes[:6] + [f"… and {len(notes) - 6} more (vtrain schedule prints all)."]
+        self.notes.setText("\n".join(notes))
         self.policies.selectRow(0)
         self.show_policy(0)
 
@@ -478,16 +569,18 @@ class SchedulePanel(_StudyPanel):
         run = pg.BarGraphItem(x0=start, x1=end, y=y, height=0.6, brush=pg.mkBrush(_RUN),
                               pen=pg.mkPen("w"))
         self._bars = [wait, run]
-        for k, x in enumerate(runs):
-            label = pg.TextItem(f"{x.gpus} GPUs", color="w", anchor=(0, 0.5))
-            label.setPos(start[k], y[k])
+        for k, x in enumerate(runs):  # beside the bar, so short bars keep their label
+            label = pg.TextItem(f"{x.gpus} GPU{'s' if x.gpus != 1 else ''}", color="#263238",
+                                anchor=(0, 0.5))
+            label.setPos(end[k], y[k])
             self._bars.append(label)
         for item in self._bars:
             self.gantt.addItem(item)
         self.gantt.getAxis("left").setTicks([[(k, x.job.name) for k, x in enumerate(runs)]])
         self.gantt_title.setText(f"<b>{r.policy}</b>: each job waits (grey) from its arrival to "
                                  "its start, then runs (blue) on the GPUs shown")
-        self.gantt.enableAutoRange()
+        self.gantt.enableAutoRange(axis="y")
+        self.gantt.setXRange(0.0, float(end.max()) * 1.1, padding=0.02)  # room for the labels
 
 
 class StudiesTab(QtWidgets.QTabWidget):
@@ -545,10 +638,13 @@ class StudiesTab(QtWidgets.QTabWidget):
         for name, panel in (("optimal", self.optimal), ("schedule", self.schedule)):
             panel.apply_settings(self._defaults[name])
             bad = panel.apply_settings(studies.get(name))
-            panel.result = None
-            panel._set_status("Settings from the file not used (wrong type or out of range): "
+            panel.clear_result()
+            panel._set_status("Settings from the file not used (unknown, of the wrong type or out "
+                              "of range): "
                               + ", ".join(bad) if bad else "", False, error=bool(bad))
             ignored += [f"{name}.{k}" for k in bad]
+        if ignored:  # the forms no longer show the file's settings: save what they show
+            self._touched = True
         return ignored
 
     def shutdown(self) -> bool:

@@ -43,7 +43,7 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
 
 def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, qtbot):
     panel = studies.schedule
-    assert panel.trace.text() == str(DEFAULT_TRACE)
+    assert panel.trace.text() == "" and str(DEFAULT_TRACE) in panel.trace.toolTip()  # the example
     with qtbot.waitSignal(panel.runner.finished, timeout=60_000):
         panel.run()
     jobs, _counts, _tps, results = panel.result
@@ -61,7 +61,8 @@ def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, q
 def test_a_bad_trace_is_a_readable_error_not_a_traceback(studies, qtbot, tmp_path):
     panel = studies.schedule
     bad = tmp_path / "trace.json"
-    bad.write_text(json.dumps([{"arrival_h": 0, "model": "GPT-9"}]))
+    bad.write_text(json.dumps([{"arrival_h": 0, "model": "GPT-9", "global_batch_size": 8,
+                                "tokens": 1e9, "requested_gpus": 8}]))
     panel.trace.setText(str(bad))
     with qtbot.waitSignal(panel.runner.failed, timeout=30_000):
         panel.run()
@@ -101,3 +102,44 @@ def test_bad_study_settings_in_a_file_are_named_and_left_at_defaults(studies):
     assert studies.reset(s) == ["optimal.num_gpus", "optimal.colour"]
     assert studies.optimal.gpus.value() == 1024 and studies.optimal.days.value() == 7.0
     assert "num_gpus" in studies.optimal.status.text()
+
+
+def test_an_invalid_plan_tab_cluster_is_refused_before_running(qtbot):
+    session = Session()
+    session.cluster.gpus_per_node = 0
+    w = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(w)
+    for panel in (w.optimal, w.schedule):
+        assert panel.run() is None
+        assert "Plan tab" in panel.status.text() and "gpus_per_node" in panel.status.text()
+        assert panel.run_button.isEnabled()
+    w.shutdown()
+
+
+def test_an_edit_after_a_run_marks_the_result_stale_and_a_failure_clears_it(studies, qtbot, tmp_path):
+    panel = studies.schedule
+    with qtbot.waitSignal(panel.runner.finished, timeout=60_000):
+        panel.run()
+    panel.gpus.setValue(2048)
+    assert "Run to update" in panel.status.text()
+    bad = tmp_path / "t.json"
+    bad.write_text("[]")
+    panel.trace.setText(str(bad))
+    with qtbot.waitSignal(panel.runner.failed, timeout=30_000):
+        panel.run()
+    assert panel.policies.rowCount() == 0 and panel.result is None
+
+
+def test_a_job_left_out_or_moved_is_named_under_the_policy_table(studies, qtbot, tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([
+        {"name": "small", "arrival_h": 0, "model": "GPT-3 1.3B", "global_batch_size": 512,
+         "tokens": 1e9, "requested_gpus": 8},
+        {"name": "huge", "arrival_h": 0, "model": "Megatron 1T", "global_batch_size": 512,
+         "tokens": 1e9, "requested_gpus": 8}]))
+    panel = studies.schedule
+    panel.trace.setText(str(trace))
+    panel.gpus.setValue(8)
+    with qtbot.waitSignal(panel.runner.finished, timeout=60_000):
+        panel.run()
+    assert "No plan fits on any count for huge" in panel.notes.text()
