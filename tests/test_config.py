@@ -71,39 +71,35 @@ def test_read_authors_config_mtnlg():
     assert s.cluster.gpu == "A100-SXM4-80GB" and s.cluster.gpus_per_node == 8
 
 
-def test_authors_config_num_gpus_mismatch_is_an_error(tmp_path):
+def authors_config_error(tmp_path, **changes) -> ConfigError:
+    """The error of reading the authors' GPT-3 175B config with ``changes`` applied."""
     raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
-    raw["num_gpus"] = 1024
+    raw.update(changes)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(ConfigError) as info:
         read_vtrain_config(path)
+    return info.value
+
+
+def test_authors_config_num_gpus_mismatch_is_an_error(tmp_path):
+    err = authors_config_error(tmp_path, num_gpus=1024)
     assert "num_gpus=1024 disagrees with tensor_parallel_size*pipeline_parallel_size*" \
-           "data_parallel_size=8*16*4=512" in str(info.value)
+           "data_parallel_size=8*16*4=512" in str(err)
 
 
 @pytest.mark.parametrize("value", ["eight", 8.0, True, -8])
 def test_authors_config_non_integer_tensor_parallel_names_the_key(tmp_path, value):
-    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
-    raw["tensor_parallel_size"] = value
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(raw))
-    with pytest.raises(ConfigError) as info:
-        read_vtrain_config(path)
+    err = authors_config_error(tmp_path, tensor_parallel_size=value)
     # one error, on the file's own key, and no num_gpus product built from a string
-    assert [str(e) for e in info.value.errors] == [
+    assert [str(e) for e in err.errors] == [
         f"tensor_parallel_size: tensor_parallel_size={value!r} must be a positive integer"]
 
 
 def test_authors_config_gradient_bucketing_is_refused_not_ignored(tmp_path):
-    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
-    raw["use_gradient_bucket"] = True
-    path = tmp_path / "bucket.json"
-    path.write_text(json.dumps(raw))
-    with pytest.raises(ConfigError) as info:
-        read_vtrain_config(path)
-    assert [e.field for e in info.value.errors] == ["use_gradient_bucket"]
-    assert "not modelled yet" in str(info.value)
+    err = authors_config_error(tmp_path, use_gradient_bucket=True)
+    assert [e.field for e in err.errors] == ["use_gradient_bucket"]
+    assert "not modelled yet" in str(err)
 
 
 def test_authors_config_unknown_and_missing_keys(tmp_path):

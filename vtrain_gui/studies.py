@@ -138,6 +138,23 @@ class _StudyPanel(QtWidgets.QWidget):
         self.status.setObjectName("status")
         self.result: Any = None
 
+    def _layout(self, top: list[QtWidgets.QWidget],
+                bottom: list[QtWidgets.QWidget]) -> QtWidgets.QSplitter:
+        """The settings on the left; on the right, ``top`` over ``bottom`` in a splitter (the
+        last widget of each stretches)."""
+        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        for widgets in (top, bottom):
+            pane = QtWidgets.QWidget()
+            lay = QtWidgets.QVBoxLayout(pane)
+            lay.setContentsMargins(0, 0, 0, 0)
+            for k, w in enumerate(widgets):
+                lay.addWidget(w, 1 if k == len(widgets) - 1 else 0)
+            right.addWidget(pane)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.addWidget(self._side())
+        lay.addWidget(right, 1)
+        return right
+
     def _side(self) -> QtWidgets.QWidget:
         side = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(side)
@@ -315,18 +332,8 @@ class OptimalPanel(_StudyPanel):
         self._rule.setVisible(False)
         for item in (self._line, self._points, self._best, self._rule):
             self.plot.addItem(item)
-        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        top = QtWidgets.QWidget()
-        tl = QtWidgets.QVBoxLayout(top)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.addWidget(self.summary)
-        tl.addWidget(self.table)
-        right.addWidget(top)
-        right.addWidget(self.plot)
+        right = self._layout([self.summary, self.table], [self.plot])
         right.setSizes([380, 420])
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.addWidget(self._side())
-        lay.addWidget(right, 1)
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
@@ -465,23 +472,8 @@ class SchedulePanel(_StudyPanel):
         self.gantt.getAxis("left").setWidth(110)
         self._bars: list[pg.GraphicsObject] = []
         self.gantt_title = QtWidgets.QLabel("")
-        right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        top = QtWidgets.QWidget()
-        tl = QtWidgets.QVBoxLayout(top)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.addWidget(self.policies)
-        tl.addWidget(self.notes)
-        bottom = QtWidgets.QWidget()
-        bl = QtWidgets.QVBoxLayout(bottom)
-        bl.setContentsMargins(0, 0, 0, 0)
-        bl.addWidget(self.gantt_title)
-        bl.addWidget(self.gantt, 1)
-        right.addWidget(top)
-        right.addWidget(bottom)
+        right = self._layout([self.policies, self.notes], [self.gantt_title, self.gantt])
         right.setStretchFactor(1, 3)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.addWidget(self._side())
-        lay.addWidget(right, 1)
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
