@@ -52,7 +52,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .config import ConfigError, FieldError, Session, check_all_but_the_plan
     from .optimal import gpt_shape
-    from .scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
+    from .scheduler import POLICIES, read_jobs, schedule_study
     from .session import load_any
     from .sweep_cmd import check_number
 
@@ -65,25 +65,20 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--policies", f"{args.policies!r}: choose from "
                                                     f"{', '.join(POLICIES)}")])
     jobs = read_jobs(args.trace)
-    too_big = [FieldError(f"{Path(args.trace).name}[{i}].requested_gpus",
-                          f"{j.requested_gpus} is more than the cluster's {args.gpus} GPUs")
-               for i, j in enumerate(jobs) if j.requested_gpus > args.gpus]
-    if too_big:
-        raise ConfigError(too_big)
     session = load_any(args.cluster, validate=False) if args.cluster else Session()
     if args.profile:
         session.cluster.profile_path = str(Path(args.profile).resolve())
     # the jobs bring their own models and batches; the cluster, precision and profile must be valid
     check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
-    counts = gpu_counts(args.gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:
         def progress(done: int, total: int, name: str) -> None:
             err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
-    tps, plans = throughput_table(jobs, session, counts, progress=progress)
-    results = [run_schedule(jobs, tps, counts, args.gpus, p, plans=plans, backfill=args.backfill,
-                            min_efficiency=args.min_efficiency) for p in policies]
+    counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
+                                          backfill=args.backfill,
+                                          min_efficiency=args.min_efficiency,
+                                          source=Path(args.trace).name, progress=progress)
     if args.json:
         print(json.dumps(_document(jobs, counts, tps, results, args)))
         return 0

@@ -48,7 +48,7 @@ import numpy as np
 from .config import MODEL_PRESETS, ConfigError, FieldError, ModelConfig, Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
-           "target_index", "JobRun", "ScheduleResult", "run_schedule"]
+           "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study"]
 
 POLICIES = ("requested", "efficient", "adaptive")
 #: Latest arrival a trace may have, hours (about 114 years: later ones lose hour precision).
@@ -415,3 +415,32 @@ def run_schedule(jobs: Sequence[Job], tokens_per_s: np.ndarray, counts: Sequence
         now = nxt
     result.runs = [runs[j] for j in range(len(jobs)) if j in runs]
     return result
+
+
+def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
+                   policies: Sequence[str] = POLICIES, backfill: bool = False,
+                   min_efficiency: float = 0.8, source: str = "trace", store=None,
+                   progress: Callable[[int, int, str], None] | None = None, cancel: Any = None
+                   ) -> tuple[list[int], np.ndarray, list[ScheduleResult]]:
+    """The whole study: candidate counts (:func:`gpu_counts`), the throughput table and one
+    :func:`run_schedule` per policy, on ``session``'s cluster.
+
+    Returns ``(counts, tokens_per_s, results)``.
+
+    Raises
+    ------
+    ConfigError
+        A request above ``total_gpus`` (named ``source[i].requested_gpus``, before any sweep),
+        or what :func:`run_schedule` raises.
+    """
+    too_big = [FieldError(f"{source}[{i}].requested_gpus",
+                          f"{j.requested_gpus} is more than the cluster's {total_gpus} GPUs")
+               for i, j in enumerate(jobs) if j.requested_gpus > total_gpus]
+    if too_big:
+        raise ConfigError(too_big)
+    counts = gpu_counts(total_gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
+    tps, plans = throughput_table(jobs, session, counts, store=store, progress=progress,
+                                  cancel=cancel)
+    results = [run_schedule(jobs, tps, counts, total_gpus, p, plans=plans, backfill=backfill,
+                            min_efficiency=min_efficiency) for p in policies]
+    return counts, tps, results

@@ -57,19 +57,19 @@ def run_optimal_study(session: Session, settings: dict, _unused: Any,
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
                        progress: Callable[[int, int], None], cancel: Any) -> Any:
     """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results)``."""
-    from core.scheduler import POLICIES, gpu_counts, read_jobs, run_schedule, throughput_table
+    from core.scheduler import read_jobs, schedule_study
 
-    jobs = read_jobs(settings["trace"] or str(DEFAULT_TRACE))
-    counts = gpu_counts(settings["gpus"], session.cluster.gpus_per_node,
-                        [j.requested_gpus for j in jobs])
+    path = settings["trace"] or str(DEFAULT_TRACE)
+    jobs = read_jobs(path)
 
     def on_progress(done: int, total: int, _name: str) -> None:
         _cancel_check(cancel)
         progress(done, total)
-    tps, plans = throughput_table(jobs, session, counts, progress=on_progress, cancel=cancel)
-    results = [run_schedule(jobs, tps, counts, settings["gpus"], p, plans=plans,
-                            backfill=settings["backfill"], min_efficiency=settings["min_efficiency"])
-               for p in POLICIES]
+    counts, tps, results = schedule_study(jobs, session, settings["gpus"],
+                                          backfill=settings["backfill"],
+                                          min_efficiency=settings["min_efficiency"],
+                                          source=Path(path).name, progress=on_progress,
+                                          cancel=cancel)
     return jobs, counts, tps, results
 
 
