@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from .console import Console
+from .optimal import format_params
 
 __all__ = ["add_optimal_parser", "run_command"]
 
@@ -76,11 +77,6 @@ def _cost(result, session) -> float:
     return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
 
 
-def _size(n: float) -> str:
-    from .optimal import format_params
-    return format_params(n)
-
-
 def _print(result, session, console: Console) -> None:
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
@@ -90,8 +86,8 @@ def _print(result, session, console: Console) -> None:
                   highlight=False)
     console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
                   f"{result.assumed_mfu:.0%}: "
-                  f"C = {result.budget_flops:.3g} FLOPs, N_opt = {_size(result.rule_params)} "
-                  f"parameters, D_opt = {_size(result.rule_tokens)} tokens "
+                  f"C = {result.budget_flops:.3g} FLOPs, N_opt = {format_params(result.rule_params)} "
+                  f"parameters, D_opt = {format_params(result.rule_tokens)} tokens "
                   f"({result.rule_tokens / result.rule_params:.0f} tokens per parameter)",
                   highlight=False)
     t = Table(title="Candidates: each trained with its fastest plan that fits, for the whole budget",
@@ -105,23 +101,23 @@ def _print(result, session, console: Console) -> None:
                                          ("rule's size", k == result.rule_index)) if on)
         style = "bold" if k == result.best else None
         if c.plan is None:
-            t.add_row(_size(c.n_params), str(m.num_layers), str(m.hidden_size),
+            t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                       str(m.num_attention_heads), "-", "-", "-", "-", "-", "-", "-",
                       c.reason + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
-        t.add_row(_size(c.n_params), str(m.num_layers), str(m.hidden_size),
+        t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                   str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} "
                   f"{p['data_parallel']} {p['micro_batch_size']}", p["schedule"], p["recompute"],
-                  f"{c.mfu:.1%}", _size(c.tokens), f"{c.tokens_per_parameter:.3g}",
+                  f"{c.mfu:.1%}", format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}", mark, style=style)
     console.print(t)
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
                   "definition); the rule's budget counts 6 N D.[/]")
     smallest = result.candidates[0].n_params
     if result.rule_index is None:
-        console.print(f"The rule's N_opt ({_size(result.rule_params)}) is not within a factor "
-                      f"of 2 of any candidate shape (the smallest is {_size(smallest)}: L=8, "
+        console.print(f"The rule's N_opt ({format_params(result.rule_params)}) is not within a factor "
+                      f"of 2 of any candidate shape (the smallest is {format_params(smallest)}: L=8, "
                       "h=1024).", highlight=False)
     if result.best is None:
         from .optimal import no_plan_explanation
@@ -129,14 +125,14 @@ def _print(result, session, console: Console) -> None:
                       highlight=False)
         return
     b = result.candidates[result.best]
-    line = (f"Lowest loss: {_size(b.n_params)} parameters (L={b.model.num_layers}, "
-            f"h={b.model.hidden_size}) trained on {_size(b.tokens)} tokens at "
+    line = (f"Lowest loss: {format_params(b.n_params)} parameters (L={b.model.num_layers}, "
+            f"h={b.model.hidden_size}) trained on {format_params(b.tokens)} tokens at "
             f"{b.mfu:.1%} MFU, loss {b.loss:.4f}")
     if result.rule_index is not None and result.best != result.rule_index:
         r = result.candidates[result.rule_index]
         if r.plan is not None:
-            line += (f"; the rule's size ({_size(r.n_params)}) reaches {r.loss:.4f} on "
-                     f"{_size(r.tokens)} tokens at {r.mfu:.1%} MFU")
+            line += (f"; the rule's size ({format_params(r.n_params)}) reaches {r.loss:.4f} on "
+                     f"{format_params(r.tokens)} tokens at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
     from .comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
