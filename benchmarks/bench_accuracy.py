@@ -13,12 +13,19 @@ Steps (every figure printed is out-of-sample):
 4. transfer: fit on all single-node rows, predict every multi-node row;
 5. with ``--write``, fit on both files (weighted by :data:`FILE_WEIGHTS`) and save the
    calibrated store to profiles/A100-SXM4-80GB.h5 with the figures of 2.-4.
-   in its provenance;
+   in its provenance and the out-of-sample predictions of 2. and 4. as its
+   residual table (the error band of every prediction, :mod:`core.interval`);
 6. with ``--plot DIR``, write predicted-vs-measured plots of the
-   cross-validated predictions of 2.
+   cross-validated predictions of 2.;
+7. the error band's coverage on held-out folds of the residuals of 2.
+   (:func:`core.interval.cross_conformal`) and its median width.
 
-Run: ``python benchmarks/bench_accuracy.py [--write] [--plot docs/img] [--folds 5]``
-(about 35 minutes on 2 cores).
+``--residuals-only`` runs 2. and 4. only and adds their residual table to the
+shipped store without refitting it, after checking that 2. reproduces the
+cross-validated figures in the store's provenance (the same procedure).
+
+Run: ``python benchmarks/bench_accuracy.py [--write | --residuals-only] [--plot docs/img] [--folds 5]``
+(about 35 minutes on 2 cores; ``--residuals-only`` about 20).
 """
 
 from __future__ import annotations
@@ -34,11 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
-                            cross_validate, cross_validate_files, fit, measured_sessions)
+                            calibration_residuals, cross_validate, cross_validate_files, fit,
+                            measured_sessions)
+from core.interval import cross_conformal, residual_table_from_cv  # noqa: E402
+from core.profile_store import ProfileStore  # noqa: E402
 from core.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
 from core.profiles_gen import generate_store  # noqa: E402
 from core.simulate import simulate  # noqa: E402
-from core.validate import ValidationResult, error_metrics, read_measurements  # noqa: E402
+from core.validate import (ValidationResult, error_metrics, interval_metrics,  # noqa: E402
+                           read_measurements)
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
 FILES = ("measured_single_node.csv", "measured_multi_node.csv")
@@ -68,10 +79,27 @@ def fmt(m: dict) -> str:
             f"max={m['max_ape_percent']:.2f}% R2={m['r2']:.4f}")
 
 
+def band_figures(table, coverage: float = 0.9) -> None:
+    """Print the held-out-fold coverage and median width of the error band, overall and per
+    node class."""
+    low, high = cross_conformal(table, coverage)
+    cls = table.node_class
+    for label, sel in (("all runs", np.ones(len(table), bool)),
+                       ("single node", cls == "single_node"), ("multi node", cls == "multi_node")):
+        sel = sel & (table.set == "cross_validated")
+        m = interval_metrics(table.measured_s[sel], table.predicted_s[sel], low[sel], high[sel])
+        cov, width = m["interval_coverage"], m["interval_median_width_percent"]
+        print(f"{coverage:.0%} band on held-out folds, {label}: coverage "
+              f"{'-' if cov is None else f'{cov:.1%}'} of {m['interval_rows']} rows, median width "
+              f"{'-' if width is None else f'{width:.1f}'} % of the prediction", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--write", action="store_true", help="write profiles/A100-SXM4-80GB.h5")
+    ap.add_argument("--residuals-only", action="store_true",
+                    help="add the residual table to the shipped store without refitting it")
     ap.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs into DIR")
     args = ap.parse_args()
     base = base_store()
@@ -82,10 +110,12 @@ def main() -> None:
     cv: dict[str, dict] = {}
     names = list(data)
     files = [(data[n][1], data[n][2]) for n in names]
+    cv_pred = []
     for j, name in enumerate(names):
         ms = data[name][0]
         t0 = time.perf_counter()
         pred, met = cross_validate_files(files, j, base, folds=args.folds, shares=FILE_WEIGHTS)
+        cv_pred.append(pred)
         cv[name] = {k: float(v) for k, v in met.items()}
         print(f"{name}: {args.folds}-fold CV of the shipped procedure {fmt(met)} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -97,6 +127,27 @@ def main() -> None:
             out = Path(args.plot) / f"accuracy_{Path(name).stem}.png"
             _plot(res, str(out), {**res.metrics(), "cross_validated_folds": args.folds})
             print(f"  plot: {out}")
+    per_file = [(n, data[n][1], data[n][2], [m.row for m in data[n][0] if not m.skip_reason])
+                for n in names]
+    if args.residuals_only:
+        path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+        store = ProfileStore.open(path)
+        shipped = store.provenance["cross_validation"]
+        for name in names:  # the same procedure must reproduce the shipped figures
+            if not np.isclose(cv[name]["mape_percent"], shipped[name]["mape_percent"], rtol=1e-6):
+                sys.exit(f"{name}: CV MAPE {cv[name]['mape_percent']:.4f} % differs from the "
+                         f"store's {shipped[name]['mape_percent']:.4f} %: the model changed since "
+                         "the store was fitted; run with --write to refit it")
+        table = calibration_residuals(per_file, cv_pred, base, folds=args.folds,
+                                      file_weights=FILE_WEIGHTS, progress=print)
+        store.residuals = table
+        store.provenance["error_band"] = (
+            f"split conformal intervals from the {len(table)} out-of-sample residuals in "
+            "/residuals (core.interval): " + table.procedure)
+        store.save(path)
+        print(f"added {len(table)} residuals to {path}")
+        band_figures(table)
+        return
     for name, (ms, sessions, measured) in data.items():
         _, met = cross_validate(sessions, measured, base, folds=args.folds)
         cv[f"{name} alone"] = {k: float(v) for k, v in met.items()}
@@ -105,14 +156,22 @@ def main() -> None:
     _, s_multi, y_multi = data[FILES[1]]
     res = fit(s_single, y_single, base)
     store = apply_fit(base, res.op_model, res.corrections)
-    pred = np.array([simulate(s, store).report.iteration_time_s for s in s_multi])
-    transfer = error_metrics(pred, y_multi)
+    transfer_pred = np.array([simulate(s, store).report.iteration_time_s for s in s_multi])
+    transfer = error_metrics(transfer_pred, y_multi)
     cv["transfer single-node -> multi-node"] = {k: float(v) for k, v in transfer.items()}
     print(f"fit on single-node, predict multi-node: {fmt(transfer)}", flush=True)
+    table = calibration_residuals(per_file, cv_pred, base, folds=args.folds,
+                                  file_weights=FILE_WEIGHTS, transfer=False)
+    transfer_rows = residual_table_from_cv(s_multi, y_multi, transfer_pred, FILES[1],
+                                           per_file[1][3], set_name="scale_transfer")
+    table = table.concat(transfer_rows)
+    table.procedure += ("; scale_transfer: fitted on all single-node runs (weighted equally), "
+                        "predicting every multi-node run")
+    band_figures(table)
     if args.write:
         res = fit(s_single + s_multi, np.concatenate([y_single, y_multi]), base,
                   weights=balanced_weights([len(s_single), len(s_multi)], FILE_WEIGHTS))
-        out = calibrated_store(base, res, list(FILES), cv, FILE_WEIGHTS)
+        out = calibrated_store(base, res, list(FILES), cv, FILE_WEIGHTS, table)
         path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
         out.save(path)
         print(f"wrote {path} (in-sample {fmt(res.train_metrics)})")

@@ -37,8 +37,12 @@ def add_accuracy_parsers(sub: Any) -> None:
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
+    v.add_argument("--coverage", type=float, default=0.9, metavar="C",
+                   help="nominal coverage of each row's error band, between 0 and 1 (default "
+                        "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    v.add_argument("--out", metavar="FILE.csv", help="write every row with its prediction")
+    v.add_argument("--out", metavar="FILE.csv",
+                   help="write every row with its prediction and error band")
     v.add_argument("--plot", metavar="FILE.png", help="plot predicted against measured (log axes)")
 
     c = sub.add_parser(
@@ -77,14 +81,23 @@ def _usage(field: str, msg: str) -> ConfigError:
     return ConfigError([FieldError(field, msg)])
 
 
-def _predictor(profile: str | None):
+def _predictor(profile: str | None, coverage: float):
     from .simulate import open_profile, profile_path, simulate
 
     store = open_profile(profile) if profile else None
 
-    def predict(session) -> float:
-        return simulate(session, store or open_profile(profile_path(session))).report.iteration_time_s
+    def predict(session):
+        r = simulate(session, store or open_profile(profile_path(session)), coverage).report
+        return r.iteration_time_s, r.interval
     return predict
+
+
+def _check_coverage(value: float) -> float:
+    from .interval import check_coverage
+    try:
+        return check_coverage(value)
+    except ValueError as exc:
+        raise _usage("--coverage", str(exc)) from None
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -93,6 +106,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise _usage("--cross-validate", "needs at least 2 folds")
+    coverage = _check_coverage(args.coverage)
     ms = read_measurements(args.csv)
     if args.cross_validate:
         from .calibrate import cross_validate, measured_sessions
@@ -105,11 +119,19 @@ def run_validate(args: argparse.Namespace) -> int:
         err = Console(stderr=True)
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
                                       progress=lambda msg: err.print(msg, highlight=False))
+        used = [i for i, m in enumerate(ms) if not m.skip_reason]
         pred = np.full(len(ms), np.nan)
-        pred[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred_used
-        result = ValidationResult(ms, pred)
+        pred[used] = pred_used
+        # each fold's bands from the out-of-fold residuals of the other folds
+        from .interval import cross_conformal, residual_table_from_cv
+        table = residual_table_from_cv(sessions, measured, pred_used, Path(args.csv).name,
+                                       [ms[i].row for i in used])
+        lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
+        low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
+        low[used], high[used] = lo_used, hi_used
+        result = ValidationResult(ms, pred, low, high, coverage)
     else:
-        result = predict_rows(ms, _predictor(args.profile))
+        result = predict_rows(ms, _predictor(args.profile, coverage))
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
     if args.out:
@@ -134,6 +156,13 @@ def run_validate(args: argparse.Namespace) -> int:
     t.add_row("median APE", f"{metrics['median_ape_percent']:.2f} %")
     t.add_row("max APE", f"{metrics['max_ape_percent']:.2f} %")
     t.add_row("R^2", f"{metrics['r2']:.4f}")
+    if metrics.get("interval_coverage") is not None:
+        t.add_row(f"inside {coverage:.0%} band",
+                  f"{metrics['interval_coverage']:.1%} of {metrics['interval_rows']} rows "
+                  f"(median width {metrics['interval_median_width_percent']:.1f} % of the "
+                  "prediction)")
+    elif "interval_coverage" in metrics:
+        t.add_row("error band", "none: " + _no_band_reason(args.profile, result))
     console.print(t)
     for key, title in (("model", "model size"), ("t", "tensor parallel t"), ("p", "pipeline parallel p")):
         g = Table(title=f"error by {title}", title_justify="left")
@@ -148,6 +177,19 @@ def run_validate(args: argparse.Namespace) -> int:
     if len(skipped) > 20:
         console.print(f"[yellow]... and {len(skipped) - 20} more skipped rows (see --out)[/]")
     return 0
+
+
+def _no_band_reason(profile: str | None, result) -> str:
+    """Why no row got an error band (the first row's note)."""
+    from .interval import session_interval
+    from .simulate import open_profile, profile_path
+
+    used = [(m, p) for m, p in zip(result.measurements, result.predicted_s) if not np.isnan(p)]
+    if not used:
+        return "no row could be predicted"
+    m, pred = used[0]
+    store = open_profile(profile or profile_path(m.session))
+    return session_interval(m.session, float(pred), store, result.coverage or 0.9).note
 
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
@@ -173,16 +215,21 @@ def _write_rows(result, path: str) -> None:
     w = csv.writer(buf)
     w.writerow(["row", "model", "num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel",
                 "micro_batch_size", "global_batch_size", "measured_iteration_time_s",
-                "predicted_iteration_time_s", "error_percent", "skip_reason"])
-    for m, pred in zip(result.measurements, result.predicted_s):
+                "predicted_iteration_time_s", "error_percent", "interval_low_s", "interval_high_s",
+                "skip_reason"])
+    n = len(result.measurements)
+    low = result.interval_low_s if result.interval_low_s is not None else np.full(n, np.nan)
+    high = result.interval_high_s if result.interval_high_s is not None else np.full(n, np.nan)
+    for m, pred, lo, hi in zip(result.measurements, result.predicted_s, low, high):
         s = m.session
         pl = s.plan if s else None
         err = "" if np.isnan(pred) else f"{(pred - m.measured_s) / m.measured_s * 100:.3f}"
+        band = ["", ""] if np.isnan(lo) else [f"{lo:.6g}", f"{hi:.6g}"]
         w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
                     pl.global_batch_size if pl else "", f"{m.measured_s:.6g}",
-                    "" if np.isnan(pred) else f"{pred:.6g}", err, m.skip_reason])
+                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band, m.skip_reason])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -223,31 +270,34 @@ def _plot(result, path: str, metrics: dict) -> None:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_accuracy_parsers`."""
-    from .calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
-                            measured_sessions)
+    from .calibrate import (balanced_weights, calibrated_store, calibration_residuals,
+                            cross_validate_files, fit, measured_sessions)
     from .profile_store import ProfileStore
     from .validate import read_measurements
 
     console = Console(stderr=True)
     base = ProfileStore.open(args.profile)
-    per_file = []
+    per_file, rows = [], []
     for path in args.csv:
         ms = read_measurements(path)
         sessions, measured = measured_sessions(ms)
         if not sessions:
             raise _usage(path, "no usable rows")
         per_file.append((Path(path).name, sessions, measured))
+        rows.append([m.row for m in ms if not m.skip_reason])
     shares = args.file_weights
     if shares is not None and (len(shares) != len(per_file) or not all(w > 0 for w in shares)):
         raise _usage("--file-weights", f"needs one positive weight per CSV ({len(per_file)}), "
                                        f"got {' '.join(f'{w:g}' for w in shares)}")
     cv: dict[str, dict[str, float]] = {}
     files = [(ss, yy) for _, ss, yy in per_file]
+    cv_pred = []
     if args.folds:
         for j, (name, sessions, measured) in enumerate(per_file):
             console.print(f"cross-validating on {name} ({len(sessions)} rows, {args.folds} folds)...")
-            _, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
-                                          progress=lambda msg: console.print(f"  {msg}"))
+            pred, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
+                                             progress=lambda msg: console.print(f"  {msg}"))
+            cv_pred.append(pred)
             cv[name] = {k: float(v) for k, v in met.items()}
             console.print(f"  {name}: MAPE {met['mape_percent']:.2f} %, median "
                           f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
@@ -260,7 +310,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
                  progress=lambda msg: console.print(f"  {msg}"))
-    store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares)
+    residuals = None
+    if args.folds:  # the out-of-fold predictions give every prediction its error band
+        residuals = calibration_residuals(
+            [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
+            folds=args.folds, file_weights=shares, progress=lambda msg: console.print(f"  {msg}"))
+    else:
+        console.print("no cross-validation (--folds 0): the store gets no error band")
+    store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,
            "num_shape_factors": len(result.corrections), "cross_validation": cv,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
 from .validate import Measurement, error_metrics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .interval import ResidualTable
 
 __all__ = ["FIT_PARAMS", "model_store", "LinearizedRow", "linearize", "predict_linearized",
            "fit", "FitResult", "cross_validate", "calibrated_store", "apply_fit",
@@ -408,10 +411,13 @@ def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
 
 def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
                      cv: dict[str, dict[str, float]],
-                     file_weights: Sequence[float] | None = None) -> ProfileStore:
+                     file_weights: Sequence[float] | None = None,
+                     residuals: "ResidualTable | None" = None) -> ProfileStore:
     """The calibrated store for ``base``'s device, with provenance (data, file weights,
-    parameters, CV error)."""
+    parameters, CV error) and the out-of-sample ``residuals`` that give predictions their
+    error band (:mod:`core.interval`)."""
     store = apply_fit(base, result.op_model, result.corrections)
+    store.residuals = residuals
     weights = [1.0] * len(data) if file_weights is None else [float(w) for w in file_weights]
     store.provenance = {
         "method": "calibrated", "date": _dt.date.today().isoformat(),
@@ -426,7 +432,89 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
         "fit": "bounded least squares on log(predicted/measured), critical-path linearization, "
                "ridge-penalized per-shape factors (core.calibrate)",
     }
+    if residuals is not None:
+        store.provenance["error_band"] = (
+            f"split conformal intervals from the {len(residuals)} out-of-sample residuals in "
+            "/residuals (core.interval): " + residuals.procedure)
     return store
+
+
+def scale_transfer(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
+                   progress: Callable[[str], None] | None = None, **fit_kw
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Fit on the single-node runs only and predict the multi-node runs.
+
+    The error of that prediction is what extrapolating in scale costs (the
+    ``scale_transfer`` residuals of :mod:`core.interval`).
+
+    Returns
+    -------
+    (indices, predicted_s) : int array (k,), float array (k,)
+        The multi-node runs among ``sessions`` and their predictions; None
+        when there are no single-node or no multi-node runs.
+    """
+    from .interval import node_class
+
+    cls = np.array([node_class(s.plan.num_gpus, s.cluster.gpus_per_node) for s in sessions])
+    single, multi = np.flatnonzero(cls == "single_node"), np.flatnonzero(cls == "multi_node")
+    if not single.size or not multi.size:
+        return None
+    measured_s = np.asarray(measured_s, float)
+    (progress or (lambda _m: None))(f"scale transfer: fit on {single.size} single-node runs, "
+                                    f"predict {multi.size} multi-node runs")
+    res = fit([sessions[i] for i in single], measured_s[single], base, **fit_kw)
+    store = apply_fit(base, res.op_model, res.corrections)
+    return multi, np.array([simulate(sessions[i], store).report.iteration_time_s for i in multi])
+
+
+def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarray, Sequence[int]]],
+                          cv_predicted: Sequence[np.ndarray], base: ProfileStore, *,
+                          folds: int, file_weights: Sequence[float] | None = None,
+                          transfer: bool = True,
+                          progress: Callable[[str], None] | None = None) -> "ResidualTable":
+    """The residual table of a calibration: every run's k-fold prediction plus the scale transfer.
+
+    Parameters
+    ----------
+    files : sequence of (name, sessions, measured_s, rows)
+        Per measurement file: its name, usable runs, measured seconds (n,) and
+        1-based data rows (n,).
+    cv_predicted : sequence of float arrays
+        Per file, the out-of-fold predictions of :func:`cross_validate_files` (n,).
+    folds : int
+        Folds used (for the procedure text).
+    transfer : bool
+        Add the ``scale_transfer`` rows (:func:`scale_transfer`, one more fit).
+    """
+    from .interval import residual_table_from_cv
+
+    weights = ("equal file weights" if file_weights is None else "file weights "
+               + ", ".join(f"{n} {w:g}" for (n, *_), w in zip(files, file_weights)))
+    procedure = (f"cross_validated: {folds}-fold cross-validation per file, folds from "
+                 f"numpy default_rng(0), each fold fitted on the other files plus the other folds "
+                 f"({weights}; core.calibrate.cross_validate_files)")
+    table = None
+    for (name, sessions, measured, rows), pred in zip(files, cv_predicted):
+        part = residual_table_from_cv(sessions, measured, pred, name, rows, procedure=procedure)
+        table = part if table is None else table.concat(part)
+    if transfer:
+        sessions = [s for _, ss, _, _ in files for s in ss]
+        measured = np.concatenate([np.asarray(y, float) for _, _, y, _ in files])
+        names = [n for n, ss, _, _ in files for _ in ss]
+        rows = [r for _, _, _, rr in files for r in rr]
+        got = scale_transfer(sessions, measured, base, progress=progress)
+        if got is not None:
+            idx, pred = got
+            part = residual_table_from_cv([sessions[i] for i in idx], measured[idx], pred,
+                                          [names[i] for i in idx], [rows[i] for i in idx],
+                                          set_name="scale_transfer")
+            table = table.concat(part)
+            table.procedure = procedure + ("; scale_transfer: fitted on all single-node runs "
+                                           "(weighted equally), predicting every multi-node run")
+    return table
+
+
+__all__ += ["scale_transfer", "calibration_residuals"]
 
 
 def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session], np.ndarray]:

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from .console import Console
 from .config import ConfigError
+from .interval import check_coverage, interval_line
 from .nccl_tests import NcclTestsError
 from .profile_store import ProfileStoreError
 from .session import SessionFileError, load_any
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sim.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                      help="price of one GPU-hour in USD (overrides the file)")
+    sim.add_argument("--coverage", type=float, metavar="C", default=0.9,
+                     help="nominal coverage of the error band, between 0 and 1 (default 0.9): "
+                          "the share of runs whose measured time should fall inside it")
 
     gui = sub.add_parser("gui", help="open the desktop window",
                          description="Open the desktop window on PATH or the shipped example.")
@@ -104,7 +108,14 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_column(style="bold")
     t.add_column()
     ideal = (p - 1) / (m + p - 1)
-    t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
+    iv = r.interval
+    band = ((lambda v, fmt: f"  [dim]({iv.coverage:.0%} band {fmt(v * iv.low_factor)} - "
+                            f"{fmt(v * iv.high_factor)})[/]")
+            if iv is not None and iv.available else (lambda v, fmt: ""))
+    t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s"
+              + band(r.iteration_time_s, lambda x: f"{x:,.3f} s"))
+    if iv is not None:
+        t.add_row("Error band", interval_line(iv))
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the iteration "
@@ -112,9 +123,11 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking communication "
                                   f"{r.comm_s:,.3f} s, idle {r.bubble_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
-                          f"iterations, {r.training_days:,.1f} days")
+                          f"iterations, {r.training_days:,.1f} days"
+              + band(r.training_days, lambda x: f"{x:,.1f}"))
     t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
-                      f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour")
+                      f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
+              + band(r.cost_usd, lambda x: f"${x:,.0f}"))
     fit = "[green]fits[/]" if r.fits_in_memory else "[red]DOES NOT FIT[/]"
     t.add_row("Memory per GPU", f"max {_fmt_bytes(r.max_memory_per_gpu_bytes)} of "
                                 f"{_fmt_bytes(r.memory_capacity_bytes)} ({fit})")
@@ -166,8 +179,12 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from .simulate import simulate
     session = session_from_args(args)
+    try:
+        check_coverage(args.coverage)
+    except ValueError as exc:
+        raise UsageError(f"--coverage: {exc}") from None
     t0 = time.perf_counter()
-    result = simulate(session)
+    result = simulate(session, coverage=args.coverage)
     wall = time.perf_counter() - t0
     if args.trace_out:
         from .trace import write_trace

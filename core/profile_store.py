@@ -1,9 +1,11 @@
-"""HDF5 profile store: measured or modelled times of one GPU kind (schema version 1).
+"""HDF5 profile store: measured or modelled times of one GPU kind (schema version 2).
 
 One file per device kind holds the device's peak FLOP/s, HBM size and bandwidth,
 how the numbers were obtained (provenance), per-operation timing tables keyed by
 the shapes that change them, and collective-communication curves (bytes ->
-seconds) per group size. The file layout is specified in ``docs/profile_store.md``.
+seconds) per group size and, for a calibrated store, the out-of-sample
+residuals of its calibration runs (the error band, :mod:`core.interval`). The file
+layout is specified in ``docs/profile_store.md``.
 
 :meth:`ProfileStore.open` reads everything into memory and closes the file, so a
 store never holds an HDF5 handle; :meth:`ProfileStore.save` writes a temporary
@@ -28,7 +30,7 @@ from .atomic import atomic_target
 __all__ = ["SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
            "Lookup", "ProfileStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Collective kinds a store can hold curves for.
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 #: Allowed values of ``provenance["method"]``.
@@ -39,7 +41,8 @@ _ENC_TYPE, _ENC_VERSION = "encoding-type", "encoding-version"
 _JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hold JSON text
 _RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
 # encoding-type -> newest encoding-version this build reads
-_GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1}
+_GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1,
+                   "residual-table": 1}
 
 
 class ProfileStoreError(ValueError):
@@ -176,6 +179,13 @@ class ProfileStore:
     op_model : dict[str, float], optional
         Free parameters of the analytic op model (e.g. ``gemm_efficiency_max``).
 
+    Attributes
+    ----------
+    residuals : core.interval.ResidualTable or None
+        Out-of-sample predictions of the runs the store was calibrated on
+        (schema 2, optional); they give every prediction its error band. None
+        for analytic and measured stores.
+
     Raises
     ------
     ValueError
@@ -207,6 +217,7 @@ class ProfileStore:
         self._ops: dict[str, _OpTable] = {}
         self._curves: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
         self._fits: dict[tuple[str, int | None], tuple[float, float]] = {}
+        self.residuals = None  # core.interval.ResidualTable or None
 
     # ------------------------------------------------------------------ op tables
     def add_op_table(self, op: str, keys: dict[str, np.ndarray], time_s: np.ndarray,
@@ -462,7 +473,9 @@ class ProfileStore:
         self.path = path
 
     def _write(self, f: h5py.File) -> None:
-        f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(SCHEMA_VERSION),
+        # the oldest version that holds everything: a store without residuals is a version-1 file
+        version = SCHEMA_VERSION if self.residuals is not None else 1
+        f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(version),
                         "device_name": self.device_name,
                         "memory_bytes": self.memory_bytes,
                         "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s})
@@ -487,6 +500,8 @@ class ProfileStore:
                 g.attrs.update({_ENC_TYPE: "collective-curve", _ENC_VERSION: np.int64(1)})
                 g.create_dataset("bytes", data=x)
                 g.create_dataset("time_s", data=t)
+        if self.residuals is not None:
+            _write_residuals(f.create_group("residuals", track_order=True), self.residuals)
 
     @classmethod
     def open(cls, path: str | Path) -> "ProfileStore":
@@ -548,6 +563,8 @@ class ProfileStore:
                     store.add_collective(kind, int(n), g["bytes"][()], g["time_s"][()])
                 except (ValueError, KeyError) as exc:
                     raise ProfileStoreError(f"{g.name}: {exc}") from None
+        if "residuals" in f:  # schema 2, optional
+            store.residuals = _read_residuals(f["residuals"])
         return store
 
 
@@ -566,6 +583,36 @@ def _check(node: h5py.Group, expected: str) -> None:
                                 f"this program supports (version {newest}); update vtrain")
     if int(ever) < 1:
         raise ProfileStoreError(f"{where}: unknown {expected} encoding-version {int(ever)}")
+
+
+_STR_COLUMNS = ("set", "file")
+
+
+def _write_residuals(g: h5py.Group, table: Any) -> None:
+    """Write a :class:`core.interval.ResidualTable` as a "residual-table" group."""
+    g.attrs.update({_ENC_TYPE: "residual-table", _ENC_VERSION: np.int64(1),
+                    "procedure": str(table.procedure)})
+    for c in table.COLUMNS:
+        v = getattr(table, c)
+        if c in _STR_COLUMNS:
+            g.create_dataset(c, data=v.astype(object), dtype=h5py.string_dtype("utf-8"))
+        else:
+            g.create_dataset(c, data=v)
+
+
+def _read_residuals(g: h5py.Group) -> Any:
+    """Inverse of :func:`_write_residuals`; ProfileStoreError naming the group when invalid."""
+    from .interval import ResidualTable
+
+    _check(g, "residual-table")
+    missing = [c for c in ResidualTable.COLUMNS if c not in g]
+    if missing:
+        raise ProfileStoreError(f"{g.name}: missing column(s) {', '.join(missing)}")
+    cols = {c: (g[c].asstr()[()] if c in _STR_COLUMNS else g[c][()]) for c in ResidualTable.COLUMNS}
+    try:
+        return ResidualTable(**cols, procedure=str(g.attrs.get("procedure", "")))
+    except (ValueError, TypeError) as exc:
+        raise ProfileStoreError(f"{g.name}: {exc}") from None
 
 
 def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:

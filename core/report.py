@@ -40,6 +40,10 @@ class StageMemory:
 class Report:
     """Result figures of one simulated iteration and the whole training run.
 
+    ``interval`` is the error band of the iteration time (:mod:`core.interval`);
+    days, GPU-hours and dollars scale with the iteration time, so their bands
+    are the same factors (:meth:`band`).
+
     Times in seconds, memory in bytes, money in USD. MFU uses the model FLOPs
     of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
     on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
@@ -72,10 +76,25 @@ class Report:
     fits_in_memory: bool
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None
+    #: only where no band was asked for
+    interval: Any = None
+
+    def band(self, value: float) -> tuple[float, float] | None:
+        """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,
+        dollars) from :attr:`interval`; None when there is no band."""
+        return self.interval.band(value) if self.interval is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict; memory stages gain a ``total_bytes`` key."""
         d = dataclasses.asdict(self)
         for m, obj in zip(d["memory"], self.memory):
             m["total_bytes"] = obj.total_bytes
+        iv = self.interval
+        d["interval"] = iv.to_dict() if iv is not None else None
+        d["iteration_time_interval_s"] = ([iv.low_s, iv.high_s] if iv is not None and iv.available
+                                          else None)
+        for name in ("training_days", "gpu_hours", "cost_usd"):
+            b = self.band(getattr(self, name))
+            d[f"{name}_interval"] = list(b) if b else None
         return d

@@ -14,6 +14,7 @@ import numpy as np
 from .config import Session, check, padded_vocab_size
 from .graph import build_graph, params_per_gpu
 from .graph_types import KINDS, ExecutionGraph, Schedule
+from .interval import DEFAULT_COVERAGE, check_coverage, session_interval
 from .ops import DTYPE_BYTES
 from .profile_store import ProfileStore
 from .report import Report, StageMemory
@@ -101,7 +102,8 @@ def stage_memory(session: Session) -> list[StageMemory]:
     return out
 
 
-def simulate(session: Session, store: ProfileStore | None = None) -> SimulationResult:
+def simulate(session: Session, store: ProfileStore | None = None,
+             coverage: float = DEFAULT_COVERAGE) -> SimulationResult:
     """Simulate one training iteration of ``session``.
 
     Parameters
@@ -109,6 +111,8 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     session : Session
     store : ProfileStore, optional
         Profile to use; by default the one :func:`profile_path` names.
+    coverage : float
+        Nominal coverage of the report's error band (:mod:`core.interval`), in (0, 1).
 
     Raises
     ------
@@ -118,7 +122,10 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         The profile store cannot be opened.
     KeyError
         The profile lacks data the plan needs (dtype peak, collectives).
+    ValueError
+        ``coverage`` outside (0, 1).
     """
+    check_coverage(coverage)
     check(session)
     if store is None:
         store = open_profile(profile_path(session))
@@ -178,5 +185,6 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
+        interval=session_interval(session, T, store, coverage),
     )
     return SimulationResult(session, graph, schedule, report)

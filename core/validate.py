@@ -30,7 +30,7 @@ import numpy as np
 from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, gpu_kind, validate
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
-           "GENERAL_COLUMNS", "MeasurementFileError"]
+           "interval_metrics", "GENERAL_COLUMNS", "MeasurementFileError"]
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
@@ -213,6 +213,11 @@ class ValidationResult:
 
     measurements: list[Measurement]
     predicted_s: np.ndarray
+    #: error band per row (seconds, NaN where none), shape (len(measurements),), or None
+    #: when no band was computed; its nominal coverage
+    interval_low_s: np.ndarray | None = None
+    interval_high_s: np.ndarray | None = None
+    coverage: float | None = None
 
     @property
     def used(self) -> np.ndarray:
@@ -229,6 +234,10 @@ class ValidationResult:
         used = self.used
         out = error_metrics(self.predicted_s[used], self.measured_s[used])
         out["skipped"] = int((~used).sum())
+        if self.interval_low_s is not None and self.interval_high_s is not None:
+            out.update(interval_metrics(self.measured_s[used], self.predicted_s[used],
+                                        self.interval_low_s[used], self.interval_high_s[used]))
+            out["interval_nominal_coverage"] = self.coverage
         return out
 
     def by_group(self, key: str) -> list[tuple[str, int, float, float]]:
@@ -266,18 +275,50 @@ def error_metrics(predicted: np.ndarray, measured: np.ndarray) -> dict[str, floa
             "median_ape_percent": float(np.median(ape)), "max_ape_percent": float(ape.max()), "r2": r2}
 
 
-def predict_rows(measurements: list[Measurement], predict: Callable[[Session], float]) -> ValidationResult:
-    """Predict every non-skipped row with ``predict(session) -> seconds``.
+def interval_metrics(measured: np.ndarray, predicted: np.ndarray, low: np.ndarray,
+                     high: np.ndarray) -> dict[str, Any]:
+    """Coverage and width of error bands; arrays of shape (n,), NaN bounds where a row has none.
 
-    A row the predictor rejects (``ValueError`` or ``KeyError``) becomes
-    skipped with that message as its reason.
+    Returns ``interval_coverage`` (share of the rows with a band whose measured
+    time lies in it, 0..1; None when no row has one), ``interval_rows`` (rows
+    with a band) and ``interval_median_width_percent`` (median of
+    ``(high - low) / predicted``, percent; None without bands).
+    """
+    has = ~(np.isnan(low) | np.isnan(high))
+    n = int(has.sum())
+    if not n:
+        return {"interval_coverage": None, "interval_rows": 0, "interval_median_width_percent": None}
+    inside = (measured[has] >= low[has]) & (measured[has] <= high[has])
+    width = (high[has] - low[has]) / predicted[has] * 100
+    return {"interval_coverage": float(inside.mean()), "interval_rows": n,
+            "interval_median_width_percent": float(np.median(width))}
+
+
+def predict_rows(measurements: list[Measurement], predict: Callable[[Session], Any]) -> ValidationResult:
+    """Predict every non-skipped row with ``predict(session)``.
+
+    ``predict`` returns seconds, or ``(seconds, interval)`` with a
+    :class:`core.interval.PredictionInterval` (then the result carries the
+    bands). A row the predictor rejects (``ValueError`` or ``KeyError``)
+    becomes skipped with that message as its reason.
     """
     out = np.full(len(measurements), np.nan)
+    low, high = np.full(len(measurements), np.nan), np.full(len(measurements), np.nan)
+    coverage = None
     for i, m in enumerate(measurements):
         if m.skip_reason:
             continue
         try:
-            out[i] = predict(m.session)
+            value = predict(m.session)
         except (ValueError, KeyError) as exc:
             m.skip_reason = f"simulator: {exc}"
-    return ValidationResult(measurements, out)
+            continue
+        if isinstance(value, tuple):
+            value, iv = value
+            coverage = iv.coverage
+            if iv.available:
+                low[i], high[i] = iv.low_s, iv.high_s
+        out[i] = value
+    if coverage is None:
+        return ValidationResult(measurements, out)
+    return ValidationResult(measurements, out, low, high, coverage)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core import profile_store as ps
-from core.profile_store import Lookup, ProfileStore, ProfileStoreError
+from core.profile_store import SCHEMA_VERSION, Lookup, ProfileStore, ProfileStoreError
 
 
 def _store(method: str = "measured") -> ProfileStore:
@@ -258,8 +258,8 @@ def test_open_newer_version(tmp_path):
     path = tmp_path / "future.h5"
     _store().save(path)
     with h5py.File(path, "a") as f:
-        f.attrs["encoding-version"] = 2
-    with pytest.raises(ProfileStoreError, match="version 2 is newer") as err:
+        f.attrs["encoding-version"] = SCHEMA_VERSION + 1
+    with pytest.raises(ProfileStoreError, match=f"version {SCHEMA_VERSION + 1} is newer") as err:
         ProfileStore.open(path)
     assert "future.h5" in str(err.value)
 

@@ -1,0 +1,437 @@
+"""Error band of a prediction: conformal intervals from cross-validated residuals.
+
+A calibrated profile store keeps, per measured run it was calibrated on, the
+run's out-of-fold prediction: the iteration time predicted by the simulator
+fitted *without* that run (k-fold cross-validation, :mod:`core.calibrate`).
+Their log residuals ``r = log(measured / predicted)`` are the store's error
+sample. A new prediction ``T`` gets the interval
+
+    ``[T * exp(r_(k_lo)), T * exp(r_(k_hi))]``,
+    ``k_lo = floor((n + 1) * alpha / 2)``, ``k_hi = ceil((n + 1) * (1 - alpha / 2))``,
+
+where ``r_(1) <= ... <= r_(n)`` are the sorted residuals of the plan's group
+and ``1 - alpha`` is the nominal coverage (default 90 %): the equal-tailed
+split conformal interval (Vovk, Gammerman and Shafer 2005; Lei et al. 2018,
+"Distribution-free predictive inference for regression", JASA 113(523)), with
+the k-fold residuals in place of a held-out calibration set (the "CV" interval
+of Barber et al. 2021, "Predictive inference with the jackknife+", Ann. Stat.
+49(1): close to nominal in practice; the finite-sample guarantee of plain
+split conformal prediction is not claimed). Equal-tailed, so a model that is
+biased for a group gets a band shifted accordingly.
+
+Groups follow what drives the error:
+
+* ``single_node`` (world size <= GPUs per node) and ``multi_node`` runs are
+  separate samples (the multi-node error is about three times the
+  single-node one on the A100 data);
+* a plan whose GPU count or model size lies outside the range of its node
+  class's calibration runs is *outside the calibration range* and says so.
+  Its band comes from the ``scale_transfer`` residuals when the store has
+  them (a fit on the single-node runs predicting the multi-node runs: the
+  error measured when the calibration data is 8-64 times smaller in GPU count
+  and tens of times smaller in model size than the predicted runs); its
+  coverage that far out is not established, and the note says so. A store
+  without them gives no band for such a plan.
+
+A store without residuals (an analytic or measured store) gives no interval
+and says why; no band is ever made up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Session
+    from .profile_store import ProfileStore
+
+__all__ = ["DEFAULT_COVERAGE", "RESIDUAL_SETS", "NODE_CLASSES", "ResidualTable",
+           "PredictionInterval", "conformal_bounds", "node_class", "interval_for",
+           "interval_factors", "cross_conformal", "check_coverage", "residual_table_from_cv"]
+
+#: Nominal coverage of the band when none is asked for.
+DEFAULT_COVERAGE = 0.9
+#: How a residual row's prediction was obtained.
+RESIDUAL_SETS = ("cross_validated", "scale_transfer")
+#: Residual groups by node count.
+NODE_CLASSES = ("single_node", "multi_node")
+
+
+def check_coverage(coverage: float) -> float:
+    """``coverage`` as a float in (0, 1); ValueError naming the rule otherwise."""
+    try:
+        c = float(coverage)
+    except (TypeError, ValueError):
+        raise ValueError(f"coverage {coverage!r} must be a number between 0 and 1") from None
+    if not (0.0 < c < 1.0) or math.isnan(c):
+        raise ValueError(f"coverage {coverage!r} must lie strictly between 0 and 1 (e.g. 0.9)")
+    return c
+
+
+def node_class(num_gpus: int, gpus_per_node: int) -> str:
+    """``"single_node"`` when ``num_gpus <= gpus_per_node``, else ``"multi_node"``."""
+    return "single_node" if num_gpus <= gpus_per_node else "multi_node"
+
+
+@dataclass
+class ResidualTable:
+    """Out-of-sample predictions of the runs a store was calibrated on; arrays of shape (n,).
+
+    Attributes
+    ----------
+    set : str array
+        One of :data:`RESIDUAL_SETS`: ``cross_validated`` (k-fold, the fold
+        fitted without the run) or ``scale_transfer`` (fitted on the
+        single-node runs only, predicting a multi-node run).
+    file : str array
+        Measurement file name of the run.
+    row : int array
+        1-based data row of the run in that file.
+    num_gpus, gpus_per_node : int arrays
+        World size and GPUs per node of the run.
+    num_parameters : float array
+        Model size (:meth:`core.config.ModelConfig.num_parameters`, t=1).
+    measured_s, predicted_s : float arrays
+        Measured and out-of-sample predicted iteration time, seconds, > 0.
+    procedure : str
+        How the predictions were obtained (folds, seed, weights).
+    """
+
+    set: np.ndarray
+    file: np.ndarray
+    row: np.ndarray
+    num_gpus: np.ndarray
+    gpus_per_node: np.ndarray
+    num_parameters: np.ndarray
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    procedure: str = ""
+
+    COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "num_parameters",
+               "measured_s", "predicted_s")
+
+    def __post_init__(self) -> None:
+        self.set = np.asarray(self.set, dtype=str)
+        self.file = np.asarray(self.file, dtype=str)
+        for name in ("row", "num_gpus", "gpus_per_node"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
+        for name in ("num_parameters", "measured_s", "predicted_s"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        n = self.set.shape
+        for name in self.COLUMNS:
+            a = getattr(self, name)
+            if a.ndim != 1 or a.shape != n:
+                raise ValueError(f"residual table column {name!r} has shape {a.shape}, "
+                                 f"expected {n} like 'set'")
+        bad = sorted(set(self.set.tolist()) - set(RESIDUAL_SETS))
+        if bad:
+            raise ValueError(f"residual table column 'set': unknown value(s) {bad}; "
+                             f"expected {RESIDUAL_SETS}")
+        for name in ("measured_s", "predicted_s", "num_parameters"):
+            a = getattr(self, name)
+            if not np.all(np.isfinite(a) & (a > 0)):
+                raise ValueError(f"residual table column {name!r} must be positive and finite")
+        if np.any(self.num_gpus < 1) or np.any(self.gpus_per_node < 1):
+            raise ValueError("residual table columns 'num_gpus' and 'gpus_per_node' must be >= 1")
+
+    def __len__(self) -> int:
+        return int(self.set.shape[0])
+
+    @property
+    def log_residual(self) -> np.ndarray:
+        """``log(measured / predicted)``, shape (n,)."""
+        return np.log(self.measured_s / self.predicted_s)
+
+    @property
+    def node_class(self) -> np.ndarray:
+        """:func:`node_class` of every row, str array (n,)."""
+        return np.where(self.num_gpus <= self.gpus_per_node, "single_node", "multi_node")
+
+    def subset(self, mask: np.ndarray) -> "ResidualTable":
+        """The rows where ``mask`` (bool (n,) or indices) holds."""
+        return ResidualTable(*(getattr(self, c)[mask] for c in self.COLUMNS), procedure=self.procedure)
+
+    def concat(self, other: "ResidualTable") -> "ResidualTable":
+        """This table's rows followed by ``other``'s."""
+        return ResidualTable(*(np.concatenate([getattr(self, c), getattr(other, c)])
+                               for c in self.COLUMNS), procedure=self.procedure or other.procedure)
+
+    def groups(self) -> dict[str, np.ndarray]:
+        """Group name -> sorted log residuals: the node classes of ``cross_validated`` rows and
+        ``scale_transfer``; groups without rows are left out."""
+        r, cv = self.log_residual, self.set == "cross_validated"
+        out = {c: np.sort(r[cv & (self.node_class == c)]) for c in NODE_CLASSES}
+        out["scale_transfer"] = np.sort(r[self.set == "scale_transfer"])
+        return {k: v for k, v in out.items() if v.size}
+
+    def calibration_range(self, cls: str) -> tuple[int, int, float, float] | None:
+        """``(min GPUs, max GPUs, min parameters, max parameters)`` of the ``cross_validated``
+        runs of node class ``cls``; None when it has none."""
+        sel = (self.set == "cross_validated") & (self.node_class == cls)
+        if not sel.any():
+            return None
+        g, n = self.num_gpus[sel], self.num_parameters[sel]
+        return int(g.min()), int(g.max()), float(n.min()), float(n.max())
+
+
+def conformal_bounds(sorted_residuals: np.ndarray, coverage: float) -> tuple[float, float] | None:
+    """Equal-tailed split conformal bounds ``(r_(k_lo), r_(k_hi))`` of sorted residuals.
+
+    ``k_lo = floor((n+1)*alpha/2)``, ``k_hi = ceil((n+1)*(1-alpha/2))`` (1-based),
+    ``alpha = 1 - coverage``; each tail then holds at most alpha/2 of a new
+    exchangeable residual's probability (Lei et al. 2018, Sec. 2.1).
+
+    Returns None when there are too few residuals for the coverage
+    (``n < 2/alpha - 1``: the bound would be infinite).
+    """
+    r = np.asarray(sorted_residuals, dtype=np.float64)
+    alpha = 1.0 - check_coverage(coverage)
+    n = r.size
+    k_lo = math.floor((n + 1) * alpha / 2 + 1e-9)
+    k_hi = math.ceil((n + 1) * (1 - alpha / 2) - 1e-9)
+    if k_lo < 1 or k_hi > n:
+        return None
+    return float(r[k_lo - 1]), float(r[k_hi - 1])
+
+
+def min_residuals(coverage: float) -> int:
+    """Fewest residuals that give a finite band at ``coverage``: ``ceil(2/alpha - 1)``."""
+    alpha = 1.0 - check_coverage(coverage)
+    return math.ceil(2.0 / alpha - 1.0 - 1e-9)
+
+
+@dataclass(frozen=True)
+class PredictionInterval:
+    """The error band of one predicted iteration time.
+
+    Attributes
+    ----------
+    coverage : float
+        Nominal coverage, 0..1 (share of runs whose measured time should fall inside).
+    low_s, high_s : float or None
+        The band in seconds; None when there is none (``note`` says why).
+    low_factor, high_factor : float or None
+        ``low_s / predicted``, ``high_s / predicted``: every figure proportional to the
+        iteration time (training days, GPU-hours, dollars) has the band ``value * factor``.
+    group : str
+        Residual group the band came from (``single_node``, ``multi_node``,
+        ``scale_transfer``), "" when none.
+    num_residuals : int
+        Size of that group.
+    in_calibration_range : bool or None
+        Whether the plan's GPU count and model size lie within the calibration
+        runs of its node class; None when the store has no residuals.
+    note : str
+        Why there is no band, or that the plan is outside the calibration range; "" otherwise.
+    """
+
+    coverage: float
+    low_s: float | None
+    high_s: float | None
+    low_factor: float | None
+    high_factor: float | None
+    group: str = ""
+    num_residuals: int = 0
+    in_calibration_range: bool | None = None
+    note: str = ""
+
+    @property
+    def available(self) -> bool:
+        """True when there is a band."""
+        return self.low_s is not None
+
+    def band(self, value: float) -> tuple[float, float] | None:
+        """``(low, high)`` of a figure proportional to the iteration time, or None."""
+        if self.low_factor is None or self.high_factor is None:
+            return None
+        return value * self.low_factor, value * self.high_factor
+
+    def to_dict(self) -> dict:
+        """JSON-able dict of the attributes."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _fmt_params(n: float) -> str:
+    return f"{n / 1e12:.3g} T" if n >= 1e12 else f"{n / 1e9:.3g} B"
+
+
+def _range_note(cls: str, num_gpus: int, num_params: float,
+                rng: tuple[int, int, float, float] | None) -> str:
+    """"" when inside ``rng``, else which quantity is outside and the calibrated range."""
+    what = "single-node" if cls == "single_node" else "multi-node"
+    if rng is None:
+        return f"no {what} runs were calibrated"
+    g0, g1, n0, n1 = rng
+    parts = []
+    if not g0 <= num_gpus <= g1:
+        parts.append(f"{num_gpus:,} GPUs (calibrated {what} runs: {g0:,}-{g1:,})")
+    if not n0 * (1 - 1e-9) <= num_params <= n1 * (1 + 1e-9):
+        parts.append(f"a {_fmt_params(num_params)}-parameter model (calibrated {what} runs: "
+                     f"{_fmt_params(n0)}-{_fmt_params(n1)})")
+    return " and ".join(parts)
+
+
+def _no_band(coverage: float, note: str, in_range: bool | None = None, group: str = "",
+             n: int = 0) -> PredictionInterval:
+    return PredictionInterval(coverage, None, None, None, None, group, n, in_range, note)
+
+
+def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
+                 gpus_per_node: int, num_parameters: float, coverage: float = DEFAULT_COVERAGE,
+                 store_name: str = "the profile store") -> PredictionInterval:
+    """The band of a predicted iteration time (see the module doc for the method).
+
+    Parameters
+    ----------
+    table : ResidualTable or None
+        The store's residuals (:attr:`core.profile_store.ProfileStore.residuals`).
+    predicted_s : float
+        Predicted iteration time, seconds.
+    num_gpus, gpus_per_node : int
+        World size of the plan and GPUs per node of its cluster.
+    num_parameters : float
+        Model size (:meth:`core.config.ModelConfig.num_parameters`).
+    coverage : float
+        Nominal coverage in (0, 1).
+    store_name : str
+        How notes name the store.
+
+    Raises
+    ------
+    ValueError
+        ``coverage`` outside (0, 1).
+    """
+    coverage = check_coverage(coverage)
+    if table is None or len(table) == 0:
+        return _no_band(coverage, f"no error band: {store_name} holds no cross-validated "
+                                  "residuals (a store gets them from vtrain calibrate with "
+                                  "cross-validation on measured runs)")
+    cls = node_class(num_gpus, gpus_per_node)
+    outside = _range_note(cls, num_gpus, num_parameters, table.calibration_range(cls))
+    groups = table.groups()
+    group = "scale_transfer" if outside else cls
+    note = f"outside the calibration range: {outside}" if outside else ""
+    if group not in groups:
+        return _no_band(coverage, note + f"; no error band: {store_name} has no "
+                                         f"{group.replace('_', '-')} residuals", not outside)
+    r = groups[group]
+    bounds = conformal_bounds(r, coverage)
+    if bounds is None:
+        return _no_band(coverage, (note + "; " if note else "") +
+                        f"no error band: a {coverage:.0%} band needs at least "
+                        f"{min_residuals(coverage)} {group.replace('_', '-')} residuals, "
+                        f"{store_name} has {r.size}", not outside, group, int(r.size))
+    if outside:
+        note += ("; the band is that of the scale-transfer residuals (single-node fit "
+                 "predicting multi-node runs), its coverage this far out is not established")
+    lo, hi = math.exp(bounds[0]), math.exp(bounds[1])
+    return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
+                              int(r.size), not outside, note)
+
+
+def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
+                     num_parameters: float, coverage: float = DEFAULT_COVERAGE
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorized :func:`interval_for` over plans of one model (a sweep's rows).
+
+    Returns
+    -------
+    low_factor, high_factor : float arrays, shape (n,)
+        Multiply a predicted time by them; NaN where there is no band.
+    in_range : bool array, shape (n,)
+        Plans inside the calibration range (False everywhere without residuals).
+    """
+    g = np.asarray(num_gpus, dtype=np.int64)
+    lo, hi, inside = np.full(g.shape, np.nan), np.full(g.shape, np.nan), np.zeros(g.shape, bool)
+    for value in np.unique(g):
+        iv = interval_for(table, 1.0, int(value), gpus_per_node, num_parameters, coverage)
+        sel = g == value
+        if iv.available:
+            lo[sel], hi[sel] = iv.low_factor, iv.high_factor
+        inside[sel] = bool(iv.in_calibration_range)
+    return lo, hi, inside
+
+
+def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, folds: int = 5,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out-fold bands of a table's own rows: each fold's bands come from the other folds.
+
+    Rows are split into ``folds`` random folds (``numpy.random.default_rng(seed)``);
+    a held-out row gets :func:`interval_for` with the table of the other folds'
+    rows, so its residual never enters its own band. This is how the band's
+    coverage is checked on data (tests, ``vtrain validate --cross-validate``).
+
+    Returns
+    -------
+    low_s, high_s : float arrays, shape (n,)
+        NaN where a row gets no band.
+    """
+    n = len(table)
+    fold_of = np.random.default_rng(seed).permutation(n) % folds
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    for k in range(folds):
+        others = table.subset(fold_of != k)
+        for i in np.flatnonzero(fold_of == k):
+            iv = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
+                              int(table.gpus_per_node[i]), float(table.num_parameters[i]), coverage)
+            if iv.available:
+                low[i], high[i] = iv.low_s, iv.high_s
+    return low, high
+
+
+def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray,
+                           predicted_s: np.ndarray, file: str | Sequence[str], rows: Sequence[int],
+                           set_name: str = "cross_validated", procedure: str = "") -> ResidualTable:
+    """A :class:`ResidualTable` of out-of-sample predictions of measured runs.
+
+    Parameters
+    ----------
+    sessions : sequence of Session, length n
+        The runs' plans (world size, GPUs per node and model size are taken from them).
+    measured_s, predicted_s : float arrays, shape (n,)
+    file : str or sequence of str
+        Measurement file name (one for all runs, or one per run).
+    rows : sequence of int, length n
+        1-based data rows of the runs in ``file``.
+    set_name : str
+        One of :data:`RESIDUAL_SETS`.
+    """
+    return ResidualTable(
+        [set_name] * len(sessions), [file] * len(sessions) if isinstance(file, str) else list(file),
+        list(rows),
+        [s.plan.num_gpus for s in sessions], [s.cluster.gpus_per_node for s in sessions],
+        [float(s.model.num_parameters()) for s in sessions], measured_s, predicted_s,
+        procedure=procedure)
+
+
+def session_interval(session: "Session", predicted_s: float, store: "ProfileStore",
+                     coverage: float = DEFAULT_COVERAGE) -> PredictionInterval:
+    """:func:`interval_for` of a session's plan with ``store``'s residuals."""
+    return interval_for(getattr(store, "residuals", None), predicted_s, session.plan.num_gpus,
+                        session.cluster.gpus_per_node, float(session.model.num_parameters()),
+                        coverage, store_name=f"the {store.device_name} profile store "
+                        f"({store.provenance.get('method', 'unknown method')})")
+
+
+__all__ += ["min_residuals", "session_interval"]
+
+
+def interval_line(iv: PredictionInterval) -> str:
+    """One line for reports: where the band comes from, or why there is none.
+
+    E.g. ``"90 % of runs like this one within -3.1 % / +4.2 % (65 multi-node
+    residuals)"``, followed by the note when the plan is outside the calibration range.
+    """
+    if not iv.available:
+        return iv.note
+    line = (f"{iv.coverage:.0%} of runs like this one within {100 * (iv.low_factor - 1):+.1f} % / "
+            f"{100 * (iv.high_factor - 1):+.1f} % of the prediction ({iv.num_residuals} "
+            f"{iv.group.replace('_', '-')} residuals)")
+    return line + (f"; {iv.note}" if iv.note else "")
+
+
+__all__ += ["interval_line"]

@@ -1,0 +1,237 @@
+"""Error band of every prediction (core/interval.py): conformal bounds, groups, store, CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import h5py
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.interval import (ResidualTable, conformal_bounds, cross_conformal, interval_for,
+                           min_residuals, node_class)
+from core.profile_store import SCHEMA_VERSION, ProfileStore
+from core.profiles_gen import generate_store
+from core.session import load_any
+from core.simulate import PROFILES_DIR, simulate
+from core.validate import interval_metrics, read_measurements
+from tests.conftest import EXAMPLES, ROOT, shared_file
+
+
+def _table(residuals_single, residuals_multi, transfer=(), gpus_multi=(64, 512),
+           params_multi=(3e9, 2e11)) -> ResidualTable:
+    """A table with the given log residuals: single-node runs (8 GPUs, 1e9 parameters),
+    multi-node runs spread over ``gpus_multi`` x ``params_multi``, and scale-transfer rows."""
+    rows = []
+    for r in residuals_single:
+        rows.append(("cross_validated", 8, 1e9, r))
+    for i, r in enumerate(residuals_multi):
+        rows.append(("cross_validated", gpus_multi[i % 2], params_multi[(i // 2) % 2], r))
+    for r in transfer:
+        rows.append(("scale_transfer", 64, 3e9, r))
+    sets, gpus, params, res = zip(*rows)
+    pred = np.full(len(rows), 2.0)
+    return ResidualTable(sets, ["x.csv"] * len(rows), np.arange(1, len(rows) + 1), gpus,
+                         [8] * len(rows), params, pred * np.exp(res), pred)
+
+
+def test_conformal_bounds_closed_form():
+    r = np.arange(1.0, 40.0)  # n = 39: k_lo = floor(40 * 0.05) = 2, k_hi = ceil(40 * 0.95) = 38
+    assert conformal_bounds(r, 0.9) == (2.0, 38.0)
+    assert conformal_bounds(np.arange(1.0, 20.0), 0.9) == (1.0, 19.0)  # n = 19: the extremes
+    assert conformal_bounds(np.arange(1.0, 19.0), 0.9) is None  # n = 18: the bound is infinite
+    assert min_residuals(0.9) == 19 and min_residuals(0.5) == 3 and min_residuals(0.99) == 199
+    # n = 99, 80 %: k_lo = floor(100 * 0.1) = 10, k_hi = ceil(100 * 0.9) = 90
+    assert conformal_bounds(np.arange(1.0, 100.0), 0.8) == (10.0, 90.0)
+    for bad in (0.0, 1.0, 1.5, -0.1, float("nan"), "x"):
+        with pytest.raises(ValueError, match="coverage"):
+            conformal_bounds(r, bad)
+
+
+@pytest.mark.parametrize("n, coverage", [(19, 0.9), (65, 0.9), (200, 0.8), (864, 0.95)])
+def test_conformal_band_covers_new_exchangeable_residuals_at_nominal_rate(n, coverage):
+    """Over many draws of n residuals plus one new one from the same (skewed) law, the band
+    holds the new one with probability between nominal and nominal + 2/(n+1) (Lei et al. 2018)."""
+    rng = np.random.default_rng(1)
+    trials = 20000
+    draws = rng.gamma(2.0, 0.03, size=(trials, n + 1)) - 0.05
+    cal, new = np.sort(draws[:, :n], axis=1), draws[:, n]
+    lo, hi = conformal_bounds(np.arange(n, dtype=float), coverage)  # indices of the bounds
+    inside = (new >= cal[:, int(lo)]) & (new <= cal[:, int(hi)])
+    se = math.sqrt(coverage * (1 - coverage) / trials)
+    assert coverage - 4 * se <= inside.mean() <= coverage + 2 / (n + 1) + 4 * se
+
+
+def test_interval_groups_by_node_class_and_scales_the_prediction():
+    single = np.linspace(-0.02, 0.02, 39)  # 90 % band: 2nd and 38th of 39
+    multi = np.linspace(-0.10, 0.20, 39)
+    table = _table(single, multi)
+    iv = interval_for(table, 10.0, 8, 8, 1e9, 0.9)
+    assert iv.group == "single_node" and iv.num_residuals == 39 and iv.in_calibration_range
+    assert iv.low_s == pytest.approx(10 * math.exp(single[1]))
+    assert iv.high_s == pytest.approx(10 * math.exp(single[37]))
+    assert iv.note == "" and iv.band(3.0) == pytest.approx((3 * iv.low_factor, 3 * iv.high_factor))
+    iv = interval_for(table, 10.0, 128, 8, 1e10, 0.9)
+    assert iv.group == "multi_node" and iv.in_calibration_range
+    assert (iv.low_s, iv.high_s) == pytest.approx((10 * math.exp(multi[1]), 10 * math.exp(multi[37])))
+    # equal-tailed: a biased group gets an asymmetric band around the prediction
+    assert iv.high_factor - 1 > 1 - iv.low_factor
+    assert node_class(8, 8) == "single_node" and node_class(9, 8) == "multi_node"
+
+
+def test_plan_outside_the_calibration_range_says_so_and_takes_the_transfer_band():
+    transfer = np.linspace(-0.1, 0.4, 25)
+    table = _table(np.zeros(30), np.zeros(30), transfer)
+    iv = interval_for(table, 10.0, 1024, 8, 1e11, 0.9)
+    assert not iv.in_calibration_range and iv.group == "scale_transfer"
+    assert "outside the calibration range: 1,024 GPUs (calibrated multi-node runs: 64-512)" in iv.note
+    assert "coverage this far out is not established" in iv.note
+    lo, hi = conformal_bounds(np.sort(transfer), 0.9)
+    assert (iv.low_factor, iv.high_factor) == pytest.approx((math.exp(lo), math.exp(hi)))
+    iv = interval_for(table, 10.0, 256, 8, 1e12, 0.9)  # model size beyond the data
+    assert "a 1 T-parameter model" in iv.note
+    assert "3 B-200 B" in iv.note
+    iv = interval_for(table, 10.0, 4, 8, 1e9, 0.9)  # fewer GPUs than any single-node run
+    assert not iv.in_calibration_range and "4 GPUs (calibrated single-node runs: 8-8)" in iv.note
+    # without scale-transfer residuals: no band, and the note says why (never a made-up band)
+    iv = interval_for(_table(np.zeros(30), np.zeros(30)), 10.0, 1024, 8, 1e11, 0.9)
+    assert not iv.available and iv.low_s is None and iv.band(1.0) is None
+    assert "outside the calibration range" in iv.note and "no scale-transfer residuals" in iv.note
+
+
+def test_no_residuals_no_band_and_too_few_for_the_coverage():
+    iv = interval_for(None, 10.0, 8, 8, 1e9, 0.9, store_name="the H100 store")
+    assert not iv.available and iv.in_calibration_range is None
+    assert iv.note.startswith("no error band: the H100 store holds no cross-validated residuals")
+    iv = interval_for(_table(np.zeros(30), np.zeros(10)), 10.0, 64, 8, 3e9, 0.9)
+    assert not iv.available and "needs at least 19 multi-node residuals" in iv.note and "has 10" in iv.note
+    assert interval_for(_table(np.zeros(30), np.zeros(10)), 10.0, 64, 8, 3e9, 0.5).available
+
+
+def test_residual_table_round_trips_through_the_store_and_bumps_the_version(tmp_path):
+    store = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    plain = tmp_path / "plain.h5"
+    store.save(plain)
+    with h5py.File(plain) as f:  # nothing new in it: still a version-1 file
+        assert int(f.attrs["encoding-version"]) == 1 and "residuals" not in f
+    assert ProfileStore.open(plain).residuals is None
+    store.residuals = _table([0.01, -0.02], [0.05], [0.1])
+    store.residuals.procedure = "test procedure"
+    path = tmp_path / "with.h5"
+    store.save(path)
+    with h5py.File(path) as f:
+        assert int(f.attrs["encoding-version"]) == SCHEMA_VERSION == 2
+        assert f["residuals"].attrs["encoding-type"] == "residual-table"
+    back = ProfileStore.open(path).residuals
+    for c in ResidualTable.COLUMNS:
+        np.testing.assert_array_equal(getattr(back, c), getattr(store.residuals, c))
+    assert back.procedure == "test procedure"
+    with h5py.File(path, "a") as f:  # a broken table is refused naming the group
+        f["residuals"]["measured_s"][0] = -1.0
+    with pytest.raises(Exception, match="/residuals: residual table column 'measured_s'"):
+        ProfileStore.open(path)
+
+
+def test_the_version_1_fixture_opens_without_a_band():
+    s = ProfileStore.open(ROOT / "tests" / "data" / "profile_store_v1.h5")
+    assert s.residuals is None
+
+
+def test_simulate_json_band_and_analytic_store_without_one(capsys):
+    example = EXAMPLES / "gpt3_1.3b_single_node.json"
+    assert main(["simulate", str(example), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    lo, hi = doc["iteration_time_interval_s"]
+    T = doc["iteration_time_s"]
+    assert lo < T < hi and doc["interval"]["coverage"] == 0.9
+    assert doc["interval"]["group"] == "single_node"
+    d_lo, d_hi = doc["training_days_interval"]
+    assert (d_lo, d_hi) == pytest.approx((doc["training_days"] * lo / T, doc["training_days"] * hi / T))
+    c_lo, c_hi = doc["cost_usd_interval"]
+    assert (c_lo, c_hi) == pytest.approx((doc["cost_usd"] * lo / T, doc["cost_usd"] * hi / T))
+    # a wider nominal coverage gives a band at least as wide
+    assert main(["simulate", str(example), "--json", "--coverage", "0.98"]) == 0
+    lo98, hi98 = json.loads(capsys.readouterr().out)["iteration_time_interval_s"]
+    assert lo98 <= lo and hi98 >= hi
+    assert main(["simulate", str(example), "--coverage", "1.5"]) == 2
+    assert "--coverage" in capsys.readouterr().err
+    # the analytic H100 store has no residuals: no band, and the report says why
+    assert main(["simulate", str(example), "--json", "--profile",
+                 str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["iteration_time_interval_s"] is None and doc["cost_usd_interval"] is None
+    assert "holds no cross-validated residuals" in doc["interval"]["note"]
+    assert main(["simulate", str(example), "--profile", str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    assert "no error band" in capsys.readouterr().out
+
+
+def test_report_table_shows_the_band_and_the_range(capsys):
+    assert main(["simulate", str(EXAMPLES / "mtnlg_530b.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "90% band" in out and "outside the calibration range: 3,360 GPUs" in out
+
+
+def test_shipped_a100_residuals_are_the_shared_data_and_cover_held_out_folds():
+    """The shipped store's residual table holds every usable row of the shared A100 files
+    with its measured time; bands built from the other folds' residuals cover the
+    held-out fold's runs at the nominal rate (within 5 points)."""
+    store = ProfileStore.open(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    table = store.residuals
+    assert table is not None
+    cv = table.set == "cross_validated"
+    for name in ("measured_single_node.csv", "measured_multi_node.csv"):
+        ms = [m for m in read_measurements(shared_file(name)) if not m.skip_reason]
+        sel = cv & (table.file == name)
+        assert sel.sum() == len(ms)
+        measured = {m.row: m.measured_s for m in ms}
+        np.testing.assert_allclose(table.measured_s[sel], [measured[r] for r in table.row[sel]])
+    assert (table.set == "scale_transfer").sum() == 65
+    # the out-of-fold predictions are the shipped CV figures (same procedure)
+    for name, figures in store.provenance["cross_validation"].items():
+        if name.endswith(".csv"):
+            sel = cv & (table.file == name)
+            ape = np.abs(table.predicted_s[sel] / table.measured_s[sel] - 1) * 100
+            assert ape.mean() == pytest.approx(figures["mape_percent"], rel=1e-6)
+    own = table.subset(cv)
+    for coverage in (0.8, 0.9):
+        for seed in (0, 1, 2):
+            low, high = cross_conformal(own, coverage, folds=5, seed=seed)
+            m = interval_metrics(own.measured_s, own.predicted_s, low, high)
+            assert m["interval_rows"] == len(own)
+            assert abs(m["interval_coverage"] - coverage) <= 0.05, (coverage, seed, m)
+            single = own.node_class == "single_node"
+            ms = interval_metrics(own.measured_s[single], own.predicted_s[single], low[single],
+                                  high[single])
+            assert abs(ms["interval_coverage"] - coverage) <= 0.05, (coverage, seed, ms)
+    low, high = cross_conformal(own, 0.9)
+    assert interval_metrics(own.measured_s, own.predicted_s, low, high)[
+        "interval_median_width_percent"] < 15
+
+
+def test_validate_adds_coverage_and_band_columns(tmp_path, capsys):
+    path = shared_file("measured_multi_node.csv")
+    out = tmp_path / "rows.csv"
+    assert main(["validate", str(path), "--json", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert 0.0 <= doc["interval_coverage"] <= 1.0 and doc["interval_rows"] == doc["n"] == 65
+    rows = list(csv.DictReader(out.open()))
+    inside = [float(r["interval_low_s"]) <= float(r["measured_iteration_time_s"])
+              <= float(r["interval_high_s"]) for r in rows]
+    assert doc["interval_coverage"] == pytest.approx(np.mean(inside))
+    for r in rows:
+        assert float(r["interval_low_s"]) < float(r["predicted_iteration_time_s"]) < float(
+            r["interval_high_s"])
+    # the analytic H100 store: every row predicted, none with a band, coverage null
+    assert main(["validate", str(path), "--json", "--profile",
+                 str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["interval_coverage"] is None and doc["interval_rows"] == 0
+
+
+def test_example_sessions_in_range_get_a_band():
+    s = load_any(EXAMPLES / "gpt3_175b.json")
+    iv = simulate(s).report.interval
+    assert iv.available and iv.in_calibration_range and iv.group == "multi_node"
