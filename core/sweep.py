@@ -79,6 +79,7 @@ import numpy as np
 from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
                      validate)
 from .graph import schedule_order, stage_times
+from .interval import DEFAULT_COVERAGE, interval_factors, interval_for
 from .simulate import model_flops_per_iteration, open_profile, profile_path, stage_memory
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
@@ -89,7 +90,7 @@ DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
 COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
            "num_microbatches", "schedule", "recompute", "num_gpus", "iteration_time_s",
-           "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
+           "interval_low_s", "interval_high_s", "in_calibration_range", "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
            "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
 
 ProgressFn = Callable[[int, int], None]
@@ -527,6 +528,14 @@ class SweepResult:
         Distinct lookup warnings of the plans that fit in memory.
     profile : dict
         Device name and provenance of the profile store used.
+    interval_low_s, interval_high_s : float64 arrays
+        Error band of the iteration time at nominal coverage ``interval_coverage``
+        (:mod:`core.interval`), seconds; NaN where there is none.
+    in_calibration_range : bool array
+        Plans whose GPU count and model size lie within the profile's calibration runs.
+    interval_coverage : float
+    interval_note : str
+        Why no plan has a band, or "" when the bands exist.
     """
 
     session: Session
@@ -556,6 +565,20 @@ class SweepResult:
     wall_s: float
     warnings: list[str] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
+    interval_low_s: np.ndarray | None = None
+    interval_high_s: np.ndarray | None = None
+    in_calibration_range: np.ndarray | None = None
+    interval_coverage: float = 0.9
+    interval_note: str = ""
+
+    def __post_init__(self) -> None:
+        n = int(np.asarray(self.iteration_time_s).shape[0])
+        if self.interval_low_s is None:
+            self.interval_low_s = np.full(n, np.nan)
+        if self.interval_high_s is None:
+            self.interval_high_s = np.full(n, np.nan)
+        if self.in_calibration_range is None:
+            self.in_calibration_range = np.zeros(n, bool)
 
     @property
     def num_plans(self) -> int:
@@ -640,6 +663,8 @@ class SweepResult:
             else:
                 v = getattr(self, c)[i]
                 out[c] = v.item() if isinstance(v, np.generic) else v
+                if isinstance(out[c], float) and math.isnan(out[c]):
+                    out[c] = None  # no error band: JSON null, an empty CSV cell
         return out
 
     def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
@@ -652,7 +677,8 @@ class SweepResult:
         Keys: ``num_plans``, ``num_feasible``, ``wall_s``, ``fastest``,
         ``cheapest``, ``deadline_days``, ``cheapest_within_deadline`` (plan
         dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
-        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``config`` (the
+        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``interval_coverage`` and
+        ``interval_note`` (the error bands' nominal coverage, and why there are none), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
         plan dict or None); with ``include_all``, ``plans`` (every row).
@@ -675,6 +701,7 @@ class SweepResult:
             "training_tokens": self.session.cost.training_tokens,
             "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
             "profile": self.profile, "warnings": self.warnings, "config": config,
+            "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
         }
         if include_all:
             doc["plans"] = self.rows()
@@ -686,7 +713,8 @@ class SweepResult:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(COLUMNS)
         for r in self.rows():
-            w.writerow([repr(v) if isinstance(v, float) else v for v in r.values()])
+            w.writerow(["" if v is None else repr(v) if isinstance(v, float) else v
+                        for v in r.values()])
         return buf.getvalue()
 
     def write_csv(self, path: str | Path) -> None:
@@ -713,7 +741,8 @@ def _is_cancelled(cancel: Any) -> bool:
 
 
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
-              progress: ProgressFn | None = None, cancel: Any = None) -> SweepResult:
+              progress: ProgressFn | None = None, cancel: Any = None,
+              coverage: float = DEFAULT_COVERAGE) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
     Parameters
@@ -735,6 +764,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     cancel : threading.Event or callable returning bool, optional
         Checked between batches (each a few ms to ~0.1 s of work); when set,
         :class:`SweepCancelled` is raised.
+    coverage : float
+        Nominal coverage of the error bands, in (0, 1) (:mod:`core.interval`).
 
     Returns
     -------
@@ -826,6 +857,12 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     schedules = np.array([pl.schedule for pl in plans], dtype=f"<U{max(map(len, SCHEDULES))}")
     recomputes = np.array([pl.recompute for pl in plans], dtype=f"<U{max(map(len, RECOMPUTE_MODES))}")
     pareto = pareto_front(days, cost_usd, fits)
+    residuals = getattr(store, "residuals", None)
+    low_f, high_f, in_range = interval_factors(residuals, col["num_gpus"], cluster.gpus_per_node,
+                                               float(model.num_parameters()), coverage)
+    no_band = "" if residuals is not None else interval_for(
+        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
+        f"({store.provenance.get('method', 'unknown method')})").note
     result = SweepResult(
         session=session, space=space, **col, schedule=schedules, recompute=recomputes,
         iteration_time_s=iteration, tokens_per_s=tokens_per_s, mfu=mfu, training_days=days,
@@ -836,6 +873,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         warnings=sorted(warnings),
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
+        interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
+        in_calibration_range=in_range, interval_coverage=coverage, interval_note=no_band,
     )
     if deadline_days is not None:
         result.cheapest_within_deadline = result.cheapest_within(deadline_days)

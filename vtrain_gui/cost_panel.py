@@ -85,6 +85,8 @@ class CostPanel(QtWidgets.QWidget):
         rows = [
             ("Iteration", None),
             ("iteration_time", "Iteration time"),
+            ("iteration_band", "Error band"),
+            ("band_note", ""),
             ("tokens_per_s", "Throughput"),
             ("mfu", "MFU (model FLOPs utilization)"),
             ("hfu", "HFU (hardware FLOPs utilization)"),
@@ -99,8 +101,10 @@ class CostPanel(QtWidgets.QWidget):
             ("microbatches", "Micro-batches per iteration"),
             ("iterations", "Iterations"),
             ("training_days", "Training time"),
+            ("training_days_band", "    band"),
             ("gpu_hours", "GPU-hours"),
             ("cost_usd", "Cost"),
+            ("cost_band", "    band"),
             ("Profile", None),
             ("profile", ""),
         ]
@@ -125,7 +129,7 @@ class CostPanel(QtWidgets.QWidget):
             value = QtWidgets.QLabel("–")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setObjectName(key)
-            if key == "profile":
+            if key in ("profile", "band_note"):
                 value.setWordWrap(True)
                 grid.addWidget(value, r, 0, 1, 2)
             else:
@@ -136,6 +140,8 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(name, r, 0)
                 grid.addWidget(value, r, 1)
             self._values[key] = value
+        self._band_names = {k: names[k] for k in ("iteration_band", "training_days_band", "cost_band")}
+        self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "bubble"), _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
@@ -257,6 +263,7 @@ class CostPanel(QtWidgets.QWidget):
         v["training_days"].setText(f"{format_count(report.training_days, 1)} days")
         v["gpu_hours"].setText(format_count(report.gpu_hours))
         v["cost_usd"].setText(format_usd(report.cost_usd))
+        self._set_band(report)
         profile = report.profile or {}
         shown = [str(profile[k]) for k in ("device", "method", "date") if profile.get(k)]
         if profile.get("source"):
@@ -269,6 +276,37 @@ class CostPanel(QtWidgets.QWidget):
             self._warnings.setText("")
         self._set_memory(report)
         self._fit_figures_width()
+
+    def _set_band(self, report: Report) -> None:
+        """The error band of the iteration time, days and dollars, and where it comes from."""
+        v, iv = self._values, report.interval
+        coverage = f" ({iv.coverage:.0%})" if iv is not None else ""
+        self._band_names["iteration_band"].setText(f"Error band{coverage}")
+        for key in ("training_days_band", "cost_band"):
+            self._band_names[key].setText(f"    band{coverage}")
+        note = v["band_note"]
+        if iv is None or not iv.available:
+            for key in ("iteration_band", "training_days_band", "cost_band"):
+                v[key].setText("none")
+            note.setText(iv.note if iv is not None else "")
+            note.setStyleSheet("color: #505860;")
+            return
+        lo, hi = iv.band(report.iteration_time_s)
+        v["iteration_band"].setText(f"{format_duration(lo)} – {format_duration(hi)}")
+        lo, hi = iv.band(report.training_days)
+        v["training_days_band"].setText(f"{format_count(lo, 1)} – {format_count(hi, 1)} days")
+        lo, hi = iv.band(report.cost_usd)
+        v["cost_band"].setText(f"{format_usd(lo)} – {format_usd(hi)}")
+        source = (f"{iv.coverage:.0%} of runs like this one measured within the band "
+                  f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "
+                  "of the profile)")
+        if iv.in_calibration_range:
+            note.setText(source)
+            note.setStyleSheet("color: #505860;")
+        else:
+            note.setText("⚠ " + iv.note[0].upper() + iv.note[1:])
+            note.setStyleSheet("color: #B35C00;")
+        note.setToolTip(iv.note or source)
 
     def _fit_figures_width(self) -> None:
         """Keep the figures column wide enough for its longest value (no clipping)."""

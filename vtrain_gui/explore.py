@@ -443,6 +443,13 @@ def _yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
+def _band_text(low: float, high: float, inside: bool) -> str:
+    """``'4.871 s – 5.120 s'``, with ``' ⚠'`` outside the calibration range; ``'none'``."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "none"
+    return f"{format_duration(low)} – {format_duration(high)}" + ("" if inside else " ⚠")
+
+
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
 TABLE_COLUMNS = (
     _Column("t", "tensor_parallel", "Tensor-parallel size t", str),
@@ -454,6 +461,10 @@ TABLE_COLUMNS = (
     _Column("recompute", "recompute", "Activation recomputation", str, False),
     _Column("GPUs", "num_gpus", "World size t·p·d", format_count),
     _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
+    _Column("error band", "iteration_band",
+            "Error band of the iteration time at its nominal coverage (cross-validated residuals "
+            "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
+            "size beyond the calibrated runs)", lambda v: _band_text(*v)),
     _Column("days", "training_days", "Training time for the token budget (days)",
             lambda v: format_count(v, 1)),
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
@@ -572,8 +583,22 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         if role == Qt.ItemDataRole.FontRole:
             return self._bold if self._front[i] else None
         if role == Qt.ItemDataRole.ToolTipRole:
+            if col.attr == "iteration_band":
+                return self._band_tip(i)
             return self._result.reason[i] or None
         return None
+
+    def _band_tip(self, i: int) -> str:
+        r = self._result
+        if not math.isfinite(r.interval_low_s[i]):
+            return r.interval_note or "no error band for this plan (see the Plan tab's report)"
+        text = (f"{r.interval_coverage:.0%} of runs like this one measured within "
+                f"{format_duration(r.interval_low_s[i])} – {format_duration(r.interval_high_s[i])}")
+        if not r.in_calibration_range[i]:
+            text += ("\n⚠ outside the calibration range (GPU count or model size beyond the "
+                     "calibrated runs): the band is that of the scale-transfer residuals; its "
+                     "coverage this far out is not established")
+        return text
 
     def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
                    role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -605,6 +630,10 @@ class SweepTableModel(QtCore.QAbstractTableModel):
             return bool(self._front[i])
         if attr == "reason":
             return self._result.reason[i]
+        if attr == "iteration_band":
+            r = self._result
+            return (float(r.interval_low_s[i]), float(r.interval_high_s[i]),
+                    bool(r.in_calibration_range[i]))
         return getattr(self._result, attr)[i]
 
     def _sort_codes(self, column: int) -> np.ndarray:
@@ -614,6 +643,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         codes = self._codes.get(column)
         if codes is None:
             values = (np.asarray(self._result.reason) if attr == "reason"
+                      else self._result.interval_high_s if attr == "iteration_band"
                       else getattr(self._result, attr))
             codes = self._codes[column] = np.unique(values, return_inverse=True)[1].ravel()
         return codes
