@@ -6,6 +6,7 @@
 ``vtrain sweep CONFIG``    every valid plan, time and cost, Pareto front (core/sweep_cmd.py)
 ``vtrain validate CSV``    predict measured iteration times, report the error (core/accuracy_cmd.py)
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times (core/accuracy_cmd.py)
+``vtrain import megatron-args FILE`` / ``vtrain export megatron-args SESSION`` (core/megatron_cmd.py)
 
 Invalid input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -24,6 +25,7 @@ from rich.table import Table
 from .console import Console
 from .config import ConfigError
 from .interval import check_coverage, interval_line
+from .megatron_args import MegatronArgsError
 from .nccl_tests import NcclTestsError
 from .profile_store import ProfileStoreError
 from .session import SessionFileError, load_any
@@ -87,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .accuracy_cmd import add_accuracy_parsers, add_import_parser  # validate, calibrate
     add_accuracy_parsers(sub)
     add_import_parser(psub)
+    from .megatron_cmd import add_parsers as add_megatron_parsers  # import/export megatron-args
+    add_megatron_parsers(sub)
     return parser
 
 
@@ -250,17 +254,28 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return run_calibrate(args)
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .megatron_cmd import run_import
+    return run_import(args)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .megatron_cmd import run_export
+    return run_export(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile,
                 "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate,
-                "optimal": _cmd_optimal, "schedule": _cmd_schedule}
+                "optimal": _cmd_optimal, "schedule": _cmd_schedule, "import": _cmd_import,
+                "export": _cmd_export}
     try:
         return handlers[args.command](args)
     except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
-            NcclTestsError) as exc:
+            NcclTestsError, MegatronArgsError) as exc:
         print(f"vtrain: error: {exc}", file=sys.stderr)
         return 2
     except KeyError as exc:  # the profile lacks data the plan needs

@@ -1,0 +1,929 @@
+"""Megatron-LM launch arguments in and out of sessions.
+
+``read_launch`` reads a Megatron-LM / Megatron-Core launch: a shell script
+(``torchrun ... pretrain_gpt.py --num-layers ...``, with line continuations,
+variables and bash arrays assigned in the script, ``$((...))`` integer
+arithmetic, ``#SBATCH`` directives) or a plain argument list. Shell words are
+split by :mod:`shlex`. The world size comes from the launcher: torchrun's (or
+``torch.distributed.launch``'s) ``--nnodes`` and ``--nproc-per-node``,
+srun's ``-N``/``--nodes`` and ``--ntasks-per-node``, or ``#SBATCH`` lines.
+
+``session_from_launch`` maps the arguments to a :class:`core.config.Session`
+through :data:`ARGUMENTS`, one table of argument -> session field. Fields of
+newer plans and model families (issues 10 and 11: ``plan.zero_stage``,
+``model.activation`` ...) are written against their fixed names; an argument
+whose target field (or value) this version's dataclasses do not have is
+**refused by name** ("not modelled yet", exit status 2), never dropped: a
+Llama launch simulated as a GPT model would be the worst defect a planner can
+have. Once the fields exist, the same code maps them.
+
+Arguments not in the table are sorted into those that may change the
+iteration time (listed as *ignored*) and those that cannot (logging, paths,
+learning rate: :data:`NEUTRAL_ARGUMENTS`, listed apart).
+
+``export_arguments`` / ``export_script`` write the arguments (and the
+torchrun line) that run a session's plan; a session -> arguments -> session
+round trip is exact for every field Megatron-LM has an argument for.
+
+Argument semantics follow Megatron-LM's ``megatron/training/arguments.py``
+(core_r0.9-r0.12): defaults t = p = cp = 1, ``--global-batch-size`` defaults to
+``--micro-batch-size`` times the data-parallel size, d = world / (t * p * cp),
+``--recompute-activations`` is selective recomputation, and
+``NullTokenizer``'s vocabulary is ``--vocab-size`` plus one end-of-document
+token (``megatron/training/tokenizer/tokenizer.py``, ``_NullTokenizer``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import operator
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+
+__all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "Launch", "ImportResult",
+           "read_launch", "parse_arguments", "session_from_launch", "import_file",
+           "export_arguments", "export_script", "field_exists"]
+
+
+class MegatronArgsError(ValueError):
+    """A launch cannot be read or mapped; the message names the file, the argument and the rule."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One Megatron-LM argument and the session field(s) it sets.
+
+    Attributes
+    ----------
+    targets : tuple of str
+        ``section.field`` names it sets (fixed by issues 10 and 11 where they are new).
+    value : bool
+        Takes a value (``--flag VALUE``); False for a switch.
+    help : str
+        What it means and how it maps.
+    """
+
+    targets: tuple[str, ...]
+    value: bool
+    help: str
+
+
+#: Megatron-LM argument -> session field(s). Import and export both follow this table.
+ARGUMENTS: dict[str, Arg] = {
+    "--num-layers": Arg(("model.num_layers",), True, "layers L"),
+    "--hidden-size": Arg(("model.hidden_size",), True, "hidden size h"),
+    "--num-attention-heads": Arg(("model.num_attention_heads",), True, "attention heads a"),
+    "--ffn-hidden-size": Arg(("model.ffn_hidden_size",), True, "MLP hidden size (default 4h)"),
+    "--seq-length": Arg(("model.seq_length",), True, "sequence length s"),
+    "--vocab-size": Arg(("model.vocab_size",), True,
+                        "vocabulary size (NullTokenizer: this plus one end-of-document token)"),
+    "--tokenizer-type": Arg(("model.vocab_size",), True,
+                            "a tokenizer of known size (GPT2BPETokenizer: 50257, Llama2Tokenizer: "
+                            "32000, BERT word pieces) or NullTokenizer with --vocab-size"),
+    "--make-vocab-size-divisible-by": Arg(("model.vocab_size",), True,
+                                          "vocabulary padding: only Megatron's 128 is modelled"),
+    "--kv-channels": Arg(("model.hidden_size",), True, "head size: only h/a is modelled"),
+    "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
+    "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),
+    "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
+    "--normalization": Arg(("model.normalization",), True, "LayerNorm (modelled) or RMSNorm"),
+    "--position-embedding-type": Arg(("model.position_embedding",), True,
+                                     "learned_absolute (modelled) or rope"),
+    "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
+                                                 "separate output layer weights"),
+    "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
+    "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k)"),
+    "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
+    "--global-batch-size": Arg(("plan.global_batch_size",), True,
+                               "global batch size B (default b times d)"),
+    "--tensor-model-parallel-size": Arg(("plan.tensor_parallel",), True, "tensor-parallel size t"),
+    "--pipeline-model-parallel-size": Arg(("plan.pipeline_parallel",), True,
+                                          "pipeline-parallel size p"),
+    "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
+    "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
+    "--num-layers-per-virtual-pipeline-stage": Arg(
+        ("plan.schedule", "plan.virtual_pipeline_stages"), True,
+        "interleaved 1F1B with v = L / (p * this) chunks per rank"),
+    "--num-virtual-stages-per-pipeline-rank": Arg(
+        ("plan.schedule", "plan.virtual_pipeline_stages"), True, "interleaved 1F1B with v chunks"),
+    "--sequence-parallel": Arg(("plan.sequence_parallel",), False, "sequence parallelism"),
+    "--use-distributed-optimizer": Arg(("plan.zero_stage",), False,
+                                       "distributed optimizer (ZeRO-1): zero_stage 1"),
+    "--use-torch-fsdp2": Arg(("plan.zero_stage",), False, "FSDP (ZeRO-3): zero_stage 3"),
+    "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
+                                 "gradient reduction under the backward"),
+    "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,
+                                  "parameter all-gather under the forward"),
+    "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
+    "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
+                                                "gradients accumulated and reduced in fp32"),
+    "--recompute-granularity": Arg(("plan.recompute",), True, "full or selective recomputation"),
+    "--recompute-activations": Arg(("plan.recompute",), False, "selective recomputation (old name)"),
+    "--checkpoint-activations": Arg(("plan.recompute",), False,
+                                    "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
+    "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
+                                   "with --checkpoint-activations: layers per checkpoint (uniform)"),
+    "--recompute-method": Arg(("plan.recompute_num_layers",), True,
+                              "block (some layers per stage) or uniform"),
+    "--recompute-num-layers": Arg(("plan.recompute_num_layers",), True,
+                                  "with block: layers per stage recomputed"),
+    "--decoder-first-pipeline-num-layers": Arg(("plan.first_stage_layers",), True,
+                                               "layers of the first stage"),
+    "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,
+                                              "layers of the last stage"),
+    "--bf16": Arg(("plan.precision",), False, "bf16 mixed precision"),
+    "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
+    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine)"),
+    "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
+    "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
+}
+
+#: Arguments that cannot change the iteration time: listed apart, never mapped.
+NEUTRAL_ARGUMENTS = frozenset("""
+--lr --min-lr --lr-decay-style --lr-decay-iters --lr-decay-samples --lr-warmup-iters
+--lr-warmup-samples --lr-warmup-fraction --lr-warmup-init --weight-decay --start-weight-decay
+--end-weight-decay --weight-decay-incr-style --clip-grad --adam-beta1 --adam-beta2 --adam-eps
+--init-method-std --seed --log-interval --save --load --save-interval --eval-interval --eval-iters
+--data-path --train-data-path --valid-data-path --test-data-path --split --vocab-file --merge-file
+--tokenizer-model --tensorboard-dir --tensorboard-log-interval --wandb-project --wandb-exp-name
+--wandb-save-dir --log-throughput --log-timers-to-tensorboard --log-validation-ppl-to-tensorboard
+--log-memory-to-tensorboard --log-params-norm --log-num-zeros-in-grad --timing-log-level
+--timing-log-option --exit-interval --exit-duration-in-mins --exit-signal-handler
+--data-cache-path --mock-data --no-load-optim --no-load-rng --finetune --use-checkpoint-args
+--ckpt-format --async-save --dataloader-type --no-mmap-bin-files --eod-mask-loss
+--reset-position-ids --reset-attention-mask --num-workers --distributed-backend
+--distributed-timeout-minutes --use-mcore-models --use-legacy-models --max-position-embeddings
+--hidden-dropout --attention-dropout --no-create-attention-mask-in-dataloader --log-progress
+--tensorboard-queue-size --log-world-size-to-tensorboard --log-loss-scale-to-tensorboard
+--loss-scale --initial-loss-scale --min-loss-scale --loss-scale-window --hysteresis
+--ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format
+--data-impl --seq-length-file --log-straggler --use-dist-ckpt --dist-ckpt-format
+""".split())
+# --max-position-embeddings only sizes the learned position table (s*h parameters are
+# counted from --seq-length); dropout and loss-scaling options are numerics, not shapes.
+
+#: Vocabulary sizes of Megatron-LM's tokenizers that need no file to know them.
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
+                   "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
+#: Modelled values of model-family arguments when the family fields do not exist yet.
+_DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
+_SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
+
+
+def field_exists(target: str, value: Any = None) -> bool:
+    """Whether ``section.field`` is a field of this version's dataclasses (and, with ``value``,
+    whether the value is among the field's ``choices`` when it declares them)."""
+    section, name = target.split(".", 1)
+    for f in dataclasses.fields(_SECTIONS[section]):
+        if f.name == name:
+            choices = f.metadata.get("choices")
+            return value is None or choices is None or value in choices
+    return False
+
+
+# --------------------------------------------------------------------------- shell reading
+
+@dataclass
+class Launch:
+    """A launch read from a file.
+
+    Attributes
+    ----------
+    arguments : list of str
+        The training script's arguments (shell words, variables substituted).
+    nnodes, nproc_per_node : int or None
+        Nodes and processes (GPUs) per node from the launcher, when it says.
+    launcher : str
+        ``torchrun``, ``srun``, ``python``, or ``argument list``.
+    script : str
+        The training script (``pretrain_gpt.py``), "" for a plain argument list.
+    source : str
+        The file the launch was read from (for messages).
+    """
+
+    arguments: list[str]
+    nnodes: int | None = None
+    nproc_per_node: int | None = None
+    launcher: str = "argument list"
+    script: str = ""
+    source: str = "arguments"
+
+
+_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<index>\[[@*]\])?"
+                  r"(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
+_ARITH = re.compile(r"\$\(\((?P<expr>[^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+_ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+_SEPARATORS = {"2>&1", "1>&2"}
+
+
+def _arith(expr: str) -> int | None:
+    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise ValueError("not integer arithmetic")
+
+    try:
+        return ev(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _substitute(text: str, env: dict[str, str | list[str]]) -> str:
+    """Replace ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${ARR[@]}`` and ``$((...))``.
+
+    Variables the script does not set stay as written (a later step names them
+    if their value is needed). Arrays expand to their shell-quoted words.
+    """
+    def var(m: re.Match) -> str:
+        name = m.group("braced") or m.group("plain")
+        if name in env:
+            v = env[name]
+            return " ".join(shlex.quote(x) for x in v) if isinstance(v, list) else v
+        if m.group("default") is not None:
+            return m.group("default")
+        return m.group(0)
+
+    out = _VAR.sub(var, text)
+
+    def arith(m: re.Match) -> str:
+        inner = _VAR.sub(var, m.group("expr"))
+        inner = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\b",
+                       lambda v: str(env[v.group(1)]) if isinstance(env.get(v.group(1)), str)
+                       else v.group(0), inner)
+        value = _arith(inner)
+        return m.group(0) if value is None else str(value)
+
+    return _ARITH.sub(arith, out)
+
+
+def _open_array(buf: str) -> bool:
+    """True while ``buf`` holds a bash array assignment ``NAME=( ...`` not closed yet."""
+    m = re.search(r"(^|[\s;])[A-Za-z_][A-Za-z0-9_]*=\(", buf)
+    if not m:
+        return False
+    tail = re.sub(r"\$\(\(.*?\)\)", "", buf[m.end():])  # arithmetic
+    tail = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"", "", tail)  # quoted words
+    tail = re.sub(r"(^|\s)#[^\n]*", "", tail)  # comments
+    return tail.count(")") < 1 + tail.count("(")
+
+
+def _statements(text: str) -> list[str]:
+    """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    out: list[str] = []
+    buf = ""
+    for line in text.splitlines():
+        buf = f"{buf}\n{line}" if buf else line
+        try:
+            shlex.split(buf, comments=True)
+        except ValueError:  # an open quotation: the statement goes on
+            continue
+        if _open_array(buf):
+            continue
+        out.append(buf)
+        buf = ""
+    if buf:
+        out.append(buf)
+    return out
+
+
+def _words(stmt: str, source: str) -> list[str]:
+    lex = shlex.shlex(stmt, posix=True, punctuation_chars=";&|<>()")
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    try:
+        return list(lex)
+    except ValueError as exc:
+        raise MegatronArgsError(f"{source}: cannot split {stmt.strip()[:60]!r} into shell words: "
+                                f"{exc}") from None
+
+
+def _int_value(text: str, what: str, source: str) -> int:
+    if re.fullmatch(r"\d+", text or ""):
+        return int(text)
+    if "$" in text:
+        raise MegatronArgsError(f"{source}: {what} {text}: the variable is not set in the file; "
+                                "write its value in the script or give it to vtrain")
+    raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
+                            + (" (an elastic range is not a plan)" if ":" in text else ""))
+
+
+def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | None, int | None]:
+    """``(nnodes, nproc_per_node, ntasks)`` from launcher options (torchrun, launch, srun,
+    deepspeed, #SBATCH)."""
+    nnodes = nproc = ntasks = None
+    names = {"--nnodes": "n", "--num-nodes": "n", "--num_nodes": "n", "-N": "n", "--nodes": "n",
+             "--nproc-per-node": "g", "--nproc_per_node": "g", "--ntasks-per-node": "g",
+             "--num_gpus": "g", "--num-gpus": "g", "--gpus-per-node": "g", "--ntasks": "w",
+             "-n": "w"}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        key, value = (w.split("=", 1) + [None])[:2] if w.startswith("--") else (w, None)
+        if key not in names and re.fullmatch(r"-N\d+", w):
+            key, value = "-N", w[2:]
+        if key in names:
+            if value is None and i + 1 < len(words):
+                value = words[i + 1]
+                i += 1
+            n = _int_value(value or "", key, source)
+            kind = names[key]
+            if kind == "n":
+                nnodes = n
+            elif kind == "g":
+                nproc = n
+            else:
+                ntasks = n
+        i += 1
+    return nnodes, nproc, ntasks
+
+
+def read_launch(text: str, source: str = "arguments") -> Launch:
+    """Read a launch script or a plain argument list.
+
+    Parameters
+    ----------
+    text : str
+        Shell script text or arguments (``--num-layers 24 --hidden-size 1024 ...``).
+    source : str
+        File name for messages.
+
+    Raises
+    ------
+    MegatronArgsError
+        No Megatron arguments found, unbalanced quotes, or a launcher count that
+        is not a number (an unset variable is named).
+    """
+    env: dict[str, str | list[str]] = {}
+    sbatch: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("#SBATCH"):
+            try:
+                sbatch += shlex.split(line.strip()[len("#SBATCH"):], comments=True)
+            except ValueError:
+                pass
+    commands: list[tuple[list[str], list[str], str, str]] = []  # (launcher words, args, launcher, script)
+    loose: list[str] = []
+    for stmt in _statements(text):
+        words = _words(_substitute(stmt, env), source)
+        # leading assignments (NAME=value, export NAME=value, NAME=( ... ))
+        j = 0
+        while j < len(words):
+            if words[j] in ("export", "declare", "local", "readonly") and j + 1 < len(words):
+                j += 1
+                continue
+            m = _ASSIGN.match(words[j])
+            if not m:
+                break
+            if m.group("value") == "" and j + 1 < len(words) and words[j + 1] == "(":
+                end = words.index(")", j + 2) if ")" in words[j + 2:] else len(words)
+                env[m.group("name")] = words[j + 2:end]
+                j = end + 1
+            else:
+                env[m.group("name")] = m.group("value")
+                j += 1
+        rest = words[j:]
+        if not rest:
+            continue
+        # a value substituted inside quotes may hold several arguments: split it again
+        flat: list[str] = []
+        for w in rest:
+            flat += shlex.split(w) if w.startswith("-") and re.search(r"\s", w) else [w]
+        script = next((k for k, w in enumerate(flat) if w.endswith(".py")), None)
+        if script is not None:
+            args = []
+            for w in flat[script + 1:]:
+                if w in _SEPARATORS or set(w) <= set(";&|<>()"):
+                    if w[:1] in "<>" and args and args[-1].isdigit():
+                        args.pop()  # the file descriptor of a redirection (2>&1)
+                    break
+                args.append(w)
+            launcher = next((w for w in flat[:script] if Path(w).name in
+                             ("torchrun", "srun", "deepspeed", "mpirun")), "python")
+            if "torch.distributed.launch" in flat[:script] or "torch.distributed.run" in flat[:script]:
+                launcher = "torchrun"
+            commands.append((flat[:script], args, Path(launcher).name, flat[script]))
+        elif any(w.startswith("--") for w in flat):
+            loose += flat
+    if commands:
+        with_model = [c for c in commands if "--num-layers" in c[1] or any(
+            a.startswith("--num-layers=") for a in c[1])]
+        pre, args, launcher, script = (with_model or commands)[-1]
+        # srun may launch torchrun: both parts count, torchrun's last
+        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source)
+    elif loose:
+        args, launcher, script = loose, "argument list", ""
+        nnodes, nproc, ntasks = _launcher_counts(sbatch, source)
+    else:
+        raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
+                                "'pretrain_*.py --num-layers ...' command nor an argument list)")
+    if nproc is None and ntasks is not None and nnodes:
+        nproc = ntasks // nnodes
+    if nnodes is None and nproc is not None:
+        nnodes = 1
+    return Launch(args, nnodes, nproc, launcher, script, source)
+
+
+def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, list[str]]:
+    """Megatron arguments as ``{"--flag": [values...]}`` (a switch has no values).
+
+    ``--flag=value`` and ``--flag value ...`` both work; a flag's values are the
+    words up to the next ``--`` word. Raises MegatronArgsError for a word
+    before the first flag or a flag given twice with different values.
+    """
+    out: dict[str, list[str]] = {}
+    flag = None
+    for w in args:
+        if w.startswith("--"):
+            name, _, value = w.partition("=")
+            if name in out and out[name] != ([value] if value else []):
+                raise MegatronArgsError(f"{source}: {name} is given twice")
+            out[name] = [value] if value else []
+            flag = name
+        elif flag is None:
+            raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
+        else:
+            out[flag].append(w)
+    return out
+
+
+# --------------------------------------------------------------------------- mapping in
+
+@dataclass
+class ImportResult:
+    """A session read from a launch, and what of the launch it does not use.
+
+    Attributes
+    ----------
+    session : Session
+    ignored : list of (str, str)
+        Arguments that may change the iteration time but are not modelled, with why.
+    neutral : list of str
+        Arguments that do not change it (logging, paths, learning rate ...).
+    launch : Launch
+    """
+
+    session: Session
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    neutral: list[str] = field(default_factory=list)
+    launch: Launch | None = None
+
+
+def _one(args: dict[str, list[str]], flag: str, source: str) -> str | None:
+    if flag not in args:
+        return None
+    values = args[flag]
+    if len(values) != 1:
+        raise MegatronArgsError(f"{source}: {flag} takes one value, got "
+                                f"{' '.join(values) if values else 'none'}")
+    return values[0]
+
+
+def _int(args: dict[str, list[str]], flag: str, source: str, minimum: int = 1) -> int | None:
+    v = _one(args, flag, source)
+    if v is None:
+        return None
+    n = _int_value(v, flag, source)
+    if n < minimum:
+        raise MegatronArgsError(f"{source}: {flag} {n} must be at least {minimum}")
+    return n
+
+
+class _Mapper:
+    """Collects the session's fields and the refusals while walking the arguments."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.values: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        self.refused: list[str] = []
+
+    def set(self, flag: str, target: str, value: Any, check_value: bool = True) -> None:
+        if not field_exists(target):
+            self.refused.append(f"{flag}: not modelled yet ({target} is not a field of this "
+                                "version of vtrain)")
+        elif check_value and not field_exists(target, value):
+            self.refused.append(f"{flag}: not modelled yet ({target} {value!r} is not one of "
+                                "this version's choices)")
+        else:
+            section, name = target.split(".", 1)
+            self.values[section][name] = value
+
+    def refuse(self, flag: str, why: str) -> None:
+        self.refused.append(f"{flag}: {why}")
+
+
+def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
+                        gpus_per_node: int | None = None, gpu: str | None = None,
+                        name: str | None = None) -> ImportResult:
+    """Map a launch's arguments to a session (see :data:`ARGUMENTS`).
+
+    Parameters
+    ----------
+    launch : Launch
+    num_gpus, gpus_per_node : int, optional
+        World size and GPUs per node when the launch does not give them (they
+        override the launcher's counts when given).
+    gpu : str, optional
+        GPU kind of the cluster (default: :class:`ClusterConfig`'s).
+    name : str, optional
+        Model name (default: the file's stem).
+
+    Raises
+    ------
+    MegatronArgsError
+        A required argument is missing, a value is not valid, the world size is
+        unknown or does not divide by t*p*cp, or arguments target fields this
+        version does not model (every such argument is named).
+    """
+    src = launch.source
+    args = parse_arguments(launch.arguments, src)
+    mp = _Mapper(src)
+    used: set[str] = set()
+
+    def take(flag: str) -> bool:
+        used.add(flag)
+        return flag in args
+
+    def switch(flag: str) -> bool:
+        if take(flag) and args[flag]:
+            raise MegatronArgsError(f"{src}: {flag} is a switch and takes no value, got "
+                                    f"{' '.join(args[flag])}")
+        return flag in args
+
+    missing = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
+                           "--micro-batch-size", "--seq-length") if f not in args]
+    if missing:
+        raise MegatronArgsError(f"{src}: missing {', '.join(missing)} (Megatron-LM needs "
+                                f"{'it' if len(missing) == 1 else 'them'} to build the model)")
+    # ---- model
+    L = _int(args, "--num-layers", src)
+    h = _int(args, "--hidden-size", src)
+    a = _int(args, "--num-attention-heads", src)
+    s = _int(args, "--seq-length", src)
+    for flag, target, v in (("--num-layers", "model.num_layers", L), ("--hidden-size",
+                            "model.hidden_size", h), ("--num-attention-heads",
+                            "model.num_attention_heads", a), ("--seq-length", "model.seq_length", s)):
+        take(flag)
+        mp.set(flag, target, v)
+    if take("--ffn-hidden-size"):
+        mp.set("--ffn-hidden-size", "model.ffn_hidden_size", _int(args, "--ffn-hidden-size", src))
+    if take("--kv-channels"):
+        kv = _int(args, "--kv-channels", src)
+        if kv * a != h:
+            mp.refuse("--kv-channels", f"not modelled yet (head size {kv} differs from "
+                                       f"hidden size / heads = {h}/{a})")
+    if take("--make-vocab-size-divisible-by"):
+        if _int(args, "--make-vocab-size-divisible-by", src) != 128:
+            mp.refuse("--make-vocab-size-divisible-by", "not modelled yet (vtrain pads the "
+                                                        "vocabulary to a multiple of 128*t)")
+    tok = _one(args, "--tokenizer-type", src) if take("--tokenizer-type") else None
+    vocab = _int(args, "--vocab-size", src) if take("--vocab-size") else None
+    if tok == "NullTokenizer":
+        if vocab is None:
+            raise MegatronArgsError(f"{src}: --tokenizer-type NullTokenizer needs --vocab-size")
+        mp.set("--vocab-size", "model.vocab_size", vocab + 1)  # plus the end-of-document token
+    elif vocab is not None:
+        mp.set("--vocab-size", "model.vocab_size", vocab)
+    elif tok in TOKENIZER_VOCAB:
+        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
+    elif tok is not None:
+        raise MegatronArgsError(f"{src}: --tokenizer-type {tok}: its vocabulary size is in its "
+                                "files, not in the launch; add --vocab-size N to the arguments")
+    elif "--vocab-file" in args:  # Megatron's default tokenizer for a vocab file is GPT-2 BPE
+        mp.set("--vocab-file", "model.vocab_size", TOKENIZER_VOCAB["GPT2BPETokenizer"])
+    else:
+        raise MegatronArgsError(f"{src}: the vocabulary size is unknown: give --vocab-size or "
+                                "--tokenizer-type")
+    # model families (issue 11): refused by name while the fields are absent
+    if switch("--swiglu"):
+        mp.set("--swiglu", "model.activation", "swiglu")
+    if switch("--group-query-attention") or take("--num-query-groups"):
+        g = _int(args, "--num-query-groups", src) if "--num-query-groups" in args else None
+        if "--group-query-attention" in args:
+            if g is None:
+                raise MegatronArgsError(f"{src}: --group-query-attention needs --num-query-groups")
+            mp.set("--group-query-attention", "model.num_query_groups", g)
+    for flag, target, mapping in (
+            ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
+            ("--position-embedding-type", "model.position_embedding",
+             {"learned_absolute": "learned", "rope": "rope"})):
+        if take(flag):
+            v = _one(args, flag, src)
+            if v not in mapping:
+                raise MegatronArgsError(f"{src}: {flag} {v!r}: expected one of {', '.join(mapping)}")
+            if field_exists(target):
+                mp.set(flag, target, mapping[v])
+            elif v not in _DEFAULT_FAMILY[flag]:
+                mp.set(flag, target, mapping[v])  # refused: the field is absent
+    if switch("--untie-embeddings-and-output-weights"):
+        mp.set("--untie-embeddings-and-output-weights", "model.tied_embeddings", False)
+    if take("--num-experts"):
+        mp.set("--num-experts", "model.num_experts", _int(args, "--num-experts", src))
+    if take("--moe-router-topk") and "--num-experts" in args:
+        mp.set("--moe-router-topk", "model.moe_top_k", _int(args, "--moe-router-topk", src))
+    # ---- plan
+    t = _int(args, "--tensor-model-parallel-size", src) or 1
+    p = _int(args, "--pipeline-model-parallel-size", src) or 1
+    take("--tensor-model-parallel-size")
+    take("--pipeline-model-parallel-size")
+    mp.set("--tensor-model-parallel-size", "plan.tensor_parallel", t)
+    mp.set("--pipeline-model-parallel-size", "plan.pipeline_parallel", p)
+    cp = _int(args, "--context-parallel-size", src) or 1
+    if take("--context-parallel-size") and (cp > 1 or field_exists("plan.context_parallel")):
+        mp.set("--context-parallel-size", "plan.context_parallel", cp)
+    ep = _int(args, "--expert-model-parallel-size", src) or 1
+    if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
+        mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
+    b = _int(args, "--micro-batch-size", src)
+    take("--micro-batch-size")
+    mp.set("--micro-batch-size", "plan.micro_batch_size", b)
+    world = num_gpus
+    nproc = gpus_per_node or launch.nproc_per_node
+    if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
+        world = launch.nnodes * launch.nproc_per_node
+    if world is None:
+        raise MegatronArgsError(f"{src}: the world size is unknown: the launch has no torchrun "
+                                "--nnodes/--nproc-per-node or srun -N/--ntasks-per-node; give "
+                                "--num-gpus N (and --gpus-per-node G)")
+    if world % (t * p * cp):
+        raise MegatronArgsError(f"{src}: world size {world} is not divisible by t*p*cp = "
+                                f"{t}*{p}*{cp} (Megatron-LM requires it)")
+    d = world // (t * p * cp)
+    mp.set("world size", "plan.data_parallel", d)
+    B = _int(args, "--global-batch-size", src) if take("--global-batch-size") else b * d
+    mp.set("--global-batch-size", "plan.global_batch_size", B)
+    # schedule
+    v = None
+    if take("--num-layers-per-virtual-pipeline-stage"):
+        per = _int(args, "--num-layers-per-virtual-pipeline-stage", src)
+        if L % (p * per):
+            raise MegatronArgsError(f"{src}: --num-layers-per-virtual-pipeline-stage {per}: "
+                                    f"{L} layers do not split into {p} stages of chunks of {per}")
+        v = L // (p * per)
+    if take("--num-virtual-stages-per-pipeline-rank"):
+        v = _int(args, "--num-virtual-stages-per-pipeline-rank", src)
+    flag = ("--num-layers-per-virtual-pipeline-stage"
+            if "--num-layers-per-virtual-pipeline-stage" in args else
+            "--num-virtual-stages-per-pipeline-rank")
+    if v is not None and v > 1:
+        mp.set(flag, "plan.schedule", "interleaved")
+        mp.set(flag, "plan.virtual_pipeline_stages", v)
+    else:
+        mp.set("schedule", "plan.schedule", "1f1b")  # Megatron's non-interleaved schedule
+    if switch("--sequence-parallel"):
+        mp.set("--sequence-parallel", "plan.sequence_parallel", True)
+    elif field_exists("plan.sequence_parallel"):
+        mp.set("--sequence-parallel", "plan.sequence_parallel", False)
+    fsdp, dist = switch("--use-torch-fsdp2"), switch("--use-distributed-optimizer")
+    if fsdp and dist:
+        raise MegatronArgsError(f"{src}: --use-torch-fsdp2 and --use-distributed-optimizer "
+                                "exclude each other")
+    if fsdp or dist:
+        mp.set("--use-torch-fsdp2" if fsdp else "--use-distributed-optimizer", "plan.zero_stage",
+               3 if fsdp else 1)
+    elif field_exists("plan.zero_stage"):
+        mp.set("zero stage", "plan.zero_stage", 0)
+    for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
+                         ("--overlap-param-gather", "plan.overlap_param_gather")):
+        if switch(flag):
+            mp.set(flag, target, True)
+        elif field_exists(target):
+            mp.set(flag, target, False)
+    bf16_grads, fp32_grads = switch("--grad-reduce-in-bf16"), switch("--accumulate-allreduce-grads-in-fp32")
+    if bf16_grads and fp32_grads:
+        raise MegatronArgsError(f"{src}: --grad-reduce-in-bf16 and "
+                                "--accumulate-allreduce-grads-in-fp32 exclude each other")
+    if bf16_grads or fp32_grads:
+        mp.set("--grad-reduce-in-bf16" if bf16_grads else "--accumulate-allreduce-grads-in-fp32",
+               "plan.grad_reduce_dtype", "bf16" if bf16_grads else "fp32")
+    elif field_exists("plan.grad_reduce_dtype"):
+        mp.set("grad reduce dtype", "plan.grad_reduce_dtype", None, check_value=False)
+    # recomputation
+    gran = _one(args, "--recompute-granularity", src) if take("--recompute-granularity") else None
+    if switch("--recompute-activations"):
+        gran = gran or "selective"
+    method = _one(args, "--recompute-method", src) if take("--recompute-method") else None
+    nrec = _int(args, "--recompute-num-layers", src) if take("--recompute-num-layers") else None
+    if switch("--checkpoint-activations"):  # the old name: full, uniform
+        gran, method = gran or "full", method or "uniform"
+        if take("--checkpoint-num-layers"):
+            nrec = _int(args, "--checkpoint-num-layers", src)
+    if gran not in (None, "full", "selective"):
+        raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
+    if method not in (None, "block", "uniform"):
+        raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
+    rflag = ("--recompute-granularity" if "--recompute-granularity" in args else
+             "--recompute-activations" if "--recompute-activations" in args else
+             "--checkpoint-activations")
+    mp.set(rflag, "plan.recompute", gran or "none")
+    per_stage = L // p
+    if gran == "full" and method == "block" and nrec is not None and nrec < per_stage:
+        mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
+    elif gran == "full" and method == "uniform" and nrec not in (None, 1):
+        mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
+                                                "layers; vtrain keeps every layer's input)")
+    # full without a method, uniform by 1, or a block of the whole stage: every layer recomputed
+    if field_exists("plan.recompute_num_layers") and "recompute_num_layers" not in mp.values["plan"]:
+        mp.values["plan"]["recompute_num_layers"] = None
+    # precision
+    fp8 = _one(args, "--fp8-format", src) if take("--fp8-format") else None
+    bf16, fp16 = switch("--bf16"), switch("--fp16")
+    if bf16 and fp16:
+        raise MegatronArgsError(f"{src}: --bf16 and --fp16 exclude each other")
+    if fp8 is not None:
+        mp.set("--fp8-format", "plan.precision", "fp8")
+    else:
+        mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
+               "bf16" if bf16 else "fp16" if fp16 else "fp32")
+    # ---- cost: the token budget
+    samples = _int(args, "--train-samples", src) if take("--train-samples") else None
+    iters = _int(args, "--train-iters", src) if take("--train-iters") else None
+    if samples is not None:
+        mp.set("--train-samples", "cost.training_tokens", float(samples * s))
+    elif iters is not None:
+        mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
+    for flag in ("--vocab-file", "--moe-router-topk", "--num-query-groups"):
+        used.add(flag)
+    if mp.refused:
+        raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
+    # ---- the rest
+    ignored, neutral = [], []
+    for flag in args:
+        if flag in used or flag in ARGUMENTS:
+            continue
+        if flag in NEUTRAL_ARGUMENTS:
+            neutral.append(flag)
+        else:
+            ignored.append((flag, "not modelled; may change the iteration time"))
+    if "--moe-router-topk" in args and "--num-experts" not in args:
+        ignored.append(("--moe-router-topk", "without --num-experts it has no effect"))
+    cluster = dict(mp.values["cluster"])
+    if gpu:
+        cluster["gpu"] = gpu
+    if nproc:
+        cluster["gpus_per_node"] = nproc
+    session = Session(ModelConfig(**{"name": name or Path(src).stem, **mp.values["model"]}),
+                      ParallelPlan(**mp.values["plan"]), ClusterConfig(**cluster),
+                      CostConfig(**mp.values["cost"]))
+    return ImportResult(session, ignored, neutral, launch)
+
+
+def import_file(path: str | Path, **kw: Any) -> ImportResult:
+    """:func:`read_launch` + :func:`session_from_launch` of a file (keywords go to the latter).
+
+    Raises MegatronArgsError (also for an unreadable file).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MegatronArgsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    return session_from_launch(read_launch(text, str(path)), **kw)
+
+
+# --------------------------------------------------------------------------- mapping out
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    return getattr(obj, name, default)
+
+
+def export_arguments(session: Session) -> list[str]:
+    """Megatron-LM arguments that run ``session``'s model and plan (shell words).
+
+    Raises
+    ------
+    MegatronArgsError
+        The plan has something Megatron-LM's arguments cannot express (GPipe,
+        ZB-H1, ZeRO-2), naming the field.
+    """
+    m, pl = session.model, session.plan
+    out = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+           "--num-attention-heads", str(m.num_attention_heads)]
+    if m.ffn_hidden_size:
+        out += ["--ffn-hidden-size", str(m.ffn_hidden_size)]
+    out += ["--seq-length", str(m.seq_length), "--max-position-embeddings", str(m.seq_length)]
+    if m.vocab_size == TOKENIZER_VOCAB["GPT2BPETokenizer"]:  # the files are the user's to place
+        out += ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json",
+                "--merge-file", "gpt2-merges.txt"]
+    else:
+        out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+    g = _get(m, "num_query_groups")
+    if g is not None and g != m.num_attention_heads:
+        out += ["--group-query-attention", "--num-query-groups", str(g)]
+    if _get(m, "activation") == "swiglu":
+        out.append("--swiglu")
+    if _get(m, "normalization") == "rmsnorm":
+        out += ["--normalization", "RMSNorm"]
+    if _get(m, "position_embedding") == "rope":
+        out += ["--position-embedding-type", "rope"]
+    if _get(m, "tied_embeddings") is False:
+        out.append("--untie-embeddings-and-output-weights")
+    E = _get(m, "num_experts")
+    if E:
+        out += ["--num-experts", str(E)]
+        if _get(m, "moe_top_k"):
+            out += ["--moe-router-topk", str(m.moe_top_k)]
+    out += ["--micro-batch-size", str(pl.micro_batch_size),
+            "--global-batch-size", str(pl.global_batch_size),
+            "--tensor-model-parallel-size", str(pl.tensor_parallel),
+            "--pipeline-model-parallel-size", str(pl.pipeline_parallel)]
+    cp, ep = _get(pl, "context_parallel", 1) or 1, _get(pl, "expert_parallel", 1) or 1
+    if cp > 1:
+        out += ["--context-parallel-size", str(cp)]
+    if ep > 1:
+        out += ["--expert-model-parallel-size", str(ep)]
+    if pl.schedule == "interleaved":
+        out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
+    elif pl.schedule != "1f1b":
+        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
+                                "1F1B and interleaved 1F1B only")
+    if _get(pl, "sequence_parallel"):
+        out.append("--sequence-parallel")
+    zero = _get(pl, "zero_stage", 0) or 0
+    if zero == 1:
+        out.append("--use-distributed-optimizer")
+    elif zero == 3:
+        out.append("--use-torch-fsdp2")
+    elif zero:
+        raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
+                                "optimizer (1) and FSDP (3), not ZeRO-2")
+    if _get(pl, "overlap_grad_reduce"):
+        out.append("--overlap-grad-reduce")
+    if _get(pl, "overlap_param_gather"):
+        out.append("--overlap-param-gather")
+    gd = _get(pl, "grad_reduce_dtype")
+    if gd == "bf16":
+        out.append("--grad-reduce-in-bf16")
+    elif gd == "fp32":
+        out.append("--accumulate-allreduce-grads-in-fp32")
+    elif gd is not None:
+        raise MegatronArgsError(f"plan.grad_reduce_dtype {gd!r}: Megatron-LM reduces gradients "
+                                "in fp32 or bf16")
+    if pl.recompute == "full":
+        n = _get(pl, "recompute_num_layers")
+        out += ["--recompute-granularity", "full"]
+        out += ["--recompute-method", "block", "--recompute-num-layers", str(n)] if n else [
+            "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif pl.recompute == "selective":
+        out += ["--recompute-granularity", "selective"]
+    for name, flag in (("first_stage_layers", "--decoder-first-pipeline-num-layers"),
+                       ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
+        if _get(pl, name):
+            out += [flag, str(getattr(pl, name))]
+    if pl.precision in ("bf16", "fp16"):
+        out.append(f"--{pl.precision}")
+    elif pl.precision == "fp8":
+        out += ["--bf16", "--fp8-format", "hybrid"]
+    samples = session.cost.training_tokens / m.seq_length
+    out += ["--train-samples", str(int(round(samples)))]
+    return out
+
+
+def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
+    """A torchrun command that runs the plan, one argument per line (shell text).
+
+    The node count is ``ceil(world / gpus_per_node)`` with
+    ``min(world, gpus_per_node)`` processes per node; a token budget that is not
+    a whole number of sequences is rounded (noted in a comment).
+    """
+    pl, cl = session.plan, session.cluster
+    world = pl.num_gpus
+    per_node = min(world, cl.gpus_per_node)
+    if world % per_node:
+        raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
+                                f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
+    args = export_arguments(session)
+    lines = [f"# {session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
+             f"p={pl.pipeline_parallel} d={pl.data_parallel} (written by vtrain export megatron-args)",
+             f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} {script} \\"]
+    i = 0
+    while i < len(args):
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        lines.append("    " + " ".join(shlex.quote(a) for a in args[i:j]) + " \\")
+        i = j
+    lines[-1] = lines[-1][:-2]
+    if session.cost.training_tokens % session.model.seq_length:
+        lines.insert(1, "# --train-samples rounds the token budget to whole sequences")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,96 @@
+"""``vtrain import megatron-args`` and ``vtrain export megatron-args`` (core/megatron_args.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .console import Console
+
+__all__ = ["add_parsers", "run_import", "run_export"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``import megatron-args`` and ``export megatron-args`` on ``vtrain``'s sub-parsers."""
+    imp = sub.add_parser("import", help="read another tool's files into a session")
+    isub = imp.add_subparsers(dest="import_command", required=True, metavar="FORMAT")
+    m = isub.add_parser(
+        "megatron-args", help="a Megatron-LM launch script or argument list",
+        description="Read a Megatron-LM / Megatron-Core launch (a shell script with torchrun or "
+                    "srun, or a plain argument list) into a session file. Arguments vtrain does not "
+                    "model yet are refused by name (exit status 2); other arguments that may change "
+                    "the iteration time are listed as ignored.")
+    m.add_argument("file", metavar="FILE")
+    m.add_argument("--out", metavar="SESSION.json", required=True)
+    m.add_argument("--num-gpus", type=int, metavar="N",
+                   help="world size, when the launch does not give it (or to override it)")
+    m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: the "
+                   "launcher's processes per node, else 8)")
+    m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
+    m.add_argument("--json", action="store_true",
+                   help="print the session and the ignored arguments as one JSON object")
+    exp = sub.add_parser("export", help="write a session in another tool's form")
+    esub = exp.add_subparsers(dest="export_command", required=True, metavar="FORMAT")
+    e = esub.add_parser(
+        "megatron-args", help="Megatron-LM arguments and the torchrun line that run the plan",
+        description="Print the torchrun command with the Megatron-LM arguments that run the "
+                    "session's model and plan (one argument per line).")
+    e.add_argument("session", metavar="SESSION.json")
+    e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead")
+    e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
+
+
+def _positive(value: int | None, name: str) -> None:
+    from .megatron_args import MegatronArgsError
+    if value is not None and value < 1:
+        raise MegatronArgsError(f"{name} {value} must be a positive integer")
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """``vtrain import megatron-args``: see :func:`add_parsers`."""
+    from .config import GPU_KINDS, check, gpu_kind
+    from .megatron_args import MegatronArgsError, import_file
+    from .session import save_session
+
+    _positive(args.num_gpus, "--num-gpus")
+    _positive(args.gpus_per_node, "--gpus-per-node")
+    gpu = None
+    if args.gpu:
+        gpu = gpu_kind(args.gpu)
+        if gpu not in GPU_KINDS:
+            raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
+    res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu)
+    check(res.session)  # the configuration rules, each named (exit 2)
+    save_session(res.session, args.out)
+    if args.json:
+        print(json.dumps({"out": str(args.out), "session": res.session.to_dict(),
+                          "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
+                          "neutral": res.neutral, "launcher": res.launch.launcher}))
+        return 0
+    con = Console()
+    pl = res.session.plan
+    con.print(f"wrote {args.out}: {res.session.model.name}, {pl.num_gpus:,} GPUs (t={pl.tensor_parallel}, "
+              f"p={pl.pipeline_parallel}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
+              f"B={pl.global_batch_size}), from {res.launch.launcher}", highlight=False)
+    for arg, why in res.ignored:
+        con.print(f"[yellow]ignored:[/] {arg} ({why})", highlight=False)
+    if res.neutral:
+        con.print(f"[dim]not used (no effect on the iteration time): {' '.join(res.neutral)}[/]",
+                  highlight=False)
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``vtrain export megatron-args``: see :func:`add_parsers`."""
+    from .megatron_args import export_script
+    from .session import atomic_write_text, load_any
+
+    text = export_script(load_any(args.session), args.script)
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+

@@ -1,0 +1,406 @@
+"""Megatron-LM launch arguments in and out (core/megatron_args.py, vtrain import/export)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from core.cli import main
+from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.megatron_args import (ARGUMENTS, MegatronArgsError, export_arguments, export_script,
+                                field_exists, import_file, parse_arguments, read_launch,
+                                session_from_launch)
+from core.session import load_session, save_session
+
+# Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh, as users run it under Slurm
+GPT3_175B = r"""#!/bin/bash
+#SBATCH --job-name=gpt3-175b
+#SBATCH --nodes=128
+#SBATCH --ntasks-per-node=8
+
+# Runs the "175B" parameter model
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+
+GPUS_PER_NODE=8
+# Change for multinode config
+NNODES=${SLURM_NNODES:-128}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NNODES))
+
+CHECKPOINT_PATH=$1 #<Specify path>
+VOCAB_FILE=$3 #<Specify path to file>/gpt2-vocab.json
+MERGE_FILE=$4 #<Specify path to file>/gpt2-merges.txt
+DATA_PATH=$5 #<Specify path and file prefix>_text_document
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NNODES
+    --master_addr $MASTER_ADDR
+    --master_port 6000
+)
+
+GPT_MODEL_ARGS=(
+    --num-layers 96
+    --hidden-size 12288
+    --num-attention-heads 96
+    --seq-length 2048
+    --max-position-embeddings 2048
+    --attention-backend auto # Can use (flash/fused/unfused/local)
+)
+
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 1536
+    --rampup-batch-size 16 16 5859375
+    --train-iters 500000
+    --weight-decay 0.1
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+    --init-method-std 0.006
+    --clip-grad 1.0
+    --fp16
+    --lr 6.0e-5
+    --lr-decay-style cosine
+    --min-lr 6.0e-6
+    --lr-warmup-fraction .001
+    --lr-decay-iters 430000
+    --recompute-granularity full
+    --recompute-method uniform
+    --recompute-num-layers 1
+)
+
+MODEL_PARALLEL_ARGS=(
+	--tensor-model-parallel-size 8
+	--pipeline-model-parallel-size 16
+)
+
+DATA_ARGS=(
+    --data-path $DATA_PATH
+    --vocab-file $VOCAB_FILE
+    --merge-file $MERGE_FILE
+    --split 949,50,1
+)
+
+EVAL_AND_LOGGING_ARGS=(
+    --log-interval 100
+    --save-interval 10000
+    --eval-interval 1000
+    --save $CHECKPOINT_PATH
+    --load $CHECKPOINT_PATH
+    --eval-iters 10
+)
+
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    ${GPT_MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    ${MODEL_PARALLEL_ARGS[@]} \
+    ${DATA_ARGS[@]} \
+    ${EVAL_AND_LOGGING_ARGS[@]} 2>&1 | tee log.txt
+"""
+
+# An older Megatron-LM style (string variables, torch.distributed.launch), GPT 1.3B on one node
+GPT_1P3B = r"""#! /bin/bash
+GPUS_PER_NODE=8
+MASTER_ADDR=localhost
+MASTER_PORT=6000
+NNODES=1
+NODE_RANK=0
+
+DATA_PATH=my-gpt2_text_document
+CHECKPOINT_PATH=checkpoints/gpt2_1.3b
+
+DISTRIBUTED_ARGS="--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT"
+
+GPT_ARGS="
+    --num-layers 24 \
+    --hidden-size 2048 \
+    --num-attention-heads 16 \
+    --seq-length 2048 \
+    --max-position-embeddings 2048 \
+    --micro-batch-size 4 \
+    --global-batch-size 512 \
+    --lr 0.0002 \
+    --train-samples 146484375 \
+    --lr-decay-style cosine \
+    --min-lr 1.0e-5 \
+    --weight-decay 1e-2 \
+    --clip-grad 1.0 \
+    --lr-warmup-fraction .01 \
+    --bf16
+"
+
+python -m torch.distributed.launch $DISTRIBUTED_ARGS \
+       pretrain_gpt.py \
+       --tensor-model-parallel-size 2 \
+       --pipeline-model-parallel-size 2 \
+       $GPT_ARGS \
+       --vocab-file gpt2-vocab.json \
+       --merge-file gpt2-merges.txt \
+       --data-path $DATA_PATH \
+       --save $CHECKPOINT_PATH \
+       --load $CHECKPOINT_PATH \
+       --log-interval 100 \
+       --no-gradient-accumulation-fusion \
+       --checkpoint-activations
+"""
+
+# Megatron-Core plan options on the 1.3B model (issue 10's fields)
+MODERN_FLAGS = ["--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                "--overlap-param-gather"]
+
+# Llama 3 8B with Megatron-Core (srun, model-family flags of issue 11)
+LLAMA3_8B = r"""#!/bin/bash
+srun -N 4 --ntasks-per-node=8 python pretrain_gpt.py \
+    --use-mcore-models \
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \
+    --group-query-attention --num-query-groups 8 \
+    --ffn-hidden-size 14336 --swiglu \
+    --normalization RMSNorm --position-embedding-type rope \
+    --untie-embeddings-and-output-weights \
+    --seq-length 8192 --max-position-embeddings 8192 \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B \
+    --vocab-size 128256 \
+    --micro-batch-size 1 --global-batch-size 128 \
+    --tensor-model-parallel-size 4 --pipeline-model-parallel-size 1 \
+    --context-parallel-size 2 \
+    --bf16 --use-flash-attn
+"""
+LLAMA_FLAGS = ["--swiglu", "--group-query-attention", "--normalization",
+               "--position-embedding-type", "--untie-embeddings-and-output-weights",
+               "--context-parallel-size"]
+LLAMA_TARGETS = {"--swiglu": "model.activation", "--group-query-attention": "model.num_query_groups",
+                 "--normalization": "model.normalization",
+                 "--position-embedding-type": "model.position_embedding",
+                 "--untie-embeddings-and-output-weights": "model.tied_embeddings",
+                 "--context-parallel-size": "plan.context_parallel"}
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_gpt3_175b_script(tmp_path):
+    res = import_file(_write(tmp_path, "train_gpt3_175b.sh", GPT3_175B))
+    m, pl, cl = res.session.model, res.session.plan, res.session.cluster
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.seq_length,
+            m.vocab_size) == (96, 12288, 96, None, 2048, 50257)
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel, pl.micro_batch_size,
+            pl.global_batch_size) == (8, 16, 8, 1, 1536)  # 128 nodes x 8 = 1024 = 8*16*8
+    assert (pl.schedule, pl.recompute, pl.precision) == ("1f1b", "full", "fp16")
+    assert cl.gpus_per_node == 8 and res.launch.launcher == "torchrun"
+    assert res.session.cost.training_tokens == 500000 * 1536 * 2048
+    assert dict(res.ignored).keys() == {"--attention-backend", "--rampup-batch-size"}
+    assert {"--lr", "--save", "--data-path", "--split", "--weight-decay"} <= set(res.neutral)
+
+
+def test_gpt_1p3b_script_old_style(tmp_path):
+    res = import_file(_write(tmp_path, "gpt_1p3b.sh", GPT_1P3B))
+    m, pl = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length) == (24, 2048, 16, 2048)
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (2, 2, 2)
+    assert (pl.micro_batch_size, pl.global_batch_size, pl.precision) == (4, 512, "bf16")
+    assert res.session.cost.training_tokens == 146484375 * 2048
+    assert "--no-gradient-accumulation-fusion" in dict(res.ignored)
+    assert pl.recompute == "full"  # --checkpoint-activations: Megatron-LM's old name
+    # --recompute-activations is selective recomputation: mapped, or refused by name
+    path = _write(tmp_path, "sel.sh", GPT_1P3B.replace("--checkpoint-activations",
+                                                       "--recompute-activations"))
+    if field_exists("plan.recompute", "selective"):
+        assert import_file(path).session.plan.recompute == "selective"
+    else:
+        with pytest.raises(MegatronArgsError, match="--recompute-activations: not modelled yet "
+                                                    r"\(plan.recompute 'selective'"):
+            import_file(path)
+
+
+def test_gpt3_175b_script_runs_through_the_cli(tmp_path, capsys):
+    script = _write(tmp_path, "train.sh", GPT3_175B)
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(script), "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {d["argument"] for d in doc["ignored"]} == {"--attention-backend", "--rampup-batch-size"}
+    s = load_session(out)
+    assert s.plan.num_gpus == 1024
+    assert main(["simulate", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 1024
+
+
+def test_modern_plan_flags_map_or_are_refused_by_name(tmp_path):
+    text = GPT_1P3B.replace("    --bf16\n", "    --bf16 \\\n    " + " \\\n    ".join(MODERN_FLAGS) + "\n")
+    path = _write(tmp_path, "modern.sh", text)
+    targets = {f: ARGUMENTS[f].targets[0] for f in MODERN_FLAGS}
+    if all(field_exists(t) for t in targets.values()):
+        pl = import_file(path).session.plan
+        assert pl.sequence_parallel and pl.zero_stage == 1
+        assert pl.overlap_grad_reduce and pl.overlap_param_gather
+    else:
+        with pytest.raises(MegatronArgsError) as err:
+            import_file(path)
+        for flag, target in targets.items():
+            assert (f"{flag}: not modelled yet ({target}" in str(err.value)) == (not field_exists(target))
+
+
+def test_llama_flags_are_refused_by_name_never_simulated_as_gpt(tmp_path, capsys):
+    path = _write(tmp_path, "llama3_8b.sh", LLAMA3_8B)
+    absent = [f for f in LLAMA_FLAGS if not field_exists(LLAMA_TARGETS[f])]
+    if not absent:
+        pytest.skip("every Llama field is modelled")
+    out = tmp_path / "llama.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {path}: ") and "Traceback" not in err
+    for flag in absent:
+        assert f"{flag}: not modelled yet ({LLAMA_TARGETS[flag]}" in err, flag
+    assert not out.exists()
+    # one Llama flag alone is enough to refuse
+    alone = _write(tmp_path, "one.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                   "--seq-length 128 --micro-batch-size 1 --vocab-size 1000 --swiglu")
+    if not field_exists("model.activation"):
+        with pytest.raises(MegatronArgsError, match="--swiglu: not modelled yet"):
+            import_file(alone, num_gpus=1)
+    # the defaults Megatron's GPT has are modelled: named explicitly they are accepted
+    same = _write(tmp_path, "gpt.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                  "--seq-length 128 --micro-batch-size 1 --vocab-size 1000 --normalization LayerNorm "
+                  "--position-embedding-type learned_absolute --context-parallel-size 1")
+    assert import_file(same, num_gpus=2).session.plan.data_parallel == 2
+
+
+def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
+    path = _write(tmp_path, "args.txt",
+                  "--num-layers=4 --hidden-size=256 --num-attention-heads=8\n"
+                  "--seq-length=512 --micro-batch-size=2 --global-batch-size=64\n"
+                  "--tensor-model-parallel-size=2 --tokenizer-type NullTokenizer --vocab-size 999\n")
+    res = import_file(path, num_gpus=8, gpus_per_node=4)
+    s = res.session
+    assert s.model.vocab_size == 1000  # NullTokenizer adds the end-of-document token
+    assert (s.plan.tensor_parallel, s.plan.data_parallel, s.cluster.gpus_per_node) == (2, 4, 4)
+    assert s.plan.precision == "fp32" and s.plan.recompute == "none"
+    launch = read_launch("srun -N4 --ntasks-per-node=8 python pretrain_gpt.py --num-layers 2", "x")
+    assert (launch.nnodes, launch.nproc_per_node, launch.launcher) == (4, 8, "srun")
+    launch = read_launch("#SBATCH --nodes 2\n#SBATCH --ntasks-per-node 4\nsrun python pretrain_gpt.py "
+                         "--num-layers 2", "x")
+    assert (launch.nnodes, launch.nproc_per_node) == (2, 4)
+    # the global batch defaults to b*d as in Megatron-LM
+    res = import_file(_write(tmp_path, "nob.txt", "--num-layers 2 --hidden-size 64 "
+                             "--num-attention-heads 4 --seq-length 128 --micro-batch-size 3 "
+                             "--vocab-size 100"), num_gpus=4)
+    assert res.session.plan.global_batch_size == 12
+
+
+@pytest.mark.parametrize("text, kw, needle", [
+    ("--hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --vocab-size 9",
+     {"num_gpus": 1}, "missing --num-layers"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9", {}, "the world size is unknown"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9 --tensor-model-parallel-size 4", {"num_gpus": 6},
+     "world size 6 is not divisible by t*p*cp = 4*1*1"),
+    ("torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
+     "--nnodes $NNODES: the variable is not set in the file"),
+    ("torchrun --nnodes 1:4 --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
+     "an elastic range is not a plan"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size x "
+     "--vocab-size 9", {"num_gpus": 1}, "--micro-batch-size 'x' must be a positive integer"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--tokenizer-type HuggingFaceTokenizer", {"num_gpus": 1}, "add --vocab-size N"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9 --bf16 --fp16", {"num_gpus": 1}, "--bf16 and --fp16 exclude each other"),
+    ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
+     {"num_gpus": 1}, "--recompute-method uniform: not modelled yet"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9 --make-vocab-size-divisible-by 64", {"num_gpus": 1},
+     "--make-vocab-size-divisible-by: not modelled yet"),
+    ("echo hello", {}, "no Megatron-LM arguments found"),
+])
+def test_bad_launches_are_named(tmp_path, text, kw, needle):
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(_write(tmp_path, "bad.sh", text), **kw)
+    assert needle in str(err.value) and "bad.sh" in str(err.value)
+
+
+def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(tmp_path / "missing.sh"), "--out", str(out)]) == 2
+    assert "cannot read" in capsys.readouterr().err and not out.exists()
+    args = _write(tmp_path, "a.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                  "--seq-length 128 --micro-batch-size 1 --vocab-size 9")
+    assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "0"]) == 2
+    assert "--num-gpus 0 must be a positive integer" in capsys.readouterr().err
+
+
+def _random_sessions(n: int = 40):
+    """Sessions over every plan and model field Megatron has an argument for (seeded)."""
+    rng = random.Random(14)
+    out = []
+    for _ in range(n):
+        t, p, d = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 3, 16])
+        a = t * rng.choice([1, 2, 4])
+        L = p * rng.choice([1, 2, 3, 4])
+        b = rng.choice([1, 2, 4])
+        model = ModelConfig(f"m{len(out)}", L, a * 64, a, rng.choice([None, a * 64 * 3]),
+                            rng.choice([512, 2048, 4096]), rng.choice([50257, 32000, 51200]))
+        plan = ParallelPlan(t, p, d, b, d * b * rng.choice([1, 4, 8]), "1f1b",
+                            rng.choice(["none", "full"]), rng.choice(["bf16", "fp16", "fp32"]))
+        extra = {"sequence_parallel": [False, True], "zero_stage": [0, 1, 3],
+                 "overlap_grad_reduce": [False, True], "overlap_param_gather": [False, True],
+                 "grad_reduce_dtype": [None, "fp32", "bf16"]}
+        for name, values in extra.items():
+            if field_exists(f"plan.{name}"):
+                setattr(plan, name, rng.choice(values))
+        if field_exists("plan.recompute", "selective") and rng.random() < 0.3:
+            plan.recompute = "selective"
+        if field_exists("plan.recompute_num_layers") and plan.recompute == "full" and L // p > 1:
+            plan.recompute_num_layers = rng.choice([None, 1])
+        if field_exists("plan.virtual_pipeline_stages") and p > 1 and L % (2 * p) == 0 and \
+                field_exists("plan.schedule", "interleaved") and rng.random() < 0.5:
+            plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
+        gpn = 8
+        tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
+        out.append(Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens)))
+    return out
+
+
+@pytest.mark.parametrize("session", _random_sessions(), ids=lambda s: s.model.name)
+def test_round_trip_session_arguments_session(tmp_path, session):
+    """session -> torchrun script -> session is exact for every field Megatron has."""
+    # torchrun runs whole nodes: as many GPUs per node as divide the world (at most 8)
+    session.cluster.gpus_per_node = math.gcd(session.plan.num_gpus, 8)
+    script = _write(tmp_path, "run.sh", export_script(session))
+    back = import_file(script, name=session.model.name).session
+    assert back.model == session.model
+    assert back.plan == session.plan
+    assert back.cluster.gpus_per_node == session.cluster.gpus_per_node
+    assert back.cost.training_tokens == session.cost.training_tokens
+    # and through the CLI, from a session file
+    path = tmp_path / "s.json"
+    save_session(session, path)
+    assert main(["export", "megatron-args", str(path), "--out", str(tmp_path / "cli.sh")]) == 0
+    assert (tmp_path / "cli.sh").read_text() == script.read_text()
+
+
+def test_export_refuses_what_megatron_cannot_run():
+    s = Session(ModelConfig("x", 4, 256, 4, None, 128, 1000),
+                ParallelPlan(1, 2, 1, 1, 8, "gpipe", "none", "bf16"), ClusterConfig(), CostConfig())
+    with pytest.raises(MegatronArgsError, match="plan.schedule 'gpipe': Megatron-LM's arguments have"):
+        export_arguments(s)
+    s.plan.schedule = "1f1b"
+    args = export_arguments(s)
+    assert args[args.index("--vocab-size") + 1] == "999" and "NullTokenizer" in args
+    assert parse_arguments(args)["--pipeline-model-parallel-size"] == ["2"]
+
+
+def test_every_table_target_names_a_section_field():
+    """Targets are fixed names (issues 10 and 11): well formed, in a known section."""
+    for flag, arg in ARGUMENTS.items():
+        assert flag.startswith("--") and arg.help
+        for target in arg.targets:
+            section, name = target.split(".")
+            assert section in ("model", "plan", "cluster", "cost") and name.isidentifier()
+    launch = read_launch("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+                         "--micro-batch-size 1 --vocab-size 5", "x")
+    assert session_from_launch(launch, num_gpus=1).session.model.vocab_size == 5
