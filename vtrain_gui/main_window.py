@@ -10,7 +10,8 @@ from PySide6.QtCore import Qt, Signal, Slot
 
 import core
 from core.config import MODEL_PRESETS, ConfigError, Session, validate
-from core.session import SessionFileError, load_any, save_session
+from core.megatron_args import MegatronArgsError, export_script
+from core.session import SessionFileError, atomic_write_text, load_any, save_session
 from core.simulate import SimulationResult
 
 from .cost_panel import CostPanel
@@ -158,6 +159,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.action_save_as = file_menu.addAction("Save &As…", QtGui.QKeySequence.StandardKey.SaveAs)
         self.action_save_as.triggered.connect(self._on_save_as_trigger)
         file_menu.addSeparator()
+        export_menu = file_menu.addMenu("&Export")
+        self.action_export_megatron = export_menu.addAction("&Megatron-LM arguments…")
+        self.action_export_megatron.setToolTip("The torchrun command and Megatron-LM arguments "
+                                               "that run this plan (vtrain export megatron-args)")
+        self.action_export_megatron.triggered.connect(self._on_export_megatron_trigger)
+        file_menu.addSeparator()
         self.action_quit = file_menu.addAction("&Quit", QtGui.QKeySequence.StandardKey.Quit)
         self.action_quit.triggered.connect(self.close)
 
@@ -275,6 +282,22 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setWindowModified(False)
         self._add_recent(path)
         self.statusBar().showMessage(f"Saved {path}", 3000)
+        return True
+
+    def export_megatron_args(self, path: str | Path) -> bool:
+        """Write the torchrun command and Megatron-LM arguments of the editor's plan to ``path``
+        (:func:`core.megatron_args.export_script`, atomic); on error show why, return False."""
+        path = Path(path)
+        try:
+            text = export_script(self.session())
+            atomic_write_text(path, text)
+        except MegatronArgsError as exc:
+            QtWidgets.QMessageBox.warning(self, "Cannot export Megatron-LM arguments", str(exc))
+            return False
+        except OSError as exc:
+            QtWidgets.QMessageBox.critical(self, "Cannot save file", f"{path}: {exc.strerror or exc}")
+            return False
+        self.statusBar().showMessage(f"Wrote the Megatron-LM launch to {path}", 5000)
         return True
 
     def recent_files(self) -> list[str]:
@@ -466,6 +489,15 @@ class MainWindow(QtWidgets.QMainWindow):
     @Slot()
     def _on_save_as_trigger(self) -> None:
         self._save_interactive(ask_path=True)
+
+    @Slot()
+    def _on_export_megatron_trigger(self) -> None:
+        stem = self._path.stem if self._path else "plan"
+        start = str((self._path.parent if self._path else Path.home()) / f"{stem}_megatron.sh")
+        chosen, _ = QtWidgets.QFileDialog.getSaveFileName(
+            self, "Export Megatron-LM arguments", start, "Shell scripts (*.sh);;All files (*)")
+        if chosen:
+            self.export_megatron_args(chosen)
 
     @Slot(QtGui.QAction)
     def _on_preset_action_trigger(self, action: QtGui.QAction) -> None:

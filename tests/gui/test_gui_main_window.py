@@ -178,3 +178,22 @@ def test_screenshot_of_a_file_that_cannot_open_exits_2(tmp_path, content):
     assert proc.returncode == 2
     assert str(path) in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "shot.png").exists()
+
+
+def test_file_export_megatron_arguments(window, tmp_path, monkeypatch, message_boxes, example):
+    """File > Export > Megatron-LM arguments writes the launch that imports back to the plan."""
+    from core.megatron_args import import_file
+    window.open_path(example)
+    out = tmp_path / "launch.sh"
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *a, **k: (str(out), "")))
+    window.action_export_megatron.trigger()
+    assert out.read_text().startswith("# ") and "torchrun --nnodes 1 --nproc-per-node 8" in out.read_text()
+    back = import_file(out).session
+    assert back.plan == window.session().plan and back.model.num_layers == window.session().model.num_layers
+    # a plan Megatron cannot run is refused with the reason, and nothing is written
+    window.editor.set_field("plan.schedule", "gpipe")
+    out.unlink()
+    window.action_export_megatron.trigger()
+    (kind, title, text), = message_boxes.of_kind("warning")
+    assert "gpipe" in text and not out.exists()
