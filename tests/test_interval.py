@@ -235,3 +235,11 @@ def test_example_sessions_in_range_get_a_band():
     s = load_any(EXAMPLES / "gpt3_175b.json")
     iv = simulate(s).report.interval
     assert iv.available and iv.in_calibration_range and iv.group == "multi_node"
+
+
+def test_the_version_2_fixture_opens_with_its_residuals():
+    s = ProfileStore.open(ROOT / "tests" / "data" / "profile_store_v2.h5")
+    r = s.residuals
+    assert len(r) == 20 and r.procedure == "fixture" and (r.set == "scale_transfer").sum() == 1
+    np.testing.assert_allclose(r.measured_s, np.linspace(0.9, 1.1, 20))
+    assert r.calibration_range("multi_node") == (64, 64, 1e9, 1e9)
