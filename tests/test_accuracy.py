@@ -310,5 +310,28 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     store = ProfileStore.open(out)
     assert store.provenance["method"] == "calibrated" and "a.csv" in store.provenance["data"]
     assert store.provenance["file_weights"] == {"a.csv": 1.0, "b.csv": 3.0}
+    # the out-of-fold predictions are kept: every run once, the multi-node runs again as
+    # predicted by a fit on the single-node runs (scale transfer)
+    r = store.residuals
+    cv = r.set == "cross_validated"
+    multi = [s for s in sessions if s.plan.num_gpus > s.cluster.gpus_per_node]
+    assert cv.sum() == len(sessions) and (r.set == "scale_transfer").sum() == len(multi) > 0
+    assert sorted(r.file[cv]) == ["a.csv"] * 6 + ["b.csv"] * 6
+    assert list(r.row[r.file == "a.csv"][:6]) == [1, 2, 3, 4, 5, 6]
+    truth_s = {(s.plan.num_gpus, s.model.hidden_size, s.plan.micro_batch_size, s.model.num_layers):
+               simulate(s, truth_store).report.iteration_time_s for s in sessions}
+    for i in np.flatnonzero(cv):  # measured_s is what the file says; the fold's fit is close
+        assert r.measured_s[i] in truth_s.values()
+    assert np.abs(r.log_residual[cv]).max() < 0.02
+    assert "error_band" in store.provenance
     assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["mape_percent"] < 2.0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mape_percent"] < 2.0
+    # 12 residuals in two node classes: too few for a 90 % band, and the report says so
+    assert doc["interval_coverage"] is None and doc["interval_rows"] == 0
+    assert main(["validate", paths[0], "--profile", str(out), "--coverage", "0.5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["interval_rows"] == doc["n"] and 0 <= doc["interval_coverage"] <= 1
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "0"]) == 0
+    capsys.readouterr()
+    assert ProfileStore.open(out).residuals is None
