@@ -26,12 +26,15 @@ Groups follow what drives the error:
   single-node one on the A100 data);
 * a plan whose GPU count or model size lies outside the range of its node
   class's calibration runs is *outside the calibration range* and says so.
-  Its band comes from the ``scale_transfer`` residuals when the store has
-  them (a fit on the single-node runs predicting the multi-node runs: the
-  error measured when the calibration data is 8-64 times smaller in GPU count
-  and tens of times smaller in model size than the predicted runs); its
-  coverage that far out is not established, and the note says so. A store
-  without them gives no band for such a plan.
+  Its band is the hull of its node class's band and the band of the
+  ``scale_transfer`` residuals (a fit on the single-node runs predicting the
+  multi-node runs: the error measured when the calibration data is 8-64 times
+  smaller in GPU count and tens of times smaller in model size than the
+  predicted runs). On the A100 data that transfer under-predicts every time
+  (by 4 % to 79 % at 90 %); a store fitted on both files need not share the
+  bias, so the hull keeps the in-range band's lower side. Its coverage that
+  far out is not established, and the note says so. A store without
+  scale-transfer residuals gives no band for such a plan.
 
 A store without residuals (an analytic or measured store) gives no interval
 and says why; no band is ever made up.
@@ -72,6 +75,22 @@ def check_coverage(coverage: float) -> float:
     return c
 
 
+def layer_parameters(model) -> float:
+    """Parameters of a model's transformer layers: its size for the calibration range.
+
+    :meth:`core.config.ModelConfig.num_parameters` without the embedding
+    (padded ``V*h``), the learned positions (``s*h``) and the final layer norm
+    (``2h``): two models with the same layers trained at other sequence lengths
+    or vocabularies do the same work per token in their layers, so they are
+    the same size here.
+    """
+    from .config import padded_vocab_size
+
+    h = model.hidden_size
+    return float(model.num_parameters() - padded_vocab_size(model.vocab_size, 1) * h
+                 - model.seq_length * h - 2 * h)
+
+
 def node_class(num_gpus: int, gpus_per_node: int) -> str:
     """``"single_node"`` when ``num_gpus <= gpus_per_node``, else ``"multi_node"``."""
     return "single_node" if num_gpus <= gpus_per_node else "multi_node"
@@ -93,8 +112,8 @@ class ResidualTable:
         1-based data row of the run in that file.
     num_gpus, gpus_per_node : int arrays
         World size and GPUs per node of the run.
-    num_parameters : float array
-        Model size (:meth:`core.config.ModelConfig.num_parameters`, t=1).
+    layer_parameters : float array
+        Model size as its transformer layers' parameters (:func:`layer_parameters`).
     measured_s, predicted_s : float arrays
         Measured and out-of-sample predicted iteration time, seconds, > 0.
     procedure : str
@@ -106,12 +125,12 @@ class ResidualTable:
     row: np.ndarray
     num_gpus: np.ndarray
     gpus_per_node: np.ndarray
-    num_parameters: np.ndarray
+    layer_parameters: np.ndarray
     measured_s: np.ndarray
     predicted_s: np.ndarray
     procedure: str = ""
 
-    COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "num_parameters",
+    COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "layer_parameters",
                "measured_s", "predicted_s")
 
     def __post_init__(self) -> None:
@@ -119,7 +138,7 @@ class ResidualTable:
         self.file = np.asarray(self.file, dtype=str)
         for name in ("row", "num_gpus", "gpus_per_node"):
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
-        for name in ("num_parameters", "measured_s", "predicted_s"):
+        for name in ("layer_parameters", "measured_s", "predicted_s"):
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
         n = self.set.shape
         for name in self.COLUMNS:
@@ -131,7 +150,7 @@ class ResidualTable:
         if bad:
             raise ValueError(f"residual table column 'set': unknown value(s) {bad}; "
                              f"expected {RESIDUAL_SETS}")
-        for name in ("measured_s", "predicted_s", "num_parameters"):
+        for name in ("measured_s", "predicted_s", "layer_parameters"):
             a = getattr(self, name)
             if not np.all(np.isfinite(a) & (a > 0)):
                 raise ValueError(f"residual table column {name!r} must be positive and finite")
@@ -174,7 +193,7 @@ class ResidualTable:
         sel = (self.set == "cross_validated") & (self.node_class == cls)
         if not sel.any():
             return None
-        g, n = self.num_gpus[sel], self.num_parameters[sel]
+        g, n = self.num_gpus[sel], self.layer_parameters[sel]
         return int(g.min()), int(g.max()), float(n.min()), float(n.max())
 
 
@@ -218,10 +237,10 @@ class PredictionInterval:
         ``low_s / predicted``, ``high_s / predicted``: every figure proportional to the
         iteration time (training days, GPU-hours, dollars) has the band ``value * factor``.
     group : str
-        Residual group the band came from (``single_node``, ``multi_node``,
-        ``scale_transfer``), "" when none.
+        Residual group(s) the band came from (``single_node``, ``multi_node``, or
+        ``<node class>+scale_transfer`` outside the calibration range), "" when none.
     num_residuals : int
-        Size of that group.
+        Size of those groups.
     in_calibration_range : bool or None
         Whether the plan's GPU count and model size lie within the calibration
         runs of its node class; None when the store has no residuals.
@@ -270,7 +289,7 @@ def _range_note(cls: str, num_gpus: int, num_params: float,
     if not g0 <= num_gpus <= g1:
         parts.append(f"{num_gpus:,} GPUs (calibrated {what} runs: {g0:,}-{g1:,})")
     if not n0 * (1 - 1e-9) <= num_params <= n1 * (1 + 1e-9):
-        parts.append(f"a {_fmt_params(num_params)}-parameter model (calibrated {what} runs: "
+        parts.append(f"{_fmt_params(num_params)} layer parameters (calibrated {what} runs: "
                      f"{_fmt_params(n0)}-{_fmt_params(n1)})")
     return " and ".join(parts)
 
@@ -281,7 +300,7 @@ def _no_band(coverage: float, note: str, in_range: bool | None = None, group: st
 
 
 def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
-                 gpus_per_node: int, num_parameters: float, coverage: float = DEFAULT_COVERAGE,
+                 gpus_per_node: int, layer_params: float, coverage: float = DEFAULT_COVERAGE,
                  store_name: str = "the profile store") -> PredictionInterval:
     """The band of a predicted iteration time (see the module doc for the method).
 
@@ -293,8 +312,8 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
         Predicted iteration time, seconds.
     num_gpus, gpus_per_node : int
         World size of the plan and GPUs per node of its cluster.
-    num_parameters : float
-        Model size (:meth:`core.config.ModelConfig.num_parameters`).
+    layer_params : float
+        Model size as its transformer layers' parameters (:func:`layer_parameters`).
     coverage : float
         Nominal coverage in (0, 1).
     store_name : str
@@ -311,30 +330,39 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
                                   "residuals (a store gets them from vtrain calibrate with "
                                   "cross-validation on measured runs)")
     cls = node_class(num_gpus, gpus_per_node)
-    outside = _range_note(cls, num_gpus, num_parameters, table.calibration_range(cls))
+    outside = _range_note(cls, num_gpus, layer_params, table.calibration_range(cls))
     groups = table.groups()
-    group = "scale_transfer" if outside else cls
     note = f"outside the calibration range: {outside}" if outside else ""
-    if group not in groups:
+    names = [cls, "scale_transfer"] if outside else [cls]
+    if outside and "scale_transfer" not in groups:
         return _no_band(coverage, note + f"; no error band: {store_name} has no "
-                                         f"{group.replace('_', '-')} residuals", not outside)
-    r = groups[group]
-    bounds = conformal_bounds(r, coverage)
-    if bounds is None:
-        return _no_band(coverage, (note + "; " if note else "") +
-                        f"no error band: a {coverage:.0%} band needs at least "
-                        f"{min_residuals(coverage)} {group.replace('_', '-')} residuals, "
-                        f"{store_name} has {r.size}", not outside, group, int(r.size))
+                                         "scale-transfer residuals", False)
+    bounds, sizes = [], 0
+    for group in names:
+        r = groups.get(group, np.empty(0))
+        b = conformal_bounds(r, coverage)
+        if b is None and group == cls and outside and cls not in groups:
+            continue  # no runs of this node class at all: the transfer band alone
+        if b is None:
+            return _no_band(coverage, (note + "; " if note else "") +
+                            f"no error band: a {coverage:.0%} band needs at least "
+                            f"{min_residuals(coverage)} {group.replace('_', '-')} residuals, "
+                            f"{store_name} has {r.size}", not outside, group, int(r.size))
+        bounds.append(b)
+        sizes += int(r.size)
+    group = "+".join(g for g in names if g in groups)
     if outside:
-        note += ("; the band is that of the scale-transfer residuals (single-node fit "
-                 "predicting multi-node runs), its coverage this far out is not established")
-    lo, hi = math.exp(bounds[0]), math.exp(bounds[1])
+        note += ("; the band is the hull of the in-range band and the scale-transfer "
+                 "residuals' band (a single-node fit predicting multi-node runs); its coverage "
+                 "this far out is not established")
+    lo = math.exp(min(b[0] for b in bounds))
+    hi = math.exp(max(b[1] for b in bounds))
     return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
-                              int(r.size), not outside, note)
+                              sizes, not outside, note)
 
 
 def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
-                     num_parameters: float, coverage: float = DEFAULT_COVERAGE
+                     layer_params: float, coverage: float = DEFAULT_COVERAGE
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorized :func:`interval_for` over plans of one model (a sweep's rows).
 
@@ -348,7 +376,7 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
     g = np.asarray(num_gpus, dtype=np.int64)
     lo, hi, inside = np.full(g.shape, np.nan), np.full(g.shape, np.nan), np.zeros(g.shape, bool)
     for value in np.unique(g):
-        iv = interval_for(table, 1.0, int(value), gpus_per_node, num_parameters, coverage)
+        iv = interval_for(table, 1.0, int(value), gpus_per_node, layer_params, coverage)
         sel = g == value
         if iv.available:
             lo[sel], hi[sel] = iv.low_factor, iv.high_factor
@@ -377,7 +405,7 @@ def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, fo
         others = table.subset(fold_of != k)
         for i in np.flatnonzero(fold_of == k):
             iv = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
-                              int(table.gpus_per_node[i]), float(table.num_parameters[i]), coverage)
+                              int(table.gpus_per_node[i]), float(table.layer_parameters[i]), coverage)
             if iv.available:
                 low[i], high[i] = iv.low_s, iv.high_s
     return low, high
@@ -404,7 +432,7 @@ def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray
         [set_name] * len(sessions), [file] * len(sessions) if isinstance(file, str) else list(file),
         list(rows),
         [s.plan.num_gpus for s in sessions], [s.cluster.gpus_per_node for s in sessions],
-        [float(s.model.num_parameters()) for s in sessions], measured_s, predicted_s,
+        [layer_parameters(s.model) for s in sessions], measured_s, predicted_s,
         procedure=procedure)
 
 
@@ -412,12 +440,12 @@ def session_interval(session: "Session", predicted_s: float, store: "ProfileStor
                      coverage: float = DEFAULT_COVERAGE) -> PredictionInterval:
     """:func:`interval_for` of a session's plan with ``store``'s residuals."""
     return interval_for(getattr(store, "residuals", None), predicted_s, session.plan.num_gpus,
-                        session.cluster.gpus_per_node, float(session.model.num_parameters()),
+                        session.cluster.gpus_per_node, layer_parameters(session.model),
                         coverage, store_name=f"the {store.device_name} profile store "
                         f"({store.provenance.get('method', 'unknown method')})")
 
 
-__all__ += ["min_residuals", "session_interval"]
+__all__ += ["min_residuals", "session_interval", "layer_parameters"]
 
 
 def interval_line(iv: PredictionInterval) -> str:

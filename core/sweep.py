@@ -79,7 +79,7 @@ import numpy as np
 from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
                      validate)
 from .graph import schedule_order, stage_times
-from .interval import DEFAULT_COVERAGE, interval_factors, interval_for
+from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 from .simulate import model_flops_per_iteration, open_profile, profile_path, stage_memory
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
@@ -859,7 +859,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     pareto = pareto_front(days, cost_usd, fits)
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range = interval_factors(residuals, col["num_gpus"], cluster.gpus_per_node,
-                                               float(model.num_parameters()), coverage)
+                                               layer_parameters(model), coverage)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
         f"({store.provenance.get('method', 'unknown method')})").note

@@ -83,16 +83,21 @@ def test_interval_groups_by_node_class_and_scales_the_prediction():
 
 
 def test_plan_outside_the_calibration_range_says_so_and_takes_the_transfer_band():
-    transfer = np.linspace(-0.1, 0.4, 25)
-    table = _table(np.zeros(30), np.zeros(30), transfer)
+    transfer = np.linspace(0.05, 0.4, 25)  # extrapolation under-predicted every run
+    multi = np.linspace(-0.1, 0.1, 39)
+    table = _table(np.zeros(30), multi, transfer)
     iv = interval_for(table, 10.0, 1024, 8, 1e11, 0.9)
-    assert not iv.in_calibration_range and iv.group == "scale_transfer"
+    assert not iv.in_calibration_range and iv.group == "multi_node+scale_transfer"
+    assert iv.num_residuals == 39 + 25
     assert "outside the calibration range: 1,024 GPUs (calibrated multi-node runs: 64-512)" in iv.note
     assert "coverage this far out is not established" in iv.note
-    lo, hi = conformal_bounds(np.sort(transfer), 0.9)
+    # the hull of the in-range band (lower side) and the transfer band (upper side)
+    lo, _ = conformal_bounds(multi, 0.9)
+    _, hi = conformal_bounds(np.sort(transfer), 0.9)
     assert (iv.low_factor, iv.high_factor) == pytest.approx((math.exp(lo), math.exp(hi)))
+    assert iv.low_s < 10.0 < iv.high_s
     iv = interval_for(table, 10.0, 256, 8, 1e12, 0.9)  # model size beyond the data
-    assert "a 1 T-parameter model" in iv.note
+    assert "1 T layer parameters (calibrated multi-node runs: 3 B-200 B)" in iv.note
     assert "3 B-200 B" in iv.note
     iv = interval_for(table, 10.0, 4, 8, 1e9, 0.9)  # fewer GPUs than any single-node run
     assert not iv.in_calibration_range and "4 GPUs (calibrated single-node runs: 8-8)" in iv.note
@@ -147,7 +152,7 @@ def test_simulate_json_band_and_analytic_store_without_one(capsys):
     lo, hi = doc["iteration_time_interval_s"]
     T = doc["iteration_time_s"]
     assert lo < T < hi and doc["interval"]["coverage"] == 0.9
-    assert doc["interval"]["group"] == "single_node"
+    assert doc["interval"]["group"] == "single_node" and doc["interval"]["in_calibration_range"]
     d_lo, d_hi = doc["training_days_interval"]
     assert (d_lo, d_hi) == pytest.approx((doc["training_days"] * lo / T, doc["training_days"] * hi / T))
     c_lo, c_hi = doc["cost_usd_interval"]
