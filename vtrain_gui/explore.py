@@ -444,10 +444,14 @@ def _yes_no(value: Any) -> str:
 
 
 def _band_text(low: float, high: float, inside: bool) -> str:
-    """``'4.871 s – 5.120 s'``, with ``' ⚠'`` outside the calibration range; ``'none'``."""
+    """``'4.87 – 5.12 s'`` (four significant digits at most, one unit), with ``' ⚠'`` outside
+    the calibration range; ``'none'`` without a band."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "none"
-    return f"{format_duration(low)} – {format_duration(high)}" + ("" if inside else " ⚠")
+    scale, unit = (1.0, "s") if low >= 1.0 else (1e3, "ms") if low >= 1e-3 else (1e6, "µs")
+    lo, hi = low * scale, high * scale
+    digits = 1 if hi >= 100 else 2
+    return f"{lo:.{digits}f} – {hi:.{digits}f} {unit}" + ("" if inside else " ⚠")
 
 
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
@@ -1624,6 +1628,7 @@ class ExploreTab(QtWidgets.QWidget):
         fm = self.table.fontMetrics()
         samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888", "schedule": "schedule",
                    "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
+                   "error band": "888.8 – 888.8 ms ⚠",
                    "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
                    "memory/GPU": "8,888.8 GiB", "fits": "fits", "front": "front"}
         for i, col in enumerate(TABLE_COLUMNS):

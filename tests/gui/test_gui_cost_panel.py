@@ -60,3 +60,30 @@ def test_real_report(panel, real_simulate):
     panel.set_report(report)
     assert panel.value_text("cost_usd") == format_usd(report.cost_usd)
     panel.grab()
+
+
+def test_error_band_of_time_days_and_dollars(panel, real_simulate):
+    from core.profiles_gen import generate_store
+    from core.session import load_any
+    from tests.conftest import EXAMPLES
+
+    report = real_simulate(load_any(EXAMPLES / "gpt3_175b.json")).report
+    panel.set_report(report)
+    iv = report.interval
+    lo, hi = iv.band(report.cost_usd)
+    assert panel.value_text("cost_band") == f"{format_usd(lo)} – {format_usd(hi)}"
+    assert panel.value_text("training_days_band").endswith(" days")
+    assert panel.value_text("iteration_band").count(" s") == 2
+    assert "65 cross-validated multi-node residuals" in panel.value_text("band_note")
+    # outside the calibration range: the note says so in orange
+    mt = real_simulate(load_any(EXAMPLES / "mtnlg_530b.json")).report
+    panel.set_report(mt)
+    assert "Outside the calibration range: 3,360 GPUs" in panel.value_text("band_note")
+    assert "B35C00" in panel._values["band_note"].styleSheet()
+    # a store without residuals: no band, and why
+    from core.simulate import simulate
+    plain = simulate(load_any(EXAMPLES / "gpt3_175b.json"),
+                     generate_store("A100-SXM4-80GB", date="2026-01-01")).report
+    panel.set_report(plain)
+    assert panel.value_text("iteration_band") == "none" == panel.value_text("cost_band")
+    assert "holds no cross-validated residuals" in panel.value_text("band_note")

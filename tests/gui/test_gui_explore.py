@@ -525,3 +525,25 @@ def test_tab_shortcuts(window):
     actions["&Plan tab"].trigger()
     assert window.current_tab() == "plan"
     assert isinstance(window.tabs, QtWidgets.QTabWidget)
+
+
+def test_table_shows_each_plans_error_band(qtbot, small_result):
+    """The band column: the sweep's interval columns, sorted by the upper bound, ⚠ outside the
+    calibration range (here: none, every plan is on one node of a calibrated A100 store)."""
+    from core.interval import session_interval
+    from core.simulate import open_profile, profile_path
+    r = small_result
+    assert np.all(r.interval_low_s < r.iteration_time_s) and np.all(r.iteration_time_s < r.interval_high_s)
+    model = SweepTableModel()
+    model.set_result(r)
+    col = [c.attr for c in TABLE_COLUMNS].index("iteration_band")
+    model.sort(col, Qt.SortOrder.AscendingOrder)
+    assert np.all(np.diff(r.interval_high_s[model.shown()]) >= 0)
+    i = model.result_index(0)
+    text = model.data(model.index(0, col))
+    iv = session_interval(r.session_for(i), float(r.iteration_time_s[i]),
+                          open_profile(profile_path(r.session)))
+    assert iv.low_s == pytest.approx(r.interval_low_s[i]) and iv.high_s == pytest.approx(r.interval_high_s[i])
+    assert text.endswith(" s") or text.endswith(" ms")
+    assert ("⚠" in text) == (not iv.in_calibration_range)
+    assert "90% of runs like this one" in model.data(model.index(0, col), Qt.ItemDataRole.ToolTipRole)
