@@ -404,3 +404,10 @@ def test_every_table_target_names_a_section_field():
     launch = read_launch("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
                          "--micro-batch-size 1 --vocab-size 5", "x")
     assert session_from_launch(launch, num_gpus=1).session.model.vocab_size == 5
+
+
+def test_docs_list_every_argument_of_the_table():
+    from tests.conftest import ROOT
+    doc = (ROOT / "docs" / "megatron_args.md").read_text()
+    for flag in ARGUMENTS:
+        assert f"| `{flag}` |" in doc, flag
