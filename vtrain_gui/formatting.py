@@ -6,7 +6,10 @@ import math
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_LABELS", "KIND_COLORS"]
+           "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE"]
+
+#: Style sheet of a label that reports an error.
+ERROR_STYLE = "color: #C62828;"
 
 #: Display names of :data:`core.graph_types.KINDS`, by kind name.
 KIND_LABELS = {

@@ -16,7 +16,7 @@ from core.config import Session
 from core.session import load_any, load_session
 from core.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
-from vtrain_gui.explore import TABLE_COLUMNS, SweepTableModel
+from vtrain_gui.sweep_table import TABLE_COLUMNS, SweepTableModel
 from vtrain_gui.main_window import MainWindow
 from vtrain_gui.workers import SweepRunner, live_runners
 
