@@ -359,6 +359,7 @@ def _random_sessions(n: int = 40):
         if field_exists("plan.virtual_pipeline_stages") and p > 1 and L % (2 * p) == 0 and \
                 field_exists("plan.schedule", "interleaved") and rng.random() < 0.5:
             plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
+            plan.global_batch_size = d * b * p * rng.choice([1, 2])  # m a multiple of p (Megatron)
         gpn = 8
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
         out.append(Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens)))

@@ -1,4 +1,7 @@
-"""``vtrain import megatron-args`` and ``vtrain export megatron-args`` (core/megatron_args.py)."""
+"""``vtrain import FORMAT FILE``: read another tool's files into a session.
+
+``megatron-args``: a Megatron-LM launch script or argument list (core/megatron_args.py).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,13 @@ import argparse
 import json
 from typing import Any
 
-from .console import Console
+from ..console import Console
 
-__all__ = ["add_parsers", "run_import", "run_export"]
+__all__ = ["add_parser", "run"]
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``import megatron-args`` and ``export megatron-args`` on ``vtrain``'s sub-parsers."""
+def add_parser(sub: Any) -> None:
+    """Add the ``import`` subcommand (and its formats) to ``vtrain``'s sub-parsers."""
     imp = sub.add_parser("import", help="read another tool's files into a session")
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="FORMAT")
     m = isub.add_parser(
@@ -30,31 +33,21 @@ def add_parsers(sub: Any) -> None:
     m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
     m.add_argument("--json", action="store_true",
                    help="print the session and the ignored arguments as one JSON object")
-    exp = sub.add_parser("export", help="write a session in another tool's form")
-    esub = exp.add_subparsers(dest="export_command", required=True, metavar="FORMAT")
-    e = esub.add_parser(
-        "megatron-args", help="Megatron-LM arguments and the torchrun line that run the plan",
-        description="Print the torchrun command with the Megatron-LM arguments that run the "
-                    "session's model and plan (one argument per line).")
-    e.add_argument("session", metavar="SESSION.json")
-    e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead")
-    e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
 
 
-def _positive(value: int | None, name: str) -> None:
-    from .megatron_args import MegatronArgsError
-    if value is not None and value < 1:
-        raise MegatronArgsError(f"{name} {value} must be a positive integer")
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain import``; returns the exit status."""
+    return _megatron(args)
 
 
-def run_import(args: argparse.Namespace) -> int:
-    """``vtrain import megatron-args``: see :func:`add_parsers`."""
-    from .config import GPU_KINDS, check, gpu_kind
-    from .megatron_args import MegatronArgsError, import_file
-    from .session import save_session
+def _megatron(args: argparse.Namespace) -> int:
+    from ..config import GPU_KINDS, check, gpu_kind
+    from ..megatron_args import MegatronArgsError, import_file
+    from ..session import save_session
 
-    _positive(args.num_gpus, "--num-gpus")
-    _positive(args.gpus_per_node, "--gpus-per-node")
+    for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
+        if value is not None and value < 1:
+            raise MegatronArgsError(f"{name} {value} must be a positive integer")
     gpu = None
     if args.gpu:
         gpu = gpu_kind(args.gpu)
@@ -79,18 +72,3 @@ def run_import(args: argparse.Namespace) -> int:
         con.print(f"[dim]not used (no effect on the iteration time): {' '.join(res.neutral)}[/]",
                   highlight=False)
     return 0
-
-
-def run_export(args: argparse.Namespace) -> int:
-    """``vtrain export megatron-args``: see :func:`add_parsers`."""
-    from .megatron_args import export_script
-    from .session import atomic_write_text, load_any
-
-    text = export_script(load_any(args.session), args.script)
-    if args.out:
-        atomic_write_text(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
-    return 0
-
