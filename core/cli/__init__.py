@@ -10,6 +10,7 @@
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times
 ``vtrain import megatron-args FILE``     a Megatron-LM launch into a session
 ``vtrain export megatron-args SESSION``  the Megatron-LM launch of a session
+``vtrain diff A B``        the difference of two plans' iteration times, term by term
 
 One module of this package per subcommand (``core/cli/<name>.py``, with
 ``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
@@ -29,8 +30,8 @@ from ..profile_store import ProfileStoreError
 from ..session import SessionFileError
 from ..validate import MeasurementFileError
 from ..megatron_args import MegatronArgsError
-from . import (calibrate, exports, gui, imports, optimal, profile, schedule, simulate, sweep,
-               validate)
+from . import (calibrate, diff, exports, gui, imports, optimal, profile, schedule, simulate,
+               sweep, validate)
 from .common import UsageError
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS"]
@@ -39,12 +40,12 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS"]
 # the order is the order of ``vtrain --help``
 SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sweep,
                "optimal": optimal, "schedule": schedule, "validate": validate,
-               "calibrate": calibrate, "import": imports, "export": exports}
+               "calibrate": calibrate, "import": imports, "export": exports, "diff": diff}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
-    schedule, validate, calibrate, import, export)."""
+    schedule, validate, calibrate, import, export, diff)."""
     parser = argparse.ArgumentParser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")

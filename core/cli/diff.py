@@ -1,0 +1,73 @@
+"""``vtrain diff A B``: the iteration time of two plans and their difference, term by term."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from ..console import Console
+from .common import fmt_bytes
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``diff`` subcommand to ``vtrain``'s sub-parsers."""
+    d = sub.add_parser(
+        "diff", help="explain the difference between two plans, term by term",
+        description="Simulate two sessions (or vTrain configs) and split the difference of their "
+                    "iteration times (B minus A) into compute, recomputation, exposed tensor-, "
+                    "pipeline- and data-parallel communication, pipeline bubble, stage imbalance "
+                    "and optimizer step; the terms sum to the difference. Also memory per GPU, "
+                    "days and cost.")
+    d.add_argument("a", metavar="A.json")
+    d.add_argument("b", metavar="B.json")
+    d.add_argument("--json", action="store_true",
+                   help="print one JSON object (difference_s, terms, and both plans)")
+
+
+def _s(x: float) -> str:
+    return f"{x:,.3f} s"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain diff``; returns the exit status."""
+    from ..diff import TERM_LABELS, diff_plans
+    from ..session import load_any
+
+    d = diff_plans(load_any(args.a), load_any(args.b))
+    if args.json:
+        print(json.dumps(d.to_dict()))
+        return 0
+    doc = d.to_dict()
+    con = Console()
+    con.print(f"[bold]A[/] {args.a}: {doc['a']['label']}, {doc['a']['num_gpus']:,} GPUs", highlight=False)
+    con.print(f"[bold]B[/] {args.b}: {doc['b']['label']}, {doc['b']['num_gpus']:,} GPUs", highlight=False)
+    t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
+    for col in ("term", "A", "B", "B - A"):
+        t.add_column(col, justify="left" if col == "term" else "right")
+    tiny = 1e-9 * max(d.a.report.iteration_time_s, d.b.report.iteration_time_s)
+    for name, delta in d.terms.items():
+        a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
+        if abs(a) <= tiny and abs(b) <= tiny:
+            continue  # a term neither plan has (e.g. no communication hidden under compute)
+        t.add_row(TERM_LABELS.get(name, name.replace("_", " ")), _s(a), _s(b), f"{delta:+,.3f} s")
+    ra, rb = d.a.report, d.b.report
+    t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
+              f"[bold]{d.difference_s:+,.3f} s ({d.difference_s / ra.iteration_time_s:+.1%})[/]")
+    con.print(t)
+    o = Table(show_header=True)
+    for col in ("", "A", "B", "B - A"):
+        o.add_column(col, justify="left" if not col else "right")
+    o.add_row("memory per GPU (max)", fmt_bytes(ra.max_memory_per_gpu_bytes),
+              fmt_bytes(rb.max_memory_per_gpu_bytes),
+              f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
+    o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
+              f"{rb.training_days - ra.training_days:+,.1f}")
+    o.add_row("cost", f"${ra.cost_usd:,.0f}", f"${rb.cost_usd:,.0f}",
+              f"{'+' if rb.cost_usd >= ra.cost_usd else '-'}${abs(rb.cost_usd - ra.cost_usd):,.0f}")
+    con.print(o)
+    return 0

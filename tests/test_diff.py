@@ -1,0 +1,107 @@
+"""vtrain diff: the difference of two plans' iteration times, term by term (core/diff.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.cli import main
+from core.diff import TERMS, diff_plans, time_terms
+from core.session import load_any, save_session
+from core.simulate import simulate
+from tests.conftest import EXAMPLES
+
+SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"
+
+
+def _variant(**plan):
+    s = load_any(SMALL)
+    for k, v in plan.items():
+        setattr(s.plan, k, v)
+    return s
+
+
+PAIRS = {
+    "t and p": ({}, {"tensor_parallel": 4, "pipeline_parallel": 1, "data_parallel": 2}),
+    "recompute": ({"recompute": "none"}, {"recompute": "full"}),
+    "gpipe": ({"schedule": "1f1b"}, {"schedule": "gpipe"}),
+    "micro-batch": ({"micro_batch_size": 4}, {"micro_batch_size": 1}),
+    "interleaved": ({"pipeline_parallel": 4, "data_parallel": 1},
+                    {"pipeline_parallel": 4, "data_parallel": 1, "schedule": "interleaved",
+                     "virtual_pipeline_stages": 2}),
+}
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_terms_sum_to_the_difference(name):
+    a, b = (_variant(**kw) for kw in PAIRS[name])
+    d = diff_plans(a, b)
+    ta, tb = simulate(a).report.iteration_time_s, simulate(b).report.iteration_time_s
+    assert d.difference_s == pytest.approx(tb - ta, rel=1e-12)
+    assert sum(d.terms.values()) == pytest.approx(d.difference_s, rel=1e-9, abs=1e-12)
+    for terms, t in ((d.terms_a, ta), (d.terms_b, tb)):
+        assert sum(terms.values()) == pytest.approx(t, rel=1e-12)
+        assert list(terms)[:len(TERMS) - 1] == list(TERMS[:-1]) and list(terms)[-1] == "overlap"
+        # every communication blocks its stream in this model: nothing is hidden
+        assert abs(terms["overlap"]) < 1e-9 * t
+        assert all(v >= 0 for k, v in terms.items() if k != "overlap")
+
+
+def test_same_plan_has_no_difference():
+    d = diff_plans(load_any(SMALL), load_any(SMALL))
+    assert d.difference_s == 0 and all(v == 0 for v in d.terms.values())
+
+
+def test_recomputation_is_its_own_term_and_compute_is_unchanged():
+    a, b = _variant(recompute="none"), _variant(recompute="full")
+    d = diff_plans(a, b)
+    assert d.terms_a["recomputation"] == 0 and d.terms_b["recomputation"] > 0
+    assert d.terms["compute"] == pytest.approx(0, abs=1e-12)
+    # the recomputed forward costs what the forward of the layers costs: mean over stages of
+    # the recompute tasks' busy time
+    res = simulate(b)
+    g = res.graph
+    from core.graph_types import KINDS
+    rec = g.kind == KINDS.index("recompute")
+    assert d.terms_b["recomputation"] == pytest.approx(g.duration_s[rec].sum() / b.plan.pipeline_parallel)
+
+
+def test_interleaving_shows_as_less_bubble_and_more_pipeline_transfers():
+    """v = 2 chunks per stage: the bubble term falls toward half of 1F1B's ((p-1)/(v*m) of the
+    ideal time against (p-1)/m, Narayanan et al. 2021; the embedding and output make chunks
+    unequal, so not exactly half) and the pipeline term grows (v times the transfers)."""
+    a, b = (_variant(**kw) for kw in PAIRS["interleaved"])
+    d = diff_plans(a, b)
+    assert d.terms["bubble"] == pytest.approx(d.b.report.bubble_s - d.a.report.bubble_s)
+    assert 0.45 < d.terms_b["bubble"] / d.terms_a["bubble"] < 0.6
+    assert d.terms["pp_comm"] > 0
+    assert d.terms["compute"] == pytest.approx(0, abs=1e-12)
+
+
+def test_per_stage_terms():
+    res = simulate(_variant())
+    terms, stages = time_terms(res)
+    p = res.session.plan.pipeline_parallel
+    assert len(stages["compute"]) == p
+    assert sum(stages["compute"]) / p == pytest.approx(terms["compute"])
+
+
+def test_cli_json_and_table(tmp_path, capsys):
+    a, b = (_variant(**kw) for kw in PAIRS["t and p"])
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sum(doc["terms"].values()) == pytest.approx(doc["difference_s"], rel=1e-9)
+    assert doc["difference_s"] == pytest.approx(doc["b"]["iteration_time_s"] - doc["a"]["iteration_time_s"])
+    assert doc["memory_difference_bytes"] == pytest.approx(
+        doc["b"]["max_memory_per_gpu_bytes"] - doc["a"]["max_memory_per_gpu_bytes"])
+    assert doc["a"]["label"].startswith("t=2 p=2 d=2")
+    assert main(["diff", str(pa), str(pb)]) == 0
+    out = capsys.readouterr().out
+    assert "exposed tensor-parallel communication" in out and "pipeline bubble" in out
+    assert "hidden under compute" not in out  # a term neither plan has is left out
+    assert main(["diff", str(pa), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
