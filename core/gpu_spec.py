@@ -150,7 +150,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     a file name (no ``/``); ``peak_tflops`` a non-empty object of positive
     numbers keyed by dtype; capacities and bandwidths positive numbers;
     ``gpus_per_nvlink_domain`` an integer from 1 to 576; ``efficiencies``
-    keys from :data:`SPEC_EFFICIENCIES`, ``*_efficiency`` in (0, 1],
+    keys from :data:`SPEC_EFFICIENCIES`, the efficiencies in (0, 1],
     ``gemm_half_size`` above 0, the other (times) at or above 0;
     ``sources`` a non-empty string for each of :data:`SPEC_SOURCES`.
 
@@ -218,7 +218,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
                 bad(f"efficiencies.{k}", f"unknown parameter (known: {', '.join(SPEC_EFFICIENCIES)})")
             elif not _is_number(v):
                 bad(f"efficiencies.{k}", f"{v!r} must be a finite number")
-            elif k.endswith("_efficiency") and not 0 < v <= 1:
+            elif "efficiency" in k and not 0 < v <= 1:
                 bad(f"efficiencies.{k}", f"{v!r} must be in (0, 1]")
             elif k == "gemm_half_size" and not v > 0:
                 bad(f"efficiencies.{k}", f"{v!r} must be above 0")

@@ -13,9 +13,10 @@ Op tables hold the analytic model's times (see :mod:`core.ops`) for the shapes
 of the preset models at t in {1, 2, 4, 8} and micro-batch sizes 1..16; the
 model parameters are stored too, so shapes not tabulated are computed with
 the same model. Collective curves come from a ring model with the spec's
-NVLink bandwidth (one direction) times an assumed efficiency, for group sizes
-2, 4, 8 ... up to the GPU's NVLink domain (and the domain size itself, e.g. 72
-for a GB200 NVL72): inside a node the simulator uses them for every group.
+NVLink bandwidth (one direction) times an assumed efficiency, for the group
+sizes a node of the GPU's NVLink domain holds (:func:`collective_group_sizes`;
+up to 72 for a GB200 NVL72): inside a node the simulator uses them for every
+group.
 Efficiencies are assumptions stated in the spec and the store's provenance,
 not measurements.
 """
@@ -50,11 +51,12 @@ def shipped_gpu_names() -> list[str]:
 
 
 def collective_group_sizes(gpus_per_nvlink_domain: int) -> list[int]:
-    """Group sizes with a collective curve: powers of two from 2 up to the NVLink domain,
-    plus the domain size itself (``8 -> [2, 4, 8]``, ``72 -> [2, 4, 8, 16, 32, 64, 72]``)."""
-    sizes = {2 ** k for k in range(1, 31) if 2 ** k <= gpus_per_nvlink_domain}
-    if gpus_per_nvlink_domain >= 2:
-        sizes.add(gpus_per_nvlink_domain)
+    """Group sizes with a collective curve: powers of two from 2 up to the NVLink domain and
+    every divisor of the domain above 1, i.e. the tensor- and data-parallel groups a node of
+    that size holds (``8 -> [2, 4, 8]``, ``72 -> [2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 36,
+    64, 72]``)."""
+    n = gpus_per_nvlink_domain
+    sizes = {2 ** k for k in range(1, 31) if 2 ** k <= n} | {k for k in range(2, n + 1) if n % k == 0}
     return sorted(sizes)
 
 
@@ -126,7 +128,8 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     """Tabulate every op of :mod:`core.ops` with ``store``'s analytic model.
 
     The grid: the preset models' (h, a, f, V) at sequence lengths 1024-4096,
-    t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16, plus
+    t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16 (those of them the
+    store has a peak for), plus
     ``extra_keys`` (full op keys with every column of :data:`core.ops.OP_KEYS`
     except ``b``, and optionally ``ops``, the op names it is for; each is
     tabulated at the grid's micro-batch sizes and its own ``b``); the optimizer step for 10^6..10^11 parameters. Each
@@ -135,8 +138,9 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
                      for m in MODEL_PRESETS.values()})
     keys = []
+    dtypes = [d for d in DTYPES if d in store.peak_flops]  # a spec may give only some
     for (h, a, f, vocab), s, t, b, dtype in itertools.product(
-            shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
+            shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, dtypes):
         if a % t == 0 and f % t == 0:
             keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
     for k in extra_keys or []:
@@ -151,12 +155,16 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
             sub = tuple((c, key[c]) for c in OP_KEYS[op])
             rows[sub] = key  # unique per op key; later keys (extra) win
         op_keys = list(rows.values())
+        if not op_keys:
+            continue
         times = [analytic_op_time(op, k, store) * (factor(op, k) if factor else 1.0) for k in op_keys]
         cols = {c: np.array([k[c] for k in op_keys]) for c in OP_KEYS[op]}
         store.add_op_table(op, cols, np.array(times), axis="b")
     n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
     opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))
-                for dt in DTYPES for x in n]
+                for dt in dtypes for x in n]
+    if not opt_rows:
+        return
     store.add_op_table(OPTIMIZER_OP, {"n": np.array([r[0] for r in opt_rows]),
                                       "dtype": np.array([r[1] for r in opt_rows])},
                        np.array([r[2] for r in opt_rows]), axis="n")
