@@ -283,3 +283,16 @@ def test_a100_store_is_calibrated_and_the_a100_spec_rebuilds_its_analytic_base()
     base = store_from_spec(read_gpu_spec(GPU_SPECS_DIR / "A100-SXM4-80GB.json"))
     assert base.peak_flops == shipped.peak_flops and base.memory_bytes == shipped.memory_bytes == 80 * GiB
     assert base.memory_bandwidth_bytes_per_s == shipped.memory_bandwidth_bytes_per_s
+
+
+def test_precision_without_a_peak_is_refused_by_name_everywhere(capsys):
+    """The B200 and GB200 specs give no FP32/TF32 figure: an fp32 plan is refused, not guessed."""
+    s = _session("B200-180GB")
+    s.plan.precision = "fp32"
+    with pytest.raises(KeyError, match=r"profile of B200-180GB has no peak FLOP/s for dtype 'fp32' "
+                                       r"\(it has bf16, fp16, fp8\)"):
+        simulate(s)
+    store = open_profile(ROOT / "profiles" / "B200-180GB.h5")
+    with pytest.raises(KeyError, match="no peak FLOP/s for dtype 'fp32'"):
+        store.peak_flops["fp32"]
+    assert store.peak_flops.get("fp32") is None and "fp32" not in store.peak_flops
