@@ -37,6 +37,7 @@ from core.sweep import SweepResult, pareto_front
 
 from .formatting import (ERROR_STYLE, format_count, format_duration, format_fraction,
                          format_number_short, format_usd)
+from .int_spin import INT64_MAX, IntSpinBox
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import COLUMN_INDEX, TABLE_COLUMNS, SweepTableModel
@@ -44,9 +45,6 @@ from .timeline import TimelineWidget
 from .workers import SweepRunner
 
 __all__ = ["ExploreTab", "best_index"]
-
-_INT_MAX = 2**31 - 1
-
 
 def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """Index minimizing ``primary`` among ``mask`` (ties: smaller ``secondary``, then first).
@@ -187,9 +185,9 @@ class ExploreTab(QtWidgets.QWidget):
         self.gpu_filter_mode = QtWidgets.QComboBox()
         self.gpu_filter_mode.setObjectName("filter.gpu_mode")
         self.gpu_filter_mode.addItems(list(self._GPU_FILTERS))
-        self.gpu_filter = QtWidgets.QSpinBox()
+        self.gpu_filter = IntSpinBox()
         self.gpu_filter.setObjectName("filter.gpus")
-        self.gpu_filter.setRange(1, _INT_MAX)
+        self.gpu_filter.setRange(1, INT64_MAX)
         self.gpu_filter.setGroupSeparatorShown(True)
         self.gpu_filter.setSuffix(" GPUs")
         self.gpu_filter.setEnabled(False)

@@ -239,22 +239,39 @@ class MainWindow(QtWidgets.QMainWindow):
     def open_path(self, path: str | Path, *, as_template: bool = False) -> bool:
         """Open a session file or an authors' config; on error show a message, change nothing.
 
-        With ``as_template`` the window stays untitled (Save asks for a name),
-        as for the shipped example opened at start-up.
+        The file is read and checked in full into a new session before anything
+        on screen changes: when it cannot be opened, the session shown, its
+        path (where Save writes) and its modified flag stay as they were. With
+        ``as_template`` the window stays untitled (Save asks for a name), as
+        for the shipped example opened at start-up.
         """
         path = Path(path)
         try:
             # A saved session may be work in progress that breaks a rule: open it and show
             # the messages by the fields. Authors' configs are checked by their reader.
             session = load_any(path, validate=False)
-        except (SessionFileError, ConfigError, OSError) as exc:
-            if not path.exists():
+            problems = self.editor.display_problems(session)
+            if problems:
+                raise ConfigError(problems)
+        except (SessionFileError, ConfigError, OSError, ValueError, OverflowError,
+                RecursionError, MemoryError) as exc:
+            if isinstance(exc, OSError) and not path.exists():
                 self._remove_recent(path)
-            QtWidgets.QMessageBox.critical(self, "Cannot open file", f"{exc}")
+            text = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+            QtWidgets.QMessageBox.critical(self, "Cannot open file", text)
             return False
-        self.editor.set_session(session)
-        self.explore.reset(session)
-        unusable = self.studies.reset(session)
+        before = (self.session(), self._path, self.isWindowModified())
+        try:
+            unusable = self._show_session(session)
+        except Exception as exc:  # noqa: BLE001 - a view failed: put the previous session back
+            previous, old_path, modified = before
+            self._show_session(previous)
+            self._set_path(old_path)
+            self.setWindowModified(modified)
+            QtWidgets.QMessageBox.critical(self, "Cannot open file",
+                                           f"{path}: cannot be shown ({type(exc).__name__}: "
+                                           f"{exc}); the previous session is kept")
+            return False
         self._set_path(None if as_template else path)
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
@@ -498,6 +515,12 @@ class MainWindow(QtWidgets.QMainWindow):
         event.accept()
 
     # ------------------------------------------------------------------ internals
+    def _show_session(self, session: Session) -> list[str]:
+        """Show ``session`` in the editor and the tabs; returns the unusable study settings."""
+        self.editor.set_session(session)
+        self.explore.reset(session)
+        return self.studies.reset(session)
+
     def _schedule_simulation(self, immediately: bool = False) -> None:
         errors = validate(self.editor.session())
         if errors:
