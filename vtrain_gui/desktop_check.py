@@ -199,3 +199,29 @@ def check_desktop(env: Mapping[str, str] | None = None,
         return ("the window cannot start: no X display (DISPLAY is not set). Run it in a "
                 "desktop session, or over `ssh -X`. " + _NO_WINDOW)
     return None
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m vtrain_gui.desktop_check [--packages FAMILY]``: the check's message (exit 2
+    when the window cannot start), or the packages of one family (``debian``, ``fedora``,
+    ``arch``, ``suse``) that provide the libraries missing here (an empty line when none), for
+    scripts that install them."""
+    if len(argv) == 2 and argv[0] == "--packages":
+        families = {key for key, *_ in DISTRIBUTIONS}
+        if argv[1] not in families:
+            print(f"unknown family {argv[1]!r}; one of {', '.join(sorted(families))}",
+                  file=sys.stderr)
+            return 2
+        missing = missing_libraries(plugin=False)
+        print(" ".join(dict.fromkeys(XCB_LIBRARIES[m][argv[1]] for m in missing)))
+        return 0
+    if argv:
+        print("usage: python -m vtrain_gui.desktop_check [--packages FAMILY]", file=sys.stderr)
+        return 2
+    problem = check_desktop()
+    print(problem or f"the window can start here (platform {qt_platform() or 'default'})")
+    return 2 if problem else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
