@@ -95,3 +95,12 @@ def test_vtrain_gui_exits_2_with_a_message_instead_of_aborting(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("vtrain gui: the window cannot start: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_readme_lists_the_packages_of_every_family():
+    readme = (ROOT / "README.md").read_text()
+    for key, names, command, _ in DISTRIBUTIONS:
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {names} |"))
+        for soname, packages in XCB_LIBRARIES.items():
+            assert f" {packages[key]} " in row.replace("`", " "), (names, soname)
+        assert command in row
