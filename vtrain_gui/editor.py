@@ -145,13 +145,10 @@ class _FieldBinding(QtCore.QObject):
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)
+            if unit in _SINGULAR:
+                w.setUnits(f" {_SINGULAR[unit]}", suffix)
             w.setGroupSeparatorShown(True)
             w.setKeyboardTracking(True)
-            if unit in _SINGULAR:
-                def number_suffix(v: int, w=w) -> None:
-                    w.setSuffix(f" {_SINGULAR[unit] if v == 1 else unit}")
-                number_suffix(w.value())
-                w.valueChanged.connect(number_suffix)
             w.valueChanged.connect(self._on_int_value_change)
             return w
         if spec.type_name == "float":

@@ -48,6 +48,7 @@ class IntSpinBox(QtWidgets.QAbstractSpinBox):
         self._suffix = ""
         self._special = ""
         self._group = False
+        self._units: tuple[str, str] | None = None
         self.lineEdit().textEdited.connect(self._on_text_edit)
         self.editingFinished.connect(self._on_editing_finish)
         self._show_value()
@@ -77,6 +78,8 @@ class IntSpinBox(QtWidgets.QAbstractSpinBox):
         value = min(max(int(value), self._min), self._max)
         changed = value != self._value
         self._value = value
+        if self._units is not None:
+            self._suffix = self._units[0] if value == 1 else self._units[1]
         self._show_value()
         if changed:
             self.valueChanged.emit(value)
@@ -101,6 +104,11 @@ class IntSpinBox(QtWidgets.QAbstractSpinBox):
 
     def suffix(self) -> str:
         return self._suffix
+
+    def setUnits(self, singular: str, plural: str) -> None:  # noqa: N802
+        """A unit after the number, singular for 1 (``" GPU"``) and plural otherwise."""
+        self._units = (singular, plural)
+        self.setSuffix(singular if self._value == 1 else plural)
 
     def setSuffix(self, suffix: str) -> None:  # noqa: N802
         """Show ``suffix`` after the number; the number as typed so far is left as it is."""
@@ -185,16 +193,15 @@ class IntSpinBox(QtWidgets.QAbstractSpinBox):
 
     def sizeHint(self) -> QtCore.QSize:  # noqa: N802
         """As wide as a ten-digit number with its suffix (or the special text), like QSpinBox's
-        hint for a 32-bit range."""
-        hint = super().sizeHint()
+        hint for a 32-bit range; as high as a QSpinBox (QAbstractSpinBox::sizeHint's rule)."""
         fm = self.fontMetrics()
         sample = self.textFromValue(min(self._max, 9_999_999_999)) + self._suffix
-        width = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(self._special))
+        width = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(self._special)) + 2 + 1
         opt = QtWidgets.QStyleOptionSpinBox()
         self.initStyleOption(opt)
-        size = QtCore.QSize(width + 8, hint.height())
+        size = QtCore.QSize(width, self.lineEdit().sizeHint().height())
         return self.style().sizeFromContents(QtWidgets.QStyle.ContentsType.CT_SpinBox, opt, size,
-                                             self).expandedTo(QtCore.QSize(0, hint.height()))
+                                             self)
 
     def minimumSizeHint(self) -> QtCore.QSize:  # noqa: N802
         return self.sizeHint()
@@ -232,12 +239,19 @@ class IntSpinBox(QtWidgets.QAbstractSpinBox):
         if not self._min <= value <= self._max or value == self._value:
             return
         self._value = value
+        self._apply_units()
         self.valueChanged.emit(value)
+
+    def _apply_units(self) -> None:
+        """The suffix for the value, when singular and plural units are set (signals or not)."""
+        if self._units is not None:
+            self.setSuffix(self._units[0] if self._value == 1 else self._units[1])
 
     @Slot()
     def _on_editing_finish(self) -> None:
         value = self.valueFromText(self.lineEdit().text())
         if value is not None and self._min <= value <= self._max and value != self._value:
             self._value = value
+            self._apply_units()
             self.valueChanged.emit(value)
         self._show_value()

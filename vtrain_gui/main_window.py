@@ -15,6 +15,7 @@ from core.simulate import SimulationResult
 
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
+from .empty_state import StaleVeil
 from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
@@ -80,6 +81,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.timeline = TimelineWidget()
         self.timeline.task_hovered.connect(self._on_timeline_task_hover)
         self.cost_panel = CostPanel()
+        self._timeline_veil = StaleVeil(self.timeline)
 
         right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.timeline)
@@ -87,9 +89,26 @@ class MainWindow(QtWidgets.QMainWindow):
         right.setStretchFactor(0, 3)
         right.setStretchFactor(1, 2)
         right.setChildrenCollapsible(False)
+        # the figures get the height they need until the user moves the divider
+        self._plan_split_moved = False
+        right.splitterMoved.connect(self._on_plan_splitter_move)
+        right.installEventFilter(self)
+        # over the results while they are not those of the configuration in the editor
+        self._stale_banner = QtWidgets.QLabel()
+        self._stale_banner.setObjectName("stale_banner")
+        self._stale_banner.setWordWrap(True)
+        self._stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
+                                         "border: 1px solid #E6C86E;")
+        self._stale_banner.setVisible(False)
+        results = QtWidgets.QWidget()
+        results_layout = QtWidgets.QVBoxLayout(results)
+        results_layout.setContentsMargins(0, 0, 0, 0)
+        results_layout.setSpacing(2)
+        results_layout.addWidget(self._stale_banner)
+        results_layout.addWidget(right, 1)
         main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(editor_scroll)
-        main.addWidget(right)
+        main.addWidget(results)
         main.setStretchFactor(0, 0)
         main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
@@ -212,6 +231,17 @@ class MainWindow(QtWidgets.QMainWindow):
     def last_error(self) -> str | None:
         """Message of the latest failed simulation (None after a success)."""
         return self._last_error
+
+    @property
+    def results_stale(self) -> bool:
+        """Whether the timeline and figures shown are not those of the configuration in the
+        editor (it is invalid, or its simulation failed); they are then dimmed under a banner."""
+        return not self._stale_banner.isHidden()
+
+    @property
+    def stale_text(self) -> str:
+        """Text of the banner over stale results ('' when they are current)."""
+        return self._stale_banner.text() if self.results_stale else ""
 
     @property
     def status_text(self) -> str:
@@ -362,8 +392,11 @@ class MainWindow(QtWidgets.QMainWindow):
             return  # a newer request is on its way; skip the stale picture
         self._result = result
         self._last_error = None
+        self._mark_stale(None)
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
+        if not self._plan_split_moved:
+            self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)
         self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
                              f"{format_count(result.graph.num_tasks)} tasks")
@@ -374,6 +407,9 @@ class MainWindow(QtWidgets.QMainWindow):
         if request_id != self.runner.latest_request_id:
             return
         self._last_error = message
+        self._mark_stale("The simulation of the configuration in the editor failed (the status "
+                         "bar says why): the timeline and figures below are those of the last "
+                         "configuration that simulated.")
         kept = " (showing the last result)" if self._result is not None else ""
         self._status.setText(f"Simulation failed: {message}{kept}")
         self.simulation_failed.emit(message)
@@ -521,10 +557,40 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore.reset(session)
         return self.studies.reset(session)
 
+    def _mark_stale(self, message: str | None) -> None:
+        """Dim the Plan tab's results under ``message`` (None: they are current again)."""
+        stale = message is not None and self._result is not None
+        self._stale_banner.setText(message or "")
+        self._stale_banner.setVisible(stale)
+        self.cost_panel.set_stale(stale)
+        self._timeline_veil.set_stale(stale)
+
+    def _fit_plan_split(self) -> None:
+        """Give the figures under the timeline the height they need (at most 60 %)."""
+        right = self._splitters[1]
+        total = sum(right.sizes())
+        if total <= 0:
+            return
+        figures = min(self.cost_panel.figures_height(), int(total * 0.6))
+        right.setSizes([total - figures, figures])
+
+    @Slot(int, int)
+    def _on_plan_splitter_move(self, pos: int, index: int) -> None:
+        self._plan_split_moved = True
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
+        if (event.type() == QtCore.QEvent.Type.Resize and watched is self._splitters[1]
+                and not self._plan_split_moved):
+            self._fit_plan_split()
+        return super().eventFilter(watched, event)
+
     def _schedule_simulation(self, immediately: bool = False) -> None:
         errors = validate(self.editor.session())
         if errors:
             self._debounce.stop()
+            self._mark_stale("Not the configuration in the editor: it breaks a rule (fix the "
+                             "fields marked in red). The timeline and figures below are those of "
+                             "the last valid configuration.")
             n = len(errors)
             kept = "; the last valid result stays on screen" if self._result is not None else ""
             self._status.setText(f"Invalid configuration ({n} problem{'s' if n > 1 else ''}): "
