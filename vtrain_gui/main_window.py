@@ -15,7 +15,7 @@ from core.simulate import SimulationResult
 
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
-from .empty_state import StaleVeil
+from .empty_state import EmptyStack, StaleVeil
 from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
@@ -30,6 +30,18 @@ _RECENT_KEY = "recentFiles"
 _CLEAR_RECENT = "<clear recent files>"
 _DEBOUNCE_MS = 300
 _FILE_FILTER = "vTrain sessions and configs (*.json);;All files (*)"
+#: Texts of the Plan tab's results area while it has no result to show.
+_SIMULATING_TEXT = "<p style='font-size:13pt'><b>Simulating…</b></p>"
+_INVALID_TEXT = ("<p style='font-size:13pt'><b>Nothing simulated yet</b></p>"
+                 "<p>The configuration on the left breaks a rule: fix the fields marked in red. "
+                 "The iteration's timeline, its time, cost and memory per GPU then appear "
+                 "here.</p>")
+_FAILED_TEXT = ("<p style='font-size:13pt'><b>The simulation failed</b></p><p>{message}</p>"
+                "<p>Change the configuration on the left to try again.</p>")
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def examples_dir() -> Path:
@@ -108,7 +120,9 @@ class MainWindow(QtWidgets.QMainWindow):
         results_layout.addWidget(right, 1)
         main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(editor_scroll)
-        main.addWidget(results)
+        # before the first result: say why nothing is drawn, not empty axes
+        self.results_view = EmptyStack(results, _SIMULATING_TEXT)
+        main.addWidget(self.results_view)
         main.setStretchFactor(0, 0)
         main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
@@ -385,6 +399,8 @@ class MainWindow(QtWidgets.QMainWindow):
     @Slot(int)
     def _on_simulation_start(self, request_id: int) -> None:
         self._status.setText("Simulating…")
+        if self._result is None:
+            self.results_view.set_empty(True, _SIMULATING_TEXT)
 
     @Slot(int, object, float)
     def _on_simulation_finish(self, request_id: int, result: SimulationResult, seconds: float) -> None:
@@ -393,6 +409,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._result = result
         self._last_error = None
         self._mark_stale(None)
+        self.results_view.set_empty(False)
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
         if not self._plan_split_moved:
@@ -410,6 +427,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._mark_stale("The simulation of the configuration in the editor failed (the status "
                          "bar says why): the timeline and figures below are those of the last "
                          "configuration that simulated.")
+        if self._result is None:
+            self.results_view.set_empty(True, _FAILED_TEXT.format(message=_html(message)))
         kept = " (showing the last result)" if self._result is not None else ""
         self._status.setText(f"Simulation failed: {message}{kept}")
         self.simulation_failed.emit(message)
@@ -591,6 +610,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self._mark_stale("Not the configuration in the editor: it breaks a rule (fix the "
                              "fields marked in red). The timeline and figures below are those of "
                              "the last valid configuration.")
+            if self._result is None:
+                self.results_view.set_empty(True, _INVALID_TEXT)
             n = len(errors)
             kept = "; the last valid result stays on screen" if self._result is not None else ""
             self._status.setText(f"Invalid configuration ({n} problem{'s' if n > 1 else ''}): "

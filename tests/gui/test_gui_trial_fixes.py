@@ -118,3 +118,20 @@ def test_blend_of_the_legend_swatches():
     assert _blend(red, white, 1.0) == "#FF0000" and _blend(red, white, 0.0) == "#FFFFFF"
     assert _blend(red, white, 0.2) == "#FFCCCC"
     assert np.isclose(int("CC", 16), 255 * 0.8, atol=0.5)
+
+
+def test_an_empty_plan_tab_says_why(window, qtbot, tmp_path, real_simulate):
+    """A first session that breaks a rule: no placeholder axes, the reason and what to do."""
+    import json
+    doc = json.loads((EXAMPLES / "gpt3_175b.json").read_text())
+    doc["plan"]["tensor_parallel"] = 5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert window.result is None
+    assert window.open_path(bad)
+    assert window.results_view.is_empty
+    assert "Nothing simulated yet" in window.results_view.message_text
+    assert not window.results_stale  # nothing to mark: nothing is shown
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.field_widget("plan.tensor_parallel").setValue(8)
+    assert not window.results_view.is_empty
