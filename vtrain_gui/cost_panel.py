@@ -23,8 +23,9 @@ _MEMORY_PARTS = (
     ("optimizer_bytes", "optimizer state", "#B279A2"),
     ("activations_bytes", "activations", "#F58518"),
 )
-_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed communication", "#54A24B"),
-              ("bubble_s", "idle (bubble)", "#C9CED6"))
+_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
+              ("pp_comm_s", "pipeline sends", "#EECA3B"), ("bubble_s", "idle (bubble)", "#C9CED6"),
+              ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd")
@@ -98,8 +99,10 @@ class CostPanel(QtWidgets.QWidget):
             ("bubble_fraction", "Pipeline bubble fraction"),
             ("Time per iteration (mean over stages)", None),
             ("compute", "Compute"),
-            ("comm", "Exposed communication"),
+            ("comm", "Exposed TP/DP communication"),
+            ("pp_comm", "Pipeline sends"),
             ("bubble", "Idle (bubble)"),
+            ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
             ("Training run", None),
             ("gpus", "GPUs"),
@@ -137,7 +140,8 @@ class CostPanel(QtWidgets.QWidget):
                 continue
             if key == "breakdown":
                 self._breakdown = _BreakdownBar()
-                self._breakdown.setToolTip("compute / exposed communication / idle (bubble)")
+                self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
+                                           "idle (bubble) / idle (stage imbalance)")
                 grid.addWidget(self._breakdown, r, 0, 1, 2)
                 continue
             value = QtWidgets.QLabel("–")
@@ -154,7 +158,7 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(name, r, 0)
                 grid.addWidget(value, r, 1)
             self._values[key] = value
-        for key, (_, _, color) in zip(("compute", "comm", "bubble"), _BREAKDOWN):
+        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "bubble", "imbalance"), _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
@@ -270,8 +274,10 @@ class CostPanel(QtWidgets.QWidget):
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
+        v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
-        self._breakdown.set_values([report.compute_s, report.comm_s, report.bubble_s])
+        v["imbalance"].setText(format_duration(report.imbalance_s))
+        self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))

@@ -53,6 +53,7 @@ _LABELS = {
     "plan.schedule": "Pipeline schedule",
     "plan.recompute": "Activation recompute",
     "plan.precision": "Precision",
+    "plan.virtual_pipeline_stages": "Virtual stages v",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
     "cluster.intra_node_bandwidth_gbytes_per_s": "NVLink bandwidth",
@@ -66,6 +67,7 @@ _LABELS = {
 _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
+              "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}

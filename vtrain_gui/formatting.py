@@ -22,6 +22,7 @@ KIND_LABELS = {
     "tp_comm": "TP all-reduce",
     "pp_p2p": "PP send/recv",
     "dp_comm": "DP all-reduce",
+    "wgrad": "weight gradient (W)",
 }
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -35,6 +36,7 @@ KIND_COLORS = {
     "tp_comm": "#54A24B",
     "pp_p2p": "#EECA3B",
     "dp_comm": "#7F7F7F",
+    "wgrad": "#FFBF79",
 }
 
 
