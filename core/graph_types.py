@@ -7,6 +7,7 @@ task attribute plus two edge arrays. A view draws from these arrays directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -92,6 +93,11 @@ class ExecutionGraph:
     def num_tasks(self) -> int:
         """Number of tasks n."""
         return int(self.duration_s.shape[0])
+
+    @cached_property
+    def num_chunks(self) -> int:
+        """Virtual chunks per stage v (1 without interleaving or without a ``chunk`` column)."""
+        return 1 if self.chunk is None or not self.chunk.size else int(self.chunk.max()) + 1
 
     @property
     def row(self) -> np.ndarray:

@@ -15,7 +15,7 @@ from .config import Session, check, padded_vocab_size
 from .fastpath import pipeline_iteration_times
 from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, params_per_gpu,
                     stage_times)
-from .graph_types import KINDS, ExecutionGraph, Schedule
+from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .ops import DTYPE_BYTES
 from .profile_store import ProfileStore
 from .report import Report, StageMemory
@@ -172,8 +172,7 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
     kind = graph.kind
-    compute_mask = np.isin(kind, [KINDS.index(k) for k in
-                                  ("forward", "backward", "recompute", "embedding", "output", "optimizer")])
+    compute_mask = np.isin(kind, sorted(KIND_COMPUTE))
     comm_mask = np.isin(kind, [KINDS.index("tp_comm"), KINDS.index("dp_comm")])
     pp_mask = kind == KINDS.index("pp_p2p")
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)

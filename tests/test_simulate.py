@@ -248,3 +248,21 @@ def test_case_bubble_12_stages_is_the_schedule_idle_share():
     g = res.graph
     g.duration_s = np.where(g.kind == KINDS.index("pp_p2p"), 0.0, g.duration_s)
     assert r.pp_comm_s == pytest.approx(r.iteration_time_s - solve(g).iteration_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule,v", [("zb-h1", None), ("interleaved", 2)])
+def test_time_breakdown_of_modern_schedules(schedule, v):
+    # the same work as 1F1B (W tasks count as compute), parts summing to the iteration time
+    base = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=1, micro_batch_size=1,
+                global_batch_size=16, recompute="none", precision="bf16")
+    one = simulate(Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(**base, schedule="1f1b"))).report
+    r = simulate(Session(MODEL_PRESETS["GPT-3 1.3B"],
+                         ParallelPlan(**base, schedule=schedule, virtual_pipeline_stages=v))).report
+    assert r.compute_s == pytest.approx(one.compute_s, rel=1e-9)
+    assert (r.compute_s + r.comm_s + r.pp_comm_s + r.bubble_s + r.imbalance_s
+            == pytest.approx(r.iteration_time_s, rel=1e-12))
+    assert r.bubble_s < one.bubble_s
+    if schedule == "interleaved":  # v times the transfers: the bubble is traded for sends
+        assert r.pp_comm_s > one.pp_comm_s
+    else:  # the W items fill the cool-down: same transfers, shorter iteration
+        assert r.iteration_time_s < one.iteration_time_s
