@@ -48,7 +48,7 @@ def test_authors_multi_node_layout_with_bom():
 def test_general_layout_and_skip_reasons(tmp_path):
     rows = [
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x",      # ok
-        "A100,16,8,24,2048,16,1024,64,2,2,2,4,2,n,full,0.5,x",      # interleaved
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,2,n,full,0.5,x",      # interleaved (modelled)
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,y,full,0.5,x",      # sequence parallel
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,selective,0.5,x",  # selective
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x".replace("16,8,24", "32,8,24"),
@@ -59,14 +59,15 @@ def test_general_layout_and_skip_reasons(tmp_path):
     ms = read_measurements(path)
     reasons = [m.skip_reason for m in ms]
     assert reasons[0] == ""
-    assert "interleaved schedule" in reasons[1]
+    assert reasons[1] == ""
+    assert (ms[1].session.plan.schedule, ms[1].session.plan.virtual_pipeline_stages) == ("interleaved", 2)
     assert "sequence parallelism" in reasons[2]
     assert "selective recomputation" in reasons[3]
     assert "num_gpus=32 disagrees with t*p*d=16" in reasons[4]
     assert "num_layers=25 is not divisible by pipeline_parallel_size=2" in reasons[5]
     result = predict_rows(ms, lambda s: simulate(s).report.iteration_time_s)
-    assert result.used.tolist() == [True, False, False, False, False, False]
-    assert result.metrics()["skipped"] == 5
+    assert result.used.tolist() == [True, True, False, False, False, False]
+    assert result.metrics()["skipped"] == 4
 
 
 def test_general_layout_missing_column_is_a_clear_error(tmp_path):
@@ -252,7 +253,7 @@ def test_validate_cli_outputs(tmp_path, capsys):
     csv_path = tmp_path / "runs.csv"
     rows = ["A100,8,8,4,512,8,512,8,1,2,2,2,1,n,full,0.05,x",
             "A100,4,8,4,512,8,512,8,2,1,1,4,1,n,full,0.04,x",
-            "A100,4,8,4,512,8,512,8,2,1,1,4,2,n,full,0.04,x"]
+            "A100,4,8,4,512,8,512,8,2,1,1,4,1,y,full,0.04,x"]
     csv_path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
     out_csv, png = tmp_path / "pred.csv", tmp_path / "plot.png"
     assert main(["validate", str(csv_path), "--json", "--out", str(out_csv), "--plot", str(png)]) == 0
@@ -261,7 +262,8 @@ def test_validate_cli_outputs(tmp_path, capsys):
     for key in ("mape_percent", "median_ape_percent", "max_ape_percent", "r2"):
         assert key in doc
     lines = out_csv.read_text().splitlines()
-    assert len(lines) == 4 and "interleaved schedule" in lines[3]
+    assert len(lines) == 4 and "sequence parallelism" in lines[3]
+    assert doc["skipped_by_cause"] == {"sequence parallelism": 1}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
