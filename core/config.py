@@ -158,7 +158,8 @@ class ClusterConfig:
         "the collective times measured in the GPU's profile"
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)"
+        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)"
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
