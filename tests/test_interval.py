@@ -248,3 +248,13 @@ def test_the_version_2_fixture_opens_with_its_residuals():
     assert len(r) == 20 and r.procedure == "fixture" and (r.set == "scale_transfer").sum() == 1
     np.testing.assert_allclose(r.measured_s, np.linspace(0.9, 1.1, 20))
     assert r.calibration_range("multi_node") == (64, 64, 1e9, 1e9)
+
+
+def test_validate_table_states_coverage_or_why_no_band(capsys):
+    path = shared_file("measured_multi_node.csv")
+    assert main(["validate", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "inside 90% band" in out and "of 65 rows (median width" in out
+    assert main(["validate", str(path), "--profile", str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "error band none: no error band:" in out and "holds no cross-validated residuals" in out

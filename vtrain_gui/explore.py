@@ -37,6 +37,8 @@ from core.sweep import SweepResult, pareto_front
 
 from .formatting import (ERROR_STYLE, format_count, format_duration, format_fraction,
                          format_number_short, format_usd)
+from .empty_state import EmptyStack
+from .int_spin import INT64_MAX, IntSpinBox
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import COLUMN_INDEX, TABLE_COLUMNS, SweepTableModel
@@ -45,7 +47,16 @@ from .workers import SweepRunner
 
 __all__ = ["ExploreTab", "best_index"]
 
-_INT_MAX = 2**31 - 1
+#: Progress bar text before any sweep (not "0 / 1 plans", which reads as a result).
+_NO_SWEEP_FORMAT = "no sweep run yet"
+_EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
+               "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
+               "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
+               "<p>Each plan is simulated and drawn here as training days against cost, with "
+               "the Pareto front, the fastest and the cheapest plan; the table below lists them. "
+               "Click a plan to load it into the editor.</p>")
+_RUNNING_TEXT = ("<p style='font-size:13pt'><b>Sweeping…</b></p>"
+                 "<p>The plans appear here when the sweep finishes.</p>")
 
 
 def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
@@ -141,7 +152,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.cancel_button.clicked.connect(self._on_cancel_click)
         self.progress_bar = QtWidgets.QProgressBar()
         self.progress_bar.setObjectName("sweep.progress")
-        self.progress_bar.setFormat("%v / %m plans")
+        self.progress_bar.setFormat(_NO_SWEEP_FORMAT)
         self.progress_bar.setRange(0, 1)
         self.progress_bar.setValue(0)
         self.progress_bar.setTextVisible(True)
@@ -187,11 +198,11 @@ class ExploreTab(QtWidgets.QWidget):
         self.gpu_filter_mode = QtWidgets.QComboBox()
         self.gpu_filter_mode.setObjectName("filter.gpu_mode")
         self.gpu_filter_mode.addItems(list(self._GPU_FILTERS))
-        self.gpu_filter = QtWidgets.QSpinBox()
+        self.gpu_filter = IntSpinBox()
         self.gpu_filter.setObjectName("filter.gpus")
-        self.gpu_filter.setRange(1, _INT_MAX)
+        self.gpu_filter.setRange(1, INT64_MAX)
         self.gpu_filter.setGroupSeparatorShown(True)
-        self.gpu_filter.setSuffix(" GPUs")
+        self.gpu_filter.setUnits(" GPU", " GPUs")
         self.gpu_filter.setEnabled(False)
         self.fits_only = QtWidgets.QCheckBox("fits in memory only")
         self.fits_only.setObjectName("filter.fits_only")
@@ -208,6 +219,8 @@ class ExploreTab(QtWidgets.QWidget):
         self.log_axes.toggled.connect(self._on_log_axes_toggle)
         self.export_csv_button.clicked.connect(self._on_export_csv_click)
         self.export_png_button.clicked.connect(self._on_export_png_click)
+        self._filter_widgets = (self.gpu_filter_mode, self.gpu_filter, self.fits_only,
+                                self.within_deadline, self.log_axes)
         filters = QtWidgets.QHBoxLayout()
         filters.setContentsMargins(6, 4, 6, 0)
         filters.addWidget(QtWidgets.QLabel("Show:"))
@@ -274,15 +287,22 @@ class ExploreTab(QtWidgets.QWidget):
         preview_layout.addLayout(head)
         preview_layout.addWidget(self.preview, 1)
 
+        plans = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        plans.addWidget(self.plot)
+        plans.addWidget(self.table)
+        plans.setChildrenCollapsible(True)
+        plans.setStretchFactor(0, 4)
+        plans.setStretchFactor(1, 3)
+        plans.setSizes([420, 260])
+        # no sweep: say what to do instead of showing empty axes and an empty table
+        self.plans_view = EmptyStack(plans, _EMPTY_TEXT)
         splitter = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.plot)
-        splitter.addWidget(self.table)
+        splitter.addWidget(self.plans_view)
         splitter.addWidget(preview_box)
         splitter.setChildrenCollapsible(True)
-        splitter.setStretchFactor(0, 4)
-        splitter.setStretchFactor(1, 3)
-        splitter.setStretchFactor(2, 2)
-        splitter.setSizes([420, 260, 230])
+        splitter.setStretchFactor(0, 7)
+        splitter.setStretchFactor(1, 2)
+        splitter.setSizes([680, 230])
         self._splitter = splitter
 
         right = QtWidgets.QWidget()
@@ -352,8 +372,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.preview.clear()
         self._preview_title.setText("Timeline of the plan in the editor: none yet")
         self._status.setText("Set the space and press Run.")
-        self.progress_bar.setRange(0, 1)
-        self.progress_bar.setValue(0)
+        self._idle_progress()
 
     def settings(self) -> dict[str, Any] | None:
         """Sweep settings for ``Session.sweep`` (None: nothing to save)."""
@@ -395,6 +414,9 @@ class ExploreTab(QtWidgets.QWidget):
         self._apply_filters(auto_range=True)
         self.export_csv_button.setEnabled(has)
         self.export_png_button.setEnabled(has)
+        self.plans_view.set_empty(not has)
+        for w in self._filter_widgets:
+            w.setEnabled(has and (w is not self.gpu_filter or self.gpu_filter_mode.currentIndex() > 0))
         self._update_stale()
         self._update_current()
 
@@ -464,7 +486,10 @@ class ExploreTab(QtWidgets.QWidget):
     def _on_sweep_start(self, run_id: int) -> None:
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
+        self.progress_bar.setFormat("%v / %m plans")
         self.progress_bar.setRange(0, 0)  # busy until the number of plans is known
+        if self._result is None:
+            self.plans_view.set_empty(True, _RUNNING_TEXT)
         self._set_status("Enumerating plans…")
 
     @Slot(int, int, int)
@@ -499,8 +524,7 @@ class ExploreTab(QtWidgets.QWidget):
         if run_id != self.runner.latest_run_id:
             return
         self._sweep_ended()
-        self.progress_bar.setRange(0, 1)
-        self.progress_bar.setValue(0)
+        self._idle_progress()
         self._set_status(f"Sweep failed: {message}", error=True)
         self.sweep_failed.emit(message)
 
@@ -510,12 +534,21 @@ class ExploreTab(QtWidgets.QWidget):
             return
         self._sweep_ended()
         if run_id == self._abandoned_run:
-            self.progress_bar.setRange(0, 1)
-            self.progress_bar.setValue(0)
+            self._idle_progress()
             return
+        if self._result is None:
+            self._idle_progress()
         kept = " (showing the previous sweep)" if self._result is not None else ""
         self._set_status(f"Sweep cancelled{kept}.")
         self.sweep_cancelled.emit()
+
+    def _idle_progress(self) -> None:
+        """The progress bar with no sweep running: the plans of the result shown, or none."""
+        n = self._result.num_plans if self._result is not None else 0
+        self.progress_bar.setFormat("%v / %m plans" if n else _NO_SWEEP_FORMAT)
+        self.progress_bar.setRange(0, max(n, 1))
+        self.progress_bar.setValue(n)
+        self.plans_view.set_empty(self._result is None)
 
     def _sweep_ended(self) -> None:
         busy = self.runner.busy
@@ -538,7 +571,7 @@ class ExploreTab(QtWidgets.QWidget):
 
     @Slot(int)
     def _on_gpu_filter_mode_change(self, index: int) -> None:
-        self.gpu_filter.setEnabled(index > 0)
+        self.gpu_filter.setEnabled(index > 0 and self._result is not None)
         self._apply_filters(auto_range=True)
 
     @Slot()

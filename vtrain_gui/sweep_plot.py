@@ -146,8 +146,10 @@ class SweepPlot(pg.PlotWidget):
             "deadline": scatter(4, size=21, symbol="star", brush=pg.mkBrush(DEADLINE_COLOR),
                                 pen=pg.mkPen("#7A5C00", width=1.2)),
         }
-        self._current_item = scatter(5, False, size=17, symbol="d", brush=pg.mkBrush(None),
-                                     pen=pg.mkPen("#000000", width=2))
+        # a large hollow diamond under the marks: a fastest or cheapest plan that is also the
+        # editor's shows its own mark inside the diamond instead of being hidden by it
+        self._current_item = scatter(3.5, False, size=27, symbol="d", brush=pg.mkBrush(None),
+                                     pen=pg.mkPen("#000000", width=1.8))
         self._selected_item = scatter(6, False, size=24, symbol="o", brush=pg.mkBrush(None),
                                       pen=pg.mkPen("#000000", width=2.5))
         self._deadline_line = pg.InfiniteLine(
@@ -158,9 +160,9 @@ class SweepPlot(pg.PlotWidget):
         item.addItem(self._deadline_line, ignoreBounds=True)
 
         # translucent, so points behind it stay visible (and it can be dragged aside)
-        legend = self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
-                                               brush=pg.mkBrush(255, 255, 255, 170),
-                                               pen=pg.mkPen("#B0B4BA"))
+        self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
+                                      brush=pg.mkBrush(255, 255, 255, 170),
+                                      pen=pg.mkPen("#B0B4BA"))
         front_sample = pg.PlotDataItem(pen=pg.mkPen(FRONT_COLOR, width=2), symbol="o", symbolSize=8,
                                        symbolBrush=pg.mkBrush(FRONT_COLOR), symbolPen=pg.mkPen("w"))
         self._legend_samples = [front_sample]  # keep alive; not in the plot

@@ -8,6 +8,7 @@ travel in ``Session.sweep``. Used by :class:`vtrain_gui.explore.ExploreTab`.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any
 
@@ -19,10 +20,13 @@ from core.config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, Ses
 from core.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE
+from .int_spin import INT64_MAX, IntSpinBox
 
 __all__ = ["SweepSettingsPanel"]
 
-_INT_MAX = 2**31 - 1
+#: Largest number whose divisors are listed as a hint (trial division up to its square root,
+#: 65,536 steps at most, so the form never waits on a huge field value).
+_DIVISORS_LIMIT = 2**32
 
 
 def _parse_ints(text: str) -> list[int]:
@@ -46,8 +50,13 @@ def _join(values: Any) -> str:
     return ", ".join(str(int(v)) for v in values)
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0] if isinstance(n, int) and n > 0 else []
+def _divisors(n: Any) -> list[int]:
+    """Divisors of ``n`` in increasing order; empty when ``n`` is not a positive integer or is
+    above :data:`_DIVISORS_LIMIT` (the hint is then given in words). O(sqrt(n)) steps."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _DIVISORS_LIMIT:
+        return []
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
@@ -111,9 +120,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         budget.addWidget(self.gpus, 1)
         form.addRow("GPUs", budget)
 
-        self.max_data_parallel = QtWidgets.QSpinBox()
+        self.max_data_parallel = IntSpinBox()
         self.max_data_parallel.setObjectName("sweep.max_data_parallel")
-        self.max_data_parallel.setRange(0, _INT_MAX)
+        self.max_data_parallel.setRange(0, INT64_MAX)
         self.max_data_parallel.setSpecialValueText("no limit")
         self.max_data_parallel.setGroupSeparatorShown(True)
         self.max_data_parallel.setToolTip("Largest data-parallel size d tried")
@@ -183,7 +192,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                 self._touched = False
                 self.check()
                 return
-            except (ConfigError, TypeError, ValueError) as exc:
+            except (ConfigError, TypeError, ValueError, OverflowError) as exc:
                 # a hand-edited file: say why, show the defaults
                 self._show_defaults(session)
                 self._touched = False
@@ -295,15 +304,23 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
         space = SweepSpace.from_dict(settings.get("space") or {})
         deadline = settings.get("deadline_days")
-        if deadline is not None and not isinstance(deadline, (int, float)):
+        if deadline is not None and (isinstance(deadline, bool)
+                                     or not isinstance(deadline, (int, float))):
             raise ConfigError([FieldError("sweep.deadline_days", "must be a number or null")])
+        if deadline is not None and not 0 <= deadline <= self.deadline.maximum():
+            raise ConfigError([FieldError("sweep.deadline_days",
+                                          f"must be from 0 to {self.deadline.maximum():,.0f} days")])
         self._updating = True
         try:
             self._extra = {"data_parallel": space.data_parallel} if space.data_parallel else {}
             exact = space.num_gpus is not None
             self.budget_mode.setCurrentText(self.EXACTLY if exact else self.AT_MOST)
             self.gpus.setText(_join(space.num_gpus if exact else space.max_gpus))
-            self.max_data_parallel.setValue(int(space.max_data_parallel or 0))
+            max_d = int(space.max_data_parallel or 0)
+            if not 0 <= max_d <= self.max_data_parallel.maximum():
+                raise ValueError(f"max_data_parallel={max_d:,} is outside 0 to "
+                                 f"{self.max_data_parallel.maximum():,}")
+            self.max_data_parallel.setValue(max_d)
             self.tensor_parallel.setText(_join(space.tensor_parallel))
             self.across_nodes.setChecked(bool(space.tensor_parallel_across_nodes))
             self.pipeline_parallel.setText(_join(space.pipeline_parallel))
