@@ -6,18 +6,25 @@ fitted *without* that run (k-fold cross-validation, :mod:`core.calibrate`).
 Their log residuals ``r = log(measured / predicted)`` are the store's error
 sample. A new prediction ``T`` gets the interval
 
-    ``[T * exp(r_(k_lo)), T * exp(r_(k_hi))]``,
-    ``k_lo = floor((n + 1) * alpha / 2)``, ``k_hi = ceil((n + 1) * (1 - alpha / 2))``,
+    ``[T * exp(r_(i)), T * exp(r_(i + m))]``,  ``m = ceil((n + 1) * (1 - alpha))``,
 
-where ``r_(1) <= ... <= r_(n)`` are the sorted residuals of the plan's group
-and ``1 - alpha`` is the nominal coverage (default 90 %): the equal-tailed
-split conformal interval (Vovk, Gammerman and Shafer 2005; Lei et al. 2018,
-"Distribution-free predictive inference for regression", JASA 113(523)), with
+where ``r_(1) <= ... <= r_(n)`` are the sorted residuals of the plan's group,
+``1 - alpha`` is the nominal coverage (default 90 %) and ``i`` picks the
+shortest such window. This is split conformal
+prediction (Vovk, Gammerman and Shafer 2005; Lei et al. 2018,
+"Distribution-free predictive inference for regression", JASA 113(523)) with
 the k-fold residuals in place of a held-out calibration set (the "CV" interval
 of Barber et al. 2021, "Predictive inference with the jackknife+", Ann. Stat.
-49(1): close to nominal in practice; the finite-sample guarantee of plain
-split conformal prediction is not claimed). Equal-tailed, so a model that is
-biased for a group gets a band shifted accordingly.
+49(1)), and the shortest window instead of the equal-tailed one: a new
+exchangeable residual falls between ``r_(i)`` and ``r_(i+m)`` for any fixed
+``i`` with probability ``m/(n+1) >= 1 - alpha`` (its rank among the ``n + 1``
+is uniform); choosing ``i`` from the same residuals makes that approximate,
+so the coverage is checked on held-out folds instead (docs/accuracy.md). Shortest rather
+than equal-tailed because the multi-node residuals have a heavy right tail
+(a few runs 45-90 % slower than every model): equal tails put the upper bound
+inside that tail (+62 %), the shortest window leaves the tail outside and
+keeps the band informative (-6 % / +20 %) at the same measured coverage. The
+window is asymmetric around 0 when the model is biased for a group.
 
 Groups follow what drives the error:
 
@@ -198,29 +205,31 @@ class ResidualTable:
 
 
 def conformal_bounds(sorted_residuals: np.ndarray, coverage: float) -> tuple[float, float] | None:
-    """Equal-tailed split conformal bounds ``(r_(k_lo), r_(k_hi))`` of sorted residuals.
+    """Split conformal bounds ``(r_(i), r_(i+m))`` of sorted residuals: the shortest window
+    spanning ``m = ceil((n+1)*coverage)`` gaps between consecutive order statistics.
 
-    ``k_lo = floor((n+1)*alpha/2)``, ``k_hi = ceil((n+1)*(1-alpha/2))`` (1-based),
-    ``alpha = 1 - coverage``; each tail then holds at most alpha/2 of a new
-    exchangeable residual's probability (Lei et al. 2018, Sec. 2.1).
-
-    Returns None when there are too few residuals for the coverage
-    (``n < 2/alpha - 1``: the bound would be infinite).
+    A new exchangeable residual has a uniform rank among the ``n + 1``, so it
+    falls between ``r_(i)`` and ``r_(i+m)`` with probability ``m/(n+1) >=
+    coverage`` for any fixed ``i`` (Lei et al. 2018, Sec. 2.1; the equal-tailed
+    window is ``i = floor((n+1)*alpha/2)``); the shortest window is picked (ties:
+    the lowest). Returns None when there are too few residuals for the coverage
+    (``m > n - 1``, i.e. ``n < (1 + c)/(1 - c)``: a bound would be infinite).
     """
     r = np.asarray(sorted_residuals, dtype=np.float64)
-    alpha = 1.0 - check_coverage(coverage)
+    c = check_coverage(coverage)
     n = r.size
-    k_lo = math.floor((n + 1) * alpha / 2 + 1e-9)
-    k_hi = math.ceil((n + 1) * (1 - alpha / 2) - 1e-9)
-    if k_lo < 1 or k_hi > n:
+    m = math.ceil((n + 1) * c - 1e-9)
+    if m > n - 1:
         return None
-    return float(r[k_lo - 1]), float(r[k_hi - 1])
+    widths = r[m:] - r[:n - m]  # window i (0-based) spans r[i] .. r[i+m]
+    i = int(np.argmin(widths))
+    return float(r[i]), float(r[i + m])
 
 
 def min_residuals(coverage: float) -> int:
-    """Fewest residuals that give a finite band at ``coverage``: ``ceil(2/alpha - 1)``."""
-    alpha = 1.0 - check_coverage(coverage)
-    return math.ceil(2.0 / alpha - 1.0 - 1e-9)
+    """Fewest residuals that give a finite band at ``coverage``: ``ceil((1 + c) / (1 - c))``."""
+    c = check_coverage(coverage)
+    return math.ceil((1.0 + c) / (1.0 - c) - 1e-9)
 
 
 @dataclass(frozen=True)
