@@ -101,6 +101,13 @@ def stage_memory(session: Session) -> list[StageMemory]:
     return out
 
 
+def _kind_mask(*names: str) -> np.ndarray:
+    """Bool lookup table over :data:`KINDS` (shape ``(len(KINDS),)``), True at ``names``."""
+    mask = np.zeros(len(KINDS), bool)
+    mask[[KINDS.index(k) for k in names]] = True
+    return mask
+
+
 def simulate(session: Session, store: ProfileStore | None = None) -> SimulationResult:
     """Simulate one training iteration of ``session``.
 
@@ -132,9 +139,8 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
     kind = graph.kind
-    compute_mask = np.isin(kind, [KINDS.index(k) for k in
-                                  ("forward", "backward", "recompute", "embedding", "output", "optimizer")])
-    comm_mask = np.isin(kind, [KINDS.index("tp_comm"), KINDS.index("dp_comm")])
+    compute_mask = _kind_mask("forward", "backward", "recompute", "embedding", "output", "optimizer")[kind]
+    comm_mask = _kind_mask("tp_comm", "dp_comm")[kind]
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
     stage_idle = np.maximum(T - stage_compute - stage_comm, 0.0)
