@@ -145,7 +145,7 @@ def _json_report(result, wall_s: float) -> dict:
         "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
         "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
-        "wall_s": wall_s, "session": result.session.to_dict(),
+        "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
     })
     return doc
 

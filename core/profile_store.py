@@ -122,7 +122,8 @@ def _as_column(name: str, values: Any, n: int) -> np.ndarray:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
         return arr.astype(np.int64)
-    if arr.dtype.kind in "UO" and all(isinstance(v, str) for v in arr.tolist()):
+    if arr.dtype.kind == "U" or (arr.dtype.kind == "O"
+                                 and all(issubclass(t, str) for t in set(map(type, arr.tolist())))):
         return arr.astype(str)
     raise ValueError(f"key column {name!r} must hold integers or strings, got dtype {arr.dtype}")
 

@@ -6,7 +6,8 @@ GPU kind, builds the execution graph, solves it and computes the report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,18 @@ _STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
 
 @dataclass
 class SimulationResult:
-    """A simulated iteration: the inputs, the graph, its solved schedule and the report."""
+    """A simulated iteration: the inputs, the graph, its solved schedule and the report.
+
+    ``timings_s`` holds the wall time of each step of :func:`simulate` in
+    seconds: ``profile`` (opening the profile store; near 0 when cached),
+    ``graph``, ``solve`` and ``report``.
+    """
 
     session: Session
     graph: ExecutionGraph
     schedule: Schedule
     report: Report
+    timings_s: dict[str, float] = field(default_factory=dict)
 
 
 def profile_path(session: Session) -> Path:
@@ -126,15 +133,19 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     KeyError
         The profile lacks data the plan needs (dtype peak, collectives).
     """
+    t0 = time.perf_counter()
     check(session)
     if store is None:
         store = open_profile(profile_path(session))
+    t1 = time.perf_counter()
     graph, warnings = build_graph(session, store)
+    t2 = time.perf_counter()
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
                            f"{session.cluster.gpu}: times, MFU and memory capacity are "
                            f"{store.device_name}'s")
     schedule = solve(graph)
+    t3 = time.perf_counter()
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
@@ -185,4 +196,5 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
     )
-    return SimulationResult(session, graph, schedule, report)
+    timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
+    return SimulationResult(session, graph, schedule, report, timings)
