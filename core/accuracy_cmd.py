@@ -12,11 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from rich.table import Table
-
 from .config import ConfigError, FieldError
-from .console import Console
 
 __all__ = ["add_accuracy_parsers", "add_import_parser", "run_validate", "run_calibrate",
            "run_import_nccl"]
@@ -89,6 +85,10 @@ def _predictor(profile: str | None):
 
 def run_validate(args: argparse.Namespace) -> int:
     """``vtrain validate``: see :func:`add_accuracy_parsers`."""
+    import numpy as np
+    from rich.table import Table
+
+    from .console import Console
     from .validate import ValidationResult, predict_rows, read_measurements
 
     if args.cross_validate == 1 or args.cross_validate < 0:
@@ -167,6 +167,8 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
 
 
 def _write_rows(result, path: str) -> None:
+    import numpy as np
+
     from .session import atomic_write_text
 
     buf = io.StringIO()
@@ -188,6 +190,7 @@ def _write_rows(result, path: str) -> None:
 
 def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib
+    import numpy as np
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -223,6 +226,9 @@ def _plot(result, path: str, metrics: dict) -> None:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_accuracy_parsers`."""
+    import numpy as np
+
+    from .console import Console
     from .calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
                             measured_sessions)
     from .profile_store import ProfileStore

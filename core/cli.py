@@ -8,6 +8,12 @@
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times (core/accuracy_cmd.py)
 
 Invalid input exits with status 2 and one message on stderr, never a traceback.
+
+Start-up: this module and the subcommands' parser modules import only the
+standard library at module level; numpy, h5py, rich and the simulator are
+imported by the subcommand that runs (``vtrain --help`` loads none of them,
+``vtrain simulate --json`` no rich, and nothing on the simulate path loads
+matplotlib or scipy; tests/test_headless.py checks this in a fresh process).
 """
 
 from __future__ import annotations
@@ -19,16 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from rich.table import Table
-
-from .console import Console
-from .config import ConfigError
-from .nccl_tests import NcclTestsError
-from .profile_store import ProfileStoreError
-from .session import SessionFileError, load_any
-from .validate import MeasurementFileError
-
 __all__ = ["main", "build_parser"]
+
+#: Exceptions that are bad input, not bugs (module, class name): one line on stderr, exit
+#: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class
+#: exists only once its module is imported, so no module is imported for this.
+USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileError"),
+               ("core.profile_store", "ProfileStoreError"), ("core.validate", "MeasurementFileError"),
+               ("core.nccl_tests", "NcclTestsError"))
 
 GiB = 2**30
 
@@ -90,7 +94,10 @@ def _fmt_bytes(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 
 
-def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
+def _print_report(result, console, trace_path: str | None, wall_s: float) -> None:
+    """Print the report tables of ``result`` on ``console`` (a :class:`core.console.Console`)."""
+    from rich.table import Table
+
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{s.model.name}[/] on {pl.num_gpus:,} x {s.cluster.gpu}  "
@@ -153,6 +160,7 @@ def _json_report(result, wall_s: float) -> dict:
 def session_from_args(args: argparse.Namespace, validate: bool = True):
     """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
     ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    from .session import load_any
     session = load_any(args.path, validate=validate)
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
@@ -175,6 +183,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_json_report(result, wall)))
     else:
+        from .console import Console
         _print_report(result, Console(), args.trace_out, wall)
     return 0
 
@@ -203,6 +212,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
         return 0
     store = ProfileStore.open(args.store)
+    from .console import Console
     from .profile_cmd import print_store
     print_store(store, Console())
     return 0
@@ -233,6 +243,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return run_calibrate(args)
 
 
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    """:class:`UsageError` and the classes of :data:`USER_ERRORS` whose module is imported."""
+    found = [getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules]
+    return (UsageError, *found)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     parser = build_parser()
@@ -242,19 +258,20 @@ def main(argv: list[str] | None = None) -> int:
                 "optimal": _cmd_optimal, "schedule": _cmd_schedule}
     try:
         return handlers[args.command](args)
-    except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
-            NcclTestsError) as exc:
-        print(f"vtrain: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyError as exc:  # the profile lacks data the plan needs
-        print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # the reader went away (``vtrain ... | head``): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:
-        print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # sorted here, in this order: USER_ERRORS are looked up lazily
+        if isinstance(exc, _user_error_types()):
+            print(f"vtrain: error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, KeyError):  # the profile lacks data the plan needs
+            print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, BrokenPipeError):  # the reader went away (``vtrain ... | head``): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        if isinstance(exc, OSError):
+            print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

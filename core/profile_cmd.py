@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
+    from rich.progress import Progress
 
-from .console import Console
+    from .console import Console
 
 __all__ = ["add_profiling_parsers", "run_command", "provenance_lines", "profile_line"]
 
@@ -108,6 +108,7 @@ def profile_line(profile: dict[str, Any]) -> str:
 def run_command(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
     from . import profiling
+    from .console import Console
     from .profile_store import ProfileStoreError
     console = Console()
     try:
@@ -121,6 +122,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(console: Console) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)
 
@@ -163,6 +165,7 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
 def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
+    from rich.table import Table
     console.print(store.summary())
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
@@ -203,6 +206,7 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 
 
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    from rich.table import Table
     try:
         sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
     except ValueError:
