@@ -17,10 +17,11 @@ Drawing is batched and its cost does not grow with the number of tasks:
   rectangle per pixel and row.
 * **Off the GUI thread.** The sorted arrays and the band images depend only on
   the data: :class:`_Layout` (numpy only) builds them once per data set. For
-  more than :data:`SYNC_MAX_TASKS` tasks a worker thread builds them, the
-  band in view first, and hands each piece to the GUI thread through a
-  queued signal; until then the lanes are drawn empty (and hover finds
-  nothing). Smaller data sets are prepared at once and their bands on first use.
+  more than :data:`SYNC_MAX_TASKS` tasks a worker thread (started by the
+  first paint, so a hidden view costs nothing) builds them, the band in view
+  first, and hands each piece to the GUI thread through a queued signal;
+  until then the lanes are drawn empty (and hover finds nothing). Smaller
+  data sets are prepared at once and their bands on first use.
 * Zoomed in beyond the finest band (few tasks in view), the visible bars are
   drawn exactly and only those below a pixel are merged, per (row, pixel).
 """
@@ -170,13 +171,15 @@ class _Layout:
 
     Parameters
     ----------
-    start, duration : float64 arrays, shape (n,)
+    start, end : float64 arrays, shape (n,)
         Seconds.
     kind : int array, shape (n,)
         Index into :data:`core.graph_types.KINDS`.
-    row : int array, shape (n,)
+    row : int array, shape (n,), or a function returning it
         Row ``0..num_rows-1``.
     num_rows : int
+    duration : float64 array, shape (n,), optional
+        ``end - start`` when not given.
 
     Attributes
     ----------
@@ -194,12 +197,14 @@ class _Layout:
         Band index -> uint32 image from :meth:`band_image` (filled by the owner).
     """
 
-    def __init__(self, start: np.ndarray, duration: np.ndarray, kind: np.ndarray, row: np.ndarray,
-                 num_rows: int):
+    def __init__(self, start: np.ndarray, end: np.ndarray, kind: np.ndarray, row, num_rows: int,
+                 duration: np.ndarray | None = None):
         n = start.shape[0]
         self.num_tasks = n
         self.num_rows = int(num_rows)
-        end = start + duration
+        if duration is None:
+            duration = end - start
+        row = np.asarray(row() if callable(row) else row, dtype=np.int64)
         self.t_end = float(end.max()) if n else 0.0
         num_bands = 0
         if n and self.t_end > 0 and math.isfinite(self.t_end):
@@ -380,6 +385,7 @@ class GanttItem(pg.GraphicsObject):
         super().__init__()
         self._layout: _Layout | None = None
         self._prep: _Preparation | None = None
+        self._pending: tuple | None = None  # arrays to lay out in a thread once the item is painted
         self._generation = 0
         self._signals = _LayoutSignals()
         self._signals.layout.connect(self._on_layout)
@@ -405,14 +411,21 @@ class GanttItem(pg.GraphicsObject):
         self.last_paint_band = -1  # band index of the last paint (num_bands: zoomed in beyond)
 
     # ------------------------------------------------------------------ data
-    def set_tasks(self, start_s: np.ndarray, duration_s: np.ndarray, kind: np.ndarray,
-                  row: np.ndarray, num_rows: int, background: bool | None = None) -> None:
+    def set_tasks(self, start_s: np.ndarray, duration_s: np.ndarray | None, kind: np.ndarray,
+                  row, num_rows: int, background: bool | None = None,
+                  end_s: np.ndarray | None = None) -> None:
         """Replace the bars. Arrays have shape (n,); ``row`` in ``0..num_rows-1``.
 
+        ``duration_s`` may be None when ``end_s`` is given, and ``row`` may be a
+        function returning the row array: both are then computed where the
+        layout is built, off the GUI thread in the background case (the GUI
+        thread only takes the maximum end).
+
         With ``background`` (default: more than :data:`SYNC_MAX_TASKS` tasks)
-        the layout is built in a worker thread and :attr:`layout_ready` is
-        emitted when it arrives; the call itself takes a few milliseconds.
-        Otherwise it is built before this returns.
+        the layout is built in a worker thread, started when the item is first
+        painted (or by :meth:`wait_ready`), and :attr:`layout_ready` is emitted
+        when it arrives; the call itself takes a few milliseconds. Otherwise it
+        is built before this returns.
         """
         self.prepareGeometryChange()
         if self._prep is not None:
@@ -420,12 +433,14 @@ class GanttItem(pg.GraphicsObject):
             self._prep = None
         self._generation += 1
         start_s = np.asarray(start_s, dtype=np.float64)
-        duration_s = np.asarray(duration_s, dtype=np.float64)
+        if duration_s is not None:
+            duration_s = np.asarray(duration_s, dtype=np.float64)
+            end_s = start_s + duration_s
+        end_s = np.asarray(end_s, dtype=np.float64)
         kind = np.asarray(kind)
-        row = np.asarray(row, dtype=np.int64)
         self._num_rows = int(num_rows)
         self._num_tasks = int(start_s.shape[0])
-        self._t_end = float((start_s + duration_s).max()) if start_s.size else 0.0
+        self._t_end = float(end_s.max()) if start_s.size else 0.0
         lanes = np.empty((self._num_rows, 4))  # (rows, 4)
         lanes[:, 0] = 0.0
         lanes[:, 1] = np.arange(self._num_rows) + 0.04
@@ -433,13 +448,14 @@ class GanttItem(pg.GraphicsObject):
         lanes[:, 3] = 0.92
         self._lanes = lanes
         self._layout = None
+        self._pending = None
         self._highlight = None
         self._cache_key = None
-        arrays = (start_s, duration_s, kind, row, self._num_rows)
+        arrays = (start_s, end_s, kind, row, self._num_rows, duration_s)
         if background is None:
             background = self._num_tasks > SYNC_MAX_TASKS
-        if background:
-            self._prep = _Preparation(self._generation, arrays, self._colors, self._signals)
+        if background:  # started by the first paint: a hidden view costs nothing
+            self._pending = arrays
         else:
             self._layout = _Layout(*arrays)
             self.layout_ready.emit()
@@ -477,8 +493,14 @@ class GanttItem(pg.GraphicsObject):
         """Whether the layout and every band image are there (nothing left to prepare)."""
         return self._layout is not None and self._prep is None
 
+    def _start_preparation(self) -> None:
+        if self._pending is not None:
+            arrays, self._pending = self._pending, None
+            self._prep = _Preparation(self._generation, arrays, self._colors, self._signals)
+
     def wait_ready(self, timeout_s: float = 30.0) -> bool:
         """Process events until :attr:`is_ready` (tests, benchmarks, screenshots); True on success."""
+        self._start_preparation()
         deadline = QtCore.QDeadlineTimer(int(timeout_s * 1000))
         app = QtCore.QCoreApplication.instance()
         while not self.is_ready and not deadline.hasExpired():
@@ -489,6 +511,7 @@ class GanttItem(pg.GraphicsObject):
 
     def shutdown(self) -> None:
         """Stop a worker thread that still prepares the layout (the widget is going away)."""
+        self._pending = None
         if self._prep is not None:
             self._prep.cancel()
             self._prep.join(5.0)
@@ -734,6 +757,7 @@ class GanttItem(pg.GraphicsObject):
                 _draw_lines(painter, lines)
                 painter.setPen(Qt.PenStyle.NoPen)
         if self._layout is None:
+            self._start_preparation()
             self.last_paint_num_rects = 0
             self.last_paint_band = -1
             return
@@ -841,14 +865,13 @@ class TimelineWidget(QtWidgets.QWidget):
     def set_data(self, graph: ExecutionGraph, schedule: Schedule) -> None:
         """Show the tasks of ``graph`` at the times of ``schedule`` (arrays of shape (n,))."""
         self._graph, self._schedule = graph, schedule
-        start = np.asarray(schedule.start_s, dtype=np.float64)
-        end = np.asarray(schedule.end_s, dtype=np.float64)
-        row = graph.row
         num_rows = int(graph.num_stages) * len(STREAMS)
-        if row.size:
-            num_rows = max(num_rows, int(row.max()) + 1)
+        if graph.num_tasks:  # the largest row (stage * streams + stream) it could hold
+            num_rows = max(num_rows, int(graph.stage.max()) * len(STREAMS) + int(graph.stream.max()) + 1)
         self._clear_lookup()  # hover finds tasks once the layout is there (_on_layout_ready)
-        self.gantt.set_tasks(start, end - start, graph.kind, row, num_rows)
+        # rows and durations are computed with the layout (off the GUI thread when large)
+        self.gantt.set_tasks(schedule.start_s, None, graph.kind, lambda: graph.row, num_rows,
+                             end_s=schedule.end_s)
         if self.gantt.layout is None:
             self._info.setText(f"Preparing the timeline of {graph.num_tasks:,} tasks…")
 

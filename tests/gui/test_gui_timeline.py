@@ -360,3 +360,23 @@ def test_real_simulation_shows_every_task(timeline, real_simulate):
     mid = 0.5 * (result.schedule.start_s[i] + result.schedule.end_s[i])
     assert timeline.task_at(mid, result.graph.row[i] + 0.5) == i
     timeline.plot.grab()
+
+
+def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypatch):
+    """Large data given to a view that is not shown (the Explore tab's preview behind the Plan
+    tab) starts no worker thread; its first paint (or wait_ready) does."""
+    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    graph, schedule = synthetic_iteration(p=2, m=8, layers_per_stage=2)
+    w.set_data(graph, schedule)
+    QtCore.QCoreApplication.processEvents()
+    assert w.gantt._prep is None and w.gantt.layout is None and not w.is_ready
+    w.resize(800, 300)
+    w.show()
+    qtbot.waitExposed(w)
+    w.plot.grab()  # the first paint starts the worker
+    assert w.gantt._prep is not None or w.gantt.layout is not None
+    assert w.wait_ready()
+    i = int(np.argmax(graph.duration_s))
+    assert w.task_at(0.5 * (schedule.start_s[i] + schedule.end_s[i]), graph.row[i] + 0.5) == i
