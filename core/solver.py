@@ -133,8 +133,7 @@ def _levels_padded(dur: np.ndarray, src: np.ndarray, dst: np.ndarray
     indeg = np.bincount(dst, minlength=n + 1)
     indeg[n] = succ.size + 1  # the sink is never released (it is hit at most succ.size times)
     start = np.zeros(n + 1)
-    ready = indeg[:n] == 0
-    frontier = np.flatnonzero(ready)
+    frontier = np.flatnonzero(indeg[:n] == 0)
     slot = np.empty(n + 1, np.int64)
     while frontier.size:
         f_end = start[frontier] + dur[frontier]
@@ -147,9 +146,8 @@ def _levels_padded(dur: np.ndarray, src: np.ndarray, dst: np.ndarray
             k = np.arange(frontier.size)
             slot[frontier] = k
             frontier = frontier[slot[frontier] == k]
-        ready[frontier] = True
     start = start[:n]
-    return start, start + dur, ready
+    return start, start + dur, indeg[:n] == 0  # a task became ready when its count reached 0
 
 
 @dataclass
