@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .schedules import schedule_errors
+
 __all__ = [
     "ModelConfig",
     "ParallelPlan",
@@ -39,7 +41,8 @@ __all__ = [
     "padded_vocab_size",
 ]
 
-SCHEDULES = ("1f1b", "gpipe")
+#: Pipeline schedules (registered in core.schedules; the order of the editor's list).
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 RECOMPUTE_MODES = ("none", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
 #: GPU kinds with a shipped profile store; the value is the store's file stem.
@@ -101,12 +104,17 @@ class ParallelPlan:
     data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))")
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)")
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)")
-    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush) or gpipe",
+    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES)
     recompute: str = _f("full", "", "Activation recomputation: none or full",
                         choices=RECOMPUTE_MODES)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS)
+    virtual_pipeline_stages: int | None = _f(
+        None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules")
 
     @property
     def num_gpus(self) -> int:
@@ -298,7 +306,8 @@ def validate(session: Session) -> list[FieldError]:
     need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                           "seq_length", "vocab_size"), integer=True)
     need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                          "micro_batch_size", "global_batch_size"), integer=True)
+                          "micro_batch_size", "global_batch_size", "virtual_pipeline_stages"),
+             integer=True)
     need_pos("cluster", c, ("gpus_per_node",), integer=True)
     need_pos("cluster", c, ("intra_node_bandwidth_gbytes_per_s", "inter_node_bandwidth_gbits_per_s"))
     need_pos("cost", cost, ("training_tokens",))
@@ -335,6 +344,9 @@ def validate(session: Session) -> list[FieldError]:
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
+    else:
+        errs += [FieldError(f, msg) for f, msg in schedule_errors(
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "

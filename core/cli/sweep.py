@@ -1,7 +1,7 @@
 """``vtrain sweep``: every valid parallel plan of a config, its cost and the Pareto front.
 
-Kept apart from :mod:`core.cli` (which only registers the subcommand) so that
-several people can add subcommands without touching the same lines. Errors
+One module of :mod:`core.cli` per subcommand, so that several people can add
+subcommands without touching the same lines. Errors
 are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
 """
 
@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
-from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
+from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
+from .common import check_number, session_from_args
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
 
-    from .console import Console
+    from ..console import Console
 
-__all__ = ["add_sweep_parser", "run_command"]
+__all__ = ["add_parser", "run"]
 
 GiB = 2**30
 
 
-def add_sweep_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add the ``sweep`` subcommand to ``vtrain``'s sub-parsers."""
     sw = sub.add_parser(
         "sweep", help="search every valid parallel plan: time, cost, Pareto front",
@@ -49,6 +49,9 @@ def add_sweep_parser(sub: Any) -> None:
                     help="micro-batch sizes to try (default 1,2,4,8)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
                     help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--virtual-pipeline-stages", metavar="V[,V...]",
+                    help="virtual stages per rank to try with the interleaved schedule "
+                         "(default: 2 to 8 where the layers divide by p*v)")
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
@@ -92,7 +95,7 @@ def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _space_from_args(args: argparse.Namespace, session) -> Any:
-    from .sweep import SweepSpace
+    from ..sweep import SweepSpace
     gpus = _ints("--gpus", args.gpus)
     max_gpus = _one_int("--max-gpus", args.max_gpus)
     max_d = _one_int("--max-data-parallel", args.max_data_parallel)
@@ -106,32 +109,21 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
         schedules=_names("--schedules", args.schedules, SCHEDULES),
         recompute=_names("--recompute", args.recompute, RECOMPUTE_MODES),
+        virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
     )
 
 
-def check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
-    """Raise ConfigError naming ``option`` unless ``value`` is None or a finite number above 0
-    (at or above 0 with ``allow_zero``)."""
-    if value is None:
-        return
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "non-negative" if allow_zero else "positive"
-        raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
-
-
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .console import Console
-    from .sweep import run_sweep
+    from ..console import Console
+    from ..sweep import run_sweep
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
-    from .cli import session_from_args
     session = session_from_args(args, validate=False)
     check_all_but_the_plan(session)  # the file's own plan is only a starting point
     space = _space_from_args(args, session)
@@ -159,7 +151,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _why_no_plan(session, space) -> list:
     """The rules each value given for t, p or b breaks on its own (the others at 1)."""
-    from .config import ParallelPlan, validate
+    from ..config import ParallelPlan, validate
     out = []
     base = session.plan
     for option, values, make in (
@@ -273,7 +265,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
-    from .comm import summarize_warnings
+    from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)

@@ -1,7 +1,4 @@
-"""``vtrain validate``, ``vtrain calibrate`` and ``vtrain profile import-nccl-tests``.
-
-Kept apart from :mod:`core.cli`, which only registers these subcommands.
-"""
+"""``vtrain validate``: predict measured iteration times and report the error."""
 
 from __future__ import annotations
 
@@ -12,14 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, FieldError
+from .common import field_error
 
-__all__ = ["add_accuracy_parsers", "add_import_parser", "run_validate", "run_calibrate",
-           "run_import_nccl"]
+__all__ = ["add_parser", "run"]
 
 
-def add_accuracy_parsers(sub: Any) -> None:
-    """Register ``validate`` and ``calibrate`` on ``vtrain``'s sub-parsers."""
+def add_parser(sub: Any) -> None:
+    """Register ``validate`` on ``vtrain``'s sub-parsers."""
     v = sub.add_parser(
         "validate", help="predict measured iteration times and report the error",
         description="Predict every row of a measurement CSV (the vTrain authors' single- or "
@@ -37,44 +33,9 @@ def add_accuracy_parsers(sub: Any) -> None:
     v.add_argument("--out", metavar="FILE.csv", help="write every row with its prediction")
     v.add_argument("--plot", metavar="FILE.png", help="plot predicted against measured (log axes)")
 
-    c = sub.add_parser(
-        "calibrate", help="fit a profile's parameters to measured iteration times",
-        description="Fit the free parameters of a profile store (op model efficiencies and "
-                    "overheads, inter-node efficiency) and per-shape op-time factors to "
-                    "measured iteration times (files weighted equally unless --file-weights "
-                    "says otherwise), report per file the "
-                    "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
-                    "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="CSV", nargs="+")
-    c.add_argument("--profile", metavar="STORE.h5", required=True, help="store to start from")
-    c.add_argument("--out", metavar="STORE.h5", required=True)
-    c.add_argument("--folds", type=int, default=5, metavar="K",
-                   help="cross-validation folds per file (0: skip cross-validation)")
-    c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
-                   help="share of the fit each CSV gets, one per CSV in order (default: equal), "
-                        "e.g. 1 4 to let the second file count four times as much as the first")
-
-
-def add_import_parser(psub: Any) -> None:
-    """Register ``profile import-nccl-tests`` on the ``profile`` sub-parsers."""
-    imp = psub.add_parser("import-nccl-tests",
-                          help="add collective curves from nccl-tests output to a store")
-    imp.add_argument("files", metavar="FILE", nargs="+",
-                     help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
-    imp.add_argument("--into", metavar="STORE.h5", required=True)
-    imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
-    imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
-                     help="collective, when the file does not say")
-    imp.add_argument("--knots", type=int, metavar="N",
-                     help="store a piecewise log-log fit with N knots instead of every measured size")
-
-
-def _usage(field: str, msg: str) -> ConfigError:
-    return ConfigError([FieldError(field, msg)])
-
 
 def _predictor(profile: str | None):
-    from .simulate import open_profile, profile_path, simulate
+    from ..simulate import open_profile, profile_path, simulate
 
     store = open_profile(profile) if profile else None
 
@@ -83,23 +44,23 @@ def _predictor(profile: str | None):
     return predict
 
 
-def run_validate(args: argparse.Namespace) -> int:
-    """``vtrain validate``: see :func:`add_accuracy_parsers`."""
+def run(args: argparse.Namespace) -> int:
+    """``vtrain validate``: see :func:`add_parser`."""
     import numpy as np
     from rich.table import Table
 
-    from .console import Console
-    from .validate import ValidationResult, predict_rows, read_measurements
+    from ..console import Console
+    from ..validate import ValidationResult, predict_rows, read_measurements
 
     if args.cross_validate == 1 or args.cross_validate < 0:
-        raise _usage("--cross-validate", "needs at least 2 folds")
+        raise field_error("--cross-validate", "needs at least 2 folds")
     ms = read_measurements(args.csv)
     if args.cross_validate:
-        from .calibrate import cross_validate, measured_sessions
-        from .simulate import open_profile, profile_path
+        from ..calibrate import cross_validate, measured_sessions
+        from ..simulate import open_profile, profile_path
         sessions, measured = measured_sessions(ms)
         if len(sessions) < args.cross_validate:
-            raise _usage("--cross-validate", f"{len(sessions)} usable rows are fewer than "
+            raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
                                              f"{args.cross_validate} folds")
         base = open_profile(args.profile or profile_path(sessions[0]))
         err = Console(stderr=True)
@@ -152,7 +113,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
-    from .simulate import open_profile, profile_path
+    from ..simulate import open_profile, profile_path
 
     sessions = [m.session for m in result.measurements if m.session is not None]
     if not sessions:
@@ -169,7 +130,7 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
 def _write_rows(result, path: str) -> None:
     import numpy as np
 
-    from .session import atomic_write_text
+    from ..session import atomic_write_text
 
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -218,80 +179,7 @@ def _plot(result, path: str, metrics: dict) -> None:
                  + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    from .atomic import atomic_target
+    from ..atomic import atomic_target
     with atomic_target(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
-
-
-def run_calibrate(args: argparse.Namespace) -> int:
-    """``vtrain calibrate``: see :func:`add_accuracy_parsers`."""
-    import numpy as np
-
-    from .console import Console
-    from .calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
-                            measured_sessions)
-    from .profile_store import ProfileStore
-    from .validate import read_measurements
-
-    console = Console(stderr=True)
-    base = ProfileStore.open(args.profile)
-    per_file = []
-    for path in args.csv:
-        ms = read_measurements(path)
-        sessions, measured = measured_sessions(ms)
-        if not sessions:
-            raise _usage(path, "no usable rows")
-        per_file.append((Path(path).name, sessions, measured))
-    shares = args.file_weights
-    if shares is not None and (len(shares) != len(per_file) or not all(w > 0 for w in shares)):
-        raise _usage("--file-weights", f"needs one positive weight per CSV ({len(per_file)}), "
-                                       f"got {' '.join(f'{w:g}' for w in shares)}")
-    cv: dict[str, dict[str, float]] = {}
-    files = [(ss, yy) for _, ss, yy in per_file]
-    if args.folds:
-        for j, (name, sessions, measured) in enumerate(per_file):
-            console.print(f"cross-validating on {name} ({len(sessions)} rows, {args.folds} folds)...")
-            _, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
-                                          progress=lambda msg: console.print(f"  {msg}"))
-            cv[name] = {k: float(v) for k, v in met.items()}
-            console.print(f"  {name}: MAPE {met['mape_percent']:.2f} %, median "
-                          f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
-                          f"R^2 {met['r2']:.4f}")
-    sessions = [s for _, ss, _ in per_file for s in ss]
-    measured = np.concatenate([m for _, _, m in per_file])
-    how = ("files weighted equally" if shares is None else
-           "file weights " + ", ".join(f"{n} {w:g}" for (n, _, _), w in zip(per_file, shares)))
-    console.print(f"fitting on all {len(sessions)} rows ({how})...")
-    result = fit(sessions, measured, base,
-                 weights=balanced_weights([len(ss) for ss, _ in files], shares),
-                 progress=lambda msg: console.print(f"  {msg}"))
-    store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares)
-    store.save(args.out)
-    out = {"out": str(args.out), "parameters": result.op_model,
-           "num_shape_factors": len(result.corrections), "cross_validation": cv,
-           "in_sample": result.train_metrics}
-    print(json.dumps(out, indent=2))
-    return 0
-
-
-def run_import_nccl(args: argparse.Namespace) -> int:
-    """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
-    from .nccl_tests import fit_curve, read_nccl_tests
-    from .profile_store import ProfileStore
-
-    store = ProfileStore.open(args.into)
-    imported = []
-    for f in args.files:
-        curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
-        if args.knots:
-            curve = fit_curve(curve, args.knots)
-        store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
-        imported.append(f"{Path(f).name}: {curve.kind}/{curve.group_size}")
-        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
-              f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
-    store.provenance = {**store.provenance, "collectives_imported": "; ".join(imported)
-                        + (f" (piecewise log-log fit, {args.knots} knots)" if args.knots else "")}
-    store.save(args.into)
-    print(f"wrote {args.into}")
-    return 0

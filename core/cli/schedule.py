@@ -7,18 +7,19 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from .common import check_number
+
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
-    from .console import Console
-
-__all__ = ["add_schedule_parser", "run_command"]
-
+    from ..console import Console
 
 #: :data:`core.scheduler.POLICIES`, spelled out so that building the parser does not import the
-#: scheduler (and numpy); tests/test_scheduler.py checks that the two agree.
+#: scheduler; tests/test_scheduler.py checks that the two agree.
 POLICY_NAMES = ("requested", "efficient", "adaptive")
 
+__all__ = ["add_parser", "run"]
 
-def add_schedule_parser(sub: Any) -> None:
+
+def add_parser(sub: Any) -> None:
     """Add the ``schedule`` subcommand to ``vtrain``'s sub-parsers."""
     sc = sub.add_parser(
         "schedule", help="replay a job trace on a shared GPU cluster under allocation policies",
@@ -49,16 +50,15 @@ def add_schedule_parser(sub: Any) -> None:
     sc.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``vtrain schedule``; returns the exit status."""
     from pathlib import Path
 
-    from .config import ConfigError, FieldError, Session, check_all_but_the_plan
-    from .console import Console
-    from .optimal import gpt_shape
-    from .scheduler import POLICIES, read_jobs, schedule_study
-    from .session import load_any
-    from .sweep_cmd import check_number
+    from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from ..console import Console
+    from ..optimal import gpt_shape
+    from ..scheduler import POLICIES, read_jobs, schedule_study
+    from ..session import load_any
 
     if args.gpus <= 0:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
@@ -113,7 +113,7 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
     from rich.table import Table
 
-    from .scheduler import target_index
+    from ..scheduler import target_index
     console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {session.cluster.gpu} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)
