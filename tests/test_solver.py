@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import EXAMPLES, SHARED
+from tests.conftest import EXAMPLES, SHARED
 from core.graph import StageProgram, build_pipeline_graph
 from core.session import load_any
 from core.simulate import simulate

@@ -1071,7 +1071,7 @@ class TimelineWidget(QtWidgets.QWidget):
         items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;busy&nbsp;part&nbsp;of&nbsp;the&nbsp;time")
         self._legend.setText("&nbsp;&nbsp; ".join(items))
         self._legend.setToolTip(
-            "Where bars are narrower than a pixel, each pixel shows the share of its time the "
-            "lane is busy as the bar's opacity (in steps of 1/5): a pale stretch of a "
-            "communication lane is many short collectives with gaps between them, not one "
-            "long one.")
+            "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
+            "the share of its time the lane is busy as the opacity (in steps of 1/5): a pale "
+            "stretch of a communication lane is many short collectives with gaps between them, "
+            "not one long one.")
