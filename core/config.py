@@ -34,6 +34,7 @@ __all__ = [
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
+    "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "RECOMPUTE_MODES",
     "PRECISIONS",
@@ -45,16 +46,34 @@ __all__ = [
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 RECOMPUTE_MODES = ("none", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
-#: GPU kinds with a shipped profile store; the value is the store's file stem.
-GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
-#: Aliases used by other tools' configuration files.
+#: GPU kinds with a shipped profile store; the value is the store's file stem
+#: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
+GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
+#: GPUs that reach each other over NVLink, per GPU kind (``gpus_per_nvlink_domain`` of its
+#: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack.
+#: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
+GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
+                     "B200-180GB": 8, "GB200-NVL72": 72}
+#: Aliases used by other tools' configuration files and published tables (lower case).
+#: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
+#: bandwidth and power) have no shipped store and are refused by name.
 _GPU_ALIASES = {
     "a100": "A100-SXM4-80GB",
     "a100-80gb": "A100-SXM4-80GB",
     "a100-sxm4-80gb": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB",
     "h100-80gb": "H100-SXM5-80GB",
+    "h100-sxm-80gb": "H100-SXM5-80GB",
     "h100-sxm5-80gb": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "h200-141gb": "H200-SXM-141GB",
+    "h200-sxm-141gb": "H200-SXM-141GB",
+    "b200": "B200-180GB",
+    "b200-180gb": "B200-180GB",
+    "gb200": "GB200-NVL72",
+    "gb200-nvl72": "GB200-NVL72",
+    "gb200 (nvl72)": "GB200-NVL72",
+    "gb200 nvl72": "GB200-NVL72",
 }
 
 
@@ -132,13 +151,15 @@ class ClusterConfig:
     """The GPUs and the network between them."""
 
     gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS)
-    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node (NVLink domain)")
+    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
+                            "boards, 72 for a GB200 NVL72 rack)")
     intra_node_bandwidth_gbytes_per_s: float | None = _f(
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile"
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)"
+        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)"
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -289,7 +310,9 @@ def validate(session: Session) -> list[FieldError]:
     ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
-    slow); known enumerations.
+    slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
+    a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
+    ``cluster.profile_path``).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
@@ -354,6 +377,12 @@ def validate(session: Session) -> list[FieldError]:
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if domain is not None and not c.profile_path and c.gpus_per_node > domain:
+        errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
+                               f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
+                               "talk over NVLink; use a GPU kind with a larger domain or a store "
+                               "of your own (cluster.profile_path)"))
     return errs
 
 

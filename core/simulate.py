@@ -193,7 +193,6 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     kind = graph.kind
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
-    pp_mask = kind == KINDS.index("pp_p2p")
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers

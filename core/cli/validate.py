@@ -7,9 +7,12 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import field_error
+
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..console import Console
-    from ..validate import ValidationResult, predict_rows, read_measurements
+    from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
 
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
@@ -73,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
         result = predict_rows(ms, _predictor(args.profile))
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
+    metrics["skipped_by_cause"] = skip_counts(ms)
     if args.out:
         _write_rows(result, args.out)
-    if args.plot:
+    if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
     if args.json:
         print(json.dumps(metrics))
@@ -88,6 +92,33 @@ def run(args: argparse.Namespace) -> int:
         how = _profile_note(args.profile, result, Path(args.csv).name)
     console.print(f"[bold]{Path(args.csv).name}[/]: {metrics['n']} rows predicted, "
                   f"{metrics['skipped']} skipped; {how}")
+    if metrics["n"]:
+        _print_errors(console, result, metrics)
+    if metrics["skipped"]:
+        c = Table(title=f"skipped rows by cause ({metrics['skipped']} rows; a row may have "
+                        "several causes)", title_justify="left")
+        c.add_column("cause")
+        c.add_column("rows", justify="right")
+        for cause, n in metrics["skipped_by_cause"].items():
+            c.add_row(cause, str(n))
+        console.print(c)
+    skipped = [m for m in ms if m.skip_reason]
+    for m in skipped[:_MAX_ROWS_SHOWN]:
+        console.print(f"[yellow]skipped row {m.row}:[/] {m.skip_reason}", highlight=False)
+    if len(skipped) > _MAX_ROWS_SHOWN:
+        console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
+                      "(see --out)[/]")
+    return 0
+
+
+#: Skipped rows listed with their reasons (the rest go to --out).
+_MAX_ROWS_SHOWN = 50
+
+
+def _print_errors(console: Console, result, metrics: dict) -> None:
+    """The error figures and the error tables by model, t and p."""
+    from rich.table import Table
+
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -103,19 +134,13 @@ def run(args: argparse.Namespace) -> int:
         for label, n, mape, mx in result.by_group(key):
             g.add_row(label, str(n), f"{mape:.2f}", f"{mx:.2f}")
         console.print(g)
-    skipped = [m for m in ms if m.skip_reason]
-    for m in skipped[:20]:
-        console.print(f"[yellow]skipped row {m.row}:[/] {m.skip_reason}", highlight=False)
-    if len(skipped) > 20:
-        console.print(f"[yellow]... and {len(skipped) - 20} more skipped rows (see --out)[/]")
-    return 0
 
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
     from ..simulate import open_profile, profile_path
 
-    sessions = [m.session for m in result.measurements if m.session is not None]
+    sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
     if not sessions:
         return "no row could be predicted"
     store = open_profile(profile or profile_path(sessions[0]))
