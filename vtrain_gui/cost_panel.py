@@ -316,7 +316,14 @@ class CostPanel(QtWidgets.QWidget):
         if iv is None or not iv.available:
             for key in ("iteration_band", "training_days_band", "cost_band"):
                 v[key].setText("none")
-            note.setText(iv.note if iv is not None else "")
+            short = ""
+            if iv is not None:
+                short = ("outside the calibration range, and no band there (hover for why)"
+                         if iv.in_calibration_range is False else
+                         "the profile has no cross-validated residuals (hover for more)"
+                         if iv.in_calibration_range is None else "too few residuals (hover for more)")
+            note.setText(short)
+            note.setToolTip(iv.note if iv is not None else "")
             note.setStyleSheet("color: #505860;")
             return
         lo, hi = iv.band(report.iteration_time_s)
@@ -328,13 +335,15 @@ class CostPanel(QtWidgets.QWidget):
         source = (f"{iv.coverage:.0%} of runs like this one measured within the band "
                   f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "
                   "of the profile)")
-        if iv.in_calibration_range:
-            note.setText(source)
+        if iv.in_calibration_range:  # one short line; the whole story in the tooltip
+            note.setText(f"from {iv.num_residuals} cross-validated "
+                         f"{iv.group.replace('_', '-')} runs")
             note.setStyleSheet("color: #505860;")
+            note.setToolTip(source)
         else:
-            note.setText("⚠ " + iv.note[0].upper() + iv.note[1:])
+            note.setText("⚠ outside the calibration range (hover for why)")
             note.setStyleSheet("color: #B35C00;")
-        note.setToolTip(iv.note or source)
+            note.setToolTip(source + ".\n⚠ " + iv.note[0].upper() + iv.note[1:])
 
 
     @property

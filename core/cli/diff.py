@@ -6,9 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
-from ..console import Console
 from .common import fmt_bytes
 
 __all__ = ["add_parser", "run"]
@@ -35,6 +32,9 @@ def _s(x: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain diff``; returns the exit status."""
+    from rich.table import Table
+
+    from ..console import Console
     from ..diff import TERM_LABELS, diff_plans
     from ..session import load_any
 

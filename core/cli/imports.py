@@ -9,8 +9,6 @@ import argparse
 import json
 from typing import Any
 
-from ..console import Console
-
 __all__ = ["add_parser", "run"]
 
 
@@ -42,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _megatron(args: argparse.Namespace) -> int:
     from ..config import GPU_KINDS, check, gpu_kind
+    from ..console import Console
     from ..megatron_args import MegatronArgsError, import_file
     from ..session import save_session
 

@@ -7,13 +7,12 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich.table import Table
-
-from ..console import Console
 from .common import field_error
+
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -63,6 +62,10 @@ def _check_coverage(value: float) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """``vtrain validate``: see :func:`add_parser`."""
+    import numpy as np
+    from rich.table import Table
+
+    from ..console import Console
     from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
 
     if args.cross_validate == 1 or args.cross_validate < 0:
@@ -136,6 +139,8 @@ _MAX_ROWS_SHOWN = 50
 
 def _print_errors(console: Console, result, metrics: dict, profile: str | None) -> None:
     """The error figures, the error band's coverage and the error tables by model, t and p."""
+    from rich.table import Table
+
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -162,6 +167,8 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
 
 def _no_band_reason(profile: str | None, result) -> str:
     """Why no row got an error band (the first row's note)."""
+    import numpy as np
+
     from ..interval import session_interval
     from ..simulate import open_profile, profile_path
 
@@ -190,6 +197,8 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
 
 
 def _write_rows(result, path: str) -> None:
+    import numpy as np
+
     from ..session import atomic_write_text
 
     buf = io.StringIO()
@@ -216,6 +225,7 @@ def _write_rows(result, path: str) -> None:
 
 def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib
+    import numpy as np
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker

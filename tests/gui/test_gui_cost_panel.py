@@ -74,11 +74,13 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     assert panel.value_text("cost_band") == f"{format_usd(lo)} – {format_usd(hi)}"
     assert panel.value_text("training_days_band").endswith(" days")
     assert panel.value_text("iteration_band").count(" s") == 2
-    assert "65 cross-validated multi-node residuals" in panel.value_text("band_note")
-    # outside the calibration range: the note says so in orange
+    assert panel.value_text("band_note") == "from 65 cross-validated multi-node runs"
+    assert "90% of runs like this one" in panel._values["band_note"].toolTip()
+    # outside the calibration range: the note says so in orange, the tooltip says why
     mt = real_simulate(load_any(EXAMPLES / "mtnlg_530b.json")).report
     panel.set_report(mt)
-    assert "Outside the calibration range: 3,360 GPUs" in panel.value_text("band_note")
+    assert panel.value_text("band_note").startswith("⚠ outside the calibration range")
+    assert "Outside the calibration range: 3,360 GPUs" in panel._values["band_note"].toolTip()
     assert "B35C00" in panel._values["band_note"].styleSheet()
     # a store without residuals: no band, and why
     from core.simulate import simulate
@@ -86,4 +88,5 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
                      generate_store("A100-SXM4-80GB", date="2026-01-01")).report
     panel.set_report(plain)
     assert panel.value_text("iteration_band") == "none" == panel.value_text("cost_band")
-    assert "holds no cross-validated residuals" in panel.value_text("band_note")
+    assert "no cross-validated residuals" in panel.value_text("band_note")
+    assert "holds no cross-validated residuals" in panel._values["band_note"].toolTip()
