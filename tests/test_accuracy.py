@@ -326,7 +326,9 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
                simulate(s, truth_store).report.iteration_time_s for s in sessions}
     for i in np.flatnonzero(cv):  # measured_s is what the file says; the fold's fit is close
         assert r.measured_s[i] in truth_s.values()
-    assert np.abs(r.log_residual[cv]).max() < 0.02
+    # each run predicted by a 2-fold fit of ten parameters on six runs of the known model: a
+    # few per cent at most (the fit is ill-posed enough that rounding moves it by a point)
+    assert np.abs(r.log_residual[cv]).max() < 0.06
     assert "error_band" in store.provenance
     assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
