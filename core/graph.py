@@ -22,17 +22,20 @@ as a timed task.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import model_math
 from .comm import CommModel
-from .config import Session, padded_vocab_size
+from .config import Session, grad_dtype, padded_vocab_size, plan_key
 from .graph_types import KINDS, OPS, ExecutionGraph
-from .ops import DTYPE_BYTES, OPTIMIZER_OP, analytic_op_time
+from .ops import DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time
 
 __all__ = ["StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
-           "params_per_gpu", "OpTimes", "StageTimes", "stage_times", "DETAILS"]
+           "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
+           "DETAILS"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
@@ -222,23 +225,16 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
 # --------------------------------------------------------------------------- from a session
 
 def params_per_gpu(session: Session) -> np.ndarray:
-    """Parameters held by one GPU of each pipeline stage, shape (p,).
+    """Parameters held by one GPU of each pipeline stage before ZeRO sharding, shape (p,)
+    (:func:`core.model_math.params_per_gpu`)."""
+    return model_math.params_per_gpu(session.model, session.plan)
 
-    Per layer (Megatron-LM tensor parallelism): ``(4h^2 + 2hf + 3h + f)/t``
-    sharded weights and biases plus ``h`` (projection bias) ``+ h`` (fc2 bias)
-    ``+ 4h`` (layer norms) replicated. Stage 0 adds the vocabulary-parallel
-    embedding ``V'h/t`` and position embedding ``s*h``; the last stage adds the
-    final layer norm ``2h`` and, when ``p > 1``, its copy of the word
-    embedding used by the output layer ``V'h/t``.
-    """
-    m, pl = session.model, session.plan
-    h, f, t, p = m.hidden_size, m.ffn, pl.tensor_parallel, pl.pipeline_parallel
-    V = padded_vocab_size(m.vocab_size, t)
-    per_layer = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h
-    n = np.full(p, per_layer * (m.num_layers // p))
-    n[0] += V * h / t + m.seq_length * h
-    n[-1] += 2 * h + (V * h / t if p > 1 else 0)
-    return n
+
+def optimizer_params(session: Session) -> np.ndarray:
+    """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
+    its ``1/d`` shard from ZeRO stage 1 on (Megatron's distributed optimizer)."""
+    n = params_per_gpu(session)
+    return n / session.plan.data_parallel if session.plan.zero_stage >= 1 else n
 
 
 @dataclass
@@ -249,30 +245,51 @@ class OpTimes:
     warnings: list[str] = field(default_factory=list)
 
 
+def op_key(session: Session) -> dict:
+    """Key of the session's ops: the profile store's key columns (:data:`core.ops.OP_KEYS`) plus
+    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels)."""
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    return dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
+                sp=bool(pl.sequence_parallel and t > 1))
+
+
+#: Ops every plan looks up (the derived ones are parts of a tabulated op).
+_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(DERIVED_OPS)
+
+
 def lookup_op_times(session: Session, store) -> OpTimes:
     """Times of every op for the session's shapes, from the store's tables or its analytic model.
 
     A shape missing from a measured store falls back to the analytic model
     and adds a warning; an analytic or calibrated store's model is its source
     of truth (its tables are that model tabulated).
+
+    Tables hold ops without sequence parallelism, and no table holds a part
+    of an op (:data:`core.ops.DERIVED_OPS`, e.g. the attention core that
+    selective recomputation runs again). Such a variant takes the tabulated
+    op's time scaled by the ratio of their analytic times, so a measured or
+    calibrated op time carries over to the kernels it shares with its variant.
     """
-    m, pl = session.model, session.plan
-    t = pl.tensor_parallel
-    key = dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
-               f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision)
+    key = op_key(session)
+    plain = {**key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
-    for op in ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd", "embedding_fwd",
-               "embedding_bwd", "output_fwd", "output_bwd"):
-        lk = store.op_time(op, key)
+    for op in _LOOKUP_OPS:
+        base = DERIVED_OPS.get(op, op)
+        lk = store.op_time(base, key)
         if lk is not None:
             out.times[op] = lk.time_s
-            if lk.extrapolated and method == "measured":
+            if op != base or key["sp"]:
+                out.times[op] *= (analytic_op_time(op, key, store)
+                                  / analytic_op_time(base, plain, store))
+            if lk.extrapolated and method == "measured" and op == base:
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
             out.times[op] = analytic_op_time(op, key, store)
-            if method == "measured":
+            if method == "measured" and op == base:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
 
@@ -288,42 +305,203 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
 DETAILS = ("op", "microbatch")
 
 
-def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduce_s: float | None
-                 ) -> tuple[list[tuple[int, int, float, int]], list[tuple[int, int, float, int]]]:
-    """Per-op forward and backward templates of one stage: ``(kind, stream, duration_s, layer)``.
+@dataclass
+class _Template:
+    """The tasks of one micro-batch's forward or backward on one stage.
 
-    See :func:`build_graph` for the order of the tasks.
+    ``tasks``: ``(kind, stream, duration_s, layer, op)`` in program order on the
+    compute stream (blocking collectives included). ``side``: tasks on the
+    communication stream that overlap it, ``(kind, duration_s, layer, op, after,
+    before)``: each starts after template task ``after`` (-1: when the op starts)
+    and after the previous side task of the same op; template task ``before``
+    waits for it (None: the op ends when it ends). ``last``: side tasks that run
+    only in the stage's final backward and that only the iteration's tail waits
+    for, ``(kind, duration_s, layer, op, after)`` (the data-parallel gradient
+    buckets of ``--overlap-grad-reduce``). ``start``: side tasks that start with
+    the iteration, before template task ``before`` of the stage's first forward,
+    ``(kind, duration_s, layer, op, before)`` (``--overlap-param-gather``).
+    """
+
+    tasks: list[tuple] = field(default_factory=list)
+    side: list[tuple] = field(default_factory=list)
+    last: list[tuple] = field(default_factory=list)
+    start: list[tuple] = field(default_factory=list)
+
+    def add(self, kind: int, stream: int, dur: float, layer: int, op: str) -> int:
+        self.tasks.append((kind, stream, float(dur), layer, OP[op]))
+        return len(self.tasks) - 1
+
+
+@dataclass
+class _DataParallel:
+    """Data-parallel communication of one stage (seconds per collective, see :func:`_stage_tasks`).
+
+    ``layer_ag``, ``layer_rs``: one layer's parameter all-gather and gradient
+    reduce-scatter (ZeRO 2/3 per micro-batch, or the buckets of
+    ``--overlap-grad-reduce`` / ``--overlap-param-gather``); ``first_*``, ``last_*``: the
+    same for the first (embedding) and last (output) stage's other parameters;
+    ``layer_ar``, ``first_ar``, ``last_ar``: bucketed all-reduces (ZeRO 0 with
+    overlap).
+    """
+
+    layer_ag: float = 0.0
+    layer_rs: float = 0.0
+    layer_ar: float = 0.0
+    first_ag: float = 0.0
+    first_rs: float = 0.0
+    first_ar: float = 0.0
+    last_ag: float = 0.0
+    last_rs: float = 0.0
+    last_ar: float = 0.0
+
+
+def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
+                 dp: _DataParallel | None = None) -> tuple[_Template, _Template]:
+    """Forward and backward templates of one micro-batch on ``stage`` (see :func:`build_graph`).
+
+    ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
+    (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
+    ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
     """
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
-    layers_per_stage = m.num_layers // p
-    fwd: list[tuple[int, int, float, int]] = []
-    bwd: list[tuple[int, int, float, int]] = []
+    sp = bool(pl.sequence_parallel and tp is not None)
+    layers = model_math.stage_layers(m, pl)[stage]
+    recomputed = int(model_math.recomputed_layers(m, pl)[stage])
+    zero = pl.zero_stage if dp is not None else 0
+    fwd, bwd = _Template(), _Template()
 
-    def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
-        # 5-tuples: the op index lets calibration and the timeline tell tasks apart
-        out.append((kind, COMPUTE, times[op], layer, OP[op]))
-        if allreduce_s is not None and allreduce:
-            out.append((K["tp_comm"], COMM, allreduce_s, layer, OP["tp_all_reduce"]))
+    def comm(out: _Template, kind: str, layer: int) -> None:
+        out.add(K["tp_comm"], COMM, tp[kind], layer, "tp_" + kind)
 
-    layers = range(stage * layers_per_stage, (stage + 1) * layers_per_stage)
+    def block(out: _Template, kind: int, op: str, layer: int, before: bool, after: str | None
+              ) -> None:
+        """The op with the tensor-parallel collectives around it: with sequence parallelism an
+        all-gather before (``before``) and a reduce-scatter after (``after`` set); without, an
+        all-reduce after (``after`` set)."""
+        if tp is not None and sp and before:
+            comm(out, "all_gather", layer)
+        out.add(kind, COMPUTE, times[op], layer, op)
+        if tp is not None and after:
+            comm(out, "reduce_scatter" if sp else "all_reduce", layer)
+
+    def gather(out: _Template, seconds: float, layer: int) -> None:
+        """ZeRO-3: this layer's parameters are all-gathered before it runs (Rajbhandari et al.
+        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
+        if zero < 3:
+            return
+        if pl.overlap_param_gather:
+            out.side.append((K["dp_comm"], seconds, layer, OP["dp_all_gather"], -1, len(out.tasks)))
+        else:
+            out.add(K["dp_comm"], COMM, seconds, layer, "dp_all_gather")
+
+    def reduce(out: _Template, rs: float, ar: float, layer: int) -> None:
+        """Gradients of what just ran backward: ZeRO 2/3 reduce-scatter them every micro-batch
+        (sharded gradients cannot accumulate locally), blocking or overlapped; ZeRO 0/1 with
+        --overlap-grad-reduce reduce them bucket by bucket in the final backward only."""
+        if zero >= 2:
+            if pl.overlap_grad_reduce:
+                out.side.append((K["dp_comm"], rs, layer, OP["dp_reduce_scatter"],
+                                 len(out.tasks) - 1, None))
+            else:
+                out.add(K["dp_comm"], COMM, rs, layer, "dp_reduce_scatter")
+        elif dp is not None and pl.overlap_grad_reduce:
+            kind, seconds = ("dp_reduce_scatter", rs) if zero == 1 else ("dp_all_reduce", ar)
+            out.last.append((K["dp_comm"], seconds, layer, OP[kind], len(out.tasks) - 1))
+
+    def prefetch(out: _Template, seconds: float, layer: int) -> None:
+        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
+        all-gathered from the iteration's start, under the first forward."""
+        if dp is not None and zero in (1, 2) and pl.overlap_param_gather:
+            out.start.append((K["dp_comm"], seconds, layer, OP["dp_all_gather"], len(out.tasks)))
+
+    last = stage == p - 1
     if stage == 0:
-        block(fwd, K["embedding"], "embedding_fwd", -1)   # vocab-parallel embedding all-reduce
+        prefetch(fwd, dp.first_ag if dp else 0.0, -1)
+        gather(fwd, dp.first_ag if dp else 0.0, -1)
+        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
+        block(fwd, K["embedding"], "embedding_fwd", -1, before=False, after="yes")
     for layer in layers:
-        block(fwd, K["forward"], "attention_fwd", layer)
-        block(fwd, K["forward"], "mlp_fwd", layer)
-    if stage == p - 1:
-        block(fwd, K["output"], "output_fwd", -1, allreduce=False)
-        block(bwd, K["output"], "output_bwd", -1)
-    for layer in reversed(layers):
-        if pl.recompute == "full":
-            block(bwd, K["recompute"], "attention_fwd", layer)
-            block(bwd, K["recompute"], "mlp_fwd", layer)
-        block(bwd, K["backward"], "mlp_bwd", layer)
-        block(bwd, K["backward"], "attention_bwd", layer)
+        prefetch(fwd, dp.layer_ag if dp else 0.0, layer)
+        gather(fwd, dp.layer_ag if dp else 0.0, layer)
+        block(fwd, K["forward"], "attention_fwd", layer, True, "yes")
+        block(fwd, K["forward"], "mlp_fwd", layer, True, "yes")
+    if last:
+        prefetch(fwd, dp.last_ag if dp else 0.0, -1)
+        gather(fwd, dp.last_ag if dp else 0.0, -1)
+        block(fwd, K["output"], "output_fwd", -1, before=True, after=None)
+        gather(bwd, dp.last_ag if dp else 0.0, -1)
+        block(bwd, K["output"], "output_bwd", -1, before=False, after="yes")
+        reduce(bwd, dp.last_rs if dp else 0.0, dp.last_ar if dp else 0.0, -1)
+    for j, layer in reversed(list(enumerate(layers))):
+        gather(bwd, dp.layer_ag if dp else 0.0, layer)
+        if j < recomputed:  # Megatron's block method: the stage's first layers are recomputed
+            block(bwd, K["recompute"], "attention_fwd", layer, True, "yes")
+            block(bwd, K["recompute"], "mlp_fwd", layer, True, "yes")
+        block(bwd, K["backward"], "mlp_bwd", layer, True, "yes")
+        if pl.recompute == "selective":
+            bwd.add(K["recompute"], COMPUTE, times["attention_core_fwd"], layer, "attention_core_fwd")
+        block(bwd, K["backward"], "attention_bwd", layer, True, "yes")
+        reduce(bwd, dp.layer_rs if dp else 0.0, dp.layer_ar if dp else 0.0, layer)
     if stage == 0:
-        block(bwd, K["embedding"], "embedding_bwd", -1, allreduce=False)
+        gather(bwd, dp.first_ag if dp else 0.0, -1)
+        block(bwd, K["embedding"], "embedding_bwd", -1, before=True, after=None)
+        reduce(bwd, dp.first_rs if dp else 0.0, dp.first_ar if dp else 0.0, -1)
     return fwd, bwd
+
+
+def _template_times(tmpl: _Template, start_at_zero: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
+    """End times (from the op's start) of a template's tasks and side tasks, and its span.
+
+    The span is when the op ends: its last task and its side tasks that end the
+    op (``before`` None) have ended. With ``start_at_zero`` the ``start`` side tasks
+    run from time 0 too (the op started with the iteration). Side tasks of one kind
+    of collective run one after another (one stream each).
+    """
+    n = len(tmpl.tasks)
+    end = np.zeros(n)
+    side = list(tmpl.side)
+    if start_at_zero:
+        side = [(k, d, l, o, -1, b) for (k, d, l, o, b) in tmpl.start] + side
+    s_end = np.zeros(len(side))
+    waits: dict[int, list[int]] = {}
+    for j, x in enumerate(side):
+        if x[5] is not None:
+            waits.setdefault(x[5], []).append(j)
+    last_of_kind: dict[int, float] = {}
+    done = 0  # side tasks resolved so far (they are listed in dependency order)
+
+    def resolve(upto_task: int) -> None:
+        nonlocal done
+        while done < len(side) and side[done][4] < upto_task:
+            k, d, _, o, after, _ = side[done]
+            begin = max(end[after] if after >= 0 else 0.0, last_of_kind.get(o, 0.0))
+            s_end[done] = begin + d
+            last_of_kind[o] = s_end[done]
+            done += 1
+
+    t = 0.0
+    for i, x in enumerate(tmpl.tasks):
+        resolve(i)
+        begin = max([t] + [s_end[j] for j in waits.get(i, ())])
+        t = end[i] = begin + x[2]
+    resolve(n + 1)
+    span = max([t] + [s_end[j] for j, x in enumerate(side) if x[5] is None])
+    return end, s_end, span
+
+
+def _tail_exposure(tmpl: _Template) -> float:
+    """How long the final backward's ``last`` side tasks run past the end of the op (>= 0)."""
+    if not tmpl.last:
+        return 0.0
+    end, _, span = _template_times(tmpl)
+    t_prev: dict[int, float] = {}
+    finish = 0.0
+    for _, d, _, o, after in tmpl.last:
+        begin = max(end[after], t_prev.get(o, 0.0))
+        finish = t_prev[o] = begin + d
+    return max(0.0, finish - span)
 
 
 @dataclass
@@ -331,29 +509,44 @@ class StageTimes:
     """Per-stage durations of one plan at micro-batch granularity (the coarse graph's inputs).
 
     Each stage's compute stream is one chain and its tensor-parallel
-    all-reduces block it, so the per-op tasks of one micro-batch's forward
-    (resp. backward with recomputation) on a stage run back to back; their
-    sum is the duration of the merged task.
+    collectives block it, so the per-op tasks of one micro-batch's forward
+    (resp. backward with recomputation) on a stage run back to back; with the
+    communication that overlaps them (ZeRO-3 prefetch, ZeRO-2/3 gradient
+    reduce-scatter), the op ends when both have ended. That span is the
+    duration of the merged task.
 
     Attributes
     ----------
     fwd_s, bwd_s : float64 array, shape (p,)
         Forward (resp. backward incl. recomputation) of one micro-batch on each
-        stage, tensor-parallel all-reduces included, seconds: the sum in
-        program order of the per-op template of :func:`build_graph`.
+        stage, seconds: the span of the per-op template of :func:`build_graph`.
     send_fwd_s, send_bwd_s : float64 array, shape (p,)
         Pipeline transfer of one micro-batch from stage ``i`` to ``i+1``
         (resp. ``i-1``), seconds; 0 for the last (resp. first) stage.
     dp_comm_s : float64 array, shape (p,)
-        Data-parallel gradient all-reduce of each stage, seconds (0 when ``d == 1``).
+        Data-parallel communication of each stage's tail, seconds (0 when ``d == 1``):
+        the gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1) after the last
+        backward, or with ``overlap_grad_reduce`` the part of its buckets that runs
+        past the last backward; plus the parameter all-gather after the optimizer
+        step (ZeRO 1/2 without ``overlap_param_gather``).
     optimizer_s : float64 array, shape (p,)
-        Optimizer step of each stage, seconds.
+        Optimizer step of each stage over its (sharded) parameters, seconds.
     has_dp_comm : bool
-        Whether the graph has data-parallel all-reduce tasks (``d > 1``).
+        Whether the graph has a data-parallel tail task (``d > 1``).
+    first_ready_s : float64 array, shape (p,)
+        With ``overlap_param_gather`` (ZeRO 1/2): the first forward of stage ``i``
+        cannot end before ``first_ready_s[i] + fwd_s[i]`` (its parameters are
+        all-gathered from the iteration's start); zeros otherwise.
+    dp_reduce_s, dp_exposed_s, after_optimizer_s : float64 array, shape (p,)
+        The parts of ``dp_comm_s``: the reduction after the last backward (0 when
+        overlapped or per micro-batch), the overlapped buckets' part past the last
+        backward, the parameter all-gather after the optimizer step.
+    dp : list of _DataParallel or None
+        Per stage: one bucket's collective times (None when ``d == 1``).
     op_times_s : dict[str, float]
         Time of each op of one micro-batch (the per-op templates' durations).
-    tp_all_reduce_s : float or None
-        One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``.
+    tp_comm_s : dict[str, float] or None
+        One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
     """
@@ -365,9 +558,19 @@ class StageTimes:
     dp_comm_s: np.ndarray
     optimizer_s: np.ndarray
     has_dp_comm: bool
+    first_ready_s: np.ndarray | None = None
     op_times_s: dict[str, float] = field(default_factory=dict)
-    tp_all_reduce_s: float | None = None
+    tp_comm_s: dict[str, float] | None = None
+    dp: list[_DataParallel | None] = field(default_factory=list)
+    dp_reduce_s: np.ndarray | None = None
+    dp_exposed_s: np.ndarray | None = None
+    after_optimizer_s: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tp_all_reduce_s(self) -> float | None:
+        """One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``."""
+        return None if self.tp_comm_s is None else self.tp_comm_s["all_reduce"]
 
     def programs(self) -> list[StageProgram]:
         """One :class:`StageProgram` per stage with one forward and one backward task each."""
@@ -408,12 +611,36 @@ def _representatives(p: int) -> list[int]:
     return sorted({0, min(1, p - 1), p - 1})
 
 
+def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
+    """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
+    first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
+    ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
+    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision."""
+    m, pl = session.model, session.plan
+    t, p = pl.tensor_parallel, pl.pipeline_parallel
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    e = DTYPE_BYTES[pl.precision]
+    fam = model_math.family_of(m)
+    sharded, replicated = fam.layer_parameters(m)
+    layer = sharded / t + replicated
+    (f_sh, f_rep), (l_sh, l_rep) = fam.edge_parameters(m, t)
+    first = f_sh / t + f_rep if stage == 0 else 0.0
+    last = l_sh / t + l_rep + (f_sh / t if p > 1 else 0.0) if stage == p - 1 else 0.0
+    out = _DataParallel()
+    for name, n in (("layer", layer), ("first", first), ("last", last)):
+        if n <= 0:
+            continue
+        setattr(out, f"{name}_ag", comm_call("all_gather", n * e))
+        setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
+        setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
+    return out
+
+
 def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
     """Durations of each stage's work at micro-batch granularity (see :class:`StageTimes`).
 
     The values are those of the per-op graph of :func:`build_graph` (same
-    lookups, same communication model); per-op durations are summed in
-    program order.
+    lookups, same communication model, same templates).
 
     Parameters
     ----------
@@ -422,7 +649,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     store : ProfileStore
     cache : dict, optional
         Memo of op lookups and communication times shared between calls; keys
-        include the store's identity, the model and the cluster, so one dict can
+        hold everything a value depends on (the store's identity, the op key,
+        the cluster and the plan's t and d for communication), so one dict can
         serve any sessions. Plan sweeps pass one to reuse lookups across plans.
 
     Raises
@@ -434,53 +662,195 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
     e = DTYPE_BYTES[pl.precision]
     warnings: list[str] = []  # communication lookups
-    env = (id(store), m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn, m.seq_length,
-           m.vocab_size, cl.gpus_per_node, cl.intra_node_bandwidth_gbytes_per_s,
-           cl.inter_node_bandwidth_gbits_per_s, pl.precision)
+    key = op_key(session)
+    okey = ("ops", id(store), tuple(sorted(key.items())))
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
-        key = ("ops", env, t, pl.micro_batch_size)
-        if key not in cache:
-            cache[key] = lookup_op_times(session, store)
-        ops = cache[key]
+        if okey not in cache:
+            cache[okey] = lookup_op_times(session, store)
+        ops = cache[okey]
     times = ops.times
     comm = CommModel(store, pl, cl)
+    # CommModel reads the store, the cluster and the plan's t and d (rank placement)
+    ckey = (id(store), dataclasses.astuple(cl), t, d)
+
+    def tp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "tp_collective", kind, nbytes))
+
+    def dp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "dp_collective", kind, nbytes))
+
     act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
-    ar = (_memo(cache, ("tp", env, t, act_bytes), warnings, _comm_call(comm, "tp_all_reduce", act_bytes))
-          if t > 1 else None)
-    fwd_s, bwd_s = np.empty(p), np.empty(p)
+    tp = None
+    if t > 1:
+        kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
+        tp = {k: tp_call(k, act_bytes) for k in kinds}
     reps = _representatives(p)
+    fwd_s, bwd_s, ready, tail = np.empty(p), np.empty(p), np.zeros(p), np.zeros(p)
+    dps: list[_DataParallel | None] = [None] * p
     for i in reps:
-        def sums(sink: list[str], i: int = i) -> tuple[float, float]:
-            fwd, bwd = _stage_tasks(session, i, times, ar)
-            return sum(x[2] for x in fwd), sum(x[2] for x in bwd)
-        fwd_s[i], bwd_s[i] = _memo(cache, ("stage", env, t, pl.micro_batch_size, pl.recompute, p, i),
-                                   warnings, sums)
-    if p > 2:
-        fwd_s[1:-1], bwd_s[1:-1] = fwd_s[1], bwd_s[1]
+        dps[i] = _data_parallel(session, i, dp_call) if d > 1 else None
+        fwd, bwd = _stage_tasks(session, i, times, tp, dps[i])
+        fwd_s[i] = _template_times(fwd)[2]
+        bwd_s[i] = _template_times(bwd)[2]
+        if fwd.start:
+            ready[i] = _template_times(fwd, start_at_zero=True)[2] - fwd_s[i]
+        tail[i] = _tail_exposure(bwd)
     p2p_bytes = act_bytes / t
     share = [comm.stages_share_node(i) for i in range(p - 1)]
     hop = np.empty(max(p - 1, 0))
     for flag in set(share):
         i = share.index(flag)
-        hop[np.array(share) == flag] = _memo(cache, ("p2p", env, flag, p2p_bytes), warnings,
+        hop[np.array(share) == flag] = _memo(cache, ("p2p", ckey, flag, p2p_bytes), warnings,
                                              _comm_call(comm, "p2p", i, p2p_bytes))
     send_fwd, send_bwd = np.zeros(p), np.zeros(p)
     send_fwd[:-1], send_bwd[1:] = hop, hop
     n_params = params_per_gpu(session)
-    dp_s, opt_s = np.zeros(p), np.empty(p)
+    shards = optimizer_params(session)
+    z = pl.zero_stage
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
     for i in reps:
         if d > 1:
-            nbytes = n_params[i] * e
-            dp_s[i] = _memo(cache, ("dp", env, t, d, nbytes), warnings,
-                            _comm_call(comm, "dp_all_reduce", nbytes))
-        opt_s[i] = _memo(cache, ("opt", env, n_params[i]), warnings,
-                         lambda sink, n=n_params[i]: optimizer_time(store, n, pl.precision))
+            if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
+                reduce_s[i] = dp_call("reduce_scatter" if z == 1 else "all_reduce", n_params[i] * g)
+            if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
+                after_opt[i] = dp_call("all_gather", n_params[i] * e)
+        shard = shards[i]
+        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shard), warnings,
+                         lambda sink, n=shard: optimizer_time(store, n, pl.precision))
     if p > 2:
-        dp_s[1:-1], opt_s[1:-1] = dp_s[1], opt_s[1]
-    return StageTimes(fwd_s, bwd_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, dict(times), ar,
-                      ops.warnings + sorted(set(warnings)))
+        for a in (fwd_s, bwd_s, ready, tail, reduce_s, opt_s, after_opt):
+            a[1:-1] = a[1]
+        dps[1:-1] = [dps[1]] * (p - 2)
+    dp_s = reduce_s + tail + after_opt
+    return StageTimes(fwd_s, bwd_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, ready, dict(times), tp,
+                      dps, reduce_s, tail, after_opt, ops.warnings + sorted(set(warnings)))
+
+
+def _stage_ops(graph: ExecutionGraph, stage: int, fwd: _Template, bwd: _Template
+               ) -> list[tuple[str, int, int]]:
+    """``(phase, first task, last task)`` of each forward ("F") or backward ("B") of ``stage`` in
+    program order, found by matching the templates against the stage's chain of tasks."""
+    idx = np.flatnonzero((graph.stage == stage) & (graph.kind != K["pp_p2p"])
+                         & (graph.microbatch >= 0))
+    kinds, ops = graph.kind[idx], (graph.op[idx] if graph.op is not None else np.full(idx.size, -1))
+    sigs = []
+    for phase, tmpl in (("F", fwd), ("B", bwd)):
+        sigs.append((phase, np.array([x[0] for x in tmpl.tasks]), np.array([x[4] for x in tmpl.tasks])))
+    out, pos = [], 0
+    while pos < idx.size:
+        for phase, k, o in sigs:
+            n = k.size
+            if np.array_equal(kinds[pos:pos + n], k) and np.array_equal(ops[pos:pos + n], o):
+                out.append((phase, int(idx[pos]), int(idx[pos + n - 1])))
+                pos += n
+                break
+        else:
+            raise AssertionError(f"stage {stage}: task {int(idx[pos])} starts no known template")
+    return out
+
+
+def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _Template]],
+                       after_optimizer_s: np.ndarray | None = None) -> ExecutionGraph:
+    """``graph`` with the communication that overlaps computation (see :class:`_Template`) and the
+    parameter all-gather after each stage's optimizer step (``after_optimizer_s``, 0: none).
+
+    Every such task runs on its stage's communication stream (one chain per
+    collective kind and op). A side task that starts with its op depends on what
+    the op's first task depends on; one that ends its op gates every successor of
+    the op's last task (the next op and the pipeline send), so the merged tasks of
+    :meth:`StageTimes.programs` keep the same times.
+    """
+    p = graph.num_stages
+    need = any(f.side or f.start or b.side or b.last for f, b in templates)
+    if after_optimizer_s is not None and np.any(after_optimizer_s > 0):
+        need = True
+    if not need:
+        return graph
+    src, dst = graph.src, graph.dst
+    by_dst = np.argsort(dst, kind="stable")
+    by_src = np.argsort(src, kind="stable")
+    sorted_dst, sorted_src = dst[by_dst], src[by_src]
+
+    def preds(x: int) -> np.ndarray:
+        lo, hi = np.searchsorted(sorted_dst, [x, x + 1])
+        return src[by_dst[lo:hi]]
+
+    def succs(x: int) -> np.ndarray:
+        lo, hi = np.searchsorted(sorted_src, [x, x + 1])
+        return dst[by_src[lo:hi]]
+
+    n0 = graph.num_tasks
+    new: dict[str, list] = {k: [] for k in ("dur", "stage", "mb", "layer", "op")}
+    e_src: list[np.ndarray] = []
+    e_dst: list[np.ndarray] = []
+
+    def task(stage: int, mb: int, dur: float, layer: int, op: int) -> int:
+        for k, v in zip(("dur", "stage", "mb", "layer", "op"), (dur, stage, mb, layer, op)):
+            new[k].append(v)
+        return n0 + len(new["dur"]) - 1
+
+    def edges(a, b) -> None:
+        a, b = np.atleast_1d(np.asarray(a, np.int64)), np.atleast_1d(np.asarray(b, np.int64))
+        a, b = np.broadcast_arrays(a, b)
+        e_src.append(a.ravel())
+        e_dst.append(b.ravel())
+
+    for i in range(p):
+        fwd, bwd = templates[i]
+        tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
+        ops = _stage_ops(graph, i, fwd, bwd) if (fwd.side or fwd.start or bwd.side or bwd.last) else []
+        for n_op, (phase, first, last) in enumerate(ops):
+            tmpl = fwd if phase == "F" else bwd
+            mb = int(graph.microbatch[first])
+            prev: dict[int, int] = {}
+            for _, dur, layer, op, after, before in tmpl.side:
+                x = task(i, mb, dur, layer, op)
+                edges(preds(first) if after < 0 else first + after, x)
+                if op in prev:
+                    edges(prev[op], x)
+                prev[op] = x
+                edges(x, first + before if before is not None else succs(last))
+            if n_op == 0 and phase == "F" and tmpl.start:
+                prev = {}
+                for _, dur, layer, op, before in tmpl.start:
+                    x = task(i, -1, dur, layer, op)
+                    if op in prev:
+                        edges(prev[op], x)
+                    prev[op] = x
+                    edges(x, first + before)
+            if n_op == len(ops) - 1 and tmpl.last and tail.size:
+                prev = {}
+                for _, dur, layer, op, after in tmpl.last:
+                    x = task(i, mb, dur, layer, op)
+                    edges(first + after, x)
+                    if op in prev:
+                        edges(prev[op], x)
+                    prev[op] = x
+                    edges(x, tail[0])
+        if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
+            x = task(i, -1, float(after_optimizer_s[i]), -1, OP["dp_all_gather"])
+            edges(tail[-1], x)
+    k = len(new["dur"])
+    if not k:
+        return graph
+    return ExecutionGraph(
+        duration_s=np.concatenate([graph.duration_s, np.array(new["dur"], np.float64)]),
+        kind=np.concatenate([graph.kind, np.full(k, K["dp_comm"], np.int8)]),
+        stream=np.concatenate([graph.stream, np.full(k, COMM, np.int8)]),
+        stage=np.concatenate([graph.stage, np.array(new["stage"], np.int32)]),
+        microbatch=np.concatenate([graph.microbatch, np.array(new["mb"], np.int32)]),
+        layer=np.concatenate([graph.layer, np.array(new["layer"], np.int32)]),
+        src=np.concatenate([src] + e_src).astype(np.int64),
+        dst=np.concatenate([dst] + e_dst).astype(np.int64),
+        num_stages=p,
+        op=(np.concatenate([graph.op, np.array(new["op"], np.int16)]) if graph.op is not None
+            else None),
+    )
 
 
 def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None
@@ -488,30 +858,46 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     """Execution graph of one iteration of Megatron-style GPT training.
 
     Per stage and micro-batch: embedding (first stage), per layer attention
-    and MLP with a tensor-parallel all-reduce after each (forward) or before
-    each (backward, the input gradient of the column-parallel GEMM), the
-    output layer with cross-entropy (last stage), and under full activation
-    recomputation a recomputed forward of each layer right before its
+    and MLP, the output layer with cross-entropy (last stage). Tensor
+    parallelism adds an all-reduce after each op in the forward and before it
+    in the backward (the input gradient of the column-parallel GEMM); with
+    sequence parallelism an all-gather before and a reduce-scatter after each
+    instead (Korthikanti et al. 2022). Full recomputation runs a layer's
+    forward again right before its backward (the stage's first
+    ``recompute_num_layers`` layers when set, Megatron's block method);
+    selective recomputation runs the attention core again before the attention
     backward. Pipeline transfers carry ``b*s*h/t`` elements per GPU
     (Megatron's scatter-gather optimisation; the all-gather after it is not
-    modelled). After the last backward, the data-parallel gradient
-    all-reduce, then the optimizer step.
+    modelled).
+
+    Data parallelism (one bucket per layer; :func:`_stage_tasks`): ZeRO 0
+    all-reduces the gradients and ZeRO 1 (Megatron's distributed optimizer)
+    reduce-scatters them after the last backward, or bucket by bucket under
+    the final backward with ``overlap_grad_reduce`` (tasks on the
+    communication stream, each after its layer's backward; the optimizer
+    waits for the last). ZeRO 2 and 3 reduce-scatter every micro-batch's
+    gradients (blocking, or overlapped within that backward), and ZeRO 3
+    all-gathers each layer's parameters before its forward and its backward
+    (blocking, or prefetched on the communication stream with
+    ``overlap_param_gather``). The optimizer steps over the stage's
+    parameters, ``1/d`` of them from ZeRO 1 on; ZeRO 1 and 2 then all-gather
+    the updated parameters, after the step or, with ``overlap_param_gather``,
+    from the start of the (next) iteration under the first forward.
 
     Parameters
     ----------
     session : Session
     store : ProfileStore
     detail : {"op", "microbatch"}
-        ``"op"``: one task per op and all-reduce (what the timeline draws).
+        ``"op"``: one task per op and collective (what the timeline draws).
         ``"microbatch"``: each stage's forward (resp. backward with
         recomputation) of one micro-batch merged into one ``forward`` (resp.
-        ``backward``) task of summed duration, ``layer = -1``. The merged
-        tasks are chains with one entry (the first task) and one exit (the last
-        task), so every remaining task (pipeline transfers, data-parallel
-        all-reduce, optimizer step) and the iteration time keep their start
-        and end times (up to float rounding of the sums); the graph is about
-        ``L/p * 4`` times smaller. The compute/communication split per stage
-        is lost.
+        ``backward``) task of the span of its tasks, ``layer = -1``; the
+        data-parallel tail of each stage merged into one task. The merged
+        tasks have one entry and one exit, so every remaining task (pipeline
+        transfers, optimizer step) and the iteration time keep their start and
+        end times (up to float rounding); the graph is about ``L/p * 4`` times
+        smaller. The compute/communication split per stage is lost.
     cache : dict, optional
         Memo of lookups shared between calls (see :func:`stage_times`).
 
@@ -532,14 +918,28 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
     pl = session.plan
     st = stage_times(session, store, cache)
+    p, m = pl.pipeline_parallel, pl.num_microbatches
     if detail == "microbatch":
-        return build_pipeline_graph(st.programs(), pl.num_microbatches, pl.schedule), st.warnings
-    programs = []
-    for i in range(pl.pipeline_parallel):
-        fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_all_reduce_s)
+        graph = build_pipeline_graph(st.programs(), m, pl.schedule)
+        templates = []
+        for i in range(p):
+            fwd, bwd = _Template(), _Template()
+            fwd.add(K["forward"], COMPUTE, st.fwd_s[i], -1, "attention_fwd")
+            bwd.add(K["backward"], COMPUTE, st.bwd_s[i], -1, "attention_bwd")
+            fwd.tasks[0] = fwd.tasks[0][:4] + (-1,)
+            bwd.tasks[0] = bwd.tasks[0][:4] + (-1,)
+            if st.first_ready_s[i] > 0:  # the first forward waits for its parameters' all-gather
+                fwd.start.append((K["dp_comm"], float(st.first_ready_s[i]), -1, OP["dp_all_gather"], 0))
+            templates.append((fwd, bwd))
+        return _attach_side_tasks(graph, templates), st.warnings
+    programs, templates = [], []
+    reduce_after = pl.data_parallel > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    for i in range(p):
+        fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
+        templates.append((fwd, bwd))
         programs.append(StageProgram.from_tasks(
-            fwd, bwd, send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
-            dp_comm_s=float(st.dp_comm_s[i]) if st.has_dp_comm else None,
+            fwd.tasks, bwd.tasks, send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
+            dp_comm_s=float(st.dp_reduce_s[i]) if reduce_after else None,
             optimizer_s=float(st.optimizer_s[i])))
-    graph = build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
-    return graph, st.warnings
+    graph = build_pipeline_graph(programs, m, pl.schedule)
+    return _attach_side_tasks(graph, templates, st.after_optimizer_s), st.warnings

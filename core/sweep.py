@@ -65,6 +65,7 @@ no global state except read-only caches::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
@@ -76,21 +77,25 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
-                     validate)
+from . import model_math
+from .config import (PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
+                     ParallelPlan, Session, plan_key, validate)
+from .costing import costing
 from .graph import schedule_order, stage_times
-from .simulate import model_flops_per_iteration, open_profile, profile_path, stage_memory
+from .simulate import memory_verdict, open_profile, profile_path
 
-__all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
+__all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS", "enumerate_plans",
            "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
+#: The plan's columns: every field of :class:`~core.config.ParallelPlan`, in its order.
+PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
-COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-           "num_microbatches", "schedule", "recompute", "num_gpus", "iteration_time_s",
-           "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
-           "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+COLUMNS = PLAN_COLUMNS + (
+    "num_microbatches", "num_gpus", "iteration_time_s", "tokens_per_s", "mfu", "hfu",
+    "training_days", "gpu_hours", "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory",
+    "on_pareto_front", "reason")
 
 ProgressFn = Callable[[int, int], None]
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
@@ -136,6 +141,13 @@ class SweepSpace:
         Pipeline schedules from :data:`core.config.SCHEDULES`. Default: all.
     recompute : sequence of str
         Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
+    sequence_parallel : sequence of bool, optional
+        Sequence parallelism off / on. Default: the session plan's setting.
+    zero_stages : sequence of int, optional
+        ZeRO stages from :data:`core.config.ZERO_STAGES`. Default: the session plan's.
+
+    Every other plan field (overlap, gradient dtype, uneven first and last
+    stages, recomputed layers under full recomputation) is the session plan's.
     """
 
     num_gpus: int | Sequence[int] | None = None
@@ -148,6 +160,8 @@ class SweepSpace:
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
+    sequence_parallel: Sequence[bool] | None = None
+    zero_stages: Sequence[int] | None = None
 
     def gpu_counts(self) -> tuple[int, ...] | None:
         """``num_gpus`` as a sorted tuple, or None when unset."""
@@ -194,6 +208,19 @@ class SweepSpace:
             for v in values:
                 if v not in choices:
                     errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of {', '.join(choices)}"))
+        for name, kinds, choices in (("sequence_parallel", (bool, np.bool_), (False, True)),
+                                     ("zero_stages", (int, np.integer), ZERO_STAGES)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            values = list(values) if isinstance(values, (list, tuple)) else [values]
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            for v in values:
+                ok = isinstance(v, kinds) and (name == "sequence_parallel" or not isinstance(v, bool))
+                if not ok or v not in choices:
+                    errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of "
+                                           f"{', '.join(str(c).lower() for c in choices)}"))
         if self.num_gpus is not None and self.max_gpus is not None:
             errs.append(FieldError("sweep.num_gpus", "give either num_gpus (exact) or max_gpus, not both"))
         if (self.num_gpus is None and self.max_gpus is None and self.data_parallel is None
@@ -252,14 +279,15 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     Parameters
     ----------
     session : Session
-        Supplies the model, cluster, cost inputs and ``plan.global_batch_size``,
-        ``plan.precision``; its own t, p, d, b, schedule and recompute are ignored.
+        Supplies the model, cluster, cost inputs and the plan fields the space does
+        not sweep (``global_batch_size``, ``precision``, overlap ...).
     space : SweepSpace
 
     Returns
     -------
     list of ParallelPlan
-        Ordered by t, p, d, b, schedule, recompute (the orders of their candidate lists).
+        Ordered by t, p, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        of their candidate lists).
 
     Raises
     ------
@@ -283,6 +311,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
+    sps = (list(dict.fromkeys(bool(v) for v in _as_list(space.sequence_parallel)))
+           if space.sequence_parallel is not None else [base.sequence_parallel])
+    zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
+          if space.zero_stages is not None else [base.zero_stage])
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
@@ -303,9 +335,16 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                 for b in bs:
                     for sched in scheds:
                         for rc in rcs:
-                            plan = ParallelPlan(t, p, d, b, B, sched, rc, base.precision)
-                            if not validate(Session(m, plan, cl, session.cost)):
-                                plans.append(plan)
+                            for sp in sps:
+                                for z in zs:
+                                    plan = dataclasses.replace(
+                                        base, tensor_parallel=t, pipeline_parallel=p,
+                                        data_parallel=d, micro_batch_size=b, schedule=sched,
+                                        recompute=rc, sequence_parallel=sp, zero_stage=z,
+                                        recompute_num_layers=(base.recompute_num_layers
+                                                              if rc == "full" else None))
+                                    if not validate(Session(m, plan, cl, session.cost)):
+                                        plans.append(plan)
     return plans
 
 
@@ -351,7 +390,8 @@ def _pipeline_structure(schedule: str, p: int, m: int):
 def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
                              bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
                              dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
-                             return_updates: bool = False) -> np.ndarray | tuple[np.ndarray, int]:
+                             return_updates: bool = False, first_ready_s: np.ndarray | None = None
+                             ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
     Equals the critical path of :func:`core.graph.build_pipeline_graph` on
@@ -385,6 +425,9 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         Tail of each stage after its last backward (0 for a missing all-reduce).
     return_updates : bool
         Also return the number of stage updates made (diagnostics).
+    first_ready_s : float array, shape (p, n), optional
+        Earliest start of each stage's first op (its parameters' all-gather under
+        ``overlap_param_gather``, :attr:`core.graph.StageTimes.first_ready_s`); default 0.
 
     Returns
     -------
@@ -422,6 +465,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     cb_next = np.concatenate([cb[1:], np.zeros((1, n))])                    # send of i+1
     Q += np.where(from_prev[:, :, None], cf_prev[:, None, :],
                   np.where(from_next[:, :, None], cb_next[:, None, :], 0.0))
+    ready = None
+    if first_ready_s is not None:
+        ready = np.asarray(first_ready_s, np.float64)
+        if ready.shape != F.shape:
+            raise ValueError("first_ready_s must have the shape of fwd_s, (p, n)")
     E = np.full((p * 2 * m + 1, n), -np.inf)  # flattened (p, 2m) end times + a row of zeros
     E[-1] = 0.0
     version = np.zeros(p + 2, np.int64)       # version[i + 1]: changes of stage i so far
@@ -436,7 +484,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
             if seen[i, 0] == nbr[0] and seen[i, 1] == nbr[1]:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
-            new = np.maximum.accumulate(E[src[i]] + Q[i], axis=0)
+            x = E[src[i]] + Q[i]
+            if ready is not None:  # op 0: R[0] - S[-1] = R[0], at least the stage's ready time
+                x[0] = np.maximum(x[0], ready[i])
+            new = np.maximum.accumulate(x, axis=0)
             new += S[i]
             updates += 1
             rows = slice(i * 2 * m, (i + 1) * 2 * m)
@@ -500,13 +551,17 @@ class SweepResult:
     session : Session
         The sweep's input (model, cluster, cost inputs, B, precision).
     space : SweepSpace
-    tensor_parallel, pipeline_parallel, data_parallel : int64 arrays
-    micro_batch_size, num_microbatches, num_gpus : int64 arrays
-    schedule, recompute : str arrays
+    plans : list of ParallelPlan
+        The plan of each row.
+    plan_columns : dict of str to array
+        One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
+        attribute (``result.tensor_parallel``): int64 for integers, bool, str
+        arrays; object arrays for fields that may be None.
+    num_microbatches, num_gpus : int64 arrays
     iteration_time_s : float64 array
         Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
-    tokens_per_s, mfu : float64 arrays
-        Throughput (tokens/s) and model FLOPs utilization (0..1).
+    tokens_per_s, mfu, hfu : float64 arrays
+        Throughput (tokens/s), model and hardware FLOPs utilization (0..1).
     training_days, gpu_hours, cost_usd : float64 arrays
         For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
     max_memory_per_gpu_bytes : float64 array
@@ -531,17 +586,14 @@ class SweepResult:
 
     session: Session
     space: SweepSpace
-    tensor_parallel: np.ndarray
-    pipeline_parallel: np.ndarray
-    data_parallel: np.ndarray
-    micro_batch_size: np.ndarray
+    plans: list[ParallelPlan]
+    plan_columns: dict[str, np.ndarray]
     num_microbatches: np.ndarray
     num_gpus: np.ndarray
-    schedule: np.ndarray
-    recompute: np.ndarray
     iteration_time_s: np.ndarray
     tokens_per_s: np.ndarray
     mfu: np.ndarray
+    hfu: np.ndarray
     training_days: np.ndarray
     gpu_hours: np.ndarray
     cost_usd: np.ndarray
@@ -557,6 +609,13 @@ class SweepResult:
     warnings: list[str] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
 
+    def __getattr__(self, name: str) -> np.ndarray:
+        # the plan's columns by field name: result.tensor_parallel, result.schedule, ...
+        columns = self.__dict__.get("plan_columns")
+        if columns is not None and name in columns:
+            return columns[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def num_plans(self) -> int:
         """Number of valid plans (fitting or not)."""
@@ -568,12 +627,8 @@ class SweepResult:
         return int(np.count_nonzero(self.fits_in_memory))
 
     def plan(self, i: int) -> ParallelPlan:
-        """The parallel plan of row ``i``."""
-        base = self.session.plan
-        return ParallelPlan(int(self.tensor_parallel[i]), int(self.pipeline_parallel[i]),
-                            int(self.data_parallel[i]), int(self.micro_batch_size[i]),
-                            base.global_batch_size, str(self.schedule[i]), str(self.recompute[i]),
-                            base.precision)
+        """The parallel plan of row ``i`` (a copy)."""
+        return dataclasses.replace(self.plans[i])
 
     def session_for(self, i: int) -> Session:
         """A new session: the sweep's model, cluster and cost with the plan of row ``i``."""
@@ -582,13 +637,11 @@ class SweepResult:
         return s
 
     def index_of(self, plan: ParallelPlan) -> int | None:
-        """Row of ``plan`` (t, p, d, b, schedule, recompute), or None when not in the sweep."""
-        hit = np.flatnonzero(
-            (self.tensor_parallel == plan.tensor_parallel)
-            & (self.pipeline_parallel == plan.pipeline_parallel)
-            & (self.data_parallel == plan.data_parallel) & (self.micro_batch_size == plan.micro_batch_size)
-            & (self.schedule == plan.schedule) & (self.recompute == plan.recompute))
-        return int(hit[0]) if hit.size else None
+        """Row of ``plan`` (every field equal), or None when not in the sweep."""
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = self.__dict__["_index"] = {plan_key(pl): i for i, pl in enumerate(self.plans)}
+        return index.get(plan_key(plan))
 
     def pareto_indices(self) -> np.ndarray:
         """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
@@ -695,6 +748,22 @@ class SweepResult:
         atomic_write_text(path, self.csv_text())
 
 
+def _plan_columns(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
+    """One array per plan field: int64, bool or str when every value is one, object otherwise."""
+    out = {}
+    for name in PLAN_COLUMNS:
+        values = [getattr(pl, name) for pl in plans]
+        if values and all(isinstance(v, bool) for v in values):
+            out[name] = np.array(values, bool)
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            out[name] = np.array(values, np.int64)
+        elif values and all(isinstance(v, str) for v in values):
+            out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
+        else:
+            out[name] = np.array(values, dtype=object)
+    return out
+
+
 def _best(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     idx = np.flatnonzero(mask)
     if not idx.size:
@@ -761,21 +830,17 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     if store is None:
         store = open_profile(profile_path(session))
     n = len(plans)
-    col = {k: np.zeros(n, np.int64) for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                                               "micro_batch_size", "num_microbatches", "num_gpus")}
-    for i, pl in enumerate(plans):
-        col["tensor_parallel"][i], col["pipeline_parallel"][i] = pl.tensor_parallel, pl.pipeline_parallel
-        col["data_parallel"][i], col["micro_batch_size"][i] = pl.data_parallel, pl.micro_batch_size
-        col["num_microbatches"][i], col["num_gpus"][i] = pl.num_microbatches, pl.num_gpus
+    num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
     iteration = np.zeros(n)
     max_mem = np.zeros(n)
     reason = [""] * n
     capacity = float(store.memory_bytes)
+    reserve = float(session.cluster.memory_reserve_fraction)
     groups: dict[tuple[int, int, str], list[int]] = defaultdict(list)
     for i, pl in enumerate(plans):
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
     lookup_cache: dict = {}
-    times_cache: dict[tuple, Any] = {}
     warnings: set[str] = set()  # of plans that fit: the others' lookups are never used
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
@@ -788,49 +853,39 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             idx = group[start:start + step]
-            cols = np.empty((6, p, len(idx)))
+            cols = np.empty((7, p, len(idx)))
             for j, i in enumerate(idx):
                 pl = plans[i]
-                key = (pl.tensor_parallel, p, pl.data_parallel, pl.micro_batch_size, pl.recompute)
-                st = times_cache.get(key)
-                if st is None:
-                    st = times_cache[key] = stage_times(Session(model, pl, cluster, cost), store,
-                                                        lookup_cache)
+                st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
                 cols[:, :, j] = (st.fwd_s, st.bwd_s, st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
-                                 st.optimizer_s)
-                totals = [sm.total_bytes for sm in stage_memory(Session(model, pl, cluster, cost))]
-                worst = int(np.argmax(totals))
-                max_mem[i] = totals[worst]
-                if totals[worst] > capacity:  # same rule and message as core.simulate
-                    reason[i] = (f"does not fit: stage {worst} needs {totals[worst] / 2**30:.1f} GiB "
-                                 f"per GPU, the GPU has {capacity / 2**30:.1f} GiB")
-                else:
+                                 st.optimizer_s, st.first_ready_s)
+                # same rule and message as core.simulate
+                max_mem[i], fits, reason[i] = memory_verdict(model_math.stage_memory(model, pl),
+                                                             capacity, reserve)
+                if fits:
                     warnings.update(st.warnings)
-            iteration[idx] = pipeline_iteration_times(schedule, m, *cols)
+            ready = cols[6] if cols[6].any() else None
+            iteration[idx] = pipeline_iteration_times(schedule, m, *cols[:6], first_ready_s=ready)
             done += len(idx)
             if progress is not None:
                 progress(done, n)
     # Cost, as core.simulate computes it.
-    tokens_per_iter = session.plan.global_batch_size * model.seq_length
-    iterations = cost.training_tokens / tokens_per_iter
-    train_s = iterations * iteration
-    num_gpus = col["num_gpus"].astype(np.float64)
-    gpu_hours = train_s * num_gpus / 3600
-    peak = float(store.peak_flops[session.plan.precision]) * num_gpus
-    fits = max_mem <= capacity
-    days = train_s / 86400
-    cost_usd = gpu_hours * cost.price_per_gpu_hour_usd
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tokens_per_s = tokens_per_iter / iteration
-        mfu = model_flops_per_iteration(session) / iteration / peak
-    schedules = np.array([pl.schedule for pl in plans], dtype=f"<U{max(map(len, SCHEDULES))}")
-    recomputes = np.array([pl.recompute for pl in plans], dtype=f"<U{max(map(len, RECOMPUTE_MODES))}")
+    flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
+    hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
+    figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
+                      model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
+                      peak_flops_per_gpu=float(store.peak_flops[session.plan.precision]),
+                      training_tokens=cost.training_tokens,
+                      price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
+    fits = max_mem <= capacity * (1 - reserve)
+    days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
     result = SweepResult(
-        session=session, space=space, **col, schedule=schedules, recompute=recomputes,
-        iteration_time_s=iteration, tokens_per_s=tokens_per_s, mfu=mfu, training_days=days,
-        gpu_hours=gpu_hours, cost_usd=cost_usd, max_memory_per_gpu_bytes=max_mem,
-        fits_in_memory=fits, reason=reason, pareto=pareto,
+        session=session, space=space, plans=plans, plan_columns=_plan_columns(plans),
+        num_microbatches=num_mb, num_gpus=num_gpus,
+        iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
+        hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
+        max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=sorted(warnings),

@@ -50,8 +50,8 @@ def test_exact_budget_count_by_hand():
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # B=4: d=4 with b=2 breaks B % (d*b) == 0, the only one
     assert len(enumerate_plans(tiny_session(4), space)) == 11
-    # every schedule and recomputation mode: 4x
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 48
+    # every schedule (2) and recomputation mode (none, selective, full): 6x
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 72
 
 
 def test_max_budget_count_by_hand():
@@ -230,7 +230,7 @@ def test_batch_equals_simulate_on_mtnlg_plans():
     result = run_sweep(s, SweepSpace(tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
                                      data_parallel=(12, 16), micro_batch_sizes=(1, 2),
                                      max_data_parallel=16))
-    assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 2
+    assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 3  # t, p, d, b, schedule, recompute
     rows = [result.index_of(s.plan)] + list(range(0, result.num_plans, 9))
     check_against_simulate(result, rows)
 
