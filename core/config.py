@@ -41,6 +41,7 @@ __all__ = [
     "ZERO_STAGES",
     "GRAD_REDUCE_DTYPES",
     "plan_key",
+    "plan_field_title",
     "stage_layer_counts",
     "grad_dtype",
 ]
@@ -191,6 +192,12 @@ class ParallelPlan:
 
 #: Names of the plan's fields, in order: the sweep's plan columns and the cache keys.
 PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ParallelPlan))
+
+
+def plan_field_title(name: str) -> str:
+    """Short column title of plan field ``name`` (its ``short`` metadata, else the name)."""
+    f = ParallelPlan.__dataclass_fields__[name]
+    return f.metadata.get("short") or name
 
 
 def plan_key(plan: ParallelPlan) -> tuple:

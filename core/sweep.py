@@ -163,6 +163,16 @@ class SweepSpace:
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
 
+    def swept_fields(self) -> tuple[str, ...]:
+        """Plan fields this space chooses; every other plan field is the session plan's."""
+        out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+               "schedule", "recompute", "recompute_num_layers")
+        if self.sequence_parallel is not None:
+            out += ("sequence_parallel",)
+        if self.zero_stages is not None:
+            out += ("zero_stage",)
+        return out
+
     def gpu_counts(self) -> tuple[int, ...] | None:
         """``num_gpus`` as a sorted tuple, or None when unset."""
         if self.num_gpus is None:

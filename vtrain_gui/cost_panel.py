@@ -284,11 +284,13 @@ class CostPanel(QtWidgets.QWidget):
             height = np.array([getattr(m, attr) for m in report.memory], dtype=np.float64) / _GIB
             bar.setOpts(x=stages, height=height, y0=bottom.copy(), width=0.7)
             bottom += height
-        capacity_gib = report.memory_capacity_bytes / _GIB
+        # the line is the usable memory: the capacity less the reserve (cluster.memory_reserve_fraction)
+        usable = report.memory_capacity_bytes * (1 - report.memory_reserve_fraction)
+        capacity_gib = usable / _GIB
         self._capacity_line.setVisible(report.memory_capacity_bytes > 0)
         self._capacity_line.setValue(capacity_gib)
         # the label only re-renders while visible, so set the text after showing the line
-        self._capacity_line.label.setFormat("capacity {value:,.1f} GiB")
+        self._capacity_line.label.setFormat("usable {value:,.1f} GiB")
         item = self.memory_plot.getPlotItem()
         top = max(float(bottom.max()) if bottom.size else 0.0, capacity_gib) * 1.08
         n = max(stages.size, 1)
@@ -299,10 +301,12 @@ class CostPanel(QtWidgets.QWidget):
         if report.fits_in_memory:
             self._fit_label.setText(
                 f"Fits: at most {format_bytes(report.max_memory_per_gpu_bytes)} of "
-                f"{format_bytes(report.memory_capacity_bytes)} per GPU")
+                f"{format_bytes(usable)} usable per GPU ({report.memory_reserve_fraction:.0%} of "
+                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
             self._fit_label.setStyleSheet("color: #2E7D32;")
         else:
             self._fit_label.setText(
                 f"Does not fit: {format_bytes(report.max_memory_per_gpu_bytes)} needed per GPU, "
-                f"{format_bytes(report.memory_capacity_bytes)} available")
+                f"{format_bytes(usable)} usable ({report.memory_reserve_fraction:.0%} of "
+                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
             self._fit_label.setStyleSheet("color: #C62828; font-weight: bold;")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import html
 import math
 import re
 from pathlib import Path
@@ -31,7 +32,8 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, Session
+from core.config import (PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
+                         FieldError, ParallelPlan, Session, plan_field_title)
 from core.simulate import SimulationResult
 from core.sweep import SweepResult, SweepSpace, pareto_front
 
@@ -92,18 +94,17 @@ def _divisors(n: int) -> list[int]:
 
 
 def _plan_text(result: SweepResult, i: int) -> str:
-    return (f"t={int(result.tensor_parallel[i])} p={int(result.pipeline_parallel[i])} "
-            f"d={int(result.data_parallel[i])} b={int(result.micro_batch_size[i])} "
-            f"{result.schedule[i]} recompute={result.recompute[i]}")
+    return result.plans[i].label()
 
 
-def _same_inputs(a: Session, b: Session) -> bool:
-    """Whether a sweep of ``a`` is also a sweep of ``b`` (model, cluster, cost, B, precision)."""
+def _same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool:
+    """Whether a sweep of ``a`` is also a sweep of ``b``: model, cluster, cost and every plan
+    field the sweep does not choose (B, precision, overlap ...) equal."""
+    swept = set((space or SweepSpace()).swept_fields())
     return (dataclasses.asdict(a.model) == dataclasses.asdict(b.model)
             and dataclasses.asdict(a.cluster) == dataclasses.asdict(b.cluster)
             and dataclasses.asdict(a.cost) == dataclasses.asdict(b.cost)
-            and a.plan.global_batch_size == b.plan.global_batch_size
-            and a.plan.precision == b.plan.precision)
+            and all(getattr(a.plan, f) == getattr(b.plan, f) for f in PLAN_FIELDS if f not in swept))
 
 
 # --------------------------------------------------------------------------- settings
@@ -201,6 +202,16 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
         self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
+        self.sp_boxes = _check_box_row(form, "Sequence parallel", ("off", "on"),
+                                       "sweep.sequence_parallel")
+        self.zero_boxes = _check_box_row(form, "ZeRO stages", [str(z) for z in ZERO_STAGES],
+                                         "sweep.zero_stages")
+        for box in self.sp_boxes.values():
+            box.setToolTip("Sweep sequence parallelism off and/or on (Korthikanti et al. 2022)")
+        for box in self.zero_boxes.values():
+            box.setToolTip("ZeRO stages to sweep: 0 replicated, 1 distributed optimizer, 2 sharded "
+                           "gradients, 3 sharded parameters (FSDP)")
+        self._plan = ParallelPlan()  # the session's plan: its values are the defaults of the rows above
 
         self.deadline = QtWidgets.QDoubleSpinBox()
         self.deadline.setObjectName("sweep.deadline_days")
@@ -225,13 +236,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
         self.deadline.valueChanged.connect(self._on_value_change)
-        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values()):
+        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
+                    *self.sp_boxes.values(), *self.zero_boxes.values()):
             box.toggled.connect(self._on_box_toggle)
         self.reset(Session())
 
     # ------------------------------------------------------------------ API
     def reset(self, session: Session) -> None:
         """Show ``session.sweep``, or defaults for the session (at most its plan's GPUs)."""
+        self._plan = session.plan
         self.set_defaults_hint(session)
         settings = session.sweep
         if settings is not None:
@@ -305,6 +318,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["micro_batch_sizes"] = tuple(b) if b else ()
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
+        kw["sequence_parallel"] = tuple(n == "on" for n, box in self.sp_boxes.items() if box.isChecked())
+        kw["zero_stages"] = tuple(int(n) for n, box in self.zero_boxes.items() if box.isChecked())
         space = SweepSpace(**kw)
         errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
         if errors:
@@ -372,6 +387,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             rcs = [space.recompute] if isinstance(space.recompute, str) else list(space.recompute)
             for name, box in self.recompute_boxes.items():
                 box.setChecked(name in rcs)
+            # unset (older files, defaults): the session plan's own value
+            sps = (list(space.sequence_parallel) if space.sequence_parallel is not None
+                   else [bool(self._plan.sequence_parallel)])
+            for name, box in self.sp_boxes.items():
+                box.setChecked((name == "on") in sps)
+            zs = (list(space.zero_stages) if space.zero_stages is not None
+                  else [self._plan.zero_stage])
+            for name, box in self.zero_boxes.items():
+                box.setChecked(int(name) in zs)
             self.deadline.setValue(float(deadline or 0.0))
         finally:
             self._updating = False
@@ -443,15 +467,34 @@ def _yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
+def _plan_value_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return _yes_no(value)
+    return str(value)
+
+
+def _plan_columns() -> tuple[_Column, ...]:
+    """One column per plan field a sweep can vary (not B or the precision), from the field's
+    metadata, with m after b."""
+    out = []
+    for f in dataclasses.fields(ParallelPlan):
+        if f.metadata.get("label") == "never":
+            continue
+        right = str(f.type).startswith("int")
+        out.append(_Column(plan_field_title(f.name), f.name, f.metadata.get("help", ""),
+                           _plan_value_text, right))
+        if f.name == "micro_batch_size":
+            out.append(_Column("m", "num_microbatches", "Micro-batches per iteration m = B/(d·b)",
+                               format_count))
+    return tuple(out)
+
+
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
-TABLE_COLUMNS = (
-    _Column("t", "tensor_parallel", "Tensor-parallel size t", str),
-    _Column("p", "pipeline_parallel", "Pipeline-parallel size p", str),
-    _Column("d", "data_parallel", "Data-parallel size d", str),
-    _Column("b", "micro_batch_size", "Micro-batch size b (sequences)", str),
-    _Column("m", "num_microbatches", "Micro-batches per iteration m = B/(d·b)", format_count),
-    _Column("schedule", "schedule", "Pipeline schedule", str, False),
-    _Column("recompute", "recompute", "Activation recomputation", str, False),
+#: The plan's columns come from its fields; :meth:`ExploreTab.set_result` hides those that
+#: are the same for every plan (beyond t, p, d, b, schedule and recompute).
+TABLE_COLUMNS = _plan_columns() + (
     _Column("GPUs", "num_gpus", "World size t·p·d", format_count),
     _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
     _Column("days", "training_days", "Training time for the token budget (days)",
@@ -615,6 +658,9 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         if codes is None:
             values = (np.asarray(self._result.reason) if attr == "reason"
                       else getattr(self._result, attr))
+            if values.dtype == object:  # a plan field that may be None: None sorts first
+                values = np.array(["" if v is None else f"{v:020d}" if isinstance(v, int) else f"~{v}"
+                                   for v in values.tolist()])
             codes = self._codes[column] = np.unique(values, return_inverse=True)[1].ravel()
         return codes
 
@@ -1258,6 +1304,12 @@ class ExploreTab(QtWidgets.QWidget):
         self._selected = None
         self.plot.set_result(result)
         self.table_model.set_result(result)
+        for i, col in enumerate(TABLE_COLUMNS):  # plan fields equal in every plan: hidden
+            field = ParallelPlan.__dataclass_fields__.get(col.attr)
+            hide = (field is not None and field.metadata.get("label") != "always"
+                    and result is not None
+                    and len({repr(v) for v in result.plan_columns[col.attr].tolist()}) <= 1)
+            self.table.setColumnHidden(i, hide)
         has = result is not None
         if has:
             gpus = self._session.plan.num_gpus if isinstance(self._session.plan.num_gpus, int) else 1
@@ -1297,9 +1349,8 @@ class ExploreTab(QtWidgets.QWidget):
         self.preview.set_data(result.graph, result.schedule)
         pl, rep = result.session.plan, result.report
         self._preview_title.setText(
-            f"<b>Timeline of the plan in the editor</b>: t={pl.tensor_parallel} "
-            f"p={pl.pipeline_parallel} d={pl.data_parallel} b={pl.micro_batch_size} {pl.schedule} "
-            f"recompute={pl.recompute} — iteration {format_duration(rep.iteration_time_s)}, "
+            f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
+            f" — iteration {format_duration(rep.iteration_time_s)}, "
             f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
             f"MFU {format_fraction(rep.mfu)}")
 
@@ -1578,13 +1629,14 @@ class ExploreTab(QtWidgets.QWidget):
             self._source.setText("From the Plan tab: (invalid inputs)")
 
     def _update_stale(self) -> None:
-        stale = self._result is not None and not _same_inputs(self._result.session, self._session)
+        stale = self._result is not None and not _same_inputs(self._result.session, self._session,
+                                                              self._result.space)
         self._stale.setVisible(stale)
 
     def _update_current(self) -> None:
         r = self._result
         index = None
-        if r is not None and _same_inputs(r.session, self._session):
+        if r is not None and _same_inputs(r.session, self._session, r.space):
             index = r.index_of(self._session.plan)
         self._current = index
         self.plot.set_current(index)
