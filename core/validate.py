@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, gpu_kind, validate
+from .config import (PLAN_FIELDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
+                     gpu_kind, validate)
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "GENERAL_COLUMNS", "MeasurementFileError"]
@@ -40,7 +41,11 @@ GENERAL_COLUMNS: dict[str, Any] = {
     "tensor_parallel": None, "pipeline_parallel": None, "data_parallel": None,
     "virtual_pipeline_stages": 1, "sequence_parallel": "n", "recompute": "full",
     "precision": "fp16", "measured_iteration_time_s": None,
+    "distributed_optimizer": "n", "fsdp": "n", "overlap_grad_reduce": "n",
+    "first_stage_layers": "", "last_stage_layers": "",
 }
+#: Yes / no cells of the general layout (case-insensitive); "n/a ..." counts as no.
+_YES, _NO = ("y", "yes", "true", "1"), ("n", "no", "false", "0")
 _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
                    "# layers", "sequence length", "tensor parallelism", "data parallelism",
                    "pipeline parallelism", "iteration time (ms)"]
@@ -173,26 +178,45 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                         num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
                         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ffn,
                         seq_length=ints["seq_length"], vocab_size=ints["vocab_size"])
-    recompute = str(get["recompute"]).lower()
-    precision = str(get["precision"]).lower()
+    recompute = str(get["recompute"]).strip().lower()
+    precision = str(get["precision"]).strip().lower()
+    reasons = []
+    flags = {}
+    for col in ("sequence_parallel", "distributed_optimizer", "fsdp", "overlap_grad_reduce"):
+        text = str(get[col]).strip().lower()
+        if text in _YES or text in _NO or text.startswith("n/a"):
+            flags[col] = text in _YES
+        else:
+            flags[col] = False
+            reasons.append(f"{col}={get[col]!r} is not y or n")
+    uneven = {c: (_num(path, row, c, str(get[c]), int) if str(get[c]).strip() else None)
+              for c in ("first_stage_layers", "last_stage_layers")}
+    if flags["fsdp"] and flags["distributed_optimizer"]:
+        reasons.append("fsdp and distributed_optimizer are both y")
+    v = ints["virtual_pipeline_stages"]
+    interleaved = {}
+    if v > 1:
+        if "virtual_pipeline_stages" in PLAN_FIELDS:
+            interleaved = {"schedule": "interleaved", "virtual_pipeline_stages": v}
+        else:
+            reasons.append("interleaved schedule (virtual_pipeline_stages > 1) is not supported yet")
     plan = ParallelPlan(tensor_parallel=ints["tensor_parallel"], pipeline_parallel=ints["pipeline_parallel"],
                         data_parallel=ints["data_parallel"], micro_batch_size=ints["micro_batch_size"],
                         global_batch_size=ints["global_batch_size"], schedule="1f1b",
-                        recompute=recompute, precision=precision)
+                        recompute=recompute, precision=precision,
+                        sequence_parallel=flags["sequence_parallel"],
+                        zero_stage=3 if flags["fsdp"] else 1 if flags["distributed_optimizer"] else 0,
+                        overlap_grad_reduce=flags["overlap_grad_reduce"], **uneven, **interleaved)
     cluster = ClusterConfig(gpu=gpu_kind(str(get["gpu"])), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
                                                                   str(get["inter_node_bandwidth_gbps"])))
     session = Session(model, plan, cluster, CostConfig())
-    reasons = []
-    if ints["virtual_pipeline_stages"] > 1:
-        reasons.append("interleaved schedule (virtual_pipeline_stages > 1) is not supported yet")
-    if str(get["sequence_parallel"]).lower() in ("y", "yes", "true", "1"):
-        reasons.append("sequence parallelism is not supported yet")
-    if recompute == "selective":
-        reasons.append("selective recomputation is not supported yet")
     if plan.num_gpus != ints["num_gpus"]:
         reasons.append(f"num_gpus={ints['num_gpus']} disagrees with t*p*d={plan.num_gpus}")
-    n_params = model.num_parameters() / 1e9
+    try:
+        n_params = model.num_parameters() / 1e9
+    except (ValueError, ZeroDivisionError):
+        n_params = math.nan
     group = {"model": f"{n_params:.1f}B", "t": str(plan.tensor_parallel),
              "p": str(plan.pipeline_parallel), "source": path.name}
     return _finish(row, session,

@@ -12,6 +12,7 @@ from core.cli import main
 from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
 from core.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
 from core.ops import DEFAULT_OP_MODEL
+from core.config import PLAN_FIELDS
 from core.profiles_gen import generate_store
 from core.simulate import simulate
 from core.validate import (MeasurementFileError, error_metrics, predict_rows, read_measurements)
@@ -53,20 +54,44 @@ def test_general_layout_and_skip_reasons(tmp_path):
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,selective,0.5,x",  # selective
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x".replace("16,8,24", "32,8,24"),
         "A100,16,8,25,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x",      # 25 layers, p=2
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,maybe,full,0.5,x",  # not y or n
     ]
     path = tmp_path / "runs.csv"
     path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
     ms = read_measurements(path)
     reasons = [m.skip_reason for m in ms]
-    assert reasons[0] == ""
-    assert "interleaved schedule" in reasons[1]
-    assert "sequence parallelism" in reasons[2]
-    assert "selective recomputation" in reasons[3]
+    assert reasons[0] == "" and ms[0].session.plan.zero_stage == 0
+    assert reasons[2] == "" and ms[2].session.plan.sequence_parallel is True
+    assert reasons[3] == "" and ms[3].session.plan.recompute == "selective"
     assert "num_gpus=32 disagrees with t*p*d=16" in reasons[4]
     assert "num_layers=25 is not divisible by pipeline_parallel_size=2" in reasons[5]
+    assert "sequence_parallel='maybe' is not y or n" in reasons[6]
+    interleaved = "virtual_pipeline_stages" in PLAN_FIELDS
+    if interleaved:
+        assert reasons[1] == "" and ms[1].session.plan.virtual_pipeline_stages == 2
+    else:
+        assert "interleaved schedule" in reasons[1]
     result = predict_rows(ms, lambda s: simulate(s).report.iteration_time_s)
-    assert result.used.tolist() == [True, False, False, False, False, False]
-    assert result.metrics()["skipped"] == 5
+    assert result.used.tolist() == [True, interleaved, True, True, False, False, False]
+    # sequence parallelism and selective recomputation change the prediction
+    assert result.predicted_s[2] != result.predicted_s[0] != result.predicted_s[3]
+
+
+def test_general_layout_sharding_overlap_and_uneven_columns(tmp_path):
+    header = GENERAL_HEADER.replace(",extra", ",distributed_optimizer,fsdp,overlap_grad_reduce,"
+                                              "first_stage_layers,last_stage_layers")
+    base = "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,"
+    rows = [base + "y,n,y,,", base + "n/a (FSDP),y,n,,", base + "n,n,n,11,13",
+            base + "y,y,n,,", base + "n,n,n,20,20"]
+    path = tmp_path / "runs.csv"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    pl = [m.session.plan for m in ms]
+    assert ms[0].skip_reason == "" and pl[0].zero_stage == 1 and pl[0].overlap_grad_reduce
+    assert ms[1].skip_reason == "" and pl[1].zero_stage == 3 and not pl[1].overlap_grad_reduce
+    assert ms[2].skip_reason == "" and (pl[2].first_stage_layers, pl[2].last_stage_layers) == (11, 13)
+    assert "fsdp and distributed_optimizer are both y" in ms[3].skip_reason
+    assert "first_stage_layers + last_stage_layers = 40 must equal num_layers=24" in ms[4].skip_reason
 
 
 def test_general_layout_missing_column_is_a_clear_error(tmp_path):
