@@ -46,6 +46,16 @@ def test_import_contracts():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_cli_package_has_no_import_cycle():
+    """Subcommand modules share core.cli.common, never the package's __init__ (no cycle)."""
+    import grimp
+    graph = grimp.build_graph("core")
+    subs = sorted(graph.find_children("core.cli") - {"core.cli.__main__"})  # __main__ runs main()
+    assert {"core.cli.common", "core.cli.simulate", "core.cli.sweep", "core.cli.gui"} <= set(subs)
+    for m in subs:
+        assert graph.find_shortest_chain(importer=m, imported="core.cli") is None, m
+
+
 def test_schema_v1_fixture_still_opens():
     s = ProfileStore.open(ROOT / "tests" / "data" / "profile_store_v1.h5")
     assert s.device_name == "fixture-gpu" and s.provenance["method"] == "measured"

@@ -9,14 +9,15 @@ from typing import Any
 
 from rich.table import Table
 
-from .console import Console
+from ..console import Console
+from .common import check_number
 
-__all__ = ["add_schedule_parser", "run_command"]
+__all__ = ["add_parser", "run"]
 
 
-def add_schedule_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add the ``schedule`` subcommand to ``vtrain``'s sub-parsers."""
-    from .scheduler import POLICIES
+    from ..scheduler import POLICIES
     sc = sub.add_parser(
         "schedule", help="replay a job trace on a shared GPU cluster under allocation policies",
         description="Predict every job's best throughput at each GPU count (one plan sweep per "
@@ -46,15 +47,14 @@ def add_schedule_parser(sub: Any) -> None:
     sc.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``vtrain schedule``; returns the exit status."""
     from pathlib import Path
 
-    from .config import ConfigError, FieldError, Session, check_all_but_the_plan
-    from .optimal import gpt_shape
-    from .scheduler import POLICIES, read_jobs, schedule_study
-    from .session import load_any
-    from .sweep_cmd import check_number
+    from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from ..optimal import gpt_shape
+    from ..scheduler import POLICIES, read_jobs, schedule_study
+    from ..session import load_any
 
     if args.gpus <= 0:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
@@ -108,7 +108,7 @@ def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
 def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
 
-    from .scheduler import target_index
+    from ..scheduler import target_index
     console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {session.cluster.gpu} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)

@@ -1,0 +1,72 @@
+"""The ``vtrain`` command line.
+
+``vtrain simulate PATH``   predict one iteration of a session or vTrain config
+``vtrain gui [PATH]``      open the desktop window
+``vtrain profile ...``     generate or inspect profile stores
+``vtrain sweep CONFIG``    every valid plan, time and cost, Pareto front
+``vtrain optimal CONFIG``  compute-optimal model size for a GPU budget
+``vtrain schedule TRACE``  replay a job trace on a shared cluster
+``vtrain validate CSV``    predict measured iteration times, report the error
+``vtrain calibrate CSV..`` fit a profile to measured iteration times
+
+One module of this package per subcommand (``core/cli/<name>.py``, with
+``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
+
+Invalid input exits with status 2 and one message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..config import ConfigError
+from ..nccl_tests import NcclTestsError
+from ..profile_store import ProfileStoreError
+from ..session import SessionFileError
+from ..validate import MeasurementFileError
+from . import calibrate, gui, optimal, profile, schedule, simulate, sweep, validate
+from .common import UsageError
+
+__all__ = ["main", "build_parser", "SUBCOMMANDS"]
+
+# one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
+# the order is the order of ``vtrain --help``
+SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sweep,
+               "optimal": optimal, "schedule": schedule, "validate": validate,
+               "calibrate": calibrate}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
+    schedule, validate, calibrate)."""
+    parser = argparse.ArgumentParser(
+        prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
+                                   "plans (after vTrain, MICRO 2024).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
+            NcclTestsError) as exc:
+        print(f"vtrain: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:  # the profile lacks data the plan needs
+        print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (``vtrain ... | head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
