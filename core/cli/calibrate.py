@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..console import Console
 from .common import field_error
 
 __all__ = ["add_parser", "run"]
@@ -37,9 +34,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_parser`."""
+    import numpy as np
+
     from ..calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
                             measured_sessions)
     from ..profile_store import ProfileStore
+    from ..console import Console
     from ..validate import read_measurements
 
     console = Console(stderr=True)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..console import Console
-from ..optimal import format_params
 from .common import check_number, session_from_args
+
+if TYPE_CHECKING:  # rich and numpy (core.optimal) are imported when the command runs
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -46,6 +45,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
+    from ..console import Console
     from ..optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -77,6 +77,9 @@ def _cost(result, session) -> float:
 
 
 def _print(result, session, console: Console) -> None:
+    from rich.table import Table
+
+    from ..optimal import format_params
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from ..console import Console
 from .common import UsageError
+
+if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
+    from rich.progress import Progress
+
+    from ..console import Console
 
 __all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
 
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_command == "generate":
         return _generate(args)
     store = ProfileStore.open(args.store)
+    from ..console import Console
     print_store(store, Console())
     return 0
 
@@ -181,6 +183,7 @@ def profile_line(profile: dict[str, Any]) -> str:
 def run_measurement(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
     from .. import profiling
+    from ..console import Console
     from ..profile_store import ProfileStoreError
     console = Console()
     try:
@@ -194,6 +197,7 @@ def run_measurement(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(console: Console) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)
 
@@ -236,6 +240,7 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
 def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
+    from rich.table import Table
     console.print(store.summary())
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
@@ -276,6 +281,7 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 
 
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    from rich.table import Table
     try:
         sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
     except ValueError:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..console import Console
 from .common import fmt_bytes, session_from_args
-from .profile import profile_line
+
+if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -32,6 +31,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
+    from rich.table import Table
+
+    from .profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{s.model.name}[/] on {pl.num_gpus:,} x {s.cluster.gpu}  "
@@ -89,7 +91,7 @@ def _json_report(result, wall_s: float) -> dict:
         "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
         "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
-        "wall_s": wall_s, "session": result.session.to_dict(),
+        "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
     })
     return doc
 
@@ -107,5 +109,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_json_report(result, wall)))
     else:
+        from ..console import Console
         _print_report(result, Console(), args.trace_out, wall)
     return 0
