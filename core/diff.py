@@ -11,18 +11,21 @@ kind (mean over stages of each kind's busy time):
 * ``recomputation``: the recomputed forward of activation recomputation;
 * ``optimizer``: the optimizer step;
 * ``tp_comm``, ``dp_comm`` (and any other communication kind a later model
-  adds, e.g. ``cp_comm`` or ``ep_comm``, by its kind name): blocking
-  communication of that kind;
+  adds, e.g. ``cp_comm`` or ``ep_comm``, by its kind name): communication of
+  that kind that blocks the compute stream. Communication overlapped with
+  compute (``--overlap-grad-reduce`` buckets, on a stream of their own) is
+  left out, as the report leaves it out: it is hidden, and what it does not
+  hide shows as idle time; its busy time is given apart
+  (``overlapped_comm`` of :class:`PlanDiff`);
 * ``pp_comm``: what pipeline transfers add to the iteration (``T`` minus the
   time with free transfers);
 * ``bubble``: the schedule's idle time with balanced stages;
 * ``imbalance``: the idle time unequal stages add;
-* ``overlap``: ``T`` minus the sum of the others; zero while every
-  communication blocks its stream, negative by the communication hidden under
-  compute once some overlaps.
+* ``rest``: ``T`` minus the sum of the others, which closes the sum; zero up
+  to rounding while the report's terms sum to ``T`` (they do by construction).
 
-The terms of a plan sum to its ``T`` exactly (the ``overlap`` term closes the
-sum), so the terms of ``B - A`` sum to the difference of the iteration times.
+The terms of a plan sum to its ``T`` exactly, so the terms of ``B - A`` sum
+to the difference of the iteration times.
 """
 
 from __future__ import annotations
@@ -44,17 +47,17 @@ KIND_TERM = {"forward": "compute", "backward": "compute", "wgrad": "compute",
              "pp_p2p": None}  # pipeline transfers: the report's pp_comm_s
 #: Terms in display order (kinds a later model adds come after ``dp_comm``).
 TERMS = ("compute", "recomputation", "tp_comm", "pp_comm", "dp_comm", "bubble", "imbalance",
-         "optimizer", "overlap")
+         "optimizer", "rest")
 #: What each term means, for tables.
 TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
                "recomputation": "recomputation", "tp_comm": "exposed tensor-parallel communication",
                "pp_comm": "exposed pipeline-parallel communication",
                "dp_comm": "exposed data-parallel communication", "bubble": "pipeline bubble",
                "imbalance": "stage imbalance", "optimizer": "optimizer step",
-               "overlap": "communication hidden under compute"}
+               "rest": "not attributed (rounding)"}
 
 
-def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]]]:
+def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
     """The terms of one simulated iteration (see the module doc).
 
     Parameters
@@ -68,10 +71,16 @@ def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]]]:
     per_stage : dict[str, list[float]]
         Term name -> seconds per stage (length p), for the terms that are per-stage
         busy times (compute, recomputation, optimizer, communication kinds).
+    overlapped : dict[str, float]
+        Communication kind term -> mean busy seconds of its tasks overlapped with
+        compute (not in ``terms``); empty when nothing overlaps.
     """
     g, r = result.graph, result.report
     p = result.session.plan.pipeline_parallel
+    beside = getattr(g, "overlapped", None)
+    beside = np.zeros(g.kind.shape, bool) if beside is None else np.asarray(beside, bool)
     per_stage: dict[str, np.ndarray] = {}
+    overlapped: dict[str, float] = {}
     for k, name in enumerate(KINDS):
         term = KIND_TERM.get(name, name)
         if term is None:
@@ -79,15 +88,19 @@ def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]]]:
         sel = g.kind == k
         if not sel.any() and term not in TERMS:
             continue
+        hidden = sel & beside
+        if hidden.any():
+            overlapped[term] = overlapped.get(term, 0.0) + float(g.duration_s[hidden].sum()) / p
+        sel &= ~beside
         busy = np.bincount(g.stage[sel], g.duration_s[sel], minlength=p)
         per_stage[term] = per_stage.get(term, np.zeros(p)) + busy
     terms = {t: float(v.mean()) for t, v in per_stage.items()}
     terms.update(pp_comm=float(r.pp_comm_s), bubble=float(r.bubble_s),
                  imbalance=float(r.imbalance_s))
-    ordered = {t: terms.get(t, 0.0) for t in TERMS if t != "overlap"}
+    ordered = {t: terms.get(t, 0.0) for t in TERMS if t != "rest"}
     ordered.update({t: v for t, v in terms.items() if t not in ordered})
-    ordered["overlap"] = float(r.iteration_time_s) - sum(ordered.values())
-    return ordered, {t: v.tolist() for t, v in per_stage.items()}
+    ordered["rest"] = float(r.iteration_time_s) - sum(ordered.values())
+    return ordered, {t: v.tolist() for t, v in per_stage.items()}, overlapped
 
 
 @dataclass
@@ -102,6 +115,8 @@ class PlanDiff:
     terms : dict[str, float]
         ``terms_b - terms_a`` per term, seconds; sums to :attr:`difference_s`.
     per_stage_a, per_stage_b : dict[str, list[float]]
+    overlapped_a, overlapped_b : dict[str, float]
+        Busy seconds of communication overlapped with compute, by kind (not in the terms).
     """
 
     a: Any
@@ -111,6 +126,8 @@ class PlanDiff:
     terms: dict[str, float] = field(default_factory=dict)
     per_stage_a: dict[str, list[float]] = field(default_factory=dict)
     per_stage_b: dict[str, list[float]] = field(default_factory=dict)
+    overlapped_a: dict[str, float] = field(default_factory=dict)
+    overlapped_b: dict[str, float] = field(default_factory=dict)
 
     @property
     def difference_s(self) -> float:
@@ -121,10 +138,11 @@ class PlanDiff:
         """What ``vtrain diff --json`` prints: ``difference_s`` (B - A), ``terms`` (name ->
         seconds, summing to it), and per plan its iteration time, terms, per-stage terms,
         memory per GPU, days and cost."""
-        def plan(res, terms, stages) -> dict[str, Any]:
+        def plan(res, terms, stages, overlapped) -> dict[str, Any]:
             r, pl = res.report, res.session.plan
             return {"label": plan_label(res.session), "iteration_time_s": r.iteration_time_s,
-                    "terms": terms, "per_stage": stages, "num_gpus": pl.num_gpus,
+                    "terms": terms, "per_stage": stages, "overlapped_comm_s": overlapped,
+                    "num_gpus": pl.num_gpus,
                     "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes,
                     "fits_in_memory": r.fits_in_memory, "training_days": r.training_days,
                     "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
@@ -137,8 +155,8 @@ class PlanDiff:
                 "memory_difference_bytes": rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes,
                 "cost_difference_usd": rb.cost_usd - ra.cost_usd,
                 "training_days_difference": rb.training_days - ra.training_days,
-                "a": plan(self.a, self.terms_a, self.per_stage_a),
-                "b": plan(self.b, self.terms_b, self.per_stage_b)}
+                "a": plan(self.a, self.terms_a, self.per_stage_a, self.overlapped_a),
+                "b": plan(self.b, self.terms_b, self.per_stage_b, self.overlapped_b)}
 
 
 def plan_label(session: Session) -> str:
@@ -158,11 +176,11 @@ def diff_plans(a: Session, b: Session, store_a=None, store_b=None) -> PlanDiff:
     from .simulate import simulate
 
     ra, rb = simulate(a, store_a), simulate(b, store_b)
-    ta, sa = time_terms(ra)
-    tb, sb = time_terms(rb)
+    ta, sa, oa = time_terms(ra)
+    tb, sb, ob = time_terms(rb)
     names = list(dict.fromkeys([*ta, *tb]))
     terms = {t: tb.get(t, 0.0) - ta.get(t, 0.0) for t in names}
-    return PlanDiff(ra, rb, ta, tb, terms, sa, sb)
+    return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
 __all__ += ["KIND_TERM", "TERM_LABELS", "plan_label"]

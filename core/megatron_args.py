@@ -745,6 +745,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # full without a method, uniform by 1, or a block of the whole stage: every layer recomputed
     if field_exists("plan.recompute_num_layers") and "recompute_num_layers" not in mp.values["plan"]:
         mp.values["plan"]["recompute_num_layers"] = None
+    # uneven pipelines (Megatron-Core's --decoder-first/last-pipeline-num-layers)
+    for flag, target in (("--decoder-first-pipeline-num-layers", "plan.first_stage_layers"),
+                         ("--decoder-last-pipeline-num-layers", "plan.last_stage_layers")):
+        if take(flag):
+            mp.set(flag, target, _int(args, flag, src))
     # precision
     fp8 = _one(args, "--fp8-format", src) if take("--fp8-format") else None
     bf16, fp16 = switch("--bf16"), switch("--fp16")

@@ -23,6 +23,9 @@ def _variant(**plan):
 
 
 PAIRS = {
+    "overlapped data-parallel communication": (
+        {}, {"zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
+             "sequence_parallel": True}),
     "t and p": ({}, {"tensor_parallel": 4, "pipeline_parallel": 1, "data_parallel": 2}),
     "recompute": ({"recompute": "none"}, {"recompute": "full"}),
     "gpipe": ({"schedule": "1f1b"}, {"schedule": "gpipe"}),
@@ -42,10 +45,10 @@ def test_terms_sum_to_the_difference(name):
     assert sum(d.terms.values()) == pytest.approx(d.difference_s, rel=1e-9, abs=1e-12)
     for terms, t in ((d.terms_a, ta), (d.terms_b, tb)):
         assert sum(terms.values()) == pytest.approx(t, rel=1e-12)
-        assert list(terms)[:len(TERMS) - 1] == list(TERMS[:-1]) and list(terms)[-1] == "overlap"
-        # every communication blocks its stream in this model: nothing is hidden
-        assert abs(terms["overlap"]) < 1e-9 * t
-        assert all(v >= 0 for k, v in terms.items() if k != "overlap")
+        assert list(terms)[:len(TERMS) - 1] == list(TERMS[:-1]) and list(terms)[-1] == "rest"
+        # the report's terms sum to T: nothing is left but rounding
+        assert abs(terms["rest"]) < 1e-9 * t
+        assert all(v >= 0 for k, v in terms.items() if k != "rest")
 
 
 def test_same_plan_has_no_difference():
@@ -81,7 +84,8 @@ def test_interleaving_shows_as_less_bubble_and_more_pipeline_transfers():
 
 def test_per_stage_terms():
     res = simulate(_variant())
-    terms, stages = time_terms(res)
+    terms, stages, overlapped = time_terms(res)
+    assert overlapped == {}
     p = res.session.plan.pipeline_parallel
     assert len(stages["compute"]) == p
     assert sum(stages["compute"]) / p == pytest.approx(terms["compute"])
@@ -102,6 +106,21 @@ def test_cli_json_and_table(tmp_path, capsys):
     assert main(["diff", str(pa), str(pb)]) == 0
     out = capsys.readouterr().out
     assert "exposed tensor-parallel communication" in out and "pipeline bubble" in out
-    assert "hidden under compute" not in out  # a term neither plan has is left out
+    assert "not attributed" not in out  # a term neither plan has is left out
     assert main(["diff", str(pa), str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_overlapped_communication_is_left_out_and_given_apart():
+    a, b = (_variant(**kw) for kw in PAIRS["overlapped data-parallel communication"])
+    d = diff_plans(a, b)
+    g = d.b.graph
+    from core.graph_types import KINDS
+    dp = g.kind == KINDS.index("dp_comm")
+    hidden = dp & g.overlapped
+    assert hidden.any()
+    p = b.plan.pipeline_parallel
+    assert d.overlapped_b["dp_comm"] == pytest.approx(g.duration_s[hidden].sum() / p)
+    assert d.terms_b["dp_comm"] == pytest.approx(g.duration_s[dp & ~g.overlapped].sum() / p)
+    assert d.overlapped_a == {}
+    assert sum(d.terms.values()) == pytest.approx(d.difference_s, rel=1e-9, abs=1e-12)

@@ -335,9 +335,10 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
 
 def _random_sessions(n: int = 40):
     """Sessions over every plan and model field Megatron has an argument for (seeded)."""
+    from core.config import validate
     rng = random.Random(14)
     out = []
-    for _ in range(n):
+    while len(out) < n:  # valid sessions only (the configuration rules of this version)
         t, p, d = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 3, 16])
         a = t * rng.choice([1, 2, 4])
         L = p * rng.choice([1, 2, 3, 4])
@@ -354,23 +355,26 @@ def _random_sessions(n: int = 40):
                 setattr(plan, name, rng.choice(values))
         if field_exists("plan.recompute", "selective") and rng.random() < 0.3:
             plan.recompute = "selective"
+        if field_exists("plan.first_stage_layers") and p > 2 and rng.random() < 0.3:
+            plan.first_stage_layers = plan.last_stage_layers = max(1, L // p - 1)
         if field_exists("plan.recompute_num_layers") and plan.recompute == "full" and L // p > 1:
             plan.recompute_num_layers = rng.choice([None, 1])
         if field_exists("plan.virtual_pipeline_stages") and p > 1 and L % (2 * p) == 0 and \
                 field_exists("plan.schedule", "interleaved") and rng.random() < 0.5:
             plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
             plan.global_batch_size = d * b * p * rng.choice([1, 2])  # m a multiple of p (Megatron)
-        gpn = 8
+        world = plan.num_gpus
+        gpn = math.gcd(world, 8)  # torchrun runs whole nodes
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
-        out.append(Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens)))
+        session = Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens))
+        if not validate(session):
+            out.append(session)
     return out
 
 
 @pytest.mark.parametrize("session", _random_sessions(), ids=lambda s: s.model.name)
 def test_round_trip_session_arguments_session(tmp_path, session):
     """session -> torchrun script -> session is exact for every field Megatron has."""
-    # torchrun runs whole nodes: as many GPUs per node as divide the world (at most 8)
-    session.cluster.gpus_per_node = math.gcd(session.plan.num_gpus, 8)
     script = _write(tmp_path, "run.sh", export_script(session))
     back = import_file(script, name=session.model.name).session
     assert back.model == session.model

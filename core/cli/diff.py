@@ -53,12 +53,18 @@ def run(args: argparse.Namespace) -> int:
     for name, delta in d.terms.items():
         a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
         if abs(a) <= tiny and abs(b) <= tiny:
-            continue  # a term neither plan has (e.g. no communication hidden under compute)
+            continue  # a term neither plan has (the rounding rest, a kind neither uses)
         t.add_row(TERM_LABELS.get(name, name.replace("_", " ")), _s(a), _s(b), f"{delta:+,.3f} s")
     ra, rb = d.a.report, d.b.report
     t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
               f"[bold]{d.difference_s:+,.3f} s ({d.difference_s / ra.iteration_time_s:+.1%})[/]")
     con.print(t)
+    for name, res, hidden in (("A", d.a, d.overlapped_a), ("B", d.b, d.overlapped_b)):
+        if hidden:
+            con.print(f"[dim]{name}: communication overlapped with compute, not in the terms "
+                      "(what it does not hide shows as idle): "
+                      + ", ".join(f"{k.replace('_', ' ')} {v:,.3f} s" for k, v in hidden.items())
+                      + "[/]", highlight=False)
     o = Table(show_header=True)
     for col in ("", "A", "B", "B - A"):
         o.add_column(col, justify="left" if not col else "right")
