@@ -795,7 +795,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
     residuals = getattr(store, "residuals", None)
-    low_f, high_f, in_range = interval_factors(residuals, col["num_gpus"], cluster.gpus_per_node,
+    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
                                                layer_parameters(model), coverage)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
