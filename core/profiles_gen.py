@@ -26,7 +26,7 @@ import numpy as np
 
 from .comm import _FACTOR, _STEPS
 from .config import MODEL_PRESETS, padded_vocab_size
-from .ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, analytic_op_time
+from .ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, analytic_op_time, full_op_key
 from .profile_store import ProfileStore
 
 __all__ = ["DEVICE_SPECS", "generate_store"]
@@ -101,14 +101,19 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     tabulated at the grid's micro-batch sizes and its own ``b``); the optimizer step for 10^6..10^11 parameters. Each
     tabulated time is the model's times ``factor(op, key)`` (default 1).
     """
-    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
+    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size, m.query_groups,
+                      m.activation, m.normalization, m.position_embedding, m.attention_kernel,
+                      int(m.qk_layernorm))
                      for m in MODEL_PRESETS.values()})
     keys = []
-    for (h, a, f, vocab), s, t, b, dtype in itertools.product(
+    for (h, a, f, vocab, g, act, norm, pos, attn, qkn), s, t, b, dtype in itertools.product(
             shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
-        if a % t == 0 and f % t == 0:
-            keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
+        if a % t == 0 and f % t == 0 and g % t == 0:
+            keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype,
+                             g=g, act=act, norm=norm, pos=pos, attn=attn, qkn=qkn))
     for k in extra_keys or []:
+        k = {**k, **{c: v for c, v in full_op_key("attention_fwd", k).items() if c not in k}}
+        k.update({c: v for c, v in full_op_key("mlp_fwd", k).items() if c not in k})
         keys += [{**k, "b": b} for b in sorted(set(MICRO_BATCHES) | {k["b"]})]
     for op in ALL_OPS:
         if op == OPTIMIZER_OP:

@@ -145,6 +145,7 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         num_microbatches=pl.num_microbatches,
         iteration_time_s=T,
         tokens_per_s=cost.tokens_per_s,
+        num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
