@@ -500,11 +500,13 @@ def _template_times(tmpl: _Template, start_at_zero: bool = False
     return end, s_end, span
 
 
-def _tail_exposure(tmpl: _Template) -> float:
-    """How long the final backward's ``last`` side tasks run past the end of the op (>= 0)."""
+def _tail_exposure(tmpl: _Template, send_s: float = 0.0) -> float:
+    """How long the final backward's ``last`` side tasks run past the end of the op and of its
+    blocking pipeline send of ``send_s`` seconds (>= 0): the stage's next task waits for both."""
     if not tmpl.last:
         return 0.0
     end, _, span = _template_times(tmpl)
+    span += send_s
     t_prev: dict[int, float] = {}
     finish = 0.0
     for _, d, _, o, after in tmpl.last:
@@ -700,14 +702,15 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     reps = _representatives(p)
     fwd_s, bwd_s, ready, tail = np.empty(p), np.empty(p), np.zeros(p), np.zeros(p)
     dps: list[_DataParallel | None] = [None] * p
+    backwards: dict[int, _Template] = {}
     for i in reps:
         dps[i] = _data_parallel(session, i, dp_call) if d > 1 else None
         fwd, bwd = _stage_tasks(session, i, times, tp, dps[i])
+        backwards[i] = bwd
         fwd_s[i] = _template_times(fwd)[2]
         bwd_s[i] = _template_times(bwd)[2]
         if fwd.start:
             ready[i] = _template_times(fwd, start_at_zero=True)[2] - fwd_s[i]
-        tail[i] = _tail_exposure(bwd)
     p2p_bytes = act_bytes / t
     share = [comm.stages_share_node(i) for i in range(p - 1)]
     hop = np.empty(max(p - 1, 0))
@@ -717,6 +720,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                                              _comm_call(comm, "p2p", i, p2p_bytes))
     send_fwd, send_bwd = np.zeros(p), np.zeros(p)
     send_fwd[:-1], send_bwd[1:] = hop, hop
+    for i in reps:  # the final op, a backward, sends its input gradient back (blocking)
+        tail[i] = _tail_exposure(backwards[i], send_bwd[i])
     n_params = params_per_gpu(session)
     shards = optimizer_params(session)
     z = pl.zero_stage
@@ -785,9 +790,11 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
     by_src = np.argsort(src, kind="stable")
     sorted_dst, sorted_src = dst[by_dst], src[by_src]
 
+    joins: dict[int, list[int]] = {}  # task -> side tasks that end the op before it (added here)
+
     def preds(x: int) -> np.ndarray:
         lo, hi = np.searchsorted(sorted_dst, [x, x + 1])
-        return src[by_dst[lo:hi]]
+        return np.concatenate([src[by_dst[lo:hi]], np.array(joins.get(x, []), np.int64)])
 
     def succs(x: int) -> np.ndarray:
         lo, hi = np.searchsorted(sorted_src, [x, x + 1])
@@ -823,7 +830,12 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
                 if op in prev:
                     edges(prev[op], x)
                 prev[op] = x
-                edges(x, first + before if before is not None else succs(last))
+                if before is not None:
+                    edges(x, first + before)
+                else:
+                    for y in succs(last).tolist():
+                        edges(x, y)
+                        joins.setdefault(y, []).append(x)
             if n_op == 0 and phase == "F" and tmpl.start:
                 prev = {}
                 for _, dur, layer, op, before in tmpl.start:

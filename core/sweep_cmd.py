@@ -293,7 +293,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     console.print()
     n_front = int(result.pareto.sum())
     front = _plan_table(f"Pareto front of (days, cost): {n_front} plan{'s' if n_front != 1 else ''}, "
-                        f"fastest first")
+                        f"fastest first", result)
     for i in result.pareto_indices().tolist():
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
