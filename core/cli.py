@@ -6,6 +6,7 @@
 ``vtrain sweep CONFIG``    every valid plan, time and cost, Pareto front (core/sweep_cmd.py)
 ``vtrain validate CSV``    predict measured iteration times, report the error (core/accuracy_cmd.py)
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times (core/accuracy_cmd.py)
+``vtrain import hf CONFIG`` a Hugging Face config.json into a session (core/import_cmd.py)
 
 Invalid input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -83,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .accuracy_cmd import add_accuracy_parsers, add_import_parser  # validate, calibrate
     add_accuracy_parsers(sub)
     add_import_parser(psub)
+    from . import import_cmd  # vtrain import hf (Hugging Face config.json)
+    import_cmd.add_parser(sub)
     return parser
 
 
@@ -102,6 +105,10 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_column(style="bold")
     t.add_column()
     ideal = (p - 1) / (m + p - 1)
+    from .config import padded_vocab_size
+    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
+    t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
+        f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
@@ -234,13 +241,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return run_calibrate(args)
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .import_cmd import run
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"simulate": _cmd_simulate, "gui": _cmd_gui, "profile": _cmd_profile,
                 "sweep": _cmd_sweep, "validate": _cmd_validate, "calibrate": _cmd_calibrate,
-                "optimal": _cmd_optimal, "schedule": _cmd_schedule}
+                "optimal": _cmd_optimal, "schedule": _cmd_schedule, "import": _cmd_import}
     try:
         return handlers[args.command](args)
     except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,

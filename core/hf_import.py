@@ -190,9 +190,9 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if act not in ("silu", "swish"):
         raise _refuse(where, "hidden_act", f"{act!r}: only SiLU-gated MLPs (SwiGLU) are modelled "
                       "for this architecture")
-    for name in ("attention_bias", "mlp_bias"):
-        if cfg.get(name) not in (None, False):
-            raise _refuse(where, name, f"{cfg[name]!r}: biases in the attention and MLP linear "
+    for bias in ("attention_bias", "mlp_bias"):
+        if cfg.get(bias) not in (None, False):
+            raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
     if cfg.get("use_sliding_window") not in (None, False):
         raise _refuse(where, "use_sliding_window", "sliding-window attention is not modelled")
