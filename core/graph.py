@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from . import model_math
 from .comm import CommModel
-from .config import Session, grad_dtype, padded_vocab_size, plan_key
+from .config import Session, grad_dtype, padded_vocab_size
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
@@ -314,31 +315,145 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
 DETAILS = ("op", "microbatch")
 
 
+#: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
+#: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
+#: collective of one bucket (a layer's, or the first or last stage's other parameters).
+_SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+            *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")))
+_SRC = {name: i for i, name in enumerate(_SOURCES)}
+
+
+class _Unit:
+    """Tasks of one piece of a template (a layer's forward, the embedding ...), built once and
+    repeated for every layer it applies to. Indices are local to the unit; see :class:`_Template`."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[int, int, int, int]] = []   # kind, stream, source, op
+        self.side: list[tuple[int, int, int, int, int]] = []  # kind, source, op, after, before
+        self.last: list[tuple[int, int, int, int]] = []       # kind, source, op, after
+        self.start: list[tuple[int, int, int, int]] = []      # kind, source, op, before
+
+    def add(self, kind: int, stream: int, source: str, op: str) -> int:
+        self.tasks.append((kind, stream, _SRC[source], OP[op]))
+        return len(self.tasks) - 1
+
+
 @dataclass
 class _Template:
-    """The tasks of one micro-batch's forward or backward on one stage.
+    """The tasks of one micro-batch's forward or backward on one stage, as arrays.
 
-    ``tasks``: ``(kind, stream, duration_s, layer, op)`` in program order on the
-    compute stream (blocking collectives included). ``side``: tasks on the
-    communication stream that overlap it, ``(kind, duration_s, layer, op, after,
-    before)``: each starts after template task ``after`` (-1: when the op starts)
-    and after the previous side task of the same op; template task ``before``
-    waits for it (None: the op ends when it ends). ``last``: side tasks that run
-    only in the stage's final backward and that only the iteration's tail waits
-    for, ``(kind, duration_s, layer, op, after)`` (the data-parallel gradient
-    buckets of ``--overlap-grad-reduce``). ``start``: side tasks that start with
-    the iteration, before template task ``before`` of the stage's first forward,
-    ``(kind, duration_s, layer, op, before)`` (``--overlap-param-gather``).
+    ``src`` (and ``side_src`` ...) name each task's duration in :data:`_SOURCES`;
+    :meth:`timed` fills ``dur`` (and ``side_dur`` ...) from a plan's values. The
+    untimed templates depend only on a :class:`_Structure` and are shared.
+
+    ``kind, stream, dur, layer, op`` (shape (n,)): tasks in program order on the
+    compute stream (blocking collectives included). Side tasks overlap them on the
+    communication stream, ``side_*`` (shape (k,)): each starts after template task
+    ``side_after`` (-1: when the op starts) and after the previous side task of the
+    same collective (one chain per kind, ``side_op``); template task
+    ``side_before`` waits for it (-1: the op ends when it ends). ``last_*``: side
+    tasks that run only in the stage's final backward and that only the iteration's
+    tail waits for (the data-parallel gradient buckets of ``--overlap-grad-reduce``).
+    ``start_*``: side tasks that start with the iteration, before template task
+    ``start_before`` of the stage's first forward (``--overlap-param-gather``).
     """
 
-    tasks: list[tuple] = field(default_factory=list)
-    side: list[tuple] = field(default_factory=list)
-    last: list[tuple] = field(default_factory=list)
-    start: list[tuple] = field(default_factory=list)
+    kind: np.ndarray
+    stream: np.ndarray
+    src: np.ndarray
+    layer: np.ndarray
+    op: np.ndarray
+    side_kind: np.ndarray
+    side_src: np.ndarray
+    side_layer: np.ndarray
+    side_op: np.ndarray
+    side_after: np.ndarray
+    side_before: np.ndarray
+    last_kind: np.ndarray
+    last_src: np.ndarray
+    last_layer: np.ndarray
+    last_op: np.ndarray
+    last_after: np.ndarray
+    start_kind: np.ndarray
+    start_src: np.ndarray
+    start_layer: np.ndarray
+    start_op: np.ndarray
+    start_before: np.ndarray
+    dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    side_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    last_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    start_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
 
-    def add(self, kind: int, stream: int, dur: float, layer: int, op: str) -> int:
-        self.tasks.append((kind, stream, float(dur), layer, OP[op]))
-        return len(self.tasks) - 1
+    def timed(self, values: np.ndarray) -> "_Template":
+        """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
+        return dataclasses.replace(self, dur=values[self.src], side_dur=values[self.side_src],
+                                   last_dur=values[self.last_src], start_dur=values[self.start_src])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How often each source occurs among the compute-stream tasks, shape (len(_SOURCES),)."""
+        c = self.__dict__.get("_counts")
+        if c is None:
+            c = self.__dict__["_counts"] = np.bincount(self.src, minlength=len(_SOURCES)).astype(float)
+        return c
+
+    @property
+    def has_side(self) -> bool:
+        """Whether any side task (of any of the three sorts) exists."""
+        return bool(self.side_src.size or self.last_src.size or self.start_src.size)
+
+    @classmethod
+    def assemble(cls, parts: list[tuple[_Unit, list[int] | range]]) -> "_Template":
+        """Concatenate units, each repeated once per layer of its list (-1: not a layer's)."""
+        cols: dict[str, list[np.ndarray]] = {}
+
+        def put(name: str, values) -> None:
+            cols.setdefault(name, []).append(np.asarray(values))
+
+        base = 0
+        for unit, layers in parts:
+            layers = np.asarray(list(layers), np.int64)
+            k, n = layers.size, len(unit.tasks)
+            if k == 0:
+                continue
+            t = np.array(unit.tasks, np.int64).reshape(-1, 4)
+            put("kind", np.tile(t[:, 0], k))
+            put("stream", np.tile(t[:, 1], k))
+            put("src", np.tile(t[:, 2], k))
+            put("op", np.tile(t[:, 3], k))
+            put("layer", np.repeat(layers, n))
+            offset = base + np.arange(k) * n  # (k,): index of each repetition's first task
+            for name, rows, width in (("side", unit.side, 5), ("last", unit.last, 4),
+                                      ("start", unit.start, 4)):
+                if not rows:
+                    continue
+                r = np.array(rows, np.int64).reshape(-1, width)
+                m = r.shape[0]
+                put(f"{name}_kind", np.tile(r[:, 0], k))
+                put(f"{name}_src", np.tile(r[:, 1], k))
+                put(f"{name}_op", np.tile(r[:, 2], k))
+                put(f"{name}_layer", np.repeat(layers, m))
+                reps = np.repeat(offset, m)
+                for j, col in ((3, "after" if name != "start" else "before"), (4, "before")):
+                    if j >= width:
+                        continue
+                    local = np.tile(r[:, j], k)
+                    put(f"{name}_{col}", np.where(local >= 0, reps + local, -1))
+            base += k * n
+
+        def arr(name: str, dtype) -> np.ndarray:
+            parts_ = cols.get(name)
+            return np.concatenate(parts_).astype(dtype) if parts_ else np.empty(0, dtype)
+
+        return cls(arr("kind", np.int8), arr("stream", np.int8), arr("src", np.int64),
+                   arr("layer", np.int32), arr("op", np.int16),
+                   arr("side_kind", np.int8), arr("side_src", np.int64), arr("side_layer", np.int32),
+                   arr("side_op", np.int16), arr("side_after", np.int64), arr("side_before", np.int64),
+                   arr("last_kind", np.int8), arr("last_src", np.int64), arr("last_layer", np.int32),
+                   arr("last_op", np.int16), arr("last_after", np.int64),
+                   arr("start_kind", np.int8), arr("start_src", np.int64),
+                   arr("start_layer", np.int32), arr("start_op", np.int16),
+                   arr("start_before", np.int64))
 
 
 @dataclass
@@ -364,99 +479,186 @@ class _DataParallel:
     last_ar: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Structure:
+    """Everything that shapes a stage's templates (not their durations): the cache key of
+    :func:`_stage_templates`, which reads nothing else.
+
+    ``layers``: the stage's global layer indices ``(first, stop)``; ``recomputed``: how
+    many of its first layers full recomputation recomputes; ``tp``, ``dp``: whether
+    ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``: sequence parallelism with
+    ``t > 1``; ``buckets``: whether data-parallel buckets enter the templates (ZeRO 2/3,
+    or overlapped reduction or gather).
+    """
+
+    stage: int
+    num_stages: int
+    layers: tuple[int, int]
+    recomputed: int
+    selective: bool
+    tp: bool
+    sp: bool
+    dp: bool
+    zero_stage: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+
+    @property
+    def buckets(self) -> bool:
+        return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
+
+
+def _structure(session: Session, stage: int) -> _Structure:
+    """The :class:`_Structure` of ``stage`` of ``session``'s plan."""
+    m, pl = session.model, session.plan
+    layers = model_math.stage_layers(m, pl)[stage]
+    t = pl.tensor_parallel > 1
+    return _Structure(stage, pl.pipeline_parallel, (layers.start, layers.stop),
+                      int(model_math.recomputed_layers(m, pl)[stage]), pl.recompute == "selective",
+                      t, bool(pl.sequence_parallel and t), pl.data_parallel > 1, pl.zero_stage,
+                      bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather))
+
+
+@lru_cache(maxsize=4096)
+def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
+    """Untimed forward and backward templates of one micro-batch on a stage (see
+    :func:`build_graph`; :meth:`_Template.timed` gives them durations)."""
+    sp, zero = st.sp, (st.zero_stage if st.dp else 0)
+
+    def comm(out: _Unit, kind: str) -> None:
+        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
+
+    def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
+        """The op with the tensor-parallel collectives around it: with sequence parallelism an
+        all-gather before (``before``) and a reduce-scatter after (``after``); without, an
+        all-reduce after (``after``)."""
+        if st.tp and sp and before:
+            comm(out, "all_gather")
+        out.add(kind, COMPUTE, op, op)
+        if st.tp and after:
+            comm(out, "reduce_scatter" if sp else "all_reduce")
+
+    def gather(out: _Unit, bucket: str) -> None:
+        """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
+        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
+        if zero < 3:
+            return
+        if st.overlap_param_gather:
+            out.side.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"], -1,
+                             len(out.tasks)))
+        else:
+            out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
+
+    def reduce(out: _Unit, bucket: str) -> None:
+        """Gradients of what just ran backward: ZeRO 2/3 reduce-scatter them every micro-batch
+        (sharded gradients cannot accumulate locally), blocking or overlapped; ZeRO 0/1 with
+        --overlap-grad-reduce reduce them bucket by bucket in the final backward only."""
+        if zero >= 2:
+            if st.overlap_grad_reduce:
+                out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
+                                 len(out.tasks) - 1, -1))
+            else:
+                out.add(K["dp_comm"], COMM, bucket + "_rs", "dp_reduce_scatter")
+        elif st.dp and st.overlap_grad_reduce:
+            src, op = (("_rs", "dp_reduce_scatter") if zero == 1 else ("_ar", "dp_all_reduce"))
+            out.last.append((K["dp_comm"], _SRC[bucket + src], OP[op], len(out.tasks) - 1))
+
+    def prefetch(out: _Unit, bucket: str) -> None:
+        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
+        all-gathered from the iteration's start, under the first forward."""
+        if st.dp and zero in (1, 2) and st.overlap_param_gather:
+            out.start.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"],
+                              len(out.tasks)))
+
+    layers = list(range(*st.layers))
+    last = st.stage == st.num_stages - 1
+    fwd_parts: list[tuple[_Unit, list[int]]] = []
+    bwd_parts: list[tuple[_Unit, list[int]]] = []
+    if st.stage == 0:
+        u = _Unit()
+        prefetch(u, "first")
+        gather(u, "first")
+        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
+        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
+        fwd_parts.append((u, [-1]))
+    u = _Unit()
+    prefetch(u, "layer")
+    gather(u, "layer")
+    block(u, K["forward"], "attention_fwd", True, True)
+    block(u, K["forward"], "mlp_fwd", True, True)
+    fwd_parts.append((u, layers))
+    if last:
+        u = _Unit()
+        prefetch(u, "last")
+        gather(u, "last")
+        block(u, K["output"], "output_fwd", before=True, after=False)
+        fwd_parts.append((u, [-1]))
+        u = _Unit()
+        gather(u, "last")
+        block(u, K["output"], "output_bwd", before=False, after=True)
+        reduce(u, "last")
+        bwd_parts.append((u, [-1]))
+    for with_recompute in (False, True):
+        # reversed layer order; Megatron's block method recomputes the stage's first layers
+        chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
+        u = _Unit()
+        gather(u, "layer")
+        if with_recompute:
+            block(u, K["recompute"], "attention_fwd", True, True)
+            block(u, K["recompute"], "mlp_fwd", True, True)
+        block(u, K["backward"], "mlp_bwd", True, True)
+        if st.selective:
+            u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
+        block(u, K["backward"], "attention_bwd", True, True)
+        reduce(u, "layer")
+        bwd_parts.append((u, chosen[::-1]))
+    if st.stage == 0:
+        u = _Unit()
+        gather(u, "first")
+        block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+        reduce(u, "first")
+        bwd_parts.append((u, [-1]))
+    return _Template.assemble(fwd_parts), _Template.assemble(bwd_parts)
+
+
+def _source_values(times: dict[str, float], tp: dict[str, float] | None,
+                   dp: _DataParallel | None) -> np.ndarray:
+    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none)."""
+    v = np.zeros(len(_SOURCES))
+    for name, sec in times.items():
+        if name in _SRC:
+            v[_SRC[name]] = sec
+    for kind, sec in (tp or {}).items():
+        v[_SRC["tp_" + kind]] = sec
+    if dp is not None:
+        for f in dataclasses.fields(dp):
+            v[_SRC[f.name]] = getattr(dp, f.name)
+    return v
+
+
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
                  dp: _DataParallel | None = None) -> tuple[_Template, _Template]:
-    """Forward and backward templates of one micro-batch on ``stage`` (see :func:`build_graph`).
+    """Timed forward and backward templates of one micro-batch on ``stage``.
 
     ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
     (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
     """
-    m, pl = session.model, session.plan
-    p = pl.pipeline_parallel
-    sp = bool(pl.sequence_parallel and tp is not None)
-    layers = model_math.stage_layers(m, pl)[stage]
-    recomputed = int(model_math.recomputed_layers(m, pl)[stage])
-    zero = pl.zero_stage if dp is not None else 0
-    fwd, bwd = _Template(), _Template()
+    values = _source_values(times, tp, dp)
+    fwd, bwd = _stage_templates(_structure(session, stage))
+    return fwd.timed(values), bwd.timed(values)
 
-    def comm(out: _Template, kind: str, layer: int) -> None:
-        out.add(K["tp_comm"], COMM, tp[kind], layer, "tp_" + kind)
 
-    def block(out: _Template, kind: int, op: str, layer: int, before: bool, after: str | None
-              ) -> None:
-        """The op with the tensor-parallel collectives around it: with sequence parallelism an
-        all-gather before (``before``) and a reduce-scatter after (``after`` set); without, an
-        all-reduce after (``after`` set)."""
-        if tp is not None and sp and before:
-            comm(out, "all_gather", layer)
-        out.add(kind, COMPUTE, times[op], layer, op)
-        if tp is not None and after:
-            comm(out, "reduce_scatter" if sp else "all_reduce", layer)
-
-    def gather(out: _Template, seconds: float, layer: int) -> None:
-        """ZeRO-3: this layer's parameters are all-gathered before it runs (Rajbhandari et al.
-        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
-        if zero < 3:
-            return
-        if pl.overlap_param_gather:
-            out.side.append((K["dp_comm"], seconds, layer, OP["dp_all_gather"], -1, len(out.tasks)))
-        else:
-            out.add(K["dp_comm"], COMM, seconds, layer, "dp_all_gather")
-
-    def reduce(out: _Template, rs: float, ar: float, layer: int) -> None:
-        """Gradients of what just ran backward: ZeRO 2/3 reduce-scatter them every micro-batch
-        (sharded gradients cannot accumulate locally), blocking or overlapped; ZeRO 0/1 with
-        --overlap-grad-reduce reduce them bucket by bucket in the final backward only."""
-        if zero >= 2:
-            if pl.overlap_grad_reduce:
-                out.side.append((K["dp_comm"], rs, layer, OP["dp_reduce_scatter"],
-                                 len(out.tasks) - 1, None))
-            else:
-                out.add(K["dp_comm"], COMM, rs, layer, "dp_reduce_scatter")
-        elif dp is not None and pl.overlap_grad_reduce:
-            kind, seconds = ("dp_reduce_scatter", rs) if zero == 1 else ("dp_all_reduce", ar)
-            out.last.append((K["dp_comm"], seconds, layer, OP[kind], len(out.tasks) - 1))
-
-    def prefetch(out: _Template, seconds: float, layer: int) -> None:
-        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
-        all-gathered from the iteration's start, under the first forward."""
-        if dp is not None and zero in (1, 2) and pl.overlap_param_gather:
-            out.start.append((K["dp_comm"], seconds, layer, OP["dp_all_gather"], len(out.tasks)))
-
-    last = stage == p - 1
-    if stage == 0:
-        prefetch(fwd, dp.first_ag if dp else 0.0, -1)
-        gather(fwd, dp.first_ag if dp else 0.0, -1)
-        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
-        block(fwd, K["embedding"], "embedding_fwd", -1, before=False, after="yes")
-    for layer in layers:
-        prefetch(fwd, dp.layer_ag if dp else 0.0, layer)
-        gather(fwd, dp.layer_ag if dp else 0.0, layer)
-        block(fwd, K["forward"], "attention_fwd", layer, True, "yes")
-        block(fwd, K["forward"], "mlp_fwd", layer, True, "yes")
-    if last:
-        prefetch(fwd, dp.last_ag if dp else 0.0, -1)
-        gather(fwd, dp.last_ag if dp else 0.0, -1)
-        block(fwd, K["output"], "output_fwd", -1, before=True, after=None)
-        gather(bwd, dp.last_ag if dp else 0.0, -1)
-        block(bwd, K["output"], "output_bwd", -1, before=False, after="yes")
-        reduce(bwd, dp.last_rs if dp else 0.0, dp.last_ar if dp else 0.0, -1)
-    for j, layer in reversed(list(enumerate(layers))):
-        gather(bwd, dp.layer_ag if dp else 0.0, layer)
-        if j < recomputed:  # Megatron's block method: the stage's first layers are recomputed
-            block(bwd, K["recompute"], "attention_fwd", layer, True, "yes")
-            block(bwd, K["recompute"], "mlp_fwd", layer, True, "yes")
-        block(bwd, K["backward"], "mlp_bwd", layer, True, "yes")
-        if pl.recompute == "selective":
-            bwd.add(K["recompute"], COMPUTE, times["attention_core_fwd"], layer, "attention_core_fwd")
-        block(bwd, K["backward"], "attention_bwd", layer, True, "yes")
-        reduce(bwd, dp.layer_rs if dp else 0.0, dp.layer_ar if dp else 0.0, layer)
-    if stage == 0:
-        gather(bwd, dp.first_ag if dp else 0.0, -1)
-        block(bwd, K["embedding"], "embedding_bwd", -1, before=True, after=None)
-        reduce(bwd, dp.first_rs if dp else 0.0, dp.first_ar if dp else 0.0, -1)
-    return fwd, bwd
+def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """End times of tasks run one after another per ``code`` (in list order), each no earlier
+    than its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a
+    running maximum over prefix sums (from time 0)."""
+    out = np.empty(dur.size)
+    for c in np.unique(code):
+        idx = np.flatnonzero(code == c)
+        D = np.cumsum(dur[idx])
+        out[idx] = D + np.maximum.accumulate(np.maximum(ready[idx] - (D - dur[idx]), 0.0))
+    return out
 
 
 def _template_times(tmpl: _Template, start_at_zero: bool = False
@@ -464,55 +666,46 @@ def _template_times(tmpl: _Template, start_at_zero: bool = False
     """End times (from the op's start) of a template's tasks and side tasks, and its span.
 
     The span is when the op ends: its last task and its side tasks that end the
-    op (``before`` None) have ended. With ``start_at_zero`` the ``start`` side tasks
-    run from time 0 too (the op started with the iteration). Side tasks of one kind
-    of collective run one after another (one stream each).
+    op (``side_before`` -1) have ended. With ``start_at_zero`` the ``start`` side
+    tasks run from time 0 too (the op started with the iteration). Side tasks that
+    start with the op (``side_after`` -1) wait for nothing else; the others end the
+    op (the two sorts the builder makes: prefetched all-gathers, and reductions
+    after a layer's backward).
     """
-    n = len(tmpl.tasks)
-    end = np.zeros(n)
-    side = list(tmpl.side)
+    dur = tmpl.dur
+    S = np.cumsum(dur)
+    if not tmpl.side_dur.size and not (start_at_zero and tmpl.start_dur.size):
+        return S, np.empty(0), float(S[-1]) if S.size else 0.0
+    free = tmpl.side_after < 0
+    if np.any(free & (tmpl.side_before < 0)) or np.any(~free & (tmpl.side_before >= 0)):
+        raise AssertionError("side task neither prefetched nor ending the op")
+    # prefetched side tasks (and the iteration-start ones) do not depend on the compute chain
+    f_dur, f_op, f_before = tmpl.side_dur[free], tmpl.side_op[free], tmpl.side_before[free]
     if start_at_zero:
-        side = [(k, d, l, o, -1, b) for (k, d, l, o, b) in tmpl.start] + side
-    s_end = np.zeros(len(side))
-    waits: dict[int, list[int]] = {}
-    for j, x in enumerate(side):
-        if x[5] is not None:
-            waits.setdefault(x[5], []).append(j)
-    last_of_kind: dict[int, float] = {}
-    done = 0  # side tasks resolved so far (they are listed in dependency order)
-
-    def resolve(upto_task: int) -> None:
-        nonlocal done
-        while done < len(side) and side[done][4] < upto_task:
-            k, d, _, o, after, _ = side[done]
-            begin = max(end[after] if after >= 0 else 0.0, last_of_kind.get(o, 0.0))
-            s_end[done] = begin + d
-            last_of_kind[o] = s_end[done]
-            done += 1
-
-    t = 0.0
-    for i, x in enumerate(tmpl.tasks):
-        resolve(i)
-        begin = max([t] + [s_end[j] for j in waits.get(i, ())])
-        t = end[i] = begin + x[2]
-    resolve(n + 1)
-    span = max([t] + [s_end[j] for j, x in enumerate(side) if x[5] is None])
-    return end, s_end, span
+        f_dur = np.concatenate([tmpl.start_dur, f_dur])
+        f_op = np.concatenate([tmpl.start_op, f_op])
+        f_before = np.concatenate([tmpl.start_before, f_before])
+    f_end = _chain(f_dur, np.zeros(f_dur.size), f_op)
+    wait = np.zeros(dur.size)
+    np.maximum.at(wait, f_before, f_end)
+    end = S + np.maximum.accumulate(np.maximum(wait - (S - dur), 0.0))
+    side_end = np.empty(tmpl.side_dur.size)
+    side_end[free] = f_end[f_end.size - int(free.sum()):]
+    dep = ~free
+    side_end[dep] = _chain(tmpl.side_dur[dep], end[tmpl.side_after[dep]], tmpl.side_op[dep])
+    span = max(float(end[-1]) if end.size else 0.0,
+               float(side_end[dep].max()) if dep.any() else 0.0)
+    return end, side_end, span
 
 
 def _tail_exposure(tmpl: _Template, send_s: float = 0.0) -> float:
     """How long the final backward's ``last`` side tasks run past the end of the op and of its
     blocking pipeline send of ``send_s`` seconds (>= 0): the stage's next task waits for both."""
-    if not tmpl.last:
+    if not tmpl.last_dur.size:
         return 0.0
     end, _, span = _template_times(tmpl)
-    span += send_s
-    t_prev: dict[int, float] = {}
-    finish = 0.0
-    for _, d, _, o, after in tmpl.last:
-        begin = max(end[after], t_prev.get(o, 0.0))
-        finish = t_prev[o] = begin + d
-    return max(0.0, finish - span)
+    finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
+    return max(0.0, float(finish.max()) - span - send_s)
 
 
 @dataclass
@@ -553,7 +746,7 @@ class StageTimes:
         overlapped or per micro-batch), the overlapped buckets' part past the last
         backward, the parameter all-gather after the optimizer step.
     dp : list of _DataParallel or None
-        Per stage: one bucket's collective times (None when ``d == 1``).
+        Per stage: one bucket's collective times (None when no bucket enters the templates).
     op_times_s : dict[str, float]
         Time of each op of one micro-batch (the per-op templates' durations).
     tp_comm_s : dict[str, float] or None
@@ -684,7 +877,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     times = ops.times
     comm = CommModel(store, pl, cl)
     # CommModel reads the store, the cluster and the plan's t and d (rank placement)
-    ckey = (id(store), dataclasses.astuple(cl), t, d)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d)
 
     def tp_call(kind: str, nbytes: float) -> float:
         return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
@@ -704,13 +897,22 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     dps: list[_DataParallel | None] = [None] * p
     backwards: dict[int, _Template] = {}
     for i in reps:
-        dps[i] = _data_parallel(session, i, dp_call) if d > 1 else None
-        fwd, bwd = _stage_tasks(session, i, times, tp, dps[i])
-        backwards[i] = bwd
-        fwd_s[i] = _template_times(fwd)[2]
-        bwd_s[i] = _template_times(bwd)[2]
-        if fwd.start:
-            ready[i] = _template_times(fwd, start_at_zero=True)[2] - fwd_s[i]
+        struct = _structure(session, i)
+        dps[i] = _data_parallel(session, i, dp_call) if struct.buckets else None
+        values = _source_values(times, tp, dps[i])
+        fwd, bwd = _stage_templates(struct)
+        if fwd.has_side:
+            fwd = fwd.timed(values)
+            fwd_s[i] = _template_times(fwd)[2]
+            if fwd.start_dur.size:
+                ready[i] = _template_times(fwd, start_at_zero=True)[2] - fwd_s[i]
+        else:  # one chain: the span is the sum of the durations
+            fwd_s[i] = fwd.counts @ values
+        if bwd.has_side:
+            bwd = backwards[i] = bwd.timed(values)
+            bwd_s[i] = _template_times(bwd)[2]
+        else:
+            bwd_s[i] = bwd.counts @ values
     p2p_bytes = act_bytes / t
     share = [comm.stages_share_node(i) for i in range(p - 1)]
     hop = np.empty(max(p - 1, 0))
@@ -720,10 +922,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                                              _comm_call(comm, "p2p", i, p2p_bytes))
     send_fwd, send_bwd = np.zeros(p), np.zeros(p)
     send_fwd[:-1], send_bwd[1:] = hop, hop
-    for i in reps:  # the final op, a backward, sends its input gradient back (blocking)
-        tail[i] = _tail_exposure(backwards[i], send_bwd[i])
+    for i, bwd in backwards.items():  # the final op, a backward, sends its gradient back (blocking)
+        tail[i] = _tail_exposure(bwd, send_bwd[i])
     n_params = params_per_gpu(session)
-    shards = optimizer_params(session)
+    shards = n_params / d if pl.zero_stage >= 1 else n_params  # as optimizer_params
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
@@ -752,9 +954,7 @@ def _stage_ops(graph: ExecutionGraph, stage: int, fwd: _Template, bwd: _Template
     idx = np.flatnonzero((graph.stage == stage) & (graph.kind != K["pp_p2p"])
                          & (graph.microbatch >= 0))
     kinds, ops = graph.kind[idx], (graph.op[idx] if graph.op is not None else np.full(idx.size, -1))
-    sigs = []
-    for phase, tmpl in (("F", fwd), ("B", bwd)):
-        sigs.append((phase, np.array([x[0] for x in tmpl.tasks]), np.array([x[4] for x in tmpl.tasks])))
+    sigs = [("F", fwd.kind, fwd.op), ("B", bwd.kind, bwd.op)]
     out, pos = [], 0
     while pos < idx.size:
         for phase, k, o in sigs:
@@ -780,7 +980,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
     :meth:`StageTimes.programs` keep the same times.
     """
     p = graph.num_stages
-    need = any(f.side or f.start or b.side or b.last for f, b in templates)
+    need = any(f.has_side or b.has_side for f, b in templates)
     if after_optimizer_s is not None and np.any(after_optimizer_s > 0):
         need = True
     if not need:
@@ -819,34 +1019,38 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
     for i in range(p):
         fwd, bwd = templates[i]
         tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
-        ops = _stage_ops(graph, i, fwd, bwd) if (fwd.side or fwd.start or bwd.side or bwd.last) else []
+        ops = _stage_ops(graph, i, fwd, bwd) if (fwd.has_side or bwd.has_side) else []
         for n_op, (phase, first, last) in enumerate(ops):
             tmpl = fwd if phase == "F" else bwd
             mb = int(graph.microbatch[first])
             prev: dict[int, int] = {}
-            for _, dur, layer, op, after, before in tmpl.side:
+            for dur, layer, op, after, before in zip(
+                    tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
+                    tmpl.side_after.tolist(), tmpl.side_before.tolist()):
                 x = task(i, mb, dur, layer, op)
                 edges(preds(first) if after < 0 else first + after, x)
                 if op in prev:
                     edges(prev[op], x)
                 prev[op] = x
-                if before is not None:
+                if before >= 0:
                     edges(x, first + before)
                 else:
                     for y in succs(last).tolist():
                         edges(x, y)
                         joins.setdefault(y, []).append(x)
-            if n_op == 0 and phase == "F" and tmpl.start:
+            if n_op == 0 and phase == "F" and tmpl.start_dur.size:
                 prev = {}
-                for _, dur, layer, op, before in tmpl.start:
+                for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
+                                                  tmpl.start_op.tolist(), tmpl.start_before.tolist()):
                     x = task(i, -1, dur, layer, op)
                     if op in prev:
                         edges(prev[op], x)
                     prev[op] = x
                     edges(x, first + before)
-            if n_op == len(ops) - 1 and tmpl.last and tail.size:
+            if n_op == len(ops) - 1 and tmpl.last_dur.size and tail.size:
                 prev = {}
-                for _, dur, layer, op, after in tmpl.last:
+                for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
+                                                 tmpl.last_op.tolist(), tmpl.last_after.tolist()):
                     x = task(i, mb, dur, layer, op)
                     edges(first + after, x)
                     if op in prev:
@@ -944,23 +1148,26 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         graph = build_pipeline_graph(st.programs(), m, pl.schedule)
         templates = []
         for i in range(p):
-            fwd, bwd = _Template(), _Template()
-            fwd.add(K["forward"], COMPUTE, st.fwd_s[i], -1, "attention_fwd")
-            bwd.add(K["backward"], COMPUTE, st.bwd_s[i], -1, "attention_bwd")
-            fwd.tasks[0] = fwd.tasks[0][:4] + (-1,)
-            bwd.tasks[0] = bwd.tasks[0][:4] + (-1,)
-            if st.first_ready_s[i] > 0:  # the first forward waits for its parameters' all-gather
-                fwd.start.append((K["dp_comm"], float(st.first_ready_s[i]), -1, OP["dp_all_gather"], 0))
-            templates.append((fwd, bwd))
+            fwd, bwd = _Unit(), _Unit()
+            fwd.tasks.append((K["forward"], COMPUTE, 0, -1))
+            bwd.tasks.append((K["backward"], COMPUTE, 0, -1))
+            ready = float(st.first_ready_s[i])
+            if ready > 0:  # the first forward waits for its parameters' all-gather
+                fwd.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
+            f = dataclasses.replace(_Template.assemble([(fwd, [-1])]), dur=np.array([st.fwd_s[i]]),
+                                    start_dur=np.array([ready] if ready > 0 else []))
+            b = dataclasses.replace(_Template.assemble([(bwd, [-1])]), dur=np.array([st.bwd_s[i]]))
+            templates.append((f, b))
         return _attach_side_tasks(graph, templates), st.warnings
     programs, templates = [], []
     reduce_after = pl.data_parallel > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
     for i in range(p):
         fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
         templates.append((fwd, bwd))
-        programs.append(StageProgram.from_tasks(
-            fwd.tasks, bwd.tasks, send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
+        programs.append(StageProgram(
+            fwd.kind, fwd.stream, fwd.dur, fwd.layer, bwd.kind, bwd.stream, bwd.dur, bwd.layer,
+            send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
             dp_comm_s=float(st.dp_reduce_s[i]) if reduce_after else None,
-            optimizer_s=float(st.optimizer_s[i])))
+            optimizer_s=float(st.optimizer_s[i]), fwd_op=fwd.op, bwd_op=bwd.op))
     graph = build_pipeline_graph(programs, m, pl.schedule)
     return _attach_side_tasks(graph, templates, st.after_optimizer_s), st.warnings

@@ -484,9 +484,11 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
 def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     """Global layer indices of each pipeline stage, length p (see
     :func:`core.config.stage_layer_counts`; raises ValueError when the layers do not split)."""
-    counts = stage_layer_counts(model.num_layers, plan)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-    return [range(int(a), int(a) + c) for a, c in zip(starts, counts)]
+    out, start = [], 0
+    for c in stage_layer_counts(model.num_layers, plan):
+        out.append(range(start, start + c))
+        start += c
+    return out
 
 
 def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, float]:
@@ -529,11 +531,11 @@ def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Layers of each stage whose forward full recomputation runs again, shape (p,) (0 without
     full recomputation; ``min(recompute_num_layers, layers of the stage)`` with Megatron's
     block method, every layer when unset)."""
-    counts = np.array(stage_layer_counts(model.num_layers, plan))
+    counts = stage_layer_counts(model.num_layers, plan)
     if plan.recompute != "full":
-        return np.zeros_like(counts)
+        return np.zeros(len(counts), np.int64)
     n = plan.recompute_num_layers
-    return counts if n is None else np.minimum(counts, n)
+    return np.array(counts if n is None else [min(c, n) for c in counts], np.int64)
 
 
 def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:

@@ -341,12 +341,16 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             ds = [d for d in ds if B % d == 0
                   and (d_allowed is None or d in d_allowed)
                   and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+            sps_t = sps[:1] if t == 1 else sps
             for d in ds:
+                zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
                     for sched in scheds:
                         for rc in rcs:
-                            for sp in sps:
-                                for z in zs:
+                            for sp in sps_t:
+                                for z in zs_d:
                                     plan = dataclasses.replace(
                                         base, tensor_parallel=t, pipeline_parallel=p,
                                         data_parallel=d, micro_batch_size=b, schedule=sched,
