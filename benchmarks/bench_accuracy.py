@@ -90,7 +90,7 @@ def main() -> None:
         print(f"{name}: {args.folds}-fold CV of the shipped procedure {fmt(met)} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
         if args.plot:
-            from core.accuracy_cmd import _plot
+            from core.cli.validate import _plot
             full = np.full(len(ms), np.nan)
             full[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred
             res = ValidationResult(ms, full)

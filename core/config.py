@@ -32,6 +32,7 @@ __all__ = [
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
+    "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "ACTIVATIONS",
     "NORMALIZATIONS",
@@ -50,7 +51,8 @@ __all__ = [
     "grad_dtype",
 ]
 
-SCHEDULES = ("1f1b", "gpipe")
+#: Pipeline schedules (registered in core.schedules; the order of the editor's list).
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
 ACTIVATIONS = ("gelu", "swiglu")
 #: Layer normalizations: LayerNorm (weight and bias) or RMSNorm (weight only, Zhang & Sennrich 2019).
@@ -68,16 +70,34 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 ZERO_STAGES = (0, 1, 2, 3)
 #: Data types the data-parallel gradients can be accumulated and reduced in.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
-#: GPU kinds with a shipped profile store; the value is the store's file stem.
-GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
-#: Aliases used by other tools' configuration files.
+#: GPU kinds with a shipped profile store; the value is the store's file stem
+#: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
+GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
+#: GPUs that reach each other over NVLink, per GPU kind (``gpus_per_nvlink_domain`` of its
+#: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack.
+#: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
+GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
+                     "B200-180GB": 8, "GB200-NVL72": 72}
+#: Aliases used by other tools' configuration files and published tables (lower case).
+#: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
+#: bandwidth and power) have no shipped store and are refused by name.
 _GPU_ALIASES = {
     "a100": "A100-SXM4-80GB",
     "a100-80gb": "A100-SXM4-80GB",
     "a100-sxm4-80gb": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB",
     "h100-80gb": "H100-SXM5-80GB",
+    "h100-sxm-80gb": "H100-SXM5-80GB",
     "h100-sxm5-80gb": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "h200-141gb": "H200-SXM-141GB",
+    "h200-sxm-141gb": "H200-SXM-141GB",
+    "b200": "B200-180GB",
+    "b200-180gb": "B200-180GB",
+    "gb200": "GB200-NVL72",
+    "gb200-nvl72": "GB200-NVL72",
+    "gb200 (nvl72)": "GB200-NVL72",
+    "gb200 nvl72": "GB200-NVL72",
 }
 
 
@@ -173,13 +193,18 @@ class ParallelPlan:
                                short="b", label="always")
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
                                 short="B", label="never")
-    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush) or gpipe",
+    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
                         "core, --recompute-activations) or full (--recompute-granularity full)",
                         choices=RECOMPUTE_MODES, label="always")
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS, label="never")
+    virtual_pipeline_stages: int | None = _f(
+        None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2)
     sequence_parallel: bool = _f(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
@@ -309,13 +334,15 @@ class ClusterConfig:
     """The GPUs and the network between them."""
 
     gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS)
-    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node (NVLink domain)")
+    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
+                            "boards, 72 for a GB200 NVL72 rack)")
     intra_node_bandwidth_gbytes_per_s: float | None = _f(
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile"
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)"
+        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)"
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -471,7 +498,9 @@ def validate(session: Session) -> list[FieldError]:
     ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
-    slow); known enumerations; and the rules of the plan's newer fields
+    slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
+    a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
+    ``cluster.profile_path``); and the rules of the plan's newer fields
     (:func:`_plan_feature_errors`).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
@@ -489,7 +518,8 @@ def validate(session: Session) -> list[FieldError]:
     need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                           "seq_length", "vocab_size", "num_query_groups"), integer=True)
     need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                          "micro_batch_size", "global_batch_size"), integer=True)
+                          "micro_batch_size", "global_batch_size", "virtual_pipeline_stages"),
+             integer=True)
     need_pos("cluster", c, ("gpus_per_node",), integer=True)
     need_pos("cluster", c, ("intra_node_bandwidth_gbytes_per_s", "inter_node_bandwidth_gbits_per_s"))
     need_pos("cost", cost, ("training_tokens",))
@@ -554,6 +584,10 @@ def validate(session: Session) -> list[FieldError]:
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
+    else:
+        from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
+        errs += [FieldError(f, msg) for f, msg in schedule_errors(
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -561,6 +595,12 @@ def validate(session: Session) -> list[FieldError]:
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if domain is not None and not c.profile_path and c.gpus_per_node > domain:
+        errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
+                               f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
+                               "talk over NVLink; use a GPU kind with a larger domain or a store "
+                               "of your own (cluster.profile_path)"))
     return errs
 
 
@@ -581,6 +621,10 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         v = getattr(pl, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
+    if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
+            pl.schedule == "interleaved":
+        errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
+                               "with the interleaved schedule are not modelled yet"))
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))

@@ -28,16 +28,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import model_math
+from . import model_math, schedules
 from .comm import CommModel
 from .config import Session, grad_dtype, padded_vocab_size
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
 
-__all__ = ["StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
+__all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
-           "DETAILS"]
+           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
@@ -45,134 +45,179 @@ COMPUTE, COMM = 0, 1
 
 
 @dataclass
-class StageProgram:
-    """The work of one pipeline stage.
-
-    ``fwd`` and ``bwd`` are templates: arrays of the tasks of one micro-batch's
-    forward (resp. backward, including recomputation) in program order.
+class TaskTemplate:
+    """The tasks of one work item (one phase of one micro-batch on one chunk) in program order.
 
     Attributes
     ----------
-    fwd_kind, bwd_kind : int array, shape (nF,), (nB,)
-        Indices into :data:`core.graph_types.KINDS`.
-    fwd_stream, bwd_stream : int array
-        0 compute, 1 comm.
-    fwd_s, bwd_s : float array
-        Durations, seconds.
-    fwd_layer, bwd_layer : int array
+    kind, stream : int8 arrays, shape (k,)
+        Index into :data:`core.graph_types.KINDS`; 0 compute, 1 comm.
+    duration_s : float64 array, shape (k,)
+    layer : int32 array, shape (k,)
         Global layer index or -1.
-    send_fwd_s, send_bwd_s : float
-        Pipeline transfer of one micro-batch's activation to the next stage
-        (resp. its gradient to the previous stage), seconds.
-    dp_comm_s, optimizer_s : float
-        Data-parallel gradient all-reduce (skipped when None) and optimizer step.
-    fwd_op, bwd_op : int array, optional
-        Index into :data:`core.graph_types.OPS` per template task (-1 unknown).
+    op : int16 array, shape (k,)
+        Index into :data:`core.graph_types.OPS` (-1 unknown).
     """
 
-    fwd_kind: np.ndarray
-    fwd_stream: np.ndarray
-    fwd_s: np.ndarray
-    fwd_layer: np.ndarray
-    bwd_kind: np.ndarray
-    bwd_stream: np.ndarray
-    bwd_s: np.ndarray
-    bwd_layer: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    duration_s: np.ndarray
+    layer: np.ndarray
+    op: np.ndarray
+
+    @classmethod
+    def from_tasks(cls, tasks: list[tuple]) -> "TaskTemplate":
+        """From ``(kind, stream, duration_s, layer[, op])`` tuples (an empty list is allowed)."""
+        a = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in tasks], dtype=float).reshape(-1, 5)
+        return cls(a[:, 0].astype(np.int8), a[:, 1].astype(np.int8), a[:, 2].astype(np.float64),
+                   a[:, 3].astype(np.int32), a[:, 4].astype(np.int16))
+
+    @property
+    def total_s(self) -> float:
+        """Sum of the durations (the item's length on a chain), seconds."""
+        return float(self.duration_s.sum())
+
+
+@dataclass
+class StageProgram:
+    """The work of one pipeline stage: a task template per (phase, virtual chunk).
+
+    Attributes
+    ----------
+    fwd, bwd : list of TaskTemplate, length v
+        Forward (resp. backward, including recomputation; for schedules that
+        split the backward, its input-gradient part B) of one micro-batch on
+        each of the stage's v chunks.
+    wgrad : list of TaskTemplate, length v, or None
+        Weight-gradient part W of the backward, for schedules that split it.
+    send_fwd_s, send_bwd_s : float
+        Pipeline transfer of one micro-batch's activation to the next stage
+        ``(i+1) mod p`` (resp. its gradient to the previous stage ``(i-1) mod p``),
+        seconds. The wrap-around hops (last to first stage and back) are used
+        only by interleaved schedules.
+    dp_comm_s, optimizer_s : float or None
+        Data-parallel gradient all-reduce (skipped when None) and optimizer step.
+    """
+
+    fwd: list[TaskTemplate]
+    bwd: list[TaskTemplate]
+    wgrad: list[TaskTemplate] | None = None
     send_fwd_s: float = 0.0
     send_bwd_s: float = 0.0
     dp_comm_s: float | None = None
     optimizer_s: float | None = None
-    fwd_op: np.ndarray | None = None
-    bwd_op: np.ndarray | None = None
 
     @classmethod
-    def from_tasks(cls, fwd: list[tuple], bwd: list[tuple], **kw: float | None) -> "StageProgram":
-        """Build from lists of ``(kind, stream, duration_s, layer[, op])`` tuples."""
-        f = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in fwd], dtype=float).reshape(-1, 5)
-        b = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in bwd], dtype=float).reshape(-1, 5)
-        return cls(f[:, 0].astype(np.int8), f[:, 1].astype(np.int8), f[:, 2], f[:, 3].astype(np.int32),
-                   b[:, 0].astype(np.int8), b[:, 1].astype(np.int8), b[:, 2], b[:, 3].astype(np.int32),
-                   fwd_op=f[:, 4].astype(np.int16), bwd_op=b[:, 4].astype(np.int16), **kw)
+    def from_tasks(cls, fwd: list[tuple], bwd: list[tuple], wgrad: list[tuple] | None = None,
+                   **kw: float | None) -> "StageProgram":
+        """One chunk, from lists of ``(kind, stream, duration_s, layer[, op])`` tuples."""
+        return cls([TaskTemplate.from_tasks(fwd)], [TaskTemplate.from_tasks(bwd)],
+                   None if wgrad is None else [TaskTemplate.from_tasks(wgrad)], **kw)
+
+    @classmethod
+    def from_chunks(cls, fwd: list[list[tuple]], bwd: list[list[tuple]],
+                    wgrad: list[list[tuple]] | None = None, **kw: float | None) -> "StageProgram":
+        """``v`` chunks, each a list of task tuples as in :meth:`from_tasks`."""
+        return cls([TaskTemplate.from_tasks(x) for x in fwd], [TaskTemplate.from_tasks(x) for x in bwd],
+                   None if wgrad is None else [TaskTemplate.from_tasks(x) for x in wgrad], **kw)
+
+    @property
+    def num_chunks(self) -> int:
+        """Virtual chunks v of the stage."""
+        return len(self.fwd)
 
 
-def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Program order of one stage: ``(is_backward, microbatch)``, each shape (2m,).
+def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage: int,
+                   virtual_stages: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Program order of one stage as ``(is_backward, microbatch)`` (W items count as backward).
 
-    1F1B (PipeDream-flush, Narayanan et al. 2021 Sec. 2.2): ``min(p-i-1, m)``
-    warm-up forwards on stage ``i``, then alternating one forward and one
-    backward, then the remaining backwards. GPipe (Huang et al. 2019): all
-    forwards, then all backwards.
+    A thin view of :func:`core.schedules.work_order`, which also gives each
+    item's phase and chunk.
 
     Raises
     ------
     ValueError
         Unknown schedule.
     """
-    p, m = num_stages, num_microbatches
-    if schedule == "gpipe":
-        is_bwd = np.repeat([False, True], m)
-        mb = np.concatenate([np.arange(m), np.arange(m)])
-        return is_bwd, mb
-    if schedule != "1f1b":
-        raise ValueError(f"schedule={schedule!r} is not one of 1f1b, gpipe")
-    w = min(p - stage - 1, m)
-    steady = m - w
-    is_bwd = np.concatenate([np.zeros(w, bool), np.tile([False, True], steady), np.ones(w, bool)])
-    mb = np.concatenate([np.arange(w), np.stack([np.arange(w, m), np.arange(steady)], 1).ravel(),
-                         np.arange(steady, m)])
-    return is_bwd, mb
+    order = schedules.work_order(schedule, num_stages, num_microbatches, stage, virtual_stages)
+    return order.phase != schedules.PHASE_F, order.microbatch
 
 
 def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str
                          ) -> ExecutionGraph:
-    """Arrays of one iteration from per-stage programs.
+    """Arrays of one iteration from per-stage programs, in the order the schedule gives.
+
+    Each stage's tasks form one chain in the program order of
+    :func:`core.schedules.work_order`; then its data-parallel all-reduce and
+    optimizer step. Virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``)
+    sends each micro-batch's activation to virtual stage ``k+1`` and its
+    input gradient (B item) to ``k-1``. A transfer depends on the sending
+    item's last task and gates the receiving item's first task; sends are
+    blocking, so the sender's next task waits for the transfer too.
 
     Parameters
     ----------
     programs : list of StageProgram, length p
+        All with the same number of chunks v; with ``wgrad`` templates when the
+        schedule splits the backward.
     num_microbatches : int
         m >= 1.
-    schedule : {"1f1b", "gpipe"}
+    schedule : str
+        A name registered in :mod:`core.schedules`.
 
     Returns
     -------
     ExecutionGraph
-        With ``p*(m*(nF+nB)) + 2*m*(p-1) + (dp, optimizer tasks)`` tasks.
+        With ``chunk`` and ``phase`` columns.
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule, or programs that do not fit it (chunk count, W templates).
     """
     p, m = len(programs), num_microbatches
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in
-                                         ("dur", "kind", "stream", "stage", "mb", "layer", "op")}
+    sched = schedules.get(schedule)
+    v = programs[0].num_chunks
+    if any(pr.num_chunks != v for pr in programs):
+        raise ValueError("all stages need the same number of chunks")
+    if v > 1 and not sched.uses_virtual_stages:
+        raise ValueError(f"schedule {schedule!r} runs one chunk per stage, the programs have {v}")
+    if sched.splits_backward and any(pr.wgrad is None for pr in programs):
+        raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
+    names = ("dur", "kind", "stream", "stage", "mb", "layer", "op", "chunk", "phase")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in names}
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
     stage_end: list[int] = []
-    first_f = np.zeros((p, m), np.int64)
-    last_f = np.zeros((p, m), np.int64)
-    first_b = np.zeros((p, m), np.int64)
-    last_b = np.zeros((p, m), np.int64)
+    # first / last task of (stage, phase, chunk, micro-batch)
+    first = np.full((p, 3, v, m), -1, np.int64)
+    last = np.full((p, 3, v, m), -1, np.int64)
     base = 0
     for i, pr in enumerate(programs):
-        is_bwd, mb = schedule_order(schedule, p, m, i)
-        nF, nB = len(pr.fwd_s), len(pr.bwd_s)
-        lens = np.where(is_bwd, nB, nF)
+        order = schedules.work_order(schedule, p, m, i, v)
+        temps = list(pr.fwd) + list(pr.bwd) + (list(pr.wgrad) if sched.splits_backward else [])
+        tlen = np.array([len(t.duration_s) for t in temps], np.int64)
+        toff = np.concatenate([[0], np.cumsum(tlen)[:-1]])
+        flat = {k: np.concatenate([getattr(t, k) for t in temps])
+                for k in ("duration_s", "kind", "stream", "layer", "op")}
+        tid = order.phase.astype(np.int64) * v + order.chunk
+        lens = tlen[tid]
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
         total = int(lens.sum())
-        op = np.repeat(np.arange(2 * m), lens)
-        pos = np.arange(total) - starts[op]
-        bw = is_bwd[op]
-        pf, pb = np.minimum(pos, nF - 1), np.minimum(pos, nB - 1)
-        cols["dur"].append(np.where(bw, pr.bwd_s[pb], pr.fwd_s[pf]))
-        cols["kind"].append(np.where(bw, pr.bwd_kind[pb], pr.fwd_kind[pf]))
-        cols["stream"].append(np.where(bw, pr.bwd_stream[pb], pr.fwd_stream[pf]))
-        cols["layer"].append(np.where(bw, pr.bwd_layer[pb], pr.fwd_layer[pf]))
-        f_op = pr.fwd_op if pr.fwd_op is not None else np.full(nF, -1)
-        b_op = pr.bwd_op if pr.bwd_op is not None else np.full(nB, -1)
-        cols["op"].append(np.where(bw, b_op[pb], f_op[pf]))
-        cols["mb"].append(mb[op])
-        first = base + starts
-        last = first + lens - 1
-        first_f[i, mb[~is_bwd]], last_f[i, mb[~is_bwd]] = first[~is_bwd], last[~is_bwd]
-        first_b[i, mb[is_bwd]], last_b[i, mb[is_bwd]] = first[is_bwd], last[is_bwd]
+        item = np.repeat(np.arange(len(order)), lens)
+        at = toff[tid][item] + np.arange(total) - starts[item]
+        cols["dur"].append(flat["duration_s"][at])
+        cols["kind"].append(flat["kind"][at])
+        cols["stream"].append(flat["stream"][at])
+        cols["layer"].append(flat["layer"][at])
+        cols["op"].append(flat["op"][at])
+        cols["mb"].append(order.microbatch[item])
+        cols["chunk"].append(order.chunk[item])
+        cols["phase"].append(order.phase[item])
+        nonempty = lens > 0
+        ph, ch, mb = order.phase[nonempty], order.chunk[nonempty], order.microbatch[nonempty]
+        first[i, ph, ch, mb] = base + starts[nonempty]
+        last[i, ph, ch, mb] = base + starts[nonempty] + lens[nonempty] - 1
         tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
                 (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
@@ -181,8 +226,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["dur"].append(np.array([x[2] for x in tail], float))
             cols["kind"].append(np.array([x[0] for x in tail]))
             cols["stream"].append(np.array([x[1] for x in tail]))
-            cols["layer"].append(np.full(len(tail), -1))
-            cols["mb"].append(np.full(len(tail), -1))
+            for k in ("layer", "mb", "chunk", "phase"):
+                cols[k].append(np.full(len(tail), -1))
         n_stage = total + len(tail)
         cols["stage"].append(np.full(n_stage, i))
         stage_end.append(base + n_stage)
@@ -190,11 +235,17 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         src.append(chain)
         dst.append(chain + 1)
         base += n_stage
-    # Pipeline transfers: forward activations i -> i+1, gradients i+1 -> i.
-    for i in range(p - 1):
-        for send_s, s_from, s_to, stage_of_task, op_id in (
-                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"]),
-                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"])):
+    if (first[:, :2] < 0).any():
+        raise ValueError("a forward or backward template is empty: every item needs a task")
+    # Pipeline transfers between virtual stages k and k+1 (k = c*p + i on stage i, chunk c).
+    F, B = schedules.PHASE_F, schedules.PHASE_B
+    for k in range(p * v - 1):
+        lo, hi = (k % p, k // p), ((k + 1) % p, (k + 1) // p)
+        for send_s, s_from, s_to, stage_of_task, chunk_of_task, phase, op_id in (
+                (programs[lo[0]].send_fwd_s, last[lo[0], F, lo[1]], first[hi[0], F, hi[1]],
+                 lo[0], lo[1], F, OP["p2p_fwd"]),
+                (programs[hi[0]].send_bwd_s, last[hi[0], B, hi[1]], first[lo[0], B, lo[1]],
+                 hi[0], hi[1], B, OP["p2p_bwd"])):
             ids = base + np.arange(m)
             cols["dur"].append(np.full(m, float(send_s)))
             cols["kind"].append(np.full(m, K["pp_p2p"]))
@@ -203,6 +254,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["mb"].append(np.arange(m))
             cols["layer"].append(np.full(m, -1))
             cols["op"].append(np.full(m, op_id))
+            cols["chunk"].append(np.full(m, chunk_of_task))
+            cols["phase"].append(np.full(m, phase))
             src += [s_from, ids]
             dst += [ids, s_to]
             nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
@@ -221,6 +274,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         dst=np.concatenate(dst).astype(np.int64),
         num_stages=p,
         op=np.concatenate(cols["op"]).astype(np.int16),
+        chunk=np.concatenate(cols["chunk"]).astype(np.int16),
+        phase=np.concatenate(cols["phase"]).astype(np.int8),
     )
 
 
@@ -315,11 +370,65 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
 DETAILS = ("op", "microbatch")
 
 
+def virtual_stage_layers(session: Session) -> np.ndarray:
+    """Layer boundaries of the ``p*v`` virtual stages: int64 array, shape (p*v + 1,).
+
+    Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
+    ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
+    under the interleaved schedule and 1 otherwise. Without interleaving the
+    stages hold :func:`core.model_math.stage_layers` (uneven first and last
+    stages included); with it the layers split evenly (:func:`core.config.validate`
+    requires ``L`` divisible by ``p*v``).
+    """
+    pl = session.plan
+    v = num_chunks(pl)
+    if v == 1:
+        ranges = model_math.stage_layers(session.model, pl)
+        return np.array([r.start for r in ranges] + [ranges[-1].stop], np.int64)
+    n = pl.pipeline_parallel * v
+    return np.arange(n + 1, dtype=np.int64) * (session.model.num_layers // n)
+
+
+def num_chunks(plan) -> int:
+    """Virtual chunks per stage: ``plan.virtual_pipeline_stages`` when the schedule uses them, else 1."""
+    if schedules.get(plan.schedule).uses_virtual_stages:
+        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
+    return 1
+
+
+#: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
+_W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd")
+
+
+def weight_gradient_share(op: str, session: Session) -> float:
+    """Share of a backward op's time that is its weight gradient (W), by FLOPs.
+
+    Each weight GEMM's backward is two GEMMs of its forward's size, the input
+    gradient (B) and the weight gradient (W) (Qi et al. 2024, Sec. 2). Per
+    micro-batch on one GPU: attention's weight GEMMs (QKV and projection)
+    take ``8bsh^2/t`` FLOPs forward and its core (``QK^T``, ``AV``) ``4bs^2h/t``,
+    whose backward is all input gradient, so W is ``8h / (16h + 8s)``
+    of the attention backward; the MLP and the output layer are one half; the
+    embedding's backward is all weight gradient. Element-wise work is
+    neglected (counted with B).
+    """
+    if op == "attention_bwd":
+        h, s = session.model.hidden_size, session.model.seq_length
+        return 8 * h / (16 * h + 8 * s)
+    if op in ("mlp_bwd", "output_bwd"):
+        return 0.5
+    if op == "embedding_bwd":
+        return 1.0
+    return 0.0
+
+
 #: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
 #: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
-#: collective of one bucket (a layer's, or the first or last stage's other parameters).
+#: collective of one bucket (a layer's, or the first or last stage's other parameters), or the
+#: input- (B) and weight-gradient (W) parts of a backward op that a split backward divides.
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-            *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")))
+            *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")),
+            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")))
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -481,21 +590,24 @@ class _DataParallel:
 
 @dataclass(frozen=True)
 class _Structure:
-    """Everything that shapes a stage's templates (not their durations): the cache key of
-    :func:`_stage_templates`, which reads nothing else.
+    """Everything that shapes the templates of one virtual stage (not their durations): the
+    cache key of :func:`_stage_templates`, which reads nothing else.
 
-    ``layers``: the stage's global layer indices ``(first, stop)``; ``recomputed``: how
-    many of its first layers full recomputation recomputes; ``tp``, ``dp``: whether
-    ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``: sequence parallelism with
-    ``t > 1``; ``buckets``: whether data-parallel buckets enter the templates (ZeRO 2/3,
-    or overlapped reduction or gather).
+    ``vstage``: the virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``; the stage
+    itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
+    indices ``(first, stop)``; ``recomputed``: how many of its first layers full
+    recomputation recomputes; ``split``: the backward is split into B and W (ZB-H1);
+    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``:
+    sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
+    the templates (ZeRO 2/3, or overlapped reduction or gather).
     """
 
-    stage: int
-    num_stages: int
+    vstage: int
+    num_vstages: int
     layers: tuple[int, int]
     recomputed: int
     selective: bool
+    split: bool
     tp: bool
     sp: bool
     dp: bool
@@ -508,22 +620,28 @@ class _Structure:
         return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
 
 
-def _structure(session: Session, stage: int) -> _Structure:
-    """The :class:`_Structure` of ``stage`` of ``session``'s plan."""
-    m, pl = session.model, session.plan
-    layers = model_math.stage_layers(m, pl)[stage]
+def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
+    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan."""
+    pl = session.plan
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    k = chunk * p + stage
+    bounds = virtual_stage_layers(session)
+    first, stop = int(bounds[k]), int(bounds[k + 1])
     t = pl.tensor_parallel > 1
-    return _Structure(stage, pl.pipeline_parallel, (layers.start, layers.stop),
-                      int(model_math.recomputed_layers(m, pl)[stage]), pl.recompute == "selective",
+    return _Structure(k, p * v, (first, stop),
+                      model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
+                      schedules.get(pl.schedule).splits_backward,
                       t, bool(pl.sequence_parallel and t), pl.data_parallel > 1, pl.zero_stage,
                       bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather))
 
 
 @lru_cache(maxsize=4096)
-def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
-    """Untimed forward and backward templates of one micro-batch on a stage (see
-    :func:`build_graph`; :meth:`_Template.timed` gives them durations)."""
+def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+    """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
+    templates of one micro-batch on a virtual stage (see :func:`build_graph`;
+    :meth:`_Template.timed` gives them durations)."""
     sp, zero = st.sp, (st.zero_stage if st.dp else 0)
+    wunit: _Unit | None = None  # where the current backward unit's W tasks go
 
     def comm(out: _Unit, kind: str) -> None:
         out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
@@ -531,10 +649,15 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
     def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
-        all-reduce after (``after``)."""
+        all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
         if st.tp and sp and before:
             comm(out, "all_gather")
-        out.add(kind, COMPUTE, op, op)
+        if st.split and wunit is not None and op in _W_OPS:
+            wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
+            if op != "embedding_bwd":  # all weight gradient: no B task
+                out.add(kind, COMPUTE, op + ":B", op)
+        else:
+            out.add(kind, COMPUTE, op, op)
         if st.tp and after:
             comm(out, "reduce_scatter" if sp else "all_reduce")
 
@@ -550,9 +673,10 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
             out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
 
     def reduce(out: _Unit, bucket: str) -> None:
-        """Gradients of what just ran backward: ZeRO 2/3 reduce-scatter them every micro-batch
-        (sharded gradients cannot accumulate locally), blocking or overlapped; ZeRO 0/1 with
-        --overlap-grad-reduce reduce them bucket by bucket in the final backward only."""
+        """Gradients of what just ran backward (its W part when split): ZeRO 2/3 reduce-scatter
+        them every micro-batch (sharded gradients cannot accumulate locally), blocking or
+        overlapped; ZeRO 0/1 with --overlap-grad-reduce reduce them bucket by bucket in the
+        chunk's last backward only."""
         if zero >= 2:
             if st.overlap_grad_reduce:
                 out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
@@ -571,10 +695,28 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
                               len(out.tasks)))
 
     layers = list(range(*st.layers))
-    last = st.stage == st.num_stages - 1
+    first, last = st.vstage == 0, st.vstage == st.num_vstages - 1
     fwd_parts: list[tuple[_Unit, list[int]]] = []
     bwd_parts: list[tuple[_Unit, list[int]]] = []
-    if st.stage == 0:
+    w_parts: list[tuple[_Unit, list[int]]] = []
+
+    def backward_unit(layer_list: list[int], build) -> None:
+        """One backward unit (and its W unit when split), repeated over ``layer_list``."""
+        nonlocal wunit
+        u, w = _Unit(), _Unit()
+        wunit = w if st.split else None
+        build(u)
+        # the gradients are complete after the W part when split, after the backward otherwise
+        reducer = w if st.split else u
+        bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
+        if reducer.tasks:
+            reduce(reducer, bucket)
+        bwd_parts.append((u, layer_list))
+        if st.split:
+            w_parts.append((w, layer_list))
+        wunit = None
+
+    if first:
         u = _Unit()
         prefetch(u, "first")
         gather(u, "first")
@@ -587,47 +729,56 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template]:
     block(u, K["forward"], "attention_fwd", True, True)
     block(u, K["forward"], "mlp_fwd", True, True)
     fwd_parts.append((u, layers))
+
+    def out_bwd(u: _Unit) -> None:
+        gather(u, "last")
+        block(u, K["output"], "output_bwd", before=False, after=True)
+
     if last:
         u = _Unit()
         prefetch(u, "last")
         gather(u, "last")
         block(u, K["output"], "output_fwd", before=True, after=False)
         fwd_parts.append((u, [-1]))
-        u = _Unit()
-        gather(u, "last")
-        block(u, K["output"], "output_bwd", before=False, after=True)
-        reduce(u, "last")
-        bwd_parts.append((u, [-1]))
+        backward_unit([-1], out_bwd)
     for with_recompute in (False, True):
-        # reversed layer order; Megatron's block method recomputes the stage's first layers
+        # reversed layer order; Megatron's block method recomputes the chunk's first layers
         chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
-        u = _Unit()
-        gather(u, "layer")
-        if with_recompute:
-            block(u, K["recompute"], "attention_fwd", True, True)
-            block(u, K["recompute"], "mlp_fwd", True, True)
-        block(u, K["backward"], "mlp_bwd", True, True)
-        if st.selective:
-            u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
-        block(u, K["backward"], "attention_bwd", True, True)
-        reduce(u, "layer")
-        bwd_parts.append((u, chosen[::-1]))
-    if st.stage == 0:
-        u = _Unit()
-        gather(u, "first")
-        block(u, K["embedding"], "embedding_bwd", before=True, after=False)
-        reduce(u, "first")
-        bwd_parts.append((u, [-1]))
-    return _Template.assemble(fwd_parts), _Template.assemble(bwd_parts)
+        if not chosen:
+            continue
+
+        def layer_bwd(u: _Unit, with_recompute: bool = with_recompute) -> None:
+            gather(u, "layer")
+            if with_recompute:
+                block(u, K["recompute"], "attention_fwd", True, True)
+                block(u, K["recompute"], "mlp_fwd", True, True)
+            block(u, K["backward"], "mlp_bwd", True, True)
+            if st.selective:
+                u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
+            block(u, K["backward"], "attention_bwd", True, True)
+
+        backward_unit(chosen[::-1], layer_bwd)
+    if first:
+        def emb_bwd(u: _Unit) -> None:
+            # the embedding's backward scatters gradients: it needs no weights (no ZeRO-3 gather)
+            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+
+        backward_unit([-1], emb_bwd)
+    return (_Template.assemble(fwd_parts), _Template.assemble(bwd_parts),
+            _Template.assemble(w_parts))
 
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
-                   dp: _DataParallel | None) -> np.ndarray:
+                   dp: _DataParallel | None, session: Session) -> np.ndarray:
     """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none)."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
         if name in _SRC:
             v[_SRC[name]] = sec
+    for op in _W_OPS:
+        share = weight_gradient_share(op, session)
+        v[_SRC[op + ":W"]] = times[op] * share
+        v[_SRC[op + ":B"]] = times[op] * (1 - share)
     for kind, sec in (tp or {}).items():
         v[_SRC["tp_" + kind]] = sec
     if dp is not None:
@@ -637,16 +788,20 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
 
 
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None) -> tuple[_Template, _Template]:
-    """Timed forward and backward templates of one micro-batch on ``stage``.
+                 dp: _DataParallel | None = None
+                 ) -> tuple[list[_Template], list[_Template], list[_Template]]:
+    """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
     ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
     (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
     """
-    values = _source_values(times, tp, dp)
-    fwd, bwd = _stage_templates(_structure(session, stage))
-    return fwd.timed(values), bwd.timed(values)
+    values = _source_values(times, tp, dp, session)
+    out: tuple[list, list, list] = ([], [], [])
+    for c in range(num_chunks(session.plan)):
+        for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
+            part.append(tmpl.timed(values))
+    return out
 
 
 def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
@@ -661,31 +816,35 @@ def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
     return out
 
 
-def _template_times(tmpl: _Template, start_at_zero: bool = False
+def _template_times(tmpl: _Template, start_at: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray, float]:
     """End times (from the op's start) of a template's tasks and side tasks, and its span.
 
     The span is when the op ends: its last task and its side tasks that end the
-    op (``side_before`` -1) have ended. With ``start_at_zero`` the ``start`` side
-    tasks run from time 0 too (the op started with the iteration). Side tasks that
+    op (``side_before`` -1) have ended. With ``start_at`` the op starts at time 0
+    with the iteration and its ``start`` side tasks run one after another from
+    ``start_at`` (the all-gathers of earlier chunks before). Side tasks that
     start with the op (``side_after`` -1) wait for nothing else; the others end the
     op (the two sorts the builder makes: prefetched all-gathers, and reductions
     after a layer's backward).
     """
     dur = tmpl.dur
     S = np.cumsum(dur)
-    if not tmpl.side_dur.size and not (start_at_zero and tmpl.start_dur.size):
+    with_start = start_at is not None and tmpl.start_dur.size > 0
+    if not tmpl.side_dur.size and not with_start:
         return S, np.empty(0), float(S[-1]) if S.size else 0.0
     free = tmpl.side_after < 0
     if np.any(free & (tmpl.side_before < 0)) or np.any(~free & (tmpl.side_before >= 0)):
         raise AssertionError("side task neither prefetched nor ending the op")
     # prefetched side tasks (and the iteration-start ones) do not depend on the compute chain
     f_dur, f_op, f_before = tmpl.side_dur[free], tmpl.side_op[free], tmpl.side_before[free]
-    if start_at_zero:
+    f_ready = np.zeros(f_dur.size)
+    if with_start:
         f_dur = np.concatenate([tmpl.start_dur, f_dur])
         f_op = np.concatenate([tmpl.start_op, f_op])
         f_before = np.concatenate([tmpl.start_before, f_before])
-    f_end = _chain(f_dur, np.zeros(f_dur.size), f_op)
+        f_ready = np.concatenate([np.full(tmpl.start_dur.size, float(start_at)), f_ready])
+    f_end = _chain(f_dur, f_ready, f_op)
     wait = np.zeros(dur.size)
     np.maximum.at(wait, f_before, f_end)
     end = S + np.maximum.accumulate(np.maximum(wait - (S - dur), 0.0))
@@ -698,77 +857,78 @@ def _template_times(tmpl: _Template, start_at_zero: bool = False
     return end, side_end, span
 
 
-def _tail_exposure(tmpl: _Template, send_s: float = 0.0) -> float:
-    """How long the final backward's ``last`` side tasks run past the end of the op and of its
-    blocking pipeline send of ``send_s`` seconds (>= 0): the stage's next task waits for both."""
-    if not tmpl.last_dur.size:
-        return 0.0
+def _tail_overrun(tmpl: _Template) -> float:
+    """How long after the item's end its ``last`` side tasks end (negative when earlier): the
+    iteration's tail waits for them."""
     end, _, span = _template_times(tmpl)
     finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
-    return max(0.0, float(finish.max()) - span - send_s)
+    return float(finish.max()) - span
 
 
 @dataclass
 class StageTimes:
-    """Per-stage durations of one plan at micro-batch granularity (the coarse graph's inputs).
+    """Per-stage durations of one plan at work-item granularity (the coarse graph's inputs).
 
     Each stage's compute stream is one chain and its tensor-parallel
-    collectives block it, so the per-op tasks of one micro-batch's forward
-    (resp. backward with recomputation) on a stage run back to back; with the
-    communication that overlaps them (ZeRO-3 prefetch, ZeRO-2/3 gradient
-    reduce-scatter), the op ends when both have ended. That span is the
-    duration of the merged task.
+    collectives block it, so the per-op tasks of one work item run back to
+    back; with the communication that overlaps them (ZeRO-3 prefetch, ZeRO-2/3
+    gradient reduce-scatter), the item ends when both have ended. That span is
+    the duration of the merged task.
 
     Attributes
     ----------
-    fwd_s, bwd_s : float64 array, shape (p,)
-        Forward (resp. backward incl. recomputation) of one micro-batch on each
-        stage, seconds: the span of the per-op template of :func:`build_graph`.
+    fwd_s, bwd_s, wgrad_s : float64 array, shape (p, v)
+        Forward, backward (with recomputation; the input-gradient part B when
+        the schedule splits the backward) and weight-gradient part W (0 when
+        not split) of one micro-batch on each stage and virtual chunk, seconds:
+        the spans of the per-op templates of :func:`build_graph`.
     send_fwd_s, send_bwd_s : float64 array, shape (p,)
-        Pipeline transfer of one micro-batch from stage ``i`` to ``i+1``
-        (resp. ``i-1``), seconds; 0 for the last (resp. first) stage.
+        Pipeline transfer of one micro-batch from stage ``i`` to ``(i+1) mod p``
+        (resp. ``(i-1) mod p``), seconds; the wrap-around hops (last to first
+        and back) are 0 unless the plan has virtual chunks.
     dp_comm_s : float64 array, shape (p,)
         Data-parallel communication of each stage's tail, seconds (0 when ``d == 1``):
         the gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1) after the last
-        backward, or with ``overlap_grad_reduce`` the part of its buckets that runs
-        past the last backward; plus the parameter all-gather after the optimizer
-        step (ZeRO 1/2 without ``overlap_param_gather``).
+        work item (``dp_reduce_s``; 0 when overlapped or per micro-batch), plus the
+        parameter all-gather after the optimizer step (``after_optimizer_s``; ZeRO 1/2
+        without ``overlap_param_gather``).
     optimizer_s : float64 array, shape (p,)
         Optimizer step of each stage over its (sharded) parameters, seconds.
     has_dp_comm : bool
         Whether the graph has a data-parallel tail task (``d > 1``).
-    first_ready_s : float64 array, shape (p,)
-        With ``overlap_param_gather`` (ZeRO 1/2): the first forward of stage ``i``
-        cannot end before ``first_ready_s[i] + fwd_s[i]`` (its parameters are
-        all-gathered from the iteration's start); zeros otherwise.
-    dp_reduce_s, dp_exposed_s, after_optimizer_s : float64 array, shape (p,)
-        The parts of ``dp_comm_s``: the reduction after the last backward (0 when
-        overlapped or per micro-batch), the overlapped buckets' part past the last
-        backward, the parameter all-gather after the optimizer step.
-    dp : list of _DataParallel or None
-        Per stage: one bucket's collective times (None when no bucket enters the templates).
+    ready_s : float64 array, shape (p, v)
+        With ``overlap_param_gather`` (ZeRO 1/2): the first forward of each stage and
+        chunk cannot start before this (its parameters are all-gathered from the
+        iteration's start, one chunk after another); zeros otherwise.
+    chunk_tail_s : float64 array, shape (p, v)
+        With ``overlap_grad_reduce`` (ZeRO 0/1): the stage's tail also waits until
+        this long after the compute of the chunk's last weight-gradient item ends
+        (its gradient buckets, reduced under it); ``-inf`` otherwise.
     op_times_s : dict[str, float]
         Time of each op of one micro-batch (the per-op templates' durations).
     tp_comm_s : dict[str, float] or None
         One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
+    dp : list of _DataParallel or None
+        Per stage: one bucket's collective times (None when no bucket enters the templates).
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
     """
 
     fwd_s: np.ndarray
     bwd_s: np.ndarray
+    wgrad_s: np.ndarray
     send_fwd_s: np.ndarray
     send_bwd_s: np.ndarray
     dp_comm_s: np.ndarray
     optimizer_s: np.ndarray
     has_dp_comm: bool
-    first_ready_s: np.ndarray | None = None
+    ready_s: np.ndarray
+    chunk_tail_s: np.ndarray
+    dp_reduce_s: np.ndarray
+    after_optimizer_s: np.ndarray
     op_times_s: dict[str, float] = field(default_factory=dict)
     tp_comm_s: dict[str, float] | None = None
     dp: list[_DataParallel | None] = field(default_factory=list)
-    dp_reduce_s: np.ndarray | None = None
-    dp_exposed_s: np.ndarray | None = None
-    after_optimizer_s: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -777,14 +937,17 @@ class StageTimes:
         return None if self.tp_comm_s is None else self.tp_comm_s["all_reduce"]
 
     def programs(self) -> list[StageProgram]:
-        """One :class:`StageProgram` per stage with one forward and one backward task each."""
-        return [StageProgram.from_tasks(
-            [(K["forward"], COMPUTE, float(self.fwd_s[i]), -1)],
-            [(K["backward"], COMPUTE, float(self.bwd_s[i]), -1)],
+        """One :class:`StageProgram` per stage with one task per work item (F, B and W per chunk)."""
+        p, v = self.fwd_s.shape
+        split = bool(np.any(self.wgrad_s > 0))
+        return [StageProgram.from_chunks(
+            [[(K["forward"], COMPUTE, float(self.fwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["backward"], COMPUTE, float(self.bwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["wgrad"], COMPUTE, float(self.wgrad_s[i, c]), -1)] for c in range(v)] if split else None,
             send_fwd_s=float(self.send_fwd_s[i]), send_bwd_s=float(self.send_bwd_s[i]),
             dp_comm_s=float(self.dp_comm_s[i]) if self.has_dp_comm else None,
             optimizer_s=float(self.optimizer_s[i]),
-        ) for i in range(len(self.fwd_s))]
+        ) for i in range(p)]
 
 
 def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
@@ -841,7 +1004,7 @@ def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
 
 
 def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
-    """Durations of each stage's work at micro-batch granularity (see :class:`StageTimes`).
+    """Durations of each stage's work at work-item granularity (see :class:`StageTimes`).
 
     The values are those of the per-op graph of :func:`build_graph` (same
     lookups, same communication model, same templates).
@@ -892,38 +1055,46 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
         tp = {k: tp_call(k, act_bytes) for k in kinds}
+    v = num_chunks(pl)
+    fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     reps = _representatives(p)
-    fwd_s, bwd_s, ready, tail = np.empty(p), np.empty(p), np.zeros(p), np.zeros(p)
     dps: list[_DataParallel | None] = [None] * p
-    backwards: dict[int, _Template] = {}
     for i in reps:
-        struct = _structure(session, i)
-        dps[i] = _data_parallel(session, i, dp_call) if struct.buckets else None
-        values = _source_values(times, tp, dps[i])
-        fwd, bwd = _stage_templates(struct)
-        if fwd.has_side:
-            fwd = fwd.timed(values)
-            fwd_s[i] = _template_times(fwd)[2]
-            if fwd.start_dur.size:
-                ready[i] = _template_times(fwd, start_at_zero=True)[2] - fwd_s[i]
-        else:  # one chain: the span is the sum of the durations
-            fwd_s[i] = fwd.counts @ values
-        if bwd.has_side:
-            bwd = backwards[i] = bwd.timed(values)
-            bwd_s[i] = _template_times(bwd)[2]
-        else:
-            bwd_s[i] = bwd.counts @ values
+        structs = [_structure(session, i, c) for c in range(v)]
+        dps[i] = _data_parallel(session, i, dp_call) if structs[0].buckets else None
+        values = _source_values(times, tp, dps[i], session)
+        offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
+        for c, struct in enumerate(structs):
+            fwd, bwd, wgd = _stage_templates(struct)
+            for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
+                if tmpl.has_side:
+                    out[i, c] = _template_times(tmpl.timed(values))[2]
+                else:  # one chain: the span is the sum of the durations
+                    out[i, c] = tmpl.counts @ values
+            if fwd.start_src.size:
+                timed = fwd.timed(values)
+                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
+                offset += float(timed.start_dur.sum())
+            grads = wgd if struct.split else bwd
+            if grads.last_src.size:
+                over[i, c] = _tail_overrun(grads.timed(values))
+    if p > 2:
+        for a in (fwd_s, bwd_s, w_s, ready, over):
+            a[1:-1] = a[1]
+        dps[1:-1] = [dps[1]] * (p - 2)
     p2p_bytes = act_bytes / t
-    share = [comm.stages_share_node(i) for i in range(p - 1)]
-    hop = np.empty(max(p - 1, 0))
+    # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
+    links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
+    share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+    hop = np.zeros(p)
     for flag in set(share):
-        i = share.index(flag)
-        hop[np.array(share) == flag] = _memo(cache, ("p2p", ckey, flag, p2p_bytes), warnings,
-                                             _comm_call(comm, "p2p", i, p2p_bytes))
-    send_fwd, send_bwd = np.zeros(p), np.zeros(p)
-    send_fwd[:-1], send_bwd[1:] = hop, hop
-    for i, bwd in backwards.items():  # the final op, a backward, sends its gradient back (blocking)
-        tail[i] = _tail_exposure(bwd, send_bwd[i])
+        i = links[share.index(flag)]
+        hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
+            cache, ("p2p", ckey, flag, p2p_bytes), warnings,
+            _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
+    send_fwd = hop.copy()                 # i -> i+1 (mod p)
+    send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
     n_params = params_per_gpu(session)
     shards = n_params / d if pl.zero_stage >= 1 else n_params  # as optimizer_params
     z = pl.zero_stage
@@ -935,52 +1106,47 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                 reduce_s[i] = dp_call("reduce_scatter" if z == 1 else "all_reduce", n_params[i] * g)
             if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
                 after_opt[i] = dp_call("all_gather", n_params[i] * e)
-        shard = shards[i]
-        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shard), warnings,
-                         lambda sink, n=shard: optimizer_time(store, n, pl.precision))
+        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
+                         lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
     if p > 2:
-        for a in (fwd_s, bwd_s, ready, tail, reduce_s, opt_s, after_opt):
+        for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]
-        dps[1:-1] = [dps[1]] * (p - 2)
-    dp_s = reduce_s + tail + after_opt
-    return StageTimes(fwd_s, bwd_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, ready, dict(times), tp,
-                      dps, reduce_s, tail, after_opt, ops.warnings + sorted(set(warnings)))
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, d > 1,
+                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
+                      ops.warnings + sorted(set(warnings)))
 
 
-def _stage_ops(graph: ExecutionGraph, stage: int, fwd: _Template, bwd: _Template
-               ) -> list[tuple[str, int, int]]:
-    """``(phase, first task, last task)`` of each forward ("F") or backward ("B") of ``stage`` in
-    program order, found by matching the templates against the stage's chain of tasks."""
+def _stage_items(graph: ExecutionGraph, stage: int) -> list[tuple[int, int, int, int, int]]:
+    """``(phase, chunk, micro-batch, first task, last task)`` of each work item of ``stage`` in
+    program order: the runs of equal (phase, chunk, micro-batch) along the stage's chain."""
     idx = np.flatnonzero((graph.stage == stage) & (graph.kind != K["pp_p2p"])
                          & (graph.microbatch >= 0))
-    kinds, ops = graph.kind[idx], (graph.op[idx] if graph.op is not None else np.full(idx.size, -1))
-    sigs = [("F", fwd.kind, fwd.op), ("B", bwd.kind, bwd.op)]
-    out, pos = [], 0
-    while pos < idx.size:
-        for phase, k, o in sigs:
-            n = k.size
-            if np.array_equal(kinds[pos:pos + n], k) and np.array_equal(ops[pos:pos + n], o):
-                out.append((phase, int(idx[pos]), int(idx[pos + n - 1])))
-                pos += n
-                break
-        else:
-            raise AssertionError(f"stage {stage}: task {int(idx[pos])} starts no known template")
-    return out
+    keys = np.stack([graph.phase[idx], graph.chunk[idx], graph.microbatch[idx]], axis=1)
+    cut = np.flatnonzero(np.any(keys[1:] != keys[:-1], axis=1)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [idx.size]]) - 1
+    return [(int(keys[a, 0]), int(keys[a, 1]), int(keys[a, 2]), int(idx[a]), int(idx[e]))
+            for a, e in zip(starts, ends)]
 
 
-def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _Template]],
-                       after_optimizer_s: np.ndarray | None = None) -> ExecutionGraph:
+def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, int], _Template]],
+                       after_optimizer_s: np.ndarray | None = None, num_microbatches: int = 1,
+                       chain_start: bool = True) -> ExecutionGraph:
     """``graph`` with the communication that overlaps computation (see :class:`_Template`) and the
     parameter all-gather after each stage's optimizer step (``after_optimizer_s``, 0: none).
 
-    Every such task runs on its stage's communication stream (one chain per
-    collective kind and op). A side task that starts with its op depends on what
-    the op's first task depends on; one that ends its op gates every successor of
-    the op's last task (the next op and the pipeline send), so the merged tasks of
-    :meth:`StageTimes.programs` keep the same times.
+    ``templates[i][(phase, chunk)]`` is the template of stage ``i``'s work items of that phase
+    and chunk. Every added task runs on its stage's communication stream (one chain per
+    collective kind within an item). A side task that starts with its item depends on what
+    the item's first task depends on; one that ends its item gates every successor of the
+    item's last task (the next item and the pipeline send), so the merged tasks of
+    :meth:`StageTimes.programs` keep the same times. The ``start`` tasks of each chunk gate
+    its first forward (micro-batch 0), chained across chunks when ``chain_start``; the
+    ``last`` tasks follow the chunk's last weight-gradient item (micro-batch m-1) and gate
+    the stage's tail.
     """
     p = graph.num_stages
-    need = any(f.has_side or b.has_side for f, b in templates)
+    need = any(t.has_side for stage in templates for t in stage.values())
     if after_optimizer_s is not None and np.any(after_optimizer_s > 0):
         need = True
     if not need:
@@ -989,8 +1155,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
     by_dst = np.argsort(dst, kind="stable")
     by_src = np.argsort(src, kind="stable")
     sorted_dst, sorted_src = dst[by_dst], src[by_src]
-
-    joins: dict[int, list[int]] = {}  # task -> side tasks that end the op before it (added here)
+    joins: dict[int, list[int]] = {}  # task -> side tasks that end the item before it (added here)
 
     def preds(x: int) -> np.ndarray:
         lo, hi = np.searchsorted(sorted_dst, [x, x + 1])
@@ -1001,12 +1166,13 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
         return dst[by_src[lo:hi]]
 
     n0 = graph.num_tasks
-    new: dict[str, list] = {k: [] for k in ("dur", "stage", "mb", "layer", "op")}
+    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped")
+    new: dict[str, list] = {k: [] for k in cols}
     e_src: list[np.ndarray] = []
     e_dst: list[np.ndarray] = []
 
-    def task(stage: int, mb: int, dur: float, layer: int, op: int) -> int:
-        for k, v in zip(("dur", "stage", "mb", "layer", "op"), (dur, stage, mb, layer, op)):
+    def task(values: tuple) -> int:
+        for k, v in zip(cols, values):
             new[k].append(v)
         return n0 + len(new["dur"]) - 1
 
@@ -1016,18 +1182,19 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
         e_src.append(a.ravel())
         e_dst.append(b.ravel())
 
+    grad_phase = {t_phase for stage in templates for (t_phase, _), t in stage.items() if t.last_src.size}
     for i in range(p):
-        fwd, bwd = templates[i]
+        tmpls = templates[i]
         tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
-        ops = _stage_ops(graph, i, fwd, bwd) if (fwd.has_side or bwd.has_side) else []
-        for n_op, (phase, first, last) in enumerate(ops):
-            tmpl = fwd if phase == "F" else bwd
-            mb = int(graph.microbatch[first])
+        items = _stage_items(graph, i) if any(t.has_side for t in tmpls.values()) else []
+        start_prev: dict[int, int] = {}
+        for phase, chunk, mb, first, last in items:
+            tmpl = tmpls[(phase, chunk)]
             prev: dict[int, int] = {}
             for dur, layer, op, after, before in zip(
                     tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
                     tmpl.side_after.tolist(), tmpl.side_before.tolist()):
-                x = task(i, mb, dur, layer, op)
+                x = task((dur, i, mb, layer, op, chunk, phase, True))
                 edges(preds(first) if after < 0 else first + after, x)
                 if op in prev:
                     edges(prev[op], x)
@@ -1038,43 +1205,51 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[tuple[_Template, _
                     for y in succs(last).tolist():
                         edges(x, y)
                         joins.setdefault(y, []).append(x)
-            if n_op == 0 and phase == "F" and tmpl.start_dur.size:
-                prev = {}
+            if phase == schedules.PHASE_F and mb == 0 and tmpl.start_dur.size:
+                if not chain_start:
+                    start_prev = {}
                 for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
                                                   tmpl.start_op.tolist(), tmpl.start_before.tolist()):
-                    x = task(i, -1, dur, layer, op)
-                    if op in prev:
-                        edges(prev[op], x)
-                    prev[op] = x
+                    x = task((dur, i, -1, layer, op, chunk, -1, True))
+                    if op in start_prev:
+                        edges(start_prev[op], x)
+                    start_prev[op] = x
                     edges(x, first + before)
-            if n_op == len(ops) - 1 and tmpl.last_dur.size and tail.size:
+            if (phase in grad_phase and mb == num_microbatches - 1 and tmpl.last_dur.size
+                    and tail.size):
                 prev = {}
                 for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
                                                  tmpl.last_op.tolist(), tmpl.last_after.tolist()):
-                    x = task(i, mb, dur, layer, op)
+                    x = task((dur, i, mb, layer, op, chunk, phase, True))
                     edges(first + after, x)
                     if op in prev:
                         edges(prev[op], x)
                     prev[op] = x
                     edges(x, tail[0])
         if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
-            x = task(i, -1, float(after_optimizer_s[i]), -1, OP["dp_all_gather"])
+            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False))
             edges(tail[-1], x)
     k = len(new["dur"])
     if not k:
         return graph
+
+    def col(name: str, dtype) -> np.ndarray:
+        return np.array(new[name], dtype)
+
     return ExecutionGraph(
-        duration_s=np.concatenate([graph.duration_s, np.array(new["dur"], np.float64)]),
+        duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
         kind=np.concatenate([graph.kind, np.full(k, K["dp_comm"], np.int8)]),
         stream=np.concatenate([graph.stream, np.full(k, COMM, np.int8)]),
-        stage=np.concatenate([graph.stage, np.array(new["stage"], np.int32)]),
-        microbatch=np.concatenate([graph.microbatch, np.array(new["mb"], np.int32)]),
-        layer=np.concatenate([graph.layer, np.array(new["layer"], np.int32)]),
+        stage=np.concatenate([graph.stage, col("stage", np.int32)]),
+        microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
+        layer=np.concatenate([graph.layer, col("layer", np.int32)]),
         src=np.concatenate([src] + e_src).astype(np.int64),
         dst=np.concatenate([dst] + e_dst).astype(np.int64),
         num_stages=p,
-        op=(np.concatenate([graph.op, np.array(new["op"], np.int16)]) if graph.op is not None
-            else None),
+        op=np.concatenate([graph.op, col("op", np.int16)]),
+        chunk=np.concatenate([graph.chunk, col("chunk", np.int16)]),
+        phase=np.concatenate([graph.phase, col("phase", np.int8)]),
+        overlapped=np.concatenate([np.zeros(n0, bool), col("overlapped", bool)]),
     )
 
 
@@ -1143,31 +1318,49 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
     pl = session.plan
     st = stage_times(session, store, cache)
-    p, m = pl.pipeline_parallel, pl.num_microbatches
+    p, m, v = pl.pipeline_parallel, pl.num_microbatches, num_chunks(pl)
+    split = schedules.get(pl.schedule).splits_backward
+    F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
     if detail == "microbatch":
         graph = build_pipeline_graph(st.programs(), m, pl.schedule)
+        # the parameter all-gathers and gradient buckets that overlap work items, as the time
+        # they add beyond them
         templates = []
         for i in range(p):
-            fwd, bwd = _Unit(), _Unit()
-            fwd.tasks.append((K["forward"], COMPUTE, 0, -1))
-            bwd.tasks.append((K["backward"], COMPUTE, 0, -1))
-            ready = float(st.first_ready_s[i])
-            if ready > 0:  # the first forward waits for its parameters' all-gather
-                fwd.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
-            f = dataclasses.replace(_Template.assemble([(fwd, [-1])]), dur=np.array([st.fwd_s[i]]),
-                                    start_dur=np.array([ready] if ready > 0 else []))
-            b = dataclasses.replace(_Template.assemble([(bwd, [-1])]), dur=np.array([st.bwd_s[i]]))
-            templates.append((f, b))
-        return _attach_side_tasks(graph, templates), st.warnings
-    programs, templates = [], []
+            tmpls: dict[tuple[int, int], _Template] = {}
+            for c in range(v):
+                for phase in (F, B, W):
+                    u = _Unit()
+                    u.tasks.append((0, COMPUTE, 0, -1))
+                    if phase == F and st.ready_s[i, c] > 0:
+                        u.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
+                    grads = W if split else B
+                    if phase == grads and st.chunk_tail_s[i, c] > 0:
+                        u.last.append((K["dp_comm"], 0, OP["dp_all_reduce"], 0))
+                    t = _Template.assemble([(u, [-1])])
+                    tmpls[(phase, c)] = dataclasses.replace(
+                        t, start_dur=np.array([st.ready_s[i, c]])[:t.start_src.size],
+                        last_dur=np.array([st.chunk_tail_s[i, c]])[:t.last_src.size])
+            templates.append(tmpls)
+        return (_attach_side_tasks(graph, templates, num_microbatches=m, chain_start=False),
+                st.warnings)
     reduce_after = pl.data_parallel > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    programs, templates = [], []
     for i in range(p):
-        fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
-        templates.append((fwd, bwd))
+        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
+        templates.append({**{(F, c): t for c, t in enumerate(fwds)},
+                          **{(B, c): t for c, t in enumerate(bwds)},
+                          **{(W, c): t for c, t in enumerate(wgds)}})
+
+        def task_template(t: _Template) -> TaskTemplate:
+            return TaskTemplate(t.kind, t.stream, t.dur, t.layer, t.op)
+
         programs.append(StageProgram(
-            fwd.kind, fwd.stream, fwd.dur, fwd.layer, bwd.kind, bwd.stream, bwd.dur, bwd.layer,
+            [task_template(t) for t in fwds], [task_template(t) for t in bwds],
+            [task_template(t) for t in wgds] if split else None,
             send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
             dp_comm_s=float(st.dp_reduce_s[i]) if reduce_after else None,
-            optimizer_s=float(st.optimizer_s[i]), fwd_op=fwd.op, bwd_op=bwd.op))
+            optimizer_s=float(st.optimizer_s[i])))
     graph = build_pipeline_graph(programs, m, pl.schedule)
-    return _attach_side_tasks(graph, templates, st.after_optimizer_s), st.warnings
+    return (_attach_side_tasks(graph, templates, st.after_optimizer_s, num_microbatches=m),
+            st.warnings)

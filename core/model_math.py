@@ -38,8 +38,8 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "recomputed_layers", "FAMILY_KEY_DEFAULTS", "family_key_value", "full_op_key", "table_covers",
-    "edge_params_per_gpu",
+    "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
+    "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -527,15 +527,32 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
 # --------------------------------------------------------------------------- FLOPs
 
-def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
-    """Layers of each stage whose forward full recomputation runs again, shape (p,) (0 without
-    full recomputation; ``min(recompute_num_layers, layers of the stage)`` with Megatron's
-    block method, every layer when unset)."""
-    counts = stage_layer_counts(model.num_layers, plan)
+def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
+    """Layers of a model chunk of ``layers`` layers whose forward full recomputation runs again:
+    0 without full recomputation; with Megatron's block method the chunk's first
+    ``min(recompute_num_layers, layers)``; every layer when ``recompute_num_layers`` is unset."""
     if plan.recompute != "full":
-        return np.zeros(len(counts), np.int64)
+        return 0
     n = plan.recompute_num_layers
-    return np.array(counts if n is None else [min(c, n) for c in counts], np.int64)
+    return layers if n is None else min(n, layers)
+
+
+def chunks_per_stage(plan: ParallelPlan) -> int:
+    """Model chunks per pipeline stage: ``virtual_pipeline_stages`` under a schedule that uses
+    virtual stages (interleaved 1F1B), 1 otherwise."""
+    from . import schedules
+    if schedules.get(plan.schedule).uses_virtual_stages:
+        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
+    return 1
+
+
+def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Layers of each stage whose forward full recomputation runs again, shape (p,):
+    :func:`recomputed_in_chunk` of each of the stage's model chunks (Megatron applies
+    ``--recompute-num-layers`` per chunk)."""
+    counts = stage_layer_counts(model.num_layers, plan)
+    v = chunks_per_stage(plan)
+    return np.array([v * recomputed_in_chunk(plan, c // v) for c in counts], np.int64)
 
 
 def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -575,17 +592,14 @@ def activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str
     return family_of(model).activation_bytes_per_layer(model, plan, mode or plan.recompute)
 
 
-def in_flight_microbatches(plan: ParallelPlan, stage: int) -> int:
-    """Micro-batches whose activations stage ``stage`` holds at its peak.
-
-    GPipe: all ``m``. 1F1B: ``min(p - stage, m)`` (the warm-up forwards plus the
-    one in steady state; Korthikanti et al. 2022, Sec. 4.2.3: the first stage
-    holds ``p``).
-    """
-    p, m = plan.pipeline_parallel, plan.num_microbatches
-    if plan.schedule == "gpipe":
-        return m
-    return min(p - stage, m)
+def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
+    micro-batch through all the stage's layers: the schedule's count
+    (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
+    et al. 2022, Sec. 4.2.3; GPipe ``m``)."""
+    from . import schedules
+    return schedules.in_flight_microbatches(plan.schedule, plan.pipeline_parallel,
+                                            plan.num_microbatches, stage, chunks_per_stage(plan))
 
 
 def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:

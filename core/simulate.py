@@ -6,7 +6,8 @@ GPU kind, builds the execution graph, solves it and computes the report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,13 @@ import numpy as np
 from . import model_math
 from .config import Session, check
 from .costing import costing
-from .graph import build_graph
-from .graph_types import KINDS, ExecutionGraph, Schedule
+from .fastpath import pipeline_iteration_times
+from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, stage_times)
+from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .profile_store import ProfileStore
 from .report import Report, StageMemory
+from .schedules import get as get_schedule
+from .schedules import in_flight_microbatches
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
@@ -29,12 +33,18 @@ _STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
 
 @dataclass
 class SimulationResult:
-    """A simulated iteration: the inputs, the graph, its solved schedule and the report."""
+    """A simulated iteration: the inputs, the graph, its solved schedule and the report.
+
+    ``timings_s`` holds the wall time of each step of :func:`simulate` in
+    seconds: ``profile`` (opening the profile store; near 0 when cached),
+    ``graph``, ``solve`` and ``report``.
+    """
 
     session: Session
     graph: ExecutionGraph
     schedule: Schedule
     report: Report
+    timings_s: dict[str, float] = field(default_factory=dict)
 
 
 def profile_path(session: Session) -> Path:
@@ -90,6 +100,52 @@ def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fra
                          f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
 
 
+def _kind_mask(kinds) -> np.ndarray:
+    """Bool lookup table over :data:`KINDS` (shape ``(len(KINDS),)``), True at the indices ``kinds``
+    (index it with ``graph.kind``: one gather instead of ``np.isin``'s sort)."""
+    mask = np.zeros(len(KINDS), bool)
+    mask[list(kinds)] = True
+    return mask
+
+
+def schedule_times_without_transfers(session: Session, store: ProfileStore, cache: dict | None = None
+                                     ) -> tuple[float, float]:
+    """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
+    balanced stages: ``(T0, T_balanced)``, seconds.
+
+    The same stage programs as :func:`core.graph.build_graph` at work-item
+    granularity with every send set to 0, solved with
+    :func:`core.fastpath.pipeline_iteration_times` (or the general solver for
+    schedules without a fast path). ``T_balanced`` gives every stage the mean
+    over stages of each work item's time (and of its data-parallel and
+    optimizer tail): its idle time is the schedule's bubble; ``T0 - T_balanced``
+    is what unequal stages add.
+    """
+    pl = session.plan
+    st = stage_times(session, store, cache)
+    p = pl.pipeline_parallel
+    per_chunk = [np.asarray(a, np.float64)
+                 for a in (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)]
+    tails = [np.asarray(a, np.float64) for a in (st.dp_comm_s, st.optimizer_s)]
+    out = []
+    for balanced in (False, True):
+        chunks = [np.broadcast_to(a.mean(axis=0), a.shape) if balanced else a for a in per_chunk]
+        tail = [np.full(p, a.mean()) if balanced else a for a in tails]
+        if get_schedule(pl.schedule).fast_path:
+            zero = np.zeros((p, 1))
+            fwd, bwd, wgd, ready, over = (a[..., None] for a in chunks)
+            out.append(float(pipeline_iteration_times(
+                pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero, tail[0][:, None],
+                tail[1][:, None], wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)[0]))
+            continue
+        zeros = np.zeros(p)
+        programs = StageTimes(*chunks[:3], zeros, zeros, *tail, st.has_dp_comm, chunks[3],
+                              chunks[4], zeros, zeros).programs()
+        out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
+                         ).iteration_time_s)
+    return out[0], out[1]
+
+
 def simulate(session: Session, store: ProfileStore | None = None) -> SimulationResult:
     """Simulate one training iteration of ``session``.
 
@@ -108,25 +164,39 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     KeyError
         The profile lacks data the plan needs (dtype peak, collectives).
     """
+    t0 = time.perf_counter()
     check(session)
     if store is None:
         store = open_profile(profile_path(session))
-    graph, warnings = build_graph(session, store)
+    t1 = time.perf_counter()
+    cache: dict = {}
+    graph, warnings = build_graph(session, store, cache=cache)
+    t2 = time.perf_counter()
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
                            f"{session.cluster.gpu}: times, MFU and memory capacity are "
                            f"{store.device_name}'s")
     schedule = solve(graph)
+    t3 = time.perf_counter()
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
     kind = graph.kind
-    compute_mask = np.isin(kind, [KINDS.index(k) for k in
-                                  ("forward", "backward", "recompute", "embedding", "output", "optimizer")])
-    comm_mask = np.isin(kind, [KINDS.index("tp_comm"), KINDS.index("dp_comm")])
+    compute_mask = _kind_mask(KIND_COMPUTE)[kind]
+    comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
+        comm_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
-    stage_idle = np.maximum(T - stage_compute - stage_comm, 0.0)
+    # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
+    # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
+    # communication, the same on every stage, never bubble.
+    T0, T_bal = schedule_times_without_transfers(session, store, cache)
+    stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
+    stage_pp = np.full(p, max(T - T0, 0.0))
+    # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
+    bubble_s = max(T_bal - float(stage_compute.mean() + stage_comm.mean()), 0.0)
+    imbalance_s = max(float(stage_idle.mean()) - bubble_s, 0.0)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
@@ -149,12 +219,15 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
-        bubble_fraction=float(stage_idle.mean() / T),
+        bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
-        bubble_s=float(stage_idle.mean()),
+        pp_comm_s=float(stage_pp.mean()),
+        bubble_s=bubble_s,
+        imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
         stage_comm_s=stage_comm.tolist(),
+        stage_pp_comm_s=stage_pp.tolist(),
         stage_idle_s=stage_idle.tolist(),
         num_iterations=cost.num_iterations,
         training_days=cost.training_days,
@@ -169,4 +242,5 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
     )
-    return SimulationResult(session, graph, schedule, report)
+    timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
+    return SimulationResult(session, graph, schedule, report, timings)

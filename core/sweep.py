@@ -71,18 +71,20 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from . import model_math
+from . import schedules as pipeline_schedules
 from .config import (PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
                      ParallelPlan, Session, plan_key, validate)
 from .costing import costing
-from .graph import schedule_order, stage_times
+from .fastpath import pipeline_iteration_times
+from .graph import build_graph, num_chunks, stage_times
 from .simulate import memory_verdict, open_profile, profile_path
+from .solver import solve
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS", "enumerate_plans",
            "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
@@ -139,6 +141,9 @@ class SweepSpace:
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
     schedules : sequence of str
         Pipeline schedules from :data:`core.config.SCHEDULES`. Default: all.
+    virtual_pipeline_stages : sequence of int, optional
+        Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
+        to 8 for which ``L`` divides by ``p*v``.
     recompute : sequence of str
         Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
     sequence_parallel : sequence of bool, optional
@@ -160,13 +165,14 @@ class SweepSpace:
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
+    virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-               "schedule", "recompute", "recompute_num_layers")
+               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers")
         if self.sequence_parallel is not None:
             out += ("sequence_parallel",)
         if self.zero_stages is not None:
@@ -207,7 +213,7 @@ class SweepSpace:
             v = getattr(self, name)
             if v is not None and not pos_int(v):
                 errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer"))
-        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
@@ -325,6 +331,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
            if space.sequence_parallel is not None else [base.sequence_parallel])
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
           if space.zero_stages is not None else [base.zero_stage])
+    vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
+          if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
@@ -348,174 +356,23 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
                     for sched in scheds:
-                        for rc in rcs:
-                            for sp in sps_t:
-                                for z in zs_d:
-                                    plan = dataclasses.replace(
-                                        base, tensor_parallel=t, pipeline_parallel=p,
-                                        data_parallel=d, micro_batch_size=b, schedule=sched,
-                                        recompute=rc, sequence_parallel=sp, zero_stage=z,
-                                        recompute_num_layers=(base.recompute_num_layers
-                                                              if rc == "full" else None))
-                                    if not validate(Session(m, plan, cl, session.cost)):
-                                        plans.append(plan)
+                        for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                            for rc in rcs:
+                                for sp in sps_t:
+                                    for z in zs_d:
+                                        plan = dataclasses.replace(
+                                            base, tensor_parallel=t, pipeline_parallel=p,
+                                            data_parallel=d, micro_batch_size=b, schedule=sched,
+                                            virtual_pipeline_stages=v, recompute=rc,
+                                            sequence_parallel=sp, zero_stage=z,
+                                            recompute_num_layers=(base.recompute_num_layers
+                                                                  if rc == "full" else None))
+                                        if not validate(Session(m, plan, cl, session.cost)):
+                                            plans.append(plan)
     return plans
 
 
 # --------------------------------------------------------------------------- batch solver
-
-@lru_cache(maxsize=32)
-def _pipeline_structure(schedule: str, p: int, m: int):
-    """Program order of every stage as arrays (read-only).
-
-    Returns ``is_bwd`` (p, 2m) bool; ``nf``, ``nb`` (p, 2m) forwards and backwards
-    among ops ``0..k``; ``src`` (p, 2m) row of the flattened ``(p*2m + 1, n)``
-    end-time array that op ``k`` waits for (the sender's op of the same
-    micro-batch; the last row, always 0, when it waits for no transfer);
-    ``from_prev`` (p, 2m) bool, whether that sender is stage ``i-1`` (a forward).
-    """
-    is_bwd = np.empty((p, 2 * m), bool)
-    mbs = np.empty((p, 2 * m), np.int64)
-    posf = np.empty((p, m), np.int64)
-    posb = np.empty((p, m), np.int64)
-    for i in range(p):
-        bw, mb = schedule_order(schedule, p, m, i)
-        is_bwd[i], mbs[i] = bw, mb
-        posf[i, mb[~bw]] = np.flatnonzero(~bw)
-        posb[i, mb[bw]] = np.flatnonzero(bw)
-    if not np.all(posb[:, m - 1] == 2 * m - 1):  # both schedules end with the last backward
-        raise AssertionError(f"{schedule}: last op is not the backward of the last micro-batch")
-    nb = np.cumsum(is_bwd, axis=1)          # backwards among ops 0..k, (p, 2m)
-    nf = np.arange(1, 2 * m + 1) - nb       # forwards among ops 0..k
-    stage = np.arange(p)[:, None]
-    from_prev = ~is_bwd & (stage > 0)
-    from_next = is_bwd & (stage < p - 1)
-    src = np.full((p, 2 * m), p * 2 * m, np.int64)
-    prev_pos = posf[np.maximum(stage - 1, 0), mbs]   # (p, 2m): forward of this mb on stage i-1
-    next_pos = posb[np.minimum(stage + 1, p - 1), mbs]
-    src[from_prev] = ((stage - 1) * 2 * m + prev_pos)[from_prev]
-    src[from_next] = ((stage + 1) * 2 * m + next_pos)[from_next]
-    out = (is_bwd, nf, nb, src, from_prev, from_next)
-    for a in out:
-        a.setflags(write=False)
-    return out
-
-
-def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
-                             bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
-                             dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
-                             return_updates: bool = False, first_ready_s: np.ndarray | None = None
-                             ) -> np.ndarray | tuple[np.ndarray, int]:
-    """Iteration times of many plans with one pipeline structure, without building graphs.
-
-    Equals the critical path of :func:`core.graph.build_pipeline_graph` on
-    stage programs with one forward task (``fwd_s``) and one backward task
-    (``bwd_s``), transfers, data-parallel all-reduce and optimizer step, up to
-    float rounding (tests compare with :func:`core.solver.solve`). Sends are
-    blocking there, so each transfer is folded into the op that sends it.
-
-    Method: the end time of op ``k`` of stage ``i`` is
-    ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the arrival of the
-    transfer it waits for (from stage ``i-1`` for a forward, ``i+1`` for a
-    backward; 0 when none). With prefix sums ``S`` of the durations this is
-    ``E[k] = S[k] + max_{l<=k}(R[l] - S[l-1])``, a running maximum over the
-    stage's program. Stages are updated in alternating ascending and
-    descending sweeps, starting from the lower bound ``-inf``, and a stage is
-    recomputed only when a neighbour changed since its last update; every
-    update is monotone, so the fixed point reached is the least one, i.e. the
-    longest-path times of the DAG. The iteration time is
-    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
-
-    Parameters
-    ----------
-    schedule : {"1f1b", "gpipe"}
-    num_microbatches : int
-        m >= 1.
-    fwd_s, bwd_s : float array, shape (p, n)
-        Forward / backward of one micro-batch per stage (rows) and plan (columns), seconds.
-    send_fwd_s, send_bwd_s : float array, shape (p, n)
-        Transfer from stage i to i+1 (resp. i-1); the last (resp. first) row is unused.
-    dp_comm_s, optimizer_s : float array, shape (p, n)
-        Tail of each stage after its last backward (0 for a missing all-reduce).
-    return_updates : bool
-        Also return the number of stage updates made (diagnostics).
-    first_ready_s : float array, shape (p, n), optional
-        Earliest start of each stage's first op (its parameters' all-gather under
-        ``overlap_param_gather``, :attr:`core.graph.StageTimes.first_ready_s`); default 0.
-
-    Returns
-    -------
-    float64 array, shape (n,)
-        Iteration time of each plan, seconds.
-
-    Raises
-    ------
-    ValueError
-        Unknown schedule, ``m < 1`` or arrays of different shapes.
-    """
-    F = np.asarray(fwd_s, np.float64)
-    if F.ndim != 2:
-        raise ValueError(f"fwd_s must have shape (p, n), got {F.shape}")
-    arrays = [np.asarray(a, np.float64) for a in (bwd_s, send_fwd_s, send_bwd_s, dp_comm_s,
-                                                  optimizer_s)]
-    if any(a.shape != F.shape for a in arrays):
-        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n)")
-    Bw, cf, cb, dp, opt = arrays
-    m = int(num_microbatches)
-    if m < 1:
-        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    p, n = F.shape
-    # Sends block the sender (core.graph): a sending op ends, for its own stage and for the
-    # receiver alike, when its transfer does. Fold each transfer into the op that sends it.
-    stage = np.arange(p)[:, None]
-    F = F + np.where(stage < p - 1, cf, 0.0)
-    Bw = Bw + np.where(stage > 0, cb, 0.0)
-    cf, cb = np.zeros_like(cf), np.zeros_like(cb)
-    is_bwd, nf, nb, src, from_prev, from_next = _pipeline_structure(schedule, p, m)
-    S = nf[:, :, None] * F[:, None, :] + nb[:, :, None] * Bw[:, None, :]     # (p, 2m, n) prefix sums
-    # Q = (transfer time of the awaited message) - S[k-1]: R[k] - S[k-1] = E[src] + Q
-    Q = np.where(is_bwd[:, :, None], Bw[:, None, :], F[:, None, :]) - S
-    cf_prev = np.concatenate([np.zeros((1, n)), cf[:-1]])                   # (p, n): send of i-1
-    cb_next = np.concatenate([cb[1:], np.zeros((1, n))])                    # send of i+1
-    Q += np.where(from_prev[:, :, None], cf_prev[:, None, :],
-                  np.where(from_next[:, :, None], cb_next[:, None, :], 0.0))
-    ready = None
-    if first_ready_s is not None:
-        ready = np.asarray(first_ready_s, np.float64)
-        if ready.shape != F.shape:
-            raise ValueError("first_ready_s must have the shape of fwd_s, (p, n)")
-    E = np.full((p * 2 * m + 1, n), -np.inf)  # flattened (p, 2m) end times + a row of zeros
-    E[-1] = 0.0
-    version = np.zeros(p + 2, np.int64)       # version[i + 1]: changes of stage i so far
-    seen = np.full((p, 2), -1, np.int64)      # neighbours' versions at a stage's last update
-    updates = 0
-    sweep = 0
-    up, down = list(range(p)), list(range(p - 1, -1, -1))
-    while True:
-        changed = False
-        for i in (up if sweep % 2 == 0 else down):
-            nbr = (version[i], version[i + 2])
-            if seen[i, 0] == nbr[0] and seen[i, 1] == nbr[1]:
-                continue  # inputs unchanged since the last update: still a fixed point
-            seen[i] = nbr
-            x = E[src[i]] + Q[i]
-            if ready is not None:  # op 0: R[0] - S[-1] = R[0], at least the stage's ready time
-                x[0] = np.maximum(x[0], ready[i])
-            new = np.maximum.accumulate(x, axis=0)
-            new += S[i]
-            updates += 1
-            rows = slice(i * 2 * m, (i + 1) * 2 * m)
-            if not np.array_equal(new, E[rows]):
-                E[rows] = new
-                version[i + 1] += 1
-                changed = True
-        sweep += 1
-        if not changed:
-            break
-    last = E[2 * m - 1:p * 2 * m:2 * m]  # (p, n): end of each stage's last backward
-    T = ((last + dp) + opt).max(axis=0)
-    return (T, updates) if return_updates else T
-
 
 # --------------------------------------------------------------------------- Pareto
 
@@ -851,35 +708,47 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     reason = [""] * n
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
-    groups: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
     for i, pl in enumerate(plans):
-        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
+        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
     lookup_cache: dict = {}
     warnings: set[str] = set()  # of plans that fit: the others' lookups are never used
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
     if progress is not None:
         progress(0, n)
-    for (p, m, schedule), group in sorted(groups.items()):
-        # chunks of plans keep the (p, 2m, plans) work arrays near 16 MB each
-        step = max(1, _MAX_BATCH_ELEMENTS // (p * 2 * m))
+    for (p, m, schedule, v), group in sorted(groups.items()):
+        sched = pipeline_schedules.get(schedule)
+        # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
+        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
         for start in range(0, len(group), step):
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             idx = group[start:start + step]
-            cols = np.empty((7, p, len(idx)))
+            per_chunk = np.empty((5, p, v, len(idx)))
+            per_stage = np.empty((4, p, len(idx)))
             for j, i in enumerate(idx):
                 pl = plans[i]
                 st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
-                cols[:, :, j] = (st.fwd_s, st.bwd_s, st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
-                                 st.optimizer_s, st.first_ready_s)
+                per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
+                per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
                 # same rule and message as core.simulate
                 max_mem[i], fits, reason[i] = memory_verdict(model_math.stage_memory(model, pl),
                                                              capacity, reserve)
                 if fits:
                     warnings.update(st.warnings)
-            ready = cols[6] if cols[6].any() else None
-            iteration[idx] = pipeline_iteration_times(schedule, m, *cols[:6], first_ready_s=ready)
+            if sched.fast_path:
+                ready = per_chunk[3] if per_chunk[3].any() else None
+                tails = per_chunk[4] if np.isfinite(per_chunk[4]).any() else None
+                iteration[idx] = pipeline_iteration_times(
+                    schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                    wgrad_s=per_chunk[2] if sched.splits_backward else None,
+                    ready_s=ready, chunk_tail_s=tails)
+            else:  # the general solver on the coarse graph
+                for i in idx:
+                    g, _ = build_graph(Session(model, plans[i], cluster, cost), store,
+                                       detail="microbatch", cache=lookup_cache)
+                    iteration[i] = solve(g).iteration_time_s
             done += len(idx)
             if progress is not None:
                 progress(done, n)

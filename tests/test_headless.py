@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,48 @@ print('ok')
     assert proc.stdout.strip() == "ok"
 
 
+STARTUP = """
+import contextlib, io, json, sys
+import core.cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        code = core.cli.main(ARGS)
+    except SystemExit as exc:  # --help
+        code = exc.code
+heavy = ("numpy", "h5py", "rich", "rich.table", "rich.progress", "matplotlib", "scipy", "networkx",
+         "core.simulate", "core.scheduler", "core.sweep", "core.optimal", "core.calibrate")
+print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules],
+                  "out": out.getvalue()}))
+"""
+
+
+@pytest.mark.parametrize("args,loaded", [
+    (["--help"], []),  # core.config's schedule rules import numpy lazily (48f3bde)
+    (["simulate", "--help"], []),
+    (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
+     ["numpy", "h5py", "core.simulate"]),
+    (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json")],
+     ["numpy", "h5py", "rich", "rich.table", "core.simulate"]),
+], ids=["help", "simulate-help", "simulate-json", "simulate-tables"])
+def test_cli_start_up_imports_only_what_the_command_uses(args, loaded):
+    """In a fresh process: ``vtrain --help`` loads no h5py, rich or simulator; ``vtrain simulate``
+    loads the simulator (and rich only to print tables), never matplotlib, scipy, networkx or
+    the sweep, scheduler, study and calibration modules."""
+    code = STARTUP.replace("ARGS", repr(args))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["code"] == 0, doc
+    assert doc["loaded"] == loaded
+    if "--help" in args:
+        assert doc["out"].startswith("usage: vtrain")
+    elif "--json" in args:
+        assert json.loads(doc["out"])["iteration_time_s"] > 0
+    else:
+        assert "Iteration time" in doc["out"]
+
+
 def test_import_contracts():
     beside = Path(sys.executable).parent / "lint-imports"  # the venv's, when it is not on PATH
     lint = str(beside) if beside.exists() else shutil.which("lint-imports")
@@ -44,6 +87,16 @@ def test_import_contracts():
         pytest.skip("import-linter not installed (pip install -e .[test])")
     proc = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cli_package_has_no_import_cycle():
+    """Subcommand modules share core.cli.common, never the package's __init__ (no cycle)."""
+    import grimp
+    graph = grimp.build_graph("core")
+    subs = sorted(graph.find_children("core.cli") - {"core.cli.__main__"})  # __main__ runs main()
+    assert {"core.cli.common", "core.cli.simulate", "core.cli.sweep", "core.cli.gui"} <= set(subs)
+    for m in subs:
+        assert graph.find_shortest_chain(importer=m, imported="core.cli") is None, m
 
 
 def test_schema_v1_fixture_still_opens():

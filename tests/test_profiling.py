@@ -209,7 +209,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split('.')[0] == 'torch':
             raise ImportError('blocked: ' + name)
 sys.meta_path.insert(0, Block())
-import core.cli, core.profiles, core.profile_cmd, core.profiling
+import core.cli, core.profiles, core.cli.profile, core.profiling
 core.cli.build_parser().parse_args(['profile', 'run', '--out', 'x.h5'])
 ok, why = core.profiling.torch_status()
 assert not ok or 'blocked' in why, why

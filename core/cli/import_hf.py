@@ -1,9 +1,5 @@
 """``vtrain import hf CONFIG.json --out SESSION.json [--json]``: a Hugging Face model config
-into a session file with a default plan (:mod:`core.hf_import`).
-
-Written in the subcommand protocol of the ``core/cli/`` package (``add_parser(sub)``,
-``run(args)``): once that package is merged, this module becomes ``core/cli/import_hf.py``.
-"""
+into a session file with a default plan (:mod:`core.hf_import`)."""
 
 from __future__ import annotations
 
@@ -12,8 +8,6 @@ import dataclasses
 import json
 import sys
 from typing import Any
-
-from .config import ConfigError, FieldError
 
 __all__ = ["add_parser", "run"]
 
@@ -39,9 +33,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
-    from .hf_import import read_hf_config
-    from .model_math import num_parameters
-    from .session import save_session
+    from ..config import ConfigError, FieldError
+    from ..hf_import import read_hf_config
+    from ..model_math import num_parameters
+    from ..session import save_session
     if not args.out and not args.json:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
                                                "model section)")])

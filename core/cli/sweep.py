@@ -1,7 +1,7 @@
 """``vtrain sweep``: every valid parallel plan of a config, its cost and the Pareto front.
 
-Kept apart from :mod:`core.cli` (which only registers the subcommand) so that
-several people can add subcommands without touching the same lines. Errors
+One module of :mod:`core.cli` per subcommand, so that several people can add
+subcommands without touching the same lines. Errors
 are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
 """
 
@@ -10,23 +10,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
+from .common import check_number, session_from_args
 
-from .config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
-from .console import Console
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from rich.table import Table
 
-__all__ = ["add_sweep_parser", "run_command"]
+    from ..console import Console
+
+__all__ = ["add_parser", "run"]
 
 GiB = 2**30
 
 
-def add_sweep_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add the ``sweep`` subcommand to ``vtrain``'s sub-parsers."""
     sw = sub.add_parser(
         "sweep", help="search every valid parallel plan: time, cost, Pareto front",
@@ -51,6 +50,9 @@ def add_sweep_parser(sub: Any) -> None:
                     help="micro-batch sizes to try (default 1,2,4,8)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
                     help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--virtual-pipeline-stages", metavar="V[,V...]",
+                    help="virtual stages per rank to try with the interleaved schedule "
+                         "(default: 2 to 8 where the layers divide by p*v)")
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
@@ -98,7 +100,7 @@ def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _space_from_args(args: argparse.Namespace, session) -> Any:
-    from .sweep import SweepSpace
+    from ..sweep import SweepSpace
     gpus = _ints("--gpus", args.gpus)
     max_gpus = _one_int("--max-gpus", args.max_gpus)
     max_d = _one_int("--max-data-parallel", args.max_data_parallel)
@@ -116,29 +118,21 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
             v == "y" for v in _names("--sequence-parallel", args.sequence_parallel, ("n", "y")))),
         zero_stages=(None if args.zero_stages is None else tuple(
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
+        virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
     )
 
 
-def check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
-    """Raise ConfigError naming ``option`` unless ``value`` is None or a finite number above 0
-    (at or above 0 with ``allow_zero``)."""
-    if value is None:
-        return
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "non-negative" if allow_zero else "positive"
-        raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
-
-
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
 
-    from .sweep import run_sweep
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..console import Console
+    from ..sweep import run_sweep
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
-    from .cli import session_from_args
     session = session_from_args(args, validate=False)
     check_all_but_the_plan(session)  # the file's own plan is only a starting point
     space = _space_from_args(args, session)
@@ -166,13 +160,11 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _why_no_plan(session, space) -> list:
     """The rules each value given for t, p or b breaks on its own (the others at 1)."""
-    import dataclasses
-
-    from .config import validate
+    from ..config import validate
     out = []
     ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
                 schedule="1f1b", recompute="full", recompute_num_layers=None,
-                first_stage_layers=None, last_stage_layers=None)
+                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None)
     for option, values, name in (
             ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
             ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
@@ -206,7 +198,7 @@ def _money(usd: float) -> str:
 def _plan_fields(result) -> list[str]:
     """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
     whose value differs between the swept plans."""
-    from .config import ParallelPlan
+    from ..config import ParallelPlan
     out = []
     for f in dataclasses.fields(ParallelPlan):
         col = result.plan_columns[f.name]
@@ -230,7 +222,10 @@ def _plan_cells(result, i: int) -> list[str]:
 
 
 def _plan_table(title: str, result, first_col: str | None = None) -> Table:
-    from .config import plan_field_title
+    from rich import box
+    from rich.table import Table
+
+    from ..config import plan_field_title
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               padding=0)
     if first_col is not None:
@@ -244,6 +239,7 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
 
 
 def _print_result(result, console: Console, csv_path: str | None) -> None:
+    import numpy as np
     s = result.session
     console.print(f"[bold]{s.model.name}[/] on {s.cluster.gpu}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
@@ -298,7 +294,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
-    from .comm import summarize_warnings
+    from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)

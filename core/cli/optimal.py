@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
+from .common import check_number, session_from_args
 
-from .console import Console
-from .optimal import format_params
+if TYPE_CHECKING:  # rich and numpy (core.optimal) are imported when the command runs
+    from ..console import Console
 
-__all__ = ["add_optimal_parser", "run_command"]
+__all__ = ["add_parser", "run"]
 
 
-def add_optimal_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Add the ``optimal`` subcommand to ``vtrain``'s sub-parsers."""
     op = sub.add_parser(
         "optimal", help="compute-optimal model size for N GPUs and D days (Chinchilla, then "
@@ -43,16 +43,15 @@ def add_optimal_parser(sub: Any) -> None:
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
-    from .cli import session_from_args
-    from .optimal import compute_optimal
-    from .sweep_cmd import check_number
+    from ..console import Console
+    from ..optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     session = session_from_args(args, validate=False)
-    from .config import check_all_but_the_plan
-    from .optimal import gpt_shape
+    from ..config import check_all_but_the_plan
+    from ..optimal import gpt_shape
     # the model and plan are the study's; the cluster, batch and sequence must be valid
     check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
     err = Console(stderr=True)
@@ -78,6 +77,9 @@ def _cost(result, session) -> float:
 
 
 def _print(result, session, console: Console) -> None:
+    from rich.table import Table
+
+    from ..optimal import format_params
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
@@ -120,7 +122,7 @@ def _print(result, session, console: Console) -> None:
                       f"of 2 of any candidate shape (the smallest is {format_params(smallest)}: L=8, "
                       "h=1024).", highlight=False)
     if result.best is None:
-        from .optimal import no_plan_explanation
+        from ..optimal import no_plan_explanation
         console.print(f"[red]{no_plan_explanation(result, s.plan.global_batch_size)}[/]",
                       highlight=False)
         return
@@ -134,7 +136,7 @@ def _print(result, session, console: Console) -> None:
             line += (f"; the rule's size ({format_params(r.n_params)}) reaches {r.loss:.4f} on "
                      f"{format_params(r.tokens)} tokens at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
-    from .comm import summarize_warnings
+    from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)

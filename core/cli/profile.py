@@ -1,7 +1,7 @@
-"""``vtrain profile run`` and ``vtrain profile collectives`` (argument parsing and output).
+"""``vtrain profile generate|show|run|collectives|import-nccl-tests`` (argument parsing and output).
 
-Kept apart from :mod:`core.cli` so that the command line itself never imports
-torch: :mod:`core.profiling` imports it only when a profile actually runs.
+The command line itself never imports torch: :mod:`core.profiling` imports it
+only when a profile actually runs.
 Errors are printed as one ``vtrain: error: ...`` line with exit status 2;
 Ctrl-C exits with status 130 and leaves the store file valid.
 """
@@ -10,16 +10,77 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from .common import UsageError
 
-from .console import Console
+if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
+    from rich.progress import Progress
 
-__all__ = ["add_profiling_parsers", "run_command", "provenance_lines", "profile_line"]
+    from ..console import Console
+
+__all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
 
 PROFILE_ACTIONS = ("run", "collectives")
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``profile`` and its actions (generate, show, run, collectives, import-nccl-tests) to
+    ``vtrain``'s sub-parsers."""
+    prof = sub.add_parser("profile", help="generate or inspect profile stores")
+    psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
+    gen = psub.add_parser(
+        "generate", help="write an analytic store from a GPU's data-sheet figures",
+        description="Build an analytic profile store from a GPU spec file (peak FLOP/s per "
+                    "dtype, HBM capacity and bandwidth, NVLink bandwidth and domain size, NIC "
+                    "bandwidth, assumed efficiencies, sources; format in docs/profile_store.md) "
+                    "or from the shipped spec of a GPU kind (resources/gpu_specs/).")
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--gpu", help="shipped GPU kind, e.g. H100-SXM5-80GB")
+    what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
+    gen.add_argument("--out", required=True, metavar="STORE.h5")
+    show = psub.add_parser("show", help="print a store's device, provenance and contents")
+    show.add_argument("store", metavar="STORE.h5")
+    add_profiling_parsers(psub)  # profile run / collectives (torch when run)
+    add_import_parser(psub)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain profile ACTION``; returns the exit status."""
+    from ..profile_store import ProfileStore
+    if args.profile_command == "import-nccl-tests":
+        return run_import_nccl(args)
+    if args.profile_command in ("run", "collectives"):
+        return run_measurement(args)
+    if args.profile_command == "generate":
+        return _generate(args)
+    store = ProfileStore.open(args.store)
+    from ..console import Console
+    print_store(store, Console())
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """``vtrain profile generate``: an analytic store from ``--spec FILE`` or ``--gpu KIND``."""
+    from ..config import gpu_kind
+    from ..gpu_spec import read_gpu_spec, shipped_spec_path
+    from ..profiles_gen import shipped_gpu_names, store_from_spec
+
+    if args.spec:
+        spec = read_gpu_spec(args.spec)
+    else:
+        path = shipped_spec_path(gpu_kind(args.gpu))
+        if not path.is_file():
+            raise UsageError(f"--gpu {args.gpu!r}: no shipped spec; known: "
+                             f"{', '.join(shipped_gpu_names())} (or give --spec GPU.json)")
+        spec = read_gpu_spec(path)
+    store = store_from_spec(spec)
+    store.save(args.out)
+    peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
+    print(f"wrote {args.out}: {spec.name}, analytic (data-sheet figures, assumed efficiencies); "
+          f"peak TFLOP/s {peaks}; NVLink domain {spec.gpus_per_nvlink_domain} GPUs")
+    return 0
 
 
 def add_profiling_parsers(psub: Any) -> None:
@@ -58,6 +119,20 @@ def add_profiling_parsers(psub: Any) -> None:
                            "..1 GiB on nccl)")
     coll.add_argument("--kinds", metavar="KIND,...",
                       help="subset of all_reduce,all_gather,reduce_scatter,send_recv")
+
+
+def add_import_parser(psub: Any) -> None:
+    """Register ``profile import-nccl-tests`` on the ``profile`` sub-parsers."""
+    imp = psub.add_parser("import-nccl-tests",
+                          help="add collective curves from nccl-tests output to a store")
+    imp.add_argument("files", metavar="FILE", nargs="+",
+                     help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
+    imp.add_argument("--into", metavar="STORE.h5", required=True)
+    imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
+    imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
+                     help="collective, when the file does not say")
+    imp.add_argument("--knots", type=int, metavar="N",
+                     help="store a piecewise log-log fit with N knots instead of every measured size")
 
 
 def _error(msg: str) -> int:
@@ -105,10 +180,11 @@ def profile_line(profile: dict[str, Any]) -> str:
     return f"profile: {profile.get('device')} ({', '.join(parts)}) {profile.get('path', '')}"
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_measurement(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
-    from . import profiling
-    from .profile_store import ProfileStoreError
+    from .. import profiling
+    from ..console import Console
+    from ..profile_store import ProfileStoreError
     console = Console()
     try:
         if args.profile_command == "run":
@@ -121,6 +197,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(console: Console) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)
 
@@ -163,6 +240,7 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
 def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
+    from rich.table import Table
     console.print(store.summary())
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
@@ -203,6 +281,7 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 
 
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    from rich.table import Table
     try:
         sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
     except ValueError:
@@ -233,4 +312,26 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
         console.print(f"[yellow]skipped {kind}:[/] {why}")
     if result.path is not None:
         console.print(f"added {len(result.curves)} curve(s) to {result.path}")
+    return 0
+
+
+def run_import_nccl(args: argparse.Namespace) -> int:
+    """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
+    from ..nccl_tests import fit_curve, read_nccl_tests
+    from ..profile_store import ProfileStore
+
+    store = ProfileStore.open(args.into)
+    imported = []
+    for f in args.files:
+        curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
+        if args.knots:
+            curve = fit_curve(curve, args.knots)
+        store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        imported.append(f"{Path(f).name}: {curve.kind}/{curve.group_size}")
+        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
+              f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
+    store.provenance = {**store.provenance, "collectives_imported": "; ".join(imported)
+                        + (f" (piecewise log-log fit, {args.knots} knots)" if args.knots else "")}
+    store.save(args.into)
+    print(f"wrote {args.into}")
     return 0

@@ -1,0 +1,86 @@
+"""The ``vtrain`` command line.
+
+``vtrain simulate PATH``   predict one iteration of a session or vTrain config
+``vtrain gui [PATH]``      open the desktop window
+``vtrain profile ...``     generate or inspect profile stores
+``vtrain sweep CONFIG``    every valid plan, time and cost, Pareto front
+``vtrain optimal CONFIG``  compute-optimal model size for a GPU budget
+``vtrain schedule TRACE``  replay a job trace on a shared cluster
+``vtrain validate CSV``    predict measured iteration times, report the error
+``vtrain calibrate CSV..`` fit a profile to measured iteration times
+``vtrain import hf CONFIG`` a Hugging Face config.json into a session
+
+One module of this package per subcommand (``core/cli/<name>.py``, with
+``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
+
+Invalid input exits with status 2 and one message on stderr, never a traceback.
+
+Start-up: the subcommand modules import h5py, rich and the simulator only in
+the subcommand that runs (``vtrain --help`` loads none of them, ``vtrain
+simulate --json`` no rich, and nothing on the simulate path loads matplotlib
+or scipy; tests/test_headless.py checks this in a fresh process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import calibrate, gui, import_hf, optimal, profile, schedule, simulate, sweep, validate
+from .common import UsageError
+
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
+
+#: Exceptions that are bad input, not bugs (module, class name): one line on stderr, exit
+#: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class exists
+#: only once its module is imported, so no module (numpy, h5py) is imported for this.
+USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileError"),
+               ("core.profile_store", "ProfileStoreError"), ("core.validate", "MeasurementFileError"),
+               ("core.nccl_tests", "NcclTestsError"))
+
+# one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
+# the order is the order of ``vtrain --help``
+SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sweep,
+               "optimal": optimal, "schedule": schedule, "validate": validate,
+               "calibrate": calibrate, "import": import_hf}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
+    schedule, validate, calibrate, import)."""
+    parser = argparse.ArgumentParser(
+        prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
+                                   "plans (after vTrain, MICRO 2024).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    """:class:`UsageError` and the classes of :data:`USER_ERRORS` whose module is imported."""
+    found = [getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules]
+    return (UsageError, *found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except Exception as exc:  # sorted here, in this order: USER_ERRORS are looked up lazily
+        if isinstance(exc, _user_error_types()):
+            print(f"vtrain: error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, KeyError):  # the profile lacks data the plan needs
+            print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, BrokenPipeError):  # the reader went away (``vtrain ... | head``): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        if isinstance(exc, OSError):
+            print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,7 @@
+"""``python -m core.cli``: the same as the ``vtrain`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

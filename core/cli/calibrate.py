@@ -1,0 +1,83 @@
+"""``vtrain calibrate``: fit a profile's parameters to measured iteration times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .common import field_error
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``calibrate`` on ``vtrain``'s sub-parsers."""
+    c = sub.add_parser(
+        "calibrate", help="fit a profile's parameters to measured iteration times",
+        description="Fit the free parameters of a profile store (op model efficiencies and "
+                    "overheads, inter-node efficiency) and per-shape op-time factors to "
+                    "measured iteration times (files weighted equally unless --file-weights "
+                    "says otherwise), report per file the "
+                    "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
+                    "parameters and the cross-validated error.")
+    c.add_argument("csv", metavar="CSV", nargs="+")
+    c.add_argument("--profile", metavar="STORE.h5", required=True, help="store to start from")
+    c.add_argument("--out", metavar="STORE.h5", required=True)
+    c.add_argument("--folds", type=int, default=5, metavar="K",
+                   help="cross-validation folds per file (0: skip cross-validation)")
+    c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
+                   help="share of the fit each CSV gets, one per CSV in order (default: equal), "
+                        "e.g. 1 4 to let the second file count four times as much as the first")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``vtrain calibrate``: see :func:`add_parser`."""
+    import numpy as np
+
+    from ..calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
+                            measured_sessions)
+    from ..profile_store import ProfileStore
+    from ..console import Console
+    from ..validate import read_measurements
+
+    console = Console(stderr=True)
+    base = ProfileStore.open(args.profile)
+    per_file = []
+    for path in args.csv:
+        ms = read_measurements(path)
+        sessions, measured = measured_sessions(ms)
+        if not sessions:
+            raise field_error(path, "no usable rows")
+        per_file.append((Path(path).name, sessions, measured))
+    shares = args.file_weights
+    if shares is not None and (len(shares) != len(per_file) or not all(w > 0 for w in shares)):
+        raise field_error("--file-weights", f"needs one positive weight per CSV ({len(per_file)}), "
+                                       f"got {' '.join(f'{w:g}' for w in shares)}")
+    cv: dict[str, dict[str, float]] = {}
+    files = [(ss, yy) for _, ss, yy in per_file]
+    if args.folds:
+        for j, (name, sessions, measured) in enumerate(per_file):
+            console.print(f"cross-validating on {name} ({len(sessions)} rows, {args.folds} folds)...")
+            _, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
+                                          progress=lambda msg: console.print(f"  {msg}"))
+            cv[name] = {k: float(v) for k, v in met.items()}
+            console.print(f"  {name}: MAPE {met['mape_percent']:.2f} %, median "
+                          f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
+                          f"R^2 {met['r2']:.4f}")
+    sessions = [s for _, ss, _ in per_file for s in ss]
+    measured = np.concatenate([m for _, _, m in per_file])
+    how = ("files weighted equally" if shares is None else
+           "file weights " + ", ".join(f"{n} {w:g}" for (n, _, _), w in zip(per_file, shares)))
+    console.print(f"fitting on all {len(sessions)} rows ({how})...")
+    result = fit(sessions, measured, base,
+                 weights=balanced_weights([len(ss) for ss, _ in files], shares),
+                 progress=lambda msg: console.print(f"  {msg}"))
+    store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares)
+    store.save(args.out)
+    out = {"out": str(args.out), "parameters": result.op_model,
+           "num_shape_factors": len(result.corrections), "cross_validation": cv,
+           "in_sample": result.train_metrics}
+    print(json.dumps(out, indent=2))
+    return 0

@@ -1,0 +1,56 @@
+"""Helpers shared by the subcommands of ``vtrain`` (:mod:`core.cli`).
+
+Subcommand modules import from here, never from :mod:`core.cli` itself, so the
+package has no import cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from ..config import ConfigError, FieldError
+from ..session import load_any
+
+__all__ = ["UsageError", "field_error", "session_from_args", "check_number", "fmt_bytes", "GiB"]
+
+GiB = 2**30
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def field_error(field: str, msg: str) -> ConfigError:
+    """A :class:`~core.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
+    return ConfigError([FieldError(field, msg)])
+
+
+def fmt_bytes(n: float) -> str:
+    """``n`` bytes as GiB with one decimal, e.g. ``"1.5 GiB"``."""
+    return f"{n / GiB:,.1f} GiB"
+
+
+def session_from_args(args: argparse.Namespace, validate: bool = True):
+    """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
+    ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    session = load_any(args.path, validate=validate)
+    if getattr(args, "profile", None):
+        session.cluster.profile_path = str(Path(args.profile).resolve())
+    if getattr(args, "tokens", None) is not None:
+        session.cost.training_tokens = args.tokens
+    if getattr(args, "price_per_gpu_hour", None) is not None:
+        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    return session
+
+
+def check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
+    """Raise ConfigError naming ``option`` unless ``value`` is None or a finite number above 0
+    (at or above 0 with ``allow_zero``)."""
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])

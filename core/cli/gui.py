@@ -1,0 +1,30 @@
+"""``vtrain gui``: open the desktop window (the one place the core reaches the GUI, lazily)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import UsageError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``gui`` subcommand to ``vtrain``'s sub-parsers."""
+    gui = sub.add_parser("gui", help="open the desktop window",
+                         description="Open the desktop window on PATH or the shipped example.")
+    gui.add_argument("path", metavar="PATH", nargs="?", help="session file or vTrain config")
+    gui.add_argument("--screenshot", metavar="OUT.png",
+                     help="simulate, save a picture of the window to OUT.png and exit")
+    gui.add_argument("--explore", action="store_true",
+                     help="with --screenshot: run the plan sweep and picture the Explore tab")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain gui``; returns the window's exit status."""
+    try:
+        from vtrain_gui.app import run_gui
+    except ImportError as exc:
+        raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
+    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore)

@@ -1,0 +1,118 @@
+"""``vtrain simulate``: predict one iteration of a session or vTrain config and print the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from .common import fmt_bytes, session_from_args
+
+if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
+    from ..console import Console
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``simulate`` subcommand to ``vtrain``'s sub-parsers."""
+    sim = sub.add_parser("simulate", help="simulate one training iteration and print the report",
+                         description="Simulate one training iteration of a session file or a vTrain "
+                                     "authors'-format JSON config and print the report.")
+    sim.add_argument("path", metavar="PATH", help="session file (.json) or vTrain config (.json)")
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    sim.add_argument("--trace-out", metavar="FILE",
+                     help="write the timeline as Chrome trace-event JSON (open in Perfetto)")
+    sim.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sim.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
+    sim.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+                     help="price of one GPU-hour in USD (overrides the file)")
+
+
+def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
+    from rich.table import Table
+
+    from .profile import profile_line
+    s, r, pl = result.session, result.report, result.session.plan
+    p, m = pl.pipeline_parallel, pl.num_microbatches
+    console.print(f"[bold]{s.model.name}[/] on {pl.num_gpus:,} x {s.cluster.gpu}  "
+                  f"({pl.label(full=True)}; m={m})")
+    prov = r.profile
+    console.print(profile_line(prov))
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    from ..graph import num_chunks
+    from ..schedules import get as get_schedule
+    sched = get_schedule(s.plan.schedule)
+    ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
+    from ..config import padded_vocab_size
+    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
+    t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
+        f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
+    t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
+    t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
+    t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
+    t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
+              + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
+    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking TP/DP communication "
+                                  f"{r.comm_s:,.3f} s, pipeline sends {r.pp_comm_s:,.3f} s, "
+                                  f"bubble {r.bubble_s:,.3f} s, stage imbalance {r.imbalance_s:,.3f} s")
+    t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
+                          f"iterations, {r.training_days:,.1f} days")
+    t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
+                      f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour")
+    fit = "[green]fits[/]" if r.fits_in_memory else "[red]DOES NOT FIT[/]"
+    usable = r.memory_capacity_bytes * (1 - r.memory_reserve_fraction)
+    t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
+                                f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
+                                f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")
+    console.print(t)
+    mem = Table(title="Memory per GPU by pipeline stage", title_justify="left")
+    for col in ("stage", "weights", "gradients", "optimizer", "activations", "total"):
+        mem.add_column(col, justify="right")
+    rows = r.memory if p <= 8 else r.memory[:4] + [None] + r.memory[-2:]
+    for sm in rows:
+        if sm is None:
+            mem.add_row("...", "", "", "", "", "")
+            continue
+        mem.add_row(str(sm.stage), fmt_bytes(sm.weights_bytes), fmt_bytes(sm.gradients_bytes),
+                    fmt_bytes(sm.optimizer_bytes), fmt_bytes(sm.activations_bytes),
+                    fmt_bytes(sm.total_bytes))
+    console.print(mem)
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
+                  + (f"; trace written to {trace_path}" if trace_path else "") + "[/]")
+
+
+def _json_report(result, wall_s: float) -> dict:
+    r = result.report
+    doc = r.to_dict()
+    doc.update({
+        "iteration_time_s": r.iteration_time_s, "bubble_fraction": r.bubble_fraction, "mfu": r.mfu,
+        "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
+        "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
+        "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
+        "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
+    })
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain simulate``; returns the exit status."""
+    from ..simulate import simulate
+    session = session_from_args(args)
+    t0 = time.perf_counter()
+    result = simulate(session)
+    wall = time.perf_counter() - t0
+    if args.trace_out:
+        from ..trace import write_trace
+        write_trace(result.graph, result.schedule, args.trace_out)
+    if args.json:
+        print(json.dumps(_json_report(result, wall)))
+    else:
+        from ..console import Console
+        _print_report(result, Console(), args.trace_out, wall)
+    return 0

@@ -1,0 +1,210 @@
+"""``vtrain validate``: predict measured iteration times and report the error."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .common import field_error
+
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from ..console import Console
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``validate`` on ``vtrain``'s sub-parsers."""
+    v = sub.add_parser(
+        "validate", help="predict measured iteration times and report the error",
+        description="Predict every row of a measurement CSV (the vTrain authors' single- or "
+                    "multi-node layout, or the general layout with named columns; see "
+                    "docs/accuracy.md) and print MAPE, median and max absolute percentage "
+                    "error, R^2 and the error by model size, t and p. Rows the simulator does "
+                    "not support are skipped with their reason.")
+    v.add_argument("csv", metavar="CSV")
+    v.add_argument("--profile", metavar="STORE.h5",
+                   help="profile store for every row (default: the shipped store of each row's GPU)")
+    v.add_argument("--cross-validate", type=int, metavar="K", default=0,
+                   help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
+                        "and predict the held-out fold (accuracy on data not used in the fit)")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--out", metavar="FILE.csv", help="write every row with its prediction")
+    v.add_argument("--plot", metavar="FILE.png", help="plot predicted against measured (log axes)")
+
+
+def _predictor(profile: str | None):
+    from ..simulate import open_profile, profile_path, simulate
+
+    store = open_profile(profile) if profile else None
+
+    def predict(session) -> float:
+        return simulate(session, store or open_profile(profile_path(session))).report.iteration_time_s
+    return predict
+
+
+def run(args: argparse.Namespace) -> int:
+    """``vtrain validate``: see :func:`add_parser`."""
+    import numpy as np
+    from rich.table import Table
+
+    from ..console import Console
+    from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
+
+    if args.cross_validate == 1 or args.cross_validate < 0:
+        raise field_error("--cross-validate", "needs at least 2 folds")
+    ms = read_measurements(args.csv)
+    if args.cross_validate:
+        from ..calibrate import cross_validate, measured_sessions
+        from ..simulate import open_profile, profile_path
+        sessions, measured = measured_sessions(ms)
+        if len(sessions) < args.cross_validate:
+            raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
+                                             f"{args.cross_validate} folds")
+        base = open_profile(args.profile or profile_path(sessions[0]))
+        err = Console(stderr=True)
+        pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
+                                      progress=lambda msg: err.print(msg, highlight=False))
+        pred = np.full(len(ms), np.nan)
+        pred[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred_used
+        result = ValidationResult(ms, pred)
+    else:
+        result = predict_rows(ms, _predictor(args.profile))
+    metrics = result.metrics()
+    metrics["cross_validated_folds"] = args.cross_validate
+    metrics["skipped_by_cause"] = skip_counts(ms)
+    if args.out:
+        _write_rows(result, args.out)
+    if args.plot and metrics["n"]:
+        _plot(result, args.plot, metrics)
+    if args.json:
+        print(json.dumps(metrics))
+        return 0
+    console = Console()
+    if args.cross_validate:
+        how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the profile "
+               "refitted on the other folds of this file alone")
+    else:
+        how = _profile_note(args.profile, result, Path(args.csv).name)
+    console.print(f"[bold]{Path(args.csv).name}[/]: {metrics['n']} rows predicted, "
+                  f"{metrics['skipped']} skipped; {how}")
+    if metrics["n"]:
+        _print_errors(console, result, metrics)
+    if metrics["skipped"]:
+        c = Table(title=f"skipped rows by cause ({metrics['skipped']} rows; a row may have "
+                        "several causes)", title_justify="left")
+        c.add_column("cause")
+        c.add_column("rows", justify="right")
+        for cause, n in metrics["skipped_by_cause"].items():
+            c.add_row(cause, str(n))
+        console.print(c)
+    skipped = [m for m in ms if m.skip_reason]
+    for m in skipped[:_MAX_ROWS_SHOWN]:
+        console.print(f"[yellow]skipped row {m.row}:[/] {m.skip_reason}", highlight=False)
+    if len(skipped) > _MAX_ROWS_SHOWN:
+        console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
+                      "(see --out)[/]")
+    return 0
+
+
+#: Skipped rows listed with their reasons (the rest go to --out).
+_MAX_ROWS_SHOWN = 50
+
+
+def _print_errors(console: Console, result, metrics: dict) -> None:
+    """The error figures and the error tables by model, t and p."""
+    from rich.table import Table
+
+    t = Table(show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("MAPE", f"{metrics['mape_percent']:.2f} %")
+    t.add_row("median APE", f"{metrics['median_ape_percent']:.2f} %")
+    t.add_row("max APE", f"{metrics['max_ape_percent']:.2f} %")
+    t.add_row("R^2", f"{metrics['r2']:.4f}")
+    console.print(t)
+    for key, title in (("model", "model size"), ("t", "tensor parallel t"), ("p", "pipeline parallel p")):
+        g = Table(title=f"error by {title}", title_justify="left")
+        for col in (title, "rows", "MAPE %", "max APE %"):
+            g.add_column(col, justify="right")
+        for label, n, mape, mx in result.by_group(key):
+            g.add_row(label, str(n), f"{mape:.2f}", f"{mx:.2f}")
+        console.print(g)
+
+
+def _profile_note(profile: str | None, result, csv_name: str) -> str:
+    """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
+    from ..simulate import open_profile, profile_path
+
+    sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
+    if not sessions:
+        return "no row could be predicted"
+    store = open_profile(profile or profile_path(sessions[0]))
+    prov = store.provenance or {}
+    name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
+    if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):
+        return (f"{name}, calibrated on this file: in-sample figures (use --cross-validate K "
+                "for out-of-sample ones)")
+    return name
+
+
+def _write_rows(result, path: str) -> None:
+    import numpy as np
+
+    from ..session import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["row", "model", "num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel",
+                "micro_batch_size", "global_batch_size", "measured_iteration_time_s",
+                "predicted_iteration_time_s", "error_percent", "skip_reason"])
+    for m, pred in zip(result.measurements, result.predicted_s):
+        s = m.session
+        pl = s.plan if s else None
+        err = "" if np.isnan(pred) else f"{(pred - m.measured_s) / m.measured_s * 100:.3f}"
+        w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
+                    pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
+                    pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
+                    pl.global_batch_size if pl else "", f"{m.measured_s:.6g}",
+                    "" if np.isnan(pred) else f"{pred:.6g}", err, m.skip_reason])
+    atomic_write_text(path, buf.getvalue())
+
+
+def _plot(result, path: str, metrics: dict) -> None:
+    import matplotlib
+    import numpy as np
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    used = result.used
+    meas = result.measured_s[used]
+    pred = result.predicted_s[used]
+    fig, ax = plt.subplots(figsize=(5.5, 5.0), dpi=120)
+    lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
+    ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.88",
+                    label="±5 %", zorder=0)
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, zorder=1)
+    groups = [m.group.get("t", "?") for m, u in zip(result.measurements, used) if u]
+    for label in sorted(set(groups), key=lambda x: (len(x), x)):
+        sel = np.array([g == label for g in groups])
+        ax.scatter(meas[sel], pred[sel], s=12, alpha=0.75, label=f"t={label}", zorder=2)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel="measured iteration time (s)", ylabel="predicted iteration time (s)")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    folds = metrics.get("cross_validated_folds")
+    ax.set_title(f"MAPE {metrics['mape_percent']:.2f} %, R² {metrics['r2']:.3f}"
+                 + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    from ..atomic import atomic_target
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
