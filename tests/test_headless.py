@@ -55,7 +55,7 @@ print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules]
 
 
 @pytest.mark.parametrize("args,loaded", [
-    (["--help"], []),  # core.config's schedule rules import numpy lazily (48f3bde)
+    (["--help"], []),  # core.config's schedule rules import numpy only when they run
     (["simulate", "--help"], []),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
      ["numpy", "h5py", "core.simulate"]),

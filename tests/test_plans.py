@@ -342,7 +342,12 @@ def test_stage_time_cache_never_serves_another_plans_times():
     variants = [dict(), dict(sequence_parallel=True), dict(recompute="selective"), dict(zero_stage=2),
                 dict(zero_stage=3, overlap_param_gather=True), dict(overlap_grad_reduce=True),
                 dict(grad_reduce_dtype="bf16"), dict(first_stage_layers=10), dict(recompute="full"),
-                dict(recompute="full", recompute_num_layers=3), dict(precision="fp16")]
+                dict(recompute="full", recompute_num_layers=3), dict(precision="fp16"),
+                dict(schedule="zb-h1", zero_stage=3, overlap_grad_reduce=True),
+                dict(schedule="interleaved", virtual_pipeline_stages=2, zero_stage=1,
+                     overlap_param_gather=True, overlap_grad_reduce=True)]
+    # every variant at two data-parallel sizes: the bucket times differ, the structure does not
+    variants += [{**v, "data_parallel": 4, "global_batch_size": 16} for v in variants]
     for v in variants:
         s = Session(m, dataclasses.replace(base, **v))
         assert not validate(s), v
