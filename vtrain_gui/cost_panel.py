@@ -190,6 +190,7 @@ class CostPanel(QtWidgets.QWidget):
             axis = item.getAxis(name)
             axis.setPen(pg.mkPen("#404040"))
             axis.setTextPen(pg.mkPen("#202020"))
+            axis.enableAutoSIPrefix(False)  # stage numbers and GiB, never "(x0.001)"
         item.setLabel("left", "memory per GPU (GiB)")
         item.setLabel("bottom", "pipeline stage")
         item.showGrid(x=False, y=True, alpha=0.2)
