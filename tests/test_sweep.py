@@ -521,3 +521,13 @@ def test_warnings_come_from_plans_that_fit():
         (expect if result.fits_in_memory[i] else others).update(warned)
     assert set(result.warnings) == expect
     assert others - expect  # t=1 plans: huge all-reduces, and far too big for the GPU
+
+
+def test_cli_names_a_virtual_stage_count_no_pipeline_can_hold(capsys):
+    # GPT-3 1.3B: 24 layers; 5 divides no p*v with p among the divisors of 24
+    from core.cli import main
+    rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+               "--schedules", "interleaved", "--virtual-pipeline-stages", "5"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--virtual-pipeline-stages 5" in err and "num_layers=24" in err
