@@ -85,17 +85,15 @@ def check_coverage(coverage: float) -> float:
 def layer_parameters(model) -> float:
     """Parameters of a model's transformer layers: its size for the calibration range.
 
-    :meth:`core.config.ModelConfig.num_parameters` without the embedding
-    (padded ``V*h``), the learned positions (``s*h``) and the final layer norm
-    (``2h``): two models with the same layers trained at other sequence lengths
-    or vocabularies do the same work per token in their layers, so they are
-    the same size here.
+    ``L`` times the family's layer parameters (:mod:`core.model_math`), without
+    the embedding, positions, final norm and output layer: two models with the
+    same layers trained at other sequence lengths or vocabularies do the same
+    work per token in their layers, so they are the same size here. GPT:
+    ``L*(4h^2 + 2hf + f + 9h)``.
     """
-    from .config import padded_vocab_size
+    from .model_math import family_of
 
-    h = model.hidden_size
-    return float(model.num_parameters() - padded_vocab_size(model.vocab_size, 1) * h
-                 - model.seq_length * h - 2 * h)
+    return float(model.num_layers * sum(family_of(model).layer_parameters(model)))
 
 
 def node_class(num_gpus: int, gpus_per_node: int) -> str:

@@ -97,6 +97,12 @@ ARGUMENTS: dict[str, Arg] = {
                                      "learned_absolute (modelled) or rope"),
     "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
                                                  "separate output layer weights"),
+    "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
+    "--add-qkv-bias": Arg(("model.add_qkv_bias",), False, "QKV bias without the other biases"),
+    "--qk-layernorm": Arg(("model.qk_layernorm",), False, "a norm on queries and keys"),
+    "--use-flash-attn": Arg(("model.attention_kernel",), False, "FlashAttention (old switch)"),
+    "--attention-backend": Arg(("model.attention_kernel",), True,
+                               "flash or unfused (fused, local and auto: listed as ignored)"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
     "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k)"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
@@ -559,6 +565,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     args = parse_arguments(launch.arguments, src)
     mp = _Mapper(src)
     used: set[str] = set()
+    late_ignored: list[tuple[str, str]] = []
 
     def take(flag: str) -> bool:
         used.add(flag)
@@ -637,6 +644,25 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                 mp.set(flag, target, mapping[v])  # refused: the field is absent
     if switch("--untie-embeddings-and-output-weights"):
         mp.set("--untie-embeddings-and-output-weights", "model.tied_embeddings", False)
+    if switch("--disable-bias-linear"):
+        mp.set("--disable-bias-linear", "model.add_bias_linear", False)
+    if switch("--add-qkv-bias"):
+        mp.set("--add-qkv-bias", "model.add_qkv_bias", True)
+    if switch("--qk-layernorm"):
+        mp.set("--qk-layernorm", "model.qk_layernorm", True)
+    backend = _one(args, "--attention-backend", src) if take("--attention-backend") else None
+    if switch("--use-flash-attn") or backend == "flash":
+        mp.set("--attention-backend" if backend else "--use-flash-attn", "model.attention_kernel",
+               "flash")
+    elif backend == "unfused":
+        mp.set("--attention-backend", "model.attention_kernel", "unfused")
+    elif backend is not None:
+        late_ignored.append(("--attention-backend", f"{backend}: the kernel it picks is not known "
+                             "from the launch; simulated as model.attention_kernel says (default "
+                             "unfused)"))
+    if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
+        # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
+        mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
     if take("--num-experts"):
         mp.set("--num-experts", "model.num_experts", _int(args, "--num-experts", src))
     if take("--moe-router-topk") and "--num-experts" in args:
@@ -772,7 +798,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     # ---- the rest
-    ignored, neutral = [], []
+    ignored, neutral = list(late_ignored), []
     for flag in args:
         if flag in used or flag in ARGUMENTS:
             continue
@@ -824,8 +850,8 @@ def export_arguments(session: Session) -> list[str]:
     m, pl = session.model, session.plan
     out = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
            "--num-attention-heads", str(m.num_attention_heads)]
-    if m.ffn_hidden_size:
-        out += ["--ffn-hidden-size", str(m.ffn_hidden_size)]
+    if m.ffn_hidden_size or _get(m, "activation") == "swiglu":  # SwiGLU's default is not 4h
+        out += ["--ffn-hidden-size", str(m.ffn)]
     out += ["--seq-length", str(m.seq_length), "--max-position-embeddings", str(m.seq_length)]
     if m.vocab_size == TOKENIZER_VOCAB["GPT2BPETokenizer"]:  # the files are the user's to place
         out += ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json",
@@ -843,6 +869,14 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--position-embedding-type", "rope"]
     if _get(m, "tied_embeddings") is False:
         out.append("--untie-embeddings-and-output-weights")
+    if _get(m, "add_bias_linear") is False:
+        out.append("--disable-bias-linear")
+    if _get(m, "add_qkv_bias"):
+        out.append("--add-qkv-bias")
+    if _get(m, "qk_layernorm"):
+        out.append("--qk-layernorm")
+    if _get(m, "attention_kernel") is not None:
+        out += ["--attention-backend", m.attention_kernel]
     E = _get(m, "num_experts")
     if E:
         out += ["--num-experts", str(E)]

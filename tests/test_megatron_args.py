@@ -269,6 +269,30 @@ def test_llama_flags_are_refused_by_name_never_simulated_as_gpt(tmp_path, capsys
     assert import_file(same, num_gpus=2).session.plan.data_parallel == 2
 
 
+def test_llama_launch_maps_to_the_model_family_fields(tmp_path):
+    """Once the family fields exist (issue 11), the Llama 3 8B launch without context
+    parallelism is read as Llama: SwiGLU, 8 query groups, RMSNorm, RoPE, untied, no biases."""
+    text = LLAMA3_8B.replace("    --context-parallel-size 2 \\\n", "").replace(
+        "--bf16 --use-flash-attn", "--bf16 --use-flash-attn --disable-bias-linear")
+    targets = ["model.activation", "model.num_query_groups", "model.normalization",
+               "model.position_embedding", "model.tied_embeddings", "model.add_bias_linear",
+               "model.attention_kernel"]
+    if not all(field_exists(t) for t in targets):
+        pytest.skip("the model family fields are not in this version")
+    m = import_file(_write(tmp_path, "llama.sh", text)).session.model
+    assert (m.activation, m.num_query_groups, m.normalization, m.position_embedding) == (
+        "swiglu", 8, "rmsnorm", "rope")
+    assert (m.tied_embeddings, m.add_bias_linear, m.attention_kernel) == (False, False, "flash")
+    assert (m.ffn_hidden_size, m.vocab_size, m.seq_length) == (14336, 128256, 8192)
+    # Llama 3 8B has 8.03 B parameters (Meta's model card)
+    assert m.num_parameters() == pytest.approx(8.03e9, rel=0.005)
+    # SwiGLU without --ffn-hidden-size: Megatron-LM's default, 2/3 of 4h rounded down to 64
+    no_ffn = _write(tmp_path, "swiglu.txt", "--num-layers 2 --hidden-size 4096 "
+                    "--num-attention-heads 32 --seq-length 128 --micro-batch-size 1 "
+                    "--vocab-size 1000 --swiglu")
+    assert import_file(no_ffn, num_gpus=1).session.model.ffn_hidden_size == 10880  # 170 * 64
+
+
 def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
     path = _write(tmp_path, "args.txt",
                   "--num-layers=4 --hidden-size=256 --num-attention-heads=8\n"
@@ -355,6 +379,17 @@ def _random_sessions(n: int = 40):
                 setattr(plan, name, rng.choice(values))
         if field_exists("plan.recompute", "selective") and rng.random() < 0.3:
             plan.recompute = "selective"
+        family = {"activation": ["gelu", "swiglu"], "normalization": ["layernorm", "rmsnorm"],
+                  "position_embedding": ["learned", "rope"], "tied_embeddings": [True, False],
+                  "add_bias_linear": [True, False], "add_qkv_bias": [False, True],
+                  "qk_layernorm": [False, True], "attention_kernel": ["unfused", "flash"]}
+        for name, values in family.items():
+            if field_exists(f"model.{name}") and rng.random() < 0.4:
+                setattr(model, name, rng.choice(values[1:]))
+        if field_exists("model.activation") and model.activation == "swiglu":
+            model.ffn_hidden_size = model.ffn_hidden_size or a * 64 * 3  # explicit, as exported
+        if field_exists("model.num_query_groups") and a % 2 == 0 and rng.random() < 0.4:
+            model.num_query_groups = a // 2
         if field_exists("plan.first_stage_layers") and p > 2 and rng.random() < 0.3:
             plan.first_stage_layers = plan.last_stage_layers = max(1, L // p - 1)
         if field_exists("plan.recompute_num_layers") and plan.recompute == "full" and L // p > 1:

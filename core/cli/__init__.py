@@ -8,6 +8,7 @@
 ``vtrain schedule TRACE``  replay a job trace on a shared cluster
 ``vtrain validate CSV``    predict measured iteration times, report the error
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times
+``vtrain import hf CONFIG`` a Hugging Face config.json into a session
 ``vtrain import megatron-args FILE``     a Megatron-LM launch into a session
 ``vtrain export megatron-args SESSION``  the Megatron-LM launch of a session
 ``vtrain diff A B``        the difference of two plans' iteration times, term by term

@@ -1,5 +1,6 @@
-"""``vtrain import FORMAT FILE``: read another tool's files into a session.
+"""``vtrain import SOURCE FILE``: read another tool's files into a session.
 
+``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/hf_import.py);
 ``megatron-args``: a Megatron-LM launch script or argument list (core/megatron_args.py).
 """
 
@@ -14,8 +15,12 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     """Add the ``import`` subcommand (and its formats) to ``vtrain``'s sub-parsers."""
-    imp = sub.add_parser("import", help="read another tool's files into a session")
-    isub = imp.add_subparsers(dest="import_command", required=True, metavar="FORMAT")
+    from . import import_hf
+
+    imp = sub.add_parser("import", help="turn another tool's model or launch file into a session",
+                         description="Turn another tool's model or launch file into a session file.")
+    isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
+    import_hf.add_source(isub)
     m = isub.add_parser(
         "megatron-args", help="a Megatron-LM launch script or argument list",
         description="Read a Megatron-LM / Megatron-Core launch (a shell script with torchrun or "
@@ -35,6 +40,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import``; returns the exit status."""
+    if args.import_command == "hf":
+        from . import import_hf
+        return import_hf.run(args)
     return _megatron(args)
 
 
