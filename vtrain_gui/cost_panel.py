@@ -11,7 +11,7 @@ from core.report import Report
 
 from .empty_state import StaleVeil
 from .formatting import (format_bytes, format_count, format_duration, format_fraction,
-                         format_rate, format_usd)
+                         format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel"]
 
@@ -112,10 +112,9 @@ class CostPanel(QtWidgets.QWidget):
             ("microbatches", "Micro-batches per iteration"),
             ("iterations", "Iterations"),
             ("training_days", "Training time"),
-            ("training_days_band", "    band"),
             ("gpu_hours", "GPU-hours"),
             ("cost_usd", "Cost"),
-            ("cost_band", "    band"),
+            ("run_band", "    band"),
             ("Profile", None),
             ("profile", ""),
         ]
@@ -163,7 +162,7 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(name, r, 0)
                 grid.addWidget(value, r, 1)
             self._values[key] = value
-        self._band_names = {k: names[k] for k in ("iteration_band", "training_days_band", "cost_band")}
+        self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "bubble", "imbalance"), _BREAKDOWN):
             name = names[key]
@@ -313,11 +312,10 @@ class CostPanel(QtWidgets.QWidget):
         v, iv = self._values, report.interval
         coverage = f" ({iv.coverage:.0%})" if iv is not None else ""
         self._band_names["iteration_band"].setText(f"Error band{coverage}")
-        for key in ("training_days_band", "cost_band"):
-            self._band_names[key].setText(f"    band{coverage}")
+        self._band_names["run_band"].setText(f"    days and cost, band{coverage}")
         note = v["band_note"]
         if iv is None or not iv.available:
-            for key in ("iteration_band", "training_days_band", "cost_band"):
+            for key in ("iteration_band", "run_band"):
                 v[key].setText("none")
             short = ""
             if iv is not None:
@@ -331,10 +329,12 @@ class CostPanel(QtWidgets.QWidget):
             return
         lo, hi = iv.band(report.iteration_time_s)
         v["iteration_band"].setText(f"{format_duration(lo)} – {format_duration(hi)}")
-        lo, hi = iv.band(report.training_days)
-        v["training_days_band"].setText(f"{format_count(lo, 1)} – {format_count(hi, 1)} days")
-        lo, hi = iv.band(report.cost_usd)
-        v["cost_band"].setText(f"{format_usd(lo)} – {format_usd(hi)}")
+        d_lo, d_hi = iv.band(report.training_days)
+        c_lo, c_hi = iv.band(report.cost_usd)
+        v["run_band"].setText(f"{format_count(d_lo, 1)} – {format_count(d_hi, 1)} days, "
+                              f"{format_usd_short(c_lo)} – {format_usd_short(c_hi)}")
+        v["run_band"].setToolTip(f"training days {format_count(d_lo, 1)} – {format_count(d_hi, 1)}; "
+                                 f"cost {format_usd(c_lo)} – {format_usd(c_hi)}")
         source = (f"{iv.coverage:.0%} of runs like this one measured within the band "
                   f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "
                   "of the profile)")

@@ -6,7 +6,7 @@ import pytest
 
 from synthetic import synthetic_report
 from vtrain_gui.cost_panel import CostPanel
-from vtrain_gui.formatting import format_usd
+from vtrain_gui.formatting import format_usd, format_usd_short
 
 
 @pytest.fixture
@@ -72,8 +72,10 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     panel.set_report(report)
     iv = report.interval
     lo, hi = iv.band(report.cost_usd)
-    assert panel.value_text("cost_band") == f"{format_usd(lo)} – {format_usd(hi)}"
-    assert panel.value_text("training_days_band").endswith(" days")
+    d_lo, d_hi = iv.band(report.training_days)
+    assert panel.value_text("run_band") == (f"{d_lo:,.1f} – {d_hi:,.1f} days, "
+                                            f"{format_usd_short(lo)} – {format_usd_short(hi)}")
+    assert f"cost {format_usd(lo)} – {format_usd(hi)}" in panel._values["run_band"].toolTip()
     assert panel.value_text("iteration_band").count(" s") == 2
     assert panel.value_text("band_note") == "from 65 cross-validated multi-node runs"
     assert "90% of runs like this one" in panel._values["band_note"].toolTip()
@@ -88,6 +90,6 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     plain = simulate(load_any(EXAMPLES / "gpt3_175b.json"),
                      generate_store("A100-SXM4-80GB", date="2026-01-01")).report
     panel.set_report(plain)
-    assert panel.value_text("iteration_band") == "none" == panel.value_text("cost_band")
+    assert panel.value_text("iteration_band") == "none" == panel.value_text("run_band")
     assert "no cross-validated residuals" in panel.value_text("band_note")
     assert "holds no cross-validated residuals" in panel._values["band_note"].toolTip()
