@@ -242,7 +242,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     core.sweep.SweepCancelled
         ``cancel`` was set.
     """
-    from .simulate import open_profile, profile_path
+    from .simulate import session_profile
     from .sweep import SweepSpace, run_sweep
 
     errs = []
@@ -259,7 +259,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
     if errs:
         raise ConfigError(errs)
-    store = store or open_profile(profile_path(session))
+    store = store or session_profile(session)
     precision = session.plan.precision
     peak = float(store.peak_flops[precision])
     seconds = days * 86400.0

@@ -62,7 +62,8 @@ class Report:
     stage_compute_s: list[float]
     stage_comm_s: list[float]
     stage_idle_s: list[float]
-    num_iterations: float
+    #: whole iterations to train on the token budget (rounded up)
+    num_iterations: int
     training_days: float
     gpu_hours: float
     cost_usd: float

@@ -205,10 +205,10 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
     ``progress(done, total, name)`` is called before each job's sweep; ``cancel`` is passed
     to the sweeps (:class:`core.sweep.SweepCancelled` when it is set).
     """
-    from .simulate import open_profile, profile_path
+    from .simulate import session_profile
     from .sweep import SweepSpace, run_sweep
 
-    store = store or open_profile(profile_path(session))  # opened once for every job
+    store = store or session_profile(session)  # opened once for every job
     cache: dict[tuple, tuple[np.ndarray, list]] = {}
     out = np.zeros((len(jobs), len(counts)))
     plans: list[list[dict | None]] = []

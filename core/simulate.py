@@ -6,21 +6,28 @@ GPU kind, builds the execution graph, solves it and computes the report.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .config import Session, check, padded_vocab_size
+from .config import ConfigError, FieldError, Session, check, padded_vocab_size
 from .graph import build_graph, params_per_gpu
 from .graph_types import KINDS, ExecutionGraph, Schedule
 from .ops import DTYPE_BYTES
-from .profile_store import ProfileStore
+from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration"]
+           "stage_memory", "model_flops_per_iteration", "session_profile", "graph_size_estimate",
+           "MAX_GRAPH_TASKS", "num_iterations", "check_finite"]
+
+#: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
+#: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
+#: 1.8 million). Larger plans are refused by name rather than left to exhaust memory.
+MAX_GRAPH_TASKS = 10_000_000
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 _STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
@@ -41,6 +48,30 @@ def profile_path(session: Session) -> Path:
     if session.cluster.profile_path:
         return Path(session.cluster.profile_path).expanduser()
     return PROFILES_DIR / f"{session.cluster.gpu}.h5"
+
+
+def session_profile(session: Session) -> ProfileStore:
+    """Open the profile store ``session`` uses (:func:`profile_path`, cached).
+
+    A store named by ``cluster.profile_path`` must be an ``.h5`` file (nothing else is
+    opened), and its errors name that field; whether the path exists or what it holds
+    otherwise is not told (:data:`core.profile_store.NOT_A_STORE`).
+
+    Raises
+    ------
+    ProfileStoreError
+        Not a readable store, or a corrupted one.
+    """
+    path = profile_path(session)
+    if not session.cluster.profile_path:
+        return open_profile(path)
+    if path.suffix.lower() not in (".h5", ".hdf5"):
+        raise ProfileStoreError(f"cluster.profile_path: {path}: {NOT_A_STORE} "
+                                "(a store is an .h5 file)")
+    try:
+        return open_profile(path)
+    except ProfileStoreError as exc:
+        raise ProfileStoreError(f"cluster.profile_path: {exc}") from None
 
 
 def open_profile(path: str | Path) -> ProfileStore:
@@ -120,8 +151,16 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         The profile lacks data the plan needs (dtype peak, collectives).
     """
     check(session)
+    tasks = graph_size_estimate(session)
+    if tasks > MAX_GRAPH_TASKS:
+        pl = session.plan
+        raise ConfigError([FieldError(
+            "plan.global_batch_size", f"the iteration's graph would have about {tasks:,} tasks "
+            f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
+            f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
+            "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
     if store is None:
-        store = open_profile(profile_path(session))
+        store = session_profile(session)
     graph, warnings = build_graph(session, store)
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
@@ -142,7 +181,7 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     hw_flops = model_flops_per_iteration(session, recomputed=pl.recompute == "full")
     peak = float(store.peak_flops[pl.precision]) * pl.num_gpus
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
-    iterations = session.cost.training_tokens / tokens_per_iter
+    iterations = num_iterations(session.cost.training_tokens, tokens_per_iter)
     train_s = iterations * T
     gpu_hours = train_s * pl.num_gpus / 3600
     memory = stage_memory(session)
@@ -179,4 +218,43 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
     )
+    check_finite(report)
     return SimulationResult(session, graph, schedule, report)
+
+
+def num_iterations(training_tokens: float, tokens_per_iteration: float) -> int:
+    """Iterations to train on ``training_tokens``: ``ceil(tokens / tokens per iteration)``
+    (a run cannot stop within an iteration; the last one is whole)."""
+    return max(1, math.ceil(training_tokens / tokens_per_iteration - 1e-9))
+
+
+def graph_size_estimate(session: Session) -> int:
+    """Upper estimate of the tasks of :func:`core.graph.build_graph`'s op-level graph.
+
+    Per micro-batch: attention and MLP forward and backward per layer (twice more under
+    full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
+    embedding and output tasks; two pipeline transfers per stage boundary.
+    """
+    m, pl = session.model, session.plan
+    per_layer = (4 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel
+    return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+def check_finite(report: Report) -> None:
+    """Raise :class:`ConfigError` naming the first figure of ``report`` that is not a finite
+    number (no result is ever Infinity or NaN)."""
+    def walk(where: str, value: object) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return where
+        if isinstance(value, dict):
+            return next((w for k, v in value.items() if (w := walk(f"{where}.{k}", v))), None)
+        if isinstance(value, (list, tuple)):
+            return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
+        return None
+
+    bad = walk("report", report.to_dict())
+    if bad:
+        raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "
+                                           "this simulator can compute (check the sizes, "
+                                           "bandwidths and the profile store)")])

@@ -79,7 +79,7 @@ import numpy as np
 from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
                      validate)
 from .graph import schedule_order, stage_times
-from .simulate import model_flops_per_iteration, open_profile, profile_path, stage_memory
+from .simulate import model_flops_per_iteration, num_iterations, session_profile, stage_memory
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
            "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
@@ -759,7 +759,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     plans = enumerate_plans(session, space)
     session = session.copy()  # the result keeps the inputs it was computed from
     if store is None:
-        store = open_profile(profile_path(session))
+        store = session_profile(session)
     n = len(plans)
     col = {k: np.zeros(n, np.int64) for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
                                                "micro_batch_size", "num_microbatches", "num_gpus")}
@@ -812,7 +812,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                 progress(done, n)
     # Cost, as core.simulate computes it.
     tokens_per_iter = session.plan.global_batch_size * model.seq_length
-    iterations = cost.training_tokens / tokens_per_iter
+    iterations = num_iterations(cost.training_tokens, tokens_per_iter)
     train_s = iterations * iteration
     num_gpus = col["num_gpus"].astype(np.float64)
     gpu_hours = train_s * num_gpus / 3600

@@ -39,12 +39,12 @@ def add_parser(sub: Any) -> None:
 
 
 def _predictor(profile: str | None):
-    from ..simulate import open_profile, profile_path, simulate
+    from ..simulate import open_profile, session_profile, simulate
 
     store = open_profile(profile) if profile else None
 
     def predict(session) -> float:
-        return simulate(session, store or open_profile(profile_path(session))).report.iteration_time_s
+        return simulate(session, store or session_profile(session)).report.iteration_time_s
     return predict
 
 
@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
     ms = read_measurements(args.csv)
     if args.cross_validate:
         from ..calibrate import cross_validate, measured_sessions
-        from ..simulate import open_profile, profile_path
+        from ..simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         if len(sessions) < args.cross_validate:
             raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
                                              f"{args.cross_validate} folds")
-        base = open_profile(args.profile or profile_path(sessions[0]))
+        base = open_profile(args.profile) if args.profile else session_profile(sessions[0])
         err = Console(stderr=True)
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
                                       progress=lambda msg: err.print(msg, highlight=False))
@@ -113,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
-    from ..simulate import open_profile, profile_path
+    from ..simulate import open_profile, session_profile
 
     sessions = [m.session for m in result.measurements if m.session is not None]
     if not sessions:
         return "no row could be predicted"
-    store = open_profile(profile or profile_path(sessions[0]))
+    store = open_profile(profile) if profile else session_profile(sessions[0])
     prov = store.provenance or {}
     name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
     if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):
