@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
-           "parse_json", "json_depth", "check_regular_file"]
+           "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
+           "NonFiniteError"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -126,13 +127,13 @@ def json_depth(data: bytes) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
-def _nonfinite_path(doc: Any) -> tuple[str, float] | None:
+def nonfinite_path(doc: Any) -> tuple[str, float] | None:
     """Dotted path (``cost.price_per_gpu_hour_usd``, ``jobs[3].tokens``) and value of the first
     non-finite number in a parsed document, or None. Iterative (the depth is bounded anyway)."""
     stack: list[tuple[str, Any]] = [("", doc)]
     while stack:
         where, node = stack.pop()
-        if isinstance(node, float) and not np.isfinite(node):
+        if isinstance(node, (float, np.floating)) and not np.isfinite(node):
             return where or "(top level)", node
         if isinstance(node, dict):
             stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(node.items()))
@@ -166,7 +167,7 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
         raise error(f"{where}: not a valid JSON file ({exc})") from None
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise error(f"{where}: JSON nested too deeply") from None
-    bad = _nonfinite_path(doc)
+    bad = nonfinite_path(doc)
     if bad is not None:
         raise error(f"{where}: {bad[0]}: {_json_number(bad[1])} must be a finite number")
     return doc
@@ -175,3 +176,24 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
 def read_json_file(path: str | Path, error: type[Exception]) -> Any:
     """Read and parse the JSON file ``path`` (:func:`read_bytes`, then :func:`parse_json`)."""
     return parse_json(read_bytes(path, error, "json"), str(path), error)
+
+
+class NonFiniteError(ValueError):
+    """A document to be written holds Infinity or NaN (which JSON does not allow)."""
+
+
+def strict_dumps(doc: Any, what: str = "result", **kwargs: Any) -> str:
+    """``json.dumps(doc, allow_nan=False, **kwargs)``: strict JSON, never ``Infinity`` or ``NaN``.
+
+    Raises
+    ------
+    NonFiniteError
+        Naming the key (``what.key[3]``) that holds a non-finite number; nothing is written.
+    """
+    try:
+        return json.dumps(doc, allow_nan=False, **kwargs)
+    except ValueError:
+        bad = nonfinite_path(doc)
+        where = f"{what}.{bad[0]}" if bad else what
+        value = _json_number(float(bad[1])) if bad else "a non-finite number"
+        raise NonFiniteError(f"{where} is {value}, not a finite number; nothing written") from None

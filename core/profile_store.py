@@ -741,7 +741,7 @@ def _parse_attr_json(g: h5py.Group, key: str, text: Any) -> Any:
 def _read_store_bytes(path: Path) -> bytes:
     """The bytes of a store file; :data:`NOT_A_STORE` for anything that is not a readable
     regular HDF5 file (missing, unreadable, a folder, a FIFO, another kind of file)."""
-    from .inputs import MAX_BYTES, read_bytes
+    from .inputs import read_bytes
 
     class _Unreadable(Exception):
         pass

@@ -73,6 +73,8 @@ class Report:
     fits_in_memory: bool
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: parameters of the model (:meth:`core.config.ModelConfig.num_parameters` with the plan's t)
+    num_parameters: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict; memory stages gain a ``total_bytes`` key."""

@@ -18,14 +18,13 @@ over the target, so a crash never leaves a half-written session.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_target
 from .config import ConfigError, FieldError, Session, check, vtrain_config_from_dict
-from .inputs import read_json_file
+from .inputs import read_json_file, strict_dumps
 
 __all__ = ["SESSION_FORMAT", "SESSION_VERSION", "SessionFileError", "save_session",
            "load_session", "load_any", "session_to_json", "atomic_write_text"]
@@ -42,7 +41,7 @@ def session_to_json(session: Session) -> str:
     """Serialize to the session JSON text (stable key order, trailing newline)."""
     doc: dict[str, Any] = {"format": SESSION_FORMAT, "version": SESSION_VERSION}
     doc.update(session.to_dict())
-    return json.dumps(doc, indent=2) + "\n"
+    return strict_dumps(doc, "session", indent=2) + "\n"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

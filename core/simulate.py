@@ -217,6 +217,7 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
+        num_parameters=int(session.model.num_parameters(pl.tensor_parallel)),
     )
     check_finite(report)
     return SimulationResult(session, graph, schedule, report)

@@ -76,7 +76,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .config import (RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
+from .config import (BOUNDS, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
                      validate)
 from .graph import schedule_order, stage_times
 from .simulate import model_flops_per_iteration, num_iterations, session_profile, stage_memory
@@ -161,8 +161,10 @@ class SweepSpace:
         """Every rule the space breaks, fields named ``sweep.<attribute>`` (empty when valid)."""
         errs: list[FieldError] = []
 
+        top = int(BOUNDS["parallel"].hi)
+
         def pos_int(v: Any) -> bool:
-            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= top
 
         def ints(name: str, values: Any, allow_none: bool = True) -> None:
             if values is None:
@@ -176,13 +178,18 @@ class SweepSpace:
                 errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
             bad = [v for v in values if not pos_int(v)]
             if bad:
-                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer"))
+                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer "
+                                       f"up to {top:,}"))
 
         ints("num_gpus", self.num_gpus)
         for name in ("max_gpus", "max_data_parallel"):
             v = getattr(self, name)
             if v is not None and not pos_int(v):
-                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer"))
+                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer "
+                                       f"up to {top:,}"))
+        if not isinstance(self.tensor_parallel_across_nodes, bool):
+            errs.append(FieldError("sweep.tensor_parallel_across_nodes",
+                                   f"{self.tensor_parallel_across_nodes!r} must be true or false"))
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
@@ -233,7 +240,18 @@ class SweepSpace:
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """Divisors of ``n`` in increasing order (O(sqrt n))."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
+
+
+#: Most (t, p, d, b, schedule, recompute) candidates a sweep checks; beyond it the space
+#: is refused (narrow it) rather than left to run for hours.
+MAX_SWEEP_CANDIDATES = 2_000_000
+#: Most pipeline steps (``p * m``) of one plan the sweep simulates; larger plans are listed
+#: with this as their reason and no figures (as the op-level graph, see
+#: :data:`core.simulate.MAX_GRAPH_TASKS`).
+MAX_PIPELINE_STEPS = 10_000_000
 
 
 def _as_list(values: Any) -> list:
@@ -286,6 +304,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
+    candidates = len(ts) * len(ps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
+    if candidates > MAX_SWEEP_CANDIDATES:
+        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x d x b x "
+                                      f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
+                                      "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     for t in ts:
         for p in ps:
@@ -639,7 +662,9 @@ class SweepResult:
                 out[c] = self.reason[i]
             else:
                 v = getattr(self, c)[i]
-                out[c] = v.item() if isinstance(v, np.generic) else v
+                v = v.item() if isinstance(v, np.generic) else v
+                # a plan too large to simulate has no figures: null, never NaN
+                out[c] = None if isinstance(v, float) and not math.isfinite(v) else v
         return out
 
     def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
@@ -712,6 +737,20 @@ def _is_cancelled(cancel: Any) -> bool:
     return bool(cancel())
 
 
+def plan_label(pl: ParallelPlan) -> str:
+    """Short name of a plan in messages: ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
+    return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "
+            f"b={pl.micro_batch_size} {pl.schedule} recompute={pl.recompute}")
+
+
+def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
+    """``"; in 5 plans: t=8 p=2 ..., ... and 2 more"``: which plans a sweep warning concerns."""
+    labels = [plan_label(pl) for pl in plans]
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return (f"; in {len(labels)} plan{'s' if len(labels) != 1 else ''}: "
+            f"{', '.join(labels[:shown])}{more}")
+
+
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
               progress: ProgressFn | None = None, cancel: Any = None) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
@@ -776,12 +815,23 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
     lookup_cache: dict = {}
     times_cache: dict[tuple, Any] = {}
-    warnings: set[str] = set()  # of plans that fit: the others' lookups are never used
+    warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
     if progress is not None:
         progress(0, n)
     for (p, m, schedule), group in sorted(groups.items()):
+        if p * m > MAX_PIPELINE_STEPS:
+            for i in group:
+                iteration[i] = math.nan
+                max_mem[i] = max(sm.total_bytes for sm in stage_memory(
+                    Session(model, plans[i], cluster, cost)))
+                reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches={p}*{m}"
+                             f"={p * m:,} is more than {MAX_PIPELINE_STEPS:,}")
+            done += len(group)
+            if progress is not None:
+                progress(done, n)
+            continue
         # chunks of plans keep the (p, 2m, plans) work arrays near 16 MB each
         step = max(1, _MAX_BATCH_ELEMENTS // (p * 2 * m))
         for start in range(0, len(group), step):
@@ -805,7 +855,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                     reason[i] = (f"does not fit: stage {worst} needs {totals[worst] / 2**30:.1f} GiB "
                                  f"per GPU, the GPU has {capacity / 2**30:.1f} GiB")
                 else:
-                    warnings.update(st.warnings)
+                    for w in st.warnings:
+                        warned.setdefault(w, []).append(i)
             iteration[idx] = pipeline_iteration_times(schedule, m, *cols)
             done += len(idx)
             if progress is not None:
@@ -817,7 +868,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     num_gpus = col["num_gpus"].astype(np.float64)
     gpu_hours = train_s * num_gpus / 3600
     peak = float(store.peak_flops[session.plan.precision]) * num_gpus
-    fits = max_mem <= capacity
+    fits = (max_mem <= capacity) & np.isfinite(iteration)
     days = train_s / 86400
     cost_usd = gpu_hours * cost.price_per_gpu_hour_usd
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -833,7 +884,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sorted(warnings),
+        warnings=sorted(w + plans_note([plans[i] for i in idx]) for w, idx in warned.items()),
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
     )

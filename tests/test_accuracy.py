@@ -303,7 +303,7 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     assert "--file-weights: needs one positive weight per CSV (2), got 1" in capsys.readouterr().err
     assert not out.exists()
     assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
-                 "--file-weights", "1", "3"]) == 0
+                 "--file-weights", "1", "3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["cross_validation"]) == {"a.csv", "b.csv"}
     from core.profile_store import ProfileStore
@@ -312,3 +312,10 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     assert store.provenance["file_weights"] == {"a.csv": 1.0, "b.csv": 3.0}
     assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["mape_percent"] < 2.0
+    # without --json: the same figures as tables (fitted parameter values, one row per file)
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
+                 "--file-weights", "1", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "Fitted parameters" in text and "a.csv" in text and "b.csv" in text
+    assert f"{doc['parameters']['gemm_efficiency_max']:.4g}" in text
+    assert f"{doc['cross_validation']['a.csv']['mape_percent']:.2f}" in text

@@ -22,6 +22,8 @@ import os
 import sys
 
 from ..config import ConfigError
+from ..console import printable
+from ..inputs import NonFiniteError
 from ..nccl_tests import NcclTestsError
 from ..profile_store import ProfileStoreError
 from ..session import SessionFileError
@@ -50,23 +52,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(text: object) -> int:
+    """Print ``vtrain: error: TEXT`` as one line on stderr (control characters and line
+    breaks from files shown as escapes) and return exit status 2."""
+    line = printable(" ".join(str(text).split("\n")))
+    print(f"vtrain: error: {line}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the process exit status."""
+    """Run the command line; returns the process exit status.
+
+    0: done; 2: bad input (one line naming the file, field and rule on stderr; argparse's
+    usage errors too); 1: an internal error (one line, never a traceback; set
+    ``VTRAIN_DEBUG=1`` to see it); 130: interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return SUBCOMMANDS[args.command].run(args)
     except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
-            NcclTestsError) as exc:
-        print(f"vtrain: error: {exc}", file=sys.stderr)
-        return 2
+            NcclTestsError, NonFiniteError) as exc:
+        return _error(exc)
     except KeyError as exc:  # the profile lacks data the plan needs
-        print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
+        return _error(exc.args[0] if exc.args else exc)
     except BrokenPipeError:  # the reader went away (``vtrain ... | head``): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:
-        print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-
+    except OSError as exc:  # a file that cannot be written or read: name it
+        name = exc.filename or ""
+        return _error(f"{name}: {exc.strerror or exc}" if name else (exc.strerror or exc))
+    except KeyboardInterrupt:
+        print("vtrain: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        return _error("out of memory: the inputs are too large for this machine")
+    except Exception as exc:  # a bug: one line, not a traceback (VTRAIN_DEBUG=1 shows it)
+        if os.environ.get("VTRAIN_DEBUG"):
+            raise
+        line = printable(" ".join(f"{type(exc).__name__}: {exc}".split("\n")))
+        print(f"vtrain: internal error (please report it, with the input): {line}", file=sys.stderr)
+        return 1

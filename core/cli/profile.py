@@ -16,7 +16,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..console import Console
+from ..console import Console, esc
 from .common import UsageError
 
 __all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
@@ -31,9 +31,10 @@ def add_parser(sub: Any) -> None:
     psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
     gen = psub.add_parser("generate", help="write an analytic store from public GPU specifications")
     gen.add_argument("--gpu", required=True, help="GPU kind, e.g. A100-SXM4-80GB")
-    gen.add_argument("--out", required=True, metavar="STORE.h5")
+    gen.add_argument("--out", required=True, metavar="STORE.h5",
+                     help="store to write (atomically; an existing file is replaced)")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
-    show.add_argument("store", metavar="STORE.h5")
+    show.add_argument("store", metavar="STORE.h5", help="profile store to describe")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
     add_import_parser(psub)
 
@@ -84,8 +85,10 @@ def add_profiling_parsers(psub: Any) -> None:
         description="Spawn WORLD_SIZE local processes (gloo on CPUs, nccl on GPUs), time "
                     "all-reduce, all-gather, reduce-scatter and send/recv over buffer sizes "
                     "(nccl-tests conventions) and add the curves to a store.")
-    coll.add_argument("--world-size", type=int, required=True, metavar="N")
-    coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    coll.add_argument("--world-size", type=int, required=True, metavar="N",
+                      help="processes (ranks) to spawn on this machine, at least 2")
+    coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                      help="torch.distributed backend: gloo on CPUs, nccl on GPUs (default gloo)")
     coll.add_argument("--out", metavar="STORE.h5",
                       help="store to add the curves to (created if missing); omit to only print")
     coll.add_argument("--sizes", metavar="BYTES,...",
@@ -101,7 +104,8 @@ def add_import_parser(psub: Any) -> None:
                           help="add collective curves from nccl-tests output to a store")
     imp.add_argument("files", metavar="FILE", nargs="+",
                      help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
-    imp.add_argument("--into", metavar="STORE.h5", required=True)
+    imp.add_argument("--into", metavar="STORE.h5", required=True,
+                     help="store to add the curves to (saved atomically)")
     imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
     imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
                      help="collective, when the file does not say")
@@ -191,40 +195,40 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
                                            merge=args.merge)
         except KeyboardInterrupt:
             bar.stop()
-            console.print(f"[yellow]interrupted:[/] {args.out} holds {last['saved']} of "
+            console.print(f"[yellow]interrupted:[/] {esc(args.out)} holds {last['saved']} of "
                           f"{len(shapes)} shape groups (a valid store)")
             return 130
     store = result.store
-    console.print(f"wrote {result.path}: {result.groups_done}/{result.groups_total} shape groups "
+    console.print(f"wrote {esc(result.path)}: {result.groups_done}/{result.groups_total} shape groups "
                   f"in {result.wall_s:,.0f} s")
     print_store(store, console, provenance=False)
     if not store.collective_kinds():
         console.print(f"[dim]for plans with t, p or d above 1, add collective curves first: "
-                      f"vtrain profile collectives --world-size N --out {result.path} "
+                      f"vtrain profile collectives --world-size N --out {esc(result.path)} "
                       "(or set cluster.intra_node_bandwidth_gbytes_per_s in the session)[/]",
                       highlight=False)
     if device_type == "cpu":
         console.print("[dim]use it: vtrain simulate SESSION --profile "
-                      f"{result.path} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
+                      f"{esc(result.path)} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
     return 0
 
 
 def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
-    console.print(store.summary())
+    console.print(esc(store.summary()))
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
                   f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s", highlight=False)
     if provenance:
         for line in provenance_lines(store.provenance):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {esc(line)}", highlight=False)
     t = Table(title="operations", title_justify="left")
     for col in ("op", "rows", "interpolated over", "time range"):
         t.add_column(col)
     for op in store.op_names():
         _, times, axis = store.op_table(op)
-        t.add_row(op, str(len(times)), axis,
+        t.add_row(esc(op), str(len(times)), esc(axis),
                   f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms" if len(times) else "")
     console.print(t)
     kinds = store.collective_kinds()
@@ -266,7 +270,7 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
         except KeyboardInterrupt:
             bar.stop()
             if args.out:
-                console.print(f"[yellow]interrupted:[/] {args.out} holds the {last['saved']} "
+                console.print(f"[yellow]interrupted:[/] {esc(args.out)} holds the {last['saved']} "
                               "collective kind(s) finished before")
             return 130
     t = Table(title=f"{args.backend}, {args.world_size} ranks (size = whole buffer, "
@@ -279,9 +283,9 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
             t.add_row(kind, f"{x:,}", f"{s * 1e6:,.1f}", f"{x * factor / s / 1e9:,.2f}")
     console.print(t)
     for kind, why in result.skipped.items():
-        console.print(f"[yellow]skipped {kind}:[/] {why}")
+        console.print(f"[yellow]skipped {kind}:[/] {esc(why)}")
     if result.path is not None:
-        console.print(f"added {len(result.curves)} curve(s) to {result.path}")
+        console.print(f"added {len(result.curves)} curve(s) to {esc(result.path)}")
     return 0
 
 

@@ -4,12 +4,12 @@ policies (argument parsing and output). The study itself is :mod:`core.scheduler
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.table import Table
 
-from ..console import Console
+from ..inputs import strict_dumps
+from ..console import Console, esc
 from .common import check_number
 
 __all__ = ["add_parser", "run"]
@@ -74,13 +74,13 @@ def run(args: argparse.Namespace) -> int:
     progress = None
     if not args.json and err.is_terminal:
         def progress(done: int, total: int, name: str) -> None:
-            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
+            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
     counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
                                           source=Path(args.trace).name, progress=progress)
     if args.json:
-        print(json.dumps(_document(jobs, counts, tps, results, args)))
+        print(strict_dumps(_document(jobs, counts, tps, results, args)))
         return 0
     _print(jobs, counts, tps, results, args, session, Console())
     return 0
@@ -109,7 +109,7 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
 
     from ..scheduler import target_index
-    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {session.cluster.gpu} "
+    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)
     counts_a = np.asarray(counts)
@@ -121,14 +121,14 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     for j, job in enumerate(jobs):
         ok = tps[j] > 0
         if not ok.any():
-            jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+            jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
                        str(job.requested_gpus), "-", "no plan fits", "-")
             continue
         per = np.where(ok, tps[j] / counts_a, 0.0)
         best = per[ok].max()
         req = int(np.flatnonzero(counts_a == job.requested_gpus)[0])
         k = target_index(job, counts_a, tps[j], args.min_efficiency)
-        jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+        jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
                    str(job.requested_gpus), f"{per[req] / best:.0%}" if ok[req] else "no plan",
                    f"{counts_a[k]} ({per[k] / best:.0%})", f"{tps[j, k]:,.0f}")
     console.print(jt)
@@ -146,11 +146,11 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
                    fmt(m["utilization"], ".1%"), fmt(m["gpu_hours"], ",.0f"))
     console.print(pt)
     if results and results[0].unrunnable:
-        console.print(f"[yellow]No plan fits on any count for {', '.join(results[0].unrunnable)}; "
+        console.print(f"[yellow]No plan fits on any count for {esc(', '.join(results[0].unrunnable))}; "
                       "left out of every policy.[/]", highlight=False)
     for r in results:
         for name, asked, got in r.adjusted:
-            console.print(f"[yellow]{r.policy}: {name} asked for {asked} GPUs; no plan fits "
+            console.print(f"[yellow]{r.policy}: {esc(name)} asked for {asked} GPUs; no plan fits "
                           f"{'there' if r.policy == 'requested' else 'at or below that'}, so it "
                           f"ran on {got}.[/]", highlight=False)
     for r in results:
@@ -161,7 +161,7 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
             rt.add_column(col, justify="left" if col == "job" else "right")
         for x in r.runs:
             p = x.plan or {}
-            rt.add_row(x.job.name, str(x.gpus),
+            rt.add_row(esc(x.job.name), str(x.gpus),
                        " ".join(str(p.get(k, "-")) for k in ("tensor_parallel", "pipeline_parallel",
                                                               "data_parallel", "micro_batch_size")),
                        f"{x.start_h:,.1f}", f"{x.end_h:,.1f}", f"{x.wait_h:,.1f}", f"{x.jct_h:,.1f}")

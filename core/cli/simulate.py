@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 from rich.table import Table
 
-from ..console import Console
+from ..inputs import strict_dumps
+from ..console import Console, esc
+from ..optimal import format_params
 from .common import fmt_bytes, session_from_args
 from .profile import profile_line
 
@@ -34,16 +35,17 @@ def add_parser(sub: Any) -> None:
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
-    console.print(f"[bold]{s.model.name}[/] on {pl.num_gpus:,} x {s.cluster.gpu}  "
+    console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
                   f"(t={pl.tensor_parallel}, p={p}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
                   f"B={pl.global_batch_size}, m={m}; {pl.schedule}, recompute {pl.recompute}, "
                   f"{pl.precision})")
     prov = r.profile
-    console.print(profile_line(prov))
+    console.print(esc(profile_line(prov)))
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
     ideal = (p - 1) / (m + p - 1)
+    t.add_row("Parameters", f"{format_params(r.num_parameters)} ({r.num_parameters:,})")
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
@@ -72,9 +74,9 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                     fmt_bytes(sm.total_bytes))
     console.print(mem)
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {esc(w)}")
     console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
-                  + (f"; trace written to {trace_path}" if trace_path else "") + "[/]")
+                  + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
 
 
 def _json_report(result, wall_s: float) -> dict:
@@ -85,7 +87,7 @@ def _json_report(result, wall_s: float) -> dict:
         "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
         "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
-        "wall_s": wall_s, "session": result.session.to_dict(),
+        "wall_s": wall_s, "session": result.session.to_dict(), "num_parameters": r.num_parameters,
     })
     return doc
 
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         from ..trace import write_trace
         write_trace(result.graph, result.schedule, args.trace_out)
     if args.json:
-        print(json.dumps(_json_report(result, wall)))
+        print(strict_dumps(_json_report(result, wall)))
     else:
         _print_report(result, Console(), args.trace_out, wall)
     return 0

@@ -8,7 +8,6 @@ are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
-from ..console import Console
+from ..inputs import strict_dumps
+from ..console import Console, esc
 from .common import check_number, session_from_args
 
 __all__ = ["add_parser", "run"]
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         result.write_csv(args.out)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(strict_dumps(result.to_dict()))
     else:
         _print_result(result, Console(), args.out)
     return 0
@@ -200,11 +200,11 @@ def _plan_table(title: str, first_col: str | None = None) -> Table:
 
 def _print_result(result, console: Console, csv_path: str | None) -> None:
     s = result.session
-    console.print(f"[bold]{s.model.name}[/] on {s.cluster.gpu}, global batch {s.plan.global_batch_size}, "
+    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
                   f"/GPU-hour; budget: {_budget_text(result.space)}")
     prov = result.profile
-    console.print(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}")
+    console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
                   f"swept in {result.wall_s:.2f} s")
     if result.num_feasible == 0:
@@ -237,7 +237,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
     elif not result.fits_in_memory[own]:
-        console.print(f"The config's plan does not fit: {result.reason[own]}")
+        console.print(f"The config's plan does not fit: {esc(result.reason[own])}")
     else:
         dom = result.dominated_by(own)
         j = int(dom[np.argmin(result.cost_usd[dom])])
@@ -259,12 +259,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings "
                       f"(all in --json)[/]")
     if csv_path:
-        console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")
+        console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
 
 
 def _change(rel: float) -> str:

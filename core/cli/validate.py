@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.table import Table
 
-from ..console import Console
+from ..inputs import strict_dumps
+from ..console import Console, esc
 from .common import field_error
 
 __all__ = ["add_parser", "run"]
@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
                     "docs/accuracy.md) and print MAPE, median and max absolute percentage "
                     "error, R^2 and the error by model size, t and p. Rows the simulator does "
                     "not support are skipped with their reason.")
-    v.add_argument("csv", metavar="CSV")
+    v.add_argument("csv", metavar="CSV", help="measurement CSV (layouts in docs/accuracy.md)")
     v.add_argument("--profile", metavar="STORE.h5",
                    help="profile store for every row (default: the shipped store of each row's GPU)")
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         base = open_profile(args.profile) if args.profile else session_profile(sessions[0])
         err = Console(stderr=True)
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
-                                      progress=lambda msg: err.print(msg, highlight=False))
+                                      progress=lambda msg: err.print(esc(msg), highlight=False))
         pred = np.full(len(ms), np.nan)
         pred[[i for i, m in enumerate(ms) if not m.skip_reason]] = pred_used
         result = ValidationResult(ms, pred)
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(result, args.plot, metrics)
     if args.json:
-        print(json.dumps(metrics))
+        print(strict_dumps(metrics))
         return 0
     console = Console()
     if args.cross_validate:
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
                "refitted on the other folds of this file alone")
     else:
         how = _profile_note(args.profile, result, Path(args.csv).name)
-    console.print(f"[bold]{Path(args.csv).name}[/]: {metrics['n']} rows predicted, "
-                  f"{metrics['skipped']} skipped; {how}")
+    console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted, "
+                  f"{metrics['skipped']} skipped; {esc(how)}")
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -101,11 +101,11 @@ def run(args: argparse.Namespace) -> int:
         for col in (title, "rows", "MAPE %", "max APE %"):
             g.add_column(col, justify="right")
         for label, n, mape, mx in result.by_group(key):
-            g.add_row(label, str(n), f"{mape:.2f}", f"{mx:.2f}")
+            g.add_row(esc(label), str(n), f"{mape:.2f}", f"{mx:.2f}")
         console.print(g)
     skipped = [m for m in ms if m.skip_reason]
     for m in skipped[:20]:
-        console.print(f"[yellow]skipped row {m.row}:[/] {m.skip_reason}", highlight=False)
+        console.print(f"[yellow]skipped row {m.row}:[/] {esc(m.skip_reason)}", highlight=False)
     if len(skipped) > 20:
         console.print(f"[yellow]... and {len(skipped) - 20} more skipped rows (see --out)[/]")
     return 0
