@@ -203,7 +203,13 @@ class CostConfig:
 
 @dataclass
 class Session:
-    """Everything one simulation needs; what a session file holds."""
+    """Everything one simulation needs; what a session file holds.
+
+    ``source`` (not a field, never saved): the file it was read from, when it was
+    (:func:`core.session.load_any`), so that later errors can name it.
+    """
+
+    source = None
 
     model: ModelConfig = field(default_factory=ModelConfig)
     plan: ParallelPlan = field(default_factory=ParallelPlan)

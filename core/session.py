@@ -88,7 +88,9 @@ def load_session(path: str | Path) -> Session:
         fields (the message names the file and lists them).
     """
     path = Path(path)
-    return session_from_document(read_json(path, SessionFileError), str(path), path.parent)
+    session = session_from_document(read_json(path, SessionFileError), str(path), path.parent)
+    session.source = str(path)
+    return session
 
 
 def read_json(path: str | Path, error: type[Exception] = SessionFileError,
@@ -161,11 +163,17 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
     try:
         if isinstance(doc, dict) and "format" in doc:
             session = session_from_document(doc, str(path), path.parent)
-            return check(session) if validate else session
-        if isinstance(doc, dict) and "tensor_parallel_size" in doc:
-            return vtrain_config_from_dict(doc, source=str(path), check_rules=validate)
+            if validate:
+                check(session)
+        elif isinstance(doc, dict) and "tensor_parallel_size" in doc:
+            session = vtrain_config_from_dict(doc, source=str(path), check_rules=validate)
+        else:
+            session = None
     except ConfigError as exc:
         raise exc.in_file(path) from None
+    if session is not None:
+        session.source = str(path)  # named in later errors (e.g. its profile store's)
+        return session
     raise SessionFileError(f"{path}: neither a vTrain session file nor a vTrain config "
                            f"(no \"format\" or \"tensor_parallel_size\" key)")
 

@@ -55,7 +55,8 @@ def session_profile(session: Session) -> ProfileStore:
 
     A store named by ``cluster.profile_path`` must be an ``.h5`` file (nothing else is
     opened), and its errors name that field; whether the path exists or what it holds
-    otherwise is not told (:data:`core.profile_store.NOT_A_STORE`).
+    otherwise is not told (:data:`core.profile_store.NOT_A_STORE`). The session file
+    (``session.source``, set by :func:`core.session.load_any`) is named too.
 
     Raises
     ------
@@ -65,13 +66,14 @@ def session_profile(session: Session) -> ProfileStore:
     path = profile_path(session)
     if not session.cluster.profile_path:
         return open_profile(path)
+    source = getattr(session, "source", None)
+    field = f"{source}: cluster.profile_path" if source else "cluster.profile_path"
     if path.suffix.lower() not in (".h5", ".hdf5"):
-        raise ProfileStoreError(f"cluster.profile_path: {path}: {NOT_A_STORE} "
-                                "(a store is an .h5 file)")
+        raise ProfileStoreError(f"{field}: {path}: {NOT_A_STORE} (a store is an .h5 file)")
     try:
         return open_profile(path)
     except ProfileStoreError as exc:
-        raise ProfileStoreError(f"cluster.profile_path: {exc}") from None
+        raise ProfileStoreError(f"{field}: {exc}") from None
 
 
 def open_profile(path: str | Path) -> ProfileStore:

@@ -19,6 +19,7 @@ never dropped silently and never guessed.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, gpu_kind, validate
+from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "GENERAL_COLUMNS", "MeasurementFileError"]
@@ -45,6 +47,10 @@ _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "atte
                    "# layers", "sequence length", "tensor parallelism", "data parallelism",
                    "pipeline parallelism", "iteration time (ms)"]
 _AUTHORS_MULTI = ["Parameters (billion)"] + _AUTHORS_SINGLE
+
+
+#: Most data rows a measurement file may have (the authors' files have 864 and 288).
+MAX_ROWS = 100_000
 
 
 class MeasurementFileError(ValueError):
@@ -86,14 +92,22 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     Raises
     ------
     MeasurementFileError
-        Unreadable file, unknown header, or a value that is not a number.
+        Unreadable, non-regular or too large file (:mod:`core.inputs`), not CSV, more than
+        :data:`MAX_ROWS` rows, unknown header, or a value that is not a finite number.
+        A row whose values break a configuration rule or bound is kept, skipped with
+        that reason.
     """
     path = Path(path)
+    text = read_text(path, MeasurementFileError, "csv")
     try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MeasurementFileError(f"{path}: cannot read: {exc}") from None
+        rows = []
+        for r in csv.reader(io.StringIO(text, newline="")):
+            if r and any(c.strip() for c in r):
+                rows.append(r)
+                if len(rows) > MAX_ROWS + 1:
+                    raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows")
+    except csv.Error as exc:
+        raise MeasurementFileError(f"{path}: not a readable CSV file ({exc})") from None
     if not rows:
         raise MeasurementFileError(f"{path}: empty file")
     if len(rows) == 1:
@@ -113,7 +127,11 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
     try:
         v = float(text)
     except ValueError:
-        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text!r} is not a number") from None
+        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
+                                   "number") from None
+    if not math.isfinite(v):
+        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
+                                   "finite number")
     if kind is int:
         if not v.is_integer():
             raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text!r} is not an integer")

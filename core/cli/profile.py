@@ -16,7 +16,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..console import Console, esc
+from ..console import Console, esc, printable
 from .common import UsageError
 
 __all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if args.gpu not in DEVICE_SPECS:
             raise UsageError(f"--gpu {args.gpu!r}: no specification; known: {', '.join(DEVICE_SPECS)}")
         path = write_store(args.gpu, args.out)
-        print(f"wrote {path}")
+        print(printable(f"wrote {path}"))
         return 0
     store = ProfileStore.open(args.store)
     print_store(store, Console())
@@ -291,21 +291,25 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
 
 def run_import_nccl(args: argparse.Namespace) -> int:
     """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
-    from ..nccl_tests import fit_curve, read_nccl_tests
+    from ..nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from ..profile_store import ProfileStore
 
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:
         curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
-        if args.knots:
-            curve = fit_curve(curve, args.knots)
-        store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        try:
+            if args.knots:
+                curve = fit_curve(curve, args.knots)
+            store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        except ValueError as exc:
+            raise NcclTestsError(f"{f}: {exc}") from None
         imported.append(f"{Path(f).name}: {curve.kind}/{curve.group_size}")
-        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
-              f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
+        print(printable(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
+                        f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-"
+                        f"{curve.nbytes[-1]:.0f} bytes)"))
     store.provenance = {**store.provenance, "collectives_imported": "; ".join(imported)
                         + (f" (piecewise log-log fit, {args.knots} knots)" if args.knots else "")}
     store.save(args.into)
-    print(f"wrote {args.into}")
+    print(printable(f"wrote {args.into}"))
     return 0
