@@ -22,12 +22,17 @@ from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "model_flops_per_iteration", "session_profile", "graph_size_estimate",
-           "MAX_GRAPH_TASKS", "num_iterations", "check_finite"]
+           "MAX_GRAPH_TASKS", "MAX_GRAPH_LEVELS", "graph_depth_estimate", "num_iterations",
+           "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
 #: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
 #: 1.8 million). Larger plans are refused by name rather than left to exhaust memory.
 MAX_GRAPH_TASKS = 10_000_000
+#: Most sequential steps (topological levels) the solver may walk: about 30 us each, so
+#: 300,000 take about 10 s (GPT-3 175B at m=64, p=16: about 6,000). Deep graphs come from
+#: many layers per stage times many micro-batches (10,000 layers on 2 stages: 1.3 million).
+MAX_GRAPH_LEVELS = 300_000
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 _STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
@@ -161,6 +166,15 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
             f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
             f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
             "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
+    levels = graph_depth_estimate(session)
+    if levels > MAX_GRAPH_LEVELS:
+        pl = session.plan
+        raise ConfigError([FieldError(
+            "plan.pipeline_parallel", f"the iteration's critical path would have about {levels:,} "
+            f"sequential tasks (num_layers/pipeline_parallel={session.model.num_layers:,}/"
+            f"{pl.pipeline_parallel} layers per stage, num_microbatches={pl.num_microbatches:,}), "
+            f"more than the {MAX_GRAPH_LEVELS:,} this simulator solves in seconds; use more "
+            "pipeline stages or fewer micro-batches")])
     if store is None:
         store = session_profile(session)
     graph, warnings = build_graph(session, store)
@@ -242,6 +256,16 @@ def graph_size_estimate(session: Session) -> int:
     per_layer = (4 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
     per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+def graph_depth_estimate(session: Session) -> int:
+    """Estimate of the topological levels of the op-level graph (what the solver walks one
+    numpy pass each): about ``(m + p)`` times the tasks of one micro-batch's forward and
+    backward on a stage."""
+    m, pl = session.model, session.plan
+    per_layer = (4 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+    chain = -(-m.num_layers // pl.pipeline_parallel) * per_layer + 8
+    return (pl.num_microbatches + pl.pipeline_parallel) * chain
 
 
 def check_finite(report: Report) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from ..inputs import strict_dumps
+from ..config import ConfigError
 from ..console import Console, esc
 from ..optimal import format_params
 from .common import fmt_bytes, session_from_args
@@ -97,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
     from ..simulate import simulate
     session = session_from_args(args)
     t0 = time.perf_counter()
-    result = simulate(session)
+    try:
+        result = simulate(session)
+    except ConfigError as exc:  # name the file the session came from
+        raise exc.in_file(session.source) if session.source and not exc.source else exc
     wall = time.perf_counter() - t0
     if args.trace_out:
         from ..trace import write_trace
