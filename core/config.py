@@ -206,10 +206,22 @@ class Session:
     """Everything one simulation needs; what a session file holds.
 
     ``source`` (not a field, never saved): the file it was read from, when it was
-    (:func:`core.session.load_any`), so that later errors can name it.
+    (:func:`core.session.load_any`), so that later errors can name it; ``key_names``:
+    session field -> the key that file uses for it, when it is not a session file (the
+    authors' format), so that later errors use the file's own names (:meth:`in_its_terms`).
     """
 
     source = None
+    key_names = None  # (no annotation: not a dataclass field)
+
+    def in_its_terms(self, exc: "ConfigError") -> "ConfigError":
+        """``exc`` naming this session's file and, for another format, that format's keys."""
+        if exc.source or not self.source:
+            return exc
+        errors = exc.errors
+        if self.key_names:
+            errors = [_as_authors(e, self.key_names) for e in errors]
+        return ConfigError(errors, self.source)
 
     model: ModelConfig = field(default_factory=ModelConfig)
     plan: ParallelPlan = field(default_factory=ParallelPlan)
@@ -658,9 +670,9 @@ _AUTHORS_NAME = {**{target: key for key, (target, _) in _AUTHORS_FIELDS.items() 
                  "cluster.gpu": "gpu_name"}
 
 
-def _as_authors(err: FieldError) -> FieldError:
+def _as_authors(err: FieldError, names: dict[str, str] | None = None) -> FieldError:
     """``err`` with the authors'-format key in place of the session field it names."""
-    key = _AUTHORS_NAME.get(err.field)
+    key = (names or _AUTHORS_NAME).get(err.field)
     if key is None:
         return err
     short = err.field.split(".")[-1] + "="
@@ -712,6 +724,7 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
     )
     session = Session(model=model, plan=plan, cluster=cluster)
+    session.key_names = _AUTHORS_NAME
     if not check_rules:
         return session
     # name the keys of the user's file, not the session fields they fill

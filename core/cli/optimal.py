@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from ..inputs import strict_dumps
+from ..config import ConfigError
 from ..console import Console, esc
 from ..optimal import format_params
 from .common import check_number, session_from_args
@@ -53,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     from ..config import check_all_but_the_plan
     from ..optimal import gpt_shape
     # the model and plan are the study's; the cluster, batch and sequence must be valid
-    check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
+    try:
+        check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:

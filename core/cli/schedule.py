@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
     from ..scheduler import POLICIES, read_jobs, schedule_study
     from ..session import load_any
 
-    if args.gpus <= 0:
-        raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
+    from ..config import BOUNDS
+    if not 0 < args.gpus <= BOUNDS["parallel"].hi:
+        raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer up to "
+                                      f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})")])
     check_number("--min-efficiency", args.min_efficiency)
     policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     bad = [p for p in policies if p not in POLICIES]
@@ -69,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         session.cluster.profile_path = str(Path(args.profile).resolve())
     # the jobs bring their own models and batches; the cluster, precision and profile must be valid
-    check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
+    try:
+        check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:

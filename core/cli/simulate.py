@@ -100,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         result = simulate(session)
-    except ConfigError as exc:  # name the file the session came from
-        raise exc.in_file(session.source) if session.source and not exc.source else exc
+    except ConfigError as exc:  # name the file the session came from, in its own terms
+        raise session.in_its_terms(exc) from None
     wall = time.perf_counter() - t0
     if args.trace_out:
         from ..trace import write_trace

@@ -119,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
     session = session_from_args(args, validate=False)
-    check_all_but_the_plan(session)  # the file's own plan is only a starting point
+    try:
+        check_all_but_the_plan(session)  # the file's own plan is only a starting point
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:
