@@ -128,9 +128,10 @@ class CommModel:
         t, d = self.plan.tensor_parallel, self.plan.data_parallel
         return (tp + t * (dp + d * pp)) // self.cluster.gpus_per_node
 
-    def stages_share_node(self, stage: int) -> bool:
-        """Whether stage ``stage`` and ``stage+1`` of replica 0 sit in one node."""
-        return self.node_of(0, 0, stage) == self.node_of(0, 0, stage + 1)
+    def stages_share_node(self, stage: int, other: int | None = None) -> bool:
+        """Whether stage ``stage`` and ``other`` (default ``stage+1``) of replica 0 sit in one node."""
+        other = stage + 1 if other is None else other
+        return self.node_of(0, 0, stage) == self.node_of(0, 0, other)
 
     @property
     def _gpu_inter_bytes_per_s(self) -> float:
@@ -206,11 +207,11 @@ class CommModel:
         d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
 
-    def p2p(self, stage: int, nbytes: float) -> float:
-        """Send ``nbytes`` from pipeline stage ``stage`` to ``stage+1`` (or back)."""
+    def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
+        """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""
         if nbytes <= 0:
             return 0.0
-        if self.stages_share_node(stage):
+        if self.stages_share_node(stage, other):
             return self.p2p_overhead_s + self.intra("send_recv", 2, nbytes)
         gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
                            / self.cluster.gpus_per_node * self.p2p_efficiency)

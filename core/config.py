@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .schedules import schedule_errors
+
 __all__ = [
     "ModelConfig",
     "ParallelPlan",
@@ -33,6 +35,7 @@ __all__ = [
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
+    "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "RECOMPUTE_MODES",
     "PRECISIONS",
@@ -40,19 +43,38 @@ __all__ = [
     "padded_vocab_size",
 ]
 
-SCHEDULES = ("1f1b", "gpipe")
+#: Pipeline schedules (registered in core.schedules; the order of the editor's list).
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 RECOMPUTE_MODES = ("none", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
-#: GPU kinds with a shipped profile store; the value is the store's file stem.
-GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
-#: Aliases used by other tools' configuration files.
+#: GPU kinds with a shipped profile store; the value is the store's file stem
+#: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
+GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
+#: GPUs that reach each other over NVLink, per GPU kind (``gpus_per_nvlink_domain`` of its
+#: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack.
+#: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
+GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
+                     "B200-180GB": 8, "GB200-NVL72": 72}
+#: Aliases used by other tools' configuration files and published tables (lower case).
+#: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
+#: bandwidth and power) have no shipped store and are refused by name.
 _GPU_ALIASES = {
     "a100": "A100-SXM4-80GB",
     "a100-80gb": "A100-SXM4-80GB",
     "a100-sxm4-80gb": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB",
     "h100-80gb": "H100-SXM5-80GB",
+    "h100-sxm-80gb": "H100-SXM5-80GB",
     "h100-sxm5-80gb": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "h200-141gb": "H200-SXM-141GB",
+    "h200-sxm-141gb": "H200-SXM-141GB",
+    "b200": "B200-180GB",
+    "b200-180gb": "B200-180GB",
+    "gb200": "GB200-NVL72",
+    "gb200-nvl72": "GB200-NVL72",
+    "gb200 (nvl72)": "GB200-NVL72",
+    "gb200 nvl72": "GB200-NVL72",
 }
 
 
@@ -152,12 +174,18 @@ class ParallelPlan:
                                bounds=BOUNDS["micro_batch"], required=True)
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
                                 bounds=BOUNDS["global_batch"], required=True)
-    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush) or gpipe",
+    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES)
     recompute: str = _f("full", "", "Activation recomputation: none or full",
                         choices=RECOMPUTE_MODES, required=True)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS, required=True)
+    virtual_pipeline_stages: int | None = _f(
+        None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules",
+        bounds=BOUNDS["layers"])
 
     @property
     def num_gpus(self) -> int:
@@ -176,15 +204,15 @@ class ClusterConfig:
 
     gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS,
                   check_choices=False)  # another kind is fine with a profile_path (validate)
-    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node (NVLink domain)",
-                            bounds=BOUNDS["gpus_per_node"])
+    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
+                            "boards, 72 for a GB200 NVL72 rack)", bounds=BOUNDS["gpus_per_node"])
     intra_node_bandwidth_gbytes_per_s: float | None = _f(
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile", bounds=BOUNDS["intra_bw"]
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together)",
-        bounds=BOUNDS["inter_bw"]
+        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)", bounds=BOUNDS["inter_bw"]
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -478,7 +506,9 @@ def validate(session: Session) -> list[FieldError]:
     ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
-    slow); known enumerations.
+    slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
+    a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
+    ``cluster.profile_path``).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
@@ -508,6 +538,9 @@ def validate(session: Session) -> list[FieldError]:
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
+    else:
+        errs += [FieldError(f, msg) for f, msg in schedule_errors(
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
     if t * p * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
                                f"data_parallel_size={t}*{p}*{d}={t * p * d:,} GPUs is more than "
@@ -519,6 +552,12 @@ def validate(session: Session) -> list[FieldError]:
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if domain is not None and not c.profile_path and c.gpus_per_node > domain:
+        errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
+                               f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
+                               "talk over NVLink; use a GPU kind with a larger domain or a store "
+                               "of your own (cluster.profile_path)"))
     return errs
 
 

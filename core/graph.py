@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import schedules
 from .comm import CommModel
 from .config import Session, padded_vocab_size
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .ops import DTYPE_BYTES, OPTIMIZER_OP, analytic_op_time
 
-__all__ = ["StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
+__all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "OpTimes", "StageTimes", "stage_times", "DETAILS"]
 
 K = {name: i for i, name in enumerate(KINDS)}
@@ -40,134 +41,179 @@ COMPUTE, COMM = 0, 1
 
 
 @dataclass
-class StageProgram:
-    """The work of one pipeline stage.
-
-    ``fwd`` and ``bwd`` are templates: arrays of the tasks of one micro-batch's
-    forward (resp. backward, including recomputation) in program order.
+class TaskTemplate:
+    """The tasks of one work item (one phase of one micro-batch on one chunk) in program order.
 
     Attributes
     ----------
-    fwd_kind, bwd_kind : int array, shape (nF,), (nB,)
-        Indices into :data:`core.graph_types.KINDS`.
-    fwd_stream, bwd_stream : int array
-        0 compute, 1 comm.
-    fwd_s, bwd_s : float array
-        Durations, seconds.
-    fwd_layer, bwd_layer : int array
+    kind, stream : int8 arrays, shape (k,)
+        Index into :data:`core.graph_types.KINDS`; 0 compute, 1 comm.
+    duration_s : float64 array, shape (k,)
+    layer : int32 array, shape (k,)
         Global layer index or -1.
-    send_fwd_s, send_bwd_s : float
-        Pipeline transfer of one micro-batch's activation to the next stage
-        (resp. its gradient to the previous stage), seconds.
-    dp_comm_s, optimizer_s : float
-        Data-parallel gradient all-reduce (skipped when None) and optimizer step.
-    fwd_op, bwd_op : int array, optional
-        Index into :data:`core.graph_types.OPS` per template task (-1 unknown).
+    op : int16 array, shape (k,)
+        Index into :data:`core.graph_types.OPS` (-1 unknown).
     """
 
-    fwd_kind: np.ndarray
-    fwd_stream: np.ndarray
-    fwd_s: np.ndarray
-    fwd_layer: np.ndarray
-    bwd_kind: np.ndarray
-    bwd_stream: np.ndarray
-    bwd_s: np.ndarray
-    bwd_layer: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    duration_s: np.ndarray
+    layer: np.ndarray
+    op: np.ndarray
+
+    @classmethod
+    def from_tasks(cls, tasks: list[tuple]) -> "TaskTemplate":
+        """From ``(kind, stream, duration_s, layer[, op])`` tuples (an empty list is allowed)."""
+        a = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in tasks], dtype=float).reshape(-1, 5)
+        return cls(a[:, 0].astype(np.int8), a[:, 1].astype(np.int8), a[:, 2].astype(np.float64),
+                   a[:, 3].astype(np.int32), a[:, 4].astype(np.int16))
+
+    @property
+    def total_s(self) -> float:
+        """Sum of the durations (the item's length on a chain), seconds."""
+        return float(self.duration_s.sum())
+
+
+@dataclass
+class StageProgram:
+    """The work of one pipeline stage: a task template per (phase, virtual chunk).
+
+    Attributes
+    ----------
+    fwd, bwd : list of TaskTemplate, length v
+        Forward (resp. backward, including recomputation; for schedules that
+        split the backward, its input-gradient part B) of one micro-batch on
+        each of the stage's v chunks.
+    wgrad : list of TaskTemplate, length v, or None
+        Weight-gradient part W of the backward, for schedules that split it.
+    send_fwd_s, send_bwd_s : float
+        Pipeline transfer of one micro-batch's activation to the next stage
+        ``(i+1) mod p`` (resp. its gradient to the previous stage ``(i-1) mod p``),
+        seconds. The wrap-around hops (last to first stage and back) are used
+        only by interleaved schedules.
+    dp_comm_s, optimizer_s : float or None
+        Data-parallel gradient all-reduce (skipped when None) and optimizer step.
+    """
+
+    fwd: list[TaskTemplate]
+    bwd: list[TaskTemplate]
+    wgrad: list[TaskTemplate] | None = None
     send_fwd_s: float = 0.0
     send_bwd_s: float = 0.0
     dp_comm_s: float | None = None
     optimizer_s: float | None = None
-    fwd_op: np.ndarray | None = None
-    bwd_op: np.ndarray | None = None
 
     @classmethod
-    def from_tasks(cls, fwd: list[tuple], bwd: list[tuple], **kw: float | None) -> "StageProgram":
-        """Build from lists of ``(kind, stream, duration_s, layer[, op])`` tuples."""
-        f = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in fwd], dtype=float).reshape(-1, 5)
-        b = np.array([tuple(x) + (-1,) * (5 - len(x)) for x in bwd], dtype=float).reshape(-1, 5)
-        return cls(f[:, 0].astype(np.int8), f[:, 1].astype(np.int8), f[:, 2], f[:, 3].astype(np.int32),
-                   b[:, 0].astype(np.int8), b[:, 1].astype(np.int8), b[:, 2], b[:, 3].astype(np.int32),
-                   fwd_op=f[:, 4].astype(np.int16), bwd_op=b[:, 4].astype(np.int16), **kw)
+    def from_tasks(cls, fwd: list[tuple], bwd: list[tuple], wgrad: list[tuple] | None = None,
+                   **kw: float | None) -> "StageProgram":
+        """One chunk, from lists of ``(kind, stream, duration_s, layer[, op])`` tuples."""
+        return cls([TaskTemplate.from_tasks(fwd)], [TaskTemplate.from_tasks(bwd)],
+                   None if wgrad is None else [TaskTemplate.from_tasks(wgrad)], **kw)
+
+    @classmethod
+    def from_chunks(cls, fwd: list[list[tuple]], bwd: list[list[tuple]],
+                    wgrad: list[list[tuple]] | None = None, **kw: float | None) -> "StageProgram":
+        """``v`` chunks, each a list of task tuples as in :meth:`from_tasks`."""
+        return cls([TaskTemplate.from_tasks(x) for x in fwd], [TaskTemplate.from_tasks(x) for x in bwd],
+                   None if wgrad is None else [TaskTemplate.from_tasks(x) for x in wgrad], **kw)
+
+    @property
+    def num_chunks(self) -> int:
+        """Virtual chunks v of the stage."""
+        return len(self.fwd)
 
 
-def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Program order of one stage: ``(is_backward, microbatch)``, each shape (2m,).
+def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage: int,
+                   virtual_stages: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Program order of one stage as ``(is_backward, microbatch)`` (W items count as backward).
 
-    1F1B (PipeDream-flush, Narayanan et al. 2021 Sec. 2.2): ``min(p-i-1, m)``
-    warm-up forwards on stage ``i``, then alternating one forward and one
-    backward, then the remaining backwards. GPipe (Huang et al. 2019): all
-    forwards, then all backwards.
+    A thin view of :func:`core.schedules.work_order`, which also gives each
+    item's phase and chunk.
 
     Raises
     ------
     ValueError
         Unknown schedule.
     """
-    p, m = num_stages, num_microbatches
-    if schedule == "gpipe":
-        is_bwd = np.repeat([False, True], m)
-        mb = np.concatenate([np.arange(m), np.arange(m)])
-        return is_bwd, mb
-    if schedule != "1f1b":
-        raise ValueError(f"schedule={schedule!r} is not one of 1f1b, gpipe")
-    w = min(p - stage - 1, m)
-    steady = m - w
-    is_bwd = np.concatenate([np.zeros(w, bool), np.tile([False, True], steady), np.ones(w, bool)])
-    mb = np.concatenate([np.arange(w), np.stack([np.arange(w, m), np.arange(steady)], 1).ravel(),
-                         np.arange(steady, m)])
-    return is_bwd, mb
+    order = schedules.work_order(schedule, num_stages, num_microbatches, stage, virtual_stages)
+    return order.phase != schedules.PHASE_F, order.microbatch
 
 
 def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str
                          ) -> ExecutionGraph:
-    """Arrays of one iteration from per-stage programs.
+    """Arrays of one iteration from per-stage programs, in the order the schedule gives.
+
+    Each stage's tasks form one chain in the program order of
+    :func:`core.schedules.work_order`; then its data-parallel all-reduce and
+    optimizer step. Virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``)
+    sends each micro-batch's activation to virtual stage ``k+1`` and its
+    input gradient (B item) to ``k-1``. A transfer depends on the sending
+    item's last task and gates the receiving item's first task; sends are
+    blocking, so the sender's next task waits for the transfer too.
 
     Parameters
     ----------
     programs : list of StageProgram, length p
+        All with the same number of chunks v; with ``wgrad`` templates when the
+        schedule splits the backward.
     num_microbatches : int
         m >= 1.
-    schedule : {"1f1b", "gpipe"}
+    schedule : str
+        A name registered in :mod:`core.schedules`.
 
     Returns
     -------
     ExecutionGraph
-        With ``p*(m*(nF+nB)) + 2*m*(p-1) + (dp, optimizer tasks)`` tasks.
+        With ``chunk`` and ``phase`` columns.
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule, or programs that do not fit it (chunk count, W templates).
     """
     p, m = len(programs), num_microbatches
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in
-                                         ("dur", "kind", "stream", "stage", "mb", "layer", "op")}
+    sched = schedules.get(schedule)
+    v = programs[0].num_chunks
+    if any(pr.num_chunks != v for pr in programs):
+        raise ValueError("all stages need the same number of chunks")
+    if v > 1 and not sched.uses_virtual_stages:
+        raise ValueError(f"schedule {schedule!r} runs one chunk per stage, the programs have {v}")
+    if sched.splits_backward and any(pr.wgrad is None for pr in programs):
+        raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
+    names = ("dur", "kind", "stream", "stage", "mb", "layer", "op", "chunk", "phase")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in names}
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
     stage_end: list[int] = []
-    first_f = np.zeros((p, m), np.int64)
-    last_f = np.zeros((p, m), np.int64)
-    first_b = np.zeros((p, m), np.int64)
-    last_b = np.zeros((p, m), np.int64)
+    # first / last task of (stage, phase, chunk, micro-batch)
+    first = np.full((p, 3, v, m), -1, np.int64)
+    last = np.full((p, 3, v, m), -1, np.int64)
     base = 0
     for i, pr in enumerate(programs):
-        is_bwd, mb = schedule_order(schedule, p, m, i)
-        nF, nB = len(pr.fwd_s), len(pr.bwd_s)
-        lens = np.where(is_bwd, nB, nF)
+        order = schedules.work_order(schedule, p, m, i, v)
+        temps = list(pr.fwd) + list(pr.bwd) + (list(pr.wgrad) if sched.splits_backward else [])
+        tlen = np.array([len(t.duration_s) for t in temps], np.int64)
+        toff = np.concatenate([[0], np.cumsum(tlen)[:-1]])
+        flat = {k: np.concatenate([getattr(t, k) for t in temps])
+                for k in ("duration_s", "kind", "stream", "layer", "op")}
+        tid = order.phase.astype(np.int64) * v + order.chunk
+        lens = tlen[tid]
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
         total = int(lens.sum())
-        op = np.repeat(np.arange(2 * m), lens)
-        pos = np.arange(total) - starts[op]
-        bw = is_bwd[op]
-        pf, pb = np.minimum(pos, nF - 1), np.minimum(pos, nB - 1)
-        cols["dur"].append(np.where(bw, pr.bwd_s[pb], pr.fwd_s[pf]))
-        cols["kind"].append(np.where(bw, pr.bwd_kind[pb], pr.fwd_kind[pf]))
-        cols["stream"].append(np.where(bw, pr.bwd_stream[pb], pr.fwd_stream[pf]))
-        cols["layer"].append(np.where(bw, pr.bwd_layer[pb], pr.fwd_layer[pf]))
-        f_op = pr.fwd_op if pr.fwd_op is not None else np.full(nF, -1)
-        b_op = pr.bwd_op if pr.bwd_op is not None else np.full(nB, -1)
-        cols["op"].append(np.where(bw, b_op[pb], f_op[pf]))
-        cols["mb"].append(mb[op])
-        first = base + starts
-        last = first + lens - 1
-        first_f[i, mb[~is_bwd]], last_f[i, mb[~is_bwd]] = first[~is_bwd], last[~is_bwd]
-        first_b[i, mb[is_bwd]], last_b[i, mb[is_bwd]] = first[is_bwd], last[is_bwd]
+        item = np.repeat(np.arange(len(order)), lens)
+        at = toff[tid][item] + np.arange(total) - starts[item]
+        cols["dur"].append(flat["duration_s"][at])
+        cols["kind"].append(flat["kind"][at])
+        cols["stream"].append(flat["stream"][at])
+        cols["layer"].append(flat["layer"][at])
+        cols["op"].append(flat["op"][at])
+        cols["mb"].append(order.microbatch[item])
+        cols["chunk"].append(order.chunk[item])
+        cols["phase"].append(order.phase[item])
+        nonempty = lens > 0
+        ph, ch, mb = order.phase[nonempty], order.chunk[nonempty], order.microbatch[nonempty]
+        first[i, ph, ch, mb] = base + starts[nonempty]
+        last[i, ph, ch, mb] = base + starts[nonempty] + lens[nonempty] - 1
         tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
                 (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
@@ -176,8 +222,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["dur"].append(np.array([x[2] for x in tail], float))
             cols["kind"].append(np.array([x[0] for x in tail]))
             cols["stream"].append(np.array([x[1] for x in tail]))
-            cols["layer"].append(np.full(len(tail), -1))
-            cols["mb"].append(np.full(len(tail), -1))
+            for k in ("layer", "mb", "chunk", "phase"):
+                cols[k].append(np.full(len(tail), -1))
         n_stage = total + len(tail)
         cols["stage"].append(np.full(n_stage, i))
         stage_end.append(base + n_stage)
@@ -185,11 +231,17 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         src.append(chain)
         dst.append(chain + 1)
         base += n_stage
-    # Pipeline transfers: forward activations i -> i+1, gradients i+1 -> i.
-    for i in range(p - 1):
-        for send_s, s_from, s_to, stage_of_task, op_id in (
-                (programs[i].send_fwd_s, last_f[i], first_f[i + 1], i, OP["p2p_fwd"]),
-                (programs[i + 1].send_bwd_s, last_b[i + 1], first_b[i], i + 1, OP["p2p_bwd"])):
+    if (first[:, :2] < 0).any():
+        raise ValueError("a forward or backward template is empty: every item needs a task")
+    # Pipeline transfers between virtual stages k and k+1 (k = c*p + i on stage i, chunk c).
+    F, B = schedules.PHASE_F, schedules.PHASE_B
+    for k in range(p * v - 1):
+        lo, hi = (k % p, k // p), ((k + 1) % p, (k + 1) // p)
+        for send_s, s_from, s_to, stage_of_task, chunk_of_task, phase, op_id in (
+                (programs[lo[0]].send_fwd_s, last[lo[0], F, lo[1]], first[hi[0], F, hi[1]],
+                 lo[0], lo[1], F, OP["p2p_fwd"]),
+                (programs[hi[0]].send_bwd_s, last[hi[0], B, hi[1]], first[lo[0], B, lo[1]],
+                 hi[0], hi[1], B, OP["p2p_bwd"])):
             ids = base + np.arange(m)
             cols["dur"].append(np.full(m, float(send_s)))
             cols["kind"].append(np.full(m, K["pp_p2p"]))
@@ -198,6 +250,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
             cols["mb"].append(np.arange(m))
             cols["layer"].append(np.full(m, -1))
             cols["op"].append(np.full(m, op_id))
+            cols["chunk"].append(np.full(m, chunk_of_task))
+            cols["phase"].append(np.full(m, phase))
             src += [s_from, ids]
             dst += [ids, s_to]
             nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
@@ -216,6 +270,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         dst=np.concatenate(dst).astype(np.int64),
         num_stages=p,
         op=np.concatenate(cols["op"]).astype(np.int16),
+        chunk=np.concatenate(cols["chunk"]).astype(np.int16),
+        phase=np.concatenate(cols["phase"]).astype(np.int8),
     )
 
 
@@ -288,31 +344,93 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
 DETAILS = ("op", "microbatch")
 
 
-def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduce_s: float | None
-                 ) -> tuple[list[tuple[int, int, float, int]], list[tuple[int, int, float, int]]]:
-    """Per-op forward and backward templates of one stage: ``(kind, stream, duration_s, layer)``.
+def virtual_stage_layers(session: Session) -> np.ndarray:
+    """Layer boundaries of the ``p*v`` virtual stages: int64 array, shape (p*v + 1,).
 
-    See :func:`build_graph` for the order of the tasks.
+    Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
+    ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
+    under the interleaved schedule and 1 otherwise. Layers are split evenly
+    (:func:`core.config.validate` requires ``L`` divisible by ``p*v``).
     """
-    m, pl = session.model, session.plan
+    pl = session.plan
+    v = num_chunks(pl)
+    n = pl.pipeline_parallel * v
+    return np.arange(n + 1, dtype=np.int64) * (session.model.num_layers // n)
+
+
+def num_chunks(plan) -> int:
+    """Virtual chunks per stage: ``plan.virtual_pipeline_stages`` when the schedule uses them, else 1."""
+    if schedules.get(plan.schedule).uses_virtual_stages:
+        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
+    return 1
+
+
+#: Share of each backward op's time that is weight gradient (W), by op; see
+#: :func:`weight_gradient_share`.
+_W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd")
+
+
+def weight_gradient_share(op: str, session: Session) -> float:
+    """Share of a backward op's time that is its weight gradient (W), by FLOPs.
+
+    Each weight GEMM's backward is two GEMMs of its forward's size, the input
+    gradient (B) and the weight gradient (W) (Qi et al. 2024, Sec. 2). Per
+    micro-batch on one GPU: attention's weight GEMMs (QKV and projection)
+    take ``8bsh^2/t`` FLOPs forward and its core (``QK^T``, ``AV``) ``4bs^2h/t``,
+    whose backward is all input gradient, so W is ``8h / (16h + 8s)``
+    of the attention backward; the MLP and the output layer are one half; the
+    embedding's backward is all weight gradient. Element-wise work is
+    neglected (counted with B).
+    """
+    if op == "attention_bwd":
+        h, s = session.model.hidden_size, session.model.seq_length
+        return 8 * h / (16 * h + 8 * s)
+    if op in ("mlp_bwd", "output_bwd"):
+        return 0.5
+    if op == "embedding_bwd":
+        return 1.0
+    return 0.0
+
+
+def _chunk_tasks(session: Session, stage: int, chunk: int, times: dict[str, float],
+                 allreduce_s: float | None
+                 ) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Per-op templates of one chunk of one stage: forward, backward (B) and weight gradient (W).
+
+    Tuples ``(kind, stream, duration_s, layer, op)``; see :func:`build_graph` for
+    the order. W is empty unless the schedule splits the backward; then each
+    backward op gives :func:`weight_gradient_share` of its time to a W task.
+    """
+    pl = session.plan
     p = pl.pipeline_parallel
-    layers_per_stage = m.num_layers // p
-    fwd: list[tuple[int, int, float, int]] = []
-    bwd: list[tuple[int, int, float, int]] = []
+    v = num_chunks(pl)
+    split = schedules.get(pl.schedule).splits_backward
+    k = chunk * p + stage  # virtual stage
+    bounds = virtual_stage_layers(session)
+    fwd: list[tuple] = []
+    bwd: list[tuple] = []
+    wgd: list[tuple] = []
 
     def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
         # 5-tuples: the op index lets calibration and the timeline tell tasks apart
-        out.append((kind, COMPUTE, times[op], layer, OP[op]))
+        dur = times[op]
+        if split and out is bwd and op in _W_OPS:
+            share = weight_gradient_share(op, session)
+            wgd.append((K["wgrad"], COMPUTE, dur * share, layer, OP[op]))
+            dur *= 1 - share
+        if dur > 0 or not (split and op == "embedding_bwd"):
+            out.append((kind, COMPUTE, dur, layer, OP[op]))
         if allreduce_s is not None and allreduce:
             out.append((K["tp_comm"], COMM, allreduce_s, layer, OP["tp_all_reduce"]))
 
-    layers = range(stage * layers_per_stage, (stage + 1) * layers_per_stage)
-    if stage == 0:
+    layers = range(int(bounds[k]), int(bounds[k + 1]))
+    first, last = k == 0, k == p * v - 1
+    if first:
         block(fwd, K["embedding"], "embedding_fwd", -1)   # vocab-parallel embedding all-reduce
     for layer in layers:
         block(fwd, K["forward"], "attention_fwd", layer)
         block(fwd, K["forward"], "mlp_fwd", layer)
-    if stage == p - 1:
+    if last:
         block(fwd, K["output"], "output_fwd", -1, allreduce=False)
         block(bwd, K["output"], "output_bwd", -1)
     for layer in reversed(layers):
@@ -321,29 +439,38 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduc
             block(bwd, K["recompute"], "mlp_fwd", layer)
         block(bwd, K["backward"], "mlp_bwd", layer)
         block(bwd, K["backward"], "attention_bwd", layer)
-    if stage == 0:
+    if first:
         block(bwd, K["embedding"], "embedding_bwd", -1, allreduce=False)
-    return fwd, bwd
+    return fwd, bwd, wgd
+
+
+def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduce_s: float | None
+                 ) -> tuple[list[list[tuple]], list[list[tuple]], list[list[tuple]]]:
+    """Templates of every chunk of a stage: ``(fwd, bwd, wgrad)``, each a list over chunks."""
+    parts = [_chunk_tasks(session, stage, c, times, allreduce_s) for c in range(num_chunks(session.plan))]
+    return [x[0] for x in parts], [x[1] for x in parts], [x[2] for x in parts]
 
 
 @dataclass
 class StageTimes:
-    """Per-stage durations of one plan at micro-batch granularity (the coarse graph's inputs).
+    """Per-stage durations of one plan at work-item granularity (the coarse graph's inputs).
 
     Each stage's compute stream is one chain and its tensor-parallel
-    all-reduces block it, so the per-op tasks of one micro-batch's forward
-    (resp. backward with recomputation) on a stage run back to back; their
-    sum is the duration of the merged task.
+    all-reduces block it, so the per-op tasks of one work item run back to
+    back; their sum is the duration of the merged task.
 
     Attributes
     ----------
-    fwd_s, bwd_s : float64 array, shape (p,)
-        Forward (resp. backward incl. recomputation) of one micro-batch on each
-        stage, tensor-parallel all-reduces included, seconds: the sum in
-        program order of the per-op template of :func:`build_graph`.
+    fwd_s, bwd_s, wgrad_s : float64 array, shape (p, v)
+        Forward, backward (with recomputation; the input-gradient part B when
+        the schedule splits the backward) and weight-gradient part W (0 when
+        not split) of one micro-batch on each stage and virtual chunk,
+        tensor-parallel all-reduces included, seconds: the sums in program
+        order of the per-op templates of :func:`build_graph`.
     send_fwd_s, send_bwd_s : float64 array, shape (p,)
-        Pipeline transfer of one micro-batch from stage ``i`` to ``i+1``
-        (resp. ``i-1``), seconds; 0 for the last (resp. first) stage.
+        Pipeline transfer of one micro-batch from stage ``i`` to ``(i+1) mod p``
+        (resp. ``(i-1) mod p``), seconds; the wrap-around hops (last to first
+        and back) are 0 unless the plan has virtual chunks.
     dp_comm_s : float64 array, shape (p,)
         Data-parallel gradient all-reduce of each stage, seconds (0 when ``d == 1``).
     optimizer_s : float64 array, shape (p,)
@@ -360,6 +487,7 @@ class StageTimes:
 
     fwd_s: np.ndarray
     bwd_s: np.ndarray
+    wgrad_s: np.ndarray
     send_fwd_s: np.ndarray
     send_bwd_s: np.ndarray
     dp_comm_s: np.ndarray
@@ -370,14 +498,17 @@ class StageTimes:
     warnings: list[str] = field(default_factory=list)
 
     def programs(self) -> list[StageProgram]:
-        """One :class:`StageProgram` per stage with one forward and one backward task each."""
-        return [StageProgram.from_tasks(
-            [(K["forward"], COMPUTE, float(self.fwd_s[i]), -1)],
-            [(K["backward"], COMPUTE, float(self.bwd_s[i]), -1)],
+        """One :class:`StageProgram` per stage with one task per work item (F, B and W per chunk)."""
+        p, v = self.fwd_s.shape
+        split = bool(np.any(self.wgrad_s > 0))
+        return [StageProgram.from_chunks(
+            [[(K["forward"], COMPUTE, float(self.fwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["backward"], COMPUTE, float(self.bwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["wgrad"], COMPUTE, float(self.wgrad_s[i, c]), -1)] for c in range(v)] if split else None,
             send_fwd_s=float(self.send_fwd_s[i]), send_bwd_s=float(self.send_bwd_s[i]),
             dp_comm_s=float(self.dp_comm_s[i]) if self.has_dp_comm else None,
             optimizer_s=float(self.optimizer_s[i]),
-        ) for i in range(len(self.fwd_s))]
+        ) for i in range(p)]
 
 
 def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
@@ -449,25 +580,31 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
     ar = (_memo(cache, ("tp", env, t, act_bytes), warnings, _comm_call(comm, "tp_all_reduce", act_bytes))
           if t > 1 else None)
-    fwd_s, bwd_s = np.empty(p), np.empty(p)
+    v = num_chunks(pl)
+    fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     reps = _representatives(p)
     for i in reps:
-        def sums(sink: list[str], i: int = i) -> tuple[float, float]:
-            fwd, bwd = _stage_tasks(session, i, times, ar)
-            return sum(x[2] for x in fwd), sum(x[2] for x in bwd)
-        fwd_s[i], bwd_s[i] = _memo(cache, ("stage", env, t, pl.micro_batch_size, pl.recompute, p, i),
-                                   warnings, sums)
+        def sums(sink: list[str], i: int = i) -> tuple[np.ndarray, ...]:
+            fwd, bwd, wgd = _stage_tasks(session, i, times, ar)
+            return tuple(np.array([sum(x[2] for x in chunk) for chunk in part]) for part in (fwd, bwd, wgd))
+        fwd_s[i], bwd_s[i], w_s[i] = _memo(
+            cache, ("stage", env, t, pl.micro_batch_size, pl.recompute,
+                    schedules.get(pl.schedule).splits_backward, v, p, i),
+            warnings, sums)
     if p > 2:
-        fwd_s[1:-1], bwd_s[1:-1] = fwd_s[1], bwd_s[1]
+        fwd_s[1:-1], bwd_s[1:-1], w_s[1:-1] = fwd_s[1], bwd_s[1], w_s[1]
     p2p_bytes = act_bytes / t
-    share = [comm.stages_share_node(i) for i in range(p - 1)]
-    hop = np.empty(max(p - 1, 0))
+    # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
+    links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
+    share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+    hop = np.zeros(p)
     for flag in set(share):
-        i = share.index(flag)
-        hop[np.array(share) == flag] = _memo(cache, ("p2p", env, flag, p2p_bytes), warnings,
-                                             _comm_call(comm, "p2p", i, p2p_bytes))
-    send_fwd, send_bwd = np.zeros(p), np.zeros(p)
-    send_fwd[:-1], send_bwd[1:] = hop, hop
+        i = links[share.index(flag)]
+        hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
+            cache, ("p2p", env, flag, p2p_bytes), warnings,
+            _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
+    send_fwd = hop.copy()                 # i -> i+1 (mod p)
+    send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
     n_params = params_per_gpu(session)
     dp_s, opt_s = np.zeros(p), np.empty(p)
     for i in reps:
@@ -479,7 +616,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                          lambda sink, n=n_params[i]: optimizer_time(store, n, pl.precision))
     if p > 2:
         dp_s[1:-1], opt_s[1:-1] = dp_s[1], opt_s[1]
-    return StageTimes(fwd_s, bwd_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, dict(times), ar,
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, dict(times), ar,
                       ops.warnings + sorted(set(warnings)))
 
 
@@ -495,7 +632,12 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     backward. Pipeline transfers carry ``b*s*h/t`` elements per GPU
     (Megatron's scatter-gather optimisation; the all-gather after it is not
     modelled). After the last backward, the data-parallel gradient
-    all-reduce, then the optimizer step.
+    all-reduce, then the optimizer step. The stage's work items run in the
+    order of the plan's schedule (:mod:`core.schedules`): with the
+    interleaved schedule each stage holds ``v`` chunks of ``L/(p*v)``
+    layers (:func:`virtual_stage_layers`); with a schedule that splits the
+    backward (ZB-H1) each backward op gives its weight-gradient share
+    (:func:`weight_gradient_share`) to a separate W task.
 
     Parameters
     ----------
@@ -534,11 +676,13 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     st = stage_times(session, store, cache)
     if detail == "microbatch":
         return build_pipeline_graph(st.programs(), pl.num_microbatches, pl.schedule), st.warnings
+    split = schedules.get(pl.schedule).splits_backward
     programs = []
     for i in range(pl.pipeline_parallel):
-        fwd, bwd = _stage_tasks(session, i, st.op_times_s, st.tp_all_reduce_s)
-        programs.append(StageProgram.from_tasks(
-            fwd, bwd, send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
+        fwd, bwd, wgd = _stage_tasks(session, i, st.op_times_s, st.tp_all_reduce_s)
+        programs.append(StageProgram.from_chunks(
+            fwd, bwd, wgd if split else None,
+            send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
             dp_comm_s=float(st.dp_comm_s[i]) if st.has_dp_comm else None,
             optimizer_s=float(st.optimizer_s[i])))
     graph = build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)

@@ -7,6 +7,7 @@ task attribute plus two edge arrays. A view draws from these arrays directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -23,9 +24,10 @@ KINDS = (
     "tp_comm",      # 6 tensor-parallel all-reduce (blocks the compute stream)
     "pp_p2p",       # 7 pipeline send/recv of activations or their gradients
     "dp_comm",      # 8 data-parallel gradient all-reduce
+    "wgrad",        # 9 weight-gradient part of a split backward (zero-bubble W items)
 )
 #: Kinds that run on a GPU's compute stream.
-KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5})
+KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5, 9})
 #: Kinds that are communication.
 KIND_COMM = frozenset({6, 7, 8})
 #: What a task runs; ``ExecutionGraph.op`` holds indices into this tuple (-1: unknown).
@@ -66,6 +68,12 @@ class ExecutionGraph:
     op : int16 array, shape (n,), optional
         Index into :data:`OPS` (-1 where unknown); None for graphs built
         without op information.
+    chunk : int16 array, shape (n,), optional
+        Virtual pipeline chunk 0..v-1 of the task (interleaved schedule; 0
+        otherwise, -1 for per-iteration tasks); None for graphs built without it.
+    phase : int8 array, shape (n,), optional
+        Work-item phase of the task (:data:`core.schedules.PHASES` index: F, B,
+        W; -1 for per-iteration tasks); None for graphs built without it.
     """
 
     duration_s: np.ndarray
@@ -78,11 +86,18 @@ class ExecutionGraph:
     dst: np.ndarray
     num_stages: int
     op: np.ndarray | None = None
+    chunk: np.ndarray | None = None
+    phase: np.ndarray | None = None
 
     @property
     def num_tasks(self) -> int:
         """Number of tasks n."""
         return int(self.duration_s.shape[0])
+
+    @cached_property
+    def num_chunks(self) -> int:
+        """Virtual chunks per stage v (1 without interleaving or without a ``chunk`` column)."""
+        return 1 if self.chunk is None or not self.chunk.size else int(self.chunk.max()) + 1
 
     @property
     def row(self) -> np.ndarray:

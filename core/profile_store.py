@@ -29,7 +29,7 @@ import numpy as np
 from .atomic import atomic_target
 
 __all__ = ["SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
-           "Lookup", "ProfileStore"]
+           "Lookup", "PeakFlops", "ProfileStore"]
 
 SCHEMA_VERSION = 1
 #: Collective kinds a store can hold curves for.
@@ -212,6 +212,20 @@ class _OpTable:
             self.groups[k] = (xs, np.array([p[1] for p in pts]))
 
 
+class PeakFlops(dict):
+    """``dtype -> FLOP/s`` of one device; a dtype it lacks raises a ``KeyError`` whose
+    message names the device, the dtype and the dtypes it has (so a plan in a precision
+    the device has no peak for is refused by name wherever the peak is looked up)."""
+
+    def __init__(self, values: dict[str, float], device_name: str = "device"):
+        super().__init__(values)
+        self.device_name = device_name
+
+    def __missing__(self, dtype: str) -> float:
+        raise KeyError(f"profile of {self.device_name} has no peak FLOP/s for dtype {dtype!r} "
+                       f"(it has {', '.join(self) or 'none'})")
+
+
 class ProfileStore:
     """Timing profile of one GPU kind, held in memory.
 
@@ -251,8 +265,8 @@ class ProfileStore:
             raise ValueError(f"provenance['method'] must be one of {PROVENANCE_METHODS}, "
                              f"got {provenance.get('method')!r}")
         self.device_name = str(device_name)
-        self.peak_flops = {str(k): _in_bound(f"peak_flops[{k!r}]", v, "peak_flops")
-                           for k, v in peak_flops.items()}
+        self.peak_flops = PeakFlops({str(k): _in_bound(f"peak_flops[{k!r}]", v, "peak_flops")
+                                     for k, v in peak_flops.items()}, str(device_name))
         self.memory_bytes = _in_bound("memory_bytes", memory_bytes, "memory_bytes")
         self.memory_bandwidth_bytes_per_s = _in_bound(
             "memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")

@@ -61,6 +61,10 @@ class StoreInfo:
         Kind -> group sizes with a curve.
     provenance : dict
         The full provenance mapping.
+    peak_flops : dict[str, float]
+        Dense peak FLOP/s per dtype (``fp8`` included where the device has it).
+    memory_bytes, memory_bandwidth_bytes_per_s : float
+        HBM capacity (bytes) and bandwidth (bytes/s); 0 when unreadable.
     error : str or None
         Why the file could not be read (other fields then empty).
     """
@@ -78,7 +82,18 @@ class StoreInfo:
     num_op_rows: dict[str, int] = field(default_factory=dict)
     collectives: dict[str, list[int]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    memory_bytes: float = 0.0
+    memory_bandwidth_bytes_per_s: float = 0.0
     error: str | None = None
+
+    def device_line(self) -> str:
+        """``peak TFLOP/s bf16 989, fp8 1,979, ...; HBM 80.0 GiB at 3,350 GB/s`` ("" if unread)."""
+        if not self.peak_flops:
+            return ""
+        peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in self.peak_flops.items())
+        return (f"peak TFLOP/s {peaks}; HBM {self.memory_bytes / 2**30:,.1f} GiB at "
+                f"{self.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
 
 
 def store_info(path: str | Path, shipped: bool = False) -> StoreInfo:
@@ -97,7 +112,9 @@ def store_info(path: str | Path, shipped: bool = False) -> StoreInfo:
         threads=int(threads) if isinstance(threads, (int, float)) else None,
         summary=store.summary(),
         num_op_rows={op: len(store.op_table(op)[1]) for op in store.op_names()},
-        collectives=store.collective_kinds(), provenance=dict(p))
+        collectives=store.collective_kinds(), provenance=dict(p),
+        peak_flops=dict(store.peak_flops), memory_bytes=store.memory_bytes,
+        memory_bandwidth_bytes_per_s=store.memory_bandwidth_bytes_per_s)
 
 
 def list_stores(dirs: Iterable[str | Path] | None = None) -> list[StoreInfo]:

@@ -1,18 +1,24 @@
-"""Generate analytic profile stores from public GPU specifications.
+"""Generate analytic profile stores from GPU spec files (data-sheet figures).
 
-``vtrain profile generate --gpu A100-SXM4-80GB --out profiles/A100-SXM4-80GB.h5``
-rebuilds a shipped store. Op tables hold the analytic model's times (see
-:mod:`core.ops`) for the shapes of the preset models at t in {1, 2, 4, 8} and
-micro-batch sizes 1..16; the model parameters are stored too, so shapes not
-tabulated are computed with the same model. Collective curves come from a ring
-model with the NVLink bus bandwidth times an efficiency.
+``vtrain profile generate --spec resources/gpu_specs/H100-SXM5-80GB.json --out
+profiles/H100-SXM5-80GB.h5`` (or ``--gpu H100-SXM5-80GB``, the shipped spec of
+that kind) rebuilds a shipped store; any GPU is added the same way from a
+spec file of its own (format: :mod:`core.gpu_spec`, ``docs/profile_store.md``).
+The shipped spec files in ``resources/gpu_specs/`` are the one source of the
+figures: every shipped analytic store is generated from them
+(``scripts/generate_profiles.sh``). The A100 store shipped in ``profiles/`` is
+calibrated from the A100 spec's analytic store and is not regenerated here.
 
-Specification sources (vendor data sheets): NVIDIA A100 Tensor Core GPU data
-sheet (SXM4 80 GB: 312 TFLOP/s dense BF16/FP16, 156 TF32, 19.5 FP32, 2,039 GB/s
-HBM2e, NVLink 600 GB/s both directions); NVIDIA H100 Tensor Core GPU data sheet
-(SXM5: 989 TFLOP/s dense BF16/FP16, 495 TF32, 67 FP32, 3.35 TB/s HBM3, NVLink
-900 GB/s both directions). Efficiencies are assumptions stated in the store's
-provenance, not measurements.
+Op tables hold the analytic model's times (see :mod:`core.ops`) for the shapes
+of the preset models at t in {1, 2, 4, 8} and micro-batch sizes 1..16; the
+model parameters are stored too, so shapes not tabulated are computed with
+the same model. Collective curves come from a ring model with the spec's
+NVLink bandwidth (one direction) times an assumed efficiency, for the group
+sizes a node of the GPU's NVLink domain holds (:func:`collective_group_sizes`;
+up to 72 for a GB200 NVL72): inside a node the simulator uses them for every
+group.
+Efficiencies are assumptions stated in the spec and the store's provenance,
+not measurements.
 """
 
 from __future__ import annotations
@@ -26,68 +32,95 @@ import numpy as np
 
 from .comm import _FACTOR, _STEPS
 from .config import MODEL_PRESETS, padded_vocab_size
+from .gpu_spec import GpuSpec, read_gpu_spec, shipped_spec_path, shipped_specs
 from .ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, analytic_op_time
 from .profile_store import ProfileStore
 
-__all__ = ["DEVICE_SPECS", "generate_store"]
+__all__ = ["generate_store", "store_from_spec", "collective_group_sizes", "write_store",
+           "fill_op_tables", "shipped_gpu_names"]
 
-GiB = 2**30
-DEVICE_SPECS = {
-    "A100-SXM4-80GB": dict(
-        peak_flops={"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
-        memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=2.039e12,
-        nvlink_bytes_per_s=300e9,
-        op_model={"gemm_efficiency_max": 0.80, "gemm_half_size": 160.0,
-                  "memory_efficiency": 0.75, "kernel_overhead_s": 4e-6},
-        source="NVIDIA A100 Tensor Core GPU data sheet (SXM4 80GB)",
-    ),
-    "H100-SXM5-80GB": dict(
-        peak_flops={"bf16": 989e12, "fp16": 989e12, "tf32": 495e12, "fp32": 67e12},
-        memory_bytes=80 * GiB, memory_bandwidth_bytes_per_s=3.35e12,
-        nvlink_bytes_per_s=450e9,
-        op_model={"gemm_efficiency_max": 0.75, "gemm_half_size": 224.0,
-                  "memory_efficiency": 0.75, "kernel_overhead_s": 4e-6},
-        source="NVIDIA H100 Tensor Core GPU data sheet (SXM5)",
-    ),
-}
-NVLINK_EFFICIENCY = 0.8
-COLLECTIVE_ALPHA_S = 2e-6  # latency per ring step
 TP_SIZES = (1, 2, 4, 8)
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 DTYPES = ("bf16", "fp16")
 SEQ_LENGTHS = (1024, 2048, 4096)
 
 
+def shipped_gpu_names() -> list[str]:
+    """GPU kinds with a shipped spec file (``resources/gpu_specs/*.json``)."""
+    return list(shipped_specs())
+
+
+def collective_group_sizes(gpus_per_nvlink_domain: int) -> list[int]:
+    """Group sizes with a collective curve: powers of two from 2 up to the NVLink domain and
+    every divisor of the domain above 1, i.e. the tensor- and data-parallel groups a node of
+    that size holds (``8 -> [2, 4, 8]``, ``72 -> [2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 36,
+    64, 72]``)."""
+    n = gpus_per_nvlink_domain
+    sizes = {2 ** k for k in range(1, 31) if 2 ** k <= n} | {k for k in range(2, n + 1) if n % k == 0}
+    return sorted(sizes)
+
+
+def store_from_spec(spec: GpuSpec, date: str | None = None) -> ProfileStore:
+    """An analytic :class:`ProfileStore` built from ``spec``'s data-sheet figures.
+
+    Peaks (every dtype of the spec, ``fp8`` included), HBM capacity and bandwidth
+    go to the store's device section; the op tables are the analytic op model
+    (:mod:`core.ops`) with the spec's assumed efficiencies; collective curves
+    are ring collectives ``alpha * steps(n) + nbytes * factor(n) / busbw`` with
+    ``busbw = nvlink_bytes_per_s (one direction) * nvlink_efficiency`` and
+    ``alpha`` the spec's ``collective_latency_s`` (nccl-tests conventions,
+    ``doc/PERFORMANCE.md``), over 1 KiB .. 2 GiB. The provenance names the
+    method (``analytic``), each figure's source, the assumed efficiencies, the
+    NVLink and NIC figures and the spec file's name.
+    """
+    busbw = spec.nvlink_bytes_per_s * spec.nvlink_efficiency
+    provenance = {
+        "method": "analytic", "date": date or _dt.date.today().isoformat(),
+        "source": spec.source, "generator": "core.profiles_gen",
+        "model": "roofline with efficiency (core.ops); ring collectives",
+        "figures": "data sheet; efficiencies assumed, not calibrated",
+        "sources": dict(spec.sources),
+        "efficiencies": dict(spec.efficiencies),
+        "nvlink_bytes_per_s": spec.nvlink_bytes_per_s,
+        "nvlink_efficiency": spec.nvlink_efficiency,
+        "collective_alpha_s": spec.collective_latency_s,
+        "gpus_per_nvlink_domain": spec.gpus_per_nvlink_domain,
+        "nic_bits_per_s": spec.nic_bits_per_s,
+        "spec_file": spec.path.name if spec.path else "",
+    }
+    store = ProfileStore(
+        device_name=spec.name, peak_flops=dict(spec.peak_flops), memory_bytes=spec.memory_bytes,
+        memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s,
+        provenance=provenance, op_model=spec.op_model)
+    fill_op_tables(store)
+    sizes = 2.0 ** np.arange(10, 32)
+    groups = collective_group_sizes(spec.gpus_per_nvlink_domain)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
+        for group in ((2,) if kind == "send_recv" else groups):
+            if group > spec.gpus_per_nvlink_domain:
+                continue
+            times = (spec.collective_latency_s * _STEPS[kind](group)
+                     + sizes * _FACTOR[kind](group) / busbw)
+            store.add_collective(kind, group, sizes, times)
+    return store
+
+
 def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
-    """An analytic :class:`ProfileStore` for ``gpu`` (a key of :data:`DEVICE_SPECS`).
+    """The analytic :class:`ProfileStore` of a shipped GPU kind, from its spec file
+    ``resources/gpu_specs/<gpu>.json`` (see :func:`store_from_spec`).
 
     Raises
     ------
     KeyError
-        Unknown GPU kind.
+        No shipped spec for ``gpu`` (the message lists the shipped kinds).
+    GpuSpecError
+        The shipped spec file breaks a rule.
     """
-    if gpu not in DEVICE_SPECS:
-        raise KeyError(f"no specification for gpu={gpu!r}; known: {', '.join(DEVICE_SPECS)}")
-    spec = DEVICE_SPECS[gpu]
-    busbw = spec["nvlink_bytes_per_s"] * NVLINK_EFFICIENCY
-    store = ProfileStore(
-        device_name=gpu, peak_flops=spec["peak_flops"], memory_bytes=spec["memory_bytes"],
-        memory_bandwidth_bytes_per_s=spec["memory_bandwidth_bytes_per_s"],
-        provenance={"method": "analytic", "date": date or _dt.date.today().isoformat(),
-                    "source": spec["source"], "generator": "core.profiles_gen",
-                    "model": "roofline with efficiency (core.ops); ring collectives",
-                    "nvlink_bytes_per_s": spec["nvlink_bytes_per_s"],
-                    "nvlink_efficiency": NVLINK_EFFICIENCY,
-                    "collective_alpha_s": COLLECTIVE_ALPHA_S},
-        op_model=dict(spec["op_model"]),
-    )
-    fill_op_tables(store)
-    sizes = 2.0 ** np.arange(10, 32)
-    for kind in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
-        for group in ((2,) if kind == "send_recv" else (2, 4, 8)):
-            times = COLLECTIVE_ALPHA_S * _STEPS[kind](group) + sizes * _FACTOR[kind](group) / busbw
-            store.add_collective(kind, group, sizes, times)
-    return store
+    path = shipped_spec_path(gpu)
+    if not path.is_file():
+        raise KeyError(f"no specification for gpu={gpu!r}; known: {', '.join(shipped_gpu_names())}"
+                       " (or give a spec file: vtrain profile generate --spec GPU.json)")
+    return store_from_spec(read_gpu_spec(path), date)
 
 
 def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
@@ -95,7 +128,8 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     """Tabulate every op of :mod:`core.ops` with ``store``'s analytic model.
 
     The grid: the preset models' (h, a, f, V) at sequence lengths 1024-4096,
-    t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16, plus
+    t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16 (those of them the
+    store has a peak for), plus
     ``extra_keys`` (full op keys with every column of :data:`core.ops.OP_KEYS`
     except ``b``, and optionally ``ops``, the op names it is for; each is
     tabulated at the grid's micro-batch sizes and its own ``b``); the optimizer step for 10^6..10^11 parameters. Each
@@ -104,8 +138,9 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
                      for m in MODEL_PRESETS.values()})
     keys = []
+    dtypes = [d for d in DTYPES if d in store.peak_flops]  # a spec may give only some
     for (h, a, f, vocab), s, t, b, dtype in itertools.product(
-            shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, DTYPES):
+            shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, dtypes):
         if a % t == 0 and f % t == 0:
             keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
     for k in extra_keys or []:
@@ -120,19 +155,24 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
             sub = tuple((c, key[c]) for c in OP_KEYS[op])
             rows[sub] = key  # unique per op key; later keys (extra) win
         op_keys = list(rows.values())
+        if not op_keys:
+            continue
         times = [analytic_op_time(op, k, store) * (factor(op, k) if factor else 1.0) for k in op_keys]
         cols = {c: np.array([k[c] for k in op_keys]) for c in OP_KEYS[op]}
         store.add_op_table(op, cols, np.array(times), axis="b")
     n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
     opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))
-                for dt in DTYPES for x in n]
+                for dt in dtypes for x in n]
+    if not opt_rows:
+        return
     store.add_op_table(OPTIMIZER_OP, {"n": np.array([r[0] for r in opt_rows]),
                                       "dtype": np.array([r[1] for r in opt_rows])},
                        np.array([r[2] for r in opt_rows]), axis="n")
 
 
-def write_store(gpu: str, out: str | Path, date: str | None = None) -> Path:
-    """Generate the store for ``gpu`` and save it atomically to ``out``."""
-    store = generate_store(gpu, date)
+def write_store(gpu: str | GpuSpec, out: str | Path, date: str | None = None) -> Path:
+    """Generate the store for ``gpu`` (a shipped kind or a :class:`GpuSpec`) and save it
+    atomically to ``out``."""
+    store = store_from_spec(gpu, date) if isinstance(gpu, GpuSpec) else generate_store(gpu, date)
     store.save(out)
     return Path(out)

@@ -54,11 +54,17 @@ class Report:
     model_flops_per_iteration: float
     mfu: float
     hfu: float
+    #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
+    #: stages and free pipeline transfers (1F1B with uniform stages: (p-1)/(m+p-1))
     bubble_fraction: float
-    #: mean over stages of compute / exposed communication / idle (bubble) time per iteration
+    #: mean over stages of compute / blocking tensor- and data-parallel communication /
+    #: pipeline bubble time per iteration (seconds); with pp_comm_s and imbalance_s they
+    #: sum to the iteration time
     compute_s: float
     comm_s: float
     bubble_s: float
+    #: per stage: compute, blocking TP/DP communication, and idle time with free pipeline
+    #: transfers (bubble and imbalance)
     stage_compute_s: list[float]
     stage_comm_s: list[float]
     stage_idle_s: list[float]
@@ -71,6 +77,12 @@ class Report:
     memory_capacity_bytes: float
     max_memory_per_gpu_bytes: float
     fits_in_memory: bool
+    #: exposed pipeline communication: what the transfers add to the iteration time (the
+    #: iteration with free transfers is that much shorter); never counted as bubble
+    pp_comm_s: float = 0.0
+    stage_pp_comm_s: list[float] = field(default_factory=list)
+    #: idle time that unequal stages add to the schedule's bubble (mean over stages)
+    imbalance_s: float = 0.0
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: parameters of the model (:meth:`core.config.ModelConfig.num_parameters` with the plan's t)

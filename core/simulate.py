@@ -13,11 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from .config import ConfigError, FieldError, Session, check, padded_vocab_size
-from .graph import build_graph, params_per_gpu
-from .graph_types import KINDS, ExecutionGraph, Schedule
+from .fastpath import pipeline_iteration_times
+from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, params_per_gpu,
+                    stage_times)
+from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .ops import DTYPE_BYTES
 from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
+from .schedules import get as get_schedule
+from .schedules import in_flight_microbatches
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
@@ -128,7 +132,7 @@ def stage_memory(session: Session) -> list[StageMemory]:
     V = padded_vocab_size(m.vocab_size, t)
     out = []
     for i in range(p):
-        in_flight = pl.num_microbatches if pl.schedule == "gpipe" else min(p - i, pl.num_microbatches)
+        in_flight = in_flight_microbatches(pl.schedule, p, pl.num_microbatches, i, num_chunks(pl))
         acts = per_layer * L_stage * in_flight
         if pl.recompute == "full":
             acts += full_layer  # the layer being recomputed during backward
@@ -137,6 +141,41 @@ def stage_memory(session: Session) -> list[StageMemory]:
         opt_bytes = 8 if pl.precision == "fp32" else 12
         out.append(StageMemory(i, n[i] * e, n[i] * e, n[i] * opt_bytes, acts))
     return out
+
+
+def schedule_times_without_transfers(session: Session, store: ProfileStore, cache: dict | None = None
+                                     ) -> tuple[float, float]:
+    """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
+    balanced stages: ``(T0, T_balanced)``, seconds.
+
+    The same stage programs as :func:`core.graph.build_graph` at work-item
+    granularity with every send set to 0, solved with
+    :func:`core.fastpath.pipeline_iteration_times` (or the general solver for
+    schedules without a fast path). ``T_balanced`` gives every stage the mean
+    over stages of each work item's time (and of its data-parallel and
+    optimizer tail): its idle time is the schedule's bubble; ``T0 - T_balanced``
+    is what unequal stages add.
+    """
+    pl = session.plan
+    st = stage_times(session, store, cache)
+    p = pl.pipeline_parallel
+    per_chunk = [np.asarray(a, np.float64) for a in (st.fwd_s, st.bwd_s, st.wgrad_s)]
+    tails = [np.asarray(a, np.float64) for a in (st.dp_comm_s, st.optimizer_s)]
+    out = []
+    for balanced in (False, True):
+        chunks = [np.broadcast_to(a.mean(axis=0), a.shape) if balanced else a for a in per_chunk]
+        tail = [np.full(p, a.mean()) if balanced else a for a in tails]
+        if get_schedule(pl.schedule).fast_path:
+            zero = np.zeros((p, 1))
+            fwd, bwd, wgd = (a[..., None] for a in chunks)
+            out.append(float(pipeline_iteration_times(
+                pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero, tail[0][:, None],
+                tail[1][:, None], wgrad_s=wgd)[0]))
+            continue
+        programs = StageTimes(*chunks, np.zeros(p), np.zeros(p), *tail, st.has_dp_comm).programs()
+        out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
+                         ).iteration_time_s)
+    return out[0], out[1]
 
 
 def simulate(session: Session, store: ProfileStore | None = None) -> SimulationResult:
@@ -177,7 +216,8 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
             "pipeline stages or fewer micro-batches")])
     if store is None:
         store = session_profile(session)
-    graph, warnings = build_graph(session, store)
+    cache: dict = {}
+    graph, warnings = build_graph(session, store, cache=cache)
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
                            f"{session.cluster.gpu}: times, MFU and memory capacity are "
@@ -187,12 +227,20 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
     kind = graph.kind
-    compute_mask = np.isin(kind, [KINDS.index(k) for k in
-                                  ("forward", "backward", "recompute", "embedding", "output", "optimizer")])
+    compute_mask = np.isin(kind, sorted(KIND_COMPUTE))
     comm_mask = np.isin(kind, [KINDS.index("tp_comm"), KINDS.index("dp_comm")])
+    pp_mask = kind == KINDS.index("pp_p2p")
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
-    stage_idle = np.maximum(T - stage_compute - stage_comm, 0.0)
+    # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
+    # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
+    # communication, the same on every stage, never bubble.
+    T0, T_bal = schedule_times_without_transfers(session, store, cache)
+    stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
+    stage_pp = np.full(p, max(T - T0, 0.0))
+    # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
+    bubble_s = max(T_bal - float(stage_compute.mean() + stage_comm.mean()), 0.0)
+    imbalance_s = max(float(stage_idle.mean()) - bubble_s, 0.0)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=pl.recompute == "full")
     peak = float(store.peak_flops[pl.precision]) * pl.num_gpus
@@ -215,12 +263,15 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         model_flops_per_iteration=flops,
         mfu=flops / T / peak,
         hfu=hw_flops / T / peak,
-        bubble_fraction=float(stage_idle.mean() / T),
+        bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
-        bubble_s=float(stage_idle.mean()),
+        pp_comm_s=float(stage_pp.mean()),
+        bubble_s=bubble_s,
+        imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
         stage_comm_s=stage_comm.tolist(),
+        stage_pp_comm_s=stage_pp.tolist(),
         stage_idle_s=stage_idle.tolist(),
         num_iterations=iterations,
         training_days=train_s / 86400,
@@ -253,9 +304,17 @@ def graph_size_estimate(session: Session) -> int:
     embedding and output tasks; two pipeline transfers per stage boundary.
     """
     m, pl = session.model, session.plan
-    per_layer = (4 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
-    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel
+    v = pl.virtual_pipeline_stages or 1
+    per_layer = _tasks_per_layer(pl)
+    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+def _tasks_per_layer(pl) -> int:
+    """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
+    backward, the weight-gradient halves of a split backward, the recomputed forward;
+    each with its tensor-parallel all-reduce when ``t > 1``."""
+    return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
 
 
 def graph_depth_estimate(session: Session) -> int:
@@ -263,9 +322,8 @@ def graph_depth_estimate(session: Session) -> int:
     numpy pass each): about ``(m + p)`` times the tasks of one micro-batch's forward and
     backward on a stage."""
     m, pl = session.model, session.plan
-    per_layer = (4 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
-    chain = -(-m.num_layers // pl.pipeline_parallel) * per_layer + 8
-    return (pl.num_microbatches + pl.pipeline_parallel) * chain
+    chain = -(-m.num_layers // pl.pipeline_parallel) * _tasks_per_layer(pl) + 8
+    return (pl.num_microbatches + pl.pipeline_parallel * (pl.virtual_pipeline_stages or 1)) * chain
 
 
 def check_finite(report: Report) -> None:

@@ -65,12 +65,12 @@ no global state except read-only caches::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -78,7 +78,10 @@ import numpy as np
 
 from .config import (BOUNDS, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
                      validate)
-from .graph import schedule_order, stage_times
+from . import schedules as pipeline_schedules
+from .fastpath import pipeline_iteration_times
+from .graph import build_graph, num_chunks, stage_times
+from .solver import solve
 from .simulate import model_flops_per_iteration, num_iterations, session_profile, stage_memory
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
@@ -88,7 +91,7 @@ __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
 COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-           "num_microbatches", "schedule", "recompute", "num_gpus", "iteration_time_s",
+           "num_microbatches", "schedule", "virtual_pipeline_stages", "recompute", "num_gpus", "iteration_time_s",
            "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
            "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
 
@@ -134,6 +137,9 @@ class SweepSpace:
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
     schedules : sequence of str
         Pipeline schedules from :data:`core.config.SCHEDULES`. Default: all.
+    virtual_pipeline_stages : sequence of int, optional
+        Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
+        to 8 for which ``L`` divides by ``p*v``.
     recompute : sequence of str
         Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
     """
@@ -148,6 +154,7 @@ class SweepSpace:
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
+    virtual_pipeline_stages: Sequence[int] | None = None
 
     def gpu_counts(self) -> tuple[int, ...] | None:
         """``num_gpus`` as a sorted tuple, or None when unset."""
@@ -190,7 +197,7 @@ class SweepSpace:
         if not isinstance(self.tensor_parallel_across_nodes, bool):
             errs.append(FieldError("sweep.tensor_parallel_across_nodes",
                                    f"{self.tensor_parallel_across_nodes!r} must be true or false"))
-        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
@@ -301,6 +308,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
+    vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
+          if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
@@ -325,155 +334,19 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             for d in ds:
                 for b in bs:
                     for sched in scheds:
-                        for rc in rcs:
-                            plan = ParallelPlan(t, p, d, b, B, sched, rc, base.precision)
-                            if not validate(Session(m, plan, cl, session.cost)):
-                                plans.append(plan)
+                        for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                            for rc in rcs:
+                                plan = ParallelPlan(
+                                    tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
+                                    micro_batch_size=b, global_batch_size=B, schedule=sched,
+                                    recompute=rc, precision=base.precision,
+                                    virtual_pipeline_stages=v)
+                                if not validate(Session(m, plan, cl, session.cost)):
+                                    plans.append(plan)
     return plans
 
 
 # --------------------------------------------------------------------------- batch solver
-
-@lru_cache(maxsize=32)
-def _pipeline_structure(schedule: str, p: int, m: int):
-    """Program order of every stage as arrays (read-only).
-
-    Returns ``is_bwd`` (p, 2m) bool; ``nf``, ``nb`` (p, 2m) forwards and backwards
-    among ops ``0..k``; ``src`` (p, 2m) row of the flattened ``(p*2m + 1, n)``
-    end-time array that op ``k`` waits for (the sender's op of the same
-    micro-batch; the last row, always 0, when it waits for no transfer);
-    ``from_prev`` (p, 2m) bool, whether that sender is stage ``i-1`` (a forward).
-    """
-    is_bwd = np.empty((p, 2 * m), bool)
-    mbs = np.empty((p, 2 * m), np.int64)
-    posf = np.empty((p, m), np.int64)
-    posb = np.empty((p, m), np.int64)
-    for i in range(p):
-        bw, mb = schedule_order(schedule, p, m, i)
-        is_bwd[i], mbs[i] = bw, mb
-        posf[i, mb[~bw]] = np.flatnonzero(~bw)
-        posb[i, mb[bw]] = np.flatnonzero(bw)
-    if not np.all(posb[:, m - 1] == 2 * m - 1):  # both schedules end with the last backward
-        raise AssertionError(f"{schedule}: last op is not the backward of the last micro-batch")
-    nb = np.cumsum(is_bwd, axis=1)          # backwards among ops 0..k, (p, 2m)
-    nf = np.arange(1, 2 * m + 1) - nb       # forwards among ops 0..k
-    stage = np.arange(p)[:, None]
-    from_prev = ~is_bwd & (stage > 0)
-    from_next = is_bwd & (stage < p - 1)
-    src = np.full((p, 2 * m), p * 2 * m, np.int64)
-    prev_pos = posf[np.maximum(stage - 1, 0), mbs]   # (p, 2m): forward of this mb on stage i-1
-    next_pos = posb[np.minimum(stage + 1, p - 1), mbs]
-    src[from_prev] = ((stage - 1) * 2 * m + prev_pos)[from_prev]
-    src[from_next] = ((stage + 1) * 2 * m + next_pos)[from_next]
-    out = (is_bwd, nf, nb, src, from_prev, from_next)
-    for a in out:
-        a.setflags(write=False)
-    return out
-
-
-def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
-                             bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
-                             dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
-                             return_updates: bool = False) -> np.ndarray | tuple[np.ndarray, int]:
-    """Iteration times of many plans with one pipeline structure, without building graphs.
-
-    Equals the critical path of :func:`core.graph.build_pipeline_graph` on
-    stage programs with one forward task (``fwd_s``) and one backward task
-    (``bwd_s``), transfers, data-parallel all-reduce and optimizer step, up to
-    float rounding (tests compare with :func:`core.solver.solve`). Sends are
-    blocking there, so each transfer is folded into the op that sends it.
-
-    Method: the end time of op ``k`` of stage ``i`` is
-    ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the arrival of the
-    transfer it waits for (from stage ``i-1`` for a forward, ``i+1`` for a
-    backward; 0 when none). With prefix sums ``S`` of the durations this is
-    ``E[k] = S[k] + max_{l<=k}(R[l] - S[l-1])``, a running maximum over the
-    stage's program. Stages are updated in alternating ascending and
-    descending sweeps, starting from the lower bound ``-inf``, and a stage is
-    recomputed only when a neighbour changed since its last update; every
-    update is monotone, so the fixed point reached is the least one, i.e. the
-    longest-path times of the DAG. The iteration time is
-    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
-
-    Parameters
-    ----------
-    schedule : {"1f1b", "gpipe"}
-    num_microbatches : int
-        m >= 1.
-    fwd_s, bwd_s : float array, shape (p, n)
-        Forward / backward of one micro-batch per stage (rows) and plan (columns), seconds.
-    send_fwd_s, send_bwd_s : float array, shape (p, n)
-        Transfer from stage i to i+1 (resp. i-1); the last (resp. first) row is unused.
-    dp_comm_s, optimizer_s : float array, shape (p, n)
-        Tail of each stage after its last backward (0 for a missing all-reduce).
-    return_updates : bool
-        Also return the number of stage updates made (diagnostics).
-
-    Returns
-    -------
-    float64 array, shape (n,)
-        Iteration time of each plan, seconds.
-
-    Raises
-    ------
-    ValueError
-        Unknown schedule, ``m < 1`` or arrays of different shapes.
-    """
-    F = np.asarray(fwd_s, np.float64)
-    if F.ndim != 2:
-        raise ValueError(f"fwd_s must have shape (p, n), got {F.shape}")
-    arrays = [np.asarray(a, np.float64) for a in (bwd_s, send_fwd_s, send_bwd_s, dp_comm_s,
-                                                  optimizer_s)]
-    if any(a.shape != F.shape for a in arrays):
-        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n)")
-    Bw, cf, cb, dp, opt = arrays
-    m = int(num_microbatches)
-    if m < 1:
-        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    p, n = F.shape
-    # Sends block the sender (core.graph): a sending op ends, for its own stage and for the
-    # receiver alike, when its transfer does. Fold each transfer into the op that sends it.
-    stage = np.arange(p)[:, None]
-    F = F + np.where(stage < p - 1, cf, 0.0)
-    Bw = Bw + np.where(stage > 0, cb, 0.0)
-    cf, cb = np.zeros_like(cf), np.zeros_like(cb)
-    is_bwd, nf, nb, src, from_prev, from_next = _pipeline_structure(schedule, p, m)
-    S = nf[:, :, None] * F[:, None, :] + nb[:, :, None] * Bw[:, None, :]     # (p, 2m, n) prefix sums
-    # Q = (transfer time of the awaited message) - S[k-1]: R[k] - S[k-1] = E[src] + Q
-    Q = np.where(is_bwd[:, :, None], Bw[:, None, :], F[:, None, :]) - S
-    cf_prev = np.concatenate([np.zeros((1, n)), cf[:-1]])                   # (p, n): send of i-1
-    cb_next = np.concatenate([cb[1:], np.zeros((1, n))])                    # send of i+1
-    Q += np.where(from_prev[:, :, None], cf_prev[:, None, :],
-                  np.where(from_next[:, :, None], cb_next[:, None, :], 0.0))
-    E = np.full((p * 2 * m + 1, n), -np.inf)  # flattened (p, 2m) end times + a row of zeros
-    E[-1] = 0.0
-    version = np.zeros(p + 2, np.int64)       # version[i + 1]: changes of stage i so far
-    seen = np.full((p, 2), -1, np.int64)      # neighbours' versions at a stage's last update
-    updates = 0
-    sweep = 0
-    up, down = list(range(p)), list(range(p - 1, -1, -1))
-    while True:
-        changed = False
-        for i in (up if sweep % 2 == 0 else down):
-            nbr = (version[i], version[i + 2])
-            if seen[i, 0] == nbr[0] and seen[i, 1] == nbr[1]:
-                continue  # inputs unchanged since the last update: still a fixed point
-            seen[i] = nbr
-            new = np.maximum.accumulate(E[src[i]] + Q[i], axis=0)
-            new += S[i]
-            updates += 1
-            rows = slice(i * 2 * m, (i + 1) * 2 * m)
-            if not np.array_equal(new, E[rows]):
-                E[rows] = new
-                version[i + 1] += 1
-                changed = True
-        sweep += 1
-        if not changed:
-            break
-    last = E[2 * m - 1:p * 2 * m:2 * m]  # (p, n): end of each stage's last backward
-    T = ((last + dp) + opt).max(axis=0)
-    return (T, updates) if return_updates else T
-
 
 # --------------------------------------------------------------------------- Pareto
 
@@ -526,6 +399,8 @@ class SweepResult:
     tensor_parallel, pipeline_parallel, data_parallel : int64 arrays
     micro_batch_size, num_microbatches, num_gpus : int64 arrays
     schedule, recompute : str arrays
+    virtual_pipeline_stages : int64 array
+        v of interleaved plans, 0 for the others (whose field is empty).
     iteration_time_s : float64 array
         Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
     tokens_per_s, mfu : float64 arrays
@@ -562,6 +437,7 @@ class SweepResult:
     num_gpus: np.ndarray
     schedule: np.ndarray
     recompute: np.ndarray
+    virtual_pipeline_stages: np.ndarray
     iteration_time_s: np.ndarray
     tokens_per_s: np.ndarray
     mfu: np.ndarray
@@ -593,10 +469,13 @@ class SweepResult:
     def plan(self, i: int) -> ParallelPlan:
         """The parallel plan of row ``i``."""
         base = self.session.plan
-        return ParallelPlan(int(self.tensor_parallel[i]), int(self.pipeline_parallel[i]),
-                            int(self.data_parallel[i]), int(self.micro_batch_size[i]),
-                            base.global_batch_size, str(self.schedule[i]), str(self.recompute[i]),
-                            base.precision)
+        return ParallelPlan(tensor_parallel=int(self.tensor_parallel[i]),
+                            pipeline_parallel=int(self.pipeline_parallel[i]),
+                            data_parallel=int(self.data_parallel[i]),
+                            micro_batch_size=int(self.micro_batch_size[i]),
+                            global_batch_size=base.global_batch_size, schedule=str(self.schedule[i]),
+                            recompute=str(self.recompute[i]), precision=base.precision,
+                            virtual_pipeline_stages=int(self.virtual_pipeline_stages[i]) or None)
 
     def session_for(self, i: int) -> Session:
         """A new session: the sweep's model, cluster and cost with the plan of row ``i``."""
@@ -610,7 +489,8 @@ class SweepResult:
             (self.tensor_parallel == plan.tensor_parallel)
             & (self.pipeline_parallel == plan.pipeline_parallel)
             & (self.data_parallel == plan.data_parallel) & (self.micro_batch_size == plan.micro_batch_size)
-            & (self.schedule == plan.schedule) & (self.recompute == plan.recompute))
+            & (self.schedule == plan.schedule) & (self.recompute == plan.recompute)
+            & (self.virtual_pipeline_stages == (plan.virtual_pipeline_stages or 0)))
         return int(hit[0]) if hit.size else None
 
     def pareto_indices(self) -> np.ndarray:
@@ -739,8 +619,9 @@ def _is_cancelled(cancel: Any) -> bool:
 
 def plan_label(pl: ParallelPlan) -> str:
     """Short name of a plan in messages: ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
+    v = f" v={pl.virtual_pipeline_stages}" if pl.virtual_pipeline_stages else ""
     return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "
-            f"b={pl.micro_batch_size} {pl.schedule} recompute={pl.recompute}")
+            f"b={pl.micro_batch_size} {pl.schedule}{v} recompute={pl.recompute}")
 
 
 def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
@@ -810,9 +691,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     max_mem = np.zeros(n)
     reason = [""] * n
     capacity = float(store.memory_bytes)
-    groups: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
     for i, pl in enumerate(plans):
-        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule)].append(i)
+        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
     lookup_cache: dict = {}
     times_cache: dict[tuple, Any] = {}
     warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
@@ -820,34 +701,37 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     done = 0
     if progress is not None:
         progress(0, n)
-    for (p, m, schedule), group in sorted(groups.items()):
-        if p * m > MAX_PIPELINE_STEPS:
+    for (p, m, schedule, v), group in sorted(groups.items()):
+        if p * m * v > MAX_PIPELINE_STEPS:
             for i in group:
                 iteration[i] = math.nan
                 max_mem[i] = max(sm.total_bytes for sm in stage_memory(
                     Session(model, plans[i], cluster, cost)))
-                reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches={p}*{m}"
-                             f"={p * m:,} is more than {MAX_PIPELINE_STEPS:,}")
+                reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
+                             f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
+                             f"{MAX_PIPELINE_STEPS:,}")
             done += len(group)
             if progress is not None:
                 progress(done, n)
             continue
-        # chunks of plans keep the (p, 2m, plans) work arrays near 16 MB each
-        step = max(1, _MAX_BATCH_ELEMENTS // (p * 2 * m))
+        sched = pipeline_schedules.get(schedule)
+        # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
+        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
         for start in range(0, len(group), step):
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             idx = group[start:start + step]
-            cols = np.empty((6, p, len(idx)))
+            per_chunk = np.empty((3, p, v, len(idx)))
+            per_stage = np.empty((4, p, len(idx)))
             for j, i in enumerate(idx):
                 pl = plans[i]
-                key = (pl.tensor_parallel, p, pl.data_parallel, pl.micro_batch_size, pl.recompute)
+                key = dataclasses.astuple(pl)  # every plan field: none can reuse stale times
                 st = times_cache.get(key)
                 if st is None:
                     st = times_cache[key] = stage_times(Session(model, pl, cluster, cost), store,
                                                         lookup_cache)
-                cols[:, :, j] = (st.fwd_s, st.bwd_s, st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
-                                 st.optimizer_s)
+                per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s)
+                per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
                 totals = [sm.total_bytes for sm in stage_memory(Session(model, pl, cluster, cost))]
                 worst = int(np.argmax(totals))
                 max_mem[i] = totals[worst]
@@ -857,7 +741,15 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                 else:
                     for w in st.warnings:
                         warned.setdefault(w, []).append(i)
-            iteration[idx] = pipeline_iteration_times(schedule, m, *cols)
+            if sched.fast_path:
+                iteration[idx] = pipeline_iteration_times(
+                    schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                    wgrad_s=per_chunk[2] if sched.splits_backward else None)
+            else:  # the general solver on the coarse graph
+                for i in idx:
+                    g, _ = build_graph(Session(model, plans[i], cluster, cost), store,
+                                       detail="microbatch", cache=lookup_cache)
+                    iteration[i] = solve(g).iteration_time_s
             done += len(idx)
             if progress is not None:
                 progress(done, n)
@@ -879,6 +771,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     pareto = pareto_front(days, cost_usd, fits)
     result = SweepResult(
         session=session, space=space, **col, schedule=schedules, recompute=recomputes,
+        virtual_pipeline_stages=np.array([pl.virtual_pipeline_stages or 0 for pl in plans], np.int64),
         iteration_time_s=iteration, tokens_per_s=tokens_per_s, mfu=mfu, training_days=days,
         gpu_hours=gpu_hours, cost_usd=cost_usd, max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits, reason=reason, pareto=pareto,

@@ -13,7 +13,16 @@ The authors' runs are Megatron-DeepSpeed on A100-SXM4-80GB, fp16 mixed
 precision, full activation recomputation, 1F1B, vocabulary 50257.
 
 A row whose plan the simulator does not support is skipped with its reason,
-never dropped silently and never guessed.
+never dropped silently and never guessed. The general layout also reads the
+columns of published runs of modern models (``../shared/data/public-modern/
+published_runs.csv``: model family, mixture of experts, context and expert
+parallelism, sequence parallelism, distributed optimizer, FSDP, precision
+recipes): each column's value is passed to the session field of the same name
+when the session has one, and otherwise a row that needs something other than
+what is modelled (a GPT model with GeLU, LayerNorm, full multi-head attention
+and tied embeddings; no MoE, context parallelism, FSDP, FP8 ...) is skipped
+with the reason (:attr:`Measurement.skip_causes` names each cause briefly,
+for counts per cause).
 """
 
 from __future__ import annotations
@@ -22,17 +31,19 @@ import csv
 import io
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, gpu_kind, validate
+from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
+                     ParallelPlan, Session, gpu_kind, validate)
 from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
-           "GENERAL_COLUMNS", "MeasurementFileError"]
+           "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS", "MeasurementFileError",
+           "skip_counts"]
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
@@ -43,6 +54,16 @@ GENERAL_COLUMNS: dict[str, Any] = {
     "virtual_pipeline_stages": 1, "sequence_parallel": "n", "recompute": "full",
     "precision": "fp16", "measured_iteration_time_s": None,
 }
+#: Optional columns of the general layout that change what a row is (published runs of modern
+#: models, ../shared/data/public-modern/README.md). An empty cell means the default: GPT's
+#: choice (GeLU, LayerNorm, query groups = heads, tied embeddings, no experts) or no parallelism
+#: of that kind; recompute and precision, when their column is present, must be stated.
+MODERN_COLUMNS = ("num_query_groups", "activation", "normalization", "tied_embeddings",
+                  "num_experts", "moe_top_k", "moe_ffn_hidden_size", "context_parallel",
+                  "expert_parallel", "distributed_optimizer", "fsdp")
+#: Columns that only describe a row (labels and published results other than the time).
+INFO_COLUMNS = ("source_id", "framework", "model_name", "tokens_per_s_per_gpu",
+                "model_tflops_per_gpu", "mfu_percent", "notes")
 _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
                    "# layers", "sequence length", "tensor parallelism", "data parallelism",
                    "pipeline parallelism", "iteration time (ms)"]
@@ -72,7 +93,10 @@ class Measurement:
     skip_reason : str
         Why the simulator cannot predict it ("" when it can).
     group : dict
-        Labels for the error table: ``model`` (size), ``t``, ``p``, ``source``.
+        Labels for the error table: ``model`` (size or name), ``t``, ``p``, ``source``.
+    skip_causes : list of str
+        One short name per cause of the skip ("mixture of experts", "FP8 precision" ...),
+        for counts per cause; empty when not skipped.
     """
 
     row: int
@@ -80,6 +104,7 @@ class Measurement:
     measured_s: float
     skip_reason: str = ""
     group: dict[str, str] = field(default_factory=dict)
+    skip_causes: list[str] = field(default_factory=list)
 
 
 def _norm_header(h: str) -> str:
@@ -140,14 +165,28 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
 
 
 def _finish(row: int, session: Session, measured_s: float, group: dict[str, str],
-            reason: str = "") -> Measurement:
+            reason: str = "", causes: list[str] | None = None) -> Measurement:
+    causes = list(causes or ([reason.split(":")[0]] if reason else []))
     if not reason:
         errs = validate(session)
         if errs:
             reason = "invalid plan: " + "; ".join(e.message for e in errs)
+            causes = ["GPU kind without a shipped profile" if e.field == "cluster.gpu"
+                      else f"invalid plan ({e.field})" for e in errs]
     if not reason and not (measured_s > 0 and math.isfinite(measured_s)):
         reason = f"measured time {measured_s!r} is not a positive number"
-    return Measurement(row, session, measured_s, reason, group)
+        causes = ["measured time not positive"]
+    return Measurement(row, session, measured_s, reason, group, list(dict.fromkeys(causes)))
+
+
+def skip_counts(measurements: list[Measurement]) -> dict[str, int]:
+    """Rows skipped per cause (a row with several causes counts under each), most first."""
+    counts: dict[str, int] = defaultdict(int)
+    for m in measurements:
+        if m.skip_reason:
+            for c in m.skip_causes or ["other"]:
+                counts[c] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
@@ -179,6 +218,24 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                    group, reason)
 
 
+def _flag(text: str) -> bool | None:
+    """A yes/no cell: ``y``, ``yes``, ``true``, ``1`` or text starting ``y:``/``y (`` -> True;
+    ``n``, ``no``, ``false``, ``0``, ``n/a ...``, ``n (...)`` -> False; empty -> None."""
+    t = text.strip().lower()
+    if not t:
+        return None
+    word = t.replace(":", " ").replace("(", " ").split()[0]
+    if word in ("y", "yes", "true", "1"):
+        return True
+    if word in ("n", "no", "false", "0", "n/a", "none"):
+        return False
+    return None
+
+
+def _has(obj: Any, name: str) -> bool:
+    return any(f.name == name for f in fields(obj))
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
@@ -186,36 +243,131 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         "num_gpus", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
         "vocab_size", "global_batch_size", "micro_batch_size", "tensor_parallel", "pipeline_parallel",
         "data_parallel", "virtual_pipeline_stages")}
+    opt = {c: (_num(path, row, c, v[c], int) if v.get(c, "") else None)
+           for c in ("num_query_groups", "num_experts", "moe_top_k", "moe_ffn_hidden_size",
+                     "context_parallel", "expert_parallel")}
     ffn = _num(path, row, "ffn_hidden_size", get["ffn_hidden_size"], int) if get["ffn_hidden_size"] else None
-    model = ModelConfig(name=f"h={ints['hidden_size']} L={ints['num_layers']}",
+    name = v.get("model_name", "") or f"h={ints['hidden_size']} L={ints['num_layers']}"
+    model = ModelConfig(name=name,
                         num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
                         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ffn,
                         seq_length=ints["seq_length"], vocab_size=ints["vocab_size"])
+    reasons: list[str] = []
+    causes: list[str] = []
+
+    def refuse(cause: str, why: str) -> None:
+        causes.append(cause)
+        reasons.append(why)
+
+    # the model family: a column the session has a field for is passed on (validate checks
+    # it); otherwise anything but GPT's choice is refused
+    for col, gpt, cause in (("activation", "gelu", "model family (activation)"),
+                            ("normalization", "layernorm", "model family (normalization)")):
+        text = v.get(col, "")
+        if _has(model, col) and text:
+            setattr(model, col, text.lower())
+        elif text and text.lower() != gpt:
+            refuse(cause, f"{col}={text!r}: only GPT's {gpt} is modelled")
+    g = opt["num_query_groups"]
+    if _has(model, "num_query_groups") and g is not None:
+        model.num_query_groups = g
+    elif g is not None and g != model.num_attention_heads:
+        refuse("model family (grouped-query attention)",
+               f"num_query_groups={g} (grouped-query attention) is not modelled: only "
+               f"full multi-head attention ({model.num_attention_heads} groups)")
+    tied = _flag(v.get("tied_embeddings", ""))
+    if _has(model, "tied_embeddings") and tied is not None:
+        model.tied_embeddings = tied
+    elif tied is False:
+        refuse("model family (untied embeddings)",
+               "tied_embeddings=n: an untied output layer is not modelled (GPT ties it to the "
+               "word embedding)")
+    e = opt["num_experts"]
+    if e is not None and e > 1:
+        if _has(model, "num_experts"):
+            model.num_experts = e
+            for c in ("moe_top_k", "moe_ffn_hidden_size"):
+                if opt[c] is not None and _has(model, c):
+                    setattr(model, c, opt[c])
+        else:
+            refuse("mixture of experts", f"num_experts={e}: mixture-of-experts models are not modelled")
+
     recompute = str(get["recompute"]).lower()
-    precision = str(get["precision"]).lower()
+    if "recompute" in v and not v["recompute"]:
+        refuse("recompute not stated", "recompute is empty: the source does not say, and the "
+                                       "time depends on it")
+        recompute = "full"
+    elif recompute not in RECOMPUTE_MODES:
+        refuse("selective recomputation" if recompute.startswith("selective") else "recompute",
+               f"recompute={v.get('recompute', recompute)!r}: selective recomputation is not "
+               f"supported yet (modelled: {', '.join(RECOMPUTE_MODES)})"
+               if recompute.startswith("selective") else
+               f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+        recompute = "full"
+    ptext = str(get["precision"]).strip().lower()
+    first = ptext.replace("(", " ").split()[0] if ptext else ""
+    if "precision" in v and not v["precision"]:
+        refuse("precision not stated", "precision is empty: the source does not say")
+        precision = "bf16"
+    elif first in PRECISIONS:
+        precision = first  # "bf16 mixed precision" is bf16
+    elif "fp8" in ptext:
+        precision = "bf16"
+        if "fp8" in PRECISIONS and first == "fp8":
+            precision = "fp8"
+        else:
+            refuse("FP8 precision", f"precision={v.get('precision', ptext)!r}: FP8 training is "
+                                    "not modelled")
+    else:
+        precision = "bf16"
+        refuse("precision", f"precision={ptext!r} is not one of {', '.join(PRECISIONS)}")
+    vp = ints["virtual_pipeline_stages"]
     plan = ParallelPlan(tensor_parallel=ints["tensor_parallel"], pipeline_parallel=ints["pipeline_parallel"],
                         data_parallel=ints["data_parallel"], micro_batch_size=ints["micro_batch_size"],
-                        global_batch_size=ints["global_batch_size"], schedule="1f1b",
-                        recompute=recompute, precision=precision)
+                        global_batch_size=ints["global_batch_size"],
+                        schedule="interleaved" if vp > 1 else "1f1b",
+                        recompute=recompute, precision=precision,
+                        virtual_pipeline_stages=vp if vp > 1 else None)
+    cp = opt["context_parallel"] or 1
+    for col, value, cause, what in (
+            ("context_parallel", cp, "context parallelism", "context parallelism"),
+            ("expert_parallel", opt["expert_parallel"] or 1, "expert parallelism",
+             "expert parallelism")):
+        if value > 1:
+            if _has(plan, col):
+                setattr(plan, col, value)
+            else:
+                refuse(cause, f"{col}={value}: {what} is not modelled")
+    for col, cause, what in (("sequence_parallel", "sequence parallelism",
+                              "sequence parallelism is not supported yet"),
+                             ("distributed_optimizer", "distributed optimizer",
+                              "the distributed optimizer (ZeRO-1) is not modelled"),
+                             ("fsdp", "FSDP", "FSDP (sharded data parallelism) is not modelled")):
+        text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
+        flag = _flag(text)
+        if flag and _has(plan, col):
+            setattr(plan, col, True)
+        elif flag:
+            refuse(cause, f"{col}={text!r}: {what}")
+        elif flag is None and text:
+            refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
     cluster = ClusterConfig(gpu=gpu_kind(str(get["gpu"])), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
                                                                   str(get["inter_node_bandwidth_gbps"])))
     session = Session(model, plan, cluster, CostConfig())
-    reasons = []
-    if ints["virtual_pipeline_stages"] > 1:
-        reasons.append("interleaved schedule (virtual_pipeline_stages > 1) is not supported yet")
-    if str(get["sequence_parallel"]).lower() in ("y", "yes", "true", "1"):
-        reasons.append("sequence parallelism is not supported yet")
-    if recompute == "selective":
-        reasons.append("selective recomputation is not supported yet")
-    if plan.num_gpus != ints["num_gpus"]:
-        reasons.append(f"num_gpus={ints['num_gpus']} disagrees with t*p*d={plan.num_gpus}")
+    if cluster.gpu not in GPU_KINDS:
+        refuse("GPU kind without a shipped profile",
+               f"gpu={get['gpu']!r} has no shipped profile (shipped: {', '.join(GPU_KINDS)})")
+    world = plan.num_gpus * cp
+    if world != ints["num_gpus"]:
+        refuse("GPU count", f"num_gpus={ints['num_gpus']} disagrees with t*p*d"
+                            + ("*cp" if cp > 1 else "") + f"={world}")
     n_params = model.num_parameters() / 1e9
-    group = {"model": f"{n_params:.1f}B", "t": str(plan.tensor_parallel),
+    group = {"model": v.get("model_name", "") or f"{n_params:.1f}B", "t": str(plan.tensor_parallel),
              "p": str(plan.pipeline_parallel), "source": path.name}
     return _finish(row, session,
                    _num(path, row, "measured_iteration_time_s", str(get["measured_iteration_time_s"])),
-                   group, "; ".join(reasons))
+                   group, "; ".join(reasons), causes)
 
 
 @dataclass
@@ -297,5 +449,6 @@ def predict_rows(measurements: list[Measurement], predict: Callable[[Session], f
         try:
             out[i] = predict(m.session)
         except (ValueError, KeyError) as exc:
-            m.skip_reason = f"simulator: {exc}"
+            m.skip_reason = f"simulator: {exc.args[0] if exc.args else exc}"
+            m.skip_causes = ["simulator refused the plan"]
     return ValidationResult(measurements, out)

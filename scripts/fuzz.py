@@ -111,6 +111,7 @@ def run_kind(kind: str, count: int, seed: int, timeout: float, counts: Counter,
                 failures.append((kind, msg["case"], msg["outcome"], msg["note"]))
         proc.stdout.close()
         proc.stderr.close()
+    print(f"  {kind}: {count:,} cases done", flush=True)
 
 
 def replay(kind: str, index: int, seed: int) -> int:

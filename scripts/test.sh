@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with the test extras and run the whole test suite
-# (GUI tests included, on Qt's offscreen platform).
+# (GUI tests on Qt's offscreen platform, and a smoke test of the real window under Xvfb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -8,5 +8,22 @@ python3 -m venv .venv
 # torch for the profiling tests: a CPU build from local disk (never a plain `torch`,
 # which would download a multi-GB CUDA build).
 .venv/bin/python -m pip install --quiet torch==2.13.0
+# The Xvfb smoke test (tests/gui/test_gui_xvfb_smoke.py) needs Xvfb and the XCB libraries of
+# Qt's xcb platform; it skips, saying why, without them. CI runs as root on Debian or Ubuntu
+# and installs them here; a developer's machine is left alone.
+if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    packages="$(.venv/bin/python -m vtrain_gui.desktop_check --packages debian)"
+    command -v Xvfb >/dev/null || packages="xvfb $packages"
+    if [ -n "${packages// /}" ]; then
+        echo "installing for the Xvfb smoke test: $packages"
+        # shellcheck disable=SC2086  # one word per package
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages \
+            >/dev/null 2>&1 \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                $packages >/dev/null 2>&1; } \
+        || echo "warning: could not install $packages; the Xvfb smoke test will skip"
+    fi
+fi
 export QT_QPA_PLATFORM=offscreen
 exec .venv/bin/python -m pytest "$@"

@@ -9,6 +9,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "vtrain-a100"
 EXAMPLES = ROOT / "resources" / "examples"
+CASES = ROOT.parent / "shared" / "cases"
+
+
+def case_file(name: str) -> Path:
+    """A handed case under ../shared/cases, skipping the test when the checkout lacks it."""
+    path = CASES / name
+    if not path.exists():
+        pytest.skip(f"shared case not present: {path}")
+    return path
 
 
 def shared_file(*parts: str) -> Path:

@@ -441,7 +441,7 @@ def test_orphaned_temporary_files_are_removed_by_the_next_save(tmp_path):
     orphan.write_text("half a session")
     other = tmp_path / f".other.h5.{dead}.x9.tmp"
     other.write_bytes(b"\x89HDF")
-    live = tmp_path / f".s.json.1.keep.tmp"  # pid 1 runs: a save in progress elsewhere
+    live = tmp_path / ".s.json.1.keep.tmp"  # pid 1 runs: a save in progress elsewhere
     live.write_text("")
     unrelated = tmp_path / ".notes.tmp"
     unrelated.write_text("")
@@ -524,7 +524,7 @@ def test_sweep_warnings_name_the_plans_they_concern():
     assert beyond and all("; in " in w and " plan" in w for w in beyond)
     fits = {f"t={res.tensor_parallel[i]} p={res.pipeline_parallel[i]} d={res.data_parallel[i]} "
             f"b={res.micro_batch_size[i]}" for i in np.flatnonzero(res.fits_in_memory)}
-    named = [x.split(" 1f1b")[0].split(" gpipe")[0] for w in beyond
+    named = [" ".join(x.split()[:4]) for w in beyond
              for x in w.split(": ", 2)[-1].split(" and ")[0].split(", ")]
     assert named and set(named) <= fits
     folded = summarize_warnings(res.warnings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core import schedules
 from core.graph import StageProgram, build_pipeline_graph, schedule_order
 from core.graph_types import KINDS
 from core.solver import solve
@@ -81,3 +82,90 @@ def test_1f1b_warmup_depth_limits_in_flight_microbatches():
 def test_unknown_schedule():
     with pytest.raises(ValueError, match="schedule='zb'"):
         schedule_order("zb", 2, 2, 0)
+
+
+# --------------------------------------------------------------------------- interleaved and zero-bubble
+
+def chunked(p, v, tf=1.0, tb=2.0, tw=None, **kw):
+    """Uniform stages of v chunks; each chunk does 1/v of the stage's work."""
+    return [StageProgram.from_chunks([[(0, 0, tf / v, -1)]] * v, [[(1, 0, tb / v, -1)]] * v,
+                                     None if tw is None else [[(9, 0, tw / v, -1)]] * v, **kw)
+            for _ in range(p)]
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 2, 2), (2, 8, 3), (4, 4, 2), (4, 8, 2), (4, 16, 4), (8, 8, 2),
+                                   (3, 9, 5)])
+def test_interleaved_bubble_is_p_minus_1_over_v_m_of_the_ideal_time(p, m, v):
+    # Narayanan et al. 2021 Sec. 2.2.2: bubble (p-1)/(v*m) of the ideal time m*(tf+tb)
+    tf, tb = 1.0, 2.0
+    g = build_pipeline_graph(chunked(p, v, tf, tb), m, "interleaved")
+    s = solve(g)
+    ideal = m * (tf + tb)
+    assert s.iteration_time_s == pytest.approx(ideal * (1 + (p - 1) / (v * m)))
+    assert bubble_fraction(g, s) == pytest.approx((p - 1) / (v * m + p - 1))
+    # each micro-batch crosses all p*v virtual stages: v chunks per stage, 2 transfers per hop
+    pp = g.kind == KINDS.index("pp_p2p")
+    assert pp.sum() == 2 * m * (p * v - 1)
+    assert set(np.unique(g.chunk[g.kind == 0])) == set(range(v))
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 12), (8, 16), (6, 7)])
+@pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.0, 1.0), (1.0, 1.2, 0.8), (2.0, 1.5, 0.5)])
+def test_zb_h1_bubble_closed_form(p, m, tf, tb, tw):
+    # Qi et al. 2024 Sec. 3.1: ZB-H1's bubble (p-1)(T_F + T_B - T_W) against 1F1B's
+    # (p-1)(T_F + T_B + T_W), for uniform stages and free communication (T_W <= T_F)
+    zb = solve(build_pipeline_graph(chunked(p, 1, tf, tb, tw), m, "zb-h1")).iteration_time_s
+    one = solve(build_pipeline_graph(uniform(p, tf, tb + tw), m, "1f1b")).iteration_time_s
+    work = m * (tf + tb + tw)
+    assert one == pytest.approx(work + (p - 1) * (tf + tb + tw))
+    assert zb == pytest.approx(work + (p - 1) * (tf + tb - tw))
+    assert zb < one
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("gpipe", 1), ("interleaved", 2),
+                                        ("interleaved", 4), ("zb-h1", 1)])
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16)])
+def test_every_item_runs_once_and_forward_precedes_backward(schedule, p, m, v):
+    for stage in range(p):
+        o = schedules.work_order(schedule, p, m, stage, v)
+        for c in range(v):
+            for ph in (schedules.PHASE_F, schedules.PHASE_B):
+                sel = (o.chunk == c) & (o.phase == ph)
+                assert sorted(o.microbatch[sel].tolist()) == list(range(m))
+        pos = {(int(ph), int(c), int(j)): k for k, (ph, c, j) in
+               enumerate(zip(o.phase, o.chunk, o.microbatch))}
+        for c in range(v):
+            for j in range(m):
+                assert pos[(0, c, j)] < pos[(1, c, j)]
+                if schedules.get(schedule).splits_backward:
+                    assert pos[(1, c, j)] < pos[(2, c, j)]
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 8), (8, 32), (3, 2)])
+def test_in_flight_microbatches(p, m):
+    for i in range(p):
+        assert schedules.in_flight_microbatches("1f1b", p, m, i) == min(p - i, m)
+        assert schedules.in_flight_microbatches("gpipe", p, m, i) == m
+        # ZB-H1 defers W on later stages up to 1F1B's peak (stage 0), never beyond
+        zb = schedules.in_flight_microbatches("zb-h1", p, m, i)
+        assert min(p - i, m) <= zb <= min(p, m)
+    assert schedules.in_flight_microbatches("zb-h1", p, m, 0) == min(p, m)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 16, 3), (2, 8, 4)])
+def test_interleaved_in_flight_follows_megatron_warmup(p, m, v):
+    # Megatron-Core: (p - i - 1)*2 + (v - 1)*p warm-up items on rank i, plus the one in flight
+    for i in range(p):
+        warm = min((p - i - 1) * 2 + (v - 1) * p, m * v)
+        want = (warm + 1) / v if warm < m * v else m
+        assert schedules.in_flight_microbatches("interleaved", p, m, i, v) == pytest.approx(want)
+
+
+def test_schedule_rules():
+    assert schedules.schedule_errors("1f1b", 4, 8, None, 24) == []
+    assert schedules.schedule_errors("interleaved", 4, 8, 2, 24) == []
+    fields = [f for f, _ in schedules.schedule_errors("interleaved", 4, 6, 4, 24)]
+    assert fields == ["plan.virtual_pipeline_stages", "plan.global_batch_size"]  # 24 % 16, 6 % 4
+    assert schedules.schedule_errors("interleaved", 4, 8, None, 24)[0][0] == "plan.virtual_pipeline_stages"
+    assert schedules.schedule_errors("1f1b", 4, 8, 2, 24)[0][0] == "plan.virtual_pipeline_stages"
+    assert "is not one of" in schedules.schedule_errors("zb-v", 4, 8, None, 24)[0][1]

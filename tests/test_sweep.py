@@ -35,7 +35,7 @@ def tiny_session(global_batch=8, gpus_per_node=4, **cost) -> Session:
 
 def key(plan: ParallelPlan) -> tuple:
     return (plan.tensor_parallel, plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size,
-            plan.schedule, plan.recompute)
+            plan.schedule, plan.recompute, plan.virtual_pipeline_stages)
 
 
 # --------------------------------------------------------------------------- enumeration
@@ -50,8 +50,10 @@ def test_exact_budget_count_by_hand():
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # B=4: d=4 with b=2 breaks B % (d*b) == 0, the only one
     assert len(enumerate_plans(tiny_session(4), space)) == 11
-    # every schedule and recomputation mode: 4x
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 48
+    # 1f1b, gpipe and zb-h1 with both recomputation modes: 3 * 2 * 12 = 72; interleaved needs
+    # p >= 2, L=4 divisible by p*v and m divisible by p: only p=2, v=2, for (t,d) in
+    # {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 plans * 2 modes = 8. 80 in all.
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 80
 
 
 def test_max_budget_count_by_hand():
@@ -89,8 +91,11 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
         if (space.tensor_parallel is None and not space.tensor_parallel_across_nodes
                 and t > session.cluster.gpus_per_node):
             continue
-        for b, sched, rc in itertools.product(space.micro_batch_sizes, space.schedules, space.recompute):
-            plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc, session.plan.precision)
+        vs = space.virtual_pipeline_stages or range(2, 9)
+        for b, sched, rc, v in itertools.product(space.micro_batch_sizes, space.schedules,
+                                                 space.recompute, [None, *vs]):
+            plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc,
+                                session.plan.precision, virtual_pipeline_stages=v)
             if not validate(Session(session.model, plan, session.cluster, session.cost)):
                 out.add(key(plan))
     return out
@@ -154,6 +159,32 @@ def test_batch_recurrence_matches_graph_solver(schedule):
                 [(0, 0, arr[0][i, j], -1)], [(1, 0, arr[1][i, j], -1)], send_fwd_s=arr[2][i, j],
                 send_bwd_s=arr[3][i, j], dp_comm_s=arr[4][i, j], optimizer_s=arr[5][i, j])
                 for i in range(p)]
+            want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+            assert got[j] == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "zb-h1"])
+def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(schedule):
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        p = int(rng.integers(2, 6))
+        v = int(rng.integers(2, 4)) if schedule == "interleaved" else 1
+        m = p * int(rng.integers(1, 4)) if schedule == "interleaved" else int(rng.integers(1, 9))
+        n = 2
+        per_chunk = [rng.uniform(0.1, 3, (p, v, n)), rng.uniform(0.1, 5, (p, v, n)),
+                     rng.uniform(0.0, 2, (p, v, n))]
+        per_stage = [rng.uniform(0, 1, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n)),
+                     rng.uniform(0, 2, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n))]
+        split = schedule == "zb-h1"
+        got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                                       wgrad_s=per_chunk[2] if split else None)
+        for j in range(n):
+            programs = [StageProgram.from_chunks(
+                [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
+                [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
+                [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
+                send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
+                dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
             want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
             assert got[j] == pytest.approx(want, rel=1e-12)
 
@@ -229,10 +260,22 @@ def test_batch_equals_simulate_on_mtnlg_plans():
                 ClusterConfig(intra_node_bandwidth_gbytes_per_s=150.0), CostConfig(2.0, 270e9))
     result = run_sweep(s, SweepSpace(tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
                                      data_parallel=(12, 16), micro_batch_sizes=(1, 2),
-                                     max_data_parallel=16))
+                                     max_data_parallel=16, schedules=("1f1b", "gpipe")))
     assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 2
     rows = [result.index_of(s.plan)] + list(range(0, result.num_plans, 9))
     check_against_simulate(result, rows)
+
+
+def test_batch_equals_simulate_on_modern_schedules():
+    # interleaved (L=24: p=2 with v in 2, 3, 4, 6; p=4 with v=2, 3, 6 and m % p == 0) and zb-h1
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(2, 2, 2, 1, 32, "1f1b", "full", "bf16"),
+                ClusterConfig(), CostConfig(2.0, 1e9))
+    result = run_sweep(s, SweepSpace(num_gpus=(8, 16), tensor_parallel=(1, 2),
+                                     pipeline_parallel=(2, 4), micro_batch_sizes=(1, 4),
+                                     schedules=("interleaved", "zb-h1")))
+    assert set(result.schedule) == {"interleaved", "zb-h1"}
+    assert set(result.virtual_pipeline_stages[result.schedule == "interleaved"]) == {2, 3, 4, 6}
+    check_against_simulate(result, range(result.num_plans))
 
 
 # --------------------------------------------------------------------------- cost and Pareto

@@ -7,12 +7,15 @@ sweep of the session's saved (or default) sweep settings instead of the Plan tab
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Slot
+
+from .desktop_check import check_desktop
 
 __all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE"]
 
@@ -150,6 +153,15 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
             load_any(Path(path), validate=False)
         except (SessionFileError, ConfigError, OSError) as exc:
             print(f"vtrain gui: {exc}", file=sys.stderr)
+            return 2
+    if QtWidgets.QApplication.instance() is None:
+        if screenshot and not any(os.environ.get(k) for k in
+                                  ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")):
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no display
+        # Qt aborts the process (SIGABRT) when its platform plugin cannot load: say why first
+        problem = check_desktop()
+        if problem:
+            print(f"vtrain gui: {problem}", file=sys.stderr)
             return 2
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("vTrain")

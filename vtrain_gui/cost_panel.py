@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 
 from core.report import Report
 
+from .empty_state import StaleVeil
 from .formatting import (format_bytes, format_count, format_duration, format_fraction,
                          format_rate, format_usd)
 
@@ -22,8 +23,14 @@ _MEMORY_PARTS = (
     ("optimizer_bytes", "optimizer state", "#B279A2"),
     ("activations_bytes", "activations", "#F58518"),
 )
-_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed communication", "#54A24B"),
-              ("bubble_s", "idle (bubble)", "#C9CED6"))
+_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
+              ("pp_comm_s", "pipeline sends", "#EECA3B"), ("bubble_s", "idle (bubble)", "#C9CED6"),
+              ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
+#: Figures that describe running the plan: flagged when the plan does not fit in memory.
+_RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
+                "cost_usd")
+_NO_FIT_COLOR = "#C62828"
+_CAPACITY_COLOR = "#D62728"
 
 
 class _BreakdownBar(QtWidgets.QWidget):
@@ -75,6 +82,7 @@ class CostPanel(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._report: Report | None = None
+        self._stale = False
         self._values: dict[str, QtWidgets.QLabel] = {}
 
         figures = QtWidgets.QWidget()
@@ -91,8 +99,10 @@ class CostPanel(QtWidgets.QWidget):
             ("bubble_fraction", "Pipeline bubble fraction"),
             ("Time per iteration (mean over stages)", None),
             ("compute", "Compute"),
-            ("comm", "Exposed communication"),
+            ("comm", "Exposed TP/DP communication"),
+            ("pp_comm", "Pipeline sends"),
             ("bubble", "Idle (bubble)"),
+            ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
             ("Training run", None),
             ("gpus", "GPUs"),
@@ -110,7 +120,18 @@ class CostPanel(QtWidgets.QWidget):
         big_font.setPointSizeF(self.font().pointSizeF() * 1.15)
         big_font.setBold(True)
         names: dict[str, QtWidgets.QLabel] = {}
+        # a plan that does not fit cannot run: its time and cost carry this flag
+        self._no_fit_flag = QtWidgets.QLabel()
+        self._no_fit_flag.setObjectName("no_fit_flag")
+        self._no_fit_flag.setWordWrap(True)
+        self._no_fit_flag.setStyleSheet(f"background: #FDECEA; color: {_NO_FIT_COLOR}; "
+                                        "padding: 3px; font-weight: bold;")
+        self._no_fit_flag.setVisible(False)
+        grid.addWidget(self._no_fit_flag, 0, 0, 1, 2)
+        rows = [("", "")] + rows  # row 0: the flag
         for r, (key, label) in enumerate(rows):
+            if r == 0:
+                continue
             if label is None:
                 heading = QtWidgets.QLabel(key)
                 heading.setFont(heading_font)
@@ -119,7 +140,8 @@ class CostPanel(QtWidgets.QWidget):
                 continue
             if key == "breakdown":
                 self._breakdown = _BreakdownBar()
-                self._breakdown.setToolTip("compute / exposed communication / idle (bubble)")
+                self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
+                                           "idle (bubble) / idle (stage imbalance)")
                 grid.addWidget(self._breakdown, r, 0, 1, 2)
                 continue
             value = QtWidgets.QLabel("–")
@@ -136,7 +158,7 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(name, r, 0)
                 grid.addWidget(value, r, 1)
             self._values[key] = value
-        for key, (_, _, color) in zip(("compute", "comm", "bubble"), _BREAKDOWN):
+        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "bubble", "imbalance"), _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
@@ -177,10 +199,9 @@ class CostPanel(QtWidgets.QWidget):
             item.addItem(bar)
             self._bars.append(bar)
         self._capacity_line = pg.InfiniteLine(
-            angle=0, movable=False, pen=pg.mkPen("#D62728", width=2, style=Qt.PenStyle.DashLine),
-            label="capacity",
-            labelOpts={"position": 0.02, "color": "#D62728", "anchors": [(0, 1), (0, 1)],
-                       "fill": pg.mkBrush(255, 255, 255, 220)})
+            angle=0, movable=False,
+            pen=pg.mkPen(_CAPACITY_COLOR, width=2, style=Qt.PenStyle.DashLine),
+            )  # named in the legend above the chart: a label on the line would cover a bar
         self._capacity_line.setVisible(False)
         self._capacity_line.setZValue(10)
         item.addItem(self._capacity_line, ignoreBounds=True)
@@ -189,9 +210,10 @@ class CostPanel(QtWidgets.QWidget):
         chart_layout = QtWidgets.QVBoxLayout(chart)
         chart_layout.setContentsMargins(6, 6, 0, 0)
         chart_layout.setSpacing(2)
-        legend = QtWidgets.QLabel("&nbsp;&nbsp; ".join(
+        self._legend_parts = "&nbsp;&nbsp; ".join(
             f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
-            f'{label.replace(" ", "&nbsp;")}' for _, label, color in _MEMORY_PARTS))
+            f'{label.replace(" ", "&nbsp;")}' for _, label, color in _MEMORY_PARTS)
+        legend = self._memory_legend = QtWidgets.QLabel(self._legend_parts)
         legend.setWordWrap(True)
         title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
         chart_layout.addWidget(title)
@@ -203,6 +225,7 @@ class CostPanel(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(figures_scroll, 0)
         layout.addWidget(chart, 1)
+        self._veil = StaleVeil(self)
         self.clear()
         self._fit_figures_width()
 
@@ -234,6 +257,8 @@ class CostPanel(QtWidgets.QWidget):
         self._breakdown.set_values([])
         self._warnings.setText("")
         self._fit_label.setText("")
+        self._memory_legend.setText(self._legend_parts)
+        self._flag_no_fit(False)
         for bar in self._bars:
             bar.setOpts(x=[], height=[], y0=[])
         self._capacity_line.setVisible(False)
@@ -249,8 +274,10 @@ class CostPanel(QtWidgets.QWidget):
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
+        v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
-        self._breakdown.set_values([report.compute_s, report.comm_s, report.bubble_s])
+        v["imbalance"].setText(format_duration(report.imbalance_s))
+        self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))
@@ -268,7 +295,41 @@ class CostPanel(QtWidgets.QWidget):
         else:
             self._warnings.setText("")
         self._set_memory(report)
+        self._flag_no_fit(not report.fits_in_memory, report)
         self._fit_figures_width()
+
+    @property
+    def no_fit_text(self) -> str:
+        """Text of the flag over the figures of a plan that does not fit ('' when it fits)."""
+        return self._no_fit_flag.text() if not self._no_fit_flag.isHidden() else ""
+
+    @property
+    def is_stale(self) -> bool:
+        """Whether the figures are marked as not those of the configuration being edited."""
+        return self._stale
+
+    def set_stale(self, stale: bool) -> None:
+        """Veil the figures and the chart (they belong to an earlier configuration), or unveil."""
+        self._stale = bool(stale)
+        self._veil.set_stale(self._stale)
+
+    def figures_height(self) -> int:
+        """Height in pixels the figures need to show without scrolling."""
+        return self._figures.sizeHint().height() + 2
+
+    def _flag_no_fit(self, flag: bool, report: Report | None = None) -> None:
+        if flag and report is not None:
+            self._no_fit_flag.setText(
+                f"⚠ Does not fit in GPU memory ({format_bytes(report.max_memory_per_gpu_bytes)} "
+                f"needed per GPU, {format_bytes(report.memory_capacity_bytes)} available): "
+                "this plan cannot run as set. The time and cost below are what it would take "
+                "with enough memory.")
+        self._no_fit_flag.setVisible(flag)
+        for key in _RUN_FIGURES:
+            label = self._values[key]
+            label.setStyleSheet(f"color: {_NO_FIT_COLOR};" if flag else "")
+            label.setToolTip("This plan does not fit in GPU memory: it cannot run as set"
+                             if flag else "")
 
     def _fit_figures_width(self) -> None:
         """Keep the figures column wide enough for its longest value (no clipping)."""
@@ -287,8 +348,11 @@ class CostPanel(QtWidgets.QWidget):
         capacity_gib = report.memory_capacity_bytes / _GIB
         self._capacity_line.setVisible(report.memory_capacity_bytes > 0)
         self._capacity_line.setValue(capacity_gib)
-        # the label only re-renders while visible, so set the text after showing the line
-        self._capacity_line.label.setFormat("capacity {value:,.1f} GiB")
+        if report.memory_capacity_bytes > 0:
+            self._memory_legend.setText(
+                f'{self._legend_parts}&nbsp;&nbsp; <span style="color:{_CAPACITY_COLOR}; '
+                f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;capacity&nbsp;'
+                f'{format_bytes(report.memory_capacity_bytes).replace(" ", "&nbsp;")}')
         item = self.memory_plot.getPlotItem()
         top = max(float(bottom.max()) if bottom.size else 0.0, capacity_gib) * 1.08
         n = max(stages.size, 1)

@@ -10,6 +10,7 @@ it names, and emits :attr:`ConfigEditor.session_changed`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
@@ -19,10 +20,13 @@ from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, M
                          ParallelPlan, Session, validate)
 
 from .formatting import format_count
+from .int_spin import INT64_MAX, IntSpinBox
 
-__all__ = ["ConfigEditor", "FieldSpec", "field_specs"]
+__all__ = ["ConfigEditor", "FieldSpec", "field_specs", "FLOAT_FIELD_MAX"]
 
-_INT_MAX = 2**31 - 1
+#: Largest number a floating-point field shows (in the unit shown); a file with a larger one
+#: is refused by name rather than shown clipped.
+FLOAT_FIELD_MAX = 1e15
 
 #: Section name -> (dataclass, group title).
 _SECTIONS = (
@@ -49,6 +53,7 @@ _LABELS = {
     "plan.schedule": "Pipeline schedule",
     "plan.recompute": "Activation recompute",
     "plan.precision": "Precision",
+    "plan.virtual_pipeline_stages": "Virtual stages v",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
     "cluster.intra_node_bandwidth_gbytes_per_s": "NVLink bandwidth",
@@ -62,6 +67,7 @@ _LABELS = {
 _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
+              "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
@@ -134,24 +140,23 @@ class _FieldBinding(QtCore.QObject):
             w.currentTextChanged.connect(self._on_combo_text_change)
             return w
         if spec.type_name == "int":
-            w = QtWidgets.QSpinBox(parent)
-            w.setRange(0 if spec.optional else 1, _INT_MAX)
+            # 64-bit: every size the core accepts; 0 is typed as it is (the rules then say
+            # why it is not allowed) instead of being turned silently into 1
+            w = IntSpinBox(parent)
+            w.setRange(0, INT64_MAX)
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)
+            if unit in _SINGULAR:
+                w.setUnits(f" {_SINGULAR[unit]}", suffix)
             w.setGroupSeparatorShown(True)
             w.setKeyboardTracking(True)
-            if unit in _SINGULAR:
-                def number_suffix(v: int, w=w) -> None:
-                    w.setSuffix(f" {_SINGULAR[unit] if v == 1 else unit}")
-                number_suffix(w.value())
-                w.valueChanged.connect(number_suffix)
             w.valueChanged.connect(self._on_int_value_change)
             return w
         if spec.type_name == "float":
             w = QtWidgets.QDoubleSpinBox(parent)
             w.setDecimals(_DECIMALS.get(spec.path, 2))
-            w.setRange(0.0, 1e12)
+            w.setRange(0.0, FLOAT_FIELD_MAX)
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)
@@ -180,7 +185,7 @@ class _FieldBinding(QtCore.QObject):
                     w.addItem(str(value))
                     idx = w.count() - 1
                 w.setCurrentIndex(idx)
-            elif isinstance(w, QtWidgets.QSpinBox):
+            elif isinstance(w, IntSpinBox):
                 w.setValue(int(value) if value is not None else 0)
             elif isinstance(w, QtWidgets.QDoubleSpinBox):
                 w.setValue(float(value) / self.scale if value is not None else 0.0)
@@ -190,6 +195,37 @@ class _FieldBinding(QtCore.QObject):
                 w.setText("" if value is None else str(value))
         finally:
             self._updating = False
+
+    def display_problem(self, value: Any) -> str | None:
+        """Why the field cannot show the stored ``value`` as it is (None when it can).
+
+        A value the widget would clip, round to zero or fail on is a problem:
+        the window must never show one number while the session holds another.
+        """
+        w, spec = self.widget, self.spec
+        if value is None:
+            return None if spec.optional else "is missing"
+        if isinstance(w, QtWidgets.QComboBox) or isinstance(w, QtWidgets.QLineEdit):
+            return None if isinstance(value, str) else f"{value!r} is not text"
+        if isinstance(w, QtWidgets.QCheckBox):
+            return None if isinstance(value, bool) else f"{value!r} is not true or false"
+        if isinstance(w, IntSpinBox):
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"{value!r} is not a whole number"
+            if not w.minimum() <= value <= w.maximum():
+                return (f"{value:,} is outside what the field holds "
+                        f"({w.minimum():,} to {w.maximum():,})")
+            return None
+        if isinstance(w, QtWidgets.QDoubleSpinBox):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{value!r} is not a number"
+            shown = float(value) / self.scale
+            if not math.isfinite(shown) or not w.minimum() <= shown <= w.maximum():
+                return (f"{value!r} is outside what the field shows "
+                        f"({w.minimum():g} to {w.maximum() * self.scale:g})")
+            if value != 0 and round(shown, w.decimals()) == 0:
+                return f"{value!r} is too small to show (it would read as 0)"
+        return None
 
     def set_error(self, messages: list[str]) -> None:
         """Show ``messages`` under the field (hide the label when empty)."""
@@ -207,7 +243,7 @@ class _FieldBinding(QtCore.QObject):
     def _on_combo_text_change(self, text: str) -> None:
         self._report(text)
 
-    @Slot(int)
+    @Slot(object)
     def _on_int_value_change(self, value: int) -> None:
         self._report(None if (self.spec.optional and value == 0) else int(value))
 
@@ -327,6 +363,21 @@ class ConfigEditor(QtWidgets.QWidget):
         finally:
             self._updating = False
         self._refresh()
+
+    def display_problems(self, session: Session) -> list[FieldError]:
+        """Fields of ``session`` this form cannot show as they are (empty when it can show all).
+
+        Checked before :meth:`set_session` by whoever must not show a file half-way.
+        """
+        problems = []
+        for path, binding in self._bindings.items():
+            section, name = path.split(".")
+            message = binding.display_problem(getattr(getattr(session, section), name))
+            if message:
+                problems.append(FieldError(path, message))
+        if not isinstance(session.notes, str):
+            problems.append(FieldError("notes", "is not text"))
+        return problems
 
     def session(self) -> Session:
         """A copy of the session as edited."""

@@ -6,7 +6,10 @@ import math
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_LABELS", "KIND_COLORS"]
+           "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE"]
+
+#: Style sheet of a label that reports an error.
+ERROR_STYLE = "color: #C62828;"
 
 #: Display names of :data:`core.graph_types.KINDS`, by kind name.
 KIND_LABELS = {
@@ -19,6 +22,7 @@ KIND_LABELS = {
     "tp_comm": "TP all-reduce",
     "pp_p2p": "PP send/recv",
     "dp_comm": "DP all-reduce",
+    "wgrad": "weight gradient (W)",
 }
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -32,6 +36,7 @@ KIND_COLORS = {
     "tp_comm": "#54A24B",
     "pp_p2p": "#EECA3B",
     "dp_comm": "#7F7F7F",
+    "wgrad": "#FFBF79",
 }
 
 

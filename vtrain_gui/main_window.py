@@ -15,6 +15,7 @@ from core.simulate import SimulationResult
 
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
+from .empty_state import EmptyStack, StaleVeil
 from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
@@ -29,6 +30,18 @@ _RECENT_KEY = "recentFiles"
 _CLEAR_RECENT = "<clear recent files>"
 _DEBOUNCE_MS = 300
 _FILE_FILTER = "vTrain sessions and configs (*.json);;All files (*)"
+#: Texts of the Plan tab's results area while it has no result to show.
+_SIMULATING_TEXT = "<p style='font-size:13pt'><b>Simulating…</b></p>"
+_INVALID_TEXT = ("<p style='font-size:13pt'><b>Nothing simulated yet</b></p>"
+                 "<p>The configuration on the left breaks a rule: fix the fields marked in red. "
+                 "The iteration's timeline, its time, cost and memory per GPU then appear "
+                 "here.</p>")
+_FAILED_TEXT = ("<p style='font-size:13pt'><b>The simulation failed</b></p><p>{message}</p>"
+                "<p>Change the configuration on the left to try again.</p>")
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def examples_dir() -> Path:
@@ -80,6 +93,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.timeline = TimelineWidget()
         self.timeline.task_hovered.connect(self._on_timeline_task_hover)
         self.cost_panel = CostPanel()
+        self._timeline_veil = StaleVeil(self.timeline)
 
         right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.timeline)
@@ -87,9 +101,28 @@ class MainWindow(QtWidgets.QMainWindow):
         right.setStretchFactor(0, 3)
         right.setStretchFactor(1, 2)
         right.setChildrenCollapsible(False)
+        # the figures get the height they need until the user moves the divider
+        self._plan_split_moved = False
+        right.splitterMoved.connect(self._on_plan_splitter_move)
+        right.installEventFilter(self)
+        # over the results while they are not those of the configuration in the editor
+        self._stale_banner = QtWidgets.QLabel()
+        self._stale_banner.setObjectName("stale_banner")
+        self._stale_banner.setWordWrap(True)
+        self._stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
+                                         "border: 1px solid #E6C86E;")
+        self._stale_banner.setVisible(False)
+        results = QtWidgets.QWidget()
+        results_layout = QtWidgets.QVBoxLayout(results)
+        results_layout.setContentsMargins(0, 0, 0, 0)
+        results_layout.setSpacing(2)
+        results_layout.addWidget(self._stale_banner)
+        results_layout.addWidget(right, 1)
         main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(editor_scroll)
-        main.addWidget(right)
+        # before the first result: say why nothing is drawn, not empty axes
+        self.results_view = EmptyStack(results, _SIMULATING_TEXT)
+        main.addWidget(self.results_view)
         main.setStretchFactor(0, 0)
         main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
@@ -214,6 +247,17 @@ class MainWindow(QtWidgets.QMainWindow):
         return self._last_error
 
     @property
+    def results_stale(self) -> bool:
+        """Whether the timeline and figures shown are not those of the configuration in the
+        editor (it is invalid, or its simulation failed); they are then dimmed under a banner."""
+        return not self._stale_banner.isHidden()
+
+    @property
+    def stale_text(self) -> str:
+        """Text of the banner over stale results ('' when they are current)."""
+        return self._stale_banner.text() if self.results_stale else ""
+
+    @property
     def status_text(self) -> str:
         """Text of the status bar."""
         return self._status.text()
@@ -239,22 +283,39 @@ class MainWindow(QtWidgets.QMainWindow):
     def open_path(self, path: str | Path, *, as_template: bool = False) -> bool:
         """Open a session file or an authors' config; on error show a message, change nothing.
 
-        With ``as_template`` the window stays untitled (Save asks for a name),
-        as for the shipped example opened at start-up.
+        The file is read and checked in full into a new session before anything
+        on screen changes: when it cannot be opened, the session shown, its
+        path (where Save writes) and its modified flag stay as they were. With
+        ``as_template`` the window stays untitled (Save asks for a name), as
+        for the shipped example opened at start-up.
         """
         path = Path(path)
         try:
             # A saved session may be work in progress that breaks a rule: open it and show
             # the messages by the fields. Authors' configs are checked by their reader.
             session = load_any(path, validate=False)
-        except (SessionFileError, ConfigError, OSError) as exc:
-            if not path.exists():
+            problems = self.editor.display_problems(session)
+            if problems:
+                raise ConfigError(problems)
+        except (SessionFileError, ConfigError, OSError, ValueError, OverflowError,
+                RecursionError, MemoryError) as exc:
+            if isinstance(exc, OSError) and not path.exists():
                 self._remove_recent(path)
-            QtWidgets.QMessageBox.critical(self, "Cannot open file", f"{exc}")
+            text = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+            QtWidgets.QMessageBox.critical(self, "Cannot open file", text)
             return False
-        self.editor.set_session(session)
-        self.explore.reset(session)
-        unusable = self.studies.reset(session)
+        before = (self.session(), self._path, self.isWindowModified())
+        try:
+            unusable = self._show_session(session)
+        except Exception as exc:  # noqa: BLE001 - a view failed: put the previous session back
+            previous, old_path, modified = before
+            self._show_session(previous)
+            self._set_path(old_path)
+            self.setWindowModified(modified)
+            QtWidgets.QMessageBox.critical(self, "Cannot open file",
+                                           f"{path}: cannot be shown ({type(exc).__name__}: "
+                                           f"{exc}); the previous session is kept")
+            return False
         self._set_path(None if as_template else path)
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
@@ -338,6 +399,8 @@ class MainWindow(QtWidgets.QMainWindow):
     @Slot(int)
     def _on_simulation_start(self, request_id: int) -> None:
         self._status.setText("Simulating…")
+        if self._result is None:
+            self.results_view.set_empty(True, _SIMULATING_TEXT)
 
     @Slot(int, object, float)
     def _on_simulation_finish(self, request_id: int, result: SimulationResult, seconds: float) -> None:
@@ -345,8 +408,12 @@ class MainWindow(QtWidgets.QMainWindow):
             return  # a newer request is on its way; skip the stale picture
         self._result = result
         self._last_error = None
+        self._mark_stale(None)
+        self.results_view.set_empty(False)
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
+        if not self._plan_split_moved:
+            self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)
         self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
                              f"{format_count(result.graph.num_tasks)} tasks")
@@ -357,6 +424,11 @@ class MainWindow(QtWidgets.QMainWindow):
         if request_id != self.runner.latest_request_id:
             return
         self._last_error = message
+        self._mark_stale("The simulation of the configuration in the editor failed (the status "
+                         "bar says why): the timeline and figures below are those of the last "
+                         "configuration that simulated.")
+        if self._result is None:
+            self.results_view.set_empty(True, _FAILED_TEXT.format(message=_html(message)))
         kept = " (showing the last result)" if self._result is not None else ""
         self._status.setText(f"Simulation failed: {message}{kept}")
         self.simulation_failed.emit(message)
@@ -498,10 +570,48 @@ class MainWindow(QtWidgets.QMainWindow):
         event.accept()
 
     # ------------------------------------------------------------------ internals
+    def _show_session(self, session: Session) -> list[str]:
+        """Show ``session`` in the editor and the tabs; returns the unusable study settings."""
+        self.editor.set_session(session)
+        self.explore.reset(session)
+        return self.studies.reset(session)
+
+    def _mark_stale(self, message: str | None) -> None:
+        """Dim the Plan tab's results under ``message`` (None: they are current again)."""
+        stale = message is not None and self._result is not None
+        self._stale_banner.setText(message or "")
+        self._stale_banner.setVisible(stale)
+        self.cost_panel.set_stale(stale)
+        self._timeline_veil.set_stale(stale)
+
+    def _fit_plan_split(self) -> None:
+        """Give the figures under the timeline the height they need (at most 60 %)."""
+        right = self._splitters[1]
+        total = sum(right.sizes())
+        if total <= 0:
+            return
+        figures = min(self.cost_panel.figures_height(), int(total * 0.6))
+        right.setSizes([total - figures, figures])
+
+    @Slot(int, int)
+    def _on_plan_splitter_move(self, pos: int, index: int) -> None:
+        self._plan_split_moved = True
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
+        if (event.type() == QtCore.QEvent.Type.Resize and watched is self._splitters[1]
+                and not self._plan_split_moved):
+            self._fit_plan_split()
+        return super().eventFilter(watched, event)
+
     def _schedule_simulation(self, immediately: bool = False) -> None:
         errors = validate(self.editor.session())
         if errors:
             self._debounce.stop()
+            self._mark_stale("Not the configuration in the editor: it breaks a rule (fix the "
+                             "fields marked in red). The timeline and figures below are those of "
+                             "the last valid configuration.")
+            if self._result is None:
+                self.results_view.set_empty(True, _INVALID_TEXT)
             n = len(errors)
             kept = "; the last valid result stays on screen" if self._result is not None else ""
             self._status.setText(f"Invalid configuration ({n} problem{'s' if n > 1 else ''}): "

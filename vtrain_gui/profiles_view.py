@@ -116,7 +116,7 @@ def _details_text(info: StoreInfo) -> str:
     head = [f"{info.path}", f"({where})", ""]
     if info.error:
         return "\n".join(head + ["Cannot read this store:", info.error])
-    head += [info.summary, ""]
+    head += [info.summary, "", "Device:", f"  {info.device_line()}", ""]
     ops = [f"  {op}: {n} rows" for op, n in info.num_op_rows.items()] or ["  (none)"]
     colls = [f"  {kind}: group sizes {sizes}" for kind, sizes in info.collectives.items()] \
         or ["  (none: the simulator uses its analytic network model)"]

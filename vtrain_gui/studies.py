@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.config import Session
 from core.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
+from .empty_state import EmptyStack
 from .workers import SweepRunner
 
 __all__ = ["StudiesTab", "OptimalPanel", "SchedulePanel", "DEFAULT_TRACE"]
@@ -71,6 +72,19 @@ def run_schedule_study(session: Session, settings: dict, _unused: Any,
                                           source=Path(path).name, progress=on_progress,
                                           cancel=cancel)
     return jobs, counts, tps, results
+
+
+#: Axis text and lines of the study plots: dark on white (pyqtgraph's default grey is faint).
+_AXIS_TEXT = "#202020"
+_AXIS_LINE = "#404040"
+
+
+def _dark_axes(plot: pg.PlotWidget) -> None:
+    """Dark axis lines and tick labels on ``plot``'s left and bottom axes."""
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        axis.setPen(pg.mkPen(_AXIS_LINE))
+        axis.setTextPen(pg.mkPen(_AXIS_TEXT))
 
 
 def _gpu_spin() -> QtWidgets.QSpinBox:
@@ -150,9 +164,11 @@ class _StudyPanel(QtWidgets.QWidget):
             for k, w in enumerate(widgets):
                 lay.addWidget(w, 1 if k == len(widgets) - 1 else 0)
             right.addWidget(pane)
+        # no result: say what to do instead of empty tables and placeholder axes
+        self.results_view = EmptyStack(right, self._empty_text)
         lay = QtWidgets.QHBoxLayout(self)
         lay.addWidget(self._side())
-        lay.addWidget(right, 1)
+        lay.addWidget(self.results_view, 1)
         return right
 
     def _side(self) -> QtWidgets.QWidget:
@@ -229,6 +245,8 @@ class _StudyPanel(QtWidgets.QWidget):
             return None
         self._set_status("Running…", True)
         self.clear_result()
+        self.results_view.set_empty(True, "<p style='font-size:13pt'><b>Running…</b></p>"
+                                          "<p>The results appear here when the study finishes.</p>")
         return self.runner.start(session, self.settings())
 
     def check_session(self, session: Session) -> None:  # pragma: no cover - overridden
@@ -270,6 +288,7 @@ class _StudyPanel(QtWidgets.QWidget):
         self.result = result
         self._set_status(f"Done in {seconds:.1f} s.", False)
         self.show_result(result)
+        self.results_view.set_empty(False)
 
     def show_result(self, result: Any) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -277,6 +296,12 @@ class _StudyPanel(QtWidgets.QWidget):
 
 class OptimalPanel(_StudyPanel):
     """Which model trains to the lowest loss on N GPUs in D days (:func:`core.optimal.compute_optimal`)."""
+
+    _empty_text = ("<p style='font-size:13pt'><b>No study yet</b></p>"
+                   "<p>Set the GPU budget and the days on the left and press <b>Run</b>.</p>"
+                   "<p>Model sizes around the Chinchilla-optimal one are each trained with "
+                   "their fastest plan on the Plan tab's cluster; their table and loss curve "
+                   "appear here.</p>")
 
     def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
                  study_fn: Callable[..., Any] | None = None) -> None:
@@ -315,8 +340,9 @@ class OptimalPanel(_StudyPanel):
         self.table = _table(["params", "L", "h", "heads", "t p d b", "schedule", "recompute",
                              "MFU", "tokens", "tokens/param", "loss", "note"])
         self.plot = pg.PlotWidget(background="w")
-        self.plot.setLabel("bottom", "parameters (billions)")
-        self.plot.setLabel("left", "Chinchilla loss (nats/token)")
+        self.plot.setLabel("bottom", "parameters (billions)", color=_AXIS_TEXT)
+        self.plot.setLabel("left", "Chinchilla loss (nats/token)", color=_AXIS_TEXT)
+        _dark_axes(self.plot)
         for side in ("bottom", "left"):
             self.plot.getAxis(side).enableAutoSIPrefix(False)
         self.plot.getAxis("left").setWidth(70)
@@ -349,6 +375,7 @@ class OptimalPanel(_StudyPanel):
     def clear_result(self) -> None:
         """Empty the table, the summary and the plot."""
         self.result = None
+        self.results_view.set_empty(True)
         self.table.setRowCount(0)
         self.summary.setText("")
         for item in (self._points, self._line, self._best):
@@ -425,6 +452,12 @@ class OptimalPanel(_StudyPanel):
 class SchedulePanel(_StudyPanel):
     """A job trace on a shared cluster under GPU-allocation policies (:mod:`core.scheduler`)."""
 
+    _empty_text = ("<p style='font-size:13pt'><b>No study yet</b></p>"
+                   "<p>Choose a job trace on the left (empty: the shipped example trace) and "
+                   "the cluster's GPUs, and press <b>Run</b>.</p>"
+                   "<p>Each GPU-allocation policy's job completion times, waits and "
+                   "utilization appear here, with a chart of its jobs over time.</p>")
+
     def __init__(self, session_fn: Callable[[], Session], parent: QtWidgets.QWidget | None = None,
                  study_fn: Callable[..., Any] | None = None) -> None:
         super().__init__(session_fn, study_fn or run_schedule_study, parent)
@@ -466,7 +499,8 @@ class SchedulePanel(_StudyPanel):
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #7A5C00;")
         self.gantt = pg.PlotWidget(background="w")
-        self.gantt.setLabel("bottom", "hours since the first arrival")
+        self.gantt.setLabel("bottom", "hours since the first arrival", color=_AXIS_TEXT)
+        _dark_axes(self.gantt)
         self.gantt.getViewBox().invertY(True)
         self.gantt.showGrid(x=True, y=False, alpha=0.25)
         self.gantt.getAxis("left").setWidth(110)
@@ -489,6 +523,7 @@ class SchedulePanel(_StudyPanel):
     def clear_result(self) -> None:
         """Empty the policy table, the notes and the chart."""
         self.result = None
+        self.results_view.set_empty(True)
         self.policies.setRowCount(0)
         self.notes.setText("")
         for item in self._bars:

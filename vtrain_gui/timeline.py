@@ -63,6 +63,13 @@ def _draw_rects(painter: QtGui.QPainter, rects: np.ndarray) -> None:
         painter.drawRects([QtCore.QRectF(*r) for r in rects.tolist()])
 
 
+def _blend(color: QtGui.QColor, background: QtGui.QColor, alpha: float) -> str:
+    """``color`` drawn at opacity ``alpha`` over ``background``, as ``#RRGGBB`` (legend swatches)."""
+    mix = [round(c * alpha + b * (1.0 - alpha)) for c, b in
+           zip(color.getRgb()[:3], background.getRgb()[:3])]
+    return "#{:02X}{:02X}{:02X}".format(*mix)
+
+
 def _shade_step(busy: np.ndarray) -> np.ndarray:
     """Opacity step ``1.._SHADES`` of pixels busy a fraction ``busy`` of their time; shape kept."""
     return np.clip(np.ceil(np.asarray(busy) * _SHADES), 1, _SHADES).astype(np.int64)
@@ -388,6 +395,10 @@ def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> s
              f"stage {int(graph.stage[index])} {STREAMS[int(graph.stream[index])]}"]
     mb = int(graph.microbatch[index])
     parts.append(f"micro-batch {mb}" if mb >= 0 else "micro-batch –")
+    if graph.num_chunks > 1 and graph.chunk[index] >= 0:
+        # interleaved schedule: the virtual chunk and the virtual stage it runs
+        c = int(graph.chunk[index])
+        parts.append(f"chunk {c} (virtual stage {c * graph.num_stages + int(graph.stage[index])})")
     layer = int(graph.layer[index])
     parts.append(f"layer {layer}" if layer >= 0 else "layer –")
     parts.append(f"start {format_duration(float(schedule.start_s[index]))}")
@@ -630,4 +641,15 @@ class TimelineWidget(QtWidgets.QWidget):
             items.append(f'<span style="color:{KIND_COLORS[name]}; font-size:14pt;">&#9632;</span>'
                          f"&nbsp;{label}")
         items.append('<span style="color:#DCE1EA; font-size:14pt;">&#9632;</span>&nbsp;idle&nbsp;(bubble)')
+        # bars narrower than a pixel are merged; their opacity is the lane's busy share there
+        base, lane = QtGui.QColor(KIND_COLORS["tp_comm"]), _LANE_COLORS[1]
+        swatches = "".join(
+            f'<span style="color:{_blend(base, lane, step / _SHADES)}; font-size:14pt;">&#9632;</span>'
+            for step in (1, 3, _SHADES))
+        items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;busy&nbsp;part&nbsp;of&nbsp;the&nbsp;time")
         self._legend.setText("&nbsp;&nbsp; ".join(items))
+        self._legend.setToolTip(
+            "Where bars are narrower than a pixel, each pixel shows the share of its time the "
+            "lane is busy as the bar's opacity (in steps of 1/5): a pale stretch of a "
+            "communication lane is many short collectives with gaps between them, not one "
+            "long one.")

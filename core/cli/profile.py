@@ -29,8 +29,15 @@ def add_parser(sub: Any) -> None:
     ``vtrain``'s sub-parsers."""
     prof = sub.add_parser("profile", help="generate or inspect profile stores")
     psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
-    gen = psub.add_parser("generate", help="write an analytic store from public GPU specifications")
-    gen.add_argument("--gpu", required=True, help="GPU kind, e.g. A100-SXM4-80GB")
+    gen = psub.add_parser(
+        "generate", help="write an analytic store from a GPU's data-sheet figures",
+        description="Build an analytic profile store from a GPU spec file (peak FLOP/s per "
+                    "dtype, HBM capacity and bandwidth, NVLink bandwidth and domain size, NIC "
+                    "bandwidth, assumed efficiencies, sources; format in docs/profile_store.md) "
+                    "or from the shipped spec of a GPU kind (resources/gpu_specs/).")
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--gpu", help="shipped GPU kind, e.g. H100-SXM5-80GB")
+    what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
     gen.add_argument("--out", required=True, metavar="STORE.h5",
                      help="store to write (atomically; an existing file is replaced)")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
@@ -47,14 +54,35 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_command in ("run", "collectives"):
         return run_measurement(args)
     if args.profile_command == "generate":
-        from ..profiles_gen import DEVICE_SPECS, write_store
-        if args.gpu not in DEVICE_SPECS:
-            raise UsageError(f"--gpu {args.gpu!r}: no specification; known: {', '.join(DEVICE_SPECS)}")
-        path = write_store(args.gpu, args.out)
-        print(printable(f"wrote {path}"))
-        return 0
+        return _generate(args)
     store = ProfileStore.open(args.store)
     print_store(store, Console())
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """``vtrain profile generate``: an analytic store from ``--spec FILE`` or ``--gpu KIND``."""
+    from ..config import gpu_kind
+    from ..gpu_spec import read_gpu_spec, shipped_spec_path
+    from ..profiles_gen import shipped_gpu_names, store_from_spec
+
+    if args.spec:
+        spec = read_gpu_spec(args.spec)
+    else:
+        path = shipped_spec_path(gpu_kind(args.gpu))
+        if not path.is_file():
+            raise UsageError(f"--gpu {args.gpu!r}: no shipped spec; known: "
+                             f"{', '.join(shipped_gpu_names())} (or give --spec GPU.json)")
+        spec = read_gpu_spec(path)
+    try:
+        store = store_from_spec(spec)
+    except ValueError as exc:  # a figure beyond what a store may hold (STORE_BOUNDS)
+        raise UsageError(f"{args.spec or args.gpu}: {exc}") from None
+    store.save(args.out)
+    peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
+    print(printable(f"wrote {args.out}: {spec.name}, analytic (data-sheet figures, assumed "
+                    f"efficiencies); peak TFLOP/s {peaks}; NVLink domain "
+                    f"{spec.gpus_per_nvlink_domain} GPUs"))
     return 0
 
 

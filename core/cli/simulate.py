@@ -45,15 +45,19 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    ideal = (p - 1) / (m + p - 1)
+    from ..graph import num_chunks
+    from ..schedules import get as get_schedule
+    sched = get_schedule(s.plan.schedule)
+    ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
     t.add_row("Parameters", f"{format_params(r.num_parameters)} ({r.num_parameters:,})")
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
-    t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the iteration "
-                                 f"(1F1B ideal (p-1)/(m+p-1) = {ideal:.1%})")
-    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking communication "
-                                  f"{r.comm_s:,.3f} s, idle {r.bubble_s:,.3f} s")
+    t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
+              + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
+    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking TP/DP communication "
+                                  f"{r.comm_s:,.3f} s, pipeline sends {r.pp_comm_s:,.3f} s, "
+                                  f"bubble {r.bubble_s:,.3f} s, stage imbalance {r.imbalance_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
                           f"iterations, {r.training_days:,.1f} days")
     t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "

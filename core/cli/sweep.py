@@ -50,6 +50,9 @@ def add_parser(sub: Any) -> None:
                     help="micro-batch sizes to try (default 1,2,4,8)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
                     help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--virtual-pipeline-stages", metavar="V[,V...]",
+                    help="virtual stages per rank to try with the interleaved schedule "
+                         "(default: 2 to 8 where the layers divide by p*v)")
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
@@ -107,6 +110,7 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
         schedules=_names("--schedules", args.schedules, SCHEDULES),
         recompute=_names("--recompute", args.recompute, RECOMPUTE_MODES),
+        virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
     )
 
 

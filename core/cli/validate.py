@@ -50,7 +50,7 @@ def _predictor(profile: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """``vtrain validate``: see :func:`add_parser`."""
-    from ..validate import ValidationResult, predict_rows, read_measurements
+    from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
 
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
@@ -73,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         result = predict_rows(ms, _predictor(args.profile))
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
+    metrics["skipped_by_cause"] = skip_counts(ms)
     if args.out:
         _write_rows(result, args.out)
-    if args.plot:
+    if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
     if args.json:
         print(strict_dumps(metrics))
@@ -88,6 +89,31 @@ def run(args: argparse.Namespace) -> int:
         how = _profile_note(args.profile, result, Path(args.csv).name)
     console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted, "
                   f"{metrics['skipped']} skipped; {esc(how)}")
+    if metrics["n"]:
+        _print_errors(console, result, metrics)
+    if metrics["skipped"]:
+        c = Table(title=f"skipped rows by cause ({metrics['skipped']} rows; a row may have "
+                        "several causes)", title_justify="left")
+        c.add_column("cause")
+        c.add_column("rows", justify="right")
+        for cause, n in metrics["skipped_by_cause"].items():
+            c.add_row(esc(cause), str(n))
+        console.print(c)
+    skipped = [m for m in ms if m.skip_reason]
+    for m in skipped[:_MAX_ROWS_SHOWN]:
+        console.print(f"[yellow]skipped row {m.row}:[/] {esc(m.skip_reason)}", highlight=False)
+    if len(skipped) > _MAX_ROWS_SHOWN:
+        console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
+                      "(see --out)[/]")
+    return 0
+
+
+#: Skipped rows listed with their reasons (the rest go to --out).
+_MAX_ROWS_SHOWN = 50
+
+
+def _print_errors(console: Console, result, metrics: dict) -> None:
+    """The error figures and the error tables by model, t and p."""
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -103,19 +129,13 @@ def run(args: argparse.Namespace) -> int:
         for label, n, mape, mx in result.by_group(key):
             g.add_row(esc(label), str(n), f"{mape:.2f}", f"{mx:.2f}")
         console.print(g)
-    skipped = [m for m in ms if m.skip_reason]
-    for m in skipped[:20]:
-        console.print(f"[yellow]skipped row {m.row}:[/] {esc(m.skip_reason)}", highlight=False)
-    if len(skipped) > 20:
-        console.print(f"[yellow]... and {len(skipped) - 20} more skipped rows (see --out)[/]")
-    return 0
 
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
     from ..simulate import open_profile, session_profile
 
-    sessions = [m.session for m in result.measurements if m.session is not None]
+    sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
     if not sessions:
         return "no row could be predicted"
     store = open_profile(profile) if profile else session_profile(sessions[0])

@@ -16,14 +16,15 @@ from core.config import Session
 from core.session import load_any, load_session
 from core.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
-from vtrain_gui.explore import TABLE_COLUMNS, SweepTableModel
+from vtrain_gui.sweep_table import TABLE_COLUMNS, SweepTableModel
 from vtrain_gui.main_window import MainWindow
 from vtrain_gui.workers import SweepRunner, live_runners
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
 MTNLG = EXAMPLES / "mtnlg_530b.json"
 #: ~200 plans of GPT-3 1.3B on at most 8 GPUs, some not fitting, a Pareto front of several
-SMALL_SETTINGS = {"space": SweepSpace(max_gpus=8, micro_batch_sizes=(1, 2, 4)).to_dict(),
+SMALL_SETTINGS = {"space": SweepSpace(max_gpus=8, micro_batch_sizes=(1, 2, 4),
+                                      schedules=("1f1b", "gpipe")).to_dict(),
                   "deadline_days": 5.0}
 
 
@@ -407,7 +408,8 @@ def test_settings_round_trip_through_a_saved_session(window, qtbot, tmp_path):
     _type(qtbot, panel.gpus, "4, 8")
     _type(qtbot, panel.tensor_parallel, "1 2 4")
     _type(qtbot, panel.micro_batch_sizes, "1, 2")
-    panel.schedule_boxes["gpipe"].setChecked(False)
+    for name in ("gpipe", "interleaved", "zb-h1"):
+        panel.schedule_boxes[name].setChecked(False)
     panel.max_data_parallel.setValue(4)
     panel.deadline.setValue(12.5)
     assert window.isWindowModified()

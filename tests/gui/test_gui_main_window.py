@@ -95,6 +95,14 @@ def test_invalid_edit_keeps_the_last_result(window, qtbot, example, real_simulat
     assert window.runner.latest_request_id == requests
     assert window.result is shown
     assert window.timeline.num_tasks == shown.graph.num_tasks
+    # the kept result is marked as not the editor's: banner, veiled timeline and figures
+    assert window.results_stale and window.cost_panel.is_stale
+    assert "last valid configuration" in window.stale_text
+    assert window._timeline_veil.isVisible()
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        window.editor.field_widget("plan.tensor_parallel").setValue(1)
+    assert not window.results_stale and not window.cost_panel.is_stale
+    assert not window._timeline_veil.isVisible()
 
 
 def test_simulation_failure_is_shown_and_keeps_the_result(window, qtbot, monkeypatch, example,
@@ -111,6 +119,7 @@ def test_simulation_failure_is_shown_and_keeps_the_result(window, qtbot, monkeyp
         window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.0)
     assert "profile store is missing" in window.status_text
     assert window.result is shown
+    assert window.results_stale and "failed" in window.stale_text
 
 
 def test_unsaved_changes_are_asked_about_on_close(window, qtbot, message_boxes, tmp_path):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from core import profiling
+from core.config import GPU_KINDS
 from core.profile_store import ProfileStore
 from core.profiling import ProfileProgress, ProfileRunResult
 from vtrain_gui.profiles_view import COLUMNS, ProfilesTab, format_provenance
@@ -109,7 +110,8 @@ def test_lists_the_shipped_stores_with_their_method(tab, profiles_dir):
     assert stores["H100-SXM5-80GB"].method == "analytic" and stores["H100-SXM5-80GB"].shipped
     for device, method in (("A100-SXM4-80GB", "calibrated"), ("H100-SXM5-80GB", "analytic")):
         assert tab.table.item(_row_of(tab, device), _METHOD).text() == method
-    assert tab.table.rowCount() == len(tab.stores()) == 2  # the user folder does not exist yet
+    # the shipped stores, one per GPU kind (the user folder does not exist yet)
+    assert tab.table.rowCount() == len(tab.stores()) == len(GPU_KINDS)
     assert str(profiles_dir) in tab.folder_label.text()
 
 

@@ -1,0 +1,177 @@
+"""The sweep's fast path: iteration times of many plans of one pipeline structure at once.
+
+Used by :mod:`core.sweep` for every plan of a sweep and by :mod:`core.simulate`
+for the schedule's idle share with free pipeline transfers. It reads the
+schedule's order from :mod:`core.schedules` and equals the general solver on
+the coarse graph of :func:`core.graph.build_pipeline_graph` (tests check it).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from . import schedules as pipeline_schedules
+
+__all__ = ["pipeline_iteration_times"]
+
+
+@lru_cache(maxsize=32)
+def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
+    """Program order of every stage as arrays (read-only), from :mod:`core.schedules`.
+
+    Returns ``phase``, ``chunk`` (p, K) of each stage's K work items; ``src``
+    (p, K), the row of the flattened ``(p*K + 1, n)`` end-time array that item
+    ``k`` waits for (the F of the same micro-batch on the previous virtual
+    stage, or the B on the next one; the last row, always 0, when it waits for
+    no transfer); ``sends`` (p, K) bool, whether the item's output is sent
+    (an F below the last virtual stage, a B above the first); ``deps``, for
+    each stage the tuple of stages its items wait for.
+    """
+    orders = [pipeline_schedules.work_order(schedule, p, m, i, v) for i in range(p)]
+    K = len(orders[0])
+    if any(len(o) != K for o in orders):
+        raise AssertionError(f"{schedule}: stages have programs of different lengths")
+    phase = np.stack([o.phase for o in orders]).astype(np.int64)
+    chunk = np.stack([o.chunk for o in orders]).astype(np.int64)
+    mbs = np.stack([o.microbatch for o in orders]).astype(np.int64)
+    pos = np.full((p, 3, v, m), -1, np.int64)          # item index of (stage, phase, chunk, mb)
+    for i in range(p):
+        pos[i, phase[i], chunk[i], mbs[i]] = np.arange(K)
+    stage = np.arange(p)[:, None]
+    vstage = chunk * p + stage                         # virtual stage of each item
+    F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
+    waits_f = (phase == F) & (vstage > 0)
+    waits_b = (phase == B) & (vstage < p * v - 1)
+    prev_v, next_v = np.maximum(vstage - 1, 0), np.minimum(vstage + 1, p * v - 1)
+    src = np.full((p, K), p * K, np.int64)
+    src_f = (prev_v % p) * K + pos[prev_v % p, F, prev_v // p, mbs]
+    src_b = (next_v % p) * K + pos[next_v % p, B, next_v // p, mbs]
+    src[waits_f], src[waits_b] = src_f[waits_f], src_b[waits_b]
+    sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
+    deps = tuple(tuple(sorted(set((src[i][src[i] < p * K] // K).tolist()) - {i})) for i in range(p))
+    out = (phase, chunk, src, sends)
+    for a in out:
+        a.setflags(write=False)
+    return out + (deps,)
+
+
+def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
+                             bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
+                             dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
+                             return_updates: bool = False, wgrad_s: np.ndarray | None = None
+                             ) -> np.ndarray | tuple[np.ndarray, int]:
+    """Iteration times of many plans with one pipeline structure, without building graphs.
+
+    Equals the critical path of :func:`core.graph.build_pipeline_graph` on
+    stage programs with one task per work item (forward, backward and, for
+    schedules that split it, weight gradient, per virtual chunk), transfers,
+    data-parallel all-reduce and optimizer step, up to float rounding (tests
+    compare with :func:`core.solver.solve`). Sends are blocking there, so each
+    transfer is folded into the item that sends it.
+
+    Method: the end time of item ``k`` of stage ``i`` is
+    ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the end of the item
+    whose transfer it waits for (0 when none). With prefix sums ``S`` of the
+    durations this is ``E[k] = S[k] + max_{l<=k}(R[l] - S[l-1])``, a running
+    maximum over the stage's program. Stages are updated in alternating
+    ascending and descending sweeps, starting from the lower bound ``-inf``,
+    and a stage is recomputed only when a stage it waits for changed since its
+    last update; every update is monotone, so the fixed point reached is the
+    least one, i.e. the longest-path times of the DAG. The iteration time is
+    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+
+    Parameters
+    ----------
+    schedule : str
+        A schedule of :mod:`core.schedules` with ``fast_path``.
+    num_microbatches : int
+        m >= 1.
+    fwd_s, bwd_s : float array, shape (p, n) or (p, v, n)
+        Forward / backward (B when split) of one micro-batch per stage (rows),
+        virtual chunk and plan (last axis), seconds.
+    send_fwd_s, send_bwd_s : float array, shape (p, n)
+        Transfer from stage i to (i+1) mod p (resp. (i-1) mod p); hops no item
+        uses are ignored.
+    dp_comm_s, optimizer_s : float array, shape (p, n)
+        Tail of each stage after its last work item (0 for a missing all-reduce).
+    return_updates : bool
+        Also return the number of stage updates made (diagnostics).
+    wgrad_s : float array, shape of ``fwd_s``, optional
+        Weight-gradient items W, for schedules that split the backward.
+
+    Returns
+    -------
+    float64 array, shape (n,)
+        Iteration time of each plan, seconds.
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule, one without a fast path, ``m < 1``, arrays of
+        different shapes, or ``wgrad_s`` missing for a split schedule.
+    """
+    sched = pipeline_schedules.get(schedule)
+    if not sched.fast_path:
+        raise ValueError(f"schedule {schedule!r} has no fast path; build its graph")
+    F = np.asarray(fwd_s, np.float64)
+    if F.ndim == 2:
+        F = F[:, None, :]
+    if F.ndim != 3:
+        raise ValueError(f"fwd_s must have shape (p, n) or (p, v, n), got {F.shape}")
+    p, v, n = F.shape
+    Bw = np.asarray(bwd_s, np.float64).reshape(-1, n) if np.ndim(bwd_s) else None
+    Bw = np.asarray(bwd_s, np.float64)
+    Bw = Bw[:, None, :] if Bw.ndim == 2 else Bw
+    if sched.splits_backward and wgrad_s is None:
+        raise ValueError(f"schedule {schedule!r} splits the backward: give wgrad_s")
+    W = np.zeros_like(F) if wgrad_s is None else np.asarray(wgrad_s, np.float64)
+    W = W[:, None, :] if W.ndim == 2 else W
+    arrays = [np.asarray(a, np.float64) for a in (send_fwd_s, send_bwd_s, dp_comm_s, optimizer_s)]
+    if Bw.shape != F.shape or W.shape != F.shape or any(a.shape != (p, n) for a in arrays):
+        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n) or (p, v, n) for "
+                         "the per-chunk ones")
+    cf, cb, dp, opt = arrays
+    m = int(num_microbatches)
+    if m < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+    phase, chunk, src, sends, deps = _pipeline_structure(schedule, p, m, v)
+    K = phase.shape[1]
+    # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
+    table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
+    stage = np.arange(p)[:, None]
+    D = table[stage, phase, chunk]                                          # (p, K, n)
+    send = np.where(phase == pipeline_schedules.PHASE_F, 0, 1)                       # which hop
+    hops = np.stack([cf, cb], axis=1)                                       # (p, 2, n)
+    D = D + np.where(sends[:, :, None], hops[stage, send], 0.0)
+    S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
+    Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
+    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
+    E[-1] = 0.0
+    version = np.zeros(p, np.int64)       # changes of each stage so far
+    seen: list[tuple | None] = [None] * p  # versions of a stage's sources at its last update
+    updates = 0
+    sweep = 0
+    up, down = list(range(p)), list(range(p - 1, -1, -1))
+    while True:
+        changed = False
+        for i in (up if sweep % 2 == 0 else down):
+            nbr = tuple(version[list(deps[i])].tolist())
+            if seen[i] == nbr:
+                continue  # inputs unchanged since the last update: still a fixed point
+            seen[i] = nbr
+            new = np.maximum.accumulate(E[src[i]] + Q[i], axis=0)
+            new += S[i]
+            updates += 1
+            rows = slice(i * K, (i + 1) * K)
+            if not np.array_equal(new, E[rows]):
+                E[rows] = new
+                version[i] += 1
+                changed = True
+        sweep += 1
+        if not changed:
+            break
+    last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
+    T = ((last + dp) + opt).max(axis=0)
+    return (T, updates) if return_updates else T

@@ -1,0 +1,321 @@
+"""Pipeline schedules: one entry per schedule, registered by name.
+
+A schedule says, for each pipeline stage, the order in which that stage runs
+its work items. A work item is one phase of one micro-batch on one virtual
+chunk of the stage's layers:
+
+* ``F``: the forward of the chunk for the micro-batch;
+* ``B``: its backward -- the whole backward for schedules that do not split
+  it, the input-gradient part only for those that do (zero-bubble);
+* ``W``: the weight-gradient part of the backward (split schedules only).
+
+With ``v`` virtual chunks (interleaved 1F1B), stage ``i`` holds the chunks
+``c = 0..v-1`` whose layers form virtual stage ``c*p + i``; the activation
+of virtual stage ``k`` goes to virtual stage ``k+1`` (stage ``(i+1) % p``).
+
+Everything that needs a schedule's order reads it here: the graph builder
+(:func:`core.graph.build_pipeline_graph`), the sweep's batch solver
+(:func:`core.sweep.pipeline_iteration_times`) and the memory model
+(:func:`in_flight_microbatches`). A new schedule is one new class with
+:func:`register`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
+           "register", "get", "names", "work_order", "in_flight_microbatches", "schedule_errors"]
+
+PHASE_F, PHASE_B, PHASE_W = 0, 1, 2
+#: Phase names, indexed by the phase codes above.
+PHASES = ("F", "B", "W")
+
+
+@dataclass(frozen=True)
+class WorkOrder:
+    """The program order of one pipeline stage.
+
+    Attributes
+    ----------
+    phase : int8 array, shape (k,)
+        :data:`PHASE_F`, :data:`PHASE_B` or :data:`PHASE_W` per work item.
+    microbatch : int32 array, shape (k,)
+        Micro-batch 0..m-1 of each item.
+    chunk : int32 array, shape (k,)
+        Virtual chunk 0..v-1 of each item (0 without interleaving).
+    """
+
+    phase: np.ndarray
+    microbatch: np.ndarray
+    chunk: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.phase.shape[0])
+
+
+class PipelineSchedule:
+    """Base of the registered schedules.
+
+    Attributes
+    ----------
+    name : str
+        The value of ``plan.schedule``.
+    title : str
+        The name users know it by, for labels.
+    splits_backward : bool
+        Whether the backward is split into B (input gradient) and W (weight
+        gradient) items.
+    uses_virtual_stages : bool
+        Whether ``plan.virtual_pipeline_stages`` (v >= 2) applies.
+    fast_path : bool
+        Whether :func:`core.sweep.pipeline_iteration_times` may solve it; the
+        sweep falls back to the general graph solver otherwise.
+    """
+
+    name = ""
+    title = ""
+    splits_backward = False
+    uses_virtual_stages = False
+    fast_path = True
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        """Program order of ``stage`` (0..p-1) for ``m`` micro-batches and ``v`` chunks."""
+        raise NotImplementedError
+
+    def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
+        """Bubble share of the iteration with uniform stages and free communication, or None
+        when it depends on more than p, m and v."""
+        return (p - 1) / (m + p - 1)
+
+    def errors(self, p: int, m: int, v: int | None, num_layers: int) -> list[tuple[str, str]]:
+        """Rules the plan breaks for this schedule: ``(field, message)`` pairs."""
+        if v not in (None, 1):
+            return [("plan.virtual_pipeline_stages",
+                     f"virtual_pipeline_stages={v} needs schedule 'interleaved'; "
+                     f"{self.name} has one chunk per stage (leave it empty)")]
+        return []
+
+
+_REGISTRY: dict[str, PipelineSchedule] = {}
+
+
+def register(cls: type[PipelineSchedule]) -> type[PipelineSchedule]:
+    """Class decorator: add a schedule to the registry under ``cls.name``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get(name: str) -> PipelineSchedule:
+    """The schedule registered as ``name``.
+
+    Raises
+    ------
+    ValueError
+        No schedule of that name.
+    """
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"schedule={name!r} is not one of {', '.join(_REGISTRY)}") from None
+
+
+def names() -> tuple[str, ...]:
+    """Registered schedule names in registration order."""
+    return tuple(_REGISTRY)
+
+
+def _order(phases, mbs, chunks=None) -> WorkOrder:
+    phase = np.asarray(phases, np.int8)
+    mb = np.asarray(mbs, np.int32)
+    chunk = np.zeros_like(mb) if chunks is None else np.asarray(chunks, np.int32)
+    for a in (phase, mb, chunk):
+        a.setflags(write=False)
+    return WorkOrder(phase, mb, chunk)
+
+
+@register
+class GPipe(PipelineSchedule):
+    """GPipe (Huang et al. 2019): all forwards, then all backwards."""
+
+    name, title = "gpipe", "GPipe"
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        return _order(np.repeat([PHASE_F, PHASE_B], m), np.concatenate([np.arange(m)] * 2))
+
+
+def _one_f_one_b(p: int, m: int, stage: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """1F1B order as ``(warm-up count, is_backward, micro-batch)``."""
+    w = min(p - stage - 1, m)
+    steady = m - w
+    is_bwd = np.concatenate([np.zeros(w, bool), np.tile([False, True], steady), np.ones(w, bool)])
+    mb = np.concatenate([np.arange(w), np.stack([np.arange(w, m), np.arange(steady)], 1).ravel(),
+                         np.arange(steady, m)])
+    return w, is_bwd, mb
+
+
+@register
+class OneFOneB(PipelineSchedule):
+    """1F1B, PipeDream-flush (Narayanan et al. 2021, Sec. 2.2).
+
+    Stage ``i`` runs ``min(p-i-1, m)`` warm-up forwards, then one forward and
+    one backward in turn, then the remaining backwards; at most ``p-i``
+    micro-batches are in flight.
+    """
+
+    name, title = "1f1b", "1F1B"
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        _, is_bwd, mb = _one_f_one_b(p, m, stage)
+        return _order(np.where(is_bwd, PHASE_B, PHASE_F), mb)
+
+
+@register
+class Interleaved(PipelineSchedule):
+    """Interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2), in Megatron-Core's order.
+
+    Each stage holds ``v`` chunks of ``L/(p*v)`` layers. Megatron-Core's
+    ``forward_backward_pipelining_with_interleaving``: ``m*v`` forward and
+    ``m*v`` backward items; warm-up ``(p-i-1)*2 + (v-1)*p`` forwards on stage
+    ``i`` (all ``m*v`` when ``m == p``), then one forward and one backward in
+    turn, then the remaining backwards. Item ``k`` in forward order runs chunk
+    ``(k mod p*v) // p`` on micro-batch ``(k // (p*v))*p + k mod p``; backward
+    items run the chunks in reverse. Megatron requires ``m`` to be a multiple
+    of ``p`` for this order. Ideal bubble: ``(p-1)/(v*m)`` of the ideal time.
+    """
+
+    name, title = "interleaved", "Interleaved 1F1B"
+    uses_virtual_stages = True
+
+    def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
+        # bubble (p-1)/(v*m) of the ideal time, i.e. this share of the iteration
+        return (p - 1) / (v * m + p - 1)
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        total = m * v
+        if m == p:
+            warm = total
+        else:
+            warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        k = np.arange(total)
+        group, within = k // (p * v), k % (p * v)
+        mb = group * p + k % p
+        f_chunk = within // p
+        b_chunk = v - 1 - f_chunk
+        remaining = total - warm
+        is_bwd = np.concatenate([np.zeros(warm, bool), np.tile([False, True], remaining),
+                                 np.ones(warm, bool)])
+        idx = np.concatenate([np.arange(warm),
+                              np.stack([np.arange(warm, total), np.arange(remaining)], 1).ravel(),
+                              np.arange(remaining, total)])
+        return _order(np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
+                      np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
+
+    def errors(self, p: int, m: int, v: int | None, num_layers: int) -> list[tuple[str, str]]:
+        errs = []
+        if v is None or v < 2:
+            return [("plan.virtual_pipeline_stages",
+                     f"schedule 'interleaved' needs virtual_pipeline_stages >= 2, got {v!r}")]
+        if p < 2:
+            errs.append(("plan.pipeline_parallel",
+                         "schedule 'interleaved' needs pipeline_parallel_size >= 2"))
+        if num_layers % (p * v):
+            errs.append(("plan.virtual_pipeline_stages",
+                         f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
+                         f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
+                         "virtual stage must be whole)"))
+        if m % p:
+            errs.append(("plan.global_batch_size",
+                         f"the interleaved schedule needs the number of micro-batches "
+                         f"m=global_batch_size/(data_parallel*micro_batch_size)={m} to be a "
+                         f"multiple of pipeline_parallel_size={p} (Megatron's rule)"))
+        return errs
+
+
+@register
+class ZeroBubbleH1(PipelineSchedule):
+    """ZB-H1 zero-bubble schedule (Qi et al., ICLR 2024, Sec. 3.1).
+
+    The backward is split into B (input gradient, on the critical path
+    between stages) and W (weight gradient, free to move). F and B follow
+    1F1B; stage ``i`` defers each W by ``i`` micro-batches (the W of
+    micro-batch ``j`` runs after the B of micro-batch ``j+i``), which fills
+    the cool-down bubble while keeping at most ``p`` micro-batches in flight
+    on any stage -- the peak of 1F1B (stage 0). With uniform stages and free
+    communication the bubble is ``(p-1)(T_F + T_B - T_W)`` against 1F1B's
+    ``(p-1)(T_F + T_B + T_W)``.
+    """
+
+    name, title = "zb-h1", "ZB-H1"
+    splits_backward = True
+
+    def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
+        return None  # depends on T_W / (T_F + T_B)
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        _, is_bwd, mb = _one_f_one_b(p, m, stage)
+        phases, mbs = [], []
+        next_w = 0
+        for bwd, j in zip(is_bwd.tolist(), mb.tolist()):
+            phases.append(PHASE_B if bwd else PHASE_F)
+            mbs.append(j)
+            if bwd and j - next_w >= stage:
+                phases.append(PHASE_W)
+                mbs.append(next_w)
+                next_w += 1
+        phases += [PHASE_W] * (m - next_w)
+        mbs += list(range(next_w, m))
+        return _order(phases, mbs)
+
+
+@lru_cache(maxsize=256)
+def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrder:
+    """Program order of one stage (cached; the arrays are read-only).
+
+    Parameters
+    ----------
+    schedule : str
+        A registered name (:func:`names`).
+    p, m : int
+        Pipeline-parallel size and number of micro-batches (>= 1).
+    stage : int
+        0..p-1.
+    v : int
+        Virtual chunks per stage (1 unless the schedule uses them).
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule.
+    """
+    sched = get(schedule)
+    return sched.order(p, m, stage, v if sched.uses_virtual_stages else 1)
+
+
+def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:
+    """Peak activations a stage holds, in units of one micro-batch through all its layers.
+
+    The running count of items whose forward has run and whose activations
+    are not yet freed (by B, or by W when the backward is split), maximised
+    over the stage's program, divided by ``v`` since each chunk holds ``1/v``
+    of the stage's layers. 1F1B: ``min(p-i, m)``; GPipe: ``m``; interleaved
+    (Megatron-Core): ``(warm-up + 1)/v``, Narayanan et al. 2021 Sec. 2.2.2.
+    """
+    order = work_order(schedule, p, m, stage, v)
+    release = PHASE_W if get(schedule).splits_backward else PHASE_B
+    step = np.where(order.phase == PHASE_F, 1, np.where(order.phase == release, -1, 0))
+    vv = v if get(schedule).uses_virtual_stages else 1
+    return float(np.cumsum(step).max()) / vv
+
+
+def schedule_errors(schedule: str, p: int, m: int, v: int | None, num_layers: int
+                    ) -> list[tuple[str, str]]:
+    """``(field, message)`` for each rule of ``schedule`` the plan breaks (unknown name included)."""
+    try:
+        sched = get(schedule)
+    except ValueError as exc:
+        return [("plan.schedule", str(exc))]
+    return sched.errors(p, m, v, num_layers)

@@ -1,0 +1,313 @@
+"""Modern GPU kinds: spec files, the stores built from them, GPU names and NVLink domains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.comm import CommModel
+from core.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ParallelPlan,
+                         Session, gpu_kind, validate)
+from core.gpu_spec import GPU_SPECS_DIR, GpuSpecError, read_gpu_spec, shipped_specs
+from core.profile_store import ProfileStore
+from core.profiles_gen import collective_group_sizes, generate_store, store_from_spec
+from core.session import load_any
+from core.simulate import open_profile, simulate
+from tests.conftest import EXAMPLES, ROOT
+
+NEW_KINDS = ("H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
+GiB = 2**30
+
+
+# --------------------------------------------------------------------------- spec files
+
+def test_every_gpu_kind_has_a_spec_file_a_store_and_its_nvlink_domain():
+    specs = shipped_specs()
+    assert sorted(specs) == sorted(GPU_KINDS)
+    for kind, spec in specs.items():
+        assert spec.path.name == f"{kind}.json"
+        assert (ROOT / "profiles" / f"{kind}.h5").is_file()
+        assert GPU_NVLINK_DOMAIN[kind] == spec.gpus_per_nvlink_domain
+        assert set(spec.sources) == {"peak_tflops", "memory", "nvlink", "nic"}
+
+
+def test_spec_figures_are_the_data_sheet_ones_in_base_units():
+    """REFERENCE.md 'GPUs' table (dense, per GPU); NVLink per direction is half the total."""
+    expect = {  # bf16 TFLOP/s, fp8 TFLOP/s, HBM GiB, HBM TB/s, NVLink GB/s both ways, domain, NIC Gb/s
+        "H100-SXM5-80GB": (989, 1979, 80, 3.35, 900, 8, 400),
+        "H200-SXM-141GB": (989, 1979, 141, 4.8, 900, 8, 400),
+        "B200-180GB": (2250, 4500, 180, 8, 1800, 8, 400),
+        "GB200-NVL72": (2500, 5000, 186, 8, 1800, 72, 400),
+    }
+    specs = shipped_specs()
+    for kind, (bf16, fp8, hbm, bw, nvl, dom, nic) in expect.items():
+        s = specs[kind]
+        assert s.peak_flops["bf16"] == bf16 * 1e12 and s.peak_flops["fp16"] == bf16 * 1e12
+        assert s.peak_flops["fp8"] == fp8 * 1e12
+        assert s.memory_bytes == hbm * GiB
+        assert s.memory_bandwidth_bytes_per_s == pytest.approx(bw * 1e12, rel=1e-15)
+        assert s.nvlink_bytes_per_s == nvl * 1e9 / 2
+        assert (s.gpus_per_nvlink_domain, s.nic_bits_per_s) == (dom, nic * 1e9)
+    # the A100 spec reproduces the figures the calibrated A100 store was fitted from
+    a100 = specs["A100-SXM4-80GB"]
+    assert a100.peak_flops == {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}
+    assert a100.memory_bandwidth_bytes_per_s == 2.039e12 and a100.nvlink_bytes_per_s == 300e9
+
+
+# --------------------------------------------------------------------------- shipped stores
+
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_shipped_store_opens_with_the_spec_peaks_and_provenance(kind):
+    spec = read_gpu_spec(GPU_SPECS_DIR / f"{kind}.json")
+    store = ProfileStore.open(ROOT / "profiles" / f"{kind}.h5")
+    assert store.device_name == kind
+    assert store.peak_flops == spec.peak_flops and "fp8" in store.peak_flops
+    # data sheets: dense FP8 twice BF16 (rounded: H100 989.4 -> 1,979)
+    assert store.peak_flops["fp8"] == pytest.approx(2 * store.peak_flops["bf16"], rel=1e-3)
+    assert store.memory_bytes == spec.memory_bytes
+    assert store.memory_bandwidth_bytes_per_s == spec.memory_bandwidth_bytes_per_s
+    p = store.provenance
+    assert p["method"] == "analytic" and p["spec_file"] == f"{kind}.json"
+    assert p["sources"] == spec.sources and "assumed" in p["figures"]
+    assert p["gpus_per_nvlink_domain"] == spec.gpus_per_nvlink_domain
+    assert p["nic_bits_per_s"] == spec.nic_bits_per_s
+    assert store.op_model == spec.op_model
+    # curves for every group a node of the NVLink domain holds
+    assert store.collective_kinds()["all_reduce"] == collective_group_sizes(spec.gpus_per_nvlink_domain)
+    # the ring curve at the domain size: alpha*2(n-1) + bytes*2(n-1)/n / (NVLink one way * eff)
+    n = spec.gpus_per_nvlink_domain
+    x, t = store.collective_curve("all_reduce", n)
+    bus = spec.nvlink_bytes_per_s * spec.nvlink_efficiency
+    np.testing.assert_allclose(t, spec.collective_latency_s * 2 * (n - 1) + x * 2 * (n - 1) / n / bus,
+                               rtol=1e-12)
+    assert (ROOT / "profiles" / f"{kind}.h5").stat().st_size < 2 * 2**20
+
+
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_shipped_store_is_what_the_spec_file_generates(kind):
+    shipped = ProfileStore.open(ROOT / "profiles" / f"{kind}.h5")
+    fresh = generate_store(kind, date=shipped.provenance["date"])
+    assert shipped.provenance == fresh.provenance and shipped.op_model == fresh.op_model
+    assert shipped.op_names() == fresh.op_names()
+    for op in fresh.op_names():
+        np.testing.assert_array_equal(shipped.op_table(op)[1], fresh.op_table(op)[1])
+    assert shipped.collective_kinds() == fresh.collective_kinds()
+
+
+def test_collective_group_sizes_cover_the_groups_of_a_node():
+    assert collective_group_sizes(8) == [2, 4, 8]
+    assert collective_group_sizes(72) == [2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 36, 64, 72]
+    assert collective_group_sizes(1) == []
+
+
+# --------------------------------------------------------------------------- simulating
+
+def _session(kind: str) -> Session:
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")  # GPT-3 1.3B, t=2 p=2 d=2
+    s.cluster.gpu = kind
+    return s
+
+
+def test_gpt3_1_3b_simulates_on_every_gpu_kind_with_its_own_store():
+    for kind in GPU_KINDS:
+        r = simulate(_session(kind)).report
+        assert r.profile["device"] == kind
+        assert r.iteration_time_s > 0 and r.fits_in_memory
+        assert not any("the profile is of" in w for w in r.warnings)
+
+
+def test_same_plan_is_faster_on_newer_gpus(tmp_path):
+    a100_analytic = tmp_path / "A100-analytic.h5"
+    generate_store("A100-SXM4-80GB").save(a100_analytic)
+    s = _session("A100-SXM4-80GB")
+    t_a100 = simulate(s, open_profile(a100_analytic)).report.iteration_time_s
+    t = {k: simulate(_session(k)).report.iteration_time_s for k in NEW_KINDS}
+    assert t["GB200-NVL72"] < t["B200-180GB"] < t["H100-SXM5-80GB"] < t_a100
+    # H200: the H100's compute with 4.8 instead of 3.35 TB/s: faster, by less than the bandwidth ratio
+    assert t["H200-SXM-141GB"] < t["H100-SXM5-80GB"]
+    assert t["H100-SXM5-80GB"] / t["H200-SXM-141GB"] < 4.8 / 3.35
+    # B200 has 2.275x the H100's BF16 peak and 2.39x its bandwidth: at most that much faster
+    assert 1.5 < t["H100-SXM5-80GB"] / t["B200-180GB"] < 2.39
+
+
+def test_gb200_node_is_its_72_gpu_nvlink_domain():
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(8, 1, 9, 4, 288, "1f1b", "none", "bf16"),
+                ClusterConfig("GB200-NVL72", 72, None, 28800.0))
+    assert validate(s) == []
+    for kind in ("H100-SXM5-80GB", "B200-180GB", "A100-SXM4-80GB"):
+        other = s.copy()
+        other.cluster.gpu = kind
+        errs = validate(other)
+        assert [e.field for e in errs] == ["cluster.gpus_per_node"]
+        assert f"exceeds the NVLink domain of {kind} (8 GPUs)" in errs[0].message
+    own = s.copy()
+    own.cluster.gpu, own.cluster.profile_path = "H100-SXM5-80GB", str(ROOT / "profiles" / "H100-SXM5-80GB.h5")
+    assert validate(own) == []  # a store of one's own: its node size is the user's call
+
+    # the data-parallel all-reduce of 9 ranks stays inside the rack: NVLink ring, no NIC
+    store = open_profile(ROOT / "profiles" / "GB200-NVL72.h5")
+    nbytes = 2.0**30  # a point of the curve (between points it is log-log interpolated)
+    comm = CommModel(store, s.plan, s.cluster)
+    bus = 900e9 * 0.8
+    assert comm.dp_all_reduce(nbytes) == pytest.approx(2e-6 * 16 + nbytes * 16 / 9 / bus, rel=1e-9)
+    assert comm.warnings == []
+    # the same plan on 8-GPU nodes of the same GPU: the 9 replicas span 9 nodes, over the NICs
+    s8 = s.copy()
+    s8.cluster.gpus_per_node, s8.cluster.inter_node_bandwidth_gbits_per_s = 8, 3200.0
+    assert CommModel(store, s8.plan, s8.cluster).dp_all_reduce(nbytes) > 2 * comm.dp_all_reduce(nbytes)
+    r = simulate(s).report
+    assert r.iteration_time_s > 0 and not [w for w in r.warnings if "no measured curve" in w]
+
+
+# --------------------------------------------------------------------------- names
+
+@pytest.mark.parametrize("name, kind", [
+    ("H100-SXM-80GB", "H100-SXM5-80GB"), ("H100-80GB", "H100-SXM5-80GB"), ("h100", "H100-SXM5-80GB"),
+    ("H200-SXM-141GB", "H200-SXM-141GB"), ("H200", "H200-SXM-141GB"),
+    ("B200-180GB", "B200-180GB"), ("B200", "B200-180GB"),
+    ("GB200 (NVL72)", "GB200-NVL72"), ("GB200", "GB200-NVL72"), ("A100-SXM4-80GB", "A100-SXM4-80GB"),
+])
+def test_published_gpu_names_map_to_kinds(name, kind):
+    assert gpu_kind(name) == kind
+
+
+def test_other_gpu_variants_are_not_aliased_but_refused():
+    name = "H100-96GB-HBM2e (500 W)"  # other memory, bandwidth and power than the SXM5 80 GB
+    assert gpu_kind(name) == name
+    s = _session("A100-SXM4-80GB")
+    s.cluster.gpu = name
+    assert [e.field for e in validate(s)] == ["cluster.gpu"]
+
+
+def test_editor_offers_every_gpu_kind():
+    from dataclasses import fields
+    choices = {f.name: f.metadata.get("choices") for f in fields(ClusterConfig)}["gpu"]
+    assert tuple(choices) == GPU_KINDS
+
+
+# --------------------------------------------------------------------------- spec errors
+
+def _spec(**changes) -> dict:
+    raw = json.loads((GPU_SPECS_DIR / "H100-SXM5-80GB.json").read_text())
+    raw["name"] = "My-GPU"
+    for k, v in changes.items():
+        if v is None:
+            raw.pop(k, None)
+        else:
+            raw[k] = v
+    return raw
+
+
+def _write(tmp_path, raw, name="gpu.json"):
+    path = tmp_path / name
+    path.write_text(raw if isinstance(raw, str) else json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize("changes, field, rule", [
+    ({"memory_gib": None}, "memory_gib", "missing required field"),
+    ({"peak_tflops": {"bf16": -1}}, "peak_tflops.bf16", "must be a positive number"),
+    ({"peak_tflops": {}}, "peak_tflops", "non-empty object"),
+    ({"memory_bandwidth_tbytes_per_s": "fast"}, "memory_bandwidth_tbytes_per_s", "positive number"),
+    ({"nvlink_gbytes_per_s_bidirectional": 0}, "nvlink_gbytes_per_s_bidirectional", "positive number"),
+    ({"gpus_per_nvlink_domain": 7.5}, "gpus_per_nvlink_domain", "integer from 1 to 576"),
+    ({"nic_gbits_per_s": True}, "nic_gbits_per_s", "positive number"),
+    ({"efficiencies": {"gemm_efficiency_max": 1.5}}, "efficiencies.gemm_efficiency_max", "(0, 1]"),
+    ({"efficiencies": {"warp_speed": 1}}, "efficiencies.warp_speed", "unknown parameter"),
+    ({"efficiencies": {"kernel_overhead_s": -1e-6}}, "efficiencies.kernel_overhead_s", "zero or more"),
+    ({"sources": {"peak_tflops": "x", "memory": "x", "nvlink": "x"}}, "sources.nic", "missing"),
+    ({"name": "a/b"}, "name", "without '/'"),
+    ({"format": "vtrain-session"}, "format", "not a GPU spec file"),
+    ({"version": 2}, "version", "newer than this program reads"),
+    ({"tdp_w": 700}, "tdp_w", "unknown field"),
+])
+def test_spec_errors_name_the_file_field_and_rule(tmp_path, changes, field, rule):
+    path = _write(tmp_path, _spec(**changes))
+    with pytest.raises(GpuSpecError) as exc:
+        read_gpu_spec(path)
+    fields = [e.field for e in exc.value.errors]
+    assert f"{path}: {field}" in fields
+    assert rule in str(exc.value)
+
+
+def _write_text(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_spec_file_that_is_not_json_or_missing(tmp_path):
+    with pytest.raises(GpuSpecError, match=r"gpu\.json: not a valid JSON file"):
+        read_gpu_spec(_write(tmp_path, "{not json"))
+    with pytest.raises(GpuSpecError, match="absent.json: cannot read: No such file"):
+        read_gpu_spec(tmp_path / "absent.json")
+    with pytest.raises(GpuSpecError, match="deep.json: JSON nested 100 levels deep"):
+        read_gpu_spec(_write_text(tmp_path / "deep.json", "[" * 100 + "]" * 100))
+    with pytest.raises(GpuSpecError, match="must be a JSON object"):
+        read_gpu_spec(_write(tmp_path, "[1, 2]"))
+
+
+def test_cli_generates_a_store_from_a_spec_file(tmp_path, capsys):
+    raw = _spec(peak_tflops={"bf16": 1000, "fp8": 2000}, gpus_per_nvlink_domain=4)
+    spec_path, out = _write(tmp_path, raw), tmp_path / "my.h5"
+    assert main(["profile", "generate", "--spec", str(spec_path), "--out", str(out)]) == 0
+    store = ProfileStore.open(out)
+    assert store.device_name == "My-GPU" and store.peak_flops == {"bf16": 1000e12, "fp8": 2000e12}
+    assert store.collective_kinds()["all_gather"] == [2, 4]
+    assert "My-GPU" in capsys.readouterr().out
+    # a session with that store simulates (bf16, t within the 4-GPU node)
+    s = _session("A100-SXM4-80GB")
+    s.cluster.gpus_per_node, s.cluster.profile_path = 4, str(out)
+    s.plan.data_parallel, s.plan.global_batch_size = 1, 128
+    assert simulate(s).report.profile["device"] == "My-GPU"
+
+
+def test_cli_spec_error_exits_2_naming_the_field_without_traceback(tmp_path):
+    path = _write(tmp_path, _spec(peak_tflops={"bf16": 0}))
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "profile", "generate", "--spec", str(path),
+                           "--out", str(tmp_path / "x.h5")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"vtrain: error: {path}: peak_tflops.bf16: 0 must be a positive "
+                                   "number (TFLOP/s)")
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_cli_generate_by_gpu_name_and_unknown_name(tmp_path, capsys):
+    out = tmp_path / "b200.h5"
+    assert main(["profile", "generate", "--gpu", "B200", "--out", str(out)]) == 0
+    assert ProfileStore.open(out).peak_flops["fp8"] == 4500e12
+    assert main(["profile", "generate", "--gpu", "H100-96GB", "--out", str(out)]) == 2
+    assert "no shipped spec; known: A100-SXM4-80GB" in capsys.readouterr().err
+
+
+def test_a100_store_is_calibrated_and_the_a100_spec_rebuilds_its_analytic_base():
+    shipped = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    assert shipped.provenance["method"] == "calibrated"
+    base = store_from_spec(read_gpu_spec(GPU_SPECS_DIR / "A100-SXM4-80GB.json"))
+    assert base.peak_flops == shipped.peak_flops and base.memory_bytes == shipped.memory_bytes == 80 * GiB
+    assert base.memory_bandwidth_bytes_per_s == shipped.memory_bandwidth_bytes_per_s
+
+
+def test_precision_without_a_peak_is_refused_by_name_everywhere(capsys):
+    """The B200 and GB200 specs give no FP32/TF32 figure: an fp32 plan is refused, not guessed."""
+    s = _session("B200-180GB")
+    s.plan.precision = "fp32"
+    with pytest.raises(KeyError, match=r"profile of B200-180GB has no peak FLOP/s for dtype 'fp32'"):
+        simulate(s)
+    store = open_profile(ROOT / "profiles" / "B200-180GB.h5")
+    with pytest.raises(KeyError, match=r"no peak FLOP/s for dtype 'fp32' \(it has bf16, fp16, fp8\)"):
+        store.peak_flops["fp32"]  # as MFU and the studies look it up
+    assert store.peak_flops.get("fp32") is None and "fp32" not in store.peak_flops
+
+
+def test_store_list_shows_each_device_with_its_peaks():
+    from core.profiles import list_stores
+    infos = {i.device_name: i for i in list_stores([ROOT / "profiles"])}
+    assert set(infos) == set(GPU_KINDS)
+    assert infos["GB200-NVL72"].device_line() == ("peak TFLOP/s bf16 2,500, fp16 2,500, fp8 5,000; "
+                                                   "HBM 186.0 GiB at 8,000 GB/s")
+    assert infos["H200-SXM-141GB"].peak_flops["fp8"] == 1979e12

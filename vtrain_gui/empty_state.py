@@ -1,0 +1,92 @@
+"""States of a view besides showing data: empty (say what to do, instead of empty axes that look
+like data) and stale (veiled, while it shows results of an earlier input)."""
+
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt
+
+__all__ = ["EmptyStack", "StaleVeil"]
+
+
+class EmptyStack(QtWidgets.QStackedWidget):
+    """``content`` when there is something to show, else a centred message (the empty state).
+
+    Starts empty. The message names what is missing and what to do, e.g.
+    "No sweep yet. Set the plans to try on the left and press Run sweep".
+    """
+
+    def __init__(self, content: QtWidgets.QWidget, message: str,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._label = QtWidgets.QLabel(message)
+        self._label.setObjectName("empty_state")
+        self._label.setWordWrap(True)
+        self._label.setTextFormat(Qt.TextFormat.RichText)
+        self._label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._label.setStyleSheet("color: #505050; font-size: 11pt; padding: 24px;")
+        page = QtWidgets.QWidget()
+        page.setObjectName("empty_page")
+        page.setStyleSheet("#empty_page { background: #FAFAFA; border: 1px dashed #C8CCD2; }")
+        row = QtWidgets.QHBoxLayout()  # the text in the middle 60 %, wrapped to its width
+        row.addStretch(1)
+        row.addWidget(self._label, 3)
+        row.addStretch(1)
+        lay = QtWidgets.QVBoxLayout(page)
+        lay.addStretch(1)
+        lay.addLayout(row)
+        lay.addStretch(2)
+        self.addWidget(page)
+        self.addWidget(content)
+        self._message = message
+        self.set_empty(True)
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the message is shown instead of the content."""
+        return self.currentIndex() == 0
+
+    @property
+    def message_text(self) -> str:
+        """The text of the empty state (rich text)."""
+        return self._label.text()
+
+    def set_empty(self, empty: bool, message: str | None = None) -> None:
+        """Show the message (``message``, or the one given at construction) or the content."""
+        self._label.setText(message if message is not None else self._message)
+        self.setCurrentIndex(0 if empty else 1)
+
+
+class StaleVeil(QtWidgets.QWidget):
+    """A translucent white layer over ``target`` that marks what it shows as out of date.
+
+    It follows the target's size, lets the mouse through (hovering and
+    zooming still work) and draws nothing else; the target's own drawing is
+    untouched. Hidden until :meth:`set_stale`.
+    """
+
+    def __init__(self, target: QtWidgets.QWidget, alpha: int = 175) -> None:
+        super().__init__(target)
+        self._brush = QtGui.QBrush(QtGui.QColor(255, 255, 255, alpha))
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.setObjectName("stale_veil")
+        target.installEventFilter(self)
+        self.setGeometry(target.rect())
+        self.hide()
+
+    def set_stale(self, stale: bool) -> None:
+        """Veil (True) or unveil the target."""
+        if stale:
+            self.setGeometry(self.parentWidget().rect())
+            self.raise_()
+        self.setVisible(bool(stale))
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
+        if watched is self.parentWidget() and event.type() == QtCore.QEvent.Type.Resize:
+            self.setGeometry(self.parentWidget().rect())
+        return False
+
+    def paintEvent(self, event: QtGui.QPaintEvent) -> None:  # noqa: N802 - Qt API
+        painter = QtGui.QPainter(self)
+        painter.fillRect(self.rect(), self._brush)
+        painter.end()

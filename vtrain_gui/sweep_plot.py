@@ -1,0 +1,345 @@
+"""The Explore tab's plot: training days against dollars, one point per plan of a sweep.
+
+Plans that do not fit in memory are greyed, the Pareto front is a line, the
+fastest, cheapest and cheapest-within-deadline plans are marked. Used by
+:class:`vtrain_gui.explore.ExploreTab`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtGui, QtWidgets
+from PySide6.QtCore import Qt, Signal, Slot
+
+from core.sweep import SweepResult
+
+from .formatting import (format_bytes, format_count, format_duration, format_fraction,
+                         format_number_short, format_usd, format_usd_short)
+
+__all__ = ["SweepPlot", "plan_text", "FEASIBLE_COLOR", "INFEASIBLE_COLOR", "FRONT_COLOR",
+           "FASTEST_COLOR", "CHEAPEST_COLOR", "DEADLINE_COLOR"]
+
+#: Colours of the scatter (feasible plans use the timeline's forward blue).
+FEASIBLE_COLOR = "#4C78A8"
+INFEASIBLE_COLOR = (150, 150, 150, 80)
+FRONT_COLOR = "#D62728"
+FASTEST_COLOR = "#2CA02C"
+CHEAPEST_COLOR = "#9467BD"
+DEADLINE_COLOR = "#F2B701"
+
+
+def plan_text(result: SweepResult, i: int) -> str:
+    return (f"t={int(result.tensor_parallel[i])} p={int(result.pipeline_parallel[i])} "
+            f"d={int(result.data_parallel[i])} b={int(result.micro_batch_size[i])} "
+            f"{result.schedule[i]} recompute={result.recompute[i]}")
+
+
+#: Labelled mantissas of log-axis ticks, densest first, with the smallest gap between
+#: neighbours in decades: a set is used when that gap is wide enough for a label.
+_LOG_LABEL_SETS = (((1, 2, 3, 4, 5, 6, 7, 8, 9), math.log10(9 / 8)),
+                   ((1, 2, 3, 4, 5), math.log10(5 / 4)),
+                   ((1, 2, 3, 5), math.log10(3 / 2)),
+                   ((1, 2, 5), math.log10(2)),
+                   ((1,), 1.0))
+
+
+class _ValueAxis(pg.AxisItem):
+    """An axis whose tick labels come from ``formatter(value)``, in linear or log mode.
+
+    In log mode every minor tick (2..9 × 10^k) is drawn but only as many are
+    labelled as fit: 1, 2, 5 × 10^k on a normal plot, fewer or more by zoom.
+    """
+
+    def __init__(self, orientation: str, formatter: Callable[[float], str]) -> None:
+        super().__init__(orientation)
+        self._formatter = formatter
+
+    def _labelled_mantissas(self) -> tuple[int, ...]:
+        lo, hi = self.range
+        span = abs(float(hi) - float(lo)) or 1.0
+        horizontal = self.orientation in ("bottom", "top")
+        length = self.width() if horizontal else self.height()
+        per_decade = length / span  # pixels
+        label_px = 60.0 if horizontal else 22.0
+        for mantissas, gap in _LOG_LABEL_SETS:
+            if per_decade * gap >= label_px:
+                return mantissas
+        return (1,)
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph API
+        if not self.logMode:
+            return [self._formatter(float(v) * scale) for v in values]
+        keep = self._labelled_mantissas()
+        out = []
+        for v in values:
+            v = float(v)
+            mantissa = 10.0 ** (v - math.floor(v + 1e-9))
+            near = round(mantissa)
+            labelled = abs(mantissa - near) < 1e-6 * near and (near in keep or near == 10)
+            out.append(self._formatter(10.0 ** v) if labelled else "")
+        return out
+
+
+class SweepPlot(pg.PlotWidget):
+    """Scatter of training days (x) against cost in USD (y), one point per plan shown.
+
+    Signals
+    -------
+    point_clicked(int, bool)
+        Plan index under a click, and whether it was a double click.
+    """
+
+    point_clicked = Signal(int, bool)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent, background="w",
+                         axisItems={"bottom": _ValueAxis("bottom", format_number_short),
+                                    "left": _ValueAxis("left", format_usd_short)})
+        self._result: SweepResult | None = None
+        self._log = True
+        self._shown = np.empty(0, np.int64)
+        self._front_idx = np.empty(0, np.int64)
+        self._marks: dict[str, int | None] = {}
+        self._selected: int | None = None
+        self._current: int | None = None
+        self._deadline: float | None = None
+
+        item = self.getPlotItem()
+        item.setMenuEnabled(False)
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(pg.mkPen("#404040"))
+            axis.setTextPen(pg.mkPen("#202020"))
+        item.setLabel("bottom", "training time (days)")
+        item.setLabel("left", "cost (USD)")
+        item.showGrid(x=True, y=True, alpha=0.18)
+        item.setLogMode(x=True, y=True)  # the items get log10 coordinates from _tx
+
+        def scatter(z: float, interactive: bool = True, **kw: Any) -> pg.ScatterPlotItem:
+            s = pg.ScatterPlotItem(hoverable=interactive, tip=self._tip if interactive else None, **kw)
+            s.setZValue(z)
+            if interactive:
+                s.sigClicked.connect(self._on_points_click)
+            else:  # rings drawn over other points must not take their clicks
+                s.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+                s.setAcceptHoverEvents(False)
+            item.addItem(s)
+            return s
+
+        self._infeasible = scatter(0, size=5, pen=None, brush=pg.mkBrush(*INFEASIBLE_COLOR), symbol="o")
+        self._feasible = scatter(1, size=7, pen=pg.mkPen(QtGui.QColor(FEASIBLE_COLOR).darker(140), width=0.6),
+                                 brush=pg.mkBrush(QtGui.QColor(FEASIBLE_COLOR)), symbol="o")
+        self._front_line = pg.PlotCurveItem(pen=pg.mkPen(FRONT_COLOR, width=2))
+        self._front_line.setZValue(2)
+        item.addItem(self._front_line)
+        self._front_points = scatter(3, size=9, pen=pg.mkPen("w", width=1),
+                                     brush=pg.mkBrush(FRONT_COLOR), symbol="o")
+        self._mark_items = {
+            "fastest": scatter(4, size=17, symbol="t1", brush=pg.mkBrush(FASTEST_COLOR),
+                               pen=pg.mkPen("#1B5E20", width=1.2)),
+            "cheapest": scatter(4, size=15, symbol="s", brush=pg.mkBrush(CHEAPEST_COLOR),
+                                pen=pg.mkPen("#4A2C6B", width=1.2)),
+            "deadline": scatter(4, size=21, symbol="star", brush=pg.mkBrush(DEADLINE_COLOR),
+                                pen=pg.mkPen("#7A5C00", width=1.2)),
+        }
+        # a large hollow diamond under the marks: a fastest or cheapest plan that is also the
+        # editor's shows its own mark inside the diamond instead of being hidden by it
+        self._current_item = scatter(3.5, False, size=27, symbol="d", brush=pg.mkBrush(None),
+                                     pen=pg.mkPen("#000000", width=1.8))
+        self._selected_item = scatter(6, False, size=24, symbol="o", brush=pg.mkBrush(None),
+                                      pen=pg.mkPen("#000000", width=2.5))
+        self._deadline_line = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen(DEADLINE_COLOR, width=2, style=Qt.PenStyle.DashLine),
+            label="deadline", labelOpts={"position": 0.96, "color": "#7A5C00",
+                                         "fill": pg.mkBrush(255, 255, 255, 220)})
+        self._deadline_line.setVisible(False)
+        item.addItem(self._deadline_line, ignoreBounds=True)
+
+        # translucent, so points behind it stay visible (and it can be dragged aside)
+        self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
+                                      brush=pg.mkBrush(255, 255, 255, 170),
+                                      pen=pg.mkPen("#B0B4BA"))
+        front_sample = pg.PlotDataItem(pen=pg.mkPen(FRONT_COLOR, width=2), symbol="o", symbolSize=8,
+                                       symbolBrush=pg.mkBrush(FRONT_COLOR), symbolPen=pg.mkPen("w"))
+        self._legend_samples = [front_sample]  # keep alive; not in the plot
+        self._legend_deadline: bool | None = None
+        self._fill_legend(with_deadline=False)
+        self.setMinimumHeight(220)
+
+    def _fill_legend(self, with_deadline: bool) -> None:
+        """Legend entries; "cheapest within deadline" only while a deadline is set."""
+        if with_deadline == self._legend_deadline:
+            return
+        legend = self._legend
+        legend.clear()
+        legend.addItem(self._feasible, "fits in memory")
+        legend.addItem(self._infeasible, "does not fit")
+        legend.addItem(self._legend_samples[0], "Pareto front")
+        legend.addItem(self._mark_items["fastest"], "fastest")
+        legend.addItem(self._mark_items["cheapest"], "cheapest")
+        if with_deadline:
+            legend.addItem(self._mark_items["deadline"], "cheapest within deadline")
+        legend.addItem(self._current_item, "plan in the editor")
+        self._legend_deadline = with_deadline
+
+    def legend_labels(self) -> list[str]:
+        """Texts of the legend entries, top to bottom."""
+        return [label.text for _, label in self._legend.items]
+
+    # ------------------------------------------------------------------ API
+    @property
+    def log_axes(self) -> bool:
+        """Whether both axes are logarithmic."""
+        return self._log
+
+    def set_log_axes(self, log: bool) -> None:
+        """Logarithmic (default) or linear axes."""
+        self._log = bool(log)
+        self.getPlotItem().setLogMode(x=self._log, y=self._log)
+        self._redraw(auto_range=True)
+
+    def set_result(self, result: SweepResult | None) -> None:
+        """Plot ``result`` (every plan, until :meth:`set_view` filters)."""
+        self._result = result
+        n = result.num_plans if result is not None else 0
+        self._shown = np.arange(n)
+        self._front_idx = np.empty(0, np.int64)
+        self._marks = {}
+        self._selected = self._current = None
+        self._redraw(auto_range=True)
+
+    def set_view(self, shown: np.ndarray, front: np.ndarray, marks: dict[str, int | None],
+                 deadline_days: float | None, auto_range: bool = False) -> None:
+        """Show plans ``shown`` (bool mask), ``front`` (bool mask) as the front line, and marks."""
+        self._shown = np.flatnonzero(shown)
+        idx = np.flatnonzero(front)
+        if self._result is not None and idx.size:
+            r = self._result
+            idx = idx[np.lexsort((r.cost_usd[idx], r.training_days[idx]))]
+        self._front_idx = idx
+        self._marks = dict(marks)
+        self._deadline = deadline_days
+        self._fill_legend(with_deadline=deadline_days is not None)
+        self._redraw(auto_range=auto_range)
+
+    def set_selected(self, index: int | None) -> None:
+        """Ring plan ``index`` (None: no ring)."""
+        self._selected = index
+        self._set_one(self._selected_item, index)
+
+    def set_current(self, index: int | None) -> None:
+        """Mark plan ``index`` as the plan in the editor (None: no mark)."""
+        self._current = index
+        self._set_one(self._current_item, index)
+
+    def points_xy(self, index: int) -> tuple[float, float]:
+        """Scene-independent plot coordinates of plan ``index`` (log10 in log mode)."""
+        r = self._result
+        return float(self._tx(r.training_days[index])), float(self._tx(r.cost_usd[index]))
+
+    def scatter_items(self) -> dict[str, pg.ScatterPlotItem]:
+        """The scatter items by role (``feasible``, ``infeasible``, ``front``, marks...)."""
+        return {"feasible": self._feasible, "infeasible": self._infeasible,
+                "front": self._front_points, "current": self._current_item,
+                "selected": self._selected_item, **self._mark_items}
+
+    def front_line_xy(self) -> tuple[np.ndarray, np.ndarray]:
+        """Vertices of the front line (plot coordinates)."""
+        x, y = self._front_line.getData()
+        return (np.asarray(x if x is not None else []), np.asarray(y if y is not None else []))
+
+    # ------------------------------------------------------------------ internals
+    def _tx(self, values: Any) -> Any:
+        if not self._log:
+            return values
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(values)
+
+    def _xy(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r = self._result
+        x = self._tx(r.training_days[idx])
+        y = self._tx(r.cost_usd[idx])
+        ok = np.isfinite(x) & np.isfinite(y)
+        return x[ok], y[ok], idx[ok]
+
+    def _set_points(self, item: pg.ScatterPlotItem, idx: np.ndarray) -> None:
+        if self._result is None or idx.size == 0:
+            item.setData(x=[], y=[], data=[])
+            return
+        x, y, idx = self._xy(np.asarray(idx, np.int64))
+        item.setData(x=x, y=y, data=idx)
+
+    def _set_one(self, item: pg.ScatterPlotItem, index: int | None) -> None:
+        shown = (index is not None and self._result is not None
+                 and 0 <= index < self._result.num_plans
+                 and bool(np.isin(index, self._shown)))
+        self._set_points(item, np.array([index] if shown else [], np.int64))
+
+    def _redraw(self, auto_range: bool = False) -> None:
+        r = self._result
+        if r is None:
+            for it in self.scatter_items().values():
+                it.setData(x=[], y=[], data=[])
+            self._front_line.setData(x=[], y=[])
+            self._deadline_line.setVisible(False)
+            return
+        fits = r.fits_in_memory[self._shown]
+        self._set_points(self._infeasible, self._shown[~fits])
+        self._set_points(self._feasible, self._shown[fits])
+        self._set_points(self._front_points, self._front_idx)
+        fx, fy, _ = self._xy(self._front_idx)
+        self._front_line.setData(x=fx, y=fy)
+        for name, it in self._mark_items.items():
+            i = self._marks.get(name)
+            self._set_points(it, np.array([] if i is None else [i], np.int64))
+        self._set_one(self._selected_item, self._selected)
+        self._set_one(self._current_item, self._current)
+        d = self._deadline
+        if d is not None and d > 0:
+            self._deadline_line.setValue(float(self._tx(d)))
+            self._deadline_line.setVisible(True)
+            self._deadline_line.label.setFormat(f"deadline {format_number_short(d)} days")
+        else:
+            self._deadline_line.setVisible(False)
+        if auto_range:
+            self._auto_range()
+
+    def _auto_range(self) -> None:
+        r = self._result
+        idx = self._shown if self._shown.size else np.arange(r.num_plans if r is not None else 0)
+        if r is None or not idx.size:
+            return
+        x, y, _ = self._xy(idx)
+        if not x.size:
+            return
+        vb = self.getPlotItem().getViewBox()
+        vb.setRange(xRange=(float(x.min()), float(x.max())), yRange=(float(y.min()), float(y.max())),
+                    padding=0.06)
+
+    def _tip(self, x: float, y: float, data: Any) -> str:
+        r = self._result
+        if r is None or data is None:
+            return ""
+        i = int(data)
+        lines = [plan_text(r, i),
+                 f"{format_count(int(r.num_gpus[i]))} GPUs · {format_count(r.training_days[i], 1)} days"
+                 f" · {format_usd(r.cost_usd[i])}",
+                 f"iteration {format_duration(r.iteration_time_s[i])} · MFU {format_fraction(r.mfu[i])}"
+                 f" · {format_bytes(r.max_memory_per_gpu_bytes[i])} per GPU"]
+        if r.reason[i]:
+            lines.append(r.reason[i])
+        return "\n".join(lines)
+
+    @Slot(object, object, object)
+    def _on_points_click(self, item: Any, points: Any, event: Any) -> None:
+        if points is None or len(points) == 0:
+            return
+        data = points[0].data()
+        if data is None:
+            return
+        double = bool(event is not None and hasattr(event, "double") and event.double())
+        self.point_clicked.emit(int(data), double)

@@ -1,0 +1,387 @@
+"""The Explore tab's settings form: the candidate plans of a sweep and a deadline.
+
+Builds a :class:`core.sweep.SweepSpace` for the session's model, global batch
+size, cluster and cost (empty fields mean the core's defaults); the settings
+travel in ``Session.sweep``. Used by :class:`vtrain_gui.explore.ExploreTab`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any
+
+import numpy as np
+from PySide6 import QtWidgets
+from PySide6.QtCore import Signal, Slot
+
+from core.config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, Session
+from core.sweep import SweepSpace
+
+from .formatting import ERROR_STYLE
+from .int_spin import INT64_MAX, IntSpinBox
+
+__all__ = ["SweepSettingsPanel"]
+
+#: Largest number whose divisors are listed as a hint (trial division up to its square root,
+#: 65,536 steps at most, so the form never waits on a huge field value).
+_DIVISORS_LIMIT = 2**32
+
+
+def _parse_ints(text: str) -> list[int]:
+    """``'1, 2 4'`` -> ``[1, 2, 4]``; raises ``ValueError`` naming the bad item."""
+    out = []
+    for item in re.split(r"[,;\s]+", text.strip()):
+        if not item:
+            continue
+        clean = item.replace("_", "")
+        if not clean.isdigit():
+            raise ValueError(f"{item!r} is not a whole number")
+        out.append(int(clean))
+    return out
+
+
+def _join(values: Any) -> str:
+    if values is None:
+        return ""
+    if isinstance(values, (int, np.integer)):
+        return str(int(values))
+    return ", ".join(str(int(v)) for v in values)
+
+
+def _divisors(n: Any) -> list[int]:
+    """Divisors of ``n`` in increasing order; empty when ``n`` is not a positive integer or is
+    above :data:`_DIVISORS_LIMIT` (the hint is then given in words). O(sqrt(n)) steps."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _DIVISORS_LIMIT:
+        return []
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
+
+
+def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
+                   ) -> dict[str, QtWidgets.QCheckBox]:
+    """A form row of one check box per name (object names ``prefix.name``); returns them by name."""
+    boxes: dict[str, QtWidgets.QCheckBox] = {}
+    row = QtWidgets.QHBoxLayout()
+    row.setContentsMargins(0, 0, 0, 0)
+    for name in names:
+        box = boxes[name] = QtWidgets.QCheckBox(name)
+        box.setObjectName(f"{prefix}.{name}")
+        row.addWidget(box)
+    row.addStretch(1)
+    form.addRow(label, row)
+    return boxes
+
+
+class SweepSettingsPanel(QtWidgets.QWidget):
+    """Form for a :class:`core.sweep.SweepSpace` and a deadline.
+
+    Empty candidate fields mean the core's defaults (shown as placeholders for
+    the current session). The settings travel in ``Session.sweep`` as
+    ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``; space
+    fields this form does not show (``data_parallel``) are kept as loaded.
+
+    Signals
+    -------
+    changed()
+        After every user edit.
+    """
+
+    changed = Signal()
+
+    AT_MOST, EXACTLY = "at most", "exactly"
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._updating = False
+        self._loaded: dict[str, Any] | None = None  # settings as loaded, until the first edit
+        self._touched = False
+        self._extra: dict[str, Any] = {}  # space fields the form does not show
+        self._last_valid: dict[str, Any] | None = None  # settings() while an edit is invalid
+
+        form = QtWidgets.QFormLayout(self)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setVerticalSpacing(5)
+
+        self.budget_mode = QtWidgets.QComboBox()
+        self.budget_mode.setObjectName("sweep.budget_mode")
+        self.budget_mode.addItems([self.AT_MOST, self.EXACTLY])
+        self.budget_mode.setToolTip("At most N GPUs (every world size t·p·d ≤ N), or exactly the "
+                                    "GPU counts listed")
+        self.gpus = QtWidgets.QLineEdit()
+        self.gpus.setObjectName("sweep.gpus")
+        self.gpus.setToolTip("GPU budget: one number (at most), or a list such as "
+                             "“1024, 2048, 3360” (exactly)")
+        budget = QtWidgets.QHBoxLayout()
+        budget.setContentsMargins(0, 0, 0, 0)
+        budget.addWidget(self.budget_mode)
+        budget.addWidget(self.gpus, 1)
+        form.addRow("GPUs", budget)
+
+        self.max_data_parallel = IntSpinBox()
+        self.max_data_parallel.setObjectName("sweep.max_data_parallel")
+        self.max_data_parallel.setRange(0, INT64_MAX)
+        self.max_data_parallel.setSpecialValueText("no limit")
+        self.max_data_parallel.setGroupSeparatorShown(True)
+        self.max_data_parallel.setToolTip("Largest data-parallel size d tried")
+        form.addRow("Max data parallel d", self.max_data_parallel)
+
+        self.tensor_parallel = QtWidgets.QLineEdit()
+        self.tensor_parallel.setObjectName("sweep.tensor_parallel")
+        self.tensor_parallel.setToolTip("Tensor-parallel sizes t to try; empty: the divisors of "
+                                        "the GPUs per node")
+        form.addRow("Tensor parallel t", self.tensor_parallel)
+        self.across_nodes = QtWidgets.QCheckBox("also across nodes")
+        self.across_nodes.setObjectName("sweep.tensor_parallel_across_nodes")
+        self.across_nodes.setToolTip("With an empty t list, also try t = k × GPUs per node, "
+                                     "spanning whole nodes (hierarchical all-reduce; slow)")
+        form.addRow("", self.across_nodes)
+
+        self.pipeline_parallel = QtWidgets.QLineEdit()
+        self.pipeline_parallel.setObjectName("sweep.pipeline_parallel")
+        self.pipeline_parallel.setToolTip("Pipeline-parallel sizes p to try; empty: the divisors "
+                                          "of the layer count L")
+        form.addRow("Pipeline parallel p", self.pipeline_parallel)
+
+        self.micro_batch_sizes = QtWidgets.QLineEdit()
+        self.micro_batch_sizes.setObjectName("sweep.micro_batch_sizes")
+        self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences)")
+        form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
+
+        self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
+        self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
+
+        self.deadline = QtWidgets.QDoubleSpinBox()
+        self.deadline.setObjectName("sweep.deadline_days")
+        self.deadline.setRange(0.0, 1e6)
+        self.deadline.setDecimals(1)
+        self.deadline.setSuffix(" days")
+        self.deadline.setSpecialValueText("none")
+        self.deadline.setGroupSeparatorShown(True)
+        self.deadline.setToolTip("Mark the cheapest plan that trains within this many days "
+                                 "(takes effect at once, no new sweep needed)")
+        form.addRow("Deadline", self.deadline)
+
+        self.error_label = QtWidgets.QLabel()
+        self.error_label.setObjectName("sweep.errors")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet(ERROR_STYLE)
+        self.error_label.setVisible(False)
+        form.addRow(self.error_label)
+
+        for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes):
+            w.textEdited.connect(self._on_text_edit)
+        self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
+        self.max_data_parallel.valueChanged.connect(self._on_value_change)
+        self.deadline.valueChanged.connect(self._on_value_change)
+        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values()):
+            box.toggled.connect(self._on_box_toggle)
+        self.reset(Session())
+
+    # ------------------------------------------------------------------ API
+    def reset(self, session: Session) -> None:
+        """Show ``session.sweep``, or defaults for the session (at most its plan's GPUs)."""
+        self.set_defaults_hint(session)
+        settings = session.sweep
+        if settings is not None:
+            try:
+                self._show(settings)
+                self._loaded = copy.deepcopy(settings)
+                self._touched = False
+                self.check()
+                return
+            except (ConfigError, TypeError, ValueError, OverflowError) as exc:
+                # a hand-edited file: say why, show the defaults
+                self._show_defaults(session)
+                self._touched = False
+                self._loaded = None
+                self.error_label.setText(f"The sweep settings in the file were not understood "
+                                         f"({exc}); showing the defaults.")
+                self.error_label.setVisible(True)
+                return
+        self._show_defaults(session)
+        self._loaded = None
+        self._touched = False
+        self.check()
+
+    def set_defaults_hint(self, session: Session) -> None:
+        """Show the core's default candidates for ``session`` as placeholders."""
+        g = session.cluster.gpus_per_node
+        self.tensor_parallel.setPlaceholderText(f"divisors of {g}: {_join(_divisors(g))}"
+                                                if _divisors(g) else "divisors of the GPUs per node")
+        L = session.model.num_layers
+        ds = _divisors(L)
+        # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
+        self.pipeline_parallel.setPlaceholderText(f"divisors of L={L} ({len(ds)} sizes)" if ds
+                                                  else "divisors of the layer count")
+        self.pipeline_parallel.setToolTip(
+            "Pipeline-parallel sizes p to try, comma-separated; empty: "
+            + (f"the divisors of L={L}: {_join(ds)}" if ds else "the divisors of the layer count"))
+        self.gpus.setPlaceholderText("no limit (set a max data parallel)"
+                                     if self.budget_mode.currentText() == self.AT_MOST
+                                     else "e.g. 1024, 2048")
+
+    def space(self) -> SweepSpace:
+        """The space as edited. Raises :class:`ConfigError` (fields ``sweep.*``) when invalid."""
+        errors: list[FieldError] = []
+
+        def ints(widget: QtWidgets.QLineEdit, field: str) -> list[int] | None:
+            try:
+                values = _parse_ints(widget.text())
+            except ValueError as exc:
+                errors.append(FieldError(f"sweep.{field}", str(exc)))
+                return None
+            return values or None
+
+        gpus = ints(self.gpus, "num_gpus")
+        kw: dict[str, Any] = dict(self._extra)
+        if self.budget_mode.currentText() == self.EXACTLY:
+            kw["num_gpus"] = tuple(gpus) if gpus else None
+            if not gpus and not errors:
+                errors.append(FieldError("sweep.num_gpus", "list at least one GPU count"))
+        elif gpus:
+            if len(gpus) > 1:
+                errors.append(FieldError("sweep.max_gpus", "give one number (or choose “exactly”)"))
+            kw["max_gpus"] = gpus[0]
+        if self.max_data_parallel.value() > 0:
+            kw["max_data_parallel"] = self.max_data_parallel.value()
+        t = ints(self.tensor_parallel, "tensor_parallel")
+        kw["tensor_parallel"] = tuple(t) if t else None
+        kw["tensor_parallel_across_nodes"] = self.across_nodes.isChecked()
+        p = ints(self.pipeline_parallel, "pipeline_parallel")
+        kw["pipeline_parallel"] = tuple(p) if p else None
+        b = ints(self.micro_batch_sizes, "micro_batch_sizes")
+        kw["micro_batch_sizes"] = tuple(b) if b else ()
+        kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
+        kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
+        space = SweepSpace(**kw)
+        errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
+        if errors:
+            raise ConfigError(errors)
+        return space
+
+    def errors(self) -> list[FieldError]:
+        """The rules the settings break (empty when valid)."""
+        try:
+            self.space()
+        except ConfigError as exc:
+            return list(exc.errors)
+        return []
+
+    def deadline_days(self) -> float | None:
+        """The deadline in days, or None."""
+        v = self.deadline.value()
+        return float(v) if v > 0 else None
+
+    def settings(self) -> dict[str, Any] | None:
+        """``{"space": ..., "deadline_days": ...}`` for ``Session.sweep``.
+
+        None while the form shows untouched defaults (nothing to save); the
+        loaded dict itself while unedited (exact round trip); the last valid
+        settings while an edit is invalid.
+        """
+        if not self._touched:
+            return None if self._loaded is None else copy.deepcopy(self._loaded)
+        try:
+            return {"space": self.space().to_dict(), "deadline_days": self.deadline_days()}
+        except ConfigError:
+            return copy.deepcopy(self._last_valid)
+
+    def mark_used(self) -> bool:
+        """The settings were used (a sweep ran): save them from now on. Returns whether that is new."""
+        new = not self._touched and self._loaded is None
+        self._touched = True
+        return new
+
+    # ------------------------------------------------------------------ internals
+    def _show(self, settings: dict[str, Any]) -> None:
+        if not isinstance(settings, dict):
+            raise ConfigError([FieldError("sweep", "must be a JSON object")])
+        unknown = sorted(set(settings) - {"space", "deadline_days"})
+        if unknown:
+            raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
+        space = SweepSpace.from_dict(settings.get("space") or {})
+        deadline = settings.get("deadline_days")
+        if deadline is not None and (isinstance(deadline, bool)
+                                     or not isinstance(deadline, (int, float))):
+            raise ConfigError([FieldError("sweep.deadline_days", "must be a number or null")])
+        if deadline is not None and not 0 <= deadline <= self.deadline.maximum():
+            raise ConfigError([FieldError("sweep.deadline_days",
+                                          f"must be from 0 to {self.deadline.maximum():,.0f} days")])
+        self._updating = True
+        try:
+            self._extra = {"data_parallel": space.data_parallel} if space.data_parallel else {}
+            exact = space.num_gpus is not None
+            self.budget_mode.setCurrentText(self.EXACTLY if exact else self.AT_MOST)
+            self.gpus.setText(_join(space.num_gpus if exact else space.max_gpus))
+            max_d = int(space.max_data_parallel or 0)
+            if not 0 <= max_d <= self.max_data_parallel.maximum():
+                raise ValueError(f"max_data_parallel={max_d:,} is outside 0 to "
+                                 f"{self.max_data_parallel.maximum():,}")
+            self.max_data_parallel.setValue(max_d)
+            self.tensor_parallel.setText(_join(space.tensor_parallel))
+            self.across_nodes.setChecked(bool(space.tensor_parallel_across_nodes))
+            self.pipeline_parallel.setText(_join(space.pipeline_parallel))
+            self.micro_batch_sizes.setText(_join(space.micro_batch_sizes))
+            scheds = [space.schedules] if isinstance(space.schedules, str) else list(space.schedules)
+            for name, box in self.schedule_boxes.items():
+                box.setChecked(name in scheds)
+            rcs = [space.recompute] if isinstance(space.recompute, str) else list(space.recompute)
+            for name, box in self.recompute_boxes.items():
+                box.setChecked(name in rcs)
+            self.deadline.setValue(float(deadline or 0.0))
+        finally:
+            self._updating = False
+
+    def _show_defaults(self, session: Session) -> None:
+        try:
+            gpus = session.plan.num_gpus
+        except TypeError:
+            gpus = 0
+        budget = gpus if isinstance(gpus, int) and gpus > 0 else None
+        # the plan's GPU count as the budget; an invalid plan gets a data-parallel bound instead
+        self._show({"space": SweepSpace(max_gpus=budget,
+                                        max_data_parallel=None if budget else 64).to_dict(),
+                    "deadline_days": None})
+
+    def check(self) -> list[FieldError]:
+        """Show the rules the settings break under the form; return them."""
+        try:
+            self._last_valid = {"space": self.space().to_dict(),
+                                "deadline_days": self.deadline_days()}
+            errors: list[FieldError] = []
+        except ConfigError as exc:
+            errors = list(exc.errors)
+        self.error_label.setText("\n".join(f"• {e.message}" if e.field == "sweep" else
+                                           f"• {e.field.removeprefix('sweep.')}: {e.message}"
+                                           for e in errors))
+        self.error_label.setVisible(bool(errors))
+        return errors
+
+    def _edited(self) -> None:
+        if self._updating:
+            return
+        self._touched = True
+        self.check()
+        self.changed.emit()
+
+    @Slot(str)
+    def _on_text_edit(self, text: str) -> None:
+        self._edited()
+
+    @Slot(int)
+    def _on_budget_mode_change(self, index: int) -> None:
+        self.gpus.setPlaceholderText("no limit (set a max data parallel)"
+                                     if self.budget_mode.currentText() == self.AT_MOST
+                                     else "e.g. 1024, 2048")
+        self._edited()
+
+    @Slot()
+    def _on_value_change(self) -> None:
+        self._edited()
+
+    @Slot(bool)
+    def _on_box_toggle(self, checked: bool) -> None:
+        self._edited()

@@ -1,0 +1,221 @@
+"""The Explore tab's plan table: one row per plan of a sweep, sortable, filtered by a mask.
+
+A :class:`QtCore.QAbstractTableModel` over a :class:`core.sweep.SweepResult`
+(no copy of its arrays). Used by :class:`vtrain_gui.explore.ExploreTab`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+from PySide6 import QtCore, QtGui
+from PySide6.QtCore import Qt
+
+from core.sweep import SweepResult
+
+from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
+
+__all__ = ["SweepTableModel", "TABLE_COLUMNS", "COLUMN_INDEX"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Column:
+    header: str
+    attr: str
+    tip: str
+    fmt: Callable[[Any], str]
+    right: bool = True
+
+
+def _yes_no(value: Any) -> str:
+    return "yes" if value else "no"
+
+
+#: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
+TABLE_COLUMNS = (
+    _Column("t", "tensor_parallel", "Tensor-parallel size t", str),
+    _Column("p", "pipeline_parallel", "Pipeline-parallel size p", str),
+    _Column("d", "data_parallel", "Data-parallel size d", str),
+    _Column("b", "micro_batch_size", "Micro-batch size b (sequences)", str),
+    _Column("m", "num_microbatches", "Micro-batches per iteration m = B/(d·b)", format_count),
+    _Column("schedule", "schedule", "Pipeline schedule", str, False),
+    _Column("recompute", "recompute", "Activation recomputation", str, False),
+    _Column("GPUs", "num_gpus", "World size t·p·d", format_count),
+    _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
+    _Column("days", "training_days", "Training time for the token budget (days)",
+            lambda v: format_count(v, 1)),
+    _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
+    _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
+    _Column("memory/GPU", "max_memory_per_gpu_bytes", "Largest memory per GPU over the stages",
+            format_bytes),
+    _Column("fits", "fits_in_memory", "Fits in GPU memory", _yes_no, False),
+    _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
+            False),
+    _Column("reason", "reason", "Why the plan does not fit in GPU memory", str, False),
+)
+COLUMN_INDEX = {c.attr: i for i, c in enumerate(TABLE_COLUMNS)}
+
+
+class SweepTableModel(QtCore.QAbstractTableModel):
+    """The plans of a :class:`SweepResult` as table rows, straight from its numpy columns.
+
+    Row ``r`` shows plan ``rows[r]``: the plans a mask lets through, in sort
+    order. Sorting is a stable numpy argsort of the previous order, so an
+    earlier sort breaks ties (sort by days, then by fits: fitting plans by
+    days first). A new result starts in the order "on the front, fits in
+    memory, training days". No per-cell objects are made; ``data`` formats on
+    demand and ``Qt.UserRole`` gives the raw value.
+    """
+
+    def __init__(self, parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self._result: SweepResult | None = None
+        self._perm = np.empty(0, np.int64)  # every plan, in sort order
+        self._mask = np.empty(0, bool)  # plans shown
+        self._rows = np.empty(0, np.int64)  # plans shown, in table order
+        self._row_of = np.empty(0, np.int64)  # table row of each plan, -1 when hidden
+        self._front = np.empty(0, bool)
+        self._codes: dict[int, np.ndarray] = {}  # per column: sort keys of every plan
+        self._sort_column = COLUMN_INDEX["front"]
+        self._sort_order = Qt.SortOrder.DescendingOrder
+        self._grey = QtGui.QBrush(QtGui.QColor("#8A8F96"))
+        self._bold = QtGui.QFont()
+        self._bold.setBold(True)
+
+    # ------------------------------------------------------------------ API
+    @property
+    def result(self) -> SweepResult | None:
+        """The sweep shown."""
+        return self._result
+
+    def set_result(self, result: SweepResult | None, mask: np.ndarray | None = None,
+                   front: np.ndarray | None = None) -> None:
+        """Show ``result`` (rows where ``mask``; ``front`` marks the Pareto column)."""
+        self.beginResetModel()
+        self._result = result
+        self._codes = {}
+        n = result.num_plans if result is not None else 0
+        self._mask = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
+        self._front = np.zeros(n, bool) if front is None else np.asarray(front, bool)
+        if result is not None:
+            self._perm = np.lexsort((np.arange(n), result.training_days, ~result.fits_in_memory,
+                                     ~self._front))
+            self._sort_perm()
+        else:
+            self._perm = np.empty(0, np.int64)
+        self._rows_from_perm()
+        self.endResetModel()
+
+    def set_mask(self, mask: np.ndarray, front: np.ndarray) -> None:
+        """Show only the plans where ``mask`` (bool, num_plans); ``front`` for the Pareto column."""
+        self.beginResetModel()
+        self._mask = np.asarray(mask, bool)
+        self._front = np.asarray(front, bool)
+        if self._result is not None and TABLE_COLUMNS[self._sort_column].attr == "front":
+            self._sort_perm()  # the front depends on the filters
+        self._rows_from_perm()
+        self.endResetModel()
+
+    def result_index(self, row: int) -> int:
+        """Plan (row of the :class:`SweepResult`) shown in table row ``row``."""
+        return int(self._rows[row])
+
+    def row_of(self, index: int) -> int:
+        """Table row of plan ``index``, or -1 when filtered out."""
+        if self._result is None or not 0 <= index < self._row_of.size:
+            return -1
+        return int(self._row_of[index])
+
+    def shown(self) -> np.ndarray:
+        """Plans shown, in table order; int64 (k,)."""
+        return self._rows.copy()
+
+    @property
+    def sort_column(self) -> int:
+        """Column the rows are sorted by."""
+        return self._sort_column
+
+    # ------------------------------------------------------------------ Qt model
+    def rowCount(self, parent: QtCore.QModelIndex = QtCore.QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else int(self._rows.size)
+
+    def columnCount(self, parent: QtCore.QModelIndex = QtCore.QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(TABLE_COLUMNS)
+
+    def data(self, index: QtCore.QModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or self._result is None:
+            return None
+        i = int(self._rows[index.row()])
+        col = TABLE_COLUMNS[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return col.fmt(self._value(i, col.attr))
+        if role == Qt.ItemDataRole.UserRole:
+            v = self._value(i, col.attr)
+            return v.item() if isinstance(v, np.generic) else v
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            h = Qt.AlignmentFlag.AlignRight if col.right else Qt.AlignmentFlag.AlignLeft
+            return int(h | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return None if self._result.fits_in_memory[i] else self._grey
+        if role == Qt.ItemDataRole.FontRole:
+            return self._bold if self._front[i] else None
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._result.reason[i] or None
+        return None
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(TABLE_COLUMNS):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return TABLE_COLUMNS[section].header
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return TABLE_COLUMNS[section].tip
+        return None
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sort the rows by ``column`` (stable; the selection follows its plans)."""
+        self._sort_column, self._sort_order = int(column), order
+        if self._result is None:
+            return
+        self.layoutAboutToBeChanged.emit()
+        old = self.persistentIndexList()
+        plans = [int(self._rows[ix.row()]) for ix in old]
+        self._sort_perm()
+        self._rows_from_perm()
+        new = [self.index(int(self._row_of[i]), ix.column()) for i, ix in zip(plans, old)]
+        self.changePersistentIndexList(old, new)
+        self.layoutChanged.emit()
+
+    # ------------------------------------------------------------------ internals
+    def _value(self, i: int, attr: str) -> Any:
+        if attr == "front":
+            return bool(self._front[i])
+        if attr == "reason":
+            return self._result.reason[i]
+        return getattr(self._result, attr)[i]
+
+    def _sort_codes(self, column: int) -> np.ndarray:
+        attr = TABLE_COLUMNS[column].attr
+        if attr == "front":  # depends on the filters: not cached
+            return self._front.astype(np.int64)
+        codes = self._codes.get(column)
+        if codes is None:
+            values = (np.asarray(self._result.reason) if attr == "reason"
+                      else getattr(self._result, attr))
+            codes = self._codes[column] = np.unique(values, return_inverse=True)[1].ravel()
+        return codes
+
+    def _sort_perm(self) -> None:
+        keys = self._sort_codes(self._sort_column)[self._perm]
+        if self._sort_order == Qt.SortOrder.DescendingOrder:
+            keys = -keys
+        self._perm = self._perm[np.argsort(keys, kind="stable")]
+
+    def _rows_from_perm(self) -> None:
+        n = self._result.num_plans if self._result is not None else 0
+        self._rows = self._perm[self._mask[self._perm]] if n else np.empty(0, np.int64)
+        self._row_of = np.full(n, -1, np.int64)
+        self._row_of[self._rows] = np.arange(self._rows.size)
