@@ -40,6 +40,11 @@ __all__ = [
     "RECOMPUTE_MODES",
     "PRECISIONS",
     "read_vtrain_config",
+    "BOUNDS",
+    "Bound",
+    "check_value",
+    "section_errors",
+    "rename_field",
     "padded_vocab_size",
 ]
 
@@ -248,7 +253,7 @@ class Session:
             return exc
         errors = exc.errors
         if self.key_names:
-            errors = [_as_authors(e, self.key_names) for e in errors]
+            errors = [rename_field(e, self.key_names) for e in errors]
         return ConfigError(errors, self.source)
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -709,8 +714,10 @@ _AUTHORS_NAME = {**{target: key for key, (target, _) in _AUTHORS_FIELDS.items() 
                  "cluster.gpu": "gpu_name"}
 
 
-def _as_authors(err: FieldError, names: dict[str, str] | None = None) -> FieldError:
-    """``err`` with the authors'-format key in place of the session field it names."""
+def rename_field(err: FieldError, names: dict[str, str] | None = None) -> FieldError:
+    """``err`` with another format's name (``names``: session field -> the file's key; default
+    the authors' JSON keys) in place of the session field it names, in the field and at the
+    start of the message."""
     key = (names or _AUTHORS_NAME).get(err.field)
     if key is None:
         return err
@@ -767,7 +774,7 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
     if not check_rules:
         return session
     # name the keys of the user's file, not the session fields they fill
-    errs = [_as_authors(e) for e in validate(session)]
+    errs = [rename_field(e) for e in validate(session)]
     if "num_gpus" in raw and not errs and raw["num_gpus"] != plan.num_gpus:
         errs.append(FieldError("num_gpus", f"num_gpus={raw['num_gpus']} disagrees with "
                                f"tensor_parallel_size*pipeline_parallel_size*data_parallel_size="

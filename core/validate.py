@@ -39,6 +39,7 @@ import numpy as np
 
 from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
                      ParallelPlan, Session, gpu_kind, validate)
+from .config import rename_field
 from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
@@ -164,11 +165,24 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
     return v
 
 
+#: Session field -> column of the authors' layouts, so skip reasons use the file's names.
+_AUTHORS_COLUMNS = {
+    "model.num_layers": "# layers", "model.hidden_size": "hidden size",
+    "model.num_attention_heads": "attention heads", "model.seq_length": "sequence length",
+    "plan.tensor_parallel": "tensor parallelism", "plan.data_parallel": "data parallelism",
+    "plan.pipeline_parallel": "pipeline parallelism", "plan.micro_batch_size": "micro batch",
+    "plan.global_batch_size": "global batch",
+}
+
+
 def _finish(row: int, session: Session, measured_s: float, group: dict[str, str],
-            reason: str = "", causes: list[str] | None = None) -> Measurement:
+            reason: str = "", causes: list[str] | None = None,
+            names: dict[str, str] | None = None) -> Measurement:
     causes = list(causes or ([reason.split(":")[0]] if reason else []))
     if not reason:
         errs = validate(session)
+        if names:  # the file's own column names
+            errs = [rename_field(e, names) for e in errs]
         if errs:
             reason = "invalid plan: " + "; ".join(e.message for e in errs)
             causes = ["GPU kind without a shipped profile" if e.field == "cluster.gpu"
@@ -215,7 +229,7 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     group = {"model": model.name, "t": str(plan.tensor_parallel), "p": str(plan.pipeline_parallel),
              "source": "multi-node" if multi else "single-node"}
     return _finish(row, session, _num(path, row, "iteration time (ms)", v["iteration time (ms)"]) / 1e3,
-                   group, reason)
+                   group, reason, names=_AUTHORS_COLUMNS)
 
 
 def _flag(text: str) -> bool | None:

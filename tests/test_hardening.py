@@ -252,7 +252,7 @@ def test_measurement_csv_refuses_non_finite_values(tmp_path):
         read_measurements(tmp_path / "m.csv")
     (tmp_path / "n.csv").write_text(f"{header}\n8,64,1,2048,16,99999999999,2048,8,1,1,100\n")
     (m,) = read_measurements(tmp_path / "n.csv")  # kept, skipped with the bound as reason
-    assert "num_layers=99999999999 must be at most 10,000" in m.skip_reason
+    assert "# layers=99999999999 must be at most 10,000" in m.skip_reason  # the file's name
     (tmp_path / "z.csv").write_bytes(header.encode() + b"\n8,64,\x00\n")
     assert_one_line_error(cli("validate", str(tmp_path / "z.csv")), "z.csv")
 
