@@ -1,6 +1,6 @@
 """Atomic file replacement: write a temporary file beside the target, then rename it over.
 
-Temporary files are named ``.<target name>.<pid>.<random>.tmp``. A save that is killed
+Temporary files are named ``.<target name>.<pid>.<8 random characters>.tmp``. A save that is killed
 (``kill -9``, a power cut) leaves its temporary file behind; the next save in the same
 folder removes such orphans: those whose process no longer runs (or, where that cannot
 be told, that are older than :data:`ORPHAN_AGE_S`). A temporary file of a save still in
@@ -23,7 +23,8 @@ __all__ = ["atomic_target", "remove_orphans", "ORPHAN_AGE_S"]
 
 #: Age after which a temporary file whose owner cannot be checked counts as orphaned, seconds.
 ORPHAN_AGE_S = 3600.0
-_TMP = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
+#: ``.<name>.<pid>.<8 random characters of tempfile>.tmp``: no other program's files
+_TMP = re.compile(r"^\..+\.(\d+)\.[a-z0-9_]{8}\.tmp$")
 _live: set[str] = set()  # temporary files of saves in progress in this process
 _live_lock = threading.Lock()
 

@@ -437,16 +437,19 @@ def test_writers_on_a_real_full_disk_exit_2_without_a_crash(tmp_path):
 def test_orphaned_temporary_files_are_removed_by_the_next_save(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    orphan = tmp_path / f".s.json.{dead}.abc123.tmp"
+    orphan = tmp_path / f".s.json.{dead}.abc123xy.tmp"
     orphan.write_text("half a session")
-    other = tmp_path / f".other.h5.{dead}.x9.tmp"
+    other = tmp_path / f".other.h5.{dead}.x9x9x9x9.tmp"
     other.write_bytes(b"\x89HDF")
-    live = tmp_path / ".s.json.1.keep.tmp"  # pid 1 runs: a save in progress elsewhere
+    live = tmp_path / ".s.json.1.keepkeep.tmp"  # pid 1 runs: a save in progress elsewhere
+    foreign = tmp_path / f".s.json.{dead}.not-ours.tmp"  # not a name this program makes
+    foreign.write_text("")
     live.write_text("")
     unrelated = tmp_path / ".notes.tmp"
     unrelated.write_text("")
     save_session(Session(), tmp_path / "s.json")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.tmp", live.name, "s.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".notes.tmp", live.name,
+                                                                 foreign.name, "s.json"])
     assert atomic.remove_orphans(tmp_path) == []
 
 
