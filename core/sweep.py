@@ -259,6 +259,12 @@ MAX_SWEEP_CANDIDATES = 2_000_000
 #: with this as their reason and no figures (as the op-level graph, see
 #: :data:`core.simulate.MAX_GRAPH_TASKS`).
 MAX_PIPELINE_STEPS = 10_000_000
+#: Most work one sweep may take, in pipeline steps: the sum over plans of ``p * m * v``
+#: (the batch solver's arrays) plus ``10 * L / p`` (the per-layer lookups of each plan's
+#: stage times, about ten steps' time each). The MT-NLG study (9,000 plans) takes about
+#: 6e7 and half a minute; 3e8 is about two minutes. Beyond it the sweep is refused by
+#: name (narrow the space) rather than left to run for hours.
+MAX_SWEEP_WORK = 300_000_000
 
 
 def _as_list(values: Any) -> list:
@@ -677,6 +683,15 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
     plans = enumerate_plans(session, space)
+    work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
+               + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
+               if pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) <= MAX_PIPELINE_STEPS)
+    if work > MAX_SWEEP_WORK:
+        raise ConfigError([FieldError("sweep", f"the {len(plans):,} plans need about {work:,} "
+                                      f"pipeline steps to simulate, more than {MAX_SWEEP_WORK:,} "
+                                      "(about two minutes); narrow the space: larger micro-batch "
+                                      "sizes, fewer pipeline-parallel sizes, a smaller GPU budget "
+                                      "or global batch")])
     session = session.copy()  # the result keeps the inputs it was computed from
     if store is None:
         store = session_profile(session)

@@ -14,7 +14,7 @@ links and external storage (40 %) and measurement CSVs (30 %).
 
 Cases run in worker processes (``--jobs``), so that a crash of the interpreter (a
 segmentation fault) counts as a crash of that case and the run goes on; a case that takes
-longer than ``--timeout`` seconds counts as a hang. Prints the counts of ok / clean error /
+longer than ``--timeout`` seconds (four times that for a sweep) counts as a hang. Prints the counts of ok / clean error /
 crash / hang / non-finite result per kind and the first failures with the arguments that
 replay them; exits 1 unless there are no crashes, hangs or non-finite results.
 """
@@ -68,9 +68,15 @@ def worker(kind: str, start: int, stop: int, seed: int, timeout: float) -> None:
                               "s": round(time.perf_counter() - t0, 3)}), flush=True)
 
 
+#: Kinds whose command may legitimately take long: a sweep of a few thousand plans takes
+#: half a minute (core.sweep.MAX_SWEEP_WORK bounds it at about two).
+SLOW_KINDS = {"session_sweep": 4.0}
+
+
 def run_kind(kind: str, count: int, seed: int, timeout: float, counts: Counter,
              failures: list, slowest: list) -> None:
     """All ``count`` cases of ``kind``, restarting the worker after a crash or a stuck case."""
+    timeout = timeout * SLOW_KINDS.get(kind, 1.0)
     nxt = 0
     while nxt < count:
         cmd = [sys.executable, __file__, "--worker", kind, str(nxt), str(count), "--seed", str(seed),
@@ -132,7 +138,8 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=1_000, help="corrupted files (default 1,000)")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100_000,
                     help="seed of this run (default: from the clock; printed)")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds before a case is a hang")
+    ap.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds before a case is a hang (four times that for sweeps)")
     ap.add_argument("--jobs", type=int, default=max(1, min(4, (os.cpu_count() or 2) - 1)),
                     help="kinds run in parallel")
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "START", "STOP"), help=argparse.SUPPRESS)

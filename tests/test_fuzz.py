@@ -40,7 +40,7 @@ def time_limit(seconds: int):
 
 def check(kind: str, rng, tmp_path_factory) -> None:
     workdir = tmp_path_factory.mktemp(kind, numbered=True)
-    with time_limit(CASE_TIMEOUT_S):
+    with time_limit(CASE_TIMEOUT_S * (4 if kind == "session_sweep" else 1)):
         outcome, note = run_case(kind, rng, workdir, 0)
     assert outcome in ("ok", "clean_error"), f"{kind}: {outcome}: {note}"
 
