@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schedules import schedule_errors
-
 __all__ = [
     "ModelConfig",
     "ParallelPlan",
@@ -544,6 +542,7 @@ def validate(session: Session) -> list[FieldError]:
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
     else:
+        from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
             pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
     if t * p * d > BOUNDS["parallel"].hi:

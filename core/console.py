@@ -12,11 +12,12 @@ quoting them) goes through :func:`esc` before it is put into markup or a table c
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import rich.console
 import rich.markup
+
+from .text import printable
 
 __all__ = ["Console", "esc", "printable", "PIPE_WIDTH"]
 
@@ -38,21 +39,6 @@ class Console(rich.console.Console):
         """Stop printing and raise ``BrokenPipeError`` (rich's default raises ``SystemExit(1)``)."""
         self.quiet = True
         raise BrokenPipeError
-
-
-# Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
-# returns, bells) and the Unicode line separators and bidirectional overrides that reorder
-# or hide text.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: Any) -> str:
-    """``str(text)`` with control characters shown as escapes (``\\x1b``, ``\\n``, ``\\u202e``):
-    what a file says is printed literally, never acted on by the terminal."""
-    def sub(m: re.Match) -> str:
-        c = m.group()
-        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-    return _UNSAFE.sub(sub, str(text))
 
 
 def esc(text: Any) -> str:

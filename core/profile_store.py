@@ -178,7 +178,8 @@ def _as_column(name: str, values: Any, n: int) -> np.ndarray:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
         return arr.astype(np.int64)
-    if arr.dtype.kind in "UO" and all(isinstance(v, str) for v in arr.tolist()):
+    if arr.dtype.kind == "U" or (arr.dtype.kind == "O"
+                                 and all(issubclass(t, str) for t in set(map(type, arr.tolist())))):
         return arr.astype(str)
     raise ValueError(f"key column {name!r} must hold integers or strings, got dtype {arr.dtype}")
 
@@ -192,24 +193,43 @@ def _norm(value: Any) -> Any:
 
 
 class _OpTable:
-    """One op's rows plus, per non-axis key tuple, the sorted axis and time arrays."""
+    """One op's rows plus, per non-axis key tuple, the sorted axis and time arrays.
+
+    ``groups`` maps the tuple of non-axis key values (python ints/strs, in
+    ``others`` order) to ``(axis values as float64, times)``, both sorted by
+    the axis value; built with one lexsort, no per-row python loop.
+
+    Raises
+    ------
+    ValueError
+        Two rows share all key values.
+    """
 
     def __init__(self, keys: dict[str, np.ndarray], time_s: np.ndarray, axis: str):
         self.keys, self.time_s, self.axis = keys, time_s, axis
         self.others = tuple(c for c in keys if c != axis)
-        rows: dict[tuple, list[tuple[float, float]]] = {}
+        n = len(time_s)
+        x = keys[axis].astype(np.float64)
+        codes = [np.unique(keys[c], return_inverse=True)[1].reshape(-1) for c in self.others]
+        order = np.lexsort((x, *codes[::-1]))  # by the other keys (first primary), then the axis
+        new_group = np.zeros(n, bool)
+        new_group[0] = True
+        for code in codes:
+            c = code[order]
+            new_group[1:] |= c[1:] != c[:-1]
+        xs, ts = x[order], time_s[order].astype(np.float64)
+        xs.flags.writeable = ts.flags.writeable = False
+        dup = np.flatnonzero(~new_group[1:] & (xs[1:] == xs[:-1]))
         cols = [keys[c].tolist() for c in self.others]
-        for i, (x, t) in enumerate(zip(keys[axis].tolist(), time_s.tolist())):
-            rows.setdefault(tuple(col[i] for col in cols), []).append((float(x), t))
+        if dup.size:
+            row = int(order[dup[0]])
+            raise ValueError(f"duplicate rows for {dict(zip(self.others, (col[row] for col in cols)))} "
+                             f"at {axis}={xs[dup[0]]:g}")
+        starts = np.flatnonzero(new_group).tolist()
+        first_rows = order[starts].tolist()
         self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        for k, pts in rows.items():
-            pts.sort()
-            xs = np.array([p[0] for p in pts])
-            dup = xs[1:][np.diff(xs) == 0]
-            if len(dup):
-                raise ValueError(f"duplicate rows for {dict(zip(self.others, k))} at "
-                                 f"{axis}={dup[0]:g}")
-            self.groups[k] = (xs, np.array([p[1] for p in pts]))
+        for a, b, row in zip(starts, starts[1:] + [n], first_rows):
+            self.groups[tuple(col[row] for col in cols)] = (xs[a:b], ts[a:b])
 
 
 class PeakFlops(dict):

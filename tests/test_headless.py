@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,48 @@ print('ok')
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+STARTUP = """
+import contextlib, io, json, sys
+import core.cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        code = core.cli.main(ARGS)
+    except SystemExit as exc:  # --help
+        code = exc.code
+heavy = ("numpy", "h5py", "rich", "rich.table", "rich.progress", "matplotlib", "scipy", "networkx",
+         "core.simulate", "core.scheduler", "core.sweep", "core.optimal", "core.calibrate")
+print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules],
+                  "out": out.getvalue()}))
+"""
+
+
+@pytest.mark.parametrize("args,loaded", [
+    (["--help"], ["numpy"]),  # numpy: core.config's schedule rules (core.schedules)
+    (["simulate", "--help"], ["numpy"]),
+    (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
+     ["numpy", "h5py", "core.simulate"]),
+    (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json")],
+     ["numpy", "h5py", "rich", "rich.table", "core.simulate"]),
+], ids=["help", "simulate-help", "simulate-json", "simulate-tables"])
+def test_cli_start_up_imports_only_what_the_command_uses(args, loaded):
+    """In a fresh process: ``vtrain --help`` loads no h5py, rich or simulator; ``vtrain simulate``
+    loads the simulator (and rich only to print tables), never matplotlib, scipy, networkx or
+    the sweep, scheduler, study and calibration modules."""
+    code = STARTUP.replace("ARGS", repr(args))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["code"] == 0, doc
+    assert doc["loaded"] == loaded
+    if "--help" in args:
+        assert doc["out"].startswith("usage: vtrain")
+    elif "--json" in args:
+        assert json.loads(doc["out"])["iteration_time_s"] > 0
+    else:
+        assert "Iteration time" in doc["out"]
 
 
 def test_import_contracts():

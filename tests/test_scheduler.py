@@ -208,3 +208,10 @@ def test_cli_plans_carry_no_figures_of_another_token_budget(capsys):
     assert main(["schedule", str(TRACE), "--gpus", "1024", "--json", "--policies", "requested"]) == 0
     run = json.loads(capsys.readouterr().out)["policies"][0]["runs"][0]
     assert "training_days" not in run["plan"] and "cost_usd" not in run["plan"]
+
+
+def test_cli_policy_names_are_the_schedulers():
+    """The parser spells the policies out (no scheduler import for ``vtrain --help``)."""
+    from core.scheduler import POLICIES
+    from core.cli.schedule import POLICY_NAMES
+    assert POLICY_NAMES == POLICIES

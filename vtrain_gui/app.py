@@ -113,6 +113,9 @@ class _ScreenshotTaker(QtCore.QObject):
 
     @Slot()
     def _on_settled(self) -> None:
+        from .timeline import TimelineWidget
+        for timeline in self._window.findChildren(TimelineWidget):
+            timeline.wait_ready()  # large iterations are laid out in a worker thread
         self._app.processEvents()
         if not self._window.grab().save(self._out):
             print(f"vtrain gui: cannot write {self._out}", file=sys.stderr)

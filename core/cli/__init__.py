@@ -13,6 +13,11 @@ One module of this package per subcommand (``core/cli/<name>.py``, with
 ``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
 
 Invalid input exits with status 2 and one message on stderr, never a traceback.
+
+Start-up: the subcommand modules import h5py, rich and the simulator only in
+the subcommand that runs (``vtrain --help`` loads none of them, ``vtrain
+simulate --json`` no rich, and nothing on the simulate path loads matplotlib
+or scipy; tests/test_headless.py checks this in a fresh process).
 """
 
 from __future__ import annotations
@@ -21,17 +26,18 @@ import argparse
 import os
 import sys
 
-from ..config import ConfigError
-from ..console import printable
-from ..inputs import NonFiniteError
-from ..nccl_tests import NcclTestsError
-from ..profile_store import ProfileStoreError
-from ..session import SessionFileError
-from ..validate import MeasurementFileError
+from ..text import printable
 from . import calibrate, gui, optimal, profile, schedule, simulate, sweep, validate
 from .common import UsageError
 
-__all__ = ["main", "build_parser", "SUBCOMMANDS"]
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
+
+#: Exceptions that are bad input, not bugs (module, class name): one line on stderr, exit
+#: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class exists
+#: only once its module is imported, so no module (numpy, h5py) is imported for this.
+USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileError"),
+               ("core.profile_store", "ProfileStoreError"), ("core.validate", "MeasurementFileError"),
+               ("core.nccl_tests", "NcclTestsError"), ("core.inputs", "NonFiniteError"))
 
 # one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
 # the order is the order of ``vtrain --help``
@@ -50,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     for module in SUBCOMMANDS.values():
         module.add_parser(sub)
     return parser
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    """:class:`UsageError` and the classes of :data:`USER_ERRORS` whose module is imported."""
+    found = [getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules]
+    return (UsageError, *found)
 
 
 def _error(text: object) -> int:
@@ -71,24 +83,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return SUBCOMMANDS[args.command].run(args)
-    except (ConfigError, SessionFileError, ProfileStoreError, UsageError, MeasurementFileError,
-            NcclTestsError, NonFiniteError) as exc:
-        return _error(exc)
-    except KeyError as exc:  # the profile lacks data the plan needs
-        return _error(exc.args[0] if exc.args else exc)
-    except BrokenPipeError:  # the reader went away (``vtrain ... | head``): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:  # a file that cannot be written or read: name it
-        name = exc.filename or ""
-        return _error(f"{name}: {exc.strerror or exc}" if name else (exc.strerror or exc))
     except KeyboardInterrupt:
         print("vtrain: interrupted", file=sys.stderr)
         return 130
-    except MemoryError:
-        return _error("out of memory: the inputs are too large for this machine")
-    except Exception as exc:  # a bug: one line, not a traceback (VTRAIN_DEBUG=1 shows it)
-        if os.environ.get("VTRAIN_DEBUG"):
+    except Exception as exc:  # sorted here, in this order: USER_ERRORS are looked up lazily
+        if isinstance(exc, _user_error_types()):
+            return _error(exc)
+        if isinstance(exc, KeyError):  # the profile lacks data the plan needs
+            return _error(exc.args[0] if exc.args else exc)
+        if isinstance(exc, BrokenPipeError):  # the reader went away (``vtrain ... | head``): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        if isinstance(exc, OSError):  # a file that cannot be written or read: name it
+            name = exc.filename or ""
+            return _error(f"{name}: {exc.strerror or exc}" if name else (exc.strerror or exc))
+        if isinstance(exc, MemoryError):
+            return _error("out of memory: the inputs are too large for this machine")
+        if os.environ.get("VTRAIN_DEBUG"):  # a bug: one line, not a traceback
             raise
         line = printable(" ".join(f"{type(exc).__name__}: {exc}".split("\n")))
         print(f"vtrain: internal error (please report it, with the input): {line}", file=sys.stderr)

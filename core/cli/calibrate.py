@@ -6,12 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rich.table import Table
-
-from ..inputs import strict_dumps
-from ..console import Console, esc
 from .common import field_error
 
 __all__ = ["add_parser", "run"]
@@ -44,8 +38,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_parser`."""
+    import numpy as np
+
     from ..calibrate import (balanced_weights, calibrated_store, cross_validate_files, fit,
                             measured_sessions)
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..profile_store import ProfileStore
     from ..validate import read_measurements
 
@@ -93,9 +91,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(out: dict, base: Any, console: Console) -> None:
+def _print(out: dict, base: Any, console: Any) -> None:
     """The calibration as tables: the fitted parameters beside the base store's, the
     cross-validated error per file and the in-sample error."""
+    from rich.table import Table
+
+    from ..console import esc
     from ..ops import DEFAULT_OP_MODEL
 
     console.print(f"[bold]wrote {esc(out['out'])}[/]: calibrated from {esc(base.summary())}")

@@ -6,15 +6,12 @@ The study itself is :func:`core.optimal.compute_optimal`.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..inputs import strict_dumps
-from ..config import ConfigError
-from ..console import Console, esc
-from ..optimal import format_params
 from .common import check_number, session_from_args
+
+if TYPE_CHECKING:  # rich and numpy (core.optimal) are imported when the command runs
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -47,6 +44,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
+    from ..config import ConfigError
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -81,6 +81,10 @@ def _cost(result, session) -> float:
 
 
 def _print(result, session, console: Console) -> None:
+    from rich.table import Table
+
+    from ..console import esc
+    from ..optimal import format_params
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "

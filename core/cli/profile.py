@@ -11,13 +11,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from ..console import Console, esc, printable
+from ..text import printable
 from .common import UsageError
+
+if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
+    from rich.progress import Progress
+
+    from ..console import Console
+
+
+def _esc(text: Any) -> str:
+    """:func:`core.console.esc` (rich is imported when something is printed)."""
+    from ..console import esc
+    return esc(text)
+
 
 __all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
 
@@ -56,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_command == "generate":
         return _generate(args)
     store = ProfileStore.open(args.store)
+    from ..console import Console
     print_store(store, Console())
     return 0
 
@@ -189,6 +199,7 @@ def profile_line(profile: dict[str, Any]) -> str:
 def run_measurement(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
     from .. import profiling
+    from ..console import Console
     from ..profile_store import ProfileStoreError
     console = Console()
     try:
@@ -202,6 +213,7 @@ def run_measurement(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(console: Console) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)
 
@@ -223,40 +235,42 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
                                            merge=args.merge)
         except KeyboardInterrupt:
             bar.stop()
-            console.print(f"[yellow]interrupted:[/] {esc(args.out)} holds {last['saved']} of "
+            console.print(f"[yellow]interrupted:[/] {_esc(args.out)} holds {last['saved']} of "
                           f"{len(shapes)} shape groups (a valid store)")
             return 130
     store = result.store
-    console.print(f"wrote {esc(result.path)}: {result.groups_done}/{result.groups_total} shape groups "
+    console.print(f"wrote {_esc(result.path)}: {result.groups_done}/{result.groups_total} shape groups "
                   f"in {result.wall_s:,.0f} s")
     print_store(store, console, provenance=False)
     if not store.collective_kinds():
         console.print(f"[dim]for plans with t, p or d above 1, add collective curves first: "
-                      f"vtrain profile collectives --world-size N --out {esc(result.path)} "
+                      f"vtrain profile collectives --world-size N --out {_esc(result.path)} "
                       "(or set cluster.intra_node_bandwidth_gbytes_per_s in the session)[/]",
                       highlight=False)
     if device_type == "cpu":
         console.print("[dim]use it: vtrain simulate SESSION --profile "
-                      f"{esc(result.path)} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
+                      f"{_esc(result.path)} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
     return 0
 
 
 def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
-    console.print(esc(store.summary()))
+    from rich.table import Table
+
+    console.print(_esc(store.summary()))
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
                   f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s", highlight=False)
     if provenance:
         for line in provenance_lines(store.provenance):
-            console.print(f"  {esc(line)}", highlight=False)
+            console.print(f"  {_esc(line)}", highlight=False)
     t = Table(title="operations", title_justify="left")
     for col in ("op", "rows", "interpolated over", "time range"):
         t.add_column(col)
     for op in store.op_names():
         _, times, axis = store.op_table(op)
-        t.add_row(esc(op), str(len(times)), esc(axis),
+        t.add_row(_esc(op), str(len(times)), _esc(axis),
                   f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms" if len(times) else "")
     console.print(t)
     kinds = store.collective_kinds()
@@ -284,6 +298,7 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 
 
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    from rich.table import Table
     try:
         sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
     except ValueError:
@@ -298,7 +313,7 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
         except KeyboardInterrupt:
             bar.stop()
             if args.out:
-                console.print(f"[yellow]interrupted:[/] {esc(args.out)} holds the {last['saved']} "
+                console.print(f"[yellow]interrupted:[/] {_esc(args.out)} holds the {last['saved']} "
                               "collective kind(s) finished before")
             return 130
     t = Table(title=f"{args.backend}, {args.world_size} ranks (size = whole buffer, "
@@ -311,9 +326,9 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
             t.add_row(kind, f"{x:,}", f"{s * 1e6:,.1f}", f"{x * factor / s / 1e9:,.2f}")
     console.print(t)
     for kind, why in result.skipped.items():
-        console.print(f"[yellow]skipped {kind}:[/] {esc(why)}")
+        console.print(f"[yellow]skipped {kind}:[/] {_esc(why)}")
     if result.path is not None:
-        console.print(f"added {len(result.curves)} curve(s) to {esc(result.path)}")
+        console.print(f"added {len(result.curves)} curve(s) to {_esc(result.path)}")
     return 0
 
 

@@ -4,20 +4,22 @@ policies (argument parsing and output). The study itself is :mod:`core.scheduler
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..inputs import strict_dumps
-from ..console import Console, esc
 from .common import check_number
+
+if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
+    from ..console import Console
+
+#: :data:`core.scheduler.POLICIES`, spelled out so that building the parser does not import the
+#: scheduler; tests/test_scheduler.py checks that the two agree.
+POLICY_NAMES = ("requested", "efficient", "adaptive")
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
     """Add the ``schedule`` subcommand to ``vtrain``'s sub-parsers."""
-    from ..scheduler import POLICIES
     sc = sub.add_parser(
         "schedule", help="replay a job trace on a shared GPU cluster under allocation policies",
         description="Predict every job's best throughput at each GPU count (one plan sweep per "
@@ -35,8 +37,8 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--cluster", metavar="CONFIG",
                     help="session file or vTrain config whose cluster, precision and profile to "
                          "use (default: 8-GPU A100-SXM4-80GB nodes, 800 Gb/s per node, bf16)")
-    sc.add_argument("--policies", default=",".join(POLICIES), metavar="P[,P...]",
-                    help=f"policies to compare (default {','.join(POLICIES)})")
+    sc.add_argument("--policies", default=",".join(POLICY_NAMES), metavar="P[,P...]",
+                    help=f"policies to compare (default {','.join(POLICY_NAMES)})")
     sc.add_argument("--backfill", action="store_true",
                     help="let a later job start ahead of a waiting one when it fits")
     sc.add_argument("--min-efficiency", type=float, default=0.8, metavar="F",
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..optimal import gpt_shape
     from ..scheduler import POLICIES, read_jobs, schedule_study
     from ..session import load_any
@@ -112,7 +116,9 @@ def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
 
 def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
+    from rich.table import Table
 
+    from ..console import esc
     from ..scheduler import target_index
     console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"

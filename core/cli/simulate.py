@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..inputs import strict_dumps
-from ..config import ConfigError
-from ..console import Console, esc
-from ..optimal import format_params
 from .common import fmt_bytes, session_from_args
-from .profile import profile_line
+
+if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -34,6 +30,12 @@ def add_parser(sub: Any) -> None:
 
 
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
+    from rich.table import Table
+
+    from ..console import esc
+    from ..text import format_params
+
+    from .profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
@@ -92,13 +94,16 @@ def _json_report(result, wall_s: float) -> dict:
         "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
         "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
-        "wall_s": wall_s, "session": result.session.to_dict(), "num_parameters": r.num_parameters,
+        "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
+        "num_parameters": r.num_parameters,
     })
     return doc
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain simulate``; returns the exit status."""
+    from ..config import ConfigError
+    from ..inputs import strict_dumps
     from ..simulate import simulate
     session = session_from_args(args)
     t0 = time.perf_counter()
@@ -113,5 +118,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_dumps(_json_report(result, wall)))
     else:
+        from ..console import Console
         _print_report(result, Console(), args.trace_out, wall)
     return 0

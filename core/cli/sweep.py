@@ -8,17 +8,15 @@ are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-import numpy as np
-from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
-from ..inputs import strict_dumps
-from ..console import Console, esc
 from .common import check_number, session_from_args
+
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from rich.table import Table
+
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -117,6 +115,10 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
 
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..console import Console
+    from ..inputs import strict_dumps
     from ..sweep import run_sweep
 
     check_number("--tokens", args.tokens)
@@ -196,6 +198,8 @@ def _plan_cells(result, i: int) -> list[str]:
 
 
 def _plan_table(title: str, first_col: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               padding=0)
     if first_col is not None:
@@ -206,6 +210,9 @@ def _plan_table(title: str, first_col: str | None = None) -> Table:
 
 
 def _print_result(result, console: Console, csv_path: str | None) -> None:
+    import numpy as np
+
+    from ..console import esc
     s = result.session
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"

@@ -6,14 +6,12 @@ import argparse
 import csv
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich.table import Table
-
-from ..inputs import strict_dumps
-from ..console import Console, esc
 from .common import field_error
+
+if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
+    from ..console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -50,6 +48,11 @@ def _predictor(profile: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """``vtrain validate``: see :func:`add_parser`."""
+    import numpy as np
+    from rich.table import Table
+
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
 
     if args.cross_validate == 1 or args.cross_validate < 0:
@@ -114,6 +117,9 @@ _MAX_ROWS_SHOWN = 50
 
 def _print_errors(console: Console, result, metrics: dict) -> None:
     """The error figures and the error tables by model, t and p."""
+    from rich.table import Table
+
+    from ..console import esc
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -148,6 +154,8 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
 
 
 def _write_rows(result, path: str) -> None:
+    import numpy as np
+
     from ..session import atomic_write_text
 
     buf = io.StringIO()
@@ -169,6 +177,7 @@ def _write_rows(result, path: str) -> None:
 
 def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib
+    import numpy as np
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker

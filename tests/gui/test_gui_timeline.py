@@ -8,6 +8,7 @@ from PySide6 import QtCore, QtGui
 
 from core.graph_types import KINDS
 from synthetic import synthetic_iteration
+from vtrain_gui import timeline as timeline_module
 from vtrain_gui.formatting import KIND_COLORS
 from vtrain_gui.timeline import _BAR_HEIGHT, _BAR_TOP, GanttItem, TimelineWidget
 
@@ -85,24 +86,121 @@ def test_bars_and_bubbles_are_drawn_in_the_right_colours(timeline, qtbot):
     assert bubble not in {QtGui.QColor(c).name() for c in KIND_COLORS.values()}
 
 
-def test_200k_tasks_draw_a_bounded_number_of_rectangles(timeline, qtbot):
+def _alpha(pixels: np.ndarray) -> np.ndarray:
+    """Alpha channel (0..255) of premultiplied ARGB32 pixels."""
+    return (pixels >> 24).astype(np.int64)
+
+
+def test_200k_tasks_are_laid_out_off_the_gui_thread_and_draw_a_bounded_number_of_rectangles(
+        timeline, qtbot):
     graph, schedule = synthetic_iteration(p=16, m=128, layers_per_stage=16)
-    assert graph.num_tasks >= 200_000
+    assert graph.num_tasks >= 200_000 > timeline_module.SYNC_MAX_TASKS
     timeline.set_data(graph, schedule)
+    # set_data returned before the layout: a worker thread builds it, hover waits for it
+    assert timeline.gantt.layout is None and timeline.num_tasks == graph.num_tasks
+    assert "Preparing the timeline of" in timeline._info.text()
+    i = int(np.argmax(graph.duration_s))
+    mid = 0.5 * (schedule.start_s[i] + schedule.end_s[i])
+    assert timeline.task_at(mid, graph.row[i] + 0.5) == -1
+    assert timeline.wait_ready()
+    assert timeline.task_at(mid, graph.row[i] + 0.5) == i
+    assert timeline._info.text() == "Hover a bar for details"
+    layout = timeline.gantt.layout
+    assert set(layout.images) == set(range(layout.num_bands))
     timeline.plot.grab()
-    zoomed_out = timeline.gantt.last_paint_num_rects
-    assert 0 < zoomed_out < 30_000
+    assert timeline.gantt.last_paint_band < layout.num_bands  # zoomed out: a band image
+    assert timeline.gantt.last_paint_num_rects < 30_000
     t = schedule.iteration_time_s
     timeline.view_box.setXRange(0.5 * t, 0.5 * t + 1e-3 * t, padding=0)
     timeline.plot.grab()
-    zoomed_in = timeline.gantt.last_paint_num_rects
-    assert 0 < zoomed_in < 2_000
+    assert timeline.gantt.last_paint_band == layout.num_bands  # zoomed in beyond the bands
+    assert 0 < timeline.gantt.last_paint_num_rects < 2_000
 
 
-@pytest.mark.parametrize("x1, columns", [(1.0, 800), (0.05, 800)],
-                         ids=["whole-iteration level", "visible bars only"])
-def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
+def test_a_large_iteration_draws_the_same_pixels_prepared_in_a_thread_or_at_once(
+        qtbot, monkeypatch):
+    """The worker thread's layout and band images are the ones computed synchronously."""
+    graph, schedule = synthetic_iteration(p=4, m=32, layers_per_stage=4)
+    pictures = []
+    for sync_max in (10**9, 1000):  # at once; then in a worker thread
+        monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", sync_max)
+        w = TimelineWidget()
+        qtbot.addWidget(w)
+        w.resize(900, 400)
+        w.show()
+        qtbot.waitExposed(w)
+        w.set_data(graph, schedule)
+        assert (w.gantt.layout is None) == (sync_max == 1000)
+        assert w.wait_ready()
+        qtbot.wait(20)  # the legend's new text settles the layout
+        t = schedule.iteration_time_s
+        shots = []
+        for x0, x1 in ((0.0, t), (0.3 * t, 0.4 * t), (0.35 * t, 0.351 * t)):
+            w.view_box.setXRange(x0, x1, padding=0)
+            shots.append(w.plot.grab().toImage())
+        pictures.append(shots)
+    for a, b in zip(*pictures):
+        assert a == b
+
+
+def test_a_newer_data_set_wins_over_one_still_being_prepared(timeline, monkeypatch):
+    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
+    first, s1 = synthetic_iteration(p=4, m=64, layers_per_stage=8)
+    second, s2 = synthetic_iteration(p=2, m=4, layers_per_stage=2)
+    timeline.set_data(first, s1)
+    timeline.set_data(second, s2)
+    assert timeline.wait_ready()
+    assert timeline.gantt.layout.num_tasks == second.num_tasks
+    QtCore.QCoreApplication.processEvents()  # late results of the first set are dropped
+    assert timeline.gantt.layout.num_tasks == second.num_tasks
+    i = int(np.argmax(second.duration_s))
+    mid = 0.5 * (s2.start_s[i] + s2.end_s[i])
+    assert timeline.task_at(mid, second.row[i] + 0.5) == i
+
+
+def _covered_bins(n_rows: int, start: np.ndarray, row: np.ndarray, w: float, nbins: int) -> np.ndarray:
+    need = np.zeros((n_rows, nbins), dtype=bool)
+    need[row.astype(int), np.minimum((start / w).astype(int), nbins - 1)] = True
+    return need
+
+
+def test_band_image_marks_every_bin_where_a_sub_bin_bar_starts_and_no_other():
+    """Zoomed out: bins are 1 to 2 pixels wide; a bin is coloured iff a bar narrower than a bin
+    starts in it, in the colour of the kind with the most time there."""
+    item = GanttItem()
+    rng = np.random.default_rng(1)
+    n = 50_000
+    start = np.sort(rng.uniform(0, 1.0, n))
+    start[-1] = 1.0  # the iteration ends at 1 s (plus the last bar's nanosecond)
+    dur = np.full(n, 1e-9)
+    row = rng.integers(0, 4, n).astype(float)
+    kind = rng.integers(0, 3, n)
+    item.set_tasks(start, dur, kind, row, 4)
+    layout = item.layout
+    columns = 800
+    px = 1.0 / columns
+    assert item.draw_list(0.0, 1.0, px) == []  # no bar is a bin wide
+    pixels, left, w = item.band_image_in_view(0.0, 1.0, px)
+    assert left == 0.0 and 1.0 <= w / px < 2.0
+    nbins = int(round(layout.t_end / w))
+    assert pixels.shape == (4, nbins)
+    need = _covered_bins(4, start, row, w, nbins)
+    assert ((pixels != 0) == need).all()
+    # each coloured bin has the colour of its most frequent kind (all bars equally long)
+    colors = timeline_module._color_table()
+    cell = row.astype(int) * nbins + np.minimum((start / w).astype(int), nbins - 1)
+    counts = np.zeros((4 * nbins, 3))
+    np.add.at(counts, (cell, kind), 1)
+    sole = (counts.max(axis=1) > 0) & ((counts == counts.max(axis=1, keepdims=True)).sum(axis=1) == 1)
+    best = counts.argmax(axis=1)
+    flat = pixels.reshape(-1)
+    assert sole.sum() > 100
+    assert (flat[sole] == colors[best[sole], 1]).all()  # 1 ns in a bin: the lowest opacity step
+
+
+def test_zoomed_in_beyond_the_bands_merged_rectangles_cover_every_pixel_that_has_a_task(monkeypatch):
     """Merged rectangles cover each (row, pixel column) holding a sub-pixel bar, and no other."""
+    monkeypatch.setattr(timeline_module, "_BAND_MAX_PIXELS", 1 << 12)  # bands up to 1,024 bins
     item = GanttItem()
     rng = np.random.default_rng(1)
     n = 50_000
@@ -111,7 +209,10 @@ def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
     row = rng.integers(0, 4, n).astype(float)
     kind = rng.integers(0, 3, n)
     item.set_tasks(start, dur, kind, row, 4)
+    x1, columns = 0.05, 800
     px = x1 / columns
+    assert item.layout.band_for(px) == item.layout.num_bands
+    assert item.band_image_in_view(0.0, x1, px) is None
     parts = item.draw_list(0.0, x1, px)
     assert parts and all(not exact for _, _, exact, _ in parts)
     covered = np.zeros((4, columns + 2), dtype=bool)
@@ -120,8 +221,7 @@ def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
         r = np.floor(rects[:, 1]).astype(int)
         c0 = np.round(rects[:, 0] / px).astype(int)
         c1 = np.round((rects[:, 0] + rects[:, 2]) / px).astype(int)
-        keep = (c0 <= columns) & (c1 >= 0)  # the whole-iteration level reaches past x1
-        for rr, a, b in zip(r[keep], c0[keep], c1[keep]):
+        for rr, a, b in zip(r, c0, c1):
             covered[rr, max(a, 0):min(b, columns + 2)] = True
         assert np.allclose(rects[:, 3], _BAR_HEIGHT) and np.allclose(rects[:, 1] % 1, _BAR_TOP)
     need = np.zeros_like(covered)
@@ -129,23 +229,46 @@ def test_level_of_detail_covers_every_pixel_that_has_a_task(x1, columns):
     need[row[inside].astype(int), (start[inside] / px).astype(int)] = True
     assert not (need & ~covered).any()
     assert not (covered[:, :columns] & ~need[:, :columns]).any()
-    assert sum(r.shape[0] for _, r, _, _ in parts) < 4 * (columns + 2) * (1.0 / x1)
+    assert sum(r.shape[0] for _, r, _, _ in parts) < 4 * (columns + 2)
+
+
+def _busy_rows(n: int) -> tuple[np.ndarray, ...]:
+    """Row 0 busy 10 % of [0, 1) and row 1 all of it, each in ``n`` bars of its own slot."""
+    slot = 1.0 / n
+    start = np.concatenate([np.arange(n) * slot, np.arange(n) * slot])
+    dur = np.concatenate([np.full(n, 0.1 * slot), np.full(n, slot)])
+    row = np.repeat([0.0, 1.0], n)
+    return start, dur, row
+
+
+@pytest.mark.parametrize("n", [500, 20_000])
+def test_band_image_shades_a_bin_by_the_busy_part_of_its_time(n):
+    """Bars below a bin: row 0 (busy 10 %) draws at the lowest opacity step, row 1 (busy all the
+    time) opaque, whether a bin holds two bars or a hundred."""
+    item = GanttItem()
+    start, dur, row = _busy_rows(n)
+    item.set_tasks(start, dur, np.zeros(2 * n, np.int64), row, 2)
+    px = 1.0 / 400
+    assert item.draw_list(0.0, 1.0, px) == []
+    pixels, _, w = item.band_image_in_view(0.0, 1.0, px)
+    assert w > 1.0 / n  # every bar is narrower than a bin
+    alpha = _alpha(pixels[:, : int(1.0 / w)])
+    assert set(alpha[0].tolist()) == {round(255 * 0.2)}
+    assert set(alpha[1].tolist()) == {255}
 
 
 @pytest.mark.parametrize("n, full", [(500, 0.8), (20_000, 1.0)],
                          ids=["few bars widened", "many bars merged"])
-def test_merged_bars_are_shaded_by_the_busy_part_of_their_pixels(n, full):
-    """Row 0 busy 10 % of its time, row 1 busy all of it, both in bars below a pixel: row 0
-    draws at the lowest opacity step; row 1 opaque when merged, and at the step of each
-    bar's own width (0.8 px) when few bars are widened one by one."""
+def test_zoomed_in_merged_bars_are_shaded_by_the_busy_part_of_their_pixels(n, full, monkeypatch):
+    """Zoomed in beyond the bands, row 0 busy 10 % of its time and row 1 all of it, both in bars
+    below a pixel: row 0 draws at the lowest opacity step; row 1 opaque when merged, and at the
+    step of each bar's own width (0.8 px) when few bars are widened one by one."""
+    monkeypatch.setattr(timeline_module, "_BAND_MAX_PIXELS", 1 << 7)  # bands up to 64 bins
     item = GanttItem()
-    columns = 400
-    px = 1.0 / columns
-    slot = 1.0 / n  # n bars per row, each in its own slot of the unit interval
-    start = np.concatenate([np.arange(n) * slot, np.arange(n) * slot])
-    dur = np.concatenate([np.full(n, 0.1 * slot), np.full(n, slot)])
-    row = np.repeat([0.0, 1.0], n)
+    start, dur, row = _busy_rows(n)
     item.set_tasks(start, dur, np.zeros(2 * n, np.int64), row, 2)
+    px = 1.0 / 400
+    assert item.layout.band_for(px) == item.layout.num_bands
     parts = item.draw_list(0.0, 1.0, px)
     shade = {}
     for _, rects, exact, opacity in parts:
@@ -154,6 +277,64 @@ def test_merged_bars_are_shaded_by_the_busy_part_of_their_pixels(n, full):
             shade.setdefault(r, set()).add(opacity)
     assert shade[0] == {0.2}
     assert shade[1] == {full}
+
+
+def test_each_zoom_band_draws_wide_bars_as_rectangles_and_narrow_ones_in_its_image(timeline):
+    """Zooming through every band: bars at least a bin wide are exact rectangles (at most one per
+    pixel and row), narrower ones are in the image, and nothing is drawn twice or left out."""
+    graph, schedule = synthetic_iteration(p=4, m=16, layers_per_stage=4)
+    timeline.set_data(graph, schedule)
+    assert timeline.wait_ready()
+    layout = timeline.gantt.layout
+    t = schedule.iteration_time_s
+    width_px = timeline.view_box.width()
+    seen = set()
+    for frac in np.geomspace(1.0, 1e-4, 40):
+        x0, x1 = 0.3 * t, 0.3 * t + frac * t
+        timeline.view_box.setXRange(x0, x1, padding=0)
+        timeline.plot.grab()
+        gantt = timeline.gantt
+        band = gantt.last_paint_band
+        seen.add(band)
+        px = gantt.pixelWidth()
+        if band == layout.num_bands:
+            continue
+        w = float(layout.widths[band])
+        assert px <= w < 2 * px * (1 + 1e-9)
+        rect_ids = set()
+        for kind, rects, exact, _ in gantt.draw_list(x0, x1, px):
+            assert exact and (rects[:, 2] >= w).all()
+            rect_ids.update(zip(rects[:, 0].tolist(), np.floor(rects[:, 1]).astype(int).tolist()))
+        assert gantt.last_paint_num_rects <= layout.num_rows * (width_px + 2)
+        visible = (schedule.end_s >= x0) & (schedule.start_s <= x1)
+        wide = visible & (graph.duration_s >= w)
+        assert rect_ids == set(zip(schedule.start_s[wide].tolist(), graph.row[wide].tolist()))
+        image = gantt.band_image_in_view(x0, x1, px)
+        narrow = visible & (graph.duration_s < w)
+        if narrow.any():
+            pixels, left, _ = image
+            cols = ((schedule.start_s[narrow] - left) / w).astype(int)
+            ok = (cols >= 0) & (cols < pixels.shape[1])
+            assert (pixels[graph.row[narrow][ok], cols[ok]] != 0).all()
+    assert len(seen) >= 8 and layout.num_bands in seen
+
+
+def test_a_kind_added_to_kinds_gets_its_own_colour(monkeypatch):
+    """Colours are keyed by core.graph_types.KINDS: a kind the palette does not know yet (a
+    weight-gradient task, say) is drawn in a spare colour unlike the others."""
+    kinds = KINDS + ("weight_grad",)
+    monkeypatch.setattr(timeline_module, "KINDS", kinds)
+    colors = timeline_module._color_table()
+    assert colors.shape == (len(kinds), timeline_module._SHADES + 1)
+    new = timeline_module.kind_color(len(kinds) - 1).name()
+    assert new not in {timeline_module.kind_color(k).name() for k in range(len(KINDS))}
+    item = GanttItem()
+    item.set_tasks(np.array([0.0, 1.0]), np.array([1.0, 1e-6]), np.array([len(kinds) - 1] * 2),
+                   np.array([0, 0]), 1)
+    parts = item.draw_list(0.0, 1.0, 1.0 / 500)
+    assert [(k, r.shape[0]) for k, r, _, _ in parts] == [(len(kinds) - 1, 1)]
+    pixels, _, _ = item.band_image_in_view(0.0, 1.0, 1.0 / 500)
+    assert set(pixels[pixels != 0].tolist()) == {int(colors[len(kinds) - 1, 1])}
 
 
 def test_clear_removes_everything(timeline):
@@ -179,3 +360,23 @@ def test_real_simulation_shows_every_task(timeline, real_simulate):
     mid = 0.5 * (result.schedule.start_s[i] + result.schedule.end_s[i])
     assert timeline.task_at(mid, result.graph.row[i] + 0.5) == i
     timeline.plot.grab()
+
+
+def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypatch):
+    """Large data given to a view that is not shown (the Explore tab's preview behind the Plan
+    tab) starts no worker thread; its first paint (or wait_ready) does."""
+    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    graph, schedule = synthetic_iteration(p=2, m=8, layers_per_stage=2)
+    w.set_data(graph, schedule)
+    QtCore.QCoreApplication.processEvents()
+    assert w.gantt._prep is None and w.gantt.layout is None and not w.is_ready
+    w.resize(800, 300)
+    w.show()
+    qtbot.waitExposed(w)
+    w.plot.grab()  # the first paint starts the worker
+    assert w.gantt._prep is not None or w.gantt.layout is not None
+    assert w.wait_ready()
+    i = int(np.argmax(graph.duration_s))
+    assert w.task_at(0.5 * (schedule.start_s[i] + schedule.end_s[i]), graph.row[i] + 0.5) == i
