@@ -6,7 +6,9 @@ MT-NLG 530B (L=105, h=20480, a=128, s=2048), global batch 1920, A100 nodes of
 size in {1, 2, 4}. Two variants:
 
 * ``as-trained``: 1F1B with full recomputation, as MT-NLG was trained (1,344 plans);
-* ``all``: both schedules and both recomputation modes (5,376 plans).
+* ``all``: every schedule and recomputation mode (none, selective, full);
+* ``modern``: ``all`` times sequence parallelism off/on and ZeRO stages 0-3 (issue 10's
+  target: under a minute).
 
 Each variant is run once cold (first run in the process: profile store opened,
 pipeline structures built) and then ``--repeat`` times warm; wall time is
@@ -36,8 +38,10 @@ TOKENS = 270e9  # MT-NLG's token budget (Smith et al. 2022)
 
 
 def space(variant: str) -> SweepSpace:
-    """The paper's MT-NLG space; ``variant`` is ``as-trained`` or ``all``."""
+    """The paper's MT-NLG space; ``variant`` is ``as-trained``, ``all`` or ``modern``."""
     extra = dict(schedules=("1f1b",), recompute=("full",)) if variant == "as-trained" else {}
+    if variant == "modern":
+        extra = dict(sequence_parallel=(False, True), zero_stages=(0, 1, 2, 3))
     return SweepSpace(tensor_parallel=(1, 2, 4, 8), max_data_parallel=30, micro_batch_sizes=(1, 2, 4),
                       **extra)
 
@@ -49,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     session = load_any(args.config)
     session.cost.training_tokens = TOKENS
-    for variant in ("as-trained", "all"):
+    for variant in ("as-trained", "all", "modern"):
         t0 = time.perf_counter()
         result = run_sweep(session, space(variant))
         cold = time.perf_counter() - t0

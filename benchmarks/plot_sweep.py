@@ -72,10 +72,7 @@ def plot(result, out: Path, title: str, width: int = 1100) -> None:
         p.plot([x], [y], pen=None, symbol="star", symbolSize=20,
                symbolPen=pg.mkPen("k", width=1), symbolBrush=pg.mkBrush(*colour))
         pl = result.plan(i)
-        sched = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(str(result.schedule[i]), str(result.schedule[i]))
-        recompute = "recompute" if result.recompute[i] == "full" else "no recompute"
-        lines = [label, f"t={pl.tensor_parallel}, p={pl.pipeline_parallel}, d={pl.data_parallel}, "
-                 f"b={pl.micro_batch_size}", f"{sched}, {recompute}", f"{x:,.1f} d, ${y:,.2f}M"]
+        lines = [label, pl.label(), f"{x:,.1f} d, ${y:,.2f}M"]
         # rich text with a white background keeps the label readable over the dense scatter
         html = ('<div style="background-color: rgba(255, 255, 255, 230); color: rgb(%d, %d, %d);">%s</div>'
                 % (*colour, "<br>".join(lines)))

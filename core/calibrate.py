@@ -40,10 +40,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .config import Session, padded_vocab_size
-from .graph import build_graph, params_per_gpu
+from .graph import build_graph, op_key, optimizer_params
 from .graph_types import OPS
-from .ops import (DEFAULT_OP_MODEL, OPTIMIZER_OP, combine_op_time, kernel_arrays, kernel_times,
-                  op_kernels)
+from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time,
+                  kernel_arrays, kernel_times, op_kernels)
 from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
@@ -84,9 +84,11 @@ MIN_ROWS_PER_SHAPE = 3
 #: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
 ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.05
-_COMPUTE_OPS = OPS[:9]
+#: Op ids of compute tasks (the rest, >= 0, are communication).
+_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS) if name in ALL_OPS or name in DERIVED_OPS])
 HALF_PRECISIONS = ("fp16", "bf16")
 _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
+           "attention_core_fwd": "layer",
            "embedding_fwd": "edge", "embedding_bwd": "edge", "output_fwd": "edge", "output_bwd": "edge"}
 
 
@@ -198,10 +200,8 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     ops = res.graph.op[path]
     stages = res.graph.stage[path]
     pl, m = session.plan, session.model
-    key = dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
-               f=m.ffn, t=pl.tensor_parallel, V=padded_vocab_size(m.vocab_size, pl.tensor_parallel),
-               dtype=pl.precision)
-    n_params = params_per_gpu(session)
+    key = op_key(session)
+    n_params = optimizer_params(session)
     kernels, kernel_op, counts, num_k, is_opt, family = [], [], [], [], [], []
 
     def add(ks: list, count: float, name: str) -> None:
@@ -212,14 +212,15 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         is_opt.append(name == OPTIMIZER_OP)
         family.append(_FAMILY.get(name, ""))
 
-    for op_id in np.unique(ops[(ops >= 0) & (ops < len(_COMPUTE_OPS))]):
+    compute = np.isin(ops, _COMPUTE_IDS)
+    for op_id in np.unique(ops[compute]):
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
                 add(op_kernels(name, {"n": int(n_params[st]), "dtype": pl.precision}), 1.0, name)
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
-    comm = ops >= len(_COMPUTE_OPS)
+    comm = (ops >= 0) & ~compute
     # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
     # + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
     # core.comm weighs them; N: pipeline transfers). One more build with each parameter

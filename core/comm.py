@@ -171,10 +171,17 @@ class CommModel:
 
     def inter_all_reduce(self, num_nodes: int, nbytes: float) -> float:
         """Ring all-reduce of ``nbytes`` per GPU across ``num_nodes`` nodes, seconds."""
+        return self.inter_ring("all_reduce", num_nodes, nbytes)
+
+    def inter_ring(self, kind: str, num_nodes: int, nbytes: float) -> float:
+        """Ring ``kind`` (all_reduce, reduce_scatter, all_gather) of an ``nbytes`` buffer per GPU
+        across ``num_nodes`` nodes, seconds: ``steps * latency + factor * nbytes / bandwidth``
+        with 2(n-1) steps and factor 2(n-1)/n for the all-reduce, half of each for the others."""
         if num_nodes <= 1 or nbytes <= 0:
             return 0.0
-        steps = 2 * (num_nodes - 1)
-        return steps * INTER_NODE_LATENCY_S + (steps / num_nodes) * nbytes / self._gpu_inter_bytes_per_s
+        steps = _STEPS[kind](num_nodes)
+        return (steps * INTER_NODE_LATENCY_S
+                + _FACTOR[kind](num_nodes) * nbytes / self._gpu_inter_bytes_per_s)
 
     # ------------------------------------------------------------------ plan-level
     def hierarchical_all_reduce(self, group_size: int, per_node: int, nbytes: float) -> float:
@@ -193,10 +200,42 @@ class CommModel:
                 + self.inter_all_reduce(num_nodes, nbytes / per_node)
                 + self.intra("all_gather", per_node, nbytes))
 
+    def hierarchical(self, kind: str, group_size: int, per_node: int, nbytes: float) -> float:
+        """Collective ``kind`` of an ``nbytes`` buffer among ``group_size`` GPUs, ``per_node`` of
+        them in each node (nccl-tests convention: ``nbytes`` is the whole buffer, the input of a
+        reduce-scatter and the output of an all-gather).
+
+        All-reduce: :meth:`hierarchical_all_reduce`. Reduce-scatter: in the node, then a ring
+        reduce-scatter of the ``nbytes/per_node`` shard across the nodes; all-gather the
+        reverse. A reduce-scatter plus an all-gather moves what one all-reduce moves.
+        """
+        if kind == "all_reduce":
+            return self.hierarchical_all_reduce(group_size, per_node, nbytes)
+        if group_size <= 1:
+            return 0.0
+        num_nodes = math.ceil(group_size / per_node)
+        if num_nodes == 1:
+            return self.collective_overhead_s + self.intra(kind, group_size, nbytes)
+        return (self.collective_overhead_s + self.intra(kind, per_node, nbytes)
+                + self.inter_ring(kind, num_nodes, nbytes / per_node))
+
     def tp_all_reduce(self, nbytes: float) -> float:
         """Tensor-parallel all-reduce of ``nbytes``: consecutive ranks, across nodes when t > gpus_per_node."""
+        return self.tp_collective("all_reduce", nbytes)
+
+    def tp_collective(self, kind: str, nbytes: float) -> float:
+        """Tensor-parallel ``kind`` (all_reduce, reduce_scatter, all_gather) of an ``nbytes``
+        buffer (sequence parallelism replaces each all-reduce by a reduce-scatter and an
+        all-gather of the same buffer; Korthikanti et al. 2022, Sec. 4.2.2)."""
         t = self.plan.tensor_parallel
-        return self.hierarchical_all_reduce(t, min(t, self.cluster.gpus_per_node), nbytes)
+        return self.hierarchical(kind, t, min(t, self.cluster.gpus_per_node), nbytes)
+
+    def dp_collective(self, kind: str, nbytes: float) -> float:
+        """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d`` ranks ``tp + t*j``
+        (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and parameter
+        all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
+        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
 
     def dp_all_reduce(self, nbytes: float) -> float:
         """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).

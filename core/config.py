@@ -44,12 +44,24 @@ __all__ = [
     "section_errors",
     "rename_field",
     "padded_vocab_size",
+    "PLAN_FIELDS",
+    "ZERO_STAGES",
+    "GRAD_REDUCE_DTYPES",
+    "plan_key",
+    "plan_field_title",
+    "stage_layer_counts",
+    "grad_dtype",
 ]
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
-RECOMPUTE_MODES = ("none", "full")
+RECOMPUTE_MODES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
+#: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
+#: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
+ZERO_STAGES = (0, 1, 2, 3)
+#: Data types the data-parallel gradients can be accumulated and reduced in.
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: GPU kinds with a shipped profile store; the value is the store's file stem
 #: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
 GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
@@ -118,8 +130,9 @@ def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
     """A dataclass field with ``unit`` and ``help`` metadata.
 
     Further metadata, checked by every reader and by :func:`validate` (no code per field):
-    ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``choices`` (allowed values, for
-    strings and enumerations), ``required`` (a session file must give the field: it has no
+    ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``min``/``max`` (a field's own
+    limits, within its bounds), ``choices`` (allowed values, for strings and
+    enumerations), ``required`` (a session file must give the field: it has no
     meaningful default). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
     optionally ``| None``).
     """
@@ -151,44 +164,73 @@ class ModelConfig:
         return self.ffn_hidden_size if self.ffn_hidden_size else 4 * self.hidden_size
 
     def num_parameters(self, tensor_parallel: int = 1) -> int:
-        """Total parameter count (untied output layer counted once, as tied).
-
-        Per layer: QKV ``3h^2+3h``, projection ``h^2+h``, MLP ``2*h*f+f+h``,
-        two layer norms ``4h``; plus embedding ``V'h``, positions ``s*h`` and
-        the final layer norm ``2h``. ``V'`` is the padded vocabulary.
-        """
-        h, f = self.hidden_size, self.ffn
-        per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
-        vocab = padded_vocab_size(self.vocab_size, tensor_parallel)
-        return self.num_layers * per_layer + vocab * h + self.seq_length * h + 2 * h
+        """Total parameter count, vocabulary padded for ``tensor_parallel``
+        (:func:`core.model_math.num_parameters`)."""
+        from .model_math import num_parameters
+        return num_parameters(self, tensor_parallel)
 
 
 @dataclass
 class ParallelPlan:
-    """How one iteration is split over GPUs (Megatron-LM arguments)."""
+    """How one iteration is split over GPUs (Megatron-LM / Megatron-Core arguments).
+
+    The one record of a plan: sweep columns (:data:`PLAN_FIELDS`), cache keys
+    (:func:`plan_key`), labels (:meth:`label`) and the editor's rows all derive
+    from these fields and their metadata (``unit``, ``help``, ``choices``,
+    ``min``/``max``, ``short``: the label's abbreviation; ``label``: ``"always"``
+    to show the field in every label, ``"never"`` to leave it out, otherwise it
+    shows when it differs from its default).
+    """
 
     tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)",
-                              bounds=BOUNDS["parallel"], required=True)
+                              short="t", label="always", bounds=BOUNDS["parallel"], required=True)
     pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
-                                bounds=BOUNDS["parallel"], required=True)
+                                short="p", label="always", bounds=BOUNDS["parallel"], required=True)
     data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))",
-                            bounds=BOUNDS["parallel"], required=True)
+                            short="d", label="always", bounds=BOUNDS["parallel"], required=True)
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
-                               bounds=BOUNDS["micro_batch"], required=True)
+                               short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
-                                bounds=BOUNDS["global_batch"], required=True)
+                                short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
     schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
                        "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
                        "(zero-bubble, backward split into input and weight gradients)",
-                       choices=SCHEDULES)
-    recompute: str = _f("full", "", "Activation recomputation: none or full",
-                        choices=RECOMPUTE_MODES, required=True)
+                       choices=SCHEDULES, short="", label="always")
+    recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
+                        "core, --recompute-activations) or full (--recompute-granularity full)",
+                        choices=RECOMPUTE_MODES, label="always", required=True)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
-                        choices=PRECISIONS, required=True)
+                        choices=PRECISIONS, label="never", required=True)
     virtual_pipeline_stages: int | None = _f(
         None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
-        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules",
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
         bounds=BOUNDS["layers"])
+    sequence_parallel: bool = _f(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
+                                 "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
+                                 "and dropout run on s/t tokens", short="sp")
+    recompute_num_layers: int | None = _f(
+        None, "layers", "With full recomputation: layers per pipeline stage recomputed (Megatron's "
+        "--recompute-method block --recompute-num-layers); the others keep their activations; "
+        "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
+    zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
+                         "state sharded over d), 2 gradients too, 3 parameters too (FSDP)",
+                         short="zero", min=0, max=3)
+    overlap_grad_reduce: bool = _f(False, "", "Overlap the data-parallel gradient reduction with "
+                                   "the backward pass, bucket by bucket (--overlap-grad-reduce)",
+                                   short="overlap_grad")
+    overlap_param_gather: bool = _f(False, "", "Overlap the parameter all-gather of a sharded "
+                                    "optimizer with the forward pass (--overlap-param-gather; "
+                                    "needs zero_stage >= 1)", short="overlap_param")
+    grad_reduce_dtype: str | None = _f(
+        None, "", "Data type gradients are accumulated and reduced in; empty means Megatron's "
+        "default: fp32 with bf16 (main gradients), otherwise the training precision",
+        choices=GRAD_REDUCE_DTYPES, short="grad_dtype")
+    first_stage_layers: int | None = _f(
+        None, "layers", "Layers of the first pipeline stage (--decoder-first-pipeline-num-layers); "
+        "empty means an even split", short="first_layers", min=1, bounds=BOUNDS["layers"])
+    last_stage_layers: int | None = _f(
+        None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
+        "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
 
     @property
     def num_gpus(self) -> int:
@@ -199,6 +241,92 @@ class ParallelPlan:
     def num_microbatches(self) -> int:
         """Micro-batches per iteration per pipeline, ``B / (d*b)`` (floor)."""
         return self.global_batch_size // (self.data_parallel * self.micro_batch_size)
+
+    def label(self, *, full: bool = False) -> str:
+        """Short text naming the plan, e.g. ``"t=8 p=35 d=12 b=1 1f1b recompute=full"``.
+
+        Derived from the fields' metadata: fields marked ``label="always"`` first,
+        then every other field whose value differs from its default (booleans by
+        their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
+        (B, precision) too.
+        """
+        parts = []
+        for f in dataclasses.fields(self):
+            how = f.metadata.get("label", "changed")
+            value = getattr(self, f.name)
+            if how == "never" and not full:
+                continue
+            if how == "changed" and value == f.default:
+                continue
+            short = f.metadata.get("short", f.name)
+            if isinstance(value, bool):
+                parts.append(short if value else f"no-{short}")
+            elif short == "":
+                parts.append(str(value))
+            else:
+                parts.append(f"{short}={value}")
+        return " ".join(parts)
+
+
+#: Names of the plan's fields, in order: the sweep's plan columns and the cache keys.
+PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ParallelPlan))
+
+
+def plan_field_title(name: str) -> str:
+    """Short column title of plan field ``name`` (its ``short`` metadata, else the name)."""
+    f = ParallelPlan.__dataclass_fields__[name]
+    return f.metadata.get("short") or name
+
+
+def plan_key(plan: ParallelPlan) -> tuple:
+    """Hashable key of every field of ``plan`` (cache keys: no field can be left out)."""
+    return tuple(getattr(plan, name) for name in PLAN_FIELDS)
+
+
+def grad_dtype(plan: ParallelPlan) -> str:
+    """Data type of the data-parallel gradients: ``plan.grad_reduce_dtype``, or Megatron's default,
+    fp32 main gradients with bf16 (Megatron-LM forces ``--accumulate-allreduce-grads-in-fp32`` for
+    bf16; Megatron-Core's ``grad_reduce_in_fp32``) and the training precision otherwise."""
+    if plan.grad_reduce_dtype:
+        return plan.grad_reduce_dtype
+    return "fp32" if plan.precision == "bf16" else plan.precision
+
+
+def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
+    """Transformer layers of each pipeline stage, length p.
+
+    Even split ``L/p`` unless ``first_stage_layers`` / ``last_stage_layers`` are
+    set; then those stages hold that many and the other stages split the rest
+    evenly (Megatron-Core ``--decoder-first/last-pipeline-num-layers``).
+
+    Raises
+    ------
+    ValueError
+        The layers do not split that way (never dropped or added silently).
+    """
+    p, L = plan.pipeline_parallel, num_layers
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    if first is None and last is None:
+        if L % p:
+            raise ValueError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}")
+        return [L // p] * p
+    if p < 2:
+        raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")
+    rest = L - (first or 0) - (last or 0)
+    middle = p - (first is not None) - (last is not None)
+    if rest < 0 or (middle == 0 and rest != 0):
+        raise ValueError(f"first_stage_layers + last_stage_layers = {(first or 0) + (last or 0)} "
+                         f"must {'equal' if middle == 0 else 'be less than'} num_layers={L}")
+    if middle and (rest == 0 or rest % middle):
+        raise ValueError(f"the {rest} layers left after the first/last stage's do not split evenly "
+                         f"over the other {middle} stages")
+    each = rest // middle if middle else 0
+    counts = [each] * p
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    return counts
 
 
 @dataclass
@@ -220,6 +348,10 @@ class ClusterConfig:
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
     )
+    memory_reserve_fraction: float = _f(
+        0.1, "", "Share of each GPU's memory kept free for the framework, CUDA context and "
+        "fragmentation: a plan fits when it needs at most (1 - this) of the capacity",
+        min=0.0, max=0.9)
 
 
 @dataclass
@@ -396,6 +528,10 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
         choices = meta.get("choices")
         if choices and value not in choices:
             return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
+        if "min" in meta and value < meta["min"]:
+            return f"{name}={shown} must be at least {_num_text(meta['min'])}"
+        if "max" in meta and value > meta["max"]:
+            return f"{name}={shown} must be at most {_num_text(meta['max'])}"
         if bound is None:
             return None
         if value < bound.lo:
@@ -511,13 +647,16 @@ def validate(session: Session) -> list[FieldError]:
     or is a multiple of them (tensor parallelism across nodes is allowed, and
     slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
     a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
-    ``cluster.profile_path``).
+    ``cluster.profile_path``); and the rules of the plan's newer fields
+    (:func:`_plan_feature_errors`).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
 
     for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost)):
         errs += section_errors(section, obj)
+    reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
+    errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     if c.gpu not in GPU_KINDS and not c.profile_path:
         errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
@@ -535,9 +674,17 @@ def validate(session: Session) -> list[FieldError]:
     if m.ffn % t:
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
-    if m.num_layers % p:
-        errs.append(FieldError("plan.pipeline_parallel", f"num_layers={m.num_layers} is not divisible "
-                               f"by pipeline_parallel_size={p}"))
+    try:
+        counts = stage_layer_counts(m.num_layers, pl)
+    except ValueError as exc:
+        uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
+        counts = None
+        errs.append(FieldError("plan.first_stage_layers" if uneven else "plan.pipeline_parallel",
+                               str(exc)))
+    n = pl.recompute_num_layers
+    if counts is not None and n is not None and n > min(counts):
+        errs.append(FieldError("plan.recompute_num_layers", f"recompute_num_layers={n} is more than "
+                               f"the {min(counts)} layers of the smallest pipeline stage"))
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
@@ -565,6 +712,42 @@ def validate(session: Session) -> list[FieldError]:
     return errs
 
 
+def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
+    """Rules of sequence parallelism, recomputation, ZeRO, overlap and gradient dtype
+    (Megatron-LM's argument checks where it has one)."""
+    errs: list[FieldError] = []
+    for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather"):
+        if not isinstance(getattr(pl, name), bool):
+            errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
+    z = pl.zero_stage
+    if isinstance(z, bool) or z not in ZERO_STAGES:
+        errs.append(FieldError("plan.zero_stage", f"zero_stage={z!r} is not one of 0, 1, 2, 3"))
+    elif pl.overlap_param_gather is True and z == 0:
+        errs.append(FieldError("plan.overlap_param_gather", "overlap_param_gather needs a sharded "
+                               "optimizer (zero_stage >= 1; Megatron: --use-distributed-optimizer)"))
+    for name in ("recompute_num_layers", "first_stage_layers", "last_stage_layers"):
+        v = getattr(pl, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
+    if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
+            pl.schedule == "interleaved":
+        errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
+                               "with the interleaved schedule are not modelled yet"))
+    if pl.recompute_num_layers is not None and pl.recompute != "full":
+        errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
+                               "= full (Megatron's block method)"))
+    g = pl.grad_reduce_dtype
+    if g is not None:
+        if g not in GRAD_REDUCE_DTYPES:
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} is not one of "
+                                   f"{', '.join(GRAD_REDUCE_DTYPES)} or empty"))
+        elif pl.precision in PRECISIONS and g not in ("fp32", pl.precision):
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
+                                   f"{pl.precision!r}: gradients are reduced in fp32 or in the "
+                                   "training precision"))
+    return errs
+
+
 def check(session: Session) -> Session:
     """Return ``session`` unchanged, or raise :class:`ConfigError` listing every broken rule."""
     errs = validate(session)
@@ -577,14 +760,17 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
                            global_batch_size: int | None = None) -> None:
     """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
     t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
-    those themselves. With ``model`` (``global_batch_size``), that model (batch) is checked
-    in place of the session's own."""
+    those themselves (and the fields that depend on p: the first and last stages' layers,
+    the recomputed layers). With ``model`` (``global_batch_size``), that model (batch) is
+    checked in place of the session's own."""
     probe = session.copy()
     if model is not None:
         probe.model = model
-    base = session.plan
-    batch = base.global_batch_size if global_batch_size is None else global_batch_size
-    probe.plan = ParallelPlan(1, 1, 1, 1, batch, "1f1b", "full", base.precision)
+    batch = session.plan.global_batch_size if global_batch_size is None else global_batch_size
+    probe.plan = dataclasses.replace(
+        session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
+        first_stage_layers=None, last_stage_layers=None)
     check(probe)
 
 
@@ -626,7 +812,7 @@ _AUTHORS_FIELDS: dict[str, tuple[str | None, str]] = {
     "max_length": ("model.seq_length", ""),
     "ffn_hidden_size": ("model.ffn_hidden_size", ""),
     "vocab_size": ("model.vocab_size", ""),
-    "use_gradient_bucket": (None, "bool"),
+    "use_gradient_bucket": (None, "bool"),  # true: plan.overlap_grad_reduce
     "use_checkpoint": (None, "bool"),  # true: plan.recompute "full", false: "none"
     "pipeline_scheduling": (None, "str"),  # lower-cased, then checked as plan.schedule
     "inter_node_bandwidth": ("cluster.inter_node_bandwidth_gbits_per_s", ""),
@@ -679,14 +865,14 @@ def read_vtrain_config(path: str | Path, *, check_rules: bool = True) -> Session
     Units in that format: ``inter_node_bandwidth`` in Gb/s per node,
     ``intra_node_bandwidth`` in GB/s; ``max_length`` is the sequence length;
     ``use_checkpoint`` means full activation recomputation. The vocabulary is
-    not in the format; GPT-2's 50257 is used. ``use_gradient_bucket`` must be
-    false (overlapping the gradient all-reduce with the backward pass is not
-    modelled yet); ``trace_path`` is ignored.
+    not in the format; GPT-2's 50257 is used. ``use_gradient_bucket`` true means
+    the gradient all-reduce runs in buckets overlapped with the backward pass
+    (``plan.overlap_grad_reduce``); ``trace_path`` is ignored.
 
     Raises
     ------
     ConfigError
-        On a missing or unknown key, ``use_gradient_bucket`` true, or ``num_gpus`` that disagrees with
+        On a missing or unknown key, or ``num_gpus`` that disagrees with
         ``tensor_parallel_size * pipeline_parallel_size * data_parallel_size``.
     """
     from .inputs import read_json_file
@@ -738,12 +924,6 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
     errs += _authors_key_errors(raw)
     if errs:
         raise ConfigError(errs)
-    if raw.get("use_gradient_bucket") is True:
-        errs.append(FieldError("use_gradient_bucket", "true is not modelled yet: the data-parallel "
-                               "gradient all-reduce runs after the backward pass, not bucketed "
-                               "under it (set false)"))
-    if errs:
-        raise ConfigError(errs)
     sched = raw.get("pipeline_scheduling", "1f1b").lower()
     model = ModelConfig(
         name=f"{raw['num_layers']}-layer h={raw['hidden_size']}",
@@ -751,15 +931,17 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         num_attention_heads=raw["num_attention_heads"], ffn_hidden_size=raw.get("ffn_hidden_size"),
         seq_length=raw["max_length"], vocab_size=raw.get("vocab_size", 50257),
     )
-    for preset in MODEL_PRESETS.values():
-        if (preset.num_layers, preset.hidden_size, preset.num_attention_heads) == (
-                model.num_layers, model.hidden_size, model.num_attention_heads):
+    for preset in MODEL_PRESETS.values():  # the format holds GPT models only
+        if dataclasses.replace(preset, name=model.name, ffn_hidden_size=model.ffn_hidden_size,
+                               seq_length=model.seq_length, vocab_size=model.vocab_size) == model:
             model.name = preset.name
+            break
     plan = ParallelPlan(
         tensor_parallel=raw["tensor_parallel_size"], pipeline_parallel=raw["pipeline_parallel_size"],
         data_parallel=raw["data_parallel_size"], micro_batch_size=raw["micro_batch_size"],
         global_batch_size=raw["global_batch_size"], schedule=sched,
         recompute="full" if raw.get("use_checkpoint", False) else "none", precision="fp16",
+        overlap_grad_reduce=raw.get("use_gradient_bucket", False) is True,
     )
     cluster = ClusterConfig(
         gpu=gpu_kind(raw.get("gpu_name", "A100")),

@@ -51,7 +51,12 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     src[waits_f], src[waits_b] = src_f[waits_f], src_b[waits_b]
     sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
     deps = tuple(tuple(sorted(set((src[i][src[i] < p * K] // K).tolist()) - {i})) for i in range(p))
-    out = (phase, chunk, src, sends)
+    # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
+    # split; micro-batch m-1) of each (stage, chunk)
+    grad = pipeline_schedules.PHASE_W if pipeline_schedules.get(schedule).splits_backward else B
+    first_f = pos[:, F, :, 0]                          # (p, v)
+    last_g = pos[:, grad, :, m - 1]                    # (p, v)
+    out = (phase, chunk, src, sends, first_f, last_g)
     for a in out:
         a.setflags(write=False)
     return out + (deps,)
@@ -60,7 +65,9 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
 def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
                              bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
                              dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
-                             return_updates: bool = False, wgrad_s: np.ndarray | None = None
+                             return_updates: bool = False, wgrad_s: np.ndarray | None = None,
+                             ready_s: np.ndarray | None = None,
+                             chunk_tail_s: np.ndarray | None = None
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
@@ -100,6 +107,15 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         Also return the number of stage updates made (diagnostics).
     wgrad_s : float array, shape of ``fwd_s``, optional
         Weight-gradient items W, for schedules that split the backward.
+    ready_s : float array, shape of ``fwd_s``, optional
+        Earliest start of the first forward (micro-batch 0) of each stage and chunk
+        (:attr:`core.graph.StageTimes.ready_s`: its parameters' all-gather from the
+        iteration's start); default 0.
+    chunk_tail_s : float array, shape of ``fwd_s``, optional
+        The stage's tail (``dp_comm_s``, optimizer) also waits until this long after the
+        compute of the chunk's last weight-gradient item (B, or W when split, of
+        micro-batch m-1) ends (:attr:`core.graph.StageTimes.chunk_tail_s`: overlapped
+        gradient buckets); ``-inf`` for none.
 
     Returns
     -------
@@ -136,7 +152,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    phase, chunk, src, sends, deps = _pipeline_structure(schedule, p, m, v)
+    phase, chunk, src, sends, first_f, last_g, deps = _pipeline_structure(schedule, p, m, v)
     K = phase.shape[1]
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
@@ -147,6 +163,16 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     D = D + np.where(sends[:, :, None], hops[stage, send], 0.0)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
+    floor = None  # (p, K, n): a lower bound on R[k] - S[k-1] from an item's ready time
+    if ready_s is not None:
+        R = np.asarray(ready_s, np.float64)
+        R = R[:, None, :] if R.ndim == 2 else R
+        if R.shape != F.shape:
+            raise ValueError("ready_s must have the shape of fwd_s")
+        floor = np.full((p, K, n), -np.inf)
+        for c in range(v):
+            k = first_f[:, c]
+            floor[np.arange(p), k] = R[:, c] + Q[np.arange(p), k]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
     version = np.zeros(p, np.int64)       # changes of each stage so far
@@ -161,7 +187,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
-            new = np.maximum.accumulate(E[src[i]] + Q[i], axis=0)
+            x = E[src[i]] + Q[i]
+            if floor is not None:
+                x = np.maximum(x, floor[i])
+            new = np.maximum.accumulate(x, axis=0)
             new += S[i]
             updates += 1
             rows = slice(i * K, (i + 1) * K)
@@ -173,5 +202,17 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         if not changed:
             break
     last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
+    if chunk_tail_s is not None:
+        X = np.asarray(chunk_tail_s, np.float64)
+        X = X[:, None, :] if X.ndim == 2 else X
+        if X.shape != F.shape:
+            raise ValueError("chunk_tail_s must have the shape of fwd_s")
+        for c in range(v):
+            k = last_g[:, c]                                                # (p,)
+            rows = np.arange(p) * K + k
+            # E includes the item's (blocking) send; the buckets follow its compute
+            send_of = np.where(sends[np.arange(p), k][:, None],
+                               hops[np.arange(p), send[np.arange(p), k]], 0.0)
+            last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
     return (T, updates) if return_updates else T

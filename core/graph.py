@@ -22,18 +22,21 @@ as a timed task.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from . import schedules
+from . import model_math, schedules
 from .comm import CommModel
-from .config import Session, padded_vocab_size
+from .config import Session, grad_dtype, padded_vocab_size
 from .graph_types import KINDS, OPS, ExecutionGraph
-from .ops import DTYPE_BYTES, OPTIMIZER_OP, analytic_op_time
+from .ops import DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
-           "params_per_gpu", "OpTimes", "StageTimes", "stage_times", "DETAILS"]
+           "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
+           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
@@ -278,23 +281,16 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
 # --------------------------------------------------------------------------- from a session
 
 def params_per_gpu(session: Session) -> np.ndarray:
-    """Parameters held by one GPU of each pipeline stage, shape (p,).
+    """Parameters held by one GPU of each pipeline stage before ZeRO sharding, shape (p,)
+    (:func:`core.model_math.params_per_gpu`)."""
+    return model_math.params_per_gpu(session.model, session.plan)
 
-    Per layer (Megatron-LM tensor parallelism): ``(4h^2 + 2hf + 3h + f)/t``
-    sharded weights and biases plus ``h`` (projection bias) ``+ h`` (fc2 bias)
-    ``+ 4h`` (layer norms) replicated. Stage 0 adds the vocabulary-parallel
-    embedding ``V'h/t`` and position embedding ``s*h``; the last stage adds the
-    final layer norm ``2h`` and, when ``p > 1``, its copy of the word
-    embedding used by the output layer ``V'h/t``.
-    """
-    m, pl = session.model, session.plan
-    h, f, t, p = m.hidden_size, m.ffn, pl.tensor_parallel, pl.pipeline_parallel
-    V = padded_vocab_size(m.vocab_size, t)
-    per_layer = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h
-    n = np.full(p, per_layer * (m.num_layers // p))
-    n[0] += V * h / t + m.seq_length * h
-    n[-1] += 2 * h + (V * h / t if p > 1 else 0)
-    return n
+
+def optimizer_params(session: Session) -> np.ndarray:
+    """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
+    its ``1/d`` shard from ZeRO stage 1 on (Megatron's distributed optimizer)."""
+    n = params_per_gpu(session)
+    return n / session.plan.data_parallel if session.plan.zero_stage >= 1 else n
 
 
 @dataclass
@@ -305,30 +301,51 @@ class OpTimes:
     warnings: list[str] = field(default_factory=list)
 
 
+def op_key(session: Session) -> dict:
+    """Key of the session's ops: the profile store's key columns (:data:`core.ops.OP_KEYS`) plus
+    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels)."""
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    return dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
+                sp=bool(pl.sequence_parallel and t > 1))
+
+
+#: Ops every plan looks up (the derived ones are parts of a tabulated op).
+_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(DERIVED_OPS)
+
+
 def lookup_op_times(session: Session, store) -> OpTimes:
     """Times of every op for the session's shapes, from the store's tables or its analytic model.
 
     A shape missing from a measured store falls back to the analytic model
     and adds a warning; an analytic or calibrated store's model is its source
     of truth (its tables are that model tabulated).
+
+    Tables hold ops without sequence parallelism, and no table holds a part
+    of an op (:data:`core.ops.DERIVED_OPS`, e.g. the attention core that
+    selective recomputation runs again). Such a variant takes the tabulated
+    op's time scaled by the ratio of their analytic times, so a measured or
+    calibrated op time carries over to the kernels it shares with its variant.
     """
-    m, pl = session.model, session.plan
-    t = pl.tensor_parallel
-    key = dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
-               f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision)
+    key = op_key(session)
+    plain = {**key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
-    for op in ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd", "embedding_fwd",
-               "embedding_bwd", "output_fwd", "output_bwd"):
-        lk = store.op_time(op, key)
+    for op in _LOOKUP_OPS:
+        base = DERIVED_OPS.get(op, op)
+        lk = store.op_time(base, key)
         if lk is not None:
             out.times[op] = lk.time_s
-            if lk.extrapolated and method == "measured":
+            if op != base or key["sp"]:
+                out.times[op] *= (analytic_op_time(op, key, store)
+                                  / analytic_op_time(base, plain, store))
+            if lk.extrapolated and method == "measured" and op == base:
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
             out.times[op] = analytic_op_time(op, key, store)
-            if method == "measured":
+            if method == "measured" and op == base:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
 
@@ -349,11 +366,16 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
 
     Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
     ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
-    under the interleaved schedule and 1 otherwise. Layers are split evenly
-    (:func:`core.config.validate` requires ``L`` divisible by ``p*v``).
+    under the interleaved schedule and 1 otherwise. Without interleaving the
+    stages hold :func:`core.model_math.stage_layers` (uneven first and last
+    stages included); with it the layers split evenly (:func:`core.config.validate`
+    requires ``L`` divisible by ``p*v``).
     """
     pl = session.plan
     v = num_chunks(pl)
+    if v == 1:
+        ranges = model_math.stage_layers(session.model, pl)
+        return np.array([r.start for r in ranges] + [ranges[-1].stop], np.int64)
     n = pl.pipeline_parallel * v
     return np.arange(n + 1, dtype=np.int64) * (session.model.num_layers // n)
 
@@ -365,8 +387,7 @@ def num_chunks(plan) -> int:
     return 1
 
 
-#: Share of each backward op's time that is weight gradient (W), by op; see
-#: :func:`weight_gradient_share`.
+#: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
 _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd")
 
 
@@ -392,63 +413,447 @@ def weight_gradient_share(op: str, session: Session) -> float:
     return 0.0
 
 
-def _chunk_tasks(session: Session, stage: int, chunk: int, times: dict[str, float],
-                 allreduce_s: float | None
-                 ) -> tuple[list[tuple], list[tuple], list[tuple]]:
-    """Per-op templates of one chunk of one stage: forward, backward (B) and weight gradient (W).
+#: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
+#: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
+#: collective of one bucket (a layer's, or the first or last stage's other parameters), or the
+#: input- (B) and weight-gradient (W) parts of a backward op that a split backward divides.
+_SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+            *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")),
+            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")))
+_SRC = {name: i for i, name in enumerate(_SOURCES)}
 
-    Tuples ``(kind, stream, duration_s, layer, op)``; see :func:`build_graph` for
-    the order. W is empty unless the schedule splits the backward; then each
-    backward op gives :func:`weight_gradient_share` of its time to a W task.
+
+class _Unit:
+    """Tasks of one piece of a template (a layer's forward, the embedding ...), built once and
+    repeated for every layer it applies to. Indices are local to the unit; see :class:`_Template`."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[int, int, int, int]] = []   # kind, stream, source, op
+        self.side: list[tuple[int, int, int, int, int]] = []  # kind, source, op, after, before
+        self.last: list[tuple[int, int, int, int]] = []       # kind, source, op, after
+        self.start: list[tuple[int, int, int, int]] = []      # kind, source, op, before
+
+    def add(self, kind: int, stream: int, source: str, op: str) -> int:
+        self.tasks.append((kind, stream, _SRC[source], OP[op]))
+        return len(self.tasks) - 1
+
+
+@dataclass
+class _Template:
+    """The tasks of one micro-batch's forward or backward on one stage, as arrays.
+
+    ``src`` (and ``side_src`` ...) name each task's duration in :data:`_SOURCES`;
+    :meth:`timed` fills ``dur`` (and ``side_dur`` ...) from a plan's values. The
+    untimed templates depend only on a :class:`_Structure` and are shared.
+
+    ``kind, stream, dur, layer, op`` (shape (n,)): tasks in program order on the
+    compute stream (blocking collectives included). Side tasks overlap them on the
+    communication stream, ``side_*`` (shape (k,)): each starts after template task
+    ``side_after`` (-1: when the op starts) and after the previous side task of the
+    same collective (one chain per kind, ``side_op``); template task
+    ``side_before`` waits for it (-1: the op ends when it ends). ``last_*``: side
+    tasks that run only in the stage's final backward and that only the iteration's
+    tail waits for (the data-parallel gradient buckets of ``--overlap-grad-reduce``).
+    ``start_*``: side tasks that start with the iteration, before template task
+    ``start_before`` of the stage's first forward (``--overlap-param-gather``).
     """
+
+    kind: np.ndarray
+    stream: np.ndarray
+    src: np.ndarray
+    layer: np.ndarray
+    op: np.ndarray
+    side_kind: np.ndarray
+    side_src: np.ndarray
+    side_layer: np.ndarray
+    side_op: np.ndarray
+    side_after: np.ndarray
+    side_before: np.ndarray
+    last_kind: np.ndarray
+    last_src: np.ndarray
+    last_layer: np.ndarray
+    last_op: np.ndarray
+    last_after: np.ndarray
+    start_kind: np.ndarray
+    start_src: np.ndarray
+    start_layer: np.ndarray
+    start_op: np.ndarray
+    start_before: np.ndarray
+    dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    side_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    last_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    start_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def timed(self, values: np.ndarray) -> "_Template":
+        """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
+        return dataclasses.replace(self, dur=values[self.src], side_dur=values[self.side_src],
+                                   last_dur=values[self.last_src], start_dur=values[self.start_src])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How often each source occurs among the compute-stream tasks, shape (len(_SOURCES),)."""
+        c = self.__dict__.get("_counts")
+        if c is None:
+            c = self.__dict__["_counts"] = np.bincount(self.src, minlength=len(_SOURCES)).astype(float)
+        return c
+
+    @property
+    def has_side(self) -> bool:
+        """Whether any side task (of any of the three sorts) exists."""
+        return bool(self.side_src.size or self.last_src.size or self.start_src.size)
+
+    @classmethod
+    def assemble(cls, parts: list[tuple[_Unit, list[int] | range]]) -> "_Template":
+        """Concatenate units, each repeated once per layer of its list (-1: not a layer's)."""
+        cols: dict[str, list[np.ndarray]] = {}
+
+        def put(name: str, values) -> None:
+            cols.setdefault(name, []).append(np.asarray(values))
+
+        base = 0
+        for unit, layers in parts:
+            layers = np.asarray(list(layers), np.int64)
+            k, n = layers.size, len(unit.tasks)
+            if k == 0:
+                continue
+            t = np.array(unit.tasks, np.int64).reshape(-1, 4)
+            put("kind", np.tile(t[:, 0], k))
+            put("stream", np.tile(t[:, 1], k))
+            put("src", np.tile(t[:, 2], k))
+            put("op", np.tile(t[:, 3], k))
+            put("layer", np.repeat(layers, n))
+            offset = base + np.arange(k) * n  # (k,): index of each repetition's first task
+            for name, rows, width in (("side", unit.side, 5), ("last", unit.last, 4),
+                                      ("start", unit.start, 4)):
+                if not rows:
+                    continue
+                r = np.array(rows, np.int64).reshape(-1, width)
+                m = r.shape[0]
+                put(f"{name}_kind", np.tile(r[:, 0], k))
+                put(f"{name}_src", np.tile(r[:, 1], k))
+                put(f"{name}_op", np.tile(r[:, 2], k))
+                put(f"{name}_layer", np.repeat(layers, m))
+                reps = np.repeat(offset, m)
+                for j, col in ((3, "after" if name != "start" else "before"), (4, "before")):
+                    if j >= width:
+                        continue
+                    local = np.tile(r[:, j], k)
+                    put(f"{name}_{col}", np.where(local >= 0, reps + local, -1))
+            base += k * n
+
+        def arr(name: str, dtype) -> np.ndarray:
+            parts_ = cols.get(name)
+            return np.concatenate(parts_).astype(dtype) if parts_ else np.empty(0, dtype)
+
+        return cls(arr("kind", np.int8), arr("stream", np.int8), arr("src", np.int64),
+                   arr("layer", np.int32), arr("op", np.int16),
+                   arr("side_kind", np.int8), arr("side_src", np.int64), arr("side_layer", np.int32),
+                   arr("side_op", np.int16), arr("side_after", np.int64), arr("side_before", np.int64),
+                   arr("last_kind", np.int8), arr("last_src", np.int64), arr("last_layer", np.int32),
+                   arr("last_op", np.int16), arr("last_after", np.int64),
+                   arr("start_kind", np.int8), arr("start_src", np.int64),
+                   arr("start_layer", np.int32), arr("start_op", np.int16),
+                   arr("start_before", np.int64))
+
+
+@dataclass
+class _DataParallel:
+    """Data-parallel communication of one stage (seconds per collective, see :func:`_stage_tasks`).
+
+    ``layer_ag``, ``layer_rs``: one layer's parameter all-gather and gradient
+    reduce-scatter (ZeRO 2/3 per micro-batch, or the buckets of
+    ``--overlap-grad-reduce`` / ``--overlap-param-gather``); ``first_*``, ``last_*``: the
+    same for the first (embedding) and last (output) stage's other parameters;
+    ``layer_ar``, ``first_ar``, ``last_ar``: bucketed all-reduces (ZeRO 0 with
+    overlap).
+    """
+
+    layer_ag: float = 0.0
+    layer_rs: float = 0.0
+    layer_ar: float = 0.0
+    first_ag: float = 0.0
+    first_rs: float = 0.0
+    first_ar: float = 0.0
+    last_ag: float = 0.0
+    last_rs: float = 0.0
+    last_ar: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Structure:
+    """Everything that shapes the templates of one virtual stage (not their durations): the
+    cache key of :func:`_stage_templates`, which reads nothing else.
+
+    ``vstage``: the virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``; the stage
+    itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
+    indices ``(first, stop)``; ``recomputed``: how many of its first layers full
+    recomputation recomputes; ``split``: the backward is split into B and W (ZB-H1);
+    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``:
+    sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
+    the templates (ZeRO 2/3, or overlapped reduction or gather).
+    """
+
+    vstage: int
+    num_vstages: int
+    layers: tuple[int, int]
+    recomputed: int
+    selective: bool
+    split: bool
+    tp: bool
+    sp: bool
+    dp: bool
+    zero_stage: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+
+    @property
+    def buckets(self) -> bool:
+        return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
+
+
+def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
+    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan."""
     pl = session.plan
-    p = pl.pipeline_parallel
-    v = num_chunks(pl)
-    split = schedules.get(pl.schedule).splits_backward
-    k = chunk * p + stage  # virtual stage
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    k = chunk * p + stage
     bounds = virtual_stage_layers(session)
-    fwd: list[tuple] = []
-    bwd: list[tuple] = []
-    wgd: list[tuple] = []
+    first, stop = int(bounds[k]), int(bounds[k + 1])
+    t = pl.tensor_parallel > 1
+    return _Structure(k, p * v, (first, stop),
+                      model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
+                      schedules.get(pl.schedule).splits_backward,
+                      t, bool(pl.sequence_parallel and t), pl.data_parallel > 1, pl.zero_stage,
+                      bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather))
 
-    def block(out: list, kind: int, op: str, layer: int, allreduce: bool = True) -> None:
-        # 5-tuples: the op index lets calibration and the timeline tell tasks apart
-        dur = times[op]
-        if split and out is bwd and op in _W_OPS:
-            share = weight_gradient_share(op, session)
-            wgd.append((K["wgrad"], COMPUTE, dur * share, layer, OP[op]))
-            dur *= 1 - share
-        if dur > 0 or not (split and op == "embedding_bwd"):
-            out.append((kind, COMPUTE, dur, layer, OP[op]))
-        if allreduce_s is not None and allreduce:
-            out.append((K["tp_comm"], COMM, allreduce_s, layer, OP["tp_all_reduce"]))
 
-    layers = range(int(bounds[k]), int(bounds[k + 1]))
-    first, last = k == 0, k == p * v - 1
+@lru_cache(maxsize=4096)
+def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+    """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
+    templates of one micro-batch on a virtual stage (see :func:`build_graph`;
+    :meth:`_Template.timed` gives them durations)."""
+    sp, zero = st.sp, (st.zero_stage if st.dp else 0)
+    wunit: _Unit | None = None  # where the current backward unit's W tasks go
+
+    def comm(out: _Unit, kind: str) -> None:
+        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
+
+    def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
+        """The op with the tensor-parallel collectives around it: with sequence parallelism an
+        all-gather before (``before``) and a reduce-scatter after (``after``); without, an
+        all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
+        if st.tp and sp and before:
+            comm(out, "all_gather")
+        if st.split and wunit is not None and op in _W_OPS:
+            wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
+            if op != "embedding_bwd":  # all weight gradient: no B task
+                out.add(kind, COMPUTE, op + ":B", op)
+        else:
+            out.add(kind, COMPUTE, op, op)
+        if st.tp and after:
+            comm(out, "reduce_scatter" if sp else "all_reduce")
+
+    def gather(out: _Unit, bucket: str) -> None:
+        """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
+        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
+        if zero < 3:
+            return
+        if st.overlap_param_gather:
+            out.side.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"], -1,
+                             len(out.tasks)))
+        else:
+            out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
+
+    def reduce(out: _Unit, bucket: str) -> None:
+        """Gradients of what just ran backward (its W part when split): ZeRO 2/3 reduce-scatter
+        them every micro-batch (sharded gradients cannot accumulate locally), blocking or
+        overlapped; ZeRO 0/1 with --overlap-grad-reduce reduce them bucket by bucket in the
+        chunk's last backward only."""
+        if zero >= 2:
+            if st.overlap_grad_reduce:
+                out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
+                                 len(out.tasks) - 1, -1))
+            else:
+                out.add(K["dp_comm"], COMM, bucket + "_rs", "dp_reduce_scatter")
+        elif st.dp and st.overlap_grad_reduce:
+            src, op = (("_rs", "dp_reduce_scatter") if zero == 1 else ("_ar", "dp_all_reduce"))
+            out.last.append((K["dp_comm"], _SRC[bucket + src], OP[op], len(out.tasks) - 1))
+
+    def prefetch(out: _Unit, bucket: str) -> None:
+        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
+        all-gathered from the iteration's start, under the first forward."""
+        if st.dp and zero in (1, 2) and st.overlap_param_gather:
+            out.start.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"],
+                              len(out.tasks)))
+
+    layers = list(range(*st.layers))
+    first, last = st.vstage == 0, st.vstage == st.num_vstages - 1
+    fwd_parts: list[tuple[_Unit, list[int]]] = []
+    bwd_parts: list[tuple[_Unit, list[int]]] = []
+    w_parts: list[tuple[_Unit, list[int]]] = []
+
+    def backward_unit(layer_list: list[int], build) -> None:
+        """One backward unit (and its W unit when split), repeated over ``layer_list``."""
+        nonlocal wunit
+        u, w = _Unit(), _Unit()
+        wunit = w if st.split else None
+        build(u)
+        # the gradients are complete after the W part when split, after the backward otherwise
+        reducer = w if st.split else u
+        bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
+        if reducer.tasks:
+            reduce(reducer, bucket)
+        bwd_parts.append((u, layer_list))
+        if st.split:
+            w_parts.append((w, layer_list))
+        wunit = None
+
     if first:
-        block(fwd, K["embedding"], "embedding_fwd", -1)   # vocab-parallel embedding all-reduce
-    for layer in layers:
-        block(fwd, K["forward"], "attention_fwd", layer)
-        block(fwd, K["forward"], "mlp_fwd", layer)
+        u = _Unit()
+        prefetch(u, "first")
+        gather(u, "first")
+        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
+        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
+        fwd_parts.append((u, [-1]))
+    u = _Unit()
+    prefetch(u, "layer")
+    gather(u, "layer")
+    block(u, K["forward"], "attention_fwd", True, True)
+    block(u, K["forward"], "mlp_fwd", True, True)
+    fwd_parts.append((u, layers))
+
+    def out_bwd(u: _Unit) -> None:
+        gather(u, "last")
+        block(u, K["output"], "output_bwd", before=False, after=True)
+
     if last:
-        block(fwd, K["output"], "output_fwd", -1, allreduce=False)
-        block(bwd, K["output"], "output_bwd", -1)
-    for layer in reversed(layers):
-        if pl.recompute == "full":
-            block(bwd, K["recompute"], "attention_fwd", layer)
-            block(bwd, K["recompute"], "mlp_fwd", layer)
-        block(bwd, K["backward"], "mlp_bwd", layer)
-        block(bwd, K["backward"], "attention_bwd", layer)
+        u = _Unit()
+        prefetch(u, "last")
+        gather(u, "last")
+        block(u, K["output"], "output_fwd", before=True, after=False)
+        fwd_parts.append((u, [-1]))
+        backward_unit([-1], out_bwd)
+    for with_recompute in (False, True):
+        # reversed layer order; Megatron's block method recomputes the chunk's first layers
+        chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
+        if not chosen:
+            continue
+
+        def layer_bwd(u: _Unit, with_recompute: bool = with_recompute) -> None:
+            gather(u, "layer")
+            if with_recompute:
+                block(u, K["recompute"], "attention_fwd", True, True)
+                block(u, K["recompute"], "mlp_fwd", True, True)
+            block(u, K["backward"], "mlp_bwd", True, True)
+            if st.selective:
+                u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
+            block(u, K["backward"], "attention_bwd", True, True)
+
+        backward_unit(chosen[::-1], layer_bwd)
     if first:
-        block(bwd, K["embedding"], "embedding_bwd", -1, allreduce=False)
-    return fwd, bwd, wgd
+        def emb_bwd(u: _Unit) -> None:
+            # the embedding's backward scatters gradients: it needs no weights (no ZeRO-3 gather)
+            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+
+        backward_unit([-1], emb_bwd)
+    return (_Template.assemble(fwd_parts), _Template.assemble(bwd_parts),
+            _Template.assemble(w_parts))
 
 
-def _stage_tasks(session: Session, stage: int, times: dict[str, float], allreduce_s: float | None
-                 ) -> tuple[list[list[tuple]], list[list[tuple]], list[list[tuple]]]:
-    """Templates of every chunk of a stage: ``(fwd, bwd, wgrad)``, each a list over chunks."""
-    parts = [_chunk_tasks(session, stage, c, times, allreduce_s) for c in range(num_chunks(session.plan))]
-    return [x[0] for x in parts], [x[1] for x in parts], [x[2] for x in parts]
+def _source_values(times: dict[str, float], tp: dict[str, float] | None,
+                   dp: _DataParallel | None, session: Session) -> np.ndarray:
+    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none)."""
+    v = np.zeros(len(_SOURCES))
+    for name, sec in times.items():
+        if name in _SRC:
+            v[_SRC[name]] = sec
+    for op in _W_OPS:
+        share = weight_gradient_share(op, session)
+        v[_SRC[op + ":W"]] = times[op] * share
+        v[_SRC[op + ":B"]] = times[op] * (1 - share)
+    for kind, sec in (tp or {}).items():
+        v[_SRC["tp_" + kind]] = sec
+    if dp is not None:
+        for f in dataclasses.fields(dp):
+            v[_SRC[f.name]] = getattr(dp, f.name)
+    return v
+
+
+def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
+                 dp: _DataParallel | None = None
+                 ) -> tuple[list[_Template], list[_Template], list[_Template]]:
+    """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
+
+    ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
+    (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
+    ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
+    """
+    values = _source_values(times, tp, dp, session)
+    out: tuple[list, list, list] = ([], [], [])
+    for c in range(num_chunks(session.plan)):
+        for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
+            part.append(tmpl.timed(values))
+    return out
+
+
+def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """End times of tasks run one after another per ``code`` (in list order), each no earlier
+    than its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a
+    running maximum over prefix sums (from time 0)."""
+    out = np.empty(dur.size)
+    for c in np.unique(code):
+        idx = np.flatnonzero(code == c)
+        D = np.cumsum(dur[idx])
+        out[idx] = D + np.maximum.accumulate(np.maximum(ready[idx] - (D - dur[idx]), 0.0))
+    return out
+
+
+def _template_times(tmpl: _Template, start_at: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
+    """End times (from the op's start) of a template's tasks and side tasks, and its span.
+
+    The span is when the op ends: its last task and its side tasks that end the
+    op (``side_before`` -1) have ended. With ``start_at`` the op starts at time 0
+    with the iteration and its ``start`` side tasks run one after another from
+    ``start_at`` (the all-gathers of earlier chunks before). Side tasks that
+    start with the op (``side_after`` -1) wait for nothing else; the others end the
+    op (the two sorts the builder makes: prefetched all-gathers, and reductions
+    after a layer's backward).
+    """
+    dur = tmpl.dur
+    S = np.cumsum(dur)
+    with_start = start_at is not None and tmpl.start_dur.size > 0
+    if not tmpl.side_dur.size and not with_start:
+        return S, np.empty(0), float(S[-1]) if S.size else 0.0
+    free = tmpl.side_after < 0
+    if np.any(free & (tmpl.side_before < 0)) or np.any(~free & (tmpl.side_before >= 0)):
+        raise AssertionError("side task neither prefetched nor ending the op")
+    # prefetched side tasks (and the iteration-start ones) do not depend on the compute chain
+    f_dur, f_op, f_before = tmpl.side_dur[free], tmpl.side_op[free], tmpl.side_before[free]
+    f_ready = np.zeros(f_dur.size)
+    if with_start:
+        f_dur = np.concatenate([tmpl.start_dur, f_dur])
+        f_op = np.concatenate([tmpl.start_op, f_op])
+        f_before = np.concatenate([tmpl.start_before, f_before])
+        f_ready = np.concatenate([np.full(tmpl.start_dur.size, float(start_at)), f_ready])
+    f_end = _chain(f_dur, f_ready, f_op)
+    wait = np.zeros(dur.size)
+    np.maximum.at(wait, f_before, f_end)
+    end = S + np.maximum.accumulate(np.maximum(wait - (S - dur), 0.0))
+    side_end = np.empty(tmpl.side_dur.size)
+    side_end[free] = f_end[f_end.size - int(free.sum()):]
+    dep = ~free
+    side_end[dep] = _chain(tmpl.side_dur[dep], end[tmpl.side_after[dep]], tmpl.side_op[dep])
+    span = max(float(end[-1]) if end.size else 0.0,
+               float(side_end[dep].max()) if dep.any() else 0.0)
+    return end, side_end, span
+
+
+def _tail_overrun(tmpl: _Template) -> float:
+    """How long after the item's end its ``last`` side tasks end (negative when earlier): the
+    iteration's tail waits for them."""
+    end, _, span = _template_times(tmpl)
+    finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
+    return float(finish.max()) - span
 
 
 @dataclass
@@ -456,31 +861,46 @@ class StageTimes:
     """Per-stage durations of one plan at work-item granularity (the coarse graph's inputs).
 
     Each stage's compute stream is one chain and its tensor-parallel
-    all-reduces block it, so the per-op tasks of one work item run back to
-    back; their sum is the duration of the merged task.
+    collectives block it, so the per-op tasks of one work item run back to
+    back; with the communication that overlaps them (ZeRO-3 prefetch, ZeRO-2/3
+    gradient reduce-scatter), the item ends when both have ended. That span is
+    the duration of the merged task.
 
     Attributes
     ----------
     fwd_s, bwd_s, wgrad_s : float64 array, shape (p, v)
         Forward, backward (with recomputation; the input-gradient part B when
         the schedule splits the backward) and weight-gradient part W (0 when
-        not split) of one micro-batch on each stage and virtual chunk,
-        tensor-parallel all-reduces included, seconds: the sums in program
-        order of the per-op templates of :func:`build_graph`.
+        not split) of one micro-batch on each stage and virtual chunk, seconds:
+        the spans of the per-op templates of :func:`build_graph`.
     send_fwd_s, send_bwd_s : float64 array, shape (p,)
         Pipeline transfer of one micro-batch from stage ``i`` to ``(i+1) mod p``
         (resp. ``(i-1) mod p``), seconds; the wrap-around hops (last to first
         and back) are 0 unless the plan has virtual chunks.
     dp_comm_s : float64 array, shape (p,)
-        Data-parallel gradient all-reduce of each stage, seconds (0 when ``d == 1``).
+        Data-parallel communication of each stage's tail, seconds (0 when ``d == 1``):
+        the gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1) after the last
+        work item (``dp_reduce_s``; 0 when overlapped or per micro-batch), plus the
+        parameter all-gather after the optimizer step (``after_optimizer_s``; ZeRO 1/2
+        without ``overlap_param_gather``).
     optimizer_s : float64 array, shape (p,)
-        Optimizer step of each stage, seconds.
+        Optimizer step of each stage over its (sharded) parameters, seconds.
     has_dp_comm : bool
-        Whether the graph has data-parallel all-reduce tasks (``d > 1``).
+        Whether the graph has a data-parallel tail task (``d > 1``).
+    ready_s : float64 array, shape (p, v)
+        With ``overlap_param_gather`` (ZeRO 1/2): the first forward of each stage and
+        chunk cannot start before this (its parameters are all-gathered from the
+        iteration's start, one chunk after another); zeros otherwise.
+    chunk_tail_s : float64 array, shape (p, v)
+        With ``overlap_grad_reduce`` (ZeRO 0/1): the stage's tail also waits until
+        this long after the compute of the chunk's last weight-gradient item ends
+        (its gradient buckets, reduced under it); ``-inf`` otherwise.
     op_times_s : dict[str, float]
         Time of each op of one micro-batch (the per-op templates' durations).
-    tp_all_reduce_s : float or None
-        One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``.
+    tp_comm_s : dict[str, float] or None
+        One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
+    dp : list of _DataParallel or None
+        Per stage: one bucket's collective times (None when no bucket enters the templates).
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
     """
@@ -493,9 +913,19 @@ class StageTimes:
     dp_comm_s: np.ndarray
     optimizer_s: np.ndarray
     has_dp_comm: bool
+    ready_s: np.ndarray
+    chunk_tail_s: np.ndarray
+    dp_reduce_s: np.ndarray
+    after_optimizer_s: np.ndarray
     op_times_s: dict[str, float] = field(default_factory=dict)
-    tp_all_reduce_s: float | None = None
+    tp_comm_s: dict[str, float] | None = None
+    dp: list[_DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tp_all_reduce_s(self) -> float | None:
+        """One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``."""
+        return None if self.tp_comm_s is None else self.tp_comm_s["all_reduce"]
 
     def programs(self) -> list[StageProgram]:
         """One :class:`StageProgram` per stage with one task per work item (F, B and W per chunk)."""
@@ -539,12 +969,36 @@ def _representatives(p: int) -> list[int]:
     return sorted({0, min(1, p - 1), p - 1})
 
 
+def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
+    """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
+    first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
+    ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
+    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision."""
+    m, pl = session.model, session.plan
+    t, p = pl.tensor_parallel, pl.pipeline_parallel
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    e = DTYPE_BYTES[pl.precision]
+    fam = model_math.family_of(m)
+    sharded, replicated = fam.layer_parameters(m)
+    layer = sharded / t + replicated
+    (f_sh, f_rep), (l_sh, l_rep) = fam.edge_parameters(m, t)
+    first = f_sh / t + f_rep if stage == 0 else 0.0
+    last = l_sh / t + l_rep + (f_sh / t if p > 1 else 0.0) if stage == p - 1 else 0.0
+    out = _DataParallel()
+    for name, n in (("layer", layer), ("first", first), ("last", last)):
+        if n <= 0:
+            continue
+        setattr(out, f"{name}_ag", comm_call("all_gather", n * e))
+        setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
+        setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
+    return out
+
+
 def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
-    """Durations of each stage's work at micro-batch granularity (see :class:`StageTimes`).
+    """Durations of each stage's work at work-item granularity (see :class:`StageTimes`).
 
     The values are those of the per-op graph of :func:`build_graph` (same
-    lookups, same communication model); per-op durations are summed in
-    program order.
+    lookups, same communication model, same templates).
 
     Parameters
     ----------
@@ -553,7 +1007,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     store : ProfileStore
     cache : dict, optional
         Memo of op lookups and communication times shared between calls; keys
-        include the store's identity, the model and the cluster, so one dict can
+        hold everything a value depends on (the store's identity, the op key,
+        the cluster and the plan's t and d for communication), so one dict can
         serve any sessions. Plan sweeps pass one to reuse lookups across plans.
 
     Raises
@@ -565,34 +1020,60 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
     e = DTYPE_BYTES[pl.precision]
     warnings: list[str] = []  # communication lookups
-    env = (id(store), m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn, m.seq_length,
-           m.vocab_size, cl.gpus_per_node, cl.intra_node_bandwidth_gbytes_per_s,
-           cl.inter_node_bandwidth_gbits_per_s, pl.precision)
+    key = op_key(session)
+    okey = ("ops", id(store), tuple(sorted(key.items())))
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
-        key = ("ops", env, t, pl.micro_batch_size)
-        if key not in cache:
-            cache[key] = lookup_op_times(session, store)
-        ops = cache[key]
+        if okey not in cache:
+            cache[okey] = lookup_op_times(session, store)
+        ops = cache[okey]
     times = ops.times
     comm = CommModel(store, pl, cl)
+    # CommModel reads the store, the cluster and the plan's t and d (rank placement)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d)
+
+    def tp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "tp_collective", kind, nbytes))
+
+    def dp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "dp_collective", kind, nbytes))
+
     act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
-    ar = (_memo(cache, ("tp", env, t, act_bytes), warnings, _comm_call(comm, "tp_all_reduce", act_bytes))
-          if t > 1 else None)
+    tp = None
+    if t > 1:
+        kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
+        tp = {k: tp_call(k, act_bytes) for k in kinds}
     v = num_chunks(pl)
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     reps = _representatives(p)
+    dps: list[_DataParallel | None] = [None] * p
     for i in reps:
-        def sums(sink: list[str], i: int = i) -> tuple[np.ndarray, ...]:
-            fwd, bwd, wgd = _stage_tasks(session, i, times, ar)
-            return tuple(np.array([sum(x[2] for x in chunk) for chunk in part]) for part in (fwd, bwd, wgd))
-        fwd_s[i], bwd_s[i], w_s[i] = _memo(
-            cache, ("stage", env, t, pl.micro_batch_size, pl.recompute,
-                    schedules.get(pl.schedule).splits_backward, v, p, i),
-            warnings, sums)
+        structs = [_structure(session, i, c) for c in range(v)]
+        dps[i] = _data_parallel(session, i, dp_call) if structs[0].buckets else None
+        values = _source_values(times, tp, dps[i], session)
+        offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
+        for c, struct in enumerate(structs):
+            fwd, bwd, wgd = _stage_templates(struct)
+            for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
+                if tmpl.has_side:
+                    out[i, c] = _template_times(tmpl.timed(values))[2]
+                else:  # one chain: the span is the sum of the durations
+                    out[i, c] = tmpl.counts @ values
+            if fwd.start_src.size:
+                timed = fwd.timed(values)
+                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
+                offset += float(timed.start_dur.sum())
+            grads = wgd if struct.split else bwd
+            if grads.last_src.size:
+                over[i, c] = _tail_overrun(grads.timed(values))
     if p > 2:
-        fwd_s[1:-1], bwd_s[1:-1], w_s[1:-1] = fwd_s[1], bwd_s[1], w_s[1]
+        for a in (fwd_s, bwd_s, w_s, ready, over):
+            a[1:-1] = a[1]
+        dps[1:-1] = [dps[1]] * (p - 2)
     p2p_bytes = act_bytes / t
     # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
     links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
@@ -601,23 +1082,166 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     for flag in set(share):
         i = links[share.index(flag)]
         hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
-            cache, ("p2p", env, flag, p2p_bytes), warnings,
+            cache, ("p2p", ckey, flag, p2p_bytes), warnings,
             _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
     send_fwd = hop.copy()                 # i -> i+1 (mod p)
     send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
     n_params = params_per_gpu(session)
-    dp_s, opt_s = np.zeros(p), np.empty(p)
+    shards = n_params / d if pl.zero_stage >= 1 else n_params  # as optimizer_params
+    z = pl.zero_stage
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
     for i in reps:
         if d > 1:
-            nbytes = n_params[i] * e
-            dp_s[i] = _memo(cache, ("dp", env, t, d, nbytes), warnings,
-                            _comm_call(comm, "dp_all_reduce", nbytes))
-        opt_s[i] = _memo(cache, ("opt", env, n_params[i]), warnings,
-                         lambda sink, n=n_params[i]: optimizer_time(store, n, pl.precision))
+            if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
+                reduce_s[i] = dp_call("reduce_scatter" if z == 1 else "all_reduce", n_params[i] * g)
+            if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
+                after_opt[i] = dp_call("all_gather", n_params[i] * e)
+        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
+                         lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
     if p > 2:
-        dp_s[1:-1], opt_s[1:-1] = dp_s[1], opt_s[1]
-    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, dp_s, opt_s, d > 1, dict(times), ar,
+        for a in (reduce_s, opt_s, after_opt):
+            a[1:-1] = a[1]
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, d > 1,
+                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
                       ops.warnings + sorted(set(warnings)))
+
+
+def _stage_items(graph: ExecutionGraph, stage: int) -> list[tuple[int, int, int, int, int]]:
+    """``(phase, chunk, micro-batch, first task, last task)`` of each work item of ``stage`` in
+    program order: the runs of equal (phase, chunk, micro-batch) along the stage's chain."""
+    idx = np.flatnonzero((graph.stage == stage) & (graph.kind != K["pp_p2p"])
+                         & (graph.microbatch >= 0))
+    keys = np.stack([graph.phase[idx], graph.chunk[idx], graph.microbatch[idx]], axis=1)
+    cut = np.flatnonzero(np.any(keys[1:] != keys[:-1], axis=1)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [idx.size]]) - 1
+    return [(int(keys[a, 0]), int(keys[a, 1]), int(keys[a, 2]), int(idx[a]), int(idx[e]))
+            for a, e in zip(starts, ends)]
+
+
+def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, int], _Template]],
+                       after_optimizer_s: np.ndarray | None = None, num_microbatches: int = 1,
+                       chain_start: bool = True) -> ExecutionGraph:
+    """``graph`` with the communication that overlaps computation (see :class:`_Template`) and the
+    parameter all-gather after each stage's optimizer step (``after_optimizer_s``, 0: none).
+
+    ``templates[i][(phase, chunk)]`` is the template of stage ``i``'s work items of that phase
+    and chunk. Every added task runs on its stage's communication stream (one chain per
+    collective kind within an item). A side task that starts with its item depends on what
+    the item's first task depends on; one that ends its item gates every successor of the
+    item's last task (the next item and the pipeline send), so the merged tasks of
+    :meth:`StageTimes.programs` keep the same times. The ``start`` tasks of each chunk gate
+    its first forward (micro-batch 0), chained across chunks when ``chain_start``; the
+    ``last`` tasks follow the chunk's last weight-gradient item (micro-batch m-1) and gate
+    the stage's tail.
+    """
+    p = graph.num_stages
+    need = any(t.has_side for stage in templates for t in stage.values())
+    if after_optimizer_s is not None and np.any(after_optimizer_s > 0):
+        need = True
+    if not need:
+        return graph
+    src, dst = graph.src, graph.dst
+    by_dst = np.argsort(dst, kind="stable")
+    by_src = np.argsort(src, kind="stable")
+    sorted_dst, sorted_src = dst[by_dst], src[by_src]
+    joins: dict[int, list[int]] = {}  # task -> side tasks that end the item before it (added here)
+
+    def preds(x: int) -> np.ndarray:
+        lo, hi = np.searchsorted(sorted_dst, [x, x + 1])
+        return np.concatenate([src[by_dst[lo:hi]], np.array(joins.get(x, []), np.int64)])
+
+    def succs(x: int) -> np.ndarray:
+        lo, hi = np.searchsorted(sorted_src, [x, x + 1])
+        return dst[by_src[lo:hi]]
+
+    n0 = graph.num_tasks
+    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped")
+    new: dict[str, list] = {k: [] for k in cols}
+    e_src: list[np.ndarray] = []
+    e_dst: list[np.ndarray] = []
+
+    def task(values: tuple) -> int:
+        for k, v in zip(cols, values):
+            new[k].append(v)
+        return n0 + len(new["dur"]) - 1
+
+    def edges(a, b) -> None:
+        a, b = np.atleast_1d(np.asarray(a, np.int64)), np.atleast_1d(np.asarray(b, np.int64))
+        a, b = np.broadcast_arrays(a, b)
+        e_src.append(a.ravel())
+        e_dst.append(b.ravel())
+
+    grad_phase = {t_phase for stage in templates for (t_phase, _), t in stage.items() if t.last_src.size}
+    for i in range(p):
+        tmpls = templates[i]
+        tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
+        items = _stage_items(graph, i) if any(t.has_side for t in tmpls.values()) else []
+        start_prev: dict[int, int] = {}
+        for phase, chunk, mb, first, last in items:
+            tmpl = tmpls[(phase, chunk)]
+            prev: dict[int, int] = {}
+            for dur, layer, op, after, before in zip(
+                    tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
+                    tmpl.side_after.tolist(), tmpl.side_before.tolist()):
+                x = task((dur, i, mb, layer, op, chunk, phase, True))
+                edges(preds(first) if after < 0 else first + after, x)
+                if op in prev:
+                    edges(prev[op], x)
+                prev[op] = x
+                if before >= 0:
+                    edges(x, first + before)
+                else:
+                    for y in succs(last).tolist():
+                        edges(x, y)
+                        joins.setdefault(y, []).append(x)
+            if phase == schedules.PHASE_F and mb == 0 and tmpl.start_dur.size:
+                if not chain_start:
+                    start_prev = {}
+                for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
+                                                  tmpl.start_op.tolist(), tmpl.start_before.tolist()):
+                    x = task((dur, i, -1, layer, op, chunk, -1, True))
+                    if op in start_prev:
+                        edges(start_prev[op], x)
+                    start_prev[op] = x
+                    edges(x, first + before)
+            if (phase in grad_phase and mb == num_microbatches - 1 and tmpl.last_dur.size
+                    and tail.size):
+                prev = {}
+                for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
+                                                 tmpl.last_op.tolist(), tmpl.last_after.tolist()):
+                    x = task((dur, i, mb, layer, op, chunk, phase, True))
+                    edges(first + after, x)
+                    if op in prev:
+                        edges(prev[op], x)
+                    prev[op] = x
+                    edges(x, tail[0])
+        if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
+            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False))
+            edges(tail[-1], x)
+    k = len(new["dur"])
+    if not k:
+        return graph
+
+    def col(name: str, dtype) -> np.ndarray:
+        return np.array(new[name], dtype)
+
+    return ExecutionGraph(
+        duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
+        kind=np.concatenate([graph.kind, np.full(k, K["dp_comm"], np.int8)]),
+        stream=np.concatenate([graph.stream, np.full(k, COMM, np.int8)]),
+        stage=np.concatenate([graph.stage, col("stage", np.int32)]),
+        microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
+        layer=np.concatenate([graph.layer, col("layer", np.int32)]),
+        src=np.concatenate([src] + e_src).astype(np.int64),
+        dst=np.concatenate([dst] + e_dst).astype(np.int64),
+        num_stages=p,
+        op=np.concatenate([graph.op, col("op", np.int16)]),
+        chunk=np.concatenate([graph.chunk, col("chunk", np.int16)]),
+        phase=np.concatenate([graph.phase, col("phase", np.int8)]),
+        overlapped=np.concatenate([np.zeros(n0, bool), col("overlapped", bool)]),
+    )
 
 
 def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None
@@ -625,35 +1249,46 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     """Execution graph of one iteration of Megatron-style GPT training.
 
     Per stage and micro-batch: embedding (first stage), per layer attention
-    and MLP with a tensor-parallel all-reduce after each (forward) or before
-    each (backward, the input gradient of the column-parallel GEMM), the
-    output layer with cross-entropy (last stage), and under full activation
-    recomputation a recomputed forward of each layer right before its
+    and MLP, the output layer with cross-entropy (last stage). Tensor
+    parallelism adds an all-reduce after each op in the forward and before it
+    in the backward (the input gradient of the column-parallel GEMM); with
+    sequence parallelism an all-gather before and a reduce-scatter after each
+    instead (Korthikanti et al. 2022). Full recomputation runs a layer's
+    forward again right before its backward (the stage's first
+    ``recompute_num_layers`` layers when set, Megatron's block method);
+    selective recomputation runs the attention core again before the attention
     backward. Pipeline transfers carry ``b*s*h/t`` elements per GPU
     (Megatron's scatter-gather optimisation; the all-gather after it is not
-    modelled). After the last backward, the data-parallel gradient
-    all-reduce, then the optimizer step. The stage's work items run in the
-    order of the plan's schedule (:mod:`core.schedules`): with the
-    interleaved schedule each stage holds ``v`` chunks of ``L/(p*v)``
-    layers (:func:`virtual_stage_layers`); with a schedule that splits the
-    backward (ZB-H1) each backward op gives its weight-gradient share
-    (:func:`weight_gradient_share`) to a separate W task.
+    modelled).
+
+    Data parallelism (one bucket per layer; :func:`_stage_tasks`): ZeRO 0
+    all-reduces the gradients and ZeRO 1 (Megatron's distributed optimizer)
+    reduce-scatters them after the last backward, or bucket by bucket under
+    the final backward with ``overlap_grad_reduce`` (tasks on the
+    communication stream, each after its layer's backward; the optimizer
+    waits for the last). ZeRO 2 and 3 reduce-scatter every micro-batch's
+    gradients (blocking, or overlapped within that backward), and ZeRO 3
+    all-gathers each layer's parameters before its forward and its backward
+    (blocking, or prefetched on the communication stream with
+    ``overlap_param_gather``). The optimizer steps over the stage's
+    parameters, ``1/d`` of them from ZeRO 1 on; ZeRO 1 and 2 then all-gather
+    the updated parameters, after the step or, with ``overlap_param_gather``,
+    from the start of the (next) iteration under the first forward.
 
     Parameters
     ----------
     session : Session
     store : ProfileStore
     detail : {"op", "microbatch"}
-        ``"op"``: one task per op and all-reduce (what the timeline draws).
+        ``"op"``: one task per op and collective (what the timeline draws).
         ``"microbatch"``: each stage's forward (resp. backward with
         recomputation) of one micro-batch merged into one ``forward`` (resp.
-        ``backward``) task of summed duration, ``layer = -1``. The merged
-        tasks are chains with one entry (the first task) and one exit (the last
-        task), so every remaining task (pipeline transfers, data-parallel
-        all-reduce, optimizer step) and the iteration time keep their start
-        and end times (up to float rounding of the sums); the graph is about
-        ``L/p * 4`` times smaller. The compute/communication split per stage
-        is lost.
+        ``backward``) task of the span of its tasks, ``layer = -1``; the
+        data-parallel tail of each stage merged into one task. The merged
+        tasks have one entry and one exit, so every remaining task (pipeline
+        transfers, optimizer step) and the iteration time keep their start and
+        end times (up to float rounding); the graph is about ``L/p * 4`` times
+        smaller. The compute/communication split per stage is lost.
     cache : dict, optional
         Memo of lookups shared between calls (see :func:`stage_times`).
 
@@ -674,16 +1309,49 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
     pl = session.plan
     st = stage_times(session, store, cache)
-    if detail == "microbatch":
-        return build_pipeline_graph(st.programs(), pl.num_microbatches, pl.schedule), st.warnings
+    p, m, v = pl.pipeline_parallel, pl.num_microbatches, num_chunks(pl)
     split = schedules.get(pl.schedule).splits_backward
-    programs = []
-    for i in range(pl.pipeline_parallel):
-        fwd, bwd, wgd = _stage_tasks(session, i, st.op_times_s, st.tp_all_reduce_s)
-        programs.append(StageProgram.from_chunks(
-            fwd, bwd, wgd if split else None,
+    F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
+    if detail == "microbatch":
+        graph = build_pipeline_graph(st.programs(), m, pl.schedule)
+        # the parameter all-gathers and gradient buckets that overlap work items, as the time
+        # they add beyond them
+        templates = []
+        for i in range(p):
+            tmpls: dict[tuple[int, int], _Template] = {}
+            for c in range(v):
+                for phase in (F, B, W):
+                    u = _Unit()
+                    u.tasks.append((0, COMPUTE, 0, -1))
+                    if phase == F and st.ready_s[i, c] > 0:
+                        u.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
+                    grads = W if split else B
+                    if phase == grads and st.chunk_tail_s[i, c] > 0:
+                        u.last.append((K["dp_comm"], 0, OP["dp_all_reduce"], 0))
+                    t = _Template.assemble([(u, [-1])])
+                    tmpls[(phase, c)] = dataclasses.replace(
+                        t, start_dur=np.array([st.ready_s[i, c]])[:t.start_src.size],
+                        last_dur=np.array([st.chunk_tail_s[i, c]])[:t.last_src.size])
+            templates.append(tmpls)
+        return (_attach_side_tasks(graph, templates, num_microbatches=m, chain_start=False),
+                st.warnings)
+    reduce_after = pl.data_parallel > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    programs, templates = [], []
+    for i in range(p):
+        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
+        templates.append({**{(F, c): t for c, t in enumerate(fwds)},
+                          **{(B, c): t for c, t in enumerate(bwds)},
+                          **{(W, c): t for c, t in enumerate(wgds)}})
+
+        def task_template(t: _Template) -> TaskTemplate:
+            return TaskTemplate(t.kind, t.stream, t.dur, t.layer, t.op)
+
+        programs.append(StageProgram(
+            [task_template(t) for t in fwds], [task_template(t) for t in bwds],
+            [task_template(t) for t in wgds] if split else None,
             send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
-            dp_comm_s=float(st.dp_comm_s[i]) if st.has_dp_comm else None,
+            dp_comm_s=float(st.dp_reduce_s[i]) if reduce_after else None,
             optimizer_s=float(st.optimizer_s[i])))
-    graph = build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
-    return graph, st.warnings
+    graph = build_pipeline_graph(programs, m, pl.schedule)
+    return (_attach_side_tasks(graph, templates, st.after_optimizer_s, num_microbatches=m),
+            st.warnings)

@@ -17,13 +17,13 @@ __all__ = ["KINDS", "STREAMS", "OPS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGra
 KINDS = (
     "forward",      # 0 transformer-layer forward compute
     "backward",     # 1 transformer-layer backward compute
-    "recompute",    # 2 forward recomputed before backward (full activation recomputation)
+    "recompute",    # 2 forward recomputed before backward (full or selective recomputation)
     "embedding",    # 3 token + position embedding, forward or backward (first stage)
     "output",       # 4 output layer + cross-entropy loss, forward or backward (last stage)
     "optimizer",    # 5 optimizer step (Adam) on this stage's parameters
-    "tp_comm",      # 6 tensor-parallel all-reduce (blocks the compute stream)
+    "tp_comm",      # 6 tensor-parallel all-reduce, or reduce-scatter / all-gather (blocks compute)
     "pp_p2p",       # 7 pipeline send/recv of activations or their gradients
-    "dp_comm",      # 8 data-parallel gradient all-reduce
+    "dp_comm",      # 8 data-parallel gradient reduction / parameter all-gather
     "wgrad",        # 9 weight-gradient part of a split backward (zero-bubble W items)
 )
 #: Kinds that run on a GPU's compute stream.
@@ -32,11 +32,13 @@ KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5, 9})
 KIND_COMM = frozenset({6, 7, 8})
 #: What a task runs; ``ExecutionGraph.op`` holds indices into this tuple (-1: unknown).
 #: The first nine are the profile store's op names (core.ops); recompute tasks
-#: run the forward ops again.
+#: run the forward ops again (selective recomputation: ``attention_core_fwd``).
 OPS = (
     "attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd", "embedding_fwd", "embedding_bwd",
     "output_fwd", "output_bwd", "optimizer_step",
     "tp_all_reduce", "p2p_fwd", "p2p_bwd", "dp_all_reduce",
+    # sequence parallelism, sharded optimizers (ZeRO / FSDP), selective recomputation
+    "tp_reduce_scatter", "tp_all_gather", "dp_reduce_scatter", "dp_all_gather", "attention_core_fwd",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple.
 STREAMS = ("compute", "comm")
@@ -74,6 +76,10 @@ class ExecutionGraph:
     phase : int8 array, shape (n,), optional
         Work-item phase of the task (:data:`core.schedules.PHASES` index: F, B,
         W; -1 for per-iteration tasks); None for graphs built without it.
+    overlapped : bool array, shape (n,), optional
+        True for communication that runs beside the compute stream instead of
+        blocking it (overlapped data-parallel buckets, prefetched all-gathers);
+        None when there is none.
     """
 
     duration_s: np.ndarray
@@ -88,6 +94,7 @@ class ExecutionGraph:
     op: np.ndarray | None = None
     chunk: np.ndarray | None = None
     phase: np.ndarray | None = None
+    overlapped: np.ndarray | None = None
 
     @property
     def num_tasks(self) -> int:

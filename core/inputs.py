@@ -18,13 +18,12 @@ Errors are raised as the caller's error class, with one line naming the file and
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
@@ -120,6 +119,8 @@ def json_depth(data: bytes) -> int:
     """
     if b"[" not in data and b"{" not in data:
         return 0
+    import numpy as np  # here: reading a file must not make ``vtrain --help`` load numpy
+
     stripped = _STRING.sub(b'""', data)
     a = np.frombuffer(stripped, dtype=np.uint8)
     step = (np.isin(a, (ord("["), ord("{"))).astype(np.int32)
@@ -133,7 +134,9 @@ def nonfinite_path(doc: Any) -> tuple[str, float] | None:
     stack: list[tuple[str, Any]] = [("", doc)]
     while stack:
         where, node = stack.pop()
-        if isinstance(node, (float, np.floating)) and not np.isfinite(node):
+        if isinstance(node, float) and not math.isfinite(node) or (
+                type(node).__module__ == "numpy" and hasattr(node, "dtype")
+                and node.dtype.kind == "f" and not math.isfinite(float(node))):
             return where or "(top level)", node
         if isinstance(node, dict):
             stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(node.items()))

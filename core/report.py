@@ -13,15 +13,11 @@ __all__ = ["StageMemory", "Report"]
 class StageMemory:
     """Memory of one GPU of a pipeline stage, in bytes.
 
-    Formulas: mixed-precision Adam keeps 2-byte weights and gradients plus
-    12 bytes of fp32 master weights, momentum and variance per parameter
-    (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: 16 bytes per parameter).
-    Activations follow Korthikanti et al. 2022 ("Reducing Activation
-    Recomputation in Large Transformer Models"), Eq. 2 with tensor
-    parallelism: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes per layer without
-    recomputation and ``2*s*b*h`` per layer (the layer input) with full
-    recomputation; the first stage keeps activations of ``p`` micro-batches
-    in flight under 1F1B (Korthikanti Sec. 4.2.3), ``m`` under GPipe.
+    Formulas in :func:`core.model_math.stage_memory`: bytes per parameter as
+    Megatron-LM keeps them (18 for bf16 with fp32 main gradients, 20 for fp16,
+    16 for fp32), divided by ``d`` per ZeRO stage (Rajbhandari et al. 2020);
+    activations by Korthikanti et al. 2022, Table 2, for the plan's sequence
+    parallelism and recomputation, times the micro-batches in flight.
     """
 
     stage: int
@@ -68,7 +64,7 @@ class Report:
     stage_compute_s: list[float]
     stage_comm_s: list[float]
     stage_idle_s: list[float]
-    #: whole iterations to train on the token budget (rounded up)
+    #: iterations to train on the token budget, rounded up
     num_iterations: int
     training_days: float
     gpu_hours: float
@@ -77,6 +73,9 @@ class Report:
     memory_capacity_bytes: float
     max_memory_per_gpu_bytes: float
     fits_in_memory: bool
+    #: share of the capacity kept free (cluster.memory_reserve_fraction); fits means
+    #: max_memory_per_gpu_bytes <= (1 - memory_reserve_fraction) * memory_capacity_bytes
+    memory_reserve_fraction: float = 0.0
     #: exposed pipeline communication: what the transfers add to the iteration time (the
     #: iteration with free transfers is that much shorter); never counted as bubble
     pp_comm_s: float = 0.0

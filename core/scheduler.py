@@ -160,7 +160,9 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
             model = ModelConfig(f"L={shape[0]} h={shape[1]}", *shape, None,
                                 it.get("seq_length", 2048), it.get("vocab_size", 50257))
         if len(errs) == n_err:  # the model's own rules, and the batch (any plan splits it by d*b)
-            probe = Session(model=model, plan=ParallelPlan(1, 1, 1, 1, batch, "1f1b", "full"))
+            probe = Session(model=model, plan=ParallelPlan(
+                tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                global_batch_size=batch, schedule="1f1b", recompute="full"))
             errs += [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message)
                      for e in validate(probe) if not e.field.startswith(("cluster", "cost"))]
         jobs.append(Job(name if isinstance(name, str) else str(name), arrival, model, batch,

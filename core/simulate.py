@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError, FieldError, Session, check, padded_vocab_size
+from . import model_math
+from .config import ConfigError, FieldError, Session, check
+from .costing import costing
 from .fastpath import pipeline_iteration_times
-from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, params_per_gpu,
-                    stage_times)
+from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, stage_times)
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
-from .ops import DTYPE_BYTES
 from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
 from .schedules import get as get_schedule
@@ -26,9 +26,8 @@ from .schedules import in_flight_microbatches
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration", "session_profile", "graph_size_estimate",
-           "MAX_GRAPH_TASKS", "num_iterations",
-           "check_finite"]
+           "stage_memory", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
 #: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
@@ -107,43 +106,31 @@ def open_profile(path: str | Path) -> ProfileStore:
 
 
 def model_flops_per_iteration(session: Session, recomputed: bool = False) -> float:
-    """Model FLOPs of one iteration (Narayanan et al. 2021, Eq. 3, general MLP size).
-
-    Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV`` (GEMMs and attention,
-    multiply-add = 2 FLOPs); training is 3x forward, or 4x for the layers when
-    ``recomputed`` (full recomputation, for HFU). With ``f = 4h`` this is
-    ``72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h))``.
-    """
-    m, pl = session.model, session.plan
-    h, s = m.hidden_size, m.seq_length
-    layers = m.num_layers * (8 * h * h + 4 * h * m.ffn + 4 * s * h)
-    factor = 4 if recomputed else 3
-    tokens = pl.global_batch_size * s
-    return tokens * (factor * layers + 3 * 2 * h * m.vocab_size)
+    """Model FLOPs of one iteration of ``session`` (:func:`core.model_math.model_flops_per_iteration`);
+    with ``recomputed``, the hardware FLOPs (recomputation included, for HFU)."""
+    if recomputed:
+        return model_math.hardware_flops_per_iteration(session.model, session.plan)
+    return model_math.model_flops_per_iteration(session.model, session.plan)
 
 
 def stage_memory(session: Session) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (formulas in :class:`StageMemory`)."""
-    m, pl = session.model, session.plan
-    s, b, h, a, t, p = (m.seq_length, pl.micro_batch_size, m.hidden_size, m.num_attention_heads,
-                        pl.tensor_parallel, pl.pipeline_parallel)
-    e = DTYPE_BYTES[pl.precision]
-    n = params_per_gpu(session)
-    L_stage = m.num_layers // p
-    full_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * e / 2  # Korthikanti Eq. 2
-    per_layer = 2 * s * b * h * e / 2 if pl.recompute == "full" else full_layer
-    V = padded_vocab_size(m.vocab_size, t)
-    out = []
-    for i in range(p):
-        in_flight = in_flight_microbatches(pl.schedule, p, pl.num_microbatches, i, num_chunks(pl))
-        acts = per_layer * L_stage * in_flight
-        if pl.recompute == "full":
-            acts += full_layer  # the layer being recomputed during backward
-        if i == p - 1:
-            acts += s * b * V / t * (e + 4)  # logits and their fp32 copy for the loss
-        opt_bytes = 8 if pl.precision == "fp32" else 12
-        out.append(StageMemory(i, n[i] * e, n[i] * e, n[i] * opt_bytes, acts))
-    return out
+    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`)."""
+    return model_math.stage_memory(session.model, session.plan)
+
+
+def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
+                   ) -> tuple[float, bool, str]:
+    """``(largest per-GPU bytes, fits, reason)``: a plan fits when every stage needs at most
+    ``(1 - reserve_fraction) * capacity_bytes`` (the rest is kept for the framework, the CUDA
+    context and fragmentation); ``reason`` is "" when it fits."""
+    worst = max(memory, key=lambda mm: mm.total_bytes)
+    need = worst.total_bytes
+    usable = capacity_bytes * (1 - reserve_fraction)
+    if need <= usable:
+        return need, True, ""
+    return need, False, (f"does not fit: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU, "
+                         f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
+                         f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
 
 
 def _kind_mask(kinds) -> np.ndarray:
@@ -170,7 +157,8 @@ def schedule_times_without_transfers(session: Session, store: ProfileStore, cach
     pl = session.plan
     st = stage_times(session, store, cache)
     p = pl.pipeline_parallel
-    per_chunk = [np.asarray(a, np.float64) for a in (st.fwd_s, st.bwd_s, st.wgrad_s)]
+    per_chunk = [np.asarray(a, np.float64)
+                 for a in (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)]
     tails = [np.asarray(a, np.float64) for a in (st.dp_comm_s, st.optimizer_s)]
     out = []
     for balanced in (False, True):
@@ -178,12 +166,14 @@ def schedule_times_without_transfers(session: Session, store: ProfileStore, cach
         tail = [np.full(p, a.mean()) if balanced else a for a in tails]
         if get_schedule(pl.schedule).fast_path:
             zero = np.zeros((p, 1))
-            fwd, bwd, wgd = (a[..., None] for a in chunks)
+            fwd, bwd, wgd, ready, over = (a[..., None] for a in chunks)
             out.append(float(pipeline_iteration_times(
                 pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero, tail[0][:, None],
-                tail[1][:, None], wgrad_s=wgd)[0]))
+                tail[1][:, None], wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)[0]))
             continue
-        programs = StageTimes(*chunks, np.zeros(p), np.zeros(p), *tail, st.has_dp_comm).programs()
+        zeros = np.zeros(p)
+        programs = StageTimes(*chunks[:3], zeros, zeros, *tail, st.has_dp_comm, chunks[3],
+                              chunks[4], zeros, zeros).programs()
         out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
                          ).iteration_time_s)
     return out[0], out[1]
@@ -235,6 +225,8 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     kind = graph.kind
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
+        comm_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
@@ -247,27 +239,26 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     bubble_s = max(T_bal - float(stage_compute.mean() + stage_comm.mean()), 0.0)
     imbalance_s = max(float(stage_idle.mean()) - bubble_s, 0.0)
     flops = model_flops_per_iteration(session)
-    hw_flops = model_flops_per_iteration(session, recomputed=pl.recompute == "full")
-    peak = float(store.peak_flops[pl.precision]) * pl.num_gpus
+    hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
-    iterations = num_iterations(session.cost.training_tokens, tokens_per_iter)
-    train_s = iterations * T
-    gpu_hours = train_s * pl.num_gpus / 3600
+    cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=float(store.peak_flops[pl.precision]),
+                   training_tokens=session.cost.training_tokens,
+                   price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
     memory = stage_memory(session)
     capacity = float(store.memory_bytes)
-    max_mem = max(mm.total_bytes for mm in memory)
-    if max_mem > capacity:
-        worst = max(memory, key=lambda mm: mm.total_bytes)
-        warnings.append(f"does not fit: stage {worst.stage} needs {max_mem / 2**30:.1f} GiB per GPU, "
-                        f"the GPU has {capacity / 2**30:.1f} GiB")
+    reserve = float(session.cluster.memory_reserve_fraction)
+    max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
+    if not fits:
+        warnings.append(reason)
     report = Report(
         num_gpus=pl.num_gpus,
         num_microbatches=pl.num_microbatches,
         iteration_time_s=T,
-        tokens_per_s=tokens_per_iter / T,
+        tokens_per_s=cost.tokens_per_s,
         model_flops_per_iteration=flops,
-        mfu=flops / T / peak,
-        hfu=hw_flops / T / peak,
+        mfu=cost.mfu,
+        hfu=cost.hfu,
         bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
@@ -278,14 +269,15 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         stage_comm_s=stage_comm.tolist(),
         stage_pp_comm_s=stage_pp.tolist(),
         stage_idle_s=stage_idle.tolist(),
-        num_iterations=iterations,
-        training_days=train_s / 86400,
-        gpu_hours=gpu_hours,
-        cost_usd=gpu_hours * session.cost.price_per_gpu_hour_usd,
+        num_iterations=cost.num_iterations,
+        training_days=cost.training_days,
+        gpu_hours=cost.gpu_hours,
+        cost_usd=cost.cost_usd,
         memory=memory,
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
-        fits_in_memory=bool(max_mem <= capacity),
+        fits_in_memory=fits,
+        memory_reserve_fraction=reserve,
         profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
                  "device": store.device_name, "path": str(store.path) if store.path else ""},
         warnings=warnings,
@@ -294,12 +286,6 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     check_finite(report)
     timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
     return SimulationResult(session, graph, schedule, report, timings)
-
-
-def num_iterations(training_tokens: float, tokens_per_iteration: float) -> int:
-    """Iterations to train on ``training_tokens``: ``ceil(tokens / tokens per iteration)``
-    (a run cannot stop within an iteration; the last one is whole)."""
-    return max(1, math.ceil(training_tokens / tokens_per_iteration - 1e-9))
 
 
 def graph_size_estimate(session: Session) -> int:

@@ -76,24 +76,28 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .config import (BOUNDS, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, ParallelPlan, Session,
-                     validate)
+from . import model_math
 from . import schedules as pipeline_schedules
+from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
+                     FieldError, ParallelPlan, Session, plan_key, validate)
+from .costing import costing
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
+from .simulate import memory_verdict, session_profile
 from .solver import solve
-from .simulate import model_flops_per_iteration, num_iterations, session_profile, stage_memory
 
-__all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "enumerate_plans",
+__all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS", "enumerate_plans",
            "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
+#: The plan's columns: every field of :class:`~core.config.ParallelPlan`, in its order.
+PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
-COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-           "num_microbatches", "schedule", "virtual_pipeline_stages", "recompute", "num_gpus", "iteration_time_s",
-           "tokens_per_s", "mfu", "training_days", "gpu_hours", "cost_usd",
-           "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+COLUMNS = PLAN_COLUMNS + (
+    "num_microbatches", "num_gpus", "iteration_time_s", "tokens_per_s", "mfu", "hfu",
+    "training_days", "gpu_hours", "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory",
+    "on_pareto_front", "reason")
 
 ProgressFn = Callable[[int, int], None]
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
@@ -142,6 +146,13 @@ class SweepSpace:
         to 8 for which ``L`` divides by ``p*v``.
     recompute : sequence of str
         Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
+    sequence_parallel : sequence of bool, optional
+        Sequence parallelism off / on. Default: the session plan's setting.
+    zero_stages : sequence of int, optional
+        ZeRO stages from :data:`core.config.ZERO_STAGES`. Default: the session plan's.
+
+    Every other plan field (overlap, gradient dtype, uneven first and last
+    stages, recomputed layers under full recomputation) is the session plan's.
     """
 
     num_gpus: int | Sequence[int] | None = None
@@ -155,6 +166,18 @@ class SweepSpace:
     schedules: Sequence[str] = SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
     virtual_pipeline_stages: Sequence[int] | None = None
+    sequence_parallel: Sequence[bool] | None = None
+    zero_stages: Sequence[int] | None = None
+
+    def swept_fields(self) -> tuple[str, ...]:
+        """Plan fields this space chooses; every other plan field is the session plan's."""
+        out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers")
+        if self.sequence_parallel is not None:
+            out += ("sequence_parallel",)
+        if self.zero_stages is not None:
+            out += ("zero_stage",)
+        return out
 
     def gpu_counts(self) -> tuple[int, ...] | None:
         """``num_gpus`` as a sorted tuple, or None when unset."""
@@ -208,6 +231,19 @@ class SweepSpace:
             for v in values:
                 if v not in choices:
                     errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of {', '.join(choices)}"))
+        for name, kinds, choices in (("sequence_parallel", (bool, np.bool_), (False, True)),
+                                     ("zero_stages", (int, np.integer), ZERO_STAGES)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            values = list(values) if isinstance(values, (list, tuple)) else [values]
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            for v in values:
+                ok = isinstance(v, kinds) and (name == "sequence_parallel" or not isinstance(v, bool))
+                if not ok or v not in choices:
+                    errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of "
+                                           f"{', '.join(str(c).lower() for c in choices)}"))
         if self.num_gpus is not None and self.max_gpus is not None:
             errs.append(FieldError("sweep.num_gpus", "give either num_gpus (exact) or max_gpus, not both"))
         if (self.num_gpus is None and self.max_gpus is None and self.data_parallel is None
@@ -283,14 +319,15 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     Parameters
     ----------
     session : Session
-        Supplies the model, cluster, cost inputs and ``plan.global_batch_size``,
-        ``plan.precision``; its own t, p, d, b, schedule and recompute are ignored.
+        Supplies the model, cluster, cost inputs and the plan fields the space does
+        not sweep (``global_batch_size``, ``precision``, overlap ...).
     space : SweepSpace
 
     Returns
     -------
     list of ParallelPlan
-        Ordered by t, p, d, b, schedule, recompute (the orders of their candidate lists).
+        Ordered by t, p, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        of their candidate lists).
 
     Raises
     ------
@@ -314,6 +351,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
+    sps = (list(dict.fromkeys(bool(v) for v in _as_list(space.sequence_parallel)))
+           if space.sequence_parallel is not None else [base.sequence_parallel])
+    zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
+          if space.zero_stages is not None else [base.zero_stage])
     vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
           if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
@@ -337,18 +378,26 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             ds = [d for d in ds if B % d == 0
                   and (d_allowed is None or d in d_allowed)
                   and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+            sps_t = sps[:1] if t == 1 else sps
             for d in ds:
+                zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
                     for sched in scheds:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
                             for rc in rcs:
-                                plan = ParallelPlan(
-                                    tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
-                                    micro_batch_size=b, global_batch_size=B, schedule=sched,
-                                    recompute=rc, precision=base.precision,
-                                    virtual_pipeline_stages=v)
-                                if not validate(Session(m, plan, cl, session.cost)):
-                                    plans.append(plan)
+                                for sp in sps_t:
+                                    for z in zs_d:
+                                        plan = dataclasses.replace(
+                                            base, tensor_parallel=t, pipeline_parallel=p,
+                                            data_parallel=d, micro_batch_size=b, schedule=sched,
+                                            virtual_pipeline_stages=v, recompute=rc,
+                                            sequence_parallel=sp, zero_stage=z,
+                                            recompute_num_layers=(base.recompute_num_layers
+                                                                  if rc == "full" else None))
+                                        if not validate(Session(m, plan, cl, session.cost)):
+                                            plans.append(plan)
     return plans
 
 
@@ -402,15 +451,17 @@ class SweepResult:
     session : Session
         The sweep's input (model, cluster, cost inputs, B, precision).
     space : SweepSpace
-    tensor_parallel, pipeline_parallel, data_parallel : int64 arrays
-    micro_batch_size, num_microbatches, num_gpus : int64 arrays
-    schedule, recompute : str arrays
-    virtual_pipeline_stages : int64 array
-        v of interleaved plans, 0 for the others (whose field is empty).
+    plans : list of ParallelPlan
+        The plan of each row.
+    plan_columns : dict of str to array
+        One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
+        attribute (``result.tensor_parallel``): int64 for integers, bool, str
+        arrays; object arrays for fields that may be None.
+    num_microbatches, num_gpus : int64 arrays
     iteration_time_s : float64 array
         Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
-    tokens_per_s, mfu : float64 arrays
-        Throughput (tokens/s) and model FLOPs utilization (0..1).
+    tokens_per_s, mfu, hfu : float64 arrays
+        Throughput (tokens/s), model and hardware FLOPs utilization (0..1).
     training_days, gpu_hours, cost_usd : float64 arrays
         For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
     max_memory_per_gpu_bytes : float64 array
@@ -435,18 +486,14 @@ class SweepResult:
 
     session: Session
     space: SweepSpace
-    tensor_parallel: np.ndarray
-    pipeline_parallel: np.ndarray
-    data_parallel: np.ndarray
-    micro_batch_size: np.ndarray
+    plans: list[ParallelPlan]
+    plan_columns: dict[str, np.ndarray]
     num_microbatches: np.ndarray
     num_gpus: np.ndarray
-    schedule: np.ndarray
-    recompute: np.ndarray
-    virtual_pipeline_stages: np.ndarray
     iteration_time_s: np.ndarray
     tokens_per_s: np.ndarray
     mfu: np.ndarray
+    hfu: np.ndarray
     training_days: np.ndarray
     gpu_hours: np.ndarray
     cost_usd: np.ndarray
@@ -462,6 +509,13 @@ class SweepResult:
     warnings: list[str] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
 
+    def __getattr__(self, name: str) -> np.ndarray:
+        # the plan's columns by field name: result.tensor_parallel, result.schedule, ...
+        columns = self.__dict__.get("plan_columns")
+        if columns is not None and name in columns:
+            return columns[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def num_plans(self) -> int:
         """Number of valid plans (fitting or not)."""
@@ -473,15 +527,8 @@ class SweepResult:
         return int(np.count_nonzero(self.fits_in_memory))
 
     def plan(self, i: int) -> ParallelPlan:
-        """The parallel plan of row ``i``."""
-        base = self.session.plan
-        return ParallelPlan(tensor_parallel=int(self.tensor_parallel[i]),
-                            pipeline_parallel=int(self.pipeline_parallel[i]),
-                            data_parallel=int(self.data_parallel[i]),
-                            micro_batch_size=int(self.micro_batch_size[i]),
-                            global_batch_size=base.global_batch_size, schedule=str(self.schedule[i]),
-                            recompute=str(self.recompute[i]), precision=base.precision,
-                            virtual_pipeline_stages=int(self.virtual_pipeline_stages[i]) or None)
+        """The parallel plan of row ``i`` (a copy)."""
+        return dataclasses.replace(self.plans[i])
 
     def session_for(self, i: int) -> Session:
         """A new session: the sweep's model, cluster and cost with the plan of row ``i``."""
@@ -490,14 +537,11 @@ class SweepResult:
         return s
 
     def index_of(self, plan: ParallelPlan) -> int | None:
-        """Row of ``plan`` (t, p, d, b, schedule, recompute), or None when not in the sweep."""
-        hit = np.flatnonzero(
-            (self.tensor_parallel == plan.tensor_parallel)
-            & (self.pipeline_parallel == plan.pipeline_parallel)
-            & (self.data_parallel == plan.data_parallel) & (self.micro_batch_size == plan.micro_batch_size)
-            & (self.schedule == plan.schedule) & (self.recompute == plan.recompute)
-            & (self.virtual_pipeline_stages == (plan.virtual_pipeline_stages or 0)))
-        return int(hit[0]) if hit.size else None
+        """Row of ``plan`` (every field equal), or None when not in the sweep."""
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = self.__dict__["_index"] = {plan_key(pl): i for i, pl in enumerate(self.plans)}
+        return index.get(plan_key(plan))
 
     def pareto_indices(self) -> np.ndarray:
         """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
@@ -606,6 +650,22 @@ class SweepResult:
         atomic_write_text(path, self.csv_text())
 
 
+def _plan_columns(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
+    """One array per plan field: int64, bool or str when every value is one, object otherwise."""
+    out = {}
+    for name in PLAN_COLUMNS:
+        values = [getattr(pl, name) for pl in plans]
+        if values and all(isinstance(v, bool) for v in values):
+            out[name] = np.array(values, bool)
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            out[name] = np.array(values, np.int64)
+        elif values and all(isinstance(v, str) for v in values):
+            out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
+        else:
+            out[name] = np.array(values, dtype=object)
+    return out
+
+
 def _best(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     idx = np.flatnonzero(mask)
     if not idx.size:
@@ -624,10 +684,9 @@ def _is_cancelled(cancel: Any) -> bool:
 
 
 def plan_label(pl: ParallelPlan) -> str:
-    """Short name of a plan in messages: ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
-    v = f" v={pl.virtual_pipeline_stages}" if pl.virtual_pipeline_stages else ""
-    return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "
-            f"b={pl.micro_batch_size} {pl.schedule}{v} recompute={pl.recompute}")
+    """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.
+    ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
+    return pl.label()
 
 
 def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
@@ -696,21 +755,17 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     if store is None:
         store = session_profile(session)
     n = len(plans)
-    col = {k: np.zeros(n, np.int64) for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                                               "micro_batch_size", "num_microbatches", "num_gpus")}
-    for i, pl in enumerate(plans):
-        col["tensor_parallel"][i], col["pipeline_parallel"][i] = pl.tensor_parallel, pl.pipeline_parallel
-        col["data_parallel"][i], col["micro_batch_size"][i] = pl.data_parallel, pl.micro_batch_size
-        col["num_microbatches"][i], col["num_gpus"][i] = pl.num_microbatches, pl.num_gpus
+    num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
     iteration = np.zeros(n)
     max_mem = np.zeros(n)
     reason = [""] * n
     capacity = float(store.memory_bytes)
+    reserve = float(session.cluster.memory_reserve_fraction)
     groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
     for i, pl in enumerate(plans):
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
     lookup_cache: dict = {}
-    times_cache: dict[tuple, Any] = {}
     warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
@@ -720,8 +775,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         if p * m * v > MAX_PIPELINE_STEPS:
             for i in group:
                 iteration[i] = math.nan
-                max_mem[i] = max(sm.total_bytes for sm in stage_memory(
-                    Session(model, plans[i], cluster, cost)))
+                max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
                 reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
                              f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
                              f"{MAX_PIPELINE_STEPS:,}")
@@ -736,30 +790,26 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             idx = group[start:start + step]
-            per_chunk = np.empty((3, p, v, len(idx)))
+            per_chunk = np.empty((5, p, v, len(idx)))
             per_stage = np.empty((4, p, len(idx)))
             for j, i in enumerate(idx):
                 pl = plans[i]
-                key = dataclasses.astuple(pl)  # every plan field: none can reuse stale times
-                st = times_cache.get(key)
-                if st is None:
-                    st = times_cache[key] = stage_times(Session(model, pl, cluster, cost), store,
-                                                        lookup_cache)
-                per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s)
+                st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
+                per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
                 per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
-                totals = [sm.total_bytes for sm in stage_memory(Session(model, pl, cluster, cost))]
-                worst = int(np.argmax(totals))
-                max_mem[i] = totals[worst]
-                if totals[worst] > capacity:  # same rule and message as core.simulate
-                    reason[i] = (f"does not fit: stage {worst} needs {totals[worst] / 2**30:.1f} GiB "
-                                 f"per GPU, the GPU has {capacity / 2**30:.1f} GiB")
-                else:
+                # same rule and message as core.simulate
+                max_mem[i], fits, reason[i] = memory_verdict(model_math.stage_memory(model, pl),
+                                                             capacity, reserve)
+                if fits:
                     for w in st.warnings:
                         warned.setdefault(w, []).append(i)
             if sched.fast_path:
+                ready = per_chunk[3] if per_chunk[3].any() else None
+                tails = per_chunk[4] if np.isfinite(per_chunk[4]).any() else None
                 iteration[idx] = pipeline_iteration_times(
                     schedule, m, per_chunk[0], per_chunk[1], *per_stage,
-                    wgrad_s=per_chunk[2] if sched.splits_backward else None)
+                    wgrad_s=per_chunk[2] if sched.splits_backward else None,
+                    ready_s=ready, chunk_tail_s=tails)
             else:  # the general solver on the coarse graph
                 for i in idx:
                     g, _ = build_graph(Session(model, plans[i], cluster, cost), store,
@@ -769,27 +819,22 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
             if progress is not None:
                 progress(done, n)
     # Cost, as core.simulate computes it.
-    tokens_per_iter = session.plan.global_batch_size * model.seq_length
-    iterations = num_iterations(cost.training_tokens, tokens_per_iter)
-    train_s = iterations * iteration
-    num_gpus = col["num_gpus"].astype(np.float64)
-    gpu_hours = train_s * num_gpus / 3600
-    peak = float(store.peak_flops[session.plan.precision]) * num_gpus
-    fits = (max_mem <= capacity) & np.isfinite(iteration)
-    days = train_s / 86400
-    cost_usd = gpu_hours * cost.price_per_gpu_hour_usd
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tokens_per_s = tokens_per_iter / iteration
-        mfu = model_flops_per_iteration(session) / iteration / peak
-    schedules = np.array([pl.schedule for pl in plans], dtype=f"<U{max(map(len, SCHEDULES))}")
-    recomputes = np.array([pl.recompute for pl in plans], dtype=f"<U{max(map(len, RECOMPUTE_MODES))}")
+    flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
+    hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
+    figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
+                      model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
+                      peak_flops_per_gpu=float(store.peak_flops[session.plan.precision]),
+                      training_tokens=cost.training_tokens,
+                      price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
+    fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)
+    days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
     result = SweepResult(
-        session=session, space=space, **col, schedule=schedules, recompute=recomputes,
-        virtual_pipeline_stages=np.array([pl.virtual_pipeline_stages or 0 for pl in plans], np.int64),
-        iteration_time_s=iteration, tokens_per_s=tokens_per_s, mfu=mfu, training_days=days,
-        gpu_hours=gpu_hours, cost_usd=cost_usd, max_memory_per_gpu_bytes=max_mem,
-        fits_in_memory=fits, reason=reason, pareto=pareto,
+        session=session, space=space, plans=plans, plan_columns=_plan_columns(plans),
+        num_microbatches=num_mb, num_gpus=num_gpus,
+        iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
+        hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
+        max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=sorted(w + plans_note([plans[i] for i in idx]) for w, idx in warned.items()),

@@ -54,6 +54,8 @@ GENERAL_COLUMNS: dict[str, Any] = {
     "tensor_parallel": None, "pipeline_parallel": None, "data_parallel": None,
     "virtual_pipeline_stages": 1, "sequence_parallel": "n", "recompute": "full",
     "precision": "fp16", "measured_iteration_time_s": None,
+    "distributed_optimizer": "n", "fsdp": "n", "overlap_grad_reduce": "n",
+    "first_stage_layers": "", "last_stage_layers": "",
 }
 #: Optional columns of the general layout that change what a row is (published runs of modern
 #: models, ../shared/data/public-modern/README.md). An empty cell means the default: GPT's
@@ -312,9 +314,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                                        "time depends on it")
         recompute = "full"
     elif recompute not in RECOMPUTE_MODES:
-        refuse("selective recomputation" if recompute.startswith("selective") else "recompute",
-               f"recompute={v.get('recompute', recompute)!r}: selective recomputation is not "
-               f"supported yet (modelled: {', '.join(RECOMPUTE_MODES)})"
+        # "selective (per-op SAC)" and the like: another selection than Megatron's attention core
+        refuse("selective recomputation (other than Megatron's)" if recompute.startswith("selective")
+               else "recompute",
+               f"recompute={v.get('recompute', recompute)!r}: only Megatron's selective "
+               "recomputation (the attention core) is modelled, as recompute=selective"
                if recompute.startswith("selective") else
                f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
         recompute = "full"
@@ -341,7 +345,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                         global_batch_size=ints["global_batch_size"],
                         schedule="interleaved" if vp > 1 else "1f1b",
                         recompute=recompute, precision=precision,
-                        virtual_pipeline_stages=vp if vp > 1 else None)
+                        virtual_pipeline_stages=vp if vp > 1 else None,
+                        **{c: (_num(path, row, c, str(get[c]), int) if str(get[c]).strip() else None)
+                           for c in ("first_stage_layers", "last_stage_layers")})
     cp = opt["context_parallel"] or 1
     for col, value, cause, what in (
             ("context_parallel", cp, "context parallelism", "context parallelism"),
@@ -352,19 +358,25 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                 setattr(plan, col, value)
             else:
                 refuse(cause, f"{col}={value}: {what} is not modelled")
-    for col, cause, what in (("sequence_parallel", "sequence parallelism",
-                              "sequence parallelism is not supported yet"),
-                             ("distributed_optimizer", "distributed optimizer",
-                              "the distributed optimizer (ZeRO-1) is not modelled"),
-                             ("fsdp", "FSDP", "FSDP (sharded data parallelism) is not modelled")):
+    # sequence parallelism and overlap are plan fields; the distributed optimizer is ZeRO stage 1
+    # (Megatron's --use-distributed-optimizer), FSDP (full sharding) ZeRO stage 3
+    sharded = []
+    for col in ("sequence_parallel", "overlap_grad_reduce", "distributed_optimizer", "fsdp"):
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
-        if flag and _has(plan, col):
-            setattr(plan, col, True)
-        elif flag:
-            refuse(cause, f"{col}={text!r}: {what}")
-        elif flag is None and text:
+        if flag is None and text:
             refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
+        elif flag and "hsdp" in text.lower():
+            refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid sharding "
+                   "(shard within a group, replicate across groups) is not modelled")
+        elif flag and col in ("distributed_optimizer", "fsdp"):
+            sharded.append(col)
+        elif flag:
+            setattr(plan, col, True)
+    if len(sharded) == 2:
+        refuse("distributed optimizer and FSDP", "fsdp and distributed_optimizer are both y")
+    elif sharded:
+        plan.zero_stage = 3 if sharded[0] == "fsdp" else 1
     cluster = ClusterConfig(gpu=gpu_kind(str(get["gpu"])), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
                                                                   str(get["inter_node_bandwidth_gbps"])))

@@ -55,21 +55,41 @@ def test_general_layout_and_skip_reasons(tmp_path):
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,selective,0.5,x",  # selective
         "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x".replace("16,8,24", "32,8,24"),
         "A100,16,8,25,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x",      # 25 layers, p=2
+        "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,maybe,full,0.5,x",  # not y or n
     ]
     path = tmp_path / "runs.csv"
     path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
     ms = read_measurements(path)
     reasons = [m.skip_reason for m in ms]
-    assert reasons[0] == ""
+    assert reasons[0] == "" and ms[0].session.plan.zero_stage == 0
     assert reasons[1] == ""
     assert (ms[1].session.plan.schedule, ms[1].session.plan.virtual_pipeline_stages) == ("interleaved", 2)
-    assert "sequence parallelism" in reasons[2]
-    assert "selective recomputation" in reasons[3]
+    assert reasons[2] == "" and ms[2].session.plan.sequence_parallel is True
+    assert reasons[3] == "" and ms[3].session.plan.recompute == "selective"
     assert "num_gpus=32 disagrees with t*p*d=16" in reasons[4]
     assert "num_layers=25 is not divisible by pipeline_parallel_size=2" in reasons[5]
+    assert "sequence_parallel='maybe': expected y or n" in reasons[6]
     result = predict_rows(ms, lambda s: simulate(s).report.iteration_time_s)
-    assert result.used.tolist() == [True, True, False, False, False, False]
-    assert result.metrics()["skipped"] == 4
+    assert result.used.tolist() == [True, True, True, True, False, False, False]
+    # sequence parallelism and selective recomputation change the prediction
+    assert result.predicted_s[2] != result.predicted_s[0] != result.predicted_s[3]
+
+
+def test_general_layout_sharding_overlap_and_uneven_columns(tmp_path):
+    header = GENERAL_HEADER.replace(",extra", ",distributed_optimizer,fsdp,overlap_grad_reduce,"
+                                              "first_stage_layers,last_stage_layers")
+    base = "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,"
+    rows = [base + "y,n,y,,", base + "n/a (FSDP),y,n,,", base + "n,n,n,11,13",
+            base + "y,y,n,,", base + "n,n,n,20,20"]
+    path = tmp_path / "runs.csv"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    pl = [m.session.plan for m in ms]
+    assert ms[0].skip_reason == "" and pl[0].zero_stage == 1 and pl[0].overlap_grad_reduce
+    assert ms[1].skip_reason == "" and pl[1].zero_stage == 3 and not pl[1].overlap_grad_reduce
+    assert ms[2].skip_reason == "" and (pl[2].first_stage_layers, pl[2].last_stage_layers) == (11, 13)
+    assert "fsdp and distributed_optimizer are both y" in ms[3].skip_reason
+    assert "first_stage_layers + last_stage_layers = 40 must equal num_layers=24" in ms[4].skip_reason
 
 
 def test_general_layout_missing_column_is_a_clear_error(tmp_path):
@@ -255,7 +275,7 @@ def test_validate_cli_outputs(tmp_path, capsys):
     csv_path = tmp_path / "runs.csv"
     rows = ["A100,8,8,4,512,8,512,8,1,2,2,2,1,n,full,0.05,x",
             "A100,4,8,4,512,8,512,8,2,1,1,4,1,n,full,0.04,x",
-            "A100,4,8,4,512,8,512,8,2,1,1,4,1,y,full,0.04,x"]
+            "A100,4,8,4,512,8,512,8,2,1,1,4,1,y,selective (per-op SAC),0.04,x"]
     csv_path.write_text(GENERAL_HEADER + "\n" + "\n".join(rows) + "\n")
     out_csv, png = tmp_path / "pred.csv", tmp_path / "plot.png"
     assert main(["validate", str(csv_path), "--json", "--out", str(out_csv), "--plot", str(png)]) == 0
@@ -264,8 +284,8 @@ def test_validate_cli_outputs(tmp_path, capsys):
     for key in ("mape_percent", "median_ape_percent", "max_ape_percent", "r2"):
         assert key in doc
     lines = out_csv.read_text().splitlines()
-    assert len(lines) == 4 and "sequence parallelism" in lines[3]
-    assert doc["skipped_by_cause"] == {"sequence parallelism": 1}
+    assert len(lines) == 4 and "selective recomputation" in lines[3]
+    assert doc["skipped_by_cause"] == {"selective recomputation (other than Megatron's)": 1}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -377,11 +397,12 @@ def test_modern_columns_at_gpt_values_are_predicted_on_the_new_gpu_kinds(tmp_pat
     ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
     ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
     ({"context_parallel": 2, "num_gpus": 32}, "context parallelism", "context_parallel=2"),
-    ({"fsdp": "y: FSDP (full shard)"}, "FSDP", "fsdp='y: FSDP (full shard)'"),
-    ({"distributed_optimizer": "y"}, "distributed optimizer", "distributed optimizer (ZeRO-1)"),
-    ({"sequence_parallel": "y (torchtitan TP plan)"}, "sequence parallelism", "sequence parallelism"),
+    ({"fsdp": '"y: HSDP (shard within 8-GPU node, replicate across nodes)"'},
+     "hybrid sharded data parallelism (HSDP)", "hybrid sharding"),
+    ({"fsdp": "y", "distributed_optimizer": "y"}, "distributed optimizer and FSDP", "both y"),
     ({"recompute": ""}, "recompute not stated", "recompute is empty"),
-    ({"recompute": "selective (per-op SAC)"}, "selective recomputation", "selective recomputation"),
+    ({"recompute": "selective (per-op SAC)"}, "selective recomputation (other than Megatron's)",
+     "only Megatron's selective recomputation"),
     ({"gpu": "H100-96GB-HBM2e (500 W)"}, "GPU kind without a shipped profile", "H100-96GB-HBM2e"),
     ({"fsdp": "maybe"}, "unreadable fsdp", "expected y or n"),
     ({"num_gpus": 32}, "GPU count", "num_gpus=32 disagrees with t*p*d=16"),
@@ -391,6 +412,21 @@ def test_a_row_needing_what_is_not_modelled_is_skipped_with_its_cause(tmp_path, 
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
     (m,) = read_measurements(path)
     assert m.skip_causes == [cause] and words in m.skip_reason
+
+
+@pytest.mark.parametrize("cells, field, value", [
+    ({"fsdp": "y: FSDP (full shard)"}, "zero_stage", 3),
+    ({"distributed_optimizer": "y"}, "zero_stage", 1),
+    ({"distributed_optimizer": "n/a (FSDP2)", "fsdp": "n"}, "zero_stage", 0),
+    ({"sequence_parallel": "y (torchtitan TP plan)"}, "sequence_parallel", True),
+    ({"recompute": "selective"}, "recompute", "selective"),
+])
+def test_sharding_sequence_parallel_and_selective_rows_are_simulated(tmp_path, cells, field, value):
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and getattr(m.session.plan, field) == value
+    assert simulate(m.session).report.iteration_time_s > 0
 
 
 def test_published_modern_runs_are_read_and_each_skip_has_its_causes():

@@ -97,10 +97,13 @@ def test_authors_config_non_integer_tensor_parallel_names_the_key(tmp_path, valu
         f"tensor_parallel_size: tensor_parallel_size={json.dumps(value)} must be a positive integer"]
 
 
-def test_authors_config_gradient_bucketing_is_refused_not_ignored(tmp_path):
-    err = authors_config_error(tmp_path, use_gradient_bucket=True)
-    assert [e.field for e in err.errors] == ["use_gradient_bucket"]
-    assert "not modelled yet" in str(err)
+@pytest.mark.parametrize("bucket", [True, False])
+def test_authors_config_gradient_bucketing_is_the_overlapped_reduction(tmp_path, bucket):
+    raw = json.loads(shared_file("configs", "gpt3_175b_512gpu_t8_d4_p16.json").read_text())
+    raw["use_gradient_bucket"] = bucket
+    path = tmp_path / "bucket.json"
+    path.write_text(json.dumps(raw))
+    assert read_vtrain_config(path).plan.overlap_grad_reduce is bucket
 
 
 def test_authors_config_unknown_and_missing_keys(tmp_path):

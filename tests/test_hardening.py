@@ -191,7 +191,9 @@ def test_every_numeric_field_declares_bounds_and_every_field_help():
             assert f.metadata.get("help"), (cls.__name__, f.name)
             base = str(f.type).split("|")[0].strip()
             if base in ("int", "float") and "choices" not in f.metadata:
-                assert isinstance(f.metadata.get("bounds"), type(BOUNDS["layers"])), (cls.__name__, f.name)
+                bounded = isinstance(f.metadata.get("bounds"), type(BOUNDS["layers"])) or (
+                    "min" in f.metadata and "max" in f.metadata)
+                assert bounded, (cls.__name__, f.name)
 
 
 def test_checks_are_driven_by_field_metadata():

@@ -15,7 +15,7 @@ import pytest
 from core.cli import main
 from core.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
                          ParallelPlan, Session, validate)
-from core.graph import StageProgram, build_graph, build_pipeline_graph
+from core.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
 from core.graph_types import KINDS
 from core.simulate import open_profile, profile_path, simulate
 from core.solver import solve
@@ -50,10 +50,10 @@ def test_exact_budget_count_by_hand():
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # B=4: d=4 with b=2 breaks B % (d*b) == 0, the only one
     assert len(enumerate_plans(tiny_session(4), space)) == 11
-    # 1f1b, gpipe and zb-h1 with both recomputation modes: 3 * 2 * 12 = 72; interleaved needs
-    # p >= 2, L=4 divisible by p*v and m divisible by p: only p=2, v=2, for (t,d) in
-    # {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 plans * 2 modes = 8. 80 in all.
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 80
+    # 1f1b, gpipe and zb-h1 with three recomputation modes (none, selective, full): 3 * 3 * 12
+    # = 108; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only p=2, v=2,
+    # for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 plans * 3 modes = 12. 120 in all.
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 120
 
 
 def test_max_budget_count_by_hand():
@@ -207,6 +207,43 @@ def test_batch_recurrence_closed_form():
     ParallelPlan(1, 1, 4, 2, 16, "1f1b", "full", "bf16"),
 ])
 def test_microbatch_graph_keeps_every_remaining_task_time(plan):
+    check_microbatch_graph(plan)
+
+
+_MODERN = dict(tensor_parallel=2, pipeline_parallel=3, data_parallel=2, micro_batch_size=2,
+               global_batch_size=24, schedule="1f1b", recompute="full", precision="bf16")
+
+
+@pytest.mark.parametrize("changes", [
+    dict(sequence_parallel=True), dict(recompute="selective"), dict(recompute_num_layers=3),
+    dict(zero_stage=1), dict(zero_stage=1, overlap_grad_reduce=True),
+    dict(zero_stage=1, overlap_param_gather=True),
+    dict(zero_stage=2, overlap_grad_reduce=True, overlap_param_gather=True), dict(zero_stage=3),
+    dict(zero_stage=3, overlap_grad_reduce=True, overlap_param_gather=True),
+    dict(overlap_grad_reduce=True, grad_reduce_dtype="bf16"), dict(first_stage_layers=6, last_stage_layers=6),
+    dict(schedule="gpipe", zero_stage=3, overlap_param_gather=True, sequence_parallel=True),
+    dict(schedule="zb-h1", zero_stage=3, overlap_grad_reduce=True, overlap_param_gather=True),
+    dict(schedule="zb-h1", zero_stage=1, overlap_grad_reduce=True, sequence_parallel=True),
+    dict(schedule="interleaved", virtual_pipeline_stages=2, pipeline_parallel=2, global_batch_size=16,
+         zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
+    dict(schedule="interleaved", virtual_pipeline_stages=2, pipeline_parallel=2, global_batch_size=16,
+         zero_stage=3, overlap_grad_reduce=True, overlap_param_gather=True, recompute="selective"),
+], ids=repr)
+def test_microbatch_graph_and_batch_solver_agree_on_modern_plans(changes):
+    plan = ParallelPlan(**{**_MODERN, **changes})
+    fine, coarse = check_microbatch_graph(plan)
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"], plan, ClusterConfig(gpus_per_node=4), CostConfig())
+    st = stage_times(s, open_profile(profile_path(s)))
+    T = pipeline_iteration_times(plan.schedule, plan.num_microbatches, st.fwd_s[..., None],
+                                 st.bwd_s[..., None],
+                                 *(x[:, None] for x in (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
+                                                        st.optimizer_s)),
+                                 wgrad_s=st.wgrad_s[..., None], ready_s=st.ready_s[..., None],
+                                 chunk_tail_s=st.chunk_tail_s[..., None])
+    assert T[0] == pytest.approx(fine.iteration_time_s, rel=1e-12)
+
+
+def check_microbatch_graph(plan):
     s = Session(MODEL_PRESETS["GPT-3 1.3B"], plan, ClusterConfig(gpus_per_node=4), CostConfig())
     store = open_profile(profile_path(s))
     fine, _ = build_graph(s, store)
@@ -214,7 +251,11 @@ def test_microbatch_graph_keeps_every_remaining_task_time(plan):
     a, b = solve(fine), solve(coarse)
     assert coarse.num_tasks < fine.num_tasks
     assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-12)
-    for kind in ("pp_p2p", "dp_comm", "optimizer"):
+    # data-parallel tasks differ (overlapped buckets merge into the tail); the rest keep their times
+    # (ZeRO 1/2 all-gather the parameters after the step; the merged tail puts it before)
+    gather_after = plan.zero_stage in (1, 2) and not plan.overlap_param_gather
+    for kind in ("pp_p2p",) + (() if gather_after else ("optimizer",)) + (
+            ("dp_comm",) if plan.zero_stage == 0 and not plan.overlap_grad_reduce else ()):
         k = KINDS.index(kind)
         fa, fb = fine.kind == k, coarse.kind == k
         assert fa.sum() == fb.sum()
@@ -222,6 +263,7 @@ def test_microbatch_graph_keeps_every_remaining_task_time(plan):
         np.testing.assert_allclose(b.end_s[fb], a.end_s[fa], rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="detail"):
         build_graph(s, store, detail="kernel")
+    return a, b
 
 
 def check_against_simulate(result, rows):
@@ -234,6 +276,7 @@ def check_against_simulate(result, rows):
         assert result.gpu_hours[i] == pytest.approx(r.gpu_hours, rel=1e-9)
         assert result.cost_usd[i] == pytest.approx(r.cost_usd, rel=1e-9)
         assert result.mfu[i] == pytest.approx(r.mfu, rel=1e-9)
+        assert result.hfu[i] == pytest.approx(r.hfu, rel=1e-9)
         assert result.tokens_per_s[i] == pytest.approx(r.tokens_per_s, rel=1e-9)
         assert (result.reason[i] != "") == (not r.fits_in_memory)
         if result.reason[i]:
@@ -255,13 +298,27 @@ def test_batch_equals_single_plan_simulate_gpt3_1_3b():
     check_against_simulate(result, range(0, result.num_plans, 3))
 
 
+def test_batch_equals_simulate_over_sequence_parallel_and_zero_stages():
+    s = Session(MODEL_PRESETS["GPT-3 1.3B"],
+                ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                             global_batch_size=32, schedule="1f1b", recompute="none", precision="bf16",
+                             overlap_grad_reduce=True),
+                ClusterConfig(gpus_per_node=4), CostConfig(2.0, 1e9))
+    result = run_sweep(s, SweepSpace(num_gpus=(8,), micro_batch_sizes=(1, 2), sequence_parallel=(False, True),
+                                     zero_stages=(0, 1, 2, 3)))
+    assert set(result.zero_stage.tolist()) == {0, 1, 2, 3}
+    assert set(result.sequence_parallel.tolist()) == {False, True}
+    assert result.overlap_grad_reduce.all()  # not swept: the session plan's
+    check_against_simulate(result, range(0, result.num_plans, 5))
+
+
 def test_batch_equals_simulate_on_mtnlg_plans():
     s = Session(MODEL_PRESETS["MT-NLG 530B"], ParallelPlan(8, 35, 12, 1, 1920, "1f1b", "full", "fp16"),
                 ClusterConfig(intra_node_bandwidth_gbytes_per_s=150.0), CostConfig(2.0, 270e9))
     result = run_sweep(s, SweepSpace(tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
                                      data_parallel=(12, 16), micro_batch_sizes=(1, 2),
                                      max_data_parallel=16, schedules=("1f1b", "gpipe")))
-    assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 2
+    assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 3  # t, p, d, b, schedule, recompute
     rows = [result.index_of(s.plan)] + list(range(0, result.num_plans, 9))
     check_against_simulate(result, rows)
 

@@ -321,7 +321,9 @@ class CostPanel(QtWidgets.QWidget):
         if flag and report is not None:
             self._no_fit_flag.setText(
                 f"⚠ Does not fit in GPU memory ({format_bytes(report.max_memory_per_gpu_bytes)} "
-                f"needed per GPU, {format_bytes(report.memory_capacity_bytes)} available): "
+                f"needed per GPU, "
+                f"{format_bytes(report.memory_capacity_bytes * (1 - report.memory_reserve_fraction))}"
+                f" usable): "
                 "this plan cannot run as set. The time and cost below are what it would take "
                 "with enough memory.")
         self._no_fit_flag.setVisible(flag)
@@ -345,14 +347,20 @@ class CostPanel(QtWidgets.QWidget):
             height = np.array([getattr(m, attr) for m in report.memory], dtype=np.float64) / _GIB
             bar.setOpts(x=stages, height=height, y0=bottom.copy(), width=0.7)
             bottom += height
-        capacity_gib = report.memory_capacity_bytes / _GIB
+        # the line is the usable memory: the capacity less the reserve (cluster.memory_reserve_fraction)
+        usable = report.memory_capacity_bytes * (1 - report.memory_reserve_fraction)
+        capacity_gib = usable / _GIB
         self._capacity_line.setVisible(report.memory_capacity_bytes > 0)
         self._capacity_line.setValue(capacity_gib)
         if report.memory_capacity_bytes > 0:
+            def nb(nbytes: float) -> str:
+                return format_bytes(nbytes).replace(" ", "&nbsp;")
+            line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
+            if report.memory_reserve_fraction > 0:  # the line marks what is left after the reserve
+                line = f"usable&nbsp;{nb(usable)} of&nbsp;{line}"
             self._memory_legend.setText(
                 f'{self._legend_parts}&nbsp;&nbsp; <span style="color:{_CAPACITY_COLOR}; '
-                f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;capacity&nbsp;'
-                f'{format_bytes(report.memory_capacity_bytes).replace(" ", "&nbsp;")}')
+                f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')
         item = self.memory_plot.getPlotItem()
         top = max(float(bottom.max()) if bottom.size else 0.0, capacity_gib) * 1.08
         n = max(stages.size, 1)
@@ -363,10 +371,12 @@ class CostPanel(QtWidgets.QWidget):
         if report.fits_in_memory:
             self._fit_label.setText(
                 f"Fits: at most {format_bytes(report.max_memory_per_gpu_bytes)} of "
-                f"{format_bytes(report.memory_capacity_bytes)} per GPU")
+                f"{format_bytes(usable)} usable per GPU ({report.memory_reserve_fraction:.0%} of "
+                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
             self._fit_label.setStyleSheet("color: #2E7D32;")
         else:
             self._fit_label.setText(
                 f"Does not fit: {format_bytes(report.max_memory_per_gpu_bytes)} needed per GPU, "
-                f"{format_bytes(report.memory_capacity_bytes)} available")
+                f"{format_bytes(usable)} usable ({report.memory_reserve_fraction:.0%} of "
+                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
             self._fit_label.setStyleSheet("color: #C62828; font-weight: bold;")

@@ -54,6 +54,15 @@ _LABELS = {
     "plan.recompute": "Activation recompute",
     "plan.precision": "Precision",
     "plan.virtual_pipeline_stages": "Virtual stages v",
+    "plan.sequence_parallel": "Sequence parallel",
+    "plan.recompute_num_layers": "Recomputed layers",
+    "plan.zero_stage": "ZeRO stage",
+    "plan.overlap_grad_reduce": "Overlap grad reduce",
+    "plan.overlap_param_gather": "Overlap param gather",
+    "plan.grad_reduce_dtype": "Gradient dtype",
+    "plan.first_stage_layers": "First stage layers",
+    "plan.last_stage_layers": "Last stage layers",
+    "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
     "cluster.intra_node_bandwidth_gbytes_per_s": "NVLink bandwidth",
@@ -68,7 +77,11 @@ _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
-              "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store"}
+              "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
+              "plan.recompute_num_layers": "all",
+              "plan.first_stage_layers": "even split",
+              "plan.last_stage_layers": "even split",
+              "plan.grad_reduce_dtype": "default (Megatron)"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
@@ -88,6 +101,8 @@ class FieldSpec:
     unit: str
     help: str
     choices: tuple[str, ...] | None
+    minimum: float | None = None
+    maximum: float | None = None
 
     @property
     def label(self) -> str:
@@ -106,7 +121,8 @@ def field_specs(section: str, cls: type) -> list[FieldSpec]:
         specs.append(FieldSpec(
             path=f"{section}.{f.name}", section=section, name=f.name, type_name=base,
             optional=optional, unit=f.metadata.get("unit", ""), help=f.metadata.get("help", ""),
-            choices=tuple(f.metadata["choices"]) if "choices" in f.metadata else None))
+            choices=tuple(f.metadata["choices"]) if "choices" in f.metadata else None,
+            minimum=f.metadata.get("min"), maximum=f.metadata.get("max")))
     return specs
 
 
@@ -136,6 +152,8 @@ class _FieldBinding(QtCore.QObject):
         suffix = f" {unit}" if unit else ""
         if spec.choices is not None:
             w = QtWidgets.QComboBox(parent)
+            if spec.optional:  # the first item stands for None
+                w.addItem(_NONE_TEXT.get(spec.path, "default"))
             w.addItems(list(spec.choices))
             w.currentTextChanged.connect(self._on_combo_text_change)
             return w
@@ -180,6 +198,9 @@ class _FieldBinding(QtCore.QObject):
         try:
             w = self.widget
             if isinstance(w, QtWidgets.QComboBox):
+                if value is None and self.spec.optional:
+                    w.setCurrentIndex(0)
+                    return
                 idx = w.findText(str(value))
                 if idx < 0:  # an unknown value loaded from a file: show it, validate will complain
                     w.addItem(str(value))
@@ -241,7 +262,8 @@ class _FieldBinding(QtCore.QObject):
 
     @Slot(str)
     def _on_combo_text_change(self, text: str) -> None:
-        self._report(text)
+        none = self.spec.optional and self.widget.currentIndex() == 0
+        self._report(None if none else text)
 
     @Slot(object)
     def _on_int_value_change(self, value: int) -> None:

@@ -24,6 +24,7 @@ The settings form, the table and the plot are views of their own
 from __future__ import annotations
 
 import dataclasses
+import html
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +32,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.config import ConfigError, Session
+from core.config import PLAN_FIELDS, ConfigError, ParallelPlan, Session
 from core.simulate import SimulationResult
 from core.sweep import SweepResult, pareto_front
 
@@ -71,13 +72,14 @@ def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> 
     return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
 
 
-def _same_inputs(a: Session, b: Session) -> bool:
-    """Whether a sweep of ``a`` is also a sweep of ``b`` (model, cluster, cost, B, precision)."""
+def _same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool:
+    """Whether a sweep of ``a`` is also a sweep of ``b``: model, cluster, cost and every plan
+    field the sweep does not choose (B, precision, overlap ...) equal."""
+    swept = set((space or SweepSpace()).swept_fields())
     return (dataclasses.asdict(a.model) == dataclasses.asdict(b.model)
             and dataclasses.asdict(a.cluster) == dataclasses.asdict(b.cluster)
             and dataclasses.asdict(a.cost) == dataclasses.asdict(b.cost)
-            and a.plan.global_batch_size == b.plan.global_batch_size
-            and a.plan.precision == b.plan.precision)
+            and all(getattr(a.plan, f) == getattr(b.plan, f) for f in PLAN_FIELDS if f not in swept))
 
 
 class ExploreTab(QtWidgets.QWidget):
@@ -406,6 +408,12 @@ class ExploreTab(QtWidgets.QWidget):
         self._selected = None
         self.plot.set_result(result)
         self.table_model.set_result(result)
+        for i, col in enumerate(TABLE_COLUMNS):  # plan fields equal in every plan: hidden
+            field = ParallelPlan.__dataclass_fields__.get(col.attr)
+            hide = (field is not None and field.metadata.get("label") != "always"
+                    and result is not None
+                    and len({repr(v) for v in result.plan_columns[col.attr].tolist()}) <= 1)
+            self.table.setColumnHidden(i, hide)
         has = result is not None
         if has:
             gpus = self._session.plan.num_gpus if isinstance(self._session.plan.num_gpus, int) else 1
@@ -448,9 +456,8 @@ class ExploreTab(QtWidgets.QWidget):
         self.preview.set_data(result.graph, result.schedule)
         pl, rep = result.session.plan, result.report
         self._preview_title.setText(
-            f"<b>Timeline of the plan in the editor</b>: t={pl.tensor_parallel} "
-            f"p={pl.pipeline_parallel} d={pl.data_parallel} b={pl.micro_batch_size} {pl.schedule} "
-            f"recompute={pl.recompute} — iteration {format_duration(rep.iteration_time_s)}, "
+            f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
+            f" — iteration {format_duration(rep.iteration_time_s)}, "
             f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
             f"MFU {format_fraction(rep.mfu)}")
 
@@ -740,13 +747,14 @@ class ExploreTab(QtWidgets.QWidget):
             self._source.setText("From the Plan tab: (invalid inputs)")
 
     def _update_stale(self) -> None:
-        stale = self._result is not None and not _same_inputs(self._result.session, self._session)
+        stale = self._result is not None and not _same_inputs(self._result.session, self._session,
+                                                              self._result.space)
         self._stale.setVisible(stale)
 
     def _update_current(self) -> None:
         r = self._result
         index = None
-        if r is not None and _same_inputs(r.session, self._session):
+        if r is not None and _same_inputs(r.session, self._session, r.space):
             index = r.index_of(self._session.plan)
         self._current = index
         self.plot.set_current(index)

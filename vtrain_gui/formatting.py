@@ -19,9 +19,9 @@ KIND_LABELS = {
     "embedding": "embedding",
     "output": "output + loss",
     "optimizer": "optimizer",
-    "tp_comm": "TP all-reduce",
+    "tp_comm": "TP collective",
     "pp_p2p": "PP send/recv",
-    "dp_comm": "DP all-reduce",
+    "dp_comm": "DP collective",
     "wgrad": "weight gradient (W)",
 }
 

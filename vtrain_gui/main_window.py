@@ -448,9 +448,7 @@ class MainWindow(QtWidgets.QMainWindow):
         picked.notes = current.notes
         picked.sweep = current.sweep
         pl = picked.plan
-        self._status.setText(f"Loaded plan t={pl.tensor_parallel} p={pl.pipeline_parallel} "
-                             f"d={pl.data_parallel} b={pl.micro_batch_size} {pl.schedule} "
-                             f"recompute={pl.recompute} from the sweep")
+        self._status.setText(f"Loaded plan {pl.label()} from the sweep")
         if picked.to_dict() == current.to_dict():
             return
         self.editor.set_session(picked)

@@ -33,9 +33,8 @@ DEADLINE_COLOR = "#F2B701"
 
 
 def plan_text(result: SweepResult, i: int) -> str:
-    return (f"t={int(result.tensor_parallel[i])} p={int(result.pipeline_parallel[i])} "
-            f"d={int(result.data_parallel[i])} b={int(result.micro_batch_size[i])} "
-            f"{result.schedule[i]} recompute={result.recompute[i]}")
+    """The label of plan ``i`` (:meth:`core.config.ParallelPlan.label`)."""
+    return result.plans[i].label()
 
 
 #: Labelled mantissas of log-axis ticks, densest first, with the smallest gap between

@@ -16,7 +16,8 @@ import numpy as np
 from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, Session
+from core.config import (RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
+                         ParallelPlan, Session)
 from core.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE
@@ -152,6 +153,16 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
         self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
+        self.sp_boxes = _check_box_row(form, "Sequence parallel", ("off", "on"),
+                                       "sweep.sequence_parallel")
+        self.zero_boxes = _check_box_row(form, "ZeRO stages", [str(z) for z in ZERO_STAGES],
+                                         "sweep.zero_stages")
+        for box in self.sp_boxes.values():
+            box.setToolTip("Sweep sequence parallelism off and/or on (Korthikanti et al. 2022)")
+        for box in self.zero_boxes.values():
+            box.setToolTip("ZeRO stages to sweep: 0 replicated, 1 distributed optimizer, 2 sharded "
+                           "gradients, 3 sharded parameters (FSDP)")
+        self._plan = ParallelPlan()  # the session's plan: its values are the defaults of the rows above
 
         self.deadline = QtWidgets.QDoubleSpinBox()
         self.deadline.setObjectName("sweep.deadline_days")
@@ -176,13 +187,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
         self.deadline.valueChanged.connect(self._on_value_change)
-        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values()):
+        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
+                    *self.sp_boxes.values(), *self.zero_boxes.values()):
             box.toggled.connect(self._on_box_toggle)
         self.reset(Session())
 
     # ------------------------------------------------------------------ API
     def reset(self, session: Session) -> None:
         """Show ``session.sweep``, or defaults for the session (at most its plan's GPUs)."""
+        self._plan = session.plan
         self.set_defaults_hint(session)
         settings = session.sweep
         if settings is not None:
@@ -256,6 +269,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["micro_batch_sizes"] = tuple(b) if b else ()
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
+        kw["sequence_parallel"] = tuple(n == "on" for n, box in self.sp_boxes.items() if box.isChecked())
+        kw["zero_stages"] = tuple(int(n) for n, box in self.zero_boxes.items() if box.isChecked())
         space = SweepSpace(**kw)
         errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
         if errors:
@@ -331,6 +346,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             rcs = [space.recompute] if isinstance(space.recompute, str) else list(space.recompute)
             for name, box in self.recompute_boxes.items():
                 box.setChecked(name in rcs)
+            # unset (older files, defaults): the session plan's own value
+            sps = (list(space.sequence_parallel) if space.sequence_parallel is not None
+                   else [bool(self._plan.sequence_parallel)])
+            for name, box in self.sp_boxes.items():
+                box.setChecked((name == "on") in sps)
+            zs = (list(space.zero_stages) if space.zero_stages is not None
+                  else [self._plan.zero_stage])
+            for name, box in self.zero_boxes.items():
+                box.setChecked(int(name) in zs)
             self.deadline.setValue(float(deadline or 0.0))
         finally:
             self._updating = False

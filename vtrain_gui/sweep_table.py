@@ -13,6 +13,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui
 from PySide6.QtCore import Qt
 
+from core.config import ParallelPlan, plan_field_title
 from core.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
@@ -33,15 +34,34 @@ def _yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
+def _plan_value_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return _yes_no(value)
+    return str(value)
+
+
+def _plan_columns() -> tuple[_Column, ...]:
+    """One column per plan field a sweep can vary (not B or the precision), from the field's
+    metadata, with m after b."""
+    out = []
+    for f in dataclasses.fields(ParallelPlan):
+        if f.metadata.get("label") == "never":
+            continue
+        right = str(f.type).startswith("int")
+        out.append(_Column(plan_field_title(f.name), f.name, f.metadata.get("help", ""),
+                           _plan_value_text, right))
+        if f.name == "micro_batch_size":
+            out.append(_Column("m", "num_microbatches", "Micro-batches per iteration m = B/(d·b)",
+                               format_count))
+    return tuple(out)
+
+
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
-TABLE_COLUMNS = (
-    _Column("t", "tensor_parallel", "Tensor-parallel size t", str),
-    _Column("p", "pipeline_parallel", "Pipeline-parallel size p", str),
-    _Column("d", "data_parallel", "Data-parallel size d", str),
-    _Column("b", "micro_batch_size", "Micro-batch size b (sequences)", str),
-    _Column("m", "num_microbatches", "Micro-batches per iteration m = B/(d·b)", format_count),
-    _Column("schedule", "schedule", "Pipeline schedule", str, False),
-    _Column("recompute", "recompute", "Activation recomputation", str, False),
+#: The plan's columns come from its fields; :meth:`vtrain_gui.explore.ExploreTab.set_result`
+#: hides those that are the same for every plan (beyond t, p, d, b, schedule and recompute).
+TABLE_COLUMNS = _plan_columns() + (
     _Column("GPUs", "num_gpus", "World size t·p·d", format_count),
     _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
     _Column("days", "training_days", "Training time for the token budget (days)",
@@ -205,6 +225,9 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         if codes is None:
             values = (np.asarray(self._result.reason) if attr == "reason"
                       else getattr(self._result, attr))
+            if values.dtype == object:  # a plan field that may be None: None sorts first
+                values = np.array(["" if v is None else f"{v:020d}" if isinstance(v, int) else f"~{v}"
+                                   for v in values.tolist()])
             codes = self._codes[column] = np.unique(values, return_inverse=True)[1].ravel()
         return codes
 

@@ -39,9 +39,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
-                  f"(t={pl.tensor_parallel}, p={p}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
-                  f"B={pl.global_batch_size}, m={m}; {pl.schedule}, recompute {pl.recompute}, "
-                  f"{pl.precision})")
+                  f"({esc(pl.label(full=True))}; m={m})")
     prov = r.profile
     console.print(esc(profile_line(prov)))
     t = Table(show_header=False, box=None, pad_edge=False)
@@ -65,8 +63,10 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour")
     fit = "[green]fits[/]" if r.fits_in_memory else "[red]DOES NOT FIT[/]"
+    usable = r.memory_capacity_bytes * (1 - r.memory_reserve_fraction)
     t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
-                                f"{fmt_bytes(r.memory_capacity_bytes)} ({fit})")
+                                f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
+                                f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")
     console.print(t)
     mem = Table(title="Memory per GPU by pipeline stage", title_justify="left")
     for col in ("stage", "weights", "gradients", "optimizer", "activations", "total"):

@@ -8,6 +8,7 @@ are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
@@ -53,6 +54,10 @@ def add_parser(sub: Any) -> None:
                          "(default: 2 to 8 where the layers divide by p*v)")
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
+    sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
+                    help="sequence parallelism off (n) and/or on (y) (default: CONFIG's setting)")
+    sw.add_argument("--zero-stages", metavar="Z[,Z...]",
+                    help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
@@ -108,6 +113,10 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
         schedules=_names("--schedules", args.schedules, SCHEDULES),
         recompute=_names("--recompute", args.recompute, RECOMPUTE_MODES),
+        sequence_parallel=(None if args.sequence_parallel is None else tuple(
+            v == "y" for v in _names("--sequence-parallel", args.sequence_parallel, ("n", "y")))),
+        zero_stages=(None if args.zero_stages is None else tuple(
+            int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
     )
 
@@ -154,16 +163,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _why_no_plan(session, space) -> list:
     """The rules each value given for t, p or b breaks on its own (the others at 1)."""
-    from ..config import ParallelPlan, validate
+    from ..config import validate
     out = []
-    base = session.plan
-    for option, values, make in (
-            ("--tensor-parallel", space.tensor_parallel, lambda v: (v, 1, 1, 1)),
-            ("--pipeline-parallel", space.pipeline_parallel, lambda v: (1, v, 1, 1)),
-            ("--micro-batch-sizes", space.micro_batch_sizes, lambda v: (1, 1, 1, v))):
+    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                schedule="1f1b", recompute="full", recompute_num_layers=None,
+                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None)
+    for option, values, name in (
+            ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
+            ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
+            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size")):
         for v in values or ():
             probe = session.copy()
-            probe.plan = ParallelPlan(*make(v), base.global_batch_size, "1f1b", "full", base.precision)
+            probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
             out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
     return out
 
@@ -187,25 +198,46 @@ def _money(usd: float) -> str:
     return f"${usd:,.0f}"
 
 
+def _plan_fields(result) -> list[str]:
+    """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
+    whose value differs between the swept plans."""
+    from ..config import ParallelPlan
+    out = []
+    for f in dataclasses.fields(ParallelPlan):
+        col = result.plan_columns[f.name]
+        if f.metadata.get("label") == "always" or len({repr(v) for v in col.tolist()}) > 1:
+            out.append(f.name)
+    return out
+
+
 def _plan_cells(result, i: int) -> list[str]:
     mem = f"{result.max_memory_per_gpu_bytes[i] / GiB:,.1f}"
-    return [str(result.tensor_parallel[i]), str(result.pipeline_parallel[i]), str(result.data_parallel[i]),
-            str(result.micro_batch_size[i]), str(result.schedule[i]), str(result.recompute[i]),
+    plan = result.plans[i]
+    cells = []
+    for name in _plan_fields(result):
+        v = getattr(plan, name)
+        cells.append("-" if v is None else ("y" if v is True else "n" if v is False else str(v)))
+    return [*cells,
             f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}",
             f"{result.training_days[i]:,.1f}",
             _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
             mem if result.fits_in_memory[i] else f"[red]{mem}![/]"]
 
 
-def _plan_table(title: str, first_col: str | None = None) -> Table:
+def _plan_table(title: str, result, first_col: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
+
+    from ..config import plan_field_title
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               padding=0)
     if first_col is not None:
         t.add_column(first_col, style="bold", no_wrap=True)
-    for col in ("t", "p", "d", "b", "sched", "recomp", "GPUs", "iter s", "days", "cost", "MFU", "GiB"):
-        t.add_column(col, justify="left" if col in ("sched", "recomp") else "right", no_wrap=True)
+    for name in _plan_fields(result):
+        t.add_column(plan_field_title(name), justify="right" if result.plan_columns[name].dtype.kind
+                     == "i" else "left", no_wrap=True)
+    for col in ("GPUs", "iter s", "days", "cost", "MFU", "GiB"):
+        t.add_column(col, justify="right", no_wrap=True)
     return t
 
 
@@ -224,7 +256,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
-    best = _plan_table("Best plans", "")
+    best = _plan_table("Best plans", result, "")
     rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
     if result.deadline_days is not None:
         rows.append((f"<= {result.deadline_days:g} d", result.cheapest_within_deadline))
@@ -233,7 +265,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         rows.append(("config", own))
     for label, i in rows:
         if i is None:
-            best.add_row(label, *(["-"] * 12))
+            best.add_row(label, *(["-"] * (len(_plan_fields(result)) + 6)))
         else:
             best.add_row(label, *_plan_cells(result, i))
     console.print(best)
@@ -244,10 +276,8 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
     if own is None:
         p = s.plan
-        console.print(f"The config's own plan (t={p.tensor_parallel} p={p.pipeline_parallel} "
-                      f"d={p.data_parallel} b={p.micro_batch_size} {p.schedule} "
-                      f"recompute={p.recompute}) is not among the swept plans: outside the "
-                      "budget or the candidate values, or it breaks a configuration rule.")
+        console.print(f"The config's own plan ({p.label()}) is not among the swept plans: outside "
+                      "the budget or the candidate values, or it breaks a configuration rule.")
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
     elif not result.fits_in_memory[own]:
@@ -258,14 +288,13 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         console.print(
             f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
             f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
-            f"t={result.tensor_parallel[j]} p={result.pipeline_parallel[j]} "
-            f"d={result.data_parallel[j]} b={result.micro_batch_size[j]}, "
+            f"{result.plans[j].label()}, "
             f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
             f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
     console.print()
     n_front = int(result.pareto.sum())
     front = _plan_table(f"Pareto front of (days, cost): {n_front} plan{'s' if n_front != 1 else ''}, "
-                        f"fastest first")
+                        f"fastest first", result)
     for i in result.pareto_indices().tolist():
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:

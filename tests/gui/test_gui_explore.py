@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 import threading
@@ -218,8 +219,10 @@ def test_small_sweep_runs_in_the_background_and_is_drawn(window, qtbot, tmp_path
     assert threading.current_thread() is gui_thread
     assert not explore.runner.busy and explore.run_button.isEnabled()
     assert not explore.cancel_button.isEnabled()
-    assert 50 <= result.num_plans <= 400 and 0 < result.num_feasible < result.num_plans
-    assert result.space == SweepSpace.from_dict(SMALL_SETTINGS["space"])
+    assert 50 <= result.num_plans <= 600 and 0 < result.num_feasible < result.num_plans
+    # settings without sequence parallelism and ZeRO stages sweep the session plan's values
+    assert result.space == dataclasses.replace(SweepSpace.from_dict(SMALL_SETTINGS["space"]),
+                                               sequence_parallel=(False,), zero_stages=(0,))
     assert result.deadline_days == 5.0
     assert f"{result.num_plans:,} plans" in explore.status_text
 
@@ -413,8 +416,10 @@ def test_settings_round_trip_through_a_saved_session(window, qtbot, tmp_path):
     panel.max_data_parallel.setValue(4)
     panel.deadline.setValue(12.5)
     assert window.isWindowModified()
+    # sequence parallelism and ZeRO stage: the session plan's values, checked by default
     expected = SweepSpace(num_gpus=(4, 8), tensor_parallel=(1, 2, 4), micro_batch_sizes=(1, 2),
-                          schedules=("1f1b",), max_data_parallel=4)
+                          schedules=("1f1b",), max_data_parallel=4, sequence_parallel=(False,),
+                          zero_stages=(0,))
     assert panel.space() == expected
 
     out = tmp_path / "with_sweep.json"

@@ -1,0 +1,499 @@
+"""Per-layer model math, by model family: parameters, FLOPs, activation bytes and kernels.
+
+One home for every formula that depends on the model's shape: the profile
+store's op keys and kernel lists (:func:`op_kernels`), the graph's parameter
+counts (:func:`params_per_gpu`), the report's FLOPs and memory
+(:func:`model_flops_per_iteration`, :func:`stage_memory`) and the studies'
+model sizes (:func:`num_parameters`) all ask it; nothing else repeats a
+formula.
+
+Families are registered by name in :data:`FAMILIES` (one :class:`ModelFamily`
+each); :func:`family_of` picks a model's. Only ``"gpt"`` exists now: Megatron-LM's
+GPT (learned positions, LayerNorm, GeLU MLP with ``f`` = ``ffn_hidden_size``,
+biases, word embedding tied with the output layer).
+
+Terms: ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
+attention heads, ``f`` MLP hidden size, ``V`` vocabulary padded as Megatron
+does, ``t`` tensor-parallel size, ``L`` layers; bytes and FLOPs (a multiply-add
+is 2 FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .config import (ModelConfig, ParallelPlan, grad_dtype, padded_vocab_size, stage_layer_counts)
+from .report import StageMemory
+
+__all__ = [
+    "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "ADAM_BYTES_PER_PARAM", "Kernel",
+    "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
+    "stage_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
+    "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
+    "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage",
+]
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Bytes per parameter of accumulating a weight gradient into the gradient buffer
+#: (read, read, write), by dtype.
+GRAD_ACCUMULATE_BYTES_PER_PARAM = {"bf16": 6, "fp16": 6, "fp32": 12}
+#: Bytes moved per parameter by the fused Adam step, by dtype. Mixed precision: read fp32
+#: master, m, v and the half-precision gradient, write master, m, v and the half-precision
+#: copy, plus gradient scaling (32). fp32: read p, g, m, v and write p, m, v (28).
+ADAM_BYTES_PER_PARAM = {"bf16": 32, "fp16": 32, "fp32": 28}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel."""
+
+    name: str
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.m > 0
+
+
+def _gemm(name: str, m: int, n: int, k: int, e: int, batch: int = 1) -> Kernel:
+    return Kernel(name, 2.0 * m * n * k * batch, float(e * batch * (m * k + k * n + m * n)),
+                  m, n, k, batch)
+
+
+def _mem(name: str, nbytes: float) -> Kernel:
+    return Kernel(name, 0.0, float(nbytes))
+
+
+# --------------------------------------------------------------------------- GPT
+
+def _gpt_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of a Megatron-LM GPT op (see :func:`op_kernels`)."""
+    e = DTYPE_BYTES[str(key["dtype"])]
+    if op == "optimizer_step":
+        return [_mem("adam", ADAM_BYTES_PER_PARAM[str(key["dtype"])] * float(key["n"]))]
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[str(key["dtype"])]
+    T = b * s  # tokens in the micro-batch
+    act = T * h * e  # bytes of one (b, s, h) activation
+    # Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): LayerNorm and dropout run on
+    # the rank's s/t tokens, (b, s/t, h)
+    tok = act / t if key.get("sp") else act
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
+        a = int(key["a"])
+        heads, dh = a // t, h // a
+        score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
+        core = [
+            _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+            _mem("scale_mask_softmax", 2 * score),
+            _mem("attn_dropout", 2.5 * score),
+            _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+        ]
+        if op == "attention_core_fwd":  # what selective recomputation runs again
+            return core
+        fwd = [
+            _mem("layernorm", 2 * tok),
+            _gemm("qkv", T, 3 * h // t, h, e),                  # (b*s, h) x (h, 3h/t)
+            *core,
+            _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+        ]
+        if op == "attention_fwd":
+            return fwd
+        return [
+            _mem("bias_dropout_add_bwd", 2 * tok),
+            _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
+            _mem("wgrad_accumulate", acc * 4 * h * h // t),
+            _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
+            _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
+            _mem("attn_dropout_bwd", 2.5 * score),
+            _mem("softmax_bwd", 3 * score),
+            _gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
+            _gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
+            _gemm("qkv_dgrad", T, h, 3 * h // t, e), _gemm("qkv_wgrad", 3 * h // t, h, T, e),
+            _mem("layernorm_bwd", 4 * tok),
+        ]
+    if op in ("mlp_fwd", "mlp_bwd"):
+        f = int(key["f"])
+        inner = T * (f // t) * e
+        if op == "mlp_fwd":
+            return [
+                _mem("bias_dropout_add", 3.5 * tok),
+                _mem("layernorm", 2 * tok),
+                _gemm("fc1", T, f // t, h, e),                  # (b*s, h) x (h, f/t)
+                _mem("bias_gelu", 2 * inner),
+                _gemm("fc2", T, h, f // t, e),                  # (b*s, f/t) x (f/t, h)
+                _mem("bias_dropout_add", 3.5 * tok),
+            ]
+        return [
+            _mem("bias_dropout_add_bwd", 2 * tok),
+            _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
+            _mem("bias_gelu_bwd", 3 * inner),
+            _gemm("fc1_dgrad", T, h, f // t, e), _gemm("fc1_wgrad", f // t, h, T, e),
+            _mem("wgrad_accumulate", acc * 2 * h * f // t),
+            _mem("layernorm_bwd", 4 * tok),
+            _mem("bias_dropout_add_bwd", 2 * tok),
+        ]
+    V = int(key["V"])
+    cells = T * (V // t)  # logits of this rank: (b*s, V/t)
+    to_fp32 = 4 + e if e < 4 else 0  # bytes per logit of the .float() copy (none in fp32)
+    if op == "embedding_fwd":
+        return [_mem("embedding_lookup", 2 * act), _mem("position_add_dropout", 3.5 * tok)]
+    if op == "embedding_bwd":
+        # dense (V/t, h) gradient: zero-filled, rows scattered in, accumulated into the buffer
+        return [_mem("dropout_bwd", 2 * tok), _mem("embedding_grad_zero", e * V * h // t),
+                _mem("embedding_grad_scatter_add", 3 * act),
+                _mem("wgrad_accumulate", acc * V * h // t)]
+    if op == "output_fwd":
+        # Megatron's vocab-parallel cross-entropy on fp32 logits, one kernel per step:
+        # .float() copy, max, subtract max, exp, sum, divide (softmax kept for backward).
+        ce = [_mem("logits_to_fp32", to_fp32 * cells)] if to_fp32 else []
+        return [
+            _mem("final_layernorm", 2 * tok),
+            _gemm("logits", T, V // t, h, e),                   # (b*s, h) x (h, V/t)
+            *ce,
+            _mem("ce_max", 4 * cells), _mem("ce_sub_max", 8 * cells), _mem("ce_exp", 8 * cells),
+            _mem("ce_sum", 4 * cells), _mem("ce_softmax_div", 8 * cells),
+        ]
+    # output_bwd: softmax minus one-hot, scaled by the loss gradient in place, then the copy
+    # back to the half-precision logits' gradient
+    ce_bwd = [_mem("ce_grad_to_half", to_fp32 * cells)] if to_fp32 else []
+    return [
+        _mem("ce_grad_scale", 8 * cells), *ce_bwd,
+        _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
+        _mem("wgrad_accumulate", acc * V * h // t),
+        _mem("final_layernorm_bwd", 4 * tok),
+    ]
+
+
+def _gpt_layer_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of one layer.
+
+    Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV ``3h^2 + 3h`` and fc1
+    ``hf + f`` column-parallel, projection ``h^2`` and fc2 ``fh`` row-parallel (their
+    biases ``h`` each replicated), two LayerNorms ``4h`` replicated:
+    ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    """
+    h, f = model.hidden_size, model.ffn
+    return 4 * h * h + 2 * h * f + 3 * h + f, 6 * h
+
+
+def _gpt_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``((sharded, replicated) of the first stage, (sharded, replicated) of the last)`` outside
+    the layers: the vocab-parallel word embedding ``V'h`` and learned positions ``s*h`` first;
+    the final LayerNorm ``2h`` last (plus, with ``p > 1``, the last stage's copy of the word
+    embedding, see :func:`params_per_gpu`). ``V'`` is padded for ``t``."""
+    h = model.hidden_size
+    V = padded_vocab_size(model.vocab_size, t)
+    return (V * h, model.seq_length * h), (0.0, 2 * h)
+
+
+def _gpt_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
+    """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
+
+    Per layer ``8h^2 + 4hf + 4sh``: QKV ``6h^2``, projection ``2h^2``, MLP ``4hf``,
+    scores and values ``4sh`` (the attention core, what selective recomputation
+    redoes); output layer ``2hV'`` with the padded vocabulary (Narayanan et al.
+    2021, Eq. 3; Megatron counts the padded ``V``).
+    """
+    h, s = model.hidden_size, model.seq_length
+    V = padded_vocab_size(model.vocab_size, t)
+    return 8 * h * h + 4 * h * model.ffn + 4 * s * h, 4 * s * h, 2 * h * V
+
+
+def _gpt_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+    """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
+
+    Korthikanti et al. 2022, Table 2 (16-bit activations; scaled by ``e/2`` for fp32):
+
+    ========================  ===================================  ==========================
+    mode                      tensor parallel                      + sequence parallel
+    ========================  ===================================  ==========================
+    ``none``                  ``sbh (10 + 24/t + 5as/(ht))``       ``sbh/t (34 + 5as/h)``
+    ``selective``             ``sbh (10 + 24/t)``                  ``34 sbh/t``
+    ``full`` (checkpointed)   ``2 sbh`` (the layer's input)        ``2 sbh/t``
+    ========================  ===================================  ==========================
+    """
+    s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
+    t = plan.tensor_parallel
+    scale = DTYPE_BYTES[plan.precision] / 2
+    sbh = s * b * h
+    sp = plan.sequence_parallel
+    if mode == "full":
+        out = 2 * sbh / t if sp else 2 * sbh
+    elif mode == "selective":
+        out = 34 * sbh / t if sp else sbh * (10 + 24 / t)
+    elif mode == "none":
+        out = sbh / t * (34 + 5 * a * s / h) if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    else:
+        raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
+    return out * scale
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """The formulas of one model family (see the module doc).
+
+    Attributes
+    ----------
+    name : str
+    op_kernels : callable ``(op, key) -> list[Kernel]``
+    layer_parameters : callable ``model -> (sharded over t, replicated)`` per layer
+    edge_parameters : callable ``(model, t) -> ((sharded, replicated), (sharded, replicated))``
+        of the first and the last stage outside the layers
+    forward_flops_per_token : callable ``(model, t) -> (layer, attention core, output)``
+    activation_bytes_per_layer : callable ``(model, plan, mode) -> bytes``
+    """
+
+    name: str
+    op_kernels: Callable[[str, Mapping[str, Any]], list[Kernel]]
+    layer_parameters: Callable[[ModelConfig], tuple[float, float]]
+    edge_parameters: Callable[[ModelConfig, int], tuple[tuple[float, float], tuple[float, float]]]
+    forward_flops_per_token: Callable[[ModelConfig, int], tuple[float, float, float]]
+    activation_bytes_per_layer: Callable[[ModelConfig, ParallelPlan, str], float]
+
+
+#: Registered model families by name.
+FAMILIES: dict[str, ModelFamily] = {
+    "gpt": ModelFamily("gpt", _gpt_op_kernels, _gpt_layer_parameters, _gpt_edge_parameters,
+                       _gpt_forward_flops_per_token, _gpt_activation_bytes_per_layer),
+}
+
+
+def family_of(model: ModelConfig | None = None) -> ModelFamily:
+    """The family of ``model`` (its ``family`` field when it has one; GPT otherwise).
+
+    Raises
+    ------
+    ValueError
+        A family that is not registered (never simulated as another family).
+    """
+    name = getattr(model, "family", None) or "gpt"
+    if name not in FAMILIES:
+        raise ValueError(f"model family {name!r} is not modelled; known: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+# --------------------------------------------------------------------------- kernels
+
+#: Key columns of each op (the profile store's op tables use the same names and columns).
+OP_KEYS: dict[str, tuple[str, ...]] = {
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype"),
+    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype"),
+    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype"),
+    "embedding_fwd": ("b", "s", "h", "V", "t", "dtype"),
+    "embedding_bwd": ("b", "s", "h", "V", "t", "dtype"),
+    "output_fwd": ("b", "s", "h", "V", "t", "dtype"),
+    "output_bwd": ("b", "s", "h", "V", "t", "dtype"),
+    "optimizer_step": ("n", "dtype"),
+}
+#: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
+#: their share of its analytic time (:func:`core.graph.lookup_op_times`).
+DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd"}
+
+
+def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
+    """The kernels of ``op`` for one GPU, given the key columns of :data:`OP_KEYS`.
+
+    An optional ``key["sp"]`` (true under sequence parallelism) runs the
+    LayerNorm and dropout kernels on ``s/t`` tokens. ``attention_core_fwd``
+    is the attention core (scores, softmax, dropout, values) that selective
+    recomputation runs again; it takes ``attention_fwd``'s key.
+
+    Raises
+    ------
+    KeyError
+        Unknown op or a key column missing.
+    """
+    base = DERIVED_OPS.get(op, op)
+    if base not in OP_KEYS:
+        raise KeyError(f"unknown op {op!r}; known: {', '.join([*OP_KEYS, *DERIVED_OPS])}")
+    missing = [c for c in OP_KEYS[base] if c not in key]
+    if missing:
+        raise KeyError(f"op {op!r} needs key columns {missing}")
+    return family_of(model).op_kernels(op, key)
+
+
+# --------------------------------------------------------------------------- parameters
+
+def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
+    """Total parameter count (the word embedding counted once: it is tied with the output layer).
+
+    Per layer: QKV ``3h^2+3h``, projection ``h^2+h``, MLP ``2*h*f+f+h``, two layer
+    norms ``4h``; plus embedding ``V'h``, positions ``s*h`` and the final layer norm
+    ``2h``. ``V'`` is the vocabulary padded for ``tensor_parallel``.
+    """
+    fam = family_of(model)
+    layer = sum(fam.layer_parameters(model))
+    first, last = fam.edge_parameters(model, tensor_parallel)
+    return int(round(model.num_layers * layer + sum(first) + sum(last)))
+
+
+def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
+    """Global layer indices of each pipeline stage, length p (see
+    :func:`core.config.stage_layer_counts`; raises ValueError when the layers do not split)."""
+    out, start = [], 0
+    for c in stage_layer_counts(model.num_layers, plan):
+        out.append(range(start, start + c))
+        start += c
+    return out
+
+
+def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Parameters held by one GPU of each pipeline stage before any ZeRO sharding, shape (p,).
+
+    Per layer the family's sharded and replicated parameters (GPT:
+    ``(4h^2 + 2hf + 3h + f)/t + 6h``), times the stage's layers; stage 0 adds the
+    vocabulary-parallel embedding ``V'h/t`` and positions ``s*h``; the last stage adds
+    the final layer norm ``2h`` and, when ``p > 1``, its copy of the word embedding used
+    by the output layer ``V'h/t``.
+    """
+    fam = family_of(model)
+    t, p = plan.tensor_parallel, plan.pipeline_parallel
+    sharded, replicated = fam.layer_parameters(model)
+    counts = np.array(stage_layer_counts(model.num_layers, plan), float)
+    n = counts * (sharded / t + replicated)
+    (first_sh, first_rep), (last_sh, last_rep) = fam.edge_parameters(model, t)
+    n[0] += first_sh / t + first_rep
+    n[-1] += last_sh / t + last_rep + (first_sh / t if p > 1 else 0)  # tied output embedding
+    return n
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
+    """Layers of a model chunk of ``layers`` layers whose forward full recomputation runs again:
+    0 without full recomputation; with Megatron's block method the chunk's first
+    ``min(recompute_num_layers, layers)``; every layer when ``recompute_num_layers`` is unset."""
+    if plan.recompute != "full":
+        return 0
+    n = plan.recompute_num_layers
+    return layers if n is None else min(n, layers)
+
+
+def chunks_per_stage(plan: ParallelPlan) -> int:
+    """Model chunks per pipeline stage: ``virtual_pipeline_stages`` under a schedule that uses
+    virtual stages (interleaved 1F1B), 1 otherwise."""
+    from . import schedules
+    if schedules.get(plan.schedule).uses_virtual_stages:
+        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
+    return 1
+
+
+def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Layers of each stage whose forward full recomputation runs again, shape (p,):
+    :func:`recomputed_in_chunk` of each of the stage's model chunks (Megatron applies
+    ``--recompute-num-layers`` per chunk)."""
+    counts = stage_layer_counts(model.num_layers, plan)
+    v = chunks_per_stage(plan)
+    return np.array([v * recomputed_in_chunk(plan, c // v) for c in counts], np.int64)
+
+
+def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Model FLOPs of one iteration (Narayanan et al. 2021, Eq. 3, general MLP size).
+
+    Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV'`` with ``V'`` the
+    vocabulary padded to a multiple of ``128*t``, as Megatron computes it;
+    training is 3x forward. With ``f = 4h`` this is
+    ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``.
+    """
+    layer, _, out = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
+    tokens = plan.global_batch_size * model.seq_length
+    return tokens * 3 * (model.num_layers * layer + out)
+
+
+def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Model FLOPs plus the recomputed ones (for HFU): full recomputation runs the forward of
+    :func:`recomputed_layers` again (Narayanan et al. 2021, Eq. 3's factor 4 instead of 3
+    when every layer is recomputed); selective recomputation the attention core, ``4sh``
+    per token and layer (Korthikanti et al. 2022, Sec. 5)."""
+    layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
+    tokens = plan.global_batch_size * model.seq_length
+    extra = 0.0
+    if plan.recompute == "full":
+        extra = float(recomputed_layers(model, plan).sum()) * layer
+    elif plan.recompute == "selective":
+        extra = model.num_layers * core
+    return model_flops_per_iteration(model, plan) + tokens * extra
+
+
+# --------------------------------------------------------------------------- memory
+
+def activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str | None = None
+                               ) -> float:
+    """Activation bytes one layer keeps per micro-batch on one GPU under recompute ``mode``
+    (default the plan's), Korthikanti et al. 2022, Table 2 (see the family's formula)."""
+    return family_of(model).activation_bytes_per_layer(model, plan, mode or plan.recompute)
+
+
+def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
+    micro-batch through all the stage's layers: the schedule's count
+    (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
+    et al. 2022, Sec. 4.2.3; GPipe ``m``)."""
+    from . import schedules
+    return schedules.in_flight_microbatches(plan.schedule, plan.pipeline_parallel,
+                                            plan.num_microbatches, stage, chunks_per_stage(plan))
+
+
+def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
+    """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
+
+    Megatron-LM (docs, distributed optimizer table): 16-bit weights (4 with fp32),
+    gradients in :func:`core.config.grad_dtype` (fp32 main gradients with bf16), and
+    an optimizer holding fp32 master weights (mixed precision only), Adam's two fp32
+    moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
+    fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
+    optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
+    8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
+    """
+    e = DTYPE_BYTES[plan.precision]
+    g = DTYPE_BYTES[grad_dtype(plan)]
+    half = e < 4
+    opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
+    d, z = plan.data_parallel, plan.zero_stage
+    return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
+
+
+def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
+
+    Weights, gradients and optimizer state: :func:`params_per_gpu` times
+    :func:`bytes_per_parameter`; under ZeRO-3 one layer's gathered weights more
+    (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
+    Activations: :func:`activation_bytes_per_layer` of each layer times
+    :func:`in_flight_microbatches`; under full recomputation the recomputed layers
+    keep only their input and the layer being recomputed needs its full
+    activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``.
+    """
+    t = plan.tensor_parallel
+    e = DTYPE_BYTES[plan.precision]
+    n = params_per_gpu(model, plan)
+    w, g, o = bytes_per_parameter(plan)
+    counts = stage_layer_counts(model.num_layers, plan)
+    recomputed = recomputed_layers(model, plan)
+    keep = activation_bytes_per_layer(model, plan, "none" if plan.recompute == "full" else None)
+    ckpt = activation_bytes_per_layer(model, plan, "full")
+    working = activation_bytes_per_layer(model, plan, "none")
+    V = padded_vocab_size(model.vocab_size, t)
+    sharded, replicated = family_of(model).layer_parameters(model)
+    gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
+    out = []
+    for i, layers in enumerate(counts):
+        r = int(recomputed[i])
+        acts = (r * ckpt + (layers - r) * keep) * in_flight_microbatches(plan, i)
+        if r:
+            acts += working  # the layer being recomputed during backward
+        if i == len(counts) - 1:
+            acts += model.seq_length * plan.micro_batch_size * V / t * (e + 4)
+        out.append(StageMemory(i, n[i] * w + gathered, n[i] * g, n[i] * o, acts))
+    return out
+
