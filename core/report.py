@@ -47,6 +47,9 @@ class Report:
     num_microbatches: int
     iteration_time_s: float
     tokens_per_s: float
+    #: parameters of the model (a tied word embedding counted once; vocabulary padded for t),
+    #: :func:`core.model_math.num_parameters`
+    num_parameters: int
     model_flops_per_iteration: float
     mfu: float
     hfu: float
@@ -84,8 +87,6 @@ class Report:
     imbalance_s: float = 0.0
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    #: parameters of the model (:meth:`core.config.ModelConfig.num_parameters` with the plan's t)
-    num_parameters: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict; memory stages gain a ``total_bytes`` key."""

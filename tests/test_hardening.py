@@ -506,7 +506,7 @@ def test_report_shows_the_parameter_count():
     proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"))
     n = load_any(EXAMPLES / "gpt3_175b.json").model.num_parameters(8)
     assert n == 174_615_846_912
-    assert "Parameters        175B (174,615,846,912)" in proc.stdout
+    assert "Parameters" in proc.stdout and f"{n / 1e9:,.2f} B" in proc.stdout
     proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"), "--json")
     assert json.loads(proc.stdout)["num_parameters"] == n
 
@@ -534,3 +534,14 @@ def test_sweep_warnings_name_the_plans_they_concern():
     assert named and set(named) <= fits
     folded = summarize_warnings(res.warnings)
     assert any("; in plans t=" in w for w in folded)
+
+
+def test_hugging_face_config_values_are_bounded_and_named_by_their_keys(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2**63, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+           "vocab_size": 32000, "max_position_embeddings": 4096, "hidden_act": "silu",
+           "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(cli("import", "hf", str(tmp_path / "config.json"), "--json", timeout=60),
+                          "config.json: num_hidden_layers: num_hidden_layers=9223372036854775808 "
+                          "must be at most 10,000")

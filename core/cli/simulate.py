@@ -33,7 +33,6 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     from rich.table import Table
 
     from ..console import esc
-    from ..text import format_params
 
     from .profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
@@ -49,13 +48,16 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     from ..schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
-    t.add_row("Parameters", f"{format_params(r.num_parameters)} ({r.num_parameters:,})")
+    from ..config import padded_vocab_size
+    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
+    t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
+        f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
-    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking TP/DP communication "
+    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
                                   f"{r.comm_s:,.3f} s, pipeline sends {r.pp_comm_s:,.3f} s, "
                                   f"bubble {r.bubble_s:,.3f} s, stage imbalance {r.imbalance_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
@@ -95,7 +97,6 @@ def _json_report(result, wall_s: float) -> dict:
         "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes, "fits_in_memory": r.fits_in_memory,
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
         "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
-        "num_parameters": r.num_parameters,
     })
     return doc
 
