@@ -47,12 +47,15 @@ _FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n -
 
 
 _BEYOND = re.compile(r"^(\w+) of ([\d.]+) MiB on (\d+) GPUs: beyond the measured sizes \((.+?)\), "
-                     r"extrapolated with that curve's latency-bandwidth fit$")
+                     r"extrapolated with that curve's latency-bandwidth fit"
+                     r"(?:; in (\d+) plans?: (.+?)(?: and (\d+) more)?)?$")
 
 
 def summarize_warnings(warnings: list[str]) -> list[str]:
     """``warnings`` with every "beyond the measured sizes" collective warning folded into one
-    line naming how many there are and the largest; the others unchanged, in order."""
+    line naming how many there are, the largest and, for a sweep's warnings (which end in
+    ``"; in N plans: ..."``, :func:`core.sweep.plans_note`), which plans they concern; the
+    others unchanged, in order."""
     beyond = [(m, w) for w in warnings if (m := _BEYOND.match(w))]
     if len(beyond) < 2:
         return list(warnings)
@@ -60,6 +63,17 @@ def summarize_warnings(warnings: list[str]) -> list[str]:
     line = (f"{len(beyond)} collective sizes beyond the measured curves (the largest: {m.group(1)} "
             f"of {m.group(2)} MiB on {m.group(3)} GPUs, measured {m.group(4)}), extrapolated with "
             "each curve's latency-bandwidth fit")
+    named: list[str] = []
+    unnamed = 0
+    for mm, _ in beyond:
+        if mm.group(5):
+            shown = mm.group(6).split(", ")
+            named += [x for x in shown if x not in named]
+            unnamed += int(mm.group(7) or 0)
+    if named:
+        more = len(named) - 3 + unnamed
+        line += (f"; in plans {', '.join(named[:3])}"
+                 + (f" and {more} more (a plan can count more than once)" if more > 0 else ""))
     out, placed = [], False
     for w in warnings:
         if _BEYOND.match(w):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ __all__ = [
     "RECOMPUTE_MODES",
     "PRECISIONS",
     "read_vtrain_config",
+    "BOUNDS",
+    "Bound",
+    "check_value",
+    "section_errors",
+    "rename_field",
     "padded_vocab_size",
     "PLAN_FIELDS",
     "ZERO_STAGES",
@@ -101,8 +107,49 @@ _GPU_ALIASES = {
 }
 
 
+@dataclass(frozen=True)
+class Bound:
+    """Inclusive range ``lo..hi`` a numeric field must lie in, and why a real model or
+    cluster stays inside it (quoted in the error message)."""
+
+    lo: float
+    hi: float
+    why: str
+
+
+#: The bounds of every numeric input, in one place. Every reader (session files, the
+#: authors' JSON, measurement CSVs, job traces, the GUI's editor through :func:`validate`)
+#: checks them, so no simulation starts from a size no real run could have: sizes far
+#: beyond them make the execution graph or the sweep unbuildable (2^63 layers never
+#: returns) and rates near zero make times infinite (a 5e-324 GB/s link).
+BOUNDS: dict[str, Bound] = {
+    "layers": Bound(1, 10_000, "the deepest published LLMs have 100 to 200 layers"),
+    "hidden": Bound(1, 1_000_000, "the widest published LLMs have hidden sizes near 25,600"),
+    "heads": Bound(1, 1_000_000, "at most one head per hidden unit"),
+    "ffn": Bound(1, 4_000_000, "four times the hidden-size bound"),
+    "seq": Bound(1, 2**24, "the longest published training contexts are about 2^20 tokens"),
+    "vocab": Bound(1, 2**31 - 1, "token ids are 32-bit integers in Megatron-LM's datasets"),
+    "parallel": Bound(1, 2**20, "the largest training clusters have about 10^5 GPUs"),
+    "micro_batch": Bound(1, 2**20, "a micro-batch is at most the global batch"),
+    "global_batch": Bound(1, 2**24, "the largest published global batches are about 2^24 tokens"),
+    "gpus_per_node": Bound(1, 1024, "the largest NVLink domains have 72 to 576 GPUs"),
+    "intra_bw": Bound(0.1, 100_000, "GB/s per GPU: PCIe 3 x16 gives 16, NVLink 5 gives 900"),
+    "inter_bw": Bound(0.1, 1_000_000, "Gb/s per node: eight 400 Gb/s NICs give 3,200"),
+    "price": Bound(0, 10_000, "USD per GPU-hour: cloud prices are 1 to 100"),
+    "tokens": Bound(1, 1e16, "the largest published training runs use about 4e13 tokens"),
+}
+
+
 def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
-    """A dataclass field with ``unit`` and ``help`` metadata."""
+    """A dataclass field with ``unit`` and ``help`` metadata.
+
+    Further metadata, checked by every reader and by :func:`validate` (no code per field):
+    ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``min``/``max`` (a field's own
+    limits, within its bounds), ``choices`` (allowed values, for strings and
+    enumerations), ``required`` (a session file must give the field: it has no
+    meaningful default). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
+    optionally ``| None``).
+    """
     return field(default=default, metadata={"unit": unit, "help": help, **kw})
 
 
@@ -117,18 +164,24 @@ class ModelConfig:
     layer, FlashAttention). Their formulas live in :mod:`core.model_math`.
     """
 
-    name: str = _f("GPT-3 175B", "", "Display name of the model")
-    num_layers: int = _f(96, "", "Number of transformer layers L (--num-layers)")
-    hidden_size: int = _f(12288, "", "Hidden size h (--hidden-size)")
-    num_attention_heads: int = _f(96, "", "Attention heads a (--num-attention-heads)")
+    name: str = _f("GPT-3 175B", "", "Display name of the model", required=True)
+    num_layers: int = _f(96, "", "Number of transformer layers L (--num-layers)",
+                         bounds=BOUNDS["layers"], required=True)
+    hidden_size: int = _f(12288, "", "Hidden size h (--hidden-size)", bounds=BOUNDS["hidden"],
+                          required=True)
+    num_attention_heads: int = _f(96, "", "Attention heads a (--num-attention-heads)",
+                                  bounds=BOUNDS["heads"], required=True)
     ffn_hidden_size: int | None = _f(
-        None, "", "MLP hidden size (--ffn-hidden-size); empty means 4*h"
+        None, "", "MLP hidden size (--ffn-hidden-size); empty means 4*h", bounds=BOUNDS["ffn"]
     )
-    seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)")
-    vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding")
+    seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)", bounds=BOUNDS["seq"],
+                         required=True)
+    vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding",
+                         bounds=BOUNDS["vocab"], required=True)
     num_query_groups: int | None = _f(
         None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
-        "attention); empty means one per head (multi-head attention)", min=1)
+        "attention); empty means one per head (multi-head attention)", min=1,
+        bounds=BOUNDS["heads"])
     activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices) or swiglu (gated, "
                          "three ffn matrices; --swiglu)", choices=ACTIVATIONS)
     normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
@@ -184,34 +237,35 @@ class ParallelPlan:
     """
 
     tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)",
-                              short="t", label="always")
+                              short="t", label="always", bounds=BOUNDS["parallel"], required=True)
     pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
-                                short="p", label="always")
+                                short="p", label="always", bounds=BOUNDS["parallel"], required=True)
     data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))",
-                            short="d", label="always")
+                            short="d", label="always", bounds=BOUNDS["parallel"], required=True)
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
-                               short="b", label="always")
+                               short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
-                                short="B", label="never")
+                                short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
     schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
                        "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
                        "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
                         "core, --recompute-activations) or full (--recompute-granularity full)",
-                        choices=RECOMPUTE_MODES, label="always")
+                        choices=RECOMPUTE_MODES, label="always", required=True)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
-                        choices=PRECISIONS, label="never")
+                        choices=PRECISIONS, label="never", required=True)
     virtual_pipeline_stages: int | None = _f(
         None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
-        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2)
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
+        bounds=BOUNDS["layers"])
     sequence_parallel: bool = _f(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
     recompute_num_layers: int | None = _f(
         None, "layers", "With full recomputation: layers per pipeline stage recomputed (Megatron's "
         "--recompute-method block --recompute-num-layers); the others keep their activations; "
-        "empty means all", short="recompute_layers", min=1)
+        "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
     zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
                          "state sharded over d), 2 gradients too, 3 parameters too (FSDP)",
                          short="zero", min=0, max=3)
@@ -227,10 +281,10 @@ class ParallelPlan:
         choices=GRAD_REDUCE_DTYPES, short="grad_dtype")
     first_stage_layers: int | None = _f(
         None, "layers", "Layers of the first pipeline stage (--decoder-first-pipeline-num-layers); "
-        "empty means an even split", short="first_layers", min=1)
+        "empty means an even split", short="first_layers", min=1, bounds=BOUNDS["layers"])
     last_stage_layers: int | None = _f(
         None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
-        "empty means an even split", short="last_layers", min=1)
+        "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
 
     @property
     def num_gpus(self) -> int:
@@ -333,16 +387,17 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
 class ClusterConfig:
     """The GPUs and the network between them."""
 
-    gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS)
+    gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS,
+                  check_choices=False)  # another kind is fine with a profile_path (validate)
     gpus_per_node: int = _f(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
-                            "boards, 72 for a GB200 NVL72 rack)")
+                            "boards, 72 for a GB200 NVL72 rack)", bounds=BOUNDS["gpus_per_node"])
     intra_node_bandwidth_gbytes_per_s: float | None = _f(
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
-        "the collective times measured in the GPU's profile"
+        "the collective times measured in the GPU's profile", bounds=BOUNDS["intra_bw"]
     )
     inter_node_bandwidth_gbits_per_s: float = _f(
         800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
-        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)"
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)", bounds=BOUNDS["inter_bw"]
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -357,13 +412,33 @@ class ClusterConfig:
 class CostConfig:
     """What the training run costs."""
 
-    price_per_gpu_hour_usd: float = _f(2.0, "USD/GPU-hour", "Price of one GPU for one hour")
-    training_tokens: float = _f(300e9, "tokens", "Tokens to train on (token budget)")
+    price_per_gpu_hour_usd: float = _f(2.0, "USD/GPU-hour", "Price of one GPU for one hour",
+                                       bounds=BOUNDS["price"])
+    training_tokens: float = _f(300e9, "tokens", "Tokens to train on (token budget)",
+                                bounds=BOUNDS["tokens"])
 
 
 @dataclass
 class Session:
-    """Everything one simulation needs; what a session file holds."""
+    """Everything one simulation needs; what a session file holds.
+
+    ``source`` (not a field, never saved): the file it was read from, when it was
+    (:func:`core.session.load_any`), so that later errors can name it; ``key_names``:
+    session field -> the key that file uses for it, when it is not a session file (the
+    authors' format), so that later errors use the file's own names (:meth:`in_its_terms`).
+    """
+
+    source = None
+    key_names = None  # (no annotation: not a dataclass field)
+
+    def in_its_terms(self, exc: "ConfigError") -> "ConfigError":
+        """``exc`` naming this session's file and, for another format, that format's keys."""
+        if exc.source or not self.source:
+            return exc
+        errors = exc.errors
+        if self.key_names:
+            errors = [rename_field(e, self.key_names) for e in errors]
+        return ConfigError(errors, self.source)
 
     model: ModelConfig = field(default_factory=ModelConfig)
     plan: ParallelPlan = field(default_factory=ParallelPlan)
@@ -390,21 +465,27 @@ class Session:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Session":
+    def from_dict(cls, data: dict[str, Any], require: bool = False) -> "Session":
         """Build a session from :meth:`to_dict` output.
+
+        Every given field is checked for type, bounds and choices (:func:`check_value`);
+        with ``require``, every field marked ``required`` in a given section must be there
+        (what a session file must hold).
 
         Raises
         ------
         ConfigError
-            On an unknown section or field, or a value of the wrong type.
+            On an unknown section or field, a missing required field, or a value of the
+            wrong type, out of bounds or not among the choices.
         """
         if not isinstance(data, dict):
             raise ConfigError([FieldError("session", "must be a JSON object")])
         known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(known))
+        unknown = sorted(set(data) - set(known), key=str)
         if unknown:
             raise ConfigError([FieldError(k, "unknown section") for k in unknown])
         kwargs: dict[str, Any] = {}
+        errors: list[FieldError] = []
         for name, f in known.items():
             if name not in data:
                 continue
@@ -421,45 +502,155 @@ class Session:
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
                            "cluster": ClusterConfig, "cost": CostConfig}[name]
-            kwargs[name] = _section_from_dict(section_cls, name, data[name])
+            try:
+                kwargs[name] = _section_from_dict(section_cls, name, data[name], require)
+            except ConfigError as exc:  # every section's errors in one message
+                errors += exc.errors
+        if errors:
+            raise ConfigError(errors)
         return cls(**kwargs)
 
     def copy(self) -> "Session":
-        """A deep copy."""
-        return Session.from_dict(json.loads(json.dumps(self.to_dict())))
+        """A deep copy (values are copied as they are, unchecked: an editor may hold invalid ones)."""
+        import copy
+        return copy.deepcopy(self)
 
 
-_SECTION_TYPES = {
-    "bool": (bool,),
-    "str": (str,),
-    "int": (int,),
-    "float": (int, float),
-}
+#: Longest string a session field may hold (names, GPU kinds, paths).
+MAX_STRING_LENGTH = 4096
 
 
-def _section_from_dict(cls: type, section: str, data: Any) -> Any:
+def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
+    """``(base type, optional)`` of a dataclass field from its annotation, e.g.
+    ``("int", True)`` for ``int | None``."""
+    parts = [p.strip() for p in str(f.type).split("|")]
+    optional = "None" in parts
+    base = next((p for p in parts if p != "None"), "object")
+    return base, optional
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON writes it (``null``, ``true``, ``"text"``; ``repr`` for what JSON
+    cannot hold), shortened to 60 characters: a value from a file can be anything."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _num_text(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
+    """The rule ``value`` breaks as the value of field ``f`` (None when it is fine).
+
+    Driven by the field's annotation and metadata (``bounds``, ``choices``): booleans
+    must be ``bool`` (never a string or a number), integers ``int`` (not ``bool``, not
+    a float), numbers finite ``int`` or ``float`` inside the field's :class:`Bound`,
+    strings at most :data:`MAX_STRING_LENGTH` long and one of ``choices`` when given.
+    The message starts with ``name=value`` (the readers rename it for other formats).
+    """
+    base, optional = field_kind(f)
+    meta = f.metadata
+    if value is None and optional:
+        return None
+    bound: Bound | None = meta.get("bounds")
+    shown = _shown(value)
+    if base == "bool":
+        return None if isinstance(value, bool) else f"{name}={shown} must be true or false"
+    if base == "str":
+        if not isinstance(value, str):
+            return f"{name}={shown} must be a string"
+        if len(value) > MAX_STRING_LENGTH:
+            return f"{name} must be at most {MAX_STRING_LENGTH:,} characters long"
+        choices = meta.get("choices")
+        if choices and meta.get("check_choices", True) and value not in choices:
+            return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
+        return None
+    if base in ("int", "float"):
+        integer = base == "int"
+        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        lo = bound.lo if bound else None
+        if isinstance(value, bool) or not ok_type:
+            if integer and lo is not None and lo >= 1:
+                return f"{name}={shown} must be a positive integer"
+            return f"{name}={shown} must be {'an integer' if integer else 'a number'}"
+        if not math.isfinite(value):
+            return f"{name}={shown} must be a finite number"
+        choices = meta.get("choices")
+        if choices and value not in choices:
+            return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
+        if "min" in meta and value < meta["min"]:
+            return f"{name}={shown} must be at least {_num_text(meta['min'])}"
+        if "max" in meta and value > meta["max"]:
+            return f"{name}={shown} must be at most {_num_text(meta['max'])}"
+        if bound is None:
+            return None
+        if value < bound.lo:
+            if integer and bound.lo == 1:
+                return f"{name}={shown} must be a positive integer"
+            if bound.lo == 0:
+                return f"{name}={shown} must be zero or more"
+            return f"{name}={shown} must be at least {_num_text(bound.lo)} ({bound.why})"
+        if value > bound.hi:
+            return f"{name}={shown} must be at most {_num_text(bound.hi)} ({bound.why})"
+        return None
+    return None
+
+
+def section_errors(section: str, obj: Any) -> list[FieldError]:
+    """Type, bound and choice errors of every field of dataclass ``obj`` (see :func:`check_value`),
+    named ``section.field``."""
+    errs = []
+    for f in dataclasses.fields(obj):
+        msg = check_value(f.name, f, getattr(obj, f.name))
+        if msg:
+            errs.append(FieldError(f"{section}.{f.name}", msg))
+    return errs
+
+
+def _section_from_dict(cls: type, section: str, data: Any, require: bool = False) -> Any:
     if not isinstance(data, dict):
         raise ConfigError([FieldError(section, "must be a JSON object")])
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    errors = [FieldError(f"{section}.{k}", "unknown field") for k in sorted(set(data) - set(fields))]
+    errors = [FieldError(f"{section}.{k}", "unknown field")
+              for k in sorted(set(data) - set(fields), key=str)]
+    if require:
+        errors += [FieldError(f"{section}.{n}", "missing; a session file must give it (no "
+                              "meaningful default)")
+                   for n, f in fields.items() if f.metadata.get("required") and n not in data]
     kwargs = {}
     for name, value in data.items():
         if name not in fields:
             continue
-        ftype = str(fields[name].type)
-        optional = "None" in ftype
-        base = ftype.split("|")[0].strip()
-        if value is None and optional:
-            kwargs[name] = None
+        base, optional = field_kind(fields[name])
+        if base in _TYPE_WORDS and not _matches_type(base, value):
+            errors.append(FieldError(f"{section}.{name}", f"must be of type {base}"
+                                     f"{' or null' if optional else ''}, got {_shown(value)}"))
             continue
-        ok = _SECTION_TYPES.get(base, (object,))
-        if (isinstance(value, bool) != (base == "bool")) or not isinstance(value, ok):
-            errors.append(FieldError(f"{section}.{name}", f"must be of type {base}, got {value!r}"))
+        msg = check_value(name, fields[name], value)
+        if msg:
+            errors.append(FieldError(f"{section}.{name}", msg))
             continue
-        kwargs[name] = float(value) if base == "float" else value
+        kwargs[name] = float(value) if base == "float" and value is not None else value
     if errors:
         raise ConfigError(errors)
     return cls(**kwargs)
+
+
+_TYPE_WORDS = ("int", "float", "str", "bool")
+
+
+def _matches_type(base: str, value: Any) -> bool:
+    if value is None:
+        return True
+    if base == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, {"int": int, "float": (int, float), "str": str}[base])
 
 
 @dataclass(frozen=True)
@@ -474,11 +665,20 @@ class FieldError:
 
 
 class ConfigError(ValueError):
-    """A configuration breaks one or more rules; ``errors`` lists them all."""
+    """A configuration breaks one or more rules; ``errors`` lists them all.
 
-    def __init__(self, errors: list[FieldError]):
+    ``source`` (optional) names the file they come from; the message then starts with it.
+    """
+
+    def __init__(self, errors: list[FieldError], source: str | None = None):
         self.errors = list(errors)
-        super().__init__("; ".join(str(e) for e in self.errors))
+        self.source = source
+        text = "; ".join(str(e) for e in self.errors)
+        super().__init__(f"{source}: {text}" if source else text)
+
+    def in_file(self, source: str | Path) -> "ConfigError":
+        """The same errors, the message naming the file ``source``."""
+        return ConfigError(self.errors, str(source))
 
 
 def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
@@ -494,7 +694,8 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
 def validate(session: Session) -> list[FieldError]:
     """Return every rule the session breaks (empty list when valid).
 
-    Rules (Megatron-LM's argument checks): positive sizes; ``h`` divisible by
+    Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
+    Megatron-LM's argument checks: ``h`` divisible by
     ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
@@ -506,45 +707,10 @@ def validate(session: Session) -> list[FieldError]:
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
 
-    def need_pos(section: str, obj: Any, names: tuple[str, ...], integer: bool = False) -> None:
-        kinds, what = ((int,), "integer") if integer else ((int, float), "number")
-        for n in names:
-            v = getattr(obj, n)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, kinds) or not v > 0:
-                errs.append(FieldError(f"{section}.{n}", f"{n}={v!r} must be a positive {what}"))
-
-    need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                          "seq_length", "vocab_size", "num_query_groups"), integer=True)
-    need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                          "micro_batch_size", "global_batch_size", "virtual_pipeline_stages"),
-             integer=True)
-    need_pos("cluster", c, ("gpus_per_node",), integer=True)
-    need_pos("cluster", c, ("intra_node_bandwidth_gbytes_per_s", "inter_node_bandwidth_gbits_per_s"))
-    need_pos("cost", cost, ("training_tokens",))
-    if not (isinstance(cost.price_per_gpu_hour_usd, (int, float)) and cost.price_per_gpu_hour_usd >= 0):
-        errs.append(FieldError("cost.price_per_gpu_hour_usd", "must be zero or more"))
-    for section, obj, name, choices in (
-        ("plan", pl, "schedule", SCHEDULES),
-        ("plan", pl, "recompute", RECOMPUTE_MODES),
-        ("plan", pl, "precision", PRECISIONS),
-        ("model", m, "activation", ACTIVATIONS),
-        ("model", m, "normalization", NORMALIZATIONS),
-        ("model", m, "position_embedding", POSITION_EMBEDDINGS),
-        ("model", m, "attention_kernel", ATTENTION_KERNELS),
-    ):
-        if getattr(obj, name) not in choices:
-            errs.append(FieldError(f"{section}.{name}",
-                                   f"{name}={getattr(obj, name)!r} is not one of {', '.join(choices)}"))
-    for name in ("tied_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm"):
-        if not isinstance(getattr(m, name), bool):
-            errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} must be true or false"))
-    errs += _plan_feature_errors(pl)
-    f = c.memory_reserve_fraction
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 0.9:
-        errs.append(FieldError("cluster.memory_reserve_fraction",
-                               f"memory_reserve_fraction={f!r} must be from 0 to 0.9"))
+    for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost)):
+        errs += section_errors(section, obj)
+    reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
+    errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     if c.gpu not in GPU_KINDS and not c.profile_path:
         errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
@@ -588,6 +754,10 @@ def validate(session: Session) -> list[FieldError]:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
             pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
+    if t * p * d > BOUNDS["parallel"].hi:
+        errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
+                               f"data_parallel_size={t}*{p}*{d}={t * p * d:,} GPUs is more than "
+                               f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -703,13 +873,61 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 # --------------------------------------------------------------------------- other formats
 
-_AUTHORS_KEYS = {
-    "num_gpus", "gpu_name", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
-    "global_batch_size", "micro_batch_size", "num_layers", "hidden_size", "num_attention_heads",
-    "max_length", "use_gradient_bucket", "use_checkpoint", "pipeline_scheduling",
-    "inter_node_bandwidth", "intra_node_bandwidth", "node_size", "trace_path",
-    "ffn_hidden_size", "vocab_size",
+#: The authors' keys: key -> (the session field it fills, or None; type when it fills none).
+#: Types, bounds and choices of a key that fills a session field are that field's, checked
+#: by the same code (:func:`check_value`) under the authors' key name.
+_AUTHORS_FIELDS: dict[str, tuple[str | None, str]] = {
+    "num_gpus": (None, "int"),
+    "gpu_name": (None, "str"),  # mapped by gpu_kind, then checked as cluster.gpu
+    "tensor_parallel_size": ("plan.tensor_parallel", ""),
+    "data_parallel_size": ("plan.data_parallel", ""),
+    "pipeline_parallel_size": ("plan.pipeline_parallel", ""),
+    "global_batch_size": ("plan.global_batch_size", ""),
+    "micro_batch_size": ("plan.micro_batch_size", ""),
+    "num_layers": ("model.num_layers", ""),
+    "hidden_size": ("model.hidden_size", ""),
+    "num_attention_heads": ("model.num_attention_heads", ""),
+    "max_length": ("model.seq_length", ""),
+    "ffn_hidden_size": ("model.ffn_hidden_size", ""),
+    "vocab_size": ("model.vocab_size", ""),
+    "use_gradient_bucket": (None, "bool"),  # true: plan.overlap_grad_reduce
+    "use_checkpoint": (None, "bool"),  # true: plan.recompute "full", false: "none"
+    "pipeline_scheduling": (None, "str"),  # lower-cased, then checked as plan.schedule
+    "inter_node_bandwidth": ("cluster.inter_node_bandwidth_gbits_per_s", ""),
+    "intra_node_bandwidth": ("cluster.intra_node_bandwidth_gbytes_per_s", ""),
+    "node_size": ("cluster.gpus_per_node", ""),
+    "trace_path": (None, "str"),  # ignored
 }
+_AUTHORS_KEYS = set(_AUTHORS_FIELDS)
+_AUTHORS_REQUIRED = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+                     "global_batch_size", "micro_batch_size", "num_layers", "hidden_size",
+                     "num_attention_heads", "max_length")
+_SECTION_CLASSES = {"model": "ModelConfig", "plan": "ParallelPlan", "cluster": "ClusterConfig",
+                    "cost": "CostConfig"}
+
+
+def _session_field(path: str) -> dataclasses.Field:
+    """The dataclass field of a dotted session path such as ``plan.tensor_parallel``."""
+    section, name = path.split(".")
+    cls = globals()[_SECTION_CLASSES[section]]
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _authors_key_errors(raw: dict) -> list[FieldError]:
+    """Type, bound and choice errors of the authors' keys present in ``raw``, named by key."""
+    errs = []
+    for key, (target, kind) in _AUTHORS_FIELDS.items():
+        if key not in raw:
+            continue
+        if target is not None:
+            f = _session_field(target)
+        else:
+            f = dataclasses.field(metadata={"bounds": BOUNDS["parallel"]} if key == "num_gpus" else {})
+            f.name, f.type = key, kind
+        msg = check_value(key, f, raw[key])
+        if msg:
+            errs.append(FieldError(key, msg))
+    return errs
 
 
 def gpu_kind(name: str) -> str:
@@ -735,31 +953,35 @@ def read_vtrain_config(path: str | Path, *, check_rules: bool = True) -> Session
         On a missing or unknown key, or ``num_gpus`` that disagrees with
         ``tensor_parallel_size * pipeline_parallel_size * data_parallel_size``.
     """
+    from .inputs import read_json_file
+
     path = Path(path)
+
+    class _Unreadable(Exception):
+        pass
+
     try:
-        raw = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError([FieldError(str(path), f"cannot read JSON: {exc}")]) from None
-    return vtrain_config_from_dict(raw, source=path.name, check_rules=check_rules)
+        raw = read_json_file(path, _Unreadable)
+    except _Unreadable as exc:
+        raise ConfigError([FieldError(str(path), str(exc)[len(str(path)) + 2:])]) from None
+    try:
+        return vtrain_config_from_dict(raw, source=path.name, check_rules=check_rules)
+    except ConfigError as exc:
+        raise exc.in_file(path) from None
 
 
 #: Session field -> authors'-format key that fills it (for error messages).
-_AUTHORS_NAME = {
-    "plan.tensor_parallel": "tensor_parallel_size", "plan.pipeline_parallel": "pipeline_parallel_size",
-    "plan.data_parallel": "data_parallel_size", "plan.micro_batch_size": "micro_batch_size",
-    "plan.global_batch_size": "global_batch_size", "plan.schedule": "pipeline_scheduling",
-    "model.num_layers": "num_layers", "model.hidden_size": "hidden_size",
-    "model.num_attention_heads": "num_attention_heads", "model.ffn_hidden_size": "ffn_hidden_size",
-    "model.seq_length": "max_length", "model.vocab_size": "vocab_size",
-    "cluster.gpu": "gpu_name", "cluster.gpus_per_node": "node_size",
-    "cluster.intra_node_bandwidth_gbytes_per_s": "intra_node_bandwidth",
-    "cluster.inter_node_bandwidth_gbits_per_s": "inter_node_bandwidth",
-}
+#: Session field -> authors'-format key that fills it (for error messages).
+_AUTHORS_NAME = {**{target: key for key, (target, _) in _AUTHORS_FIELDS.items() if target},
+                 "plan.schedule": "pipeline_scheduling", "plan.recompute": "use_checkpoint",
+                 "cluster.gpu": "gpu_name"}
 
 
-def _as_authors(err: FieldError) -> FieldError:
-    """``err`` with the authors'-format key in place of the session field it names."""
-    key = _AUTHORS_NAME.get(err.field)
+def rename_field(err: FieldError, names: dict[str, str] | None = None) -> FieldError:
+    """``err`` with another format's name (``names``: session field -> the file's key; default
+    the authors' JSON keys) in place of the session field it names, in the field and at the
+    start of the message."""
+    key = (names or _AUTHORS_NAME).get(err.field)
     if key is None:
         return err
     short = err.field.split(".")[-1] + "="
@@ -774,14 +996,13 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
     configuration rules are not checked."""
     if not isinstance(raw, dict):
         raise ConfigError([FieldError(source, "must be a JSON object")])
-    errs = [FieldError(k, "unknown key in vTrain config") for k in sorted(set(raw) - _AUTHORS_KEYS)]
-    required = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
-                "global_batch_size", "micro_batch_size", "num_layers", "hidden_size",
-                "num_attention_heads", "max_length")
-    errs += [FieldError(k, "missing required key") for k in required if k not in raw]
+    errs = [FieldError(k, "unknown key in vTrain config")
+            for k in sorted(set(raw) - _AUTHORS_KEYS, key=str)]
+    errs += [FieldError(k, "missing required key") for k in _AUTHORS_REQUIRED if k not in raw]
+    errs += _authors_key_errors(raw)
     if errs:
         raise ConfigError(errs)
-    sched = str(raw.get("pipeline_scheduling", "1f1b")).lower()
+    sched = raw.get("pipeline_scheduling", "1f1b").lower()
     model = ModelConfig(
         name=f"{raw['num_layers']}-layer h={raw['hidden_size']}",
         num_layers=raw["num_layers"], hidden_size=raw["hidden_size"],
@@ -801,17 +1022,18 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         overlap_grad_reduce=raw.get("use_gradient_bucket", False) is True,
     )
     cluster = ClusterConfig(
-        gpu=gpu_kind(str(raw.get("gpu_name", "A100"))),
+        gpu=gpu_kind(raw.get("gpu_name", "A100")),
         gpus_per_node=raw.get("node_size", 8),
         intra_node_bandwidth_gbytes_per_s=(float(raw["intra_node_bandwidth"])
-                                           if "intra_node_bandwidth" in raw else None),
+                                           if raw.get("intra_node_bandwidth") is not None else None),
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
     )
     session = Session(model=model, plan=plan, cluster=cluster)
+    session.key_names = _AUTHORS_NAME
     if not check_rules:
         return session
     # name the keys of the user's file, not the session fields they fill
-    errs = [_as_authors(e) for e in validate(session)]
+    errs = [rename_field(e) for e in validate(session)]
     if "num_gpus" in raw and not errs and raw["num_gpus"] != plan.num_gpus:
         errs.append(FieldError("num_gpus", f"num_gpus={raw['num_gpus']} disagrees with "
                                f"tensor_parallel_size*pipeline_parallel_size*data_parallel_size="

@@ -5,6 +5,9 @@ away (``vtrain ... | head``); this one raises :class:`BrokenPipeError` instead, 
 :func:`core.cli.main` turns into a quiet exit with status 0, as for plain output. Written
 to a pipe or a file (and with no ``COLUMNS`` set) it does not hard-wrap text at 80
 columns, so values and warnings stay on one line for ``grep`` and logs.
+
+Text that comes from files (model names, GPU kinds, job names, paths, provenance, warnings
+quoting them) goes through :func:`esc` before it is put into markup or a table cell.
 """
 from __future__ import annotations
 
@@ -12,6 +15,11 @@ import os
 from typing import Any
 
 import rich.console
+import rich.markup
+
+from .text import printable
+
+__all__ = ["Console", "esc", "printable", "PIPE_WIDTH"]
 
 #: Width of tables written to a pipe or a file.
 PIPE_WIDTH = 160
@@ -31,3 +39,9 @@ class Console(rich.console.Console):
         """Stop printing and raise ``BrokenPipeError`` (rich's default raises ``SystemExit(1)``)."""
         self.quiet = True
         raise BrokenPipeError
+
+
+def esc(text: Any) -> str:
+    """``text`` as data inside rich markup: :func:`printable`, then rich's markup escaped, so
+    a model name like ``[/x]`` or ``[bold]`` prints as written and never as markup."""
+    return rich.markup.escape(printable(text))

@@ -261,19 +261,17 @@ def read_gpu_spec(path: str | Path) -> GpuSpec:
         Missing or unreadable file, not JSON, or a broken rule; the message names
         the file, the field and the rule.
     """
+    from .inputs import read_json_file
+
     path = Path(path)
+
+    class _Unreadable(Exception):
+        pass
+
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise GpuSpecError([FieldError(str(path), "GPU spec file not found")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuSpecError([FieldError(str(path), f"cannot read: {exc}")]) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GpuSpecError([FieldError(str(path), f"not valid JSON: {exc}")]) from None
-    except RecursionError:
-        raise GpuSpecError([FieldError(str(path), "not valid JSON: nested too deeply")]) from None
+        raw = read_json_file(path, _Unreadable)  # regular file, bounded size and depth
+    except _Unreadable as exc:
+        raise GpuSpecError([FieldError(str(path), str(exc)[len(str(path)) + 2:])]) from None
     return gpu_spec_from_dict(raw, str(path), path)
 
 

@@ -225,9 +225,19 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
                       cost=CostConfig())
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
-    from .config import check
-    check(session)
+    from .config import rename_field, validate
+    errs = [rename_field(e, _HF_NAMES) for e in validate(session)]  # types and bounds too
+    if errs:  # named by the config's own keys
+        raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
     return HFImport(session, arch, ignored)
+
+
+#: Session field -> the Hugging Face key it comes from (for error messages).
+_HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidden_size",
+             "model.num_attention_heads": "num_attention_heads",
+             "model.num_query_groups": "num_key_value_heads",
+             "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
+             "model.seq_length": "max_position_embeddings"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

@@ -20,11 +20,14 @@ reports ``size``.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .profile_store import STORE_BOUNDS
 
 __all__ = ["CollectiveCurve", "read_nccl_tests", "NcclTestsError"]
 
@@ -60,6 +63,17 @@ def _group_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _check_point(path: Path, line: int | None, size: float, time_s: float) -> None:
+    """Refuse a data row whose size or time is not finite or outside the store's bounds."""
+    where = f"{path}: line {line}" if line else f"{path}"
+    blo, bhi, _ = STORE_BOUNDS["nbytes"]
+    tlo, thi, _ = STORE_BOUNDS["time_s"]
+    if not (math.isfinite(size) and blo <= size <= bhi):
+        raise NcclTestsError(f"{where}: size {size!r} bytes is not from {blo:g} to {bhi:g}")
+    if not (math.isfinite(time_s) and tlo <= time_s <= thi):
+        raise NcclTestsError(f"{where}: time {time_s!r} s is not from {tlo:g} to {thi:g} s")
+
+
 def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int | None = None
                     ) -> CollectiveCurve:
     """Read one nccl-tests result file (see module doc for the layouts).
@@ -73,32 +87,37 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
     Raises
     ------
     NcclTestsError
-        No data rows, or the operation or group size cannot be determined.
+        Unreadable, non-regular or too large file, no data rows, a size or time that is not
+        finite or outside :data:`core.profile_store.STORE_BOUNDS`, or the operation or
+        group size cannot be determined (or is out of bounds).
     """
+    from .inputs import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NcclTestsError(f"{path}: cannot read: {exc}") from None
+    text = read_text(path, NcclTestsError, "text")
     lines = text.splitlines()
     first = lines[0].strip().lower() if lines else ""
     sizes: list[float] = []
     times: list[float] = []
     if first.startswith("size(b)"):
-        for i, row in enumerate(csv.reader(lines[1:]), start=2):
-            if not row:
-                continue
-            try:
-                sizes.append(float(row[0]))
-                times.append(float(row[3]) * 1e-9)
-            except (ValueError, IndexError):
-                raise NcclTestsError(f"{path}: line {i}: expected size(B),count,type,time(ns),... "
-                                     f"got {','.join(row)!r}") from None
+        try:
+            for i, row in enumerate(csv.reader(lines[1:]), start=2):
+                if not row:
+                    continue
+                try:
+                    sizes.append(float(row[0]))
+                    times.append(float(row[3]) * 1e-9)
+                except (ValueError, IndexError):
+                    raise NcclTestsError(f"{path}: line {i}: expected size(B),count,type,time(ns),"
+                                         f"... got {','.join(row)[:80]!r}") from None
+                _check_point(path, i, sizes[-1], times[-1])
+        except csv.Error as exc:
+            raise NcclTestsError(f"{path}: not a readable CSV file ({exc})") from None
         kind = kind or _kind_from(path.stem)
         group_size = group_size or _group_from_name(path)
     else:
         ranks = 0
-        for line in lines:
+        for number, line in enumerate(lines, start=1):
             s = line.strip()
             if not s:
                 continue
@@ -115,10 +134,12 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
             # size count type redop root time algbw busbw ... (older versions lack root)
             time_idx = 5 if len(tok) >= 13 else 4
             try:
-                sizes.append(float(tok[0]))
-                times.append(float(tok[time_idx]) * 1e-6)
+                size, time_s = float(tok[0]), float(tok[time_idx]) * 1e-6
             except ValueError:
                 continue
+            sizes.append(size)
+            times.append(time_s)
+            _check_point(path, number, size, time_s)
         kind = kind or _kind_from(path.stem)
         group_size = group_size or ranks or _group_from_name(path)
     if not sizes:
@@ -129,6 +150,9 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
     if not group_size or group_size < 2:
         raise NcclTestsError(f"{path}: cannot tell the number of GPUs; put it in the file name "
                              f"(e.g. a100_allreduce_8gpu.csv) or pass it explicitly")
+    glo, ghi, _ = STORE_BOUNDS["group_size"]
+    if not glo <= group_size <= ghi:
+        raise NcclTestsError(f"{path}: group size {group_size:,} is not from {glo} to {ghi:,} GPUs")
     nb = np.array(sizes)
     ts = np.array(times)
     order = np.argsort(nb)

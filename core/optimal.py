@@ -42,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .config import ConfigError, FieldError, ModelConfig, Session
+from .text import format_params
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "no_plan_explanation", "Candidate",
@@ -109,14 +110,6 @@ def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
     out = model(layers)
     out.name = name or f"{format_params(out.num_parameters())} (L={layers}, h={h})"
     return out
-
-
-def format_params(n: float) -> str:
-    """A count of parameters or tokens for people: ``"65.7B"``, ``"154M"``, ``"1.2T"``."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.3g}"
 
 
 @dataclass
@@ -242,7 +235,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     core.sweep.SweepCancelled
         ``cancel`` was set.
     """
-    from .simulate import open_profile, profile_path
+    from .simulate import session_profile
     from .sweep import SweepSpace, run_sweep
 
     errs = []
@@ -259,7 +252,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
     if errs:
         raise ConfigError(errs)
-    store = store or open_profile(profile_path(session))
+    store = store or session_profile(session)
     precision = session.plan.precision
     peak = float(store.peak_flops[precision])
     seconds = days * 86400.0

@@ -16,8 +16,11 @@ shape and reuses the times) and say when they extrapolate.
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +48,57 @@ _GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collec
                    "residual-table": 1}
 
 
+#: The one message for a path that is not a readable store (missing, unreadable, not a
+#: regular file, not HDF5, not a vTrain store): errors must not tell whether a path exists.
+NOT_A_STORE = "not a readable vTrain profile store"
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: Most objects (groups and datasets), deepest path and largest dataset a store may have
+#: (the shipped stores have about 100 objects, depth 4 and datasets of a few hundred rows).
+MAX_OBJECTS = 100_000
+MAX_DEPTH = 8
+MAX_DATASET_ELEMENTS = 10_000_000
+#: Bounds of a store's numbers: (low, high, low inclusive). Peak FLOP/s, memory size and
+#: bandwidth of any accelerator lie far inside them; an efficiency is a share of a peak
+#: (above 0, at most 1); an overhead is a host time (0 to 10 s); a measured time lies
+#: between a picosecond and about 11 days; a collective buffer is at most 1 PiB.
+STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "peak_flops": (1e6, 1e19, True),
+    "memory_bytes": (2.0**20, 2.0**50, True),
+    "memory_bandwidth_bytes_per_s": (1e6, 1e16, True),
+    "efficiency": (0.0, 1.0, False),
+    "overhead_s": (0.0, 10.0, True),
+    "gemm_half_size": (0.0, 1e7, False),
+    "time_s": (1e-12, 1e6, True),
+    "nbytes": (1.0, 2.0**50, True),
+    "group_size": (2, 2**20, True),
+    "key": (-2.0**53, 2.0**53, True),
+}
+#: Which bound each op-model parameter has; other parameters must be finite.
+OP_MODEL_BOUND = {
+    "gemm_efficiency_max": "efficiency", "memory_efficiency": "efficiency",
+    "inter_node_efficiency": "efficiency", "p2p_efficiency": "efficiency",
+    "gemm_half_size": "gemm_half_size",
+    "kernel_overhead_s": "overhead_s", "op_overhead_s": "overhead_s",
+    "kernel_launch_s": "overhead_s", "iteration_overhead_s": "overhead_s",
+    "collective_overhead_s": "overhead_s", "p2p_overhead_s": "overhead_s",
+}
+
+
 class ProfileStoreError(ValueError):
     """A profile store file cannot be read; the message names the file and the problem."""
+
+
+def _in_bound(what: str, value: Any, bound: str) -> float:
+    """``value`` as a float; ValueError naming ``what`` unless finite and inside ``STORE_BOUNDS[bound]``."""
+    lo, hi, lo_in = STORE_BOUNDS[bound]
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v > hi or v < lo or (v == lo and not lo_in):
+        low = f"{'at least' if lo_in else 'above'} {lo:g}"
+        raise ValueError(f"{what} = {v!r} must be finite, {low} and at most {hi:g}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -121,9 +173,13 @@ def _as_column(name: str, values: Any, n: int) -> np.ndarray:
     if arr.ndim != 1 or len(arr) != n:
         raise ValueError(f"key column {name!r} must be 1-D of length {n} (like time_s), "
                          f"got shape {arr.shape}")
+    lo, hi, _ = STORE_BOUNDS["key"]
+    if arr.dtype.kind in "iuf" and not (np.all(np.isfinite(arr)) and np.all(arr >= lo)
+                                        and np.all(arr <= hi)):
+        raise ValueError(f"key column {name!r} must hold finite values from -2^53 to 2^53")
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+    if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
         return arr.astype(np.int64)
     if arr.dtype.kind == "U" or (arr.dtype.kind == "O"
                                  and all(issubclass(t, str) for t in set(map(type, arr.tolist())))):
@@ -223,7 +279,9 @@ class ProfileStore:
     Raises
     ------
     ValueError
-        Unknown provenance method, non-positive peak FLOP/s or memory figures.
+        Unknown provenance method; a peak FLOP/s, memory figure or op-model parameter
+        that is not finite or outside :data:`STORE_BOUNDS` (an efficiency must be above 0
+        and at most 1, an overhead 0 to 10 s).
 
     Notes
     -----
@@ -236,18 +294,21 @@ class ProfileStore:
         if provenance.get("method") not in PROVENANCE_METHODS:
             raise ValueError(f"provenance['method'] must be one of {PROVENANCE_METHODS}, "
                              f"got {provenance.get('method')!r}")
-        for what, v in [*((f"peak_flops[{k!r}]", v) for k, v in peak_flops.items()),
-                        ("memory_bytes", memory_bytes),
-                        ("memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s)]:
-            if not (math.isfinite(float(v)) and float(v) > 0):
-                raise ValueError(f"{what} must be a positive finite number, got {v!r}")
         self.device_name = str(device_name)
-        self.peak_flops = PeakFlops({str(k): float(v) for k, v in peak_flops.items()},
-                                    str(device_name))
-        self.memory_bytes = float(memory_bytes)
-        self.memory_bandwidth_bytes_per_s = float(memory_bandwidth_bytes_per_s)
+        self.peak_flops = PeakFlops({str(k): _in_bound(f"peak_flops[{k!r}]", v, "peak_flops")
+                                     for k, v in peak_flops.items()}, str(device_name))
+        self.memory_bytes = _in_bound("memory_bytes", memory_bytes, "memory_bytes")
+        self.memory_bandwidth_bytes_per_s = _in_bound(
+            "memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")
         self.provenance = dict(provenance)
-        self.op_model = {str(k): float(v) for k, v in (op_model or {}).items()}
+        self.op_model = {}
+        for k, v in (op_model or {}).items():
+            bound = OP_MODEL_BOUND.get(str(k))
+            if bound is None:
+                v = float(v)
+                if not math.isfinite(v):
+                    raise ValueError(f"op_model[{k!r}] = {v!r} must be finite")
+            self.op_model[str(k)] = _in_bound(f"op_model[{k!r}]", v, bound) if bound else v
         self.path: Path | None = None
         self._ops: dict[str, _OpTable] = {}
         self._curves: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
@@ -282,8 +343,9 @@ class ProfileStore:
         t = np.asarray(time_s, dtype=np.float64)
         if t.ndim != 1 or len(t) == 0:
             raise ValueError(f"op {op!r}: time_s must be 1-D and non-empty, got shape {t.shape}")
-        if not np.all(np.isfinite(t) & (t > 0)):
-            raise ValueError(f"op {op!r}: time_s must be positive and finite")
+        lo, hi, _ = STORE_BOUNDS["time_s"]
+        if not np.all(np.isfinite(t) & (t >= lo) & (t <= hi)):
+            raise ValueError(f"op {op!r}: time_s must be positive and finite, from {lo:g} to {hi:g} s")
         if axis not in keys:
             raise ValueError(f"op {op!r}: axis {axis!r} is not a key column ({list(keys)})")
         cols = {}
@@ -379,8 +441,10 @@ class ProfileStore:
         """
         if kind not in COLLECTIVE_KINDS:
             raise ValueError(f"unknown collective kind {kind!r}; expected one of {COLLECTIVE_KINDS}")
-        if int(group_size) != group_size or group_size < 2:
-            raise ValueError(f"{kind}: group_size must be an integer >= 2, got {group_size!r}")
+        glo, ghi, _ = STORE_BOUNDS["group_size"]
+        if isinstance(group_size, bool) or int(group_size) != group_size or not glo <= group_size <= ghi:
+            raise ValueError(f"{kind}: group_size must be an integer from {glo} to {ghi:,}, "
+                             f"got {group_size!r}")
         x = np.asarray(nbytes, dtype=np.float64)
         t = np.asarray(time_s, dtype=np.float64)
         if x.ndim != 1 or x.shape != t.shape or len(x) == 0:
@@ -388,10 +452,13 @@ class ProfileStore:
                              f"and of equal length, got {x.shape} and {t.shape}")
         order = np.argsort(x, kind="stable")
         x, t = x[order], t[order]
-        if not (np.all(np.isfinite(x)) and x[0] > 0 and np.all(np.diff(x) > 0)):
-            raise ValueError(f"{kind}/{group_size}: nbytes must be positive, finite and distinct")
-        if not np.all(np.isfinite(t) & (t > 0)):
-            raise ValueError(f"{kind}/{group_size}: time_s must be positive and finite")
+        blo, bhi, _ = STORE_BOUNDS["nbytes"]
+        if not (np.all(np.isfinite(x)) and x[0] >= blo and x[-1] <= bhi and np.all(np.diff(x) > 0)):
+            raise ValueError(f"{kind}/{group_size}: nbytes must be positive, finite and distinct, from "
+                             f"{blo:g} to {bhi:g}")
+        tlo, thi, _ = STORE_BOUNDS["time_s"]
+        if not np.all(np.isfinite(t) & (t >= tlo) & (t <= thi)):
+            raise ValueError(f"{kind}/{group_size}: time_s must be positive and finite, from {tlo:g} to {thi:g} s")
         self._curves.setdefault(kind, {})[int(group_size)] = (_readonly(x), _readonly(t))
         self._fits = {k: v for k, v in self._fits.items() if k[0] != kind}
 
@@ -502,10 +569,25 @@ class ProfileStore:
         error the previous file at ``path`` is left as it was.
         """
         path = Path(path)
+        image = self.to_bytes()
         with atomic_target(path) as tmp:
-            with h5py.File(tmp, "w", track_order=True) as f:
-                self._write(f)
+            with open(tmp, "wb") as fh:
+                fh.write(image)
+                fh.flush()
+                os.fsync(fh.fileno())
         self.path = path
+
+    def to_bytes(self) -> bytes:
+        """The store as the bytes of an HDF5 file (built in memory).
+
+        Saving writes these bytes with plain file I/O: the HDF5 library never writes to
+        the disk, so a full disk or a failed write is an ``OSError`` naming the file and
+        never leaves the library in a state that crashes the process later.
+        """
+        buf = io.BytesIO()
+        with h5py.File(buf, "w", track_order=True) as f:
+            self._write(f)
+        return buf.getvalue()
 
     def _write(self, f: h5py.File) -> None:
         # the oldest version that holds everything: a store without residuals is a version-1 file
@@ -542,26 +624,40 @@ class ProfileStore:
     def open(cls, path: str | Path) -> "ProfileStore":
         """Read a store file completely into memory and close it.
 
+        The file is read as bytes (a regular file of at most ``MAX_BYTES["store"]``,
+        :mod:`core.inputs`) and parsed from memory; before any value is used, every
+        link and dataset is audited (:func:`_audit`): external and soft links, external
+        raw storage and virtual datasets are refused, so a store never makes the tool read
+        another file; datasets must have the expected dtype and a bounded size; every
+        number must be finite and inside :data:`STORE_BOUNDS`.
+
+        A path that is missing, unreadable, not a regular file, not HDF5 or not a vTrain
+        store gives one and the same message, so an error does not tell whether an
+        arbitrary path exists.
+
         Raises
         ------
         ProfileStoreError
-            The file is missing or unreadable, not HDF5, not a profile store (wrong
-            ``encoding-type``), of a newer schema version, or lacks or has invalid
-            attributes, groups or tables; the message names the file and the part.
+            Not a readable store (see above), or a store that is corrupted, of a newer
+            schema version, or holds invalid values; the message names the file, the
+            part and the rule.
         """
         path = Path(path)
-        if not path.is_file():
-            raise ProfileStoreError(f"{path}: profile store file not found")
+        data = _read_store_bytes(path)
         try:
-            if not h5py.is_hdf5(path):
-                raise ProfileStoreError(f"{path}: not an HDF5 file")
-            with h5py.File(path, "r") as f:
+            with h5py.File(io.BytesIO(data), "r") as f:
+                if f.attrs.get(_ENC_TYPE) != _ROOT_TYPE:
+                    raise ProfileStoreError(f"{path}: {NOT_A_STORE}")
+                _audit(f)
                 store = cls._read(f)
         except ProfileStoreError as exc:
             raise ProfileStoreError(str(exc) if str(exc).startswith(str(path))
                                     else f"{path}: {exc}") from None
-        except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise ProfileStoreError(f"{path}: cannot read profile store: {exc}") from None
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError, AttributeError,
+                IndexError, OverflowError, RecursionError) as exc:
+            raise ProfileStoreError(f"{path}: corrupted profile store: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                                    ) from None
         store.path = path
         return store
 
@@ -575,7 +671,12 @@ class ProfileStore:
         for name in ("peak_flops", "provenance", "op_model", "ops", "collectives"):
             if name not in f:
                 raise ProfileStoreError(f"missing group /{name}")
-        store = cls(str(a["device_name"]), _read_dict(f["peak_flops"]), float(a["memory_bytes"]),
+        device = a["device_name"]
+        device = device.decode("utf-8", "replace") if isinstance(device, bytes) else device
+        if not isinstance(device, str) or not 0 < len(device) <= 200:
+            raise ProfileStoreError("root attribute 'device_name' must be a name of 1 to 200 "
+                                    "characters")
+        store = cls(device, _read_dict(f["peak_flops"]), float(a["memory_bytes"]),
                     float(a["memory_bandwidth_bytes_per_s"]), _read_dict(f["provenance"]),
                     _read_dict(f["op_model"]))
         _check(f["ops"], "dict")
@@ -583,6 +684,7 @@ class ProfileStore:
             _check(g, "op-table")
             if "axis" not in g.attrs or "time_s" not in g:
                 raise ProfileStoreError(f"{g.name}: missing 'axis' attribute or 'time_s' dataset")
+            _float_dataset(g["time_s"])
             keys = {c: (ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()])
                     for c, ds in g.items() if c != "time_s"}
             try:
@@ -594,6 +696,10 @@ class ProfileStore:
             _check(kg, "dict")
             for n, g in kg.items():
                 _check(g, "collective-curve")
+                for name in ("bytes", "time_s"):
+                    if name not in g:
+                        raise ProfileStoreError(f"{g.name}: missing dataset {name!r}")
+                    _float_dataset(g[name])
                 try:
                     store.add_collective(kind, int(n), g["bytes"][()], g["time_s"][()])
                 except (ValueError, KeyError) as exc:
@@ -601,6 +707,13 @@ class ProfileStore:
         if "residuals" in f:  # schema 2, optional
             store.residuals = _read_residuals(f["residuals"])
         return store
+
+
+def _float_dataset(ds: Any) -> None:
+    """Refuse a dataset that is not floating point (times and sizes are stored as float64)."""
+    if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f":
+        raise ProfileStoreError(f"{ds.name}: expected a float dataset, got "
+                                f"{getattr(ds, 'dtype', type(ds).__name__)}")
 
 
 def _check(node: h5py.Group, expected: str) -> None:
@@ -670,13 +783,112 @@ def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:
 
 
 def _read_dict(g: h5py.Group) -> dict[str, Any]:
-    """Inverse of :func:`_write_dict`."""
+    """Inverse of :func:`_write_dict`: scalar attributes (str, bool, int, float) and JSON text
+    (bounded nesting, finite numbers); any other attribute is refused."""
     _check(g, "dict")
-    json_keys = set(json.loads(g.attrs.get(_JSON_KEYS, "[]")))
+    json_keys = _parse_attr_json(g, _JSON_KEYS, g.attrs.get(_JSON_KEYS, "[]"))
+    if not isinstance(json_keys, list) or not all(isinstance(k, str) for k in json_keys):
+        raise ProfileStoreError(f"{g.name}: attribute {_JSON_KEYS!r} must be a JSON list of names")
     out = {}
     for k, v in g.attrs.items():
         if k in _RESERVED:
             continue
         v = v.item() if isinstance(v, np.generic) else v
-        out[k] = json.loads(v) if k in json_keys else v
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        if k in json_keys:
+            out[k] = _parse_attr_json(g, k, v)
+        elif isinstance(v, (str, bool, int)):
+            out[k] = v
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise ProfileStoreError(f"{g.name}: attribute {k!r} is {v!r}, not a finite number")
+            out[k] = v
+        else:
+            raise ProfileStoreError(f"{g.name}: attribute {k!r} is not a scalar "
+                                    f"(got {type(v).__name__})")
     return out
+
+
+def _parse_attr_json(g: h5py.Group, key: str, text: Any) -> Any:
+    from .inputs import parse_json
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise ProfileStoreError(f"{g.name}: attribute {key!r} must be JSON text")
+    return parse_json(text, f"{g.name}: attribute {key!r}", ProfileStoreError)
+
+
+def _read_store_bytes(path: Path) -> bytes:
+    """The bytes of a store file; :data:`NOT_A_STORE` for anything that is not a readable
+    regular HDF5 file (missing, unreadable, a folder, a FIFO, another kind of file)."""
+    from .inputs import read_bytes
+
+    class _Unreadable(Exception):
+        pass
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        raise ProfileStoreError(f"{path}: {NOT_A_STORE}") from None
+    try:
+        st = os.fstat(fd)
+        head = os.read(fd, len(_HDF5_SIGNATURE)) if stat.S_ISREG(st.st_mode) else b""
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if head != _HDF5_SIGNATURE:
+        raise ProfileStoreError(f"{path}: {NOT_A_STORE}")
+    try:
+        return read_bytes(path, _Unreadable, "store")
+    except _Unreadable as exc:
+        raise ProfileStoreError(str(exc)) from None
+
+
+def _audit(f: h5py.File) -> None:
+    """Refuse what a store must not hold before any value is read: external links (a link
+    to another file), soft links, external raw storage and virtual datasets (data in other
+    files), committed datatypes, datasets of an unexpected dtype or of more than
+    :data:`MAX_DATASET_ELEMENTS` elements, more than :data:`MAX_OBJECTS` objects or paths
+    deeper than :data:`MAX_DEPTH` (a hard-link cycle ends there)."""
+    count = 0
+    stack: list[h5py.Group] = [f]
+    while stack:
+        g = stack.pop()
+        for name in list(g.keys()):
+            where = f"{g.name.rstrip('/')}/{name}"
+            link = g.get(name, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                raise ProfileStoreError(f"{where}: an external link to another file "
+                                        f"({link.filename!r}); a store must not pull in other files")
+            if isinstance(link, h5py.SoftLink):
+                raise ProfileStoreError(f"{where}: a soft link ({link.path!r}); a store holds "
+                                        "only its own groups and datasets")
+            count += 1
+            if count > MAX_OBJECTS:
+                raise ProfileStoreError(f"more than {MAX_OBJECTS:,} objects")
+            if where.count("/") > MAX_DEPTH:
+                raise ProfileStoreError(f"{where}: nested deeper than {MAX_DEPTH} groups")
+            obj = g[name]
+            if isinstance(obj, h5py.Group):
+                stack.append(obj)
+            elif isinstance(obj, h5py.Dataset):
+                if obj.external:
+                    raise ProfileStoreError(f"{where}: dataset stored in external files "
+                                            f"{[e[0] for e in obj.external]}; a store must not "
+                                            "pull in other files")
+                if obj.is_virtual:
+                    raise ProfileStoreError(f"{where}: a virtual dataset (data in other files); "
+                                            "a store must not pull in other files")
+                if obj.ndim != 1:
+                    raise ProfileStoreError(f"{where}: dataset of shape {obj.shape}, expected 1-D")
+                if obj.size > MAX_DATASET_ELEMENTS:
+                    raise ProfileStoreError(f"{where}: dataset of {obj.size:,} elements, more than "
+                                            f"{MAX_DATASET_ELEMENTS:,}")
+                kind = obj.dtype.kind
+                if not (kind in "iuf" or h5py.check_string_dtype(obj.dtype) is not None):
+                    raise ProfileStoreError(f"{where}: dataset of dtype {obj.dtype}, expected "
+                                            "numbers or strings")
+            else:
+                raise ProfileStoreError(f"{where}: unexpected object {type(obj).__name__}")

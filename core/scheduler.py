@@ -46,7 +46,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import MODEL_PRESETS, ConfigError, FieldError, ModelConfig, Session
+from .config import (BOUNDS, MAX_STRING_LENGTH, MODEL_PRESETS, ConfigError, FieldError, ModelConfig,
+                     Session)
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
            "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study"]
@@ -54,6 +55,11 @@ __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "thro
 POLICIES = ("requested", "efficient", "adaptive")
 #: Latest arrival a trace may have, hours (about 114 years: later ones lose hour precision).
 MAX_ARRIVAL_H = 1e6
+#: Most jobs a trace may hold (each costs one plan sweep per distinct model and batch).
+MAX_JOBS = 10_000
+#: Bounds of a job's numbers: the session fields' (:data:`core.config.BOUNDS`).
+_JOB_BOUNDS = {"global_batch_size": BOUNDS["global_batch"], "tokens": BOUNDS["tokens"],
+               "requested_gpus": BOUNDS["parallel"]}
 
 
 @dataclass
@@ -112,6 +118,9 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
                 kind = "integer" if integer else "number"
                 errs.append(FieldError(f"{where}.{key}", f"{v!r} must be a "
                                        f"{'non-negative' if allow_zero else 'positive'} {kind}"))
+            elif key in _JOB_BOUNDS and not v <= _JOB_BOUNDS[key].hi:
+                b = _JOB_BOUNDS[key]
+                errs.append(FieldError(f"{where}.{key}", f"{v!r} must be at most {b.hi:,.0f} ({b.why})"))
             return v
 
         n_err = len(errs)
@@ -123,8 +132,9 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
         tokens = num("tokens")
         gpus = num("requested_gpus", integer=True)
         name = it.get("name", f"job{i}")
-        if not isinstance(name, str) or not name:
-            errs.append(FieldError(f"{where}.name", f"{name!r} must be a non-empty string"))
+        if not isinstance(name, str) or not name or len(name) > MAX_STRING_LENGTH:
+            errs.append(FieldError(f"{where}.name", f"{str(name)[:40]!r} must be a non-empty string "
+                                   f"of at most {MAX_STRING_LENGTH:,} characters"))
         elif name in names:
             errs.append(FieldError(f"{where}.name", f"{name!r} is also the name of "
                                    f"{source}[{names[name]}]; names must be unique"))
@@ -165,12 +175,21 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
 
 def read_jobs(path: str) -> list[Job]:
     """Jobs of a JSON trace file (see :func:`jobs_from_list`). Raises ConfigError."""
-    import json
     from pathlib import Path
+
+    from .inputs import read_json_file
+
+    class _Unreadable(Exception):
+        pass
+
     try:
-        items = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError([FieldError(str(path), f"cannot read a JSON job trace: {exc}")]) from None
+        items = read_json_file(path, _Unreadable)
+    except _Unreadable as exc:
+        raise ConfigError([FieldError(str(path), f"not a readable JSON job trace: "
+                                      f"{str(exc)[len(str(path)) + 2:]}")]) from None
+    if isinstance(items, list) and len(items) > MAX_JOBS:
+        raise ConfigError([FieldError(Path(path).name, f"{len(items):,} jobs are more than "
+                                      f"{MAX_JOBS:,}")])
     return jobs_from_list(items, source=Path(path).name)
 
 
@@ -208,10 +227,10 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
     ``progress(done, total, name)`` is called before each job's sweep; ``cancel`` is passed
     to the sweeps (:class:`core.sweep.SweepCancelled` when it is set).
     """
-    from .simulate import open_profile, profile_path
+    from .simulate import session_profile
     from .sweep import SweepSpace, run_sweep
 
-    store = store or open_profile(profile_path(session))  # opened once for every job
+    store = store or session_profile(session)  # opened once for every job
     cache: dict[tuple, tuple[np.ndarray, list]] = {}
     out = np.zeros((len(jobs), len(counts)))
     plans: list[list[dict | None]] = []

@@ -18,13 +18,13 @@ over the target, so a crash never leaves a half-written session.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_target
-from .config import ConfigError, FieldError, Session, check, read_vtrain_config
+from .config import ConfigError, FieldError, Session, check, vtrain_config_from_dict
+from .inputs import read_json_file, strict_dumps
 
 __all__ = ["SESSION_FORMAT", "SESSION_VERSION", "SessionFileError", "save_session",
            "load_session", "load_any", "session_to_json", "atomic_write_text"]
@@ -41,7 +41,7 @@ def session_to_json(session: Session) -> str:
     """Serialize to the session JSON text (stable key order, trailing newline)."""
     doc: dict[str, Any] = {"format": SESSION_FORMAT, "version": SESSION_VERSION}
     doc.update(session.to_dict())
-    return json.dumps(doc, indent=2) + "\n"
+    return strict_dumps(doc, "session", indent=2) + "\n"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -54,47 +54,71 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def save_session(session: Session, path: str | Path) -> None:
-    """Save ``session`` to ``path`` atomically. Raises ``OSError`` if the folder is not writable."""
+    """Save ``session`` to ``path`` atomically. Raises ``OSError`` if the folder is not writable.
+
+    A ``cluster.profile_path`` inside the target's folder is written relative to it (the
+    reader resolves it against the file's folder), so a folder of sessions and stores can
+    be moved as a whole; others are written as they are.
+    """
+    path = Path(path)
+    store = session.cluster.profile_path
+    if store and Path(store).is_absolute():
+        folder = Path(os.path.abspath(path)).parent
+        try:
+            rel = Path(store).relative_to(folder)
+        except ValueError:
+            rel = None
+        if rel is not None:
+            session = session.copy()
+            session.cluster.profile_path = rel.as_posix()
     atomic_write_text(path, session_to_json(session))
 
 
 def load_session(path: str | Path) -> Session:
     """Read a session file.
 
+    A relative ``cluster.profile_path`` is resolved against the session file's folder
+    (never the working folder), so the file means the same wherever it is opened from.
+
     Raises
     ------
     SessionFileError
-        The file is missing, not JSON, not a session file, of a newer version,
-        or holds invalid fields (the message lists them).
+        The file is missing, not a regular file, too large, not JSON, nested too deeply,
+        not a session file, of a newer version, lacks a required field, or holds invalid
+        fields (the message names the file and lists them).
     """
     path = Path(path)
-    return session_from_document(read_json(path, SessionFileError, "utf-8"), str(path))
+    session = session_from_document(read_json(path, SessionFileError), str(path), path.parent)
+    session.source = str(path)
+    return session
 
 
 def read_json(path: str | Path, error: type[Exception] = SessionFileError,
               encoding: str = "utf-8-sig") -> Any:
-    """Parse the JSON file at ``path``.
+    """Parse the JSON file at ``path`` (:func:`core.inputs.read_json_file`: regular files of
+    bounded size, bounded nesting, finite numbers only).
 
     Raises
     ------
     error
-        The file cannot be read or is not JSON; the message names the file.
+        The file cannot be read or is not such JSON; the message names the file.
     """
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding=encoding))
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path}: not a valid JSON file ({exc})") from None
+    return read_json_file(path, error)
 
 
 #: Sections a session file must have (cluster, cost and sweep fall back to defaults).
+#: Inside a section, the fields whose metadata says ``required`` must be given: every
+#: model field but ``ffn_hidden_size`` (None means 4h), and the plan's t, p, d, b, B,
+#: recompute and precision (schedule defaults to Megatron-LM's 1F1B). Cluster and cost
+#: fields have documented defaults (docs/simulator.md, "Inputs").
 REQUIRED_SECTIONS = ("model", "plan")
 
 
-def session_from_document(doc: Any, where: str = "session") -> Session:
-    """Convert a parsed session document, checking format and version."""
+def session_from_document(doc: Any, where: str = "session", base: str | Path | None = None
+                          ) -> Session:
+    """Convert a parsed session document, checking format, version, required fields, types
+    and bounds. With ``base`` (the file's folder), a relative ``cluster.profile_path`` is made
+    absolute against it."""
     if not isinstance(doc, dict) or doc.get("format") != SESSION_FORMAT:
         raise SessionFileError(f"{where}: not a vTrain session file (missing \"format\": "
                                f"\"{SESSION_FORMAT}\")")
@@ -113,9 +137,13 @@ def session_from_document(doc: Any, where: str = "session") -> Session:
                                f"{', '.join(repr(m) for m in missing)}; a session names its "
                                f"model and its parallel plan")
     try:
-        return Session.from_dict(body)
+        session = Session.from_dict(body, require=True)
     except ConfigError as exc:
         raise SessionFileError(f"{where}: {exc}") from None
+    path = session.cluster.profile_path
+    if base is not None and path and not Path(path).expanduser().is_absolute():
+        session.cluster.profile_path = str(Path(os.path.abspath(Path(base) / path)))
+    return session
 
 
 def load_any(path: str | Path, *, validate: bool = True) -> Session:
@@ -132,11 +160,20 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
     """
     path = Path(path)
     doc = read_json(path)
-    if isinstance(doc, dict) and "format" in doc:
-        session = session_from_document(doc, str(path))
-        return check(session) if validate else session
-    if isinstance(doc, dict) and "tensor_parallel_size" in doc:
-        return read_vtrain_config(path, check_rules=validate)
+    try:
+        if isinstance(doc, dict) and "format" in doc:
+            session = session_from_document(doc, str(path), path.parent)
+            if validate:
+                check(session)
+        elif isinstance(doc, dict) and "tensor_parallel_size" in doc:
+            session = vtrain_config_from_dict(doc, source=str(path), check_rules=validate)
+        else:
+            session = None
+    except ConfigError as exc:
+        raise exc.in_file(path) from None
+    if session is not None:
+        session.source = str(path)  # named in later errors (e.g. its profile store's)
+        return session
     raise SessionFileError(f"{path}: neither a vTrain session file nor a vTrain config "
                            f"(no \"format\" or \"tensor_parallel_size\" key)")
 

@@ -6,6 +6,7 @@ GPU kind, builds the execution graph, solves it and computes the report.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,20 +14,26 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import Session, check
+from .config import ConfigError, FieldError, Session, check
 from .costing import costing
 from .fastpath import pipeline_iteration_times
 from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, stage_times)
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .interval import DEFAULT_COVERAGE, check_coverage, session_interval
-from .profile_store import ProfileStore
+from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
 from .schedules import get as get_schedule
 from .schedules import in_flight_microbatches
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration", "memory_verdict"]
+           "stage_memory", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
+
+#: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
+#: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
+#: 1.8 million). Larger plans are refused by name rather than left to exhaust memory.
+MAX_GRAPH_TASKS = 10_000_000
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 _STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
@@ -53,6 +60,32 @@ def profile_path(session: Session) -> Path:
     if session.cluster.profile_path:
         return Path(session.cluster.profile_path).expanduser()
     return PROFILES_DIR / f"{session.cluster.gpu}.h5"
+
+
+def session_profile(session: Session) -> ProfileStore:
+    """Open the profile store ``session`` uses (:func:`profile_path`, cached).
+
+    A store named by ``cluster.profile_path`` must be an ``.h5`` file (nothing else is
+    opened), and its errors name that field; whether the path exists or what it holds
+    otherwise is not told (:data:`core.profile_store.NOT_A_STORE`). The session file
+    (``session.source``, set by :func:`core.session.load_any`) is named too.
+
+    Raises
+    ------
+    ProfileStoreError
+        Not a readable store, or a corrupted one.
+    """
+    path = profile_path(session)
+    if not session.cluster.profile_path:
+        return open_profile(path)
+    source = getattr(session, "source", None)
+    field = f"{source}: cluster.profile_path" if source else "cluster.profile_path"
+    if path.suffix.lower() not in (".h5", ".hdf5"):
+        raise ProfileStoreError(f"{field}: {path}: {NOT_A_STORE} (a store is an .h5 file)")
+    try:
+        return open_profile(path)
+    except ProfileStoreError as exc:
+        raise ProfileStoreError(f"{field}: {exc}") from None
 
 
 def open_profile(path: str | Path) -> ProfileStore:
@@ -173,8 +206,16 @@ def simulate(session: Session, store: ProfileStore | None = None,
     check_coverage(coverage)
     t0 = time.perf_counter()
     check(session)
+    tasks = graph_size_estimate(session)
+    if tasks > MAX_GRAPH_TASKS:
+        pl = session.plan
+        raise ConfigError([FieldError(
+            "plan.global_batch_size", f"the iteration's graph would have about {tasks:,} tasks "
+            f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
+            f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
+            "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
     if store is None:
-        store = open_profile(profile_path(session))
+        store = session_profile(session)
     t1 = time.perf_counter()
     cache: dict = {}
     graph, warnings = build_graph(session, store, cache=cache)
@@ -254,5 +295,46 @@ def simulate(session: Session, store: ProfileStore | None = None,
         warnings=warnings,
         interval=session_interval(session, T, store, coverage),
     )
+    check_finite(report)
     timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
     return SimulationResult(session, graph, schedule, report, timings)
+
+
+def graph_size_estimate(session: Session) -> int:
+    """Upper estimate of the tasks of :func:`core.graph.build_graph`'s op-level graph.
+
+    Per micro-batch: attention and MLP forward and backward per layer (twice more under
+    full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
+    embedding and output tasks; two pipeline transfers per stage boundary.
+    """
+    m, pl = session.model, session.plan
+    v = pl.virtual_pipeline_stages or 1
+    per_layer = _tasks_per_layer(pl)
+    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
+    return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+def _tasks_per_layer(pl) -> int:
+    """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
+    backward, the weight-gradient halves of a split backward, the recomputed forward;
+    each with its tensor-parallel all-reduce when ``t > 1``."""
+    return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+
+
+def check_finite(report: Report) -> None:
+    """Raise :class:`ConfigError` naming the first figure of ``report`` that is not a finite
+    number (no result is ever Infinity or NaN)."""
+    def walk(where: str, value: object) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return where
+        if isinstance(value, dict):
+            return next((w for k, v in value.items() if (w := walk(f"{where}.{k}", v))), None)
+        if isinstance(value, (list, tuple)):
+            return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
+        return None
+
+    bad = walk("report", report.to_dict())
+    if bad:
+        raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "
+                                           "this simulator can compute (check the sizes, "
+                                           "bandwidths and the profile store)")])

@@ -78,12 +78,12 @@ import numpy as np
 
 from . import model_math
 from . import schedules as pipeline_schedules
-from .config import (PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
-                     ParallelPlan, Session, plan_key, validate)
+from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
+                     FieldError, ParallelPlan, Session, plan_key, validate)
 from .costing import costing
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
-from .simulate import memory_verdict, open_profile, profile_path
+from .simulate import memory_verdict, session_profile
 from .solver import solve
 from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 
@@ -192,8 +192,10 @@ class SweepSpace:
         """Every rule the space breaks, fields named ``sweep.<attribute>`` (empty when valid)."""
         errs: list[FieldError] = []
 
+        top = int(BOUNDS["parallel"].hi)
+
         def pos_int(v: Any) -> bool:
-            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= top
 
         def ints(name: str, values: Any, allow_none: bool = True) -> None:
             if values is None:
@@ -207,13 +209,18 @@ class SweepSpace:
                 errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
             bad = [v for v in values if not pos_int(v)]
             if bad:
-                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer"))
+                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer "
+                                       f"up to {top:,}"))
 
         ints("num_gpus", self.num_gpus)
         for name in ("max_gpus", "max_data_parallel"):
             v = getattr(self, name)
             if v is not None and not pos_int(v):
-                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer"))
+                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer "
+                                       f"up to {top:,}"))
+        if not isinstance(self.tensor_parallel_across_nodes, bool):
+            errs.append(FieldError("sweep.tensor_parallel_across_nodes",
+                                   f"{self.tensor_parallel_across_nodes!r} must be true or false"))
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
@@ -277,7 +284,24 @@ class SweepSpace:
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """Divisors of ``n`` in increasing order (O(sqrt n))."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
+
+
+#: Most (t, p, d, b, schedule, recompute) candidates a sweep checks; beyond it the space
+#: is refused (narrow it) rather than left to run for hours.
+MAX_SWEEP_CANDIDATES = 2_000_000
+#: Most pipeline steps (``p * m``) of one plan the sweep simulates; larger plans are listed
+#: with this as their reason and no figures (as the op-level graph, see
+#: :data:`core.simulate.MAX_GRAPH_TASKS`).
+MAX_PIPELINE_STEPS = 10_000_000
+#: Most work one sweep may take, in pipeline steps: the sum over plans of ``p * m * v``
+#: (the batch solver's arrays) plus ``10 * L / p`` (the per-layer lookups of each plan's
+#: stage times, about ten steps' time each). The MT-NLG study (9,000 plans) takes about
+#: 6e7 and half a minute; 3e8 is about two minutes. Beyond it the sweep is refused by
+#: name (narrow the space) rather than left to run for hours.
+MAX_SWEEP_WORK = 300_000_000
 
 
 def _as_list(values: Any) -> list:
@@ -343,6 +367,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
+    candidates = len(ts) * len(ps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
+    if candidates > MAX_SWEEP_CANDIDATES:
+        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x d x b x "
+                                      f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
+                                      "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     for t in ts:
         for p in ps:
@@ -595,9 +624,9 @@ class SweepResult:
                 out[c] = self.reason[i]
             else:
                 v = getattr(self, c)[i]
-                out[c] = v.item() if isinstance(v, np.generic) else v
-                if isinstance(out[c], float) and math.isnan(out[c]):
-                    out[c] = None  # no error band: JSON null, an empty CSV cell
+                v = v.item() if isinstance(v, np.generic) else v
+                # no figures (a plan too large to simulate) or no error band: null, never NaN
+                out[c] = None if isinstance(v, float) and not math.isfinite(v) else v
         return out
 
     def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
@@ -689,6 +718,20 @@ def _is_cancelled(cancel: Any) -> bool:
     return bool(cancel())
 
 
+def plan_label(pl: ParallelPlan) -> str:
+    """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.
+    ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
+    return pl.label()
+
+
+def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
+    """``"; in 5 plans: t=8 p=2 ..., ... and 2 more"``: which plans a sweep warning concerns."""
+    labels = [plan_label(pl) for pl in plans]
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return (f"; in {len(labels)} plan{'s' if len(labels) != 1 else ''}: "
+            f"{', '.join(labels[:shown])}{more}")
+
+
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
               progress: ProgressFn | None = None, cancel: Any = None,
               coverage: float = DEFAULT_COVERAGE) -> SweepResult:
@@ -737,9 +780,18 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
     plans = enumerate_plans(session, space)
+    work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
+               + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
+               if pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) <= MAX_PIPELINE_STEPS)
+    if work > MAX_SWEEP_WORK:
+        raise ConfigError([FieldError("sweep", f"the {len(plans):,} plans need about {work:,} "
+                                      f"pipeline steps to simulate, more than {MAX_SWEEP_WORK:,} "
+                                      "(about two minutes); narrow the space: larger micro-batch "
+                                      "sizes, fewer pipeline-parallel sizes, a smaller GPU budget "
+                                      "or global batch")])
     session = session.copy()  # the result keeps the inputs it was computed from
     if store is None:
-        store = open_profile(profile_path(session))
+        store = session_profile(session)
     n = len(plans)
     num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
@@ -752,12 +804,23 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     for i, pl in enumerate(plans):
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
     lookup_cache: dict = {}
-    warnings: set[str] = set()  # of plans that fit: the others' lookups are never used
+    warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
     if progress is not None:
         progress(0, n)
     for (p, m, schedule, v), group in sorted(groups.items()):
+        if p * m * v > MAX_PIPELINE_STEPS:
+            for i in group:
+                iteration[i] = math.nan
+                max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
+                reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
+                             f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
+                             f"{MAX_PIPELINE_STEPS:,}")
+            done += len(group)
+            if progress is not None:
+                progress(done, n)
+            continue
         sched = pipeline_schedules.get(schedule)
         # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
         step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
@@ -776,7 +839,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                 max_mem[i], fits, reason[i] = memory_verdict(model_math.stage_memory(model, pl),
                                                              capacity, reserve)
                 if fits:
-                    warnings.update(st.warnings)
+                    for w in st.warnings:
+                        warned.setdefault(w, []).append(i)
             if sched.fast_path:
                 ready = per_chunk[3] if per_chunk[3].any() else None
                 tails = per_chunk[4] if np.isfinite(per_chunk[4]).any() else None
@@ -800,7 +864,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
                       peak_flops_per_gpu=float(store.peak_flops[session.plan.precision]),
                       training_tokens=cost.training_tokens,
                       price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
-    fits = max_mem <= capacity * (1 - reserve)
+    fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)
     days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
     residuals = getattr(store, "residuals", None)
@@ -817,7 +881,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sorted(warnings),
+        warnings=sorted(w + plans_note([plans[i] for i in idx]) for w, idx in warned.items()),
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,

@@ -7,12 +7,12 @@ thread per stream (compute, comm), named with metadata events.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from .graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+from .inputs import strict_dumps
 from .session import atomic_write_text
 
 __all__ = ["trace_events", "write_trace"]
@@ -49,4 +49,5 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
 
 def write_trace(graph: ExecutionGraph, schedule: Schedule, path: str | Path) -> None:
     """Write the trace JSON to ``path`` atomically."""
-    atomic_write_text(path, json.dumps(trace_events(graph, schedule), separators=(",", ":")))
+    atomic_write_text(path, strict_dumps(trace_events(graph, schedule), "trace",
+                                         separators=(",", ":")))

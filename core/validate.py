@@ -28,6 +28,7 @@ for counts per cause).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -38,6 +39,8 @@ import numpy as np
 
 from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
                      ParallelPlan, Session, gpu_kind, validate)
+from .config import rename_field
+from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "interval_metrics", "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS",
@@ -68,6 +71,10 @@ _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "atte
                    "# layers", "sequence length", "tensor parallelism", "data parallelism",
                    "pipeline parallelism", "iteration time (ms)"]
 _AUTHORS_MULTI = ["Parameters (billion)"] + _AUTHORS_SINGLE
+
+
+#: Most data rows a measurement file may have (the authors' files have 864 and 288).
+MAX_ROWS = 100_000
 
 
 class MeasurementFileError(ValueError):
@@ -113,14 +120,22 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     Raises
     ------
     MeasurementFileError
-        Unreadable file, unknown header, or a value that is not a number.
+        Unreadable, non-regular or too large file (:mod:`core.inputs`), not CSV, more than
+        :data:`MAX_ROWS` rows, unknown header, or a value that is not a finite number.
+        A row whose values break a configuration rule or bound is kept, skipped with
+        that reason.
     """
     path = Path(path)
+    text = read_text(path, MeasurementFileError, "csv")
     try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MeasurementFileError(f"{path}: cannot read: {exc}") from None
+        rows = []
+        for r in csv.reader(io.StringIO(text, newline="")):
+            if r and any(c.strip() for c in r):
+                rows.append(r)
+                if len(rows) > MAX_ROWS + 1:
+                    raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows")
+    except csv.Error as exc:
+        raise MeasurementFileError(f"{path}: not a readable CSV file ({exc})") from None
     if not rows:
         raise MeasurementFileError(f"{path}: empty file")
     if len(rows) == 1:
@@ -140,7 +155,11 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
     try:
         v = float(text)
     except ValueError:
-        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text!r} is not a number") from None
+        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
+                                   "number") from None
+    if not math.isfinite(v):
+        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
+                                   "finite number")
     if kind is int:
         if not v.is_integer():
             raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text!r} is not an integer")
@@ -148,11 +167,24 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
     return v
 
 
+#: Session field -> column of the authors' layouts, so skip reasons use the file's names.
+_AUTHORS_COLUMNS = {
+    "model.num_layers": "# layers", "model.hidden_size": "hidden size",
+    "model.num_attention_heads": "attention heads", "model.seq_length": "sequence length",
+    "plan.tensor_parallel": "tensor parallelism", "plan.data_parallel": "data parallelism",
+    "plan.pipeline_parallel": "pipeline parallelism", "plan.micro_batch_size": "micro batch",
+    "plan.global_batch_size": "global batch",
+}
+
+
 def _finish(row: int, session: Session, measured_s: float, group: dict[str, str],
-            reason: str = "", causes: list[str] | None = None) -> Measurement:
+            reason: str = "", causes: list[str] | None = None,
+            names: dict[str, str] | None = None) -> Measurement:
     causes = list(causes or ([reason.split(":")[0]] if reason else []))
     if not reason:
         errs = validate(session)
+        if names:  # the file's own column names
+            errs = [rename_field(e, names) for e in errs]
         if errs:
             reason = "invalid plan: " + "; ".join(e.message for e in errs)
             causes = ["GPU kind without a shipped profile" if e.field == "cluster.gpu"
@@ -199,7 +231,7 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     group = {"model": model.name, "t": str(plan.tensor_parallel), "p": str(plan.pipeline_parallel),
              "source": "multi-node" if multi else "single-node"}
     return _finish(row, session, _num(path, row, "iteration time (ms)", v["iteration time (ms)"]) / 1e3,
-                   group, reason)
+                   group, reason, names=_AUTHORS_COLUMNS)
 
 
 def _flag(text: str) -> bool | None:

@@ -327,7 +327,7 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     assert "--file-weights: needs one positive weight per CSV (2), got 1" in capsys.readouterr().err
     assert not out.exists()
     assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
-                 "--file-weights", "1", "3"]) == 0
+                 "--file-weights", "1", "3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["cross_validation"]) == {"a.csv", "b.csv"}
     from core.profile_store import ProfileStore
@@ -351,13 +351,20 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     assert np.abs(r.log_residual[cv]).max() < 0.06
     assert "error_band" in store.provenance
     assert main(["validate", paths[0], "--profile", str(out), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["mape_percent"] < 2.0
+    vdoc = json.loads(capsys.readouterr().out)
+    assert vdoc["mape_percent"] < 2.0
     # 12 residuals in two node classes: too few for a 90 % band, and the report says so
-    assert doc["interval_coverage"] is None and doc["interval_rows"] == 0
+    assert vdoc["interval_coverage"] is None and vdoc["interval_rows"] == 0
     assert main(["validate", paths[0], "--profile", str(out), "--coverage", "0.5", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["interval_rows"] == doc["n"] and 0 <= doc["interval_coverage"] <= 1
+    vdoc = json.loads(capsys.readouterr().out)
+    assert vdoc["interval_rows"] == vdoc["n"] and 0 <= vdoc["interval_coverage"] <= 1
+    # without --json: the same figures as tables (fitted parameter values, one row per file)
+    assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
+                 "--file-weights", "1", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "Fitted parameters" in text and "a.csv" in text and "b.csv" in text
+    assert f"{doc['parameters']['gemm_efficiency_max']:.4g}" in text
+    assert f"{doc['cross_validation']['a.csv']['mape_percent']:.2f}" in text
     assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "0"]) == 0
     capsys.readouterr()
     assert ProfileStore.open(out).residuals is None
@@ -439,7 +446,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
 
 
 @pytest.mark.parametrize("cells, cause, words", [
-    ({"activation": "geglu"}, "invalid plan (model.activation)", "activation='geglu' is not one of"),
+    ({"activation": "geglu"}, "invalid plan (model.activation)", 'activation="geglu" is not one of'),
     ({"num_experts": 8, "moe_top_k": 2}, "mixture of experts", "num_experts=8"),
     ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
     ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
@@ -510,4 +517,4 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
     assert re.search(r"invalid plan \(model.activation\)\s*│\s*1", out)
     assert re.search(r"FP8 precision\s*│\s*1", out)
-    assert "skipped row 3: invalid plan: activation='geglu' is not one of gelu, swiglu" in out
+    assert 'skipped row 3: invalid plan: activation="geglu" is not one of gelu, swiglu' in out

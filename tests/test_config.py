@@ -88,12 +88,13 @@ def test_authors_config_num_gpus_mismatch_is_an_error(tmp_path):
            "data_parallel_size=8*16*4=512" in str(err)
 
 
-@pytest.mark.parametrize("value", ["eight", 8.0, True, -8])
+@pytest.mark.parametrize("value", ["eight", 8.0, True, -8, None])
 def test_authors_config_non_integer_tensor_parallel_names_the_key(tmp_path, value):
     err = authors_config_error(tmp_path, tensor_parallel_size=value)
-    # one error, on the file's own key, and no num_gpus product built from a string
+    # one error, on the file's own key (the value as JSON writes it), and no num_gpus
+    # product built from a string
     assert [str(e) for e in err.errors] == [
-        f"tensor_parallel_size: tensor_parallel_size={value!r} must be a positive integer"]
+        f"tensor_parallel_size: tensor_parallel_size={json.dumps(value)} must be a positive integer"]
 
 
 @pytest.mark.parametrize("bucket", [True, False])

@@ -235,11 +235,18 @@ def test_spec_errors_name_the_file_field_and_rule(tmp_path, changes, field, rule
     assert rule in str(exc.value)
 
 
+def _write_text(path, text):
+    path.write_text(text)
+    return path
+
+
 def test_spec_file_that_is_not_json_or_missing(tmp_path):
-    with pytest.raises(GpuSpecError, match=r"gpu\.json: not valid JSON"):
+    with pytest.raises(GpuSpecError, match=r"gpu\.json: not a valid JSON file"):
         read_gpu_spec(_write(tmp_path, "{not json"))
-    with pytest.raises(GpuSpecError, match="GPU spec file not found"):
+    with pytest.raises(GpuSpecError, match="absent.json: cannot read: No such file"):
         read_gpu_spec(tmp_path / "absent.json")
+    with pytest.raises(GpuSpecError, match="deep.json: JSON nested 100 levels deep"):
+        read_gpu_spec(_write_text(tmp_path / "deep.json", "[" * 100 + "]" * 100))
     with pytest.raises(GpuSpecError, match="must be a JSON object"):
         read_gpu_spec(_write(tmp_path, "[1, 2]"))
 

@@ -16,7 +16,7 @@ from core.cli import main
 from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
 from core.graph import params_per_gpu
 from core.ops import analytic_op_time
-from core.session import load_any, save_session
+from core.session import load_any, save_session, session_to_json
 from core.simulate import open_profile, profile_path, simulate, stage_memory
 from core.graph_types import KINDS
 from core.solver import solve
@@ -75,7 +75,9 @@ def test_report_figures_are_consistent():
     assert r.model_flops_per_iteration == pytest.approx(flops, rel=1e-12)
     assert r.mfu == pytest.approx(flops / r.iteration_time_s / (512 * 312e12))
     assert r.tokens_per_s == pytest.approx(B * seq / r.iteration_time_s)
-    assert r.num_iterations == math.ceil(300e9 / (B * seq))  # a partial iteration still runs
+    # whole iterations: ceil(300e9 / (1536 * 2048)) = ceil(95367.43), an integer
+    assert r.num_iterations == math.ceil(300e9 / (B * seq)) == 95368
+    assert isinstance(r.num_iterations, int)
     assert r.training_days == pytest.approx(r.num_iterations * r.iteration_time_s / 86400)
     assert r.gpu_hours == pytest.approx(r.training_days * 24 * 512)
     assert r.cost_usd == pytest.approx(r.gpu_hours * 2.0)
@@ -181,9 +183,11 @@ def test_cli_overrides(capsys):
 
 @pytest.mark.parametrize("setup,needle", [
     (lambda p: p.write_text("{oops"), "not a valid JSON file"),
+    (lambda p: p.write_text(session_to_json(Session(plan=ParallelPlan(tensor_parallel=5)))),
+     "num_attention_heads=96 is not divisible by tensor_parallel_size=5"),
     (lambda p: p.write_text(json.dumps({"format": "vtrain-session", "version": 1, "model": {},
                                         "plan": {"tensor_parallel": 5}})),
-     "num_attention_heads=96 is not divisible by tensor_parallel_size=5"),
+     "model.num_layers: missing; a session file must give it"),
     (lambda p: None, "cannot read"),
 ])
 def test_cli_bad_input_exits_2_with_one_message(tmp_path, setup, needle):

@@ -30,6 +30,7 @@ import argparse
 import os
 import sys
 
+from ..text import printable
 from . import (calibrate, diff, exports, gui, imports, optimal, profile, schedule, simulate,
                sweep, validate)
 from .common import UsageError
@@ -41,7 +42,8 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
 #: only once its module is imported, so no module (numpy, h5py) is imported for this.
 USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileError"),
                ("core.profile_store", "ProfileStoreError"), ("core.validate", "MeasurementFileError"),
-               ("core.nccl_tests", "NcclTestsError"), ("core.megatron_args", "MegatronArgsError"))
+               ("core.nccl_tests", "NcclTestsError"), ("core.inputs", "NonFiniteError"),
+               ("core.megatron_args", "MegatronArgsError"))
 
 # one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
 # the order is the order of ``vtrain --help``
@@ -68,23 +70,43 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     return (UsageError, *found)
 
 
+def _error(text: object) -> int:
+    """Print ``vtrain: error: TEXT`` as one line on stderr (control characters and line
+    breaks from files shown as escapes) and return exit status 2."""
+    line = printable(" ".join(str(text).split("\n")))
+    print(f"vtrain: error: {line}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the process exit status."""
+    """Run the command line; returns the process exit status.
+
+    0: done; 2: bad input (one line naming the file, field and rule on stderr; argparse's
+    usage errors too); 1: an internal error (one line, never a traceback; set
+    ``VTRAIN_DEBUG=1`` to see it); 130: interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return SUBCOMMANDS[args.command].run(args)
+    except KeyboardInterrupt:
+        print("vtrain: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # sorted here, in this order: USER_ERRORS are looked up lazily
         if isinstance(exc, _user_error_types()):
-            print(f"vtrain: error: {exc}", file=sys.stderr)
-            return 2
+            return _error(exc)
         if isinstance(exc, KeyError):  # the profile lacks data the plan needs
-            print(f"vtrain: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-            return 2
+            return _error(exc.args[0] if exc.args else exc)
         if isinstance(exc, BrokenPipeError):  # the reader went away (``vtrain ... | head``): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        if isinstance(exc, OSError):
-            print(f"vtrain: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        raise
+        if isinstance(exc, OSError):  # a file that cannot be written or read: name it
+            name = exc.filename or ""
+            return _error(f"{name}: {exc.strerror or exc}" if name else (exc.strerror or exc))
+        if isinstance(exc, MemoryError):
+            return _error("out of memory: the inputs are too large for this machine")
+        if os.environ.get("VTRAIN_DEBUG"):  # a bug: one line, not a traceback
+            raise
+        line = printable(" ".join(f"{type(exc).__name__}: {exc}".split("\n")))
+        print(f"vtrain: internal error (please report it, with the input): {line}", file=sys.stderr)
+        return 1

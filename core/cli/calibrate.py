@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,14 @@ def add_parser(sub: Any) -> None:
                     "says otherwise), report per file the "
                     "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="CSV", nargs="+")
+    c.add_argument("csv", metavar="CSV", nargs="+",
+                   help="measurement CSVs (the layouts of vtrain validate, docs/accuracy.md)")
     c.add_argument("--profile", metavar="STORE.h5", required=True, help="store to start from")
-    c.add_argument("--out", metavar="STORE.h5", required=True)
+    c.add_argument("--out", metavar="STORE.h5", required=True,
+                   help="calibrated store to write (atomically; an existing file is replaced)")
+    c.add_argument("--json", action="store_true",
+                   help="print one JSON object (parameters, cross-validation, in-sample figures) "
+                        "instead of tables")
     c.add_argument("--folds", type=int, default=5, metavar="K",
                    help="cross-validation folds per file (0: skip cross-validation)")
     c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
@@ -38,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..calibrate import (balanced_weights, calibrated_store, calibration_residuals,
                              cross_validate_files, fit, measured_sessions)
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..profile_store import ProfileStore
-    from ..console import Console
     from ..validate import read_measurements
 
     console = Console(stderr=True)
@@ -61,27 +66,28 @@ def run(args: argparse.Namespace) -> int:
     cv_pred = []
     if args.folds:
         for j, (name, sessions, measured) in enumerate(per_file):
-            console.print(f"cross-validating on {name} ({len(sessions)} rows, {args.folds} folds)...")
+            console.print(f"cross-validating on {esc(name)} ({len(sessions)} rows, {args.folds} folds)...")
             pred, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
-                                             progress=lambda msg: console.print(f"  {msg}"))
+                                             progress=lambda msg: console.print(f"  {esc(msg)}"))
             cv_pred.append(pred)
             cv[name] = {k: float(v) for k, v in met.items()}
-            console.print(f"  {name}: MAPE {met['mape_percent']:.2f} %, median "
+            console.print(f"  {esc(name)}: MAPE {met['mape_percent']:.2f} %, median "
                           f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
                           f"R^2 {met['r2']:.4f}")
     sessions = [s for _, ss, _ in per_file for s in ss]
     measured = np.concatenate([m for _, _, m in per_file])
     how = ("files weighted equally" if shares is None else
            "file weights " + ", ".join(f"{n} {w:g}" for (n, _, _), w in zip(per_file, shares)))
-    console.print(f"fitting on all {len(sessions)} rows ({how})...")
+    console.print(f"fitting on all {len(sessions)} rows ({esc(how)})...")
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
-                 progress=lambda msg: console.print(f"  {msg}"))
+                 progress=lambda msg: console.print(f"  {esc(msg)}"))
     residuals = None
     if args.folds:  # the out-of-fold predictions give every prediction its error band
         residuals = calibration_residuals(
             [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
-            folds=args.folds, file_weights=shares, progress=lambda msg: console.print(f"  {msg}"))
+            folds=args.folds, file_weights=shares,
+            progress=lambda msg: console.print(f"  {esc(msg)}"))
     else:
         console.print("no cross-validation (--folds 0): the store gets no error band")
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
@@ -89,5 +95,44 @@ def run(args: argparse.Namespace) -> int:
     out = {"out": str(args.out), "parameters": result.op_model,
            "num_shape_factors": len(result.corrections), "cross_validation": cv,
            "in_sample": result.train_metrics}
-    print(json.dumps(out, indent=2))
+    if args.json:
+        print(strict_dumps(out, indent=2))
+        return 0
+    _print(out, base, Console())
     return 0
+
+
+def _print(out: dict, base: Any, console: Any) -> None:
+    """The calibration as tables: the fitted parameters beside the base store's, the
+    cross-validated error per file and the in-sample error."""
+    from rich.table import Table
+
+    from ..console import esc
+    from ..ops import DEFAULT_OP_MODEL
+
+    console.print(f"[bold]wrote {esc(out['out'])}[/]: calibrated from {esc(base.summary())}")
+    t = Table(title="Fitted parameters", title_justify="left")
+    for col in ("parameter", "base", "fitted"):
+        t.add_column(col, justify="left" if col == "parameter" else "right")
+    for name, value in out["parameters"].items():
+        before = base.op_model.get(name, DEFAULT_OP_MODEL.get(name))
+        t.add_row(esc(name), "-" if before is None else f"{before:.4g}", f"{value:.4g}")
+    console.print(t)
+    console.print(f"{out['num_shape_factors']:,} per-shape op-time factors", highlight=False)
+    cols = (("rows", "n", "d"), ("MAPE %", "mape_percent", ".2f"),
+            ("median APE %", "median_ape_percent", ".2f"), ("max APE %", "max_ape_percent", ".2f"),
+            ("R^2", "r2", ".4f"))
+    e = Table(title="Error (cross-validated per file, then in-sample on all rows)",
+              title_justify="left")
+    e.add_column("data")
+    for label, _, _ in cols:
+        e.add_column(label, justify="right")
+
+    def cells(met: dict) -> list[str]:
+        return [format(int(met[k]) if f == "d" else float(met[k]), f) if k in met else "-"
+                for _, k, f in cols]
+
+    for name, met in out["cross_validation"].items():
+        e.add_row(esc(name), *cells(met))
+    e.add_row("all rows, in-sample", *cells(out["in_sample"]))
+    console.print(e)

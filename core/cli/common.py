@@ -7,10 +7,11 @@ package has no import cycle.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
-from ..config import ConfigError, FieldError
+from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "check_number", "fmt_bytes", "GiB"]
@@ -38,10 +39,16 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     session = load_any(args.path, validate=validate)
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
-    if getattr(args, "tokens", None) is not None:
-        session.cost.training_tokens = args.tokens
-    if getattr(args, "price_per_gpu_hour", None) is not None:
-        session.cost.price_per_gpu_hour_usd = args.price_per_gpu_hour
+    for option, name in (("--tokens", "training_tokens"),
+                         ("--price-per-gpu-hour", "price_per_gpu_hour_usd")):
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        f = next(f for f in dataclasses.fields(CostConfig) if f.name == name)
+        msg = check_value(option, f, value)  # the field's own type and bounds, named by option
+        if msg:
+            raise ConfigError([FieldError(option, msg)])
+        setattr(session.cost, name, value)
     return session
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from typing import Any
 
@@ -40,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
     from ..config import ConfigError, FieldError
     from ..hf_import import read_hf_config
+    from ..inputs import strict_dumps
+    from ..text import printable
     from ..model_math import num_parameters
     from ..session import save_session
     if not args.out and not args.json:
@@ -52,13 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         save_session(imp.session, args.out)
     if args.json:
-        print(json.dumps(dataclasses.asdict(model), indent=2))
+        print(strict_dumps(dataclasses.asdict(model), "model", indent=2))
         out = sys.stderr
     else:
         out = sys.stdout
     n = num_parameters(model)
-    print(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters, "
-          f"plan {imp.session.plan.label()}" + (f"; wrote {args.out}" if args.out else ""), file=out)
+    print(printable(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters, "
+                    f"plan {imp.session.plan.label()}" + (f"; wrote {args.out}" if args.out else "")),
+          file=out)
     for name, why in imp.ignored.items():
-        print(f"  ignored {name}: {why}", file=out)
+        print(printable(f"  ignored {name}: {why}"), file=out)
     return 0

@@ -6,7 +6,6 @@ The study itself is :func:`core.optimal.compute_optimal`.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from .common import check_number, session_from_args
@@ -45,7 +44,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
-    from ..console import Console
+    from ..config import ConfigError
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -53,20 +54,23 @@ def run(args: argparse.Namespace) -> int:
     from ..config import check_all_but_the_plan
     from ..optimal import gpt_shape
     # the model and plan are the study's; the cluster, batch and sequence must be valid
-    check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
+    try:
+        check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:
         def progress(done: int, total: int, name: str) -> None:
             if name:
-                err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
+                err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress)
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
         doc["cost_usd"] = _cost(result, session)
-        print(json.dumps(doc))
+        print(strict_dumps(doc))
         return 0
     _print(result, session, Console())
     return 0
@@ -79,9 +83,10 @@ def _cost(result, session) -> float:
 def _print(result, session, console: Console) -> None:
     from rich.table import Table
 
+    from ..console import esc
     from ..optimal import format_params
     s = session
-    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {s.cluster.gpu} for "
+    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
@@ -105,7 +110,7 @@ def _print(result, session, console: Console) -> None:
         if c.plan is None:
             t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                       str(m.num_attention_heads), "-", "-", "-", "-", "-", "-", "-",
-                      c.reason + (f" ({mark})" if mark else ""))
+                      esc(c.reason) + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
         t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
@@ -123,7 +128,7 @@ def _print(result, session, console: Console) -> None:
                       "h=1024).", highlight=False)
     if result.best is None:
         from ..optimal import no_plan_explanation
-        console.print(f"[red]{no_plan_explanation(result, s.plan.global_batch_size)}[/]",
+        console.print(f"[red]{esc(no_plan_explanation(result, s.plan.global_batch_size))}[/]",
                       highlight=False)
         return
     b = result.candidates[result.best]
@@ -139,6 +144,6 @@ def _print(result, session, console: Console) -> None:
     from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings (all in --json)[/]")

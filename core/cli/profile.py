@@ -13,12 +13,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..text import printable
 from .common import UsageError
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
     from rich.progress import Progress
 
     from ..console import Console
+
+
+def _esc(text: Any) -> str:
+    """:func:`core.console.esc` (rich is imported when something is printed)."""
+    from ..console import esc
+    return esc(text)
+
 
 __all__ = ["add_parser", "run", "provenance_lines", "profile_line", "print_store"]
 
@@ -39,7 +47,8 @@ def add_parser(sub: Any) -> None:
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--gpu", help="shipped GPU kind, e.g. H100-SXM5-80GB")
     what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
-    gen.add_argument("--out", required=True, metavar="STORE.h5")
+    gen.add_argument("--out", required=True, metavar="STORE.h5",
+                     help="store to write (atomically; an existing file is replaced)")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
     show.add_argument("store", metavar="STORE.h5", nargs="+", help="one or more profile stores")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
@@ -79,11 +88,15 @@ def _generate(args: argparse.Namespace) -> int:
             raise UsageError(f"--gpu {args.gpu!r}: no shipped spec; known: "
                              f"{', '.join(shipped_gpu_names())} (or give --spec GPU.json)")
         spec = read_gpu_spec(path)
-    store = store_from_spec(spec)
+    try:
+        store = store_from_spec(spec)
+    except ValueError as exc:  # a figure beyond what a store may hold (STORE_BOUNDS)
+        raise UsageError(f"{args.spec or args.gpu}: {exc}") from None
     store.save(args.out)
     peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
-    print(f"wrote {args.out}: {spec.name}, analytic (data-sheet figures, assumed efficiencies); "
-          f"peak TFLOP/s {peaks}; NVLink domain {spec.gpus_per_nvlink_domain} GPUs")
+    print(printable(f"wrote {args.out}: {spec.name}, analytic (data-sheet figures, assumed "
+                    f"efficiencies); peak TFLOP/s {peaks}; NVLink domain "
+                    f"{spec.gpus_per_nvlink_domain} GPUs"))
     return 0
 
 
@@ -114,8 +127,10 @@ def add_profiling_parsers(psub: Any) -> None:
         description="Spawn WORLD_SIZE local processes (gloo on CPUs, nccl on GPUs), time "
                     "all-reduce, all-gather, reduce-scatter and send/recv over buffer sizes "
                     "(nccl-tests conventions) and add the curves to a store.")
-    coll.add_argument("--world-size", type=int, required=True, metavar="N")
-    coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    coll.add_argument("--world-size", type=int, required=True, metavar="N",
+                      help="processes (ranks) to spawn on this machine, at least 2")
+    coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                      help="torch.distributed backend: gloo on CPUs, nccl on GPUs (default gloo)")
     coll.add_argument("--out", metavar="STORE.h5",
                       help="store to add the curves to (created if missing); omit to only print")
     coll.add_argument("--sizes", metavar="BYTES,...",
@@ -131,7 +146,8 @@ def add_import_parser(psub: Any) -> None:
                           help="add collective curves from nccl-tests output to a store")
     imp.add_argument("files", metavar="FILE", nargs="+",
                      help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
-    imp.add_argument("--into", metavar="STORE.h5", required=True)
+    imp.add_argument("--into", metavar="STORE.h5", required=True,
+                     help="store to add the curves to (saved atomically)")
     imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
     imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
                      help="collective, when the file does not say")
@@ -223,21 +239,21 @@ def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
                                            merge=args.merge)
         except KeyboardInterrupt:
             bar.stop()
-            console.print(f"[yellow]interrupted:[/] {args.out} holds {last['saved']} of "
+            console.print(f"[yellow]interrupted:[/] {_esc(args.out)} holds {last['saved']} of "
                           f"{len(shapes)} shape groups (a valid store)")
             return 130
     store = result.store
-    console.print(f"wrote {result.path}: {result.groups_done}/{result.groups_total} shape groups "
+    console.print(f"wrote {_esc(result.path)}: {result.groups_done}/{result.groups_total} shape groups "
                   f"in {result.wall_s:,.0f} s")
     print_store(store, console, provenance=False)
     if not store.collective_kinds():
         console.print(f"[dim]for plans with t, p or d above 1, add collective curves first: "
-                      f"vtrain profile collectives --world-size N --out {result.path} "
+                      f"vtrain profile collectives --world-size N --out {_esc(result.path)} "
                       "(or set cluster.intra_node_bandwidth_gbytes_per_s in the session)[/]",
                       highlight=False)
     if device_type == "cpu":
         console.print("[dim]use it: vtrain simulate SESSION --profile "
-                      f"{result.path} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
+                      f"{_esc(result.path)} (precision fp32, t <= gpus_per_node)[/]", highlight=False)
     return 0
 
 
@@ -245,19 +261,20 @@ def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     """What a store holds: device summary, peak FLOP/s and memory, its provenance (with
     ``provenance``), its op tables with their time ranges and its collective curves."""
     from rich.table import Table
-    console.print(store.summary())
+
+    console.print(_esc(store.summary()))
     peaks = ", ".join(f"{k} {v / 1e9:,.0f}" for k, v in store.peak_flops.items())
     console.print(f"peak GFLOP/s: {peaks}; memory {store.memory_bytes / 2**30:,.1f} GiB at "
                   f"{store.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s", highlight=False)
     if provenance:
         for line in provenance_lines(store.provenance):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {_esc(line)}", highlight=False)
     t = Table(title="operations", title_justify="left")
     for col in ("op", "rows", "interpolated over", "time range"):
         t.add_column(col)
     for op in store.op_names():
         _, times, axis = store.op_table(op)
-        t.add_row(op, str(len(times)), axis,
+        t.add_row(_esc(op), str(len(times)), _esc(axis),
                   f"{times.min() * 1e3:,.3f} .. {times.max() * 1e3:,.3f} ms" if len(times) else "")
     console.print(t)
     kinds = store.collective_kinds()
@@ -300,7 +317,7 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
         except KeyboardInterrupt:
             bar.stop()
             if args.out:
-                console.print(f"[yellow]interrupted:[/] {args.out} holds the {last['saved']} "
+                console.print(f"[yellow]interrupted:[/] {_esc(args.out)} holds the {last['saved']} "
                               "collective kind(s) finished before")
             return 130
     t = Table(title=f"{args.backend}, {args.world_size} ranks (size = whole buffer, "
@@ -313,29 +330,33 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
             t.add_row(kind, f"{x:,}", f"{s * 1e6:,.1f}", f"{x * factor / s / 1e9:,.2f}")
     console.print(t)
     for kind, why in result.skipped.items():
-        console.print(f"[yellow]skipped {kind}:[/] {why}")
+        console.print(f"[yellow]skipped {kind}:[/] {_esc(why)}")
     if result.path is not None:
-        console.print(f"added {len(result.curves)} curve(s) to {result.path}")
+        console.print(f"added {len(result.curves)} curve(s) to {_esc(result.path)}")
     return 0
 
 
 def run_import_nccl(args: argparse.Namespace) -> int:
     """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
-    from ..nccl_tests import fit_curve, read_nccl_tests
+    from ..nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from ..profile_store import ProfileStore
 
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:
         curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
-        if args.knots:
-            curve = fit_curve(curve, args.knots)
-        store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        try:
+            if args.knots:
+                curve = fit_curve(curve, args.knots)
+            store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
+        except ValueError as exc:
+            raise NcclTestsError(f"{f}: {exc}") from None
         imported.append(f"{Path(f).name}: {curve.kind}/{curve.group_size}")
-        print(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
-              f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-{curve.nbytes[-1]:.0f} bytes)")
+        print(printable(f"{f}: {curve.kind} on {curve.group_size} GPUs, {curve.nbytes.size} "
+                        f"{'knots' if args.knots else 'sizes'} ({curve.nbytes[0]:.0f}-"
+                        f"{curve.nbytes[-1]:.0f} bytes)"))
     store.provenance = {**store.provenance, "collectives_imported": "; ".join(imported)
                         + (f" (piecewise log-log fit, {args.knots} knots)" if args.knots else "")}
     store.save(args.into)
-    print(f"wrote {args.into}")
+    print(printable(f"wrote {args.into}"))
     return 0

@@ -4,7 +4,6 @@ policies (argument parsing and output). The study itself is :mod:`core.scheduler
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from .common import check_number
@@ -55,13 +54,16 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
-    from ..console import Console
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..optimal import gpt_shape
     from ..scheduler import POLICIES, read_jobs, schedule_study
     from ..session import load_any
 
-    if args.gpus <= 0:
-        raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer")])
+    from ..config import BOUNDS
+    if not 0 < args.gpus <= BOUNDS["parallel"].hi:
+        raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer up to "
+                                      f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})")])
     check_number("--min-efficiency", args.min_efficiency)
     policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     bad = [p for p in policies if p not in POLICIES]
@@ -73,18 +75,21 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         session.cluster.profile_path = str(Path(args.profile).resolve())
     # the jobs bring their own models and batches; the cluster, precision and profile must be valid
-    check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
+    try:
+        check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     err = Console(stderr=True)
     progress = None
     if not args.json and err.is_terminal:
         def progress(done: int, total: int, name: str) -> None:
-            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {name}[/]", highlight=False)
+            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
     counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
                                           source=Path(args.trace).name, progress=progress)
     if args.json:
-        print(json.dumps(_document(jobs, counts, tps, results, args)))
+        print(strict_dumps(_document(jobs, counts, tps, results, args)))
         return 0
     _print(jobs, counts, tps, results, args, session, Console())
     return 0
@@ -113,8 +118,9 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
     from rich.table import Table
 
+    from ..console import esc
     from ..scheduler import target_index
-    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {session.cluster.gpu} "
+    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)
     counts_a = np.asarray(counts)
@@ -126,14 +132,14 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     for j, job in enumerate(jobs):
         ok = tps[j] > 0
         if not ok.any():
-            jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+            jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
                        str(job.requested_gpus), "-", "no plan fits", "-")
             continue
         per = np.where(ok, tps[j] / counts_a, 0.0)
         best = per[ok].max()
         req = int(np.flatnonzero(counts_a == job.requested_gpus)[0])
         k = target_index(job, counts_a, tps[j], args.min_efficiency)
-        jt.add_row(job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+        jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
                    str(job.requested_gpus), f"{per[req] / best:.0%}" if ok[req] else "no plan",
                    f"{counts_a[k]} ({per[k] / best:.0%})", f"{tps[j, k]:,.0f}")
     console.print(jt)
@@ -151,11 +157,11 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
                    fmt(m["utilization"], ".1%"), fmt(m["gpu_hours"], ",.0f"))
     console.print(pt)
     if results and results[0].unrunnable:
-        console.print(f"[yellow]No plan fits on any count for {', '.join(results[0].unrunnable)}; "
+        console.print(f"[yellow]No plan fits on any count for {esc(', '.join(results[0].unrunnable))}; "
                       "left out of every policy.[/]", highlight=False)
     for r in results:
         for name, asked, got in r.adjusted:
-            console.print(f"[yellow]{r.policy}: {name} asked for {asked} GPUs; no plan fits "
+            console.print(f"[yellow]{r.policy}: {esc(name)} asked for {asked} GPUs; no plan fits "
                           f"{'there' if r.policy == 'requested' else 'at or below that'}, so it "
                           f"ran on {got}.[/]", highlight=False)
     for r in results:
@@ -166,7 +172,7 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
             rt.add_column(col, justify="left" if col == "job" else "right")
         for x in r.runs:
             p = x.plan or {}
-            rt.add_row(x.job.name, str(x.gpus),
+            rt.add_row(esc(x.job.name), str(x.gpus),
                        " ".join(str(p.get(k, "-")) for k in ("tensor_parallel", "pipeline_parallel",
                                                               "data_parallel", "micro_batch_size")),
                        f"{x.start_h:,.1f}", f"{x.end_h:,.1f}", f"{x.wait_h:,.1f}", f"{x.jct_h:,.1f}")

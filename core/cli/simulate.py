@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +35,16 @@ def add_parser(sub: Any) -> None:
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
     from rich.table import Table
 
+    from ..console import esc
     from ..interval import interval_line
+
     from .profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
-    console.print(f"[bold]{s.model.name}[/] on {pl.num_gpus:,} x {s.cluster.gpu}  "
-                  f"({pl.label(full=True)}; m={m})")
+    console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
+                  f"({esc(pl.label(full=True))}; m={m})")
     prov = r.profile
-    console.print(profile_line(prov))
+    console.print(esc(profile_line(prov)))
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -95,9 +96,9 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                     fmt_bytes(sm.total_bytes))
     console.print(mem)
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {esc(w)}")
     console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
-                  + (f"; trace written to {trace_path}" if trace_path else "") + "[/]")
+                  + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
 
 
 def _json_report(result, wall_s: float) -> dict:
@@ -115,6 +116,8 @@ def _json_report(result, wall_s: float) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain simulate``; returns the exit status."""
+    from ..config import ConfigError
+    from ..inputs import strict_dumps
     from ..simulate import simulate
     session = session_from_args(args)
     try:
@@ -123,13 +126,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise field_error("--coverage", str(exc)) from None
     t0 = time.perf_counter()
-    result = simulate(session, coverage=args.coverage)
+    try:
+        result = simulate(session, coverage=args.coverage)
+    except ConfigError as exc:  # name the file the session came from, in its own terms
+        raise session.in_its_terms(exc) from None
     wall = time.perf_counter() - t0
     if args.trace_out:
         from ..trace import write_trace
         write_trace(result.graph, result.schedule, args.trace_out)
     if args.json:
-        print(json.dumps(_json_report(result, wall)))
+        print(strict_dumps(_json_report(result, wall)))
     else:
         from ..console import Console
         _print_report(result, Console(), args.trace_out, wall)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import TYPE_CHECKING, Any
 
 from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
@@ -128,13 +127,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..console import Console
+    from ..inputs import strict_dumps
     from ..sweep import run_sweep
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
     session = session_from_args(args, validate=False)
-    check_all_but_the_plan(session)  # the file's own plan is only a starting point
+    try:
+        check_all_but_the_plan(session)  # the file's own plan is only a starting point
+    except ConfigError as exc:  # name the file, in its own terms
+        raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:
@@ -152,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         result.write_csv(args.out)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(strict_dumps(result.to_dict()))
     else:
         _print_result(result, Console(), args.out)
     return 0
@@ -250,12 +253,14 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
 
 def _print_result(result, console: Console, csv_path: str | None) -> None:
     import numpy as np
+
+    from ..console import esc
     s = result.session
-    console.print(f"[bold]{s.model.name}[/] on {s.cluster.gpu}, global batch {s.plan.global_batch_size}, "
+    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
                   f"/GPU-hour; budget: {_budget_text(result.space)}")
     prov = result.profile
-    console.print(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}")
+    console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
                   f"swept in {result.wall_s:.2f} s")
     if result.num_feasible == 0:
@@ -286,7 +291,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
     elif not result.fits_in_memory[own]:
-        console.print(f"The config's plan does not fit: {result.reason[own]}")
+        console.print(f"The config's plan does not fit: {esc(result.reason[own])}")
     else:
         dom = result.dominated_by(own)
         j = int(dom[np.argmin(result.cost_usd[dom])])
@@ -307,12 +312,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     from ..comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings "
                       f"(all in --json)[/]")
     if csv_path:
-        console.print(f"[dim]all {result.num_plans:,} plans written to {csv_path}[/]")
+        console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
 
 
 def _change(rel: float) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ def add_parser(sub: Any) -> None:
                     "docs/accuracy.md) and print MAPE, median and max absolute percentage "
                     "error, R^2 and the error by model size, t and p. Rows the simulator does "
                     "not support are skipped with their reason.")
-    v.add_argument("csv", metavar="CSV")
+    v.add_argument("csv", metavar="CSV", help="measurement CSV (layouts in docs/accuracy.md)")
     v.add_argument("--profile", metavar="STORE.h5",
                    help="profile store for every row (default: the shipped store of each row's GPU)")
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
@@ -42,12 +41,12 @@ def add_parser(sub: Any) -> None:
 
 
 def _predictor(profile: str | None, coverage: float):
-    from ..simulate import open_profile, profile_path, simulate
+    from ..simulate import open_profile, session_profile, simulate
 
     store = open_profile(profile) if profile else None
 
     def predict(session):
-        r = simulate(session, store or open_profile(profile_path(session)), coverage).report
+        r = simulate(session, store or session_profile(session), coverage).report
         return r.iteration_time_s, r.interval
     return predict
 
@@ -65,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from rich.table import Table
 
-    from ..console import Console
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
     from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
 
     if args.cross_validate == 1 or args.cross_validate < 0:
@@ -74,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     ms = read_measurements(args.csv)
     if args.cross_validate:
         from ..calibrate import cross_validate, measured_sessions
-        from ..simulate import open_profile, profile_path
+        from ..simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         if len(sessions) < args.cross_validate:
             raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
                                              f"{args.cross_validate} folds")
-        base = open_profile(args.profile or profile_path(sessions[0]))
+        base = open_profile(args.profile) if args.profile else session_profile(sessions[0])
         err = Console(stderr=True)
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
-                                      progress=lambda msg: err.print(msg, highlight=False))
+                                      progress=lambda msg: err.print(esc(msg), highlight=False))
         used = [i for i, m in enumerate(ms) if not m.skip_reason]
         pred = np.full(len(ms), np.nan)
         pred[used] = pred_used
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
     if args.json:
-        print(json.dumps(metrics))
+        print(strict_dumps(metrics))
         return 0
     console = Console()
     if args.cross_validate:
@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
                "refitted on the other folds of this file alone")
     else:
         how = _profile_note(args.profile, result, Path(args.csv).name)
-    console.print(f"[bold]{Path(args.csv).name}[/]: {metrics['n']} rows predicted, "
-                  f"{metrics['skipped']} skipped; {how}")
+    console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted, "
+                  f"{metrics['skipped']} skipped; {esc(how)}")
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
     if metrics["skipped"]:
@@ -122,11 +122,11 @@ def run(args: argparse.Namespace) -> int:
         c.add_column("cause")
         c.add_column("rows", justify="right")
         for cause, n in metrics["skipped_by_cause"].items():
-            c.add_row(cause, str(n))
+            c.add_row(esc(cause), str(n))
         console.print(c)
     skipped = [m for m in ms if m.skip_reason]
     for m in skipped[:_MAX_ROWS_SHOWN]:
-        console.print(f"[yellow]skipped row {m.row}:[/] {m.skip_reason}", highlight=False)
+        console.print(f"[yellow]skipped row {m.row}:[/] {esc(m.skip_reason)}", highlight=False)
     if len(skipped) > _MAX_ROWS_SHOWN:
         console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
                       "(see --out)[/]")
@@ -141,6 +141,7 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
     """The error figures, the error band's coverage and the error tables by model, t and p."""
     from rich.table import Table
 
+    from ..console import esc
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -161,7 +162,7 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
         for col in (title, "rows", "MAPE %", "max APE %"):
             g.add_column(col, justify="right")
         for label, n, mape, mx in result.by_group(key):
-            g.add_row(label, str(n), f"{mape:.2f}", f"{mx:.2f}")
+            g.add_row(esc(label), str(n), f"{mape:.2f}", f"{mx:.2f}")
         console.print(g)
 
 
@@ -170,24 +171,24 @@ def _no_band_reason(profile: str | None, result) -> str:
     import numpy as np
 
     from ..interval import session_interval
-    from ..simulate import open_profile, profile_path
+    from ..simulate import open_profile, session_profile
 
     used = [(m, p) for m, p in zip(result.measurements, result.predicted_s) if not np.isnan(p)]
     if not used:
         return "no row could be predicted"
     m, pred = used[0]
-    store = open_profile(profile or profile_path(m.session))
+    store = open_profile(profile) if profile else session_profile(m.session)
     return session_interval(m.session, float(pred), store, result.coverage or 0.9).note
 
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
-    from ..simulate import open_profile, profile_path
+    from ..simulate import open_profile, session_profile
 
     sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
     if not sessions:
         return "no row could be predicted"
-    store = open_profile(profile or profile_path(sessions[0]))
+    store = open_profile(profile) if profile else session_profile(sessions[0])
     prov = store.provenance or {}
     name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
     if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):

@@ -1,0 +1,354 @@
+"""Generators of hostile inputs and the oracle that judges one run (shared by the fuzz tests
+and ``scripts/fuzz.py``).
+
+Every generator takes a :class:`random.Random` and returns the bytes of one file: a session,
+an authors'-format config, a profile store or a measurement CSV, valid or mutated by a few
+hostile changes (wrong types, out-of-bound and non-finite numbers, missing and unknown
+fields, deep nesting, markup and control characters in names, corrupted bytes, HDF5 links
+and external storage, wrong dtypes, absurd sizes).
+
+:func:`run_cli` runs one ``vtrain`` command in this process and classifies the outcome:
+
+``ok``           exit 0 and, with ``--json``, strict JSON whose numbers are all finite
+``clean_error``  exit 2 and exactly one line ``vtrain: error: ...`` on stderr
+``non_finite``   exit 0 with Infinity or NaN in the result
+``crash``        anything else: another exit status, a traceback, several lines
+(``hang`` is decided by the caller's clock: :class:`CaseTimeout`, which no handler of the
+program catches.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_STORE = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+OUTCOMES = ("ok", "clean_error", "crash", "hang", "non_finite")
+
+
+class CaseTimeout(BaseException):
+    """Raised by a caller's alarm when a case runs too long (not an ``Exception``, so the
+    program under test cannot swallow it)."""
+
+NASTY: list[Any] = [
+    None, True, False, "false", "true", "8", "", "x" * 5000, "[/x]", "\x1b[2J\x07", -1, 0, 1, 3,
+    7, 1.5, -0.0, 2**31 - 1, 2**31, 2**53 + 1, 2**63, 2**64 + 1, 10**40, 1e308, 5e-324, 1e-300,
+    float("inf"), float("-inf"), float("nan"), [], [1], {}, {"a": 1}, 10_000, 10_001, 1_000_000,
+    2**24, 2**20, 0.1, 0.09, 1e16, 1.0000001e16,
+]
+
+BASE_SESSION: dict[str, Any] = {
+    "format": "vtrain-session", "version": 1,
+    "model": {"name": "GPT-3 1.3B", "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+              "ffn_hidden_size": None, "seq_length": 2048, "vocab_size": 50257},
+    "plan": {"tensor_parallel": 2, "pipeline_parallel": 2, "data_parallel": 2, "micro_batch_size": 4,
+             "global_batch_size": 256, "schedule": "1f1b", "recompute": "none", "precision": "bf16"},
+    "cluster": {"gpu": "A100-SXM4-80GB", "gpus_per_node": 8, "intra_node_bandwidth_gbytes_per_s": None,
+                "inter_node_bandwidth_gbits_per_s": 800.0, "profile_path": None},
+    "cost": {"price_per_gpu_hour_usd": 2.0, "training_tokens": 26e9},
+    "notes": "fuzz",
+}
+
+BASE_AUTHORS: dict[str, Any] = {
+    "num_gpus": 8, "gpu_name": "A100", "tensor_parallel_size": 2, "data_parallel_size": 2,
+    "pipeline_parallel_size": 2, "global_batch_size": 64, "micro_batch_size": 2, "num_layers": 24,
+    "hidden_size": 2048, "num_attention_heads": 16, "max_length": 2048, "use_gradient_bucket": False,
+    "use_checkpoint": True, "pipeline_scheduling": "1f1b", "inter_node_bandwidth": 800,
+    "intra_node_bandwidth": 150, "node_size": 8, "trace_path": "trace",
+}
+
+CSV_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+              "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)")
+CSV_ROWS = ["8,8,2,2048,16,20,1024,4,1,2,160.6027", "8,4,1,1024,16,16,1024,1,2,4,77.216619",
+            "8,16,2,1024,16,8,512,2,2,2,40.5"]
+
+
+# --------------------------------------------------------------------------- JSON configs
+
+def _nasty(rng: random.Random) -> Any:
+    if rng.random() < 0.3:  # a plausible number, often breaking a divisibility rule
+        return rng.choice([rng.randint(1, 64), rng.randint(1, 20_000), rng.uniform(0, 2000)])
+    return rng.choice(NASTY)
+
+
+def _deep(rng: random.Random, depth: int) -> str:
+    """A placeholder that :func:`dumps` replaces by JSON nested ``depth`` deep (built as
+    text: ``json.dumps`` itself recurses)."""
+    return f"__DEEP_{depth}_{rng.choice('[{')}__"
+
+
+def dumps(doc: Any) -> bytes:
+    """``json.dumps(doc)`` (Infinity and NaN as Python writes them), deep placeholders expanded."""
+    import re
+
+    def expand(m: re.Match) -> str:
+        n, kind = int(m.group(1)), m.group(2)
+        return ("[" * n + "1" + "]" * n) if kind == "[" else ('{"k":' * n + "1" + "}" * n)
+    return re.sub(r'"__DEEP_(\d+)_([\[{])__"', expand, json.dumps(doc)).encode()
+
+
+def mutate_doc(doc: dict, rng: random.Random, sections: bool = True) -> Any:
+    """``doc`` (a copy) with 0 to 3 hostile changes."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(rng.choice([0, 1, 1, 2, 2, 3])):
+        kind = rng.random()
+        holders = [doc] + ([v for v in doc.values() if isinstance(v, dict)] if sections else [])
+        holder = rng.choice(holders)
+        keys = list(holder)
+        if kind < 0.55 and keys:
+            holder[rng.choice(keys)] = _nasty(rng)
+        elif kind < 0.7 and keys:
+            del holder[rng.choice(keys)]
+        elif kind < 0.75:
+            holder[rng.choice(["colour", "num_layer", "sweep", "studies", "x" * 300])] = _nasty(rng)
+        elif kind < 0.8 and keys:
+            holder[rng.choice(keys)] = _deep(rng, rng.choice([5, 63, 64, 65, 200, 1000, 5000]))
+        elif kind < 0.85:
+            return rng.choice([[], "text", 3, None, [doc], _deep(rng, 1000)])
+        elif kind < 0.9 and sections and "model" in doc and isinstance(doc["model"], dict):
+            doc["model"]["name"] = rng.choice(["[/x]", "[bold]a[/bold]", "\x1b]0;t\x07", "\u202egpt",
+                                               "a\nb\r\x00", "[" * 40, "x" * 5000])
+        elif kind < 0.95 and sections and isinstance(doc.get("cluster"), dict):
+            doc["cluster"]["profile_path"] = rng.choice(
+                ["../x.h5", "/dev/zero", "/etc/passwd", "/", ".", "", "nope.h5", "../../profiles/A100-SXM4-80GB.h5",
+                 str(BASE_STORE), "~/x.h5", "a" * 5000 + ".h5", 3])
+        else:  # extreme but in-bounds sizes that still pass the divisibility rules
+            if isinstance(doc.get("model"), dict) and isinstance(doc.get("plan"), dict):
+                m, p = doc["model"], doc["plan"]
+                m["num_layers"] = rng.choice([1, 2, 4, 10_000, 9_984])
+                m["hidden_size"] = rng.choice([16, 2048, 65_536, 999_936])
+                m["num_attention_heads"] = 16
+                m["seq_length"] = rng.choice([1, 2048, 2**20, 2**24])
+                m["vocab_size"] = rng.choice([1, 50257, 2**31 - 1])
+                p.update(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
+                         micro_batch_size=rng.choice([1, 2**20]), global_batch_size=2**20)
+    return doc
+
+
+def session_bytes(rng: random.Random) -> bytes:
+    """A session file, valid or mutated (see :func:`mutate_doc`)."""
+    return dumps(mutate_doc(BASE_SESSION, rng))
+
+
+def authors_bytes(rng: random.Random) -> bytes:
+    """An authors'-format config, valid or mutated."""
+    return dumps(mutate_doc(BASE_AUTHORS, rng, sections=False))
+
+
+def corrupt_text(data: bytes, rng: random.Random) -> bytes:
+    """``data`` with bytes flipped, inserted, deleted or cut off."""
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        op = rng.random()
+        pos = rng.randrange(len(b) + 1) if b else 0
+        if op < 0.35 and b:
+            b[min(pos, len(b) - 1)] = rng.randrange(256)
+        elif op < 0.6:
+            b[pos:pos] = rng.choice([b"[", b"{", b"]", b"\"", b",", b"\x00", b"\xff", b"1e999",
+                                     b"NaN", b"-", b"9" * 30, b"\n"])
+        elif op < 0.8 and b:
+            del b[pos:pos + rng.randint(1, 20)]
+        else:
+            del b[pos:]
+    return bytes(b)
+
+
+def corrupted_session_bytes(rng: random.Random) -> bytes:
+    """A valid session file's text, corrupted byte-wise."""
+    return corrupt_text(json.dumps(BASE_SESSION, indent=1).encode(), rng)
+
+
+def csv_bytes(rng: random.Random) -> bytes:
+    """A measurement CSV (the authors' layout), field-wise mutated or byte-wise corrupted."""
+    rows = [r.split(",") for r in rng.sample(CSV_ROWS, rng.randint(1, len(CSV_ROWS)))]
+    for _ in range(rng.randint(0, 3)):
+        r = rng.choice(rows)
+        r[rng.randrange(len(r))] = rng.choice(
+            ["nan", "inf", "-inf", "1e999", "-1", "0", "", "x", "1.5", "99999999999", str(2**63),
+             "\x00", "1" * 5000, "\"", "[/x]", "2147483648", "0.000001"])
+    text = "\n".join([CSV_HEADER] + [",".join(r) for r in rows]) + "\n"
+    data = text.encode()
+    return corrupt_text(data, rng) if rng.random() < 0.3 else data
+
+
+# --------------------------------------------------------------------------- profile stores
+
+def _any_attr_holder(f: h5py.File, rng: random.Random) -> Any:
+    return rng.choice([f, f["op_model"], f["peak_flops"], f["provenance"], f["ops"], f["collectives"]])
+
+
+def _datasets(f: h5py.File) -> list:
+    found = []
+    f.visititems(lambda name, obj: found.append(obj) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def store_bytes(rng: random.Random, workdir: Path) -> bytes:
+    """A profile store: the shipped A100 store with structural mutations (values, dtypes,
+    sizes, links, external storage) or corrupted bytes."""
+    base = BASE_STORE.read_bytes()
+    if rng.random() < 0.4:
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.85:
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            else:
+                del b[rng.randrange(len(b)):]
+                if not b:
+                    break
+        return bytes(b)
+    buf = io.BytesIO(base)
+    with h5py.File(buf, "a") as f:
+        for _ in range(rng.randint(1, 3)):
+            op = rng.random()
+            try:
+                if op < 0.35:
+                    holder = _any_attr_holder(f, rng)
+                    keys = [k for k in holder.attrs]
+                    key = rng.choice(keys) if keys and rng.random() < 0.8 else "extra"
+                    holder.attrs[key] = rng.choice(
+                        [np.nan, np.inf, -1.0, 0.0, 1e300, 5e-324, "text", np.arange(3), 2**62,
+                         "[[[[", "{\"a\": NaN}", "[" * 100 + "]" * 100, b"\xff\xfe", True])
+                elif op < 0.6:
+                    ds = rng.choice(_datasets(f))
+                    parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
+                    n = ds.shape[0] if ds.ndim else 1
+                    del parent[name]
+                    choice = rng.randrange(7)
+                    if choice == 0:
+                        parent.create_dataset(name, data=np.full(n, np.nan))
+                    elif choice == 1:
+                        parent.create_dataset(name, data=np.full(n, -1.0))
+                    elif choice == 2:
+                        parent.create_dataset(name, data=np.array([b"x"] * n))
+                    elif choice == 3:
+                        parent.create_dataset(name, shape=(rng.choice([10**7 + 1, 2**31]),),
+                                              dtype="f8", chunks=(1 << 16,), compression="gzip")
+                    elif choice == 4:
+                        parent.create_dataset(name, data=np.zeros((n, 2)))
+                    elif choice == 5:
+                        parent.create_dataset(name, data=np.full(n, 1e300))
+                    else:
+                        parent.create_dataset(name, data=np.arange(n, dtype=np.int8))
+                elif op < 0.7:
+                    target = workdir / "secret.h5"
+                    with h5py.File(target, "w") as s:
+                        s["x"] = np.arange(3.0)
+                    g = rng.choice([f["ops"], f["collectives"], f])
+                    g[f"link{rng.randrange(9)}"] = rng.choice(
+                        [h5py.ExternalLink(str(target), "/x"), h5py.SoftLink("/ops"), h5py.SoftLink("/nope")])
+                elif op < 0.78:
+                    raw = workdir / "raw.bin"
+                    raw.write_bytes(np.ones(8).tobytes())
+                    ds = rng.choice(_datasets(f))
+                    parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
+                    del parent[name]
+                    parent.create_dataset(name, shape=(8,), dtype="f8", external=[(str(raw), 0, 64)])
+                elif op < 0.86:
+                    victim = rng.choice(["ops", "collectives", "op_model", "provenance", "peak_flops"])
+                    if victim in f:
+                        del f[victim]
+                elif op < 0.93:
+                    f.attrs["encoding-version"] = rng.choice([0, 2, -1, 10**6])
+                else:
+                    g = f["ops"]
+                    for depth in range(rng.choice([3, 12])):
+                        g = g.create_group(f"d{depth}")
+            except (ValueError, KeyError, TypeError, OSError, RuntimeError):
+                pass  # a mutation h5py refuses to write is simply skipped
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- oracle
+
+def _finite(doc: Any) -> bool:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return False
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+def classify(code: int | None, out: str, err: str, json_out: bool) -> tuple[str, str]:
+    """Outcome of one run (see the module doc) and a note for the report."""
+    lines = err.splitlines()
+    if code == 2:
+        if len(lines) == 1 and lines[0].startswith("vtrain: error: ") and "Traceback" not in err:
+            return "clean_error", lines[0][:300]
+        return "crash", f"exit 2 but stderr {err[:300]!r}"
+    if code != 0:
+        return "crash", f"exit {code}: {err[-500:]!r}"
+    if json_out:
+        try:
+            doc = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        except ValueError as exc:
+            if "Infinity" in str(exc) or "NaN" in str(exc):
+                return "non_finite", str(exc)[:200]
+            return "crash", f"exit 0 but stdout is not JSON: {out[:200]!r}"
+        if not _finite(doc):
+            return "non_finite", "a non-finite number in the result"
+    return "ok", ""
+
+
+def run_cli(argv: list[str]) -> tuple[str, str]:
+    """Run ``vtrain ARGV`` in this process; return ``(outcome, note)`` (never raises but for
+    ``KeyboardInterrupt`` and the caller's timeout)."""
+    from core import simulate as simulate_module
+    from core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = exc.code if isinstance(exc.code, int) else 2
+    except (CaseTimeout, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - anything escaping main is a crash
+        return "crash", f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        simulate_module._STORE_CACHE.clear()  # every case has its own store file
+    return classify(code, out.getvalue(), err.getvalue(), "--json" in argv)
+
+
+#: kind -> (generator of the file's bytes, suffix, command for a path)
+KINDS: dict[str, tuple[Callable, str, Callable[[str], list[str]]]] = {
+    "session": (lambda rng, wd: session_bytes(rng), ".json",
+                lambda p: ["simulate", p, "--json"]),
+    "authors": (lambda rng, wd: authors_bytes(rng), ".json",
+                lambda p: ["simulate", p, "--json"]),
+    "session_sweep": (lambda rng, wd: session_bytes(rng), ".json",
+                      lambda p: ["sweep", p, "--json"]),
+    "session_file": (lambda rng, wd: corrupted_session_bytes(rng), ".json",
+                     lambda p: ["simulate", p, "--json"]),
+    "store_file": (store_bytes, ".h5",
+                   lambda p: ["simulate", str(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"),
+                              "--profile", p, "--json"]),
+    "csv_file": (lambda rng, wd: csv_bytes(rng), ".csv",
+                 lambda p: ["validate", p, "--json", "--profile", str(BASE_STORE)]),
+}
+
+
+def run_case(kind: str, rng: random.Random, workdir: Path, index: int) -> tuple[str, str]:
+    """Generate one input of ``kind`` in ``workdir`` and run its command."""
+    gen, suffix, command = KINDS[kind]
+    path = workdir / f"{kind}_{index}{suffix}"
+    path.write_bytes(gen(rng, workdir))
+    try:
+        return run_cli(command(str(path)))
+    finally:
+        path.unlink(missing_ok=True)

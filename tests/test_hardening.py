@@ -1,0 +1,547 @@
+"""Bad input never crashes, hangs or lies: the handed cases of ../shared/cases and their kinds.
+
+Each case must end with exit status 2 and one line on stderr naming the file, the field and
+the rule; names from files print literally; stores never read other files; writers name
+the file and leave the previous one intact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from core import atomic, inputs
+from core.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig, ParallelPlan,
+                         Session, check_value, section_errors, validate)
+from core.profile_store import ProfileStore, ProfileStoreError
+from core.session import SessionFileError, load_any, load_session, save_session, session_to_json
+from core.simulate import MAX_GRAPH_TASKS, simulate
+from tests.conftest import EXAMPLES, ROOT
+
+CASES = ROOT.parent / "shared" / "cases"
+STORE = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+
+
+def case(name: str) -> Path:
+    path = CASES / name
+    if not path.exists():
+        pytest.skip(f"shared case not present: {path}")
+    return path
+
+
+def cli(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vtrain: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- handed cases
+
+BAD_CASES = [
+    ("crash_authors_intra_bw_list.json", "intra_node_bandwidth: intra_node_bandwidth=[] must be a number"),
+    ("crash_authors_num_layers_null.json", "num_layers: num_layers=null must be a positive integer"),
+    ("crash_deep_nesting_1000.json", "JSON nested 1000 levels deep, more than 64"),
+    ("hang_num_layers_2p63.json", "model.num_layers: num_layers=9223372036854775808 must be at most 10,000"),
+    ("silent_intra_bw_denormal.json",
+     "cluster.intra_node_bandwidth_gbytes_per_s: intra_node_bandwidth_gbytes_per_s=5e-324 must be at least 0.1"),
+    ("silent_price_inf.json", "cost.price_per_gpu_hour_usd: Infinity must be a finite number"),
+    ("silent_authors_use_checkpoint_false_string.json",
+     'use_checkpoint: use_checkpoint="false" must be true or false'),
+    ("silent_session_missing_num_layers.json", "model.num_layers: missing; a session file must give it"),
+    ("sec_profile_path_relative.json", "cluster.profile_path: "),
+]
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+@pytest.mark.parametrize("name,needle", BAD_CASES)
+def test_handed_case_exits_2_with_one_line_naming_the_field(name, needle, command):
+    path = case(name)
+    line = assert_one_line_error(cli(command, str(path), "--json", timeout=60), needle)
+    assert str(path) in line  # the file is named too
+
+
+def test_profile_path_is_resolved_against_the_session_folder_and_tells_nothing(tmp_path):
+    path = case("sec_profile_path_relative.json")
+    # resolved against the case's folder (../../profiles from shared/cases), not the working one
+    expected = (path.parent / "../../profiles/A100-SXM4-80GB.h5").resolve()
+    line = assert_one_line_error(cli("simulate", str(path), cwd=ROOT / "core"))
+    assert str(expected) in line and line.endswith("not a readable vTrain profile store")
+    # a missing store and an existing file that is no store read alike
+    doc = json.loads(path.read_text())
+    (tmp_path / "text.h5").write_text("secret\n")
+    lines = []
+    for target in ("missing.h5", "text.h5"):
+        doc["cluster"]["profile_path"] = target
+        (tmp_path / "s.json").write_text(json.dumps(doc))
+        lines.append(assert_one_line_error(cli("simulate", str(tmp_path / "s.json"))))
+    assert lines[0].replace("missing.h5", "X") == lines[1].replace("text.h5", "X")
+    # nothing but an .h5 file is opened, whatever it is
+    doc["cluster"]["profile_path"] = "/etc/passwd"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert_one_line_error(cli("simulate", str(tmp_path / "s.json")), "cluster.profile_path",
+                          "not a readable vTrain profile store (a store is an .h5 file)")
+
+
+def test_relative_profile_path_works_from_any_folder_and_saves_relative(tmp_path):
+    (tmp_path / "stores").mkdir()
+    shutil.copy(STORE, tmp_path / "stores" / "mine.h5")
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.cluster.profile_path = str(tmp_path / "stores" / "mine.h5")
+    save_session(s, tmp_path / "s.json")
+    assert json.loads((tmp_path / "s.json").read_text())["cluster"]["profile_path"] == "stores/mine.h5"
+    assert load_session(tmp_path / "s.json").cluster.profile_path == str(tmp_path / "stores" / "mine.h5")
+    proc = cli("simulate", str(tmp_path / "s.json"), "--json", cwd=ROOT / "docs")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["profile"]["path"] == str(tmp_path / "stores" / "mine.h5")
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_markup_and_control_characters_in_names_print_literally(tmp_path, command):
+    path = case("crash_rich_markup_model_name.json")
+    proc = cli(command, str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("[/x] on ")
+    doc = json.loads(path.read_text())
+    doc["model"]["name"] = "[bold]evil\x1b[2J\x07\u202e[/bold]"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    proc = cli(command, str(tmp_path / "s.json"))
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("[bold]evil\\x1b[2J\\x07\\u202e[/bold] on ")
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout and "\u202e" not in proc.stdout
+
+
+def test_error_messages_never_carry_raw_control_characters(tmp_path):
+    raw = json.loads(case("crash_authors_num_layers_null.json").read_text())
+    raw["gpu_name"] = "\x1b[31mA100\n"
+    raw["num_layers"] = 96
+    raw["pipeline_scheduling"] = "zig\x1bzag"
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    line = assert_one_line_error(cli("simulate", str(tmp_path / "c.json")), "pipeline_scheduling")
+    assert "\x1b" not in line
+
+
+# --------------------------------------------------------------------------- readers
+
+def test_fifos_devices_and_folders_are_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "session.json"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(SessionFileError) as err:
+            load_any(path)
+        assert str(path) in str(err.value)
+        assert "not a regular file" in str(err.value) or "is a folder" in str(err.value)
+    assert_one_line_error(cli("simulate", str(fifo), timeout=30), "not a regular file")
+    assert_one_line_error(cli("validate", str(fifo), timeout=30), "not a regular file")
+    assert_one_line_error(cli("schedule", str(fifo), "--gpus", "8", timeout=30), "not a regular file")
+
+
+def test_files_above_their_size_bound_are_refused_before_reading(tmp_path, monkeypatch):
+    path = tmp_path / "big.json"
+    path.write_text(session_to_json(Session()) + " " * 2000)
+    monkeypatch.setitem(inputs.MAX_BYTES, "json", 1000)
+    with pytest.raises(SessionFileError, match=r"is [\d,]+ bytes, more than the 1,000 bytes"):
+        load_any(path)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"a": [1, NaN]}', "a[1]: NaN must be a finite number"),
+    ('{"cost": {"training_tokens": 1e400}}', "cost.training_tokens: Infinity must be a finite number"),
+    ('[' * 65 + ']' * 65, "nested 65 levels deep"),
+    ('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', None),
+    ('1' * 5000, "Exceeds the limit"),
+])
+def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
+    if needle is None:  # brackets inside strings do not count
+        assert inputs.parse_json(text, "x", ValueError) == json.loads(text)
+        return
+    with pytest.raises(ValueError) as err:
+        inputs.parse_json(text, "x", ValueError)
+    assert needle in str(err.value) and str(err.value).startswith("x: ")
+
+
+def test_json_depth_counts_nesting_outside_strings():
+    assert inputs.json_depth(b'{"a": [1, {"b": "]]]"}]}') == 3
+    assert inputs.json_depth(b'"[\\"["') == 0
+    assert inputs.json_depth(b"[" * 1000 + b"]" * 1000) == 1000
+
+
+def test_every_numeric_field_declares_bounds_and_every_field_help():
+    for cls in (ModelConfig, ParallelPlan, ClusterConfig, CostConfig):
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), (cls.__name__, f.name)
+            base = str(f.type).split("|")[0].strip()
+            if base in ("int", "float") and "choices" not in f.metadata:
+                bounded = isinstance(f.metadata.get("bounds"), type(BOUNDS["layers"])) or (
+                    "min" in f.metadata and "max" in f.metadata)
+                assert bounded, (cls.__name__, f.name)
+
+
+def test_checks_are_driven_by_field_metadata():
+    """A new field is checked by what it declares, with no code of its own."""
+    @dataclasses.dataclass
+    class Section:
+        flag: bool = dataclasses.field(default=False, metadata={"help": "x"})
+        stage: int = dataclasses.field(default=0, metadata={"help": "x", "choices": (0, 1, 2, 3)})
+        size: int | None = dataclasses.field(default=None, metadata={"help": "x",
+                                                                      "bounds": BOUNDS["layers"]})
+        kind: str = dataclasses.field(default="a", metadata={"help": "x", "choices": ("a", "b")})
+    ok = Section()
+    assert section_errors("plan", ok) == []
+    bad = Section(flag="false", stage=4, size=10**6, kind="c")
+    assert [str(e) for e in section_errors("plan", bad)] == [
+        'plan.flag: flag="false" must be true or false',
+        "plan.stage: stage=4 is not one of 0, 1, 2, 3",
+        "plan.size: size=1000000 must be at most 10,000 (the deepest published LLMs have 100 to "
+        "200 layers)",
+        'plan.kind: kind="c" is not one of a, b']
+    f = next(x for x in dataclasses.fields(Section) if x.name == "flag")
+    assert check_value("flag", f, 1) == "flag=1 must be true or false"
+
+
+@pytest.mark.parametrize("section,name,value,needle", [
+    ("model", "vocab_size", 2**31, "must be at most 2,147,483,647"),
+    ("model", "hidden_size", True, "must be of type int"),
+    ("plan", "global_batch_size", 1.5, "must be of type int"),
+    ("plan", "precision", "fp8", "is not one of bf16, fp16, fp32"),
+    ("cluster", "inter_node_bandwidth_gbits_per_s", 0, "must be at least 0.1"),
+    ("cost", "price_per_gpu_hour_usd", -1, "must be zero or more"),
+    ("cost", "training_tokens", "1e9", "must be of type float"),
+])
+def test_session_fields_are_checked_when_read(tmp_path, section, name, value, needle):
+    doc = json.loads(session_to_json(Session()))
+    doc[section][name] = value
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    with pytest.raises(SessionFileError) as err:
+        load_session(tmp_path / "s.json")
+    assert f"{section}.{name}: " in str(err.value) and needle in str(err.value)
+
+
+def test_a_plan_too_large_to_simulate_is_refused_by_name_at_once():
+    s = Session(ModelConfig("big", 10_000, 1024, 16, None, 2048, 50257),
+                ParallelPlan(1, 1, 1, 1, 2**24, "1f1b", "none", "bf16"))
+    assert validate(s) == []
+    with pytest.raises(ConfigError, match=f"more than the {MAX_GRAPH_TASKS:,}"):
+        simulate(s)
+
+
+def test_measurement_csv_refuses_non_finite_values(tmp_path):
+    from core.validate import MeasurementFileError, read_measurements
+    header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
+              "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
+              "iteration time (ms)")
+    (tmp_path / "m.csv").write_text(f"{header}\n8,64,1,2048,16,24,2048,8,1,1,inf\n")
+    with pytest.raises(MeasurementFileError, match="row 1, column 'iteration time \\(ms\\)'.*not a finite"):
+        read_measurements(tmp_path / "m.csv")
+    (tmp_path / "n.csv").write_text(f"{header}\n8,64,1,2048,16,99999999999,2048,8,1,1,100\n")
+    (m,) = read_measurements(tmp_path / "n.csv")  # kept, skipped with the bound as reason
+    assert "# layers=99999999999 must be at most 10,000" in m.skip_reason  # the file's name
+    (tmp_path / "z.csv").write_bytes(header.encode() + b"\n8,64,\x00\n")
+    assert_one_line_error(cli("validate", str(tmp_path / "z.csv")), "z.csv")
+
+
+def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
+    from core.nccl_tests import NcclTestsError, read_nccl_tests
+    path = tmp_path / "all_reduce_8gpu.csv"
+    path.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                    "1024,256,float,inf,1,1,1\n")
+    with pytest.raises(NcclTestsError, match="line 2: time inf s"):
+        read_nccl_tests(path)
+    path2 = tmp_path / "all_reduce_99999999gpu.csv"
+    path2.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                     "1024,256,float,1000,1,1,1\n")
+    with pytest.raises(NcclTestsError, match="group size 99,999,999"):
+        read_nccl_tests(path2)
+
+
+def test_job_trace_values_are_bounded(tmp_path):
+    trace = [{"arrival_h": 0, "model": "GPT-3 1.3B", "global_batch_size": 64, "tokens": 1e300,
+              "requested_gpus": 8}]
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    assert_one_line_error(cli("schedule", str(tmp_path / "t.json"), "--gpus", "8"),
+                          "t.json[0].tokens: 1e+300 must be at most")
+
+
+# --------------------------------------------------------------------------- profile stores
+
+def _tiny(path: Path) -> None:
+    ProfileStore.open(STORE).save(path)
+
+
+def _refused(path: Path, needle: str) -> None:
+    with pytest.raises(ProfileStoreError) as err:
+        ProfileStore.open(path)
+    assert str(path) in str(err.value) and needle in str(err.value), str(err.value)
+
+
+def test_external_links_storage_and_virtual_datasets_are_refused(tmp_path):
+    secret = tmp_path / "secret.h5"
+    with h5py.File(secret, "w") as f:
+        f["x"] = np.arange(3.0)
+    p = tmp_path / "link.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        f["ops"]["evil"] = h5py.ExternalLink(str(secret), "/x")
+    _refused(p, "an external link to another file")
+    p = tmp_path / "soft.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        f["ops"]["loop"] = h5py.SoftLink("/ops")
+    _refused(p, "a soft link")
+    p = tmp_path / "external.h5"
+    _tiny(p)
+    (tmp_path / "raw.bin").write_bytes(np.ones(4).tobytes())
+    with h5py.File(p, "a") as f:
+        op = next(iter(f["ops"]))
+        del f["ops"][op]["time_s"]
+        f["ops"][op].create_dataset("time_s", shape=(4,), dtype="f8",
+                                    external=[(str(tmp_path / "raw.bin"), 0, 32)])
+    _refused(p, "dataset stored in external files")
+    p = tmp_path / "virtual.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        layout = h5py.VirtualLayout(shape=(3,), dtype="f8")
+        layout[:] = h5py.VirtualSource(str(secret), "x", shape=(3,))
+        f["ops"].create_group("v").create_virtual_dataset("time_s", layout)
+    _refused(p, "a virtual dataset")
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda f: f["op_model"].attrs.__setitem__("gemm_efficiency_max", np.nan), "gemm_efficiency_max"),
+    (lambda f: f["op_model"].attrs.__setitem__("memory_efficiency", -0.5), "memory_efficiency"),
+    (lambda f: f["op_model"].attrs.__setitem__("inter_node_efficiency", 0.0), "inter_node_efficiency"),
+    (lambda f: f.attrs.__setitem__("memory_bytes", np.inf), "memory_bytes"),
+    (lambda f: f["peak_flops"].attrs.__setitem__("bf16", 1e300), "peak_flops"),
+    (lambda f: _replace(f, "time_s", np.array([b"1"] * _rows(f)), None), "expected a float dataset"),
+    (lambda f: _replace(f, "time_s", np.full(_rows(f), np.nan), None), "positive and finite"),
+    (lambda f: _replace(f, "time_s", None, 20_000_000), "more than 10,000,000"),
+])
+def test_corrupted_values_are_refused_with_the_reason(tmp_path, change, needle):
+    p = tmp_path / "bad.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        change(f)
+    _refused(p, needle)
+
+
+def _first_op(f):
+    return f["ops"][next(iter(f["ops"]))]
+
+
+def _rows(f) -> int:
+    return _first_op(f)["time_s"].shape[0]
+
+
+def _replace(f, name, data, size):
+    g = _first_op(f)
+    del g[name]
+    if data is not None:
+        g.create_dataset(name, data=data)
+    else:  # an absurd size that costs no disk: compressed fill value
+        g.create_dataset(name, shape=(size,), dtype="f8", chunks=(1 << 16,), compression="gzip")
+
+
+def test_byte_flips_give_a_clean_error_or_a_valid_store(tmp_path):
+    data = bytearray(STORE.read_bytes())
+    rng = np.random.default_rng(13)
+    outcomes = {"refused": 0, "read": 0}
+    for k in range(40):
+        flipped = bytearray(data)
+        for pos in rng.integers(0, len(data), size=1 + k % 4):
+            flipped[pos] ^= 1 << int(rng.integers(0, 8))
+        p = tmp_path / f"flip{k}.h5"
+        p.write_bytes(bytes(flipped))
+        try:
+            ProfileStore.open(p)
+            outcomes["read"] += 1
+        except ProfileStoreError as exc:
+            assert str(p) in str(exc)
+            outcomes["refused"] += 1
+    assert sum(outcomes.values()) == 40
+
+
+# --------------------------------------------------------------------------- writers
+
+def _enospc(*a, **k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    store_path = tmp_path / "s.h5"
+    _tiny(store_path)
+    session_path = tmp_path / "s.json"
+    save_session(Session(), session_path)
+    before = store_path.read_bytes(), session_path.read_bytes()
+    monkeypatch.setattr(os, "fsync", _enospc)
+    with pytest.raises(OSError) as err:
+        ProfileStore.open(store_path).save(store_path)
+    assert err.value.filename == str(store_path) and err.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as err:
+        save_session(Session(), session_path)
+    assert err.value.filename == str(session_path)
+    assert (store_path.read_bytes(), session_path.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5", "s.json"]
+
+
+def test_writers_on_a_real_full_disk_exit_2_without_a_crash(tmp_path):
+    """`profile generate` and `import-nccl-tests` died with SIGSEGV on a full disk (h5py)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        proc = cli("profile", "generate", "--gpu", "H100-SXM5-80GB", "--out", str(mnt / "g.h5"))
+        assert proc.returncode == 0, proc.stderr  # fits
+        (mnt / "fill").write_bytes(b"")
+        with open(mnt / "fill", "wb") as fh:  # fill the rest of the disk
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        before = (mnt / "g.h5").read_bytes()
+        assert_one_line_error(cli("profile", "generate", "--gpu", "A100-SXM4-80GB", "--out",
+                                  str(mnt / "a.h5")), str(mnt / "a.h5"), "No space left on device")
+        nccl = tmp_path / "all_reduce_2gpu.txt"
+        nccl.write_text("#  Rank  0 Group  0 Pid 1 on x device  0 [0x00] A100\n"
+                        "#  Rank  1 Group  0 Pid 1 on x device  1 [0x00] A100\n"
+                        "  1048576  262144  float  sum  -1  100.0  10.49  15.73  0  100.0  10.49  15.73  0\n"
+                        "  2097152  524288  float  sum  -1  150.0  13.98  20.97  0  150.0  13.98  20.97  0\n")
+        proc = cli("profile", "import-nccl-tests", str(nccl), "--into", str(mnt / "g.h5"))
+        assert proc.returncode == 2 and "No space left on device" in proc.stderr
+        assert (mnt / "g.h5").read_bytes() == before
+        assert sorted(p.name for p in mnt.iterdir()) == ["fill", "g.h5"]
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_orphaned_temporary_files_are_removed_by_the_next_save(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    orphan = tmp_path / f".s.json.{dead}.abc123xy.tmp"
+    orphan.write_text("half a session")
+    other = tmp_path / f".other.h5.{dead}.x9x9x9x9.tmp"
+    other.write_bytes(b"\x89HDF")
+    live = tmp_path / ".s.json.1.keepkeep.tmp"  # pid 1 runs: a save in progress elsewhere
+    foreign = tmp_path / f".s.json.{dead}.not-ours.tmp"  # not a name this program makes
+    foreign.write_text("")
+    live.write_text("")
+    unrelated = tmp_path / ".notes.tmp"
+    unrelated.write_text("")
+    save_session(Session(), tmp_path / "s.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".notes.tmp", live.name,
+                                                                 foreign.name, "s.json"])
+    assert atomic.remove_orphans(tmp_path) == []
+
+
+def test_kill_9_during_save_leaves_an_orphan_that_the_next_save_removes(tmp_path):
+    code = ("import os, signal, sys\n"
+            "from core.atomic import atomic_target\n"
+            "with atomic_target(sys.argv[1]) as tmp:\n"
+            "    open(tmp, 'w').write('partial')\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    target = tmp_path / "s.json"
+    save_session(Session(), target)
+    before = target.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], cwd=ROOT)
+    assert proc.returncode == -9
+    assert target.read_bytes() == before and len(list(tmp_path.iterdir())) == 2
+    save_session(Session(), target)
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_unwritable_output_is_one_line_naming_the_file(tmp_path):
+    out = tmp_path / "no" / "such" / "folder" / "x.h5"
+    assert_one_line_error(cli("profile", "generate", "--gpu", "A100-SXM4-80GB", "--out", str(out)),
+                          str(out))
+
+
+# --------------------------------------------------------------------------- command line
+
+def test_every_subcommand_and_argument_has_help():
+    import argparse
+    from core.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name):
+                        missing.append(" ".join(path + [name]))
+                    walk(sub, path + [name])
+            elif not action.help:
+                missing.append(" ".join(path) + " " + "/".join(action.option_strings or [action.dest]))
+
+    walk(build_parser(), ["vtrain"])
+    assert missing == []
+
+
+def test_report_shows_the_parameter_count():
+    proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"))
+    n = load_any(EXAMPLES / "gpt3_175b.json").model.num_parameters(8)
+    assert n == 174_615_846_912
+    assert "Parameters" in proc.stdout and f"{n / 1e9:,.2f} B" in proc.stdout
+    proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"), "--json")
+    assert json.loads(proc.stdout)["num_parameters"] == n
+
+
+def test_json_output_is_strict():
+    from core.inputs import NonFiniteError, strict_dumps
+    with pytest.raises(NonFiniteError, match=r"result.plans\[1\].mfu is NaN"):
+        strict_dumps({"plans": [{"mfu": 0.5}, {"mfu": float("nan")}]})
+    proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json")
+    json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the output"))
+
+
+def test_sweep_warnings_name_the_plans_they_concern():
+    from core.comm import summarize_warnings
+    from core.sweep import SweepSpace, run_sweep
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.plan.global_batch_size = 64  # the data-parallel all-reduce of 1.26 GiB > 1 GiB measured
+    res = run_sweep(s, SweepSpace(max_gpus=8, micro_batch_sizes=(16, 32)))
+    beyond = [w for w in res.warnings if "beyond the measured sizes" in w]
+    assert beyond and all("; in " in w and " plan" in w for w in beyond)
+    fits = {f"t={res.tensor_parallel[i]} p={res.pipeline_parallel[i]} d={res.data_parallel[i]} "
+            f"b={res.micro_batch_size[i]}" for i in np.flatnonzero(res.fits_in_memory)}
+    named = [" ".join(x.split()[:4]) for w in beyond
+             for x in w.split(": ", 2)[-1].split(" and ")[0].split(", ")]
+    assert named and set(named) <= fits
+    folded = summarize_warnings(res.warnings)
+    assert any("; in plans t=" in w for w in folded)
+
+
+def test_hugging_face_config_values_are_bounded_and_named_by_their_keys(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2**63, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+           "vocab_size": 32000, "max_position_embeddings": 4096, "hidden_act": "silu",
+           "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(cli("import", "hf", str(tmp_path / "config.json"), "--json", timeout=60),
+                          "config.json: num_hidden_layers: num_hidden_layers=9223372036854775808 "
+                          "must be at most 10,000")
