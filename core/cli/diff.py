@@ -20,8 +20,8 @@ def add_parser(sub: Any) -> None:
                     "pipeline- and data-parallel communication, pipeline bubble, stage imbalance "
                     "and optimizer step; the terms sum to the difference. Also memory per GPU, "
                     "days and cost.")
-    d.add_argument("a", metavar="A.json")
-    d.add_argument("b", metavar="B.json")
+    d.add_argument("a", metavar="A.json", help="plan A: a session file or vTrain config")
+    d.add_argument("b", metavar="B.json", help="plan B, compared with A (B minus A)")
     d.add_argument("--json", action="store_true",
                    help="print one JSON object (difference_s, terms, and both plans)")
 

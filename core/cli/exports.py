@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
         "megatron-args", help="Megatron-LM arguments and the torchrun line that run the plan",
         description="Print the torchrun command with the Megatron-LM arguments that run the "
                     "session's model and plan (one argument per line).")
-    e.add_argument("session", metavar="SESSION.json")
+    e.add_argument("session", metavar="SESSION.json", help="session file (or vTrain config)")
     e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead")
     e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
 

@@ -27,8 +27,10 @@ def add_parser(sub: Any) -> None:
                     "srun, or a plain argument list) into a session file. Arguments vtrain does not "
                     "model yet are refused by name (exit status 2); other arguments that may change "
                     "the iteration time are listed as ignored.")
-    m.add_argument("file", metavar="FILE")
-    m.add_argument("--out", metavar="SESSION.json", required=True)
+    m.add_argument("file", metavar="FILE",
+                   help="launch script (torchrun/srun ... pretrain_gpt.py ...) or argument list")
+    m.add_argument("--out", metavar="SESSION.json", required=True,
+                   help="session file to write (atomically; nothing is written on an error)")
     m.add_argument("--num-gpus", type=int, metavar="N",
                    help="world size, when the launch does not give it (or to override it)")
     m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: the "
