@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from .common import fmt_bytes
@@ -34,18 +33,21 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain diff``; returns the exit status."""
     from rich.table import Table
 
-    from ..console import Console
+    from ..console import Console, esc
     from ..diff import TERM_LABELS, diff_plans
     from ..session import load_any
 
     d = diff_plans(load_any(args.a), load_any(args.b))
     if args.json:
-        print(json.dumps(d.to_dict()))
+        from ..inputs import strict_dumps
+        print(strict_dumps(d.to_dict()))
         return 0
     doc = d.to_dict()
     con = Console()
-    con.print(f"[bold]A[/] {args.a}: {doc['a']['label']}, {doc['a']['num_gpus']:,} GPUs", highlight=False)
-    con.print(f"[bold]B[/] {args.b}: {doc['b']['label']}, {doc['b']['num_gpus']:,} GPUs", highlight=False)
+    con.print(f"[bold]A[/] {esc(args.a)}: {esc(doc['a']['label'])}, {doc['a']['num_gpus']:,} GPUs",
+              highlight=False)
+    con.print(f"[bold]B[/] {esc(args.b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
+              highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
         if abs(a) <= tiny and abs(b) <= tiny:
             continue  # a term neither plan has (the rounding rest, a kind neither uses)
-        t.add_row(TERM_LABELS.get(name, name.replace("_", " ")), _s(a), _s(b), f"{delta:+,.3f} s")
+        t.add_row(esc(TERM_LABELS.get(name, name.replace("_", " "))), _s(a), _s(b), f"{delta:+,.3f} s")
     ra, rb = d.a.report, d.b.report
     t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
               f"[bold]{d.difference_s:+,.3f} s ({d.difference_s / ra.iteration_time_s:+.1%})[/]")

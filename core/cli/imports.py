@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 __all__ = ["add_parser", "run"]
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _megatron(args: argparse.Namespace) -> int:
     from ..config import GPU_KINDS, check, gpu_kind
-    from ..console import Console
+    from ..console import Console, esc
     from ..megatron_args import MegatronArgsError, import_file
     from ..session import save_session
 
@@ -66,18 +65,20 @@ def _megatron(args: argparse.Namespace) -> int:
     check(res.session)  # the configuration rules, each named (exit 2)
     save_session(res.session, args.out)
     if args.json:
-        print(json.dumps({"out": str(args.out), "session": res.session.to_dict(),
+        from ..inputs import strict_dumps
+        print(strict_dumps({"out": str(args.out), "session": res.session.to_dict(),
                           "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
                           "neutral": res.neutral, "launcher": res.launch.launcher}))
         return 0
     con = Console()
     pl = res.session.plan
-    con.print(f"wrote {args.out}: {res.session.model.name}, {pl.num_gpus:,} GPUs (t={pl.tensor_parallel}, "
+    con.print(f"wrote {esc(str(args.out))}: {esc(res.session.model.name)}, {pl.num_gpus:,} GPUs "
+              f"(t={pl.tensor_parallel}, "
               f"p={pl.pipeline_parallel}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
               f"B={pl.global_batch_size}), from {res.launch.launcher}", highlight=False)
     for arg, why in res.ignored:
-        con.print(f"[yellow]ignored:[/] {arg} ({why})", highlight=False)
+        con.print(f"[yellow]ignored:[/] {esc(arg)} ({esc(why)})", highlight=False)
     if res.neutral:
-        con.print(f"[dim]not used (no effect on the iteration time): {' '.join(res.neutral)}[/]",
+        con.print(f"[dim]not used (no effect on the iteration time): {esc(' '.join(res.neutral))}[/]",
                   highlight=False)
     return 0
