@@ -295,6 +295,7 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
     return sched.order(p, m, stage, v if sched.uses_virtual_stages else 1)
 
 
+@lru_cache(maxsize=65536)
 def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:
     """Peak activations a stage holds, in units of one micro-batch through all its layers.
 
