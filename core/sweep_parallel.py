@@ -42,6 +42,8 @@ CHUNKS_PER_WORKER = 8
 _PLAN_COST = 20_000
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
+#: How long to try to reach a Dask scheduler.
+DASK_CONNECT_TIMEOUT_S = 10.0
 
 Batch = tuple[tuple[int, int, str, int], list[int]]  # ((p, m, schedule, v), plan rows)
 
@@ -194,7 +196,7 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
                                  dashboard_address=None)
             client = Client(local)
         else:
-            client = Client(address, timeout="10s")
+            client = Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError) as exc:
         if local is not None:
             local.close()
