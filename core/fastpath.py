@@ -187,15 +187,16 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
-            x = E[src[i]] + Q[i]
+            new = np.take(E, src[i], axis=0)
+            new += Q[i]
             if floor is not None:
-                x = np.maximum(x, floor[i])
-            new = np.maximum.accumulate(x, axis=0)
+                np.maximum(new, floor[i], out=new)
+            np.maximum.accumulate(new, axis=0, out=new)
             new += S[i]
             updates += 1
-            rows = slice(i * K, (i + 1) * K)
-            if not np.array_equal(new, E[rows]):
-                E[rows] = new
+            old = E[i * K:(i + 1) * K]
+            if (new != old).any():
+                old[...] = new
                 version[i] += 1
                 changed = True
         sweep += 1

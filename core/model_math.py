@@ -21,6 +21,7 @@ is 2 FLOPs).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -443,6 +444,13 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
                                             plan.num_microbatches, stage, chunks_per_stage(plan))
 
 
+@lru_cache(maxsize=4096)
+def _in_flight_per_stage(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
+    """:func:`in_flight_microbatches` of every stage, cached (a sweep asks for the same few)."""
+    from . import schedules
+    return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
+
+
 def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
 
@@ -486,10 +494,12 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
+    flight = _in_flight_per_stage(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                  chunks_per_stage(plan))  # = in_flight_microbatches(plan, i)
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
-        acts = (r * ckpt + (layers - r) * keep) * in_flight_microbatches(plan, i)
+        acts = (r * ckpt + (layers - r) * keep) * flight[i]
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:

@@ -140,3 +140,33 @@ def test_cli_workers_and_json(capsys, monkeypatch):
     assert docs[0] == docs[1] and docs[0]["num_plans"] > 100
     assert main(["sweep", str(SMALL), "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- speed-ups keep results
+
+def test_zb_h1_order_equals_its_rule_item_by_item():
+    from core import schedules
+    zb = schedules.get("zb-h1")
+    for p in (1, 2, 3, 5, 8, 13):
+        for m in (1, 2, 3, 4, 7, 8, 16, 33):
+            for stage in range(p):
+                fast, ref = zb.order(p, m, stage, 1), zb._order_loop(p, m, stage, 1)
+                for a, b in ((fast.phase, ref.phase), (fast.microbatch, ref.microbatch),
+                             (fast.chunk, ref.chunk)):
+                    assert a.dtype == b.dtype and a.tolist() == b.tolist(), (p, m, stage)
+    # stage 1 of p=2, m=3: F0 F1 B0 F2 B1 W0 B2 W1 W2
+    o = zb.order(2, 3, 1, 1)
+    assert ["FBW"[k] + str(j) for k, j in zip(o.phase.tolist(), o.microbatch.tolist())] == [
+        "F0", "B0", "F1", "B1", "W0", "F2", "B2", "W1", "W2"]
+
+
+def test_in_flight_per_stage_cache_equals_the_schedule_count():
+    from core import model_math, schedules
+    from core.config import ParallelPlan
+    for sched, v in (("1f1b", None), ("gpipe", None), ("zb-h1", None), ("interleaved", 2)):
+        plan = ParallelPlan(2, 4, 2, 1, 64, sched, "none", "bf16", virtual_pipeline_stages=v)
+        got = model_math._in_flight_per_stage(sched, 4, plan.num_microbatches, v or 1)
+        assert got == tuple(schedules.in_flight_microbatches(sched, 4, plan.num_microbatches, i,
+                                                             v or 1) for i in range(4))
+    # 1F1B: min(p - i, m) (Korthikanti et al. 2022, Sec. 4.2.3)
+    assert model_math._in_flight_per_stage("1f1b", 4, 16, 1) == (4.0, 3.0, 2.0, 1.0)
