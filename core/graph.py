@@ -500,7 +500,11 @@ class _Template:
     @property
     def has_side(self) -> bool:
         """Whether any side task (of any of the three sorts) exists."""
-        return bool(self.side_src.size or self.last_src.size or self.start_src.size)
+        h = self.__dict__.get("_has_side")
+        if h is None:
+            h = self.__dict__["_has_side"] = bool(self.side_src.size or self.last_src.size
+                                                  or self.start_src.size)
+        return h
 
     @classmethod
     def assemble(cls, parts: list[tuple[_Unit, list[int] | range]]) -> "_Template":

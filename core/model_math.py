@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import schedules
 from .config import (ModelConfig, ParallelPlan, grad_dtype, padded_vocab_size, stage_layer_counts)
 from .report import StageMemory
 
@@ -382,7 +383,6 @@ def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
 def chunks_per_stage(plan: ParallelPlan) -> int:
     """Model chunks per pipeline stage: ``virtual_pipeline_stages`` under a schedule that uses
     virtual stages (interleaved 1F1B), 1 otherwise."""
-    from . import schedules
     if schedules.get(plan.schedule).uses_virtual_stages:
         return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
     return 1
@@ -439,15 +439,13 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
     micro-batch through all the stage's layers: the schedule's count
     (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
     et al. 2022, Sec. 4.2.3; GPipe ``m``)."""
-    from . import schedules
-    return schedules.in_flight_microbatches(plan.schedule, plan.pipeline_parallel,
-                                            plan.num_microbatches, stage, chunks_per_stage(plan))
+    return _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                      chunks_per_stage(plan))[stage]
 
 
-@lru_cache(maxsize=4096)
-def _in_flight_per_stage(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
-    """:func:`in_flight_microbatches` of every stage, cached (a sweep asks for the same few)."""
-    from . import schedules
+@lru_cache(maxsize=1024)
+def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
+    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often)."""
     return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
 
 
@@ -494,12 +492,12 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
-    flight = _in_flight_per_stage(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                                  chunks_per_stage(plan))  # = in_flight_microbatches(plan, i)
+    in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                           chunks_per_stage(plan))  # in_flight_microbatches of every stage
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
-        acts = (r * ckpt + (layers - r) * keep) * flight[i]
+        acts = (r * ckpt + (layers - r) * keep) * in_flight[i]
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:
