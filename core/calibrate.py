@@ -43,7 +43,7 @@ from .config import Session, padded_vocab_size
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import OPS
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time,
-                  kernel_arrays, kernel_times, op_kernels)
+                  kernel_arrays, kernel_times, op_kernels, table_covers)
 from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
@@ -93,11 +93,18 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 
 
 def shape_key(session: Session) -> tuple:
-    """Correction key of a plan: ``("shape", s, h, a, f, V, t, b, dtype)`` (V padded)."""
+    """Correction key of a plan: ``("shape", s, h, a, f, V, t, b, dtype)`` (V padded) for a GPT;
+    a model of another family (:data:`core.model_math.FAMILY_KEY_DEFAULTS` not at GPT's values)
+    adds its family columns, and :func:`apply_fit` tabulates no correction for it (its ops keep
+    the fitted model: a GPT shape's factor never reaches it, nor its factor a GPT)."""
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
-    return ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
-            padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
+    key = ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
+           padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
+    family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
+              m.attention_kernel, int(m.qk_layernorm))
+    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0)
+    return key if family == gpt else key + family
 
 
 def model_store(base: ProfileStore, op_model: dict[str, float]) -> ProfileStore:
@@ -125,6 +132,8 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
     store = model_store(base, op_model)
     by_shape: dict[tuple, dict[int, float]] = {}  # (s, h, a, f, V, t, dtype) -> {b: factor}
     for key, c in (corrections or {}).items():
+        if len(key) != 9:  # a model of another family (see shape_key): the model times it
+            continue
         _, seq, h, a, f, V, t, b, dtype = key
         twins = HALF_PRECISIONS if dtype in HALF_PRECISIONS else (dtype,)
         for dt in twins:
@@ -133,8 +142,8 @@ def apply_fit(base: ProfileStore, op_model: dict[str, float],
              for k, v in by_shape.items()]
 
     def factor(op: str, key: dict) -> float:
-        if op not in _FAMILY:
-            return 1.0
+        if op not in _FAMILY or not table_covers(DERIVED_OPS.get(op, op), key, ()):
+            return 1.0  # corrections are of GPT shapes (table_covers: key at GPT's values)
         for (seq, h, a, f, V, t, dtype), by_b in by_shape.items():
             if ((seq, h, t, dtype) == (key["s"], key["h"], key["t"], key["dtype"])
                     and key.get("a", a) == a and key.get("f", f) == f and key.get("V", V) == V):

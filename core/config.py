@@ -34,6 +34,10 @@ __all__ = [
     "GPU_KINDS",
     "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
+    "ACTIVATIONS",
+    "NORMALIZATIONS",
+    "POSITION_EMBEDDINGS",
+    "ATTENTION_KERNELS",
     "RECOMPUTE_MODES",
     "PRECISIONS",
     "read_vtrain_config",
@@ -49,6 +53,16 @@ __all__ = [
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
+#: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
+ACTIVATIONS = ("gelu", "swiglu")
+#: Layer normalizations: LayerNorm (weight and bias) or RMSNorm (weight only, Zhang & Sennrich 2019).
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+#: Position embeddings: a learned (s, h) table or rotary embeddings (RoPE, Su et al. 2021; no
+#: parameters).
+POSITION_EMBEDDINGS = ("learned", "rope")
+#: Attention kernels: Megatron's unfused path (baddbmm, softmax, dropout, bmm; keeps the s*s
+#: scores) or FlashAttention (Dao 2023; no s*s tensor kept).
+ATTENTION_KERNELS = ("unfused", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
@@ -94,7 +108,14 @@ def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
 
 @dataclass
 class ModelConfig:
-    """A GPT-style decoder-only transformer (Megatron-LM's GPT model)."""
+    """A dense decoder-only transformer as Megatron-LM / Megatron-Core builds it.
+
+    The defaults are Megatron-LM's GPT (full multi-head attention, GeLU MLP,
+    LayerNorm, learned positions, biases, word embedding tied with the output
+    layer, unfused attention); the family fields describe Llama-style models
+    (grouped-query attention, SwiGLU, RMSNorm, RoPE, no biases, untied output
+    layer, FlashAttention). Their formulas live in :mod:`core.model_math`.
+    """
 
     name: str = _f("GPT-3 175B", "", "Display name of the model")
     num_layers: int = _f(96, "", "Number of transformer layers L (--num-layers)")
@@ -105,11 +126,43 @@ class ModelConfig:
     )
     seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)")
     vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding")
+    num_query_groups: int | None = _f(
+        None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
+        "attention); empty means one per head (multi-head attention)", min=1)
+    activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices) or swiglu (gated, "
+                         "three ffn matrices; --swiglu)", choices=ACTIVATIONS)
+    normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
+                            "--normalization RMSNorm)", choices=NORMALIZATIONS)
+    position_embedding: str = _f("learned", "", "Position embedding: learned (an s*h table) or "
+                                 "rope (rotary, no parameters; --position-embedding-type rope)",
+                                 choices=POSITION_EMBEDDINGS)
+    tied_embeddings: bool = _f(True, "", "Output layer shares the word embedding's weights "
+                               "(false: --untie-embeddings-and-output-weights)")
+    add_bias_linear: bool = _f(True, "", "Biases in the linear layers (false: "
+                               "--disable-bias-linear)")
+    add_qkv_bias: bool = _f(False, "", "Bias in the QKV projection even without the other "
+                            "linear biases (--add-qkv-bias, Qwen2)")
+    qk_layernorm: bool = _f(False, "", "Normalize each query and key head before the scores "
+                            "(QK-norm, --qk-layernorm; Qwen3), with the model's normalization")
+    attention_kernel: str = _f("unfused", "", "Attention kernel: unfused (Megatron's baddbmm, "
+                               "softmax, bmm; keeps the s*s scores) or flash (FlashAttention, "
+                               "no s*s activation memory; --use-flash-attn)",
+                               choices=ATTENTION_KERNELS)
 
     @property
     def ffn(self) -> int:
         """MLP hidden size, ``4*h`` when :attr:`ffn_hidden_size` is unset."""
         return self.ffn_hidden_size if self.ffn_hidden_size else 4 * self.hidden_size
+
+    @property
+    def query_groups(self) -> int:
+        """Query groups ``g``: :attr:`num_query_groups`, or ``a`` when unset."""
+        return self.num_query_groups if self.num_query_groups else self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Attention head size ``h/a`` (``--kv-channels``; Megatron's default)."""
+        return self.hidden_size // self.num_attention_heads
 
     def num_parameters(self, tensor_parallel: int = 1) -> int:
         """Total parameter count, vocabulary padded for ``tensor_parallel``
@@ -463,7 +516,7 @@ def validate(session: Session) -> list[FieldError]:
                 errs.append(FieldError(f"{section}.{n}", f"{n}={v!r} must be a positive {what}"))
 
     need_pos("model", m, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                          "seq_length", "vocab_size"), integer=True)
+                          "seq_length", "vocab_size", "num_query_groups"), integer=True)
     need_pos("plan", pl, ("tensor_parallel", "pipeline_parallel", "data_parallel",
                           "micro_batch_size", "global_batch_size", "virtual_pipeline_stages"),
              integer=True)
@@ -476,10 +529,17 @@ def validate(session: Session) -> list[FieldError]:
         ("plan", pl, "schedule", SCHEDULES),
         ("plan", pl, "recompute", RECOMPUTE_MODES),
         ("plan", pl, "precision", PRECISIONS),
+        ("model", m, "activation", ACTIVATIONS),
+        ("model", m, "normalization", NORMALIZATIONS),
+        ("model", m, "position_embedding", POSITION_EMBEDDINGS),
+        ("model", m, "attention_kernel", ATTENTION_KERNELS),
     ):
         if getattr(obj, name) not in choices:
             errs.append(FieldError(f"{section}.{name}",
                                    f"{name}={getattr(obj, name)!r} is not one of {', '.join(choices)}"))
+    for name in ("tied_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm"):
+        if not isinstance(getattr(m, name), bool):
+            errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} must be true or false"))
     errs += _plan_feature_errors(pl)
     f = c.memory_reserve_fraction
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 0.9:
@@ -499,6 +559,14 @@ def validate(session: Session) -> list[FieldError]:
     if m.num_attention_heads % t:
         errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
                                f"is not divisible by tensor_parallel_size={t}"))
+    g = m.num_query_groups
+    if g is not None:
+        if m.num_attention_heads % g:
+            errs.append(FieldError("model.num_query_groups", f"num_attention_heads="
+                                   f"{m.num_attention_heads} is not divisible by num_query_groups={g}"))
+        elif g % t:  # Megatron-Core splits the K/V heads over the tensor-parallel ranks
+            errs.append(FieldError("plan.tensor_parallel", f"num_query_groups={g} is not divisible "
+                                   f"by tensor_parallel_size={t}"))
     if m.ffn % t:
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
@@ -600,9 +668,20 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
 
 # --------------------------------------------------------------------------- presets
 
+def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
+           vocab: int) -> ModelConfig:
+    """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
+    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card)."""
+    return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
+                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+
+
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
-#: (Narayanan et al. 2021, Table 1).
+#: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
+#: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -613,6 +692,11 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         ModelConfig("GPT-3 175B", 96, 12288, 96, None, 2048, 50257),
         ModelConfig("MT-NLG 530B", 105, 20480, 128, None, 2048, 50257),
         ModelConfig("Megatron 1T", 128, 25600, 160, None, 2048, 51200),
+        _llama("Llama 2 7B", 32, 4096, 32, 32, 11008, 4096, 32000),
+        _llama("Llama 2 70B", 80, 8192, 64, 8, 28672, 4096, 32000),
+        _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
+        _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
+        _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
     )
 }
 
@@ -704,10 +788,11 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         num_attention_heads=raw["num_attention_heads"], ffn_hidden_size=raw.get("ffn_hidden_size"),
         seq_length=raw["max_length"], vocab_size=raw.get("vocab_size", 50257),
     )
-    for preset in MODEL_PRESETS.values():
-        if (preset.num_layers, preset.hidden_size, preset.num_attention_heads) == (
-                model.num_layers, model.hidden_size, model.num_attention_heads):
+    for preset in MODEL_PRESETS.values():  # the format holds GPT models only
+        if dataclasses.replace(preset, name=model.name, ffn_hidden_size=model.ffn_hidden_size,
+                               seq_length=model.seq_length, vocab_size=model.vocab_size) == model:
             model.name = preset.name
+            break
     plan = ParallelPlan(
         tensor_parallel=raw["tensor_parallel_size"], pipeline_parallel=raw["pipeline_parallel_size"],
         data_parallel=raw["data_parallel_size"], micro_batch_size=raw["micro_batch_size"],

@@ -32,7 +32,8 @@ from . import model_math, schedules
 from .comm import CommModel
 from .config import Session, grad_dtype, padded_vocab_size
 from .graph_types import KINDS, OPS, ExecutionGraph
-from .ops import DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time
+from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
+                  table_covers)
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
@@ -308,6 +309,8 @@ def op_key(session: Session) -> dict:
     t = pl.tensor_parallel
     return dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
                 f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
+                g=m.query_groups, act=m.activation, norm=m.normalization,
+                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                 sp=bool(pl.sequence_parallel and t > 1))
 
 
@@ -324,7 +327,10 @@ def lookup_op_times(session: Session, store) -> OpTimes:
 
     Tables hold ops without sequence parallelism, and no table holds a part
     of an op (:data:`core.ops.DERIVED_OPS`, e.g. the attention core that
-    selective recomputation runs again). Such a variant takes the tabulated
+    selective recomputation runs again). A table that lacks a family column
+    (:data:`core.ops.OP_KEYS`: query groups, activation, normalization,
+    position embedding, attention kernel; stores written before them) holds
+    GPT ops and times only GPT shapes. Such a variant takes the tabulated
     op's time scaled by the ratio of their analytic times, so a measured or
     calibrated op time carries over to the kernels it shares with its variant.
     """
@@ -332,9 +338,12 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     plain = {**key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
+    tables = set(store.op_names())
     for op in _LOOKUP_OPS:
         base = DERIVED_OPS.get(op, op)
-        lk = store.op_time(base, key)
+        # a table without a family column holds GPT ops only (core.model_math.table_covers)
+        covered = base in tables and table_covers(base, key, store.op_table(base)[0])
+        lk = store.op_time(base, key) if covered else None
         if lk is not None:
             out.times[op] = lk.time_s
             if op != base or key["sp"]:
@@ -985,9 +994,9 @@ def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
     fam = model_math.family_of(m)
     sharded, replicated = fam.layer_parameters(m)
     layer = sharded / t + replicated
-    (f_sh, f_rep), (l_sh, l_rep) = fam.edge_parameters(m, t)
-    first = f_sh / t + f_rep if stage == 0 else 0.0
-    last = l_sh / t + l_rep + (f_sh / t if p > 1 else 0.0) if stage == p - 1 else 0.0
+    first_n, last_n = model_math.edge_params_per_gpu(m, t, p)
+    first = first_n if stage == 0 else 0.0
+    last = last_n if stage == p - 1 else 0.0
     out = _DataParallel()
     for name, n in (("layer", layer), ("first", first), ("last", last)):
         if n <= 0:

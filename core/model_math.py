@@ -8,9 +8,14 @@ model sizes (:func:`num_parameters`) all ask it; nothing else repeats a
 formula.
 
 Families are registered by name in :data:`FAMILIES` (one :class:`ModelFamily`
-each); :func:`family_of` picks a model's. Only ``"gpt"`` exists now: Megatron-LM's
-GPT (learned positions, LayerNorm, GeLU MLP with ``f`` = ``ffn_hidden_size``,
-biases, word embedding tied with the output layer).
+each); :func:`family_of` picks a model's. Only ``"dense"`` exists now: a dense
+decoder as Megatron-LM / Megatron-Core builds it, GPT at the defaults of the
+model's family fields (learned positions, LayerNorm, GeLU MLP with ``f`` =
+``ffn_hidden_size``, biases, word embedding tied with the output layer, full
+multi-head attention, unfused attention) and Llama-style models with them set
+(grouped-query attention with ``g`` query groups, SwiGLU, RMSNorm, RoPE, no
+biases, untied output layer, FlashAttention). Mixture-of-experts models would be
+a family of their own.
 
 Terms: ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
 attention heads, ``f`` MLP hidden size, ``V`` vocabulary padded as Megatron
@@ -35,7 +40,8 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage",
+    "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
+    "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -74,10 +80,48 @@ def _mem(name: str, nbytes: float) -> Kernel:
     return Kernel(name, 0.0, float(nbytes))
 
 
-# --------------------------------------------------------------------------- GPT
+# --------------------------------------------------------------------------- dense decoders
 
-def _gpt_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
-    """Kernels of one GPU's share of a Megatron-LM GPT op (see :func:`op_kernels`)."""
+#: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
+#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
+#: without such a column holds GPT ops: it is used only for keys at these values.
+FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
+                                       "pos": "learned", "attn": "unfused", "qkn": 0}
+
+
+def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
+    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``)."""
+    default = FAMILY_KEY_DEFAULTS[column]
+    return key["a"] if column == "g" and default is None else default
+
+
+def _full(key: Mapping[str, Any]) -> dict[str, Any]:
+    """``key`` with each family column it lacks set to GPT's value."""
+    out = dict(key)
+    for c in FAMILY_KEY_DEFAULTS:
+        if c not in out and (c != "g" or "a" in out):
+            out[c] = family_key_value(c, out)
+    return out
+
+
+def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of a dense decoder op (see :func:`op_kernels`).
+
+    GPT (Megatron-LM) at the family columns' defaults; grouped-query attention
+    shrinks the QKV GEMM to ``(a + 2g) h/a`` columns (Megatron-Core's fused
+    ``linear_qkv``) and, on the unfused path, expands K and V to ``a`` heads
+    before the core (``repeat_interleave``); RoPE adds a rotary kernel on Q and K
+    (read and write); a SwiGLU MLP's fc1 is ``2f`` wide (gate and up fused) and
+    its activation reads ``2f`` and writes ``f`` per token; RMSNorm kernels move
+    the same bytes as LayerNorm's; QK-norm adds a norm kernel over Q and K (read
+    and write; backward twice that, as the layer norms). FlashAttention is one kernel per pass
+    (Dao 2023): causal, so half of the ``s x s`` products are computed
+    (FlashAttention-2 paper's FLOP count for causal masks); the forward reads Q,
+    K, V and writes the output, the backward (five GEMMs against the forward's
+    two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
+    the gradients of Q, K and V.
+    """
+    key = _full(key)
     e = DTYPE_BYTES[str(key["dtype"])]
     if op == "optimizer_step":
         return [_mem("adam", ADAM_BYTES_PER_PARAM[str(key["dtype"])] * float(key["n"]))]
@@ -88,64 +132,91 @@ def _gpt_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     # Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): LayerNorm and dropout run on
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
-        a = int(key["a"])
-        heads, dh = a // t, h // a
-        score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
-        core = [
-            _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
-            _mem("scale_mask_softmax", 2 * score),
-            _mem("attn_dropout", 2.5 * score),
-            _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
-        ]
+        a, g = int(key["a"]), int(key["g"])
+        heads, groups, dh = a // t, g // t, h // a
+        qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+        rope = key.get("pos") == "rope"
+        qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
+        kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
+        if key.get("attn") == "flash":
+            causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
+            io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
+            core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
+            core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
+                               float(e * T * dh * (4 * heads + 4 * groups)), s, s, dh, b * heads)]
+        else:
+            score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
+            expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
+            core = [
+                *expand,
+                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+                _mem("scale_mask_softmax", 2 * score),
+                _mem("attn_dropout", 2.5 * score),
+                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+            ]
+            core_bwd = [
+                _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
+                _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
+                _mem("attn_dropout_bwd", 2.5 * score),
+                _mem("softmax_bwd", 3 * score),
+                _gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
+                _gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
+                *([_mem("kv_expand_bwd", kv_expand)] if groups < heads else []),
+            ]
         if op == "attention_core_fwd":  # what selective recomputation runs again
             return core
-        fwd = [
-            _mem("layernorm", 2 * tok),
-            _gemm("qkv", T, 3 * h // t, h, e),                  # (b*s, h) x (h, 3h/t)
-            *core,
-            _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
-        ]
+        rotary = [_mem("rope", qk_bytes)] if rope else []
+        if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
+            rotary = [_mem(f"qk_{norm}", qk_bytes), *rotary]
         if op == "attention_fwd":
-            return fwd
+            return [
+                _mem(norm, 2 * tok),
+                _gemm("qkv", T, qkv, h, e),                          # (b*s, h) x (h, (a+2g)h/a/t)
+                *rotary,
+                *core,
+                _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+            ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
             _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
-            _mem("wgrad_accumulate", acc * 4 * h * h // t),
-            _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
-            _gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
-            _mem("attn_dropout_bwd", 2.5 * score),
-            _mem("softmax_bwd", 3 * score),
-            _gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
-            _gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
-            _gemm("qkv_dgrad", T, h, 3 * h // t, e), _gemm("qkv_wgrad", 3 * h // t, h, T, e),
-            _mem("layernorm_bwd", 4 * tok),
+            _mem("wgrad_accumulate", acc * (h * qkv + h * h // t)),
+            *core_bwd,
+            *([_mem("rope_bwd", qk_bytes)] if rope else []),
+            *([_mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
+            _gemm("qkv_dgrad", T, h, qkv, e), _gemm("qkv_wgrad", qkv, h, T, e),
+            _mem(f"{norm}_bwd", 4 * tok),
         ]
     if op in ("mlp_fwd", "mlp_bwd"):
         f = int(key["f"])
+        gated = key.get("act") == "swiglu"
+        fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
         inner = T * (f // t) * e
         if op == "mlp_fwd":
             return [
                 _mem("bias_dropout_add", 3.5 * tok),
-                _mem("layernorm", 2 * tok),
-                _gemm("fc1", T, f // t, h, e),                  # (b*s, h) x (h, f/t)
-                _mem("bias_gelu", 2 * inner),
-                _gemm("fc2", T, h, f // t, e),                  # (b*s, f/t) x (f/t, h)
+                _mem(norm, 2 * tok),
+                _gemm("fc1", T, fc1, h, e),                         # (b*s, h) x (h, f/t or 2f/t)
+                _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
+                _gemm("fc2", T, h, f // t, e),                      # (b*s, f/t) x (f/t, h)
                 _mem("bias_dropout_add", 3.5 * tok),
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
             _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
-            _mem("bias_gelu_bwd", 3 * inner),
-            _gemm("fc1_dgrad", T, h, f // t, e), _gemm("fc1_wgrad", f // t, h, T, e),
-            _mem("wgrad_accumulate", acc * 2 * h * f // t),
-            _mem("layernorm_bwd", 4 * tok),
+            _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
+            _gemm("fc1_dgrad", T, h, fc1, e), _gemm("fc1_wgrad", fc1, h, T, e),
+            _mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),
+            _mem(f"{norm}_bwd", 4 * tok),
             _mem("bias_dropout_add_bwd", 2 * tok),
         ]
     V = int(key["V"])
     cells = T * (V // t)  # logits of this rank: (b*s, V/t)
     to_fp32 = 4 + e if e < 4 else 0  # bytes per logit of the .float() copy (none in fp32)
     if op == "embedding_fwd":
+        if key.get("pos") == "rope":  # no position table: dropout only (read, write, mask)
+            return [_mem("embedding_lookup", 2 * act), _mem("embedding_dropout", 2.5 * tok)]
         return [_mem("embedding_lookup", 2 * act), _mem("position_add_dropout", 3.5 * tok)]
     if op == "embedding_bwd":
         # dense (V/t, h) gradient: zero-filled, rows scattered in, accumulated into the buffer
@@ -157,7 +228,7 @@ def _gpt_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         # .float() copy, max, subtract max, exp, sum, divide (softmax kept for backward).
         ce = [_mem("logits_to_fp32", to_fp32 * cells)] if to_fp32 else []
         return [
-            _mem("final_layernorm", 2 * tok),
+            _mem(f"final_{norm}", 2 * tok),
             _gemm("logits", T, V // t, h, e),                   # (b*s, h) x (h, V/t)
             *ce,
             _mem("ce_max", 4 * cells), _mem("ce_sub_max", 8 * cells), _mem("ce_exp", 8 * cells),
@@ -170,46 +241,67 @@ def _gpt_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         _mem("ce_grad_scale", 8 * cells), *ce_bwd,
         _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
         _mem("wgrad_accumulate", acc * V * h // t),
-        _mem("final_layernorm_bwd", 4 * tok),
+        _mem(f"final_{norm}_bwd", 4 * tok),
     ]
 
 
-def _gpt_layer_parameters(model: ModelConfig) -> tuple[float, float]:
+def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
     """``(sharded over t, replicated)`` parameters of one layer.
 
-    Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV ``3h^2 + 3h`` and fc1
-    ``hf + f`` column-parallel, projection ``h^2`` and fc2 ``fh`` row-parallel (their
-    biases ``h`` each replicated), two LayerNorms ``4h`` replicated:
-    ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV and fc1
+    column-parallel (weights and biases sharded), projection and fc2
+    row-parallel (their biases replicated), the two norms replicated. QKV is
+    ``h (a + 2g) h/a`` (grouped-query attention: K and V have ``g`` heads;
+    ``3h^2`` without it), fc1 ``h f`` (``2 h f`` gated: SwiGLU has three ffn
+    matrices), projection ``h^2``, fc2 ``f h``; biases with ``add_bias_linear``
+    (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``, RMSNorm ``h`` (no
+    bias); QK-norm one norm over a head for the queries and one for the keys
+    (``2 h/a`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and ``6h``.
     """
-    h, f = model.hidden_size, model.ffn
-    return 4 * h * h + 2 * h * f + 3 * h + f, 6 * h
+    h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
+    qkv = (a + 2 * g) * (h // a)
+    fc1 = 2 * f if model.activation == "swiglu" else f
+    bias = model.add_bias_linear
+    sharded = h * qkv + h * h + h * fc1 + f * h
+    sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
+    norm = 2 * h if model.normalization == "layernorm" else h
+    qk_norm = 2 * norm // h * (h // a) if model.qk_layernorm else 0  # over one head, shared
+    return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
 
 
-def _gpt_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """``((sharded, replicated) of the first stage, (sharded, replicated) of the last)`` outside
-    the layers: the vocab-parallel word embedding ``V'h`` and learned positions ``s*h`` first;
-    the final LayerNorm ``2h`` last (plus, with ``p > 1``, the last stage's copy of the word
-    embedding, see :func:`params_per_gpu`). ``V'`` is padded for ``t``."""
+    the layers: the vocab-parallel word embedding ``V'h`` and, with learned positions, the
+    ``s*h`` table first (RoPE has none); the final norm (``2h`` LayerNorm, ``h`` RMSNorm) last,
+    with an untied output layer its own ``V'h`` too (a tied one shares the embedding: with
+    ``p > 1`` the last stage holds a copy, see :func:`edge_params_per_gpu`). ``V'`` is padded
+    for ``t``."""
     h = model.hidden_size
     V = padded_vocab_size(model.vocab_size, t)
-    return (V * h, model.seq_length * h), (0.0, 2 * h)
+    positions = model.seq_length * h if model.position_embedding == "learned" else 0.0
+    norm = 2 * h if model.normalization == "layernorm" else h
+    output = 0.0 if model.tied_embeddings else V * h
+    return (V * h, positions), (output, norm)
 
 
-def _gpt_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
+def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
     """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
 
-    Per layer ``8h^2 + 4hf + 4sh``: QKV ``6h^2``, projection ``2h^2``, MLP ``4hf``,
-    scores and values ``4sh`` (the attention core, what selective recomputation
-    redoes); output layer ``2hV'`` with the padded vocabulary (Narayanan et al.
+    Every GEMM at 2 FLOPs per multiply-add: QKV ``2h(a + 2g)h/a`` (``6h^2``
+    without GQA), projection ``2h^2``, MLP ``4hf`` (``6hf`` gated), scores and
+    values ``4sh`` over the full ``s x s`` (the attention core, what selective
+    recomputation redoes; Megatron counts it unmasked); output layer ``2hV'``
+    with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
-    h, s = model.hidden_size, model.seq_length
+    h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
     V = padded_vocab_size(model.vocab_size, t)
-    return 8 * h * h + 4 * h * model.ffn + 4 * s * h, 4 * s * h, 2 * h * V
+    qkv = 2 * h * (a + 2 * g) * (h // a)
+    mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
+    return qkv + 2 * h * h + mlp + 4 * s * h, 4 * s * h, 2 * h * V
 
 
-def _gpt_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
 
     Korthikanti et al. 2022, Table 2 (16-bit activations; scaled by ``e/2`` for fp32):
@@ -221,18 +313,35 @@ def _gpt_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode
     ``selective``             ``sbh (10 + 24/t)``                  ``34 sbh/t``
     ``full`` (checkpointed)   ``2 sbh`` (the layer's input)        ``2 sbh/t``
     ========================  ===================================  ==========================
+
+    The ``24`` is Q, K, V and the projection's input (``8``) plus the MLP's
+    fc1 output and fc2 input (``4f/h``, ``16`` at ``f = 4h``); written for any
+    ``f`` here. Family changes: with grouped-query attention and FlashAttention
+    K and V keep ``g`` heads (``4 + 4g/a`` for Q, K, V and the projection
+    input; the unfused path keeps K and V expanded to ``a`` heads); a SwiGLU
+    MLP keeps its ``2f`` wide fc1 output and the ``f`` wide product (``6f/h``);
+    FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
+    the scores in the backward). RMSNorm keeps its input as LayerNorm does;
+    RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
+    its inputs, Q and K (``2 + 2g/a``).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     t = plan.tensor_parallel
     scale = DTYPE_BYTES[plan.precision] / 2
     sbh = s * b * h
     sp = plan.sequence_parallel
+    flash = model.attention_kernel == "flash"
+    attn = 4 + 4 * model.query_groups / a if flash else 8
+    if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
+        attn += 2 + 2 * model.query_groups / a
+    mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
+    split = attn + mlp  # 24 for GPT
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
-    elif mode == "selective":
-        out = 34 * sbh / t if sp else sbh * (10 + 24 / t)
+    elif mode == "selective" or (mode == "none" and flash):
+        out = sbh / t * (10 + split) if sp else sbh * (10 + split / t)
     elif mode == "none":
-        out = sbh / t * (34 + 5 * a * s / h) if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t))
+        out = sbh / t * (10 + split + 5 * a * s / h) if sp else sbh * (10 + split / t + 5 * a * s / (h * t))
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
@@ -263,8 +372,9 @@ class ModelFamily:
 
 #: Registered model families by name.
 FAMILIES: dict[str, ModelFamily] = {
-    "gpt": ModelFamily("gpt", _gpt_op_kernels, _gpt_layer_parameters, _gpt_edge_parameters,
-                       _gpt_forward_flops_per_token, _gpt_activation_bytes_per_layer),
+    "dense": ModelFamily("dense", _dense_op_kernels, _dense_layer_parameters,
+                         _dense_edge_parameters, _dense_forward_flops_per_token,
+                         _dense_activation_bytes_per_layer),
 }
 
 
@@ -276,7 +386,7 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
     ValueError
         A family that is not registered (never simulated as another family).
     """
-    name = getattr(model, "family", None) or "gpt"
+    name = getattr(model, "family", None) or "dense"
     if name not in FAMILIES:
         raise ValueError(f"model family {name!r} is not modelled; known: {', '.join(FAMILIES)}")
     return FAMILIES[name]
@@ -284,18 +394,48 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 
 # --------------------------------------------------------------------------- kernels
 
-#: Key columns of each op (the profile store's op tables use the same names and columns).
+#: Key columns of each op (the profile store's op tables use the same names and columns):
+#: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
+#: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
+#: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation. A table written before the family columns existed lacks them and
+#: holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype"),
-    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype"),
-    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype"),
-    "embedding_fwd": ("b", "s", "h", "V", "t", "dtype"),
-    "embedding_bwd": ("b", "s", "h", "V", "t", "dtype"),
-    "output_fwd": ("b", "s", "h", "V", "t", "dtype"),
-    "output_bwd": ("b", "s", "h", "V", "t", "dtype"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
+    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
+    "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
+    "embedding_bwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
+    "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
+    "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "optimizer_step": ("n", "dtype"),
 }
+
+
+def full_op_key(op: str, key: Mapping[str, Any]) -> dict[str, Any]:
+    """``key`` with every column of :data:`OP_KEYS` for ``op`` (a family column it lacks takes
+    GPT's value, :data:`FAMILY_KEY_DEFAULTS`); other entries kept."""
+    out = dict(key)
+    for c in OP_KEYS[DERIVED_OPS.get(op, op)]:
+        if c not in out and c in FAMILY_KEY_DEFAULTS:
+            out[c] = family_key_value(c, out)
+    return out
+
+
+def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
+    """Whether a profile-store table of ``op`` with key ``columns`` can hold ``key``'s shape.
+
+    A family column the table lacks (a store written before the column existed, or a
+    profile of GPT ops only) means the table's rows are GPT's: it covers ``key`` only when
+    ``key`` has GPT's value there. Otherwise a Llama-style op would take a GPT op's time
+    (a shape hidden by the key); the caller then uses the analytic or calibrated model.
+    """
+    key = full_op_key(op, key)
+    return all(c in columns or key[c] == family_key_value(c, key)
+               for c in OP_KEYS[DERIVED_OPS.get(op, op)] if c in FAMILY_KEY_DEFAULTS)
+
+
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
 DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd"}
@@ -305,7 +445,8 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     """The kernels of ``op`` for one GPU, given the key columns of :data:`OP_KEYS`.
 
     An optional ``key["sp"]`` (true under sequence parallelism) runs the
-    LayerNorm and dropout kernels on ``s/t`` tokens. ``attention_core_fwd``
+    LayerNorm and dropout kernels on ``s/t`` tokens. A family column missing from
+    ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
     recomputation runs again; it takes ``attention_fwd``'s key.
 
@@ -317,20 +458,24 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     base = DERIVED_OPS.get(op, op)
     if base not in OP_KEYS:
         raise KeyError(f"unknown op {op!r}; known: {', '.join([*OP_KEYS, *DERIVED_OPS])}")
-    missing = [c for c in OP_KEYS[base] if c not in key]
+    missing = [c for c in OP_KEYS[base] if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
-    return family_of(model).op_kernels(op, key)
+    return family_of(model).op_kernels(op, full_op_key(op, key))
 
 
 # --------------------------------------------------------------------------- parameters
 
 def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
-    """Total parameter count (the word embedding counted once: it is tied with the output layer).
+    """Total parameter count; a tied word embedding counted once.
 
-    Per layer: QKV ``3h^2+3h``, projection ``h^2+h``, MLP ``2*h*f+f+h``, two layer
-    norms ``4h``; plus embedding ``V'h``, positions ``s*h`` and the final layer norm
-    ``2h``. ``V'`` is the vocabulary padded for ``tensor_parallel``.
+    ``L`` times the family's layer parameters plus the first and last stage's
+    others (:func:`core.model_math._dense_layer_parameters`,
+    ``_dense_edge_parameters``). GPT: per layer QKV ``3h^2+3h``, projection
+    ``h^2+h``, MLP ``2*h*f+f+h``, two layer norms ``4h``; plus embedding
+    ``V'h``, positions ``s*h`` and the final layer norm ``2h``. Llama 2 7B
+    (GQA off, SwiGLU, RMSNorm, RoPE, no biases, untied): 6,738,415,616. ``V'`` is
+    the vocabulary padded for ``tensor_parallel``.
     """
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
@@ -348,23 +493,37 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     return out
 
 
+def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, float]:
+    """Parameters outside the layers held by one GPU of the first and of the last stage.
+
+    The family's first- and last-stage parameters (sharded ones divided by
+    ``t``); with a tied output layer and ``p > 1`` the last stage adds its copy of
+    the word embedding ``V'h/t`` (Megatron keeps one on each end and all-reduces
+    their gradients). With ``p = 1`` both are on the one stage: add both.
+    """
+    fam = family_of(model)
+    (first_sh, first_rep), (last_sh, last_rep) = fam.edge_parameters(model, t)
+    tied_copy = first_sh / t if (p > 1 and model.tied_embeddings) else 0.0
+    return first_sh / t + first_rep, last_sh / t + last_rep + tied_copy
+
+
 def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Parameters held by one GPU of each pipeline stage before any ZeRO sharding, shape (p,).
 
     Per layer the family's sharded and replicated parameters (GPT:
     ``(4h^2 + 2hf + 3h + f)/t + 6h``), times the stage's layers; stage 0 adds the
-    vocabulary-parallel embedding ``V'h/t`` and positions ``s*h``; the last stage adds
-    the final layer norm ``2h`` and, when ``p > 1``, its copy of the word embedding used
-    by the output layer ``V'h/t``.
+    vocabulary-parallel embedding ``V'h/t`` and learned positions ``s*h``; the last stage
+    adds the final norm and its output layer ``V'h/t`` (untied; tied: a copy of the word
+    embedding when ``p > 1``), see :func:`edge_params_per_gpu`.
     """
     fam = family_of(model)
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
     counts = np.array(stage_layer_counts(model.num_layers, plan), float)
     n = counts * (sharded / t + replicated)
-    (first_sh, first_rep), (last_sh, last_rep) = fam.edge_parameters(model, t)
-    n[0] += first_sh / t + first_rep
-    n[-1] += last_sh / t + last_rep + (first_sh / t if p > 1 else 0)  # tied output embedding
+    first, last = edge_params_per_gpu(model, t, p)
+    n[0] += first
+    n[-1] += last
     return n
 
 

@@ -3,19 +3,26 @@
 Operation names and the keys they depend on (the profile store's op tables
 use the same names and key columns):
 
-============================  =========================================
+============================  ==================================================
 op                             key columns
-============================  =========================================
-attention_fwd, attention_bwd   b, s, h, a, t, dtype
-mlp_fwd, mlp_bwd               b, s, h, f, t, dtype
-embedding_fwd, embedding_bwd   b, s, h, V, t, dtype
-output_fwd, output_bwd         b, s, h, V, t, dtype
+============================  ==================================================
+attention_fwd, attention_bwd   b, s, h, a, t, dtype, g, norm, pos, attn, qkn
+mlp_fwd, mlp_bwd               b, s, h, f, t, dtype, act, norm
+embedding_fwd, embedding_bwd   b, s, h, V, t, dtype, pos
+output_fwd, output_bwd         b, s, h, V, t, dtype, norm
 optimizer_step                 n, dtype
-============================  =========================================
+============================  ==================================================
 
 ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
 attention heads, ``f`` MLP hidden size, ``V`` padded vocabulary, ``t``
-tensor-parallel size, ``n`` parameters held by one GPU.
+tensor-parallel size, ``n`` parameters held by one GPU; the model family's
+columns (:data:`core.model_math.FAMILY_KEY_DEFAULTS`): ``g`` query groups
+(grouped-query attention; ``a`` without it), ``norm`` layernorm / rmsnorm,
+``pos`` learned / rope, ``attn`` unfused / flash, ``qkn`` 1 with QK-norm,
+``act`` gelu / swiglu. A
+store table without a family column (stores written before the columns
+existed) holds GPT ops: it times GPT shapes only, and the analytic or
+calibrated model times the others (:func:`core.model_math.table_covers`).
 
 Each op is one rank's share under Megatron-LM tensor parallelism
 (Shoeybi et al. 2019, Fig. 3): QKV and the first MLP GEMM are
@@ -36,7 +43,9 @@ the pace; small models are host-bound):
 
 The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
 work: loss scaling, gradient norm, logging). Attention is the unfused form
-Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm). Each
+Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm) or, with
+``attn=flash``, one FlashAttention kernel per pass (the kernel lists of each
+family are in :mod:`core.model_math`). Each
 backward op also accumulates its weight gradients into the gradient buffer
 (read, read, write: ``6`` bytes per parameter in half precision). The output
 op runs Megatron-LM's vocab-parallel cross-entropy on fp32 logits one kernel
@@ -53,13 +62,14 @@ import numpy as np
 
 # The kernel lists and byte counts live with the rest of the model's formulas (core.model_math);
 # they are re-exported here, where the profile store and the profiling code look for them.
-from .model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES,  # noqa: F401
-                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, op_kernels)
+from .model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES, FAMILY_KEY_DEFAULTS,  # noqa: F401
+                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, full_op_key,
+                         op_kernels, table_covers)
 
 __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
     "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
-    "combine_op_time", "DERIVED_OPS",
+    "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
 ]
 
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")

@@ -33,7 +33,8 @@ import numpy as np
 from .comm import _FACTOR, _STEPS
 from .config import MODEL_PRESETS, padded_vocab_size
 from .gpu_spec import GpuSpec, read_gpu_spec, shipped_spec_path, shipped_specs
-from .ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, analytic_op_time
+from .ops import (ALL_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP, analytic_op_time,
+                  table_covers)
 from .profile_store import ProfileStore
 
 __all__ = ["generate_store", "store_from_spec", "collective_group_sizes", "write_store",
@@ -123,20 +124,38 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
     return store_from_spec(read_gpu_spec(path), date)
 
 
+def _family_key(m) -> dict:
+    """The family columns of model ``m`` (the values :func:`core.graph.op_key` gives)."""
+    return dict(a=m.num_attention_heads, g=m.query_groups, act=m.activation, norm=m.normalization,
+                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm))
+
+
 def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
                    factor: Callable[[str, dict], float] | None = None) -> None:
     """Tabulate every op of :mod:`core.ops` with ``store``'s analytic model.
 
-    The grid: the preset models' (h, a, f, V) at sequence lengths 1024-4096,
+    The grid: the GPT preset models' (h, a, f, V) at sequence lengths 1024-4096,
     t in {1, 2, 4, 8} and micro-batch sizes 1-16, for bf16 and fp16 (those of them the
     store has a peak for), plus
-    ``extra_keys`` (full op keys with every column of :data:`core.ops.OP_KEYS`
+    ``extra_keys`` (full op keys with every GPT column of :data:`core.ops.OP_KEYS`
     except ``b``, and optionally ``ops``, the op names it is for; each is
     tabulated at the grid's micro-batch sizes and its own ``b``); the optimizer step for 10^6..10^11 parameters. Each
     tabulated time is the model's times ``factor(op, key)`` (default 1).
+
+    The tables hold GPT ops and leave out the model family's key columns
+    (:data:`core.model_math.FAMILY_KEY_DEFAULTS`), as stores written before them
+    do: a lookup of another family's shape finds no row and takes the store's
+    model (:func:`core.model_math.table_covers`), which is what a table of it
+    would hold. An extra key of another family is refused.
+
+    Raises
+    ------
+    ValueError
+        An extra key of a model family other than GPT.
     """
-    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size)
-                     for m in MODEL_PRESETS.values()})
+    gpt = [m for m in MODEL_PRESETS.values() if table_covers("attention_fwd", _family_key(m), ())
+           and table_covers("mlp_fwd", _family_key(m), ())]
+    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size) for m in gpt})
     keys = []
     dtypes = [d for d in DTYPES if d in store.peak_flops]  # a spec may give only some
     for (h, a, f, vocab), s, t, b, dtype in itertools.product(
@@ -144,21 +163,25 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
         if a % t == 0 and f % t == 0:
             keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
     for k in extra_keys or []:
+        if not all(table_covers(op, k, ()) for op in ("attention_fwd", "mlp_fwd", "embedding_fwd",
+                                                      "output_fwd")):
+            raise ValueError(f"op tables hold GPT shapes only, not {k}")
         keys += [{**k, "b": b} for b in sorted(set(MICRO_BATCHES) | {k["b"]})]
     for op in ALL_OPS:
         if op == OPTIMIZER_OP:
             continue
+        columns = [c for c in OP_KEYS[op] if c not in FAMILY_KEY_DEFAULTS]
         rows = {}
         for key in keys:
             if op not in key.get("ops", ALL_OPS):
                 continue
-            sub = tuple((c, key[c]) for c in OP_KEYS[op])
+            sub = tuple((c, key[c]) for c in columns)
             rows[sub] = key  # unique per op key; later keys (extra) win
         op_keys = list(rows.values())
         if not op_keys:
             continue
         times = [analytic_op_time(op, k, store) * (factor(op, k) if factor else 1.0) for k in op_keys]
-        cols = {c: np.array([k[c] for k in op_keys]) for c in OP_KEYS[op]}
+        cols = {c: np.array([k[c] for k in op_keys]) for c in columns}
         store.add_op_table(op, cols, np.array(times), axis="b")
     n = np.unique(np.logspace(6, 11, 26).astype(np.int64))
     opt_rows = [(int(x), dt, analytic_op_time(OPTIMIZER_OP, {"n": int(x), "dtype": dt}, store))

@@ -47,6 +47,9 @@ class Report:
     num_microbatches: int
     iteration_time_s: float
     tokens_per_s: float
+    #: parameters of the model (a tied word embedding counted once; vocabulary padded for t),
+    #: :func:`core.model_math.num_parameters`
+    num_parameters: int
     model_flops_per_iteration: float
     mfu: float
     hfu: float

@@ -38,6 +38,7 @@ and GPU utilization (allocated GPU-hours over ``G`` times the makespan).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -215,8 +216,8 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
     out = np.zeros((len(jobs), len(counts)))
     plans: list[list[dict | None]] = []
     for j, job in enumerate(jobs):
-        key = (job.model.num_layers, job.model.hidden_size, job.model.num_attention_heads,
-               job.model.ffn, job.model.seq_length, job.model.vocab_size, job.global_batch_size)
+        # every model field but the name (the family fields change the times too)
+        key = (dataclasses.astuple(dataclasses.replace(job.model, name="")), job.global_batch_size)
         if key not in cache:
             if progress:
                 progress(j, len(jobs), job.name)

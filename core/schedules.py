@@ -139,11 +139,18 @@ def _order(phases, mbs, chunks=None) -> WorkOrder:
 
 @register
 class GPipe(PipelineSchedule):
-    """GPipe (Huang et al. 2019): all forwards, then all backwards."""
+    """GPipe (Huang et al. 2019): all forwards, then all backwards.
+
+    With one stage there is no pipeline: Megatron runs each micro-batch's
+    forward and backward in turn (``forward_backward_no_pipelining``), so one
+    micro-batch is in flight, as with 1F1B.
+    """
 
     name, title = "gpipe", "GPipe"
 
     def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        if p == 1:  # no pipeline: Megatron's forward_backward_no_pipelining, one micro-batch at a time
+            return OneFOneB().order(p, m, stage, v)
         return _order(np.repeat([PHASE_F, PHASE_B], m), np.concatenate([np.arange(m)] * 2))
 
 

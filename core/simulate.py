@@ -193,10 +193,14 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, store, cache)
     stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
-    stage_pp = np.full(p, max(T - T0, 0.0))
+
+    def clean(x: float) -> float:  # float noise of the differences below is not time
+        return x if x > 1e-12 * T else 0.0
+
+    stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = max(T_bal - float(stage_compute.mean() + stage_comm.mean()), 0.0)
-    imbalance_s = max(float(stage_idle.mean()) - bubble_s, 0.0)
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean()))
+    imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
@@ -215,6 +219,7 @@ def simulate(session: Session, store: ProfileStore | None = None) -> SimulationR
         num_microbatches=pl.num_microbatches,
         iteration_time_s=T,
         tokens_per_s=cost.tokens_per_s,
+        num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,

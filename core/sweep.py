@@ -285,6 +285,12 @@ def _as_list(values: Any) -> list:
     return list(values)
 
 
+def one_stage_schedule(schedules: Sequence[str]) -> str:
+    """The schedule a sweep keeps for single-stage plans (p = 1), where all schedules run the
+    same order: 1F1B when among ``schedules``, else the first."""
+    return "1f1b" if "1f1b" in schedules else schedules[0]
+
+
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
@@ -352,10 +358,13 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             # sequence parallelism without tensor parallelism and ZeRO without data parallelism
             # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
             sps_t = sps[:1] if t == 1 else sps
+            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
+            # keep one of them (1F1B when swept)
+            scheds_p = scheds if p > 1 else [one_stage_schedule(scheds)]
             for d in ds:
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
-                    for sched in scheds:
+                    for sched in scheds_p:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
                             for rc in rcs:
                                 for sp in sps_t:

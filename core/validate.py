@@ -252,6 +252,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             setattr(model, col, text.lower())
         elif text and text.lower() != gpt:
             refuse(cause, f"{col}={text!r}: only GPT's {gpt} is modelled")
+    if model.activation == "swiglu" and model.normalization == "rmsnorm":
+        # the README's Llama-style rows: the columns do not hold the rest of the family, which
+        # every such model shares (RoPE, no linear biases) and every framework of the sources
+        # runs with fused attention (Megatron-Core/TE, torchtitan and fms-fsdp's SDPA)
+        model.position_embedding, model.add_bias_linear = "rope", False
+        model.attention_kernel = "flash"
     g = opt["num_query_groups"]
     if _has(model, "num_query_groups") and g is not None:
         model.num_query_groups = g

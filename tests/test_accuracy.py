@@ -381,11 +381,40 @@ def test_modern_columns_at_gpt_values_are_predicted_on_the_new_gpu_kinds(tmp_pat
     assert result.used.all() and result.predicted_s[1] < result.predicted_s[0]
 
 
+@pytest.mark.parametrize("cells, field, value", [
+    ({"activation": "swiglu"}, "activation", "swiglu"),
+    ({"normalization": "rmsnorm"}, "normalization", "rmsnorm"),
+    ({"num_query_groups": 4}, "num_query_groups", 4),
+    ({"tied_embeddings": "n"}, "tied_embeddings", False),
+])
+def test_model_family_columns_are_simulated(tmp_path, cells, field, value):
+    """The dense families are modelled (core.model_math): the family columns set the model."""
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and getattr(m.session.model, field) == value
+    assert simulate(m.session).report.iteration_time_s > 0
+
+
+def test_llama_style_rows_get_the_whole_family(tmp_path):
+    """SwiGLU + RMSNorm rows are the README's Llama-style models: RoPE, no linear biases,
+    fused (flash) attention, which the columns do not hold."""
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(
+        activation="swiglu", normalization="rmsnorm", num_query_groups=4, tied_embeddings="n",
+        ffn_hidden_size=5632) + "\n")
+    (m,) = read_measurements(path)
+    model = m.session.model
+    assert m.skip_reason == ""
+    assert (model.position_embedding, model.add_bias_linear, model.attention_kernel) == (
+        "rope", False, "flash")
+    h, f, L, V = 2048, 5632, 24, 50432  # V padded for t=2: a multiple of 256
+    layer = h * h + 2 * h * (h // 16) * 4 + h * h + 3 * h * f + 2 * h
+    assert model.num_parameters(2) == L * layer + 2 * V * h + h
+
+
 @pytest.mark.parametrize("cells, cause, words", [
-    ({"activation": "swiglu"}, "model family (activation)", "activation='swiglu': only GPT's gelu"),
-    ({"normalization": "rmsnorm"}, "model family (normalization)", "only GPT's layernorm"),
-    ({"num_query_groups": 4}, "model family (grouped-query attention)", "num_query_groups=4"),
-    ({"tied_embeddings": "n"}, "model family (untied embeddings)", "untied output layer"),
+    ({"activation": "geglu"}, "invalid plan (model.activation)", "activation='geglu' is not one of"),
     ({"num_experts": 8, "moe_top_k": 2}, "mixture of experts", "num_experts=8"),
     ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
     ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
@@ -424,7 +453,8 @@ def test_sharding_sequence_parallel_and_selective_rows_are_simulated(tmp_path, c
 
 def test_published_modern_runs_are_read_and_each_skip_has_its_causes():
     """../shared/data/public-modern/published_runs.csv: every column read; the counts per cause
-    equal counts taken from the file's cells directly (Llama-family rows: all skipped today)."""
+    equal counts taken from the file's cells directly (the Llama family is modelled: no row is
+    skipped for its model family)."""
     path = SHARED.parent / "public-modern" / "published_runs.csv"
     if not path.exists():
         pytest.skip(f"shared data not present: {path}")
@@ -436,7 +466,7 @@ def test_published_modern_runs_are_read_and_each_skip_has_its_causes():
     assert counts["mixture of experts"] == sum(1 for r in raw if r["num_experts"] not in ("", "1"))
     assert counts["FP8 precision"] == sum(1 for r in raw if "fp8" in r["precision"].lower())
     assert counts["context parallelism"] == sum(1 for r in raw if int(r["context_parallel"]) > 1)
-    assert counts["model family (activation)"] == sum(1 for r in raw if r["activation"] != "gelu")
+    assert not [c for c in counts if c.startswith("model family")]
     assert counts["GPU kind without a shipped profile"] == sum(
         1 for r in raw if r["gpu"].startswith("H100-96GB"))
     assert all(m.skip_reason and m.skip_causes for m in ms)
@@ -448,11 +478,11 @@ def test_published_modern_runs_are_read_and_each_skip_has_its_causes():
 def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     path = tmp_path / "modern.csv"
     path.write_text(MODERN_HEADER + "\n" + "\n".join([
-        _modern_row(), _modern_row(activation="swiglu", precision="fp8"),
-        _modern_row(activation="swiglu")]) + "\n")
+        _modern_row(), _modern_row(activation="geglu", precision="fp8"),
+        _modern_row(activation="geglu")]) + "\n")
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
-    assert re.search(r"model family \(activation\)\s*│\s*2", out)
+    assert re.search(r"invalid plan \(model.activation\)\s*│\s*1", out)
     assert re.search(r"FP8 precision\s*│\s*1", out)
-    assert "skipped row 2: activation='swiglu'" in out and "skipped row 3:" in out
+    assert "skipped row 3: invalid plan: activation='geglu' is not one of gelu, swiglu" in out

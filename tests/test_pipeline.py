@@ -152,6 +152,13 @@ def test_in_flight_microbatches(p, m):
     assert schedules.in_flight_microbatches("zb-h1", p, m, 0) == min(p, m)
 
 
+def test_one_stage_has_no_pipeline_whatever_the_schedule():
+    # Megatron's forward_backward_no_pipelining: one micro-batch in flight, F and B in turn
+    for name in ("gpipe", "1f1b", "zb-h1"):
+        assert schedules.in_flight_microbatches(name, 1, 16, 0) == 1
+    assert schedules.work_order("gpipe", 1, 3, 0).phase.tolist() == [0, 1, 0, 1, 0, 1]
+
+
 @pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 16, 3), (2, 8, 4)])
 def test_interleaved_in_flight_follows_megatron_warmup(p, m, v):
     # Megatron-Core: (p - i - 1)*2 + (v - 1)*p warm-up items on rank i, plus the one in flight

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
-from core.ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP
+from core.ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, full_op_key
 from core.profile_store import ProfileStore
 from tests.conftest import ROOT
 
@@ -89,7 +89,9 @@ def test_exact_shape_lookup_equals_table(tiny_store):
     out, _, _ = tiny_store
     store = ProfileStore.open(out)
     ops = lookup_op_times(_session(out, t=2, b=1), store)
-    key = dict(b=1, s=16, h=32, a=2, f=128, t=2, V=256, dtype="fp32")
+    # the store's key columns include the model family's, GPT's values for a profiled layer
+    key = full_op_key("attention_fwd", dict(b=1, s=16, h=32, a=2, f=128, t=2, V=256, dtype="fp32"))
+    assert (key["g"], key["norm"], key["attn"]) == (2, "layernorm", "unfused")
     assert ops.times["attention_fwd"] == store.op_time("attention_fwd", key).time_s
     assert not ops.warnings
 

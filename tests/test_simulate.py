@@ -223,7 +223,7 @@ def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
                           cwd=ROOT, capture_output=True, text=True, env=env)
     assert proc.returncode == 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("Per stage"))
-    assert re.search(r"compute [\d.]+ s, blocking TP/DP communication [\d.]+ s, pipeline sends [\d.]+ s, "
+    assert re.search(r"compute [\d.]+ s, exposed TP/DP communication [\d.]+ s, pipeline sends [\d.]+ s, "
                      r"bubble [\d.]+ s, stage imbalance [\d.]+ s", line)
 
 

@@ -19,7 +19,7 @@ from core.graph import StageProgram, build_graph, build_pipeline_graph, stage_ti
 from core.graph_types import KINDS
 from core.simulate import open_profile, profile_path, simulate
 from core.solver import solve
-from core.sweep import (SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
+from core.sweep import (one_stage_schedule, SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
                         pipeline_iteration_times, run_sweep)
 from tests.conftest import EXAMPLES, ROOT, shared_file
 
@@ -50,10 +50,11 @@ def test_exact_budget_count_by_hand():
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # B=4: d=4 with b=2 breaks B % (d*b) == 0, the only one
     assert len(enumerate_plans(tiny_session(4), space)) == 11
-    # 1f1b, gpipe and zb-h1 with three recomputation modes (none, selective, full): 3 * 3 * 12
-    # = 108; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only p=2, v=2,
-    # for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 plans * 3 modes = 12. 120 in all.
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 120
+    # three recomputation modes (none, selective, full). The 6 (t,p,d,b) with p=1 have no
+    # pipeline: one schedule each, 6 * 3 = 18. The 6 with p > 1: 1f1b, gpipe and zb-h1,
+    # 6 * 3 * 3 = 54; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only
+    # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12. 84 in all.
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 84
 
 
 def test_max_budget_count_by_hand():
@@ -94,6 +95,8 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
         vs = space.virtual_pipeline_stages or range(2, 9)
         for b, sched, rc, v in itertools.product(space.micro_batch_sizes, space.schedules,
                                                  space.recompute, [None, *vs]):
+            if p == 1 and sched != one_stage_schedule(space.schedules):
+                continue  # no pipeline: one schedule stands for all
             plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc,
                                 session.plan.precision, virtual_pipeline_stages=v)
             if not validate(Session(session.model, plan, session.cluster, session.cost)):
@@ -518,3 +521,13 @@ def test_warnings_come_from_plans_that_fit():
         (expect if result.fits_in_memory[i] else others).update(warned)
     assert set(result.warnings) == expect
     assert others - expect  # t=1 plans: huge all-reduces, and far too big for the GPU
+
+
+def test_cli_names_a_virtual_stage_count_no_pipeline_can_hold(capsys):
+    # GPT-3 1.3B: 24 layers; 5 divides no p*v with p among the divisors of 24
+    from core.cli import main
+    rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+               "--schedules", "interleaved", "--virtual-pipeline-stages", "5"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--virtual-pipeline-stages 5" in err and "num_layers=24" in err

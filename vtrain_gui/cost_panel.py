@@ -105,6 +105,7 @@ class CostPanel(QtWidgets.QWidget):
             ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
             ("Training run", None),
+            ("num_parameters", "Model parameters"),
             ("gpus", "GPUs"),
             ("microbatches", "Micro-batches per iteration"),
             ("iterations", "Iterations"),
@@ -189,6 +190,7 @@ class CostPanel(QtWidgets.QWidget):
             axis = item.getAxis(name)
             axis.setPen(pg.mkPen("#404040"))
             axis.setTextPen(pg.mkPen("#202020"))
+            axis.enableAutoSIPrefix(False)  # stage numbers and GiB, never "(x0.001)"
         item.setLabel("left", "memory per GPU (GiB)")
         item.setLabel("bottom", "pipeline stage")
         item.showGrid(x=False, y=True, alpha=0.2)
@@ -278,6 +280,7 @@ class CostPanel(QtWidgets.QWidget):
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
+        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B")
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))

@@ -185,6 +185,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.recent_menu = file_menu.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
         self.recent_menu.triggered.connect(self._on_recent_menu_trigger)
+        self.action_import_hf = file_menu.addAction("&Import Hugging Face config…")
+        self.action_import_hf.setToolTip("Read a model's config.json (Llama, Mistral, Qwen2, Qwen3) "
+                                         "into a new untitled session with a default plan")
+        self.action_import_hf.triggered.connect(self._on_import_hf_trigger)
         file_menu.addSeparator()
         self.action_save = file_menu.addAction("&Save", QtGui.QKeySequence.StandardKey.Save)
         self.action_save.triggered.connect(self._on_save_trigger)
@@ -320,6 +324,28 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
             self._add_recent(path)
+        self._schedule_simulation(immediately=True)
+        return True
+
+    def import_hf_path(self, path: str | Path) -> bool:
+        """Import a Hugging Face ``config.json`` (:func:`core.hf_import.read_hf_config`) as a new
+        untitled, unsaved session; on a refusal or error show the message and change nothing."""
+        from core.hf_import import read_hf_config
+        path = Path(path)
+        try:
+            imported = read_hf_config(path)
+        except (SessionFileError, ConfigError, OSError) as exc:
+            QtWidgets.QMessageBox.critical(self, "Cannot import config", f"{exc}")
+            return False
+        session = imported.session
+        self.editor.set_session(session)
+        self.explore.reset(session)
+        self.studies.reset(session)
+        self._set_path(None)
+        self.setWindowModified(True)  # nothing saved yet
+        ignored = ", ".join(imported.ignored) or "none"
+        self.statusBar().showMessage(f"Imported {path.name} ({imported.architecture}); fields "
+                                     f"ignored as they do not change the cost: {ignored}", 10000)
         self._schedule_simulation(immediately=True)
         return True
 
@@ -501,6 +527,15 @@ class MainWindow(QtWidgets.QMainWindow):
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open session", start, _FILE_FILTER)
         if path:
             self.open_path(path)
+
+    @Slot()
+    def _on_import_hf_trigger(self) -> None:
+        if not self.maybe_save():
+            return
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(
+            self, "Import Hugging Face config", str(Path.home()), "Hugging Face config (*.json)")
+        if path:
+            self.import_hf_path(path)
 
     @Slot()
     def _on_recent_menu_about_to_show(self) -> None:

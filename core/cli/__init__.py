@@ -8,6 +8,7 @@
 ``vtrain schedule TRACE``  replay a job trace on a shared cluster
 ``vtrain validate CSV``    predict measured iteration times, report the error
 ``vtrain calibrate CSV..`` fit a profile to measured iteration times
+``vtrain import hf CONFIG`` a Hugging Face config.json into a session
 
 One module of this package per subcommand (``core/cli/<name>.py``, with
 ``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
@@ -26,7 +27,7 @@ import argparse
 import os
 import sys
 
-from . import calibrate, gui, optimal, profile, schedule, simulate, sweep, validate
+from . import calibrate, gui, import_hf, optimal, profile, schedule, simulate, sweep, validate
 from .common import UsageError
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
@@ -42,12 +43,12 @@ USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileErro
 # the order is the order of ``vtrain --help``
 SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sweep,
                "optimal": optimal, "schedule": schedule, "validate": validate,
-               "calibrate": calibrate}
+               "calibrate": calibrate, "import": import_hf}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
-    schedule, validate, calibrate)."""
+    schedule, validate, calibrate, import)."""
     parser = argparse.ArgumentParser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")

@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
     gen.add_argument("--out", required=True, metavar="STORE.h5")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
-    show.add_argument("store", metavar="STORE.h5")
+    show.add_argument("store", metavar="STORE.h5", nargs="+", help="one or more profile stores")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
     add_import_parser(psub)
 
@@ -55,9 +55,13 @@ def run(args: argparse.Namespace) -> int:
         return run_measurement(args)
     if args.profile_command == "generate":
         return _generate(args)
-    store = ProfileStore.open(args.store)
     from ..console import Console
-    print_store(store, Console())
+    stores = [ProfileStore.open(path) for path in args.store]  # all readable before printing
+    console = Console()
+    for i, store in enumerate(stores):
+        if i:
+            console.print()
+        print_store(store, console)
     return 0
 
 

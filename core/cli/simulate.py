@@ -47,12 +47,16 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     from ..schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
+    from ..config import padded_vocab_size
+    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
+    t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
+        f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s")
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
-    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, blocking TP/DP communication "
+    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
                                   f"{r.comm_s:,.3f} s, pipeline sends {r.pp_comm_s:,.3f} s, "
                                   f"bubble {r.bubble_s:,.3f} s, stage imbalance {r.imbalance_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "

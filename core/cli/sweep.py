@@ -174,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _why_no_plan(session, space) -> list:
-    """The rules each value given for t, p or b breaks on its own (the others at 1)."""
+    """The rules each value given for t, p or b breaks on its own (the others at 1), and each
+    virtual-stage count v no pipeline-parallel size tried can hold."""
     from ..config import validate
     out = []
     ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
@@ -188,6 +189,15 @@ def _why_no_plan(session, space) -> list:
             probe = session.copy()
             probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
             out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
+    if "interleaved" in space.schedules:
+        L = session.model.num_layers
+        ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
+        for v in space.virtual_pipeline_stages or range(2, 9):
+            if not any(L % (p * v) == 0 for p in ps):
+                out.append(FieldError(f"--virtual-pipeline-stages {v}", (
+                    f"the interleaved schedule needs num_layers={L} divisible by "
+                    f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
+                    f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
     return out
 
 

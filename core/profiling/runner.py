@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from ..ops import ALL_OPS, DEFAULT_OP_MODEL, OP_KEYS, OPTIMIZER_OP, analytic_op_time
+from ..ops import (ALL_OPS, DEFAULT_OP_MODEL, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP,
+                   analytic_op_time, full_op_key)
 from ..profile_store import ProfileStore
 from .device import (KEEP_MEMORY_NOTE, DeviceInfo, keep_freed_memory, parse_device,
                      probe_device, synchronize, time_fn)
@@ -312,9 +313,13 @@ def _rows_from_store(store: ProfileStore) -> OpRows:
         if op not in OP_KEYS:
             continue
         keys, times, _ = store.op_table(op)
-        if set(keys) != set(OP_KEYS[op]):
+        if set(keys) - set(OP_KEYS[op]) or set(OP_KEYS[op]) - set(keys) - set(FAMILY_KEY_DEFAULTS):
             continue
-        cols = [keys[c].tolist() for c in OP_KEYS[op]]
+        n = len(times)
+        # a table written before the family columns holds GPT ops: fill in GPT's values
+        cols = [keys[c].tolist() if c in keys else
+                [full_op_key(op, {k: keys[k][i].item() for k in keys})[c] for i in range(n)]
+                for c in OP_KEYS[op]]
         rows[op] = {tuple(c[i] for c in cols): float(t) for i, t in enumerate(times.tolist())}
     return rows
 

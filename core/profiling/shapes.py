@@ -106,9 +106,11 @@ class ShapeGroup:
         return (self.s, self.h, self.a, self.f, self.V, self.t, self.dtype)
 
     def key(self, b: int) -> dict[str, Any]:
-        """The store key (every column of :data:`core.ops.OP_KEYS`) at micro-batch ``b``."""
+        """The store key (every column of :data:`core.ops.OP_KEYS`) at micro-batch ``b``; the
+        profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
-                    dtype=self.dtype)
+                    dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
+                    attn="unfused", qkn=0)
 
     def label(self) -> str:
         """Short text for progress lines, e.g. ``s=256 h=512 a=8 f=2048 V=8192 t=1 fp32``."""
@@ -173,9 +175,21 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     ``layers`` holds the layers of one pipeline stage, so the optimizer-step row
     matches the stage's parameter count (first and last stage differ by the
     embedding only).
+
+    Raises
+    ------
+    ShapeFileError
+        The model is not a GPT (grouped-query attention, SwiGLU, RMSNorm, RoPE or
+        FlashAttention): the profiler builds GPT layers only, never another model.
     """
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
+    gpt = {"num_query_groups": (None, m.num_attention_heads), "activation": ("gelu",),
+           "normalization": ("layernorm",), "position_embedding": ("learned",),
+           "attention_kernel": ("unfused",), "qk_layernorm": (False,)}
+    other = [f"model.{n}={getattr(m, n)!r}" for n, ok in gpt.items() if getattr(m, n) not in ok]
+    if other:  # the profiler builds GPT layers; the analytic model times the others
+        raise ShapeFileError(f"profiling measures Megatron-LM GPT layers only; not {', '.join(other)}")
     return ShapeGroup(s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads, f=m.ffn,
                       V=padded_vocab_size(m.vocab_size, t), t=t, dtype=dtype or pl.precision,
                       b=(pl.micro_batch_size,),

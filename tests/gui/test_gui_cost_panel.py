@@ -27,6 +27,7 @@ def test_figures_are_formatted(panel):
     assert panel.value_text("tokens_per_s") == "1,234,568 tokens/s"
     assert panel.value_text("mfu") == "43.2 %"
     assert panel.value_text("hfu") == "54.3 %"
+    assert panel.value_text("num_parameters") == "174.60 B"
     assert panel.value_text("iteration_time") == "1.000 s"
     assert panel.value_text("compute") == "700.00 ms"
     assert panel.value_text("training_days") == "34.6 days"

@@ -1,0 +1,59 @@
+"""``vtrain import hf CONFIG.json --out SESSION.json [--json]``: a Hugging Face model config
+into a session file with a default plan (:mod:`core.hf_import`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``import`` (with its one source, ``hf``) to ``vtrain``'s sub-parsers."""
+    imp = sub.add_parser("import", help="turn another tool's model file into a session",
+                         description="Turn another tool's model file into a session file.")
+    isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
+    hf = isub.add_parser(
+        "hf", help="a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3)",
+        description="Read a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM, "
+                    "Qwen2ForCausalLM or Qwen3ForCausalLM into a session with a default plan "
+                    "(one 8-GPU node). Fields that do not change the cost are listed as ignored; "
+                    "fields the simulator does not model are refused by name (exit status 2), "
+                    "mixture-of-experts architectures too.")
+    hf.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
+    hf.add_argument("--out", metavar="SESSION.json", help="session file to write")
+    hf.add_argument("--json", action="store_true", help="print the model section as JSON")
+    hf.add_argument("--seq-length", type=int, metavar="S",
+                    help="sequence length to train at (default: max_position_embeddings)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
+    from ..config import ConfigError, FieldError
+    from ..hf_import import read_hf_config
+    from ..model_math import num_parameters
+    from ..session import save_session
+    if not args.out and not args.json:
+        raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
+                                               "model section)")])
+    if args.seq_length is not None and args.seq_length <= 0:
+        raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive integer")])
+    imp = read_hf_config(args.config, seq_length=args.seq_length)
+    model = imp.session.model
+    if args.out:
+        save_session(imp.session, args.out)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(model), indent=2))
+        out = sys.stderr
+    else:
+        out = sys.stdout
+    n = num_parameters(model)
+    print(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters, "
+          f"plan {imp.session.plan.label()}" + (f"; wrote {args.out}" if args.out else ""), file=out)
+    for name, why in imp.ignored.items():
+        print(f"  ignored {name}: {why}", file=out)
+    return 0
