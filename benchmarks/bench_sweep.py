@@ -15,7 +15,17 @@ pipeline structures built) and then ``--repeat`` times warm; wall time is
 ``run_sweep`` end to end (enumeration, validation, batch simulation, memory,
 cost, Pareto front). Single process.
 
-Run: ``python benchmarks/bench_sweep.py [CONFIG.json] [--repeat N]``.
+Then the sweep of ``vtrain sweep resources/examples/mtnlg_530b.json`` (the CLI's
+default space for that file: at most its 3,360 GPUs, every schedule with
+interleaved v and ZB-H1, every recomputation mode) runs three ways -- serial,
+on a process pool of ``--workers`` processes, and on a local Dask cluster of
+``--workers`` processes (``--dask local``; or ``--dask tcp://host:8786``) --
+printing plans per second for each and whether the three results are identical
+(every array bit for bit, ``num_plans``, ``fastest``, ``cheapest``, ``pareto``). The
+parallel wall times include starting the processes (and the Dask cluster).
+
+Run: ``python benchmarks/bench_sweep.py [CONFIG.json] [--repeat N] [--workers 2]
+[--dask local] [--parallel-only]``.
 """
 
 from __future__ import annotations
@@ -46,11 +56,50 @@ def space(variant: str) -> SweepSpace:
                       **extra)
 
 
+EXAMPLE = ROOT / "resources" / "examples" / "mtnlg_530b.json"
+
+
+def _same(a, b) -> bool:
+    arrays = ("iteration_time_s", "max_memory_per_gpu_bytes", "cost_usd", "training_days", "pareto",
+              "fits_in_memory")
+    return (a.num_plans == b.num_plans and a.plans == b.plans and a.fastest == b.fastest
+            and a.cheapest == b.cheapest and a.reason == b.reason and a.warnings == b.warnings
+            and all(getattr(a, k).tobytes() == getattr(b, k).tobytes() for k in arrays)
+            and a.pareto_indices().tolist() == b.pareto_indices().tolist())
+
+
+def parallel(workers: int, dask: str) -> None:
+    """Serial, process pool and Dask on the example's default CLI space."""
+    session = load_any(EXAMPLE, validate=False)
+    sp = SweepSpace(max_gpus=session.plan.num_gpus)
+    runs = {}
+    for label, kw in (("serial", {}), (f"--workers {workers}", dict(workers=workers)),
+                      (f"--dask {dask} --workers {workers}", dict(workers=workers, dask=dask))):
+        t0 = time.perf_counter()
+        r = run_sweep(session, sp, **kw)
+        wall = time.perf_counter() - t0
+        runs[label] = r
+        print(f"{EXAMPLE.name} {label:>26}: num_plans={r.num_plans} wall_s={wall:.2f} "
+              f"plans_per_s={r.num_plans / wall:,.0f}", flush=True)
+    first = next(iter(runs.values()))
+    same = all(_same(first, r) for r in runs.values())
+    print(f"  identical results (arrays bit for bit, num_plans, fastest, cheapest, pareto): "
+          f"{'yes' if same else 'NO'}; fastest={first.plans[first.fastest].label()} "
+          f"pareto={int(first.pareto.sum())} plans")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default=str(DEFAULT_CONFIG))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="processes of the parallel runs")
+    ap.add_argument("--dask", default="local", help="Dask scheduler address, or 'local'")
+    ap.add_argument("--parallel-only", action="store_true",
+                    help="only the serial / --workers / --dask comparison")
     args = ap.parse_args()
+    parallel(args.workers, args.dask)
+    if args.parallel_only:
+        return
     session = load_any(args.config)
     session.cost.training_tokens = TOKENS
     for variant in ("as-trained", "all", "modern"):

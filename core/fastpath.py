@@ -157,22 +157,20 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
     stage = np.arange(p)[:, None]
-    D = table[stage, phase, chunk]                                          # (p, K, n)
-    send = np.where(phase == pipeline_schedules.PHASE_F, 0, 1)                       # which hop
-    hops = np.stack([cf, cb], axis=1)                                       # (p, 2, n)
-    D = D + np.where(sends[:, :, None], hops[stage, send], 0.0)
+    # the hop each phase's send uses (F forward, B backward; W never sends) ...
+    hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
+    with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
+    D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
-    floor = None  # (p, K, n): a lower bound on R[k] - S[k-1] from an item's ready time
+    floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
     if ready_s is not None:
         R = np.asarray(ready_s, np.float64)
         R = R[:, None, :] if R.ndim == 2 else R
         if R.shape != F.shape:
             raise ValueError("ready_s must have the shape of fwd_s")
-        floor = np.full((p, K, n), -np.inf)
-        for c in range(v):
-            k = first_f[:, c]
-            floor[np.arange(p), k] = R[:, c] + Q[np.arange(p), k]
+        floors = [(first_f[i], R[i] + Q[i, first_f[i]]) for i in range(p)]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
     version = np.zeros(p, np.int64)       # changes of each stage so far
@@ -187,15 +185,17 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
-            x = E[src[i]] + Q[i]
-            if floor is not None:
-                x = np.maximum(x, floor[i])
-            new = np.maximum.accumulate(x, axis=0)
+            new = np.take(E, src[i], axis=0)
+            new += Q[i]
+            if floors is not None:  # the first forward of each chunk waits for its ready time
+                k, lower = floors[i]
+                new[k] = np.maximum(new[k], lower)
+            np.maximum.accumulate(new, axis=0, out=new)
             new += S[i]
             updates += 1
-            rows = slice(i * K, (i + 1) * K)
-            if not np.array_equal(new, E[rows]):
-                E[rows] = new
+            old = E[i * K:(i + 1) * K]
+            if (new != old).any():
+                old[...] = new
                 version[i] += 1
                 changed = True
         sweep += 1
@@ -212,7 +212,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
             rows = np.arange(p) * K + k
             # E includes the item's (blocking) send; the buckets follow its compute
             send_of = np.where(sends[np.arange(p), k][:, None],
-                               hops[np.arange(p), send[np.arange(p), k]], 0.0)
+                               hops[np.arange(p), phase[np.arange(p), k]], 0.0)
             last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
     return (T, updates) if return_updates else T

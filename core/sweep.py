@@ -88,7 +88,7 @@ from .solver import solve
 from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS", "enumerate_plans",
-           "run_sweep", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
+           "run_sweep", "solve_batch", "pipeline_iteration_times", "pareto_front", "DEFAULT_MICRO_BATCH_SIZES"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -710,6 +710,75 @@ def _best(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int |
 
 # --------------------------------------------------------------------------- driver
 
+#: Sweeps of fewer plans than this run in the calling process whatever ``workers`` says.
+_PARALLEL_MIN_PLANS = 2000
+
+
+def _check_workers(workers: Any) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ConfigError([FieldError("sweep.workers", f"workers={workers!r} must be a positive "
+                                      "integer")])
+    return int(workers)
+
+
+def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
+                store, lookup_cache: dict
+                ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
+    """Iteration time and memory of a batch of plans of one pipeline structure.
+
+    Parameters
+    ----------
+    model, cluster, cost : the session's parts
+    key : (p, m, schedule, v)
+        The plans' pipeline size, micro-batches, schedule and chunks per stage.
+    plans : list of ParallelPlan, length n
+    store : ProfileStore
+    lookup_cache : dict
+        Memo of op and communication lookups (:func:`core.graph.stage_times`), shared
+        between batches of one process.
+
+    Returns
+    -------
+    (iteration_time_s float64 (n,), max_memory_per_gpu_bytes float64 (n,), reasons
+    (list of n str, "" when the plan fits), warnings of the plans that fit (dict: warning ->
+    the batch positions of the plans it concerns))
+    """
+    p, m, schedule, v = key
+    sched = pipeline_schedules.get(schedule)
+    capacity = float(store.memory_bytes)
+    reserve = float(cluster.memory_reserve_fraction)
+    n = len(plans)
+    per_chunk = np.empty((5, p, v, n))
+    per_stage = np.empty((4, p, n))
+    max_mem = np.zeros(n)
+    reason = [""] * n
+    warnings: dict[str, list[int]] = {}
+    for j, pl in enumerate(plans):
+        st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
+        per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
+        per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
+        # same rule and message as core.simulate
+        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl),
+                                                     capacity, reserve)
+        if fits:
+            for w in st.warnings:
+                warnings.setdefault(w, []).append(j)
+    if sched.fast_path:
+        ready = per_chunk[3] if per_chunk[3].any() else None
+        tails = per_chunk[4] if np.isfinite(per_chunk[4]).any() else None
+        iteration = pipeline_iteration_times(
+            schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+            wgrad_s=per_chunk[2] if sched.splits_backward else None,
+            ready_s=ready, chunk_tail_s=tails)
+    else:  # the general solver on the coarse graph
+        iteration = np.empty(n)
+        for j, pl in enumerate(plans):
+            g, _ = build_graph(Session(model, pl, cluster, cost), store,
+                               detail="microbatch", cache=lookup_cache)
+            iteration[j] = solve(g).iteration_time_s
+    return iteration, max_mem, reason, warnings
+
+
 def _is_cancelled(cancel: Any) -> bool:
     if cancel is None:
         return False
@@ -733,8 +802,8 @@ def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
 
 
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
-              progress: ProgressFn | None = None, cancel: Any = None,
-              coverage: float = DEFAULT_COVERAGE) -> SweepResult:
+              progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
+              dask: str | None = None, coverage: float = DEFAULT_COVERAGE) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
     Parameters
@@ -754,8 +823,20 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         number of plans finished (``total`` = number of valid plans), from the
         calling thread. Must not raise.
     cancel : threading.Event or callable returning bool, optional
-        Checked between batches (each a few ms to ~0.1 s of work); when set,
-        :class:`SweepCancelled` is raised.
+        Checked between batches (each a few ms to ~0.1 s of work; with ``workers`` or
+        ``dask``, every 0.1 s while chunks run: the chunks not started are dropped);
+        when set, :class:`SweepCancelled` is raised.
+    workers : int
+        Processes to solve the batches on (1: this process; default). The batches are
+        grouped in chunks, solved by a process pool (:mod:`core.sweep_parallel`; each
+        worker opens the profile store itself) and put back in order: the result is
+        the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
+        run here (starting processes would cost more).
+    dask : str, optional
+        Send the chunks to a Dask distributed scheduler at this address
+        (``tcp://host:8786``), or ``"local"`` for a ``LocalCluster`` of ``workers``
+        processes; the profile store travels with the chunks. Needs ``dask[distributed]``
+        (the ``dask`` extra). Same result as serial.
     coverage : float
         Nominal coverage of the error bands, in (0, 1) (:mod:`core.interval`).
 
@@ -773,12 +854,19 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         The profile lacks data a plan needs (dtype peak, collectives).
     SweepCancelled
         ``cancel`` was set.
+    ConfigError
+        ``workers`` is not a positive integer, or ``dask`` names no reachable scheduler
+        or dask is not installed (field ``sweep.dask``).
     """
     t0 = time.perf_counter()
     if deadline_days is not None and not (isinstance(deadline_days, (int, float))
                                           and math.isfinite(deadline_days) and deadline_days > 0):
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
+    workers = _check_workers(workers)
+    if dask is not None and not (isinstance(dask, str) and dask.strip()):
+        raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
+                                      "(tcp://host:8786) or 'local'")])
     plans = enumerate_plans(session, space)
     work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
                + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
@@ -803,59 +891,67 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
     for i, pl in enumerate(plans):
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
-    lookup_cache: dict = {}
     warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
+    # batches of plans in a fixed order: the serial loop and the workers solve the same batches
+    batches: list[tuple[tuple[int, int, str, int], list[int]]] = []
+    too_large: list[tuple[tuple[int, int, str, int], list[int]]] = []
+    for key, group in sorted(groups.items()):
+        p, m, _, v = key
+        if p * m * v > MAX_PIPELINE_STEPS:
+            too_large.append((key, group))
+            continue
+        # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
+        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
+        batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
     model, cluster, cost = session.model, session.cluster, session.cost
     done = 0
     if progress is not None:
         progress(0, n)
-    for (p, m, schedule, v), group in sorted(groups.items()):
-        if p * m * v > MAX_PIPELINE_STEPS:
-            for i in group:
-                iteration[i] = math.nan
-                max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
-                reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
-                             f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
-                             f"{MAX_PIPELINE_STEPS:,}")
-            done += len(group)
-            if progress is not None:
-                progress(done, n)
-            continue
-        sched = pipeline_schedules.get(schedule)
-        # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
-        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
-        for start in range(0, len(group), step):
+    for (p, m, _, v), group in too_large:
+        for i in group:
+            iteration[i] = math.nan
+            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
+            reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
+                         f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
+                         f"{MAX_PIPELINE_STEPS:,}")
+        done += len(group)
+        if progress is not None:
+            progress(done, n)
+
+    def take(idx: list[int], out: tuple) -> None:
+        nonlocal done
+        it, mem, why, warn = out
+        iteration[idx] = it
+        max_mem[idx] = mem
+        for i, r in zip(idx, why):
+            reason[i] = r
+        for w, local in warn.items():  # batch positions -> plan rows
+            warned.setdefault(w, []).extend(idx[j] for j in local)
+        done += len(idx)
+        if progress is not None:
+            progress(done, n)
+
+    if batches and (dask is not None or (workers > 1 and len(batches) > 1
+                                         and n >= _PARALLEL_MIN_PLANS)):
+        from . import sweep_parallel
+
+        def take_chunk(chunk: list, outs: list) -> None:
+            for (_, idx), out in zip(chunk, outs):
+                take(idx, out)
+
+        if dask is not None:
+            sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
+                                       address=dask, cancel=cancel, on_result=take_chunk)
+        else:
+            sweep_parallel.run_on_pool(batches, plans, store, model, cluster, cost, workers=workers,
+                                       cancel=cancel, on_result=take_chunk)
+    else:
+        lookup_cache: dict = {}
+        for key, idx in batches:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
-            idx = group[start:start + step]
-            per_chunk = np.empty((5, p, v, len(idx)))
-            per_stage = np.empty((4, p, len(idx)))
-            for j, i in enumerate(idx):
-                pl = plans[i]
-                st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
-                per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
-                per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
-                # same rule and message as core.simulate
-                max_mem[i], fits, reason[i] = memory_verdict(model_math.stage_memory(model, pl),
-                                                             capacity, reserve)
-                if fits:
-                    for w in st.warnings:
-                        warned.setdefault(w, []).append(i)
-            if sched.fast_path:
-                ready = per_chunk[3] if per_chunk[3].any() else None
-                tails = per_chunk[4] if np.isfinite(per_chunk[4]).any() else None
-                iteration[idx] = pipeline_iteration_times(
-                    schedule, m, per_chunk[0], per_chunk[1], *per_stage,
-                    wgrad_s=per_chunk[2] if sched.splits_backward else None,
-                    ready_s=ready, chunk_tail_s=tails)
-            else:  # the general solver on the coarse graph
-                for i in idx:
-                    g, _ = build_graph(Session(model, plans[i], cluster, cost), store,
-                                       detail="microbatch", cache=lookup_cache)
-                    iteration[i] = solve(g).iteration_time_s
-            done += len(idx)
-            if progress is not None:
-                progress(done, n)
+            take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
+                                  lookup_cache))
     # Cost, as core.simulate computes it.
     flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
     hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
@@ -881,7 +977,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sorted(w + plans_note([plans[i] for i in idx]) for w, idx in warned.items()),
+        warnings=sorted(w + plans_note([plans[i] for i in sorted(idx)]) for w, idx in warned.items()),
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,

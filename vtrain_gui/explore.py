@@ -391,7 +391,8 @@ class ExploreTab(QtWidgets.QWidget):
             return False
         if self.settings_panel.mark_used():
             self.settings_changed.emit()
-        self.runner.start(self._session, space, self.settings_panel.deadline_days())
+        self.runner.start(self._session, space, self.settings_panel.deadline_days(),
+                          options=self.settings_panel.execution())
         return True
 
     def cancel(self) -> None:

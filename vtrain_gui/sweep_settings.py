@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from typing import Any
 
@@ -80,8 +81,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
     Empty candidate fields mean the core's defaults (shown as placeholders for
     the current session). The settings travel in ``Session.sweep`` as
-    ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``; space
-    fields this form does not show (``data_parallel``) are kept as loaded.
+    ``{"space": SweepSpace.to_dict(), "deadline_days": float | None, "workers": int | None,
+    "dask": str | None}`` (``workers`` and ``dask``, where the sweep runs, are optional:
+    files without them run on every core of this computer); space fields this form does
+    not show (``data_parallel``) are kept as loaded.
 
     Signals
     -------
@@ -175,6 +178,23 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                  "(takes effect at once, no new sweep needed)")
         form.addRow("Deadline", self.deadline)
 
+        cores = os.cpu_count() or 1
+        self.workers = IntSpinBox()
+        self.workers.setObjectName("sweep.workers")
+        self.workers.setRange(0, 4096)
+        self.workers.setSpecialValueText(f"all cores ({cores})")
+        self.workers.setToolTip("Processes the sweep runs on (1: the GUI's own process; with a "
+                                "Dask address “local”, the size of the local Dask cluster). "
+                                "The result is the same whatever the count.")
+        form.addRow("Workers", self.workers)
+        self.dask = QtWidgets.QLineEdit()
+        self.dask.setObjectName("sweep.dask")
+        self.dask.setPlaceholderText("none: this computer")
+        self.dask.setToolTip("Dask scheduler to send the plans to, e.g. tcp://host:8786, or "
+                             "“local” for a local Dask cluster (needs dask[distributed]; see "
+                             "docs/sweep_parallel.md)")
+        form.addRow("Dask scheduler", self.dask)
+
         self.error_label = QtWidgets.QLabel()
         self.error_label.setObjectName("sweep.errors")
         self.error_label.setWordWrap(True)
@@ -182,11 +202,13 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.error_label.setVisible(False)
         form.addRow(self.error_label)
 
-        for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes):
+        for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes,
+                  self.dask):
             w.textEdited.connect(self._on_text_edit)
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
         self.deadline.valueChanged.connect(self._on_value_change)
+        self.workers.valueChanged.connect(self._on_value_change)
         for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
                     *self.sp_boxes.values(), *self.zero_boxes.values()):
             box.toggled.connect(self._on_box_toggle)
@@ -290,6 +312,21 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         v = self.deadline.value()
         return float(v) if v > 0 else None
 
+    def execution(self) -> dict[str, Any]:
+        """Where the sweep runs: ``{"workers": int >= 1, "dask": str | None}`` for
+        :func:`core.sweep.run_sweep` (workers 0 in the form: every core)."""
+        dask = self.dask.text().strip() or None
+        return {"workers": self.workers.value() or (os.cpu_count() or 1), "dask": dask}
+
+    def _execution_settings(self) -> dict[str, Any]:
+        # only what differs from the default (every core here): files stay as they were
+        out: dict[str, Any] = {}
+        if self.workers.value():
+            out["workers"] = self.workers.value()
+        if self.dask.text().strip():
+            out["dask"] = self.dask.text().strip()
+        return out
+
     def settings(self) -> dict[str, Any] | None:
         """``{"space": ..., "deadline_days": ...}`` for ``Session.sweep``.
 
@@ -300,7 +337,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         if not self._touched:
             return None if self._loaded is None else copy.deepcopy(self._loaded)
         try:
-            return {"space": self.space().to_dict(), "deadline_days": self.deadline_days()}
+            return {"space": self.space().to_dict(), "deadline_days": self.deadline_days(),
+                    **self._execution_settings()}
         except ConfigError:
             return copy.deepcopy(self._last_valid)
 
@@ -314,7 +352,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     def _show(self, settings: dict[str, Any]) -> None:
         if not isinstance(settings, dict):
             raise ConfigError([FieldError("sweep", "must be a JSON object")])
-        unknown = sorted(set(settings) - {"space", "deadline_days"})
+        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask"})
         if unknown:
             raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
         space = SweepSpace.from_dict(settings.get("space") or {})
@@ -325,6 +363,14 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         if deadline is not None and not 0 <= deadline <= self.deadline.maximum():
             raise ConfigError([FieldError("sweep.deadline_days",
                                           f"must be from 0 to {self.deadline.maximum():,.0f} days")])
+        workers = settings.get("workers")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                    or not 1 <= workers <= self.workers.maximum()):
+            raise ConfigError([FieldError("sweep.workers", f"must be null (every core) or a whole "
+                                          f"number from 1 to {self.workers.maximum()}")])
+        dask = settings.get("dask")
+        if dask is not None and not isinstance(dask, str):
+            raise ConfigError([FieldError("sweep.dask", "must be null or a scheduler address")])
         self._updating = True
         try:
             self._extra = {"data_parallel": space.data_parallel} if space.data_parallel else {}
@@ -356,6 +402,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             for name, box in self.zero_boxes.items():
                 box.setChecked(int(name) in zs)
             self.deadline.setValue(float(deadline or 0.0))
+            self.workers.setValue(int(workers or 0))
+            self.dask.setText(dask or "")
         finally:
             self._updating = False
 
@@ -374,7 +422,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         """Show the rules the settings break under the form; return them."""
         try:
             self._last_valid = {"space": self.space().to_dict(),
-                                "deadline_days": self.deadline_days()}
+                                "deadline_days": self.deadline_days(), **self._execution_settings()}
             errors: list[FieldError] = []
         except ConfigError as exc:
             errors = list(exc.errors)

@@ -215,12 +215,13 @@ class SimulationRunner(QtCore.QObject):
 # --------------------------------------------------------------------------- sweeps
 
 def _default_run_sweep(session: Session, space: Any, deadline_days: float | None,
-                       progress: Callable[[int, int], None], cancel: threading.Event) -> Any:
-    # looked up at call time so a test's stand-in is used
+                       progress: Callable[[int, int], None], cancel: threading.Event,
+                       **options: Any) -> Any:
+    # looked up at call time so a test's stand-in is used; options: workers, dask
     from core import sweep as sweep_module
 
     return sweep_module.run_sweep(session, space, deadline_days=deadline_days,
-                                  progress=progress, cancel=cancel)
+                                  progress=progress, cancel=cancel, **options)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -243,9 +244,9 @@ class _SweepWorker(QtCore.QObject):
         super().__init__()
         self._sweep = sweep_fn
 
-    @Slot(int, object, object, object, object)
+    @Slot(int, object, object, object, object, object)
     def run(self, run_id: int, session: Session, space: Any, deadline_days: Any,
-            cancel: threading.Event) -> None:
+            cancel: threading.Event, options: Any) -> None:
         from core.sweep import SweepCancelled
 
         last = [-math.inf]
@@ -260,7 +261,10 @@ class _SweepWorker(QtCore.QObject):
         try:
             if cancel.is_set():
                 raise SweepCancelled("sweep cancelled")
-            result = self._sweep(session, space, deadline_days, progress, cancel)
+            if options:
+                result = self._sweep(session, space, deadline_days, progress, cancel, **options)
+            else:
+                result = self._sweep(session, space, deadline_days, progress, cancel)
         except SweepCancelled:
             self.cancelled.emit(run_id)
             return
@@ -297,7 +301,7 @@ class SweepRunner(QtCore.QObject):
     finished = Signal(int, object, float)
     failed = Signal(int, str)
     cancelled = Signal(int)
-    _run_requested = Signal(int, object, object, object, object)
+    _run_requested = Signal(int, object, object, object, object, object)
 
     def __init__(self, sweep_fn: Callable[..., Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
@@ -306,22 +310,26 @@ class SweepRunner(QtCore.QObject):
         self._thread: QtCore.QThread | None = None
         self._worker: _SweepWorker | None = None
         self._running: tuple[int, threading.Event] | None = None
-        self._pending: tuple[int, Session, Any, float | None] | None = None
+        self._pending: tuple[int, Session, Any, float | None, dict] | None = None
         self._next_id = 0
         self._closed = False
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ API
-    def start(self, session: Session, space: Any, deadline_days: float | None = None) -> int:
+    def start(self, session: Session, space: Any, deadline_days: float | None = None,
+              options: dict[str, Any] | None = None) -> int:
         """Sweep ``space`` for (a copy of) ``session``; returns the run id.
 
-        A running sweep is cancelled and this one runs when it has stopped.
+        ``options`` are passed on to ``run_sweep`` as keywords (``workers``, ``dask``:
+        where the sweep runs); none by default. A running sweep is cancelled and this
+        one runs when it has stopped.
         """
         if self._closed:
             raise RuntimeError("SweepRunner is shut down")
         self._next_id += 1
         run_id = self._next_id
-        self._pending = (run_id, session.copy(), copy.deepcopy(space), deadline_days)
+        self._pending = (run_id, session.copy(), copy.deepcopy(space), deadline_days,
+                         dict(options or {}))
         if self._running is not None:
             self._running[1].set()
         else:
@@ -386,12 +394,12 @@ class SweepRunner(QtCore.QObject):
         if self._pending is None or self._closed:
             return
         self._ensure_thread()
-        run_id, session, space, deadline_days = self._pending
+        run_id, session, space, deadline_days, options = self._pending
         self._pending = None
         cancel = threading.Event()
         self._running = (run_id, cancel)
         self.started.emit(run_id)
-        self._run_requested.emit(run_id, session, space, deadline_days, cancel)
+        self._run_requested.emit(run_id, session, space, deadline_days, cancel, options)
 
     def _end_run(self, run_id: int) -> bool:
         """Forget run ``run_id``; whether its outcome should be reported."""

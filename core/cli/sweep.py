@@ -65,6 +65,13 @@ def add_parser(sub: Any) -> None:
                     help="also report the cheapest plan that trains within D days")
     sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sw.add_argument("--out", metavar="FILE.csv", help="write every plan to a CSV file")
+    sw.add_argument("--workers", metavar="N",
+                    help="processes to sweep on (default: all cores; 1: this process only); with "
+                         "--dask local, the size of the local Dask cluster")
+    sw.add_argument("--dask", metavar="ADDRESS",
+                    help="send the plans to the Dask scheduler at ADDRESS (tcp://host:8786), or "
+                         "'local' to start a local Dask cluster of --workers processes; needs "
+                         "dask[distributed] (see docs/sweep_parallel.md)")
     sw.add_argument("--json", action="store_true",
                     help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
                          "cheapest, pareto, ...) instead of tables")
@@ -139,14 +146,22 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
+    from ..sweep_parallel import default_workers
+    workers = _one_int("--workers", args.workers) or default_workers()
+    dask = args.dask.strip() if args.dask is not None else None
+    if dask is not None and not dask:
+        raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
+                                                "'local'")])
     err_console = Console(stderr=True)
     if args.json or not err_console.is_terminal:
-        result = run_sweep(session, space, deadline_days=args.deadline_days)
+        result = run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
+                           dask=dask)
     else:
         with Progress(TextColumn("sweeping plans"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err_console, transient=True) as bar:
             task = bar.add_task("sweep", total=None)
-            result = run_sweep(session, space, deadline_days=args.deadline_days,
+            result = run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
+                               dask=dask,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     if result.num_plans == 0:
         raise ConfigError([FieldError("sweep", f"no valid plan for {session.model.name} with "

@@ -1,0 +1,172 @@
+"""Sweeps on several processes (``workers``) and on Dask (``dask``): the serial result, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from core import sweep as sweep_module
+from core import sweep_parallel
+from core.cli import main
+from core.config import ConfigError
+from core.session import load_any
+from core.sweep import SweepCancelled, SweepSpace, run_sweep
+from tests.conftest import EXAMPLES
+
+SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
+#: a few hundred plans of several pipeline structures (p, m, schedule, v)
+SPACE = SweepSpace(max_gpus=8, micro_batch_sizes=(1, 2, 4))
+
+
+@pytest.fixture
+def parallel_always(monkeypatch):
+    """Use the workers even for a small sweep (the default runs small sweeps in process)."""
+    monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return run_sweep(load_any(SMALL), SPACE, deadline_days=5.0)
+
+
+def assert_same(a, b):
+    assert a.num_plans == b.num_plans > 100
+    assert a.plans == b.plans
+    for name in ("iteration_time_s", "max_memory_per_gpu_bytes", "training_days", "cost_usd",
+                 "mfu", "hfu", "tokens_per_s", "gpu_hours", "fits_in_memory", "pareto"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.tobytes() == y.tobytes(), name  # bit for bit, NaN and all
+    assert a.reason == b.reason and a.warnings == b.warnings
+    assert (a.fastest, a.cheapest, a.cheapest_within_deadline) == (
+        b.fastest, b.cheapest, b.cheapest_within_deadline)
+    da, db = a.to_dict(), b.to_dict()
+    for doc in (da, db):
+        doc.pop("wall_s")
+    assert da == db
+
+
+def test_several_structures_in_the_small_space(serial):
+    structures = {(pl.pipeline_parallel, pl.num_microbatches, pl.schedule) for pl in serial.plans}
+    assert len(structures) > 20 and serial.num_feasible > 0
+    assert 0 < serial.pareto.sum() < serial.num_feasible
+
+
+def test_process_pool_gives_the_serial_result(serial, parallel_always):
+    seen = []
+    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2,
+                       progress=lambda done, total: seen.append((done, total)))
+    assert_same(serial, result)
+    assert seen[0] == (0, serial.num_plans) and seen[-1] == (serial.num_plans, serial.num_plans)
+    assert len(seen) > 3 and all(a[0] < b[0] for a, b in zip(seen, seen[1:]))
+
+
+def test_dask_local_cluster_gives_the_serial_result(serial):
+    pytest.importorskip("distributed")
+    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2, dask="local")
+    assert_same(serial, result)
+
+
+def test_cancel_with_workers(parallel_always):
+    calls = []
+
+    def cancel():  # set once the first chunk has come back
+        return any(done > 0 for done, _ in calls)
+
+    t0 = time.perf_counter()
+    with pytest.raises(SweepCancelled):
+        run_sweep(load_any(SMALL), SPACE, workers=2, cancel=cancel,
+                  progress=lambda done, total: calls.append((done, total)))
+    assert time.perf_counter() - t0 < 30
+    done = [d for d, _ in calls]
+    assert 0 < max(done) < calls[0][1]  # stopped before the last chunk
+
+    event = threading.Event()
+    event.set()  # set before the start: nothing is solved
+    with pytest.raises(SweepCancelled):
+        run_sweep(load_any(SMALL), SPACE, workers=2, cancel=event)
+
+
+def test_chunks_keep_whole_batches_in_order():
+    batches = [((p, m, "1f1b", 1), list(range(k, k + size)))
+               for k, (p, m, size) in enumerate([(1, 8, 5), (2, 8, 3), (4, 64, 7), (8, 128, 2),
+                                                 (8, 256, 9), (16, 512, 1)] * 5)]
+    for workers in (1, 2, 3, 16):
+        chunks = sweep_parallel.chunk_batches(batches, workers)
+        assert [b for c in chunks for b in c] == batches
+        assert all(chunks) and len(chunks) <= sweep_parallel.CHUNKS_PER_WORKER * workers + 1
+
+
+def test_bad_workers_and_dask_arguments(monkeypatch):
+    session = load_any(SMALL)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigError) as exc:
+            run_sweep(session, SPACE, workers=bad)
+        assert exc.value.errors[0].field == "sweep.workers"
+    with pytest.raises(ConfigError) as exc:
+        run_sweep(session, SPACE, dask="  ")
+    assert exc.value.errors[0].field == "sweep.dask"
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(sweep_parallel, "DASK_CONNECT_TIMEOUT_S", 1.0)
+    with pytest.raises(ConfigError) as exc:
+        run_sweep(session, SPACE, dask="tcp://127.0.0.1:9")
+    assert exc.value.errors[0].field == "sweep.dask" and "127.0.0.1:9" in exc.value.errors[0].message
+
+
+def test_store_bytes_round_trip_leaves_the_store_alone(serial):
+    from core.simulate import open_profile, profile_path
+    store = open_profile(profile_path(serial.session))
+    path = store.path
+    data = sweep_parallel.store_bytes(store)
+    assert store.path == path and data[:8] == b"\x89HDF\r\n\x1a\n"
+    again, memo = sweep_parallel._open_store(data)
+    assert again.device_name == store.device_name and again.memory_bytes == store.memory_bytes
+    assert again.peak_flops == store.peak_flops and again.op_names() == store.op_names()
+    assert sweep_parallel._open_store(data)[0] is again  # once per process
+
+
+def test_cli_workers_and_json(capsys, monkeypatch):
+    monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
+    docs = []
+    for extra in (["--workers", "1"], ["--workers", "2"]):
+        assert main(["sweep", str(SMALL), "--max-gpus", "8", "--micro-batch-sizes", "1,2,4",
+                     "--json", *extra]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        doc.pop("wall_s")
+        docs.append(doc)
+    assert docs[0] == docs[1] and docs[0]["num_plans"] > 100
+    assert main(["sweep", str(SMALL), "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- speed-ups keep results
+
+def test_zb_h1_order_equals_its_rule_item_by_item():
+    from core import schedules
+    zb = schedules.get("zb-h1")
+    for p in (1, 2, 3, 5, 8, 13):
+        for m in (1, 2, 3, 4, 7, 8, 16, 33):
+            for stage in range(p):
+                fast, ref = zb.order(p, m, stage, 1), zb._order_loop(p, m, stage, 1)
+                for a, b in ((fast.phase, ref.phase), (fast.microbatch, ref.microbatch),
+                             (fast.chunk, ref.chunk)):
+                    assert a.dtype == b.dtype and a.tolist() == b.tolist(), (p, m, stage)
+    # stage 1 of p=2, m=3: F0 F1 B0 F2 B1 W0 B2 W1 W2
+    o = zb.order(2, 3, 1, 1)
+    assert ["FBW"[k] + str(j) for k, j in zip(o.phase.tolist(), o.microbatch.tolist())] == [
+        "F0", "B0", "F1", "B1", "W0", "F2", "B2", "W1", "W2"]
+
+
+def test_in_flight_per_stage_cache_equals_the_schedule_count():
+    from core import model_math, schedules
+    from core.config import ParallelPlan
+    for sched, v in (("1f1b", None), ("gpipe", None), ("zb-h1", None), ("interleaved", 2)):
+        plan = ParallelPlan(2, 4, 2, 1, 64, sched, "none", "bf16", virtual_pipeline_stages=v)
+        got = model_math._in_flight(sched, 4, plan.num_microbatches, v or 1)
+        assert got == tuple(schedules.in_flight_microbatches(sched, 4, plan.num_microbatches, i,
+                                                             v or 1) for i in range(4))
+    # 1F1B: min(p - i, m) (Korthikanti et al. 2022, Sec. 4.2.3)
+    assert model_math._in_flight("1f1b", 4, 16, 1) == (4.0, 3.0, 2.0, 1.0)
