@@ -27,13 +27,3 @@ def shared_file(*parts: str) -> Path:
         pytest.skip(f"shared data not present: {path}")
     return path
 
-
-CASES = ROOT.parent / "shared" / "cases"
-
-
-def shared_case(name: str) -> Path:
-    """A case file under ../shared/cases, skipping the test when the checkout lacks it."""
-    path = CASES / name
-    if not path.exists():
-        pytest.skip(f"shared case not present: {path}")
-    return path

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, shared_case
+from tests.conftest import ROOT, case_file
 from core import model_math as mm
 from core.config import (MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan, Session, check,
                          validate)
@@ -134,7 +134,7 @@ def test_untied_output_layer_on_the_last_stage():
 # --------------------------------------------------------------------------- FLOPs
 
 def _llama2_7b_from_case() -> Session:
-    doc = json.loads(shared_case("llama2_7b_shape.json").read_text())
+    doc = json.loads(case_file("llama2_7b_shape.json").read_text())
     doc["model"].update(activation="swiglu", normalization="rmsnorm", position_embedding="rope",
                         tied_embeddings=False, add_bias_linear=False)
     from core.session import session_from_document

@@ -20,7 +20,7 @@ from core.report import StageMemory
 from core.session import load_any
 from core.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
 from core.solver import solve
-from tests.conftest import shared_case
+from tests.conftest import case_file
 
 GPT3 = MODEL_PRESETS["GPT-3 175B"]
 
@@ -34,7 +34,7 @@ def plan(**kw) -> ParallelPlan:
 # --------------------------------------------------------------------------- shared cases
 
 def test_case_bf16_memory_is_18_bytes_per_parameter():
-    s = load_any(shared_case("bf16_memory_1p3b.json"))
+    s = load_any(case_file("bf16_memory_1p3b.json"))
     mem = stage_memory(s)[0]
     n = s.model.num_parameters(s.plan.tensor_parallel)
     assert n == pytest.approx(1.316e9, rel=1e-3)
@@ -47,7 +47,7 @@ def test_case_bf16_memory_is_18_bytes_per_parameter():
 
 
 def test_case_bf16_gradient_all_reduce_moves_fp32():
-    s = load_any(shared_case("bf16_grad_allreduce_6p7b.json"))
+    s = load_any(case_file("bf16_grad_allreduce_6p7b.json"))
     store = open_profile(profile_path(s))
     fp32 = float(stage_times(s, store).dp_comm_s[0])
     assert fp32 == pytest.approx(0.63, abs=0.01)
@@ -62,7 +62,7 @@ def test_case_bf16_gradient_all_reduce_moves_fp32():
 
 
 def test_case_model_flops_use_the_padded_vocabulary():
-    s = load_any(shared_case("padded_vocab_flops.json"))
+    s = load_any(case_file("padded_vocab_flops.json"))
     r = simulate(s).report
     per_sequence = r.model_flops_per_iteration / s.plan.global_batch_size
     # 72 s L h^2 (1 + s/(6h) + V'/(12 h L)) with V' = 51,200 (multiple of 128 * t = 1,024)
@@ -144,7 +144,7 @@ def test_memory_reserve_decides_fits():
     need, fits, reason = memory_verdict(just_above, cap, 0.1)
     assert not fits and "72.0 GiB usable (10% reserved)" in reason
     assert memory_verdict(just_above, cap, 0.0)[1]
-    s = load_any(shared_case("bf16_memory_1p3b.json"))
+    s = load_any(case_file("bf16_memory_1p3b.json"))
     r = simulate(s).report
     assert r.memory_reserve_fraction == 0.1
     assert r.fits_in_memory == (r.max_memory_per_gpu_bytes <= 0.9 * r.memory_capacity_bytes)
@@ -364,4 +364,4 @@ def test_session_without_the_new_fields_opens_with_defaults():
     assert s.cluster.memory_reserve_fraction == 0.1
     with pytest.raises(Exception, match="sequence_parallel"):
         Session.from_dict({"plan": {"sequence_parallel": "false"}})
-    assert math.isfinite(simulate(load_any(shared_case("bf16_memory_1p3b.json"))).report.mfu)
+    assert math.isfinite(simulate(load_any(case_file("bf16_memory_1p3b.json"))).report.mfu)
