@@ -17,19 +17,11 @@ from PySide6.QtCore import Qt
 
 from core.config import Session
 from core.session import load_any
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, case_file
 from vtrain_gui.int_spin import INT64_MAX, IntSpinBox
 from vtrain_gui.sweep_settings import _divisors
 
-CASES = ROOT.parent / "shared" / "cases"
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
-
-
-def case_file(name: str):
-    path = CASES / name
-    if not path.exists():
-        pytest.skip(f"shared cases not present: {path}")
-    return path
 
 
 @pytest.fixture
