@@ -175,7 +175,22 @@ def diff_plans(a: Session, b: Session, store_a=None, store_b=None) -> PlanDiff:
     """
     from .simulate import simulate
 
-    ra, rb = simulate(a, store_a), simulate(b, store_b)
+    return diff_results(simulate(a, store_a), simulate(b, store_b))
+
+
+def diff_results(ra, rb) -> PlanDiff:
+    """Split the difference of two simulated iterations' times into terms (B minus A).
+
+    Parameters
+    ----------
+    ra, rb : core.simulate.SimulationResult
+        Plan A and plan B, already simulated (the window's pinned and edited plans).
+
+    Returns
+    -------
+    PlanDiff
+        Its ``terms`` sum to ``difference_s`` (seconds).
+    """
     ta, sa, oa = time_terms(ra)
     tb, sb, ob = time_terms(rb)
     names = list(dict.fromkeys([*ta, *tb]))
@@ -183,4 +198,4 @@ def diff_plans(a: Session, b: Session, store_a=None, store_b=None) -> PlanDiff:
     return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
-__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label"]
+__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results"]

@@ -3,6 +3,7 @@ a Studies tab, file handling."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -10,10 +11,12 @@ from PySide6.QtCore import Qt, Signal, Slot
 
 import core
 from core.config import MODEL_PRESETS, ConfigError, Session, validate
+from core.diff import plan_label
 from core.megatron_args import MegatronArgsError, export_script
 from core.session import SessionFileError, atomic_write_text, load_any, save_session
 from core.simulate import SimulationResult
 
+from .compare import CompareTab
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
 from .empty_state import EmptyStack, StaleVeil
@@ -151,6 +154,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabs.setTabToolTip(self.studies_tab_index,
                                 "Compute-optimal model size for a GPU budget; a job trace on a "
                                 "shared cluster (Ctrl+4)")
+        self.compare = CompareTab()
+        self.compare_tab_index = self.tabs.addTab(self.compare, "Compare")
+        self.tabs.setTabToolTip(self.compare_tab_index,
+                                "A pinned plan against the plan in the editor: both timelines on "
+                                "one time axis, the difference by term (Ctrl+5)")
         self.setCentralWidget(self.tabs)
 
         self._status = QtWidgets.QLabel("Ready")
@@ -219,6 +227,17 @@ class MainWindow(QtWidgets.QMainWindow):
         examples.setEnabled(bool(examples.actions()))
         examples.triggered.connect(self._on_example_menu_trigger)
 
+        plan_menu = self.menuBar().addMenu("&Plan")
+        self.action_pin = plan_menu.addAction("&Pin plan for comparison")
+        self.action_pin.setShortcut(QtGui.QKeySequence("Ctrl+Shift+P"))
+        self.action_pin.setToolTip("Keep the plan in the editor and its result as plan A of the "
+                                   "Compare tab")
+        self.action_pin.setEnabled(False)  # until a result is on screen
+        self.action_pin.triggered.connect(self.pin_plan)
+        self.action_unpin = plan_menu.addAction("&Unpin")
+        self.action_unpin.setEnabled(False)
+        self.action_unpin.triggered.connect(self.unpin_plan)
+
         view_menu = self.menuBar().addMenu("&View")
         show_plan = view_menu.addAction("&Plan tab")
         show_plan.setShortcut(QtGui.QKeySequence("Ctrl+1"))
@@ -232,6 +251,9 @@ class MainWindow(QtWidgets.QMainWindow):
         show_studies = view_menu.addAction("&Studies tab")
         show_studies.setShortcut(QtGui.QKeySequence("Ctrl+4"))
         show_studies.triggered.connect(self._on_show_studies_trigger)
+        show_compare = view_menu.addAction("&Compare tab")
+        show_compare.setShortcut(QtGui.QKeySequence("Ctrl+5"))
+        show_compare.triggered.connect(lambda: self.show_tab("compare"))
         view_menu.addSeparator()
         reset = view_menu.addAction("&Reset timeline zoom")
         reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
@@ -412,6 +434,23 @@ class MainWindow(QtWidgets.QMainWindow):
         """Simulate the edited session now if it is valid (skips the debounce pause)."""
         self._schedule_simulation(immediately=True)
 
+    def pin_plan(self) -> bool:
+        """Pin the plan on screen (its session and ``SimulationResult``) as plan A of the
+        Compare tab; False when there is no result to pin yet."""
+        if self._result is None:
+            return False
+        # a copy of the session: the pin keeps its plan whatever happens to the editor's
+        self.compare.set_pinned(dataclasses.replace(self._result,
+                                                    session=self._result.session.copy()))
+        self.action_unpin.setEnabled(True)
+        self._status.setText(f"Pinned {plan_label(self._result.session)} for comparison")
+        return True
+
+    def unpin_plan(self) -> None:
+        """Forget the pinned plan (the Compare tab shows its empty state)."""
+        self.compare.set_pinned(None)
+        self.action_unpin.setEnabled(False)
+
     def show_tab(self, name: str) -> None:
         """Bring tab ``'plan'``, ``'explore'``, ``'profiles'`` or ``'studies'`` to the front.
 
@@ -421,7 +460,8 @@ class MainWindow(QtWidgets.QMainWindow):
             Another name.
         """
         indices = {"plan": self.plan_tab_index, "explore": self.explore_tab_index,
-                   "profiles": self.profiles_tab_index, "studies": self.studies_tab_index}
+                   "profiles": self.profiles_tab_index, "studies": self.studies_tab_index,
+                   "compare": self.compare_tab_index}
         if name not in indices:
             raise ValueError(f"no tab {name!r}; choose one of {', '.join(indices)}")
         self.tabs.setCurrentIndex(indices[name])
@@ -429,7 +469,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def current_tab(self) -> str:
         """``'plan'``, ``'explore'``, ``'profiles'`` or ``'studies'``."""
         names = {self.explore_tab_index: "explore", self.profiles_tab_index: "profiles",
-                 self.studies_tab_index: "studies"}
+                 self.studies_tab_index: "studies", self.compare_tab_index: "compare"}
         return names.get(self.tabs.currentIndex(), "plan")
 
     # ------------------------------------------------------------------ handlers: editor, runner
@@ -464,6 +504,8 @@ class MainWindow(QtWidgets.QMainWindow):
         if not self._plan_split_moved:
             self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)
+        self.compare.set_current(result)
+        self.action_pin.setEnabled(True)
         self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
                              f"{format_count(result.graph.num_tasks)} tasks")
         self.result_shown.emit(result)

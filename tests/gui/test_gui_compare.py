@@ -1,0 +1,99 @@
+"""The Compare tab: a pinned plan against the editor's, timelines on one time axis and the
+difference as a waterfall whose bars are core.diff's terms."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core.diff import diff_results, plan_label
+from vtrain_gui.compare import FASTER_COLOR, SLOWER_COLOR, TOTAL_COLOR
+
+
+def _tiny_session():
+    from core.config import MODEL_PRESETS, ParallelPlan, Session
+    return Session(model=MODEL_PRESETS["GPT-3 1.3B"],
+                   plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
+                                     micro_batch_size=1, global_batch_size=8))
+
+
+def test_empty_state_until_a_plan_is_pinned(window, qtbot, real_simulate):
+    window.show_tab("compare")
+    assert window.current_tab() == "compare"
+    assert window.compare.is_empty
+    assert "Pin plan for comparison" in window.compare.view.message_text
+    assert window.compare.diff is None
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.set_session(_tiny_session())
+        window.simulate_now()
+    assert window.compare.is_empty  # a result alone does not make a comparison
+    assert window.action_pin.isEnabled() and not window.action_unpin.isEnabled()
+
+
+def test_pin_change_plan_compare(window, qtbot, real_simulate):
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.set_session(_tiny_session())
+        window.simulate_now()
+    window.action_pin.trigger()
+    pinned = window.compare.pinned
+    assert pinned is not None and window.action_unpin.isEnabled()
+    a_label = plan_label(pinned.session)
+
+    b_session = _tiny_session()
+    b_session.plan.pipeline_parallel, b_session.plan.data_parallel = 1, 4
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as blocker:
+        window.editor.set_session(b_session)
+        window.simulate_now()
+    b = blocker.args[0]
+    tab = window.compare
+    assert not tab.is_empty
+    assert tab.label_a.text().startswith(f"A (pinned): {a_label}")
+    assert tab.label_b.text().startswith(f"B (editor): {plan_label(b.session)}")
+    assert plan_label(b.session) != a_label
+    # both timelines show their iteration, on one linked time axis
+    assert tab.timeline_a.num_tasks == pinned.graph.num_tasks > 0
+    assert tab.timeline_b.num_tasks == b.graph.num_tasks > 0
+    item_a, item_b = tab.timeline_a.plot.getPlotItem(), tab.timeline_b.plot.getPlotItem()
+    assert item_b.getViewBox().linkedView(0) is item_a.getViewBox()
+    item_a.getViewBox().setXRange(0.001, 0.002, padding=0.0)
+    x0, x1 = item_b.getViewBox().viewRange()[0]
+    assert x0 == pytest.approx(0.001, rel=1e-6) and x1 == pytest.approx(0.002, rel=1e-6)
+
+    # the waterfall's bars are core.diff's terms, then the total difference
+    expected = diff_results(pinned, b)
+    assert tab.bar_names() == [*expected.terms, "total"]
+    heights = tab.bar_heights()
+    assert heights[:-1] == pytest.approx(list(expected.terms.values()), abs=1e-12)
+    assert heights[-1] == pytest.approx(expected.difference_s, abs=1e-12)
+    assert expected.difference_s == pytest.approx(
+        b.report.iteration_time_s - pinned.report.iteration_time_s, rel=1e-12)
+    # each bar starts where the ones before it end; the last one lands on the total
+    bottoms = tab.bar_bottoms()
+    assert bottoms[0] == 0.0 and bottoms[-1] == 0.0
+    assert bottoms[-2] + heights[-2] == pytest.approx(heights[-1], abs=1e-9)
+    for h, c in zip(heights[:-1], tab.bar_colors()[:-1]):
+        if h > 0:
+            assert c == SLOWER_COLOR
+        elif h < 0:
+            assert c == FASTER_COLOR
+    assert tab.bar_colors()[-1] == TOTAL_COLOR
+    # the table holds both plans' iteration time, memory per GPU, cost
+    from vtrain_gui.formatting import format_bytes, format_usd
+    assert tab.cell_text(1, 0) == format_bytes(pinned.report.max_memory_per_gpu_bytes)
+    assert tab.cell_text(1, 1) == format_bytes(b.report.max_memory_per_gpu_bytes)
+    assert tab.cell_text(3, 0) == format_usd(pinned.report.cost_usd)
+    assert tab.cell_text(3, 1) == format_usd(b.report.cost_usd)
+
+    window.unpin_plan()
+    assert tab.is_empty and tab.pinned is None
+
+
+def test_pinned_plan_keeps_its_session(window, qtbot, real_simulate):
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.set_session(_tiny_session())
+        window.simulate_now()
+    assert window.pin_plan()
+    assert window.compare.pinned.session is not window.result.session
+    assert dataclasses.asdict(window.compare.pinned.session.plan) == \
+        dataclasses.asdict(window.result.session.plan)

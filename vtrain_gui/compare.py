@@ -1,0 +1,245 @@
+"""The Compare tab: a pinned plan (A) against the plan in the editor (B).
+
+The two timelines stand one above the other on one linked time axis; the
+difference of their iteration times is drawn as a waterfall of the terms of
+:func:`core.diff.diff_results` (green: the term makes B faster, red: slower; the
+last bar is the total difference), with memory per GPU and cost of both plans
+in a table. Every number comes from :mod:`core.diff`; this module only lays out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+from PySide6.QtCore import Qt
+
+from core.diff import PlanDiff, diff_results, plan_label
+
+from .empty_state import EmptyStack
+from .formatting import format_bytes, format_duration, format_usd
+from .timeline import TimelineWidget
+
+__all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR"]
+
+#: Bar colours of the waterfall: a term that makes B faster, slower, and the total difference.
+FASTER_COLOR = "#2E9E4F"
+SLOWER_COLOR = "#D0433B"
+TOTAL_COLOR = "#4A6FA5"
+_NEUTRAL_COLOR = "#9AA0A6"
+
+_NOTHING_PINNED = ("<p style='font-size:13pt'><b>Nothing pinned yet</b></p>"
+                   "<p>Choose <b>Plan &gt; Pin plan for comparison</b> (Ctrl+Shift+P) to keep the "
+                   "plan in the editor as plan A, then change the plan in the editor (or pick one "
+                   "in Explore): its timeline, the breakdown of the difference and the memory "
+                   "and cost of both plans appear here.</p>")
+_WAITING = ("<p style='font-size:13pt'><b>Waiting for the editor's plan</b></p>"
+            "<p>Plan A is pinned. The comparison appears once the plan in the editor has been "
+            "simulated; fix the fields marked in red if there are any.</p>")
+
+
+class CompareTab(QtWidgets.QWidget):
+    """Plan A (pinned) against plan B (the editor's latest result).
+
+    Call :meth:`set_pinned` with a ``core.simulate.SimulationResult`` (None clears
+    the pin) and :meth:`set_current` with each new result of the editor; the view
+    redraws when both are there, else shows an empty state saying what to do.
+    """
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._pinned = None
+        self._current = None
+        self._diff: PlanDiff | None = None
+
+        self.label_a = QtWidgets.QLabel()
+        self.label_b = QtWidgets.QLabel()
+        for label in (self.label_a, self.label_b):
+            label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.timeline_a = TimelineWidget()
+        self.timeline_b = TimelineWidget()
+        # one time axis: B follows A's zoom and pan (and A follows B's)
+        self.timeline_b.plot.getPlotItem().setXLink(self.timeline_a.plot.getPlotItem())
+
+        def titled(label: QtWidgets.QLabel, timeline: TimelineWidget) -> QtWidgets.QWidget:
+            box = QtWidgets.QWidget()
+            lay = QtWidgets.QVBoxLayout(box)
+            lay.setContentsMargins(0, 0, 0, 0)
+            lay.setSpacing(0)
+            lay.addWidget(label)
+            lay.addWidget(timeline, 1)
+            return box
+
+        self.waterfall = pg.PlotWidget(background="w")
+        item = self.waterfall.getPlotItem()
+        item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
+        item.setTitle("Iteration time B − A, by term", color="#202020")
+        item.setLabel("left", "B − A", units="s")
+        item.showGrid(y=True, alpha=0.25)
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(pg.mkPen("#404040"))
+            axis.setTextPen(pg.mkPen("#202020"))
+        self._bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.7)
+        item.addItem(self._bars)
+        item.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#606060")))
+
+        self.table = QtWidgets.QTableWidget(4, 3)
+        self.table.setHorizontalHeaderLabels(["A (pinned)", "B (editor)", "B − A"])
+        self.table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Training days",
+                                            "Cost"])
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(
+            QtWidgets.QHeaderView.ResizeMode.Stretch)
+        self.table.setMinimumWidth(380)
+        self.table.setMaximumWidth(520)
+
+        bottom = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.waterfall)
+        bottom.addWidget(self.table)
+        bottom.setStretchFactor(0, 3)
+        bottom.setStretchFactor(1, 1)
+        bottom.setChildrenCollapsible(False)
+
+        split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(titled(self.label_a, self.timeline_a))
+        split.addWidget(titled(self.label_b, self.timeline_b))
+        split.addWidget(bottom)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 2)
+        split.setStretchFactor(2, 2)
+        split.setChildrenCollapsible(False)
+
+        self.view = EmptyStack(split, _NOTHING_PINNED)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def pinned(self):
+        """The pinned ``SimulationResult`` (plan A), or None."""
+        return self._pinned
+
+    @property
+    def diff(self) -> PlanDiff | None:
+        """The :class:`core.diff.PlanDiff` on screen (None in the empty state)."""
+        return self._diff
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the empty state is shown."""
+        return self.view.is_empty
+
+    def set_pinned(self, result) -> None:
+        """Pin ``result`` as plan A (None: unpin)."""
+        self._pinned = result
+        self._refresh()
+
+    def set_current(self, result) -> None:
+        """The editor's latest ``SimulationResult`` (plan B)."""
+        self._current = result
+        self._refresh()
+
+    def bar_heights(self) -> list[float]:
+        """Heights (seconds) of the waterfall's bars: one per term of the diff, then the total."""
+        opts = self._bars.opts
+        return [float(h) for h in np.asarray(opts.get("height", []), float)]
+
+    def bar_bottoms(self) -> list[float]:
+        """Bottoms (seconds) of the waterfall's bars, in the order of :meth:`bar_heights`."""
+        return [float(y) for y in np.asarray(self._bars.opts.get("y0", []), float)]
+
+    def bar_names(self) -> list[str]:
+        """Names under the waterfall's bars: core.diff's term names, then ``'total'``."""
+        return list(self._names)
+
+    def bar_colors(self) -> list[str]:
+        """``'#rrggbb'`` of each bar, in the order of :meth:`bar_heights`."""
+        return list(self._colors)
+
+    # ------------------------------------------------------------------ drawing
+    _names: list[str] = []
+    _colors: list[str] = []
+
+    def _refresh(self) -> None:
+        if self._pinned is None:
+            self._diff = None
+            self.view.set_empty(True, _NOTHING_PINNED)
+            return
+        if self._current is None:
+            self._diff = None
+            self.view.set_empty(True, _WAITING)
+            return
+        a, b = self._pinned, self._current
+        self._diff = diff_results(a, b)
+        self.view.set_empty(False)
+        self.label_a.setText(f"A (pinned): {plan_label(a.session)}  ·  "
+                             f"{format_duration(a.report.iteration_time_s)} per iteration")
+        self.label_b.setText(f"B (editor): {plan_label(b.session)}  ·  "
+                             f"{format_duration(b.report.iteration_time_s)} per iteration")
+        self.timeline_a.set_data(a.graph, a.schedule)
+        self.timeline_b.set_data(b.graph, b.schedule)
+        # one time axis: both views may show the longer iteration
+        t_end = max(self.timeline_a.gantt.end_s, self.timeline_b.gantt.end_s, 1e-9)
+        for tl in (self.timeline_a, self.timeline_b):
+            tl.view_box.setLimits(xMin=-0.02 * t_end, xMax=1.02 * t_end,
+                                  maxXRange=1.04 * t_end)
+        self.timeline_a.view_box.setXRange(-0.005 * t_end, 1.01 * t_end, padding=0.0)
+        self._draw_waterfall(self._diff)
+        self._fill_table(self._diff)
+
+    def _draw_waterfall(self, diff: PlanDiff) -> None:
+        names = list(diff.terms)
+        heights = [diff.terms[n] for n in names]
+        # each term's bar starts where the sum of the terms before it ends
+        bottoms = np.concatenate([[0.0], np.cumsum(heights)[:-1]]) if heights else np.empty(0)
+        colors = [SLOWER_COLOR if h > 0 else FASTER_COLOR if h < 0 else _NEUTRAL_COLOR
+                  for h in heights]
+        names.append("total")
+        heights.append(diff.difference_s)
+        bottoms = np.append(bottoms, 0.0)
+        colors.append(TOTAL_COLOR)
+        self._names, self._colors = names, colors
+        x = np.arange(len(names), dtype=float)
+        self._bars.setOpts(x=x, y0=bottoms, height=np.asarray(heights, float), width=0.7,
+                           brushes=[pg.mkBrush(c) for c in colors],
+                           pens=[pg.mkPen(c) for c in colors])
+        axis = self.waterfall.getPlotItem().getAxis("bottom")
+        axis.setTicks([[(float(i), n) for i, n in enumerate(names)]])
+        tops = np.concatenate([bottoms, bottoms + np.asarray(heights, float)])
+        lo, hi = float(min(tops.min(), 0.0)), float(max(tops.max(), 0.0))
+        pad = 0.08 * (hi - lo or 1e-6)
+        vb = self.waterfall.getPlotItem().getViewBox()
+        vb.setRange(xRange=(-0.6, len(names) - 0.4), yRange=(lo - pad, hi + pad), padding=0.0)
+
+    def _fill_table(self, diff: PlanDiff) -> None:
+        d = diff.to_dict()
+        a, b = d["a"], d["b"]
+
+        def signed(text: str, value: float) -> str:
+            return ("+" if value > 0 else "") + text if value >= 0 else "−" + text
+
+        rows = [
+            (format_duration(a["iteration_time_s"]), format_duration(b["iteration_time_s"]),
+             signed(format_duration(abs(d["difference_s"])), d["difference_s"])),
+            (format_bytes(a["max_memory_per_gpu_bytes"]), format_bytes(b["max_memory_per_gpu_bytes"]),
+             signed(format_bytes(abs(d["memory_difference_bytes"])), d["memory_difference_bytes"])),
+            (f"{a['training_days']:,.1f}", f"{b['training_days']:,.1f}",
+             f"{d['training_days_difference']:+,.1f}"),
+            (format_usd(a["cost_usd"]), format_usd(b["cost_usd"]),
+             signed(format_usd(abs(d["cost_difference_usd"])), d["cost_difference_usd"])),
+        ]
+        for r, cells in enumerate(rows):
+            for c, text in enumerate(cells):
+                cell = QtWidgets.QTableWidgetItem(text)
+                cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(r, c, cell)
+
+    def cell_text(self, row: int, column: int) -> str:
+        """Text of the table's cell (rows: iteration time, memory per GPU, training days, cost;
+        columns: A, B, B − A); for tests."""
+        item = self.table.item(row, column)
+        return item.text() if item is not None else ""
