@@ -95,6 +95,8 @@ class ExploreTab(QtWidgets.QWidget):
         The user picked plan ``i`` of :attr:`result` (point, row or link).
     open_in_plan_requested()
         The user asked to see the picked plan in the Plan tab (double click, button).
+    pin_requested()
+        The user asked to pin the plan in the editor (the picked one) for the Compare tab.
     settings_changed()
         The sweep settings changed (they are saved with the session).
     sweep_finished(object)
@@ -107,6 +109,7 @@ class ExploreTab(QtWidgets.QWidget):
 
     plan_selected = Signal(int)
     open_in_plan_requested = Signal()
+    pin_requested = Signal()
     settings_changed = Signal()
     sweep_finished = Signal(object)
     sweep_failed = Signal(str)
@@ -278,6 +281,10 @@ class ExploreTab(QtWidgets.QWidget):
         self.open_button.setToolTip("Show the plan with the editor, full timeline and cost panel "
                                     "(or double-click a point or row)")
         self.open_button.clicked.connect(self._on_open_click)
+        self.pin_button = QtWidgets.QPushButton("Pin for comparison")
+        self.pin_button.setToolTip("Keep this plan as plan A of the Compare tab; pick another plan "
+                                   "to compare it with")
+        self.pin_button.clicked.connect(self.pin_requested)
         preview_box = QtWidgets.QWidget()
         preview_layout = QtWidgets.QVBoxLayout(preview_box)
         preview_layout.setContentsMargins(0, 2, 0, 0)
@@ -285,6 +292,7 @@ class ExploreTab(QtWidgets.QWidget):
         head = QtWidgets.QHBoxLayout()
         head.setContentsMargins(6, 0, 6, 0)
         head.addWidget(self._preview_title, 1)
+        head.addWidget(self.pin_button)
         head.addWidget(self.open_button)
         preview_layout.addLayout(head)
         preview_layout.addWidget(self.preview, 1)

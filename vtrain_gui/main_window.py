@@ -135,6 +135,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore = ExploreTab()
         self.explore.plan_selected.connect(self._on_explore_plan_select)
         self.explore.open_in_plan_requested.connect(self._on_explore_open_request)
+        self.explore.pin_requested.connect(self.pin_plan)
         self.explore.settings_changed.connect(self._on_tab_settings_change)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)

@@ -97,3 +97,16 @@ def test_pinned_plan_keeps_its_session(window, qtbot, real_simulate):
     assert window.compare.pinned.session is not window.result.session
     assert dataclasses.asdict(window.compare.pinned.session.plan) == \
         dataclasses.asdict(window.result.session.plan)
+
+
+def test_explore_pins_the_plan_in_the_editor(window, qtbot, real_simulate):
+    assert not window.pin_plan()  # nothing simulated yet: nothing to pin
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.set_session(_tiny_session())
+        window.simulate_now()
+    window.show_tab("explore")
+    window.explore.pin_button.click()
+    assert window.compare.pinned is not None
+    assert plan_label(window.compare.pinned.session) == plan_label(window.result.session)
+    assert not window.compare.is_empty  # A is pinned and B (the same plan) is there
+    assert window.compare.bar_heights()[-1] == 0.0
