@@ -1257,8 +1257,8 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
     )
 
 
-def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None
-                ) -> tuple[ExecutionGraph, list[str]]:
+def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None,
+                times: StageTimes | None = None) -> tuple[ExecutionGraph, list[str]]:
     """Execution graph of one iteration of Megatron-style GPT training.
 
     Per stage and micro-batch: embedding (first stage), per layer attention
@@ -1304,6 +1304,8 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         smaller. The compute/communication split per stage is lost.
     cache : dict, optional
         Memo of lookups shared between calls (see :func:`stage_times`).
+    times : StageTimes, optional
+        ``stage_times(session, store, cache)`` when the caller already has it.
 
     Returns
     -------
@@ -1321,7 +1323,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     if detail not in DETAILS:
         raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
     pl = session.plan
-    st = stage_times(session, store, cache)
+    st = times if times is not None else stage_times(session, store, cache)
     p, m, v = pl.pipeline_parallel, pl.num_microbatches, num_chunks(pl)
     split = schedules.get(pl.schedule).splits_backward
     F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W

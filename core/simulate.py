@@ -142,39 +142,39 @@ def _kind_mask(kinds) -> np.ndarray:
     return mask
 
 
-def schedule_times_without_transfers(session: Session, store: ProfileStore, cache: dict | None = None
-                                     ) -> tuple[float, float]:
+def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
     """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
     balanced stages: ``(T0, T_balanced)``, seconds.
 
     The same stage programs as :func:`core.graph.build_graph` at work-item
-    granularity with every send set to 0, solved with
-    :func:`core.fastpath.pipeline_iteration_times` (or the general solver for
+    granularity (``st``, the plan's :func:`core.graph.stage_times`) with every
+    send set to 0, both solved in one call of
+    :func:`core.fastpath.pipeline_iteration_times` (or by the general solver for
     schedules without a fast path). ``T_balanced`` gives every stage the mean
     over stages of each work item's time (and of its data-parallel and
     optimizer tail): its idle time is the schedule's bubble; ``T0 - T_balanced``
     is what unequal stages add.
     """
     pl = session.plan
-    st = stage_times(session, store, cache)
     p = pl.pipeline_parallel
-    per_chunk = [np.asarray(a, np.float64)
-                 for a in (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)]
-    tails = [np.asarray(a, np.float64) for a in (st.dp_comm_s, st.optimizer_s)]
+    # the plan as planned (column 0) and with balanced stages (column 1)
+    per_chunk = [np.stack([a, np.broadcast_to(a.mean(axis=0), a.shape)], axis=-1)
+                 for a in (np.asarray(x, np.float64) for x in
+                           (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s))]
+    tails = [np.stack([a, np.full(p, a.mean())], axis=-1)
+             for a in (np.asarray(x, np.float64) for x in (st.dp_comm_s, st.optimizer_s))]
+    if get_schedule(pl.schedule).fast_path:
+        zero = np.zeros((p, 2))
+        fwd, bwd, wgd, ready, over = per_chunk
+        T = pipeline_iteration_times(pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero,
+                                     *tails, wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)
+        return float(T[0]), float(T[1])
+    zeros = np.zeros(p)
     out = []
-    for balanced in (False, True):
-        chunks = [np.broadcast_to(a.mean(axis=0), a.shape) if balanced else a for a in per_chunk]
-        tail = [np.full(p, a.mean()) if balanced else a for a in tails]
-        if get_schedule(pl.schedule).fast_path:
-            zero = np.zeros((p, 1))
-            fwd, bwd, wgd, ready, over = (a[..., None] for a in chunks)
-            out.append(float(pipeline_iteration_times(
-                pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero, tail[0][:, None],
-                tail[1][:, None], wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)[0]))
-            continue
-        zeros = np.zeros(p)
-        programs = StageTimes(*chunks[:3], zeros, zeros, *tail, st.has_dp_comm, chunks[3],
-                              chunks[4], zeros, zeros).programs()
+    for j in (0, 1):
+        chunks = [a[..., j] for a in per_chunk]
+        programs = StageTimes(*chunks[:3], zeros, zeros, tails[0][:, j], tails[1][:, j],
+                              st.has_dp_comm, chunks[3], chunks[4], zeros, zeros).programs()
         out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
                          ).iteration_time_s)
     return out[0], out[1]
@@ -218,7 +218,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         store = session_profile(session)
     t1 = time.perf_counter()
     cache: dict = {}
-    graph, warnings = build_graph(session, store, cache=cache)
+    st = stage_times(session, store, cache)
+    graph, warnings = build_graph(session, store, cache=cache, times=st)
     t2 = time.perf_counter()
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
@@ -239,7 +240,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
-    T0, T_bal = schedule_times_without_transfers(session, store, cache)
+    T0, T_bal = schedule_times_without_transfers(session, st)
     stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
