@@ -211,7 +211,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     path = critical_path(res.graph, res.schedule)
     ops = res.graph.op[path]
     stages = res.graph.stage[path]
-    pl, m = session.plan, session.model
+    pl = session.plan
     key = op_key(session)
     n_params = optimizer_params(session)
     kernels, kernel_op, counts, num_k, is_opt, family = [], [], [], [], [], []

@@ -27,7 +27,6 @@ QKV bias; Qwen3 adds an RMSNorm over each query and key head (QK-norm).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -17,13 +17,12 @@ from . import model_math
 from .config import ConfigError, FieldError, Session, check
 from .costing import costing
 from .fastpath import pipeline_iteration_times
-from .graph import (StageTimes, build_graph, build_pipeline_graph, num_chunks, stage_times)
+from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .interval import DEFAULT_COVERAGE, check_coverage, session_interval
 from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
 from .schedules import get as get_schedule
-from .schedules import in_flight_microbatches
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",

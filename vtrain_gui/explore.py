@@ -34,7 +34,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 
 from core.config import PLAN_FIELDS, ConfigError, ParallelPlan, Session
 from core.simulate import SimulationResult
-from core.sweep import SweepResult, pareto_front
+from core.sweep import SweepResult, SweepSpace, pareto_front
 
 from .formatting import (ERROR_STYLE, format_count, format_duration, format_fraction,
                          format_number_short, format_usd)

@@ -61,3 +61,18 @@ def check_number(option: str, value: float | None, allow_zero: bool = False) -> 
     if not ok:
         kind = "non-negative" if allow_zero else "positive"
         raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
+
+
+def study_progress(json_output: bool):
+    """A ``progress(done, total, name)`` callback for the studies (``optimal``, ``schedule``)
+    that prints one dim line per model swept to a terminal's stderr; None with ``--json`` or
+    when stderr is not a terminal."""
+    from ..console import Console, esc
+    err = Console(stderr=True)
+    if json_output or not err.is_terminal:
+        return None
+
+    def progress(done: int, total: int, name: str) -> None:
+        if name:
+            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
+    return progress

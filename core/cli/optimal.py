@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import check_number, session_from_args
+from .common import check_number, session_from_args, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.optimal) are imported when the command runs
     from ..console import Console
@@ -45,7 +45,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
     from ..config import ConfigError
-    from ..console import Console, esc
+    from ..console import Console
     from ..inputs import strict_dumps
     from ..optimal import compute_optimal
 
@@ -58,12 +58,7 @@ def run(args: argparse.Namespace) -> int:
         check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
-    err = Console(stderr=True)
-    progress = None
-    if not args.json and err.is_terminal:
-        def progress(done: int, total: int, name: str) -> None:
-            if name:
-                err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
+    progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress)
     if args.json:

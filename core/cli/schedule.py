@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import check_number
+from .common import check_number, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
     from ..console import Console
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
-    from ..console import Console, esc
+    from ..console import Console
     from ..inputs import strict_dumps
     from ..optimal import gpt_shape
     from ..scheduler import POLICIES, read_jobs, schedule_study
@@ -79,11 +79,7 @@ def run(args: argparse.Namespace) -> int:
         check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
-    err = Console(stderr=True)
-    progress = None
-    if not args.json and err.is_terminal:
-        def progress(done: int, total: int, name: str) -> None:
-            err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
+    progress = study_progress(args.json)
     counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
