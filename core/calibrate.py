@@ -95,6 +95,55 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
            "embedding_fwd": "edge", "embedding_bwd": "edge", "output_fwd": "edge", "output_bwd": "edge"}
 
 
+#: Parameters of the shared fit of the modern GPU kinds (:func:`shared_fit_params`): efficiencies
+#: as fractions of each GPU's data-sheet peaks (GEMM FLOP/s, HBM bandwidth, network bandwidth)
+#: and the FP8 GEMM and all-to-all efficiencies where the op model has them. With a few
+#: dozen runs over four GPU kinds, shape parameters (``gemm_half_size``) and host overheads
+#: are left at the spec's values: the runs are large-scale and device-bound, and cannot pin them.
+SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency",
+                     "fp8_gemm_efficiency", "all_to_all_efficiency")
+#: Bounds of the optional shared parameters (added to FIT_PARAMS when the op model has them).
+_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.2, 1.2), "all_to_all_efficiency": (0.05, 1.0)}
+
+
+def shared_fit_params() -> list[str]:
+    """The shared-fit parameters the op model knows (:data:`SHARED_FIT_PARAMS` that are keys of
+    :data:`core.ops.DEFAULT_OP_MODEL`)."""
+    return [n for n in SHARED_FIT_PARAMS if n in DEFAULT_OP_MODEL]
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    if name in FIT_PARAMS:
+        return FIT_PARAMS[name]
+    if name in _OPTIONAL_BOUNDS:
+        return _OPTIONAL_BOUNDS[name]
+    raise KeyError(f"no bounds for fit parameter {name!r}")
+
+
+#: A profile store, or a function giving each session its store (several GPU kinds fitted
+#: together: each run's times come from its own GPU's peaks, the parameters are shared).
+BaseStores = "ProfileStore | Callable[[Session], ProfileStore]"
+
+
+def base_of(base, session: Session) -> ProfileStore:
+    """The base store of ``session``: ``base`` itself, or ``base(session)`` when it is a function."""
+    return base(session) if callable(base) else base
+
+
+class _FittedStores:
+    """:func:`apply_fit` of each distinct base store, made once (stores keyed by identity)."""
+
+    def __init__(self, base, op_model: dict[str, float], corrections: dict | None = None):
+        self.base, self.op_model, self.corrections = base, op_model, corrections
+        self._made: dict[int, ProfileStore] = {}
+
+    def __call__(self, session: Session) -> ProfileStore:
+        b = base_of(self.base, session)
+        if id(b) not in self._made:
+            self._made[id(b)] = apply_fit(b, self.op_model, self.corrections)
+        return self._made[id(b)]
+
+
 def shape_key(session: Session) -> tuple:
     """Correction key of a plan: ``("shape", s, h, a, f, V, t, b, dtype)`` (V padded) for a GPT;
     a model of another family (:data:`core.model_math.FAMILY_KEY_DEFAULTS` not at GPT's values)
@@ -307,11 +356,11 @@ class FitResult:
 def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w):
     from scipy.optimize import least_squares
 
-    lo = np.array([FIT_PARAMS[n][0] for n in names])
-    hi = np.array([FIT_PARAMS[n][1] for n in names])
+    lo = np.array([_bounds(n)[0] for n in names])
+    hi = np.array([_bounds(n)[1] for n in names])
     rows = []
     for rnd in range(rounds):
-        rows = [linearize(s, base, current) for s in sessions]
+        rows = [linearize(s, base_of(base, s), current) for s in sessions]
 
         def residuals(u: np.ndarray) -> np.ndarray:
             values = dict(zip(names, lo + u * (hi - lo)))
@@ -361,8 +410,10 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     sessions : sequence of Session, length n
     measured_s : float array, shape (n,)
         Measured iteration times, seconds.
-    base : ProfileStore
-        Supplies the device and the collective curves.
+    base : ProfileStore or function Session -> ProfileStore
+        Supplies the device (peaks) and the collective curves; a function gives each
+        session its own (runs on several GPU kinds fitted with shared parameters, which
+        are fractions of each device's peaks).
     start : dict, optional
         Starting parameter values (default :data:`FIT_START`).
     rounds : int
@@ -386,6 +437,8 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     if not np.all(measured_s > 0):
         raise ValueError("measured times must be positive")
     names = list(FIT_PARAMS) if params is None else list(params)
+    for n in names:
+        _bounds(n)  # KeyError for a parameter without bounds
     say = progress or (lambda _msg: None)
     current = {**DEFAULT_OP_MODEL, **FIT_START, **(start or {})}
     sqrt_w = np.sqrt(np.ones(len(sessions)) if weights is None else np.asarray(weights, float))
@@ -394,12 +447,12 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     corr: dict[tuple, float] = {}
     if corrections:
         for rnd in range(rounds):
-            store = apply_fit(base, current, corr)
-            rows = [linearize(s, base, current, store) for s in sessions]
+            stores = _FittedStores(base, current, corr)
+            rows = [linearize(s, base_of(base, s), current, stores(s)) for s in sessions]
             corr = _fit_corrections(rows, measured_s, current, ridge, sqrt_w)
             say(f"shape round {rnd + 1}/{rounds}: {len(corr)} shape factors")
-    store = apply_fit(base, current, corr)
-    pred = np.array([simulate(s, store).report.iteration_time_s for s in sessions])
+    stores = _FittedStores(base, current, corr)
+    pred = np.array([simulate(s, stores(s)).report.iteration_time_s for s in sessions])
     return FitResult(current, corr, rounds, error_metrics(pred, measured_s))
 
 
@@ -473,8 +526,9 @@ def scale_transfer(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
     (progress or (lambda _m: None))(f"scale transfer: fit on {single.size} single-node runs, "
                                     f"predict {multi.size} multi-node runs")
     res = fit([sessions[i] for i in single], measured_s[single], base, **fit_kw)
-    store = apply_fit(base, res.op_model, res.corrections)
-    return multi, np.array([simulate(sessions[i], store).report.iteration_time_s for i in multi])
+    stores = _FittedStores(base, res.op_model, res.corrections)
+    return multi, np.array([simulate(sessions[i], stores(sessions[i])).report.iteration_time_s
+                            for i in multi])
 
 
 def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarray, Sequence[int]]],
@@ -570,6 +624,8 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
         :func:`core.validate.error_metrics` of the out-of-fold predictions.
     """
     sessions, measured = files[target][0], np.asarray(files[target][1], float)
+    if len(sessions) < folds:
+        raise ValueError(f"{len(sessions)} rows are fewer than {folds} folds")
     fold_of = np.random.default_rng(seed).permutation(len(sessions)) % folds
     pred = np.empty(len(sessions))
     say = progress or (lambda _msg: None)
@@ -582,12 +638,108 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
         part_shares = None if shares is None else [shares[j] for j in order]
         res = fit([s for ss, _ in parts for s in ss], np.concatenate([y for _, y in parts]), base,
                   weights=balanced_weights([len(ss) for ss, _ in parts], part_shares), **fit_kw)
-        store = apply_fit(base, res.op_model, res.corrections)
+        stores = _FittedStores(base, res.op_model, res.corrections)
         for i in test:
-            pred[i] = simulate(sessions[i], store).report.iteration_time_s
+            pred[i] = simulate(sessions[i], stores(sessions[i])).report.iteration_time_s
         say(f"fold {k + 1}/{folds}: held-out MAPE "
             f"{error_metrics(pred[test], measured[test])['mape_percent']:.2f}%")
     return pred, error_metrics(pred, measured)
 
 
-__all__ += ["balanced_weights", "cross_validate_files"]
+__all__ += ["balanced_weights", "cross_validate_files", "SHARED_FIT_PARAMS", "shared_fit_params",
+            "base_of"]
+
+
+# --------------------------------------------------------------------------- shared fit of GPU kinds
+
+def analytic_bases() -> Callable[[Session], ProfileStore]:
+    """Each session's base store: the analytic store of its GPU kind, generated from the
+    shipped spec file (:func:`core.profiles_gen.generate_store`; one per kind, cached).
+
+    Raises
+    ------
+    KeyError
+        A session's GPU kind has no shipped spec.
+    """
+    from .profiles_gen import generate_store
+
+    made: dict[str, ProfileStore] = {}
+
+    def base(session: Session) -> ProfileStore:
+        kind = session.cluster.gpu
+        if kind not in made:
+            made[kind] = generate_store(kind)
+        return made[kind]
+    return base
+
+
+def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
+    """:func:`fit` keywords of the shared fit: :func:`shared_fit_params`, no per-shape factors
+    (never tuned to single runs), the other parameters at the base store's (spec) values and
+    the fitted ones starting there."""
+    params = shared_fit_params()
+    spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
+    start = {**DEFAULT_OP_MODEL, **{k: FIT_START[k] for k in params if k in FIT_START}, **spec}
+    return {"params": params, "corrections": False, "start": start}
+
+
+def use_shared_fit(sessions: Sequence[Session]) -> bool:
+    """Whether measured runs are calibrated with the shared fit: any run on a GPU kind other
+    than the A100 (whose store is fitted with the full procedure on the vTrain authors' data)."""
+    return any(s.cluster.gpu != "A100-SXM4-80GB" for s in sessions)
+
+
+def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[str],
+                  cv: dict[str, dict[str, float]], rows_by_kind: dict[str, int],
+                  cv_by_kind: dict[str, dict[str, float]],
+                  residuals: "ResidualTable | None" = None) -> dict[str, ProfileStore]:
+    """One calibrated store per GPU kind in ``kinds`` from a shared fit (``result``).
+
+    Each store is its kind's analytic base (``base``: a function of a session, or of nothing
+    but the kind via a probe session) with the shared parameters; provenance says so, names
+    the data, the rows of that kind, the cross-validated error overall (``cv``) and on that
+    kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``.
+    """
+    from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
+
+    out = {}
+    for kind in kinds:
+        probe = Session(ModelConfig(), ParallelPlan(), ClusterConfig(gpu=kind), CostConfig())
+        b = base_of(base, probe)
+        store = apply_fit(b, result.op_model, None)
+        store.residuals = residuals
+        n = rows_by_kind.get(kind, 0)
+        store.provenance = {
+            "method": "calibrated", "date": _dt.date.today().isoformat(),
+            "base_profile": b.summary(), "base_provenance": dict(b.provenance),
+            "data": "; ".join(data),
+            "parameters": {k: float(v) for k, v in result.op_model.items()},
+            "fitted_parameters": list(shared_fit_params()),
+            "shared_fit": (
+                "one set of parameters for every GPU kind, as fractions of each kind's data-sheet "
+                "peaks (GEMM FLOP/s per dtype, HBM bandwidth, network bandwidth), fitted on all "
+                f"usable runs of the data ({sum(rows_by_kind.values())} runs: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(rows_by_kind.items())) + "); no "
+                "per-shape factors"),
+            "rows_of_this_kind": n,
+            "num_shape_factors": 0,
+            "cross_validation": cv,
+            "cross_validation_this_kind": cv_by_kind.get(kind, {}),
+            "cross_validation_procedure": (
+                "k-fold over all usable runs (folds from numpy default_rng(0)), each fold fitted "
+                "with shared parameters on the other folds (core.calibrate.cross_validate_files)"),
+            "fit": "bounded robust least squares on log(predicted/measured), critical-path "
+                   "linearization, parameters shared across GPU kinds (core.calibrate)",
+        }
+        if not n:
+            store.provenance["note"] = (f"no run of {kind} in the data: its parameters are the "
+                                        "shared fit of the other kinds, applied to its own peaks")
+        if residuals is not None:
+            store.provenance["error_band"] = (
+                f"split conformal intervals from the {len(residuals)} out-of-sample residuals in "
+                "/residuals (core.interval), shared by the kinds: " + residuals.procedure)
+        out[kind] = store
+    return out
+
+
+__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,7 +45,7 @@ from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "interval_metrics", "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS",
-           "MeasurementFileError", "skip_counts"]
+           "MeasurementFileError", "skip_counts", "ASSUMPTIONS", "FIELD_CAUSES", "PUBLISHED_FIELDS"]
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
@@ -100,6 +101,9 @@ class Measurement:
     skip_causes : list of str
         One short name per cause of the skip ("mixture of experts", "FP8 precision" ...),
         for counts per cause; empty when not skipped.
+    assumptions : list of str
+        The named policies (:data:`ASSUMPTIONS`, ``"name: what it assumes (detail)"``) that
+        filled in what the row's source leaves unstated.
     """
 
     row: int
@@ -108,6 +112,7 @@ class Measurement:
     skip_reason: str = ""
     group: dict[str, str] = field(default_factory=dict)
     skip_causes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
 
 
 def _norm_header(h: str) -> str:
@@ -179,20 +184,35 @@ _AUTHORS_COLUMNS = {
 
 def _finish(row: int, session: Session, measured_s: float, group: dict[str, str],
             reason: str = "", causes: list[str] | None = None,
-            names: dict[str, str] | None = None) -> Measurement:
+            names: dict[str, str] | None = None, assumptions: list[str] | None = None,
+            always_validate: bool = False) -> Measurement:
+    """The row's :class:`Measurement`: ``reason`` / ``causes`` of the reader's own refusals plus
+    (when there are none, or with ``always_validate``) every rule core.config's validation finds
+    broken, each named by its session field (``names``: the file's names for them)."""
     causes = list(causes or ([reason.split(":")[0]] if reason else []))
-    if not reason:
+    reasons = [reason] if reason else []
+    if not reason or always_validate:
         errs = validate(session)
         if names:  # the file's own column names
             errs = [rename_field(e, names) for e in errs]
         if errs:
-            reason = "invalid plan: " + "; ".join(e.message for e in errs)
-            causes = ["GPU kind without a shipped profile" if e.field == "cluster.gpu"
-                      else f"invalid plan ({e.field})" for e in errs]
+            reasons.append("invalid plan: " + "; ".join(e.message for e in errs))
+            causes += [_cause(e) for e in errs]
+    reason = "; ".join(reasons)
     if not reason and not (measured_s > 0 and math.isfinite(measured_s)):
         reason = f"measured time {measured_s!r} is not a positive number"
         causes = ["measured time not positive"]
-    return Measurement(row, session, measured_s, reason, group, list(dict.fromkeys(causes)))
+    return Measurement(row, session, measured_s, reason, group, list(dict.fromkeys(causes)),
+                       list(assumptions or []))
+
+
+def _cause(err: Any) -> str:
+    """Short cause name of a validation error (counts per cause)."""
+    if "not modelled" in err.message or err.field == "cluster.gpu":
+        return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")
+    if "is not divisible by pipeline_parallel_size" in err.message:
+        return "uneven pipeline split"
+    return f"invalid plan ({err.field})"
 
 
 def skip_counts(measurements: list[Measurement]) -> dict[str, int]:
@@ -252,6 +272,249 @@ def _has(obj: Any, name: str) -> bool:
     return any(f.name == name for f in fields(obj))
 
 
+#: Session field -> short cause name of a skipped row (counts per cause), for the refusals
+#: of core.config's validation ("... is not modelled yet") and for fields a session lacks.
+FIELD_CAUSES = {
+    "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
+    "model.moe_ffn_hidden_size": "mixture of experts",
+    "model.num_shared_experts": "mixture of experts (shared experts)",
+    "model.moe_layer_frequency": "mixture of experts (layer frequency)",
+    "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
+    "model.multi_latent_attention": "multi-head latent attention",
+    "model.kv_channels": "kv_channels (head size other than h/a)",
+    "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
+    "model.normalization": "model family (normalization)",
+    "plan.context_parallel": "context parallelism", "plan.expert_parallel": "expert parallelism",
+    "plan.expert_tensor_parallel": "expert parallelism",
+    "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
+    "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
+    "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "cluster.gpu": "GPU kind without a shipped profile",
+}
+
+#: Named assumptions a row may carry (name -> what it assumes); every policy for what a source
+#: leaves unstated is one of these, printed with the row (``vtrain validate --json``) and
+#: documented in docs/accuracy.md ("Published runs: mapping and policies").
+ASSUMPTIONS = {
+    "derived-time": "the iteration time is derived from the published throughput "
+                    "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "gpu-alias": "the GPU name is the shipped kind it aliases (same memory, bandwidth and power)",
+    "llama-family": "SwiGLU + RMSNorm rows are Llama-style: RoPE, no linear biases, fused "
+                    "(flash) attention",
+    "megatron-recompute-default": "recompute empty in a Megatron row: Megatron-Core's default, "
+                                  "no activation recomputation",
+    "megatron-recompute-modules": "recompute_modules=[core_attn] in the notes is Megatron's "
+                                  "selective recomputation",
+    "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
+                                "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
+                                "a sharded optimizer)",
+    "fsdp-overlap": "FSDP prefetches parameters and reduces gradients during the passes "
+                    "(overlap_param_gather and overlap_grad_reduce)",
+    "megatron-fsdp-zero3": "fsdp=y on Megatron (Megatron-FSDP) is ZeRO stage 3",
+    "fsdp-zero3": "fsdp=y (full shard, FSDP1/FSDP2) is ZeRO stage 3",
+    "distributed-optimizer-zero1": "Megatron's distributed optimizer is ZeRO stage 1",
+    "fp8-label-tensorwise": "an FP8 label naming per-tensor current scaling (Bridge 'FP8', "
+                            "'fp8-cs', torchao tensorwise) is fp8_recipe=tensorwise",
+    "fp8-mxfp8": "an MXFP8 label (32-element block scaling, 'FP8-MX') is fp8_recipe=mxfp8",
+    "fp8-recipe-unstated": "an FP8 row naming no recipe: tensorwise (per-tensor current "
+                           "scaling, the default of plan.fp8_recipe)",
+    "pipeline-split-embedding-loss": "layers not divisible by p*v but L+2 is: Megatron's "
+                                     "account_for_embedding/loss_in_pipeline_split (the first and "
+                                     "last stages hold one layer fewer)",
+    "kv-channels-from-notes": "kv_channels from the notes' head_dim",
+    "qk-norm-from-notes": "QK-norm from the notes",
+    "moe-from-notes": "shared experts, dense first layers and MoE layer frequency from the notes; "
+                      "MoE in every layer when the notes name no dense layers",
+    "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
+                            "was forced balanced, or say nothing of it",
+    "dispatcher-as-all-to-all": "token dispatch and combine timed as all-to-all whatever the "
+                                "dispatcher (alltoall, DeepEP, HybridEP)",
+}
+
+#: Column -> session field for the published-runs layout (the columns of
+#: ../shared/data/public-modern/README.md; ISSUE 11 field names).
+PUBLISHED_FIELDS = {
+    "num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads", "num_query_groups": "model.num_query_groups",
+    "ffn_hidden_size": "model.ffn_hidden_size", "activation": "model.activation",
+    "normalization": "model.normalization", "seq_length": "model.seq_length",
+    "vocab_size": "model.vocab_size", "tied_embeddings": "model.tied_embeddings",
+    "num_experts": "model.num_experts", "moe_top_k": "model.moe_top_k",
+    "moe_ffn_hidden_size": "model.moe_ffn_hidden_size",
+    "global_batch_size": "plan.global_batch_size", "micro_batch_size": "plan.micro_batch_size",
+    "tensor_parallel": "plan.tensor_parallel", "pipeline_parallel": "plan.pipeline_parallel",
+    "data_parallel": "plan.data_parallel", "context_parallel": "plan.context_parallel",
+    "expert_parallel": "plan.expert_parallel",
+    "virtual_pipeline_stages": "plan.virtual_pipeline_stages (and plan.schedule)",
+    "sequence_parallel": "plan.sequence_parallel", "recompute": "plan.recompute",
+    "distributed_optimizer": "plan.zero_stage", "fsdp": "plan.zero_stage",
+    "precision": "plan.precision and plan.fp8_recipe", "gpu": "cluster.gpu",
+    "gpus_per_node": "cluster.gpus_per_node",
+    "inter_node_bandwidth_gbps": "cluster.inter_node_bandwidth_gbits_per_s",
+    "num_gpus": "checked: t*p*cp*d", "measured_iteration_time_s": "the measured time",
+}
+
+
+class _Row:
+    """Collects a row's refusals (reason, cause) and named assumptions while it is mapped."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.causes: list[str] = []
+        self.assumptions: list[str] = []
+
+    def refuse(self, cause: str, why: str) -> None:
+        self.causes.append(cause)
+        self.reasons.append(why)
+
+    def assume(self, name: str, detail: str = "") -> None:
+        text = f"{name}: {ASSUMPTIONS[name]}" + (f" ({detail})" if detail else "")
+        if text not in self.assumptions:
+            self.assumptions.append(text)
+
+    def put(self, obj: Any, section: str, name: str, value: Any) -> None:
+        """Set ``obj.name`` when the session has that field (its validation then judges the
+        value); without the field, a value other than the unset one is refused by name."""
+        if _has(obj, name):
+            setattr(obj, name, value)
+        else:
+            path = f"{section}.{name}"
+            self.refuse(FIELD_CAUSES.get(path, f"{path} not modelled"),
+                        f"{path}={value!r} is not modelled yet (the session has no {name} field)")
+
+
+_MEGATRON = re.compile(r"megatron|nemo", re.I)
+
+
+def _recompute_policy(text: str, framework: str, notes: str, row: _Row) -> str:
+    """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md)."""
+    t = text.strip().lower()
+    megatron = bool(_MEGATRON.search(framework))
+    modules = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", notes)
+    if not t and megatron:
+        if modules:
+            names = [x.strip().strip("'\"") for x in modules.group(1).split(",") if x.strip()]
+            if names == ["core_attn"]:
+                row.assume("megatron-recompute-modules")
+                return "selective"
+            row.refuse("selective recomputation (other than Megatron's)",
+                       f"recompute_modules=[{', '.join(names)}] (from the notes): recomputing "
+                       "these modules is not modelled (selective recomputation here is the "
+                       "attention core, recompute_modules=[core_attn])")
+            return "full"
+        row.assume("megatron-recompute-default")
+        return "none"
+    if not t:
+        row.refuse("recompute not stated", f"recompute is empty: {framework or 'the source'} does "
+                   "not say, and the time depends on it")
+        return "full"
+    if t in RECOMPUTE_MODES and (t != "selective" or megatron or not framework):
+        return t  # without a framework column the cell is in the session's terms
+    if t.startswith("selective"):
+        if "per-op" in t or "sac" in t.split():
+            why = ("torchtitan's per-op selective activation checkpointing (saves every other "
+                   "matmul and the attention output, recomputes the rest) is not modelled")
+        elif "fraction" in t or "block" in t:
+            why = "block-level checkpointing of a fraction of the layers that is not stated"
+        else:
+            why = (f"selective recomputation in {framework or 'a framework other than Megatron'} "
+                   "is not Megatron's (the attention core)")
+        row.refuse("selective recomputation (other than Megatron's)", f"recompute={text!r}: {why}; "
+                   "only Megatron's selective recomputation (the attention core) is modelled")
+        return "full"
+    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    return "full"
+
+
+def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
+    """(plan.precision, plan.fp8_recipe) of a published row's precision label."""
+    t = text.strip().lower()
+    first = re.split(r"[\s(]", t, maxsplit=1)[0] if t else ""
+    if not t:
+        row.refuse("precision not stated", "precision is empty: the source does not say")
+        return "bf16", None
+    if not re.search(r"fp8|float8", t):
+        if first in PRECISIONS:
+            return first, None  # "bf16 mixed precision" is bf16
+        row.refuse("precision", f"precision={text!r} is not one of {', '.join(PRECISIONS)}")
+        return "bf16", None
+    if "inferred" in t:
+        row.refuse("precision not stated", f"precision={text!r}: the source does not state it")
+        return "fp8", None
+    if "all-gather" in t:
+        row.refuse("FP8 parameter all-gather", f"precision={text!r}: parameters all-gathered in "
+                   "float8 by FSDP are not modelled")
+    # the label itself first ("fp8", "fp8-cs", "mxfp8", "fp8 tensorwise ..."), then, for a bare
+    # "fp8", what its parenthesis says the label means
+    main, _, paren = t.partition("(")
+    if "mxfp8" in main or "fp8-mx" in main:
+        row.assume("fp8-mxfp8")
+        return "fp8", "mxfp8"
+    for text_ in (main, paren):  # a bare "fp8" label: what its parenthesis says it means
+        if re.search(r"current[- ]scaling|fp8-cs|tensorwise", text_):
+            row.assume("fp8-label-tensorwise")
+            return "fp8", "tensorwise"
+        if "rowwise" in text_:
+            return "fp8", "rowwise"  # not a modelled recipe: validation names it
+        if "blockwise" in text_ or "128x128" in text_:
+            return "fp8", "blockwise"
+        if "delayed" in text_:
+            return "fp8", "delayed"
+    row.assume("fp8-recipe-unstated")
+    return "fp8", "tensorwise"
+
+
+def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row) -> None:
+    """What the notes say of the model that the columns cannot hold (README: MoE particulars,
+    latent attention, sliding windows; head size; QK-norm)."""
+    n = notes
+    hd = re.search(r"head_dim\s*(\d+)", n)
+    if hd and int(hd.group(1)) * model.num_attention_heads != model.hidden_size:
+        row.assume("kv-channels-from-notes", f"kv_channels={hd.group(1)}")
+        row.put(model, "model", "kv_channels", int(hd.group(1)))
+    if re.search(r"qk[- ]?norm", n, re.I):
+        row.assume("qk-norm-from-notes")
+        model.qk_layernorm = True
+    if re.search(r"\bMLA\b|latent attention", n, re.I):
+        row.put(model, "model", "multi_latent_attention", True)
+    if re.search(r"sliding[- ]window", n, re.I):
+        row.refuse("sliding-window attention", "the notes name sliding-window attention, which is "
+                   "not modelled")
+    if re.search(r"attention sinks?", n, re.I):
+        row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
+    if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
+        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP), which is "
+                   "not modelled")
+    if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
+        row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
+                   "which is not modelled")
+    if re.search(r"async TP", n):
+        row.refuse("async tensor parallelism", "the notes name async tensor parallelism "
+                   "(communication overlapped inside the GEMMs), which is not modelled")
+    e = opt["num_experts"]
+    if not (e and e > 1):
+        return
+    moe_ffn = opt["moe_ffn_hidden_size"] or model.ffn
+    shared = re.search(r"(\d+) shared experts? \((\d+)\)", n)
+    if shared:
+        count, width = int(shared.group(1)), int(shared.group(2))
+        if (count * width) % moe_ffn:
+            row.refuse("mixture of experts (shared experts)", f"shared experts {count} x {width} "
+                       f"wide are not a whole number of experts {moe_ffn} wide")
+        else:
+            row.put(model, "model", "num_shared_experts", count * width // moe_ffn)
+    dense = re.search(r"first (\d+) layers dense(?: FFN (\d+))?", n)
+    if dense:
+        if dense.group(2) and int(dense.group(2)) != model.ffn:
+            row.refuse("mixture of experts (first dense layers)", f"the dense layers' FFN "
+                       f"{dense.group(2)} differs from ffn_hidden_size={model.ffn}")
+        row.put(model, "model", "moe_first_dense_layers", int(dense.group(1)))
+    row.assume("moe-from-notes")
+    row.assume("moe-balanced-routing")
+    if re.search(r"dispatcher|DeepEP", n, re.I):
+        row.assume("dispatcher-as-all-to-all")
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
@@ -264,106 +527,80 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                      "context_parallel", "expert_parallel")}
     ffn = _num(path, row, "ffn_hidden_size", get["ffn_hidden_size"], int) if get["ffn_hidden_size"] else None
     name = v.get("model_name", "") or f"h={ints['hidden_size']} L={ints['num_layers']}"
+    notes, framework = v.get("notes", ""), v.get("framework", "")
     model = ModelConfig(name=name,
                         num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
                         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ffn,
                         seq_length=ints["seq_length"], vocab_size=ints["vocab_size"])
-    reasons: list[str] = []
-    causes: list[str] = []
+    rw = _Row()
+    if re.search(r"\bDERIVED\b", notes):
+        rw.assume("derived-time")
 
-    def refuse(cause: str, why: str) -> None:
-        causes.append(cause)
-        reasons.append(why)
-
-    # the model family: a column the session has a field for is passed on (validate checks
-    # it); otherwise anything but GPT's choice is refused
-    for col, gpt, cause in (("activation", "gelu", "model family (activation)"),
-                            ("normalization", "layernorm", "model family (normalization)")):
-        text = v.get(col, "")
-        if _has(model, col) and text:
-            setattr(model, col, text.lower())
-        elif text and text.lower() != gpt:
-            refuse(cause, f"{col}={text!r}: only GPT's {gpt} is modelled")
+    # the model family: every column goes to its session field; core.config's validation
+    # refuses what is not modelled, naming it
+    for col in ("activation", "normalization"):
+        if v.get(col, ""):
+            setattr(model, col, v[col].lower())
     if model.activation == "swiglu" and model.normalization == "rmsnorm":
         # the README's Llama-style rows: the columns do not hold the rest of the family, which
         # every such model shares (RoPE, no linear biases) and every framework of the sources
         # runs with fused attention (Megatron-Core/TE, torchtitan and fms-fsdp's SDPA)
         model.position_embedding, model.add_bias_linear = "rope", False
         model.attention_kernel = "flash"
-    g = opt["num_query_groups"]
-    if _has(model, "num_query_groups") and g is not None:
-        model.num_query_groups = g
-    elif g is not None and g != model.num_attention_heads:
-        refuse("model family (grouped-query attention)",
-               f"num_query_groups={g} (grouped-query attention) is not modelled: only "
-               f"full multi-head attention ({model.num_attention_heads} groups)")
+        rw.assume("llama-family")
+    if opt["num_query_groups"] is not None:
+        model.num_query_groups = opt["num_query_groups"]
     tied = _flag(v.get("tied_embeddings", ""))
-    if _has(model, "tied_embeddings") and tied is not None:
+    if tied is not None:
         model.tied_embeddings = tied
-    elif tied is False:
-        refuse("model family (untied embeddings)",
-               "tied_embeddings=n: an untied output layer is not modelled (GPT ties it to the "
-               "word embedding)")
     e = opt["num_experts"]
     if e is not None and e > 1:
-        if _has(model, "num_experts"):
-            model.num_experts = e
-            for c in ("moe_top_k", "moe_ffn_hidden_size"):
-                if opt[c] is not None and _has(model, c):
-                    setattr(model, c, opt[c])
-        else:
-            refuse("mixture of experts", f"num_experts={e}: mixture-of-experts models are not modelled")
+        rw.put(model, "model", "num_experts", e)
+        for c in ("moe_top_k", "moe_ffn_hidden_size"):
+            if opt[c] is not None:
+                rw.put(model, "model", c, opt[c])
+    _notes_policy(notes, model, v, opt, rw)
 
-    recompute = str(get["recompute"]).lower()
-    if "recompute" in v and not v["recompute"]:
-        refuse("recompute not stated", "recompute is empty: the source does not say, and the "
-                                       "time depends on it")
-        recompute = "full"
-    elif recompute not in RECOMPUTE_MODES:
-        # "selective (per-op SAC)" and the like: another selection than Megatron's attention core
-        refuse("selective recomputation (other than Megatron's)" if recompute.startswith("selective")
-               else "recompute",
-               f"recompute={v.get('recompute', recompute)!r}: only Megatron's selective "
-               "recomputation (the attention core) is modelled, as recompute=selective"
-               if recompute.startswith("selective") else
-               f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
-        recompute = "full"
-    ptext = str(get["precision"]).strip().lower()
-    first = ptext.replace("(", " ").split()[0] if ptext else ""
-    if "precision" in v and not v["precision"]:
-        refuse("precision not stated", "precision is empty: the source does not say")
-        precision = "bf16"
-    elif first in PRECISIONS:
-        precision = first  # "bf16 mixed precision" is bf16
-    elif "fp8" in ptext:
-        precision = "bf16"
-        if "fp8" in PRECISIONS and first == "fp8":
-            precision = "fp8"
-        else:
-            refuse("FP8 precision", f"precision={v.get('precision', ptext)!r}: FP8 training is "
-                                    "not modelled")
-    else:
-        precision = "bf16"
-        refuse("precision", f"precision={ptext!r} is not one of {', '.join(PRECISIONS)}")
+    recompute = (_recompute_policy(v["recompute"], framework, notes, rw) if "recompute" in v
+                 else str(get["recompute"]).lower())
+    precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
+                         else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
     plan = ParallelPlan(tensor_parallel=ints["tensor_parallel"], pipeline_parallel=ints["pipeline_parallel"],
                         data_parallel=ints["data_parallel"], micro_batch_size=ints["micro_batch_size"],
                         global_batch_size=ints["global_batch_size"],
                         schedule="interleaved" if vp > 1 else "1f1b",
-                        recompute=recompute, precision=precision,
+                        recompute=recompute, precision="bf16",
                         virtual_pipeline_stages=vp if vp > 1 else None,
                         **{c: (_num(path, row, c, str(get[c]), int) if str(get[c]).strip() else None)
                            for c in ("first_stage_layers", "last_stage_layers")})
+    if precision == "fp8":
+        if "fp8" in PRECISIONS:
+            plan.precision = "fp8"  # validation refuses it while FP8 is not modelled
+        else:
+            rw.refuse("FP8 precision", f"precision={v.get('precision', precision)!r}: FP8 training "
+                      "is not modelled yet")
+        if recipe is not None:
+            rw.put(plan, "plan", "fp8_recipe", recipe)
+    else:
+        plan.precision = precision
+    # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
+    L, p = ints["num_layers"], ints["pipeline_parallel"]
+    stages = p * max(vp, 1)
+    if (p > 1 and vp <= 1 and L % stages and not (L + 2) % stages and _MEGATRON.search(framework)
+            and plan.first_stage_layers is None and plan.last_stage_layers is None):
+        each = (L + 2) // stages
+        rw.assume("pipeline-split-embedding-loss", f"first and last stage {each - 1} layers, "
+                  f"the others {each}")
+        plan.first_stage_layers = plan.last_stage_layers = each - 1
     cp = opt["context_parallel"] or 1
-    for col, value, cause, what in (
-            ("context_parallel", cp, "context parallelism", "context parallelism"),
-            ("expert_parallel", opt["expert_parallel"] or 1, "expert parallelism",
-             "expert parallelism")):
-        if value > 1:
-            if _has(plan, col):
-                setattr(plan, col, value)
-            else:
-                refuse(cause, f"{col}={value}: {what} is not modelled")
+    if cp > 1:
+        rw.put(plan, "plan", "context_parallel", cp)
+    ep = opt["expert_parallel"] or 1
+    if ep > 1:
+        rw.put(plan, "plan", "expert_parallel", ep)
+    if e and e > 1 and _has(plan, "moe_imbalance_factor"):
+        plan.moe_imbalance_factor = 1.0
     # sequence parallelism and overlap are plan fields; the distributed optimizer is ZeRO stage 1
     # (Megatron's --use-distributed-optimizer), FSDP (full sharding) ZeRO stage 3
     sharded = []
@@ -371,35 +608,52 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
         if flag is None and text:
-            refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
+            rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
         elif flag and "hsdp" in text.lower():
-            refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid sharding "
-                   "(shard within a group, replicate across groups) is not modelled")
+            rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid sharding "
+                      "(shard within a group, replicate across groups) is not modelled")
         elif flag and col in ("distributed_optimizer", "fsdp"):
             sharded.append(col)
         elif flag:
             setattr(plan, col, True)
+    megatron = bool(_MEGATRON.search(framework))
     if len(sharded) == 2:
-        refuse("distributed optimizer and FSDP", "fsdp and distributed_optimizer are both y")
+        rw.refuse("distributed optimizer and FSDP", "fsdp and distributed_optimizer are both y")
     elif sharded:
         plan.zero_stage = 3 if sharded[0] == "fsdp" else 1
-    cluster = ClusterConfig(gpu=gpu_kind(str(get["gpu"])), gpus_per_node=ints["gpus_per_node"],
+        rw.assume("distributed-optimizer-zero1" if plan.zero_stage == 1 else
+                  "megatron-fsdp-zero3" if megatron else "fsdp-zero3")
+    if "overlap_grad_reduce" not in v and "bridge" in framework.lower():
+        rw.assume("megatron-overlap-default")
+        plan.overlap_grad_reduce = True
+        plan.overlap_param_gather = plan.zero_stage >= 1
+    elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
+        rw.assume("fsdp-overlap")
+        plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    gpu_text = str(get["gpu"])
+    cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
                                                                   str(get["inter_node_bandwidth_gbps"])))
+    if cluster.gpu != gpu_text and cluster.gpu in GPU_KINDS:
+        rw.assume("gpu-alias", f"{gpu_text} -> {cluster.gpu}")
     session = Session(model, plan, cluster, CostConfig())
-    if cluster.gpu not in GPU_KINDS:
-        refuse("GPU kind without a shipped profile",
-               f"gpu={get['gpu']!r} has no shipped profile (shipped: {', '.join(GPU_KINDS)})")
-    world = plan.num_gpus * cp
+    world = ints["tensor_parallel"] * ints["pipeline_parallel"] * ints["data_parallel"] * cp
     if world != ints["num_gpus"]:
-        refuse("GPU count", f"num_gpus={ints['num_gpus']} disagrees with t*p*d"
-                            + ("*cp" if cp > 1 else "") + f"={world}")
-    n_params = model.num_parameters() / 1e9
+        rw.refuse("GPU count", f"num_gpus={ints['num_gpus']} disagrees with t*p*d"
+                               + ("*cp" if cp > 1 else "") + f"={world}")
+    try:
+        n_params = model.num_parameters() / 1e9
+    except Exception:  # noqa: BLE001 - a label only; validation names what is wrong
+        n_params = math.nan
+    moe = bool(e and e > 1)
     group = {"model": v.get("model_name", "") or f"{n_params:.1f}B", "t": str(plan.tensor_parallel),
-             "p": str(plan.pipeline_parallel), "source": path.name}
+             "p": str(plan.pipeline_parallel), "source": v.get("source_id", "") or path.name,
+             "gpu": cluster.gpu, "kind": "MoE" if moe else "dense",
+             "precision": "fp8" if precision == "fp8" else precision}
     return _finish(row, session,
                    _num(path, row, "measured_iteration_time_s", str(get["measured_iteration_time_s"])),
-                   group, "; ".join(reasons), causes)
+                   group, "; ".join(rw.reasons), rw.causes, assumptions=rw.assumptions,
+                   always_validate=True)
 
 
 @dataclass

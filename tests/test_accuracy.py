@@ -448,13 +448,17 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
 @pytest.mark.parametrize("cells, cause, words", [
     ({"activation": "geglu"}, "invalid plan (model.activation)", 'activation="geglu" is not one of'),
     ({"num_experts": 8, "moe_top_k": 2}, "mixture of experts", "num_experts=8"),
-    ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
-    ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
     ({"context_parallel": 2, "num_gpus": 32}, "context parallelism", "context_parallel=2"),
     ({"fsdp": '"y: HSDP (shard within 8-GPU node, replicate across nodes)"'},
      "hybrid sharded data parallelism (HSDP)", "hybrid sharding"),
     ({"fsdp": "y", "distributed_optimizer": "y"}, "distributed optimizer and FSDP", "both y"),
-    ({"recompute": ""}, "recompute not stated", "recompute is empty"),
+    ({"recompute": "", "framework": "torchtitan"}, "recompute not stated", "recompute is empty"),
+    ({"recompute": "selective", "framework": "torchtitan"},
+     "selective recomputation (other than Megatron's)", "is not Megatron's"),
+    ({"recompute": "selective (fraction of blocks not stated)"},
+     "selective recomputation (other than Megatron's)", "fraction of the layers"),
+    ({"notes": '"head_dim 64; sliding window"'}, "sliding-window attention", "sliding-window"),
+    ({"notes": '"x; async TP"'}, "async tensor parallelism", "async tensor parallelism"),
     ({"recompute": "selective (per-op SAC)"}, "selective recomputation (other than Megatron's)",
      "only Megatron's selective recomputation"),
     ({"gpu": "H100-96GB-HBM2e (500 W)"}, "GPU kind without a shipped profile", "H100-96GB-HBM2e"),
@@ -515,6 +519,6 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
-    assert re.search(r"invalid plan \(model.activation\)\s*│\s*1", out)
+    assert re.search(r"invalid plan \(model.activation\)\s*│\s*2", out)
     assert re.search(r"FP8 precision\s*│\s*1", out)
     assert 'skipped row 3: invalid plan: activation="geglu" is not one of gelu, swiglu' in out

@@ -23,9 +23,19 @@ def add_parser(sub: Any) -> None:
                     "parameters and the cross-validated error.")
     c.add_argument("csv", metavar="CSV", nargs="+",
                    help="measurement CSVs (the layouts of vtrain validate, docs/accuracy.md)")
-    c.add_argument("--profile", metavar="STORE.h5", required=True, help="store to start from")
-    c.add_argument("--out", metavar="STORE.h5", required=True,
+    c.add_argument("--profile", metavar="STORE.h5",
+                   help="store to start from (one GPU kind; with --out)")
+    c.add_argument("--out", metavar="STORE.h5",
                    help="calibrated store to write (atomically; an existing file is replaced)")
+    c.add_argument("--out-dir", metavar="DIR",
+                   help="shared fit of several GPU kinds: each run starts from the analytic store "
+                        "of its GPU (built from resources/gpu_specs), one set of efficiencies "
+                        "(fractions of each GPU's data-sheet peaks) is fitted on all runs, no "
+                        "per-shape factors; writes DIR/<GPU kind>.h5 for every kind of the runs "
+                        "and of --gpus (docs/accuracy.md)")
+    c.add_argument("--gpus", metavar="KIND", nargs="+", default=[],
+                   help="with --out-dir: also write stores for these GPU kinds (their parameters "
+                        "are the shared fit; the provenance says they had no runs)")
     c.add_argument("--json", action="store_true",
                    help="print one JSON object (parameters, cross-validation, in-sample figures) "
                         "instead of tables")
@@ -48,6 +58,16 @@ def run(args: argparse.Namespace) -> int:
     from ..validate import read_measurements
 
     console = Console(stderr=True)
+    if args.out_dir:
+        if args.profile or args.out:
+            raise field_error("--out-dir", "give either --out-dir (shared fit of the GPU kinds) or "
+                                           "--profile and --out (one store), not both")
+        return _run_shared(args, console)
+    if args.gpus:
+        raise field_error("--gpus", "needs --out-dir")
+    for name in ("profile", "out"):
+        if not getattr(args, name):
+            raise field_error(f"--{name}", "required (or --out-dir for the shared fit)")
     base = ProfileStore.open(args.profile)
     per_file, rows = [], []
     for path in args.csv:
@@ -100,6 +120,107 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(out, base, Console())
     return 0
+
+
+def _run_shared(args: argparse.Namespace, console: Any) -> int:
+    """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
+    import numpy as np
+
+    from ..calibrate import (analytic_bases, cross_validate_files, fit, measured_sessions,
+                             shared_fit_kwargs, shared_stores)
+    from ..config import GPU_KINDS, gpu_kind
+    from ..console import Console, esc
+    from ..inputs import strict_dumps
+    from ..interval import residual_table_from_cv
+    from ..validate import error_metrics, read_measurements
+
+    if args.file_weights:
+        raise field_error("--file-weights", "the shared fit weighs every run alike")
+    extra = [gpu_kind(g) for g in args.gpus]
+    unknown = [g for g, k in zip(args.gpus, extra) if k not in GPU_KINDS]
+    if unknown:
+        raise field_error("--gpus", f"{', '.join(unknown)}: no shipped GPU kind "
+                                    f"(known: {', '.join(GPU_KINDS)})")
+    sessions, measured, names, rows = [], [], [], []
+    for path in args.csv:
+        ms = read_measurements(path)
+        ss, yy = measured_sessions(ms)
+        if not ss:
+            raise field_error(path, "no usable rows")
+        sessions += ss
+        measured.append(yy)
+        names += [Path(path).name] * len(ss)
+        rows += [m.row for m in ms if not m.skip_reason]
+    measured = np.concatenate(measured)
+    base = analytic_bases()
+    kw = shared_fit_kwargs(base, sessions)
+    kinds_of = np.array([s.cluster.gpu for s in sessions])
+    rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
+    cv: dict[str, dict[str, float]] = {}
+    cv_by_kind: dict[str, dict[str, float]] = {}
+    residuals = None
+    say = (lambda msg: console.print(f"  {esc(msg)}"))
+    if args.folds:
+        if len(sessions) < args.folds:
+            raise field_error("--folds", f"{len(sessions)} usable rows are fewer than {args.folds} folds")
+        console.print(f"cross-validating the shared fit on {len(sessions)} rows ({args.folds} folds)...")
+        pred, met = cross_validate_files([(sessions, measured)], 0, base, folds=args.folds,
+                                         progress=say, **kw)
+        cv["all rows"] = {k: float(v) for k, v in met.items()}
+        for k in rows_by_kind:
+            sel = kinds_of == k
+            cv_by_kind[k] = {a: float(b) for a, b in error_metrics(pred[sel], measured[sel]).items()}
+        residuals = residual_table_from_cv(
+            sessions, measured, pred, names, rows,
+            procedure=f"cross_validated: {args.folds}-fold cross-validation over all runs, folds "
+                      "from numpy default_rng(0), each fold fitted with shared parameters on "
+                      "the other folds (core.calibrate.cross_validate_files)")
+    else:
+        console.print("no cross-validation (--folds 0): the stores get no error band")
+    console.print(f"fitting the shared parameters on all {len(sessions)} rows...")
+    result = fit(sessions, measured, base, progress=say, **kw)
+    kinds = list(dict.fromkeys(list(rows_by_kind) + extra))
+    stores = shared_stores(result, kinds, base, [Path(p).name for p in args.csv], cv, rows_by_kind,
+                           cv_by_kind, residuals)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for kind, store in stores.items():
+        store.save(out_dir / f"{kind}.h5")
+    out = {"out_dir": str(out_dir), "stores": [f"{k}.h5" for k in stores],
+           "parameters": result.op_model, "fitted_parameters": kw["params"],
+           "rows_by_kind": rows_by_kind, "cross_validation": cv,
+           "cross_validation_by_kind": cv_by_kind, "in_sample": result.train_metrics}
+    if args.json:
+        print(strict_dumps(out, indent=2))
+        return 0
+    _print_shared(out, Console())
+    return 0
+
+
+def _print_shared(out: dict, console: Any) -> None:
+    """The shared fit as tables: parameters, then the cross-validated error by GPU kind."""
+    from rich.table import Table
+
+    from ..console import esc
+    console.print(f"[bold]wrote {', '.join(esc(s) for s in out['stores'])} to {esc(out['out_dir'])}[/]")
+    t = Table(title="Shared parameters (fractions of each GPU's data-sheet peaks)",
+              title_justify="left")
+    t.add_column("parameter")
+    t.add_column("fitted", justify="right")
+    for name in out["fitted_parameters"]:
+        t.add_row(esc(name), f"{out['parameters'][name]:.4g}")
+    console.print(t)
+    e = Table(title="Error (cross-validated; in-sample last)", title_justify="left")
+    for col in ("rows", "n", "MAPE %", "median APE %", "max APE %"):
+        e.add_column(col, justify="left" if col == "rows" else "right")
+    groups = [("all rows", out["cross_validation"].get("all rows"))]
+    groups += list(out["cross_validation_by_kind"].items())
+    groups.append(("all rows, in-sample", out["in_sample"]))
+    for label, met in groups:
+        if met:
+            e.add_row(esc(label), str(int(met["n"])), f"{met['mape_percent']:.2f}",
+                      f"{met['median_ape_percent']:.2f}", f"{met['max_ape_percent']:.2f}")
+    console.print(e)
 
 
 def _print(out: dict, base: Any, console: Any) -> None:

@@ -72,17 +72,27 @@ def run(args: argparse.Namespace) -> int:
         raise field_error("--cross-validate", "needs at least 2 folds")
     coverage = _check_coverage(args.coverage)
     ms = read_measurements(args.csv)
+    shared = False
     if args.cross_validate:
-        from ..calibrate import cross_validate, measured_sessions
+        from ..calibrate import (analytic_bases, cross_validate, measured_sessions,
+                                 shared_fit_kwargs, use_shared_fit)
         from ..simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         if len(sessions) < args.cross_validate:
             raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
                                              f"{args.cross_validate} folds")
-        base = open_profile(args.profile) if args.profile else session_profile(sessions[0])
         err = Console(stderr=True)
+        shared = not args.profile and use_shared_fit(sessions)
+        if args.profile:
+            base, fit_kw = open_profile(args.profile), {}
+        elif shared:  # the procedure of `vtrain calibrate --out-dir` (docs/accuracy.md)
+            base = analytic_bases()
+            fit_kw = shared_fit_kwargs(base, sessions)
+        else:
+            base, fit_kw = session_profile, {}
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
-                                      progress=lambda msg: err.print(esc(msg), highlight=False))
+                                      progress=lambda msg: err.print(esc(msg), highlight=False),
+                                      **fit_kw)
         used = [i for i, m in enumerate(ms) if not m.skip_reason]
         pred = np.full(len(ms), np.nan)
         pred[used] = pred_used
@@ -99,15 +109,23 @@ def run(args: argparse.Namespace) -> int:
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
     metrics["skipped_by_cause"] = skip_counts(ms)
+    metrics["by_group"] = {key: [{"label": g, "n": n, "mape_percent": mape, "max_ape_percent": mx}
+                                 for g, n, mape, mx in result.by_group(key)]
+                           for key in _group_keys(ms)}
     if args.out:
         _write_rows(result, args.out)
     if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
     if args.json:
+        metrics["rows"] = _row_records(result)
         print(strict_dumps(metrics))
         return 0
     console = Console()
-    if args.cross_validate:
+    if args.cross_validate and shared:
+        how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the analytic "
+               "stores of its GPU kinds with efficiencies shared across the kinds, refitted on "
+               "the other folds of this file alone")
+    elif args.cross_validate:
         how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the profile "
                "refitted on the other folds of this file alone")
     else:
@@ -131,6 +149,29 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
                       "(see --out)[/]")
     return 0
+
+
+def _group_keys(ms) -> list[str]:
+    """Group labels the error tables break down by: model, t, p and, for the published-runs
+    layout, GPU kind, dense / MoE, precision and source."""
+    keys = ["model", "t", "p"]
+    if any("gpu" in m.group for m in ms):
+        keys += ["gpu", "kind", "precision", "source"]
+    return keys
+
+
+def _row_records(result) -> list[dict]:
+    """Every row with its prediction, error, skip reason and causes, and named assumptions."""
+    import math
+    out = []
+    for m, pred in zip(result.measurements, result.predicted_s):
+        ok = not math.isnan(pred)
+        out.append({"row": m.row, **m.group, "measured_s": m.measured_s,
+                    "predicted_s": float(pred) if ok else None,
+                    "error_percent": (pred - m.measured_s) / m.measured_s * 100 if ok else None,
+                    "skip_reason": m.skip_reason, "skip_causes": m.skip_causes,
+                    "assumptions": m.assumptions})
+    return out
 
 
 #: Skipped rows listed with their reasons (the rest go to --out).
@@ -157,7 +198,10 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
     elif "interval_coverage" in metrics:
         t.add_row("error band", "none: " + _no_band_reason(profile, result))
     console.print(t)
-    for key, title in (("model", "model size"), ("t", "tensor parallel t"), ("p", "pipeline parallel p")):
+    titles = {"model": "model size", "t": "tensor parallel t", "p": "pipeline parallel p",
+              "gpu": "GPU kind", "kind": "dense / MoE", "precision": "precision", "source": "source"}
+    for key in _group_keys(result.measurements):
+        title = titles[key]
         g = Table(title=f"error by {title}", title_justify="left")
         for col in (title, "rows", "MAPE %", "max APE %"):
             g.add_column(col, justify="right")

@@ -1,0 +1,94 @@
+"""The shared fit of several GPU kinds (core.calibrate: analytic_bases, shared_fit_kwargs,
+cross_validate_files, shared_stores; ``vtrain calibrate --out-dir``) on synthetic runs whose
+true parameters are known: the fit must recover them and predict held-out runs exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
+                            linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
+                            use_shared_fit)
+from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.simulate import simulate
+
+#: The truth the synthetic runs are simulated with (fractions of each GPU's peaks).
+TRUTH = {"gemm_efficiency_max": 0.62, "memory_efficiency": 0.55, "inter_node_efficiency": 0.45}
+
+
+def _session(gpu: str, t: int, d: int, b: int, h: int = 1024, layers: int = 4) -> Session:
+    model = ModelConfig(f"llama h={h}", layers, h, 16, 4 * h, 2048, 32000, num_query_groups=8,
+                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                        tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+    plan = ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=b,
+                        global_batch_size=b * d * 2, recompute="none", precision="bf16")
+    gpn = 72 if gpu == "GB200-NVL72" else 8
+    return Session(model, plan, ClusterConfig(gpu=gpu, gpus_per_node=min(gpn, 8),
+                                              inter_node_bandwidth_gbits_per_s=400.0 * 8),
+                   CostConfig())
+
+
+def _runs():
+    """Runs on two GPU kinds: compute-bound, memory-heavy (small h) and network-bound (d across
+    nodes), so each parameter shows."""
+    plans = [("H100-SXM5-80GB", 1, 8, 4, 2048), ("H100-SXM5-80GB", 2, 16, 1, 1024),
+             ("H100-SXM5-80GB", 4, 2, 2, 2048), ("H100-SXM5-80GB", 1, 32, 1, 512),
+             ("B200-180GB", 1, 8, 4, 2048), ("B200-180GB", 2, 16, 1, 1024),
+             ("B200-180GB", 8, 1, 8, 2048), ("B200-180GB", 1, 32, 2, 512),
+             ("H100-SXM5-80GB", 8, 4, 2, 4096), ("B200-180GB", 4, 8, 1, 4096)]
+    sessions = [_session(g, t, d, b, h) for g, t, d, b, h in plans]
+    base = analytic_bases()
+    truth_stores = {}
+    measured = []
+    for s in sessions:
+        b = base(s)
+        if id(b) not in truth_stores:
+            truth_stores[id(b)] = apply_fit(b, {**b.op_model, **TRUTH})
+        measured.append(simulate(s, truth_stores[id(b)]).report.iteration_time_s)
+    return sessions, np.array(measured), base
+
+
+def test_shared_fit_parameters_are_the_data_sheet_fractions_and_no_shape_factors():
+    assert {"gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency"} <= set(
+        shared_fit_params())
+    sessions, _, base = _runs()
+    kw = shared_fit_kwargs(base, sessions)
+    assert kw["corrections"] is False and kw["params"] == shared_fit_params()
+    # the parameters not fitted stay at the spec's values (resources/gpu_specs)
+    assert kw["start"]["gemm_half_size"] == 224.0 and kw["start"]["kernel_overhead_s"] == 4e-6
+    assert use_shared_fit(sessions) and not use_shared_fit([_session("A100-SXM4-80GB", 1, 8, 1)])
+
+
+def test_linearized_time_equals_the_simulated_one():
+    sessions, _, base = _runs()
+    for s in sessions[:3]:
+        b = base(s)
+        p = {**b.op_model, **TRUTH}
+        row = linearize(s, b, p)
+        sim = simulate(s, apply_fit(b, p)).report.iteration_time_s
+        assert predict_linearized([row], p)[0] == pytest.approx(sim, rel=1e-5)
+
+
+def test_shared_fit_recovers_the_true_parameters_and_cross_validates_exactly():
+    sessions, measured, base = _runs()
+    kw = shared_fit_kwargs(base, sessions)
+    res = fit(sessions, measured, base, **kw)
+    for name, value in TRUTH.items():
+        assert res.op_model[name] == pytest.approx(value, rel=0.02), name
+    assert res.corrections == {} and res.train_metrics["mape_percent"] < 0.5
+    pred, met = cross_validate(sessions, measured, base, folds=5, **kw)
+    assert met["n"] == len(sessions) and met["mape_percent"] < 0.5
+    # one store per kind, the shared parameters on each kind's own peaks
+    stores = shared_stores(res, ["H100-SXM5-80GB", "B200-180GB", "H200-SXM-141GB"], base,
+                           ["synthetic.csv"], {"all rows": met},
+                           {"H100-SXM5-80GB": 5, "B200-180GB": 5}, {}, None)
+    h200 = stores["H200-SXM-141GB"]
+    assert h200.provenance["method"] == "calibrated" and h200.provenance["rows_of_this_kind"] == 0
+    assert "no run of H200-SXM-141GB" in h200.provenance["note"]
+    assert h200.peak_flops["bf16"] == 989e12 and stores["B200-180GB"].peak_flops["bf16"] == 2250e12
+    for store in stores.values():
+        assert store.op_model["gemm_efficiency_max"] == res.op_model["gemm_efficiency_max"]
+    s = sessions[0]
+    assert simulate(s, stores[s.cluster.gpu]).report.iteration_time_s == pytest.approx(
+        measured[0], rel=0.01)
