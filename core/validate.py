@@ -779,3 +779,38 @@ def predict_rows(measurements: list[Measurement], predict: Callable[[Session], A
     if coverage is None:
         return ValidationResult(measurements, out)
     return ValidationResult(measurements, out, low, high, coverage)
+
+
+def published_columns(session: Session) -> dict[str, Any]:
+    """The published-runs columns (../shared/data/public-modern/README.md) of ``session``: the
+    inverse of the reader's mapping, for round trips and for writing rows. Integers stay
+    integers, flags are ``"y"``/``"n"``; a column whose session field does not exist is left out.
+    """
+    m, pl, c = session.model, session.plan, session.cluster
+    cp = getattr(pl, "context_parallel", 1) or 1
+    out: dict[str, Any] = {
+        "gpu": c.gpu, "num_gpus": pl.tensor_parallel * pl.pipeline_parallel * pl.data_parallel * cp,
+        "gpus_per_node": c.gpus_per_node,
+        "inter_node_bandwidth_gbps": c.inter_node_bandwidth_gbits_per_s,
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_query_groups": m.query_groups,
+        "ffn_hidden_size": m.ffn, "activation": m.activation, "normalization": m.normalization,
+        "seq_length": m.seq_length, "vocab_size": m.vocab_size,
+        "tied_embeddings": "y" if m.tied_embeddings else "n",
+        "global_batch_size": pl.global_batch_size, "micro_batch_size": pl.micro_batch_size,
+        "tensor_parallel": pl.tensor_parallel, "pipeline_parallel": pl.pipeline_parallel,
+        "data_parallel": pl.data_parallel, "virtual_pipeline_stages": pl.virtual_pipeline_stages or 1,
+        "sequence_parallel": "y" if pl.sequence_parallel else "n", "recompute": pl.recompute,
+        "distributed_optimizer": "y" if pl.zero_stage in (1, 2) else "n",
+        "fsdp": "y" if pl.zero_stage == 3 else "n", "precision": pl.precision,
+    }
+    for col in ("context_parallel", "expert_parallel"):
+        if _has(pl, col):
+            out[col] = getattr(pl, col) or 1
+    for col in ("num_experts", "moe_top_k", "moe_ffn_hidden_size"):
+        if _has(m, col) and getattr(m, "num_experts", None):
+            out[col] = getattr(m, col)
+    return out
+
+
+__all__ += ["published_columns"]

@@ -457,7 +457,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
      "selective recomputation (other than Megatron's)", "is not Megatron's"),
     ({"recompute": "selective (fraction of blocks not stated)"},
      "selective recomputation (other than Megatron's)", "fraction of the layers"),
-    ({"notes": '"head_dim 64; sliding window"'}, "sliding-window attention", "sliding-window"),
+    ({"notes": '"x; sliding window"'}, "sliding-window attention", "sliding-window"),
     ({"notes": '"x; async TP"'}, "async tensor parallelism", "async tensor parallelism"),
     ({"recompute": "selective (per-op SAC)"}, "selective recomputation (other than Megatron's)",
      "only Megatron's selective recomputation"),

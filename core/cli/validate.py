@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         _plot(result, args.plot, metrics)
     if args.json:
         metrics["rows"] = _row_records(result)
-        print(strict_dumps(metrics))
+        print(strict_dumps(_no_nan(metrics)))
         return 0
     console = Console()
     if args.cross_validate and shared:
@@ -149,6 +149,18 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
                       "(see --out)[/]")
     return 0
+
+
+def _no_nan(value):
+    """``value`` with every NaN float replaced by None (no row predicted: no figures)."""
+    import math
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 def _group_keys(ms) -> list[str]:

@@ -1,0 +1,183 @@
+"""The published-runs layout (../shared/data/public-modern/published_runs.csv) -> sessions:
+round trips on the real rows, and the named policies for what sources leave unstated
+(core.validate, docs/accuracy.md "Published runs: mapping and policies")."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+
+import pytest
+
+from core.cli import main
+from core.config import GPU_KINDS, PRECISIONS, ParallelPlan
+from core.validate import ASSUMPTIONS, _flag, published_columns, read_measurements, skip_counts
+from tests.conftest import ROOT
+
+PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.csv"
+
+
+@pytest.fixture(scope="module")
+def published():
+    if not PUBLISHED.exists():
+        pytest.skip(f"shared data not present: {PUBLISHED}")
+    raw = list(csv.DictReader(PUBLISHED.open()))
+    return raw, read_measurements(PUBLISHED)
+
+
+def _names(m) -> set[str]:
+    return {a.split(":")[0] for a in m.assumptions}
+
+
+def _has_field(cls, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(cls))
+
+
+INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
+        "vocab_size", "global_batch_size", "micro_batch_size", "tensor_parallel",
+        "pipeline_parallel", "data_parallel", "num_gpus", "gpus_per_node", "num_query_groups",
+        "virtual_pipeline_stages", "context_parallel", "expert_parallel", "num_experts",
+        "moe_top_k", "moe_ffn_hidden_size")
+
+
+def test_every_row_round_trips_through_its_session(published):
+    """Each real row's session, written back as columns (core.validate.published_columns), gives
+    the row's own cells: numbers equal, flags equal, the GPU its shipped kind or the raw name."""
+    raw, ms = published
+    assert len(ms) == len(raw) == 43
+    for r, m in zip(raw, ms):
+        cols = published_columns(m.session)
+        cp_held = _has_field(ParallelPlan, "context_parallel") or r["context_parallel"] in ("", "1")
+        for c in INTS:
+            if c == "num_gpus" and not cp_held:
+                continue  # the session cannot hold cp yet: the row is skipped for it
+            if c in cols and r[c] != "":
+                assert cols[c] == int(r[c]), (m.row, c)
+        assert cols["inter_node_bandwidth_gbps"] == float(r["inter_node_bandwidth_gbps"])
+        for c in ("tied_embeddings", "sequence_parallel"):
+            assert cols[c] == ("y" if _flag(r[c]) else "n"), (m.row, c)
+        if "hsdp" not in r["fsdp"].lower():
+            assert cols["fsdp"] == ("y" if _flag(r["fsdp"]) else "n"), m.row
+            assert cols["distributed_optimizer"] == ("y" if _flag(r["distributed_optimizer"]) else "n")
+        # a GPU without a store keeps its own name: never another GPU silently
+        assert cols["gpu"] in GPU_KINDS or cols["gpu"] == r["gpu"]
+        assert float(r["measured_iteration_time_s"]) == m.measured_s
+
+
+def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_named(published):
+    raw, ms = published
+    for m in ms:
+        assert bool(m.skip_reason) == bool(m.skip_causes)
+        assert _names(m) <= set(ASSUMPTIONS), m.assumptions
+        assert "derived-time" in _names(m)  # every time in this file is DERIVED
+    counts = skip_counts(ms)
+    assert counts["GPU kind without a shipped profile"] == sum(
+        1 for r in raw if r["gpu"].startswith("H100-96GB")) == 12
+    assert counts["hybrid sharded data parallelism (HSDP)"] == 2
+    assert counts["selective recomputation (other than Megatron's)"] >= 14 + 3
+    # multi-head latent attention, sliding windows, attention sinks: refused by name
+    for row in (8, 11, 19, 20):
+        assert "multi-head latent attention" in ms[row - 1].skip_causes
+    for row in (3, 12, 21):
+        assert {"sliding-window attention", "attention sinks"} <= set(ms[row - 1].skip_causes)
+
+
+def test_megatron_bridge_dense_row_policies(published):
+    """Row 2, Llama3-70B on 64 H100, Bridge 'FP8' label, recompute empty."""
+    _, ms = published
+    m = ms[1]
+    s = m.session
+    assert s.cluster.gpu == "H100-SXM5-80GB" and s.cluster.inter_node_bandwidth_gbits_per_s == 3200
+    mo, pl = s.model, s.plan
+    assert (mo.num_query_groups, mo.activation, mo.normalization, mo.position_embedding,
+            mo.attention_kernel, mo.tied_embeddings, mo.add_bias_linear) == (
+        8, "swiglu", "rmsnorm", "rope", "flash", False, False)
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel, pl.schedule,
+            pl.virtual_pipeline_stages, pl.sequence_parallel) == (4, 8, 2, "interleaved", 5, True)
+    assert pl.recompute == "none" and pl.zero_stage == 1
+    assert pl.overlap_grad_reduce and pl.overlap_param_gather
+    assert {"megatron-recompute-default", "megatron-overlap-default", "gpu-alias", "llama-family",
+            "fp8-label-tensorwise", "distributed-optimizer-zero1"} <= _names(m)
+    if "fp8" in PRECISIONS and _has_field(ParallelPlan, "fp8_recipe"):
+        assert pl.precision == "fp8" and pl.fp8_recipe == "tensorwise"
+    else:
+        assert "FP8 precision" in m.skip_causes
+
+
+def test_notes_policies_on_real_rows(published):
+    _, ms = published
+    qwen = ms[13]  # row 14: Qwen3-235B-A22B on 256 B200, p=8, 94 layers, mxfp8
+    assert qwen.session.model.qk_layernorm
+    assert (qwen.session.plan.first_stage_layers, qwen.session.plan.last_stage_layers) == (11, 11)
+    assert {"pipeline-split-embedding-loss", "qk-norm-from-notes", "kv-channels-from-notes",
+            "fp8-mxfp8", "moe-from-notes", "moe-balanced-routing"} <= _names(qwen)
+    if _has_field(type(qwen.session.model), "kv_channels"):
+        assert qwen.session.model.kv_channels == 128
+    else:
+        assert "kv_channels (head size other than h/a)" in qwen.skip_causes
+    gb = ms[16]  # row 17: Llama3-70B on 64 GB200, Megatron-FSDP
+    assert gb.session.plan.zero_stage == 3 and "megatron-fsdp-zero3" in _names(gb)
+    assert gb.session.cluster.gpu == "GB200-NVL72" and gb.session.cluster.gpus_per_node == 72
+    ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
+    assert {"custom pipeline layout", "precision not stated",
+            "selective recomputation (other than Megatron's)"} <= set(ds.skip_causes)
+    assert "recompute_modules=[mla_up_proj, mlp]" in ds.skip_reason
+    tt = ms[27]  # row 28: torchtitan per-op SAC
+    assert "per-op selective activation checkpointing" in tt.skip_reason
+    assert tt.session.cluster.gpu == "H100-96GB-HBM2e (500 W)"
+    fms = ms[37]  # row 38: fms-fsdp selective, fraction not stated
+    assert "fraction of the layers" in fms.skip_reason and fms.session.plan.zero_stage == 3
+
+
+@pytest.mark.parametrize("label, recipe, assumption", [
+    ("fp8 (label 'FP8' = per-tensor current-scaling FP8 alongside separate MXFP8 rows)",
+     "tensorwise", "fp8-label-tensorwise"),
+    ("fp8-cs (per-tensor current scaling)", "tensorwise", "fp8-label-tensorwise"),
+    ("mxfp8 (32-element block scaling)", "mxfp8", "fp8-mxfp8"),
+    ("mxfp8 (label 'FP8-MX')", "mxfp8", "fp8-mxfp8"),
+    ("fp8 tensorwise (torchao float8 linears) + bf16", "tensorwise", "fp8-label-tensorwise"),
+    ("fp8 rowwise (torchao float8 linears) + bf16", "rowwise", None),
+    ("fp8 delayed scaling", "delayed", None),
+    ("fp8", "tensorwise", "fp8-recipe-unstated"),
+])
+def test_fp8_labels_map_to_precision_and_recipe(label, recipe, assumption):
+    from core.validate import _precision_policy, _Row
+    row = _Row()
+    assert _precision_policy(label, row) == ("fp8", recipe)
+    assert [a.split(":")[0] for a in row.assumptions] == ([assumption] if assumption else [])
+    assert _precision_policy("bf16 mixed precision", _Row()) == ("bf16", None)
+    inferred = _Row()
+    _precision_policy("fp8 (inferred; see notes)", inferred)
+    assert inferred.causes == ["precision not stated"]
+
+
+@pytest.mark.parametrize("text, framework, notes, expect, cause", [
+    ("", "Megatron-Bridge (Megatron-Core)", "", "none", None),
+    ("", "NeMo", "recompute_modules=[core_attn]", "selective", None),
+    ("", "Megatron-Bridge", "recompute_modules=[layernorm, moe_act]", None,
+     "selective recomputation (other than Megatron's)"),
+    ("", "torchtitan", "", None, "recompute not stated"),
+    ("selective", "Megatron-LM", "", "selective", None),
+    ("selective", "torchtitan (FSDP2)", "", None, "selective recomputation (other than Megatron's)"),
+    ("selective (per-op SAC)", "torchtitan", "", None, "selective recomputation (other than Megatron's)"),
+    ("full", "fms-fsdp", "", "full", None),
+])
+def test_recompute_policy(text, framework, notes, expect, cause):
+    from core.validate import _recompute_policy, _Row
+    row = _Row()
+    got = _recompute_policy(text, framework, notes, row)
+    if cause is None:
+        assert got == expect and not row.causes
+    else:
+        assert row.causes == [cause]
+
+
+def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
+    assert main(["validate", str(PUBLISHED), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 43 and out["n"] + out["skipped"] == 43
+    r2 = out["rows"][1]
+    assert r2["gpu"] == "H100-SXM5-80GB" and r2["kind"] == "dense" and r2["precision"] == "fp8"
+    assert any(a.startswith("megatron-recompute-default:") for a in r2["assumptions"])
+    assert set(out["by_group"]) >= {"gpu", "kind", "precision"}
