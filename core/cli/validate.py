@@ -134,6 +134,19 @@ def run(args: argparse.Namespace) -> int:
                   f"{metrics['skipped']} skipped; {esc(how)}")
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
+    used = [m for m, u in zip(ms, result.used) if u]
+    named: dict[str, int] = {}
+    for m in used:
+        for a in m.assumptions:
+            named[a.split(":")[0]] = named.get(a.split(":")[0], 0) + 1
+    if named:
+        a = Table(title="assumptions of the predicted rows (named policies, docs/accuracy.md; "
+                        "each row's in --json)", title_justify="left")
+        a.add_column("assumption")
+        a.add_column("rows", justify="right")
+        for name, n in sorted(named.items(), key=lambda kv: (-kv[1], kv[0])):
+            a.add_row(esc(name), str(n))
+        console.print(a)
     if metrics["skipped"]:
         c = Table(title=f"skipped rows by cause ({metrics['skipped']} rows; a row may have "
                         "several causes)", title_justify="left")
