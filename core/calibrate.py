@@ -673,11 +673,26 @@ def analytic_bases() -> Callable[[Session], ProfileStore]:
     return base
 
 
+def supported_params(sessions: Sequence[Session]) -> list[str]:
+    """The shared-fit parameters (:func:`shared_fit_params`) the runs can pin down: the
+    half-precision GEMM efficiency only with a bf16/fp16 run, the FP8 one only with an FP8 run
+    (FP8 runs alone would otherwise drag the BF16 efficiency to the FP8 rate), the all-to-all
+    efficiency only with an expert-parallel run, the network efficiency only with a run that
+    spans nodes; the memory efficiency always. The others keep the spec's values."""
+    half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
+    fp8 = any(s.plan.precision == "fp8" for s in sessions)
+    ep = any((getattr(s.plan, "expert_parallel", 1) or 1) > 1 for s in sessions)
+    multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)
+    keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8, "all_to_all_efficiency": ep,
+            "inter_node_efficiency": multi, "memory_efficiency": True}
+    return [n for n in shared_fit_params() if keep.get(n, True)]
+
+
 def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
-    """:func:`fit` keywords of the shared fit: :func:`shared_fit_params`, no per-shape factors
-    (never tuned to single runs), the other parameters at the base store's (spec) values and
-    the fitted ones starting there."""
-    params = shared_fit_params()
+    """:func:`fit` keywords of the shared fit: the parameters the runs support
+    (:func:`supported_params`), no per-shape factors (never tuned to single runs), the other
+    parameters at the base store's (spec) values and the fitted ones starting there."""
+    params = supported_params(sessions)
     spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
     start = {**DEFAULT_OP_MODEL, **{k: FIT_START[k] for k in params if k in FIT_START}, **spec}
     return {"params": params, "corrections": False, "start": start}
@@ -692,13 +707,15 @@ def use_shared_fit(sessions: Sequence[Session]) -> bool:
 def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[str],
                   cv: dict[str, dict[str, float]], rows_by_kind: dict[str, int],
                   cv_by_kind: dict[str, dict[str, float]],
-                  residuals: "ResidualTable | None" = None) -> dict[str, ProfileStore]:
+                  residuals: "ResidualTable | None" = None,
+                  fitted: Sequence[str] = ()) -> dict[str, ProfileStore]:
     """One calibrated store per GPU kind in ``kinds`` from a shared fit (``result``).
 
     Each store is its kind's analytic base (``base``: a function of a session, or of nothing
     but the kind via a probe session) with the shared parameters; provenance says so, names
     the data, the rows of that kind, the cross-validated error overall (``cv``) and on that
-    kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``.
+    kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``;
+    ``fitted`` names the parameters fitted (the others are the spec's).
     """
     from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
 
@@ -714,7 +731,7 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
             "base_profile": b.summary(), "base_provenance": dict(b.provenance),
             "data": "; ".join(data),
             "parameters": {k: float(v) for k, v in result.op_model.items()},
-            "fitted_parameters": list(shared_fit_params()),
+            "fitted_parameters": list(fitted),
             "shared_fit": (
                 "one set of parameters for every GPU kind, as fractions of each kind's data-sheet "
                 "peaks (GEMM FLOP/s per dtype, HBM bandwidth, network bandwidth), fitted on all "
@@ -742,4 +759,5 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     return out
 
 
-__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores"]
+__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores",
+            "supported_params"]

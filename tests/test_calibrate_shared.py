@@ -4,13 +4,15 @@ true parameters are known: the fit must recover them and predict held-out runs e
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from core.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
                             linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
-                            use_shared_fit)
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+                            supported_params, use_shared_fit)
+from core.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
 from core.simulate import simulate
 
 #: The truth the synthetic runs are simulated with (fractions of each GPU's peaks).
@@ -54,10 +56,18 @@ def test_shared_fit_parameters_are_the_data_sheet_fractions_and_no_shape_factors
         shared_fit_params())
     sessions, _, base = _runs()
     kw = shared_fit_kwargs(base, sessions)
-    assert kw["corrections"] is False and kw["params"] == shared_fit_params()
+    assert kw["corrections"] is False and set(kw["params"]) == set(TRUTH)
     # the parameters not fitted stay at the spec's values (resources/gpu_specs)
     assert kw["start"]["gemm_half_size"] == 224.0 and kw["start"]["kernel_overhead_s"] == 4e-6
     assert use_shared_fit(sessions) and not use_shared_fit([_session("A100-SXM4-80GB", 1, 8, 1)])
+    # what the runs cannot pin down stays at the spec's value
+    one_node = [s for s in sessions if s.plan.num_gpus <= s.cluster.gpus_per_node]
+    assert "inter_node_efficiency" not in supported_params(one_node)
+    fp16 = [dataclasses.replace(s, plan=dataclasses.replace(s.plan, precision="fp16")) for s in one_node]
+    assert "gemm_efficiency_max" in supported_params(fp16)
+    if "fp8" in PRECISIONS:
+        fp8 = [dataclasses.replace(s, plan=dataclasses.replace(s.plan, precision="fp8")) for s in one_node]
+        assert "gemm_efficiency_max" not in supported_params(fp8)
 
 
 def test_linearized_time_equals_the_simulated_one():

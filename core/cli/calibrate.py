@@ -181,7 +181,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     result = fit(sessions, measured, base, progress=say, **kw)
     kinds = list(dict.fromkeys(list(rows_by_kind) + extra))
     stores = shared_stores(result, kinds, base, [Path(p).name for p in args.csv], cv, rows_by_kind,
-                           cv_by_kind, residuals)
+                           cv_by_kind, residuals, kw["params"])
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for kind, store in stores.items():
