@@ -41,7 +41,7 @@ import numpy as np
 
 from .config import Session, padded_vocab_size
 from .graph import build_graph, op_key, optimizer_params
-from .graph_types import OPS
+from .graph_types import KIND_COMPUTE, OPS
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time,
                   kernel_arrays, kernel_times, op_kernels, table_covers)
 from .profile_store import ProfileStore
@@ -233,6 +233,13 @@ class LinearizedRow:
         inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
         collective_overhead_s + num_p2p * p2p_overhead_s``.
     peak_flops, memory_bandwidth_bytes_per_s : float
+    comm_eff_s : dict
+        Further communication efficiencies of the op model (``all_to_all_efficiency`` ...):
+        name -> seconds at efficiency 1, adding ``seconds / efficiency``.
+    generic : GenericOps or None
+        Set when the kernel-level form does not reproduce the simulator's op times (a model
+        family or precision whose op times :func:`core.ops.analytic_op_time` composes
+        otherwise): compute is then evaluated through :func:`core.graph.lookup_op_times`.
     """
 
     kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -249,6 +256,38 @@ class LinearizedRow:
     num_p2p: float
     peak_flops: float
     memory_bandwidth_bytes_per_s: float
+    comm_eff_s: dict[str, float] = field(default_factory=dict)
+    generic: "GenericOps | None" = None
+    op_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenericOps:
+    """Compute along a fixed critical path through the simulator's own op lookups: each path
+    task is a fixed multiple of its op's time (``coef[op]``), the optimizer steps of the path
+    are ``ratio * optimizer_time(n)`` each. Slower than the kernel form, exact for any op model."""
+
+    session: Session
+    probe: ProfileStore
+    coef: dict[str, float]
+    optimizer: list[tuple[float, float]]  # (parameters, ratio)
+
+    def parts(self, p: dict[str, float]) -> tuple[float, float]:
+        """(time of the layer and edge ops, time of the other compute ops) under ``p``, seconds."""
+        from .graph import lookup_op_times, optimizer_time
+
+        self.probe.op_model = dict(p)
+        times = lookup_op_times(self.session, self.probe).times
+        scaled = sum(c * times[op] for op, c in self.coef.items() if _FAMILY.get(op))
+        rest = sum(c * times[op] for op, c in self.coef.items() if not _FAMILY.get(op))
+        rest += sum(r * optimizer_time(self.probe, n, self.session.plan.precision)
+                    for n, r in self.optimizer)
+        return scaled, rest
+
+
+#: Communication efficiencies of the op model besides the inter-node and pipeline ones, each
+#: linearized as seconds / efficiency when the op model has it.
+_EXTRA_COMM_EFF = ("all_to_all_efficiency",)
 
 
 def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
@@ -265,7 +304,10 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     n_params = optimizer_params(session)
     kernels, kernel_op, counts, num_k, is_opt, family = [], [], [], [], [], []
 
+    names: list[str] = []
+
     def add(ks: list, count: float, name: str) -> None:
+        names.append(name)
         kernel_op.extend([len(counts)] * len(ks))
         kernels.extend(ks)
         counts.append(count)
@@ -273,14 +315,18 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         is_opt.append(name == OPTIMIZER_OP)
         family.append(_FAMILY.get(name, ""))
 
-    compute = np.isin(ops, _COMPUTE_IDS)
+    kinds = res.graph.kind[path]
+    compute = np.isin(ops, _COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
+    kernel_form = True
     for op_id in np.unique(ops[compute]):
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
                 add(op_kernels(name, {"n": int(n_params[st]), "dtype": pl.precision}), 1.0, name)
-        else:
+        elif op_id in _COMPUTE_IDS:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
+        else:  # an op the kernel form does not know: the simulator's own lookups time it
+            kernel_form = False
     comm = (ops >= 0) & ~compute
     # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
     # + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
@@ -302,13 +348,80 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         num_p2p = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
     finally:
         store.op_model = saved
+    extra: dict[str, float] = {}
+    try:
+        for name in _EXTRA_COMM_EFF:
+            if name in p:
+                store.op_model = _with(op_model, **{name: p[name] / 2})
+                half = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+                extra[name] = (half - now_s) * p[name]
+    finally:
+        store.op_model = saved
     inter = (half_s - now_s) * eff  # B
     p2p_inter = (half_p2p_s - now_s) * p2p_eff  # P
-    fixed = now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov - num_p2p * p2p_ov  # A
-    return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
-                         np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
-                         fixed, inter, p2p_inter, num_calls, num_p2p,
-                         float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
+    fixed = (now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov - num_p2p * p2p_ov
+             - sum(v / p[k] for k, v in extra.items()))  # A
+    row = LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
+                        np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
+                        fixed, inter, p2p_inter, num_calls, num_p2p,
+                        float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s,
+                        extra, None, names)
+    # the kernel form must give each op the time the simulator's lookups give it (from the
+    # model, no tables); where it does not (an op model that composes op times otherwise),
+    # evaluate through those lookups
+    if not kernel_form or not _kernel_form_agrees(row, session, base, p):
+        row.generic = _generic_ops(session, base, op_model, res.graph, path, compute, stages, n_params)
+    return row
+
+
+def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore,
+                        p: dict[str, float]) -> bool:
+    """Whether the kernel form's op times equal :func:`core.graph.lookup_op_times` on a
+    table-free store with ``p`` (relative 1e-9), op by op."""
+    from .graph import lookup_op_times
+
+    times = lookup_op_times(session, model_store(base, p)).times
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p)
+    device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
+    op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p)
+    names = [n for n in row.op_names]
+    for name, got in zip(names, np.atleast_1d(op_s)):
+        if name != OPTIMIZER_OP and name in times and not np.isclose(got, times[name], rtol=1e-9,
+                                                                     atol=0.0):
+            return False
+    return True
+
+
+def _comm_s(row: LinearizedRow, p: dict[str, float]) -> float:
+    """Communication seconds of a linearized row under ``p``."""
+    return (row.comm_fixed_s + row.comm_inter_s / p["inter_node_efficiency"]
+            + row.p2p_inter_s / p["p2p_efficiency"] + row.num_collectives * p["collective_overhead_s"]
+            + row.num_p2p * p["p2p_overhead_s"]
+            + sum(v / p[k] for k, v in row.comm_eff_s.items()))
+
+
+def _generic_ops(session: Session, base: ProfileStore, op_model: dict[str, float], graph, path,
+                 compute: np.ndarray, stages: np.ndarray, n_params: np.ndarray) -> GenericOps:
+    """:class:`GenericOps` of the compute tasks on ``path`` (times from a table-free copy of
+    ``base`` with ``op_model``, as :func:`model_store` makes)."""
+    from .graph import lookup_op_times, optimizer_time
+
+    probe = model_store(base, {**DEFAULT_OP_MODEL, **op_model})
+    times = lookup_op_times(session, probe).times
+    coef: dict[str, float] = {}
+    optimizer: list[tuple[float, float]] = []
+    for task in path[compute]:
+        name, dur = OPS[graph.op[task]], float(graph.duration_s[task])
+        if name == OPTIMIZER_OP:
+            n = float(n_params[graph.stage[task]])
+            now = optimizer_time(probe, n, session.plan.precision)
+            optimizer.append((n, dur / now if now > 0 else 0.0))
+        elif times.get(name, 0.0) > 0:
+            coef[name] = coef.get(name, 0.0) + dur / times[name]
+        else:  # a task with no op time of its own: constant
+            coef.setdefault("_const", 0.0)
+    g = GenericOps(session, probe, {k: v for k, v in coef.items() if k != "_const"}, optimizer)
+    return g
 
 
 def _with(op_model: dict[str, float], **kw: float) -> dict[str, float]:
@@ -317,14 +430,15 @@ def _with(op_model: dict[str, float], **kw: float) -> dict[str, float]:
 
 def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
     """(time of the ops a shape factor scales, everything else) of a linearized row, seconds."""
+    if row.generic is not None:
+        scaled, rest = row.generic.parts(p)
+        return scaled, rest + _comm_s(row, p)
     kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p) * row.op_count
     fam = np.array(row.op_family)
     scaled = float(op_s[fam != ""].sum())
-    rest = (float(op_s[fam == ""].sum()) + row.comm_fixed_s
-            + row.comm_inter_s / p["inter_node_efficiency"] + row.p2p_inter_s / p["p2p_efficiency"]
-            + row.num_collectives * p["collective_overhead_s"] + row.num_p2p * p["p2p_overhead_s"])
+    rest = float(op_s[fam == ""].sum()) + _comm_s(row, p)
     return scaled, rest
 
 

@@ -102,3 +102,23 @@ def test_shared_fit_recovers_the_true_parameters_and_cross_validates_exactly():
     s = sessions[0]
     assert simulate(s, stores[s.cluster.gpu]).report.iteration_time_s == pytest.approx(
         measured[0], rel=0.01)
+
+
+def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
+    """Where the kernel form does not reproduce the simulator's op times (an op model that
+    composes them otherwise: FP8, MoE ...), compute is evaluated through the simulator's own
+    lookups; forced here on a plan the kernel form handles, both agree with the simulator."""
+    import core.calibrate as cal
+    sessions, _, base = _runs()
+    s = sessions[1]  # t=2, d=16: across two nodes
+    b = base(s)
+    start = {**b.op_model, "inter_node_efficiency": 0.8}
+    moved = {**b.op_model, **TRUTH}
+    kernel_row = linearize(s, b, start)
+    assert kernel_row.generic is None
+    monkeypatch.setattr(cal, "_kernel_form_agrees", lambda *a: False)
+    generic_row = linearize(s, b, start)
+    assert generic_row.generic is not None
+    sim = simulate(s, apply_fit(b, moved)).report.iteration_time_s
+    for row in (kernel_row, generic_row):
+        assert predict_linearized([row], moved)[0] == pytest.approx(sim, rel=1e-3)
