@@ -327,6 +327,9 @@ ASSUMPTIONS = {
                       "MoE in every layer when the notes name no dense layers",
     "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
                             "was forced balanced, or say nothing of it",
+    "etp-megatron-default": "expert tensor-parallel size not stated: Megatron-Core's default, t",
+    "etp-forced-1": "expert tensor-parallel size not stated and t*ep exceeds the t*cp*d ranks of "
+                    "a pipeline stage: 1, the only size that fits",
     "dispatcher-as-all-to-all": "token dispatch and combine timed as all-to-all whatever the "
                                 "dispatcher (alltoall, DeepEP, HybridEP)",
 }
@@ -599,6 +602,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     ep = opt["expert_parallel"] or 1
     if ep > 1:
         rw.put(plan, "plan", "expert_parallel", ep)
+        t, ranks = ints["tensor_parallel"], ints["tensor_parallel"] * cp * ints["data_parallel"]
+        if t > 1 and _has(plan, "expert_tensor_parallel"):
+            if ranks % (t * ep) == 0:
+                rw.assume("etp-megatron-default")
+            elif ranks % ep == 0:  # ep*t experts' ranks do not fit in a stage's t*cp*d ranks
+                plan.expert_tensor_parallel = 1
+                rw.assume("etp-forced-1", f"t*ep={t * ep} > t*cp*d={ranks}")
     if e and e > 1 and _has(plan, "moe_imbalance_factor"):
         plan.moe_imbalance_factor = 1.0
     # sequence parallelism and overlap are plan fields; the distributed optimizer is ZeRO stage 1

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Rebuild the shipped analytic profile stores from their spec files (resources/gpu_specs/),
-# the one source of the data-sheet figures. The A100 store in profiles/ is calibrated
-# (vtrain calibrate, see docs/accuracy.md) and is not rebuilt here.
+# Rebuild the shipped profile stores of the modern GPU kinds: the analytic stores from their spec
+# files (resources/gpu_specs/, the one source of the data-sheet figures), then the shared
+# calibration on the published runs (vtrain calibrate --out-dir, docs/accuracy.md), which
+# replaces them with calibrated ones when ../shared/data/public-modern/published_runs.csv is
+# present. The A100 store in profiles/ is calibrated on the vTrain authors' data (vtrain
+# calibrate, see docs/accuracy.md) and is not rebuilt here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VTRAIN=${VTRAIN:-.venv/bin/vtrain}
+MODERN=()
 for spec in resources/gpu_specs/*.json; do
   name=$(basename "$spec" .json)
   if [ "$name" = "A100-SXM4-80GB" ]; then
     continue  # calibrated store: regenerate with vtrain calibrate, not here
   fi
   "$VTRAIN" profile generate --spec "$spec" --out "profiles/$name.h5"
+  MODERN+=("$name")
 done
+RUNS=../shared/data/public-modern/published_runs.csv
+if [ -f "$RUNS" ]; then
+  "$VTRAIN" calibrate "$RUNS" --out-dir profiles --folds 5 --gpus "${MODERN[@]}"
+else
+  echo "note: $RUNS not found: profiles/ keeps the analytic stores (not calibrated)" >&2
+fi
