@@ -185,8 +185,23 @@ def _group_keys(ms) -> list[str]:
     return keys
 
 
+def _mfu(session, seconds: float) -> float | None:
+    """Model FLOPs utilization of ``session`` at ``seconds`` per iteration: Megatron's model
+    FLOPs (:func:`core.simulate.model_flops_per_iteration`) over t*p*cp*d GPUs at the data-sheet
+    peak of the plan's precision (None when the store has no such peak)."""
+    from ..simulate import model_flops_per_iteration, session_profile
+    from ..validate import published_columns
+    try:
+        peak = session_profile(session).peak_flops[session.plan.precision]
+        world = published_columns(session)["num_gpus"]
+        return model_flops_per_iteration(session) / (seconds * world * peak)
+    except Exception:  # noqa: BLE001 - a figure for the report only
+        return None
+
+
 def _row_records(result) -> list[dict]:
-    """Every row with its prediction, error, skip reason and causes, and named assumptions."""
+    """Every row with its prediction, error, MFU at the measured and the predicted time, skip
+    reason and causes, and named assumptions."""
     import math
     out = []
     for m, pred in zip(result.measurements, result.predicted_s):
@@ -194,6 +209,8 @@ def _row_records(result) -> list[dict]:
         out.append({"row": m.row, **m.group, "measured_s": m.measured_s,
                     "predicted_s": float(pred) if ok else None,
                     "error_percent": (pred - m.measured_s) / m.measured_s * 100 if ok else None,
+                    "mfu_at_measured": _mfu(m.session, m.measured_s) if ok else None,
+                    "mfu_at_predicted": _mfu(m.session, float(pred)) if ok else None,
                     "skip_reason": m.skip_reason, "skip_causes": m.skip_causes,
                     "assumptions": m.assumptions})
     return out
