@@ -413,6 +413,9 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row) -> str:
         return "full"
     if t in RECOMPUTE_MODES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
+    first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
+    if first in ("none", "full") and not re.search(r"\d|block|partial|layers|offload", t):
+        return first  # "full (uniform)", "none (no checkpointing)": the mode, qualified
     if t.startswith("selective"):
         if "per-op" in t or "sac" in t.split():
             why = ("torchtitan's per-op selective activation checkpointing (saves every other "

@@ -162,6 +162,9 @@ def test_fp8_labels_map_to_precision_and_recipe(label, recipe, assumption):
     ("selective", "torchtitan (FSDP2)", "", None, "selective recomputation (other than Megatron's)"),
     ("selective (per-op SAC)", "torchtitan", "", None, "selective recomputation (other than Megatron's)"),
     ("full", "fms-fsdp", "", "full", None),
+    ("full (uniform, every layer)", "Megatron-LM", "", "full", None),
+    ("full (block, 4 layers)", "Megatron-LM", "", None, "recompute"),
+    ("none (no checkpointing)", "torchtitan", "", "none", None),
 ])
 def test_recompute_policy(text, framework, notes, expect, cause):
     from core.validate import _recompute_policy, _Row
