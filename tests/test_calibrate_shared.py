@@ -122,3 +122,47 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
     sim = simulate(s, apply_fit(b, moved)).report.iteration_time_s
     for row in (kernel_row, generic_row):
         assert predict_linearized([row], moved)[0] == pytest.approx(sim, rel=1e-3)
+
+
+def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys):
+    """Synthetic runs written as published-runs rows (core.validate.published_columns), then
+    ``vtrain calibrate CSV --out-dir``: one calibrated store per kind, the truth recovered."""
+    import csv
+    import json
+
+    from core.cli import main
+    from core.profile_store import ProfileStore
+    from core.validate import published_columns
+    sessions, measured, _ = _runs()
+    rows = []
+    for s, y in zip(sessions, measured):
+        cols = published_columns(s)
+        cols.update(framework="synthetic", recompute="none", precision="bf16",
+                    measured_iteration_time_s=repr(float(y)))
+        rows.append(cols)
+    path = tmp_path / "synthetic.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "stores"
+    assert main(["calibrate", str(path), "--out-dir", str(out), "--folds", "2", "--gpus", "H200",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(doc["stores"]) == ["B200-180GB.h5", "H100-SXM5-80GB.h5", "H200-SXM-141GB.h5"]
+    assert doc["rows_by_kind"] == {"B200-180GB": 5, "H100-SXM5-80GB": 5}
+    for name, value in TRUTH.items():
+        assert doc["parameters"][name] == pytest.approx(value, rel=0.02)
+    assert doc["cross_validation"]["all rows"]["mape_percent"] < 1.0
+    h100 = ProfileStore.open(out / "H100-SXM5-80GB.h5")
+    p = h100.provenance
+    assert p["method"] == "calibrated" and p["rows_of_this_kind"] == 5 and p["num_shape_factors"] == 0
+    assert p["cross_validation_this_kind"]["n"] == 5 and p["base_provenance"]["method"] == "analytic"
+    assert h100.residuals is not None and len(h100.residuals) == 10
+    # a plan on the calibrated store predicts its run
+    assert simulate(sessions[0], h100).report.iteration_time_s == pytest.approx(measured[0], rel=0.01)
+    # bad combinations are refused by name, exit status 2
+    assert main(["calibrate", str(path), "--out-dir", str(out), "--profile", "x.h5"]) == 2
+    assert main(["calibrate", str(path), "--out-dir", str(out), "--gpus", "H100-96GB"]) == 2
+    assert "H100-96GB: no shipped GPU kind" in capsys.readouterr().err
+    assert main(["calibrate", str(path), "--gpus", "H200"]) == 2
