@@ -750,7 +750,7 @@ def validate(session: Session) -> list[FieldError]:
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
-    ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    ``a`` unless ``kv_channels`` gives the head size; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
     slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
@@ -774,9 +774,11 @@ def validate(session: Session) -> list[FieldError]:
 
     t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
                      pl.micro_batch_size, pl.global_batch_size)
-    if m.hidden_size % m.num_attention_heads:
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
         errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
-                               f"by num_attention_heads={m.num_attention_heads}"))
+                               f"by num_attention_heads={m.num_attention_heads} (or set "
+                               "kv_channels, the head size)"))
     if m.num_attention_heads % t:
         errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
                                f"is not divisible by tensor_parallel_size={t}"))
@@ -836,11 +838,6 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     if m.multi_latent_attention is True:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
-    if isinstance(m.kv_channels, int) and isinstance(m.hidden_size, int) and \
-            isinstance(m.num_attention_heads, int) and m.num_attention_heads > 0 and \
-            m.kv_channels * m.num_attention_heads != m.hidden_size:
-        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} other than "
-                               "hidden_size/num_attention_heads is not modelled yet"))
     if m.num_experts is not None:
         errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
                                "experts is not modelled yet"))

@@ -311,7 +311,7 @@ def op_key(session: Session) -> dict:
                 f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                 g=m.query_groups, act=m.activation, norm=m.normalization,
                 pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-                sp=bool(pl.sequence_parallel and t > 1))
+                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1))
 
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op).

@@ -64,7 +64,7 @@ USED: dict[str, str] = {
     "max_position_embeddings": "model.seq_length (unless --seq-length)",
     "tie_word_embeddings": "model.tied_embeddings",
     "hidden_act": "model.activation (silu: SwiGLU)",
-    "head_dim": "checked: must be hidden_size / num_attention_heads",
+    "head_dim": "model.kv_channels (when it is not hidden_size / num_attention_heads)",
     "attention_bias": "checked: must be false",
     "mlp_bias": "checked: must be false",
     "sliding_window": "checked: inactive or at least the sequence length",
@@ -181,10 +181,11 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     vocab = _int(cfg, "vocab_size", where)
     max_pos = _int(cfg, "max_position_embeddings", where, required=seq_length is None)
     s = seq_length if seq_length is not None else max_pos
-    head_dim = cfg.get("head_dim")
-    if head_dim is not None and (h % a or head_dim != h // a):
-        raise _refuse(where, "head_dim", f"{head_dim!r} is not hidden_size / num_attention_heads = "
-                      f"{h}/{a}: a head size of its own is not modelled")
+    head_dim = _int(cfg, "head_dim", where, required=False)
+    if head_dim is None and h % a:
+        raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
+                      "the config gives no head_dim")
+    kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise _refuse(where, "hidden_act", f"{act!r}: only SiLU-gated MLPs (SwiGLU) are modelled "
@@ -213,6 +214,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     model = ModelConfig(name=name[:200], num_layers=layers, hidden_size=h, num_attention_heads=a,
                         ffn_hidden_size=f, seq_length=s, vocab_size=vocab,
                         num_query_groups=g if g is not None and g != a else None,
+                        kv_channels=kv_channels,
                         activation="swiglu", normalization="rmsnorm", position_embedding="rope",
                         tied_embeddings=tied, add_bias_linear=False, attention_kernel="flash",
                         **fixed)
@@ -236,7 +238,7 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.num_attention_heads": "num_attention_heads",
              "model.num_query_groups": "num_key_value_heads",
              "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
-             "model.seq_length": "max_position_embeddings"}
+             "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

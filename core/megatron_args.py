@@ -88,7 +88,7 @@ ARGUMENTS: dict[str, Arg] = {
                             "32000, BERT word pieces) or NullTokenizer with --vocab-size"),
     "--make-vocab-size-divisible-by": Arg(("model.vocab_size",), True,
                                           "vocabulary padding: only Megatron's 128 is modelled"),
-    "--kv-channels": Arg(("model.hidden_size",), True, "head size: only h/a is modelled"),
+    "--kv-channels": Arg(("model.kv_channels",), True, "attention head size (default h/a)"),
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),
     "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
@@ -595,10 +595,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     if take("--ffn-hidden-size"):
         mp.set("--ffn-hidden-size", "model.ffn_hidden_size", _int(args, "--ffn-hidden-size", src))
     if take("--kv-channels"):
-        kv = _int(args, "--kv-channels", src)
-        if kv * a != h:
-            mp.refuse("--kv-channels", f"not modelled yet (head size {kv} differs from "
-                                       f"hidden size / heads = {h}/{a})")
+        mp.set("--kv-channels", "model.kv_channels", _int(args, "--kv-channels", src))
     if take("--make-vocab-size-divisible-by"):
         if _int(args, "--make-vocab-size-divisible-by", src) != 128:
             mp.refuse("--make-vocab-size-divisible-by", "not modelled yet (vtrain pads the "
@@ -858,6 +855,8 @@ def export_arguments(session: Session) -> list[str]:
                 "--merge-file", "gpt2-merges.txt"]
     else:
         out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+    if _get(m, "kv_channels") is not None:
+        out += ["--kv-channels", str(m.kv_channels)]
     g = _get(m, "num_query_groups")
     if g is not None and g != m.num_attention_heads:
         out += ["--group-query-attention", "--num-query-groups", str(g)]

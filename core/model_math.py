@@ -83,23 +83,35 @@ def _mem(name: str, nbytes: float) -> Kernel:
 # --------------------------------------------------------------------------- dense decoders
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
-#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
+#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention; ``kv``: ``None`` stands for
+#: the head size ``h/a``). A profile-store table
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
-                                       "pos": "learned", "attn": "unfused", "qkn": 0}
+                                       "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None}
+#: Family columns whose GPT value derives from the shape columns (``None`` in
+#: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
+#: size ``h/a`` (Megatron's ``--kv-channels`` default).
+_DERIVED_DEFAULTS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any]]] = {
+    "g": (("a",), lambda k: k["a"]),
+    "kv": (("h", "a"), lambda k: int(k["h"]) // int(k["a"])),
+}
 
 
 def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
-    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``)."""
+    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``, ``kv`` is
+    ``key["h"] // key["a"]``)."""
     default = FAMILY_KEY_DEFAULTS[column]
-    return key["a"] if column == "g" and default is None else default
+    if default is None and column in _DERIVED_DEFAULTS:
+        return _DERIVED_DEFAULTS[column][1](key)
+    return default
 
 
 def _full(key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with each family column it lacks set to GPT's value."""
     out = dict(key)
     for c in FAMILY_KEY_DEFAULTS:
-        if c not in out and (c != "g" or "a" in out):
+        needs = _DERIVED_DEFAULTS[c][0] if c in _DERIVED_DEFAULTS else ()
+        if c not in out and all(n in out for n in needs):
             out[c] = family_key_value(c, out)
     return out
 
@@ -107,9 +119,12 @@ def _full(key: Mapping[str, Any]) -> dict[str, Any]:
 def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a dense decoder op (see :func:`op_kernels`).
 
-    GPT (Megatron-LM) at the family columns' defaults; grouped-query attention
-    shrinks the QKV GEMM to ``(a + 2g) h/a`` columns (Megatron-Core's fused
-    ``linear_qkv``) and, on the unfused path, expands K and V to ``a`` heads
+    GPT (Megatron-LM) at the family columns' defaults. The head size is ``kv``
+    (Megatron's ``--kv-channels``; ``h/a`` by default): the QKV GEMM has
+    ``(a + 2g) kv`` columns (Megatron-Core's fused ``linear_qkv``: Q ``a kv``
+    wide, K and V ``g kv`` each), the projection's input is ``a kv`` wide and
+    the attention core works on heads of ``kv`` channels. Grouped-query attention
+    (``g < a``) shrinks K and V and, on the unfused path, expands K and V to ``a`` heads
     before the core (``repeat_interleave``); RoPE adds a rotary kernel on Q and K
     (read and write); a SwiGLU MLP's fc1 is ``2f`` wide (gate and up fused) and
     its activation reads ``2f`` and writes ``f`` per token; RMSNorm kernels move
@@ -135,8 +150,9 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
         a, g = int(key["a"]), int(key["g"])
-        heads, groups, dh = a // t, g // t, h // a
+        heads, groups, dh = a // t, g // t, int(key["kv"])
         qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+        ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
         rope = key.get("pos") == "rope"
         qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
@@ -151,10 +167,10 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
             core = [
                 *expand,
-                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
                 _mem("scale_mask_softmax", 2 * score),
                 _mem("attn_dropout", 2.5 * score),
-                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
             ]
             core_bwd = [
                 _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
@@ -173,15 +189,15 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         if op == "attention_fwd":
             return [
                 _mem(norm, 2 * tok),
-                _gemm("qkv", T, qkv, h, e),                          # (b*s, h) x (h, (a+2g)h/a/t)
+                _gemm("qkv", T, qkv, h, e),                          # (b*s, h) x (h, (a+2g)kv/t)
                 *rotary,
                 *core,
-                _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+                _gemm("proj", T, h, ctx, e),                        # (b*s, a kv/t) x (a kv/t, h)
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
-            _mem("wgrad_accumulate", acc * (h * qkv + h * h // t)),
+            _gemm("proj_dgrad", T, ctx, h, e), _gemm("proj_wgrad", ctx, h, T, e),
+            _mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
             *core_bwd,
             *([_mem("rope_bwd", qk_bytes)] if rope else []),
             *([_mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
@@ -250,22 +266,27 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 
     Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV and fc1
     column-parallel (weights and biases sharded), projection and fc2
-    row-parallel (their biases replicated), the two norms replicated. QKV is
-    ``h (a + 2g) h/a`` (grouped-query attention: K and V have ``g`` heads;
-    ``3h^2`` without it), fc1 ``h f`` (``2 h f`` gated: SwiGLU has three ffn
-    matrices), projection ``h^2``, fc2 ``f h``; biases with ``add_bias_linear``
-    (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``, RMSNorm ``h`` (no
-    bias); QK-norm one norm over a head for the queries and one for the keys
-    (``2 h/a`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    row-parallel (their biases replicated), the two norms replicated. With head
+    size ``kv`` (``--kv-channels``, default ``h/a``): QKV is ``h (a + 2g) kv``
+    (grouped-query attention: K and V have ``g`` heads; ``3h^2`` without it and
+    at ``kv = h/a``), projection ``a kv h`` (``h^2``), fc1 ``h f`` (``2 h f``
+    gated: SwiGLU has three ffn matrices), fc2 ``f h``; biases with
+    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``,
+    RMSNorm ``h`` (no bias); QK-norm one norm over a head for the queries and
+    one for the keys (``2 kv`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and
+    ``6h``. Qwen3-8B (36 layers, h 4096, 32 heads of 128, 8 groups, f 12288,
+    vocabulary 151936, untied, QK-norm): 8,190,735,360 in all (8.19 B, the
+    Hugging Face model card).
     """
     h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
-    qkv = (a + 2 * g) * (h // a)
+    kv = model.head_dim
+    qkv = (a + 2 * g) * kv
     fc1 = 2 * f if model.activation == "swiglu" else f
     bias = model.add_bias_linear
-    sharded = h * qkv + h * h + h * fc1 + f * h
+    sharded = h * qkv + a * kv * h + h * fc1 + f * h
     sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
     norm = 2 * h if model.normalization == "layernorm" else h
-    qk_norm = 2 * norm // h * (h // a) if model.qk_layernorm else 0  # over one head, shared
+    qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
 
 
@@ -287,18 +308,21 @@ def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, flo
 def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
     """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
 
-    Every GEMM at 2 FLOPs per multiply-add: QKV ``2h(a + 2g)h/a`` (``6h^2``
-    without GQA), projection ``2h^2``, MLP ``4hf`` (``6hf`` gated), scores and
-    values ``4sh`` over the full ``s x s`` (the attention core, what selective
+    Every GEMM at 2 FLOPs per multiply-add, with head size ``kv`` (``h/a`` by
+    default): QKV ``2h(a + 2g)kv`` (``6h^2`` without GQA), projection ``2 a kv h``
+    (``2h^2``), MLP ``4hf`` (``6hf`` gated), scores and values ``4 s a kv``
+    (``4sh``) over the full ``s x s`` (the attention core, what selective
     recomputation redoes; Megatron counts it unmasked); output layer ``2hV'``
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
+    kv = model.head_dim
     V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * (h // a)
+    qkv = 2 * h * (a + 2 * g) * kv
     mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    return qkv + 2 * h * h + mlp + 4 * s * h, 4 * s * h, 2 * h * V
+    core = 4 * s * a * kv
+    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
 
 
 def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
@@ -323,7 +347,10 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
-    its inputs, Q and K (``2 + 2g/a``).
+    its inputs, Q and K (``2 + 2g/a``). A head size ``kv`` other than ``h/a``
+    (``--kv-channels``) scales these Q, K, V and projection-input terms by
+    ``a kv / h`` (they are ``a kv`` and ``g kv`` wide, not ``h`` and ``g h/a``);
+    the ``s x s`` terms do not depend on it.
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     t = plan.tensor_parallel
@@ -334,6 +361,7 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     attn = 4 + 4 * model.query_groups / a if flash else 8
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
+    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
     mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
     split = attn + mlp  # 24 for GPT
     if mode == "full":
@@ -398,11 +426,12 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
 #: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
-#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation. A table written before the family columns existed lacks them and
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``kv`` the head size
+#: (``--kv-channels``; ``h/a`` by default). A table written before the family columns existed lacks them and
 #: holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv"),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),

@@ -330,7 +330,7 @@ def test_cli_import_hf(tmp_path):
     ({**LLAMA3_8B, "architectures": ["GPTNeoXForCausalLM"]}, "architectures", "not supported"),
     (MISTRAL_7B_V01, "sliding_window", "sliding-window attention is not modelled"),
     ({**QWEN2_7B, "use_sliding_window": True}, "use_sliding_window", "not modelled"),
-    ({**LLAMA3_8B, "head_dim": 64}, "head_dim", "not modelled"),
+    ({**LLAMA3_8B, "head_dim": 0}, "head_dim", "positive integer"),
     ({**LLAMA3_8B, "attention_bias": True}, "attention_bias", "not modelled"),
     ({**LLAMA3_8B, "mlp_bias": True}, "mlp_bias", "not modelled"),
     ({**LLAMA3_8B, "hidden_act": "gelu"}, "hidden_act", "SwiGLU"),
