@@ -104,7 +104,20 @@ ARGUMENTS: dict[str, Arg] = {
     "--attention-backend": Arg(("model.attention_kernel",), True,
                                "flash or unfused (fused, local and auto: listed as ignored)"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
-    "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k)"),
+    "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k; default 2)"),
+    "--moe-ffn-hidden-size": Arg(("model.moe_ffn_hidden_size",), True,
+                                 "hidden size of each expert's MLP (default --ffn-hidden-size)"),
+    "--moe-shared-expert-intermediate-size": Arg(
+        ("model.num_shared_experts",), True,
+        "shared experts' total MLP size: num_shared_experts = this / moe_ffn_hidden_size (a "
+        "size that is not a multiple is refused)"),
+    "--moe-layer-freq": Arg(("model.moe_layer_frequency", "model.moe_first_dense_layers"), True,
+                            "every k-th layer MoE (an integer k: layers 0, k, 2k ...), or a list "
+                            "pattern such as ([0]*3+[1]*58) that first dense layers and a "
+                            "frequency give; other patterns are refused"),
+    "--multi-latent-attention": Arg(("model.multi_latent_attention",), False,
+                                    "multi-head latent attention (DeepSeek-V2/V3): refused, not "
+                                    "modelled"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
     "--global-batch-size": Arg(("plan.global_batch_size",), True,
                                "global batch size B (default b times d)"),
@@ -113,6 +126,8 @@ ARGUMENTS: dict[str, Arg] = {
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
+    "--expert-tensor-parallel-size": Arg(("plan.expert_tensor_parallel",), True,
+                                         "tensor-parallel size of the experts (default t)"),
     "--num-layers-per-virtual-pipeline-stage": Arg(
         ("plan.schedule", "plan.virtual_pipeline_stages"), True,
         "interleaved 1F1B with v = L / (p * this) chunks per rank"),
@@ -145,7 +160,12 @@ ARGUMENTS: dict[str, Arg] = {
                                               "layers of the last stage"),
     "--bf16": Arg(("plan.precision",), False, "bf16 mixed precision"),
     "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
-    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine)"),
+    "--fp8-format": Arg(("plan.precision",), True,
+                        "FP8 GEMMs (Transformer Engine), with --bf16: e4m3 or hybrid (E4M3 "
+                        "forward, E5M2 gradients; the same GEMM rate): precision fp8"),
+    "--fp8-recipe": Arg(("plan.fp8_recipe",), True,
+                        "FP8 scaling: delayed (Megatron's default), tensorwise, mxfp8 or "
+                        "blockwise; tensorwise is the session's empty value"),
     "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
