@@ -920,19 +920,28 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
 # --------------------------------------------------------------------------- presets
 
 def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
-           vocab: int) -> ModelConfig:
+           vocab: int, **family: Any) -> ModelConfig:
     """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
-    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card)."""
+    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card); ``family`` sets further
+    model fields (experts, head size, QK-norm)."""
     return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash",
+                       **family)
 
 
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
 #: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
-#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192).
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192); Mixtral 8x7B
+#: (the Hugging Face config mistralai/Mixtral-8x7B-v0.1; Jiang et al. 2024, "Mixtral of Experts",
+#: Sec. 2: 8 experts, top-2, pre-trained at a 32k context; 46.7 B parameters, 12.9 B active);
+#: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
+#: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
+#: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
+#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
+#: experts is modelled; until then the editor shows them with the refusal.
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -948,6 +957,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
         _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
+        _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
+        _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
+               qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
     )
 }
 

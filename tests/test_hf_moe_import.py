@@ -220,3 +220,16 @@ def test_cli_import_of_an_moe_config(tmp_path):
         assert r.returncode == 2 and not out.exists()
         assert "num_experts=128: mixture of experts is not modelled yet" in r.stderr
         assert r.stderr.count("\n") == 1  # one clear line
+
+
+def test_moe_presets_match_their_hf_configs():
+    """The editor's Mixtral 8x7B and Qwen3-30B-A3B presets are the published configs (names and
+    the pre-training context apart)."""
+    from dataclasses import replace
+    from core.config import MODEL_PRESETS
+    for preset, cfg, s in (("Mixtral 8x7B", MIXTRAL_8X7B, 32768),
+                           ("Qwen3-30B-A3B", QWEN3_30B_A3B, 4096)):
+        assert MODEL_PRESETS[preset] == replace(_model(cfg, seq_length=s), name=preset)
+    q = MODEL_PRESETS["Qwen3-30B-A3B"]
+    assert (q.kv_channels, q.qk_layernorm, q.num_experts, q.moe_top_k, q.moe_ffn_hidden_size,
+            q.tied_embeddings, q.vocab_size) == (128, True, 128, 8, 768, False, 151936)
