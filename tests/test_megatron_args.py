@@ -585,9 +585,12 @@ def test_moe_layer_freq_refusals(tmp_path, freq, needle):
      "--moe-shared-expert-intermediate-size: not modelled (5000 is not a multiple"),
     (("--kv-channels 128", "--kv-channels 128 --multi-latent-attention"),
      "--multi-latent-attention: multi-head latent attention (DeepSeek-V2/V3) is not modelled"),
-    (("--bf16 --fp8-format", "--fp16 --fp8-format"), "--fp8-format: not modelled without --bf16"),
-    (("--fp8-format hybrid", "--fp8-format e5m2"), "--fp8-format 'e5m2': expected e4m3 or hybrid"),
-    (("--fp8-recipe tensorwise", "--fp8-recipe per-row"), "--fp8-recipe 'per-row': expected one"),
+    (("--bf16 --fp8-format", "--fp16 --fp8-format"), "--fp8-format: with --fp16 is not modelled"),
+    (("--bf16 --fp8-format", "--fp8-format"), "--fp8-format: without --bf16 (fp32 weights) is not "
+                                              "modelled yet"),
+    (("--fp8-format hybrid", "--fp8-format e5m2"),
+     "--fp8-format: 'e5m2' is not one of Megatron-LM's formats hybrid, e4m3"),
+    (("--fp8-recipe tensorwise", "--fp8-recipe per-row"), "--fp8-recipe: not modelled yet"),
 ])
 def test_issue11_arguments_refused_by_name(tmp_path, change, needle):
     with pytest.raises(MegatronArgsError) as err:
