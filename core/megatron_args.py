@@ -145,7 +145,8 @@ ARGUMENTS: dict[str, Arg] = {
                                               "layers of the last stage"),
     "--bf16": Arg(("plan.precision",), False, "bf16 mixed precision"),
     "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
-    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine)"),
+    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine): hybrid or e4m3"),
+    "--fp8-recipe": Arg(("plan.fp8_recipe",), True, "FP8 scaling recipe (Megatron's default delayed)"),
     "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
@@ -781,8 +782,20 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     bf16, fp16 = switch("--bf16"), switch("--fp16")
     if bf16 and fp16:
         raise MegatronArgsError(f"{src}: --bf16 and --fp16 exclude each other")
+    recipe = _one(args, "--fp8-recipe", src) if take("--fp8-recipe") else None
     if fp8 is not None:
-        mp.set("--fp8-format", "plan.precision", "fp8")
+        # E4M3 everywhere or E5M2 gradients (hybrid): the same FP8 tensor-core rate, one model
+        if fp8 not in ("hybrid", "e4m3"):
+            mp.refuse("--fp8-format", f"{fp8!r} is not one of Megatron-LM's formats hybrid, e4m3")
+        elif fp16:
+            mp.refuse("--fp8-format", "with --fp16 is not modelled yet (vtrain models FP8 training "
+                                      "on bf16 weights, --bf16)")
+        else:
+            mp.set("--fp8-format", "plan.precision", "fp8")
+            # Megatron-Core's TransformerConfig.fp8_recipe defaults to delayed; vtrain's empty
+            # fp8_recipe is tensorwise (per-tensor current scaling)
+            recipe = recipe or "delayed"
+            mp.set("--fp8-recipe", "plan.fp8_recipe", None if recipe == "tensorwise" else recipe)
     else:
         mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
                "bf16" if bf16 else "fp16" if fp16 else "fp32")
@@ -931,8 +944,9 @@ def export_arguments(session: Session) -> list[str]:
             out += [flag, str(getattr(pl, name))]
     if pl.precision in ("bf16", "fp16"):
         out.append(f"--{pl.precision}")
-    elif pl.precision == "fp8":
-        out += ["--bf16", "--fp8-format", "hybrid"]
+    elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
+        out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
+                _get(pl, "fp8_recipe") or "tensorwise"]
     samples = session.cost.training_tokens / m.seq_length
     out += ["--train-samples", str(int(round(samples)))]
     return out
