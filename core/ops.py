@@ -52,6 +52,14 @@ op runs Megatron-LM's vocab-parallel cross-entropy on fp32 logits one kernel
 per step (copy to fp32, max, subtract, exp, sum, divide: 38 bytes per logit
 in half precision; backward: scale in place and copy back, 14 bytes), and the
 embedding backward builds the dense ``(V/t, h)`` weight gradient.
+
+FP8 training: ``dtype="fp8"`` with the recipe in an extra key entry ``fp8``
+(and ``fp8_tn``, which the device decides, :func:`device_key`). Each kernel
+runs at the peak of its own dtype (:func:`kernel_peak_flops`): the linear
+layers' GEMMs at the ``fp8`` (or ``mxfp8``) peak, the rest at BF16's; the
+quantization kernels are memory-bound (:func:`core.model_math.fp8_cast_kernels`).
+Store tables hold no FP8 rows: :func:`core.graph.lookup_op_times` scales the
+BF16 row by the analytic ratio.
 """
 
 from __future__ import annotations
