@@ -42,6 +42,7 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
+    "cp_kv_block_bytes", "cp_exchange_bytes",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -86,7 +87,7 @@ def _mem(name: str, nbytes: float) -> Kernel:
 #: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
-                                       "pos": "learned", "attn": "unfused", "qkn": 0}
+                                       "pos": "learned", "attn": "unfused", "qkn": 0, "cp": 1}
 
 
 def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
@@ -120,6 +121,19 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     K, V and writes the output, the backward (five GEMMs against the forward's
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
+
+    Context parallelism (``cp`` > 1; Megatron-Core's ring attention in Transformer Engine,
+    ``AttnFuncWithCPAndKVP2P``): ``s`` is the rank's ``s_full/cp`` tokens (every token-wise
+    kernel runs on them) and the sequence is split into ``2*cp`` chunks, the rank holding
+    chunks ``r`` and ``2cp-1-r`` (causal load balance). The core runs in ``cp`` steps, one
+    per K/V block passing around the ring: the diagonal step is causal attention over the
+    rank's own ``s`` tokens, every other step attends half of the queries to all of the
+    block's keys or all queries to half of them, the same FLOPs; so each step is one
+    FlashAttention kernel of a causal ``s x s`` problem, and the rank computes ``1/cp``
+    of the causal attention over the whole sequence. Each step after the first merges its
+    partial output into the running one with the softmax statistics (read both, write
+    one); in the backward each step's partial gradients of Q, K and V are accumulated
+    (read both, write one). FlashAttention only: the unfused path has no ring attention.
     """
     key = _full(key)
     e = DTYPE_BYTES[str(key["dtype"])]
@@ -133,19 +147,27 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
         heads, groups, dh = a // t, g // t, h // a
         qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
         rope = key.get("pos") == "rope"
         qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
+        cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
             causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
             io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
             core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
                                float(e * T * dh * (4 * heads + 4 * groups)), s, s, dh, b * heads)]
+            if cp > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+                core = core * cp + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (cp - 1)
+                core_bwd = core_bwd * cp + [_mem("cp_grad_accumulate",
+                                                 3 * e * T * dh * (heads + 2 * groups))] * (cp - 1)
+        elif cp > 1:
+            raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
+                             "modelled: ring attention runs in FlashAttention / TE fused attention")
         else:
             score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
             expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
@@ -167,6 +189,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             ]
         if op == "attention_core_fwd":  # what selective recomputation runs again
             return core
+        if op == "attention_core_bwd":  # the ring's share of the backward (context parallelism)
+            return core_bwd
         rotary = [_mem("rope", qk_bytes)] if rope else []
         if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
             rotary = [_mem(f"qk_{norm}", qk_bytes), *rotary]
@@ -323,9 +347,12 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
-    its inputs, Q and K (``2 + 2g/a``).
+    its inputs, Q and K (``2 + 2g/a``). Context parallelism: every term with ``s -> s/cp``
+    (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
+    no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
+    s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
     t = plan.tensor_parallel
     scale = DTYPE_BYTES[plan.precision] / 2
     sbh = s * b * h
@@ -398,11 +425,12 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
 #: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
-#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation. A table written before the family columns existed lacks them and
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``cp`` context-parallel size
+#: (``s`` is then the rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the family columns existed lacks them and
 #: holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "cp"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "cp"),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -438,7 +466,8 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
-DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd"}
+DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
+                               "attention_core_bwd": "attention_bwd"}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -448,7 +477,8 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     LayerNorm and dropout kernels on ``s/t`` tokens. A family column missing from
     ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
-    recomputation runs again; it takes ``attention_fwd``'s key.
+    recomputation runs again; it takes ``attention_fwd``'s key; ``attention_core_bwd``
+    its backward (the ring's share of ``attention_bwd`` under context parallelism).
 
     Raises
     ------
@@ -462,6 +492,31 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
     return family_of(model).op_kernels(op, full_op_key(op, key))
+
+
+def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
+    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
+    the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
+    together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
+    its own). 0 without context parallelism."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    e = DTYPE_BYTES[plan.precision]
+    g = model.query_groups // plan.tensor_parallel
+    return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(forward, backward)`` bytes one GPU sends around the context-parallel ring per layer
+    and micro-batch: forward ``cp-1`` K/V blocks (:func:`cp_kv_block_bytes`); backward
+    ``cp-1`` K/V blocks and ``cp-1`` blocks of their gradients dK/dV (Transformer Engine's
+    backward sends K/V in its first ``cp-1`` steps and the accumulated dK/dV in its last
+    ``cp-1``). (0, 0) without context parallelism."""
+    blk = cp_kv_block_bytes(model, plan)
+    n = plan.context_parallel - 1
+    return n * blk, 2 * n * blk
 
 
 # --------------------------------------------------------------------------- parameters
@@ -617,13 +672,14 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
     fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
     optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
-    8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
+    8 + 8/d), stage 2 the gradients too, stage 3 the weights too. With context parallelism
+    ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
     """
     e = DTYPE_BYTES[plan.precision]
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
-    d, z = plan.data_parallel, plan.zero_stage
+    d, z = plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
@@ -637,7 +693,8 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``.
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With context parallelism
+    every activation is of the rank's ``s/cp`` tokens.
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[plan.precision]
@@ -660,7 +717,8 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:
-            acts += model.seq_length * plan.micro_batch_size * V / t * (e + 4)
+            acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
+                     * (e + 4))
         out.append(StageMemory(i, n[i] * w + gathered, n[i] * g, n[i] * o, acts))
     return out
 
