@@ -7,8 +7,8 @@ validation; :func:`validate` returns every rule a configuration breaks, each
 with the field it concerns, so a form can show the message next to the field.
 
 Terms follow Megatron-LM: tensor-parallel size ``t``, pipeline-parallel size
-``p``, data-parallel size ``d`` (world size ``t*p*d``), micro-batch size ``b``,
-global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
+``p``, context-parallel size ``cp``, data-parallel size ``d`` (world size ``t*p*cp*d``),
+micro-batch size ``b``, global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class ParallelPlan:
                               short="t", label="always", bounds=BOUNDS["parallel"], required=True)
     pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
                                 short="p", label="always", bounds=BOUNDS["parallel"], required=True)
-    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))",
+    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
                             short="d", label="always", bounds=BOUNDS["parallel"], required=True)
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
                                short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
@@ -351,8 +351,18 @@ class ParallelPlan:
 
     @property
     def num_gpus(self) -> int:
-        """World size ``t*p*d``."""
-        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+        """World size ``t*p*cp*d`` (Megatron-Core: the data-parallel size is
+        world / (t*p*cp))."""
+        return (self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+                * self.data_parallel)
+
+    @property
+    def dp_cp_size(self) -> int:
+        """Size ``d*cp`` of the data-parallel group with context parallelism: Megatron-Core
+        reduces gradients and shards the distributed optimizer over it
+        (``parallel_state.get_data_parallel_group(with_context_parallel=True)``: the cp
+        ranks hold the same weights and see other tokens)."""
+        return self.data_parallel * self.context_parallel
 
     @property
     def num_microbatches(self) -> int:
@@ -840,10 +850,13 @@ def validate(session: Session) -> list[FieldError]:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
             pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
-    if t * p * d > BOUNDS["parallel"].hi:
+    cp = pl.context_parallel
+    if t * p * cp * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
-                               f"data_parallel_size={t}*{p}*{d}={t * p * d:,} GPUs is more than "
+                               f"context_parallel_size*data_parallel_size={t}*{p}*{cp}*{d}="
+                               f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
+    errs += _context_parallel_errors(m, pl, c)
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -868,6 +881,41 @@ def validate(session: Session) -> list[FieldError]:
                                f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
                                "talk over NVLink; use a GPU kind with a larger domain or a store "
                                "of your own (cluster.profile_path)"))
+    return errs
+
+
+def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
+                             ) -> list[FieldError]:
+    """Megatron-Core's rules of context parallelism (``--context-parallel-size`` cp > 1), each
+    naming its field: the sequence splits into ``2*cp`` chunks for the causal load balance
+    (``seq_length`` divisible by ``2*cp``; with sequence parallelism the rank's ``s/cp``
+    tokens also split over ``t``); ring attention runs in Transformer Engine's fused
+    attention (``attention_kernel`` flash: Megatron's unfused path has no context
+    parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
+    that leaves a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``)."""
+    cp = pl.context_parallel
+    if cp == 1:
+        return []
+    errs: list[FieldError] = []
+    s, t = m.seq_length, pl.tensor_parallel
+    if s % (2 * cp):
+        errs.append(FieldError("plan.context_parallel", f"seq_length={s} is not divisible by "
+                               f"2*context_parallel_size={2 * cp} (Megatron-Core splits the "
+                               "sequence into 2*cp chunks for the causal load balance)"))
+    elif pl.sequence_parallel and t > 1 and (s // cp) % t:
+        errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
+                               f"{s // cp} is not divisible by tensor_parallel_size={t} "
+                               "(sequence parallelism splits each rank's tokens over t)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
+                               "model.attention_kernel = flash: Megatron-Core runs ring "
+                               "attention in Transformer Engine's fused attention, the unfused "
+                               "path has no context parallelism"))
+    g = c.gpus_per_node
+    if t <= g and t * cp > g and (t * cp) % g:
+        errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: it must divide or "
+                               f"be a multiple of gpus_per_node={g}"))
     return errs
 
 
@@ -909,8 +957,7 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
     # Issue 11's fields, refused until modelled (each helper removes its refusal)
-    for name, default, what in (("context_parallel", 1, "context parallelism"),
-                                ("expert_parallel", 1, "expert parallelism"),
+    for name, default, what in (("expert_parallel", 1, "expert parallelism"),
                                 ("expert_tensor_parallel", None, "expert tensor parallelism"),
                                 ("moe_imbalance_factor", 1.0, "an MoE routing imbalance")):
         if getattr(pl, name) != default:
@@ -949,7 +996,8 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
     t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
     those themselves (and the fields that depend on p: the first and last stages' layers,
-    the recomputed layers). With ``model`` (``global_batch_size``), that model (batch) is
+    the recomputed layers; the context-parallel size, swept only when asked). With ``model``
+    (``global_batch_size``), that model (batch) is
     checked in place of the session's own."""
     probe = session.copy()
     if model is not None:
@@ -958,7 +1006,7 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
-        first_stage_layers=None, last_stage_layers=None)
+        first_stage_layers=None, last_stage_layers=None, context_parallel=1)
     check(probe)
 
 

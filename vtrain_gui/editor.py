@@ -68,6 +68,7 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
+    "plan.context_parallel": "Context parallel cp",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -523,7 +524,8 @@ class ConfigEditor(QtWidgets.QWidget):
         plan, model = self._session.plan, self._session.model
         try:
             params = format_count(model.num_parameters(plan.tensor_parallel) / 1e9, 1)
-            text = (f"World size t·p·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
+            cp = "·cp" if plan.context_parallel != 1 else ""
+            text = (f"World size t·p{cp}·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
