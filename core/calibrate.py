@@ -44,7 +44,8 @@ from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
 from .model_math import FP8_WEIGHT_CAST_OP, fp8_weights_per_gpu
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
-                  kernel_arrays, kernel_peak_flops, kernel_times, op_kernels, table_covers)
+                  kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
+                  table_covers)
 from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
@@ -104,7 +105,7 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency",
                      "fp8_gemm_efficiency", "all_to_all_efficiency")
 #: Bounds of the optional shared parameters (added to FIT_PARAMS when the op model has them).
-_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.2, 1.2), "all_to_all_efficiency": (0.05, 1.0)}
+_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0)}
 
 
 def shared_fit_params() -> list[str]:
@@ -261,6 +262,7 @@ class LinearizedRow:
     comm_eff_s: dict[str, float] = field(default_factory=dict)
     generic: "GenericOps | None" = None
     op_names: list[str] = field(default_factory=list)
+    fp8: np.ndarray | None = None  # per kernel: an FP8 GEMM (core.ops.kernel_fp8)
 
 
 @dataclass
@@ -374,7 +376,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                         np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
                         fixed, inter, p2p_inter, num_calls, num_p2p,
                         kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
-                        base.memory_bandwidth_bytes_per_s, extra, None, names)
+                        base.memory_bandwidth_bytes_per_s, extra, None, names, kernel_fp8(kernels))
     # the kernel form must give each op the time the simulator's lookups give it (from the
     # model, no tables); where it does not (an op model that composes op times otherwise),
     # evaluate through those lookups
@@ -390,7 +392,7 @@ def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore
     from .graph import lookup_op_times
 
     times = lookup_op_times(session, model_store(base, p)).times
-    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p)
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p)
     names = [n for n in row.op_names]
@@ -442,7 +444,7 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
     if row.generic is not None:
         scaled, rest = row.generic.parts(p)
         return scaled, rest + _comm_s(row, p)
-    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p)
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p) * row.op_count
     fam = np.array(row.op_family)

@@ -102,12 +102,13 @@ DEFAULT_OP_MODEL = {
     "inter_node_efficiency": 1.0,
     "p2p_efficiency": 1.0,
     "p2p_overhead_s": 0.0,
+    "fp8_gemm_efficiency": 1.0,
 }
 
 
 def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gemm: np.ndarray,
                  peak_flops: float | np.ndarray, memory_bandwidth_bytes_per_s: float,
-                 op_model: Mapping[str, float]) -> np.ndarray:
+                 op_model: Mapping[str, float], fp8: np.ndarray | None = None) -> np.ndarray:
     """Seconds per kernel under the roofline-with-efficiency model (see module doc), vectorized.
 
     Parameters
@@ -120,10 +121,16 @@ def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gem
     memory_bandwidth_bytes_per_s : float
     op_model : mapping
         Parameters; missing ones take :data:`DEFAULT_OP_MODEL`.
+    fp8 : bool array, shape (k,), optional
+        The FP8 (MXFP8) GEMMs: their efficiency is the curve's times ``fp8_gemm_efficiency``
+        (what FP8 GEMMs achieve of their peak relative to what BF16 GEMMs achieve of theirs;
+        1 by default, fitted by the shared calibration, docs/accuracy.md).
     """
     p = {**DEFAULT_OP_MODEL, **op_model}
     mem_s = nbytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
     eff = p["gemm_efficiency_max"] * size / (size + p["gemm_half_size"])
+    if fp8 is not None:
+        eff = np.where(fp8, eff * p["fp8_gemm_efficiency"], eff)
     gemm_s = np.where(is_gemm, flops / (peak_flops * np.where(is_gemm, eff, 1.0)), 0.0)
     return np.maximum(gemm_s, mem_s) + p["kernel_overhead_s"]
 
@@ -135,6 +142,11 @@ def kernel_arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray, np.nda
     size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
     is_gemm = np.array([k.is_gemm for k in kernels], bool)
     return flops, nbytes, size, is_gemm
+
+
+def kernel_fp8(kernels: list[Kernel]) -> np.ndarray:
+    """Whether each kernel is an FP8 (MXFP8) GEMM, shape (k,) (for :func:`kernel_times`)."""
+    return np.array([bool(k.is_gemm and k.dtype in ("fp8", "mxfp8")) for k in kernels], bool)
 
 
 def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str, float],
@@ -193,5 +205,5 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
     if not kernels:
         return 0.0
     times = kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, dtype, device.peak_flops, name),
-                         device.memory_bandwidth_bytes_per_s, op_model)
+                         device.memory_bandwidth_bytes_per_s, op_model, kernel_fp8(kernels))
     return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model))

@@ -166,3 +166,29 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
     assert main(["calibrate", str(path), "--out-dir", str(out), "--gpus", "H100-96GB"]) == 2
     assert "H100-96GB: no shipped GPU kind" in capsys.readouterr().err
     assert main(["calibrate", str(path), "--gpus", "H200"]) == 2
+
+
+def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
+    """BF16 and FP8 runs together pin both GEMM efficiencies; FP8 runs alone leave the BF16 one
+    at the spec's value (core.calibrate.supported_params)."""
+    truth = {**TRUTH, "fp8_gemm_efficiency": 0.8}
+    plans = [("H100-SXM5-80GB", 1, 8, 4, 2048), ("B200-180GB", 2, 16, 1, 1024),
+             ("H100-SXM5-80GB", 4, 2, 2, 2048), ("B200-180GB", 1, 32, 2, 512),
+             ("H100-SXM5-80GB", 8, 4, 2, 4096), ("B200-180GB", 4, 8, 1, 4096)]
+    sessions = []
+    for g, t, d, b, h in plans:
+        for precision in ("bf16", "fp8"):
+            s = _session(g, t, d, b, h)
+            s.plan.precision = precision
+            s.plan.fp8_recipe = "tensorwise" if precision == "fp8" else None
+            sessions.append(s)
+    base = analytic_bases()
+    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **truth}))
+                         .report.iteration_time_s for s in sessions])
+    kw = shared_fit_kwargs(base, sessions)
+    assert "fp8_gemm_efficiency" in kw["params"] and "gemm_efficiency_max" in kw["params"]
+    res = fit(sessions, measured, base, **kw)
+    for name, value in truth.items():
+        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+    only_fp8 = [s for s in sessions if s.plan.precision == "fp8"]
+    assert "gemm_efficiency_max" not in supported_params(only_fp8)
