@@ -819,7 +819,7 @@ def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
     parameters at the base store's (spec) values and the fitted ones starting there."""
     params = supported_params(sessions)
     spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
-    start = {**DEFAULT_OP_MODEL, **{k: FIT_START[k] for k in params if k in FIT_START}, **spec}
+    start = {**DEFAULT_OP_MODEL, **spec}  # a parameter the runs barely move stays at the spec's
     return {"params": params, "corrections": False, "start": start}
 
 
@@ -827,6 +827,12 @@ def use_shared_fit(sessions: Sequence[Session]) -> bool:
     """Whether measured runs are calibrated with the shared fit: any run on a GPU kind other
     than the A100 (whose store is fitted with the full procedure on the vTrain authors' data)."""
     return any(s.cluster.gpu != "A100-SXM4-80GB" for s in sessions)
+
+
+def finite_metrics(met: dict) -> dict:
+    """``met`` with every non-finite figure as None (R^2 of one run is NaN): stores and JSON
+    hold only finite numbers."""
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in met.items()}
 
 
 def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[str],
@@ -844,6 +850,8 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     """
     from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
 
+    cv = {name: finite_metrics(met) for name, met in cv.items()}
+    cv_by_kind = {name: finite_metrics(met) for name, met in cv_by_kind.items()}
     out = {}
     for kind in kinds:
         probe = Session(ModelConfig(), ParallelPlan(), ClusterConfig(gpu=kind), CostConfig())
@@ -884,5 +892,5 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     return out
 
 
-__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores",
+__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores", "finite_metrics",
             "supported_params"]

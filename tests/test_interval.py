@@ -159,7 +159,15 @@ def test_the_version_1_fixture_opens_without_a_band():
     assert s.residuals is None
 
 
-def test_simulate_json_band_and_analytic_store_without_one(capsys):
+def _analytic_h100(tmp_path):
+    """The analytic H100 store (the shipped one is calibrated): no residuals, no band."""
+    path = tmp_path / "H100-analytic.h5"
+    if not path.exists():
+        generate_store("H100-SXM5-80GB").save(path)
+    return path
+
+
+def test_simulate_json_band_and_analytic_store_without_one(capsys, tmp_path):
     example = EXAMPLES / "gpt3_1.3b_single_node.json"
     assert main(["simulate", str(example), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -179,11 +187,11 @@ def test_simulate_json_band_and_analytic_store_without_one(capsys):
     assert "--coverage" in capsys.readouterr().err
     # the analytic H100 store has no residuals: no band, and the report says why
     assert main(["simulate", str(example), "--json", "--profile",
-                 str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+                 str(_analytic_h100(tmp_path))]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["iteration_time_interval_s"] is None and doc["cost_usd_interval"] is None
     assert "holds no cross-validated residuals" in doc["interval"]["note"]
-    assert main(["simulate", str(example), "--profile", str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    assert main(["simulate", str(example), "--profile", str(_analytic_h100(tmp_path))]) == 0
     assert "no error band" in capsys.readouterr().out
 
 
@@ -245,7 +253,7 @@ def test_validate_adds_coverage_and_band_columns(tmp_path, capsys):
             r["interval_high_s"])
     # the analytic H100 store: every row predicted, none with a band, coverage null
     assert main(["validate", str(path), "--json", "--profile",
-                 str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+                 str(_analytic_h100(tmp_path))]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["interval_coverage"] is None and doc["interval_rows"] == 0
 
@@ -264,11 +272,11 @@ def test_the_version_2_fixture_opens_with_its_residuals():
     assert r.calibration_range("multi_node") == (64, 64, 1e9, 1e9)
 
 
-def test_validate_table_states_coverage_or_why_no_band(capsys):
+def test_validate_table_states_coverage_or_why_no_band(capsys, tmp_path):
     path = shared_file("measured_multi_node.csv")
     assert main(["validate", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "inside 90% band" in out and "of 65 rows (median width" in out
-    assert main(["validate", str(path), "--profile", str(PROFILES_DIR / "H100-SXM5-80GB.h5")]) == 0
+    assert main(["validate", str(path), "--profile", str(_analytic_h100(tmp_path))]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "error band none: no error band:" in out and "holds no cross-validated residuals" in out

@@ -231,7 +231,7 @@ def test_list_stores_shows_provenance(tiny_store, tmp_path):
     broken = next(i for i in infos if i.path.name == "broken.h5")
     assert broken.error
     shipped = list_stores()
-    assert any(i.shipped and i.method == "analytic" for i in shipped)
+    assert any(i.shipped and i.method == "calibrated" for i in shipped)
 
 
 def test_cli_profile_run_and_show(tmp_path, capsys):

@@ -126,8 +126,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
     import numpy as np
 
-    from ..calibrate import (analytic_bases, cross_validate_files, fit, measured_sessions,
-                             shared_fit_kwargs, shared_stores)
+    from ..calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
+                             measured_sessions, shared_fit_kwargs, shared_stores)
     from ..config import GPU_KINDS, gpu_kind
     from ..console import Console, esc
     from ..inputs import strict_dumps
@@ -166,10 +166,11 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
         console.print(f"cross-validating the shared fit on {len(sessions)} rows ({args.folds} folds)...")
         pred, met = cross_validate_files([(sessions, measured)], 0, base, folds=args.folds,
                                          progress=say, **kw)
-        cv["all rows"] = {k: float(v) for k, v in met.items()}
+        cv["all rows"] = finite_metrics({k: float(v) for k, v in met.items()})
         for k in rows_by_kind:
             sel = kinds_of == k
-            cv_by_kind[k] = {a: float(b) for a, b in error_metrics(pred[sel], measured[sel]).items()}
+            cv_by_kind[k] = finite_metrics(
+                {a: float(b) for a, b in error_metrics(pred[sel], measured[sel]).items()})
         residuals = residual_table_from_cv(
             sessions, measured, pred, names, rows,
             procedure=f"cross_validated: {args.folds}-fold cross-validation over all runs, folds "
@@ -189,7 +190,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     out = {"out_dir": str(out_dir), "stores": [f"{k}.h5" for k in stores],
            "parameters": result.op_model, "fitted_parameters": kw["params"],
            "rows_by_kind": rows_by_kind, "cross_validation": cv,
-           "cross_validation_by_kind": cv_by_kind, "in_sample": result.train_metrics}
+           "cross_validation_by_kind": cv_by_kind,
+           "in_sample": finite_metrics(result.train_metrics)}
     if args.json:
         print(strict_dumps(out, indent=2))
         return 0

@@ -107,8 +107,8 @@ def _row_of(tab: ProfilesTab, device: str) -> int:
 def test_lists_the_shipped_stores_with_their_method(tab, profiles_dir):
     stores = {info.device_name: info for info in tab.stores()}
     assert stores["A100-SXM4-80GB"].method == "calibrated" and stores["A100-SXM4-80GB"].shipped
-    assert stores["H100-SXM5-80GB"].method == "analytic" and stores["H100-SXM5-80GB"].shipped
-    for device, method in (("A100-SXM4-80GB", "calibrated"), ("H100-SXM5-80GB", "analytic")):
+    assert stores["H100-SXM5-80GB"].method == "calibrated" and stores["H100-SXM5-80GB"].shipped
+    for device, method in (("A100-SXM4-80GB", "calibrated"), ("H100-SXM5-80GB", "calibrated")):
         assert tab.table.item(_row_of(tab, device), _METHOD).text() == method
     # the shipped stores, one per GPU kind (the user folder does not exist yet)
     assert tab.table.rowCount() == len(tab.stores()) == len(GPU_KINDS)
