@@ -245,7 +245,13 @@ _BEFORE = [
 
 @pytest.mark.parametrize("session, before", _BEFORE)
 def test_cp_1_is_unchanged_bit_for_bit(session, before):
-    r = simulate(session).report
+    # the values were taken with the analytic stores of the time (the shipped H100/H200 stores
+    # are calibrated since): the generator's store of the session's GPU, as then
+    store = None
+    if session.cluster.gpu != "A100-SXM4-80GB":
+        from core.profiles_gen import generate_store
+        store = generate_store(session.cluster.gpu)
+    r = simulate(session, store).report
     assert (r.iteration_time_s, r.max_memory_per_gpu_bytes, r.comm_s) == before
     assert r.cp_comm_s == 0.0
 

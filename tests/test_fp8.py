@@ -17,10 +17,20 @@ from core.gpu_spec import shipped_specs
 from core.graph import lookup_op_times, op_key, stage_times
 from core.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
 from core.session import load_any, save_session
-from core.simulate import open_profile, simulate
+from core.profiles_gen import generate_store
+from core.simulate import simulate
 
-H100 = ROOT / "profiles" / "H100-SXM5-80GB.h5"
-B200 = ROOT / "profiles" / "B200-180GB.h5"
+H100 = "H100-SXM5-80GB"
+B200 = "B200-180GB"
+_ANALYTIC: dict = {}
+
+
+def open_profile(kind: str):
+    """The analytic store of ``kind`` (the generator's; the shipped ones are calibrated, with a
+    fitted FP8 GEMM efficiency): the FP8 model's properties at the spec's efficiencies."""
+    if kind not in _ANALYTIC:
+        _ANALYTIC[kind] = generate_store(kind)
+    return _ANALYTIC[kind]
 EXAMPLES = ROOT / "resources" / "examples"
 
 
