@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["KINDS", "STREAMS", "OPS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
+__all__ = ["KINDS", "STREAMS", "BASE_STREAMS", "OPS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
 
 #: Task kinds; ``ExecutionGraph.kind`` holds indices into this tuple.
 KINDS = (
@@ -25,11 +25,12 @@ KINDS = (
     "pp_p2p",       # 7 pipeline send/recv of activations or their gradients
     "dp_comm",      # 8 data-parallel gradient reduction / parameter all-gather
     "wgrad",        # 9 weight-gradient part of a split backward (zero-bubble W items)
+    "ep_all_to_all",  # 10 expert-parallel token dispatch / combine all-to-all (MoE layers)
 )
 #: Kinds that run on a GPU's compute stream.
 KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5, 9})
 #: Kinds that are communication.
-KIND_COMM = frozenset({6, 7, 8})
+KIND_COMM = frozenset({6, 7, 8, 10})
 #: What a task runs; ``ExecutionGraph.op`` holds indices into this tuple (-1: unknown).
 #: The first nine are the profile store's op names (core.ops); recompute tasks
 #: run the forward ops again (selective recomputation: ``attention_core_fwd``).
@@ -39,9 +40,19 @@ OPS = (
     "tp_all_reduce", "p2p_fwd", "p2p_bwd", "dp_all_reduce",
     # sequence parallelism, sharded optimizers (ZeRO / FSDP), selective recomputation
     "tp_reduce_scatter", "tp_all_gather", "dp_reduce_scatter", "dp_all_gather", "attention_core_fwd",
+    # mixture of experts (core.model_math.MOE_OPS), the expert all-to-alls and the expert
+    # tensor-parallel collectives
+    "router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
+    "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",
+    "shared_experts_bwd", "ep_dispatch", "ep_combine", "etp_all_gather", "etp_reduce_scatter",
 )
-#: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple.
-STREAMS = ("compute", "comm")
+#: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The first two
+#: are every graph's; a later one is a timeline lane of its own only in graphs that use it
+#: (:attr:`ExecutionGraph.lanes`): the expert all-to-alls of MoE layers (which block the
+#: compute stream as the tensor-parallel collectives do).
+STREAMS = ("compute", "comm", "EP all-to-all")
+#: Streams every graph's timeline shows.
+BASE_STREAMS = 2
 
 
 @dataclass
@@ -106,10 +117,22 @@ class ExecutionGraph:
         """Virtual chunks per stage v (1 without interleaving or without a ``chunk`` column)."""
         return 1 if self.chunk is None or not self.chunk.size else int(self.chunk.max()) + 1
 
+    @cached_property
+    def lanes(self) -> tuple[int, ...]:
+        """Streams with a timeline row in every stage: compute and comm, then each later
+        stream of :data:`STREAMS` that a task of this graph uses."""
+        used = np.unique(self.stream) if self.stream.size else np.empty(0, int)
+        return tuple(range(BASE_STREAMS)) + tuple(int(x) for x in used if x >= BASE_STREAMS)
+
     @property
     def row(self) -> np.ndarray:
-        """Timeline row per task, ``stage * len(STREAMS) + stream``; int32 (n,)."""
-        return self.stage.astype(np.int32) * len(STREAMS) + self.stream.astype(np.int32)
+        """Timeline row per task, ``stage * len(lanes) + lanes.index(stream)`` (without a later
+        stream: ``stage * 2 + stream``); int32 (n,)."""
+        lanes = self.lanes
+        lane = self.stream.astype(np.int32)
+        if len(lanes) > BASE_STREAMS:
+            lane = np.searchsorted(np.array(lanes), lane).astype(np.int32)
+        return self.stage.astype(np.int32) * len(lanes) + lane
 
 
 @dataclass

@@ -44,7 +44,8 @@ class Report:
     of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
     on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
     ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
-    recomputed forward (Eq. 3 as written, factor 96 instead of 72).
+    recomputed forward (Eq. 3 as written, factor 96 instead of 72). For MoE models the
+    FLOPs count the active parameters only (:attr:`num_active_parameters`).
     """
 
     num_gpus: int
@@ -57,12 +58,15 @@ class Report:
     model_flops_per_iteration: float
     mfu: float
     hfu: float
+    #: parameters a token passes through (MoE: ``moe_top_k`` routed experts of each MoE layer;
+    #: equal to num_parameters for dense models), :func:`core.model_math.num_active_parameters`
+    num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
     #: stages and free pipeline transfers (1F1B with uniform stages: (p-1)/(m+p-1))
     bubble_fraction: float
     #: mean over stages of compute / blocking tensor- and data-parallel communication /
-    #: pipeline bubble time per iteration (seconds); with pp_comm_s and imbalance_s they
-    #: sum to the iteration time
+    #: pipeline bubble time per iteration (seconds); with ep_comm_s, pp_comm_s and imbalance_s
+    #: they sum to the iteration time
     compute_s: float
     comm_s: float
     bubble_s: float
@@ -89,6 +93,10 @@ class Report:
     stage_pp_comm_s: list[float] = field(default_factory=list)
     #: idle time that unequal stages add to the schedule's bubble (mean over stages)
     imbalance_s: float = 0.0
+    #: the MoE layers' expert all-to-alls (token dispatch and combine, forward and backward;
+    #: they block the compute stream), mean over stages and per stage; 0 for dense models
+    ep_comm_s: float = 0.0
+    stage_ep_comm_s: list[float] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None

@@ -232,22 +232,26 @@ def simulate(session: Session, store: ProfileStore | None = None,
     kind = graph.kind
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    ep_mask = kind == KINDS.index("ep_all_to_all")
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         comm_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
+    stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
+    # the expert all-to-alls block the compute stream: blocking communication, named apart
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    stage_all_comm = stage_comm + stage_ep
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, st)
-    stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
+    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean()))
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()))
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
@@ -268,12 +272,15 @@ def simulate(session: Session, store: ProfileStore | None = None,
         iteration_time_s=T,
         tokens_per_s=cost.tokens_per_s,
         num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters=model_math.num_active_parameters(session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
         bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
+        ep_comm_s=float(stage_ep.mean()),
+        stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
