@@ -343,8 +343,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     GPT ops and times only GPT shapes. Such a variant takes the tabulated
     op's time scaled by the ratio of their analytic times, so a measured or
     calibrated op time carries over to the kernels it shares with its variant.
-    MoE models add :data:`core.model_math.MOE_OPS`; a measured store without their tables
-    times them with its analytic model and one warning says so.
+    MoE models add :data:`core.model_math.MOE_OPS`; a measured or calibrated store without
+    their tables times them with its analytic model and one warning says so.
     """
     key = op_key(session)
     plain = {**key, "sp": False}
@@ -352,10 +352,11 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     out = OpTimes({})
     tables = set(store.op_names())
     moe_ops = MOE_OPS if session.model.is_moe else ()
-    if moe_ops and method == "measured" and not set(moe_ops) <= tables:
+    if moe_ops and method != "analytic" and not set(moe_ops) <= tables:
         out.warnings.append(f"MoE ops (router, token permutation, experts, shared experts) are "
                             f"not in the {method} profile of {store.device_name}: the store's "
-                            "analytic model times them")
+                            "analytic model (its fitted parameters, no measured or per-shape "
+                            "times) times them")
     for op in _LOOKUP_OPS + moe_ops:
         base = DERIVED_OPS.get(op, op)
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
