@@ -30,19 +30,21 @@ import numpy as np
 
 from . import model_math, schedules
 from .comm import CommModel
-from .config import Session, grad_dtype, padded_vocab_size
+from .config import Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype
 from .graph_types import KINDS, OPS, ExecutionGraph
+from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
 from .model_math import MOE_OPS, expert_data_parallel, expert_tensor_parallel, moe_ffn
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
-           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share", "moe_comm_bytes"]
+           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share",
+           "fp8_weight_cast_time", "moe_comm_bytes"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
-COMPUTE, COMM, EP = 0, 1, 2  # streams (core.graph_types.STREAMS)
+COMPUTE, COMM, CP_RING, EP = 0, 1, 2, 3  # streams (core.graph_types.STREAMS)
 
 
 @dataclass
@@ -290,13 +292,14 @@ def params_per_gpu(session: Session) -> np.ndarray:
 
 def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
-    its ``1/d`` shard from ZeRO stage 1 on (Megatron's distributed optimizer; the routed
-    experts' parameters shard over the expert-data-parallel group instead)."""
+    its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
+    the data-parallel group with the context-parallel ranks; the routed experts' parameters
+    over the expert-data-parallel group instead)."""
     n = params_per_gpu(session)
     if session.plan.zero_stage < 1:
         return n
     experts = model_math.expert_params_per_gpu(session.model, session.plan)
-    return (n - experts) / session.plan.data_parallel + experts / expert_data_parallel(session.plan)
+    return (n - experts) / session.plan.dp_cp_size + experts / expert_data_parallel(session.plan)
 
 
 @dataclass
@@ -309,14 +312,22 @@ class OpTimes:
 
 def op_key(session: Session) -> dict:
     """Key of the session's ops: the profile store's key columns (:data:`core.ops.OP_KEYS`) plus
-    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels)."""
+    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
+    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.config.fp8_recipe`); ``dtype``
+    is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
+
+    ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
+    parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
+    core attends to the whole sequence in a ring of ``cp`` steps."""
     m, pl = session.model, session.plan
-    t = pl.tensor_parallel
-    key = dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+    t, cp = pl.tensor_parallel, pl.context_parallel
+    key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
+               a=m.num_attention_heads,
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                g=m.query_groups, act=m.activation, norm=m.normalization,
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-               sp=bool(pl.sequence_parallel and t > 1))
+               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
+               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
     if m.is_moe:  # the MoE ops' columns (core.model_math.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
                    etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
@@ -343,11 +354,17 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     GPT ops and times only GPT shapes. Such a variant takes the tabulated
     op's time scaled by the ratio of their analytic times, so a measured or
     calibrated op time carries over to the kernels it shares with its variant.
+    Tables hold no FP8 ops either (no recipe column): an FP8 op takes its BF16
+    row's time scaled the same way (FP8 GEMMs and quantization kernels against
+    BF16 GEMMs, :func:`core.model_math.op_kernels`).
     MoE models add :data:`core.model_math.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
     """
     key = op_key(session)
-    plain = {**key, "sp": False}
+    # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
+    table_key = {c: v for c, v in key.items() if c != "fp8"}
+    table_key["dtype"] = tensor_dtype(str(key["dtype"]))
+    plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
@@ -358,13 +375,15 @@ def lookup_op_times(session: Session, store) -> OpTimes:
                             "analytic model (its fitted parameters, no measured or per-shape "
                             "times) times them")
     for op in _LOOKUP_OPS + moe_ops:
+        if op == "attention_core_bwd" and key["cp"] == 1:
+            continue  # only the context-parallel ring splits the attention backward
         base = DERIVED_OPS.get(op, op)
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
-        covered = base in tables and table_covers(base, key, store.op_table(base)[0])
-        lk = store.op_time(base, key) if covered else None
+        covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
+        lk = store.op_time(base, table_key) if covered else None
         if lk is not None:
             out.times[op] = lk.time_s
-            if op != base or key["sp"]:
+            if op != base or key["sp"] or key != table_key:
                 out.times[op] *= (analytic_op_time(op, key, store)
                                   / analytic_op_time(base, plain, store))
             if lk.extrapolated and method == "measured" and op == base:
@@ -378,10 +397,21 @@ def lookup_op_times(session: Session, store) -> OpTimes:
 
 
 def optimizer_time(store, num_params: float, dtype: str) -> float:
-    """Seconds for the optimizer step over ``num_params`` parameters on one GPU."""
-    key = {"n": int(num_params), "dtype": dtype}
+    """Seconds for the optimizer step over ``num_params`` parameters on one GPU (``dtype`` the
+    training precision; FP8 training steps BF16 weights, :func:`core.config.tensor_dtype`)."""
+    key = {"n": int(num_params), "dtype": tensor_dtype(dtype)}
     lk = store.op_time(OPTIMIZER_OP, key)
     return lk.time_s if lk is not None else analytic_op_time(OPTIMIZER_OP, key, store)
+
+
+def fp8_weight_cast_time(store, num_weights: float, recipe: str) -> float:
+    """Seconds to quantize ``num_weights`` BF16 weights of the linear layers to FP8 on one GPU,
+    once per iteration (:data:`core.model_math.FP8_WEIGHT_CAST_OP`,
+    :func:`core.model_math.fp8_cast_kernels`); the analytic model of ``store``."""
+    if num_weights <= 0:
+        return 0.0
+    return analytic_op_time(FP8_WEIGHT_CAST_OP, {"n": int(num_weights), "dtype": "fp8",
+                                                 "fp8": recipe}, store)
 
 
 #: Granularity of :func:`build_graph`: one task per op (``"op"``) or per stage and micro-batch.
@@ -434,7 +464,8 @@ def weight_gradient_share(op: str, session: Session) -> float:
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)
+        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        # tokens attend to s: the core's share per rank is the same)
     if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd"):
         return 0.5
     if op == "embedding_bwd":
@@ -447,9 +478,14 @@ def weight_gradient_share(op: str, session: Session) -> float:
 #: collective of one bucket (a layer's, an MoE layer's, or the first or last stage's other
 #: parameters), or the input- (B) and weight-gradient (W) parts of a backward op that a split
 #: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
+#: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
+#: ring's K/V exchange per attention op, split into its part hidden under the core's steps
+#: and its exposed part (:func:`_cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{b}_{k}" for b in ("layer", "first", "last", "moe") for k in ("ag", "rs", "ar")),
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
+            "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
+            *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
             *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter")
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
@@ -627,9 +663,10 @@ class _Structure:
     itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
     indices ``(first, stop)``; ``recomputed``: how many of its first layers full
     recomputation recomputes; ``split``: the backward is split into B and W (ZB-H1);
-    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``:
+    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d*cp > 1``; ``sp``:
     sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
-    the templates (ZeRO 2/3, or overlapped reduction or gather). MoE models:
+    the templates (ZeRO 2/3, or overlapped reduction or gather); ``cp``: context
+    parallelism (``cp > 1``: ring attention). MoE models:
     ``moe_layers`` the chunk's MoE layers (global indices; empty for dense models), ``ep``
     whether ``ep > 1`` (expert all-to-alls), ``etp_mode`` how the experts' tensor
     parallelism communicates (``"none"`` with ``etp = 1``; ``"gather"``: the dispatched tokens
@@ -650,6 +687,7 @@ class _Structure:
     zero_stage: int
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    cp: bool = False
     moe_layers: tuple[int, ...] = ()
     ep: bool = False
     etp_mode: str = "none"
@@ -683,14 +721,14 @@ def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
                       schedules.get(pl.schedule).splits_backward,
                       t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
                       pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
-                      **moe)
+                      pl.context_parallel > 1, **moe)
 
 
 def _reduces_gradients(session: Session) -> bool:
-    """Whether gradients are reduced across GPUs: ``d > 1``, or an MoE model whose routed
-    experts have ``edp > 1`` replicas (with ``d = 1`` and ``t > etp*ep``)."""
+    """Whether gradients are reduced across GPUs: ``d*cp > 1``, or an MoE model whose routed
+    experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
     pl = session.plan
-    return pl.data_parallel > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
+    return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
 
 
 @lru_cache(maxsize=4096)
@@ -704,6 +742,24 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     def comm(out: _Unit, kind: str) -> None:
         out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
 
+    def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
+        """Context parallelism: an attention op as its part outside the ring (``pre``, when
+        given), the ring's core steps and the exposed part of their K/V exchange, which blocks
+        compute; the hidden part of the exchange runs on the "CP ring" stream beside the core
+        (:func:`_cp_ring_times`)."""
+        if pre is not None:
+            out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
+        out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],
+                         len(out.tasks) - 1, -1))
+        out.add(kind, COMPUTE, f"attention_core_{phase}", f"attention_core_{phase}")
+        out.add(K["cp_p2p"], CP_RING, f"cp_{phase}_exposed", "cp_send_recv")
+
+    def compute(out: _Unit, kind: int, source: str, op: str) -> None:
+        if st.cp and op in ("attention_fwd", "attention_bwd"):
+            ring(out, kind, "fwd" if op == "attention_fwd" else "bwd", source + ":pre")
+        else:
+            out.add(kind, COMPUTE, source, op)
+
     def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
@@ -713,9 +769,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if st.split and wunit is not None and op in _W_OPS:
             wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
             if op != "embedding_bwd":  # all weight gradient: no B task
-                out.add(kind, COMPUTE, op + ":B", op)
+                compute(out, kind, op + ":B", op)
         else:
-            out.add(kind, COMPUTE, op, op)
+            compute(out, kind, op, op)
         if st.tp and after:
             comm(out, "reduce_scatter" if sp else "all_reduce")
 
@@ -882,7 +938,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                     moe_bwd(u)
                 else:
                     block(u, K["backward"], "mlp_bwd", True, True)
-                if st.selective:
+                if st.selective and st.cp:  # the core recomputed runs its ring again
+                    ring(u, K["recompute"], "fwd", None)
+                elif st.selective:
                     u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
                 block(u, K["backward"], "attention_bwd", True, True)
 
@@ -913,6 +971,11 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
         share = weight_gradient_share(op, session)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
+    if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
+        v[_SRC["attention_fwd:pre"]] = times["attention_fwd"] - times["attention_core_fwd"]
+        v[_SRC["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
+        v[_SRC["attention_bwd:B:pre"]] = max(v[_SRC["attention_bwd:B"]]
+                                             - times["attention_core_bwd"], 0.0)
     for name, sec in (moe or {}).items():
         v[_SRC[name]] = sec
     for kind, sec in (tp or {}).items():
@@ -1120,6 +1183,30 @@ def _representatives(p: int) -> list[int]:
     return sorted({0, min(1, p - 1), p - 1})
 
 
+def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float,
+                   double_s: float) -> dict[str, float]:
+    """The context-parallel ring of one attention op, forward and backward: its exchange's part
+    hidden under the core's steps and its exposed part, seconds (the :data:`_SOURCES` entries
+    ``cp_{fwd,bwd}_{hidden,exposed}``).
+
+    Transformer Engine's ring attention (``AttnFuncWithCPAndKVP2P``, Megatron-Core's
+    ``--context-parallel-size``) runs the core in ``cp`` equal steps (:mod:`core.model_math`:
+    each a causal ``s/cp x s/cp`` problem), ``c = core/cp`` each, and starts each step's
+    transfer with the step, so the next step waits for it: a step takes ``max(c, x)``
+    for a transfer of ``x`` seconds, of which ``min(c, x)`` is hidden and ``max(0, x - c)``
+    exposed. Forward: ``cp - 1`` transfers of one K/V block (``block_s``) under the first
+    ``cp - 1`` steps. Backward: ``cp`` transfers under the ``cp`` steps: K/V in the first,
+    K/V with the running dK/dV (two blocks, ``double_s``) in the next ``cp - 2``, dK/dV in
+    the last (the owner needs it before the attention backward ends).
+    """
+    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
+    bwd = np.array([block_s] + [double_s] * (cp - 2) + [block_s])
+    return {"cp_fwd_hidden": (cp - 1) * min(block_s, c_f),
+            "cp_fwd_exposed": (cp - 1) * max(block_s - c_f, 0.0),
+            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
+            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
+
+
 def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
@@ -1130,7 +1217,7 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     m, pl = session.model, session.plan
     t, p = pl.tensor_parallel, pl.pipeline_parallel
     g = DTYPE_BYTES[grad_dtype(pl)]
-    e = DTYPE_BYTES[pl.precision]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # FP8 training gathers BF16 weights
     fam = model_math.family_of(m)
     sharded, replicated = fam.layer_parameters(m)
     layer = sharded / t + replicated
@@ -1177,8 +1264,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         The profile lacks the dtype or collectives the plan needs.
     """
     m, pl, cl = session.model, session.plan, session.cluster
-    t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
-    e = DTYPE_BYTES[pl.precision]
+    # gradients reduce and the optimizer shards over the data-parallel ranks with the
+    # context-parallel ones (Megatron-Core), d*cp in all (d without context parallelism)
+    t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
     okey = ("ops", id(store), tuple(sorted(key.items())))
@@ -1190,8 +1279,14 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         ops = cache[okey]
     times = ops.times
     comm = CommModel(store, pl, cl)
-    # CommModel reads the store, the cluster and the plan's t and d (rank placement)
-    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d)
+    # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp)
+    if cp > 1:
+        blk = model_math.cp_kv_block_bytes(m, pl)
+        times = {**times, **_cp_ring_times(
+            cp, times["attention_core_fwd"], times["attention_core_bwd"],
+            *(_memo(cache, ("cp", ckey, pl.data_parallel, n), warnings,
+                    _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
     moe = m.is_moe
     reduces = _reduces_gradients(session)
     # the expert groups' placement also reads ep and etp
@@ -1209,7 +1304,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         return _memo(cache, ("edp", ekey, kind, nbytes), warnings,
                      _comm_call(comm, "edp_collective", kind, nbytes))
 
-    act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
+    act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
     tp = None
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
@@ -1262,11 +1357,13 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
+    recipe = fp8_recipe(pl)
+    fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
 
     def both(kind: str, i: int, nbytes: float) -> float:
-        """``kind`` over d of the stage's parameters but the routed experts', and over edp of
+        """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
         the experts' (two collectives one after the other)."""
-        x = dp_call(kind, n_params[i] * nbytes) if d > 1 else 0.0
+        x = dp_call(kind, n_params[i] * nbytes) if pl.dp_cp_size > 1 else 0.0
         return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
 
     for i in reps:
@@ -1277,6 +1374,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                 after_opt[i] = both("all_gather", i, e)
         opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
+        if recipe is not None:  # TE re-quantizes the updated weights once per iteration
+            opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
+                              lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
     if p > 2 and alike:
         for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]
@@ -1308,7 +1408,7 @@ def moe_comm_bytes(session: Session) -> dict[str, float]:
     """Bytes per GPU of one MoE layer's communication per micro-batch, by source.
 
     ``ep_all_to_all``: the send buffer of one dispatch (or combine) all-to-all, the rank's
-    ``T_in`` tokens (``b s/t`` with sequence parallelism, ``b s`` without) times ``k`` copies
+    ``T_in`` tokens (``b s/(cp t)`` with sequence parallelism, ``b s/cp`` without) times ``k`` copies
     times ``h`` elements, times ``moe_imbalance_factor`` (the busiest rank); ``(ep-1)/ep``
     of it leaves the rank (:meth:`core.comm.CommModel.all_to_all`). ``etp_all_gather``,
     ``etp_reduce_scatter``: the whole buffer of the expert tensor-parallel group, ``etp``
@@ -1318,7 +1418,7 @@ def moe_comm_bytes(session: Session) -> dict[str, float]:
     t = pl.tensor_parallel
     e = DTYPE_BYTES[pl.precision]
     sp = bool(pl.sequence_parallel and t > 1)
-    T_in = pl.micro_batch_size * m.seq_length / (t if sp else 1)
+    T_in = pl.micro_batch_size * (m.seq_length // pl.context_parallel) / (t if sp else 1)
     a2a = T_in * m.moe_top_k * m.hidden_size * e * float(pl.moe_imbalance_factor)
     etp = expert_tensor_parallel(pl)
     return {"ep_all_to_all": a2a, "etp_all_gather": etp * a2a, "etp_reduce_scatter": etp * a2a}
@@ -1388,7 +1488,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         return dst[by_src[lo:hi]]
 
     n0 = graph.num_tasks
-    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped")
+    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped", "kind")
     new: dict[str, list] = {k: [] for k in cols}
     e_src: list[np.ndarray] = []
     e_dst: list[np.ndarray] = []
@@ -1413,10 +1513,10 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         for phase, chunk, mb, first, last in items:
             tmpl = tmpls[(phase, chunk)]
             prev: dict[int, int] = {}
-            for dur, layer, op, after, before in zip(
+            for dur, layer, op, after, before, kind in zip(
                     tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
-                    tmpl.side_after.tolist(), tmpl.side_before.tolist()):
-                x = task((dur, i, mb, layer, op, chunk, phase, True))
+                    tmpl.side_after.tolist(), tmpl.side_before.tolist(), tmpl.side_kind.tolist()):
+                x = task((dur, i, mb, layer, op, chunk, phase, True, kind))
                 edges(preds(first) if after < 0 else first + after, x)
                 if op in prev:
                     edges(prev[op], x)
@@ -1432,7 +1532,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
                     start_prev = {}
                 for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
                                                   tmpl.start_op.tolist(), tmpl.start_before.tolist()):
-                    x = task((dur, i, -1, layer, op, chunk, -1, True))
+                    x = task((dur, i, -1, layer, op, chunk, -1, True, K["dp_comm"]))
                     if op in start_prev:
                         edges(start_prev[op], x)
                     start_prev[op] = x
@@ -1442,14 +1542,15 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
                 prev = {}
                 for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
                                                  tmpl.last_op.tolist(), tmpl.last_after.tolist()):
-                    x = task((dur, i, mb, layer, op, chunk, phase, True))
+                    x = task((dur, i, mb, layer, op, chunk, phase, True, K["dp_comm"]))
                     edges(first + after, x)
                     if op in prev:
                         edges(prev[op], x)
                     prev[op] = x
                     edges(x, tail[0])
         if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
-            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False))
+            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False,
+                      K["dp_comm"]))
             edges(tail[-1], x)
     k = len(new["dur"])
     if not k:
@@ -1458,10 +1559,12 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
     def col(name: str, dtype) -> np.ndarray:
         return np.array(new[name], dtype)
 
+    kinds = col("kind", np.int8)
     return ExecutionGraph(
         duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
-        kind=np.concatenate([graph.kind, np.full(k, K["dp_comm"], np.int8)]),
-        stream=np.concatenate([graph.stream, np.full(k, COMM, np.int8)]),
+        kind=np.concatenate([graph.kind, kinds]),
+        stream=np.concatenate([graph.stream, np.where(kinds == K["cp_p2p"], CP_RING, COMM
+                                                      ).astype(np.int8)]),
         stage=np.concatenate([graph.stage, col("stage", np.int32)]),
         microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
         layer=np.concatenate([graph.layer, col("layer", np.int32)]),

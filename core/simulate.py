@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import ConfigError, FieldError, Session, check
-from .costing import costing
+from .config import GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe, tensor_dtype
+from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
@@ -26,7 +26,7 @@ from .schedules import get as get_schedule
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
            "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
@@ -113,9 +113,20 @@ def model_flops_per_iteration(session: Session, recomputed: bool = False) -> flo
     return model_math.model_flops_per_iteration(session.model, session.plan)
 
 
-def stage_memory(session: Session) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`)."""
-    return model_math.stage_memory(session.model, session.plan)
+def stage_memory(session: Session, store=None) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`); with FP8,
+    whether the GPU keeps transposed FP8 weight copies comes from ``store``'s peaks, or without
+    a store from the shipped GPU kind (:func:`fp8_tn`)."""
+    return model_math.stage_memory(session.model, session.plan, fp8_tn(session, store))
+
+
+def fp8_tn(session: Session, store=None) -> bool:
+    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model_math.fp8_tn_only`):
+    from ``store``'s peaks, else from :data:`core.config.GPU_FP8_DTYPES` of ``cluster.gpu``
+    (true for a kind not listed)."""
+    if store is not None:
+        return model_math.fp8_tn_only(store.peak_flops)
+    return "mxfp8" not in GPU_FP8_DTYPES.get(session.cluster.gpu, ())
 
 
 def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
@@ -233,34 +244,39 @@ def simulate(session: Session, store: ProfileStore | None = None,
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
     ep_mask = kind == KINDS.index("ep_all_to_all")
+    cp_mask = kind == KINDS.index("cp_p2p")
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         comm_mask &= ~graph.overlapped
+        cp_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
     # the expert all-to-alls block the compute stream: blocking communication, named apart
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
-    stage_all_comm = stage_comm + stage_ep
+    stage_all_comm = stage_comm + stage_ep  # blocking or exposed
+    # the context-parallel ring's exposed part (what the attention core's steps wait for)
+    stage_cp = np.bincount(graph.stage[cp_mask], graph.duration_s[cp_mask], minlength=p)
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, st)
-    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm, 0.0)
+    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm - stage_cp, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()))
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()
+                                   + stage_cp.mean()))
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
     cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
-                   num_gpus=pl.num_gpus, peak_flops_per_gpu=float(store.peak_flops[pl.precision]),
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
-    memory = stage_memory(session)
+    memory = stage_memory(session, store)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
@@ -282,6 +298,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         ep_comm_s=float(stage_ep.mean()),
         stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
+        cp_comm_s=float(stage_cp.mean()),
+        stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
@@ -293,6 +311,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         gpu_hours=cost.gpu_hours,
         cost_usd=cost.cost_usd,
         memory=memory,
+        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,
@@ -312,11 +331,12 @@ def graph_size_estimate(session: Session) -> int:
 
     Per micro-batch: attention and MLP forward and backward per layer (twice more under
     full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
-    embedding and output tasks; two pipeline transfers per stage boundary.
+    embedding and output tasks; two pipeline transfers per stage boundary; with context
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange).
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
-    per_layer = _tasks_per_layer(pl)
+    per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
     per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
