@@ -312,3 +312,32 @@ def test_moe_activations_grow_with_top_k():
     per_copy = 2 * h + 6 * f + 2 * h  # fc1 input, SwiGLU's fc1 output and product, unpermute input
     assert a4 - a2 == pytest.approx(2 * T * per_copy)
     assert mm.moe_activation_bytes_per_layer(s.model, s.plan, "full") == 2 * T * h
+
+
+# --------------------------------------------------------------------------- presets, sweep
+
+@pytest.mark.parametrize("preset", ["Mixtral 8x7B", "Qwen3-30B-A3B"])
+def test_moe_presets_simulate(preset):
+    """The editor's MoE presets are modelled: accepted, simulated, MFU on active parameters."""
+    from core.config import MODEL_PRESETS
+    m = dataclasses.replace(MODEL_PRESETS[preset], seq_length=4096)
+    s = _session(m, pipeline_parallel=2, data_parallel=16, expert_parallel=8)
+    assert _errors(s) == {}
+    r = simulate(s).report
+    assert r.num_active_parameters < r.num_parameters
+    assert 0 < r.mfu < 1 and r.ep_comm_s > 0
+
+
+def test_sweep_adds_expert_parallel_only_for_moe_models():
+    from core.sweep import SweepSpace, enumerate_plans
+    space = SweepSpace(num_gpus=64, tensor_parallel=(1, 2), pipeline_parallel=(4,),
+                       micro_batch_sizes=(1,), schedules=("1f1b",), recompute=("full",),
+                       sequence_parallel=(True,))
+    dense = _session(dataclasses.replace(MIXTRAL, num_experts=None), expert_parallel=1)
+    dense_plans = enumerate_plans(dense, space)
+    assert {pl.expert_parallel for pl in dense_plans} == {1}
+    assert len(dense_plans) == len(enumerate_plans(dense, dataclasses.replace(space, expert_parallel=(1,))))
+    moe_plans = enumerate_plans(_session(expert_parallel=1), space)
+    assert {pl.expert_parallel for pl in moe_plans} == {1, 2, 4, 8}  # divisors of E = 8
+    # ep*etp divides t*d: t=2 (etp=t) with d=8 takes ep up to 8; t=1, d=16 too
+    assert len(moe_plans) == 2 * 4
