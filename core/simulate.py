@@ -332,20 +332,28 @@ def graph_size_estimate(session: Session) -> int:
     Per micro-batch: attention and MLP forward and backward per layer (twice more under
     full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
     embedding and output tasks; two pipeline transfers per stage boundary; with context
-    parallelism each attention op's ring (its core, the exposed and the hidden exchange).
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange);
+    each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
+    all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
+    experts and their collectives) where the dense MLP has 3, the same in the backward and the
+    recomputed forward, and two more weight-gradient parts.
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
-    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
+    n_moe = int(model_math.moe_layer_mask(m).sum())
+    moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
+    per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
 
 def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
-    each with its tensor-parallel all-reduce when ``t > 1``."""
-    return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+    each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
+    reduce-scatter after with sequence parallelism)."""
+    comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
+    return (6 + (2 if pl.recompute == "full" else 0)) * comm
 
 
 def check_finite(report: Report) -> None:

@@ -341,3 +341,38 @@ def test_sweep_adds_expert_parallel_only_for_moe_models():
     assert {pl.expert_parallel for pl in moe_plans} == {1, 2, 4, 8}  # divisors of E = 8
     # ep*etp divides t*d: t=2 (etp=t) with d=8 takes ep up to 8; t=1, d=16 too
     assert len(moe_plans) == 2 * 4
+
+
+def test_graph_size_estimate_bounds_moe_graphs():
+    """The simulator's task-count guard stays an upper estimate with MoE layers (every MoE
+    task: expert tensor parallelism, shared experts, full recomputation, split backward)."""
+    from core.simulate import graph_size_estimate
+    m = dataclasses.replace(MIXTRAL, num_shared_experts=1, moe_layer_frequency=2)
+    for plan in (dict(tensor_parallel=2, sequence_parallel=True, expert_parallel=4,
+                      expert_tensor_parallel=2, recompute="full"),
+                 dict(tensor_parallel=2, sequence_parallel=True, expert_parallel=4,
+                      expert_tensor_parallel=2, schedule="zb-h1")):
+        s = _session(m, pipeline_parallel=2, data_parallel=8, global_batch_size=32, **plan)
+        assert _errors(s) == {}
+        g, _ = build_graph(s, session_profile(s))
+        assert g.num_tasks <= graph_size_estimate(s)
+
+
+def test_calibration_linearizes_moe_ops_as_compute():
+    """The calibration's critical-path linearization counts the MoE ops as compute (their
+    kernels scale with the fitted efficiencies), and its prediction is the simulator's."""
+    from core.calibrate import linearize, model_store, predict_linearized, shape_key
+    s = _session(pipeline_parallel=2, data_parallel=16, global_batch_size=32)
+    base = session_profile(s)
+    op_model = dict(base.op_model or {})
+    row = linearize(s, base, op_model)
+    # the ops on the path have kernels: the MoE ops' FLOPs are in the row
+    fc1 = op_kernels("experts_fwd", _key(s))[0]
+    assert np.isclose(row.kernels[0], fc1.flops, rtol=1e-12).any()
+    flops = float((row.kernels[0] * row.op_count[row.kernel_op]).sum())
+    dense = _session(dataclasses.replace(MIXTRAL, num_experts=None), expert_parallel=1,
+                     pipeline_parallel=2, data_parallel=16, global_batch_size=32)
+    assert flops > 0
+    expect = simulate(s, model_store(base, op_model)).report.iteration_time_s
+    assert predict_linearized([row], op_model)[0] == pytest.approx(expect, rel=1e-6)
+    assert shape_key(s) != shape_key(dense)
