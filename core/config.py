@@ -955,8 +955,10 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
     if m.moe_top_k > E:
         errs.append(FieldError("model.moe_top_k", f"moe_top_k={m.moe_top_k} is more than "
                                f"num_experts={E}: a token is routed to distinct experts"))
-    if not any(i >= m.moe_first_dense_layers and i % m.moe_layer_frequency == 0
-               for i in range(m.num_layers)):
+    k, first = m.moe_layer_frequency, m.moe_first_dense_layers
+    if k < 1 or first < 0:
+        return errs  # bound errors are reported by section_errors
+    if (m.num_layers - 1) // k < -(-first // k):  # no multiple of k in first..L-1
         errs.append(FieldError("model.moe_first_dense_layers", f"moe_first_dense_layers="
                                f"{m.moe_first_dense_layers} and moe_layer_frequency="
                                f"{m.moe_layer_frequency} leave no MoE layer among the "

@@ -47,7 +47,7 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -623,6 +623,16 @@ def moe_layer_mask(model: ModelConfig) -> np.ndarray:
     return (i >= model.moe_first_dense_layers) & (i % model.moe_layer_frequency == 0)
 
 
+def num_moe_layers(model: ModelConfig) -> int:
+    """How many layers :func:`moe_layer_mask` marks, in closed form (no per-layer array: the
+    editor asks for sizes before they are checked): the multiples of ``moe_layer_frequency``
+    from ``moe_first_dense_layers`` to ``L - 1``; 0 for a dense model."""
+    if not model.is_moe:
+        return 0
+    k, first, L = model.moe_layer_frequency, model.moe_first_dense_layers, model.num_layers
+    return max(0, (L - 1) // k - (-(-first // k)) + 1)
+
+
 def moe_ffn(model: ModelConfig) -> int:
     """Hidden size of one expert's MLP: ``moe_ffn_hidden_size``, or the dense MLP's when unset."""
     return model.moe_ffn_hidden_size or model.ffn
@@ -971,7 +981,7 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
     first, last = fam.edge_parameters(model, tensor_parallel)
-    n_moe = int(moe_layer_mask(model).sum())
+    n_moe = num_moe_layers(model)
     moe = moe_layer_parameters(model) if n_moe else None
     moe_layer = moe.sharded + moe.replicated + moe.experts if moe else 0.0
     return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)))
@@ -984,7 +994,7 @@ def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
     announcement: "12.9B active parameters per token")."""
     total = num_parameters(model, tensor_parallel)
-    n_moe = int(moe_layer_mask(model).sum())
+    n_moe = num_moe_layers(model)
     if not n_moe:
         return total
     moe = moe_layer_parameters(model)
@@ -1042,6 +1052,8 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """MoE layers of each pipeline stage (:func:`moe_layer_mask` over :func:`stage_layers`),
     float array shape (p,)."""
+    if not model.is_moe:
+        return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
     return np.array([mask[r.start:r.stop].sum() for r in stage_layers(model, plan)], float)
 
@@ -1104,7 +1116,7 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
 def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> float:
     """Forward FLOPs per token of all ``L`` layers: the dense layers' ``dense_layer`` each and
     the MoE layers' :func:`_moe_forward_flops_per_token` (active parameters only)."""
-    n_moe = int(moe_layer_mask(model).sum())
+    n_moe = num_moe_layers(model)
     moe = _moe_forward_flops_per_token(model) if n_moe else 0.0
     return (model.num_layers - n_moe) * dense_layer + n_moe * moe
 

@@ -341,7 +341,7 @@ def graph_size_estimate(session: Session) -> int:
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
-    n_moe = int(model_math.moe_layer_mask(m).sum())
+    n_moe = model_math.num_moe_layers(m)
     moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
     per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel

@@ -86,6 +86,11 @@ def test_moe_layer_placement():
     first_k_dense_replace keeps the first layers dense."""
     m = dataclasses.replace(MIXTRAL, num_layers=8, moe_layer_frequency=2, moe_first_dense_layers=3)
     assert mm.moe_layer_mask(m).tolist() == [False, False, False, False, True, False, True, False]
+    for L, k, first in [(8, 2, 3), (8, 1, 0), (9, 3, 0), (10, 4, 9), (5, 2, 5), (48, 1, 3)]:
+        x = dataclasses.replace(m, num_layers=L, moe_layer_frequency=k, moe_first_dense_layers=first)
+        assert mm.num_moe_layers(x) == int(mm.moe_layer_mask(x).sum())
+    huge = dataclasses.replace(m, num_experts=None, num_layers=2**40)  # the editor asks first
+    assert mm.num_moe_layers(huge) == 0 and mm.num_active_parameters(huge) > 0
     dense_layer = sum(mm._dense_layer_parameters(m))
     moe = mm.moe_layer_parameters(m)
     first, last = mm._dense_edge_parameters(m, 1)
