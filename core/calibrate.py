@@ -107,6 +107,8 @@ def shape_key(session: Session) -> tuple:
     family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
               m.attention_kernel, int(m.qk_layernorm))
     gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0)
+    if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
+        family += (pl.context_parallel,)
     return key if family == gpt else key + family
 
 
