@@ -328,3 +328,17 @@ def test_megatron_script_round_trip_keeps_cp_and_the_world_size():
     back = session_from_launch(read_launch(text)).session
     assert back.plan.context_parallel == 4 and back.plan.data_parallel == 3
     assert back.plan.num_gpus == s.plan.num_gpus == 48
+
+
+def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
+    """GB200 NVL72 (72 GPUs a node), t=8, cp=2: groups of 16 ranks; 72 is no multiple of 16,
+    so with more than one node some group straddles a boundary and its ring crosses nodes."""
+    s = _session(seq=131072, cp=2, t=8, d=4, B=8, gpu="GB200-NVL72")
+    s.cluster.gpus_per_node = 72
+    check(s)
+    store = session_profile(s)
+    assert CommModel(store, s.plan, s.cluster).cp_ring_in_node()  # 64 GPUs: one node
+    wide = dataclasses.replace(s.plan, data_parallel=8)  # 128 GPUs: ranks 64-79 straddle
+    assert not CommModel(store, wide, s.cluster).cp_ring_in_node()
+    even = dataclasses.replace(wide, tensor_parallel=4, context_parallel=2)  # 8 divides 72
+    assert CommModel(store, even, s.cluster).cp_ring_in_node()
