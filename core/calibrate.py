@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from .config import Session, padded_vocab_size
+from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import OPS
-from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time,
-                  kernel_arrays, kernel_times, op_kernels, table_covers)
+from .model_math import FP8_WEIGHT_CAST_OP, fp8_weights_per_gpu
+from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
+                  kernel_arrays, kernel_peak_flops, kernel_times, op_kernels, table_covers)
 from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
@@ -105,8 +106,9 @@ def shape_key(session: Session) -> tuple:
     key = ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
            padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
     family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
-              m.attention_kernel, int(m.qk_layernorm))
-    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0)
+              m.attention_kernel, int(m.qk_layernorm), m.head_dim)
+    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0,
+           m.hidden_size // m.num_attention_heads)
     if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
         family += (pl.context_parallel,)
     return key if family == gpt else key + family
@@ -200,7 +202,7 @@ class LinearizedRow:
     p2p_inter_s: float
     num_collectives: float
     num_p2p: float
-    peak_flops: float
+    peak_flops: np.ndarray  # per kernel (FP8 GEMMs at the FP8 peak), FLOP/s
     memory_bandwidth_bytes_per_s: float
 
 
@@ -227,11 +229,18 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         family.append(_FAMILY.get(name, ""))
 
     compute = np.isin(ops, _COMPUTE_IDS)
+    key = device_key(key, base.peak_flops)  # FP8: whether the GPU needs transposed copies
+    recipe = fp8_recipe(pl)
+    fp8_w = fp8_weights_per_gpu(session.model, pl) if recipe is not None else None
     for op_id in np.unique(ops[compute]):
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
-                add(op_kernels(name, {"n": int(n_params[st]), "dtype": pl.precision}), 1.0, name)
+                ks = op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)})
+                if fp8_w is not None:  # the per-iteration FP8 weight quantization runs with it
+                    ks = ks + op_kernels(FP8_WEIGHT_CAST_OP, device_key(
+                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops))
+                add(ks, 1.0, name)
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = (ops >= 0) & ~compute
@@ -261,7 +270,8 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
                          np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
                          fixed, inter, p2p_inter, num_calls, num_p2p,
-                         float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
+                         kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
+                         base.memory_bandwidth_bytes_per_s)
 
 
 def _with(op_model: dict[str, float], **kw: float) -> dict[str, float]:

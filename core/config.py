@@ -55,6 +55,7 @@ __all__ = [
     "plan_field_title",
     "stage_layer_counts",
     "grad_dtype",
+    "GPU_FP8_DTYPES", "fp8_recipe", "tensor_dtype", "FP8_DEFAULT_RECIPE",
 ]
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -75,6 +76,9 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+#: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling
+#: (Megatron-LM's ``--fp8-recipe`` default ``tensorwise``).
+FP8_DEFAULT_RECIPE = "tensorwise"
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
 #: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
 ZERO_STAGES = (0, 1, 2, 3)
@@ -88,6 +92,11 @@ GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB",
 #: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
 GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
                      "B200-180GB": 8, "GB200-NVL72": 72}
+#: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its
+#: spec file's ``peak_tflops`` (a test keeps the two equal). The A100 (Ampere) has none; Hopper
+#: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
+GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H200-SXM-141GB": ("fp8",),
+                  "B200-180GB": ("fp8", "mxfp8"), "GB200-NVL72": ("fp8", "mxfp8")}
 #: Aliases used by other tools' configuration files and published tables (lower case).
 #: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
 #: bandwidth and power) have no shipped store and are refused by name.
@@ -403,11 +412,29 @@ def plan_key(plan: ParallelPlan) -> tuple:
 
 def grad_dtype(plan: ParallelPlan) -> str:
     """Data type of the data-parallel gradients: ``plan.grad_reduce_dtype``, or Megatron's default,
-    fp32 main gradients with bf16 (Megatron-LM forces ``--accumulate-allreduce-grads-in-fp32`` for
-    bf16; Megatron-Core's ``grad_reduce_in_fp32``) and the training precision otherwise."""
+    fp32 main gradients with bf16 and with fp8, which trains bf16 weights (Megatron-LM forces
+    ``--accumulate-allreduce-grads-in-fp32`` for bf16; Megatron-Core's ``grad_reduce_in_fp32``),
+    and the training precision otherwise."""
     if plan.grad_reduce_dtype:
         return plan.grad_reduce_dtype
-    return "fp32" if plan.precision == "bf16" else plan.precision
+    return "fp32" if tensor_dtype(plan.precision) == "bf16" else plan.precision
+
+
+def fp8_recipe(plan: ParallelPlan) -> str | None:
+    """The FP8 scaling recipe of ``plan``: ``plan.fp8_recipe`` or :data:`FP8_DEFAULT_RECIPE` with
+    ``precision="fp8"``, ``None`` otherwise."""
+    if plan.precision != "fp8":
+        return None
+    return plan.fp8_recipe or FP8_DEFAULT_RECIPE
+
+
+def tensor_dtype(precision: str) -> str:
+    """Data type of the tensors between kernels, of the weights the model keeps and of the
+    optimizer's inputs under training precision ``precision``: the precision itself, except
+    ``"bf16"`` for ``"fp8"`` (Transformer Engine runs only the linear layers' GEMMs in FP8; their
+    inputs are quantized from BF16 and their outputs are BF16; Megatron-LM trains FP8 with
+    ``--bf16 --fp8-format ...``)."""
+    return "bf16" if precision == "fp8" else precision
 
 
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
@@ -760,12 +787,14 @@ def validate(session: Session) -> list[FieldError]:
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
-    ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    ``a`` unless ``kv_channels`` gives the head size; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
     slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
     a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
-    ``cluster.profile_path``); and the rules of the plan's newer fields
+    ``cluster.profile_path``); ``precision="fp8"`` only on a shipped GPU kind with FP8 tensor
+    cores and ``fp8_recipe="mxfp8"`` only on one with MXFP8 (:data:`GPU_FP8_DTYPES`; with
+    ``cluster.profile_path`` the store's peaks decide when simulating); and the rules of the plan's newer fields
     (:func:`_plan_feature_errors`).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
@@ -784,9 +813,11 @@ def validate(session: Session) -> list[FieldError]:
 
     t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
                      pl.micro_batch_size, pl.global_batch_size)
-    if m.hidden_size % m.num_attention_heads:
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
         errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
-                               f"by num_attention_heads={m.num_attention_heads}"))
+                               f"by num_attention_heads={m.num_attention_heads} (or set "
+                               "kv_channels, the head size)"))
     if m.num_attention_heads % t:
         errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
                                f"is not divisible by tensor_parallel_size={t}"))
@@ -833,6 +864,17 @@ def validate(session: Session) -> list[FieldError]:
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    fp8 = GPU_FP8_DTYPES.get(c.gpu)
+    if pl.precision == "fp8" and fp8 is not None and not c.profile_path:
+        recipe = fp8_recipe(pl)
+        if "fp8" not in fp8:
+            errs.append(FieldError("plan.precision", f"precision='fp8' on cluster.gpu={c.gpu!r}: "
+                                   "this GPU has no FP8 tensor cores (its spec gives no FP8 peak); "
+                                   "use bf16 or a Hopper/Blackwell GPU"))
+        elif recipe == "mxfp8" and "mxfp8" not in fp8:
+            errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe='mxfp8' on cluster.gpu={c.gpu!r}: "
+                                   "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
+                                   "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if domain is not None and not c.profile_path and c.gpus_per_node > domain:
         errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
@@ -886,11 +928,6 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     if m.multi_latent_attention is True:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
-    if isinstance(m.kv_channels, int) and isinstance(m.hidden_size, int) and \
-            isinstance(m.num_attention_heads, int) and m.num_attention_heads > 0 and \
-            m.kv_channels * m.num_attention_heads != m.hidden_size:
-        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} other than "
-                               "hidden_size/num_attention_heads is not modelled yet"))
     if m.num_experts is not None:
         errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
                                "experts is not modelled yet"))
@@ -924,19 +961,24 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     # Issue 11's fields, refused until modelled (each helper removes its refusal)
     for name, default, what in (("expert_parallel", 1, "expert parallelism"),
                                 ("expert_tensor_parallel", None, "expert tensor parallelism"),
-                                ("moe_imbalance_factor", 1.0, "an MoE routing imbalance"),
-                                ("fp8_recipe", None, "an FP8 recipe")):
+                                ("moe_imbalance_factor", 1.0, "an MoE routing imbalance")):
         if getattr(pl, name) != default:
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r}: {what} is "
                                    "not modelled yet"))
-    if pl.precision == "fp8":
-        errs.append(FieldError("plan.precision", "precision='fp8': FP8 training is not modelled yet"))
+    if pl.fp8_recipe is not None and pl.precision != "fp8":
+        errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
+                               f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
+                               "only with --fp8-format)"))
     g = pl.grad_reduce_dtype
     if g is not None:
         if g not in GRAD_REDUCE_DTYPES:
             errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} is not one of "
                                    f"{', '.join(GRAD_REDUCE_DTYPES)} or empty"))
-        elif pl.precision in PRECISIONS and g not in ("fp32", pl.precision):
+        elif pl.precision == "fp8" and g not in ("fp32", "bf16"):
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
+                                   "'fp8': gradients of FP8 training are bf16 and are reduced in "
+                                   "fp32 (default) or bf16 (--grad-reduce-in-bf16), never in FP8"))
+        elif pl.precision in PRECISIONS and pl.precision != "fp8" and g not in ("fp32", pl.precision):
             errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
                                    f"{pl.precision!r}: gradients are reduced in fp32 or in the "
                                    "training precision"))
@@ -973,19 +1015,28 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
 # --------------------------------------------------------------------------- presets
 
 def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
-           vocab: int) -> ModelConfig:
+           vocab: int, **family: Any) -> ModelConfig:
     """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
-    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card)."""
+    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card); ``family`` sets further
+    model fields (experts, head size, QK-norm)."""
     return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash",
+                       **family)
 
 
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
 #: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
-#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192).
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192); Mixtral 8x7B
+#: (the Hugging Face config mistralai/Mixtral-8x7B-v0.1; Jiang et al. 2024, "Mixtral of Experts",
+#: Sec. 2: 8 experts, top-2, pre-trained at a 32k context; 46.7 B parameters, 12.9 B active);
+#: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
+#: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
+#: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
+#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
+#: experts is modelled; until then the editor shows them with the refusal.
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -1001,6 +1052,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
         _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
+        _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
+        _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
+               qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
     )
 }
 

@@ -30,14 +30,16 @@ import numpy as np
 
 from . import model_math, schedules
 from .comm import CommModel
-from .config import Session, grad_dtype, padded_vocab_size
+from .config import Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype
 from .graph_types import KINDS, OPS, ExecutionGraph
+from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
-           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share"]
+           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share",
+           "fp8_weight_cast_time"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
@@ -305,7 +307,9 @@ class OpTimes:
 
 def op_key(session: Session) -> dict:
     """Key of the session's ops: the profile store's key columns (:data:`core.ops.OP_KEYS`) plus
-    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels).
+    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
+    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.config.fp8_recipe`); ``dtype``
+    is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
 
     ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
     parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
@@ -317,7 +321,8 @@ def op_key(session: Session) -> dict:
                 f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                 g=m.query_groups, act=m.activation, norm=m.normalization,
                 pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-                sp=bool(pl.sequence_parallel and t > 1))
+                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
+                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
 
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op).
@@ -339,9 +344,15 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     GPT ops and times only GPT shapes. Such a variant takes the tabulated
     op's time scaled by the ratio of their analytic times, so a measured or
     calibrated op time carries over to the kernels it shares with its variant.
+    Tables hold no FP8 ops either (no recipe column): an FP8 op takes its BF16
+    row's time scaled the same way (FP8 GEMMs and quantization kernels against
+    BF16 GEMMs, :func:`core.model_math.op_kernels`).
     """
     key = op_key(session)
-    plain = {**key, "sp": False}
+    # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
+    table_key = {c: v for c, v in key.items() if c != "fp8"}
+    table_key["dtype"] = tensor_dtype(str(key["dtype"]))
+    plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
@@ -350,11 +361,11 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # only the context-parallel ring splits the attention backward
         base = DERIVED_OPS.get(op, op)
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
-        covered = base in tables and table_covers(base, key, store.op_table(base)[0])
-        lk = store.op_time(base, key) if covered else None
+        covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
+        lk = store.op_time(base, table_key) if covered else None
         if lk is not None:
             out.times[op] = lk.time_s
-            if op != base or key["sp"]:
+            if op != base or key["sp"] or key != table_key:
                 out.times[op] *= (analytic_op_time(op, key, store)
                                   / analytic_op_time(base, plain, store))
             if lk.extrapolated and method == "measured" and op == base:
@@ -368,10 +379,21 @@ def lookup_op_times(session: Session, store) -> OpTimes:
 
 
 def optimizer_time(store, num_params: float, dtype: str) -> float:
-    """Seconds for the optimizer step over ``num_params`` parameters on one GPU."""
-    key = {"n": int(num_params), "dtype": dtype}
+    """Seconds for the optimizer step over ``num_params`` parameters on one GPU (``dtype`` the
+    training precision; FP8 training steps BF16 weights, :func:`core.config.tensor_dtype`)."""
+    key = {"n": int(num_params), "dtype": tensor_dtype(dtype)}
     lk = store.op_time(OPTIMIZER_OP, key)
     return lk.time_s if lk is not None else analytic_op_time(OPTIMIZER_OP, key, store)
+
+
+def fp8_weight_cast_time(store, num_weights: float, recipe: str) -> float:
+    """Seconds to quantize ``num_weights`` BF16 weights of the linear layers to FP8 on one GPU,
+    once per iteration (:data:`core.model_math.FP8_WEIGHT_CAST_OP`,
+    :func:`core.model_math.fp8_cast_kernels`); the analytic model of ``store``."""
+    if num_weights <= 0:
+        return 0.0
+    return analytic_op_time(FP8_WEIGHT_CAST_OP, {"n": int(num_weights), "dtype": "fp8",
+                                                 "fp8": recipe}, store)
 
 
 #: Granularity of :func:`build_graph`: one task per op (``"op"``) or per stage and micro-batch.
@@ -1056,7 +1078,7 @@ def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
     m, pl = session.model, session.plan
     t, p = pl.tensor_parallel, pl.pipeline_parallel
     g = DTYPE_BYTES[grad_dtype(pl)]
-    e = DTYPE_BYTES[pl.precision]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # FP8 training gathers BF16 weights
     fam = model_math.family_of(m)
     sharded, replicated = fam.layer_parameters(m)
     layer = sharded / t + replicated
@@ -1099,7 +1121,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     # gradients reduce and the optimizer shards over the data-parallel ranks with the
     # context-parallel ones (Megatron-Core), d*cp in all (d without context parallelism)
     t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
-    e = DTYPE_BYTES[pl.precision]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
     okey = ("ops", id(store), tuple(sorted(key.items())))
@@ -1178,6 +1200,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
+    recipe = fp8_recipe(pl)
+    fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
     for i in reps:
         if d > 1:
             if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
@@ -1186,6 +1210,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
                 after_opt[i] = dp_call("all_gather", n_params[i] * e)
         opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
+        if recipe is not None:  # TE re-quantizes the updated weights once per iteration
+            opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
+                              lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
     if p > 2:
         for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]

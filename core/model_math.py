@@ -25,6 +25,7 @@ is 2 FLOPs).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
@@ -32,7 +33,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import schedules
-from .config import (ModelConfig, ParallelPlan, grad_dtype, padded_vocab_size, stage_layer_counts)
+from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
+                     padded_vocab_size, stage_layer_counts, tensor_dtype)
 from .report import StageMemory
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
+    "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
+    "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
 ]
 
@@ -57,7 +61,11 @@ ADAM_BYTES_PER_PARAM = {"bf16": 32, "fp16": 32, "fp32": 28}
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel."""
+    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel.
+
+    ``dtype`` names the peak FLOP/s a GEMM runs at when it differs from the op's tensor dtype
+    (``"fp8"`` or ``"mxfp8"`` for the linear layers' GEMMs of FP8 training); empty otherwise.
+    """
 
     name: str
     flops: float
@@ -66,6 +74,7 @@ class Kernel:
     n: int = 0
     k: int = 0
     batch: int = 1
+    dtype: str = ""
 
     @property
     def is_gemm(self) -> bool:
@@ -81,26 +90,124 @@ def _mem(name: str, nbytes: float) -> Kernel:
     return Kernel(name, 0.0, float(nbytes))
 
 
+# --------------------------------------------------------------------------- FP8 (Transformer Engine)
+
+#: Bytes of one FP8 element (E4M3 forward, E5M2 gradients with Megatron's ``--fp8-format hybrid``).
+FP8_BYTES = 1
+#: The per-iteration quantization of the linear layers' weights to FP8 (not a table of the
+#: profile store; timed with the optimizer step, see :func:`fp8_cast_kernels`).
+FP8_WEIGHT_CAST_OP = "fp8_weight_cast"
+
+
+def fp8_tn_only(peak_flops: Mapping[str, float]) -> bool:
+    """Whether a GPU's FP8 GEMMs take only the TN layout, given its peaks by dtype: true on
+    Hopper, false on Blackwell, the GPUs with an ``mxfp8`` peak (Transformer Engine keeps a
+    transposed FP8 copy of each tensor a wgrad or dgrad GEMM reads when the GPU cannot run
+    non-TN FP8 GEMMs; TE 2.x ``is_non_tn_fp8_gemm_supported``: compute capability 10.0 and
+    later; NVIDIA Transformer Engine docs, "Using FP8 with Transformer Engine")."""
+    return "mxfp8" not in peak_flops
+
+
+def fp8_gemm_dtype(recipe: str) -> str:
+    """Peak the FP8 GEMMs of ``recipe`` run at: ``"mxfp8"`` for MXFP8 (Blackwell's block-scaled
+    tensor-core instructions), ``"fp8"`` for the per-tensor and blockwise recipes."""
+    return "mxfp8" if recipe == "mxfp8" else "fp8"
+
+
+def fp8_copies(recipe: str, tn_only: bool) -> int:
+    """FP8 copies Transformer Engine keeps of each quantized tensor (weights, saved inputs,
+    gradients): 2 (row-wise and column-wise) with ``mxfp8`` and ``blockwise``, whose scaling
+    blocks run along the GEMM's reduction dimension, which differs between the fprop/dgrad and
+    the wgrad GEMMs, so TE quantizes each tensor both ways (TE docs, FP8 primer: "MXFP8 ...
+    both rowwise and columnwise quantized copies"); 2 with a per-tensor recipe (``delayed``,
+    ``tensorwise``) on a TN-only GPU (Hopper: the transposed copy for wgrad and dgrad); 1 with
+    a per-tensor recipe on Blackwell (one copy read in any layout)."""
+    if recipe in ("mxfp8", "blockwise"):
+        return 2
+    return 2 if tn_only else 1
+
+
+def fp8_scale_bytes(recipe: str, weight: bool = False) -> float:
+    """Scale bytes per element of one FP8 copy: ``mxfp8`` one E8M0 byte per 32 elements
+    (OCP Microscaling Formats spec v1.0); ``blockwise`` one fp32 scale per 1x128 block of an
+    activation or gradient (``4/128``) and per 128x128 block of a weight (``4/16384``;
+    DeepSeek-V3 report, Sec. 3.3; TE ``Float8BlockScaling``); per-tensor recipes one scale per
+    tensor (0 per element)."""
+    if recipe == "mxfp8":
+        return 1 / 32
+    if recipe == "blockwise":
+        return 4 / (128 * 128) if weight else 4 / 128
+    return 0.0
+
+
+def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
+                     weight: bool = False) -> list[Kernel]:
+    """Memory-bound kernels that quantize one BF16 tensor of ``elements`` elements to FP8.
+
+    Bytes (Transformer Engine's ``cast_transpose`` / quantize kernels, one fused kernel writes
+    every copy; NVIDIA TE docs, "Using FP8 with Transformer Engine" and the FP8 primer):
+
+    * the cast reads the BF16 tensor (2 bytes per element) and writes :func:`fp8_copies` FP8
+      copies of 1 byte plus :func:`fp8_scale_bytes` each:
+      ``elements * (2 + copies * (1 + scale))``;
+    * ``tensorwise`` (per-tensor current scaling) first reduces the tensor's absolute maximum,
+      one more read (``2 * elements``, kernel ``<name>_amax``);
+    * ``delayed`` takes the scale from the amax history of earlier iterations (the cast kernel
+      records the amax as it goes: no extra pass; the history update, a few bytes per tensor,
+      is neglected); ``mxfp8`` and ``blockwise`` compute each block's scale inside the cast
+      kernel (no extra pass).
+
+    Per linear layer the forward quantizes its input (and keeps the copy the wgrad reads), the
+    backward its output gradient; weights are quantized once per iteration
+    (:data:`FP8_WEIGHT_CAST_OP`; TE caches them over the micro-batches, Megatron-Core's
+    ``is_first_microbatch``).
+    """
+    c = fp8_copies(recipe, tn_only)
+    cast = _mem(f"{name}_cast", elements * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe, weight))))
+    if recipe == "tensorwise":
+        return [_mem(f"{name}_amax", 2.0 * elements), cast]
+    return [cast]
+
+
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
+    """A linear layer's GEMM in FP8: both inputs FP8 (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k, float(FP8_BYTES * (m * k + k * n) + 2 * m * n), m, n, k,
+                  1, fp8_gemm_dtype(recipe))
+
+
 # --------------------------------------------------------------------------- dense decoders
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
-#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
+#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention; ``kv``: ``None`` stands for
+#: the head size ``h/a``). A profile-store table
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
-                                       "pos": "learned", "attn": "unfused", "qkn": 0, "cp": 1}
+                                       "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
+                                       "cp": 1}
+#: Family columns whose GPT value derives from the shape columns (``None`` in
+#: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
+#: size ``h/a`` (Megatron's ``--kv-channels`` default).
+_DERIVED_DEFAULTS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any]]] = {
+    "g": (("a",), lambda k: k["a"]),
+    "kv": (("h", "a"), lambda k: int(k["h"]) // int(k["a"])),
+}
 
 
 def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
-    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``)."""
+    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``, ``kv`` is
+    ``key["h"] // key["a"]``)."""
     default = FAMILY_KEY_DEFAULTS[column]
-    return key["a"] if column == "g" and default is None else default
+    if default is None and column in _DERIVED_DEFAULTS:
+        return _DERIVED_DEFAULTS[column][1](key)
+    return default
 
 
 def _full(key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with each family column it lacks set to GPT's value."""
     out = dict(key)
     for c in FAMILY_KEY_DEFAULTS:
-        if c not in out and (c != "g" or "a" in out):
+        needs = _DERIVED_DEFAULTS[c][0] if c in _DERIVED_DEFAULTS else ()
+        if c not in out and all(n in out for n in needs):
             out[c] = family_key_value(c, out)
     return out
 
@@ -108,9 +215,12 @@ def _full(key: Mapping[str, Any]) -> dict[str, Any]:
 def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a dense decoder op (see :func:`op_kernels`).
 
-    GPT (Megatron-LM) at the family columns' defaults; grouped-query attention
-    shrinks the QKV GEMM to ``(a + 2g) h/a`` columns (Megatron-Core's fused
-    ``linear_qkv``) and, on the unfused path, expands K and V to ``a`` heads
+    GPT (Megatron-LM) at the family columns' defaults. The head size is ``kv``
+    (Megatron's ``--kv-channels``; ``h/a`` by default): the QKV GEMM has
+    ``(a + 2g) kv`` columns (Megatron-Core's fused ``linear_qkv``: Q ``a kv``
+    wide, K and V ``g kv`` each), the projection's input is ``a kv`` wide and
+    the attention core works on heads of ``kv`` channels. Grouped-query attention
+    (``g < a``) shrinks K and V and, on the unfused path, expands K and V to ``a`` heads
     before the core (``repeat_interleave``); RoPE adds a rotary kernel on Q and K
     (read and write); a SwiGLU MLP's fc1 is ``2f`` wide (gate and up fused) and
     its activation reads ``2f`` and writes ``f`` per token; RMSNorm kernels move
@@ -121,6 +231,18 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     K, V and writes the output, the backward (five GEMMs against the forward's
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
+
+    FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
+    ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer
+    Engine, the linear layers' GEMMs (QKV, projection, fc1, fc2 and their dgrad and wgrad)
+    run in FP8 at the GPU's FP8 peak (:func:`fp8_gemm_dtype`), reading 1-byte inputs and
+    writing BF16; each one's input (forward) and output gradient (backward) is quantized by
+    :func:`fp8_cast_kernels`. The attention core (FlashAttention or unfused) stays BF16 (TE's
+    ``DotProductAttention`` runs FP8 only with ``fp8_dpa``, off by default), and so do the norms,
+    the activation, the embedding and the output layer (Megatron-Core builds the word embedding
+    and the output layer outside TE: its ``ColumnParallelLinear`` ignores FP8; with
+    ``--first-last-layers-bf16``, off by default, the first and last transformer layers would
+    stay BF16 too, not modelled). The tensors between kernels are BF16.
 
     Context parallelism (``cp`` > 1; Megatron-Core's ring attention in Transformer Engine,
     ``AttnFuncWithCPAndKVP2P``): ``s`` is the rank's ``s_full/cp`` tokens (every token-wise
@@ -136,11 +258,26 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     (read both, write one). FlashAttention only: the unfused path has no ring attention.
     """
     key = _full(key)
-    e = DTYPE_BYTES[str(key["dtype"])]
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
     if op == "optimizer_step":
-        return [_mem("adam", ADAM_BYTES_PER_PARAM[str(key["dtype"])] * float(key["n"]))]
+        return [_mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
+    if op == FP8_WEIGHT_CAST_OP:
+        return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[str(key["dtype"])]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+
+    def linear(name: str, m: int, n: int, k: int) -> Kernel:
+        """A linear layer's GEMM: FP8 with precision fp8 (Transformer Engine), else 16-bit."""
+        return _fp8_gemm(name, m, n, k, recipe) if fp8 else _gemm(name, m, n, k, e)
+
+    def cast(name: str, elements: float) -> list[Kernel]:
+        """The FP8 quantization of a linear layer's input or output gradient (none without FP8)."""
+        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation
     # Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): LayerNorm and dropout run on
@@ -149,8 +286,9 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
-        heads, groups, dh = a // t, g // t, h // a
+        heads, groups, dh = a // t, g // t, int(key["kv"])
         qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+        ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
         rope = key.get("pos") == "rope"
         qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
@@ -173,10 +311,10 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
             core = [
                 *expand,
-                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
                 _mem("scale_mask_softmax", 2 * score),
                 _mem("attn_dropout", 2.5 * score),
-                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
             ]
             core_bwd = [
                 _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
@@ -197,19 +335,23 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         if op == "attention_fwd":
             return [
                 _mem(norm, 2 * tok),
-                _gemm("qkv", T, qkv, h, e),                          # (b*s, h) x (h, (a+2g)h/a/t)
+                *cast("qkv_input", T * h),
+                linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
                 *rotary,
                 *core,
-                _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+                *cast("proj_input", T * ctx),
+                linear("proj", T, h, ctx),                        # (b*s, a kv/t) x (a kv/t, h)
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
-            _mem("wgrad_accumulate", acc * (h * qkv + h * h // t)),
+            *cast("proj_grad", T * h),
+            linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+            _mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
             *core_bwd,
             *([_mem("rope_bwd", qk_bytes)] if rope else []),
             *([_mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
-            _gemm("qkv_dgrad", T, h, qkv, e), _gemm("qkv_wgrad", qkv, h, T, e),
+            *cast("qkv_grad", T * qkv),
+            linear("qkv_dgrad", T, h, qkv), linear("qkv_wgrad", qkv, h, T),
             _mem(f"{norm}_bwd", 4 * tok),
         ]
     if op in ("mlp_fwd", "mlp_bwd"):
@@ -221,16 +363,20 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             return [
                 _mem("bias_dropout_add", 3.5 * tok),
                 _mem(norm, 2 * tok),
-                _gemm("fc1", T, fc1, h, e),                         # (b*s, h) x (h, f/t or 2f/t)
+                *cast("fc1_input", T * h),
+                linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
                 _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
-                _gemm("fc2", T, h, f // t, e),                      # (b*s, f/t) x (f/t, h)
+                *cast("fc2_input", T * (f // t)),
+                linear("fc2", T, h, f // t),                      # (b*s, f/t) x (f/t, h)
                 _mem("bias_dropout_add", 3.5 * tok),
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
+            *cast("fc2_grad", T * h),
+            linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
             _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
-            _gemm("fc1_dgrad", T, h, fc1, e), _gemm("fc1_wgrad", fc1, h, T, e),
+            *cast("fc1_grad", T * fc1),
+            linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),
             _mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),
             _mem(f"{norm}_bwd", 4 * tok),
             _mem("bias_dropout_add_bwd", 2 * tok),
@@ -274,22 +420,27 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 
     Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV and fc1
     column-parallel (weights and biases sharded), projection and fc2
-    row-parallel (their biases replicated), the two norms replicated. QKV is
-    ``h (a + 2g) h/a`` (grouped-query attention: K and V have ``g`` heads;
-    ``3h^2`` without it), fc1 ``h f`` (``2 h f`` gated: SwiGLU has three ffn
-    matrices), projection ``h^2``, fc2 ``f h``; biases with ``add_bias_linear``
-    (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``, RMSNorm ``h`` (no
-    bias); QK-norm one norm over a head for the queries and one for the keys
-    (``2 h/a`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    row-parallel (their biases replicated), the two norms replicated. With head
+    size ``kv`` (``--kv-channels``, default ``h/a``): QKV is ``h (a + 2g) kv``
+    (grouped-query attention: K and V have ``g`` heads; ``3h^2`` without it and
+    at ``kv = h/a``), projection ``a kv h`` (``h^2``), fc1 ``h f`` (``2 h f``
+    gated: SwiGLU has three ffn matrices), fc2 ``f h``; biases with
+    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``,
+    RMSNorm ``h`` (no bias); QK-norm one norm over a head for the queries and
+    one for the keys (``2 kv`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and
+    ``6h``. Qwen3-8B (36 layers, h 4096, 32 heads of 128, 8 groups, f 12288,
+    vocabulary 151936, untied, QK-norm): 8,190,735,360 in all (8.19 B, the
+    Hugging Face model card).
     """
     h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
-    qkv = (a + 2 * g) * (h // a)
+    kv = model.head_dim
+    qkv = (a + 2 * g) * kv
     fc1 = 2 * f if model.activation == "swiglu" else f
     bias = model.add_bias_linear
-    sharded = h * qkv + h * h + h * fc1 + f * h
+    sharded = h * qkv + a * kv * h + h * fc1 + f * h
     sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
     norm = 2 * h if model.normalization == "layernorm" else h
-    qk_norm = 2 * norm // h * (h // a) if model.qk_layernorm else 0  # over one head, shared
+    qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
 
 
@@ -311,18 +462,21 @@ def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, flo
 def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
     """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
 
-    Every GEMM at 2 FLOPs per multiply-add: QKV ``2h(a + 2g)h/a`` (``6h^2``
-    without GQA), projection ``2h^2``, MLP ``4hf`` (``6hf`` gated), scores and
-    values ``4sh`` over the full ``s x s`` (the attention core, what selective
+    Every GEMM at 2 FLOPs per multiply-add, with head size ``kv`` (``h/a`` by
+    default): QKV ``2h(a + 2g)kv`` (``6h^2`` without GQA), projection ``2 a kv h``
+    (``2h^2``), MLP ``4hf`` (``6hf`` gated), scores and values ``4 s a kv``
+    (``4sh``) over the full ``s x s`` (the attention core, what selective
     recomputation redoes; Megatron counts it unmasked); output layer ``2hV'``
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
+    kv = model.head_dim
     V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * (h // a)
+    qkv = 2 * h * (a + 2 * g) * kv
     mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    return qkv + 2 * h * h + mlp + 4 * s * h, 4 * s * h, 2 * h * V
+    core = 4 * s * a * kv
+    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
 
 
 def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
@@ -347,28 +501,47 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
-    its inputs, Q and K (``2 + 2g/a``). Context parallelism: every term with ``s -> s/cp``
+    its inputs, Q and K (``2 + 2g/a``). A head size ``kv`` other than ``h/a``
+    (``--kv-channels``) scales these Q, K, V and projection-input terms by
+    ``a kv / h`` (they are ``a kv`` and ``g kv`` wide, not ``h`` and ``g h/a``);
+    the ``s x s`` terms do not depend on it.
+
+    FP8 (Transformer Engine saves a linear layer's input for its wgrad as the FP8 copy the
+    forward quantized, 1 byte per element; TE ``Linear`` / ``LayerNormLinear``): QKV's and
+    fc1's inputs ``2 -> 1`` each (the ``10`` becomes ``8``), fc2's input ``2f/h -> f/h``, the
+    projection's input ``2 -> 1`` except with FlashAttention and no recomputation, whose
+    kernel keeps that tensor (its output) in BF16 anyway: ``+1`` for the FP8 copy. The rest
+    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16. Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
     t = plan.tensor_parallel
-    scale = DTYPE_BYTES[plan.precision] / 2
+    scale = DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
     sbh = s * b * h
     sp = plan.sequence_parallel
     flash = model.attention_kernel == "flash"
     attn = 4 + 4 * model.query_groups / a if flash else 8
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
+    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
     mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
     split = attn + mlp  # 24 for GPT
+    base = 10.0
+    if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
+        base -= 2  # QKV's and fc1's inputs (the norms' outputs)
+        mlp_in = model.ffn / h  # fc2's input, f wide: 2f/h -> f/h
+        # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
+        # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
+        proj = 1 if (flash and mode == "none") else -1
+        split += proj - mlp_in
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode == "selective" or (mode == "none" and flash):
-        out = sbh / t * (10 + split) if sp else sbh * (10 + split / t)
+        out = sbh / t * (base + split) if sp else sbh * (base + split / t)
     elif mode == "none":
-        out = sbh / t * (10 + split + 5 * a * s / h) if sp else sbh * (10 + split / t + 5 * a * s / (h * t))
+        out = sbh / t * (base + split + 5 * a * s / h) if sp else sbh * (base + split / t + 5 * a * s / (h * t))
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
@@ -425,12 +598,15 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
 #: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
-#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``cp`` context-parallel size
-#: (``s`` is then the rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the family columns existed lacks them and
-#: holds GPT ops (see :func:`table_covers`).
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``kv`` the head size
+#: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
+#: rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the
+#: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "cp"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "cp"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -439,13 +615,15 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "optimizer_step": ("n", "dtype"),
 }
+#: Ops the analytic model times that have no profile-store table, with their key columns.
+UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype")}
 
 
 def full_op_key(op: str, key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with every column of :data:`OP_KEYS` for ``op`` (a family column it lacks takes
     GPT's value, :data:`FAMILY_KEY_DEFAULTS`); other entries kept."""
     out = dict(key)
-    for c in OP_KEYS[DERIVED_OPS.get(op, op)]:
+    for c in OP_KEYS.get(DERIVED_OPS.get(op, op), ()):
         if c not in out and c in FAMILY_KEY_DEFAULTS:
             out[c] = family_key_value(c, out)
     return out
@@ -486,9 +664,11 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
         Unknown op or a key column missing.
     """
     base = DERIVED_OPS.get(op, op)
-    if base not in OP_KEYS:
-        raise KeyError(f"unknown op {op!r}; known: {', '.join([*OP_KEYS, *DERIVED_OPS])}")
-    missing = [c for c in OP_KEYS[base] if c not in key and c not in FAMILY_KEY_DEFAULTS]
+    columns = OP_KEYS.get(base) or UNTABULATED_OP_KEYS.get(base)
+    if columns is None:
+        raise KeyError(f"unknown op {op!r}; known: "
+                       f"{', '.join([*OP_KEYS, *DERIVED_OPS, *UNTABULATED_OP_KEYS])}")
+    missing = [c for c in columns if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
     return family_of(model).op_kernels(op, full_op_key(op, key))
@@ -663,6 +843,24 @@ def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
     return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
 
 
+def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
+    family's sharded layer parameters without biases, over ``t``, times the stage's layers
+    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`)."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    sharded, _ = family_of(model).layer_parameters(weights)
+    counts = np.array(stage_layer_counts(model.num_layers, plan), float)
+    return counts * sharded / plan.tensor_parallel
+
+
+def fp8_weight_bytes_per_parameter(recipe: str, tn_only: bool = True) -> float:
+    """Bytes of FP8 weight copies per linear-layer weight, besides its BF16 weight: TE keeps
+    :func:`fp8_copies` copies of 1 byte plus their scales (:func:`fp8_scale_bytes`): per-tensor
+    recipes 2 on Hopper (the weight and its transpose), 1 on Blackwell; ``mxfp8``
+    ``2 * (1 + 1/32) = 2.0625``; ``blockwise`` ``2 * (1 + 4/128^2)``."""
+    return fp8_copies(recipe, tn_only) * (FP8_BYTES + fp8_scale_bytes(recipe, weight=True))
+
+
 def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
 
@@ -672,10 +870,16 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
     fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
     optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
-    8 + 8/d), stage 2 the gradients too, stage 3 the weights too. With context parallelism
+    8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
+
+    FP8 training (Megatron-LM ``--bf16 --fp8-format``) keeps BF16 weights, fp32 main
+    gradients and the same optimizer state as bf16 (18, or 6 + 12/d); the FP8 copies of the
+    linear layers' weights come on top (:func:`fp8_weight_bytes_per_parameter`, added by
+    :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
+    (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
     ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
     """
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
@@ -683,7 +887,7 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
-def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
+def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
     """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
@@ -693,11 +897,14 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With context parallelism
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
+    the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
+    :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
+    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With context parallelism
     every activation is of the rank's ``s/cp`` tokens.
     """
     t = plan.tensor_parallel
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     n = params_per_gpu(model, plan)
     w, g, o = bytes_per_parameter(plan)
     counts = stage_layer_counts(model.num_layers, plan)
@@ -710,6 +917,12 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan))  # in_flight_microbatches of every stage
+    recipe = fp8_recipe(plan)
+    fp8_w = np.zeros(len(counts))
+    if recipe is not None:
+        fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
+        if plan.zero_stage >= 3:
+            fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
@@ -719,6 +932,6 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
         if i == len(counts) - 1:
             acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
                      * (e + 4))
-        out.append(StageMemory(i, n[i] * w + gathered, n[i] * g, n[i] * o, acts))
+        out.append(StageMemory(i, n[i] * w + gathered + fp8_w[i], n[i] * g, n[i] * o, acts))
     return out
 

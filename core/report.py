@@ -44,7 +44,9 @@ class Report:
     of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
     on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
     ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
-    recomputed forward (Eq. 3 as written, factor 96 instead of 72).
+    recomputed forward (Eq. 3 as written, factor 96 instead of 72). The peak is
+    that of ``mfu_peak_dtype``: BF16 for an FP8 plan (its model FLOPs are the
+    model's, and the GEMMs that run in FP8 do not change them).
     """
 
     num_gpus: int
@@ -99,6 +101,13 @@ class Report:
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None
     #: only where no band was asked for
     interval: Any = None
+    #: training precision (plan.precision) and, with fp8, the scaling recipe in effect
+    #: (plan.fp8_recipe or its default, tensorwise); None without FP8
+    precision: str = "bf16"
+    fp8_recipe: str | None = None
+    #: dtype of the dense peak MFU and HFU divide by (BF16 for FP8 plans, as Megatron-Bridge
+    #: reports them; :func:`core.costing.mfu_peak_flops`)
+    mfu_peak_dtype: str = "bf16"
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,

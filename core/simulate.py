@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import ConfigError, FieldError, Session, check
-from .costing import costing
+from .config import GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe, tensor_dtype
+from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
@@ -26,7 +26,7 @@ from .schedules import get as get_schedule
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
            "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
@@ -113,9 +113,20 @@ def model_flops_per_iteration(session: Session, recomputed: bool = False) -> flo
     return model_math.model_flops_per_iteration(session.model, session.plan)
 
 
-def stage_memory(session: Session) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`)."""
-    return model_math.stage_memory(session.model, session.plan)
+def stage_memory(session: Session, store=None) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`); with FP8,
+    whether the GPU keeps transposed FP8 weight copies comes from ``store``'s peaks, or without
+    a store from the shipped GPU kind (:func:`fp8_tn`)."""
+    return model_math.stage_memory(session.model, session.plan, fp8_tn(session, store))
+
+
+def fp8_tn(session: Session, store=None) -> bool:
+    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model_math.fp8_tn_only`):
+    from ``store``'s peaks, else from :data:`core.config.GPU_FP8_DTYPES` of ``cluster.gpu``
+    (true for a kind not listed)."""
+    if store is not None:
+        return model_math.fp8_tn_only(store.peak_flops)
+    return "mxfp8" not in GPU_FP8_DTYPES.get(session.cluster.gpu, ())
 
 
 def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
@@ -257,10 +268,10 @@ def simulate(session: Session, store: ProfileStore | None = None,
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
     cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
-                   num_gpus=pl.num_gpus, peak_flops_per_gpu=float(store.peak_flops[pl.precision]),
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
-    memory = stage_memory(session)
+    memory = stage_memory(session, store)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
@@ -292,6 +303,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         gpu_hours=cost.gpu_hours,
         cost_usd=cost.cost_usd,
         memory=memory,
+        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,

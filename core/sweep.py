@@ -80,7 +80,7 @@ from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
                      FieldError, ParallelPlan, Session, plan_key, validate)
-from .costing import costing
+from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
 from .simulate import memory_verdict, session_profile
@@ -761,12 +761,13 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     max_mem = np.zeros(n)
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     for j, pl in enumerate(plans):
         st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
-        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl),
+        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl, fp8_tn),
                                                      capacity, reserve)
         if fits:
             for w in st.warnings:
@@ -918,7 +919,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     for (p, m, _, v), group in too_large:
         for i in group:
             iteration[i] = math.nan
-            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
+            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(
+                model, plans[i], model_math.fp8_tn_only(store.peak_flops)))
             reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
                          f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
                          f"{MAX_PIPELINE_STEPS:,}")
@@ -965,7 +967,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
     figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
                       model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
-                      peak_flops_per_gpu=float(store.peak_flops[session.plan.precision]),
+                      peak_flops_per_gpu=mfu_peak_flops(store, session.plan.precision),
                       training_tokens=cost.training_tokens,
                       price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
     fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)

@@ -280,8 +280,11 @@ class CostPanel(QtWidgets.QWidget):
         v = self._values
         v["iteration_time"].setText(format_duration(report.iteration_time_s))
         v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))
-        v["mfu"].setText(format_fraction(report.mfu))
-        v["hfu"].setText(format_fraction(report.hfu))
+        # an FP8 plan's MFU is of the BF16 peak (core.costing.mfu_peak_flops): say so
+        of_peak = (f" of {report.mfu_peak_dtype.upper()} peak"
+                   if getattr(report, "mfu_peak_dtype", report.precision) != report.precision else "")
+        v["mfu"].setText(format_fraction(report.mfu) + of_peak)
+        v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))

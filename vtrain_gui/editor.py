@@ -46,6 +46,7 @@ _LABELS = {
     "model.seq_length": "Sequence length s",
     "model.vocab_size": "Vocabulary V",
     "model.num_query_groups": "Query groups g",
+    "model.kv_channels": "Head size (kv channels)",
     "model.tied_embeddings": "Tied output layer",
     "model.add_bias_linear": "Linear biases",
     "model.add_qkv_bias": "QKV bias",
@@ -83,6 +84,7 @@ _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",
+              "model.kv_channels": "h/a",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
               "plan.recompute_num_layers": "all",

@@ -65,7 +65,12 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     if iv is not None:
         t.add_row("Error band", interval_line(iv))
     t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
-    t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}")
+    if r.fp8_recipe is not None:
+        t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
+                               "attention core, embedding and output layer in BF16")
+    t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}"
+              + (f"  [dim](of the {r.mfu_peak_dtype.upper()} dense peak)[/]"
+                 if r.mfu_peak_dtype != r.precision else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
     cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s, "

@@ -286,6 +286,10 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
+    if s.plan.precision == "fp8":
+        from ..config import fp8_recipe
+        from ..costing import MFU_PEAK_NOTE
+        console.print(f"[dim]precision fp8, recipe {fp8_recipe(s.plan)}; {MFU_PEAK_NOTE}[/]")
     best = _plan_table("Best plans", result, "")
     rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
     if result.deadline_days is not None:
