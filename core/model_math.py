@@ -677,13 +677,13 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
+    the activations' dtype (:func:`core.config.tensor_dtype`; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
     together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
     its own). 0 without context parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # BF16 K/V with FP8 (TE's attention is BF16)
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
