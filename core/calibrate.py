@@ -114,6 +114,8 @@ def shape_key(session: Session) -> tuple:
         family += ("moe", m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.num_shared_experts,
                    m.moe_layer_frequency, m.moe_first_dense_layers, pl.expert_parallel,
                    pl.expert_tensor_parallel)
+    if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
+        family += (pl.context_parallel,)
     return key if family == gpt else key + family
 
 

@@ -893,7 +893,9 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     tokens also split over ``t``); ring attention runs in Transformer Engine's fused
     attention (``attention_kernel`` flash: Megatron's unfused path has no context
     parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
-    that leaves a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``)."""
+    larger than a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``;
+    smaller groups that straddle a node boundary are allowed and priced as inter-node,
+    :meth:`core.comm.CommModel.cp_ring_in_node`)."""
     cp = pl.context_parallel
     if cp == 1:
         return []
@@ -915,8 +917,8 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     g = c.gpus_per_node
     if t <= g and t * cp > g and (t * cp) % g:
         errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
-                               f"size={t}*{cp}={t * cp} spans nodes unevenly: it must divide or "
-                               f"be a multiple of gpus_per_node={g}"))
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: larger than a node, "
+                               f"it must be a multiple of gpus_per_node={g}"))
     return errs
 
 

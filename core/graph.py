@@ -1285,7 +1285,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         blk = model_math.cp_kv_block_bytes(m, pl)
         times = {**times, **_cp_ring_times(
             cp, times["attention_core_fwd"], times["attention_core_bwd"],
-            *(_memo(cache, ("cp", ckey, pl.data_parallel, n), warnings,
+            *(_memo(cache, ("cp", ckey, p, n), warnings,
                     _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
     moe = m.is_moe
     reduces = _reduces_gradients(session)

@@ -943,13 +943,13 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
+    the activations' dtype (:func:`core.config.tensor_dtype`; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
     together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
     its own). 0 without context parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # BF16 K/V with FP8 (TE's attention is BF16)
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
@@ -1260,7 +1260,7 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     if recipe is not None:
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
-            fp8_w = fp8_w / plan.data_parallel
+            fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
