@@ -323,3 +323,22 @@ def test_megatron_fp8_arguments_refused_by_name(extra, message):
     from core.megatron_args import MegatronArgsError, session_from_launch
     with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
         session_from_launch(_launch(*extra))
+
+
+def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
+    """core.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
+    simulated iteration time (the calibration helper fits FP8 runs with it)."""
+    from core.calibrate import linearize, model_store, predict_linearized
+    from core.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.ops import DEFAULT_OP_MODEL
+    from core.profiles_gen import generate_store
+    base = generate_store("H100-SXM5-80GB", date="2026-01-01")
+    op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "collective_overhead_s": 3e-5}
+    sessions = [Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
+                        ParallelPlan(t, p, d, b, B, "1f1b", "full", "fp8", fp8_recipe=r),
+                        ClusterConfig("H100-SXM5-80GB", 8), CostConfig())
+                for (h, L, t, p, d, b, B, r) in [(1024, 4, 1, 1, 1, 2, 8, None), (1024, 8, 2, 2, 2, 1, 16, "delayed"),
+                                                 (2048, 4, 1, 2, 4, 1, 8, "blockwise")]]
+    rows = [linearize(s, base, op_model) for s in sessions]
+    sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
