@@ -106,8 +106,9 @@ def shape_key(session: Session) -> tuple:
     key = ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
            padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
     family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
-              m.attention_kernel, int(m.qk_layernorm))
-    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0)
+              m.attention_kernel, int(m.qk_layernorm), m.head_dim)
+    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0,
+           m.hidden_size // m.num_attention_heads)
     return key if family == gpt else key + family
 
 

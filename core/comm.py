@@ -1,8 +1,12 @@
 """Communication times from rank placement, profile curves and network bandwidth.
 
-Rank placement follows Megatron-LM's default order: tensor-parallel rank
-fastest, then data-parallel, then pipeline-parallel, i.e. global rank
-``r = tp + t * (dp + d * pp)``; node of a rank is ``r // gpus_per_node``.
+Rank placement follows Megatron-Core's default order ``"tp-cp-ep-dp-pp"``
+(``parallel_state.initialize_model_parallel``; expert parallelism lives inside the
+data-parallel ranks): tensor-parallel rank fastest, then context-parallel, then
+data-parallel, then pipeline-parallel, i.e. global rank
+``r = tp + t * (cp_rank + cp * (dp + d * pp))``; node of a rank is
+``r // gpus_per_node``. Without context parallelism (cp = 1) this is Megatron-LM's
+order ``tp + t * (dp + d * pp)``.
 
 * Collectives inside a node use the profile store's measured curves (nccl-tests
   conventions: ``nbytes`` is the whole buffer). If the cluster sets an explicit
@@ -13,6 +17,9 @@ fastest, then data-parallel, then pipeline-parallel, i.e. global rank
   each GPU's share of the node bandwidth, all-gather inside the node.
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
+* The context-parallel ring (:meth:`CommModel.cp_send_recv`) is a send/recv to the next
+  cp rank and from the previous one, all ranks at once: inside a node when the
+  ``t*cp`` ranks of a cp group fit in one, otherwise its slowest hops cross nodes.
 
 Four parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
 (the share of the nominal network bandwidth that collectives achieve),
@@ -123,10 +130,11 @@ class CommModel:
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
 
     # ------------------------------------------------------------------ placement
-    def node_of(self, tp: int, dp: int, pp: int) -> int:
-        """Node index of the rank at (tp, dp, pp) under Megatron's rank order."""
+    def node_of(self, tp: int, dp: int, pp: int, cp_rank: int = 0) -> int:
+        """Node index of the rank at (tp, cp_rank, dp, pp) under Megatron-Core's rank order."""
         t, d = self.plan.tensor_parallel, self.plan.data_parallel
-        return (tp + t * (dp + d * pp)) // self.cluster.gpus_per_node
+        cp = self.plan.context_parallel
+        return (tp + t * (cp_rank + cp * (dp + d * pp))) // self.cluster.gpus_per_node
 
     def stages_share_node(self, stage: int, other: int | None = None) -> bool:
         """Whether stage ``stage`` and ``other`` (default ``stage+1``) of replica 0 sit in one node."""
@@ -231,20 +239,44 @@ class CommModel:
         return self.hierarchical(kind, t, min(t, self.cluster.gpus_per_node), nbytes)
 
     def dp_collective(self, kind: str, nbytes: float) -> float:
-        """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d`` ranks ``tp + t*j``
-        (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and parameter
-        all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
-        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d*cp`` ranks
+        ``tp + t*j`` (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and
+        parameter all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
+        d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
 
     def dp_all_reduce(self, nbytes: float) -> float:
         """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).
 
-        The group is the ``d`` ranks ``tp + t*j``; ``k = min(d, gpus_per_node // t)``
-        of them share a node (at least 1), and the group spans ``ceil(d / k)`` nodes.
+        The group is the ``D = d*cp`` ranks ``tp + t*j`` (Megatron-Core reduces gradients over
+        the data-parallel group with the context-parallel ranks, which sit between the
+        tensor- and data-parallel ones); ``k = min(D, gpus_per_node // t)`` of them share a
+        node (at least 1), and the group spans ``ceil(D / k)`` nodes.
         """
-        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
+
+    def cp_ring_in_node(self) -> bool:
+        """Whether every hop of the context-parallel ring stays inside a node: the cp group of a
+        tensor-parallel rank is the ``cp`` ranks ``tp + t*j``, ``t*cp`` consecutive ranks
+        (nodes hold whole ones by :func:`core.config.validate`)."""
+        return self.plan.tensor_parallel * self.plan.context_parallel <= self.cluster.gpus_per_node
+
+    def cp_send_recv(self, nbytes: float) -> float:
+        """One step of the context-parallel ring: every cp rank sends ``nbytes`` to the next and
+        receives as much from the previous one at once (Transformer Engine's batched
+        isend/irecv), seconds. Inside a node: the profile's send/recv between two GPUs
+        (NVLink, both directions at once); a ring that leaves the node waits for its
+        inter-node hops, each at one GPU's share of its node's network bandwidth (every GPU
+        of a node sends at once) plus the inter-node latency. No framework overhead per
+        transfer (TE posts them without synchronizing the host, unlike the pipeline sends)."""
+        if nbytes <= 0 or self.plan.context_parallel <= 1:
+            return 0.0
+        if self.cp_ring_in_node():
+            return self.intra("send_recv", 2, nbytes)
+        gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
+                           / self.cluster.gpus_per_node * self.p2p_efficiency)
+        return INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s
 
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""

@@ -7,8 +7,8 @@ validation; :func:`validate` returns every rule a configuration breaks, each
 with the field it concerns, so a form can show the message next to the field.
 
 Terms follow Megatron-LM: tensor-parallel size ``t``, pipeline-parallel size
-``p``, data-parallel size ``d`` (world size ``t*p*d``), micro-batch size ``b``,
-global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
+``p``, context-parallel size ``cp``, data-parallel size ``d`` (world size ``t*p*cp*d``),
+micro-batch size ``b``, global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class ParallelPlan:
                               short="t", label="always", bounds=BOUNDS["parallel"], required=True)
     pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
                                 short="p", label="always", bounds=BOUNDS["parallel"], required=True)
-    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))",
+    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
                             short="d", label="always", bounds=BOUNDS["parallel"], required=True)
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
                                short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
@@ -351,8 +351,18 @@ class ParallelPlan:
 
     @property
     def num_gpus(self) -> int:
-        """World size ``t*p*d``."""
-        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+        """World size ``t*p*cp*d`` (Megatron-Core: the data-parallel size is
+        world / (t*p*cp))."""
+        return (self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+                * self.data_parallel)
+
+    @property
+    def dp_cp_size(self) -> int:
+        """Size ``d*cp`` of the data-parallel group with context parallelism: Megatron-Core
+        reduces gradients and shards the distributed optimizer over it
+        (``parallel_state.get_data_parallel_group(with_context_parallel=True)``: the cp
+        ranks hold the same weights and see other tokens)."""
+        return self.data_parallel * self.context_parallel
 
     @property
     def num_microbatches(self) -> int:
@@ -777,7 +787,7 @@ def validate(session: Session) -> list[FieldError]:
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
-    ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    ``a`` unless ``kv_channels`` gives the head size; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
     slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
@@ -803,9 +813,11 @@ def validate(session: Session) -> list[FieldError]:
 
     t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
                      pl.micro_batch_size, pl.global_batch_size)
-    if m.hidden_size % m.num_attention_heads:
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
         errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
-                               f"by num_attention_heads={m.num_attention_heads}"))
+                               f"by num_attention_heads={m.num_attention_heads} (or set "
+                               "kv_channels, the head size)"))
     if m.num_attention_heads % t:
         errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
                                f"is not divisible by tensor_parallel_size={t}"))
@@ -838,10 +850,13 @@ def validate(session: Session) -> list[FieldError]:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
             pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
-    if t * p * d > BOUNDS["parallel"].hi:
+    cp = pl.context_parallel
+    if t * p * cp * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
-                               f"data_parallel_size={t}*{p}*{d}={t * p * d:,} GPUs is more than "
+                               f"context_parallel_size*data_parallel_size={t}*{p}*{cp}*{d}="
+                               f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
+    errs += _context_parallel_errors(m, pl, c)
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -869,6 +884,41 @@ def validate(session: Session) -> list[FieldError]:
     return errs
 
 
+def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
+                             ) -> list[FieldError]:
+    """Megatron-Core's rules of context parallelism (``--context-parallel-size`` cp > 1), each
+    naming its field: the sequence splits into ``2*cp`` chunks for the causal load balance
+    (``seq_length`` divisible by ``2*cp``; with sequence parallelism the rank's ``s/cp``
+    tokens also split over ``t``); ring attention runs in Transformer Engine's fused
+    attention (``attention_kernel`` flash: Megatron's unfused path has no context
+    parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
+    that leaves a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``)."""
+    cp = pl.context_parallel
+    if cp == 1:
+        return []
+    errs: list[FieldError] = []
+    s, t = m.seq_length, pl.tensor_parallel
+    if s % (2 * cp):
+        errs.append(FieldError("plan.context_parallel", f"seq_length={s} is not divisible by "
+                               f"2*context_parallel_size={2 * cp} (Megatron-Core splits the "
+                               "sequence into 2*cp chunks for the causal load balance)"))
+    elif pl.sequence_parallel and t > 1 and (s // cp) % t:
+        errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
+                               f"{s // cp} is not divisible by tensor_parallel_size={t} "
+                               "(sequence parallelism splits each rank's tokens over t)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
+                               "model.attention_kernel = flash: Megatron-Core runs ring "
+                               "attention in Transformer Engine's fused attention, the unfused "
+                               "path has no context parallelism"))
+    g = c.gpus_per_node
+    if t <= g and t * cp > g and (t * cp) % g:
+        errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: it must divide or "
+                               f"be a multiple of gpus_per_node={g}"))
+    return errs
+
+
 def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of the model's mixture-of-experts and attention fields; what the simulator does not
     model is refused by name."""
@@ -876,11 +926,6 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     if m.multi_latent_attention is True:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
-    if isinstance(m.kv_channels, int) and isinstance(m.hidden_size, int) and \
-            isinstance(m.num_attention_heads, int) and m.num_attention_heads > 0 and \
-            m.kv_channels * m.num_attention_heads != m.hidden_size:
-        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} other than "
-                               "hidden_size/num_attention_heads is not modelled yet"))
     if m.num_experts is not None:
         errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
                                "experts is not modelled yet"))
@@ -912,8 +957,7 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
     # Issue 11's fields, refused until modelled (each helper removes its refusal)
-    for name, default, what in (("context_parallel", 1, "context parallelism"),
-                                ("expert_parallel", 1, "expert parallelism"),
+    for name, default, what in (("expert_parallel", 1, "expert parallelism"),
                                 ("expert_tensor_parallel", None, "expert tensor parallelism"),
                                 ("moe_imbalance_factor", 1.0, "an MoE routing imbalance")):
         if getattr(pl, name) != default:
@@ -952,7 +996,8 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
     t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
     those themselves (and the fields that depend on p: the first and last stages' layers,
-    the recomputed layers). With ``model`` (``global_batch_size``), that model (batch) is
+    the recomputed layers; the context-parallel size, swept only when asked). With ``model``
+    (``global_batch_size``), that model (batch) is
     checked in place of the session's own."""
     probe = session.copy()
     if model is not None:
@@ -961,26 +1006,35 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
-        first_stage_layers=None, last_stage_layers=None)
+        first_stage_layers=None, last_stage_layers=None, context_parallel=1)
     check(probe)
 
 
 # --------------------------------------------------------------------------- presets
 
 def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
-           vocab: int) -> ModelConfig:
+           vocab: int, **family: Any) -> ModelConfig:
     """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
-    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card)."""
+    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card); ``family`` sets further
+    model fields (experts, head size, QK-norm)."""
     return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash",
+                       **family)
 
 
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
 #: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
-#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192).
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192); Mixtral 8x7B
+#: (the Hugging Face config mistralai/Mixtral-8x7B-v0.1; Jiang et al. 2024, "Mixtral of Experts",
+#: Sec. 2: 8 experts, top-2, pre-trained at a 32k context; 46.7 B parameters, 12.9 B active);
+#: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
+#: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
+#: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
+#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
+#: experts is modelled; until then the editor shows them with the refusal.
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -996,6 +1050,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
         _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
+        _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
+        _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
+               qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
     )
 }
 

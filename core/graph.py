@@ -43,7 +43,7 @@ __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_gra
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
-COMPUTE, COMM = 0, 1
+COMPUTE, COMM, CP_RING = 0, 1, 2
 
 
 @dataclass
@@ -291,9 +291,10 @@ def params_per_gpu(session: Session) -> np.ndarray:
 
 def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
-    its ``1/d`` shard from ZeRO stage 1 on (Megatron's distributed optimizer)."""
+    its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
+    the data-parallel group with the context-parallel ranks)."""
     n = params_per_gpu(session)
-    return n / session.plan.data_parallel if session.plan.zero_stage >= 1 else n
+    return n / session.plan.dp_cp_size if session.plan.zero_stage >= 1 else n
 
 
 @dataclass
@@ -308,14 +309,19 @@ def op_key(session: Session) -> dict:
     """Key of the session's ops: the profile store's key columns (:data:`core.ops.OP_KEYS`) plus
     ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
     ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.config.fp8_recipe`); ``dtype``
-    is the precision, so FP8 and BF16 op times never share a cache entry or a table row."""
+    is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
+
+    ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
+    parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
+    core attends to the whole sequence in a ring of ``cp`` steps."""
     m, pl = session.model, session.plan
-    t = pl.tensor_parallel
-    return dict(b=pl.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+    t, cp = pl.tensor_parallel, pl.context_parallel
+    return dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
+                a=m.num_attention_heads,
                 f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                 g=m.query_groups, act=m.activation, norm=m.normalization,
                 pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-                sp=bool(pl.sequence_parallel and t > 1),
+                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
                 **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
 
 
@@ -351,6 +357,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     out = OpTimes({})
     tables = set(store.op_names())
     for op in _LOOKUP_OPS:
+        if op == "attention_core_bwd" and key["cp"] == 1:
+            continue  # only the context-parallel ring splits the attention backward
         base = DERIVED_OPS.get(op, op)
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
@@ -436,7 +444,8 @@ def weight_gradient_share(op: str, session: Session) -> float:
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)
+        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        # tokens attend to s: the core's share per rank is the same)
     if op in ("mlp_bwd", "output_bwd"):
         return 0.5
     if op == "embedding_bwd":
@@ -448,9 +457,14 @@ def weight_gradient_share(op: str, session: Session) -> float:
 #: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
 #: collective of one bucket (a layer's, or the first or last stage's other parameters), or the
 #: input- (B) and weight-gradient (W) parts of a backward op that a split backward divides.
+#: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
+#: ring's K/V exchange per attention op, split into its part hidden under the core's steps
+#: and its exposed part (:func:`_cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")),
-            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")))
+            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
+            "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
+            *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")))
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -623,9 +637,10 @@ class _Structure:
     itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
     indices ``(first, stop)``; ``recomputed``: how many of its first layers full
     recomputation recomputes; ``split``: the backward is split into B and W (ZB-H1);
-    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d > 1``; ``sp``:
+    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d*cp > 1``; ``sp``:
     sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
-    the templates (ZeRO 2/3, or overlapped reduction or gather).
+    the templates (ZeRO 2/3, or overlapped reduction or gather); ``cp``: context
+    parallelism (``cp > 1``: ring attention).
     """
 
     vstage: int
@@ -640,6 +655,7 @@ class _Structure:
     zero_stage: int
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    cp: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -657,8 +673,9 @@ def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
     return _Structure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
                       schedules.get(pl.schedule).splits_backward,
-                      t, bool(pl.sequence_parallel and t), pl.data_parallel > 1, pl.zero_stage,
-                      bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather))
+                      t, bool(pl.sequence_parallel and t), pl.dp_cp_size > 1, pl.zero_stage,
+                      bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
+                      pl.context_parallel > 1)
 
 
 @lru_cache(maxsize=4096)
@@ -672,6 +689,24 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     def comm(out: _Unit, kind: str) -> None:
         out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
 
+    def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
+        """Context parallelism: an attention op as its part outside the ring (``pre``, when
+        given), the ring's core steps and the exposed part of their K/V exchange, which blocks
+        compute; the hidden part of the exchange runs on the "CP ring" stream beside the core
+        (:func:`_cp_ring_times`)."""
+        if pre is not None:
+            out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
+        out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],
+                         len(out.tasks) - 1, -1))
+        out.add(kind, COMPUTE, f"attention_core_{phase}", f"attention_core_{phase}")
+        out.add(K["cp_p2p"], CP_RING, f"cp_{phase}_exposed", "cp_send_recv")
+
+    def compute(out: _Unit, kind: int, source: str, op: str) -> None:
+        if st.cp and op in ("attention_fwd", "attention_bwd"):
+            ring(out, kind, "fwd" if op == "attention_fwd" else "bwd", source + ":pre")
+        else:
+            out.add(kind, COMPUTE, source, op)
+
     def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
@@ -681,9 +716,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if st.split and wunit is not None and op in _W_OPS:
             wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
             if op != "embedding_bwd":  # all weight gradient: no B task
-                out.add(kind, COMPUTE, op + ":B", op)
+                compute(out, kind, op + ":B", op)
         else:
-            out.add(kind, COMPUTE, op, op)
+            compute(out, kind, op, op)
         if st.tp and after:
             comm(out, "reduce_scatter" if sp else "all_reduce")
 
@@ -779,7 +814,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                 block(u, K["recompute"], "attention_fwd", True, True)
                 block(u, K["recompute"], "mlp_fwd", True, True)
             block(u, K["backward"], "mlp_bwd", True, True)
-            if st.selective:
+            if st.selective and st.cp:  # the core recomputed runs its ring again
+                ring(u, K["recompute"], "fwd", None)
+            elif st.selective:
                 u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
             block(u, K["backward"], "attention_bwd", True, True)
 
@@ -805,6 +842,11 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
         share = weight_gradient_share(op, session)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
+    if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
+        v[_SRC["attention_fwd:pre"]] = times["attention_fwd"] - times["attention_core_fwd"]
+        v[_SRC["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
+        v[_SRC["attention_bwd:B:pre"]] = max(v[_SRC["attention_bwd:B"]]
+                                             - times["attention_core_bwd"], 0.0)
     for kind, sec in (tp or {}).items():
         v[_SRC["tp_" + kind]] = sec
     if dp is not None:
@@ -1004,6 +1046,30 @@ def _representatives(p: int) -> list[int]:
     return sorted({0, min(1, p - 1), p - 1})
 
 
+def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float,
+                   double_s: float) -> dict[str, float]:
+    """The context-parallel ring of one attention op, forward and backward: its exchange's part
+    hidden under the core's steps and its exposed part, seconds (the :data:`_SOURCES` entries
+    ``cp_{fwd,bwd}_{hidden,exposed}``).
+
+    Transformer Engine's ring attention (``AttnFuncWithCPAndKVP2P``, Megatron-Core's
+    ``--context-parallel-size``) runs the core in ``cp`` equal steps (:mod:`core.model_math`:
+    each a causal ``s/cp x s/cp`` problem), ``c = core/cp`` each, and starts each step's
+    transfer with the step, so the next step waits for it: a step takes ``max(c, x)``
+    for a transfer of ``x`` seconds, of which ``min(c, x)`` is hidden and ``max(0, x - c)``
+    exposed. Forward: ``cp - 1`` transfers of one K/V block (``block_s``) under the first
+    ``cp - 1`` steps. Backward: ``cp`` transfers under the ``cp`` steps: K/V in the first,
+    K/V with the running dK/dV (two blocks, ``double_s``) in the next ``cp - 2``, dK/dV in
+    the last (the owner needs it before the attention backward ends).
+    """
+    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
+    bwd = np.array([block_s] + [double_s] * (cp - 2) + [block_s])
+    return {"cp_fwd_hidden": (cp - 1) * min(block_s, c_f),
+            "cp_fwd_exposed": (cp - 1) * max(block_s - c_f, 0.0),
+            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
+            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
+
+
 def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
@@ -1052,7 +1118,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         The profile lacks the dtype or collectives the plan needs.
     """
     m, pl, cl = session.model, session.plan, session.cluster
-    t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
+    # gradients reduce and the optimizer shards over the data-parallel ranks with the
+    # context-parallel ones (Megatron-Core), d*cp in all (d without context parallelism)
+    t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
@@ -1065,8 +1133,14 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         ops = cache[okey]
     times = ops.times
     comm = CommModel(store, pl, cl)
-    # CommModel reads the store, the cluster and the plan's t and d (rank placement)
-    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d)
+    # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp)
+    if cp > 1:
+        blk = model_math.cp_kv_block_bytes(m, pl)
+        times = {**times, **_cp_ring_times(
+            cp, times["attention_core_fwd"], times["attention_core_bwd"],
+            *(_memo(cache, ("cp", ckey, pl.data_parallel, n), warnings,
+                    _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
 
     def tp_call(kind: str, nbytes: float) -> float:
         return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
@@ -1076,7 +1150,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
                      _comm_call(comm, "dp_collective", kind, nbytes))
 
-    act_bytes = pl.micro_batch_size * m.seq_length * m.hidden_size * e
+    act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
     tp = None
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
@@ -1197,7 +1271,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         return dst[by_src[lo:hi]]
 
     n0 = graph.num_tasks
-    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped")
+    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped", "kind")
     new: dict[str, list] = {k: [] for k in cols}
     e_src: list[np.ndarray] = []
     e_dst: list[np.ndarray] = []
@@ -1222,10 +1296,10 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         for phase, chunk, mb, first, last in items:
             tmpl = tmpls[(phase, chunk)]
             prev: dict[int, int] = {}
-            for dur, layer, op, after, before in zip(
+            for dur, layer, op, after, before, kind in zip(
                     tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
-                    tmpl.side_after.tolist(), tmpl.side_before.tolist()):
-                x = task((dur, i, mb, layer, op, chunk, phase, True))
+                    tmpl.side_after.tolist(), tmpl.side_before.tolist(), tmpl.side_kind.tolist()):
+                x = task((dur, i, mb, layer, op, chunk, phase, True, kind))
                 edges(preds(first) if after < 0 else first + after, x)
                 if op in prev:
                     edges(prev[op], x)
@@ -1241,7 +1315,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
                     start_prev = {}
                 for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
                                                   tmpl.start_op.tolist(), tmpl.start_before.tolist()):
-                    x = task((dur, i, -1, layer, op, chunk, -1, True))
+                    x = task((dur, i, -1, layer, op, chunk, -1, True, K["dp_comm"]))
                     if op in start_prev:
                         edges(start_prev[op], x)
                     start_prev[op] = x
@@ -1251,14 +1325,15 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
                 prev = {}
                 for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
                                                  tmpl.last_op.tolist(), tmpl.last_after.tolist()):
-                    x = task((dur, i, mb, layer, op, chunk, phase, True))
+                    x = task((dur, i, mb, layer, op, chunk, phase, True, K["dp_comm"]))
                     edges(first + after, x)
                     if op in prev:
                         edges(prev[op], x)
                     prev[op] = x
                     edges(x, tail[0])
         if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
-            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False))
+            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False,
+                      K["dp_comm"]))
             edges(tail[-1], x)
     k = len(new["dur"])
     if not k:
@@ -1267,10 +1342,12 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
     def col(name: str, dtype) -> np.ndarray:
         return np.array(new[name], dtype)
 
+    kinds = col("kind", np.int8)
     return ExecutionGraph(
         duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
-        kind=np.concatenate([graph.kind, np.full(k, K["dp_comm"], np.int8)]),
-        stream=np.concatenate([graph.stream, np.full(k, COMM, np.int8)]),
+        kind=np.concatenate([graph.kind, kinds]),
+        stream=np.concatenate([graph.stream, np.where(kinds == K["cp_p2p"], CP_RING, COMM
+                                                      ).astype(np.int8)]),
         stage=np.concatenate([graph.stage, col("stage", np.int32)]),
         microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
         layer=np.concatenate([graph.layer, col("layer", np.int32)]),
@@ -1377,7 +1454,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
             templates.append(tmpls)
         return (_attach_side_tasks(graph, templates, num_microbatches=m, chain_start=False),
                 st.warnings)
-    reduce_after = pl.data_parallel > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    reduce_after = pl.dp_cp_size > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
     programs, templates = [], []
     for i in range(p):
         fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])

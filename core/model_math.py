@@ -46,6 +46,7 @@ __all__ = [
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
+    "cp_kv_block_bytes", "cp_exchange_bytes",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -177,23 +178,36 @@ def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
 # --------------------------------------------------------------------------- dense decoders
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
-#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
+#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention; ``kv``: ``None`` stands for
+#: the head size ``h/a``). A profile-store table
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
-                                       "pos": "learned", "attn": "unfused", "qkn": 0}
+                                       "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
+                                       "cp": 1}
+#: Family columns whose GPT value derives from the shape columns (``None`` in
+#: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
+#: size ``h/a`` (Megatron's ``--kv-channels`` default).
+_DERIVED_DEFAULTS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any]]] = {
+    "g": (("a",), lambda k: k["a"]),
+    "kv": (("h", "a"), lambda k: int(k["h"]) // int(k["a"])),
+}
 
 
 def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
-    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``)."""
+    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``, ``kv`` is
+    ``key["h"] // key["a"]``)."""
     default = FAMILY_KEY_DEFAULTS[column]
-    return key["a"] if column == "g" and default is None else default
+    if default is None and column in _DERIVED_DEFAULTS:
+        return _DERIVED_DEFAULTS[column][1](key)
+    return default
 
 
 def _full(key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with each family column it lacks set to GPT's value."""
     out = dict(key)
     for c in FAMILY_KEY_DEFAULTS:
-        if c not in out and (c != "g" or "a" in out):
+        needs = _DERIVED_DEFAULTS[c][0] if c in _DERIVED_DEFAULTS else ()
+        if c not in out and all(n in out for n in needs):
             out[c] = family_key_value(c, out)
     return out
 
@@ -201,9 +215,12 @@ def _full(key: Mapping[str, Any]) -> dict[str, Any]:
 def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a dense decoder op (see :func:`op_kernels`).
 
-    GPT (Megatron-LM) at the family columns' defaults; grouped-query attention
-    shrinks the QKV GEMM to ``(a + 2g) h/a`` columns (Megatron-Core's fused
-    ``linear_qkv``) and, on the unfused path, expands K and V to ``a`` heads
+    GPT (Megatron-LM) at the family columns' defaults. The head size is ``kv``
+    (Megatron's ``--kv-channels``; ``h/a`` by default): the QKV GEMM has
+    ``(a + 2g) kv`` columns (Megatron-Core's fused ``linear_qkv``: Q ``a kv``
+    wide, K and V ``g kv`` each), the projection's input is ``a kv`` wide and
+    the attention core works on heads of ``kv`` channels. Grouped-query attention
+    (``g < a``) shrinks K and V and, on the unfused path, expands K and V to ``a`` heads
     before the core (``repeat_interleave``); RoPE adds a rotary kernel on Q and K
     (read and write); a SwiGLU MLP's fc1 is ``2f`` wide (gate and up fused) and
     its activation reads ``2f`` and writes ``f`` per token; RMSNorm kernels move
@@ -226,6 +243,19 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     and the output layer outside TE: its ``ColumnParallelLinear`` ignores FP8; with
     ``--first-last-layers-bf16``, off by default, the first and last transformer layers would
     stay BF16 too, not modelled). The tensors between kernels are BF16.
+
+    Context parallelism (``cp`` > 1; Megatron-Core's ring attention in Transformer Engine,
+    ``AttnFuncWithCPAndKVP2P``): ``s`` is the rank's ``s_full/cp`` tokens (every token-wise
+    kernel runs on them) and the sequence is split into ``2*cp`` chunks, the rank holding
+    chunks ``r`` and ``2cp-1-r`` (causal load balance). The core runs in ``cp`` steps, one
+    per K/V block passing around the ring: the diagonal step is causal attention over the
+    rank's own ``s`` tokens, every other step attends half of the queries to all of the
+    block's keys or all queries to half of them, the same FLOPs; so each step is one
+    FlashAttention kernel of a causal ``s x s`` problem, and the rank computes ``1/cp``
+    of the causal attention over the whole sequence. Each step after the first merges its
+    partial output into the running one with the softmax statistics (read both, write
+    one); in the backward each step's partial gradients of Q, K and V are accumulated
+    (read both, write one). FlashAttention only: the unfused path has no ring attention.
     """
     key = _full(key)
     fp8 = str(key["dtype"]) == "fp8"
@@ -254,28 +284,37 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
-        heads, groups, dh = a // t, g // t, h // a
+        heads, groups, dh = a // t, g // t, int(key["kv"])
         qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+        ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
         rope = key.get("pos") == "rope"
         qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
+        cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
             causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
             io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
             core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
                                float(e * T * dh * (4 * heads + 4 * groups)), s, s, dh, b * heads)]
+            if cp > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+                core = core * cp + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (cp - 1)
+                core_bwd = core_bwd * cp + [_mem("cp_grad_accumulate",
+                                                 3 * e * T * dh * (heads + 2 * groups))] * (cp - 1)
+        elif cp > 1:
+            raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
+                             "modelled: ring attention runs in FlashAttention / TE fused attention")
         else:
             score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
             expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
             core = [
                 *expand,
-                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
                 _mem("scale_mask_softmax", 2 * score),
                 _mem("attn_dropout", 2.5 * score),
-                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
             ]
             core_bwd = [
                 _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
@@ -288,6 +327,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             ]
         if op == "attention_core_fwd":  # what selective recomputation runs again
             return core
+        if op == "attention_core_bwd":  # the ring's share of the backward (context parallelism)
+            return core_bwd
         rotary = [_mem("rope", qk_bytes)] if rope else []
         if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
             rotary = [_mem(f"qk_{norm}", qk_bytes), *rotary]
@@ -295,17 +336,17 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             return [
                 _mem(norm, 2 * tok),
                 *cast("qkv_input", T * h),
-                linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)h/a/t)
+                linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
                 *rotary,
                 *core,
-                *cast("proj_input", T * h // t),
-                linear("proj", T, h, h // t),                     # (b*s, h/t) x (h/t, h)
+                *cast("proj_input", T * ctx),
+                linear("proj", T, h, ctx),                        # (b*s, a kv/t) x (a kv/t, h)
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
             *cast("proj_grad", T * h),
-            linear("proj_dgrad", T, h // t, h), linear("proj_wgrad", h // t, h, T),
-            _mem("wgrad_accumulate", acc * (h * qkv + h * h // t)),
+            linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+            _mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
             *core_bwd,
             *([_mem("rope_bwd", qk_bytes)] if rope else []),
             *([_mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
@@ -379,22 +420,27 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 
     Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV and fc1
     column-parallel (weights and biases sharded), projection and fc2
-    row-parallel (their biases replicated), the two norms replicated. QKV is
-    ``h (a + 2g) h/a`` (grouped-query attention: K and V have ``g`` heads;
-    ``3h^2`` without it), fc1 ``h f`` (``2 h f`` gated: SwiGLU has three ffn
-    matrices), projection ``h^2``, fc2 ``f h``; biases with ``add_bias_linear``
-    (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``, RMSNorm ``h`` (no
-    bias); QK-norm one norm over a head for the queries and one for the keys
-    (``2 h/a`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    row-parallel (their biases replicated), the two norms replicated. With head
+    size ``kv`` (``--kv-channels``, default ``h/a``): QKV is ``h (a + 2g) kv``
+    (grouped-query attention: K and V have ``g`` heads; ``3h^2`` without it and
+    at ``kv = h/a``), projection ``a kv h`` (``h^2``), fc1 ``h f`` (``2 h f``
+    gated: SwiGLU has three ffn matrices), fc2 ``f h``; biases with
+    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``,
+    RMSNorm ``h`` (no bias); QK-norm one norm over a head for the queries and
+    one for the keys (``2 kv`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and
+    ``6h``. Qwen3-8B (36 layers, h 4096, 32 heads of 128, 8 groups, f 12288,
+    vocabulary 151936, untied, QK-norm): 8,190,735,360 in all (8.19 B, the
+    Hugging Face model card).
     """
     h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
-    qkv = (a + 2 * g) * (h // a)
+    kv = model.head_dim
+    qkv = (a + 2 * g) * kv
     fc1 = 2 * f if model.activation == "swiglu" else f
     bias = model.add_bias_linear
-    sharded = h * qkv + h * h + h * fc1 + f * h
+    sharded = h * qkv + a * kv * h + h * fc1 + f * h
     sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
     norm = 2 * h if model.normalization == "layernorm" else h
-    qk_norm = 2 * norm // h * (h // a) if model.qk_layernorm else 0  # over one head, shared
+    qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
 
 
@@ -416,18 +462,21 @@ def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, flo
 def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
     """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
 
-    Every GEMM at 2 FLOPs per multiply-add: QKV ``2h(a + 2g)h/a`` (``6h^2``
-    without GQA), projection ``2h^2``, MLP ``4hf`` (``6hf`` gated), scores and
-    values ``4sh`` over the full ``s x s`` (the attention core, what selective
+    Every GEMM at 2 FLOPs per multiply-add, with head size ``kv`` (``h/a`` by
+    default): QKV ``2h(a + 2g)kv`` (``6h^2`` without GQA), projection ``2 a kv h``
+    (``2h^2``), MLP ``4hf`` (``6hf`` gated), scores and values ``4 s a kv``
+    (``4sh``) over the full ``s x s`` (the attention core, what selective
     recomputation redoes; Megatron counts it unmasked); output layer ``2hV'``
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
+    kv = model.head_dim
     V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * (h // a)
+    qkv = 2 * h * (a + 2 * g) * kv
     mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    return qkv + 2 * h * h + mlp + 4 * s * h, 4 * s * h, 2 * h * V
+    core = 4 * s * a * kv
+    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
 
 
 def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
@@ -452,16 +501,22 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
-    its inputs, Q and K (``2 + 2g/a``).
+    its inputs, Q and K (``2 + 2g/a``). A head size ``kv`` other than ``h/a``
+    (``--kv-channels``) scales these Q, K, V and projection-input terms by
+    ``a kv / h`` (they are ``a kv`` and ``g kv`` wide, not ``h`` and ``g h/a``);
+    the ``s x s`` terms do not depend on it.
 
     FP8 (Transformer Engine saves a linear layer's input for its wgrad as the FP8 copy the
     forward quantized, 1 byte per element; TE ``Linear`` / ``LayerNormLinear``): QKV's and
     fc1's inputs ``2 -> 1`` each (the ``10`` becomes ``8``), fc2's input ``2f/h -> f/h``, the
     projection's input ``2 -> 1`` except with FlashAttention and no recomputation, whose
     kernel keeps that tensor (its output) in BF16 anyway: ``+1`` for the FP8 copy. The rest
-    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16.
+    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16. Context parallelism: every term with ``s -> s/cp``
+    (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
+    no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
+    s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
     t = plan.tensor_parallel
     scale = DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
     sbh = s * b * h
@@ -470,6 +525,7 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     attn = 4 + 4 * model.query_groups / a if flash else 8
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
+    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
     mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
     split = attn + mlp  # 24 for GPT
     base = 10.0
@@ -542,11 +598,15 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
 #: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
-#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation. A table written before the family columns existed lacks them and
-#: holds GPT ops (see :func:`table_covers`).
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``kv`` the head size
+#: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
+#: rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the
+#: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -584,7 +644,8 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
-DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd"}
+DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
+                               "attention_core_bwd": "attention_bwd"}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -594,7 +655,8 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     LayerNorm and dropout kernels on ``s/t`` tokens. A family column missing from
     ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
-    recomputation runs again; it takes ``attention_fwd``'s key.
+    recomputation runs again; it takes ``attention_fwd``'s key; ``attention_core_bwd``
+    its backward (the ring's share of ``attention_bwd`` under context parallelism).
 
     Raises
     ------
@@ -610,6 +672,31 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
     return family_of(model).op_kernels(op, full_op_key(op, key))
+
+
+def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
+    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
+    the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
+    together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
+    its own). 0 without context parallelism."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    e = DTYPE_BYTES[plan.precision]
+    g = model.query_groups // plan.tensor_parallel
+    return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(forward, backward)`` bytes one GPU sends around the context-parallel ring per layer
+    and micro-batch: forward ``cp-1`` K/V blocks (:func:`cp_kv_block_bytes`); backward
+    ``cp-1`` K/V blocks and ``cp-1`` blocks of their gradients dK/dV (Transformer Engine's
+    backward sends K/V in its first ``cp-1`` steps and the accumulated dK/dV in its last
+    ``cp-1``). (0, 0) without context parallelism."""
+    blk = cp_kv_block_bytes(model, plan)
+    n = plan.context_parallel - 1
+    return n * blk, 2 * n * blk
 
 
 # --------------------------------------------------------------------------- parameters
@@ -789,13 +876,14 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     gradients and the same optimizer state as bf16 (18, or 6 + 12/d); the FP8 copies of the
     linear layers' weights come on top (:func:`fp8_weight_bytes_per_parameter`, added by
     :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
-    (8 + 12/d with the distributed optimizer), 19 on Blackwell.
+    (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
+    ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
     """
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
-    d, z = plan.data_parallel, plan.zero_stage
+    d, z = plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
@@ -812,7 +900,8 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
-    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are).
+    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With context parallelism
+    every activation is of the rank's ``s/cp`` tokens.
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
@@ -841,7 +930,8 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:
-            acts += model.seq_length * plan.micro_batch_size * V / t * (e + 4)
+            acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
+                     * (e + 4))
         out.append(StageMemory(i, n[i] * w + gathered + fp8_w[i], n[i] * g, n[i] * o, acts))
     return out
 

@@ -6,7 +6,7 @@ use the same names and key columns):
 ============================  ==================================================
 op                             key columns
 ============================  ==================================================
-attention_fwd, attention_bwd   b, s, h, a, t, dtype, g, norm, pos, attn, qkn
+attention_fwd, attention_bwd   b, s, h, a, t, dtype, g, norm, pos, attn, qkn, kv
 mlp_fwd, mlp_bwd               b, s, h, f, t, dtype, act, norm
 embedding_fwd, embedding_bwd   b, s, h, V, t, dtype, pos
 output_fwd, output_bwd         b, s, h, V, t, dtype, norm
@@ -19,7 +19,8 @@ tensor-parallel size, ``n`` parameters held by one GPU; the model family's
 columns (:data:`core.model_math.FAMILY_KEY_DEFAULTS`): ``g`` query groups
 (grouped-query attention; ``a`` without it), ``norm`` layernorm / rmsnorm,
 ``pos`` learned / rope, ``attn`` unfused / flash, ``qkn`` 1 with QK-norm,
-``act`` gelu / swiglu. A
+``act`` gelu / swiglu, ``kv`` the attention head size (``--kv-channels``;
+``h/a`` without it). A
 store table without a family column (stores written before the columns
 existed) holds GPT ops: it times GPT shapes only, and the analytic or
 calibrated model times the others (:func:`core.model_math.table_covers`).

@@ -91,6 +91,11 @@ class Report:
     stage_pp_comm_s: list[float] = field(default_factory=list)
     #: idle time that unequal stages add to the schedule's bubble (mean over stages)
     imbalance_s: float = 0.0
+    #: exposed context-parallel exchange (mean over stages): the time the ring attention's
+    #: steps wait for their K/V (and dK/dV) transfers beyond the compute they overlap; with
+    #: compute_s, comm_s, bubble_s, pp_comm_s and imbalance_s it sums to the iteration time
+    cp_comm_s: float = 0.0
+    stage_cp_comm_s: list[float] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None

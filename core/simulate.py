@@ -243,22 +243,26 @@ def simulate(session: Session, store: ProfileStore | None = None,
     kind = graph.kind
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    cp_mask = kind == KINDS.index("cp_p2p")
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         comm_mask &= ~graph.overlapped
+        cp_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    # the context-parallel ring's exposed part (what the attention core's steps wait for)
+    stage_cp = np.bincount(graph.stage[cp_mask], graph.duration_s[cp_mask], minlength=p)
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, st)
-    stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
+    stage_idle = np.maximum(T0 - stage_compute - stage_comm - stage_cp, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean()))
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean() + stage_cp.mean()))
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
@@ -286,6 +290,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
         pp_comm_s=float(stage_pp.mean()),
+        cp_comm_s=float(stage_cp.mean()),
+        stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
@@ -317,11 +323,12 @@ def graph_size_estimate(session: Session) -> int:
 
     Per micro-batch: attention and MLP forward and backward per layer (twice more under
     full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
-    embedding and output tasks; two pipeline transfers per stage boundary.
+    embedding and output tasks; two pipeline transfers per stage boundary; with context
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange).
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
-    per_layer = _tasks_per_layer(pl)
+    per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
     per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 

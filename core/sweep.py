@@ -151,6 +151,9 @@ class SweepSpace:
         Sequence parallelism off / on. Default: the session plan's setting.
     zero_stages : sequence of int, optional
         ZeRO stages from :data:`core.config.ZERO_STAGES`. Default: the session plan's.
+    context_parallel : sequence of int
+        Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default ``(1,)``:
+        context parallelism is swept only when asked.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -169,11 +172,13 @@ class SweepSpace:
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
+    context_parallel: Sequence[int] = (1,)
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers")
+               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
+               "context_parallel")
         if self.sequence_parallel is not None:
             out += ("sequence_parallel",)
         if self.zero_stages is not None:
@@ -224,6 +229,7 @@ class SweepSpace:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        ints("context_parallel", self.context_parallel, allow_none=False)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
             values = getattr(self, name)
             values = [values] if isinstance(values, str) else list(values or [])
@@ -333,7 +339,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     Returns
     -------
     list of ParallelPlan
-        Ordered by t, p, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        Ordered by t, p, cp, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
         of their candidate lists).
 
     Raises
@@ -362,20 +368,21 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
            if space.sequence_parallel is not None else [base.sequence_parallel])
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
           if space.zero_stages is not None else [base.zero_stage])
+    cps = sorted(set(_as_list(space.context_parallel)))
     vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
           if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
-    candidates = len(ts) * len(ps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
+    candidates = len(ts) * len(ps) * len(cps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
     if candidates > MAX_SWEEP_CANDIDATES:
-        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x d x b x "
+        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x d x b x "
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     for t in ts:
-        for p in ps:
-            tp = t * p
+        for p, cp in ((p, cp) for p in ps for cp in cps):
+            tp = t * p * cp  # GPUs of one data-parallel replica
             if counts is not None:
                 ds = sorted({n // tp for n in counts if n % tp == 0})
             elif space.max_gpus is not None:
@@ -401,6 +408,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                     for z in zs_d:
                                         plan = dataclasses.replace(
                                             base, tensor_parallel=t, pipeline_parallel=p,
+                                            context_parallel=cp,
                                             data_parallel=d, micro_batch_size=b, schedule=sched,
                                             virtual_pipeline_stages=v, recompute=rc,
                                             sequence_parallel=sp, zero_stage=z,

@@ -450,7 +450,6 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
     ({"num_experts": 8, "moe_top_k": 2}, "mixture of experts", "num_experts=8"),
     ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
     ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
-    ({"context_parallel": 2, "num_gpus": 32}, "context parallelism", "context_parallel=2"),
     ({"fsdp": '"y: HSDP (shard within 8-GPU node, replicate across nodes)"'},
      "hybrid sharded data parallelism (HSDP)", "hybrid sharding"),
     ({"fsdp": "y", "distributed_optimizer": "y"}, "distributed optimizer and FSDP", "both y"),
@@ -466,6 +465,20 @@ def test_a_row_needing_what_is_not_modelled_is_skipped_with_its_cause(tmp_path, 
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
     (m,) = read_measurements(path)
     assert m.skip_causes == [cause] and words in m.skip_reason
+
+
+def test_a_context_parallel_row_is_simulated_on_t_p_cp_d_gpus(tmp_path):
+    """num_gpus = t*p*cp*d: a row with cp=2 on 32 GPUs is read and simulated (FlashAttention:
+    the row's SwiGLU/RMSNorm family brings it; Megatron-Core's ring needs it)."""
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(
+        context_parallel=2, num_gpus=32, activation="swiglu", normalization="rmsnorm",
+        ffn_hidden_size=5632) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and m.session.plan.context_parallel == 2
+    assert m.session.plan.num_gpus == 32
+    report = simulate(m.session).report
+    assert report.num_gpus == 32 and report.iteration_time_s > 0
 
 
 @pytest.mark.parametrize("cells, field, value", [
@@ -497,7 +510,7 @@ def test_published_modern_runs_are_read_and_each_skip_has_its_causes():
     counts = skip_counts(ms)
     assert counts["mixture of experts"] == sum(1 for r in raw if r["num_experts"] not in ("", "1"))
     assert counts["FP8 precision"] == sum(1 for r in raw if "fp8" in r["precision"].lower())
-    assert counts["context parallelism"] == sum(1 for r in raw if int(r["context_parallel"]) > 1)
+    assert "context parallelism" not in counts  # modelled (ring attention, core.graph)
     assert not [c for c in counts if c.startswith("model family")]
     assert counts["GPU kind without a shipped profile"] == sum(
         1 for r in raw if r["gpu"].startswith("H100-96GB"))

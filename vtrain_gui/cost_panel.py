@@ -24,7 +24,9 @@ _MEMORY_PARTS = (
     ("activations_bytes", "activations", "#F58518"),
 )
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
-              ("pp_comm_s", "pipeline sends", "#EECA3B"), ("bubble_s", "idle (bubble)", "#C9CED6"),
+              ("pp_comm_s", "pipeline sends", "#EECA3B"),
+              ("cp_comm_s", "context-parallel exchange", "#17BECF"),
+              ("bubble_s", "idle (bubble)", "#C9CED6"),
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
@@ -103,6 +105,7 @@ class CostPanel(QtWidgets.QWidget):
             ("compute", "Compute"),
             ("comm", "Exposed TP/DP communication"),
             ("pp_comm", "Pipeline sends"),
+            ("cp_comm", "Exposed context-parallel exchange"),
             ("bubble", "Idle (bubble)"),
             ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
@@ -164,7 +167,8 @@ class CostPanel(QtWidgets.QWidget):
             self._values[key] = value
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
         self._values["band_note"].setStyleSheet("color: #505860;")
-        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "bubble", "imbalance"), _BREAKDOWN):
+        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "bubble", "imbalance"),
+                                      _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
@@ -285,6 +289,7 @@ class CostPanel(QtWidgets.QWidget):
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
+        v["cp_comm"].setText(format_duration(report.cp_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])

@@ -46,6 +46,7 @@ _LABELS = {
     "model.seq_length": "Sequence length s",
     "model.vocab_size": "Vocabulary V",
     "model.num_query_groups": "Query groups g",
+    "model.kv_channels": "Head size (kv channels)",
     "model.tied_embeddings": "Tied output layer",
     "model.add_bias_linear": "Linear biases",
     "model.add_qkv_bias": "QKV bias",
@@ -67,6 +68,7 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
+    "plan.context_parallel": "Context parallel cp",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -82,6 +84,7 @@ _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",
+              "model.kv_channels": "h/a",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
               "plan.recompute_num_layers": "all",
@@ -521,7 +524,8 @@ class ConfigEditor(QtWidgets.QWidget):
         plan, model = self._session.plan, self._session.model
         try:
             params = format_count(model.num_parameters(plan.tensor_parallel) / 1e9, 1)
-            text = (f"World size t·p·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
+            cp = "·cp" if plan.context_parallel != 1 else ""
+            text = (f"World size t·p{cp}·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")

@@ -23,6 +23,7 @@ KIND_LABELS = {
     "pp_p2p": "PP send/recv",
     "dp_comm": "DP collective",
     "wgrad": "weight gradient (W)",
+    "cp_p2p": "CP ring K/V exchange",
 }
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -37,6 +38,7 @@ KIND_COLORS = {
     "pp_p2p": "#EECA3B",
     "dp_comm": "#7F7F7F",
     "wgrad": "#FFBF79",
+    "cp_p2p": "#17BECF",
 }
 
 
