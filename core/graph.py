@@ -430,7 +430,7 @@ def num_chunks(plan) -> int:
 _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd")
 
 
-def weight_gradient_share(op: str, session: Session) -> float:
+def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
     """Share of a backward op's time that is its weight gradient (W), by FLOPs.
 
     Each weight GEMM's backward is two GEMMs of its forward's size, the input
@@ -440,11 +440,14 @@ def weight_gradient_share(op: str, session: Session) -> float:
     whose backward is all input gradient, so W is ``8h / (16h + 8s)``
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
-    neglected (counted with B).
+    neglected (counted with B). With FP8 the weight GEMMs run ``fp8_speedup``
+    times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
+    count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        r = fp8_speedup
+        return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
     if op in ("mlp_bwd", "output_bwd"):
         return 0.5
@@ -832,14 +835,15 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
-                   dp: _DataParallel | None, session: Session) -> np.ndarray:
-    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none)."""
+                   dp: _DataParallel | None, session: Session, fp8_speedup: float = 1.0) -> np.ndarray:
+    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
+    ``fp8_speedup`` see :func:`weight_gradient_share`."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
         if name in _SRC:
             v[_SRC[name]] = sec
     for op in _W_OPS:
-        share = weight_gradient_share(op, session)
+        share = weight_gradient_share(op, session, fp8_speedup)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
     if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
@@ -856,7 +860,7 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
 
 
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None
+                 dp: _DataParallel | None = None, fp8_speedup: float = 1.0
                  ) -> tuple[list[_Template], list[_Template], list[_Template]]:
     """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
@@ -864,7 +868,7 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
     """
-    values = _source_values(times, tp, dp, session)
+    values = _source_values(times, tp, dp, session, fp8_speedup)
     out: tuple[list, list, list] = ([], [], [])
     for c in range(num_chunks(session.plan)):
         for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
@@ -980,6 +984,9 @@ class StageTimes:
         Per stage: one bucket's collective times (None when no bucket enters the templates).
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
+    fp8_speedup : float
+        FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
+        a split backward, :func:`weight_gradient_share`); 1 otherwise.
     """
 
     fwd_s: np.ndarray
@@ -998,6 +1005,7 @@ class StageTimes:
     tp_comm_s: dict[str, float] | None = None
     dp: list[_DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    fp8_speedup: float = 1.0
 
     @property
     def tp_all_reduce_s(self) -> float | None:
@@ -1159,11 +1167,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     reps = _representatives(p)
+    recipe = fp8_recipe(pl)
+    fp8_speedup = 1.0
+    if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
+        fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
+                       / float(store.peak_flops[tensor_dtype(pl.precision)]))
     dps: list[_DataParallel | None] = [None] * p
     for i in reps:
         structs = [_structure(session, i, c) for c in range(v)]
         dps[i] = _data_parallel(session, i, dp_call) if structs[0].buckets else None
-        values = _source_values(times, tp, dps[i], session)
+        values = _source_values(times, tp, dps[i], session, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _stage_templates(struct)
@@ -1200,7 +1213,6 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
-    recipe = fp8_recipe(pl)
     fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
     for i in reps:
         if d > 1:
@@ -1218,7 +1230,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             a[1:-1] = a[1]
     return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, d > 1,
                       ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)))
+                      ops.warnings + sorted(set(warnings)), fp8_speedup)
 
 
 def _stage_items(graph: ExecutionGraph, stage: int) -> list[tuple[int, int, int, int, int]]:
@@ -1457,7 +1469,8 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     reduce_after = pl.dp_cp_size > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
     programs, templates = [], []
     for i in range(p):
-        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
+        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
+                                        st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},
                           **{(W, c): t for c, t in enumerate(wgds)}})

@@ -342,3 +342,25 @@ def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
     rows = [linearize(s, base, op_model) for s in sessions]
     sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
     np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
+
+
+def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
+    """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
+    (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
+    from core.graph import build_graph, weight_gradient_share
+    from core.solver import solve
+    s = _session()
+    s.plan.schedule = "zb-h1"
+    h, sl = s.model.hidden_size, s.model.seq_length
+    r = 1979 / 989
+    assert weight_gradient_share("attention_bwd", s, r) == pytest.approx((8 * h / r) / (16 * h / r + 8 * sl))
+    assert weight_gradient_share("attention_bwd", s) == 8 * h / (16 * h + 8 * sl)
+    store = open_profile(H100)
+    st = stage_times(s, store)
+    assert st.fp8_speedup == pytest.approx(r, rel=1e-12)
+    attn = st.op_times_s["attention_bwd"]
+    assert attn * weight_gradient_share("attention_bwd", s, r) < attn * weight_gradient_share("attention_bwd", s)
+    fine, _ = build_graph(s, store)
+    coarse, _ = build_graph(s, store, detail="microbatch")
+    assert solve(coarse).iteration_time_s == pytest.approx(solve(fine).iteration_time_s, rel=1e-12)
+    assert stage_times(_session(precision="bf16"), store).fp8_speedup == 1.0
