@@ -364,3 +364,16 @@ def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
     coarse, _ = build_graph(s, store, detail="microbatch")
     assert solve(coarse).iteration_time_s == pytest.approx(solve(fine).iteration_time_s, rel=1e-12)
     assert stage_times(_session(precision="bf16"), store).fp8_speedup == 1.0
+
+
+def test_simulate_cli_prints_precision_recipe_and_the_mfu_peak(tmp_path, capsys):
+    import json
+    from core.cli import main
+    path = tmp_path / "s.json"
+    save_session(_session(recipe="blockwise"), path)
+    assert main(["simulate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["precision"], doc["fp8_recipe"], doc["mfu_peak_dtype"]) == ("fp8", "blockwise", "bf16")
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fp8, recipe blockwise" in out and "(of the BF16 dense peak)" in out
