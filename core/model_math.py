@@ -174,7 +174,8 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
     """``(linear, cast)`` kernel makers of an op key, for every family's linear layers (the
     dense layer's QKV, projection and MLP; MoE experts the same way):
 
-    * ``linear(name, m, n, k)``: the GEMM ``(m, k) x (k, n)``, in FP8 with ``dtype="fp8"``
+    * ``linear(name, m, n, k, batch=1)``: the GEMM ``(m, k) x (k, n)`` (``batch`` of them, a
+      grouped GEMM), in FP8 with ``dtype="fp8"``
       (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
       key's 16-bit (or fp32) dtype;
     * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
@@ -186,8 +187,8 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
     tn = bool(key.get("fp8_tn", True))
     e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
 
-    def linear(name: str, m: int, n: int, k: int) -> Kernel:
-        return _fp8_gemm(name, m, n, k, recipe) if fp8 else _gemm(name, m, n, k, e)
+    def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+        return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
 
     def cast(name: str, elements: float) -> list[Kernel]:
         return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
@@ -195,10 +196,12 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
     return linear, cast
 
 
-def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
-    """A linear layer's GEMM in FP8: both inputs FP8 (1 byte), the output BF16 (2 bytes)."""
-    return Kernel(name, 2.0 * m * n * k, float(FP8_BYTES * (m * k + k * n) + 2 * m * n), m, n, k,
-                  1, fp8_gemm_dtype(recipe))
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
+    """A linear layer's GEMM in FP8 (``batch`` of them: a grouped GEMM): both inputs FP8
+    (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k * batch,
+                  float(batch * (FP8_BYTES * (m * k + k * n) + 2 * m * n)), m, n, k, batch,
+                  fp8_gemm_dtype(recipe))
 
 
 # --------------------------------------------------------------------------- dense decoders
