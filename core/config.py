@@ -375,13 +375,13 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision) too.
+        (B, precision, the FP8 recipe) too, those that are set.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
-            if how == "never" and not full:
+            if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if how == "changed" and value == f.default:
                 continue

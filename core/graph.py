@@ -449,7 +449,7 @@ _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd
           "shared_experts_bwd")
 
 
-def weight_gradient_share(op: str, session: Session) -> float:
+def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
     """Share of a backward op's time that is its weight gradient (W), by FLOPs.
 
     Each weight GEMM's backward is two GEMMs of its forward's size, the input
@@ -460,11 +460,14 @@ def weight_gradient_share(op: str, session: Session) -> float:
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
     neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
-    one half, as the MLP.
+    one half, as the MLP. With FP8 the weight GEMMs run ``fp8_speedup``
+    times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
+    count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        r = fp8_speedup
+        return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
     if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd"):
         return 0.5
@@ -957,10 +960,11 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
                    dp: _DataParallel | None, session: Session,
-                   moe: dict[str, float] | None = None) -> np.ndarray:
+                   moe: dict[str, float] | None = None, fp8_speedup: float = 1.0) -> np.ndarray:
     """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
     ``moe``: the MoE layers' communication by source name (``ep_all_to_all``,
-    ``etp_all_gather``, ``etp_reduce_scatter``)."""
+    ``etp_all_gather``, ``etp_reduce_scatter``); ``fp8_speedup`` see
+    :func:`weight_gradient_share`."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
         if name in _SRC:
@@ -968,7 +972,7 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
     for op in _W_OPS:
         if op not in times:  # the MoE ops of a dense model
             continue
-        share = weight_gradient_share(op, session)
+        share = weight_gradient_share(op, session, fp8_speedup)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
     if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
@@ -987,7 +991,8 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
 
 
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None
+                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None,
+                 fp8_speedup: float = 1.0
                  ) -> tuple[list[_Template], list[_Template], list[_Template]]:
     """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
@@ -996,7 +1001,7 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``. ``moe``: the MoE
     layers' communication (:attr:`StageTimes.moe_comm_s`).
     """
-    values = _source_values(times, tp, dp, session, moe)
+    values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     out: tuple[list, list, list] = ([], [], [])
     for c in range(num_chunks(session.plan)):
         for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
@@ -1116,6 +1121,9 @@ class StageTimes:
         MoE layer and micro-batch, seconds; None for dense models.
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
+    fp8_speedup : float
+        FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
+        a split backward, :func:`weight_gradient_share`); 1 otherwise.
     """
 
     fwd_s: np.ndarray
@@ -1135,6 +1143,7 @@ class StageTimes:
     dp: list[_DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     moe_comm_s: dict[str, float] | None = None
+    fp8_speedup: float = 1.0
 
     @property
     def tp_all_reduce_s(self) -> float | None:
@@ -1315,11 +1324,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     alike = _middle_stages_alike(session)
     reps = _representatives(p) if alike else list(range(p))
+    recipe = fp8_recipe(pl)
+    fp8_speedup = 1.0
+    if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
+        fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
+                       / float(store.peak_flops[tensor_dtype(pl.precision)]))
     dps: list[_DataParallel | None] = [None] * p
     for i in reps:
         structs = [_structure(session, i, c) for c in range(v)]
         dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
-        values = _source_values(times, tp, dps[i], session, moe_comm)
+        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _stage_templates(struct)
@@ -1357,7 +1371,6 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
-    recipe = fp8_recipe(pl)
     fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
 
     def both(kind: str, i: int, nbytes: float) -> float:
@@ -1382,7 +1395,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             a[1:-1] = a[1]
     return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
                       ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm)
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup)
 
 
 def _middle_stages_alike(session: Session) -> bool:
@@ -1416,7 +1429,7 @@ def moe_comm_bytes(session: Session) -> dict[str, float]:
     """
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
-    e = DTYPE_BYTES[pl.precision]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # tokens are dispatched in BF16 under FP8 too
     sp = bool(pl.sequence_parallel and t > 1)
     T_in = pl.micro_batch_size * (m.seq_length // pl.context_parallel) / (t if sp else 1)
     a2a = T_in * m.moe_top_k * m.hidden_size * e * float(pl.moe_imbalance_factor)
@@ -1675,7 +1688,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     programs, templates = [], []
     for i in range(p):
         fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
-                                        st.moe_comm_s)
+                                        st.moe_comm_s, st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},
                           **{(W, c): t for c, t in enumerate(wgds)}})

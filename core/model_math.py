@@ -175,10 +175,39 @@ def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
     return [cast]
 
 
-def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
-    """A linear layer's GEMM in FP8: both inputs FP8 (1 byte), the output BF16 (2 bytes)."""
-    return Kernel(name, 2.0 * m * n * k, float(FP8_BYTES * (m * k + k * n) + 2 * m * n), m, n, k,
-                  1, fp8_gemm_dtype(recipe))
+def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int], Kernel],
+                                                     Callable[[str, float], list[Kernel]]]:
+    """``(linear, cast)`` kernel makers of an op key, for every family's linear layers (the
+    dense layer's QKV, projection and MLP; MoE experts the same way):
+
+    * ``linear(name, m, n, k, batch=1)``: the GEMM ``(m, k) x (k, n)`` (``batch`` of them, a
+      grouped GEMM), in FP8 with ``dtype="fp8"``
+      (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
+      key's 16-bit (or fp32) dtype;
+    * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
+      :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``, default true), none
+      without FP8.
+    """
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
+
+    def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+        return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
+
+    def cast(name: str, elements: float) -> list[Kernel]:
+        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+
+    return linear, cast
+
+
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
+    """A linear layer's GEMM in FP8 (``batch`` of them: a grouped GEMM): both inputs FP8
+    (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k * batch,
+                  float(batch * (FP8_BYTES * (m * k + k * n) + 2 * m * n)), m, n, k, batch,
+                  fp8_gemm_dtype(recipe))
 
 
 # --------------------------------------------------------------------------- dense decoders
@@ -271,20 +300,13 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     tn = bool(key.get("fp8_tn", True))
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
+    linear, cast = linear_kernels(key)
     if op == "optimizer_step":
         return [_mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
     if op == FP8_WEIGHT_CAST_OP:
         return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
-
-    def linear(name: str, m: int, n: int, k: int) -> Kernel:
-        """A linear layer's GEMM: FP8 with precision fp8 (Transformer Engine), else 16-bit."""
-        return _fp8_gemm(name, m, n, k, recipe) if fp8 else _gemm(name, m, n, k, e)
-
-    def cast(name: str, elements: float) -> list[Kernel]:
-        """The FP8 quantization of a linear layer's input or output gradient (none without FP8)."""
-        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
 
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation

@@ -367,7 +367,7 @@ _ISSUE11 = {"model.kv_channels", "model.num_experts", "model.moe_top_k", "model.
 
 def _issue11_fields(rng, model, plan, i: int) -> None:
     """Set some of issue 11's fields to values a real launch has (seeded by ``rng``; the FP8
-    recipes in turn by the session's index ``i``)."""
+    recipes in turn by ``i``, the FP8 sessions so far)."""
     t, d, a = plan.tensor_parallel, plan.data_parallel, model.num_attention_heads
     if rng.random() < 0.3:
         model.kv_channels = rng.choice([64, 128])
@@ -433,11 +433,13 @@ def _random_sessions(n: int = 40):
                 field_exists("plan.schedule", "interleaved") and rng.random() < 0.5:
             plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
             plan.global_batch_size = d * b * p * rng.choice([1, 2])  # m a multiple of p (Megatron)
-        _issue11_fields(rng, model, plan, len(out))
+        _issue11_fields(rng, model, plan, sum(s.plan.precision == "fp8" for s in out))
         world = plan.tensor_parallel * plan.pipeline_parallel * plan.context_parallel * plan.data_parallel
         gpn = math.gcd(world, 8)  # torchrun runs whole nodes
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
-        session = Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens))
+        # FP8 needs FP8 tensor cores, MXFP8 Blackwell's: an A100 plan in FP8 is refused by name
+        gpu = "B200-180GB" if plan.precision == "fp8" else "A100-SXM4-80GB"
+        session = Session(model, plan, ClusterConfig(gpu, gpn), CostConfig(2.0, tokens))
         if all(e.field in _ISSUE11 and "not modelled yet" in e.message for e in validate(session)):
             out.append(session)
     return out
