@@ -589,7 +589,7 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
-        split += proj - mlp_in
+        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode == "selective" or (mode == "none" and flash):
@@ -965,13 +965,14 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the activations' dtype (:func:`core.config.tensor_dtype`; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
-    together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
-    its own). 0 without context parallelism."""
+    the tensors' dtype (:func:`core.config.tensor_dtype`: BF16 under FP8, whose attention runs
+    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
+    context parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # BF16 K/V with FP8 (TE's attention is BF16)
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
