@@ -333,3 +333,57 @@ def test_megatron_fp8_arguments_refused_by_name(extra, message):
     from core.megatron_args import MegatronArgsError, session_from_launch
     with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
         session_from_launch(_launch(*extra))
+
+
+def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
+    """core.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
+    simulated iteration time (the calibration helper fits FP8 runs with it)."""
+    from core.calibrate import linearize, model_store, predict_linearized
+    from core.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.ops import DEFAULT_OP_MODEL
+    from core.profiles_gen import generate_store
+    base = generate_store("H100-SXM5-80GB", date="2026-01-01")
+    op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "collective_overhead_s": 3e-5}
+    sessions = [Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
+                        ParallelPlan(t, p, d, b, B, "1f1b", "full", "fp8", fp8_recipe=r),
+                        ClusterConfig("H100-SXM5-80GB", 8), CostConfig())
+                for (h, L, t, p, d, b, B, r) in [(1024, 4, 1, 1, 1, 2, 8, None), (1024, 8, 2, 2, 2, 1, 16, "delayed"),
+                                                 (2048, 4, 1, 2, 4, 1, 8, "blockwise")]]
+    rows = [linearize(s, base, op_model) for s in sessions]
+    sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
+
+
+def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
+    """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
+    (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
+    from core.graph import build_graph, weight_gradient_share
+    from core.solver import solve
+    s = _session()
+    s.plan.schedule = "zb-h1"
+    h, sl = s.model.hidden_size, s.model.seq_length
+    r = 1979 / 989
+    assert weight_gradient_share("attention_bwd", s, r) == pytest.approx((8 * h / r) / (16 * h / r + 8 * sl))
+    assert weight_gradient_share("attention_bwd", s) == 8 * h / (16 * h + 8 * sl)
+    store = open_profile(H100)
+    st = stage_times(s, store)
+    assert st.fp8_speedup == pytest.approx(r, rel=1e-12)
+    attn = st.op_times_s["attention_bwd"]
+    assert attn * weight_gradient_share("attention_bwd", s, r) < attn * weight_gradient_share("attention_bwd", s)
+    fine, _ = build_graph(s, store)
+    coarse, _ = build_graph(s, store, detail="microbatch")
+    assert solve(coarse).iteration_time_s == pytest.approx(solve(fine).iteration_time_s, rel=1e-12)
+    assert stage_times(_session(precision="bf16"), store).fp8_speedup == 1.0
+
+
+def test_simulate_cli_prints_precision_recipe_and_the_mfu_peak(tmp_path, capsys):
+    import json
+    from core.cli import main
+    path = tmp_path / "s.json"
+    save_session(_session(recipe="blockwise"), path)
+    assert main(["simulate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["precision"], doc["fp8_recipe"], doc["mfu_peak_dtype"]) == ("fp8", "blockwise", "bf16")
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fp8, recipe blockwise" in out and "(of the BF16 dense peak)" in out
