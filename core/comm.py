@@ -138,6 +138,7 @@ class CommModel:
         self.collective_overhead_s = float(p["collective_overhead_s"])
         self.p2p_efficiency = float(p["p2p_efficiency"])
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
+        self.all_to_all_efficiency = float(p.get("all_to_all_efficiency", 1.0))
 
     # ------------------------------------------------------------------ placement
     def node_of(self, tp: int, dp: int, pp: int, cp_rank: int = 0) -> int:
@@ -298,7 +299,12 @@ class CommModel:
         all-to-all of an ``nbytes`` buffer per GPU among ``ep`` ranks ``etp`` apart."""
         from .model_math import expert_tensor_parallel
         ep, etp = self.plan.expert_parallel, expert_tensor_parallel(self.plan)
-        return self.all_to_all(ep, self._expert_node_share(etp, ep), nbytes)
+        t = self.all_to_all(ep, self._expert_node_share(etp, ep), nbytes)
+        if t <= 0 or self.all_to_all_efficiency == 1.0:
+            return t
+        # the op model's all_to_all_efficiency: what token exchanges achieve of the collective
+        # model's rates (permutation, padding, dispatcher); fitted by the shared calibration
+        return self.collective_overhead_s + (t - self.collective_overhead_s) / self.all_to_all_efficiency
 
     def etp_collective(self, kind: str, nbytes: float) -> float:
         """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer

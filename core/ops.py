@@ -103,6 +103,7 @@ DEFAULT_OP_MODEL = {
     "p2p_efficiency": 1.0,
     "p2p_overhead_s": 0.0,
     "fp8_gemm_efficiency": 1.0,
+    "all_to_all_efficiency": 1.0,
 }
 
 

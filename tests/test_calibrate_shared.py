@@ -192,3 +192,36 @@ def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
         assert res.op_model[name] == pytest.approx(value, rel=0.03), name
     only_fp8 = [s for s in sessions if s.plan.precision == "fp8"]
     assert "gemm_efficiency_max" not in supported_params(only_fp8)
+
+
+def _moe_session(gpu: str, ep: int, d: int, h: int = 1024) -> Session:
+    s = _session(gpu, 1, d, 1, h)
+    s.model.num_experts, s.model.moe_top_k, s.model.moe_ffn_hidden_size = 16, 2, h
+    s.plan.expert_parallel = ep
+    return s
+
+
+def test_moe_runs_linearize_exactly_and_pin_the_all_to_all_efficiency():
+    """Expert-parallel runs (token dispatch and combine as all-to-all, within and across nodes):
+    the linearized time follows the simulator when the parameters move, and the shared fit
+    recovers the all-to-all efficiency beside the others."""
+    truth = {**TRUTH, "all_to_all_efficiency": 0.6}
+    sessions = [_moe_session(g, ep, d, h) for g, ep, d, h in (
+        ("H100-SXM5-80GB", 8, 8, 1024), ("H100-SXM5-80GB", 16, 16, 1024),
+        ("B200-180GB", 8, 16, 2048), ("B200-180GB", 16, 32, 1024), ("H100-SXM5-80GB", 4, 8, 2048))]
+    sessions += _runs()[0][:5]
+    base = analytic_bases()
+    kw = shared_fit_kwargs(base, sessions)
+    assert "all_to_all_efficiency" in kw["params"]
+    s = sessions[1]
+    b = base(s)
+    row = linearize(s, b, {**b.op_model})
+    for name, value in truth.items():  # each term exact (across nodes the all-to-all divides by
+        moved = {**b.op_model, name: value}  # both efficiencies: re-linearized each round)
+        assert predict_linearized([row], moved)[0] == pytest.approx(
+            simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
+    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+                         .report.iteration_time_s for x in sessions])
+    res = fit(sessions, measured, base, **kw)
+    for name, value in truth.items():
+        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
