@@ -663,10 +663,35 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
              "p": str(plan.pipeline_parallel), "source": v.get("source_id", "") or path.name,
              "gpu": cluster.gpu, "kind": "MoE" if moe else "dense",
              "precision": "fp8" if precision == "fp8" else precision}
-    return _finish(row, session,
-                   _num(path, row, "measured_iteration_time_s", str(get["measured_iteration_time_s"])),
-                   group, "; ".join(rw.reasons), rw.causes, assumptions=rw.assumptions,
-                   always_validate=True)
+    m = _finish(row, session,
+                _num(path, row, "measured_iteration_time_s", str(get["measured_iteration_time_s"])),
+                group, "; ".join(rw.reasons), rw.causes, assumptions=rw.assumptions,
+                always_validate=True)
+    if not m.skip_reason and plan.recompute == "none" and any(
+            a.startswith("megatron-recompute-default:") for a in m.assumptions):
+        _check_assumed_recompute(m)
+    return m
+
+
+def _check_assumed_recompute(m: Measurement) -> None:
+    """An assumed recomputation (none: Megatron-Core's default, the source silent) that the
+    plan's memory contradicts (more than the GPU's whole capacity) is no assumption to predict
+    on: the run must have recomputed (or offloaded) something, which is not stated. Skip the
+    row, naming the memory it would need."""
+    from .simulate import memory_verdict, session_profile, stage_memory
+
+    try:
+        capacity = session_profile(m.session).memory_bytes
+        # against the whole capacity: the reserve is a planner's margin, and a plan that
+        # exceeds only the margin may well have run (the memory model is an estimate)
+        _, fits, why = memory_verdict(stage_memory(m.session), capacity, 0.0)
+    except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
+        return
+    if not fits:
+        m.skip_reason = (f"recompute is empty and Megatron-Core's default (none) {why}: the run "
+                         "must have recomputed or offloaded activations, which the source does not "
+                         "state")
+        m.skip_causes = ["recompute not stated (none does not fit)"]
 
 
 @dataclass

@@ -116,9 +116,13 @@ def test_notes_policies_on_real_rows(published):
         assert qwen.session.model.kv_channels == 128
     else:
         assert "kv_channels (head size other than h/a)" in qwen.skip_causes
-    gb = ms[16]  # row 17: Llama3-70B on 64 GB200, Megatron-FSDP
+    gb = ms[16]  # row 17: Llama3-70B on 64 GB200, Megatron-FSDP, b=2, s=8192, recompute empty
     assert gb.session.plan.zero_stage == 3 and "megatron-fsdp-zero3" in _names(gb)
     assert gb.session.cluster.gpu == "GB200-NVL72" and gb.session.cluster.gpus_per_node == 72
+    # without recomputation it needs far more than the GPU's 186 GiB: the assumed default is
+    # contradicted, so the row is skipped, not predicted without the recomputation it must have had
+    assert gb.skip_causes == ["recompute not stated (none does not fit)"]
+    assert "GiB per GPU, the GPU has 186.0 GiB" in gb.skip_reason
     ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
     assert {"custom pipeline layout", "precision not stated",
             "selective recomputation (other than Megatron's)"} <= set(ds.skip_causes)
