@@ -488,18 +488,23 @@ class FitResult:
     train_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w):
+def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w, prior=0.0):
     from scipy.optimize import least_squares
 
     lo = np.array([_bounds(n)[0] for n in names])
     hi = np.array([_bounds(n)[1] for n in names])
+    centre = np.array([current[n] for n in names], float)  # the prior's centre: the start
     rows = []
     for rnd in range(rounds):
         rows = [linearize(s, base_of(base, s), current) for s in sessions]
 
         def residuals(u: np.ndarray) -> np.ndarray:
-            values = dict(zip(names, lo + u * (hi - lo)))
-            return sqrt_w * np.log(predict_linearized(rows, {**current, **values}) / measured_s)
+            x = lo + u * (hi - lo)
+            values = dict(zip(names, x))
+            r = sqrt_w * np.log(predict_linearized(rows, {**current, **values}) / measured_s)
+            if prior:  # log-normal prior around the start: one pseudo-run per parameter
+                r = np.concatenate([r, np.sqrt(prior) * np.log(x / centre)])
+            return r
 
         u0 = np.clip((np.array([current[n] for n in names]) - lo) / (hi - lo), 0, 1)
         sol = least_squares(residuals, u0, bounds=(0, 1), x_scale="jac", max_nfev=400,
@@ -536,7 +541,7 @@ def _fit_corrections(rows, measured_s, op_model, ridge, sqrt_w):
 def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
         params: Sequence[str] | None = None, start: dict[str, float] | None = None, rounds: int = 2,
         corrections: bool = True, ridge: float = DEFAULT_RIDGE, weights: np.ndarray | None = None,
-        progress: Callable[[str], None] | None = None) -> FitResult:
+        prior: float = 0.0, progress: Callable[[str], None] | None = None) -> FitResult:
     """Fit ``params`` (default all of :data:`FIT_PARAMS`; an empty list fits none) and per-shape
     corrections to measured times.
 
@@ -560,6 +565,11 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     weights : float array, shape (n,), optional
         Weight of each run in the fit (default 1), e.g. to let a small file
         count as much as a large one.
+    prior : float
+        Weight of a log-normal prior on each fitted parameter, centred on its start value:
+        the residual ``sqrt(prior) * log(value / start)`` joins the runs' log errors, so with
+        ``prior=1`` a parameter 20 % off its start costs what one run 20 % off costs. 0 (the
+        default) fits the runs alone; the shared fit of a few runs uses :data:`SHARED_PRIOR`.
 
     Raises
     ------
@@ -578,7 +588,8 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     current = {**DEFAULT_OP_MODEL, **FIT_START, **(start or {})}
     sqrt_w = np.sqrt(np.ones(len(sessions)) if weights is None else np.asarray(weights, float))
     if names:
-        current = _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w)
+        current = _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w,
+                               prior)
     corr: dict[tuple, float] = {}
     if corrections:
         for rnd in range(rounds):
@@ -808,6 +819,14 @@ def analytic_bases() -> Callable[[Session], ProfileStore]:
     return base
 
 
+#: Prior weight of the shared fit (:func:`fit`'s ``prior``): a tenth of a run per parameter at the
+#: spec's value. With a handful of runs and several parameters, the runs alone cannot tell
+#: parameters apart that move times alike (3 FP8 runs traded the HBM efficiency down to 0.31
+#: against an FP8 GEMM efficiency at its bound); the prior keeps what the runs do not decide
+#: at the data-sheet assumption and lets many runs outweigh it.
+SHARED_PRIOR = 0.1
+
+
 def supported_params(sessions: Sequence[Session]) -> list[str]:
     """The shared-fit parameters (:func:`shared_fit_params`) the runs can pin down: the
     half-precision GEMM efficiency only with a bf16/fp16 run, the FP8 one only with an FP8 run
@@ -830,7 +849,7 @@ def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
     params = supported_params(sessions)
     spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
     start = {**DEFAULT_OP_MODEL, **spec}  # a parameter the runs barely move stays at the spec's
-    return {"params": params, "corrections": False, "start": start}
+    return {"params": params, "corrections": False, "start": start, "prior": SHARED_PRIOR}
 
 
 def use_shared_fit(sessions: Sequence[Session]) -> bool:

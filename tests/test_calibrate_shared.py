@@ -82,7 +82,7 @@ def test_linearized_time_equals_the_simulated_one():
 
 def test_shared_fit_recovers_the_true_parameters_and_cross_validates_exactly():
     sessions, measured, base = _runs()
-    kw = shared_fit_kwargs(base, sessions)
+    kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}  # the runs alone
     res = fit(sessions, measured, base, **kw)
     for name, value in TRUTH.items():
         assert res.op_model[name] == pytest.approx(value, rel=0.02), name
@@ -151,9 +151,9 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
     doc = json.loads(capsys.readouterr().out)
     assert sorted(doc["stores"]) == ["B200-180GB.h5", "H100-SXM5-80GB.h5", "H200-SXM-141GB.h5"]
     assert doc["rows_by_kind"] == {"B200-180GB": 5, "H100-SXM5-80GB": 5}
-    for name, value in TRUTH.items():
-        assert doc["parameters"][name] == pytest.approx(value, rel=0.02)
-    assert doc["cross_validation"]["all rows"]["mape_percent"] < 1.0
+    for name, value in TRUTH.items():  # the shared prior (a tenth of a run) pulls a little
+        assert doc["parameters"][name] == pytest.approx(value, rel=0.05)
+    assert doc["cross_validation"]["all rows"]["mape_percent"] < 2.0
     h100 = ProfileStore.open(out / "H100-SXM5-80GB.h5")
     p = h100.provenance
     assert p["method"] == "calibrated" and p["rows_of_this_kind"] == 5 and p["num_shape_factors"] == 0
@@ -185,7 +185,7 @@ def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
     base = analytic_bases()
     measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **truth}))
                          .report.iteration_time_s for s in sessions])
-    kw = shared_fit_kwargs(base, sessions)
+    kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}
     assert "fp8_gemm_efficiency" in kw["params"] and "gemm_efficiency_max" in kw["params"]
     res = fit(sessions, measured, base, **kw)
     for name, value in truth.items():
@@ -222,6 +222,19 @@ def test_moe_runs_linearize_exactly_and_pin_the_all_to_all_efficiency():
             simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
     measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
                          .report.iteration_time_s for x in sessions])
-    res = fit(sessions, measured, base, **kw)
+    res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
     for name, value in truth.items():
         assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+
+
+def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
+    """One node only: the network efficiency moves no run. Without a prior nothing holds it;
+    with the shared prior it stays at the spec's value while the others are fitted."""
+    sessions, measured, base = _runs()
+    one = [i for i, s in enumerate(sessions) if s.plan.num_gpus <= s.cluster.gpus_per_node]
+    kw = shared_fit_kwargs(base, [sessions[i] for i in one])
+    assert kw["prior"] > 0 and "inter_node_efficiency" not in kw["params"]
+    params = kw["params"] + ["inter_node_efficiency"]
+    res = fit([sessions[i] for i in one], measured[one], base, **{**kw, "params": params})
+    assert res.op_model["inter_node_efficiency"] == pytest.approx(kw["start"]["inter_node_efficiency"])
+    assert res.op_model["gemm_efficiency_max"] == pytest.approx(TRUTH["gemm_efficiency_max"], rel=0.1)
