@@ -188,3 +188,20 @@ def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
     assert r2["gpu"] == "H100-SXM5-80GB" and r2["kind"] == "dense" and r2["precision"] == "fp8"
     assert any(a.startswith("megatron-recompute-default:") for a in r2["assumptions"])
     assert set(out["by_group"]) >= {"gpu", "kind", "precision"}
+
+
+def test_cross_validate_with_fewer_rows_than_folds_is_leave_one_out(tmp_path, capsys):
+    """Three usable rows and --cross-validate 5: three folds, said on stderr; one row: refused."""
+    from tests.test_accuracy import MODERN_HEADER, _modern_row
+    path = tmp_path / "three.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(
+        _modern_row(measured_iteration_time_s=t, micro_batch_size=b, global_batch_size=64)
+        for t, b in ((1.0, 1), (1.1, 2), (1.3, 4))) + "\n")
+    assert main(["validate", str(path), "--cross-validate", "5", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "5 folds asked, 3 usable rows: 3 folds (leave-one-out)" in captured.err
+    doc = json.loads(captured.out)
+    assert doc["n"] == 3 and doc["cross_validated_folds"] == 3
+    one = tmp_path / "one.csv"
+    one.write_text(MODERN_HEADER + "\n" + _modern_row() + "\n")
+    assert main(["validate", str(one), "--cross-validate", "5"]) == 2

@@ -78,10 +78,14 @@ def run(args: argparse.Namespace) -> int:
                                  shared_fit_kwargs, use_shared_fit)
         from ..simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
-        if len(sessions) < args.cross_validate:
-            raise field_error("--cross-validate", f"{len(sessions)} usable rows are fewer than "
-                                             f"{args.cross_validate} folds")
         err = Console(stderr=True)
+        if len(sessions) < 2:
+            raise field_error("--cross-validate", f"{len(sessions)} usable rows: cross-validation "
+                                                  "needs at least 2")
+        if len(sessions) < args.cross_validate:  # each row its own fold (leave-one-out)
+            err.print(f"{args.cross_validate} folds asked, {len(sessions)} usable rows: "
+                      f"{len(sessions)} folds (leave-one-out)", highlight=False)
+            args.cross_validate = len(sessions)
         shared = not args.profile and use_shared_fit(sessions)
         if args.profile:
             base, fit_kw = open_profile(args.profile), {}
