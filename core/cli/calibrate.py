@@ -161,8 +161,12 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     residuals = None
     say = (lambda msg: console.print(f"  {esc(msg)}"))
     if args.folds:
-        if len(sessions) < args.folds:
-            raise field_error("--folds", f"{len(sessions)} usable rows are fewer than {args.folds} folds")
+        if len(sessions) < 2:
+            raise field_error("--folds", f"{len(sessions)} usable rows: cross-validation needs 2")
+        if len(sessions) < args.folds:  # each row its own fold (leave-one-out)
+            console.print(f"{args.folds} folds asked, {len(sessions)} usable rows: "
+                          f"{len(sessions)} folds (leave-one-out)")
+            args.folds = len(sessions)
         console.print(f"cross-validating the shared fit on {len(sessions)} rows ({args.folds} folds)...")
         pred, met = cross_validate_files([(sessions, measured)], 0, base, folds=args.folds,
                                          progress=say, **kw)
