@@ -701,11 +701,12 @@ def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
     the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
     together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
-    its own). 0 without context parallelism."""
+    its own; BF16 with FP8 training, whose attention runs in BF16). 0 without context
+    parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
