@@ -1019,9 +1019,6 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
                                "not modelled"))
-    if pl.precision == "fp8":
-        errs.append(FieldError("plan.precision", "precision='fp8' with a mixture-of-experts model "
-                               "(FP8 grouped GEMMs of the experts) is not modelled yet"))
     fe = m.moe_ffn_hidden_size or m.ffn
     if _is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
