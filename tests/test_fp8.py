@@ -457,3 +457,12 @@ def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():
     assert list(w) == [16 * (attn / 2 + 8 * 3 * 4096 * 14336 / 8)] * 2
     for x, y, n in zip(rb.memory, r8.memory, w):
         assert y.weights_bytes - x.weights_bytes == pytest.approx(2 * n, rel=1e-12)
+
+
+def test_diff_of_a_bf16_and_an_fp8_plan_names_the_precision_and_the_compute_gain():
+    from core.diff import diff_plans, plan_label
+    a, b = _session(precision="bf16"), _session(recipe="delayed")
+    assert plan_label(b) == plan_label(a) + " precision=fp8 fp8=delayed"
+    d = diff_plans(a, b).to_dict()
+    assert d["a"]["label"] != d["b"]["label"]
+    assert d["b"]["iteration_time_s"] < d["a"]["iteration_time_s"]
