@@ -244,8 +244,10 @@ def simulate(session: Session, store: ProfileStore | None = None,
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
     cp_mask = kind == KINDS.index("cp_p2p")
+    cp_hidden = np.zeros_like(cp_mask)
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         comm_mask &= ~graph.overlapped
+        cp_hidden = cp_mask & graph.overlapped
         cp_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
@@ -291,6 +293,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         comm_s=float(stage_comm.mean()),
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
+        cp_hidden_s=float(graph.duration_s[cp_hidden].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
