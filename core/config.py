@@ -1125,8 +1125,7 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
-#: experts is modelled; until then the editor shows them with the refusal.
+#: general stages; 30.5 B parameters, 3.3 B active).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
