@@ -1019,9 +1019,6 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
                                "not modelled"))
-    if pl.precision == "fp8":
-        errs.append(FieldError("plan.precision", "precision='fp8' with a mixture-of-experts model "
-                               "(FP8 grouped GEMMs of the experts) is not modelled yet"))
     fe = m.moe_ffn_hidden_size or m.ffn
     if _is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
@@ -1128,8 +1125,7 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
-#: experts is modelled; until then the editor shows them with the refusal.
+#: general stages; 30.5 B parameters, 3.3 B active).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (

@@ -356,7 +356,10 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     calibrated op time carries over to the kernels it shares with its variant.
     Tables hold no FP8 ops either (no recipe column): an FP8 op takes its BF16
     row's time scaled the same way (FP8 GEMMs and quantization kernels against
-    BF16 GEMMs, :func:`core.model_math.op_kernels`).
+    BF16 GEMMs, :func:`core.model_math.op_kernels`); nor context-parallel attention
+    (no ``cp`` column): it takes the row of the attention op on the rank's ``s/cp``
+    tokens without the ring, scaled by the ratio of their analytic times (the core's
+    ``cp`` causal steps against one).
     MoE models add :data:`core.model_math.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
     """
@@ -364,6 +367,9 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
     table_key = {c: v for c, v in key.items() if c != "fp8"}
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
+    # nor ring attention (no cp column): a context-parallel attention op scales the row of the
+    # same op without context parallelism on the rank's s/cp tokens
+    table_key["cp"] = 1
     plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})

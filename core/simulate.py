@@ -245,8 +245,10 @@ def simulate(session: Session, store: ProfileStore | None = None,
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
     ep_mask = kind == KINDS.index("ep_all_to_all")
     cp_mask = kind == KINDS.index("cp_p2p")
+    cp_hidden = np.zeros_like(cp_mask)
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         comm_mask &= ~graph.overlapped
+        cp_hidden = cp_mask & graph.overlapped
         cp_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
     stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
@@ -299,6 +301,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
+        cp_hidden_s=float(graph.duration_s[cp_hidden].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,

@@ -368,9 +368,9 @@ _ISSUE11 = {"model.kv_channels", "model.num_experts", "model.moe_top_k", "model.
 _RECIPES = (None, "delayed", "mxfp8", "blockwise")
 
 
-def _issue11_fields(rng, model, plan, recipe) -> None:
+def _issue11_fields(rng, model, plan, recipe, first_dense: bool) -> None:
     """Set some of issue 11's fields to values a real launch has (seeded by ``rng``; FP8 with
-    ``recipe``)."""
+    ``recipe``; an MoE model with first dense layers when ``first_dense``)."""
     t, d, a = plan.tensor_parallel, plan.data_parallel, model.num_attention_heads
     if rng.random() < 0.3:
         model.kv_channels = rng.choice([64, 128])
@@ -381,7 +381,7 @@ def _issue11_fields(rng, model, plan, recipe) -> None:
         model.moe_ffn_hidden_size = rng.choice([None, a * 32])
         model.num_shared_experts = rng.choice([0, 0, 1, 2])
         model.moe_layer_frequency = rng.choice([1, 1, 2])
-        if model.num_layers > 2 and rng.random() < 0.4:  # first dense layers: a multiple of k
+        if model.num_layers > 2 and first_dense:  # first dense layers: a multiple of k
             model.moe_first_dense_layers = model.moe_layer_frequency
         plan.expert_parallel = ep
         plan.expert_tensor_parallel = rng.choice([None, None, 1, t])
@@ -437,7 +437,10 @@ def _random_sessions(n: int = 40):
             plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
             plan.global_batch_size = d * b * p * rng.choice([1, 2])  # m a multiple of p (Megatron)
         taken = [s.plan.fp8_recipe for s in out if s.plan.precision == "fp8"]
-        _issue11_fields(rng, model, plan, min(_RECIPES, key=taken.count))  # each recipe in turn
+        moe = [s.model.moe_first_dense_layers > 0 for s in out if s.model.num_experts]
+        # each recipe in turn; a third of the MoE models with first dense layers
+        _issue11_fields(rng, model, plan, min(_RECIPES, key=taken.count),
+                        3 * sum(moe) <= len(moe))
         world = plan.tensor_parallel * plan.pipeline_parallel * plan.context_parallel * plan.data_parallel
         gpn = math.gcd(world, 8)  # torchrun runs whole nodes
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)

@@ -168,6 +168,8 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(value, r, 1)
             self._values[key] = value
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
+        # shown for context-parallel plans only (the others have no ring)
+        self._cp_row = (names["cp_comm"], self._values["cp_comm"])
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
                                         "imbalance"),
@@ -292,7 +294,11 @@ class CostPanel(QtWidgets.QWidget):
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
-        v["cp_comm"].setText(format_duration(report.cp_comm_s))
+        v["cp_comm"].setText(format_duration(report.cp_comm_s)
+                             + (f" ({format_duration(report.cp_hidden_s)} hidden)"
+                                if report.cp_hidden_s > 0 else ""))
+        for w in self._cp_row:
+            w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
         v["ep_comm"].setText(format_duration(report.ep_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
