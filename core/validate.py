@@ -673,18 +673,27 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     return m
 
 
+#: How far beyond a GPU's whole memory a plan under an assumed (not stated) recompute=none may
+#: be estimated before the assumption counts as contradicted (:func:`_check_assumed_recompute`).
+RECOMPUTE_MEMORY_TOLERANCE = 0.10
+
+
 def _check_assumed_recompute(m: Measurement) -> None:
     """An assumed recomputation (none: Megatron-Core's default, the source silent) that the
-    plan's memory contradicts (more than the GPU's whole capacity) is no assumption to predict
+    plan's memory contradicts (more than :data:`RECOMPUTE_MEMORY_TOLERANCE` beyond the GPU's
+    whole capacity) is no assumption to predict
     on: the run must have recomputed (or offloaded) something, which is not stated. Skip the
     row, naming the memory it would need."""
     from .simulate import memory_verdict, session_profile, stage_memory
 
     try:
         capacity = session_profile(m.session).memory_bytes
-        # against the whole capacity: the reserve is a planner's margin, and a plan that
-        # exceeds only the margin may well have run (the memory model is an estimate)
-        _, fits, why = memory_verdict(stage_memory(m.session), capacity, 0.0)
+        # against the whole capacity and a tolerance: the reserve is a planner's margin, and the
+        # memory model is an estimate, so only a plan clearly beyond the GPU contradicts it
+        need, _, _ = memory_verdict(stage_memory(m.session), capacity, 0.0)
+        fits = need <= capacity * (1 + RECOMPUTE_MEMORY_TOLERANCE)
+        why = (f"needs {need / 2**30:.1f} GiB per GPU, more than {RECOMPUTE_MEMORY_TOLERANCE:.0%} "
+               f"beyond the GPU's {capacity / 2**30:.1f} GiB")
     except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
         return
     if not fits:

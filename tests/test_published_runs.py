@@ -122,7 +122,7 @@ def test_notes_policies_on_real_rows(published):
     # without recomputation it needs far more than the GPU's 186 GiB: the assumed default is
     # contradicted, so the row is skipped, not predicted without the recomputation it must have had
     assert gb.skip_causes == ["recompute not stated (none does not fit)"]
-    assert "GiB per GPU, the GPU has 186.0 GiB" in gb.skip_reason
+    assert "needs 342.8 GiB per GPU, more than 10% beyond the GPU's 186.0 GiB" in gb.skip_reason
     ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
     assert {"custom pipeline layout", "precision not stated",
             "selective recomputation (other than Megatron's)"} <= set(ds.skip_causes)
