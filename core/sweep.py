@@ -321,7 +321,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
 
     A plan is emitted iff :func:`core.config.validate` accepts the session with
     that plan and it is within the budget. Candidates that certainly break a
-    rule (``B % d != 0`` implies ``B % (d*b) != 0``) are pruned before validation.
+    rule (``B % (d*b) != 0``, the schedule's own rules of
+    :func:`core.schedules.schedule_errors`) are pruned before validation, and
+    candidates are validated with ``sections=("plan",)`` (the model, cluster and
+    cost are checked once, first).
 
     Parameters
     ----------
@@ -394,8 +397,14 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             for d in ds:
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
+                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                        continue
                     for sched in scheds_p:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                            # the schedule's own rules (part of validate), before building plans
+                            if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
+                                                                  m.num_layers):
+                                continue
                             for rc in rcs:
                                 for sp in sps_t:
                                     for z in zs_d:
@@ -406,7 +415,9 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             sequence_parallel=sp, zero_stage=z,
                                             recompute_num_layers=(base.recompute_num_layers
                                                                   if rc == "full" else None))
-                                        if not validate(Session(m, plan, cl, session.cost)):
+                                        # model, cluster and cost were checked above
+                                        if not validate(Session(m, plan, cl, session.cost),
+                                                        sections=("plan",)):
                                             plans.append(plan)
     return plans
 
