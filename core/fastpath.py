@@ -12,9 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import fastpath_kernel
 from . import schedules as pipeline_schedules
 
-__all__ = ["pipeline_iteration_times"]
+__all__ = ["pipeline_iteration_times", "COMPILED_MIN_ELEMENTS"]
+
+#: Batches of at least this many (stage, item, plan) elements use the compiled pass by
+#: default (the numpy sweeps take about 45 ns per element, ~0.2 s here; Numba's import 0.3 s).
+COMPILED_MIN_ELEMENTS = 5_000_000
 
 
 @lru_cache(maxsize=32)
@@ -67,7 +72,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                              dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
                              return_updates: bool = False, wgrad_s: np.ndarray | None = None,
                              ready_s: np.ndarray | None = None,
-                             chunk_tail_s: np.ndarray | None = None
+                             chunk_tail_s: np.ndarray | None = None,
+                             compiled: bool | None = None
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
@@ -88,6 +94,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     last update; every update is monotone, so the fixed point reached is the
     least one, i.e. the longest-path times of the DAG. The iteration time is
     ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+
+    With Numba (:mod:`core.fastpath_kernel`) the same recurrence is evaluated in
+    one compiled pass over the items in dependency order, each item once; the
+    end times are bit for bit those of the sweeps (the same operations per element).
 
     Parameters
     ----------
@@ -116,6 +126,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         compute of the chunk's last weight-gradient item (B, or W when split, of
         micro-batch m-1) ends (:attr:`core.graph.StageTimes.chunk_tail_s`: overlapped
         gradient buckets); ``-inf`` for none.
+    compiled : bool, optional
+        Use the compiled pass (when Numba is available): True, yes; False, the numpy
+        sweeps; None (default), yes when it is already loaded or the batch has at least
+        :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
+        costs about 0.3 s, so a single simulation never does).
 
     Returns
     -------
@@ -156,23 +171,35 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     K = phase.shape[1]
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
-    stage = np.arange(p)[:, None]
     # the hop each phase's send uses (F forward, B backward; W never sends) ...
     hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    R = None
+    if ready_s is not None:
+        R = np.asarray(ready_s, np.float64)
+        R = R[:, None, :] if R.ndim == 2 else R
+        if R.shape != F.shape:
+            raise ValueError("ready_s must have the shape of fwd_s")
+    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
+    E[-1] = 0.0
+    if compiled is None:
+        compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
+    if compiled and fastpath_kernel.available():
+        floor_of = np.full((p, K), -1, np.int64)
+        if R is not None:
+            floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
+        fastpath_kernel.solve_items(table, hops, phase, chunk, sends, src, floor_of,
+                                    R if R is not None else np.zeros((p, v, n)), E)
+        return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                     p if return_updates else None)
+    stage = np.arange(p)[:, None]
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
     with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
     D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
     floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
-    if ready_s is not None:
-        R = np.asarray(ready_s, np.float64)
-        R = R[:, None, :] if R.ndim == 2 else R
-        if R.shape != F.shape:
-            raise ValueError("ready_s must have the shape of fwd_s")
+    if R is not None:
         floors = [(first_f[i], R[i] + Q[i, first_f[i]]) for i in range(p)]
-    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
-    E[-1] = 0.0
     version = np.zeros(p, np.int64)       # changes of each stage so far
     seen: list[tuple | None] = [None] * p  # versions of a stage's sources at its last update
     updates = 0
@@ -201,6 +228,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         sweep += 1
         if not changed:
             break
+    return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                 updates if return_updates else None)
+
+
+def _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s, updates):
+    """Iteration times from the items' end times ``E`` (see :func:`pipeline_iteration_times`)."""
     last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
     if chunk_tail_s is not None:
         X = np.asarray(chunk_tail_s, np.float64)
@@ -215,4 +248,4 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                                hops[np.arange(p), phase[np.arange(p), k]], 0.0)
             last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
-    return (T, updates) if return_updates else T
+    return (T, updates) if updates is not None else T

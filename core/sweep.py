@@ -103,6 +103,10 @@ COLUMNS = PLAN_COLUMNS + (
 ProgressFn = Callable[[int, int], None]
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
 _MAX_BATCH_ELEMENTS = 2_000_000
+#: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
+#: its compiled pass (:mod:`core.fastpath_kernel`, when Numba is installed): about 45 ns per
+#: element saved against Numba's import and cache load, about 0.5 s per process.
+COMPILED_MIN_SWEEP_ELEMENTS = 20_000_000
 
 
 class SweepCancelled(Exception):
@@ -733,7 +737,7 @@ def _check_workers(workers: Any) -> int:
 
 
 def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
-                store, lookup_cache: dict
+                store, lookup_cache: dict, compiled: bool | None = None
                 ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
     """Iteration time and memory of a batch of plans of one pipeline structure.
 
@@ -747,6 +751,9 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     lookup_cache : dict
         Memo of op and communication lookups (:func:`core.graph.stage_times`), shared
         between batches of one process.
+    compiled : bool, optional
+        Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
+        sweeps; the same times bit for bit).
 
     Returns
     -------
@@ -780,7 +787,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         iteration = pipeline_iteration_times(
             schedule, m, per_chunk[0], per_chunk[1], *per_stage,
             wgrad_s=per_chunk[2] if sched.splits_backward else None,
-            ready_s=ready, chunk_tail_s=tails)
+            ready_s=ready, chunk_tail_s=tails, compiled=compiled)
     else:  # the general solver on the coarse graph
         iteration = np.empty(n)
         for j, pl in enumerate(plans):
@@ -915,6 +922,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
         batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
     model, cluster, cost = session.model, session.cluster, session.cost
+    # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only
+    elements = sum(p * 3 * m * v * len(group) for (p, m, _, v), group in batches)
+    compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     done = 0
     if progress is not None:
         progress(0, n)
@@ -952,17 +962,18 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
 
         if dask is not None:
             sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
-                                       address=dask, cancel=cancel, on_result=take_chunk)
+                                       address=dask, cancel=cancel, on_result=take_chunk,
+                                       compiled=compiled)
         else:
             sweep_parallel.run_on_pool(batches, plans, store, model, cluster, cost, workers=workers,
-                                       cancel=cancel, on_result=take_chunk)
+                                       cancel=cancel, on_result=take_chunk, compiled=compiled)
     else:
         lookup_cache: dict = {}
         for key, idx in batches:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                  lookup_cache))
+                                  lookup_cache, compiled))
     # Cost, as core.simulate computes it.
     flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
     hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])

@@ -107,8 +107,8 @@ def _init_worker(data: bytes) -> None:
     _INIT_DATA = data
 
 
-def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]]
-                ) -> list[tuple]:
+def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]],
+                compiled: bool | None = None) -> list[tuple]:
     """Solve the batches of one chunk in this process (a pool or Dask worker).
 
     Parameters
@@ -117,6 +117,8 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
         The profile store file's bytes (None: those given to the pool's initializer).
     model, cluster, cost : the session's parts
     jobs : list of ((p, m, schedule, v), list of ParallelPlan)
+    compiled : bool, optional
+        :func:`core.sweep.solve_batch`'s choice of the batch solver's compiled pass.
 
     Returns
     -------
@@ -124,7 +126,8 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
     """
     from .sweep import solve_batch
     store, memo = _open_store(_INIT_DATA if data is None else data)
-    return [solve_batch(model, cluster, cost, key, plans, store, memo) for key, plans in jobs]
+    return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
+            for key, plans in jobs]
 
 
 def _cancelled(cancel: Any) -> bool:
@@ -144,7 +147,8 @@ def _largest_first(chunks: list[list[Batch]]) -> list[int]:
 
 
 def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
-                cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None]) -> None:
+                cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
+                compiled: bool | None = None) -> None:
     """Solve ``batches`` on a pool of ``workers`` processes; ``on_result(chunk, outs)`` is called
     in this thread for each finished chunk (in the order they finish).
 
@@ -164,7 +168,7 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
                                initializer=_init_worker, initargs=(store_bytes(store),))
     try:
         jobs = _jobs(chunks, plans)
-        futures = {pool.submit(solve_chunk, None, model, cluster, cost, jobs[c]): c
+        futures = {pool.submit(solve_chunk, None, model, cluster, cost, jobs[c], compiled): c
                    for c in _largest_first(chunks)}
         pending = set(futures)
         while pending:
@@ -178,8 +182,8 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
 
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
-                address: str, cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None]
-                ) -> None:
+                address: str, cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
+                compiled: bool | None = None) -> None:
     """Solve ``batches`` on a Dask distributed cluster: the scheduler at ``address``
     (``tcp://host:8786``), or with ``address == "local"`` a ``LocalCluster`` of ``workers``
     processes (one thread each) started and stopped here. The store's bytes are sent to
@@ -220,7 +224,8 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
         chunks = chunk_batches(batches, n_workers)
         data = client.scatter(store_bytes(store), broadcast=True)
         jobs = _jobs(chunks, plans)
-        futures = {client.submit(solve_chunk, data, model, cluster, cost, jobs[c], pure=False): c
+        futures = {client.submit(solve_chunk, data, model, cluster, cost, jobs[c], compiled,
+                                 pure=False): c
                    for c in _largest_first(chunks)}
         pending = set(futures)
         try:
