@@ -10,10 +10,10 @@ is solved by :func:`solve_chunk` in another process -- a local process pool
 caller puts each batch's figures at its rows. Every batch is solved exactly as
 the serial loop solves it, so the result is the serial one, bit for bit.
 
-The profile store travels as the bytes of its HDF5 file (about 0.7 MB): each
-worker process writes them to a temporary file once, opens the store from it
-and keeps it, with its lookup memo, for the chunks that follow. No h5py object
-is ever pickled. The worker processes are started with ``forkserver`` (POSIX)
+The profile store travels as its image (:meth:`core.profile_store.ProfileStore.to_image`,
+about 0.5 MB, no HDF5): each worker process reads it back once (with the same checks
+as a store file) and keeps it, with its lookup memo, for the chunks that follow. No
+h5py object is ever pickled, and workers never import h5py. The worker processes are started with ``forkserver`` (POSIX)
 or ``spawn``, never ``fork``: the GUI calls this from a thread.
 
 Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra).
@@ -21,14 +21,11 @@ Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import multiprocessing
 import os
-import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
-from pathlib import Path
 from typing import Any, Callable
 
 from .config import ConfigError, FieldError
@@ -79,25 +76,18 @@ def chunk_batches(batches: list[Batch], workers: int) -> list[list[Batch]]:
 
 
 def store_bytes(store: Any) -> bytes:
-    """The profile store as the bytes of an HDF5 file (the store as it is in memory, saved to a
-    temporary file; the store object itself is not changed)."""
-    with tempfile.TemporaryDirectory(prefix="vtrain-store-") as tmp:
-        path = Path(tmp) / "store.h5"
-        copy.copy(store).save(path)  # save() sets .path: on a copy
-        return path.read_bytes()
+    """The profile store as its image (:meth:`core.profile_store.ProfileStore.to_image`; the
+    store object itself is not changed)."""
+    return store.to_image()
 
 
 def _open_store(data: bytes) -> tuple[Any, dict]:
-    """The store of ``data`` (bytes of a store file) and its lookup memo, opened once per process."""
+    """The store of ``data`` (a store image) and its lookup memo, read once per process."""
     digest = hashlib.sha256(data).hexdigest()
     hit = _WORKER_STORES.get(digest)
     if hit is None:
         from .profile_store import ProfileStore
-        with tempfile.TemporaryDirectory(prefix="vtrain-store-") as tmp:
-            path = Path(tmp) / "store.h5"
-            path.write_bytes(data)
-            store = ProfileStore.open(path)
-        store.path = None
+        store = ProfileStore.from_image(data)
         hit = _WORKER_STORES[digest] = (store, {})
     return hit
 
@@ -148,9 +138,16 @@ def _largest_first(chunks: list[list[Batch]]) -> list[int]:
 
 def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
                 cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
-                compiled: bool | None = None) -> None:
-    """Solve ``batches`` on a pool of ``workers`` processes; ``on_result(chunk, outs)`` is called
-    in this thread for each finished chunk (in the order they finish).
+                compiled: bool | None = None,
+                local: Callable[[list[tuple[tuple, list]]], list[tuple]] | None = None) -> None:
+    """Solve ``batches`` on ``workers`` processes; ``on_result(chunk, outs)`` is called in this
+    thread for each finished chunk (in the order they finish).
+
+    With ``local`` (a function solving one chunk's jobs here, as :func:`solve_chunk` does),
+    this thread is one of the ``workers``: a pool of ``workers - 1`` processes takes the
+    largest chunks first while this thread solves the smallest ones, so the work starts at
+    once (a new process needs about a second to import and open the store) and one
+    process fewer is started. Without it, a pool of ``workers`` processes solves all.
 
     Raises
     ------
@@ -160,25 +157,40 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     Exception
         Whatever a chunk raised (as the serial sweep would).
     """
+    from collections import deque
+
     from .sweep import SweepCancelled
     chunks = chunk_batches(batches, workers)
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(store_bytes(store),))
+    jobs = _jobs(chunks, plans)
+    queue = deque(_largest_first(chunks))  # the pool takes from the left, this thread from the right
+    procs = min(workers - (1 if local is not None else 0), len(chunks))
+    pool = None
+    if procs > 0:
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        pool = ProcessPoolExecutor(max_workers=procs, mp_context=ctx,
+                                   initializer=_init_worker, initargs=(store_bytes(store),))
+    in_flight: dict[Any, int] = {}
     try:
-        jobs = _jobs(chunks, plans)
-        futures = {pool.submit(solve_chunk, None, model, cluster, cost, jobs[c], compiled): c
-                   for c in _largest_first(chunks)}
-        pending = set(futures)
-        while pending:
+        while queue or in_flight:
             if _cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
-            done, pending = futures_wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=futures.get):
-                on_result(chunks[futures[f]], f.result())
+            while pool is not None and queue and len(in_flight) < procs + 1:
+                c = queue.popleft()
+                in_flight[pool.submit(solve_chunk, None, model, cluster, cost, jobs[c], compiled)] = c
+            if local is not None and queue:
+                c = queue.pop()
+                on_result(chunks[c], local(jobs[c]))
+                done = [f for f in in_flight if f.done()]
+            elif in_flight:
+                done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            else:
+                done = []
+            for f in sorted(done, key=in_flight.get):
+                on_result(chunks[in_flight.pop(f)], f.result())
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
