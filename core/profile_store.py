@@ -292,16 +292,18 @@ class _OpTable:
         xs, ts = x[order], time_s[order].astype(np.float64)
         xs.flags.writeable = ts.flags.writeable = False
         dup = np.flatnonzero(~new_group[1:] & (xs[1:] == xs[:-1]))
-        cols = [keys[c].tolist() for c in self.others]
         if dup.size:
             row = int(order[dup[0]])
-            raise ValueError(f"duplicate rows for {dict(zip(self.others, (col[row] for col in cols)))} "
+            raise ValueError(f"duplicate rows for {dict(zip(self.others, (keys[c][row].item() for c in self.others)))} "
                              f"at {axis}={xs[dup[0]]:g}")
-        starts = np.flatnonzero(new_group).tolist()
-        first_rows = order[starts].tolist()
-        self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        for a, b, row in zip(starts, starts[1:] + [n], first_rows):
-            self.groups[tuple(col[row] for col in cols)] = (xs[a:b], ts[a:b])
+        starts = np.flatnonzero(new_group)
+        first_rows = order[starts]
+        # each group's key as a tuple of python ints / strs (tolist), built column-wise
+        group_keys = (zip(*[keys[c][first_rows].tolist() for c in self.others]) if self.others
+                      else [()] * starts.size)
+        bounds = starts.tolist() + [n]
+        self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {
+            k: (xs[a:b], ts[a:b]) for k, a, b in zip(group_keys, bounds, bounds[1:])}
 
 
 class PeakFlops(dict):

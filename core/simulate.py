@@ -141,6 +141,12 @@ def _kind_mask(kinds) -> np.ndarray:
     return mask
 
 
+#: Category of each task kind for :func:`simulate`'s per-stage sums: 0 compute, 1 tensor- or
+#: data-parallel communication, 2 other (pipeline transfers).
+_KIND_CATEGORY = np.where(_kind_mask(KIND_COMPUTE), 0, np.where(
+    _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")]), 1, 2)).astype(np.int32)
+
+
 def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
     """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
     balanced stages: ``(T0, T_balanced)``, seconds.
@@ -229,13 +235,13 @@ def simulate(session: Session, store: ProfileStore | None = None,
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
-    kind = graph.kind
-    compute_mask = _kind_mask(KIND_COMPUTE)[kind]
-    comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    # per stage, the summed durations of compute (0), blocking TP/DP communication (1) and
+    # the rest (2) in one bincount (each bin adds its tasks in task order, as a masked sum does)
+    category = _KIND_CATEGORY[graph.kind]
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
-        comm_mask &= ~graph.overlapped
-    stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
-    stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+        category[graph.overlapped & (category == 1)] = 2
+    sums = np.bincount(graph.stage * 3 + category, graph.duration_s, minlength=3 * p).reshape(p, 3)
+    stage_compute, stage_comm = sums[:, 0].copy(), sums[:, 1].copy()
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
@@ -321,6 +327,28 @@ def _tasks_per_layer(pl) -> int:
     return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
 
 
+def _all_finite(report: Report) -> bool:
+    """Whether every float :meth:`Report.to_dict` would hold is finite (a superset is read: the
+    report's attributes, each stage's memory and total, the interval's attributes and the
+    bands of the figures that scale with the iteration time)."""
+    def ok(value: object) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, dict):
+            return all(ok(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(ok(v) for v in value)
+        if isinstance(value, StageMemory):
+            return ok(list(vars(value).values())) and ok(value.total_bytes)
+        return True
+
+    iv = report.interval
+    return (ok([v for k, v in vars(report).items() if k != "interval"])
+            and (iv is None or (ok(iv.to_dict()) and ok([iv.low_s, iv.high_s] if iv.available else [])))
+            and ok([report.band(getattr(report, k)) or () for k in
+                    ("training_days", "gpu_hours", "cost_usd")]))
+
+
 def check_finite(report: Report) -> None:
     """Raise :class:`ConfigError` naming the first figure of ``report`` that is not a finite
     number (no result is ever Infinity or NaN)."""
@@ -333,6 +361,8 @@ def check_finite(report: Report) -> None:
             return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
         return None
 
+    if _all_finite(report):  # the common case, without building the report's dict
+        return
     bad = walk("report", report.to_dict())
     if bad:
         raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "
