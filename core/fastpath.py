@@ -41,21 +41,24 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     phase = np.stack([o.phase for o in orders]).astype(np.int64)
     chunk = np.stack([o.chunk for o in orders]).astype(np.int64)
     mbs = np.stack([o.microbatch for o in orders]).astype(np.int64)
-    pos = np.full((p, 3, v, m), -1, np.int64)          # item index of (stage, phase, chunk, mb)
-    for i in range(p):
-        pos[i, phase[i], chunk[i], mbs[i]] = np.arange(K)
     stage = np.arange(p)[:, None]
+    # item index of (stage, phase, chunk, mb), flattened
+    pos = np.full(p * 3 * v * m, -1, np.int64)
+    pos[((stage * 3 + phase) * v + chunk) * m + mbs] = np.arange(K)
     vstage = chunk * p + stage                         # virtual stage of each item
     F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
-    waits_f = (phase == F) & (vstage > 0)
-    waits_b = (phase == B) & (vstage < p * v - 1)
-    prev_v, next_v = np.maximum(vstage - 1, 0), np.minimum(vstage + 1, p * v - 1)
     src = np.full((p, K), p * K, np.int64)
-    src_f = (prev_v % p) * K + pos[prev_v % p, F, prev_v // p, mbs]
-    src_b = (next_v % p) * K + pos[next_v % p, B, next_v // p, mbs]
-    src[waits_f], src[waits_b] = src_f[waits_f], src_b[waits_b]
+    for ph, waits, other in ((F, (phase == F) & (vstage > 0), vstage - 1),
+                             (B, (phase == B) & (vstage < p * v - 1), vstage + 1)):
+        o = other[waits]
+        s_o = o % p
+        src[waits] = s_o * K + pos[((s_o * 3 + ph) * v + o // p) * m + mbs[waits]]
     sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
-    deps = tuple(tuple(sorted(set((src[i][src[i] < p * K] // K).tolist()) - {i})) for i in range(p))
+    waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
+    waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
+    waited[np.arange(p), np.arange(p)] = False
+    deps = tuple(tuple(np.flatnonzero(waited[i, :p]).tolist()) for i in range(p))
+    pos = pos.reshape(p, 3, v, m)
     # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
     # split; micro-batch m-1) of each (stage, chunk)
     grad = pipeline_schedules.PHASE_W if pipeline_schedules.get(schedule).splits_backward else B

@@ -637,12 +637,15 @@ class _Structure:
         return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
 
 
-def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
-    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan."""
+def _structure(session: Session, stage: int, chunk: int = 0,
+               bounds: np.ndarray | None = None) -> _Structure:
+    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
+    (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
     k = chunk * p + stage
-    bounds = virtual_stage_layers(session)
+    if bounds is None:
+        bounds = virtual_stage_layers(session)
     first, stop = int(bounds[k]), int(bounds[k + 1])
     t = pl.tensor_parallel > 1
     return _Structure(k, p * v, (first, stop),
@@ -1076,9 +1079,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     reps = _representatives(p)
+    bounds = virtual_stage_layers(session)
     dps: list[_DataParallel | None] = [None] * p
     for i in reps:
-        structs = [_structure(session, i, c) for c in range(v)]
+        structs = [_structure(session, i, c, bounds) for c in range(v)]
         dps[i] = _data_parallel(session, i, dp_call) if structs[0].buckets else None
         values = _source_values(times, tp, dps[i], session)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another

@@ -101,6 +101,8 @@ COLUMNS = PLAN_COLUMNS + (
     "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
 
 ProgressFn = Callable[[int, int], None]
+#: Key in a lookup memo of the stage times of the last (p, m) solved (see :func:`solve_batch`).
+_SHARED_STAGE_TIMES = ("sweep", "stage times of one (p, m)")
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
 _MAX_BATCH_ELEMENTS = 2_000_000
 #: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
@@ -771,8 +773,20 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     max_mem = np.zeros(n)
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
+    # Stage times read the schedule only through splits_backward and uses_virtual_stages
+    # (core.graph.stage_times; tests/test_sweep_speed.py checks it): plans that differ only in
+    # a schedule of the same two properties (1F1B and GPipe) share them. Batches come sorted
+    # by (p, m, schedule, v), so those of one (p, m) follow each other: keep theirs only.
+    kept = lookup_cache.get(_SHARED_STAGE_TIMES)
+    if kept is None or kept[0] != (p, m):
+        kept = lookup_cache[_SHARED_STAGE_TIMES] = ((p, m), {})
+    shared = kept[1]
+    kind = (sched.splits_backward, sched.uses_virtual_stages)
     for j, pl in enumerate(plans):
-        st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
+        skey = (kind, plan_key(dataclasses.replace(pl, schedule="")))
+        st = shared.get(skey)
+        if st is None:
+            st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
@@ -846,9 +860,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         when set, :class:`SweepCancelled` is raised.
     workers : int
         Processes to solve the batches on (1: this process; default). The batches are
-        grouped in chunks, solved by a process pool (:mod:`core.sweep_parallel`; each
-        worker opens the profile store itself) and put back in order: the result is
-        the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
+        grouped in chunks, solved by this thread and a pool of ``workers - 1`` processes
+        (:mod:`core.sweep_parallel`; each worker opens the profile store itself) and put
+        back in order: the result is the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
         run here (starting processes would cost more).
     dask : str, optional
         Send the chunks to a Dask distributed scheduler at this address
@@ -964,9 +978,13 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
             sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
                                        address=dask, cancel=cancel, on_result=take_chunk,
                                        compiled=compiled)
-        else:
-            sweep_parallel.run_on_pool(batches, plans, store, model, cluster, cost, workers=workers,
-                                       cancel=cancel, on_result=take_chunk, compiled=compiled)
+        else:  # this thread solves chunks too: a pool of workers - 1 processes
+            lookup_cache: dict = {}
+            sweep_parallel.run_on_pool(
+                batches, plans, store, model, cluster, cost, workers=workers, cancel=cancel,
+                on_result=take_chunk, compiled=compiled,
+                local=lambda jobs: [solve_batch(model, cluster, cost, key, pls, store, lookup_cache,
+                                                compiled) for key, pls in jobs])
     else:
         lookup_cache: dict = {}
         for key, idx in batches:
