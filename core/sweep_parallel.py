@@ -2,19 +2,22 @@
 
 :func:`core.sweep.run_sweep` cuts the plans of a sweep into batches of one
 pipeline structure (p, m, schedule, v). Here consecutive batches are grouped
-into chunks of about equal estimated work (:func:`chunk_batches`), sent largest
-first; each chunk
+into chunks of about equal estimated work (:func:`chunk_batches`); each chunk
 is solved by :func:`solve_chunk` in another process -- a local process pool
-(:func:`run_on_pool`) or the workers of a Dask distributed scheduler
-(:func:`run_on_dask`) -- and the results are handed back chunk by chunk; the
-caller puts each batch's figures at its rows. Every batch is solved exactly as
-the serial loop solves it, so the result is the serial one, bit for bit.
+(:func:`run_on_pool`, the calling thread taking chunks too) or the workers of a
+Dask distributed scheduler (:func:`run_on_dask`) -- and the results are handed
+back chunk by chunk; the caller puts each batch's figures at its rows. Every
+batch is solved exactly as the serial loop solves it (the compiled and the numpy
+batch solver give the same times bit for bit), so the result is the serial one,
+bit for bit.
 
 The profile store travels as its image (:meth:`core.profile_store.ProfileStore.to_image`,
 about 0.5 MB, no HDF5): each worker process reads it back once (with the same checks
 as a store file) and keeps it, with its lookup memo, for the chunks that follow. No
-h5py object is ever pickled, and workers never import h5py. The worker processes are started with ``forkserver`` (POSIX)
-or ``spawn``, never ``fork``: the GUI calls this from a thread.
+h5py object is ever pickled. The local pool's processes are forked from a
+single-threaded process (the command line) and started with ``forkserver`` or
+``spawn`` otherwise: the GUI calls this from a thread, and forking a threaded
+process is unsafe.
 
 Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra).
 """
@@ -36,11 +39,12 @@ __all__ = ["chunk_batches", "solve_chunk", "store_bytes", "run_on_pool", "run_on
 #: Chunks per worker: enough for the work to balance and for progress and Cancel to be
 #: timely, few enough that sending them costs little.
 CHUNKS_PER_WORKER = 12
-#: Estimated cost of one plan outside the batch solver and of one batch, in (stage, item,
-#: plan) elements of the batch solver (fitted on the MT-NLG example: 52 us per plan, 2 ms per
-#: batch, 28.5 ns per element).
-_PLAN_COST = 2_000
-_BATCH_COST = 70_000
+#: Estimated cost, in seconds on one core, of one batch (its pipeline structure and set-up), of
+#: one plan (stage times and memory) and of one (stage, item, plan) element of the batch
+#: solver, compiled or numpy (fitted on the MT-NLG example).
+_BATCH_COST = 1.5e-3
+_PLAN_COST = 6e-5
+_ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
 #: How long to try to reach a Dask scheduler.
@@ -53,25 +57,25 @@ _WORKER_STORES: dict[str, tuple[Any, dict]] = {}
 _INIT_DATA: bytes | None = None
 
 
-def _batch_cost(batch: Batch) -> int:
+def _batch_cost(batch: Batch, compiled: bool = False) -> float:
     (p, m, _, v), idx = batch
-    return _BATCH_COST + len(idx) * (_PLAN_COST + p * 3 * m * v)
+    return _BATCH_COST + len(idx) * (_PLAN_COST + p * 3 * m * v * _ELEMENT_COST[bool(compiled)])
 
 
-def chunk_batches(batches: list[Batch], workers: int) -> list[list[Batch]]:
+def chunk_batches(batches: list[Batch], workers: int, compiled: bool = False) -> list[list[Batch]]:
     """Consecutive batches grouped into about ``CHUNKS_PER_WORKER * workers`` chunks of equal
     estimated work (a batch's set-up, each plan's lookups and its share of the batch
-    solver's ``p * 3m * v`` elements); every batch whole, the order kept."""
-    total = sum(_batch_cost(b) for b in batches)
-    target = max(1, total // max(1, CHUNKS_PER_WORKER * workers))
+    solver's ``p * 3m * v`` elements, compiled or not); every batch whole, the order kept."""
+    total = sum(_batch_cost(b, compiled) for b in batches)
+    target = total / max(1, CHUNKS_PER_WORKER * workers)
     chunks: list[list[Batch]] = [[]]
-    acc = 0
+    acc = 0.0
     for b in batches:
         if chunks[-1] and acc >= target:
             chunks.append([])
-            acc = 0
+            acc = 0.0
         chunks[-1].append(b)
-        acc += _batch_cost(b)
+        acc += _batch_cost(b, compiled)
     return chunks
 
 
@@ -129,11 +133,24 @@ def _jobs(chunks: list[list[Batch]], plans: list) -> list[list[tuple[tuple, list
     return [[(key, [plans[i] for i in idx]) for key, idx in chunk] for chunk in chunks]
 
 
-def _largest_first(chunks: list[list[Batch]]) -> list[int]:
+def _largest_first(chunks: list[list[Batch]], compiled: bool = False) -> list[int]:
     """Chunk numbers by decreasing estimated work: the longest start first, so that no long
     chunk is left alone at the end (the results go to their rows whatever the order)."""
-    cost = [sum(_batch_cost(b) for b in c) for c in chunks]
+    cost = [sum(_batch_cost(b, compiled) for b in c) for c in chunks]
     return sorted(range(len(chunks)), key=lambda c: (-cost[c], c))
+
+
+def _pool_context() -> Any:
+    """``fork`` when this is a single-threaded POSIX process (the command line: the worker
+    starts at once with everything this process has imported and read), else
+    ``forkserver`` (POSIX) or ``spawn``: forking a process with other threads (the GUI's)
+    is unsafe."""
+    import threading
+    methods = multiprocessing.get_all_start_methods()
+    if ("fork" in methods and threading.current_thread() is threading.main_thread()
+            and threading.active_count() == 1):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
 def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
@@ -144,10 +161,13 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     thread for each finished chunk (in the order they finish).
 
     With ``local`` (a function solving one chunk's jobs here, as :func:`solve_chunk` does),
-    this thread is one of the ``workers``: a pool of ``workers - 1`` processes takes the
-    largest chunks first while this thread solves the smallest ones, so the work starts at
-    once (a new process needs about a second to import and open the store) and one
-    process fewer is started. Without it, a pool of ``workers`` processes solves all.
+    this thread is one of the ``workers`` and a pool of ``workers - 1`` processes the others:
+    the chunks are ordered by the batch solver's elements per plan; this thread takes them
+    from the heavy end (with the compiled batch solver, ``compiled``) and the pool from the
+    light end, where the numpy solver costs little, so a worker process rarely needs to
+    import Numba (its own choice per batch, ``compiled=None``). The work starts at once and
+    one process fewer is started. Without ``local``, a pool of ``workers`` processes solves
+    every chunk, largest first.
 
     Raises
     ------
@@ -160,24 +180,31 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     from collections import deque
 
     from .sweep import SweepCancelled
-    chunks = chunk_batches(batches, workers)
+    if local is not None:  # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
+        batches = sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0]))
+        chunks = chunk_batches(batches, workers, bool(compiled))
+        queue = deque(range(len(chunks)))
+        pool_compiled = None
+    else:
+        chunks = chunk_batches(batches, workers, bool(compiled))
+        queue = deque(_largest_first(chunks, bool(compiled)))
+        pool_compiled = compiled
     jobs = _jobs(chunks, plans)
-    queue = deque(_largest_first(chunks))  # the pool takes from the left, this thread from the right
     procs = min(workers - (1 if local is not None else 0), len(chunks))
     pool = None
     if procs > 0:
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        pool = ProcessPoolExecutor(max_workers=procs, mp_context=ctx,
+        pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
                                    initializer=_init_worker, initargs=(store_bytes(store),))
     in_flight: dict[Any, int] = {}
     try:
         while queue or in_flight:
             if _cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
-            while pool is not None and queue and len(in_flight) < procs + 1:
+            # each process has one chunk running and one waiting
+            while pool is not None and queue and len(in_flight) < 2 * procs:
                 c = queue.popleft()
-                in_flight[pool.submit(solve_chunk, None, model, cluster, cost, jobs[c], compiled)] = c
+                in_flight[pool.submit(solve_chunk, None, model, cluster, cost, jobs[c],
+                                      pool_compiled)] = c
             if local is not None and queue:
                 c = queue.pop()
                 on_result(chunks[c], local(jobs[c]))
@@ -233,12 +260,12 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
                                       )]) from None
     try:
         n_workers = max(1, len(client.scheduler_info().get("workers", {})) or workers)
-        chunks = chunk_batches(batches, n_workers)
+        chunks = chunk_batches(batches, n_workers, bool(compiled))
         data = client.scatter(store_bytes(store), broadcast=True)
         jobs = _jobs(chunks, plans)
         futures = {client.submit(solve_chunk, data, model, cluster, cost, jobs[c], compiled,
                                  pure=False): c
-                   for c in _largest_first(chunks)}
+                   for c in _largest_first(chunks, bool(compiled))}
         pending = set(futures)
         try:
             while pending:
