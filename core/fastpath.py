@@ -182,11 +182,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         R = R[:, None, :] if R.ndim == 2 else R
         if R.shape != F.shape:
             raise ValueError("ready_s must have the shape of fwd_s")
-    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
-    E[-1] = 0.0
     if compiled is None:
         compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
     if compiled and fastpath_kernel.available():
+        E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
+        E[-1] = 0.0
         floor_of = np.full((p, K), -1, np.int64)
         if R is not None:
             floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
@@ -194,6 +194,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                                     R if R is not None else np.zeros((p, v, n)), E)
         return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
                      p if return_updates else None)
+    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
+    E[-1] = 0.0
     stage = np.arange(p)[:, None]
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
     with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
