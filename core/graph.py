@@ -1107,7 +1107,12 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     p2p_bytes = act_bytes / t
     # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
     links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
-    share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+    skey = ("share", ckey, p, v > 1)  # rank placement: the cluster, t, d and p
+    share = cache.get(skey) if cache is not None else None
+    if share is None:
+        share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+        if cache is not None:
+            cache[skey] = share
     hop = np.zeros(p)
     for flag in set(share):
         i = links[share.index(flag)]
@@ -1115,7 +1120,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             cache, ("p2p", ckey, flag, p2p_bytes), warnings,
             _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
     send_fwd = hop.copy()                 # i -> i+1 (mod p)
-    send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
+    send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
     n_params = params_per_gpu(session)
     shards = n_params / d if pl.zero_stage >= 1 else n_params  # as optimizer_params
     z = pl.zero_stage
