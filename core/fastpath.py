@@ -44,20 +44,26 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     stage = np.arange(p)[:, None]
     # item index of (stage, phase, chunk, mb), flattened
     pos = np.full(p * 3 * v * m, -1, np.int64)
-    pos[((stage * 3 + phase) * v + chunk) * m + mbs] = np.arange(K)
+    cm = chunk * m + mbs                               # (chunk, mb) part of a flat index
+    pos[((stage * 3 + phase) * (v * m)) + cm] = np.arange(K)
     vstage = chunk * p + stage                         # virtual stage of each item
     F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
+    # An F waits for the F of its micro-batch on virtual stage k-1: stage (i-1) mod p, the
+    # previous chunk when i = 0; a B for the B on k+1: stage (i+1) mod p, the next chunk when
+    # i = p-1. Per row (stage) the offsets are constants; the items that wait are masked.
+    i = np.arange(p)
     src = np.full((p, K), p * K, np.int64)
-    for ph, waits, other in ((F, (phase == F) & (vstage > 0), vstage - 1),
-                             (B, (phase == B) & (vstage < p * v - 1), vstage + 1)):
-        o = other[waits]
-        s_o = o % p
-        src[waits] = s_o * K + pos[((s_o * 3 + ph) * v + o // p) * m + mbs[waits]]
+    for ph, waits, other, shift in ((F, (phase == F) & (vstage > 0), (i - 1) % p, -(i == 0).astype(np.int64)),
+                                    (B, (phase == B) & (vstage < p * v - 1), (i + 1) % p, (i == p - 1).astype(np.int64))):
+        row = ((other * 3 + ph) * v + shift) * m      # (p,)
+        flat = np.take(pos, row[:, None] + cm, mode="clip")
+        flat += (other * K)[:, None]
+        np.copyto(src, flat, where=waits)
     sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
     waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
     waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
-    waited[np.arange(p), np.arange(p)] = False
-    deps = tuple(tuple(np.flatnonzero(waited[i, :p]).tolist()) for i in range(p))
+    waited[i, i] = False
+    deps = tuple(tuple(np.flatnonzero(waited[j, :p]).tolist()) for j in range(p))
     pos = pos.reshape(p, 3, v, m)
     # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
     # split; micro-batch m-1) of each (stage, chunk)

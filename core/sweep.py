@@ -103,6 +103,7 @@ COLUMNS = PLAN_COLUMNS + (
 ProgressFn = Callable[[int, int], None]
 #: Key in a lookup memo of the stage times of the last (p, m) solved (see :func:`solve_batch`).
 _SHARED_STAGE_TIMES = ("sweep", "stage times of one (p, m)")
+_SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
 _MAX_BATCH_ELEMENTS = 2_000_000
 #: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
@@ -783,7 +784,8 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     shared = kept[1]
     kind = (sched.splits_backward, sched.uses_virtual_stages)
     for j, pl in enumerate(plans):
-        skey = (kind, plan_key(dataclasses.replace(pl, schedule="")))
+        fields = plan_key(pl)
+        skey = (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])  # all but the schedule
         st = shared.get(skey)
         if st is None:
             st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
