@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-__all__ = ["available", "loaded", "solve_items"]
+__all__ = ["available", "warm", "loaded", "solve_items"]
 
 _KERNEL = None
 _TRIED = False
@@ -42,6 +42,19 @@ def available() -> bool:
         except Exception:  # noqa: BLE001 -- any failure to import or compile: the numpy loop
             _KERNEL = None
     return _KERNEL is not None
+
+
+def warm() -> bool:
+    """Load the kernel now (Numba's import and the kernel's machine code, from its cache or
+    compiled), so that the first batch does not wait for it; whether it is available."""
+    if not available():
+        return False
+    z = np.zeros((1, 3, 1, 1))
+    E = np.zeros((2, 1))
+    _KERNEL(z, np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
+            np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64), np.full((1, 1), -1, np.int64),
+            np.zeros((1, 1, 1)), E)
+    return True
 
 
 def loaded() -> bool:

@@ -901,6 +901,51 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     if dask is not None and not (isinstance(dask, str) and dask.strip()):
         raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
                                       "(tcp://host:8786) or 'local'")])
+    early = _early_pool(session, space, workers, dask)
+    try:
+        return _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask,
+                          coverage, t0, early)
+    finally:
+        if early is not None:
+            early.shutdown(wait=False, cancel_futures=True)
+
+
+#: Candidates (t x p x d x b x schedule x recompute, before validation) from which a sweep on
+#: several processes starts its worker processes before it enumerates the plans, so that they
+#: import the compiled batch solver meanwhile (the MT-NLG and GPT-3 examples: about 47,000;
+#: a one-node sweep: about 14,000, about 1,000 plans).
+_EARLY_POOL_CANDIDATES = 30_000
+
+
+def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | None):
+    """A process pool of ``workers - 1`` processes started now, warming up with the compiled
+    batch solver (:func:`core.sweep_parallel.start_pool`), when the sweep will run on several
+    local processes and is large (its candidate count, a cheap upper bound on its plans, is
+    at least :data:`_EARLY_POOL_CANDIDATES`); else None."""
+    if dask is not None or workers < 2 or space.errors():
+        return None
+    try:
+        m, B = session.model, session.plan.global_batch_size
+        ts = (space.tensor_parallel if space.tensor_parallel is not None
+              else _divisors(session.cluster.gpus_per_node))
+        ps = (space.pipeline_parallel if space.pipeline_parallel is not None
+              else _divisors(m.num_layers))
+        candidates = (len(_as_list(ts)) * len(_as_list(ps)) * len(_divisors(B))
+                      * len(_as_list(space.micro_batch_sizes)) * len(_as_list(space.schedules))
+                      * len(_as_list(space.recompute)))
+    except (TypeError, ValueError, AttributeError):  # an invalid session: enumeration says why
+        return None
+    if candidates < _EARLY_POOL_CANDIDATES:
+        return None
+    from . import fastpath_kernel, sweep_parallel
+    if fastpath_kernel.loaded():  # this process has it: it takes the heavy batches itself
+        return None
+    return sweep_parallel.start_pool(workers - 1, compiled=True)
+
+
+def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
+               t0, early) -> SweepResult:
+    """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
     plans = enumerate_plans(session, space)
     work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
                + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
@@ -985,8 +1030,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
             sweep_parallel.run_on_pool(
                 batches, plans, store, model, cluster, cost, workers=workers, cancel=cancel,
                 on_result=take_chunk, compiled=compiled,
-                local=lambda jobs: [solve_batch(model, cluster, cost, key, pls, store, lookup_cache,
-                                                compiled) for key, pls in jobs])
+                local=lambda jobs, how: [solve_batch(model, cluster, cost, key, pls, store,
+                                                     lookup_cache, how) for key, pls in jobs],
+                pool=early if compiled else None)
     else:
         lookup_cache: dict = {}
         for key, idx in batches:

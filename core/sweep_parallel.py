@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from .config import ConfigError, FieldError
 
-__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "run_on_pool", "run_on_dask",
+__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "run_on_pool", "run_on_dask",
            "CHUNKS_PER_WORKER"]
 
 #: Chunks per worker: enough for the work to balance and for progress and Cancel to be
@@ -153,21 +153,45 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def _warm(compiled: bool) -> bool:
+    """A worker's first task: import the sweep and, with ``compiled``, load the compiled batch
+    solver (Numba's import and its cached machine code, about 0.5 s) before any chunk comes."""
+    from . import sweep  # noqa: F401
+    if compiled:
+        from . import fastpath_kernel
+        return fastpath_kernel.warm()
+    return False
+
+
+def start_pool(processes: int, compiled: bool) -> ProcessPoolExecutor:
+    """A pool of ``processes`` worker processes started now, each warming up (:func:`_warm`)
+    while the caller goes on (enumerating the plans); give it to :func:`run_on_pool` as
+    ``pool`` and shut it down afterwards. The store is sent with the chunks."""
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=_pool_context(),
+                               initializer=_init_worker, initargs=(None,))
+    for _ in range(processes):
+        pool.submit(_warm, compiled)
+    return pool
+
+
 def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
                 cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
                 compiled: bool | None = None,
-                local: Callable[[list[tuple[tuple, list]]], list[tuple]] | None = None) -> None:
+                local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]] | None = None,
+                pool: ProcessPoolExecutor | None = None) -> None:
     """Solve ``batches`` on ``workers`` processes; ``on_result(chunk, outs)`` is called in this
     thread for each finished chunk (in the order they finish).
 
-    With ``local`` (a function solving one chunk's jobs here, as :func:`solve_chunk` does),
-    this thread is one of the ``workers`` and a pool of ``workers - 1`` processes the others:
-    the chunks are ordered by the batch solver's elements per plan; this thread takes them
-    from the heavy end (with the compiled batch solver, ``compiled``) and the pool from the
-    light end, where the numpy solver costs little, so a worker process rarely needs to
-    import Numba (its own choice per batch, ``compiled=None``). The work starts at once and
-    one process fewer is started. Without ``local``, a pool of ``workers`` processes solves
-    every chunk, largest first.
+    With ``local`` (a function ``(jobs, compiled)`` solving one chunk's jobs here, as
+    :func:`solve_chunk` does), this thread is one of the ``workers`` and a pool of
+    ``workers - 1`` processes the others: the chunks are ordered by the batch solver's
+    elements per plan; the side that has the compiled batch solver loaded takes them from
+    the heavy end, the other from the light end, where the numpy solver costs little, so
+    only one side imports Numba. That is this thread (``compiled``), or, with a ``pool``
+    from :func:`start_pool` warmed up with it while the plans were enumerated, the pool
+    (this thread then solves with numpy). The work starts at once and one process fewer
+    is started. Without ``local``, a pool of ``workers`` processes solves every chunk,
+    largest first.
 
     Raises
     ------
@@ -180,34 +204,44 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     from collections import deque
 
     from .sweep import SweepCancelled
+    given = pool is not None
+    pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
     if local is not None:  # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
         batches = sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0]))
         chunks = chunk_batches(batches, workers, bool(compiled))
         queue = deque(range(len(chunks)))
-        pool_compiled = None
+        pool_compiled, local_compiled = (compiled, False) if pool_heavy else (None, compiled)
     else:
         chunks = chunk_batches(batches, workers, bool(compiled))
         queue = deque(_largest_first(chunks, bool(compiled)))
-        pool_compiled = compiled
+        pool_compiled, local_compiled = compiled, compiled
     jobs = _jobs(chunks, plans)
-    procs = min(workers - (1 if local is not None else 0), len(chunks))
-    pool = None
-    if procs > 0:
+    procs = (workers - 1 if local is not None else workers) if given else \
+        min(workers - (1 if local is not None else 0), len(chunks))
+    data = store_bytes(store)
+    if pool is None and procs > 0:
         pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
-                                   initializer=_init_worker, initargs=(store_bytes(store),))
+                                   initializer=_init_worker, initargs=(data,))
     in_flight: dict[Any, int] = {}
+
+    def take_pool() -> int:
+        return queue.pop() if pool_heavy and local is not None else queue.popleft()
+
+    def take_local() -> int:
+        return queue.popleft() if pool_heavy else queue.pop()
+
     try:
         while queue or in_flight:
             if _cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             # each process has one chunk running and one waiting
-            while pool is not None and queue and len(in_flight) < 2 * procs:
-                c = queue.popleft()
-                in_flight[pool.submit(solve_chunk, None, model, cluster, cost, jobs[c],
-                                      pool_compiled)] = c
+            while pool is not None and procs > 0 and queue and len(in_flight) < 2 * procs:
+                c = take_pool()
+                in_flight[pool.submit(solve_chunk, data if given else None, model, cluster, cost,
+                                      jobs[c], pool_compiled)] = c
             if local is not None and queue:
-                c = queue.pop()
-                on_result(chunks[c], local(jobs[c]))
+                c = take_local()
+                on_result(chunks[c], local(jobs[c], local_compiled))
                 done = [f for f in in_flight if f.done()]
             elif in_flight:
                 done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
@@ -216,7 +250,7 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
             for f in sorted(done, key=in_flight.get):
                 on_result(chunks[in_flight.pop(f)], f.result())
     finally:
-        if pool is not None:
+        if pool is not None and not given:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
