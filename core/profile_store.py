@@ -30,7 +30,7 @@ import numpy as np
 
 from .atomic import atomic_target
 
-__all__ = ["IMAGE_VERSION", "image_cache_dir", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
+__all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
            "Lookup", "PeakFlops", "ProfileStore"]
 
 SCHEMA_VERSION = 2
@@ -109,26 +109,38 @@ def image_cache_dir() -> Path | None:
     return Path(base) / "vtrain" / "profile-stores"
 
 
+#: Images of the shipped stores (``profiles/*.h5``), named like the cache's: the first run
+#: after installing needs no HDF5 either (``scripts/store_images.py`` writes them; a test
+#: checks that they match the stores).
+SHIPPED_IMAGES = Path(__file__).resolve().parent.parent / "profiles" / "images"
+
+
+def image_name(digest: str) -> str:
+    """File name of the image of a store file whose bytes have SHA-256 ``digest`` (hex)."""
+    return f"{digest}.v{IMAGE_VERSION}.img"
+
+
 def _image_path(digest: str) -> Path | None:
     folder = image_cache_dir()
-    return None if folder is None else folder / f"{digest}.v{IMAGE_VERSION}.img"
+    return None if folder is None else folder / image_name(digest)
 
 
 def _cached_image(digest: str) -> "ProfileStore | None":
-    """The store of the cached image for a store file of SHA-256 ``digest``; None when there is
-    none or it cannot be used (unreadable, of another version, invalid: it is then ignored,
-    and rewritten by the caller)."""
+    """The store of the cached (else shipped) image for a store file of SHA-256 ``digest``;
+    None when the cache is off, there is none or it cannot be used (unreadable, of another
+    version, invalid: it is then ignored, and the caller parses the store and rewrites it)."""
     path = _image_path(digest)
     if path is None:
         return None
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_IMAGE_BYTES + 1)
-        if len(data) > MAX_IMAGE_BYTES:
-            return None
-        return ProfileStore.from_image(data)
-    except Exception:  # noqa: BLE001 -- a cache: any fault means "parse the store"
-        return None
+    for candidate in (path, SHIPPED_IMAGES / image_name(digest)):
+        try:
+            with open(candidate, "rb") as fh:
+                data = fh.read(MAX_IMAGE_BYTES + 1)
+            if len(data) <= MAX_IMAGE_BYTES:
+                return ProfileStore.from_image(data)
+        except Exception:  # noqa: BLE001 -- a cache: any fault means "parse the store"
+            continue
+    return None
 
 
 def _cache_image(digest: str, store: "ProfileStore") -> None:

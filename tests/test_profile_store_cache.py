@@ -56,6 +56,14 @@ def cache(tmp_path, monkeypatch) -> Path:
     return folder / "profile-stores"
 
 
+def own_store(path: Path, source: Path = STORES[0]) -> Path:
+    """A copy of a shipped store with other bytes (no shipped image matches it), at ``path``."""
+    store = ProfileStore._parse(source, source.read_bytes())
+    store.provenance = {**store.provenance, "note": f"a test copy at {path.name}"}
+    store.save(path)
+    return path
+
+
 @pytest.mark.parametrize("path", STORES, ids=lambda p: p.name)
 def test_image_round_trip_holds_the_whole_store(path, cache):
     store = ProfileStore._parse(path, path.read_bytes())
@@ -70,9 +78,7 @@ def test_image_round_trip_holds_the_whole_store(path, cache):
 
 
 def test_a_cached_open_equals_a_parsed_one_and_skips_hdf5(cache, monkeypatch, tmp_path):
-    src = STORES[0]  # the calibrated A100 store: residuals too
-    path = tmp_path / src.name
-    path.write_bytes(src.read_bytes())
+    path = own_store(tmp_path / "a100.h5")  # the calibrated A100 store: residuals too
     first = ProfileStore.open(path)
     images = list(cache.glob("*.img"))
     assert len(images) == 1 and images[0].name.startswith(ps.hashlib.sha256(
@@ -88,8 +94,7 @@ def test_a_cached_open_equals_a_parsed_one_and_skips_hdf5(cache, monkeypatch, tm
 
 
 def test_a_changed_store_file_is_a_new_key(cache, tmp_path):
-    path = tmp_path / "store.h5"
-    path.write_bytes(STORES[0].read_bytes())
+    path = own_store(tmp_path / "store.h5")
     before = ProfileStore.open(path)
     changed = ProfileStore.from_image(before.to_image())
     changed.memory_bytes = before.memory_bytes / 2
@@ -101,8 +106,7 @@ def test_a_changed_store_file_is_a_new_key(cache, tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "version", "bad value"])
 def test_a_damaged_image_is_ignored_and_rewritten(cache, tmp_path, damage):
-    path = tmp_path / "store.h5"
-    path.write_bytes(STORES[1].read_bytes())
+    path = own_store(tmp_path / "store.h5", STORES[1])
     want = ProfileStore.open(path)
     (image,) = cache.glob("*.img")
     data = image.read_bytes()
@@ -145,13 +149,29 @@ def test_cache_keeps_the_newest_images(cache, tmp_path, monkeypatch):
     assert len(list(cache.glob("*.img"))) == 2
 
 
-def test_simulate_needs_no_hdf5_once_cached(tmp_path):
+def test_simulate_needs_no_hdf5_with_the_shipped_images(tmp_path):
+    """A fresh cache: the shipped store's image is read (no h5py); with the cache off
+    (``VTRAIN_CACHE_DIR=``) the HDF5 file is parsed; the same iteration time either way."""
+    import os
     import subprocess
-    env_code = ("import sys; from core.session import load_any; from core.simulate import simulate; "
-                "r = simulate(load_any('resources/examples/mtnlg_530b.json')); "
-                "print(r.report.iteration_time_s, 'h5py' in sys.modules)")
-    env = {**__import__("os").environ, "VTRAIN_CACHE_DIR": str(tmp_path / "c")}
-    out = [subprocess.run([sys.executable, "-c", env_code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, check=True).stdout.split() for _ in range(2)]
-    assert out[0][0] == out[1][0]          # the same iteration time, parsed and cached
-    assert out[0][1] == "True" and out[1][1] == "False"
+    code = ("import sys; from core.session import load_any; from core.simulate import simulate; "
+            "r = simulate(load_any('resources/examples/mtnlg_530b.json')); "
+            "print(repr(r.report.iteration_time_s), 'h5py' in sys.modules)")
+    out = []
+    for cache in (str(tmp_path / "c"), ""):
+        env = {**os.environ, "VTRAIN_CACHE_DIR": cache}
+        out.append(subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, check=True).stdout.split())
+    assert out[0][0] == out[1][0]
+    assert out[0][1] == "False" and out[1][1] == "True"
+
+
+def test_every_shipped_store_has_its_current_image():
+    """Run ``python scripts/store_images.py`` after changing a store in profiles/."""
+    import hashlib
+    names = {ps.image_name(hashlib.sha256(p.read_bytes()).hexdigest()): p for p in STORES}
+    shipped = {p.name for p in ps.SHIPPED_IMAGES.glob("*.img")}
+    assert shipped == set(names), "profiles/images is stale: run python scripts/store_images.py"
+    for name, path in names.items():
+        image = ProfileStore.from_image((ps.SHIPPED_IMAGES / name).read_bytes())
+        assert_same_store(image, ProfileStore._parse(path, path.read_bytes()))
