@@ -41,7 +41,7 @@ __all__ = [
     "POSITION_EMBEDDINGS",
     "ATTENTION_KERNELS",
     "RECOMPUTE_MODES",
-    "PRECISIONS",
+    "PRECISIONS", "FP8_RECIPES",
     "read_vtrain_config",
     "BOUNDS",
     "Bound",
@@ -71,7 +71,11 @@ POSITION_EMBEDDINGS = ("learned", "rope")
 #: scores) or FlashAttention (Dao 2023; no s*s tensor kept).
 ATTENTION_KERNELS = ("unfused", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+#: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
+#: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
+#: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
 #: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
 ZERO_STAGES = (0, 1, 2, 3)
@@ -138,6 +142,10 @@ BOUNDS: dict[str, Bound] = {
     "inter_bw": Bound(0.1, 1_000_000, "Gb/s per node: eight 400 Gb/s NICs give 3,200"),
     "price": Bound(0, 10_000, "USD per GPU-hour: cloud prices are 1 to 100"),
     "tokens": Bound(1, 1e16, "the largest published training runs use about 4e13 tokens"),
+    "experts": Bound(1, 65_536, "the largest published MoE models have 256 to 512 experts"),
+    "shared_experts": Bound(0, 65_536, "DeepSeek-V3 has one shared expert, Qwen2-MoE four"),
+    "dense_layers": Bound(0, 10_000, "at most every layer"),
+    "imbalance": Bound(1, 1_000, "tokens of the busiest expert over the mean; 1 is balanced"),
 }
 
 
@@ -202,6 +210,29 @@ class ModelConfig:
                                "softmax, bmm; keeps the s*s scores) or flash (FlashAttention, "
                                "no s*s activation memory; --use-flash-attn)",
                                choices=ATTENTION_KERNELS)
+    kv_channels: int | None = _f(
+        None, "", "Attention head size (--kv-channels); empty means h/a. Q is a*kv_channels wide, "
+        "K and V g*kv_channels each", bounds=BOUNDS["hidden"])
+    num_experts: int | None = _f(
+        None, "", "Experts per MoE layer (--num-experts); empty means a dense model",
+        bounds=BOUNDS["experts"])
+    moe_top_k: int = _f(2, "", "Experts each token is routed to (--moe-router-topk)",
+                        bounds=BOUNDS["experts"])
+    moe_ffn_hidden_size: int | None = _f(
+        None, "", "Hidden size of each expert's MLP (--moe-ffn-hidden-size); empty means "
+        "ffn_hidden_size", bounds=BOUNDS["ffn"])
+    num_shared_experts: int = _f(
+        0, "", "Shared experts every token passes through, each moe_ffn_hidden_size wide "
+        "(Megatron: --moe-shared-expert-intermediate-size = n * moe_ffn_hidden_size)",
+        bounds=BOUNDS["shared_experts"])
+    moe_layer_frequency: int = _f(1, "layers", "Every k-th layer is an MoE layer (--moe-layer-freq "
+                                  "k); the others are dense", bounds=BOUNDS["layers"])
+    moe_first_dense_layers: int = _f(
+        0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
+        "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
+        bounds=BOUNDS["dense_layers"])
+    multi_latent_attention: bool = _f(False, "", "Multi-head latent attention (DeepSeek-V2/V3, "
+                                      "--multi-latent-attention)")
 
     @property
     def ffn(self) -> int:
@@ -215,8 +246,14 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        """Attention head size ``h/a`` (``--kv-channels``; Megatron's default)."""
-        return self.hidden_size // self.num_attention_heads
+        """Attention head size: :attr:`kv_channels`, or ``h/a`` when unset (Megatron's
+        ``--kv-channels`` default)."""
+        return self.kv_channels if self.kv_channels else self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model has mixture-of-experts layers (``num_experts`` set)."""
+        return bool(self.num_experts)
 
     def num_parameters(self, tensor_parallel: int = 1) -> int:
         """Total parameter count, vocabulary padded for ``tensor_parallel``
@@ -286,6 +323,23 @@ class ParallelPlan:
     last_stage_layers: int | None = _f(
         None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
         "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
+    context_parallel: int = _f(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
+                               "the sequence is split over cp ranks, ring attention exchanges K/V",
+                               short="cp", bounds=BOUNDS["parallel"])
+    expert_parallel: int = _f(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
+                              "experts split over ep ranks inside the data-parallel group",
+                              short="ep", bounds=BOUNDS["parallel"])
+    expert_tensor_parallel: int | None = _f(
+        None, "GPUs", "Tensor-parallel size of the experts (--expert-tensor-parallel-size); "
+        "empty means t", short="etp", bounds=BOUNDS["parallel"])
+    moe_imbalance_factor: float = _f(
+        1.0, "", "Tokens routed to the busiest expert over the mean (1 = balanced routing, "
+        "as Megatron's forced-balance benchmarks)", short="imbalance", label="never",
+        bounds=BOUNDS["imbalance"])
+    fp8_recipe: str | None = _f(
+        None, "", "FP8 scaling recipe with precision fp8 (--fp8-recipe): delayed, tensorwise "
+        "(per-tensor current scaling), mxfp8 or blockwise; empty means tensorwise",
+        choices=FP8_RECIPES, short="fp8", label="never")
 
     @property
     def num_gpus(self) -> int:
@@ -738,6 +792,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
             errs += section_errors(section, obj)
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
+    errs += [e for e in _model_feature_errors(m) if e.field not in reported]
     if c.gpu not in GPU_KINDS and not c.profile_path:
         errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
@@ -801,6 +856,24 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     return errs
 
 
+def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of the model's mixture-of-experts and attention fields; what the simulator does not
+    model is refused by name."""
+    errs: list[FieldError] = []
+    if m.multi_latent_attention is True:
+        errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
+                               "(DeepSeek-V2/V3) is not modelled"))
+    if isinstance(m.kv_channels, int) and isinstance(m.hidden_size, int) and \
+            isinstance(m.num_attention_heads, int) and m.num_attention_heads > 0 and \
+            m.kv_channels * m.num_attention_heads != m.hidden_size:
+        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} other than "
+                               "hidden_size/num_attention_heads is not modelled yet"))
+    if m.num_experts is not None:
+        errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
+                               "experts is not modelled yet"))
+    return errs
+
+
 def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     """Rules of sequence parallelism, recomputation, ZeRO, overlap and gradient dtype
     (Megatron-LM's argument checks where it has one)."""
@@ -825,6 +898,17 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
+    # Issue 11's fields, refused until modelled (each helper removes its refusal)
+    for name, default, what in (("context_parallel", 1, "context parallelism"),
+                                ("expert_parallel", 1, "expert parallelism"),
+                                ("expert_tensor_parallel", None, "expert tensor parallelism"),
+                                ("moe_imbalance_factor", 1.0, "an MoE routing imbalance"),
+                                ("fp8_recipe", None, "an FP8 recipe")):
+        if getattr(pl, name) != default:
+            errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r}: {what} is "
+                                   "not modelled yet"))
+    if pl.precision == "fp8":
+        errs.append(FieldError("plan.precision", "precision='fp8': FP8 training is not modelled yet"))
     g = pl.grad_reduce_dtype
     if g is not None:
         if g not in GRAD_REDUCE_DTYPES:

@@ -222,7 +222,7 @@ def test_checks_are_driven_by_field_metadata():
     ("model", "vocab_size", 2**31, "must be at most 2,147,483,647"),
     ("model", "hidden_size", True, "must be of type int"),
     ("plan", "global_batch_size", 1.5, "must be of type int"),
-    ("plan", "precision", "fp8", "is not one of bf16, fp16, fp32"),
+    ("plan", "precision", "fp4", "is not one of bf16, fp16, fp32, fp8"),
     ("cluster", "inter_node_bandwidth_gbits_per_s", 0, "must be at least 0.1"),
     ("cost", "price_per_gpu_hour_usd", -1, "must be zero or more"),
     ("cost", "training_tokens", "1e9", "must be of type float"),
