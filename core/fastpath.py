@@ -211,7 +211,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
     if R is not None:
         floors = [(first_f[i], R[i] + Q[i, first_f[i]]) for i in range(p)]
-    version = np.zeros(p, np.int64)       # changes of each stage so far
+    version = [0] * p                     # changes of each stage so far
     seen: list[tuple | None] = [None] * p  # versions of a stage's sources at its last update
     updates = 0
     sweep = 0
@@ -219,7 +219,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     while True:
         changed = False
         for i in (up if sweep % 2 == 0 else down):
-            nbr = tuple(version[list(deps[i])].tolist())
+            nbr = tuple([version[j] for j in deps[i]])
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr

@@ -22,6 +22,7 @@ as a timed task.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -508,8 +509,10 @@ class _Template:
 
     def timed(self, values: np.ndarray) -> "_Template":
         """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
-        return dataclasses.replace(self, dur=values[self.src], side_dur=values[self.side_src],
-                                   last_dur=values[self.last_src], start_dur=values[self.start_src])
+        out = copy.copy(self)  # the untimed arrays shared (read only), as dataclasses.replace does
+        out.dur, out.side_dur = values[self.src], values[self.side_src]
+        out.last_dur, out.start_dur = values[self.last_src], values[self.start_src]
+        return out
 
     @property
     def counts(self) -> np.ndarray:
