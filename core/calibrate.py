@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from .config import Session, padded_vocab_size
+from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import OPS
-from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time,
-                  kernel_arrays, kernel_times, op_kernels, table_covers)
+from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, fp8_weights_per_gpu
+from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
+                  kernel_arrays, kernel_peak_flops, kernel_times, op_kernels, table_covers)
 from .profile_store import ProfileStore
 from .simulate import simulate
 from .solver import critical_path
@@ -87,8 +88,9 @@ MIN_ROWS_PER_SHAPE = 3
 #: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
 ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.05
-#: Op ids of compute tasks (the rest, >= 0, are communication).
-_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS) if name in ALL_OPS or name in DERIVED_OPS])
+#: Op ids of compute tasks (the rest, >= 0, are communication); MoE layers' ops included.
+_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
+                         if name in ALL_OPS or name in DERIVED_OPS or name in MOE_OPS])
 HALF_PRECISIONS = ("fp16", "bf16")
 _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
            "attention_core_fwd": "layer",
@@ -105,8 +107,15 @@ def shape_key(session: Session) -> tuple:
     key = ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
            padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
     family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
-              m.attention_kernel, int(m.qk_layernorm))
-    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0)
+              m.attention_kernel, int(m.qk_layernorm), m.head_dim)
+    gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0,
+           m.hidden_size // m.num_attention_heads)
+    if m.is_moe:  # an MoE model never shares a factor with its dense counterpart
+        family += ("moe", m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.num_shared_experts,
+                   m.moe_layer_frequency, m.moe_first_dense_layers, pl.expert_parallel,
+                   pl.expert_tensor_parallel)
+    if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
+        family += (pl.context_parallel,)
     return key if family == gpt else key + family
 
 
@@ -183,7 +192,9 @@ class LinearizedRow:
         Communication on the path: ``comm_fixed_s + comm_inter_s /
         inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
         collective_overhead_s + num_p2p * p2p_overhead_s``.
-    peak_flops, memory_bandwidth_bytes_per_s : float
+    peak_flops : float array, shape (k,)
+        Peak FLOP/s of each kernel (:func:`core.ops.kernel_peak_flops`: FP8 GEMMs at the FP8 peak).
+    memory_bandwidth_bytes_per_s : float
     """
 
     kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -198,7 +209,7 @@ class LinearizedRow:
     p2p_inter_s: float
     num_collectives: float
     num_p2p: float
-    peak_flops: float
+    peak_flops: np.ndarray  # per kernel (FP8 GEMMs at the FP8 peak), FLOP/s
     memory_bandwidth_bytes_per_s: float
 
 
@@ -225,11 +236,19 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         family.append(_FAMILY.get(name, ""))
 
     compute = np.isin(ops, _COMPUTE_IDS)
+    key = device_key(key, base.peak_flops)  # FP8: whether the GPU needs transposed copies
+    recipe = fp8_recipe(pl)
+    fp8_w = fp8_weights_per_gpu(session.model, pl) if recipe is not None else None
     for op_id in np.unique(ops[compute]):
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
-                add(op_kernels(name, {"n": int(n_params[st]), "dtype": pl.precision}), 1.0, name)
+                add(op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)}),
+                    1.0, name)
+                if fp8_w is not None:  # the per-iteration FP8 weight quantization runs with it
+                    add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
+                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
+                        1.0, FP8_WEIGHT_CAST_OP)
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = (ops >= 0) & ~compute
@@ -259,7 +278,8 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     return LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
                          np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
                          fixed, inter, p2p_inter, num_calls, num_p2p,
-                         float(base.peak_flops[pl.precision]), base.memory_bandwidth_bytes_per_s)
+                         kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
+                         base.memory_bandwidth_bytes_per_s)
 
 
 def _with(op_model: dict[str, float], **kw: float) -> dict[str, float]:

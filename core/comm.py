@@ -1,8 +1,12 @@
 """Communication times from rank placement, profile curves and network bandwidth.
 
-Rank placement follows Megatron-LM's default order: tensor-parallel rank
-fastest, then data-parallel, then pipeline-parallel, i.e. global rank
-``r = tp + t * (dp + d * pp)``; node of a rank is ``r // gpus_per_node``.
+Rank placement follows Megatron-Core's default order ``"tp-cp-ep-dp-pp"``
+(``parallel_state.initialize_model_parallel``; expert parallelism lives inside the
+data-parallel ranks): tensor-parallel rank fastest, then context-parallel, then
+data-parallel, then pipeline-parallel, i.e. global rank
+``r = tp + t * (cp_rank + cp * (dp + d * pp))``; node of a rank is
+``r // gpus_per_node``. Without context parallelism (cp = 1) this is Megatron-LM's
+order ``tp + t * (dp + d * pp)``.
 
 * Collectives inside a node use the profile store's measured curves (nccl-tests
   conventions: ``nbytes`` is the whole buffer). If the cluster sets an explicit
@@ -13,6 +17,15 @@ fastest, then data-parallel, then pipeline-parallel, i.e. global rank
   each GPU's share of the node bandwidth, all-gather inside the node.
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
+* Expert parallelism (MoE): Megatron-Core places the expert groups by a second rank order,
+  expert tensor-parallel rank fastest, then expert-parallel, then expert-data-parallel,
+  then pipeline (``parallel_state``: order tp-ep-dp-pp over ``etp, ep, edp, p``). The
+  all-to-all of an ``ep`` group (ranks ``etp`` apart) stays in a node when ``etp*ep``
+  ranks fit in it; otherwise each rank sends the share of its buffer bound for other nodes
+  over its NIC while the rest crosses NVLink (:meth:`CommModel.all_to_all`).
+* The context-parallel ring (:meth:`CommModel.cp_send_recv`) is a send/recv to the next
+  cp rank and from the previous one, all ranks at once: inside a node when the
+  ``t*cp`` ranks of a cp group fit in one, otherwise its slowest hops cross nodes.
 
 Four parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
 (the share of the nominal network bandwidth that collectives achieve),
@@ -41,9 +54,13 @@ INTER_NODE_LATENCY_S = 10e-6
 DEFAULT_INTRA_LATENCY_S = 8e-6
 
 _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
-          "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1}
+          "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1,
+          "all_to_all": lambda n: n - 1}
+#: Bus-bandwidth factor of each kind (nccl-tests' PERFORMANCE.md: busbw = algbw * factor;
+#: all-to-all (n-1)/n, the share of a rank's buffer that leaves it).
 _FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-           "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+           "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0,
+           "all_to_all": lambda n: (n - 1) / n}
 
 
 _BEYOND = re.compile(r"^(\w+) of ([\d.]+) MiB on (\d+) GPUs: beyond the measured sizes \((.+?)\), "
@@ -123,10 +140,11 @@ class CommModel:
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
 
     # ------------------------------------------------------------------ placement
-    def node_of(self, tp: int, dp: int, pp: int) -> int:
-        """Node index of the rank at (tp, dp, pp) under Megatron's rank order."""
+    def node_of(self, tp: int, dp: int, pp: int, cp_rank: int = 0) -> int:
+        """Node index of the rank at (tp, cp_rank, dp, pp) under Megatron-Core's rank order."""
         t, d = self.plan.tensor_parallel, self.plan.data_parallel
-        return (tp + t * (dp + d * pp)) // self.cluster.gpus_per_node
+        cp = self.plan.context_parallel
+        return (tp + t * (cp_rank + cp * (dp + d * pp))) // self.cluster.gpus_per_node
 
     def stages_share_node(self, stage: int, other: int | None = None) -> bool:
         """Whether stage ``stage`` and ``other`` (default ``stage+1``) of replica 0 sit in one node."""
@@ -231,20 +249,98 @@ class CommModel:
         return self.hierarchical(kind, t, min(t, self.cluster.gpus_per_node), nbytes)
 
     def dp_collective(self, kind: str, nbytes: float) -> float:
-        """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d`` ranks ``tp + t*j``
-        (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and parameter
-        all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
-        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d*cp`` ranks
+        ``tp + t*j`` (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and
+        parameter all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
+        d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
 
     def dp_all_reduce(self, nbytes: float) -> float:
         """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).
 
-        The group is the ``d`` ranks ``tp + t*j``; ``k = min(d, gpus_per_node // t)``
-        of them share a node (at least 1), and the group spans ``ceil(d / k)`` nodes.
+        The group is the ``D = d*cp`` ranks ``tp + t*j`` (Megatron-Core reduces gradients over
+        the data-parallel group with the context-parallel ranks, which sit between the
+        tensor- and data-parallel ones); ``k = min(D, gpus_per_node // t)`` of them share a
+        node (at least 1), and the group spans ``ceil(D / k)`` nodes.
         """
-        d, t, g = self.plan.data_parallel, self.plan.tensor_parallel, self.cluster.gpus_per_node
+        d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
+
+    def all_to_all(self, group_size: int, per_node: int, nbytes: float) -> float:
+        """All-to-all among ``group_size`` GPUs, ``per_node`` of them in each node, of an
+        ``nbytes`` send buffer per GPU (nccl-tests' alltoall convention: the buffer holds
+        ``group_size`` equal blocks, one per peer, the rank's own included), seconds.
+
+        Each rank sends ``(n-1)/n`` of its buffer. In one node that takes the intra-node
+        model (:meth:`intra`: the store's all_to_all curves, else the all-reduce ring fit's
+        bus bandwidth with the all-to-all factor, or the cluster's intra-node bandwidth).
+        Across nodes the ``(n - k)/n`` bound for other nodes leave through the GPU's share of
+        the node's network bandwidth while the ``(k-1)/n`` for its own node cross NVLink at
+        the same time: the slower of the two, plus one network latency.
+        """
+        n, k = group_size, max(1, min(per_node, group_size))
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if k >= n:
+            return self.collective_overhead_s + self.intra("all_to_all", n, nbytes)
+        inter = INTER_NODE_LATENCY_S + nbytes * (n - k) / n / self._gpu_inter_bytes_per_s
+        # the k ranks of the node exchange k/n of each buffer among themselves
+        local = self.intra("all_to_all", k, nbytes * k / n) if k > 1 else 0.0
+        return self.collective_overhead_s + max(inter, local)
+
+    def _expert_node_share(self, stride: int, group_size: int) -> int:
+        """Ranks of a group ``stride`` apart in Megatron-Core's expert rank order that share
+        a node (at least 1)."""
+        return max(1, min(group_size, self.cluster.gpus_per_node // max(stride, 1)))
+
+    def ep_all_to_all(self, nbytes: float) -> float:
+        """Token dispatch or combine of one MoE layer over the expert-parallel group: an
+        all-to-all of an ``nbytes`` buffer per GPU among ``ep`` ranks ``etp`` apart."""
+        from .model_math import expert_tensor_parallel
+        ep, etp = self.plan.expert_parallel, expert_tensor_parallel(self.plan)
+        return self.all_to_all(ep, self._expert_node_share(etp, ep), nbytes)
+
+    def etp_collective(self, kind: str, nbytes: float) -> float:
+        """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer
+        among the ``etp`` consecutive ranks of an expert's tensor-parallel group (the tokens
+        an expert's shards all process; Megatron-Core's all-to-all dispatcher gathers them
+        after the dispatch and reduce-scatters the experts' output)."""
+        from .model_math import expert_tensor_parallel
+        etp = expert_tensor_parallel(self.plan)
+        return self.hierarchical(kind, etp, min(etp, self.cluster.gpus_per_node), nbytes)
+
+    def edp_collective(self, kind: str, nbytes: float) -> float:
+        """Expert-data-parallel ``kind`` of an ``nbytes`` buffer per GPU: the gradient
+        reduction (and sharded parameters' all-gather) of the routed experts' parameters over
+        the ``edp`` ranks that hold the same experts, ``etp*ep`` apart."""
+        from .model_math import expert_data_parallel, expert_tensor_parallel
+        edp = expert_data_parallel(self.plan)
+        stride = expert_tensor_parallel(self.plan) * self.plan.expert_parallel
+        return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes)
+    def cp_ring_in_node(self) -> bool:
+        """Whether every context-parallel ring stays inside a node: the cp group of a
+        tensor-parallel rank is the ``cp`` ranks ``tp + t*j`` of a block of ``t*cp`` consecutive
+        ranks; every block lies in one node when ``t*cp`` divides the GPUs per node or the
+        whole job fits in one node. Otherwise a block straddles a node boundary (or spans
+        nodes) and, the iteration being synchronous, its ring sets the pace."""
+        tc, g = self.plan.tensor_parallel * self.plan.context_parallel, self.cluster.gpus_per_node
+        return tc <= g and (g % tc == 0 or self.plan.num_gpus <= g)
+
+    def cp_send_recv(self, nbytes: float) -> float:
+        """One step of the context-parallel ring: every cp rank sends ``nbytes`` to the next and
+        receives as much from the previous one at once (Transformer Engine's batched
+        isend/irecv), seconds. Inside a node: the profile's send/recv between two GPUs
+        (NVLink, both directions at once); a ring that leaves the node waits for its
+        inter-node hops, each at one GPU's share of its node's network bandwidth (every GPU
+        of a node sends at once) plus the inter-node latency. No framework overhead per
+        transfer (TE posts them without synchronizing the host, unlike the pipeline sends)."""
+        if nbytes <= 0 or self.plan.context_parallel <= 1:
+            return 0.0
+        if self.cp_ring_in_node():
+            return self.intra("send_recv", 2, nbytes)
+        gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
+                           / self.cluster.gpus_per_node * self.p2p_efficiency)
+        return INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s
 
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""

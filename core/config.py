@@ -7,8 +7,8 @@ validation; :func:`validate` returns every rule a configuration breaks, each
 with the field it concerns, so a form can show the message next to the field.
 
 Terms follow Megatron-LM: tensor-parallel size ``t``, pipeline-parallel size
-``p``, data-parallel size ``d`` (world size ``t*p*d``), micro-batch size ``b``,
-global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
+``p``, context-parallel size ``cp``, data-parallel size ``d`` (world size ``t*p*cp*d``),
+micro-batch size ``b``, global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [
     "plan_field_title",
     "stage_layer_counts",
     "grad_dtype",
+    "GPU_FP8_DTYPES", "fp8_recipe", "tensor_dtype", "FP8_DEFAULT_RECIPE",
 ]
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -76,6 +77,9 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+#: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling
+#: (Megatron-LM's ``--fp8-recipe`` default ``tensorwise``).
+FP8_DEFAULT_RECIPE = "tensorwise"
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
 #: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
 ZERO_STAGES = (0, 1, 2, 3)
@@ -89,6 +93,11 @@ GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB",
 #: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
 GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
                      "B200-180GB": 8, "GB200-NVL72": 72}
+#: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its
+#: spec file's ``peak_tflops`` (a test keeps the two equal). The A100 (Ampere) has none; Hopper
+#: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
+GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H200-SXM-141GB": ("fp8",),
+                  "B200-180GB": ("fp8", "mxfp8"), "GB200-NVL72": ("fp8", "mxfp8")}
 #: Aliases used by other tools' configuration files and published tables (lower case).
 #: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
 #: bandwidth and power) have no shipped store and are refused by name.
@@ -278,7 +287,7 @@ class ParallelPlan:
                               short="t", label="always", bounds=BOUNDS["parallel"], required=True)
     pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
                                 short="p", label="always", bounds=BOUNDS["parallel"], required=True)
-    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p))",
+    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
                             short="d", label="always", bounds=BOUNDS["parallel"], required=True)
     micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
                                short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
@@ -343,8 +352,18 @@ class ParallelPlan:
 
     @property
     def num_gpus(self) -> int:
-        """World size ``t*p*d``."""
-        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+        """World size ``t*p*cp*d`` (Megatron-Core: the data-parallel size is
+        world / (t*p*cp))."""
+        return (self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+                * self.data_parallel)
+
+    @property
+    def dp_cp_size(self) -> int:
+        """Size ``d*cp`` of the data-parallel group with context parallelism: Megatron-Core
+        reduces gradients and shards the distributed optimizer over it
+        (``parallel_state.get_data_parallel_group(with_context_parallel=True)``: the cp
+        ranks hold the same weights and see other tokens)."""
+        return self.data_parallel * self.context_parallel
 
     @property
     def num_microbatches(self) -> int:
@@ -357,13 +376,13 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision) too.
+        (B, precision, the FP8 recipe) too, those that are set.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
-            if how == "never" and not full:
+            if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if how == "changed" and value == f.default:
                 continue
@@ -394,11 +413,29 @@ def plan_key(plan: ParallelPlan) -> tuple:
 
 def grad_dtype(plan: ParallelPlan) -> str:
     """Data type of the data-parallel gradients: ``plan.grad_reduce_dtype``, or Megatron's default,
-    fp32 main gradients with bf16 (Megatron-LM forces ``--accumulate-allreduce-grads-in-fp32`` for
-    bf16; Megatron-Core's ``grad_reduce_in_fp32``) and the training precision otherwise."""
+    fp32 main gradients with bf16 and with fp8, which trains bf16 weights (Megatron-LM forces
+    ``--accumulate-allreduce-grads-in-fp32`` for bf16; Megatron-Core's ``grad_reduce_in_fp32``),
+    and the training precision otherwise."""
     if plan.grad_reduce_dtype:
         return plan.grad_reduce_dtype
-    return "fp32" if plan.precision == "bf16" else plan.precision
+    return "fp32" if tensor_dtype(plan.precision) == "bf16" else plan.precision
+
+
+def fp8_recipe(plan: ParallelPlan) -> str | None:
+    """The FP8 scaling recipe of ``plan``: ``plan.fp8_recipe`` or :data:`FP8_DEFAULT_RECIPE` with
+    ``precision="fp8"``, ``None`` otherwise."""
+    if plan.precision != "fp8":
+        return None
+    return plan.fp8_recipe or FP8_DEFAULT_RECIPE
+
+
+def tensor_dtype(precision: str) -> str:
+    """Data type of the tensors between kernels, of the weights the model keeps and of the
+    optimizer's inputs under training precision ``precision``: the precision itself, except
+    ``"bf16"`` for ``"fp8"`` (Transformer Engine runs only the linear layers' GEMMs in FP8; their
+    inputs are quantized from BF16 and their outputs are BF16; Megatron-LM trains FP8 with
+    ``--bf16 --fp8-format ...``)."""
+    return "bf16" if precision == "fp8" else precision
 
 
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
@@ -776,13 +813,15 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
-    ``a``; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    ``a`` unless ``kv_channels`` gives the head size; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
     by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
     or is a multiple of them (tensor parallelism across nodes is allowed, and
     slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
     a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
-    ``cluster.profile_path``); and the rules of the plan's newer fields
-    (:func:`_plan_feature_errors`).
+    ``cluster.profile_path``); ``precision="fp8"`` only on a shipped GPU kind with FP8 tensor
+    cores and ``fp8_recipe="mxfp8"`` only on one with MXFP8 (:data:`GPU_FP8_DTYPES`; with
+    ``cluster.profile_path`` the store's peaks decide when simulating); the rules of the plan's newer fields
+    (:func:`_plan_feature_errors`) and of mixture of experts (:func:`moe_errors`).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
@@ -801,9 +840,11 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
 
     t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
                      pl.micro_batch_size, pl.global_batch_size)
-    if m.hidden_size % m.num_attention_heads:
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
         errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
-                               f"by num_attention_heads={m.num_attention_heads}"))
+                               f"by num_attention_heads={m.num_attention_heads} (or set "
+                               "kv_channels, the head size)"))
     if m.num_attention_heads % t:
         errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
                                f"is not divisible by tensor_parallel_size={t}"))
@@ -818,6 +859,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     if m.ffn % t:
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
+    errs += moe_errors(m, pl)
     try:
         counts = stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
@@ -836,10 +878,13 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
             pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
-    if t * p * d > BOUNDS["parallel"].hi:
+    cp = pl.context_parallel
+    if t * p * cp * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
-                               f"data_parallel_size={t}*{p}*{d}={t * p * d:,} GPUs is more than "
+                               f"context_parallel_size*data_parallel_size={t}*{p}*{cp}*{d}="
+                               f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
+    errs += _context_parallel_errors(m, pl, c)
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -847,12 +892,60 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    fp8 = GPU_FP8_DTYPES.get(c.gpu)
+    if pl.precision == "fp8" and fp8 is not None and not c.profile_path:
+        recipe = fp8_recipe(pl)
+        if "fp8" not in fp8:
+            errs.append(FieldError("plan.precision", f"precision='fp8' on cluster.gpu={c.gpu!r}: "
+                                   "this GPU has no FP8 tensor cores (its spec gives no FP8 peak); "
+                                   "use bf16 or a Hopper/Blackwell GPU"))
+        elif recipe == "mxfp8" and "mxfp8" not in fp8:
+            errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe='mxfp8' on cluster.gpu={c.gpu!r}: "
+                                   "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
+                                   "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if domain is not None and not c.profile_path and c.gpus_per_node > domain:
         errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
                                f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
                                "talk over NVLink; use a GPU kind with a larger domain or a store "
                                "of your own (cluster.profile_path)"))
+    return errs
+
+
+def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
+                             ) -> list[FieldError]:
+    """Megatron-Core's rules of context parallelism (``--context-parallel-size`` cp > 1), each
+    naming its field: the sequence splits into ``2*cp`` chunks for the causal load balance
+    (``seq_length`` divisible by ``2*cp``; with sequence parallelism the rank's ``s/cp``
+    tokens also split over ``t``); ring attention runs in Transformer Engine's fused
+    attention (``attention_kernel`` flash: Megatron's unfused path has no context
+    parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
+    larger than a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``;
+    smaller groups that straddle a node boundary are allowed and priced as inter-node,
+    :meth:`core.comm.CommModel.cp_ring_in_node`)."""
+    cp = pl.context_parallel
+    if cp == 1:
+        return []
+    errs: list[FieldError] = []
+    s, t = m.seq_length, pl.tensor_parallel
+    if s % (2 * cp):
+        errs.append(FieldError("plan.context_parallel", f"seq_length={s} is not divisible by "
+                               f"2*context_parallel_size={2 * cp} (Megatron-Core splits the "
+                               "sequence into 2*cp chunks for the causal load balance)"))
+    elif pl.sequence_parallel and t > 1 and (s // cp) % t:
+        errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
+                               f"{s // cp} is not divisible by tensor_parallel_size={t} "
+                               "(sequence parallelism splits each rank's tokens over t)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
+                               "model.attention_kernel = flash: Megatron-Core runs ring "
+                               "attention in Transformer Engine's fused attention, the unfused "
+                               "path has no context parallelism"))
+    g = c.gpus_per_node
+    if t <= g and t * cp > g and (t * cp) % g:
+        errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: larger than a node, "
+                               f"it must be a multiple of gpus_per_node={g}"))
     return errs
 
 
@@ -863,14 +956,107 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     if m.multi_latent_attention is True:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
-    if isinstance(m.kv_channels, int) and isinstance(m.hidden_size, int) and \
-            isinstance(m.num_attention_heads, int) and m.num_attention_heads > 0 and \
-            m.kv_channels * m.num_attention_heads != m.hidden_size:
-        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} other than "
-                               "hidden_size/num_attention_heads is not modelled yet"))
-    if m.num_experts is not None:
-        errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
-                               "experts is not modelled yet"))
+    errs += _moe_model_errors(m)
+    return errs
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of the mixture-of-experts fields (Megatron-Core ``TransformerConfig`` and
+    ``arguments.py``): ``moe_top_k`` at most ``num_experts``; the MoE-only fields need
+    ``num_experts``; the first dense layers leave at least one MoE layer (a model without
+    one is the dense model: say so rather than simulate it under an MoE name)."""
+    errs: list[FieldError] = []
+    E = m.num_experts
+    if E is None:
+        for name, default in (("moe_ffn_hidden_size", None), ("num_shared_experts", 0),
+                              ("moe_layer_frequency", 1), ("moe_first_dense_layers", 0)):
+            if getattr(m, name) != default:
+                errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
+                                       "num_experts (a mixture-of-experts model)"))
+        return errs
+    if not all(_is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
+                                    m.moe_first_dense_layers, m.num_layers)):
+        return errs  # type errors are reported by section_errors
+    if m.moe_top_k > E:
+        errs.append(FieldError("model.moe_top_k", f"moe_top_k={m.moe_top_k} is more than "
+                               f"num_experts={E}: a token is routed to distinct experts"))
+    k, first = m.moe_layer_frequency, m.moe_first_dense_layers
+    if k < 1 or first < 0:
+        return errs  # bound errors are reported by section_errors
+    if (m.num_layers - 1) // k < -(-first // k):  # no multiple of k in first..L-1
+        errs.append(FieldError("model.moe_first_dense_layers", f"moe_first_dense_layers="
+                               f"{m.moe_first_dense_layers} and moe_layer_frequency="
+                               f"{m.moe_layer_frequency} leave no MoE layer among the "
+                               f"{m.num_layers} layers"))
+    return errs
+
+
+def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of expert parallelism for model ``m`` under plan ``pl`` (Megatron-Core).
+
+    * ``expert_parallel`` > 1, ``expert_tensor_parallel`` or ``moe_imbalance_factor`` other
+      than 1 need an MoE model (``arguments.py``: "num_experts must be non None to use
+      expert model parallelism").
+    * ``num_experts`` divisible by ``expert_parallel`` (each EP rank holds ``E/ep`` experts).
+    * The expert ranks: Megatron-Core's ``parallel_state.initialize_model_parallel`` builds a
+      second rank generator for the experts in the order tp-ep-dp-pp with
+      ``expert_data_parallel = world / (etp * ep * p)``; the world ``t*cp*d*p`` must divide
+      by ``etp*ep*p``, i.e. ``etp*ep`` divides ``t*cp*d``.
+    * Expert parallelism with tensor parallelism needs sequence parallelism (``arguments.py``:
+      "When using expert parallelism and tensor parallelism, sequence parallelism must be
+      used").
+    * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
+    * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
+      tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
+    """
+    errs: list[FieldError] = []
+    ep, etp_set, imb = pl.expert_parallel, pl.expert_tensor_parallel, pl.moe_imbalance_factor
+    if not m.num_experts:
+        for name, value, default in (("expert_parallel", ep, 1), ("expert_tensor_parallel",
+                                                                  etp_set, None),
+                                     ("moe_imbalance_factor", imb, 1.0)):
+            if value != default:
+                errs.append(FieldError(f"plan.{name}", f"{name}={value!r} needs a mixture-of-"
+                                       "experts model (model.num_experts)"))
+        return errs
+    t, d = pl.tensor_parallel, pl.data_parallel
+    cp = getattr(pl, "context_parallel", 1)
+    if not all(_is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
+            (etp_set is not None and not (_is_int(etp_set) and etp_set >= 1)):
+        return errs  # type and bound errors are reported by section_errors
+    etp = etp_set if etp_set is not None else t
+    E = m.num_experts
+    if E % ep:
+        errs.append(FieldError("plan.expert_parallel", f"num_experts={E} is not divisible by "
+                               f"expert_parallel={ep}"))
+    if (t * cp * d) % (etp * ep):
+        errs.append(FieldError("plan.expert_parallel", f"expert_tensor_parallel*expert_parallel="
+                               f"{etp}*{ep}={etp * ep} does not divide tensor_parallel*"
+                               f"context_parallel*data_parallel={t}*{cp}*{d}={t * cp * d} "
+                               "(Megatron-Core places the expert groups inside those ranks)"))
+    if ep > 1 and t > 1 and not pl.sequence_parallel:
+        errs.append(FieldError("plan.sequence_parallel", f"expert_parallel={ep} with "
+                               f"tensor_parallel={t} needs sequence_parallel (Megatron-LM: "
+                               "expert and tensor parallelism need sequence parallelism)"))
+    elif t > 1 and not pl.sequence_parallel and etp != t:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
+                               f"other than tensor_parallel={t} without sequence_parallel is "
+                               "not modelled"))
+    if pl.precision == "fp8":
+        errs.append(FieldError("plan.precision", "precision='fp8' with a mixture-of-experts model "
+                               "(FP8 grouped GEMMs of the experts) is not modelled yet"))
+    fe = m.moe_ffn_hidden_size or m.ffn
+    if _is_int(fe) and fe % etp:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
+                               f"divisible by expert_tensor_parallel={etp}"))
+    if m.num_shared_experts and _is_int(fe) and (m.num_shared_experts * fe) % t:
+        errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
+                               f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
+                               f" is not divisible by tensor_parallel_size={t}"))
     return errs
 
 
@@ -898,23 +1084,20 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
-    # Issue 11's fields, refused until modelled (each helper removes its refusal)
-    for name, default, what in (("context_parallel", 1, "context parallelism"),
-                                ("expert_parallel", 1, "expert parallelism"),
-                                ("expert_tensor_parallel", None, "expert tensor parallelism"),
-                                ("moe_imbalance_factor", 1.0, "an MoE routing imbalance"),
-                                ("fp8_recipe", None, "an FP8 recipe")):
-        if getattr(pl, name) != default:
-            errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r}: {what} is "
-                                   "not modelled yet"))
-    if pl.precision == "fp8":
-        errs.append(FieldError("plan.precision", "precision='fp8': FP8 training is not modelled yet"))
+    if pl.fp8_recipe is not None and pl.precision != "fp8":
+        errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
+                               f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
+                               "only with --fp8-format)"))
     g = pl.grad_reduce_dtype
     if g is not None:
         if g not in GRAD_REDUCE_DTYPES:
             errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} is not one of "
                                    f"{', '.join(GRAD_REDUCE_DTYPES)} or empty"))
-        elif pl.precision in PRECISIONS and g not in ("fp32", pl.precision):
+        elif pl.precision == "fp8" and g not in ("fp32", "bf16"):
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
+                                   "'fp8': gradients of FP8 training are bf16 and are reduced in "
+                                   "fp32 (default) or bf16 (--grad-reduce-in-bf16), never in FP8"))
+        elif pl.precision in PRECISIONS and pl.precision != "fp8" and g not in ("fp32", pl.precision):
             errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
                                    f"{pl.precision!r}: gradients are reduced in fp32 or in the "
                                    "training precision"))
@@ -932,9 +1115,10 @@ def check(session: Session) -> Session:
 def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
                            global_batch_size: int | None = None) -> None:
     """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
-    t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
+    t, p, d, b, schedule, recompute and expert parallelism: the studies (sweep, optimal, schedule) choose
     those themselves (and the fields that depend on p: the first and last stages' layers,
-    the recomputed layers). With ``model`` (``global_batch_size``), that model (batch) is
+    the recomputed layers; the context-parallel size, swept only when asked). With ``model``
+    (``global_batch_size``), that model (batch) is
     checked in place of the session's own."""
     probe = session.copy()
     if model is not None:
@@ -943,26 +1127,36 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
-        first_stage_layers=None, last_stage_layers=None)
+        first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
+        expert_tensor_parallel=None)
     check(probe)
 
 
 # --------------------------------------------------------------------------- presets
 
 def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
-           vocab: int) -> ModelConfig:
+           vocab: int, **family: Any) -> ModelConfig:
     """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
-    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card)."""
+    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card); ``family`` sets further
+    model fields (experts, head size, QK-norm)."""
     return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash",
+                       **family)
 
 
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
 #: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
-#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192).
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192); Mixtral 8x7B
+#: (the Hugging Face config mistralai/Mixtral-8x7B-v0.1; Jiang et al. 2024, "Mixtral of Experts",
+#: Sec. 2: 8 experts, top-2, pre-trained at a 32k context; 46.7 B parameters, 12.9 B active);
+#: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
+#: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
+#: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
+#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
+#: experts is modelled; until then the editor shows them with the refusal.
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -978,6 +1172,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
         _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
+        _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
+        _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
+               qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
     )
 }
 

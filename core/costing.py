@@ -8,7 +8,11 @@ Definitions (Narayanan et al. 2021; Chowdhery et al. 2022, App. B for MFU/HFU):
 
 * tokens/s = ``B * s / T`` with ``T`` the iteration time;
 * MFU = model FLOPs per iteration / (``T`` * world size * peak FLOP/s per GPU);
-  HFU the same with the hardware FLOPs (recomputation included);
+  HFU the same with the hardware FLOPs (recomputation included). The peak is the dense
+  peak of the training precision's tensors (:func:`mfu_peak_flops`): with FP8 training
+  the BF16 peak, as Megatron-Bridge and NVIDIA's published FP8 results report MFU, so an
+  FP8 and a BF16 plan of one model compare on one scale (the model FLOPs are the model's,
+  whatever precision runs them);
 * iterations = ``ceil(training tokens / (B * s))`` (a partial iteration is still run);
 * days = iterations * ``T`` / 86400; GPU-hours = iterations * ``T`` * world size / 3600;
   dollars = GPU-hours * price per GPU-hour.
@@ -20,7 +24,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costing", "costing"]
+__all__ = ["Costing", "costing", "mfu_peak_flops", "MFU_PEAK_NOTE"]
+
+#: How MFU reads under FP8 training (the report's label and the docs say it).
+MFU_PEAK_NOTE = "MFU and HFU of an FP8 plan are against the BF16 dense peak (as Megatron-Bridge)"
+
+
+def mfu_peak_flops(store, precision: str) -> float:
+    """Peak FLOP/s of one GPU that MFU and HFU divide by: the dense peak of ``precision``'s
+    tensors (:func:`core.config.tensor_dtype`; BF16 for FP8 training, see the module doc).
+
+    Raises
+    ------
+    KeyError
+        The store has no peak for that dtype (its message names the device and dtype).
+    """
+    from .config import tensor_dtype
+    return float(store.peak_flops[tensor_dtype(precision)])
 
 
 @dataclass
@@ -56,7 +76,7 @@ def costing(iteration_time_s: float | np.ndarray, *, tokens_per_iteration: float
     num_gpus : float or array
         World size ``t*p*d``.
     peak_flops_per_gpu : float
-        Dense peak FLOP/s of one GPU in the plan's precision.
+        Dense peak FLOP/s of one GPU in the plan's precision (:func:`mfu_peak_flops`: BF16 for FP8).
     training_tokens : float
         Token budget.
     price_per_gpu_hour_usd : float

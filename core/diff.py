@@ -54,6 +54,8 @@ TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
                "pp_comm": "exposed pipeline-parallel communication",
                "dp_comm": "exposed data-parallel communication", "bubble": "pipeline bubble",
                "imbalance": "stage imbalance", "optimizer": "optimizer step",
+               "cp_p2p": "exposed context-parallel exchange",
+               "ep_all_to_all": "expert all-to-all (MoE token dispatch and combine)",
                "rest": "not attributed (rounding)"}
 
 

@@ -1,28 +1,42 @@
-"""Hugging Face ``config.json`` files of dense decoders into sessions.
+"""Hugging Face ``config.json`` files of decoders into sessions.
 
-:func:`session_from_hf_config` reads the ``config.json`` of a
+:func:`session_from_hf_config` reads the ``config.json`` of a dense
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
-``Qwen3ForCausalLM`` checkpoint into a :class:`~core.config.Session` with a
-default plan (:func:`default_plan`). Every field of the file is one of:
+``Qwen3ForCausalLM`` checkpoint, or of a mixture-of-experts
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM`` or ``Qwen3MoeForCausalLM``
+one, into a :class:`~core.config.Session` with a default plan
+(:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
 * **ignored**: it does not change the cost of training (:data:`IGNORED`, with
   the reason; RoPE's base and scaling, for example, change the rotation's
   angles, not the work), and it is listed in the result;
 * **refused**: the simulator does not model what it asks for (a sliding
-  attention window that is active, a head size other than ``h/a``, biases
-  other than Qwen2's QKV bias, gated activations other than SiLU,
-  quantization, an architecture we do not know); the error names the field.
+  attention window that is active, biases other than Qwen2's QKV bias, gated
+  activations other than SiLU, quantization, an MoE layer pattern the session
+  fields cannot express, an architecture we do not know); the error names the
+  field.
 
 A field that is in none of these lists is refused too: we cannot tell
-whether it changes the model. Mixture-of-experts architectures
-(``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
-DeepSeek's) are refused by name: mixture of experts is not modelled yet.
+whether it changes the model. Architectures with something the simulator
+does not model are refused naming it (:data:`REFUSED_ARCHITECTURES`:
+DeepSeek-V2/V3's multi-head latent attention, GPT-OSS's sliding-window
+attention and attention sinks).
 
 Model-family facts (from the ``transformers`` modelling code of each
-architecture): all four have a gated SiLU MLP (``gate_proj``, ``up_proj``,
-``down_proj``: SwiGLU), RMSNorm, RoPE and no linear biases except Qwen2's
-QKV bias; Qwen3 adds an RMSNorm over each query and key head (QK-norm).
+architecture): all have a gated SiLU MLP (``gate_proj``, ``up_proj``,
+``down_proj``: SwiGLU; each expert of an MoE layer too), RMSNorm, RoPE and no
+linear biases except Qwen2's (and Qwen2-MoE's) QKV bias; Qwen3 (and Qwen3-MoE)
+adds an RMSNorm over each query and key head (QK-norm). ``head_dim``, when it
+is not ``h/a``, is the head size (``model.kv_channels``). Mixture of experts:
+Mixtral's experts are ``intermediate_size`` wide (``num_local_experts``,
+``num_experts_per_tok``); Qwen2-MoE and Qwen3-MoE's are
+``moe_intermediate_size`` wide (``num_experts``, ``num_experts_per_tok``), their
+dense layers (``mlp_only_layers``) ``intermediate_size``, layer ``i`` has
+experts when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` is not in
+``mlp_only_layers``; Qwen2-MoE adds one shared expert of
+``shared_expert_intermediate_size`` (``num_shared_experts`` experts of
+``moe_intermediate_size``, Megatron's ``--moe-shared-expert-intermediate-size``).
 """
 
 from __future__ import annotations
@@ -33,8 +47,9 @@ from typing import Any
 
 from .config import ClusterConfig, ConfigError, CostConfig, FieldError, ModelConfig, ParallelPlan, Session
 
-__all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "USED", "IGNORED", "HFImport",
-           "session_from_hf_config", "read_hf_config", "default_plan"]
+__all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
+           "HFImport", "session_from_hf_config", "read_hf_config", "default_plan",
+           "moe_layer_fields"]
 
 #: Dense decoder architectures we import, with the model fields their modelling code fixes.
 DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -43,12 +58,23 @@ DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
     "Qwen2ForCausalLM": {"add_qkv_bias": True},
     "Qwen3ForCausalLM": {"qk_layernorm": True},
 }
-#: Mixture-of-experts architectures, refused by name until MoE is modelled.
-MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DbrxForCausalLM",
-                     "JambaForCausalLM", "OlmoeForCausalLM", "PhimoeForCausalLM",
-                     "GraniteMoeForCausalLM", "Llama4ForCausalLM", "Llama4ForConditionalGeneration")
-#: Fields that name experts: a config with one of them is a mixture of experts.
+#: Mixture-of-experts architectures we import: the model fields their modelling code fixes and
+#: the field that gives the number of experts.
+MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
+    "MixtralForCausalLM": ({}, "num_local_experts"),
+    "Qwen2MoeForCausalLM": ({"add_qkv_bias": True}, "num_experts"),
+    "Qwen3MoeForCausalLM": ({"qk_layernorm": True}, "num_experts"),
+}
+#: Architectures refused by name, with what they have that the simulator does not model.
+REFUSED_ARCHITECTURES: dict[str, str] = {
+    "DeepseekV2ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
+    "model.multi_latent_attention) is not modelled",
+    "DeepseekV3ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
+    "model.multi_latent_attention) is not modelled",
+    "GptOssForCausalLM": "sliding-window attention (layer_types, sliding_window) and attention "
+    "sinks are not modelled",
+}
+#: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                "moe_intermediate_size")
 
@@ -64,7 +90,16 @@ USED: dict[str, str] = {
     "max_position_embeddings": "model.seq_length (unless --seq-length)",
     "tie_word_embeddings": "model.tied_embeddings",
     "hidden_act": "model.activation (silu: SwiGLU)",
-    "head_dim": "checked: must be hidden_size / num_attention_heads",
+    "head_dim": "model.kv_channels (when it is not hidden_size / num_attention_heads)",
+    "num_local_experts": "model.num_experts (Mixtral)",
+    "num_experts": "model.num_experts (Qwen2-MoE, Qwen3-MoE)",
+    "num_experts_per_tok": "model.moe_top_k",
+    "moe_intermediate_size": "model.moe_ffn_hidden_size (Qwen2-MoE, Qwen3-MoE)",
+    "shared_expert_intermediate_size": "model.num_shared_experts (a multiple of "
+    "moe_intermediate_size)",
+    "decoder_sparse_step": "model.moe_layer_frequency and moe_first_dense_layers (with "
+    "mlp_only_layers)",
+    "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
     "attention_bias": "checked: must be false",
     "mlp_bias": "checked: must be false",
     "sliding_window": "checked: inactive or at least the sequence length",
@@ -88,9 +123,13 @@ IGNORED: dict[str, str] = {
     "output_attentions": "inference only", "output_hidden_states": "inference only",
     "return_dict": "inference only", "auto_map": "code location", "bias": "see attention_bias",
     "tokenizer_class": "a name", "model_name": "a name",
+    "norm_topk_prob": "renormalizes the top-k routing weights: a few elementwise operations",
+    "router_aux_loss_coef": "the load-balancing loss's weight (a number)",
+    "output_router_logits": "returns the router logits for the load-balancing loss (a small "
+    "reduction over the router's output)",
+    "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
 }
 
-_HEADLINE = "mixture of experts is not modelled yet"
 
 
 @dataclass
@@ -118,20 +157,100 @@ def _int(cfg: dict[str, Any], name: str, where: str, required: bool = True) -> i
     return v
 
 
+def moe_layer_fields(pattern: list[bool] | list[int]) -> tuple[int, int] | None:
+    """``(moe_first_dense_layers, moe_layer_frequency)`` whose layers with experts are
+    ``pattern``'s (truthy = MoE), or None when no such pair gives it.
+
+    The session's rule (Megatron-Core's ``--moe-layer-freq`` with first dense layers):
+    layer ``i`` has experts when ``i >= moe_first_dense_layers`` and
+    ``i % moe_layer_frequency == 0``. Of the pairs that give a pattern, the one whose
+    first dense layers end at the first MoE layer is returned (0 when layer 0 has
+    experts), so the integer form ``--moe-layer-freq k`` comes back as ``(0, k)``.
+    """
+    flags = [bool(x) for x in pattern]
+    moe = [i for i, x in enumerate(flags) if x]
+    L = len(flags)
+    if not moe:
+        return None
+    j = moe[0]
+    if len(moe) > 1:
+        candidates = [moe[1] - j]
+    else:  # one MoE layer: the last one, or the next multiple past the end
+        candidates = [1] * (j == L - 1) + [j] * (j > 0) + [max(L, 1)] * (j == 0)
+    for k in candidates:
+        if j % k == 0 and all(x == (i >= j and i % k == 0) for i, x in enumerate(flags)):
+            return j, k
+    return None
+
+
 def default_plan(model: ModelConfig) -> ParallelPlan:
     """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
-    largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP size, data
-    parallel over the rest of the node (``d = 8/t``), no pipeline, ``b`` = 1, ``B`` = 8*d
-    sequences, 1F1B, full recomputation, bf16. Change it in the editor or the sweep."""
+    largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
+    experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
+    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation, bf16.
+    Change it in the editor or the sweep."""
+    experts = model.moe_ffn_hidden_size or model.ffn
     t = next(x for x in (8, 4, 2, 1) if model.num_attention_heads % x == 0
-             and model.query_groups % x == 0 and model.ffn % x == 0)
+             and model.query_groups % x == 0 and model.ffn % x == 0 and experts % x == 0)
     d = 8 // t
     return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
                         global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16")
 
 
+def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
+                ignored: dict[str, str]) -> dict[str, Any]:
+    """The mixture-of-experts model fields of an MoE architecture's config (module doc)."""
+    experts_key = MOE_ARCHITECTURES[arch][1]
+    E = _int(cfg, experts_key, where)
+    k = _int(cfg, "num_experts_per_tok", where)
+    if k > E:
+        raise _refuse(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
+                      f"({experts_key})")
+    out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
+    if arch == "MixtralForCausalLM":
+        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+            if cfg.get(name) not in (None, [], 0):
+                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                              "are intermediate_size wide, every layer has them)")
+        return out
+    moe_ffn = _int(cfg, "moe_intermediate_size", where)
+    out["moe_ffn_hidden_size"] = moe_ffn
+    shared = _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0
+    if shared and arch != "Qwen2MoeForCausalLM":
+        raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
+                      "expert")
+    if shared % moe_ffn:
+        raise _refuse(where, "shared_expert_intermediate_size", f"{shared} is not a multiple of "
+                      f"moe_intermediate_size={moe_ffn}: a shared expert of its own size is not "
+                      "modelled (shared experts are each moe_intermediate_size wide)")
+    out["num_shared_experts"] = shared // moe_ffn
+    if shared:
+        ignored["shared_expert_gate"] = ("Qwen2-MoE's sigmoid gate on the shared expert: h "
+                                         "parameters per layer and an elementwise product, not "
+                                         "counted")
+    step = _int(cfg, "decoder_sparse_step", where, required=False) or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                            and 0 <= i < layers for i in dense)):
+        raise _refuse(where, "mlp_only_layers", f"{dense!r} must be a list of layer indices "
+                      f"0..{layers - 1}")
+    pattern = [(i + 1) % step == 0 and i not in dense for i in range(layers)]
+    fit = moe_layer_fields(pattern)
+    if fit is None:
+        bad = "decoder_sparse_step" if step > 1 and not dense else "mlp_only_layers"
+        raise _refuse(where, bad, f"MoE layers {[i for i, x in enumerate(pattern) if x][:8]}"
+                      f"{' ...' if sum(pattern) > 8 else ''} (decoder_sparse_step={step}, "
+                      f"mlp_only_layers={dense}): only first dense layers followed by every k-th "
+                      "layer from the first MoE layer on (Megatron's --moe-layer-freq) are "
+                      "modelled")
+    out["moe_first_dense_layers"], out["moe_layer_frequency"] = fit
+    return out
+
+
 def session_from_hf_config(cfg: Any, where: str = "config.json", *,
-                           seq_length: int | None = None, name: str | None = None) -> HFImport:
+                           seq_length: int | None = None, name: str | None = None,
+                           check_rules: bool = True) -> HFImport:
     """A session from a parsed Hugging Face ``config.json`` (see the module doc).
 
     Parameters
@@ -144,28 +263,36 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         Sequence length to train at; default the config's ``max_position_embeddings``.
     name : str, optional
         Model name when the config has no ``_name_or_path``; default the architecture's.
+    check_rules : bool
+        Check the session's rules (:func:`core.config.validate`) before returning it
+        (default). Without, the model is returned as the file gives it, also when the
+        session refuses what it asks for (a mixture of experts while it is not modelled).
 
     Raises
     ------
     ConfigError
-        Not a JSON object; a mixture-of-experts or unknown architecture; a field that is
-        refused (named in the message); a missing or bad size; or a model that breaks the
-        session rules (:func:`core.config.validate`).
+        Not a JSON object; a refused or unknown architecture; a field that is refused
+        (named in the message); a missing or bad size; or (``check_rules``) a model that
+        breaks the session rules.
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
+    supported = [*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES]
     archs = cfg.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
         raise _refuse(where, "architectures", f"{archs!r} must be a list of one architecture name; "
-                      f"supported: {', '.join(DENSE_ARCHITECTURES)}")
+                      f"supported: {', '.join(supported)}")
     arch = archs[0]
-    moe_fields = [f for f in _MOE_FIELDS if cfg.get(f)]
-    if arch in MOE_ARCHITECTURES or "moe" in arch.lower() or moe_fields:
-        what = f"{arch!r}" + (f" ({', '.join(moe_fields)})" if moe_fields else "")
-        raise _refuse(where, "architectures", f"{what}: {_HEADLINE}")
-    if arch not in DENSE_ARCHITECTURES:
+    if arch in REFUSED_ARCHITECTURES:
+        raise _refuse(where, "architectures", f"{arch!r}: {REFUSED_ARCHITECTURES[arch]}")
+    if arch not in supported:
         raise _refuse(where, "architectures", f"{arch!r} is not supported; supported: "
-                      f"{', '.join(DENSE_ARCHITECTURES)}")
+                      f"{', '.join(supported)}")
+    moe = arch in MOE_ARCHITECTURES
+    moe_fields = [f for f in _MOE_FIELDS if cfg.get(f)]
+    if not moe and moe_fields:
+        raise _refuse(where, moe_fields[0], f"{arch!r} is a dense architecture; a config with "
+                      f"experts ({', '.join(moe_fields)}) is not one we know")
     unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED)
     if unknown:
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
@@ -181,10 +308,11 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     vocab = _int(cfg, "vocab_size", where)
     max_pos = _int(cfg, "max_position_embeddings", where, required=seq_length is None)
     s = seq_length if seq_length is not None else max_pos
-    head_dim = cfg.get("head_dim")
-    if head_dim is not None and (h % a or head_dim != h // a):
-        raise _refuse(where, "head_dim", f"{head_dim!r} is not hidden_size / num_attention_heads = "
-                      f"{h}/{a}: a head size of its own is not modelled")
+    head_dim = _int(cfg, "head_dim", where, required=False)
+    if head_dim is None and h % a:
+        raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
+                      "the config gives no head_dim")
+    kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise _refuse(where, "hidden_act", f"{act!r}: only SiLU-gated MLPs (SwiGLU) are modelled "
@@ -196,7 +324,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if cfg.get("use_sliding_window") not in (None, False):
         raise _refuse(where, "use_sliding_window", "sliding-window attention is not modelled")
     window = cfg.get("sliding_window")
-    if window is not None and arch == "MistralForCausalLM":
+    windowed = arch in ("MistralForCausalLM", "MixtralForCausalLM")  # no use_sliding_window switch
+    if window is not None and windowed:
         if isinstance(window, bool) or not isinstance(window, int) or window < s:
             raise _refuse(where, "sliding_window", f"{window!r} is shorter than the sequence length "
                           f"{s}: sliding-window attention is not modelled")
@@ -207,27 +336,32 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     tied = cfg.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
-    fixed = dict(DENSE_ARCHITECTURES[arch])
+    ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
+    fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    if moe:
+        fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
             or arch.replace("ForCausalLM", ""))
     model = ModelConfig(name=name[:200], num_layers=layers, hidden_size=h, num_attention_heads=a,
                         ffn_hidden_size=f, seq_length=s, vocab_size=vocab,
                         num_query_groups=g if g is not None and g != a else None,
+                        kv_channels=kv_channels,
                         activation="swiglu", normalization="rmsnorm", position_embedding="rope",
                         tied_embeddings=tied, add_bias_linear=False, attention_kernel="flash",
                         **fixed)
-    ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
     if window is not None:
         ignored["sliding_window"] = (f"{window}: not shorter than the sequence length"
-                                     if arch == "MistralForCausalLM" else
-                                     "inactive (use_sliding_window is false)")
+                                     if windowed else "inactive (use_sliding_window is false)")
     session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
                       cost=CostConfig())
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
-    from .config import rename_field, validate
-    errs = [rename_field(e, _HF_NAMES) for e in validate(session)]  # types and bounds too
-    if errs:  # named by the config's own keys
-        raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
+    if check_rules:
+        from .config import rename_field, validate
+        names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
+                 "num_experts"}
+        errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
+        if errs:  # named by the config's own keys
+            raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
     return HFImport(session, arch, ignored)
 
 
@@ -236,7 +370,9 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.num_attention_heads": "num_attention_heads",
              "model.num_query_groups": "num_key_value_heads",
              "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
-             "model.seq_length": "max_position_embeddings"}
+             "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim",
+             "model.moe_top_k": "num_experts_per_tok",
+             "model.moe_ffn_hidden_size": "moe_intermediate_size"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from .config import BOUNDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "Launch", "ImportResult",
            "read_launch", "parse_arguments", "session_from_launch", "import_file",
@@ -88,7 +88,7 @@ ARGUMENTS: dict[str, Arg] = {
                             "32000, BERT word pieces) or NullTokenizer with --vocab-size"),
     "--make-vocab-size-divisible-by": Arg(("model.vocab_size",), True,
                                           "vocabulary padding: only Megatron's 128 is modelled"),
-    "--kv-channels": Arg(("model.hidden_size",), True, "head size: only h/a is modelled"),
+    "--kv-channels": Arg(("model.kv_channels",), True, "attention head size (default h/a)"),
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),
     "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
@@ -104,7 +104,20 @@ ARGUMENTS: dict[str, Arg] = {
     "--attention-backend": Arg(("model.attention_kernel",), True,
                                "flash or unfused (fused, local and auto: listed as ignored)"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
-    "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k)"),
+    "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k; default 2)"),
+    "--moe-ffn-hidden-size": Arg(("model.moe_ffn_hidden_size",), True,
+                                 "hidden size of each expert's MLP (default --ffn-hidden-size)"),
+    "--moe-shared-expert-intermediate-size": Arg(
+        ("model.num_shared_experts",), True,
+        "shared experts' total MLP size: num_shared_experts = this / moe_ffn_hidden_size (a "
+        "size that is not a multiple is refused)"),
+    "--moe-layer-freq": Arg(("model.moe_layer_frequency", "model.moe_first_dense_layers"), True,
+                            "every k-th layer MoE (an integer k: layers 0, k, 2k ...), or a list "
+                            "pattern such as ([0]*3+[1]*58) that first dense layers and a "
+                            "frequency give; other patterns are refused"),
+    "--multi-latent-attention": Arg(("model.multi_latent_attention",), False,
+                                    "multi-head latent attention (DeepSeek-V2/V3): refused, not "
+                                    "modelled"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
     "--global-batch-size": Arg(("plan.global_batch_size",), True,
                                "global batch size B (default b times d)"),
@@ -113,6 +126,8 @@ ARGUMENTS: dict[str, Arg] = {
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
+    "--expert-tensor-parallel-size": Arg(("plan.expert_tensor_parallel",), True,
+                                         "tensor-parallel size of the experts (default t)"),
     "--num-layers-per-virtual-pipeline-stage": Arg(
         ("plan.schedule", "plan.virtual_pipeline_stages"), True,
         "interleaved 1F1B with v = L / (p * this) chunks per rank"),
@@ -145,7 +160,8 @@ ARGUMENTS: dict[str, Arg] = {
                                               "layers of the last stage"),
     "--bf16": Arg(("plan.precision",), False, "bf16 mixed precision"),
     "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
-    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine)"),
+    "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine): hybrid or e4m3"),
+    "--fp8-recipe": Arg(("plan.fp8_recipe",), True, "FP8 scaling recipe (Megatron's default delayed)"),
     "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
@@ -538,6 +554,106 @@ class _Mapper:
         self.refused.append(f"{flag}: {why}")
 
 
+#: Mixture-of-experts arguments that mean something only with --num-experts.
+_MOE_ONLY = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+             "--moe-layer-freq")
+
+
+def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list[int]:
+    """The MoE layer pattern of Megatron-Core's ``--moe-layer-freq`` list form: a Python list
+    expression of 0 (dense) and 1 (MoE) such as ``([0]*3+[1]*58)`` or ``[1,0]*24``, one entry
+    per layer. Evaluated from its syntax tree (lists of integer literals, ``+`` of lists,
+    ``*`` of a list by an integer expression), never by ``eval``.
+
+    Raises
+    ------
+    MegatronArgsError
+        Not such an expression, entries other than 0 and 1, or not ``num_layers`` long.
+    """
+    limit = int(BOUNDS["layers"].hi)
+    bad = MegatronArgsError(f"{source}: --moe-layer-freq {text!r}: expected an integer or a list "
+                            "pattern of 0 and 1 such as ([0]*3+[1]*58)")
+
+    def num(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult):
+            return _BINOPS[type(node.op)](num(node.left), num(node.right))
+        raise bad
+
+    def lst(node: ast.AST) -> list[int]:
+        if isinstance(node, ast.List):
+            return [num(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return lst(node.left) + lst(node.right)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            if _is_list(node.left):
+                items, n = lst(node.left), num(node.right)
+            elif _is_list(node.right):
+                items, n = lst(node.right), num(node.left)
+            else:
+                raise bad
+            if n < 0 or len(items) * n > limit:
+                raise bad
+            return items * n
+        raise bad
+
+    try:
+        pattern = lst(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, RecursionError, ValueError):
+        raise bad from None
+    if any(x not in (0, 1) for x in pattern):
+        raise bad
+    if len(pattern) != num_layers:
+        raise MegatronArgsError(f"{source}: --moe-layer-freq {text!r} has {len(pattern)} entries "
+                                f"for {num_layers} layers (--num-layers)")
+    return pattern
+
+
+def _is_list(node: ast.AST) -> bool:
+    """Whether ``node`` is a list expression (a list literal, or ``+``/``*`` of one)."""
+    if isinstance(node, ast.List):
+        return True
+    return isinstance(node, ast.BinOp) and (_is_list(node.left) or _is_list(node.right))
+
+
+def _moe_arguments(args: dict[str, list[str]], mp: "_Mapper", src: str, L: int, ffn: int) -> None:
+    """Map ``--num-experts`` and the MoE arguments that go with it (Megatron-Core defaults:
+    top-k 2, experts ``--ffn-hidden-size`` wide, no shared experts, every layer MoE)."""
+    from .hf_import import moe_layer_fields
+    mp.set("--num-experts", "model.num_experts", _int(args, "--num-experts", src))
+    k = _int(args, "--moe-router-topk", src) if "--moe-router-topk" in args else 2
+    mp.set("--moe-router-topk", "model.moe_top_k", k)
+    width = ffn
+    if "--moe-ffn-hidden-size" in args:
+        width = _int(args, "--moe-ffn-hidden-size", src)
+        mp.set("--moe-ffn-hidden-size", "model.moe_ffn_hidden_size", width)
+    if "--moe-shared-expert-intermediate-size" in args:
+        shared = _int(args, "--moe-shared-expert-intermediate-size", src)
+        if shared % width:
+            mp.refuse("--moe-shared-expert-intermediate-size",
+                      f"not modelled ({shared} is not a multiple of the experts' MLP size {width}: "
+                      "shared experts are each moe_ffn_hidden_size wide)")
+        else:
+            mp.set("--moe-shared-expert-intermediate-size", "model.num_shared_experts",
+                   shared // width)
+    if "--moe-layer-freq" in args:
+        text = _one(args, "--moe-layer-freq", src) or ""
+        if "[" not in text:
+            freq = _int(args, "--moe-layer-freq", src)
+            mp.set("--moe-layer-freq", "model.moe_layer_frequency", freq)
+            return
+        pattern = layer_pattern(text, L, src)
+        fit = moe_layer_fields(pattern)
+        if fit is None:
+            mp.refuse("--moe-layer-freq", f"the pattern {text} is not modelled (only first dense "
+                                          "layers, then every k-th layer from the first MoE "
+                                          "layer on)")
+        else:
+            mp.set("--moe-layer-freq", "model.moe_first_dense_layers", fit[0])
+            mp.set("--moe-layer-freq", "model.moe_layer_frequency", fit[1])
+
+
 def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                         gpus_per_node: int | None = None, gpu: str | None = None,
                         name: str | None = None) -> ImportResult:
@@ -595,10 +711,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     if take("--ffn-hidden-size"):
         mp.set("--ffn-hidden-size", "model.ffn_hidden_size", _int(args, "--ffn-hidden-size", src))
     if take("--kv-channels"):
-        kv = _int(args, "--kv-channels", src)
-        if kv * a != h:
-            mp.refuse("--kv-channels", f"not modelled yet (head size {kv} differs from "
-                                       f"hidden size / heads = {h}/{a})")
+        mp.set("--kv-channels", "model.kv_channels", _int(args, "--kv-channels", src))
     if take("--make-vocab-size-divisible-by"):
         if _int(args, "--make-vocab-size-divisible-by", src) != 128:
             mp.refuse("--make-vocab-size-divisible-by", "not modelled yet (vtrain pads the "
@@ -664,9 +777,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
         mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
     if take("--num-experts"):
-        mp.set("--num-experts", "model.num_experts", _int(args, "--num-experts", src))
-    if take("--moe-router-topk") and "--num-experts" in args:
-        mp.set("--moe-router-topk", "model.moe_top_k", _int(args, "--moe-router-topk", src))
+        _moe_arguments(args, mp, src, L, mp.values["model"].get("ffn_hidden_size") or 4 * h)
+    if switch("--multi-latent-attention"):
+        mp.refuse("--multi-latent-attention", "multi-head latent attention (DeepSeek-V2/V3) is not "
+                                              "modelled")
     # ---- plan
     t = _int(args, "--tensor-model-parallel-size", src) or 1
     p = _int(args, "--pipeline-model-parallel-size", src) or 1
@@ -674,6 +788,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     take("--pipeline-model-parallel-size")
     mp.set("--tensor-model-parallel-size", "plan.tensor_parallel", t)
     mp.set("--pipeline-model-parallel-size", "plan.pipeline_parallel", p)
+    if take("--expert-tensor-parallel-size"):
+        mp.set("--expert-tensor-parallel-size", "plan.expert_tensor_parallel",
+               _int(args, "--expert-tensor-parallel-size", src))
     cp = _int(args, "--context-parallel-size", src) or 1
     if take("--context-parallel-size") and (cp > 1 or field_exists("plan.context_parallel")):
         mp.set("--context-parallel-size", "plan.context_parallel", cp)
@@ -781,8 +898,23 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     bf16, fp16 = switch("--bf16"), switch("--fp16")
     if bf16 and fp16:
         raise MegatronArgsError(f"{src}: --bf16 and --fp16 exclude each other")
+    recipe = _one(args, "--fp8-recipe", src) if take("--fp8-recipe") else None
     if fp8 is not None:
-        mp.set("--fp8-format", "plan.precision", "fp8")
+        # E4M3 everywhere or E5M2 gradients (hybrid): the same FP8 tensor-core rate, one model
+        if fp8 not in ("hybrid", "e4m3"):
+            mp.refuse("--fp8-format", f"{fp8!r} is not one of Megatron-LM's formats hybrid, e4m3")
+        elif fp16:
+            mp.refuse("--fp8-format", "with --fp16 is not modelled yet (vtrain models FP8 training "
+                                      "on bf16 weights, --bf16)")
+        elif not bf16:
+            mp.refuse("--fp8-format", "without --bf16 (fp32 weights) is not modelled yet (vtrain "
+                                      "models FP8 training on bf16 weights, --bf16)")
+        else:
+            mp.set("--fp8-format", "plan.precision", "fp8")
+            # Megatron-Core's TransformerConfig.fp8_recipe defaults to delayed; vtrain's empty
+            # fp8_recipe is tensorwise (per-tensor current scaling)
+            recipe = recipe or "delayed"
+            mp.set("--fp8-recipe", "plan.fp8_recipe", None if recipe == "tensorwise" else recipe)
     else:
         mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
                "bf16" if bf16 else "fp16" if fp16 else "fp32")
@@ -793,7 +925,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.set("--train-samples", "cost.training_tokens", float(samples * s))
     elif iters is not None:
         mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
-    for flag in ("--vocab-file", "--moe-router-topk", "--num-query-groups"):
+    for flag in ("--vocab-file", "--num-query-groups", *_MOE_ONLY):
         used.add(flag)
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
@@ -806,8 +938,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
             neutral.append(flag)
         else:
             ignored.append((flag, "not modelled; may change the iteration time"))
-    if "--moe-router-topk" in args and "--num-experts" not in args:
-        ignored.append(("--moe-router-topk", "without --num-experts it has no effect"))
+    if "--num-experts" not in args:
+        ignored += [(flag, "without --num-experts it has no effect") for flag in _MOE_ONLY
+                    if flag in args]
+    if "--fp8-recipe" in args and "--fp8-format" not in args:
+        ignored.append(("--fp8-recipe", "without --fp8-format it has no effect"))
     cluster = dict(mp.values["cluster"])
     if gpu:
         cluster["gpu"] = gpu
@@ -858,6 +993,8 @@ def export_arguments(session: Session) -> list[str]:
                 "--merge-file", "gpt2-merges.txt"]
     else:
         out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+    if _get(m, "kv_channels") is not None:
+        out += ["--kv-channels", str(m.kv_channels)]
     g = _get(m, "num_query_groups")
     if g is not None and g != m.num_attention_heads:
         out += ["--group-query-attention", "--num-query-groups", str(g)]
@@ -877,11 +1014,26 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--qk-layernorm")
     if _get(m, "attention_kernel") is not None:
         out += ["--attention-backend", m.attention_kernel]
+    if _get(m, "multi_latent_attention"):
+        raise MegatronArgsError("model.multi_latent_attention: multi-head latent attention is not "
+                                "modelled, and its arguments (--q-lora-rank, --kv-lora-rank ...) "
+                                "are not in the session")
     E = _get(m, "num_experts")
     if E:
-        out += ["--num-experts", str(E)]
-        if _get(m, "moe_top_k"):
-            out += ["--moe-router-topk", str(m.moe_top_k)]
+        out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k)]
+        if m.moe_ffn_hidden_size:
+            out += ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]
+        if m.num_shared_experts:
+            width = m.moe_ffn_hidden_size or m.ffn
+            out += ["--moe-shared-expert-intermediate-size", str(m.num_shared_experts * width)]
+        first, freq = m.moe_first_dense_layers, m.moe_layer_frequency
+        if first:  # Megatron's list form; the first dense layers end where MoE starts
+            L = m.num_layers
+            out += ["--moe-layer-freq", f"([0]*{first}+[1]*{L - first})" if freq == 1 else
+                    "[" + ",".join("1" if i >= first and i % freq == 0 else "0"
+                                   for i in range(L)) + "]"]
+        elif freq != 1:
+            out += ["--moe-layer-freq", str(freq)]
     out += ["--micro-batch-size", str(pl.micro_batch_size),
             "--global-batch-size", str(pl.global_batch_size),
             "--tensor-model-parallel-size", str(pl.tensor_parallel),
@@ -891,6 +1043,8 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--context-parallel-size", str(cp)]
     if ep > 1:
         out += ["--expert-model-parallel-size", str(ep)]
+    if _get(pl, "expert_tensor_parallel") is not None:
+        out += ["--expert-tensor-parallel-size", str(pl.expert_tensor_parallel)]
     if pl.schedule == "interleaved":
         out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
     elif pl.schedule != "1f1b":
@@ -931,8 +1085,9 @@ def export_arguments(session: Session) -> list[str]:
             out += [flag, str(getattr(pl, name))]
     if pl.precision in ("bf16", "fp16"):
         out.append(f"--{pl.precision}")
-    elif pl.precision == "fp8":
-        out += ["--bf16", "--fp8-format", "hybrid"]
+    elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
+        out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
+                _get(pl, "fp8_recipe") or "tensorwise"]
     samples = session.cost.training_tokens / m.seq_length
     out += ["--train-samples", str(int(round(samples)))]
     return out
@@ -946,14 +1101,16 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     a whole number of sequences is rounded (noted in a comment).
     """
     pl, cl = session.plan, session.cluster
-    world = pl.num_gpus
+    cp = _get(pl, "context_parallel", 1) or 1
+    world = pl.tensor_parallel * pl.pipeline_parallel * cp * pl.data_parallel  # Megatron's t*p*cp*d
     per_node = min(world, cl.gpus_per_node)
     if world % per_node:
         raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
                                 f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
     args = export_arguments(session)
     lines = [f"# {session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
-             f"p={pl.pipeline_parallel} d={pl.data_parallel} (written by vtrain export megatron-args)",
+             f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} d={pl.data_parallel} "
+             "(written by vtrain export megatron-args)",
              f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} {script} \\"]
     i = 0
     while i < len(args):

@@ -14,8 +14,11 @@ model's family fields (learned positions, LayerNorm, GeLU MLP with ``f`` =
 ``ffn_hidden_size``, biases, word embedding tied with the output layer, full
 multi-head attention, unfused attention) and Llama-style models with them set
 (grouped-query attention with ``g`` query groups, SwiGLU, RMSNorm, RoPE, no
-biases, untied output layer, FlashAttention). Mixture-of-experts models would be
-a family of their own.
+biases, untied output layer, FlashAttention). Mixture-of-experts models are
+dense decoders whose MoE layers (:func:`moe_layer_mask`) replace the dense MLP by a
+router, routed experts and shared experts (section "mixture of experts": parameters
+total and active, FLOPs on active parameters, kernels of :data:`MOE_OPS`, activation
+bytes, experts' parameters sharded over ``ep*etp``).
 
 Terms: ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
 attention heads, ``f`` MLP hidden size, ``V`` vocabulary padded as Megatron
@@ -25,6 +28,7 @@ is 2 FLOPs).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
@@ -32,7 +36,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import schedules
-from .config import (ModelConfig, ParallelPlan, grad_dtype, padded_vocab_size, stage_layer_counts)
+from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
+                     padded_vocab_size, stage_layer_counts, tensor_dtype)
 from .report import StageMemory
 
 __all__ = [
@@ -42,6 +47,12 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
+    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
+    "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
+    "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
+    "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
+    "cp_kv_block_bytes", "cp_exchange_bytes",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -56,7 +67,11 @@ ADAM_BYTES_PER_PARAM = {"bf16": 32, "fp16": 32, "fp32": 28}
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel."""
+    """One kernel of an op: a GEMM (``m, n, k`` set, ``batch`` >= 1) or a memory-bound kernel.
+
+    ``dtype`` names the peak FLOP/s a GEMM runs at when it differs from the op's tensor dtype
+    (``"fp8"`` or ``"mxfp8"`` for the linear layers' GEMMs of FP8 training); empty otherwise.
+    """
 
     name: str
     flops: float
@@ -65,6 +80,7 @@ class Kernel:
     n: int = 0
     k: int = 0
     batch: int = 1
+    dtype: str = ""
 
     @property
     def is_gemm(self) -> bool:
@@ -80,26 +96,153 @@ def _mem(name: str, nbytes: float) -> Kernel:
     return Kernel(name, 0.0, float(nbytes))
 
 
+# --------------------------------------------------------------------------- FP8 (Transformer Engine)
+
+#: Bytes of one FP8 element (E4M3 forward, E5M2 gradients with Megatron's ``--fp8-format hybrid``).
+FP8_BYTES = 1
+#: The per-iteration quantization of the linear layers' weights to FP8 (not a table of the
+#: profile store; timed with the optimizer step, see :func:`fp8_cast_kernels`).
+FP8_WEIGHT_CAST_OP = "fp8_weight_cast"
+
+
+def fp8_tn_only(peak_flops: Mapping[str, float]) -> bool:
+    """Whether a GPU's FP8 GEMMs take only the TN layout, given its peaks by dtype: true on
+    Hopper, false on Blackwell, the GPUs with an ``mxfp8`` peak (Transformer Engine keeps a
+    transposed FP8 copy of each tensor a wgrad or dgrad GEMM reads when the GPU cannot run
+    non-TN FP8 GEMMs; TE 2.x ``is_non_tn_fp8_gemm_supported``: compute capability 10.0 and
+    later; NVIDIA Transformer Engine docs, "Using FP8 with Transformer Engine")."""
+    return "mxfp8" not in peak_flops
+
+
+def fp8_gemm_dtype(recipe: str) -> str:
+    """Peak the FP8 GEMMs of ``recipe`` run at: ``"mxfp8"`` for MXFP8 (Blackwell's block-scaled
+    tensor-core instructions), ``"fp8"`` for the per-tensor and blockwise recipes."""
+    return "mxfp8" if recipe == "mxfp8" else "fp8"
+
+
+def fp8_copies(recipe: str, tn_only: bool) -> int:
+    """FP8 copies Transformer Engine keeps of each quantized tensor (weights, saved inputs,
+    gradients): 2 (row-wise and column-wise) with ``mxfp8`` and ``blockwise``, whose scaling
+    blocks run along the GEMM's reduction dimension, which differs between the fprop/dgrad and
+    the wgrad GEMMs, so TE quantizes each tensor both ways (TE docs, FP8 primer: "MXFP8 ...
+    both rowwise and columnwise quantized copies"); 2 with a per-tensor recipe (``delayed``,
+    ``tensorwise``) on a TN-only GPU (Hopper: the transposed copy for wgrad and dgrad); 1 with
+    a per-tensor recipe on Blackwell (one copy read in any layout)."""
+    if recipe in ("mxfp8", "blockwise"):
+        return 2
+    return 2 if tn_only else 1
+
+
+def fp8_scale_bytes(recipe: str, weight: bool = False) -> float:
+    """Scale bytes per element of one FP8 copy: ``mxfp8`` one E8M0 byte per 32 elements
+    (OCP Microscaling Formats spec v1.0); ``blockwise`` one fp32 scale per 1x128 block of an
+    activation or gradient (``4/128``) and per 128x128 block of a weight (``4/16384``;
+    DeepSeek-V3 report, Sec. 3.3; TE ``Float8BlockScaling``); per-tensor recipes one scale per
+    tensor (0 per element)."""
+    if recipe == "mxfp8":
+        return 1 / 32
+    if recipe == "blockwise":
+        return 4 / (128 * 128) if weight else 4 / 128
+    return 0.0
+
+
+def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
+                     weight: bool = False) -> list[Kernel]:
+    """Memory-bound kernels that quantize one BF16 tensor of ``elements`` elements to FP8.
+
+    Bytes (Transformer Engine's ``cast_transpose`` / quantize kernels, one fused kernel writes
+    every copy; NVIDIA TE docs, "Using FP8 with Transformer Engine" and the FP8 primer):
+
+    * the cast reads the BF16 tensor (2 bytes per element) and writes :func:`fp8_copies` FP8
+      copies of 1 byte plus :func:`fp8_scale_bytes` each:
+      ``elements * (2 + copies * (1 + scale))``;
+    * ``tensorwise`` (per-tensor current scaling) first reduces the tensor's absolute maximum,
+      one more read (``2 * elements``, kernel ``<name>_amax``);
+    * ``delayed`` takes the scale from the amax history of earlier iterations (the cast kernel
+      records the amax as it goes: no extra pass; the history update, a few bytes per tensor,
+      is neglected); ``mxfp8`` and ``blockwise`` compute each block's scale inside the cast
+      kernel (no extra pass).
+
+    Per linear layer the forward quantizes its input (and keeps the copy the wgrad reads), the
+    backward its output gradient; weights are quantized once per iteration
+    (:data:`FP8_WEIGHT_CAST_OP`; TE caches them over the micro-batches, Megatron-Core's
+    ``is_first_microbatch``).
+    """
+    c = fp8_copies(recipe, tn_only)
+    cast = _mem(f"{name}_cast", elements * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe, weight))))
+    if recipe == "tensorwise":
+        return [_mem(f"{name}_amax", 2.0 * elements), cast]
+    return [cast]
+
+
+def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int], Kernel],
+                                                     Callable[[str, float], list[Kernel]]]:
+    """``(linear, cast)`` kernel makers of an op key, for every family's linear layers (the
+    dense layer's QKV, projection and MLP; MoE experts the same way):
+
+    * ``linear(name, m, n, k, batch=1)``: the GEMM ``(m, k) x (k, n)`` (``batch`` of them, a
+      grouped GEMM), in FP8 with ``dtype="fp8"``
+      (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
+      key's 16-bit (or fp32) dtype;
+    * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
+      :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``, default true), none
+      without FP8.
+    """
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
+
+    def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+        return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
+
+    def cast(name: str, elements: float) -> list[Kernel]:
+        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+
+    return linear, cast
+
+
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
+    """A linear layer's GEMM in FP8 (``batch`` of them: a grouped GEMM): both inputs FP8
+    (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k * batch,
+                  float(batch * (FP8_BYTES * (m * k + k * n) + 2 * m * n)), m, n, k, batch,
+                  fp8_gemm_dtype(recipe))
+
+
 # --------------------------------------------------------------------------- dense decoders
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
-#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention). A profile-store table
+#: GPT (``g``: ``None`` stands for ``a``, full multi-head attention; ``kv``: ``None`` stands for
+#: the head size ``h/a``). A profile-store table
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
-                                       "pos": "learned", "attn": "unfused", "qkn": 0}
+                                       "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
+                                       "cp": 1}
+#: Family columns whose GPT value derives from the shape columns (``None`` in
+#: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
+#: size ``h/a`` (Megatron's ``--kv-channels`` default).
+_DERIVED_DEFAULTS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any]]] = {
+    "g": (("a",), lambda k: k["a"]),
+    "kv": (("h", "a"), lambda k: int(k["h"]) // int(k["a"])),
+}
 
 
 def family_key_value(column: str, key: Mapping[str, Any]) -> Any:
-    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``)."""
+    """GPT's value of family column ``column`` for ``key`` (``g`` is ``key["a"]``, ``kv`` is
+    ``key["h"] // key["a"]``)."""
     default = FAMILY_KEY_DEFAULTS[column]
-    return key["a"] if column == "g" and default is None else default
+    if default is None and column in _DERIVED_DEFAULTS:
+        return _DERIVED_DEFAULTS[column][1](key)
+    return default
 
 
 def _full(key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with each family column it lacks set to GPT's value."""
     out = dict(key)
     for c in FAMILY_KEY_DEFAULTS:
-        if c not in out and (c != "g" or "a" in out):
+        needs = _DERIVED_DEFAULTS[c][0] if c in _DERIVED_DEFAULTS else ()
+        if c not in out and all(n in out for n in needs):
             out[c] = family_key_value(c, out)
     return out
 
@@ -107,9 +250,12 @@ def _full(key: Mapping[str, Any]) -> dict[str, Any]:
 def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a dense decoder op (see :func:`op_kernels`).
 
-    GPT (Megatron-LM) at the family columns' defaults; grouped-query attention
-    shrinks the QKV GEMM to ``(a + 2g) h/a`` columns (Megatron-Core's fused
-    ``linear_qkv``) and, on the unfused path, expands K and V to ``a`` heads
+    GPT (Megatron-LM) at the family columns' defaults. The head size is ``kv``
+    (Megatron's ``--kv-channels``; ``h/a`` by default): the QKV GEMM has
+    ``(a + 2g) kv`` columns (Megatron-Core's fused ``linear_qkv``: Q ``a kv``
+    wide, K and V ``g kv`` each), the projection's input is ``a kv`` wide and
+    the attention core works on heads of ``kv`` channels. Grouped-query attention
+    (``g < a``) shrinks K and V and, on the unfused path, expands K and V to ``a`` heads
     before the core (``repeat_interleave``); RoPE adds a rotary kernel on Q and K
     (read and write); a SwiGLU MLP's fc1 is ``2f`` wide (gate and up fused) and
     its activation reads ``2f`` and writes ``f`` per token; RMSNorm kernels move
@@ -120,41 +266,85 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     K, V and writes the output, the backward (five GEMMs against the forward's
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
+
+    FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
+    ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer
+    Engine, the linear layers' GEMMs (QKV, projection, fc1, fc2 and their dgrad and wgrad)
+    run in FP8 at the GPU's FP8 peak (:func:`fp8_gemm_dtype`), reading 1-byte inputs and
+    writing BF16; each one's input (forward) and output gradient (backward) is quantized by
+    :func:`fp8_cast_kernels`. The attention core (FlashAttention or unfused) stays BF16 (TE's
+    ``DotProductAttention`` runs FP8 only with ``fp8_dpa``, off by default), and so do the norms,
+    the activation, the embedding and the output layer (Megatron-Core builds the word embedding
+    and the output layer outside TE: its ``ColumnParallelLinear`` ignores FP8; with
+    ``--first-last-layers-bf16``, off by default, the first and last transformer layers would
+    stay BF16 too, not modelled). The tensors between kernels are BF16.
+
+    Context parallelism (``cp`` > 1; Megatron-Core's ring attention in Transformer Engine,
+    ``AttnFuncWithCPAndKVP2P``): ``s`` is the rank's ``s_full/cp`` tokens (every token-wise
+    kernel runs on them) and the sequence is split into ``2*cp`` chunks, the rank holding
+    chunks ``r`` and ``2cp-1-r`` (causal load balance). The core runs in ``cp`` steps, one
+    per K/V block passing around the ring: the diagonal step is causal attention over the
+    rank's own ``s`` tokens, every other step attends half of the queries to all of the
+    block's keys or all queries to half of them, the same FLOPs; so each step is one
+    FlashAttention kernel of a causal ``s x s`` problem, and the rank computes ``1/cp``
+    of the causal attention over the whole sequence. Each step after the first merges its
+    partial output into the running one with the softmax statistics (read both, write
+    one); in the backward each step's partial gradients of Q, K and V are accumulated
+    (read both, write one). FlashAttention only: the unfused path has no ring attention.
     """
+    if op in MOE_OPS:
+        return _moe_op_kernels(op, key)
     key = _full(key)
-    e = DTYPE_BYTES[str(key["dtype"])]
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    linear, cast = linear_kernels(key)
     if op == "optimizer_step":
-        return [_mem("adam", ADAM_BYTES_PER_PARAM[str(key["dtype"])] * float(key["n"]))]
+        return [_mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
+    if op == FP8_WEIGHT_CAST_OP:
+        return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[str(key["dtype"])]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation
     # Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): LayerNorm and dropout run on
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd"):
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
-        heads, groups, dh = a // t, g // t, h // a
+        heads, groups, dh = a // t, g // t, int(key["kv"])
         qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+        ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
         rope = key.get("pos") == "rope"
         qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
+        cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
             causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
             io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
             core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
                                float(e * T * dh * (4 * heads + 4 * groups)), s, s, dh, b * heads)]
+            if cp > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+                core = core * cp + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (cp - 1)
+                core_bwd = core_bwd * cp + [_mem("cp_grad_accumulate",
+                                                 3 * e * T * dh * (heads + 2 * groups))] * (cp - 1)
+        elif cp > 1:
+            raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
+                             "modelled: ring attention runs in FlashAttention / TE fused attention")
         else:
             score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
             expand = [_mem("kv_expand", kv_expand)] if groups < heads else []
             core = [
                 *expand,
-                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, h/a) x (h/a, s)
+                _gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
                 _mem("scale_mask_softmax", 2 * score),
                 _mem("attn_dropout", 2.5 * score),
-                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, h/a)
+                _gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
             ]
             core_bwd = [
                 _gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
@@ -167,25 +357,31 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             ]
         if op == "attention_core_fwd":  # what selective recomputation runs again
             return core
+        if op == "attention_core_bwd":  # the ring's share of the backward (context parallelism)
+            return core_bwd
         rotary = [_mem("rope", qk_bytes)] if rope else []
         if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
             rotary = [_mem(f"qk_{norm}", qk_bytes), *rotary]
         if op == "attention_fwd":
             return [
                 _mem(norm, 2 * tok),
-                _gemm("qkv", T, qkv, h, e),                          # (b*s, h) x (h, (a+2g)h/a/t)
+                *cast("qkv_input", T * h),
+                linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
                 *rotary,
                 *core,
-                _gemm("proj", T, h, h // t, e),                     # (b*s, h/t) x (h/t, h)
+                *cast("proj_input", T * ctx),
+                linear("proj", T, h, ctx),                        # (b*s, a kv/t) x (a kv/t, h)
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            _gemm("proj_dgrad", T, h // t, h, e), _gemm("proj_wgrad", h // t, h, T, e),
-            _mem("wgrad_accumulate", acc * (h * qkv + h * h // t)),
+            *cast("proj_grad", T * h),
+            linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+            _mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
             *core_bwd,
             *([_mem("rope_bwd", qk_bytes)] if rope else []),
             *([_mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
-            _gemm("qkv_dgrad", T, h, qkv, e), _gemm("qkv_wgrad", qkv, h, T, e),
+            *cast("qkv_grad", T * qkv),
+            linear("qkv_dgrad", T, h, qkv), linear("qkv_wgrad", qkv, h, T),
             _mem(f"{norm}_bwd", 4 * tok),
         ]
     if op in ("mlp_fwd", "mlp_bwd"):
@@ -197,16 +393,20 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             return [
                 _mem("bias_dropout_add", 3.5 * tok),
                 _mem(norm, 2 * tok),
-                _gemm("fc1", T, fc1, h, e),                         # (b*s, h) x (h, f/t or 2f/t)
+                *cast("fc1_input", T * h),
+                linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
                 _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
-                _gemm("fc2", T, h, f // t, e),                      # (b*s, f/t) x (f/t, h)
+                *cast("fc2_input", T * (f // t)),
+                linear("fc2", T, h, f // t),                      # (b*s, f/t) x (f/t, h)
                 _mem("bias_dropout_add", 3.5 * tok),
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            _gemm("fc2_dgrad", T, f // t, h, e), _gemm("fc2_wgrad", f // t, h, T, e),
+            *cast("fc2_grad", T * h),
+            linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
             _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
-            _gemm("fc1_dgrad", T, h, fc1, e), _gemm("fc1_wgrad", fc1, h, T, e),
+            *cast("fc1_grad", T * fc1),
+            linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),
             _mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),
             _mem(f"{norm}_bwd", 4 * tok),
             _mem("bias_dropout_add_bwd", 2 * tok),
@@ -250,23 +450,47 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 
     Megatron-LM tensor parallelism (Shoeybi et al. 2019): QKV and fc1
     column-parallel (weights and biases sharded), projection and fc2
-    row-parallel (their biases replicated), the two norms replicated. QKV is
-    ``h (a + 2g) h/a`` (grouped-query attention: K and V have ``g`` heads;
-    ``3h^2`` without it), fc1 ``h f`` (``2 h f`` gated: SwiGLU has three ffn
-    matrices), projection ``h^2``, fc2 ``f h``; biases with ``add_bias_linear``
-    (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``, RMSNorm ``h`` (no
-    bias); QK-norm one norm over a head for the queries and one for the keys
-    (``2 h/a`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and ``6h``.
+    row-parallel (their biases replicated), the two norms replicated. With head
+    size ``kv`` (``--kv-channels``, default ``h/a``): QKV is ``h (a + 2g) kv``
+    (grouped-query attention: K and V have ``g`` heads; ``3h^2`` without it and
+    at ``kv = h/a``), projection ``a kv h`` (``h^2``), fc1 ``h f`` (``2 h f``
+    gated: SwiGLU has three ffn matrices), fc2 ``f h``; biases with
+    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``,
+    RMSNorm ``h`` (no bias); QK-norm one norm over a head for the queries and
+    one for the keys (``2 kv`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and
+    ``6h``. Qwen3-8B (36 layers, h 4096, 32 heads of 128, 8 groups, f 12288,
+    vocabulary 151936, untied, QK-norm): 8,190,735,360 in all (8.19 B, the
+    Hugging Face model card).
     """
-    h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
-    qkv = (a + 2 * g) * (h // a)
+    attn_sharded, attn_replicated = _attention_parameters(model)
+    mlp_sharded, mlp_replicated = _mlp_parameters(model, model.ffn)
+    return attn_sharded + mlp_sharded, attn_replicated + mlp_replicated
+
+
+def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
+    their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
+    (see :func:`_dense_layer_parameters`)."""
+    h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
+    kv = model.head_dim
+    qkv = (a + 2 * g) * kv
+    bias = model.add_bias_linear
+    sharded = h * qkv + a * kv * h + (qkv if bias or model.add_qkv_bias else 0)
+    norm = 2 * h if model.normalization == "layernorm" else h
+    qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
+    return sharded, norm + (h if bias else 0) + qk_norm
+
+
+def _mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
+    """``(sharded over its tensor-parallel group, replicated)`` parameters of one MLP of hidden
+    size ``f`` with the model's activation (fc1 ``h f``, ``2 h f`` gated; fc2 ``f h``; fc1's
+    bias sharded, fc2's replicated with ``add_bias_linear``) and, for the layer's dense MLP, its
+    pre-MLP norm (``2h`` LayerNorm, ``h`` RMSNorm) in the replicated part."""
+    h = model.hidden_size
     fc1 = 2 * f if model.activation == "swiglu" else f
     bias = model.add_bias_linear
-    sharded = h * qkv + h * h + h * fc1 + f * h
-    sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
     norm = 2 * h if model.normalization == "layernorm" else h
-    qk_norm = 2 * norm // h * (h // a) if model.qk_layernorm else 0  # over one head, shared
-    return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
+    return h * fc1 + f * h + (fc1 if bias else 0), norm + (h if bias else 0)
 
 
 def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -287,22 +511,29 @@ def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, flo
 def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, float, float]:
     """``(per layer, attention core per layer, output layer)`` forward FLOPs per token.
 
-    Every GEMM at 2 FLOPs per multiply-add: QKV ``2h(a + 2g)h/a`` (``6h^2``
-    without GQA), projection ``2h^2``, MLP ``4hf`` (``6hf`` gated), scores and
-    values ``4sh`` over the full ``s x s`` (the attention core, what selective
+    Every GEMM at 2 FLOPs per multiply-add, with head size ``kv`` (``h/a`` by
+    default): QKV ``2h(a + 2g)kv`` (``6h^2`` without GQA), projection ``2 a kv h``
+    (``2h^2``), MLP ``4hf`` (``6hf`` gated), scores and values ``4 s a kv``
+    (``4sh``) over the full ``s x s`` (the attention core, what selective
     recomputation redoes; Megatron counts it unmasked); output layer ``2hV'``
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
+    kv = model.head_dim
     V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * (h // a)
+    qkv = 2 * h * (a + 2 * g) * kv
     mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    return qkv + 2 * h * h + mlp + 4 * s * h, 4 * s * h, 2 * h * V
+    core = 4 * s * a * kv
+    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
 
 
-def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str,
+                                      mlp: float | None = None) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
+
+    ``mlp`` replaces the MLP's term (``4f/h``, ``6f/h`` gated; see below) for an MoE layer,
+    whose dense MLP is its shared experts' (:func:`moe_activation_bytes_per_layer`).
 
     Korthikanti et al. 2022, Table 2 (16-bit activations; scaled by ``e/2`` for fp32):
 
@@ -323,28 +554,284 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
-    its inputs, Q and K (``2 + 2g/a``).
+    its inputs, Q and K (``2 + 2g/a``). A head size ``kv`` other than ``h/a``
+    (``--kv-channels``) scales these Q, K, V and projection-input terms by
+    ``a kv / h`` (they are ``a kv`` and ``g kv`` wide, not ``h`` and ``g h/a``);
+    the ``s x s`` terms do not depend on it.
+
+    FP8 (Transformer Engine saves a linear layer's input for its wgrad as the FP8 copy the
+    forward quantized, 1 byte per element; TE ``Linear`` / ``LayerNormLinear``): QKV's and
+    fc1's inputs ``2 -> 1`` each (the ``10`` becomes ``8``), fc2's input ``2f/h -> f/h``, the
+    projection's input ``2 -> 1`` except with FlashAttention and no recomputation, whose
+    kernel keeps that tensor (its output) in BF16 anyway: ``+1`` for the FP8 copy. The rest
+    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16. Context parallelism: every term with ``s -> s/cp``
+    (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
+    no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
+    s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
     t = plan.tensor_parallel
-    scale = DTYPE_BYTES[plan.precision] / 2
+    scale = DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
     sbh = s * b * h
     sp = plan.sequence_parallel
     flash = model.attention_kernel == "flash"
     attn = 4 + 4 * model.query_groups / a if flash else 8
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
-    mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
+    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+    if mlp is None:
+        mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
     split = attn + mlp  # 24 for GPT
+    base = 10.0
+    if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
+        base -= 2  # QKV's and fc1's inputs (the norms' outputs)
+        mlp_in = model.ffn / h  # fc2's input, f wide: 2f/h -> f/h
+        # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
+        # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
+        proj = 1 if (flash and mode == "none") else -1
+        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode == "selective" or (mode == "none" and flash):
-        out = sbh / t * (10 + split) if sp else sbh * (10 + split / t)
+        out = sbh / t * (base + split) if sp else sbh * (base + split / t)
     elif mode == "none":
-        out = sbh / t * (10 + split + 5 * a * s / h) if sp else sbh * (10 + split / t + 5 * a * s / (h * t))
+        out = sbh / t * (base + split + 5 * a * s / h) if sp else sbh * (base + split / t + 5 * a * s / (h * t))
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+#: Ops of an MoE layer's MLP half (Megatron-Core ``MoELayer`` with the all-to-all token
+#: dispatcher, ``--moe-token-dispatcher-type alltoall``), in forward order: the router
+#: (pre-MLP norm, gate GEMM ``h x E``, softmax and top-k), the permutation of each token's
+#: ``k`` copies by expert, the experts (grouped GEMMs), the un-permutation (weighted sum of
+#: the copies), the shared experts (a dense MLP). The expert all-to-alls and the expert
+#: tensor-parallel collectives between them are communication (:mod:`core.graph`).
+MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
+           "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",
+           "shared_experts_bwd")
+#: Key columns of the MoE ops: the dense ones and ``E`` experts, ``topk``, ``fe`` the expert
+#: MLP's hidden size, ``ep`` expert-parallel size, ``etp`` expert tensor-parallel size,
+#: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean.
+MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
+           "imb")
+
+
+def expert_tensor_parallel(plan: ParallelPlan) -> int:
+    """Expert tensor-parallel size ``etp``: ``plan.expert_tensor_parallel``, or ``t`` when unset
+    (Megatron-Core's ``--expert-tensor-parallel-size`` default)."""
+    return plan.expert_tensor_parallel or plan.tensor_parallel
+
+
+def expert_data_parallel(plan: ParallelPlan) -> int:
+    """Expert-data-parallel size ``edp = t*cp*d / (etp*ep)``: the ranks that hold the same
+    experts and reduce their gradients (Megatron-Core ``parallel_state``: the expert rank
+    generator over tp-ep-dp-pp with ``world / (etp*ep*p)`` data-parallel ranks)."""
+    cp = getattr(plan, "context_parallel", 1) or 1
+    return max(1, plan.tensor_parallel * cp * plan.data_parallel
+               // (expert_tensor_parallel(plan) * plan.expert_parallel))
+
+
+def moe_layer_mask(model: ModelConfig) -> np.ndarray:
+    """Which layers are MoE layers, bool array shape (L,): layer ``i`` (0-based) when the model
+    has experts, ``i >= moe_first_dense_layers`` and ``i % moe_layer_frequency == 0``
+    (Megatron-Core's ``--moe-layer-freq k`` pattern ``[1 if i % k == 0 else 0]``; Hugging Face
+    DeepSeek's ``first_k_dense_replace`` and ``moe_layer_freq``). The others keep the dense MLP."""
+    i = np.arange(model.num_layers)
+    if not model.is_moe:
+        return np.zeros(model.num_layers, bool)
+    return (i >= model.moe_first_dense_layers) & (i % model.moe_layer_frequency == 0)
+
+
+def num_moe_layers(model: ModelConfig) -> int:
+    """How many layers :func:`moe_layer_mask` marks, in closed form (no per-layer array: the
+    editor asks for sizes before they are checked): the multiples of ``moe_layer_frequency``
+    from ``moe_first_dense_layers`` to ``L - 1``; 0 for a dense model."""
+    if not model.is_moe:
+        return 0
+    k, first, L = model.moe_layer_frequency, model.moe_first_dense_layers, model.num_layers
+    return max(0, (L - 1) // k - (-(-first // k)) + 1)
+
+
+def moe_ffn(model: ModelConfig) -> int:
+    """Hidden size of one expert's MLP: ``moe_ffn_hidden_size``, or the dense MLP's when unset."""
+    return model.moe_ffn_hidden_size or model.ffn
+
+
+@dataclass(frozen=True)
+class MoeLayerParameters:
+    """Parameters of one MoE layer by how they are split over the GPUs.
+
+    ``sharded``: over ``t`` (attention and the shared experts' MLP); ``replicated``: norms,
+    the router's ``h x E`` gate (Megatron-Core keeps it on every rank) and replicated biases;
+    ``experts``: the ``E`` routed experts, split over ``ep * etp`` ranks; ``expert``: one
+    routed expert.
+    """
+
+    sharded: float
+    replicated: float
+    experts: float
+    expert: float
+
+
+def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
+    """Parameters of one MoE layer: the attention half (:func:`_attention_parameters`), the
+    pre-MLP norm, the router gate ``h E``, ``E`` experts each an MLP of ``moe_ffn`` width
+    with the model's activation (:func:`_mlp_parameters`; Mixtral: ``3 h f_e``) and the shared
+    experts as one dense MLP of ``num_shared_experts * moe_ffn`` width (Megatron-Core
+    ``SharedExpertMLP``)."""
+    h, E = model.hidden_size, model.num_experts or 0
+    fe = moe_ffn(model)
+    attn_sh, attn_rep = _attention_parameters(model)
+    expert_w, mlp_rep = _mlp_parameters(model, fe)  # mlp_rep: pre-MLP norm (+ fc2 bias)
+    expert = expert_w + (h if model.add_bias_linear else 0)  # each expert's own fc2 bias
+    norm = 2 * h if model.normalization == "layernorm" else h
+    shared = _mlp_parameters(model, model.num_shared_experts * fe)[0] if model.num_shared_experts else 0
+    shared_bias = h if (model.num_shared_experts and model.add_bias_linear) else 0
+    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + shared_bias,
+                              E * expert, expert)
+
+
+def _moe_forward_flops_per_token(model: ModelConfig) -> float:
+    """Forward FLOPs per token of one MoE layer, counting the GEMMs a token passes through:
+    the attention half as a dense layer's, the router ``2hE``, its ``k`` experts'
+    ``4 h f_e`` each (``6 h f_e`` gated) and the shared experts' MLP (model FLOPs on the
+    active parameters, as MFU of MoE models is reported)."""
+    h, E, k = model.hidden_size, model.num_experts or 0, model.moe_top_k
+    per_f = (6 if model.activation == "swiglu" else 4) * h
+    dense_layer, _, _ = _dense_forward_flops_per_token(model, 1)
+    attention = dense_layer - per_f * model.ffn
+    return attention + 2 * h * E + per_f * moe_ffn(model) * (k + model.num_shared_experts)
+
+
+def _moe_routed_rows(key: Mapping[str, Any]) -> float:
+    """Token copies one GPU's experts process per micro-batch: ``b s k etp imb / t``.
+
+    With balanced routing the ``d b s`` tokens of a step (``t`` ranks each) send ``k``
+    copies each, spread evenly over ``E`` experts; each expert lives on ``edp = t d /
+    (etp ep)`` replicas, split over ``etp`` ranks that all see its tokens: per GPU
+    ``E/ep`` local experts of ``b s k etp ep / (E t)`` tokens; ``imb`` scales it to the
+    busiest rank, which sets the step's time."""
+    T = int(key["b"]) * int(key["s"])
+    return T * int(key["topk"]) * int(key["etp"]) * float(key["imb"]) / int(key["t"])
+
+
+def _moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of an MoE layer's op (:data:`MOE_OPS`).
+
+    ``T = b s`` tokens; ``T_in = T/t`` enter the layer on a rank with sequence parallelism
+    (``T`` without); ``R`` (:func:`_moe_routed_rows`) copies reach the rank's ``E/ep``
+    experts, ``M = R ep / E`` each. Router: ``(T_in, h) x (h, E)`` GEMM, softmax and top-k
+    in fp32 (read the logits, write probabilities, write ``k`` probabilities and indices);
+    permutation: a gather of ``k`` copies of each token (read and write ``T_in k h``) and,
+    with ``ep > 1``, the sort of the received chunks by local expert (read and write ``R h``);
+    experts: Megatron-Core's grouped GEMM (``TEGroupedMLP``), ``E/ep`` GEMMs of ``M`` rows,
+    fc1 ``(M, h) x (h, f_e/etp)`` (``2 f_e/etp`` gated), the activation, fc2 ``(M, f_e/etp)
+    x (f_e/etp, h)``; un-permutation: the weighted sum of the copies (read ``T_in k h`` and
+    the probabilities, write ``T_in h``); shared experts: a dense MLP of ``ns f_e`` width on
+    the ``T`` tokens of the tensor-parallel group. The residual adds and the pre-MLP norm
+    are those of the dense MLP (:func:`_dense_op_kernels`), split between the router and the
+    un-permutation, so that with ``E = k = 1`` the MoE ops are the dense MLP's kernels plus
+    the router's and the permutations'.
+    """
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    E, k, fe = int(key["E"]), int(key["topk"]), int(key["fe"])
+    ep, etp, ns = int(key["ep"]), int(key["etp"]), int(key.get("ns", 0))
+    T = b * s
+    sp = bool(key.get("sp"))
+    T_in = T / t if sp else T
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    gated = key.get("act") == "swiglu"
+    R = _moe_routed_rows(key)
+    local = E // ep
+    M = R / local
+    fc1 = (2 if gated else 1) * fe // etp
+    inner = R * (fe // etp) * e
+    sort = [_mem("moe_sort_chunks", 2 * R * h * e)] if ep > 1 else []
+    if op == "router_fwd":
+        return [_mem("bias_dropout_add", 3.5 * tok), _mem(norm, 2 * tok),
+                _gemm("router", T_in, E, h, e),                     # (T_in, h) x (h, E)
+                _mem("router_softmax_topk", T_in * (E * (e + 8) + 12 * k))]
+    if op == "router_bwd":
+        return [_mem("router_softmax_topk_bwd", T_in * E * (e + 8)),
+                _gemm("router_dgrad", T_in, h, E, e), _gemm("router_wgrad", E, h, T_in, e),
+                _mem("wgrad_accumulate", acc * h * E),
+                _mem(f"{norm}_bwd", 4 * tok), _mem("bias_dropout_add_bwd", 2 * tok)]
+    if op == "moe_permute_fwd":
+        return [_mem("moe_permute", 2 * T_in * k * h * e + 8 * T_in * k), *sort]
+    if op == "moe_permute_bwd":
+        return [*sort, _mem("moe_permute_bwd", (k + 1) * T_in * h * e)]
+    if op == "experts_fwd":
+        return [_gemm("experts_fc1", M, fc1, h, e, local),             # E/ep x (M, h) x (h, fc1)
+                _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
+                _gemm("experts_fc2", M, h, fe // etp, e, local)]      # E/ep x (M, fe/etp) x (., h)
+    if op == "experts_bwd":
+        return [_gemm("experts_fc2_dgrad", M, fe // etp, h, e, local),
+                _gemm("experts_fc2_wgrad", fe // etp, h, M, e, local),
+                _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
+                _gemm("experts_fc1_dgrad", M, h, fc1, e, local),
+                _gemm("experts_fc1_wgrad", fc1, h, M, e, local),
+                _mem("wgrad_accumulate", acc * local * (h * fc1 + h * fe // etp))]
+    if op == "moe_unpermute_fwd":
+        return [*sort, _mem("moe_unpermute", T_in * k * (h * e + 4) + T_in * h * e),
+                _mem("bias_dropout_add", 3.5 * tok)]
+    if op == "moe_unpermute_bwd":
+        return [_mem("bias_dropout_add_bwd", 2 * tok),
+                _mem("moe_unpermute_bwd", T_in * h * e + T_in * k * (2 * h * e + 8)), *sort]
+    if op in ("shared_experts_fwd", "shared_experts_bwd"):
+        if not ns:
+            return []  # no shared experts: no kernels
+        fs = ns * fe
+        fc1s = (2 if gated else 1) * fs // t
+        inner_s = T * (fs // t) * e
+        if op == "shared_experts_fwd":
+            return [_gemm("shared_fc1", T, fc1s, h, e),
+                    _mem("bias_swiglu", 3 * inner_s) if gated else _mem("bias_gelu", 2 * inner_s),
+                    _gemm("shared_fc2", T, h, fs // t, e)]
+        return [_gemm("shared_fc2_dgrad", T, fs // t, h, e), _gemm("shared_fc2_wgrad", fs // t, h, T, e),
+                _mem("bias_swiglu_bwd", 5 * inner_s) if gated else _mem("bias_gelu_bwd", 3 * inner_s),
+                _gemm("shared_fc1_dgrad", T, h, fc1s, e), _gemm("shared_fc1_wgrad", fc1s, h, T, e),
+                _mem("wgrad_accumulate", acc * (h * fc1s + h * fs // t))]
+    raise KeyError(f"unknown MoE op {op!r}")
+
+
+def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+    """Activation bytes one MoE layer keeps for its backward, per micro-batch, on one GPU.
+
+    The dense layer's (:func:`_dense_activation_bytes_per_layer`) with the shared experts as
+    its MLP (``6 ns f_e/h`` gated, ``4 ns f_e/h`` otherwise; 0 without shared experts), plus,
+    unless the layer is checkpointed (``full``), the routed part in 16-bit bytes: each of the
+    ``R`` token copies on the rank (:func:`_moe_routed_rows`; the busiest rank) keeps the
+    experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
+    ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
+    weights (``2h`` each, for the probabilities' gradient) and the router its fp32
+    probabilities (``4E`` per token).
+    """
+    h = model.hidden_size
+    per_f = 6 if model.activation == "swiglu" else 4
+    fe = moe_ffn(model)
+    shared = per_f * model.num_shared_experts * fe / h
+    out = _dense_activation_bytes_per_layer(model, plan, mode, mlp=shared)
+    if mode == "full":
+        return out
+    t = plan.tensor_parallel
+    sp = bool(plan.sequence_parallel and t > 1)
+    etp = expert_tensor_parallel(plan)
+    cp = plan.context_parallel
+    key = dict(b=plan.micro_batch_size, s=model.seq_length // cp, topk=model.moe_top_k, etp=etp,
+               imb=plan.moe_imbalance_factor, t=t)
+    R = _moe_routed_rows(key)
+    T = plan.micro_batch_size * model.seq_length // cp
+    T_in = T / t if sp else T
+    routed = R * (2 * h + per_f * (fe // etp)) + T_in * model.moe_top_k * 2 * h \
+        + T_in * 4 * (model.num_experts or 0)
+    return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 
 @dataclass(frozen=True)
@@ -398,11 +885,15 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
 #: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
-#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation. A table written before the family columns existed lacks them and
-#: holds GPT ops (see :func:`table_covers`).
+#: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``kv`` the head size
+#: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
+#: rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the
+#: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
-    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
-    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn"),
+    "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
+    "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
+                      "cp"),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -410,14 +901,17 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "optimizer_step": ("n", "dtype"),
+    **{op: MOE_KEY for op in MOE_OPS},
 }
+#: Ops the analytic model times that have no profile-store table, with their key columns.
+UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype")}
 
 
 def full_op_key(op: str, key: Mapping[str, Any]) -> dict[str, Any]:
     """``key`` with every column of :data:`OP_KEYS` for ``op`` (a family column it lacks takes
     GPT's value, :data:`FAMILY_KEY_DEFAULTS`); other entries kept."""
     out = dict(key)
-    for c in OP_KEYS[DERIVED_OPS.get(op, op)]:
+    for c in OP_KEYS.get(DERIVED_OPS.get(op, op), ()):
         if c not in out and c in FAMILY_KEY_DEFAULTS:
             out[c] = family_key_value(c, out)
     return out
@@ -438,7 +932,8 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
-DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd"}
+DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
+                               "attention_core_bwd": "attention_bwd"}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -448,7 +943,8 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     LayerNorm and dropout kernels on ``s/t`` tokens. A family column missing from
     ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
-    recomputation runs again; it takes ``attention_fwd``'s key.
+    recomputation runs again; it takes ``attention_fwd``'s key; ``attention_core_bwd``
+    its backward (the ring's share of ``attention_bwd`` under context parallelism).
 
     Raises
     ------
@@ -456,12 +952,40 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
         Unknown op or a key column missing.
     """
     base = DERIVED_OPS.get(op, op)
-    if base not in OP_KEYS:
-        raise KeyError(f"unknown op {op!r}; known: {', '.join([*OP_KEYS, *DERIVED_OPS])}")
-    missing = [c for c in OP_KEYS[base] if c not in key and c not in FAMILY_KEY_DEFAULTS]
+    columns = OP_KEYS.get(base) or UNTABULATED_OP_KEYS.get(base)
+    if columns is None:
+        raise KeyError(f"unknown op {op!r}; known: "
+                       f"{', '.join([*OP_KEYS, *DERIVED_OPS, *UNTABULATED_OP_KEYS])}")
+    missing = [c for c in columns if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
     return family_of(model).op_kernels(op, full_op_key(op, key))
+
+
+def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
+    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
+    the tensors' dtype (:func:`core.config.tensor_dtype`: BF16 under FP8, whose attention runs
+    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
+    context parallelism."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
+    g = model.query_groups // plan.tensor_parallel
+    return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(forward, backward)`` bytes one GPU sends around the context-parallel ring per layer
+    and micro-batch: forward ``cp-1`` K/V blocks (:func:`cp_kv_block_bytes`); backward
+    ``cp-1`` K/V blocks and ``cp-1`` blocks of their gradients dK/dV (Transformer Engine's
+    backward sends K/V in its first ``cp-1`` steps and the accumulated dK/dV in its last
+    ``cp-1``). (0, 0) without context parallelism."""
+    blk = cp_kv_block_bytes(model, plan)
+    n = plan.context_parallel - 1
+    return n * blk, 2 * n * blk
 
 
 # --------------------------------------------------------------------------- parameters
@@ -480,7 +1004,24 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
     first, last = fam.edge_parameters(model, tensor_parallel)
-    return int(round(model.num_layers * layer + sum(first) + sum(last)))
+    n_moe = num_moe_layers(model)
+    moe = moe_layer_parameters(model) if n_moe else None
+    moe_layer = moe.sharded + moe.replicated + moe.experts if moe else 0.0
+    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)))
+
+
+def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
+    """Parameters a token passes through: :func:`num_parameters` with each MoE layer's routed
+    experts counted ``moe_top_k`` times one expert instead of ``num_experts`` times (the
+    router, shared experts, attention and embeddings all count). Equal to
+    :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
+    announcement: "12.9B active parameters per token")."""
+    total = num_parameters(model, tensor_parallel)
+    n_moe = num_moe_layers(model)
+    if not n_moe:
+        return total
+    moe = moe_layer_parameters(model)
+    return int(round(total - n_moe * (moe.experts - model.moe_top_k * moe.expert)))
 
 
 def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
@@ -520,11 +1061,36 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
     counts = np.array(stage_layer_counts(model.num_layers, plan), float)
-    n = counts * (sharded / t + replicated)
+    moe_counts = stage_moe_layer_counts(model, plan)
+    n = (counts - moe_counts) * (sharded / t + replicated)
+    if moe_counts.any():
+        moe = moe_layer_parameters(model)
+        n += moe_counts * (moe.sharded / t + moe.replicated) + expert_params_per_gpu(model, plan)
     first, last = edge_params_per_gpu(model, t, p)
     n[0] += first
     n[-1] += last
     return n
+
+
+def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over :func:`stage_layers`),
+    float array shape (p,)."""
+    if not model.is_moe:
+        return np.zeros(plan.pipeline_parallel, float)
+    mask = moe_layer_mask(model)
+    return np.array([mask[r.start:r.stop].sum() for r in stage_layers(model, plan)], float)
+
+
+def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Routed-expert parameters one GPU of each stage holds, shape (p,): the stage's MoE layers
+    times ``E`` experts over ``ep * etp`` ranks (Megatron-Core: ``E/ep`` local experts, each
+    split over the expert tensor-parallel group). Their gradients reduce over the
+    expert-data-parallel group (:func:`expert_data_parallel`), not over ``d``."""
+    counts = stage_moe_layer_counts(model, plan)
+    if not counts.any():
+        return np.zeros_like(counts)
+    moe = moe_layer_parameters(model)
+    return counts * moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan))
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -562,11 +1128,20 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV'`` with ``V'`` the
     vocabulary padded to a multiple of ``128*t``, as Megatron computes it;
     training is 3x forward. With ``f = 4h`` this is
-    ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``.
+    ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``. MoE layers count the GEMMs a token
+    passes through (router, ``k`` experts, shared experts: the active parameters).
     """
     layer, _, out = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
-    return tokens * 3 * (model.num_layers * layer + out)
+    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out)
+
+
+def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> float:
+    """Forward FLOPs per token of all ``L`` layers: the dense layers' ``dense_layer`` each and
+    the MoE layers' :func:`_moe_forward_flops_per_token` (active parameters only)."""
+    n_moe = num_moe_layers(model)
+    moe = _moe_forward_flops_per_token(model) if n_moe else 0.0
+    return (model.num_layers - n_moe) * dense_layer + n_moe * moe
 
 
 def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -577,8 +1152,9 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
-    if plan.recompute == "full":
-        extra = float(recomputed_layers(model, plan).sum()) * layer
+    if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
+        mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
+        extra = float(recomputed_layers(model, plan).sum()) * mean
     elif plan.recompute == "selective":
         extra = model.num_layers * core
     return model_flops_per_iteration(model, plan) + tokens * extra
@@ -608,7 +1184,34 @@ def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
     return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
 
 
-def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
+def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
+    family's sharded layer parameters without biases, over ``t``, times the stage's layers
+    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
+    (the router's gate stays BF16)."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    sharded, _ = family_of(model).layer_parameters(weights)
+    counts = np.array(stage_layer_counts(model.num_layers, plan), float)
+    moe_counts = stage_moe_layer_counts(model, plan)
+    out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
+        moe = moe_layer_parameters(weights)
+        out += moe_counts * (moe.sharded / plan.tensor_parallel
+                             + moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan)))
+    return out
+
+
+def fp8_weight_bytes_per_parameter(recipe: str, tn_only: bool = True) -> float:
+    """Bytes of FP8 weight copies per linear-layer weight, besides its BF16 weight: TE keeps
+    :func:`fp8_copies` copies of 1 byte plus their scales (:func:`fp8_scale_bytes`): per-tensor
+    recipes 2 on Hopper (the weight and its transpose), 1 on Blackwell; ``mxfp8``
+    ``2 * (1 + 1/32) = 2.0625``; ``blockwise`` ``2 * (1 + 4/128^2)``."""
+    return fp8_copies(recipe, tn_only) * (FP8_BYTES + fp8_scale_bytes(recipe, weight=True))
+
+
+def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
+                        ) -> tuple[float, float, float]:
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
 
     Megatron-LM (docs, distributed optimizer table): 16-bit weights (4 with fp32),
@@ -618,49 +1221,82 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
     optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
     8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
+
+    FP8 training (Megatron-LM ``--bf16 --fp8-format``) keeps BF16 weights, fp32 main
+    gradients and the same optimizer state as bf16 (18, or 6 + 12/d); the FP8 copies of the
+    linear layers' weights come on top (:func:`fp8_weight_bytes_per_parameter`, added by
+    :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
+    (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
+    ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
+    ``data_parallel`` replaces ``d*cp`` (routed experts' parameters shard over the
+    expert-data-parallel group, :func:`expert_data_parallel`: Megatron-Core's distributed
+    optimizer shards them there).
     """
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
-    d, z = plan.data_parallel, plan.zero_stage
+    d, z = data_parallel or plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
-def stage_memory(model: ModelConfig, plan: ParallelPlan) -> list[StageMemory]:
+def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
     """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
-    :func:`bytes_per_parameter`; under ZeRO-3 one layer's gathered weights more
+    :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
+    with the expert-data-parallel size in place of ``d``); under ZeRO-3 one layer's gathered weights more
     (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``.
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
+    the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
+    :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
+    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With context parallelism
+    every activation is of the rank's ``s/cp`` tokens.
     """
     t = plan.tensor_parallel
-    e = DTYPE_BYTES[plan.precision]
-    n = params_per_gpu(model, plan)
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    experts = expert_params_per_gpu(model, plan)
+    n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
+    we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
     counts = stage_layer_counts(model.num_layers, plan)
+    moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
-    keep = activation_bytes_per_layer(model, plan, "none" if plan.recompute == "full" else None)
+    keep_mode = "none" if plan.recompute == "full" else plan.recompute
+    keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
     working = activation_bytes_per_layer(model, plan, "none")
+    if moe_counts.any():
+        moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
+        working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan))  # in_flight_microbatches of every stage
+    recipe = fp8_recipe(plan)
+    fp8_w = np.zeros(len(counts))
+    if recipe is not None:
+        fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
+        if plan.zero_stage >= 3:
+            fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
-        acts = (r * ckpt + (layers - r) * keep) * in_flight[i]
+        # an MoE model's stage keeps its mean layer's activations (dense and MoE layers)
+        keep_i = keep if not moe_counts[i] else (keep * (layers - moe_counts[i])
+                                                 + moe_keep * moe_counts[i]) / layers
+        acts = (r * ckpt + (layers - r) * keep_i) * in_flight[i]
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:
-            acts += model.seq_length * plan.micro_batch_size * V / t * (e + 4)
-        out.append(StageMemory(i, n[i] * w + gathered, n[i] * g, n[i] * o, acts))
+            acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
+                     * (e + 4))
+        out.append(StageMemory(i, n[i] * w + experts[i] * we + gathered + fp8_w[i],
+                               n[i] * g + experts[i] * ge, n[i] * o + experts[i] * oe, acts))
     return out
 

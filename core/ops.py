@@ -6,7 +6,7 @@ use the same names and key columns):
 ============================  ==================================================
 op                             key columns
 ============================  ==================================================
-attention_fwd, attention_bwd   b, s, h, a, t, dtype, g, norm, pos, attn, qkn
+attention_fwd, attention_bwd   b, s, h, a, t, dtype, g, norm, pos, attn, qkn, kv
 mlp_fwd, mlp_bwd               b, s, h, f, t, dtype, act, norm
 embedding_fwd, embedding_bwd   b, s, h, V, t, dtype, pos
 output_fwd, output_bwd         b, s, h, V, t, dtype, norm
@@ -19,7 +19,8 @@ tensor-parallel size, ``n`` parameters held by one GPU; the model family's
 columns (:data:`core.model_math.FAMILY_KEY_DEFAULTS`): ``g`` query groups
 (grouped-query attention; ``a`` without it), ``norm`` layernorm / rmsnorm,
 ``pos`` learned / rope, ``attn`` unfused / flash, ``qkn`` 1 with QK-norm,
-``act`` gelu / swiglu. A
+``act`` gelu / swiglu, ``kv`` the attention head size (``--kv-channels``;
+``h/a`` without it). A
 store table without a family column (stores written before the columns
 existed) holds GPT ops: it times GPT shapes only, and the analytic or
 calibrated model times the others (:func:`core.model_math.table_covers`).
@@ -52,6 +53,14 @@ op runs Megatron-LM's vocab-parallel cross-entropy on fp32 logits one kernel
 per step (copy to fp32, max, subtract, exp, sum, divide: 38 bytes per logit
 in half precision; backward: scale in place and copy back, 14 bytes), and the
 embedding backward builds the dense ``(V/t, h)`` weight gradient.
+
+FP8 training: ``dtype="fp8"`` with the recipe in an extra key entry ``fp8``
+(and ``fp8_tn``, which the device decides, :func:`device_key`). Each kernel
+runs at the peak of its own dtype (:func:`kernel_peak_flops`): the linear
+layers' GEMMs at the ``fp8`` (or ``mxfp8``) peak, the rest at BF16's; the
+quantization kernels are memory-bound (:func:`core.model_math.fp8_cast_kernels`).
+Store tables hold no FP8 rows: :func:`core.graph.lookup_op_times` scales the
+BF16 row by the analytic ratio.
 """
 
 from __future__ import annotations
@@ -63,13 +72,15 @@ import numpy as np
 # The kernel lists and byte counts live with the rest of the model's formulas (core.model_math);
 # they are re-exported here, where the profile store and the profiling code look for them.
 from .model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES, FAMILY_KEY_DEFAULTS,  # noqa: F401
-                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, full_op_key,
+                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, fp8_tn_only, full_op_key,
                          op_kernels, table_covers)
+from .config import tensor_dtype
 
 __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
     "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
+    "kernel_peak_flops", "device_key",
 ]
 
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
@@ -95,7 +106,7 @@ DEFAULT_OP_MODEL = {
 
 
 def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gemm: np.ndarray,
-                 peak_flops: float, memory_bandwidth_bytes_per_s: float,
+                 peak_flops: float | np.ndarray, memory_bandwidth_bytes_per_s: float,
                  op_model: Mapping[str, float]) -> np.ndarray:
     """Seconds per kernel under the roofline-with-efficiency model (see module doc), vectorized.
 
@@ -104,7 +115,9 @@ def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gem
     flops, nbytes, size : float arrays, shape (k,)
         FLOPs, bytes moved and, for GEMMs, the geometric mean of M, N, K.
     is_gemm : bool array, shape (k,)
-    peak_flops, memory_bandwidth_bytes_per_s : float
+    peak_flops : float or float array, shape (k,)
+        Peak FLOP/s of the kernels' dtype (per kernel with FP8 GEMMs, :func:`kernel_peak_flops`).
+    memory_bandwidth_bytes_per_s : float
     op_model : mapping
         Parameters; missing ones take :data:`DEFAULT_OP_MODEL`.
     """
@@ -122,6 +135,35 @@ def kernel_arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray, np.nda
     size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
     is_gemm = np.array([k.is_gemm for k in kernels], bool)
     return flops, nbytes, size, is_gemm
+
+
+def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str, float],
+                      device_name: str = "device") -> np.ndarray:
+    """Peak FLOP/s of each kernel, shape (k,): its own ``dtype`` (the FP8 GEMMs of FP8 training)
+    or the op's tensor dtype (:func:`core.config.tensor_dtype` of ``dtype``: BF16 for FP8).
+
+    Raises
+    ------
+    KeyError
+        ``peak_flops`` lacks a dtype a kernel needs (named with the device).
+    """
+    base = tensor_dtype(dtype)
+    out = np.empty(len(kernels))
+    for i, k in enumerate(kernels):
+        d = k.dtype or base
+        if d not in peak_flops:
+            raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r}")
+        out[i] = float(peak_flops[d])
+    return out
+
+
+def device_key(key: Mapping[str, Any], peak_flops: Mapping[str, float]) -> dict[str, Any]:
+    """``key`` with what the device decides added: for an FP8 key, ``fp8_tn`` (whether its FP8
+    GEMMs are TN-only and need transposed copies, :func:`core.model_math.fp8_tn_only`)."""
+    out = dict(key)
+    if str(out.get("dtype")) == "fp8" and "fp8_tn" not in out:
+        out["fp8_tn"] = fp8_tn_only(peak_flops)
+    return out
 
 
 def combine_op_time(device_s: np.ndarray | float, num_kernels: np.ndarray | float, is_optimizer,
@@ -143,11 +185,13 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
         Unknown op, missing key column, or no peak FLOP/s for the dtype.
     """
     dtype = str(key["dtype"])
-    if dtype not in device.peak_flops:
-        raise KeyError(f"profile of {getattr(device, 'device_name', 'device')} has no peak FLOP/s "
-                       f"for dtype {dtype!r}")
+    name = getattr(device, 'device_name', 'device')
+    if tensor_dtype(dtype) not in device.peak_flops or dtype not in device.peak_flops:
+        raise KeyError(f"profile of {name} has no peak FLOP/s for dtype {dtype!r}")
     op_model = device.op_model or {}
-    kernels = op_kernels(op, key)
-    times = kernel_times(*kernel_arrays(kernels), float(device.peak_flops[dtype]),
+    kernels = op_kernels(op, device_key(key, device.peak_flops))
+    if not kernels:
+        return 0.0
+    times = kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, dtype, device.peak_flops, name),
                          device.memory_bandwidth_bytes_per_s, op_model)
     return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model))

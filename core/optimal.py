@@ -254,7 +254,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         raise ConfigError(errs)
     store = store or session_profile(session)
     precision = session.plan.precision
-    peak = float(store.peak_flops[precision])
+    from .costing import mfu_peak_flops  # the peak MFU is relative to (BF16 for FP8 plans)
+    peak = mfu_peak_flops(store, precision)
     seconds = days * 86400.0
     flops = num_gpus * peak * seconds * assumed_mfu
     n_rule, d_rule = chinchilla_optimal(flops)

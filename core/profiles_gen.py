@@ -127,7 +127,8 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
 def _family_key(m) -> dict:
     """The family columns of model ``m`` (the values :func:`core.graph.op_key` gives)."""
     return dict(a=m.num_attention_heads, g=m.query_groups, act=m.activation, norm=m.normalization,
-                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm))
+                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
+                h=m.hidden_size, kv=m.head_dim)
 
 
 def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,

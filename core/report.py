@@ -44,7 +44,10 @@ class Report:
     of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
     on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
     ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
-    recomputed forward (Eq. 3 as written, factor 96 instead of 72).
+    recomputed forward (Eq. 3 as written, factor 96 instead of 72). The peak is
+    that of ``mfu_peak_dtype``: BF16 for an FP8 plan (its model FLOPs are the
+    model's, and the GEMMs that run in FP8 do not change them). For MoE models the
+    FLOPs count the active parameters only (:attr:`num_active_parameters`).
     """
 
     num_gpus: int
@@ -57,12 +60,15 @@ class Report:
     model_flops_per_iteration: float
     mfu: float
     hfu: float
+    #: parameters a token passes through (MoE: ``moe_top_k`` routed experts of each MoE layer;
+    #: equal to num_parameters for dense models), :func:`core.model_math.num_active_parameters`
+    num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
     #: stages and free pipeline transfers (1F1B with uniform stages: (p-1)/(m+p-1))
     bubble_fraction: float
     #: mean over stages of compute / blocking tensor- and data-parallel communication /
-    #: pipeline bubble time per iteration (seconds); with pp_comm_s and imbalance_s they
-    #: sum to the iteration time
+    #: pipeline bubble time per iteration (seconds); with ep_comm_s, pp_comm_s and imbalance_s
+    #: they sum to the iteration time
     compute_s: float
     comm_s: float
     bubble_s: float
@@ -89,11 +95,27 @@ class Report:
     stage_pp_comm_s: list[float] = field(default_factory=list)
     #: idle time that unequal stages add to the schedule's bubble (mean over stages)
     imbalance_s: float = 0.0
+    #: the MoE layers' expert all-to-alls (token dispatch and combine, forward and backward;
+    #: they block the compute stream), mean over stages and per stage; 0 for dense models
+    ep_comm_s: float = 0.0
+    stage_ep_comm_s: list[float] = field(default_factory=list)
+    #: exposed context-parallel exchange (mean over stages): the time the ring attention's
+    #: steps wait for their K/V (and dK/dV) transfers beyond the compute they overlap; with
+    #: compute_s, comm_s, bubble_s, pp_comm_s and imbalance_s it sums to the iteration time
+    cp_comm_s: float = 0.0
+    stage_cp_comm_s: list[float] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None
     #: only where no band was asked for
     interval: Any = None
+    #: training precision (plan.precision) and, with fp8, the scaling recipe in effect
+    #: (plan.fp8_recipe or its default, tensorwise); None without FP8
+    precision: str = "bf16"
+    fp8_recipe: str | None = None
+    #: dtype of the dense peak MFU and HFU divide by (BF16 for FP8 plans, as Megatron-Bridge
+    #: reports them; :func:`core.costing.mfu_peak_flops`)
+    mfu_peak_dtype: str = "bf16"
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import ConfigError, FieldError, Session, check
-from .costing import costing
+from .config import GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe, tensor_dtype
+from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
@@ -26,7 +26,7 @@ from .schedules import get as get_schedule
 from .solver import solve
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
            "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
@@ -113,9 +113,20 @@ def model_flops_per_iteration(session: Session, recomputed: bool = False) -> flo
     return model_math.model_flops_per_iteration(session.model, session.plan)
 
 
-def stage_memory(session: Session) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`)."""
-    return model_math.stage_memory(session.model, session.plan)
+def stage_memory(session: Session, store=None) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (:func:`core.model_math.stage_memory`); with FP8,
+    whether the GPU keeps transposed FP8 weight copies comes from ``store``'s peaks, or without
+    a store from the shipped GPU kind (:func:`fp8_tn`)."""
+    return model_math.stage_memory(session.model, session.plan, fp8_tn(session, store))
+
+
+def fp8_tn(session: Session, store=None) -> bool:
+    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model_math.fp8_tn_only`):
+    from ``store``'s peaks, else from :data:`core.config.GPU_FP8_DTYPES` of ``cluster.gpu``
+    (true for a kind not listed)."""
+    if store is not None:
+        return model_math.fp8_tn_only(store.peak_flops)
+    return "mxfp8" not in GPU_FP8_DTYPES.get(session.cluster.gpu, ())
 
 
 def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
@@ -141,10 +152,16 @@ def _kind_mask(kinds) -> np.ndarray:
     return mask
 
 
-#: Category of each task kind for :func:`simulate`'s per-stage sums: 0 compute, 1 tensor- or
-#: data-parallel communication, 2 other (pipeline transfers).
-_KIND_CATEGORY = np.where(_kind_mask(KIND_COMPUTE), 0, np.where(
-    _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")]), 1, 2)).astype(np.int32)
+#: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
+#: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
+#: transfers and what overlaps the compute stream).
+_COMPUTE, _COMM, _EP, _CP, _OTHER = range(5)
+_CATEGORIES = 5
+_KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
+_KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
+_KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
+_KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
+_KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
 
 
 def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
@@ -235,34 +252,42 @@ def simulate(session: Session, store: ProfileStore | None = None,
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
-    # per stage, the summed durations of compute (0), blocking TP/DP communication (1) and
-    # the rest (2) in one bincount (each bin adds its tasks in task order, as a masked sum does)
+    # per stage, the summed durations of each category of _KIND_CATEGORY in one bincount
+    # (each bin adds its tasks in task order, as a masked sum does)
     category = _KIND_CATEGORY[graph.kind]
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
-        category[graph.overlapped & (category == 1)] = 2
-    sums = np.bincount(graph.stage * 3 + category, graph.duration_s, minlength=3 * p).reshape(p, 3)
-    stage_compute, stage_comm = sums[:, 0].copy(), sums[:, 1].copy()
+        category[graph.overlapped & ((category == _COMM) | (category == _CP))] = _OTHER
+    sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
+                       minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
+    stage_compute = sums[:, _COMPUTE].copy()
+    stage_ep = sums[:, _EP].copy()
+    # the expert all-to-alls block the compute stream: blocking communication, named apart
+    stage_comm = sums[:, _COMM].copy()
+    stage_all_comm = stage_comm + stage_ep  # blocking or exposed
+    # the context-parallel ring's exposed part (what the attention core's steps wait for)
+    stage_cp = sums[:, _CP].copy()
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, st)
-    stage_idle = np.maximum(T0 - stage_compute - stage_comm, 0.0)
+    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm - stage_cp, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean()))
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()
+                                   + stage_cp.mean()))
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
     cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
-                   num_gpus=pl.num_gpus, peak_flops_per_gpu=float(store.peak_flops[pl.precision]),
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
-    memory = stage_memory(session)
+    memory = stage_memory(session, store)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
@@ -274,13 +299,18 @@ def simulate(session: Session, store: ProfileStore | None = None,
         iteration_time_s=T,
         tokens_per_s=cost.tokens_per_s,
         num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters=model_math.num_active_parameters(session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
         bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
+        ep_comm_s=float(stage_ep.mean()),
+        stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
+        cp_comm_s=float(stage_cp.mean()),
+        stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
@@ -292,6 +322,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         gpu_hours=cost.gpu_hours,
         cost_usd=cost.cost_usd,
         memory=memory,
+        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,
@@ -311,20 +342,29 @@ def graph_size_estimate(session: Session) -> int:
 
     Per micro-batch: attention and MLP forward and backward per layer (twice more under
     full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
-    embedding and output tasks; two pipeline transfers per stage boundary.
+    embedding and output tasks; two pipeline transfers per stage boundary; with context
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange);
+    each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
+    all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
+    experts and their collectives) where the dense MLP has 3, the same in the backward and the
+    recomputed forward, and two more weight-gradient parts.
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
-    per_layer = _tasks_per_layer(pl)
-    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
+    per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
+    n_moe = model_math.num_moe_layers(m)
+    moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
+    per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
 
 def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
-    each with its tensor-parallel all-reduce when ``t > 1``."""
-    return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+    each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
+    reduce-scatter after with sequence parallelism)."""
+    comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
+    return (6 + (2 if pl.recompute == "full" else 0)) * comm
 
 
 def _all_finite(report: Report) -> bool:

@@ -80,7 +80,7 @@ from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
                      FieldError, ParallelPlan, Session, plan_key, validate)
-from .costing import costing
+from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
 from .simulate import memory_verdict, session_profile
@@ -158,6 +158,13 @@ class SweepSpace:
         Sequence parallelism off / on. Default: the session plan's setting.
     zero_stages : sequence of int, optional
         ZeRO stages from :data:`core.config.ZERO_STAGES`. Default: the session plan's.
+    context_parallel : sequence of int
+        Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default ``(1,)``:
+        context parallelism is swept only when asked.
+    expert_parallel : sequence of int, optional
+        Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
+        for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
+        dense model's sweep does not grow). The expert tensor-parallel size is the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -176,11 +183,14 @@ class SweepSpace:
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
+    context_parallel: Sequence[int] = (1,)
+    expert_parallel: Sequence[int] | None = None
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers")
+               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
+               "context_parallel", "expert_parallel")
         if self.sequence_parallel is not None:
             out += ("sequence_parallel",)
         if self.zero_stages is not None:
@@ -228,9 +238,11 @@ class SweepSpace:
         if not isinstance(self.tensor_parallel_across_nodes, bool):
             errs.append(FieldError("sweep.tensor_parallel_across_nodes",
                                    f"{self.tensor_parallel_across_nodes!r} must be true or false"))
-        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
+                     "expert_parallel"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        ints("context_parallel", self.context_parallel, allow_none=False)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
             values = getattr(self, name)
             values = [values] if isinstance(values, str) else list(values or [])
@@ -343,7 +355,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     Returns
     -------
     list of ParallelPlan
-        Ordered by t, p, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        Ordered by t, p, cp, d, ep, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
         of their candidate lists).
 
     Raises
@@ -372,20 +384,24 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
            if space.sequence_parallel is not None else [base.sequence_parallel])
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
           if space.zero_stages is not None else [base.zero_stage])
+    cps = sorted(set(_as_list(space.context_parallel)))
+    eps = (sorted(set(_as_list(space.expert_parallel))) if space.expert_parallel is not None
+           else _divisors(m.num_experts) if m.is_moe else [1])
     vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
           if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
-    candidates = len(ts) * len(ps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
+    candidates = (len(ts) * len(ps) * len(cps) * len(eps) * len(d_divisors) * len(bs) * len(scheds)
+                  * len(rcs))
     if candidates > MAX_SWEEP_CANDIDATES:
-        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x d x b x "
+        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x ep x d x b x "
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     for t in ts:
-        for p in ps:
-            tp = t * p
+        for p, cp in ((p, cp) for p in ps for cp in cps):
+            tp = t * p * cp  # GPUs of one data-parallel replica
             if counts is not None:
                 ds = sorted({n // tp for n in counts if n % tp == 0})
             elif space.max_gpus is not None:
@@ -401,7 +417,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
             # keep one of them (1F1B when swept)
             scheds_p = scheds if p > 1 else [one_stage_schedule(scheds)]
-            for d in ds:
+            for d, ep in ((d, ep) for d in ds for ep in eps):
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
                     if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
@@ -417,6 +433,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                     for z in zs_d:
                                         plan = dataclasses.replace(
                                             base, tensor_parallel=t, pipeline_parallel=p,
+                                            context_parallel=cp, expert_parallel=ep,
                                             data_parallel=d, micro_batch_size=b, schedule=sched,
                                             virtual_pipeline_stages=v, recompute=rc,
                                             sequence_parallel=sp, zero_stage=z,
@@ -774,6 +791,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     max_mem = np.zeros(n)
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     # Stage times read the schedule only through splits_backward and uses_virtual_stages
     # (core.graph.stage_times; tests/test_sweep_speed.py checks it): plans that differ only in
     # a schedule of the same two properties (1F1B and GPipe) share them. Batches come sorted
@@ -792,7 +810,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
-        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl),
+        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl, fp8_tn),
                                                      capacity, reserve)
         if fits:
             for w in st.warnings:
@@ -992,7 +1010,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     for (p, m, _, v), group in too_large:
         for i in group:
             iteration[i] = math.nan
-            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(model, plans[i]))
+            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(
+                model, plans[i], model_math.fp8_tn_only(store.peak_flops)))
             reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
                          f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
                          f"{MAX_PIPELINE_STEPS:,}")
@@ -1045,7 +1064,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
     figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
                       model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
-                      peak_flops_per_gpu=float(store.peak_flops[session.plan.precision]),
+                      peak_flops_per_gpu=mfu_peak_flops(store, session.plan.precision),
                       training_tokens=cost.training_tokens,
                       price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
     fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)

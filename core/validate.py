@@ -390,7 +390,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if cluster.gpu not in GPU_KINDS:
         refuse("GPU kind without a shipped profile",
                f"gpu={get['gpu']!r} has no shipped profile (shipped: {', '.join(GPU_KINDS)})")
-    world = plan.num_gpus * cp
+    world = plan.num_gpus  # t*p*cp*d (the plan holds cp)
     if world != ints["num_gpus"]:
         refuse("GPU count", f"num_gpus={ints['num_gpus']} disagrees with t*p*d"
                             + ("*cp" if cp > 1 else "") + f"={world}")

@@ -299,7 +299,7 @@ def test_precision_without_a_peak_is_refused_by_name_everywhere(capsys):
     with pytest.raises(KeyError, match=r"profile of B200-180GB has no peak FLOP/s for dtype 'fp32'"):
         simulate(s)
     store = open_profile(ROOT / "profiles" / "B200-180GB.h5")
-    with pytest.raises(KeyError, match=r"no peak FLOP/s for dtype 'fp32' \(it has bf16, fp16, fp8\)"):
+    with pytest.raises(KeyError, match=r"no peak FLOP/s for dtype 'fp32' \(it has bf16, fp16, fp8, mxfp8\)"):
         store.peak_flops["fp32"]  # as MFU and the studies look it up
     assert store.peak_flops.get("fp32") is None and "fp32" not in store.peak_flops
 
@@ -308,6 +308,7 @@ def test_store_list_shows_each_device_with_its_peaks():
     from core.profiles import list_stores
     infos = {i.device_name: i for i in list_stores([ROOT / "profiles"])}
     assert set(infos) == set(GPU_KINDS)
-    assert infos["GB200-NVL72"].device_line() == ("peak TFLOP/s bf16 2,500, fp16 2,500, fp8 5,000; "
+    assert infos["GB200-NVL72"].device_line() == ("peak TFLOP/s bf16 2,500, fp16 2,500, fp8 5,000, "
+                                                   "mxfp8 5,000; "
                                                    "HBM 186.0 GiB at 8,000 GB/s")
     assert infos["H200-SXM-141GB"].peak_flops["fp8"] == 1979e12

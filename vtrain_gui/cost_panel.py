@@ -24,7 +24,10 @@ _MEMORY_PARTS = (
     ("activations_bytes", "activations", "#F58518"),
 )
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
-              ("pp_comm_s", "pipeline sends", "#EECA3B"), ("bubble_s", "idle (bubble)", "#C9CED6"),
+              ("pp_comm_s", "pipeline sends", "#EECA3B"),
+              ("cp_comm_s", "context-parallel exchange", "#17BECF"),
+              ("ep_comm_s", "expert all-to-all", "#D62728"),
+              ("bubble_s", "idle (bubble)", "#C9CED6"),
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
@@ -103,6 +106,8 @@ class CostPanel(QtWidgets.QWidget):
             ("compute", "Compute"),
             ("comm", "Exposed TP/DP communication"),
             ("pp_comm", "Pipeline sends"),
+            ("cp_comm", "Exposed context-parallel exchange"),
+            ("ep_comm", "Expert all-to-all (MoE)"),
             ("bubble", "Idle (bubble)"),
             ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
@@ -164,7 +169,9 @@ class CostPanel(QtWidgets.QWidget):
             self._values[key] = value
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
         self._values["band_note"].setStyleSheet("color: #505860;")
-        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "bubble", "imbalance"), _BREAKDOWN):
+        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
+                                        "imbalance"),
+                                      _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
@@ -276,16 +283,24 @@ class CostPanel(QtWidgets.QWidget):
         v = self._values
         v["iteration_time"].setText(format_duration(report.iteration_time_s))
         v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))
-        v["mfu"].setText(format_fraction(report.mfu))
-        v["hfu"].setText(format_fraction(report.hfu))
+        # an FP8 plan's MFU is of the BF16 peak (core.costing.mfu_peak_flops): say so
+        of_peak = (f" of {report.mfu_peak_dtype.upper()} peak"
+                   if getattr(report, "mfu_peak_dtype", report.precision) != report.precision else "")
+        v["mfu"].setText(format_fraction(report.mfu) + of_peak)
+        v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
+        v["cp_comm"].setText(format_duration(report.cp_comm_s))
+        v["ep_comm"].setText(format_duration(report.ep_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
-        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B")
+        active = report.num_active_parameters
+        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B" + (
+            f" ({active / 1e9:,.2f} B active; MFU counts these)"
+            if active != report.num_parameters else ""))
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))

@@ -46,10 +46,17 @@ _LABELS = {
     "model.seq_length": "Sequence length s",
     "model.vocab_size": "Vocabulary V",
     "model.num_query_groups": "Query groups g",
+    "model.kv_channels": "Head size (kv channels)",
     "model.tied_embeddings": "Tied output layer",
     "model.add_bias_linear": "Linear biases",
     "model.add_qkv_bias": "QKV bias",
     "model.qk_layernorm": "QK-norm",
+    "model.num_experts": "Experts E",
+    "model.moe_top_k": "Experts per token (top-k)",
+    "model.moe_ffn_hidden_size": "Expert MLP hidden size",
+    "model.num_shared_experts": "Shared experts",
+    "model.moe_layer_frequency": "MoE layer every",
+    "model.moe_first_dense_layers": "First dense layers",
     "plan.tensor_parallel": "Tensor parallel t",
     "plan.pipeline_parallel": "Pipeline parallel p",
     "plan.data_parallel": "Data parallel d",
@@ -67,6 +74,10 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
+    "plan.context_parallel": "Context parallel cp",
+    "plan.expert_parallel": "Expert parallel ep",
+    "plan.expert_tensor_parallel": "Expert tensor parallel",
+    "plan.moe_imbalance_factor": "MoE routing imbalance",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -82,6 +93,10 @@ _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",
+              "model.kv_channels": "h/a",
+              "model.num_experts": "none (dense model)",
+              "model.moe_ffn_hidden_size": "MLP hidden size",
+              "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
               "plan.recompute_num_layers": "all",
@@ -521,7 +536,8 @@ class ConfigEditor(QtWidgets.QWidget):
         plan, model = self._session.plan, self._session.model
         try:
             params = format_count(model.num_parameters(plan.tensor_parallel) / 1e9, 1)
-            text = (f"World size t·p·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
+            cp = "·cp" if plan.context_parallel != 1 else ""
+            text = (f"World size t·p{cp}·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")

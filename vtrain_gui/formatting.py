@@ -23,6 +23,8 @@ KIND_LABELS = {
     "pp_p2p": "PP send/recv",
     "dp_comm": "DP collective",
     "wgrad": "weight gradient (W)",
+    "cp_p2p": "CP ring K/V exchange",
+    "ep_all_to_all": "EP all-to-all (token dispatch / combine)",
 }
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -37,6 +39,8 @@ KIND_COLORS = {
     "pp_p2p": "#EECA3B",
     "dp_comm": "#7F7F7F",
     "wgrad": "#FFBF79",
+    "cp_p2p": "#17BECF",
+    "ep_all_to_all": "#D62728",
 }
 
 

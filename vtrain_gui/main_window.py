@@ -196,7 +196,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
         self.recent_menu.triggered.connect(self._on_recent_menu_trigger)
         self.action_import_hf = file_menu.addAction("&Import Hugging Face config…")
-        self.action_import_hf.setToolTip("Read a model's config.json (Llama, Mistral, Qwen2, Qwen3) "
+        self.action_import_hf.setToolTip("Read a model's config.json (Llama, Mistral, Mixtral, Qwen2, "
+                                         "Qwen3 and their MoE variants) "
                                          "into a new untitled session with a default plan")
         self.action_import_hf.triggered.connect(self._on_import_hf_trigger)
         file_menu.addSeparator()

@@ -398,6 +398,8 @@ class GanttItem(pg.GraphicsObject):
         self._signals.layout.connect(self._on_layout)
         self._signals.band.connect(self._on_band)
         self._num_rows = 0
+        #: lanes per pipeline stage (compute, comm and the other streams the graph uses)
+        self.streams_per_stage = 2
         self._num_tasks = 0
         self._t_end = 0.0
         self._lanes = np.empty((0, 4))
@@ -749,9 +751,10 @@ class GanttItem(pg.GraphicsObject):
         painter.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, False)
         painter.setPen(Qt.PenStyle.NoPen)
         lanes = self._lanes
-        for stream in range(len(STREAMS)):
-            painter.setBrush(self._lane_brushes[stream % len(self._lane_brushes)])
-            _draw_rects(painter, np.ascontiguousarray(lanes[stream::len(STREAMS)]))
+        n = self.streams_per_stage
+        for stream in range(n):  # compute lanes in one colour, communication lanes in the other
+            painter.setBrush(self._lane_brushes[min(stream, len(self._lane_brushes) - 1)])
+            _draw_rects(painter, np.ascontiguousarray(lanes[stream::n]))
         if self.grid_ticks is not None:
             # own grid: pyqtgraph's axis grid replays a picture over the whole
             # view and costs more than all the bars together
@@ -876,9 +879,12 @@ class TimelineWidget(QtWidgets.QWidget):
     def set_data(self, graph: ExecutionGraph, schedule: Schedule) -> None:
         """Show the tasks of ``graph`` at the times of ``schedule`` (arrays of shape (n,))."""
         self._graph, self._schedule = graph, schedule
-        num_rows = int(graph.num_stages) * len(STREAMS)
-        if graph.num_tasks:  # the largest row (stage * streams + stream) it could hold
-            num_rows = max(num_rows, int(graph.stage.max()) * len(STREAMS) + int(graph.stream.max()) + 1)
+        n_lanes = len(graph.lanes)
+        self._lane_streams = graph.lanes
+        self.gantt.streams_per_stage = n_lanes
+        num_rows = int(graph.num_stages) * n_lanes
+        if graph.num_tasks:  # the largest row (stage * lanes + lane) it could hold
+            num_rows = max(num_rows, (int(graph.stage.max()) + 1) * n_lanes)
         self._clear_lookup()  # hover finds tasks once the layout is there (_on_layout_ready)
         # rows and durations are computed with the layout (off the GUI thread when large)
         self.gantt.set_tasks(schedule.start_s, None, graph.kind, lambda: graph.row, num_rows,
@@ -1035,9 +1041,10 @@ class TimelineWidget(QtWidgets.QWidget):
         row_px = self.view_box.height() / max(num_rows, 1)
         if row_px <= 0 and num_rows:
             return  # not laid out yet (a hidden tab): labelled on the first resize
-        n_streams = len(STREAMS)
+        lane_streams = getattr(self, "_lane_streams", (0, 1))
+        n_streams = len(lane_streams)
         if row_px >= metrics.height() or num_rows == 0:
-            ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[r % n_streams]}")
+            ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[lane_streams[r % n_streams]]}")
                      for r in range(num_rows)]
         else:
             step = max(1, math.ceil(1.2 * metrics.height() / (row_px * n_streams)))

@@ -56,8 +56,13 @@ def add_parser(sub: Any) -> None:
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
                     help="sequence parallelism off (n) and/or on (y) (default: CONFIG's setting)")
+    sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
+                    help="expert-parallel sizes to try (default: the divisors of the number of "
+                         "experts for a mixture-of-experts model, 1 for a dense one)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
+    sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
+                    help="context-parallel sizes to try (world size t*p*cp*d; default 1)")
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
@@ -125,6 +130,8 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         zero_stages=(None if args.zero_stages is None else tuple(
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
+        expert_parallel=_ints("--expert-parallel", args.expert_parallel),
+        context_parallel=_ints("--context-parallel", args.context_parallel),
     )
 
 
@@ -183,11 +190,13 @@ def _why_no_plan(session, space) -> list:
     out = []
     ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
                 schedule="1f1b", recompute="full", recompute_num_layers=None,
-                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None)
+                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
+                context_parallel=1)
     for option, values, name in (
             ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
             ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
-            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size")):
+            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
+            ("--context-parallel", space.context_parallel, "context_parallel")):
         for v in values or ():
             probe = session.copy()
             probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
@@ -281,6 +290,10 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
+    if s.plan.precision == "fp8":
+        from ..config import fp8_recipe
+        from ..costing import MFU_PEAK_NOTE
+        console.print(f"[dim]precision fp8, recipe {fp8_recipe(s.plan)}; {MFU_PEAK_NOTE}[/]")
     best = _plan_table("Best plans", result, "")
     rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
     if result.deadline_days is not None:

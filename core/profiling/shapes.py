@@ -110,7 +110,7 @@ class ShapeGroup:
         profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
-                    attn="unfused", qkn=0)
+                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1)
 
     def label(self) -> str:
         """Short text for progress lines, e.g. ``s=256 h=512 a=8 f=2048 V=8192 t=1 fp32``."""
@@ -186,7 +186,8 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     t = pl.tensor_parallel
     gpt = {"num_query_groups": (None, m.num_attention_heads), "activation": ("gelu",),
            "normalization": ("layernorm",), "position_embedding": ("learned",),
-           "attention_kernel": ("unfused",), "qk_layernorm": (False,)}
+           "attention_kernel": ("unfused",), "qk_layernorm": (False,),
+           "kv_channels": (None, m.hidden_size // m.num_attention_heads)}
     other = [f"model.{n}={getattr(m, n)!r}" for n, ok in gpt.items() if getattr(m, n) not in ok]
     if other:  # the profiler builds GPT layers; the analytic model times the others
         raise ShapeFileError(f"profiling measures Megatron-LM GPT layers only; not {', '.join(other)}")

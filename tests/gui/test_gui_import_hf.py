@@ -1,12 +1,13 @@
 """File > Import Hugging Face config: a Llama config becomes an untitled session; a refused
-(mixture-of-experts) config changes nothing and says why."""
+config (DeepSeek-V3's multi-head latent attention) changes nothing and says why in one message."""
 
 from __future__ import annotations
 
 import json
 
 from core import model_math
-from tests.test_llama import LLAMA3_8B, MIXTRAL_8X7B
+from tests.test_hf_moe_import import DEEPSEEK_V3
+from tests.test_llama import LLAMA3_8B
 
 
 def test_import_hf_config_into_the_window(window, qtbot, tmp_path, message_boxes, real_simulate):
@@ -28,8 +29,10 @@ def test_import_hf_config_into_the_window(window, qtbot, tmp_path, message_boxes
 def test_refused_config_leaves_the_session_untouched(window, tmp_path, message_boxes):
     before = window.session().to_dict()
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(MIXTRAL_8X7B), encoding="utf-8")
+    path.write_text(json.dumps(DEEPSEEK_V3), encoding="utf-8")
     assert not window.import_hf_path(path)
     (kind, title, text), = message_boxes.of_kind("critical")
-    assert "mixture of experts is not modelled yet" in text
+    assert text == ("config.json: architectures: 'DeepseekV3ForCausalLM': multi-head latent "
+                    "attention (q_lora_rank, kv_lora_rank; model.multi_latent_attention) is not "
+                    "modelled")
     assert window.session().to_dict() == before

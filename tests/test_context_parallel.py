@@ -1,0 +1,344 @@
+"""Context parallelism (plan.context_parallel, cp): Megatron-Core's ring attention.
+
+Closed forms: the K/V exchange volume per layer, the ring's hidden and exposed parts, the
+rank's share of the attention FLOPs and of every token-wise op, the world size, the data-
+parallel group with the cp ranks, the activation memory with s -> s/cp; cp = 1 is the
+simulator of before, bit for bit (values recorded on main before context parallelism).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from core import model_math
+from core.comm import CommModel
+from core.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, validate)
+from core.graph import _cp_ring_times, build_graph, op_key, stage_times
+from core.graph_types import KINDS, STREAMS
+from core.ops import op_kernels
+from core.simulate import session_profile, simulate
+from core.sweep import SweepSpace, enumerate_plans
+
+LLAMA3_8B = MODEL_PRESETS["Llama 3 8B"]
+CP_KIND = KINDS.index("cp_p2p")
+
+
+def _session(seq: int = 131072, cp: int = 8, t: int = 8, p: int = 1, d: int = 1, B: int = 4,
+             gpu: str = "H200-SXM-141GB", **plan) -> Session:
+    model = dataclasses.replace(LLAMA3_8B, seq_length=seq)
+    kw = dict(tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=1,
+              global_batch_size=B, recompute="selective", sequence_parallel=True,
+              context_parallel=cp)
+    kw.update(plan)
+    return Session(model=model, plan=ParallelPlan(**kw),
+                   cluster=ClusterConfig(gpu=gpu, inter_node_bandwidth_gbits_per_s=3200.0))
+
+
+# --------------------------------------------------------------------------- volume
+
+def test_kv_exchange_volume_per_layer_is_the_closed_form():
+    """Per layer and micro-batch, one GPU sends cp-1 blocks of K and V of its s/cp tokens in
+    the forward, and those plus as many blocks of dK/dV in the backward; a block is
+    b * s/cp * 2 * (g/t) * kv_channels elements (Llama 3 8B: g=8, kv_channels=128)."""
+    s = _session(seq=131072, cp=8, t=2, micro_batch_size=2)
+    block = 2 * (131072 // 8) * 2 * (8 // 2) * 128 * 2  # b * s/cp * (K, V) * g/t * dh * bf16
+    assert block == 67_108_864
+    assert model_math.cp_kv_block_bytes(s.model, s.plan) == block
+    assert model_math.cp_exchange_bytes(s.model, s.plan) == (7 * block, 14 * block)
+    one = dataclasses.replace(s.plan, context_parallel=1)
+    assert model_math.cp_exchange_bytes(s.model, one) == (0.0, 0.0)
+
+
+def test_ring_steps_hide_the_exchange_under_the_core_and_expose_the_rest():
+    """cp=4, core 4 s forward and 8 s backward (1 s and 2 s per step), a K/V block 1.5 s and
+    K/V with dK/dV 3 s: forward 3 transfers of 1.5 s under 1 s steps (3 s hidden, 1.5 s
+    exposed); backward transfers 1.5, 3, 3, 1.5 s under 2 s steps (7 s hidden, 2 s exposed)."""
+    out = _cp_ring_times(4, 4.0, 8.0, 1.5, 3.0)
+    assert out == {"cp_fwd_hidden": 3.0, "cp_fwd_exposed": 1.5,
+                   "cp_bwd_hidden": 7.0, "cp_bwd_exposed": 2.0}
+    # cp = 2: one forward transfer, two backward (K/V, then dK/dV), no double block
+    assert _cp_ring_times(2, 2.0, 2.0, 0.5, 99.0) == {
+        "cp_fwd_hidden": 0.5, "cp_fwd_exposed": 0.0, "cp_bwd_hidden": 1.0, "cp_bwd_exposed": 0.0}
+
+
+# --------------------------------------------------------------------------- work per rank
+
+def _flops(op: str, key: dict) -> float:
+    return sum(k.flops for k in op_kernels(op, key))
+
+
+@pytest.mark.parametrize("cp", [2, 4, 16])
+def test_each_rank_computes_one_cpth_of_the_causal_attention_and_of_every_token_wise_op(cp):
+    S = 32768
+    full = op_key(_session(seq=S, cp=1, t=2))
+    part = op_key(_session(seq=S, cp=cp, t=2))
+    assert (part["s"], part["cp"]) == (S // cp, cp)
+    for core in ("attention_core_fwd", "attention_core_bwd"):
+        assert _flops(core, part) == pytest.approx(_flops(core, full) / cp, rel=1e-12)
+        # in cp steps of a causal s/cp x s/cp FlashAttention problem each
+        steps = [k for k in op_kernels(core, part) if k.is_gemm]
+        assert len(steps) == cp and all((k.m, k.n) == (S // cp, S // cp) for k in steps)
+    for op in ("attention_fwd", "attention_bwd"):  # QKV, projection and core together
+        assert _flops(op, part) == pytest.approx(_flops(op, full) / cp, rel=1e-12)
+    for op in ("mlp_fwd", "mlp_bwd", "output_fwd", "output_bwd"):
+        assert _flops(op, part) == pytest.approx(_flops(op, full) / cp, rel=1e-12)
+        assert sum(k.bytes for k in op_kernels(op, part)) < sum(k.bytes for k in op_kernels(op, full))
+
+
+def test_with_free_communication_the_ring_is_all_hidden_and_the_core_takes_its_share():
+    """cp=2 inside a node at an absurd NVLink bandwidth: no exposed exchange; the graph holds,
+    per attention op, its part outside the ring, the core and the hidden exchange on the
+    "CP ring" stream; the times sum to the attention op's."""
+    s = _session(seq=65536, cp=2, t=2, gpu="H100-SXM5-80GB", recompute="none")
+    s.cluster.intra_node_bandwidth_gbytes_per_s = 100_000.0
+    store = session_profile(s)
+    st = stage_times(s, store)
+    times = st.op_times_s
+    assert times["cp_fwd_exposed"] == 0.0 and times["cp_bwd_exposed"] == 0.0
+    assert 0 < times["cp_fwd_hidden"] < times["attention_core_fwd"] / 2
+    graph, _ = build_graph(s, store, times=st)
+    cp_tasks = graph.kind == CP_KIND
+    assert set(graph.stream[cp_tasks].tolist()) == {STREAMS.index("CP ring")}
+    assert graph.lanes == (0, 1, 2)
+    layers = s.model.num_layers
+    m = s.plan.num_microbatches
+    # per layer and micro-batch: forward and backward, each an exposed and a hidden task
+    assert cp_tasks.sum() == 4 * layers * m
+    core = graph.op == list(graph_ops()).index("attention_core_fwd")
+    pre = (graph.op == list(graph_ops()).index("attention_fwd"))
+    assert core.sum() == pre.sum() == layers * m
+    assert graph.duration_s[core][0] + graph.duration_s[pre][0] == pytest.approx(
+        times["attention_fwd"], rel=1e-12)
+    r = simulate(s).report
+    assert r.cp_comm_s == 0.0 and r.num_gpus == 4
+
+
+def graph_ops():
+    from core.graph_types import OPS
+    return OPS
+
+
+# --------------------------------------------------------------------------- exposed time
+
+def test_exposed_exchange_in_the_report_is_per_layer_rings_times_layers_and_micro_batches():
+    """Inter-node ring (t=8, cp=8 on 8-GPU nodes with 400 Gb/s each: a K/V block of 8 MiB takes
+    longer than a ring step's attention): the report's context-parallel exchange is
+    L * m * (forward + backward + the selectively recomputed core's forward) exposed parts,
+    and the breakdown still sums to the iteration time."""
+    s = _session(seq=131072, cp=8, t=8, B=2, gpu="H100-SXM5-80GB")
+    s.cluster.inter_node_bandwidth_gbits_per_s = 400.0
+    r = simulate(s).report
+    st = stage_times(s, session_profile(s))
+    per_layer = 2 * st.op_times_s["cp_fwd_exposed"] + st.op_times_s["cp_bwd_exposed"]
+    assert per_layer > 0
+    expected = s.model.num_layers * s.plan.num_microbatches * per_layer
+    assert r.cp_comm_s == pytest.approx(expected, rel=1e-9)
+    total = r.compute_s + r.comm_s + r.pp_comm_s + r.cp_comm_s + r.bubble_s + r.imbalance_s
+    assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
+    # inside a node (t=2, cp=4: 8 ranks) the ring is faster than across nodes
+    near = _session(seq=131072, cp=4, t=2, B=2, gpu="H100-SXM5-80GB")
+    near.cluster.inter_node_bandwidth_gbits_per_s = 400.0
+    near = simulate(near).report
+    assert near.cp_comm_s < r.cp_comm_s
+
+
+# --------------------------------------------------------------------------- placement
+
+def test_rank_order_is_tp_cp_dp_pp_and_the_gradient_group_is_d_times_cp():
+    s = _session(seq=8192, cp=2, t=2, p=2, d=2, B=8)
+    s.cluster.gpus_per_node = 4
+    comm = CommModel(session_profile(s), s.plan, s.cluster)
+    # global rank tp + t*(cp_rank + cp*(dp + d*pp)); 4 GPUs per node
+    assert comm.node_of(1, 0, 0, cp_rank=1) == (1 + 2 * 1) // 4 == 0
+    assert comm.node_of(0, 1, 0) == (2 * 2 * 1) // 4 == 1
+    assert comm.node_of(0, 0, 1) == (2 * 2 * 2) // 4 == 2
+    assert comm.cp_ring_in_node()
+    assert not CommModel(comm.store, dataclasses.replace(s.plan, context_parallel=4),
+                         s.cluster).cp_ring_in_node()
+    # the data-parallel gradient reduction runs over the d*cp = 4 ranks tp + 2j (2 per node)
+    plain = dataclasses.replace(s.plan, context_parallel=1, data_parallel=4)
+    assert comm.dp_all_reduce(1e8) == CommModel(comm.store, plain, s.cluster).dp_all_reduce(1e8)
+    assert s.plan.dp_cp_size == 4
+
+
+# --------------------------------------------------------------------------- rules
+
+def test_world_size_is_t_p_cp_d():
+    s = _session(seq=131072, cp=4, t=2, p=2, d=3, B=6)
+    assert s.plan.num_gpus == 2 * 2 * 4 * 3
+    assert s.plan.num_microbatches == 6 // 3  # cp ranks share each micro-batch
+    assert "cp=4" in s.plan.label()
+    check(s)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(seq=131072 + 8), "seq_length=131080 is not divisible by 2*context_parallel_size=16"),
+    (dict(t=4, cp=4, seq=4 * 2 * 3), "seq_length/context_parallel_size=6 is not divisible by "
+                                     "tensor_parallel_size=4"),
+    (dict(t=4, cp=3, seq=6 * 1024), "tensor_parallel_size*context_parallel_size=4*3=12 spans nodes"),
+])
+def test_megatron_rules_of_context_parallelism_name_the_field(change, words):
+    kw = dict(cp=8, t=1)
+    kw.update(change)
+    errs = validate(_session(**kw))
+    assert [e.field for e in errs] == ["plan.context_parallel"]
+    assert words in errs[0].message
+
+
+def test_the_unfused_attention_has_no_ring_and_is_refused_by_name():
+    s = _session(cp=2, t=8)
+    s.model.attention_kernel = "unfused"
+    (err,) = validate(s)
+    assert err.field == "plan.context_parallel" and "attention_kernel = flash" in err.message
+
+
+def test_world_size_bound_counts_cp():
+    s = _session(seq=131072, cp=64, t=8, p=1, d=4096, B=4096)
+    errs = validate(s)
+    assert any(e.field == "plan.data_parallel" and "8*1*64*4096=2,097,152" in e.message for e in errs)
+
+
+# --------------------------------------------------------------------------- memory
+
+def test_activation_memory_is_korthikantis_with_s_over_cp():
+    for mode in ("none", "selective", "full"):
+        s = _session(seq=131072, cp=8, t=4, recompute=mode)
+        local = dataclasses.replace(s.model, seq_length=131072 // 8)
+        one = dataclasses.replace(s.plan, context_parallel=1)
+        assert model_math.activation_bytes_per_layer(s.model, s.plan) == \
+            model_math.activation_bytes_per_layer(local, one)
+    s = _session(seq=131072, cp=8, t=4, recompute="none")
+    mem = model_math.stage_memory(s.model, s.plan)[-1]
+    one = model_math.stage_memory(s.model, dataclasses.replace(s.plan, context_parallel=1))[-1]
+    assert mem.activations_bytes == pytest.approx(one.activations_bytes / 8, rel=1e-12)
+    assert mem.weights_bytes == one.weights_bytes  # every cp rank holds the weights
+
+
+def test_distributed_optimizer_shards_over_d_times_cp():
+    s = _session(cp=4, t=8, d=2, B=8, zero_stage=1)
+    w, g, o = model_math.bytes_per_parameter(s.plan)
+    assert (w, g, o) == (2, 4, 12 / 8)  # bf16 with fp32 main gradients: 6 + 12/(d*cp)
+
+
+# --------------------------------------------------------------------------- cp = 1 unchanged
+
+#: (iteration time, peak memory per GPU, exposed TP/DP communication) on main before context
+#: parallelism was modelled (commit 1df7c0d): cp = 1 must give the same floats, bit for bit.
+_BEFORE = [
+    (Session(), (57.69900268826715, 31749519360.0, 7.481048043229236)),
+    (Session(model=LLAMA3_8B, plan=ParallelPlan(
+        tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
+        global_batch_size=32, schedule="zb-h1", recompute="selective", sequence_parallel=True,
+        zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
+        cluster=ClusterConfig(gpu="H100-SXM5-80GB")),
+     (2.0320441570691243, 36101210112.0, 0.0990150257777756)),
+    (Session(model=MODEL_PRESETS["Llama 2 7B"], plan=ParallelPlan(
+        tensor_parallel=4, pipeline_parallel=2, data_parallel=4, micro_batch_size=2,
+        global_batch_size=64, schedule="interleaved", virtual_pipeline_stages=2, recompute="full",
+        zero_stage=3, overlap_grad_reduce=True), cluster=ClusterConfig(gpu="H200-SXM-141GB")),
+     (1.8535172632932921, 7115456512.0, 0.8006491248541721)),
+]
+
+
+@pytest.mark.parametrize("session, before", _BEFORE)
+def test_cp_1_is_unchanged_bit_for_bit(session, before):
+    r = simulate(session).report
+    assert (r.iteration_time_s, r.max_memory_per_gpu_bytes, r.comm_s) == before
+    assert r.cp_comm_s == 0.0
+
+
+# --------------------------------------------------------------------------- long sequences
+
+@pytest.mark.parametrize("seq, cp, fits", [
+    (131072, 8, True), (131072, 16, True), (131072, 32, True),
+    (1048576, 8, True), (1048576, 16, True), (1048576, 32, True), (1048576, 1, False),
+])
+def test_llama3_8b_at_long_sequences_runs_and_fits_or_is_reported(seq, cp, fits):
+    """Llama 3 8B, t=8, selective recomputation, sequence parallelism, on H200 nodes of 8."""
+    s = _session(seq=seq, cp=cp, t=8, B=2, zero_stage=1)
+    r = simulate(s).report
+    assert r.num_gpus == 8 * cp
+    assert r.fits_in_memory is fits
+    if not fits:
+        assert any("does not fit" in w for w in r.warnings)
+    assert r.iteration_time_s > 0 and 0 < r.mfu < 1
+
+
+def test_unfused_attention_at_a_million_tokens_is_reported_as_not_fitting():
+    """Without FlashAttention the (s, s) scores of one layer alone are 5*a*s^2*b/t bytes:
+    about 20 TiB at s=2^20 (Korthikanti et al. 2022): reported, never hidden."""
+    s = _session(seq=1048576, cp=1, t=8, B=1, recompute="none")
+    s.model.attention_kernel = "unfused"
+    r = simulate(s).report
+    assert not r.fits_in_memory
+    assert r.max_memory_per_gpu_bytes > 5 * 32 * 2**40 / 8
+
+
+# --------------------------------------------------------------------------- sweep
+
+def test_the_default_sweep_has_no_cp_and_cp_is_swept_when_asked():
+    s = _session(seq=16384, cp=1, t=1, B=8)
+    default = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1],
+                                            micro_batch_sizes=[1], schedules=["1f1b"],
+                                            recompute=["selective"]))
+    assert {pl.context_parallel for pl in default} == {1}
+    both = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1],
+                                         micro_batch_sizes=[1], schedules=["1f1b"],
+                                         recompute=["selective"], context_parallel=[1, 2]))
+    assert sorted((pl.context_parallel, pl.data_parallel) for pl in both) == [(1, 2), (2, 1)]
+    assert all(pl.num_gpus == 16 for pl in both)
+    errs = SweepSpace(max_gpus=8, context_parallel=[0]).errors()
+    assert [e.field for e in errs] == ["sweep.context_parallel"]
+
+
+def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
+    import csv
+    import json
+
+    from core.cli import main
+    from core.session import save_session
+
+    path = tmp_path / "llama.json"
+    save_session(_session(seq=16384, cp=1, t=8, B=8), path)
+    out = tmp_path / "plans.csv"
+    assert main(["sweep", str(path), "--json", "--gpus", "16", "--tensor-parallel", "8",
+                 "--pipeline-parallel", "1", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+                 "--recompute", "selective", "--context-parallel", "1,2", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["num_plans"] == 2
+    with out.open() as fh:
+        rows = sorted((r["context_parallel"], r["data_parallel"], r["num_gpus"])
+                      for r in csv.DictReader(fh))
+    assert rows == [("1", "2", "16"), ("2", "1", "16")]
+    # a size the model cannot take is refused by name, with the option
+    path2 = tmp_path / "gpt.json"
+    save_session(Session(model=MODEL_PRESETS["GPT-3 1.3B"]), path2)
+    assert main(["sweep", str(path2), "--context-parallel", "2"]) == 2
+    assert "--context-parallel 2" in capsys.readouterr().err
+
+
+def test_megatron_script_round_trip_keeps_cp_and_the_world_size():
+    from core.megatron_args import export_script, read_launch, session_from_launch
+
+    s = _session(seq=131072, cp=4, t=2, p=2, d=3, B=6)
+    text = export_script(s)
+    assert "--context-parallel-size 4" in text
+    back = session_from_launch(read_launch(text)).session
+    assert back.plan.context_parallel == 4 and back.plan.data_parallel == 3
+    assert back.plan.num_gpus == s.plan.num_gpus == 48
+
+
+def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
+    """GB200 NVL72 (72 GPUs a node), t=8, cp=2: groups of 16 ranks; 72 is no multiple of 16,
+    so with more than one node some group straddles a boundary and its ring crosses nodes."""
+    s = _session(seq=131072, cp=2, t=8, d=4, B=8, gpu="GB200-NVL72")
+    s.cluster.gpus_per_node = 72
+    check(s)
+    store = session_profile(s)
+    assert CommModel(store, s.plan, s.cluster).cp_ring_in_node()  # 64 GPUs: one node
+    wide = dataclasses.replace(s.plan, data_parallel=8)  # 128 GPUs: ranks 64-79 straddle
+    assert not CommModel(store, wide, s.cluster).cp_ring_in_node()
+    even = dataclasses.replace(wide, tensor_parallel=4, context_parallel=2)  # 8 divides 72
+    assert CommModel(store, even, s.cluster).cp_ring_in_node()

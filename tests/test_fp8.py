@@ -1,0 +1,379 @@
+"""FP8 training (plan.precision = "fp8", plan.fp8_recipe) as Megatron-Core with Transformer Engine:
+GEMM rates, quantization kernels, memory, refusals, caches and MFU."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from core import model_math as mm
+from core.config import (GPU_FP8_DTYPES, GPU_KINDS, MODEL_PRESETS, ParallelPlan, fp8_recipe, grad_dtype,
+                         validate)
+from core.gpu_spec import shipped_specs
+from core.graph import lookup_op_times, op_key, stage_times
+from core.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
+from core.session import load_any, save_session
+from core.simulate import open_profile, simulate
+
+H100 = ROOT / "profiles" / "H100-SXM5-80GB.h5"
+B200 = ROOT / "profiles" / "B200-180GB.h5"
+EXAMPLES = ROOT / "resources" / "examples"
+
+
+def _session(gpu: str = "H100-SXM5-80GB", precision: str = "fp8", recipe: str | None = None):
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")  # GPT-3 1.3B, t=2 p=2 d=2
+    s.cluster.gpu = gpu
+    s.plan.precision = precision
+    s.plan.fp8_recipe = recipe
+    return s
+
+
+def _key(**kw):
+    return {**dict(b=8, s=4096, h=12288, a=96, f=4 * 12288, t=1, V=51200, dtype="bf16"), **kw}
+
+
+# --------------------------------------------------------------------------- GEMM rates
+
+def test_a_large_linear_gemm_runs_at_the_fp8_peak_ratio():
+    """fc1 of GPT-3 175B at b=8, s=4096 is compute-bound: its time minus the per-kernel overhead
+    scales with the peak, 989/1979 on the H100 (roofline with the same efficiency curve)."""
+    store = open_profile(H100)
+    p = {**store.op_model}
+    kov = p["kernel_overhead_s"]
+
+    def fc1(dtype: str, **kw) -> tuple[mm.Kernel, float]:
+        key = device_key(_key(dtype=dtype, **kw), store.peak_flops)
+        k = [x for x in op_kernels("mlp_fwd", key) if x.name == "fc1"]
+        t = kernel_times(*kernel_arrays(k), kernel_peak_flops(k, dtype, store.peak_flops), store.memory_bandwidth_bytes_per_s, p)
+        return k[0], float(t[0])
+
+    kb, tb = fc1("bf16")
+    k8, t8 = fc1("fp8")
+    m, n, k = 8 * 4096, 4 * 12288, 12288
+    x = (m * n * k) ** (1 / 3)
+    eff = p["gemm_efficiency_max"] * x / (x + p["gemm_half_size"])
+    assert k8.dtype == "fp8" and kb.dtype == ""
+    assert k8.flops == kb.flops == 2.0 * m * n * k  # the model FLOPs do not change
+    assert k8.bytes == m * k + k * n + 2 * m * n  # FP8 inputs, BF16 output
+    assert t8 == pytest.approx(2.0 * m * n * k / (1979e12 * eff) + kov, rel=1e-12)
+    assert tb == pytest.approx(2.0 * m * n * k / (989e12 * eff) + kov, rel=1e-12)
+    assert (t8 - kov) / (tb - kov) == pytest.approx(989 / 1979, rel=1e-12)
+    # MXFP8 on Blackwell runs at the mxfp8 peak (the FP8 rate there)
+    b200 = open_profile(B200)
+    k = [x for x in op_kernels("mlp_fwd", device_key(_key(dtype="fp8", fp8="mxfp8"), b200.peak_flops))
+         if x.is_gemm]
+    assert {x.dtype for x in k} == {"mxfp8"}
+    assert list(kernel_peak_flops(k, "fp8", b200.peak_flops)) == [4500e12, 4500e12]
+
+
+def test_only_the_linear_layers_run_in_fp8():
+    """QKV, projection, fc1, fc2 and their dgrad/wgrad in FP8; the attention core, the output layer
+    and the embedding in BF16 (kernels and times equal to bf16's for those ops)."""
+    store = open_profile(H100)
+    key = _key(dtype="fp8", fp8="tensorwise", attn="flash")
+    fp8_gemms = {k.name for op in ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
+                 for k in op_kernels(op, key) if k.dtype == "fp8"}
+    assert fp8_gemms == {"qkv", "proj", "fc1", "fc2", "qkv_dgrad", "qkv_wgrad", "proj_dgrad", "proj_wgrad",
+                         "fc1_dgrad", "fc1_wgrad", "fc2_dgrad", "fc2_wgrad"}
+    for op in ("embedding_fwd", "embedding_bwd", "output_fwd", "output_bwd", "attention_core_fwd"):
+        assert op_kernels(op, key) == op_kernels(op, _key(attn="flash")), op
+        assert analytic_op_time(op, key, store) == analytic_op_time(op, _key(attn="flash"), store), op
+    # a whole GEMM-heavy op gains less than the peak ratio (casts, BF16 memory-bound kernels), but gains
+    ratio = analytic_op_time("mlp_fwd", key, store) / analytic_op_time("mlp_fwd", _key(), store)
+    assert 989 / 1979 < ratio < 0.75
+
+
+# --------------------------------------------------------------------------- quantization kernels
+
+@pytest.mark.parametrize("recipe, tn, kernels", [
+    # (name, bytes per element): read BF16 (2), amax pass with current scaling (2), FP8 copies (1 each)
+    ("tensorwise", True, [("x_amax", 2.0), ("x_cast", 2 + 2 * 1)]),
+    ("tensorwise", False, [("x_amax", 2.0), ("x_cast", 2 + 1)]),
+    ("delayed", True, [("x_cast", 2 + 2 * 1)]),
+    ("delayed", False, [("x_cast", 2 + 1)]),
+    ("mxfp8", False, [("x_cast", 2 + 2 * (1 + 1 / 32))]),
+    ("blockwise", True, [("x_cast", 2 + 2 * (1 + 4 / 128))]),
+])
+def test_cast_kernels_move_the_bytes_of_their_closed_form(recipe, tn, kernels):
+    n = 3 * 4096 * 12288
+    got = mm.fp8_cast_kernels("x", n, recipe, tn)
+    assert [(k.name, k.bytes / n) for k in got] == [(name, pytest.approx(b, rel=1e-15)) for name, b in kernels]
+    assert all(k.flops == 0 and not k.is_gemm for k in got)
+
+
+def test_each_linear_layer_quantizes_its_input_and_its_output_gradient():
+    b, s, h, f, t = 2, 2048, 4096, 16384, 2
+    T = b * s
+    key = dict(b=b, s=s, h=h, a=32, f=f, t=t, V=51200, dtype="fp8", fp8="delayed", fp8_tn=True)
+    casts = {k.name: k.bytes for op in ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
+             for k in op_kernels(op, key) if k.name.endswith("_cast")}
+    per = 4  # delayed scaling on Hopper: read 2, write the FP8 copy and its transpose
+    assert casts == {"qkv_input_cast": per * T * h, "proj_input_cast": per * T * h // t,
+                     "fc1_input_cast": per * T * h, "fc2_input_cast": per * T * f // t,
+                     "proj_grad_cast": per * T * h, "qkv_grad_cast": per * T * 3 * h // t,
+                     "fc2_grad_cast": per * T * h, "fc1_grad_cast": per * T * f // t}
+    # the weights are quantized once per iteration, with the optimizer step
+    w = op_kernels(mm.FP8_WEIGHT_CAST_OP, {"n": 1000, "dtype": "fp8", "fp8": "tensorwise", "fp8_tn": True})
+    assert [(k.name, k.bytes) for k in w] == [("weights_amax", 2000.0), ("weights_cast", 4000.0)]
+
+
+def test_the_transposed_copies_depend_on_the_gpu():
+    assert mm.fp8_tn_only(open_profile(H100).peak_flops) is True
+    assert mm.fp8_tn_only(open_profile(B200).peak_flops) is False
+    assert device_key({"dtype": "fp8"}, open_profile(B200).peak_flops)["fp8_tn"] is False
+    assert "fp8_tn" not in device_key({"dtype": "bf16"}, open_profile(B200).peak_flops)
+
+
+# --------------------------------------------------------------------------- memory
+
+def test_bytes_per_parameter_of_fp8_training():
+    """BF16 weights, fp32 main gradients, fp32 master + Adam (18 bytes, 6 + 12/d distributed) plus
+    the FP8 copies of the linear layers' weights."""
+    pl = ParallelPlan(data_parallel=8, precision="fp8")
+    assert grad_dtype(pl) == "fp32"
+    assert mm.bytes_per_parameter(pl) == (2, 4, 12)
+    assert mm.bytes_per_parameter(dataclasses.replace(pl, zero_stage=1)) == (2, 4, 12 / 8)
+    assert mm.fp8_weight_bytes_per_parameter("tensorwise", tn_only=True) == 2
+    assert mm.fp8_weight_bytes_per_parameter("delayed", tn_only=False) == 1
+    assert mm.fp8_weight_bytes_per_parameter("mxfp8", tn_only=False) == 2 * (1 + 1 / 32)
+    assert mm.fp8_weight_bytes_per_parameter("blockwise") == 2 * (1 + 4 / 128 ** 2)
+
+
+def test_fp8_memory_adds_the_weight_copies_and_saves_linear_inputs_in_one_byte():
+    m = MODEL_PRESETS["GPT-3 175B"]
+    h = m.hidden_size
+    bf = ParallelPlan(tensor_parallel=8, pipeline_parallel=16, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=1536, recompute="selective", precision="bf16")
+    f8 = dataclasses.replace(bf, precision="fp8")
+    w = mm.fp8_weights_per_gpu(m, f8)
+    assert list(w) == [6 * 12 * h * h / 8] * 16  # 6 layers of 12h^2 (no biases) over t=8
+    for tn, per in ((True, 2), (False, 1)):
+        a, b = mm.stage_memory(m, bf), mm.stage_memory(m, f8, fp8_tn=tn)
+        for x, y, n in zip(a, b, w):
+            assert y.weights_bytes - x.weights_bytes == pytest.approx(per * n, rel=1e-12)
+            assert (y.gradients_bytes, y.optimizer_bytes) == (x.gradients_bytes, x.optimizer_bytes)
+    sbh = m.seq_length * 1 * h
+    # selective recomputation, t=8, GeLU f=4h, unfused attention: Korthikanti sbh(10 + 24/t) with
+    # QKV's and fc1's inputs (10 -> 8), the projection's (-1) and fc2's (8 -> 4) inputs in FP8
+    assert mm.activation_bytes_per_layer(m, bf) == sbh * (10 + 24 / 8)
+    assert mm.activation_bytes_per_layer(m, f8) == sbh * (8 + 19 / 8)
+    # FlashAttention without recomputation keeps its BF16 output too: the FP8 copy adds 1
+    fl = dataclasses.replace(m, attention_kernel="flash")
+    none = dataclasses.replace(f8, recompute="none")
+    assert mm.activation_bytes_per_layer(fl, none) == sbh * (8 + (24 + 1 - 4) / 8)
+    assert mm.activation_bytes_per_layer(m, dataclasses.replace(f8, recompute="full")) == 2 * sbh
+
+
+# --------------------------------------------------------------------------- refusals
+
+def _errors(s) -> dict[str, str]:
+    return {e.field: e.message for e in validate(s)}
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_by_name():
+    errs = _errors(_session("A100-SXM4-80GB"))
+    assert list(errs) == ["plan.precision"]
+    assert "cluster.gpu='A100-SXM4-80GB'" in errs["plan.precision"]
+    assert "no FP8 tensor cores" in errs["plan.precision"]
+
+
+def test_mxfp8_needs_blackwell():
+    errs = _errors(_session("H100-SXM5-80GB", recipe="mxfp8"))
+    assert list(errs) == ["plan.fp8_recipe"]
+    assert "cluster.gpu='H100-SXM5-80GB'" in errs["plan.fp8_recipe"] and "Blackwell" in errs["plan.fp8_recipe"]
+    assert _errors(_session("B200-180GB", recipe="mxfp8")) == {}
+    assert _errors(_session("GB200-NVL72", recipe="mxfp8")) == {}
+
+
+def test_fp8_recipe_without_fp8_and_fp8_gradients_are_refused():
+    errs = _errors(_session(precision="bf16", recipe="delayed"))
+    assert list(errs) == ["plan.fp8_recipe"] and "needs precision='fp8'" in errs["plan.fp8_recipe"]
+    s = _session()
+    s.plan.grad_reduce_dtype = "fp16"
+    assert list(_errors(s)) == ["plan.grad_reduce_dtype"]
+    for g in ("fp32", "bf16"):
+        s.plan.grad_reduce_dtype = g
+        assert _errors(s) == {}, g
+    for recipe in (None, "delayed", "tensorwise", "blockwise"):
+        assert _errors(_session(recipe=recipe)) == {}, recipe
+
+
+def test_fp8_dtypes_of_each_gpu_kind_are_its_spec_peaks():
+    specs = shipped_specs()
+    assert set(GPU_FP8_DTYPES) == set(GPU_KINDS)
+    for kind, spec in specs.items():
+        assert GPU_FP8_DTYPES[kind] == tuple(d for d in ("fp8", "mxfp8") if d in spec.peak_flops), kind
+        assert "mxfp8" not in spec.peak_flops or spec.peak_flops["mxfp8"] == spec.peak_flops["fp8"]
+
+
+def test_cli_refuses_fp8_on_a100_with_exit_status_2(tmp_path, capsys):
+    from core.cli import main
+    s = _session("A100-SXM4-80GB")
+    path = tmp_path / "s.json"
+    save_session(s, path)
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "plan.precision" in err and "A100-SXM4-80GB" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- caches and lookups
+
+def test_fp8_op_times_scale_the_bf16_rows_of_the_store():
+    """Tables hold 16-bit ops: an FP8 op takes its BF16 row scaled by the analytic ratio, which on an
+    analytic store is the analytic FP8 time itself (the row is that model tabulated)."""
+    store = open_profile(H100)
+    s = _session()
+    got = lookup_op_times(s, store).times
+    key = op_key(s)
+    assert key["dtype"] == "fp8" and key["fp8"] == "tensorwise"
+    for op, v in got.items():
+        assert v == pytest.approx(analytic_op_time(op, key, store), rel=1e-9), op
+
+
+def test_a_shared_cache_keeps_fp8_bf16_and_recipes_apart():
+    """One lookup cache over plans that differ only in precision or recipe (as a sweep shares it)
+    gives each the times a fresh cache gives."""
+    store = open_profile(H100)
+    sessions = [_session(precision="bf16")] + [_session(recipe=r) for r in ("delayed", "tensorwise", "blockwise")]
+    shared: dict = {}
+    got = [stage_times(s, store, shared) for s in sessions]
+    fresh = [stage_times(s, store, {}) for s in sessions]
+    for a, b in zip(got, fresh):
+        assert np.array_equal(a.fwd_s, b.fwd_s) and np.array_equal(a.bwd_s, b.bwd_s)
+        assert np.array_equal(a.optimizer_s, b.optimizer_s)
+    fwd = [float(g.fwd_s.sum()) for g in got]
+    assert len(set(fwd)) == 4  # bf16, delayed, tensorwise and blockwise all differ
+    assert fwd[0] > max(fwd[1:])  # FP8 is faster here
+    assert fwd[1] < fwd[2]  # delayed scaling saves current scaling's amax pass
+    # the optimizer step adds the per-iteration weight quantization
+    opt = [float(g.optimizer_s[0]) for g in got]
+    assert opt[1] > opt[0] and opt[2] > opt[1]
+
+
+def test_sweep_over_plans_of_both_precisions_matches_simulate():
+    from core.sweep import SweepSpace, run_sweep
+    for s in (_session(precision="bf16"), _session()):
+        res = run_sweep(s, SweepSpace(num_gpus=8, tensor_parallel=(1, 2), pipeline_parallel=(1, 2),
+                                      micro_batch_sizes=(1,),
+                                      schedules=("1f1b",), recompute=("none",)))
+        for i, pl in enumerate(res.plans):
+            one = copy.deepcopy(s)
+            one.plan = pl
+            assert res.iteration_time_s[i] == pytest.approx(simulate(one).report.iteration_time_s, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- report
+
+def test_report_says_precision_and_recipe_and_mfu_is_of_the_bf16_peak():
+    s = _session(recipe="delayed")
+    r = simulate(s).report
+    assert (r.precision, r.fp8_recipe, r.mfu_peak_dtype) == ("fp8", "delayed", "bf16")
+    assert r.mfu == pytest.approx(r.model_flops_per_iteration / (r.iteration_time_s * r.num_gpus * 989e12),
+                                  rel=1e-12)
+    bf = simulate(_session(precision="bf16")).report
+    assert bf.model_flops_per_iteration == r.model_flops_per_iteration
+    assert (bf.precision, bf.fp8_recipe) == ("bf16", None)
+    assert r.iteration_time_s < bf.iteration_time_s and r.mfu > bf.mfu
+    d = r.to_dict()
+    assert (d["precision"], d["fp8_recipe"], d["mfu_peak_dtype"]) == ("fp8", "delayed", "bf16")
+    assert fp8_recipe(s.plan) == "delayed" and fp8_recipe(_session(recipe=None).plan) == "tensorwise"
+
+
+# --------------------------------------------------------------------------- Megatron-LM arguments
+
+def _launch(*extra: str):
+    from core.megatron_args import Launch
+    args = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+            "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "1",
+            "--global-batch-size", "64", "--tensor-model-parallel-size", "2", "--vocab-size", "50257",
+            "--tokenizer-type", "NullTokenizer", "--train-samples", "1000", *extra]
+    return Launch(args, 1, 8, "torchrun", "pretrain_gpt.py", "test.sh")
+
+
+@pytest.mark.parametrize("extra, recipe", [
+    (["--bf16", "--fp8-format", "hybrid"], "delayed"),  # Megatron-Core's default recipe
+    (["--bf16", "--fp8-format", "e4m3"], "delayed"),
+    (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], None),
+    (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "mxfp8"], "mxfp8"),
+    (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "blockwise"], "blockwise"),
+])
+def test_megatron_fp8_arguments_import_and_round_trip(extra, recipe):
+    from core.megatron_args import export_arguments, parse_arguments, session_from_launch
+    s = session_from_launch(_launch(*extra), gpu="B200-180GB").session
+    assert (s.plan.precision, s.plan.fp8_recipe) == ("fp8", recipe)
+    args = parse_arguments(export_arguments(s))
+    assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
+    assert args["--fp8-recipe"] == [recipe or "tensorwise"]  # explicit: Megatron's default differs
+    from core.megatron_args import Launch
+    back = session_from_launch(Launch(export_arguments(s), 1, 8, "torchrun", "pretrain_gpt.py", "x.sh"),
+                               gpu="B200-180GB").session
+    assert back.plan == s.plan and dataclasses.replace(back.model, name=s.model.name) == s.model
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--bf16", "--fp8-format", "e5m2"], "--fp8-format: 'e5m2' is not one of Megatron-LM's formats"),
+    (["--fp16", "--fp8-format", "hybrid"], "--fp8-format: with --fp16 is not modelled yet"),
+    (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "custom"], "--fp8-recipe: not modelled yet"),
+])
+def test_megatron_fp8_arguments_refused_by_name(extra, message):
+    from core.megatron_args import MegatronArgsError, session_from_launch
+    with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
+        session_from_launch(_launch(*extra))
+
+
+def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
+    """core.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
+    simulated iteration time (the calibration helper fits FP8 runs with it)."""
+    from core.calibrate import linearize, model_store, predict_linearized
+    from core.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.ops import DEFAULT_OP_MODEL
+    from core.profiles_gen import generate_store
+    base = generate_store("H100-SXM5-80GB", date="2026-01-01")
+    op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "collective_overhead_s": 3e-5}
+    sessions = [Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
+                        ParallelPlan(t, p, d, b, B, "1f1b", "full", "fp8", fp8_recipe=r),
+                        ClusterConfig("H100-SXM5-80GB", 8), CostConfig())
+                for (h, L, t, p, d, b, B, r) in [(1024, 4, 1, 1, 1, 2, 8, None), (1024, 8, 2, 2, 2, 1, 16, "delayed"),
+                                                 (2048, 4, 1, 2, 4, 1, 8, "blockwise")]]
+    rows = [linearize(s, base, op_model) for s in sessions]
+    sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
+
+
+def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
+    """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
+    (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
+    from core.graph import build_graph, weight_gradient_share
+    from core.solver import solve
+    s = _session()
+    s.plan.schedule = "zb-h1"
+    h, sl = s.model.hidden_size, s.model.seq_length
+    r = 1979 / 989
+    assert weight_gradient_share("attention_bwd", s, r) == pytest.approx((8 * h / r) / (16 * h / r + 8 * sl))
+    assert weight_gradient_share("attention_bwd", s) == 8 * h / (16 * h + 8 * sl)
+    store = open_profile(H100)
+    st = stage_times(s, store)
+    assert st.fp8_speedup == pytest.approx(r, rel=1e-12)
+    attn = st.op_times_s["attention_bwd"]
+    assert attn * weight_gradient_share("attention_bwd", s, r) < attn * weight_gradient_share("attention_bwd", s)
+    fine, _ = build_graph(s, store)
+    coarse, _ = build_graph(s, store, detail="microbatch")
+    assert solve(coarse).iteration_time_s == pytest.approx(solve(fine).iteration_time_s, rel=1e-12)
+    assert stage_times(_session(precision="bf16"), store).fp8_speedup == 1.0
+
+
+def test_simulate_cli_prints_precision_recipe_and_the_mfu_peak(tmp_path, capsys):
+    import json
+    from core.cli import main
+    path = tmp_path / "s.json"
+    save_session(_session(recipe="blockwise"), path)
+    assert main(["simulate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["precision"], doc["fp8_recipe"], doc["mfu_peak_dtype"]) == ("fp8", "blockwise", "bf16")
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fp8, recipe blockwise" in out and "(of the BF16 dense peak)" in out
