@@ -35,7 +35,9 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import MOE_OPS, expert_data_parallel, expert_tensor_parallel, moe_ffn
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, expert_data_parallel,
+                         expert_tensor_parallel, moe_ffn)
+from .config import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
@@ -335,8 +337,11 @@ def op_key(session: Session) -> dict:
     return key
 
 
-#: Ops every plan looks up (the derived ones are parts of a tabulated op).
-_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(DERIVED_OPS)
+#: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers
+#: only for MoE models; those of a recomputed module only when the plan recomputes it).
+_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
+#: Derived ops only the plans that recompute their module need (core.model_math.MODULE_OPS).
+_MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
 
 
 def lookup_op_times(session: Session, store) -> OpTimes:
@@ -374,7 +379,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
-    moe_ops = MOE_OPS if session.model.is_moe else ()
+    moe_ops = (MOE_OPS + MOE_DERIVED_OPS) if session.model.is_moe else ()
+    needed = {op for mod in recompute_modules(session.plan) for op in MODULE_OPS.get(mod, ())}
     if moe_ops and method != "analytic" and not set(moe_ops) <= tables:
         out.warnings.append(f"MoE ops (router, token permutation, experts, shared experts) are "
                             f"not in the {method} profile of {store.device_name}: the store's "
@@ -383,6 +389,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     for op in _LOOKUP_OPS + moe_ops:
         if op == "attention_core_bwd" and key["cp"] == 1:
             continue  # only the context-parallel ring splits the attention backward
+        if op in _MODULE_ONLY_OPS and op not in needed:
+            continue  # a part of an op that only a recomputed module runs
         base = DERIVED_OPS.get(op, op)
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
@@ -495,7 +503,7 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
-            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter")
+            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS)
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -682,6 +690,8 @@ class _Structure:
     all-gathered over the ``etp`` ranks before the experts and their output reduce-scattered
     after; ``"all_reduce"``: without sequence parallelism, every rank holds all tokens and the
     experts' output is all-reduced over ``t`` as a dense MLP's), ``shared`` shared experts.
+    ``selective``: selective recomputation runs the attention core again (``core_attn``);
+    ``modules``: the modules it recomputes (:func:`core.config.recompute_modules`).
     """
 
     vstage: int
@@ -701,6 +711,7 @@ class _Structure:
     ep: bool = False
     etp_mode: str = "none"
     shared: bool = False
+    modules: tuple[str, ...] = ()
 
     @property
     def buckets(self) -> bool:
@@ -726,11 +737,12 @@ def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
                    shared=m.num_shared_experts > 0)
     return _Structure(k, p * v, (first, stop),
-                      model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
+                      model_math.recomputed_in_chunk(pl, stop - first),
+                      "core_attn" in recompute_modules(pl),
                       schedules.get(pl.schedule).splits_backward,
                       t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
                       pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
-                      pl.context_parallel > 1, **moe)
+                      pl.context_parallel > 1, modules=recompute_modules(pl), **moe)
 
 
 def _reduces_gradients(session: Session) -> bool:
@@ -863,11 +875,17 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     def a2a(out: _Unit, op: str) -> None:
         out.add(K["ep_all_to_all"], EP, "ep_all_to_all", op)
 
-    def moe_fwd(u: _Unit, kind: int) -> None:
+    mods = set(st.modules)
+
+    def moe_fwd(u: _Unit, kind: int, module: bool = False) -> None:
         """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
         permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
-        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts."""
-        u.add(kind, COMPUTE, "router_fwd", "router_fwd")
+        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts.
+        ``module``: the ``MoELayer`` module alone (what ``--recompute-modules moe`` runs
+        again): the router and un-permutation without the pre-MLP norm and residual add."""
+        router, unpermute = (("router_gate_fwd", "moe_unpermute_core_fwd") if module
+                             else ("router_fwd", "moe_unpermute_fwd"))
+        u.add(kind, COMPUTE, router, router)
         u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
         if st.ep:
             a2a(u, "ep_dispatch")
@@ -878,7 +896,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
         if st.ep:
             a2a(u, "ep_combine")
-        u.add(kind, COMPUTE, "moe_unpermute_fwd", "moe_unpermute_fwd")
+        u.add(kind, COMPUTE, unpermute, unpermute)
         if st.etp_mode == "all_reduce":
             comm(u, "all_reduce")
         if st.shared:
@@ -886,14 +904,20 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
     def moe_bwd(u: _Unit) -> None:
         """The backward of :func:`moe_fwd`, in reverse (the all-to-alls again, four per layer
-        and micro-batch in all)."""
+        and micro-batch in all). Selective recomputation of ``shared_experts`` runs the shared
+        experts' forward (with its tensor-parallel collectives) before their backward, of
+        ``moe_act`` the experts' activation before their backward."""
         if st.shared:
+            if "shared_experts" in mods and "moe" not in mods:
+                block(u, K["recompute"], "shared_experts_fwd", True, True)
             block(u, K["backward"], "shared_experts_bwd", True, True)
         u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
         if st.ep:
             a2a(u, "ep_combine")
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        if "moe_act" in mods and "moe" not in mods:
+            u.add(K["recompute"], COMPUTE, "experts_act_fwd", "experts_act_fwd")
         block(u, K["backward"], "experts_bwd", False, False)
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
@@ -943,10 +967,20 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                         moe_fwd(u, K["recompute"])
                     else:
                         block(u, K["recompute"], "mlp_fwd", True, True)
+                # selective recomputation by module (Megatron-Core --recompute-modules): the
+                # checkpointed module runs again when the backward reaches its output
+                if is_moe and "moe" in mods:
+                    moe_fwd(u, K["recompute"], module=True)
+                elif not is_moe and "mlp" in mods:
+                    block(u, K["recompute"], "mlp_core_fwd", True, True)
+                if "layernorm" in mods:  # the pre-MLP norm's output, the MLP's input
+                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
                 if is_moe:
                     moe_bwd(u)
                 else:
                     block(u, K["backward"], "mlp_bwd", True, True)
+                if "layernorm" in mods:  # the input norm's output, QKV's input
+                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
                 if st.selective and st.cp:  # the core recomputed runs its ring again
                     ring(u, K["recompute"], "fwd", None)
                 elif st.selective:

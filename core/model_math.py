@@ -37,6 +37,7 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
+                     recompute_modules,
                      padded_vocab_size, stage_layer_counts, tensor_dtype)
 from .report import StageMemory
 
@@ -47,7 +48,7 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "PART_OPS", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -571,6 +572,16 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
+
+    Selective recomputation by module (Megatron-Core ``--recompute-modules``,
+    :func:`core.config.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
+    table's ``selective`` row); without it the unfused core keeps that term as with ``none``;
+    ``layernorm`` drops the two norms' outputs, QKV's and fc1's inputs (``4`` of the ``10``:
+    ``CheckpointWithoutOutput`` discards them and the backward runs the norms again); ``mlp``
+    drops the dense MLP's fc1 and activation outputs (``4f/h``, ``6f/h`` gated; its input,
+    the norm output, stays as the checkpoint's input); in an MoE layer ``moe`` and
+    ``shared_experts`` drop the shared experts' share (the routed part in
+    :func:`moe_activation_bytes_per_layer`).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
@@ -602,12 +613,17 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
         split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    if "layernorm" in mods:  # the two norms' outputs (QKV's and fc1's inputs) are not kept
+        base -= 4
+    if ("mlp" in mods and not moe) or (moe and ("moe" in mods or "shared_experts" in mods)):
+        split -= mlp  # the dense MLP's (or the shared experts') fc1 and activation outputs
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
-    elif mode == "selective" or (mode == "none" and flash):
-        out = sbh / t * (base + split) if sp else sbh * (base + split / t)
-    elif mode == "none":
-        out = sbh / t * (base + split + 5 * a * s / h) if sp else sbh * (base + split / t + 5 * a * s / (h * t))
+    elif mode in ("none", "selective"):
+        # the unfused core keeps its s x s tensors unless selective recomputation redoes it
+        ss = 5 * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) else 0.0
+        out = sbh / t * (base + split + ss) if sp else sbh * (base + (split + ss) / t)
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
@@ -836,6 +852,11 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     weights (``2h`` each, for the probabilities' gradient) and the router its fp32
     probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
+    Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
+    (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
+    part nor the shared experts'; ``moe_act`` (``TEGroupedMLP``'s activation under
+    ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row;
+    ``shared_experts`` the shared experts' share.
     """
     h = model.hidden_size
     per_f = 6 if model.activation == "swiglu" else 4
@@ -857,6 +878,11 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     fp8 = plan.precision == "fp8"
     routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
         + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
+        routed = 0.0
+    elif "moe_act" in mods:  # the experts' activation output (fc2's input) is not kept
+        routed -= R * 2 * (fe // etp)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 
@@ -959,7 +985,33 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
 DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
-                               "attention_core_bwd": "attention_bwd"}
+                               "attention_core_bwd": "attention_bwd",
+                               "layernorm_fwd": "attention_fwd",
+                               "mlp_core_fwd": "mlp_fwd",
+                               "router_gate_fwd": "router_fwd",
+                               "moe_unpermute_core_fwd": "moe_unpermute_fwd",
+                               "experts_act_fwd": "experts_fwd"}
+#: Derived ops of MoE layers (looked up for MoE models only).
+MOE_DERIVED_OPS = ("router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd")
+_NORMS = ("layernorm", "rmsnorm")
+_ACTS = ("bias_swiglu", "bias_gelu")
+#: Parts of an op that selective recomputation runs again (Megatron-Core ``--recompute-modules``),
+#: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
+#: without the norm before and the residual add after (``mlp``), the router without the norm
+#: and the residual add and the un-permutation without the residual add (``moe``, the whole
+#: ``MoELayer``), the experts' activation (``moe_act``).
+PART_OPS: dict[str, Callable[[str], bool]] = {
+    "layernorm_fwd": lambda n: n in _NORMS,
+    "mlp_core_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
+    "router_gate_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
+    "moe_unpermute_core_fwd": lambda n: n != "bias_dropout_add",
+    "experts_act_fwd": lambda n: n in _ACTS,
+}
+#: The derived ops each recomputed module runs (core_attn: ``attention_core_fwd``).
+MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("attention_core_fwd",), "layernorm": ("layernorm_fwd",),
+    "mlp": ("mlp_core_fwd",), "moe": ("router_gate_fwd", "moe_unpermute_core_fwd"),
+    "moe_act": ("experts_act_fwd",), "shared_experts": ()}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -970,7 +1022,10 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
     recomputation runs again; it takes ``attention_fwd``'s key; ``attention_core_bwd``
-    its backward (the ring's share of ``attention_bwd`` under context parallelism).
+    its backward (the ring's share of ``attention_bwd`` under context parallelism). The
+    other derived ops (:data:`PART_OPS`) are the base op's kernels that a recomputed module
+    runs again (``layernorm_fwd``, ``mlp_core_fwd``, ``router_gate_fwd``,
+    ``moe_unpermute_core_fwd``, ``experts_act_fwd``).
 
     Raises
     ------
@@ -985,6 +1040,9 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     missing = [c for c in columns if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
+    if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
+        keep = PART_OPS[op]
+        return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
     return family_of(model).op_kernels(op, full_op_key(op, key))
 
 
@@ -1173,8 +1231,11 @@ def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> f
 def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     """Model FLOPs plus the recomputed ones (for HFU): full recomputation runs the forward of
     :func:`recomputed_layers` again (Narayanan et al. 2021, Eq. 3's factor 4 instead of 3
-    when every layer is recomputed); selective recomputation the attention core, ``4sh``
-    per token and layer (Korthikanti et al. 2022, Sec. 5)."""
+    when every layer is recomputed); selective recomputation the GEMMs of its modules
+    (:func:`core.config.recompute_modules`): ``core_attn`` the attention core, ``4sh``
+    per token and layer (Korthikanti et al. 2022, Sec. 5), ``mlp`` the dense layers' MLP,
+    ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
+    those alone (``layernorm`` and ``moe_act`` are element-wise: no GEMM FLOPs)."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
@@ -1182,7 +1243,19 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
     elif plan.recompute == "selective":
-        extra = model.num_layers * core
+        mods = recompute_modules(plan)
+        n_moe = num_moe_layers(model)
+        h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
+        if "core_attn" in mods:
+            extra += model.num_layers * core
+        if "mlp" in mods:  # the dense layers' MLP GEMMs
+            extra += (model.num_layers - n_moe) * per_f * model.ffn
+        if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
+            extra += n_moe * (2 * h * (model.num_experts or 0)
+                              + per_f * moe_ffn(model) * (model.moe_top_k + model.num_shared_experts))
+        elif n_moe and "shared_experts" in mods:
+            extra += n_moe * per_f * moe_ffn(model) * model.num_shared_experts
+        # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     return model_flops_per_iteration(model, plan) + tokens * extra
 
 
