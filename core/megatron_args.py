@@ -148,6 +148,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--recompute-activations": Arg(("plan.recompute",), False, "selective recomputation (old name)"),
     "--checkpoint-activations": Arg(("plan.recompute",), False,
                                     "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
+    "--recompute-modules": Arg(("plan.recompute_modules",), True,
+                               "modules selective recomputation runs again (core_attn, "
+                               "layernorm, mlp, moe_act, moe, shared_experts; mla_up_proj refused)"),
     "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
                                    "with --checkpoint-activations: layers per checkpoint (uniform)"),
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
@@ -885,6 +888,14 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
         mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
                                                 "layers; vtrain keeps every layer's input)")
+    if take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
+        mods = " ".join(args["--recompute-modules"]).replace(",", " ").split()
+        if gran == "selective" and mods:
+            mp.set("--recompute-modules", "plan.recompute_modules", ",".join(mods),
+                   check_value=False)
+        elif mods and mods != ["core_attn"]:
+            mp.refuse("--recompute-modules", "needs --recompute-granularity selective (Megatron-Core "
+                      "recomputes the modules only with selective granularity)")
     # full without a method, uniform by 1, or a block of the whole stage: every layer recomputed
     if field_exists("plan.recompute_num_layers") and "recompute_num_layers" not in mp.values["plan"]:
         mp.values["plan"]["recompute_num_layers"] = None
@@ -1079,6 +1090,8 @@ def export_arguments(session: Session) -> list[str]:
             "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif pl.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
+        if _get(pl, "recompute_modules"):
+            out += ["--recompute-modules", *_get(pl, "recompute_modules").replace(",", " ").split()]
     for name, flag in (("first_stage_layers", "--decoder-first-pipeline-num-layers"),
                        ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
         if _get(pl, name):

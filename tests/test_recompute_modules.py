@@ -234,3 +234,21 @@ def test_dense_layers_of_an_moe_model_take_mlp():
     g = build_graph(s, store())[0]
     rec = (g.kind == KINDS.index("recompute")) & (g.op == OPS.index("mlp_core_fwd"))
     assert set(g.layer[rec].tolist()) == {0}
+
+
+# --------------------------------------------------------------------------- Megatron-LM arguments
+
+def test_megatron_recompute_modules_round_trip(tmp_path):
+    from core.megatron_args import export_script, import_file
+    s = session(recompute_modules="layernorm,mlp")
+    script = export_script(s)
+    assert "--recompute-modules layernorm mlp" in script
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    back = import_file(path, name=s.model.name).session
+    assert back.plan.recompute == "selective" and back.plan.recompute_modules == "layernorm,mlp"
+    # mla_up_proj imports and is refused by name when checked
+    text = script.replace("--recompute-modules layernorm mlp", "--recompute-modules mla_up_proj")
+    path.write_text(text)
+    back = import_file(path, name=s.model.name).session
+    assert any("mla_up_proj is not modelled" in e.message for e in validate(back))
