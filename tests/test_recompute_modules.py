@@ -252,3 +252,18 @@ def test_megatron_recompute_modules_round_trip(tmp_path):
     path.write_text(text)
     back = import_file(path, name=s.model.name).session
     assert any("mla_up_proj is not modelled" in e.message for e in validate(back))
+
+
+@pytest.mark.parametrize("sp", [True])  # expert with tensor parallelism needs sp
+def test_graph_size_estimate_bounds_every_module(sp):
+    from core.simulate import graph_size_estimate
+    all_dense = "core_attn,layernorm,mlp"
+    for s in (session(recompute_modules=all_dense, sequence_parallel=sp, schedule="zb-h1"),
+              session(recompute_modules=all_dense, schedule="zb-h1"),
+              moe_session(recompute_modules="core_attn,layernorm,moe_act,shared_experts",
+                          tensor_parallel=2, sequence_parallel=sp, data_parallel=2, expert_parallel=2),
+              moe_session(recompute_modules="core_attn,layernorm,moe", tensor_parallel=2,
+                          sequence_parallel=sp, data_parallel=2, expert_parallel=2)):
+        assert not validate(s)
+        g = build_graph(s, store())[0]
+        assert len(g.duration_s) <= graph_size_estimate(s)
