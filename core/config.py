@@ -251,6 +251,15 @@ class ModelConfig:
         bounds=BOUNDS["dense_layers"])
     multi_latent_attention: bool = _f(False, "", "Multi-head latent attention (DeepSeek-V2/V3, "
                                       "--multi-latent-attention)")
+    window_size: int | None = _f(
+        None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
+        "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
+        "attention", short="window", min=1, bounds=BOUNDS["seq"])
+    window_attn_skip_freq: int | None = _f(
+        None, "layers", "With a window: every N-th layer (1-based, layer % N == 0) keeps full "
+        "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
+        "2); empty means every layer is windowed", short="window_skip", min=1,
+        bounds=BOUNDS["layers"])
 
     @property
     def ffn(self) -> int:
@@ -944,6 +953,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
                                f"{s // cp} is not divisible by tensor_parallel_size={t} "
                                "(sequence parallelism splits each rank's tokens over t)"))
+    if getattr(m, "window_size", None) is not None:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               "sliding-window attention (model.window_size) is not modelled "
+                               "(the ring's steps of a banded mask)"))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -965,6 +978,14 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
     errs += _moe_model_errors(m)
+    w, n = m.window_size, m.window_attn_skip_freq
+    if n is not None and w is None:
+        errs.append(FieldError("model.window_attn_skip_freq", "window_attn_skip_freq needs a "
+                               "window_size (the layers it keeps full are among windowed ones)"))
+    if w is not None and m.attention_kernel != "flash":
+        errs.append(FieldError("model.window_size", "sliding-window attention needs "
+                               "attention_kernel = flash (Megatron-Core's unfused "
+                               "DotProductAttention has no window; Transformer Engine's has)"))
     return errs
 
 

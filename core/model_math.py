@@ -48,7 +48,7 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "PART_OPS", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "PART_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -263,7 +263,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     the same bytes as LayerNorm's; QK-norm adds a norm kernel over Q and K (read
     and write; backward twice that, as the layer norms). FlashAttention is one kernel per pass
     (Dao 2023): causal, so half of the ``s x s`` products are computed
-    (FlashAttention-2 paper's FLOP count for causal masks); the forward reads Q,
+    (FlashAttention-2 paper's FLOP count for causal masks; a sliding window of ``w`` tokens,
+    key entry ``w``, computes the band, :func:`attended_pairs`); the forward reads Q,
     K, V and writes the output, the backward (five GEMMs against the forward's
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
@@ -325,7 +326,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
         cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
-            causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
+            causal = 4.0 * b * heads * dh * attended_pairs(s, int(key.get("w", 0) or 0))
             io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
             core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
@@ -444,6 +445,34 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         _mem("wgrad_accumulate", acc * V * h // t),
         _mem(f"final_{norm}_bwd", 4 * tok),
     ]
+
+
+def attended_pairs(s: int, w: int = 0) -> float:
+    """Query-key pairs a causal FlashAttention pass computes over ``s`` tokens, in the causal
+    count's convention (the area under the mask: ``s^2/2`` for full causal attention,
+    FlashAttention-2's FLOP count); with a sliding window of ``w`` tokens (``w > 0``, each
+    query attends to the ``w`` tokens before it) the area of the band, ``s w - w^2/2`` for
+    ``w <= s`` (exact for the banded causal mask in that convention: the causal triangle less
+    the triangle of side ``s - w`` beyond the window), ``s^2/2`` for ``w >= s``."""
+    if w <= 0 or w >= s:
+        return 0.5 * s * s
+    return s * w - 0.5 * w * w
+
+
+def window_layer_mask(model: ModelConfig) -> np.ndarray:
+    """Which layers use sliding-window attention, bool array shape (L,): every layer when the
+    model has a ``window_size`` and no ``window_attn_skip_freq``; with ``N``, layer ``i``
+    (0-based) unless ``(i + 1) % N == 0`` (Megatron-Core ``is_layer_window_attention`` on the
+    1-based layer number; GPT-OSS, ``N = 2``: windowed, full, windowed ...); none without a
+    window."""
+    L = model.num_layers
+    w = getattr(model, "window_size", None)
+    if not w:
+        return np.zeros(L, bool)
+    n = getattr(model, "window_attn_skip_freq", None)
+    if not n:
+        return np.ones(L, bool)
+    return (np.arange(1, L + 1) % n) != 0
 
 
 def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
@@ -990,7 +1019,15 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "mlp_core_fwd": "mlp_fwd",
                                "router_gate_fwd": "router_fwd",
                                "moe_unpermute_core_fwd": "moe_unpermute_fwd",
-                               "experts_act_fwd": "experts_fwd"}
+                               "experts_act_fwd": "experts_fwd",
+                               "attention_swa_fwd": "attention_fwd",
+                               "attention_swa_bwd": "attention_bwd",
+                               "attention_core_swa_fwd": "attention_fwd"}
+#: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
+#: the window) and the op each is a variant of.
+SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
+                           "attention_swa_bwd": "attention_bwd",
+                           "attention_core_swa_fwd": "attention_core_fwd"}
 #: Derived ops of MoE layers (looked up for MoE models only).
 MOE_DERIVED_OPS = ("router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd")
 _NORMS = ("layernorm", "rmsnorm")
@@ -1040,6 +1077,10 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     missing = [c for c in columns if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
+    if op in SWA_OPS:  # a windowed layer's attention op: the op with the key's window
+        if not int(key.get("w", 0) or 0):
+            raise KeyError(f"op {op!r} needs a window (key entry 'w' > 0)")
+        return family_of(model).op_kernels(SWA_OPS[op], full_op_key(base, key))
     if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
         keep = PART_OPS[op]
         return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
