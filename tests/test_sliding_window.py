@@ -148,3 +148,21 @@ def test_full_model_unchanged_by_the_window_fields():
     a = build_graph(session(model()), st)[0]
     b = build_graph(session(model(10 ** 6)), st)[0]  # a window longer than the sequence
     assert np.allclose(a.duration_s, b.duration_s, rtol=0, atol=0)
+
+
+def test_megatron_window_arguments_round_trip(tmp_path):
+    from core.megatron_args import MegatronArgsError, export_script, import_file
+    s = session(model(128, 2))
+    script = export_script(s)
+    assert "--window-size '(128,0)' \\\n    --window-attn-skip-freq 2 \\" in script
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    back = import_file(path, name=s.model.name).session
+    assert (back.model.window_size, back.model.window_attn_skip_freq) == (128, 2)
+    # Megatron's other spellings; a non-causal window is refused by name
+    for text, w in (("'(4096, 0)'", 4096), ("4096,0", 4096)):
+        path.write_text(script.replace("'(128,0)'", text))
+        assert import_file(path, name=s.model.name).session.model.window_size == w
+    path.write_text(script.replace("'(128,0)'", "'(128,128)'"))
+    with pytest.raises(MegatronArgsError, match="to the right"):
+        import_file(path, name=s.model.name)
