@@ -303,8 +303,8 @@ ASSUMPTIONS = {
                     "(flash) attention",
     "megatron-recompute-default": "recompute empty in a Megatron row: Megatron-Core's default, "
                                   "no activation recomputation",
-    "megatron-recompute-modules": "recompute_modules=[core_attn] in the notes is Megatron's "
-                                  "selective recomputation",
+    "megatron-recompute-modules": "recompute empty and the notes name recompute_modules: "
+                                  "Megatron-Core's selective recomputation of those modules",
     "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
                                 "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
                                 "a sharded optimizer)",
@@ -389,8 +389,10 @@ class _Row:
 _MEGATRON = re.compile(r"megatron|nemo", re.I)
 
 
-def _recompute_policy(text: str, framework: str, notes: str, row: _Row) -> str:
-    """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md)."""
+def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
+                      plan: Any = None) -> str:
+    """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md); with ``plan``
+    a notes' module list goes to ``plan.recompute_modules`` where the plan has that field."""
     t = text.strip().lower()
     megatron = bool(_MEGATRON.search(framework))
     modules = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", notes)
@@ -399,6 +401,11 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row) -> str:
             names = [x.strip().strip("'\"") for x in modules.group(1).split(",") if x.strip()]
             if names == ["core_attn"]:
                 row.assume("megatron-recompute-modules")
+                return "selective"
+            if plan is not None and _has(plan, "recompute_modules"):
+                # Megatron-Core's selective recomputation by module: validation judges the names
+                plan.recompute_modules = ",".join(names)
+                row.assume("megatron-recompute-modules", f"recompute_modules={','.join(names)}")
                 return "selective"
             row.refuse("selective recomputation (other than Megatron's)",
                        f"recompute_modules=[{', '.join(names)}] (from the notes): recomputing "
@@ -484,8 +491,8 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"\bMLA\b|latent attention", n, re.I):
         row.put(model, "model", "multi_latent_attention", True)
     if re.search(r"sliding[- ]window", n, re.I):
-        row.refuse("sliding-window attention", "the notes name sliding-window attention, which is "
-                   "not modelled")
+        row.refuse("sliding-window attention", "the notes name sliding-window attention, whose "
+                   "window pattern the reader does not take from notes (model.window_size)")
     if re.search(r"attention sinks?", n, re.I):
         row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
@@ -567,8 +574,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                 rw.put(model, "model", c, opt[c])
     _notes_policy(notes, model, v, opt, rw)
 
-    recompute = (_recompute_policy(v["recompute"], framework, notes, rw) if "recompute" in v
-                 else str(get["recompute"]).lower())
+    modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
+    recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)
+                 if "recompute" in v else str(get["recompute"]).lower())
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
@@ -580,6 +588,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                         virtual_pipeline_stages=vp if vp > 1 else None,
                         **{c: (_num(path, row, c, str(get[c]), int) if str(get[c]).strip() else None)
                            for c in ("first_stage_layers", "last_stage_layers")})
+    if getattr(modules_box, "recompute_modules", None):
+        plan.recompute_modules = modules_box.recompute_modules
     if precision == "fp8":
         if "fp8" in PRECISIONS:
             plan.precision = "fp8"  # validation refuses it while FP8 is not modelled

@@ -23,3 +23,4 @@ if [ -f "$RUNS" ]; then
 else
   echo "note: $RUNS not found: profiles/ keeps the analytic stores (not calibrated)" >&2
 fi
+.venv/bin/python scripts/store_images.py  # the shipped stores' images (profiles/images)

@@ -27,7 +27,11 @@ def test_context_parallel_with_fp8_simulates_and_sends_bf16_k_v():
     # b * s/cp * 2 (K, V) * g/t * kv * 2 bytes
     assert mm.cp_kv_block_bytes(m, fp8.plan) == mm.cp_kv_block_bytes(m, bf16.plan) == (
         1 * 4096 * 2 * 1 * 128 * 2)
-    t_fp8, t_bf16 = (simulate(s).report.iteration_time_s for s in (fp8, bf16))
+    # at the spec's efficiencies (the analytic store; the shipped one is calibrated, and its
+    # fitted FP8 GEMM efficiency decides the comparison for a model this small)
+    from core.profiles_gen import generate_store
+    store = generate_store("H100-SXM5-80GB")
+    t_fp8, t_bf16 = (simulate(s, store).report.iteration_time_s for s in (fp8, bf16))
     assert 0 < t_fp8 < t_bf16  # the GEMMs at the FP8 rate
 
 
