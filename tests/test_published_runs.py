@@ -75,7 +75,7 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
     assert counts["GPU kind without a shipped profile"] == sum(
         1 for r in raw if r["gpu"].startswith("H100-96GB")) == 12
     assert counts["hybrid sharded data parallelism (HSDP)"] == 2
-    assert counts["selective recomputation (other than Megatron's)"] >= 14 + 3
+    assert counts["selective recomputation (other than Megatron's)"] >= 14  # torchtitan, fms-fsdp
     # multi-head latent attention, sliding windows, attention sinks: refused by name
     for row in (8, 11, 19, 20):
         assert "multi-head latent attention" in ms[row - 1].skip_causes
