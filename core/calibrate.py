@@ -42,7 +42,7 @@ import numpy as np
 from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import OPS
-from .model_math import FP8_WEIGHT_CAST_OP, fp8_weights_per_gpu
+from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, fp8_weights_per_gpu
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
                   kernel_arrays, kernel_peak_flops, kernel_times, op_kernels, table_covers)
 from .profile_store import ProfileStore
@@ -88,8 +88,9 @@ MIN_ROWS_PER_SHAPE = 3
 #: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
 ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.05
-#: Op ids of compute tasks (the rest, >= 0, are communication).
-_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS) if name in ALL_OPS or name in DERIVED_OPS])
+#: Op ids of compute tasks (the rest, >= 0, are communication); MoE layers' ops included.
+_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
+                         if name in ALL_OPS or name in DERIVED_OPS or name in MOE_OPS])
 HALF_PRECISIONS = ("fp16", "bf16")
 _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
            "attention_core_fwd": "layer",
@@ -109,6 +110,10 @@ def shape_key(session: Session) -> tuple:
               m.attention_kernel, int(m.qk_layernorm), m.head_dim)
     gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0,
            m.hidden_size // m.num_attention_heads)
+    if m.is_moe:  # an MoE model never shares a factor with its dense counterpart
+        family += ("moe", m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.num_shared_experts,
+                   m.moe_layer_frequency, m.moe_first_dense_layers, pl.expert_parallel,
+                   pl.expert_tensor_parallel)
     if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
         family += (pl.context_parallel,)
     return key if family == gpt else key + family
@@ -187,7 +192,9 @@ class LinearizedRow:
         Communication on the path: ``comm_fixed_s + comm_inter_s /
         inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
         collective_overhead_s + num_p2p * p2p_overhead_s``.
-    peak_flops, memory_bandwidth_bytes_per_s : float
+    peak_flops : float array, shape (k,)
+        Peak FLOP/s of each kernel (:func:`core.ops.kernel_peak_flops`: FP8 GEMMs at the FP8 peak).
+    memory_bandwidth_bytes_per_s : float
     """
 
     kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -236,11 +243,12 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
-                ks = op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)})
+                add(op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)}),
+                    1.0, name)
                 if fp8_w is not None:  # the per-iteration FP8 weight quantization runs with it
-                    ks = ks + op_kernels(FP8_WEIGHT_CAST_OP, device_key(
-                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops))
-                add(ks, 1.0, name)
+                    add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
+                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
+                        1.0, FP8_WEIGHT_CAST_OP)
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = (ops >= 0) & ~compute

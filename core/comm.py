@@ -17,6 +17,12 @@ order ``tp + t * (dp + d * pp)``.
   each GPU's share of the node bandwidth, all-gather inside the node.
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
+* Expert parallelism (MoE): Megatron-Core places the expert groups by a second rank order,
+  expert tensor-parallel rank fastest, then expert-parallel, then expert-data-parallel,
+  then pipeline (``parallel_state``: order tp-ep-dp-pp over ``etp, ep, edp, p``). The
+  all-to-all of an ``ep`` group (ranks ``etp`` apart) stays in a node when ``etp*ep``
+  ranks fit in it; otherwise each rank sends the share of its buffer bound for other nodes
+  over its NIC while the rest crosses NVLink (:meth:`CommModel.all_to_all`).
 * The context-parallel ring (:meth:`CommModel.cp_send_recv`) is a send/recv to the next
   cp rank and from the previous one, all ranks at once: inside a node when the
   ``t*cp`` ranks of a cp group fit in one, otherwise its slowest hops cross nodes.
@@ -48,9 +54,13 @@ INTER_NODE_LATENCY_S = 10e-6
 DEFAULT_INTRA_LATENCY_S = 8e-6
 
 _STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
-          "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1}
+          "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1,
+          "all_to_all": lambda n: n - 1}
+#: Bus-bandwidth factor of each kind (nccl-tests' PERFORMANCE.md: busbw = algbw * factor;
+#: all-to-all (n-1)/n, the share of a rank's buffer that leaves it).
 _FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-           "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+           "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0,
+           "all_to_all": lambda n: (n - 1) / n}
 
 
 _BEYOND = re.compile(r"^(\w+) of ([\d.]+) MiB on (\d+) GPUs: beyond the measured sizes \((.+?)\), "
@@ -256,6 +266,57 @@ class CommModel:
         d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
 
+    def all_to_all(self, group_size: int, per_node: int, nbytes: float) -> float:
+        """All-to-all among ``group_size`` GPUs, ``per_node`` of them in each node, of an
+        ``nbytes`` send buffer per GPU (nccl-tests' alltoall convention: the buffer holds
+        ``group_size`` equal blocks, one per peer, the rank's own included), seconds.
+
+        Each rank sends ``(n-1)/n`` of its buffer. In one node that takes the intra-node
+        model (:meth:`intra`: the store's all_to_all curves, else the all-reduce ring fit's
+        bus bandwidth with the all-to-all factor, or the cluster's intra-node bandwidth).
+        Across nodes the ``(n - k)/n`` bound for other nodes leave through the GPU's share of
+        the node's network bandwidth while the ``(k-1)/n`` for its own node cross NVLink at
+        the same time: the slower of the two, plus one network latency.
+        """
+        n, k = group_size, max(1, min(per_node, group_size))
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if k >= n:
+            return self.collective_overhead_s + self.intra("all_to_all", n, nbytes)
+        inter = INTER_NODE_LATENCY_S + nbytes * (n - k) / n / self._gpu_inter_bytes_per_s
+        # the k ranks of the node exchange k/n of each buffer among themselves
+        local = self.intra("all_to_all", k, nbytes * k / n) if k > 1 else 0.0
+        return self.collective_overhead_s + max(inter, local)
+
+    def _expert_node_share(self, stride: int, group_size: int) -> int:
+        """Ranks of a group ``stride`` apart in Megatron-Core's expert rank order that share
+        a node (at least 1)."""
+        return max(1, min(group_size, self.cluster.gpus_per_node // max(stride, 1)))
+
+    def ep_all_to_all(self, nbytes: float) -> float:
+        """Token dispatch or combine of one MoE layer over the expert-parallel group: an
+        all-to-all of an ``nbytes`` buffer per GPU among ``ep`` ranks ``etp`` apart."""
+        from .model_math import expert_tensor_parallel
+        ep, etp = self.plan.expert_parallel, expert_tensor_parallel(self.plan)
+        return self.all_to_all(ep, self._expert_node_share(etp, ep), nbytes)
+
+    def etp_collective(self, kind: str, nbytes: float) -> float:
+        """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer
+        among the ``etp`` consecutive ranks of an expert's tensor-parallel group (the tokens
+        an expert's shards all process; Megatron-Core's all-to-all dispatcher gathers them
+        after the dispatch and reduce-scatters the experts' output)."""
+        from .model_math import expert_tensor_parallel
+        etp = expert_tensor_parallel(self.plan)
+        return self.hierarchical(kind, etp, min(etp, self.cluster.gpus_per_node), nbytes)
+
+    def edp_collective(self, kind: str, nbytes: float) -> float:
+        """Expert-data-parallel ``kind`` of an ``nbytes`` buffer per GPU: the gradient
+        reduction (and sharded parameters' all-gather) of the routed experts' parameters over
+        the ``edp`` ranks that hold the same experts, ``etp*ep`` apart."""
+        from .model_math import expert_data_parallel, expert_tensor_parallel
+        edp = expert_data_parallel(self.plan)
+        stride = expert_tensor_parallel(self.plan) * self.plan.expert_parallel
+        return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes)
     def cp_ring_in_node(self) -> bool:
         """Whether every context-parallel ring stays inside a node: the cp group of a
         tensor-parallel rank is the ``cp`` ranks ``tp + t*j`` of a block of ``t*cp`` consecutive

@@ -375,13 +375,13 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision) too.
+        (B, precision, the FP8 recipe) too, those that are set.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
-            if how == "never" and not full:
+            if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if how == "changed" and value == f.default:
                 continue
@@ -794,8 +794,8 @@ def validate(session: Session) -> list[FieldError]:
     a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
     ``cluster.profile_path``); ``precision="fp8"`` only on a shipped GPU kind with FP8 tensor
     cores and ``fp8_recipe="mxfp8"`` only on one with MXFP8 (:data:`GPU_FP8_DTYPES`; with
-    ``cluster.profile_path`` the store's peaks decide when simulating); and the rules of the plan's newer fields
-    (:func:`_plan_feature_errors`).
+    ``cluster.profile_path`` the store's peaks decide when simulating); the rules of the plan's newer fields
+    (:func:`_plan_feature_errors`) and of mixture of experts (:func:`moe_errors`).
     """
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
@@ -832,6 +832,7 @@ def validate(session: Session) -> list[FieldError]:
     if m.ffn % t:
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
+    errs += moe_errors(m, pl)
     try:
         counts = stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
@@ -928,9 +929,104 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     if m.multi_latent_attention is True:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
-    if m.num_experts is not None:
-        errs.append(FieldError("model.num_experts", f"num_experts={m.num_experts}: mixture of "
-                               "experts is not modelled yet"))
+    errs += _moe_model_errors(m)
+    return errs
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of the mixture-of-experts fields (Megatron-Core ``TransformerConfig`` and
+    ``arguments.py``): ``moe_top_k`` at most ``num_experts``; the MoE-only fields need
+    ``num_experts``; the first dense layers leave at least one MoE layer (a model without
+    one is the dense model: say so rather than simulate it under an MoE name)."""
+    errs: list[FieldError] = []
+    E = m.num_experts
+    if E is None:
+        for name, default in (("moe_ffn_hidden_size", None), ("num_shared_experts", 0),
+                              ("moe_layer_frequency", 1), ("moe_first_dense_layers", 0)):
+            if getattr(m, name) != default:
+                errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
+                                       "num_experts (a mixture-of-experts model)"))
+        return errs
+    if not all(_is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
+                                    m.moe_first_dense_layers, m.num_layers)):
+        return errs  # type errors are reported by section_errors
+    if m.moe_top_k > E:
+        errs.append(FieldError("model.moe_top_k", f"moe_top_k={m.moe_top_k} is more than "
+                               f"num_experts={E}: a token is routed to distinct experts"))
+    k, first = m.moe_layer_frequency, m.moe_first_dense_layers
+    if k < 1 or first < 0:
+        return errs  # bound errors are reported by section_errors
+    if (m.num_layers - 1) // k < -(-first // k):  # no multiple of k in first..L-1
+        errs.append(FieldError("model.moe_first_dense_layers", f"moe_first_dense_layers="
+                               f"{m.moe_first_dense_layers} and moe_layer_frequency="
+                               f"{m.moe_layer_frequency} leave no MoE layer among the "
+                               f"{m.num_layers} layers"))
+    return errs
+
+
+def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of expert parallelism for model ``m`` under plan ``pl`` (Megatron-Core).
+
+    * ``expert_parallel`` > 1, ``expert_tensor_parallel`` or ``moe_imbalance_factor`` other
+      than 1 need an MoE model (``arguments.py``: "num_experts must be non None to use
+      expert model parallelism").
+    * ``num_experts`` divisible by ``expert_parallel`` (each EP rank holds ``E/ep`` experts).
+    * The expert ranks: Megatron-Core's ``parallel_state.initialize_model_parallel`` builds a
+      second rank generator for the experts in the order tp-ep-dp-pp with
+      ``expert_data_parallel = world / (etp * ep * p)``; the world ``t*cp*d*p`` must divide
+      by ``etp*ep*p``, i.e. ``etp*ep`` divides ``t*cp*d``.
+    * Expert parallelism with tensor parallelism needs sequence parallelism (``arguments.py``:
+      "When using expert parallelism and tensor parallelism, sequence parallelism must be
+      used").
+    * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
+    * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
+      tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
+    """
+    errs: list[FieldError] = []
+    ep, etp_set, imb = pl.expert_parallel, pl.expert_tensor_parallel, pl.moe_imbalance_factor
+    if not m.num_experts:
+        for name, value, default in (("expert_parallel", ep, 1), ("expert_tensor_parallel",
+                                                                  etp_set, None),
+                                     ("moe_imbalance_factor", imb, 1.0)):
+            if value != default:
+                errs.append(FieldError(f"plan.{name}", f"{name}={value!r} needs a mixture-of-"
+                                       "experts model (model.num_experts)"))
+        return errs
+    t, d = pl.tensor_parallel, pl.data_parallel
+    cp = getattr(pl, "context_parallel", 1)
+    if not all(_is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
+            (etp_set is not None and not (_is_int(etp_set) and etp_set >= 1)):
+        return errs  # type and bound errors are reported by section_errors
+    etp = etp_set if etp_set is not None else t
+    E = m.num_experts
+    if E % ep:
+        errs.append(FieldError("plan.expert_parallel", f"num_experts={E} is not divisible by "
+                               f"expert_parallel={ep}"))
+    if (t * cp * d) % (etp * ep):
+        errs.append(FieldError("plan.expert_parallel", f"expert_tensor_parallel*expert_parallel="
+                               f"{etp}*{ep}={etp * ep} does not divide tensor_parallel*"
+                               f"context_parallel*data_parallel={t}*{cp}*{d}={t * cp * d} "
+                               "(Megatron-Core places the expert groups inside those ranks)"))
+    if ep > 1 and t > 1 and not pl.sequence_parallel:
+        errs.append(FieldError("plan.sequence_parallel", f"expert_parallel={ep} with "
+                               f"tensor_parallel={t} needs sequence_parallel (Megatron-LM: "
+                               "expert and tensor parallelism need sequence parallelism)"))
+    elif t > 1 and not pl.sequence_parallel and etp != t:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
+                               f"other than tensor_parallel={t} without sequence_parallel is "
+                               "not modelled"))
+    fe = m.moe_ffn_hidden_size or m.ffn
+    if _is_int(fe) and fe % etp:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
+                               f"divisible by expert_tensor_parallel={etp}"))
+    if m.num_shared_experts and _is_int(fe) and (m.num_shared_experts * fe) % t:
+        errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
+                               f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
+                               f" is not divisible by tensor_parallel_size={t}"))
     return errs
 
 
@@ -958,13 +1054,6 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
-    # Issue 11's fields, refused until modelled (each helper removes its refusal)
-    for name, default, what in (("expert_parallel", 1, "expert parallelism"),
-                                ("expert_tensor_parallel", None, "expert tensor parallelism"),
-                                ("moe_imbalance_factor", 1.0, "an MoE routing imbalance")):
-        if getattr(pl, name) != default:
-            errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r}: {what} is "
-                                   "not modelled yet"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
@@ -996,7 +1085,7 @@ def check(session: Session) -> Session:
 def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
                            global_batch_size: int | None = None) -> None:
     """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
-    t, p, d, b, schedule and recompute: the studies (sweep, optimal, schedule) choose
+    t, p, d, b, schedule, recompute and expert parallelism: the studies (sweep, optimal, schedule) choose
     those themselves (and the fields that depend on p: the first and last stages' layers,
     the recomputed layers; the context-parallel size, swept only when asked). With ``model``
     (``global_batch_size``), that model (batch) is
@@ -1008,7 +1097,8 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
-        first_stage_layers=None, last_stage_layers=None, context_parallel=1)
+        first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
+        expert_tensor_parallel=None)
     check(probe)
 
 
@@ -1035,8 +1125,7 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
-#: experts is modelled; until then the editor shows them with the refusal.
+#: general stages; 30.5 B parameters, 3.3 B active).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (

@@ -35,15 +35,16 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
+from .model_math import MOE_OPS, expert_data_parallel, expert_tensor_parallel, moe_ffn
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
            "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share",
-           "fp8_weight_cast_time"]
+           "fp8_weight_cast_time", "moe_comm_bytes"]
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
-COMPUTE, COMM, CP_RING = 0, 1, 2
+COMPUTE, COMM, CP_RING, EP = 0, 1, 2, 3  # streams (core.graph_types.STREAMS)
 
 
 @dataclass
@@ -292,9 +293,13 @@ def params_per_gpu(session: Session) -> np.ndarray:
 def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
     its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
-    the data-parallel group with the context-parallel ranks)."""
+    the data-parallel group with the context-parallel ranks; the routed experts' parameters
+    over the expert-data-parallel group instead)."""
     n = params_per_gpu(session)
-    return n / session.plan.dp_cp_size if session.plan.zero_stage >= 1 else n
+    if session.plan.zero_stage < 1:
+        return n
+    experts = model_math.expert_params_per_gpu(session.model, session.plan)
+    return (n - experts) / session.plan.dp_cp_size + experts / expert_data_parallel(session.plan)
 
 
 @dataclass
@@ -316,13 +321,18 @@ def op_key(session: Session) -> dict:
     core attends to the whole sequence in a ring of ``cp`` steps."""
     m, pl = session.model, session.plan
     t, cp = pl.tensor_parallel, pl.context_parallel
-    return dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
-                a=m.num_attention_heads,
-                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
-                g=m.query_groups, act=m.activation, norm=m.normalization,
-                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
-                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
+    key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
+               a=m.num_attention_heads,
+               f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
+               g=m.query_groups, act=m.activation, norm=m.normalization,
+               pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
+               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
+               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
+    if m.is_moe:  # the MoE ops' columns (core.model_math.MOE_KEY)
+        key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
+                   etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
+                   imb=float(pl.moe_imbalance_factor))
+    return key
 
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op).
@@ -350,6 +360,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     (no ``cp`` column): it takes the row of the attention op on the rank's ``s/cp``
     tokens without the ring, scaled by the ratio of their analytic times (the core's
     ``cp`` causal steps against one).
+    MoE models add :data:`core.model_math.MOE_OPS`; a measured or calibrated store without
+    their tables times them with its analytic model and one warning says so.
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
@@ -362,7 +374,13 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
-    for op in _LOOKUP_OPS:
+    moe_ops = MOE_OPS if session.model.is_moe else ()
+    if moe_ops and method != "analytic" and not set(moe_ops) <= tables:
+        out.warnings.append(f"MoE ops (router, token permutation, experts, shared experts) are "
+                            f"not in the {method} profile of {store.device_name}: the store's "
+                            "analytic model (its fitted parameters, no measured or per-shape "
+                            "times) times them")
+    for op in _LOOKUP_OPS + moe_ops:
         if op == "attention_core_bwd" and key["cp"] == 1:
             continue  # only the context-parallel ring splits the attention backward
         base = DERIVED_OPS.get(op, op)
@@ -379,7 +397,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
                                     f"(extrapolated)")
         else:
             out.times[op] = analytic_op_time(op, key, store)
-            if method == "measured" and op == base:
+            if method == "measured" and op == base and op not in moe_ops:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
 
@@ -433,10 +451,11 @@ def num_chunks(plan) -> int:
 
 
 #: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
-_W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd")
+_W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd", "experts_bwd",
+          "shared_experts_bwd")
 
 
-def weight_gradient_share(op: str, session: Session) -> float:
+def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
     """Share of a backward op's time that is its weight gradient (W), by FLOPs.
 
     Each weight GEMM's backward is two GEMMs of its forward's size, the input
@@ -446,13 +465,17 @@ def weight_gradient_share(op: str, session: Session) -> float:
     whose backward is all input gradient, so W is ``8h / (16h + 8s)``
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
-    neglected (counted with B).
+    neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
+    one half, as the MLP. With FP8 the weight GEMMs run ``fp8_speedup``
+    times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
+    count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        r = fp8_speedup
+        return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
-    if op in ("mlp_bwd", "output_bwd"):
+    if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd"):
         return 0.5
     if op == "embedding_bwd":
         return 1.0
@@ -461,16 +484,18 @@ def weight_gradient_share(op: str, session: Session) -> float:
 
 #: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
 #: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
-#: collective of one bucket (a layer's, or the first or last stage's other parameters), or the
-#: input- (B) and weight-gradient (W) parts of a backward op that a split backward divides.
+#: collective of one bucket (a layer's, an MoE layer's, or the first or last stage's other
+#: parameters), or the input- (B) and weight-gradient (W) parts of a backward op that a split
+#: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
 #: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
 #: and its exposed part (:func:`_cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-            *(f"{b}_{k}" for b in ("layer", "first", "last") for k in ("ag", "rs", "ar")),
+            *(f"{b}_{k}" for b in ("layer", "first", "last", "moe") for k in ("ag", "rs", "ar")),
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
-            *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")))
+            *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
+            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter")
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -620,7 +645,8 @@ class _DataParallel:
     ``--overlap-grad-reduce`` / ``--overlap-param-gather``); ``first_*``, ``last_*``: the
     same for the first (embedding) and last (output) stage's other parameters;
     ``layer_ar``, ``first_ar``, ``last_ar``: bucketed all-reduces (ZeRO 0 with
-    overlap).
+    overlap); ``moe_*``: an MoE layer's bucket (its routed experts' parameters over the
+    expert-data-parallel group, the rest over ``d``).
     """
 
     layer_ag: float = 0.0
@@ -632,6 +658,9 @@ class _DataParallel:
     last_ag: float = 0.0
     last_rs: float = 0.0
     last_ar: float = 0.0
+    moe_ag: float = 0.0
+    moe_rs: float = 0.0
+    moe_ar: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -646,7 +675,13 @@ class _Structure:
     ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d*cp > 1``; ``sp``:
     sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
     the templates (ZeRO 2/3, or overlapped reduction or gather); ``cp``: context
-    parallelism (``cp > 1``: ring attention).
+    parallelism (``cp > 1``: ring attention). MoE models:
+    ``moe_layers`` the chunk's MoE layers (global indices; empty for dense models), ``ep``
+    whether ``ep > 1`` (expert all-to-alls), ``etp_mode`` how the experts' tensor
+    parallelism communicates (``"none"`` with ``etp = 1``; ``"gather"``: the dispatched tokens
+    all-gathered over the ``etp`` ranks before the experts and their output reduce-scattered
+    after; ``"all_reduce"``: without sequence parallelism, every rank holds all tokens and the
+    experts' output is all-reduced over ``t`` as a dense MLP's), ``shared`` shared experts.
     """
 
     vstage: int
@@ -662,6 +697,10 @@ class _Structure:
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     cp: bool = False
+    moe_layers: tuple[int, ...] = ()
+    ep: bool = False
+    etp_mode: str = "none"
+    shared: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -676,12 +715,29 @@ def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
     bounds = virtual_stage_layers(session)
     first, stop = int(bounds[k]), int(bounds[k + 1])
     t = pl.tensor_parallel > 1
+    moe: dict = {}
+    m = session.model
+    if m.is_moe:
+        mask = model_math.moe_layer_mask(m)
+        sp = bool(pl.sequence_parallel and t)
+        etp = expert_tensor_parallel(pl)
+        moe = dict(moe_layers=tuple(int(x) for x in np.flatnonzero(mask[first:stop]) + first),
+                   ep=pl.expert_parallel > 1,
+                   etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
+                   shared=m.num_shared_experts > 0)
     return _Structure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
                       schedules.get(pl.schedule).splits_backward,
-                      t, bool(pl.sequence_parallel and t), pl.dp_cp_size > 1, pl.zero_stage,
-                      bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
-                      pl.context_parallel > 1)
+                      t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
+                      pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
+                      pl.context_parallel > 1, **moe)
+
+
+def _reduces_gradients(session: Session) -> bool:
+    """Whether gradients are reduced across GPUs: ``d*cp > 1``, or an MoE model whose routed
+    experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
+    pl = session.plan
+    return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
 
 
 @lru_cache(maxsize=4096)
@@ -767,7 +823,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     bwd_parts: list[tuple[_Unit, list[int]]] = []
     w_parts: list[tuple[_Unit, list[int]]] = []
 
-    def backward_unit(layer_list: list[int], build) -> None:
+    def backward_unit(layer_list: list[int], build, bucket: str | None = None) -> None:
         """One backward unit (and its W unit when split), repeated over ``layer_list``."""
         nonlocal wunit
         u, w = _Unit(), _Unit()
@@ -775,7 +831,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         build(u)
         # the gradients are complete after the W part when split, after the backward otherwise
         reducer = w if st.split else u
-        bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
+        if bucket is None:
+            bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
         if reducer.tasks:
             reduce(reducer, bucket)
         bwd_parts.append((u, layer_list))
@@ -790,12 +847,74 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
         block(u, K["embedding"], "embedding_fwd", before=False, after=True)
         fwd_parts.append((u, [-1]))
-    u = _Unit()
-    prefetch(u, "layer")
-    gather(u, "layer")
-    block(u, K["forward"], "attention_fwd", True, True)
-    block(u, K["forward"], "mlp_fwd", True, True)
-    fwd_parts.append((u, layers))
+    moe_set = set(st.moe_layers)
+
+    def runs(layer_list: list[int]) -> list[tuple[bool, list[int]]]:
+        """``layer_list`` cut into runs of dense and of MoE layers, in order."""
+        out: list[tuple[bool, list[int]]] = []
+        for x in layer_list:
+            is_moe = x in moe_set
+            if out and out[-1][0] == is_moe:
+                out[-1][1].append(x)
+            else:
+                out.append((is_moe, [x]))
+        return out
+
+    def a2a(out: _Unit, op: str) -> None:
+        out.add(K["ep_all_to_all"], EP, "ep_all_to_all", op)
+
+    def moe_fwd(u: _Unit, kind: int) -> None:
+        """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
+        permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
+        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts."""
+        u.add(kind, COMPUTE, "router_fwd", "router_fwd")
+        u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
+        if st.ep:
+            a2a(u, "ep_dispatch")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        u.add(kind, COMPUTE, "experts_fwd", "experts_fwd")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
+        if st.ep:
+            a2a(u, "ep_combine")
+        u.add(kind, COMPUTE, "moe_unpermute_fwd", "moe_unpermute_fwd")
+        if st.etp_mode == "all_reduce":
+            comm(u, "all_reduce")
+        if st.shared:
+            block(u, kind, "shared_experts_fwd", True, True)
+
+    def moe_bwd(u: _Unit) -> None:
+        """The backward of :func:`moe_fwd`, in reverse (the all-to-alls again, four per layer
+        and micro-batch in all)."""
+        if st.shared:
+            block(u, K["backward"], "shared_experts_bwd", True, True)
+        u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
+        if st.ep:
+            a2a(u, "ep_combine")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        block(u, K["backward"], "experts_bwd", False, False)
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
+        if st.ep:
+            a2a(u, "ep_dispatch")
+        u.add(K["backward"], COMPUTE, "moe_permute_bwd", "moe_permute_bwd")
+        if st.etp_mode == "all_reduce":
+            comm(u, "all_reduce")
+        block(u, K["backward"], "router_bwd", False, False)
+
+    for is_moe, run in runs(layers):
+        u = _Unit()
+        bucket = "moe" if is_moe else "layer"
+        prefetch(u, bucket)
+        gather(u, bucket)
+        block(u, K["forward"], "attention_fwd", True, True)
+        if is_moe:
+            moe_fwd(u, K["forward"])
+        else:
+            block(u, K["forward"], "mlp_fwd", True, True)
+        fwd_parts.append((u, run))
 
     def out_bwd(u: _Unit) -> None:
         gather(u, "last")
@@ -814,19 +933,27 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if not chosen:
             continue
 
-        def layer_bwd(u: _Unit, with_recompute: bool = with_recompute) -> None:
-            gather(u, "layer")
-            if with_recompute:
-                block(u, K["recompute"], "attention_fwd", True, True)
-                block(u, K["recompute"], "mlp_fwd", True, True)
-            block(u, K["backward"], "mlp_bwd", True, True)
-            if st.selective and st.cp:  # the core recomputed runs its ring again
-                ring(u, K["recompute"], "fwd", None)
-            elif st.selective:
-                u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
-            block(u, K["backward"], "attention_bwd", True, True)
+        for is_moe, run in runs(chosen[::-1]):
+            def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
+                          is_moe: bool = is_moe) -> None:
+                gather(u, "moe" if is_moe else "layer")
+                if with_recompute:
+                    block(u, K["recompute"], "attention_fwd", True, True)
+                    if is_moe:
+                        moe_fwd(u, K["recompute"])
+                    else:
+                        block(u, K["recompute"], "mlp_fwd", True, True)
+                if is_moe:
+                    moe_bwd(u)
+                else:
+                    block(u, K["backward"], "mlp_bwd", True, True)
+                if st.selective and st.cp:  # the core recomputed runs its ring again
+                    ring(u, K["recompute"], "fwd", None)
+                elif st.selective:
+                    u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
+                block(u, K["backward"], "attention_bwd", True, True)
 
-        backward_unit(chosen[::-1], layer_bwd)
+            backward_unit(run, layer_bwd, "moe" if is_moe else "layer")
     if first:
         def emb_bwd(u: _Unit) -> None:
             # the embedding's backward scatters gradients: it needs no weights (no ZeRO-3 gather)
@@ -838,14 +965,20 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
-                   dp: _DataParallel | None, session: Session) -> np.ndarray:
-    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none)."""
+                   dp: _DataParallel | None, session: Session,
+                   moe: dict[str, float] | None = None, fp8_speedup: float = 1.0) -> np.ndarray:
+    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
+    ``moe``: the MoE layers' communication by source name (``ep_all_to_all``,
+    ``etp_all_gather``, ``etp_reduce_scatter``); ``fp8_speedup`` see
+    :func:`weight_gradient_share`."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
         if name in _SRC:
             v[_SRC[name]] = sec
     for op in _W_OPS:
-        share = weight_gradient_share(op, session)
+        if op not in times:  # the MoE ops of a dense model
+            continue
+        share = weight_gradient_share(op, session, fp8_speedup)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
     if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
@@ -853,6 +986,8 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
         v[_SRC["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
         v[_SRC["attention_bwd:B:pre"]] = max(v[_SRC["attention_bwd:B"]]
                                              - times["attention_core_bwd"], 0.0)
+    for name, sec in (moe or {}).items():
+        v[_SRC[name]] = sec
     for kind, sec in (tp or {}).items():
         v[_SRC["tp_" + kind]] = sec
     if dp is not None:
@@ -862,15 +997,17 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
 
 
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None
+                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None,
+                 fp8_speedup: float = 1.0
                  ) -> tuple[list[_Template], list[_Template], list[_Template]]:
     """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
     ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
     (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
-    ``dp``: the stage's data-parallel collectives, None when ``d == 1``.
+    ``dp``: the stage's data-parallel collectives, None when ``d == 1``. ``moe``: the MoE
+    layers' communication (:attr:`StageTimes.moe_comm_s`).
     """
-    values = _source_values(times, tp, dp, session)
+    values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     out: tuple[list, list, list] = ([], [], [])
     for c in range(num_chunks(session.plan)):
         for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
@@ -984,8 +1121,15 @@ class StageTimes:
         One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
     dp : list of _DataParallel or None
         Per stage: one bucket's collective times (None when no bucket enters the templates).
+    moe_comm_s : dict[str, float] or None
+        MoE models: one expert all-to-all (``ep_all_to_all``) and expert tensor-parallel
+        all-gather and reduce-scatter (``etp_all_gather``, ``etp_reduce_scatter``) of one
+        MoE layer and micro-batch, seconds; None for dense models.
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
+    fp8_speedup : float
+        FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
+        a split backward, :func:`weight_gradient_share`); 1 otherwise.
     """
 
     fwd_s: np.ndarray
@@ -1004,6 +1148,8 @@ class StageTimes:
     tp_comm_s: dict[str, float] | None = None
     dp: list[_DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    moe_comm_s: dict[str, float] | None = None
+    fp8_speedup: float = 1.0
 
     @property
     def tp_all_reduce_s(self) -> float | None:
@@ -1076,11 +1222,13 @@ def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float
             "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
 
 
-def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
+def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
-    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision."""
+    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision.
+    An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
+    (``edp_call``), the rest over ``d`` (``comm_call``)."""
     m, pl = session.model, session.plan
     t, p = pl.tensor_parallel, pl.pipeline_parallel
     g = DTYPE_BYTES[grad_dtype(pl)]
@@ -1098,6 +1246,13 @@ def _data_parallel(session: Session, stage: int, comm_call) -> _DataParallel:
         setattr(out, f"{name}_ag", comm_call("all_gather", n * e))
         setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
         setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
+    if m.is_moe and edp_call is not None:
+        moe = model_math.moe_layer_parameters(m)
+        rest = moe.sharded / t + moe.replicated
+        experts = moe.experts / (pl.expert_parallel * expert_tensor_parallel(pl))
+        for kind, short, nb in (("all_gather", "ag", e), ("reduce_scatter", "rs", g),
+                                ("all_reduce", "ar", g)):
+            setattr(out, f"moe_{short}", comm_call(kind, rest * nb) + edp_call(kind, experts * nb))
     return out
 
 
@@ -1147,6 +1302,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             cp, times["attention_core_fwd"], times["attention_core_bwd"],
             *(_memo(cache, ("cp", ckey, p, n), warnings,
                     _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
+    moe = m.is_moe
+    reduces = _reduces_gradients(session)
+    # the expert groups' placement also reads ep and etp
+    ekey = ckey + ((pl.expert_parallel, expert_tensor_parallel(pl)) if moe else ())
 
     def tp_call(kind: str, nbytes: float) -> float:
         return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
@@ -1156,20 +1315,31 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
                      _comm_call(comm, "dp_collective", kind, nbytes))
 
+    def edp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("edp", ekey, kind, nbytes), warnings,
+                     _comm_call(comm, "edp_collective", kind, nbytes))
+
     act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
     tp = None
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
         tp = {k: tp_call(k, act_bytes) for k in kinds}
+    moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
     v = num_chunks(pl)
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
-    reps = _representatives(p)
+    alike = _middle_stages_alike(session)
+    reps = _representatives(p) if alike else list(range(p))
+    recipe = fp8_recipe(pl)
+    fp8_speedup = 1.0
+    if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
+        fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
+                       / float(store.peak_flops[tensor_dtype(pl.precision)]))
     dps: list[_DataParallel | None] = [None] * p
     for i in reps:
         structs = [_structure(session, i, c) for c in range(v)]
-        dps[i] = _data_parallel(session, i, dp_call) if structs[0].buckets else None
-        values = _source_values(times, tp, dps[i], session)
+        dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
+        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _stage_templates(struct)
@@ -1185,7 +1355,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             grads = wgd if struct.split else bwd
             if grads.last_src.size:
                 over[i, c] = _tail_overrun(grads.timed(values))
-    if p > 2:
+    if p > 2 and alike:
         for a in (fwd_s, bwd_s, w_s, ready, over):
             a[1:-1] = a[1]
         dps[1:-1] = [dps[1]] * (p - 2)
@@ -1201,30 +1371,90 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
     send_fwd = hop.copy()                 # i -> i+1 (mod p)
     send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
-    n_params = params_per_gpu(session)
-    shards = n_params / d if pl.zero_stage >= 1 else n_params  # as optimizer_params
+    experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
+    n_params = params_per_gpu(session) - experts
+    shards = optimizer_params(session)
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
-    recipe = fp8_recipe(pl)
     fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
+
+    def both(kind: str, i: int, nbytes: float) -> float:
+        """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
+        the experts' (two collectives one after the other)."""
+        x = dp_call(kind, n_params[i] * nbytes) if pl.dp_cp_size > 1 else 0.0
+        return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
+
     for i in reps:
-        if d > 1:
+        if reduces:
             if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
-                reduce_s[i] = dp_call("reduce_scatter" if z == 1 else "all_reduce", n_params[i] * g)
+                reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
             if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
-                after_opt[i] = dp_call("all_gather", n_params[i] * e)
+                after_opt[i] = both("all_gather", i, e)
         opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
             opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
                               lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
-    if p > 2:
+    if p > 2 and alike:
         for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]
-    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, d > 1,
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
                       ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)))
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup)
+
+
+def _middle_stages_alike(session: Session) -> bool:
+    """Whether the middle pipeline stages (1 to p-2) have the same work: always for dense
+    models; for MoE models when each holds its MoE layers at the same places (a pattern of
+    ``moe_layer_frequency`` or ``moe_first_dense_layers`` can differ between stages)."""
+    m, pl = session.model, session.plan
+    p = pl.pipeline_parallel
+    if not m.is_moe or p <= 3:
+        return True
+    bounds = virtual_stage_layers(session)
+    mask = model_math.moe_layer_mask(m)
+    v = num_chunks(pl)
+
+    def pattern(i: int) -> tuple:
+        return tuple(tuple(mask[bounds[c * p + i]:bounds[c * p + i + 1]].tolist()) for c in range(v))
+
+    first = pattern(1)
+    return all(pattern(i) == first for i in range(2, p - 1))
+
+
+def moe_comm_bytes(session: Session) -> dict[str, float]:
+    """Bytes per GPU of one MoE layer's communication per micro-batch, by source.
+
+    ``ep_all_to_all``: the send buffer of one dispatch (or combine) all-to-all, the rank's
+    ``T_in`` tokens (``b s/(cp t)`` with sequence parallelism, ``b s/cp`` without) times ``k`` copies
+    times ``h`` elements, times ``moe_imbalance_factor`` (the busiest rank); ``(ep-1)/ep``
+    of it leaves the rank (:meth:`core.comm.CommModel.all_to_all`). ``etp_all_gather``,
+    ``etp_reduce_scatter``: the whole buffer of the expert tensor-parallel group, ``etp``
+    times the received tokens' (nccl-tests convention).
+    """
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # tokens are dispatched in BF16 under FP8 too
+    sp = bool(pl.sequence_parallel and t > 1)
+    T_in = pl.micro_batch_size * (m.seq_length // pl.context_parallel) / (t if sp else 1)
+    a2a = T_in * m.moe_top_k * m.hidden_size * e * float(pl.moe_imbalance_factor)
+    etp = expert_tensor_parallel(pl)
+    return {"ep_all_to_all": a2a, "etp_all_gather": etp * a2a, "etp_reduce_scatter": etp * a2a}
+
+
+def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple,
+              warnings: list[str]) -> dict[str, float]:
+    """Seconds of one MoE layer's expert all-to-all and expert tensor-parallel collectives per
+    micro-batch (:func:`moe_comm_bytes`); 0 for a group of one."""
+    nbytes = moe_comm_bytes(session)
+    out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, nbytes["ep_all_to_all"]), warnings,
+                                  _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"]))}
+    for kind in ("all_gather", "reduce_scatter"):
+        name = "etp_" + kind
+        out[name] = _memo(cache, ("etp", ekey, kind, nbytes[name]), warnings,
+                          _comm_call(comm, "etp_collective", kind, nbytes[name]))
+    return out
 
 
 def _stage_items(graph: ExecutionGraph, stage: int) -> list[tuple[int, int, int, int, int]]:
@@ -1460,10 +1690,11 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
             templates.append(tmpls)
         return (_attach_side_tasks(graph, templates, num_microbatches=m, chain_start=False),
                 st.warnings)
-    reduce_after = pl.dp_cp_size > 1 and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    reduce_after = _reduces_gradients(session) and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
     programs, templates = [], []
     for i in range(p):
-        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i])
+        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
+                                        st.moe_comm_s, st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},
                           **{(W, c): t for c, t in enumerate(wgds)}})

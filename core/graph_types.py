@@ -27,11 +27,12 @@ KINDS = (
     "wgrad",        # 9 weight-gradient part of a split backward (zero-bubble W items)
     "cp_p2p",       # 10 context-parallel ring exchange of K/V blocks (and dK/dV): the exposed
                     #    part blocks compute, the part hidden under attention is overlapped
+    "ep_all_to_all",  # 11 expert-parallel token dispatch / combine all-to-all (MoE layers)
 )
 #: Kinds that run on a GPU's compute stream.
 KIND_COMPUTE = frozenset({0, 1, 2, 3, 4, 5, 9})
 #: Kinds that are communication.
-KIND_COMM = frozenset({6, 7, 8, 10})
+KIND_COMM = frozenset({6, 7, 8, 10, 11})
 #: What a task runs; ``ExecutionGraph.op`` holds indices into this tuple (-1: unknown).
 #: The first nine are the profile store's op names (core.ops); recompute tasks
 #: run the forward ops again (selective recomputation: ``attention_core_fwd``).
@@ -44,11 +45,17 @@ OPS = (
     # context parallelism: the attention core's backward (the ring's share of attention_bwd)
     # and the ring's K/V send/recv
     "attention_core_bwd", "cp_send_recv",
+    # mixture of experts (core.model_math.MOE_OPS), the expert all-to-alls and the expert
+    # tensor-parallel collectives
+    "router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
+    "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",
+    "shared_experts_bwd", "ep_dispatch", "ep_combine", "etp_all_gather", "etp_reduce_scatter",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;
-#: :attr:`ExecutionGraph.lanes`).
-STREAMS = ("compute", "comm", "CP ring")
+#: :attr:`ExecutionGraph.lanes`); the expert all-to-alls of MoE layers (which block the
+#: compute stream as the tensor-parallel collectives do) have a lane of their own.
+STREAMS = ("compute", "comm", "CP ring", "EP all-to-all")
 
 
 @dataclass
@@ -116,7 +123,8 @@ class ExecutionGraph:
     @cached_property
     def lanes(self) -> tuple[int, ...]:
         """Streams the graph uses, sorted (compute and comm always): one timeline lane each per
-        stage, so a graph without context parallelism draws no empty "CP ring" lane."""
+        stage, so a graph without context parallelism (expert parallelism) draws no empty "CP ring"
+        ("EP all-to-all") lane."""
         used = set(np.unique(self.stream).tolist()) if self.stream.size else set()
         return tuple(sorted(used | {0, 1}))
 

@@ -14,8 +14,11 @@ model's family fields (learned positions, LayerNorm, GeLU MLP with ``f`` =
 ``ffn_hidden_size``, biases, word embedding tied with the output layer, full
 multi-head attention, unfused attention) and Llama-style models with them set
 (grouped-query attention with ``g`` query groups, SwiGLU, RMSNorm, RoPE, no
-biases, untied output layer, FlashAttention). Mixture-of-experts models would be
-a family of their own.
+biases, untied output layer, FlashAttention). Mixture-of-experts models are
+dense decoders whose MoE layers (:func:`moe_layer_mask`) replace the dense MLP by a
+router, routed experts and shared experts (section "mixture of experts": parameters
+total and active, FLOPs on active parameters, kernels of :data:`MOE_OPS`, activation
+bytes, experts' parameters sharded over ``ep*etp``).
 
 Terms: ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
 attention heads, ``f`` MLP hidden size, ``V`` vocabulary padded as Megatron
@@ -44,6 +47,9 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
+    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
+    "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
@@ -169,10 +175,39 @@ def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
     return [cast]
 
 
-def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
-    """A linear layer's GEMM in FP8: both inputs FP8 (1 byte), the output BF16 (2 bytes)."""
-    return Kernel(name, 2.0 * m * n * k, float(FP8_BYTES * (m * k + k * n) + 2 * m * n), m, n, k,
-                  1, fp8_gemm_dtype(recipe))
+def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int], Kernel],
+                                                     Callable[[str, float], list[Kernel]]]:
+    """``(linear, cast)`` kernel makers of an op key, for every family's linear layers (the
+    dense layer's QKV, projection and MLP; MoE experts the same way):
+
+    * ``linear(name, m, n, k, batch=1)``: the GEMM ``(m, k) x (k, n)`` (``batch`` of them, a
+      grouped GEMM), in FP8 with ``dtype="fp8"``
+      (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
+      key's 16-bit (or fp32) dtype;
+    * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
+      :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``, default true), none
+      without FP8.
+    """
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
+
+    def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+        return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
+
+    def cast(name: str, elements: float) -> list[Kernel]:
+        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+
+    return linear, cast
+
+
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
+    """A linear layer's GEMM in FP8 (``batch`` of them: a grouped GEMM): both inputs FP8
+    (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k * batch,
+                  float(batch * (FP8_BYTES * (m * k + k * n) + 2 * m * n)), m, n, k, batch,
+                  fp8_gemm_dtype(recipe))
 
 
 # --------------------------------------------------------------------------- dense decoders
@@ -257,26 +292,21 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     one); in the backward each step's partial gradients of Q, K and V are accumulated
     (read both, write one). FlashAttention only: the unfused path has no ring attention.
     """
+    if op in MOE_OPS:
+        return _moe_op_kernels(op, key)
     key = _full(key)
     fp8 = str(key["dtype"]) == "fp8"
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
     tn = bool(key.get("fp8_tn", True))
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
+    linear, cast = linear_kernels(key)
     if op == "optimizer_step":
         return [_mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
     if op == FP8_WEIGHT_CAST_OP:
         return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
-
-    def linear(name: str, m: int, n: int, k: int) -> Kernel:
-        """A linear layer's GEMM: FP8 with precision fp8 (Transformer Engine), else 16-bit."""
-        return _fp8_gemm(name, m, n, k, recipe) if fp8 else _gemm(name, m, n, k, e)
-
-    def cast(name: str, elements: float) -> list[Kernel]:
-        """The FP8 quantization of a linear layer's input or output gradient (none without FP8)."""
-        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
 
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation
@@ -432,16 +462,35 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
     vocabulary 151936, untied, QK-norm): 8,190,735,360 in all (8.19 B, the
     Hugging Face model card).
     """
-    h, f, a, g = model.hidden_size, model.ffn, model.num_attention_heads, model.query_groups
+    attn_sharded, attn_replicated = _attention_parameters(model)
+    mlp_sharded, mlp_replicated = _mlp_parameters(model, model.ffn)
+    return attn_sharded + mlp_sharded, attn_replicated + mlp_replicated
+
+
+def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
+    their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
+    (see :func:`_dense_layer_parameters`)."""
+    h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
     kv = model.head_dim
     qkv = (a + 2 * g) * kv
-    fc1 = 2 * f if model.activation == "swiglu" else f
     bias = model.add_bias_linear
-    sharded = h * qkv + a * kv * h + h * fc1 + f * h
-    sharded += (qkv if bias or model.add_qkv_bias else 0) + (fc1 if bias else 0)
+    sharded = h * qkv + a * kv * h + (qkv if bias or model.add_qkv_bias else 0)
     norm = 2 * h if model.normalization == "layernorm" else h
     qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
-    return sharded, 2 * norm + (2 * h if bias else 0) + qk_norm
+    return sharded, norm + (h if bias else 0) + qk_norm
+
+
+def _mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
+    """``(sharded over its tensor-parallel group, replicated)`` parameters of one MLP of hidden
+    size ``f`` with the model's activation (fc1 ``h f``, ``2 h f`` gated; fc2 ``f h``; fc1's
+    bias sharded, fc2's replicated with ``add_bias_linear``) and, for the layer's dense MLP, its
+    pre-MLP norm (``2h`` LayerNorm, ``h`` RMSNorm) in the replicated part."""
+    h = model.hidden_size
+    fc1 = 2 * f if model.activation == "swiglu" else f
+    bias = model.add_bias_linear
+    norm = 2 * h if model.normalization == "layernorm" else h
+    return h * fc1 + f * h + (fc1 if bias else 0), norm + (h if bias else 0)
 
 
 def _dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -479,8 +528,12 @@ def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, f
     return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
 
 
-def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str,
+                                      mlp: float | None = None) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
+
+    ``mlp`` replaces the MLP's term (``4f/h``, ``6f/h`` gated; see below) for an MoE layer,
+    whose dense MLP is its shared experts' (:func:`moe_activation_bytes_per_layer`).
 
     Korthikanti et al. 2022, Table 2 (16-bit activations; scaled by ``e/2`` for fp32):
 
@@ -511,7 +564,11 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     fc1's inputs ``2 -> 1`` each (the ``10`` becomes ``8``), fc2's input ``2f/h -> f/h``, the
     projection's input ``2 -> 1`` except with FlashAttention and no recomputation, whose
     kernel keeps that tensor (its output) in BF16 anyway: ``+1`` for the FP8 copy. The rest
-    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16. Context parallelism: every term with ``s -> s/cp``
+    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16.
+    In an MoE layer the router keeps the second norm's output in BF16 (its gate is not a TE
+    module): only QKV's input saves (``10 -> 9``), and the shared experts' FP8 copy of that
+    tensor adds it back (``10``); their fc2 input is ``mlp/(4 or 6)`` of ``mlp``.
+    Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
@@ -526,16 +583,25 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
     attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
-    mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
+    per_f = 6 if model.activation == "swiglu" else 4
+    moe = mlp is not None
+    if mlp is None:
+        mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
     base = 10.0
     if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
-        base -= 2  # QKV's and fc1's inputs (the norms' outputs)
-        mlp_in = model.ffn / h  # fc2's input, f wide: 2f/h -> f/h
+        # QKV's input (the first norm's output) 2 -> 1; fc1's (the second's) 2 -> 1, but in an
+        # MoE layer the router keeps that tensor in BF16 (its gate is a plain BF16 linear), so
+        # the shared experts' FP8 copy adds 1 (and without shared experts nothing changes)
+        if not moe:
+            base -= 2  # QKV's and fc1's inputs
+        else:
+            base -= 1 - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
+        mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
         # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
-        split += proj - mlp_in
+        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode == "selective" or (mode == "none" and flash):
@@ -545,6 +611,253 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+#: Ops of an MoE layer's MLP half (Megatron-Core ``MoELayer`` with the all-to-all token
+#: dispatcher, ``--moe-token-dispatcher-type alltoall``), in forward order: the router
+#: (pre-MLP norm, gate GEMM ``h x E``, softmax and top-k), the permutation of each token's
+#: ``k`` copies by expert, the experts (grouped GEMMs), the un-permutation (weighted sum of
+#: the copies), the shared experts (a dense MLP). The expert all-to-alls and the expert
+#: tensor-parallel collectives between them are communication (:mod:`core.graph`).
+MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
+           "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",
+           "shared_experts_bwd")
+#: Key columns of the MoE ops: the dense ones and ``E`` experts, ``topk``, ``fe`` the expert
+#: MLP's hidden size, ``ep`` expert-parallel size, ``etp`` expert tensor-parallel size,
+#: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean.
+MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
+           "imb")
+
+
+def expert_tensor_parallel(plan: ParallelPlan) -> int:
+    """Expert tensor-parallel size ``etp``: ``plan.expert_tensor_parallel``, or ``t`` when unset
+    (Megatron-Core's ``--expert-tensor-parallel-size`` default)."""
+    return plan.expert_tensor_parallel or plan.tensor_parallel
+
+
+def expert_data_parallel(plan: ParallelPlan) -> int:
+    """Expert-data-parallel size ``edp = t*cp*d / (etp*ep)``: the ranks that hold the same
+    experts and reduce their gradients (Megatron-Core ``parallel_state``: the expert rank
+    generator over tp-ep-dp-pp with ``world / (etp*ep*p)`` data-parallel ranks)."""
+    cp = getattr(plan, "context_parallel", 1) or 1
+    return max(1, plan.tensor_parallel * cp * plan.data_parallel
+               // (expert_tensor_parallel(plan) * plan.expert_parallel))
+
+
+def moe_layer_mask(model: ModelConfig) -> np.ndarray:
+    """Which layers are MoE layers, bool array shape (L,): layer ``i`` (0-based) when the model
+    has experts, ``i >= moe_first_dense_layers`` and ``i % moe_layer_frequency == 0``
+    (Megatron-Core's ``--moe-layer-freq k`` pattern ``[1 if i % k == 0 else 0]``; Hugging Face
+    DeepSeek's ``first_k_dense_replace`` and ``moe_layer_freq``). The others keep the dense MLP."""
+    i = np.arange(model.num_layers)
+    if not model.is_moe:
+        return np.zeros(model.num_layers, bool)
+    return (i >= model.moe_first_dense_layers) & (i % model.moe_layer_frequency == 0)
+
+
+def num_moe_layers(model: ModelConfig) -> int:
+    """How many layers :func:`moe_layer_mask` marks, in closed form (no per-layer array: the
+    editor asks for sizes before they are checked): the multiples of ``moe_layer_frequency``
+    from ``moe_first_dense_layers`` to ``L - 1``; 0 for a dense model."""
+    if not model.is_moe:
+        return 0
+    k, first, L = model.moe_layer_frequency, model.moe_first_dense_layers, model.num_layers
+    return max(0, (L - 1) // k - (-(-first // k)) + 1)
+
+
+def moe_ffn(model: ModelConfig) -> int:
+    """Hidden size of one expert's MLP: ``moe_ffn_hidden_size``, or the dense MLP's when unset."""
+    return model.moe_ffn_hidden_size or model.ffn
+
+
+@dataclass(frozen=True)
+class MoeLayerParameters:
+    """Parameters of one MoE layer by how they are split over the GPUs.
+
+    ``sharded``: over ``t`` (attention and the shared experts' MLP); ``replicated``: norms,
+    the router's ``h x E`` gate (Megatron-Core keeps it on every rank) and replicated biases;
+    ``experts``: the ``E`` routed experts, split over ``ep * etp`` ranks; ``expert``: one
+    routed expert.
+    """
+
+    sharded: float
+    replicated: float
+    experts: float
+    expert: float
+
+
+def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
+    """Parameters of one MoE layer: the attention half (:func:`_attention_parameters`), the
+    pre-MLP norm, the router gate ``h E``, ``E`` experts each an MLP of ``moe_ffn`` width
+    with the model's activation (:func:`_mlp_parameters`; Mixtral: ``3 h f_e``) and the shared
+    experts as one dense MLP of ``num_shared_experts * moe_ffn`` width (Megatron-Core
+    ``SharedExpertMLP``)."""
+    h, E = model.hidden_size, model.num_experts or 0
+    fe = moe_ffn(model)
+    attn_sh, attn_rep = _attention_parameters(model)
+    expert_w, mlp_rep = _mlp_parameters(model, fe)  # mlp_rep: pre-MLP norm (+ fc2 bias)
+    expert = expert_w + (h if model.add_bias_linear else 0)  # each expert's own fc2 bias
+    norm = 2 * h if model.normalization == "layernorm" else h
+    shared = _mlp_parameters(model, model.num_shared_experts * fe)[0] if model.num_shared_experts else 0
+    shared_bias = h if (model.num_shared_experts and model.add_bias_linear) else 0
+    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + shared_bias,
+                              E * expert, expert)
+
+
+def _moe_forward_flops_per_token(model: ModelConfig) -> float:
+    """Forward FLOPs per token of one MoE layer, counting the GEMMs a token passes through:
+    the attention half as a dense layer's, the router ``2hE``, its ``k`` experts'
+    ``4 h f_e`` each (``6 h f_e`` gated) and the shared experts' MLP (model FLOPs on the
+    active parameters, as MFU of MoE models is reported)."""
+    h, E, k = model.hidden_size, model.num_experts or 0, model.moe_top_k
+    per_f = (6 if model.activation == "swiglu" else 4) * h
+    dense_layer, _, _ = _dense_forward_flops_per_token(model, 1)
+    attention = dense_layer - per_f * model.ffn
+    return attention + 2 * h * E + per_f * moe_ffn(model) * (k + model.num_shared_experts)
+
+
+def _moe_routed_rows(key: Mapping[str, Any]) -> float:
+    """Token copies one GPU's experts process per micro-batch: ``b s k etp imb / t``.
+
+    With balanced routing the ``d b s`` tokens of a step (``t`` ranks each) send ``k``
+    copies each, spread evenly over ``E`` experts; each expert lives on ``edp = t d /
+    (etp ep)`` replicas, split over ``etp`` ranks that all see its tokens: per GPU
+    ``E/ep`` local experts of ``b s k etp ep / (E t)`` tokens; ``imb`` scales it to the
+    busiest rank, which sets the step's time."""
+    T = int(key["b"]) * int(key["s"])
+    return T * int(key["topk"]) * int(key["etp"]) * float(key["imb"]) / int(key["t"])
+
+
+def _moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of an MoE layer's op (:data:`MOE_OPS`).
+
+    ``T = b s`` tokens; ``T_in = T/t`` enter the layer on a rank with sequence parallelism
+    (``T`` without); ``R`` (:func:`_moe_routed_rows`) copies reach the rank's ``E/ep``
+    experts, ``M = R ep / E`` each. Router: ``(T_in, h) x (h, E)`` GEMM, softmax and top-k
+    in fp32 (read the logits, write probabilities, write ``k`` probabilities and indices);
+    permutation: a gather of ``k`` copies of each token (read and write ``T_in k h``) and,
+    with ``ep > 1``, the sort of the received chunks by local expert (read and write ``R h``);
+    experts: Megatron-Core's grouped GEMM (``TEGroupedMLP``), ``E/ep`` GEMMs of ``M`` rows,
+    fc1 ``(M, h) x (h, f_e/etp)`` (``2 f_e/etp`` gated), the activation, fc2 ``(M, f_e/etp)
+    x (f_e/etp, h)``; un-permutation: the weighted sum of the copies (read ``T_in k h`` and
+    the probabilities, write ``T_in h``); shared experts: a dense MLP of ``ns f_e`` width on
+    the ``T`` tokens of the tensor-parallel group. The residual adds and the pre-MLP norm
+    are those of the dense MLP (:func:`_dense_op_kernels`), split between the router and the
+    un-permutation, so that with ``E = k = 1`` the MoE ops are the dense MLP's kernels plus
+    the router's and the permutations'. FP8 (``dtype="fp8"``): the routed and shared
+    experts' GEMMs run in FP8 with their quantization kernels, as the dense MLP's
+    (:func:`linear_kernels`; TE's ``GroupedLinear`` in ``TEGroupedMLP``); the router's gate
+    stays BF16 (a plain ``torch`` linear in Megatron-Core's ``TopKRouter``), and so do the
+    permutations and the all-to-alls' tokens.
+    """
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)  # FP8 experts and shared experts (TE GroupedLinear)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    E, k, fe = int(key["E"]), int(key["topk"]), int(key["fe"])
+    ep, etp, ns = int(key["ep"]), int(key["etp"]), int(key.get("ns", 0))
+    T = b * s
+    sp = bool(key.get("sp"))
+    T_in = T / t if sp else T
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    gated = key.get("act") == "swiglu"
+    R = _moe_routed_rows(key)
+    local = E // ep
+    M = R / local
+    fc1 = (2 if gated else 1) * fe // etp
+    inner = R * (fe // etp) * e
+    sort = [_mem("moe_sort_chunks", 2 * R * h * e)] if ep > 1 else []
+    if op == "router_fwd":
+        return [_mem("bias_dropout_add", 3.5 * tok), _mem(norm, 2 * tok),
+                _gemm("router", T_in, E, h, e),                     # (T_in, h) x (h, E)
+                _mem("router_softmax_topk", T_in * (E * (e + 8) + 12 * k))]
+    if op == "router_bwd":
+        return [_mem("router_softmax_topk_bwd", T_in * E * (e + 8)),
+                _gemm("router_dgrad", T_in, h, E, e), _gemm("router_wgrad", E, h, T_in, e),
+                _mem("wgrad_accumulate", acc * h * E),
+                _mem(f"{norm}_bwd", 4 * tok), _mem("bias_dropout_add_bwd", 2 * tok)]
+    if op == "moe_permute_fwd":
+        return [_mem("moe_permute", 2 * T_in * k * h * e + 8 * T_in * k), *sort]
+    if op == "moe_permute_bwd":
+        return [*sort, _mem("moe_permute_bwd", (k + 1) * T_in * h * e)]
+    if op == "experts_fwd":
+        return [*cast("experts_fc1_input", R * h),
+                linear("experts_fc1", M, fc1, h, local),              # E/ep x (M, h) x (h, fc1)
+                _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
+                *cast("experts_fc2_input", R * (fe // etp)),
+                linear("experts_fc2", M, h, fe // etp, local)]       # E/ep x (M, fe/etp) x (., h)
+    if op == "experts_bwd":
+        return [*cast("experts_fc2_grad", R * h),
+                linear("experts_fc2_dgrad", M, fe // etp, h, local),
+                linear("experts_fc2_wgrad", fe // etp, h, M, local),
+                _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
+                *cast("experts_fc1_grad", R * fc1),
+                linear("experts_fc1_dgrad", M, h, fc1, local),
+                linear("experts_fc1_wgrad", fc1, h, M, local),
+                _mem("wgrad_accumulate", acc * local * (h * fc1 + h * fe // etp))]
+    if op == "moe_unpermute_fwd":
+        return [*sort, _mem("moe_unpermute", T_in * k * (h * e + 4) + T_in * h * e),
+                _mem("bias_dropout_add", 3.5 * tok)]
+    if op == "moe_unpermute_bwd":
+        return [_mem("bias_dropout_add_bwd", 2 * tok),
+                _mem("moe_unpermute_bwd", T_in * h * e + T_in * k * (2 * h * e + 8)), *sort]
+    if op in ("shared_experts_fwd", "shared_experts_bwd"):
+        if not ns:
+            return []  # no shared experts: no kernels
+        fs = ns * fe
+        fc1s = (2 if gated else 1) * fs // t
+        inner_s = T * (fs // t) * e
+        if op == "shared_experts_fwd":
+            return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h),
+                    _mem("bias_swiglu", 3 * inner_s) if gated else _mem("bias_gelu", 2 * inner_s),
+                    *cast("shared_fc2_input", T * (fs // t)), linear("shared_fc2", T, h, fs // t)]
+        return [*cast("shared_fc2_grad", T * h),
+                linear("shared_fc2_dgrad", T, fs // t, h), linear("shared_fc2_wgrad", fs // t, h, T),
+                _mem("bias_swiglu_bwd", 5 * inner_s) if gated else _mem("bias_gelu_bwd", 3 * inner_s),
+                *cast("shared_fc1_grad", T * fc1s),
+                linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
+                _mem("wgrad_accumulate", acc * (h * fc1s + h * fs // t))]
+    raise KeyError(f"unknown MoE op {op!r}")
+
+
+def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:
+    """Activation bytes one MoE layer keeps for its backward, per micro-batch, on one GPU.
+
+    The dense layer's (:func:`_dense_activation_bytes_per_layer`) with the shared experts as
+    its MLP (``6 ns f_e/h`` gated, ``4 ns f_e/h`` otherwise; 0 without shared experts), plus,
+    unless the layer is checkpointed (``full``), the routed part in 16-bit bytes: each of the
+    ``R`` token copies on the rank (:func:`_moe_routed_rows`; the busiest rank) keeps the
+    experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
+    ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
+    weights (``2h`` each, for the probabilities' gradient) and the router its fp32
+    probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
+    copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
+    """
+    h = model.hidden_size
+    per_f = 6 if model.activation == "swiglu" else 4
+    fe = moe_ffn(model)
+    shared = per_f * model.num_shared_experts * fe / h
+    out = _dense_activation_bytes_per_layer(model, plan, mode, mlp=shared)
+    if mode == "full":
+        return out
+    t = plan.tensor_parallel
+    sp = bool(plan.sequence_parallel and t > 1)
+    etp = expert_tensor_parallel(plan)
+    cp = plan.context_parallel
+    key = dict(b=plan.micro_batch_size, s=model.seq_length // cp, topk=model.moe_top_k, etp=etp,
+               imb=plan.moe_imbalance_factor, t=t)
+    R = _moe_routed_rows(key)
+    T = plan.micro_batch_size * model.seq_length // cp
+    T_in = T / t if sp else T
+    # FP8: the experts' fc1 input (2h) and fc2 input (2 f_e/etp) are TE's FP8 copies (1 byte)
+    fp8 = plan.precision == "fp8"
+    routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
+        + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+    return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 
 @dataclass(frozen=True)
@@ -614,6 +927,7 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
     "optimizer_step": ("n", "dtype"),
+    **{op: MOE_KEY for op in MOE_OPS},
 }
 #: Ops the analytic model times that have no profile-store table, with their key columns.
 UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype")}
@@ -677,13 +991,14 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the activations' dtype (:func:`core.config.tensor_dtype`; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
-    together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
-    its own). 0 without context parallelism."""
+    the tensors' dtype (:func:`core.config.tensor_dtype`: BF16 under FP8, whose attention runs
+    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
+    context parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # BF16 K/V with FP8 (TE's attention is BF16)
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
@@ -715,7 +1030,24 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
     first, last = fam.edge_parameters(model, tensor_parallel)
-    return int(round(model.num_layers * layer + sum(first) + sum(last)))
+    n_moe = num_moe_layers(model)
+    moe = moe_layer_parameters(model) if n_moe else None
+    moe_layer = moe.sharded + moe.replicated + moe.experts if moe else 0.0
+    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)))
+
+
+def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
+    """Parameters a token passes through: :func:`num_parameters` with each MoE layer's routed
+    experts counted ``moe_top_k`` times one expert instead of ``num_experts`` times (the
+    router, shared experts, attention and embeddings all count). Equal to
+    :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
+    announcement: "12.9B active parameters per token")."""
+    total = num_parameters(model, tensor_parallel)
+    n_moe = num_moe_layers(model)
+    if not n_moe:
+        return total
+    moe = moe_layer_parameters(model)
+    return int(round(total - n_moe * (moe.experts - model.moe_top_k * moe.expert)))
 
 
 def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
@@ -755,11 +1087,36 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
     counts = np.array(stage_layer_counts(model.num_layers, plan), float)
-    n = counts * (sharded / t + replicated)
+    moe_counts = stage_moe_layer_counts(model, plan)
+    n = (counts - moe_counts) * (sharded / t + replicated)
+    if moe_counts.any():
+        moe = moe_layer_parameters(model)
+        n += moe_counts * (moe.sharded / t + moe.replicated) + expert_params_per_gpu(model, plan)
     first, last = edge_params_per_gpu(model, t, p)
     n[0] += first
     n[-1] += last
     return n
+
+
+def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over :func:`stage_layers`),
+    float array shape (p,)."""
+    if not model.is_moe:
+        return np.zeros(plan.pipeline_parallel, float)
+    mask = moe_layer_mask(model)
+    return np.array([mask[r.start:r.stop].sum() for r in stage_layers(model, plan)], float)
+
+
+def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Routed-expert parameters one GPU of each stage holds, shape (p,): the stage's MoE layers
+    times ``E`` experts over ``ep * etp`` ranks (Megatron-Core: ``E/ep`` local experts, each
+    split over the expert tensor-parallel group). Their gradients reduce over the
+    expert-data-parallel group (:func:`expert_data_parallel`), not over ``d``."""
+    counts = stage_moe_layer_counts(model, plan)
+    if not counts.any():
+        return np.zeros_like(counts)
+    moe = moe_layer_parameters(model)
+    return counts * moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan))
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -797,11 +1154,20 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV'`` with ``V'`` the
     vocabulary padded to a multiple of ``128*t``, as Megatron computes it;
     training is 3x forward. With ``f = 4h`` this is
-    ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``.
+    ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``. MoE layers count the GEMMs a token
+    passes through (router, ``k`` experts, shared experts: the active parameters).
     """
     layer, _, out = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
-    return tokens * 3 * (model.num_layers * layer + out)
+    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out)
+
+
+def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> float:
+    """Forward FLOPs per token of all ``L`` layers: the dense layers' ``dense_layer`` each and
+    the MoE layers' :func:`_moe_forward_flops_per_token` (active parameters only)."""
+    n_moe = num_moe_layers(model)
+    moe = _moe_forward_flops_per_token(model) if n_moe else 0.0
+    return (model.num_layers - n_moe) * dense_layer + n_moe * moe
 
 
 def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -812,8 +1178,9 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
-    if plan.recompute == "full":
-        extra = float(recomputed_layers(model, plan).sum()) * layer
+    if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
+        mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
+        extra = float(recomputed_layers(model, plan).sum()) * mean
     elif plan.recompute == "selective":
         extra = model.num_layers * core
     return model_flops_per_iteration(model, plan) + tokens * extra
@@ -846,11 +1213,19 @@ def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
     family's sharded layer parameters without biases, over ``t``, times the stage's layers
-    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`)."""
+    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
+    (the router's gate stays BF16)."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = np.array(stage_layer_counts(model.num_layers, plan), float)
-    return counts * sharded / plan.tensor_parallel
+    moe_counts = stage_moe_layer_counts(model, plan)
+    out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
+        moe = moe_layer_parameters(weights)
+        out += moe_counts * (moe.sharded / plan.tensor_parallel
+                             + moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan)))
+    return out
 
 
 def fp8_weight_bytes_per_parameter(recipe: str, tn_only: bool = True) -> float:
@@ -861,7 +1236,8 @@ def fp8_weight_bytes_per_parameter(recipe: str, tn_only: bool = True) -> float:
     return fp8_copies(recipe, tn_only) * (FP8_BYTES + fp8_scale_bytes(recipe, weight=True))
 
 
-def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
+def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
+                        ) -> tuple[float, float, float]:
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
 
     Megatron-LM (docs, distributed optimizer table): 16-bit weights (4 with fp32),
@@ -878,12 +1254,15 @@ def bytes_per_parameter(plan: ParallelPlan) -> tuple[float, float, float]:
     :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
     (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
     ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
+    ``data_parallel`` replaces ``d*cp`` (routed experts' parameters shard over the
+    expert-data-parallel group, :func:`expert_data_parallel`: Megatron-Core's distributed
+    optimizer shards them there).
     """
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
-    d, z = plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
+    d, z = data_parallel or plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
@@ -891,7 +1270,8 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
-    :func:`bytes_per_parameter`; under ZeRO-3 one layer's gathered weights more
+    :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
+    with the expert-data-parallel size in place of ``d``); under ZeRO-3 one layer's gathered weights more
     (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
@@ -905,13 +1285,20 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
-    n = params_per_gpu(model, plan)
+    experts = expert_params_per_gpu(model, plan)
+    n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
+    we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
     counts = stage_layer_counts(model.num_layers, plan)
+    moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
-    keep = activation_bytes_per_layer(model, plan, "none" if plan.recompute == "full" else None)
+    keep_mode = "none" if plan.recompute == "full" else plan.recompute
+    keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
     working = activation_bytes_per_layer(model, plan, "none")
+    if moe_counts.any():
+        moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
+        working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
@@ -926,12 +1313,16 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])
-        acts = (r * ckpt + (layers - r) * keep) * in_flight[i]
+        # an MoE model's stage keeps its mean layer's activations (dense and MoE layers)
+        keep_i = keep if not moe_counts[i] else (keep * (layers - moe_counts[i])
+                                                 + moe_keep * moe_counts[i]) / layers
+        acts = (r * ckpt + (layers - r) * keep_i) * in_flight[i]
         if r:
             acts += working  # the layer being recomputed during backward
         if i == len(counts) - 1:
             acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
                      * (e + 4))
-        out.append(StageMemory(i, n[i] * w + gathered + fp8_w[i], n[i] * g, n[i] * o, acts))
+        out.append(StageMemory(i, n[i] * w + experts[i] * we + gathered + fp8_w[i],
+                               n[i] * g + experts[i] * ge, n[i] * o + experts[i] * oe, acts))
     return out
 

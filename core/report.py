@@ -46,7 +46,8 @@ class Report:
     ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
     recomputed forward (Eq. 3 as written, factor 96 instead of 72). The peak is
     that of ``mfu_peak_dtype``: BF16 for an FP8 plan (its model FLOPs are the
-    model's, and the GEMMs that run in FP8 do not change them).
+    model's, and the GEMMs that run in FP8 do not change them). For MoE models the
+    FLOPs count the active parameters only (:attr:`num_active_parameters`).
     """
 
     num_gpus: int
@@ -59,12 +60,15 @@ class Report:
     model_flops_per_iteration: float
     mfu: float
     hfu: float
+    #: parameters a token passes through (MoE: ``moe_top_k`` routed experts of each MoE layer;
+    #: equal to num_parameters for dense models), :func:`core.model_math.num_active_parameters`
+    num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
     #: stages and free pipeline transfers (1F1B with uniform stages: (p-1)/(m+p-1))
     bubble_fraction: float
     #: mean over stages of compute / blocking tensor- and data-parallel communication /
-    #: pipeline bubble time per iteration (seconds); with pp_comm_s and imbalance_s they
-    #: sum to the iteration time
+    #: pipeline bubble time per iteration (seconds); with ep_comm_s, pp_comm_s and imbalance_s
+    #: they sum to the iteration time
     compute_s: float
     comm_s: float
     bubble_s: float
@@ -91,6 +95,10 @@ class Report:
     stage_pp_comm_s: list[float] = field(default_factory=list)
     #: idle time that unequal stages add to the schedule's bubble (mean over stages)
     imbalance_s: float = 0.0
+    #: the MoE layers' expert all-to-alls (token dispatch and combine, forward and backward;
+    #: they block the compute stream), mean over stages and per stage; 0 for dense models
+    ep_comm_s: float = 0.0
+    stage_ep_comm_s: list[float] = field(default_factory=list)
     #: exposed context-parallel exchange (mean over stages): the time the ring attention's
     #: steps wait for their K/V (and dK/dV) transfers beyond the compute they overlap; with
     #: compute_s, comm_s, bubble_s, pp_comm_s and imbalance_s it sums to the iteration time

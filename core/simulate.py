@@ -243,6 +243,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
     kind = graph.kind
     compute_mask = _kind_mask(KIND_COMPUTE)[kind]
     comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
+    ep_mask = kind == KINDS.index("ep_all_to_all")
     cp_mask = kind == KINDS.index("cp_p2p")
     cp_hidden = np.zeros_like(cp_mask)
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
@@ -250,21 +251,25 @@ def simulate(session: Session, store: ProfileStore | None = None,
         cp_hidden = cp_mask & graph.overlapped
         cp_mask &= ~graph.overlapped
     stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
+    stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
+    # the expert all-to-alls block the compute stream: blocking communication, named apart
     stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    stage_all_comm = stage_comm + stage_ep  # blocking or exposed
     # the context-parallel ring's exposed part (what the attention core's steps wait for)
     stage_cp = np.bincount(graph.stage[cp_mask], graph.duration_s[cp_mask], minlength=p)
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
     T0, T_bal = schedule_times_without_transfers(session, st)
-    stage_idle = np.maximum(T0 - stage_compute - stage_comm - stage_cp, 0.0)
+    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm - stage_cp, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
     # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_comm.mean() + stage_cp.mean()))
+    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()
+                                   + stage_cp.mean()))
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
@@ -285,12 +290,15 @@ def simulate(session: Session, store: ProfileStore | None = None,
         iteration_time_s=T,
         tokens_per_s=cost.tokens_per_s,
         num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters=model_math.num_active_parameters(session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
         bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
+        ep_comm_s=float(stage_ep.mean()),
+        stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
         cp_hidden_s=float(graph.duration_s[cp_hidden].sum()) / p,
@@ -327,20 +335,28 @@ def graph_size_estimate(session: Session) -> int:
     Per micro-batch: attention and MLP forward and backward per layer (twice more under
     full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
     embedding and output tasks; two pipeline transfers per stage boundary; with context
-    parallelism each attention op's ring (its core, the exposed and the hidden exchange).
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange);
+    each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
+    all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
+    experts and their collectives) where the dense MLP has 3, the same in the backward and the
+    recomputed forward, and two more weight-gradient parts.
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
-    per_microbatch = m.num_layers * per_layer + 8 + 2 * pl.pipeline_parallel * v
+    n_moe = model_math.num_moe_layers(m)
+    moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
+    per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
 
 def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
-    each with its tensor-parallel all-reduce when ``t > 1``."""
-    return (6 + (2 if pl.recompute == "full" else 0)) * (2 if pl.tensor_parallel > 1 else 1)
+    each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
+    reduce-scatter after with sequence parallelism)."""
+    comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
+    return (6 + (2 if pl.recompute == "full" else 0)) * comm
 
 
 def check_finite(report: Report) -> None:

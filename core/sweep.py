@@ -154,6 +154,10 @@ class SweepSpace:
     context_parallel : sequence of int
         Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default ``(1,)``:
         context parallelism is swept only when asked.
+    expert_parallel : sequence of int, optional
+        Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
+        for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
+        dense model's sweep does not grow). The expert tensor-parallel size is the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -173,12 +177,13 @@ class SweepSpace:
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
     context_parallel: Sequence[int] = (1,)
+    expert_parallel: Sequence[int] | None = None
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
-               "context_parallel")
+               "context_parallel", "expert_parallel")
         if self.sequence_parallel is not None:
             out += ("sequence_parallel",)
         if self.zero_stages is not None:
@@ -226,7 +231,8 @@ class SweepSpace:
         if not isinstance(self.tensor_parallel_across_nodes, bool):
             errs.append(FieldError("sweep.tensor_parallel_across_nodes",
                                    f"{self.tensor_parallel_across_nodes!r} must be true or false"))
-        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages"):
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
+                     "expert_parallel"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
         ints("context_parallel", self.context_parallel, allow_none=False)
@@ -339,7 +345,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     Returns
     -------
     list of ParallelPlan
-        Ordered by t, p, cp, d, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        Ordered by t, p, cp, d, ep, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
         of their candidate lists).
 
     Raises
@@ -369,14 +375,17 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
           if space.zero_stages is not None else [base.zero_stage])
     cps = sorted(set(_as_list(space.context_parallel)))
+    eps = (sorted(set(_as_list(space.expert_parallel))) if space.expert_parallel is not None
+           else _divisors(m.num_experts) if m.is_moe else [1])
     vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
           if space.virtual_pipeline_stages is not None else list(range(2, 9)))
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
-    candidates = len(ts) * len(ps) * len(cps) * len(d_divisors) * len(bs) * len(scheds) * len(rcs)
+    candidates = (len(ts) * len(ps) * len(cps) * len(eps) * len(d_divisors) * len(bs) * len(scheds)
+                  * len(rcs))
     if candidates > MAX_SWEEP_CANDIDATES:
-        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x d x b x "
+        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x ep x d x b x "
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
@@ -398,7 +407,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
             # keep one of them (1F1B when swept)
             scheds_p = scheds if p > 1 else [one_stage_schedule(scheds)]
-            for d in ds:
+            for d, ep in ((d, ep) for d in ds for ep in eps):
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
                     for sched in scheds_p:
@@ -408,7 +417,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                     for z in zs_d:
                                         plan = dataclasses.replace(
                                             base, tensor_parallel=t, pipeline_parallel=p,
-                                            context_parallel=cp,
+                                            context_parallel=cp, expert_parallel=ep,
                                             data_parallel=d, micro_batch_size=b, schedule=sched,
                                             virtual_pipeline_stages=v, recompute=rc,
                                             sequence_parallel=sp, zero_stage=z,

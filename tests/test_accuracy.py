@@ -447,7 +447,6 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
 
 @pytest.mark.parametrize("cells, cause, words", [
     ({"activation": "geglu"}, "invalid plan (model.activation)", 'activation="geglu" is not one of'),
-    ({"num_experts": 8, "moe_top_k": 2}, "mixture of experts", "num_experts=8"),
     ({"precision": "fp8-cs (per-tensor current scaling)"}, "FP8 precision", "FP8 training is not modelled"),
     ({"precision": "mxfp8 (32-element block scaling)"}, "FP8 precision", "'mxfp8 (32-element"),
     ({"fsdp": '"y: HSDP (shard within 8-GPU node, replicate across nodes)"'},
@@ -465,6 +464,20 @@ def test_a_row_needing_what_is_not_modelled_is_skipped_with_its_cause(tmp_path, 
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
     (m,) = read_measurements(path)
     assert m.skip_causes == [cause] and words in m.skip_reason
+
+
+def test_a_mixture_of_experts_row_is_simulated(tmp_path):
+    """num_experts, moe_top_k and expert_parallel are read into the session (MoE is modelled):
+    eight experts, top-2, ep = 4 inside the t*d = 8 ranks; MFU on the active parameters."""
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(
+        num_experts=8, moe_top_k=2, expert_parallel=4, sequence_parallel="y") + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == ""
+    model, plan = m.session.model, m.session.plan
+    assert (model.num_experts, model.moe_top_k, plan.expert_parallel) == (8, 2, 4)
+    report = simulate(m.session).report
+    assert report.num_active_parameters < report.num_parameters and report.ep_comm_s > 0
 
 
 def test_a_context_parallel_row_is_simulated_on_t_p_cp_d_gpus(tmp_path):
@@ -508,8 +521,11 @@ def test_published_modern_runs_are_read_and_each_skip_has_its_causes():
     ms = read_measurements(path)
     assert len(ms) == len(raw) == 43
     counts = skip_counts(ms)
-    assert counts["mixture of experts"] == sum(1 for r in raw if r["num_experts"] not in ("", "1"))
-    assert counts["FP8 precision"] == sum(1 for r in raw if "fp8" in r["precision"].lower())
+    assert "mixture of experts" not in counts  # modelled (core.model_math, core.graph)
+    # FP8 is modelled as "fp8" (per-tensor scaling): the other FP8 labels (fp8-cs, mxfp8) skip
+    assert counts["FP8 precision"] == sum(
+        1 for r in raw if "fp8" in r["precision"].lower()
+        and r["precision"].lower().replace("(", " ").split()[0] != "fp8")
     assert "context parallelism" not in counts  # modelled (ring attention, core.graph)
     assert not [c for c in counts if c.startswith("model family")]
     assert counts["GPU kind without a shipped profile"] == sum(
@@ -528,6 +544,7 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
-    assert re.search(r"invalid plan \(model.activation\)\s*│\s*1", out)
-    assert re.search(r"FP8 precision\s*│\s*1", out)
+    # FP8 is modelled: the geglu rows are skipped for their activation only
+    assert re.search(r"invalid plan \(model.activation\)\s*│\s*2", out)
+    assert not re.search(r"FP8 precision", out)
     assert 'skipped row 3: invalid plan: activation="geglu" is not one of gelu, swiglu' in out

@@ -219,7 +219,7 @@ def test_gpt_defaults_keep_the_gpt_kernels():
     gpt = MODEL_PRESETS["GPT-3 175B"]
     old = dict(b=2, s=2048, h=12288, a=96, f=4 * 12288, t=8, V=51200, dtype="bf16")
     for op in OP_KEYS:
-        if op == "optimizer_step":
+        if op == "optimizer_step" or op in mm.MOE_OPS:  # MoE ops: not GPT's (test_moe.py)
             continue
         assert op_kernels(op, old) == op_kernels(op, {**_key(gpt, 8, 2), "V": 51200})
 

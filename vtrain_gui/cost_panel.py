@@ -26,6 +26,7 @@ _MEMORY_PARTS = (
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
               ("pp_comm_s", "pipeline sends", "#EECA3B"),
               ("cp_comm_s", "context-parallel exchange", "#17BECF"),
+              ("ep_comm_s", "expert all-to-all", "#D62728"),
               ("bubble_s", "idle (bubble)", "#C9CED6"),
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
@@ -106,6 +107,7 @@ class CostPanel(QtWidgets.QWidget):
             ("comm", "Exposed TP/DP communication"),
             ("pp_comm", "Pipeline sends"),
             ("cp_comm", "Exposed context-parallel exchange"),
+            ("ep_comm", "Expert all-to-all (MoE)"),
             ("bubble", "Idle (bubble)"),
             ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
@@ -169,7 +171,8 @@ class CostPanel(QtWidgets.QWidget):
         # shown for context-parallel plans only (the others have no ring)
         self._cp_row = (names["cp_comm"], self._values["cp_comm"])
         self._values["band_note"].setStyleSheet("color: #505860;")
-        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "bubble", "imbalance"),
+        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
+                                        "imbalance"),
                                       _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
@@ -296,10 +299,14 @@ class CostPanel(QtWidgets.QWidget):
                                 if report.cp_hidden_s > 0 else ""))
         for w in self._cp_row:
             w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
+        v["ep_comm"].setText(format_duration(report.ep_comm_s))
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
-        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B")
+        active = report.num_active_parameters
+        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B" + (
+            f" ({active / 1e9:,.2f} B active; MFU counts these)"
+            if active != report.num_parameters else ""))
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))

@@ -24,6 +24,7 @@ KIND_LABELS = {
     "dp_comm": "DP collective",
     "wgrad": "weight gradient (W)",
     "cp_p2p": "CP ring K/V exchange",
+    "ep_all_to_all": "EP all-to-all (token dispatch / combine)",
 }
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -39,6 +40,7 @@ KIND_COLORS = {
     "dp_comm": "#7F7F7F",
     "wgrad": "#FFBF79",
     "cp_p2p": "#17BECF",
+    "ep_all_to_all": "#D62728",
 }
 
 

@@ -56,6 +56,9 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
+    if r.num_active_parameters != r.num_parameters:
+        t.add_row("Active parameters", f"{r.num_active_parameters / 1e9:,.2f} B per token "
+                                       "(MFU counts these)")
     iv = r.interval
     band = ((lambda v, fmt: f"  [dim]({iv.coverage:.0%} band {fmt(v * iv.low_factor)} - "
                             f"{fmt(v * iv.high_factor)})[/]")
@@ -76,7 +79,9 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
                "hidden under attention), " if s.plan.context_parallel > 1 else "")
     t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
-                                  f"{r.comm_s:,.3f} s, pipeline sends {r.pp_comm_s:,.3f} s, "
+                                  f"{r.comm_s:,.3f} s, "
+                                  + (f"expert all-to-all {r.ep_comm_s:,.3f} s, " if r.ep_comm_s else "")
+                                  + f"pipeline sends {r.pp_comm_s:,.3f} s, "
                                   f"{cp_part}bubble {r.bubble_s:,.3f} s, stage imbalance "
                                   f"{r.imbalance_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "

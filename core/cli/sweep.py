@@ -56,6 +56,9 @@ def add_parser(sub: Any) -> None:
                     help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
                     help="sequence parallelism off (n) and/or on (y) (default: CONFIG's setting)")
+    sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
+                    help="expert-parallel sizes to try (default: the divisors of the number of "
+                         "experts for a mixture-of-experts model, 1 for a dense one)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
     sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
@@ -127,6 +130,7 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         zero_stages=(None if args.zero_stages is None else tuple(
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
+        expert_parallel=_ints("--expert-parallel", args.expert_parallel),
         context_parallel=_ints("--context-parallel", args.context_parallel),
     )
 

@@ -103,7 +103,8 @@ def synthetic_report(p: int = 4, m: int = 8, iteration_time_s: float = 1.0, fits
               for s in range(p)]
     return Report(
         num_gpus=8 * p * 4, num_microbatches=m, iteration_time_s=iteration_time_s,
-        tokens_per_s=1_234_567.8, num_parameters=174_604_836_864, model_flops_per_iteration=1.0e18,
+        tokens_per_s=1_234_567.8, num_parameters=174_604_836_864,
+        num_active_parameters=174_604_836_864, model_flops_per_iteration=1.0e18,
         mfu=0.4321, hfu=0.5432,
         bubble_fraction=(p - 1) / (m + p - 1), compute_s=0.7 * iteration_time_s,
         comm_s=0.1 * iteration_time_s, bubble_s=0.2 * iteration_time_s,
