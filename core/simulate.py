@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe, tensor_dtype
+from .config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
+                     recompute_modules, tensor_dtype)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
@@ -152,6 +153,18 @@ def _kind_mask(kinds) -> np.ndarray:
     return mask
 
 
+#: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
+#: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
+#: transfers and what overlaps the compute stream).
+_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN = range(6)
+_CATEGORIES = 6
+_KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
+_KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
+_KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
+_KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
+_KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
+
+
 def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
     """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
     balanced stages: ``(T0, T_balanced)``, seconds.
@@ -240,23 +253,21 @@ def simulate(session: Session, store: ProfileStore | None = None,
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
-    kind = graph.kind
-    compute_mask = _kind_mask(KIND_COMPUTE)[kind]
-    comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
-    ep_mask = kind == KINDS.index("ep_all_to_all")
-    cp_mask = kind == KINDS.index("cp_p2p")
-    cp_hidden = np.zeros_like(cp_mask)
+    # per stage, the summed durations of each category of _KIND_CATEGORY in one bincount
+    # (each bin adds its tasks in task order, as a masked sum does)
+    category = _KIND_CATEGORY[graph.kind]
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
-        comm_mask &= ~graph.overlapped
-        cp_hidden = cp_mask & graph.overlapped
-        cp_mask &= ~graph.overlapped
-    stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
-    stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
+        category[graph.overlapped & (category == _CP)] = _CP_HIDDEN
+        category[graph.overlapped & (category == _COMM)] = _OTHER
+    sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
+                       minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
+    stage_compute = sums[:, _COMPUTE].copy()
+    stage_ep = sums[:, _EP].copy()
     # the expert all-to-alls block the compute stream: blocking communication, named apart
-    stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    stage_comm = sums[:, _COMM].copy()
     stage_all_comm = stage_comm + stage_ep  # blocking or exposed
     # the context-parallel ring's exposed part (what the attention core's steps wait for)
-    stage_cp = np.bincount(graph.stage[cp_mask], graph.duration_s[cp_mask], minlength=p)
+    stage_cp = sums[:, _CP].copy()
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
@@ -301,7 +312,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
-        cp_hidden_s=float(graph.duration_s[cp_hidden].sum()) / p,
+        cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
@@ -345,7 +356,12 @@ def graph_size_estimate(session: Session) -> int:
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
     n_moe = model_math.num_moe_layers(m)
-    moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
+    mods = recompute_modules(pl)
+    # selectively recomputed MoE modules: the MoE layer (as under full), the shared experts with
+    # their collectives, the experts' activation
+    moe_rec = 9 if (pl.recompute == "full" or "moe" in mods) else (
+        3 * ("shared_experts" in mods) + ("moe_act" in mods))
+    moe_extra = n_moe * (20 + moe_rec)
     per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
@@ -354,9 +370,34 @@ def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
-    reduce-scatter after with sequence parallelism)."""
+    reduce-scatter after with sequence parallelism); selective recomputation's modules: the
+    attention core, the two norms, the MLP module with its collectives."""
     comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
-    return (6 + (2 if pl.recompute == "full" else 0)) * comm
+    mods = recompute_modules(pl)
+    return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods))
+
+
+def _all_finite(report: Report) -> bool:
+    """Whether every float :meth:`Report.to_dict` would hold is finite (a superset is read: the
+    report's attributes, each stage's memory and total, the interval's attributes and the
+    bands of the figures that scale with the iteration time)."""
+    def ok(value: object) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, dict):
+            return all(ok(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(ok(v) for v in value)
+        if isinstance(value, StageMemory):
+            return ok(list(vars(value).values())) and ok(value.total_bytes)
+        return True
+
+    iv = report.interval
+    return (ok([v for k, v in vars(report).items() if k != "interval"])
+            and (iv is None or (ok(iv.to_dict()) and ok([iv.low_s, iv.high_s] if iv.available else [])))
+            and ok([report.band(getattr(report, k)) or () for k in
+                    ("training_days", "gpu_hours", "cost_usd")]))
 
 
 def check_finite(report: Report) -> None:
@@ -371,6 +412,8 @@ def check_finite(report: Report) -> None:
             return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
         return None
 
+    if _all_finite(report):  # the common case, without building the report's dict
+        return
     bad = walk("report", report.to_dict())
     if bad:
         raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "
