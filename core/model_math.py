@@ -37,13 +37,14 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
-                     padded_vocab_size, stage_layer_counts, tensor_dtype)
+                     padded_vocab_size, stage_layer_counts, tensor_dtype,
+                     virtual_stage_layer_counts)
 from .report import StageMemory
 
 __all__ = [
     "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "ADAM_BYTES_PER_PARAM", "Kernel",
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
-    "stage_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
+    "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
@@ -1060,6 +1061,19 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     return out
 
 
+def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[range]]:
+    """Global layer indices of each model chunk of each pipeline stage: ``p`` lists of ``v``
+    ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
+    ``c*p + i`` of :func:`core.config.virtual_stage_layer_counts`). Raises ValueError when
+    the layers do not split."""
+    p, v = plan.pipeline_parallel, chunks_per_stage(plan)
+    counts = virtual_stage_layer_counts(model.num_layers, plan, v)
+    starts = [0]
+    for c in counts:
+        starts.append(starts[-1] + c)
+    return [[range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v)] for i in range(p)]
+
+
 def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, float]:
     """Parameters outside the layers held by one GPU of the first and of the last stage.
 
@@ -1099,12 +1113,13 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
 
 def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
-    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over :func:`stage_layers`),
-    float array shape (p,)."""
+    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over the layers of all the
+    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,)."""
     if not model.is_moe:
         return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
-    return np.array([mask[r.start:r.stop].sum() for r in stage_layers(model, plan)], float)
+    return np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
+                     for chunks in stage_chunk_layers(model, plan)], float)
 
 
 def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1142,10 +1157,9 @@ def chunks_per_stage(plan: ParallelPlan) -> int:
 def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Layers of each stage whose forward full recomputation runs again, shape (p,):
     :func:`recomputed_in_chunk` of each of the stage's model chunks (Megatron applies
-    ``--recompute-num-layers`` per chunk)."""
-    counts = stage_layer_counts(model.num_layers, plan)
-    v = chunks_per_stage(plan)
-    return np.array([v * recomputed_in_chunk(plan, c // v) for c in counts], np.int64)
+    ``--recompute-num-layers`` per chunk; chunks of :func:`stage_chunk_layers`)."""
+    return np.array([sum(recomputed_in_chunk(plan, len(r)) for r in chunks)
+                     for chunks in stage_chunk_layers(model, plan)], np.int64)
 
 
 def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
