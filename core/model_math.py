@@ -1209,19 +1209,36 @@ def activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str
     return family_of(model).activation_bytes_per_layer(model, plan, mode or plan.recompute)
 
 
-def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
+def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | None = None
+                           ) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
     micro-batch through all the stage's layers: the schedule's count
     (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
-    et al. 2022, Sec. 4.2.3; GPipe ``m``)."""
+    et al. 2022, Sec. 4.2.3; GPipe ``m``). ``model`` is needed (ValueError otherwise) when the
+    embedding / loss take layer slots under interleaving: the chunks' layers weigh the count."""
     return _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                      chunks_per_stage(plan))[stage]
+                      chunks_per_stage(plan), _uneven_chunks(plan, model))[stage]
+
+
+def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
+                   ) -> tuple[tuple[int, ...], ...] | None:
+    """Layers of each chunk of each stage when the embedding / loss take layer slots under
+    interleaving (chunks of one stage differ), else None."""
+    if chunks_per_stage(plan) == 1 or not (plan.account_for_embedding_in_pipeline_split
+                                           or plan.account_for_loss_in_pipeline_split):
+        return None
+    if model is None:
+        raise ValueError("the layers of uneven chunks need the model")
+    return tuple(tuple(len(r) for r in chunks) for chunks in stage_chunk_layers(model, plan))
 
 
 @lru_cache(maxsize=1024)
-def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
-    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often)."""
-    return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
+def _in_flight(schedule: str, p: int, m: int, v: int,
+               chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
+    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often);
+    ``chunk_layers``: each stage's chunks' layers when they differ."""
+    return tuple(schedules.in_flight_microbatches(
+        schedule, p, m, i, v, None if chunk_layers is None else chunk_layers[i]) for i in range(p))
 
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1317,7 +1334,7 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                           chunks_per_stage(plan))  # in_flight_microbatches of every stage
+                           chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
     recipe = fp8_recipe(plan)
     fp8_w = np.zeros(len(counts))
     if recipe is not None:

@@ -333,7 +333,8 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
 
 
 @lru_cache(maxsize=65536)
-def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:
+def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1,
+                           chunk_layers: tuple[int, ...] | None = None) -> float:
     """Peak activations a stage holds, in units of one micro-batch through all its layers.
 
     The running count of items whose forward has run and whose activations
@@ -341,11 +342,17 @@ def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1
     over the stage's program, divided by ``v`` since each chunk holds ``1/v``
     of the stage's layers. 1F1B: ``min(p-i, m)``; GPipe: ``m``; interleaved
     (Megatron-Core): ``(warm-up + 1)/v``, Narayanan et al. 2021 Sec. 2.2.2.
+    ``chunk_layers`` (length ``v``, the layers of each of the stage's chunks) weighs each
+    item by its chunk's layers when the chunks differ (the embedding / loss counted in the
+    pipeline split): the peak of layers held over the stage's layers.
     """
     order = work_order(schedule, p, m, stage, v)
     release = PHASE_W if get(schedule).splits_backward else PHASE_B
     step = np.where(order.phase == PHASE_F, 1, np.where(order.phase == release, -1, 0))
     vv = v if get(schedule).uses_virtual_stages else 1
+    if vv > 1 and chunk_layers is not None and len(set(chunk_layers)) > 1 and sum(chunk_layers):
+        weights = np.asarray(chunk_layers, np.int64)[order.chunk]
+        return float(np.cumsum(step * weights).max()) / float(sum(chunk_layers))
     return float(np.cumsum(step).max()) / vv
 
 
