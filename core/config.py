@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -705,10 +706,30 @@ MAX_STRING_LENGTH = 4096
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
     """``(base type, optional)`` of a dataclass field from its annotation, e.g.
     ``("int", True)`` for ``int | None``."""
-    parts = [p.strip() for p in str(f.type).split("|")]
+    return _annotation_kind(str(f.type))
+
+
+@lru_cache(maxsize=256)
+def _annotation_kind(annotation: str) -> tuple[str, bool]:
+    parts = [p.strip() for p in annotation.split("|")]
     optional = "None" in parts
     base = next((p for p in parts if p != "None"), "object")
     return base, optional
+
+
+class _Shown:
+    """:func:`_shown` of a value, computed only when a message formats it (a valid value,
+    the common case, is never turned into text; sweeps check millions of them)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return format(_shown(self.value), spec)
+
+    __str__ = __repr__ = lambda self: _shown(self.value)
 
 
 def _shown(value: Any) -> str:
@@ -739,7 +760,7 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
     if value is None and optional:
         return None
     bound: Bound | None = meta.get("bounds")
-    shown = _shown(value)
+    shown = _Shown(value)
     if base == "bool":
         return None if isinstance(value, bool) else f"{name}={shown} must be true or false"
     if base == "str":
@@ -873,8 +894,13 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
     return -(-vocab_size // multiple) * multiple
 
 
-def validate(session: Session) -> list[FieldError]:
+def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost")
+             ) -> list[FieldError]:
     """Return every rule the session breaks (empty list when valid).
+
+    ``sections``: the sections whose fields are checked one by one (type, bounds,
+    choices); a plan sweep checks the model, cluster and cost once and then only each
+    candidate's plan (the cross-field rules below are always checked).
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
@@ -892,7 +918,8 @@ def validate(session: Session) -> list[FieldError]:
     errs: list[FieldError] = []
 
     for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost)):
-        errs += section_errors(section, obj)
+        if section in sections:
+            errs += section_errors(section, obj)
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     errs += [e for e in _model_feature_errors(m) if e.field not in reported]
