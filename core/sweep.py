@@ -402,6 +402,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
+    extra_slots = pipeline_split_slots(m.num_layers, base) - m.num_layers  # embedding, loss
     for t in ts:
         for p, cp in ((p, cp) for p in ps for cp in cps):
             tp = t * p * cp  # GPUs of one data-parallel replica
@@ -429,7 +430,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
                             # the schedule's own rules (part of validate), before building plans
                             if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
-                                                                  m.num_layers):
+                                                                  m.num_layers, extra_slots):
                                 continue
                             for rc in rcs:
                                 for sp in sps_t:
