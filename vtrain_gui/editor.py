@@ -74,6 +74,8 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
+    "plan.account_for_embedding_in_pipeline_split": "Embedding in split",
+    "plan.account_for_loss_in_pipeline_split": "Loss in split",
     "plan.context_parallel": "Context parallel cp",
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",

@@ -18,7 +18,7 @@ from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.config import (RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
-                         ParallelPlan, Session)
+                         ParallelPlan, Session, pipeline_split_slots)
 from core.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE
@@ -253,13 +253,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.tensor_parallel.setPlaceholderText(f"divisors of {g}: {_join(_divisors(g))}"
                                                 if _divisors(g) else "divisors of the GPUs per node")
         L = session.model.num_layers
-        ds = _divisors(L)
+        slots = pipeline_split_slots(L, session.plan)  # + the embedding / loss layer slots
+        name = f"L={L}" if slots == L else f"L+{slots - L}={slots}"
+        ds = _divisors(slots)
         # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
-        self.pipeline_parallel.setPlaceholderText(f"divisors of L={L} ({len(ds)} sizes)" if ds
+        self.pipeline_parallel.setPlaceholderText(f"divisors of {name} ({len(ds)} sizes)" if ds
                                                   else "divisors of the layer count")
         self.pipeline_parallel.setToolTip(
             "Pipeline-parallel sizes p to try, comma-separated; empty: "
-            + (f"the divisors of L={L}: {_join(ds)}" if ds else "the divisors of the layer count"))
+            + (f"the divisors of {name}: {_join(ds)}" if ds else "the divisors of the layer count"))
         self.gpus.setPlaceholderText("no limit (set a max data parallel)"
                                      if self.budget_mode.currentText() == self.AT_MOST
                                      else "e.g. 1024, 2048")
