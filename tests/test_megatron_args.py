@@ -382,6 +382,8 @@ def _issue11_fields(rng, model, plan, i: int) -> None:
             model.moe_first_dense_layers = model.moe_layer_frequency
         plan.expert_parallel = ep
         plan.expert_tensor_parallel = rng.choice([None, None, 1, t])
+        if t > 1:  # Megatron: expert with tensor parallelism needs sequence parallelism
+            plan.sequence_parallel = True
     if rng.random() < 0.3 and model.seq_length % 4 == 0:
         plan.context_parallel = 2
     if rng.random() < 0.3:
@@ -436,7 +438,8 @@ def _random_sessions(n: int = 40):
         world = plan.tensor_parallel * plan.pipeline_parallel * plan.context_parallel * plan.data_parallel
         gpn = math.gcd(world, 8)  # torchrun runs whole nodes
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
-        session = Session(model, plan, ClusterConfig("A100-SXM4-80GB", gpn), CostConfig(2.0, tokens))
+        # a GPU with FP8 and MXFP8 tensor cores: every recipe is a valid plan there
+        session = Session(model, plan, ClusterConfig("B200-180GB", gpn), CostConfig(2.0, tokens))
         if all(e.field in _ISSUE11 and "not modelled yet" in e.message for e in validate(session)):
             out.append(session)
     return out

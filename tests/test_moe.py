@@ -126,6 +126,7 @@ def test_model_flops_count_active_parameters():
     (dict(tensor_parallel=2, expert_parallel=2, data_parallel=4), {}, "plan.sequence_parallel",
      "needs sequence_parallel"),
     (dict(expert_parallel=1), {"moe_top_k": 9}, "model.moe_top_k", "more than num_experts=8"),
+    (dict(expert_parallel=8, precision="fp16"), {}, "plan.precision", "not support expert"),
     (dict(expert_parallel=2), {"num_experts": None}, "plan.expert_parallel", "needs a mixture"),
     (dict(expert_parallel=1), {"num_experts": None, "num_shared_experts": 1},
      "model.num_shared_experts", "needs num_experts"),

@@ -168,6 +168,12 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(value, r, 1)
             self._values[key] = value
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
+        #: rows shown only for the plans they concern (a plain plan's panel keeps its size): the
+        #: context-parallel exchange when it is exposed, the expert all-to-all for MoE plans
+        self._optional_rows = {k: (names[k], self._values[k]) for k in ("cp_comm", "ep_comm")}
+        for pair in self._optional_rows.values():
+            for w in pair:
+                w.setVisible(False)
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
                                         "imbalance"),
@@ -294,6 +300,12 @@ class CostPanel(QtWidgets.QWidget):
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["cp_comm"].setText(format_duration(report.cp_comm_s))
         v["ep_comm"].setText(format_duration(report.ep_comm_s))
+        shown = {"cp_comm": report.cp_comm_s > 0,
+                 "ep_comm": report.num_active_parameters != report.num_parameters
+                 or report.ep_comm_s > 0}
+        for key, pair in self._optional_rows.items():
+            for w in pair:
+                w.setVisible(shown[key])
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
