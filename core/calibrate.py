@@ -114,6 +114,8 @@ def shape_key(session: Session) -> tuple:
         family += ("moe", m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.num_shared_experts,
                    m.moe_layer_frequency, m.moe_first_dense_layers, pl.expert_parallel,
                    pl.expert_tensor_parallel)
+    if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
+        family += (pl.context_parallel,)
     return key if family == gpt else key + family
 
 
@@ -190,7 +192,9 @@ class LinearizedRow:
         Communication on the path: ``comm_fixed_s + comm_inter_s /
         inter_node_efficiency + p2p_inter_s / p2p_efficiency + num_collectives *
         collective_overhead_s + num_p2p * p2p_overhead_s``.
-    peak_flops, memory_bandwidth_bytes_per_s : float
+    peak_flops : float array, shape (k,)
+        Peak FLOP/s of each kernel (:func:`core.ops.kernel_peak_flops`: FP8 GEMMs at the FP8 peak).
+    memory_bandwidth_bytes_per_s : float
     """
 
     kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -239,11 +243,12 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
-                ks = op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)})
+                add(op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)}),
+                    1.0, name)
                 if fp8_w is not None:  # the per-iteration FP8 weight quantization runs with it
-                    ks = ks + op_kernels(FP8_WEIGHT_CAST_OP, device_key(
-                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops))
-                add(ks, 1.0, name)
+                    add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
+                        {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
+                        1.0, FP8_WEIGHT_CAST_OP)
         else:
             add(op_kernels(name, key), float((ops == op_id).sum()), name)
     comm = (ops >= 0) & ~compute

@@ -318,10 +318,13 @@ class CommModel:
         stride = expert_tensor_parallel(self.plan) * self.plan.expert_parallel
         return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes)
     def cp_ring_in_node(self) -> bool:
-        """Whether every hop of the context-parallel ring stays inside a node: the cp group of a
-        tensor-parallel rank is the ``cp`` ranks ``tp + t*j``, ``t*cp`` consecutive ranks
-        (nodes hold whole ones by :func:`core.config.validate`)."""
-        return self.plan.tensor_parallel * self.plan.context_parallel <= self.cluster.gpus_per_node
+        """Whether every context-parallel ring stays inside a node: the cp group of a
+        tensor-parallel rank is the ``cp`` ranks ``tp + t*j`` of a block of ``t*cp`` consecutive
+        ranks; every block lies in one node when ``t*cp`` divides the GPUs per node or the
+        whole job fits in one node. Otherwise a block straddles a node boundary (or spans
+        nodes) and, the iteration being synchronous, its ring sets the pace."""
+        tc, g = self.plan.tensor_parallel * self.plan.context_parallel, self.cluster.gpus_per_node
+        return tc <= g and (g % tc == 0 or self.plan.num_gpus <= g)
 
     def cp_send_recv(self, nbytes: float) -> float:
         """One step of the context-parallel ring: every cp rank sends ``nbytes`` to the next and

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -375,13 +376,13 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision) too.
+        (B, precision, the FP8 recipe) too, those that are set.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
-            if how == "never" and not full:
+            if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if how == "changed" and value == f.default:
                 continue
@@ -614,10 +615,30 @@ MAX_STRING_LENGTH = 4096
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
     """``(base type, optional)`` of a dataclass field from its annotation, e.g.
     ``("int", True)`` for ``int | None``."""
-    parts = [p.strip() for p in str(f.type).split("|")]
+    return _annotation_kind(str(f.type))
+
+
+@lru_cache(maxsize=256)
+def _annotation_kind(annotation: str) -> tuple[str, bool]:
+    parts = [p.strip() for p in annotation.split("|")]
     optional = "None" in parts
     base = next((p for p in parts if p != "None"), "object")
     return base, optional
+
+
+class _Shown:
+    """:func:`_shown` of a value, computed only when a message formats it (a valid value,
+    the common case, is never turned into text; sweeps check millions of them)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return format(_shown(self.value), spec)
+
+    __str__ = __repr__ = lambda self: _shown(self.value)
 
 
 def _shown(value: Any) -> str:
@@ -648,7 +669,7 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
     if value is None and optional:
         return None
     bound: Bound | None = meta.get("bounds")
-    shown = _shown(value)
+    shown = _Shown(value)
     if base == "bool":
         return None if isinstance(value, bool) else f"{name}={shown} must be true or false"
     if base == "str":
@@ -782,8 +803,13 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
     return -(-vocab_size // multiple) * multiple
 
 
-def validate(session: Session) -> list[FieldError]:
+def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost")
+             ) -> list[FieldError]:
     """Return every rule the session breaks (empty list when valid).
+
+    ``sections``: the sections whose fields are checked one by one (type, bounds,
+    choices); a plan sweep checks the model, cluster and cost once and then only each
+    candidate's plan (the cross-field rules below are always checked).
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
@@ -801,7 +827,8 @@ def validate(session: Session) -> list[FieldError]:
     errs: list[FieldError] = []
 
     for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost)):
-        errs += section_errors(section, obj)
+        if section in sections:
+            errs += section_errors(section, obj)
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     errs += [e for e in _model_feature_errors(m) if e.field not in reported]
@@ -893,7 +920,9 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     tokens also split over ``t``); ring attention runs in Transformer Engine's fused
     attention (``attention_kernel`` flash: Megatron's unfused path has no context
     parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
-    that leaves a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``)."""
+    larger than a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``;
+    smaller groups that straddle a node boundary are allowed and priced as inter-node,
+    :meth:`core.comm.CommModel.cp_ring_in_node`)."""
     cp = pl.context_parallel
     if cp == 1:
         return []
@@ -915,8 +944,8 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     g = c.gpus_per_node
     if t <= g and t * cp > g and (t * cp) % g:
         errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
-                               f"size={t}*{cp}={t * cp} spans nodes unevenly: it must divide or "
-                               f"be a multiple of gpus_per_node={g}"))
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: larger than a node, "
+                               f"it must be a multiple of gpus_per_node={g}"))
     return errs
 
 
@@ -1023,9 +1052,6 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
                                "Megatron-LM does not support expert parallelism with fp16 "
                                "training (use bf16)"))
-    if pl.precision == "fp8":
-        errs.append(FieldError("plan.precision", "precision='fp8' with a mixture-of-experts model "
-                               "(FP8 grouped GEMMs of the experts) is not modelled yet"))
     fe = m.moe_ffn_hidden_size or m.ffn
     if _is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
@@ -1132,8 +1158,7 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active). The MoE presets simulate once mixture of
-#: experts is modelled; until then the editor shows them with the refusal.
+#: general stages; 30.5 B parameters, 3.3 B active).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (

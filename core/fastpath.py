@@ -12,9 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import fastpath_kernel
 from . import schedules as pipeline_schedules
 
-__all__ = ["pipeline_iteration_times"]
+__all__ = ["pipeline_iteration_times", "COMPILED_MIN_ELEMENTS"]
+
+#: Batches of at least this many (stage, item, plan) elements use the compiled pass by
+#: default (the numpy sweeps take about 45 ns per element, ~0.2 s here; Numba's import 0.3 s).
+COMPILED_MIN_ELEMENTS = 5_000_000
 
 
 @lru_cache(maxsize=32)
@@ -36,21 +41,30 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     phase = np.stack([o.phase for o in orders]).astype(np.int64)
     chunk = np.stack([o.chunk for o in orders]).astype(np.int64)
     mbs = np.stack([o.microbatch for o in orders]).astype(np.int64)
-    pos = np.full((p, 3, v, m), -1, np.int64)          # item index of (stage, phase, chunk, mb)
-    for i in range(p):
-        pos[i, phase[i], chunk[i], mbs[i]] = np.arange(K)
     stage = np.arange(p)[:, None]
+    # item index of (stage, phase, chunk, mb), flattened
+    pos = np.full(p * 3 * v * m, -1, np.int64)
+    cm = chunk * m + mbs                               # (chunk, mb) part of a flat index
+    pos[((stage * 3 + phase) * (v * m)) + cm] = np.arange(K)
     vstage = chunk * p + stage                         # virtual stage of each item
     F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
-    waits_f = (phase == F) & (vstage > 0)
-    waits_b = (phase == B) & (vstage < p * v - 1)
-    prev_v, next_v = np.maximum(vstage - 1, 0), np.minimum(vstage + 1, p * v - 1)
+    # An F waits for the F of its micro-batch on virtual stage k-1: stage (i-1) mod p, the
+    # previous chunk when i = 0; a B for the B on k+1: stage (i+1) mod p, the next chunk when
+    # i = p-1. Per row (stage) the offsets are constants; the items that wait are masked.
+    i = np.arange(p)
     src = np.full((p, K), p * K, np.int64)
-    src_f = (prev_v % p) * K + pos[prev_v % p, F, prev_v // p, mbs]
-    src_b = (next_v % p) * K + pos[next_v % p, B, next_v // p, mbs]
-    src[waits_f], src[waits_b] = src_f[waits_f], src_b[waits_b]
+    for ph, waits, other, shift in ((F, (phase == F) & (vstage > 0), (i - 1) % p, -(i == 0).astype(np.int64)),
+                                    (B, (phase == B) & (vstage < p * v - 1), (i + 1) % p, (i == p - 1).astype(np.int64))):
+        row = ((other * 3 + ph) * v + shift) * m      # (p,)
+        flat = np.take(pos, row[:, None] + cm, mode="clip")
+        flat += (other * K)[:, None]
+        np.copyto(src, flat, where=waits)
     sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
-    deps = tuple(tuple(sorted(set((src[i][src[i] < p * K] // K).tolist()) - {i})) for i in range(p))
+    waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
+    waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
+    waited[i, i] = False
+    deps = tuple(tuple(np.flatnonzero(waited[j, :p]).tolist()) for j in range(p))
+    pos = pos.reshape(p, 3, v, m)
     # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
     # split; micro-batch m-1) of each (stage, chunk)
     grad = pipeline_schedules.PHASE_W if pipeline_schedules.get(schedule).splits_backward else B
@@ -67,7 +81,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                              dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
                              return_updates: bool = False, wgrad_s: np.ndarray | None = None,
                              ready_s: np.ndarray | None = None,
-                             chunk_tail_s: np.ndarray | None = None
+                             chunk_tail_s: np.ndarray | None = None,
+                             compiled: bool | None = None
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
@@ -88,6 +103,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     last update; every update is monotone, so the fixed point reached is the
     least one, i.e. the longest-path times of the DAG. The iteration time is
     ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+
+    With Numba (:mod:`core.fastpath_kernel`) the same recurrence is evaluated in
+    one compiled pass over the items in dependency order, each item once; the
+    end times are bit for bit those of the sweeps (the same operations per element).
 
     Parameters
     ----------
@@ -116,6 +135,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         compute of the chunk's last weight-gradient item (B, or W when split, of
         micro-batch m-1) ends (:attr:`core.graph.StageTimes.chunk_tail_s`: overlapped
         gradient buckets); ``-inf`` for none.
+    compiled : bool, optional
+        Use the compiled pass (when Numba is available): True, yes; False, the numpy
+        sweeps; None (default), yes when it is already loaded or the batch has at least
+        :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
+        costs about 0.3 s, so a single simulation never does).
 
     Returns
     -------
@@ -156,24 +180,38 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     K = phase.shape[1]
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
-    stage = np.arange(p)[:, None]
     # the hop each phase's send uses (F forward, B backward; W never sends) ...
     hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    R = None
+    if ready_s is not None:
+        R = np.asarray(ready_s, np.float64)
+        R = R[:, None, :] if R.ndim == 2 else R
+        if R.shape != F.shape:
+            raise ValueError("ready_s must have the shape of fwd_s")
+    if compiled is None:
+        compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
+    if compiled and fastpath_kernel.available():
+        E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
+        E[-1] = 0.0
+        floor_of = np.full((p, K), -1, np.int64)
+        if R is not None:
+            floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
+        fastpath_kernel.solve_items(table, hops, phase, chunk, sends, src, floor_of,
+                                    R if R is not None else np.zeros((p, v, n)), E)
+        return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                     p if return_updates else None)
+    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
+    E[-1] = 0.0
+    stage = np.arange(p)[:, None]
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
     with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
     D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
     floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
-    if ready_s is not None:
-        R = np.asarray(ready_s, np.float64)
-        R = R[:, None, :] if R.ndim == 2 else R
-        if R.shape != F.shape:
-            raise ValueError("ready_s must have the shape of fwd_s")
+    if R is not None:
         floors = [(first_f[i], R[i] + Q[i, first_f[i]]) for i in range(p)]
-    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
-    E[-1] = 0.0
-    version = np.zeros(p, np.int64)       # changes of each stage so far
+    version = [0] * p                     # changes of each stage so far
     seen: list[tuple | None] = [None] * p  # versions of a stage's sources at its last update
     updates = 0
     sweep = 0
@@ -181,7 +219,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     while True:
         changed = False
         for i in (up if sweep % 2 == 0 else down):
-            nbr = tuple(version[list(deps[i])].tolist())
+            nbr = tuple([version[j] for j in deps[i]])
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
@@ -201,6 +239,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         sweep += 1
         if not changed:
             break
+    return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                 updates if return_updates else None)
+
+
+def _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s, updates):
+    """Iteration times from the items' end times ``E`` (see :func:`pipeline_iteration_times`)."""
     last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
     if chunk_tail_s is not None:
         X = np.asarray(chunk_tail_s, np.float64)
@@ -215,4 +259,4 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                                hops[np.arange(p), phase[np.arange(p), k]], 0.0)
             last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
-    return (T, updates) if return_updates else T
+    return (T, updates) if updates is not None else T

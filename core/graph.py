@@ -22,6 +22,7 @@ as a timed task.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -187,98 +188,111 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         raise ValueError(f"schedule {schedule!r} runs one chunk per stage, the programs have {v}")
     if sched.splits_backward and any(pr.wgrad is None for pr in programs):
         raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
-    names = ("dur", "kind", "stream", "stage", "mb", "layer", "op", "chunk", "phase")
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in names}
-    src: list[np.ndarray] = []
-    dst: list[np.ndarray] = []
-    stage_end: list[int] = []
-    # first / last task of (stage, phase, chunk, micro-batch)
-    first = np.full((p, 3, v, m), -1, np.int64)
-    last = np.full((p, 3, v, m), -1, np.int64)
-    base = 0
+    # Every stage's templates (then its data-parallel and optimizer tail as one more template)
+    # in one flat table; the stages' work items (then one tail item each) in program order.
+    # A task is a row of the flat table: one gather per column builds the whole iteration.
+    flat: dict[str, list[np.ndarray]] = {k: [] for k in ("duration_s", "kind", "stream", "layer", "op")}
+    tlen: list[int] = []
+    g_items, mb_items, ch_items, ph_items, st_items, is_tail = [], [], [], [], [], []
+    minus1 = np.full(1, -1, np.int64)
     for i, pr in enumerate(programs):
         order = schedules.work_order(schedule, p, m, i, v)
         temps = list(pr.fwd) + list(pr.bwd) + (list(pr.wgrad) if sched.splits_backward else [])
-        tlen = np.array([len(t.duration_s) for t in temps], np.int64)
-        toff = np.concatenate([[0], np.cumsum(tlen)[:-1]])
-        flat = {k: np.concatenate([getattr(t, k) for t in temps])
-                for k in ("duration_s", "kind", "stream", "layer", "op")}
-        tid = order.phase.astype(np.int64) * v + order.chunk
-        lens = tlen[tid]
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        total = int(lens.sum())
-        item = np.repeat(np.arange(len(order)), lens)
-        at = toff[tid][item] + np.arange(total) - starts[item]
-        cols["dur"].append(flat["duration_s"][at])
-        cols["kind"].append(flat["kind"][at])
-        cols["stream"].append(flat["stream"][at])
-        cols["layer"].append(flat["layer"][at])
-        cols["op"].append(flat["op"][at])
-        cols["mb"].append(order.microbatch[item])
-        cols["chunk"].append(order.chunk[item])
-        cols["phase"].append(order.phase[item])
-        nonempty = lens > 0
-        ph, ch, mb = order.phase[nonempty], order.chunk[nonempty], order.microbatch[nonempty]
-        first[i, ph, ch, mb] = base + starts[nonempty]
-        last[i, ph, ch, mb] = base + starts[nonempty] + lens[nonempty] - 1
+        first_t = len(tlen)
+        for t in temps:
+            tlen.append(len(t.duration_s))
+            for k in flat:
+                flat[k].append(getattr(t, k))
         tail = [(K["dp_comm"], COMM, pr.dp_comm_s, OP["dp_all_reduce"]),
                 (K["optimizer"], COMPUTE, pr.optimizer_s, OP["optimizer_step"])]
         tail = [x for x in tail if x[2] is not None]
-        if tail:
-            cols["op"].append(np.array([x[3] for x in tail]))
-            cols["dur"].append(np.array([x[2] for x in tail], float))
-            cols["kind"].append(np.array([x[0] for x in tail]))
-            cols["stream"].append(np.array([x[1] for x in tail]))
-            for k in ("layer", "mb", "chunk", "phase"):
-                cols[k].append(np.full(len(tail), -1))
-        n_stage = total + len(tail)
-        cols["stage"].append(np.full(n_stage, i))
-        stage_end.append(base + n_stage)
-        chain = np.arange(base, base + n_stage - 1)  # program order on the stage
-        src.append(chain)
-        dst.append(chain + 1)
-        base += n_stage
+        tlen.append(len(tail))
+        flat["duration_s"].append(np.array([x[2] for x in tail], float))
+        flat["kind"].append(np.array([x[0] for x in tail], np.int64))
+        flat["stream"].append(np.array([x[1] for x in tail], np.int64))
+        flat["layer"].append(np.full(len(tail), -1, np.int64))
+        flat["op"].append(np.array([x[3] for x in tail], np.int64))
+        n_items = len(order) + 1
+        g_items.append(np.append(first_t + order.phase.astype(np.int64) * v + order.chunk, first_t + len(temps)))
+        mb_items.append(np.concatenate([order.microbatch, minus1]))
+        ch_items.append(np.concatenate([order.chunk, minus1]))
+        ph_items.append(np.concatenate([order.phase, minus1]))
+        st_items.append(np.full(n_items, i, np.int64))
+        is_tail.append(np.arange(n_items) == n_items - 1)
+    tlen_a = np.array(tlen, np.int64)
+    toff = np.cumsum(tlen_a) - tlen_a
+    G = np.concatenate(g_items)
+    MB, CH, PH = np.concatenate(mb_items), np.concatenate(ch_items), np.concatenate(ph_items)
+    ST, TAIL = np.concatenate(st_items), np.concatenate(is_tail)
+    lens = tlen_a[G]
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    total = int(ends[-1]) if ends.size else 0
+    stage_end = ends[TAIL]  # (p,): one past each stage's last task (its tail item's end)
+    # first / last task of (stage, phase, chunk, micro-batch)
+    first = np.full((p, 3, v, m), -1, np.int64)
+    last = np.full((p, 3, v, m), -1, np.int64)
+    work = ~TAIL & (lens > 0)
+    first[ST[work], PH[work], CH[work], MB[work]] = starts[work]
+    last[ST[work], PH[work], CH[work], MB[work]] = ends[work] - 1
     if (first[:, :2] < 0).any():
         raise ValueError("a forward or backward template is empty: every item needs a task")
-    # Pipeline transfers between virtual stages k and k+1 (k = c*p + i on stage i, chunk c).
+    # Pipeline transfers between virtual stages k and k+1 (k = c*p + i on stage i, chunk c):
+    # for each k the forward one (activation, k -> k+1), then the backward one (gradient).
     F, B = schedules.PHASE_F, schedules.PHASE_B
-    for k in range(p * v - 1):
-        lo, hi = (k % p, k // p), ((k + 1) % p, (k + 1) // p)
-        for send_s, s_from, s_to, stage_of_task, chunk_of_task, phase, op_id in (
-                (programs[lo[0]].send_fwd_s, last[lo[0], F, lo[1]], first[hi[0], F, hi[1]],
-                 lo[0], lo[1], F, OP["p2p_fwd"]),
-                (programs[hi[0]].send_bwd_s, last[hi[0], B, hi[1]], first[lo[0], B, lo[1]],
-                 hi[0], hi[1], B, OP["p2p_bwd"])):
-            ids = base + np.arange(m)
-            cols["dur"].append(np.full(m, float(send_s)))
-            cols["kind"].append(np.full(m, K["pp_p2p"]))
-            cols["stream"].append(np.full(m, COMM))
-            cols["stage"].append(np.full(m, stage_of_task))
-            cols["mb"].append(np.arange(m))
-            cols["layer"].append(np.full(m, -1))
-            cols["op"].append(np.full(m, op_id))
-            cols["chunk"].append(np.full(m, chunk_of_task))
-            cols["phase"].append(np.full(m, phase))
-            src += [s_from, ids]
-            dst += [ids, s_to]
-            nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
-            ok = nxt < stage_end[stage_of_task]
-            src.append(ids[ok])
-            dst.append(nxt[ok])
-            base += m
+    kk = np.arange(p * v - 1)
+    lo_s, lo_c, hi_s, hi_c = kk % p, kk // p, (kk + 1) % p, (kk + 1) // p
+    H = kk.size * 2
+    sender = np.stack([lo_s, hi_s], 1).ravel()           # (H,): the stage that sends
+    sender_c = np.stack([lo_c, hi_c], 1).ravel()
+    receiver = np.stack([hi_s, lo_s], 1).ravel()
+    receiver_c = np.stack([hi_c, lo_c], 1).ravel()
+    phase_h = np.tile([F, B], kk.size)
+    send_s = np.array([float(programs[a].send_fwd_s if ph == F else programs[a].send_bwd_s)
+                       for a, ph in zip(sender.tolist(), phase_h.tolist())], float)
+    s_from = last[sender, phase_h, sender_c]               # (H, m)
+    s_to = first[receiver, phase_h, receiver_c]            # (H, m)
+    ids = total + np.arange(H * m).reshape(H, m)
+    nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
+    ok = nxt < stage_end[sender][:, None]
+    keep = np.stack([np.ones((H, m), bool), np.ones((H, m), bool), ok], 1)   # (H, 3, m)
+    op_h = np.where(phase_h == F, OP["p2p_fwd"], OP["p2p_bwd"])
+    # the columns: the stages' tasks (rows of the flat table), then the transfers
+    n = total + H * m
+    at = np.repeat(toff[G] - starts, lens)
+    at += np.arange(total)
+
+    def column(name: str, dtype, p2p) -> np.ndarray:
+        out = np.empty(n, dtype)
+        np.take(np.concatenate(flat[name]).astype(dtype), at, out=out[:total])
+        out[total:] = p2p
+        return out
+
+    def per_item(values: np.ndarray, dtype, p2p) -> np.ndarray:
+        out = np.empty(n, dtype)
+        out[:total] = np.repeat(values.astype(dtype), lens)
+        out[total:] = p2p
+        return out
+
+    # program order on each stage: every task but a stage's last precedes the next one
+    not_last = np.ones(total, bool)
+    not_last[stage_end[stage_end > 0] - 1] = False
+    chain = np.flatnonzero(not_last)
+    e_src = np.concatenate([chain, np.stack([s_from, ids, ids], 1)[keep]])
+    e_dst = np.concatenate([chain + 1, np.stack([ids, s_to, nxt], 1)[keep]])
     return ExecutionGraph(
-        duration_s=np.concatenate(cols["dur"]).astype(np.float64),
-        kind=np.concatenate(cols["kind"]).astype(np.int8),
-        stream=np.concatenate(cols["stream"]).astype(np.int8),
-        stage=np.concatenate(cols["stage"]).astype(np.int32),
-        microbatch=np.concatenate(cols["mb"]).astype(np.int32),
-        layer=np.concatenate(cols["layer"]).astype(np.int32),
-        src=np.concatenate(src).astype(np.int64),
-        dst=np.concatenate(dst).astype(np.int64),
+        duration_s=column("duration_s", np.float64, np.repeat(send_s, m)),
+        kind=column("kind", np.int8, K["pp_p2p"]),
+        stream=column("stream", np.int8, COMM),
+        stage=per_item(ST, np.int32, np.repeat(sender, m)),
+        microbatch=per_item(MB, np.int32, np.tile(np.arange(m), H)),
+        layer=column("layer", np.int32, -1),
+        src=e_src.astype(np.int64, copy=False),
+        dst=e_dst.astype(np.int64, copy=False),
         num_stages=p,
-        op=np.concatenate(cols["op"]).astype(np.int16),
-        chunk=np.concatenate(cols["chunk"]).astype(np.int16),
-        phase=np.concatenate(cols["phase"]).astype(np.int8),
+        op=column("op", np.int16, np.repeat(op_h, m)),
+        chunk=per_item(CH, np.int16, np.repeat(sender_c, m)),
+        phase=per_item(PH, np.int8, np.repeat(phase_h, m)),
     )
 
 
@@ -356,7 +370,10 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     calibrated op time carries over to the kernels it shares with its variant.
     Tables hold no FP8 ops either (no recipe column): an FP8 op takes its BF16
     row's time scaled the same way (FP8 GEMMs and quantization kernels against
-    BF16 GEMMs, :func:`core.model_math.op_kernels`).
+    BF16 GEMMs, :func:`core.model_math.op_kernels`); nor context-parallel attention
+    (no ``cp`` column): it takes the row of the attention op on the rank's ``s/cp``
+    tokens without the ring, scaled by the ratio of their analytic times (the core's
+    ``cp`` causal steps against one).
     MoE models add :data:`core.model_math.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
     """
@@ -364,6 +381,9 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
     table_key = {c: v for c, v in key.items() if c != "fp8"}
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
+    # nor ring attention (no cp column): a context-parallel attention op scales the row of the
+    # same op without context parallelism on the rank's s/cp tokens
+    table_key["cp"] = 1
     plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
@@ -449,7 +469,7 @@ _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd
           "shared_experts_bwd")
 
 
-def weight_gradient_share(op: str, session: Session) -> float:
+def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
     """Share of a backward op's time that is its weight gradient (W), by FLOPs.
 
     Each weight GEMM's backward is two GEMMs of its forward's size, the input
@@ -460,11 +480,14 @@ def weight_gradient_share(op: str, session: Session) -> float:
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
     neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
-    one half, as the MLP.
+    one half, as the MLP. With FP8 the weight GEMMs run ``fp8_speedup``
+    times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
+    count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
     if op == "attention_bwd":
         h, s = session.model.hidden_size, session.model.seq_length
-        return 8 * h / (16 * h + 8 * s)  # the full s also under context parallelism (s/cp
+        r = fp8_speedup
+        return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
     if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd"):
         return 0.5
@@ -553,8 +576,10 @@ class _Template:
 
     def timed(self, values: np.ndarray) -> "_Template":
         """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
-        return dataclasses.replace(self, dur=values[self.src], side_dur=values[self.side_src],
-                                   last_dur=values[self.last_src], start_dur=values[self.start_src])
+        out = copy.copy(self)  # the untimed arrays shared (read only), as dataclasses.replace does
+        out.dur, out.side_dur = values[self.src], values[self.side_src]
+        out.last_dur, out.start_dur = values[self.last_src], values[self.start_src]
+        return out
 
     @property
     def counts(self) -> np.ndarray:
@@ -698,12 +723,15 @@ class _Structure:
         return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
 
 
-def _structure(session: Session, stage: int, chunk: int = 0) -> _Structure:
-    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan."""
+def _structure(session: Session, stage: int, chunk: int = 0,
+               bounds: np.ndarray | None = None) -> _Structure:
+    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
+    (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
     k = chunk * p + stage
-    bounds = virtual_stage_layers(session)
+    if bounds is None:
+        bounds = virtual_stage_layers(session)
     first, stop = int(bounds[k]), int(bounds[k + 1])
     t = pl.tensor_parallel > 1
     moe: dict = {}
@@ -957,10 +985,11 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
                    dp: _DataParallel | None, session: Session,
-                   moe: dict[str, float] | None = None) -> np.ndarray:
+                   moe: dict[str, float] | None = None, fp8_speedup: float = 1.0) -> np.ndarray:
     """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
     ``moe``: the MoE layers' communication by source name (``ep_all_to_all``,
-    ``etp_all_gather``, ``etp_reduce_scatter``)."""
+    ``etp_all_gather``, ``etp_reduce_scatter``); ``fp8_speedup`` see
+    :func:`weight_gradient_share`."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
         if name in _SRC:
@@ -968,7 +997,7 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
     for op in _W_OPS:
         if op not in times:  # the MoE ops of a dense model
             continue
-        share = weight_gradient_share(op, session)
+        share = weight_gradient_share(op, session, fp8_speedup)
         v[_SRC[op + ":W"]] = times[op] * share
         v[_SRC[op + ":B"]] = times[op] * (1 - share)
     if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
@@ -987,7 +1016,8 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
 
 
 def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None
+                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None,
+                 fp8_speedup: float = 1.0
                  ) -> tuple[list[_Template], list[_Template], list[_Template]]:
     """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
@@ -996,7 +1026,7 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``. ``moe``: the MoE
     layers' communication (:attr:`StageTimes.moe_comm_s`).
     """
-    values = _source_values(times, tp, dp, session, moe)
+    values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     out: tuple[list, list, list] = ([], [], [])
     for c in range(num_chunks(session.plan)):
         for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
@@ -1116,6 +1146,9 @@ class StageTimes:
         MoE layer and micro-batch, seconds; None for dense models.
     warnings : list of str
         Lookups that extrapolated or fell back to the analytic model.
+    fp8_speedup : float
+        FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
+        a split backward, :func:`weight_gradient_share`); 1 otherwise.
     """
 
     fwd_s: np.ndarray
@@ -1135,6 +1168,7 @@ class StageTimes:
     dp: list[_DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     moe_comm_s: dict[str, float] | None = None
+    fp8_speedup: float = 1.0
 
     @property
     def tp_all_reduce_s(self) -> float | None:
@@ -1285,7 +1319,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         blk = model_math.cp_kv_block_bytes(m, pl)
         times = {**times, **_cp_ring_times(
             cp, times["attention_core_fwd"], times["attention_core_bwd"],
-            *(_memo(cache, ("cp", ckey, pl.data_parallel, n), warnings,
+            *(_memo(cache, ("cp", ckey, p, n), warnings,
                     _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
     moe = m.is_moe
     reduces = _reduces_gradients(session)
@@ -1315,11 +1349,17 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     alike = _middle_stages_alike(session)
     reps = _representatives(p) if alike else list(range(p))
+    recipe = fp8_recipe(pl)
+    fp8_speedup = 1.0
+    if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
+        fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
+                       / float(store.peak_flops[tensor_dtype(pl.precision)]))
+    bounds = virtual_stage_layers(session)
     dps: list[_DataParallel | None] = [None] * p
     for i in reps:
-        structs = [_structure(session, i, c) for c in range(v)]
+        structs = [_structure(session, i, c, bounds) for c in range(v)]
         dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
-        values = _source_values(times, tp, dps[i], session, moe_comm)
+        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _stage_templates(struct)
@@ -1342,7 +1382,12 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     p2p_bytes = act_bytes / t
     # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
     links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
-    share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+    skey = ("share", ckey, p, v > 1)  # rank placement: the cluster, t, d and p
+    share = cache.get(skey) if cache is not None else None
+    if share is None:
+        share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+        if cache is not None:
+            cache[skey] = share
     hop = np.zeros(p)
     for flag in set(share):
         i = links[share.index(flag)]
@@ -1350,7 +1395,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             cache, ("p2p", ckey, flag, p2p_bytes), warnings,
             _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
     send_fwd = hop.copy()                 # i -> i+1 (mod p)
-    send_bwd = np.roll(hop, 1)            # i -> i-1 (mod p): the hop between i-1 and i
+    send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
     experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
     n_params = params_per_gpu(session) - experts
     # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
@@ -1359,7 +1404,6 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
-    recipe = fp8_recipe(pl)
     fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
 
     def both(kind: str, i: int, nbytes: float) -> float:
@@ -1384,7 +1428,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             a[1:-1] = a[1]
     return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
                       ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm)
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup)
 
 
 def _middle_stages_alike(session: Session) -> bool:
@@ -1418,7 +1462,7 @@ def moe_comm_bytes(session: Session) -> dict[str, float]:
     """
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
-    e = DTYPE_BYTES[pl.precision]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # tokens are dispatched in BF16 under FP8 too
     sp = bool(pl.sequence_parallel and t > 1)
     T_in = pl.micro_batch_size * (m.seq_length // pl.context_parallel) / (t if sp else 1)
     a2a = T_in * m.moe_top_k * m.hidden_size * e * float(pl.moe_imbalance_factor)
@@ -1677,7 +1721,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     programs, templates = [], []
     for i in range(p):
         fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
-                                        st.moe_comm_s)
+                                        st.moe_comm_s, st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},
                           **{(W, c): t for c, t in enumerate(wgds)}})

@@ -266,7 +266,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     check_rules : bool
         Check the session's rules (:func:`core.config.validate`) before returning it
         (default). Without, the model is returned as the file gives it, also when the
-        session refuses what it asks for (a mixture of experts while it is not modelled).
+        session breaks a rule (a default plan that does not fit the model, say).
 
     Raises
     ------

@@ -175,10 +175,39 @@ def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
     return [cast]
 
 
-def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str) -> Kernel:
-    """A linear layer's GEMM in FP8: both inputs FP8 (1 byte), the output BF16 (2 bytes)."""
-    return Kernel(name, 2.0 * m * n * k, float(FP8_BYTES * (m * k + k * n) + 2 * m * n), m, n, k,
-                  1, fp8_gemm_dtype(recipe))
+def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int], Kernel],
+                                                     Callable[[str, float], list[Kernel]]]:
+    """``(linear, cast)`` kernel makers of an op key, for every family's linear layers (the
+    dense layer's QKV, projection and MLP; MoE experts the same way):
+
+    * ``linear(name, m, n, k, batch=1)``: the GEMM ``(m, k) x (k, n)`` (``batch`` of them, a
+      grouped GEMM), in FP8 with ``dtype="fp8"``
+      (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
+      key's 16-bit (or fp32) dtype;
+    * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
+      :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``, default true), none
+      without FP8.
+    """
+    fp8 = str(key["dtype"]) == "fp8"
+    recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
+    tn = bool(key.get("fp8_tn", True))
+    e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
+
+    def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+        return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
+
+    def cast(name: str, elements: float) -> list[Kernel]:
+        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+
+    return linear, cast
+
+
+def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
+    """A linear layer's GEMM in FP8 (``batch`` of them: a grouped GEMM): both inputs FP8
+    (1 byte), the output BF16 (2 bytes)."""
+    return Kernel(name, 2.0 * m * n * k * batch,
+                  float(batch * (FP8_BYTES * (m * k + k * n) + 2 * m * n)), m, n, k, batch,
+                  fp8_gemm_dtype(recipe))
 
 
 # --------------------------------------------------------------------------- dense decoders
@@ -271,20 +300,13 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     tn = bool(key.get("fp8_tn", True))
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
+    linear, cast = linear_kernels(key)
     if op == "optimizer_step":
         return [_mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
     if op == FP8_WEIGHT_CAST_OP:
         return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
-
-    def linear(name: str, m: int, n: int, k: int) -> Kernel:
-        """A linear layer's GEMM: FP8 with precision fp8 (Transformer Engine), else 16-bit."""
-        return _fp8_gemm(name, m, n, k, recipe) if fp8 else _gemm(name, m, n, k, e)
-
-    def cast(name: str, elements: float) -> list[Kernel]:
-        """The FP8 quantization of a linear layer's input or output gradient (none without FP8)."""
-        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
 
     T = b * s  # tokens in the micro-batch
     act = T * h * e  # bytes of one (b, s, h) activation
@@ -542,7 +564,11 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     fc1's inputs ``2 -> 1`` each (the ``10`` becomes ``8``), fc2's input ``2f/h -> f/h``, the
     projection's input ``2 -> 1`` except with FlashAttention and no recomputation, whose
     kernel keeps that tensor (its output) in BF16 anyway: ``+1`` for the FP8 copy. The rest
-    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16. Context parallelism: every term with ``s -> s/cp``
+    (norm inputs, Q, K, V, activation inputs, masks, the checkpointed layer input) stays BF16.
+    In an MoE layer the router keeps the second norm's output in BF16 (its gate is not a TE
+    module): only QKV's input saves (``10 -> 9``), and the shared experts' FP8 copy of that
+    tensor adds it back (``10``); their fc2 input is ``mlp/(4 or 6)`` of ``mlp``.
+    Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
     """
@@ -557,17 +583,25 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
         attn += 2 + 2 * model.query_groups / a
     attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+    per_f = 6 if model.activation == "swiglu" else 4
+    moe = mlp is not None
     if mlp is None:
-        mlp = (6 if model.activation == "swiglu" else 4) * model.ffn / h
+        mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
     base = 10.0
     if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
-        base -= 2  # QKV's and fc1's inputs (the norms' outputs)
-        mlp_in = model.ffn / h  # fc2's input, f wide: 2f/h -> f/h
+        # QKV's input (the first norm's output) 2 -> 1; fc1's (the second's) 2 -> 1, but in an
+        # MoE layer the router keeps that tensor in BF16 (its gate is a plain BF16 linear), so
+        # the shared experts' FP8 copy adds 1 (and without shared experts nothing changes)
+        if not moe:
+            base -= 2  # QKV's and fc1's inputs
+        else:
+            base -= 1 - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
+        mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
         # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
-        split += proj - mlp_in
+        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode == "selective" or (mode == "none" and flash):
@@ -712,11 +746,16 @@ def _moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     the ``T`` tokens of the tensor-parallel group. The residual adds and the pre-MLP norm
     are those of the dense MLP (:func:`_dense_op_kernels`), split between the router and the
     un-permutation, so that with ``E = k = 1`` the MoE ops are the dense MLP's kernels plus
-    the router's and the permutations'.
+    the router's and the permutations'. FP8 (``dtype="fp8"``): the routed and shared
+    experts' GEMMs run in FP8 with their quantization kernels, as the dense MLP's
+    (:func:`linear_kernels`; TE's ``GroupedLinear`` in ``TEGroupedMLP``); the router's gate
+    stays BF16 (a plain ``torch`` linear in Megatron-Core's ``TopKRouter``), and so do the
+    permutations and the all-to-alls' tokens.
     """
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)  # FP8 experts and shared experts (TE GroupedLinear)
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     E, k, fe = int(key["E"]), int(key["topk"]), int(key["fe"])
     ep, etp, ns = int(key["ep"]), int(key["etp"]), int(key.get("ns", 0))
@@ -746,15 +785,19 @@ def _moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     if op == "moe_permute_bwd":
         return [*sort, _mem("moe_permute_bwd", (k + 1) * T_in * h * e)]
     if op == "experts_fwd":
-        return [_gemm("experts_fc1", M, fc1, h, e, local),             # E/ep x (M, h) x (h, fc1)
+        return [*cast("experts_fc1_input", R * h),
+                linear("experts_fc1", M, fc1, h, local),              # E/ep x (M, h) x (h, fc1)
                 _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
-                _gemm("experts_fc2", M, h, fe // etp, e, local)]      # E/ep x (M, fe/etp) x (., h)
+                *cast("experts_fc2_input", R * (fe // etp)),
+                linear("experts_fc2", M, h, fe // etp, local)]       # E/ep x (M, fe/etp) x (., h)
     if op == "experts_bwd":
-        return [_gemm("experts_fc2_dgrad", M, fe // etp, h, e, local),
-                _gemm("experts_fc2_wgrad", fe // etp, h, M, e, local),
+        return [*cast("experts_fc2_grad", R * h),
+                linear("experts_fc2_dgrad", M, fe // etp, h, local),
+                linear("experts_fc2_wgrad", fe // etp, h, M, local),
                 _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
-                _gemm("experts_fc1_dgrad", M, h, fc1, e, local),
-                _gemm("experts_fc1_wgrad", fc1, h, M, e, local),
+                *cast("experts_fc1_grad", R * fc1),
+                linear("experts_fc1_dgrad", M, h, fc1, local),
+                linear("experts_fc1_wgrad", fc1, h, M, local),
                 _mem("wgrad_accumulate", acc * local * (h * fc1 + h * fe // etp))]
     if op == "moe_unpermute_fwd":
         return [*sort, _mem("moe_unpermute", T_in * k * (h * e + 4) + T_in * h * e),
@@ -769,12 +812,14 @@ def _moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         fc1s = (2 if gated else 1) * fs // t
         inner_s = T * (fs // t) * e
         if op == "shared_experts_fwd":
-            return [_gemm("shared_fc1", T, fc1s, h, e),
+            return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h),
                     _mem("bias_swiglu", 3 * inner_s) if gated else _mem("bias_gelu", 2 * inner_s),
-                    _gemm("shared_fc2", T, h, fs // t, e)]
-        return [_gemm("shared_fc2_dgrad", T, fs // t, h, e), _gemm("shared_fc2_wgrad", fs // t, h, T, e),
+                    *cast("shared_fc2_input", T * (fs // t)), linear("shared_fc2", T, h, fs // t)]
+        return [*cast("shared_fc2_grad", T * h),
+                linear("shared_fc2_dgrad", T, fs // t, h), linear("shared_fc2_wgrad", fs // t, h, T),
                 _mem("bias_swiglu_bwd", 5 * inner_s) if gated else _mem("bias_gelu_bwd", 3 * inner_s),
-                _gemm("shared_fc1_dgrad", T, h, fc1s, e), _gemm("shared_fc1_wgrad", fc1s, h, T, e),
+                *cast("shared_fc1_grad", T * fc1s),
+                linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
                 _mem("wgrad_accumulate", acc * (h * fc1s + h * fs // t))]
     raise KeyError(f"unknown MoE op {op!r}")
 
@@ -789,7 +834,8 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
     ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
     weights (``2h`` each, for the probabilities' gradient) and the router its fp32
-    probabilities (``4E`` per token).
+    probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
+    copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
     """
     h = model.hidden_size
     per_f = 6 if model.activation == "swiglu" else 4
@@ -807,8 +853,10 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     R = _moe_routed_rows(key)
     T = plan.micro_batch_size * model.seq_length // cp
     T_in = T / t if sp else T
-    routed = R * (2 * h + per_f * (fe // etp)) + T_in * model.moe_top_k * 2 * h \
-        + T_in * 4 * (model.num_experts or 0)
+    # FP8: the experts' fc1 input (2h) and fc2 input (2 f_e/etp) are TE's FP8 copies (1 byte)
+    fp8 = plan.precision == "fp8"
+    routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
+        + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 
@@ -943,13 +991,14 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the training precision (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V
-    together; tensor parallelism splits the K/V heads, each tensor-parallel rank exchanges
-    its own). 0 without context parallelism."""
+    the tensors' dtype (:func:`core.config.tensor_dtype`: BF16 under FP8, whose attention runs
+    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
+    context parallelism."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
-    e = DTYPE_BYTES[plan.precision]
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
 
@@ -1260,7 +1309,7 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     if recipe is not None:
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
-            fp8_w = fp8_w / plan.data_parallel
+            fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
     out = []
     for i, layers in enumerate(counts):
         r = int(recomputed[i])

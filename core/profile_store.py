@@ -16,6 +16,7 @@ shape and reuses the times) and say when they extrapolate.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -25,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 
 from .atomic import atomic_target
 
-__all__ = ["SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
+__all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
            "Lookup", "PeakFlops", "ProfileStore"]
 
 SCHEMA_VERSION = 2
@@ -82,6 +82,87 @@ OP_MODEL_BOUND = {
     "kernel_launch_s": "overhead_s", "iteration_overhead_s": "overhead_s",
     "collective_overhead_s": "overhead_s", "p2p_overhead_s": "overhead_s",
 }
+
+
+#: First bytes of :meth:`ProfileStore.to_image`; its version (a change of layout invalidates
+#: the cached images, which are keyed by it too).
+IMAGE_MAGIC = b"vtrain-store-image\n"
+IMAGE_VERSION = 1
+#: Most parsed-store images kept in the cache folder (:func:`image_cache_dir`); older ones
+#: are removed.
+IMAGE_CACHE_SIZE = 32
+
+
+def image_cache_dir() -> Path | None:
+    """Folder of the cached images of parsed stores: ``$VTRAIN_CACHE_DIR/profile-stores``, else
+    ``$XDG_CACHE_HOME/vtrain/profile-stores`` or ``~/.cache/vtrain/profile-stores``; None
+    when ``VTRAIN_CACHE_DIR`` is set but empty (no cache).
+
+    Reading an HDF5 store costs about 0.1 s (h5py's import and its per-object overhead);
+    a cached image, keyed by the SHA-256 of the store file's bytes (so any change of the
+    file is a new key), is read in a few milliseconds and checked as a store is.
+    """
+    env = os.environ.get("VTRAIN_CACHE_DIR")
+    if env is not None:
+        return Path(env).expanduser() / "profile-stores" if env.strip() else None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vtrain" / "profile-stores"
+
+
+#: Images of the shipped stores (``profiles/*.h5``), named like the cache's: the first run
+#: after installing needs no HDF5 either (``scripts/store_images.py`` writes them; a test
+#: checks that they match the stores).
+SHIPPED_IMAGES = Path(__file__).resolve().parent.parent / "profiles" / "images"
+
+
+def image_name(digest: str) -> str:
+    """File name of the image of a store file whose bytes have SHA-256 ``digest`` (hex)."""
+    return f"{digest}.v{IMAGE_VERSION}.img"
+
+
+def _image_path(digest: str) -> Path | None:
+    folder = image_cache_dir()
+    return None if folder is None else folder / image_name(digest)
+
+
+def _cached_image(digest: str) -> "ProfileStore | None":
+    """The store of the cached (else shipped) image for a store file of SHA-256 ``digest``;
+    None when the cache is off, there is none or it cannot be used (unreadable, of another
+    version, invalid: it is then ignored, and the caller parses the store and rewrites it)."""
+    path = _image_path(digest)
+    if path is None:
+        return None
+    for candidate in (path, SHIPPED_IMAGES / image_name(digest)):
+        try:
+            with open(candidate, "rb") as fh:
+                data = fh.read(MAX_IMAGE_BYTES + 1)
+            if len(data) <= MAX_IMAGE_BYTES:
+                return ProfileStore.from_image(data)
+        except Exception:  # noqa: BLE001 -- a cache: any fault means "parse the store"
+            continue
+    return None
+
+
+def _cache_image(digest: str, store: "ProfileStore") -> None:
+    """Write ``store``'s image for ``digest`` atomically (best effort: a folder that cannot be
+    written means no cache); keep the newest :data:`IMAGE_CACHE_SIZE` images."""
+    path = _image_path(digest)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_target(path) as tmp:
+            with open(tmp, "wb") as fh:
+                fh.write(store.to_image())
+        images = sorted(path.parent.glob("*.img"), key=lambda q: q.stat().st_mtime)
+        for old in images[:-IMAGE_CACHE_SIZE]:
+            old.unlink()
+    except (OSError, ValueError, TypeError):
+        pass
+
+
+#: Largest cached image read (a store file is at most ``MAX_BYTES["store"]``; its image is smaller).
+MAX_IMAGE_BYTES = 512 * 2**20
 
 
 class ProfileStoreError(ValueError):
@@ -223,16 +304,18 @@ class _OpTable:
         xs, ts = x[order], time_s[order].astype(np.float64)
         xs.flags.writeable = ts.flags.writeable = False
         dup = np.flatnonzero(~new_group[1:] & (xs[1:] == xs[:-1]))
-        cols = [keys[c].tolist() for c in self.others]
         if dup.size:
             row = int(order[dup[0]])
-            raise ValueError(f"duplicate rows for {dict(zip(self.others, (col[row] for col in cols)))} "
+            raise ValueError(f"duplicate rows for {dict(zip(self.others, (keys[c][row].item() for c in self.others)))} "
                              f"at {axis}={xs[dup[0]]:g}")
-        starts = np.flatnonzero(new_group).tolist()
-        first_rows = order[starts].tolist()
-        self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        for a, b, row in zip(starts, starts[1:] + [n], first_rows):
-            self.groups[tuple(col[row] for col in cols)] = (xs[a:b], ts[a:b])
+        starts = np.flatnonzero(new_group)
+        first_rows = order[starts]
+        # each group's key as a tuple of python ints / strs (tolist), built column-wise
+        group_keys = (zip(*[keys[c][first_rows].tolist() for c in self.others]) if self.others
+                      else [()] * starts.size)
+        bounds = starts.tolist() + [n]
+        self.groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {
+            k: (xs[a:b], ts[a:b]) for k, a, b in zip(group_keys, bounds, bounds[1:])}
 
 
 class PeakFlops(dict):
@@ -584,12 +667,15 @@ class ProfileStore:
         the disk, so a full disk or a failed write is an ``OSError`` naming the file and
         never leaves the library in a state that crashes the process later.
         """
+        import h5py  # on first use only: a cached store needs no HDF5
+
         buf = io.BytesIO()
         with h5py.File(buf, "w", track_order=True) as f:
             self._write(f)
         return buf.getvalue()
 
     def _write(self, f: h5py.File) -> None:
+        import h5py
         # the oldest version that holds everything: a store without residuals is a version-1 file
         version = SCHEMA_VERSION if self.residuals is not None else 1
         f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(version),
@@ -644,6 +730,21 @@ class ProfileStore:
         """
         path = Path(path)
         data = _read_store_bytes(path)
+        digest = hashlib.sha256(data).hexdigest()
+        store = _cached_image(digest)
+        if store is not None:
+            store.path = path
+            return store
+        store = cls._parse(path, data)
+        _cache_image(digest, store)
+        store.path = path
+        return store
+
+    @classmethod
+    def _parse(cls, path: Path, data: bytes) -> "ProfileStore":
+        """The store of the HDF5 file bytes ``data`` read from ``path`` (audited, checked)."""
+        import h5py  # on first use only: a cached store needs no HDF5
+
         try:
             with h5py.File(io.BytesIO(data), "r") as f:
                 if f.attrs.get(_ENC_TYPE) != _ROOT_TYPE:
@@ -658,11 +759,101 @@ class ProfileStore:
             raise ProfileStoreError(f"{path}: corrupted profile store: "
                                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                                     ) from None
-        store.path = path
+        return store
+
+    # ------------------------------------------------------------ memory image
+    def to_image(self) -> bytes:
+        """The store as a compact image (no HDF5): what :meth:`from_image` reads back.
+
+        Layout: :data:`IMAGE_MAGIC`, the length of a JSON header (8 bytes, little
+        endian), the header (UTF-8; scalars, dicts, string key columns and the layout
+        of the arrays) and the arrays' raw little-endian bytes. It holds everything
+        the store holds, in the same order; no pickle. Used for the on-disk cache of
+        parsed stores (:meth:`open`) and to send a store to sweep workers.
+        """
+        blobs: list[bytes] = []
+        offset = 0
+
+        def put(a: np.ndarray) -> dict[str, Any]:
+            nonlocal offset
+            if a.dtype.kind in "US":
+                values, codes = np.unique(a, return_inverse=True)
+                return {"str": values.tolist(), "codes": put(codes.reshape(-1).astype("<i8"))}
+            a = np.ascontiguousarray(a, "<i8" if a.dtype.kind in "iub" else "<f8")
+            ref = {"dtype": a.dtype.str, "offset": offset, "count": int(a.size)}
+            blobs.append(a.tobytes())
+            offset += a.nbytes
+            return ref
+
+        header: dict[str, Any] = {
+            "version": IMAGE_VERSION, "device_name": self.device_name,
+            "peak_flops": dict(self.peak_flops), "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "provenance": self.provenance, "op_model": self.op_model,
+            "ops": [{"op": op, "axis": tab.axis, "keys": [[c, put(v)] for c, v in tab.keys.items()],
+                     "time_s": put(tab.time_s)} for op, tab in self._ops.items()],
+            "collectives": [{"kind": kind, "curves": [[n, put(x), put(t)] for n, (x, t) in c.items()]}
+                            for kind, c in self._curves.items()],
+            "residuals": None if self.residuals is None else {
+                "procedure": str(self.residuals.procedure),
+                "columns": [[c, put(np.asarray(getattr(self.residuals, c)))]
+                            for c in self.residuals.COLUMNS]},
+        }
+        text = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        return IMAGE_MAGIC + len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+    @classmethod
+    def from_image(cls, data: bytes) -> "ProfileStore":
+        """Inverse of :meth:`to_image`; every value goes through the same checks as a store
+        read from HDF5 (constructor, :meth:`add_op_table`, :meth:`add_collective`).
+
+        Raises
+        ------
+        ValueError
+            Not an image of this version, truncated, or holding invalid values.
+        """
+        if not data.startswith(IMAGE_MAGIC):
+            raise ValueError("not a profile store image")
+        start = len(IMAGE_MAGIC) + 8
+        size = int.from_bytes(data[len(IMAGE_MAGIC):start], "little")
+        try:
+            header = json.loads(data[start:start + size].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"profile store image header: {exc}") from None
+        if not isinstance(header, dict) or header.get("version") != IMAGE_VERSION:
+            raise ValueError("profile store image of another version")
+        body = memoryview(data)[start + size:]
+
+        def get(ref: dict[str, Any]) -> np.ndarray:
+            if "str" in ref:
+                return np.asarray(ref["str"], dtype=str)[get(ref["codes"])]
+            dtype = np.dtype(ref["dtype"])
+            if dtype.str not in ("<i8", "<f8"):
+                raise ValueError(f"profile store image: dtype {ref['dtype']!r}")
+            count, off = int(ref["count"]), int(ref["offset"])
+            if off < 0 or count < 0 or off + count * 8 > len(body):
+                raise ValueError("profile store image is truncated")
+            return np.frombuffer(body, dtype, count, off).copy()
+
+        store = cls(header["device_name"], header["peak_flops"], header["memory_bytes"],
+                    header["memory_bandwidth_bytes_per_s"], header["provenance"],
+                    header["op_model"])
+        for entry in header["ops"]:
+            store.add_op_table(entry["op"], {c: get(ref) for c, ref in entry["keys"]},
+                               get(entry["time_s"]), entry["axis"])
+        for entry in header["collectives"]:
+            for n, x, t in entry["curves"]:
+                store.add_collective(entry["kind"], int(n), get(x), get(t))
+        res = header["residuals"]
+        if res is not None:
+            from .interval import ResidualTable
+            store.residuals = ResidualTable(**{c: get(ref) for c, ref in res["columns"]},
+                                            procedure=res["procedure"])
         return store
 
     @classmethod
     def _read(cls, f: h5py.File) -> "ProfileStore":
+        import h5py
         _check(f, _ROOT_TYPE)
         a = f.attrs
         for name in ("device_name", "memory_bytes", "memory_bandwidth_bytes_per_s"):
@@ -711,6 +902,8 @@ class ProfileStore:
 
 def _float_dataset(ds: Any) -> None:
     """Refuse a dataset that is not floating point (times and sizes are stored as float64)."""
+    import h5py  # on first use only: a cached store needs no HDF5
+
     if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f":
         raise ProfileStoreError(f"{ds.name}: expected a float dataset, got "
                                 f"{getattr(ds, 'dtype', type(ds).__name__)}")
@@ -738,6 +931,8 @@ _STR_COLUMNS = ("set", "file")
 
 def _write_residuals(g: h5py.Group, table: Any) -> None:
     """Write a :class:`core.interval.ResidualTable` as a "residual-table" group."""
+    import h5py  # on first use only: a cached store needs no HDF5
+
     g.attrs.update({_ENC_TYPE: "residual-table", _ENC_VERSION: np.int64(1),
                     "procedure": str(table.procedure)})
     for c in table.COLUMNS:
@@ -852,6 +1047,8 @@ def _audit(f: h5py.File) -> None:
     files), committed datatypes, datasets of an unexpected dtype or of more than
     :data:`MAX_DATASET_ELEMENTS` elements, more than :data:`MAX_OBJECTS` objects or paths
     deeper than :data:`MAX_DEPTH` (a hard-link cycle ends there)."""
+    import h5py  # on first use only: a cached store needs no HDF5
+
     count = 0
     stack: list[h5py.Group] = [f]
     while stack:

@@ -104,6 +104,8 @@ class Report:
     #: compute_s, comm_s, bubble_s, pp_comm_s and imbalance_s it sums to the iteration time
     cp_comm_s: float = 0.0
     stage_cp_comm_s: list[float] = field(default_factory=list)
+    #: the ring's transfers hidden under the attention core (mean over stages; not in the sum)
+    cp_hidden_s: float = 0.0
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None

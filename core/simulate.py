@@ -152,6 +152,18 @@ def _kind_mask(kinds) -> np.ndarray:
     return mask
 
 
+#: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
+#: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
+#: transfers and what overlaps the compute stream).
+_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN = range(6)
+_CATEGORIES = 6
+_KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
+_KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
+_KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
+_KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
+_KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
+
+
 def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
     """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
     balanced stages: ``(T0, T_balanced)``, seconds.
@@ -240,21 +252,21 @@ def simulate(session: Session, store: ProfileStore | None = None,
     pl = session.plan
     T = schedule.iteration_time_s
     p = pl.pipeline_parallel
-    kind = graph.kind
-    compute_mask = _kind_mask(KIND_COMPUTE)[kind]
-    comm_mask = _kind_mask([KINDS.index("tp_comm"), KINDS.index("dp_comm")])[kind]
-    ep_mask = kind == KINDS.index("ep_all_to_all")
-    cp_mask = kind == KINDS.index("cp_p2p")
+    # per stage, the summed durations of each category of _KIND_CATEGORY in one bincount
+    # (each bin adds its tasks in task order, as a masked sum does)
+    category = _KIND_CATEGORY[graph.kind]
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
-        comm_mask &= ~graph.overlapped
-        cp_mask &= ~graph.overlapped
-    stage_compute = np.bincount(graph.stage[compute_mask], graph.duration_s[compute_mask], minlength=p)
-    stage_ep = np.bincount(graph.stage[ep_mask], graph.duration_s[ep_mask], minlength=p)
+        category[graph.overlapped & (category == _CP)] = _CP_HIDDEN
+        category[graph.overlapped & (category == _COMM)] = _OTHER
+    sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
+                       minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
+    stage_compute = sums[:, _COMPUTE].copy()
+    stage_ep = sums[:, _EP].copy()
     # the expert all-to-alls block the compute stream: blocking communication, named apart
-    stage_comm = np.bincount(graph.stage[comm_mask], graph.duration_s[comm_mask], minlength=p)
+    stage_comm = sums[:, _COMM].copy()
     stage_all_comm = stage_comm + stage_ep  # blocking or exposed
     # the context-parallel ring's exposed part (what the attention core's steps wait for)
-    stage_cp = np.bincount(graph.stage[cp_mask], graph.duration_s[cp_mask], minlength=p)
+    stage_cp = sums[:, _CP].copy()
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
@@ -299,6 +311,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         stage_ep_comm_s=stage_ep.tolist(),
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
+        cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,
@@ -356,6 +369,28 @@ def _tasks_per_layer(pl) -> int:
     return (6 + (2 if pl.recompute == "full" else 0)) * comm
 
 
+def _all_finite(report: Report) -> bool:
+    """Whether every float :meth:`Report.to_dict` would hold is finite (a superset is read: the
+    report's attributes, each stage's memory and total, the interval's attributes and the
+    bands of the figures that scale with the iteration time)."""
+    def ok(value: object) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, dict):
+            return all(ok(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(ok(v) for v in value)
+        if isinstance(value, StageMemory):
+            return ok(list(vars(value).values())) and ok(value.total_bytes)
+        return True
+
+    iv = report.interval
+    return (ok([v for k, v in vars(report).items() if k != "interval"])
+            and (iv is None or (ok(iv.to_dict()) and ok([iv.low_s, iv.high_s] if iv.available else [])))
+            and ok([report.band(getattr(report, k)) or () for k in
+                    ("training_days", "gpu_hours", "cost_usd")]))
+
+
 def check_finite(report: Report) -> None:
     """Raise :class:`ConfigError` naming the first figure of ``report`` that is not a finite
     number (no result is ever Infinity or NaN)."""
@@ -368,6 +403,8 @@ def check_finite(report: Report) -> None:
             return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
         return None
 
+    if _all_finite(report):  # the common case, without building the report's dict
+        return
     bad = walk("report", report.to_dict())
     if bad:
         raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "

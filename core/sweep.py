@@ -101,8 +101,15 @@ COLUMNS = PLAN_COLUMNS + (
     "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
 
 ProgressFn = Callable[[int, int], None]
+#: Key in a lookup memo of the stage times of the last (p, m) solved (see :func:`solve_batch`).
+_SHARED_STAGE_TIMES = ("sweep", "stage times of one (p, m)")
+_SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 #: Plans are solved in batches of at most this many (stage, op, plan) elements.
 _MAX_BATCH_ELEMENTS = 2_000_000
+#: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
+#: its compiled pass (:mod:`core.fastpath_kernel`, when Numba is installed): about 45 ns per
+#: element saved against Numba's import and cache load, about 0.5 s per process.
+COMPILED_MIN_SWEEP_ELEMENTS = 20_000_000
 
 
 class SweepCancelled(Exception):
@@ -333,7 +340,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
 
     A plan is emitted iff :func:`core.config.validate` accepts the session with
     that plan and it is within the budget. Candidates that certainly break a
-    rule (``B % d != 0`` implies ``B % (d*b) != 0``) are pruned before validation.
+    rule (``B % (d*b) != 0``, the schedule's own rules of
+    :func:`core.schedules.schedule_errors`) are pruned before validation, and
+    candidates are validated with ``sections=("plan",)`` (the model, cluster and
+    cost are checked once, first).
 
     Parameters
     ----------
@@ -410,8 +420,14 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             for d, ep in ((d, ep) for d in ds for ep in eps):
                 zs_d = zs[:1] if d == 1 else zs
                 for b in bs:
+                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                        continue
                     for sched in scheds_p:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                            # the schedule's own rules (part of validate), before building plans
+                            if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
+                                                                  m.num_layers):
+                                continue
                             for rc in rcs:
                                 for sp in sps_t:
                                     for z in zs_d:
@@ -423,7 +439,9 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             sequence_parallel=sp, zero_stage=z,
                                             recompute_num_layers=(base.recompute_num_layers
                                                                   if rc == "full" else None))
-                                        if not validate(Session(m, plan, cl, session.cost)):
+                                        # model, cluster and cost were checked above
+                                        if not validate(Session(m, plan, cl, session.cost),
+                                                        sections=("plan",)):
                                             plans.append(plan)
     return plans
 
@@ -739,7 +757,7 @@ def _check_workers(workers: Any) -> int:
 
 
 def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
-                store, lookup_cache: dict
+                store, lookup_cache: dict, compiled: bool | None = None
                 ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
     """Iteration time and memory of a batch of plans of one pipeline structure.
 
@@ -753,6 +771,9 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     lookup_cache : dict
         Memo of op and communication lookups (:func:`core.graph.stage_times`), shared
         between batches of one process.
+    compiled : bool, optional
+        Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
+        sweeps; the same times bit for bit).
 
     Returns
     -------
@@ -771,8 +792,21 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    # Stage times read the schedule only through splits_backward and uses_virtual_stages
+    # (core.graph.stage_times; tests/test_sweep_speed.py checks it): plans that differ only in
+    # a schedule of the same two properties (1F1B and GPipe) share them. Batches come sorted
+    # by (p, m, schedule, v), so those of one (p, m) follow each other: keep theirs only.
+    kept = lookup_cache.get(_SHARED_STAGE_TIMES)
+    if kept is None or kept[0] != (p, m):
+        kept = lookup_cache[_SHARED_STAGE_TIMES] = ((p, m), {})
+    shared = kept[1]
+    kind = (sched.splits_backward, sched.uses_virtual_stages)
     for j, pl in enumerate(plans):
-        st = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
+        fields = plan_key(pl)
+        skey = (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])  # all but the schedule
+        st = shared.get(skey)
+        if st is None:
+            st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
@@ -787,7 +821,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         iteration = pipeline_iteration_times(
             schedule, m, per_chunk[0], per_chunk[1], *per_stage,
             wgrad_s=per_chunk[2] if sched.splits_backward else None,
-            ready_s=ready, chunk_tail_s=tails)
+            ready_s=ready, chunk_tail_s=tails, compiled=compiled)
     else:  # the general solver on the coarse graph
         iteration = np.empty(n)
         for j, pl in enumerate(plans):
@@ -846,9 +880,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         when set, :class:`SweepCancelled` is raised.
     workers : int
         Processes to solve the batches on (1: this process; default). The batches are
-        grouped in chunks, solved by a process pool (:mod:`core.sweep_parallel`; each
-        worker opens the profile store itself) and put back in order: the result is
-        the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
+        grouped in chunks, solved by this thread and a pool of ``workers - 1`` processes
+        (:mod:`core.sweep_parallel`; each worker opens the profile store itself) and put
+        back in order: the result is the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
         run here (starting processes would cost more).
     dask : str, optional
         Send the chunks to a Dask distributed scheduler at this address
@@ -885,6 +919,51 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     if dask is not None and not (isinstance(dask, str) and dask.strip()):
         raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
                                       "(tcp://host:8786) or 'local'")])
+    early = _early_pool(session, space, workers, dask)
+    try:
+        return _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask,
+                          coverage, t0, early)
+    finally:
+        if early is not None:
+            early.shutdown(wait=False, cancel_futures=True)
+
+
+#: Candidates (t x p x d x b x schedule x recompute, before validation) from which a sweep on
+#: several processes starts its worker processes before it enumerates the plans, so that they
+#: import the compiled batch solver meanwhile (the MT-NLG and GPT-3 examples: about 47,000;
+#: a one-node sweep: about 14,000, about 1,000 plans).
+_EARLY_POOL_CANDIDATES = 30_000
+
+
+def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | None):
+    """A process pool of ``workers - 1`` processes started now, warming up with the compiled
+    batch solver (:func:`core.sweep_parallel.start_pool`), when the sweep will run on several
+    local processes and is large (its candidate count, a cheap upper bound on its plans, is
+    at least :data:`_EARLY_POOL_CANDIDATES`); else None."""
+    if dask is not None or workers < 2 or space.errors():
+        return None
+    try:
+        m, B = session.model, session.plan.global_batch_size
+        ts = (space.tensor_parallel if space.tensor_parallel is not None
+              else _divisors(session.cluster.gpus_per_node))
+        ps = (space.pipeline_parallel if space.pipeline_parallel is not None
+              else _divisors(m.num_layers))
+        candidates = (len(_as_list(ts)) * len(_as_list(ps)) * len(_divisors(B))
+                      * len(_as_list(space.micro_batch_sizes)) * len(_as_list(space.schedules))
+                      * len(_as_list(space.recompute)))
+    except (TypeError, ValueError, AttributeError):  # an invalid session: enumeration says why
+        return None
+    if candidates < _EARLY_POOL_CANDIDATES:
+        return None
+    from . import fastpath_kernel, sweep_parallel
+    if fastpath_kernel.loaded():  # this process has it: it takes the heavy batches itself
+        return None
+    return sweep_parallel.start_pool(workers - 1, compiled=True)
+
+
+def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
+               t0, early) -> SweepResult:
+    """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
     plans = enumerate_plans(session, space)
     work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
                + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
@@ -922,6 +1001,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
         batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
     model, cluster, cost = session.model, session.cluster, session.cost
+    # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only
+    elements = sum(p * 3 * m * v * len(group) for (p, m, _, v), group in batches)
+    compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     done = 0
     if progress is not None:
         progress(0, n)
@@ -960,17 +1042,23 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
 
         if dask is not None:
             sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
-                                       address=dask, cancel=cancel, on_result=take_chunk)
-        else:
-            sweep_parallel.run_on_pool(batches, plans, store, model, cluster, cost, workers=workers,
-                                       cancel=cancel, on_result=take_chunk)
+                                       address=dask, cancel=cancel, on_result=take_chunk,
+                                       compiled=compiled)
+        else:  # this thread solves chunks too: a pool of workers - 1 processes
+            lookup_cache: dict = {}
+            sweep_parallel.run_on_pool(
+                batches, plans, store, model, cluster, cost, workers=workers, cancel=cancel,
+                on_result=take_chunk, compiled=compiled,
+                local=lambda jobs, how: [solve_batch(model, cluster, cost, key, pls, store,
+                                                     lookup_cache, how) for key, pls in jobs],
+                pool=early if compiled else None)
     else:
         lookup_cache: dict = {}
         for key, idx in batches:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                  lookup_cache))
+                                  lookup_cache, compiled))
     # Cost, as core.simulate computes it.
     flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
     hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])

@@ -2,48 +2,49 @@
 
 :func:`core.sweep.run_sweep` cuts the plans of a sweep into batches of one
 pipeline structure (p, m, schedule, v). Here consecutive batches are grouped
-into chunks of about equal estimated work (:func:`chunk_batches`), sent largest
-first; each chunk
+into chunks of about equal estimated work (:func:`chunk_batches`); each chunk
 is solved by :func:`solve_chunk` in another process -- a local process pool
-(:func:`run_on_pool`) or the workers of a Dask distributed scheduler
-(:func:`run_on_dask`) -- and the results are handed back chunk by chunk; the
-caller puts each batch's figures at its rows. Every batch is solved exactly as
-the serial loop solves it, so the result is the serial one, bit for bit.
+(:func:`run_on_pool`, the calling thread taking chunks too) or the workers of a
+Dask distributed scheduler (:func:`run_on_dask`) -- and the results are handed
+back chunk by chunk; the caller puts each batch's figures at its rows. Every
+batch is solved exactly as the serial loop solves it (the compiled and the numpy
+batch solver give the same times bit for bit), so the result is the serial one,
+bit for bit.
 
-The profile store travels as the bytes of its HDF5 file (about 0.7 MB): each
-worker process writes them to a temporary file once, opens the store from it
-and keeps it, with its lookup memo, for the chunks that follow. No h5py object
-is ever pickled. The worker processes are started with ``forkserver`` (POSIX)
-or ``spawn``, never ``fork``: the GUI calls this from a thread.
+The profile store travels as its image (:meth:`core.profile_store.ProfileStore.to_image`,
+about 0.5 MB, no HDF5): each worker process reads it back once (with the same checks
+as a store file) and keeps it, with its lookup memo, for the chunks that follow. No
+h5py object is ever pickled. The local pool's processes are forked from a
+single-threaded process (the command line) and started with ``forkserver`` or
+``spawn`` otherwise: the GUI calls this from a thread, and forking a threaded
+process is unsafe.
 
 Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import multiprocessing
 import os
-import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
-from pathlib import Path
 from typing import Any, Callable
 
 from .config import ConfigError, FieldError
 
-__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "run_on_pool", "run_on_dask",
+__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "run_on_pool", "run_on_dask",
            "CHUNKS_PER_WORKER"]
 
 #: Chunks per worker: enough for the work to balance and for progress and Cancel to be
 #: timely, few enough that sending them costs little.
 CHUNKS_PER_WORKER = 12
-#: Estimated cost of one plan outside the batch solver and of one batch, in (stage, item,
-#: plan) elements of the batch solver (fitted on the MT-NLG example: 52 us per plan, 2 ms per
-#: batch, 28.5 ns per element).
-_PLAN_COST = 2_000
-_BATCH_COST = 70_000
+#: Estimated cost, in seconds on one core, of one batch (its pipeline structure and set-up), of
+#: one plan (stage times and memory) and of one (stage, item, plan) element of the batch
+#: solver, compiled or numpy (fitted on the MT-NLG example).
+_BATCH_COST = 1.5e-3
+_PLAN_COST = 6e-5
+_ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
 #: How long to try to reach a Dask scheduler.
@@ -56,48 +57,41 @@ _WORKER_STORES: dict[str, tuple[Any, dict]] = {}
 _INIT_DATA: bytes | None = None
 
 
-def _batch_cost(batch: Batch) -> int:
+def _batch_cost(batch: Batch, compiled: bool = False) -> float:
     (p, m, _, v), idx = batch
-    return _BATCH_COST + len(idx) * (_PLAN_COST + p * 3 * m * v)
+    return _BATCH_COST + len(idx) * (_PLAN_COST + p * 3 * m * v * _ELEMENT_COST[bool(compiled)])
 
 
-def chunk_batches(batches: list[Batch], workers: int) -> list[list[Batch]]:
+def chunk_batches(batches: list[Batch], workers: int, compiled: bool = False) -> list[list[Batch]]:
     """Consecutive batches grouped into about ``CHUNKS_PER_WORKER * workers`` chunks of equal
     estimated work (a batch's set-up, each plan's lookups and its share of the batch
-    solver's ``p * 3m * v`` elements); every batch whole, the order kept."""
-    total = sum(_batch_cost(b) for b in batches)
-    target = max(1, total // max(1, CHUNKS_PER_WORKER * workers))
+    solver's ``p * 3m * v`` elements, compiled or not); every batch whole, the order kept."""
+    total = sum(_batch_cost(b, compiled) for b in batches)
+    target = total / max(1, CHUNKS_PER_WORKER * workers)
     chunks: list[list[Batch]] = [[]]
-    acc = 0
+    acc = 0.0
     for b in batches:
         if chunks[-1] and acc >= target:
             chunks.append([])
-            acc = 0
+            acc = 0.0
         chunks[-1].append(b)
-        acc += _batch_cost(b)
+        acc += _batch_cost(b, compiled)
     return chunks
 
 
 def store_bytes(store: Any) -> bytes:
-    """The profile store as the bytes of an HDF5 file (the store as it is in memory, saved to a
-    temporary file; the store object itself is not changed)."""
-    with tempfile.TemporaryDirectory(prefix="vtrain-store-") as tmp:
-        path = Path(tmp) / "store.h5"
-        copy.copy(store).save(path)  # save() sets .path: on a copy
-        return path.read_bytes()
+    """The profile store as its image (:meth:`core.profile_store.ProfileStore.to_image`; the
+    store object itself is not changed)."""
+    return store.to_image()
 
 
 def _open_store(data: bytes) -> tuple[Any, dict]:
-    """The store of ``data`` (bytes of a store file) and its lookup memo, opened once per process."""
+    """The store of ``data`` (a store image) and its lookup memo, read once per process."""
     digest = hashlib.sha256(data).hexdigest()
     hit = _WORKER_STORES.get(digest)
     if hit is None:
         from .profile_store import ProfileStore
-        with tempfile.TemporaryDirectory(prefix="vtrain-store-") as tmp:
-            path = Path(tmp) / "store.h5"
-            path.write_bytes(data)
-            store = ProfileStore.open(path)
-        store.path = None
+        store = ProfileStore.from_image(data)
         hit = _WORKER_STORES[digest] = (store, {})
     return hit
 
@@ -107,8 +101,8 @@ def _init_worker(data: bytes) -> None:
     _INIT_DATA = data
 
 
-def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]]
-                ) -> list[tuple]:
+def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]],
+                compiled: bool | None = None) -> list[tuple]:
     """Solve the batches of one chunk in this process (a pool or Dask worker).
 
     Parameters
@@ -117,6 +111,8 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
         The profile store file's bytes (None: those given to the pool's initializer).
     model, cluster, cost : the session's parts
     jobs : list of ((p, m, schedule, v), list of ParallelPlan)
+    compiled : bool, optional
+        :func:`core.sweep.solve_batch`'s choice of the batch solver's compiled pass.
 
     Returns
     -------
@@ -124,7 +120,8 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
     """
     from .sweep import solve_batch
     store, memo = _open_store(_INIT_DATA if data is None else data)
-    return [solve_batch(model, cluster, cost, key, plans, store, memo) for key, plans in jobs]
+    return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
+            for key, plans in jobs]
 
 
 def _cancelled(cancel: Any) -> bool:
@@ -136,17 +133,65 @@ def _jobs(chunks: list[list[Batch]], plans: list) -> list[list[tuple[tuple, list
     return [[(key, [plans[i] for i in idx]) for key, idx in chunk] for chunk in chunks]
 
 
-def _largest_first(chunks: list[list[Batch]]) -> list[int]:
+def _largest_first(chunks: list[list[Batch]], compiled: bool = False) -> list[int]:
     """Chunk numbers by decreasing estimated work: the longest start first, so that no long
     chunk is left alone at the end (the results go to their rows whatever the order)."""
-    cost = [sum(_batch_cost(b) for b in c) for c in chunks]
+    cost = [sum(_batch_cost(b, compiled) for b in c) for c in chunks]
     return sorted(range(len(chunks)), key=lambda c: (-cost[c], c))
 
 
+def _pool_context() -> Any:
+    """``fork`` when this is a single-threaded POSIX process (the command line: the worker
+    starts at once with everything this process has imported and read), else
+    ``forkserver`` (POSIX) or ``spawn``: forking a process with other threads (the GUI's)
+    is unsafe."""
+    import threading
+    methods = multiprocessing.get_all_start_methods()
+    if ("fork" in methods and threading.current_thread() is threading.main_thread()
+            and threading.active_count() == 1):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _warm(compiled: bool) -> bool:
+    """A worker's first task: import the sweep and, with ``compiled``, load the compiled batch
+    solver (Numba's import and its cached machine code, about 0.5 s) before any chunk comes."""
+    from . import sweep  # noqa: F401
+    if compiled:
+        from . import fastpath_kernel
+        return fastpath_kernel.warm()
+    return False
+
+
+def start_pool(processes: int, compiled: bool) -> ProcessPoolExecutor:
+    """A pool of ``processes`` worker processes started now, each warming up (:func:`_warm`)
+    while the caller goes on (enumerating the plans); give it to :func:`run_on_pool` as
+    ``pool`` and shut it down afterwards. The store is sent with the chunks."""
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=_pool_context(),
+                               initializer=_init_worker, initargs=(None,))
+    for _ in range(processes):
+        pool.submit(_warm, compiled)
+    return pool
+
+
 def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
-                cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None]) -> None:
-    """Solve ``batches`` on a pool of ``workers`` processes; ``on_result(chunk, outs)`` is called
-    in this thread for each finished chunk (in the order they finish).
+                cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
+                compiled: bool | None = None,
+                local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]] | None = None,
+                pool: ProcessPoolExecutor | None = None) -> None:
+    """Solve ``batches`` on ``workers`` processes; ``on_result(chunk, outs)`` is called in this
+    thread for each finished chunk (in the order they finish).
+
+    With ``local`` (a function ``(jobs, compiled)`` solving one chunk's jobs here, as
+    :func:`solve_chunk` does), this thread is one of the ``workers`` and a pool of
+    ``workers - 1`` processes the others: the chunks are ordered by the batch solver's
+    elements per plan; the side that has the compiled batch solver loaded takes them from
+    the heavy end, the other from the light end, where the numpy solver costs little, so
+    only one side imports Numba. That is this thread (``compiled``), or, with a ``pool``
+    from :func:`start_pool` warmed up with it while the plans were enumerated, the pool
+    (this thread then solves with numpy). The work starts at once and one process fewer
+    is started. Without ``local``, a pool of ``workers`` processes solves every chunk,
+    largest first.
 
     Raises
     ------
@@ -156,30 +201,62 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     Exception
         Whatever a chunk raised (as the serial sweep would).
     """
+    from collections import deque
+
     from .sweep import SweepCancelled
-    chunks = chunk_batches(batches, workers)
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(store_bytes(store),))
+    given = pool is not None
+    pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
+    if local is not None:  # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
+        batches = sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0]))
+        chunks = chunk_batches(batches, workers, bool(compiled))
+        queue = deque(range(len(chunks)))
+        pool_compiled, local_compiled = (compiled, False) if pool_heavy else (None, compiled)
+    else:
+        chunks = chunk_batches(batches, workers, bool(compiled))
+        queue = deque(_largest_first(chunks, bool(compiled)))
+        pool_compiled, local_compiled = compiled, compiled
+    jobs = _jobs(chunks, plans)
+    procs = (workers - 1 if local is not None else workers) if given else \
+        min(workers - (1 if local is not None else 0), len(chunks))
+    data = store_bytes(store)
+    if pool is None and procs > 0:
+        pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
+                                   initializer=_init_worker, initargs=(data,))
+    in_flight: dict[Any, int] = {}
+
+    def take_pool() -> int:
+        return queue.pop() if pool_heavy and local is not None else queue.popleft()
+
+    def take_local() -> int:
+        return queue.popleft() if pool_heavy else queue.pop()
+
     try:
-        jobs = _jobs(chunks, plans)
-        futures = {pool.submit(solve_chunk, None, model, cluster, cost, jobs[c]): c
-                   for c in _largest_first(chunks)}
-        pending = set(futures)
-        while pending:
+        while queue or in_flight:
             if _cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
-            done, pending = futures_wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=futures.get):
-                on_result(chunks[futures[f]], f.result())
+            # each process has one chunk running and one waiting
+            while pool is not None and procs > 0 and queue and len(in_flight) < 2 * procs:
+                c = take_pool()
+                in_flight[pool.submit(solve_chunk, data if given else None, model, cluster, cost,
+                                      jobs[c], pool_compiled)] = c
+            if local is not None and queue:
+                c = take_local()
+                on_result(chunks[c], local(jobs[c], local_compiled))
+                done = [f for f in in_flight if f.done()]
+            elif in_flight:
+                done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            else:
+                done = []
+            for f in sorted(done, key=in_flight.get):
+                on_result(chunks[in_flight.pop(f)], f.result())
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None and not given:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
-                address: str, cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None]
-                ) -> None:
+                address: str, cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
+                compiled: bool | None = None) -> None:
     """Solve ``batches`` on a Dask distributed cluster: the scheduler at ``address``
     (``tcp://host:8786``), or with ``address == "local"`` a ``LocalCluster`` of ``workers``
     processes (one thread each) started and stopped here. The store's bytes are sent to
@@ -217,11 +294,12 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
                                       )]) from None
     try:
         n_workers = max(1, len(client.scheduler_info().get("workers", {})) or workers)
-        chunks = chunk_batches(batches, n_workers)
+        chunks = chunk_batches(batches, n_workers, bool(compiled))
         data = client.scatter(store_bytes(store), broadcast=True)
         jobs = _jobs(chunks, plans)
-        futures = {client.submit(solve_chunk, data, model, cluster, cost, jobs[c], pure=False): c
-                   for c in _largest_first(chunks)}
+        futures = {client.submit(solve_chunk, data, model, cluster, cost, jobs[c], compiled,
+                                 pure=False): c
+                   for c in _largest_first(chunks, bool(compiled))}
         pending = set(futures)
         try:
             while pending:

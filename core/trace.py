@@ -26,7 +26,8 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
                        "args": {"name": f"stage {stage}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": stage, "tid": 0,
                        "args": {"sort_index": stage}})
-        for sid, sname in enumerate(STREAMS):
+        for sid in graph.lanes:  # the streams the graph uses
+            sname = STREAMS[sid]
             events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": sid,
                            "args": {"name": sname}})
     ts = np.round(schedule.start_s * 1e6, 3).tolist()

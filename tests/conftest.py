@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The parsed profile-store cache (core.profile_store.image_cache_dir) of this test run: a
+# fresh folder, so tests never read or write the user's cache (the cache's own tests set
+# VTRAIN_CACHE_DIR themselves).
+_CACHE = tempfile.mkdtemp(prefix="vtrain-test-cache-")
+os.environ["VTRAIN_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "vtrain-a100"

@@ -292,3 +292,53 @@ def test_the_default_sweep_has_no_cp_and_cp_is_swept_when_asked():
     assert all(pl.num_gpus == 16 for pl in both)
     errs = SweepSpace(max_gpus=8, context_parallel=[0]).errors()
     assert [e.field for e in errs] == ["sweep.context_parallel"]
+
+
+def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
+    import csv
+    import json
+
+    from core.cli import main
+    from core.session import save_session
+
+    path = tmp_path / "llama.json"
+    save_session(_session(seq=16384, cp=1, t=8, B=8), path)
+    out = tmp_path / "plans.csv"
+    assert main(["sweep", str(path), "--json", "--gpus", "16", "--tensor-parallel", "8",
+                 "--pipeline-parallel", "1", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+                 "--recompute", "selective", "--context-parallel", "1,2", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["num_plans"] == 2
+    with out.open() as fh:
+        rows = sorted((r["context_parallel"], r["data_parallel"], r["num_gpus"])
+                      for r in csv.DictReader(fh))
+    assert rows == [("1", "2", "16"), ("2", "1", "16")]
+    # a size the model cannot take is refused by name, with the option
+    path2 = tmp_path / "gpt.json"
+    save_session(Session(model=MODEL_PRESETS["GPT-3 1.3B"]), path2)
+    assert main(["sweep", str(path2), "--context-parallel", "2"]) == 2
+    assert "--context-parallel 2" in capsys.readouterr().err
+
+
+def test_megatron_script_round_trip_keeps_cp_and_the_world_size():
+    from core.megatron_args import export_script, read_launch, session_from_launch
+
+    s = _session(seq=131072, cp=4, t=2, p=2, d=3, B=6)
+    text = export_script(s)
+    assert "--context-parallel-size 4" in text
+    back = session_from_launch(read_launch(text)).session
+    assert back.plan.context_parallel == 4 and back.plan.data_parallel == 3
+    assert back.plan.num_gpus == s.plan.num_gpus == 48
+
+
+def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
+    """GB200 NVL72 (72 GPUs a node), t=8, cp=2: groups of 16 ranks; 72 is no multiple of 16,
+    so with more than one node some group straddles a boundary and its ring crosses nodes."""
+    s = _session(seq=131072, cp=2, t=8, d=4, B=8, gpu="GB200-NVL72")
+    s.cluster.gpus_per_node = 72
+    check(s)
+    store = session_profile(s)
+    assert CommModel(store, s.plan, s.cluster).cp_ring_in_node()  # 64 GPUs: one node
+    wide = dataclasses.replace(s.plan, data_parallel=8)  # 128 GPUs: ranks 64-79 straddle
+    assert not CommModel(store, wide, s.cluster).cp_ring_in_node()
+    even = dataclasses.replace(wide, tensor_parallel=4, context_parallel=2)  # 8 divides 72
+    assert CommModel(store, even, s.cluster).cp_ring_in_node()

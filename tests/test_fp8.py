@@ -323,3 +323,146 @@ def test_megatron_fp8_arguments_refused_by_name(extra, message):
     from core.megatron_args import MegatronArgsError, session_from_launch
     with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
         session_from_launch(_launch(*extra))
+
+
+def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
+    """core.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
+    simulated iteration time (the calibration helper fits FP8 runs with it)."""
+    from core.calibrate import linearize, model_store, predict_linearized
+    from core.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.ops import DEFAULT_OP_MODEL
+    from core.profiles_gen import generate_store
+    base = generate_store("H100-SXM5-80GB", date="2026-01-01")
+    op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "collective_overhead_s": 3e-5}
+    sessions = [Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
+                        ParallelPlan(t, p, d, b, B, "1f1b", "full", "fp8", fp8_recipe=r),
+                        ClusterConfig("H100-SXM5-80GB", 8), CostConfig())
+                for (h, L, t, p, d, b, B, r) in [(1024, 4, 1, 1, 1, 2, 8, None), (1024, 8, 2, 2, 2, 1, 16, "delayed"),
+                                                 (2048, 4, 1, 2, 4, 1, 8, "blockwise")]]
+    rows = [linearize(s, base, op_model) for s in sessions]
+    sim = [simulate(s, model_store(base, op_model)).report.iteration_time_s for s in sessions]
+    np.testing.assert_allclose(predict_linearized(rows, op_model), sim, rtol=1e-9)
+
+
+def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
+    """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
+    (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
+    from core.graph import build_graph, weight_gradient_share
+    from core.solver import solve
+    s = _session()
+    s.plan.schedule = "zb-h1"
+    h, sl = s.model.hidden_size, s.model.seq_length
+    r = 1979 / 989
+    assert weight_gradient_share("attention_bwd", s, r) == pytest.approx((8 * h / r) / (16 * h / r + 8 * sl))
+    assert weight_gradient_share("attention_bwd", s) == 8 * h / (16 * h + 8 * sl)
+    store = open_profile(H100)
+    st = stage_times(s, store)
+    assert st.fp8_speedup == pytest.approx(r, rel=1e-12)
+    attn = st.op_times_s["attention_bwd"]
+    assert attn * weight_gradient_share("attention_bwd", s, r) < attn * weight_gradient_share("attention_bwd", s)
+    fine, _ = build_graph(s, store)
+    coarse, _ = build_graph(s, store, detail="microbatch")
+    assert solve(coarse).iteration_time_s == pytest.approx(solve(fine).iteration_time_s, rel=1e-12)
+    assert stage_times(_session(precision="bf16"), store).fp8_speedup == 1.0
+
+
+def test_simulate_cli_prints_precision_recipe_and_the_mfu_peak(tmp_path, capsys):
+    import json
+    from core.cli import main
+    path = tmp_path / "s.json"
+    save_session(_session(recipe="blockwise"), path)
+    assert main(["simulate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["precision"], doc["fp8_recipe"], doc["mfu_peak_dtype"]) == ("fp8", "blockwise", "bf16")
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fp8, recipe blockwise" in out and "(of the BF16 dense peak)" in out
+
+
+def test_context_parallel_fp8_plans_pass_bf16_kv_blocks():
+    """FP8 training keeps attention in BF16: the ring's K/V blocks are BF16 (TE's attention with
+    context parallelism), and a cp=2 FP8 plan simulates, faster than BF16."""
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=8192)
+    bf = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2, micro_batch_size=1,
+                      global_batch_size=32, recompute="selective", precision="bf16", sequence_parallel=True,
+                      context_parallel=2)
+    f8 = dataclasses.replace(bf, precision="fp8")
+    assert mm.cp_kv_block_bytes(m, f8) == mm.cp_kv_block_bytes(m, bf) == 1 * 4096 * 2 * 4 * 128 * 2
+    from core.config import ClusterConfig, CostConfig, Session
+    t = [simulate(Session(m, pl, ClusterConfig("H100-SXM5-80GB", 8), CostConfig())).report.iteration_time_s
+         for pl in (bf, f8)]
+    assert t[1] < t[0]
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+def _moe_key(**kw):
+    return {**dict(b=1, s=4096, h=4096, a=32, g=8, f=14336, t=1, V=32000, dtype="bf16", act="swiglu",
+                   norm="rmsnorm", pos="rope", attn="flash", E=8, topk=2, fe=14336, ep=2, etp=1, ns=1,
+                   imb=1.0), **kw}
+
+
+def test_moe_experts_run_in_fp8_and_the_router_in_bf16():
+    """Routed experts (grouped GEMMs) and shared experts in FP8 with their casts; the router's gate
+    BF16 (Megatron-Core's TopKRouter is a plain linear)."""
+    key = _moe_key(dtype="fp8", fp8="delayed", fp8_tn=True)
+    R, local, fe, h, T = 4096 * 2, 4, 14336, 4096, 4096  # R = b s k etp imb / t copies on the rank
+    ks = {k.name: k for op in ("experts_fwd", "experts_bwd", "shared_experts_fwd", "shared_experts_bwd",
+                               "router_fwd", "router_bwd") for k in op_kernels(op, key)}
+    assert {n for n, k in ks.items() if k.dtype == "fp8"} == {
+        f"{p}_{g}{x}" for p in ("experts", "shared") for g in ("fc1", "fc2") for x in ("", "_dgrad", "_wgrad")}
+    assert ks["experts_fc1"].batch == local and ks["experts_fc1"].m == R / local
+    assert ks["experts_fc1"].flops == 2.0 * R * 2 * fe * h  # SwiGLU: fc1 2 f_e wide
+    assert ks["router"].dtype == "" and ks["router_dgrad"].dtype == ""
+    per = 4  # delayed scaling on Hopper: read 2, write the copy and its transpose
+    assert {n: k.bytes for n, k in ks.items() if n.endswith("_cast")} == {
+        "experts_fc1_input_cast": per * R * h, "experts_fc2_input_cast": per * R * fe,
+        "experts_fc2_grad_cast": per * R * h, "experts_fc1_grad_cast": per * R * 2 * fe,
+        "shared_fc1_input_cast": per * T * h, "shared_fc2_input_cast": per * T * fe,
+        "shared_fc2_grad_cast": per * T * h, "shared_fc1_grad_cast": per * T * 2 * fe}
+    bf = {k.name: k for op in ("experts_fwd", "router_fwd") for k in op_kernels(op, _moe_key())}
+    assert bf["experts_fc1"].flops == ks["experts_fc1"].flops and bf["experts_fc1"].dtype == ""
+    assert bf["router"] == ks["router"]
+
+
+def test_moe_activations_keep_the_experts_inputs_in_fp8():
+    """Mixtral 8x7B, one MoE layer, t=1, selective recomputation: FP8 saves the QKV input (1 byte
+    per sbh), the projection input (a kv/h = 1 per sbh) and, per routed copy, h of the fc1 input
+    and f_e of the fc2 input; the router keeps its BF16 input (no shared experts)."""
+    m = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], seq_length=4096)
+    bf = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
+                      global_batch_size=64, recompute="selective", precision="bf16", expert_parallel=8)
+    f8 = dataclasses.replace(bf, precision="fp8")
+    sbh, R = 4096 * 4096, 4096 * 2
+    saved = mm.moe_activation_bytes_per_layer(m, bf, "selective") - mm.moe_activation_bytes_per_layer(m, f8, "selective")
+    assert saved == sbh * (1 + 1) + R * (4096 + 14336)
+    # with shared experts their FP8 copy of the norm output adds 1 back, and their fc2 input saves f_s/h
+    sh = dataclasses.replace(m, num_shared_experts=1)
+    saved = mm.moe_activation_bytes_per_layer(sh, bf, "selective") - mm.moe_activation_bytes_per_layer(sh, f8, "selective")
+    assert saved == sbh * (1 - 1 + 1 + 14336 / 4096) + R * (4096 + 14336)
+
+
+def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():
+    from core.config import ClusterConfig, CostConfig, Session
+    m = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], seq_length=4096)
+    bf = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=64, recompute="selective", precision="bf16", expert_parallel=4,
+                      sequence_parallel=True)
+    f8 = dataclasses.replace(bf, precision="fp8")
+    rb, r8 = (simulate(Session(m, pl, ClusterConfig("H100-SXM5-80GB", 8), CostConfig())).report for pl in (bf, f8))
+    assert r8.iteration_time_s < rb.iteration_time_s
+    w = mm.fp8_weights_per_gpu(m, f8)
+    # per stage 16 MoE layers: attention (q, kv, proj) over t plus 8 experts of 3 h f_e over ep*etp = 4*2
+    attn = 4096 * (4096 + 2 * 1024) + 4096 * 4096
+    assert list(w) == [16 * (attn / 2 + 8 * 3 * 4096 * 14336 / 8)] * 2
+    for x, y, n in zip(rb.memory, r8.memory, w):
+        assert y.weights_bytes - x.weights_bytes == pytest.approx(2 * n, rel=1e-12)
+
+
+def test_diff_of_a_bf16_and_an_fp8_plan_names_the_precision_and_the_compute_gain():
+    from core.diff import diff_plans, plan_label
+    a, b = _session(precision="bf16"), _session(recipe="delayed")
+    assert plan_label(b) == plan_label(a) + " precision=fp8 fp8=delayed"
+    d = diff_plans(a, b).to_dict()
+    assert d["a"]["label"] != d["b"]["label"]
+    assert d["b"]["iteration_time_s"] < d["a"]["iteration_time_s"]

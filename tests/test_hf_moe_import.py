@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from core.config import ConfigError, ModelConfig, Session, validate
+from core.config import ConfigError
 from core.hf_import import moe_layer_fields, session_from_hf_config
 from core.session import load_any
 from tests.conftest import ROOT
@@ -70,13 +70,6 @@ GPT_OSS_120B = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "he
                 "num_local_experts": 128, "experts_per_token": 4, "intermediate_size": 2880,
                 "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
                 "vocab_size": 201088}
-
-
-def _moe_is_modelled() -> bool:
-    """Whether this version simulates mixture of experts (the session then accepts it)."""
-    s = Session(model=ModelConfig(num_experts=8))
-    return not any(e.field == "model.num_experts" and "not modelled" in e.message
-                   for e in validate(s))
 
 
 def _model(cfg, **kw):
@@ -189,19 +182,38 @@ def test_experts_in_a_dense_architecture_are_refused():
 
 
 def test_session_rules_on_an_moe_import():
-    """With the rules checked, an MoE config is refused naming the config's own key while MoE
-    is not modelled; once it is, the import is the same model as without the check."""
-    if _moe_is_modelled():
-        imp = session_from_hf_config(QWEN3_30B_A3B)
-        assert imp.session.model == _model(QWEN3_30B_A3B)
-    else:
-        with pytest.raises(ConfigError) as err:
-            session_from_hf_config(MIXTRAL_8X7B)
-        assert [e.field for e in err.value.errors] == ["config.json: num_local_experts"]
-        assert "mixture of experts is not modelled yet" in str(err.value)
-        with pytest.raises(ConfigError) as err:
-            session_from_hf_config(QWEN3_30B_A3B)
-        assert [e.field for e in err.value.errors] == ["config.json: num_experts"]
+    """With the rules checked, the same model as without; a rule the MoE model breaks is named
+    by the config's own key."""
+    imp = session_from_hf_config(QWEN3_30B_A3B)
+    assert imp.session.model == _model(QWEN3_30B_A3B)
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config({**MIXTRAL_8X7B, "num_experts_per_tok": 9})
+    assert err.value.errors[0].field == "config.json: num_experts_per_tok"
+    assert "more than the 8 experts (num_local_experts)" in str(err.value)
+
+
+@pytest.mark.parametrize("cfg,total,active,published", [
+    (MIXTRAL_8X7B, 46_702_792_704, 12_879_925_248, (46.7e9, 12.9e9)),   # Mixtral paper, Sec. 2
+    (QWEN15_MOE_A27B, 14_315_735_040, 2_689_124_352, (14.3e9, 2.7e9)),  # model card (+ L*h gate)
+    (QWEN3_30B_A3B, 30_532_122_624, 3_353_032_704, (30.5e9, 3.3e9)),    # model card
+])
+def test_imported_moe_parameter_counts(cfg, total, active, published):
+    """Total and active parameters of the imported models (the MoE model math) against the
+    published ones, to their last printed digit."""
+    from core import model_math as mm
+    m = session_from_hf_config(cfg).session.model
+    assert (mm.num_parameters(m), mm.num_active_parameters(m)) == (total, active)
+    # within one unit of the last printed digit (the Qwen3 card truncates: 3.353 B as "3.3B")
+    assert abs(total - published[0]) < 0.1e9 and abs(active - published[1]) < 0.1e9
+    # Qwen3-30B-A3B by hand: attention with heads of 128 (not h/a = 64), 128 experts of 768,
+    # the router, norms and QK-norms; untied embeddings
+    if cfg is QWEN3_30B_A3B:
+        h, a, g, kv, E, k, f, L, V = 2048, 32, 4, 128, 128, 8, 768, 48, 151936
+        attn = h * (a + 2 * g) * kv + a * kv * h
+        per_layer = attn + E * 3 * h * f + h * E + 2 * h + 2 * kv
+        assert total == L * per_layer + 2 * V * h + h
+        assert active == L * (per_layer - (E - k) * 3 * h * f) + 2 * V * h + h
+        assert round((total - 2 * V * h) / 1e9, 1) == 29.9  # the card's non-embedding count
 
 
 def test_cli_import_of_an_moe_config(tmp_path):
@@ -210,16 +222,11 @@ def test_cli_import_of_an_moe_config(tmp_path):
     out = tmp_path / "qwen.json"
     r = subprocess.run([sys.executable, "-m", "core.cli", "import", "hf", str(path), "--out",
                         str(out), "--json"], capture_output=True, text=True, cwd=ROOT)
-    assert "Traceback" not in r.stderr
-    if _moe_is_modelled():
-        assert r.returncode == 0, r.stderr
-        model = json.loads(r.stdout)
-        assert (model["num_experts"], model["moe_top_k"], model["kv_channels"]) == (128, 8, 128)
-        assert load_any(out).model == _model(QWEN3_30B_A3B, name=tmp_path.name)
-    else:
-        assert r.returncode == 2 and not out.exists()
-        assert "num_experts=128: mixture of experts is not modelled yet" in r.stderr
-        assert r.stderr.count("\n") == 1  # one clear line
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)
+    assert (model["num_experts"], model["moe_top_k"], model["kv_channels"]) == (128, 8, 128)
+    assert load_any(out).model == _model(QWEN3_30B_A3B, name=tmp_path.name)
+    assert "30.53 B parameters" in r.stderr
 
 
 def test_moe_presets_match_their_hf_configs():

@@ -197,3 +197,21 @@ def test_wide_heads_simulate_end_to_end():
     layer, _, out = mm.FAMILIES["dense"].forward_flops_per_token(m, 4)
     assert flops == 8 * 4096 * 3 * (36 * layer + out)
     assert rep.model_flops_per_iteration == flops  # MFU counts the wide heads' FLOPs
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_fp8_projection_input_is_a_kv_wide(mode):
+    """FP8 keeps the projection's input (a kv wide) as its FP8 copy: the change from BF16 scales
+    with a kv / h like the other attention terms (Transformer Engine's saved FP8 inputs)."""
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
+                      global_batch_size=1, recompute=mode, precision="bf16")
+    fp8 = dataclasses.replace(pl, precision="fp8")
+    s, h, f = 4096, 2048, 6144
+
+    def fp8_change(m):
+        return (mm.activation_bytes_per_layer(m, fp8) - mm.activation_bytes_per_layer(m, pl)) / (s * h)
+
+    wide, plain = _model(128), _model(None)  # a kv = 4096 = 2h, and h
+    proj = 1 if mode == "none" else -1  # FlashAttention keeps its output in BF16 without recompute
+    assert fp8_change(plain) == pytest.approx(-2 - f / h + proj)
+    assert fp8_change(wide) == pytest.approx(-2 - f / h + proj * 2)

@@ -365,9 +365,12 @@ _ISSUE11 = {"model.kv_channels", "model.num_experts", "model.moe_top_k", "model.
             "plan.precision", "plan.fp8_recipe"}
 
 
-def _issue11_fields(rng, model, plan, i: int) -> None:
-    """Set some of issue 11's fields to values a real launch has (seeded by ``rng``; the FP8
-    recipes in turn by the session's index ``i``)."""
+_RECIPES = (None, "delayed", "mxfp8", "blockwise")
+
+
+def _issue11_fields(rng, model, plan, recipe, first_dense: bool) -> None:
+    """Set some of issue 11's fields to values a real launch has (seeded by ``rng``; FP8 with
+    ``recipe``; an MoE model with first dense layers when ``first_dense``)."""
     t, d, a = plan.tensor_parallel, plan.data_parallel, model.num_attention_heads
     if rng.random() < 0.3:
         model.kv_channels = rng.choice([64, 128])
@@ -378,7 +381,7 @@ def _issue11_fields(rng, model, plan, i: int) -> None:
         model.moe_ffn_hidden_size = rng.choice([None, a * 32])
         model.num_shared_experts = rng.choice([0, 0, 1, 2])
         model.moe_layer_frequency = rng.choice([1, 1, 2])
-        if model.num_layers > 2 and rng.random() < 0.4:  # first dense layers: a multiple of k
+        if model.num_layers > 2 and first_dense:  # first dense layers: a multiple of k
             model.moe_first_dense_layers = model.moe_layer_frequency
         plan.expert_parallel = ep
         plan.expert_tensor_parallel = rng.choice([None, None, 1, t])
@@ -386,9 +389,10 @@ def _issue11_fields(rng, model, plan, i: int) -> None:
             plan.sequence_parallel = True
     if rng.random() < 0.3 and model.seq_length % 4 == 0:
         plan.context_parallel = 2
+        model.attention_kernel = "flash"  # Megatron-Core's ring attention runs in TE's
     if rng.random() < 0.3:
         plan.precision = "fp8"
-        plan.fp8_recipe = (None, "delayed", "mxfp8", "blockwise")[i % 4]
+        plan.fp8_recipe = recipe
         if plan.grad_reduce_dtype not in (None, "fp32"):
             plan.grad_reduce_dtype = "fp32"
 
@@ -434,12 +438,17 @@ def _random_sessions(n: int = 40):
                 field_exists("plan.schedule", "interleaved") and rng.random() < 0.5:
             plan.schedule, plan.virtual_pipeline_stages = "interleaved", 2
             plan.global_batch_size = d * b * p * rng.choice([1, 2])  # m a multiple of p (Megatron)
-        _issue11_fields(rng, model, plan, len(out))
+        taken = [s.plan.fp8_recipe for s in out if s.plan.precision == "fp8"]
+        moe = [s.model.moe_first_dense_layers > 0 for s in out if s.model.num_experts]
+        # each recipe in turn; a third of the MoE models with first dense layers
+        _issue11_fields(rng, model, plan, min(_RECIPES, key=taken.count),
+                        3 * sum(moe) <= len(moe))
         world = plan.tensor_parallel * plan.pipeline_parallel * plan.context_parallel * plan.data_parallel
         gpn = math.gcd(world, 8)  # torchrun runs whole nodes
         tokens = float(rng.choice([1000, 3000]) * model.seq_length * 1000)
-        # a GPU with FP8 and MXFP8 tensor cores: every recipe is a valid plan there
-        session = Session(model, plan, ClusterConfig("B200-180GB", gpn), CostConfig(2.0, tokens))
+        gpu = ("A100-SXM4-80GB" if plan.precision != "fp8" else  # FP8 tensor cores; MXFP8 on Blackwell
+               "B200-180GB" if plan.fp8_recipe == "mxfp8" else "H100-SXM5-80GB")
+        session = Session(model, plan, ClusterConfig(gpu, gpn), CostConfig(2.0, tokens))
         if all(e.field in _ISSUE11 and "not modelled yet" in e.message for e in validate(session)):
             out.append(session)
     return out

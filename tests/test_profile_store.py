@@ -230,7 +230,7 @@ def test_failed_save_keeps_old_file(tmp_path, monkeypatch, full_store, target):
         raise OSError("disk full")
 
     if target == "file":
-        monkeypatch.setattr(ps.h5py, "File", boom)
+        monkeypatch.setattr(h5py, "File", boom)  # profile_store imports h5py when it writes
     else:
         monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):

@@ -121,7 +121,7 @@ def test_store_bytes_round_trip_leaves_the_store_alone(serial):
     store = open_profile(profile_path(serial.session))
     path = store.path
     data = sweep_parallel.store_bytes(store)
-    assert store.path == path and data[:8] == b"\x89HDF\r\n\x1a\n"
+    assert store.path == path and data.startswith(b"vtrain-store-image\n")
     again, memo = sweep_parallel._open_store(data)
     assert again.device_name == store.device_name and again.memory_bytes == store.memory_bytes
     assert again.peak_flops == store.peak_flops and again.op_names() == store.op_names()
@@ -170,3 +170,23 @@ def test_in_flight_per_stage_cache_equals_the_schedule_count():
                                                              v or 1) for i in range(4))
     # 1F1B: min(p - i, m) (Korthikanti et al. 2022, Sec. 4.2.3)
     assert model_math._in_flight("1f1b", 4, 16, 1) == (4.0, 3.0, 2.0, 1.0)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["pool-after-enumeration", "early-warmed-pool"])
+def test_compiled_sweep_on_processes_gives_the_serial_result(serial, parallel_always, monkeypatch,
+                                                             early):
+    """With the compiled batch solver on the heavy chunks (this thread, or a pool started and
+    warmed up before the enumeration) and numpy on the light ones: still the serial result."""
+    from core import fastpath_kernel
+    if not fastpath_kernel.available():
+        pytest.skip("Numba is not installed")
+    monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
+    monkeypatch.setattr(sweep_module, "_EARLY_POOL_CANDIDATES", 0 if early else 10**12)
+    monkeypatch.setattr(fastpath_kernel, "loaded", lambda: False)  # as in a fresh process
+    started = []
+    real_start = sweep_parallel.start_pool
+    monkeypatch.setattr(sweep_parallel, "start_pool",
+                        lambda *a, **k: started.append(a) or real_start(*a, **k))
+    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
+    assert bool(started) == early
+    assert_same(result, serial)

@@ -168,12 +168,10 @@ class CostPanel(QtWidgets.QWidget):
                 grid.addWidget(value, r, 1)
             self._values[key] = value
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
-        #: rows shown only for the plans they concern (a plain plan's panel keeps its size): the
-        #: context-parallel exchange when it is exposed, the expert all-to-all for MoE plans
-        self._optional_rows = {k: (names[k], self._values[k]) for k in ("cp_comm", "ep_comm")}
-        for pair in self._optional_rows.values():
-            for w in pair:
-                w.setVisible(False)
+        # shown for context-parallel plans only (the others have no ring)
+        self._cp_row = (names["cp_comm"], self._values["cp_comm"])
+        # shown for MoE plans only (dense plans have no expert all-to-all)
+        self._ep_row = (names["ep_comm"], self._values["ep_comm"])
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
                                         "imbalance"),
@@ -298,14 +296,15 @@ class CostPanel(QtWidgets.QWidget):
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
-        v["cp_comm"].setText(format_duration(report.cp_comm_s))
+        v["cp_comm"].setText(format_duration(report.cp_comm_s)
+                             + (f" ({format_duration(report.cp_hidden_s)} hidden)"
+                                if report.cp_hidden_s > 0 else ""))
+        for w in self._cp_row:
+            w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
         v["ep_comm"].setText(format_duration(report.ep_comm_s))
-        shown = {"cp_comm": report.cp_comm_s > 0,
-                 "ep_comm": report.num_active_parameters != report.num_parameters
-                 or report.ep_comm_s > 0}
-        for key, pair in self._optional_rows.items():
-            for w in pair:
-                w.setVisible(shown[key])
+        for w in self._ep_row:
+            w.setVisible(report.num_active_parameters != report.num_parameters
+                         or report.ep_comm_s > 0)
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])

@@ -112,7 +112,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.budget_mode = QtWidgets.QComboBox()
         self.budget_mode.setObjectName("sweep.budget_mode")
         self.budget_mode.addItems([self.AT_MOST, self.EXACTLY])
-        self.budget_mode.setToolTip("At most N GPUs (every world size t·p·d ≤ N), or exactly the "
+        self.budget_mode.setToolTip("At most N GPUs (every world size t·p·cp·d ≤ N), or exactly the "
                                     "GPU counts listed")
         self.gpus = QtWidgets.QLineEdit()
         self.gpus.setObjectName("sweep.gpus")
@@ -161,6 +161,12 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.micro_batch_sizes.setObjectName("sweep.micro_batch_sizes")
         self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences)")
         form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
+
+        self.context_parallel = QtWidgets.QLineEdit()
+        self.context_parallel.setObjectName("sweep.context_parallel")
+        self.context_parallel.setToolTip("Context-parallel sizes cp to try (ring attention over "
+                                         "cp ranks; world size t·p·cp·d); empty: 1 only")
+        form.addRow("Context parallel cp", self.context_parallel)
 
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
         self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
@@ -211,7 +217,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         form.addRow(self.error_label)
 
         for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes,
-                  self.dask, self.expert_parallel):
+                  self.context_parallel, self.dask, self.expert_parallel):
             w.textEdited.connect(self._on_text_edit)
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
@@ -305,6 +311,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["micro_batch_sizes"] = tuple(b) if b else ()
         ep = ints(self.expert_parallel, "expert_parallel")
         kw["expert_parallel"] = tuple(ep) if ep else None
+        c = ints(self.context_parallel, "context_parallel")
+        kw["context_parallel"] = tuple(c) if c else (1,)
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
         kw["sequence_parallel"] = tuple(n == "on" for n, box in self.sp_boxes.items() if box.isChecked())
@@ -403,6 +411,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self.pipeline_parallel.setText(_join(space.pipeline_parallel))
             self.expert_parallel.setText(_join(space.expert_parallel))
             self.micro_batch_sizes.setText(_join(space.micro_batch_sizes))
+            self.context_parallel.setText(_join(space.context_parallel))
             scheds = [space.schedules] if isinstance(space.schedules, str) else list(space.schedules)
             for name, box in self.schedule_boxes.items():
                 box.setChecked(name in scheds)

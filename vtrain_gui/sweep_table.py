@@ -74,7 +74,7 @@ def _plan_columns() -> tuple[_Column, ...]:
 #: The plan's columns come from its fields; :meth:`vtrain_gui.explore.ExploreTab.set_result`
 #: hides those that are the same for every plan (beyond t, p, d, b, schedule and recompute).
 TABLE_COLUMNS = _plan_columns() + (
-    _Column("GPUs", "num_gpus", "World size t·p·d", format_count),
+    _Column("GPUs", "num_gpus", "World size t·p·cp·d", format_count),
     _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
     _Column("error band", "iteration_band",
             "Error band of the iteration time at its nominal coverage (cross-validated residuals "

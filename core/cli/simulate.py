@@ -76,8 +76,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                  if r.mfu_peak_dtype != r.precision else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
-    cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s, "
-               if s.plan.context_parallel > 1 else "")
+    cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
+               "hidden under attention), " if s.plan.context_parallel > 1 else "")
     t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
                                   f"{r.comm_s:,.3f} s, "
                                   + (f"expert all-to-all {r.ep_comm_s:,.3f} s, " if r.ep_comm_s else "")

@@ -61,6 +61,8 @@ def add_parser(sub: Any) -> None:
                          "experts for a mixture-of-experts model, 1 for a dense one)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
+    sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
+                    help="context-parallel sizes to try (world size t*p*cp*d; default 1)")
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
@@ -129,6 +131,7 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
         expert_parallel=_ints("--expert-parallel", args.expert_parallel),
+        context_parallel=_ints("--context-parallel", args.context_parallel),
     )
 
 
@@ -187,11 +190,13 @@ def _why_no_plan(session, space) -> list:
     out = []
     ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
                 schedule="1f1b", recompute="full", recompute_num_layers=None,
-                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None)
+                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
+                context_parallel=1)
     for option, values, name in (
             ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
             ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
-            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size")):
+            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
+            ("--context-parallel", space.context_parallel, "context_parallel")):
         for v in values or ():
             probe = session.copy()
             probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})

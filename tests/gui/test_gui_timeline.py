@@ -380,3 +380,31 @@ def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypat
     assert w.wait_ready()
     i = int(np.argmax(graph.duration_s))
     assert w.task_at(0.5 * (schedule.start_s[i] + schedule.end_s[i]), graph.row[i] + 0.5) == i
+
+
+def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_simulate):
+    """cp=4 (ring attention): each stage gets a third lane, "CP ring", holding the K/V exchange;
+    a plan without context parallelism keeps two lanes per stage."""
+    import dataclasses
+
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=16384, num_layers=4)
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=1, micro_batch_size=1,
+                        global_batch_size=2, recompute="selective", context_parallel=4)
+    result = real_simulate(Session(model=model, plan=plan, cluster=ClusterConfig(gpu="H100-SXM5-80GB")))
+    graph = result.graph
+    timeline.set_data(graph, result.schedule)
+    assert timeline.gantt.num_rows == 2 * 3
+    labels = [text for _, text in timeline._ticks]
+    assert labels[:3] == ["stage 0 compute", "stage 0 comm", "stage 0 CP ring"]
+    ring = np.flatnonzero((graph.kind == KINDS.index("cp_p2p")) & (graph.duration_s > 0))
+    assert ring.size and set(graph.row[ring].tolist()) == {2, 5}
+    i = int(ring[np.argmax(graph.duration_s[ring])])
+    mid = 0.5 * (result.schedule.start_s[i] + result.schedule.end_s[i])
+    assert timeline.task_at(mid, graph.row[i] + 0.5) == i
+    timeline.plot.grab()
+    plain = real_simulate(Session(model=model, plan=dataclasses.replace(plan, context_parallel=1),
+                                  cluster=ClusterConfig(gpu="H100-SXM5-80GB")))
+    timeline.set_data(plain.graph, plain.schedule)
+    assert timeline.gantt.num_rows == 2 * 2

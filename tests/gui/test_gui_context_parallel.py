@@ -1,0 +1,56 @@
+"""Explore tab: context-parallel sizes are a sweep setting (default 1 only), saved with the session."""
+
+from __future__ import annotations
+
+from core.session import load_any
+from core.sweep import SweepSpace
+from tests.conftest import EXAMPLES
+from vtrain_gui.sweep_settings import SweepSettingsPanel
+
+SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"
+
+
+def test_context_parallel_sizes_round_trip_and_are_checked(qtbot):
+    panel = SweepSettingsPanel()
+    qtbot.addWidget(panel)
+    s = load_any(SMALL)
+    panel.reset(s)
+    assert panel.space().context_parallel == (1,)  # the default sweep does not grow
+    s.sweep = {"space": SweepSpace(max_gpus=8, context_parallel=(1, 2)).to_dict(),
+               "deadline_days": None}
+    panel.reset(s)
+    assert panel.context_parallel.text() == "1, 2"
+    assert panel.space().context_parallel == (1, 2)
+    qtbot.keyClicks(panel.context_parallel, ", 4")
+    assert panel.space().context_parallel == (1, 2, 4)
+    assert panel.settings()["space"]["context_parallel"] == [1, 2, 4]
+    panel.context_parallel.setText("0")
+    panel.context_parallel.textEdited.emit("0")
+    assert [e.field for e in panel.errors()] == ["sweep.context_parallel"]
+
+
+def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
+    import dataclasses
+
+    from core.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.simulate import simulate
+    from vtrain_gui.cost_panel import CostPanel
+    from vtrain_gui.formatting import format_duration
+
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=65536, num_layers=4)
+    plan = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                        global_batch_size=2, recompute="selective", context_parallel=4)
+    cluster = ClusterConfig(gpu="H100-SXM5-80GB", inter_node_bandwidth_gbits_per_s=100.0)
+    r = simulate(Session(model=model, plan=plan, cluster=cluster)).report
+    assert r.cp_comm_s > 0 and r.cp_hidden_s > 0
+    panel.set_report(r)
+    name, value = panel._cp_row
+    assert name.isVisible() and "context-parallel" in name.text()
+    assert value.text().startswith(format_duration(r.cp_comm_s))
+    plain = simulate(Session(model=model, plan=dataclasses.replace(plan, context_parallel=1),
+                             cluster=cluster)).report
+    panel.set_report(plain)
+    assert not name.isVisible() and not value.isVisible()

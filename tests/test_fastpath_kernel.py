@@ -1,0 +1,73 @@
+"""The compiled fast path (core.fastpath_kernel) gives the numpy sweeps' iteration times bit for
+bit, on random stage times of every schedule (with ready times and chunk tails), and both equal
+the general solver on the coarse graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import fastpath_kernel
+from core.fastpath import pipeline_iteration_times
+from core.graph import StageProgram, build_pipeline_graph
+from core.solver import solve
+
+needs_numba = pytest.mark.skipif(not fastpath_kernel.available(), reason="Numba is not installed")
+
+
+def _random_case(rng, schedule):
+    p = int(rng.integers(1, 7)) if schedule != "interleaved" else int(rng.integers(2, 6))
+    v = int(rng.integers(2, 4)) if schedule == "interleaved" else 1
+    m = p * int(rng.integers(1, 4)) if schedule == "interleaved" else int(rng.integers(1, 12))
+    n = int(rng.integers(1, 5))
+    per_chunk = [rng.uniform(0.1, 3, (p, v, n)), rng.uniform(0.1, 5, (p, v, n)),
+                 rng.uniform(0.0, 2, (p, v, n))]
+    per_stage = [rng.uniform(0, 1, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n)),
+                 rng.uniform(0, 2, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n))]
+    ready = rng.uniform(0, 4, (p, v, n)) if rng.random() < 0.5 else None
+    tail = (np.where(rng.random((p, v, n)) < 0.5, rng.uniform(-1, 3, (p, v, n)), -np.inf)
+            if rng.random() < 0.5 else None)
+    return p, v, m, n, per_chunk, per_stage, ready, tail
+
+
+@needs_numba
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1"])
+def test_compiled_pass_equals_numpy_sweeps_bit_for_bit(schedule):
+    rng = np.random.default_rng(23)
+    split = schedule == "zb-h1"
+    for _ in range(60):
+        p, v, m, n, per_chunk, per_stage, ready, tail = _random_case(rng, schedule)
+        kw = dict(wgrad_s=per_chunk[2] if split else None, ready_s=ready, chunk_tail_s=tail)
+        a = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                                     compiled=False, **kw)
+        b = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                                     compiled=True, **kw)
+        assert np.array_equal(a, b), (schedule, p, v, m, a, b)
+
+
+@needs_numba
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "interleaved"])
+def test_compiled_pass_equals_the_general_solver(schedule):
+    rng = np.random.default_rng(5)
+    split = schedule == "zb-h1"
+    for _ in range(20):
+        p, v, m, n, per_chunk, per_stage, _, _ = _random_case(rng, schedule)
+        got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
+                                       wgrad_s=per_chunk[2] if split else None, compiled=True)
+        for j in range(n):
+            programs = [StageProgram.from_chunks(
+                [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
+                [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
+                [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
+                send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
+                dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
+            want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+            assert got[j] == pytest.approx(want, rel=1e-12)
+
+
+def test_without_numba_the_numpy_sweeps_run(monkeypatch):
+    monkeypatch.setattr(fastpath_kernel, "available", lambda: False)
+    ones = np.ones((3, 2))
+    T = pipeline_iteration_times("1f1b", 4, ones, 2 * ones, 0 * ones, 0 * ones, 0 * ones, 0 * ones,
+                                 compiled=True)
+    assert T.tolist() == [(4 + 3 - 1) * 3.0] * 2  # (m + p - 1)(tf + tb)

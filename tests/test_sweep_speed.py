@@ -1,0 +1,74 @@
+"""What the sweep's speed-ups rely on, checked: stage times that depend on the schedule only
+through splits_backward / uses_virtual_stages (solve_batch shares them between 1F1B and GPipe),
+and a sweep whose every plan's time equals the general solver's on the per-op graph."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from core import schedules
+from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
+from core.graph import build_graph, stage_times
+from core.session import load_any
+from core.simulate import open_profile, profile_path
+from core.solver import solve
+from core.sweep import SweepSpace, enumerate_plans, run_sweep
+from tests.conftest import EXAMPLES
+
+_BASE = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
+             global_batch_size=32, schedule="1f1b", recompute="full", precision="bf16")
+
+
+@pytest.mark.parametrize("changes", [
+    {}, dict(recompute="selective", sequence_parallel=True), dict(zero_stage=1, overlap_grad_reduce=True),
+    dict(zero_stage=3, overlap_grad_reduce=True, overlap_param_gather=True),
+    dict(zero_stage=1, overlap_param_gather=True), dict(first_stage_layers=4, last_stage_layers=4),
+], ids=repr)
+def test_stage_times_depend_on_the_schedule_only_through_its_two_properties(changes):
+    """solve_batch shares stage times between plans whose schedules have the same
+    splits_backward and uses_virtual_stages: if this fails, stage_times reads more of the
+    schedule and core.sweep.solve_batch's sharing key must grow."""
+    model = MODEL_PRESETS["GPT-3 1.3B"]
+    groups: dict[tuple, list] = {}
+    for name in schedules.names():
+        sched = schedules.get(name)
+        if sched.uses_virtual_stages:
+            continue
+        plan = ParallelPlan(**{**_BASE, **changes, "schedule": name})
+        s = Session(model, plan, ClusterConfig(gpus_per_node=4), CostConfig())
+        if validate(s):
+            continue
+        st = stage_times(s, open_profile(profile_path(s)))
+        groups.setdefault((sched.splits_backward, sched.uses_virtual_stages), []).append((name, st))
+    shared = [g for g in groups.values() if len(g) > 1]
+    assert shared, "no two schedules share the properties any more"
+    for members in shared:
+        (_, a), *rest = members
+        for name, b in rest:
+            for f in dataclasses.fields(a):
+                x, y = getattr(a, f.name), getattr(b, f.name)
+                if isinstance(x, np.ndarray):
+                    assert np.array_equal(x, y), (name, f.name)
+                else:
+                    assert x == y, (name, f.name)
+
+
+def test_swept_times_equal_the_general_solver_on_the_per_op_graph():
+    """A sweep (fast path, compiled when Numba is there, shared stage times) against the
+    chain-merging solver on each plan's per-op graph, on a sample of the plans of every schedule."""
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    result = run_sweep(session, SweepSpace(max_gpus=session.plan.num_gpus))
+    store = open_profile(profile_path(session))
+    rng = np.random.default_rng(3)
+    picked = []
+    for name in schedules.names():
+        rows = np.flatnonzero(result.plan_columns["schedule"] == name)
+        picked += rng.choice(rows, size=min(4, rows.size), replace=False).tolist()
+    assert len(picked) >= 8
+    for i in picked:
+        s = result.session_for(i)
+        graph, _ = build_graph(s, store)
+        assert result.iteration_time_s[i] == pytest.approx(solve(graph).iteration_time_s, rel=1e-9)
