@@ -30,6 +30,9 @@ __all__ = [
     "FieldError",
     "ConfigError",
     "validate",
+    "RECOMPUTE_MODULES",
+    "recompute_modules",
+    "parse_recompute_modules",
     "check_all_but_the_plan",
     "check",
     "MODEL_PRESETS",
@@ -72,6 +75,13 @@ POSITION_EMBEDDINGS = ("learned", "rope")
 #: scores) or FlashAttention (Dao 2023; no s*s tensor kept).
 ATTENTION_KERNELS = ("unfused", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: Megatron-Core's ``--recompute-modules`` (``TransformerConfig.recompute_modules``) for
+#: selective recomputation: the attention core, the input layernorms, the dense MLP, the routed
+#: experts' activation, the whole MoE layer, the shared experts and MLA's up-projections.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+#: Modules of :data:`RECOMPUTE_MODULES` the simulator does not model (refused by name).
+UNMODELLED_RECOMPUTE_MODULES = {"mla_up_proj": "multi-head latent attention is not modelled"}
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
@@ -242,6 +252,15 @@ class ModelConfig:
         bounds=BOUNDS["dense_layers"])
     multi_latent_attention: bool = _f(False, "", "Multi-head latent attention (DeepSeek-V2/V3, "
                                       "--multi-latent-attention)")
+    window_size: int | None = _f(
+        None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
+        "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
+        "attention", short="window", min=1, bounds=BOUNDS["seq"])
+    window_attn_skip_freq: int | None = _f(
+        None, "layers", "With a window: every N-th layer (1-based, layer % N == 0) keeps full "
+        "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
+        "2); empty means every layer is windowed", short="window_skip", min=1,
+        bounds=BOUNDS["layers"])
 
     @property
     def ffn(self) -> int:
@@ -349,6 +368,10 @@ class ParallelPlan:
         None, "", "FP8 scaling recipe with precision fp8 (--fp8-recipe): delayed, tensorwise "
         "(per-tensor current scaling), mxfp8 or blockwise; empty means tensorwise",
         choices=FP8_RECIPES, short="fp8", label="never")
+    recompute_modules: str | None = _f(
+        None, "", "With selective recomputation: the modules recomputed, comma-separated as "
+        "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
+        "shared_experts); empty means core_attn", short="recompute_modules", label="never")
 
     @property
     def num_gpus(self) -> int:
@@ -419,6 +442,27 @@ def grad_dtype(plan: ParallelPlan) -> str:
     if plan.grad_reduce_dtype:
         return plan.grad_reduce_dtype
     return "fp32" if tensor_dtype(plan.precision) == "bf16" else plan.precision
+
+
+def parse_recompute_modules(text: str | None) -> tuple[str, ...]:
+    """The names of a ``recompute_modules`` text (comma- or space-separated, as Megatron-LM's
+    ``--recompute-modules`` list), in order, without repeats; ``("core_attn",)`` when empty
+    (Megatron-Core's default). Unknown names are kept (:func:`validate` refuses them)."""
+    if text is None or not str(text).strip():
+        return ("core_attn",)
+    out: list[str] = []
+    for name in str(text).replace(",", " ").split():
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def recompute_modules(plan: ParallelPlan) -> tuple[str, ...]:
+    """Modules selective recomputation runs again (:func:`parse_recompute_modules` of
+    ``plan.recompute_modules``); empty unless ``plan.recompute == "selective"``."""
+    if plan.recompute != "selective":
+        return ()
+    return parse_recompute_modules(getattr(plan, "recompute_modules", None))
 
 
 def fp8_recipe(plan: ParallelPlan) -> str | None:
@@ -936,6 +980,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
                                f"{s // cp} is not divisible by tensor_parallel_size={t} "
                                "(sequence parallelism splits each rank's tokens over t)"))
+    if getattr(m, "window_size", None) is not None:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               "sliding-window attention (model.window_size) is not modelled "
+                               "(the ring's steps of a banded mask)"))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -957,6 +1005,14 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
                                "(DeepSeek-V2/V3) is not modelled"))
     errs += _moe_model_errors(m)
+    w, n = m.window_size, m.window_attn_skip_freq
+    if n is not None and w is None:
+        errs.append(FieldError("model.window_attn_skip_freq", "window_attn_skip_freq needs a "
+                               "window_size (the layers it keeps full are among windowed ones)"))
+    if w is not None and m.attention_kernel != "flash":
+        errs.append(FieldError("model.window_size", "sliding-window attention needs "
+                               "attention_kernel = flash (Megatron-Core's unfused "
+                               "DotProductAttention has no window; Transformer Engine's has)"))
     return errs
 
 
@@ -1087,6 +1143,29 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
+    if pl.recompute_modules is not None:
+        rm = pl.recompute_modules
+        if not isinstance(rm, str):
+            errs.append(FieldError("plan.recompute_modules", f"recompute_modules={rm!r} must be a "
+                                   "comma-separated list of module names or empty"))
+        elif pl.recompute != "selective":
+            errs.append(FieldError("plan.recompute_modules", "recompute_modules needs recompute = "
+                                   "selective (Megatron-Core: --recompute-modules with "
+                                   "--recompute-granularity selective)"))
+        else:
+            names = parse_recompute_modules(rm)
+            bad = [n for n in names if n not in RECOMPUTE_MODULES]
+            if bad:
+                errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {', '.join(bad)} "
+                                       f"not one of {', '.join(RECOMPUTE_MODULES)}"))
+            for n in names:
+                if n in UNMODELLED_RECOMPUTE_MODULES:
+                    errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {n} is "
+                                           f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})"))
+            if pl.precision == "fp8" and set(names) - {"core_attn"}:
+                errs.append(FieldError("plan.recompute_modules", "recompute_modules other than "
+                                       "core_attn with precision fp8 are not modelled (Transformer "
+                                       "Engine's FP8 copies of the recomputed modules' inputs)"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "

@@ -36,7 +36,9 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import MOE_OPS, expert_data_parallel, expert_tensor_parallel, moe_ffn
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SWA_OPS, expert_data_parallel,
+                         expert_tensor_parallel, moe_ffn)
+from .config import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
@@ -349,8 +351,11 @@ def op_key(session: Session) -> dict:
     return key
 
 
-#: Ops every plan looks up (the derived ones are parts of a tabulated op).
-_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(DERIVED_OPS)
+#: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers
+#: only for MoE models; those of a recomputed module only when the plan recomputes it).
+_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
+#: Derived ops only the plans that recompute their module need (core.model_math.MODULE_OPS).
+_MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
 
 
 def lookup_op_times(session: Session, store) -> OpTimes:
@@ -388,7 +393,10 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
-    moe_ops = MOE_OPS if session.model.is_moe else ()
+    moe_ops = (MOE_OPS + MOE_DERIVED_OPS) if session.model.is_moe else ()
+    window = int(getattr(session.model, "window_size", None) or 0)
+    swa_used = bool(model_math.window_layer_mask(session.model).any())
+    needed = {op for mod in recompute_modules(session.plan) for op in MODULE_OPS.get(mod, ())}
     if moe_ops and method != "analytic" and not set(moe_ops) <= tables:
         out.warnings.append(f"MoE ops (router, token permutation, experts, shared experts) are "
                             f"not in the {method} profile of {store.device_name}: the store's "
@@ -397,20 +405,27 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     for op in _LOOKUP_OPS + moe_ops:
         if op == "attention_core_bwd" and key["cp"] == 1:
             continue  # only the context-parallel ring splits the attention backward
+        if op in _MODULE_ONLY_OPS and op not in needed:
+            continue  # a part of an op that only a recomputed module runs
+        if op in SWA_OPS and not swa_used:
+            continue  # no layer with a sliding window
         base = DERIVED_OPS.get(op, op)
+        # a windowed layer's op: the window in its key; tables hold full attention (no window
+        # column): it scales the full op's row by the ratio of their analytic times
+        op_key_ = {**key, "w": window} if op in SWA_OPS else key
         # a table without a family column holds GPT ops only (core.model_math.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
         lk = store.op_time(base, table_key) if covered else None
         if lk is not None:
             out.times[op] = lk.time_s
             if op != base or key["sp"] or key != table_key:
-                out.times[op] *= (analytic_op_time(op, key, store)
+                out.times[op] *= (analytic_op_time(op, op_key_, store)
                                   / analytic_op_time(base, plain, store))
             if lk.extrapolated and method == "measured" and op == base:
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
-            out.times[op] = analytic_op_time(op, key, store)
+            out.times[op] = analytic_op_time(op, op_key_, store)
             if method == "measured" and op == base and op not in moe_ops:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
@@ -466,7 +481,7 @@ def num_chunks(plan) -> int:
 
 #: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
 _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd", "experts_bwd",
-          "shared_experts_bwd")
+          "shared_experts_bwd", "attention_swa_bwd")
 
 
 def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
@@ -484,8 +499,10 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
     count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
-    if op == "attention_bwd":
+    if op in ("attention_bwd", "attention_swa_bwd"):
         h, s = session.model.hidden_size, session.model.seq_length
+        if op == "attention_swa_bwd":  # the core over the band: s -> 2 * band area / s
+            s = 2 * model_math.attended_pairs(s, int(session.model.window_size or 0)) / s
         r = fp8_speedup
         return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
@@ -509,7 +526,7 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
-            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter")
+            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS)
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -698,6 +715,10 @@ class _Structure:
     all-gathered over the ``etp`` ranks before the experts and their output reduce-scattered
     after; ``"all_reduce"``: without sequence parallelism, every rank holds all tokens and the
     experts' output is all-reduced over ``t`` as a dense MLP's), ``shared`` shared experts.
+    ``selective``: selective recomputation runs the attention core again (``core_attn``);
+    ``modules``: the modules it recomputes (:func:`core.config.recompute_modules`).
+    ``window_layers``: the chunk's layers with sliding-window attention (global indices;
+    :func:`core.model_math.window_layer_mask`), whose attention ops are ``attention_swa_*``.
     """
 
     vstage: int
@@ -717,6 +738,8 @@ class _Structure:
     ep: bool = False
     etp_mode: str = "none"
     shared: bool = False
+    modules: tuple[str, ...] = ()
+    window_layers: tuple[int, ...] = ()
 
     @property
     def buckets(self) -> bool:
@@ -745,11 +768,14 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
                    shared=m.num_shared_experts > 0)
     return _Structure(k, p * v, (first, stop),
-                      model_math.recomputed_in_chunk(pl, stop - first), pl.recompute == "selective",
+                      model_math.recomputed_in_chunk(pl, stop - first),
+                      "core_attn" in recompute_modules(pl),
                       schedules.get(pl.schedule).splits_backward,
                       t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
                       pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
-                      pl.context_parallel > 1, **moe)
+                      pl.context_parallel > 1, modules=recompute_modules(pl),
+                      window_layers=tuple(int(x) for x in np.flatnonzero(
+                          model_math.window_layer_mask(m)[first:stop]) + first), **moe)
 
 
 def _reduces_gradients(session: Session) -> bool:
@@ -868,25 +894,34 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         fwd_parts.append((u, [-1]))
     moe_set = set(st.moe_layers)
 
-    def runs(layer_list: list[int]) -> list[tuple[bool, list[int]]]:
-        """``layer_list`` cut into runs of dense and of MoE layers, in order."""
-        out: list[tuple[bool, list[int]]] = []
+    swa_set = set(st.window_layers)
+
+    def runs(layer_list: list[int]) -> list[tuple[bool, bool, list[int]]]:
+        """``layer_list`` cut into runs of layers alike (dense or MoE, windowed attention or
+        not), in order."""
+        out: list[tuple[bool, bool, list[int]]] = []
         for x in layer_list:
-            is_moe = x in moe_set
-            if out and out[-1][0] == is_moe:
-                out[-1][1].append(x)
+            is_moe, swa = x in moe_set, x in swa_set
+            if out and out[-1][:2] == (is_moe, swa):
+                out[-1][2].append(x)
             else:
-                out.append((is_moe, [x]))
+                out.append((is_moe, swa, [x]))
         return out
 
     def a2a(out: _Unit, op: str) -> None:
         out.add(K["ep_all_to_all"], EP, "ep_all_to_all", op)
 
-    def moe_fwd(u: _Unit, kind: int) -> None:
+    mods = set(st.modules)
+
+    def moe_fwd(u: _Unit, kind: int, module: bool = False) -> None:
         """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
         permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
-        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts."""
-        u.add(kind, COMPUTE, "router_fwd", "router_fwd")
+        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts.
+        ``module``: the ``MoELayer`` module alone (what ``--recompute-modules moe`` runs
+        again): the router and un-permutation without the pre-MLP norm and residual add."""
+        router, unpermute = (("router_gate_fwd", "moe_unpermute_core_fwd") if module
+                             else ("router_fwd", "moe_unpermute_fwd"))
+        u.add(kind, COMPUTE, router, router)
         u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
         if st.ep:
             a2a(u, "ep_dispatch")
@@ -897,7 +932,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
         if st.ep:
             a2a(u, "ep_combine")
-        u.add(kind, COMPUTE, "moe_unpermute_fwd", "moe_unpermute_fwd")
+        u.add(kind, COMPUTE, unpermute, unpermute)
         if st.etp_mode == "all_reduce":
             comm(u, "all_reduce")
         if st.shared:
@@ -905,14 +940,20 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
     def moe_bwd(u: _Unit) -> None:
         """The backward of :func:`moe_fwd`, in reverse (the all-to-alls again, four per layer
-        and micro-batch in all)."""
+        and micro-batch in all). Selective recomputation of ``shared_experts`` runs the shared
+        experts' forward (with its tensor-parallel collectives) before their backward, of
+        ``moe_act`` the experts' activation before their backward."""
         if st.shared:
+            if "shared_experts" in mods and "moe" not in mods:
+                block(u, K["recompute"], "shared_experts_fwd", True, True)
             block(u, K["backward"], "shared_experts_bwd", True, True)
         u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
         if st.ep:
             a2a(u, "ep_combine")
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        if "moe_act" in mods and "moe" not in mods:
+            u.add(K["recompute"], COMPUTE, "experts_act_fwd", "experts_act_fwd")
         block(u, K["backward"], "experts_bwd", False, False)
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
@@ -923,12 +964,12 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             comm(u, "all_reduce")
         block(u, K["backward"], "router_bwd", False, False)
 
-    for is_moe, run in runs(layers):
+    for is_moe, swa, run in runs(layers):
         u = _Unit()
         bucket = "moe" if is_moe else "layer"
         prefetch(u, bucket)
         gather(u, bucket)
-        block(u, K["forward"], "attention_fwd", True, True)
+        block(u, K["forward"], "attention_swa_fwd" if swa else "attention_fwd", True, True)
         if is_moe:
             moe_fwd(u, K["forward"])
         else:
@@ -952,25 +993,37 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if not chosen:
             continue
 
-        for is_moe, run in runs(chosen[::-1]):
+        for is_moe, swa, run in runs(chosen[::-1]):
             def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
-                          is_moe: bool = is_moe) -> None:
+                          is_moe: bool = is_moe, swa: bool = swa) -> None:
+                attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
                 gather(u, "moe" if is_moe else "layer")
                 if with_recompute:
-                    block(u, K["recompute"], "attention_fwd", True, True)
+                    block(u, K["recompute"], attn + "_fwd", True, True)
                     if is_moe:
                         moe_fwd(u, K["recompute"])
                     else:
                         block(u, K["recompute"], "mlp_fwd", True, True)
+                # selective recomputation by module (Megatron-Core --recompute-modules): the
+                # checkpointed module runs again when the backward reaches its output
+                if is_moe and "moe" in mods:
+                    moe_fwd(u, K["recompute"], module=True)
+                elif not is_moe and "mlp" in mods:
+                    block(u, K["recompute"], "mlp_core_fwd", True, True)
+                if "layernorm" in mods:  # the pre-MLP norm's output, the MLP's input
+                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
                 if is_moe:
                     moe_bwd(u)
                 else:
                     block(u, K["backward"], "mlp_bwd", True, True)
+                if "layernorm" in mods:  # the input norm's output, QKV's input
+                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
                 if st.selective and st.cp:  # the core recomputed runs its ring again
                     ring(u, K["recompute"], "fwd", None)
                 elif st.selective:
-                    u.add(K["recompute"], COMPUTE, "attention_core_fwd", "attention_core_fwd")
-                block(u, K["backward"], "attention_bwd", True, True)
+                    core = "attention_core_swa_fwd" if swa else "attention_core_fwd"
+                    u.add(K["recompute"], COMPUTE, core, core)
+                block(u, K["backward"], attn + "_bwd", True, True)
 
             backward_unit(run, layer_bwd, "moe" if is_moe else "layer")
     if first:

@@ -50,6 +50,10 @@ OPS = (
     "router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
     "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",
     "shared_experts_bwd", "ep_dispatch", "ep_combine", "etp_all_gather", "etp_reduce_scatter",
+    # selective recomputation by module (--recompute-modules): the parts of ops run again
+    "layernorm_fwd", "mlp_core_fwd", "router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd",
+    # sliding-window attention (--window-size): a windowed layer's attention ops
+    "attention_swa_fwd", "attention_swa_bwd", "attention_core_swa_fwd",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;

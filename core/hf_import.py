@@ -71,8 +71,8 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
     "model.multi_latent_attention) is not modelled",
     "DeepseekV3ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
     "model.multi_latent_attention) is not modelled",
-    "GptOssForCausalLM": "sliding-window attention (layer_types, sliding_window) and attention "
-    "sinks are not modelled",
+    "GptOssForCausalLM": "attention sinks are not modelled (its sliding-window attention "
+    "would be: model.window_size, model.window_attn_skip_freq)",
 }
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",

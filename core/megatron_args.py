@@ -118,6 +118,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--multi-latent-attention": Arg(("model.multi_latent_attention",), False,
                                     "multi-head latent attention (DeepSeek-V2/V3): refused, not "
                                     "modelled"),
+    "--window-size": Arg(("model.window_size",), True,
+                         "sliding-window attention (w, 0): each query attends to the w tokens "
+                         "before it (a window with right > 0 is refused; -1 is no window)"),
+    "--window-attn-skip-freq": Arg(("model.window_attn_skip_freq",), True,
+                                   "every N-th layer keeps full attention (an integer N; a list "
+                                   "pattern is refused)"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
     "--global-batch-size": Arg(("plan.global_batch_size",), True,
                                "global batch size B (default b times d)"),
@@ -148,6 +154,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--recompute-activations": Arg(("plan.recompute",), False, "selective recomputation (old name)"),
     "--checkpoint-activations": Arg(("plan.recompute",), False,
                                     "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
+    "--recompute-modules": Arg(("plan.recompute_modules",), True,
+                               "modules selective recomputation runs again (core_attn, "
+                               "layernorm, mlp, moe_act, moe, shared_experts; mla_up_proj refused)"),
     "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
                                    "with --checkpoint-activations: layers per checkpoint (uniform)"),
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
@@ -778,6 +787,28 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
     if take("--num-experts"):
         _moe_arguments(args, mp, src, L, mp.values["model"].get("ffn_hidden_size") or 4 * h)
+    if take("--window-size"):  # Megatron-Core: a (left, right) tuple, "(128, 0)" or "128,0"
+        parts = " ".join(args["--window-size"]).strip("()[] ").replace(",", " ").split()
+        try:
+            left, right = (int(x) for x in parts)
+        except ValueError:
+            raise MegatronArgsError(f"{src}: --window-size {' '.join(args['--window-size'])!r}: "
+                                    "expected two integers (left, right)") from None
+        if right != 0 and right != -1:
+            mp.refuse("--window-size", f"a window of {right} tokens to the right (non-causal) "
+                      "is not modelled")
+        elif left >= 1:
+            mp.set("--window-size", "model.window_size", left)
+        elif left != -1:
+            raise MegatronArgsError(f"{src}: --window-size left {left}: expected at least 1 "
+                                    "(or -1, no window)")
+    if take("--window-attn-skip-freq"):
+        raw = " ".join(args["--window-attn-skip-freq"])
+        try:
+            mp.set("--window-attn-skip-freq", "model.window_attn_skip_freq", int(raw))
+        except ValueError:
+            mp.refuse("--window-attn-skip-freq", f"the pattern {raw!r} is not modelled (an integer "
+                      "N only: every N-th layer full)")
     if switch("--multi-latent-attention"):
         mp.refuse("--multi-latent-attention", "multi-head latent attention (DeepSeek-V2/V3) is not "
                                               "modelled")
@@ -885,6 +916,14 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
         mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
                                                 "layers; vtrain keeps every layer's input)")
+    if take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
+        mods = " ".join(args["--recompute-modules"]).replace(",", " ").split()
+        if gran == "selective" and mods:
+            mp.set("--recompute-modules", "plan.recompute_modules", ",".join(mods),
+                   check_value=False)
+        elif mods and mods != ["core_attn"]:
+            mp.refuse("--recompute-modules", "needs --recompute-granularity selective (Megatron-Core "
+                      "recomputes the modules only with selective granularity)")
     # full without a method, uniform by 1, or a block of the whole stage: every layer recomputed
     if field_exists("plan.recompute_num_layers") and "recompute_num_layers" not in mp.values["plan"]:
         mp.values["plan"]["recompute_num_layers"] = None
@@ -1014,6 +1053,10 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--qk-layernorm")
     if _get(m, "attention_kernel") is not None:
         out += ["--attention-backend", m.attention_kernel]
+    if _get(m, "window_size"):
+        out += ["--window-size", f"({m.window_size},0)"]
+        if _get(m, "window_attn_skip_freq"):
+            out += ["--window-attn-skip-freq", str(m.window_attn_skip_freq)]
     if _get(m, "multi_latent_attention"):
         raise MegatronArgsError("model.multi_latent_attention: multi-head latent attention is not "
                                 "modelled, and its arguments (--q-lora-rank, --kv-lora-rank ...) "
@@ -1079,6 +1122,8 @@ def export_arguments(session: Session) -> list[str]:
             "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif pl.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
+        if _get(pl, "recompute_modules"):
+            out += ["--recompute-modules", *_get(pl, "recompute_modules").replace(",", " ").split()]
     for name, flag in (("first_stage_layers", "--decoder-first-pipeline-num-layers"),
                        ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
         if _get(pl, name):

@@ -37,6 +37,7 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
+                     recompute_modules,
                      padded_vocab_size, stage_layer_counts, tensor_dtype)
 from .report import StageMemory
 
@@ -47,7 +48,7 @@ __all__ = [
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "PART_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -262,7 +263,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     the same bytes as LayerNorm's; QK-norm adds a norm kernel over Q and K (read
     and write; backward twice that, as the layer norms). FlashAttention is one kernel per pass
     (Dao 2023): causal, so half of the ``s x s`` products are computed
-    (FlashAttention-2 paper's FLOP count for causal masks); the forward reads Q,
+    (FlashAttention-2 paper's FLOP count for causal masks; a sliding window of ``w`` tokens,
+    key entry ``w``, computes the band, :func:`attended_pairs`); the forward reads Q,
     K, V and writes the output, the backward (five GEMMs against the forward's
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
@@ -324,7 +326,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
         cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
-            causal = 0.5 * 4.0 * b * heads * s * s * dh  # scores and values, causal half
+            causal = 4.0 * b * heads * dh * attended_pairs(s, int(key.get("w", 0) or 0))
             io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
             core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
@@ -443,6 +445,34 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         _mem("wgrad_accumulate", acc * V * h // t),
         _mem(f"final_{norm}_bwd", 4 * tok),
     ]
+
+
+def attended_pairs(s: int, w: int = 0) -> float:
+    """Query-key pairs a causal FlashAttention pass computes over ``s`` tokens, in the causal
+    count's convention (the area under the mask: ``s^2/2`` for full causal attention,
+    FlashAttention-2's FLOP count); with a sliding window of ``w`` tokens (``w > 0``, each
+    query attends to the ``w`` tokens before it) the area of the band, ``s w - w^2/2`` for
+    ``w <= s`` (exact for the banded causal mask in that convention: the causal triangle less
+    the triangle of side ``s - w`` beyond the window), ``s^2/2`` for ``w >= s``."""
+    if w <= 0 or w >= s:
+        return 0.5 * s * s
+    return s * w - 0.5 * w * w
+
+
+def window_layer_mask(model: ModelConfig) -> np.ndarray:
+    """Which layers use sliding-window attention, bool array shape (L,): every layer when the
+    model has a ``window_size`` and no ``window_attn_skip_freq``; with ``N``, layer ``i``
+    (0-based) unless ``(i + 1) % N == 0`` (Megatron-Core ``is_layer_window_attention`` on the
+    1-based layer number; GPT-OSS, ``N = 2``: windowed, full, windowed ...); none without a
+    window."""
+    L = model.num_layers
+    w = getattr(model, "window_size", None)
+    if not w:
+        return np.zeros(L, bool)
+    n = getattr(model, "window_attn_skip_freq", None)
+    if not n:
+        return np.ones(L, bool)
+    return (np.arange(1, L + 1) % n) != 0
 
 
 def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
@@ -571,6 +601,16 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
+
+    Selective recomputation by module (Megatron-Core ``--recompute-modules``,
+    :func:`core.config.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
+    table's ``selective`` row); without it the unfused core keeps that term as with ``none``;
+    ``layernorm`` drops the two norms' outputs, QKV's and fc1's inputs (``4`` of the ``10``:
+    ``CheckpointWithoutOutput`` discards them and the backward runs the norms again); ``mlp``
+    drops the dense MLP's fc1 and activation outputs (``4f/h``, ``6f/h`` gated; its input,
+    the norm output, stays as the checkpoint's input); in an MoE layer ``moe`` and
+    ``shared_experts`` drop the shared experts' share (the routed part in
+    :func:`moe_activation_bytes_per_layer`).
     """
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
@@ -602,12 +642,17 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
         split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    if "layernorm" in mods:  # the two norms' outputs (QKV's and fc1's inputs) are not kept
+        base -= 4
+    if ("mlp" in mods and not moe) or (moe and ("moe" in mods or "shared_experts" in mods)):
+        split -= mlp  # the dense MLP's (or the shared experts') fc1 and activation outputs
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
-    elif mode == "selective" or (mode == "none" and flash):
-        out = sbh / t * (base + split) if sp else sbh * (base + split / t)
-    elif mode == "none":
-        out = sbh / t * (base + split + 5 * a * s / h) if sp else sbh * (base + split / t + 5 * a * s / (h * t))
+    elif mode in ("none", "selective"):
+        # the unfused core keeps its s x s tensors unless selective recomputation redoes it
+        ss = 5 * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) else 0.0
+        out = sbh / t * (base + split + ss) if sp else sbh * (base + (split + ss) / t)
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
@@ -836,6 +881,11 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     weights (``2h`` each, for the probabilities' gradient) and the router its fp32
     probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
+    Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
+    (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
+    part nor the shared experts'; ``moe_act`` (``TEGroupedMLP``'s activation under
+    ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row;
+    ``shared_experts`` the shared experts' share.
     """
     h = model.hidden_size
     per_f = 6 if model.activation == "swiglu" else 4
@@ -857,6 +907,11 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     fp8 = plan.precision == "fp8"
     routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
         + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
+        routed = 0.0
+    elif "moe_act" in mods:  # the experts' activation output (fc2's input) is not kept
+        routed -= R * 2 * (fe // etp)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 
@@ -959,7 +1014,41 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
 #: their share of its analytic time (:func:`core.graph.lookup_op_times`).
 DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
-                               "attention_core_bwd": "attention_bwd"}
+                               "attention_core_bwd": "attention_bwd",
+                               "layernorm_fwd": "attention_fwd",
+                               "mlp_core_fwd": "mlp_fwd",
+                               "router_gate_fwd": "router_fwd",
+                               "moe_unpermute_core_fwd": "moe_unpermute_fwd",
+                               "experts_act_fwd": "experts_fwd",
+                               "attention_swa_fwd": "attention_fwd",
+                               "attention_swa_bwd": "attention_bwd",
+                               "attention_core_swa_fwd": "attention_fwd"}
+#: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
+#: the window) and the op each is a variant of.
+SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
+                           "attention_swa_bwd": "attention_bwd",
+                           "attention_core_swa_fwd": "attention_core_fwd"}
+#: Derived ops of MoE layers (looked up for MoE models only).
+MOE_DERIVED_OPS = ("router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd")
+_NORMS = ("layernorm", "rmsnorm")
+_ACTS = ("bias_swiglu", "bias_gelu")
+#: Parts of an op that selective recomputation runs again (Megatron-Core ``--recompute-modules``),
+#: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
+#: without the norm before and the residual add after (``mlp``), the router without the norm
+#: and the residual add and the un-permutation without the residual add (``moe``, the whole
+#: ``MoELayer``), the experts' activation (``moe_act``).
+PART_OPS: dict[str, Callable[[str], bool]] = {
+    "layernorm_fwd": lambda n: n in _NORMS,
+    "mlp_core_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
+    "router_gate_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
+    "moe_unpermute_core_fwd": lambda n: n != "bias_dropout_add",
+    "experts_act_fwd": lambda n: n in _ACTS,
+}
+#: The derived ops each recomputed module runs (core_attn: ``attention_core_fwd``).
+MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("attention_core_fwd",), "layernorm": ("layernorm_fwd",),
+    "mlp": ("mlp_core_fwd",), "moe": ("router_gate_fwd", "moe_unpermute_core_fwd"),
+    "moe_act": ("experts_act_fwd",), "shared_experts": ()}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -970,7 +1059,10 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     ``key`` takes GPT's value (:func:`full_op_key`). ``attention_core_fwd``
     is the attention core (scores, softmax, dropout, values) that selective
     recomputation runs again; it takes ``attention_fwd``'s key; ``attention_core_bwd``
-    its backward (the ring's share of ``attention_bwd`` under context parallelism).
+    its backward (the ring's share of ``attention_bwd`` under context parallelism). The
+    other derived ops (:data:`PART_OPS`) are the base op's kernels that a recomputed module
+    runs again (``layernorm_fwd``, ``mlp_core_fwd``, ``router_gate_fwd``,
+    ``moe_unpermute_core_fwd``, ``experts_act_fwd``).
 
     Raises
     ------
@@ -985,6 +1077,13 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     missing = [c for c in columns if c not in key and c not in FAMILY_KEY_DEFAULTS]
     if missing:
         raise KeyError(f"op {op!r} needs key columns {missing}")
+    if op in SWA_OPS:  # a windowed layer's attention op: the op with the key's window
+        if not int(key.get("w", 0) or 0):
+            raise KeyError(f"op {op!r} needs a window (key entry 'w' > 0)")
+        return family_of(model).op_kernels(SWA_OPS[op], full_op_key(base, key))
+    if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
+        keep = PART_OPS[op]
+        return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
     return family_of(model).op_kernels(op, full_op_key(op, key))
 
 
@@ -1173,8 +1272,11 @@ def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> f
 def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     """Model FLOPs plus the recomputed ones (for HFU): full recomputation runs the forward of
     :func:`recomputed_layers` again (Narayanan et al. 2021, Eq. 3's factor 4 instead of 3
-    when every layer is recomputed); selective recomputation the attention core, ``4sh``
-    per token and layer (Korthikanti et al. 2022, Sec. 5)."""
+    when every layer is recomputed); selective recomputation the GEMMs of its modules
+    (:func:`core.config.recompute_modules`): ``core_attn`` the attention core, ``4sh``
+    per token and layer (Korthikanti et al. 2022, Sec. 5), ``mlp`` the dense layers' MLP,
+    ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
+    those alone (``layernorm`` and ``moe_act`` are element-wise: no GEMM FLOPs)."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
@@ -1182,7 +1284,19 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
     elif plan.recompute == "selective":
-        extra = model.num_layers * core
+        mods = recompute_modules(plan)
+        n_moe = num_moe_layers(model)
+        h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
+        if "core_attn" in mods:
+            extra += model.num_layers * core
+        if "mlp" in mods:  # the dense layers' MLP GEMMs
+            extra += (model.num_layers - n_moe) * per_f * model.ffn
+        if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
+            extra += n_moe * (2 * h * (model.num_experts or 0)
+                              + per_f * moe_ffn(model) * (model.moe_top_k + model.num_shared_experts))
+        elif n_moe and "shared_experts" in mods:
+            extra += n_moe * per_f * moe_ffn(model) * model.num_shared_experts
+        # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     return model_flops_per_iteration(model, plan) + tokens * extra
 
 

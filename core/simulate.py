@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import model_math
-from .config import GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe, tensor_dtype
+from .config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
+                     recompute_modules, tensor_dtype)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
@@ -355,7 +356,12 @@ def graph_size_estimate(session: Session) -> int:
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
     n_moe = model_math.num_moe_layers(m)
-    moe_extra = n_moe * (20 + (9 if pl.recompute == "full" else 0))
+    mods = recompute_modules(pl)
+    # selectively recomputed MoE modules: the MoE layer (as under full), the shared experts with
+    # their collectives, the experts' activation
+    moe_rec = 9 if (pl.recompute == "full" or "moe" in mods) else (
+        3 * ("shared_experts" in mods) + ("moe_act" in mods))
+    moe_extra = n_moe * (20 + moe_rec)
     per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
@@ -364,9 +370,12 @@ def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
-    reduce-scatter after with sequence parallelism)."""
+    reduce-scatter after with sequence parallelism); selective recomputation's modules: the
+    attention core, the two norms, the MLP module with its collectives."""
     comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
-    return (6 + (2 if pl.recompute == "full" else 0)) * comm
+    mods = recompute_modules(pl)
+    return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods))
 
 
 def _all_finite(report: Report) -> bool:

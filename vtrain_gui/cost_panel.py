@@ -170,7 +170,7 @@ class CostPanel(QtWidgets.QWidget):
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
         # shown for context-parallel plans only (the others have no ring)
         self._cp_row = (names["cp_comm"], self._values["cp_comm"])
-        # shown for MoE plans only (dense plans have no expert all-to-all)
+        # shown for mixture-of-experts plans with expert parallelism only
         self._ep_row = (names["ep_comm"], self._values["ep_comm"])
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
@@ -303,8 +303,7 @@ class CostPanel(QtWidgets.QWidget):
             w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
         v["ep_comm"].setText(format_duration(report.ep_comm_s))
         for w in self._ep_row:
-            w.setVisible(report.num_active_parameters != report.num_parameters
-                         or report.ep_comm_s > 0)
+            w.setVisible(report.ep_comm_s > 0)
         v["bubble"].setText(format_duration(report.bubble_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
