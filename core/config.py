@@ -1160,6 +1160,8 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     * Expert parallelism with tensor parallelism needs sequence parallelism (``arguments.py``:
       "When using expert parallelism and tensor parallelism, sequence parallelism must be
       used").
+    * Expert parallelism needs bf16 or fp32 (``arguments.py``: "Expert parallelism is not
+      supported with fp16 training"); FP8 with experts is not modelled.
     * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
     * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
       tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
@@ -1197,6 +1199,10 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
                                "not modelled"))
+    if ep > 1 and pl.precision == "fp16":
+        errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
+                               "Megatron-LM does not support expert parallelism with fp16 "
+                               "training (use bf16)"))
     fe = m.moe_ffn_hidden_size or m.ffn
     if _is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "

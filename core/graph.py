@@ -1450,7 +1450,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
     experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
     n_params = params_per_gpu(session) - experts
-    shards = optimizer_params(session)
+    # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
+    shards = (n_params / pl.dp_cp_size + (experts / expert_data_parallel(pl) if moe else 0.0)
+              if pl.zero_stage >= 1 else n_params + experts)
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)

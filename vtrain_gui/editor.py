@@ -543,6 +543,10 @@ class ConfigEditor(QtWidgets.QWidget):
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
+            if model.is_moe:
+                from core.model_math import num_active_parameters
+                active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
+                text += f" ({active} billion active per token)"
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         self._derived.setText(text)
