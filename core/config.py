@@ -58,6 +58,8 @@ __all__ = [
     "plan_key",
     "plan_field_title",
     "stage_layer_counts",
+    "virtual_stage_layer_counts",
+    "pipeline_split_slots",
     "grad_dtype",
     "GPU_FP8_DTYPES", "fp8_recipe", "tensor_dtype", "FP8_DEFAULT_RECIPE",
 ]
@@ -351,6 +353,15 @@ class ParallelPlan:
     last_stage_layers: int | None = _f(
         None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
         "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
+    account_for_embedding_in_pipeline_split: bool = _f(
+        False, "", "Count the embedding as one layer slot of the first virtual pipeline stage "
+        "(Megatron-Core --account-for-embedding-in-pipeline-split): num_layers + 1 (+ 1 with the "
+        "loss) slots split evenly over the p*v virtual stages, so the first holds one "
+        "transformer layer fewer", short="emb_split")
+    account_for_loss_in_pipeline_split: bool = _f(
+        False, "", "Count the loss (output layer) as one layer slot of the last virtual pipeline "
+        "stage (Megatron-Core --account-for-loss-in-pipeline-split): the last virtual stage holds "
+        "one transformer layer fewer", short="loss_split")
     context_parallel: int = _f(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
                                "the sequence is split over cp ranks, ring attention exchanges K/V",
                                short="cp", bounds=BOUNDS["parallel"])
@@ -482,12 +493,37 @@ def tensor_dtype(precision: str) -> str:
     return "bf16" if precision == "fp8" else precision
 
 
+#: Megatron-Core's rule for the layer-slot split, quoted by the validation messages.
+_SLOT_RULE = ("Megatron-Core: with account_for_embedding_in_pipeline_split / "
+              "account_for_loss_in_pipeline_split, (num_layers + embedding + loss) must be "
+              "divisible by pipeline_parallel_size * virtual_pipeline_stages")
+
+
+def pipeline_split_slots(num_layers: int, plan: ParallelPlan) -> int:
+    """Layer slots the pipeline split divides: ``num_layers`` plus one for the embedding with
+    ``account_for_embedding_in_pipeline_split`` and one for the loss with
+    ``account_for_loss_in_pipeline_split`` (Megatron-Core ``get_num_layers_to_build``)."""
+    return (num_layers + int(bool(plan.account_for_embedding_in_pipeline_split))
+            + int(bool(plan.account_for_loss_in_pipeline_split)))
+
+
+def _split_flags(plan: ParallelPlan) -> bool:
+    return bool(plan.account_for_embedding_in_pipeline_split
+                or plan.account_for_loss_in_pipeline_split)
+
+
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
-    """Transformer layers of each pipeline stage, length p.
+    """Transformer layers of each pipeline stage, length p (all its model chunks together).
 
     Even split ``L/p`` unless ``first_stage_layers`` / ``last_stage_layers`` are
     set; then those stages hold that many and the other stages split the rest
-    evenly (Megatron-Core ``--decoder-first/last-pipeline-num-layers``).
+    evenly (Megatron-Core ``--decoder-first/last-pipeline-num-layers``). With
+    ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+    the :func:`pipeline_split_slots` ``L + 1`` or ``L + 2`` split evenly over the ``p``
+    stages and the first (last) stage holds one layer fewer (Megatron-Core
+    ``get_num_layers_to_build``); with interleaving each stage's chunks add up to the same
+    counts (the split over ``p*v`` virtual stages is checked by the interleaved schedule,
+    :func:`virtual_stage_layer_counts` gives the chunks).
 
     Raises
     ------
@@ -496,6 +532,19 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     """
     p, L = plan.pipeline_parallel, num_layers
     first, last = plan.first_stage_layers, plan.last_stage_layers
+    if _split_flags(plan):
+        if first is not None or last is not None:
+            raise ValueError("first_stage_layers / last_stage_layers cannot be set with "
+                             "account_for_embedding_in_pipeline_split / "
+                             "account_for_loss_in_pipeline_split (Megatron-Core's rule)")
+        slots = pipeline_split_slots(L, plan)
+        if slots % p:
+            raise ValueError(f"num_layers={L} + embedding + loss = {slots} layer slots are not "
+                             f"divisible by pipeline_parallel_size={p} ({_SLOT_RULE})")
+        counts = [slots // p] * p
+        counts[0] -= int(bool(plan.account_for_embedding_in_pipeline_split))
+        counts[-1] -= int(bool(plan.account_for_loss_in_pipeline_split))
+        return counts
     if first is None and last is None:
         if L % p:
             raise ValueError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}")
@@ -516,6 +565,48 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         counts[0] = first
     if last is not None:
         counts[-1] = last
+    return counts
+
+
+def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int | None = None
+                               ) -> list[int]:
+    """Transformer layers of each of the ``p*v`` virtual stages, length ``p*v``; virtual stage
+    ``k`` is model chunk ``k // p`` of stage ``k % p`` and holds the layers after those of
+    virtual stages ``0..k-1``.
+
+    ``chunks`` is ``v`` (default: ``plan.virtual_pipeline_stages`` under the interleaved
+    schedule, else 1). With ``v = 1`` this is :func:`stage_layer_counts`. With interleaving
+    the layers split evenly, ``L/(p v)`` each; with the embedding / loss flags the
+    :func:`pipeline_split_slots` split evenly, ``(L + 2)/(p v)`` each, the first virtual
+    stage's first slot being the embedding and the last's last slot the loss, so those hold
+    one layer fewer (Megatron-Core ``get_num_layers_to_build`` and
+    ``get_transformer_layer_offset``; a virtual stage may hold no layer, as Megatron
+    allows). Example: Llama 3.1 405B, 126 layers, p=8 v=8 -> ``[1, 2, ..., 2, 1]``.
+
+    Raises
+    ------
+    ValueError
+        The layers (slots) do not split evenly over the ``p*v`` virtual stages, or uneven
+        first/last stages are combined with interleaving.
+    """
+    p = plan.pipeline_parallel
+    if chunks is None:
+        chunks = (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+    v = int(chunks)
+    if v <= 1:
+        return stage_layer_counts(num_layers, plan)
+    if plan.first_stage_layers is not None or plan.last_stage_layers is not None:
+        raise ValueError("first_stage_layers / last_stage_layers with the interleaved schedule "
+                         "are not modelled yet")
+    slots, n = pipeline_split_slots(num_layers, plan), p * v
+    if slots % n:
+        what = (f"num_layers={num_layers} + embedding + loss = {slots} layer slots"
+                if _split_flags(plan) else f"num_layers={num_layers}")
+        raise ValueError(f"{what} not divisible by pipeline_parallel_size*virtual_pipeline_stages"
+                         f"={p}*{v}={n}" + (f" ({_SLOT_RULE})" if _split_flags(plan) else ""))
+    counts = [slots // n] * n
+    counts[0] -= int(bool(plan.account_for_embedding_in_pipeline_split))
+    counts[-1] -= int(bool(plan.account_for_loss_in_pipeline_split))
     return counts
 
 
@@ -909,8 +1000,11 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     except ValueError as exc:
         uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
         counts = None
-        errs.append(FieldError("plan.first_stage_layers" if uneven else "plan.pipeline_parallel",
-                               str(exc)))
+        field = ("plan.account_for_embedding_in_pipeline_split"
+                 if pl.account_for_embedding_in_pipeline_split else
+                 "plan.account_for_loss_in_pipeline_split" if pl.account_for_loss_in_pipeline_split
+                 else "plan.first_stage_layers" if uneven else "plan.pipeline_parallel")
+        errs.append(FieldError(field, str(exc)))
     n = pl.recompute_num_layers
     if counts is not None and n is not None and n > min(counts):
         errs.append(FieldError("plan.recompute_num_layers", f"recompute_num_layers={n} is more than "
@@ -921,7 +1015,8 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     else:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
-            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers)]
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers,
+            pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
     cp = pl.context_parallel
     if t * p * cp * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
@@ -1065,6 +1160,8 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     * Expert parallelism with tensor parallelism needs sequence parallelism (``arguments.py``:
       "When using expert parallelism and tensor parallelism, sequence parallelism must be
       used").
+    * Expert parallelism needs bf16 or fp32 (``arguments.py``: "Expert parallelism is not
+      supported with fp16 training"); FP8 with experts is not modelled.
     * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
     * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
       tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
@@ -1102,6 +1199,10 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
                                "not modelled"))
+    if ep > 1 and pl.precision == "fp16":
+        errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
+                               "Megatron-LM does not support expert parallelism with fp16 "
+                               "training (use bf16)"))
     fe = m.moe_ffn_hidden_size or m.ffn
     if _is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
@@ -1117,7 +1218,8 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     """Rules of sequence parallelism, recomputation, ZeRO, overlap and gradient dtype
     (Megatron-LM's argument checks where it has one)."""
     errs: list[FieldError] = []
-    for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather"):
+    for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
     z = pl.zero_stage

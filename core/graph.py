@@ -31,7 +31,8 @@ import numpy as np
 
 from . import model_math, schedules
 from .comm import CommModel
-from .config import Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype
+from .config import (Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype,
+                     virtual_stage_layer_counts)
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
@@ -458,18 +459,16 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
 
     Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
     ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
-    under the interleaved schedule and 1 otherwise. Without interleaving the
-    stages hold :func:`core.model_math.stage_layers` (uneven first and last
-    stages included); with it the layers split evenly (:func:`core.config.validate`
-    requires ``L`` divisible by ``p*v``).
+    under the interleaved schedule and 1 otherwise. The counts are
+    :func:`core.config.virtual_stage_layer_counts`: without interleaving the stages of
+    :func:`core.config.stage_layer_counts` (uneven first and last stages included), with it
+    an even split of ``L`` over ``p*v``; with the embedding / loss counted in the split
+    (Megatron-Core ``account_for_embedding/loss_in_pipeline_split``) the first / last
+    virtual stage one layer fewer. Raises ValueError when the layers do not split.
     """
-    pl = session.plan
-    v = num_chunks(pl)
-    if v == 1:
-        ranges = model_math.stage_layers(session.model, pl)
-        return np.array([r.start for r in ranges] + [ranges[-1].stop], np.int64)
-    n = pl.pipeline_parallel * v
-    return np.arange(n + 1, dtype=np.int64) * (session.model.num_layers // n)
+    counts = virtual_stage_layer_counts(session.model.num_layers, session.plan,
+                                        num_chunks(session.plan))
+    return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
 
 def num_chunks(plan) -> int:
@@ -1451,7 +1450,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
     experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
     n_params = params_per_gpu(session) - experts
-    shards = optimizer_params(session)
+    # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
+    shards = (n_params / pl.dp_cp_size + (experts / expert_data_parallel(pl) if moe else 0.0)
+              if pl.zero_stage >= 1 else n_params + experts)
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)

@@ -89,11 +89,17 @@ def layer_parameters(model) -> float:
     the embedding, positions, final norm and output layer: two models with the
     same layers trained at other sequence lengths or vocabularies do the same
     work per token in their layers, so they are the same size here. GPT:
-    ``L*(4h^2 + 2hf + f + 9h)``.
+    ``L*(4h^2 + 2hf + f + 9h)``. MoE layers count their active parameters (the router,
+    ``moe_top_k`` experts and the shared experts: the work per token).
     """
-    from .model_math import family_of
+    from .model_math import family_of, moe_layer_parameters, num_moe_layers
 
-    return float(model.num_layers * sum(family_of(model).layer_parameters(model)))
+    n_moe = num_moe_layers(model)
+    out = (model.num_layers - n_moe) * sum(family_of(model).layer_parameters(model))
+    if n_moe:
+        moe = moe_layer_parameters(model)
+        out += n_moe * (moe.sharded + moe.replicated + model.moe_top_k * moe.expert)
+    return float(out)
 
 
 def node_class(num_gpus: int, gpus_per_node: int) -> str:

@@ -167,6 +167,12 @@ ARGUMENTS: dict[str, Arg] = {
                                                "layers of the first stage"),
     "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,
                                               "layers of the last stage"),
+    "--account-for-embedding-in-pipeline-split": Arg(
+        ("plan.account_for_embedding_in_pipeline_split",), False,
+        "the embedding takes one layer slot of the first virtual stage"),
+    "--account-for-loss-in-pipeline-split": Arg(
+        ("plan.account_for_loss_in_pipeline_split",), False,
+        "the loss takes one layer slot of the last virtual stage"),
     "--bf16": Arg(("plan.precision",), False, "bf16 mixed precision"),
     "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
     "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine): hybrid or e4m3"),
@@ -846,14 +852,26 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     mp.set("world size", "plan.data_parallel", d)
     B = _int(args, "--global-batch-size", src) if take("--global-batch-size") else b * d
     mp.set("--global-batch-size", "plan.global_batch_size", B)
+    # the embedding and the loss as layer slots of the split (Megatron-Core)
+    slots = L
+    for flag, target in (("--account-for-embedding-in-pipeline-split",
+                          "plan.account_for_embedding_in_pipeline_split"),
+                         ("--account-for-loss-in-pipeline-split",
+                          "plan.account_for_loss_in_pipeline_split")):
+        if switch(flag):
+            mp.set(flag, target, True)
+            slots += 1
+        elif field_exists(target):
+            mp.set(flag, target, False)
     # schedule
     v = None
     if take("--num-layers-per-virtual-pipeline-stage"):
         per = _int(args, "--num-layers-per-virtual-pipeline-stage", src)
-        if L % (p * per):
+        if slots % (p * per):  # Megatron-LM counts the slots of the embedding and the loss
             raise MegatronArgsError(f"{src}: --num-layers-per-virtual-pipeline-stage {per}: "
-                                    f"{L} layers do not split into {p} stages of chunks of {per}")
-        v = L // (p * per)
+                                    f"{L} layers{f' + {slots - L} slots' if slots > L else ''} do "
+                                    f"not split into {p} stages of chunks of {per}")
+        v = slots // (p * per)
     if take("--num-virtual-stages-per-pipeline-rank"):
         v = _int(args, "--num-virtual-stages-per-pipeline-rank", src)
     flag = ("--num-layers-per-virtual-pipeline-stage"
@@ -910,7 +928,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
              "--recompute-activations" if "--recompute-activations" in args else
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or "none")
-    per_stage = L // p
+    per_stage = slots // p  # layers of the largest stage (the slots' split)
     if gran == "full" and method == "block" and nrec is not None and nrec < per_stage:
         mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
@@ -1128,6 +1146,11 @@ def export_arguments(session: Session) -> list[str]:
                        ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
         if _get(pl, name):
             out += [flag, str(getattr(pl, name))]
+    for name, flag in (("account_for_embedding_in_pipeline_split",
+                        "--account-for-embedding-in-pipeline-split"),
+                       ("account_for_loss_in_pipeline_split", "--account-for-loss-in-pipeline-split")):
+        if _get(pl, name):
+            out.append(flag)
     if pl.precision in ("bf16", "fp16"):
         out.append(f"--{pl.precision}")
     elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed

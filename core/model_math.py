@@ -37,14 +37,14 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
-                     recompute_modules,
-                     padded_vocab_size, stage_layer_counts, tensor_dtype)
+                     padded_vocab_size, recompute_modules, stage_layer_counts, tensor_dtype,
+                     virtual_stage_layer_counts)
 from .report import StageMemory
 
 __all__ = [
     "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "ADAM_BYTES_PER_PARAM", "Kernel",
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
-    "stage_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
+    "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
@@ -1159,6 +1159,19 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     return out
 
 
+def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[range]]:
+    """Global layer indices of each model chunk of each pipeline stage: ``p`` lists of ``v``
+    ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
+    ``c*p + i`` of :func:`core.config.virtual_stage_layer_counts`). Raises ValueError when
+    the layers do not split."""
+    p, v = plan.pipeline_parallel, chunks_per_stage(plan)
+    counts = virtual_stage_layer_counts(model.num_layers, plan, v)
+    starts = [0]
+    for c in counts:
+        starts.append(starts[-1] + c)
+    return [[range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v)] for i in range(p)]
+
+
 def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, float]:
     """Parameters outside the layers held by one GPU of the first and of the last stage.
 
@@ -1198,12 +1211,13 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
 
 def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
-    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over :func:`stage_layers`),
-    float array shape (p,)."""
+    """MoE layers of each pipeline stage (:func:`moe_layer_mask` over the layers of all the
+    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,)."""
     if not model.is_moe:
         return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
-    return np.array([mask[r.start:r.stop].sum() for r in stage_layers(model, plan)], float)
+    return np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
+                     for chunks in stage_chunk_layers(model, plan)], float)
 
 
 def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1241,10 +1255,9 @@ def chunks_per_stage(plan: ParallelPlan) -> int:
 def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Layers of each stage whose forward full recomputation runs again, shape (p,):
     :func:`recomputed_in_chunk` of each of the stage's model chunks (Megatron applies
-    ``--recompute-num-layers`` per chunk)."""
-    counts = stage_layer_counts(model.num_layers, plan)
-    v = chunks_per_stage(plan)
-    return np.array([v * recomputed_in_chunk(plan, c // v) for c in counts], np.int64)
+    ``--recompute-num-layers`` per chunk; chunks of :func:`stage_chunk_layers`)."""
+    return np.array([sum(recomputed_in_chunk(plan, len(r)) for r in chunks)
+                     for chunks in stage_chunk_layers(model, plan)], np.int64)
 
 
 def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -1309,19 +1322,36 @@ def activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str
     return family_of(model).activation_bytes_per_layer(model, plan, mode or plan.recompute)
 
 
-def in_flight_microbatches(plan: ParallelPlan, stage: int) -> float:
+def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | None = None
+                           ) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
     micro-batch through all the stage's layers: the schedule's count
     (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
-    et al. 2022, Sec. 4.2.3; GPipe ``m``)."""
+    et al. 2022, Sec. 4.2.3; GPipe ``m``). ``model`` is needed (ValueError otherwise) when the
+    embedding / loss take layer slots under interleaving: the chunks' layers weigh the count."""
     return _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                      chunks_per_stage(plan))[stage]
+                      chunks_per_stage(plan), _uneven_chunks(plan, model))[stage]
+
+
+def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
+                   ) -> tuple[tuple[int, ...], ...] | None:
+    """Layers of each chunk of each stage when the embedding / loss take layer slots under
+    interleaving (chunks of one stage differ), else None."""
+    if chunks_per_stage(plan) == 1 or not (plan.account_for_embedding_in_pipeline_split
+                                           or plan.account_for_loss_in_pipeline_split):
+        return None
+    if model is None:
+        raise ValueError("the layers of uneven chunks need the model")
+    return tuple(tuple(len(r) for r in chunks) for chunks in stage_chunk_layers(model, plan))
 
 
 @lru_cache(maxsize=1024)
-def _in_flight(schedule: str, p: int, m: int, v: int) -> tuple[float, ...]:
-    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often)."""
-    return tuple(schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
+def _in_flight(schedule: str, p: int, m: int, v: int,
+               chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
+    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often);
+    ``chunk_layers``: each stage's chunks' layers when they differ."""
+    return tuple(schedules.in_flight_microbatches(
+        schedule, p, m, i, v, None if chunk_layers is None else chunk_layers[i]) for i in range(p))
 
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1417,7 +1447,7 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     sharded, replicated = family_of(model).layer_parameters(model)
     gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                           chunks_per_stage(plan))  # in_flight_microbatches of every stage
+                           chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
     recipe = fp8_recipe(plan)
     fp8_w = np.zeros(len(counts))
     if recipe is not None:

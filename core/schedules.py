@@ -91,8 +91,11 @@ class PipelineSchedule:
         when it depends on more than p, m and v."""
         return (p - 1) / (m + p - 1)
 
-    def errors(self, p: int, m: int, v: int | None, num_layers: int) -> list[tuple[str, str]]:
-        """Rules the plan breaks for this schedule: ``(field, message)`` pairs."""
+    def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
+               ) -> list[tuple[str, str]]:
+        """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
+        the layer slots of the embedding and the loss when they count in the pipeline split
+        (:func:`core.config.pipeline_split_slots`), 0 to 2."""
         if v not in (None, 1):
             return [("plan.virtual_pipeline_stages",
                      f"virtual_pipeline_stages={v} needs schedule 'interleaved'; "
@@ -221,7 +224,8 @@ class Interleaved(PipelineSchedule):
         return _order(np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
                       np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
 
-    def errors(self, p: int, m: int, v: int | None, num_layers: int) -> list[tuple[str, str]]:
+    def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
+               ) -> list[tuple[str, str]]:
         errs = []
         if v is None or v < 2:
             return [("plan.virtual_pipeline_stages",
@@ -229,7 +233,14 @@ class Interleaved(PipelineSchedule):
         if p < 2:
             errs.append(("plan.pipeline_parallel",
                          "schedule 'interleaved' needs pipeline_parallel_size >= 2"))
-        if num_layers % (p * v):
+        if extra_slots and (num_layers + extra_slots) % (p * v):
+            errs.append(("plan.virtual_pipeline_stages",
+                         f"num_layers={num_layers} + embedding + loss = {num_layers + extra_slots} "
+                         f"layer slots are not divisible by pipeline_parallel_size*"
+                         f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron-Core: with "
+                         "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_"
+                         "split, (num_layers + embedding + loss) % (p * v) == 0)"))
+        elif not extra_slots and num_layers % (p * v):
             errs.append(("plan.virtual_pipeline_stages",
                          f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
@@ -322,7 +333,8 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
 
 
 @lru_cache(maxsize=65536)
-def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:
+def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1,
+                           chunk_layers: tuple[int, ...] | None = None) -> float:
     """Peak activations a stage holds, in units of one micro-batch through all its layers.
 
     The running count of items whose forward has run and whose activations
@@ -330,19 +342,26 @@ def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1
     over the stage's program, divided by ``v`` since each chunk holds ``1/v``
     of the stage's layers. 1F1B: ``min(p-i, m)``; GPipe: ``m``; interleaved
     (Megatron-Core): ``(warm-up + 1)/v``, Narayanan et al. 2021 Sec. 2.2.2.
+    ``chunk_layers`` (length ``v``, the layers of each of the stage's chunks) weighs each
+    item by its chunk's layers when the chunks differ (the embedding / loss counted in the
+    pipeline split): the peak of layers held over the stage's layers.
     """
     order = work_order(schedule, p, m, stage, v)
     release = PHASE_W if get(schedule).splits_backward else PHASE_B
     step = np.where(order.phase == PHASE_F, 1, np.where(order.phase == release, -1, 0))
     vv = v if get(schedule).uses_virtual_stages else 1
+    if vv > 1 and chunk_layers is not None and len(set(chunk_layers)) > 1 and sum(chunk_layers):
+        weights = np.asarray(chunk_layers, np.int64)[order.chunk]
+        return float(np.cumsum(step * weights).max()) / float(sum(chunk_layers))
     return float(np.cumsum(step).max()) / vv
 
 
-def schedule_errors(schedule: str, p: int, m: int, v: int | None, num_layers: int
-                    ) -> list[tuple[str, str]]:
-    """``(field, message)`` for each rule of ``schedule`` the plan breaks (unknown name included)."""
+def schedule_errors(schedule: str, p: int, m: int, v: int | None, num_layers: int,
+                    extra_slots: int = 0) -> list[tuple[str, str]]:
+    """``(field, message)`` for each rule of ``schedule`` the plan breaks (unknown name included);
+    ``extra_slots`` as in :meth:`PipelineSchedule.errors`."""
     try:
         sched = get(schedule)
     except ValueError as exc:
         return [("plan.schedule", str(exc))]
-    return sched.errors(p, m, v, num_layers)
+    return sched.errors(p, m, v, num_layers, extra_slots)

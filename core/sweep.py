@@ -79,7 +79,7 @@ import numpy as np
 from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
-                     FieldError, ParallelPlan, Session, plan_key, validate)
+                     FieldError, ParallelPlan, Session, pipeline_split_slots, plan_key, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -140,7 +140,10 @@ class SweepSpace:
         Also try t = k * gpus_per_node (k >= 2), which ``validate`` allows and the
         communication model prices as a hierarchical all-reduce. Default False.
     pipeline_parallel : sequence of int, optional
-        Candidate p. Default: divisors of the layer count L.
+        Candidate p. Default: divisors of the layer count L (of the layer slots ``L + 1`` or
+        ``L + 2`` when the session's plan counts the embedding / loss in the pipeline split,
+        Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``; the sweep keeps the
+        session's setting of those two flags and does not try them both ways).
     data_parallel : sequence of int, optional
         Candidate d. Default: every d the budget allows.
     max_data_parallel : int, optional
@@ -376,7 +379,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         if space.tensor_parallel_across_nodes:
             ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
     ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
-          else _divisors(m.num_layers))
+          else _divisors(pipeline_split_slots(m.num_layers, base)))
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
@@ -399,6 +402,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
+    extra_slots = pipeline_split_slots(m.num_layers, base) - m.num_layers  # embedding, loss
     for t in ts:
         for p, cp in ((p, cp) for p in ps for cp in cps):
             tp = t * p * cp  # GPUs of one data-parallel replica
@@ -426,7 +430,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                         for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
                             # the schedule's own rules (part of validate), before building plans
                             if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
-                                                                  m.num_layers):
+                                                                  m.num_layers, extra_slots):
                                 continue
                             for rc in rcs:
                                 for sp in sps_t:

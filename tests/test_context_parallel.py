@@ -348,3 +348,35 @@ def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
     assert not CommModel(store, wide, s.cluster).cp_ring_in_node()
     even = dataclasses.replace(wide, tensor_parallel=4, context_parallel=2)  # 8 divides 72
     assert CommModel(store, even, s.cluster).cp_ring_in_node()
+
+
+@pytest.mark.parametrize("plan", [
+    dict(schedule="zb-h1", p=2, zero_stage=1),
+    dict(schedule="interleaved", p=2, virtual_pipeline_stages=2, zero_stage=3,
+         overlap_grad_reduce=True, overlap_param_gather=True),
+    dict(schedule="1f1b", p=2, recompute="full", zero_stage=2, overlap_grad_reduce=True),
+])
+def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
+    """The sweep's per-stage spans (side tasks of the ring included) give the op-level graph's
+    iteration time, and every attention op's parts sum to the op (B part of a split backward
+    too: the part outside the ring is never clipped at 0 here)."""
+    from core.sweep import run_sweep
+    kw = dict(seq=32768, cp=4, t=2, d=2, B=8, gpu="H100-SXM5-80GB")
+    kw.update(plan)
+    s = _session(**kw)
+    s.model.num_layers = 8
+    s.cluster.inter_node_bandwidth_gbits_per_s = 200.0
+    check(s)
+    T = simulate(s).report.iteration_time_s
+    space = SweepSpace(num_gpus=s.plan.num_gpus, tensor_parallel=[2], pipeline_parallel=[kw["p"]],
+                       micro_batch_sizes=[1], schedules=[s.plan.schedule],
+                       virtual_pipeline_stages=[2], recompute=[s.plan.recompute],
+                       sequence_parallel=[True], zero_stages=[s.plan.zero_stage],
+                       context_parallel=[4])
+    res = run_sweep(s, space)
+    i = res.index_of(s.plan)
+    assert i is not None and res.iteration_time_s[i] == pytest.approx(T, rel=1e-9)
+    times = stage_times(s, session_profile(s)).op_times_s
+    from core.graph import weight_gradient_share
+    b_part = times["attention_bwd"] * (1 - weight_gradient_share("attention_bwd", s))
+    assert b_part - times["attention_core_bwd"] > 0

@@ -385,6 +385,8 @@ def _issue11_fields(rng, model, plan, recipe, first_dense: bool) -> None:
             model.moe_first_dense_layers = model.moe_layer_frequency
         plan.expert_parallel = ep
         plan.expert_tensor_parallel = rng.choice([None, None, 1, t])
+        if t > 1:  # Megatron: expert with tensor parallelism needs sequence parallelism
+            plan.sequence_parallel = True
     if rng.random() < 0.3 and model.seq_length % 4 == 0:
         plan.context_parallel = 2
         model.attention_kernel = "flash"  # Megatron-Core's ring attention runs in TE's

@@ -126,6 +126,7 @@ def test_model_flops_count_active_parameters():
     (dict(tensor_parallel=2, expert_parallel=2, data_parallel=4), {}, "plan.sequence_parallel",
      "needs sequence_parallel"),
     (dict(expert_parallel=1), {"moe_top_k": 9}, "model.moe_top_k", "more than num_experts=8"),
+    (dict(expert_parallel=8, precision="fp16"), {}, "plan.precision", "not support expert"),
     (dict(expert_parallel=2), {"num_experts": None}, "plan.expert_parallel", "needs a mixture"),
     (dict(expert_parallel=1), {"num_experts": None, "num_shared_experts": 1},
      "model.num_shared_experts", "needs num_experts"),
@@ -381,3 +382,11 @@ def test_calibration_linearizes_moe_ops_as_compute():
     expect = simulate(s, model_store(base, op_model)).report.iteration_time_s
     assert predict_linearized([row], op_model)[0] == pytest.approx(expect, rel=1e-6)
     assert shape_key(s) != shape_key(dense)
+
+
+def test_calibration_range_size_of_an_moe_model_is_its_active_layers():
+    """The error band's model size (core.interval.layer_parameters): an MoE model does the work
+    of its active parameters per token: Mixtral's layers are 12.88 B active less the embedding
+    and output layer (2 V h) and the final norm."""
+    from core.interval import layer_parameters
+    assert layer_parameters(MIXTRAL) == mm.num_active_parameters(MIXTRAL) - 2 * 32000 * 4096 - 4096

@@ -323,7 +323,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    overlap_grad_reduce=True, overlap_param_gather=True, grad_reduce_dtype="fp32",
                    first_stage_layers=5, last_stage_layers=7, context_parallel=2, expert_parallel=4,
                    expert_tensor_parallel=1, moe_imbalance_factor=1.5, fp8_recipe="mxfp8",
-                   recompute_modules="mlp")
+                   account_for_embedding_in_pipeline_split=True,
+                   account_for_loss_in_pipeline_split=True, recompute_modules="mlp")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         p1 = dataclasses.replace(p0, **{name: value})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -531,3 +532,17 @@ def test_cli_names_a_virtual_stage_count_no_pipeline_can_hold(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "--virtual-pipeline-stages 5" in err and "num_layers=24" in err
+
+
+def test_batch_equals_simulate_with_the_embedding_and_loss_in_the_pipeline_split():
+    # 22 layers + embedding + loss = 24 slots: p in 2, 4 (not divisors of 22) with v = 2, 3, 6
+    m = dataclasses.replace(MODEL_PRESETS["GPT-3 1.3B"], num_layers=22)
+    s = Session(m, ParallelPlan(2, 2, 2, 1, 32, "1f1b", "full", "bf16",
+                                account_for_embedding_in_pipeline_split=True,
+                                account_for_loss_in_pipeline_split=True),
+                ClusterConfig(), CostConfig(2.0, 1e9))
+    result = run_sweep(s, SweepSpace(num_gpus=(8,), tensor_parallel=(1, 2), pipeline_parallel=(2, 4),
+                                     micro_batch_sizes=(1,), schedules=("1f1b", "interleaved")))
+    assert set(result.pipeline_parallel.tolist()) == {2, 4}
+    assert {2, 3, 6} <= set(result.virtual_pipeline_stages[result.schedule == "interleaved"])
+    check_against_simulate(result, range(result.num_plans))

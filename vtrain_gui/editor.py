@@ -74,6 +74,8 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
+    "plan.account_for_embedding_in_pipeline_split": "Embedding in split",
+    "plan.account_for_loss_in_pipeline_split": "Loss in split",
     "plan.context_parallel": "Context parallel cp",
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
@@ -541,6 +543,10 @@ class ConfigEditor(QtWidgets.QWidget):
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
+            if model.is_moe:
+                from core.model_math import num_active_parameters
+                active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
+                text += f" ({active} billion active per token)"
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         self._derived.setText(text)

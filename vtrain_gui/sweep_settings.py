@@ -18,7 +18,7 @@ from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.config import (RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
-                         ParallelPlan, Session)
+                         ParallelPlan, Session, pipeline_split_slots)
 from core.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE
@@ -149,6 +149,14 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                           "of the layer count L")
         form.addRow("Pipeline parallel p", self.pipeline_parallel)
 
+        # mixture-of-experts models only (hidden for dense ones, whose sweep has ep = 1)
+        self.expert_parallel = QtWidgets.QLineEdit()
+        self.expert_parallel.setObjectName("sweep.expert_parallel")
+        self.expert_parallel.setToolTip("Expert-parallel sizes ep to try (inside the t·cp·d "
+                                         "ranks); empty: the divisors of the number of experts")
+        form.addRow("Expert parallel ep", self.expert_parallel)
+        self._ep_label = form.labelForField(self.expert_parallel)
+
         self.micro_batch_sizes = QtWidgets.QLineEdit()
         self.micro_batch_sizes.setObjectName("sweep.micro_batch_sizes")
         self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences)")
@@ -209,7 +217,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         form.addRow(self.error_label)
 
         for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes,
-                  self.context_parallel, self.dask):
+                  self.context_parallel, self.dask, self.expert_parallel):
             w.textEdited.connect(self._on_text_edit)
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
@@ -253,13 +261,21 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.tensor_parallel.setPlaceholderText(f"divisors of {g}: {_join(_divisors(g))}"
                                                 if _divisors(g) else "divisors of the GPUs per node")
         L = session.model.num_layers
-        ds = _divisors(L)
+        slots = pipeline_split_slots(L, session.plan)  # + the embedding / loss layer slots
+        name = f"L={L}" if slots == L else f"L+{slots - L}={slots}"
+        ds = _divisors(slots)
         # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
-        self.pipeline_parallel.setPlaceholderText(f"divisors of L={L} ({len(ds)} sizes)" if ds
+        self.pipeline_parallel.setPlaceholderText(f"divisors of {name} ({len(ds)} sizes)" if ds
                                                   else "divisors of the layer count")
         self.pipeline_parallel.setToolTip(
             "Pipeline-parallel sizes p to try, comma-separated; empty: "
-            + (f"the divisors of L={L}: {_join(ds)}" if ds else "the divisors of the layer count"))
+            + (f"the divisors of {name}: {_join(ds)}" if ds else "the divisors of the layer count"))
+        E = session.model.num_experts
+        es = _divisors(E) if session.model.is_moe and isinstance(E, int) and E > 0 else []
+        self.expert_parallel.setPlaceholderText(f"divisors of E={E}: {_join(es)}" if es else "")
+        for w in (self.expert_parallel, self._ep_label):
+            if w is not None:
+                w.setVisible(bool(es))
         self.gpus.setPlaceholderText("no limit (set a max data parallel)"
                                      if self.budget_mode.currentText() == self.AT_MOST
                                      else "e.g. 1024, 2048")
@@ -295,6 +311,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["pipeline_parallel"] = tuple(p) if p else None
         b = ints(self.micro_batch_sizes, "micro_batch_sizes")
         kw["micro_batch_sizes"] = tuple(b) if b else ()
+        ep = ints(self.expert_parallel, "expert_parallel")
+        kw["expert_parallel"] = tuple(ep) if ep else None
         c = ints(self.context_parallel, "context_parallel")
         kw["context_parallel"] = tuple(c) if c else (1,)
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
@@ -393,6 +411,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self.tensor_parallel.setText(_join(space.tensor_parallel))
             self.across_nodes.setChecked(bool(space.tensor_parallel_across_nodes))
             self.pipeline_parallel.setText(_join(space.pipeline_parallel))
+            self.expert_parallel.setText(_join(space.expert_parallel))
             self.micro_batch_sizes.setText(_join(space.micro_batch_sizes))
             self.context_parallel.setText(_join(space.context_parallel))
             scheds = [space.schedules] if isinstance(space.schedules, str) else list(space.schedules)

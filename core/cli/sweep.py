@@ -202,12 +202,15 @@ def _why_no_plan(session, space) -> list:
             probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
             out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
     if "interleaved" in space.schedules:
-        L = session.model.num_layers
+        from ..config import pipeline_split_slots
+        L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
+        what = (f"num_layers={L}" if L == session.model.num_layers else
+                f"num_layers + embedding + loss = {L} layer slots")
         ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
         for v in space.virtual_pipeline_stages or range(2, 9):
             if not any(L % (p * v) == 0 for p in ps):
                 out.append(FieldError(f"--virtual-pipeline-stages {v}", (
-                    f"the interleaved schedule needs num_layers={L} divisible by "
+                    f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
                     f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
     return out
