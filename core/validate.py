@@ -603,12 +603,18 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
     L, p = ints["num_layers"], ints["pipeline_parallel"]
     stages = p * max(vp, 1)
-    if (p > 1 and vp <= 1 and L % stages and not (L + 2) % stages and _MEGATRON.search(framework)
+    flags = _has(plan, "account_for_embedding_in_pipeline_split")
+    if (p > 1 and (vp <= 1 or flags) and L % stages and not (L + 2) % stages
+            and _MEGATRON.search(framework)
             and plan.first_stage_layers is None and plan.last_stage_layers is None):
         each = (L + 2) // stages
-        rw.assume("pipeline-split-embedding-loss", f"first and last stage {each - 1} layers, "
-                  f"the others {each}")
-        plan.first_stage_layers = plan.last_stage_layers = each - 1
+        rw.assume("pipeline-split-embedding-loss", f"first and last (virtual) stage {each - 1} "
+                  f"layers, the others {each}")
+        if flags:  # Megatron-Core's own flags (the plan holds them)
+            plan.account_for_embedding_in_pipeline_split = True
+            plan.account_for_loss_in_pipeline_split = True
+        else:
+            plan.first_stage_layers = plan.last_stage_layers = each - 1
     cp = opt["context_parallel"] or 1
     if cp > 1:
         rw.put(plan, "plan", "context_parallel", cp)
