@@ -9,8 +9,7 @@ import pytest
 
 from core import fastpath_kernel
 from core.fastpath import pipeline_iteration_times
-from core.graph import StageProgram, build_pipeline_graph
-from core.solver import solve
+from tests.test_sweep import general_solver_time
 
 needs_numba = pytest.mark.skipif(not fastpath_kernel.available(), reason="Numba is not installed")
 
@@ -55,13 +54,7 @@ def test_compiled_pass_equals_the_general_solver(schedule):
         got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
                                        wgrad_s=per_chunk[2] if split else None, compiled=True)
         for j in range(n):
-            programs = [StageProgram.from_chunks(
-                [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
-                [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
-                [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
-                send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
-                dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
-            want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+            want = general_solver_time(schedule, p, v, m, per_chunk, per_stage, j)
             assert got[j] == pytest.approx(want, rel=1e-12)
 
 

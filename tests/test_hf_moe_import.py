@@ -18,16 +18,7 @@ from core.hf_import import moe_layer_fields, session_from_hf_config
 from core.session import load_any
 from tests.conftest import ROOT
 
-# mistralai/Mixtral-8x7B-v0.1
-MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
-                "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
-                "initializer_range": 0.02, "intermediate_size": 14336,
-                "max_position_embeddings": 32768, "model_type": "mixtral",
-                "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
-                "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
-                "rms_norm_eps": 1e-05, "rope_theta": 1e6, "router_aux_loss_coef": 0.02,
-                "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+from tests.test_llama import MIXTRAL_8X7B  # mistralai/Mixtral-8x7B-v0.1
 # Qwen/Qwen1.5-MoE-A2.7B (Qwen2MoeForCausalLM): 60 experts of 1408, top-4, one shared expert of
 # 5632 = 4 x 1408
 QWEN15_MOE_A27B = {"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0,

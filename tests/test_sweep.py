@@ -183,14 +183,21 @@ def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(sche
         got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
                                        wgrad_s=per_chunk[2] if split else None)
         for j in range(n):
-            programs = [StageProgram.from_chunks(
-                [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
-                [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
-                [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
-                send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
-                dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
-            want = solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+            want = general_solver_time(schedule, p, v, m, per_chunk, per_stage, j)
             assert got[j] == pytest.approx(want, rel=1e-12)
+
+
+def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_stage, j: int) -> float:
+    """Iteration time of plan ``j`` of a random fast-path case by the general solver (the
+    reference of the fast path's tests)."""
+    split = schedule == "zb-h1"
+    programs = [StageProgram.from_chunks(
+        [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
+        [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
+        [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
+        send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
+        dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
+    return solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
 
 
 def test_batch_recurrence_closed_form():
