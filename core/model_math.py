@@ -46,6 +46,7 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
+    "stage_memory_arrays",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
     "MOE_OPS", "MOE_KEY", "PART_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
@@ -1460,8 +1461,10 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
-def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
+def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Memory of one GPU of each pipeline stage (bytes): weights, gradients, optimizer state and
+    activations, four float64 arrays shape (p,) (:func:`stage_memory` as arrays).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
@@ -1504,19 +1507,26 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
             fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
-    out = []
-    for i, layers in enumerate(counts):
-        r = int(recomputed[i])
-        # an MoE model's stage keeps its mean layer's activations (dense and MoE layers)
-        keep_i = keep if not moe_counts[i] else (keep * (layers - moe_counts[i])
-                                                 + moe_keep * moe_counts[i]) / layers
-        acts = (r * ckpt + (layers - r) * keep_i) * in_flight[i]
-        if r:
-            acts += working  # the layer being recomputed during backward
-        if i == len(counts) - 1:
-            acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
-                     * (e + 4))
-        out.append(StageMemory(i, n[i] * w + experts[i] * we + gathered + fp8_w[i],
-                               n[i] * g + experts[i] * ge, n[i] * o + experts[i] * oe, acts))
-    return out
+    # every stage at once (numpy: the same IEEE operations in the same order as one by one)
+    layers = np.array(counts, np.int64)
+    keep_s = np.full(len(counts), keep)
+    if moe_counts.any():  # an MoE model's stage keeps its mean layer's activations
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
+        keep_s = np.where(moe_counts != 0, mean, keep_s)
+    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
+    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
+    acts[-1] += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
+                 * (e + 4))
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
+            acts)
+
+
+def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`):
+    :func:`stage_memory_arrays` stage by stage."""
+    parts = stage_memory_arrays(model, plan, fp8_tn)
+    weights, grads, opt = parts[:3]
+    acts = parts[3].tolist()
+    return [StageMemory(i, weights[i], grads[i], opt[i], acts[i]) for i in range(len(acts))]
 

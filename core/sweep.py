@@ -84,7 +84,7 @@ from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGE
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
-from .simulate import memory_verdict, session_profile
+from .simulate import memory_verdict_arrays, session_profile
 from .solver import solve
 from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 
@@ -844,8 +844,8 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
-        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl, fp8_tn),
-                                                     capacity, reserve)
+        max_mem[j], fits, reason[j] = memory_verdict_arrays(
+            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity, reserve)
         if fits:
             for w in st.warnings:
                 warnings.setdefault(w, []).append(j)
