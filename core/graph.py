@@ -26,6 +26,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -773,8 +774,22 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                       t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
                       pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
                       pl.context_parallel > 1, modules=recompute_modules(pl),
-                      window_layers=tuple(int(x) for x in np.flatnonzero(
-                          model_math.window_layer_mask(m)[first:stop]) + first), **moe)
+                      window_layers=_window_layers(m.num_layers,
+                                                   bool(getattr(m, "window_size", None)),
+                                                   getattr(m, "window_attn_skip_freq", None),
+                                                   first, stop), **moe)
+
+
+@lru_cache(maxsize=4096)
+def _window_layers(num_layers: int, windowed: bool, skip_freq: int | None, first: int,
+                   stop: int) -> tuple[int, ...]:
+    """Global indices of the sliding-window layers among ``first..stop-1``
+    (:func:`core.model_math.window_layer_mask`, memoized by every model field it reads:
+    ``num_layers``, whether ``window_size`` is set, ``window_attn_skip_freq``)."""
+    model = SimpleNamespace(num_layers=num_layers, window_size=windowed,
+                            window_attn_skip_freq=skip_freq)
+    return tuple(int(x) for x in np.flatnonzero(
+        model_math.window_layer_mask(model)[first:stop]) + first)
 
 
 def _reduces_gradients(session: Session) -> bool:

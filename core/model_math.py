@@ -46,6 +46,7 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
+    "stage_memory_arrays",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
     "MOE_OPS", "MOE_KEY", "PART_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
@@ -1153,7 +1154,7 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     """Global layer indices of each pipeline stage, length p (see
     :func:`core.config.stage_layer_counts`; raises ValueError when the layers do not split)."""
     out, start = [], 0
-    for c in stage_layer_counts(model.num_layers, plan):
+    for c in _stage_counts(model, plan):
         out.append(range(start, start + c))
         start += c
     return out
@@ -1164,12 +1165,59 @@ def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[rang
     ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
     ``c*p + i`` of :func:`core.config.virtual_stage_layer_counts`). Raises ValueError when
     the layers do not split."""
+    return [list(chunks) for chunks in _chunk_layout(model, plan)[0]]
+
+
+_LAYOUTS: dict[tuple, tuple] = {}
+_COUNTS: dict[tuple, tuple[int, ...]] = {}
+
+
+def _stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
+    """:func:`core.config.stage_layer_counts` memoized, keyed by every field it reads (the
+    model's layers, ``p``, ``first_stage_layers``, ``last_stage_layers``, the two
+    pipeline-split flags as booleans); a tuple. Raises ValueError as it does."""
+    key = (model.num_layers, plan.pipeline_parallel, plan.first_stage_layers,
+           plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
+           bool(plan.account_for_loss_in_pipeline_split))
+    hit = _COUNTS.get(key)
+    if hit is None:
+        if len(_COUNTS) > 4096:
+            _COUNTS.clear()
+        hit = _COUNTS[key] = tuple(stage_layer_counts(model.num_layers, plan))
+    return hit
+
+
+
+
+def _chunk_layout(model: ModelConfig, plan: ParallelPlan
+                  ) -> tuple[tuple[tuple[range, ...], ...], np.ndarray, tuple[tuple[int, ...], ...]]:
+    """The chunks of :func:`stage_chunk_layers` (tuples), their layers as a read-only int64
+    array shape (p, v) and as tuples, memoized (sweeps ask for the same few layouts often).
+
+    The key is every field :func:`core.config.virtual_stage_layer_counts` reads with ``v``
+    given (and :func:`core.config.stage_layer_counts` for ``v = 1``): the model's layers,
+    ``p``, ``v`` (:func:`chunks_per_stage`), ``first_stage_layers``, ``last_stage_layers``
+    and the two pipeline-split flags (read as booleans). Raises ValueError as they do (errors
+    are not memoized)."""
     p, v = plan.pipeline_parallel, chunks_per_stage(plan)
-    counts = virtual_stage_layer_counts(model.num_layers, plan, v)
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
-    return [[range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v)] for i in range(p)]
+    key = (model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers,
+           bool(plan.account_for_embedding_in_pipeline_split),
+           bool(plan.account_for_loss_in_pipeline_split))
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        counts = virtual_stage_layer_counts(model.num_layers, plan, v)
+        starts = [0]
+        for c in counts:
+            starts.append(starts[-1] + c)
+        chunks = tuple(tuple(range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v))
+                       for i in range(p))
+        lengths = tuple(tuple(len(r) for r in ch) for ch in chunks)
+        arr = np.array(lengths, np.int64).reshape(p, v)
+        arr.setflags(write=False)
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (chunks, arr, lengths)
+    return hit
 
 
 def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, float]:
@@ -1198,7 +1246,7 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     fam = family_of(model)
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
-    counts = np.array(stage_layer_counts(model.num_layers, plan), float)
+    counts = np.array(_stage_counts(model, plan), float)
     moe_counts = stage_moe_layer_counts(model, plan)
     n = (counts - moe_counts) * (sharded / t + replicated)
     if moe_counts.any():
@@ -1217,7 +1265,7 @@ def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray
         return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
     return np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
-                     for chunks in stage_chunk_layers(model, plan)], float)
+                     for chunks in _chunk_layout(model, plan)[0]], float)
 
 
 def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1256,8 +1304,11 @@ def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Layers of each stage whose forward full recomputation runs again, shape (p,):
     :func:`recomputed_in_chunk` of each of the stage's model chunks (Megatron applies
     ``--recompute-num-layers`` per chunk; chunks of :func:`stage_chunk_layers`)."""
-    return np.array([sum(recomputed_in_chunk(plan, len(r)) for r in chunks)
-                     for chunks in stage_chunk_layers(model, plan)], np.int64)
+    lengths = _chunk_layout(model, plan)[1]  # (p, v); recomputed_in_chunk of each, vectorized
+    if plan.recompute != "full":
+        return np.zeros(len(lengths), np.int64)
+    n = plan.recompute_num_layers
+    return (lengths if n is None else np.minimum(lengths, n)).sum(axis=1)
 
 
 def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -1342,7 +1393,7 @@ def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
         return None
     if model is None:
         raise ValueError("the layers of uneven chunks need the model")
-    return tuple(tuple(len(r) for r in chunks) for chunks in stage_chunk_layers(model, plan))
+    return _chunk_layout(model, plan)[2]
 
 
 @lru_cache(maxsize=1024)
@@ -1362,7 +1413,7 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     (the router's gate stays BF16)."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
     sharded, _ = family_of(model).layer_parameters(weights)
-    counts = np.array(stage_layer_counts(model.num_layers, plan), float)
+    counts = np.array(_stage_counts(model, plan), float)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
     if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
@@ -1410,8 +1461,10 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
-def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`).
+def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Memory of one GPU of each pipeline stage (bytes): weights, gradients, optimizer state and
+    activations, four float64 arrays shape (p,) (:func:`stage_memory` as arrays).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
@@ -1433,7 +1486,7 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
     we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
-    counts = stage_layer_counts(model.num_layers, plan)
+    counts = _stage_counts(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
@@ -1454,19 +1507,26 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
             fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
-    out = []
-    for i, layers in enumerate(counts):
-        r = int(recomputed[i])
-        # an MoE model's stage keeps its mean layer's activations (dense and MoE layers)
-        keep_i = keep if not moe_counts[i] else (keep * (layers - moe_counts[i])
-                                                 + moe_keep * moe_counts[i]) / layers
-        acts = (r * ckpt + (layers - r) * keep_i) * in_flight[i]
-        if r:
-            acts += working  # the layer being recomputed during backward
-        if i == len(counts) - 1:
-            acts += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
-                     * (e + 4))
-        out.append(StageMemory(i, n[i] * w + experts[i] * we + gathered + fp8_w[i],
-                               n[i] * g + experts[i] * ge, n[i] * o + experts[i] * oe, acts))
-    return out
+    # every stage at once (numpy: the same IEEE operations in the same order as one by one)
+    layers = np.array(counts, np.int64)
+    keep_s = np.full(len(counts), keep)
+    if moe_counts.any():  # an MoE model's stage keeps its mean layer's activations
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
+        keep_s = np.where(moe_counts != 0, mean, keep_s)
+    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
+    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
+    acts[-1] += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
+                 * (e + 4))
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
+            acts)
+
+
+def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.report.StageMemory`):
+    :func:`stage_memory_arrays` stage by stage."""
+    parts = stage_memory_arrays(model, plan, fp8_tn)
+    weights, grads, opt = parts[:3]
+    acts = parts[3].tolist()
+    return [StageMemory(i, weights[i], grads[i], opt[i], acts[i]) for i in range(len(acts))]
 

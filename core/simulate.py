@@ -136,11 +136,26 @@ def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fra
     ``(1 - reserve_fraction) * capacity_bytes`` (the rest is kept for the framework, the CUDA
     context and fragmentation); ``reason`` is "" when it fits."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
-    need = worst.total_bytes
+    return _verdict(worst.stage, worst.total_bytes, capacity_bytes, reserve_fraction)
+
+
+def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
+                          reserve_fraction: float) -> tuple[float, bool, str]:
+    """:func:`memory_verdict` of :func:`core.model_math.stage_memory_arrays`' four arrays
+    (weights, gradients, optimizer state, activations; shape (p,)): the same rule, totals and
+    message."""
+    w, g, o, a = parts
+    totals = w + g + o + a  # StageMemory.total_bytes' order
+    i = int(np.argmax(totals))  # the first largest, as max() picks
+    return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
+
+
+def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
+             ) -> tuple[float, bool, str]:
     usable = capacity_bytes * (1 - reserve_fraction)
     if need <= usable:
         return need, True, ""
-    return need, False, (f"does not fit: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU, "
+    return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
                          f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
                          f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
 

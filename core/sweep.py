@@ -79,11 +79,12 @@ import numpy as np
 from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
-                     FieldError, ParallelPlan, Session, pipeline_split_slots, plan_key, validate)
+                     FieldError, ParallelPlan, Session, check_value, pipeline_split_slots, plan_key,
+                     validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
-from .simulate import memory_verdict, session_profile
+from .simulate import memory_verdict_arrays, session_profile
 from .solver import solve
 from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 
@@ -338,6 +339,12 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
     return "1f1b" if "1f1b" in schedules else schedules[0]
 
 
+# the plan fields enumerate_plans sets on each candidate (the others keep the base plan's)
+_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
+                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
+                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers")
+
+
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
@@ -403,6 +410,29 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                       "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     extra_slots = pipeline_split_slots(m.num_layers, base) - m.num_layers  # embedding, loss
+    # validate(sections=("plan",)) checks each plan field alone (check_value) and then the
+    # cross-field rules. The fields the loop below does not set keep the base plan's values:
+    # check them once; check the swept fields' values once each (memoized by name, type and
+    # value); run validate's cross-field rules (sections=()) only on plans whose fields pass,
+    # which is what validate(sections=("plan",)) returns for them.
+    plan_fields = {f.name: f for f in dataclasses.fields(base)}
+    fixed_ok = not any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
+                       if n not in _SWEPT_FIELDS)
+    field_ok: dict[tuple, bool] = {}
+
+    def fields_ok(plan: ParallelPlan) -> bool:
+        for n in _SWEPT_FIELDS:
+            value = getattr(plan, n)
+            k = (n, type(value), value)
+            ok = field_ok.get(k)
+            if ok is None:
+                ok = field_ok[k] = check_value(n, plan_fields[n], value) is None
+            if not ok:
+                return False
+        return True
+
+    if not fixed_ok:  # every candidate breaks a rule of a field the sweep does not set
+        return plans
     for t in ts:
         for p, cp in ((p, cp) for p in ps for cp in cps):
             tp = t * p * cp  # GPUs of one data-parallel replica
@@ -444,8 +474,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             recompute_num_layers=(base.recompute_num_layers
                                                                   if rc == "full" else None))
                                         # model, cluster and cost were checked above
-                                        if not validate(Session(m, plan, cl, session.cost),
-                                                        sections=("plan",)):
+                                        if fields_ok(plan) and not validate(
+                                                Session(m, plan, cl, session.cost), sections=()):
                                             plans.append(plan)
     return plans
 
@@ -814,8 +844,8 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.simulate
-        max_mem[j], fits, reason[j] = memory_verdict(model_math.stage_memory(model, pl, fp8_tn),
-                                                     capacity, reserve)
+        max_mem[j], fits, reason[j] = memory_verdict_arrays(
+            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity, reserve)
         if fits:
             for w in st.warnings:
                 warnings.setdefault(w, []).append(j)
