@@ -32,8 +32,8 @@ import numpy as np
 
 from . import model_math, schedules
 from .comm import CommModel
-from .config import (Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype,
-                     virtual_stage_layer_counts)
+from .config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype, padded_vocab_size,
+                     plan_key, tensor_dtype, virtual_stage_layer_counts)
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
@@ -1342,6 +1342,113 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     return out
 
 
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_D_FIELD = PLAN_FIELDS.index("data_parallel")
+
+
+def _layout_key(session: Session, cache: dict | None = None) -> tuple:
+    """Cache key of :func:`_stage_layout`: every model field, every plan field but the
+    data-parallel size ``d``, and what ``d`` changes in the templates' structure (whether
+    gradients are reduced across GPUs, :func:`_reduces_gradients`). The model's fields are
+    read once per model object and ``cache`` (which keeps the object: a cache's sessions
+    must not change their model in place)."""
+    m, pl = session.model, session.plan
+    hit = cache.get(("model", id(m))) if cache is not None else None
+    if hit is None or hit[0] is not m:
+        hit = (m, tuple([getattr(m, f) for f in _MODEL_FIELDS]))
+        if cache is not None:
+            cache[("model", id(m))] = hit
+    fields = plan_key(pl)
+    return (hit[1], fields[:_D_FIELD] + fields[_D_FIELD + 1:], _reduces_gradients(session))
+
+
+def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
+    """What :func:`stage_times` needs of the session that does not depend on ``d`` beyond
+    :func:`_layout_key` (memoized in ``cache`` under that key: a sweep's plans that differ only in
+    ``d`` share it).
+
+    Attributes: ``key`` (:func:`_layout_key`), ``op_key`` (:func:`op_key`) and ``op_key_items``
+    (its sorted items), ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`),
+    ``reps`` (the stages whose templates are evaluated: :func:`_representatives` when the
+    middle stages are alike, else all), ``structs`` (dict: each of those stages -> the
+    :class:`_Structure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
+    ``experts`` (:func:`core.model_math.expert_params_per_gpu`, (p,)); the arrays read-only.
+    """
+    key = _layout_key(session, cache)
+    hit = cache.get(("layout", key)) if cache is not None else None
+    if hit is not None:
+        return hit
+    pl = session.plan
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    alike = _middle_stages_alike(session)
+    reps = _representatives(p) if alike else list(range(p))
+    bounds = virtual_stage_layers(session)
+    okey = op_key(session)
+    params = params_per_gpu(session)
+    experts = model_math.expert_params_per_gpu(session.model, pl)
+    for a in (params, experts):
+        a.setflags(write=False)
+    out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())), v=v,
+                          alike=alike, reps=reps, params=params, experts=experts,
+                          structs={i: [_structure(session, i, c, bounds) for c in range(v)]
+                                   for i in reps})
+    if cache is not None:
+        cache[("layout", key)] = out
+    return out
+
+
+def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
+                 ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
+                 moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The work items' spans of every stage and chunk: ``fwd_s``, ``bwd_s``, ``wgrad_s``,
+    ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes`, float64 (p, v) each (new arrays).
+
+    The per-op templates of ``layout.structs`` timed with the stage's
+    :func:`_source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
+    with the context-parallel ring's times ``ring`` when ``cp > 1``); memoized in ``cache``
+    under the layout (the object: ``cache`` holds it) and every value the durations are made
+    of that ``d`` can change (the ring, tensor-parallel, data-parallel and MoE collectives), so
+    plans that differ only in ``d`` where ``d`` changes none of them share the result.
+    """
+    p, v = session.plan.pipeline_parallel, layout.v
+    mkey = None
+    if cache is not None:
+        mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
+                tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
+                tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
+                fp8_speedup)
+        hit = cache.get(mkey)
+        if hit is not None:
+            return tuple(a.copy() for a in hit)
+    fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
+    for i, structs in layout.structs.items():
+        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
+        offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
+        for c, struct in enumerate(structs):
+            fwd, bwd, wgd = _stage_templates(struct)
+            for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
+                if tmpl.has_side:
+                    out[i, c] = _template_times(tmpl.timed(values))[2]
+                else:  # one chain: the span is the sum of the durations
+                    out[i, c] = tmpl.counts @ values
+            if fwd.start_src.size:
+                timed = fwd.timed(values)
+                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
+                offset += float(timed.start_dur.sum())
+            grads = wgd if struct.split else bwd
+            if grads.last_src.size:
+                over[i, c] = _tail_overrun(grads.timed(values))
+    if p > 2 and layout.alike:
+        for a in (fwd_s, bwd_s, w_s, ready, over):
+            a[1:-1] = a[1]
+    out = (fwd_s, bwd_s, w_s, ready, over)
+    if mkey is not None:
+        cache[mkey] = tuple(a.copy() for a in out)
+    return out
+
+
 def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
     """Durations of each stage's work at work-item granularity (see :class:`StageTimes`).
 
@@ -1370,8 +1477,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
-    key = op_key(session)
-    okey = ("ops", id(store), tuple(sorted(key.items())))
+    layout = _stage_layout(session, cache)
+    key = layout.op_key
+    okey = ("ops", id(store), layout.op_key_items)
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
@@ -1382,12 +1490,14 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     comm = CommModel(store, pl, cl)
     # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
     ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp)
+    ring = None
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
-        times = {**times, **_cp_ring_times(
+        ring = _cp_ring_times(
             cp, times["attention_core_fwd"], times["attention_core_bwd"],
             *(_memo(cache, ("cp", ckey, p, n), warnings,
-                    _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))}
+                    _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))
+        times = {**times, **ring}
     moe = m.is_moe
     reduces = _reduces_gradients(session)
     # the expert groups' placement also reads ep and etp
@@ -1411,41 +1521,19 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
         tp = {k: tp_call(k, act_bytes) for k in kinds}
     moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
-    v = num_chunks(pl)
-    fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
-    ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
-    alike = _middle_stages_alike(session)
-    reps = _representatives(p) if alike else list(range(p))
     recipe = fp8_recipe(pl)
     fp8_speedup = 1.0
     if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
         fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
                        / float(store.peak_flops[tensor_dtype(pl.precision)]))
-    bounds = virtual_stage_layers(session)
+    v, reps, alike = layout.v, layout.reps, layout.alike
     dps: list[_DataParallel | None] = [None] * p
-    for i in reps:
-        structs = [_structure(session, i, c, bounds) for c in range(v)]
+    for i, structs in layout.structs.items():
         dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
-        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
-        offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
-        for c, struct in enumerate(structs):
-            fwd, bwd, wgd = _stage_templates(struct)
-            for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
-                if tmpl.has_side:
-                    out[i, c] = _template_times(tmpl.timed(values))[2]
-                else:  # one chain: the span is the sum of the durations
-                    out[i, c] = tmpl.counts @ values
-            if fwd.start_src.size:
-                timed = fwd.timed(values)
-                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
-                offset += float(timed.start_dur.sum())
-            grads = wgd if struct.split else bwd
-            if grads.last_src.size:
-                over[i, c] = _tail_overrun(grads.timed(values))
     if p > 2 and alike:
-        for a in (fwd_s, bwd_s, w_s, ready, over):
-            a[1:-1] = a[1]
         dps[1:-1] = [dps[1]] * (p - 2)
+    fwd_s, bwd_s, w_s, ready, over = _stage_spans(session, store, layout, times, ring, tp,
+                                                  dps, moe_comm, fp8_speedup, cache)
     p2p_bytes = act_bytes / t
     # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
     links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
@@ -1463,8 +1551,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
     send_fwd = hop.copy()                 # i -> i+1 (mod p)
     send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
-    experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
-    n_params = params_per_gpu(session) - experts
+    experts = layout.experts  # model_math.expert_params_per_gpu: reduced over edp, not d
+    n_params = layout.params - experts  # params_per_gpu(session) but the routed experts
     # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
     shards = (n_params / pl.dp_cp_size + (experts / expert_data_parallel(pl) if moe else 0.0)
               if pl.zero_stage >= 1 else n_params + experts)
