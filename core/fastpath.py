@@ -34,13 +34,11 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     (an F below the last virtual stage, a B above the first); ``deps``, for
     each stage the tuple of stages its items wait for.
     """
-    orders = [pipeline_schedules.work_order(schedule, p, m, i, v) for i in range(p)]
-    K = len(orders[0])
-    if any(len(o) != K for o in orders):
-        raise AssertionError(f"{schedule}: stages have programs of different lengths")
-    phase = np.stack([o.phase for o in orders]).astype(np.int64)
-    chunk = np.stack([o.chunk for o in orders]).astype(np.int64)
-    mbs = np.stack([o.microbatch for o in orders]).astype(np.int64)
+    try:
+        phase, mbs, chunk = pipeline_schedules.work_orders(schedule, p, m, v)
+    except ValueError as exc:  # stages with programs of different lengths: a schedule bug
+        raise AssertionError(str(exc)) from None
+    K = phase.shape[1]
     stage = np.arange(p)[:, None]
     # item index of (stage, phase, chunk, mb), flattened
     pos = np.full(p * 3 * v * m, -1, np.int64)

@@ -1401,8 +1401,7 @@ def _in_flight(schedule: str, p: int, m: int, v: int,
                chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
     """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often);
     ``chunk_layers``: each stage's chunks' layers when they differ."""
-    return tuple(schedules.in_flight_microbatches(
-        schedule, p, m, i, v, None if chunk_layers is None else chunk_layers[i]) for i in range(p))
+    return schedules.in_flight_all(schedule, p, m, v, chunk_layers)
 
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:

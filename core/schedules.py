@@ -28,7 +28,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
-           "register", "get", "names", "work_order", "in_flight_microbatches", "schedule_errors"]
+           "register", "get", "names", "work_order", "work_orders", "in_flight_microbatches",
+           "in_flight_all", "schedule_errors"]
 
 PHASE_F, PHASE_B, PHASE_W = 0, 1, 2
 #: Phase names, indexed by the phase codes above.
@@ -85,6 +86,17 @@ class PipelineSchedule:
     def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
         """Program order of ``stage`` (0..p-1) for ``m`` micro-batches and ``v`` chunks."""
         raise NotImplementedError
+
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every stage's :meth:`order` at once: ``phase``, ``microbatch``, ``chunk``, int64
+        arrays of shape (p, K). This default stacks :meth:`order` stage by stage (ValueError
+        when the stages' programs differ in length); schedules override it with one numpy
+        pass over all stages (equal arrays; tests compare them)."""
+        per = [self.order(p, m, i, v) for i in range(p)]
+        if any(len(o) != len(per[0]) for o in per):
+            raise ValueError(f"{self.name}: stages have programs of different lengths")
+        return tuple(np.stack([getattr(o, a) for o in per]).astype(np.int64)
+                     for a in ("phase", "microbatch", "chunk"))
 
     def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
         """Bubble share of the iteration with uniform stages and free communication, or None
@@ -156,6 +168,30 @@ class GPipe(PipelineSchedule):
             return OneFOneB().order(p, m, stage, v)
         return _order(np.repeat([PHASE_F, PHASE_B], m), np.concatenate([np.arange(m)] * 2))
 
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if p == 1:
+            return OneFOneB().orders(p, m, v)
+        phase = np.broadcast_to(np.repeat(np.array([PHASE_F, PHASE_B], np.int64), m), (p, 2 * m))
+        mb = np.broadcast_to(np.tile(np.arange(m, dtype=np.int64), 2), (p, 2 * m))
+        return phase.copy(), mb.copy(), np.zeros((p, 2 * m), np.int64)
+
+
+def _one_f_one_b_all(warm: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """1F1B's order of every stage at once over ``total`` forward items: ``is_backward`` and the
+    forward-order index of each of the ``2*total`` items, int64 (p, 2*total), stage ``i``
+    with ``warm[i]`` warm-up forwards (as :func:`_one_f_one_b` and :meth:`Interleaved.order`:
+    the warm-up forwards, then forward ``warm + j`` and backward ``j`` in turn, then the
+    remaining backwards)."""
+    w = np.asarray(warm, np.int64)[:, None]                # (p, 1)
+    k = np.arange(2 * total, dtype=np.int64)[None, :]      # (1, K)
+    steady_end = 2 * total - w                             # first item of the cool-down
+    j, odd = (k - w) // 2, (k - w) % 2
+    in_steady = (k >= w) & (k < steady_end)
+    is_bwd = (k >= steady_end) | (in_steady & (odd == 1))
+    idx = np.where(k < w, k, np.where(k >= steady_end, k - total,
+                                      np.where(odd == 1, j, w + j)))
+    return is_bwd, idx
+
 
 def _one_f_one_b(p: int, m: int, stage: int) -> tuple[int, np.ndarray, np.ndarray]:
     """1F1B order as ``(warm-up count, is_backward, micro-batch)``."""
@@ -181,6 +217,10 @@ class OneFOneB(PipelineSchedule):
     def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
         _, is_bwd, mb = _one_f_one_b(p, m, stage)
         return _order(np.where(is_bwd, PHASE_B, PHASE_F), mb)
+
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        is_bwd, mb = _one_f_one_b_all(np.minimum(p - np.arange(p) - 1, m), m)
+        return np.where(is_bwd, PHASE_B, PHASE_F), mb, np.zeros_like(mb)
 
 
 @register
@@ -223,6 +263,20 @@ class Interleaved(PipelineSchedule):
                               np.arange(remaining, total)])
         return _order(np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
                       np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
+
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        total = m * v
+        stage = np.arange(p, dtype=np.int64)
+        warm = (np.full(p, total, np.int64) if m == p
+                else np.minimum((p - stage - 1) * 2 + (v - 1) * p, total))
+        k = np.arange(total, dtype=np.int64)
+        group, within = k // (p * v), k % (p * v)
+        mb = group * p + k % p
+        f_chunk = within // p
+        b_chunk = v - 1 - f_chunk
+        is_bwd, idx = _one_f_one_b_all(warm, total)
+        return (np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
+                np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
 
     def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
                ) -> list[tuple[str, str]]:
@@ -291,6 +345,22 @@ class ZeroBubbleH1(PipelineSchedule):
         return _order(np.concatenate([phase, np.full(m - placed, PHASE_W)]),
                       np.concatenate([mbs, np.arange(placed, m)]))
 
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # :meth:`order` for every stage at once: each item of 1F1B at its place after the
+        # W inserted before it, each inserted W right after its B, the W left over at the end
+        stage = np.arange(p, dtype=np.int64)[:, None]
+        is_bwd, mb = _one_f_one_b_all(np.minimum(p - stage[:, 0] - 1, m), m)
+        ins = is_bwd & (mb >= stage)
+        pos = np.cumsum(1 + ins, axis=1) - (1 + ins)  # each 1F1B item's place in its row
+        K = 3 * m
+        phase = np.full((p, K), PHASE_W, np.int64)
+        mbs = np.broadcast_to(np.arange(K, dtype=np.int64) - 2 * m, (p, K)).copy()  # the tail
+        rows = np.broadcast_to(stage, pos.shape)
+        phase[rows, pos] = np.where(is_bwd, PHASE_B, PHASE_F)
+        mbs[rows, pos] = mb
+        mbs[rows[ins], pos[ins] + 1] = (mb - stage)[ins]
+        return phase, mbs, np.zeros((p, K), np.int64)
+
     def _order_loop(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
         """The rule of :meth:`order` item by item (the reference the tests compare with)."""
         _, is_bwd, mb = _one_f_one_b(p, m, stage)
@@ -330,6 +400,39 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
     """
     sched = get(schedule)
     return sched.order(p, m, stage, v if sched.uses_virtual_stages else 1)
+
+
+@lru_cache(maxsize=64)
+def work_orders(schedule: str, p: int, m: int, v: int = 1
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Program order of every stage at once (:meth:`PipelineSchedule.orders`): ``phase``,
+    ``microbatch``, ``chunk``, int64 arrays of shape (p, K), row ``i`` equal to
+    :func:`work_order` of stage ``i`` (cached; read-only). Raises ValueError for an unknown
+    schedule."""
+    sched = get(schedule)
+    out = sched.orders(p, m, v if sched.uses_virtual_stages else 1)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=1024)
+def in_flight_all(schedule: str, p: int, m: int, v: int = 1,
+                  chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
+    """:func:`in_flight_microbatches` of every stage (``chunk_layers``: each stage's chunks'
+    layers, or None), from :func:`work_orders` in one pass; the same floats."""
+    phase, _, chunk = work_orders(schedule, p, m, v)
+    sched = get(schedule)
+    release = PHASE_W if sched.splits_backward else PHASE_B
+    step = np.where(phase == PHASE_F, 1, np.where(phase == release, -1, 0))
+    vv = v if sched.uses_virtual_stages else 1
+    out = [float(x) / vv for x in np.cumsum(step, axis=1).max(axis=1).tolist()]
+    if vv > 1 and chunk_layers is not None:
+        for i, layers in enumerate(chunk_layers):
+            if len(set(layers)) > 1 and sum(layers):
+                weights = np.asarray(layers, np.int64)[chunk[i]]
+                out[i] = float(np.cumsum(step[i] * weights).max()) / float(sum(layers))
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)

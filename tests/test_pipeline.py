@@ -176,3 +176,31 @@ def test_schedule_rules():
     assert schedules.schedule_errors("interleaved", 4, 8, None, 24)[0][0] == "plan.virtual_pipeline_stages"
     assert schedules.schedule_errors("1f1b", 4, 8, 2, 24)[0][0] == "plan.virtual_pipeline_stages"
     assert "is not one of" in schedules.schedule_errors("zb-v", 4, 8, None, 24)[0][1]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1"])
+def test_all_stage_orders_equal_the_per_stage_orders(schedule):
+    # work_orders (one numpy pass over the stages, used by the fast path and the memory model)
+    # must give each stage's order of PipelineSchedule.order, and in_flight_all its peaks
+    sched = schedules.get(schedule)
+    checked = 0
+    for p in range(1, 10):
+        for m in range(1, 20):
+            for v in ((2, 3) if sched.uses_virtual_stages else (1,)):
+                if sched.uses_virtual_stages and (p < 2 or m % p):
+                    continue
+                phase, mb, chunk = sched.orders(p, m, v)
+                for i in range(p):
+                    o = sched.order(p, m, i, v)
+                    assert phase[i].tolist() == o.phase.tolist()
+                    assert mb[i].tolist() == o.microbatch.tolist()
+                    assert chunk[i].tolist() == o.chunk.tolist()
+                assert schedules.in_flight_all(schedule, p, m, v) == tuple(
+                    schedules.in_flight_microbatches(schedule, p, m, i, v) for i in range(p))
+                if v > 1:  # uneven chunks (embedding / loss in the pipeline split) weigh the items
+                    layers = tuple((3,) + (4,) * (v - 1) if i == 0 else (4,) * v for i in range(p))
+                    assert schedules.in_flight_all(schedule, p, m, v, layers) == tuple(
+                        schedules.in_flight_microbatches(schedule, p, m, i, v, layers[i])
+                        for i in range(p))
+                checked += 1
+    assert checked > 20
