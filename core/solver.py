@@ -135,12 +135,13 @@ def _levels_padded(dur: np.ndarray, src: np.ndarray, dst: np.ndarray
     start = np.zeros(n + 1)
     frontier = np.flatnonzero(indeg[:n] == 0)
     slot = np.empty(n + 1, np.int64)
+    width = succ.shape[1]
     while frontier.size:
         f_end = start[frontier] + dur[frontier]
-        nxt = succ[frontier]
-        np.maximum.at(start, nxt, np.broadcast_to(f_end[:, None], nxt.shape))
+        nxt = succ[frontier].ravel()
+        # contiguous 1-d operands: numpy's fast path of ufunc.at (a broadcast view is ~2x slower)
+        np.maximum.at(start, nxt, np.repeat(f_end, width))
         np.subtract.at(indeg, nxt, 1)
-        nxt = nxt.ravel()
         frontier = nxt[indeg[nxt] == 0]
         if frontier.size > 1:  # a task released by two frontier tasks appears twice: keep one
             k = np.arange(frontier.size)
