@@ -1261,6 +1261,10 @@ def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, floa
     return first_sh / t + first_rep, last_sh / t + last_rep + tied_copy
 
 
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_PARAMS: dict[tuple, np.ndarray] = {}
+
+
 def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Parameters held by one GPU of each pipeline stage before any ZeRO sharding, shape (p,).
 
@@ -1269,7 +1273,26 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     vocabulary-parallel embedding ``V'h/t`` and learned positions ``s*h``; the last stage
     adds the final norm and its output layer ``V'h/t`` (untied; tied: a copy of the word
     embedding when ``p > 1``), see :func:`edge_params_per_gpu`.
+
+    Memoized (sweeps ask for the same few layouts often; a new array is returned), keyed by
+    every field it reads: all the model's, and the plan's ``t``, ``p``, chunks per stage,
+    uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``.
     """
+    key = (tuple([getattr(model, f) for f in _MODEL_FIELDS]), plan.tensor_parallel,
+           plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
+           plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
+           bool(plan.account_for_loss_in_pipeline_split), plan.expert_parallel,
+           expert_tensor_parallel(plan))
+    hit = _PARAMS.get(key)
+    if hit is None:
+        if len(_PARAMS) > 4096:
+            _PARAMS.clear()
+        hit = _PARAMS[key] = _params_per_gpu(model, plan)
+    return hit.copy()
+
+
+def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """:func:`params_per_gpu`, computed."""
     fam = family_of(model)
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)

@@ -182,16 +182,15 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     """Solve ``batches`` on ``workers`` processes; ``on_result(chunk, outs)`` is called in this
     thread for each finished chunk (in the order they finish).
 
-    With ``local`` (a function ``(jobs, compiled)`` solving one chunk's jobs here, as
-    :func:`solve_chunk` does), this thread is one of the ``workers`` and a pool of
-    ``workers - 1`` processes the others: the chunks are ordered by the batch solver's
-    elements per plan; the side that has the compiled batch solver loaded takes them from
-    the heavy end, the other from the light end, where the numpy solver costs little, so
-    only one side imports Numba. That is this thread (``compiled``), or, with a ``pool``
-    from :func:`start_pool` warmed up with it while the plans were enumerated, the pool
-    (this thread then solves with numpy). The work starts at once and one process fewer
-    is started. Without ``local``, a pool of ``workers`` processes solves every chunk,
-    largest first.
+    With ``local`` (a function ``(jobs, compiled)`` solving jobs here, as :func:`solve_chunk`
+    does), this thread is one of the ``workers`` and a pool of ``workers - 1`` processes the
+    others (:func:`_share_with_pool`): the batches are ordered by the batch solver's elements
+    per plan; the side that has the compiled batch solver loaded takes them from the heavy end,
+    the other from the light end, where the numpy solver costs little, so only one side imports
+    Numba. That is this thread (``compiled``), or, with a ``pool`` from :func:`start_pool`
+    warmed up with it while the plans were enumerated, the pool (this thread then solves with
+    numpy). The work starts at once and one process fewer is started. Without ``local``, a
+    pool of ``workers`` processes solves chunks of :func:`chunk_batches`, largest first.
 
     Raises
     ------
@@ -205,53 +204,108 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
 
     from .sweep import SweepCancelled
     given = pool is not None
-    pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
-    if local is not None:  # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
-        batches = sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0]))
-        chunks = chunk_batches(batches, workers, bool(compiled))
-        queue = deque(range(len(chunks)))
-        pool_compiled, local_compiled = (compiled, False) if pool_heavy else (None, compiled)
-    else:
-        chunks = chunk_batches(batches, workers, bool(compiled))
-        queue = deque(_largest_first(chunks, bool(compiled)))
-        pool_compiled, local_compiled = compiled, compiled
+    if local is not None:
+        procs = workers - 1
+        if pool is None and procs > 0:
+            pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
+                                       initializer=_init_worker, initargs=(store_bytes(store),))
+        try:
+            _share_with_pool(batches, plans, store, model, cluster, cost, procs=procs, pool=pool,
+                             given=given, cancel=cancel, on_result=on_result, compiled=compiled,
+                             local=local)
+        finally:
+            if pool is not None and not given:
+                pool.shutdown(wait=False, cancel_futures=True)
+        return
+    chunks = chunk_batches(batches, workers, bool(compiled))
+    queue = deque(_largest_first(chunks, bool(compiled)))
     jobs = _jobs(chunks, plans)
-    procs = (workers - 1 if local is not None else workers) if given else \
-        min(workers - (1 if local is not None else 0), len(chunks))
+    procs = workers if given else min(workers, len(chunks))
     data = store_bytes(store)
     if pool is None and procs > 0:
         pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
                                    initializer=_init_worker, initargs=(data,))
     in_flight: dict[Any, int] = {}
-
-    def take_pool() -> int:
-        return queue.pop() if pool_heavy and local is not None else queue.popleft()
-
-    def take_local() -> int:
-        return queue.popleft() if pool_heavy else queue.pop()
-
     try:
         while queue or in_flight:
             if _cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             # each process has one chunk running and one waiting
-            while pool is not None and procs > 0 and queue and len(in_flight) < 2 * procs:
-                c = take_pool()
+            while queue and len(in_flight) < 2 * procs:
+                c = queue.popleft()
                 in_flight[pool.submit(solve_chunk, data if given else None, model, cluster, cost,
-                                      jobs[c], pool_compiled)] = c
-            if local is not None and queue:
-                c = take_local()
-                on_result(chunks[c], local(jobs[c], local_compiled))
-                done = [f for f in in_flight if f.done()]
-            elif in_flight:
-                done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
-            else:
-                done = []
+                                      jobs[c], compiled)] = c
+            done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
             for f in sorted(done, key=in_flight.get):
                 on_result(chunks[in_flight.pop(f)], f.result())
     finally:
         if pool is not None and not given:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: The pool's chunks while sharing with this thread: about this share of the work left over
+#: the processes (guided self-scheduling: chunks shrink as the work runs out, so that neither
+#: side waits long for the other's last chunk), and at least this many seconds of work.
+_GUIDED_SHARE = 0.25
+_MIN_CHUNK_S = 0.02
+
+
+def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, procs: int,
+                     pool, given: bool, cancel: Any,
+                     on_result: Callable[[list[Batch], list[tuple]], None], compiled: bool | None,
+                     local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]]) -> None:
+    """:func:`run_on_pool` with ``local``: this thread and a pool of ``procs`` processes take the
+    batches from the two ends of one queue ordered by elements per plan.
+
+    This thread takes one batch at a time (a few ms each) and between them keeps one chunk
+    running on each process; a chunk is consecutive batches of about :data:`_GUIDED_SHARE` of
+    the estimated work left per process (at least :data:`_MIN_CHUNK_S`), so the chunks shrink
+    as the queue empties and the two sides end close together.
+    """
+    from collections import deque
+
+    from .sweep import SweepCancelled
+    pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
+    pool_compiled, local_compiled = (compiled, False) if pool_heavy else (None, compiled)
+    # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
+    queue = deque(sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0])))
+    cost_of = {id(b): _batch_cost(b, bool(compiled)) for b in queue}
+    left = sum(cost_of.values())
+    data = store_bytes(store) if given else None
+    in_flight: dict[Any, list[Batch]] = {}
+
+    def take(from_heavy: bool) -> Batch:
+        nonlocal left
+        b = queue.pop() if from_heavy else queue.popleft()
+        left -= cost_of[id(b)]
+        return b
+
+    def pool_chunk() -> list[Batch]:
+        target = max(_MIN_CHUNK_S, _GUIDED_SHARE * left / (procs + 1))
+        chunk, acc = [], 0.0
+        while queue and (not chunk or acc < target):
+            b = take(pool_heavy)
+            chunk.append(b)
+            acc += cost_of[id(b)]
+        return chunk
+
+    while queue or in_flight:
+        if _cancelled(cancel):
+            raise SweepCancelled("sweep cancelled")
+        while pool is not None and procs > 0 and queue and len(in_flight) < procs:
+            chunk = pool_chunk()
+            in_flight[pool.submit(solve_chunk, data, model, cluster, cost, _jobs([chunk], plans)[0],
+                                  pool_compiled)] = chunk
+        if queue:
+            b = take(not pool_heavy)
+            on_result([b], local(_jobs([[b]], plans)[0], local_compiled))
+            done = [f for f in in_flight if f.done()]
+        elif in_flight:
+            done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
+        else:
+            done = []
+        for f in done:
+            on_result(in_flight.pop(f), f.result())
 
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
