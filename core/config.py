@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -444,9 +445,12 @@ def plan_field_title(name: str) -> str:
     return f.metadata.get("short") or name
 
 
+_PLAN_FIELD_VALUES = operator.attrgetter(*PLAN_FIELDS)  # one C call: sweeps ask per plan
+
+
 def plan_key(plan: ParallelPlan) -> tuple:
     """Hashable key of every field of ``plan`` (cache keys: no field can be left out)."""
-    return tuple(getattr(plan, name) for name in PLAN_FIELDS)
+    return _PLAN_FIELD_VALUES(plan)
 
 
 def grad_dtype(plan: ParallelPlan) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import SimpleNamespace
@@ -1396,7 +1397,7 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     return out
 
 
-_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
 _D_FIELD = PLAN_FIELDS.index("data_parallel")
 
 
@@ -1409,7 +1410,7 @@ def _layout_key(session: Session, cache: dict | None = None) -> tuple:
     m, pl = session.model, session.plan
     hit = cache.get(("model", id(m))) if cache is not None else None
     if hit is None or hit[0] is not m:
-        hit = (m, tuple([getattr(m, f) for f in _MODEL_FIELDS]))
+        hit = (m, _MODEL_FIELD_VALUES(m))
         if cache is not None:
             cache[("model", id(m))] = hit
     fields = plan_key(pl)

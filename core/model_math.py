@@ -29,6 +29,7 @@ is 2 FLOPs).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
@@ -1261,7 +1262,7 @@ def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, floa
     return first_sh / t + first_rep, last_sh / t + last_rep + tied_copy
 
 
-_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
 _PARAMS: dict[tuple, np.ndarray] = {}
 
 
@@ -1278,7 +1279,7 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     every field it reads: all the model's, and the plan's ``t``, ``p``, chunks per stage,
     uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``.
     """
-    key = (tuple([getattr(model, f) for f in _MODEL_FIELDS]), plan.tensor_parallel,
+    key = (_MODEL_FIELD_VALUES(model), plan.tensor_parallel,
            plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
            bool(plan.account_for_loss_in_pipeline_split), plan.expert_parallel,
