@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
+from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
                      ParallelPlan, Session, gpu_kind, validate)
 from .config import rename_field
 from .inputs import read_text
@@ -432,7 +432,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("recompute not stated", f"recompute is empty: {framework or 'the source'} does "
                    "not say, and the time depends on it")
         return "full"
-    if t in RECOMPUTE_MODES and (t != "selective" or megatron or not framework):
+    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
     if first in ("none", "full") and not re.search(r"\d|block|partial|layers|offload", t):
@@ -449,7 +449,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("selective recomputation (other than Megatron's)", f"recompute={text!r}: {why}; "
                    "only Megatron's selective recomputation (the attention core) is modelled")
         return "full"
-    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     return "full"
 
 
@@ -891,6 +891,14 @@ def published_columns(session: Session) -> dict[str, Any]:
         "distributed_optimizer": "y" if pl.zero_stage in (1, 2) else "n",
         "fsdp": "y" if pl.zero_stage == 3 else "n", "precision": pl.precision,
     }
+    size = getattr(pl, "data_parallel_shard_size", None)
+    if size and pl.zero_stage >= 1:  # hybrid sharding: the reader's label of a node's shard
+        col = "fsdp" if pl.zero_stage == 3 else "distributed_optimizer"
+        node = c.gpus_per_node // (pl.tensor_parallel * cp)
+        out[col] = (f"y: HSDP (shard within {c.gpus_per_node}-GPU node, replicate across nodes)"
+                    if size == node else f"y: HSDP (shard over {size} ranks)")
+    if getattr(pl, "fp8_param_gather", False):
+        out["precision"] = f"{pl.precision} (FSDP float8 all-gather)"
     for col in ("context_parallel", "expert_parallel"):
         if _has(pl, col):
             out[col] = getattr(pl, col) or 1
