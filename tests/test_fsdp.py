@@ -339,3 +339,13 @@ def test_fp8_param_gather_after_the_optimizer_step():
         cm.dp_collective("all_gather", n * 2))
     assert stage_times(on, st).after_optimizer_s[0] == pytest.approx(
         cm.dp_collective("all_gather", (n - lin) * 2 + lin))
+
+
+def test_shared_cache_keeps_selective_op_apart():
+    """A sweep's shared cache: the op times of a plan without per-op checkpointing lack the
+    recomputed ops; a selective_op plan with the same op key looks its own up."""
+    st, cache = store(), {}
+    s = llama(recompute="selective_op")
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
+    stage_times(none, st, cache)
+    assert stage_times(s, st, cache).bwd_s[0, 0] == stage_times(s, st).bwd_s[0, 0]
