@@ -349,3 +349,13 @@ def test_shared_cache_keeps_selective_op_apart():
     none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
     stage_times(none, st, cache)
     assert stage_times(s, st, cache).bwd_s[0, 0] == stage_times(s, st).bwd_s[0, 0]
+
+
+def test_selective_op_hardware_flops():
+    """HFU counts the recomputed matmuls: per token and layer 2h(g kv) + 2(a kv)h + 2hf for
+    Llama 2 7B (k, o, w3), over B*s tokens and L layers."""
+    s = llama(recompute="selective_op")
+    m, pl = s.model, s.plan
+    extra = mm.hardware_flops_per_iteration(m, pl) - mm.model_flops_per_iteration(m, pl)
+    h, f = 4096, 11008
+    assert extra == pytest.approx(64 * 4096 * 32 * (2 * h * h + 2 * h * h + 2 * h * f), rel=1e-12)
