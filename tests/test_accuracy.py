@@ -462,7 +462,6 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
     ({"recompute": "selective (fraction of blocks not stated)"},
      "selective recomputation (other than Megatron's)", "fraction of the layers"),
     ({"notes": '"x; sliding window"'}, "sliding-window attention", "sliding-window"),
-    ({"notes": '"x; async TP"'}, "async tensor parallelism", "async tensor parallelism"),
     ({"recompute": "selective (per-op SAC)"},
      "per-op selective checkpointing (not modelled in this plan)",
      "recompute='selective_op' with tensor_parallel_size=2 is not modelled"),
@@ -475,6 +474,27 @@ def test_a_row_needing_what_is_not_modelled_is_skipped_with_its_cause(tmp_path, 
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
     (m,) = read_measurements(path)
     assert m.skip_causes == [cause] and words in m.skip_reason
+
+
+@pytest.mark.parametrize("cells, overlap, assumption", [
+    ({"notes": '"x; async TP"', "framework": "torchtitan", "sequence_parallel": "y"}, True,
+     "async-tp-overlap"),
+    ({"framework": "Megatron-Bridge (Megatron-Core)", "sequence_parallel": "y"}, True,
+     "bridge-tp-comm-overlap"),
+    ({"framework": "Megatron-Bridge (Megatron-Core)", "sequence_parallel": "n"}, False, None),
+    ({"sequence_parallel": "y"}, False, None),  # Megatron-LM: the overlap is not stated
+])
+def test_tp_communication_overlap_of_a_row(tmp_path, cells, overlap, assumption):
+    """Megatron-Bridge rows with t > 1 and sequence parallelism, and torchtitan's async TP,
+    overlap the tensor-parallel collectives with their GEMMs (plan.tp_comm_overlap), each a
+    named assumption; nothing else does."""
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == ""
+    assert m.session.plan.tp_comm_overlap is overlap
+    names = {"async-tp-overlap", "bridge-tp-comm-overlap"}
+    assert names & {a.split(":")[0] for a in m.assumptions} == ({assumption} if assumption else set())
 
 
 def test_hsdp_and_per_op_checkpointing_rows_are_simulated(tmp_path):
