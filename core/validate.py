@@ -316,6 +316,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "fsdp1-bf16-reduce": "PyTorch FSDP1 in bf16 mixed precision reduces gradients in bf16 "
+                         "(MixedPrecision with reduce_dtype bf16, as fms-fsdp's bfSixteen policy); "
+                         "FSDP2 (torchtitan) and Megatron keep their fp32 default",
     "fsdp-overlap": "FSDP prefetches parameters and reduces gradients during the passes "
                     "(overlap_param_gather and overlap_grad_reduce)",
     "megatron-fsdp-zero3": "fsdp=y on Megatron (Megatron-FSDP) is ZeRO stage 3",
@@ -685,6 +688,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    if (plan.zero_stage == 3 and re.search(r"FSDP1", framework) and plan.precision == "bf16"
+            and plan.grad_reduce_dtype is None):
+        rw.assume("fsdp1-bf16-reduce")
+        plan.grad_reduce_dtype = "bf16"
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")

@@ -497,6 +497,17 @@ def test_tp_communication_overlap_of_a_row(tmp_path, cells, overlap, assumption)
     assert names & {a.split(":")[0] for a in m.assumptions} == ({assumption} if assumption else set())
 
 
+@pytest.mark.parametrize("framework, dtype", [
+    ("fms-fsdp (PyTorch FSDP1, torch.compile)", "bf16"), ("torchtitan (FSDP2)", None)])
+def test_fsdp1_rows_reduce_gradients_in_bf16(tmp_path, framework, dtype):
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(framework=f'"{framework}"', fsdp="y",
+                                                        tensor_parallel=1, data_parallel=8) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and m.session.plan.grad_reduce_dtype == dtype
+    assert any(a.startswith("fsdp1-bf16-reduce") for a in m.assumptions) is (dtype == "bf16")
+
+
 def test_hsdp_and_per_op_checkpointing_rows_are_simulated(tmp_path):
     """An HSDP row sharding within a node: data_parallel_shard_size = gpus_per_node/(t*cp)
     (t=2: 4 of the d=8 ranks, two replicas); a torchtitan per-op SAC row (t=1, Llama-style):
