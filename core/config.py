@@ -44,7 +44,7 @@ __all__ = [
     "NORMALIZATIONS",
     "POSITION_EMBEDDINGS",
     "ATTENTION_KERNELS",
-    "RECOMPUTE_MODES",
+    "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "zero_shard_size", "zero_replicas",
     "PRECISIONS", "FP8_RECIPES",
     "read_vtrain_config",
     "BOUNDS",
@@ -78,6 +78,10 @@ POSITION_EMBEDDINGS = ("learned", "rope")
 #: scores) or FlashAttention (Dao 2023; no s*s tensor kept).
 ATTENTION_KERNELS = ("unfused", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: Every value of ``plan.recompute``: :data:`RECOMPUTE_MODES` (Megatron's, the modes a sweep
+#: tries) and ``selective_op``, torchtitan's per-op selective activation checkpointing
+#: (:func:`core.model_math.selective_op_linears`; chosen, never swept).
+RECOMPUTE_CHOICES = RECOMPUTE_MODES + ("selective_op",)
 #: Megatron-Core's ``--recompute-modules`` (``TransformerConfig.recompute_modules``) for
 #: selective recomputation: the attention core, the input layernorms, the dense MLP, the routed
 #: experts' activation, the whole MoE layer, the shared experts and MLA's up-projections.
@@ -320,8 +324,10 @@ class ParallelPlan:
                        "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
-                        "core, --recompute-activations) or full (--recompute-granularity full)",
-                        choices=RECOMPUTE_MODES, label="always", required=True)
+                        "core, --recompute-activations), full (--recompute-granularity full) or "
+                        "selective_op (torchtitan's per-op selective activation checkpointing: "
+                        "every other matmul and the attention output saved, the rest recomputed)",
+                        choices=RECOMPUTE_CHOICES, label="always", required=True)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS, label="never", required=True)
     virtual_pipeline_stages: int | None = _f(
@@ -388,6 +394,16 @@ class ParallelPlan:
         None, "", "With selective recomputation: the modules recomputed, comma-separated as "
         "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
         "shared_experts); empty means core_attn", short="recompute_modules", label="never")
+    data_parallel_shard_size: int | None = _f(
+        None, "replicas", "Hybrid sharding (HSDP): the ZeRO/FSDP shards span groups of this many "
+        "data-parallel ranks and are replicated over d/size groups (Megatron: "
+        "--num-distributed-optimizer-instances d/size; torchtitan: dp_shard); empty means "
+        "all d ranks", short="dp_shard", bounds=BOUNDS["parallel"])
+    fp8_param_gather: bool = _f(
+        False, "", "All-gather the FP8 linear layers' weights in FP8, 1 byte instead of 2, and "
+        "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
+        "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
+        short="fp8_gather")
 
     @property
     def num_gpus(self) -> int:
@@ -451,6 +467,24 @@ _PLAN_FIELD_VALUES = operator.attrgetter(*PLAN_FIELDS)  # one C call: sweeps ask
 def plan_key(plan: ParallelPlan) -> tuple:
     """Hashable key of every field of ``plan`` (cache keys: no field can be left out)."""
     return _PLAN_FIELD_VALUES(plan)
+
+
+def zero_shard_size(plan: ParallelPlan) -> int:
+    """Ranks one ZeRO/FSDP shard group spans: ``size*cp`` with hybrid sharding
+    (``plan.data_parallel_shard_size`` = size), else the whole data-parallel group with the
+    context-parallel ranks, ``d*cp`` (Megatron-Core shards the distributed optimizer over
+    ``get_data_parallel_group(with_context_parallel=True)``, and with
+    ``--num-distributed-optimizer-instances`` over the ``d*cp/instances`` ranks of one
+    instance, ``intra_distributed_optimizer_instance_group``)."""
+    size = getattr(plan, "data_parallel_shard_size", None) or plan.data_parallel
+    return size * plan.context_parallel
+
+
+def zero_replicas(plan: ParallelPlan) -> int:
+    """Replicas of each ZeRO/FSDP shard: ``d / data_parallel_shard_size`` with hybrid
+    sharding (HSDP; Megatron's distributed-optimizer instances), 1 otherwise."""
+    size = getattr(plan, "data_parallel_shard_size", None)
+    return plan.data_parallel // size if size else 1
 
 
 def grad_dtype(plan: ParallelPlan) -> str:
@@ -1003,6 +1037,20 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
     errs += moe_errors(m, pl)
+    if m.is_moe and pl.data_parallel_shard_size is not None:
+        errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
+                               "mixture-of-experts model is not modelled (the routed experts' "
+                               "expert-data-parallel shards)"))
+    if pl.recompute == "selective_op":
+        if m.is_moe:
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
+                                   "experts model is not modelled (grouped GEMMs and all-to-alls "
+                                   "in torchtitan's save list)"))
+        if m.attention_kernel != "flash":
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' needs "
+                                   "model.attention_kernel = flash: torchtitan saves the output of "
+                                   "its fused attention (SDPA); the unfused core's batched GEMMs "
+                                   "and softmax are not in its save list (not modelled)"))
     try:
         counts = stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
@@ -1276,6 +1324,37 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
                 errs.append(FieldError("plan.recompute_modules", "recompute_modules other than "
                                        "core_attn with precision fp8 are not modelled (Transformer "
                                        "Engine's FP8 copies of the recomputed modules' inputs)"))
+    size = pl.data_parallel_shard_size
+    if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
+        if pl.data_parallel % size:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} does not divide data_parallel={pl.data_parallel} (the "
+                                   "shards are replicated over d/size whole groups; Megatron: d*cp "
+                                   "divisible by --num-distributed-optimizer-instances)"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} needs a sharded optimizer (zero_stage >= 1; Megatron: "
+                                   "--num-distributed-optimizer-instances needs "
+                                   "--use-distributed-optimizer)"))
+    if pl.fp8_param_gather is True:
+        if pl.precision != "fp8":
+            errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather needs precision="
+                                   f"'fp8' (precision is {pl.precision!r}): only FP8 linear "
+                                   "layers' weights can be gathered in FP8"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.fp8_param_gather", "fp8_param_gather needs a sharded "
+                                   "optimizer (zero_stage >= 1: Megatron's --fp8-param-gather "
+                                   "with --use-distributed-optimizer, torchtitan's with FSDP); "
+                                   "zero_stage is 0, nothing is gathered"))
+    elif not isinstance(pl.fp8_param_gather, bool):
+        errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
+                               f"{pl.fp8_param_gather!r} must be true or false"))
+    if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
+            _is_int(pl.tensor_parallel):
+        errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
+                               f"tensor_parallel_size={pl.tensor_parallel} is not modelled "
+                               "(torchtitan's per-op checkpointing runs the tensor-parallel "
+                               "all-gathers of the recomputed ops again)"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
@@ -1320,7 +1399,7 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
-        expert_tensor_parallel=None)
+        expert_tensor_parallel=None, data_parallel_shard_size=None)
     check(probe)
 
 

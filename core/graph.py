@@ -34,13 +34,13 @@ import numpy as np
 from . import model_math, schedules
 from .comm import CommModel
 from .config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype, padded_vocab_size,
-                     plan_key, tensor_dtype, virtual_stage_layer_counts)
+                     plan_key, tensor_dtype, virtual_stage_layer_counts, zero_shard_size)
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SWA_OPS, TP_OVERLAP_GEMMS,
-                         TP_OVERLAP_OPS, expert_data_parallel,
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_OPS, SWA_OPS,
+                         TP_OVERLAP_GEMMS, TP_OVERLAP_OPS, expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
 from .config import recompute_modules
 
@@ -313,13 +313,14 @@ def params_per_gpu(session: Session) -> np.ndarray:
 def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
     its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
-    the data-parallel group with the context-parallel ranks; the routed experts' parameters
-    over the expert-data-parallel group instead)."""
+    the data-parallel group with the context-parallel ranks; with hybrid sharding over a
+    shard group's ``size*cp``, :func:`core.config.zero_shard_size`; the routed experts'
+    parameters over the expert-data-parallel group instead)."""
     n = params_per_gpu(session)
     if session.plan.zero_stage < 1:
         return n
     experts = model_math.expert_params_per_gpu(session.model, session.plan)
-    return (n - experts) / session.plan.dp_cp_size + experts / expert_data_parallel(session.plan)
+    return (n - experts) / zero_shard_size(session.plan) + experts / expert_data_parallel(session.plan)
 
 
 @dataclass
@@ -411,6 +412,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # only the context-parallel ring splits the attention backward
         if op in _MODULE_ONLY_OPS and op not in needed:
             continue  # a part of an op that only a recomputed module runs
+        if op in SELECTIVE_OP_OPS and session.plan.recompute != "selective_op":
+            continue  # what only per-op selective checkpointing runs again
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
         if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
@@ -779,6 +782,7 @@ class _Structure:
     modules: tuple[str, ...] = ()
     window_layers: tuple[int, ...] = ()
     tp_overlap: bool = False
+    selective_op: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -817,7 +821,8 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                                                    bool(getattr(m, "window_size", None)),
                                                    getattr(m, "window_attn_skip_freq", None),
                                                    first, stop),
-                      tp_overlap=_tp_overlap(pl), **moe)
+                      tp_overlap=_tp_overlap(pl), selective_op=pl.recompute == "selective_op",
+                      **moe)
 
 
 @lru_cache(maxsize=4096)
@@ -1061,6 +1066,10 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                           is_moe: bool = is_moe, swa: bool = swa) -> None:
                 attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
                 gather(u, "moe" if is_moe else "layer")
+                if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
+                    # ops it did not save run again when its backward starts
+                    u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
+                    u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
                 if with_recompute:
                     block(u, K["recompute"], attn + "_fwd", True, True)
                     if is_moe:
@@ -1367,7 +1376,9 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
-    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision.
+    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision
+    (the FP8 linear weights in 1 byte with ``fp8_param_gather``,
+    :func:`core.model_math.param_gather_bytes`).
     An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
     (``edp_call``), the rest over ``d`` (``comm_call``)."""
     m, pl = session.model, session.plan
@@ -1381,10 +1392,14 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     first = first_n if stage == 0 else 0.0
     last = last_n if stage == p - 1 else 0.0
     out = _DataParallel()
+    # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
+    fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
+               if model_math.fp8_gathers_params(pl) else 0.0)
     for name, n in (("layer", layer), ("first", first), ("last", last)):
         if n <= 0:
             continue
-        setattr(out, f"{name}_ag", comm_call("all_gather", n * e))
+        setattr(out, f"{name}_ag", comm_call("all_gather", model_math.param_gather_bytes(
+            pl, n, fp8_lin if name == "layer" else 0.0)))
         setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
         setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
     if m.is_moe and edp_call is not None:
@@ -1534,8 +1549,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     warnings: list[str] = []  # communication lookups
     layout = _stage_layout(session, cache)
     key = layout.op_key
-    # the derived ops looked up also follow the recomputed modules and the TP overlap
-    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl))
+    # the derived ops looked up also follow the recomputed modules, the TP overlap and per-op
+    # selective checkpointing
+    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
+            *(("selective_op",) if pl.recompute == "selective_op" else ()))
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
@@ -1545,7 +1562,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     times = ops.times
     comm = CommModel(store, pl, cl)
     # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
-    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp)
+    # (and the shard group of hybrid sharding, which data-parallel collectives span)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp,
+            *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
     ring = None
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
@@ -1610,8 +1629,11 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     experts = layout.experts  # model_math.expert_params_per_gpu: reduced over edp, not d
     n_params = layout.params - experts  # params_per_gpu(session) but the routed experts
     # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
-    shards = (n_params / pl.dp_cp_size + (experts / expert_data_parallel(pl) if moe else 0.0)
+    shards = (n_params / zero_shard_size(pl) + (experts / expert_data_parallel(pl) if moe else 0.0)
               if pl.zero_stage >= 1 else n_params + experts)
+    # the all-gathered parameters' bytes (FP8 linear weights in 1 byte with fp8_param_gather)
+    gather_bytes = (model_math.param_gather_bytes(pl, n_params, model_math.fp8_weights_per_gpu(m, pl))
+                    if model_math.fp8_gathers_params(pl) else n_params * e)
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
@@ -1620,7 +1642,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     def both(kind: str, i: int, nbytes: float) -> float:
         """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
         the experts' (two collectives one after the other)."""
-        x = dp_call(kind, n_params[i] * nbytes) if pl.dp_cp_size > 1 else 0.0
+        dense = gather_bytes[i] if kind == "all_gather" else n_params[i] * nbytes
+        x = dp_call(kind, dense) if pl.dp_cp_size > 1 else 0.0
         return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
 
     for i in reps:

@@ -143,6 +143,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--use-distributed-optimizer": Arg(("plan.zero_stage",), False,
                                        "distributed optimizer (ZeRO-1): zero_stage 1"),
     "--use-torch-fsdp2": Arg(("plan.zero_stage",), False, "FSDP (ZeRO-3): zero_stage 3"),
+    "--num-distributed-optimizer-instances": Arg(
+        ("plan.data_parallel_shard_size",), True,
+        "hybrid sharding: n instances of the sharded optimizer, each over d/n data-parallel "
+        "ranks (data_parallel_shard_size = d/n)"),
+    "--fp8-param-gather": Arg(("plan.fp8_param_gather",), False,
+                              "FP8 linear weights kept and all-gathered in FP8"),
     "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
                                  "gradient reduction under the backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,
@@ -898,6 +904,19 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                3 if fsdp else 1)
     elif field_exists("plan.zero_stage"):
         mp.set("zero stage", "plan.zero_stage", 0)
+    flag = "--num-distributed-optimizer-instances"
+    if take(flag):  # Megatron-Core: each instance shards over d*cp/n ranks, i.e. d/n of d
+        n = _int(args, flag, src)
+        if n < 1 or d % n:
+            raise MegatronArgsError(f"{src}: {flag} {n} does not divide the data-parallel size "
+                                    f"{d} (world / (t*p*cp))")
+        mp.set(flag, "plan.data_parallel_shard_size", d // n)
+    elif field_exists("plan.data_parallel_shard_size"):
+        mp.set(flag, "plan.data_parallel_shard_size", None, check_value=False)
+    if switch("--fp8-param-gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", True)
+    elif field_exists("plan.fp8_param_gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", False)
     for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
                          ("--overlap-param-gather", "plan.overlap_param_gather"),
                          ("--tp-comm-overlap", "plan.tp_comm_overlap")):
@@ -1125,6 +1144,11 @@ def export_arguments(session: Session) -> list[str]:
     elif zero:
         raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
                                 "optimizer (1) and FSDP (3), not ZeRO-2")
+    size = _get(pl, "data_parallel_shard_size")
+    if size:  # hybrid sharding: d/size instances of the distributed optimizer
+        out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]
+    if _get(pl, "fp8_param_gather"):
+        out.append("--fp8-param-gather")
     if _get(pl, "overlap_grad_reduce"):
         out.append("--overlap-grad-reduce")
     if _get(pl, "overlap_param_gather"):
@@ -1144,6 +1168,9 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--recompute-granularity", "full"]
         out += ["--recompute-method", "block", "--recompute-num-layers", str(n)] if n else [
             "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif pl.recompute == "selective_op":
+        raise MegatronArgsError("plan.recompute 'selective_op': torchtitan's per-op selective "
+                                "activation checkpointing has no Megatron-LM argument")
     elif pl.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
         if _get(pl, "recompute_modules"):

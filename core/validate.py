@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
+from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
                      ParallelPlan, Session, gpu_kind, validate)
 from .config import rename_field
 from .inputs import read_text
@@ -289,6 +289,9 @@ FIELD_CAUSES = {
     "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
     "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
     "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
+    "plan.fp8_param_gather": "FP8 parameter all-gather",
+    "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
     "cluster.gpu": "GPU kind without a shipped profile",
 }
 
@@ -313,6 +316,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "fsdp1-bf16-reduce": "PyTorch FSDP1 in bf16 mixed precision reduces gradients in bf16 "
+                         "(MixedPrecision with reduce_dtype bf16, as fms-fsdp's bfSixteen policy); "
+                         "FSDP2 (torchtitan) and Megatron keep their fp32 default",
     "fsdp-overlap": "FSDP prefetches parameters and reduces gradients during the passes "
                     "(overlap_param_gather and overlap_grad_reduce)",
     "megatron-fsdp-zero3": "fsdp=y on Megatron (Megatron-FSDP) is ZeRO stage 3",
@@ -337,6 +343,16 @@ ASSUMPTIONS = {
                     "a pipeline stage: 1, the only size that fits",
     "dispatcher-as-all-to-all": "token dispatch and combine timed as all-to-all whatever the "
                                 "dispatcher (alltoall, DeepEP, HybridEP)",
+    "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
+                               "activation checkpointing, recompute=selective_op (every other "
+                               "matmul, the attention output, reduce-scatters and amax saved; "
+                               "the rest recomputed)",
+    "fp8-param-gather-from-label": "an FP8 label naming FSDP float8 all-gather is "
+                                   "fp8_param_gather (the FP8 linear layers' weights gathered "
+                                   "in 1 byte)",
+    "hsdp-node-shard": "HSDP sharding within a node and replicating across nodes shards over "
+                       "the gpus_per_node/(t*cp) data-parallel ranks of a node "
+                       "(data_parallel_shard_size)",
 }
 
 #: Column -> session field for the published-runs layout (the columns of
@@ -370,6 +386,7 @@ class _Row:
         self.reasons: list[str] = []
         self.causes: list[str] = []
         self.assumptions: list[str] = []
+        self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -423,16 +440,16 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("recompute not stated", f"recompute is empty: {framework or 'the source'} does "
                    "not say, and the time depends on it")
         return "full"
-    if t in RECOMPUTE_MODES and (t != "selective" or megatron or not framework):
+    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
     if first in ("none", "full") and not re.search(r"\d|block|partial|layers|offload", t):
         return first  # "full (uniform)", "none (no checkpointing)": the mode, qualified
     if t.startswith("selective"):
-        if "per-op" in t or "sac" in t.split():
-            why = ("torchtitan's per-op selective activation checkpointing (saves every other "
-                   "matmul and the attention output, recomputes the rest) is not modelled")
-        elif "fraction" in t or "block" in t:
+        if "per-op" in t or "sac" in t.split() or re.search(r"\bsac\b", t):
+            row.assume("torchtitan-selective-op")
+            return "selective_op"  # validation refuses what it does not model (t > 1, MoE)
+        if "fraction" in t or "block" in t:
             why = "block-level checkpointing of a fraction of the layers that is not stated"
         else:
             why = (f"selective recomputation in {framework or 'a framework other than Megatron'} "
@@ -440,7 +457,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("selective recomputation (other than Megatron's)", f"recompute={text!r}: {why}; "
                    "only Megatron's selective recomputation (the attention core) is modelled")
         return "full"
-    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     return "full"
 
 
@@ -459,9 +476,9 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if "inferred" in t:
         row.refuse("precision not stated", f"precision={text!r}: the source does not state it")
         return "fp8", None
-    if "all-gather" in t:
-        row.refuse("FP8 parameter all-gather", f"precision={text!r}: parameters all-gathered in "
-                   "float8 by FSDP are not modelled")
+    if "all-gather" in t:  # FSDP float8 all-gather: plan.fp8_param_gather (_general_row)
+        row.assume("fp8-param-gather-from-label")
+        row.fp8_param_gather = True
     # the label itself first ("fp8", "fp8-cs", "mxfp8", "fp8 tensorwise ..."), then, for a bare
     # "fp8", what its parenthesis says the label means
     main, _, paren = t.partition("(")
@@ -600,6 +617,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                       "is not modelled yet")
         if recipe is not None:
             rw.put(plan, "plan", "fp8_recipe", recipe)
+        if rw.fp8_param_gather:
+            rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
@@ -641,8 +660,16 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
         elif flag and "hsdp" in text.lower():
-            rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid sharding "
-                      "(shard within a group, replicate across groups) is not modelled")
+            if not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
+                rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid "
+                          "sharding over groups other than a node's GPUs is not modelled (the "
+                          "shard group's size is not stated)")
+            else:  # the shard group: the data-parallel ranks of one node
+                t_cp = ints["tensor_parallel"] * (opt["context_parallel"] or 1)
+                size = max(1, ints["gpus_per_node"] // t_cp)
+                rw.assume("hsdp-node-shard", f"data_parallel_shard_size={size}")
+                rw.put(plan, "plan", "data_parallel_shard_size", size)
+            sharded.append(col)
         elif flag and col in ("distributed_optimizer", "fsdp"):
             sharded.append(col)
         elif flag:
@@ -661,6 +688,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    if (plan.zero_stage == 3 and re.search(r"FSDP1", framework) and plan.precision == "bf16"
+            and plan.grad_reduce_dtype is None):
+        rw.assume("fsdp1-bf16-reduce")
+        plan.grad_reduce_dtype = "bf16"
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")
@@ -876,6 +907,14 @@ def published_columns(session: Session) -> dict[str, Any]:
         "distributed_optimizer": "y" if pl.zero_stage in (1, 2) else "n",
         "fsdp": "y" if pl.zero_stage == 3 else "n", "precision": pl.precision,
     }
+    size = getattr(pl, "data_parallel_shard_size", None)
+    if size and pl.zero_stage >= 1:  # hybrid sharding: the reader's label of a node's shard
+        col = "fsdp" if pl.zero_stage == 3 else "distributed_optimizer"
+        node = c.gpus_per_node // (pl.tensor_parallel * cp)
+        out[col] = (f"y: HSDP (shard within {c.gpus_per_node}-GPU node, replicate across nodes)"
+                    if size == node else f"y: HSDP (shard over {size} ranks)")
+    if getattr(pl, "fp8_param_gather", False):
+        out["precision"] = f"{pl.precision} (FSDP float8 all-gather)"
     for col in ("context_parallel", "expert_parallel"):
         if _has(pl, col):
             out[col] = getattr(pl, col) or 1

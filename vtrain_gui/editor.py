@@ -81,6 +81,8 @@ _LABELS = {
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
+    "plan.data_parallel_shard_size": "Shard group (HSDP)",
+    "plan.fp8_param_gather": "FP8 param all-gather",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -105,7 +107,8 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.recompute_num_layers": "all",
               "plan.first_stage_layers": "even split",
               "plan.last_stage_layers": "even split",
-              "plan.grad_reduce_dtype": "default (Megatron)"}
+              "plan.grad_reduce_dtype": "default (Megatron)",
+              "plan.data_parallel_shard_size": "all d (no HSDP)"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
@@ -548,6 +551,11 @@ class ConfigEditor(QtWidgets.QWidget):
                 from core.model_math import num_active_parameters
                 active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
                 text += f" ({active} billion active per token)"
+            size = plan.data_parallel_shard_size
+            if size and plan.zero_stage >= 1 and plan.data_parallel % size == 0:
+                from core.config import zero_replicas, zero_shard_size
+                text += (f"<br>Hybrid sharding: shards over <b>{zero_shard_size(plan)}</b> ranks, "
+                         f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         self._derived.setText(text)
