@@ -1467,6 +1467,23 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
     return out
 
 
+def _span_structure(st: _Structure) -> _Structure:
+    """``st`` with what changes no span of its templates normalized, so that virtual stages alike
+    share one :func:`_stage_templates` entry: its layers numbered from 0 (the MoE and windowed
+    layers shifted with them) and its virtual stage reduced to whether it is the first and
+    the last (the embedding and the output layer). The templates differ from ``st``'s only in
+    their ``layer`` column, which no duration or span reads."""
+    first, stop = st.layers
+    is_first, is_last = st.vstage == 0, st.vstage == st.num_vstages - 1
+    vstage, num = ((0, 1) if is_first and is_last else (0, 2) if is_first else (1, 2) if is_last
+                   else (1, 3))
+    if (vstage, num, first) == (st.vstage, st.num_vstages, 0):
+        return st
+    return dataclasses.replace(st, vstage=vstage, num_vstages=num, layers=(0, stop - first),
+                               moe_layers=tuple(x - first for x in st.moe_layers),
+                               window_layers=tuple(x - first for x in st.window_layers))
+
+
 def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
                  ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
                  moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
@@ -1497,7 +1514,7 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
         values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
-            fwd, bwd, wgd = _stage_templates(struct)
+            fwd, bwd, wgd = _stage_templates(_span_structure(struct))
             for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
                 if tmpl.has_side:
                     out[i, c] = _template_times(tmpl.timed(values))[2]
