@@ -257,7 +257,8 @@ def merge_chains(n: int, src: np.ndarray, dst: np.ndarray) -> Chains:
         is_head = np.ones(n, bool)
         is_head[l_dst] = False
         head = np.flatnonzero(is_head)
-        chain = np.cumsum(is_head) - 1
+        # each task's chain: head i repeated over its run (a cumulative sum of a bool mask is slower)
+        chain = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(head, append=n))
     else:
         ptr, rank, ring = _chain_heads(n, l_src, l_dst)
         if ring is not None:  # a ring of links (a cycle): its tasks become one-task chains
