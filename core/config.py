@@ -285,7 +285,7 @@ class ModelConfig:
     glu_linear_offset: float = _f(
         0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
-        "no time of its own", short="glu_offset", bounds=BOUNDS["glu_offset"])
+        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"])
 
     @property
     def ffn(self) -> int:
