@@ -40,6 +40,7 @@ __all__ = [
     "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "ACTIVATIONS",
+    "SOFTMAX_TYPES",
     "NORMALIZATIONS",
     "POSITION_EMBEDDINGS",
     "ATTENTION_KERNELS",
@@ -68,6 +69,11 @@ __all__ = [
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
 ACTIVATIONS = ("gelu", "swiglu")
+#: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
+#: the plain softmax; "off-by-one" adds a fixed zero logit to every row's denominator (Miller 2023,
+#: "Attention is off by one"; a buffer, no parameters); "learnable" adds one learned logit per
+#: head (attention sinks, GPT-OSS: ``a`` parameters per layer, ``softmax_offset``).
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 #: Layer normalizations: LayerNorm (weight and bias) or RMSNorm (weight only, Zhang & Sennrich 2019).
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 #: Position embeddings: a learned (s, h) table or rotary embeddings (RoPE, Su et al. 2021; no
@@ -171,6 +177,8 @@ BOUNDS: dict[str, Bound] = {
     "shared_experts": Bound(0, 65_536, "DeepSeek-V3 has one shared expert, Qwen2-MoE four"),
     "dense_layers": Bound(0, 10_000, "at most every layer"),
     "imbalance": Bound(1, 1_000, "tokens of the busiest expert over the mean; 1 is balanced"),
+    "clamp": Bound(0, 1e6, "GPT-OSS clamps its gated MLP's inputs at 7"),
+    "glu_offset": Bound(-1e6, 1e6, "GPT-OSS adds 1 to the linear half of its gated MLP"),
 }
 
 
@@ -267,6 +275,21 @@ class ModelConfig:
         "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
         "2); empty means every layer is windowed", short="window_skip", min=1,
         bounds=BOUNDS["layers"])
+    softmax_type: str = _f(
+        "vanilla", "", "Attention softmax (Megatron-Core --softmax-type): vanilla; off-by-one "
+        "(a fixed zero logit in every row's denominator, no parameters); learnable (attention "
+        "sinks: one learned logit per head in the denominator, a parameters per layer; GPT-OSS). "
+        "The extra logit per row is negligible work inside the attention kernel",
+        choices=SOFTMAX_TYPES, short="softmax")
+    activation_func_clamp_value: float | None = _f(
+        None, "", "Gated MLP (swiglu): clamp the gate to at most this and the linear half to "
+        "-this..this before the activation (Megatron-Core --activation-func-clamp-value; "
+        "GPT-OSS: 7); element-wise inside the fused activation kernel, no time of its own; "
+        "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"])
+    glu_linear_offset: float = _f(
+        0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
+        "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
+        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"])
 
     @property
     def ffn(self) -> int:
@@ -1131,6 +1154,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
                                "sliding-window attention (model.window_size) is not modelled "
                                "(the ring's steps of a banded mask)"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               f"softmax_type={m.softmax_type!r} is not modelled (the ring's "
+                               "merge of partial softmaxes with the extra logit)"))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -1160,7 +1187,20 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.window_size", "sliding-window attention needs "
                                "attention_kernel = flash (Megatron-Core's unfused "
                                "DotProductAttention has no window; Transformer Engine's has)"))
+    gated = m.activation == "swiglu"
+    if m.activation_func_clamp_value is not None and not gated:
+        errs.append(FieldError("model.activation_func_clamp_value", "activation_func_clamp_value "
+                               "needs a gated MLP (activation = swiglu): the clamp acts on the "
+                               "gate and the linear half"))
+    if _is_num(m.glu_linear_offset) and m.glu_linear_offset != 0 and not gated:
+        errs.append(FieldError("model.glu_linear_offset", "glu_linear_offset needs a gated MLP "
+                               "(activation = swiglu; Megatron-Core: only used with "
+                               "gated_linear_unit)"))
     return errs
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _is_int(x: Any) -> bool:
@@ -1412,6 +1452,20 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
                        **family)
 
 
+def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
+    """A GPT-OSS model (OpenAI 2025; Megatron-Bridge's ``GPTOSSProvider``): Llama-style
+    (GQA, RMSNorm, RoPE with YaRN scaling, untied, FlashAttention) with heads of 64 channels,
+    biases in every linear layer, attention sinks (``softmax_type`` learnable), a 128-token
+    sliding window alternating with full attention (``--window-attn-skip-freq 2``), a gated MLP
+    clamped at 7 with linear offset 1, and ``experts`` experts of 2880, top-4, in every layer."""
+    return ModelConfig(name, layers, 2880, 64, 2880, 4096, 201088, num_query_groups=8,
+                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                       tied_embeddings=False, add_bias_linear=True, attention_kernel="flash",
+                       kv_channels=64, num_experts=experts, moe_top_k=4, moe_ffn_hidden_size=2880,
+                       window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
+                       activation_func_clamp_value=7.0, glu_linear_offset=1.0)
+
+
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
@@ -1422,7 +1476,13 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active).
+#: general stages; 30.5 B parameters, 3.3 B active); GPT-OSS 120B and 20B (the Hugging Face
+#: configs openai/gpt-oss-120b and -20b: 36 / 24 layers, h 2880, 64 heads of 64 channels, 8 KV
+#: heads, 128 / 32 experts of 2880, top-4, every layer MoE, untied, vocabulary 201088; a
+#: 128-token sliding window on every other layer starting with the first, attention sinks,
+#: biases in attention, router and experts, the gated MLP clamped at 7 with a linear offset of
+#: 1; pre-trained at initial_context_length 4096, as Megatron-Bridge's GPT-OSS recipes; OpenAI's
+#: gpt-oss model card, Table 1: 116.83 B parameters, 5.13 B active; 20.91 B, 3.61 B).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -1441,6 +1501,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
         _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
                qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
+        *(_gpt_oss(name, layers, experts) for name, layers, experts in (
+            ("GPT-OSS 120B", 36, 128), ("GPT-OSS 20B", 24, 32))),
     )
 }
 

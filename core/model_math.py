@@ -272,6 +272,24 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
 
+    Softmax type (``model.softmax_type``; not a key column): off-by-one and learnable
+    (attention sinks, GPT-OSS) add one logit per query row to the softmax's denominator, inside
+    the same kernel (Transformer Engine's fused attention with ``softmax_type``, TE >= 2.8, and
+    Megatron-Core's unfused ``FusedScaleMaskSoftmax`` with ``softmax_offset``): one more
+    exponential per row against the row's ``s/2`` (causal) or ``w`` (windowed) ones and no GEMM
+    FLOPs; the backward's sink gradient is one more product per row (FlashAttention's
+    ``rowsum(dO * O)`` is already computed) reduced over the rows to ``a`` numbers. Negligible,
+    so these kernels are timed as the vanilla ones: the profile store has no sink variant of the
+    FlashAttention op, and a layer with sinks takes ``flash_attn``'s time (a named assumption,
+    not a measurement of TE's sink kernel). The sinks' ``a`` parameters are counted
+    (:func:`_attention_parameters`).
+
+    Gated MLP with a clamp and a linear offset (``activation_func_clamp_value``,
+    ``glu_linear_offset``; GPT-OSS's ``quick_geglu``, ``x sigmoid(1.702 x)`` gate): the clamp
+    and the offset are element-wise operations on values the fused activation kernel has in
+    registers (Megatron-Core's ``weighted_bias_quick_geglu_impl``): the same bytes as
+    ``bias_swiglu``, which times it.
+
     FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
     ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer
     Engine, the linear layers' GEMMs (QKV, projection, fc1, fc2 and their dgrad and wgrad)
@@ -503,12 +521,16 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
     """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
     their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
-    (see :func:`_dense_layer_parameters`)."""
+    (see :func:`_dense_layer_parameters`); with ``softmax_type`` learnable the ``a`` attention
+    sinks (Megatron-Core's ``softmax_offset``, one logit per head, sharded with the heads over
+    ``t``; off-by-one's zero logit is a buffer, no parameter)."""
     h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
     kv = model.head_dim
     qkv = (a + 2 * g) * kv
     bias = model.add_bias_linear
     sharded = h * qkv + a * kv * h + (qkv if bias or model.add_qkv_bias else 0)
+    if getattr(model, "softmax_type", "vanilla") == "learnable":
+        sharded += a  # attention sinks: one logit per head, split with the heads over t
     norm = 2 * h if model.normalization == "layernorm" else h
     qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, norm + (h if bias else 0) + qk_norm
@@ -740,7 +762,8 @@ class MoeLayerParameters:
 
 def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     """Parameters of one MoE layer: the attention half (:func:`_attention_parameters`), the
-    pre-MLP norm, the router gate ``h E``, ``E`` experts each an MLP of ``moe_ffn`` width
+    pre-MLP norm, the router gate ``h E`` (and its bias ``E`` with ``add_bias_linear``:
+    Megatron-Core's ``TopKRouter``; GPT-OSS's router bias), ``E`` experts each an MLP of ``moe_ffn`` width
     with the model's activation (:func:`_mlp_parameters`; Mixtral: ``3 h f_e``) and the shared
     experts as one dense MLP of ``num_shared_experts * moe_ffn`` width (Megatron-Core
     ``SharedExpertMLP``)."""
@@ -752,7 +775,8 @@ def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     norm = 2 * h if model.normalization == "layernorm" else h
     shared = _mlp_parameters(model, model.num_shared_experts * fe)[0] if model.num_shared_experts else 0
     shared_bias = h if (model.num_shared_experts and model.add_bias_linear) else 0
-    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + shared_bias,
+    router_bias = E if model.add_bias_linear else 0  # TopKRouter's bias (add_bias_linear)
+    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + router_bias + shared_bias,
                               E * expert, expert)
 
 
@@ -1556,11 +1580,12 @@ def _in_flight(schedule: str, p: int, m: int, v: int,
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
-    family's sharded layer parameters without biases, over ``t``, times the stage's layers
-    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    family's sharded layer parameters without biases and attention sinks, over ``t``, times the
+    stage's layers (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
     layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
     (the router's gate stays BF16)."""
-    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  softmax_type="vanilla")  # attention sinks stay BF16 too
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = np.array(_stage_counts(model, plan), float)
     moe_counts = stage_moe_layer_counts(model, plan)

@@ -353,6 +353,17 @@ ASSUMPTIONS = {
     "hsdp-node-shard": "HSDP sharding within a node and replicating across nodes shards over "
                        "the gpus_per_node/(t*cp) data-parallel ranks of a node "
                        "(data_parallel_shard_size)",
+    "window-from-notes": "the notes' 'N-token sliding window' alternating with full causal "
+                         "attention: window_size N on every other layer from the first "
+                         "(Megatron-Core --window-attn-skip-freq 2, GPT-OSS's layer_types)",
+    "attention-sinks-learnable": "the notes' attention sinks are Megatron-Core's learnable "
+                                 "softmax offset (softmax_type learnable, one logit per head), "
+                                 "timed as FlashAttention without sinks (one more logit per row)",
+    "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
+                      "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
+                      "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+    "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
+                              "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
 
 #: Column -> session field for the published-runs layout (the columns of
@@ -513,10 +524,19 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"\bMLA\b|latent attention", n, re.I):
         row.put(model, "model", "multi_latent_attention", True)
     if re.search(r"sliding[- ]window", n, re.I):
-        row.refuse("sliding-window attention", "the notes name sliding-window attention, whose "
-                   "window pattern the reader does not take from notes (model.window_size)")
+        window = re.search(r"alternates (\d+)-token sliding[- ]window and full causal", n, re.I)
+        if window:  # the one pattern the notes state (GPT-OSS): windowed, full, windowed ...
+            row.put(model, "model", "window_size", int(window.group(1)))
+            row.put(model, "model", "window_attn_skip_freq", 2)
+            row.assume("window-from-notes", f"window_size={window.group(1)}, "
+                       "window_attn_skip_freq=2")
+        else:
+            row.refuse("sliding-window attention", "the notes name sliding-window attention "
+                       "without its window and layer pattern ('alternates N-token sliding "
+                       "window and full causal'; model.window_size)")
     if re.search(r"attention sinks?", n, re.I):
-        row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
+        row.put(model, "model", "softmax_type", "learnable")
+        row.assume("attention-sinks-learnable")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
         row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP), which is "
                    "not modelled")
@@ -547,6 +567,29 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("dispatcher-as-all-to-all")
 
 
+#: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
+_ACTIVATION_QUALIFIERS = ("clamped", "biased")
+
+
+def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
+    """Split a qualified activation label (``"swiglu (clamped, biased)"``) into the activation
+    (``model.activation``) and its qualifiers: ``clamped`` sets GPT-OSS's clamp and linear
+    offset (assumption ``clamped-swiglu``); ``biased`` is returned for the caller (the family's
+    biases). A label with other qualifiers stays as it is (validation names it)."""
+    m = re.fullmatch(r"\s*(\w+)\s*\(([^)]*)\)\s*", model.activation)
+    if not m:
+        return set()
+    words = {w.strip() for w in m.group(2).split(",") if w.strip()}
+    if not words <= set(_ACTIVATION_QUALIFIERS):
+        return set()
+    model.activation = m.group(1)
+    if "clamped" in words:
+        row.put(model, "model", "activation_func_clamp_value", 7.0)
+        row.put(model, "model", "glu_linear_offset", 1.0)
+        row.assume("clamped-swiglu")
+    return words
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
@@ -573,13 +616,18 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     for col in ("activation", "normalization"):
         if v.get(col, ""):
             setattr(model, col, v[col].lower())
+    qualifiers = _activation_qualifiers(model, rw)
     if model.activation == "swiglu" and model.normalization == "rmsnorm":
         # the README's Llama-style rows: the columns do not hold the rest of the family, which
         # every such model shares (RoPE, no linear biases) and every framework of the sources
         # runs with fused attention (Megatron-Core/TE, torchtitan and fms-fsdp's SDPA)
         model.position_embedding, model.add_bias_linear = "rope", False
         model.attention_kernel = "flash"
-        rw.assume("llama-family")
+        rw.assume("llama-family", "linear biases from the activation label"
+                  if "biased" in qualifiers else "")
+    if "biased" in qualifiers:
+        model.add_bias_linear = True
+        rw.assume("biased-from-activation")
     if opt["num_query_groups"] is not None:
         model.num_query_groups = opt["num_query_groups"]
     tied = _flag(v.get("tied_embeddings", ""))

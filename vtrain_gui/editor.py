@@ -57,6 +57,9 @@ _LABELS = {
     "model.num_shared_experts": "Shared experts",
     "model.moe_layer_frequency": "MoE layer every",
     "model.moe_first_dense_layers": "First dense layers",
+    "model.softmax_type": "Softmax (sinks)",
+    "model.activation_func_clamp_value": "Gated MLP clamp",
+    "model.glu_linear_offset": "Gated MLP linear offset",
     "plan.tensor_parallel": "Tensor parallel t",
     "plan.pipeline_parallel": "Pipeline parallel p",
     "plan.data_parallel": "Data parallel d",
@@ -101,6 +104,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.kv_channels": "h/a",
               "model.num_experts": "none (dense model)",
               "model.moe_ffn_hidden_size": "MLP hidden size",
+              "model.activation_func_clamp_value": "no clamp",
               "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
@@ -201,7 +205,8 @@ class _FieldBinding(QtCore.QObject):
         if spec.type_name == "float":
             w = QtWidgets.QDoubleSpinBox(parent)
             w.setDecimals(_DECIMALS.get(spec.path, 2))
-            w.setRange(0.0, FLOAT_FIELD_MAX)
+            # a field that may be negative says so with its own minimum (glu_linear_offset)
+            w.setRange(min(0.0, spec.minimum or 0.0), FLOAT_FIELD_MAX)
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)
