@@ -28,6 +28,7 @@ for counts per cause).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -153,7 +154,49 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    return [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    out = [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    _check_recipe_siblings(out)
+    return out
+
+
+def _recipe(m: Measurement) -> tuple:
+    """What fixes a recipe's memory but the batch: source, GPU, model shape, precision and
+    the per-replica parallel layout (t, p, v, cp, ep, etp, b, schedule); the data-parallel size
+    and the global batch may differ between runs of one recipe."""
+    s = m.session
+    pl = s.plan
+    return (m.group.get("source"), s.cluster.gpu, dataclasses.astuple(s.model), pl.precision,
+            pl.fp8_recipe, pl.tensor_parallel, pl.pipeline_parallel, pl.virtual_pipeline_stages,
+            pl.context_parallel, pl.expert_parallel, pl.expert_tensor_parallel,
+            pl.micro_batch_size, pl.schedule)
+
+
+def _check_recipe_siblings(ms: list[Measurement]) -> None:
+    """A row predicted under an assumed recompute=none (Megatron-Core's default, the source
+    silent) whose recipe (:func:`_recipe`) another row of the file runs with memory that
+    contradicts that assumption (:func:`_check_assumed_recompute` skipped it) is skipped too:
+    the recipe recomputed (or offloaded) something, which the source does not state, and the
+    runs of one recipe share that setting."""
+    def assumed(m: Measurement) -> bool:
+        return any(a.startswith("megatron-recompute-default:") for a in m.assumptions)
+
+    unfit = {}
+    for m in ms:
+        if m.session is not None and assumed(m) and \
+                "recompute not stated (none does not fit)" in m.skip_causes:
+            unfit.setdefault(_recipe(m), m.row)
+    if not unfit:
+        return
+    for m in ms:
+        if m.skip_reason or m.session is None or not assumed(m):
+            continue
+        other = unfit.get(_recipe(m))
+        if other is not None:
+            m.skip_reason = (f"recompute is empty, and row {other} of the same source, GPU, model, "
+                             "precision and parallel layout does not fit without recomputation: "
+                             "the recipe recomputes or offloads activations, which the source "
+                             "does not state")
+            m.skip_causes = ["recompute not stated (a run of the same recipe needs it)"]
 
 
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
