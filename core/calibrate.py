@@ -42,7 +42,7 @@ import numpy as np
 from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
-from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, fp8_weights_per_gpu
+from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
                   kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
                   table_covers)
@@ -347,7 +347,9 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                         {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
                         1.0, FP8_WEIGHT_CAST_OP)
         elif op_id in _COMPUTE_IDS:
-            add(op_kernels(name, key), float((ops == op_id).sum()), name)
+            # a windowed layer's op: the window in its key (as core.graph.lookup_op_times)
+            k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
+            add(op_kernels(name, k), float((ops == op_id).sum()), name)
         else:  # an op the kernel form does not know: the simulator's own lookups time it
             kernel_form = False
     comm = (ops >= 0) & ~compute
