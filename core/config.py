@@ -83,7 +83,7 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
                      "shared_experts")
 #: Modules of :data:`RECOMPUTE_MODULES` the simulator does not model (refused by name).
-UNMODELLED_RECOMPUTE_MODULES = {"mla_up_proj": "multi-head latent attention is not modelled"}
+UNMODELLED_RECOMPUTE_MODULES: dict[str, str] = {}
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
@@ -167,6 +167,10 @@ BOUNDS: dict[str, Bound] = {
     "shared_experts": Bound(0, 65_536, "DeepSeek-V3 has one shared expert, Qwen2-MoE four"),
     "dense_layers": Bound(0, 10_000, "at most every layer"),
     "imbalance": Bound(1, 1_000, "tokens of the busiest expert over the mean; 1 is balanced"),
+    "latent": Bound(1, 1_000_000, "DeepSeek-V3's latent ranks are 512 (K/V) and 1536 (Q), at "
+                    "most the hidden-size bound"),
+    "mla_head": Bound(1, 65_536, "DeepSeek-V2/V3 heads are 128 (+64 rotary) channels"),
+    "mtp_layers": Bound(0, 10_000, "DeepSeek-V3 predicts one extra token (one MTP layer)"),
 }
 
 
@@ -252,8 +256,30 @@ class ModelConfig:
         0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
         "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
         bounds=BOUNDS["dense_layers"])
-    multi_latent_attention: bool = _f(False, "", "Multi-head latent attention (DeepSeek-V2/V3, "
-                                      "--multi-latent-attention)")
+    multi_latent_attention: bool = _f(
+        False, "", "Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention; "
+        "Megatron-Core MLASelfAttention): queries and keys/values pass through low-rank latents "
+        "(q_lora_rank, kv_lora_rank); heads of qk_head_dim + qk_pos_emb_head_dim channels for the "
+        "scores and v_head_dim for the values. With qk_layernorm the latents are normalized "
+        "(Megatron's q_layernorm / kv_layernorm). Needs attention_kernel flash")
+    q_lora_rank: int | None = _f(
+        None, "", "With MLA: rank of the query latent (--q-lora-rank; DeepSeek-V3 1536); empty "
+        "means no query compression (one h -> a*(qk_head_dim + qk_pos_emb_head_dim) projection)",
+        short="q_lora", bounds=BOUNDS["latent"])
+    kv_lora_rank: int = _f(512, "", "With MLA: rank of the key/value latent (--kv-lora-rank)",
+                           short="kv_lora", bounds=BOUNDS["latent"])
+    qk_head_dim: int = _f(128, "", "With MLA: channels of each query/key head without the "
+                          "rotary part (--qk-head-dim; DeepSeek's qk_nope_head_dim)",
+                          bounds=BOUNDS["mla_head"])
+    qk_pos_emb_head_dim: int = _f(64, "", "With MLA: rotary channels of each query/key head, "
+                                  "the key's shared by all heads (--qk-pos-emb-head-dim; "
+                                  "DeepSeek's qk_rope_head_dim)", bounds=BOUNDS["mla_head"])
+    v_head_dim: int = _f(128, "", "With MLA: channels of each value head (--v-head-dim); the "
+                         "output projection's input is a*v_head_dim wide",
+                         bounds=BOUNDS["mla_head"])
+    mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers (--mtp-num-layers; "
+                             "DeepSeek-V3: 1); not modelled yet: 0 only",
+                             bounds=BOUNDS["mtp_layers"])
     window_size: int | None = _f(
         None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
         "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
@@ -277,8 +303,13 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         """Attention head size: :attr:`kv_channels`, or ``h/a`` when unset (Megatron's
-        ``--kv-channels`` default)."""
-        return self.kv_channels if self.kv_channels else self.hidden_size // self.num_attention_heads
+        ``--kv-channels`` default); with multi-head latent attention the query/key head size
+        ``qk_head_dim + qk_pos_emb_head_dim`` (validation keeps ``kv_channels`` equal to it)."""
+        if self.kv_channels:
+            return self.kv_channels
+        if self.multi_latent_attention is True:
+            return self.qk_head_dim + self.qk_pos_emb_head_dim
+        return self.hidden_size // self.num_attention_heads
 
     @property
     def is_moe(self) -> bool:
@@ -995,6 +1026,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
     errs += moe_errors(m, pl)
+    errs += _mla_plan_errors(m, pl)
     try:
         counts = stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
@@ -1096,9 +1128,7 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of the model's mixture-of-experts and attention fields; what the simulator does not
     model is refused by name."""
     errs: list[FieldError] = []
-    if m.multi_latent_attention is True:
-        errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
-                               "(DeepSeek-V2/V3) is not modelled"))
+    errs += _mla_model_errors(m)
     errs += _moe_model_errors(m)
     w, n = m.window_size, m.window_attn_skip_freq
     if n is not None and w is None:
@@ -1108,6 +1138,62 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.window_size", "sliding-window attention needs "
                                "attention_kernel = flash (Megatron-Core's unfused "
                                "DotProductAttention has no window; Transformer Engine's has)"))
+    return errs
+
+
+#: The MLA fields and their values without MLA (the dataclass defaults).
+_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of multi-head latent attention (Megatron-Core ``MLATransformerConfig`` and the
+    combinations the simulator models), each naming its field:
+
+    * ``mtp_num_layers`` other than 0 is not modelled (multi-token prediction).
+    * Without ``multi_latent_attention`` the MLA fields keep their defaults (a value there
+      would be ignored: refused instead).
+    * With it: ``kv_channels`` unset or ``qk_head_dim + qk_pos_emb_head_dim`` (Megatron's
+      MLA sets the query/key head size so; another value names another model); no grouped
+      query attention (``num_query_groups`` unset or ``a``: MLA's keys and values have ``a``
+      heads); ``attention_kernel`` flash (Megatron-Core runs MLA's core in Transformer
+      Engine's fused attention, which takes a value head size other than the query's);
+      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window and no context
+      parallelism (not modelled with MLA; see :func:`validate`'s plan rules).
+    """
+    errs: list[FieldError] = []
+    mtp = m.mtp_num_layers
+    if _is_int(mtp) and mtp != 0:
+        errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp}: multi-token "
+                               "prediction is not modelled yet (0 only)"))
+    if m.multi_latent_attention is not True:
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+        for name in _MLA_FIELDS:
+            if getattr(m, name) != defaults[name]:
+                errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
+                                       "multi_latent_attention (multi-head latent attention)"))
+        return errs
+    if not all(_is_int(getattr(m, n)) for n in _MLA_FIELDS[1:]):
+        return errs  # type errors are reported by section_errors
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    if m.kv_channels is not None and m.kv_channels != qk:
+        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} with multi-head "
+                               "latent attention must be empty or qk_head_dim + "
+                               f"qk_pos_emb_head_dim = {qk} (the query/key head size)"))
+    if m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads:
+        errs.append(FieldError("model.num_query_groups", f"num_query_groups={m.num_query_groups} "
+                               "with multi-head latent attention: MLA's keys and values have one "
+                               "head per query head (leave it empty)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("model.attention_kernel", "multi-head latent attention needs "
+                               "attention_kernel = flash (Megatron-Core runs MLA's core in "
+                               "Transformer Engine's fused attention; the unfused path is not "
+                               "modelled)"))
+    if m.add_qkv_bias:
+        errs.append(FieldError("model.add_qkv_bias", "add_qkv_bias with multi-head latent "
+                               "attention: MLA's projections have no bias"))
+    if m.window_size is not None:
+        errs.append(FieldError("model.window_size", "sliding-window attention with multi-head "
+                               "latent attention is not modelled"))
     return errs
 
 
@@ -1211,6 +1297,24 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
                                f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
                                f" is not divisible by tensor_parallel_size={t}"))
+    return errs
+
+
+def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of a plan for multi-head latent attention: the recompute module ``mla_up_proj``
+    (Megatron-Core: MLA's up-projections under ``CheckpointWithoutOutput``) needs an MLA model;
+    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes)."""
+    errs: list[FieldError] = []
+    mla = m.multi_latent_attention is True
+    if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) and not mla \
+            and "mla_up_proj" in parse_recompute_modules(pl.recompute_modules):
+        errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
+                               "model.multi_latent_attention (it recomputes MLA's "
+                               "up-projections)"))
+    if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-head latent attention is not "
+                               "modelled"))
     return errs
 
 

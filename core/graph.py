@@ -344,7 +344,7 @@ def op_key(session: Session) -> dict:
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                g=m.query_groups, act=m.activation, norm=m.normalization,
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
+               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
     if m.is_moe:  # the MoE ops' columns (core.model_math.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
@@ -495,10 +495,17 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
     neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
-    one half, as the MLP. With FP8 the weight GEMMs run ``fp8_speedup``
+    one half, as the MLP. Multi-head latent attention: its linear layers' forward FLOPs
+    ``F_lin`` over ``2 F_lin + 2 F_core`` (:func:`core.model_math.mla_forward_flops_per_token`;
+    GPT's ``8h^2`` and ``4sh`` give the ratio above). With FP8 the weight GEMMs run ``fp8_speedup``
     times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
     count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
+    if op == "attention_bwd" and session.model.multi_latent_attention is True:
+        # MLA: its linear layers' and core's FLOPs (core.model_math.mla_forward_flops_per_token)
+        linear, core = model_math.mla_forward_flops_per_token(session.model)
+        r = fp8_speedup
+        return linear / r / (2 * linear / r + 2 * core)
     if op in ("attention_bwd", "attention_swa_bwd"):
         h, s = session.model.hidden_size, session.model.seq_length
         if op == "attention_swa_bwd":  # the core over the band: s -> 2 * band area / s
@@ -522,6 +529,7 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
 #: and its exposed part (:func:`_cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+            "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
             *(f"{b}_{k}" for b in ("layer", "first", "last", "moe") for k in ("ag", "rs", "ar")),
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
@@ -719,6 +727,8 @@ class _Structure:
     ``modules``: the modules it recomputes (:func:`core.config.recompute_modules`).
     ``window_layers``: the chunk's layers with sliding-window attention (global indices;
     :func:`core.model_math.window_layer_mask`), whose attention ops are ``attention_swa_*``.
+    ``mla``: multi-head latent attention, whose attention ops' input-side tensor-parallel
+    collectives move the latents (``tp_mla_*``, :func:`core.model_math.mla_tp_latent_width`).
     """
 
     vstage: int
@@ -740,6 +750,7 @@ class _Structure:
     shared: bool = False
     modules: tuple[str, ...] = ()
     window_layers: tuple[int, ...] = ()
+    mla: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -777,7 +788,8 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                       window_layers=_window_layers(m.num_layers,
                                                    bool(getattr(m, "window_size", None)),
                                                    getattr(m, "window_attn_skip_freq", None),
-                                                   first, stop), **moe)
+                                                   first, stop),
+                      mla=m.multi_latent_attention is True, **moe)
 
 
 @lru_cache(maxsize=4096)
@@ -808,7 +820,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     wunit: _Unit | None = None  # where the current backward unit's W tasks go
 
     def comm(out: _Unit, kind: str) -> None:
-        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
+        # an MLA attention's latent collectives (source tp_mla_*) are tp_* collectives
+        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind.removeprefix("mla_"))
 
     def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
         """Context parallelism: an attention op as its part outside the ring (``pre``, when
@@ -832,8 +845,11 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
         all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
+        # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
+        # input; the backward reduces the latents' gradients (core.model_math.mla_tp_latent_width)
+        latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
         if st.tp and sp and before:
-            comm(out, "all_gather")
+            comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
         if st.split and wunit is not None and op in _W_OPS:
             wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
             if op != "embedding_bwd":  # all weight gradient: no B task
@@ -841,7 +857,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         else:
             compute(out, kind, op, op)
         if st.tp and after:
-            comm(out, "reduce_scatter" if sp else "all_reduce")
+            comm(out, ("" if op == "attention_fwd" else latent)
+                 + ("reduce_scatter" if sp else "all_reduce"))
 
     def gather(out: _Unit, bucket: str) -> None:
         """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
@@ -1032,6 +1049,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                     block(u, K["backward"], "mlp_bwd", True, True)
                 if "layernorm" in mods:  # the input norm's output, QKV's input
                     u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+                if "mla_up_proj" in mods:  # MLA's Q, K, V rebuilt from the kept latents
+                    u.add(K["recompute"], COMPUTE, "mla_up_proj_fwd", "mla_up_proj_fwd")
                 if st.selective and st.cp:  # the core recomputed runs its ring again
                     ring(u, K["recompute"], "fwd", None)
                 elif st.selective:
@@ -1410,6 +1429,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
         tp = {k: tp_call(k, act_bytes) for k in kinds}
+        if m.multi_latent_attention is True:  # MLA's latent collectives (mla_tp_latent_width)
+            latent_bytes = act_bytes / m.hidden_size * model_math.mla_tp_latent_width(m)
+            tp.update({"mla_" + k: tp_call(k, latent_bytes) for k in kinds})
     moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
     v = num_chunks(pl)
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))

@@ -55,6 +55,8 @@ __all__ = [
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
+    "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
+    "attention_forward_flops_per_token", "mla_tp_latent_width",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -220,7 +222,22 @@ def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) ->
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
-                                       "cp": 1}
+                                       "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0}
+#: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the
+#: query latent's rank (0: no query compression), ``kvlr`` the key/value latent's rank (0: not
+#: MLA), ``qkd``, ``qpe``, ``vd`` the query/key head's channels without and with rotary
+#: embedding and the value head's.
+MLA_KEY = ("qlr", "kvlr", "qkd", "qpe", "vd")
+
+
+def mla_key(model: ModelConfig) -> dict[str, int]:
+    """The MLA key columns (:data:`MLA_KEY`) of ``model``: its latent ranks and head sizes with
+    ``multi_latent_attention``, all 0 without (the attention ops' GPT values)."""
+    if getattr(model, "multi_latent_attention", False) is not True:
+        return dict.fromkeys(MLA_KEY, 0)
+    return dict(qlr=int(model.q_lora_rank or 0), kvlr=int(model.kv_lora_rank),
+                qkd=int(model.qk_head_dim), qpe=int(model.qk_pos_emb_head_dim),
+                vd=int(model.v_head_dim))
 #: Family columns whose GPT value derives from the shape columns (``None`` in
 #: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
 #: size ``h/a`` (Megatron's ``--kv-channels`` default).
@@ -317,6 +334,9 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd") \
+            and int(key.get("kvlr", 0) or 0):
+        return _mla_op_kernels(op, key)
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
         heads, groups, dh = a // t, g // t, int(key["kv"])
@@ -502,6 +522,8 @@ def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
     """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
     their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
     (see :func:`_dense_layer_parameters`)."""
+    if getattr(model, "multi_latent_attention", False) is True:
+        return _mla_attention_parameters(model)
     h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
     kv = model.head_dim
     qkv = (a + 2 * g) * kv
@@ -550,13 +572,25 @@ def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, f
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
+    h = model.hidden_size
+    V = padded_vocab_size(model.vocab_size, t)
+    linear, core = attention_forward_flops_per_token(model)
+    mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
+    return linear + mlp + core, core, 2 * h * V
+
+
+def attention_forward_flops_per_token(model: ModelConfig) -> tuple[float, float]:
+    """``(linear layers, core)`` forward FLOPs per token of one layer's attention.
+
+    Multi-head or grouped-query attention with head size ``kv``: QKV ``2h(a + 2g)kv`` and
+    projection ``2 a kv h``; core ``4 s a kv`` (scores and values over the full ``s x s``,
+    Megatron's unmasked count). Multi-head latent attention: :func:`mla_forward_flops_per_token`.
+    """
+    if getattr(model, "multi_latent_attention", False) is True:
+        return mla_forward_flops_per_token(model)
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
     kv = model.head_dim
-    V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * kv
-    mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    core = 4 * s * a * kv
-    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
+    return 2 * h * (a + 2 * g) * kv + 2 * a * kv * h, 4 * s * a * kv
 
 
 def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str,
@@ -620,30 +654,39 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     sbh = s * b * h
     sp = plan.sequence_parallel
     flash = model.attention_kernel == "flash"
-    attn = 4 + 4 * model.query_groups / a if flash else 8
-    if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
-        attn += 2 + 2 * model.query_groups / a
-    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    mla = getattr(model, "multi_latent_attention", False) is True
+    base = 10.0
+    if mla:  # multi-head latent attention: its heads and latents (_mla_activation_terms)
+        attn, latent = _mla_activation_terms(model, plan, mods)
+        base += latent
+        proj_width = a * model.v_head_dim  # the projection's input: a heads of v_head_dim
+    else:
+        attn = 4 + 4 * model.query_groups / a if flash else 8
+        if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
+            attn += 2 + 2 * model.query_groups / a
+        attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+        proj_width = a * model.head_dim  # the projection's input is a kv wide
     per_f = 6 if model.activation == "swiglu" else 4
     moe = mlp is not None
     if mlp is None:
         mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
-    base = 10.0
     if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
-        # QKV's input (the first norm's output) 2 -> 1; fc1's (the second's) 2 -> 1, but in an
-        # MoE layer the router keeps that tensor in BF16 (its gate is a plain BF16 linear), so
-        # the shared experts' FP8 copy adds 1 (and without shared experts nothing changes)
+        # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
+        # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
+        # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
+        # adds 1 (and without shared experts nothing changes)
+        qkv_in = 0 if mla else 1
         if not moe:
-            base -= 2  # QKV's and fc1's inputs
+            base -= qkv_in + 1  # QKV's and fc1's inputs
         else:
-            base -= 1 - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
+            base -= qkv_in - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
         mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
         # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
-        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
-    mods = recompute_modules(plan) if mode == "selective" else ()
+        split += proj * proj_width / h - mlp_in
     if "layernorm" in mods:  # the two norms' outputs (QKV's and fc1's inputs) are not kept
         base -= 4
     if ("mlp" in mods and not moe) or (moe and ("moe" in mods or "shared_experts" in mods)):
@@ -657,6 +700,246 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
+
+
+# --------------------------------------------------------------------------- multi-head latent attention
+
+def _mla_dims(model_or_key: Any) -> tuple[int, int, int, int, int]:
+    """``(q_lora_rank or 0, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)`` of a
+    model or of an op key (:data:`MLA_KEY`)."""
+    if isinstance(model_or_key, Mapping):
+        k = model_or_key
+        return int(k["qlr"]), int(k["kvlr"]), int(k["qkd"]), int(k["qpe"]), int(k["vd"])
+    m = model_or_key
+    return (int(m.q_lora_rank or 0), int(m.kv_lora_rank), int(m.qk_head_dim),
+            int(m.qk_pos_emb_head_dim), int(m.v_head_dim))
+
+
+def _mla_attention_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of a layer's multi-head latent attention.
+
+    Megatron-Core ``MLASelfAttention`` with the Transformer Engine layer spec
+    (``gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(multi_latent_attention=True)``):
+    the down projections are ``TELinear`` with ``parallel_mode="duplicated"`` (every
+    tensor-parallel rank holds them whole: replicated), the up projections column-parallel and
+    the output projection row-parallel (sharded over ``t``, their heads split). With ``a``
+    heads, ranks ``q_l`` (0: no query compression), ``kv_l`` and head sizes ``d_qk`` (without
+    rotary), ``d_pe`` (rotary), ``d_v``:
+
+    * sharded: query up-projection ``q_l a (d_qk + d_pe)`` (without compression the query
+      projection ``h a (d_qk + d_pe)``), key/value up-projection ``kv_l a (d_qk + d_v)``,
+      output projection ``a d_v h``;
+    * replicated: query down-projection ``h q_l``, key/value down-projection
+      ``h (kv_l + d_pe)`` (the rotary key is shared by the heads), the latent norms with
+      ``qk_layernorm`` (Megatron's ``q_layernorm`` over ``q_l``, ``kv_layernorm`` over ``kv_l``;
+      twice that with LayerNorm), the input norm and the projection's bias with
+      ``add_bias_linear`` (MLA's other linears have none).
+
+    DeepSeek-V3 (h 7168, 128 heads, q_l 1536, kv_l 512, 128 + 64, v 128, RMSNorm, QK-norm):
+    171,966,464 sharded and 15,148,032 replicated per layer (187,114,496 with the input norm).
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    q = ql * a * (qk + pe) if ql else h * a * (qk + pe)
+    sharded = q + kvl * a * (qk + dv) + a * dv * h
+    w = 2 if model.normalization == "layernorm" else 1  # weights per normalized channel
+    latent_norms = w * (ql + kvl) if model.qk_layernorm else 0
+    replicated = (h * ql + h * (kvl + pe) + latent_norms + w * h
+                  + (h if model.add_bias_linear else 0))
+    return sharded, replicated
+
+
+def mla_forward_flops_per_token(model: ModelConfig) -> tuple[float, float]:
+    """``(linear layers, core)`` forward FLOPs per token of multi-head latent attention (2 FLOPs
+    per multiply-add; names as :func:`_mla_attention_parameters`).
+
+    Linear: query ``2 q_l (h + a (d_qk + d_pe))`` (without compression ``2 h a (d_qk + d_pe)``),
+    key/value ``2 h (kv_l + d_pe) + 2 kv_l a (d_qk + d_v)``, projection ``2 a d_v h``; core
+    ``2 s a (d_qk + d_pe) + 2 s a d_v`` (scores over heads of ``d_qk + d_pe`` channels, values
+    of ``d_v``; the full ``s x s`` as this module counts dense attention). Megatron-LM's
+    ``num_floating_point_operations`` counts the same GEMMs, but halves the core for the causal
+    mask and adds one FLOP per latent channel for the norms.
+    """
+    h, s, a = model.hidden_size, model.seq_length, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    q = 2 * ql * (h + a * (qk + pe)) if ql else 2 * h * a * (qk + pe)
+    kv = 2 * h * (kvl + pe) + 2 * kvl * a * (qk + dv)
+    return q + kv + 2 * a * dv * h, 2 * s * a * (qk + pe + dv)
+
+
+def mla_up_proj_forward_flops_per_token(model: ModelConfig) -> float:
+    """Forward FLOPs per token of MLA's up-projections (what recompute module ``mla_up_proj``
+    runs again): ``2 q_l a (d_qk + d_pe) + 2 kv_l a (d_qk + d_v)`` (without query compression
+    the query projection ``2 h a (d_qk + d_pe)``)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    return 2 * (ql or h) * a * (qk + pe) + 2 * kvl * a * (qk + dv)
+
+
+def mla_tp_latent_width(model: ModelConfig) -> int:
+    """Channels per token of MLA's tensor-parallel collective on the attention's input side,
+    in place of the dense layer's ``h``: the up projections' inputs, ``(q_l or h) + kv_l``,
+    and the rotary key ``d_pe``.
+
+    Megatron-Core ``MLASelfAttention``: with sequence parallelism the replicated down
+    projections run on the rank's ``s/t`` tokens and the column-parallel up projections
+    all-gather their latents (and the rotary key is all-gathered), instead of the dense
+    layer's all-gather of the ``h``-wide input; the backward reduce-scatters their gradients.
+    Without sequence parallelism the backward all-reduces the gradients of the up projections'
+    inputs and of the rotary key (identical latents on every rank) instead of the ``h``-wide
+    input gradient. Without query compression the query projection's input is the ``h``-wide
+    hidden state."""
+    ql, kvl, _, pe, _ = _mla_dims(model)
+    return (ql or model.hidden_size) + kvl + pe
+
+
+#: Kernel-name prefixes of MLA's up-projection part (the latent norms, the up-projections with
+#: their FP8 quantization, RoPE and the assembly of Q, K, V): what ``mla_up_proj`` recomputes.
+_MLA_UP_PREFIXES = ("q_latent_", "kv_latent_", "q_up_proj", "kv_up_proj", "q_proj",
+                    "mla_rope_concat")
+
+
+def _mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of a multi-head latent attention op (``attention_fwd``,
+    ``attention_bwd`` and the core's ``attention_core_fwd/bwd`` of a key with ``kvlr > 0``).
+
+    Megatron-Core ``MLASelfAttention`` (``get_query_key_value_tensors``, TE layer spec), per
+    micro-batch of ``T = b s`` tokens, ``a/t`` heads per rank: the input norm; the down
+    projections, replicated ``TELinear`` layers, on the rank's ``T_in`` tokens (``T/t`` with
+    sequence parallelism: the input is not gathered; ``T`` without, every rank computes them
+    whole): query ``(T_in, h) x (h, q_l)``, key/value ``(T_in, h) x (h, kv_l + d_pe)``; the
+    latent norms with QK-norm (key ``qkn``; Megatron's ``q_layernorm`` / ``kv_layernorm``,
+    fused into the up projections' ``TELayerNormColumnParallelLinear``) on ``T_in`` tokens;
+    the column-parallel up projections on the ``T`` gathered tokens, query ``(T, q_l) x (q_l,
+    a (d_qk + d_pe)/t)`` (without compression the query projection from ``h``), key/value
+    ``(T, kv_l) x (kv_l, a (d_qk + d_v)/t)``; RoPE on the rotary channels and the assembly of
+    Q and K (``a/t`` heads of ``d_qk + d_pe``, the rotary key expanded to every head) and V
+    (``d_v``), one kernel reading the up projections' outputs and writing Q, K, V (Megatron's
+    fused MLA RoPE kernels); the core in FlashAttention (TE fused attention; causal, half the
+    ``s x s`` products: ``2 b (a/t) (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that
+    backward as the dense core); the row-parallel output projection ``(T, a d_v/t) x (a
+    d_v/t, h)``. The backward runs each GEMM's input and weight gradients and accumulates the
+    weight gradients; FP8 quantizes each linear layer's input and output gradient as the dense
+    layer's (:func:`linear_kernels`). The attention is FlashAttention only (validation
+    refuses MLA with the unfused kernel and with context parallelism).
+    """
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    heads = int(key["a"]) // t
+    ql, kvl, qk, pe, dv = _mla_dims(key)
+    dqk = qk + pe
+    T = b * s
+    sp = bool(key.get("sp"))
+    T_in = T // t if sp else T  # the down projections' tokens (replicated layers)
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    qkn = bool(int(key.get("qkn", 0) or 0))
+    q_cols, kv_cols, ctx = heads * dqk, heads * (qk + dv), heads * dv
+    q_in = ql or h  # the query up-projection's input (the hidden state without compression)
+    pairs = attended_pairs(s)
+    flops = 2.0 * b * heads * pairs * (dqk + dv)
+    core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
+                   b * heads)]
+    core_bwd = [Kernel("flash_attn_bwd", 2.5 * flops, float(e * T * heads * (4 * dqk + 4 * dv)),
+                       s, s, dqk, b * heads)]
+    if op == "attention_core_fwd":
+        return core
+    if op == "attention_core_bwd":
+        return core_bwd
+    # read the up projections' outputs and the rotary key, write Q, K (a/t heads of d_qk + d_pe)
+    # and V (d_v)
+    assemble = e * T * (q_cols + kv_cols + pe + 2 * q_cols + ctx)
+    q_norm = [_mem(f"q_latent_{norm}", 2 * T_in * ql * e)] if (qkn and ql) else []
+    kv_norm = [_mem(f"kv_latent_{norm}", 2 * T_in * kvl * e)] if qkn else []
+    if ql:
+        q_up = [*q_norm, *cast("q_up_proj_input", T * ql),
+                linear("q_up_proj", T, q_cols, ql)]             # (b*s, q_l) x (q_l, a dqk/t)
+    else:
+        q_up = [*cast("q_proj_input", T * h), linear("q_proj", T, q_cols, h)]
+    if op == "attention_fwd":
+        return [
+            _mem(norm, 2 * tok),
+            *cast("down_proj_input", T_in * h),
+            *([linear("q_down_proj", T_in, ql, h)] if ql else []),   # (T_in, h) x (h, q_l)
+            linear("kv_down_proj", T_in, kvl + pe, h),                # (T_in, h) x (h, kv_l+pe)
+            *q_up,
+            *kv_norm, *cast("kv_up_proj_input", T * kvl),
+            linear("kv_up_proj", T, kv_cols, kvl),                   # (b*s, kv_l) x (kv_l, .)
+            _mem("mla_rope_concat", assemble),
+            *core,
+            *cast("proj_input", T * ctx),
+            linear("proj", T, h, ctx),                               # (b*s, a dv/t) x (., h)
+        ]
+    weights = (h * ql + h * (kvl + pe) + (ql * q_cols if ql else h * q_cols) + kvl * kv_cols
+               + ctx * h)
+    if ql:
+        q_up_bwd = [*cast("q_up_proj_grad", T * q_cols),
+                    linear("q_up_proj_dgrad", T, ql, q_cols), linear("q_up_proj_wgrad", q_cols, ql, T),
+                    *([_mem(f"q_latent_{norm}_bwd", 4 * T_in * ql * e)] if qkn else [])]
+    else:
+        q_up_bwd = [*cast("q_proj_grad", T * q_cols),
+                    linear("q_proj_dgrad", T, h, q_cols), linear("q_proj_wgrad", q_cols, h, T)]
+    return [
+        _mem("bias_dropout_add_bwd", 2 * tok),
+        *cast("proj_grad", T * h),
+        linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+        _mem("wgrad_accumulate", acc * weights),
+        *core_bwd,
+        _mem("mla_rope_concat_bwd", assemble),
+        *cast("kv_up_proj_grad", T * kv_cols),
+        linear("kv_up_proj_dgrad", T, kvl, kv_cols), linear("kv_up_proj_wgrad", kv_cols, kvl, T),
+        *([_mem(f"kv_latent_{norm}_bwd", 4 * T_in * kvl * e)] if qkn else []),
+        *q_up_bwd,
+        *cast("down_proj_grad", T_in * (ql + kvl + pe)),
+        *([linear("q_down_proj_dgrad", T_in, h, ql), linear("q_down_proj_wgrad", ql, h, T_in)]
+          if ql else []),
+        linear("kv_down_proj_dgrad", T_in, h, kvl + pe),
+        linear("kv_down_proj_wgrad", kvl + pe, h, T_in),
+        _mem(f"{norm}_bwd", 4 * tok),
+    ]
+
+
+def _mla_activation_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...]
+                          ) -> tuple[float, float]:
+    """``(attention, latent)`` activation terms of multi-head latent attention in the units of
+    :func:`_dense_activation_bytes_per_layer` (bytes per token over ``h``, 16-bit tensors):
+    ``attention`` is split over ``t`` (the ``a/t`` heads), ``latent`` is kept whole by every
+    tensor-parallel rank without sequence parallelism (the replicated down projections'
+    outputs) and split with it (each rank's ``s/t`` tokens), as the table's ``10``.
+
+    What Megatron-Core's ``MLASelfAttention`` saves for the backward (TE layer spec):
+
+    * attention: the core's Q and K (``a (d_qk + d_pe)`` each), V and the output, which is
+      the projection's input (``a d_v`` each): ``2a (2 (d_qk + d_pe) + 2 d_v)/h``;
+    * latent: each latent the up projections read, ``q_l + kv_l`` channels, twice with
+      QK-norm (the norm's input and output, ``TELayerNormColumnParallelLinear``): ``4 (q_l +
+      kv_l)/h``, else ``2 (q_l + kv_l)/h``. RoPE and the assembly of Q, K, V keep nothing.
+
+    Selective recomputation ``mla_up_proj`` (Megatron-Core ``CheckpointWithoutOutput`` around
+    the up projections and RoPE): Q, K and V are freed after the core's forward and rebuilt in
+    the backward (attention ``2a d_v/h``: the output only), and the checkpoint keeps its
+    inputs, the latents before their norms and the rotary key: ``2 (q_l + kv_l + d_pe)/h``.
+
+    FP8 (``precision="fp8"``): the up projections keep their input as TE's FP8 copy (1 byte:
+    ``3 (q_l + kv_l)/h`` with QK-norm, ``(q_l + kv_l)/h`` without); the checkpoint's inputs
+    stay BF16. (The input norm's output is read by two TE linears, the two down projections,
+    or the query projection and the key/value down projection, each keeping its FP8 copy:
+    ``2`` as in BF16, applied by the caller, as is the projection input's FP8 rule.)
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    fp8 = plan.precision == "fp8"
+    if "mla_up_proj" in mods:
+        return 2 * a * dv / h, 2 * (ql + kvl + pe) / h
+    attention = 2 * a * (2 * (qk + pe) + 2 * dv) / h
+    if model.qk_layernorm:
+        latent = (3 if fp8 else 4) * (ql + kvl) / h
+    else:
+        latent = (1 if fp8 else 2) * (ql + kvl) / h
+    return attention, latent
 
 
 # --------------------------------------------------------------------------- mixture of experts
@@ -973,9 +1256,9 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
 OP_KEYS: dict[str, tuple[str, ...]] = {
     "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
-                      "cp"),
+                      "cp", *MLA_KEY),
     "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
-                      "cp"),
+                      "cp", *MLA_KEY),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -1023,7 +1306,8 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "experts_act_fwd": "experts_fwd",
                                "attention_swa_fwd": "attention_fwd",
                                "attention_swa_bwd": "attention_bwd",
-                               "attention_core_swa_fwd": "attention_fwd"}
+                               "attention_core_swa_fwd": "attention_fwd",
+                               "mla_up_proj_fwd": "attention_fwd"}
 #: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
 #: the window) and the op each is a variant of.
 SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
@@ -1037,19 +1321,21 @@ _ACTS = ("bias_swiglu", "bias_gelu")
 #: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
 #: without the norm before and the residual add after (``mlp``), the router without the norm
 #: and the residual add and the un-permutation without the residual add (``moe``, the whole
-#: ``MoELayer``), the experts' activation (``moe_act``).
+#: ``MoELayer``), the experts' activation (``moe_act``), MLA's latent norms, up-projections
+#: and the assembly of Q, K, V (``mla_up_proj``).
 PART_OPS: dict[str, Callable[[str], bool]] = {
     "layernorm_fwd": lambda n: n in _NORMS,
     "mlp_core_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
     "router_gate_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
     "moe_unpermute_core_fwd": lambda n: n != "bias_dropout_add",
     "experts_act_fwd": lambda n: n in _ACTS,
+    "mla_up_proj_fwd": lambda n: n.startswith(_MLA_UP_PREFIXES),
 }
 #: The derived ops each recomputed module runs (core_attn: ``attention_core_fwd``).
 MODULE_OPS: dict[str, tuple[str, ...]] = {
     "core_attn": ("attention_core_fwd",), "layernorm": ("layernorm_fwd",),
     "mlp": ("mlp_core_fwd",), "moe": ("router_gate_fwd", "moe_unpermute_core_fwd"),
-    "moe_act": ("experts_act_fwd",), "shared_experts": ()}
+    "moe_act": ("experts_act_fwd",), "shared_experts": (), "mla_up_proj": ("mla_up_proj_fwd",)}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -1340,7 +1626,9 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     (:func:`core.config.recompute_modules`): ``core_attn`` the attention core, ``4sh``
     per token and layer (Korthikanti et al. 2022, Sec. 5), ``mlp`` the dense layers' MLP,
     ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
-    those alone (``layernorm`` and ``moe_act`` are element-wise: no GEMM FLOPs)."""
+    those alone, ``mla_up_proj`` MLA's up-projections
+    (:func:`mla_up_proj_forward_flops_per_token`; ``layernorm`` and ``moe_act`` are
+    element-wise: no GEMM FLOPs)."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
@@ -1360,6 +1648,8 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
                               + per_f * moe_ffn(model) * (model.moe_top_k + model.num_shared_experts))
         elif n_moe and "shared_experts" in mods:
             extra += n_moe * per_f * moe_ffn(model) * model.num_shared_experts
+        if "mla_up_proj" in mods and model.multi_latent_attention is True:
+            extra += model.num_layers * mla_up_proj_forward_flops_per_token(model)
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     return model_flops_per_iteration(model, plan) + tokens * extra
 
@@ -1410,12 +1700,17 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     family's sharded layer parameters without biases, over ``t``, times the stage's layers
     (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
     layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
-    (the router's gate stays BF16)."""
+    (the router's gate stays BF16). Multi-head latent attention adds its replicated down
+    projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = np.array(_stage_counts(model, plan), float)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    if getattr(model, "multi_latent_attention", False) is True:
+        # MLA's down projections: replicated TELinear layers, FP8 like the others
+        ql, kvl, _, pe, _ = _mla_dims(model)
+        out += counts * model.hidden_size * (ql + kvl + pe)
     if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
         moe = moe_layer_parameters(weights)
         out += moe_counts * (moe.sharded / plan.tensor_parallel
