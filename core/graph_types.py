@@ -54,6 +54,8 @@ OPS = (
     "layernorm_fwd", "mlp_core_fwd", "router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd",
     # sliding-window attention (--window-size): a windowed layer's attention ops
     "attention_swa_fwd", "attention_swa_bwd", "attention_core_swa_fwd",
+    # multi-head latent attention: the up-projections run again (--recompute-modules mla_up_proj)
+    "mla_up_proj_fwd",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;
