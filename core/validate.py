@@ -323,6 +323,9 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
+                      "(q_lora, kv_lora, qk_nope + qk_rope, v_head), with the latent norms "
+                      "(model.qk_layernorm: DeepSeek-V2/V3's q_a_layernorm and kv_a_layernorm)",
     "moe-from-notes": "shared experts, dense first layers and MoE layer frequency from the notes; "
                       "MoE in every layer when the notes name no dense layers",
     "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
@@ -489,7 +492,7 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("qk-norm-from-notes")
         model.qk_layernorm = True
     if re.search(r"\bMLA\b|latent attention", n, re.I):
-        row.put(model, "model", "multi_latent_attention", True)
+        _mla_policy(n, model, row)
     if re.search(r"sliding[- ]window", n, re.I):
         row.refuse("sliding-window attention", "the notes name sliding-window attention, whose "
                    "window pattern the reader does not take from notes (model.window_size)")
@@ -526,6 +529,33 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     row.assume("moe-balanced-routing")
     if re.search(r"dispatcher|DeepEP", n, re.I):
         row.assume("dispatcher-as-all-to-all")
+
+
+#: The notes' MLA sizes (README: "MLA attention (q_lora 1536, kv_lora 512, qk_nope 128 +
+#: qk_rope 64, v_head 128 ...)") -> model fields.
+_MLA_NOTES = {"q_lora": "q_lora_rank", "kv_lora": "kv_lora_rank", "qk_nope": "qk_head_dim",
+              "qk_rope": "qk_pos_emb_head_dim", "v_head": "v_head_dim"}
+
+
+def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
+    """Multi-head latent attention from the notes: each of :data:`_MLA_NOTES`'s sizes (``name
+    N``); a size the notes do not give is refused by name (its default would be a guess), except
+    ``q_lora``, whose absence is refused too (no query compression is a different model)."""
+    row.put(model, "model", "multi_latent_attention", True)
+    if not _has(model, "multi_latent_attention"):
+        return
+    sizes = {k: re.search(rf"\b{k}\s+(\d+)", notes) for k in _MLA_NOTES}
+    missing = [k for k, v in sizes.items() if v is None]
+    if missing:
+        row.refuse("multi-head latent attention (sizes not in the notes)", f"the notes name "
+                   f"multi-head latent attention without its {', '.join(missing)} size(s)")
+        return
+    for k, target in _MLA_NOTES.items():
+        row.put(model, "model", target, int(sizes[k].group(1)))
+    # DeepSeek-V2/V3 normalize both latents (q_a_layernorm, kv_a_layernorm): Megatron's
+    # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
+    model.qk_layernorm = True
+    row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
