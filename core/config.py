@@ -1437,7 +1437,12 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active).
+#: general stages; 30.5 B parameters, 3.3 B active); DeepSeek-V3 (the Hugging Face config
+#: deepseek-ai/DeepSeek-V3: 61 layers, h 7168, 128 heads, multi-head latent attention with
+#: q_lora 1536, kv_lora 512, heads of 128 + 64 rotary channels and values of 128, first 3
+#: layers dense with ffn 18432, then 256 routed experts of 2048 and 1 shared, top-8, untied,
+#: vocabulary 129280; DeepSeek-V3 Technical Report, 2024, Sec. 4.2: pre-trained at 4K tokens;
+#: 671 B parameters, 37 B active, without the 14 B multi-token prediction module).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -1456,6 +1461,10 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
         _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
                qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
+        _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 4096, 129280, multi_latent_attention=True,
+               q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+               v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,
+               moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3),
     )
 }
 

@@ -152,7 +152,6 @@ def test_moe_layer_fields_closed_form():
 
 
 @pytest.mark.parametrize("cfg,words", [
-    (DEEPSEEK_V3, "multi-head latent attention"),
     (GPT_OSS_120B, "sliding-window attention"),
     (GPT_OSS_120B, "attention sinks"),
     ({**MIXTRAL_8X7B, "architectures": ["DbrxForCausalLM"]}, "not supported"),
