@@ -374,6 +374,10 @@ class ParallelPlan:
     overlap_param_gather: bool = _f(False, "", "Overlap the parameter all-gather of a sharded "
                                     "optimizer with the forward pass (--overlap-param-gather; "
                                     "needs zero_stage >= 1)", short="overlap_param")
+    tp_comm_overlap: bool = _f(False, "", "Overlap the tensor-parallel all-gathers and "
+                               "reduce-scatters of the attention and MLP with their GEMMs, split "
+                               "into t chunks (--tp-comm-overlap, Transformer Engine userbuffers; "
+                               "needs sequence parallelism)", short="tp_overlap")
     grad_reduce_dtype: str | None = _f(
         None, "", "Data type gradients are accumulated and reduced in; empty means Megatron's "
         "default: fp32 with bf16 (main gradients), otherwise the training precision",
@@ -1303,7 +1307,8 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """Rules of a plan for multi-head latent attention: the recompute module ``mla_up_proj``
     (Megatron-Core: MLA's up-projections under ``CheckpointWithoutOutput``) needs an MLA model;
-    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes)."""
+    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes),
+    nor ``tp_comm_overlap`` (the userbuffer overlap pairs of MLA's latent collectives)."""
     errs: list[FieldError] = []
     mla = m.multi_latent_attention is True
     if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) and not mla \
@@ -1311,6 +1316,11 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
                                "model.multi_latent_attention (it recomputes MLA's "
                                "up-projections)"))
+    if mla and getattr(pl, "tp_comm_overlap", False) is True:
+        errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
+                               "attention is not modelled (the overlap of MLA's latent "
+                               "all-gathers and gradient reduce-scatters with its up and down "
+                               "projections)"))
     if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-head latent attention is not "
@@ -1323,9 +1333,15 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     (Megatron-LM's argument checks where it has one)."""
     errs: list[FieldError] = []
     for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                 "tp_comm_overlap"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
+    if pl.tp_comm_overlap is True and pl.sequence_parallel is not True:
+        # Megatron-LM's arguments.py: "Tensor parallel communication/GEMM overlap can happen
+        # only when sequence parallelism is enabled"
+        errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs sequence_parallel "
+                               "(Megatron-LM: --tp-comm-overlap only with --sequence-parallel)"))
     z = pl.zero_stage
     if isinstance(z, bool) or z not in ZERO_STAGES:
         errs.append(FieldError("plan.zero_stage", f"zero_stage={z!r} is not one of 0, 1, 2, 3"))

@@ -38,7 +38,8 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SWA_OPS, expert_data_parallel,
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SWA_OPS, TP_OVERLAP_GEMMS,
+                         TP_OVERLAP_OPS, expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
 from .config import recompute_modules
 
@@ -411,6 +412,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # a part of an op that only a recomputed module runs
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
+        if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
+            continue  # the GEMMs that overlapped tensor-parallel collectives hide
         base = DERIVED_OPS.get(op, op)
         # a windowed layer's op: the window in its key; tables hold full attention (no window
         # column): it scales the full op's row by the ratio of their analytic times
@@ -520,6 +523,39 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     return 0.0
 
 
+def _tp_overlap(plan) -> bool:
+    """Whether the plan overlaps its tensor-parallel collectives with GEMMs
+    (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``)."""
+    return bool(getattr(plan, "tp_comm_overlap", False) and plan.sequence_parallel
+                and plan.tensor_parallel > 1)
+
+
+#: The layer ops whose sequence-parallel collectives ``tp_comm_overlap`` overlaps with a GEMM,
+#: and the op whose GEMMs they are (a windowed layer's linear layers are the full layer's).
+_TP_OVERLAP_BLOCKS = {"attention_fwd": "attention_fwd", "attention_swa_fwd": "attention_fwd",
+                      "attention_bwd": "attention_bwd", "attention_swa_bwd": "attention_bwd",
+                      "mlp_fwd": "mlp_fwd", "mlp_bwd": "mlp_bwd"}
+#: Sources of the overlapped collectives: exposed (``tp_{kind}@{op}``) and hidden parts.
+_TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in _TP_OVERLAP_BLOCKS
+                            for kind in ("all_gather", "reduce_scatter") for part in ("", ":hidden"))
+
+
+def tp_overlap_split(comm_s: float, gemm_s: float, t: int) -> tuple[float, float]:
+    """Exposed and hidden seconds of a tensor-parallel collective overlapped with a GEMM,
+    ``(exposed, hidden)`` with ``exposed + hidden = comm_s``.
+
+    Transformer Engine's userbuffers (Megatron-Core ``--tp-comm-overlap``; Wang et al.,
+    "Overlap communication with dependent computation via decomposition", ASPLOS 2023) split
+    the collective and the GEMM into ``t`` chunks and pipeline them (ring exchange), so the
+    pair takes ``max(c, g) + min(c, g)/t``: the longer of the two, plus one chunk of the
+    shorter that cannot overlap (the pipeline's fill or drain). The GEMM's time is unchanged
+    (the copies' contention for SMs and memory bandwidth is not modelled), so the collective
+    exposes ``max(c - g, 0) + min(c, g)/t``.
+    """
+    exposed = max(comm_s - gemm_s, 0.0) + min(comm_s, gemm_s) / t
+    return exposed, comm_s - exposed
+
+
 #: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
 #: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
 #: collective of one bucket (a layer's, an MoE layer's, or the first or last stage's other
@@ -534,7 +570,8 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
-            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS)
+            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
+            *_TP_OVERLAP_SOURCES)
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -750,6 +787,7 @@ class _Structure:
     shared: bool = False
     modules: tuple[str, ...] = ()
     window_layers: tuple[int, ...] = ()
+    tp_overlap: bool = False
     mla: bool = False
 
     @property
@@ -789,7 +827,7 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                                                    bool(getattr(m, "window_size", None)),
                                                    getattr(m, "window_attn_skip_freq", None),
                                                    first, stop),
-                      mla=m.multi_latent_attention is True, **moe)
+                      tp_overlap=_tp_overlap(pl), mla=m.multi_latent_attention is True, **moe)
 
 
 @lru_cache(maxsize=4096)
@@ -846,9 +884,17 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
         all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
         # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
-        # input; the backward reduces the latents' gradients (core.model_math.mla_tp_latent_width)
+        # input; the backward reduces the latents' gradients (core.model_math.mla_tp_latent_width;
+        # validation refuses MLA with tp_comm_overlap)
         latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
-        if st.tp and sp and before:
+        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+            # --tp-comm-overlap: what the GEMMs do not hide blocks; the hidden parts run beside
+            # the op (tp_overlap_split), drawn from its start
+            ag = out.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
+            for coll in ("all_gather", "reduce_scatter"):
+                out.side.append((K["tp_comm"], _SRC[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
+                                 ag, -1))
+        elif st.tp and sp and before:
             comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
         if st.split and wunit is not None and op in _W_OPS:
             wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
@@ -856,7 +902,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                 compute(out, kind, op + ":B", op)
         else:
             compute(out, kind, op, op)
-        if st.tp and after:
+        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+            out.add(K["tp_comm"], COMM, f"tp_reduce_scatter@{op}", "tp_reduce_scatter")
+        elif st.tp and after:
             comm(out, ("" if op == "attention_fwd" else latent)
                  + ("reduce_scatter" if sp else "all_reduce"))
 
@@ -1095,6 +1143,12 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
         v[_SRC[name]] = sec
     for kind, sec in (tp or {}).items():
         v[_SRC["tp_" + kind]] = sec
+    if tp and _tp_overlap(session.plan):
+        for op, base in _TP_OVERLAP_BLOCKS.items():
+            for kind in ("all_gather", "reduce_scatter"):
+                exposed, hidden = tp_overlap_split(
+                    tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
+                v[_SRC[f"tp_{kind}@{op}"]], v[_SRC[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
     if dp is not None:
         for f in dataclasses.fields(dp):
             v[_SRC[f.name]] = getattr(dp, f.name)
@@ -1390,7 +1444,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
-    okey = ("ops", id(store), tuple(sorted(key.items())))
+    # the derived ops looked up also follow the recomputed modules and the TP overlap
+    okey = ("ops", id(store), tuple(sorted(key.items())), recompute_modules(pl), _tp_overlap(pl))
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
@@ -1640,6 +1695,29 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         e_dst.append(b.ravel())
 
     grad_phase = {t_phase for stage in templates for (t_phase, _), t in stage.items() if t.last_src.size}
+    side_plan: dict[int, tuple] = {}  # template id -> its side tasks' masks and chain pairs
+
+    def plan_of(tmpl: _Template) -> tuple:
+        """What every item of ``tmpl`` repeats: the side tasks that start after a template
+        task (``after >= 0``), the chain pairs (each side task after the previous one of its
+        collective) and the side tasks that end the item (``before < 0``)."""
+        got = side_plan.get(id(tmpl))
+        if got is None:
+            ops = tmpl.side_op
+            chain_prev, chain_next = [], []
+            last_of: dict[int, int] = {}
+            for j, op in enumerate(ops.tolist()):
+                if op in last_of:
+                    chain_prev.append(last_of[op])
+                    chain_next.append(j)
+                last_of[op] = j
+            dep = tmpl.side_after >= 0
+            ends = tmpl.side_before < 0
+            got = side_plan[id(tmpl)] = (
+                dep, np.flatnonzero(~dep), np.array(chain_prev, np.int64),
+                np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
+        return got
+
     for i in range(p):
         tmpls = templates[i]
         tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
@@ -1647,21 +1725,31 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         start_prev: dict[int, int] = {}
         for phase, chunk, mb, first, last in items:
             tmpl = tmpls[(phase, chunk)]
-            prev: dict[int, int] = {}
-            for dur, layer, op, after, before, kind in zip(
-                    tmpl.side_dur.tolist(), tmpl.side_layer.tolist(), tmpl.side_op.tolist(),
-                    tmpl.side_after.tolist(), tmpl.side_before.tolist(), tmpl.side_kind.tolist()):
-                x = task((dur, i, mb, layer, op, chunk, phase, True, kind))
-                edges(preds(first) if after < 0 else first + after, x)
-                if op in prev:
-                    edges(prev[op], x)
-                prev[op] = x
-                if before >= 0:
-                    edges(x, first + before)
-                else:
-                    for y in succs(last).tolist():
-                        edges(x, y)
-                        joins.setdefault(y, []).append(x)
+            k = tmpl.side_dur.size
+            if k:
+                # the item's side tasks, vectorized over the template's k side tasks
+                dep, free, c_prev, c_next, ends, end_idx = plan_of(tmpl)
+                x = n0 + len(new["dur"]) + np.arange(k, dtype=np.int64)
+                for name, values in (("dur", tmpl.side_dur), ("layer", tmpl.side_layer),
+                                     ("op", tmpl.side_op), ("kind", tmpl.side_kind)):
+                    new[name].extend(values.tolist())
+                for name, value in (("stage", i), ("mb", mb), ("chunk", chunk),
+                                    ("phase", phase), ("overlapped", True)):
+                    new[name].extend([value] * k)
+                if dep.any():
+                    edges(first + tmpl.side_after[dep], x[dep])
+                if free.size:
+                    pr = preds(first)
+                    edges(np.repeat(pr, free.size), np.tile(x[free], pr.size))
+                if c_prev.size:
+                    edges(x[c_prev], x[c_next])
+                if end_idx.size < k:
+                    edges(x[~ends], first + tmpl.side_before[~ends])
+                if end_idx.size:
+                    ys = succs(last)
+                    edges(np.repeat(x[end_idx], ys.size), np.tile(ys, end_idx.size))
+                    for y in ys.tolist():
+                        joins.setdefault(y, []).extend(x[end_idx].tolist())
             if phase == schedules.PHASE_F and mb == 0 and tmpl.start_dur.size:
                 if not chain_start:
                     start_prev = {}

@@ -158,6 +158,9 @@ ARGUMENTS: dict[str, Arg] = {
                                  "gradient reduction under the backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,
                                   "parameter all-gather under the forward"),
+    "--tp-comm-overlap": Arg(("plan.tp_comm_overlap",), False,
+                             "tensor-parallel all-gathers and reduce-scatters under the GEMMs "
+                             "(Transformer Engine userbuffers)"),
     "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
     "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
                                                 "gradients accumulated and reduced in fp32"),
@@ -923,7 +926,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     elif field_exists("plan.zero_stage"):
         mp.set("zero stage", "plan.zero_stage", 0)
     for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
-                         ("--overlap-param-gather", "plan.overlap_param_gather")):
+                         ("--overlap-param-gather", "plan.overlap_param_gather"),
+                         ("--tp-comm-overlap", "plan.tp_comm_overlap")):
         if switch(flag):
             mp.set(flag, target, True)
         elif field_exists(target):
@@ -1157,6 +1161,8 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--overlap-grad-reduce")
     if _get(pl, "overlap_param_gather"):
         out.append("--overlap-param-gather")
+    if _get(pl, "tp_comm_overlap"):
+        out.append("--tp-comm-overlap")
     gd = _get(pl, "grad_reduce_dtype")
     if gd == "bf16":
         out.append("--grad-reduce-in-bf16")

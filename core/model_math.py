@@ -49,7 +49,7 @@ __all__ = [
     "stage_memory_arrays",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "PART_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "PART_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -1331,6 +1331,33 @@ PART_OPS: dict[str, Callable[[str], bool]] = {
     "experts_act_fwd": lambda n: n in _ACTS,
     "mla_up_proj_fwd": lambda n: n.startswith(_MLA_UP_PREFIXES),
 }
+#: Tensor-parallel communication overlap (``plan.tp_comm_overlap``): the GEMM each sequence-
+#: parallel collective of a layer overlaps, by (op, collective), as a derived op of the op's
+#: kernels of that name. Transformer Engine's userbuffers (Megatron-Core ``--tp-comm-overlap``)
+#: pipeline the all-gather before a column-parallel linear with its GEMM (forward: QKV and fc1;
+#: backward: the projection's and fc2's input-gradient GEMMs, whose output gradient is
+#: gathered) and the reduce-scatter after a row-parallel one with its GEMM (forward: the
+#: projection and fc2; backward: the QKV's and fc1's input-gradient GEMMs).
+TP_OVERLAP_GEMMS: dict[tuple[str, str], str] = {
+    ("attention_fwd", "all_gather"): "attention_qkv_gemm",
+    ("attention_fwd", "reduce_scatter"): "attention_proj_gemm",
+    ("attention_bwd", "all_gather"): "attention_proj_dgrad_gemm",
+    ("attention_bwd", "reduce_scatter"): "attention_qkv_dgrad_gemm",
+    ("mlp_fwd", "all_gather"): "mlp_fc1_gemm",
+    ("mlp_fwd", "reduce_scatter"): "mlp_fc2_gemm",
+    ("mlp_bwd", "all_gather"): "mlp_fc2_dgrad_gemm",
+    ("mlp_bwd", "reduce_scatter"): "mlp_fc1_dgrad_gemm",
+}
+_TP_GEMM_KERNEL = {"attention_qkv_gemm": "qkv", "attention_proj_gemm": "proj",
+                   "attention_proj_dgrad_gemm": "proj_dgrad", "attention_qkv_dgrad_gemm": "qkv_dgrad",
+                   "mlp_fc1_gemm": "fc1", "mlp_fc2_gemm": "fc2", "mlp_fc2_dgrad_gemm": "fc2_dgrad",
+                   "mlp_fc1_dgrad_gemm": "fc1_dgrad"}
+for (_base, _kind), _op in TP_OVERLAP_GEMMS.items():
+    DERIVED_OPS[_op] = _base
+    PART_OPS[_op] = (lambda name, _k=_TP_GEMM_KERNEL[_op]: name == _k)
+#: Derived ops only plans with ``tp_comm_overlap`` look up.
+TP_OVERLAP_OPS = tuple(_TP_GEMM_KERNEL)
+
 #: The derived ops each recomputed module runs (core_attn: ``attention_core_fwd``).
 MODULE_OPS: dict[str, tuple[str, ...]] = {
     "core_attn": ("attention_core_fwd",), "layernorm": ("layernorm_fwd",),

@@ -106,6 +106,9 @@ class Report:
     stage_cp_comm_s: list[float] = field(default_factory=list)
     #: the ring's transfers hidden under the attention core (mean over stages; not in the sum)
     cp_hidden_s: float = 0.0
+    #: tensor-parallel collectives hidden under their GEMMs by ``plan.tp_comm_overlap`` (mean
+    #: over stages; not in the sum: comm_s holds the exposed part)
+    tp_hidden_s: float = 0.0
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None

@@ -171,8 +171,8 @@ def _kind_mask(kinds) -> np.ndarray:
 #: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
 #: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
 #: transfers and what overlaps the compute stream).
-_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN = range(6)
-_CATEGORIES = 6
+_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN, _TP_HIDDEN = range(7)
+_CATEGORIES = 7
 _KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
 _KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
 _KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
@@ -273,6 +273,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
     category = _KIND_CATEGORY[graph.kind]
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         category[graph.overlapped & (category == _CP)] = _CP_HIDDEN
+        category[graph.overlapped & (graph.kind == KINDS.index("tp_comm"))] = _TP_HIDDEN
         category[graph.overlapped & (category == _COMM)] = _OTHER
     sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
                        minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
@@ -328,6 +329,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         pp_comm_s=float(stage_pp.mean()),
         cp_comm_s=float(stage_cp.mean()),
         cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
+        tp_hidden_s=float(sums[:, _TP_HIDDEN].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         imbalance_s=imbalance_s,

@@ -195,8 +195,8 @@ class SweepSpace:
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
                "context_parallel", "expert_parallel")
-        if self.sequence_parallel is not None:
-            out += ("sequence_parallel",)
+        if self.sequence_parallel is not None:  # with it the TP overlap (enumerate_plans)
+            out += ("sequence_parallel", "tp_comm_overlap")
         if self.zero_stages is not None:
             out += ("zero_stage",)
         return out
@@ -342,7 +342,8 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
 # the plan fields enumerate_plans sets on each candidate (the others keep the base plan's)
 _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
-                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers")
+                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
+                 "tp_comm_overlap")
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -472,7 +473,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             virtual_pipeline_stages=v, recompute=rc,
                                             sequence_parallel=sp, zero_stage=z,
                                             recompute_num_layers=(base.recompute_num_layers
-                                                                  if rc == "full" else None))
+                                                                  if rc == "full" else None),
+                                            # the base's TP overlap where the plan allows it
+                                            # (Megatron: only with sequence parallelism)
+                                            tp_comm_overlap=bool(base.tp_comm_overlap and sp))
                                         # model, cluster and cost were checked above
                                         if fields_ok(plan) and not validate(
                                                 Session(m, plan, cl, session.cost), sections=()):

@@ -308,6 +308,11 @@ ASSUMPTIONS = {
     "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
                                 "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
                                 "a sharded optimizer)",
+    "bridge-tp-comm-overlap": "a Megatron-Bridge row with t > 1 and sequence parallelism: the "
+                              "Bridge recipes' tensor-parallel communication overlap "
+                              "(tp_comm_overlap, Transformer Engine userbuffers)",
+    "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
+                        "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
     "fsdp-overlap": "FSDP prefetches parameters and reduces gradients during the passes "
                     "(overlap_param_gather and overlap_grad_reduce)",
     "megatron-fsdp-zero3": "fsdp=y on Megatron (Megatron-FSDP) is ZeRO stage 3",
@@ -504,9 +509,6 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
         row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
                    "which is not modelled")
-    if re.search(r"async TP", n):
-        row.refuse("async tensor parallelism", "the notes name async tensor parallelism "
-                   "(communication overlapped inside the GEMMs), which is not modelled")
     e = opt["num_experts"]
     if not (e and e > 1):
         return
@@ -689,6 +691,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
+        if "bridge" in framework.lower():
+            rw.assume("bridge-tp-comm-overlap")
+            plan.tp_comm_overlap = True
+        elif re.search(r"async TP", framework + " " + str(v.get("notes", "") or "")):
+            rw.assume("async-tp-overlap")
+            plan.tp_comm_overlap = True
     gpu_text = str(get["gpu"])
     cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",

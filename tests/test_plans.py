@@ -324,7 +324,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    first_stage_layers=5, last_stage_layers=7, context_parallel=2, expert_parallel=4,
                    expert_tensor_parallel=1, moe_imbalance_factor=1.5, fp8_recipe="mxfp8",
                    account_for_embedding_in_pipeline_split=True,
-                   account_for_loss_in_pipeline_split=True, recompute_modules="mlp")
+                   account_for_loss_in_pipeline_split=True, recompute_modules="mlp",
+                   tp_comm_overlap=True)
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         p1 = dataclasses.replace(p0, **{name: value})
@@ -348,7 +349,10 @@ def test_stage_time_cache_never_serves_another_plans_times():
                 dict(recompute="full", recompute_num_layers=3), dict(precision="fp16"),
                 dict(schedule="zb-h1", zero_stage=3, overlap_grad_reduce=True),
                 dict(schedule="interleaved", virtual_pipeline_stages=2, zero_stage=1,
-                     overlap_param_gather=True, overlap_grad_reduce=True)]
+                     overlap_param_gather=True, overlap_grad_reduce=True),
+                dict(sequence_parallel=True, tp_comm_overlap=True),
+                dict(sequence_parallel=True, tp_comm_overlap=True, schedule="zb-h1"),
+                dict(sequence_parallel=True, tp_comm_overlap=True, recompute="full")]
     # every variant at two data-parallel sizes: the bucket times differ, the structure does not
     variants += [{**v, "data_parallel": 4, "global_batch_size": 16} for v in variants]
     for v in variants:

@@ -294,7 +294,9 @@ class CostPanel(QtWidgets.QWidget):
         v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
-        v["comm"].setText(format_duration(report.comm_s))
+        v["comm"].setText(format_duration(report.comm_s)
+                          + (f" ({format_duration(report.tp_hidden_s)} TP hidden)"
+                             if report.tp_hidden_s > 0 else ""))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["cp_comm"].setText(format_duration(report.cp_comm_s)
                              + (f" ({format_duration(report.cp_hidden_s)} hidden)"

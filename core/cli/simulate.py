@@ -78,8 +78,10 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
     cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
                "hidden under attention), " if s.plan.context_parallel > 1 else "")
+    tp_part = (f" ({r.tp_hidden_s:,.3f} s more TP hidden under GEMMs)"
+               if r.tp_hidden_s > 0 else "")
     t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
-                                  f"{r.comm_s:,.3f} s, "
+                                  f"{r.comm_s:,.3f} s{tp_part}, "
                                   + (f"expert all-to-all {r.ep_comm_s:,.3f} s, " if r.ep_comm_s else "")
                                   + f"pipeline sends {r.pp_comm_s:,.3f} s, "
                                   f"{cp_part}bubble {r.bubble_s:,.3f} s, stage imbalance "

@@ -1,0 +1,99 @@
+"""Tensor-parallel communication overlap (plan.tp_comm_overlap, Megatron --tp-comm-overlap)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core import model_math
+from core.comm import CommModel
+from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate
+from core.graph import lookup_op_times, tp_overlap_split
+from core.megatron_args import export_arguments, export_script, read_launch, session_from_launch
+from core.simulate import open_profile, profile_path, simulate
+
+
+def test_overlap_split_is_the_pipelined_pair():
+    # max(c, g) + min(c, g)/t for the pair, so the collective exposes max(c-g, 0) + min(c, g)/t
+    assert tp_overlap_split(3.0, 2.0, 4) == pytest.approx((1.0 + 2.0 / 4, 3.0 - 1.5))
+    assert tp_overlap_split(1.0, 5.0, 8) == pytest.approx((1.0 / 8, 7.0 / 8))
+    exposed, hidden = tp_overlap_split(0.0, 5.0, 8)
+    assert exposed == 0.0 and hidden == 0.0
+
+
+def _session(**plan) -> Session:
+    base = dict(tensor_parallel=4, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                global_batch_size=2, schedule="1f1b", recompute="none", precision="bf16",
+                sequence_parallel=True)
+    return Session(MODEL_PRESETS["Llama 3 8B"], ParallelPlan(**{**base, **plan}),
+                   ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+
+
+def test_needs_sequence_parallelism():
+    errs = validate(_session(sequence_parallel=False, tp_comm_overlap=True))
+    assert [e.field for e in errs] == ["plan.tp_comm_overlap"]
+    assert "sequence_parallel" in errs[0].message
+    assert not validate(_session(tp_comm_overlap=True))
+
+
+def test_hidden_time_is_the_closed_form_and_leaves_the_critical_path():
+    """One stage, one replica: every task is on the critical path, so the iteration is
+    shorter by exactly what the GEMMs hide: per layer and micro-batch, the all-gather and
+    reduce-scatter of the attention and MLP, forward and backward, each split by
+    tp_overlap_split against its GEMM."""
+    off, on = _session(), _session(tp_comm_overlap=True)
+    store = open_profile(profile_path(on))
+    r_off, r_on = simulate(off).report, simulate(on).report
+    t, m = 4, on.plan.num_microbatches
+    times = lookup_op_times(on, store).times
+    comm = CommModel(store, on.plan, on.cluster)
+    nbytes = 1 * on.model.seq_length * on.model.hidden_size * 2
+    c = {k: comm.tp_collective(k, nbytes) for k in ("all_gather", "reduce_scatter")}
+    per_layer = sum(tp_overlap_split(c[kind], times[gemm], t)[1]
+                    for (_, kind), gemm in model_math.TP_OVERLAP_GEMMS.items())
+    expected = per_layer * on.model.num_layers * m
+    assert r_off.tp_hidden_s == 0.0
+    assert r_on.tp_hidden_s == pytest.approx(expected, rel=1e-9)
+    assert r_off.comm_s - r_on.comm_s == pytest.approx(expected, rel=1e-9)
+    assert r_off.iteration_time_s - r_on.iteration_time_s == pytest.approx(expected, rel=1e-9)
+    # the GEMM the first all-gather hides is the QKV projection: (b s) x h x (a + 2g) kv / t
+    key = dict(b=1, s=on.model.seq_length, h=4096, a=32, g=8, kv=128, t=t, dtype="bf16",
+               f=14336, V=128256, act="swiglu", norm="rmsnorm", pos="rope", attn="flash")
+    (k,) = model_math.op_kernels("attention_qkv_gemm", key)
+    assert k.flops == 2 * 8192 * 4096 * (32 + 16) * 128 / 4
+
+
+def test_pipelined_plan_with_recompute_and_interleaving_gets_faster_not_slower():
+    base = dict(pipeline_parallel=2, data_parallel=1, global_batch_size=8, recompute="full")
+    for extra in (dict(), dict(schedule="interleaved", virtual_pipeline_stages=2),
+                  dict(schedule="zb-h1", recompute="none")):
+        off = _session(**{**base, **extra})
+        on = dataclasses.replace(off, plan=dataclasses.replace(off.plan, tp_comm_overlap=True))
+        r_off, r_on = simulate(off).report, simulate(on).report
+        assert r_on.tp_hidden_s > 0, extra
+        assert r_on.iteration_time_s < r_off.iteration_time_s, extra
+        # at most what the GEMMs hid on all stages together (tp_hidden_s is the stage mean)
+        assert (r_off.iteration_time_s - r_on.iteration_time_s
+                <= r_on.tp_hidden_s * on.plan.pipeline_parallel * 1.000001)
+
+
+def test_megatron_flag_round_trip():
+    s = _session(tp_comm_overlap=True)
+    assert "--tp-comm-overlap" in export_arguments(s)
+    back = session_from_launch(read_launch(export_script(s)), gpu="H100-SXM5-80GB")
+    assert back.session.plan.tp_comm_overlap is True
+    off = session_from_launch(read_launch(export_script(_session())), gpu="H100-SXM5-80GB")
+    assert off.session.plan.tp_comm_overlap is False
+
+
+def test_sweep_keeps_plans_without_sequence_parallelism():
+    from core.sweep import SweepSpace, enumerate_plans
+    s = _session(tp_comm_overlap=True, global_batch_size=8)
+    space = SweepSpace(tensor_parallel=[1, 2, 4], pipeline_parallel=[1], micro_batch_sizes=[1],
+                       sequence_parallel=[False, True], num_gpus=8, schedules=["1f1b"],
+                       recompute=["none"])
+    plans = enumerate_plans(s, space)
+    with_sp = {(p.tensor_parallel, p.sequence_parallel, p.tp_comm_overlap) for p in plans}
+    # t = 1 keeps one plan (the base's sequence_parallel); overlap only where t > 1 and sp
+    assert with_sp == {(1, False, False), (2, False, False), (2, True, True),
+                       (4, False, False), (4, True, True)}
