@@ -281,6 +281,8 @@ FIELD_CAUSES = {
     "model.moe_layer_frequency": "mixture of experts (layer frequency)",
     "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
     "model.multi_latent_attention": "multi-head latent attention",
+    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
+    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
     "model.kv_channels": "kv_channels (head size other than h/a)",
     "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
     "model.normalization": "model family (normalization)",

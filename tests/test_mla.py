@@ -40,6 +40,8 @@ def test_deepseek_v3_parameters_match_the_published_671b_and_37b():
     assert total == 671_026_404_352
     assert abs(total - 671e9) < 0.05e9
     assert 37e9 <= active < 38e9 and active == 37_552_282_624
+    # DeepSeek's "37B" leaves out the input embedding (a lookup): 36.6 B
+    assert abs(active - 129280 * 7168 - 37e9) < 0.5e9
     # per layer, by hand: q down 7168*1536, q norm 1536, q up 1536*128*192, kv down 7168*576,
     # kv norm 512, kv up 512*128*256, projection 128*128*7168, input RMSNorm 7168
     sharded, replicated = mm._attention_parameters(V3)
@@ -156,3 +158,61 @@ def test_megatron_arguments_round_trip_mla(tmp_path):
               "qk_pos_emb_head_dim", "v_head_dim", "qk_layernorm"):
         assert getattr(back, f) == getattr(V3, f), f
     assert parse_arguments(args)["--q-lora-rank"] == ["1536"]
+
+
+def test_mla_fp8_activation_bytes():
+    # FP8 (TE): the two down projections each keep an FP8 copy of the input norm's output (2, as
+    # BF16), fc1's input 2 -> 1, the up projections' inputs 2 -> 1 (their norms' inputs stay
+    # BF16), fc2's input 2f/h -> f/h, the projection's input keeps its BF16 output + FP8 copy
+    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+                                num_shared_experts=0, moe_first_dense_layers=0)
+    s, h, a = 4096, 7168, 128
+    attn = 2 * a * (2 * 192 + 2 * 128) / h
+    mlp = 6 * 18432 / h
+    want = s * h * (9 + 3 * (1536 + 512) / h + attn + a * 128 / h + mlp - mlp / 6)
+    got = mm.activation_bytes_per_layer(dense, _plan(precision="fp8"))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_mla_tensor_parallel_collectives_move_the_latents():
+    from core.graph import stage_times
+    from core.simulate import session_profile
+    m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None,
+                            num_shared_experts=0, moe_first_dense_layers=0)
+    s = Session(model=m, plan=_plan(tensor_parallel=8, data_parallel=1, sequence_parallel=True),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    assert validate(s) == []
+    assert mm.mla_tp_latent_width(m) == 1536 + 512 + 64
+    tp = stage_times(s, session_profile(s)).tp_comm_s
+    # the latents (2112 channels) against the hidden state (7168): a smaller collective
+    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert 0 < tp["mla_" + kind] < tp[kind]
+    plain = Session(model=dataclasses.replace(m, num_layers=4), plan=s.plan, cluster=s.cluster)
+    assert stage_times(plain, session_profile(plain)).tp_comm_s["all_gather"] == tp["all_gather"]
+
+
+def test_hf_deepseek_refusals_and_v2_lite():
+    from core.config import ConfigError
+    for change, field in (({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+                          ({"topk_method": "sinkhorn"}, "topk_method"),
+                          ({"kv_lora_rank": None}, "kv_lora_rank")):
+        with pytest.raises(ConfigError) as err:
+            session_from_hf_config({**V3_CONFIG, **change}, "config.json", seq_length=4096)
+        assert err.value.errors[0].field == f"config.json: {field}"
+    # DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): no query compression
+    lite = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 27,
+            "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "intermediate_size": 10944, "q_lora_rank": None, "n_routed_experts": 64,
+            "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+            "first_k_dense_replace": 1, "vocab_size": 102400, "topk_method": "greedy",
+            "n_group": 1, "topk_group": 1, "scoring_func": "softmax"}
+    del lite["num_nextn_predict_layers"]
+    model = session_from_hf_config(lite, seq_length=4096).session.model
+    assert model.q_lora_rank is None and model.num_shared_experts == 2
+    # 15.7 B parameters (DeepSeek-V2 paper, Appendix B: "15.7B total parameters, 2.4B activated")
+    assert round(mm.num_parameters(model) / 1e9, 1) == 15.7
+    # "2.4B activated": DeepSeek counts a token's parameters without the input embedding (a
+    # lookup, no GEMM); this module counts it (num_active_parameters' convention)
+    emb = 102400 * 2048
+    assert mm.num_active_parameters(model) == 2_661_150_208
+    assert abs(mm.num_active_parameters(model) - emb - 2.4e9) < 0.06e9
