@@ -388,11 +388,12 @@ def _tasks_per_layer(pl) -> int:
     backward, the weight-gradient halves of a split backward, the recomputed forward;
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
     reduce-scatter after with sequence parallelism); selective recomputation's modules: the
-    attention core, the two norms, the MLP module with its collectives."""
+    attention core, the two norms, the MLP module with its collectives, MLA's
+    up-projections."""
     comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
     mods = recompute_modules(pl)
     return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
-            + ("core_attn" in mods) + 2 * ("layernorm" in mods))
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods))
 
 
 def _all_finite(report: Report) -> bool:
