@@ -277,8 +277,11 @@ class ModelConfig:
     v_head_dim: int = _f(128, "", "With MLA: channels of each value head (--v-head-dim); the "
                          "output projection's input is a*v_head_dim wide",
                          bounds=BOUNDS["mla_head"])
-    mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers (--mtp-num-layers; "
-                             "DeepSeek-V3: 1); not modelled yet: 0 only",
+    mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers on the last pipeline "
+                             "stage (--mtp-num-layers; DeepSeek-V3: 1): each embeds the tokens "
+                             "shifted once more, projects them with the previous hidden state "
+                             "(eh_proj, 2h -> h), runs one transformer layer like the last one "
+                             "and the shared output layer with its own loss",
                              bounds=BOUNDS["mtp_layers"])
     window_size: int | None = _f(
         None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
@@ -1153,7 +1156,7 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of multi-head latent attention (Megatron-Core ``MLATransformerConfig`` and the
     combinations the simulator models), each naming its field:
 
-    * ``mtp_num_layers`` other than 0 is not modelled (multi-token prediction).
+    * ``mtp_num_layers`` with a sliding window is not modelled (multi-token prediction).
     * Without ``multi_latent_attention`` the MLA fields keep their defaults (a value there
       would be ignored: refused instead).
     * With it: ``kv_channels`` unset or ``qk_head_dim + qk_pos_emb_head_dim`` (Megatron's
@@ -1166,9 +1169,10 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
     """
     errs: list[FieldError] = []
     mtp = m.mtp_num_layers
-    if _is_int(mtp) and mtp != 0:
-        errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp}: multi-token "
-                               "prediction is not modelled yet (0 only)"))
+    if _is_int(mtp) and mtp > 0 and m.window_size is not None:
+        errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp} with sliding-"
+                               "window attention is not modelled (which attention the MTP "
+                               "layer has)"))
     if m.multi_latent_attention is not True:
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
         for name in _MLA_FIELDS:
@@ -1321,6 +1325,11 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "attention is not modelled (the overlap of MLA's latent "
                                "all-gathers and gradient reduce-scatters with its up and down "
                                "projections)"))
+    mtp = m.mtp_num_layers
+    if _is_int(mtp) and mtp > 0 and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-token prediction "
+                               "(model.mtp_num_layers) is not modelled"))
     if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-head latent attention is not "

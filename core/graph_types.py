@@ -56,6 +56,8 @@ OPS = (
     "attention_swa_fwd", "attention_swa_bwd", "attention_core_swa_fwd",
     # multi-head latent attention: the up-projections run again (--recompute-modules mla_up_proj)
     "mla_up_proj_fwd",
+    # multi-token prediction (--mtp-num-layers): each MTP layer's norms and eh_proj
+    "mtp_proj_fwd", "mtp_proj_bwd",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;

@@ -31,9 +31,9 @@ null for no query compression, ``kv_lora_rank``, ``qk_nope_head_dim``,
 dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th layer
 MoE after them. Group-limited routing (``n_group``, ``topk_group``,
 ``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
-reason); DeepSeek-V3's multi-token prediction (``num_nextn_predict_layers``) is
-refused until it is modelled, and its published FP8 checkpoint's
-``quantization_config`` as for every architecture.
+reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
+are ``model.mtp_num_layers`` (trained with the model); its published FP8
+checkpoint's ``quantization_config`` is refused as for every architecture.
 
 Model-family facts (from the ``transformers`` modelling code of each
 architecture): all have a gated SiLU MLP (``gate_proj``, ``up_proj``,
@@ -134,8 +134,8 @@ USED: dict[str, str] = {
     "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
     "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
     "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
-    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction): "
-    "checked: must be 0 or absent (not modelled yet)",
+    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
+    "layers, trained with the model; transformers' inference code does not run them)",
     "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
 }
 #: Fields that do not change the cost of training, with the reason.
@@ -410,10 +410,10 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         for key, target in _MLA_HF_FIELDS.items():
             fixed[target] = _int(cfg, key, where, required=key != "q_lora_rank")
         mtp = cfg.get("num_nextn_predict_layers") or 0
-        if mtp:
-            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r}: multi-token prediction "
-                          "(model.mtp_num_layers) is not modelled yet; set it to 0 to import the "
-                          "model without its MTP module")
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
+                          "integer")
+        fixed["mtp_num_layers"] = mtp
     elif mla_fields:
         raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
                       "multi-token prediction; a config with them is not one we know")
@@ -457,7 +457,8 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.qk_pos_emb_head_dim": "qk_rope_head_dim", "model.v_head_dim": "v_head_dim",
              "model.num_shared_experts": "n_shared_experts",
              "model.moe_first_dense_layers": "first_k_dense_replace",
-             "model.moe_layer_frequency": "moe_layer_freq"}
+             "model.moe_layer_frequency": "moe_layer_freq",
+             "model.mtp_num_layers": "num_nextn_predict_layers"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

@@ -127,8 +127,7 @@ ARGUMENTS: dict[str, Arg] = {
                                  "MLA rotary channels per query/key head (default 64)"),
     "--v-head-dim": Arg(("model.v_head_dim",), True, "MLA value head size (default 128)"),
     "--mtp-num-layers": Arg(("model.mtp_num_layers",), True,
-                            "multi-token prediction layers (a non-zero value is refused: not "
-                            "modelled yet)"),
+                            "multi-token prediction layers (on the last pipeline stage)"),
     "--window-size": Arg(("model.window_size",), True,
                          "sliding-window attention (w, 0): each query attends to the w tokens "
                          "before it (a window with right > 0 is refused; -1 is no window)"),

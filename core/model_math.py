@@ -57,6 +57,8 @@ __all__ = [
     "cp_kv_block_bytes", "cp_exchange_bytes",
     "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
     "attention_forward_flops_per_token", "mla_tp_latent_width",
+    "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
+    "mtp_tp_collectives", "mtp_edge_parameters",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -314,6 +316,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """
     if op in MOE_OPS:
         return _moe_op_kernels(op, key)
+    if op in MTP_OPS:
+        return _mtp_op_kernels(op, key)
     key = _full(key)
     fp8 = str(key["dtype"]) == "fp8"
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
@@ -1254,6 +1258,12 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
 #: rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the
 #: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
+#: Ops of a multi-token prediction layer besides its transformer layer, the embedding and the
+#: output layer (Megatron-Core ``MultiTokenPredictionLayer``): the norms of the shifted tokens'
+#: embedding and of the previous hidden state and the projection of their concatenation.
+MTP_OPS = ("mtp_proj_fwd", "mtp_proj_bwd")
+#: Key columns of :data:`MTP_OPS`.
+MTP_KEY = ("b", "s", "h", "t", "dtype", "norm")
 OP_KEYS: dict[str, tuple[str, ...]] = {
     "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
                       "cp", *MLA_KEY),
@@ -1269,7 +1279,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     **{op: MOE_KEY for op in MOE_OPS},
 }
 #: Ops the analytic model times that have no profile-store table, with their key columns.
-UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype")}
+UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype"),
+                                                   **{op: MTP_KEY for op in MTP_OPS}}
 
 
 def full_op_key(op: str, key: Mapping[str, Any]) -> dict[str, Any]:
@@ -1427,6 +1438,125 @@ def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, fl
     return n * blk, 2 * n * blk
 
 
+# --------------------------------------------------------------------------- multi-token prediction
+
+
+
+def mtp_layers(model: ModelConfig) -> int:
+    """Multi-token prediction layers ``N`` (``model.mtp_num_layers``; 0 without)."""
+    return int(getattr(model, "mtp_num_layers", 0) or 0)
+
+
+def mtp_layer_is_moe(model: ModelConfig) -> bool:
+    """Whether an MTP layer's transformer layer is an MoE layer: Megatron-Core builds it with
+    the decoder's last layer's spec (``get_gpt_mtp_block_spec(config,
+    transformer_layer_spec.layer_specs[-1])``), so it is one when layer ``L - 1`` is
+    (:func:`moe_layer_mask`; DeepSeek-V3: yes)."""
+    if not model.is_moe:
+        return False
+    i = model.num_layers - 1
+    return i >= model.moe_first_dense_layers and i % model.moe_layer_frequency == 0
+
+
+def mtp_extra_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of one MTP layer besides its transformer
+    layer (Megatron-Core ``MultiTokenPredictionLayer``; DeepSeek-V3 report, Sec. 2.2): the
+    projection ``eh_proj`` of the concatenated ``2h`` to ``h`` (column-parallel, no bias:
+    ``2h^2``) and three norms, ``enorm`` and ``hnorm`` on its two inputs and the final norm
+    before the shared output layer (``h`` each with RMSNorm, ``2h`` with LayerNorm). The
+    embedding and the output layer are the main model's (shared)."""
+    h = model.hidden_size
+    w = 2 if model.normalization == "layernorm" else 1
+    return 2.0 * h * h, 3.0 * w * h
+
+
+def mtp_edge_parameters(model: ModelConfig, t: int, p: int) -> float:
+    """Parameters one GPU of the last stage holds for multi-token prediction besides the MTP
+    layers' transformer layers: their :func:`mtp_extra_parameters` (sharded ones over ``t``)
+    and, with ``p > 1``, the embedding's copy (an untied model's word embedding ``V'h/t``, and
+    learned positions), part of :func:`edge_params_per_gpu`'s last stage; 0 without MTP."""
+    n = mtp_layers(model)
+    if not n:
+        return 0.0
+    sh, rep = mtp_extra_parameters(model)
+    out = n * (sh / t + rep)
+    if p > 1:  # Megatron-Core builds the embedding there too (a tied one is there already)
+        (first_sh, first_rep), _ = family_of(model).edge_parameters(model, t)
+        out += (0.0 if model.tied_embeddings else first_sh / t) + first_rep
+    return out
+
+
+def _mtp_layer_total_parameters(model: ModelConfig) -> float:
+    """All parameters of one MTP layer: its transformer layer (an MoE layer's with every
+    expert when :func:`mtp_layer_is_moe`) and :func:`mtp_extra_parameters`."""
+    if mtp_layer_is_moe(model):
+        moe = moe_layer_parameters(model)
+        layer = moe.sharded + moe.replicated + moe.experts
+    else:
+        layer = sum(family_of(model).layer_parameters(model))
+    return layer + sum(mtp_extra_parameters(model))
+
+
+def _mtp_forward_flops_per_token(model: ModelConfig, dense_layer: float, out: float) -> float:
+    """Forward FLOPs per token of the ``N`` MTP layers: each its transformer layer's (dense
+    ``dense_layer`` or :func:`_moe_forward_flops_per_token`), ``eh_proj``'s ``2 * 2h * h`` and
+    one more output layer ``out`` (``2hV'``; Megatron-LM's ``num_floating_point_operations``
+    counts the same, with the norms' few FLOPs besides)."""
+    n = mtp_layers(model)
+    if not n:
+        return 0.0
+    layer = _moe_forward_flops_per_token(model) if mtp_layer_is_moe(model) else dense_layer
+    return n * (layer + 4.0 * model.hidden_size ** 2 + out)
+
+
+def _mtp_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of an MTP layer's projection (:data:`MTP_OPS`), per micro-batch
+    of ``T = b s`` tokens (``T_in = T/t`` with sequence parallelism): ``enorm`` of the shifted
+    tokens' embedding and ``hnorm`` of the previous hidden state (``T_in`` tokens each), their
+    concatenation (read and write ``2h`` per token), ``eh_proj`` ``(T, 2h) x (2h, h/t)``
+    (column-parallel on the gathered tokens; FP8 as the layers' linears); backward its input
+    and weight gradients, the concatenation's split and the two norms' backward."""
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    T = b * s
+    T_in = T // t if key.get("sp") else T
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    if op == "mtp_proj_fwd":
+        return [_mem(f"mtp_e{norm}", 2 * tok), _mem(f"mtp_h{norm}", 2 * tok),
+                _mem("mtp_concat", 4 * tok), *cast("eh_proj_input", T * 2 * h),
+                linear("eh_proj", T, h // t, 2 * h)]              # (b*s, 2h) x (2h, h/t)
+    if op == "mtp_proj_bwd":
+        return [*cast("eh_proj_grad", T * (h // t)),
+                linear("eh_proj_dgrad", T, 2 * h, h // t), linear("eh_proj_wgrad", h // t, 2 * h, T),
+                _mem("wgrad_accumulate", acc * 2 * h * (h // t)),
+                _mem("mtp_concat_bwd", 4 * tok),
+                _mem(f"mtp_e{norm}_bwd", 4 * tok), _mem(f"mtp_h{norm}_bwd", 4 * tok)]
+    raise KeyError(f"unknown MTP op {op!r}")
+
+
+def mtp_tp_collectives(model: ModelConfig, sequence_parallel: bool
+                       ) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """``(forward, backward)`` tensor-parallel collectives around an MTP layer's ``eh_proj``,
+    each ``(kind, elements per token)`` of one GPU's full (gathered) tensor.
+
+    Megatron-Core ``MultiTokenPredictionLayer``: ``eh_proj`` is column-parallel, its ``h/t``
+    output all-gathered along the hidden dimension, then (sequence parallelism) split back to
+    the rank's tokens. With sequence parallelism: forward the all-gather of the ``2h``-wide
+    input and of the output (``h``); backward the gathered output's gradient all-gathered
+    (``h``; the backward of the split), the input all-gathered again for the weight gradient
+    and its gradient reduce-scattered (``2h`` each). Without: forward the output's all-gather
+    (``h``), backward the all-reduce of the input gradient (``2h``; the split needs none)."""
+    h = float(model.hidden_size)
+    if sequence_parallel:
+        return ((("all_gather", 2 * h), ("all_gather", h)),
+                (("all_gather", h), ("all_gather", 2 * h), ("reduce_scatter", 2 * h)))
+    return (("all_gather", h),), (("all_reduce", 2 * h),)
+
+
 # --------------------------------------------------------------------------- parameters
 
 def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
@@ -1438,7 +1568,9 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     ``h^2+h``, MLP ``2*h*f+f+h``, two layer norms ``4h``; plus embedding
     ``V'h``, positions ``s*h`` and the final layer norm ``2h``. Llama 2 7B
     (GQA off, SwiGLU, RMSNorm, RoPE, no biases, untied): 6,738,415,616. ``V'`` is
-    the vocabulary padded for ``tensor_parallel``.
+    the vocabulary padded for ``tensor_parallel``. Multi-token prediction adds ``N`` MTP
+    layers (:func:`_mtp_layer_total_parameters`; their embedding and output layer are the main
+    model's, counted once).
     """
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
@@ -1446,7 +1578,9 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     n_moe = num_moe_layers(model)
     moe = moe_layer_parameters(model) if n_moe else None
     moe_layer = moe.sharded + moe.replicated + moe.experts if moe else 0.0
-    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)))
+    mtp = mtp_layers(model) * _mtp_layer_total_parameters(model) if mtp_layers(model) else 0.0
+    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)
+                     + mtp))
 
 
 def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
@@ -1456,7 +1590,7 @@ def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
     announcement: "12.9B active parameters per token")."""
     total = num_parameters(model, tensor_parallel)
-    n_moe = num_moe_layers(model)
+    n_moe = num_moe_layers(model) + (mtp_layers(model) if mtp_layer_is_moe(model) else 0)
     if not n_moe:
         return total
     moe = moe_layer_parameters(model)
@@ -1539,12 +1673,19 @@ def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, floa
     The family's first- and last-stage parameters (sharded ones divided by
     ``t``); with a tied output layer and ``p > 1`` the last stage adds its copy of
     the word embedding ``V'h/t`` (Megatron keeps one on each end and all-reduces
-    their gradients). With ``p = 1`` both are on the one stage: add both.
+    their gradients). With ``p = 1`` both are on the one stage: add both. Multi-token
+    prediction adds to the last stage its layers' :func:`mtp_extra_parameters` and, with
+    ``p > 1``, a copy of the embedding (Megatron-Core's ``GPTModel`` builds it on the MTP
+    stage; an untied model's word embedding and learned positions) whose gradients are summed
+    with the first stage's, as a tied output layer's are (that sum is not timed, as for tied
+    embeddings). The MTP layers' transformer layers are counted with the stage's layers
+    (:func:`params_per_gpu`).
     """
     fam = family_of(model)
     (first_sh, first_rep), (last_sh, last_rep) = fam.edge_parameters(model, t)
     tied_copy = first_sh / t if (p > 1 and model.tied_embeddings) else 0.0
-    return first_sh / t + first_rep, last_sh / t + last_rep + tied_copy
+    last = last_sh / t + last_rep + tied_copy + mtp_edge_parameters(model, t, p)
+    return first_sh / t + first_rep, last
 
 
 def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1554,12 +1695,13 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     ``(4h^2 + 2hf + 3h + f)/t + 6h``), times the stage's layers; stage 0 adds the
     vocabulary-parallel embedding ``V'h/t`` and learned positions ``s*h``; the last stage
     adds the final norm and its output layer ``V'h/t`` (untied; tied: a copy of the word
-    embedding when ``p > 1``), see :func:`edge_params_per_gpu`.
+    embedding when ``p > 1``), see :func:`edge_params_per_gpu`; the MTP layers' transformer
+    layers count on the last stage (:func:`_stage_layers_with_mtp`).
     """
     fam = family_of(model)
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
-    counts = np.array(_stage_counts(model, plan), float)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     n = (counts - moe_counts) * (sharded / t + replicated)
     if moe_counts.any():
@@ -1573,12 +1715,25 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
 def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """MoE layers of each pipeline stage (:func:`moe_layer_mask` over the layers of all the
-    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,)."""
+    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,); the last stage
+    adds the MTP layers when theirs is an MoE layer (:func:`mtp_layer_is_moe`)."""
     if not model.is_moe:
         return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
-    return np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
-                     for chunks in _chunk_layout(model, plan)[0]], float)
+    out = np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
+                    for chunks in _chunk_layout(model, plan)[0]], float)
+    if mtp_layer_is_moe(model):
+        out[-1] += mtp_layers(model)
+    return out
+
+
+def _stage_layers_with_mtp(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Transformer layers one GPU of each stage holds, float array shape (p,): the stage's
+    decoder layers (:func:`_stage_counts`) and, on the last stage, the ``N`` MTP layers'
+    (Megatron-Core runs the MTP block on the last pipeline stage)."""
+    counts = np.array(_stage_counts(model, plan), float)
+    counts[-1] += mtp_layers(model)
+    return counts
 
 
 def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1632,10 +1787,12 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     training is 3x forward. With ``f = 4h`` this is
     ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``. MoE layers count the GEMMs a token
     passes through (router, ``k`` experts, shared experts: the active parameters).
+    Multi-token prediction adds :func:`_mtp_forward_flops_per_token`.
     """
     layer, _, out = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
-    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out)
+    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out
+                         + _mtp_forward_flops_per_token(model, layer, out))
 
 
 def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> float:
@@ -1659,24 +1816,30 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
+    n_mtp = mtp_layers(model)
     if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
+        if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
+            extra += n_mtp * (_moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
+                              else layer)
     elif plan.recompute == "selective":
         mods = recompute_modules(plan)
-        n_moe = num_moe_layers(model)
+        mtp_moe = n_mtp if mtp_layer_is_moe(model) else 0
+        n_moe = num_moe_layers(model) + mtp_moe
+        n_all = model.num_layers + n_mtp  # the MTP layers' modules are recomputed too
         h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
         if "core_attn" in mods:
-            extra += model.num_layers * core
+            extra += n_all * core
         if "mlp" in mods:  # the dense layers' MLP GEMMs
-            extra += (model.num_layers - n_moe) * per_f * model.ffn
+            extra += (n_all - n_moe) * per_f * model.ffn
         if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
             extra += n_moe * (2 * h * (model.num_experts or 0)
                               + per_f * moe_ffn(model) * (model.moe_top_k + model.num_shared_experts))
         elif n_moe and "shared_experts" in mods:
             extra += n_moe * per_f * moe_ffn(model) * model.num_shared_experts
         if "mla_up_proj" in mods and model.multi_latent_attention is True:
-            extra += model.num_layers * mla_up_proj_forward_flops_per_token(model)
+            extra += n_all * mla_up_proj_forward_flops_per_token(model)
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     return model_flops_per_iteration(model, plan) + tokens * extra
 
@@ -1731,9 +1894,10 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
     sharded, _ = family_of(model).layer_parameters(weights)
-    counts = np.array(_stage_counts(model, plan), float)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    out[-1] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
     if getattr(model, "multi_latent_attention", False) is True:
         # MLA's down projections: replicated TELinear layers, FP8 like the others
         ql, kvl, _, pe, _ = _mla_dims(model)
@@ -1800,7 +1964,11 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
     :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With context parallelism
-    every activation is of the rank's ``s/cp`` tokens.
+    every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
+    the last stage): their transformer layers count with the stage's layers (checkpointed under
+    full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
+    keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
+    ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
@@ -1808,9 +1976,13 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
     we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
-    counts = _stage_counts(model, plan)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
+    n_mtp = mtp_layers(model)
+    if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
+        recomputed = recomputed.copy()
+        recomputed[-1] += n_mtp
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
     keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
@@ -1838,8 +2010,12 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         keep_s = np.where(moe_counts != 0, mean, keep_s)
     acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
-    acts[-1] += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
-                 * (e + 4))
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    # the logits of the output layer and of each MTP layer's (one loss each)
+    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4)
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+        sp = plan.sequence_parallel and t > 1
+        acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
     return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
             acts)
 

@@ -506,8 +506,8 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"attention sinks?", n, re.I):
         row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
-        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP), which is "
-                   "not modelled")
+        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
+                   "without its number of layers (model.mtp_num_layers)")
     if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
         row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
                    "which is not modelled")
