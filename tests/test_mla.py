@@ -117,7 +117,7 @@ def test_mla_validation_refuses_by_name():
     assert not {"model.kv_channels"} & set(errs(kv_channels=192))
     assert "model.attention_kernel" in errs(attention_kernel="unfused")
     assert "model.num_query_groups" in errs(num_query_groups=8)
-    assert "multi-token prediction" in errs(mtp_num_layers=1)["model.mtp_num_layers"]
+    assert "model.mtp_num_layers" not in errs(mtp_num_layers=1)  # modelled
     gpt = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], q_lora_rank=1536)
     e = {x.field: x.message for x in validate(Session(model=gpt, plan=_plan()))}
     assert "needs multi_latent_attention" in e["model.q_lora_rank"]
@@ -193,7 +193,7 @@ def test_mla_tensor_parallel_collectives_move_the_latents():
 
 def test_hf_deepseek_refusals_and_v2_lite():
     from core.config import ConfigError
-    for change, field in (({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+    for change, field in (({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
                           ({"topk_method": "sinkhorn"}, "topk_method"),
                           ({"kv_lora_rank": None}, "kv_lora_rank")):
         with pytest.raises(ConfigError) as err:
@@ -216,3 +216,89 @@ def test_hf_deepseek_refusals_and_v2_lite():
     emb = 102400 * 2048
     assert mm.num_active_parameters(model) == 2_661_150_208
     assert abs(mm.num_active_parameters(model) - emb - 2.4e9) < 0.06e9
+
+
+# --------------------------------------------------------------------------- multi-token prediction
+
+V3_MTP = dataclasses.replace(V3, mtp_num_layers=1)
+
+
+def test_mtp_parameters_match_the_published_685b():
+    # DeepSeek-V3: 671 B main model + 14 B MTP module = 685 B on Hugging Face, whose MTP module
+    # stores its own copies of the embedding and the output head (Megatron shares them)
+    h, V = 7168, 129280
+    moe = mm.moe_layer_parameters(V3)
+    mtp = moe.sharded + moe.replicated + moe.experts + 2 * h * h + 3 * h
+    assert mm.num_parameters(V3_MTP) == mm.num_parameters(V3) + mtp == 682_636_472_320
+    assert abs(mm.num_parameters(V3_MTP) + 2 * V * h - 685e9) < 0.6e9
+    # active: the MTP layer's 8 routed + 1 shared experts
+    assert mm.num_active_parameters(V3_MTP) - mm.num_active_parameters(V3) == \
+        mtp - (256 - 8) * moe.expert
+    imp = session_from_hf_config({**V3_CONFIG, "num_nextn_predict_layers": 1}, seq_length=4096)
+    assert imp.session.model.mtp_num_layers == 1
+    assert mm.num_parameters(imp.session.model) == mm.num_parameters(V3_MTP)
+
+
+def test_mtp_flops_and_memory_closed_form():
+    h, V, s = 7168, 129280, 4096
+    pl = _plan(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+               first_stage_layers=31)
+    per_token = (mm._moe_forward_flops_per_token(V3) + 4 * h * h + 2 * h * V)
+    assert (mm.model_flops_per_iteration(V3_MTP, pl) - mm.model_flops_per_iteration(V3, pl)
+            == pytest.approx(4 * s * 3 * per_token, rel=1e-12))
+    # the last stage holds the MTP layer, eh_proj, its norms and a copy of the embedding (p > 1)
+    moe = mm.moe_layer_parameters(V3)
+    extra = moe.sharded + moe.replicated + moe.experts + 2 * h * h + 3 * h + V * h
+    d = mm.params_per_gpu(V3_MTP, pl) - mm.params_per_gpu(V3, pl)
+    assert d[0] == 0 and d[1] == extra
+    # activations: one more MoE layer in flight (1F1B: the last stage holds 1 micro-batch), its
+    # norms' and eh_proj's inputs (4h elements per token) and one more logits tensor
+    acts = mm.stage_memory_arrays(V3_MTP, pl)[3] - mm.stage_memory_arrays(V3, pl)[3]
+    keep = mm.moe_activation_bytes_per_layer(V3, pl, "none")
+    layers = 31  # the last stage's 30 decoder layers and the MTP layer (all MoE)
+    mean_before = keep  # every layer of the last stage is an MoE layer, with or without MTP
+    want = keep * layers - mean_before * 30 + s * 4 * h * 2 + s * V * (2 + 4)
+    assert acts[0] == 0 and acts[1] == pytest.approx(want, rel=1e-12)
+
+
+def test_mtp_graph_runs_its_ops_on_the_last_stage():
+    from core.graph_types import OPS
+    from core.simulate import simulate
+    m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1, mtp_num_layers=2)
+    pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=16, recompute="full", sequence_parallel=True,
+                      expert_parallel=8, expert_tensor_parallel=1, zero_stage=1,
+                      overlap_grad_reduce=True)
+    s = Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    assert validate(s) == []
+    r = simulate(s)
+    g = r.graph
+    mb = pl.num_microbatches  # 4
+
+    def count(op, stage):
+        return int(((g.op == OPS.index(op)) & (g.stage == stage)).sum())
+    assert count("mtp_proj_fwd", 1) == count("mtp_proj_bwd", 1) == 2 * mb
+    assert count("mtp_proj_fwd", 0) == 0
+    assert count("output_fwd", 1) == count("output_bwd", 1) == 3 * mb
+    assert count("embedding_fwd", 1) == 2 * mb  # the shifted tokens' embedding per MTP layer
+    assert set(g.layer[(g.op == OPS.index("mtp_proj_fwd"))].tolist()) == {8, 9}
+    base = simulate(dataclasses.replace(s, model=dataclasses.replace(m, mtp_num_layers=0)))
+    assert r.report.iteration_time_s > base.report.iteration_time_s
+
+
+def test_mtp_refusals_and_megatron_round_trip(tmp_path):
+    from core.megatron_args import export_script, import_file
+    e = {x.field for x in validate(Session(model=dataclasses.replace(
+        MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1), plan=_plan(context_parallel=2)))}
+    assert "plan.context_parallel" in e
+    e = {x.field: x.message for x in validate(Session(model=dataclasses.replace(
+        MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1, window_size=128), plan=_plan()))}
+    assert "sliding-window" in e["model.mtp_num_layers"]
+    s = Session(model=V3_MTP, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
+                                                data_parallel=8, micro_batch_size=1,
+                                                global_batch_size=8, recompute="full",
+                                                expert_parallel=8))
+    assert "--mtp-num-layers 1" in export_script(s)
+    path = tmp_path / "run.sh"
+    path.write_text(export_script(s))
+    assert import_file(path, name=V3.name).session.model.mtp_num_layers == 1
