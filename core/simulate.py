@@ -367,7 +367,8 @@ def graph_size_estimate(session: Session) -> int:
     each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
     all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
     experts and their collectives) where the dense MLP has 3, the same in the backward and the
-    recomputed forward, and two more weight-gradient parts.
+    recomputed forward, and two more weight-gradient parts; each multi-token prediction layer
+    as one more layer and 16 tasks of its embedding, projection and output layer.
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
@@ -379,7 +380,12 @@ def graph_size_estimate(session: Session) -> int:
     moe_rec = 9 if (pl.recompute == "full" or "moe" in mods) else (
         3 * ("shared_experts" in mods) + ("moe_act" in mods))
     moe_extra = n_moe * (20 + moe_rec)
-    per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
+    # multi-token prediction: each MTP layer's transformer layer, its embedding, eh_proj and
+    # one more output layer, forward and backward with their collectives and W parts
+    n_mtp = model_math.mtp_layers(m)
+    mtp_extra = n_mtp * (per_layer + 16 + ((20 + moe_rec) if model_math.mtp_layer_is_moe(m) else 0))
+    per_microbatch = (m.num_layers * per_layer + moe_extra + mtp_extra + 8
+                      + 2 * pl.pipeline_parallel * v)
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
 

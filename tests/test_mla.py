@@ -282,6 +282,13 @@ def test_mtp_graph_runs_its_ops_on_the_last_stage():
     assert count("output_fwd", 1) == count("output_bwd", 1) == 3 * mb
     assert count("embedding_fwd", 1) == 2 * mb  # the shifted tokens' embedding per MTP layer
     assert set(g.layer[(g.op == OPS.index("mtp_proj_fwd"))].tolist()) == {8, 9}
+    from core.simulate import graph_size_estimate
+    assert len(g.duration_s) <= graph_size_estimate(s)
+    sel = dataclasses.replace(s, plan=dataclasses.replace(
+        pl, recompute="selective", recompute_modules="core_attn,mla_up_proj,moe,layernorm",
+        schedule="zb-h1", zero_stage=3, overlap_param_gather=True))
+    assert validate(sel) == []
+    assert len(simulate(sel).graph.duration_s) <= graph_size_estimate(sel)
     base = simulate(dataclasses.replace(s, model=dataclasses.replace(m, mtp_num_layers=0)))
     assert r.report.iteration_time_s > base.report.iteration_time_s
 
