@@ -1466,8 +1466,9 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: deepseek-ai/DeepSeek-V3: 61 layers, h 7168, 128 heads, multi-head latent attention with
 #: q_lora 1536, kv_lora 512, heads of 128 + 64 rotary channels and values of 128, first 3
 #: layers dense with ffn 18432, then 256 routed experts of 2048 and 1 shared, top-8, untied,
-#: vocabulary 129280; DeepSeek-V3 Technical Report, 2024, Sec. 4.2: pre-trained at 4K tokens;
-#: 671 B parameters, 37 B active, without the 14 B multi-token prediction module).
+#: vocabulary 129280; DeepSeek-V3 Technical Report, 2024, Sec. 4.2: pre-trained at 4K tokens
+#: with one multi-token prediction layer, "MTP depth D = 1"; 671 B parameters, 37 B active,
+#: without the MTP module: 682.6 B with it, its embedding and output head shared).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -1489,7 +1490,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 4096, 129280, multi_latent_attention=True,
                q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,
-               moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3),
+               moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
+               mtp_num_layers=1),
     )
 }
 

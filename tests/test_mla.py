@@ -12,7 +12,8 @@ from core.config import (MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, va
 from core.hf_import import session_from_hf_config
 from core.megatron_args import export_arguments, parse_arguments
 
-V3 = MODEL_PRESETS["DeepSeek-V3"]
+# the main model (the preset has DeepSeek-V3's one MTP layer, as it was trained)
+V3 = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], mtp_num_layers=0)
 # deepseek-ai/DeepSeek-V3 config.json (public), without the FP8 checkpoint's
 # quantization_config and with num_nextn_predict_layers 0 (MTP is not modelled yet)
 V3_CONFIG = {
@@ -221,6 +222,10 @@ def test_hf_deepseek_refusals_and_v2_lite():
 # --------------------------------------------------------------------------- multi-token prediction
 
 V3_MTP = dataclasses.replace(V3, mtp_num_layers=1)
+
+
+def test_preset_is_deepseek_v3_as_trained():
+    assert MODEL_PRESETS["DeepSeek-V3"] == V3_MTP
 
 
 def test_mtp_parameters_match_the_published_685b():
