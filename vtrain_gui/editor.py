@@ -117,7 +117,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
 _SINGULAR = {"sequences": "sequence", "stages": "stage", "replicas": "replica", "GPUs": "GPU",
-             "tokens": "token"}
+             "tokens": "token", "layers": "layer"}
 
 
 @dataclasses.dataclass(frozen=True)
