@@ -78,6 +78,7 @@ _LABELS = {
     "plan.zero_stage": "ZeRO stage",
     "plan.overlap_grad_reduce": "Overlap grad reduce",
     "plan.overlap_param_gather": "Overlap param gather",
+    "plan.tp_comm_overlap": "Overlap TP comm",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
