@@ -32,8 +32,9 @@ dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th lay
 MoE after them. Group-limited routing (``n_group``, ``topk_group``,
 ``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
 reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
-are ``model.mtp_num_layers`` (trained with the model); its published FP8
-checkpoint's ``quantization_config`` is refused as for every architecture.
+are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
+``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
+weights) is ignored with that reason, any other quantization refused.
 
 Model-family facts (from the ``transformers`` modelling code of each
 architecture): all have a gated SiLU MLP (``gate_proj``, ``up_proj``,
@@ -83,6 +84,12 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     "DeepseekV3ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
                               "n_routed_experts"),
 }
+#: Architectures whose released checkpoint stores block-scaled FP8 weights
+#: (``quantization_config`` ``quant_method: fp8``, DeepSeek-V3's 128x128 blocks): the storage of
+#: the weights, not the model nor the training precision (the plan's ``precision`` and
+#: ``fp8_recipe``, e.g. blockwise), so it is ignored with that reason; other quantizations are
+#: refused.
+_FP8_CHECKPOINT_ARCHITECTURES = ("DeepseekV3ForCausalLM",)
 #: DeepSeek's multi-head latent attention fields -> model fields.
 _MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                   "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
@@ -124,7 +131,8 @@ USED: dict[str, str] = {
     "mlp_bias": "checked: must be false",
     "sliding_window": "checked: inactive or at least the sequence length",
     "use_sliding_window": "checked: must be false",
-    "quantization_config": "checked: must be absent",
+    "quantization_config": "checked: must be absent (DeepSeek-V3's FP8 checkpoint storage: "
+    "ignored)",
     "n_routed_experts": "model.num_experts (DeepSeek)",
     "n_shared_experts": "model.num_shared_experts (DeepSeek: experts of moe_intermediate_size)",
     "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek)",
@@ -365,7 +373,9 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
-    if cfg.get("quantization_config") is not None:
+    quant = cfg.get("quantization_config")
+    if quant is not None and not (arch in _FP8_CHECKPOINT_ARCHITECTURES and isinstance(quant, dict)
+                                  and quant.get("quant_method") == "fp8"):
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
     layers = _int(cfg, "num_hidden_layers", where)
     h = _int(cfg, "hidden_size", where)
@@ -404,6 +414,10 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
     ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
+    if quant is not None:
+        ignored["quantization_config"] = ("the released checkpoint's block-scaled FP8 storage of "
+                                          "the weights; the training precision is the plan's "
+                                          "(plan.precision, plan.fp8_recipe)")
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
     mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
     if fixed.get("multi_latent_attention"):

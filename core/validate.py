@@ -330,6 +330,8 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "mtp-not-stated": "an MLA (DeepSeek) row whose notes do not name multi-token prediction: "
+                      "none (model.mtp_num_layers 0), as the rows that state it ('w/o MTP')",
     "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
                       "(q_lora, kv_lora, qk_nope + qk_rope, v_head), with the latent norms "
                       "(model.qk_layernorm: DeepSeek-V2/V3's q_a_layernorm and kv_a_layernorm)",
@@ -560,6 +562,8 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
     model.qk_layernorm = True
     row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
+    if not re.search(r"\bMTP\b|multi-token", notes, re.I):
+        row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:

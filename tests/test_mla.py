@@ -196,7 +196,9 @@ def test_hf_deepseek_refusals_and_v2_lite():
     from core.config import ConfigError
     for change, field in (({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
                           ({"topk_method": "sinkhorn"}, "topk_method"),
-                          ({"kv_lora_rank": None}, "kv_lora_rank")):
+                          ({"kv_lora_rank": None}, "kv_lora_rank"),
+                          ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
+                           "quantization_config")):
         with pytest.raises(ConfigError) as err:
             session_from_hf_config({**V3_CONFIG, **change}, "config.json", seq_length=4096)
         assert err.value.errors[0].field == f"config.json: {field}"
@@ -239,7 +241,12 @@ def test_mtp_parameters_match_the_published_685b():
     # active: the MTP layer's 8 routed + 1 shared experts
     assert mm.num_active_parameters(V3_MTP) - mm.num_active_parameters(V3) == \
         mtp - (256 - 8) * moe.expert
-    imp = session_from_hf_config({**V3_CONFIG, "num_nextn_predict_layers": 1}, seq_length=4096)
+    # the real config.json: one MTP layer, the FP8 checkpoint's storage (ignored, with the reason)
+    fp8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+           "weight_block_size": [128, 128]}
+    imp = session_from_hf_config({**V3_CONFIG, "num_nextn_predict_layers": 1,
+                                  "quantization_config": fp8}, seq_length=4096)
+    assert "quantization_config" in imp.ignored
     assert imp.session.model.mtp_num_layers == 1
     assert mm.num_parameters(imp.session.model) == mm.num_parameters(V3_MTP)
 

@@ -87,6 +87,10 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
         assert (md.multi_latent_attention, md.q_lora_rank, md.kv_lora_rank, md.qk_head_dim,
                 md.qk_pos_emb_head_dim, md.v_head_dim, md.qk_layernorm) == (
                     True, 1536, 512, 128, 64, 128, True)
+    # row 20 says "w/o MTP"; rows 8, 11 and 19 do not name MTP: none, a named assumption
+    assert [any(a.startswith("mtp-not-stated") for a in ms[r - 1].assumptions)
+            for r in (8, 11, 19, 20)] == [True, True, True, False]
+    assert all(ms[r - 1].session.model.mtp_num_layers == 0 for r in (8, 11, 19, 20))
     for row in (11, 19, 20):
         assert ms[row - 1].skip_causes == ["uneven pipeline split"], ms[row - 1].skip_reason
         assert "num_layers=61 is not divisible by pipeline_parallel_size*virtual_pipeline_stages" \
