@@ -1521,8 +1521,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
-    # the derived ops looked up also follow the recomputed modules and the TP overlap
-    okey = ("ops", id(store), tuple(sorted(key.items())), recompute_modules(pl), _tp_overlap(pl))
+    # the derived ops looked up also follow the recomputed modules and the TP overlap, and the
+    # MTP ops multi-token prediction
+    okey = ("ops", id(store), tuple(sorted(key.items())), recompute_modules(pl), _tp_overlap(pl),
+            model_math.mtp_layers(m) > 0)  # the MTP ops are looked up only with MTP layers
     if cache is None:
         ops = lookup_op_times(session, store)
     else:

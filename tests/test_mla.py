@@ -321,3 +321,19 @@ def test_mtp_refusals_and_megatron_round_trip(tmp_path):
     path = tmp_path / "run.sh"
     path.write_text(export_script(s))
     assert import_file(path, name=V3.name).session.model.mtp_num_layers == 1
+
+
+def test_a_shared_cache_keeps_models_with_and_without_mtp_apart():
+    from core.graph import stage_times
+    from core.simulate import session_profile
+    m = dataclasses.replace(V3, num_layers=4, moe_first_dense_layers=1)
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
+                      global_batch_size=8, recompute="none", expert_parallel=8)
+    cache: dict = {}
+    plain = Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    mtp = Session(model=dataclasses.replace(m, mtp_num_layers=1), plan=pl, cluster=plain.cluster)
+    store = session_profile(plain)
+    stage_times(plain, store, cache)
+    st = stage_times(mtp, store, cache)
+    assert st.op_times_s["mtp_proj_fwd"] > 0
+    assert stage_times(mtp, store).op_times_s == st.op_times_s
