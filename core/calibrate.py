@@ -96,7 +96,7 @@ HALF_PRECISIONS = ("fp16", "bf16")
 _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer", "mlp_bwd": "layer",
            "attention_core_fwd": "layer", "layernorm_fwd": "layer", "mlp_core_fwd": "layer",
            "attention_swa_fwd": "layer", "attention_swa_bwd": "layer",
-           "attention_core_swa_fwd": "layer",
+           "attention_core_swa_fwd": "layer", "attention_sac_fwd": "layer", "mlp_sac_fwd": "layer",
            "embedding_fwd": "edge", "embedding_bwd": "edge", "output_fwd": "edge", "output_bwd": "edge"}
 
 

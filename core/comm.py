@@ -252,9 +252,30 @@ class CommModel:
     def dp_collective(self, kind: str, nbytes: float) -> float:
         """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d*cp`` ranks
         ``tp + t*j`` (placement as :meth:`dp_all_reduce`): the gradient reduce-scatter and
-        parameter all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020)."""
-        d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
-        return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
+        parameter all-gather of a sharded optimizer (ZeRO, Rajbhandari et al. 2020).
+
+        Hybrid sharding (``plan.data_parallel_shard_size``, HSDP; Megatron-Core's
+        ``--num-distributed-optimizer-instances``, PyTorch FSDP's HYBRID_SHARD, torchtitan's
+        dp_shard x dp_replicate): the shard group is the ``S = size*cp`` consecutive ranks
+        ``tp + t*j`` (:func:`core.config.zero_shard_size`; inside a node when ``t*S`` GPUs fit
+        in one), replicated over ``R = d/size`` groups ``t*S`` ranks apart. The all-gather runs
+        in the shard group; the reduce-scatter runs in it and is followed by an all-reduce of
+        the ``nbytes/S`` shard across the ``R`` replicas (Megatron-Core
+        ``DistributedDataParallel``: reduce-scatter over the intra-instance group, all-reduce
+        over the inter-instance group; ``max(1, gpus_per_node // (t*S))`` replicas share a
+        node, across nodes when the shard group fills one). An all-reduce (unsharded
+        gradients) spans all ``d*cp`` ranks as without hybrid sharding."""
+        from .config import zero_replicas, zero_shard_size
+        t, g = self.plan.tensor_parallel, self.cluster.gpus_per_node
+        R = zero_replicas(self.plan)
+        if R <= 1 or kind == "all_reduce":
+            d = self.plan.dp_cp_size
+            return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
+        S = zero_shard_size(self.plan)
+        out = self.hierarchical(kind, S, max(1, min(S, g // t)), nbytes)
+        if kind == "reduce_scatter":
+            out += self.hierarchical_all_reduce(R, max(1, min(R, g // (t * S))), nbytes / S)
+        return out
 
     def dp_all_reduce(self, nbytes: float) -> float:
         """Data-parallel gradient all-reduce of ``nbytes`` per GPU (hierarchical).

@@ -40,10 +40,11 @@ __all__ = [
     "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "ACTIVATIONS",
+    "SOFTMAX_TYPES",
     "NORMALIZATIONS",
     "POSITION_EMBEDDINGS",
     "ATTENTION_KERNELS",
-    "RECOMPUTE_MODES",
+    "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "zero_shard_size", "zero_replicas",
     "PRECISIONS", "FP8_RECIPES",
     "read_vtrain_config",
     "BOUNDS",
@@ -68,6 +69,11 @@ __all__ = [
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
 ACTIVATIONS = ("gelu", "swiglu")
+#: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
+#: the plain softmax; "off-by-one" adds a fixed zero logit to every row's denominator (Miller 2023,
+#: "Attention is off by one"; a buffer, no parameters); "learnable" adds one learned logit per
+#: head (attention sinks, GPT-OSS: ``a`` parameters per layer, ``softmax_offset``).
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 #: Layer normalizations: LayerNorm (weight and bias) or RMSNorm (weight only, Zhang & Sennrich 2019).
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 #: Position embeddings: a learned (s, h) table or rotary embeddings (RoPE, Su et al. 2021; no
@@ -77,6 +83,10 @@ POSITION_EMBEDDINGS = ("learned", "rope")
 #: scores) or FlashAttention (Dao 2023; no s*s tensor kept).
 ATTENTION_KERNELS = ("unfused", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: Every value of ``plan.recompute``: :data:`RECOMPUTE_MODES` (Megatron's, the modes a sweep
+#: tries) and ``selective_op``, torchtitan's per-op selective activation checkpointing
+#: (:func:`core.model_math.selective_op_linears`; chosen, never swept).
+RECOMPUTE_CHOICES = RECOMPUTE_MODES + ("selective_op",)
 #: Megatron-Core's ``--recompute-modules`` (``TransformerConfig.recompute_modules``) for
 #: selective recomputation: the attention core, the input layernorms, the dense MLP, the routed
 #: experts' activation, the whole MoE layer, the shared experts and MLA's up-projections.
@@ -171,6 +181,8 @@ BOUNDS: dict[str, Bound] = {
                     "most the hidden-size bound"),
     "mla_head": Bound(1, 65_536, "DeepSeek-V2/V3 heads are 128 (+64 rotary) channels"),
     "mtp_layers": Bound(0, 10_000, "DeepSeek-V3 predicts one extra token (one MTP layer)"),
+    "clamp": Bound(0, 1e6, "GPT-OSS clamps its gated MLP's inputs at 7"),
+    "glu_offset": Bound(-1e6, 1e6, "GPT-OSS adds 1 to the linear half of its gated MLP"),
 }
 
 
@@ -292,6 +304,21 @@ class ModelConfig:
         "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
         "2); empty means every layer is windowed", short="window_skip", min=1,
         bounds=BOUNDS["layers"])
+    softmax_type: str = _f(
+        "vanilla", "", "Attention softmax (Megatron-Core --softmax-type): vanilla; off-by-one "
+        "(a fixed zero logit in every row's denominator, no parameters); learnable (attention "
+        "sinks: one learned logit per head in the denominator, a parameters per layer; GPT-OSS). "
+        "The extra logit per row is negligible work inside the attention kernel",
+        choices=SOFTMAX_TYPES, short="softmax")
+    activation_func_clamp_value: float | None = _f(
+        None, "", "Gated MLP (swiglu): clamp the gate to at most this and the linear half to "
+        "-this..this before the activation (Megatron-Core --activation-func-clamp-value; "
+        "GPT-OSS: 7); element-wise inside the fused activation kernel, no time of its own; "
+        "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"])
+    glu_linear_offset: float = _f(
+        0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
+        "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
+        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"])
 
     @property
     def ffn(self) -> int:
@@ -353,8 +380,10 @@ class ParallelPlan:
                        "(zero-bubble, backward split into input and weight gradients)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
-                        "core, --recompute-activations) or full (--recompute-granularity full)",
-                        choices=RECOMPUTE_MODES, label="always", required=True)
+                        "core, --recompute-activations), full (--recompute-granularity full) or "
+                        "selective_op (torchtitan's per-op selective activation checkpointing: "
+                        "every other matmul and the attention output saved, the rest recomputed)",
+                        choices=RECOMPUTE_CHOICES, label="always", required=True)
     precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS, label="never", required=True)
     virtual_pipeline_stages: int | None = _f(
@@ -421,6 +450,16 @@ class ParallelPlan:
         None, "", "With selective recomputation: the modules recomputed, comma-separated as "
         "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
         "shared_experts); empty means core_attn", short="recompute_modules", label="never")
+    data_parallel_shard_size: int | None = _f(
+        None, "replicas", "Hybrid sharding (HSDP): the ZeRO/FSDP shards span groups of this many "
+        "data-parallel ranks and are replicated over d/size groups (Megatron: "
+        "--num-distributed-optimizer-instances d/size; torchtitan: dp_shard); empty means "
+        "all d ranks", short="dp_shard", bounds=BOUNDS["parallel"])
+    fp8_param_gather: bool = _f(
+        False, "", "All-gather the FP8 linear layers' weights in FP8, 1 byte instead of 2, and "
+        "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
+        "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
+        short="fp8_gather")
 
     @property
     def num_gpus(self) -> int:
@@ -481,6 +520,24 @@ def plan_field_title(name: str) -> str:
 def plan_key(plan: ParallelPlan) -> tuple:
     """Hashable key of every field of ``plan`` (cache keys: no field can be left out)."""
     return tuple(getattr(plan, name) for name in PLAN_FIELDS)
+
+
+def zero_shard_size(plan: ParallelPlan) -> int:
+    """Ranks one ZeRO/FSDP shard group spans: ``size*cp`` with hybrid sharding
+    (``plan.data_parallel_shard_size`` = size), else the whole data-parallel group with the
+    context-parallel ranks, ``d*cp`` (Megatron-Core shards the distributed optimizer over
+    ``get_data_parallel_group(with_context_parallel=True)``, and with
+    ``--num-distributed-optimizer-instances`` over the ``d*cp/instances`` ranks of one
+    instance, ``intra_distributed_optimizer_instance_group``)."""
+    size = getattr(plan, "data_parallel_shard_size", None) or plan.data_parallel
+    return size * plan.context_parallel
+
+
+def zero_replicas(plan: ParallelPlan) -> int:
+    """Replicas of each ZeRO/FSDP shard: ``d / data_parallel_shard_size`` with hybrid
+    sharding (HSDP; Megatron's distributed-optimizer instances), 1 otherwise."""
+    size = getattr(plan, "data_parallel_shard_size", None)
+    return plan.data_parallel // size if size else 1
 
 
 def grad_dtype(plan: ParallelPlan) -> str:
@@ -1034,6 +1091,20 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                f"by tensor_parallel_size={t}"))
     errs += moe_errors(m, pl)
     errs += _mla_plan_errors(m, pl)
+    if m.is_moe and pl.data_parallel_shard_size is not None:
+        errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
+                               "mixture-of-experts model is not modelled (the routed experts' "
+                               "expert-data-parallel shards)"))
+    if pl.recompute == "selective_op":
+        if m.is_moe:
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
+                                   "experts model is not modelled (grouped GEMMs and all-to-alls "
+                                   "in torchtitan's save list)"))
+        if m.attention_kernel != "flash":
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' needs "
+                                   "model.attention_kernel = flash: torchtitan saves the output of "
+                                   "its fused attention (SDPA); the unfused core's batched GEMMs "
+                                   "and softmax are not in its save list (not modelled)"))
     try:
         counts = stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
@@ -1118,6 +1189,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
                                "sliding-window attention (model.window_size) is not modelled "
                                "(the ring's steps of a banded mask)"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               f"softmax_type={m.softmax_type!r} is not modelled (the ring's "
+                               "merge of partial softmaxes with the extra logit)"))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -1145,6 +1220,15 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.window_size", "sliding-window attention needs "
                                "attention_kernel = flash (Megatron-Core's unfused "
                                "DotProductAttention has no window; Transformer Engine's has)"))
+    gated = m.activation == "swiglu"
+    if m.activation_func_clamp_value is not None and not gated:
+        errs.append(FieldError("model.activation_func_clamp_value", "activation_func_clamp_value "
+                               "needs a gated MLP (activation = swiglu): the clamp acts on the "
+                               "gate and the linear half"))
+    if _is_num(m.glu_linear_offset) and m.glu_linear_offset != 0 and not gated:
+        errs.append(FieldError("model.glu_linear_offset", "glu_linear_offset needs a gated MLP "
+                               "(activation = swiglu; Megatron-Core: only used with "
+                               "gated_linear_unit)"))
     return errs
 
 
@@ -1164,8 +1248,9 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
       query attention (``num_query_groups`` unset or ``a``: MLA's keys and values have ``a``
       heads); ``attention_kernel`` flash (Megatron-Core runs MLA's core in Transformer
       Engine's fused attention, which takes a value head size other than the query's);
-      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window and no context
-      parallelism (not modelled with MLA; see :func:`validate`'s plan rules).
+      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window, no attention
+      sinks (``softmax_type``) and no context parallelism (not modelled with MLA; see
+      :func:`validate`'s plan rules).
     """
     errs: list[FieldError] = []
     mtp = m.mtp_num_layers
@@ -1202,7 +1287,14 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
     if m.window_size is not None:
         errs.append(FieldError("model.window_size", "sliding-window attention with multi-head "
                                "latent attention is not modelled"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("model.softmax_type", f"softmax_type={m.softmax_type!r} with "
+                               "multi-head latent attention is not modelled"))
     return errs
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _is_int(x: Any) -> bool:
@@ -1320,6 +1412,10 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
                                "model.multi_latent_attention (it recomputes MLA's "
                                "up-projections)"))
+    if mla and pl.recompute == "selective_op":
+        errs.append(FieldError("plan.recompute", "recompute='selective_op' with multi-head latent "
+                               "attention is not modelled (torchtitan's save list of MLA's "
+                               "matmuls)"))
     if mla and getattr(pl, "tp_comm_overlap", False) is True:
         errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
                                "attention is not modelled (the overlap of MLA's latent "
@@ -1391,6 +1487,37 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
                 errs.append(FieldError("plan.recompute_modules", "recompute_modules other than "
                                        "core_attn with precision fp8 are not modelled (Transformer "
                                        "Engine's FP8 copies of the recomputed modules' inputs)"))
+    size = pl.data_parallel_shard_size
+    if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
+        if pl.data_parallel % size:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} does not divide data_parallel={pl.data_parallel} (the "
+                                   "shards are replicated over d/size whole groups; Megatron: d*cp "
+                                   "divisible by --num-distributed-optimizer-instances)"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} needs a sharded optimizer (zero_stage >= 1; Megatron: "
+                                   "--num-distributed-optimizer-instances needs "
+                                   "--use-distributed-optimizer)"))
+    if pl.fp8_param_gather is True:
+        if pl.precision != "fp8":
+            errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather needs precision="
+                                   f"'fp8' (precision is {pl.precision!r}): only FP8 linear "
+                                   "layers' weights can be gathered in FP8"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.fp8_param_gather", "fp8_param_gather needs a sharded "
+                                   "optimizer (zero_stage >= 1: Megatron's --fp8-param-gather "
+                                   "with --use-distributed-optimizer, torchtitan's with FSDP); "
+                                   "zero_stage is 0, nothing is gathered"))
+    elif not isinstance(pl.fp8_param_gather, bool):
+        errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
+                               f"{pl.fp8_param_gather!r} must be true or false"))
+    if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
+            _is_int(pl.tensor_parallel):
+        errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
+                               f"tensor_parallel_size={pl.tensor_parallel} is not modelled "
+                               "(torchtitan's per-op checkpointing runs the tensor-parallel "
+                               "all-gathers of the recomputed ops again)"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
@@ -1435,7 +1562,7 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
-        expert_tensor_parallel=None)
+        expert_tensor_parallel=None, data_parallel_shard_size=None)
     check(probe)
 
 
@@ -1452,6 +1579,20 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
                        **family)
 
 
+def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
+    """A GPT-OSS model (OpenAI 2025; Megatron-Bridge's ``GPTOSSProvider``): Llama-style
+    (GQA, RMSNorm, RoPE with YaRN scaling, untied, FlashAttention) with heads of 64 channels,
+    biases in every linear layer, attention sinks (``softmax_type`` learnable), a 128-token
+    sliding window alternating with full attention (``--window-attn-skip-freq 2``), a gated MLP
+    clamped at 7 with linear offset 1, and ``experts`` experts of 2880, top-4, in every layer."""
+    return ModelConfig(name, layers, 2880, 64, 2880, 4096, 201088, num_query_groups=8,
+                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                       tied_embeddings=False, add_bias_linear=True, attention_kernel="flash",
+                       kv_channels=64, num_experts=experts, moe_top_k=4, moe_ffn_hidden_size=2880,
+                       window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
+                       activation_func_clamp_value=7.0, glu_linear_offset=1.0)
+
+
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
@@ -1462,7 +1603,14 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active); DeepSeek-V3 (the Hugging Face config
+#: general stages; 30.5 B parameters, 3.3 B active); GPT-OSS 120B and 20B (the Hugging Face
+#: configs openai/gpt-oss-120b and -20b: 36 / 24 layers, h 2880, 64 heads of 64 channels, 8 KV
+#: heads, 128 / 32 experts of 2880, top-4, every layer MoE, untied, vocabulary 201088; a
+#: 128-token sliding window on every other layer starting with the first, attention sinks,
+#: biases in attention, router and experts, the gated MLP clamped at 7 with a linear offset of
+#: 1; pre-trained at initial_context_length 4096, as Megatron-Bridge's GPT-OSS recipes; OpenAI's
+#: gpt-oss model card, Table 1: 116.83 B parameters, 5.13 B active; 20.91 B, 3.61 B);
+#: DeepSeek-V3 (the Hugging Face config
 #: deepseek-ai/DeepSeek-V3: 61 layers, h 7168, 128 heads, multi-head latent attention with
 #: q_lora 1536, kv_lora 512, heads of 128 + 64 rotary channels and values of 128, first 3
 #: layers dense with ffn 18432, then 256 routed experts of 2048 and 1 shared, top-8, untied,
@@ -1492,6 +1640,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,
                moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
                mtp_num_layers=1),
+        *(_gpt_oss(name, layers, experts) for name, layers, experts in (
+            ("GPT-OSS 120B", 36, 128), ("GPT-OSS 20B", 24, 32))),
     )
 }
 

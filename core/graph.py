@@ -33,13 +33,13 @@ import numpy as np
 from . import model_math, schedules
 from .comm import CommModel
 from .config import (Session, fp8_recipe, grad_dtype, padded_vocab_size, tensor_dtype,
-                     virtual_stage_layer_counts)
+                     virtual_stage_layer_counts, zero_shard_size)
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SWA_OPS, TP_OVERLAP_GEMMS,
-                         TP_OVERLAP_OPS, expert_data_parallel,
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_OPS, SWA_OPS,
+                         TP_OVERLAP_GEMMS, TP_OVERLAP_OPS, expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
 from .config import recompute_modules
 
@@ -312,13 +312,14 @@ def params_per_gpu(session: Session) -> np.ndarray:
 def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
     its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
-    the data-parallel group with the context-parallel ranks; the routed experts' parameters
-    over the expert-data-parallel group instead)."""
+    the data-parallel group with the context-parallel ranks; with hybrid sharding over a
+    shard group's ``size*cp``, :func:`core.config.zero_shard_size`; the routed experts'
+    parameters over the expert-data-parallel group instead)."""
     n = params_per_gpu(session)
     if session.plan.zero_stage < 1:
         return n
     experts = model_math.expert_params_per_gpu(session.model, session.plan)
-    return (n - experts) / session.plan.dp_cp_size + experts / expert_data_parallel(session.plan)
+    return (n - experts) / zero_shard_size(session.plan) + experts / expert_data_parallel(session.plan)
 
 
 @dataclass
@@ -411,6 +412,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # only the context-parallel ring splits the attention backward
         if op in _MODULE_ONLY_OPS and op not in needed:
             continue  # a part of an op that only a recomputed module runs
+        if op in SELECTIVE_OP_OPS and session.plan.recompute != "selective_op":
+            continue  # what only per-op selective checkpointing runs again
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
         if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
@@ -803,6 +806,7 @@ class _Structure:
     modules: tuple[str, ...] = ()
     window_layers: tuple[int, ...] = ()
     tp_overlap: bool = False
+    selective_op: bool = False
     mla: bool = False
     mtp: int = 0
     mtp_moe: bool = False
@@ -845,7 +849,8 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                                                    bool(getattr(m, "window_size", None)),
                                                    getattr(m, "window_attn_skip_freq", None),
                                                    first, stop),
-                      tp_overlap=_tp_overlap(pl), mla=m.multi_latent_attention is True,
+                      tp_overlap=_tp_overlap(pl), selective_op=pl.recompute == "selective_op",
+                      mla=m.multi_latent_attention is True,
                       mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
                       mtp_moe=model_math.mtp_layer_is_moe(m),
                       mtp_recompute=pl.recompute == "full", **moe)
@@ -1122,6 +1127,10 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         selective modules), with its bucket's ZeRO-3 gather."""
         attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
         gather(u, "moe" if is_moe else "layer")
+        if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
+            # ops it did not save run again when its backward starts
+            u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
+            u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
         if with_recompute:
             block(u, K["recompute"], attn + "_fwd", True, True)
             if is_moe:
@@ -1461,7 +1470,9 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
-    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision.
+    Gradients move in :func:`core.config.grad_dtype`, parameters in the training precision
+    (the FP8 linear weights in 1 byte with ``fp8_param_gather``,
+    :func:`core.model_math.param_gather_bytes`).
     An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
     (``edp_call``), the rest over ``d`` (``comm_call``)."""
     m, pl = session.model, session.plan
@@ -1476,10 +1487,14 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     mtp = model_math.mtp_edge_parameters(m, t, p) if stage == p - 1 else 0.0
     last = last_n - mtp if stage == p - 1 else 0.0
     out = _DataParallel()
+    # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
+    fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
+               if model_math.fp8_gathers_params(pl) else 0.0)
     for name, n in (("layer", layer), ("first", first), ("last", last), ("mtp", mtp)):
         if n <= 0:
             continue
-        setattr(out, f"{name}_ag", comm_call("all_gather", n * e))
+        setattr(out, f"{name}_ag", comm_call("all_gather", model_math.param_gather_bytes(
+            pl, n, fp8_lin if name == "layer" else 0.0)))
         setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
         setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
     if m.is_moe and edp_call is not None:
@@ -1521,10 +1536,11 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     key = op_key(session)
-    # the derived ops looked up also follow the recomputed modules and the TP overlap, and the
-    # MTP ops multi-token prediction
+    # the derived ops looked up also follow the recomputed modules, the TP overlap, per-op
+    # selective checkpointing and multi-token prediction (its ops only with MTP layers)
     okey = ("ops", id(store), tuple(sorted(key.items())), recompute_modules(pl), _tp_overlap(pl),
-            model_math.mtp_layers(m) > 0)  # the MTP ops are looked up only with MTP layers
+            *(("selective_op",) if pl.recompute == "selective_op" else ()),
+            model_math.mtp_layers(m) > 0)
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
@@ -1534,7 +1550,9 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     times = ops.times
     comm = CommModel(store, pl, cl)
     # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
-    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp)
+    # (and the shard group of hybrid sharding, which data-parallel collectives span)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp,
+            *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
         times = {**times, **_cp_ring_times(
@@ -1627,8 +1645,11 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     experts = model_math.expert_params_per_gpu(m, pl)  # reduced over edp, not d
     n_params = params_per_gpu(session) - experts
     # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
-    shards = (n_params / pl.dp_cp_size + (experts / expert_data_parallel(pl) if moe else 0.0)
+    shards = (n_params / zero_shard_size(pl) + (experts / expert_data_parallel(pl) if moe else 0.0)
               if pl.zero_stage >= 1 else n_params + experts)
+    # the all-gathered parameters' bytes (FP8 linear weights in 1 byte with fp8_param_gather)
+    gather_bytes = (model_math.param_gather_bytes(pl, n_params, model_math.fp8_weights_per_gpu(m, pl))
+                    if model_math.fp8_gathers_params(pl) else n_params * e)
     z = pl.zero_stage
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
@@ -1637,7 +1658,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     def both(kind: str, i: int, nbytes: float) -> float:
         """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
         the experts' (two collectives one after the other)."""
-        x = dp_call(kind, n_params[i] * nbytes) if pl.dp_cp_size > 1 else 0.0
+        dense = gather_bytes[i] if kind == "all_gather" else n_params[i] * nbytes
+        x = dp_call(kind, dense) if pl.dp_cp_size > 1 else 0.0
         return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
 
     for i in reps:

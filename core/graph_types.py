@@ -58,6 +58,8 @@ OPS = (
     "mla_up_proj_fwd",
     # multi-token prediction (--mtp-num-layers): each MTP layer's norms and eh_proj
     "mtp_proj_fwd", "mtp_proj_bwd",
+    # per-op selective activation checkpointing (torchtitan): the ops of a block run again
+    "attention_sac_fwd", "mlp_sac_fwd",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;

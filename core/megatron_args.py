@@ -94,7 +94,8 @@ ARGUMENTS: dict[str, Arg] = {
     "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
     "--normalization": Arg(("model.normalization",), True, "LayerNorm (modelled) or RMSNorm"),
     "--position-embedding-type": Arg(("model.position_embedding",), True,
-                                     "learned_absolute (modelled) or rope"),
+                                     "learned_absolute (modelled) or rope (yarn: rope, YaRN's "
+                                     "scaling changes the angles, not the work)"),
     "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
                                                  "separate output layer weights"),
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
@@ -134,6 +135,18 @@ ARGUMENTS: dict[str, Arg] = {
     "--window-attn-skip-freq": Arg(("model.window_attn_skip_freq",), True,
                                    "every N-th layer keeps full attention (an integer N; a list "
                                    "pattern is refused)"),
+    "--softmax-type": Arg(("model.softmax_type",), True,
+                          "vanilla, off-by-one or learnable (attention sinks: one learned logit "
+                          "per head)"),
+    "--quick-geglu": Arg(("model.activation",), False,
+                         "gated MLP with a quick-GELU gate x*sigmoid(1.702x) (GPT-OSS): "
+                         "model.activation swiglu, timed as SwiGLU's (same GEMMs, same fused "
+                         "kernel bytes; listed among the ignored arguments); exported for a "
+                         "swiglu model with a clamp or a linear offset"),
+    "--activation-func-clamp-value": Arg(("model.activation_func_clamp_value",), True,
+                                         "clamp of the gated MLP's inputs (GPT-OSS: 7)"),
+    "--glu-linear-offset": Arg(("model.glu_linear_offset",), True,
+                               "offset added to the gated MLP's linear half (GPT-OSS: 1)"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
     "--global-batch-size": Arg(("plan.global_batch_size",), True,
                                "global batch size B (default b times d)"),
@@ -153,6 +166,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--use-distributed-optimizer": Arg(("plan.zero_stage",), False,
                                        "distributed optimizer (ZeRO-1): zero_stage 1"),
     "--use-torch-fsdp2": Arg(("plan.zero_stage",), False, "FSDP (ZeRO-3): zero_stage 3"),
+    "--num-distributed-optimizer-instances": Arg(
+        ("plan.data_parallel_shard_size",), True,
+        "hybrid sharding: n instances of the sharded optimizer, each over d/n data-parallel "
+        "ranks (data_parallel_shard_size = d/n)"),
+    "--fp8-param-gather": Arg(("plan.fp8_param_gather",), False,
+                              "FP8 linear weights kept and all-gathered in FP8"),
     "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
                                  "gradient reduction under the backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,
@@ -376,6 +395,23 @@ def _int_value(text: str, what: str, source: str) -> int:
                                 "write its value in the script or give it to vtrain")
     raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
+
+
+def _float(args: dict[str, list[str]], flag: str, source: str) -> float | None:
+    """The finite number ``flag`` gives (None when absent)."""
+    v = _one(args, flag, source)
+    if v is None:
+        return None
+    if "$" in v:
+        raise MegatronArgsError(f"{source}: {flag} {v}: the variable is not set in the file; "
+                                "write its value in the script or give it to vtrain")
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if x != x or x in (float("inf"), float("-inf")):
+        raise MegatronArgsError(f"{source}: {flag} {v!r} must be a finite number")
+    return x
 
 
 def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | None, int | None]:
@@ -765,6 +801,20 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # model families (issue 11): refused by name while the fields are absent
     if switch("--swiglu"):
         mp.set("--swiglu", "model.activation", "swiglu")
+    if switch("--quick-geglu"):
+        if "--swiglu" in args:
+            raise MegatronArgsError(f"{src}: --quick-geglu and --swiglu are both given (one "
+                                    "gated activation)")
+        mp.set("--quick-geglu", "model.activation", "swiglu")
+        late_ignored.append(("--quick-geglu", "its gate x*sigmoid(1.702x) is timed as SwiGLU's "
+                             "x*sigmoid(x): the same GEMMs and the same fused activation "
+                             "kernel's bytes (model.activation swiglu)"))
+    for flag, target in (("--activation-func-clamp-value", "model.activation_func_clamp_value"),
+                         ("--glu-linear-offset", "model.glu_linear_offset")):
+        if take(flag):
+            mp.set(flag, target, _float(args, flag, src))
+    if take("--softmax-type"):
+        mp.set("--softmax-type", "model.softmax_type", _one(args, "--softmax-type", src))
     if switch("--group-query-attention") or take("--num-query-groups"):
         g = _int(args, "--num-query-groups", src) if "--num-query-groups" in args else None
         if "--group-query-attention" in args:
@@ -774,11 +824,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     for flag, target, mapping in (
             ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
             ("--position-embedding-type", "model.position_embedding",
-             {"learned_absolute": "learned", "rope": "rope"})):
+             {"learned_absolute": "learned", "rope": "rope", "yarn": "rope"})):
         if take(flag):
             v = _one(args, flag, src)
             if v not in mapping:
                 raise MegatronArgsError(f"{src}: {flag} {v!r}: expected one of {', '.join(mapping)}")
+            if v == "yarn":  # GPT-OSS: RoPE with YaRN's frequency scaling
+                late_ignored.append((flag, "yarn: RoPE whose frequencies YaRN rescales; the "
+                                     "scaling changes the rotation's angles, not the work "
+                                     "(model.position_embedding rope)"))
             if field_exists(target):
                 mp.set(flag, target, mapping[v])
             elif v not in _DEFAULT_FAMILY[flag]:
@@ -924,6 +978,19 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                3 if fsdp else 1)
     elif field_exists("plan.zero_stage"):
         mp.set("zero stage", "plan.zero_stage", 0)
+    flag = "--num-distributed-optimizer-instances"
+    if take(flag):  # Megatron-Core: each instance shards over d*cp/n ranks, i.e. d/n of d
+        n = _int(args, flag, src)
+        if n < 1 or d % n:
+            raise MegatronArgsError(f"{src}: {flag} {n} does not divide the data-parallel size "
+                                    f"{d} (world / (t*p*cp))")
+        mp.set(flag, "plan.data_parallel_shard_size", d // n)
+    elif field_exists("plan.data_parallel_shard_size"):
+        mp.set(flag, "plan.data_parallel_shard_size", None, check_value=False)
+    if switch("--fp8-param-gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", True)
+    elif field_exists("plan.fp8_param_gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", False)
     for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
                          ("--overlap-param-gather", "plan.overlap_param_gather"),
                          ("--tp-comm-overlap", "plan.tp_comm_overlap")):
@@ -1085,8 +1152,17 @@ def export_arguments(session: Session) -> list[str]:
     g = _get(m, "num_query_groups")
     if g is not None and g != m.num_attention_heads:
         out += ["--group-query-attention", "--num-query-groups", str(g)]
+    clamp, offset = _get(m, "activation_func_clamp_value"), _get(m, "glu_linear_offset") or 0.0
     if _get(m, "activation") == "swiglu":
-        out.append("--swiglu")
+        # Megatron-Core fuses a clamp and a linear offset only with the quick-GELU gate
+        # (TransformerConfig: glu_linear_offset needs quick_gelu under bias_activation_fusion)
+        out.append("--quick-geglu" if clamp is not None or offset else "--swiglu")
+    if clamp is not None:
+        out += ["--activation-func-clamp-value", repr(float(clamp))]
+    if offset:
+        out += ["--glu-linear-offset", repr(float(offset))]
+    if (_get(m, "softmax_type") or "vanilla") != "vanilla":
+        out += ["--softmax-type", m.softmax_type]
     if _get(m, "normalization") == "rmsnorm":
         out += ["--normalization", "RMSNorm"]
     if _get(m, "position_embedding") == "rope":
@@ -1156,6 +1232,11 @@ def export_arguments(session: Session) -> list[str]:
     elif zero:
         raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
                                 "optimizer (1) and FSDP (3), not ZeRO-2")
+    size = _get(pl, "data_parallel_shard_size")
+    if size:  # hybrid sharding: d/size instances of the distributed optimizer
+        out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]
+    if _get(pl, "fp8_param_gather"):
+        out.append("--fp8-param-gather")
     if _get(pl, "overlap_grad_reduce"):
         out.append("--overlap-grad-reduce")
     if _get(pl, "overlap_param_gather"):
@@ -1175,6 +1256,9 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--recompute-granularity", "full"]
         out += ["--recompute-method", "block", "--recompute-num-layers", str(n)] if n else [
             "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif pl.recompute == "selective_op":
+        raise MegatronArgsError("plan.recompute 'selective_op': torchtitan's per-op selective "
+                                "activation checkpointing has no Megatron-LM argument")
     elif pl.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
         if _get(pl, "recompute_modules"):

@@ -38,7 +38,7 @@ import numpy as np
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
                      padded_vocab_size, recompute_modules, stage_layer_counts, tensor_dtype,
-                     virtual_stage_layer_counts)
+                     virtual_stage_layer_counts, zero_shard_size)
 from .report import StageMemory
 
 __all__ = [
@@ -46,7 +46,9 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "stage_memory_arrays",
+    "stage_memory_arrays", "SELECTIVE_OP_OPS", "selective_op_linears", "selective_op_kernels",
+    "selective_op_flops_per_token", "fp8_gathers_params", "fp8_linear_params_per_layer",
+    "param_gather_bytes",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
     "MOE_OPS", "MOE_KEY", "PART_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
@@ -289,6 +291,24 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
 
+    Softmax type (``model.softmax_type``; not a key column): off-by-one and learnable
+    (attention sinks, GPT-OSS) add one logit per query row to the softmax's denominator, inside
+    the same kernel (Transformer Engine's fused attention with ``softmax_type``, TE >= 2.8, and
+    Megatron-Core's unfused ``FusedScaleMaskSoftmax`` with ``softmax_offset``): one more
+    exponential per row against the row's ``s/2`` (causal) or ``w`` (windowed) ones and no GEMM
+    FLOPs; the backward's sink gradient is one more product per row (FlashAttention's
+    ``rowsum(dO * O)`` is already computed) reduced over the rows to ``a`` numbers. Negligible,
+    so these kernels are timed as the vanilla ones: the profile store has no sink variant of the
+    FlashAttention op, and a layer with sinks takes ``flash_attn``'s time (a named assumption,
+    not a measurement of TE's sink kernel). The sinks' ``a`` parameters are counted
+    (:func:`_attention_parameters`).
+
+    Gated MLP with a clamp and a linear offset (``activation_func_clamp_value``,
+    ``glu_linear_offset``; GPT-OSS's ``quick_geglu``, ``x sigmoid(1.702 x)`` gate): the clamp
+    and the offset are element-wise operations on values the fused activation kernel has in
+    registers (Megatron-Core's ``weighted_bias_quick_geglu_impl``): the same bytes as
+    ``bias_swiglu``, which times it.
+
     FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
     ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer
     Engine, the linear layers' GEMMs (QKV, projection, fc1, fc2 and their dgrad and wgrad)
@@ -525,7 +545,10 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
     """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
     their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
-    (see :func:`_dense_layer_parameters`)."""
+    (see :func:`_dense_layer_parameters`); with ``softmax_type`` learnable the ``a`` attention
+    sinks (Megatron-Core's ``softmax_offset``, one logit per head, sharded with the heads over
+    ``t``; off-by-one's zero logit is a buffer, no parameter). Multi-head latent attention:
+    :func:`_mla_attention_parameters`."""
     if getattr(model, "multi_latent_attention", False) is True:
         return _mla_attention_parameters(model)
     h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
@@ -533,6 +556,8 @@ def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
     qkv = (a + 2 * g) * kv
     bias = model.add_bias_linear
     sharded = h * qkv + a * kv * h + (qkv if bias or model.add_qkv_bias else 0)
+    if getattr(model, "softmax_type", "vanilla") == "learnable":
+        sharded += a  # attention sinks: one logit per head, split with the heads over t
     norm = 2 * h if model.normalization == "layernorm" else h
     qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, norm + (h if bias else 0) + qk_norm
@@ -651,6 +676,8 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     ``shared_experts`` drop the shared experts' share (the routed part in
     :func:`moe_activation_bytes_per_layer`).
     """
+    if mode == "selective_op":  # torchtitan's per-op checkpointing: what its policy saves
+        return _selective_op_activation_bytes(model, plan)
     s, b, h, a = model.seq_length, plan.micro_batch_size, model.hidden_size, model.num_attention_heads
     s //= plan.context_parallel  # the rank's tokens (context parallelism, Megatron-Core)
     t = plan.tensor_parallel
@@ -1023,7 +1050,8 @@ class MoeLayerParameters:
 
 def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     """Parameters of one MoE layer: the attention half (:func:`_attention_parameters`), the
-    pre-MLP norm, the router gate ``h E``, ``E`` experts each an MLP of ``moe_ffn`` width
+    pre-MLP norm, the router gate ``h E`` (and its bias ``E`` with ``add_bias_linear``:
+    Megatron-Core's ``TopKRouter``; GPT-OSS's router bias), ``E`` experts each an MLP of ``moe_ffn`` width
     with the model's activation (:func:`_mlp_parameters`; Mixtral: ``3 h f_e``) and the shared
     experts as one dense MLP of ``num_shared_experts * moe_ffn`` width (Megatron-Core
     ``SharedExpertMLP``)."""
@@ -1035,7 +1063,8 @@ def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     norm = 2 * h if model.normalization == "layernorm" else h
     shared = _mlp_parameters(model, model.num_shared_experts * fe)[0] if model.num_shared_experts else 0
     shared_bias = h if (model.num_shared_experts and model.add_bias_linear) else 0
-    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + shared_bias,
+    router_bias = E if model.add_bias_linear else 0  # TopKRouter's bias (add_bias_linear)
+    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + router_bias + shared_bias,
                               E * expert, expert)
 
 
@@ -1318,7 +1347,13 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "attention_swa_fwd": "attention_fwd",
                                "attention_swa_bwd": "attention_bwd",
                                "attention_core_swa_fwd": "attention_fwd",
-                               "mla_up_proj_fwd": "attention_fwd"}
+                               "mla_up_proj_fwd": "attention_fwd",
+                               "attention_sac_fwd": "attention_fwd",
+                               "mlp_sac_fwd": "mlp_fwd"}
+#: The derived ops torchtitan's per-op selective activation checkpointing runs again in each
+#: layer's backward (``plan.recompute = "selective_op"``, :func:`selective_op_kernels`).
+SELECTIVE_OP_OPS: dict[str, str] = {"attention_sac_fwd": "attention_fwd",
+                                    "mlp_sac_fwd": "mlp_fwd"}
 #: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
 #: the window) and the op each is a variant of.
 SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
@@ -1406,10 +1441,118 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
         if not int(key.get("w", 0) or 0):
             raise KeyError(f"op {op!r} needs a window (key entry 'w' > 0)")
         return family_of(model).op_kernels(SWA_OPS[op], full_op_key(base, key))
+    if op in SELECTIVE_OP_OPS:  # what per-op checkpointing runs again of its base op
+        return selective_op_kernels(base, key, model)
     if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
         keep = PART_OPS[op]
         return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
     return family_of(model).op_kernels(op, full_op_key(op, key))
+
+
+def selective_op_linears(gated: bool) -> tuple[tuple[str, bool], ...]:
+    """The matmuls of one transformer block's forward in the order torchtitan runs them, each
+    with whether per-op selective activation checkpointing recomputes it (``True``) or saves
+    its output (``False``).
+
+    Order (torchtitan ``models/llama3/model.py`` ``Attention.forward``: ``xq, xk, xv =
+    self.wq(x), self.wk(x), self.wv(x)``, SDPA, ``self.wo``; ``FeedForward.forward``:
+    ``self.w2(F.silu(self.w1(x)) * self.w3(x))``): ``q, k, v, o, w1, w3, w2`` with a gated
+    (SwiGLU) MLP, ``q, k, v, o, w1, w2`` with a plain one (fc1, fc2). Policy (torchtitan
+    ``infra/parallelize.py`` ``_apply_ac_to_transformer_block``, ``mode = "op"``; from 2025 in
+    ``torchtitan/distributed/activation_checkpoint.py``): a per-block counter counts the
+    ``aten.mm`` calls and the output of every other one is saved, the 1st, 3rd, 5th ...
+    (``to_save = func in _save_list and not (func == aten.mm and mm_count % 2 == 0)``), so
+    ``k``, ``o`` and ``w3`` (``w2`` with a plain MLP) are recomputed and ``q``, ``v``,
+    ``w1`` (and ``w2`` gated) saved. The counter restarts in every block (each block is
+    checkpointed on its own). FP8 linears (torchao ``Float8Linear``) still dispatch
+    ``aten.mm`` on float8 tensor subclasses, which the checkpoint's dispatch mode sees
+    before the subclass turns it into ``_scaled_mm``: assumed counted the same way.
+    """
+    order = ("q", "k", "v", "o", "w1", "w3", "w2") if gated else ("q", "k", "v", "o", "w1", "w2")
+    return tuple((name, i % 2 == 1) for i, name in enumerate(order))
+
+
+#: Kernels of the attention and MLP ops whose outputs per-op checkpointing saves besides the
+#: matmuls: the fused attention (SDPA's flash / efficient / cuDNN kernels are in torchtitan's
+#: save list; with context parallelism the ring's output corrections belong to it).
+_SELECTIVE_OP_SAVED = ("flash_attn", "cp_out_correction")
+
+
+def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig | None = None
+                         ) -> list[Kernel]:
+    """The kernels of ``base`` (``attention_fwd`` or ``mlp_fwd``) that torchtitan's per-op
+    selective activation checkpointing runs again in the layer's backward.
+
+    torchtitan's save list (``_save_list``): ``aten.mm`` (every other one, see
+    :func:`selective_op_linears`), the SDPA kernels, ``reduce_scatter_tensor`` and ``aten.max``
+    (the absolute maximum of float8 scaling); every other op of the block is recomputed
+    (norms, RoPE, QK-norm, the activation, the residual adds, the float8 casts). So of the
+    base op's kernels: the fused QKV GEMM contributes the recomputed ``k`` projection alone
+    (``T x g kv/t`` of its ``(a + 2g) kv/t`` columns), the projection ``o`` is recomputed, the
+    fused gate/up fc1 contributes ``w3`` (``f/t`` of its ``2f/t`` columns), fc2 (``w2``) is
+    saved with a gated MLP and recomputed with a plain one (whose fc1 is saved); the attention
+    core (FlashAttention) and the tensorwise amax reductions are saved; every memory-bound
+    kernel else runs again. Needs FlashAttention (ValueError otherwise: the unfused core's
+    batched GEMMs and softmax are not in the save list, not modelled).
+    """
+    full = _full(key)
+    if full.get("attn") != "flash":
+        raise ValueError("selective_op recomputation needs the flash attention kernel (the "
+                         "unfused core is not modelled under per-op checkpointing)")
+    kernels = family_of(model).op_kernels(base, full_op_key(base, key))
+    linear, _ = linear_kernels(full)
+    t = int(full["t"])
+    gated = full.get("act") == "swiglu"
+    recomputed = {name for name, again in selective_op_linears(gated) if again}
+    dh = int(full["kv"])
+    f = int(full["f"]) if "f" in full else 0
+    parts = {"qkv": (("q", int(full["a"]) // t * dh), ("k", int(full["g"]) // t * dh),
+                     ("v", int(full["g"]) // t * dh)),
+             "proj": (("o", None),),
+             "fc1": (("w1", f // t), ("w3", f // t)) if gated else (("w1", f // t),),
+             "fc2": (("w2", None),)}
+    out: list[Kernel] = []
+    for k in kernels:
+        if k.name in parts:
+            for name, cols in parts[k.name]:
+                if name in recomputed:
+                    out.append(linear(name, k.m, k.n if cols is None else cols, k.k))
+        elif k.name in _SELECTIVE_OP_SAVED or k.name.endswith("_amax"):
+            continue
+        else:
+            out.append(k)
+    return out
+
+
+def _selective_op_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Activation bytes one dense layer keeps per micro-batch under per-op selective
+    checkpointing (``recompute="selective_op"``): the block's input (the checkpoint's input,
+    ``s b h``) and the outputs of the saved ops (:func:`selective_op_linears`): ``q`` (``a kv``
+    per token), ``v`` (``g kv``), the attention output (``a kv``) and its fp32 log-sum-exp
+    (``a`` floats per token), ``w1`` (``f``) and, with a gated MLP, ``w2`` (``h``); in the
+    tensor dtype (BF16 under FP8: a float8 matmul's output is BF16); over ``t`` for the
+    tensor-parallel widths, ``s/cp`` tokens."""
+    s = model.seq_length // plan.context_parallel
+    b, h, a, t = (plan.micro_batch_size, model.hidden_size, model.num_attention_heads,
+                  plan.tensor_parallel)
+    kv, g, f = model.head_dim, model.query_groups, model.ffn
+    width = {"q": a * kv, "k": g * kv, "v": g * kv, "o": h, "w1": f, "w3": f, "w2": h}
+    saved = sum(width[n] for n, again in selective_op_linears(model.activation == "swiglu")
+                if not again)
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    return float(s * b * (e * (h + (saved + a * kv) / t) + 4 * a / t))
+
+
+def selective_op_flops_per_token(model: ModelConfig) -> float:
+    """FLOPs per token and layer of the matmuls per-op selective checkpointing recomputes
+    (:func:`selective_op_linears`): ``2 * in * out`` of each recomputed linear, ``k``
+    ``(h, g kv)``, ``o`` ``(a kv, h)``, ``w3`` ``(h, f)`` or ``w2`` ``(f, h)``."""
+    h, a, kv, g, f = (model.hidden_size, model.num_attention_heads, model.head_dim,
+                      model.query_groups, model.ffn)
+    dims = {"q": (h, a * kv), "k": (h, g * kv), "v": (h, g * kv), "o": (a * kv, h),
+            "w1": (h, f), "w3": (h, f), "w2": (f, h)}
+    return float(sum(2 * dims[n][0] * dims[n][1]
+                     for n, again in selective_op_linears(model.activation == "swiglu") if again))
 
 
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
@@ -1812,7 +1955,8 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
     those alone, ``mla_up_proj`` MLA's up-projections
     (:func:`mla_up_proj_forward_flops_per_token`; ``layernorm`` and ``moe_act`` are
-    element-wise: no GEMM FLOPs)."""
+    element-wise: no GEMM FLOPs); per-op selective checkpointing (``selective_op``) its
+    recomputed matmuls, :func:`selective_op_flops_per_token` per layer."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
@@ -1841,6 +1985,8 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         if "mla_up_proj" in mods and model.multi_latent_attention is True:
             extra += n_all * mla_up_proj_forward_flops_per_token(model)
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
+    elif plan.recompute == "selective_op":  # the recomputed matmuls of every (dense) layer
+        extra = model.num_layers * selective_op_flops_per_token(model)
     return model_flops_per_iteration(model, plan) + tokens * extra
 
 
@@ -1887,12 +2033,13 @@ def _in_flight(schedule: str, p: int, m: int, v: int,
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
-    family's sharded layer parameters without biases, over ``t``, times the stage's layers
-    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    family's sharded layer parameters without biases and attention sinks, over ``t``, times the
+    stage's layers (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
     layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
     (the router's gate stays BF16). Multi-head latent attention adds its replicated down
     projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
-    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  softmax_type="vanilla")  # attention sinks stay BF16 too
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
@@ -1907,6 +2054,34 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
         out += moe_counts * (moe.sharded / plan.tensor_parallel
                              + moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan)))
     return out
+
+
+def fp8_gathers_params(plan: ParallelPlan) -> bool:
+    """Whether the sharded optimizer all-gathers the FP8 linear layers' weights in FP8
+    (``plan.fp8_param_gather`` with ``precision="fp8"``)."""
+    return bool(getattr(plan, "fp8_param_gather", False)) and plan.precision == "fp8"
+
+
+def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> float:
+    """Weights of one dense layer's FP8 linear layers on one GPU: the family's sharded layer
+    parameters without biases, over ``t`` (QKV, projection, fc1, fc2; the norms and biases stay
+    BF16, as :func:`fp8_weights_per_gpu`)."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    return family_of(model).layer_parameters(weights)[0] / tensor_parallel
+
+
+def param_gather_bytes(plan: ParallelPlan, n_params, fp8_linear=0.0):
+    """Bytes of the all-gather of ``n_params`` parameters (a number or an array) of which
+    ``fp8_linear`` are FP8 linear layers' weights: ``n_params * e`` (the training precision's
+    tensor dtype, BF16 under FP8), or with :func:`fp8_gathers_params` ``(n_params -
+    fp8_linear) * e + fp8_linear * 1`` (Megatron-LM ``--fp8-param-gather``: "Keep the compute
+    param in fp8 ... and perform the param all-gather in fp8"; torchao/torchtitan
+    ``enable_fsdp_float8_all_gather``: FSDP2 casts each weight shard to float8 before the
+    all-gather). The scales (one per tensor, or per block) are neglected."""
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    if not fp8_gathers_params(plan):
+        return n_params * e
+    return (n_params - fp8_linear) * e + fp8_linear * FP8_BYTES
 
 
 def fp8_weight_bytes_per_parameter(recipe: str, tn_only: bool = True) -> float:
@@ -1935,6 +2110,8 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
     (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
     ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
+    With hybrid sharding (``plan.data_parallel_shard_size``, HSDP) ``d`` is the shard group's
+    ``size*cp`` (:func:`core.config.zero_shard_size`): the state is replicated over ``d/size``.
     ``data_parallel`` replaces ``d*cp`` (routed experts' parameters shard over the
     expert-data-parallel group, :func:`expert_data_parallel`: Megatron-Core's distributed
     optimizer shards them there).
@@ -1943,7 +2120,8 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     g = DTYPE_BYTES[grad_dtype(plan)]
     half = e < 4
     opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
-    d, z = data_parallel or plan.dp_cp_size, plan.zero_stage  # Megatron-Core shards over d*cp
+    # Megatron-Core shards over d*cp; with hybrid sharding over the size*cp of a shard group
+    d, z = data_parallel or zero_shard_size(plan), plan.zero_stage
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
@@ -1963,7 +2141,12 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
-    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With context parallelism
+    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
+    ``fp8_param_gather`` (:func:`fp8_gathers_params`): under ZeRO 1/2 the linear layers' BF16
+    compute weights are not kept, their FP8 copies are (Megatron-LM ``--fp8-param-gather``
+    keeps the compute parameters in FP8: ``e`` bytes less per linear weight); under ZeRO-3 the
+    shards stay BF16 (torchao casts them to float8 for the all-gather) and the gathered layer's
+    linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
     every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
     the last stage): their transformer layers count with the stage's layers (checkpointed under
     full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
@@ -1992,7 +2175,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
-    gathered = (sharded / t + replicated) * e if plan.zero_stage >= 3 else 0.0
+    gathered = (param_gather_bytes(plan, sharded / t + replicated,
+                                   fp8_linear_params_per_layer(model, t))
+                if plan.zero_stage >= 3 else 0.0)
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
     recipe = fp8_recipe(plan)
@@ -2000,7 +2185,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     if recipe is not None:
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
-            fp8_w = fp8_w / plan.dp_cp_size  # FSDP shards over d*cp
+            fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
+        elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
+            fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
     # every stage at once (numpy: the same IEEE operations in the same order as one by one)
     layers = np.array(counts, np.int64)
     keep_s = np.full(len(counts), keep)

@@ -395,11 +395,13 @@ def _tasks_per_layer(pl) -> int:
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
     reduce-scatter after with sequence parallelism); selective recomputation's modules: the
     attention core, the two norms, the MLP module with its collectives, MLA's
-    up-projections."""
+    up-projections; per-op selective checkpointing's two recomputed parts (attention and
+    MLP)."""
     comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
     mods = recompute_modules(pl)
     return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
-            + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods))
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods)
+            + 2 * (pl.recompute == "selective_op"))
 
 
 def _all_finite(report: Report) -> bool:

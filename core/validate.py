@@ -28,6 +28,7 @@ for counts per cause).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -38,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
+from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
                      ParallelPlan, Session, gpu_kind, validate)
 from .config import rename_field
 from .inputs import read_text
@@ -153,7 +154,49 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    return [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    out = [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    _check_recipe_siblings(out)
+    return out
+
+
+def _recipe(m: Measurement) -> tuple:
+    """What fixes a recipe's memory but the batch: source, GPU, model shape, precision and
+    the per-replica parallel layout (t, p, v, cp, ep, etp, b, schedule); the data-parallel size
+    and the global batch may differ between runs of one recipe."""
+    s = m.session
+    pl = s.plan
+    return (m.group.get("source"), s.cluster.gpu, dataclasses.astuple(s.model), pl.precision,
+            pl.fp8_recipe, pl.tensor_parallel, pl.pipeline_parallel, pl.virtual_pipeline_stages,
+            pl.context_parallel, pl.expert_parallel, pl.expert_tensor_parallel,
+            pl.micro_batch_size, pl.schedule)
+
+
+def _check_recipe_siblings(ms: list[Measurement]) -> None:
+    """A row predicted under an assumed recompute=none (Megatron-Core's default, the source
+    silent) whose recipe (:func:`_recipe`) another row of the file runs with memory that
+    contradicts that assumption (:func:`_check_assumed_recompute` skipped it) is skipped too:
+    the recipe recomputed (or offloaded) something, which the source does not state, and the
+    runs of one recipe share that setting."""
+    def assumed(m: Measurement) -> bool:
+        return any(a.startswith("megatron-recompute-default:") for a in m.assumptions)
+
+    unfit = {}
+    for m in ms:
+        if m.session is not None and assumed(m) and \
+                "recompute not stated (none does not fit)" in m.skip_causes:
+            unfit.setdefault(_recipe(m), m.row)
+    if not unfit:
+        return
+    for m in ms:
+        if m.skip_reason or m.session is None or not assumed(m):
+            continue
+        other = unfit.get(_recipe(m))
+        if other is not None:
+            m.skip_reason = (f"recompute is empty, and row {other} of the same source, GPU, model, "
+                             "precision and parallel layout does not fit without recomputation: "
+                             "the recipe recomputes or offloads activations, which the source "
+                             "does not state")
+            m.skip_causes = ["recompute not stated (a run of the same recipe needs it)"]
 
 
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
@@ -291,6 +334,9 @@ FIELD_CAUSES = {
     "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
     "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
     "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
+    "plan.fp8_param_gather": "FP8 parameter all-gather",
+    "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
     "cluster.gpu": "GPU kind without a shipped profile",
 }
 
@@ -315,6 +361,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "fsdp1-bf16-reduce": "PyTorch FSDP1 in bf16 mixed precision reduces gradients in bf16 "
+                         "(MixedPrecision with reduce_dtype bf16, as fms-fsdp's bfSixteen policy); "
+                         "FSDP2 (torchtitan) and Megatron keep their fp32 default",
     "fsdp-overlap": "FSDP prefetches parameters and reduces gradients during the passes "
                     "(overlap_param_gather and overlap_grad_reduce)",
     "megatron-fsdp-zero3": "fsdp=y on Megatron (Megatron-FSDP) is ZeRO stage 3",
@@ -344,6 +393,27 @@ ASSUMPTIONS = {
                     "a pipeline stage: 1, the only size that fits",
     "dispatcher-as-all-to-all": "token dispatch and combine timed as all-to-all whatever the "
                                 "dispatcher (alltoall, DeepEP, HybridEP)",
+    "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
+                               "activation checkpointing, recompute=selective_op (every other "
+                               "matmul, the attention output, reduce-scatters and amax saved; "
+                               "the rest recomputed)",
+    "fp8-param-gather-from-label": "an FP8 label naming FSDP float8 all-gather is "
+                                   "fp8_param_gather (the FP8 linear layers' weights gathered "
+                                   "in 1 byte)",
+    "hsdp-node-shard": "HSDP sharding within a node and replicating across nodes shards over "
+                       "the gpus_per_node/(t*cp) data-parallel ranks of a node "
+                       "(data_parallel_shard_size)",
+    "window-from-notes": "the notes' 'N-token sliding window' alternating with full causal "
+                         "attention: window_size N on every other layer from the first "
+                         "(Megatron-Core --window-attn-skip-freq 2, GPT-OSS's layer_types)",
+    "attention-sinks-learnable": "the notes' attention sinks are Megatron-Core's learnable "
+                                 "softmax offset (softmax_type learnable, one logit per head), "
+                                 "timed as FlashAttention without sinks (one more logit per row)",
+    "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
+                      "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
+                      "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+    "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
+                              "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
 
 #: Column -> session field for the published-runs layout (the columns of
@@ -377,6 +447,7 @@ class _Row:
         self.reasons: list[str] = []
         self.causes: list[str] = []
         self.assumptions: list[str] = []
+        self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -430,16 +501,16 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("recompute not stated", f"recompute is empty: {framework or 'the source'} does "
                    "not say, and the time depends on it")
         return "full"
-    if t in RECOMPUTE_MODES and (t != "selective" or megatron or not framework):
+    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
     if first in ("none", "full") and not re.search(r"\d|block|partial|layers|offload", t):
         return first  # "full (uniform)", "none (no checkpointing)": the mode, qualified
     if t.startswith("selective"):
-        if "per-op" in t or "sac" in t.split():
-            why = ("torchtitan's per-op selective activation checkpointing (saves every other "
-                   "matmul and the attention output, recomputes the rest) is not modelled")
-        elif "fraction" in t or "block" in t:
+        if "per-op" in t or "sac" in t.split() or re.search(r"\bsac\b", t):
+            row.assume("torchtitan-selective-op")
+            return "selective_op"  # validation refuses what it does not model (t > 1, MoE)
+        if "fraction" in t or "block" in t:
             why = "block-level checkpointing of a fraction of the layers that is not stated"
         else:
             why = (f"selective recomputation in {framework or 'a framework other than Megatron'} "
@@ -447,7 +518,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("selective recomputation (other than Megatron's)", f"recompute={text!r}: {why}; "
                    "only Megatron's selective recomputation (the attention core) is modelled")
         return "full"
-    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    row.refuse("recompute", f"recompute={text!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     return "full"
 
 
@@ -466,9 +537,9 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if "inferred" in t:
         row.refuse("precision not stated", f"precision={text!r}: the source does not state it")
         return "fp8", None
-    if "all-gather" in t:
-        row.refuse("FP8 parameter all-gather", f"precision={text!r}: parameters all-gathered in "
-                   "float8 by FSDP are not modelled")
+    if "all-gather" in t:  # FSDP float8 all-gather: plan.fp8_param_gather (_general_row)
+        row.assume("fp8-param-gather-from-label")
+        row.fp8_param_gather = True
     # the label itself first ("fp8", "fp8-cs", "mxfp8", "fp8 tensorwise ..."), then, for a bare
     # "fp8", what its parenthesis says the label means
     main, _, paren = t.partition("(")
@@ -503,10 +574,19 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"\bMLA\b|latent attention", n, re.I):
         _mla_policy(n, model, row)
     if re.search(r"sliding[- ]window", n, re.I):
-        row.refuse("sliding-window attention", "the notes name sliding-window attention, whose "
-                   "window pattern the reader does not take from notes (model.window_size)")
+        window = re.search(r"alternates (\d+)-token sliding[- ]window and full causal", n, re.I)
+        if window:  # the one pattern the notes state (GPT-OSS): windowed, full, windowed ...
+            row.put(model, "model", "window_size", int(window.group(1)))
+            row.put(model, "model", "window_attn_skip_freq", 2)
+            row.assume("window-from-notes", f"window_size={window.group(1)}, "
+                       "window_attn_skip_freq=2")
+        else:
+            row.refuse("sliding-window attention", "the notes name sliding-window attention "
+                       "without its window and layer pattern ('alternates N-token sliding "
+                       "window and full causal'; model.window_size)")
     if re.search(r"attention sinks?", n, re.I):
-        row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
+        row.put(model, "model", "softmax_type", "learnable")
+        row.assume("attention-sinks-learnable")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
         row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
                    "without its number of layers (model.mtp_num_layers)")
@@ -564,6 +644,27 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
     if not re.search(r"\bMTP\b|multi-token", notes, re.I):
         row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
+#: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
+_ACTIVATION_QUALIFIERS = ("clamped", "biased")
+
+
+def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
+    """Split a qualified activation label (``"swiglu (clamped, biased)"``) into the activation
+    (``model.activation``) and its qualifiers: ``clamped`` sets GPT-OSS's clamp and linear
+    offset (assumption ``clamped-swiglu``); ``biased`` is returned for the caller (the family's
+    biases). A label with other qualifiers stays as it is (validation names it)."""
+    m = re.fullmatch(r"\s*(\w+)\s*\(([^)]*)\)\s*", model.activation)
+    if not m:
+        return set()
+    words = {w.strip() for w in m.group(2).split(",") if w.strip()}
+    if not words <= set(_ACTIVATION_QUALIFIERS):
+        return set()
+    model.activation = m.group(1)
+    if "clamped" in words:
+        row.put(model, "model", "activation_func_clamp_value", 7.0)
+        row.put(model, "model", "glu_linear_offset", 1.0)
+        row.assume("clamped-swiglu")
+    return words
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
@@ -592,13 +693,18 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     for col in ("activation", "normalization"):
         if v.get(col, ""):
             setattr(model, col, v[col].lower())
+    qualifiers = _activation_qualifiers(model, rw)
     if model.activation == "swiglu" and model.normalization == "rmsnorm":
         # the README's Llama-style rows: the columns do not hold the rest of the family, which
         # every such model shares (RoPE, no linear biases) and every framework of the sources
         # runs with fused attention (Megatron-Core/TE, torchtitan and fms-fsdp's SDPA)
         model.position_embedding, model.add_bias_linear = "rope", False
         model.attention_kernel = "flash"
-        rw.assume("llama-family")
+        rw.assume("llama-family", "linear biases from the activation label"
+                  if "biased" in qualifiers else "")
+    if "biased" in qualifiers:
+        model.add_bias_linear = True
+        rw.assume("biased-from-activation")
     if opt["num_query_groups"] is not None:
         model.num_query_groups = opt["num_query_groups"]
     tied = _flag(v.get("tied_embeddings", ""))
@@ -636,6 +742,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                       "is not modelled yet")
         if recipe is not None:
             rw.put(plan, "plan", "fp8_recipe", recipe)
+        if rw.fp8_param_gather:
+            rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
@@ -677,8 +785,16 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
         elif flag and "hsdp" in text.lower():
-            rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid sharding "
-                      "(shard within a group, replicate across groups) is not modelled")
+            if not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
+                rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid "
+                          "sharding over groups other than a node's GPUs is not modelled (the "
+                          "shard group's size is not stated)")
+            else:  # the shard group: the data-parallel ranks of one node
+                t_cp = ints["tensor_parallel"] * (opt["context_parallel"] or 1)
+                size = max(1, ints["gpus_per_node"] // t_cp)
+                rw.assume("hsdp-node-shard", f"data_parallel_shard_size={size}")
+                rw.put(plan, "plan", "data_parallel_shard_size", size)
+            sharded.append(col)
         elif flag and col in ("distributed_optimizer", "fsdp"):
             sharded.append(col)
         elif flag:
@@ -697,6 +813,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    if (plan.zero_stage == 3 and re.search(r"FSDP1", framework) and plan.precision == "bf16"
+            and plan.grad_reduce_dtype is None):
+        rw.assume("fsdp1-bf16-reduce")
+        plan.grad_reduce_dtype = "bf16"
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")
@@ -912,6 +1032,14 @@ def published_columns(session: Session) -> dict[str, Any]:
         "distributed_optimizer": "y" if pl.zero_stage in (1, 2) else "n",
         "fsdp": "y" if pl.zero_stage == 3 else "n", "precision": pl.precision,
     }
+    size = getattr(pl, "data_parallel_shard_size", None)
+    if size and pl.zero_stage >= 1:  # hybrid sharding: the reader's label of a node's shard
+        col = "fsdp" if pl.zero_stage == 3 else "distributed_optimizer"
+        node = c.gpus_per_node // (pl.tensor_parallel * cp)
+        out[col] = (f"y: HSDP (shard within {c.gpus_per_node}-GPU node, replicate across nodes)"
+                    if size == node else f"y: HSDP (shard over {size} ranks)")
+    if getattr(pl, "fp8_param_gather", False):
+        out["precision"] = f"{pl.precision} (FSDP float8 all-gather)"
     for col in ("context_parallel", "expert_parallel"):
         if _has(pl, col):
             out[col] = getattr(pl, col) or 1

@@ -327,7 +327,7 @@ def test_cli_import_hf(tmp_path):
     ({**LLAMA3_8B, "architectures": ["Qwen3MoeForCausalLM"]}, "num_experts", "missing"),
     ({**LLAMA3_8B, "architectures": ["DeepseekV3ForCausalLM"]}, "kv_lora_rank", "missing"),
     ({**LLAMA3_8B, "architectures": ["GPTNeoXForCausalLM"]}, "architectures", "not supported"),
-    (MISTRAL_7B_V01, "sliding_window", "sliding-window attention is not modelled"),
+    ({**MISTRAL_7B_V01, "sliding_window": 0}, "sliding_window", "must be a positive integer"),
     ({**QWEN2_7B, "use_sliding_window": True}, "use_sliding_window", "not modelled"),
     ({**LLAMA3_8B, "head_dim": 0}, "head_dim", "positive integer"),
     ({**LLAMA3_8B, "attention_bias": True}, "attention_bias", "not modelled"),

@@ -64,6 +64,9 @@ _LABELS = {
     "model.qk_pos_emb_head_dim": "Rotary head size (MLA)",
     "model.v_head_dim": "Value head size (MLA)",
     "model.mtp_num_layers": "Multi-token prediction layers",
+    "model.softmax_type": "Softmax (sinks)",
+    "model.activation_func_clamp_value": "Gated MLP clamp",
+    "model.glu_linear_offset": "Gated MLP linear offset",
     "plan.tensor_parallel": "Tensor parallel t",
     "plan.pipeline_parallel": "Pipeline parallel p",
     "plan.data_parallel": "Data parallel d",
@@ -88,6 +91,8 @@ _LABELS = {
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
+    "plan.data_parallel_shard_size": "Shard group (HSDP)",
+    "plan.fp8_param_gather": "FP8 param all-gather",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -107,13 +112,15 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_experts": "none (dense model)",
               "model.moe_ffn_hidden_size": "MLP hidden size",
               "model.q_lora_rank": "none (no query compression)",
+              "model.activation_func_clamp_value": "no clamp",
               "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
               "plan.recompute_num_layers": "all",
               "plan.first_stage_layers": "even split",
               "plan.last_stage_layers": "even split",
-              "plan.grad_reduce_dtype": "default (Megatron)"}
+              "plan.grad_reduce_dtype": "default (Megatron)",
+              "plan.data_parallel_shard_size": "all d (no HSDP)"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
@@ -206,7 +213,8 @@ class _FieldBinding(QtCore.QObject):
         if spec.type_name == "float":
             w = QtWidgets.QDoubleSpinBox(parent)
             w.setDecimals(_DECIMALS.get(spec.path, 2))
-            w.setRange(0.0, FLOAT_FIELD_MAX)
+            # a field that may be negative says so with its own minimum (glu_linear_offset)
+            w.setRange(min(0.0, spec.minimum or 0.0), FLOAT_FIELD_MAX)
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)
@@ -556,6 +564,11 @@ class ConfigEditor(QtWidgets.QWidget):
                 from core.model_math import num_active_parameters
                 active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
                 text += f" ({active} billion active per token)"
+            size = plan.data_parallel_shard_size
+            if size and plan.zero_stage >= 1 and plan.data_parallel % size == 0:
+                from core.config import zero_replicas, zero_shard_size
+                text += (f"<br>Hybrid sharding: shards over <b>{zero_shard_size(plan)}</b> ranks, "
+                         f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         self._derived.setText(text)

@@ -1,0 +1,361 @@
+"""Data-parallel sharding and recomputation features of published FSDP runs: hybrid sharding
+(plan.data_parallel_shard_size, HSDP), torchtitan's per-op selective activation checkpointing
+(plan.recompute = "selective_op") and the FP8 parameter all-gather (plan.fp8_param_gather)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from core import model_math as mm
+from core.comm import INTER_NODE_LATENCY_S, CommModel
+from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate,
+                         zero_replicas, zero_shard_size)
+from core.graph import _data_parallel, lookup_op_times, stage_times
+from core.megatron_args import MegatronArgsError, export_arguments, export_script, import_file
+from core.ops import device_key, kernel_arrays, kernel_peak_flops, kernel_times
+from core.profiles_gen import generate_store
+from core.simulate import simulate
+
+A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"
+_STORES: dict = {}
+
+
+def store(kind: str = A100):
+    """The analytic store of ``kind`` (the generator's, at the spec's efficiencies)."""
+    if kind not in _STORES:
+        _STORES[kind] = generate_store(kind)
+    return _STORES[kind]
+
+
+def llama(**plan) -> Session:
+    """Llama 2 7B at s=4096 (fms-fsdp's runs): FSDP over d=32, 8 GPUs per node, 400 Gb/s."""
+    model = dataclasses.replace(MODEL_PRESETS["Llama 2 7B"], seq_length=4096)
+    base = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=32, micro_batch_size=1,
+                global_batch_size=64, schedule="1f1b", recompute="none", precision="bf16",
+                zero_stage=3)
+    return Session(model, ParallelPlan(**{**base, **plan}),
+                   ClusterConfig(A100, 8, intra_node_bandwidth_gbytes_per_s=200.0,
+                                 inter_node_bandwidth_gbits_per_s=400.0), CostConfig())
+
+
+# --------------------------------------------------------------------------- HSDP
+
+def _ring(cm: CommModel, kind: str, n: int, nbytes: float) -> float:
+    """Closed form of one intra-node ring collective with the cluster's NVLink bandwidth."""
+    steps = {"all_gather": n - 1, "reduce_scatter": n - 1, "all_reduce": 2 * (n - 1)}[kind]
+    factor = {"all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+              "all_reduce": 2 * (n - 1) / n}[kind]
+    alpha = cm.store.ring_model(kind)[0]
+    return alpha * steps + nbytes * factor / (cm.cluster.intra_node_bandwidth_gbytes_per_s * 1e9)
+
+
+def test_hsdp_collectives_closed_form_inside_a_node():
+    """d=32, t=1, shard size 8 (one node): the all-gather runs among the node's 8 GPUs only; the
+    reduce-scatter too, then each GPU all-reduces its B/8 shard over the 4 replicas, one per
+    node, at its share of the node's network bandwidth (ring: 2(R-1) steps, 2(R-1)/R of it)."""
+    s = llama(data_parallel_shard_size=8)
+    assert (zero_shard_size(s.plan), zero_replicas(s.plan)) == (8, 4)
+    cm = CommModel(store(), s.plan, s.cluster)
+    ov, B = cm.collective_overhead_s, 64e6
+    gpu_bw = 400e9 / 8 / 8 * cm.inter_node_efficiency
+    assert cm.dp_collective("all_gather", B) == pytest.approx(ov + _ring(cm, "all_gather", 8, B))
+    inter = 2 * 3 * INTER_NODE_LATENCY_S + 2 * 3 / 4 * (B / 8) / gpu_bw
+    assert cm.dp_collective("reduce_scatter", B) == pytest.approx(
+        ov + _ring(cm, "reduce_scatter", 8, B) + ov + inter)
+    # without hybrid sharding the all-gather spans the 4 nodes (a ring over nodes of B/8)
+    full = CommModel(store(), llama().plan, s.cluster)
+    assert full.dp_collective("all_gather", B) == pytest.approx(
+        ov + _ring(cm, "all_gather", 8, B) + 3 * INTER_NODE_LATENCY_S + 3 / 4 * (B / 8) / gpu_bw)
+    # an all-reduce (unsharded gradients) still spans every data-parallel rank
+    assert cm.dp_collective("all_reduce", B) == full.dp_collective("all_reduce", B)
+
+
+def test_hsdp_shard_group_larger_than_a_node_spans_nodes_by_rank_placement():
+    """t=2, shard size 8: the 8 ranks tp + 2j fill 16 GPUs, 4 per node over 2 nodes; the 2
+    replicas sit 16 GPUs apart, one per node."""
+    s = llama(tensor_parallel=2, data_parallel=16, data_parallel_shard_size=8)
+    cm = CommModel(store(), s.plan, s.cluster)
+    ov, B = cm.collective_overhead_s, 32e6
+    gpu_bw = 400e9 / 8 / 8 * cm.inter_node_efficiency
+    ag = ov + _ring(cm, "all_gather", 4, B) + 1 * INTER_NODE_LATENCY_S + 1 / 2 * (B / 4) / gpu_bw
+    assert cm.dp_collective("all_gather", B) == pytest.approx(ag)
+    rs = ov + _ring(cm, "reduce_scatter", 4, B) + INTER_NODE_LATENCY_S + 1 / 2 * (B / 4) / gpu_bw
+    ar = ov + 2 * INTER_NODE_LATENCY_S + 1.0 * (B / 8) / gpu_bw
+    assert cm.dp_collective("reduce_scatter", B) == pytest.approx(rs + ar)
+
+
+def test_hsdp_memory_per_gpu_divides_by_the_shard_size():
+    """ZeRO-3 with shard size 8 of d=32: weights, gradients and optimizer state per GPU are the
+    stage's parameters times (2 + 4 + 12)/8 bytes (bf16 weights, fp32 main gradients, fp32
+    master and moments), plus one gathered layer; as d=8 without hybrid sharding."""
+    s = llama(data_parallel_shard_size=8)
+    n = float(mm.params_per_gpu(s.model, s.plan)[0])
+    w, g, o, _ = mm.stage_memory_arrays(s.model, s.plan)
+    sharded, replicated = mm.family_of(s.model).layer_parameters(s.model)
+    assert w[0] == pytest.approx(n * 2 / 8 + (sharded + replicated) * 2)
+    assert (g[0], o[0]) == (pytest.approx(n * 4 / 8), pytest.approx(n * 12 / 8))
+    eight = mm.stage_memory_arrays(s.model, dataclasses.replace(
+        s.plan, data_parallel=8, data_parallel_shard_size=None, global_batch_size=16))
+    for a, b in zip((w, g, o), eight[:3]):
+        assert a[0] == pytest.approx(b[0])
+    # ZeRO-1: only the optimizer state shards, over the 8
+    z1 = dataclasses.replace(s.plan, zero_stage=1)
+    assert mm.bytes_per_parameter(z1) == (2, 4, 12 / 8)
+
+
+def test_hsdp_moves_the_forward_all_gathers_into_the_node():
+    """ZeRO-3's forward holds only the per-layer all-gathers (blocking here): with shard size 8
+    they stay in the node, so each layer's forward is shorter by the all-gather difference; the
+    optimizer steps over 1/8 of the parameters, not 1/32; a shard group of all d ranks is
+    plain FSDP."""
+    st = store()
+    a, b = stage_times(llama(), st), stage_times(llama(data_parallel_shard_size=8), st)
+    L = 32
+    assert a.fwd_s[0, 0] - b.fwd_s[0, 0] == pytest.approx(
+        L * (a.dp[0].layer_ag - b.dp[0].layer_ag) + a.dp[0].first_ag - b.dp[0].first_ag
+        + a.dp[0].last_ag - b.dp[0].last_ag, rel=1e-9)
+    assert b.dp[0].layer_ag < a.dp[0].layer_ag
+    fsdp = simulate(llama(), st).report.iteration_time_s
+    same = simulate(llama(data_parallel_shard_size=32), st).report.iteration_time_s
+    assert same == fsdp
+
+
+@pytest.mark.parametrize("plan, moe, words", [
+    (dict(data_parallel_shard_size=5), False, "does not divide data_parallel=32"),
+    (dict(data_parallel_shard_size=8, zero_stage=0), False, "needs a sharded optimizer"),
+    (dict(data_parallel_shard_size=8), True, "mixture-of-experts model is not modelled"),
+])
+def test_hsdp_refusals_name_the_field(plan, moe, words):
+    s = llama(**plan)
+    if moe:
+        s.model.num_experts, s.model.moe_top_k = 8, 2
+    errs = [e for e in validate(s) if e.field == "plan.data_parallel_shard_size"]
+    assert errs and words in errs[0].message
+
+
+# --------------------------------------------------------------------------- per-op SAC
+
+def test_selective_op_order_recomputes_every_second_matmul():
+    assert [n for n, again in mm.selective_op_linears(True) if again] == ["k", "o", "w3"]
+    assert [n for n, again in mm.selective_op_linears(False) if again] == ["k", "o", "w2"]
+
+
+def _key(s: Session) -> dict:
+    from core.graph import op_key
+    return device_key(op_key(s), store(H100).peak_flops)
+
+
+def test_selective_op_kernels_are_the_unsaved_ops():
+    """Llama 3 8B (a=32, g=8, kv=128, f=14336), FP8 tensorwise on an H100: the attention part
+    runs the norm, the casts (not their amax, aten.max is saved), RoPE, the k projection
+    (g kv columns) and o again; the MLP part the residual adds, the norm, the casts, w3 (f
+    columns of the fused 2f fc1) and SwiGLU; never the flash attention, q, v, w1, w2."""
+    s = llama(precision="fp8", recompute="selective_op")
+    s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=4096)
+    key = _key(s)
+    T, h, f = 4096, 4096, 14336
+    attn = mm.op_kernels("attention_sac_fwd", key)
+    names = [k.name for k in attn]
+    assert names == ["rmsnorm", "qkv_input_cast", "k", "rope", "proj_input_cast", "o"]
+    gemms = {k.name: k for k in attn if k.is_gemm}
+    assert gemms["k"].flops == 2 * T * h * 8 * 128 and gemms["k"].dtype == "fp8"
+    assert gemms["o"].flops == 2 * T * 32 * 128 * h
+    mlp = mm.op_kernels("mlp_sac_fwd", key)
+    assert [k.name for k in mlp] == ["bias_dropout_add", "rmsnorm", "fc1_input_cast", "w3",
+                                     "bias_swiglu", "fc2_input_cast", "bias_dropout_add"]
+    assert sum(k.flops for k in mlp) == 2 * T * h * f
+    # per token and layer, as the HFU count: k, o, w3
+    assert mm.selective_op_flops_per_token(s.model) == 2 * h * 1024 + 2 * h * h + 2 * h * f
+
+
+def test_selective_op_recompute_time_is_the_sum_of_its_kernels_and_adds_to_each_backward():
+    """The recomputed op's time is the roofline sum of its kernels (max with the host time), each
+    kernel timed as in the base op's table (the norms, casts, RoPE and o are the base op's own
+    kernels); every layer's backward grows by exactly the two recomputed ops."""
+    st = store(H100)
+    s = llama(precision="fp8", recompute="selective_op", data_parallel=8, global_batch_size=8)
+    s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=4096)
+    key = _key(s)
+    p = st.op_model
+
+    def kernel_sum(kernels) -> float:
+        t = kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, "fp8", st.peak_flops,
+                                                                    "H100"),
+                         st.memory_bandwidth_bytes_per_s, p, np.array([k.dtype for k in kernels]))
+        return float(t.sum())
+
+    base = {k.name: k for k in mm.op_kernels("attention_fwd", key)}
+    k_proj = mm._fp8_gemm("k", 4096, 1024, 4096, "tensorwise")
+    expected = kernel_sum([base["rmsnorm"], base["qkv_input_cast"], k_proj, base["rope"],
+                           base["proj_input_cast"], dataclasses.replace(base["proj"], name="o")])
+    times = lookup_op_times(s, st).times
+    assert times["attention_sac_fwd"] == pytest.approx(expected, rel=1e-12)
+    none = dataclasses.replace(s.plan, recompute="none")
+    a, b = stage_times(s, st), stage_times(dataclasses.replace(s, plan=none), st)
+    layers = s.model.num_layers
+    assert a.bwd_s[0, 0] - b.bwd_s[0, 0] == pytest.approx(
+        layers * (times["attention_sac_fwd"] + times["mlp_sac_fwd"]), rel=1e-9)
+    assert a.fwd_s[0, 0] == b.fwd_s[0, 0]
+
+
+def test_selective_op_activation_memory_is_what_the_policy_saves():
+    """Per layer: the block input (h), q (a kv), v (g kv), the attention output (a kv) and its
+    fp32 log-sum-exp (a), w1 (f) and w2 (h) per token, BF16 (also under FP8)."""
+    s = llama(recompute="selective_op")
+    m = s.model  # Llama 2 7B: h=4096, a=g=32, kv=128, f=11008
+    per_token = 2 * (4096 + 4096 + 4096 + 4096 + 11008 + 4096) + 4 * 32
+    assert mm.activation_bytes_per_layer(m, s.plan) == 4096 * per_token
+    assert mm.activation_bytes_per_layer(m, s.plan) < mm.activation_bytes_per_layer(m, s.plan, "none")
+    _, _, _, acts = mm.stage_memory_arrays(m, s.plan)
+    V = mm.padded_vocab_size(m.vocab_size, 1)
+    assert acts[0] == pytest.approx(32 * 4096 * per_token + 4096 * V * (2 + 4))
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(tensor_parallel=2, data_parallel=16), "with tensor_parallel_size=2 is not modelled"),
+    (dict(attention_kernel="unfused"), "needs model.attention_kernel = flash"),
+])
+def test_selective_op_refusals(change, words):
+    plan = {k: v for k, v in change.items() if k != "attention_kernel"}
+    s = llama(recompute="selective_op", **plan)
+    if "attention_kernel" in change:
+        s.model.attention_kernel = change["attention_kernel"]
+    assert any(e.field == "plan.recompute" and words in e.message for e in validate(s))
+
+
+# --------------------------------------------------------------------------- FP8 all-gather
+
+def test_fp8_param_gather_halves_the_linear_weights_all_gather_bytes():
+    """Per layer bucket: the linear weights (QKV, o, fc1, fc2) move in 1 byte instead of 2, the
+    norms in 2; the first stage's embedding stays BF16."""
+    s = llama(precision="fp8")
+    s.cluster.gpu = H100
+
+    def record(flag: bool) -> dict:
+        out: list = []
+        pl = dataclasses.replace(s.plan, fp8_param_gather=flag)
+        _data_parallel(dataclasses.replace(s, plan=pl), 0,
+                       lambda kind, nbytes: out.append((kind, nbytes)) or 0.0)
+        return out
+
+    bf16, fp8 = record(False), record(True)
+    lin = mm.fp8_linear_params_per_layer(s.model, 1)
+    h, f, kv = 4096, 11008, 4096
+    assert lin == h * 3 * kv + kv * h + 3 * h * f
+    layer = [nb for kind, nb in bf16 if kind == "all_gather"]
+    layer8 = [nb for kind, nb in fp8 if kind == "all_gather"]
+    assert layer[0] - layer8[0] == lin  # 2 bytes -> 1 byte per linear weight
+    assert layer8[0] == (layer[0] / 2 - lin) * 2 + lin
+    assert layer[1:] == layer8[1:]  # the embedding bucket
+    assert [x for x in bf16 if x[0] != "all_gather"] == [x for x in fp8 if x[0] != "all_gather"]
+
+
+def test_fp8_param_gather_memory():
+    """ZeRO-1 (Megatron --fp8-param-gather): the linear weights' BF16 compute copy is gone (2
+    bytes each less); ZeRO-3 (torchtitan): the gathered layer's linear weights in 1 byte."""
+    for zero in (1, 3):
+        s = llama(precision="fp8", zero_stage=zero)
+        s.cluster.gpu = H100
+        on = dataclasses.replace(s.plan, fp8_param_gather=True)
+        w0 = mm.stage_memory_arrays(s.model, s.plan)[0][0]
+        w1 = mm.stage_memory_arrays(s.model, on)[0][0]
+        lin = mm.fp8_linear_params_per_layer(s.model, 1)
+        less = 2 * lin * s.model.num_layers if zero == 1 else lin
+        assert w0 - w1 == pytest.approx(less)
+
+
+@pytest.mark.parametrize("plan, words", [
+    (dict(precision="bf16", fp8_param_gather=True), "fp8_param_gather needs precision='fp8'"),
+    (dict(precision="fp8", zero_stage=0, fp8_param_gather=True), "zero_stage >= 1"),
+])
+def test_fp8_param_gather_refusals(plan, words):
+    s = llama(**plan)
+    s.cluster.gpu = H100
+    errs = [e for e in validate(s) if e.field == "plan.fp8_param_gather"]
+    assert errs and words in errs[0].message
+
+
+def test_defaults_are_unchanged():
+    """The new fields at their defaults are the plan of before: no shard size, no FP8 gather."""
+    pl = ParallelPlan()
+    assert (pl.data_parallel_shard_size, pl.fp8_param_gather) == (None, False)
+    assert zero_shard_size(pl) == pl.dp_cp_size and zero_replicas(pl) == 1
+
+
+# --------------------------------------------------------------------------- Megatron-LM
+
+@pytest.mark.parametrize("plan", [
+    dict(zero_stage=1, data_parallel_shard_size=8),
+    dict(zero_stage=1, data_parallel_shard_size=32),
+    dict(zero_stage=3, data_parallel_shard_size=4, precision="fp8", fp8_param_gather=True),
+    dict(zero_stage=1, precision="fp8", fp8_param_gather=True),
+])
+def test_megatron_round_trip(tmp_path, plan):
+    s = llama(**plan)
+    s.cluster = ClusterConfig(H100, 8)
+    args = export_arguments(s)
+    size = s.plan.data_parallel_shard_size
+    if size:
+        i = args.index("--num-distributed-optimizer-instances")
+        assert int(args[i + 1]) == 32 // size
+    assert ("--fp8-param-gather" in args) == s.plan.fp8_param_gather
+    path = tmp_path / "run.sh"
+    path.write_text(export_script(s))
+    back = import_file(path, name=s.model.name).session
+    assert back.plan == s.plan
+
+
+def test_megatron_import_refuses_instances_not_dividing_d(tmp_path):
+    s = llama(zero_stage=1, data_parallel_shard_size=8)
+    s.cluster = ClusterConfig(H100, 8)
+    text = export_script(s).replace("--num-distributed-optimizer-instances 4",
+                                    "--num-distributed-optimizer-instances 5")
+    path = tmp_path / "run.sh"
+    path.write_text(text)
+    with pytest.raises(MegatronArgsError, match="instances 5 does not divide the data-parallel"):
+        import_file(path, name="x")
+
+
+def test_megatron_export_refuses_selective_op():
+    with pytest.raises(MegatronArgsError, match="selective_op"):
+        export_arguments(llama(recompute="selective_op"))
+
+
+def test_fp8_param_gather_after_the_optimizer_step():
+    """ZeRO-1 without overlap: the updated parameters are all-gathered after the step, the
+    stage's FP8 linear weights in 1 byte, the rest (embedding, output layer, norms) in 2."""
+    s = llama(precision="fp8", zero_stage=1)
+    s.cluster.gpu = H100
+    st = store(H100)
+    on = dataclasses.replace(s, plan=dataclasses.replace(s.plan, fp8_param_gather=True))
+    n = float(mm.params_per_gpu(s.model, s.plan)[0])
+    lin = float(mm.fp8_weights_per_gpu(s.model, s.plan)[0])
+    assert lin == 32 * mm.fp8_linear_params_per_layer(s.model, 1)
+    cm = CommModel(st, s.plan, s.cluster)
+    assert stage_times(s, st).after_optimizer_s[0] == pytest.approx(
+        cm.dp_collective("all_gather", n * 2))
+    assert stage_times(on, st).after_optimizer_s[0] == pytest.approx(
+        cm.dp_collective("all_gather", (n - lin) * 2 + lin))
+
+
+def test_shared_cache_keeps_selective_op_apart():
+    """A sweep's shared cache: the op times of a plan without per-op checkpointing lack the
+    recomputed ops; a selective_op plan with the same op key looks its own up."""
+    st, cache = store(), {}
+    s = llama(recompute="selective_op")
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
+    stage_times(none, st, cache)
+    assert stage_times(s, st, cache).bwd_s[0, 0] == stage_times(s, st).bwd_s[0, 0]
+
+
+def test_selective_op_hardware_flops():
+    """HFU counts the recomputed matmuls: per token and layer 2h(g kv) + 2(a kv)h + 2hf for
+    Llama 2 7B (k, o, w3), over B*s tokens and L layers."""
+    s = llama(recompute="selective_op")
+    m, pl = s.model, s.plan
+    extra = mm.hardware_flops_per_iteration(m, pl) - mm.model_flops_per_iteration(m, pl)
+    h, f = 4096, 11008
+    assert extra == pytest.approx(64 * 4096 * 32 * (2 * h * h + 2 * h * h + 2 * h * f), rel=1e-12)
