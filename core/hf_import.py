@@ -3,8 +3,8 @@
 :func:`session_from_hf_config` reads the ``config.json`` of a dense
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
 ``Qwen3ForCausalLM`` checkpoint, or of a mixture-of-experts
-``MixtralForCausalLM``, ``Qwen2MoeForCausalLM`` or ``Qwen3MoeForCausalLM``
-one, into a :class:`~core.config.Session` with a default plan
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
+``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.config.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -20,7 +20,21 @@ one, into a :class:`~core.config.Session` with a default plan
 A field that is in none of these lists is refused too: we cannot tell
 whether it changes the model. Architectures with something the simulator
 does not model are refused naming it (:data:`REFUSED_ARCHITECTURES`:
-DeepSeek-V2/V3's multi-head latent attention).
+none at present).
+
+DeepSeek-V2 and -V3 (``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``; the
+``transformers`` modelling code): multi-head latent attention (``q_lora_rank``,
+null for no query compression, ``kv_lora_rank``, ``qk_nope_head_dim``,
+``qk_rope_head_dim``, ``v_head_dim``; the latent RMSNorms ``q_a_layernorm`` and
+``kv_a_layernorm`` are ``model.qk_layernorm``), ``n_routed_experts`` experts of
+``moe_intermediate_size``, ``n_shared_experts`` shared experts of the same width,
+dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th layer
+MoE after them. Group-limited routing (``n_group``, ``topk_group``,
+``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
+reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
+are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
+``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
+weights) is ignored with that reason, any other quantization refused.
 
 Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
 per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
@@ -83,18 +97,29 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     "MixtralForCausalLM": ({}, "num_local_experts"),
     "Qwen2MoeForCausalLM": ({"add_qkv_bias": True}, "num_experts"),
     "Qwen3MoeForCausalLM": ({"qk_layernorm": True}, "num_experts"),
+    # multi-head latent attention with its latent norms (q_a_layernorm, kv_a_layernorm:
+    # Megatron's q_layernorm / kv_layernorm, model.qk_layernorm under MLA)
+    "DeepseekV2ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
+    "DeepseekV3ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
     "GptOssForCausalLM": ({"add_bias_linear": True, "softmax_type": "learnable",
                            "glu_linear_offset": 1.0}, "num_local_experts"),
 }
-#: Architectures whose released checkpoints are quantized after training, with the methods:
-#: their ``quantization_config`` describes the stored weights, not how the model trains.
-_STORAGE_QUANTIZATION: dict[str, tuple[str, ...]] = {"GptOssForCausalLM": ("mxfp4",)}
+#: Architectures whose released checkpoints store quantized weights, with the methods (GPT-OSS:
+#: MXFP4 after training; DeepSeek-V3: the 128x128 block-scaled FP8 weights of its FP8 training):
+#: their ``quantization_config`` describes the stored weights, not how the model trains (the
+#: plan's precision and fp8_recipe do).
+_STORAGE_QUANTIZATION: dict[str, tuple[str, ...]] = {"GptOssForCausalLM": ("mxfp4",),
+                                                    "DeepseekV3ForCausalLM": ("fp8",)}
+#: DeepSeek's multi-head latent attention fields -> model fields.
+_MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                  "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+                  "v_head_dim": "v_head_dim"}
+#: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
+_DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 #: Architectures refused by name, with what they have that the simulator does not model.
 REFUSED_ARCHITECTURES: dict[str, str] = {
-    "DeepseekV2ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
-    "model.multi_latent_attention) is not modelled",
-    "DeepseekV3ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
-    "model.multi_latent_attention) is not modelled",
 }
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
@@ -128,10 +153,22 @@ USED: dict[str, str] = {
     "shorter than the sequence)",
     "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer)",
     "use_sliding_window": "checked: must be false",
-    "quantization_config": "checked: must be absent (GPT-OSS's MXFP4 checkpoint storage: "
-    "listed as ignored)",
+    "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
+    "and the FP8 one of DeepSeek-V3: listed as ignored)",
     "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
     "experts_per_token": "checked: equals num_experts_per_tok (GPT-OSS)",
+    "n_routed_experts": "model.num_experts (DeepSeek)",
+    "n_shared_experts": "model.num_shared_experts (DeepSeek: experts of moe_intermediate_size)",
+    "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek)",
+    "moe_layer_freq": "model.moe_layer_frequency (DeepSeek)",
+    "q_lora_rank": "model.q_lora_rank (DeepSeek MLA; null: no query compression)",
+    "kv_lora_rank": "model.kv_lora_rank (DeepSeek MLA)",
+    "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
+    "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
+    "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
+    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
+    "layers, trained with the model; transformers' inference code does not run them)",
+    "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
 }
 #: Fields that do not change the cost of training, with the reason.
 IGNORED: dict[str, str] = {
@@ -156,6 +193,18 @@ IGNORED: dict[str, str] = {
     "output_router_logits": "returns the router logits for the load-balancing loss (a small "
     "reduction over the router's output)",
     "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
+    "n_group": "DeepSeek's group-limited routing: experts are picked within the best "
+    "topk_group of n_group groups, a few small operations on the router's (T, E) scores; no "
+    "extra cost is modelled (the dispatch is the same top-k all-to-all)",
+    "topk_group": "see n_group (group-limited routing: no extra cost modelled)",
+    "scoring_func": "DeepSeek's router score function (softmax or sigmoid): elementwise on "
+    "the router's (T, E) logits",
+    "routed_scaling_factor": "a constant scale of the routed experts' output",
+    "aux_loss_alpha": "the load-balancing loss's weight (a number)",
+    "seq_aux": "DeepSeek's sequence-wise balance loss: a small reduction over the router's "
+    "scores",
+    "ep_size": "DeepSeek's reference code's expert-parallel size at inference (the plan sets "
+    "expert_parallel)",
 }
 
 
@@ -264,6 +313,29 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
         return out
     moe_ffn = _int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
+    if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
+        method = cfg.get("topk_method", "greedy")
+        if method not in _DEEPSEEK_TOPK_METHODS:
+            raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
+                          f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
+        if method != "greedy":
+            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                      "the same number of experts; no extra cost is modelled")
+        out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
+        if not (isinstance(out["num_shared_experts"], int)
+                and not isinstance(out["num_shared_experts"], bool)
+                and out["num_shared_experts"] >= 0):
+            raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+                          "non-negative integer")
+        # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
+        # i % moe_layer_freq == 0 -- the session's rule (core.model_math.moe_layer_mask)
+        first = cfg.get("first_k_dense_replace") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+                          "integer")
+        out["moe_first_dense_layers"] = first
+        out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
+        return out
     shared = _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0
     if shared and arch != "Qwen2MoeForCausalLM":
         raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
@@ -425,6 +497,18 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
     ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
+    if fixed.get("multi_latent_attention"):
+        for key, target in _MLA_HF_FIELDS.items():
+            fixed[target] = _int(cfg, key, where, required=key != "q_lora_rank")
+        mtp = cfg.get("num_nextn_predict_layers") or 0
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
+                          "integer")
+        fixed["mtp_num_layers"] = mtp
+    elif mla_fields:
+        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
+                      "multi-token prediction; a config with them is not one we know")
     if moe:
         fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
@@ -462,7 +546,14 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
              "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim",
              "model.moe_top_k": "num_experts_per_tok",
-             "model.moe_ffn_hidden_size": "moe_intermediate_size"}
+             "model.moe_ffn_hidden_size": "moe_intermediate_size",
+             "model.q_lora_rank": "q_lora_rank", "model.kv_lora_rank": "kv_lora_rank",
+             "model.qk_head_dim": "qk_nope_head_dim",
+             "model.qk_pos_emb_head_dim": "qk_rope_head_dim", "model.v_head_dim": "v_head_dim",
+             "model.num_shared_experts": "n_shared_experts",
+             "model.moe_first_dense_layers": "first_k_dense_replace",
+             "model.moe_layer_frequency": "moe_layer_freq",
+             "model.mtp_num_layers": "num_nextn_predict_layers"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

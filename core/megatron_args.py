@@ -117,8 +117,18 @@ ARGUMENTS: dict[str, Arg] = {
                             "pattern such as ([0]*3+[1]*58) that first dense layers and a "
                             "frequency give; other patterns are refused"),
     "--multi-latent-attention": Arg(("model.multi_latent_attention",), False,
-                                    "multi-head latent attention (DeepSeek-V2/V3): refused, not "
-                                    "modelled"),
+                                    "multi-head latent attention (DeepSeek-V2/V3)"),
+    "--q-lora-rank": Arg(("model.q_lora_rank",), True, "MLA query latent rank (default none: "
+                         "no query compression)"),
+    "--kv-lora-rank": Arg(("model.kv_lora_rank",), True, "MLA key/value latent rank (must be "
+                          "given with --multi-latent-attention)"),
+    "--qk-head-dim": Arg(("model.qk_head_dim",), True, "MLA query/key head size without RoPE "
+                         "(default 128)"),
+    "--qk-pos-emb-head-dim": Arg(("model.qk_pos_emb_head_dim",), True,
+                                 "MLA rotary channels per query/key head (default 64)"),
+    "--v-head-dim": Arg(("model.v_head_dim",), True, "MLA value head size (default 128)"),
+    "--mtp-num-layers": Arg(("model.mtp_num_layers",), True,
+                            "multi-token prediction layers (on the last pipeline stage)"),
     "--window-size": Arg(("model.window_size",), True,
                          "sliding-window attention (w, 0): each query attends to the w tokens "
                          "before it (a window with right > 0 is refused; -1 is no window)"),
@@ -178,7 +188,7 @@ ARGUMENTS: dict[str, Arg] = {
                                     "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
     "--recompute-modules": Arg(("plan.recompute_modules",), True,
                                "modules selective recomputation runs again (core_attn, "
-                               "layernorm, mlp, moe_act, moe, shared_experts; mla_up_proj refused)"),
+                               "layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj)"),
     "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
                                    "with --checkpoint-activations: layers per checkpoint (uniform)"),
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
@@ -872,9 +882,25 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         except ValueError:
             mp.refuse("--window-attn-skip-freq", f"the pattern {raw!r} is not modelled (an integer "
                       "N only: every N-th layer full)")
+    mla_flags = ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+                 "--v-head-dim")
     if switch("--multi-latent-attention"):
-        mp.refuse("--multi-latent-attention", "multi-head latent attention (DeepSeek-V2/V3) is not "
-                                              "modelled")
+        mp.set("--multi-latent-attention", "model.multi_latent_attention", True)
+        if "--kv-lora-rank" not in args:
+            raise MegatronArgsError(f"{src}: --multi-latent-attention needs --kv-lora-rank (its "
+                                    "default differs between Megatron-LM's arguments and "
+                                    "Megatron-Core's MLATransformerConfig: give it)")
+        for flag in mla_flags:
+            if take(flag):
+                target = "model." + flag[2:].replace("-", "_")
+                mp.set(flag, target, _int(args, flag, src))
+    else:
+        for flag in mla_flags:
+            if take(flag):
+                late_ignored.append((flag, "without --multi-latent-attention Megatron-LM does "
+                                     "not read it"))
+    if take("--mtp-num-layers"):
+        mp.set("--mtp-num-layers", "model.mtp_num_layers", _int(args, "--mtp-num-layers", src))
     # ---- plan
     t = _int(args, "--tensor-model-parallel-size", src) or 1
     p = _int(args, "--pipeline-model-parallel-size", src) or 1
@@ -1156,9 +1182,14 @@ def export_arguments(session: Session) -> list[str]:
         if _get(m, "window_attn_skip_freq"):
             out += ["--window-attn-skip-freq", str(m.window_attn_skip_freq)]
     if _get(m, "multi_latent_attention"):
-        raise MegatronArgsError("model.multi_latent_attention: multi-head latent attention is not "
-                                "modelled, and its arguments (--q-lora-rank, --kv-lora-rank ...) "
-                                "are not in the session")
+        out.append("--multi-latent-attention")
+        if m.q_lora_rank:
+            out += ["--q-lora-rank", str(m.q_lora_rank)]
+        out += ["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_head_dim),
+                "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim),
+                "--v-head-dim", str(m.v_head_dim)]
+    if _get(m, "mtp_num_layers"):
+        out += ["--mtp-num-layers", str(m.mtp_num_layers)]
     E = _get(m, "num_experts")
     if E:
         out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k)]

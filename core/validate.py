@@ -324,6 +324,8 @@ FIELD_CAUSES = {
     "model.moe_layer_frequency": "mixture of experts (layer frequency)",
     "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
     "model.multi_latent_attention": "multi-head latent attention",
+    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
+    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
     "model.kv_channels": "kv_channels (head size other than h/a)",
     "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
     "model.normalization": "model family (normalization)",
@@ -377,6 +379,11 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "mtp-not-stated": "an MLA (DeepSeek) row whose notes do not name multi-token prediction: "
+                      "none (model.mtp_num_layers 0), as the rows that state it ('w/o MTP')",
+    "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
+                      "(q_lora, kv_lora, qk_nope + qk_rope, v_head), with the latent norms "
+                      "(model.qk_layernorm: DeepSeek-V2/V3's q_a_layernorm and kv_a_layernorm)",
     "moe-from-notes": "shared experts, dense first layers and MoE layer frequency from the notes; "
                       "MoE in every layer when the notes name no dense layers",
     "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
@@ -565,7 +572,7 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("qk-norm-from-notes")
         model.qk_layernorm = True
     if re.search(r"\bMLA\b|latent attention", n, re.I):
-        row.put(model, "model", "multi_latent_attention", True)
+        _mla_policy(n, model, row)
     if re.search(r"sliding[- ]window", n, re.I):
         window = re.search(r"alternates (\d+)-token sliding[- ]window and full causal", n, re.I)
         if window:  # the one pattern the notes state (GPT-OSS): windowed, full, windowed ...
@@ -581,8 +588,8 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
-        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP), which is "
-                   "not modelled")
+        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
+                   "without its number of layers (model.mtp_num_layers)")
     if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
         row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
                    "which is not modelled")
@@ -610,6 +617,33 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("dispatcher-as-all-to-all")
 
 
+#: The notes' MLA sizes (README: "MLA attention (q_lora 1536, kv_lora 512, qk_nope 128 +
+#: qk_rope 64, v_head 128 ...)") -> model fields.
+_MLA_NOTES = {"q_lora": "q_lora_rank", "kv_lora": "kv_lora_rank", "qk_nope": "qk_head_dim",
+              "qk_rope": "qk_pos_emb_head_dim", "v_head": "v_head_dim"}
+
+
+def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
+    """Multi-head latent attention from the notes: each of :data:`_MLA_NOTES`'s sizes (``name
+    N``); a size the notes do not give is refused by name (its default would be a guess), except
+    ``q_lora``, whose absence is refused too (no query compression is a different model)."""
+    row.put(model, "model", "multi_latent_attention", True)
+    if not _has(model, "multi_latent_attention"):
+        return
+    sizes = {k: re.search(rf"\b{k}\s+(\d+)", notes) for k in _MLA_NOTES}
+    missing = [k for k, v in sizes.items() if v is None]
+    if missing:
+        row.refuse("multi-head latent attention (sizes not in the notes)", f"the notes name "
+                   f"multi-head latent attention without its {', '.join(missing)} size(s)")
+        return
+    for k, target in _MLA_NOTES.items():
+        row.put(model, "model", target, int(sizes[k].group(1)))
+    # DeepSeek-V2/V3 normalize both latents (q_a_layernorm, kv_a_layernorm): Megatron's
+    # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
+    model.qk_layernorm = True
+    row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
+    if not re.search(r"\bMTP\b|multi-token", notes, re.I):
+        row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 #: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
 _ACTIVATION_QUALIFIERS = ("clamped", "biased")
 
