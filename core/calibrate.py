@@ -42,7 +42,7 @@ import numpy as np
 from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
-from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, fp8_weights_per_gpu
+from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
                   kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
                   table_covers)
@@ -166,6 +166,8 @@ def shape_key(session: Session) -> tuple:
         family += ("moe", m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.num_shared_experts,
                    m.moe_layer_frequency, m.moe_first_dense_layers, pl.expert_parallel,
                    pl.expert_tensor_parallel)
+    if m.multi_latent_attention is True:  # MLA's attention never shares a GPT factor
+        family += ("mla", *mla_key(m).values())
     if pl.context_parallel > 1:  # ops of s/cp tokens (context parallelism needs flash: not GPT)
         family += (pl.context_parallel,)
     return key if family == gpt else key + family
@@ -347,7 +349,9 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                         {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
                         1.0, FP8_WEIGHT_CAST_OP)
         elif op_id in _COMPUTE_IDS:
-            add(op_kernels(name, key), float((ops == op_id).sum()), name)
+            # a windowed layer's op: the window in its key (as core.graph.lookup_op_times)
+            k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
+            add(op_kernels(name, k), float((ops == op_id).sum()), name)
         else:  # an op the kernel form does not know: the simulator's own lookups time it
             kernel_form = False
     comm = (ops >= 0) & ~compute

@@ -41,6 +41,7 @@ __all__ = [
     "GPU_NVLINK_DOMAIN",
     "SCHEDULES",
     "ACTIVATIONS",
+    "SOFTMAX_TYPES",
     "NORMALIZATIONS",
     "POSITION_EMBEDDINGS",
     "ATTENTION_KERNELS",
@@ -69,6 +70,11 @@ __all__ = [
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
 ACTIVATIONS = ("gelu", "swiglu")
+#: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
+#: the plain softmax; "off-by-one" adds a fixed zero logit to every row's denominator (Miller 2023,
+#: "Attention is off by one"; a buffer, no parameters); "learnable" adds one learned logit per
+#: head (attention sinks, GPT-OSS: ``a`` parameters per layer, ``softmax_offset``).
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 #: Layer normalizations: LayerNorm (weight and bias) or RMSNorm (weight only, Zhang & Sennrich 2019).
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 #: Position embeddings: a learned (s, h) table or rotary embeddings (RoPE, Su et al. 2021; no
@@ -88,7 +94,7 @@ RECOMPUTE_CHOICES = RECOMPUTE_MODES + ("selective_op",)
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
                      "shared_experts")
 #: Modules of :data:`RECOMPUTE_MODULES` the simulator does not model (refused by name).
-UNMODELLED_RECOMPUTE_MODULES = {"mla_up_proj": "multi-head latent attention is not modelled"}
+UNMODELLED_RECOMPUTE_MODULES: dict[str, str] = {}
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
@@ -172,6 +178,12 @@ BOUNDS: dict[str, Bound] = {
     "shared_experts": Bound(0, 65_536, "DeepSeek-V3 has one shared expert, Qwen2-MoE four"),
     "dense_layers": Bound(0, 10_000, "at most every layer"),
     "imbalance": Bound(1, 1_000, "tokens of the busiest expert over the mean; 1 is balanced"),
+    "latent": Bound(1, 1_000_000, "DeepSeek-V3's latent ranks are 512 (K/V) and 1536 (Q), at "
+                    "most the hidden-size bound"),
+    "mla_head": Bound(1, 65_536, "DeepSeek-V2/V3 heads are 128 (+64 rotary) channels"),
+    "mtp_layers": Bound(0, 10_000, "DeepSeek-V3 predicts one extra token (one MTP layer)"),
+    "clamp": Bound(0, 1e6, "GPT-OSS clamps its gated MLP's inputs at 7"),
+    "glu_offset": Bound(-1e6, 1e6, "GPT-OSS adds 1 to the linear half of its gated MLP"),
 }
 
 
@@ -257,8 +269,33 @@ class ModelConfig:
         0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
         "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
         bounds=BOUNDS["dense_layers"])
-    multi_latent_attention: bool = _f(False, "", "Multi-head latent attention (DeepSeek-V2/V3, "
-                                      "--multi-latent-attention)")
+    multi_latent_attention: bool = _f(
+        False, "", "Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention; "
+        "Megatron-Core MLASelfAttention): queries and keys/values pass through low-rank latents "
+        "(q_lora_rank, kv_lora_rank); heads of qk_head_dim + qk_pos_emb_head_dim channels for the "
+        "scores and v_head_dim for the values. With qk_layernorm the latents are normalized "
+        "(Megatron's q_layernorm / kv_layernorm). Needs attention_kernel flash")
+    q_lora_rank: int | None = _f(
+        None, "", "With MLA: rank of the query latent (--q-lora-rank; DeepSeek-V3 1536); empty "
+        "means no query compression (one h -> a*(qk_head_dim + qk_pos_emb_head_dim) projection)",
+        short="q_lora", bounds=BOUNDS["latent"])
+    kv_lora_rank: int = _f(512, "", "With MLA: rank of the key/value latent (--kv-lora-rank)",
+                           short="kv_lora", bounds=BOUNDS["latent"])
+    qk_head_dim: int = _f(128, "", "With MLA: channels of each query/key head without the "
+                          "rotary part (--qk-head-dim; DeepSeek's qk_nope_head_dim)",
+                          bounds=BOUNDS["mla_head"])
+    qk_pos_emb_head_dim: int = _f(64, "", "With MLA: rotary channels of each query/key head, "
+                                  "the key's shared by all heads (--qk-pos-emb-head-dim; "
+                                  "DeepSeek's qk_rope_head_dim)", bounds=BOUNDS["mla_head"])
+    v_head_dim: int = _f(128, "", "With MLA: channels of each value head (--v-head-dim); the "
+                         "output projection's input is a*v_head_dim wide",
+                         bounds=BOUNDS["mla_head"])
+    mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers on the last pipeline "
+                             "stage (--mtp-num-layers; DeepSeek-V3: 1): each embeds the tokens "
+                             "shifted once more, projects them with the previous hidden state "
+                             "(eh_proj, 2h -> h), runs one transformer layer like the last one "
+                             "and the shared output layer with its own loss",
+                             bounds=BOUNDS["mtp_layers"])
     window_size: int | None = _f(
         None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
         "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
@@ -268,6 +305,21 @@ class ModelConfig:
         "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
         "2); empty means every layer is windowed", short="window_skip", min=1,
         bounds=BOUNDS["layers"])
+    softmax_type: str = _f(
+        "vanilla", "", "Attention softmax (Megatron-Core --softmax-type): vanilla; off-by-one "
+        "(a fixed zero logit in every row's denominator, no parameters); learnable (attention "
+        "sinks: one learned logit per head in the denominator, a parameters per layer; GPT-OSS). "
+        "The extra logit per row is negligible work inside the attention kernel",
+        choices=SOFTMAX_TYPES, short="softmax")
+    activation_func_clamp_value: float | None = _f(
+        None, "", "Gated MLP (swiglu): clamp the gate to at most this and the linear half to "
+        "-this..this before the activation (Megatron-Core --activation-func-clamp-value; "
+        "GPT-OSS: 7); element-wise inside the fused activation kernel, no time of its own; "
+        "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"])
+    glu_linear_offset: float = _f(
+        0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
+        "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
+        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"])
 
     @property
     def ffn(self) -> int:
@@ -282,8 +334,13 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         """Attention head size: :attr:`kv_channels`, or ``h/a`` when unset (Megatron's
-        ``--kv-channels`` default)."""
-        return self.kv_channels if self.kv_channels else self.hidden_size // self.num_attention_heads
+        ``--kv-channels`` default); with multi-head latent attention the query/key head size
+        ``qk_head_dim + qk_pos_emb_head_dim`` (validation keeps ``kv_channels`` equal to it)."""
+        if self.kv_channels:
+            return self.kv_channels
+        if self.multi_latent_attention is True:
+            return self.qk_head_dim + self.qk_pos_emb_head_dim
+        return self.hidden_size // self.num_attention_heads
 
     @property
     def is_moe(self) -> bool:
@@ -1037,6 +1094,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
     errs += moe_errors(m, pl)
+    errs += _mla_plan_errors(m, pl)
     if m.is_moe and pl.data_parallel_shard_size is not None:
         errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
                                "mixture-of-experts model is not modelled (the routed experts' "
@@ -1135,6 +1193,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
                                "sliding-window attention (model.window_size) is not modelled "
                                "(the ring's steps of a banded mask)"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               f"softmax_type={m.softmax_type!r} is not modelled (the ring's "
+                               "merge of partial softmaxes with the extra logit)"))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -1152,9 +1214,7 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of the model's mixture-of-experts and attention fields; what the simulator does not
     model is refused by name."""
     errs: list[FieldError] = []
-    if m.multi_latent_attention is True:
-        errs.append(FieldError("model.multi_latent_attention", "multi-head latent attention "
-                               "(DeepSeek-V2/V3) is not modelled"))
+    errs += _mla_model_errors(m)
     errs += _moe_model_errors(m)
     w, n = m.window_size, m.window_attn_skip_freq
     if n is not None and w is None:
@@ -1164,7 +1224,81 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.window_size", "sliding-window attention needs "
                                "attention_kernel = flash (Megatron-Core's unfused "
                                "DotProductAttention has no window; Transformer Engine's has)"))
+    gated = m.activation == "swiglu"
+    if m.activation_func_clamp_value is not None and not gated:
+        errs.append(FieldError("model.activation_func_clamp_value", "activation_func_clamp_value "
+                               "needs a gated MLP (activation = swiglu): the clamp acts on the "
+                               "gate and the linear half"))
+    if _is_num(m.glu_linear_offset) and m.glu_linear_offset != 0 and not gated:
+        errs.append(FieldError("model.glu_linear_offset", "glu_linear_offset needs a gated MLP "
+                               "(activation = swiglu; Megatron-Core: only used with "
+                               "gated_linear_unit)"))
     return errs
+
+
+#: The MLA fields and their values without MLA (the dataclass defaults).
+_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of multi-head latent attention (Megatron-Core ``MLATransformerConfig`` and the
+    combinations the simulator models), each naming its field:
+
+    * ``mtp_num_layers`` with a sliding window is not modelled (multi-token prediction).
+    * Without ``multi_latent_attention`` the MLA fields keep their defaults (a value there
+      would be ignored: refused instead).
+    * With it: ``kv_channels`` unset or ``qk_head_dim + qk_pos_emb_head_dim`` (Megatron's
+      MLA sets the query/key head size so; another value names another model); no grouped
+      query attention (``num_query_groups`` unset or ``a``: MLA's keys and values have ``a``
+      heads); ``attention_kernel`` flash (Megatron-Core runs MLA's core in Transformer
+      Engine's fused attention, which takes a value head size other than the query's);
+      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window, no attention
+      sinks (``softmax_type``) and no context parallelism (not modelled with MLA; see
+      :func:`validate`'s plan rules).
+    """
+    errs: list[FieldError] = []
+    mtp = m.mtp_num_layers
+    if _is_int(mtp) and mtp > 0 and m.window_size is not None:
+        errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp} with sliding-"
+                               "window attention is not modelled (which attention the MTP "
+                               "layer has)"))
+    if m.multi_latent_attention is not True:
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+        for name in _MLA_FIELDS:
+            if getattr(m, name) != defaults[name]:
+                errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
+                                       "multi_latent_attention (multi-head latent attention)"))
+        return errs
+    if not all(_is_int(getattr(m, n)) for n in _MLA_FIELDS[1:]):
+        return errs  # type errors are reported by section_errors
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    if m.kv_channels is not None and m.kv_channels != qk:
+        errs.append(FieldError("model.kv_channels", f"kv_channels={m.kv_channels} with multi-head "
+                               "latent attention must be empty or qk_head_dim + "
+                               f"qk_pos_emb_head_dim = {qk} (the query/key head size)"))
+    if m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads:
+        errs.append(FieldError("model.num_query_groups", f"num_query_groups={m.num_query_groups} "
+                               "with multi-head latent attention: MLA's keys and values have one "
+                               "head per query head (leave it empty)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("model.attention_kernel", "multi-head latent attention needs "
+                               "attention_kernel = flash (Megatron-Core runs MLA's core in "
+                               "Transformer Engine's fused attention; the unfused path is not "
+                               "modelled)"))
+    if m.add_qkv_bias:
+        errs.append(FieldError("model.add_qkv_bias", "add_qkv_bias with multi-head latent "
+                               "attention: MLA's projections have no bias"))
+    if m.window_size is not None:
+        errs.append(FieldError("model.window_size", "sliding-window attention with multi-head "
+                               "latent attention is not modelled"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("model.softmax_type", f"softmax_type={m.softmax_type!r} with "
+                               "multi-head latent attention is not modelled"))
+    return errs
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _is_int(x: Any) -> bool:
@@ -1267,6 +1401,39 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
                                f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
                                f" is not divisible by tensor_parallel_size={t}"))
+    return errs
+
+
+def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of a plan for multi-head latent attention: the recompute module ``mla_up_proj``
+    (Megatron-Core: MLA's up-projections under ``CheckpointWithoutOutput``) needs an MLA model;
+    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes),
+    nor ``tp_comm_overlap`` (the userbuffer overlap pairs of MLA's latent collectives)."""
+    errs: list[FieldError] = []
+    mla = m.multi_latent_attention is True
+    if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) and not mla \
+            and "mla_up_proj" in parse_recompute_modules(pl.recompute_modules):
+        errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
+                               "model.multi_latent_attention (it recomputes MLA's "
+                               "up-projections)"))
+    if mla and pl.recompute == "selective_op":
+        errs.append(FieldError("plan.recompute", "recompute='selective_op' with multi-head latent "
+                               "attention is not modelled (torchtitan's save list of MLA's "
+                               "matmuls)"))
+    if mla and getattr(pl, "tp_comm_overlap", False) is True:
+        errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
+                               "attention is not modelled (the overlap of MLA's latent "
+                               "all-gathers and gradient reduce-scatters with its up and down "
+                               "projections)"))
+    mtp = m.mtp_num_layers
+    if _is_int(mtp) and mtp > 0 and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-token prediction "
+                               "(model.mtp_num_layers) is not modelled"))
+    if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-head latent attention is not "
+                               "modelled"))
     return errs
 
 
@@ -1416,6 +1583,20 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
                        **family)
 
 
+def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
+    """A GPT-OSS model (OpenAI 2025; Megatron-Bridge's ``GPTOSSProvider``): Llama-style
+    (GQA, RMSNorm, RoPE with YaRN scaling, untied, FlashAttention) with heads of 64 channels,
+    biases in every linear layer, attention sinks (``softmax_type`` learnable), a 128-token
+    sliding window alternating with full attention (``--window-attn-skip-freq 2``), a gated MLP
+    clamped at 7 with linear offset 1, and ``experts`` experts of 2880, top-4, in every layer."""
+    return ModelConfig(name, layers, 2880, 64, 2880, 4096, 201088, num_query_groups=8,
+                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                       tied_embeddings=False, add_bias_linear=True, attention_kernel="flash",
+                       kv_channels=64, num_experts=experts, moe_top_k=4, moe_ffn_hidden_size=2880,
+                       window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
+                       activation_func_clamp_value=7.0, glu_linear_offset=1.0)
+
+
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
@@ -1426,7 +1607,20 @@ def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: in
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active).
+#: general stages; 30.5 B parameters, 3.3 B active); GPT-OSS 120B and 20B (the Hugging Face
+#: configs openai/gpt-oss-120b and -20b: 36 / 24 layers, h 2880, 64 heads of 64 channels, 8 KV
+#: heads, 128 / 32 experts of 2880, top-4, every layer MoE, untied, vocabulary 201088; a
+#: 128-token sliding window on every other layer starting with the first, attention sinks,
+#: biases in attention, router and experts, the gated MLP clamped at 7 with a linear offset of
+#: 1; pre-trained at initial_context_length 4096, as Megatron-Bridge's GPT-OSS recipes; OpenAI's
+#: gpt-oss model card, Table 1: 116.83 B parameters, 5.13 B active; 20.91 B, 3.61 B);
+#: DeepSeek-V3 (the Hugging Face config
+#: deepseek-ai/DeepSeek-V3: 61 layers, h 7168, 128 heads, multi-head latent attention with
+#: q_lora 1536, kv_lora 512, heads of 128 + 64 rotary channels and values of 128, first 3
+#: layers dense with ffn 18432, then 256 routed experts of 2048 and 1 shared, top-8, untied,
+#: vocabulary 129280; DeepSeek-V3 Technical Report, 2024, Sec. 4.2: pre-trained at 4K tokens
+#: with one multi-token prediction layer, "MTP depth D = 1"; 671 B parameters, 37 B active,
+#: without the MTP module: 682.6 B with it, its embedding and output head shared).
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
@@ -1445,6 +1639,13 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
         _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
                qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
+        _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 4096, 129280, multi_latent_attention=True,
+               q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+               v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,
+               moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
+               mtp_num_layers=1),
+        *(_gpt_oss(name, layers, experts) for name, layers, experts in (
+            ("GPT-OSS 120B", 36, 128), ("GPT-OSS 20B", 24, 32))),
     )
 }
 

@@ -347,7 +347,7 @@ def op_key(session: Session) -> dict:
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                g=m.query_groups, act=m.activation, norm=m.normalization,
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1),
+               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
     if m.is_moe:  # the MoE ops' columns (core.model_math.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
@@ -358,7 +358,8 @@ def op_key(session: Session) -> dict:
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers
 #: only for MoE models; those of a recomputed module only when the plan recomputes it).
-_LOOKUP_OPS = LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
+_LOOKUP_OPS = (LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
+               + model_math.MTP_OPS)
 #: Derived ops only the plans that recompute their module need (core.model_math.MODULE_OPS).
 _MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
 
@@ -418,6 +419,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # no layer with a sliding window
         if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
             continue  # the GEMMs that overlapped tensor-parallel collectives hide
+        if op in model_math.MTP_OPS and not model_math.mtp_layers(session.model):
+            continue  # no multi-token prediction
         base = DERIVED_OPS.get(op, op)
         # a windowed layer's op: the window in its key; tables hold full attention (no window
         # column): it scales the full op's row by the ratio of their analytic times
@@ -488,7 +491,7 @@ def num_chunks(plan) -> int:
 
 #: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
 _W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd", "experts_bwd",
-          "shared_experts_bwd", "attention_swa_bwd")
+          "shared_experts_bwd", "attention_swa_bwd", "mtp_proj_bwd")
 
 
 def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -> float:
@@ -502,10 +505,17 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     of the attention backward; the MLP and the output layer are one half; the
     embedding's backward is all weight gradient. Element-wise work is
     neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
-    one half, as the MLP. With FP8 the weight GEMMs run ``fp8_speedup``
+    one half, as the MLP. Multi-head latent attention: its linear layers' forward FLOPs
+    ``F_lin`` over ``2 F_lin + 2 F_core`` (:func:`core.model_math.mla_forward_flops_per_token`;
+    GPT's ``8h^2`` and ``4sh`` give the ratio above). With FP8 the weight GEMMs run ``fp8_speedup``
     times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
     count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
+    if op == "attention_bwd" and session.model.multi_latent_attention is True:
+        # MLA: its linear layers' and core's FLOPs (core.model_math.mla_forward_flops_per_token)
+        linear, core = model_math.mla_forward_flops_per_token(session.model)
+        r = fp8_speedup
+        return linear / r / (2 * linear / r + 2 * core)
     if op in ("attention_bwd", "attention_swa_bwd"):
         h, s = session.model.hidden_size, session.model.seq_length
         if op == "attention_swa_bwd":  # the core over the band: s -> 2 * band area / s
@@ -513,7 +523,8 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
         r = fp8_speedup
         return 8 * h / r / (16 * h / r + 8 * s)  # the full s also under context parallelism (s/cp
         # tokens attend to s: the core's share per rank is the same)
-    if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd"):
+    if op in ("mlp_bwd", "output_bwd", "router_bwd", "experts_bwd", "shared_experts_bwd",
+              "mtp_proj_bwd"):
         return 0.5
     if op == "embedding_bwd":
         return 1.0
@@ -562,7 +573,10 @@ def tp_overlap_split(comm_s: float, gemm_s: float, t: int) -> tuple[float, float
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
 #: and its exposed part (:func:`_cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-            *(f"{b}_{k}" for b in ("layer", "first", "last", "moe") for k in ("ag", "rs", "ar")),
+            "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
+            "tp_mtp_fwd", "tp_mtp_bwd",
+            *(f"{b}_{k}" for b in ("layer", "first", "last", "moe", "mtp")
+              for k in ("ag", "rs", "ar")),
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
@@ -720,7 +734,9 @@ class _DataParallel:
     same for the first (embedding) and last (output) stage's other parameters;
     ``layer_ar``, ``first_ar``, ``last_ar``: bucketed all-reduces (ZeRO 0 with
     overlap); ``moe_*``: an MoE layer's bucket (its routed experts' parameters over the
-    expert-data-parallel group, the rest over ``d``).
+    expert-data-parallel group, the rest over ``d``); ``mtp_*``: the last stage's
+    multi-token prediction parameters besides the MTP layers' transformer layers
+    (:func:`core.model_math.mtp_edge_parameters`, taken out of ``last_*``).
     """
 
     layer_ag: float = 0.0
@@ -735,6 +751,9 @@ class _DataParallel:
     moe_ag: float = 0.0
     moe_rs: float = 0.0
     moe_ar: float = 0.0
+    mtp_ag: float = 0.0
+    mtp_rs: float = 0.0
+    mtp_ar: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -760,6 +779,12 @@ class _Structure:
     ``modules``: the modules it recomputes (:func:`core.config.recompute_modules`).
     ``window_layers``: the chunk's layers with sliding-window attention (global indices;
     :func:`core.model_math.window_layer_mask`), whose attention ops are ``attention_swa_*``.
+    ``mla``: multi-head latent attention, whose attention ops' input-side tensor-parallel
+    collectives move the latents (``tp_mla_*``, :func:`core.model_math.mla_tp_latent_width`).
+    ``mtp``: the multi-token prediction layers the (last) virtual stage runs after its layers
+    (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model_math.mtp_layer_is_moe`);
+    ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
+    recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
     """
 
     vstage: int
@@ -783,6 +808,10 @@ class _Structure:
     window_layers: tuple[int, ...] = ()
     tp_overlap: bool = False
     selective_op: bool = False
+    mla: bool = False
+    mtp: int = 0
+    mtp_moe: bool = False
+    mtp_recompute: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -822,7 +851,10 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                                                    getattr(m, "window_attn_skip_freq", None),
                                                    first, stop),
                       tp_overlap=_tp_overlap(pl), selective_op=pl.recompute == "selective_op",
-                      **moe)
+                      mla=m.multi_latent_attention is True,
+                      mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
+                      mtp_moe=model_math.mtp_layer_is_moe(m),
+                      mtp_recompute=pl.recompute == "full", **moe)
 
 
 @lru_cache(maxsize=4096)
@@ -853,7 +885,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     wunit: _Unit | None = None  # where the current backward unit's W tasks go
 
     def comm(out: _Unit, kind: str) -> None:
-        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind)
+        # an MLA attention's latent collectives (source tp_mla_*) are tp_* collectives
+        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind.removeprefix("mla_"))
 
     def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
         """Context parallelism: an attention op as its part outside the ring (``pre``, when
@@ -877,6 +910,10 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
         all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
+        # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
+        # input; the backward reduces the latents' gradients (core.model_math.mla_tp_latent_width;
+        # validation refuses MLA with tp_comm_overlap)
+        latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
         if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
             # --tp-comm-overlap: what the GEMMs do not hide blocks; the hidden parts run beside
             # the op (tp_overlap_split), drawn from its start
@@ -885,7 +922,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                 out.side.append((K["tp_comm"], _SRC[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
                                  ag, -1))
         elif st.tp and sp and before:
-            comm(out, "all_gather")
+            comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
         if st.split and wunit is not None and op in _W_OPS:
             wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
             if op != "embedding_bwd":  # all weight gradient: no B task
@@ -895,7 +932,8 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
             out.add(K["tp_comm"], COMM, f"tp_reduce_scatter@{op}", "tp_reduce_scatter")
         elif st.tp and after:
-            comm(out, "reduce_scatter" if sp else "all_reduce")
+            comm(out, ("" if op == "attention_fwd" else latent)
+                 + ("reduce_scatter" if sp else "all_reduce"))
 
     def gather(out: _Unit, bucket: str) -> None:
         """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
@@ -936,8 +974,10 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     bwd_parts: list[tuple[_Unit, list[int]]] = []
     w_parts: list[tuple[_Unit, list[int]]] = []
 
-    def backward_unit(layer_list: list[int], build, bucket: str | None = None) -> None:
-        """One backward unit (and its W unit when split), repeated over ``layer_list``."""
+    def backward_unit(layer_list: list[int], build, bucket: str | None = None,
+                      reduces: bool = True) -> None:
+        """One backward unit (and its W unit when split), repeated over ``layer_list``;
+        ``reduces``: its gradients complete a bucket (``bucket``)."""
         nonlocal wunit
         u, w = _Unit(), _Unit()
         wunit = w if st.split else None
@@ -946,7 +986,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         reducer = w if st.split else u
         if bucket is None:
             bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
-        if reducer.tasks:
+        if reducer.tasks and reduces:
             reduce(reducer, bucket)
         bwd_parts.append((u, layer_list))
         if st.split:
@@ -1032,7 +1072,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             comm(u, "all_reduce")
         block(u, K["backward"], "router_bwd", False, False)
 
-    for is_moe, swa, run in runs(layers):
+    def layer_fwd(is_moe: bool, swa: bool) -> _Unit:
         u = _Unit()
         bucket = "moe" if is_moe else "layer"
         prefetch(u, bucket)
@@ -1042,19 +1082,105 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             moe_fwd(u, K["forward"])
         else:
             block(u, K["forward"], "mlp_fwd", True, True)
-        fwd_parts.append((u, run))
+        return u
+
+    for is_moe, swa, run in runs(layers):
+        fwd_parts.append((layer_fwd(is_moe, swa), run))
+
+    # multi-token prediction (Megatron-Core MultiTokenPredictionBlock on the last stage): each
+    # MTP layer embeds the tokens shifted once more, projects them with the previous hidden
+    # state (eh_proj and its tensor-parallel collectives, tp_mtp_*) and runs its transformer
+    # layer; then the output layer and loss run once per prediction (1 + N)
+    mtp_list = [st.layers[1] + j for j in range(st.mtp)]  # global indices after the decoder's
+
+    def mtp_comm(u: _Unit, phase: str) -> None:
+        if st.tp:
+            op = "tp_all_gather" if phase == "fwd" or sp else "tp_all_reduce"
+            u.add(K["tp_comm"], COMM, f"tp_mtp_{phase}", op)
+
+    for j, x in enumerate(mtp_list):
+        u = _Unit()
+        if j == 0:
+            prefetch(u, "mtp")
+            gather(u, "mtp")
+        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
+        u.add(K["forward"], COMPUTE, "mtp_proj_fwd", "mtp_proj_fwd")
+        mtp_comm(u, "fwd")
+        fwd_parts.append((u, [x]))
+        fwd_parts.append((layer_fwd(st.mtp_moe, False), [x]))
 
     def out_bwd(u: _Unit) -> None:
         gather(u, "last")
-        block(u, K["output"], "output_bwd", before=False, after=True)
+        for _ in range(1 + st.mtp):
+            block(u, K["output"], "output_bwd", before=False, after=True)
 
     if last:
         u = _Unit()
         prefetch(u, "last")
         gather(u, "last")
-        block(u, K["output"], "output_fwd", before=True, after=False)
+        for _ in range(1 + st.mtp):
+            block(u, K["output"], "output_fwd", before=True, after=False)
         fwd_parts.append((u, [-1]))
         backward_unit([-1], out_bwd)
+
+    def layer_backward(u: _Unit, with_recompute: bool, is_moe: bool, swa: bool) -> None:
+        """One layer's backward (its recomputed forward first under full recomputation or the
+        selective modules), with its bucket's ZeRO-3 gather."""
+        attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
+        gather(u, "moe" if is_moe else "layer")
+        if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
+            # ops it did not save run again when its backward starts
+            u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
+            u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
+        if with_recompute:
+            block(u, K["recompute"], attn + "_fwd", True, True)
+            if is_moe:
+                moe_fwd(u, K["recompute"])
+            else:
+                block(u, K["recompute"], "mlp_fwd", True, True)
+        # selective recomputation by module (Megatron-Core --recompute-modules): the
+        # checkpointed module runs again when the backward reaches its output
+        if is_moe and "moe" in mods:
+            moe_fwd(u, K["recompute"], module=True)
+        elif not is_moe and "mlp" in mods:
+            block(u, K["recompute"], "mlp_core_fwd", True, True)
+        if "layernorm" in mods:  # the pre-MLP norm's output, the MLP's input
+            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+        if is_moe:
+            moe_bwd(u)
+        else:
+            block(u, K["backward"], "mlp_bwd", True, True)
+        if "layernorm" in mods:  # the input norm's output, QKV's input
+            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+        if "mla_up_proj" in mods:  # MLA's Q, K, V rebuilt from the kept latents
+            u.add(K["recompute"], COMPUTE, "mla_up_proj_fwd", "mla_up_proj_fwd")
+        if st.selective and st.cp:  # the core recomputed runs its ring again
+            ring(u, K["recompute"], "fwd", None)
+        elif st.selective:
+            core = "attention_core_swa_fwd" if swa else "attention_core_fwd"
+            u.add(K["recompute"], COMPUTE, core, core)
+        block(u, K["backward"], attn + "_bwd", True, True)
+
+    # the MTP layers' backward first (they ran last): the transformer layer (recomputed under
+    # full recomputation: Megatron-Core's MTP layer checkpoints it), then eh_proj, its
+    # collectives and the shifted tokens' embedding; the "mtp" bucket completes with the first
+    for j in reversed(range(st.mtp)):
+        x = mtp_list[j]
+
+        def mtp_layer_bwd(u: _Unit) -> None:
+            layer_backward(u, st.mtp_recompute, st.mtp_moe, False)
+
+        backward_unit([x], mtp_layer_bwd, "moe" if st.mtp_moe else "layer")
+
+        def mtp_pre_bwd(u: _Unit, j: int = j) -> None:
+            if j == st.mtp - 1:
+                gather(u, "mtp")
+            mtp_comm(u, "bwd")
+            block(u, K["backward"], "mtp_proj_bwd", before=False, after=False)
+            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+
+        backward_unit([x], mtp_pre_bwd, "mtp", reduces=j == 0)
+
     for with_recompute in (False, True):
         # reversed layer order; Megatron's block method recomputes the chunk's first layers
         chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
@@ -1064,38 +1190,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         for is_moe, swa, run in runs(chosen[::-1]):
             def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
                           is_moe: bool = is_moe, swa: bool = swa) -> None:
-                attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
-                gather(u, "moe" if is_moe else "layer")
-                if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
-                    # ops it did not save run again when its backward starts
-                    u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
-                    u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
-                if with_recompute:
-                    block(u, K["recompute"], attn + "_fwd", True, True)
-                    if is_moe:
-                        moe_fwd(u, K["recompute"])
-                    else:
-                        block(u, K["recompute"], "mlp_fwd", True, True)
-                # selective recomputation by module (Megatron-Core --recompute-modules): the
-                # checkpointed module runs again when the backward reaches its output
-                if is_moe and "moe" in mods:
-                    moe_fwd(u, K["recompute"], module=True)
-                elif not is_moe and "mlp" in mods:
-                    block(u, K["recompute"], "mlp_core_fwd", True, True)
-                if "layernorm" in mods:  # the pre-MLP norm's output, the MLP's input
-                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
-                if is_moe:
-                    moe_bwd(u)
-                else:
-                    block(u, K["backward"], "mlp_bwd", True, True)
-                if "layernorm" in mods:  # the input norm's output, QKV's input
-                    u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
-                if st.selective and st.cp:  # the core recomputed runs its ring again
-                    ring(u, K["recompute"], "fwd", None)
-                elif st.selective:
-                    core = "attention_core_swa_fwd" if swa else "attention_core_fwd"
-                    u.add(K["recompute"], COMPUTE, core, core)
-                block(u, K["backward"], attn + "_bwd", True, True)
+                layer_backward(u, with_recompute, is_moe, swa)
 
             backward_unit(run, layer_bwd, "moe" if is_moe else "layer")
     if first:
@@ -1390,12 +1485,13 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     layer = sharded / t + replicated
     first_n, last_n = model_math.edge_params_per_gpu(m, t, p)
     first = first_n if stage == 0 else 0.0
-    last = last_n if stage == p - 1 else 0.0
+    mtp = model_math.mtp_edge_parameters(m, t, p) if stage == p - 1 else 0.0
+    last = last_n - mtp if stage == p - 1 else 0.0
     out = _DataParallel()
     # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
     fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
                if model_math.fp8_gathers_params(pl) else 0.0)
-    for name, n in (("layer", layer), ("first", first), ("last", last)):
+    for name, n in (("layer", layer), ("first", first), ("last", last), ("mtp", mtp)):
         if n <= 0:
             continue
         setattr(out, f"{name}_ag", comm_call("all_gather", model_math.param_gather_bytes(
@@ -1566,10 +1662,11 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     warnings: list[str] = []  # communication lookups
     layout = _stage_layout(session, cache)
     key = layout.op_key
-    # the derived ops looked up also follow the recomputed modules, the TP overlap and per-op
-    # selective checkpointing
+    # the derived ops looked up also follow the recomputed modules, the TP overlap, per-op
+    # selective checkpointing and multi-token prediction (its ops only with MTP layers)
     okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
-            *(("selective_op",) if pl.recompute == "selective_op" else ()))
+            *(("selective_op",) if pl.recompute == "selective_op" else ()),
+            model_math.mtp_layers(m) > 0)
     if cache is None:
         ops = lookup_op_times(session, store)
     else:
@@ -1612,6 +1709,14 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     if t > 1:
         kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
         tp = {k: tp_call(k, act_bytes) for k in kinds}
+        if m.multi_latent_attention is True:  # MLA's latent collectives (mla_tp_latent_width)
+            latent_bytes = act_bytes / m.hidden_size * model_math.mla_tp_latent_width(m)
+            tp.update({"mla_" + k: tp_call(k, latent_bytes) for k in kinds})
+        if model_math.mtp_layers(m):  # eh_proj's collectives (mtp_tp_collectives)
+            per_el = act_bytes / m.hidden_size
+            for phase, colls in zip(("mtp_fwd", "mtp_bwd"),
+                                    model_math.mtp_tp_collectives(m, bool(key["sp"]))):
+                tp[phase] = sum(tp_call(k, per_el * n) for k, n in colls)
     moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
     recipe = fp8_recipe(pl)
     fp8_speedup = 1.0

@@ -54,6 +54,10 @@ OPS = (
     "layernorm_fwd", "mlp_core_fwd", "router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd",
     # sliding-window attention (--window-size): a windowed layer's attention ops
     "attention_swa_fwd", "attention_swa_bwd", "attention_core_swa_fwd",
+    # multi-head latent attention: the up-projections run again (--recompute-modules mla_up_proj)
+    "mla_up_proj_fwd",
+    # multi-token prediction (--mtp-num-layers): each MTP layer's norms and eh_proj
+    "mtp_proj_fwd", "mtp_proj_bwd",
     # per-op selective activation checkpointing (torchtitan): the ops of a block run again
     "attention_sac_fwd", "mlp_sac_fwd",
 )

@@ -3,8 +3,8 @@
 :func:`session_from_hf_config` reads the ``config.json`` of a dense
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
 ``Qwen3ForCausalLM`` checkpoint, or of a mixture-of-experts
-``MixtralForCausalLM``, ``Qwen2MoeForCausalLM`` or ``Qwen3MoeForCausalLM``
-one, into a :class:`~core.config.Session` with a default plan
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
+``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.config.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -20,8 +20,29 @@ one, into a :class:`~core.config.Session` with a default plan
 A field that is in none of these lists is refused too: we cannot tell
 whether it changes the model. Architectures with something the simulator
 does not model are refused naming it (:data:`REFUSED_ARCHITECTURES`:
-DeepSeek-V2/V3's multi-head latent attention, GPT-OSS's sliding-window
-attention and attention sinks).
+none at present).
+
+DeepSeek-V2 and -V3 (``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``; the
+``transformers`` modelling code): multi-head latent attention (``q_lora_rank``,
+null for no query compression, ``kv_lora_rank``, ``qk_nope_head_dim``,
+``qk_rope_head_dim``, ``v_head_dim``; the latent RMSNorms ``q_a_layernorm`` and
+``kv_a_layernorm`` are ``model.qk_layernorm``), ``n_routed_experts`` experts of
+``moe_intermediate_size``, ``n_shared_experts`` shared experts of the same width,
+dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th layer
+MoE after them. Group-limited routing (``n_group``, ``topk_group``,
+``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
+reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
+are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
+``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
+weights) is ignored with that reason, any other quantization refused.
+
+Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
+per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
+the layers' pattern as Megatron-Core's ``--window-attn-skip-freq N`` (every
+layer windowed but those with ``(i + 1) % N == 0``; a pattern that is not of
+that form is refused); Mistral and Mixtral, without ``layer_types``, window
+every layer when ``sliding_window`` is shorter than the sequence. Qwen2's
+``use_sliding_window`` (windows from layer ``max_window_layers`` on) is refused.
 
 Model-family facts (from the ``transformers`` modelling code of each
 architecture): all have a gated SiLU MLP (``gate_proj``, ``up_proj``,
@@ -37,6 +58,18 @@ experts when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` is not in
 ``mlp_only_layers``; Qwen2-MoE adds one shared expert of
 ``shared_expert_intermediate_size`` (``num_shared_experts`` experts of
 ``moe_intermediate_size``, Megatron's ``--moe-shared-expert-intermediate-size``).
+
+GPT-OSS (``GptOssForCausalLM``, the ``transformers`` modelling code and Megatron-Bridge's
+``GPTOSSProvider``): every layer has ``num_local_experts`` experts of ``intermediate_size``
+(``num_experts_per_tok``; ``experts_per_token`` must agree); biases in Q, K, V and the output
+projection (``attention_bias``, which must be true), in the router and in both expert
+projections (``add_bias_linear``); one learned sink logit per head (``softmax_type``
+learnable); the experts' gate is ``x sigmoid(1.702 x)`` on the gate clamped at
+``swiglu_limit`` and multiplied by the linear half clamped to ``+-swiglu_limit`` plus one
+(``activation_func_clamp_value``, ``glu_linear_offset`` 1; timed as SwiGLU, the same GEMMs and
+fused kernel bytes); RoPE with YaRN scaling (the angles, not the work). Its released
+checkpoints store the experts in MXFP4 (``quantization_config``, post-training quantization):
+storage, not the training precision, which the plan sets.
 """
 
 from __future__ import annotations
@@ -64,15 +97,29 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     "MixtralForCausalLM": ({}, "num_local_experts"),
     "Qwen2MoeForCausalLM": ({"add_qkv_bias": True}, "num_experts"),
     "Qwen3MoeForCausalLM": ({"qk_layernorm": True}, "num_experts"),
+    # multi-head latent attention with its latent norms (q_a_layernorm, kv_a_layernorm:
+    # Megatron's q_layernorm / kv_layernorm, model.qk_layernorm under MLA)
+    "DeepseekV2ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
+    "DeepseekV3ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
+    "GptOssForCausalLM": ({"add_bias_linear": True, "softmax_type": "learnable",
+                           "glu_linear_offset": 1.0}, "num_local_experts"),
 }
+#: Architectures whose released checkpoints store quantized weights, with the methods (GPT-OSS:
+#: MXFP4 after training; DeepSeek-V3: the 128x128 block-scaled FP8 weights of its FP8 training):
+#: their ``quantization_config`` describes the stored weights, not how the model trains (the
+#: plan's precision and fp8_recipe do).
+_STORAGE_QUANTIZATION: dict[str, tuple[str, ...]] = {"GptOssForCausalLM": ("mxfp4",),
+                                                    "DeepseekV3ForCausalLM": ("fp8",)}
+#: DeepSeek's multi-head latent attention fields -> model fields.
+_MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                  "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+                  "v_head_dim": "v_head_dim"}
+#: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
+_DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 #: Architectures refused by name, with what they have that the simulator does not model.
 REFUSED_ARCHITECTURES: dict[str, str] = {
-    "DeepseekV2ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
-    "model.multi_latent_attention) is not modelled",
-    "DeepseekV3ForCausalLM": "multi-head latent attention (q_lora_rank, kv_lora_rank; "
-    "model.multi_latent_attention) is not modelled",
-    "GptOssForCausalLM": "attention sinks are not modelled (its sliding-window attention "
-    "would be: model.window_size, model.window_attn_skip_freq)",
 }
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
@@ -100,11 +147,28 @@ USED: dict[str, str] = {
     "decoder_sparse_step": "model.moe_layer_frequency and moe_first_dense_layers (with "
     "mlp_only_layers)",
     "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
-    "attention_bias": "checked: must be false",
+    "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear)",
     "mlp_bias": "checked: must be false",
-    "sliding_window": "checked: inactive or at least the sequence length",
+    "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
+    "shorter than the sequence)",
+    "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer)",
     "use_sliding_window": "checked: must be false",
-    "quantization_config": "checked: must be absent",
+    "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
+    "and the FP8 one of DeepSeek-V3: listed as ignored)",
+    "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
+    "experts_per_token": "checked: equals num_experts_per_tok (GPT-OSS)",
+    "n_routed_experts": "model.num_experts (DeepSeek)",
+    "n_shared_experts": "model.num_shared_experts (DeepSeek: experts of moe_intermediate_size)",
+    "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek)",
+    "moe_layer_freq": "model.moe_layer_frequency (DeepSeek)",
+    "q_lora_rank": "model.q_lora_rank (DeepSeek MLA; null: no query compression)",
+    "kv_lora_rank": "model.kv_lora_rank (DeepSeek MLA)",
+    "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
+    "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
+    "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
+    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
+    "layers, trained with the model; transformers' inference code does not run them)",
+    "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
 }
 #: Fields that do not change the cost of training, with the reason.
 IGNORED: dict[str, str] = {
@@ -119,7 +183,8 @@ IGNORED: dict[str, str] = {
     "use_cache": "inference only", "pretraining_tp": "Meta's tensor-parallel layout at "
     "pre-training: same result, same GEMMs", "attention_dropout": "dropout rate (kernels "
     "run either way)", "max_window_layers": "used only with use_sliding_window",
-    "layer_types": "all full attention (checked with the sliding window)",
+    "initial_context_length": "the context of pre-training before YaRN extends it to "
+    "max_position_embeddings (give --seq-length to simulate it)",
     "output_attentions": "inference only", "output_hidden_states": "inference only",
     "return_dict": "inference only", "auto_map": "code location", "bias": "see attention_bias",
     "tokenizer_class": "a name", "model_name": "a name",
@@ -128,6 +193,18 @@ IGNORED: dict[str, str] = {
     "output_router_logits": "returns the router logits for the load-balancing loss (a small "
     "reduction over the router's output)",
     "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
+    "n_group": "DeepSeek's group-limited routing: experts are picked within the best "
+    "topk_group of n_group groups, a few small operations on the router's (T, E) scores; no "
+    "extra cost is modelled (the dispatch is the same top-k all-to-all)",
+    "topk_group": "see n_group (group-limited routing: no extra cost modelled)",
+    "scoring_func": "DeepSeek's router score function (softmax or sigmoid): elementwise on "
+    "the router's (T, E) logits",
+    "routed_scaling_factor": "a constant scale of the routed experts' output",
+    "aux_loss_alpha": "the load-balancing loss's weight (a number)",
+    "seq_aux": "DeepSeek's sequence-wise balance loss: a small reduction over the router's "
+    "scores",
+    "ep_size": "DeepSeek's reference code's expert-parallel size at inference (the plan sets "
+    "expert_parallel)",
 }
 
 
@@ -207,6 +284,26 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
         raise _refuse(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
                       f"({experts_key})")
     out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
+    if arch == "GptOssForCausalLM":
+        other = cfg.get("experts_per_token")
+        if other is not None and other != k:
+            raise _refuse(where, "experts_per_token", f"{other!r} disagrees with "
+                          f"num_experts_per_tok={k}")
+        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+            if cfg.get(name) not in (None, [], 0):
+                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                              "are intermediate_size wide, every layer has them)")
+        out["moe_ffn_hidden_size"] = _int(cfg, "intermediate_size", where)
+        limit = cfg.get("swiglu_limit")
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+                raise _refuse(where, "swiglu_limit", f"{limit!r} must be a positive number")
+            out["activation_func_clamp_value"] = float(limit)
+        ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
+                                 "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
+                                 "activation kernel's bytes)")
+        return out
     if arch == "MixtralForCausalLM":
         for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
                      "decoder_sparse_step", "mlp_only_layers", "num_experts"):
@@ -216,6 +313,29 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
         return out
     moe_ffn = _int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
+    if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
+        method = cfg.get("topk_method", "greedy")
+        if method not in _DEEPSEEK_TOPK_METHODS:
+            raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
+                          f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
+        if method != "greedy":
+            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                      "the same number of experts; no extra cost is modelled")
+        out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
+        if not (isinstance(out["num_shared_experts"], int)
+                and not isinstance(out["num_shared_experts"], bool)
+                and out["num_shared_experts"] >= 0):
+            raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+                          "non-negative integer")
+        # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
+        # i % moe_layer_freq == 0 -- the session's rule (core.model_math.moe_layer_mask)
+        first = cfg.get("first_k_dense_replace") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+                          "integer")
+        out["moe_first_dense_layers"] = first
+        out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
+        return out
     shared = _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0
     if shared and arch != "Qwen2MoeForCausalLM":
         raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
@@ -246,6 +366,44 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
                       "modelled")
     out["moe_first_dense_layers"], out["moe_layer_frequency"] = fit
     return out
+
+
+def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str
+                   ) -> tuple[dict[str, Any], str]:
+    """``(model fields, note for the ignored list)`` of a config's sliding window (module doc):
+    ``window_size`` and ``window_attn_skip_freq`` when some layer is windowed, else a note on
+    why ``sliding_window`` does nothing (empty when the config has none).
+
+    Raises ConfigError for a window that is not a positive integer or a layer pattern Megatron-
+    Core's ``--window-attn-skip-freq`` cannot give."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not (isinstance(types, list) and len(types) == layers and all(
+                x in ("sliding_attention", "full_attention") for x in types)):
+            raise _refuse(where, "layer_types", f"must list sliding_attention or full_attention "
+                          f"for each of the {layers} layers")
+        flags = [x == "sliding_attention" for x in types]
+    elif arch in ("MistralForCausalLM", "MixtralForCausalLM"):  # no switch: every layer
+        flags = [window is not None] * layers
+    else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
+        return {}, "inactive (use_sliding_window is false)" if window is not None else ""
+    if not any(flags):
+        return {}, "inactive (every layer has full attention)" if window is not None else ""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise _refuse(where, "sliding_window", f"{window!r}: the window of the sliding_attention "
+                      "layers must be a positive integer")
+    if window >= s:
+        return {}, f"{window}: not shorter than the sequence length"
+    if all(flags):
+        return {"window_size": window}, ""
+    full = [i for i, x in enumerate(flags) if not x]
+    n = full[0] + 1  # Megatron-Core: layer number i+1 keeps full attention when it divides by N
+    if flags != [(i + 1) % n != 0 for i in range(layers)]:
+        raise _refuse(where, "layer_types", f"full attention on layers {full[:8]}"
+                      f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
+                      "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
+    return {"window_size": window, "window_attn_skip_freq": n}, ""
 
 
 def session_from_hf_config(cfg: Any, where: str = "config.json", *,
@@ -298,7 +456,10 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
-    if cfg.get("quantization_config") is not None:
+    quant = cfg.get("quantization_config")
+    storage = (isinstance(quant, dict) and quant.get("quant_method") in
+               _STORAGE_QUANTIZATION.get(arch, ()))
+    if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
     layers = _int(cfg, "num_hidden_layers", where)
     h = _int(cfg, "hidden_size", where)
@@ -317,27 +478,37 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if act not in ("silu", "swish"):
         raise _refuse(where, "hidden_act", f"{act!r}: only SiLU-gated MLPs (SwiGLU) are modelled "
                       "for this architecture")
+    biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
+    if biased and cfg.get("attention_bias") is not True:
+        raise _refuse(where, "attention_bias", f"{cfg.get('attention_bias')!r}: {arch} without "
+                      "attention biases (its router and experts keep theirs) is not modelled: "
+                      "model.add_bias_linear sets them all")
     for bias in ("attention_bias", "mlp_bias"):
-        if cfg.get(bias) not in (None, False):
+        if not biased and cfg.get(bias) not in (None, False):
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
     if cfg.get("use_sliding_window") not in (None, False):
-        raise _refuse(where, "use_sliding_window", "sliding-window attention is not modelled")
-    window = cfg.get("sliding_window")
-    windowed = arch in ("MistralForCausalLM", "MixtralForCausalLM")  # no use_sliding_window switch
-    if window is not None and windowed:
-        if isinstance(window, bool) or not isinstance(window, int) or window < s:
-            raise _refuse(where, "sliding_window", f"{window!r} is shorter than the sequence length "
-                          f"{s}: sliding-window attention is not modelled")
-    types = cfg.get("layer_types")
-    if types is not None and any(x != "full_attention" for x in types):
-        raise _refuse(where, "layer_types", "layers other than full_attention (sliding windows) "
-                      "are not modelled")
+        raise _refuse(where, "use_sliding_window", "windows from layer max_window_layers on "
+                      "(Qwen2's use_sliding_window) are not modelled: Megatron-Core's "
+                      "--window-attn-skip-freq keeps every N-th layer full")
+    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
     tied = cfg.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
     ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
+    if fixed.get("multi_latent_attention"):
+        for key, target in _MLA_HF_FIELDS.items():
+            fixed[target] = _int(cfg, key, where, required=key != "q_lora_rank")
+        mtp = cfg.get("num_nextn_predict_layers") or 0
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
+                          "integer")
+        fixed["mtp_num_layers"] = mtp
+    elif mla_fields:
+        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
+                      "multi-token prediction; a config with them is not one we know")
     if moe:
         fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
@@ -347,11 +518,14 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                         num_query_groups=g if g is not None and g != a else None,
                         kv_channels=kv_channels,
                         activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                        tied_embeddings=tied, add_bias_linear=False, attention_kernel="flash",
-                        **fixed)
-    if window is not None:
-        ignored["sliding_window"] = (f"{window}: not shorter than the sequence length"
-                                     if windowed else "inactive (use_sliding_window is false)")
+                        tied_embeddings=tied, attention_kernel="flash",
+                        **{"add_bias_linear": False, **fixed, **window_fields})
+    if window_note:
+        ignored["sliding_window"] = window_note
+    if storage:
+        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
+                                          "stores its weights (quantized after training); the "
+                                          "plan sets the training precision")
     session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
                       cost=CostConfig())
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
@@ -372,7 +546,14 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
              "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim",
              "model.moe_top_k": "num_experts_per_tok",
-             "model.moe_ffn_hidden_size": "moe_intermediate_size"}
+             "model.moe_ffn_hidden_size": "moe_intermediate_size",
+             "model.q_lora_rank": "q_lora_rank", "model.kv_lora_rank": "kv_lora_rank",
+             "model.qk_head_dim": "qk_nope_head_dim",
+             "model.qk_pos_emb_head_dim": "qk_rope_head_dim", "model.v_head_dim": "v_head_dim",
+             "model.num_shared_experts": "n_shared_experts",
+             "model.moe_first_dense_layers": "first_k_dense_replace",
+             "model.moe_layer_frequency": "moe_layer_freq",
+             "model.mtp_num_layers": "num_nextn_predict_layers"}
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:

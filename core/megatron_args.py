@@ -94,7 +94,8 @@ ARGUMENTS: dict[str, Arg] = {
     "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
     "--normalization": Arg(("model.normalization",), True, "LayerNorm (modelled) or RMSNorm"),
     "--position-embedding-type": Arg(("model.position_embedding",), True,
-                                     "learned_absolute (modelled) or rope"),
+                                     "learned_absolute (modelled) or rope (yarn: rope, YaRN's "
+                                     "scaling changes the angles, not the work)"),
     "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
                                                  "separate output layer weights"),
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
@@ -116,14 +117,36 @@ ARGUMENTS: dict[str, Arg] = {
                             "pattern such as ([0]*3+[1]*58) that first dense layers and a "
                             "frequency give; other patterns are refused"),
     "--multi-latent-attention": Arg(("model.multi_latent_attention",), False,
-                                    "multi-head latent attention (DeepSeek-V2/V3): refused, not "
-                                    "modelled"),
+                                    "multi-head latent attention (DeepSeek-V2/V3)"),
+    "--q-lora-rank": Arg(("model.q_lora_rank",), True, "MLA query latent rank (default none: "
+                         "no query compression)"),
+    "--kv-lora-rank": Arg(("model.kv_lora_rank",), True, "MLA key/value latent rank (must be "
+                          "given with --multi-latent-attention)"),
+    "--qk-head-dim": Arg(("model.qk_head_dim",), True, "MLA query/key head size without RoPE "
+                         "(default 128)"),
+    "--qk-pos-emb-head-dim": Arg(("model.qk_pos_emb_head_dim",), True,
+                                 "MLA rotary channels per query/key head (default 64)"),
+    "--v-head-dim": Arg(("model.v_head_dim",), True, "MLA value head size (default 128)"),
+    "--mtp-num-layers": Arg(("model.mtp_num_layers",), True,
+                            "multi-token prediction layers (on the last pipeline stage)"),
     "--window-size": Arg(("model.window_size",), True,
                          "sliding-window attention (w, 0): each query attends to the w tokens "
                          "before it (a window with right > 0 is refused; -1 is no window)"),
     "--window-attn-skip-freq": Arg(("model.window_attn_skip_freq",), True,
                                    "every N-th layer keeps full attention (an integer N; a list "
                                    "pattern is refused)"),
+    "--softmax-type": Arg(("model.softmax_type",), True,
+                          "vanilla, off-by-one or learnable (attention sinks: one learned logit "
+                          "per head)"),
+    "--quick-geglu": Arg(("model.activation",), False,
+                         "gated MLP with a quick-GELU gate x*sigmoid(1.702x) (GPT-OSS): "
+                         "model.activation swiglu, timed as SwiGLU's (same GEMMs, same fused "
+                         "kernel bytes; listed among the ignored arguments); exported for a "
+                         "swiglu model with a clamp or a linear offset"),
+    "--activation-func-clamp-value": Arg(("model.activation_func_clamp_value",), True,
+                                         "clamp of the gated MLP's inputs (GPT-OSS: 7)"),
+    "--glu-linear-offset": Arg(("model.glu_linear_offset",), True,
+                               "offset added to the gated MLP's linear half (GPT-OSS: 1)"),
     "--micro-batch-size": Arg(("plan.micro_batch_size",), True, "micro-batch size b"),
     "--global-batch-size": Arg(("plan.global_batch_size",), True,
                                "global batch size B (default b times d)"),
@@ -165,7 +188,7 @@ ARGUMENTS: dict[str, Arg] = {
                                     "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
     "--recompute-modules": Arg(("plan.recompute_modules",), True,
                                "modules selective recomputation runs again (core_attn, "
-                               "layernorm, mlp, moe_act, moe, shared_experts; mla_up_proj refused)"),
+                               "layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj)"),
     "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
                                    "with --checkpoint-activations: layers per checkpoint (uniform)"),
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
@@ -372,6 +395,23 @@ def _int_value(text: str, what: str, source: str) -> int:
                                 "write its value in the script or give it to vtrain")
     raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
+
+
+def _float(args: dict[str, list[str]], flag: str, source: str) -> float | None:
+    """The finite number ``flag`` gives (None when absent)."""
+    v = _one(args, flag, source)
+    if v is None:
+        return None
+    if "$" in v:
+        raise MegatronArgsError(f"{source}: {flag} {v}: the variable is not set in the file; "
+                                "write its value in the script or give it to vtrain")
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if x != x or x in (float("inf"), float("-inf")):
+        raise MegatronArgsError(f"{source}: {flag} {v!r} must be a finite number")
+    return x
 
 
 def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | None, int | None]:
@@ -761,6 +801,20 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # model families (issue 11): refused by name while the fields are absent
     if switch("--swiglu"):
         mp.set("--swiglu", "model.activation", "swiglu")
+    if switch("--quick-geglu"):
+        if "--swiglu" in args:
+            raise MegatronArgsError(f"{src}: --quick-geglu and --swiglu are both given (one "
+                                    "gated activation)")
+        mp.set("--quick-geglu", "model.activation", "swiglu")
+        late_ignored.append(("--quick-geglu", "its gate x*sigmoid(1.702x) is timed as SwiGLU's "
+                             "x*sigmoid(x): the same GEMMs and the same fused activation "
+                             "kernel's bytes (model.activation swiglu)"))
+    for flag, target in (("--activation-func-clamp-value", "model.activation_func_clamp_value"),
+                         ("--glu-linear-offset", "model.glu_linear_offset")):
+        if take(flag):
+            mp.set(flag, target, _float(args, flag, src))
+    if take("--softmax-type"):
+        mp.set("--softmax-type", "model.softmax_type", _one(args, "--softmax-type", src))
     if switch("--group-query-attention") or take("--num-query-groups"):
         g = _int(args, "--num-query-groups", src) if "--num-query-groups" in args else None
         if "--group-query-attention" in args:
@@ -770,11 +824,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     for flag, target, mapping in (
             ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
             ("--position-embedding-type", "model.position_embedding",
-             {"learned_absolute": "learned", "rope": "rope"})):
+             {"learned_absolute": "learned", "rope": "rope", "yarn": "rope"})):
         if take(flag):
             v = _one(args, flag, src)
             if v not in mapping:
                 raise MegatronArgsError(f"{src}: {flag} {v!r}: expected one of {', '.join(mapping)}")
+            if v == "yarn":  # GPT-OSS: RoPE with YaRN's frequency scaling
+                late_ignored.append((flag, "yarn: RoPE whose frequencies YaRN rescales; the "
+                                     "scaling changes the rotation's angles, not the work "
+                                     "(model.position_embedding rope)"))
             if field_exists(target):
                 mp.set(flag, target, mapping[v])
             elif v not in _DEFAULT_FAMILY[flag]:
@@ -824,9 +882,25 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         except ValueError:
             mp.refuse("--window-attn-skip-freq", f"the pattern {raw!r} is not modelled (an integer "
                       "N only: every N-th layer full)")
+    mla_flags = ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+                 "--v-head-dim")
     if switch("--multi-latent-attention"):
-        mp.refuse("--multi-latent-attention", "multi-head latent attention (DeepSeek-V2/V3) is not "
-                                              "modelled")
+        mp.set("--multi-latent-attention", "model.multi_latent_attention", True)
+        if "--kv-lora-rank" not in args:
+            raise MegatronArgsError(f"{src}: --multi-latent-attention needs --kv-lora-rank (its "
+                                    "default differs between Megatron-LM's arguments and "
+                                    "Megatron-Core's MLATransformerConfig: give it)")
+        for flag in mla_flags:
+            if take(flag):
+                target = "model." + flag[2:].replace("-", "_")
+                mp.set(flag, target, _int(args, flag, src))
+    else:
+        for flag in mla_flags:
+            if take(flag):
+                late_ignored.append((flag, "without --multi-latent-attention Megatron-LM does "
+                                     "not read it"))
+    if take("--mtp-num-layers"):
+        mp.set("--mtp-num-layers", "model.mtp_num_layers", _int(args, "--mtp-num-layers", src))
     # ---- plan
     t = _int(args, "--tensor-model-parallel-size", src) or 1
     p = _int(args, "--pipeline-model-parallel-size", src) or 1
@@ -1078,8 +1152,17 @@ def export_arguments(session: Session) -> list[str]:
     g = _get(m, "num_query_groups")
     if g is not None and g != m.num_attention_heads:
         out += ["--group-query-attention", "--num-query-groups", str(g)]
+    clamp, offset = _get(m, "activation_func_clamp_value"), _get(m, "glu_linear_offset") or 0.0
     if _get(m, "activation") == "swiglu":
-        out.append("--swiglu")
+        # Megatron-Core fuses a clamp and a linear offset only with the quick-GELU gate
+        # (TransformerConfig: glu_linear_offset needs quick_gelu under bias_activation_fusion)
+        out.append("--quick-geglu" if clamp is not None or offset else "--swiglu")
+    if clamp is not None:
+        out += ["--activation-func-clamp-value", repr(float(clamp))]
+    if offset:
+        out += ["--glu-linear-offset", repr(float(offset))]
+    if (_get(m, "softmax_type") or "vanilla") != "vanilla":
+        out += ["--softmax-type", m.softmax_type]
     if _get(m, "normalization") == "rmsnorm":
         out += ["--normalization", "RMSNorm"]
     if _get(m, "position_embedding") == "rope":
@@ -1099,9 +1182,14 @@ def export_arguments(session: Session) -> list[str]:
         if _get(m, "window_attn_skip_freq"):
             out += ["--window-attn-skip-freq", str(m.window_attn_skip_freq)]
     if _get(m, "multi_latent_attention"):
-        raise MegatronArgsError("model.multi_latent_attention: multi-head latent attention is not "
-                                "modelled, and its arguments (--q-lora-rank, --kv-lora-rank ...) "
-                                "are not in the session")
+        out.append("--multi-latent-attention")
+        if m.q_lora_rank:
+            out += ["--q-lora-rank", str(m.q_lora_rank)]
+        out += ["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_head_dim),
+                "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim),
+                "--v-head-dim", str(m.v_head_dim)]
+    if _get(m, "mtp_num_layers"):
+        out += ["--mtp-num-layers", str(m.mtp_num_layers)]
     E = _get(m, "num_experts")
     if E:
         out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k)]

@@ -58,6 +58,10 @@ __all__ = [
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
+    "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
+    "attention_forward_flops_per_token", "mla_tp_latent_width",
+    "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
+    "mtp_tp_collectives", "mtp_edge_parameters",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -223,7 +227,22 @@ def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) ->
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
-                                       "cp": 1}
+                                       "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0}
+#: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the
+#: query latent's rank (0: no query compression), ``kvlr`` the key/value latent's rank (0: not
+#: MLA), ``qkd``, ``qpe``, ``vd`` the query/key head's channels without and with rotary
+#: embedding and the value head's.
+MLA_KEY = ("qlr", "kvlr", "qkd", "qpe", "vd")
+
+
+def mla_key(model: ModelConfig) -> dict[str, int]:
+    """The MLA key columns (:data:`MLA_KEY`) of ``model``: its latent ranks and head sizes with
+    ``multi_latent_attention``, all 0 without (the attention ops' GPT values)."""
+    if getattr(model, "multi_latent_attention", False) is not True:
+        return dict.fromkeys(MLA_KEY, 0)
+    return dict(qlr=int(model.q_lora_rank or 0), kvlr=int(model.kv_lora_rank),
+                qkd=int(model.qk_head_dim), qpe=int(model.qk_pos_emb_head_dim),
+                vd=int(model.v_head_dim))
 #: Family columns whose GPT value derives from the shape columns (``None`` in
 #: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
 #: size ``h/a`` (Megatron's ``--kv-channels`` default).
@@ -273,6 +292,24 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     two: 2.5x its FLOPs) reads Q, K, V, the output and its gradient and writes
     the gradients of Q, K and V.
 
+    Softmax type (``model.softmax_type``; not a key column): off-by-one and learnable
+    (attention sinks, GPT-OSS) add one logit per query row to the softmax's denominator, inside
+    the same kernel (Transformer Engine's fused attention with ``softmax_type``, TE >= 2.8, and
+    Megatron-Core's unfused ``FusedScaleMaskSoftmax`` with ``softmax_offset``): one more
+    exponential per row against the row's ``s/2`` (causal) or ``w`` (windowed) ones and no GEMM
+    FLOPs; the backward's sink gradient is one more product per row (FlashAttention's
+    ``rowsum(dO * O)`` is already computed) reduced over the rows to ``a`` numbers. Negligible,
+    so these kernels are timed as the vanilla ones: the profile store has no sink variant of the
+    FlashAttention op, and a layer with sinks takes ``flash_attn``'s time (a named assumption,
+    not a measurement of TE's sink kernel). The sinks' ``a`` parameters are counted
+    (:func:`_attention_parameters`).
+
+    Gated MLP with a clamp and a linear offset (``activation_func_clamp_value``,
+    ``glu_linear_offset``; GPT-OSS's ``quick_geglu``, ``x sigmoid(1.702 x)`` gate): the clamp
+    and the offset are element-wise operations on values the fused activation kernel has in
+    registers (Megatron-Core's ``weighted_bias_quick_geglu_impl``): the same bytes as
+    ``bias_swiglu``, which times it.
+
     FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
     ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer
     Engine, the linear layers' GEMMs (QKV, projection, fc1, fc2 and their dgrad and wgrad)
@@ -300,6 +337,8 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """
     if op in MOE_OPS:
         return _moe_op_kernels(op, key)
+    if op in MTP_OPS:
+        return _mtp_op_kernels(op, key)
     key = _full(key)
     fp8 = str(key["dtype"]) == "fp8"
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
@@ -320,6 +359,9 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     # the rank's s/t tokens, (b, s/t, h)
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd") \
+            and int(key.get("kvlr", 0) or 0):
+        return _mla_op_kernels(op, key)
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
         a, g = int(key["a"]), int(key["g"])
         heads, groups, dh = a // t, g // t, int(key["kv"])
@@ -504,12 +546,19 @@ def _dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
 def _attention_parameters(model: ModelConfig) -> tuple[float, float]:
     """``(sharded over t, replicated)`` parameters of a layer's attention half: QKV, projection,
     their column-parallel biases, the projection's replicated bias, the input norm and QK-norm
-    (see :func:`_dense_layer_parameters`)."""
+    (see :func:`_dense_layer_parameters`); with ``softmax_type`` learnable the ``a`` attention
+    sinks (Megatron-Core's ``softmax_offset``, one logit per head, sharded with the heads over
+    ``t``; off-by-one's zero logit is a buffer, no parameter). Multi-head latent attention:
+    :func:`_mla_attention_parameters`."""
+    if getattr(model, "multi_latent_attention", False) is True:
+        return _mla_attention_parameters(model)
     h, a, g = model.hidden_size, model.num_attention_heads, model.query_groups
     kv = model.head_dim
     qkv = (a + 2 * g) * kv
     bias = model.add_bias_linear
     sharded = h * qkv + a * kv * h + (qkv if bias or model.add_qkv_bias else 0)
+    if getattr(model, "softmax_type", "vanilla") == "learnable":
+        sharded += a  # attention sinks: one logit per head, split with the heads over t
     norm = 2 * h if model.normalization == "layernorm" else h
     qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
     return sharded, norm + (h if bias else 0) + qk_norm
@@ -553,13 +602,25 @@ def _dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, f
     with the padded vocabulary. GPT: ``8h^2 + 4hf + 4sh`` (Narayanan et al.
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
+    h = model.hidden_size
+    V = padded_vocab_size(model.vocab_size, t)
+    linear, core = attention_forward_flops_per_token(model)
+    mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
+    return linear + mlp + core, core, 2 * h * V
+
+
+def attention_forward_flops_per_token(model: ModelConfig) -> tuple[float, float]:
+    """``(linear layers, core)`` forward FLOPs per token of one layer's attention.
+
+    Multi-head or grouped-query attention with head size ``kv``: QKV ``2h(a + 2g)kv`` and
+    projection ``2 a kv h``; core ``4 s a kv`` (scores and values over the full ``s x s``,
+    Megatron's unmasked count). Multi-head latent attention: :func:`mla_forward_flops_per_token`.
+    """
+    if getattr(model, "multi_latent_attention", False) is True:
+        return mla_forward_flops_per_token(model)
     h, s, a, g = model.hidden_size, model.seq_length, model.num_attention_heads, model.query_groups
     kv = model.head_dim
-    V = padded_vocab_size(model.vocab_size, t)
-    qkv = 2 * h * (a + 2 * g) * kv
-    mlp = (6 if model.activation == "swiglu" else 4) * h * model.ffn
-    core = 4 * s * a * kv
-    return qkv + 2 * a * kv * h + mlp + core, core, 2 * h * V
+    return 2 * h * (a + 2 * g) * kv + 2 * a * kv * h, 4 * s * a * kv
 
 
 def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str,
@@ -625,30 +686,39 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     sbh = s * b * h
     sp = plan.sequence_parallel
     flash = model.attention_kernel == "flash"
-    attn = 4 + 4 * model.query_groups / a if flash else 8
-    if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
-        attn += 2 + 2 * model.query_groups / a
-    attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+    mods = recompute_modules(plan) if mode == "selective" else ()
+    mla = getattr(model, "multi_latent_attention", False) is True
+    base = 10.0
+    if mla:  # multi-head latent attention: its heads and latents (_mla_activation_terms)
+        attn, latent = _mla_activation_terms(model, plan, mods)
+        base += latent
+        proj_width = a * model.v_head_dim  # the projection's input: a heads of v_head_dim
+    else:
+        attn = 4 + 4 * model.query_groups / a if flash else 8
+        if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
+            attn += 2 + 2 * model.query_groups / a
+        attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
+        proj_width = a * model.head_dim  # the projection's input is a kv wide
     per_f = 6 if model.activation == "swiglu" else 4
     moe = mlp is not None
     if mlp is None:
         mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
-    base = 10.0
     if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
-        # QKV's input (the first norm's output) 2 -> 1; fc1's (the second's) 2 -> 1, but in an
-        # MoE layer the router keeps that tensor in BF16 (its gate is a plain BF16 linear), so
-        # the shared experts' FP8 copy adds 1 (and without shared experts nothing changes)
+        # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
+        # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
+        # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
+        # adds 1 (and without shared experts nothing changes)
+        qkv_in = 0 if mla else 1
         if not moe:
-            base -= 2  # QKV's and fc1's inputs
+            base -= qkv_in + 1  # QKV's and fc1's inputs
         else:
-            base -= 1 - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
+            base -= qkv_in - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
         mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
         # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
         # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
         proj = 1 if (flash and mode == "none") else -1
-        split += proj * a * model.head_dim / h - mlp_in  # the projection's input is a kv wide
-    mods = recompute_modules(plan) if mode == "selective" else ()
+        split += proj * proj_width / h - mlp_in
     if "layernorm" in mods:  # the two norms' outputs (QKV's and fc1's inputs) are not kept
         base -= 4
     if ("mlp" in mods and not moe) or (moe and ("moe" in mods or "shared_experts" in mods)):
@@ -662,6 +732,246 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     else:
         raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
     return out * scale
+
+
+# --------------------------------------------------------------------------- multi-head latent attention
+
+def _mla_dims(model_or_key: Any) -> tuple[int, int, int, int, int]:
+    """``(q_lora_rank or 0, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)`` of a
+    model or of an op key (:data:`MLA_KEY`)."""
+    if isinstance(model_or_key, Mapping):
+        k = model_or_key
+        return int(k["qlr"]), int(k["kvlr"]), int(k["qkd"]), int(k["qpe"]), int(k["vd"])
+    m = model_or_key
+    return (int(m.q_lora_rank or 0), int(m.kv_lora_rank), int(m.qk_head_dim),
+            int(m.qk_pos_emb_head_dim), int(m.v_head_dim))
+
+
+def _mla_attention_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of a layer's multi-head latent attention.
+
+    Megatron-Core ``MLASelfAttention`` with the Transformer Engine layer spec
+    (``gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(multi_latent_attention=True)``):
+    the down projections are ``TELinear`` with ``parallel_mode="duplicated"`` (every
+    tensor-parallel rank holds them whole: replicated), the up projections column-parallel and
+    the output projection row-parallel (sharded over ``t``, their heads split). With ``a``
+    heads, ranks ``q_l`` (0: no query compression), ``kv_l`` and head sizes ``d_qk`` (without
+    rotary), ``d_pe`` (rotary), ``d_v``:
+
+    * sharded: query up-projection ``q_l a (d_qk + d_pe)`` (without compression the query
+      projection ``h a (d_qk + d_pe)``), key/value up-projection ``kv_l a (d_qk + d_v)``,
+      output projection ``a d_v h``;
+    * replicated: query down-projection ``h q_l``, key/value down-projection
+      ``h (kv_l + d_pe)`` (the rotary key is shared by the heads), the latent norms with
+      ``qk_layernorm`` (Megatron's ``q_layernorm`` over ``q_l``, ``kv_layernorm`` over ``kv_l``;
+      twice that with LayerNorm), the input norm and the projection's bias with
+      ``add_bias_linear`` (MLA's other linears have none).
+
+    DeepSeek-V3 (h 7168, 128 heads, q_l 1536, kv_l 512, 128 + 64, v 128, RMSNorm, QK-norm):
+    171,966,464 sharded and 15,148,032 replicated per layer (187,114,496 with the input norm).
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    q = ql * a * (qk + pe) if ql else h * a * (qk + pe)
+    sharded = q + kvl * a * (qk + dv) + a * dv * h
+    w = 2 if model.normalization == "layernorm" else 1  # weights per normalized channel
+    latent_norms = w * (ql + kvl) if model.qk_layernorm else 0
+    replicated = (h * ql + h * (kvl + pe) + latent_norms + w * h
+                  + (h if model.add_bias_linear else 0))
+    return sharded, replicated
+
+
+def mla_forward_flops_per_token(model: ModelConfig) -> tuple[float, float]:
+    """``(linear layers, core)`` forward FLOPs per token of multi-head latent attention (2 FLOPs
+    per multiply-add; names as :func:`_mla_attention_parameters`).
+
+    Linear: query ``2 q_l (h + a (d_qk + d_pe))`` (without compression ``2 h a (d_qk + d_pe)``),
+    key/value ``2 h (kv_l + d_pe) + 2 kv_l a (d_qk + d_v)``, projection ``2 a d_v h``; core
+    ``2 s a (d_qk + d_pe) + 2 s a d_v`` (scores over heads of ``d_qk + d_pe`` channels, values
+    of ``d_v``; the full ``s x s`` as this module counts dense attention). Megatron-LM's
+    ``num_floating_point_operations`` counts the same GEMMs, but halves the core for the causal
+    mask and adds one FLOP per latent channel for the norms.
+    """
+    h, s, a = model.hidden_size, model.seq_length, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    q = 2 * ql * (h + a * (qk + pe)) if ql else 2 * h * a * (qk + pe)
+    kv = 2 * h * (kvl + pe) + 2 * kvl * a * (qk + dv)
+    return q + kv + 2 * a * dv * h, 2 * s * a * (qk + pe + dv)
+
+
+def mla_up_proj_forward_flops_per_token(model: ModelConfig) -> float:
+    """Forward FLOPs per token of MLA's up-projections (what recompute module ``mla_up_proj``
+    runs again): ``2 q_l a (d_qk + d_pe) + 2 kv_l a (d_qk + d_v)`` (without query compression
+    the query projection ``2 h a (d_qk + d_pe)``)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    return 2 * (ql or h) * a * (qk + pe) + 2 * kvl * a * (qk + dv)
+
+
+def mla_tp_latent_width(model: ModelConfig) -> int:
+    """Channels per token of MLA's tensor-parallel collective on the attention's input side,
+    in place of the dense layer's ``h``: the up projections' inputs, ``(q_l or h) + kv_l``,
+    and the rotary key ``d_pe``.
+
+    Megatron-Core ``MLASelfAttention``: with sequence parallelism the replicated down
+    projections run on the rank's ``s/t`` tokens and the column-parallel up projections
+    all-gather their latents (and the rotary key is all-gathered), instead of the dense
+    layer's all-gather of the ``h``-wide input; the backward reduce-scatters their gradients.
+    Without sequence parallelism the backward all-reduces the gradients of the up projections'
+    inputs and of the rotary key (identical latents on every rank) instead of the ``h``-wide
+    input gradient. Without query compression the query projection's input is the ``h``-wide
+    hidden state."""
+    ql, kvl, _, pe, _ = _mla_dims(model)
+    return (ql or model.hidden_size) + kvl + pe
+
+
+#: Kernel-name prefixes of MLA's up-projection part (the latent norms, the up-projections with
+#: their FP8 quantization, RoPE and the assembly of Q, K, V): what ``mla_up_proj`` recomputes.
+_MLA_UP_PREFIXES = ("q_latent_", "kv_latent_", "q_up_proj", "kv_up_proj", "q_proj",
+                    "mla_rope_concat")
+
+
+def _mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of a multi-head latent attention op (``attention_fwd``,
+    ``attention_bwd`` and the core's ``attention_core_fwd/bwd`` of a key with ``kvlr > 0``).
+
+    Megatron-Core ``MLASelfAttention`` (``get_query_key_value_tensors``, TE layer spec), per
+    micro-batch of ``T = b s`` tokens, ``a/t`` heads per rank: the input norm; the down
+    projections, replicated ``TELinear`` layers, on the rank's ``T_in`` tokens (``T/t`` with
+    sequence parallelism: the input is not gathered; ``T`` without, every rank computes them
+    whole): query ``(T_in, h) x (h, q_l)``, key/value ``(T_in, h) x (h, kv_l + d_pe)``; the
+    latent norms with QK-norm (key ``qkn``; Megatron's ``q_layernorm`` / ``kv_layernorm``,
+    fused into the up projections' ``TELayerNormColumnParallelLinear``) on ``T_in`` tokens;
+    the column-parallel up projections on the ``T`` gathered tokens, query ``(T, q_l) x (q_l,
+    a (d_qk + d_pe)/t)`` (without compression the query projection from ``h``), key/value
+    ``(T, kv_l) x (kv_l, a (d_qk + d_v)/t)``; RoPE on the rotary channels and the assembly of
+    Q and K (``a/t`` heads of ``d_qk + d_pe``, the rotary key expanded to every head) and V
+    (``d_v``), one kernel reading the up projections' outputs and writing Q, K, V (Megatron's
+    fused MLA RoPE kernels); the core in FlashAttention (TE fused attention; causal, half the
+    ``s x s`` products: ``2 b (a/t) (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that
+    backward as the dense core); the row-parallel output projection ``(T, a d_v/t) x (a
+    d_v/t, h)``. The backward runs each GEMM's input and weight gradients and accumulates the
+    weight gradients; FP8 quantizes each linear layer's input and output gradient as the dense
+    layer's (:func:`linear_kernels`). The attention is FlashAttention only (validation
+    refuses MLA with the unfused kernel and with context parallelism).
+    """
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    heads = int(key["a"]) // t
+    ql, kvl, qk, pe, dv = _mla_dims(key)
+    dqk = qk + pe
+    T = b * s
+    sp = bool(key.get("sp"))
+    T_in = T // t if sp else T  # the down projections' tokens (replicated layers)
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    qkn = bool(int(key.get("qkn", 0) or 0))
+    q_cols, kv_cols, ctx = heads * dqk, heads * (qk + dv), heads * dv
+    q_in = ql or h  # the query up-projection's input (the hidden state without compression)
+    pairs = attended_pairs(s)
+    flops = 2.0 * b * heads * pairs * (dqk + dv)
+    core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
+                   b * heads)]
+    core_bwd = [Kernel("flash_attn_bwd", 2.5 * flops, float(e * T * heads * (4 * dqk + 4 * dv)),
+                       s, s, dqk, b * heads)]
+    if op == "attention_core_fwd":
+        return core
+    if op == "attention_core_bwd":
+        return core_bwd
+    # read the up projections' outputs and the rotary key, write Q, K (a/t heads of d_qk + d_pe)
+    # and V (d_v)
+    assemble = e * T * (q_cols + kv_cols + pe + 2 * q_cols + ctx)
+    q_norm = [_mem(f"q_latent_{norm}", 2 * T_in * ql * e)] if (qkn and ql) else []
+    kv_norm = [_mem(f"kv_latent_{norm}", 2 * T_in * kvl * e)] if qkn else []
+    if ql:
+        q_up = [*q_norm, *cast("q_up_proj_input", T * ql),
+                linear("q_up_proj", T, q_cols, ql)]             # (b*s, q_l) x (q_l, a dqk/t)
+    else:
+        q_up = [*cast("q_proj_input", T * h), linear("q_proj", T, q_cols, h)]
+    if op == "attention_fwd":
+        return [
+            _mem(norm, 2 * tok),
+            *cast("down_proj_input", T_in * h),
+            *([linear("q_down_proj", T_in, ql, h)] if ql else []),   # (T_in, h) x (h, q_l)
+            linear("kv_down_proj", T_in, kvl + pe, h),                # (T_in, h) x (h, kv_l+pe)
+            *q_up,
+            *kv_norm, *cast("kv_up_proj_input", T * kvl),
+            linear("kv_up_proj", T, kv_cols, kvl),                   # (b*s, kv_l) x (kv_l, .)
+            _mem("mla_rope_concat", assemble),
+            *core,
+            *cast("proj_input", T * ctx),
+            linear("proj", T, h, ctx),                               # (b*s, a dv/t) x (., h)
+        ]
+    weights = (h * ql + h * (kvl + pe) + (ql * q_cols if ql else h * q_cols) + kvl * kv_cols
+               + ctx * h)
+    if ql:
+        q_up_bwd = [*cast("q_up_proj_grad", T * q_cols),
+                    linear("q_up_proj_dgrad", T, ql, q_cols), linear("q_up_proj_wgrad", q_cols, ql, T),
+                    *([_mem(f"q_latent_{norm}_bwd", 4 * T_in * ql * e)] if qkn else [])]
+    else:
+        q_up_bwd = [*cast("q_proj_grad", T * q_cols),
+                    linear("q_proj_dgrad", T, h, q_cols), linear("q_proj_wgrad", q_cols, h, T)]
+    return [
+        _mem("bias_dropout_add_bwd", 2 * tok),
+        *cast("proj_grad", T * h),
+        linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+        _mem("wgrad_accumulate", acc * weights),
+        *core_bwd,
+        _mem("mla_rope_concat_bwd", assemble),
+        *cast("kv_up_proj_grad", T * kv_cols),
+        linear("kv_up_proj_dgrad", T, kvl, kv_cols), linear("kv_up_proj_wgrad", kv_cols, kvl, T),
+        *([_mem(f"kv_latent_{norm}_bwd", 4 * T_in * kvl * e)] if qkn else []),
+        *q_up_bwd,
+        *cast("down_proj_grad", T_in * (ql + kvl + pe)),
+        *([linear("q_down_proj_dgrad", T_in, h, ql), linear("q_down_proj_wgrad", ql, h, T_in)]
+          if ql else []),
+        linear("kv_down_proj_dgrad", T_in, h, kvl + pe),
+        linear("kv_down_proj_wgrad", kvl + pe, h, T_in),
+        _mem(f"{norm}_bwd", 4 * tok),
+    ]
+
+
+def _mla_activation_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...]
+                          ) -> tuple[float, float]:
+    """``(attention, latent)`` activation terms of multi-head latent attention in the units of
+    :func:`_dense_activation_bytes_per_layer` (bytes per token over ``h``, 16-bit tensors):
+    ``attention`` is split over ``t`` (the ``a/t`` heads), ``latent`` is kept whole by every
+    tensor-parallel rank without sequence parallelism (the replicated down projections'
+    outputs) and split with it (each rank's ``s/t`` tokens), as the table's ``10``.
+
+    What Megatron-Core's ``MLASelfAttention`` saves for the backward (TE layer spec):
+
+    * attention: the core's Q and K (``a (d_qk + d_pe)`` each), V and the output, which is
+      the projection's input (``a d_v`` each): ``2a (2 (d_qk + d_pe) + 2 d_v)/h``;
+    * latent: each latent the up projections read, ``q_l + kv_l`` channels, twice with
+      QK-norm (the norm's input and output, ``TELayerNormColumnParallelLinear``): ``4 (q_l +
+      kv_l)/h``, else ``2 (q_l + kv_l)/h``. RoPE and the assembly of Q, K, V keep nothing.
+
+    Selective recomputation ``mla_up_proj`` (Megatron-Core ``CheckpointWithoutOutput`` around
+    the up projections and RoPE): Q, K and V are freed after the core's forward and rebuilt in
+    the backward (attention ``2a d_v/h``: the output only), and the checkpoint keeps its
+    inputs, the latents before their norms and the rotary key: ``2 (q_l + kv_l + d_pe)/h``.
+
+    FP8 (``precision="fp8"``): the up projections keep their input as TE's FP8 copy (1 byte:
+    ``3 (q_l + kv_l)/h`` with QK-norm, ``(q_l + kv_l)/h`` without); the checkpoint's inputs
+    stay BF16. (The input norm's output is read by two TE linears, the two down projections,
+    or the query projection and the key/value down projection, each keeping its FP8 copy:
+    ``2`` as in BF16, applied by the caller, as is the projection input's FP8 rule.)
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = _mla_dims(model)
+    fp8 = plan.precision == "fp8"
+    if "mla_up_proj" in mods:
+        return 2 * a * dv / h, 2 * (ql + kvl + pe) / h
+    attention = 2 * a * (2 * (qk + pe) + 2 * dv) / h
+    if model.qk_layernorm:
+        latent = (3 if fp8 else 4) * (ql + kvl) / h
+    else:
+        latent = (1 if fp8 else 2) * (ql + kvl) / h
+    return attention, latent
 
 
 # --------------------------------------------------------------------------- mixture of experts
@@ -741,7 +1051,8 @@ class MoeLayerParameters:
 
 def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     """Parameters of one MoE layer: the attention half (:func:`_attention_parameters`), the
-    pre-MLP norm, the router gate ``h E``, ``E`` experts each an MLP of ``moe_ffn`` width
+    pre-MLP norm, the router gate ``h E`` (and its bias ``E`` with ``add_bias_linear``:
+    Megatron-Core's ``TopKRouter``; GPT-OSS's router bias), ``E`` experts each an MLP of ``moe_ffn`` width
     with the model's activation (:func:`_mlp_parameters`; Mixtral: ``3 h f_e``) and the shared
     experts as one dense MLP of ``num_shared_experts * moe_ffn`` width (Megatron-Core
     ``SharedExpertMLP``)."""
@@ -753,7 +1064,8 @@ def moe_layer_parameters(model: ModelConfig) -> MoeLayerParameters:
     norm = 2 * h if model.normalization == "layernorm" else h
     shared = _mlp_parameters(model, model.num_shared_experts * fe)[0] if model.num_shared_experts else 0
     shared_bias = h if (model.num_shared_experts and model.add_bias_linear) else 0
-    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + shared_bias,
+    router_bias = E if model.add_bias_linear else 0  # TopKRouter's bias (add_bias_linear)
+    return MoeLayerParameters(attn_sh + shared, attn_rep + norm + h * E + router_bias + shared_bias,
                               E * expert, expert)
 
 
@@ -976,11 +1288,17 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 #: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
 #: rank's ``s/cp`` tokens; the attention core attends to ``s*cp``). A table written before the
 #: family columns existed lacks them and holds GPT ops (see :func:`table_covers`).
+#: Ops of a multi-token prediction layer besides its transformer layer, the embedding and the
+#: output layer (Megatron-Core ``MultiTokenPredictionLayer``): the norms of the shifted tokens'
+#: embedding and of the previous hidden state and the projection of their concatenation.
+MTP_OPS = ("mtp_proj_fwd", "mtp_proj_bwd")
+#: Key columns of :data:`MTP_OPS`.
+MTP_KEY = ("b", "s", "h", "t", "dtype", "norm")
 OP_KEYS: dict[str, tuple[str, ...]] = {
     "attention_fwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
-                      "cp"),
+                      "cp", *MLA_KEY),
     "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
-                      "cp"),
+                      "cp", *MLA_KEY),
     "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
@@ -991,7 +1309,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     **{op: MOE_KEY for op in MOE_OPS},
 }
 #: Ops the analytic model times that have no profile-store table, with their key columns.
-UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype")}
+UNTABULATED_OP_KEYS: dict[str, tuple[str, ...]] = {FP8_WEIGHT_CAST_OP: ("n", "dtype"),
+                                                   **{op: MTP_KEY for op in MTP_OPS}}
 
 
 def full_op_key(op: str, key: Mapping[str, Any]) -> dict[str, Any]:
@@ -1029,6 +1348,7 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "attention_swa_fwd": "attention_fwd",
                                "attention_swa_bwd": "attention_bwd",
                                "attention_core_swa_fwd": "attention_fwd",
+                               "mla_up_proj_fwd": "attention_fwd",
                                "attention_sac_fwd": "attention_fwd",
                                "mlp_sac_fwd": "mlp_fwd"}
 #: The derived ops torchtitan's per-op selective activation checkpointing runs again in each
@@ -1048,13 +1368,15 @@ _ACTS = ("bias_swiglu", "bias_gelu")
 #: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
 #: without the norm before and the residual add after (``mlp``), the router without the norm
 #: and the residual add and the un-permutation without the residual add (``moe``, the whole
-#: ``MoELayer``), the experts' activation (``moe_act``).
+#: ``MoELayer``), the experts' activation (``moe_act``), MLA's latent norms, up-projections
+#: and the assembly of Q, K, V (``mla_up_proj``).
 PART_OPS: dict[str, Callable[[str], bool]] = {
     "layernorm_fwd": lambda n: n in _NORMS,
     "mlp_core_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
     "router_gate_fwd": lambda n: n not in _NORMS and n != "bias_dropout_add",
     "moe_unpermute_core_fwd": lambda n: n != "bias_dropout_add",
     "experts_act_fwd": lambda n: n in _ACTS,
+    "mla_up_proj_fwd": lambda n: n.startswith(_MLA_UP_PREFIXES),
 }
 #: Tensor-parallel communication overlap (``plan.tp_comm_overlap``): the GEMM each sequence-
 #: parallel collective of a layer overlaps, by (op, collective), as a derived op of the op's
@@ -1087,7 +1409,7 @@ TP_OVERLAP_OPS = tuple(_TP_GEMM_KERNEL)
 MODULE_OPS: dict[str, tuple[str, ...]] = {
     "core_attn": ("attention_core_fwd",), "layernorm": ("layernorm_fwd",),
     "mlp": ("mlp_core_fwd",), "moe": ("router_gate_fwd", "moe_unpermute_core_fwd"),
-    "moe_act": ("experts_act_fwd",), "shared_experts": ()}
+    "moe_act": ("experts_act_fwd",), "shared_experts": (), "mla_up_proj": ("mla_up_proj_fwd",)}
 
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
@@ -1260,6 +1582,125 @@ def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, fl
     return n * blk, 2 * n * blk
 
 
+# --------------------------------------------------------------------------- multi-token prediction
+
+
+
+def mtp_layers(model: ModelConfig) -> int:
+    """Multi-token prediction layers ``N`` (``model.mtp_num_layers``; 0 without)."""
+    return int(getattr(model, "mtp_num_layers", 0) or 0)
+
+
+def mtp_layer_is_moe(model: ModelConfig) -> bool:
+    """Whether an MTP layer's transformer layer is an MoE layer: Megatron-Core builds it with
+    the decoder's last layer's spec (``get_gpt_mtp_block_spec(config,
+    transformer_layer_spec.layer_specs[-1])``), so it is one when layer ``L - 1`` is
+    (:func:`moe_layer_mask`; DeepSeek-V3: yes)."""
+    if not model.is_moe:
+        return False
+    i = model.num_layers - 1
+    return i >= model.moe_first_dense_layers and i % model.moe_layer_frequency == 0
+
+
+def mtp_extra_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of one MTP layer besides its transformer
+    layer (Megatron-Core ``MultiTokenPredictionLayer``; DeepSeek-V3 report, Sec. 2.2): the
+    projection ``eh_proj`` of the concatenated ``2h`` to ``h`` (column-parallel, no bias:
+    ``2h^2``) and three norms, ``enorm`` and ``hnorm`` on its two inputs and the final norm
+    before the shared output layer (``h`` each with RMSNorm, ``2h`` with LayerNorm). The
+    embedding and the output layer are the main model's (shared)."""
+    h = model.hidden_size
+    w = 2 if model.normalization == "layernorm" else 1
+    return 2.0 * h * h, 3.0 * w * h
+
+
+def mtp_edge_parameters(model: ModelConfig, t: int, p: int) -> float:
+    """Parameters one GPU of the last stage holds for multi-token prediction besides the MTP
+    layers' transformer layers: their :func:`mtp_extra_parameters` (sharded ones over ``t``)
+    and, with ``p > 1``, the embedding's copy (an untied model's word embedding ``V'h/t``, and
+    learned positions), part of :func:`edge_params_per_gpu`'s last stage; 0 without MTP."""
+    n = mtp_layers(model)
+    if not n:
+        return 0.0
+    sh, rep = mtp_extra_parameters(model)
+    out = n * (sh / t + rep)
+    if p > 1:  # Megatron-Core builds the embedding there too (a tied one is there already)
+        (first_sh, first_rep), _ = family_of(model).edge_parameters(model, t)
+        out += (0.0 if model.tied_embeddings else first_sh / t) + first_rep
+    return out
+
+
+def _mtp_layer_total_parameters(model: ModelConfig) -> float:
+    """All parameters of one MTP layer: its transformer layer (an MoE layer's with every
+    expert when :func:`mtp_layer_is_moe`) and :func:`mtp_extra_parameters`."""
+    if mtp_layer_is_moe(model):
+        moe = moe_layer_parameters(model)
+        layer = moe.sharded + moe.replicated + moe.experts
+    else:
+        layer = sum(family_of(model).layer_parameters(model))
+    return layer + sum(mtp_extra_parameters(model))
+
+
+def _mtp_forward_flops_per_token(model: ModelConfig, dense_layer: float, out: float) -> float:
+    """Forward FLOPs per token of the ``N`` MTP layers: each its transformer layer's (dense
+    ``dense_layer`` or :func:`_moe_forward_flops_per_token`), ``eh_proj``'s ``2 * 2h * h`` and
+    one more output layer ``out`` (``2hV'``; Megatron-LM's ``num_floating_point_operations``
+    counts the same, with the norms' few FLOPs besides)."""
+    n = mtp_layers(model)
+    if not n:
+        return 0.0
+    layer = _moe_forward_flops_per_token(model) if mtp_layer_is_moe(model) else dense_layer
+    return n * (layer + 4.0 * model.hidden_size ** 2 + out)
+
+
+def _mtp_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of an MTP layer's projection (:data:`MTP_OPS`), per micro-batch
+    of ``T = b s`` tokens (``T_in = T/t`` with sequence parallelism): ``enorm`` of the shifted
+    tokens' embedding and ``hnorm`` of the previous hidden state (``T_in`` tokens each), their
+    concatenation (read and write ``2h`` per token), ``eh_proj`` ``(T, 2h) x (2h, h/t)``
+    (column-parallel on the gathered tokens; FP8 as the layers' linears); backward its input
+    and weight gradients, the concatenation's split and the two norms' backward."""
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    T = b * s
+    T_in = T // t if key.get("sp") else T
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    if op == "mtp_proj_fwd":
+        return [_mem(f"mtp_e{norm}", 2 * tok), _mem(f"mtp_h{norm}", 2 * tok),
+                _mem("mtp_concat", 4 * tok), *cast("eh_proj_input", T * 2 * h),
+                linear("eh_proj", T, h // t, 2 * h)]              # (b*s, 2h) x (2h, h/t)
+    if op == "mtp_proj_bwd":
+        return [*cast("eh_proj_grad", T * (h // t)),
+                linear("eh_proj_dgrad", T, 2 * h, h // t), linear("eh_proj_wgrad", h // t, 2 * h, T),
+                _mem("wgrad_accumulate", acc * 2 * h * (h // t)),
+                _mem("mtp_concat_bwd", 4 * tok),
+                _mem(f"mtp_e{norm}_bwd", 4 * tok), _mem(f"mtp_h{norm}_bwd", 4 * tok)]
+    raise KeyError(f"unknown MTP op {op!r}")
+
+
+def mtp_tp_collectives(model: ModelConfig, sequence_parallel: bool
+                       ) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """``(forward, backward)`` tensor-parallel collectives around an MTP layer's ``eh_proj``,
+    each ``(kind, elements per token)`` of one GPU's full (gathered) tensor.
+
+    Megatron-Core ``MultiTokenPredictionLayer``: ``eh_proj`` is column-parallel, its ``h/t``
+    output all-gathered along the hidden dimension, then (sequence parallelism) split back to
+    the rank's tokens. With sequence parallelism: forward the all-gather of the ``2h``-wide
+    input and of the output (``h``); backward the gathered output's gradient all-gathered
+    (``h``; the backward of the split), the input all-gathered again for the weight gradient
+    and its gradient reduce-scattered (``2h`` each). Without: forward the output's all-gather
+    (``h``), backward the all-reduce of the input gradient (``2h``; the split needs none)."""
+    h = float(model.hidden_size)
+    if sequence_parallel:
+        return ((("all_gather", 2 * h), ("all_gather", h)),
+                (("all_gather", h), ("all_gather", 2 * h), ("reduce_scatter", 2 * h)))
+    return (("all_gather", h),), (("all_reduce", 2 * h),)
+
+
 # --------------------------------------------------------------------------- parameters
 
 def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
@@ -1271,7 +1712,9 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     ``h^2+h``, MLP ``2*h*f+f+h``, two layer norms ``4h``; plus embedding
     ``V'h``, positions ``s*h`` and the final layer norm ``2h``. Llama 2 7B
     (GQA off, SwiGLU, RMSNorm, RoPE, no biases, untied): 6,738,415,616. ``V'`` is
-    the vocabulary padded for ``tensor_parallel``.
+    the vocabulary padded for ``tensor_parallel``. Multi-token prediction adds ``N`` MTP
+    layers (:func:`_mtp_layer_total_parameters`; their embedding and output layer are the main
+    model's, counted once).
     """
     fam = family_of(model)
     layer = sum(fam.layer_parameters(model))
@@ -1279,7 +1722,9 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     n_moe = num_moe_layers(model)
     moe = moe_layer_parameters(model) if n_moe else None
     moe_layer = moe.sharded + moe.replicated + moe.experts if moe else 0.0
-    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)))
+    mtp = mtp_layers(model) * _mtp_layer_total_parameters(model) if mtp_layers(model) else 0.0
+    return int(round((model.num_layers - n_moe) * layer + n_moe * moe_layer + sum(first) + sum(last)
+                     + mtp))
 
 
 def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
@@ -1289,7 +1734,7 @@ def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
     announcement: "12.9B active parameters per token")."""
     total = num_parameters(model, tensor_parallel)
-    n_moe = num_moe_layers(model)
+    n_moe = num_moe_layers(model) + (mtp_layers(model) if mtp_layer_is_moe(model) else 0)
     if not n_moe:
         return total
     moe = moe_layer_parameters(model)
@@ -1372,12 +1817,19 @@ def edge_params_per_gpu(model: ModelConfig, t: int, p: int) -> tuple[float, floa
     The family's first- and last-stage parameters (sharded ones divided by
     ``t``); with a tied output layer and ``p > 1`` the last stage adds its copy of
     the word embedding ``V'h/t`` (Megatron keeps one on each end and all-reduces
-    their gradients). With ``p = 1`` both are on the one stage: add both.
+    their gradients). With ``p = 1`` both are on the one stage: add both. Multi-token
+    prediction adds to the last stage its layers' :func:`mtp_extra_parameters` and, with
+    ``p > 1``, a copy of the embedding (Megatron-Core's ``GPTModel`` builds it on the MTP
+    stage; an untied model's word embedding and learned positions) whose gradients are summed
+    with the first stage's, as a tied output layer's are (that sum is not timed, as for tied
+    embeddings). The MTP layers' transformer layers are counted with the stage's layers
+    (:func:`params_per_gpu`).
     """
     fam = family_of(model)
     (first_sh, first_rep), (last_sh, last_rep) = fam.edge_parameters(model, t)
     tied_copy = first_sh / t if (p > 1 and model.tied_embeddings) else 0.0
-    return first_sh / t + first_rep, last_sh / t + last_rep + tied_copy
+    last = last_sh / t + last_rep + tied_copy + mtp_edge_parameters(model, t, p)
+    return first_sh / t + first_rep, last
 
 
 _MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
@@ -1391,7 +1843,8 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     ``(4h^2 + 2hf + 3h + f)/t + 6h``), times the stage's layers; stage 0 adds the
     vocabulary-parallel embedding ``V'h/t`` and learned positions ``s*h``; the last stage
     adds the final norm and its output layer ``V'h/t`` (untied; tied: a copy of the word
-    embedding when ``p > 1``), see :func:`edge_params_per_gpu`.
+    embedding when ``p > 1``), see :func:`edge_params_per_gpu`; the MTP layers' transformer
+    layers count on the last stage (:func:`_stage_layers_with_mtp`).
 
     Memoized (sweeps ask for the same few layouts often; a new array is returned), keyed by
     every field it reads: all the model's, and the plan's ``t``, ``p``, chunks per stage,
@@ -1415,7 +1868,7 @@ def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     fam = family_of(model)
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     sharded, replicated = fam.layer_parameters(model)
-    counts = np.array(_stage_counts(model, plan), float)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     n = (counts - moe_counts) * (sharded / t + replicated)
     if moe_counts.any():
@@ -1429,12 +1882,25 @@ def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
 def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """MoE layers of each pipeline stage (:func:`moe_layer_mask` over the layers of all the
-    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,)."""
+    stage's model chunks, :func:`stage_chunk_layers`), float array shape (p,); the last stage
+    adds the MTP layers when theirs is an MoE layer (:func:`mtp_layer_is_moe`)."""
     if not model.is_moe:
         return np.zeros(plan.pipeline_parallel, float)
     mask = moe_layer_mask(model)
-    return np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
-                     for chunks in _chunk_layout(model, plan)[0]], float)
+    out = np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
+                    for chunks in _chunk_layout(model, plan)[0]], float)
+    if mtp_layer_is_moe(model):
+        out[-1] += mtp_layers(model)
+    return out
+
+
+def _stage_layers_with_mtp(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Transformer layers one GPU of each stage holds, float array shape (p,): the stage's
+    decoder layers (:func:`_stage_counts`) and, on the last stage, the ``N`` MTP layers'
+    (Megatron-Core runs the MTP block on the last pipeline stage)."""
+    counts = np.array(_stage_counts(model, plan), float)
+    counts[-1] += mtp_layers(model)
+    return counts
 
 
 def expert_params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -1488,10 +1954,12 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     training is 3x forward. With ``f = 4h`` this is
     ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``. MoE layers count the GEMMs a token
     passes through (router, ``k`` experts, shared experts: the active parameters).
+    Multi-token prediction adds :func:`_mtp_forward_flops_per_token`.
     """
     layer, _, out = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
-    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out)
+    return tokens * 3 * (_layers_forward_flops_per_token(model, layer) + out
+                         + _mtp_forward_flops_per_token(model, layer, out))
 
 
 def _layers_forward_flops_per_token(model: ModelConfig, dense_layer: float) -> float:
@@ -1509,28 +1977,37 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     (:func:`core.config.recompute_modules`): ``core_attn`` the attention core, ``4sh``
     per token and layer (Korthikanti et al. 2022, Sec. 5), ``mlp`` the dense layers' MLP,
     ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
-    those alone (``layernorm`` and ``moe_act`` are element-wise: no GEMM FLOPs); per-op
-    selective checkpointing (``selective_op``) its recomputed matmuls,
-    :func:`selective_op_flops_per_token` per layer."""
+    those alone, ``mla_up_proj`` MLA's up-projections
+    (:func:`mla_up_proj_forward_flops_per_token`; ``layernorm`` and ``moe_act`` are
+    element-wise: no GEMM FLOPs); per-op selective checkpointing (``selective_op``) its
+    recomputed matmuls, :func:`selective_op_flops_per_token` per layer."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
+    n_mtp = mtp_layers(model)
     if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
+        if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
+            extra += n_mtp * (_moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
+                              else layer)
     elif plan.recompute == "selective":
         mods = recompute_modules(plan)
-        n_moe = num_moe_layers(model)
+        mtp_moe = n_mtp if mtp_layer_is_moe(model) else 0
+        n_moe = num_moe_layers(model) + mtp_moe
+        n_all = model.num_layers + n_mtp  # the MTP layers' modules are recomputed too
         h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
         if "core_attn" in mods:
-            extra += model.num_layers * core
+            extra += n_all * core
         if "mlp" in mods:  # the dense layers' MLP GEMMs
-            extra += (model.num_layers - n_moe) * per_f * model.ffn
+            extra += (n_all - n_moe) * per_f * model.ffn
         if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
             extra += n_moe * (2 * h * (model.num_experts or 0)
                               + per_f * moe_ffn(model) * (model.moe_top_k + model.num_shared_experts))
         elif n_moe and "shared_experts" in mods:
             extra += n_moe * per_f * moe_ffn(model) * model.num_shared_experts
+        if "mla_up_proj" in mods and model.multi_latent_attention is True:
+            extra += n_all * mla_up_proj_forward_flops_per_token(model)
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     elif plan.recompute == "selective_op":  # the recomputed matmuls of every (dense) layer
         extra = model.num_layers * selective_op_flops_per_token(model)
@@ -1579,15 +2056,22 @@ def _in_flight(schedule: str, p: int, m: int, v: int,
 
 def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
-    family's sharded layer parameters without biases, over ``t``, times the stage's layers
-    (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    family's sharded layer parameters without biases and attention sinks, over ``t``, times the
+    stage's layers (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
     layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
-    (the router's gate stays BF16)."""
-    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    (the router's gate stays BF16). Multi-head latent attention adds its replicated down
+    projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  softmax_type="vanilla")  # attention sinks stay BF16 too
     sharded, _ = family_of(model).layer_parameters(weights)
-    counts = np.array(_stage_counts(model, plan), float)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    out[-1] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
+    if getattr(model, "multi_latent_attention", False) is True:
+        # MLA's down projections: replicated TELinear layers, FP8 like the others
+        ql, kvl, _, pe, _ = _mla_dims(model)
+        out += counts * model.hidden_size * (ql + kvl + pe)
     if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
         moe = moe_layer_parameters(weights)
         out += moe_counts * (moe.sharded / plan.tensor_parallel
@@ -1686,7 +2170,11 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     keeps the compute parameters in FP8: ``e`` bytes less per linear weight); under ZeRO-3 the
     shards stay BF16 (torchao casts them to float8 for the all-gather) and the gathered layer's
     linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
-    every activation is of the rank's ``s/cp`` tokens.
+    every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
+    the last stage): their transformer layers count with the stage's layers (checkpointed under
+    full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
+    keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
+    ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
@@ -1694,9 +2182,13 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
     we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
-    counts = _stage_counts(model, plan)
+    counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
+    n_mtp = mtp_layers(model)
+    if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
+        recomputed = recomputed.copy()
+        recomputed[-1] += n_mtp
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
     keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
@@ -1728,8 +2220,12 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         keep_s = np.where(moe_counts != 0, mean, keep_s)
     acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
-    acts[-1] += (model.seq_length // plan.context_parallel * plan.micro_batch_size * V / t
-                 * (e + 4))
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    # the logits of the output layer and of each MTP layer's (one loss each)
+    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4)
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+        sp = plan.sequence_parallel and t > 1
+        acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
     return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
             acts)
 

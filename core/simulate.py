@@ -367,7 +367,8 @@ def graph_size_estimate(session: Session) -> int:
     each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
     all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
     experts and their collectives) where the dense MLP has 3, the same in the backward and the
-    recomputed forward, and two more weight-gradient parts.
+    recomputed forward, and two more weight-gradient parts; each multi-token prediction layer
+    as one more layer and 16 tasks of its embedding, projection and output layer.
     """
     m, pl = session.model, session.plan
     v = pl.virtual_pipeline_stages or 1
@@ -379,7 +380,12 @@ def graph_size_estimate(session: Session) -> int:
     moe_rec = 9 if (pl.recompute == "full" or "moe" in mods) else (
         3 * ("shared_experts" in mods) + ("moe_act" in mods))
     moe_extra = n_moe * (20 + moe_rec)
-    per_microbatch = m.num_layers * per_layer + moe_extra + 8 + 2 * pl.pipeline_parallel * v
+    # multi-token prediction: each MTP layer's transformer layer, its embedding, eh_proj and
+    # one more output layer, forward and backward with their collectives and W parts
+    n_mtp = model_math.mtp_layers(m)
+    mtp_extra = n_mtp * (per_layer + 16 + ((20 + moe_rec) if model_math.mtp_layer_is_moe(m) else 0))
+    per_microbatch = (m.num_layers * per_layer + moe_extra + mtp_extra + 8
+                      + 2 * pl.pipeline_parallel * v)
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
 
 
@@ -388,12 +394,13 @@ def _tasks_per_layer(pl) -> int:
     backward, the weight-gradient halves of a split backward, the recomputed forward;
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
     reduce-scatter after with sequence parallelism); selective recomputation's modules: the
-    attention core, the two norms, the MLP module with its collectives; per-op selective
-    checkpointing's two recomputed parts (attention and MLP)."""
+    attention core, the two norms, the MLP module with its collectives, MLA's
+    up-projections; per-op selective checkpointing's two recomputed parts (attention and
+    MLP)."""
     comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
     mods = recompute_modules(pl)
     return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
-            + ("core_attn" in mods) + 2 * ("layernorm" in mods)
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods)
             + 2 * (pl.recompute == "selective_op"))
 
 

@@ -28,6 +28,7 @@ for counts per cause).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -153,7 +154,49 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    return [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    out = [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    _check_recipe_siblings(out)
+    return out
+
+
+def _recipe(m: Measurement) -> tuple:
+    """What fixes a recipe's memory but the batch: source, GPU, model shape, precision and
+    the per-replica parallel layout (t, p, v, cp, ep, etp, b, schedule); the data-parallel size
+    and the global batch may differ between runs of one recipe."""
+    s = m.session
+    pl = s.plan
+    return (m.group.get("source"), s.cluster.gpu, dataclasses.astuple(s.model), pl.precision,
+            pl.fp8_recipe, pl.tensor_parallel, pl.pipeline_parallel, pl.virtual_pipeline_stages,
+            pl.context_parallel, pl.expert_parallel, pl.expert_tensor_parallel,
+            pl.micro_batch_size, pl.schedule)
+
+
+def _check_recipe_siblings(ms: list[Measurement]) -> None:
+    """A row predicted under an assumed recompute=none (Megatron-Core's default, the source
+    silent) whose recipe (:func:`_recipe`) another row of the file runs with memory that
+    contradicts that assumption (:func:`_check_assumed_recompute` skipped it) is skipped too:
+    the recipe recomputed (or offloaded) something, which the source does not state, and the
+    runs of one recipe share that setting."""
+    def assumed(m: Measurement) -> bool:
+        return any(a.startswith("megatron-recompute-default:") for a in m.assumptions)
+
+    unfit = {}
+    for m in ms:
+        if m.session is not None and assumed(m) and \
+                "recompute not stated (none does not fit)" in m.skip_causes:
+            unfit.setdefault(_recipe(m), m.row)
+    if not unfit:
+        return
+    for m in ms:
+        if m.skip_reason or m.session is None or not assumed(m):
+            continue
+        other = unfit.get(_recipe(m))
+        if other is not None:
+            m.skip_reason = (f"recompute is empty, and row {other} of the same source, GPU, model, "
+                             "precision and parallel layout does not fit without recomputation: "
+                             "the recipe recomputes or offloads activations, which the source "
+                             "does not state")
+            m.skip_causes = ["recompute not stated (a run of the same recipe needs it)"]
 
 
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
@@ -281,6 +324,8 @@ FIELD_CAUSES = {
     "model.moe_layer_frequency": "mixture of experts (layer frequency)",
     "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
     "model.multi_latent_attention": "multi-head latent attention",
+    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
+    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
     "model.kv_channels": "kv_channels (head size other than h/a)",
     "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
     "model.normalization": "model family (normalization)",
@@ -334,6 +379,11 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "mtp-not-stated": "an MLA (DeepSeek) row whose notes do not name multi-token prediction: "
+                      "none (model.mtp_num_layers 0), as the rows that state it ('w/o MTP')",
+    "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
+                      "(q_lora, kv_lora, qk_nope + qk_rope, v_head), with the latent norms "
+                      "(model.qk_layernorm: DeepSeek-V2/V3's q_a_layernorm and kv_a_layernorm)",
     "moe-from-notes": "shared experts, dense first layers and MoE layer frequency from the notes; "
                       "MoE in every layer when the notes name no dense layers",
     "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
@@ -353,6 +403,17 @@ ASSUMPTIONS = {
     "hsdp-node-shard": "HSDP sharding within a node and replicating across nodes shards over "
                        "the gpus_per_node/(t*cp) data-parallel ranks of a node "
                        "(data_parallel_shard_size)",
+    "window-from-notes": "the notes' 'N-token sliding window' alternating with full causal "
+                         "attention: window_size N on every other layer from the first "
+                         "(Megatron-Core --window-attn-skip-freq 2, GPT-OSS's layer_types)",
+    "attention-sinks-learnable": "the notes' attention sinks are Megatron-Core's learnable "
+                                 "softmax offset (softmax_type learnable, one logit per head), "
+                                 "timed as FlashAttention without sinks (one more logit per row)",
+    "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
+                      "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
+                      "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+    "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
+                              "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
 
 #: Column -> session field for the published-runs layout (the columns of
@@ -511,15 +572,24 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("qk-norm-from-notes")
         model.qk_layernorm = True
     if re.search(r"\bMLA\b|latent attention", n, re.I):
-        row.put(model, "model", "multi_latent_attention", True)
+        _mla_policy(n, model, row)
     if re.search(r"sliding[- ]window", n, re.I):
-        row.refuse("sliding-window attention", "the notes name sliding-window attention, whose "
-                   "window pattern the reader does not take from notes (model.window_size)")
+        window = re.search(r"alternates (\d+)-token sliding[- ]window and full causal", n, re.I)
+        if window:  # the one pattern the notes state (GPT-OSS): windowed, full, windowed ...
+            row.put(model, "model", "window_size", int(window.group(1)))
+            row.put(model, "model", "window_attn_skip_freq", 2)
+            row.assume("window-from-notes", f"window_size={window.group(1)}, "
+                       "window_attn_skip_freq=2")
+        else:
+            row.refuse("sliding-window attention", "the notes name sliding-window attention "
+                       "without its window and layer pattern ('alternates N-token sliding "
+                       "window and full causal'; model.window_size)")
     if re.search(r"attention sinks?", n, re.I):
-        row.refuse("attention sinks", "the notes name attention sinks, which are not modelled")
+        row.put(model, "model", "softmax_type", "learnable")
+        row.assume("attention-sinks-learnable")
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
-        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP), which is "
-                   "not modelled")
+        row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
+                   "without its number of layers (model.mtp_num_layers)")
     if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
         row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
                    "which is not modelled")
@@ -545,6 +615,56 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     row.assume("moe-balanced-routing")
     if re.search(r"dispatcher|DeepEP", n, re.I):
         row.assume("dispatcher-as-all-to-all")
+
+
+#: The notes' MLA sizes (README: "MLA attention (q_lora 1536, kv_lora 512, qk_nope 128 +
+#: qk_rope 64, v_head 128 ...)") -> model fields.
+_MLA_NOTES = {"q_lora": "q_lora_rank", "kv_lora": "kv_lora_rank", "qk_nope": "qk_head_dim",
+              "qk_rope": "qk_pos_emb_head_dim", "v_head": "v_head_dim"}
+
+
+def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
+    """Multi-head latent attention from the notes: each of :data:`_MLA_NOTES`'s sizes (``name
+    N``); a size the notes do not give is refused by name (its default would be a guess), except
+    ``q_lora``, whose absence is refused too (no query compression is a different model)."""
+    row.put(model, "model", "multi_latent_attention", True)
+    if not _has(model, "multi_latent_attention"):
+        return
+    sizes = {k: re.search(rf"\b{k}\s+(\d+)", notes) for k in _MLA_NOTES}
+    missing = [k for k, v in sizes.items() if v is None]
+    if missing:
+        row.refuse("multi-head latent attention (sizes not in the notes)", f"the notes name "
+                   f"multi-head latent attention without its {', '.join(missing)} size(s)")
+        return
+    for k, target in _MLA_NOTES.items():
+        row.put(model, "model", target, int(sizes[k].group(1)))
+    # DeepSeek-V2/V3 normalize both latents (q_a_layernorm, kv_a_layernorm): Megatron's
+    # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
+    model.qk_layernorm = True
+    row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
+    if not re.search(r"\bMTP\b|multi-token", notes, re.I):
+        row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
+#: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
+_ACTIVATION_QUALIFIERS = ("clamped", "biased")
+
+
+def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
+    """Split a qualified activation label (``"swiglu (clamped, biased)"``) into the activation
+    (``model.activation``) and its qualifiers: ``clamped`` sets GPT-OSS's clamp and linear
+    offset (assumption ``clamped-swiglu``); ``biased`` is returned for the caller (the family's
+    biases). A label with other qualifiers stays as it is (validation names it)."""
+    m = re.fullmatch(r"\s*(\w+)\s*\(([^)]*)\)\s*", model.activation)
+    if not m:
+        return set()
+    words = {w.strip() for w in m.group(2).split(",") if w.strip()}
+    if not words <= set(_ACTIVATION_QUALIFIERS):
+        return set()
+    model.activation = m.group(1)
+    if "clamped" in words:
+        row.put(model, "model", "activation_func_clamp_value", 7.0)
+        row.put(model, "model", "glu_linear_offset", 1.0)
+        row.assume("clamped-swiglu")
+    return words
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
@@ -573,13 +693,18 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     for col in ("activation", "normalization"):
         if v.get(col, ""):
             setattr(model, col, v[col].lower())
+    qualifiers = _activation_qualifiers(model, rw)
     if model.activation == "swiglu" and model.normalization == "rmsnorm":
         # the README's Llama-style rows: the columns do not hold the rest of the family, which
         # every such model shares (RoPE, no linear biases) and every framework of the sources
         # runs with fused attention (Megatron-Core/TE, torchtitan and fms-fsdp's SDPA)
         model.position_embedding, model.add_bias_linear = "rope", False
         model.attention_kernel = "flash"
-        rw.assume("llama-family")
+        rw.assume("llama-family", "linear biases from the activation label"
+                  if "biased" in qualifiers else "")
+    if "biased" in qualifiers:
+        model.add_bias_linear = True
+        rw.assume("biased-from-activation")
     if opt["num_query_groups"] is not None:
         model.num_query_groups = opt["num_query_groups"]
     tied = _flag(v.get("tied_embeddings", ""))

@@ -508,6 +508,27 @@ def test_fsdp1_rows_reduce_gradients_in_bf16(tmp_path, framework, dtype):
     assert any(a.startswith("fsdp1-bf16-reduce") for a in m.assumptions) is (dtype == "bf16")
 
 
+def test_a_recipe_whose_sibling_run_needs_recomputation_is_skipped(tmp_path):
+    """Two runs of one recipe (same source, GPU, model, precision and layout; d differs) with
+    recompute not stated: at d=1 the distributed optimizer's state does not fit without
+    recomputation, so the recipe recomputed something and the d=64 run, which would fit, is
+    skipped too rather than predicted under recompute=none."""
+    big = dict(framework="Megatron-LM", recompute="", hidden_size=8192, num_layers=80,
+               num_attention_heads=64, num_query_groups=64, ffn_hidden_size=32768,
+               tensor_parallel=8, pipeline_parallel=1, micro_batch_size=1, global_batch_size=64,
+               distributed_optimizer="y")
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**big, data_parallel=1, num_gpus=8)
+                    + "\n" + _modern_row(**big, data_parallel=64, num_gpus=512) + "\n"
+                    + _modern_row(**{**big, "pipeline_parallel": 2}, data_parallel=32, num_gpus=512)
+                    + "\n")
+    small, large, other = read_measurements(path)
+    assert small.skip_causes == ["recompute not stated (none does not fit)"]
+    assert large.skip_causes == ["recompute not stated (a run of the same recipe needs it)"]
+    assert "row 1 of the same source" in large.skip_reason
+    assert other.skip_reason == ""  # another pipeline size: another recipe
+
+
 def test_hsdp_and_per_op_checkpointing_rows_are_simulated(tmp_path):
     """An HSDP row sharding within a node: data_parallel_shard_size = gpus_per_node/(t*cp)
     (t=2: 4 of the d=8 ranks, two replicas); a torchtitan per-op SAC row (t=1, Llama-style):

@@ -238,3 +238,19 @@ def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
     res = fit([sessions[i] for i in one], measured[one], base, **{**kw, "params": params})
     assert res.op_model["inter_node_efficiency"] == pytest.approx(kw["start"]["inter_node_efficiency"])
     assert res.op_model["gemm_efficiency_max"] == pytest.approx(TRUTH["gemm_efficiency_max"], rel=0.1)
+
+
+@pytest.mark.parametrize("extra", [
+    dict(window_size=128, window_attn_skip_freq=2),  # sliding-window layers (GPT-OSS's pattern)
+    dict(window_size=256),
+])
+def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
+    """The kernel form of a plan with sliding-window layers gives the iteration time the
+    simulator gives (their attention ops carry the window, as core.graph.lookup_op_times)."""
+    s = _session("H100-SXM5-80GB", 2, 2, 1)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, **extra))
+    b = analytic_bases()(s)
+    row = linearize(s, b, dict(b.op_model))
+    assert row.generic is None  # the kernel form agreed with the lookups
+    (pred,) = predict_linearized([row], dict(b.op_model))
+    assert pred == pytest.approx(simulate(s, b).report.iteration_time_s, rel=1e-5)

@@ -325,10 +325,9 @@ def test_cli_import_hf(tmp_path):
 
 @pytest.mark.parametrize("cfg,field,words", [
     ({**LLAMA3_8B, "architectures": ["Qwen3MoeForCausalLM"]}, "num_experts", "missing"),
-    ({**LLAMA3_8B, "architectures": ["DeepseekV3ForCausalLM"]}, "architectures",
-     "multi-head latent attention"),
+    ({**LLAMA3_8B, "architectures": ["DeepseekV3ForCausalLM"]}, "kv_lora_rank", "missing"),
     ({**LLAMA3_8B, "architectures": ["GPTNeoXForCausalLM"]}, "architectures", "not supported"),
-    (MISTRAL_7B_V01, "sliding_window", "sliding-window attention is not modelled"),
+    ({**MISTRAL_7B_V01, "sliding_window": 0}, "sliding_window", "must be a positive integer"),
     ({**QWEN2_7B, "use_sliding_window": True}, "use_sliding_window", "not modelled"),
     ({**LLAMA3_8B, "head_dim": 0}, "head_dim", "positive integer"),
     ({**LLAMA3_8B, "attention_bias": True}, "attention_bias", "not modelled"),
@@ -357,5 +356,5 @@ def test_cli_import_refuses_by_name_with_exit_2(tmp_path):
     out = tmp_path / "never.json"
     r = _cli("import", "hf", str(path), "--out", str(out))
     assert r.returncode == 2
-    assert "multi-head latent attention" in r.stderr
+    assert "config.json: kv_lora_rank: missing" in r.stderr  # DeepSeek's MLA field, by name
     assert "Traceback" not in r.stderr and not out.exists()

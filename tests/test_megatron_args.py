@@ -596,7 +596,7 @@ def test_moe_layer_freq_refusals(tmp_path, freq, needle):
       "--moe-shared-expert-intermediate-size 5000"),
      "--moe-shared-expert-intermediate-size: not modelled (5000 is not a multiple"),
     (("--kv-channels 128", "--kv-channels 128 --multi-latent-attention"),
-     "--multi-latent-attention: multi-head latent attention (DeepSeek-V2/V3) is not modelled"),
+     "--multi-latent-attention needs --kv-lora-rank"),
     (("--bf16 --fp8-format", "--fp16 --fp8-format"), "--fp8-format: with --fp16 is not modelled"),
     (("--bf16 --fp8-format", "--fp8-format"), "--fp8-format: without --bf16 (fp32 weights) is not "
                                               "modelled yet"),
@@ -648,5 +648,8 @@ def test_export_of_issue11_fields():
     assert parse_arguments(export_arguments(s))["--moe-layer-freq"] == ["([0]*2+[1]*6)"]
     s.plan.fp8_recipe = None
     assert parse_arguments(export_arguments(s))["--fp8-recipe"] == ["tensorwise"]
-    with pytest.raises(MegatronArgsError, match="model.multi_latent_attention"):
-        export_arguments(replace(s, model=replace(s.model, multi_latent_attention=True)))
+    mla = parse_arguments(export_arguments(replace(s, model=replace(
+        s.model, multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512))))
+    assert "--multi-latent-attention" in mla and mla["--q-lora-rank"] == ["1536"]
+    assert (mla["--kv-lora-rank"], mla["--qk-head-dim"], mla["--qk-pos-emb-head-dim"],
+            mla["--v-head-dim"]) == (["512"], ["128"], ["64"], ["128"])

@@ -68,7 +68,7 @@ def test_parse_and_default():
 
 
 @pytest.mark.parametrize("plan, words", [
-    (dict(recompute_modules="mla_up_proj"), "mla_up_proj is not modelled (multi-head latent"),
+    (dict(recompute_modules="mla_up_proj"), "mla_up_proj needs model.multi_latent_attention"),
     (dict(recompute_modules="core_attn,attn"), "attn not one of core_attn"),
     (dict(recompute="full", recompute_modules="mlp"), "needs recompute = selective"),
     (dict(recompute="none", recompute_modules="core_attn"), "needs recompute = selective"),
@@ -247,11 +247,13 @@ def test_megatron_recompute_modules_round_trip(tmp_path):
     path.write_text(script)
     back = import_file(path, name=s.model.name).session
     assert back.plan.recompute == "selective" and back.plan.recompute_modules == "layernorm,mlp"
-    # mla_up_proj imports and is refused by name when checked
+    # mla_up_proj imports and, on a model without MLA, is refused by name when checked
     text = script.replace("--recompute-modules layernorm mlp", "--recompute-modules mla_up_proj")
     path.write_text(text)
     back = import_file(path, name=s.model.name).session
-    assert any("mla_up_proj is not modelled" in e.message for e in validate(back))
+    assert back.plan.recompute_modules == "mla_up_proj"
+    assert any("mla_up_proj needs model.multi_latent_attention" in e.message
+               for e in validate(back))
 
 
 @pytest.mark.parametrize("sp", [True])  # expert with tensor parallelism needs sp

@@ -57,6 +57,16 @@ _LABELS = {
     "model.num_shared_experts": "Shared experts",
     "model.moe_layer_frequency": "MoE layer every",
     "model.moe_first_dense_layers": "First dense layers",
+    "model.multi_latent_attention": "Multi-head latent attention",
+    "model.q_lora_rank": "Query latent rank (MLA)",
+    "model.kv_lora_rank": "Key/value latent rank (MLA)",
+    "model.qk_head_dim": "Query/key head size (MLA)",
+    "model.qk_pos_emb_head_dim": "Rotary head size (MLA)",
+    "model.v_head_dim": "Value head size (MLA)",
+    "model.mtp_num_layers": "Multi-token prediction layers",
+    "model.softmax_type": "Softmax (sinks)",
+    "model.activation_func_clamp_value": "Gated MLP clamp",
+    "model.glu_linear_offset": "Gated MLP linear offset",
     "plan.tensor_parallel": "Tensor parallel t",
     "plan.pipeline_parallel": "Pipeline parallel p",
     "plan.data_parallel": "Data parallel d",
@@ -98,9 +108,11 @@ _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",
-              "model.kv_channels": "h/a",
+              "model.kv_channels": "h/a (MLA: qk + rotary head size)",
               "model.num_experts": "none (dense model)",
               "model.moe_ffn_hidden_size": "MLP hidden size",
+              "model.q_lora_rank": "none (no query compression)",
+              "model.activation_func_clamp_value": "no clamp",
               "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
@@ -113,7 +125,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
 _SINGULAR = {"sequences": "sequence", "stages": "stage", "replicas": "replica", "GPUs": "GPU",
-             "tokens": "token"}
+             "tokens": "token", "layers": "layer"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +213,8 @@ class _FieldBinding(QtCore.QObject):
         if spec.type_name == "float":
             w = QtWidgets.QDoubleSpinBox(parent)
             w.setDecimals(_DECIMALS.get(spec.path, 2))
-            w.setRange(0.0, FLOAT_FIELD_MAX)
+            # a field that may be negative says so with its own minimum (glu_linear_offset)
+            w.setRange(min(0.0, spec.minimum or 0.0), FLOAT_FIELD_MAX)
             if spec.optional:
                 w.setSpecialValueText(_NONE_TEXT.get(spec.path, "default"))
             w.setSuffix(suffix)

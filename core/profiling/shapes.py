@@ -179,7 +179,7 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     Raises
     ------
     ShapeFileError
-        The model is not a GPT (grouped-query attention, SwiGLU, RMSNorm, RoPE or
+        The model is not a GPT (grouped-query attention, SwiGLU, RMSNorm, RoPE, sinks or
         FlashAttention): the profiler builds GPT layers only, never another model.
     """
     m, pl = session.model, session.plan
@@ -187,7 +187,8 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     gpt = {"num_query_groups": (None, m.num_attention_heads), "activation": ("gelu",),
            "normalization": ("layernorm",), "position_embedding": ("learned",),
            "attention_kernel": ("unfused",), "qk_layernorm": (False,),
-           "kv_channels": (None, m.hidden_size // m.num_attention_heads)}
+           "kv_channels": (None, m.hidden_size // m.num_attention_heads),
+           "softmax_type": ("vanilla",)}
     other = [f"model.{n}={getattr(m, n)!r}" for n, ok in gpt.items() if getattr(m, n) not in ok]
     if other:  # the profiler builds GPT layers; the analytic model times the others
         raise ShapeFileError(f"profiling measures Megatron-LM GPT layers only; not {', '.join(other)}")

@@ -1,12 +1,11 @@
 """File > Import Hugging Face config: a Llama config becomes an untitled session; a refused
-config (DeepSeek-V3's multi-head latent attention) changes nothing and says why in one message."""
+config (quantized weights) changes nothing and says why in one message."""
 
 from __future__ import annotations
 
 import json
 
 from core import model_math
-from tests.test_hf_moe_import import DEEPSEEK_V3
 from tests.test_llama import LLAMA3_8B
 
 
@@ -29,10 +28,9 @@ def test_import_hf_config_into_the_window(window, qtbot, tmp_path, message_boxes
 def test_refused_config_leaves_the_session_untouched(window, tmp_path, message_boxes):
     before = window.session().to_dict()
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(DEEPSEEK_V3), encoding="utf-8")
+    path.write_text(json.dumps({**LLAMA3_8B, "quantization_config": {"quant_method": "gptq"}}),
+                    encoding="utf-8")
     assert not window.import_hf_path(path)
     (kind, title, text), = message_boxes.of_kind("critical")
-    assert text == ("config.json: architectures: 'DeepseekV3ForCausalLM': multi-head latent "
-                    "attention (q_lora_rank, kv_lora_rank; model.multi_latent_attention) is not "
-                    "modelled")
+    assert text == "config.json: quantization_config: quantized weights are not modelled"
     assert window.session().to_dict() == before

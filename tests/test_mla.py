@@ -1,0 +1,339 @@
+"""Multi-head latent attention (DeepSeek-V2/V3, Megatron-Core MLASelfAttention): parameters,
+FLOPs, activation memory, the recompute module mla_up_proj, validation, imports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core import model_math as mm
+from core.config import (MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate)
+from core.hf_import import session_from_hf_config
+from core.megatron_args import export_arguments, parse_arguments
+
+# the main model (the preset has DeepSeek-V3's one MTP layer, as it was trained)
+V3 = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], mtp_num_layers=0)
+# deepseek-ai/DeepSeek-V3 config.json (public), without the FP8 checkpoint's
+# quantization_config and with num_nextn_predict_layers 0 (MTP is not modelled yet)
+V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+    "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+    "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+    "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 0,
+    "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000, "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid", "seq_aux": True, "tie_word_embeddings": False, "topk_group": 4,
+    "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "transformers_version": "4.33.1",
+    "use_cache": True, "v_head_dim": 128, "vocab_size": 129280,
+}
+
+
+def test_deepseek_v3_parameters_match_the_published_671b_and_37b():
+    # DeepSeek-V3 Technical Report: 671 B total, 37 B activated per token (the main model; the
+    # 14 B multi-token prediction module comes on top, 685 B on Hugging Face)
+    total = mm.num_parameters(V3)
+    active = mm.num_active_parameters(V3)
+    assert total == 671_026_404_352
+    assert abs(total - 671e9) < 0.05e9
+    assert 37e9 <= active < 38e9 and active == 37_552_282_624
+    # DeepSeek's "37B" leaves out the input embedding (a lookup): 36.6 B
+    assert abs(active - 129280 * 7168 - 37e9) < 0.5e9
+    # per layer, by hand: q down 7168*1536, q norm 1536, q up 1536*128*192, kv down 7168*576,
+    # kv norm 512, kv up 512*128*256, projection 128*128*7168, input RMSNorm 7168
+    sharded, replicated = mm._attention_parameters(V3)
+    assert sharded == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert replicated == 7168 * 1536 + 7168 * 576 + 1536 + 512 + 7168
+    # the HF import of the public config gives the same model
+    imp = session_from_hf_config(V3_CONFIG, seq_length=4096)
+    assert mm.num_parameters(imp.session.model) == total
+    assert {"n_group", "topk_group", "topk_method"} <= set(imp.ignored)
+
+
+def test_mla_forward_flops_per_layer_closed_form():
+    h, a, s = 7168, 128, 4096
+    q = 2 * 1536 * h + 2 * 1536 * a * 192
+    kv = 2 * h * 576 + 2 * 512 * a * 256
+    proj = 2 * a * 128 * h
+    core = 2 * s * a * 192 + 2 * s * a * 128
+    linear, c = mm.mla_forward_flops_per_token(V3)
+    assert (linear, c) == (q + kv + proj, core)
+    layer, c2, out = mm._dense_forward_flops_per_token(V3, 1)
+    assert layer == q + kv + proj + core + 6 * h * 18432 and c2 == core
+    assert out == 2 * h * 129280
+    # the attention op's kernels add up to the same GEMM FLOPs (t = 1, b = 1; the core is causal:
+    # half of the s x s products, FlashAttention's count)
+    key = dict(b=1, s=s, h=h, a=a, t=1, dtype="bf16", norm="rmsnorm", pos="rope", attn="flash",
+               qkn=1, **mm.mla_key(V3))
+    ks = mm.op_kernels("attention_fwd", key)
+    assert sum(k.flops for k in ks if k.name != "flash_attn") == s * (q + kv + proj)
+    assert sum(k.flops for k in ks if k.name == "flash_attn") == s * core / 2
+    # tensor parallelism: up projections and heads split, down projections replicated
+    ks2 = {k.name: k for k in mm.op_kernels("attention_fwd", {**key, "t": 8})}
+    assert ks2["kv_down_proj"].n == 576 and ks2["q_down_proj"].m == s
+    assert ks2["q_up_proj"].n == 128 * 192 // 8 and ks2["kv_up_proj"].n == 128 * 256 // 8
+    ks3 = {k.name: k for k in mm.op_kernels("attention_fwd", {**key, "t": 8, "sp": True})}
+    assert ks3["kv_down_proj"].m == s // 8 and ks3["kv_up_proj"].m == s  # SP: s/t tokens down
+
+
+def _plan(**kw):
+    base = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                global_batch_size=1, recompute="none")
+    return ParallelPlan(**{**base, **kw})
+
+
+def test_mla_activation_bytes_closed_form_and_mla_up_proj():
+    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+                                num_shared_experts=0, moe_first_dense_layers=0)
+    s, h, a = 4096, 7168, 128
+    sbh = s * h
+    attn = 2 * a * (2 * 192 + 2 * 128) / h  # Q, K (192 channels), V, output (128)
+    latent = 4 * (1536 + 512) / h           # latents' norm inputs and outputs
+    mlp = 6 * 18432 / h
+    for t, sp in ((1, False), (8, False), (8, True)):
+        got = mm.activation_bytes_per_layer(dense, _plan(tensor_parallel=t, sequence_parallel=sp))
+        want = (sbh / t * (10 + latent + attn + mlp) if sp
+                else sbh * (10 + latent + (attn + mlp) / t))
+        assert got == pytest.approx(want, rel=1e-12)
+    # mla_up_proj: Q, K, V freed, the checkpoint keeps the pre-norm latents and the rotary key
+    sel = mm.activation_bytes_per_layer(dense, _plan(recompute="selective",
+                                                     recompute_modules="mla_up_proj"))
+    want = sbh * (10 + 2 * (1536 + 512 + 64) / h + 2 * a * 128 / h + mlp)
+    assert sel == pytest.approx(want, rel=1e-12)
+    # and its FLOPs come back in the hardware FLOPs: the up projections once more per layer
+    pl = _plan(recompute="selective", recompute_modules="mla_up_proj")
+    extra = mm.hardware_flops_per_iteration(dense, pl) - mm.model_flops_per_iteration(dense, pl)
+    assert extra == s * 61 * (2 * 1536 * a * 192 + 2 * 512 * a * 256)
+
+
+def test_mla_validation_refuses_by_name():
+    def errs(**kw):
+        return {e.field: e.message for e in validate(Session(model=dataclasses.replace(V3, **kw),
+                                                             plan=_plan()))}
+    assert "model.kv_channels" in errs(kv_channels=128)
+    assert not {"model.kv_channels"} & set(errs(kv_channels=192))
+    assert "model.attention_kernel" in errs(attention_kernel="unfused")
+    assert "model.num_query_groups" in errs(num_query_groups=8)
+    assert "model.mtp_num_layers" not in errs(mtp_num_layers=1)  # modelled
+    gpt = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], q_lora_rank=1536)
+    e = {x.field: x.message for x in validate(Session(model=gpt, plan=_plan()))}
+    assert "needs multi_latent_attention" in e["model.q_lora_rank"]
+    e = {x.field for x in validate(Session(model=V3, plan=_plan(context_parallel=2)))}
+    assert "plan.context_parallel" in e
+
+
+def test_mla_simulates_with_latent_tp_collectives():
+    from core.graph import lookup_op_times
+    from core.simulate import simulate
+    m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1)
+    pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=8, micro_batch_size=1,
+                      global_batch_size=32, recompute="selective",
+                      recompute_modules="mla_up_proj,core_attn", sequence_parallel=True,
+                      expert_parallel=16, expert_tensor_parallel=1, zero_stage=1)
+    s = Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    assert validate(s) == []
+    r = simulate(s)
+    assert r.report.iteration_time_s > 0
+    # the MLA attention is timed by the analytic model (no table holds its key) and the up
+    # projections' recompute is looked up
+    from core.simulate import session_profile
+    times = lookup_op_times(s, session_profile(s)).times
+    assert 0 < times["mla_up_proj_fwd"] < times["attention_fwd"]
+
+
+def test_megatron_arguments_round_trip_mla(tmp_path):
+    from core.megatron_args import export_script, import_file
+    s = Session(model=V3, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
+                                            data_parallel=8, micro_batch_size=1,
+                                            global_batch_size=8, recompute="full",
+                                            expert_parallel=8))
+    args = export_arguments(s)
+    path = tmp_path / "run.sh"
+    path.write_text(export_script(s))
+    back = import_file(path, name=V3.name).session.model
+    for f in ("multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+              "qk_pos_emb_head_dim", "v_head_dim", "qk_layernorm"):
+        assert getattr(back, f) == getattr(V3, f), f
+    assert parse_arguments(args)["--q-lora-rank"] == ["1536"]
+
+
+def test_mla_fp8_activation_bytes():
+    # FP8 (TE): the two down projections each keep an FP8 copy of the input norm's output (2, as
+    # BF16), fc1's input 2 -> 1, the up projections' inputs 2 -> 1 (their norms' inputs stay
+    # BF16), fc2's input 2f/h -> f/h, the projection's input keeps its BF16 output + FP8 copy
+    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+                                num_shared_experts=0, moe_first_dense_layers=0)
+    s, h, a = 4096, 7168, 128
+    attn = 2 * a * (2 * 192 + 2 * 128) / h
+    mlp = 6 * 18432 / h
+    want = s * h * (9 + 3 * (1536 + 512) / h + attn + a * 128 / h + mlp - mlp / 6)
+    got = mm.activation_bytes_per_layer(dense, _plan(precision="fp8"))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_mla_tensor_parallel_collectives_move_the_latents():
+    from core.graph import stage_times
+    from core.simulate import session_profile
+    m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None,
+                            num_shared_experts=0, moe_first_dense_layers=0)
+    s = Session(model=m, plan=_plan(tensor_parallel=8, data_parallel=1, sequence_parallel=True),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    assert validate(s) == []
+    assert mm.mla_tp_latent_width(m) == 1536 + 512 + 64
+    tp = stage_times(s, session_profile(s)).tp_comm_s
+    # the latents (2112 channels) against the hidden state (7168): a smaller collective
+    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert 0 < tp["mla_" + kind] < tp[kind]
+    plain = Session(model=dataclasses.replace(m, num_layers=4), plan=s.plan, cluster=s.cluster)
+    assert stage_times(plain, session_profile(plain)).tp_comm_s["all_gather"] == tp["all_gather"]
+
+
+def test_hf_deepseek_refusals_and_v2_lite():
+    from core.config import ConfigError
+    for change, field in (({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
+                          ({"topk_method": "sinkhorn"}, "topk_method"),
+                          ({"kv_lora_rank": None}, "kv_lora_rank"),
+                          ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
+                           "quantization_config")):
+        with pytest.raises(ConfigError) as err:
+            session_from_hf_config({**V3_CONFIG, **change}, "config.json", seq_length=4096)
+        assert err.value.errors[0].field == f"config.json: {field}"
+    # DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): no query compression
+    lite = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 27,
+            "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "intermediate_size": 10944, "q_lora_rank": None, "n_routed_experts": 64,
+            "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+            "first_k_dense_replace": 1, "vocab_size": 102400, "topk_method": "greedy",
+            "n_group": 1, "topk_group": 1, "scoring_func": "softmax"}
+    del lite["num_nextn_predict_layers"]
+    model = session_from_hf_config(lite, seq_length=4096).session.model
+    assert model.q_lora_rank is None and model.num_shared_experts == 2
+    # 15.7 B parameters (DeepSeek-V2 paper, Appendix B: "15.7B total parameters, 2.4B activated")
+    assert round(mm.num_parameters(model) / 1e9, 1) == 15.7
+    # "2.4B activated": DeepSeek counts a token's parameters without the input embedding (a
+    # lookup, no GEMM); this module counts it (num_active_parameters' convention)
+    emb = 102400 * 2048
+    assert mm.num_active_parameters(model) == 2_661_150_208
+    assert abs(mm.num_active_parameters(model) - emb - 2.4e9) < 0.06e9
+
+
+# --------------------------------------------------------------------------- multi-token prediction
+
+V3_MTP = dataclasses.replace(V3, mtp_num_layers=1)
+
+
+def test_preset_is_deepseek_v3_as_trained():
+    assert MODEL_PRESETS["DeepSeek-V3"] == V3_MTP
+
+
+def test_mtp_parameters_match_the_published_685b():
+    # DeepSeek-V3: 671 B main model + 14 B MTP module = 685 B on Hugging Face, whose MTP module
+    # stores its own copies of the embedding and the output head (Megatron shares them)
+    h, V = 7168, 129280
+    moe = mm.moe_layer_parameters(V3)
+    mtp = moe.sharded + moe.replicated + moe.experts + 2 * h * h + 3 * h
+    assert mm.num_parameters(V3_MTP) == mm.num_parameters(V3) + mtp == 682_636_472_320
+    assert abs(mm.num_parameters(V3_MTP) + 2 * V * h - 685e9) < 0.6e9
+    # active: the MTP layer's 8 routed + 1 shared experts
+    assert mm.num_active_parameters(V3_MTP) - mm.num_active_parameters(V3) == \
+        mtp - (256 - 8) * moe.expert
+    # the real config.json: one MTP layer, the FP8 checkpoint's storage (ignored, with the reason)
+    fp8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+           "weight_block_size": [128, 128]}
+    imp = session_from_hf_config({**V3_CONFIG, "num_nextn_predict_layers": 1,
+                                  "quantization_config": fp8}, seq_length=4096)
+    assert "quantization_config" in imp.ignored
+    assert imp.session.model.mtp_num_layers == 1
+    assert mm.num_parameters(imp.session.model) == mm.num_parameters(V3_MTP)
+
+
+def test_mtp_flops_and_memory_closed_form():
+    h, V, s = 7168, 129280, 4096
+    pl = _plan(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+               first_stage_layers=31)
+    per_token = (mm._moe_forward_flops_per_token(V3) + 4 * h * h + 2 * h * V)
+    assert (mm.model_flops_per_iteration(V3_MTP, pl) - mm.model_flops_per_iteration(V3, pl)
+            == pytest.approx(4 * s * 3 * per_token, rel=1e-12))
+    # the last stage holds the MTP layer, eh_proj, its norms and a copy of the embedding (p > 1)
+    moe = mm.moe_layer_parameters(V3)
+    extra = moe.sharded + moe.replicated + moe.experts + 2 * h * h + 3 * h + V * h
+    d = mm.params_per_gpu(V3_MTP, pl) - mm.params_per_gpu(V3, pl)
+    assert d[0] == 0 and d[1] == extra
+    # activations: one more MoE layer in flight (1F1B: the last stage holds 1 micro-batch), its
+    # norms' and eh_proj's inputs (4h elements per token) and one more logits tensor
+    acts = mm.stage_memory_arrays(V3_MTP, pl)[3] - mm.stage_memory_arrays(V3, pl)[3]
+    keep = mm.moe_activation_bytes_per_layer(V3, pl, "none")
+    layers = 31  # the last stage's 30 decoder layers and the MTP layer (all MoE)
+    mean_before = keep  # every layer of the last stage is an MoE layer, with or without MTP
+    want = keep * layers - mean_before * 30 + s * 4 * h * 2 + s * V * (2 + 4)
+    assert acts[0] == 0 and acts[1] == pytest.approx(want, rel=1e-12)
+
+
+def test_mtp_graph_runs_its_ops_on_the_last_stage():
+    from core.graph_types import OPS
+    from core.simulate import simulate
+    m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1, mtp_num_layers=2)
+    pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=16, recompute="full", sequence_parallel=True,
+                      expert_parallel=8, expert_tensor_parallel=1, zero_stage=1,
+                      overlap_grad_reduce=True)
+    s = Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    assert validate(s) == []
+    r = simulate(s)
+    g = r.graph
+    mb = pl.num_microbatches  # 4
+
+    def count(op, stage):
+        return int(((g.op == OPS.index(op)) & (g.stage == stage)).sum())
+    assert count("mtp_proj_fwd", 1) == count("mtp_proj_bwd", 1) == 2 * mb
+    assert count("mtp_proj_fwd", 0) == 0
+    assert count("output_fwd", 1) == count("output_bwd", 1) == 3 * mb
+    assert count("embedding_fwd", 1) == 2 * mb  # the shifted tokens' embedding per MTP layer
+    assert set(g.layer[(g.op == OPS.index("mtp_proj_fwd"))].tolist()) == {8, 9}
+    from core.simulate import graph_size_estimate
+    assert len(g.duration_s) <= graph_size_estimate(s)
+    sel = dataclasses.replace(s, plan=dataclasses.replace(
+        pl, recompute="selective", recompute_modules="core_attn,mla_up_proj,moe,layernorm",
+        schedule="zb-h1", zero_stage=3, overlap_param_gather=True))
+    assert validate(sel) == []
+    assert len(simulate(sel).graph.duration_s) <= graph_size_estimate(sel)
+    base = simulate(dataclasses.replace(s, model=dataclasses.replace(m, mtp_num_layers=0)))
+    assert r.report.iteration_time_s > base.report.iteration_time_s
+
+
+def test_mtp_refusals_and_megatron_round_trip(tmp_path):
+    from core.megatron_args import export_script, import_file
+    e = {x.field for x in validate(Session(model=dataclasses.replace(
+        MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1), plan=_plan(context_parallel=2)))}
+    assert "plan.context_parallel" in e
+    e = {x.field: x.message for x in validate(Session(model=dataclasses.replace(
+        MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1, window_size=128), plan=_plan()))}
+    assert "sliding-window" in e["model.mtp_num_layers"]
+    s = Session(model=V3_MTP, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
+                                                data_parallel=8, micro_batch_size=1,
+                                                global_batch_size=8, recompute="full",
+                                                expert_parallel=8))
+    assert "--mtp-num-layers 1" in export_script(s)
+    path = tmp_path / "run.sh"
+    path.write_text(export_script(s))
+    assert import_file(path, name=V3.name).session.model.mtp_num_layers == 1
+
+
+def test_a_shared_cache_keeps_models_with_and_without_mtp_apart():
+    from core.graph import stage_times
+    from core.simulate import session_profile
+    m = dataclasses.replace(V3, num_layers=4, moe_first_dense_layers=1)
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
+                      global_batch_size=8, recompute="none", expert_parallel=8)
+    cache: dict = {}
+    plain = Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    mtp = Session(model=dataclasses.replace(m, mtp_num_layers=1), plan=pl, cluster=plain.cluster)
+    store = session_profile(plain)
+    stage_times(plain, store, cache)
+    st = stage_times(mtp, store, cache)
+    assert st.op_times_s["mtp_proj_fwd"] > 0
+    assert stage_times(mtp, store).op_times_s == st.op_times_s
