@@ -1564,7 +1564,10 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     batch = session.plan.global_batch_size if global_batch_size is None else global_batch_size
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-        global_batch_size=batch, schedule="1f1b", recompute="full", recompute_num_layers=None,
+        global_batch_size=batch, schedule="1f1b",
+        # the recomputed modules are the plan's own under selective recomputation
+        recompute="selective" if session.plan.recompute_modules is not None else "full",
+        recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None)
     check(probe)

@@ -194,7 +194,7 @@ class SweepSpace:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
-               "context_parallel", "expert_parallel")
+               "recompute_modules", "context_parallel", "expert_parallel")
         if self.sequence_parallel is not None:  # with it the TP overlap (enumerate_plans)
             out += ("sequence_parallel", "tp_comm_overlap")
         if self.zero_stages is not None:
@@ -343,7 +343,7 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
 _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
-                 "tp_comm_overlap")
+                 "tp_comm_overlap", "recompute_modules")
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -474,6 +474,9 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             sequence_parallel=sp, zero_stage=z,
                                             recompute_num_layers=(base.recompute_num_layers
                                                                   if rc == "full" else None),
+                                            # the base's recomputed modules under selective
+                                            recompute_modules=(base.recompute_modules
+                                                               if rc == "selective" else None),
                                             # the base's TP overlap where the plan allows it
                                             # (Megatron: only with sequence parallelism)
                                             tp_comm_overlap=bool(base.tp_comm_overlap and sp))

@@ -269,3 +269,24 @@ def test_graph_size_estimate_bounds_every_module(sp):
         assert not validate(s)
         g = build_graph(s, store())[0]
         assert len(g.duration_s) <= graph_size_estimate(s)
+
+
+def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective_plans():
+    """The studies check the session apart from the plan fields they choose; a session with
+    recompute_modules (which need selective recomputation) sweeps, and only its selective
+    plans carry the modules."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.sweep import SweepSpace, enumerate_plans, run_sweep
+
+    s = Session(MODEL_PRESETS["Llama 3 8B"],
+                ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                             micro_batch_size=1, global_batch_size=16, recompute="selective",
+                             recompute_modules="core_attn,mlp", precision="bf16"),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
+                       micro_batch_sizes=[1], schedules=["1f1b"])
+    plans = enumerate_plans(s, space)
+    assert {(p.recompute, p.recompute_modules) for p in plans} == {
+        ("none", None), ("selective", "core_attn,mlp"), ("full", None)}
+    result = run_sweep(s, space)
+    assert result.num_plans == len(plans)
