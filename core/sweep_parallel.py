@@ -2,11 +2,13 @@
 
 :func:`core.sweep.run_sweep` cuts the plans of a sweep into batches of one
 pipeline structure (p, m, schedule, v). Here consecutive batches are grouped
-into chunks of about equal estimated work (:func:`chunk_batches`); each chunk
-is solved by :func:`solve_chunk` in another process -- a local process pool
-(:func:`run_on_pool`, the calling thread taking chunks too) or the workers of a
-Dask distributed scheduler (:func:`run_on_dask`) -- and the results are handed
-back chunk by chunk; the caller puts each batch's figures at its rows. Every
+into chunks (:func:`chunk_batches`: of about equal estimated work; or, when the
+calling thread works beside a local pool, chunks that shrink as the work runs
+out, :func:`run_on_pool`); each chunk is solved by :func:`solve_chunk` in
+another process -- a local process pool (:func:`run_on_pool`, the calling
+thread taking batches one by one from the other end) or the workers of a Dask
+distributed scheduler (:func:`run_on_dask`) -- and the results are handed back
+chunk by chunk; the caller puts each batch's figures at its rows. Every
 batch is solved exactly as the serial loop solves it (the compiled and the numpy
 batch solver give the same times bit for bit), so the result is the serial one,
 bit for bit.
