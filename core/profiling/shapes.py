@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..config import ConfigError, Session, padded_vocab_size
+from ..model_math import MLA_KEY
 from ..ops import DTYPE_BYTES
 
 __all__ = ["ShapeGroup", "ShapeFileError", "default_shapes", "load_shapes", "shapes_from_session",
@@ -110,7 +111,8 @@ class ShapeGroup:
         profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
-                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1)
+                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1,
+                    **{c: 0 for c in MLA_KEY})  # no multi-head latent attention
 
     def label(self) -> str:
         """Short text for progress lines, e.g. ``s=256 h=512 a=8 f=2048 V=8192 t=1 fp32``."""
