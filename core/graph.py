@@ -1788,15 +1788,19 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
 
 
 def _middle_stages_alike(session: Session) -> bool:
-    """Whether the middle pipeline stages (1 to p-2) have the same work: always for dense
-    models; for MoE models when each holds its MoE layers at the same places (a pattern of
-    ``moe_layer_frequency`` or ``moe_first_dense_layers`` can differ between stages)."""
+    """Whether the middle pipeline stages (1 to p-2) have the same work: always for models
+    whose layers are all alike; for MoE models and models with sliding-window layers when each
+    stage holds its MoE and windowed layers at the same places of each chunk (a pattern of
+    ``moe_layer_frequency``, ``moe_first_dense_layers`` or ``window_attn_skip_freq`` can differ
+    between stages)."""
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
-    if not m.is_moe or p <= 3:
+    windowed = model_math.window_layer_mask(m)
+    if (not m.is_moe and windowed.all() == windowed.any()) or p <= 3:
         return True
     bounds = virtual_stage_layers(session)
-    mask = model_math.moe_layer_mask(m)
+    # each layer's kind: 2 * windowed + MoE
+    mask = 2 * windowed.astype(np.int64) + (model_math.moe_layer_mask(m) if m.is_moe else 0)
     v = num_chunks(pl)
 
     def pattern(i: int) -> tuple:

@@ -166,3 +166,32 @@ def test_megatron_window_arguments_round_trip(tmp_path):
     path.write_text(script.replace("'(128,0)'", "'(128,128)'"))
     with pytest.raises(MegatronArgsError, match="to the right"):
         import_file(path, name=s.model.name)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_sweep_times_windowed_interleaved_plans_as_simulate(moe):
+    """With 2 layers per chunk and every third layer full, the stages hold their windowed
+    layers at different places: no stage stands for another (core.graph._middle_stages_alike),
+    and the sweep's fast path gives simulate's time."""
+    import dataclasses
+
+    from core.session import load_any
+    from core.simulate import simulate
+    from core.sweep import SweepSpace, run_sweep
+    from tests.conftest import ROOT
+
+    s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")
+    kw = dict(attention_kernel="flash", window_size=512, window_attn_skip_freq=3)
+    if moe:
+        kw.update(num_experts=8, moe_layer_frequency=2, moe_first_dense_layers=1)
+    pl = dataclasses.replace(s.plan, tensor_parallel=2, pipeline_parallel=4, data_parallel=1,
+                             micro_batch_size=2, schedule="interleaved", recompute="none",
+                             virtual_pipeline_stages=3, sequence_parallel=True)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, **kw), plan=pl)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[2], pipeline_parallel=[4], data_parallel=[1],
+                       micro_batch_sizes=[2], schedules=["interleaved"], recompute=["none"],
+                       virtual_pipeline_stages=[3], sequence_parallel=[True], expert_parallel=[1])
+    res = run_sweep(s, space)
+    assert res.num_plans == 1
+    assert float(res.iteration_time_s[0]) == pytest.approx(
+        simulate(s).report.iteration_time_s, rel=1e-12)
