@@ -1037,13 +1037,15 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
     return -(-vocab_size // multiple) * multiple
 
 
-def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost")
-             ) -> list[FieldError]:
+def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost"),
+             model_checked: bool = False) -> list[FieldError]:
     """Return every rule the session breaks (empty list when valid).
 
     ``sections``: the sections whose fields are checked one by one (type, bounds,
     choices); a plan sweep checks the model, cluster and cost once and then only each
-    candidate's plan (the cross-field rules below are always checked).
+    candidate's plan (the cross-field rules below are always checked). ``model_checked``:
+    the caller has validated this model and found it valid, so the rules of the model alone
+    (:func:`_model_feature_errors`) are not checked again (a plan sweep, once per candidate).
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
@@ -1065,7 +1067,8 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
             errs += section_errors(section, obj)
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
-    errs += [e for e in _model_feature_errors(m) if e.field not in reported]
+    if not model_checked:
+        errs += [e for e in _model_feature_errors(m) if e.field not in reported]
     if c.gpu not in GPU_KINDS and not c.profile_path:
         errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))

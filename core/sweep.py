@@ -482,7 +482,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             tp_comm_overlap=bool(base.tp_comm_overlap and sp))
                                         # model, cluster and cost were checked above
                                         if fields_ok(plan) and not validate(
-                                                Session(m, plan, cl, session.cost), sections=()):
+                                                Session(m, plan, cl, session.cost), sections=(),
+                                                model_checked=True):
                                             plans.append(plan)
     return plans
 
