@@ -386,6 +386,9 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
         flags = [x == "sliding_attention" for x in types]
     elif arch in ("MistralForCausalLM", "MixtralForCausalLM"):  # no switch: every layer
         flags = [window is not None] * layers
+    elif arch == "GptOssForCausalLM":  # Transformers' GptOssConfig default without layer_types:
+        # sliding on layers 1, 3, 5 ... (1-based), full on every second
+        flags = [window is not None and (i + 1) % 2 == 1 for i in range(layers)]
     else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
         return {}, "inactive (use_sliding_window is false)" if window is not None else ""
     if not any(flags):

@@ -58,6 +58,16 @@ def _model(cfg, **kw):
 
 # --------------------------------------------------------------------------- import, parameters
 
+def test_a_config_without_layer_types_takes_transformers_default_pattern():
+    """Transformers' GptOssConfig fills layer_types with sliding, full, sliding ... when the
+    config has none: the same model as the published config, not full attention everywhere."""
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "layer_types"}
+    m = session_from_hf_config(cfg, seq_length=4096).session.model
+    assert (m.window_size, m.window_attn_skip_freq) == (128, 2)
+    assert mm.window_layer_mask(m).tolist() == [t == "sliding_attention"
+                                                for t in GPT_OSS_120B["layer_types"]]
+
+
 def test_import_fields_of_gpt_oss_120b():
     imp = session_from_hf_config(GPT_OSS_120B, seq_length=4096)
     m = imp.session.model
