@@ -1141,6 +1141,18 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
     errs += _context_parallel_errors(m, pl, c)
+    if pl.tp_comm_overlap is True and pl.sequence_parallel is True:
+        if t == 1:  # Megatron-LM turns sequence parallelism off at t = 1, then refuses the overlap
+            errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs "
+                                   "tensor_parallel > 1 (Megatron-LM turns sequence parallelism "
+                                   "off at t = 1, and --tp-comm-overlap needs it)"))
+        elif t > c.gpus_per_node:
+            # Transformer Engine's userbuffers exchange over NVLink (CUDA IPC) inside a node
+            errs.append(FieldError("plan.tp_comm_overlap", f"tp_comm_overlap with "
+                                   f"tensor_parallel={t} across nodes of gpus_per_node="
+                                   f"{c.gpus_per_node} is not modelled (Transformer Engine's "
+                                   "userbuffers overlap a tensor-parallel group inside one NVLink "
+                                   "domain)"))
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "

@@ -479,7 +479,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                                                if rc == "selective" else None),
                                             # the base's TP overlap where the plan allows it
                                             # (Megatron: only with sequence parallelism)
-                                            tp_comm_overlap=bool(base.tp_comm_overlap and sp))
+                                            tp_comm_overlap=bool(base.tp_comm_overlap and sp
+                                                                 and 1 < t <= cl.gpus_per_node))
                                         # model, cluster and cost were checked above
                                         if fields_ok(plan) and not validate(
                                                 Session(m, plan, cl, session.cost), sections=(),

@@ -36,6 +36,17 @@ def test_needs_sequence_parallelism():
     assert not validate(_session(tp_comm_overlap=True))
 
 
+def test_refused_at_one_rank_and_across_nodes():
+    errs = validate(_session(tensor_parallel=1, data_parallel=4, global_batch_size=4,
+                             tp_comm_overlap=True))
+    assert [e.field for e in errs] == ["plan.tp_comm_overlap"] and "t = 1" in errs[0].message
+    s = _session(tensor_parallel=16, tp_comm_overlap=True)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, num_attention_heads=32,
+                                                         num_query_groups=16))
+    errs = validate(s)
+    assert [e.field for e in errs] == ["plan.tp_comm_overlap"] and "across nodes" in errs[0].message
+
+
 def test_hidden_time_is_the_closed_form_and_leaves_the_critical_path():
     """One stage, one replica: every task is on the critical path, so the iteration is
     shorter by exactly what the GEMMs hide: per layer and micro-batch, the all-gather and
@@ -94,6 +105,6 @@ def test_sweep_keeps_plans_without_sequence_parallelism():
                        recompute=["none"])
     plans = enumerate_plans(s, space)
     with_sp = {(p.tensor_parallel, p.sequence_parallel, p.tp_comm_overlap) for p in plans}
-    # t = 1 keeps one plan (the base's sequence_parallel); overlap only where t > 1 and sp
+    # t = 1 keeps one plan (the first sequence_parallel value); overlap only where t > 1 and sp
     assert with_sp == {(1, False, False), (2, False, False), (2, True, True),
                        (4, False, False), (4, True, True)}
