@@ -23,14 +23,15 @@ def add_source(isub: Any) -> None:
     """Add the ``hf`` source to the ``import`` command's sub-parsers (core/cli/imports.py)."""
     hf = isub.add_parser(
         "hf", help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3 and their "
-                   "MoE variants)",
+                   "MoE variants, DeepSeek-V2/V3, GPT-OSS)",
         description="Read a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM or the mixture-of-experts "
-                    "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM into a session "
-                    "with a default plan (one 8-GPU node). Fields that do not change the cost are "
-                    "listed as ignored; fields the simulator does not model are refused by name "
-                    "(exit status 2), as are DeepSeek-V2/V3 (multi-head latent attention) and "
-                    "GPT-OSS (sliding-window attention, attention sinks).")
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, the mixture-of-experts "
+                    "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                    "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (multi-head latent attention, "
+                    "multi-token prediction) or GptOssForCausalLM (sliding windows, attention "
+                    "sinks) into a session with a default plan (one 8-GPU node). Fields that do "
+                    "not change the cost are listed as ignored; fields the simulator does not "
+                    "model, and other architectures, are refused by name (exit status 2).")
     hf.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
     hf.add_argument("--out", metavar="SESSION.json", help="session file to write")
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
