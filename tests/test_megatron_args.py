@@ -355,6 +355,14 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
                   "--seq-length 128 --micro-batch-size 1 --vocab-size 9")
     assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "0"]) == 2
     assert "--num-gpus 0 must be a positive integer" in capsys.readouterr().err
+    # a configuration rule the arguments break: named with the file and the argument
+    args = _write(tmp_path, "b.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                  "--seq-length 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 9 "
+                  "--tensor-model-parallel-size 2 --tp-comm-overlap")
+    assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "b.txt: plan.tp_comm_overlap" in err and "(set by --tp-comm-overlap)" in err
+    assert not out.exists()
 
 
 #: Issue 11's fields: a session may use them while this version refuses them as "not modelled

@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _megatron(args: argparse.Namespace) -> int:
-    from ..config import GPU_KINDS, check, gpu_kind
+    from ..config import GPU_KINDS, ConfigError, FieldError, check, gpu_kind
     from ..console import Console, esc
-    from ..megatron_args import MegatronArgsError, import_file
+    from ..megatron_args import ARGUMENTS, MegatronArgsError, import_file
     from ..session import save_session
 
     for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
@@ -62,7 +62,16 @@ def _megatron(args: argparse.Namespace) -> int:
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
     res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu)
-    check(res.session)  # the configuration rules, each named (exit 2)
+    try:
+        check(res.session)  # the configuration rules, each named (exit 2)
+    except ConfigError as exc:  # named with the file and the arguments that set each field
+        flags: dict[str, list[str]] = {}
+        for flag, arg in ARGUMENTS.items():
+            for target in arg.targets:
+                flags.setdefault(target, []).append(flag)
+        raise ConfigError([FieldError(e.field, e.message + (
+            f" (set by {', '.join(flags[e.field])})" if e.field in flags else ""))
+            for e in exc.errors], source=str(args.file)) from None
     save_session(res.session, args.out)
     if args.json:
         from ..inputs import strict_dumps
