@@ -551,7 +551,10 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
             row.assume("fp8-label-tensorwise")
             return "fp8", "tensorwise"
         if "rowwise" in text_:
-            return "fp8", "rowwise"  # not a modelled recipe: validation names it
+            row.refuse("rowwise FP8 scaling", f"precision={text!r}: rowwise float8 scaling "
+                       "(torchao: one scale per row of each operand) is not modelled; the modelled "
+                       "recipes are delayed, tensorwise, mxfp8 and blockwise")
+            return "fp8", None
         if "blockwise" in text_ or "128x128" in text_:
             return "fp8", "blockwise"
         if "delayed" in text_:

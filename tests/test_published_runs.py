@@ -182,7 +182,7 @@ def test_notes_policies_on_real_rows(published):
     ("mxfp8 (32-element block scaling)", "mxfp8", "fp8-mxfp8"),
     ("mxfp8 (label 'FP8-MX')", "mxfp8", "fp8-mxfp8"),
     ("fp8 tensorwise (torchao float8 linears) + bf16", "tensorwise", "fp8-label-tensorwise"),
-    ("fp8 rowwise (torchao float8 linears) + bf16", "rowwise", None),
+    ("fp8 rowwise (torchao float8 linears) + bf16", None, None),  # refused: see below
     ("fp8 delayed scaling", "delayed", None),
     ("fp8", "tensorwise", "fp8-recipe-unstated"),
 ])
@@ -195,6 +195,9 @@ def test_fp8_labels_map_to_precision_and_recipe(label, recipe, assumption):
     inferred = _Row()
     _precision_policy("fp8 (inferred; see notes)", inferred)
     assert inferred.causes == ["precision not stated"]
+    rowwise = _Row()
+    _precision_policy("fp8 rowwise (torchao float8 linears) + bf16", rowwise)
+    assert rowwise.causes == ["rowwise FP8 scaling"]
 
 
 def test_fsdp_float8_all_gather_label_sets_fp8_param_gather():

@@ -83,6 +83,7 @@ _LABELS = {
     "plan.overlap_param_gather": "Overlap param gather",
     "plan.tp_comm_overlap": "Overlap TP comm",
     "plan.grad_reduce_dtype": "Gradient dtype",
+    "plan.fp8_recipe": "FP8 recipe",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
     "plan.account_for_embedding_in_pipeline_split": "Embedding in split",
@@ -120,6 +121,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.first_stage_layers": "even split",
               "plan.last_stage_layers": "even split",
               "plan.grad_reduce_dtype": "default (Megatron)",
+              "plan.fp8_recipe": "default (tensorwise)",
               "plan.data_parallel_shard_size": "all d (no HSDP)"}
 #: Decimals of floating-point spin boxes.
 _DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
