@@ -78,9 +78,9 @@ import numpy as np
 
 from . import model_math
 from . import schedules as pipeline_schedules
-from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError,
-                     FieldError, ParallelPlan, Session, check_value, pipeline_split_slots, plan_key,
-                     validate)
+from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
+                     ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
+                     pipeline_split_slots, plan_key, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -157,7 +157,9 @@ class SweepSpace:
         Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
         to 8 for which ``L`` divides by ``p*v``.
     recompute : sequence of str
-        Recomputation modes from :data:`core.config.RECOMPUTE_MODES`. Default: all.
+        Recomputation modes from :data:`core.config.RECOMPUTE_CHOICES`. Default: Megatron's
+        three (:data:`core.config.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
+        asked.
     sequence_parallel : sequence of bool, optional
         Sequence parallelism off / on. Default: the session plan's setting.
     zero_stages : sequence of int, optional
@@ -247,7 +249,7 @@ class SweepSpace:
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
         ints("context_parallel", self.context_parallel, allow_none=False)
-        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
+        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
             values = getattr(self, name)
             values = [values] if isinstance(values, str) else list(values or [])
             if not values:

@@ -359,3 +359,24 @@ def test_selective_op_hardware_flops():
     extra = mm.hardware_flops_per_iteration(m, pl) - mm.model_flops_per_iteration(m, pl)
     h, f = 4096, 11008
     assert extra == pytest.approx(64 * 4096 * 32 * (2 * h * h + 2 * h * h + 2 * h * f), rel=1e-12)
+
+
+def test_a_sweep_tries_per_op_checkpointing_when_asked():
+    """selective_op is not among the default recomputation modes (Megatron's three) and is
+    swept when named; its plans at t > 1 are refused, so only t = 1 plans carry it."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.sweep import SweepSpace, enumerate_plans
+
+    s = Session(MODEL_PRESETS["Llama 3 8B"],
+                ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                             micro_batch_size=1, global_batch_size=16, recompute="selective_op",
+                             zero_stage=3, precision="bf16"),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
+                       micro_batch_sizes=[1], schedules=["1f1b"])
+    assert "selective_op" not in {p.recompute for p in enumerate_plans(s, space)}
+    space = dataclasses.replace(space, recompute=["selective_op", "full"])
+    got = {(p.tensor_parallel, p.recompute) for p in enumerate_plans(s, space)}
+    assert got == {(1, "selective_op"), (1, "full"), (2, "full")}
+    assert not SweepSpace(num_gpus=8, recompute=["selective_op"]).errors()
+    assert [e.field for e in SweepSpace(num_gpus=8, recompute=["op"]).errors()] == ["sweep.recompute"]

@@ -17,7 +17,7 @@ import numpy as np
 from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.config import (RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
+from core.config import (RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
                          ParallelPlan, Session, pipeline_split_slots)
 from core.sweep import SweepSpace
 
@@ -169,7 +169,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         form.addRow("Context parallel cp", self.context_parallel)
 
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
-        self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_MODES, "sweep.recompute")
+        self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_CHOICES, "sweep.recompute")
         self.sp_boxes = _check_box_row(form, "Sequence parallel", ("off", "on"),
                                        "sweep.sequence_parallel")
         self.zero_boxes = _check_box_row(form, "ZeRO stages", [str(z) for z in ZERO_STAGES],

@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..config import RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError, check_all_but_the_plan
+from ..config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
+                      check_all_but_the_plan)
 from .common import check_number, session_from_args
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -53,7 +54,8 @@ def add_parser(sub: Any) -> None:
                     help="virtual stages per rank to try with the interleaved schedule "
                          "(default: 2 to 8 where the layers divide by p*v)")
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
-                    help=f"recomputation modes to try (default {','.join(RECOMPUTE_MODES)})")
+                    help=f"recomputation modes to try, of {','.join(RECOMPUTE_CHOICES)} "
+                         f"(default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
                     help="sequence parallelism off (n) and/or on (y) (default: CONFIG's setting)")
     sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
@@ -124,7 +126,7 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         pipeline_parallel=_ints("--pipeline-parallel", args.pipeline_parallel),
         micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
         schedules=_names("--schedules", args.schedules, SCHEDULES),
-        recompute=_names("--recompute", args.recompute, RECOMPUTE_MODES),
+        recompute=_names("--recompute", args.recompute, RECOMPUTE_CHOICES),
         sequence_parallel=(None if args.sequence_parallel is None else tuple(
             v == "y" for v in _names("--sequence-parallel", args.sequence_parallel, ("n", "y")))),
         zero_stages=(None if args.zero_stages is None else tuple(
