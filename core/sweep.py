@@ -196,7 +196,8 @@ class SweepSpace:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
-               "recompute_modules", "context_parallel", "expert_parallel")
+               "recompute_modules", "first_stage_layers", "last_stage_layers", "context_parallel",
+               "expert_parallel")
         if self.sequence_parallel is not None:  # with it the TP overlap (enumerate_plans)
             out += ("sequence_parallel", "tp_comm_overlap")
         if self.zero_stages is not None:
@@ -345,7 +346,8 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
 _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
-                 "tp_comm_overlap", "recompute_modules")
+                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
+                 "last_stage_layers")
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -388,8 +390,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         ts = _divisors(g)
         if space.tensor_parallel_across_nodes:
             ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
+    uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
+    # the even splits, and the base's own p when its first / last stages are uneven
     ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
-          else _divisors(pipeline_split_slots(m.num_layers, base)))
+          else sorted(set(_divisors(pipeline_split_slots(m.num_layers, base)))
+                      | ({base.pipeline_parallel} if uneven else set())))
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
@@ -476,6 +481,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             sequence_parallel=sp, zero_stage=z,
                                             recompute_num_layers=(base.recompute_num_layers
                                                                   if rc == "full" else None),
+                                            # the base's uneven first / last stages at its own p
+                                            first_stage_layers=(base.first_stage_layers if p ==
+                                                                base.pipeline_parallel else None),
+                                            last_stage_layers=(base.last_stage_layers if p ==
+                                                               base.pipeline_parallel else None),
                                             # the base's recomputed modules under selective
                                             recompute_modules=(base.recompute_modules
                                                                if rc == "selective" else None),

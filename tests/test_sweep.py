@@ -553,3 +553,19 @@ def test_batch_equals_simulate_with_the_embedding_and_loss_in_the_pipeline_split
     assert set(result.pipeline_parallel.tolist()) == {2, 4}
     assert {2, 3, 6} <= set(result.virtual_pipeline_stages[result.schedule == "interleaved"])
     check_against_simulate(result, range(result.num_plans))
+
+
+def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
+    """61 layers (DeepSeek-V3's count) split evenly only over p = 1 or 61; a base plan with
+    uneven first and last stages at p = 4 is among the default candidates, with its stages,
+    and other p values split evenly."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=61)
+    s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=2,
+                                micro_batch_size=1, global_batch_size=16, recompute="full",
+                                first_stage_layers=16, last_stage_layers=15, precision="bf16"),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    plans = enumerate_plans(s, SweepSpace(num_gpus=8, tensor_parallel=[1], micro_batch_sizes=[1],
+                                          schedules=["1f1b"], recompute=["full"]))
+    got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
+    assert got == {(1, None, None), (4, 16, 15)}
