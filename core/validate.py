@@ -361,6 +361,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "bandwidth-per-node-as-printed": "the printed interconnect figure, which the source does "
+                                     "not say is per node or per GPU, is the node's total "
+                                     "scale-out bandwidth (the column's definition)",
     "fsdp1-bf16-reduce": "PyTorch FSDP1 in bf16 mixed precision reduces gradients in bf16 "
                          "(MixedPrecision with reduce_dtype bf16, as fms-fsdp's bfSixteen policy); "
                          "FSDP2 (torchtitan) and Megatron keep their fp32 default",
@@ -827,6 +830,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif re.search(r"async TP", framework + " " + str(v.get("notes", "") or "")):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
+    if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):
+        rw.assume("bandwidth-per-node-as-printed")
     gpu_text = str(get["gpu"])
     cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
                             inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",

@@ -129,6 +129,10 @@ def test_megatron_bridge_dense_row_policies(published):
 
 def test_notes_policies_on_real_rows(published):
     _, ms = published
+    # fms-fsdp rows: the printed 400/800 Gbps taken as the node's total, named
+    for row in range(36, 44):
+        assert "bandwidth-per-node-as-printed" in _names(ms[row - 1]), row
+    assert "bandwidth-per-node-as-printed" not in _names(ms[0])
     qwen = ms[13]  # row 14: Qwen3-235B-A22B on 256 B200, p=8, 94 layers, mxfp8
     assert qwen.session.model.qk_layernorm
     if _has_field(ParallelPlan, "account_for_embedding_in_pipeline_split"):
