@@ -501,6 +501,63 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     return plans
 
 
+def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
+    """Why a sweep of ``space`` found no plan, as :class:`core.config.FieldError` s (the command
+    line's and the Explore tab's message): the budget, then the rules each value given for t, p,
+    b or cp breaks on its own (the others at 1), and each virtual-stage count v no
+    pipeline-parallel size tried can hold."""
+    return ([FieldError("sweep", f"no valid plan for {session.model.name} with global batch "
+                                 f"{session.plan.global_batch_size} in this budget "
+                                 f"({budget_text(space)})")] + _why_no_plan(session, space))
+
+
+def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
+    """The rules each value given for t, p or b breaks on its own (the others at 1), and each
+    virtual-stage count v no pipeline-parallel size tried can hold."""
+    out = []
+    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                schedule="1f1b",
+                # the modules the plan recomputes need selective recomputation
+                recompute="selective" if session.plan.recompute_modules is not None else "full",
+                recompute_num_layers=None,
+                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
+                context_parallel=1)
+    for option, values, name in (
+            ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
+            ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
+            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
+            ("--context-parallel", space.context_parallel, "context_parallel")):
+        for v in values or ():
+            probe = session.copy()
+            probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
+            out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
+    if "interleaved" in space.schedules:
+        L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
+        what = (f"num_layers={L}" if L == session.model.num_layers else
+                f"num_layers + embedding + loss = {L} layer slots")
+        ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
+        for v in space.virtual_pipeline_stages or range(2, 9):
+            if not any(L % (p * v) == 0 for p in ps):
+                out.append(FieldError(f"--virtual-pipeline-stages {v}", (
+                    f"the interleaved schedule needs {what} divisible by "
+                    f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
+                    f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
+    return out
+
+
+def budget_text(space: SweepSpace) -> str:
+    """The GPU budget of ``space`` in words ('exactly 8 GPUs; d <= 4')."""
+    parts = []
+    if space.num_gpus is not None:
+        parts.append(f"exactly {', '.join(map(str, space.gpu_counts()))} GPUs")
+    if space.max_gpus is not None:
+        parts.append(f"at most {space.max_gpus:,} GPUs")
+    if space.max_data_parallel is not None:
+        parts.append(f"d <= {space.max_data_parallel}")
+    return "; ".join(parts)
+
+
+
 # --------------------------------------------------------------------------- batch solver
 
 # --------------------------------------------------------------------------- Pareto

@@ -290,3 +290,20 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
         ("none", None), ("selective", "core_attn,mlp"), ("full", None)}
     result = run_sweep(s, space)
     assert result.num_plans == len(plans)
+
+
+def test_why_a_sweep_found_no_plan_is_not_the_recomputed_modules():
+    """The reasons of an empty sweep probe each value with the plan's own recomputation: a
+    session with recompute_modules gets the rule t = 3 breaks, not a recompute_modules one."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.sweep import SweepSpace, no_plan_errors
+
+    s = Session(MODEL_PRESETS["Llama 3 8B"],
+                ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                             micro_batch_size=1, global_batch_size=16, recompute="selective",
+                             recompute_modules="core_attn,mlp", precision="bf16"),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    errs = no_plan_errors(s, SweepSpace(num_gpus=8, tensor_parallel=[3], schedules=["1f1b"]))
+    assert errs[0].field == "sweep" and "exactly 8 GPUs" in errs[0].message
+    assert {e.field for e in errs[1:]} == {"--tensor-parallel 3"}
+    assert not any("recompute_modules" in e.message for e in errs)

@@ -121,6 +121,7 @@ class ExploreTab(QtWidgets.QWidget):
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._session = Session()
+        self._run_inputs: tuple | None = None  # (session, space) of the latest run
         self._result: SweepResult | None = None
         self._selected: int | None = None
         self._shown_mask = np.empty(0, bool)
@@ -399,6 +400,7 @@ class ExploreTab(QtWidgets.QWidget):
             return False
         if self.settings_panel.mark_used():
             self.settings_changed.emit()
+        self._run_inputs = (self._session.copy(), space)  # for the reasons of an empty sweep
         self.runner.start(self._session, space, self.settings_panel.deadline_days(),
                           options=self.settings_panel.execution())
         return True
@@ -527,6 +529,15 @@ class ExploreTab(QtWidgets.QWidget):
         rate = result.num_plans / seconds if seconds > 0 else 0.0
         text = (f"{format_count(result.num_plans)} plans ({format_count(result.num_feasible)} fit in "
                 f"memory) in {seconds:,.1f} s, {format_count(rate)} plans/s")
+        inputs = self._run_inputs
+        if result.num_plans == 0 and inputs is not None:  # why, as the command line says it
+            from core.sweep import no_plan_errors
+            reasons = no_plan_errors(*inputs)
+            self._set_status("\n".join(str(e) for e in reasons[:4])
+                             + (f"\n(+{len(reasons) - 4} more)" if len(reasons) > 4 else ""),
+                             error=True)
+            self.sweep_finished.emit(result)
+            return
         if result.warnings:
             from core.comm import summarize_warnings
             folded = summarize_warnings(result.warnings)

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import Console
     from ..inputs import strict_dumps
-    from ..sweep import run_sweep
+    from ..sweep import no_plan_errors, run_sweep
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -173,9 +173,7 @@ def run(args: argparse.Namespace) -> int:
                                dask=dask,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     if result.num_plans == 0:
-        raise ConfigError([FieldError("sweep", f"no valid plan for {session.model.name} with "
-                                      f"global batch {session.plan.global_batch_size} in this budget "
-                                      f"({_budget_text(space)})")] + _why_no_plan(session, space))
+        raise ConfigError(no_plan_errors(session, space))
     if args.out:
         result.write_csv(args.out)
     if args.json:
@@ -183,50 +181,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_result(result, Console(), args.out)
     return 0
-
-
-def _why_no_plan(session, space) -> list:
-    """The rules each value given for t, p or b breaks on its own (the others at 1), and each
-    virtual-stage count v no pipeline-parallel size tried can hold."""
-    from ..config import validate
-    out = []
-    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-                schedule="1f1b", recompute="full", recompute_num_layers=None,
-                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
-                context_parallel=1)
-    for option, values, name in (
-            ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
-            ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
-            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
-            ("--context-parallel", space.context_parallel, "context_parallel")):
-        for v in values or ():
-            probe = session.copy()
-            probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
-            out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
-    if "interleaved" in space.schedules:
-        from ..config import pipeline_split_slots
-        L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
-        what = (f"num_layers={L}" if L == session.model.num_layers else
-                f"num_layers + embedding + loss = {L} layer slots")
-        ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
-        for v in space.virtual_pipeline_stages or range(2, 9):
-            if not any(L % (p * v) == 0 for p in ps):
-                out.append(FieldError(f"--virtual-pipeline-stages {v}", (
-                    f"the interleaved schedule needs {what} divisible by "
-                    f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
-                    f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
-    return out
-
-
-def _budget_text(space) -> str:
-    parts = []
-    if space.num_gpus is not None:
-        parts.append(f"exactly {', '.join(map(str, space.gpu_counts()))} GPUs")
-    if space.max_gpus is not None:
-        parts.append(f"at most {space.max_gpus:,} GPUs")
-    if space.max_data_parallel is not None:
-        parts.append(f"d <= {space.max_data_parallel}")
-    return "; ".join(parts)
 
 
 def _money(usd: float) -> str:
@@ -284,10 +238,11 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     import numpy as np
 
     from ..console import esc
+    from ..sweep import budget_text
     s = result.session
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
-                  f"/GPU-hour; budget: {_budget_text(result.space)}")
+                  f"/GPU-hour; budget: {budget_text(result.space)}")
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "

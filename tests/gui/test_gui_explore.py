@@ -554,3 +554,16 @@ def test_table_shows_each_plans_error_band(qtbot, small_result):
     assert text.endswith(" s") or text.endswith(" ms")
     assert ("⚠" in text) == (not iv.in_calibration_range)
     assert "90% of runs like this one" in model.data(model.index(0, col), Qt.ItemDataRole.ToolTipRole)
+
+
+def test_a_sweep_without_plans_says_why(window, qtbot, tmp_path, real_simulate):
+    """No valid plan (t = 3 divides neither the heads nor the node): the status names the budget
+    and the rule the value breaks, as the command line does."""
+    settings = {"space": SweepSpace(max_gpus=8, tensor_parallel=(3,), micro_batch_sizes=(1,),
+                                    schedules=("1f1b",)).to_dict(), "deadline_days": None}
+    with qtbot.waitSignal(window.result_shown, timeout=30_000):
+        assert window.open_path(_session_file(tmp_path, sweep=settings))
+    result = _run(window, qtbot)
+    assert result.num_plans == 0
+    text = window.explore.status_text
+    assert "no valid plan" in text and "--tensor-parallel 3" in text
