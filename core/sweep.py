@@ -68,6 +68,7 @@ import csv
 import dataclasses
 import io
 import math
+import operator
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -1172,8 +1173,21 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
                                   lookup_cache, compiled))
     # Cost, as core.simulate computes it.
-    flops = np.array([model_math.model_flops_per_iteration(model, pl) for pl in plans])
-    hw_flops = np.array([model_math.hardware_flops_per_iteration(model, pl) for pl in plans])
+    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
+    flops_memo: dict[tuple, tuple[float, float]] = {}
+    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in ("data_parallel", "micro_batch_size")])
+
+    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
+        k = others(plan_key(pl))
+        got = flops_memo.get(k)
+        if got is None:
+            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
+                                   model_math.hardware_flops_per_iteration(model, pl))
+        return got
+
+    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
+    flops, hw_flops = both[:, 0], both[:, 1]
     figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
                       model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
                       peak_flops_per_gpu=mfu_peak_flops(store, session.plan.precision),
