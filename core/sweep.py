@@ -836,13 +836,16 @@ class SweepResult:
 def _plan_columns(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
     """One array per plan field: int64, bool or str when every value is one, object otherwise."""
     out = {}
-    for name in PLAN_COLUMNS:
-        values = [getattr(pl, name) for pl in plans]
-        if values and all(isinstance(v, bool) for v in values):
+    get = operator.attrgetter(*PLAN_COLUMNS)
+    columns = list(zip(*map(get, plans))) if plans else [()] * len(PLAN_COLUMNS)
+    for name, values in zip(PLAN_COLUMNS, columns):
+        values = list(values)
+        kinds = set(map(type, values))
+        if kinds == {bool}:
             out[name] = np.array(values, bool)
-        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        elif kinds == {int}:
             out[name] = np.array(values, np.int64)
-        elif values and all(isinstance(v, str) for v in values):
+        elif kinds == {str}:
             out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
         else:
             out[name] = np.array(values, dtype=object)
