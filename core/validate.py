@@ -862,6 +862,23 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     return m
 
 
+def row_memory(m: Measurement) -> tuple[float, float] | None:
+    """``(need, capacity)`` in bytes: what the memory model gives the fullest GPU of a row's plan
+    (:func:`core.simulate.stage_memory`, no reserve) and the GPU's whole memory; None when the
+    row has no session or its store cannot be read. A run that was measured ran: a predicted
+    row whose need exceeds the capacity is a miss of the memory model (or of an assumption)."""
+    from .simulate import memory_verdict, session_profile, stage_memory
+
+    if m.session is None:
+        return None
+    try:
+        capacity = float(session_profile(m.session).memory_bytes)
+        need, _, _ = memory_verdict(stage_memory(m.session), capacity, 0.0)
+    except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
+        return None
+    return float(need), capacity
+
+
 #: How far beyond a GPU's whole memory a plan under an assumed (not stated) recompute=none may
 #: be estimated before the assumption counts as contradicted (:func:`_check_assumed_recompute`).
 RECOMPUTE_MEMORY_TOLERANCE = 0.10

@@ -250,6 +250,14 @@ def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
     assert r2["gpu"] == "H100-SXM5-80GB" and r2["kind"] == "dense" and r2["precision"] == "fp8"
     assert any(a.startswith("megatron-recompute-default:") for a in r2["assumptions"])
     assert set(out["by_group"]) >= {"gpu", "kind", "precision"}
+    # the memory model against the runs: each predicted row's need and its GPU's capacity
+    from core.simulate import stage_memory
+    from core.validate import row_memory
+    need, capacity = row_memory(published[1][1])
+    assert need == max(x.total_bytes for x in stage_memory(published[1][1].session))
+    assert r2["memory_need_gib"] == pytest.approx(need / 2**30)
+    assert r2["memory_capacity_gib"] == pytest.approx(capacity / 2**30) == 80.0
+    assert all(r["memory_need_gib"] is None for r in out["rows"] if r["predicted_s"] is None)
 
 
 def test_cross_validate_with_fewer_rows_than_folds_is_leave_one_out(tmp_path, capsys):

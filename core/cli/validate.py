@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import Console, esc
     from ..inputs import strict_dumps
-    from ..validate import ValidationResult, predict_rows, read_measurements, skip_counts
+    from ..validate import (ValidationResult, predict_rows, read_measurements, row_memory,
+                            skip_counts)
 
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
@@ -139,6 +140,15 @@ def run(args: argparse.Namespace) -> int:
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
     used = [m for m, u in zip(ms, result.used) if u]
+    over = []  # the memory model against runs that ran
+    for m in used:
+        mem = row_memory(m)
+        if mem is not None and mem[0] > mem[1]:
+            over.append(f"row {m.row} {mem[0] / 2**30:,.1f} of {mem[1] / 2**30:,.1f} GiB")
+    if over:
+        console.print(f"memory model: {len(over)} of {len(used)} predicted rows need more than "
+                      f"their GPU's memory, though the runs ran: {esc('; '.join(over))}",
+                      highlight=False)
     named: dict[str, int] = {}
     for m in used:
         for a in m.assumptions:
@@ -207,10 +217,15 @@ def _row_records(result) -> list[dict]:
     """Every row with its prediction, error, MFU at the measured and the predicted time, skip
     reason and causes, and named assumptions."""
     import math
+
+    from ..validate import row_memory
     out = []
     for m, pred in zip(result.measurements, result.predicted_s):
         ok = not math.isnan(pred)
+        mem = row_memory(m) if ok else None
         out.append({"row": m.row, **m.group, "measured_s": m.measured_s,
+                    "memory_need_gib": mem[0] / 2**30 if mem else None,
+                    "memory_capacity_gib": mem[1] / 2**30 if mem else None,
                     "predicted_s": float(pred) if ok else None,
                     "error_percent": (pred - m.measured_s) / m.measured_s * 100 if ok else None,
                     "mfu_at_measured": _mfu(m.session, m.measured_s) if ok else None,
