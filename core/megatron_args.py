@@ -511,6 +511,8 @@ def read_launch(text: str, source: str = "arguments") -> Launch:
             commands.append((flat[:script], args, Path(launcher).name, flat[script]))
         elif any(w.startswith("--") for w in flat):
             loose += flat
+        elif len(flat) == 1 and loose and loose[-1].startswith("--"):
+            loose += flat  # an argument file with one word per line: the value of the flag above
     if commands:
         with_model = [c for c in commands if "--num-layers" in c[1] or any(
             a.startswith("--num-layers=") for a in c[1])]

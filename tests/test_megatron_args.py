@@ -347,6 +347,16 @@ def test_bad_launches_are_named(tmp_path, text, kw, needle):
     assert needle in str(err.value) and "bad.sh" in str(err.value)
 
 
+def test_an_argument_file_with_one_word_per_line_reads_as_one_list(tmp_path):
+    words = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16",
+             "--seq-length", "1024", "--micro-batch-size", "1", "--global-batch-size", "8",
+             "--vocab-size", "32000", "--bf16"]
+    launch = read_launch("\n".join(words) + "\n", "a.txt")
+    assert launch.arguments == words
+    s = session_from_launch(launch, num_gpus=8).session
+    assert (s.model.num_layers, s.model.hidden_size, s.plan.global_batch_size) == (4, 1024, 8)
+
+
 def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["import", "megatron-args", str(tmp_path / "missing.sh"), "--out", str(out)]) == 2
