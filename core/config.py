@@ -1435,7 +1435,7 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.recompute", "recompute='selective_op' with multi-head latent "
                                "attention is not modelled (torchtitan's save list of MLA's "
                                "matmuls)"))
-    if mla and getattr(pl, "tp_comm_overlap", False) is True:
+    if mla and pl.tp_comm_overlap is True:
         errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
                                "attention is not modelled (the overlap of MLA's latent "
                                "all-gathers and gradient reduce-scatters with its up and down "

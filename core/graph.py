@@ -534,8 +534,7 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
 def _tp_overlap(plan) -> bool:
     """Whether the plan overlaps its tensor-parallel collectives with GEMMs
     (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``)."""
-    return bool(getattr(plan, "tp_comm_overlap", False) and plan.sequence_parallel
-                and plan.tensor_parallel > 1)
+    return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
 
 
 #: The layer ops whose sequence-parallel collectives ``tp_comm_overlap`` overlaps with a GEMM,
@@ -1665,8 +1664,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     # the derived ops looked up also follow the recomputed modules, the TP overlap, per-op
     # selective checkpointing and multi-token prediction (its ops only with MTP layers)
     okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
-            *(("selective_op",) if pl.recompute == "selective_op" else ()),
-            model_math.mtp_layers(m) > 0)
+            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
     if cache is None:
         ops = lookup_op_times(session, store)
     else:

@@ -870,7 +870,6 @@ def _mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
     qkn = bool(int(key.get("qkn", 0) or 0))
     q_cols, kv_cols, ctx = heads * dqk, heads * (qk + dv), heads * dv
-    q_in = ql or h  # the query up-projection's input (the hidden state without compression)
     pairs = attended_pairs(s)
     flops = 2.0 * b * heads * pairs * (dqk + dv)
     core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
@@ -1385,25 +1384,21 @@ PART_OPS: dict[str, Callable[[str], bool]] = {
 #: backward: the projection's and fc2's input-gradient GEMMs, whose output gradient is
 #: gathered) and the reduce-scatter after a row-parallel one with its GEMM (forward: the
 #: projection and fc2; backward: the QKV's and fc1's input-gradient GEMMs).
-TP_OVERLAP_GEMMS: dict[tuple[str, str], str] = {
-    ("attention_fwd", "all_gather"): "attention_qkv_gemm",
-    ("attention_fwd", "reduce_scatter"): "attention_proj_gemm",
-    ("attention_bwd", "all_gather"): "attention_proj_dgrad_gemm",
-    ("attention_bwd", "reduce_scatter"): "attention_qkv_dgrad_gemm",
-    ("mlp_fwd", "all_gather"): "mlp_fc1_gemm",
-    ("mlp_fwd", "reduce_scatter"): "mlp_fc2_gemm",
-    ("mlp_bwd", "all_gather"): "mlp_fc2_dgrad_gemm",
-    ("mlp_bwd", "reduce_scatter"): "mlp_fc1_dgrad_gemm",
+_TP_OVERLAP_KERNELS: dict[tuple[str, str], str] = {
+    ("attention_fwd", "all_gather"): "qkv", ("attention_fwd", "reduce_scatter"): "proj",
+    ("attention_bwd", "all_gather"): "proj_dgrad", ("attention_bwd", "reduce_scatter"): "qkv_dgrad",
+    ("mlp_fwd", "all_gather"): "fc1", ("mlp_fwd", "reduce_scatter"): "fc2",
+    ("mlp_bwd", "all_gather"): "fc2_dgrad", ("mlp_bwd", "reduce_scatter"): "fc1_dgrad",
 }
-_TP_GEMM_KERNEL = {"attention_qkv_gemm": "qkv", "attention_proj_gemm": "proj",
-                   "attention_proj_dgrad_gemm": "proj_dgrad", "attention_qkv_dgrad_gemm": "qkv_dgrad",
-                   "mlp_fc1_gemm": "fc1", "mlp_fc2_gemm": "fc2", "mlp_fc2_dgrad_gemm": "fc2_dgrad",
-                   "mlp_fc1_dgrad_gemm": "fc1_dgrad"}
+#: (op, collective) -> the derived op of that GEMM ("attention_qkv_gemm", "mlp_fc1_dgrad_gemm" ...)
+TP_OVERLAP_GEMMS: dict[tuple[str, str], str] = {
+    (base, kind): f"{base.split('_')[0]}_{kernel}_gemm"
+    for (base, kind), kernel in _TP_OVERLAP_KERNELS.items()}
 for (_base, _kind), _op in TP_OVERLAP_GEMMS.items():
     DERIVED_OPS[_op] = _base
-    PART_OPS[_op] = (lambda name, _k=_TP_GEMM_KERNEL[_op]: name == _k)
+    PART_OPS[_op] = (lambda name, _k=_TP_OVERLAP_KERNELS[_base, _kind]: name == _k)
 #: Derived ops only plans with ``tp_comm_overlap`` look up.
-TP_OVERLAP_OPS = tuple(_TP_GEMM_KERNEL)
+TP_OVERLAP_OPS = tuple(TP_OVERLAP_GEMMS.values())
 
 #: The derived ops each recomputed module runs (core_attn: ``attention_core_fwd``).
 MODULE_OPS: dict[str, tuple[str, ...]] = {

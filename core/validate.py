@@ -39,8 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, ClusterConfig, CostConfig, ModelConfig,
-                     ParallelPlan, Session, gpu_kind, validate)
+from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, ClusterConfig, CostConfig,
+                     ModelConfig, ParallelPlan, Session, gpu_kind, validate)
 from .config import rename_field
 from .inputs import read_text
 
@@ -827,7 +827,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")
             plan.tp_comm_overlap = True
-        elif re.search(r"async TP", framework + " " + str(v.get("notes", "") or "")):
+        elif re.search(r"async TP", f"{framework} {notes}"):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):
@@ -890,18 +890,15 @@ def _check_assumed_recompute(m: Measurement) -> None:
     whole capacity) is no assumption to predict
     on: the run must have recomputed (or offloaded) something, which is not stated. Skip the
     row, naming the memory it would need."""
-    from .simulate import memory_verdict, session_profile, stage_memory
-
-    try:
-        capacity = session_profile(m.session).memory_bytes
-        # against the whole capacity and a tolerance: the reserve is a planner's margin, and the
-        # memory model is an estimate, so only a plan clearly beyond the GPU contradicts it
-        need, _, _ = memory_verdict(stage_memory(m.session), capacity, 0.0)
-        fits = need <= capacity * (1 + RECOMPUTE_MEMORY_TOLERANCE)
-        why = (f"needs {need / 2**30:.1f} GiB per GPU, more than {RECOMPUTE_MEMORY_TOLERANCE:.0%} "
-               f"beyond the GPU's {capacity / 2**30:.1f} GiB")
-    except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
+    mem = row_memory(m)
+    if mem is None:  # the simulator names what it cannot model when predicting
         return
+    need, capacity = mem
+    # against the whole capacity and a tolerance: the reserve is a planner's margin, and the
+    # memory model is an estimate, so only a plan clearly beyond the GPU contradicts it
+    fits = need <= capacity * (1 + RECOMPUTE_MEMORY_TOLERANCE)
+    why = (f"needs {need / 2**30:.1f} GiB per GPU, more than {RECOMPUTE_MEMORY_TOLERANCE:.0%} "
+           f"beyond the GPU's {capacity / 2**30:.1f} GiB")
     if not fits:
         m.skip_reason = (f"recompute is empty and Megatron-Core's default (none) {why}: the run "
                          "must have recomputed or offloaded activations, which the source does not "

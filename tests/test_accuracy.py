@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
@@ -15,9 +14,8 @@ from core.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
 from core.ops import DEFAULT_OP_MODEL
 from core.profiles_gen import generate_store
 from core.simulate import simulate
-from core.validate import (MeasurementFileError, error_metrics, predict_rows, read_measurements,
-                           skip_counts)
-from tests.conftest import SHARED, shared_file
+from core.validate import MeasurementFileError, error_metrics, predict_rows, read_measurements
+from tests.conftest import shared_file
 
 GENERAL_HEADER = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
                   "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"

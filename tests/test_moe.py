@@ -19,7 +19,6 @@ from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, valid
 from core.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
 from core.graph_types import KINDS, OPS, STREAMS
 from core.ops import analytic_op_time, op_kernels
-from core.profile_store import ProfileStore
 from core.simulate import session_profile, simulate
 
 

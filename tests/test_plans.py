@@ -19,7 +19,6 @@ from core.profile_store import ProfileStore
 from core.report import StageMemory
 from core.session import load_any
 from core.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
-from core.solver import solve
 from tests.conftest import case_file
 
 GPT3 = MODEL_PRESETS["GPT-3 175B"]
