@@ -37,9 +37,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import schedules
-from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
-                     padded_vocab_size, recompute_modules, stage_layer_counts, tensor_dtype,
-                     virtual_stage_layer_counts, zero_shard_size)
+from .config import (FP8_DEFAULT_RECIPE, PLAN_FIELDS, ModelConfig, ParallelPlan, fp8_recipe,
+                     grad_dtype, padded_vocab_size, plan_key, recompute_modules,
+                     stage_layer_counts, tensor_dtype, virtual_stage_layer_counts,
+                     zero_shard_size)
 from .report import StageMemory
 
 __all__ = [
@@ -2173,10 +2174,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
-    experts = expert_params_per_gpu(model, plan)
-    n = params_per_gpu(model, plan) - experts
-    w, g, o = bytes_per_parameter(plan)
-    we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
+    weights, grads, opt = _state_bytes(model, plan, fp8_tn)
     counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
@@ -2192,20 +2190,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
-    sharded, replicated = family_of(model).layer_parameters(model)
-    gathered = (param_gather_bytes(plan, sharded / t + replicated,
-                                   fp8_linear_params_per_layer(model, t))
-                if plan.zero_stage >= 3 else 0.0)
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
-    recipe = fp8_recipe(plan)
-    fp8_w = np.zeros(len(counts))
-    if recipe is not None:
-        fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
-        if plan.zero_stage >= 3:
-            fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
-        elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
-            fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
     # every stage at once (numpy: the same IEEE operations in the same order as one by one)
     layers = np.array(counts, np.int64)
     keep_s = np.full(len(counts), keep)
@@ -2221,8 +2207,57 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
-    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
-            acts)
+    return weights.copy(), grads.copy(), opt.copy(), acts
+
+
+#: Plan fields the weights, gradients and optimizer state of :func:`stage_memory_arrays` do
+#: not read (the micro-batch size and the recomputation: activations only).
+STATE_FREE_PLAN_FIELDS = ("micro_batch_size", "recompute", "recompute_num_layers",
+                          "recompute_modules")
+_STATE_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in STATE_FREE_PLAN_FIELDS))
+_STATE: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, gradients and optimizer state of :func:`stage_memory_arrays`, float64 (p,)
+    each (read-only), memoized: a sweep's plans that differ only in the micro-batch size or the
+    recomputation share them. Keyed by every model field, ``fp8_tn`` and every plan field but
+    :data:`STATE_FREE_PLAN_FIELDS` (tests check that none of those changes them)."""
+    key = (_MODEL_FIELD_VALUES(model), _STATE_KEY(plan_key(plan)), bool(fp8_tn))
+    hit = _STATE.get(key)
+    if hit is None:
+        if len(_STATE) > 4096:
+            _STATE.clear()
+        hit = _STATE[key] = _state_bytes_of(model, plan, fp8_tn)
+        for a in hit:
+            a.setflags(write=False)
+    return hit
+
+
+def _state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_state_bytes` computed (see :func:`stage_memory_arrays` for the formulas)."""
+    t = plan.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    experts = expert_params_per_gpu(model, plan)
+    n = params_per_gpu(model, plan) - experts
+    w, g, o = bytes_per_parameter(plan)
+    we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
+    sharded, replicated = family_of(model).layer_parameters(model)
+    gathered = (param_gather_bytes(plan, sharded / t + replicated,
+                                   fp8_linear_params_per_layer(model, t))
+                if plan.zero_stage >= 3 else 0.0)
+    recipe = fp8_recipe(plan)
+    fp8_w = np.zeros(len(n))
+    if recipe is not None:
+        fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
+        if plan.zero_stage >= 3:
+            fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
+        elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
+            fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
+    return n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe
 
 
 def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:

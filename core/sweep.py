@@ -1148,6 +1148,30 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         if progress is not None:
             progress(done, n)
 
+    # What needs only the plans, before the batches: with workers, while the pool warms up
+    # rather than after the last batch, when no other core has work.
+    plan_columns = _plan_columns(plans)
+    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
+    flops_memo: dict[tuple, tuple[float, float]] = {}
+    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in ("data_parallel", "micro_batch_size")])
+
+    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
+        k = others(plan_key(pl))
+        got = flops_memo.get(k)
+        if got is None:
+            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
+                                   model_math.hardware_flops_per_iteration(model, pl))
+        return got
+
+    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
+    flops, hw_flops = both[:, 0], both[:, 1]
+    residuals = getattr(store, "residuals", None)
+    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
+                                               layer_parameters(model), coverage)
+    no_band = "" if residuals is not None else interval_for(
+        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
+        f"({store.provenance.get('method', 'unknown method')})").note
     if batches and (dask is not None or (workers > 1 and len(batches) > 1
                                          and n >= _PARALLEL_MIN_PLANS)):
         from . import sweep_parallel
@@ -1176,21 +1200,6 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
                                   lookup_cache, compiled))
     # Cost, as core.simulate computes it.
-    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    flops_memo: dict[tuple, tuple[float, float]] = {}
-    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                   if f not in ("data_parallel", "micro_batch_size")])
-
-    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
-        k = others(plan_key(pl))
-        got = flops_memo.get(k)
-        if got is None:
-            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
-                                   model_math.hardware_flops_per_iteration(model, pl))
-        return got
-
-    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
-    flops, hw_flops = both[:, 0], both[:, 1]
     figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
                       model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,
                       peak_flops_per_gpu=mfu_peak_flops(store, session.plan.precision),
@@ -1199,14 +1208,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)
     days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
-    residuals = getattr(store, "residuals", None)
-    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
-                                               layer_parameters(model), coverage)
-    no_band = "" if residuals is not None else interval_for(
-        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
-        f"({store.provenance.get('method', 'unknown method')})").note
     result = SweepResult(
-        session=session, space=space, plans=plans, plan_columns=_plan_columns(plans),
+        session=session, space=space, plans=plans, plan_columns=plan_columns,
         num_microbatches=num_mb, num_gpus=num_gpus,
         iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
         hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,

@@ -259,10 +259,12 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     """:func:`run_on_pool` with ``local``: this thread and a pool of ``procs`` processes take the
     batches from the two ends of one queue ordered by elements per plan.
 
-    This thread takes one batch at a time (a few ms each) and between them keeps one chunk
-    running on each process; a chunk is consecutive batches of about :data:`_GUIDED_SHARE` of
-    the estimated work left per process (at least :data:`_MIN_CHUNK_S`), so the chunks shrink
-    as the queue empties and the two sides end close together.
+    This thread takes one batch at a time (a few ms each) and between them keeps two chunks
+    on each process, one running and one waiting (sent ahead, so that a process that finishes
+    a chunk starts the next at once rather than waiting for this thread's batch to end); a
+    chunk is consecutive batches of about :data:`_GUIDED_SHARE` of the estimated work left per
+    process (at least :data:`_MIN_CHUNK_S`), so the chunks shrink as the queue empties and the
+    two sides end close together.
     """
     from collections import deque
 
@@ -294,7 +296,7 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     while queue or in_flight:
         if _cancelled(cancel):
             raise SweepCancelled("sweep cancelled")
-        while pool is not None and procs > 0 and queue and len(in_flight) < procs:
+        while pool is not None and procs > 0 and queue and len(in_flight) < 2 * procs:
             chunk = pool_chunk()
             in_flight[pool.submit(solve_chunk, data, model, cluster, cost, _jobs([chunk], plans)[0],
                                   pool_compiled)] = chunk

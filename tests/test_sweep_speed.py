@@ -72,3 +72,41 @@ def test_swept_times_equal_the_general_solver_on_the_per_op_graph():
         s = result.session_for(i)
         graph, _ = build_graph(s, store)
         assert result.iteration_time_s[i] == pytest.approx(solve(graph).iteration_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("preset, changes", [
+    ("GPT-3 1.3B", {}),
+    ("GPT-3 1.3B", dict(zero_stage=3, precision="fp8", fp8_param_gather=True)),
+    ("GPT-3 1.3B", dict(zero_stage=1, precision="fp8", fp8_param_gather=True, sequence_parallel=True)),
+    ("Llama 3 8B", dict(zero_stage=2, data_parallel_shard_size=2, context_parallel=2)),
+    ("Mixtral 8x7B", dict(expert_parallel=2, zero_stage=1, sequence_parallel=True)),
+    ("DeepSeek-V3", dict(expert_parallel=4, zero_stage=3, sequence_parallel=True, pipeline_parallel=1)),
+], ids=repr)
+def test_memory_state_does_not_depend_on_the_micro_batch_or_the_recomputation(preset, changes):
+    """core.model_math memoizes the weights, gradients and optimizer state of
+    stage_memory_arrays without the fields of STATE_FREE_PLAN_FIELDS in the key: if this
+    fails, they read one of those fields and the key must take it."""
+    from core import model_math as mm
+    model = MODEL_PRESETS[preset]
+    base = ParallelPlan(**{**_BASE, "data_parallel": 4, **changes})
+    variants = [dict(micro_batch_size=b, recompute=rc, recompute_num_layers=n, recompute_modules=mods)
+                for b in (1, 2) for rc, n, mods in (("none", None, None), ("full", None, None),
+                                                   ("full", 1, None), ("selective", None, None),
+                                                   ("selective", None, "core_attn,mlp"))]
+    states = []
+    for v in variants:
+        plan = dataclasses.replace(base, **v)
+        s = Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8), CostConfig())
+        if validate(s):
+            continue
+        state = mm._state_bytes_of(model, plan, True)
+        states.append((v, state))
+        # the memoized figures are those computed
+        for got, want in zip(mm.stage_memory_arrays(model, plan)[:3], state):
+            assert np.array_equal(got, want)
+    assert len(states) >= 4, "too few valid variants to compare"
+    (_, first), *rest = states
+    for v, state in rest:
+        for a, b in zip(first, state):
+            assert np.array_equal(a, b), v
+    assert set(mm.STATE_FREE_PLAN_FIELDS) == set(variants[0])
