@@ -66,11 +66,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gc
 import io
 import math
 import operator
+import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -1035,13 +1038,45 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     if dask is not None and not (isinstance(dask, str) and dask.strip()):
         raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
                                       "(tcp://host:8786) or 'local'")])
-    early = _early_pool(session, space, workers, dask)
+    with gc_paused():  # before the pool forks: its processes start with it paused too
+        early = _early_pool(session, space, workers, dask)
+        try:
+            return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
+                              dask, coverage, t0, early)
+        finally:
+            if early is not None:
+                early.shutdown(wait=False, cancel_futures=True)
+
+
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = 0         # sweeps (threads) running in gc_paused
+_GC_WAS_ENABLED = True
+
+
+@contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector off while the block runs, then as it was.
+
+    A sweep allocates hundreds of thousands of objects that hold no reference cycles (plans,
+    keys, small arrays: the MT-NLG example leaves about 800 objects in cycles in all), and the
+    collector's passes over the growing heap find nothing: about 0.25 s of its 3.5 s on one
+    core. Reference counting frees everything else as usual; what is in cycles is collected
+    when the collector runs again. Nested and concurrent uses (threads) count: the collector
+    is restored when the last one ends.
+    """
+    global _GC_PAUSES, _GC_WAS_ENABLED
+    with _GC_LOCK:
+        if _GC_PAUSES == 0:
+            _GC_WAS_ENABLED = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES += 1
     try:
-        return _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask,
-                          coverage, t0, early)
+        yield
     finally:
-        if early is not None:
-            early.shutdown(wait=False, cancel_futures=True)
+        with _GC_LOCK:
+            _GC_PAUSES -= 1
+            if _GC_PAUSES == 0 and _GC_WAS_ENABLED:
+                gc.enable()
 
 
 #: Candidates (t x p x d x b x schedule x recompute, before validation) from which a sweep on

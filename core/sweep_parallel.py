@@ -120,10 +120,11 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
     -------
     list of :func:`core.sweep.solve_batch` results, one per job, in order.
     """
-    from .sweep import solve_batch
+    from .sweep import gc_paused, solve_batch
     store, memo = _open_store(_INIT_DATA if data is None else data)
-    return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
-            for key, plans in jobs]
+    with gc_paused():  # as in the calling process (core.sweep.gc_paused)
+        return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
+                for key, plans in jobs]
 
 
 def _cancelled(cancel: Any) -> bool:
