@@ -1579,6 +1579,14 @@ def _span_structure(st: _Structure) -> _Structure:
                                window_layers=tuple(x - first for x in st.window_layers))
 
 
+@lru_cache(maxsize=4096)
+def _span_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+    """:func:`_stage_templates` of :func:`_span_structure` of ``st`` (cached: a sweep's layouts
+    hold about ten times fewer distinct structures than they have, and normalizing one costs
+    a ``dataclasses.replace``)."""
+    return _stage_templates(_span_structure(st))
+
+
 def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
                  ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
                  moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
@@ -1609,7 +1617,7 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
         values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
-            fwd, bwd, wgd = _stage_templates(_span_structure(struct))
+            fwd, bwd, wgd = _span_templates(struct)
             for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
                 if tmpl.has_side:
                     out[i, c] = _template_times(tmpl.timed(values))[2]
