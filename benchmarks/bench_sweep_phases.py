@@ -61,8 +61,10 @@ def _child(workers: int, log: str) -> None:
             try:
                 return fn(*args, **kw)
             finally:
-                c = time.thread_time() - c0
+                c_end = time.thread_time()
+                c = c_end - c0
                 cpu[label] += c
+                cpu[label + ":end"] = c_end
                 span = spans.setdefault(label, [t0, 0.0])
                 span[1] = time.perf_counter()
                 if log_it:
@@ -86,6 +88,7 @@ def _child(workers: int, log: str) -> None:
     result = sweep.run_sweep(session, sweep.SweepSpace(max_gpus=session.plan.num_gpus),
                              workers=workers)
     t_end = time.perf_counter()
+    c_end = time.thread_time()
     out = {"wall_s": result.wall_s, "num_plans": result.num_plans,
            "process_cpu_s": time.process_time() - c0}
     if workers == 1:
@@ -107,6 +110,7 @@ def _child(workers: int, log: str) -> None:
     out.update({
         "parent_before_first_batch_s": parent[0][0] if parent else float("nan"),
         "parent_after_last_batch_s": (t_end - t_start) - parent[-1][1] if parent else float("nan"),
+        "parent_after_last_batch_cpu_s": c_end - cpu["solve_batch:end"],
         "parent_batches_cpu_s": sum(c for _, _, c in parent),
         "pool_warm_cpu_s": sum(warm),
         "pool_chunks_cpu_s": sum(c for _, _, c in chunks),

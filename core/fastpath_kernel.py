@@ -20,6 +20,7 @@ once). :func:`available` says whether it can be used; without Numba, or with
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -31,14 +32,18 @@ _TRIED = False
 
 def available() -> bool:
     """Whether the compiled kernel can be used (Numba importable, not disabled by
-    ``VTRAIN_NO_NUMBA``); imports and compiles (or loads from the cache) on the first call."""
+    ``VTRAIN_NO_NUMBA``); imports Numba and compiles the kernel (or loads it from the cache)
+    on the first call."""
     global _KERNEL, _TRIED
     if not _TRIED:
         _TRIED = True
         if os.environ.get("VTRAIN_NO_NUMBA", "").strip() not in ("", "0"):
             return False
         try:
-            _KERNEL = _build()
+            with _blas_check_skipped():
+                kernel = _build()
+                _first_call(kernel)  # the machine code loaded (or compiled) now
+            _KERNEL = kernel
         except Exception:  # noqa: BLE001 -- any failure to import or compile: the numpy loop
             _KERNEL = None
     return _KERNEL is not None
@@ -47,14 +52,51 @@ def available() -> bool:
 def warm() -> bool:
     """Load the kernel now (Numba's import and the kernel's machine code, from its cache or
     compiled), so that the first batch does not wait for it; whether it is available."""
-    if not available():
-        return False
-    z = np.zeros((1, 3, 1, 1))
+    return available()
+
+
+def _first_call(kernel) -> None:
+    """Run ``kernel`` once on a one-item structure (the argument types of :func:`solve_items`),
+    which makes Numba load its machine code from the cache or compile it."""
     E = np.zeros((2, 1))
-    _KERNEL(z, np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
-            np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64), np.full((1, 1), -1, np.int64),
-            np.zeros((1, 1, 1)), E)
-    return True
+    kernel(np.zeros((1, 3, 1, 1)), np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64),
+           np.zeros((1, 1), np.int64), np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64),
+           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E)
+
+
+@contextmanager
+def _blas_check_skipped():
+    """Numba's first compilation imports its NumPy support, whose module checks once whether
+    SciPy's BLAS is importable (``numba.np.arraymath._HAVE_BLAS``: for ``np.dot`` and
+    ``np.linalg`` in compiled code, which this kernel does not use) by importing
+    ``scipy.linalg``: about 0.12 s of the 0.3-0.4 s each process spends loading the kernel.
+    While the kernel loads, that check (``numba.np.linalg.ensure_blas`` as the module imports
+    it) answers "no BLAS" without importing SciPy; it is put back afterwards (Numba's linear
+    algebra then works as before, its ``np.dot`` on small vectors without BLAS). Nothing is
+    changed when Numba's NumPy support is loaded already or its layout differs."""
+    try:
+        import sys
+
+        from numba.np import linalg
+        patch = "numba.np.arraymath" not in sys.modules and callable(linalg.ensure_blas)
+    except Exception:  # noqa: BLE001 -- another Numba: load as it does
+        patch = False
+    if not patch:
+        yield
+        return
+    saved = linalg.ensure_blas
+
+    def no_blas_check() -> None:
+        raise ImportError("the pipeline kernel needs no BLAS")
+
+    linalg.ensure_blas = no_blas_check
+    try:
+        yield
+    finally:
+        linalg.ensure_blas = saved
+        arraymath = sys.modules.get("numba.np.arraymath")
+        if getattr(arraymath, "ensure_blas", None) is no_blas_check:
+            arraymath.ensure_blas = saved
 
 
 def loaded() -> bool:

@@ -47,6 +47,9 @@ CHUNKS_PER_WORKER = 12
 _BATCH_COST = 1.5e-3
 _PLAN_COST = 6e-5
 _ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
+#: CPU seconds a process spends loading the compiled batch solver (Numba's import and the
+#: kernel's cached machine code, :func:`core.fastpath_kernel.warm`).
+_KERNEL_LOAD_S = 0.3
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
 #: How long to try to reach a Dask scheduler.
@@ -189,11 +192,13 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     does), this thread is one of the ``workers`` and a pool of ``workers - 1`` processes the
     others (:func:`_share_with_pool`): the batches are ordered by the batch solver's elements
     per plan; the side that has the compiled batch solver loaded takes them from the heavy end,
-    the other from the light end, where the numpy solver costs little, so only one side imports
-    Numba. That is this thread (``compiled``), or, with a ``pool`` from :func:`start_pool`
-    warmed up with it while the plans were enumerated, the pool (this thread then solves with
-    numpy). The work starts at once and one process fewer is started. Without ``local``, a
-    pool of ``workers`` processes solves chunks of :func:`chunk_batches`, largest first.
+    the other from the light end, where the numpy solver costs least. That is this thread
+    (``compiled``), or, with a ``pool`` from :func:`start_pool` warmed up with it while the
+    plans were enumerated, the pool; this thread then loads the compiled solver too when the
+    numpy solver would cost more on its estimated share of the light end than the loading
+    (:data:`_KERNEL_LOAD_S`), and solves with numpy otherwise. The work starts at once and one
+    process fewer is started. Without ``local``, a pool of ``workers`` processes solves chunks
+    of :func:`chunk_batches`, largest first.
 
     Raises
     ------
@@ -271,11 +276,15 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
 
     from .sweep import SweepCancelled
     pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
-    pool_compiled, local_compiled = (compiled, False) if pool_heavy else (None, compiled)
     # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
     queue = deque(sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0])))
     cost_of = {id(b): _batch_cost(b, bool(compiled)) for b in queue}
     left = sum(cost_of.values())
+    pool_compiled, local_compiled = (None, compiled)
+    if pool_heavy:  # this thread loads the compiled solver too when its share makes up for it
+        pool_compiled = compiled
+        local_compiled = compiled if _light_share_elements(queue, cost_of, left / (procs + 1)) * (
+            _ELEMENT_COST[False] - _ELEMENT_COST[True]) > _KERNEL_LOAD_S else False
     data = store_bytes(store) if given else None
     in_flight: dict[Any, list[Batch]] = {}
 
@@ -311,6 +320,20 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
             done = []
         for f in done:
             on_result(in_flight.pop(f), f.result())
+
+
+def _light_share_elements(queue, cost_of: dict[int, float], share: float) -> int:
+    """Batch solver elements (``p * 3m * v`` per plan) of the batches at the light end of
+    ``queue`` whose estimated work first reaches ``share`` seconds: about what the calling
+    thread solves beside the pool."""
+    acc, elements = 0.0, 0
+    for b in queue:
+        if acc >= share:
+            break
+        (p, m, _, v), idx = b
+        acc += cost_of[id(b)]
+        elements += p * 3 * m * v * len(idx)
+    return elements
 
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
