@@ -61,7 +61,9 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
     waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
     waited[i, i] = False
-    deps = tuple(tuple(np.flatnonzero(waited[j, :p]).tolist()) for j in range(p))
+    rows, cols = np.nonzero(waited[:, :p])           # row-major: each stage's in order
+    cols, ends = cols.tolist(), np.searchsorted(rows, np.arange(p + 1)).tolist()
+    deps = tuple(tuple(cols[ends[j]:ends[j + 1]]) for j in range(p))
     pos = pos.reshape(p, 3, v, m)
     # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
     # split; micro-batch m-1) of each (stage, chunk)
