@@ -13,8 +13,8 @@ loaded from its cache, the lookup memos empty):
   front, columns), and the process's CPU in all.
 * ``--workers 2``: the parent's CPU before the first batch, while sharing the batches with
   the pool and after the last one (the part no other core helps with), and the pool
-  process's CPU warming up (Numba's load), solving chunks, and its idle time between chunks
-  (waiting for the next one); and ``wall_s``.
+  process's CPU warming up (Numba's load), solving chunks, and its idle time before the first
+  chunk and between chunks (waiting for the next one); and ``wall_s``.
 
 Each figure is the minimum and the median over ``--repeat`` runs, with the load average.
 
@@ -107,6 +107,7 @@ def _child(workers: int, log: str) -> None:
     pool = [r for r in rows if int(r[0]) != me]
     chunks = sorted((float(a), float(b), float(c)) for _, lab, a, b, c in pool if lab == "solve_chunk")
     warm = [float(c) for _, lab, _, _, c in pool if lab == "warm"]
+    warm_end = max((float(b) for _, lab, _, b, _ in pool if lab == "warm"), default=float("nan"))
     out.update({
         "parent_before_first_batch_s": parent[0][0] if parent else float("nan"),
         "parent_after_last_batch_s": (t_end - t_start) - parent[-1][1] if parent else float("nan"),
@@ -115,6 +116,7 @@ def _child(workers: int, log: str) -> None:
         "pool_warm_cpu_s": sum(warm),
         "pool_chunks_cpu_s": sum(c for _, _, c in chunks),
         "pool_chunks": len(chunks),
+        "pool_idle_before_first_chunk_s": (chunks[0][0] - warm_end) if chunks else float("nan"),
         "pool_idle_between_chunks_s": sum(max(0.0, b[0] - a[1]) for a, b in zip(chunks, chunks[1:])),
         "pool_end_minus_parent_end_s": (chunks[-1][1] - parent[-1][1]) if chunks and parent else 0.0,
     })

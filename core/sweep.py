@@ -855,6 +855,36 @@ def _plan_columns(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
     return out
 
 
+def _plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.ndarray,
+                  coverage: float) -> tuple:
+    """What a sweep's result needs of its plans alone: ``(plan columns (:func:`_plan_columns`),
+    model FLOPs, hardware FLOPs (float64 (n,) each), error-band factors low, high (float64
+    (n,)), in calibration range (bool (n,)), the note when the store has no bands)``."""
+    plan_columns = _plan_columns(plans)
+    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
+    flops_memo: dict[tuple, tuple[float, float]] = {}
+    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in ("data_parallel", "micro_batch_size")])
+
+    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
+        k = others(plan_key(pl))
+        got = flops_memo.get(k)
+        if got is None:
+            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
+                                   model_math.hardware_flops_per_iteration(model, pl))
+        return got
+
+    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
+    flops, hw_flops = both[:, 0], both[:, 1]
+    residuals = getattr(store, "residuals", None)
+    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
+                                               layer_parameters(model), coverage)
+    no_band = "" if residuals is not None else interval_for(
+        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
+        f"({store.provenance.get('method', 'unknown method')})").note
+    return plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band
+
+
 def _best(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     idx = np.flatnonzero(mask)
     if not idx.size:
@@ -1183,30 +1213,14 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         if progress is not None:
             progress(done, n)
 
-    # What needs only the plans, before the batches: with workers, while the pool warms up
-    # rather than after the last batch, when no other core has work.
-    plan_columns = _plan_columns(plans)
-    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    flops_memo: dict[tuple, tuple[float, float]] = {}
-    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                   if f not in ("data_parallel", "micro_batch_size")])
+    # What needs only the plans: with workers, computed while the pool starts on its first
+    # chunks (rather than after the last batch, when no other core has work)
+    prepared: list[tuple] = []
 
-    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
-        k = others(plan_key(pl))
-        got = flops_memo.get(k)
-        if got is None:
-            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
-                                   model_math.hardware_flops_per_iteration(model, pl))
-        return got
+    def prepare() -> None:
+        if not prepared:
+            prepared.append(_plan_figures(plans, model, store, cluster, num_gpus, coverage))
 
-    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
-    flops, hw_flops = both[:, 0], both[:, 1]
-    residuals = getattr(store, "residuals", None)
-    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
-                                               layer_parameters(model), coverage)
-    no_band = "" if residuals is not None else interval_for(
-        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
-        f"({store.provenance.get('method', 'unknown method')})").note
     if batches and (dask is not None or (workers > 1 and len(batches) > 1
                                          and n >= _PARALLEL_MIN_PLANS)):
         from . import sweep_parallel
@@ -1218,7 +1232,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         if dask is not None:
             sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
                                        address=dask, cancel=cancel, on_result=take_chunk,
-                                       compiled=compiled)
+                                       compiled=compiled, after_submit=prepare)
         else:  # this thread solves chunks too: a pool of workers - 1 processes
             lookup_cache: dict = {}
             sweep_parallel.run_on_pool(
@@ -1226,14 +1240,17 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
                 on_result=take_chunk, compiled=compiled,
                 local=lambda jobs, how: [solve_batch(model, cluster, cost, key, pls, store,
                                                      lookup_cache, how) for key, pls in jobs],
-                pool=early if compiled else None)
+                pool=early if compiled else None, after_submit=prepare)
     else:
+        prepare()
         lookup_cache: dict = {}
         for key, idx in batches:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
                                   lookup_cache, compiled))
+    prepare()
+    plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band = prepared[0]
     # Cost, as core.simulate computes it.
     figures = costing(iteration, tokens_per_iteration=session.plan.global_batch_size * model.seq_length,
                       model_flops=flops, hardware_flops=hw_flops, num_gpus=num_gpus,

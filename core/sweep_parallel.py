@@ -184,9 +184,12 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
                 cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
                 compiled: bool | None = None,
                 local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]] | None = None,
-                pool: ProcessPoolExecutor | None = None) -> None:
+                pool: ProcessPoolExecutor | None = None,
+                after_submit: Callable[[], None] | None = None) -> None:
     """Solve ``batches`` on ``workers`` processes; ``on_result(chunk, outs)`` is called in this
-    thread for each finished chunk (in the order they finish).
+    thread for each finished chunk (in the order they finish). ``after_submit()``, when given,
+    is called once in this thread right after the first chunks are sent: work of its own it
+    does while the processes start on them.
 
     With ``local`` (a function ``(jobs, compiled)`` solving jobs here, as :func:`solve_chunk`
     does), this thread is one of the ``workers`` and a pool of ``workers - 1`` processes the
@@ -220,7 +223,7 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
         try:
             _share_with_pool(batches, plans, store, model, cluster, cost, procs=procs, pool=pool,
                              given=given, cancel=cancel, on_result=on_result, compiled=compiled,
-                             local=local)
+                             local=local, after_submit=after_submit)
         finally:
             if pool is not None and not given:
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -243,6 +246,9 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
                 c = queue.popleft()
                 in_flight[pool.submit(solve_chunk, data if given else None, model, cluster, cost,
                                       jobs[c], compiled)] = c
+            if after_submit is not None:
+                after_submit()
+                after_submit = None
             done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
             for f in sorted(done, key=in_flight.get):
                 on_result(chunks[in_flight.pop(f)], f.result())
@@ -261,7 +267,8 @@ _MIN_CHUNK_S = 0.02
 def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, cost, *, procs: int,
                      pool, given: bool, cancel: Any,
                      on_result: Callable[[list[Batch], list[tuple]], None], compiled: bool | None,
-                     local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]]) -> None:
+                     local: Callable[[list[tuple[tuple, list]], bool | None], list[tuple]],
+                     after_submit: Callable[[], None] | None = None) -> None:
     """:func:`run_on_pool` with ``local``: this thread and a pool of ``procs`` processes take the
     batches from the two ends of one queue ordered by elements per plan.
 
@@ -310,6 +317,9 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
             chunk = pool_chunk()
             in_flight[pool.submit(solve_chunk, data, model, cluster, cost, _jobs([chunk], plans)[0],
                                   pool_compiled)] = chunk
+        if after_submit is not None:
+            after_submit()
+            after_submit = None
         if queue:
             b = take(not pool_heavy)
             on_result([b], local(_jobs([[b]], plans)[0], local_compiled))
@@ -338,11 +348,12 @@ def _light_share_elements(queue, cost_of: dict[int, float], share: float) -> int
 
 def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, *, workers: int,
                 address: str, cancel: Any, on_result: Callable[[list[Batch], list[tuple]], None],
-                compiled: bool | None = None) -> None:
+                compiled: bool | None = None, after_submit: Callable[[], None] | None = None) -> None:
     """Solve ``batches`` on a Dask distributed cluster: the scheduler at ``address``
     (``tcp://host:8786``), or with ``address == "local"`` a ``LocalCluster`` of ``workers``
     processes (one thread each) started and stopped here. The store's bytes are sent to
-    the workers once (``Client.scatter``) and passed to every chunk.
+    the workers once (``Client.scatter``) and passed to every chunk. ``after_submit()``, when
+    given, is called once in this thread after every chunk is sent.
 
     Raises
     ------
@@ -383,6 +394,8 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
                                  pure=False): c
                    for c in _largest_first(chunks, bool(compiled))}
         pending = set(futures)
+        if after_submit is not None:
+            after_submit()
         try:
             while pending:
                 if _cancelled(cancel):
