@@ -190,3 +190,46 @@ def test_compiled_sweep_on_processes_gives_the_serial_result(serial, parallel_al
     result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
     assert bool(started) == early
     assert_same(result, serial)
+
+
+@pytest.mark.parametrize("load_s", [0.0, 1e9], ids=["this-thread-compiled-too", "this-thread-numpy"])
+def test_warmed_pool_beside_this_thread_compiled_or_not_gives_the_serial_result(
+        serial, parallel_always, monkeypatch, load_s):
+    """Beside a warmed pool this thread loads the compiled solver when its share of the light
+    batches would cost more in numpy (_KERNEL_LOAD_S decides): the serial result either way, and
+    the plans' own figures (columns, FLOPs, bands) computed once, after the first chunks left."""
+    from core import fastpath_kernel
+    if not fastpath_kernel.available():
+        pytest.skip("Numba is not installed")
+    monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
+    monkeypatch.setattr(sweep_module, "_EARLY_POOL_CANDIDATES", 0)
+    monkeypatch.setattr(fastpath_kernel, "loaded", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(sweep_parallel, "_KERNEL_LOAD_S", load_s)
+    chosen, prepared = [], []
+    real_share, real_figures = sweep_parallel._light_share_elements, sweep_module._plan_figures
+    monkeypatch.setattr(sweep_parallel, "_light_share_elements",
+                        lambda *a: chosen.append(real_share(*a)) or chosen[-1])
+    monkeypatch.setattr(sweep_module, "_plan_figures",
+                        lambda *a: prepared.append(1) or real_figures(*a))
+    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
+    assert len(chosen) == 1 and chosen[0] > 0 and len(prepared) == 1
+    assert_same(result, serial)
+
+
+def test_gc_paused_restores_the_collector_and_counts_nesting():
+    import gc
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with sweep_module.gc_paused():
+            assert not gc.isenabled()
+            with sweep_module.gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the outer pause still holds
+        assert gc.isenabled()
+        gc.disable()  # a caller that keeps it off: left off
+        with sweep_module.gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
