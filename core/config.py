@@ -20,7 +20,7 @@ import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "ModelConfig",
@@ -1586,6 +1586,65 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None)
     check(probe)
+
+
+#: Fields that only take effect when another field enables them: path -> (test of the session,
+#: what enables the field). Megatron-LM ignores these flags in the same situations (e.g.
+#: ``--virtual-pipeline-model-parallel-size`` without the interleaved schedule, the MoE flags
+#: without ``--num-experts``, ``--fp8-recipe`` without ``--fp8-format``).
+_ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
+    **{f"model.{name}": (lambda s: s.model.num_experts is not None,
+                         "a mixture-of-experts model (model.num_experts)")
+       for name in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
+                    "moe_layer_frequency", "moe_first_dense_layers")},
+    **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
+                        "a mixture-of-experts model (model.num_experts)")
+       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor")},
+    **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
+                         "multi-head latent attention (model.multi_latent_attention)")
+       for name in _MLA_FIELDS},
+    "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
+                                    "a sliding window (model.window_size)"),
+    **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
+                         "a gated MLP (model.activation swiglu)")
+       for name in ("activation_func_clamp_value", "glu_linear_offset")},
+    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+                                     "the interleaved schedule (plan.schedule)"),
+    "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
+                                  "full recomputation (plan.recompute)"),
+    "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",
+                               "selective recomputation (plan.recompute)"),
+    **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
+       for name in ("fp8_recipe", "fp8_param_gather")},
+    **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
+                        "a sharded optimizer (plan.zero_stage 1 or more)")
+       for name in ("overlap_param_gather", "data_parallel_shard_size")},
+    "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
+                             "sequence parallelism (plan.sequence_parallel)"),
+}
+
+
+def inactive_fields(session: Session) -> dict[str, str]:
+    """Fields of ``session`` that have no effect on it, each with what would enable it
+    (``{"model.kv_lora_rank": "needs multi-head latent attention (model.multi_latent_attention)",
+    ...}``): the MoE fields of a dense model, the MLA sizes without latent attention, the
+    virtual stages without the interleaved schedule, the FP8 recipe in BF16, and so on
+    (:data:`_ENABLED_BY`). The editor greys them out; their values are kept and saved. A field
+    whose value breaks a rule of :func:`validate` is the user's to fix, so callers keep such
+    fields editable.
+
+    Never raises for a session of the right types; a test that cannot be evaluated (a wrong
+    type left by a bad edit) counts the field as active.
+    """
+    out = {}
+    for path, (enabled, what) in _ENABLED_BY.items():
+        try:
+            active = enabled(session)
+        except (TypeError, AttributeError):
+            active = True
+        if not active:
+            out[path] = f"needs {what}"
+    return out
 
 
 # --------------------------------------------------------------------------- presets
