@@ -780,12 +780,18 @@ class Session:
     #: ``{"optimal": {...}, "schedule": {...}}``; optional like ``sweep``. Checked
     #: where used (:func:`core.optimal.compute_optimal`, :mod:`core.scheduler`).
     studies: dict[str, Any] | None = None
+    #: The Compare tab's pinned plan A, ``{"pinned": {"model": ..., "plan": ..., "cluster":
+    #: ..., "cost": ...}}`` (the sections of a session; model and plan required), so that
+    #: a saved session keeps its comparison (``vtrain diff SESSION.json`` with one file
+    #: compares it with the session's own plan). Optional like ``sweep``; checked in full
+    #: when read (:meth:`from_dict`), built by :meth:`pinned`.
+    compare: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of all sections (no format header); ``sweep`` and ``studies``
-        only when set."""
+        """Plain JSON-able dict of all sections (no format header); ``sweep``, ``studies`` and
+        ``compare`` only when set."""
         out = dataclasses.asdict(self)
-        for name in ("sweep", "studies"):
+        for name in ("sweep", "studies", "compare"):
             if out[name] is None:
                 del out[name]
         return out
@@ -820,11 +826,13 @@ class Session:
                     raise ConfigError([FieldError("notes", "must be a string")])
                 kwargs[name] = data[name]
                 continue
-            if name in ("sweep", "studies"):
+            if name in ("sweep", "studies", "compare"):
                 if data[name] is not None and not isinstance(data[name], dict):
                     raise ConfigError([FieldError(name, "must be a JSON object or null")])
                 # a deep copy: the session never shares mutable state with its source
                 kwargs[name] = None if data[name] is None else json.loads(json.dumps(data[name]))
+                if name == "compare" and data[name] is not None:
+                    _pinned_from_dict(kwargs[name])  # raises naming compare.pinned.<field>
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
                            "cluster": ClusterConfig, "cost": CostConfig}[name]
@@ -836,10 +844,64 @@ class Session:
             raise ConfigError(errors)
         return cls(**kwargs)
 
+    def pinned(self) -> "Session | None":
+        """The Compare tab's pinned plan A as a session of its own (no ``sweep``, ``studies``
+        or ``compare``), or None when nothing is pinned.
+
+        Raises
+        ------
+        ConfigError
+            ``compare`` is not ``{"pinned": {section: {...}}}`` with the sections of a
+            session (fields named ``compare.pinned.<section>.<field>``).
+        """
+        return None if self.compare is None else _pinned_from_dict(self.compare)
+
+    def with_pinned(self, pinned: "Session | None") -> "Session":
+        """A copy of this session with ``pinned`` (its model, plan, cluster and cost) as the
+        Compare tab's plan A (None: nothing pinned)."""
+        out = self.copy()
+        out.compare = None if pinned is None else {"pinned": {
+            k: v for k, v in pinned.to_dict().items() if k in _PINNED_SECTIONS}}
+        return out
+
     def copy(self) -> "Session":
         """A deep copy (values are copied as they are, unchecked: an editor may hold invalid ones)."""
         import copy
         return copy.deepcopy(self)
+
+
+_PINNED_SECTIONS = ("model", "plan", "cluster", "cost")
+
+
+def _pinned_from_dict(compare: Any) -> Session:
+    """The pinned plan of a session's ``compare`` section (see :attr:`Session.compare`).
+
+    Raises
+    ------
+    ConfigError
+        Not ``{"pinned": {...}}``, a section other than model, plan, cluster and cost,
+        model or plan missing, or a field of the wrong type, out of bounds or unknown
+        (named ``compare.pinned.<section>.<field>``).
+    """
+    where = "compare.pinned"
+    if not isinstance(compare, dict) or set(compare) != {"pinned"}:
+        raise ConfigError([FieldError("compare", 'must be {"pinned": {...}} (the Compare tab\'s '
+                                                 "plan A)")])
+    pinned = compare["pinned"]
+    if not isinstance(pinned, dict):
+        raise ConfigError([FieldError(where, "must be a JSON object of session sections")])
+    extra = sorted(set(pinned) - set(_PINNED_SECTIONS), key=str)
+    missing = [k for k in ("model", "plan") if k not in pinned]
+    if extra or missing:
+        raise ConfigError([FieldError(f"{where}.{k}", "unknown section (the pinned plan holds "
+                                                      "model, plan, cluster and cost)")
+                           for k in extra]
+                          + [FieldError(f"{where}.{k}", "missing section") for k in missing])
+    try:
+        return Session.from_dict(pinned, require=True)
+    except ConfigError as exc:
+        raise ConfigError([dataclasses.replace(e, field=f"{where}.{e.field}")
+                           for e in exc.errors]) from None
 
 
 #: Longest string a session field may hold (names, GPU kinds, paths).
