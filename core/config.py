@@ -38,7 +38,7 @@ __all__ = [
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
-    "GPU_NVLINK_DOMAIN",
+    "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "node_network_gbits_per_s",
     "SCHEDULES",
     "ACTIVATIONS",
     "SOFTMAX_TYPES",
@@ -121,6 +121,37 @@ GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB":
 #: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
 GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H200-SXM-141GB": ("fp8",),
                   "B200-180GB": ("fp8", "mxfp8"), "GB200-NVL72": ("fp8", "mxfp8")}
+#: Scale-out NIC bandwidth per GPU of each shipped GPU kind's reference node, Gb/s: the
+#: ``nic_gbits_per_s`` of its spec file (a test keeps the two equal; sources there: DGX A100
+#: 8 x 200 Gb/s HDR, DGX H100/H200/B200 8 x 400 Gb/s ConnectX-7, GB200 NVL72 one 400 Gb/s NIC
+#: per GPU). :func:`node_network_gbits_per_s` uses it when a session leaves the network empty.
+GPU_NIC_GBITS_PER_GPU = {"A100-SXM4-80GB": 200.0, "H100-SXM5-80GB": 400.0,
+                         "H200-SXM-141GB": 400.0, "B200-180GB": 400.0, "GB200-NVL72": 400.0}
+
+
+def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
+    """The network bandwidth of one node, Gb/s (all its NICs together):
+    ``cluster.inter_node_bandwidth_gbits_per_s``, or when that is empty (None) the GPU's
+    reference node, ``gpus_per_node`` NICs of :data:`GPU_NIC_GBITS_PER_GPU` (one NIC per GPU:
+    3,200 for eight H100s, 28,800 for a GB200 NVL72 rack).
+
+    Raises
+    ------
+    ValueError
+        The field is empty and the GPU kind has no reference node (a store of your own):
+        the bandwidth must be given (:func:`validate` says so for plans that span nodes).
+    """
+    bw = cluster.inter_node_bandwidth_gbits_per_s
+    if bw is not None:
+        return float(bw)
+    nic = GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
+    if nic is None:
+        raise ValueError(f"cluster.inter_node_bandwidth_gbits_per_s is empty and GPU "
+                         f"{cluster.gpu!r} has no reference node to take it from: set the "
+                         "network bandwidth per node")
+    return nic * cluster.gpus_per_node
+
+
 #: Aliases used by other tools' configuration files and published tables (lower case).
 #: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
 #: bandwidth and power) have no shipped store and are refused by name.
@@ -721,9 +752,11 @@ class ClusterConfig:
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile", bounds=BOUNDS["intra_bw"]
     )
-    inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
-        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)", bounds=BOUNDS["inter_bw"]
+    inter_node_bandwidth_gbits_per_s: float | None = _f(
+        None, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800); empty means the GPU's reference "
+        "node, one NIC per GPU as its DGX/HGX design has (A100 200 Gb/s, H100, H200, B200 and "
+        "GB200 400 Gb/s per GPU)", bounds=BOUNDS["inter_bw"]
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -1233,6 +1266,12 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
             errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe='mxfp8' on cluster.gpu={c.gpu!r}: "
                                    "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
                                    "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
+    if (c.inter_node_bandwidth_gbits_per_s is None and c.gpu not in GPU_NIC_GBITS_PER_GPU
+            and _is_int(pl.num_gpus) and _is_int(c.gpus_per_node) and pl.num_gpus > c.gpus_per_node):
+        errs.append(FieldError("cluster.inter_node_bandwidth_gbits_per_s",
+                               f"empty, and GPU {c.gpu!r} has no reference node to take the "
+                               f"network from; the plan spans {pl.num_gpus} GPUs over nodes of "
+                               f"{c.gpus_per_node}: set the network bandwidth per node"))
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if domain is not None and not c.profile_path and c.gpus_per_node > domain:
         errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "

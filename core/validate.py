@@ -39,8 +39,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, ClusterConfig, CostConfig,
-                     ModelConfig, ParallelPlan, Session, gpu_kind, validate)
+from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHOICES,
+                     ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, gpu_kind,
+                     node_network_gbits_per_s, validate)
 from .config import rename_field
 from .inputs import read_text
 
@@ -50,7 +51,7 @@ __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
-    "gpu": None, "num_gpus": None, "gpus_per_node": None, "inter_node_bandwidth_gbps": 800.0,
+    "gpu": None, "num_gpus": None, "gpus_per_node": None, "inter_node_bandwidth_gbps": "",
     "num_layers": None, "hidden_size": None, "num_attention_heads": None, "ffn_hidden_size": "",
     "seq_length": None, "vocab_size": 50257, "global_batch_size": None, "micro_batch_size": None,
     "tensor_parallel": None, "pipeline_parallel": None, "data_parallel": None,
@@ -361,6 +362,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "network-from-gpu-reference": "the network cell is empty: the GPU's reference node, one "
+                                  "NIC per GPU (core.config.GPU_NIC_GBITS_PER_GPU: DGX A100 "
+                                  "200 Gb/s, H100/H200/B200/GB200 400 Gb/s per GPU)",
     "bandwidth-per-node-as-printed": "the printed interconnect figure, which the source does "
                                      "not say is per node or per GPU, is the node's total "
                                      "scale-out bandwidth (the column's definition)",
@@ -833,9 +837,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):
         rw.assume("bandwidth-per-node-as-printed")
     gpu_text = str(get["gpu"])
+    bw_text = str(get["inter_node_bandwidth_gbps"]).strip()
     cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
-                            inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
-                                                                  str(get["inter_node_bandwidth_gbps"])))
+                            inter_node_bandwidth_gbits_per_s=(
+                                _num(path, row, "inter_node_bandwidth_gbps", bw_text)
+                                if bw_text else None))
+    if not bw_text and cluster.gpu in GPU_NIC_GBITS_PER_GPU:
+        rw.assume("network-from-gpu-reference", f"{node_network_gbits_per_s(cluster):,.0f} Gb/s "
+                                                f"per node of {cluster.gpus_per_node}")
     if cluster.gpu != gpu_text and cluster.gpu in GPU_KINDS:
         rw.assume("gpu-alias", f"{gpu_text} -> {cluster.gpu}")
     session = Session(model, plan, cluster, CostConfig())
@@ -1041,7 +1050,8 @@ def published_columns(session: Session) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpu": c.gpu, "num_gpus": pl.tensor_parallel * pl.pipeline_parallel * pl.data_parallel * cp,
         "gpus_per_node": c.gpus_per_node,
-        "inter_node_bandwidth_gbps": c.inter_node_bandwidth_gbits_per_s,
+        "inter_node_bandwidth_gbps": ("" if c.inter_node_bandwidth_gbits_per_s is None
+                                      else c.inter_node_bandwidth_gbits_per_s),
         "num_layers": m.num_layers, "hidden_size": m.hidden_size,
         "num_attention_heads": m.num_attention_heads, "num_query_groups": m.query_groups,
         "ffn_hidden_size": m.ffn, "activation": m.activation, "normalization": m.normalization,

@@ -209,7 +209,8 @@ def test_all_to_all_volume_of_a_top_k_dispatch():
     nbytes = moe_comm_bytes(s)["ep_all_to_all"]
     assert nbytes == 2 * 4096 / 2 * 2 * 4096 * 2
     # intra-node with an explicit NVLink bandwidth: alpha*(n-1) + nbytes*(n-1)/n / bw
-    cl = ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=450.0)
+    cl = ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=450.0,
+                       inter_node_bandwidth_gbits_per_s=800.0)
     store = session_profile(s)
     comm = CommModel(store, s.plan, cl)
     from core.comm import DEFAULT_INTRA_LATENCY_S
