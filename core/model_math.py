@@ -1500,7 +1500,10 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
     fused gate/up fc1 contributes ``w3`` (``f/t`` of its ``2f/t`` columns), fc2 (``w2``) is
     saved with a gated MLP and recomputed with a plain one (whose fc1 is saved); the attention
     core (FlashAttention) and the tensorwise amax reductions are saved; every memory-bound
-    kernel else runs again. Needs FlashAttention (ValueError otherwise: the unfused core's
+    kernel else runs again. With tensor parallelism the widths are the rank's (``/t``) and the
+    norms run on the rank's ``s/t`` tokens (``key["sp"]``); the all-gathers that the
+    recomputation runs again are collectives of the graph (:func:`core.graph.build_graph`),
+    not kernels of these ops. Needs FlashAttention (ValueError otherwise: the unfused core's
     batched GEMMs and softmax are not in the save list, not modelled).
     """
     full = _full(key)

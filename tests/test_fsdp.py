@@ -288,13 +288,19 @@ def test_selective_op_with_async_tp_pipelines_the_recomputed_all_gathers():
     assert mm.op_kernels("attention_sac_gemm", key)[0] == sac["k"]
     assert [k.name for k in mm.op_kernels("mlp_sac_gemm", key)] == ["w3"]
     ag = _tp_all_gather(s, st)
-    exposed = [tp_overlap_split(ag, times[g], 8)[0] for g in ("attention_sac_gemm", "mlp_sac_gemm")]
+    split = [tp_overlap_split(ag, times[g], 8) for g in ("attention_sac_gemm", "mlp_sac_gemm")]
+    exposed = [e for e, _ in split]
     assert 0 < exposed[0] < ag and 0 < exposed[1] < ag
     a, b = stage_times(s, st), stage_times(none, st)
     assert a.bwd_s[0, 0] - b.bwd_s[0, 0] == pytest.approx(
         32 * (times["attention_sac_fwd"] + times["mlp_sac_fwd"] + sum(exposed)), rel=1e-9)
+    # the hidden parts run beside the recomputed GEMMs: the report's hidden TP time grows by
+    # them, per layer and micro-batch (2 here)
     from core.simulate import graph_size_estimate
-    assert simulate(s).graph.num_tasks <= graph_size_estimate(s)
+    r, r0 = simulate(s, st), simulate(none, st)
+    assert r.graph.num_tasks <= graph_size_estimate(s)
+    assert r.report.tp_hidden_s - r0.report.tp_hidden_s == pytest.approx(
+        2 * 32 * sum(h for _, h in split), rel=1e-9)
     # without the overlap the whole all-gathers are exposed
     plain = dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp_comm_overlap=False))
     assert stage_times(plain, st).bwd_s[0, 0] > a.bwd_s[0, 0]
