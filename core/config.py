@@ -1633,11 +1633,12 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
                                f"{pl.fp8_param_gather!r} must be true or false"))
     if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
-            _is_int(pl.tensor_parallel):
+            _is_int(pl.tensor_parallel) and pl.sequence_parallel is False:
         errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
-                               f"tensor_parallel_size={pl.tensor_parallel} is not modelled "
-                               "(torchtitan's per-op checkpointing runs the tensor-parallel "
-                               "all-gathers of the recomputed ops again)"))
+                               f"tensor_parallel_size={pl.tensor_parallel} needs "
+                               "sequence_parallel (torchtitan's tensor parallelism is sequence-"
+                               "parallel; without it the row-parallel linears' all-reduces, "
+                               "not in the save list, would run again: not modelled)"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "

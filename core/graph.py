@@ -39,8 +39,9 @@ from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_OPS, SWA_OPS,
-                         TP_OVERLAP_GEMMS, TP_OVERLAP_OPS, expert_data_parallel,
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
+                         SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_GEMMS, TP_OVERLAP_OPS,
+                         expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
 from .config import recompute_modules
 
@@ -415,6 +416,9 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # a part of an op that only a recomputed module runs
         if op in SELECTIVE_OP_OPS and session.plan.recompute != "selective_op":
             continue  # what only per-op selective checkpointing runs again
+        if op in SELECTIVE_OP_GEMMS and not (session.plan.recompute == "selective_op"
+                                             and _tp_overlap(session.plan)):
+            continue  # the recomputed GEMMs that overlapped recomputed all-gathers hide
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
         if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
@@ -545,6 +549,12 @@ _TP_OVERLAP_BLOCKS = {"attention_fwd": "attention_fwd", "attention_swa_fwd": "at
 #: Sources of the overlapped collectives: exposed (``tp_{kind}@{op}``) and hidden parts.
 _TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in _TP_OVERLAP_BLOCKS
                             for kind in ("all_gather", "reduce_scatter") for part in ("", ":hidden"))
+#: Per-op selective checkpointing with tensor parallelism: the all-gather each recomputed op
+#: runs again, by recomputed op, and the recomputed GEMM its output feeds
+#: (:data:`core.model_math.SELECTIVE_OP_GEMMS`), which ``tp_comm_overlap`` pipelines it with.
+_SAC_GATHERS = {src: gemm for gemm, (src, _) in SELECTIVE_OP_GEMMS.items()}
+_SAC_GATHER_SOURCES = tuple(f"tp_all_gather@{op}{part}" for op in _SAC_GATHERS
+                            for part in ("", ":hidden"))
 
 
 def tp_overlap_split(comm_s: float, gemm_s: float, t: int) -> tuple[float, float]:
@@ -580,7 +590,7 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
             *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
-            *_TP_OVERLAP_SOURCES)
+            *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES)
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -1128,9 +1138,18 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
         gather(u, "moe" if is_moe else "layer")
         if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
-            # ops it did not save run again when its backward starts
-            u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
-            u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
+            # ops it did not save run again when its backward starts; with tensor parallelism
+            # the all-gathers before the column-parallel linears too (not in the save list;
+            # the reduce-scatters are), on the TP lane as in the forward, pipelined with the
+            # recomputed GEMM they feed under tp_comm_overlap (torchtitan's async TP)
+            for op in _SAC_GATHERS:
+                if st.tp_overlap:
+                    ag = u.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
+                    u.side.append((K["tp_comm"], _SRC[f"tp_all_gather@{op}:hidden"],
+                                   OP["tp_all_gather"], ag, -1))
+                elif st.tp and sp:
+                    comm(u, "all_gather")
+                u.add(K["recompute"], COMPUTE, op, op)
         if with_recompute:
             block(u, K["recompute"], attn + "_fwd", True, True)
             if is_moe:
@@ -1234,6 +1253,12 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
                 exposed, hidden = tp_overlap_split(
                     tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
                 v[_SRC[f"tp_{kind}@{op}"]], v[_SRC[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
+        for op, gemm in _SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
+            if gemm in times:
+                exposed, hidden = tp_overlap_split(tp["all_gather"], times[gemm],
+                                                   session.plan.tensor_parallel)
+                v[_SRC[f"tp_all_gather@{op}"]], v[_SRC[f"tp_all_gather@{op}:hidden"]] = (
+                    exposed, hidden)
     if dp is not None:
         for f in dataclasses.fields(dp):
             v[_SRC[f.name]] = getattr(dp, f.name)

@@ -47,7 +47,8 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "stage_memory_arrays", "SELECTIVE_OP_OPS", "selective_op_linears", "selective_op_kernels",
+    "stage_memory_arrays", "SELECTIVE_OP_OPS", "SELECTIVE_OP_GEMMS", "selective_op_linears",
+    "selective_op_kernels",
     "selective_op_flops_per_token", "fp8_gathers_params", "fp8_linear_params_per_layer",
     "param_gather_bytes",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
@@ -1354,6 +1355,14 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
 #: layer's backward (``plan.recompute = "selective_op"``, :func:`selective_op_kernels`).
 SELECTIVE_OP_OPS: dict[str, str] = {"attention_sac_fwd": "attention_fwd",
                                     "mlp_sac_fwd": "mlp_fwd"}
+#: Under per-op checkpointing with tensor parallelism and ``tp_comm_overlap`` (torchtitan's
+#: async TP): the recomputed GEMM that consumes each recomputed all-gather's output and is
+#: pipelined with it, by derived op: (the recomputed op, the GEMM kernel's name) -- the ``k``
+#: projection of the attention's gathered input, ``w3`` of the MLP's (a plain MLP recomputes
+#: no GEMM of its gathered input: ``w1`` is saved, so the op has no kernel and takes 0 s).
+SELECTIVE_OP_GEMMS: dict[str, tuple[str, str]] = {"attention_sac_gemm": ("attention_sac_fwd", "k"),
+                                                  "mlp_sac_gemm": ("mlp_sac_fwd", "w3")}
+DERIVED_OPS.update({op: SELECTIVE_OP_OPS[src] for op, (src, _) in SELECTIVE_OP_GEMMS.items()})
 #: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
 #: the window) and the op each is a variant of.
 SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
@@ -1439,6 +1448,9 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
         return family_of(model).op_kernels(SWA_OPS[op], full_op_key(base, key))
     if op in SELECTIVE_OP_OPS:  # what per-op checkpointing runs again of its base op
         return selective_op_kernels(base, key, model)
+    if op in SELECTIVE_OP_GEMMS:  # the recomputed GEMM of a recomputed all-gather's output
+        name = SELECTIVE_OP_GEMMS[op][1]
+        return [k for k in selective_op_kernels(base, key, model) if k.name == name]
     if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
         keep = PART_OPS[op]
         return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
@@ -1488,7 +1500,10 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
     fused gate/up fc1 contributes ``w3`` (``f/t`` of its ``2f/t`` columns), fc2 (``w2``) is
     saved with a gated MLP and recomputed with a plain one (whose fc1 is saved); the attention
     core (FlashAttention) and the tensorwise amax reductions are saved; every memory-bound
-    kernel else runs again. Needs FlashAttention (ValueError otherwise: the unfused core's
+    kernel else runs again. With tensor parallelism the widths are the rank's (``/t``) and the
+    norms run on the rank's ``s/t`` tokens (``key["sp"]``); the all-gathers that the
+    recomputation runs again are collectives of the graph (:func:`core.graph.build_graph`),
+    not kernels of these ops. Needs FlashAttention (ValueError otherwise: the unfused core's
     batched GEMMs and softmax are not in the save list, not modelled).
     """
     full = _full(key)
@@ -1526,17 +1541,32 @@ def _selective_op_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> fl
     ``s b h``) and the outputs of the saved ops (:func:`selective_op_linears`): ``q`` (``a kv``
     per token), ``v`` (``g kv``), the attention output (``a kv``) and its fp32 log-sum-exp
     (``a`` floats per token), ``w1`` (``f``) and, with a gated MLP, ``w2`` (``h``); in the
-    tensor dtype (BF16 under FP8: a float8 matmul's output is BF16); over ``t`` for the
-    tensor-parallel widths, ``s/cp`` tokens."""
+    tensor dtype (BF16 under FP8: a float8 matmul's output is BF16); ``s/cp`` tokens.
+
+    With tensor parallelism (``t > 1``, sequence-parallel as torchtitan's plan always is) each
+    rank keeps its shards: the block's input is sequence-sharded (``h/t`` per token), the
+    column-parallel outputs (``q``, ``v``, ``w1``), the attention output and the log-sum-exp
+    are ``1/t`` wide; a row-parallel matmul's output is the full ``h`` wide partial sum that
+    its reduce-scatter then reduces (``w2``, gated: ``h`` per token on every rank), and the
+    outputs of the two reduce-scatters (after ``o`` and ``w2``), which the save list holds,
+    add ``2 h/t``. The all-gathered inputs of the linears are not kept (the all-gathers are
+    not in the save list: the recomputation gathers them again, :func:`core.graph.build_graph`).
+    The policy's cache keeps every saved op's output until the recomputation replays it
+    (eager ``torch.utils.checkpoint`` with a selective-checkpoint context), whether or not
+    the backward reads it."""
     s = model.seq_length // plan.context_parallel
     b, h, a, t = (plan.micro_batch_size, model.hidden_size, model.num_attention_heads,
                   plan.tensor_parallel)
     kv, g, f = model.head_dim, model.query_groups, model.ffn
-    width = {"q": a * kv, "k": g * kv, "v": g * kv, "o": h, "w1": f, "w3": f, "w2": h}
-    saved = sum(width[n] for n, again in selective_op_linears(model.activation == "swiglu")
-                if not again)
+    # column-parallel outputs (split over t) and row-parallel ones (partial sums, h wide)
+    width = {"q": a * kv, "k": g * kv, "v": g * kv, "w1": f, "w3": f}
+    full = {"o": h, "w2": h}
+    saved = [n for n, again in selective_op_linears(model.activation == "swiglu") if not again]
+    cols = sum(width.get(n, 0) for n in saved)
+    rows = sum(full.get(n, 0) for n in saved)
+    scattered = 2 * h if t > 1 else 0  # the reduce-scatters' outputs
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
-    return float(s * b * (e * (h + (saved + a * kv) / t) + 4 * a / t))
+    return float(s * b * (e * ((h + cols + a * kv + scattered) / t + rows) + 4 * a / t))
 
 
 def selective_op_flops_per_token(model: ModelConfig) -> float:

@@ -403,7 +403,7 @@ ASSUMPTIONS = {
     "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
                                "activation checkpointing, recompute=selective_op (every other "
                                "matmul, the attention output, reduce-scatters and amax saved; "
-                               "the rest recomputed)",
+                               "the rest, the tensor-parallel all-gathers with it, recomputed)",
     "fp8-param-gather-from-label": "an FP8 label naming FSDP float8 all-gather is "
                                    "fp8_param_gather (the FP8 linear layers' weights gathered "
                                    "in 1 byte)",
@@ -516,7 +516,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if t.startswith("selective"):
         if "per-op" in t or "sac" in t.split() or re.search(r"\bsac\b", t):
             row.assume("torchtitan-selective-op")
-            return "selective_op"  # validation refuses what it does not model (t > 1, MoE)
+            return "selective_op"  # validation refuses what it does not model (MoE, ...)
         if "fraction" in t or "block" in t:
             why = "block-level checkpointing of a fraction of the layers that is not stated"
         else:

@@ -75,8 +75,9 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
     assert counts["GPU kind without a shipped profile"] == sum(
         1 for r in raw if r["gpu"].startswith("H100-96GB")) == 12
     # HSDP (rows 36, 37), torchtitan's per-op SAC and FSDP float8 all-gather (rows 34, 35) are
-    # modelled: those rows predict
+    # modelled: those rows predict; per-op SAC with t=8 (rows 28-33) is no cause either
     assert "hybrid sharded data parallelism (HSDP)" not in counts
+    assert "per-op selective checkpointing (not modelled in this plan)" not in counts
     assert "FP8 parameter all-gather" not in counts
     for row in (34, 35, 36, 37):
         assert not ms[row - 1].skip_reason, (row, ms[row - 1].skip_reason)
@@ -160,11 +161,19 @@ def test_notes_policies_on_real_rows(published):
         assert "recompute_modules other than core_attn with precision fp8" in ds.skip_reason
     else:
         assert "recompute_modules=[mla_up_proj, mlp]" in ds.skip_reason
-    tt = ms[27]  # row 28: torchtitan per-op SAC with t=8: the per-op policy with tensor
-    # parallelism (the recomputed ops' all-gathers) is refused by name, as is the GPU
-    assert tt.session.plan.recompute == "selective_op" and "torchtitan-selective-op" in _names(tt)
-    assert "recompute='selective_op' with tensor_parallel_size=8 is not modelled" in tt.skip_reason
-    assert tt.session.cluster.gpu == "H100-96GB-HBM2e (500 W)"
+    # rows 28-33: torchtitan's per-op SAC with t=8, sequence-parallel (the recomputed ops'
+    # all-gathers are modelled): skipped for their GPU (no store of the 96 GB 500 W H100) and,
+    # rows 32-33, torchao's rowwise float8 scaling, never for the checkpointing
+    for row in range(28, 34):
+        tt = ms[row - 1]
+        pl = tt.session.plan
+        assert (pl.recompute, pl.tensor_parallel, pl.sequence_parallel) == ("selective_op", 8, True)
+        assert "torchtitan-selective-op" in _names(tt)
+        assert tt.skip_causes == ["rowwise FP8 scaling"] * (row >= 32) + [
+            "GPU kind without a shipped profile"], (row, tt.skip_reason)
+        assert "selective_op" not in tt.skip_reason
+        assert tt.session.cluster.gpu == "H100-96GB-HBM2e (500 W)"
+        assert pl.tp_comm_overlap == (row % 2 == 1)  # the async TP rows: 29, 31, 33
     trainy = ms[34]  # row 35: torchtitan FSDP2, per-op SAC, float8 with FSDP float8 all-gather
     pl = trainy.session.plan
     assert (pl.recompute, pl.precision, pl.fp8_recipe, pl.fp8_param_gather, pl.zero_stage) == (
