@@ -1194,9 +1194,14 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     unless the layer is checkpointed (``full``), the routed part in 16-bit bytes: each of the
     ``R`` token copies on the rank (:func:`_moe_routed_rows`; the busiest rank) keeps the
     experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
-    ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
-    weights (``2h`` each, for the probabilities' gradient) and the router its fp32
-    probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
+    ``4 f_e/etp`` otherwise) and the router its fp32 probabilities (``4E`` per token). The
+    un-permutation keeps nothing: Megatron-Core applies the routing probabilities inside the
+    experts' activation (``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` /
+    ``activation * permuted_probs``, whose backward reads the fc1 output already kept), and
+    the all-to-all dispatcher's ``combine_postprocess`` calls ``unpermute`` without ``probs``
+    (a gather / scatter-add whose backward needs only the indices; megatron-core 0.19.2,
+    ``transformer/moe/experts.py``, ``token_dispatcher.py``). Nor do the permutation and the
+    all-to-alls keep their outputs. FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
     Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
     (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
@@ -1223,7 +1228,7 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     # FP8: the experts' fc1 input (2h) and fc2 input (2 f_e/etp) are TE's FP8 copies (1 byte)
     fp8 = plan.precision == "fp8"
     routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
-        + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+        + T_in * 4 * (model.num_experts or 0)
     mods = recompute_modules(plan) if mode == "selective" else ()
     if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
         routed = 0.0
