@@ -2155,8 +2155,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
-    with the expert-data-parallel size in place of ``d``); under ZeRO-3 one layer's gathered weights more
-    (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
+    with the expert-data-parallel size in place of ``d``). Under ZeRO-3 parameters are gathered
+    layer by layer (Rajbhandari et al. 2020, Sec. 5.3) and a layer's gradients exist unsharded
+    until their reduce-scatter: at the peak a GPU holds the current layer's gathered weights and
+    its unsharded gradients (in :func:`core.config.grad_dtype`, the reduce-scatter's input) and,
+    with ``overlap_param_gather`` (the next layer's all-gather prefetched under the current
+    layer's compute), the next layer's gathered weights too: PyTorch FSDP, ``BackwardPrefetch``
+    ("at the peak, it holds the current set of parameters, next set of parameters, and current
+    set of gradients in memory"; FSDP2 and Megatron-FSDP's double buffer prefetch alike).
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
@@ -2198,9 +2204,12 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
-    gathered = (param_gather_bytes(plan, sharded / t + replicated,
-                                   fp8_linear_params_per_layer(model, t))
-                if plan.zero_stage >= 3 else 0.0)
+    gathered = gathered_grads = 0.0
+    if plan.zero_stage >= 3:  # the current layer (and, prefetched, the next) unsharded
+        layer_n = sharded / t + replicated
+        live = 2 if plan.overlap_param_gather else 1
+        gathered = live * param_gather_bytes(plan, layer_n, fp8_linear_params_per_layer(model, t))
+        gathered_grads = layer_n * DTYPE_BYTES[grad_dtype(plan)]
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
     recipe = fp8_recipe(plan)
@@ -2226,8 +2235,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
-    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
-            acts)
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge + gathered_grads,
+            n * o + experts * oe, acts)
 
 
 def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:

@@ -127,12 +127,19 @@ def test_bytes_per_parameter_per_zero_stage(precision, grads, w, g, k, zero):
                                          [precision])
     mem = model_math.stage_memory(GPT3, pl)[5]
     n = model_math.params_per_gpu(GPT3, pl)[5]
-    gathered = 0.0
-    if zero == 3:  # one layer's parameters gathered at a time
+    gathered = gathered_grads = 0.0
+    if zero == 3:  # one layer's parameters gathered at a time, and its unsharded gradients
         sharded, replicated = model_math.family_of(GPT3).layer_parameters(GPT3)
         gathered = (sharded / 8 + replicated) * w
+        gathered_grads = (sharded / 8 + replicated) * (4 if grads is None and precision == "bf16"
+                                                       else g)
     assert mem.weights_bytes == pytest.approx(n * got[0] + gathered, rel=1e-12)
-    assert mem.gradients_bytes + mem.optimizer_bytes == pytest.approx(n * (got[1] + got[2]), rel=1e-12)
+    assert mem.gradients_bytes + mem.optimizer_bytes == pytest.approx(
+        n * (got[1] + got[2]) + gathered_grads, rel=1e-12)
+    if zero == 3:  # with the next layer's all-gather prefetched: two layers' weights gathered
+        ov = model_math.stage_memory(GPT3, dataclasses.replace(pl, overlap_param_gather=True))[5]
+        assert ov.weights_bytes - mem.weights_bytes == pytest.approx(gathered, rel=1e-12)
+        assert ov.gradients_bytes == mem.gradients_bytes
 
 
 def test_memory_reserve_decides_fits():
