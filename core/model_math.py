@@ -2167,7 +2167,10 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
+    ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
+    for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
+    its backward (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
     :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
@@ -2231,7 +2234,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
     # the logits of the output layer and of each MTP layer's (one loss each)
-    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4)
+    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                      chunks_per_stage(plan))
+    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
