@@ -1195,9 +1195,14 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     unless the layer is checkpointed (``full``), the routed part in 16-bit bytes: each of the
     ``R`` token copies on the rank (:func:`_moe_routed_rows`; the busiest rank) keeps the
     experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
-    ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
-    weights (``2h`` each, for the probabilities' gradient) and the router its fp32
-    probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
+    ``4 f_e/etp`` otherwise) and the router its fp32 probabilities (``4E`` per token). The
+    un-permutation keeps nothing: Megatron-Core applies the routing probabilities inside the
+    experts' activation (``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` /
+    ``activation * permuted_probs``, whose backward reads the fc1 output already kept), and
+    the all-to-all dispatcher's ``combine_postprocess`` calls ``unpermute`` without ``probs``
+    (a gather / scatter-add whose backward needs only the indices; megatron-core 0.19.2,
+    ``transformer/moe/experts.py``, ``token_dispatcher.py``). Nor do the permutation and the
+    all-to-alls keep their outputs. FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
     Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
     (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
@@ -1224,7 +1229,7 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     # FP8: the experts' fc1 input (2h) and fc2 input (2 f_e/etp) are TE's FP8 copies (1 byte)
     fp8 = plan.precision == "fp8"
     routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
-        + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+        + T_in * 4 * (model.num_experts or 0)
     mods = recompute_modules(plan) if mode == "selective" else ()
     if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
         routed = 0.0
@@ -2180,13 +2185,22 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
-    with the expert-data-parallel size in place of ``d``); under ZeRO-3 one layer's gathered weights more
-    (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
+    with the expert-data-parallel size in place of ``d``). Under ZeRO-3 parameters are gathered
+    layer by layer (Rajbhandari et al. 2020, Sec. 5.3) and a layer's gradients exist unsharded
+    until their reduce-scatter: at the peak a GPU holds the current layer's gathered weights and
+    its unsharded gradients (in :func:`core.config.grad_dtype`, the reduce-scatter's input) and,
+    with ``overlap_param_gather`` (the next layer's all-gather prefetched under the current
+    layer's compute), the next layer's gathered weights too: PyTorch FSDP, ``BackwardPrefetch``
+    ("at the peak, it holds the current set of parameters, next set of parameters, and current
+    set of gradients in memory"; FSDP2 and Megatron-FSDP's double buffer prefetch alike).
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
+    ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
+    for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
+    its backward (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
     :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
@@ -2223,9 +2237,12 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
     sharded, replicated = family_of(model).layer_parameters(model)
-    gathered = (param_gather_bytes(plan, sharded / t + replicated,
-                                   fp8_linear_params_per_layer(model, t))
-                if plan.zero_stage >= 3 else 0.0)
+    gathered = gathered_grads = 0.0
+    if plan.zero_stage >= 3:  # the current layer (and, prefetched, the next) unsharded
+        layer_n = sharded / t + replicated
+        live = 2 if plan.overlap_param_gather else 1
+        gathered = live * param_gather_bytes(plan, layer_n, fp8_linear_params_per_layer(model, t))
+        gathered_grads = layer_n * DTYPE_BYTES[grad_dtype(plan)]
     in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                            chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
     recipe = fp8_recipe(plan)
@@ -2247,12 +2264,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
     # the logits of the output layer and of each MTP layer's (one loss each)
-    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4)
+    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                      chunks_per_stage(plan))
+    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
-    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe,
-            acts)
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge + gathered_grads,
+            n * o + experts * oe, acts)
 
 
 def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:

@@ -435,6 +435,23 @@ def in_flight_all(schedule: str, p: int, m: int, v: int = 1,
     return tuple(out)
 
 
+@lru_cache(maxsize=1024)
+def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
+    """Peak micro-batches whose loss the last stage has computed and not yet back-propagated:
+    the running count of the last stage's forwards of the model's last chunk (chunk ``v - 1``
+    of stage ``p - 1``) minus their backwards (B: the loss's gradient is the first step of the
+    input-gradient pass, also when the weight gradients are split off), maximised over the
+    stage's program. 1F1B, interleaved 1F1B and ZB-H1: 1 (each loss's backward follows its
+    forward); GPipe: ``m`` when ``p > 1`` (all forwards run before the first backward).
+    Each such micro-batch keeps its cross entropy's saved softmax
+    (:func:`core.model_math.stage_memory_arrays`)."""
+    phase, _, chunk = work_orders(schedule, p, m, v)
+    vv = v if get(schedule).uses_virtual_stages else 1
+    last = chunk[-1] == vv - 1
+    step = np.where(last & (phase[-1] == PHASE_F), 1, np.where(last & (phase[-1] == PHASE_B), -1, 0))
+    return int(np.cumsum(step).max())
+
+
 @lru_cache(maxsize=65536)
 def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1,
                            chunk_layers: tuple[int, ...] | None = None) -> float:
