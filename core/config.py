@@ -35,6 +35,10 @@ __all__ = [
     "recompute_modules",
     "parse_recompute_modules",
     "check_all_but_the_plan",
+    "expand_pipeline_layout",
+    "pipeline_layout_errors",
+    "pipeline_layout_text",
+    "layout_layer_counts",
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
@@ -461,6 +465,12 @@ class ParallelPlan:
         "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
         "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
         short="fp8_gather")
+    pipeline_model_parallel_layout: str | None = _f(
+        None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
+        "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
+        "layer), m (one multi-token prediction layer) and L (loss) in that order; x*N and (...)*N "
+        "repeat, e.g. DeepSeek-V3's 'Et|(tt|)*30mL'. Virtual stage k is chunk k//p of stage k%p; "
+        "empty means Megatron's split (even, or the first/last stage fields)", short="layout")
 
     @property
     def num_gpus(self) -> int:
@@ -611,6 +621,168 @@ def _split_flags(plan: ParallelPlan) -> bool:
                 or plan.account_for_loss_in_pipeline_split)
 
 
+#: Megatron-Core's rule for ``--pipeline-model-parallel-layout``, quoted by the messages.
+LAYOUT_RULE = ("Megatron-Core's layout: virtual stages separated by '|', each E (embedding), t "
+               "(transformer layer), m (MTP layer), L (loss) in that order; x*N and (...)*N repeat")
+
+#: Longest expanded layout accepted (symbols): far more than any model's layers, so a string
+#: like '((t*9999)*9999)*9999' is refused before it is built.
+MAX_LAYOUT_SYMBOLS = 100_000
+
+
+def _layout_chunks(plan: ParallelPlan) -> int:
+    """``v`` of ``plan``: ``virtual_pipeline_stages`` under the interleaved schedule, else 1."""
+    return (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+
+
+def pipeline_layout_text(plan: Any) -> str | None:
+    """``plan.pipeline_model_parallel_layout`` stripped, or None when it is unset or blank."""
+    text = getattr(plan, "pipeline_model_parallel_layout", None)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return text.strip()
+
+
+@lru_cache(maxsize=256)
+def expand_pipeline_layout(text: str) -> tuple[str, ...]:
+    """The virtual stages of a pipeline layout string (Megatron-Core
+    ``--pipeline-model-parallel-layout``, ``PipelineParallelLayerLayout.parse_str_to_list``),
+    expanded: one string of the symbols ``E``, ``t``, ``m``, ``L`` per virtual stage, in
+    virtual-stage order (an empty string for an empty virtual stage).
+
+    Grammar: symbols ``E t m L``, ``|`` between virtual stages, ``x*N`` repeats the symbol
+    (or ``|``) before it ``N >= 1`` times, ``(...)*N`` a group; spaces and commas are ignored
+    (Megatron drops commas). Example: ``"Et|(tt|)*30mL"`` -> ``("Et", "tt", ..., "tt", "mL")``,
+    32 virtual stages. Within a stage the symbols must come in the order ``E``, ``t``, ``m``,
+    ``L`` (the order Megatron-Core runs them).
+
+    Raises
+    ------
+    ValueError
+        The string breaks the grammar (an unknown character, an unmatched parenthesis, ``*``
+        without a symbol before it or a count after it), expands past
+        :data:`MAX_LAYOUT_SYMBOLS` symbols, or a stage lists its symbols out of order.
+    """
+    src = "".join(str(text).split()).replace(",", "")
+    pos = 0
+
+    def seq(depth: int) -> str:
+        nonlocal pos
+        out: list[str] = []
+        size = 0
+        while pos < len(src):
+            c = src[pos]
+            if c == ")":
+                if depth == 0:
+                    raise ValueError(f"unmatched ')' at character {pos + 1}")
+                return "".join(out)
+            if c == "(":
+                pos += 1
+                atom = seq(depth + 1)
+                if pos >= len(src):
+                    raise ValueError("unmatched '(' (no closing ')')")
+                pos += 1
+            elif c in "EtmL|":
+                atom, pos = c, pos + 1
+            elif c == "*":
+                raise ValueError(f"'*' at character {pos + 1} must follow a symbol or a group "
+                                 "'(...)'")
+            else:
+                raise ValueError(f"unknown symbol {c!r} at character {pos + 1} (use E, t, m, L, "
+                                 "|, (, ), *N)")
+            if pos < len(src) and src[pos] == "*":
+                digits = ""
+                while pos + 1 + len(digits) < len(src) and src[pos + 1 + len(digits)].isdigit():
+                    digits += src[pos + 1 + len(digits)]
+                if not digits or int(digits) < 1:
+                    raise ValueError(f"'*' at character {pos + 1} must be followed by a count "
+                                     ">= 1")
+                n = int(digits)
+                if len(atom) * n + size > MAX_LAYOUT_SYMBOLS:
+                    raise ValueError(f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+                atom *= n
+                pos += 1 + len(digits)
+            size += len(atom)
+            if size > MAX_LAYOUT_SYMBOLS:
+                raise ValueError(f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+            out.append(atom)
+        if depth:
+            raise ValueError("unmatched '(' (no closing ')')")
+        return "".join(out)
+
+    if not src:
+        raise ValueError("is empty (leave the field unset for Megatron's split)")
+    stages = tuple(seq(0).split("|"))
+    order = "EtmL"
+    for k, st in enumerate(stages):
+        ranks = [order.index(c) for c in st]
+        if ranks != sorted(ranks):
+            raise ValueError(f"virtual stage {k} {st!r} lists its symbols out of order (E, then "
+                             "t, then m, then L: the order Megatron-Core runs them)")
+    return stages
+
+
+def pipeline_layout_errors(text: str, num_layers: int, mtp_layers: int, p: int, v: int
+                           ) -> list[str]:
+    """Every rule pipeline layout ``text`` breaks for a model of ``num_layers`` transformer
+    layers and ``mtp_layers`` multi-token prediction layers under ``p`` stages of ``v`` chunks
+    (empty when it is fine); each message names the rule.
+
+    Megatron-Core's rules (``PipelineParallelLayerLayout.validate_layer_layout``): the grammar
+    of :func:`expand_pipeline_layout`; ``p*v`` virtual stages; one ``E``, in the first virtual
+    stage, one ``L``, in the last; as many ``t`` as ``num_layers`` and ``m`` as
+    ``mtp_layers``. MTP layers outside the last virtual stage (with the loss) are refused: not
+    modelled."""
+    try:
+        stages = expand_pipeline_layout(text)
+    except ValueError as exc:
+        return [f"{text!r} {exc} ({LAYOUT_RULE})"]
+    errs: list[str] = []
+    n = p * v
+    if len(stages) != n:
+        errs.append(f"{text!r} has {len(stages)} virtual stages; it needs pipeline_parallel_size*"
+                    f"virtual_pipeline_stages = {p}*{v} = {n} (v = virtual_pipeline_stages with the "
+                    "interleaved schedule, else 1)")
+    flat = "".join(stages)
+    for sym, where, k in (("E", "first", 0), ("L", "last", len(stages) - 1)):
+        if flat.count(sym) != 1 or sym not in stages[k]:
+            errs.append(f"{text!r} must hold exactly one {sym} ({'embedding' if sym == 'E' else 'loss'}"
+                        f"), in the {where} virtual stage (Megatron-Core's rule); it has "
+                        f"{flat.count(sym)}")
+    if flat.count("t") != num_layers:
+        errs.append(f"{text!r} has {flat.count('t')} transformer layers (t); the model has "
+                    f"num_layers={num_layers}")
+    if flat.count("m") != mtp_layers:
+        errs.append(f"{text!r} has {flat.count('m')} MTP layers (m); the model has "
+                    f"mtp_num_layers={mtp_layers}")
+    elif any("m" in st for st in stages[:-1]):
+        errs.append(f"{text!r}: MTP layers (m) outside the last virtual stage (the loss's) are "
+                    "not modelled")
+    return errs
+
+
+def layout_layer_counts(text: str, num_layers: int, p: int, v: int) -> list[int]:
+    """Transformer layers (``t``) of each of the ``p*v`` virtual stages of pipeline layout
+    ``text`` (:func:`expand_pipeline_layout`); raises ValueError (the first rule of
+    :func:`pipeline_layout_errors` broken, MTP aside: its count needs the model) when it does
+    not fit ``num_layers`` over ``p*v`` virtual stages."""
+    stages = expand_pipeline_layout(text)
+    mtp = "".join(stages).count("m")
+    errs = pipeline_layout_errors(text, num_layers, mtp, p, v)
+    if errs:
+        raise ValueError(f"pipeline_model_parallel_layout {errs[0]}")
+    return [st.count("t") for st in stages]
+
+
+def _layout_conflicts(plan: ParallelPlan) -> None:
+    if (plan.first_stage_layers is not None or plan.last_stage_layers is not None
+            or _split_flags(plan)):
+        raise ValueError("pipeline_model_parallel_layout cannot be combined with "
+                         "first_stage_layers / last_stage_layers / account_for_embedding_in_"
+                         "pipeline_split / account_for_loss_in_pipeline_split (Megatron-Core "
+                         "refuses them together: the layout places every layer)")
+
+
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     """Transformer layers of each pipeline stage, length p (all its model chunks together).
 
@@ -630,6 +802,12 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         The layers do not split that way (never dropped or added silently).
     """
     p, L = plan.pipeline_parallel, num_layers
+    layout = pipeline_layout_text(plan)
+    if layout is not None:
+        _layout_conflicts(plan)
+        v = _layout_chunks(plan)
+        vc = layout_layer_counts(layout, L, p, v)
+        return [sum(vc[c * p + i] for c in range(v)) for i in range(p)]
     first, last = plan.first_stage_layers, plan.last_stage_layers
     if _split_flags(plan):
         if first is not None or last is not None:
@@ -692,6 +870,10 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     if chunks is None:
         chunks = (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
     v = int(chunks)
+    layout = pipeline_layout_text(plan)
+    if layout is not None:
+        _layout_conflicts(plan)
+        return layout_layer_counts(layout, num_layers, p, max(v, 1))
     if v <= 1:
         return stage_layer_counts(num_layers, plan)
     if plan.first_stage_layers is not None or plan.last_stage_layers is not None:
@@ -1112,8 +1294,13 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                    "model.attention_kernel = flash: torchtitan saves the output of "
                                    "its fused attention (SDPA); the unfused core's batched GEMMs "
                                    "and softmax are not in its save list (not modelled)"))
+    layout = pipeline_layout_text(pl)
+    layout_errs = [] if layout is None else pipeline_layout_errors(
+        layout, m.num_layers, m.mtp_num_layers if _is_int(m.mtp_num_layers) else 0, p,
+        _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1)
+    errs += [FieldError("plan.pipeline_model_parallel_layout", e) for e in layout_errs]
     try:
-        counts = stage_layer_counts(m.num_layers, pl)
+        counts = None if layout_errs else stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
         uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
         counts = None
@@ -1121,8 +1308,12 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                  if pl.account_for_embedding_in_pipeline_split else
                  "plan.account_for_loss_in_pipeline_split" if pl.account_for_loss_in_pipeline_split
                  else "plan.first_stage_layers" if uneven else "plan.pipeline_parallel")
+        if layout is not None:
+            field = "plan.pipeline_model_parallel_layout"
         errs.append(FieldError(field, str(exc)))
     n = pl.recompute_num_layers
+    if layout is not None and counts is not None:  # a layout may leave a stage empty
+        counts = [c for c in counts if c] or None
     if counts is not None and n is not None and n > min(counts):
         errs.append(FieldError("plan.recompute_num_layers", f"recompute_num_layers={n} is more than "
                                f"the {min(counts)} layers of the smallest pipeline stage"))
@@ -1132,7 +1323,8 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     else:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
-            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers,
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages,
+            None if layout is not None else m.num_layers,  # the layout places the layers
             pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
     cp = pl.context_parallel
     if t * p * cp * d > BOUNDS["parallel"].hi:
@@ -1476,6 +1668,15 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         v = getattr(pl, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
+    if pipeline_layout_text(pl) is not None and (
+            pl.first_stage_layers is not None or pl.last_stage_layers is not None
+            or pl.account_for_embedding_in_pipeline_split is True
+            or pl.account_for_loss_in_pipeline_split is True):
+        errs.append(FieldError("plan.pipeline_model_parallel_layout", "pipeline_model_parallel_"
+                               "layout cannot be combined with first_stage_layers / "
+                               "last_stage_layers / account_for_embedding_in_pipeline_split / "
+                               "account_for_loss_in_pipeline_split (Megatron-Core refuses them "
+                               "together: the layout places every layer)"))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
             pl.schedule == "interleaved":
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
