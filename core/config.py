@@ -1785,7 +1785,8 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
         recompute="selective" if session.plan.recompute_modules is not None else "full",
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
-        expert_tensor_parallel=None, data_parallel_shard_size=None)
+        expert_tensor_parallel=None, data_parallel_shard_size=None,
+        pipeline_model_parallel_layout=None)  # the layout fixes p*v (the sweep keeps it)
     check(probe)
 
 
