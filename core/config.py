@@ -39,6 +39,7 @@ __all__ = [
     "pipeline_layout_errors",
     "pipeline_layout_text",
     "layout_layer_counts",
+    "layout_summary",
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
@@ -772,6 +773,27 @@ def layout_layer_counts(text: str, num_layers: int, p: int, v: int) -> list[int]
     if errs:
         raise ValueError(f"pipeline_model_parallel_layout {errs[0]}")
     return [st.count("t") for st in stages]
+
+
+def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
+    """One line on ``plan``'s custom pipeline layout: its virtual stages and the transformer
+    layers of each, runs of equal counts collapsed (``"32 virtual stages: 1, 2 x30, 0 layers;
+    E first, L last"``); None without a layout. Raises ValueError when the layout does not fit
+    (:func:`virtual_stage_layer_counts`)."""
+    text = pipeline_layout_text(plan)
+    if text is None:
+        return None
+    counts = virtual_stage_layer_counts(num_layers, plan)
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    parts = ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
+    mtp = "".join(expand_pipeline_layout(text)).count("m")
+    return (f"{len(counts)} virtual stages: {parts} layers"
+            + (f"; {mtp} MTP layer{'s' if mtp > 1 else ''} with the loss" if mtp else ""))
 
 
 def _layout_conflicts(plan: ParallelPlan) -> None:
