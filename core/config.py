@@ -20,7 +20,7 @@ import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "ModelConfig",
@@ -984,12 +984,18 @@ class Session:
     #: ``{"optimal": {...}, "schedule": {...}}``; optional like ``sweep``. Checked
     #: where used (:func:`core.optimal.compute_optimal`, :mod:`core.scheduler`).
     studies: dict[str, Any] | None = None
+    #: The Compare tab's pinned plan A, ``{"pinned": {"model": ..., "plan": ..., "cluster":
+    #: ..., "cost": ...}}`` (the sections of a session; model and plan required), so that
+    #: a saved session keeps its comparison (``vtrain diff SESSION.json`` with one file
+    #: compares it with the session's own plan). Optional like ``sweep``; checked in full
+    #: when read (:meth:`from_dict`), built by :meth:`pinned`.
+    compare: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of all sections (no format header); ``sweep`` and ``studies``
-        only when set."""
+        """Plain JSON-able dict of all sections (no format header); ``sweep``, ``studies`` and
+        ``compare`` only when set."""
         out = dataclasses.asdict(self)
-        for name in ("sweep", "studies"):
+        for name in ("sweep", "studies", "compare"):
             if out[name] is None:
                 del out[name]
         return out
@@ -1024,11 +1030,13 @@ class Session:
                     raise ConfigError([FieldError("notes", "must be a string")])
                 kwargs[name] = data[name]
                 continue
-            if name in ("sweep", "studies"):
+            if name in ("sweep", "studies", "compare"):
                 if data[name] is not None and not isinstance(data[name], dict):
                     raise ConfigError([FieldError(name, "must be a JSON object or null")])
                 # a deep copy: the session never shares mutable state with its source
                 kwargs[name] = None if data[name] is None else json.loads(json.dumps(data[name]))
+                if name == "compare" and data[name] is not None:
+                    _pinned_from_dict(kwargs[name])  # raises naming compare.pinned.<field>
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
                            "cluster": ClusterConfig, "cost": CostConfig}[name]
@@ -1040,10 +1048,64 @@ class Session:
             raise ConfigError(errors)
         return cls(**kwargs)
 
+    def pinned(self) -> "Session | None":
+        """The Compare tab's pinned plan A as a session of its own (no ``sweep``, ``studies``
+        or ``compare``), or None when nothing is pinned.
+
+        Raises
+        ------
+        ConfigError
+            ``compare`` is not ``{"pinned": {section: {...}}}`` with the sections of a
+            session (fields named ``compare.pinned.<section>.<field>``).
+        """
+        return None if self.compare is None else _pinned_from_dict(self.compare)
+
+    def with_pinned(self, pinned: "Session | None") -> "Session":
+        """A copy of this session with ``pinned`` (its model, plan, cluster and cost) as the
+        Compare tab's plan A (None: nothing pinned)."""
+        out = self.copy()
+        out.compare = None if pinned is None else {"pinned": {
+            k: v for k, v in pinned.to_dict().items() if k in _PINNED_SECTIONS}}
+        return out
+
     def copy(self) -> "Session":
         """A deep copy (values are copied as they are, unchecked: an editor may hold invalid ones)."""
         import copy
         return copy.deepcopy(self)
+
+
+_PINNED_SECTIONS = ("model", "plan", "cluster", "cost")
+
+
+def _pinned_from_dict(compare: Any) -> Session:
+    """The pinned plan of a session's ``compare`` section (see :attr:`Session.compare`).
+
+    Raises
+    ------
+    ConfigError
+        Not ``{"pinned": {...}}``, a section other than model, plan, cluster and cost,
+        model or plan missing, or a field of the wrong type, out of bounds or unknown
+        (named ``compare.pinned.<section>.<field>``).
+    """
+    where = "compare.pinned"
+    if not isinstance(compare, dict) or set(compare) != {"pinned"}:
+        raise ConfigError([FieldError("compare", 'must be {"pinned": {...}} (the Compare tab\'s '
+                                                 "plan A)")])
+    pinned = compare["pinned"]
+    if not isinstance(pinned, dict):
+        raise ConfigError([FieldError(where, "must be a JSON object of session sections")])
+    extra = sorted(set(pinned) - set(_PINNED_SECTIONS), key=str)
+    missing = [k for k in ("model", "plan") if k not in pinned]
+    if extra or missing:
+        raise ConfigError([FieldError(f"{where}.{k}", "unknown section (the pinned plan holds "
+                                                      "model, plan, cluster and cost)")
+                           for k in extra]
+                          + [FieldError(f"{where}.{k}", "missing section") for k in missing])
+    try:
+        return Session.from_dict(pinned, require=True)
+    except ConfigError as exc:
+        raise ConfigError([dataclasses.replace(e, field=f"{where}.{e.field}")
+                           for e in exc.errors]) from None
 
 
 #: Longest string a session field may hold (names, GPU kinds, paths).
@@ -1810,6 +1872,65 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
         expert_tensor_parallel=None, data_parallel_shard_size=None,
         pipeline_model_parallel_layout=None)  # the layout fixes p*v (the sweep keeps it)
     check(probe)
+
+
+#: Fields that only take effect when another field enables them: path -> (test of the session,
+#: what enables the field). Megatron-LM ignores these flags in the same situations (e.g.
+#: ``--virtual-pipeline-model-parallel-size`` without the interleaved schedule, the MoE flags
+#: without ``--num-experts``, ``--fp8-recipe`` without ``--fp8-format``).
+_ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
+    **{f"model.{name}": (lambda s: s.model.num_experts is not None,
+                         "a mixture-of-experts model (model.num_experts)")
+       for name in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
+                    "moe_layer_frequency", "moe_first_dense_layers")},
+    **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
+                        "a mixture-of-experts model (model.num_experts)")
+       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor")},
+    **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
+                         "multi-head latent attention (model.multi_latent_attention)")
+       for name in _MLA_FIELDS},
+    "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
+                                    "a sliding window (model.window_size)"),
+    **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
+                         "a gated MLP (model.activation swiglu)")
+       for name in ("activation_func_clamp_value", "glu_linear_offset")},
+    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+                                     "the interleaved schedule (plan.schedule)"),
+    "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
+                                  "full recomputation (plan.recompute)"),
+    "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",
+                               "selective recomputation (plan.recompute)"),
+    **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
+       for name in ("fp8_recipe", "fp8_param_gather")},
+    **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
+                        "a sharded optimizer (plan.zero_stage 1 or more)")
+       for name in ("overlap_param_gather", "data_parallel_shard_size")},
+    "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
+                             "sequence parallelism (plan.sequence_parallel)"),
+}
+
+
+def inactive_fields(session: Session) -> dict[str, str]:
+    """Fields of ``session`` that have no effect on it, each with what would enable it
+    (``{"model.kv_lora_rank": "needs multi-head latent attention (model.multi_latent_attention)",
+    ...}``): the MoE fields of a dense model, the MLA sizes without latent attention, the
+    virtual stages without the interleaved schedule, the FP8 recipe in BF16, and so on
+    (:data:`_ENABLED_BY`). The editor greys them out; their values are kept and saved. A field
+    whose value breaks a rule of :func:`validate` is the user's to fix, so callers keep such
+    fields editable.
+
+    Never raises for a session of the right types; a test that cannot be evaluated (a wrong
+    type left by a bad edit) counts the field as active.
+    """
+    out = {}
+    for path, (enabled, what) in _ENABLED_BY.items():
+        try:
+            active = enabled(session)
+        except (TypeError, AttributeError):
+            active = True
+        if not active:
+            out[path] = f"needs {what}"
+    return out
 
 
 # --------------------------------------------------------------------------- presets

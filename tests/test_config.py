@@ -120,3 +120,25 @@ def test_session_from_dict_rejects_wrong_types():
         Session.from_dict({"plan": {"tensor_parallel": "8"}})
     with pytest.raises(ConfigError, match="model.depth: unknown field"):
         Session.from_dict({"model": {"depth": 3}})
+
+
+def test_inactive_fields_name_what_enables_them():
+    """Fields without effect on the session, each with the field that would enable it."""
+    import dataclasses
+
+    from core.config import MODEL_PRESETS, Session, inactive_fields
+    s = Session()
+    s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"])
+    off = inactive_fields(s)
+    assert off["model.kv_lora_rank"] == ("needs multi-head latent attention "
+                                         "(model.multi_latent_attention)")
+    assert off["plan.expert_parallel"].endswith("(model.num_experts)")
+    assert off["plan.virtual_pipeline_stages"] == "needs the interleaved schedule (plan.schedule)"
+    assert "model.num_experts" not in off and "plan.tensor_parallel" not in off
+    s.model = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"])
+    s.plan.schedule, s.plan.precision, s.plan.recompute = "interleaved", "fp8", "full"
+    off = inactive_fields(s)
+    for path in ("model.kv_lora_rank", "model.moe_top_k", "plan.expert_parallel",
+                 "plan.virtual_pipeline_stages", "plan.fp8_recipe", "plan.recompute_num_layers"):
+        assert path not in off
+    assert "plan.recompute_modules" in off  # full, not selective

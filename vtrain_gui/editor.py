@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
-                         ParallelPlan, Session, validate)
+                         ParallelPlan, Session, inactive_fields, validate)
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -299,6 +299,20 @@ class _FieldBinding(QtCore.QObject):
         if self.row_label is not None:
             self.row_label.setStyleSheet("color: #C62828; font-weight: bold;" if messages else "")
 
+    def set_inactive(self, reason: str | None) -> None:
+        """Grey the field out with ``reason`` in its tooltip (``None``: the field takes effect).
+
+        The value stays and is saved; the editor greys only fields without an error (an
+        error is the user's to fix)."""
+        self.widget.setEnabled(reason is None)
+        tip = self.spec.help + (f" [{self.spec.unit}]" if self.spec.unit else "")
+        if reason is not None:
+            tip += f"\n(No effect here: {reason}.)"
+        self.widget.setToolTip(tip)
+        if self.row_label is not None:
+            self.row_label.setEnabled(reason is None)
+            self.row_label.setToolTip(tip)
+
     # ------------------------------------------------------------------ handlers
     def _report(self, value: Any) -> None:
         if not self._updating:
@@ -539,8 +553,10 @@ class ConfigEditor(QtWidgets.QWidget):
         by_field: dict[str, list[str]] = {}
         for err in self._errors:
             by_field.setdefault(err.field, []).append(err.message)
+        inactive = inactive_fields(self._session)
         for path, binding in self._bindings.items():
             binding.set_error(by_field.get(path, []))
+            binding.set_inactive(None if path in by_field else inactive.get(path))
         if self._errors:
             n = len(self._errors)
             lines = "".join(f"<li>{_html(e.field)}: {_html(e.message)}</li>" for e in self._errors)
