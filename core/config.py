@@ -695,10 +695,11 @@ def expand_pipeline_layout(text: str) -> tuple[str, ...]:
                 digits = ""
                 while pos + 1 + len(digits) < len(src) and src[pos + 1 + len(digits)].isdigit():
                     digits += src[pos + 1 + len(digits)]
-                if not digits or int(digits) < 1:
+                value = digits.lstrip("0")  # no int() of a huge digit string
+                if not value:
                     raise ValueError(f"'*' at character {pos + 1} must be followed by a count "
                                      ">= 1")
-                n = int(digits)
+                n = int(value) if len(value) <= 12 else MAX_LAYOUT_SYMBOLS + 1
                 if len(atom) * n + size > MAX_LAYOUT_SYMBOLS:
                     raise ValueError(f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
                 atom *= n

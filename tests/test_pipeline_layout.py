@@ -299,3 +299,32 @@ def test_megatron_import_refusals(tmp_path):
         with pytest.raises(MegatronArgsError) as exc:
             import_file(script, name=s.model.name)
         assert needle in str(exc.value)
+
+
+# --------------------------------------------------------------------------- fuzzing
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="EtmL|()*0123456789, x", max_size=40))
+def test_any_text_expands_or_is_refused_by_name(text):
+    try:
+        stages = expand_pipeline_layout(text)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    assert all(set(s) <= set("EtmL") for s in stages)
+    assert sum(map(len, stages)) <= 100_000
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=2, max_size=12))
+def test_written_counts_come_back(counts):
+    """A layout written from any per-virtual-stage counts (E first, L last) gives them back."""
+    text = "E" + "|".join("t" * c if c < 3 else f"t*{c}" for c in counts) + "L"
+    p = len(counts)
+    pl = plan(p, text, global_batch_size=p)
+    assert virtual_stage_layer_counts(sum(counts), pl) == counts
+    assert stage_layer_counts(sum(counts), pl) == counts
