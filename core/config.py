@@ -817,7 +817,9 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     stages and the first (last) stage holds one layer fewer (Megatron-Core
     ``get_num_layers_to_build``); with interleaving each stage's chunks add up to the same
     counts (the split over ``p*v`` virtual stages is checked by the interleaved schedule,
-    :func:`virtual_stage_layer_counts` gives the chunks).
+    :func:`virtual_stage_layer_counts` gives the chunks). With a custom pipeline layout
+    (``plan.pipeline_model_parallel_layout``) each stage holds the ``t`` of its virtual stages
+    ``i, p + i, ...`` (:func:`layout_layer_counts`; a stage may hold none).
 
     Raises
     ------
@@ -881,13 +883,18 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     stage's first slot being the embedding and the last's last slot the loss, so those hold
     one layer fewer (Megatron-Core ``get_num_layers_to_build`` and
     ``get_transformer_layer_offset``; a virtual stage may hold no layer, as Megatron
-    allows). Example: Llama 3.1 405B, 126 layers, p=8 v=8 -> ``[1, 2, ..., 2, 1]``.
+    allows). Example: Llama 3.1 405B, 126 layers, p=8 v=8 -> ``[1, 2, ..., 2, 1]``. With a
+    custom pipeline layout (``plan.pipeline_model_parallel_layout``, Megatron-Core's
+    ``--pipeline-model-parallel-layout``) the ``t`` of each of its virtual stages
+    (:func:`layout_layer_counts`): DeepSeek-V3's ``"Et|(tt|)*30mL"``, 61 layers, p=8 v=4 ->
+    ``[1, 2, ..., 2, 0]``.
 
     Raises
     ------
     ValueError
-        The layers (slots) do not split evenly over the ``p*v`` virtual stages, or uneven
-        first/last stages are combined with interleaving.
+        The layers (slots) do not split evenly over the ``p*v`` virtual stages, uneven
+        first/last stages are combined with interleaving, or the layout does not fit
+        (:func:`pipeline_layout_errors`) or is combined with the other split fields.
     """
     p = plan.pipeline_parallel
     if chunks is None:

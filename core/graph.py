@@ -479,7 +479,9 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
     :func:`core.config.stage_layer_counts` (uneven first and last stages included), with it
     an even split of ``L`` over ``p*v``; with the embedding / loss counted in the split
     (Megatron-Core ``account_for_embedding/loss_in_pipeline_split``) the first / last
-    virtual stage one layer fewer. Raises ValueError when the layers do not split.
+    virtual stage one layer fewer; with a custom pipeline layout
+    (``plan.pipeline_model_parallel_layout``) its counts, an empty virtual stage included.
+    Raises ValueError when the layers do not split.
     """
     counts = virtual_stage_layer_counts(session.model.num_layers, session.plan,
                                         num_chunks(session.plan))
