@@ -1872,7 +1872,7 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     batch = session.plan.global_batch_size if global_batch_size is None else global_batch_size
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-        global_batch_size=batch, schedule="1f1b",
+        global_batch_size=batch, schedule="1f1b", virtual_pipeline_stages=None,
         # the recomputed modules are the plan's own under selective recomputation
         recompute="selective" if session.plan.recompute_modules is not None else "full",
         recompute_num_layers=None,
