@@ -386,6 +386,12 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         a rule not about the plan (model, cluster, cost).
     """
     errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    layout = pipeline_layout_text(session.plan)
+    if layout is not None:  # kept in every plan: a layout that cannot parse fits none
+        try:
+            expand_pipeline_layout(layout)
+        except ValueError as exc:
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
     if errs:
         raise ConfigError(errs)
     m, cl, base = session.model, session.cluster, session.plan

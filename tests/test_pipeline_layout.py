@@ -328,3 +328,11 @@ def test_written_counts_come_back(counts):
     pl = plan(p, text, global_batch_size=p)
     assert virtual_stage_layer_counts(sum(counts), pl) == counts
     assert stage_layer_counts(sum(counts), pl) == counts
+
+
+def test_sweep_refuses_a_layout_that_cannot_parse():
+    from core.config import ConfigError
+    s = session(llama(), plan(4, "Et*4|(t*4|t*4|t*4L", d=2, global_batch_size=16))
+    with pytest.raises(ConfigError) as exc:
+        enumerate_plans(s, SweepSpace(tensor_parallel=[8], micro_batch_sizes=[1], max_gpus=64))
+    assert "plan.pipeline_model_parallel_layout: 'Et*4|(t*4|t*4|t*4L' unmatched '('" in str(exc.value)
