@@ -38,7 +38,8 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe, grad_dtype,
-                     padded_vocab_size, recompute_modules, stage_layer_counts, tensor_dtype,
+                     padded_vocab_size, pipeline_layout_text, recompute_modules,
+                     stage_layer_counts, tensor_dtype,
                      virtual_stage_layer_counts, zero_shard_size)
 from .report import StageMemory
 
@@ -1793,13 +1794,22 @@ _LAYOUTS: dict[tuple, tuple] = {}
 _COUNTS: dict[tuple, tuple[int, ...]] = {}
 
 
+def _layout_key(plan: ParallelPlan) -> tuple | None:
+    """The custom pipeline layout and the ``v`` it is read with (part of the layer-count
+    cache keys), or None without a layout."""
+    layout = pipeline_layout_text(plan)
+    if layout is None:
+        return None
+    return layout, plan.schedule == "interleaved" and plan.virtual_pipeline_stages
+
+
 def _stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
     """:func:`core.config.stage_layer_counts` memoized, keyed by every field it reads (the
     model's layers, ``p``, ``first_stage_layers``, ``last_stage_layers``, the two
     pipeline-split flags as booleans); a tuple. Raises ValueError as it does."""
     key = (model.num_layers, plan.pipeline_parallel, plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split))
+           bool(plan.account_for_loss_in_pipeline_split), _layout_key(plan))
     hit = _COUNTS.get(key)
     if hit is None:
         if len(_COUNTS) > 4096:
@@ -1823,7 +1833,7 @@ def _chunk_layout(model: ModelConfig, plan: ParallelPlan
     p, v = plan.pipeline_parallel, chunks_per_stage(plan)
     key = (model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers,
            bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split))
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan))
     hit = _LAYOUTS.get(key)
     if hit is None:
         counts = virtual_stage_layer_counts(model.num_layers, plan, v)
@@ -1883,7 +1893,8 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     key = (_MODEL_FIELD_VALUES(model), plan.tensor_parallel,
            plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split), plan.expert_parallel,
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
+           plan.expert_parallel,
            expert_tensor_parallel(plan))
     hit = _PARAMS.get(key)
     if hit is None:
@@ -2069,7 +2080,8 @@ def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
     """Layers of each chunk of each stage when the embedding / loss take layer slots under
     interleaving (chunks of one stage differ), else None."""
     if chunks_per_stage(plan) == 1 or not (plan.account_for_embedding_in_pipeline_split
-                                           or plan.account_for_loss_in_pipeline_split):
+                                           or plan.account_for_loss_in_pipeline_split
+                                           or pipeline_layout_text(plan) is not None):
         return None
     if model is None:
         raise ValueError("the layers of uneven chunks need the model")

@@ -107,7 +107,9 @@ class PipelineSchedule:
                ) -> list[tuple[str, str]]:
         """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
         the layer slots of the embedding and the loss when they count in the pipeline split
-        (:func:`core.config.pipeline_split_slots`), 0 to 2."""
+        (:func:`core.config.pipeline_split_slots`), 0 to 2. ``num_layers`` None: a custom
+        pipeline layout places the layers (``plan.pipeline_model_parallel_layout``), so no
+        divisibility rule applies."""
         if v not in (None, 1):
             return [("plan.virtual_pipeline_stages",
                      f"virtual_pipeline_stages={v} needs schedule 'interleaved'; "
@@ -287,14 +289,16 @@ class Interleaved(PipelineSchedule):
         if p < 2:
             errs.append(("plan.pipeline_parallel",
                          "schedule 'interleaved' needs pipeline_parallel_size >= 2"))
-        if extra_slots and (num_layers + extra_slots) % (p * v):
+        if num_layers is None:  # a custom pipeline layout places the layers
+            pass
+        elif extra_slots and (num_layers + extra_slots) % (p * v):
             errs.append(("plan.virtual_pipeline_stages",
                          f"num_layers={num_layers} + embedding + loss = {num_layers + extra_slots} "
                          f"layer slots are not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron-Core: with "
                          "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_"
                          "split, (num_layers + embedding + loss) % (p * v) == 0)"))
-        elif not extra_slots and num_layers % (p * v):
+        elif not extra_slots and num_layers is not None and num_layers % (p * v):
             errs.append(("plan.virtual_pipeline_stages",
                          f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
