@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import Console
     from ..inputs import strict_dumps
-    from ..sweep import no_plan_errors, run_sweep
+    from ..sweep import no_plan_errors, run_sweep, unused_values
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -174,12 +174,21 @@ def run(args: argparse.Namespace) -> int:
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
+    unused = unused_values(session, space, result)
     if args.out:
         result.write_csv(args.out)
     if args.json:
-        print(strict_dumps(result.to_dict()))
+        doc = result.to_dict()
+        doc["unused_values"] = [{"values": e.field, "reason": e.message} for e in unused]
+        print(strict_dumps(doc))
     else:
-        _print_result(result, Console(), args.out)
+        console = Console()
+        _print_result(result, console, args.out)
+        if unused:
+            from ..console import esc
+            console.print("\nValues given but in no valid plan:")
+            for e in unused:
+                console.print(f"  {esc(e.field)}: {esc(e.message)}")
     return 0
 
 
