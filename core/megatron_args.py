@@ -113,9 +113,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
     "--add-qkv-bias": Arg(("model.add_qkv_bias",), False, "QKV bias without the other biases"),
     "--qk-layernorm": Arg(("model.qk_layernorm",), False, "a norm on queries and keys"),
-    "--use-flash-attn": Arg(("model.attention_kernel",), False, "FlashAttention (old switch)"),
+    "--use-flash-attn": Arg(("model.attention_kernel",), False,
+                            "FlashAttention (deprecated switch; --attention-backend wins)"),
     "--attention-backend": Arg(("model.attention_kernel",), True,
-                               "flash or unfused (fused, local and auto: listed as ignored)"),
+                               "auto (Megatron-Core's default, also without the argument), "
+                               "fused (TE's cuDNN attention) and flash are timed as "
+                               "FlashAttention (flash); unfused and local as unfused"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
     "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k; default 2)"),
     "--moe-ffn-hidden-size": Arg(("model.moe_ffn_hidden_size",), True,
