@@ -653,21 +653,38 @@ ATTENTION_BACKENDS = {"auto": "flash", "flash": "flash", "fused": "flash", "unfu
 def _attention(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
     """``(attention_kernel, flag that chose it, why)`` for the summary (Megatron-Core rules).
 
-    ``--attention-backend`` wins over the deprecated ``--use-flash-attn``; with neither,
-    Megatron-Core's default ``auto`` (flash), except that Megatron-Core's local layer spec
-    (``--transformer-impl local``) and the legacy model (``--use-legacy-models``) run
-    Megatron's own unfused attention unless ``--use-flash-attn`` asks for FlashAttention.
+    ``--attention-backend`` (:data:`ATTENTION_BACKENDS`) wins over the deprecated
+    ``--use-flash-attn``; with neither, Megatron-Core's default ``auto`` (flash). Megatron-Core's
+    local layer spec (``--transformer-impl local``: ``get_gpt_layer_local_spec``, core attention
+    ``DotProductAttention``) runs its own unfused attention whatever picks Transformer Engine's;
+    the legacy model (``--use-legacy-models``) without an attention argument runs its unfused
+    ``CoreAttention``.
+
+    Raises
+    ------
+    MegatronArgsError
+        ``--attention-backend`` is not one of Megatron-Core's backends.
     """
     backend = _one(args, "--attention-backend", src)
     old = "--use-flash-attn" in args
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        raise MegatronArgsError(f"{src}: --attention-backend {backend!r}: expected one of "
+                                f"Megatron-Core's {', '.join(ATTENTION_BACKENDS)}")
+    legacy = "--use-legacy-models" in args
+    if _one(args, "--transformer-impl", src) == "local" and not legacy:
+        over = [f"--attention-backend {backend}"] if backend in ("auto", "flash", "fused") else []
+        over += ["--use-flash-attn"] if old else []
+        return "unfused", "--transformer-impl", (
+            "--transformer-impl local: Megatron-Core's local layer spec runs its own unfused "
+            "attention (DotProductAttention), timed as the unfused kernel" + (
+                f"; it wins over {' and '.join(over)}, which pick Transformer Engine's attention"
+                if over else ""))
     timed = {"flash": "timed as FlashAttention", "unfused": "timed as the unfused kernel"}
     if backend is not None:
-        if backend not in ATTENTION_BACKENDS:
-            raise MegatronArgsError(f"{src}: --attention-backend {backend!r}: expected one of "
-                                    f"Megatron-Core's {', '.join(ATTENTION_BACKENDS)}")
         kernel = ATTENTION_BACKENDS[backend]
         what = {"auto": "Transformer Engine picks its fused (cuDNN) or flash attention",
-                "flash": "Transformer Engine's flash backend", "fused": "Transformer Engine's fused (cuDNN) attention",
+                "flash": "Transformer Engine's flash backend",
+                "fused": "Transformer Engine's fused (cuDNN) attention",
                 "unfused": "Transformer Engine's unfused attention",
                 "local": "Megatron-Core's own unfused attention"}[backend]
         why = f"--attention-backend {backend}: {what}, {timed[kernel]}"
@@ -677,12 +694,10 @@ def _attention(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
         return kernel, "--attention-backend", why
     if old:
         return "flash", "--use-flash-attn", "--use-flash-attn: FlashAttention"
-    impl = _one(args, "--transformer-impl", src)
-    if impl == "local" or "--use-legacy-models" in args:
-        flag = "--transformer-impl" if impl == "local" else "--use-legacy-models"
-        return "unfused", flag, (f"{flag}{' local' if impl == 'local' else ''} without "
-                                 "--attention-backend or --use-flash-attn: Megatron's own "
-                                 "unfused attention, timed as the unfused kernel")
+    if legacy:
+        return "unfused", "--use-legacy-models", (
+            "--use-legacy-models without --attention-backend or --use-flash-attn: the legacy "
+            "model's own unfused attention, timed as the unfused kernel")
     return "flash", "attention", ("Megatron-Core's default --attention-backend auto: Transformer "
                                   "Engine picks its fused (cuDNN) or flash attention, timed as "
                                   "FlashAttention")

@@ -886,13 +886,24 @@ _FLAGS = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 1
      "--attention-backend fused: Transformer Engine's fused (cuDNN) attention, timed as "
      "FlashAttention; it wins over --use-flash-attn (Megatron-Core reads --attention-backend; "
      "--use-flash-attn is deprecated)"),
-    ("--transformer-impl local", "unfused", "--transformer-impl local without --attention-backend "
-     "or --use-flash-attn: Megatron's own unfused attention, timed as the unfused kernel"),
+    ("--transformer-impl local", "unfused", "--transformer-impl local: Megatron-Core's local "
+     "layer spec runs its own unfused attention (DotProductAttention), timed as the unfused "
+     "kernel"),
+    ("--transformer-impl local --attention-backend local", "unfused", "--transformer-impl local: "
+     "Megatron-Core's local layer spec runs its own unfused attention (DotProductAttention), "
+     "timed as the unfused kernel"),
+    ("--transformer-impl local --attention-backend fused --use-flash-attn", "unfused",
+     "--transformer-impl local: Megatron-Core's local layer spec runs its own unfused attention "
+     "(DotProductAttention), timed as the unfused kernel; it wins over --attention-backend fused "
+     "and --use-flash-attn, which pick Transformer Engine's attention"),
     ("--transformer-impl transformer_engine", "flash", "Megatron-Core's default "
      "--attention-backend auto: Transformer Engine picks its fused (cuDNN) or flash attention, "
      "timed as FlashAttention"),
     ("--use-legacy-models", "unfused", "--use-legacy-models without --attention-backend or "
-     "--use-flash-attn: Megatron's own unfused attention, timed as the unfused kernel"),
+     "--use-flash-attn: the legacy model's own unfused attention, timed as the unfused kernel"),
+    ("--use-legacy-models --transformer-impl local", "unfused", "--use-legacy-models without "
+     "--attention-backend or --use-flash-attn: the legacy model's own unfused attention, timed "
+     "as the unfused kernel"),
     ("--use-legacy-models --use-flash-attn", "flash", "--use-flash-attn: FlashAttention"),
 ])
 def test_attention_kernel_follows_megatron_core(extra, kernel, note):
