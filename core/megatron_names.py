@@ -39,7 +39,8 @@ GROUPS: dict[str, tuple[str, str]] = {
         """--encoder-num-layers --decoder-num-layers --relative-attention-num-buckets
         --relative-attention-max-distance --use-rotary-position-embeddings --no-position-embedding
         --mrope-section --squared-relu --bert-no-binary-head --is-hybrid-model
-        --heterogeneous-layers-config-path --heterogeneous-layers-config-encoded-json --qk-l2-norm""",
+        --heterogeneous-layers-config-path --heterogeneous-layers-config-encoded-json
+        --qk-l2-norm""",
         # --max-position-embeddings only sizes the learned position table (its s*h parameters
         # are counted from --seq-length); RoPE's base, scaling and share of the head, the norms'
         # epsilon and (1 + gamma) form, the GELU variant change numbers, not the work

@@ -823,7 +823,8 @@ def test_megatrons_no_forms_are_read(tmp_path):
     assert res.unknown == []
     ignored = dict(res.ignored)
     for flag, kind in NO_FORMS.items():
-        assert (flag in ignored, flag in res.neutral) == (kind == "ignored", kind == "neutral"), flag
+        listed = (flag in ignored, flag in res.neutral)
+        assert listed == (kind == "ignored", kind == "neutral"), flag
 
 
 def test_real_launches_have_no_unknown_arguments(tmp_path):
@@ -925,7 +926,8 @@ def test_attention_in_the_cli_summary(tmp_path, capsys):
                  "--num-gpus", "1"]) == 0
     out = capsys.readouterr().out
     assert ("attention: flash (--attention-backend fused: Transformer Engine's fused (cuDNN) "
-            "attention, timed as FlashAttention; it wins over --use-flash-attn") in " ".join(out.split())
+            "attention, timed as FlashAttention; it wins over --use-flash-attn") in " ".join(
+        out.split())
 
 
 def test_errors_name_only_the_arguments_the_launch_gives(tmp_path, capsys):
