@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import BOUNDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from .config import (BOUNDS, LAYOUT_RULE, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
+                     Session, expand_pipeline_layout)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
@@ -214,6 +215,10 @@ ARGUMENTS: dict[str, Arg] = {
                                                "layers of the first stage"),
     "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,
                                               "layers of the last stage"),
+    "--pipeline-model-parallel-layout": Arg(
+        ("plan.pipeline_model_parallel_layout", "plan.virtual_pipeline_stages"), True,
+        "custom pipeline layout (E, t, m, L per virtual stage, '|' between them); its virtual "
+        "stages over p give v"),
     "--account-for-embedding-in-pipeline-split": Arg(
         ("plan.account_for_embedding_in_pipeline_split",), False,
         "the embedding takes one layer slot of the first virtual stage"),
@@ -1053,6 +1058,31 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     flag = ("--num-layers-per-virtual-pipeline-stage"
             if "--num-layers-per-virtual-pipeline-stage" in args else
             "--num-virtual-stages-per-pipeline-rank")
+    layout_flag = "--pipeline-model-parallel-layout"
+    if take(layout_flag):  # Megatron-Core: the layout's virtual stages over p give v
+        layout = (_one(args, layout_flag, src) or "").strip()
+        try:
+            n = len(expand_pipeline_layout(layout))
+        except ValueError as exc:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} {exc} ({LAYOUT_RULE})"
+                                    ) from None
+        if n % p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} has {n} virtual stages, "
+                                    f"not a multiple of --pipeline-model-parallel-size {p}")
+        if v is not None and v != n // p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} gives {n // p} virtual "
+                                    f"stages per rank ({n} over p={p}); {flag} gives {v}")
+        for other in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                      "--account-for-embedding-in-pipeline-split",
+                      "--account-for-loss-in-pipeline-split"):
+            if other in args:
+                raise MegatronArgsError(f"{src}: {layout_flag} cannot be combined with {other} "
+                                        "(Megatron-Core refuses them together: the layout places "
+                                        "every layer)")
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", layout, check_value=False)
+        v, flag = n // p, layout_flag
+    elif field_exists("plan.pipeline_model_parallel_layout"):
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", None, check_value=False)
     if v is not None and v > 1:
         mp.set(flag, "plan.schedule", "interleaved")
         mp.set(flag, "plan.virtual_pipeline_stages", v)
@@ -1119,6 +1149,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or "none")
     per_stage = slots // p  # layers of the largest stage (the slots' split)
+    if mp.values["plan"].get("pipeline_model_parallel_layout"):  # the layout's largest stage
+        stages = expand_pipeline_layout(mp.values["plan"]["pipeline_model_parallel_layout"])
+        per_stage = max(sum(st.count("t") for st in stages[i::p]) for i in range(p))
     if gran == "full" and method == "block" and nrec is not None and nrec < per_stage:
         mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
@@ -1332,9 +1365,12 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--expert-model-parallel-size", str(ep)]
     if _get(pl, "expert_tensor_parallel") is not None:
         out += ["--expert-tensor-parallel-size", str(pl.expert_tensor_parallel)]
-    if pl.schedule == "interleaved":
+    layout = _get(pl, "pipeline_model_parallel_layout")
+    if layout and str(layout).strip():  # Megatron-Core derives v from the layout
+        out += ["--pipeline-model-parallel-layout", str(layout).strip()]
+    elif pl.schedule == "interleaved":
         out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
-    elif pl.schedule != "1f1b":
+    if pl.schedule not in ("1f1b", "interleaved"):
         raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
                                 "1F1B and interleaved 1F1B only")
     if _get(pl, "sequence_parallel"):

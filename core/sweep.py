@@ -81,7 +81,8 @@ from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                      ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
-                     pipeline_split_slots, plan_key, validate)
+                     expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
+                     plan_key, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -145,7 +146,11 @@ class SweepSpace:
         Candidate p. Default: divisors of the layer count L (of the layer slots ``L + 1`` or
         ``L + 2`` when the session's plan counts the embedding / loss in the pipeline split,
         Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``; the sweep keeps the
-        session's setting of those two flags and does not try them both ways).
+        session's setting of those two flags and does not try them both ways). With a custom
+        pipeline layout (``plan.pipeline_model_parallel_layout``, n virtual stages) every plan
+        keeps the layout, so only p*v = n is tried: p a divisor of n (of those given), v = n/p
+        under the interleaved schedule (when among ``virtual_pipeline_stages``, if given) and
+        p = n under the others; the sweep never drops the layout nor makes one up.
     data_parallel : sequence of int, optional
         Candidate d. Default: every d the budget allows.
     max_data_parallel : int, optional
@@ -381,6 +386,12 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         a rule not about the plan (model, cluster, cost).
     """
     errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    layout = pipeline_layout_text(session.plan)
+    if layout is not None:  # kept in every plan: a layout that cannot parse fits none
+        try:
+            expand_pipeline_layout(layout)
+        except ValueError as exc:
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
     if errs:
         raise ConfigError(errs)
     m, cl, base = session.model, session.cluster, session.plan
@@ -396,6 +407,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
           else sorted(set(_divisors(pipeline_split_slots(m.num_layers, base)))
                       | ({base.pipeline_parallel} if uneven else set())))
+    # a custom pipeline layout fixes the number of virtual stages n: only p*v = n is tried
+    layout_n = _layout_stages(base)
+    if layout_n is not None:
+        ps = [p for p in (ps if space.pipeline_parallel is not None else _divisors(layout_n))
+              if layout_n % p == 0]
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
@@ -466,10 +482,20 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                     if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                         continue
                     for sched in scheds_p:
-                        for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                        virtual = pipeline_schedules.get(sched).uses_virtual_stages
+                        if layout_n is None:
+                            vs_p = vs if virtual else [None]
+                        elif virtual:  # the layout's v = n/p, when it is one of those asked
+                            vs_p = [layout_n // p] if (
+                                layout_n // p >= 2 and (space.virtual_pipeline_stages is None
+                                                        or layout_n // p in vs)) else []
+                        else:
+                            vs_p = [None] if p == layout_n else []
+                        for v in vs_p:
                             # the schedule's own rules (part of validate), before building plans
-                            if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
-                                                                  m.num_layers, extra_slots):
+                            if pipeline_schedules.schedule_errors(
+                                    sched, p, B // (d * b), v,
+                                    m.num_layers if layout_n is None else None, extra_slots):
                                 continue
                             for rc in rcs:
                                 for sp in sps_t:
@@ -502,6 +528,18 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     return plans
 
 
+def _layout_stages(plan: ParallelPlan) -> int | None:
+    """Virtual stages of ``plan``'s custom pipeline layout (``pipeline_model_parallel_layout``),
+    None without one (or when it does not parse: validation names that)."""
+    text = pipeline_layout_text(plan)
+    if text is None:
+        return None
+    try:
+        return len(expand_pipeline_layout(text))
+    except ValueError:
+        return None
+
+
 def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
     """Why a sweep of ``space`` found no plan, as :class:`core.config.FieldError` s (the command
     line's and the Explore tab's message): the budget, then the rules each value given for t, p,
@@ -522,17 +560,26 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
                 recompute="selective" if session.plan.recompute_modules is not None else "full",
                 recompute_num_layers=None,
                 first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
-                context_parallel=1)
+                context_parallel=1, pipeline_model_parallel_layout=None)
+    n = _layout_stages(session.plan)
+    if n is not None:
+        out.append(FieldError("sweep", f"the session's pipeline_model_parallel_layout has {n} "
+                              f"virtual stages: only plans with pipeline_parallel*"
+                              f"virtual_pipeline_stages = {n} are tried (p one of "
+                              f"{', '.join(map(str, _divisors(n)))}; v = {n}/p under the "
+                              f"interleaved schedule, p = {n} under the others)"))
     for option, values, name in (
             ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
-            ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
+            # under a custom layout the line above says which p are tried
+            ("--pipeline-parallel", space.pipeline_parallel if n is None else None,
+             "pipeline_parallel"),
             ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
             ("--context-parallel", space.context_parallel, "context_parallel")):
         for v in values or ():
             probe = session.copy()
             probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
             out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
-    if "interleaved" in space.schedules:
+    if "interleaved" in space.schedules and n is None:
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
         what = (f"num_layers={L}" if L == session.model.num_layers else
                 f"num_layers + embedding + loss = {L} layer slots")

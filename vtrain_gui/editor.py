@@ -94,6 +94,7 @@ _LABELS = {
     "plan.moe_imbalance_factor": "MoE routing imbalance",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
+    "plan.pipeline_model_parallel_layout": "Pipeline layout",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -117,6 +118,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
+              "cluster.inter_node_bandwidth_gbits_per_s": "GPU's reference node (1 NIC/GPU)",
               "plan.recompute_num_layers": "all",
               "plan.first_stage_layers": "even split",
               "plan.last_stage_layers": "even split",
@@ -230,7 +232,8 @@ class _FieldBinding(QtCore.QObject):
         w = QtWidgets.QLineEdit(parent)
         if spec.optional:
             w.setPlaceholderText("(shipped profile for the GPU)" if spec.name == "profile_path"
-                                 else "(none)")
+                                 else "(Megatron's split; e.g. Et*4|t*4|t*4|t*3L)"
+                                 if spec.name == "pipeline_model_parallel_layout" else "(none)")
         w.textEdited.connect(self._on_text_edit)
         return w
 
@@ -589,6 +592,13 @@ class ConfigEditor(QtWidgets.QWidget):
                          f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
+        try:
+            from core.config import layout_summary
+            summary = layout_summary(model.num_layers, plan)
+        except (TypeError, ValueError):  # the field's own error says what is wrong
+            summary = None
+        if summary:
+            text += f"<br>Pipeline layout: {summary}"
         self._derived.setText(text)
 
     def _update_preset(self) -> None:

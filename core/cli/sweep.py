@@ -247,6 +247,11 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
                   f"swept in {result.wall_s:.2f} s")
+    from ..config import expand_pipeline_layout, pipeline_layout_text
+    layout = pipeline_layout_text(s.plan)
+    if layout is not None:  # every plan keeps it: only its p*v is tried
+        n = len(expand_pipeline_layout(layout))
+        console.print(esc(f"pipeline layout {layout} kept in every plan: only p*v = {n} tried"))
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
