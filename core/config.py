@@ -1458,6 +1458,14 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
     errs += _context_parallel_errors(m, pl, c)
+    if (cp == 1 and pl.sequence_parallel is True and t > 1 and _is_int(m.seq_length)
+            and m.seq_length % t):
+        # Megatron-Core scatters the (s, b, h) activations along s over the t ranks
+        # (scatter_to_sequence_parallel_region: "First dimension of the tensor should be
+        # divisible by tensor parallel size")
+        errs.append(FieldError("plan.sequence_parallel", f"seq_length={m.seq_length} is not "
+                               f"divisible by tensor_parallel_size={t} (sequence parallelism "
+                               "splits the sequence over the tensor-parallel ranks)"))
     if pl.tp_comm_overlap is True and pl.sequence_parallel is True:
         if t == 1:  # Megatron-LM turns sequence parallelism off at t = 1, then refuses the overlap
             errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs "

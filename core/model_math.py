@@ -61,7 +61,7 @@ __all__ = [
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
     "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
-    "attention_forward_flops_per_token", "mla_tp_latent_width",
+    "attention_forward_flops_per_token", "causal_core_fraction", "mla_tp_latent_width",
     "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
     "mtp_tp_collectives", "mtp_edge_parameters",
 ]
@@ -2021,17 +2021,28 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     those alone, ``mla_up_proj`` MLA's up-projections
     (:func:`mla_up_proj_forward_flops_per_token`; ``layernorm`` and ``moe_act`` are
     element-wise: no GEMM FLOPs); per-op selective checkpointing (``selective_op``) its
-    recomputed matmuls, :func:`selective_op_flops_per_token` per layer."""
+    recomputed matmuls, :func:`selective_op_flops_per_token` per layer.
+
+    Unlike the model FLOPs, whose Eq. 3 credits the attention core's full ``s x s`` square,
+    these are the FLOPs the GPUs execute: the core of every forward (and recomputed
+    forward) counts only the part under the mask, :func:`causal_core_fraction` of it (half
+    for causal attention, a windowed layer its band; FlashAttention skips the masked
+    blocks), so that HFU stays a share of the peak at long sequences (with the full square
+    credited, a 128k-token plan would report more than 100 %). Megatron-LM's own count
+    halves the core the same way since Megatron-Core 0.19."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
     n_mtp = mtp_layers(model)
+    core_passes = 3.0 * (model.num_layers + n_mtp)  # cores in the model FLOPs (fwd + 2x bwd)
     if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
+        core_passes += float(recomputed_layers(model, plan).sum())
         if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
             extra += n_mtp * (_moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
                               else layer)
+            core_passes += n_mtp
     elif plan.recompute == "selective":
         mods = recompute_modules(plan)
         mtp_moe = n_mtp if mtp_layer_is_moe(model) else 0
@@ -2040,6 +2051,7 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
         if "core_attn" in mods:
             extra += n_all * core
+            core_passes += n_all
         if "mlp" in mods:  # the dense layers' MLP GEMMs
             extra += (n_all - n_moe) * per_f * model.ffn
         if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
@@ -2052,7 +2064,27 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     elif plan.recompute == "selective_op":  # the recomputed matmuls of every (dense) layer
         extra = model.num_layers * selective_op_flops_per_token(model)
-    return model_flops_per_iteration(model, plan) + tokens * extra
+    masked = core_passes * core * (1.0 - causal_core_fraction(model))
+    return model_flops_per_iteration(model, plan) + tokens * (extra - masked)
+
+
+def causal_core_fraction(model: ModelConfig) -> float:
+    """Share of the full ``s x s`` attention core under the causal mask, averaged over the
+    layers: ``1/2`` for causal attention; on a sliding-window layer the exact average causal
+    context over ``s``, ``(W - W(W-1)/(2s)) / s`` with ``W = window_size + 1`` (the query and
+    the ``w`` tokens before it), ``1/2`` when ``W >= s``. The same fractions as Megatron-Core
+    0.19's ``num_floating_point_operations`` ("causal mask (only half of the mask is
+    non-zero)") and Megatron-Bridge 0.6's ``flop_utils`` ("exact average causal SWA
+    context"); the model FLOPs here keep Narayanan et al.'s Eq. 3 (fraction 1), the hardware
+    FLOPs use this (:func:`hardware_flops_per_iteration`)."""
+    s = model.seq_length
+    windowed = window_layer_mask(model)
+    n_swa = int(windowed.sum())
+    if not n_swa:
+        return 0.5
+    W = int(model.window_size) + 1
+    swa = (W - W * (W - 1) / (2 * s)) / s if W < s else 0.5
+    return (0.5 * (model.num_layers - n_swa) + swa * n_swa) / model.num_layers
 
 
 # --------------------------------------------------------------------------- memory

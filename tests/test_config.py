@@ -142,3 +142,18 @@ def test_inactive_fields_name_what_enables_them():
                  "plan.virtual_pipeline_stages", "plan.fp8_recipe", "plan.recompute_num_layers"):
         assert path not in off
     assert "plan.recompute_modules" in off  # full, not selective
+
+
+def test_sequence_parallel_needs_the_sequence_divisible_by_t():
+    """Megatron-Core scatters the sequence over the t ranks (tester: s = 4095 at t = 2 ran)."""
+    from core.config import ParallelPlan, Session, validate
+    s = Session(plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,
+                                  sequence_parallel=True))
+    s.model.seq_length = 4095
+    errs = [e for e in validate(s) if e.field == "plan.sequence_parallel"]
+    assert len(errs) == 1 and "seq_length=4095 is not divisible by tensor_parallel_size=2" \
+        in errs[0].message
+    s.model.seq_length = 4096
+    assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]
+    s.plan.sequence_parallel, s.model.seq_length = False, 4095
+    assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]
