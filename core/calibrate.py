@@ -348,6 +348,8 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                     add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
                         {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
                         1.0, FP8_WEIGHT_CAST_OP)
+        elif name == "pass_through":  # an empty virtual stage's items: no kernel, no time
+            continue
         elif op_id in _COMPUTE_IDS:
             # a windowed layer's op: the window in its key (as core.graph.lookup_op_times)
             k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key

@@ -43,7 +43,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .config import ClusterConfig, ParallelPlan
+from .config import ClusterConfig, ParallelPlan, node_network_gbits_per_s
 from .ops import DEFAULT_OP_MODEL
 
 __all__ = ["CommModel", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
@@ -140,6 +140,13 @@ class CommModel:
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
         self.all_to_all_efficiency = float(p.get("all_to_all_efficiency", 1.0))
 
+    @property
+    def node_network_gbits_per_s(self) -> float:
+        """The node's network bandwidth, Gb/s (:func:`core.config.node_network_gbits_per_s`:
+        the cluster's, or its GPU's reference node when empty). Raises ValueError when
+        neither is known, only when a transfer leaves the node."""
+        return node_network_gbits_per_s(self.cluster)
+
     # ------------------------------------------------------------------ placement
     def node_of(self, tp: int, dp: int, pp: int, cp_rank: int = 0) -> int:
         """Node index of the rank at (tp, cp_rank, dp, pp) under Megatron-Core's rank order."""
@@ -155,7 +162,7 @@ class CommModel:
     @property
     def _gpu_inter_bytes_per_s(self) -> float:
         """One GPU's share of its node's network bandwidth, bytes/s."""
-        return (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8 / self.cluster.gpus_per_node
+        return (self.node_network_gbits_per_s * 1e9 / 8 / self.cluster.gpus_per_node
                 * self.inter_node_efficiency)
 
     # ------------------------------------------------------------------ primitives
@@ -365,7 +372,7 @@ class CommModel:
             return 0.0
         if self.cp_ring_in_node():
             return self.intra("send_recv", 2, nbytes)
-        gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
+        gpu_bytes_per_s = (self.node_network_gbits_per_s * 1e9 / 8
                            / self.cluster.gpus_per_node * self.p2p_efficiency)
         return INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s
 
@@ -375,6 +382,6 @@ class CommModel:
             return 0.0
         if self.stages_share_node(stage, other):
             return self.p2p_overhead_s + self.intra("send_recv", 2, nbytes)
-        gpu_bytes_per_s = (self.cluster.inter_node_bandwidth_gbits_per_s * 1e9 / 8
+        gpu_bytes_per_s = (self.node_network_gbits_per_s * 1e9 / 8
                            / self.cluster.gpus_per_node * self.p2p_efficiency)
         return self.p2p_overhead_s + INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s

@@ -20,7 +20,7 @@ import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "ModelConfig",
@@ -35,10 +35,15 @@ __all__ = [
     "recompute_modules",
     "parse_recompute_modules",
     "check_all_but_the_plan",
+    "expand_pipeline_layout",
+    "pipeline_layout_errors",
+    "pipeline_layout_text",
+    "layout_layer_counts",
+    "layout_summary",
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
-    "GPU_NVLINK_DOMAIN",
+    "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "node_network_gbits_per_s",
     "SCHEDULES",
     "ACTIVATIONS",
     "SOFTMAX_TYPES",
@@ -121,6 +126,37 @@ GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB":
 #: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
 GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H200-SXM-141GB": ("fp8",),
                   "B200-180GB": ("fp8", "mxfp8"), "GB200-NVL72": ("fp8", "mxfp8")}
+#: Scale-out NIC bandwidth per GPU of each shipped GPU kind's reference node, Gb/s: the
+#: ``nic_gbits_per_s`` of its spec file (a test keeps the two equal; sources there: DGX A100
+#: 8 x 200 Gb/s HDR, DGX H100/H200/B200 8 x 400 Gb/s ConnectX-7, GB200 NVL72 one 400 Gb/s NIC
+#: per GPU). :func:`node_network_gbits_per_s` uses it when a session leaves the network empty.
+GPU_NIC_GBITS_PER_GPU = {"A100-SXM4-80GB": 200.0, "H100-SXM5-80GB": 400.0,
+                         "H200-SXM-141GB": 400.0, "B200-180GB": 400.0, "GB200-NVL72": 400.0}
+
+
+def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
+    """The network bandwidth of one node, Gb/s (all its NICs together):
+    ``cluster.inter_node_bandwidth_gbits_per_s``, or when that is empty (None) the GPU's
+    reference node, ``gpus_per_node`` NICs of :data:`GPU_NIC_GBITS_PER_GPU` (one NIC per GPU:
+    3,200 for eight H100s, 28,800 for a GB200 NVL72 rack).
+
+    Raises
+    ------
+    ValueError
+        The field is empty and the GPU kind has no reference node (a store of your own):
+        the bandwidth must be given (:func:`validate` says so for plans that span nodes).
+    """
+    bw = cluster.inter_node_bandwidth_gbits_per_s
+    if bw is not None:
+        return float(bw)
+    nic = GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
+    if nic is None:
+        raise ValueError(f"cluster.inter_node_bandwidth_gbits_per_s is empty and GPU "
+                         f"{cluster.gpu!r} has no reference node to take it from: set the "
+                         "network bandwidth per node")
+    return nic * cluster.gpus_per_node
+
+
 #: Aliases used by other tools' configuration files and published tables (lower case).
 #: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
 #: bandwidth and power) have no shipped store and are refused by name.
@@ -461,6 +497,12 @@ class ParallelPlan:
         "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
         "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
         short="fp8_gather")
+    pipeline_model_parallel_layout: str | None = _f(
+        None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
+        "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
+        "layer), m (one multi-token prediction layer) and L (loss) in that order; x*N and (...)*N "
+        "repeat, e.g. DeepSeek-V3's 'Et|(tt|)*30mL'. Virtual stage k is chunk k//p of stage k%p; "
+        "empty means Megatron's split (even, or the first/last stage fields)", short="layout")
 
     @property
     def num_gpus(self) -> int:
@@ -611,6 +653,190 @@ def _split_flags(plan: ParallelPlan) -> bool:
                 or plan.account_for_loss_in_pipeline_split)
 
 
+#: Megatron-Core's rule for ``--pipeline-model-parallel-layout``, quoted by the messages.
+LAYOUT_RULE = ("Megatron-Core's layout: virtual stages separated by '|', each E (embedding), t "
+               "(transformer layer), m (MTP layer), L (loss) in that order; x*N and (...)*N repeat")
+
+#: Longest expanded layout accepted (symbols): far more than any model's layers, so a string
+#: like '((t*9999)*9999)*9999' is refused before it is built.
+MAX_LAYOUT_SYMBOLS = 100_000
+
+
+def _layout_chunks(plan: ParallelPlan) -> int:
+    """``v`` of ``plan``: ``virtual_pipeline_stages`` under the interleaved schedule, else 1."""
+    return (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+
+
+def pipeline_layout_text(plan: Any) -> str | None:
+    """``plan.pipeline_model_parallel_layout`` stripped, or None when it is unset or blank."""
+    text = getattr(plan, "pipeline_model_parallel_layout", None)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return text.strip()
+
+
+@lru_cache(maxsize=256)
+def expand_pipeline_layout(text: str) -> tuple[str, ...]:
+    """The virtual stages of a pipeline layout string (Megatron-Core
+    ``--pipeline-model-parallel-layout``, ``PipelineParallelLayerLayout.parse_str_to_list``),
+    expanded: one string of the symbols ``E``, ``t``, ``m``, ``L`` per virtual stage, in
+    virtual-stage order (an empty string for an empty virtual stage).
+
+    Grammar: symbols ``E t m L``, ``|`` between virtual stages, ``x*N`` repeats the symbol
+    (or ``|``) before it ``N >= 1`` times, ``(...)*N`` a group; spaces and commas are ignored
+    (Megatron drops commas). Example: ``"Et|(tt|)*30mL"`` -> ``("Et", "tt", ..., "tt", "mL")``,
+    32 virtual stages. Within a stage the symbols must come in the order ``E``, ``t``, ``m``,
+    ``L`` (the order Megatron-Core runs them).
+
+    Raises
+    ------
+    ValueError
+        The string breaks the grammar (an unknown character, an unmatched parenthesis, ``*``
+        without a symbol before it or a count after it), expands past
+        :data:`MAX_LAYOUT_SYMBOLS` symbols, or a stage lists its symbols out of order.
+    """
+    src = "".join(str(text).split()).replace(",", "")
+    pos = 0
+
+    def seq(depth: int) -> str:
+        nonlocal pos
+        out: list[str] = []
+        size = 0
+        while pos < len(src):
+            c = src[pos]
+            if c == ")":
+                if depth == 0:
+                    raise ValueError(f"unmatched ')' at character {pos + 1}")
+                return "".join(out)
+            if c == "(":
+                pos += 1
+                atom = seq(depth + 1)
+                if pos >= len(src):
+                    raise ValueError("unmatched '(' (no closing ')')")
+                pos += 1
+            elif c in "EtmL|":
+                atom, pos = c, pos + 1
+            elif c == "*":
+                raise ValueError(f"'*' at character {pos + 1} must follow a symbol or a group "
+                                 "'(...)'")
+            else:
+                raise ValueError(f"unknown symbol {c!r} at character {pos + 1} (use E, t, m, L, "
+                                 "|, (, ), *N)")
+            if pos < len(src) and src[pos] == "*":
+                digits = ""
+                while pos + 1 + len(digits) < len(src) and src[pos + 1 + len(digits)].isdigit():
+                    digits += src[pos + 1 + len(digits)]
+                value = digits.lstrip("0")  # no int() of a huge digit string
+                if not value:
+                    raise ValueError(f"'*' at character {pos + 1} must be followed by a count "
+                                     ">= 1")
+                n = int(value) if len(value) <= 12 else MAX_LAYOUT_SYMBOLS + 1
+                if len(atom) * n + size > MAX_LAYOUT_SYMBOLS:
+                    raise ValueError(f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+                atom *= n
+                pos += 1 + len(digits)
+            size += len(atom)
+            if size > MAX_LAYOUT_SYMBOLS:
+                raise ValueError(f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+            out.append(atom)
+        if depth:
+            raise ValueError("unmatched '(' (no closing ')')")
+        return "".join(out)
+
+    if not src:
+        raise ValueError("is empty (leave the field unset for Megatron's split)")
+    stages = tuple(seq(0).split("|"))
+    order = "EtmL"
+    for k, st in enumerate(stages):
+        ranks = [order.index(c) for c in st]
+        if ranks != sorted(ranks):
+            raise ValueError(f"virtual stage {k} {st!r} lists its symbols out of order (E, then "
+                             "t, then m, then L: the order Megatron-Core runs them)")
+    return stages
+
+
+def pipeline_layout_errors(text: str, num_layers: int, mtp_layers: int, p: int, v: int
+                           ) -> list[str]:
+    """Every rule pipeline layout ``text`` breaks for a model of ``num_layers`` transformer
+    layers and ``mtp_layers`` multi-token prediction layers under ``p`` stages of ``v`` chunks
+    (empty when it is fine); each message names the rule.
+
+    Megatron-Core's rules (``PipelineParallelLayerLayout.validate_layer_layout``): the grammar
+    of :func:`expand_pipeline_layout`; ``p*v`` virtual stages; one ``E``, in the first virtual
+    stage, one ``L``, in the last; as many ``t`` as ``num_layers`` and ``m`` as
+    ``mtp_layers``. MTP layers outside the last virtual stage (with the loss) are refused: not
+    modelled."""
+    try:
+        stages = expand_pipeline_layout(text)
+    except ValueError as exc:
+        return [f"{text!r} {exc} ({LAYOUT_RULE})"]
+    errs: list[str] = []
+    n = p * v
+    if len(stages) != n:
+        errs.append(f"{text!r} has {len(stages)} virtual stages; it needs pipeline_parallel_size*"
+                    f"virtual_pipeline_stages = {p}*{v} = {n} (v = virtual_pipeline_stages with the "
+                    "interleaved schedule, else 1)")
+    flat = "".join(stages)
+    for sym, where, k in (("E", "first", 0), ("L", "last", len(stages) - 1)):
+        if flat.count(sym) != 1 or sym not in stages[k]:
+            errs.append(f"{text!r} must hold exactly one {sym} ({'embedding' if sym == 'E' else 'loss'}"
+                        f"), in the {where} virtual stage (Megatron-Core's rule); it has "
+                        f"{flat.count(sym)}")
+    if flat.count("t") != num_layers:
+        errs.append(f"{text!r} has {flat.count('t')} transformer layers (t); the model has "
+                    f"num_layers={num_layers}")
+    if flat.count("m") != mtp_layers:
+        errs.append(f"{text!r} has {flat.count('m')} MTP layers (m); the model has "
+                    f"mtp_num_layers={mtp_layers}")
+    elif any("m" in st for st in stages[:-1]):
+        errs.append(f"{text!r}: MTP layers (m) outside the last virtual stage (the loss's) are "
+                    "not modelled")
+    return errs
+
+
+def layout_layer_counts(text: str, num_layers: int, p: int, v: int) -> list[int]:
+    """Transformer layers (``t``) of each of the ``p*v`` virtual stages of pipeline layout
+    ``text`` (:func:`expand_pipeline_layout`); raises ValueError (the first rule of
+    :func:`pipeline_layout_errors` broken, MTP aside: its count needs the model) when it does
+    not fit ``num_layers`` over ``p*v`` virtual stages."""
+    stages = expand_pipeline_layout(text)
+    mtp = "".join(stages).count("m")
+    errs = pipeline_layout_errors(text, num_layers, mtp, p, v)
+    if errs:
+        raise ValueError(f"pipeline_model_parallel_layout {errs[0]}")
+    return [st.count("t") for st in stages]
+
+
+def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
+    """One line on ``plan``'s custom pipeline layout: its virtual stages and the transformer
+    layers of each, runs of equal counts collapsed (``"32 virtual stages: 1, 2 x30, 0 layers;
+    E first, L last"``); None without a layout. Raises ValueError when the layout does not fit
+    (:func:`virtual_stage_layer_counts`)."""
+    text = pipeline_layout_text(plan)
+    if text is None:
+        return None
+    counts = virtual_stage_layer_counts(num_layers, plan)
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    parts = ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
+    mtp = "".join(expand_pipeline_layout(text)).count("m")
+    return (f"{len(counts)} virtual stages: {parts} layers"
+            + (f"; {mtp} MTP layer{'s' if mtp > 1 else ''} with the loss" if mtp else ""))
+
+
+def _layout_conflicts(plan: ParallelPlan) -> None:
+    if (plan.first_stage_layers is not None or plan.last_stage_layers is not None
+            or _split_flags(plan)):
+        raise ValueError("pipeline_model_parallel_layout cannot be combined with "
+                         "first_stage_layers / last_stage_layers / account_for_embedding_in_"
+                         "pipeline_split / account_for_loss_in_pipeline_split (Megatron-Core "
+                         "refuses them together: the layout places every layer)")
+
+
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     """Transformer layers of each pipeline stage, length p (all its model chunks together).
 
@@ -622,7 +848,9 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     stages and the first (last) stage holds one layer fewer (Megatron-Core
     ``get_num_layers_to_build``); with interleaving each stage's chunks add up to the same
     counts (the split over ``p*v`` virtual stages is checked by the interleaved schedule,
-    :func:`virtual_stage_layer_counts` gives the chunks).
+    :func:`virtual_stage_layer_counts` gives the chunks). With a custom pipeline layout
+    (``plan.pipeline_model_parallel_layout``) each stage holds the ``t`` of its virtual stages
+    ``i, p + i, ...`` (:func:`layout_layer_counts`; a stage may hold none).
 
     Raises
     ------
@@ -630,6 +858,12 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         The layers do not split that way (never dropped or added silently).
     """
     p, L = plan.pipeline_parallel, num_layers
+    layout = pipeline_layout_text(plan)
+    if layout is not None:
+        _layout_conflicts(plan)
+        v = _layout_chunks(plan)
+        vc = layout_layer_counts(layout, L, p, v)
+        return [sum(vc[c * p + i] for c in range(v)) for i in range(p)]
     first, last = plan.first_stage_layers, plan.last_stage_layers
     if _split_flags(plan):
         if first is not None or last is not None:
@@ -680,18 +914,27 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     stage's first slot being the embedding and the last's last slot the loss, so those hold
     one layer fewer (Megatron-Core ``get_num_layers_to_build`` and
     ``get_transformer_layer_offset``; a virtual stage may hold no layer, as Megatron
-    allows). Example: Llama 3.1 405B, 126 layers, p=8 v=8 -> ``[1, 2, ..., 2, 1]``.
+    allows). Example: Llama 3.1 405B, 126 layers, p=8 v=8 -> ``[1, 2, ..., 2, 1]``. With a
+    custom pipeline layout (``plan.pipeline_model_parallel_layout``, Megatron-Core's
+    ``--pipeline-model-parallel-layout``) the ``t`` of each of its virtual stages
+    (:func:`layout_layer_counts`): DeepSeek-V3's ``"Et|(tt|)*30mL"``, 61 layers, p=8 v=4 ->
+    ``[1, 2, ..., 2, 0]``.
 
     Raises
     ------
     ValueError
-        The layers (slots) do not split evenly over the ``p*v`` virtual stages, or uneven
-        first/last stages are combined with interleaving.
+        The layers (slots) do not split evenly over the ``p*v`` virtual stages, uneven
+        first/last stages are combined with interleaving, or the layout does not fit
+        (:func:`pipeline_layout_errors`) or is combined with the other split fields.
     """
     p = plan.pipeline_parallel
     if chunks is None:
         chunks = (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
     v = int(chunks)
+    layout = pipeline_layout_text(plan)
+    if layout is not None:
+        _layout_conflicts(plan)
+        return layout_layer_counts(layout, num_layers, p, max(v, 1))
     if v <= 1:
         return stage_layer_counts(num_layers, plan)
     if plan.first_stage_layers is not None or plan.last_stage_layers is not None:
@@ -721,9 +964,11 @@ class ClusterConfig:
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile", bounds=BOUNDS["intra_bw"]
     )
-    inter_node_bandwidth_gbits_per_s: float = _f(
-        800.0, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
-        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800)", bounds=BOUNDS["inter_bw"]
+    inter_node_bandwidth_gbits_per_s: float | None = _f(
+        None, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
+        "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800); empty means the GPU's reference "
+        "node, one NIC per GPU as its DGX/HGX design has (A100 200 Gb/s, H100, H200, B200 and "
+        "GB200 400 Gb/s per GPU)", bounds=BOUNDS["inter_bw"]
     )
     profile_path: str | None = _f(
         None, "", "Profile store to use instead of the shipped one for this GPU kind"
@@ -780,12 +1025,18 @@ class Session:
     #: ``{"optimal": {...}, "schedule": {...}}``; optional like ``sweep``. Checked
     #: where used (:func:`core.optimal.compute_optimal`, :mod:`core.scheduler`).
     studies: dict[str, Any] | None = None
+    #: The Compare tab's pinned plan A, ``{"pinned": {"model": ..., "plan": ..., "cluster":
+    #: ..., "cost": ...}}`` (the sections of a session; model and plan required), so that
+    #: a saved session keeps its comparison (``vtrain diff SESSION.json`` with one file
+    #: compares it with the session's own plan). Optional like ``sweep``; checked in full
+    #: when read (:meth:`from_dict`), built by :meth:`pinned`.
+    compare: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of all sections (no format header); ``sweep`` and ``studies``
-        only when set."""
+        """Plain JSON-able dict of all sections (no format header); ``sweep``, ``studies`` and
+        ``compare`` only when set."""
         out = dataclasses.asdict(self)
-        for name in ("sweep", "studies"):
+        for name in ("sweep", "studies", "compare"):
             if out[name] is None:
                 del out[name]
         return out
@@ -820,11 +1071,13 @@ class Session:
                     raise ConfigError([FieldError("notes", "must be a string")])
                 kwargs[name] = data[name]
                 continue
-            if name in ("sweep", "studies"):
+            if name in ("sweep", "studies", "compare"):
                 if data[name] is not None and not isinstance(data[name], dict):
                     raise ConfigError([FieldError(name, "must be a JSON object or null")])
                 # a deep copy: the session never shares mutable state with its source
                 kwargs[name] = None if data[name] is None else json.loads(json.dumps(data[name]))
+                if name == "compare" and data[name] is not None:
+                    _pinned_from_dict(kwargs[name])  # raises naming compare.pinned.<field>
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
                            "cluster": ClusterConfig, "cost": CostConfig}[name]
@@ -836,10 +1089,64 @@ class Session:
             raise ConfigError(errors)
         return cls(**kwargs)
 
+    def pinned(self) -> "Session | None":
+        """The Compare tab's pinned plan A as a session of its own (no ``sweep``, ``studies``
+        or ``compare``), or None when nothing is pinned.
+
+        Raises
+        ------
+        ConfigError
+            ``compare`` is not ``{"pinned": {section: {...}}}`` with the sections of a
+            session (fields named ``compare.pinned.<section>.<field>``).
+        """
+        return None if self.compare is None else _pinned_from_dict(self.compare)
+
+    def with_pinned(self, pinned: "Session | None") -> "Session":
+        """A copy of this session with ``pinned`` (its model, plan, cluster and cost) as the
+        Compare tab's plan A (None: nothing pinned)."""
+        out = self.copy()
+        out.compare = None if pinned is None else {"pinned": {
+            k: v for k, v in pinned.to_dict().items() if k in _PINNED_SECTIONS}}
+        return out
+
     def copy(self) -> "Session":
         """A deep copy (values are copied as they are, unchecked: an editor may hold invalid ones)."""
         import copy
         return copy.deepcopy(self)
+
+
+_PINNED_SECTIONS = ("model", "plan", "cluster", "cost")
+
+
+def _pinned_from_dict(compare: Any) -> Session:
+    """The pinned plan of a session's ``compare`` section (see :attr:`Session.compare`).
+
+    Raises
+    ------
+    ConfigError
+        Not ``{"pinned": {...}}``, a section other than model, plan, cluster and cost,
+        model or plan missing, or a field of the wrong type, out of bounds or unknown
+        (named ``compare.pinned.<section>.<field>``).
+    """
+    where = "compare.pinned"
+    if not isinstance(compare, dict) or set(compare) != {"pinned"}:
+        raise ConfigError([FieldError("compare", 'must be {"pinned": {...}} (the Compare tab\'s '
+                                                 "plan A)")])
+    pinned = compare["pinned"]
+    if not isinstance(pinned, dict):
+        raise ConfigError([FieldError(where, "must be a JSON object of session sections")])
+    extra = sorted(set(pinned) - set(_PINNED_SECTIONS), key=str)
+    missing = [k for k in ("model", "plan") if k not in pinned]
+    if extra or missing:
+        raise ConfigError([FieldError(f"{where}.{k}", "unknown section (the pinned plan holds "
+                                                      "model, plan, cluster and cost)")
+                           for k in extra]
+                          + [FieldError(f"{where}.{k}", "missing section") for k in missing])
+    try:
+        return Session.from_dict(pinned, require=True)
+    except ConfigError as exc:
+        raise ConfigError([dataclasses.replace(e, field=f"{where}.{e.field}")
+                           for e in exc.errors]) from None
 
 
 #: Longest string a session field may hold (names, GPU kinds, paths).
@@ -1112,8 +1419,13 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                    "model.attention_kernel = flash: torchtitan saves the output of "
                                    "its fused attention (SDPA); the unfused core's batched GEMMs "
                                    "and softmax are not in its save list (not modelled)"))
+    layout = pipeline_layout_text(pl)
+    layout_errs = [] if layout is None else pipeline_layout_errors(
+        layout, m.num_layers, m.mtp_num_layers if _is_int(m.mtp_num_layers) else 0, p,
+        _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1)
+    errs += [FieldError("plan.pipeline_model_parallel_layout", e) for e in layout_errs]
     try:
-        counts = stage_layer_counts(m.num_layers, pl)
+        counts = None if layout_errs else stage_layer_counts(m.num_layers, pl)
     except ValueError as exc:
         uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
         counts = None
@@ -1121,8 +1433,12 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                  if pl.account_for_embedding_in_pipeline_split else
                  "plan.account_for_loss_in_pipeline_split" if pl.account_for_loss_in_pipeline_split
                  else "plan.first_stage_layers" if uneven else "plan.pipeline_parallel")
+        if layout is not None:
+            field = "plan.pipeline_model_parallel_layout"
         errs.append(FieldError(field, str(exc)))
     n = pl.recompute_num_layers
+    if layout is not None and counts is not None:  # a layout may leave a stage empty
+        counts = [c for c in counts if c] or None
     if counts is not None and n is not None and n > min(counts):
         errs.append(FieldError("plan.recompute_num_layers", f"recompute_num_layers={n} is more than "
                                f"the {min(counts)} layers of the smallest pipeline stage"))
@@ -1132,7 +1448,8 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     else:
         from .schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
-            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages, m.num_layers,
+            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages,
+            None if layout is not None else m.num_layers,  # the layout places the layers
             pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
     cp = pl.context_parallel
     if t * p * cp * d > BOUNDS["parallel"].hi:
@@ -1141,6 +1458,14 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
     errs += _context_parallel_errors(m, pl, c)
+    if (cp == 1 and pl.sequence_parallel is True and t > 1 and _is_int(m.seq_length)
+            and m.seq_length % t):
+        # Megatron-Core scatters the (s, b, h) activations along s over the t ranks
+        # (scatter_to_sequence_parallel_region: "First dimension of the tensor should be
+        # divisible by tensor parallel size")
+        errs.append(FieldError("plan.sequence_parallel", f"seq_length={m.seq_length} is not "
+                               f"divisible by tensor_parallel_size={t} (sequence parallelism "
+                               "splits the sequence over the tensor-parallel ranks)"))
     if pl.tp_comm_overlap is True and pl.sequence_parallel is True:
         if t == 1:  # Megatron-LM turns sequence parallelism off at t = 1, then refuses the overlap
             errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs "
@@ -1171,6 +1496,12 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
             errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe='mxfp8' on cluster.gpu={c.gpu!r}: "
                                    "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
                                    "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
+    if (c.inter_node_bandwidth_gbits_per_s is None and c.gpu not in GPU_NIC_GBITS_PER_GPU
+            and _is_int(pl.num_gpus) and _is_int(c.gpus_per_node) and pl.num_gpus > c.gpus_per_node):
+        errs.append(FieldError("cluster.inter_node_bandwidth_gbits_per_s",
+                               f"empty, and GPU {c.gpu!r} has no reference node to take the "
+                               f"network from; the plan spans {pl.num_gpus} GPUs over nodes of "
+                               f"{c.gpus_per_node}: set the network bandwidth per node"))
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if domain is not None and not c.profile_path and c.gpus_per_node > domain:
         errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
@@ -1476,6 +1807,15 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         v = getattr(pl, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
+    if pipeline_layout_text(pl) is not None and (
+            pl.first_stage_layers is not None or pl.last_stage_layers is not None
+            or pl.account_for_embedding_in_pipeline_split is True
+            or pl.account_for_loss_in_pipeline_split is True):
+        errs.append(FieldError("plan.pipeline_model_parallel_layout", "pipeline_model_parallel_"
+                               "layout cannot be combined with first_stage_layers / "
+                               "last_stage_layers / account_for_embedding_in_pipeline_split / "
+                               "account_for_loss_in_pipeline_split (Megatron-Core refuses them "
+                               "together: the layout places every layer)"))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
             pl.schedule == "interleaved":
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
@@ -1532,11 +1872,12 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
                                f"{pl.fp8_param_gather!r} must be true or false"))
     if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
-            _is_int(pl.tensor_parallel):
+            _is_int(pl.tensor_parallel) and pl.sequence_parallel is False:
         errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
-                               f"tensor_parallel_size={pl.tensor_parallel} is not modelled "
-                               "(torchtitan's per-op checkpointing runs the tensor-parallel "
-                               "all-gathers of the recomputed ops again)"))
+                               f"tensor_parallel_size={pl.tensor_parallel} needs "
+                               "sequence_parallel (torchtitan's tensor parallelism is sequence-"
+                               "parallel; without it the row-parallel linears' all-reduces, "
+                               "not in the save list, would run again: not modelled)"))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
@@ -1579,13 +1920,73 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     batch = session.plan.global_batch_size if global_batch_size is None else global_batch_size
     probe.plan = dataclasses.replace(
         session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-        global_batch_size=batch, schedule="1f1b",
+        global_batch_size=batch, schedule="1f1b", virtual_pipeline_stages=None,
         # the recomputed modules are the plan's own under selective recomputation
         recompute="selective" if session.plan.recompute_modules is not None else "full",
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
-        expert_tensor_parallel=None, data_parallel_shard_size=None)
+        expert_tensor_parallel=None, data_parallel_shard_size=None,
+        pipeline_model_parallel_layout=None)  # the layout fixes p*v (the sweep keeps it)
     check(probe)
+
+
+#: Fields that only take effect when another field enables them: path -> (test of the session,
+#: what enables the field). Megatron-LM ignores these flags in the same situations (e.g.
+#: ``--virtual-pipeline-model-parallel-size`` without the interleaved schedule, the MoE flags
+#: without ``--num-experts``, ``--fp8-recipe`` without ``--fp8-format``).
+_ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
+    **{f"model.{name}": (lambda s: s.model.num_experts is not None,
+                         "a mixture-of-experts model (model.num_experts)")
+       for name in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
+                    "moe_layer_frequency", "moe_first_dense_layers")},
+    **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
+                        "a mixture-of-experts model (model.num_experts)")
+       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor")},
+    **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
+                         "multi-head latent attention (model.multi_latent_attention)")
+       for name in _MLA_FIELDS},
+    "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
+                                    "a sliding window (model.window_size)"),
+    **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
+                         "a gated MLP (model.activation swiglu)")
+       for name in ("activation_func_clamp_value", "glu_linear_offset")},
+    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+                                     "the interleaved schedule (plan.schedule)"),
+    "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
+                                  "full recomputation (plan.recompute)"),
+    "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",
+                               "selective recomputation (plan.recompute)"),
+    **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
+       for name in ("fp8_recipe", "fp8_param_gather")},
+    **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
+                        "a sharded optimizer (plan.zero_stage 1 or more)")
+       for name in ("overlap_param_gather", "data_parallel_shard_size")},
+    "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
+                             "sequence parallelism (plan.sequence_parallel)"),
+}
+
+
+def inactive_fields(session: Session) -> dict[str, str]:
+    """Fields of ``session`` that have no effect on it, each with what would enable it
+    (``{"model.kv_lora_rank": "needs multi-head latent attention (model.multi_latent_attention)",
+    ...}``): the MoE fields of a dense model, the MLA sizes without latent attention, the
+    virtual stages without the interleaved schedule, the FP8 recipe in BF16, and so on
+    (:data:`_ENABLED_BY`). The editor greys them out; their values are kept and saved. A field
+    whose value breaks a rule of :func:`validate` is the user's to fix, so callers keep such
+    fields editable.
+
+    Never raises for a session of the right types; a test that cannot be evaluated (a wrong
+    type left by a bad edit) counts the field as active.
+    """
+    out = {}
+    for path, (enabled, what) in _ENABLED_BY.items():
+        try:
+            active = enabled(session)
+        except (TypeError, AttributeError):
+            active = True
+        if not active:
+            out[path] = f"needs {what}"
+    return out
 
 
 # --------------------------------------------------------------------------- presets

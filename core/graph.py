@@ -34,13 +34,15 @@ import numpy as np
 from . import model_math, schedules
 from .comm import CommModel
 from .config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype, padded_vocab_size,
-                     plan_key, tensor_dtype, virtual_stage_layer_counts, zero_shard_size)
+                     pipeline_layout_text, plan_key, tensor_dtype, virtual_stage_layer_counts,
+                     zero_shard_size)
 from .graph_types import KINDS, OPS, ExecutionGraph
 from .model_math import FP8_WEIGHT_CAST_OP
 from .ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_OPS, SWA_OPS,
-                         TP_OVERLAP_GEMMS, TP_OVERLAP_OPS, expert_data_parallel,
+from .model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
+                         SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_GEMMS, TP_OVERLAP_OPS,
+                         expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
 from .config import recompute_modules
 
@@ -415,6 +417,9 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             continue  # a part of an op that only a recomputed module runs
         if op in SELECTIVE_OP_OPS and session.plan.recompute != "selective_op":
             continue  # what only per-op selective checkpointing runs again
+        if op in SELECTIVE_OP_GEMMS and not (session.plan.recompute == "selective_op"
+                                             and _tp_overlap(session.plan)):
+            continue  # the recomputed GEMMs that overlapped recomputed all-gathers hide
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
         if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
@@ -445,7 +450,10 @@ def lookup_op_times(session: Session, store) -> OpTimes:
 
 def optimizer_time(store, num_params: float, dtype: str) -> float:
     """Seconds for the optimizer step over ``num_params`` parameters on one GPU (``dtype`` the
-    training precision; FP8 training steps BF16 weights, :func:`core.config.tensor_dtype`)."""
+    training precision; FP8 training steps BF16 weights, :func:`core.config.tensor_dtype`);
+    0 for a GPU without parameters (a stage a custom pipeline layout leaves empty)."""
+    if num_params <= 0:
+        return 0.0
     key = {"n": int(num_params), "dtype": tensor_dtype(dtype)}
     lk = store.op_time(OPTIMIZER_OP, key)
     return lk.time_s if lk is not None else analytic_op_time(OPTIMIZER_OP, key, store)
@@ -475,7 +483,9 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
     :func:`core.config.stage_layer_counts` (uneven first and last stages included), with it
     an even split of ``L`` over ``p*v``; with the embedding / loss counted in the split
     (Megatron-Core ``account_for_embedding/loss_in_pipeline_split``) the first / last
-    virtual stage one layer fewer. Raises ValueError when the layers do not split.
+    virtual stage one layer fewer; with a custom pipeline layout
+    (``plan.pipeline_model_parallel_layout``) its counts, an empty virtual stage included.
+    Raises ValueError when the layers do not split.
     """
     counts = virtual_stage_layer_counts(session.model.num_layers, session.plan,
                                         num_chunks(session.plan))
@@ -545,6 +555,12 @@ _TP_OVERLAP_BLOCKS = {"attention_fwd": "attention_fwd", "attention_swa_fwd": "at
 #: Sources of the overlapped collectives: exposed (``tp_{kind}@{op}``) and hidden parts.
 _TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in _TP_OVERLAP_BLOCKS
                             for kind in ("all_gather", "reduce_scatter") for part in ("", ":hidden"))
+#: Per-op selective checkpointing with tensor parallelism: the all-gather each recomputed op
+#: runs again, by recomputed op, and the recomputed GEMM its output feeds
+#: (:data:`core.model_math.SELECTIVE_OP_GEMMS`), which ``tp_comm_overlap`` pipelines it with.
+_SAC_GATHERS = {src: gemm for gemm, (src, _) in SELECTIVE_OP_GEMMS.items()}
+_SAC_GATHER_SOURCES = tuple(f"tp_all_gather@{op}{part}" for op in _SAC_GATHERS
+                            for part in ("", ":hidden"))
 
 
 def tp_overlap_split(comm_s: float, gemm_s: float, t: int) -> tuple[float, float]:
@@ -580,7 +596,7 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
             *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
-            *_TP_OVERLAP_SOURCES)
+            *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES, "pass_through")
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
 
@@ -1128,9 +1144,18 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
         gather(u, "moe" if is_moe else "layer")
         if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
-            # ops it did not save run again when its backward starts
-            u.add(K["recompute"], COMPUTE, "attention_sac_fwd", "attention_sac_fwd")
-            u.add(K["recompute"], COMPUTE, "mlp_sac_fwd", "mlp_sac_fwd")
+            # ops it did not save run again when its backward starts; with tensor parallelism
+            # the all-gathers before the column-parallel linears too (not in the save list;
+            # the reduce-scatters are), on the TP lane as in the forward, pipelined with the
+            # recomputed GEMM they feed under tp_comm_overlap (torchtitan's async TP)
+            for op in _SAC_GATHERS:
+                if st.tp_overlap:
+                    ag = u.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
+                    u.side.append((K["tp_comm"], _SRC[f"tp_all_gather@{op}:hidden"],
+                                   OP["tp_all_gather"], ag, -1))
+                elif st.tp and sp:
+                    comm(u, "all_gather")
+                u.add(K["recompute"], COMPUTE, op, op)
         if with_recompute:
             block(u, K["recompute"], attn + "_fwd", True, True)
             if is_moe:
@@ -1198,6 +1223,13 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             block(u, K["embedding"], "embedding_bwd", before=True, after=False)
 
         backward_unit([-1], emb_bwd)
+    if not layers and not first and not last and not st.mtp:
+        # a virtual stage without layers (a custom pipeline layout may leave one empty, as
+        # Megatron-Core allows): it receives and sends each micro-batch on, in no time
+        for kind, parts in ((K["forward"], fwd_parts), (K["backward"], bwd_parts)):
+            u = _Unit()
+            u.add(kind, COMPUTE, "pass_through", "pass_through")
+            parts.append((u, [-1]))
     return (_Template.assemble(fwd_parts), _Template.assemble(bwd_parts),
             _Template.assemble(w_parts))
 
@@ -1234,6 +1266,12 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
                 exposed, hidden = tp_overlap_split(
                     tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
                 v[_SRC[f"tp_{kind}@{op}"]], v[_SRC[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
+        for op, gemm in _SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
+            if gemm in times:
+                exposed, hidden = tp_overlap_split(tp["all_gather"], times[gemm],
+                                                   session.plan.tensor_parallel)
+                v[_SRC[f"tp_all_gather@{op}"]], v[_SRC[f"tp_all_gather@{op}:hidden"]] = (
+                    exposed, hidden)
     if dp is not None:
         for f in dataclasses.fields(dp):
             v[_SRC[f.name]] = getattr(dp, f.name)
@@ -1795,14 +1833,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
 
 def _middle_stages_alike(session: Session) -> bool:
     """Whether the middle pipeline stages (1 to p-2) have the same work: always for models
-    whose layers are all alike; for MoE models and models with sliding-window layers when each
-    stage holds its MoE and windowed layers at the same places of each chunk (a pattern of
+    whose layers are all alike; for MoE models and models with sliding-window layers, and under a custom pipeline layout
+    (``plan.pipeline_model_parallel_layout``: its stages' layer counts may differ), when each
+    stage holds as many layers in each chunk, its MoE and windowed layers at the same places (a pattern of
     ``moe_layer_frequency``, ``moe_first_dense_layers`` or ``window_attn_skip_freq`` can differ
     between stages)."""
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
     windowed = model_math.window_layer_mask(m)
-    if (not m.is_moe and windowed.all() == windowed.any()) or p <= 3:
+    if p <= 3 or (not m.is_moe and windowed.all() == windowed.any()
+                  and pipeline_layout_text(pl) is None):  # a custom layout: compare the counts
         return True
     bounds = virtual_stage_layers(session)
     # each layer's kind: 2 * windowed + MoE

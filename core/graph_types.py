@@ -60,6 +60,9 @@ OPS = (
     "mtp_proj_fwd", "mtp_proj_bwd",
     # per-op selective activation checkpointing (torchtitan): the ops of a block run again
     "attention_sac_fwd", "mlp_sac_fwd",
+    # a virtual stage a custom pipeline layout leaves empty (--pipeline-model-parallel-layout):
+    # it only passes the activations (gradients) on; one task of zero seconds per item
+    "pass_through",
 )
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;

@@ -17,9 +17,18 @@ whose target field (or value) this version's dataclasses do not have is
 Llama launch simulated as a GPT model would be the worst defect a planner can
 have. Once the fields exist, the same code maps them.
 
-Arguments not in the table are sorted into those that may change the
-iteration time (listed as *ignored*) and those that cannot (logging, paths,
-learning rate: :data:`NEUTRAL_ARGUMENTS`, listed apart).
+Megatron-LM's other arguments (:mod:`core.megatron_names`) are sorted into
+those that may change the iteration time (:data:`TIMING_ARGUMENTS`, listed
+as *ignored*) and those that cannot (logging, paths, learning rate,
+numerics-only constants: :data:`NEUTRAL_ARGUMENTS`, listed apart). An
+argument Megatron-LM does not define is refused by name with a close match
+(Megatron-LM's argparse stops on it), or listed with ``allow_unknown``.
+
+The attention kernel follows Megatron-Core: ``--attention-backend``
+(default ``auto``: Transformer Engine picks its fused or flash attention)
+wins over the deprecated ``--use-flash-attn``; ``auto``, ``fused`` (TE's
+cuDNN fused attention) and ``flash`` are timed as FlashAttention,
+``unfused`` and ``local`` as the unfused kernel.
 
 ``export_arguments`` / ``export_script`` write the arguments (and the
 torchrun line) that run a session's plan; a session -> arguments -> session
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import operator
 import re
 import shlex
@@ -44,10 +54,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import BOUNDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from .config import (BOUNDS, LAYOUT_RULE, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
+                     Session, expand_pipeline_layout)
+from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
 
-__all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "Launch", "ImportResult",
-           "read_launch", "parse_arguments", "session_from_launch", "import_file",
+__all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
+           "KNOWN_ARGUMENTS", "Launch", "ImportResult", "read_launch", "parse_arguments",
+           "unknown_arguments", "session_from_launch", "import_file", "field_origin",
            "export_arguments", "export_script", "field_exists"]
 
 
@@ -101,9 +114,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
     "--add-qkv-bias": Arg(("model.add_qkv_bias",), False, "QKV bias without the other biases"),
     "--qk-layernorm": Arg(("model.qk_layernorm",), False, "a norm on queries and keys"),
-    "--use-flash-attn": Arg(("model.attention_kernel",), False, "FlashAttention (old switch)"),
+    "--use-flash-attn": Arg(("model.attention_kernel",), False,
+                            "FlashAttention (deprecated switch; --attention-backend wins)"),
     "--attention-backend": Arg(("model.attention_kernel",), True,
-                               "flash or unfused (fused, local and auto: listed as ignored)"),
+                               "auto (Megatron-Core's default, also without the argument), "
+                               "fused (TE's cuDNN attention) and flash are timed as "
+                               "FlashAttention (flash); unfused and local as unfused"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
     "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k; default 2)"),
     "--moe-ffn-hidden-size": Arg(("model.moe_ffn_hidden_size",), True,
@@ -199,6 +215,10 @@ ARGUMENTS: dict[str, Arg] = {
                                                "layers of the first stage"),
     "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,
                                               "layers of the last stage"),
+    "--pipeline-model-parallel-layout": Arg(
+        ("plan.pipeline_model_parallel_layout", "plan.virtual_pipeline_stages"), True,
+        "custom pipeline layout (E, t, m, L per virtual stage, '|' between them); its virtual "
+        "stages over p give v"),
     "--account-for-embedding-in-pipeline-split": Arg(
         ("plan.account_for_embedding_in_pipeline_split",), False,
         "the embedding takes one layer slot of the first virtual stage"),
@@ -213,29 +233,10 @@ ARGUMENTS: dict[str, Arg] = {
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
 
-#: Arguments that cannot change the iteration time: listed apart, never mapped.
-NEUTRAL_ARGUMENTS = frozenset("""
---lr --min-lr --lr-decay-style --lr-decay-iters --lr-decay-samples --lr-warmup-iters
---lr-warmup-samples --lr-warmup-fraction --lr-warmup-init --weight-decay --start-weight-decay
---end-weight-decay --weight-decay-incr-style --clip-grad --adam-beta1 --adam-beta2 --adam-eps
---init-method-std --seed --log-interval --save --load --save-interval --eval-interval --eval-iters
---data-path --train-data-path --valid-data-path --test-data-path --split --vocab-file --merge-file
---tokenizer-model --tensorboard-dir --tensorboard-log-interval --wandb-project --wandb-exp-name
---wandb-save-dir --log-throughput --log-timers-to-tensorboard --log-validation-ppl-to-tensorboard
---log-memory-to-tensorboard --log-params-norm --log-num-zeros-in-grad --timing-log-level
---timing-log-option --exit-interval --exit-duration-in-mins --exit-signal-handler
---data-cache-path --mock-data --no-load-optim --no-load-rng --finetune --use-checkpoint-args
---ckpt-format --async-save --dataloader-type --no-mmap-bin-files --eod-mask-loss
---reset-position-ids --reset-attention-mask --num-workers --distributed-backend
---distributed-timeout-minutes --use-mcore-models --use-legacy-models --max-position-embeddings
---hidden-dropout --attention-dropout --no-create-attention-mask-in-dataloader --log-progress
---tensorboard-queue-size --log-world-size-to-tensorboard --log-loss-scale-to-tensorboard
---loss-scale --initial-loss-scale --min-loss-scale --loss-scale-window --hysteresis
---ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format
---data-impl --seq-length-file --log-straggler --use-dist-ckpt --dist-ckpt-format
-""".split())
-# --max-position-embeddings only sizes the learned position table (s*h parameters are
-# counted from --seq-length); dropout and loss-scaling options are numerics, not shapes.
+#: Megatron-LM's arguments that are not mapped (core/megatron_names.py): those that may change
+#: the iteration time are listed as ignored, those that cannot (NEUTRAL_ARGUMENTS) apart; any
+#: other argument is not Megatron-LM's and is refused (or listed, with allow_unknown).
+KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
 
 #: Vocabulary sizes of Megatron-LM's tokenizers that need no file to know them.
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
@@ -567,14 +568,22 @@ class ImportResult:
     ignored : list of (str, str)
         Arguments that may change the iteration time but are not modelled, with why.
     neutral : list of str
-        Arguments that do not change it (logging, paths, learning rate ...).
+        Arguments that do not change it (logging, paths, learning rate, numerics ...).
     launch : Launch
+    notes : list of (str, str)
+        How the import read arguments whose meaning needs saying: ``("attention", why)``
+        names the kernel, the argument (or Megatron-LM's default) that chose it, and which
+        argument wins when two disagree.
+    unknown : list of str
+        Arguments Megatron-LM does not define, read with ``allow_unknown`` (also in ``ignored``).
     """
 
     session: Session
     ignored: list[tuple[str, str]] = field(default_factory=list)
     neutral: list[str] = field(default_factory=list)
     launch: Launch | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
 
 
 def _one(args: dict[str, list[str]], flag: str, source: str) -> str | None:
@@ -618,6 +627,85 @@ class _Mapper:
 
     def refuse(self, flag: str, why: str) -> None:
         self.refused.append(f"{flag}: {why}")
+
+
+def unknown_arguments(flags: Any) -> list[tuple[str, str]]:
+    """The arguments among ``flags`` (``--name`` strings) that Megatron-LM does not define,
+    each with a hint: ``"did you mean --x?"`` (the closest known name by :mod:`difflib`,
+    ratio at least 0.75, or the name with ``-`` for ``_``), ``"no longer valid: use --x"``
+    for a name Megatron-LM's ``validate_args`` rejects, or ``""``."""
+    out = []
+    for flag in flags:
+        if flag in KNOWN_ARGUMENTS:
+            continue
+        if flag in REMOVED_ARGUMENTS:
+            out.append((flag, f"no longer valid in Megatron-LM: use {REMOVED_ARGUMENTS[flag]}"))
+            continue
+        dashed = flag[:2] + flag[2:].replace("_", "-")
+        close = [dashed] if dashed in KNOWN_ARGUMENTS else difflib.get_close_matches(
+            flag, sorted(KNOWN_ARGUMENTS), n=1, cutoff=0.75)
+        out.append((flag, f"did you mean {close[0]}?" if close else ""))
+    return out
+
+
+#: Attention backends of Megatron-Core's --attention-backend (AttnBackend) -> attention_kernel:
+#: Transformer Engine's flash and fused (cuDNN) attention and auto (TE picks one of them) are
+#: timed as FlashAttention; unfused (TE's unfused) and local (Megatron-Core's own) as unfused.
+ATTENTION_BACKENDS = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused",
+                      "local": "unfused"}
+
+
+def _attention(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
+    """``(attention_kernel, flag that chose it, why)`` for the summary (Megatron-Core rules).
+
+    ``--attention-backend`` (:data:`ATTENTION_BACKENDS`) wins over the deprecated
+    ``--use-flash-attn``; with neither, Megatron-Core's default ``auto`` (flash). Megatron-Core's
+    local layer spec (``--transformer-impl local``: ``get_gpt_layer_local_spec``, core attention
+    ``DotProductAttention``) runs its own unfused attention whatever picks Transformer Engine's;
+    the legacy model (``--use-legacy-models``) without an attention argument runs its unfused
+    ``CoreAttention``.
+
+    Raises
+    ------
+    MegatronArgsError
+        ``--attention-backend`` is not one of Megatron-Core's backends.
+    """
+    backend = _one(args, "--attention-backend", src)
+    old = "--use-flash-attn" in args
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        raise MegatronArgsError(f"{src}: --attention-backend {backend!r}: expected one of "
+                                f"Megatron-Core's {', '.join(ATTENTION_BACKENDS)}")
+    legacy = "--use-legacy-models" in args
+    if _one(args, "--transformer-impl", src) == "local" and not legacy:
+        over = [f"--attention-backend {backend}"] if backend in ("auto", "flash", "fused") else []
+        over += ["--use-flash-attn"] if old else []
+        return "unfused", "--transformer-impl", (
+            "--transformer-impl local: Megatron-Core's local layer spec runs its own unfused "
+            "attention (DotProductAttention), timed as the unfused kernel" + (
+                f"; it wins over {' and '.join(over)}, which pick Transformer Engine's attention"
+                if over else ""))
+    timed = {"flash": "timed as FlashAttention", "unfused": "timed as the unfused kernel"}
+    if backend is not None:
+        kernel = ATTENTION_BACKENDS[backend]
+        what = {"auto": "Transformer Engine picks its fused (cuDNN) or flash attention",
+                "flash": "Transformer Engine's flash backend",
+                "fused": "Transformer Engine's fused (cuDNN) attention",
+                "unfused": "Transformer Engine's unfused attention",
+                "local": "Megatron-Core's own unfused attention"}[backend]
+        why = f"--attention-backend {backend}: {what}, {timed[kernel]}"
+        if old and backend != "flash":
+            why += ("; it wins over --use-flash-attn (Megatron-Core reads --attention-backend; "
+                    "--use-flash-attn is deprecated)")
+        return kernel, "--attention-backend", why
+    if old:
+        return "flash", "--use-flash-attn", "--use-flash-attn: FlashAttention"
+    if legacy:
+        return "unfused", "--use-legacy-models", (
+            "--use-legacy-models without --attention-backend or --use-flash-attn: the legacy "
+            "model's own unfused attention, timed as the unfused kernel")
+    return "flash", "attention", ("Megatron-Core's default --attention-backend auto: Transformer "
+                                  "Engine picks its fused (cuDNN) or flash attention, timed as "
+                                  "FlashAttention")
 
 
 #: Mixture-of-experts arguments that mean something only with --num-experts.
@@ -722,7 +810,7 @@ def _moe_arguments(args: dict[str, list[str]], mp: "_Mapper", src: str, L: int, 
 
 def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                         gpus_per_node: int | None = None, gpu: str | None = None,
-                        name: str | None = None) -> ImportResult:
+                        name: str | None = None, allow_unknown: bool = False) -> ImportResult:
     """Map a launch's arguments to a session (see :data:`ARGUMENTS`).
 
     Parameters
@@ -735,16 +823,29 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         GPU kind of the cluster (default: :class:`ClusterConfig`'s).
     name : str, optional
         Model name (default: the file's stem).
+    allow_unknown : bool
+        List arguments Megatron-LM does not define as ignored instead of refusing them.
 
     Raises
     ------
     MegatronArgsError
-        A required argument is missing, a value is not valid, the world size is
-        unknown or does not divide by t*p*cp, or arguments target fields this
-        version does not model (every such argument is named).
+        An argument Megatron-LM does not define (each named, with a close match;
+        unless ``allow_unknown``) or no longer accepts, a required argument is
+        missing, a value is not valid, the world size is unknown or does not
+        divide by t*p*cp, or arguments target fields this version does not model
+        (every such argument is named).
     """
     src = launch.source
     args = parse_arguments(launch.arguments, src)
+    unknown = unknown_arguments(args)
+    refused = [(f, hint) for f, hint in unknown if not allow_unknown or f in REMOVED_ARGUMENTS]
+    if refused:  # Megatron-LM's argparse stops on an argument it does not define
+        raise MegatronArgsError(f"{src}: " + "; ".join(
+            f"{f} is not a Megatron-LM argument" + (f" ({hint})" if hint else "")
+            if f not in REMOVED_ARGUMENTS else f"{f}: {hint}" for f, hint in refused) + (
+            "" if all(f in REMOVED_ARGUMENTS for f, _ in refused) else
+            " (Megatron-LM's argparse stops on an argument it does not define; give "
+            "--allow-unknown to list such arguments as ignored)"))
     mp = _Mapper(src)
     used: set[str] = set()
     late_ignored: list[tuple[str, str]] = []
@@ -847,16 +948,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.set("--add-qkv-bias", "model.add_qkv_bias", True)
     if switch("--qk-layernorm"):
         mp.set("--qk-layernorm", "model.qk_layernorm", True)
-    backend = _one(args, "--attention-backend", src) if take("--attention-backend") else None
-    if switch("--use-flash-attn") or backend == "flash":
-        mp.set("--attention-backend" if backend else "--use-flash-attn", "model.attention_kernel",
-               "flash")
-    elif backend == "unfused":
-        mp.set("--attention-backend", "model.attention_kernel", "unfused")
-    elif backend is not None:
-        late_ignored.append(("--attention-backend", f"{backend}: the kernel it picks is not known "
-                             "from the launch; simulated as model.attention_kernel says (default "
-                             "unfused)"))
+    take("--attention-backend")
+    switch("--use-flash-attn")
+    kernel, flag, why = _attention(args, src)
+    mp.set(flag, "model.attention_kernel", kernel)
+    notes = [("attention", why)]
     if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
         # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
         mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
@@ -962,6 +1058,31 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     flag = ("--num-layers-per-virtual-pipeline-stage"
             if "--num-layers-per-virtual-pipeline-stage" in args else
             "--num-virtual-stages-per-pipeline-rank")
+    layout_flag = "--pipeline-model-parallel-layout"
+    if take(layout_flag):  # Megatron-Core: the layout's virtual stages over p give v
+        layout = (_one(args, layout_flag, src) or "").strip()
+        try:
+            n = len(expand_pipeline_layout(layout))
+        except ValueError as exc:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} {exc} ({LAYOUT_RULE})"
+                                    ) from None
+        if n % p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} has {n} virtual stages, "
+                                    f"not a multiple of --pipeline-model-parallel-size {p}")
+        if v is not None and v != n // p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} gives {n // p} virtual "
+                                    f"stages per rank ({n} over p={p}); {flag} gives {v}")
+        for other in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                      "--account-for-embedding-in-pipeline-split",
+                      "--account-for-loss-in-pipeline-split"):
+            if other in args:
+                raise MegatronArgsError(f"{src}: {layout_flag} cannot be combined with {other} "
+                                        "(Megatron-Core refuses them together: the layout places "
+                                        "every layer)")
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", layout, check_value=False)
+        v, flag = n // p, layout_flag
+    elif field_exists("plan.pipeline_model_parallel_layout"):
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", None, check_value=False)
     if v is not None and v > 1:
         mp.set(flag, "plan.schedule", "interleaved")
         mp.set(flag, "plan.virtual_pipeline_stages", v)
@@ -1028,6 +1149,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or "none")
     per_stage = slots // p  # layers of the largest stage (the slots' split)
+    if mp.values["plan"].get("pipeline_model_parallel_layout"):  # the layout's largest stage
+        stages = expand_pipeline_layout(mp.values["plan"]["pipeline_model_parallel_layout"])
+        per_stage = max(sum(st.count("t") for st in stages[i::p]) for i in range(p))
     if gran == "full" and method == "block" and nrec is not None and nrec < per_stage:
         mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
@@ -1087,11 +1211,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     # ---- the rest
     ignored, neutral = list(late_ignored), []
+    hints = dict(unknown)
     for flag in args:
         if flag in used or flag in ARGUMENTS:
             continue
         if flag in NEUTRAL_ARGUMENTS:
             neutral.append(flag)
+        elif flag in hints:  # allow_unknown
+            ignored.append((flag, "not a Megatron-LM argument vtrain knows" + (
+                f" ({hints[flag]})" if hints[flag] else "") + "; may change the iteration time"))
         else:
             ignored.append((flag, "not modelled; may change the iteration time"))
     if "--num-experts" not in args:
@@ -1107,7 +1235,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     session = Session(ModelConfig(**{"name": name or Path(src).stem, **mp.values["model"]}),
                       ParallelPlan(**mp.values["plan"]), ClusterConfig(**cluster),
                       CostConfig(**mp.values["cost"]))
-    return ImportResult(session, ignored, neutral, launch)
+    return ImportResult(session, ignored, neutral, launch, notes, [f for f, _ in unknown])
 
 
 def import_file(path: str | Path, **kw: Any) -> ImportResult:
@@ -1121,6 +1249,24 @@ def import_file(path: str | Path, **kw: Any) -> ImportResult:
     except (OSError, UnicodeDecodeError) as exc:
         raise MegatronArgsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return session_from_launch(read_launch(text, str(path)), **kw)
+
+
+#: Arguments outside the table that also decide a field (read in session_from_launch).
+_ALSO_SETS = {"model.attention_kernel": ("--transformer-impl", "--use-legacy-models"),
+              "model.vocab_size": ("--vocab-file",)}
+
+
+def field_origin(target: str, given: Any) -> str | None:
+    """What set ``section.field`` in an import, for messages: ``"set by --bf16, --fp8-format"``
+    naming only the arguments among ``given`` (the launch's ``--names``) that map to it,
+    ``"Megatron-LM's default"`` when the launch gives none of them, None when no Megatron-LM
+    argument maps to the field (the world size, the cluster)."""
+    flags = [f for f, arg in ARGUMENTS.items() if target in arg.targets]
+    flags += [f for f in _ALSO_SETS.get(target, ()) if f not in flags]
+    if not flags:
+        return None
+    present = [f for f in flags if f in given]
+    return f"set by {', '.join(present)}" if present else "Megatron-LM's default"
 
 
 # --------------------------------------------------------------------------- mapping out
@@ -1219,9 +1365,12 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--expert-model-parallel-size", str(ep)]
     if _get(pl, "expert_tensor_parallel") is not None:
         out += ["--expert-tensor-parallel-size", str(pl.expert_tensor_parallel)]
-    if pl.schedule == "interleaved":
+    layout = _get(pl, "pipeline_model_parallel_layout")
+    if layout and str(layout).strip():  # Megatron-Core derives v from the layout
+        out += ["--pipeline-model-parallel-layout", str(layout).strip()]
+    elif pl.schedule == "interleaved":
         out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
-    elif pl.schedule != "1f1b":
+    if pl.schedule not in ("1f1b", "interleaved"):
         raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
                                 "1F1B and interleaved 1F1B only")
     if _get(pl, "sequence_parallel"):

@@ -38,9 +38,9 @@ import numpy as np
 
 from . import schedules
 from .config import (FP8_DEFAULT_RECIPE, PLAN_FIELDS, ModelConfig, ParallelPlan, fp8_recipe,
-                     grad_dtype, padded_vocab_size, plan_key, recompute_modules,
-                     stage_layer_counts, tensor_dtype, virtual_stage_layer_counts,
-                     zero_shard_size)
+                     grad_dtype, padded_vocab_size, pipeline_layout_text, plan_key,
+                     recompute_modules, stage_layer_counts, tensor_dtype,
+                     virtual_stage_layer_counts, zero_shard_size)
 from .report import StageMemory
 
 __all__ = [
@@ -48,7 +48,8 @@ __all__ = [
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "stage_memory_arrays", "SELECTIVE_OP_OPS", "selective_op_linears", "selective_op_kernels",
+    "stage_memory_arrays", "SELECTIVE_OP_OPS", "SELECTIVE_OP_GEMMS", "selective_op_linears",
+    "selective_op_kernels",
     "selective_op_flops_per_token", "fp8_gathers_params", "fp8_linear_params_per_layer",
     "param_gather_bytes",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
@@ -60,7 +61,7 @@ __all__ = [
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
     "cp_kv_block_bytes", "cp_exchange_bytes",
     "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
-    "attention_forward_flops_per_token", "mla_tp_latent_width",
+    "attention_forward_flops_per_token", "causal_core_fraction", "mla_tp_latent_width",
     "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
     "mtp_tp_collectives", "mtp_edge_parameters",
 ]
@@ -1195,9 +1196,14 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     unless the layer is checkpointed (``full``), the routed part in 16-bit bytes: each of the
     ``R`` token copies on the rank (:func:`_moe_routed_rows`; the busiest rank) keeps the
     experts' fc1 input (``2h``) and fc1 output and activation output (``6 f_e/etp`` gated,
-    ``4 f_e/etp`` otherwise), the un-permutation keeps the ``T_in k`` expert outputs it
-    weights (``2h`` each, for the probabilities' gradient) and the router its fp32
-    probabilities (``4E`` per token). FP8: the experts' fc1 input and fc2 input are the FP8
+    ``4 f_e/etp`` otherwise) and the router its fp32 probabilities (``4E`` per token). The
+    un-permutation keeps nothing: Megatron-Core applies the routing probabilities inside the
+    experts' activation (``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` /
+    ``activation * permuted_probs``, whose backward reads the fc1 output already kept), and
+    the all-to-all dispatcher's ``combine_postprocess`` calls ``unpermute`` without ``probs``
+    (a gather / scatter-add whose backward needs only the indices; megatron-core 0.19.2,
+    ``transformer/moe/experts.py``, ``token_dispatcher.py``). Nor do the permutation and the
+    all-to-alls keep their outputs. FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
     Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
     (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
@@ -1224,7 +1230,7 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     # FP8: the experts' fc1 input (2h) and fc2 input (2 f_e/etp) are TE's FP8 copies (1 byte)
     fp8 = plan.precision == "fp8"
     routed = R * ((1 if fp8 else 2) * h + (per_f - fp8) * (fe // etp)) \
-        + T_in * model.moe_top_k * 2 * h + T_in * 4 * (model.num_experts or 0)
+        + T_in * 4 * (model.num_experts or 0)
     mods = recompute_modules(plan) if mode == "selective" else ()
     if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
         routed = 0.0
@@ -1355,6 +1361,14 @@ DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
 #: layer's backward (``plan.recompute = "selective_op"``, :func:`selective_op_kernels`).
 SELECTIVE_OP_OPS: dict[str, str] = {"attention_sac_fwd": "attention_fwd",
                                     "mlp_sac_fwd": "mlp_fwd"}
+#: Under per-op checkpointing with tensor parallelism and ``tp_comm_overlap`` (torchtitan's
+#: async TP): the recomputed GEMM that consumes each recomputed all-gather's output and is
+#: pipelined with it, by derived op: (the recomputed op, the GEMM kernel's name) -- the ``k``
+#: projection of the attention's gathered input, ``w3`` of the MLP's (a plain MLP recomputes
+#: no GEMM of its gathered input: ``w1`` is saved, so the op has no kernel and takes 0 s).
+SELECTIVE_OP_GEMMS: dict[str, tuple[str, str]] = {"attention_sac_gemm": ("attention_sac_fwd", "k"),
+                                                  "mlp_sac_gemm": ("mlp_sac_fwd", "w3")}
+DERIVED_OPS.update({op: SELECTIVE_OP_OPS[src] for op, (src, _) in SELECTIVE_OP_GEMMS.items()})
 #: Sliding-window variants of the attention ops (a windowed layer's ops; the key's ``w`` is
 #: the window) and the op each is a variant of.
 SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
@@ -1440,6 +1454,9 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
         return family_of(model).op_kernels(SWA_OPS[op], full_op_key(base, key))
     if op in SELECTIVE_OP_OPS:  # what per-op checkpointing runs again of its base op
         return selective_op_kernels(base, key, model)
+    if op in SELECTIVE_OP_GEMMS:  # the recomputed GEMM of a recomputed all-gather's output
+        name = SELECTIVE_OP_GEMMS[op][1]
+        return [k for k in selective_op_kernels(base, key, model) if k.name == name]
     if op in PART_OPS:  # a part of its base op: the base op's kernels that it runs
         keep = PART_OPS[op]
         return [k for k in family_of(model).op_kernels(base, full_op_key(base, key)) if keep(k.name)]
@@ -1489,7 +1506,10 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
     fused gate/up fc1 contributes ``w3`` (``f/t`` of its ``2f/t`` columns), fc2 (``w2``) is
     saved with a gated MLP and recomputed with a plain one (whose fc1 is saved); the attention
     core (FlashAttention) and the tensorwise amax reductions are saved; every memory-bound
-    kernel else runs again. Needs FlashAttention (ValueError otherwise: the unfused core's
+    kernel else runs again. With tensor parallelism the widths are the rank's (``/t``) and the
+    norms run on the rank's ``s/t`` tokens (``key["sp"]``); the all-gathers that the
+    recomputation runs again are collectives of the graph (:func:`core.graph.build_graph`),
+    not kernels of these ops. Needs FlashAttention (ValueError otherwise: the unfused core's
     batched GEMMs and softmax are not in the save list, not modelled).
     """
     full = _full(key)
@@ -1527,17 +1547,32 @@ def _selective_op_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> fl
     ``s b h``) and the outputs of the saved ops (:func:`selective_op_linears`): ``q`` (``a kv``
     per token), ``v`` (``g kv``), the attention output (``a kv``) and its fp32 log-sum-exp
     (``a`` floats per token), ``w1`` (``f``) and, with a gated MLP, ``w2`` (``h``); in the
-    tensor dtype (BF16 under FP8: a float8 matmul's output is BF16); over ``t`` for the
-    tensor-parallel widths, ``s/cp`` tokens."""
+    tensor dtype (BF16 under FP8: a float8 matmul's output is BF16); ``s/cp`` tokens.
+
+    With tensor parallelism (``t > 1``, sequence-parallel as torchtitan's plan always is) each
+    rank keeps its shards: the block's input is sequence-sharded (``h/t`` per token), the
+    column-parallel outputs (``q``, ``v``, ``w1``), the attention output and the log-sum-exp
+    are ``1/t`` wide; a row-parallel matmul's output is the full ``h`` wide partial sum that
+    its reduce-scatter then reduces (``w2``, gated: ``h`` per token on every rank), and the
+    outputs of the two reduce-scatters (after ``o`` and ``w2``), which the save list holds,
+    add ``2 h/t``. The all-gathered inputs of the linears are not kept (the all-gathers are
+    not in the save list: the recomputation gathers them again, :func:`core.graph.build_graph`).
+    The policy's cache keeps every saved op's output until the recomputation replays it
+    (eager ``torch.utils.checkpoint`` with a selective-checkpoint context), whether or not
+    the backward reads it."""
     s = model.seq_length // plan.context_parallel
     b, h, a, t = (plan.micro_batch_size, model.hidden_size, model.num_attention_heads,
                   plan.tensor_parallel)
     kv, g, f = model.head_dim, model.query_groups, model.ffn
-    width = {"q": a * kv, "k": g * kv, "v": g * kv, "o": h, "w1": f, "w3": f, "w2": h}
-    saved = sum(width[n] for n, again in selective_op_linears(model.activation == "swiglu")
-                if not again)
+    # column-parallel outputs (split over t) and row-parallel ones (partial sums, h wide)
+    width = {"q": a * kv, "k": g * kv, "v": g * kv, "w1": f, "w3": f}
+    full = {"o": h, "w2": h}
+    saved = [n for n, again in selective_op_linears(model.activation == "swiglu") if not again]
+    cols = sum(width.get(n, 0) for n in saved)
+    rows = sum(full.get(n, 0) for n in saved)
+    scattered = 2 * h if t > 1 else 0  # the reduce-scatters' outputs
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
-    return float(s * b * (e * (h + (saved + a * kv) / t) + 4 * a / t))
+    return float(s * b * (e * ((h + cols + a * kv + scattered) / t + rows) + 4 * a / t))
 
 
 def selective_op_flops_per_token(model: ModelConfig) -> float:
@@ -1759,13 +1794,22 @@ _LAYOUTS: dict[tuple, tuple] = {}
 _COUNTS: dict[tuple, tuple[int, ...]] = {}
 
 
+def _layout_key(plan: ParallelPlan) -> tuple | None:
+    """The custom pipeline layout and the ``v`` it is read with (part of the layer-count
+    cache keys), or None without a layout."""
+    layout = pipeline_layout_text(plan)
+    if layout is None:
+        return None
+    return layout, plan.schedule == "interleaved" and plan.virtual_pipeline_stages
+
+
 def _stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
     """:func:`core.config.stage_layer_counts` memoized, keyed by every field it reads (the
     model's layers, ``p``, ``first_stage_layers``, ``last_stage_layers``, the two
     pipeline-split flags as booleans); a tuple. Raises ValueError as it does."""
     key = (model.num_layers, plan.pipeline_parallel, plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split))
+           bool(plan.account_for_loss_in_pipeline_split), _layout_key(plan))
     hit = _COUNTS.get(key)
     if hit is None:
         if len(_COUNTS) > 4096:
@@ -1789,7 +1833,7 @@ def _chunk_layout(model: ModelConfig, plan: ParallelPlan
     p, v = plan.pipeline_parallel, chunks_per_stage(plan)
     key = (model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers,
            bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split))
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan))
     hit = _LAYOUTS.get(key)
     if hit is None:
         counts = virtual_stage_layer_counts(model.num_layers, plan, v)
@@ -1849,7 +1893,8 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     key = (_MODEL_FIELD_VALUES(model), plan.tensor_parallel,
            plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split), plan.expert_parallel,
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
+           plan.expert_parallel,
            expert_tensor_parallel(plan))
     hit = _PARAMS.get(key)
     if hit is None:
@@ -1976,17 +2021,28 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     those alone, ``mla_up_proj`` MLA's up-projections
     (:func:`mla_up_proj_forward_flops_per_token`; ``layernorm`` and ``moe_act`` are
     element-wise: no GEMM FLOPs); per-op selective checkpointing (``selective_op``) its
-    recomputed matmuls, :func:`selective_op_flops_per_token` per layer."""
+    recomputed matmuls, :func:`selective_op_flops_per_token` per layer.
+
+    Unlike the model FLOPs, whose Eq. 3 credits the attention core's full ``s x s`` square,
+    these are the FLOPs the GPUs execute: the core of every forward (and recomputed
+    forward) counts only the part under the mask, :func:`causal_core_fraction` of it (half
+    for causal attention, a windowed layer its band; FlashAttention skips the masked
+    blocks), so that HFU stays a share of the peak at long sequences (with the full square
+    credited, a 128k-token plan would report more than 100 %). Megatron-LM's own count
+    halves the core the same way since Megatron-Core 0.19."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
     tokens = plan.global_batch_size * model.seq_length
     extra = 0.0
     n_mtp = mtp_layers(model)
+    core_passes = 3.0 * (model.num_layers + n_mtp)  # cores in the model FLOPs (fwd + 2x bwd)
     if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
         mean = _layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
+        core_passes += float(recomputed_layers(model, plan).sum())
         if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
             extra += n_mtp * (_moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
                               else layer)
+            core_passes += n_mtp
     elif plan.recompute == "selective":
         mods = recompute_modules(plan)
         mtp_moe = n_mtp if mtp_layer_is_moe(model) else 0
@@ -1995,6 +2051,7 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         h, per_f = model.hidden_size, (6 if model.activation == "swiglu" else 4) * model.hidden_size
         if "core_attn" in mods:
             extra += n_all * core
+            core_passes += n_all
         if "mlp" in mods:  # the dense layers' MLP GEMMs
             extra += (n_all - n_moe) * per_f * model.ffn
         if n_moe and "moe" in mods:  # router, the k routed experts and the shared experts
@@ -2007,7 +2064,27 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     elif plan.recompute == "selective_op":  # the recomputed matmuls of every (dense) layer
         extra = model.num_layers * selective_op_flops_per_token(model)
-    return model_flops_per_iteration(model, plan) + tokens * extra
+    masked = core_passes * core * (1.0 - causal_core_fraction(model))
+    return model_flops_per_iteration(model, plan) + tokens * (extra - masked)
+
+
+def causal_core_fraction(model: ModelConfig) -> float:
+    """Share of the full ``s x s`` attention core under the causal mask, averaged over the
+    layers: ``1/2`` for causal attention; on a sliding-window layer the exact average causal
+    context over ``s``, ``(W - W(W-1)/(2s)) / s`` with ``W = window_size + 1`` (the query and
+    the ``w`` tokens before it), ``1/2`` when ``W >= s``. The same fractions as Megatron-Core
+    0.19's ``num_floating_point_operations`` ("causal mask (only half of the mask is
+    non-zero)") and Megatron-Bridge 0.6's ``flop_utils`` ("exact average causal SWA
+    context"); the model FLOPs here keep Narayanan et al.'s Eq. 3 (fraction 1), the hardware
+    FLOPs use this (:func:`hardware_flops_per_iteration`)."""
+    s = model.seq_length
+    windowed = window_layer_mask(model)
+    n_swa = int(windowed.sum())
+    if not n_swa:
+        return 0.5
+    W = int(model.window_size) + 1
+    swa = (W - W * (W - 1) / (2 * s)) / s if W < s else 0.5
+    return (0.5 * (model.num_layers - n_swa) + swa * n_swa) / model.num_layers
 
 
 # --------------------------------------------------------------------------- memory
@@ -2035,7 +2112,8 @@ def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
     """Layers of each chunk of each stage when the embedding / loss take layer slots under
     interleaving (chunks of one stage differ), else None."""
     if chunks_per_stage(plan) == 1 or not (plan.account_for_embedding_in_pipeline_split
-                                           or plan.account_for_loss_in_pipeline_split):
+                                           or plan.account_for_loss_in_pipeline_split
+                                           or pipeline_layout_text(plan) is not None):
         return None
     if model is None:
         raise ValueError("the layers of uneven chunks need the model")
@@ -2151,13 +2229,22 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
-    with the expert-data-parallel size in place of ``d``); under ZeRO-3 one layer's gathered weights more
-    (Rajbhandari et al. 2020, Sec. 5.3: parameters are gathered layer by layer).
+    with the expert-data-parallel size in place of ``d``). Under ZeRO-3 parameters are gathered
+    layer by layer (Rajbhandari et al. 2020, Sec. 5.3) and a layer's gradients exist unsharded
+    until their reduce-scatter: at the peak a GPU holds the current layer's gathered weights and
+    its unsharded gradients (in :func:`core.config.grad_dtype`, the reduce-scatter's input) and,
+    with ``overlap_param_gather`` (the next layer's all-gather prefetched under the current
+    layer's compute), the next layer's gathered weights too: PyTorch FSDP, ``BackwardPrefetch``
+    ("at the peak, it holds the current set of parameters, next set of parameters, and current
+    set of gradients in memory"; FSDP2 and Megatron-FSDP's double buffer prefetch alike).
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
-    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)``. With FP8 the weights add
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
+    ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
+    for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
+    its backward (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
     :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
@@ -2203,7 +2290,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
     # the logits of the output layer and of each MTP layer's (one loss each)
-    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4)
+    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                      chunks_per_stage(plan))
+    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
@@ -2246,9 +2335,12 @@ def _state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
     w, g, o = bytes_per_parameter(plan)
     we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
     sharded, replicated = family_of(model).layer_parameters(model)
-    gathered = (param_gather_bytes(plan, sharded / t + replicated,
-                                   fp8_linear_params_per_layer(model, t))
-                if plan.zero_stage >= 3 else 0.0)
+    gathered = gathered_grads = 0.0
+    if plan.zero_stage >= 3:  # the current layer (and, prefetched, the next) unsharded
+        layer_n = sharded / t + replicated
+        live = 2 if plan.overlap_param_gather else 1
+        gathered = live * param_gather_bytes(plan, layer_n, fp8_linear_params_per_layer(model, t))
+        gathered_grads = layer_n * DTYPE_BYTES[grad_dtype(plan)]
     recipe = fp8_recipe(plan)
     fp8_w = np.zeros(len(n))
     if recipe is not None:
@@ -2257,7 +2349,8 @@ def _state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
             fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
         elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
             fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
-    return n * w + experts * we + gathered + fp8_w, n * g + experts * ge, n * o + experts * oe
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge + gathered_grads,
+            n * o + experts * oe)
 
 
 def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:

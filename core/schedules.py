@@ -107,7 +107,9 @@ class PipelineSchedule:
                ) -> list[tuple[str, str]]:
         """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
         the layer slots of the embedding and the loss when they count in the pipeline split
-        (:func:`core.config.pipeline_split_slots`), 0 to 2."""
+        (:func:`core.config.pipeline_split_slots`), 0 to 2. ``num_layers`` None: a custom
+        pipeline layout places the layers (``plan.pipeline_model_parallel_layout``), so no
+        divisibility rule applies."""
         if v not in (None, 1):
             return [("plan.virtual_pipeline_stages",
                      f"virtual_pipeline_stages={v} needs schedule 'interleaved'; "
@@ -287,14 +289,16 @@ class Interleaved(PipelineSchedule):
         if p < 2:
             errs.append(("plan.pipeline_parallel",
                          "schedule 'interleaved' needs pipeline_parallel_size >= 2"))
-        if extra_slots and (num_layers + extra_slots) % (p * v):
+        if num_layers is None:  # a custom pipeline layout places the layers
+            pass
+        elif extra_slots and (num_layers + extra_slots) % (p * v):
             errs.append(("plan.virtual_pipeline_stages",
                          f"num_layers={num_layers} + embedding + loss = {num_layers + extra_slots} "
                          f"layer slots are not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron-Core: with "
                          "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_"
                          "split, (num_layers + embedding + loss) % (p * v) == 0)"))
-        elif not extra_slots and num_layers % (p * v):
+        elif not extra_slots and num_layers is not None and num_layers % (p * v):
             errs.append(("plan.virtual_pipeline_stages",
                          f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
@@ -433,6 +437,23 @@ def in_flight_all(schedule: str, p: int, m: int, v: int = 1,
                 weights = np.asarray(layers, np.int64)[chunk[i]]
                 out[i] = float(np.cumsum(step[i] * weights).max()) / float(sum(layers))
     return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
+    """Peak micro-batches whose loss the last stage has computed and not yet back-propagated:
+    the running count of the last stage's forwards of the model's last chunk (chunk ``v - 1``
+    of stage ``p - 1``) minus their backwards (B: the loss's gradient is the first step of the
+    input-gradient pass, also when the weight gradients are split off), maximised over the
+    stage's program. 1F1B, interleaved 1F1B and ZB-H1: 1 (each loss's backward follows its
+    forward); GPipe: ``m`` when ``p > 1`` (all forwards run before the first backward).
+    Each such micro-batch keeps its cross entropy's saved softmax
+    (:func:`core.model_math.stage_memory_arrays`)."""
+    phase, _, chunk = work_orders(schedule, p, m, v)
+    vv = v if get(schedule).uses_virtual_stages else 1
+    last = chunk[-1] == vv - 1
+    step = np.where(last & (phase[-1] == PHASE_F), 1, np.where(last & (phase[-1] == PHASE_B), -1, 0))
+    return int(np.cumsum(step).max())
 
 
 @lru_cache(maxsize=65536)

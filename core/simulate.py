@@ -393,15 +393,20 @@ def _tasks_per_layer(pl) -> int:
     """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
     backward, the weight-gradient halves of a split backward, the recomputed forward;
     each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
-    reduce-scatter after with sequence parallelism); selective recomputation's modules: the
+    reduce-scatter after with sequence parallelism, and their hidden parts under
+    ``tp_comm_overlap``); selective recomputation's modules: the
     attention core, the two norms, the MLP module with its collectives, MLA's
     up-projections; per-op selective checkpointing's two recomputed parts (attention and
-    MLP)."""
-    comm = (1 + (2 if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
+    MLP), each after its all-gather again with sequence parallelism (and the all-gather's
+    hidden part under ``tp_comm_overlap``)."""
+    # the collectives' hidden parts under tp_comm_overlap: two side tasks more
+    overlap = 2 * bool(pl.tp_comm_overlap and pl.sequence_parallel)
+    comm = (1 + (2 + overlap if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
     mods = recompute_modules(pl)
     return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
             + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods)
-            + 2 * (pl.recompute == "selective_op"))
+            + 2 * (pl.recompute == "selective_op")
+            * (1 + 2 * bool(pl.tensor_parallel > 1 and pl.sequence_parallel)))
 
 
 def _all_finite(report: Report) -> bool:

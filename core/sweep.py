@@ -84,7 +84,8 @@ from . import model_math
 from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                      ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
-                     pipeline_split_slots, plan_key, validate)
+                     expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
+                     plan_key, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -148,7 +149,11 @@ class SweepSpace:
         Candidate p. Default: divisors of the layer count L (of the layer slots ``L + 1`` or
         ``L + 2`` when the session's plan counts the embedding / loss in the pipeline split,
         Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``; the sweep keeps the
-        session's setting of those two flags and does not try them both ways).
+        session's setting of those two flags and does not try them both ways). With a custom
+        pipeline layout (``plan.pipeline_model_parallel_layout``, n virtual stages) every plan
+        keeps the layout, so only p*v = n is tried: p a divisor of n (of those given), v = n/p
+        under the interleaved schedule (when among ``virtual_pipeline_stages``, if given) and
+        p = n under the others; the sweep never drops the layout nor makes one up.
     data_parallel : sequence of int, optional
         Candidate d. Default: every d the budget allows.
     max_data_parallel : int, optional
@@ -384,21 +389,18 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         a rule not about the plan (model, cluster, cost).
     """
     errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    layout = pipeline_layout_text(session.plan)
+    if layout is not None:  # kept in every plan: a layout that cannot parse fits none
+        try:
+            expand_pipeline_layout(layout)
+        except ValueError as exc:
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
     if errs:
         raise ConfigError(errs)
     m, cl, base = session.model, session.cluster, session.plan
     B, g = base.global_batch_size, cl.gpus_per_node
-    if space.tensor_parallel is not None:
-        ts = sorted(set(_as_list(space.tensor_parallel)))
-    else:
-        ts = _divisors(g)
-        if space.tensor_parallel_across_nodes:
-            ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
-    uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
-    # the even splits, and the base's own p when its first / last stages are uneven
-    ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
-          else sorted(set(_divisors(pipeline_split_slots(m.num_layers, base)))
-                      | ({base.pipeline_parallel} if uneven else set())))
+    ts, ps = _tp_pp_candidates(session, space)
+    layout_n = _layout_stages(base)
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
@@ -469,10 +471,20 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                     if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                         continue
                     for sched in scheds_p:
-                        for v in (vs if pipeline_schedules.get(sched).uses_virtual_stages else [None]):
+                        virtual = pipeline_schedules.get(sched).uses_virtual_stages
+                        if layout_n is None:
+                            vs_p = vs if virtual else [None]
+                        elif virtual:  # the layout's v = n/p, when it is one of those asked
+                            vs_p = [layout_n // p] if (
+                                layout_n // p >= 2 and (space.virtual_pipeline_stages is None
+                                                        or layout_n // p in vs)) else []
+                        else:
+                            vs_p = [None] if p == layout_n else []
+                        for v in vs_p:
                             # the schedule's own rules (part of validate), before building plans
-                            if pipeline_schedules.schedule_errors(sched, p, B // (d * b), v,
-                                                                  m.num_layers, extra_slots):
+                            if pipeline_schedules.schedule_errors(
+                                    sched, p, B // (d * b), v,
+                                    m.num_layers if layout_n is None else None, extra_slots):
                                 continue
                             for rc in rcs:
                                 for sp in sps_t:
@@ -505,6 +517,58 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     return plans
 
 
+def _layout_stages(plan: ParallelPlan) -> int | None:
+    """Virtual stages of ``plan``'s custom pipeline layout (``pipeline_model_parallel_layout``),
+    None without one (or when it does not parse: validation names that)."""
+    text = pipeline_layout_text(plan)
+    if text is None:
+        return None
+    try:
+        return len(expand_pipeline_layout(text))
+    except ValueError:
+        return None
+
+
+def _tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], list[int]]:
+    """The tensor- and pipeline-parallel sizes a sweep of ``space`` tries: the given ones, or
+    t the divisors of the node's GPUs (and multiples of it up to the heads with
+    ``tensor_parallel_across_nodes``), p the even splits of the layer slots (and the base's
+    own p when its first / last stages are uneven); a custom pipeline layout of ``n``
+    virtual stages keeps the p that divide ``n``."""
+    m, base, g = session.model, session.plan, session.cluster.gpus_per_node
+    if space.tensor_parallel is not None:
+        ts = sorted(set(_as_list(space.tensor_parallel)))
+    else:
+        ts = _divisors(g)
+        if space.tensor_parallel_across_nodes:
+            ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
+    uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
+    ps = (sorted(set(_as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
+          else sorted(set(_divisors(pipeline_split_slots(m.num_layers, base)))
+                      | ({base.pipeline_parallel} if uneven else set())))
+    layout_n = _layout_stages(base)
+    if layout_n is not None:
+        ps = [p for p in (ps if space.pipeline_parallel is not None else _divisors(layout_n))
+              if layout_n % p == 0]
+    return ts, ps
+
+
+def _gpu_count_errors(session: Session, space: SweepSpace) -> list[FieldError]:
+    """Each exact GPU count of ``space`` that no product t*p*cp*d of the sizes tried makes,
+    with d a divisor of the global batch (a count like 100 for a 48-layer model and a batch of
+    256)."""
+    if space.num_gpus is None:
+        return []
+    ts, ps = _tp_pp_candidates(session, space)
+    cps = sorted(set(_as_list(space.context_parallel)))
+    B = session.plan.global_batch_size
+    made = {t * p * cp * d for t in ts for p in ps for cp in cps for d in _divisors(B)}
+    return [FieldError(f"--gpus {n}", f"no t*p*cp*d makes {n} GPUs with t in "
+                       f"{{{', '.join(map(str, ts))}}}, p in {{{', '.join(map(str, ps))}}}, cp in "
+                       f"{{{', '.join(map(str, cps))}}} and d a divisor of the global batch {B}")
+            for n in space.gpu_counts() if n not in made]
+
+
 def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
     """Why a sweep of ``space`` found no plan, as :class:`core.config.FieldError` s (the command
     line's and the Explore tab's message): the budget, then the rules each value given for t, p,
@@ -516,36 +580,105 @@ def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
 
 
 def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
-    """The rules each value given for t, p or b breaks on its own (the others at 1), and each
-    virtual-stage count v no pipeline-parallel size tried can hold."""
+    """The rules each value given for t, p, b, cp or ep breaks on its own (the others at 1,
+    :func:`value_errors`), and each virtual-stage count v no pipeline-parallel size tried can
+    hold."""
     out = []
-    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-                schedule="1f1b",
-                # the modules the plan recomputes need selective recomputation
-                recompute="selective" if session.plan.recompute_modules is not None else "full",
-                recompute_num_layers=None,
-                first_stage_layers=None, last_stage_layers=None, virtual_pipeline_stages=None,
-                context_parallel=1)
-    for option, values, name in (
-            ("--tensor-parallel", space.tensor_parallel, "tensor_parallel"),
-            ("--pipeline-parallel", space.pipeline_parallel, "pipeline_parallel"),
-            ("--micro-batch-sizes", space.micro_batch_sizes, "micro_batch_size"),
-            ("--context-parallel", space.context_parallel, "context_parallel")):
-        for v in values or ():
-            probe = session.copy()
-            probe.plan = dataclasses.replace(session.plan, **{**ones, name: v})
-            out += [FieldError(f"{option} {v}", e.message) for e in validate(probe)]
-    if "interleaved" in space.schedules:
+    n = _layout_stages(session.plan)
+    if n is not None:
+        out.append(FieldError("sweep", f"the session's pipeline_model_parallel_layout has {n} "
+                              f"virtual stages: only plans with pipeline_parallel*"
+                              f"virtual_pipeline_stages = {n} are tried (p one of "
+                              f"{', '.join(map(str, _divisors(n)))}; v = {n}/p under the "
+                              f"interleaved schedule, p = {n} under the others)"))
+    out += _gpu_count_errors(session, space)
+    out += value_errors(session, space, skip_pipeline=n is not None)
+    # the virtual-stage counts the user gave (the default 2..8 are tried quietly)
+    if ("interleaved" in space.schedules and n is None
+            and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
         what = (f"num_layers={L}" if L == session.model.num_layers else
                 f"num_layers + embedding + loss = {L} layer slots")
         ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
-        for v in space.virtual_pipeline_stages or range(2, 9):
+        for v in space.virtual_pipeline_stages:
             if not any(L % (p * v) == 0 for p in ps):
                 out.append(FieldError(f"--virtual-pipeline-stages {v}", (
                     f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
                     f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
+    return out
+
+
+#: The sweep options whose values :func:`value_errors` probes: option, SweepSpace attribute,
+#: plan field.
+_PROBED = (("--tensor-parallel", "tensor_parallel", "tensor_parallel"),
+           ("--pipeline-parallel", "pipeline_parallel", "pipeline_parallel"),
+           ("--micro-batch-sizes", "micro_batch_sizes", "micro_batch_size"),
+           ("--context-parallel", "context_parallel", "context_parallel"),
+           ("--expert-parallel", "expert_parallel", "expert_parallel"))
+
+
+def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
+                 skip_pipeline: bool = False) -> list[FieldError]:
+    """The rules each value given for t, p, b, cp or ep breaks on its own (the other sizes at
+    1, the session's model), one :class:`core.config.FieldError` per option and message, the
+    values that break it named together (``--micro-batch-sizes 1, 2, 4``). ``values``
+    restricts the probe to some values per option (``{"--expert-parallel": {3}}``);
+    ``skip_pipeline`` leaves p out (a custom pipeline layout decides it)."""
+    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                schedule="1f1b",
+                recompute="selective" if session.plan.recompute_modules is not None else "full",
+                recompute_num_layers=None, first_stage_layers=None, last_stage_layers=None,
+                virtual_pipeline_stages=None, context_parallel=1,
+                pipeline_model_parallel_layout=None, expert_parallel=1,
+                expert_tensor_parallel=None, data_parallel_shard_size=None)
+    grouped: dict[tuple[str, str], list] = {}
+    for option, attr, name in _PROBED:
+        if skip_pipeline and name == "pipeline_parallel":
+            continue
+        given = getattr(space, attr) or ()
+        if values is not None:
+            given = [v for v in given if v in values.get(option, ())]
+        for v in given:
+            probe = session.copy()
+            # an expert-parallel group lives inside the data-parallel ranks: probe ep with
+            # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
+            room = (dict(data_parallel=v, global_batch_size=v)
+                    if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
+            probe.plan = dataclasses.replace(session.plan, **{**ones, **room, name: v})
+            for e in validate(probe):
+                grouped.setdefault((option, e.message), []).append(v)
+    return [FieldError(f"{option} {', '.join(map(str, vs))}", message)
+            for (option, message), vs in grouped.items()]
+
+
+def unused_values(session: Session, space: SweepSpace, result: "SweepResult"
+                  ) -> list[FieldError]:
+    """Values given for t, p, b, cp or ep that no valid plan of ``result`` uses, each with the
+    rule it breaks on its own (:func:`value_errors`), or, when it breaks none alone, that no
+    combination with the other sizes in this budget is valid; empty when every given value
+    appears. The command line and the Explore tab print them under the results, so that a
+    value is never dropped without a word."""
+    unused: dict[str, set] = {}
+    for option, attr, name in _PROBED:
+        given = getattr(space, attr)
+        if not given or name not in result.plan_columns:
+            continue
+        seen = set(np.asarray(result.plan_columns[name]).tolist())
+        missing = {v for v in given if v not in seen}
+        if missing:
+            unused[option] = missing
+    if not unused:
+        return []
+    out = value_errors(session, space, unused)
+    named = {(e.field.split()[0], v) for e in out
+             for v in e.field.split(" ", 1)[1].replace(",", " ").split()}
+    for option, vs in unused.items():
+        rest = sorted(v for v in vs if (option, str(v)) not in named)
+        if rest:
+            out.append(FieldError(f"{option} {', '.join(map(str, rest))}",
+                                  "in no valid plan of this budget (no combination with the "
+                                  "other sizes tried passes the configuration rules)"))
     return out
 
 

@@ -39,8 +39,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, PRECISIONS, RECOMPUTE_CHOICES, ClusterConfig, CostConfig,
-                     ModelConfig, ParallelPlan, Session, gpu_kind, validate)
+from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHOICES,
+                     ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
+                     expand_pipeline_layout, gpu_kind, node_network_gbits_per_s, validate)
 from .config import rename_field
 from .inputs import read_text
 
@@ -50,7 +51,7 @@ __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
-    "gpu": None, "num_gpus": None, "gpus_per_node": None, "inter_node_bandwidth_gbps": 800.0,
+    "gpu": None, "num_gpus": None, "gpus_per_node": None, "inter_node_bandwidth_gbps": "",
     "num_layers": None, "hidden_size": None, "num_attention_heads": None, "ffn_hidden_size": "",
     "seq_length": None, "vocab_size": 50257, "global_batch_size": None, "micro_batch_size": None,
     "tensor_parallel": None, "pipeline_parallel": None, "data_parallel": None,
@@ -334,6 +335,7 @@ FIELD_CAUSES = {
     "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
     "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
     "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "plan.pipeline_model_parallel_layout": "custom pipeline layout",
     "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
     "plan.fp8_param_gather": "FP8 parameter all-gather",
     "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
@@ -361,6 +363,9 @@ ASSUMPTIONS = {
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
+    "network-from-gpu-reference": "the network cell is empty: the GPU's reference node, one "
+                                  "NIC per GPU (core.config.GPU_NIC_GBITS_PER_GPU: DGX A100 "
+                                  "200 Gb/s, H100/H200/B200/GB200 400 Gb/s per GPU)",
     "bandwidth-per-node-as-printed": "the printed interconnect figure, which the source does "
                                      "not say is per node or per GPU, is the node's total "
                                      "scale-out bandwidth (the column's definition)",
@@ -377,6 +382,15 @@ ASSUMPTIONS = {
     "fp8-mxfp8": "an MXFP8 label (32-element block scaling, 'FP8-MX') is fp8_recipe=mxfp8",
     "fp8-recipe-unstated": "an FP8 row naming no recipe: tensorwise (per-tensor current "
                            "scaling, the default of plan.fp8_recipe)",
+    "pp-layout-from-notes": "the notes' pp_layout is Megatron-Core's --pipeline-model-parallel-"
+                            "layout (plan.pipeline_model_parallel_layout); its m symbols are the "
+                            "multi-token prediction layers (model.mtp_num_layers)",
+    "bridge-dsv3-pipeline-layout": "a DeepSeek-V3 (61 layers) Megatron-Bridge row stating no "
+                                   "layout: the Bridge deepseek_v3 recipe's default layout for "
+                                   "its (p, v) (as recalled from the Bridge source, not stated "
+                                   "by the row): (4,1) E+16t|16t|16t|13t+L; (8,1), (4,2) "
+                                   "E+8t|6 x 8t|5t+L; (16,1), (8,2), (4,4) E+4t|14 x 4t|1t+L; "
+                                   "MTP layers with the loss",
     "pipeline-split-embedding-loss": "layers not divisible by p*v but L+2 is: Megatron's "
                                      "account_for_embedding/loss_in_pipeline_split (the first and "
                                      "last stages hold one layer fewer)",
@@ -399,7 +413,7 @@ ASSUMPTIONS = {
     "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
                                "activation checkpointing, recompute=selective_op (every other "
                                "matmul, the attention output, reduce-scatters and amax saved; "
-                               "the rest recomputed)",
+                               "the rest, the tensor-parallel all-gathers with it, recomputed)",
     "fp8-param-gather-from-label": "an FP8 label naming FSDP float8 all-gather is "
                                    "fp8_param_gather (the FP8 linear layers' weights gathered "
                                    "in 1 byte)",
@@ -451,6 +465,7 @@ class _Row:
         self.causes: list[str] = []
         self.assumptions: list[str] = []
         self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
+        self.pp_layout: str | None = None  # the notes' custom pipeline layout (pp_layout)
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -512,7 +527,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if t.startswith("selective"):
         if "per-op" in t or "sac" in t.split() or re.search(r"\bsac\b", t):
             row.assume("torchtitan-selective-op")
-            return "selective_op"  # validation refuses what it does not model (t > 1, MoE)
+            return "selective_op"  # validation refuses what it does not model (MoE, ...)
         if "fraction" in t or "block" in t:
             why = "block-level checkpointing of a fraction of the layers that is not stated"
         else:
@@ -570,6 +585,13 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     """What the notes say of the model that the columns cannot hold (README: MoE particulars,
     latent attention, sliding windows; head size; QK-norm)."""
     n = notes
+    layout = re.search(r"\bpp_layout\s+([EtmL|()*\d,]+)", n)
+    if layout:  # Megatron-Core's layout string (commas are Megatron's optional separators)
+        row.pp_layout = layout.group(1).strip(",")
+        row.assume("pp-layout-from-notes", row.pp_layout)
+        mtp = _layout_mtp(row.pp_layout)
+        if mtp:
+            row.put(model, "model", "mtp_num_layers", mtp)
     hd = re.search(r"head_dim\s*(\d+)", n)
     if hd and int(hd.group(1)) * model.num_attention_heads != model.hidden_size:
         row.assume("kv-channels-from-notes", f"kv_channels={hd.group(1)}")
@@ -596,9 +618,9 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
         row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
                    "without its number of layers (model.mtp_num_layers)")
-    if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I):
-        row.refuse("custom pipeline layout", "the notes name a custom pipeline layout (pp_layout), "
-                   "which is not modelled")
+    if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I) and row.pp_layout is None:
+        row.refuse("custom pipeline layout", "the notes name a custom pipeline layout without "
+                   "its layout string ('pp_layout X'; plan.pipeline_model_parallel_layout)")
     e = opt["num_experts"]
     if not (e and e > 1):
         return
@@ -621,6 +643,39 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     row.assume("moe-balanced-routing")
     if re.search(r"dispatcher|DeepEP", n, re.I):
         row.assume("dispatcher-as-all-to-all")
+
+
+def _layout_mtp(layout: str | None) -> int:
+    """MTP layers (``m``) of a pipeline layout string, 0 without one or when it does not parse
+    (validation names that)."""
+    if not layout:
+        return 0
+    try:
+        return "".join(expand_pipeline_layout(layout)).count("m")
+    except ValueError:
+        return 0
+
+
+#: Megatron-Bridge's deepseek_v3 recipe's default pipeline layouts by (p, v), as recalled from
+#: the Bridge source (assumption ``bridge-dsv3-pipeline-layout``; not stated by the table rows):
+#: the embedding with the first layers, the loss (and the MTP layers) with the last.
+BRIDGE_DSV3_LAYOUTS = {
+    (4, 1): "Et*16|t*16|t*16|t*13{m}L",
+    (8, 1): "Et*8|(t*8|)*6t*5{m}L", (4, 2): "Et*8|(t*8|)*6t*5{m}L",
+    (16, 1): "Et*4|(t*4|)*14t{m}L", (8, 2): "Et*4|(t*4|)*14t{m}L",
+    (4, 4): "Et*4|(t*4|)*14t{m}L",
+}
+
+
+def _bridge_dsv3_layout(name: str, framework: str, num_layers: int, p: int, v: int,
+                        mtp: int) -> str | None:
+    """The layout of :data:`BRIDGE_DSV3_LAYOUTS` for a DeepSeek-V3 (61 layers) Megatron-Bridge
+    row at ``(p, v)`` with ``mtp`` MTP layers, or None when the rule does not apply."""
+    if (num_layers != 61 or not re.search(r"deepseek[- ]?v3", name, re.I)
+            or "bridge" not in framework.lower()):
+        return None
+    layout = BRIDGE_DSV3_LAYOUTS.get((p, max(v, 1)))
+    return layout.format(m="m" * mtp) if layout else None
 
 
 #: The notes' MLA sizes (README: "MLA attention (q_lora 1536, kv_lora 512, qk_nope 128 +
@@ -648,7 +703,7 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
     model.qk_layernorm = True
     row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
-    if not re.search(r"\bMTP\b|multi-token", notes, re.I):
+    if not re.search(r"\bMTP\b|multi-token", notes, re.I) and not _layout_mtp(row.pp_layout):
         row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 #: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
 _ACTIVATION_QUALIFIERS = ("clamped", "biased")
@@ -752,11 +807,19 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
-    # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
+    # the custom pipeline layout: the notes' pp_layout, or Megatron-Bridge's DeepSeek-V3 default
     L, p = ints["num_layers"], ints["pipeline_parallel"]
+    layout = rw.pp_layout
+    if layout is None:
+        layout = _bridge_dsv3_layout(name, framework, L, p, vp, model.mtp_num_layers)
+        if layout is not None:
+            rw.assume("bridge-dsv3-pipeline-layout", f"p={p} v={max(vp, 1)}: {layout}")
+    if layout is not None:
+        rw.put(plan, "plan", "pipeline_model_parallel_layout", layout)
+    # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
     stages = p * max(vp, 1)
     flags = _has(plan, "account_for_embedding_in_pipeline_split")
-    if (p > 1 and (vp <= 1 or flags) and L % stages and not (L + 2) % stages
+    if (layout is None and p > 1 and (vp <= 1 or flags) and L % stages and not (L + 2) % stages
             and _MEGATRON.search(framework)
             and plan.first_stage_layers is None and plan.last_stage_layers is None):
         each = (L + 2) // stages
@@ -833,9 +896,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):
         rw.assume("bandwidth-per-node-as-printed")
     gpu_text = str(get["gpu"])
+    bw_text = str(get["inter_node_bandwidth_gbps"]).strip()
     cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
-                            inter_node_bandwidth_gbits_per_s=_num(path, row, "inter_node_bandwidth_gbps",
-                                                                  str(get["inter_node_bandwidth_gbps"])))
+                            inter_node_bandwidth_gbits_per_s=(
+                                _num(path, row, "inter_node_bandwidth_gbps", bw_text)
+                                if bw_text else None))
+    if not bw_text and cluster.gpu in GPU_NIC_GBITS_PER_GPU:
+        rw.assume("network-from-gpu-reference", f"{node_network_gbits_per_s(cluster):,.0f} Gb/s "
+                                                f"per node of {cluster.gpus_per_node}")
     if cluster.gpu != gpu_text and cluster.gpu in GPU_KINDS:
         rw.assume("gpu-alias", f"{gpu_text} -> {cluster.gpu}")
     session = Session(model, plan, cluster, CostConfig())
@@ -1041,7 +1109,8 @@ def published_columns(session: Session) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpu": c.gpu, "num_gpus": pl.tensor_parallel * pl.pipeline_parallel * pl.data_parallel * cp,
         "gpus_per_node": c.gpus_per_node,
-        "inter_node_bandwidth_gbps": c.inter_node_bandwidth_gbits_per_s,
+        "inter_node_bandwidth_gbps": ("" if c.inter_node_bandwidth_gbits_per_s is None
+                                      else c.inter_node_bandwidth_gbits_per_s),
         "num_layers": m.num_layers, "hidden_size": m.hidden_size,
         "num_attention_heads": m.num_attention_heads, "num_query_groups": m.query_groups,
         "ffn_hidden_size": m.ffn, "activation": m.activation, "normalization": m.normalization,

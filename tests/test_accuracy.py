@@ -462,7 +462,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
     ({"notes": '"x; sliding window"'}, "sliding-window attention", "sliding-window"),
     ({"recompute": "selective (per-op SAC)"},
      "per-op selective checkpointing (not modelled in this plan)",
-     "recompute='selective_op' with tensor_parallel_size=2 is not modelled"),
+     "recompute='selective_op' with tensor_parallel_size=2 needs sequence_parallel"),
     ({"gpu": "H100-96GB-HBM2e (500 W)"}, "GPU kind without a shipped profile", "H100-96GB-HBM2e"),
     ({"fsdp": "maybe"}, "unreadable fsdp", "expected y or n"),
     ({"num_gpus": 32}, "GPU count", "num_gpus=32 disagrees with t*p*d=16"),

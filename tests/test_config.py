@@ -120,3 +120,40 @@ def test_session_from_dict_rejects_wrong_types():
         Session.from_dict({"plan": {"tensor_parallel": "8"}})
     with pytest.raises(ConfigError, match="model.depth: unknown field"):
         Session.from_dict({"model": {"depth": 3}})
+
+
+def test_inactive_fields_name_what_enables_them():
+    """Fields without effect on the session, each with the field that would enable it."""
+    import dataclasses
+
+    from core.config import MODEL_PRESETS, Session, inactive_fields
+    s = Session()
+    s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"])
+    off = inactive_fields(s)
+    assert off["model.kv_lora_rank"] == ("needs multi-head latent attention "
+                                         "(model.multi_latent_attention)")
+    assert off["plan.expert_parallel"].endswith("(model.num_experts)")
+    assert off["plan.virtual_pipeline_stages"] == "needs the interleaved schedule (plan.schedule)"
+    assert "model.num_experts" not in off and "plan.tensor_parallel" not in off
+    s.model = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"])
+    s.plan.schedule, s.plan.precision, s.plan.recompute = "interleaved", "fp8", "full"
+    off = inactive_fields(s)
+    for path in ("model.kv_lora_rank", "model.moe_top_k", "plan.expert_parallel",
+                 "plan.virtual_pipeline_stages", "plan.fp8_recipe", "plan.recompute_num_layers"):
+        assert path not in off
+    assert "plan.recompute_modules" in off  # full, not selective
+
+
+def test_sequence_parallel_needs_the_sequence_divisible_by_t():
+    """Megatron-Core scatters the sequence over the t ranks (tester: s = 4095 at t = 2 ran)."""
+    from core.config import ParallelPlan, Session, validate
+    s = Session(plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,
+                                  sequence_parallel=True))
+    s.model.seq_length = 4095
+    errs = [e for e in validate(s) if e.field == "plan.sequence_parallel"]
+    assert len(errs) == 1 and "seq_length=4095 is not divisible by tensor_parallel_size=2" \
+        in errs[0].message
+    s.model.seq_length = 4096
+    assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]
+    s.plan.sequence_parallel, s.model.seq_length = False, 4095
+    assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]

@@ -90,13 +90,17 @@ def test_hsdp_shard_group_larger_than_a_node_spans_nodes_by_rank_placement():
 def test_hsdp_memory_per_gpu_divides_by_the_shard_size():
     """ZeRO-3 with shard size 8 of d=32: weights, gradients and optimizer state per GPU are the
     stage's parameters times (2 + 4 + 12)/8 bytes (bf16 weights, fp32 main gradients, fp32
-    master and moments), plus one gathered layer; as d=8 without hybrid sharding."""
+    master and moments), plus one gathered layer and its unsharded fp32 gradients (PyTorch FSDP
+    ``BackwardPrefetch``: the peak holds the current set of gradients); as d=8 without hybrid
+    sharding."""
     s = llama(data_parallel_shard_size=8)
     n = float(mm.params_per_gpu(s.model, s.plan)[0])
     w, g, o, _ = mm.stage_memory_arrays(s.model, s.plan)
     sharded, replicated = mm.family_of(s.model).layer_parameters(s.model)
-    assert w[0] == pytest.approx(n * 2 / 8 + (sharded + replicated) * 2)
-    assert (g[0], o[0]) == (pytest.approx(n * 4 / 8), pytest.approx(n * 12 / 8))
+    live = 2 if s.plan.overlap_param_gather else 1  # the next layer's weights prefetched
+    assert w[0] == pytest.approx(n * 2 / 8 + (sharded + replicated) * 2 * live)
+    assert (g[0], o[0]) == (pytest.approx(n * 4 / 8 + (sharded + replicated) * 4),
+                            pytest.approx(n * 12 / 8))
     eight = mm.stage_memory_arrays(s.model, dataclasses.replace(
         s.plan, data_parallel=8, data_parallel_shard_size=None, global_batch_size=16))
     for a, b in zip((w, g, o), eight[:3]):
@@ -215,7 +219,7 @@ def test_selective_op_activation_memory_is_what_the_policy_saves():
 
 
 @pytest.mark.parametrize("change, words", [
-    (dict(tensor_parallel=2, data_parallel=16), "with tensor_parallel_size=2 is not modelled"),
+    (dict(tensor_parallel=2, data_parallel=16), "with tensor_parallel_size=2 needs sequence_parallel"),
     (dict(attention_kernel="unfused"), "needs model.attention_kernel = flash"),
 ])
 def test_selective_op_refusals(change, words):
@@ -224,6 +228,118 @@ def test_selective_op_refusals(change, words):
     if "attention_kernel" in change:
         s.model.attention_kernel = change["attention_kernel"]
     assert any(e.field == "plan.recompute" and words in e.message for e in validate(s))
+
+
+def _sac_tp(**plan) -> Session:
+    """Llama 3 8B at s=8192 on H100s with t=8, sequence-parallel (torchtitan's async TP
+    benchmark), FSDP over d=4, per-op selective checkpointing."""
+    base = dict(tensor_parallel=8, data_parallel=4, sequence_parallel=True,
+                recompute="selective_op", global_batch_size=8)
+    s = llama(**{**base, **plan})
+    s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=8192)
+    s.cluster.gpu = H100
+    return s
+
+
+def _tp_all_gather(s: Session, st) -> float:
+    """One tensor-parallel all-gather of a layer's (b, s, h) BF16 activation."""
+    nbytes = s.plan.micro_batch_size * s.model.seq_length * s.model.hidden_size * 2
+    return CommModel(st, s.plan, s.cluster).tp_collective("all_gather", nbytes)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_selective_op_with_tensor_parallelism_gathers_again_in_the_backward(precision):
+    """t=8 with sequence parallelism: each layer's backward grows by the two recomputed ops and
+    the two all-gathers they run again (attention's and the MLP's inputs; the reduce-scatters
+    are saved), each one tensor-parallel all-gather of a (b, s, h) activation; the forward is
+    unchanged; the recomputed kernels are the t=1 ones over t (k: g kv/t columns)."""
+    st = store(H100)
+    s = _sac_tp(precision=precision)
+    assert validate(s) == []
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
+    a, b = stage_times(s, st), stage_times(none, st)
+    times = lookup_op_times(s, st).times
+    ag = _tp_all_gather(s, st)
+    assert ag > 0 and "attention_sac_gemm" not in times  # no overlap: no GEMM to pipeline with
+    assert a.bwd_s[0, 0] - b.bwd_s[0, 0] == pytest.approx(
+        32 * (times["attention_sac_fwd"] + times["mlp_sac_fwd"] + 2 * ag), rel=1e-9)
+    assert a.fwd_s[0, 0] == b.fwd_s[0, 0]
+    k = [x for x in mm.op_kernels("attention_sac_fwd", _key(s)) if x.name == "k"]
+    assert len(k) == 1 and k[0].flops == 2 * 8192 * 4096 * 8 * 128 / 8
+    # the per-op graph: per layer and micro-batch (2 here) two more recompute tasks and two
+    # more tensor-parallel collectives, within the size estimate
+    from core.graph import K
+    from core.simulate import graph_size_estimate
+    g, g0 = simulate(s).graph, simulate(none).graph
+    assert g.num_tasks - g0.num_tasks == 32 * 2 * 4 and g.num_tasks <= graph_size_estimate(s)
+    tp = int(K["tp_comm"])
+    assert np.sum(g.kind == tp) - np.sum(g0.kind == tp) == 32 * 2 * 2
+
+
+def test_selective_op_with_async_tp_pipelines_the_recomputed_all_gathers():
+    """tp_comm_overlap (torchtitan's async TP): each recomputed all-gather is pipelined with the
+    recomputed GEMM its output feeds (k for the attention's, w3 for the MLP's), as the forward
+    ones with theirs (tp_overlap_split): only the exposed parts lengthen the backward."""
+    from core.graph import tp_overlap_split
+    st = store(H100)
+    s = _sac_tp(tp_comm_overlap=True)
+    assert validate(s) == []
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
+    times = lookup_op_times(s, st).times
+    key = _key(s)
+    sac = {k.name: k for k in mm.op_kernels("attention_sac_fwd", key)}
+    assert [k.name for k in mm.op_kernels("attention_sac_gemm", key)] == ["k"]
+    assert mm.op_kernels("attention_sac_gemm", key)[0] == sac["k"]
+    assert [k.name for k in mm.op_kernels("mlp_sac_gemm", key)] == ["w3"]
+    ag = _tp_all_gather(s, st)
+    split = [tp_overlap_split(ag, times[g], 8) for g in ("attention_sac_gemm", "mlp_sac_gemm")]
+    exposed = [e for e, _ in split]
+    assert 0 < exposed[0] < ag and 0 < exposed[1] < ag
+    a, b = stage_times(s, st), stage_times(none, st)
+    assert a.bwd_s[0, 0] - b.bwd_s[0, 0] == pytest.approx(
+        32 * (times["attention_sac_fwd"] + times["mlp_sac_fwd"] + sum(exposed)), rel=1e-9)
+    # the hidden parts run beside the recomputed GEMMs: the report's hidden TP time grows by
+    # them, per layer and micro-batch (2 here)
+    from core.simulate import graph_size_estimate
+    r, r0 = simulate(s, st), simulate(none, st)
+    assert r.graph.num_tasks <= graph_size_estimate(s)
+    assert r.report.tp_hidden_s - r0.report.tp_hidden_s == pytest.approx(
+        2 * 32 * sum(h for _, h in split), rel=1e-9)
+    # without the overlap the whole all-gathers are exposed
+    plain = dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp_comm_overlap=False))
+    assert stage_times(plain, st).bwd_s[0, 0] > a.bwd_s[0, 0]
+
+
+def test_selective_op_async_tp_with_a_plain_mlp_exposes_its_all_gather():
+    """A GeLU MLP saves fc1 (w1) and recomputes fc2: no recomputed GEMM reads the MLP's
+    gathered input, so its recomputed all-gather has nothing to hide under (0 s GEMM)."""
+    s = _sac_tp(tp_comm_overlap=True)
+    s.model = dataclasses.replace(s.model, activation="gelu")
+    assert mm.op_kernels("mlp_sac_gemm", _key(s)) == []
+    assert lookup_op_times(s, store(H100)).times["mlp_sac_gemm"] == 0.0
+
+
+def test_selective_op_t1_looks_up_no_recomputed_gemm():
+    """At t = 1 (and without the overlap) the lookups and times are those of before: no
+    recomputed all-gather, no GEMM op for one."""
+    s = llama(recompute="selective_op", tp_comm_overlap=False)
+    assert not {"attention_sac_gemm", "mlp_sac_gemm"} & set(lookup_op_times(s, store()).times)
+
+
+def test_selective_op_activation_memory_with_tensor_parallelism():
+    """t=8, sequence-parallel (Llama 3 8B: h=4096, a=32, g=8, kv=128, f=14336): per token the
+    block input h/t, q, v, the attention output (a kv/t, g kv/t, a kv/t), w1 (f/t), the two
+    reduce-scatters' outputs (2h/t), w2's partial-sum output (h, full width before its
+    reduce-scatter) in BF16, and the fp32 log-sum-exp (a/t)."""
+    s = _sac_tp()
+    h, a, g, kv, f, t = 4096, 32, 8, 128, 14336, 8
+    per_token = 2 * ((h + a * kv + g * kv + a * kv + f + 2 * h) / t + h) + 4 * a / t
+    assert mm.activation_bytes_per_layer(s.model, s.plan) == pytest.approx(8192 * per_token,
+                                                                           rel=1e-15)
+    # less than Megatron's no-recomputation layer with sequence parallelism, more than full's
+    assert (mm.activation_bytes_per_layer(s.model, s.plan, "full")
+            < mm.activation_bytes_per_layer(s.model, s.plan)
+            < mm.activation_bytes_per_layer(s.model, s.plan, "none"))
 
 
 # --------------------------------------------------------------------------- FP8 all-gather
@@ -358,12 +474,16 @@ def test_selective_op_hardware_flops():
     m, pl = s.model, s.plan
     extra = mm.hardware_flops_per_iteration(m, pl) - mm.model_flops_per_iteration(m, pl)
     h, f = 4096, 11008
-    assert extra == pytest.approx(64 * 4096 * 32 * (2 * h * h + 2 * h * h + 2 * h * f), rel=1e-12)
+    # less the masked half of the three attention cores (fwd + 2x bwd) Eq. 3 credits in full
+    masked = 64 * 4096 * 3 * 32 * (4 * 4096 * h) / 2
+    assert extra == pytest.approx(64 * 4096 * 32 * (2 * h * h + 2 * h * h + 2 * h * f) - masked,
+                                  rel=1e-12)
 
 
 def test_a_sweep_tries_per_op_checkpointing_when_asked():
     """selective_op is not among the default recomputation modes (Megatron's three) and is
-    swept when named; its plans at t > 1 are refused, so only t = 1 plans carry it."""
+    swept when named; its plans at t > 1 without sequence parallelism are refused, so only
+    t = 1 plans carry it then; with sequence parallelism the t = 2 plans carry it too."""
     from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     from core.sweep import SweepSpace, enumerate_plans
 
@@ -378,5 +498,8 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
     space = dataclasses.replace(space, recompute=["selective_op", "full"])
     got = {(p.tensor_parallel, p.recompute) for p in enumerate_plans(s, space)}
     assert got == {(1, "selective_op"), (1, "full"), (2, "full")}
+    space = dataclasses.replace(space, sequence_parallel=[True])
+    got = {(p.tensor_parallel, p.recompute) for p in enumerate_plans(s, space)}
+    assert got == {(1, "selective_op"), (1, "full"), (2, "selective_op"), (2, "full")}
     assert not SweepSpace(num_gpus=8, recompute=["selective_op"]).errors()
     assert [e.field for e in SweepSpace(num_gpus=8, recompute=["op"]).errors()] == ["sweep.recompute"]

@@ -142,3 +142,12 @@ def test_shipped_a100_store_is_calibrated_with_out_of_sample_figures():
     for n in range(2, 9):
         nbytes, _ = s.collective_curve("all_reduce", n)
         assert nbytes.size == 12
+
+
+def test_screenshot_into_a_missing_folder_is_refused_before_the_window(tmp_path, capsys):
+    """Bad input: exit 2 naming the folder (was exit 4 after the window had run)."""
+    from core.cli import main
+    out = tmp_path / "no-such-folder" / "a.png"
+    assert main(["gui", "--screenshot", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--screenshot" in err and "does not exist" in err and str(out.parent) in err

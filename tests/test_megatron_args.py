@@ -193,8 +193,13 @@ def test_gpt3_175b_script(tmp_path):
     assert (pl.schedule, pl.recompute, pl.precision) == ("1f1b", "full", "fp16")
     assert cl.gpus_per_node == 8 and res.launch.launcher == "torchrun"
     assert res.session.cost.training_tokens == 500000 * 1536 * 2048
-    assert dict(res.ignored).keys() == {"--attention-backend", "--rampup-batch-size"}
-    assert {"--lr", "--save", "--data-path", "--split", "--weight-decay"} <= set(res.neutral)
+    assert dict(res.ignored).keys() == {"--rampup-batch-size"}
+    assert {"--lr", "--save", "--data-path", "--split", "--weight-decay",
+            "--init-method-std"} <= set(res.neutral)
+    # --attention-backend auto: Transformer Engine's fused or flash attention, timed as flash
+    assert res.session.model.attention_kernel == "flash"
+    assert res.notes == [("attention", "--attention-backend auto: Transformer Engine picks its "
+                          "fused (cuDNN) or flash attention, timed as FlashAttention")]
 
 
 def test_gpt_1p3b_script_old_style(tmp_path):
@@ -222,7 +227,9 @@ def test_gpt3_175b_script_runs_through_the_cli(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["import", "megatron-args", str(script), "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {d["argument"] for d in doc["ignored"]} == {"--attention-backend", "--rampup-batch-size"}
+    assert {d["argument"] for d in doc["ignored"]} == {"--rampup-batch-size"}
+    assert doc["notes"][0]["about"] == "attention" and doc["unknown"] == []
+    assert doc["session"]["model"]["attention_kernel"] == "flash"
     s = load_session(out)
     assert s.plan.num_gpus == 1024
     assert main(["simulate", str(out), "--json"]) == 0
@@ -570,9 +577,10 @@ def test_mixtral_megatron_core_launch(tmp_path):
     assert (pl.expert_parallel, pl.expert_tensor_parallel, pl.context_parallel) == (8, 1, 2)
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (1, 4, 8)  # 64/(1*4*2)
     assert (pl.precision, pl.fp8_recipe) == ("fp8", None)  # tensorwise: the empty recipe
-    # the dispatcher, grouped GEMM and the load-balancing loss may change the time: listed
-    assert {"--moe-grouped-gemm", "--moe-token-dispatcher-type",
-            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff"} <= dict(res.ignored).keys()
+    # the dispatcher and grouped GEMM may change the time: listed as ignored; the
+    # load-balancing loss's kind and weight act on the router's small scores (not the work)
+    assert {"--moe-grouped-gemm", "--moe-token-dispatcher-type"} <= dict(res.ignored).keys()
+    assert {"--moe-router-load-balancing-type", "--moe-aux-loss-coeff"} <= set(res.neutral)
     # Megatron's default recipe is delayed scaling; its default top-k 2
     text = MIXTRAL_LAUNCH.replace(" --fp8-recipe tensorwise", "").replace(" --moe-router-topk 2", "")
     res = import_file(_write(tmp_path, "defaults.sh", text))
@@ -671,3 +679,284 @@ def test_export_of_issue11_fields():
     assert "--multi-latent-attention" in mla and mla["--q-lora-rank"] == ["1536"]
     assert (mla["--kv-lora-rank"], mla["--qk-head-dim"], mla["--qk-pos-emb-head-dim"],
             mla["--v-head-dim"]) == (["512"], ["128"], ["64"], ["128"])
+
+
+# --------------------------------------------------------------------------- unknown arguments
+
+from core.megatron_args import (KNOWN_ARGUMENTS, NEUTRAL_ARGUMENTS, TIMING_ARGUMENTS,  # noqa: E402
+                                field_origin, unknown_arguments)
+
+# DeepSeek-V3 with Megatron-Core (Megatron-MoE-ModelZoo style), no attention flag
+DSV3_LAUNCH = r"""torchrun --nproc_per_node 8 --nnodes 128 pretrain_gpt.py \
+ --num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 \
+ --seq-length 4096 --max-position-embeddings 4096 --vocab-size 129280 --tokenizer-type NullTokenizer \
+ --normalization RMSNorm --norm-epsilon 1e-6 --swiglu --untie-embeddings-and-output-weights --disable-bias-linear \
+ --position-embedding-type rope --rotary-base 10000 --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 \
+ --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 --qk-layernorm \
+ --num-experts 256 --moe-layer-freq "([0]*3+[1]*58)" --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 \
+ --moe-router-topk 8 --moe-router-topk-scaling-factor 2.5 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-3 \
+ --moe-router-num-groups 8 --moe-router-group-topk 4 --moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4 \
+ --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-router-dtype fp32 --moe-permute-fusion \
+ --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1 \
+ --tensor-model-parallel-size 1 --pipeline-model-parallel-size 16 --expert-model-parallel-size 64 \
+ --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2 \
+ --micro-batch-size 1 --global-batch-size 15360 --train-iters 1000 \
+ --bf16 --fp8-format e4m3 --fp8-recipe blockwise \
+ --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+ --lr 2.2e-4 --data-path /d --save /c
+"""
+
+# Llama 3 70B (Megatron-LM examples/llama style) with a few typing errors
+LLAMA70_TYPOS = r"""#!/bin/bash
+torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \
+    --use-mcore-models --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 \
+    --num-attention-heads 64 --group-query-attention --num-query-groups 8 \
+    --seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope \
+    --rotary-base 500000 --use-rope-scaling --normalization RMSNorm --swiglu \
+    --untie-embeddings-and-output-weights --disable-bias-linear \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Llama-3.1-70B \
+    --vocab-size 128256 --micro-batch-size 1 --global-batch-size 256 --train-iters 100000 \
+    --bf16 --tensor-model-paralel-size 4 --recompute-granularty selective \
+    --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipline-stage 2 \
+    --sequence-parallel --use-distributed-optimizer --lr 1.5e-4 --data-path /d
+"""
+
+
+def test_misspelled_arguments_are_refused_naming_the_file_and_a_close_match(tmp_path, capsys):
+    """Megatron-LM's argparse stops on an argument it does not define: so does the import,
+    naming each one with difflib's closest known name (never t=1 for a misspelled t=4)."""
+    path = _write(tmp_path, "typo3.sh", LLAMA70_TYPOS)
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(path)
+    assert str(err.value) == (
+        f"{path}: --tensor-model-paralel-size is not a Megatron-LM argument (did you mean "
+        "--tensor-model-parallel-size?); --recompute-granularty is not a Megatron-LM argument "
+        "(did you mean --recompute-granularity?); --num-layers-per-virtual-pipline-stage is not "
+        "a Megatron-LM argument (did you mean --num-layers-per-virtual-pipeline-stage?) "
+        "(Megatron-LM's argparse stops on an argument it does not define; give --allow-unknown "
+        "to list such arguments as ignored)")
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {path}: --tensor-model-paralel-size is not")
+    assert err.count("\n") == 1 and "Traceback" not in err and not out.exists()
+    # the same launch spelled right: t=4, selective recomputation, interleaved (v = 80/(8*2))
+    fixed = LLAMA70_TYPOS.replace("paralel", "parallel").replace("granularty", "granularity") \
+        .replace("pipline", "pipeline")
+    pl = import_file(_write(tmp_path, "fixed.sh", fixed)).session.plan
+    assert (pl.tensor_parallel, pl.recompute, pl.schedule, pl.virtual_pipeline_stages) == (
+        4, "selective", "interleaved", 5)
+
+
+@pytest.mark.parametrize("flag, hint", [
+    ("--frobnicate", ""),                                          # nothing close
+    ("--sequence-paralel", "did you mean --sequence-parallel?"),
+    ("--tensor_model_parallel_size", "did you mean --tensor-model-parallel-size?"),
+    ("--no-sequence-parallel", "did you mean --sequence-parallel?"),  # Megatron has no --no- form
+    ("--use-flash-attention", "did you mean --use-flash-attn?"),
+    ("--batch-size", "no longer valid in Megatron-LM: use --micro-batch-size"),
+    ("--model-parallel-size", "no longer valid in Megatron-LM: use --tensor-model-parallel-size"),
+])
+def test_unknown_argument_hints(flag, hint):
+    assert unknown_arguments([flag, "--num-layers", "--lr"]) == [(flag, hint)]
+
+
+def test_allow_unknown_lists_them_as_ignored(tmp_path, capsys):
+    path = _write(tmp_path, "u.sh", LLAMA70_TYPOS.replace(
+        "--tensor-model-paralel-size 4 --recompute-granularty selective",
+        "--tensor-model-parallel-size 4 --frobnicate 3 --sequence-paralel").replace(
+        "pipline", "pipeline"))
+    with pytest.raises(MegatronArgsError, match=r"u.sh: --frobnicate is not a Megatron-LM "
+                                                r"argument; --sequence-paralel is not"):
+        import_file(path)
+    res = import_file(path, allow_unknown=True)
+    assert res.unknown == ["--frobnicate", "--sequence-paralel"]
+    ignored = dict(res.ignored)
+    assert ignored["--frobnicate"] == ("not a Megatron-LM argument vtrain knows; may change the "
+                                       "iteration time")
+    assert ignored["--sequence-paralel"] == ("not a Megatron-LM argument vtrain knows (did you "
+                                             "mean --sequence-parallel?); may change the "
+                                             "iteration time")
+    assert res.session.plan.tensor_parallel == 4
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out), "--allow-unknown"]) == 0
+    text = capsys.readouterr().out
+    assert "ignored: --frobnicate (not a Megatron-LM argument vtrain knows; may change" in text
+    assert load_session(out).plan.tensor_parallel == 4
+    # a name Megatron-LM rejects as no longer valid is refused even so
+    old = _write(tmp_path, "old.sh", LLAMA70_TYPOS.replace("--micro-batch-size 1",
+                                                            "--batch-size 1").replace("paralel",
+                                                                                      "parallel"))
+    with pytest.raises(MegatronArgsError, match="--batch-size: no longer valid in Megatron-LM: "
+                                                "use --micro-batch-size$"):
+        import_file(old, allow_unknown=True)
+
+
+def test_known_argument_lists():
+    """The names are Megatron-LM-style flags, each in one list only, none mapped twice."""
+    assert not TIMING_ARGUMENTS & NEUTRAL_ARGUMENTS
+    assert not (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS) & set(ARGUMENTS)
+    assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
+    for flag in KNOWN_ARGUMENTS:
+        assert flag.startswith("--") and " " not in flag and flag.strip("-") == flag[2:], flag
+    assert len(KNOWN_ARGUMENTS) > 350
+
+
+# Megatron-LM's --no-... switches: those that change kernels may change the time (ignored),
+# the checkpoint and logging ones cannot (not used)
+NO_FORMS = {"--no-masked-softmax-fusion": "ignored", "--no-bias-gelu-fusion": "ignored",
+            "--no-bias-swiglu-fusion": "ignored", "--no-bias-dropout-fusion": "ignored",
+            "--no-rope-fusion": "ignored", "--no-persist-layer-norm": "ignored",
+            "--no-gradient-accumulation-fusion": "ignored", "--no-position-embedding": "ignored",
+            "--no-overlap-p2p-communication": "ignored", "--no-align-grad-reduce": "ignored",
+            "--no-async-tensor-model-parallel-allreduce": "ignored", "--no-fp8-wgrad": "ignored",
+            "--no-load-optim": "neutral", "--no-load-rng": "neutral", "--no-save-optim": "neutral",
+            "--no-save-rng": "neutral", "--no-mmap-bin-files": "neutral",
+            "--no-create-attention-mask-in-dataloader": "neutral",
+            "--no-check-for-nan-in-loss-and-grad": "neutral", "--no-initialization": "neutral",
+            "--no-ckpt-fully-parallel-save": "neutral", "--no-one-logger": "neutral"}
+
+
+def test_megatrons_no_forms_are_read(tmp_path):
+    text = DSV3_LAUNCH.replace("--lr 2.2e-4", "--lr 2.2e-4 " + " ".join(NO_FORMS))
+    res = import_file(_write(tmp_path, "no.sh", text))
+    assert res.unknown == []
+    ignored = dict(res.ignored)
+    for flag, kind in NO_FORMS.items():
+        listed = (flag in ignored, flag in res.neutral)
+        assert listed == (kind == "ignored", kind == "neutral"), flag
+
+
+def test_real_launches_have_no_unknown_arguments(tmp_path):
+    for name, text in (("gpt3.sh", GPT3_175B), ("gpt13.sh", GPT_1P3B), ("llama.sh", LLAMA3_8B),
+                       ("mixtral.sh", MIXTRAL_LAUNCH), ("dsv3.sh", DSV3_LAUNCH)):
+        args = parse_arguments(read_launch(text, name).arguments)
+        assert unknown_arguments(args) == [], name
+
+
+def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
+    """Megatron-Core's default --attention-backend auto runs Transformer Engine's attention:
+    timed as FlashAttention, which multi-head latent attention needs; RoPE's base, YaRN's
+    factors, the norm's epsilon and the router's constants do not change the work."""
+    res = import_file(_write(tmp_path, "dsv3.sh", DSV3_LAUNCH), gpu="H100-SXM5-80GB")
+    from core.config import validate
+    assert validate(res.session) == []
+    m = res.session.model
+    assert (m.attention_kernel, m.multi_latent_attention, m.num_experts) == ("flash", True, 256)
+    assert res.notes == [("attention", "Megatron-Core's default --attention-backend auto: "
+                          "Transformer Engine picks its fused (cuDNN) or flash attention, timed "
+                          "as FlashAttention")]
+    assert res.neutral == ["--max-position-embeddings", "--norm-epsilon", "--rotary-base",
+                           "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
+                           "--moe-router-topk-scaling-factor", "--moe-router-score-function",
+                           "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+                           "--moe-router-num-groups", "--moe-router-group-topk",
+                           "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
+                           "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
+    assert [f for f, _ in res.ignored] == ["--moe-grouped-gemm", "--moe-token-dispatcher-type",
+                                           "--moe-router-dtype", "--moe-permute-fusion"]
+
+
+_FLAGS = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 " \
+         "--micro-batch-size 1 --vocab-size 9 "
+
+
+@pytest.mark.parametrize("extra, kernel, note", [
+    ("", "flash", "Megatron-Core's default --attention-backend auto: Transformer Engine picks "
+                  "its fused (cuDNN) or flash attention, timed as FlashAttention"),
+    ("--attention-backend auto", "flash", "--attention-backend auto: Transformer Engine picks "
+                                          "its fused (cuDNN) or flash attention, timed as "
+                                          "FlashAttention"),
+    ("--attention-backend fused", "flash", "--attention-backend fused: Transformer Engine's "
+                                           "fused (cuDNN) attention, timed as FlashAttention"),
+    ("--attention-backend flash", "flash", "--attention-backend flash: Transformer Engine's "
+                                           "flash backend, timed as FlashAttention"),
+    ("--attention-backend unfused", "unfused", "--attention-backend unfused: Transformer "
+                                               "Engine's unfused attention, timed as the "
+                                               "unfused kernel"),
+    ("--attention-backend local", "unfused", "--attention-backend local: Megatron-Core's own "
+                                             "unfused attention, timed as the unfused kernel"),
+    ("--use-flash-attn", "flash", "--use-flash-attn: FlashAttention"),
+    ("--use-flash-attn --attention-backend flash", "flash",
+     "--attention-backend flash: Transformer Engine's flash backend, timed as FlashAttention"),
+    ("--use-flash-attn --attention-backend unfused", "unfused",
+     "--attention-backend unfused: Transformer Engine's unfused attention, timed as the unfused "
+     "kernel; it wins over --use-flash-attn (Megatron-Core reads --attention-backend; "
+     "--use-flash-attn is deprecated)"),
+    ("--use-flash-attn --attention-backend fused", "flash",
+     "--attention-backend fused: Transformer Engine's fused (cuDNN) attention, timed as "
+     "FlashAttention; it wins over --use-flash-attn (Megatron-Core reads --attention-backend; "
+     "--use-flash-attn is deprecated)"),
+    ("--transformer-impl local", "unfused", "--transformer-impl local: Megatron-Core's local "
+     "layer spec runs its own unfused attention (DotProductAttention), timed as the unfused "
+     "kernel"),
+    ("--transformer-impl local --attention-backend local", "unfused", "--transformer-impl local: "
+     "Megatron-Core's local layer spec runs its own unfused attention (DotProductAttention), "
+     "timed as the unfused kernel"),
+    ("--transformer-impl local --attention-backend fused --use-flash-attn", "unfused",
+     "--transformer-impl local: Megatron-Core's local layer spec runs its own unfused attention "
+     "(DotProductAttention), timed as the unfused kernel; it wins over --attention-backend fused "
+     "and --use-flash-attn, which pick Transformer Engine's attention"),
+    ("--transformer-impl transformer_engine", "flash", "Megatron-Core's default "
+     "--attention-backend auto: Transformer Engine picks its fused (cuDNN) or flash attention, "
+     "timed as FlashAttention"),
+    ("--use-legacy-models", "unfused", "--use-legacy-models without --attention-backend or "
+     "--use-flash-attn: the legacy model's own unfused attention, timed as the unfused kernel"),
+    ("--use-legacy-models --transformer-impl local", "unfused", "--use-legacy-models without "
+     "--attention-backend or --use-flash-attn: the legacy model's own unfused attention, timed "
+     "as the unfused kernel"),
+    ("--use-legacy-models --use-flash-attn", "flash", "--use-flash-attn: FlashAttention"),
+])
+def test_attention_kernel_follows_megatron_core(extra, kernel, note):
+    res = session_from_launch(read_launch(_FLAGS + extra, "a.txt"), num_gpus=1)
+    assert res.session.model.attention_kernel == kernel
+    assert res.notes == [("attention", note)]
+
+
+def test_attention_backend_value_is_checked():
+    with pytest.raises(MegatronArgsError, match="a.txt: --attention-backend 'cudnn': expected one "
+                                                "of Megatron-Core's auto, flash, fused, unfused, "
+                                                "local"):
+        session_from_launch(read_launch(_FLAGS + "--attention-backend cudnn", "a.txt"), num_gpus=1)
+
+
+def test_attention_in_the_cli_summary(tmp_path, capsys):
+    path = _write(tmp_path, "a.txt", _FLAGS + "--use-flash-attn --attention-backend fused")
+    assert main(["import", "megatron-args", str(path), "--out", str(tmp_path / "s.json"),
+                 "--num-gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ("attention: flash (--attention-backend fused: Transformer Engine's fused (cuDNN) "
+            "attention, timed as FlashAttention; it wins over --use-flash-attn") in " ".join(
+        out.split())
+
+
+def test_errors_name_only_the_arguments_the_launch_gives(tmp_path, capsys):
+    """A configuration rule's message names the launch's own arguments that set the field, or
+    Megatron-LM's default when it gives none."""
+    assert field_origin("plan.precision", {"--bf16", "--fp8-format", "--lr"}) == \
+        "set by --bf16, --fp8-format"
+    assert field_origin("plan.precision", {"--lr"}) == "Megatron-LM's default"
+    assert field_origin("model.attention_kernel", {"--transformer-impl"}) == \
+        "set by --transformer-impl"
+    assert field_origin("plan.data_parallel", {"--lr"}) is None  # the world size sets it
+    path = _write(tmp_path, "fp8.txt", _FLAGS + "--bf16 --fp8-format hybrid")
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out), "--num-gpus", "1",
+                 "--gpu", "A100-SXM4-80GB"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "fp8.txt: plan.precision: " in err and err.endswith("(set by --bf16, --fp8-format)")
+    assert "--fp16" not in err and not out.exists()
+    # MLA on Megatron's own attention: named by the argument that chose it
+    mla = _write(tmp_path, "mla.txt", _FLAGS + "--multi-latent-attention --kv-lora-rank 32 "
+                 "--transformer-impl local")
+    assert main(["import", "megatron-args", str(mla), "--out", str(out), "--num-gpus", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "model.attention_kernel: " in err and "(set by --transformer-impl)" in err
+
+
+def test_docs_name_the_unknown_argument_rule():
+    from tests.conftest import ROOT
+    doc = " ".join((ROOT / "docs" / "megatron_args.md").read_text().split())
+    for needle in ("--allow-unknown", "did you mean", "timed as FlashAttention",
+                   "`--attention-backend` wins"):
+        assert needle in doc, needle

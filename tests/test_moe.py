@@ -209,7 +209,8 @@ def test_all_to_all_volume_of_a_top_k_dispatch():
     nbytes = moe_comm_bytes(s)["ep_all_to_all"]
     assert nbytes == 2 * 4096 / 2 * 2 * 4096 * 2
     # intra-node with an explicit NVLink bandwidth: alpha*(n-1) + nbytes*(n-1)/n / bw
-    cl = ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=450.0)
+    cl = ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=450.0,
+                       inter_node_bandwidth_gbits_per_s=800.0)
     store = session_profile(s)
     comm = CommModel(store, s.plan, cl)
     from core.comm import DEFAULT_INTRA_LATENCY_S
@@ -308,13 +309,15 @@ def test_bytes_per_parameter_with_expert_parallelism():
 
 
 def test_moe_activations_grow_with_top_k():
-    """The routed part keeps each token's k copies (expert inputs and MLP activations)."""
+    """The routed part keeps each token's k copies (expert inputs and MLP activations); the
+    un-permutation keeps nothing (Megatron-Core weights the copies by their probabilities in
+    the experts' activation, so ``unpermute`` gets no ``probs`` and saves no expert output)."""
     s = _session(pipeline_parallel=1, data_parallel=16, expert_parallel=8, global_batch_size=64)
     a2 = mm.moe_activation_bytes_per_layer(s.model, s.plan, "none")
     m4 = dataclasses.replace(MIXTRAL, moe_top_k=4)
     a4 = mm.moe_activation_bytes_per_layer(m4, s.plan, "none")
     T, h, f = 4096, 4096, 14336
-    per_copy = 2 * h + 6 * f + 2 * h  # fc1 input, SwiGLU's fc1 output and product, unpermute input
+    per_copy = 2 * h + 6 * f  # fc1 input, SwiGLU's fc1 output and product
     assert a4 - a2 == pytest.approx(2 * T * per_copy)
     assert mm.moe_activation_bytes_per_layer(s.model, s.plan, "full") == 2 * T * h
 

@@ -90,6 +90,22 @@ def test_activation_memory_korthikanti_table_2(sp, recompute, per_layer):
                                                          rel=1e-12)
 
 
+@pytest.mark.parametrize("schedule, losses", [("1f1b", 1), ("gpipe", 12)])
+def test_last_stage_keeps_each_waiting_loss_softmax(schedule, losses):
+    """The last stage adds the logits (e bytes) and the cross entropy's fp32 softmax (4 bytes)
+    of each micro-batch whose loss awaits its backward (Megatron-Core
+    VocabParallelCrossEntropy saves exp_logits): 1 under 1F1B, all m = 12 under GPipe."""
+    pl = plan(sequence_parallel=True, recompute="selective", schedule=schedule,
+              global_batch_size=48)
+    mem = model_math.stage_memory(GPT3, pl)
+    seq, b, h, t = 2048, 1, 12288, 8
+    V = 51200  # 50257 padded to a multiple of 128 * t
+    in_flight = 1 if schedule == "1f1b" else 12
+    want = 34 * seq * b * h / t * 6 * in_flight + seq * b * V / t * (2 + 4 * losses)
+    assert pl.num_microbatches == 12
+    assert mem[-1].activations_bytes == pytest.approx(want, rel=1e-12)
+
+
 def test_full_recomputation_memory_with_sequence_parallelism_and_block_method():
     seq, b, h, a, t = 2048, 1, 12288, 96, 8
     none_sp = seq * b * h / t * (34 + 5 * a * seq / h)
@@ -127,12 +143,19 @@ def test_bytes_per_parameter_per_zero_stage(precision, grads, w, g, k, zero):
                                          [precision])
     mem = model_math.stage_memory(GPT3, pl)[5]
     n = model_math.params_per_gpu(GPT3, pl)[5]
-    gathered = 0.0
-    if zero == 3:  # one layer's parameters gathered at a time
+    gathered = gathered_grads = 0.0
+    if zero == 3:  # one layer's parameters gathered at a time, and its unsharded gradients
         sharded, replicated = model_math.family_of(GPT3).layer_parameters(GPT3)
         gathered = (sharded / 8 + replicated) * w
+        gathered_grads = (sharded / 8 + replicated) * (4 if grads is None and precision == "bf16"
+                                                       else g)
     assert mem.weights_bytes == pytest.approx(n * got[0] + gathered, rel=1e-12)
-    assert mem.gradients_bytes + mem.optimizer_bytes == pytest.approx(n * (got[1] + got[2]), rel=1e-12)
+    assert mem.gradients_bytes + mem.optimizer_bytes == pytest.approx(
+        n * (got[1] + got[2]) + gathered_grads, rel=1e-12)
+    if zero == 3:  # with the next layer's all-gather prefetched: two layers' weights gathered
+        ov = model_math.stage_memory(GPT3, dataclasses.replace(pl, overlap_param_gather=True))[5]
+        assert ov.weights_bytes - mem.weights_bytes == pytest.approx(gathered, rel=1e-12)
+        assert ov.gradients_bytes == mem.gradients_bytes
 
 
 def test_memory_reserve_decides_fits():
@@ -324,7 +347,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    expert_tensor_parallel=1, moe_imbalance_factor=1.5, fp8_recipe="mxfp8",
                    account_for_embedding_in_pipeline_split=True,
                    account_for_loss_in_pipeline_split=True, recompute_modules="mlp",
-                   tp_comm_overlap=True, data_parallel_shard_size=2, fp8_param_gather=True)
+                   tp_comm_overlap=True, data_parallel_shard_size=2, fp8_param_gather=True,
+                   pipeline_model_parallel_layout="Et*8|t*8L")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         p1 = dataclasses.replace(p0, **{name: value})

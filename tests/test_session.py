@@ -141,3 +141,42 @@ def test_save_onto_a_folder_names_the_folder_and_leaves_nothing(tmp_path):
         save_session(Session(), tmp_path)
     assert info.value.filename == str(tmp_path)
     assert list(tmp_path.parent.glob(f".{tmp_path.name}.*")) == []
+
+
+def test_pinned_plan_round_trips_and_is_checked(tmp_path):
+    """Session.compare holds the Compare tab's plan A: saved, read back, refused by field."""
+    import json
+
+    from core.config import ConfigError, ParallelPlan, Session
+    from core.session import SessionFileError, load_session, save_session, session_to_json
+    a = Session(plan=ParallelPlan(tensor_parallel=2, data_parallel=4))
+    s = Session().with_pinned(a)
+    assert set(s.compare["pinned"]) == {"model", "plan", "cluster", "cost"}
+    path = tmp_path / "s.json"
+    save_session(s, path)
+    back = load_session(path)
+    assert back.pinned().plan == a.plan and back.pinned().compare is None
+    assert back.to_dict() == s.to_dict()
+    assert "compare" not in json.loads(session_to_json(Session()))  # absent when unpinned
+    doc = json.loads(path.read_text())
+    doc["compare"]["pinned"]["plan"]["tensor_parallel"] = "two"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SessionFileError, match=r"compare\.pinned\.plan\.tensor_parallel"):
+        load_session(path)
+    for bad, rule in (({"pinned": {"plan": {}}}, r"compare\.pinned\.model: missing section"),
+                      ({"pinned": {"model": {}, "plan": {}, "sweep": {}}},
+                       r"compare\.pinned\.sweep: unknown section"),
+                      ({"plan": {}}, r"compare: must be")):
+        with pytest.raises(ConfigError, match=rule):
+            Session.from_dict({**Session().to_dict(), "compare": bad})
+
+
+def test_diff_of_one_file_without_a_pin_is_refused(tmp_path, capsys):
+    from core.cli import main
+    from core.config import Session
+    from core.session import save_session
+    path = tmp_path / "s.json"
+    save_session(Session(), path)
+    assert main(["diff", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "no pinned plan" in err

@@ -35,7 +35,9 @@ def session_1node(**plan):
 def test_examples_and_authors_configs_simulate(path):
     r = simulate(load_any(path)).report
     assert r.iteration_time_s > 0 and np.isfinite(r.iteration_time_s)
-    assert 0 < r.mfu < r.hfu <= 1 or (r.mfu == r.hfu and 0 < r.mfu < 1)
+    # HFU counts what runs (the causal half of the attention core, and any recomputation);
+    # MFU credits Eq. 3's full square: either may be larger, HFU never exceeds the peak
+    assert 0 < r.mfu < 1 and 0 < r.hfu <= 1
     assert 0 <= r.bubble_fraction < 1
     assert r.fits_in_memory
 
@@ -62,9 +64,12 @@ def test_recomputation_adds_one_forward_per_layer():
     key = dict(b=2, s=2048, h=2048, a=16, f=8192, t=1, V=50304, dtype="bf16")
     fwd = 24 * (analytic_op_time("attention_fwd", key, store) + analytic_op_time("mlp_fwd", key, store))
     assert full.iteration_time_s - plain.iteration_time_s == pytest.approx(4 * fwd, rel=1e-3)
-    assert full.hfu / full.mfu == pytest.approx(
-        1 + (24 * (8 + 16 + 4 * 2048 / 2048) * 2048**2) / (3 * 24 * (8 + 16 + 4) * 2048**2 + 6 * 2048 * 50304),
-        rel=1e-9)
+    # HFU: the model FLOPs (Eq. 3, the full s x s core credited: 4sh per token and layer) plus
+    # one more forward per layer, less the masked half of every executed core (3 + 1 passes)
+    model = 3 * 24 * (8 + 16 + 4) * 2048**2 + 6 * 2048 * 50304
+    recomputed = 24 * (8 + 16 + 4) * 2048**2
+    masked = (3 + 1) * 24 * (4 * 2048 * 2048) / 2
+    assert full.hfu / full.mfu == pytest.approx(1 + (recomputed - masked) / model, rel=1e-9)
 
 
 def test_report_figures_are_consistent():
@@ -278,3 +283,27 @@ def test_time_breakdown_of_modern_schedules(schedule, v):
         assert r.pp_comm_s > one.pp_comm_s
     else:  # the W items fill the cool-down: same transfers, shorter iteration
         assert r.iteration_time_s < one.iteration_time_s
+
+
+def test_hfu_counts_the_causal_core_and_stays_below_the_peak():
+    """A 128k-token plan: Eq. 3 credits the full s x s core (MFU may exceed what runs), HFU
+    counts the causal half the GPUs execute (and any recomputation): never above 100 %.
+    Closed form: hardware - model = -(3 L) * B s * 4 s h / 2 without recomputation."""
+    import dataclasses
+
+    from core import model_math as mm
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=131072)
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
+                      context_parallel=8, micro_batch_size=1, global_batch_size=1,
+                      recompute="full", zero_stage=1)
+    plain = dataclasses.replace(pl, recompute="none")
+    diff = mm.hardware_flops_per_iteration(m, plain) - mm.model_flops_per_iteration(m, plain)
+    assert diff == pytest.approx(-(3 * 32) * 131072 * (4 * 131072 * 4096) / 2, rel=1e-12)
+    r = simulate(Session(model=m, plan=pl, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))).report
+    assert 0 < r.hfu <= 1
+    # a sliding-window layer executes its band: W - W(W-1)/(2s) keys per query on average
+    gpt = MODEL_PRESETS["GPT-OSS 120B"]
+    s, W = gpt.seq_length, gpt.window_size + 1
+    assert mm.causal_core_fraction(gpt) == pytest.approx(
+        (0.5 * 18 + 18 * (W - W * (W - 1) / (2 * s)) / s) / 36, rel=1e-12)

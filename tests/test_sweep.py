@@ -569,3 +569,45 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
                                           schedules=["1f1b"], recompute=["full"]))
     got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
     assert got == {(1, None, None), (4, 16, 15)}
+
+
+def _qwen_session():
+    import dataclasses
+
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    return Session(model=dataclasses.replace(MODEL_PRESETS["Qwen3-30B-A3B"], seq_length=4096),
+                   plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=16,
+                                     micro_batch_size=1, global_batch_size=256,
+                                     expert_parallel=16, zero_stage=1),
+                   cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+
+
+def test_no_plan_reasons_name_the_value_and_its_own_rule():
+    """Tester: --expert-parallel 3 was explained by ep=16 (the file's), which was never tried,
+    and one message repeated per micro-batch size; --gpus 100 said nothing about the count."""
+    from core.sweep import SweepSpace, no_plan_errors
+    s = _qwen_session()
+    errs = no_plan_errors(s, SweepSpace(num_gpus=16, expert_parallel=[3], recompute=("none",),
+                                        schedules=("1f1b",)))
+    text = [f"{e.field}: {e.message}" for e in errs]
+    assert "--expert-parallel 3: num_experts=128 is not divisible by expert_parallel=3" in text
+    assert not any("16" in e.field for e in errs[1:])
+    assert len(text) == len(set(text))
+    errs = no_plan_errors(s, SweepSpace(num_gpus=100, recompute=("none",)))
+    assert [e.field for e in errs[1:]] == ["--gpus 100"]
+    assert "no t*p*cp*d makes 100 GPUs" in errs[1].message
+
+
+def test_values_in_no_valid_plan_are_named_not_dropped():
+    from core.sweep import SweepSpace, run_sweep, unused_values
+    s = _qwen_session()
+    space = SweepSpace(num_gpus=16, expert_parallel=[3, 8], recompute=("none",),
+                       schedules=("1f1b",), micro_batch_sizes=[1])
+    result = run_sweep(s, space, workers=1)
+    assert set(result.plan_columns["expert_parallel"].tolist()) == {8}
+    notes = unused_values(s, space, result)
+    assert [(e.field, e.message) for e in notes] == [
+        ("--expert-parallel 3", "num_experts=128 is not divisible by expert_parallel=3")]
+    space = SweepSpace(num_gpus=16, expert_parallel=[8], recompute=("none",), schedules=("1f1b",),
+                       micro_batch_sizes=[1])
+    assert unused_values(s, space, run_sweep(s, space, workers=1)) == []

@@ -108,3 +108,38 @@ def test_sweep_keeps_plans_without_sequence_parallelism():
     # t = 1 keeps one plan (the first sequence_parallel value); overlap only where t > 1 and sp
     assert with_sp == {(1, False, False), (2, False, False), (2, True, True),
                        (4, False, False), (4, True, True)}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_per_op_checkpointing_adds_its_recomputed_all_gathers_to_the_iteration(overlap):
+    """One stage, one replica (every task on the critical path), torchtitan's per-op selective
+    checkpointing at t=4: the iteration is longer than without recomputation by exactly the
+    recomputed ops and their all-gathers, per layer and micro-batch: two all-gathers of a
+    (b, s, h) activation, whole without the overlap, their exposed parts against the
+    recomputed k and w3 GEMMs with it (the hidden parts are tp_hidden_s's growth)."""
+    s = _session(recompute="selective_op", tp_comm_overlap=overlap)
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))
+    assert not validate(s)
+    store = open_profile(profile_path(s))
+    times = lookup_op_times(s, store).times
+    ag = CommModel(store, s.plan, s.cluster).tp_collective(
+        "all_gather", 1 * s.model.seq_length * s.model.hidden_size * 2)
+    split = ([tp_overlap_split(ag, times[g], 4) for g in ("attention_sac_gemm", "mlp_sac_gemm")]
+             if overlap else [(ag, 0.0), (ag, 0.0)])
+    n = s.model.num_layers * s.plan.num_microbatches
+    r, r0 = simulate(s, store).report, simulate(none, store).report
+    added = times["attention_sac_fwd"] + times["mlp_sac_fwd"] + sum(e for e, _ in split)
+    assert r.iteration_time_s - r0.iteration_time_s == pytest.approx(n * added, rel=1e-9)
+    assert r.tp_hidden_s - r0.tp_hidden_s == pytest.approx(n * sum(h for _, h in split),
+                                                           rel=1e-9, abs=1e-15)
+    assert (r.tp_hidden_s > r0.tp_hidden_s) == overlap
+
+
+def test_graph_size_estimate_bounds_overlapped_graphs():
+    """The hidden parts of the overlapped collectives are side tasks of the graph: the size
+    estimate (the simulator's memory guard) counts them."""
+    from core.simulate import graph_size_estimate
+    for recompute in ("none", "selective", "full", "selective_op"):
+        s = _session(tp_comm_overlap=True, recompute=recompute, data_parallel=2,
+                     global_batch_size=4, zero_stage=3)
+        assert simulate(s).graph.num_tasks <= graph_size_estimate(s), recompute

@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
-                         ParallelPlan, Session, validate)
+                         ParallelPlan, Session, inactive_fields, validate)
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -94,6 +94,7 @@ _LABELS = {
     "plan.moe_imbalance_factor": "MoE routing imbalance",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
+    "plan.pipeline_model_parallel_layout": "Pipeline layout",
     "cluster.memory_reserve_fraction": "Memory reserve",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
@@ -117,6 +118,7 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.expert_tensor_parallel": "t",
               "plan.virtual_pipeline_stages": "none (not interleaved)",
               "cluster.intra_node_bandwidth_gbytes_per_s": "from the profile store",
+              "cluster.inter_node_bandwidth_gbits_per_s": "GPU's reference node (1 NIC/GPU)",
               "plan.recompute_num_layers": "all",
               "plan.first_stage_layers": "even split",
               "plan.last_stage_layers": "even split",
@@ -230,7 +232,8 @@ class _FieldBinding(QtCore.QObject):
         w = QtWidgets.QLineEdit(parent)
         if spec.optional:
             w.setPlaceholderText("(shipped profile for the GPU)" if spec.name == "profile_path"
-                                 else "(none)")
+                                 else "(Megatron's split; e.g. Et*4|t*4|t*4|t*3L)"
+                                 if spec.name == "pipeline_model_parallel_layout" else "(none)")
         w.textEdited.connect(self._on_text_edit)
         return w
 
@@ -296,6 +299,20 @@ class _FieldBinding(QtCore.QObject):
         self.error_label.setVisible(bool(messages))
         if self.row_label is not None:
             self.row_label.setStyleSheet("color: #C62828; font-weight: bold;" if messages else "")
+
+    def set_inactive(self, reason: str | None) -> None:
+        """Grey the field out with ``reason`` in its tooltip (``None``: the field takes effect).
+
+        The value stays and is saved; the editor greys only fields without an error (an
+        error is the user's to fix)."""
+        self.widget.setEnabled(reason is None)
+        tip = self.spec.help + (f" [{self.spec.unit}]" if self.spec.unit else "")
+        if reason is not None:
+            tip += f"\n(No effect here: {reason}.)"
+        self.widget.setToolTip(tip)
+        if self.row_label is not None:
+            self.row_label.setEnabled(reason is None)
+            self.row_label.setToolTip(tip)
 
     # ------------------------------------------------------------------ handlers
     def _report(self, value: Any) -> None:
@@ -537,8 +554,10 @@ class ConfigEditor(QtWidgets.QWidget):
         by_field: dict[str, list[str]] = {}
         for err in self._errors:
             by_field.setdefault(err.field, []).append(err.message)
+        inactive = inactive_fields(self._session)
         for path, binding in self._bindings.items():
             binding.set_error(by_field.get(path, []))
+            binding.set_inactive(None if path in by_field else inactive.get(path))
         if self._errors:
             n = len(self._errors)
             lines = "".join(f"<li>{_html(e.field)}: {_html(e.message)}</li>" for e in self._errors)
@@ -573,6 +592,13 @@ class ConfigEditor(QtWidgets.QWidget):
                          f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
+        try:
+            from core.config import layout_summary
+            summary = layout_summary(model.num_layers, plan)
+        except (TypeError, ValueError):  # the field's own error says what is wrong
+            summary = None
+        if summary:
+            text += f"<br>Pipeline layout: {summary}"
         self._derived.setText(text)
 
     def _update_preset(self) -> None:

@@ -543,6 +543,10 @@ class ExploreTab(QtWidgets.QWidget):
             folded = summarize_warnings(result.warnings)
             more = f" (+{len(folded) - 1} more)" if len(folded) > 1 else ""
             text += f"\n⚠ {folded[0]}{more}"
+        if inputs is not None:  # values given that no valid plan uses, as the command line
+            from core.sweep import unused_values
+            for e in unused_values(*inputs, result)[:3]:
+                text += f"\nNot in any valid plan: {e}"
         self._set_status(text)
         self.sweep_finished.emit(result)
 

@@ -298,12 +298,13 @@ class MainWindow(QtWidgets.QMainWindow):
         return self._status.text()
 
     def session(self) -> Session:
-        """The session as edited, with the Explore tab's sweep settings and the Studies tab's
-        settings."""
+        """The session as edited, with the Explore tab's sweep settings, the Studies tab's
+        settings and the Compare tab's pinned plan."""
         session = self.editor.session()
         session.sweep = self.explore.settings()
         session.studies = self.studies.settings()
-        return session
+        pinned = self.compare.pinned
+        return session.with_pinned(None if pinned is None else pinned.session)
 
     def new_session(self, session: Session | None = None) -> None:
         """Replace the session without asking (see :meth:`maybe_save` for the question)."""
@@ -340,11 +341,14 @@ class MainWindow(QtWidgets.QMainWindow):
             QtWidgets.QMessageBox.critical(self, "Cannot open file", text)
             return False
         before = (self.session(), self._path, self.isWindowModified())
+        old_pin = self.compare.pinned
         try:
             unusable = self._show_session(session)
         except Exception as exc:  # noqa: BLE001 - a view failed: put the previous session back
             previous, old_path, modified = before
             self._show_session(previous)
+            self.compare.set_pinned(old_pin)  # the very result that was pinned
+            self.action_unpin.setEnabled(old_pin is not None)
             self._set_path(old_path)
             self.setWindowModified(modified)
             QtWidgets.QMessageBox.critical(self, "Cannot open file",
@@ -445,13 +449,37 @@ class MainWindow(QtWidgets.QMainWindow):
         self.compare.set_pinned(dataclasses.replace(self._result,
                                                     session=self._result.session.copy()))
         self.action_unpin.setEnabled(True)
+        self.setWindowModified(True)  # the pin is saved with the session
         self._status.setText(f"Pinned {plan_label(self._result.session)} for comparison")
         return True
 
     def unpin_plan(self) -> None:
         """Forget the pinned plan (the Compare tab shows its empty state)."""
+        if self.compare.pinned is not None:
+            self.setWindowModified(True)
         self.compare.set_pinned(None)
         self.action_unpin.setEnabled(False)
+
+    def _restore_pin(self, session: Session) -> list[str]:
+        """Pin the plan saved in ``session.compare`` (simulated here, on this thread); keep the
+        current pin when the session has none (a plan pinned from another file stays to be
+        compared). Returns ``["compare.pinned"]`` when the saved pin cannot be simulated
+        (the Compare tab then shows nothing pinned and the status bar says why)."""
+        if session.compare is None:
+            return []
+        from core.simulate import simulate
+        try:
+            pinned = session.pinned()
+            result = simulate(pinned)
+        except Exception as exc:  # noqa: BLE001 - any failure: the file still opens
+            self.compare.set_pinned(None)
+            self.action_unpin.setEnabled(False)
+            self.statusBar().showMessage(f"The pinned plan saved with the session cannot be "
+                                         f"simulated ({exc}); nothing is pinned", 15000)
+            return ["compare.pinned"]
+        self.compare.set_pinned(result)
+        self.action_unpin.setEnabled(True)
+        return []
 
     def show_tab(self, name: str) -> None:
         """Bring tab ``'plan'``, ``'explore'``, ``'profiles'`` or ``'studies'`` to the front.
@@ -680,10 +708,11 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # ------------------------------------------------------------------ internals
     def _show_session(self, session: Session) -> list[str]:
-        """Show ``session`` in the editor and the tabs; returns the unusable study settings."""
+        """Show ``session`` in the editor and the tabs; returns the unusable study settings
+        (and ``compare.pinned`` when the saved pin cannot be simulated)."""
         self.editor.set_session(session)
         self.explore.reset(session)
-        return self.studies.reset(session)
+        return self.studies.reset(session) + self._restore_pin(session)
 
     def _mark_stale(self, message: str | None) -> None:
         """Dim the Plan tab's results under ``message`` (None: they are current again)."""

@@ -1,8 +1,10 @@
-"""``vtrain diff A B``: the iteration time of two plans and their difference, term by term."""
+"""``vtrain diff A B``: the iteration time of two plans and their difference, term by term
+(``vtrain diff SESSION``: the session's pinned plan against its own)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from .common import fmt_bytes
@@ -19,8 +21,12 @@ def add_parser(sub: Any) -> None:
                     "pipeline- and data-parallel communication, pipeline bubble, stage imbalance "
                     "and optimizer step; the terms sum to the difference. Also memory per GPU, "
                     "days and cost.")
-    d.add_argument("a", metavar="A.json", help="plan A: a session file or vTrain config")
-    d.add_argument("b", metavar="B.json", help="plan B, compared with A (B minus A)")
+    d.add_argument("a", metavar="A.json", help="plan A: a session file or vTrain config; alone, "
+                                               "a session with a pinned plan (the window's "
+                                               "Plan > Pin plan for comparison, saved with it): "
+                                               "A is the pinned plan, B the session's own")
+    d.add_argument("b", metavar="B.json", nargs="?", default=None,
+                   help="plan B, compared with A (B minus A)")
     d.add_argument("--json", action="store_true",
                    help="print one JSON object (difference_s, terms, and both plans)")
 
@@ -33,11 +39,28 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain diff``; returns the exit status."""
     from rich.table import Table
 
+    from ..config import ConfigError
     from ..console import Console, esc
     from ..diff import TERM_LABELS, diff_plans
     from ..session import load_any
 
-    d = diff_plans(load_any(args.a), load_any(args.b))
+    if args.b is None:
+        from ..config import check
+        from ..session import SessionFileError
+        b = load_any(args.a)
+        if b.compare is None:
+            raise SessionFileError(f"{args.a}: compare: no pinned plan in this file; give two "
+                                   "files (vtrain diff A.json B.json) or save the session with "
+                                   "a plan pinned (Plan > Pin plan for comparison)")
+        try:
+            a = check(b.pinned())
+        except ConfigError as exc:
+            raise ConfigError([dataclasses.replace(e, field=f"compare.pinned.{e.field}")
+                               if not e.field.startswith("compare.") else e
+                               for e in exc.errors]).in_file(args.a) from None
+    else:
+        a, b = load_any(args.a), load_any(args.b)
+    d = diff_plans(a, b)
     if args.json:
         from ..inputs import strict_dumps
         print(strict_dumps(d.to_dict()))

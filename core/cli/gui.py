@@ -22,7 +22,22 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``vtrain gui``; returns the window's exit status."""
+    """Run ``vtrain gui``; returns the window's exit status.
+
+    Raises
+    ------
+    UsageError
+        ``--screenshot`` names a file in a folder that does not exist or cannot be written
+        (checked before the window opens, exit status 2), or the GUI libraries are missing.
+    """
+    if args.screenshot:
+        import os
+        from pathlib import Path
+        folder = Path(args.screenshot).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise UsageError(f"--screenshot {args.screenshot}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise UsageError(f"--screenshot {args.screenshot}: the folder {folder} is not writable")
     try:
         from vtrain_gui.app import run_gui
     except ImportError as exc:

@@ -24,8 +24,12 @@ def add_parser(sub: Any) -> None:
         "megatron-args", help="a Megatron-LM launch script or argument list",
         description="Read a Megatron-LM / Megatron-Core launch (a shell script with torchrun or "
                     "srun, or a plain argument list) into a session file. Arguments vtrain does not "
-                    "model yet are refused by name (exit status 2); other arguments that may change "
-                    "the iteration time are listed as ignored.")
+                    "model yet are refused by name (exit status 2), and so is an argument "
+                    "Megatron-LM does not define (a misspelling: the closest name is suggested); "
+                    "Megatron-LM's other arguments that may change the iteration time are listed "
+                    "as ignored, those that cannot (logging, paths, learning rate, numerics) "
+                    "apart. Transformer Engine's fused (cuDNN) attention, the default "
+                    "--attention-backend auto, is timed as FlashAttention.")
     m.add_argument("file", metavar="FILE",
                    help="launch script (torchrun/srun ... pretrain_gpt.py ...) or argument list")
     m.add_argument("--out", metavar="SESSION.json", required=True,
@@ -35,6 +39,10 @@ def add_parser(sub: Any) -> None:
     m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: the "
                    "launcher's processes per node, else 8)")
     m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
+    m.add_argument("--allow-unknown", action="store_true",
+                   help="list arguments that are not Megatron-LM's as ignored (with a close "
+                        "match) instead of refusing them; use it for a fork's or another "
+                        "script's own arguments")
     m.add_argument("--json", action="store_true",
                    help="print the session and the ignored arguments as one JSON object")
 
@@ -50,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _megatron(args: argparse.Namespace) -> int:
     from ..config import GPU_KINDS, ConfigError, FieldError, check, gpu_kind
     from ..console import Console, esc
-    from ..megatron_args import ARGUMENTS, MegatronArgsError, import_file
+    from ..megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
     from ..session import save_session
 
     for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
@@ -61,23 +69,24 @@ def _megatron(args: argparse.Namespace) -> int:
         gpu = gpu_kind(args.gpu)
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
-    res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu)
+    res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu,
+                      allow_unknown=args.allow_unknown)
     try:
         check(res.session)  # the configuration rules, each named (exit 2)
-    except ConfigError as exc:  # named with the file and the arguments that set each field
-        flags: dict[str, list[str]] = {}
-        for flag, arg in ARGUMENTS.items():
-            for target in arg.targets:
-                flags.setdefault(target, []).append(flag)
-        raise ConfigError([FieldError(e.field, e.message + (
-            f" (set by {', '.join(flags[e.field])})" if e.field in flags else ""))
-            for e in exc.errors], source=str(args.file)) from None
+    except ConfigError as exc:  # named with the file and the arguments of the launch that set it
+        given = parse_arguments(res.launch.arguments, str(args.file))
+        origins = [field_origin(e.field, given) for e in exc.errors]
+        raise ConfigError([FieldError(e.field, e.message + (f" ({origin})" if origin else ""))
+                           for e, origin in zip(exc.errors, origins)],
+                          source=str(args.file)) from None
     save_session(res.session, args.out)
     if args.json:
         from ..inputs import strict_dumps
         print(strict_dumps({"out": str(args.out), "session": res.session.to_dict(),
                           "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
-                          "neutral": res.neutral, "launcher": res.launch.launcher}))
+                          "neutral": res.neutral, "launcher": res.launch.launcher,
+                          "notes": [{"about": a, "note": n} for a, n in res.notes],
+                          "unknown": res.unknown}))
         return 0
     con = Console()
     pl = res.session.plan
@@ -85,6 +94,9 @@ def _megatron(args: argparse.Namespace) -> int:
               f"(t={pl.tensor_parallel}, "
               f"p={pl.pipeline_parallel}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
               f"B={pl.global_batch_size}), from {res.launch.launcher}", highlight=False)
+    for about, note in res.notes:
+        con.print(f"{esc(about)}: {esc(res.session.model.attention_kernel)} ({esc(note)})"
+                  if about == "attention" else f"{esc(about)}: {esc(note)}", highlight=False)
     for arg, why in res.ignored:
         con.print(f"[yellow]ignored:[/] {esc(arg)} ({esc(why)})", highlight=False)
     if res.neutral:

@@ -76,6 +76,11 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                  if r.mfu_peak_dtype != r.precision else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
+    from ..config import layout_summary
+    summary = layout_summary(s.model.num_layers, s.plan)
+    if summary:
+        t.add_row("Pipeline layout", f"{s.plan.pipeline_model_parallel_layout}: {summary} "
+                                     "(virtual stage k is chunk k//p of stage k%p)")
     cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
                "hidden under attention), " if s.plan.context_parallel > 1 else "")
     tp_part = (f" ({r.tp_hidden_s:,.3f} s more TP hidden under GEMMs)"
@@ -126,6 +131,10 @@ def _json_report(result, wall_s: float) -> dict:
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
         "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
     })
+    from ..config import pipeline_layout_text, virtual_stage_layer_counts
+    s = result.session
+    if pipeline_layout_text(s.plan) is not None:  # the layers of each virtual stage it places
+        doc["virtual_stage_layers"] = virtual_stage_layer_counts(s.model.num_layers, s.plan)
     return doc
 
 

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import Console
     from ..inputs import strict_dumps
-    from ..sweep import no_plan_errors, run_sweep
+    from ..sweep import no_plan_errors, run_sweep, unused_values
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -174,12 +174,21 @@ def run(args: argparse.Namespace) -> int:
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
+    unused = unused_values(session, space, result)
     if args.out:
         result.write_csv(args.out)
     if args.json:
-        print(strict_dumps(result.to_dict()))
+        doc = result.to_dict()
+        doc["unused_values"] = [{"values": e.field, "reason": e.message} for e in unused]
+        print(strict_dumps(doc))
     else:
-        _print_result(result, Console(), args.out)
+        console = Console()
+        _print_result(result, console, args.out)
+        if unused:
+            from ..console import esc
+            console.print("\nValues given but in no valid plan:")
+            for e in unused:
+                console.print(f"  {esc(e.field)}: {esc(e.message)}")
     return 0
 
 
@@ -247,6 +256,11 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
                   f"swept in {result.wall_s:.2f} s")
+    from ..config import expand_pipeline_layout, pipeline_layout_text
+    layout = pipeline_layout_text(s.plan)
+    if layout is not None:  # every plan keeps it: only its p*v is tried
+        n = len(expand_pipeline_layout(layout))
+        console.print(esc(f"pipeline layout {layout} kept in every plan: only p*v = {n} tried"))
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")

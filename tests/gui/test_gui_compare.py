@@ -110,3 +110,41 @@ def test_explore_pins_the_plan_in_the_editor(window, qtbot, real_simulate):
     assert plan_label(window.compare.pinned.session) == plan_label(window.result.session)
     assert not window.compare.is_empty  # A is pinned and B (the same plan) is there
     assert window.compare.bar_heights()[-1] == 0.0
+
+
+def test_the_pin_is_saved_and_reopened_with_the_session(window, qtbot, real_simulate, tmp_path):
+    """Save writes the pinned plan A into the session (compare.pinned); opening the file pins
+    it again with the same result; `vtrain diff FILE` compares it with the file's plan."""
+    from core.session import load_session
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.set_session(_tiny_session())
+        window.simulate_now()
+    assert window.pin_plan() and window.isWindowModified()
+    a = window.compare.pinned
+    b_session = _tiny_session()
+    b_session.plan.pipeline_parallel, b_session.plan.data_parallel = 1, 4
+    window.editor.set_session(b_session)
+    path = tmp_path / "pinned.json"
+    assert window.save_to(path)
+    saved = load_session(path)
+    assert saved.pinned().plan == a.session.plan
+    assert saved.plan.pipeline_parallel == 1
+    window.unpin_plan()
+    assert window.compare.pinned is None
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.open_path(path)
+    again = window.compare.pinned
+    assert again is not None and window.action_unpin.isEnabled()
+    assert again.report.iteration_time_s == a.report.iteration_time_s
+    assert not window.isWindowModified()
+
+    from core.cli import main
+    import json
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diff", str(path), "--json"]) == 0
+    d = json.loads(out.getvalue())
+    assert d["difference_s"] == pytest.approx(
+        window.result.report.iteration_time_s - a.report.iteration_time_s, rel=1e-9)

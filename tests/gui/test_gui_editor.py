@@ -149,3 +149,30 @@ def test_every_preset_loads_into_the_form(editor):
         assert not editor.error_text("model.num_experts")
     editor.set_model_preset("Qwen3-30B-A3B")
     assert editor.field_widget("model.kv_channels").value() == 128
+
+
+def test_fields_without_effect_are_greyed_with_the_reason(editor):
+    """A Llama model greys out the MoE and MLA fields; DeepSeek-V3 enables them; the values
+    stay in the session either way."""
+    editor.set_model_preset("Llama 3 8B")
+    w = editor.field_widget("model.kv_lora_rank")
+    assert not w.isEnabled()
+    assert "multi-head latent attention" in w.toolTip()
+    assert not editor.field_widget("model.moe_top_k").isEnabled()
+    assert not editor.field_widget("plan.expert_parallel").isEnabled()
+    assert not editor.field_widget("plan.fp8_recipe").isEnabled()  # BF16 default
+    assert editor.field_widget("model.num_experts").isEnabled()
+    assert editor.session().model.kv_lora_rank == MODEL_PRESETS["Llama 3 8B"].kv_lora_rank
+    editor.set_model_preset("DeepSeek-V3")
+    assert editor.field_widget("model.kv_lora_rank").isEnabled()
+    assert editor.field_widget("model.moe_top_k").isEnabled()
+    assert editor.field_widget("plan.expert_parallel").isEnabled()
+
+
+def test_a_greyed_field_with_an_error_stays_editable(editor):
+    """fp8_recipe set under BF16 breaks a rule: the user must be able to clear it."""
+    editor.set_field("plan.fp8_recipe", "mxfp8")
+    assert editor.error_text("plan.fp8_recipe")
+    assert editor.field_widget("plan.fp8_recipe").isEnabled()
+    editor.set_field("plan.precision", "fp8")
+    assert editor.field_widget("plan.fp8_recipe").isEnabled()
