@@ -1129,10 +1129,10 @@ def plan_label(pl: ParallelPlan) -> str:
 
 def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
     """``"; in 5 plans: t=8 p=2 ..., ... and 2 more"``: which plans a sweep warning concerns."""
-    labels = [plan_label(pl) for pl in plans]
-    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
-    return (f"; in {len(labels)} plan{'s' if len(labels) != 1 else ''}: "
-            f"{', '.join(labels[:shown])}{more}")
+    n = len(plans)
+    labels = [plan_label(pl) for pl in plans[:shown]]  # only those shown: a warning can concern
+    more = f" and {n - shown} more" if n > shown else ""  # thousands of plans
+    return f"; in {n} plan{'s' if n != 1 else ''}: {', '.join(labels)}{more}"
 
 
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
