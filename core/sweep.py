@@ -114,7 +114,7 @@ _SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 _MAX_BATCH_ELEMENTS = 2_000_000
 #: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
 #: its compiled pass (:mod:`core.fastpath_kernel`, when Numba is installed): about 45 ns per
-#: element saved against Numba's import and cache load, about 0.5 s per process.
+#: element saved against Numba's import and cache load, about 0.3 s per process.
 COMPILED_MIN_SWEEP_ELEMENTS = 20_000_000
 
 
@@ -1315,7 +1315,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
         batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
     model, cluster, cost = session.model, session.cluster, session.cost
-    # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only
+    # the compiled fast path pays for Numba's import (~0.3 s per process) on large sweeps only
     elements = sum(p * 3 * m * v * len(group) for (p, m, _, v), group in batches)
     compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     done = 0

@@ -161,7 +161,7 @@ def _pool_context() -> Any:
 
 def _warm(compiled: bool) -> bool:
     """A worker's first task: import the sweep and, with ``compiled``, load the compiled batch
-    solver (Numba's import and its cached machine code, about 0.5 s) before any chunk comes."""
+    solver (Numba's import and its cached machine code, about 0.3 s) before any chunk comes."""
     from . import sweep  # noqa: F401
     if compiled:
         from . import fastpath_kernel
