@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 from core.report import Report
 
 from .empty_state import StaleVeil
-from .formatting import (format_bytes, format_count, format_duration, format_fraction,
-                         format_rate, format_usd, format_usd_short)
+from .formatting import (KIND_COLORS, format_bytes, format_count, format_duration,
+                         format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel"]
 
@@ -26,7 +26,7 @@ _MEMORY_PARTS = (
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
               ("pp_comm_s", "pipeline sends", "#EECA3B"),
               ("cp_comm_s", "context-parallel exchange", "#17BECF"),
-              ("ep_comm_s", "expert all-to-all", "#D62728"),
+              ("ep_comm_s", "expert all-to-all", KIND_COLORS["ep_all_to_all"]),
               ("bubble_s", "idle (bubble)", "#C9CED6"),
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
