@@ -46,13 +46,15 @@ KIND_TERM = {"forward": "compute", "backward": "compute", "wgrad": "compute",
              "optimizer": "optimizer", "tp_comm": "tp_comm", "dp_comm": "dp_comm",
              "pp_p2p": None}  # pipeline transfers: the report's pp_comm_s
 #: Terms in display order (kinds a later model adds come after ``dp_comm``).
-TERMS = ("compute", "recomputation", "tp_comm", "pp_comm", "dp_comm", "bubble", "imbalance",
-         "optimizer", "rest")
+TERMS = ("compute", "recomputation", "tp_comm", "pp_comm", "dp_comm", "bubble", "overlap_wait",
+         "imbalance", "optimizer", "rest")
 #: What each term means, for tables.
 TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
                "recomputation": "recomputation", "tp_comm": "exposed tensor-parallel communication",
                "pp_comm": "exposed pipeline-parallel communication",
                "dp_comm": "exposed data-parallel communication", "bubble": "pipeline bubble",
+               "overlap_wait": "waiting for overlapped communication (ZeRO/FSDP gathers, "
+                               "bucketed reduce-scatters)",
                "imbalance": "stage imbalance", "optimizer": "optimizer step",
                "cp_p2p": "exposed context-parallel exchange",
                "ep_all_to_all": "expert all-to-all (MoE token dispatch and combine)",
@@ -98,7 +100,7 @@ def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]], dict[s
         per_stage[term] = per_stage.get(term, np.zeros(p)) + busy
     terms = {t: float(v.mean()) for t, v in per_stage.items()}
     terms.update(pp_comm=float(r.pp_comm_s), bubble=float(r.bubble_s),
-                 imbalance=float(r.imbalance_s))
+                 overlap_wait=float(r.overlap_wait_s), imbalance=float(r.imbalance_s))
     ordered = {t: terms.get(t, 0.0) for t in TERMS if t != "rest"}
     ordered.update({t: v for t, v in terms.items() if t not in ordered})
     ordered["rest"] = float(r.iteration_time_s) - sum(ordered.values())

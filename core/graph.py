@@ -1412,6 +1412,11 @@ class StageTimes:
     fp8_speedup : float
         FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
         a split backward, :func:`weight_gradient_share`); 1 otherwise.
+    busy_fwd_s, busy_bwd_s, busy_wgrad_s : float64 array, shape (p, v), or None
+        The compute stream's own time in each work item (its tasks' durations, blocking
+        collectives included): the span when the overlapped communication beside it (ZeRO-3
+        prefetch, bucketed reduce-scatters, hidden CP/TP parts) is never waited for. The
+        report splits idle time with them (:func:`core.simulate.schedule_times_without_transfers`).
     """
 
     fwd_s: np.ndarray
@@ -1432,6 +1437,9 @@ class StageTimes:
     warnings: list[str] = field(default_factory=list)
     moe_comm_s: dict[str, float] | None = None
     fp8_speedup: float = 1.0
+    busy_fwd_s: np.ndarray | None = None
+    busy_bwd_s: np.ndarray | None = None
+    busy_wgrad_s: np.ndarray | None = None
 
     @property
     def tp_all_reduce_s(self) -> float | None:
@@ -1630,7 +1638,9 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
                  moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The work items' spans of every stage and chunk: ``fwd_s``, ``bwd_s``, ``wgrad_s``,
-    ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes`, float64 (p, v) each (new arrays).
+    ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes` and the compute stream's busy time
+    of each item, ``busy_fwd_s``, ``busy_bwd_s``, ``busy_wgrad_s`` (the span without waiting
+    for overlapped communication), float64 (p, v) each (new arrays).
 
     The per-op templates of ``layout.structs`` timed with the stage's
     :func:`_source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
@@ -1650,17 +1660,21 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
         if hit is not None:
             return tuple(a.copy() for a in hit)
     fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
-            for tmpl, out in ((fwd, fwd_s), (bwd, bwd_s), (wgd, w_s)):
+            for tmpl, out, busy in ((fwd, fwd_s, fwd_b), (bwd, bwd_s, bwd_b), (wgd, w_s, w_b)):
+                # the compute stream's own time (blocking collectives included): the span
+                # when nothing beside it is waited for
+                busy[i, c] = tmpl.counts @ values
                 if tmpl.has_side:
                     out[i, c] = _template_times(tmpl.timed(values))[2]
                 else:  # one chain: the span is the sum of the durations
-                    out[i, c] = tmpl.counts @ values
+                    out[i, c] = busy[i, c]
             if fwd.start_src.size:
                 timed = fwd.timed(values)
                 ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
@@ -1669,9 +1683,9 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
             if grads.last_src.size:
                 over[i, c] = _tail_overrun(grads.timed(values))
     if p > 2 and layout.alike:
-        for a in (fwd_s, bwd_s, w_s, ready, over):
+        for a in (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b):
             a[1:-1] = a[1]
-    out = (fwd_s, bwd_s, w_s, ready, over)
+    out = (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b)
     if mkey is not None:
         cache[mkey] = tuple(a.copy() for a in out)
     return out
@@ -1773,8 +1787,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
     if p > 2 and alike:
         dps[1:-1] = [dps[1]] * (p - 2)
-    fwd_s, bwd_s, w_s, ready, over = _stage_spans(session, store, layout, times, ring, tp,
-                                                  dps, moe_comm, fp8_speedup, cache)
+    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
+        session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
     p2p_bytes = act_bytes / t
     # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
     links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
@@ -1828,7 +1842,8 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
             a[1:-1] = a[1]
     return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
                       ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup)
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
+                      fwd_b, bwd_b, w_b)
 
 
 def _middle_stages_alike(session: Session) -> bool:

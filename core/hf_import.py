@@ -217,6 +217,9 @@ class HFImport:
     session: Session
     architecture: str
     ignored: dict[str, str] = field(default_factory=dict)
+    #: What the user should know about the imported session (e.g. the pre-training length
+    #: when the sequence length came from an extended ``max_position_embeddings``).
+    notes: list[str] = field(default_factory=list)
 
 
 def _refuse(where: str, field_name: str, message: str) -> ConfigError:
@@ -539,7 +542,25 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
         if errs:  # named by the config's own keys
             raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
-    return HFImport(session, arch, ignored)
+    return HFImport(session, arch, ignored, _length_notes(cfg, seq_length, s))
+
+
+def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:
+    """A note when ``seq_length`` defaulted to ``max_position_embeddings`` and the config
+    names a shorter pre-training context (``rope_scaling.original_max_position_embeddings``:
+    Llama 3.1 8192, DeepSeek-V3 4096; ``initial_context_length``: GPT-OSS 4096), the length
+    the model was trained at before its context was extended."""
+    if seq_length is not None:
+        return []
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    for key, value in (("rope_scaling.original_max_position_embeddings",
+                        scaling.get("original_max_position_embeddings")),
+                       ("initial_context_length", cfg.get("initial_context_length"))):
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < s:
+            return [f"seq_length {s:,} is max_position_embeddings, the extended context; the "
+                    f"model was pre-trained at {value:,} ({key}): give --seq-length {value} to "
+                    "plan pre-training"]
+    return []
 
 
 #: Session field -> the Hugging Face key it comes from (for error messages).

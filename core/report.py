@@ -64,7 +64,8 @@ class Report:
     #: equal to num_parameters for dense models), :func:`core.model_math.num_active_parameters`
     num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
-    #: stages and free pipeline transfers (1F1B with uniform stages: (p-1)/(m+p-1))
+    #: stages, free pipeline transfers and no waits for overlapped communication (1F1B with
+    #: uniform stages: (p-1)/(m+p-1))
     bubble_fraction: float
     #: mean over stages of compute / blocking tensor- and data-parallel communication /
     #: pipeline bubble time per iteration (seconds); with ep_comm_s, pp_comm_s and imbalance_s
@@ -95,6 +96,12 @@ class Report:
     stage_pp_comm_s: list[float] = field(default_factory=list)
     #: idle time that unequal stages add to the schedule's bubble (mean over stages)
     imbalance_s: float = 0.0
+    #: idle time waiting for overlapped communication (mean over stages): what the balanced
+    #: schedule's iteration gains when the collectives beside the compute stream (ZeRO-3 /
+    #: FSDP parameter prefetch, bucketed gradient reduce-scatters, the parameter all-gathers
+    #: of overlap_param_gather) are never waited for; in the sum with bubble_s and imbalance_s
+    #: (a plan with one stage has no bubble: its idle time is this)
+    overlap_wait_s: float = 0.0
     #: the MoE layers' expert all-to-alls (token dispatch and combine, forward and backward;
     #: they block the compute stream), mean over stages and per stage; 0 for dense models
     ep_comm_s: float = 0.0

@@ -180,42 +180,59 @@ _KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
 _KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
 
 
-def schedule_times_without_transfers(session: Session, st: StageTimes) -> tuple[float, float]:
-    """Iteration time of ``session``'s plan with free pipeline transfers, as planned and with
-    balanced stages: ``(T0, T_balanced)``, seconds.
+def schedule_times_without_transfers(session: Session, st: StageTimes
+                                     ) -> tuple[float, float, float]:
+    """Iteration time of ``session``'s plan with free pipeline transfers, as planned, with
+    balanced stages, and with balanced stages that never wait for overlapped communication:
+    ``(T0, T_balanced, T_free)``, seconds.
 
     The same stage programs as :func:`core.graph.build_graph` at work-item
     granularity (``st``, the plan's :func:`core.graph.stage_times`) with every
-    send set to 0, both solved in one call of
+    send set to 0, all solved in one call of
     :func:`core.fastpath.pipeline_iteration_times` (or by the general solver for
     schedules without a fast path). ``T_balanced`` gives every stage the mean
     over stages of each work item's time (and of its data-parallel and
-    optimizer tail): its idle time is the schedule's bubble; ``T0 - T_balanced``
-    is what unequal stages add.
+    optimizer tail); ``T_free`` the mean of each item's busy time (its span
+    without waiting for the overlapped collectives beside it: ZeRO-3 prefetch,
+    bucketed gradient reduce-scatters, the parameter all-gathers of
+    ``overlap_param_gather``). The idle time of ``T_free`` is the schedule's
+    bubble, ``T_balanced - T_free`` the waits for overlapped communication, and
+    ``T0 - T_balanced`` what unequal stages add.
     """
     pl = session.plan
     p = pl.pipeline_parallel
-    # the plan as planned (column 0) and with balanced stages (column 1)
-    per_chunk = [np.stack([a, np.broadcast_to(a.mean(axis=0), a.shape)], axis=-1)
-                 for a in (np.asarray(x, np.float64) for x in
-                           (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s))]
-    tails = [np.stack([a, np.full(p, a.mean())], axis=-1)
+
+    def mean(a: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(a.mean(axis=0), a.shape)
+
+    busy = [st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s]
+    if any(b is None for b in busy):  # built without them: the spans
+        busy = [st.fwd_s, st.bwd_s, st.wgrad_s]
+    # the plan as planned (column 0), with balanced stages (1), balanced and free of waits (2)
+    per_chunk = [np.stack([a, mean(a), mean(np.asarray(b, np.float64))], axis=-1)
+                 for a, b in zip((np.asarray(x, np.float64) for x in
+                                  (st.fwd_s, st.bwd_s, st.wgrad_s)), busy)]
+    ready = np.asarray(st.ready_s, np.float64)
+    over = np.asarray(st.chunk_tail_s, np.float64)
+    per_chunk += [np.stack([ready, mean(ready), np.zeros_like(ready)], axis=-1),
+                  np.stack([over, mean(over), np.full_like(over, -np.inf)], axis=-1)]
+    tails = [np.stack([a, np.full(p, a.mean()), np.full(p, a.mean())], axis=-1)
              for a in (np.asarray(x, np.float64) for x in (st.dp_comm_s, st.optimizer_s))]
     if get_schedule(pl.schedule).fast_path:
-        zero = np.zeros((p, 2))
+        zero = np.zeros((p, 3))
         fwd, bwd, wgd, ready, over = per_chunk
         T = pipeline_iteration_times(pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero,
                                      *tails, wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)
-        return float(T[0]), float(T[1])
+        return float(T[0]), float(T[1]), float(T[2])
     zeros = np.zeros(p)
     out = []
-    for j in (0, 1):
+    for j in (0, 1, 2):
         chunks = [a[..., j] for a in per_chunk]
         programs = StageTimes(*chunks[:3], zeros, zeros, tails[0][:, j], tails[1][:, j],
                               st.has_dp_comm, chunks[3], chunks[4], zeros, zeros).programs()
         out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
                          ).iteration_time_s)
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def simulate(session: Session, store: ProfileStore | None = None,
@@ -287,17 +304,19 @@ def simulate(session: Session, store: ProfileStore | None = None,
     # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
     # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
     # communication, the same on every stage, never bubble.
-    T0, T_bal = schedule_times_without_transfers(session, st)
+    T0, T_bal, T_free = schedule_times_without_transfers(session, st)
     stage_idle = np.maximum(T0 - stage_compute - stage_all_comm - stage_cp, 0.0)
 
     def clean(x: float) -> float:  # float noise of the differences below is not time
         return x if x > 1e-12 * T else 0.0
 
     stage_pp = np.full(p, clean(T - T0))
-    # Of the mean idle time, the balanced schedule's share is bubble, the rest imbalance.
-    bubble_s = clean(T_bal - float(stage_compute.mean() + stage_all_comm.mean()
-                                   + stage_cp.mean()))
-    imbalance_s = clean(float(stage_idle.mean()) - bubble_s)
+    # Of the mean idle time, the balanced schedule's idle time without waits for overlapped
+    # communication is bubble, what those waits add is overlap_wait, the rest imbalance.
+    bubble_s = clean(T_free - float(stage_compute.mean() + stage_all_comm.mean()
+                                    + stage_cp.mean()))
+    overlap_wait_s = clean(T_bal - T_free)
+    imbalance_s = clean(float(stage_idle.mean()) - bubble_s - overlap_wait_s)
     flops = model_flops_per_iteration(session)
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
@@ -321,7 +340,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
-        bubble_fraction=bubble_s / T_bal if T_bal > 0 else 0.0,
+        bubble_fraction=bubble_s / T_free if T_free > 0 else 0.0,
         compute_s=float(stage_compute.mean()),
         comm_s=float(stage_comm.mean()),
         ep_comm_s=float(stage_ep.mean()),
@@ -332,6 +351,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         tp_hidden_s=float(sums[:, _TP_HIDDEN].sum()) / p,
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
+        overlap_wait_s=overlap_wait_s,
         imbalance_s=imbalance_s,
         stage_compute_s=stage_compute.tolist(),
         stage_comm_s=stage_comm.tolist(),

@@ -358,6 +358,14 @@ ASSUMPTIONS = {
     "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
                                 "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
                                 "a sharded optimizer)",
+    "bridge-perf-bf16-grad-reduce": "a Megatron-Bridge perf-summary row: gradients reduced "
+                                    "in bf16 (the performance recipes set "
+                                    "grad_reduce_in_fp32=False; Megatron-Bridge 0.6 "
+                                    "perf_recipes/_common.py)",
+    "bridge-fp8-param-gather": "a Megatron-Bridge FP8 row with the distributed optimizer: the "
+                               "FP8 weights all-gathered in 1 byte (fp8_param_gather=True in "
+                               "Bridge 0.6's FP8 current-scaling and MXFP8 mixed-precision "
+                               "configs)",
     "bridge-tp-comm-overlap": "a Megatron-Bridge row with t > 1 and sequence parallelism: the "
                               "Bridge recipes' tensor-parallel communication overlap "
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
@@ -886,6 +894,16 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             and plan.grad_reduce_dtype is None):
         rw.assume("fsdp1-bf16-reduce")
         plan.grad_reduce_dtype = "bf16"
+    if "bridge" in framework.lower():
+        # the performance recipes' precision settings (Megatron-Bridge 0.6 perf_recipes:
+        # _benchmark_common and _perf_precision set grad_reduce_in_fp32=False; its FP8
+        # current-scaling and MXFP8 mixed-precision configs set fp8_param_gather=True)
+        if plan.grad_reduce_dtype is None and plan.precision in ("bf16", "fp8"):
+            rw.assume("bridge-perf-bf16-grad-reduce")
+            plan.grad_reduce_dtype = "bf16"
+        if plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather:
+            rw.assume("bridge-fp8-param-gather")
+            plan.fp8_param_gather = True
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")

@@ -358,3 +358,18 @@ def test_cli_import_refuses_by_name_with_exit_2(tmp_path):
     assert r.returncode == 2
     assert "config.json: kv_lora_rank: missing" in r.stderr  # DeepSeek's MLA field, by name
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_import_notes_the_pre_training_length_of_an_extended_context():
+    """Llama 3.1's config has max_position_embeddings 131072 and rope_scaling's
+    original_max_position_embeddings 8192: the import keeps 131072 (asked for) and says so."""
+    cfg = {**LLAMA3_8B, "max_position_embeddings": 131072,
+           "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    imp = session_from_hf_config(cfg)
+    assert imp.session.model.seq_length == 131072
+    assert imp.notes == ["seq_length 131,072 is max_position_embeddings, the extended context; "
+                         "the model was pre-trained at 8,192 (rope_scaling.original_max_position_"
+                         "embeddings): give --seq-length 8192 to plan pre-training"]
+    assert session_from_hf_config(cfg, seq_length=8192).notes == []
+    assert session_from_hf_config(LLAMA3_8B).notes == []

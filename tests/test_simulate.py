@@ -307,3 +307,28 @@ def test_hfu_counts_the_causal_core_and_stays_below_the_peak():
     s, W = gpt.seq_length, gpt.window_size + 1
     assert mm.causal_core_fraction(gpt) == pytest.approx(
         (0.5 * 18 + 18 * (W - W * (W - 1) / (2 * s)) / s) / 36, rel=1e-12)
+
+
+def test_idle_time_waiting_for_overlapped_communication_is_not_bubble():
+    """A one-stage FSDP plan has no pipeline bubble: its idle time is waiting for the
+    overlapped parameter all-gathers and gradient reduce-scatters (tester: 'bubble 0.143 s'
+    at p = 1). The terms still sum to the iteration time; a plan without overlapped
+    communication keeps its bubble and has no such wait."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    s = Session(model=MODEL_PRESETS["Llama 3 8B"],
+                plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=64,
+                                  micro_batch_size=1, global_batch_size=512, zero_stage=3,
+                                  overlap_grad_reduce=True, overlap_param_gather=True),
+                cluster=ClusterConfig(gpu="B200-180GB"))
+    r = simulate(s).report
+    assert r.bubble_s == 0.0 and r.bubble_fraction == 0.0
+    assert r.overlap_wait_s > 0
+    busy = r.compute_s + r.comm_s + r.ep_comm_s + r.cp_comm_s
+    assert r.overlap_wait_s + r.imbalance_s == pytest.approx(r.iteration_time_s - busy
+                                                             - r.pp_comm_s, rel=1e-9)
+    # the GPT-3 1.3B example (p = 2, ZeRO 0, no overlap): a bubble, nothing to wait for
+    plain = simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json")).report
+    assert plain.overlap_wait_s == 0.0 and plain.bubble_s > 0
+    total = (plain.compute_s + plain.comm_s + plain.pp_comm_s + plain.bubble_s
+             + plain.imbalance_s + plain.overlap_wait_s)
+    assert total == pytest.approx(plain.iteration_time_s, rel=1e-9)

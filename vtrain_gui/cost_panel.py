@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 from core.report import Report
 
 from .empty_state import StaleVeil
-from .formatting import (format_bytes, format_count, format_duration, format_fraction,
-                         format_rate, format_usd, format_usd_short)
+from .formatting import (KIND_COLORS, format_bytes, format_count, format_duration,
+                         format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel"]
 
@@ -26,8 +26,9 @@ _MEMORY_PARTS = (
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
               ("pp_comm_s", "pipeline sends", "#EECA3B"),
               ("cp_comm_s", "context-parallel exchange", "#17BECF"),
-              ("ep_comm_s", "expert all-to-all", "#D62728"),
+              ("ep_comm_s", "expert all-to-all", KIND_COLORS["ep_all_to_all"]),
               ("bubble_s", "idle (bubble)", "#C9CED6"),
+              ("overlap_wait_s", "idle (waiting for overlapped communication)", "#A8B4C4"),
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
@@ -109,6 +110,7 @@ class CostPanel(QtWidgets.QWidget):
             ("cp_comm", "Exposed context-parallel exchange"),
             ("ep_comm", "Expert all-to-all (MoE)"),
             ("bubble", "Idle (bubble)"),
+            ("overlap_wait", "Idle (waiting for overlapped comm.)"),
             ("imbalance", "Idle (stage imbalance)"),
             ("breakdown", ""),
             ("Training run", None),
@@ -150,7 +152,8 @@ class CostPanel(QtWidgets.QWidget):
             if key == "breakdown":
                 self._breakdown = _BreakdownBar()
                 self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
-                                           "idle (bubble) / idle (stage imbalance)")
+                                           "idle (bubble) / idle (waiting for overlapped "
+                                           "communication) / idle (stage imbalance)")
                 grid.addWidget(self._breakdown, r, 0, 1, 2)
                 continue
             value = QtWidgets.QLabel("–")
@@ -174,7 +177,7 @@ class CostPanel(QtWidgets.QWidget):
         self._ep_row = (names["ep_comm"], self._values["ep_comm"])
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
-                                        "imbalance"),
+                                        "overlap_wait", "imbalance"),
                                       _BREAKDOWN):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
@@ -307,6 +310,7 @@ class CostPanel(QtWidgets.QWidget):
         for w in self._ep_row:
             w.setVisible(report.ep_comm_s > 0)
         v["bubble"].setText(format_duration(report.bubble_s))
+        v["overlap_wait"].setText(format_duration(report.overlap_wait_s))
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
         active = report.num_active_parameters

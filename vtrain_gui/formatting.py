@@ -40,7 +40,7 @@ KIND_COLORS = {
     "dp_comm": "#7F7F7F",
     "wgrad": "#FFBF79",
     "cp_p2p": "#17BECF",
-    "ep_all_to_all": "#D62728",
+    "ep_all_to_all": "#6A3D9A",  # not the optimizer's red (tester)
 }
 
 

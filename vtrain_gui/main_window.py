@@ -379,8 +379,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self._set_path(None)
         self.setWindowModified(True)  # nothing saved yet
         ignored = ", ".join(imported.ignored) or "none"
+        notes = "".join(f"; {n}" for n in imported.notes)
         self.statusBar().showMessage(f"Imported {path.name} ({imported.architecture}); fields "
-                                     f"ignored as they do not change the cost: {ignored}", 10000)
+                                     f"ignored as they do not change the cost: {ignored}{notes}",
+                                     15000)
         self._schedule_simulation(immediately=True)
         return True
 

@@ -67,9 +67,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     doc = d.to_dict()
     con = Console()
-    con.print(f"[bold]A[/] {esc(args.a)}: {esc(doc['a']['label'])}, {doc['a']['num_gpus']:,} GPUs",
+    name_a, name_b = ((f"{args.a} (pinned)", args.a) if args.b is None else (args.a, args.b))
+    con.print(f"[bold]A[/] {esc(name_a)}: {esc(doc['a']['label'])}, {doc['a']['num_gpus']:,} GPUs",
               highlight=False)
-    con.print(f"[bold]B[/] {esc(args.b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
+    con.print(f"[bold]B[/] {esc(name_b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
               highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):

@@ -67,4 +67,6 @@ def run(args: argparse.Namespace) -> int:
           file=out)
     for name, why in imp.ignored.items():
         print(printable(f"  ignored {name}: {why}"), file=out)
+    for note in imp.notes:
+        print(printable(f"  note: {note}"), file=out)
     return 0

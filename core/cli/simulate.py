@@ -89,8 +89,10 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                                   f"{r.comm_s:,.3f} s{tp_part}, "
                                   + (f"expert all-to-all {r.ep_comm_s:,.3f} s, " if r.ep_comm_s else "")
                                   + f"pipeline sends {r.pp_comm_s:,.3f} s, "
-                                  f"{cp_part}bubble {r.bubble_s:,.3f} s, stage imbalance "
-                                  f"{r.imbalance_s:,.3f} s")
+                                  f"{cp_part}bubble {r.bubble_s:,.3f} s, "
+                                  + (f"waiting for overlapped communication "
+                                     f"{r.overlap_wait_s:,.3f} s, " if r.overlap_wait_s else "")
+                                  + f"stage imbalance {r.imbalance_s:,.3f} s")
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
                           f"iterations, {r.training_days:,.1f} days"
               + band(r.training_days, lambda x: f"{x:,.1f}"))
