@@ -591,8 +591,10 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
                               f"virtual_pipeline_stages = {n} are tried (p one of "
                               f"{', '.join(map(str, _divisors(n)))}; v = {n}/p under the "
                               f"interleaved schedule, p = {n} under the others)"))
-    out += _gpu_count_errors(session, space)
-    out += value_errors(session, space, skip_pipeline=n is not None)
+    values = value_errors(session, space, skip_pipeline=n is not None)
+    # a GPU count no product of the sizes makes, when no size given is wrong on its own (a
+    # wrong size makes the count unreachable too: its own rule says more)
+    out += values or _gpu_count_errors(session, space)
     # the virtual-stage counts the user gave (the default 2..8 are tried quietly)
     if ("interleaved" in space.schedules and n is None
             and space.virtual_pipeline_stages is not None):

@@ -175,6 +175,8 @@ class CostPanel(QtWidgets.QWidget):
         self._cp_row = (names["cp_comm"], self._values["cp_comm"])
         # shown for mixture-of-experts plans with expert parallelism only
         self._ep_row = (names["ep_comm"], self._values["ep_comm"])
+        # shown for plans that wait for overlapped communication only
+        self._wait_row = (names["overlap_wait"], self._values["overlap_wait"])
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
                                         "overlap_wait", "imbalance"),
@@ -311,6 +313,8 @@ class CostPanel(QtWidgets.QWidget):
             w.setVisible(report.ep_comm_s > 0)
         v["bubble"].setText(format_duration(report.bubble_s))
         v["overlap_wait"].setText(format_duration(report.overlap_wait_s))
+        for w in self._wait_row:
+            w.setVisible(report.overlap_wait_s > 0)
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
         active = report.num_active_parameters

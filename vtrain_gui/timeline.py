@@ -1075,8 +1075,7 @@ class TimelineWidget(QtWidgets.QWidget):
         swatches = "".join(
             f'<span style="color:{_blend(base, lane, step / _SHADES)}; font-size:14pt;">&#9632;</span>'
             for step in (1, 3, _SHADES))
-        items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;lane&nbsp;busy&nbsp;only&nbsp;part&nbsp;"
-                     "of&nbsp;the&nbsp;time")
+        items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;busy&nbsp;part&nbsp;of&nbsp;the&nbsp;time")
         lanes = getattr(self, "_lane_streams", (0, 1))
         if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
