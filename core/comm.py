@@ -295,7 +295,8 @@ class CommModel:
         d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
         return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
 
-    def all_to_all(self, group_size: int, per_node: int, nbytes: float) -> float:
+    def all_to_all(self, group_size: int, per_node: int, nbytes: float,
+                   inter_fraction: float | None = None) -> float:
         """All-to-all among ``group_size`` GPUs, ``per_node`` of them in each node, of an
         ``nbytes`` send buffer per GPU (nccl-tests' alltoall convention: the buffer holds
         ``group_size`` equal blocks, one per peer, the rank's own included), seconds.
@@ -306,15 +307,23 @@ class CommModel:
         Across nodes the ``(n - k)/n`` bound for other nodes leave through the GPU's share of
         the node's network bandwidth while the ``(k-1)/n`` for its own node cross NVLink at
         the same time: the slower of the two, plus one network latency.
+
+        ``inter_fraction`` (a node-deduplicating dispatcher, DeepEP / HybridEP) replaces the
+        ``(n - k)/n`` of the buffer that leaves the node; the tokens it brings in are forwarded
+        to their experts' ranks over NVLink, so the node's own exchange then moves the whole
+        buffer (the local copies and the forwarded ones).
         """
         n, k = group_size, max(1, min(per_node, group_size))
         if n <= 1 or nbytes <= 0:
             return 0.0
         if k >= n:
             return self.collective_overhead_s + self.intra("all_to_all", n, nbytes)
-        inter = INTER_NODE_LATENCY_S + nbytes * (n - k) / n / self._gpu_inter_bytes_per_s
-        # the k ranks of the node exchange k/n of each buffer among themselves
-        local = self.intra("all_to_all", k, nbytes * k / n) if k > 1 else 0.0
+        share = (n - k) / n if inter_fraction is None else float(inter_fraction)
+        inter = INTER_NODE_LATENCY_S + nbytes * share / self._gpu_inter_bytes_per_s
+        # the k ranks of the node exchange k/n of each buffer among themselves (all of it
+        # when the tokens from other nodes are forwarded inside the node)
+        local_bytes = nbytes * k / n if inter_fraction is None else nbytes
+        local = self.intra("all_to_all", k, local_bytes) if k > 1 else 0.0
         return self.collective_overhead_s + max(inter, local)
 
     def _expert_node_share(self, stride: int, group_size: int) -> int:
@@ -322,12 +331,18 @@ class CommModel:
         a node (at least 1)."""
         return max(1, min(group_size, self.cluster.gpus_per_node // max(stride, 1)))
 
-    def ep_all_to_all(self, nbytes: float) -> float:
+    def ep_all_to_all(self, nbytes: float, remote_copies: float | None = None,
+                      top_k: int = 1) -> float:
         """Token dispatch or combine of one MoE layer over the expert-parallel group: an
-        all-to-all of an ``nbytes`` buffer per GPU among ``ep`` ranks ``etp`` apart."""
+        all-to-all of an ``nbytes`` buffer per GPU (``top_k`` copies of each token) among
+        ``ep`` ranks ``etp`` apart. ``remote_copies`` (the ``flex`` dispatcher,
+        :func:`core.model_math.flex_remote_node_copies`): the copies of a token that leave
+        its node, ``remote_copies / top_k`` of the buffer, instead of ``(n - k)/n``."""
         from .model_math import expert_tensor_parallel
         ep, etp = self.plan.expert_parallel, expert_tensor_parallel(self.plan)
-        t = self.all_to_all(ep, self._expert_node_share(etp, ep), nbytes)
+        per_node = self._expert_node_share(etp, ep)
+        fraction = None if remote_copies is None or per_node >= ep else remote_copies / top_k
+        t = self.all_to_all(ep, per_node, nbytes, fraction)
         if t <= 0 or self.all_to_all_efficiency == 1.0:
             return t
         # the op model's all_to_all_efficiency: what token exchanges achieve of the collective

@@ -101,6 +101,9 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: Modules of :data:`RECOMPUTE_MODULES` the simulator does not model (refused by name).
 UNMODELLED_RECOMPUTE_MODULES: dict[str, str] = {}
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+#: Token dispatchers of MoE layers (Megatron-Core --moe-token-dispatcher-type; its allgather
+#: dispatcher is not modelled).
+MOE_DISPATCHERS = ("alltoall", "flex")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
@@ -497,6 +500,12 @@ class ParallelPlan:
         "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
         "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
         short="fp8_gather")
+    moe_token_dispatcher_type: str = _f(
+        "alltoall", "", "How MoE tokens reach their experts (Megatron-Core "
+        "--moe-token-dispatcher-type): alltoall (NCCL all-to-all, k copies of each token to the "
+        "ranks of its k experts) or flex (DeepEP / HybridEP: across nodes one copy per "
+        "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
+        short="dispatcher", label="never")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
@@ -1707,7 +1716,10 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     if not m.num_experts:
         for name, value, default in (("expert_parallel", ep, 1), ("expert_tensor_parallel",
                                                                   etp_set, None),
-                                     ("moe_imbalance_factor", imb, 1.0)):
+                                     ("moe_imbalance_factor", imb, 1.0),
+                                     ("moe_token_dispatcher_type",
+                                      getattr(pl, "moe_token_dispatcher_type", "alltoall"),
+                                      "alltoall")):
             if value != default:
                 errs.append(FieldError(f"plan.{name}", f"{name}={value!r} needs a mixture-of-"
                                        "experts model (model.num_experts)"))
@@ -1941,7 +1953,8 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                     "moe_layer_frequency", "moe_first_dense_layers")},
     **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
                         "a mixture-of-experts model (model.num_experts)")
-       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor")},
+       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor",
+                    "moe_token_dispatcher_type")},
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in _MLA_FIELDS},

@@ -171,6 +171,11 @@ ARGUMENTS: dict[str, Arg] = {
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
+    "--moe-token-dispatcher-type": Arg(("plan.moe_token_dispatcher_type",), True,
+                                       "MoE token dispatcher: alltoall or flex (Megatron's default "
+                                       "allgather is refused with ep > 1)"),
+    "--moe-enable-deepep": Arg(("plan.moe_token_dispatcher_type",), False,
+                               "the flex dispatcher with DeepEP (older spelling)"),
     "--expert-tensor-parallel-size": Arg(("plan.expert_tensor_parallel",), True,
                                          "tensor-parallel size of the experts (default t)"),
     "--num-layers-per-virtual-pipeline-stage": Arg(
@@ -1015,6 +1020,19 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
+    # the token dispatcher: --moe-enable-deepep is the older spelling of flex (DeepEP)
+    dispatcher = (_one(args, "--moe-token-dispatcher-type", src)
+                  if take("--moe-token-dispatcher-type") else None)
+    if switch("--moe-enable-deepep"):
+        dispatcher = "flex"
+    if "--num-experts" in args:
+        if dispatcher is None and ep > 1:
+            raise MegatronArgsError(
+                f"{src}: --moe-token-dispatcher-type is not given: Megatron-Core's default, the "
+                "allgather dispatcher, is not modelled; give --moe-token-dispatcher-type alltoall "
+                "or flex (DeepEP / HybridEP)")
+        if dispatcher is not None:
+            mp.set("--moe-token-dispatcher-type", "plan.moe_token_dispatcher_type", dispatcher)
     b = _int(args, "--micro-batch-size", src)
     take("--micro-batch-size")
     mp.set("--micro-batch-size", "plan.micro_batch_size", b)
@@ -1340,7 +1358,9 @@ def export_arguments(session: Session) -> list[str]:
         out += ["--mtp-num-layers", str(m.mtp_num_layers)]
     E = _get(m, "num_experts")
     if E:
-        out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k)]
+        out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k),
+                "--moe-token-dispatcher-type", str(_get(pl, "moe_token_dispatcher_type")
+                                                   or "alltoall")]
         if m.moe_ffn_hidden_size:
             out += ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]
         if m.num_shared_experts:

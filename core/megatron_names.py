@@ -169,7 +169,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         """--moe-shared-expert-overlap --moe-grouped-gemm --moe-use-legacy-grouped-gemm
         --moe-layer-recompute --moe-extended-tp --moe-use-upcycling --moe-router-dtype
         --moe-router-force-load-balancing --moe-router-padding-for-fp8
-        --moe-token-dispatcher-type --moe-enable-deepep --moe-deepep-num-sms
+        --moe-deepep-num-sms
         --moe-permute-fusion --moe-expert-capacity-factor --moe-pad-expert-input-to-capacity
         --moe-token-drop-policy --moe-apply-probs-on-input""",
         """--moe-router-load-balancing-type --moe-router-score-function --moe-router-pre-softmax

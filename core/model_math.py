@@ -29,6 +29,7 @@ is 2 FLOPs).
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,6 +63,7 @@ __all__ = [
     "cp_kv_block_bytes", "cp_exchange_bytes",
     "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
     "attention_forward_flops_per_token", "causal_core_fraction", "mla_tp_latent_width",
+    "flex_remote_node_copies",
     "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
     "mtp_tp_collectives", "mtp_edge_parameters",
 ]
@@ -991,6 +993,31 @@ MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "ex
 #: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean.
 MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
            "imb")
+
+
+def flex_remote_node_copies(num_experts: int, top_k: int, num_nodes: int) -> float:
+    """Expected copies of one token that leave its node under a node-deduplicating dispatcher
+    (Megatron-Core's ``flex`` dispatcher: DeepEP / HybridEP, which send a token once to each
+    other node that holds one of its experts and forward it there over NVLink), with the
+    ``num_experts`` experts spread evenly over ``num_nodes`` nodes and each token routed to
+    ``top_k`` distinct experts uniformly (balanced routing):
+    ``(N - 1) (1 - C(E - E/N, k) / C(E, k))``, the other nodes times the chance that at least
+    one of the token's experts is there. The plain all-to-all sends ``k (N - 1)/N`` copies
+    (every expert's copy): Qwen3-30B-A3B (E = 128, k = 8) over 2 nodes, 0.996 against 4.
+
+    Raises
+    ------
+    ValueError
+        ``num_nodes`` does not divide ``num_experts``, or a size below 1.
+    """
+    E, k, N = int(num_experts), int(top_k), int(num_nodes)
+    if min(E, k, N) < 1 or E % N or k > E:
+        raise ValueError(f"num_experts={E}, top_k={k}, num_nodes={N}: the nodes must split the "
+                         "experts evenly and top_k be at most num_experts")
+    if N == 1:
+        return 0.0
+    miss = math.comb(E - E // N, k) / math.comb(E, k)  # none of the k experts on that node
+    return (N - 1) * (1.0 - miss)
 
 
 def expert_tensor_parallel(plan: ParallelPlan) -> int:

@@ -416,8 +416,10 @@ ASSUMPTIONS = {
     "etp-megatron-default": "expert tensor-parallel size not stated: Megatron-Core's default, t",
     "etp-forced-1": "expert tensor-parallel size not stated and t*ep exceeds the t*cp*d ranks of "
                     "a pipeline stage: 1, the only size that fits",
-    "dispatcher-as-all-to-all": "token dispatch and combine timed as all-to-all whatever the "
-                                "dispatcher (alltoall, DeepEP, HybridEP)",
+    "dispatcher-flex-from-notes": "the notes name DeepEP or HybridEP: "
+                                  "plan.moe_token_dispatcher_type flex (one copy of a token per "
+                                  "other node that holds one of its experts, forwarded over "
+                                  "NVLink); MoE rows that name no dispatcher keep alltoall",
     "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
                                "activation checkpointing, recompute=selective_op (every other "
                                "matmul, the attention output, reduce-scatters and amax saved; "
@@ -474,6 +476,7 @@ class _Row:
         self.assumptions: list[str] = []
         self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
         self.pp_layout: str | None = None  # the notes' custom pipeline layout (pp_layout)
+        self.dispatcher: str | None = None  # the notes' MoE token dispatcher (flex: DeepEP...)
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -649,8 +652,12 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.put(model, "model", "moe_first_dense_layers", int(dense.group(1)))
     row.assume("moe-from-notes")
     row.assume("moe-balanced-routing")
-    if re.search(r"dispatcher|DeepEP", n, re.I):
-        row.assume("dispatcher-as-all-to-all")
+    if re.search(r"HybridEP|DeepEP|flex dispatcher", n, re.I):
+        row.assume("dispatcher-flex-from-notes")
+        row.dispatcher = "flex"
+    elif re.search(r"dispatcher", n, re.I):
+        row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
+                   "and flex (DeepEP, HybridEP)")
 
 
 def _layout_mtp(layout: str | None) -> int:
@@ -824,6 +831,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.assume("bridge-dsv3-pipeline-layout", f"p={p} v={max(vp, 1)}: {layout}")
     if layout is not None:
         rw.put(plan, "plan", "pipeline_model_parallel_layout", layout)
+    if rw.dispatcher is not None:
+        rw.put(plan, "plan", "moe_token_dispatcher_type", rw.dispatcher)
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
     stages = p * max(vp, 1)
     flags = _has(plan, "account_for_embedding_in_pipeline_split")

@@ -577,9 +577,11 @@ def test_mixtral_megatron_core_launch(tmp_path):
     assert (pl.expert_parallel, pl.expert_tensor_parallel, pl.context_parallel) == (8, 1, 2)
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (1, 4, 8)  # 64/(1*4*2)
     assert (pl.precision, pl.fp8_recipe) == ("fp8", None)  # tensorwise: the empty recipe
-    # the dispatcher and grouped GEMM may change the time: listed as ignored; the
-    # load-balancing loss's kind and weight act on the router's small scores (not the work)
-    assert {"--moe-grouped-gemm", "--moe-token-dispatcher-type"} <= dict(res.ignored).keys()
+    # the dispatcher is plan.moe_token_dispatcher_type; grouped GEMM may change the time: listed
+    # as ignored; the load-balancing loss's kind and weight act on the router's small scores
+    assert res.session.plan.moe_token_dispatcher_type == "alltoall"
+    assert "--moe-grouped-gemm" in dict(res.ignored)
+    assert "--moe-token-dispatcher-type" not in dict(res.ignored)
     assert {"--moe-router-load-balancing-type", "--moe-aux-loss-coeff"} <= set(res.neutral)
     # Megatron's default recipe is delayed scaling; its default top-k 2
     text = MIXTRAL_LAUNCH.replace(" --fp8-recipe tensorwise", "").replace(" --moe-router-topk 2", "")
@@ -853,7 +855,7 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
                            "--moe-router-num-groups", "--moe-router-group-topk",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
                            "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
-    assert [f for f, _ in res.ignored] == ["--moe-grouped-gemm", "--moe-token-dispatcher-type",
+    assert [f for f, _ in res.ignored] == ["--moe-grouped-gemm",
                                            "--moe-router-dtype", "--moe-permute-fusion"]
 
 
@@ -960,3 +962,21 @@ def test_docs_name_the_unknown_argument_rule():
     for needle in ("--allow-unknown", "did you mean", "timed as FlashAttention",
                    "`--attention-backend` wins"):
         assert needle in doc, needle
+
+
+def test_token_dispatcher_flags(tmp_path):
+    """--moe-token-dispatcher-type alltoall / flex (and the older --moe-enable-deepep) set
+    plan.moe_token_dispatcher_type; without it an expert-parallel launch would run Megatron's
+    default allgather dispatcher, which is not modelled: refused by name, never assumed."""
+    flex = MIXTRAL_LAUNCH.replace("--moe-token-dispatcher-type alltoall",
+                                  "--moe-token-dispatcher-type flex")
+    assert import_file(_write(tmp_path, "flex.sh", flex)).session.plan.moe_token_dispatcher_type \
+        == "flex"
+    deepep = MIXTRAL_LAUNCH.replace("--moe-token-dispatcher-type alltoall", "--moe-enable-deepep")
+    assert import_file(_write(tmp_path, "deepep.sh", deepep)).session.plan \
+        .moe_token_dispatcher_type == "flex"
+    none = MIXTRAL_LAUNCH.replace(" --moe-token-dispatcher-type alltoall", "")
+    with pytest.raises(MegatronArgsError, match="allgather dispatcher, is not modelled"):
+        import_file(_write(tmp_path, "none.sh", none))
+    res = import_file(_write(tmp_path, "flex2.sh", flex))
+    assert "--moe-token-dispatcher-type flex" in " ".join(export_arguments(res.session))

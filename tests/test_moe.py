@@ -392,3 +392,43 @@ def test_calibration_range_size_of_an_moe_model_is_its_active_layers():
     and output layer (2 V h) and the final norm."""
     from core.interval import layer_parameters
     assert layer_parameters(MIXTRAL) == mm.num_active_parameters(MIXTRAL) - 2 * 32000 * 4096 - 4096
+
+
+def test_flex_dispatcher_sends_one_copy_per_node():
+    """DeepEP / HybridEP (plan.moe_token_dispatcher_type flex): a token leaves its node once per
+    other node holding one of its experts, (N-1)(1 - C(E - E/N, k)/C(E, k)) copies, instead of
+    the all-to-all's k(N-1)/N; inside one node both dispatchers are the same all-to-all."""
+    import math
+
+    from core.comm import INTER_NODE_LATENCY_S
+    from core.config import MODEL_PRESETS
+    assert mm.flex_remote_node_copies(128, 8, 2) == pytest.approx(
+        1 - math.comb(64, 8) / math.comb(128, 8), rel=1e-12)
+    assert mm.flex_remote_node_copies(256, 8, 4) == pytest.approx(
+        3 * (1 - math.comb(192, 8) / math.comb(256, 8)), rel=1e-12)
+    assert mm.flex_remote_node_copies(64, 2, 1) == 0.0
+    with pytest.raises(ValueError):
+        mm.flex_remote_node_copies(100, 8, 3)
+    s = Session(model=MODEL_PRESETS["Qwen3-30B-A3B"],
+                plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=16,
+                                  micro_batch_size=1, global_batch_size=64, expert_parallel=16,
+                                  zero_stage=1),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=450.0))
+    store = session_profile(s)
+    nbytes = 1e9
+    plain = CommModel(store, s.plan, s.cluster)
+    flex_plan = dataclasses.replace(s.plan, moe_token_dispatcher_type="flex")
+    flex = CommModel(store, flex_plan, s.cluster)
+    remote = mm.flex_remote_node_copies(128, 8, 2)
+    bw = 3200e9 / 8 / 8  # one GPU's share of its node's NICs, bytes/s
+    assert plain.ep_all_to_all(nbytes) == pytest.approx(
+        INTER_NODE_LATENCY_S + nbytes * 8 / 16 / bw, rel=1e-9)
+    assert flex.ep_all_to_all(nbytes, remote, 8) == pytest.approx(
+        INTER_NODE_LATENCY_S + nbytes * remote / 8 / bw, rel=1e-9)
+    one_node = dataclasses.replace(flex_plan, expert_parallel=8, data_parallel=8)
+    assert CommModel(store, one_node, s.cluster).ep_all_to_all(nbytes, remote, 8) == \
+        CommModel(store, dataclasses.replace(one_node, moe_token_dispatcher_type="alltoall"),
+                  s.cluster).ep_all_to_all(nbytes)
+    # the simulated iteration: the expert all-to-all shrinks, nothing else changes
+    a, b = simulate(s).report, simulate(Session(s.model, flex_plan, s.cluster)).report
+    assert b.ep_comm_s < a.ep_comm_s / 2 and b.compute_s == pytest.approx(a.compute_s, rel=1e-12)

@@ -91,6 +91,7 @@ _LABELS = {
     "plan.context_parallel": "Context parallel cp",
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
+    "plan.moe_token_dispatcher_type": "Token dispatcher (MoE)",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
