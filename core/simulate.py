@@ -205,34 +205,39 @@ def schedule_times_without_transfers(session: Session, st: StageTimes
     def mean(a: np.ndarray) -> np.ndarray:
         return np.broadcast_to(a.mean(axis=0), a.shape)
 
+    spans = [np.asarray(x, np.float64) for x in (st.fwd_s, st.bwd_s, st.wgrad_s)]
     busy = [st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s]
-    if any(b is None for b in busy):  # built without them: the spans
-        busy = [st.fwd_s, st.bwd_s, st.wgrad_s]
-    # the plan as planned (column 0), with balanced stages (1), balanced and free of waits (2)
-    per_chunk = [np.stack([a, mean(a), mean(np.asarray(b, np.float64))], axis=-1)
-                 for a, b in zip((np.asarray(x, np.float64) for x in
-                                  (st.fwd_s, st.bwd_s, st.wgrad_s)), busy)]
+    busy = spans if any(b is None for b in busy) else [np.asarray(b, np.float64) for b in busy]
     ready = np.asarray(st.ready_s, np.float64)
     over = np.asarray(st.chunk_tail_s, np.float64)
-    per_chunk += [np.stack([ready, mean(ready), np.zeros_like(ready)], axis=-1),
-                  np.stack([over, mean(over), np.full_like(over, -np.inf)], axis=-1)]
-    tails = [np.stack([a, np.full(p, a.mean()), np.full(p, a.mean())], axis=-1)
+    # nothing overlapped is waited for (no side tasks): T_free is T_balanced, one solve fewer
+    waits = (any(not np.array_equal(a, b) for a, b in zip(spans, busy)) or np.any(ready != 0)
+             or np.any(over != -np.inf))
+    # the plan as planned (column 0), with balanced stages (1), balanced and free of waits (2)
+    per_chunk = [np.stack([a, mean(a)] + ([mean(b)] if waits else []), axis=-1)
+                 for a, b in zip(spans, busy)]
+    per_chunk += [np.stack([ready, mean(ready)] + ([np.zeros_like(ready)] if waits else []),
+                           axis=-1),
+                  np.stack([over, mean(over)] + ([np.full_like(over, -np.inf)] if waits else []),
+                           axis=-1)]
+    n = 3 if waits else 2
+    tails = [np.stack([a] + [np.full(p, a.mean())] * (n - 1), axis=-1)
              for a in (np.asarray(x, np.float64) for x in (st.dp_comm_s, st.optimizer_s))]
     if get_schedule(pl.schedule).fast_path:
-        zero = np.zeros((p, 3))
+        zero = np.zeros((p, n))
         fwd, bwd, wgd, ready, over = per_chunk
         T = pipeline_iteration_times(pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero,
                                      *tails, wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)
-        return float(T[0]), float(T[1]), float(T[2])
+        return float(T[0]), float(T[1]), float(T[n - 1])
     zeros = np.zeros(p)
     out = []
-    for j in (0, 1, 2):
+    for j in range(n):
         chunks = [a[..., j] for a in per_chunk]
         programs = StageTimes(*chunks[:3], zeros, zeros, tails[0][:, j], tails[1][:, j],
                               st.has_dp_comm, chunks[3], chunks[4], zeros, zeros).programs()
         out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
                          ).iteration_time_s)
-    return out[0], out[1], out[2]
+    return out[0], out[1], out[n - 1]
 
 
 def simulate(session: Session, store: ProfileStore | None = None,
