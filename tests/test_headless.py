@@ -151,3 +151,27 @@ def test_screenshot_into_a_missing_folder_is_refused_before_the_window(tmp_path,
     assert main(["gui", "--screenshot", str(out)]) == 2
     err = capsys.readouterr().err
     assert "--screenshot" in err and "does not exist" in err and str(out.parent) in err
+
+
+def test_set_overrides_fields_without_editing_the_file(capsys):
+    """vtrain simulate/sweep FILE --set SECTION.FIELD=VALUE: JSON or text values, checked as a
+    session file's; bad ones exit 2 naming the --set (tester: no command-line override)."""
+    import json
+
+    from core.cli import main
+    from tests.conftest import EXAMPLES
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["simulate", path, "--json", "--set", "plan.pipeline_parallel=1",
+                 "--set", "plan.data_parallel=4", "--set", "cluster.gpu=H100-SXM5-80GB"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["session"]["plan"]["pipeline_parallel"], doc["session"]["plan"]["data_parallel"],
+            doc["session"]["cluster"]["gpu"]) == (1, 4, "H100-SXM5-80GB")
+    for bad, words in ((["--set", "plan.tensor_parallel=two"],
+                        "--set plan.tensor_parallel: must be of type int"),
+                       (["--set", "plan.foo=1"], "--set plan.foo: unknown field"),
+                       (["--set", "tensor_parallel=2"], "give SECTION.FIELD=VALUE")):
+        assert main(["simulate", path, *bad]) == 2
+        assert words in capsys.readouterr().err
+    assert main(["sweep", path, "--json", "--workers", "1", "--set", "plan.global_batch_size=64",
+                 "--gpus", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_plans"] > 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
 
-__all__ = ["UsageError", "field_error", "session_from_args", "check_number", "fmt_bytes", "GiB"]
+__all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP", "check_number", "fmt_bytes", "GiB"]
 
 GiB = 2**30
 
@@ -33,10 +33,67 @@ def fmt_bytes(n: float) -> str:
     return f"{n / GiB:,.1f} GiB"
 
 
+#: Help of the ``--set`` option of the commands that read a session.
+SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g. "
+            "--set plan.tensor_parallel=4 --set cluster.gpu=H100-SXM5-80GB; the value is read "
+            "as JSON (4, true, null, \"x\") or else as text; the file is not changed")
+
+
+def apply_sets(session, sets: list[str] | None):
+    """``session`` with each ``SECTION.FIELD=VALUE`` of ``sets`` applied (a new session).
+
+    The value is JSON when it parses (``4``, ``1.5``, ``true``, ``null``, ``"text"``), else
+    the text itself. Every value is checked as a session file's would be (type, bounds,
+    choices: :meth:`core.config.Session.from_dict`); the configuration rules are the
+    caller's to check.
+
+    Raises
+    ------
+    ConfigError
+        A malformed ``--set``, an unknown section or field, or a value of the wrong type, out
+        of bounds or not among the choices (named ``--set SECTION.FIELD``).
+    """
+    import json
+
+    from ..config import Session
+    if not sets:
+        return session
+    doc = session.to_dict()
+    named: dict[str, str] = {}
+    for item in sets:
+        path, eq, text = item.partition("=")
+        section, dot, name = path.strip().partition(".")
+        if not eq or not dot or not name or section not in ("model", "plan", "cluster", "cost"):
+            raise ConfigError([FieldError(f"--set {item}", "give SECTION.FIELD=VALUE with "
+                                          "SECTION one of model, plan, cluster, cost")])
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        doc[section][name] = value
+        named[f"{section}.{name}"] = f"--set {path.strip()}"
+    try:
+        out = Session.from_dict(doc)
+    except ConfigError as exc:
+        raise ConfigError([FieldError(named.get(e.field, e.field), e.message)
+                           for e in exc.errors]) from None
+    out.source, out.key_names = session.source, session.key_names
+    return out
+
+
 def session_from_args(args: argparse.Namespace, validate: bool = True):
     """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
-    ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
-    session = load_any(args.path, validate=validate)
+    ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    sets = getattr(args, "set", None)
+    session = load_any(args.path, validate=validate and not sets)
+    if sets:
+        from ..config import check
+        session = apply_sets(session, sets)
+        if validate:
+            try:
+                check(session)
+            except ConfigError as exc:
+                raise session.in_its_terms(exc) from None
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
     for option, name in (("--tokens", "training_tokens"),

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import field_error, fmt_bytes, session_from_args
+from .common import SET_HELP, field_error, fmt_bytes, session_from_args
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
     from ..console import Console
@@ -24,6 +24,7 @@ def add_parser(sub: Any) -> None:
     sim.add_argument("--trace-out", metavar="FILE",
                      help="write the timeline as Chrome trace-event JSON (open in Perfetto)")
     sim.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sim.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sim.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sim.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                      help="price of one GPU-hour in USD (overrides the file)")

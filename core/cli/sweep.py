@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
                       check_all_but_the_plan)
-from .common import check_number, session_from_args
+from .common import SET_HELP, check_number, session_from_args
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -65,6 +65,7 @@ def add_parser(sub: Any) -> None:
                     help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
     sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
                     help="context-parallel sizes to try (world size t*p*cp*d; default 1)")
+    sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
