@@ -505,7 +505,7 @@ class ParallelPlan:
         "--moe-token-dispatcher-type): alltoall (NCCL all-to-all, k copies of each token to the "
         "ranks of its k experts) or flex (DeepEP / HybridEP: across nodes one copy per "
         "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
-        short="dispatcher", label="never")
+        short="dispatcher")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
