@@ -1848,11 +1848,11 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
 
 def _middle_stages_alike(session: Session) -> bool:
     """Whether the middle pipeline stages (1 to p-2) have the same work: always for models
-    whose layers are all alike; for MoE models and models with sliding-window layers, and under a custom pipeline layout
-    (``plan.pipeline_model_parallel_layout``: its stages' layer counts may differ), when each
-    stage holds as many layers in each chunk, its MoE and windowed layers at the same places (a pattern of
-    ``moe_layer_frequency``, ``moe_first_dense_layers`` or ``window_attn_skip_freq`` can differ
-    between stages)."""
+    whose layers are all alike; for MoE models, models with sliding-window layers and under a
+    custom pipeline layout (``plan.pipeline_model_parallel_layout``: its stages' layer counts
+    may differ), when each stage holds as many layers in each chunk, its MoE and windowed
+    layers at the same places (a pattern of ``moe_layer_frequency``, ``moe_first_dense_layers``
+    or ``window_attn_skip_freq`` can differ between stages)."""
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
     windowed = model_math.window_layer_mask(m)

@@ -14,7 +14,8 @@ from pathlib import Path
 from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
 
-__all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP", "check_number", "fmt_bytes", "GiB"]
+__all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
+           "check_number", "fmt_bytes", "GiB"]
 
 GiB = 2**30
 
