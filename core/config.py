@@ -1445,6 +1445,20 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         if layout is not None:
             field = "plan.pipeline_model_parallel_layout"
         errs.append(FieldError(field, str(exc)))
+    if layout is not None and counts is not None:
+        from .schedules import get as get_schedule
+        try:
+            splits = get_schedule(pl.schedule).splits_backward
+        except (KeyError, ValueError):
+            splits = False  # an unknown schedule is named by its own rule
+        if splits and virtual_stage_layer_counts(m.num_layers, pl)[0] == 0:
+            # the embedding's backward is all weight gradient: a first stage with nothing
+            # else has no input-gradient pass B for the schedule to split from W
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"schedule="
+                                   f"{pl.schedule!r} with a first stage that holds only the "
+                                   "embedding (no transformer layer) is not modelled: its "
+                                   "backward has no input-gradient part to split from the "
+                                   "weight gradient"))
     n = pl.recompute_num_layers
     if layout is not None and counts is not None:  # a layout may leave a stage empty
         counts = [c for c in counts if c] or None

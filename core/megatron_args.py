@@ -175,7 +175,10 @@ ARGUMENTS: dict[str, Arg] = {
                                        "MoE token dispatcher: alltoall or flex (Megatron's default "
                                        "allgather is refused with ep > 1)"),
     "--moe-enable-deepep": Arg(("plan.moe_token_dispatcher_type",), False,
-                               "the flex dispatcher with DeepEP (older spelling)"),
+                               "DeepEP with the flex dispatcher (deprecated spelling of "
+                               "--moe-flex-dispatcher-backend deepep; needs flex)"),
+    "--moe-flex-dispatcher-backend": Arg(("plan.moe_token_dispatcher_type",), True,
+                                         "deepep or hybridep: both timed as flex"),
     "--expert-tensor-parallel-size": Arg(("plan.expert_tensor_parallel",), True,
                                          "tensor-parallel size of the experts (default t)"),
     "--num-layers-per-virtual-pipeline-stage": Arg(
@@ -715,7 +718,8 @@ def _attention(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
 
 #: Mixture-of-experts arguments that mean something only with --num-experts.
 _MOE_ONLY = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-             "--moe-layer-freq")
+             "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-enable-deepep",
+             "--moe-flex-dispatcher-backend")
 
 
 def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list[int]:
@@ -1020,11 +1024,20 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
-    # the token dispatcher: --moe-enable-deepep is the older spelling of flex (DeepEP)
+    # the token dispatcher (Megatron-Core 0.19 TransformerConfig: --moe-enable-deepep, the
+    # deprecated spelling of --moe-flex-dispatcher-backend deepep, needs the flex dispatcher)
     dispatcher = (_one(args, "--moe-token-dispatcher-type", src)
                   if take("--moe-token-dispatcher-type") else None)
-    if switch("--moe-enable-deepep"):
-        dispatcher = "flex"
+    if switch("--moe-enable-deepep") and dispatcher != "flex":
+        raise MegatronArgsError(f"{src}: --moe-enable-deepep needs --moe-token-dispatcher-type "
+                                "flex (Megatron-Core: \"DeepEP backend is only supported with "
+                                "flex token dispatcher\")")
+    backend = (_one(args, "--moe-flex-dispatcher-backend", src)
+               if take("--moe-flex-dispatcher-backend") else None)
+    if backend is not None and dispatcher == "flex" and backend not in ("deepep", "hybridep"):
+        raise MegatronArgsError(f"{src}: --moe-flex-dispatcher-backend {backend}: not modelled "
+                                "(deepep and hybridep are: one copy of a token per other node, "
+                                "forwarded over NVLink)")
     if "--num-experts" in args:
         if dispatcher is None and ep > 1:
             raise MegatronArgsError(

@@ -972,9 +972,21 @@ def test_token_dispatcher_flags(tmp_path):
                                   "--moe-token-dispatcher-type flex")
     assert import_file(_write(tmp_path, "flex.sh", flex)).session.plan.moe_token_dispatcher_type \
         == "flex"
-    deepep = MIXTRAL_LAUNCH.replace("--moe-token-dispatcher-type alltoall", "--moe-enable-deepep")
-    assert import_file(_write(tmp_path, "deepep.sh", deepep)).session.plan \
-        .moe_token_dispatcher_type == "flex"
+    # Megatron-Core 0.19: --moe-enable-deepep (deprecated for --moe-flex-dispatcher-backend
+    # deepep) needs the flex dispatcher; deepep and hybridep are both the flex model
+    deepep = MIXTRAL_LAUNCH.replace("--moe-token-dispatcher-type alltoall",
+                                    "--moe-token-dispatcher-type alltoall --moe-enable-deepep")
+    with pytest.raises(MegatronArgsError, match="--moe-enable-deepep needs"):
+        import_file(_write(tmp_path, "deepep.sh", deepep))
+    for extra in ("--moe-enable-deepep", "--moe-flex-dispatcher-backend hybridep"):
+        text = flex.replace("--moe-token-dispatcher-type flex",
+                            f"--moe-token-dispatcher-type flex {extra}")
+        assert import_file(_write(tmp_path, "ok.sh", text)).session.plan \
+            .moe_token_dispatcher_type == "flex"
+    with pytest.raises(MegatronArgsError, match="ncclep: not modelled"):
+        import_file(_write(tmp_path, "nccl.sh", flex.replace(
+            "--moe-token-dispatcher-type flex",
+            "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep")))
     none = MIXTRAL_LAUNCH.replace(" --moe-token-dispatcher-type alltoall", "")
     with pytest.raises(MegatronArgsError, match="allgather dispatcher, is not modelled"):
         import_file(_write(tmp_path, "none.sh", none))
