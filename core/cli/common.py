@@ -78,7 +78,10 @@ def apply_sets(session, sets: list[str] | None):
     except ConfigError as exc:
         raise ConfigError([FieldError(named.get(e.field, e.field), e.message)
                            for e in exc.errors]) from None
-    out.source, out.key_names = session.source, session.key_names
+    # later errors name the file as changed (sweeps check the session after this)
+    out.source = (f"{session.source} with " + " ".join(f"--set {x}" for x in sets)
+                  if session.source else None)
+    out.key_names = None  # --set speaks the session's field names
     return out
 
 
@@ -93,8 +96,9 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
         if validate:
             try:
                 check(session)
-            except ConfigError as exc:
-                raise session.in_its_terms(exc) from None
+            except ConfigError as exc:  # the rules broken by the file as changed by --set
+                raise ConfigError(exc.errors, f"{args.path} with "
+                                  + " ".join(f"--set {x}" for x in sets)) from None
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
     for option, name in (("--tokens", "training_tokens"),
