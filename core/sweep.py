@@ -586,6 +586,10 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
     out = []
     n = _layout_stages(session.plan)
     if n is not None:
+        # the layout's own rules first (its layer count, its symbols' order ...)
+        own = [e for e in validate(session) if e.field == "plan.pipeline_model_parallel_layout"]
+        out += own
+    if n is not None and not own:
         out.append(FieldError("sweep", f"the session's pipeline_model_parallel_layout has {n} "
                               f"virtual stages: only plans with pipeline_parallel*"
                               f"virtual_pipeline_stages = {n} are tried (p one of "
@@ -635,6 +639,8 @@ def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | N
                 pipeline_model_parallel_layout=None, expert_parallel=1,
                 expert_tensor_parallel=None, data_parallel_shard_size=None)
     grouped: dict[tuple[str, str], list] = {}
+    counts = space.gpu_counts()
+    most = max(counts) if counts else space.max_gpus  # the budget's largest world size
     for option, attr, name in _PROBED:
         if skip_pipeline and name == "pipeline_parallel":
             continue
@@ -642,6 +648,11 @@ def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | N
         if values is not None:
             given = [v for v in given if v in values.get(option, ())]
         for v in given:
+            if most is not None and isinstance(v, int) and v > most and name != \
+                    "micro_batch_size":
+                grouped.setdefault((option, f"more GPUs than the budget allows (at most "
+                                            f"{most:,})"), []).append(v)
+                continue
             probe = session.copy()
             # an expert-parallel group lives inside the data-parallel ranks: probe ep with
             # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
@@ -662,6 +673,16 @@ def unused_values(session: Session, space: SweepSpace, result: "SweepResult"
     appears. The command line and the Explore tab print them under the results, so that a
     value is never dropped without a word."""
     unused: dict[str, set] = {}
+    out: list[FieldError] = []
+    counts = space.gpu_counts()
+    if counts and len(counts) > 1:  # exact counts no valid plan has
+        used = set(np.asarray(result.num_gpus).tolist())
+        missing = [n for n in counts if n not in used]
+        why = {e.field: e.message for e in _gpu_count_errors(session, space)}
+        out += [FieldError(f"--gpus {n}", why.get(f"--gpus {n}", "no valid plan has this many "
+                                                  "GPUs (no combination with the sizes tried "
+                                                  "passes the configuration rules)"))
+                for n in missing]
     for option, attr, name in _PROBED:
         given = getattr(space, attr)
         if not given or name not in result.plan_columns:
@@ -671,9 +692,10 @@ def unused_values(session: Session, space: SweepSpace, result: "SweepResult"
         if missing:
             unused[option] = missing
     if not unused:
-        return []
-    out = value_errors(session, space, unused)
-    named = {(e.field.split()[0], v) for e in out
+        return out
+    notes = value_errors(session, space, unused)
+    out += notes
+    named = {(e.field.split()[0], v) for e in notes
              for v in e.field.split(" ", 1)[1].replace(",", " ").split()}
     for option, vs in unused.items():
         rest = sorted(v for v in vs if (option, str(v)) not in named)

@@ -611,3 +611,18 @@ def test_values_in_no_valid_plan_are_named_not_dropped():
     space = SweepSpace(num_gpus=16, expert_parallel=[8], recompute=("none",), schedules=("1f1b",),
                        micro_batch_sizes=[1])
     assert unused_values(s, space, run_sweep(s, space, workers=1)) == []
+
+
+def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
+    """Tester: --tensor-parallel 16 on an 8-GPU budget and --expert-parallel 16 with --gpus 8
+    said nothing; --gpus 8,7 dropped 7 without a word."""
+    from core.sweep import SweepSpace, no_plan_errors, run_sweep, unused_values
+    s = _qwen_session()
+    errs = no_plan_errors(s, SweepSpace(num_gpus=8, expert_parallel=[16], recompute=("none",)))
+    assert [(e.field, e.message) for e in errs[1:]] == [
+        ("--expert-parallel 16", "more GPUs than the budget allows (at most 8)")]
+    space = SweepSpace(num_gpus=[8, 7], expert_parallel=[8], recompute=("none",),
+                       schedules=("1f1b",), micro_batch_sizes=[1])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [e.field for e in notes] == ["--gpus 7"]
+    assert notes[0].message.startswith("no t*p*cp*d makes 7 GPUs")
