@@ -34,7 +34,7 @@ __all__ = [
     "RECOMPUTE_MODULES",
     "recompute_modules",
     "parse_recompute_modules",
-    "check_all_but_the_plan",
+    "check_all_but_the_plan", "probe_plan",
     "expand_pipeline_layout",
     "pipeline_layout_errors",
     "pipeline_layout_text",
@@ -1943,17 +1943,28 @@ def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
     probe = session.copy()
     if model is not None:
         probe.model = model
-    batch = session.plan.global_batch_size if global_batch_size is None else global_batch_size
-    probe.plan = dataclasses.replace(
-        session.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-        global_batch_size=batch, schedule="1f1b", virtual_pipeline_stages=None,
+    probe.plan = probe_plan(session.plan, global_batch_size=global_batch_size)
+    check(probe)
+
+
+def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
+    """``plan`` with every size a study chooses at 1 (t, p, d, b, cp, ep), the 1F1B schedule,
+    and the fields that depend on them cleared (v, the first/last stages' layers, the
+    recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
+    fixes p*v); recomputation full, or selective when the plan names its modules. Then
+    ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
+    validates, and what the sweep's reasons probe one value at a time."""
+    fields = dict(
+        tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        schedule="1f1b", virtual_pipeline_stages=None,
         # the recomputed modules are the plan's own under selective recomputation
-        recompute="selective" if session.plan.recompute_modules is not None else "full",
+        recompute="selective" if plan.recompute_modules is not None else "full",
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None,
-        pipeline_model_parallel_layout=None)  # the layout fixes p*v (the sweep keeps it)
-    check(probe)
+        pipeline_model_parallel_layout=None)
+    fields.update({k: v for k, v in changes.items() if v is not None})
+    return dataclasses.replace(plan, **fields)
 
 
 #: Fields that only take effect when another field enables them: path -> (test of the session,

@@ -1896,14 +1896,9 @@ def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple
     """Seconds of one MoE layer's expert all-to-all and expert tensor-parallel collectives per
     micro-batch (:func:`moe_comm_bytes`); 0 for a group of one."""
     nbytes = moe_comm_bytes(session)
-    m, pl = session.model, session.plan
-    remote = None
-    if getattr(pl, "moe_token_dispatcher_type", "alltoall") == "flex":
-        # DeepEP / HybridEP: one copy per other node holding one of the token's experts
-        per_node = comm._expert_node_share(expert_tensor_parallel(pl), pl.expert_parallel)
-        nodes = max(1, pl.expert_parallel // per_node)
-        remote = (model_math.flex_remote_node_copies(m.num_experts, m.moe_top_k, nodes)
-                  if nodes > 1 else None)
+    m = session.model
+    # DeepEP / HybridEP (flex): one copy per other node holding one of the token's experts
+    remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k)
     out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, nbytes["ep_all_to_all"], remote),
                                   warnings,
                                   _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],

@@ -85,7 +85,7 @@ from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                      ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
                      expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
-                     plan_key, validate)
+                     plan_key, probe_plan, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -624,20 +624,10 @@ _PROBED = (("--tensor-parallel", "tensor_parallel", "tensor_parallel"),
            ("--expert-parallel", "expert_parallel", "expert_parallel"))
 
 
-def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
-                 skip_pipeline: bool = False) -> list[FieldError]:
-    """The rules each value given for t, p, b, cp or ep breaks on its own (the other sizes at
-    1, the session's model), one :class:`core.config.FieldError` per option and message, the
-    values that break it named together (``--micro-batch-sizes 1, 2, 4``). ``values``
-    restricts the probe to some values per option (``{"--expert-parallel": {3}}``);
-    ``skip_pipeline`` leaves p out (a custom pipeline layout decides it)."""
-    ones = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-                schedule="1f1b",
-                recompute="selective" if session.plan.recompute_modules is not None else "full",
-                recompute_num_layers=None, first_stage_layers=None, last_stage_layers=None,
-                virtual_pipeline_stages=None, context_parallel=1,
-                pipeline_model_parallel_layout=None, expert_parallel=1,
-                expert_tensor_parallel=None, data_parallel_shard_size=None)
+def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
+                  skip_pipeline: bool = False) -> dict[tuple[str, str], list]:
+    """``{(option, message): [values]}``: the rules each value given for t, p, b, cp or ep
+    breaks on its own (see :func:`value_errors`)."""
     grouped: dict[tuple[str, str], list] = {}
     counts = space.gpu_counts()
     most = max(counts) if counts else space.max_gpus  # the budget's largest world size
@@ -658,31 +648,42 @@ def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | N
             # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
             room = (dict(data_parallel=v, global_batch_size=v)
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
-            probe.plan = dataclasses.replace(session.plan, **{**ones, **room, name: v})
+            probe.plan = probe_plan(session.plan, **{**room, name: v})
             for e in validate(probe):
                 grouped.setdefault((option, e.message), []).append(v)
+    return grouped
+
+
+def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
+                 skip_pipeline: bool = False) -> list[FieldError]:
+    """The rules each value given for t, p, b, cp or ep breaks on its own (the other sizes at
+    1, :func:`core.config.probe_plan`; the session's model), one
+    :class:`core.config.FieldError` per option and message, the values that break it named
+    together (``--micro-batch-sizes 1, 2, 4``); a value above the budget's GPUs is named so.
+    ``values`` restricts the probe to some values per option (``{"--expert-parallel": {3}}``);
+    ``skip_pipeline`` leaves p out (a custom pipeline layout decides it)."""
     return [FieldError(f"{option} {', '.join(map(str, vs))}", message)
-            for (option, message), vs in grouped.items()]
+            for (option, message), vs in
+            _value_groups(session, space, values, skip_pipeline).items()]
 
 
 def unused_values(session: Session, space: SweepSpace, result: "SweepResult"
                   ) -> list[FieldError]:
     """Values given for t, p, b, cp or ep that no valid plan of ``result`` uses, each with the
     rule it breaks on its own (:func:`value_errors`), or, when it breaks none alone, that no
-    combination with the other sizes in this budget is valid; empty when every given value
-    appears. The command line and the Explore tab print them under the results, so that a
-    value is never dropped without a word."""
-    unused: dict[str, set] = {}
+    combination with the other sizes in this budget is valid; and the exact GPU counts no
+    valid plan has; empty when every given value appears. The command line and the Explore
+    tab print them under the results, so that a value is never dropped without a word."""
     out: list[FieldError] = []
     counts = space.gpu_counts()
     if counts and len(counts) > 1:  # exact counts no valid plan has
         used = set(np.asarray(result.num_gpus).tolist())
-        missing = [n for n in counts if n not in used]
         why = {e.field: e.message for e in _gpu_count_errors(session, space)}
         out += [FieldError(f"--gpus {n}", why.get(f"--gpus {n}", "no valid plan has this many "
                                                   "GPUs (no combination with the sizes tried "
                                                   "passes the configuration rules)"))
-                for n in missing]
+                for n in counts if n not in used]
+    unused: dict[str, set] = {}
     for option, attr, name in _PROBED:
         given = getattr(space, attr)
         if not given or name not in result.plan_columns:
@@ -693,12 +694,12 @@ def unused_values(session: Session, space: SweepSpace, result: "SweepResult"
             unused[option] = missing
     if not unused:
         return out
-    notes = value_errors(session, space, unused)
-    out += notes
-    named = {(e.field.split()[0], v) for e in notes
-             for v in e.field.split(" ", 1)[1].replace(",", " ").split()}
+    groups = _value_groups(session, space, unused)
+    out += [FieldError(f"{option} {', '.join(map(str, vs))}", message)
+            for (option, message), vs in groups.items()]
+    named = {(option, v) for (option, _), vs in groups.items() for v in vs}
     for option, vs in unused.items():
-        rest = sorted(v for v in vs if (option, str(v)) not in named)
+        rest = sorted(v for v in vs if (option, v) not in named)
         if rest:
             out.append(FieldError(f"{option} {', '.join(map(str, rest))}",
                                   "in no valid plan of this budget (no combination with the "

@@ -96,9 +96,8 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
         if validate:
             try:
                 check(session)
-            except ConfigError as exc:  # the rules broken by the file as changed by --set
-                raise ConfigError(exc.errors, f"{args.path} with "
-                                  + " ".join(f"--set {x}" for x in sets)) from None
+            except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
+                raise session.in_its_terms(exc) from None
     if getattr(args, "profile", None):
         session.cluster.profile_path = str(Path(args.profile).resolve())
     for option, name in (("--tokens", "training_tokens"),
