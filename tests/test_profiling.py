@@ -250,16 +250,17 @@ def test_cli_profile_run_and_show(tmp_path, capsys):
     assert main(["profile", "collectives", "--world-size", "1"]) == 2
 
 
-def test_gloo_collectives_world_size_2_monotone_positive(tmp_path):
+def test_gloo_collectives_world_size_2_stored_positive(tmp_path):
     _torch()
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available in this torch build")
     from core.profiling import run_collectives
     out = tmp_path / "coll.h5"
-    # Bandwidth-bound sizes, 8x and 4x apart: on a busy machine a small message's time is
-    # scheduler wake-up latency (milliseconds) rather than transfer. The minimum over
-    # repetitions: other processes only add time.
+    # Real timings on a shared machine: neighbouring sizes are not reliably ordered (CI once
+    # measured all_gather at 1 MiB slower than at 8 MiB, scheduler wake-up latency), so only the
+    # 32x span between the smallest and the largest size is asserted to cost more. The minimum
+    # over repetitions: other processes only add time.
     sizes = [1 << 20, 1 << 23, 1 << 25]
     result = run_collectives(2, "gloo", out=out, sizes=sizes,
                              timing={"warmup": 2, "min_repeats": 5, "max_repeats": 15,
@@ -271,7 +272,9 @@ def test_gloo_collectives_world_size_2_monotone_positive(tmp_path):
     for kind in result.curves:
         x, t = store.collective_curve(kind, 2)
         assert x.tolist() == sizes
-        assert np.all(t > 0) and np.all(np.diff(t) > 0), (kind, t)
+        assert t.tolist() == pytest.approx(result.curves[kind][1], rel=1e-12)  # round trip
+        assert np.all(np.isfinite(t)) and np.all(t > 0), (kind, t)
+        assert t[-1] > t[0], (kind, t)
     assert store.provenance["collectives"]["all_reduce/2"]["backend"] == "gloo"
     assert store.collective_time("all_reduce", 2, 1 << 22).source == "table"
 
