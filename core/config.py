@@ -506,6 +506,12 @@ class ParallelPlan:
         "ranks of its k experts) or flex (DeepEP / HybridEP: across nodes one copy per "
         "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
         short="dispatcher")
+    overlap_moe_expert_parallel_comm: bool = _f(
+        False, "", "Overlap the expert all-to-alls of one micro-batch with the computation of "
+        "another (Megatron-Core --overlap-moe-expert-parallel-comm, the combined 1F1B schedule: "
+        "each steady-state forward runs layer by layer beside a backward); needs expert_parallel "
+        "> 1, the interleaved schedule when pipeline_parallel > 1, and no full recomputation",
+        short="ep_overlap")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
@@ -1737,7 +1743,7 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
             if value != default:
                 errs.append(FieldError(f"plan.{name}", f"{name}={value!r} needs a mixture-of-"
                                        "experts model (model.num_experts)"))
-        return errs
+        return errs + ep_overlap_errors(m, pl)
     t, d = pl.tensor_parallel, pl.data_parallel
     cp = getattr(pl, "context_parallel", 1)
     if not all(_is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
@@ -1773,6 +1779,52 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
                                f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
                                f" is not divisible by tensor_parallel_size={t}"))
+    errs += ep_overlap_errors(m, pl)
+    return errs
+
+
+def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of ``plan.overlap_moe_expert_parallel_comm`` (Megatron-Core 0.19
+    ``TransformerConfig.__post_init__`` and ``schedules.py``); empty when the field is off.
+
+    * Expert parallelism: ``expert_parallel > 1`` ("only supported with expert model
+      parallelism").
+    * With ``pipeline_parallel > 1`` the interleaved schedule ("virtual_pipeline_model_parallel_size
+      must be specified"); with one stage Megatron's combined 1F1B without pipelining, which
+      the ``1f1b`` schedule names here. GPipe and ZB-H1 have no combined 1F1B.
+    * No full recomputation, and no ``moe`` among the recomputed modules.
+    * At most one multi-token prediction layer.
+    * Torchtitan's per-op checkpointing (``selective_op``) is not Megatron-Core's: refused.
+    """
+    if getattr(pl, "overlap_moe_expert_parallel_comm", False) is not True:
+        return []
+    name = "plan.overlap_moe_expert_parallel_comm"
+    errs: list[FieldError] = []
+    if not m.num_experts or pl.expert_parallel == 1:
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm needs expert parallelism "
+                               "(plan.expert_parallel > 1; Megatron-Core: only supported with "
+                               "expert model parallelism)"))
+    p = pl.pipeline_parallel
+    if _is_int(p) and p > 1 and pl.schedule != "interleaved":
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with pipeline_parallel="
+                               f"{p} needs the interleaved schedule (Megatron-Core: virtual "
+                               f"pipeline stages must be set), not {pl.schedule!r}"))
+    elif _is_int(p) and p == 1 and pl.schedule in ("gpipe", "zb-h1"):
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm runs Megatron-Core's "
+                               f"combined 1F1B schedule, not {pl.schedule!r} (use 1f1b)"))
+    if pl.recompute == "full":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with full recomputation: "
+                               "Megatron-Core needs it disabled"))
+    elif pl.recompute == "selective_op":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with torchtitan's per-op "
+                               "checkpointing (selective_op) is not modelled"))
+    elif pl.recompute == "selective" and "moe" in recompute_modules(pl):
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with the recompute module "
+                               "moe: Megatron-Core needs moe out of recompute_modules"))
+    if _is_int(m.mtp_num_layers) and m.mtp_num_layers > 1:
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with mtp_num_layers="
+                               f"{m.mtp_num_layers}: Megatron-Core supports at most one "
+                               "multi-token prediction layer with it"))
     return errs
 
 
@@ -1980,6 +2032,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                         "a mixture-of-experts model (model.num_experts)")
        for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor",
                     "moe_token_dispatcher_type")},
+    "plan.overlap_moe_expert_parallel_comm": (
+        lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
+        "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in _MLA_FIELDS},

@@ -595,7 +595,7 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
-            *MOE_OPS, "ep_all_to_all", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
+            *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
             *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES, "pass_through")
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
@@ -800,6 +800,9 @@ class _Structure:
     (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model_math.mtp_layer_is_moe`);
     ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
     recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
+    ``ep_overlap``: ``overlap_moe_expert_parallel_comm`` with ``ep > 1``: the forward's and the
+    backward's expert all-to-alls take their own sources (``ep_all_to_all@fwd``, ``@bwd``),
+    timed at their exposed parts (:func:`ep_overlap_exposed`).
     """
 
     vstage: int
@@ -827,6 +830,7 @@ class _Structure:
     mtp: int = 0
     mtp_moe: bool = False
     mtp_recompute: bool = False
+    ep_overlap: bool = False
 
     @property
     def buckets(self) -> bool:
@@ -853,7 +857,9 @@ def _structure(session: Session, stage: int, chunk: int = 0,
         moe = dict(moe_layers=tuple(int(x) for x in np.flatnonzero(mask[first:stop]) + first),
                    ep=pl.expert_parallel > 1,
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
-                   shared=m.num_shared_experts > 0)
+                   shared=m.num_shared_experts > 0,
+                   ep_overlap=bool(pl.overlap_moe_expert_parallel_comm is True
+                                   and pl.expert_parallel > 1))
     return _Structure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first),
                       "core_attn" in recompute_modules(pl),
@@ -1031,8 +1037,9 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
                 out.append((is_moe, swa, [x]))
         return out
 
-    def a2a(out: _Unit, op: str) -> None:
-        out.add(K["ep_all_to_all"], EP, "ep_all_to_all", op)
+    def a2a(out: _Unit, op: str, phase: str) -> None:
+        out.add(K["ep_all_to_all"], EP, f"ep_all_to_all@{phase}" if st.ep_overlap
+                else "ep_all_to_all", op)
 
     mods = set(st.modules)
 
@@ -1047,14 +1054,14 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         u.add(kind, COMPUTE, router, router)
         u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
         if st.ep:
-            a2a(u, "ep_dispatch")
+            a2a(u, "ep_dispatch", "fwd")
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
         u.add(kind, COMPUTE, "experts_fwd", "experts_fwd")
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
         if st.ep:
-            a2a(u, "ep_combine")
+            a2a(u, "ep_combine", "fwd")
         u.add(kind, COMPUTE, unpermute, unpermute)
         if st.etp_mode == "all_reduce":
             comm(u, "all_reduce")
@@ -1072,7 +1079,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
             block(u, K["backward"], "shared_experts_bwd", True, True)
         u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
         if st.ep:
-            a2a(u, "ep_combine")
+            a2a(u, "ep_combine", "bwd")
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
         if "moe_act" in mods and "moe" not in mods:
@@ -1081,7 +1088,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if st.etp_mode == "gather":
             u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
         if st.ep:
-            a2a(u, "ep_dispatch")
+            a2a(u, "ep_dispatch", "bwd")
         u.add(K["backward"], COMPUTE, "moe_permute_bwd", "moe_permute_bwd")
         if st.etp_mode == "all_reduce":
             comm(u, "all_reduce")
@@ -1258,6 +1265,8 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
                                              - times["attention_core_bwd"], 0.0)
     for name, sec in (moe or {}).items():
         v[_SRC[name]] = sec
+    if moe:  # the whole all-to-all until ep_overlap_exposed times the overlapped ones
+        v[_SRC["ep_all_to_all@fwd"]] = v[_SRC["ep_all_to_all@bwd"]] = moe["ep_all_to_all"]
     for kind, sec in (tp or {}).items():
         v[_SRC["tp_" + kind]] = sec
     if tp and _tp_overlap(session.plan):
@@ -1290,9 +1299,11 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     layers' communication (:attr:`StageTimes.moe_comm_s`).
     """
     values = _source_values(times, tp, dp, session, moe, fp8_speedup)
+    structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
+    values = ep_overlap_exposed(values, structs)
     out: tuple[list, list, list] = ([], [], [])
-    for c in range(num_chunks(session.plan)):
-        for part, tmpl in zip(out, _stage_templates(_structure(session, stage, c))):
+    for st in structs:
+        for part, tmpl in zip(out, _stage_templates(st)):
             part.append(tmpl.timed(values))
     return out
 
@@ -1663,7 +1674,8 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
-        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
+        values = ep_overlap_exposed(
+            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
@@ -1869,6 +1881,94 @@ def _middle_stages_alike(session: Session) -> bool:
 
     first = pattern(1)
     return all(pattern(i) == first for i in range(2, p - 1))
+
+
+def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float, float, float]
+                    ) -> tuple[float, float, float]:
+    """One MoE layer's forward and another's backward run together under Megatron-Core's
+    combined 1F1B (``--overlap-moe-expert-parallel-comm``): their span and the exposed seconds
+    of the forward's and of the backward's all-to-alls, ``(span, exposed_fwd, exposed_bwd)``.
+
+    ``f = (a, d, m, c)``: the forward's computation before its dispatch (attention, router,
+    permutation), its dispatch all-to-all, its experts (with what runs between the two
+    all-to-alls), its combine all-to-all. ``b = (c, m, d, a)``: the backward's combine
+    all-to-all, its experts' backward, its dispatch all-to-all, its computation after the
+    dispatch (permutation, router and attention backward). Seconds each.
+
+    Megatron-Core 0.19 ``TransformerLayerSchedulePlan.run`` issues, on two streams::
+
+        comm: combine_bwd  | dispatch_fwd -> dispatch_bwd | combine_fwd
+        comp: pre_fwd      | mlp_bwd      -> mlp_fwd      | pre_bwd
+
+    each node waiting for its own pass's previous node, so the pair takes four steps of the
+    longer of a computation and an all-to-all:
+    ``max(a_f, c_b) + max(m_b, d_f) + max(m_f, d_b) + max(a_b, c_f)``. The forward's
+    all-to-alls are exposed by ``max(d_f - m_b, 0) + max(c_f - a_b, 0)``, the backward's by
+    ``max(c_b - a_f, 0) + max(d_b - m_f, 0)``; the span is both computations plus both
+    exposures. The streams' contention for SMs and memory bandwidth is not modelled.
+    """
+    af, df, mf, cf = f
+    cb, mb, db, ab = b
+    ef = max(df - mb, 0.0) + max(cf - ab, 0.0)
+    eb = max(cb - af, 0.0) + max(db - mf, 0.0)
+    return af + mf + mb + ab + ef + eb, ef, eb
+
+
+def _layer_segments(tmpl: _Template, layers: tuple[int, ...], src: int
+                    ) -> list[tuple[float, float, float, float, float]]:
+    """Per layer of ``layers`` with two tasks of source ``src`` among the timed template's
+    compute-stream tasks: the seconds before the first, of the first, between, of the second,
+    after (the layer's own tasks only)."""
+    out = []
+    for x in layers:
+        idx = np.flatnonzero(tmpl.layer == x)
+        dur, hit = tmpl.dur[idx], np.flatnonzero(tmpl.src[idx] == src)
+        if hit.size != 2:
+            continue
+        i, j = int(hit[0]), int(hit[1])
+        out.append((float(dur[:i].sum()), float(dur[i]), float(dur[i + 1:j].sum()),
+                    float(dur[j]), float(dur[j + 1:].sum())))
+    return out
+
+
+def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure]) -> np.ndarray:
+    """``values`` (:func:`_source_values` of one stage) with the overlapped expert all-to-alls
+    (``ep_all_to_all@fwd``, ``@bwd``) set to their exposed seconds under
+    ``overlap_moe_expert_parallel_comm`` (unchanged without it).
+
+    Every MoE layer of the stage's chunks ``structs``: its forward is paired with its own
+    backward (layers alike: Megatron pairs the forward's layer ``i`` with the backward's layer
+    ``n-1-i`` of another micro-batch) by :func:`ep_overlap_pair`, read from the timed
+    templates (tensor-parallel and expert tensor-parallel collectives count with the
+    computation they sit in; shared experts and the un-permutation with the computation beside
+    them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
+
+    Every forward and backward is taken as paired: the warm-up and cool-down items that run
+    alone (one micro-batch of ``m`` without pipelining; about ``2(p-1-i) + (v-1)m_g + 1`` of
+    ``m*v`` on stage ``i`` with the interleaved schedule) expose their all-to-alls in Megatron,
+    so the overlap is overstated by at most that share.
+    """
+    if not structs or not structs[0].ep_overlap:
+        return values
+    src_f, src_b = _SRC["ep_all_to_all@fwd"], _SRC["ep_all_to_all@bwd"]
+    ef, eb = [], []
+    for st in structs:
+        if not st.moe_layers:
+            continue
+        fwd, bwd, _ = _span_templates(st)
+        layers = _span_structure(st).moe_layers
+        for fs, bs in zip(_layer_segments(fwd.timed(values), layers, src_f),
+                          _layer_segments(bwd.timed(values), layers, src_b)):
+            a, d, mid, c, post = fs
+            pre, cb, midb, db, postb = bs
+            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb))
+            ef.append(x)
+            eb.append(y)
+    if not ef:
+        return values
+    out = values.copy()
+    out[src_f], out[src_b] = float(np.mean(ef)) / 2, float(np.mean(eb)) / 2
+    return out
 
 
 def moe_comm_bytes(session: Session) -> dict[str, float]:

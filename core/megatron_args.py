@@ -203,6 +203,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--tp-comm-overlap": Arg(("plan.tp_comm_overlap",), False,
                              "tensor-parallel all-gathers and reduce-scatters under the GEMMs "
                              "(Transformer Engine userbuffers)"),
+    "--overlap-moe-expert-parallel-comm": Arg(
+        ("plan.overlap_moe_expert_parallel_comm",), False,
+        "expert all-to-alls under another micro-batch's computation (combined 1F1B)"),
     "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
     "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
                                                 "gradients accumulated and reduced in fp32"),
@@ -1147,7 +1150,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.set("--fp8-param-gather", "plan.fp8_param_gather", False)
     for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
                          ("--overlap-param-gather", "plan.overlap_param_gather"),
-                         ("--tp-comm-overlap", "plan.tp_comm_overlap")):
+                         ("--tp-comm-overlap", "plan.tp_comm_overlap"),
+                         ("--overlap-moe-expert-parallel-comm",
+                          "plan.overlap_moe_expert_parallel_comm")):
         if switch(flag):
             mp.set(flag, target, True)
         elif field_exists(target):
@@ -1427,6 +1432,8 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--overlap-param-gather")
     if _get(pl, "tp_comm_overlap"):
         out.append("--tp-comm-overlap")
+    if _get(pl, "overlap_moe_expert_parallel_comm"):
+        out.append("--overlap-moe-expert-parallel-comm")
     gd = _get(pl, "grad_reduce_dtype")
     if gd == "bf16":
         out.append("--grad-reduce-in-bf16")

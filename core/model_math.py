@@ -2130,8 +2130,23 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | 
     (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
     et al. 2022, Sec. 4.2.3; GPipe ``m``). ``model`` is needed (ValueError otherwise) when the
     embedding / loss take layer slots under interleaving: the chunks' layers weigh the count."""
-    return _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                      chunks_per_stage(plan), _uneven_chunks(plan, model))[stage]
+    return _ep_overlap_in_flight(plan, _in_flight(
+        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
+        _uneven_chunks(plan, model)))[stage]
+
+
+def _ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...]) -> tuple[float, ...]:
+    """``in_flight`` (per stage) under ``overlap_moe_expert_parallel_comm`` (unchanged without
+    it): Megatron-Core's combined 1F1B runs one forward more before its first backward
+    (``schedules.get_pp_rank_microbatches``: one more warm-up micro-batch with interleaving,
+    ``1/v`` of a stage's layers; without pipelining each forward runs beside the previous
+    micro-batch's backward, so two micro-batches are held), at most ``m`` in all."""
+    if not (getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
+            and plan.expert_parallel > 1):
+        return in_flight
+    m = plan.num_microbatches
+    extra = 1.0 / chunks_per_stage(plan) if plan.pipeline_parallel > 1 else 1.0
+    return tuple(min(x + extra, float(m)) for x in in_flight)
 
 
 def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
@@ -2304,8 +2319,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
     V = padded_vocab_size(model.vocab_size, t)
-    in_flight = _in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                           chunks_per_stage(plan), _uneven_chunks(plan, model))  # of every stage
+    in_flight = _ep_overlap_in_flight(plan, _in_flight(  # of every stage
+        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
+        _uneven_chunks(plan, model)))
     # every stage at once (numpy: the same IEEE operations in the same order as one by one)
     layers = np.array(counts, np.int64)
     keep_s = np.full(len(counts), keep)

@@ -116,6 +116,10 @@ class Report:
     #: tensor-parallel collectives hidden under their GEMMs by ``plan.tp_comm_overlap`` (mean
     #: over stages; not in the sum: comm_s holds the exposed part)
     tp_hidden_s: float = 0.0
+    #: expert all-to-alls hidden under another micro-batch's computation by
+    #: ``plan.overlap_moe_expert_parallel_comm`` (mean over stages; not in the sum: ep_comm_s
+    #: holds the exposed part)
+    ep_hidden_s: float = 0.0
     profile: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: error band of ``iteration_time_s`` (:class:`core.interval.PredictionInterval`); None

@@ -180,6 +180,19 @@ _KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
 _KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
 
 
+def _ep_hidden_s(session: Session, graph, st: StageTimes, stage_ep: np.ndarray) -> float:
+    """Seconds of expert all-to-all hidden by ``overlap_moe_expert_parallel_comm``, mean over
+    stages: each stage's all-to-alls at their whole time (:attr:`StageTimes.moe_comm_s`) less
+    their exposed time in the graph (``stage_ep``); 0 without the overlap."""
+    if not (getattr(session.plan, "overlap_moe_expert_parallel_comm", False) is True
+            and st.moe_comm_s and session.plan.expert_parallel > 1):
+        return 0.0
+    p = session.plan.pipeline_parallel
+    count = np.bincount(graph.stage[graph.kind == KINDS.index("ep_all_to_all")], minlength=p)
+    hidden = count * float(st.moe_comm_s["ep_all_to_all"]) - stage_ep
+    return max(float(hidden.mean()), 0.0)
+
+
 def schedule_times_without_transfers(session: Session, st: StageTimes
                                      ) -> tuple[float, float, float]:
     """Iteration time of ``session``'s plan with free pipeline transfers, as planned, with
@@ -354,6 +367,7 @@ def simulate(session: Session, store: ProfileStore | None = None,
         cp_comm_s=float(stage_cp.mean()),
         cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
         tp_hidden_s=float(sums[:, _TP_HIDDEN].sum()) / p,
+        ep_hidden_s=_ep_hidden_s(session, graph, st, stage_ep),
         stage_cp_comm_s=stage_cp.tolist(),
         bubble_s=bubble_s,
         overlap_wait_s=overlap_wait_s,

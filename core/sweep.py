@@ -85,7 +85,7 @@ from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                      ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
                      expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
-                     plan_key, probe_plan, validate)
+                     ep_overlap_errors, plan_key, probe_plan, validate)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -356,7 +356,7 @@ _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "ex
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                  "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                 "last_stage_layers")
+                 "last_stage_layers", "overlap_moe_expert_parallel_comm")
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -447,6 +447,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
 
     if not fixed_ok:  # every candidate breaks a rule of a field the sweep does not set
         return plans
+    ep_overlap = base.overlap_moe_expert_parallel_comm is True
     for t in ts:
         for p, cp in ((p, cp) for p in ps for cp in cps):
             tp = t * p * cp  # GPUs of one data-parallel replica
@@ -509,6 +510,11 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             # (Megatron: only with sequence parallelism)
                                             tp_comm_overlap=bool(base.tp_comm_overlap and sp
                                                                  and 1 < t <= cl.gpus_per_node))
+                                        # the base's expert all-to-all overlap where the plan
+                                        # allows it (expert parallelism, its schedule rules)
+                                        if ep_overlap and ep_overlap_errors(m, plan):
+                                            plan = dataclasses.replace(
+                                                plan, overlap_moe_expert_parallel_comm=False)
                                         # model, cluster and cost were checked above
                                         if fields_ok(plan) and not validate(
                                                 Session(m, plan, cl, session.cost), sections=(),

@@ -420,6 +420,11 @@ ASSUMPTIONS = {
                                   "plan.moe_token_dispatcher_type flex (one copy of a token per "
                                   "other node that holds one of its experts, forwarded over "
                                   "NVLink); MoE rows that name no dispatcher keep alltoall",
+    "ep-a2a-overlap-from-notes": "the notes name the expert all-to-all overlap "
+                                 "(overlap_moe_expert_parallel_comm, 'A2A overlap', 'EP "
+                                 "overlap'): Megatron-Core's combined 1F1B, the all-to-alls of "
+                                 "one micro-batch under another's computation; MoE rows that do "
+                                 "not name it run without",
     "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
                                "activation checkpointing, recompute=selective_op (every other "
                                "matmul, the attention output, reduce-scatters and amax saved; "
@@ -477,6 +482,7 @@ class _Row:
         self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
         self.pp_layout: str | None = None  # the notes' custom pipeline layout (pp_layout)
         self.dispatcher: str | None = None  # the notes' MoE token dispatcher (flex: DeepEP...)
+        self.ep_overlap = False  # the notes name the expert all-to-all overlap
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -658,6 +664,10 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     elif re.search(r"dispatcher", n, re.I):
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
                    "and flex (DeepEP, HybridEP)")
+    if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\b(?:A2A|EP|all-to-all) "
+                 r"(?:comm(?:unication)? )?overlap", n, re.I):
+        row.assume("ep-a2a-overlap-from-notes")
+        row.ep_overlap = True
 
 
 def _layout_mtp(layout: str | None) -> int:
@@ -833,6 +843,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.put(plan, "plan", "pipeline_model_parallel_layout", layout)
     if rw.dispatcher is not None:
         rw.put(plan, "plan", "moe_token_dispatcher_type", rw.dispatcher)
+    if rw.ep_overlap:
+        rw.put(plan, "plan", "overlap_moe_expert_parallel_comm", True)
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
     stages = p * max(vp, 1)
     flags = _has(plan, "account_for_embedding_in_pipeline_split")

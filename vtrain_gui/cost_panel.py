@@ -308,9 +308,11 @@ class CostPanel(QtWidgets.QWidget):
                                 if report.cp_hidden_s > 0 else ""))
         for w in self._cp_row:
             w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
-        v["ep_comm"].setText(format_duration(report.ep_comm_s))
+        ep_hidden = getattr(report, "ep_hidden_s", 0.0)
+        v["ep_comm"].setText(format_duration(report.ep_comm_s)
+                             + (f" ({format_duration(ep_hidden)} hidden)" if ep_hidden > 0 else ""))
         for w in self._ep_row:
-            w.setVisible(report.ep_comm_s > 0)
+            w.setVisible(report.ep_comm_s > 0 or ep_hidden > 0)
         v["bubble"].setText(format_duration(report.bubble_s))
         v["overlap_wait"].setText(format_duration(report.overlap_wait_s))
         for w in self._wait_row:

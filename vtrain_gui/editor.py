@@ -93,6 +93,7 @@ _LABELS = {
     "plan.expert_tensor_parallel": "Expert tensor parallel",
     "plan.moe_token_dispatcher_type": "Token dispatcher (MoE)",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
+    "plan.overlap_moe_expert_parallel_comm": "Overlap EP all-to-all",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
     "plan.pipeline_model_parallel_layout": "Pipeline layout",

@@ -88,7 +88,10 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                if r.tp_hidden_s > 0 else "")
     t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
                                   f"{r.comm_s:,.3f} s{tp_part}, "
-                                  + (f"expert all-to-all {r.ep_comm_s:,.3f} s, " if r.ep_comm_s else "")
+                                  + (f"expert all-to-all {r.ep_comm_s:,.3f} s"
+                                     + (f" ({r.ep_hidden_s:,.3f} s more hidden under another "
+                                        "micro-batch)" if r.ep_hidden_s > 0 else "") + ", "
+                                     if r.ep_comm_s or r.ep_hidden_s else "")
                                   + f"pipeline sends {r.pp_comm_s:,.3f} s, "
                                   f"{cp_part}bubble {r.bubble_s:,.3f} s, "
                                   + (f"waiting for overlapped communication "

@@ -1,0 +1,223 @@
+"""Expert all-to-all overlap (``plan.overlap_moe_expert_parallel_comm``, Megatron-Core's
+combined 1F1B): the pair's closed form against a two-stream reference, the simulated
+iteration, memory, validation, sweeps and the Megatron import / export."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from core import model_math as mm
+from core.config import ClusterConfig, ParallelPlan, Session, inactive_fields, validate
+from core.graph import ep_overlap_pair, stage_times
+from core.megatron_args import export_arguments, import_file
+from core.simulate import session_profile, simulate
+from core.sweep import SweepSpace, enumerate_plans
+from tests.test_megatron_args import MIXTRAL_LAUNCH, _write
+from tests.test_moe import MIXTRAL, _errors
+
+
+def _session(overlap=True, gpu="H100-SXM5-80GB", gpus_per_node=8, **plan) -> Session:
+    base = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=16, micro_batch_size=1,
+                global_batch_size=64, recompute="none", expert_parallel=8,
+                overlap_moe_expert_parallel_comm=overlap)
+    base.update(plan)
+    return Session(MIXTRAL, ParallelPlan(**base), ClusterConfig(gpu=gpu, gpus_per_node=gpus_per_node))
+
+
+# --------------------------------------------------------------------------- the pair
+
+def _two_streams(f, b) -> tuple[float, float, float]:
+    """Reference: the eight nodes of Megatron-Core 0.19 ``TransformerLayerSchedulePlan.run``
+    issued in its order on a computation and a communication stream, each starting when its
+    stream is free and its pass's previous node has ended; the span, and how long each pass's
+    all-to-alls run beyond the computation beside them."""
+    af, df, mf, cf = f
+    cb, mb, db, ab = b
+    free = {"comp": 0.0, "comm": 0.0}
+    end: dict[str, float] = {}
+
+    def run(name, stream, dur, after=None):
+        start = max(free[stream], end[after] if after else 0.0)
+        end[name] = free[stream] = start + dur
+
+    run("combine_bwd", "comm", cb)
+    run("pre_fwd", "comp", af)
+    run("mlp_bwd", "comp", mb, "combine_bwd")
+    run("dispatch_fwd", "comm", df, "pre_fwd")
+    run("dispatch_bwd", "comm", db, "mlp_bwd")
+    run("mlp_fwd", "comp", mf, "dispatch_fwd")
+    run("combine_fwd", "comm", cf, "mlp_fwd")
+    run("pre_bwd", "comp", ab, "dispatch_bwd")
+    return max(end.values()), end["pre_bwd"], end["combine_fwd"]
+
+
+def test_pair_closed_form_matches_the_two_stream_reference():
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        f = tuple(rng.uniform(0, 5, 4) * rng.integers(0, 2, 4))  # some zeros too
+        b = tuple(rng.uniform(0, 5, 4) * rng.integers(0, 2, 4))
+        span, ef, eb = ep_overlap_pair(f, b)
+        ref, _, _ = _two_streams(f, b)
+        assert span == pytest.approx(ref, abs=1e-12)
+        # the span is both computations plus both exposures
+        assert span == pytest.approx(f[0] + f[2] + b[1] + b[3] + ef + eb, abs=1e-12)
+        assert 0 <= ef <= f[1] + f[3] and 0 <= eb <= b[0] + b[2]
+
+
+def test_pair_hand_values():
+    # computation longer than every all-to-all: all hidden
+    assert ep_overlap_pair((3, 2, 5, 2), (2, 6, 2, 4)) == (18, 0, 0)
+    # all-to-alls of 4 beside computations of 1: each exposes 3
+    assert ep_overlap_pair((1, 4, 1, 4), (4, 1, 4, 1)) == (16, 6, 6)
+    # without the overlap the same layer pair would take 20 (computation 4, all-to-alls 16)
+
+
+# --------------------------------------------------------------------------- simulation
+
+def test_overlap_hides_the_all_to_alls_and_keeps_the_compute():
+    """Nodes of four GPUs (ep = 8 spans two): the overlapped plan's exposed and hidden all-to-all
+    add up to the plain plan's; compute is unchanged; the iteration is shorter by the hidden
+    part; the time terms still sum to the iteration."""
+    plain = simulate(_session(False, gpus_per_node=4)).report
+    ov = simulate(_session(True, gpus_per_node=4)).report
+    assert plain.ep_hidden_s == 0
+    assert ov.ep_hidden_s > 0
+    assert ov.ep_comm_s + ov.ep_hidden_s == pytest.approx(plain.ep_comm_s, rel=1e-9)
+    assert ov.compute_s == pytest.approx(plain.compute_s, rel=1e-12)
+    assert ov.iteration_time_s == pytest.approx(plain.iteration_time_s - ov.ep_hidden_s, rel=1e-9)
+    total = ov.compute_s + ov.comm_s + ov.ep_comm_s + ov.pp_comm_s + ov.bubble_s + ov.imbalance_s
+    assert total == pytest.approx(ov.iteration_time_s, rel=1e-9)
+
+
+def test_exposed_all_to_all_is_the_pair_formula_on_the_op_times():
+    """One stage, every layer MoE and alike: each all-to-all of a pass is timed at half the
+    pass's exposure of :func:`ep_overlap_pair`, built from the op times by hand here."""
+    s = _session(True, gpus_per_node=4)
+    st = stage_times(s, session_profile(s))
+    o, a2a = st.op_times_s, st.moe_comm_s["ep_all_to_all"]
+    af = o["attention_fwd"] + o["router_fwd"] + o["moe_permute_fwd"] + o["moe_unpermute_fwd"]
+    mf = o["experts_fwd"]
+    mb = o["moe_unpermute_bwd"] + o["experts_bwd"]
+    ab = o["moe_permute_bwd"] + o["router_bwd"] + o["attention_bwd"]
+    _, ef, eb = ep_overlap_pair((af, a2a, mf, a2a), (a2a, mb, a2a, ab))
+    plain = stage_times(dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, overlap_moe_expert_parallel_comm=False)), session_profile(s))
+    L = MIXTRAL.num_layers
+    assert st.fwd_s[0, 0] == pytest.approx(plain.fwd_s[0, 0] - L * (2 * a2a - ef), rel=1e-9)
+    assert st.bwd_s[0, 0] == pytest.approx(plain.bwd_s[0, 0] - L * (2 * a2a - eb), rel=1e-9)
+
+
+def test_interleaved_plan_with_overlap_simulates_and_gains():
+    kw = dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
+              virtual_pipeline_stages=2, expert_parallel=8, global_batch_size=64)
+    plain = simulate(_session(False, **kw)).report
+    ov = simulate(_session(True, **kw)).report
+    assert ov.iteration_time_s < plain.iteration_time_s
+    assert ov.ep_comm_s < plain.ep_comm_s
+
+
+# --------------------------------------------------------------------------- memory
+
+def test_one_more_micro_batch_in_flight():
+    """Without pipelining two micro-batches are held (a forward beside the previous one's
+    backward); with interleaving one more warm-up chunk, 1/v of the stage's layers."""
+    assert mm.in_flight_microbatches(_session(False).plan, 0) == 1
+    assert mm.in_flight_microbatches(_session(True).plan, 0) == 2
+    kw = dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
+              virtual_pipeline_stages=2)
+    for i in range(2):
+        base = mm.in_flight_microbatches(_session(False, **kw).plan, i)
+        assert mm.in_flight_microbatches(_session(True, **kw).plan, i) == base + 0.5
+    # one micro-batch only: nothing more to hold
+    assert mm.in_flight_microbatches(_session(True, global_batch_size=16).plan, 0) == 1
+    # the activations grow by one micro-batch's (stage memory of the whole layer stack)
+    a = mm.stage_memory(MIXTRAL, _session(False).plan)[0]
+    b = mm.stage_memory(MIXTRAL, _session(True).plan)[0]
+    assert b.weights_bytes == a.weights_bytes and b.activations_bytes > a.activations_bytes
+
+
+# --------------------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("plan,words", [
+    (dict(expert_parallel=1), "needs expert parallelism"),
+    (dict(pipeline_parallel=2, data_parallel=8), "needs the interleaved schedule"),
+    (dict(schedule="gpipe"), "combined 1F1B schedule, not 'gpipe'"),
+    (dict(recompute="full"), "full recomputation"),
+    (dict(recompute="selective", recompute_modules="moe"), "moe out of recompute_modules"),
+])
+def test_rules_name_the_field(plan, words):
+    errs = _errors(_session(True, **plan))
+    assert words in errs.get("plan.overlap_moe_expert_parallel_comm", ""), errs
+    assert "plan.overlap_moe_expert_parallel_comm" not in _errors(_session(False, **plan))
+
+
+def test_dense_model_and_inactive_field():
+    s = _session(True, expert_parallel=1)
+    dense = dataclasses.replace(s, model=dataclasses.replace(MIXTRAL, num_experts=None))
+    assert "needs expert parallelism" in _errors(dense)["plan.overlap_moe_expert_parallel_comm"]
+    assert "plan.overlap_moe_expert_parallel_comm" in inactive_fields(dense)
+    assert "plan.overlap_moe_expert_parallel_comm" not in inactive_fields(_session(True))
+    assert not validate(_session(True))
+
+
+# --------------------------------------------------------------------------- sweep
+
+def test_sweep_keeps_the_overlap_only_where_the_plan_allows_it():
+    s = _session(True, global_batch_size=64)
+    plans = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2],
+                                          micro_batch_sizes=[1], schedules=["1f1b", "interleaved"],
+                                          recompute=["none", "full"], expert_parallel=[1, 8]))
+    assert plans
+    for pl in plans:
+        allowed = (pl.expert_parallel > 1 and pl.recompute != "full"
+                   and (pl.pipeline_parallel == 1 or pl.schedule == "interleaved"))
+        assert pl.overlap_moe_expert_parallel_comm is allowed, pl
+    assert any(pl.overlap_moe_expert_parallel_comm for pl in plans)
+    assert any(pl.expert_parallel == 1 for pl in plans)  # still tried, without the overlap
+
+
+# --------------------------------------------------------------------------- Megatron
+
+def test_megatron_import_and_export(tmp_path):
+    text = (MIXTRAL_LAUNCH.replace("--pipeline-model-parallel-size 4", "--pipeline-model-parallel-size 1")
+            .replace("--recompute-granularity selective",
+                     "--overlap-moe-expert-parallel-comm --delay-wgrad-compute"))
+    res = import_file(_write(tmp_path, "overlap.sh", text))
+    assert res.session.plan.overlap_moe_expert_parallel_comm is True
+    assert "--delay-wgrad-compute" in dict(res.ignored)  # not modelled: listed
+    assert "--overlap-moe-expert-parallel-comm" in export_arguments(res.session)
+    res = import_file(_write(tmp_path, "plain.sh", MIXTRAL_LAUNCH))
+    assert res.session.plan.overlap_moe_expert_parallel_comm is False
+    assert "--overlap-moe-expert-parallel-comm" not in export_arguments(res.session)
+
+
+# --------------------------------------------------------------------------- published runs
+
+def test_published_row_naming_the_overlap(tmp_path):
+    """A published row whose notes name the all-to-all overlap gets the field, with the named
+    assumption; the same row without it keeps the plain schedule and is predicted slower."""
+    import csv
+
+    from core.validate import read_measurements
+    from tests.test_published_runs import PUBLISHED
+    if not PUBLISHED.exists():
+        pytest.skip(f"shared data not present: {PUBLISHED}")
+    rows = list(csv.DictReader(PUBLISHED.open()))
+    row = dict(rows[3])  # row 4: Qwen3-30B-A3B on 16 H100, ep 16 over two nodes, p 1
+    assert row["model_name"] == "Qwen3-30B-A3B" and row["expert_parallel"] == "16"
+    out = tmp_path / "rows.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+        w.writerow({**row, "notes": row["notes"] + "; EP A2A overlap on"})
+    plain, ov = read_measurements(out)
+    assert plain.session.plan.overlap_moe_expert_parallel_comm is False
+    assert ov.session.plan.overlap_moe_expert_parallel_comm is True
+    assert "ep-a2a-overlap-from-notes" in {a.split(":")[0] for a in ov.assumptions}
+    assert not validate(ov.session)
+    assert (simulate(ov.session).report.iteration_time_s
+            < simulate(plain.session).report.iteration_time_s)
