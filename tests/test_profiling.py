@@ -286,3 +286,20 @@ def test_profile_show_prints_peaks_and_calibration_provenance(capsys):
     assert "peak GFLOP/s: bf16 312,000" in out
     assert "parameters: gemm_efficiency_max=" in out
     assert "measured_multi_node.csv: n=65, mape_percent=" in out
+
+
+def test_session_shapes_follow_the_stages_layer_counts():
+    """The profiled layer counts are the stages' own: an even split, uneven first / last stages,
+    a custom pipeline layout (its largest and smallest stage)."""
+    import dataclasses
+
+    from core.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.profiling import shapes_from_session
+    m = MODEL_PRESETS["GPT-3 1.3B"]  # 24 layers
+    even = ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=1,
+                        micro_batch_size=1, global_batch_size=8)
+    assert shapes_from_session(Session(m, even)).layers == (6,)
+    uneven = dataclasses.replace(even, first_stage_layers=3, last_stage_layers=9)
+    assert shapes_from_session(Session(m, uneven)).layers == (3, 6, 9)
+    layout = dataclasses.replace(even, pipeline_model_parallel_layout="Et*2|t*10|t*10|t*2L")
+    assert shapes_from_session(Session(m, layout)).layers == (2, 10)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..config import ConfigError, Session, padded_vocab_size
+from ..config import ConfigError, Session, padded_vocab_size, stage_layer_counts
 from ..model_math import MLA_KEY
 from ..ops import DTYPE_BYTES
 
@@ -174,9 +174,11 @@ def shape_from_dict(d: dict[str, Any], default_dtype: str = "fp32") -> list[Shap
 def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGroup:
     """The shape group a session's simulation looks up (its ``t``, ``b``, precision).
 
-    ``layers`` holds the layers of one pipeline stage, so the optimizer-step row
-    matches the stage's parameter count (first and last stage differ by the
-    embedding only).
+    ``layers`` holds the distinct layer counts of the pipeline stages
+    (:func:`core.config.stage_layer_counts`: an even split, uneven first / last stages or a
+    custom pipeline layout), so the optimizer-step rows match each stage's parameter count
+    (stages of equal counts differ by the embedding only). A stage that holds no layer
+    counts as one.
 
     Raises
     ------
@@ -197,7 +199,8 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     return ShapeGroup(s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads, f=m.ffn,
                       V=padded_vocab_size(m.vocab_size, t), t=t, dtype=dtype or pl.precision,
                       b=(pl.micro_batch_size,),
-                      layers=(max(1, m.num_layers // pl.pipeline_parallel),))
+                      layers=tuple(sorted({max(1, n) for n in stage_layer_counts(m.num_layers,
+                                                                                  pl)})))
 
 
 def merge_groups(groups: Iterable[ShapeGroup]) -> list[ShapeGroup]:
