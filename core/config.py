@@ -1794,6 +1794,8 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
       the ``1f1b`` schedule names here. GPipe and ZB-H1 have no combined 1F1B.
     * No full recomputation, and no ``moe`` among the recomputed modules.
     * At most one multi-token prediction layer.
+    * A bf16 or fp16 model ("only supported with bf16 or fp16 model"; FP8 training keeps bf16
+      parameters): not fp32.
     * Torchtitan's per-op checkpointing (``selective_op``) is not Megatron-Core's: refused.
     """
     if getattr(pl, "overlap_moe_expert_parallel_comm", False) is not True:
@@ -1821,6 +1823,9 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     elif pl.recompute == "selective" and "moe" in recompute_modules(pl):
         errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with the recompute module "
                                "moe: Megatron-Core needs moe out of recompute_modules"))
+    if pl.precision == "fp32":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with precision='fp32': "
+                               "Megatron-Core supports it with a bf16 or fp16 model only"))
     if _is_int(m.mtp_num_layers) and m.mtp_num_layers > 1:
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with mtp_num_layers="
                                f"{m.mtp_num_layers}: Megatron-Core supports at most one "
@@ -2003,7 +2008,8 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
     """``plan`` with every size a study chooses at 1 (t, p, d, b, cp, ep), the 1F1B schedule,
     and the fields that depend on them cleared (v, the first/last stages' layers, the
     recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
-    fixes p*v); recomputation full, or selective when the plan names its modules. Then
+    fixes p*v, the expert all-to-all overlap, which needs ep > 1); recomputation full, or
+    selective when the plan names its modules. Then
     ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
     validates, and what the sweep's reasons probe one value at a time."""
     fields = dict(
@@ -2014,7 +2020,9 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None,
-        pipeline_model_parallel_layout=None)
+        pipeline_model_parallel_layout=None,
+        # needs ep > 1 and no full recomputation: a study decides it with the sizes
+        overlap_moe_expert_parallel_comm=False)
     fields.update({k: v for k, v in changes.items() if v is not None})
     return dataclasses.replace(plan, **fields)
 

@@ -858,8 +858,7 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                    ep=pl.expert_parallel > 1,
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
                    shared=m.num_shared_experts > 0,
-                   ep_overlap=bool(pl.overlap_moe_expert_parallel_comm is True
-                                   and pl.expert_parallel > 1))
+                   ep_overlap=_ep_overlap(pl))
     return _Structure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first),
                       "core_attn" in recompute_modules(pl),
@@ -1300,7 +1299,8 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     """
     values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
-    values = ep_overlap_exposed(values, structs)
+    values = ep_overlap_exposed(values, structs,
+                                model_math.ep_overlap_paired_share(session.plan, stage))
     out: tuple[list, list, list] = ([], [], [])
     for st in structs:
         for part, tmpl in zip(out, _stage_templates(st)):
@@ -1666,7 +1666,9 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
         mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
                 tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
-                fp8_speedup)
+                fp8_speedup,
+                # the paired share reads m, which d changes (the layout holds every other field)
+                tuple(model_math.ep_overlap_paired_share(session.plan, i) for i in layout.reps))
         hit = cache.get(mkey)
         if hit is not None:
             return tuple(a.copy() for a in hit)
@@ -1675,7 +1677,8 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         values = ep_overlap_exposed(
-            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs)
+            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs,
+            model_math.ep_overlap_paired_share(session.plan, i))
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
@@ -1867,6 +1870,8 @@ def _middle_stages_alike(session: Session) -> bool:
     or ``window_attn_skip_freq`` can differ between stages)."""
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
+    if p > 3 and _ep_overlap(pl):  # each stage's share of paired items differs (warm-up)
+        return False
     windowed = model_math.window_layer_mask(m)
     if p <= 3 or (not m.is_moe and windowed.all() == windowed.any()
                   and pipeline_layout_text(pl) is None):  # a custom layout: compare the counts
@@ -1931,9 +1936,17 @@ def _layer_segments(tmpl: _Template, layers: tuple[int, ...], src: int
     return out
 
 
-def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure]) -> np.ndarray:
+def _ep_overlap(plan) -> bool:
+    """Whether the plan overlaps its expert all-to-alls (``overlap_moe_expert_parallel_comm``
+    with ``ep > 1``)."""
+    return bool(getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
+                and plan.expert_parallel > 1)
+
+
+def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: float = 1.0
+                       ) -> np.ndarray:
     """``values`` (:func:`_source_values` of one stage) with the overlapped expert all-to-alls
-    (``ep_all_to_all@fwd``, ``@bwd``) set to their exposed seconds under
+    (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
     ``overlap_moe_expert_parallel_comm`` (unchanged without it).
 
     Every MoE layer of the stage's chunks ``structs``: its forward is paired with its own
@@ -1943,10 +1956,11 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure]) -> np.ndar
     computation they sit in; shared experts and the un-permutation with the computation beside
     them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
 
-    Every forward and backward is taken as paired: the warm-up and cool-down items that run
-    alone (one micro-batch of ``m`` without pipelining; about ``2(p-1-i) + (v-1)m_g + 1`` of
-    ``m*v`` on stage ``i`` with the interleaved schedule) expose their all-to-alls in Megatron,
-    so the overlap is overstated by at most that share.
+    ``paired``: the share of the stage's forwards and backwards that run paired
+    (:func:`core.model_math.ep_overlap_paired_share`); the others expose their all-to-alls whole, so each
+    all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean over the
+    stage's items: the items' durations, not their places in the schedule, are what the
+    pipeline graph takes).
     """
     if not structs or not structs[0].ep_overlap:
         return values
@@ -1967,7 +1981,8 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure]) -> np.ndar
     if not ef:
         return values
     out = values.copy()
-    out[src_f], out[src_b] = float(np.mean(ef)) / 2, float(np.mean(eb)) / 2
+    for src, exposed in ((src_f, ef), (src_b, eb)):
+        out[src] = paired * float(np.mean(exposed)) / 2 + (1.0 - paired) * values[src]
     return out
 
 

@@ -1157,6 +1157,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
             mp.set(flag, target, True)
         elif field_exists(target):
             mp.set(flag, target, False)
+    if switch("--overlap-moe-expert-parallel-comm") and switch("--moe-shared-expert-overlap"):
+        raise MegatronArgsError(f"{src}: --overlap-moe-expert-parallel-comm with "
+                                "--moe-shared-expert-overlap: Megatron-Core refuses them together "
+                                "(disable moe_shared_expert_overlap when enabling "
+                                "overlap_moe_expert_parallel_comm)")
     bf16_grads, fp32_grads = switch("--grad-reduce-in-bf16"), switch("--accumulate-allreduce-grads-in-fp32")
     if bf16_grads and fp32_grads:
         raise MegatronArgsError(f"{src}: --grad-reduce-in-bf16 and "

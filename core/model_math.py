@@ -2132,21 +2132,46 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | 
     embedding / loss take layer slots under interleaving: the chunks' layers weigh the count."""
     return _ep_overlap_in_flight(plan, _in_flight(
         plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
-        _uneven_chunks(plan, model)))[stage]
+        _uneven_chunks(plan, model)), model)[stage]
 
 
-def _ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...]) -> tuple[float, ...]:
+def ep_overlap_paired_share(plan: ParallelPlan, stage: int) -> float:
+    """Share of stage ``stage``'s forwards and backwards that run paired under
+    ``overlap_moe_expert_parallel_comm`` (:func:`core.schedules.combined_1f1b_paired_share`);
+    0 without it (or without expert parallelism)."""
+    if not (getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
+            and plan.expert_parallel > 1):
+        return 0.0
+    return schedules.combined_1f1b_paired_share(plan.schedule, plan.pipeline_parallel,
+                                                plan.num_microbatches, chunks_per_stage(plan),
+                                                stage)
+
+
+def _ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...],
+                          model: ModelConfig | None) -> tuple[float, ...]:
     """``in_flight`` (per stage) under ``overlap_moe_expert_parallel_comm`` (unchanged without
-    it): Megatron-Core's combined 1F1B runs one forward more before its first backward
-    (``schedules.get_pp_rank_microbatches``: one more warm-up micro-batch with interleaving,
-    ``1/v`` of a stage's layers; without pipelining each forward runs beside the previous
-    micro-batch's backward, so two micro-batches are held), at most ``m`` in all."""
+    it), at most ``m`` in all:
+
+    * with pipelining one forward more before the first backward
+      (``schedules.get_pp_rank_microbatches``: one more warm-up micro-batch chunk with
+      interleaving, ``1/v`` of the stage's layers);
+    * while a forward runs beside a backward (``TransformerModelChunkSchedulePlan.run``: the
+      forward's layer ``i`` with the backward's layer ``n-1-i``, each backward layer freeing
+      what it saved) the two hold one layer more than one micro-batch: ``1/n`` of a stage of
+      ``n`` layers, on stages that pair any items (:func:`ep_overlap_paired_share`; without
+      pipelining ``m > 1``).
+
+    Raises ValueError without ``model`` when the plan overlaps (the stages' layer counts)."""
     if not (getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
             and plan.expert_parallel > 1):
         return in_flight
+    if model is None:
+        raise ValueError("the in-flight activations of the expert all-to-all overlap need the model")
     m = plan.num_microbatches
-    extra = 1.0 / chunks_per_stage(plan) if plan.pipeline_parallel > 1 else 1.0
-    return tuple(min(x + extra, float(m)) for x in in_flight)
+    counts = stage_layer_counts(model.num_layers, plan)
+    warm = 1.0 / chunks_per_stage(plan) if plan.pipeline_parallel > 1 else 0.0
+    return tuple(min(x + warm + (1.0 / max(n, 1) if ep_overlap_paired_share(plan, i) > 0 else 0.0),
+                     float(m)) for i, (x, n) in enumerate(zip(in_flight, counts)))
 
 
 def _uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
@@ -2321,7 +2346,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     V = padded_vocab_size(model.vocab_size, t)
     in_flight = _ep_overlap_in_flight(plan, _in_flight(  # of every stage
         plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
-        _uneven_chunks(plan, model)))
+        _uneven_chunks(plan, model)), model)
     # every stage at once (numpy: the same IEEE operations in the same order as one by one)
     layers = np.array(counts, np.int64)
     keep_s = np.full(len(counts), keep)

@@ -489,3 +489,23 @@ def schedule_errors(schedule: str, p: int, m: int, v: int | None, num_layers: in
     except ValueError as exc:
         return [("plan.schedule", str(exc))]
     return sched.errors(p, m, v, num_layers, extra_slots)
+
+
+@lru_cache(maxsize=4096)
+def combined_1f1b_paired_share(schedule: str, p: int, m: int, v: int, stage: int) -> float:
+    """Share of stage ``stage``'s ``m*v`` forwards (and as many backwards) that Megatron-Core's
+    combined 1F1B (``--overlap-moe-expert-parallel-comm``) runs beside an item of the other
+    pass, in [0, 1).
+
+    The forwards before the stage's first backward in :func:`work_order` run alone, as many
+    backwards in the cool-down. With pipelining these are the schedule's warm-up and its first
+    steady-state forward, which the overlap turns into one more warm-up forward (Megatron-Core
+    0.19 ``schedules.get_pp_rank_microbatches``: "one extra micro-batch forward step before the
+    1f1b stages"); without pipelining the first forward (and the last backward): ``(m-1)/m``.
+    With interleaving stage ``i`` runs ``2(p-1-i) + (v-1)p + 1`` forwards alone, so a plan of
+    few micro-batches pairs few or none."""
+    order = work_order(schedule, p, m, stage, v)
+    backward = np.flatnonzero(order.phase == PHASE_B)
+    n = m * v
+    alone = min(int(backward[0]) if backward.size else n, n)
+    return (n - alone) / n

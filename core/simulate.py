@@ -189,8 +189,9 @@ def _ep_hidden_s(session: Session, graph, st: StageTimes, stage_ep: np.ndarray) 
         return 0.0
     p = session.plan.pipeline_parallel
     count = np.bincount(graph.stage[graph.kind == KINDS.index("ep_all_to_all")], minlength=p)
-    hidden = count * float(st.moe_comm_s["ep_all_to_all"]) - stage_ep
-    return max(float(hidden.mean()), 0.0)
+    whole = count * float(st.moe_comm_s["ep_all_to_all"])
+    hidden = float((whole - stage_ep).mean())
+    return hidden if hidden > 1e-12 * float(whole.mean()) else 0.0  # not float noise
 
 
 def schedule_times_without_transfers(session: Session, st: StageTimes

@@ -664,10 +664,14 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     elif re.search(r"dispatcher", n, re.I):
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
                    "and flex (DeepEP, HybridEP)")
-    if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\b(?:A2A|EP|all-to-all) "
-                 r"(?:comm(?:unication)? )?overlap", n, re.I):
-        row.assume("ep-a2a-overlap-from-notes")
-        row.ep_overlap = True
+    for clause in re.split(r"[;\n]", n):  # a clause that names it and does not negate it
+        if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\b(?:A2A|EP|all-to-all) "
+                     r"(?:comm(?:unication)? )?overlap", clause, re.I) and not re.search(
+                         r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b",
+                         clause, re.I):
+            row.assume("ep-a2a-overlap-from-notes")
+            row.ep_overlap = True
+            break
 
 
 def _layout_mtp(layout: str | None) -> int:

@@ -12,7 +12,7 @@ import pytest
 from core import model_math as mm
 from core.config import ClusterConfig, ParallelPlan, Session, inactive_fields, validate
 from core.graph import ep_overlap_pair, stage_times
-from core.megatron_args import export_arguments, import_file
+from core.megatron_args import MegatronArgsError, export_arguments, import_file
 from core.simulate import session_profile, simulate
 from core.sweep import SweepSpace, enumerate_plans
 from tests.test_megatron_args import MIXTRAL_LAUNCH, _write
@@ -94,7 +94,9 @@ def test_overlap_hides_the_all_to_alls_and_keeps_the_compute():
 
 def test_exposed_all_to_all_is_the_pair_formula_on_the_op_times():
     """One stage, every layer MoE and alike: each all-to-all of a pass is timed at half the
-    pass's exposure of :func:`ep_overlap_pair`, built from the op times by hand here."""
+    pass's exposure of :func:`ep_overlap_pair`, built from the op times by hand here, on the
+    paired share of the items ((m-1)/m = 3/4 without pipelining: the first forward and the last
+    backward run alone)."""
     s = _session(True, gpus_per_node=4)
     st = stage_times(s, session_profile(s))
     o, a2a = st.op_times_s, st.moe_comm_s["ep_all_to_all"]
@@ -105,9 +107,39 @@ def test_exposed_all_to_all_is_the_pair_formula_on_the_op_times():
     _, ef, eb = ep_overlap_pair((af, a2a, mf, a2a), (a2a, mb, a2a, ab))
     plain = stage_times(dataclasses.replace(s, plan=dataclasses.replace(
         s.plan, overlap_moe_expert_parallel_comm=False)), session_profile(s))
-    L = MIXTRAL.num_layers
-    assert st.fwd_s[0, 0] == pytest.approx(plain.fwd_s[0, 0] - L * (2 * a2a - ef), rel=1e-9)
-    assert st.bwd_s[0, 0] == pytest.approx(plain.bwd_s[0, 0] - L * (2 * a2a - eb), rel=1e-9)
+    L, paired = MIXTRAL.num_layers, 3 / 4
+    assert s.plan.num_microbatches == 4 and mm.ep_overlap_paired_share(s.plan, 0) == paired
+    assert st.fwd_s[0, 0] == pytest.approx(plain.fwd_s[0, 0] - paired * L * (2 * a2a - ef),
+                                           rel=1e-9)
+    assert st.bwd_s[0, 0] == pytest.approx(plain.bwd_s[0, 0] - paired * L * (2 * a2a - eb),
+                                           rel=1e-9)
+
+
+def test_paired_share_follows_the_warm_up():
+    """Without pipelining (m-1)/m; with interleaving stage i warms up with 2(p-1-i) + (v-1)p + 1
+    forwards (Megatron's count plus the combined 1F1B's extra one) of its m*v; none paired when
+    the warm-up takes them all; 0 without the overlap."""
+    assert mm.ep_overlap_paired_share(_session(True, global_batch_size=16).plan, 0) == 0  # m = 1
+    assert mm.ep_overlap_paired_share(_session(True, global_batch_size=64).plan, 0) == 3 / 4
+    assert mm.ep_overlap_paired_share(_session(False).plan, 0) == 0
+    kw = dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
+              virtual_pipeline_stages=2)
+    # m = p = 2: Megatron runs every micro-batch in the warm-up (all forwards, then backwards)
+    for B, shares in ((64, ((16 - 5) / 16, (16 - 3) / 16)), (16, (0.0, 0.0))):
+        pl = _session(True, global_batch_size=B, **kw).plan
+        assert tuple(mm.ep_overlap_paired_share(pl, i) for i in range(2)) == shares
+
+
+def test_nothing_hidden_when_nothing_pairs():
+    """One micro-batch without pipelining, or a warm-up that takes every item: the all-to-alls
+    stay whole (the tester's cases: m = 1 at p = 1; p = 2, v = 2, m = 2)."""
+    for kw in (dict(global_batch_size=16),
+               dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
+                    virtual_pipeline_stages=2, global_batch_size=16)):
+        plain = simulate(_session(False, gpus_per_node=4, **kw)).report
+        ov = simulate(_session(True, gpus_per_node=4, **kw)).report
+        assert plain.ep_comm_s > 0 and ov.ep_hidden_s == 0
+        assert ov.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-12)
 
 
 def test_interleaved_plan_with_overlap_simulates_and_gains():
@@ -121,18 +153,23 @@ def test_interleaved_plan_with_overlap_simulates_and_gains():
 
 # --------------------------------------------------------------------------- memory
 
-def test_one_more_micro_batch_in_flight():
-    """Without pipelining two micro-batches are held (a forward beside the previous one's
-    backward); with interleaving one more warm-up chunk, 1/v of the stage's layers."""
-    assert mm.in_flight_microbatches(_session(False).plan, 0) == 1
-    assert mm.in_flight_microbatches(_session(True).plan, 0) == 2
+def test_in_flight_activations():
+    """A forward beside a backward holds one layer more than a micro-batch (the backward frees
+    its layers as the forward fills its own): 1 + 1/32 of Mixtral's 32 layers without
+    pipelining; with interleaving also one more warm-up chunk, 1/v of the stage's layers."""
+    M = MIXTRAL
+    assert mm.in_flight_microbatches(_session(False).plan, 0, M) == 1
+    assert mm.in_flight_microbatches(_session(True).plan, 0, M) == pytest.approx(1 + 1 / 32)
     kw = dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
               virtual_pipeline_stages=2)
     for i in range(2):
-        base = mm.in_flight_microbatches(_session(False, **kw).plan, i)
-        assert mm.in_flight_microbatches(_session(True, **kw).plan, i) == base + 0.5
+        base = mm.in_flight_microbatches(_session(False, **kw).plan, i, M)
+        assert mm.in_flight_microbatches(_session(True, **kw).plan, i, M) == pytest.approx(
+            base + 1 / 2 + 1 / 16)
     # one micro-batch only: nothing more to hold
-    assert mm.in_flight_microbatches(_session(True, global_batch_size=16).plan, 0) == 1
+    assert mm.in_flight_microbatches(_session(True, global_batch_size=16).plan, 0, M) == 1
+    with pytest.raises(ValueError, match="need the model"):
+        mm.in_flight_microbatches(_session(True).plan, 0)
     # the activations grow by one micro-batch's (stage memory of the whole layer stack)
     a = mm.stage_memory(MIXTRAL, _session(False).plan)[0]
     b = mm.stage_memory(MIXTRAL, _session(True).plan)[0]
@@ -147,6 +184,7 @@ def test_one_more_micro_batch_in_flight():
     (dict(schedule="gpipe"), "combined 1F1B schedule, not 'gpipe'"),
     (dict(recompute="full"), "full recomputation"),
     (dict(recompute="selective", recompute_modules="moe"), "moe out of recompute_modules"),
+    (dict(precision="fp32"), "bf16 or fp16 model only"),
 ])
 def test_rules_name_the_field(plan, words):
     errs = _errors(_session(True, **plan))
@@ -192,6 +230,26 @@ def test_megatron_import_and_export(tmp_path):
     res = import_file(_write(tmp_path, "plain.sh", MIXTRAL_LAUNCH))
     assert res.session.plan.overlap_moe_expert_parallel_comm is False
     assert "--overlap-moe-expert-parallel-comm" not in export_arguments(res.session)
+    both = text.replace("--delay-wgrad-compute", "--moe-shared-expert-overlap")
+    with pytest.raises(MegatronArgsError, match="refuses them together"):
+        import_file(_write(tmp_path, "both.sh", both))
+
+
+def test_sweep_and_studies_of_an_overlapped_session(tmp_path, capsys):
+    """The studies check a session but its plan with a probe plan (ep 1, full recomputation):
+    the overlap is off there, so an overlapped session sweeps (the tester's exit 2)."""
+    from core.cli import main
+    from core.config import check_all_but_the_plan
+    from core.session import save_session
+    s = _session(True, global_batch_size=64)
+    assert not check_all_but_the_plan(s)
+    path = tmp_path / "ov.json"
+    save_session(s, path)
+    assert main(["sweep", str(path), "--gpus", "16", "--micro-batch-sizes", "1",
+                 "--pipeline-parallel", "1", "--tensor-parallel", "1", "--json",
+                 "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert '"num_plans"' in out and "overlap_moe_expert_parallel_comm" in out
 
 
 # --------------------------------------------------------------------------- published runs
@@ -214,9 +272,13 @@ def test_published_row_naming_the_overlap(tmp_path):
         w.writeheader()
         w.writerow(row)
         w.writerow({**row, "notes": row["notes"] + "; EP A2A overlap on"})
-    plain, ov = read_measurements(out)
+        for negated in ("A2A overlap off", "no EP overlap", "without all-to-all overlap",
+                        "overlap_moe_expert_parallel_comm=False", "EP comm overlap disabled"):
+            w.writerow({**row, "notes": row["notes"] + "; " + negated})
+    plain, ov, *negated = read_measurements(out)
     assert plain.session.plan.overlap_moe_expert_parallel_comm is False
     assert ov.session.plan.overlap_moe_expert_parallel_comm is True
+    assert [n.session.plan.overlap_moe_expert_parallel_comm for n in negated] == [False] * 5
     assert "ep-a2a-overlap-from-notes" in {a.split(":")[0] for a in ov.assumptions}
     assert not validate(ov.session)
     assert (simulate(ov.session).report.iteration_time_s
