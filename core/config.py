@@ -1925,10 +1925,6 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
                 if n in UNMODELLED_RECOMPUTE_MODULES:
                     errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {n} is "
                                            f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})"))
-            if pl.precision == "fp8" and set(names) - {"core_attn"}:
-                errs.append(FieldError("plan.recompute_modules", "recompute_modules other than "
-                                       "core_attn with precision fp8 are not modelled (Transformer "
-                                       "Engine's FP8 copies of the recomputed modules' inputs)"))
     size = pl.data_parallel_shard_size
     if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
         if pl.data_parallel % size:

@@ -800,6 +800,8 @@ class _Structure:
     (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model_math.mtp_layer_is_moe`);
     ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
     recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
+    ``norms``: whether the input norm and a dense layer's pre-MLP norm are modules of their
+    own (:func:`core.model_math.norms_separate`), which ``layernorm`` recomputation runs again.
     ``ep_overlap``: ``overlap_moe_expert_parallel_comm`` with ``ep > 1``: the forward's and the
     backward's expert all-to-alls take their own sources (``ep_all_to_all@fwd``, ``@bwd``),
     timed at their exposed parts (:func:`ep_overlap_exposed`).
@@ -831,6 +833,7 @@ class _Structure:
     mtp_moe: bool = False
     mtp_recompute: bool = False
     ep_overlap: bool = False
+    norms: tuple[bool, bool] = (True, True)
 
     @property
     def buckets(self) -> bool:
@@ -874,7 +877,8 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                       mla=m.multi_latent_attention is True,
                       mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
                       mtp_moe=model_math.mtp_layer_is_moe(m),
-                      mtp_recompute=pl.recompute == "full", **moe)
+                      mtp_recompute=pl.recompute == "full",
+                      norms=model_math.norms_separate(m), **moe)
 
 
 @lru_cache(maxsize=4096)
@@ -1173,14 +1177,17 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         if is_moe and "moe" in mods:
             moe_fwd(u, K["recompute"], module=True)
         elif not is_moe and "mlp" in mods:
+            if not st.norms[1]:  # the pre-MLP norm fused into fc1 runs with it
+                u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
             block(u, K["recompute"], "mlp_core_fwd", True, True)
-        if "layernorm" in mods:  # the pre-MLP norm's output, the MLP's input
+        # only the norms that are modules of their own (model_math.norms_separate)
+        if "layernorm" in mods and (is_moe or st.norms[1]):  # the pre-MLP norm's output
             u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
         if is_moe:
             moe_bwd(u)
         else:
             block(u, K["backward"], "mlp_bwd", True, True)
-        if "layernorm" in mods:  # the input norm's output, QKV's input
+        if "layernorm" in mods and st.norms[0]:  # the input norm's output, QKV's input
             u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
         if "mla_up_proj" in mods:  # MLA's Q, K, V rebuilt from the kept latents
             u.add(K["recompute"], COMPUTE, "mla_up_proj_fwd", "mla_up_proj_fwd")

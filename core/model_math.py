@@ -674,12 +674,21 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     Selective recomputation by module (Megatron-Core ``--recompute-modules``,
     :func:`core.config.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
     table's ``selective`` row); without it the unfused core keeps that term as with ``none``;
-    ``layernorm`` drops the two norms' outputs, QKV's and fc1's inputs (``4`` of the ``10``:
-    ``CheckpointWithoutOutput`` discards them and the backward runs the norms again); ``mlp``
-    drops the dense MLP's fc1 and activation outputs (``4f/h``, ``6f/h`` gated; its input,
-    the norm output, stays as the checkpoint's input); in an MoE layer ``moe`` and
-    ``shared_experts`` drop the shared experts' share (the routed part in
-    :func:`moe_activation_bytes_per_layer`).
+    ``layernorm`` drops the outputs of the norms that are modules of their own
+    (:func:`norms_separate`; ``CheckpointWithoutOutput`` discards them and the backward runs
+    the norms again), ``2`` each of the ``10``: both on the unfused (local spec) path; on the
+    flash (Transformer Engine spec) path the pre-MLP norm of an MoE layer and the input norm
+    with MLA only, so a dense GQA layer keeps both. ``mlp`` checkpoints the dense MLP on its
+    input and drops its fc1 and activation outputs (``4f/h``, ``6f/h`` gated); on the flash
+    path that input is the residual (kept anyway: the fused norm's input), so fc1's fused norm
+    output (``2``) goes too, while the local spec's checkpoint keeps the norm output; in an
+    MoE layer ``moe`` and ``shared_experts`` drop the shared experts' share
+    (the routed part in :func:`moe_activation_bytes_per_layer`). Under FP8 each drops what the
+    tensor costs there (the linears that read a recomputed output save their original input,
+    Megatron-Core ``set_save_original_input``, freed with it; a checkpointed module's FP8
+    copies are not kept): ``layernorm`` the pre-MLP norm's ``2`` (the router's BF16) plus the
+    shared experts' FP8 copy, the MLA input norm's two FP8 copies; ``mlp`` fc1's FP8 copy,
+    fc1's output and fc2's FP8 input.
     """
     if mode == "selective_op":  # torchtitan's per-op checkpointing: what its policy saves
         return _selective_op_activation_bytes(model, plan)
@@ -708,25 +717,46 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     if mlp is None:
         mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
-    if plan.precision == "fp8":  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
+    # what the two norms' outputs cost here (QKV's and fc1's inputs), and the MLP's term
+    norm_in, norm_mlp, mlp_kept = 2.0, 2.0, mlp
+    fp8 = plan.precision == "fp8"
+    if fp8:  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
         # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
         # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
         # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
         # adds 1 (and without shared experts nothing changes)
         qkv_in = 0 if mla else 1
+        shared_copy = 1 if (moe and mlp) else 0
         if not moe:
             base -= qkv_in + 1  # QKV's and fc1's inputs
+            norm_mlp = 1.0
         else:
-            base -= qkv_in - (1 if mlp else 0)  # QKV's input; the shared experts' FP8 copy
+            base -= qkv_in - shared_copy  # QKV's input; the shared experts' FP8 copy
+            norm_mlp = 2.0 + shared_copy
+        norm_in = 2.0 - qkv_in
         mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
-        # the projection's input: 2 -> 1; FlashAttention without recomputation keeps its output
-        # (the same tensor) in BF16 for its own backward, so the FP8 copy adds 1
-        proj = 1 if (flash and mode == "none") else -1
+        mlp_kept = mlp - mlp_in
+        # the projection's input: 2 -> 1; FlashAttention not recomputed keeps its output (the
+        # same tensor) in BF16 for its own backward, so the FP8 copy adds 1
+        proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1
         split += proj * proj_width / h - mlp_in
-    if "layernorm" in mods:  # the two norms' outputs (QKV's and fc1's inputs) are not kept
-        base -= 4
-    if ("mlp" in mods and not moe) or (moe and ("moe" in mods or "shared_experts" in mods)):
-        split -= mlp  # the dense MLP's (or the shared experts') fc1 and activation outputs
+    # Megatron-Core's TE layer spec (the flash attention path) fuses the input norm into QKV
+    # (TELayerNormColumnParallelLinear) except with MLA, and the pre-MLP norm into fc1 except in
+    # MoE layers (the router reads it); ``layernorm`` recomputes the separate norms only
+    # (transformer_layer.py: not IdentityOp); the local spec (the unfused path) has both
+    # separate. Their outputs are then not kept: under FP8 the linears that read them save
+    # their original BF16 input instead of an FP8 copy (set_save_original_input), freed with it.
+    in_separate, mlp_separate = norms_separate(model)
+    if "layernorm" in mods:
+        base -= (norm_in if in_separate else 0.0) + (norm_mlp if (moe or mlp_separate) else 0.0)
+    if "mlp" in mods and not moe:  # the dense MLP under a checkpoint of its input
+        if not mlp_separate:  # the residual (kept anyway): fc1's fused norm output is not kept
+            base -= norm_mlp
+        split -= mlp_kept  # nor fc1's and the activation's outputs
+    elif moe and ("moe" in mods or "shared_experts" in mods):
+        split -= mlp_kept  # the shared experts' fc1 and activation outputs (fc2's input)
+        if fp8:
+            base -= shared_copy  # and their FP8 copy of their input (the router keeps the BF16)
     if mode == "full":
         out = 2 * sbh / t if sp else 2 * sbh
     elif mode in ("none", "selective"):
@@ -739,6 +769,20 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
 
 
 # --------------------------------------------------------------------------- multi-head latent attention
+
+def norms_separate(model: ModelConfig) -> tuple[bool, bool]:
+    """Whether a layer's input norm and a dense layer's pre-MLP norm are modules of their own,
+    ``(input, pre_mlp)`` (an MoE layer's pre-MLP norm always is: the router reads its output).
+
+    Megatron-Core 0.19 ``gpt_layer_specs``: the Transformer Engine spec, which the FlashAttention
+    path (``model.attention_kernel = "flash"``) stands for, fuses the input norm into QKV
+    (``TELayerNormColumnParallelLinear``; separate with MLA, whose down projections read it) and
+    the dense pre-MLP norm into fc1 (``IdentityOp``); the local spec, Megatron's old unfused
+    path, keeps both separate. ``--recompute-modules layernorm`` recomputes only the separate
+    ones (``TransformerLayer``: a norm that is not ``IdentityOp``)."""
+    te = model.attention_kernel == "flash"
+    return (not te) or getattr(model, "multi_latent_attention", False) is True, not te
+
 
 def _mla_dims(model_or_key: Any) -> tuple[int, int, int, int, int]:
     """``(q_lora_rank or 0, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)`` of a
@@ -1235,7 +1279,8 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     Selective recomputation by module (:func:`core.config.recompute_modules`): ``moe``
     (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
     part nor the shared experts'; ``moe_act`` (``TEGroupedMLP``'s activation under
-    ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row;
+    ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row (under FP8
+    its FP8 copy, ``f_e/etp``: fc2 saves its original input, freed with it);
     ``shared_experts`` the shared experts' share.
     """
     h = model.hidden_size
@@ -1261,8 +1306,9 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     mods = recompute_modules(plan) if mode == "selective" else ()
     if "moe" in mods:  # the whole MoE layer checkpointed: only its input (the norm output) kept
         routed = 0.0
-    elif "moe_act" in mods:  # the experts' activation output (fc2's input) is not kept
-        routed -= R * 2 * (fe // etp)
+    elif "moe_act" in mods:  # the experts' activation output (fc2's input) is not kept; under
+        # FP8 fc2 saves its original input (set_save_original_input), freed with the output
+        routed -= R * (1 if fp8 else 2) * (fe // etp)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
 
 

@@ -72,7 +72,6 @@ def test_parse_and_default():
     (dict(recompute_modules="core_attn,attn"), "attn not one of core_attn"),
     (dict(recompute="full", recompute_modules="mlp"), "needs recompute = selective"),
     (dict(recompute="none", recompute_modules="core_attn"), "needs recompute = selective"),
-    (dict(precision="fp8", recompute_modules="layernorm"), "precision fp8 are not modelled"),
 ])
 def test_refusals_name_the_field(plan, words):
     errs = {e.field: e.message for e in validate(session(**plan))}
@@ -234,6 +233,75 @@ def test_dense_layers_of_an_moe_model_take_mlp():
     g = build_graph(s, store())[0]
     rec = (g.kind == KINDS.index("recompute")) & (g.op == OPS.index("mlp_core_fwd"))
     assert set(g.layer[rec].tolist()) == {0}
+
+
+# --------------------------------------------------------------------------- fused norms, FP8
+
+def _llama_tiny(**kw) -> ModelConfig:
+    return ModelConfig("tiny Llama", 4, 1024, 8, 2816, 1024, 32000, num_query_groups=8,
+                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash", **kw)
+
+
+def _flash_session(model=None, **kw) -> Session:
+    base = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=4, micro_batch_size=1,
+                global_batch_size=4, recompute="selective")
+    return Session(model or _llama_tiny(), ParallelPlan(**{**base, **kw}),
+                   ClusterConfig(gpu="H100-SXM5-80GB", intra_node_bandwidth_gbytes_per_s=400.0))
+
+
+def test_norms_fused_on_the_flash_path():
+    """Megatron-Core's TE layer spec fuses the input norm into QKV and a dense layer's pre-MLP
+    norm into fc1: ``layernorm`` recomputes neither in a dense GQA layer (no task, no byte);
+    an MoE layer's pre-MLP norm is its own module (2 sbh), and so is MLA's input norm."""
+    from core.config import MODEL_PRESETS
+    assert mm.norms_separate(GPT) == (True, True)  # the unfused path: the local spec
+    assert mm.norms_separate(_llama_tiny()) == (False, False)
+    assert mm.norms_separate(MODEL_PRESETS["DeepSeek-V3"]) == (True, False)
+    sel, ln = _flash_session(), _flash_session(recompute_modules="core_attn,layernorm")
+    assert acts(sel) == acts(ln)
+    assert recomputed(build_graph(ln, store())[0], "layernorm_fwd").size == 0
+    T, h = 1024, 1024
+    msel, mln = moe_session(), moe_session(recompute_modules="core_attn,layernorm")
+    assert acts(msel) - acts(mln) == pytest.approx(2 * T * h, rel=1e-12)
+    assert recomputed(build_graph(mln, store())[0], "layernorm_fwd").size == 4  # one per layer
+
+
+def test_mlp_on_the_flash_path_drops_the_fused_norm_output():
+    """The dense MLP checkpointed on the residual: fc1's fused norm output goes with fc1's and
+    the activation's outputs (2 + 6f/h sbh, gated), and the recomputation runs the norm."""
+    T, h, f = 1024, 1024, 2816
+    sel, mlp = _flash_session(), _flash_session(recompute_modules="core_attn,mlp")
+    assert acts(sel) - acts(mlp) == pytest.approx(T * h * (2 + 6 * f / h), rel=1e-12)
+    g = build_graph(mlp, store())[0]
+    assert recomputed(g, "layernorm_fwd").size == 4 and recomputed(g, "mlp_core_fwd").size == 4
+
+
+def test_recompute_modules_under_fp8():
+    """FP8: each module drops what its tensors cost there (TE's FP8 copies of a checkpointed
+    module's inputs are not kept; a recomputed output's readers save the original BF16 input,
+    set_save_original_input, freed with it): the dense MLP its fc1 FP8 input (1) and fc1 output
+    (4f/h) and fc2's FP8 input (f/h); moe_act the experts' fc2 FP8 input (fe per row); an MoE
+    layer's pre-MLP norm the router's BF16 (2) and the shared experts' FP8 copy (1)."""
+    T, h, f = 1024, 1024, 2816
+    sel = _flash_session(precision="fp8")
+    mlp = _flash_session(precision="fp8", recompute_modules="core_attn,mlp")
+    assert not validate(mlp)
+    assert acts(sel) - acts(mlp) == pytest.approx(T * h * (1 + 5 * f / h), rel=1e-12)
+    R, fe = T * 2, 512
+    msel = moe_session(precision="fp8")
+    act = moe_session(precision="fp8", recompute_modules="core_attn,moe_act")
+    assert acts(msel) - acts(act) == pytest.approx(R * fe, rel=1e-12)
+    ln = moe_session(precision="fp8", recompute_modules="core_attn,layernorm")
+    assert acts(msel) - acts(ln) == pytest.approx(T * h * (2 + 1), rel=1e-12)
+    sh = moe_session(precision="fp8", recompute_modules="core_attn,shared_experts")
+    fs = 512  # the shared experts: fc1 output 4 fs/h, fc2's FP8 input fs/h, their FP8 input 1
+    assert acts(msel) - acts(sh) == pytest.approx(T * h * (5 * fs / h + 1), rel=1e-12)
+    # without recomputing the core, FlashAttention keeps its output (the projection's input)
+    # in BF16 beside the FP8 copy: the projection's input costs 1 + 2 instead of 1
+    no_core = moe_session(precision="fp8", recompute_modules="layernorm")
+    a, kv = 8, 1024 // 8
+    assert acts(ln) - acts(no_core) == pytest.approx(-T * 2 * a * kv, rel=1e-12)
 
 
 # --------------------------------------------------------------------------- Megatron-LM arguments
