@@ -108,8 +108,10 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
-#: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling
-#: (Megatron-LM's ``--fp8-recipe`` default ``tensorwise``).
+#: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling,
+#: what Megatron-Bridge's FP8 configs and torchao's float8 run. (Megatron-LM's own
+#: ``--fp8-recipe`` default is ``delayed`` in Megatron-Core 0.19, ``TransformerConfig``; the
+#: Megatron import reads a launch without the flag as that.)
 FP8_DEFAULT_RECIPE = "tensorwise"
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
 #: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
@@ -512,6 +514,10 @@ class ParallelPlan:
         "each steady-state forward runs layer by layer beside a backward); needs expert_parallel "
         "> 1, the interleaved schedule when pipeline_parallel > 1, and no full recomputation",
         short="ep_overlap")
+    delay_wgrad_compute: bool = _f(
+        False, "", "Under overlap_moe_expert_parallel_comm, run the experts' weight gradients "
+        "after the backward's dispatch all-to-all has started (Megatron-Core "
+        "--delay-wgrad-compute), so it overlaps them too", short="delay_wgrad")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
@@ -1785,7 +1791,8 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 
 def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """Rules of ``plan.overlap_moe_expert_parallel_comm`` (Megatron-Core 0.19
-    ``TransformerConfig.__post_init__`` and ``schedules.py``); empty when the field is off.
+    ``TransformerConfig.__post_init__`` and ``schedules.py``); when the field is off, only that
+    ``plan.delay_wgrad_compute`` needs it.
 
     * Expert parallelism: ``expert_parallel > 1`` ("only supported with expert model
       parallelism").
@@ -1799,6 +1806,10 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     * Torchtitan's per-op checkpointing (``selective_op``) is not Megatron-Core's: refused.
     """
     if getattr(pl, "overlap_moe_expert_parallel_comm", False) is not True:
+        if getattr(pl, "delay_wgrad_compute", False) is True:
+            return [FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
+                               "overlap_moe_expert_parallel_comm (Megatron-Core: it must be "
+                               "enabled when enabling delay_wgrad_compute)")]
         return []
     name = "plan.overlap_moe_expert_parallel_comm"
     errs: list[FieldError] = []
@@ -2018,7 +2029,7 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
         expert_tensor_parallel=None, data_parallel_shard_size=None,
         pipeline_model_parallel_layout=None,
         # needs ep > 1 and no full recomputation: a study decides it with the sizes
-        overlap_moe_expert_parallel_comm=False)
+        overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False)
     fields.update({k: v for k, v in changes.items() if v is not None})
     return dataclasses.replace(plan, **fields)
 
@@ -2039,6 +2050,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     "plan.overlap_moe_expert_parallel_comm": (
         lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
         "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),
+    "plan.delay_wgrad_compute": (
+        lambda s: s.plan.overlap_moe_expert_parallel_comm is True,
+        "the expert all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in _MLA_FIELDS},

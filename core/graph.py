@@ -1307,7 +1307,8 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
     values = ep_overlap_exposed(values, structs,
-                                model_math.ep_overlap_paired_share(session.plan, stage))
+                                model_math.ep_overlap_paired_share(session.plan, stage),
+                                _delayed_wgrad_s(session, values))
     out: tuple[list, list, list] = ([], [], [])
     for st in structs:
         for part, tmpl in zip(out, _stage_templates(st)):
@@ -1683,9 +1684,9 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
-        values = ep_overlap_exposed(
-            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs,
-            model_math.ep_overlap_paired_share(session.plan, i))
+        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
+        values = ep_overlap_exposed(values, structs, model_math.ep_overlap_paired_share(
+            session.plan, i), _delayed_wgrad_s(session, values))
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
@@ -1895,8 +1896,8 @@ def _middle_stages_alike(session: Session) -> bool:
     return all(pattern(i) == first for i in range(2, p - 1))
 
 
-def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float, float, float]
-                    ) -> tuple[float, float, float]:
+def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float, float, float],
+                    wgrad: float = 0.0) -> tuple[float, float, float]:
     """One MoE layer's forward and another's backward run together under Megatron-Core's
     combined 1F1B (``--overlap-moe-expert-parallel-comm``): their span and the exposed seconds
     of the forward's and of the backward's all-to-alls, ``(span, exposed_fwd, exposed_bwd)``.
@@ -1918,11 +1919,20 @@ def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float,
     all-to-alls are exposed by ``max(d_f - m_b, 0) + max(c_f - a_b, 0)``, the backward's by
     ``max(c_b - a_f, 0) + max(d_b - m_f, 0)``; the span is both computations plus both
     exposures. The streams' contention for SMs and memory bandwidth is not modelled.
+
+    ``wgrad``: with ``--delay-wgrad-compute`` the part of ``m_b`` that is the experts' weight
+    gradient, which runs after ``mlp_bwd`` (``mlp.backward_dw``) while the dispatch all-to-all
+    that needs only the input gradient runs beside it: with ``x = max(a_f, c_b)``,
+    ``e1 = x + m_b - wgrad``, ``e2 = x + d_f``, the forward's dispatch exposes
+    ``max(e2 - e1 - wgrad, 0)``, the backward's ``max(max(e1, e2) + d_b - max(e1 + wgrad, e2)
+    - m_f, 0)`` (0 and the formula above when ``wgrad`` is 0).
     """
     af, df, mf, cf = f
     cb, mb, db, ab = b
-    ef = max(df - mb, 0.0) + max(cf - ab, 0.0)
-    eb = max(cb - af, 0.0) + max(db - mf, 0.0)
+    x = max(af, cb)
+    e1, e2 = x + mb - wgrad, x + df
+    ef = max(e2 - e1 - wgrad, 0.0) + max(cf - ab, 0.0)
+    eb = max(cb - af, 0.0) + max(max(e1, e2) + db - max(e1 + wgrad, e2) - mf, 0.0)
     return af + mf + mb + ab + ef + eb, ef, eb
 
 
@@ -1950,8 +1960,16 @@ def _ep_overlap(plan) -> bool:
                 and plan.expert_parallel > 1)
 
 
-def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: float = 1.0
-                       ) -> np.ndarray:
+def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
+    """The routed experts' weight gradient of one MoE layer's backward (the ``experts_bwd:W``
+    source, :func:`weight_gradient_share`) under ``delay_wgrad_compute``; 0 without it."""
+    if getattr(session.plan, "delay_wgrad_compute", False) is not True:
+        return 0.0
+    return float(values[_SRC["experts_bwd:W"]])
+
+
+def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: float = 1.0,
+                       wgrad_s: float = 0.0) -> np.ndarray:
     """``values`` (:func:`_source_values` of one stage) with the overlapped expert all-to-alls
     (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
     ``overlap_moe_expert_parallel_comm`` (unchanged without it).
@@ -1967,7 +1985,8 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: fl
     (:func:`core.model_math.ep_overlap_paired_share`); the others expose their all-to-alls whole, so each
     all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean over the
     stage's items: the items' durations, not their places in the schedule, are what the
-    pipeline graph takes).
+    pipeline graph takes). ``wgrad_s``: the experts' weight gradient of one layer's backward
+    that ``delay_wgrad_compute`` defers (:func:`ep_overlap_pair`), 0 without it.
     """
     if not structs or not structs[0].ep_overlap:
         return values
@@ -1982,7 +2001,8 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: fl
                           _layer_segments(bwd.timed(values), layers, src_b)):
             a, d, mid, c, post = fs
             pre, cb, midb, db, postb = bs
-            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb))
+            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb),
+                                      wgrad_s)
             ef.append(x)
             eb.append(y)
     if not ef:

@@ -206,6 +206,10 @@ ARGUMENTS: dict[str, Arg] = {
     "--overlap-moe-expert-parallel-comm": Arg(
         ("plan.overlap_moe_expert_parallel_comm",), False,
         "expert all-to-alls under another micro-batch's computation (combined 1F1B)"),
+    "--delay-wgrad-compute": Arg(
+        ("plan.delay_wgrad_compute",), False,
+        "with --overlap-moe-expert-parallel-comm: the experts' weight gradients beside the "
+        "backward's dispatch all-to-all"),
     "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
     "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
                                                 "gradients accumulated and reduced in fp32"),
@@ -1152,7 +1156,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                          ("--overlap-param-gather", "plan.overlap_param_gather"),
                          ("--tp-comm-overlap", "plan.tp_comm_overlap"),
                          ("--overlap-moe-expert-parallel-comm",
-                          "plan.overlap_moe_expert_parallel_comm")):
+                          "plan.overlap_moe_expert_parallel_comm"),
+                         ("--delay-wgrad-compute", "plan.delay_wgrad_compute")):
         if switch(flag):
             mp.set(flag, target, True)
         elif field_exists(target):
@@ -1439,6 +1444,8 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--tp-comm-overlap")
     if _get(pl, "overlap_moe_expert_parallel_comm"):
         out.append("--overlap-moe-expert-parallel-comm")
+    if _get(pl, "delay_wgrad_compute"):
+        out.append("--delay-wgrad-compute")
     gd = _get(pl, "grad_reduce_dtype")
     if gd == "bf16":
         out.append("--grad-reduce-in-bf16")

@@ -166,8 +166,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     # _add_moe_args (the router's score function, groups, bias and loss coefficients act on
     # the router's small (tokens, experts) scores: numbers, not the work)
     "mixture of experts": (
-        """--moe-shared-expert-overlap --delay-wgrad-compute --moe-grouped-gemm
-        --moe-use-legacy-grouped-gemm
+        """--moe-shared-expert-overlap --moe-grouped-gemm --moe-use-legacy-grouped-gemm
         --moe-layer-recompute --moe-extended-tp --moe-use-upcycling --moe-router-dtype
         --moe-router-force-load-balancing --moe-router-padding-for-fp8
         --moe-deepep-num-sms

@@ -718,15 +718,18 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
     # what the two norms' outputs cost here (QKV's and fc1's inputs), and the MLP's term
-    norm_in, norm_mlp, mlp_kept = 2.0, 2.0, mlp
+    norm_in, norm_mlp, mlp_kept, shared_copy = 2.0, 2.0, mlp, 0
     fp8 = plan.precision == "fp8"
     if fp8:  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
         # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
         # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
         # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
-        # adds 1 (and without shared experts nothing changes)
+        # adds 1 (and without shared experts nothing changes). With a recipe other than delayed
+        # scaling Megatron-Core has the shared experts' fc1 save its original input instead
+        # (shared_experts.py: set_save_original_input unless they are recomputed): no copy
+        delayed = fp8_recipe(plan) == "delayed"
         qkv_in = 0 if mla else 1
-        shared_copy = 1 if (moe and mlp) else 0
+        shared_copy = 1 if (moe and mlp and delayed) else 0
         if not moe:
             base -= qkv_in + 1  # QKV's and fc1's inputs
             norm_mlp = 1.0
@@ -737,8 +740,13 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
         mlp_kept = mlp - mlp_in
         # the projection's input: 2 -> 1; FlashAttention not recomputed keeps its output (the
-        # same tensor) in BF16 for its own backward, so the FP8 copy adds 1
-        proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1
+        # same tensor) in BF16 for its own backward, so the FP8 copy adds 1. With a recipe other
+        # than delayed scaling the projection saves its original BF16 input (attention.py:
+        # set_save_original_input): 2, as in BF16
+        if not delayed:
+            proj = 0
+        else:
+            proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1
         split += proj * proj_width / h - mlp_in
     # Megatron-Core's TE layer spec (the flash attention path) fuses the input norm into QKV
     # (TELayerNormColumnParallelLinear) except with MLA, and the pre-MLP norm into fc1 except in
@@ -747,13 +755,20 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     # separate. Their outputs are then not kept: under FP8 the linears that read them save
     # their original BF16 input instead of an FP8 copy (set_save_original_input), freed with it.
     in_separate, mlp_separate = norms_separate(model)
-    if "layernorm" in mods:
-        base -= (norm_in if in_separate else 0.0) + (norm_mlp if (moe or mlp_separate) else 0.0)
+    shared_recomputed = moe and ("moe" in mods or "shared_experts" in mods)
+    if "layernorm" in mods:  # (the shared experts' copy once: dropped below when recomputed)
+        base -= (norm_in if in_separate else 0.0) + (
+            norm_mlp - (shared_copy if (fp8 and shared_recomputed) else 0.0)
+            if (moe or mlp_separate) else 0.0)
+    if mla and "mla_up_proj" in mods and sp and t > 1:
+        # the checkpoint keeps the rotary key gathered to the whole sequence (Megatron-Core
+        # gathers k_pos_emb before it): 2 pe per token on every rank, not on s/t tokens
+        base += 2 * model.qk_pos_emb_head_dim * (t - 1) / h
     if "mlp" in mods and not moe:  # the dense MLP under a checkpoint of its input
         if not mlp_separate:  # the residual (kept anyway): fc1's fused norm output is not kept
             base -= norm_mlp
         split -= mlp_kept  # nor fc1's and the activation's outputs
-    elif moe and ("moe" in mods or "shared_experts" in mods):
+    elif shared_recomputed:
         split -= mlp_kept  # the shared experts' fc1 and activation outputs (fc2's input)
         if fp8:
             base -= shared_copy  # and their FP8 copy of their input (the router keeps the BF16)

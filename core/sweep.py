@@ -356,7 +356,7 @@ _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "ex
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                  "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                 "last_stage_layers", "overlap_moe_expert_parallel_comm")
+                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -514,7 +514,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                         # allows it (expert parallelism, its schedule rules)
                                         if ep_overlap and ep_overlap_errors(m, plan):
                                             plan = dataclasses.replace(
-                                                plan, overlap_moe_expert_parallel_comm=False)
+                                                plan, overlap_moe_expert_parallel_comm=False,
+                                                delay_wgrad_compute=False)
                                         # model, cluster and cost were checked above
                                         if fields_ok(plan) and not validate(
                                                 Session(m, plan, cl, session.cost), sections=(),

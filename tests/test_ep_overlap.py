@@ -29,7 +29,7 @@ def _session(overlap=True, gpu="H100-SXM5-80GB", gpus_per_node=8, **plan) -> Ses
 
 # --------------------------------------------------------------------------- the pair
 
-def _two_streams(f, b) -> tuple[float, float, float]:
+def _two_streams(f, b, wgrad=0.0) -> tuple[float, float, float]:
     """Reference: the eight nodes of Megatron-Core 0.19 ``TransformerLayerSchedulePlan.run``
     issued in its order on a computation and a communication stream, each starting when its
     stream is free and its pass's previous node has ended; the span, and how long each pass's
@@ -45,8 +45,9 @@ def _two_streams(f, b) -> tuple[float, float, float]:
 
     run("combine_bwd", "comm", cb)
     run("pre_fwd", "comp", af)
-    run("mlp_bwd", "comp", mb, "combine_bwd")
+    run("mlp_bwd", "comp", mb - wgrad, "combine_bwd")  # with --delay-wgrad-compute: dgrad only
     run("dispatch_fwd", "comm", df, "pre_fwd")
+    run("mlp_bwd_dw", "comp", wgrad, "mlp_bwd")        # mlp.backward_dw()
     run("dispatch_bwd", "comm", db, "mlp_bwd")
     run("mlp_fwd", "comp", mf, "dispatch_fwd")
     run("combine_fwd", "comm", cf, "mlp_fwd")
@@ -62,9 +63,12 @@ def test_pair_closed_form_matches_the_two_stream_reference():
         span, ef, eb = ep_overlap_pair(f, b)
         ref, _, _ = _two_streams(f, b)
         assert span == pytest.approx(ref, abs=1e-12)
+        w = float(rng.uniform(0, b[1]))  # delay_wgrad_compute: part of m_b is the wgrad
+        assert ep_overlap_pair(f, b, w)[0] == pytest.approx(_two_streams(f, b, w)[0], abs=1e-12)
+        assert ep_overlap_pair(f, b, w)[0] <= span + 1e-12  # never slower
         # the span is both computations plus both exposures
         assert span == pytest.approx(f[0] + f[2] + b[1] + b[3] + ef + eb, abs=1e-12)
-        assert 0 <= ef <= f[1] + f[3] and 0 <= eb <= b[0] + b[2]
+        assert 0 <= ef <= f[1] + f[3] + 1e-12 and 0 <= eb <= b[0] + b[2] + 1e-12
 
 
 def test_pair_hand_values():
@@ -73,6 +77,10 @@ def test_pair_hand_values():
     # all-to-alls of 4 beside computations of 1: each exposes 3
     assert ep_overlap_pair((1, 4, 1, 4), (4, 1, 4, 1)) == (16, 6, 6)
     # without the overlap the same layer pair would take 20 (computation 4, all-to-alls 16)
+    # the backward's dispatch (4) waits for the experts' backward (4) and exposes 3 beside the
+    # forward's experts (1); with 2 of those 4 the delayed weight gradient, it starts 2 earlier
+    assert ep_overlap_pair((1, 1, 1, 1), (1, 4, 4, 1)) == (10, 0, 3)
+    assert ep_overlap_pair((1, 1, 1, 1), (1, 4, 4, 1), wgrad=2) == (8, 0, 1)
 
 
 # --------------------------------------------------------------------------- simulation
@@ -151,6 +159,19 @@ def test_interleaved_plan_with_overlap_simulates_and_gains():
     assert ov.ep_comm_s < plain.ep_comm_s
 
 
+def test_delay_wgrad_compute():
+    """The experts' weight gradient beside the backward's dispatch: never slower (here the
+    forward's all-to-alls are what stays exposed, so no faster either); needs the overlap."""
+    kw = dict(gpus_per_node=4)
+    ov = simulate(_session(True, **kw)).report
+    dw = simulate(_session(True, delay_wgrad_compute=True, **kw)).report
+    assert dw.iteration_time_s <= ov.iteration_time_s + 1e-12
+    assert dw.ep_comm_s <= ov.ep_comm_s * (1 + 1e-12)
+    errs = _errors(_session(False, delay_wgrad_compute=True))
+    assert "needs overlap_moe_expert_parallel_comm" in errs["plan.delay_wgrad_compute"]
+    assert "plan.delay_wgrad_compute" in inactive_fields(_session(False))
+
+
 # --------------------------------------------------------------------------- memory
 
 def test_in_flight_activations():
@@ -225,8 +246,9 @@ def test_megatron_import_and_export(tmp_path):
                      "--overlap-moe-expert-parallel-comm --delay-wgrad-compute"))
     res = import_file(_write(tmp_path, "overlap.sh", text))
     assert res.session.plan.overlap_moe_expert_parallel_comm is True
-    assert "--delay-wgrad-compute" in dict(res.ignored)  # not modelled: listed
-    assert "--overlap-moe-expert-parallel-comm" in export_arguments(res.session)
+    assert res.session.plan.delay_wgrad_compute is True
+    assert {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} <= set(
+        export_arguments(res.session))
     res = import_file(_write(tmp_path, "plain.sh", MIXTRAL_LAUNCH))
     assert res.session.plan.overlap_moe_expert_parallel_comm is False
     assert "--overlap-moe-expert-parallel-comm" not in export_arguments(res.session)

@@ -168,13 +168,20 @@ def test_fp8_memory_adds_the_weight_copies_and_saves_linear_inputs_in_one_byte()
             assert (y.gradients_bytes, y.optimizer_bytes) == (x.gradients_bytes, x.optimizer_bytes)
     sbh = m.seq_length * 1 * h
     # selective recomputation, t=8, GeLU f=4h, unfused attention: Korthikanti sbh(10 + 24/t) with
-    # QKV's and fc1's inputs (10 -> 8), the projection's (-1) and fc2's (8 -> 4) inputs in FP8
+    # QKV's and fc1's inputs (10 -> 8) and fc2's (8 -> 4) inputs in FP8; the projection's input
+    # too with delayed scaling (-1), while with the other recipes (the default, tensorwise)
+    # Megatron-Core has the projection save its original BF16 input (attention.py)
+    dl = dataclasses.replace(f8, fp8_recipe="delayed")
     assert mm.activation_bytes_per_layer(m, bf) == sbh * (10 + 24 / 8)
-    assert mm.activation_bytes_per_layer(m, f8) == sbh * (8 + 19 / 8)
-    # FlashAttention without recomputation keeps its BF16 output too: the FP8 copy adds 1
+    assert mm.activation_bytes_per_layer(m, dl) == sbh * (8 + 19 / 8)
+    assert mm.activation_bytes_per_layer(m, f8) == sbh * (8 + 20 / 8)
+    # FlashAttention without recomputation keeps its BF16 output too: with delayed scaling the
+    # FP8 copy adds 1, with tensorwise the projection reads that BF16 tensor (nothing more)
     fl = dataclasses.replace(m, attention_kernel="flash")
-    none = dataclasses.replace(f8, recompute="none")
+    none = dataclasses.replace(dl, recompute="none")
     assert mm.activation_bytes_per_layer(fl, none) == sbh * (8 + (24 + 1 - 4) / 8)
+    assert mm.activation_bytes_per_layer(fl, dataclasses.replace(f8, recompute="none")) == \
+        sbh * (8 + (24 - 4) / 8)
     assert mm.activation_bytes_per_layer(m, dataclasses.replace(f8, recompute="full")) == 2 * sbh
 
 
@@ -437,19 +444,25 @@ def test_moe_experts_run_in_fp8_and_the_router_in_bf16():
 
 def test_moe_activations_keep_the_experts_inputs_in_fp8():
     """Mixtral 8x7B, one MoE layer, t=1, selective recomputation: FP8 saves the QKV input (1 byte
-    per sbh), the projection input (a kv/h = 1 per sbh) and, per routed copy, h of the fc1 input
-    and f_e of the fc2 input; the router keeps its BF16 input (no shared experts)."""
+    per sbh), with delayed scaling the projection input (a kv/h = 1 per sbh), and, per routed
+    copy, h of the fc1 input and f_e of the fc2 input; the router keeps its BF16 input (no
+    shared experts). With the other recipes the projection and the shared experts' fc1 save
+    their original BF16 input (Megatron-Core attention.py, shared_experts.py)."""
     m = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], seq_length=4096)
     bf = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
                       global_batch_size=64, recompute="selective", precision="bf16", expert_parallel=8)
-    f8 = dataclasses.replace(bf, precision="fp8")
     sbh, R = 4096 * 4096, 4096 * 2
-    saved = mm.moe_activation_bytes_per_layer(m, bf, "selective") - mm.moe_activation_bytes_per_layer(m, f8, "selective")
-    assert saved == sbh * (1 + 1) + R * (4096 + 14336)
-    # with shared experts their FP8 copy of the norm output adds 1 back, and their fc2 input saves f_s/h
-    sh = dataclasses.replace(m, num_shared_experts=1)
-    saved = mm.moe_activation_bytes_per_layer(sh, bf, "selective") - mm.moe_activation_bytes_per_layer(sh, f8, "selective")
-    assert saved == sbh * (1 - 1 + 1 + 14336 / 4096) + R * (4096 + 14336)
+    for recipe, delayed in (("delayed", 1), ("tensorwise", 0)):
+        f8 = dataclasses.replace(bf, precision="fp8", fp8_recipe=recipe)
+        saved = (mm.moe_activation_bytes_per_layer(m, bf, "selective")
+                 - mm.moe_activation_bytes_per_layer(m, f8, "selective"))
+        assert saved == sbh * (1 + delayed) + R * (4096 + 14336)
+        # with shared experts (delayed scaling) their FP8 copy of the norm output adds 1 back;
+        # their fc2 input saves f_s/h
+        sh = dataclasses.replace(m, num_shared_experts=1)
+        saved = (mm.moe_activation_bytes_per_layer(sh, bf, "selective")
+                 - mm.moe_activation_bytes_per_layer(sh, f8, "selective"))
+        assert saved == sbh * (1 - delayed + delayed + 14336 / 4096) + R * (4096 + 14336)
 
 
 def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():

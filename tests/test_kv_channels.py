@@ -201,11 +201,17 @@ def test_wide_heads_simulate_end_to_end():
 
 @pytest.mark.parametrize("mode", ["none", "selective"])
 def test_fp8_projection_input_is_a_kv_wide(mode):
-    """FP8 keeps the projection's input (a kv wide) as its FP8 copy: the change from BF16 scales
-    with a kv / h like the other attention terms (Transformer Engine's saved FP8 inputs)."""
+    """FP8 with delayed scaling keeps the projection's input (a kv wide) as its FP8 copy: the
+    change from BF16 scales with a kv / h like the other attention terms (Transformer Engine's
+    saved FP8 inputs). With the other recipes the projection keeps its BF16 input (no change)."""
     pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
                       global_batch_size=1, recompute=mode, precision="bf16")
-    fp8 = dataclasses.replace(pl, precision="fp8")
+    fp8 = dataclasses.replace(pl, precision="fp8", fp8_recipe="delayed")
+    tw = dataclasses.replace(pl, precision="fp8", fp8_recipe="tensorwise")
+    s_, h_, f_ = 4096, 2048, 6144
+    for m in (_model(128), _model(None)):
+        change = (mm.activation_bytes_per_layer(m, tw) - mm.activation_bytes_per_layer(m, pl))
+        assert change / (s_ * h_) == pytest.approx(-2 - f_ / h_)
     s, h, f = 4096, 2048, 6144
 
     def fp8_change(m):

@@ -174,8 +174,11 @@ def test_mla_fp8_activation_bytes():
     attn = 2 * a * (2 * 192 + 2 * 128) / h
     mlp = 6 * 18432 / h
     want = s * h * (9 + 3 * (1536 + 512) / h + attn + a * 128 / h + mlp - mlp / 6)
-    got = mm.activation_bytes_per_layer(dense, _plan(precision="fp8"))
+    got = mm.activation_bytes_per_layer(dense, _plan(precision="fp8", fp8_recipe="delayed"))
     assert got == pytest.approx(want, rel=1e-12)
+    # the other recipes: the projection saves its original BF16 input, no FP8 copy beside it
+    got = mm.activation_bytes_per_layer(dense, _plan(precision="fp8", fp8_recipe="tensorwise"))
+    assert got == pytest.approx(want - s * h * a * 128 / h, rel=1e-12)
 
 
 def test_mla_tensor_parallel_collectives_move_the_latents():

@@ -94,6 +94,7 @@ _LABELS = {
     "plan.moe_token_dispatcher_type": "Token dispatcher (MoE)",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
     "plan.overlap_moe_expert_parallel_comm": "Overlap EP all-to-all",
+    "plan.delay_wgrad_compute": "Delay expert wgrad",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
     "plan.pipeline_model_parallel_layout": "Pipeline layout",
