@@ -180,6 +180,11 @@ class SweepSpace:
         Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
         for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
         dense model's sweep does not grow). The expert tensor-parallel size is the session's.
+    overlap_moe_expert_parallel_comm : sequence of bool, optional
+        The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
+        plans that allow it (:func:`core.config.ep_overlap_errors`; the others are tried
+        without). Default: the session plan's setting where allowed. ``delay_wgrad_compute``
+        is the session's on the plans that overlap.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -200,6 +205,7 @@ class SweepSpace:
     zero_stages: Sequence[int] | None = None
     context_parallel: Sequence[int] = (1,)
     expert_parallel: Sequence[int] | None = None
+    overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
@@ -209,6 +215,8 @@ class SweepSpace:
                "expert_parallel")
         if self.sequence_parallel is not None:  # with it the TP overlap (enumerate_plans)
             out += ("sequence_parallel", "tp_comm_overlap")
+        if self.overlap_moe_expert_parallel_comm is not None:
+            out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
         if self.zero_stages is not None:
             out += ("zero_stage",)
         return out
@@ -268,6 +276,8 @@ class SweepSpace:
                 if v not in choices:
                     errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of {', '.join(choices)}"))
         for name, kinds, choices in (("sequence_parallel", (bool, np.bool_), (False, True)),
+                                     ("overlap_moe_expert_parallel_comm", (bool, np.bool_),
+                                      (False, True)),
                                      ("zero_stages", (int, np.integer), ZERO_STAGES)):
             values = getattr(self, name)
             if values is None:
@@ -276,7 +286,7 @@ class SweepSpace:
             if not values:
                 errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
             for v in values:
-                ok = isinstance(v, kinds) and (name == "sequence_parallel" or not isinstance(v, bool))
+                ok = isinstance(v, kinds) and (name != "zero_stages" or not isinstance(v, bool))
                 if not ok or v not in choices:
                     errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of "
                                            f"{', '.join(str(c).lower() for c in choices)}"))
@@ -408,6 +418,12 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
            if space.sequence_parallel is not None else [base.sequence_parallel])
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
           if space.zero_stages is not None else [base.zero_stage])
+    # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
+    ovs = (list(dict.fromkeys(bool(v) for v in _as_list(space.overlap_moe_expert_parallel_comm)))
+           if space.overlap_moe_expert_parallel_comm is not None
+           else [base.overlap_moe_expert_parallel_comm is True])
+    if not m.is_moe:
+        ovs = [False]
     cps = sorted(set(_as_list(space.context_parallel)))
     eps = (sorted(set(_as_list(space.expert_parallel))) if space.expert_parallel is not None
            else _divisors(m.num_experts) if m.is_moe else [1])
@@ -417,7 +433,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
     candidates = (len(ts) * len(ps) * len(cps) * len(eps) * len(d_divisors) * len(bs) * len(scheds)
-                  * len(rcs))
+                  * len(rcs) * len(ovs))
     if candidates > MAX_SWEEP_CANDIDATES:
         raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x ep x d x b x "
                                       f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
@@ -447,7 +463,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
 
     if not fixed_ok:  # every candidate breaks a rule of a field the sweep does not set
         return plans
-    ep_overlap = base.overlap_moe_expert_parallel_comm is True
+    delay = base.delay_wgrad_compute is True
     for t in ts:
         for p, cp in ((p, cp) for p in ps for cp in cps):
             tp = t * p * cp  # GPUs of one data-parallel replica
@@ -510,17 +526,23 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             # (Megatron: only with sequence parallelism)
                                             tp_comm_overlap=bool(base.tp_comm_overlap and sp
                                                                  and 1 < t <= cl.gpus_per_node))
-                                        # the base's expert all-to-all overlap where the plan
-                                        # allows it (expert parallelism, its schedule rules)
-                                        if ep_overlap and ep_overlap_errors(m, plan):
-                                            plan = dataclasses.replace(
-                                                plan, overlap_moe_expert_parallel_comm=False,
-                                                delay_wgrad_compute=False)
-                                        # model, cluster and cost were checked above
-                                        if fields_ok(plan) and not validate(
-                                                Session(m, plan, cl, session.cost), sections=(),
-                                                model_checked=True):
-                                            plans.append(plan)
+                                        # the expert all-to-all overlap off, and on where
+                                        # the plan allows it (expert parallelism, its rules)
+                                        for ov in ovs:
+                                            cand = dataclasses.replace(
+                                                plan, overlap_moe_expert_parallel_comm=ov,
+                                                delay_wgrad_compute=delay and ov)
+                                            if ov and ep_overlap_errors(m, cand):
+                                                if False in ovs:
+                                                    continue  # tried without already
+                                                cand = dataclasses.replace(
+                                                    cand, overlap_moe_expert_parallel_comm=False,
+                                                    delay_wgrad_compute=False)
+                                            # model, cluster and cost were checked above
+                                            if fields_ok(cand) and not validate(
+                                                    Session(m, cand, cl, session.cost),
+                                                    sections=(), model_checked=True):
+                                                plans.append(cand)
     return plans
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from core import model_math as mm
-from core.config import ClusterConfig, ParallelPlan, Session, inactive_fields, validate
+from core.config import (ClusterConfig, ParallelPlan, Session, ep_overlap_errors, inactive_fields,
+                         validate)
 from core.graph import ep_overlap_pair, stage_times
 from core.megatron_args import MegatronArgsError, export_arguments, import_file
 from core.simulate import session_profile, simulate
@@ -305,3 +306,43 @@ def test_published_row_naming_the_overlap(tmp_path):
     assert not validate(ov.session)
     assert (simulate(ov.session).report.iteration_time_s
             < simulate(plain.session).report.iteration_time_s)
+
+
+def test_sweep_tries_the_overlap_off_and_on():
+    """``SweepSpace.overlap_moe_expert_parallel_comm = (False, True)``: every plan without it,
+    and with it those that allow it (the session's delay_wgrad_compute with it); a dense
+    model's sweep is unchanged; the space round-trips through its dict."""
+    s = _session(False, global_batch_size=64, delay_wgrad_compute=False)
+    kw = dict(num_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2], micro_batch_sizes=[1],
+              schedules=["1f1b", "interleaved"], recompute=["none", "full"], expert_parallel=[1, 8])
+    off = enumerate_plans(s, SweepSpace(**kw))
+    both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)))
+    assert not any(pl.overlap_moe_expert_parallel_comm for pl in off)
+    plain = [pl for pl in both if not pl.overlap_moe_expert_parallel_comm]
+    assert plain == off
+    on = [pl for pl in both if pl.overlap_moe_expert_parallel_comm]
+    assert on and len(on) == sum(not ep_overlap_errors(MIXTRAL, dataclasses.replace(
+        pl, overlap_moe_expert_parallel_comm=True)) for pl in off)
+    space = SweepSpace(**kw, overlap_moe_expert_parallel_comm=(True,))
+    assert SweepSpace.from_dict(space.to_dict()).to_dict() == space.to_dict()
+    assert "overlap_moe_expert_parallel_comm" in space.swept_fields()
+    bad = SweepSpace(**kw, overlap_moe_expert_parallel_comm=("yes",))
+    assert any(e.field == "sweep.overlap_moe_expert_parallel_comm" for e in bad.errors())
+
+
+def test_cli_sweep_option(tmp_path, capsys):
+    import json
+
+    from core.cli import main
+    from core.session import save_session
+    path = tmp_path / "s.json"
+    save_session(_session(False, global_batch_size=64), path)
+    args = ["sweep", str(path), "--gpus", "16", "--micro-batch-sizes", "1", "--tensor-parallel",
+            "1", "--pipeline-parallel", "1", "--workers", "1", "--json"]
+    assert main(args + ["--overlap-moe-expert-parallel-comm", "n,y"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert both["num_plans"] > off["num_plans"]
+    assert main(args + ["--overlap-moe-expert-parallel-comm", "maybe"]) == 2
+    assert "--overlap-moe-expert-parallel-comm" in capsys.readouterr().err

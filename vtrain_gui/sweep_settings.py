@@ -174,6 +174,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                        "sweep.sequence_parallel")
         self.zero_boxes = _check_box_row(form, "ZeRO stages", [str(z) for z in ZERO_STAGES],
                                          "sweep.zero_stages")
+        # mixture-of-experts models only, as the expert-parallel sizes
+        self.ep_overlap_boxes = _check_box_row(form, "EP all-to-all overlap", ("off", "on"),
+                                               "sweep.overlap_moe_expert_parallel_comm")
+        for box in self.ep_overlap_boxes.values():
+            box.setToolTip("Sweep the expert all-to-all overlap (Megatron-Core's combined 1F1B) "
+                           "off and/or on; on only where a plan allows it (ep > 1, the "
+                           "interleaved schedule with p > 1, no full recomputation)")
+        label_item = form.itemAt(form.rowCount() - 1, QtWidgets.QFormLayout.ItemRole.LabelRole)
+        self._ep_overlap_label = label_item.widget() if label_item is not None else None
         for box in self.sp_boxes.values():
             box.setToolTip("Sweep sequence parallelism off and/or on (Korthikanti et al. 2022)")
         for box in self.zero_boxes.values():
@@ -224,7 +233,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.deadline.valueChanged.connect(self._on_value_change)
         self.workers.valueChanged.connect(self._on_value_change)
         for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
-                    *self.sp_boxes.values(), *self.zero_boxes.values()):
+                    *self.sp_boxes.values(), *self.zero_boxes.values(),
+                    *self.ep_overlap_boxes.values()):
             box.toggled.connect(self._on_box_toggle)
         self.reset(Session())
 
@@ -273,7 +283,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         E = session.model.num_experts
         es = _divisors(E) if session.model.is_moe and isinstance(E, int) and E > 0 else []
         self.expert_parallel.setPlaceholderText(f"divisors of E={E}: {_join(es)}" if es else "")
-        for w in (self.expert_parallel, self._ep_label):
+        self._moe = bool(es)
+        for w in (self.expert_parallel, self._ep_label, self._ep_overlap_label,
+                  *self.ep_overlap_boxes.values()):
             if w is not None:
                 w.setVisible(bool(es))
         self.gpus.setPlaceholderText("no limit (set a max data parallel)"
@@ -319,6 +331,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
         kw["sequence_parallel"] = tuple(n == "on" for n, box in self.sp_boxes.items() if box.isChecked())
         kw["zero_stages"] = tuple(int(n) for n, box in self.zero_boxes.items() if box.isChecked())
+        # a dense model's sweep has no overlap (the row is hidden): the session's setting
+        kw["overlap_moe_expert_parallel_comm"] = tuple(
+            n == "on" for n, box in self.ep_overlap_boxes.items() if box.isChecked()
+        ) if getattr(self, "_moe", False) else None
         space = SweepSpace(**kw)
         errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
         if errors:
@@ -429,6 +445,11 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                   else [self._plan.zero_stage])
             for name, box in self.zero_boxes.items():
                 box.setChecked(int(name) in zs)
+            ovs = (list(space.overlap_moe_expert_parallel_comm)
+                   if space.overlap_moe_expert_parallel_comm is not None
+                   else [self._plan.overlap_moe_expert_parallel_comm is True])
+            for name, box in self.ep_overlap_boxes.items():
+                box.setChecked((name == "on") in ovs)
             self.deadline.setValue(float(deadline or 0.0))
             self.workers.setValue(int(workers or 0))
             self.dask.setText(dask or "")

@@ -61,6 +61,9 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
                     help="expert-parallel sizes to try (default: the divisors of the number of "
                          "experts for a mixture-of-experts model, 1 for a dense one)")
+    sw.add_argument("--overlap-moe-expert-parallel-comm", metavar="N|Y[,...]",
+                    help="the expert all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
+                         "only where a plan allows it (default: CONFIG's setting)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
     sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
@@ -130,6 +133,10 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         recompute=_names("--recompute", args.recompute, RECOMPUTE_CHOICES),
         sequence_parallel=(None if args.sequence_parallel is None else tuple(
             v == "y" for v in _names("--sequence-parallel", args.sequence_parallel, ("n", "y")))),
+        overlap_moe_expert_parallel_comm=(
+            None if args.overlap_moe_expert_parallel_comm is None else tuple(
+                v == "y" for v in _names("--overlap-moe-expert-parallel-comm",
+                                         args.overlap_moe_expert_parallel_comm, ("n", "y")))),
         zero_stages=(None if args.zero_stages is None else tuple(
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
