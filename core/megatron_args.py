@@ -1258,10 +1258,18 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # ---- the rest
     ignored, neutral = list(late_ignored), []
     hints = dict(unknown)
+    flex = mp.values["plan"].get("moe_token_dispatcher_type") == "flex"
     for flag in args:
         if flag in used or flag in ARGUMENTS:
             continue
-        if flag in NEUTRAL_ARGUMENTS:
+        if flex and flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
+            # node-limited routing bounds the nodes a token reaches, which the flex dispatcher's
+            # one copy per node follows (with alltoall, k copies whatever the groups)
+            ignored.append((flag, "node-limited routing with the flex dispatcher is not "
+                                  "modelled (each token's copies are counted as if it could "
+                                  "reach every node: an upper bound); may change the "
+                                  "iteration time"))
+        elif flag in NEUTRAL_ARGUMENTS:
             neutral.append(flag)
         elif flag in hints:  # allow_unknown
             ignored.append((flag, "not a Megatron-LM argument vtrain knows" + (

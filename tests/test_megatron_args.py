@@ -992,3 +992,18 @@ def test_token_dispatcher_flags(tmp_path):
         import_file(_write(tmp_path, "none.sh", none))
     res = import_file(_write(tmp_path, "flex2.sh", flex))
     assert "--moe-token-dispatcher-type flex" in " ".join(export_arguments(res.session))
+
+
+def test_node_limited_routing_with_flex_is_listed_as_not_modelled(tmp_path):
+    """--moe-router-num-groups / --moe-router-group-topk only reorder the router's scores for the
+    alltoall dispatcher (k copies whatever the groups: neutral), but with flex they bound the
+    nodes a token reaches, which is not modelled: listed among the ignored arguments."""
+    groups = " --moe-router-num-groups 4 --moe-router-group-topk 2"
+    res = import_file(_write(tmp_path, "a2a.sh", MIXTRAL_LAUNCH.replace(
+        "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type alltoall" + groups)))
+    assert {"--moe-router-num-groups", "--moe-router-group-topk"} <= set(res.neutral)
+    res = import_file(_write(tmp_path, "flex.sh", MIXTRAL_LAUNCH.replace(
+        "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type flex" + groups)))
+    ignored = dict(res.ignored)
+    assert "node-limited routing" in ignored["--moe-router-group-topk"]
+    assert "--moe-router-num-groups" not in res.neutral
