@@ -760,6 +760,16 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
         base -= (norm_in if in_separate else 0.0) + (
             norm_mlp - (shared_copy if (fp8 and shared_recomputed) else 0.0)
             if (moe or mlp_separate) else 0.0)
+    if mla and fp8 and not model.q_lora_rank:
+        # without query compression (q_lora_rank empty) the query projection reads the input
+        # norm's output inside the up projections' checkpoint (Megatron-Core
+        # multi_latent_attention.py: q_compressed is the hidden states): only the key/value
+        # down projection saves its original input under layernorm recomputation, so the query
+        # projection's FP8 copy stays (1 of the 2); mla_up_proj keeps the BF16 hidden states
+        # (2) as the checkpoint's input instead of that FP8 copy (1); with both, the norm's
+        # output is discarded and the query projection runs inside the checkpoint: nothing kept
+        if ("layernorm" in mods and in_separate) != ("mla_up_proj" in mods):
+            base += 1.0
     if mla and "mla_up_proj" in mods and sp and t > 1:
         # the checkpoint keeps the rotary key gathered to the whole sequence (Megatron-Core
         # gathers k_pos_emb before it): 2 pe per token on every rank, not on s/t tokens

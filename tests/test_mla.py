@@ -343,3 +343,32 @@ def test_a_shared_cache_keeps_models_with_and_without_mtp_apart():
     st = stage_times(mtp, store, cache)
     assert st.op_times_s["mtp_proj_fwd"] > 0
     assert stage_times(mtp, store).op_times_s == st.op_times_s
+
+
+def test_mla_without_query_compression_under_fp8():
+    """q_lora_rank empty (DeepSeek-V2-Lite): the query projection reads the input norm's output
+    inside the up projections' checkpoint. Under FP8 ``layernorm`` frees only the key/value
+    down projection's copy (1 of 2), ``mla_up_proj`` keeps the BF16 hidden states (2) instead
+    of the query projection's FP8 copy (1); with both, nothing of that tensor is kept."""
+    m = dataclasses.replace(V3, q_lora_rank=None, num_experts=None, moe_ffn_hidden_size=None,
+                            num_shared_experts=0, moe_first_dense_layers=0)
+    s, h = 4096, 7168
+    sbh = s * h
+
+    def acts(modules, precision="fp8"):
+        return mm.activation_bytes_per_layer(m, _plan(precision=precision, recompute="selective",
+                                                      recompute_modules=modules))
+    base = acts("core_attn")
+    assert base - acts("core_attn,layernorm") == pytest.approx(1 * sbh, rel=1e-12)
+    with_c = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+                                 num_shared_experts=0, moe_first_dense_layers=0)
+    full = mm.activation_bytes_per_layer(with_c, _plan(precision="fp8", recompute="selective"))
+    ln = mm.activation_bytes_per_layer(with_c, _plan(precision="fp8", recompute="selective",
+                                                     recompute_modules="core_attn,layernorm"))
+    assert full - ln == pytest.approx(2 * sbh, rel=1e-12)  # with q_lora: both copies freed
+    up = acts("core_attn,mla_up_proj")
+    both = acts("core_attn,layernorm,mla_up_proj")
+    assert up - both == pytest.approx(3 * sbh, rel=1e-12)  # the kept 2 + the other copy 1
+    # BF16: the rules do not apply (no FP8 copies)
+    assert acts("core_attn", "bf16") - acts("core_attn,layernorm", "bf16") == pytest.approx(
+        2 * sbh, rel=1e-12)
