@@ -595,7 +595,8 @@ _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
-            *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd", "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
+            *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd",
+            "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
             *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES, "pass_through")
 _SRC = {name: i for i, name in enumerate(_SOURCES)}
 
@@ -1982,9 +1983,9 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: fl
     them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
 
     ``paired``: the share of the stage's forwards and backwards that run paired
-    (:func:`core.model_math.ep_overlap_paired_share`); the others expose their all-to-alls whole, so each
-    all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean over the
-    stage's items: the items' durations, not their places in the schedule, are what the
+    (:func:`core.model_math.ep_overlap_paired_share`); the others expose their all-to-alls
+    whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
+    over the stage's items: the items' durations, not their places in the schedule, are what the
     pipeline graph takes). ``wgrad_s``: the experts' weight gradient of one layer's backward
     that ``delay_wgrad_compute`` defers (:func:`ep_overlap_pair`), 0 without it.
     """
