@@ -423,7 +423,15 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
            if space.overlap_moe_expert_parallel_comm is not None
            else [base.overlap_moe_expert_parallel_comm is True])
     if not m.is_moe:
+        if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
+            raise ConfigError([FieldError(
+                "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts model "
+                "(model.num_experts): a dense model has no expert all-to-alls")])
         ovs = [False]
+    if base.delay_wgrad_compute is True and True not in ovs:  # what validate says of the file
+        raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
+                                      "overlap_moe_expert_parallel_comm (Megatron-Core: it must "
+                                      "be enabled when enabling delay_wgrad_compute)")])
     cps = sorted(set(_as_list(space.context_parallel)))
     eps = (sorted(set(_as_list(space.expert_parallel))) if space.expert_parallel is not None
            else _divisors(m.num_experts) if m.is_moe else [1])

@@ -346,3 +346,26 @@ def test_cli_sweep_option(tmp_path, capsys):
     assert both["num_plans"] > off["num_plans"]
     assert main(args + ["--overlap-moe-expert-parallel-comm", "maybe"]) == 2
     assert "--overlap-moe-expert-parallel-comm" in capsys.readouterr().err
+
+
+def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
+    """Asking a dense model's sweep for the overlap, or a session's delay_wgrad_compute with
+    the overlap off and not swept on: one message naming the option or the file (exit 2), as
+    vtrain simulate names it (the tester: both were silently dropped)."""
+    from core.cli import main
+    from core.config import ConfigError
+    from core.session import load_any, save_session
+    from tests.conftest import EXAMPLES
+    dense = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(ConfigError, match="on needs a mixture-of-experts model"):
+        enumerate_plans(dense, SweepSpace(max_gpus=8, overlap_moe_expert_parallel_comm=(True,)))
+    assert enumerate_plans(dense, SweepSpace(max_gpus=8, overlap_moe_expert_parallel_comm=(False,)))
+    path = tmp_path / "s.json"
+    save_session(_session(False, global_batch_size=64), path)
+    args = ["sweep", str(path), "--gpus", "16", "--micro-batch-sizes", "1", "--pipeline-parallel",
+            "1", "--workers", "1", "--json", "--set", "plan.delay_wgrad_compute=true"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{path} with --set plan.delay_wgrad_compute=true" in err
+    assert "delay_wgrad_compute needs overlap_moe_expert_parallel_comm" in err
+    assert main(args + ["--overlap-moe-expert-parallel-comm", "n,y"]) == 0  # swept on: allowed

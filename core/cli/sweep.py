@@ -170,16 +170,24 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
                                                 "'local'")])
     err_console = Console(stderr=True)
+
+    def sweep(**kw: Any):
+        try:
+            return run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
+                             dask=dask, **kw)
+        except ConfigError as exc:  # a rule of the file's plan fields: name the file
+            if any(e.field.startswith("plan.") for e in exc.errors):
+                raise session.in_its_terms(exc) from None
+            raise
+
     if args.json or not err_console.is_terminal:
-        result = run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
-                           dask=dask)
+        result = sweep()
     else:
         with Progress(TextColumn("sweeping plans"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err_console, transient=True) as bar:
             task = bar.add_task("sweep", total=None)
-            result = run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
-                               dask=dask,
-                               progress=lambda done, total: bar.update(task, completed=done, total=total))
+            result = sweep(progress=lambda done, total: bar.update(task, completed=done,
+                                                                   total=total))
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
     unused = unused_values(session, space, result)
