@@ -425,6 +425,9 @@ ASSUMPTIONS = {
                                  "overlap'): Megatron-Core's combined 1F1B, the all-to-alls of "
                                  "one micro-batch under another's computation; MoE rows that do "
                                  "not name it run without",
+    "delay-wgrad-from-notes": "the notes name delay_wgrad_compute: plan.delay_wgrad_compute "
+                              "(the experts' weight gradients beside the backward's dispatch "
+                              "all-to-all; needs the overlap)",
     "torchtitan-selective-op": "'selective (per-op SAC)' is torchtitan's per-op selective "
                                "activation checkpointing, recompute=selective_op (every other "
                                "matmul, the attention output, reduce-scatters and amax saved; "
@@ -483,6 +486,7 @@ class _Row:
         self.pp_layout: str | None = None  # the notes' custom pipeline layout (pp_layout)
         self.dispatcher: str | None = None  # the notes' MoE token dispatcher (flex: DeepEP...)
         self.ep_overlap = False  # the notes name the expert all-to-all overlap
+        self.delay_wgrad = False  # ... and Megatron-Core's delay_wgrad_compute
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -664,13 +668,19 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     elif re.search(r"dispatcher", n, re.I):
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
                    "and flex (DeepEP, HybridEP)")
-    for clause in re.split(r"[;\n]", n):  # a clause that names it and does not negate it
-        if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|\b(?:A2A|EP|all-to-all) "
-                     r"(?:comm(?:unication)? )?overlap", clause, re.I) and not re.search(
-                         r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b",
-                         clause, re.I):
+    negated = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b", re.I)
+    clauses = re.split(r"[;\n]", n)
+    for clause in clauses:  # a clause that names it and does not negate it
+        if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|"
+                     r"\b(?:A2A|EP|all-to-all) (?:comm(?:unication)? )?overlap", clause, re.I) \
+                and not negated.search(clause):
             row.assume("ep-a2a-overlap-from-notes")
             row.ep_overlap = True
+            break
+    for clause in clauses:
+        if re.search(r"delay[_-]wgrad[_-]compute", clause, re.I) and not negated.search(clause):
+            row.assume("delay-wgrad-from-notes")
+            row.delay_wgrad = True
             break
 
 
@@ -849,6 +859,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.put(plan, "plan", "moe_token_dispatcher_type", rw.dispatcher)
     if rw.ep_overlap:
         rw.put(plan, "plan", "overlap_moe_expert_parallel_comm", True)
+    if rw.delay_wgrad:  # validation refuses it by name without the overlap
+        rw.put(plan, "plan", "delay_wgrad_compute", True)
     # Megatron's uneven split when the layers do not fill p*v stages but L+2 does
     stages = p * max(vp, 1)
     flags = _has(plan, "account_for_embedding_in_pipeline_split")

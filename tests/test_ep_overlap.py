@@ -295,10 +295,16 @@ def test_published_row_naming_the_overlap(tmp_path):
         w.writeheader()
         w.writerow(row)
         w.writerow({**row, "notes": row["notes"] + "; EP A2A overlap on"})
+        w.writerow({**row, "notes": row["notes"] + "; moe_a2a_overlap=True; delay_wgrad_compute"})
         for negated in ("A2A overlap off", "no EP overlap", "without all-to-all overlap",
                         "overlap_moe_expert_parallel_comm=False", "EP comm overlap disabled"):
             w.writerow({**row, "notes": row["notes"] + "; " + negated})
-    plain, ov, *negated = read_measurements(out)
+    plain, ov, ov_dw, *negated = read_measurements(out)
+    assert ov_dw.session.plan.overlap_moe_expert_parallel_comm is True
+    assert ov_dw.session.plan.delay_wgrad_compute is True
+    assert {"ep-a2a-overlap-from-notes", "delay-wgrad-from-notes"} <= {
+        a.split(":")[0] for a in ov_dw.assumptions}
+    assert not ov.session.plan.delay_wgrad_compute
     assert plain.session.plan.overlap_moe_expert_parallel_comm is False
     assert ov.session.plan.overlap_moe_expert_parallel_comm is True
     assert [n.session.plan.overlap_moe_expert_parallel_comm for n in negated] == [False] * 5
