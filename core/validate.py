@@ -369,6 +369,11 @@ ASSUMPTIONS = {
     "bridge-tp-comm-overlap": "a Megatron-Bridge row with t > 1 and sequence parallelism: the "
                               "Bridge recipes' tensor-parallel communication overlap "
                               "(tp_comm_overlap, Transformer Engine userbuffers)",
+    "bridge-mla-no-tp-comm-overlap": "a Megatron-Bridge DeepSeek (MLA) row with t > 1 and "
+                                     "sequence parallelism: no tensor-parallel communication "
+                                     "overlap (Bridge 0.6's deepseek recipes leave "
+                                     "tp_comm_overlap at Bridge's default, off: "
+                                     "training/comm_overlap.py)",
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
     "network-from-gpu-reference": "the network cell is empty: the GPU's reference node, one "
@@ -942,7 +947,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.assume("bridge-fp8-param-gather")
             plan.fp8_param_gather = True
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
-        if "bridge" in framework.lower():
+        if "bridge" in framework.lower() and model.multi_latent_attention is True:
+            rw.assume("bridge-mla-no-tp-comm-overlap")
+        elif "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")
             plan.tp_comm_overlap = True
         elif re.search(r"async TP", f"{framework} {notes}"):

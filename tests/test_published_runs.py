@@ -180,10 +180,12 @@ def test_notes_policies_on_real_rows(published):
     assert virtual_stage_layer_counts(61, ds.session.plan) == [1] + [2] * 30 + [0]
     if _has_field(ParallelPlan, "recompute_modules"):  # the notes' modules, judged by validation
         assert ds.session.plan.recompute_modules == "mla_up_proj,mlp"
-        # FP8 with these modules is modelled: the row stays skipped for its unstated precision
-        # and the Bridge recipe's TP overlap, not modelled with MLA
+        # FP8 with these modules is modelled, and Bridge's DeepSeek recipes run no TP overlap:
+        # the row is skipped for its unstated precision alone
         assert "recompute_modules" not in ds.skip_reason
-        assert "tp_comm_overlap with multi-head latent attention" in ds.skip_reason
+        assert ds.skip_causes == ["precision not stated"]
+        assert "bridge-mla-no-tp-comm-overlap" in _names(ds)
+        assert ds.session.plan.tp_comm_overlap is False
     else:
         assert "recompute_modules=[mla_up_proj, mlp]" in ds.skip_reason
     # rows 28-33: torchtitan's per-op SAC with t=8, sequence-parallel (the recomputed ops'
