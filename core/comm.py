@@ -349,17 +349,20 @@ class CommModel:
         # model's rates (permutation, padding, dispatcher); fitted by the shared calibration
         return self.collective_overhead_s + (t - self.collective_overhead_s) / self.all_to_all_efficiency
 
-    def ep_remote_copies(self, num_experts: int, top_k: int) -> float | None:
+    def ep_remote_copies(self, num_experts: int, top_k: int, num_groups: int | None = None,
+                         group_topk: int | None = None) -> float | None:
         """Copies of one token that leave its node under the ``flex`` dispatcher
         (:func:`core.model_math.flex_remote_node_copies` over the nodes the expert-parallel
-        group spans), or None when the plan dispatches with ``alltoall`` or the group fits
-        one node (the plain all-to-all then)."""
+        group spans, with node-limited routing's ``num_groups`` and ``group_topk`` when set),
+        or None when the plan dispatches with ``alltoall`` or the group fits one node (the
+        plain all-to-all then)."""
         from .model_math import expert_tensor_parallel, flex_remote_node_copies
         if getattr(self.plan, "moe_token_dispatcher_type", "alltoall") != "flex":
             return None
         ep = self.plan.expert_parallel
         nodes = max(1, ep // self._expert_node_share(expert_tensor_parallel(self.plan), ep))
-        return flex_remote_node_copies(num_experts, top_k, nodes) if nodes > 1 else None
+        return (flex_remote_node_copies(num_experts, top_k, nodes, num_groups, group_topk)
+                if nodes > 1 else None)
 
     def etp_collective(self, kind: str, nbytes: float) -> float:
         """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer

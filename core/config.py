@@ -310,6 +310,14 @@ class ModelConfig:
         0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
         "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
         bounds=BOUNDS["dense_layers"])
+    moe_router_num_groups: int | None = _f(
+        None, "", "Node-limited routing: the experts split into this many groups (Megatron-Core "
+        "--moe-router-num-groups; DeepSeek-V3's n_group 8); empty means none", short="groups",
+        min=1, bounds=BOUNDS["experts"])
+    moe_router_group_topk: int | None = _f(
+        None, "", "Node-limited routing: the groups each token may reach (Megatron-Core "
+        "--moe-router-group-topk; DeepSeek-V3's topk_group 4)", short="group_topk", min=1,
+        bounds=BOUNDS["experts"])
     multi_latent_attention: bool = _f(
         False, "", "Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention; "
         "Megatron-Core MLASelfAttention): queries and keys/values pass through low-rank latents "
@@ -1695,11 +1703,13 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
     E = m.num_experts
     if E is None:
         for name, default in (("moe_ffn_hidden_size", None), ("num_shared_experts", 0),
-                              ("moe_layer_frequency", 1), ("moe_first_dense_layers", 0)):
-            if getattr(m, name) != default:
+                              ("moe_layer_frequency", 1), ("moe_first_dense_layers", 0),
+                              ("moe_router_num_groups", None), ("moe_router_group_topk", None)):
+            if getattr(m, name, default) != default:
                 errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
                                        "num_experts (a mixture-of-experts model)"))
         return errs
+    errs += _group_routing_errors(m)
     if not all(_is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
                                     m.moe_first_dense_layers, m.num_layers)):
         return errs  # type errors are reported by section_errors
@@ -1715,6 +1725,41 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
                                f"{m.moe_layer_frequency} leave no MoE layer among the "
                                f"{m.num_layers} layers"))
     return errs
+
+
+#: Most group choices C(num_groups, group_topk) the node-limited routing model enumerates.
+MAX_GROUP_CHOICES = 1_000_000
+
+
+def _group_routing_errors(m: ModelConfig) -> list[FieldError]:
+    """Rules of node-limited routing (Megatron-Core ``TransformerConfig``, ``moe_utils.
+    group_limited_topk``): both fields or neither; the groups split the experts evenly; a token
+    reaches at most ``num_groups`` groups, holding at least ``moe_top_k`` experts; at most
+    :data:`MAX_GROUP_CHOICES` ways to choose the groups (the model enumerates them)."""
+    G, M = getattr(m, "moe_router_num_groups", None), getattr(m, "moe_router_group_topk", None)
+    if G is None and M is None:
+        return []
+    if G is None or M is None:
+        name = "moe_router_num_groups" if G is None else "moe_router_group_topk"  # the missing one
+        return [FieldError(f"model.{name}", "node-limited routing needs both "
+                           "moe_router_num_groups and moe_router_group_topk")]
+    if not all(_is_int(x) and x >= 1 for x in (G, M, m.num_experts, m.moe_top_k)):
+        return []  # type and bound errors are reported by section_errors
+    E, k = m.num_experts, m.moe_top_k
+    if E % G:
+        return [FieldError("model.moe_router_num_groups", f"moe_router_num_groups={G} does not "
+                           f"divide num_experts={E}")]
+    if M > G:
+        return [FieldError("model.moe_router_group_topk", f"moe_router_group_topk={M} is more "
+                           f"than moe_router_num_groups={G}")]
+    if M * (E // G) < k:
+        return [FieldError("model.moe_router_group_topk", f"moe_router_group_topk={M} groups of "
+                           f"{E // G} experts hold fewer than moe_top_k={k}")]
+    if math.comb(G, M) > MAX_GROUP_CHOICES:
+        return [FieldError("model.moe_router_num_groups", f"{math.comb(G, M):,} ways to choose "
+                           f"{M} of {G} groups: node-limited routing with more than "
+                           f"{MAX_GROUP_CHOICES:,} is not modelled")]
+    return []
 
 
 def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
@@ -2042,7 +2087,8 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"model.{name}": (lambda s: s.model.num_experts is not None,
                          "a mixture-of-experts model (model.num_experts)")
        for name in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
-                    "moe_layer_frequency", "moe_first_dense_layers")},
+                    "moe_layer_frequency", "moe_first_dense_layers", "moe_router_num_groups",
+                    "moe_router_group_topk")},
     **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
                         "a mixture-of-experts model (model.num_experts)")
        for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor",
@@ -2173,7 +2219,7 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,
                moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
-               mtp_num_layers=1),
+               mtp_num_layers=1, moe_router_num_groups=8, moe_router_group_topk=4),
         *(_gpt_oss(name, layers, experts) for name, layers, experts in (
             ("GPT-OSS 120B", 36, 128), ("GPT-OSS 20B", 24, 32))),
     )

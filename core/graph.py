@@ -2041,7 +2041,8 @@ def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple
     nbytes = moe_comm_bytes(session)
     m = session.model
     # DeepEP / HybridEP (flex): one copy per other node holding one of the token's experts
-    remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k)
+    remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k, m.moe_router_num_groups,
+                                   m.moe_router_group_topk)
     out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, nbytes["ep_all_to_all"], remote),
                                   warnings,
                                   _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],

@@ -128,6 +128,11 @@ ARGUMENTS: dict[str, Arg] = {
         ("model.num_shared_experts",), True,
         "shared experts' total MLP size: num_shared_experts = this / moe_ffn_hidden_size (a "
         "size that is not a multiple is refused)"),
+    "--moe-router-num-groups": Arg(("model.moe_router_num_groups",), True,
+                                   "node-limited routing: the experts' groups"),
+    "--moe-router-group-topk": Arg(("model.moe_router_group_topk",), True,
+                                   "node-limited routing: the groups a token may reach (with the "
+                                   "flex dispatcher, the nodes its copies go to)"),
     "--moe-layer-freq": Arg(("model.moe_layer_frequency", "model.moe_first_dense_layers"), True,
                             "every k-th layer MoE (an integer k: layers 0, k, 2k ...), or a list "
                             "pattern such as ([0]*3+[1]*58) that first dense layers and a "
@@ -726,7 +731,7 @@ def _attention(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
 #: Mixture-of-experts arguments that mean something only with --num-experts.
 _MOE_ONLY = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
              "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-enable-deepep",
-             "--moe-flex-dispatcher-backend")
+             "--moe-flex-dispatcher-backend", "--moe-router-num-groups", "--moe-router-group-topk")
 
 
 def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list[int]:
@@ -807,6 +812,10 @@ def _moe_arguments(args: dict[str, list[str]], mp: "_Mapper", src: str, L: int, 
         else:
             mp.set("--moe-shared-expert-intermediate-size", "model.num_shared_experts",
                    shared // width)
+    for flag, target in (("--moe-router-num-groups", "model.moe_router_num_groups"),
+                         ("--moe-router-group-topk", "model.moe_router_group_topk")):
+        if flag in args:  # node-limited routing (validation checks the two go together)
+            mp.set(flag, target, _int(args, flag, src))
     if "--moe-layer-freq" in args:
         text = _one(args, "--moe-layer-freq", src) or ""
         if "[" not in text:
@@ -1258,18 +1267,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # ---- the rest
     ignored, neutral = list(late_ignored), []
     hints = dict(unknown)
-    flex = mp.values["plan"].get("moe_token_dispatcher_type") == "flex"
     for flag in args:
         if flag in used or flag in ARGUMENTS:
             continue
-        if flex and flag in ("--moe-router-num-groups", "--moe-router-group-topk"):
-            # node-limited routing bounds the nodes a token reaches, which the flex dispatcher's
-            # one copy per node follows (with alltoall, k copies whatever the groups)
-            ignored.append((flag, "node-limited routing with the flex dispatcher is not "
-                                  "modelled (each token's copies are counted as if it could "
-                                  "reach every node: an upper bound); may change the "
-                                  "iteration time"))
-        elif flag in NEUTRAL_ARGUMENTS:
+        if flag in NEUTRAL_ARGUMENTS:
             neutral.append(flag)
         elif flag in hints:  # allow_unknown
             ignored.append((flag, "not a Megatron-LM argument vtrain knows" + (
@@ -1410,6 +1411,9 @@ def export_arguments(session: Session) -> list[str]:
                                    for i in range(L)) + "]"]
         elif freq != 1:
             out += ["--moe-layer-freq", str(freq)]
+        if getattr(m, "moe_router_num_groups", None):
+            out += ["--moe-router-num-groups", str(m.moe_router_num_groups),
+                    "--moe-router-group-topk", str(m.moe_router_group_topk)]
     out += ["--micro-batch-size", str(pl.micro_batch_size),
             "--global-batch-size", str(pl.global_batch_size),
             "--tensor-model-parallel-size", str(pl.tensor_parallel),

@@ -173,7 +173,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         --moe-permute-fusion --moe-expert-capacity-factor --moe-pad-expert-input-to-capacity
         --moe-token-drop-policy --moe-apply-probs-on-input""",
         """--moe-router-load-balancing-type --moe-router-score-function --moe-router-pre-softmax
-        --moe-router-num-groups --moe-router-group-topk --moe-router-topk-scaling-factor
+        --moe-router-topk-scaling-factor
         --moe-router-enable-expert-bias --moe-router-bias-update-rate --moe-aux-loss-coeff
         --moe-z-loss-coeff --moe-input-jitter-eps --moe-per-layer-logging"""),
     # _add_experimental_args

@@ -409,6 +409,10 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "deepseek-v3-router-groups": "a DeepSeek-V3 row whose notes say nothing of its router "
+                                 "groups: the model's node-limited routing (its config.json: "
+                                 "n_group 8, topk_group 4; a token's experts in 4 of 8 groups), "
+                                 "which only the flex dispatcher's node copies feel",
     "mtp-not-stated": "an MLA (DeepSeek) row whose notes do not name multi-token prediction: "
                       "none (model.mtp_num_layers 0), as the rows that state it ('w/o MTP')",
     "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
@@ -822,6 +826,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             if opt[c] is not None:
                 rw.put(model, "model", c, opt[c])
     _notes_policy(notes, model, v, opt, rw)
+    if (re.search(r"DeepSeek-V3", name, re.I) and model.num_experts == 256
+            and model.moe_top_k == 8 and _has(model, "moe_router_num_groups")
+            and not re.search(r"group", notes, re.I)):
+        # the model's own router (DeepSeek-V3's config.json: n_group 8, topk_group 4)
+        model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
+        rw.assume("deepseek-v3-router-groups")
 
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
     recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)

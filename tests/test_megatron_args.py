@@ -845,6 +845,7 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
     assert validate(res.session) == []
     m = res.session.model
     assert (m.attention_kernel, m.multi_latent_attention, m.num_experts) == ("flash", True, 256)
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)  # node-limited routing
     assert res.notes == [("attention", "Megatron-Core's default --attention-backend auto: "
                           "Transformer Engine picks its fused (cuDNN) or flash attention, timed "
                           "as FlashAttention")]
@@ -852,7 +853,6 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
                            "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
                            "--moe-router-topk-scaling-factor", "--moe-router-score-function",
                            "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
-                           "--moe-router-num-groups", "--moe-router-group-topk",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
                            "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
     assert [f for f, _ in res.ignored] == ["--moe-grouped-gemm",
@@ -994,16 +994,20 @@ def test_token_dispatcher_flags(tmp_path):
     assert "--moe-token-dispatcher-type flex" in " ".join(export_arguments(res.session))
 
 
-def test_node_limited_routing_with_flex_is_listed_as_not_modelled(tmp_path):
-    """--moe-router-num-groups / --moe-router-group-topk only reorder the router's scores for the
-    alltoall dispatcher (k copies whatever the groups: neutral), but with flex they bound the
-    nodes a token reaches, which is not modelled: listed among the ignored arguments."""
+def test_node_limited_routing_round_trips(tmp_path):
+    """--moe-router-num-groups / --moe-router-group-topk are model fields (node-limited routing,
+    which bounds the nodes a flex dispatch reaches); one without the other is refused by name."""
     groups = " --moe-router-num-groups 4 --moe-router-group-topk 2"
-    res = import_file(_write(tmp_path, "a2a.sh", MIXTRAL_LAUNCH.replace(
-        "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type alltoall" + groups)))
-    assert {"--moe-router-num-groups", "--moe-router-group-topk"} <= set(res.neutral)
     res = import_file(_write(tmp_path, "flex.sh", MIXTRAL_LAUNCH.replace(
         "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type flex" + groups)))
-    ignored = dict(res.ignored)
-    assert "node-limited routing" in ignored["--moe-router-group-topk"]
-    assert "--moe-router-num-groups" not in res.neutral
+    m = res.session.model
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (4, 2)
+    words = export_arguments(res.session)
+    assert words[words.index("--moe-router-num-groups") + 1] == "4"
+    assert words[words.index("--moe-router-group-topk") + 1] == "2"
+    half = import_file(_write(tmp_path, "half.sh", MIXTRAL_LAUNCH.replace(
+        "--moe-token-dispatcher-type alltoall",
+        "--moe-token-dispatcher-type alltoall --moe-router-group-topk 2"))).session
+    from core.config import validate
+    assert any(e.field == "model.moe_router_num_groups" and "needs both" in e.message
+               for e in validate(half))

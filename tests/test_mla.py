@@ -87,7 +87,8 @@ def _plan(**kw):
 
 
 def test_mla_activation_bytes_closed_form_and_mla_up_proj():
-    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
+                            moe_router_group_topk=None,
                                 num_shared_experts=0, moe_first_dense_layers=0)
     s, h, a = 4096, 7168, 128
     sbh = s * h
@@ -168,7 +169,8 @@ def test_mla_fp8_activation_bytes():
     # FP8 (TE): the two down projections each keep an FP8 copy of the input norm's output (2, as
     # BF16), fc1's input 2 -> 1, the up projections' inputs 2 -> 1 (their norms' inputs stay
     # BF16), fc2's input 2f/h -> f/h, the projection's input keeps its BF16 output + FP8 copy
-    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+    dense = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
+                            moe_router_group_topk=None,
                                 num_shared_experts=0, moe_first_dense_layers=0)
     s, h, a = 4096, 7168, 128
     attn = 2 * a * (2 * 192 + 2 * 128) / h
@@ -184,7 +186,8 @@ def test_mla_fp8_activation_bytes():
 def test_mla_tensor_parallel_collectives_move_the_latents():
     from core.graph import stage_times
     from core.simulate import session_profile
-    m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None,
+    m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
+                            moe_router_group_topk=None,
                             num_shared_experts=0, moe_first_dense_layers=0)
     s = Session(model=m, plan=_plan(tensor_parallel=8, data_parallel=1, sequence_parallel=True),
                 cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
@@ -350,7 +353,8 @@ def test_mla_without_query_compression_under_fp8():
     inside the up projections' checkpoint. Under FP8 ``layernorm`` frees only the key/value
     down projection's copy (1 of 2), ``mla_up_proj`` keeps the BF16 hidden states (2) instead
     of the query projection's FP8 copy (1); with both, nothing of that tensor is kept."""
-    m = dataclasses.replace(V3, q_lora_rank=None, num_experts=None, moe_ffn_hidden_size=None,
+    m = dataclasses.replace(V3, q_lora_rank=None, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
+                            moe_router_group_topk=None,
                             num_shared_experts=0, moe_first_dense_layers=0)
     s, h = 4096, 7168
     sbh = s * h
@@ -360,7 +364,8 @@ def test_mla_without_query_compression_under_fp8():
                                                       recompute_modules=modules))
     base = acts("core_attn")
     assert base - acts("core_attn,layernorm") == pytest.approx(1 * sbh, rel=1e-12)
-    with_c = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None,
+    with_c = dataclasses.replace(V3, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
+                            moe_router_group_topk=None,
                                  num_shared_experts=0, moe_first_dense_layers=0)
     full = mm.activation_bytes_per_layer(with_c, _plan(precision="fp8", recompute="selective"))
     ln = mm.activation_bytes_per_layer(with_c, _plan(precision="fp8", recompute="selective",

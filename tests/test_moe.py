@@ -432,3 +432,59 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     # the simulated iteration: the expert all-to-all shrinks, nothing else changes
     a, b = simulate(s).report, simulate(Session(s.model, flex_plan, s.cluster)).report
     assert b.ep_comm_s < a.ep_comm_s / 2 and b.compute_s == pytest.approx(a.compute_s, rel=1e-12)
+
+
+def test_node_limited_routing_bounds_the_flex_copies():
+    """Node-limited routing (G groups, M per token): DeepSeek-V3 over 8 nodes, a group per node:
+    the token reaches each of its 4 groups unless all 8 experts miss it,
+    7/8 * 4 * (1 - C(96, 8)/C(128, 8)); a Monte Carlo of the routing agrees where groups
+    straddle nodes (12 groups over 8 nodes); without the limit (G = M) the plain formula."""
+    import math
+    closed = 7 / 8 * 4 * (1 - math.comb(96, 8) / math.comb(128, 8))
+    assert mm.flex_remote_node_copies(256, 8, 8, 8, 4) == pytest.approx(closed, rel=1e-12)
+    assert mm.flex_remote_node_copies(256, 8, 8, 8, 8) == pytest.approx(
+        mm.flex_remote_node_copies(256, 8, 8), rel=1e-12)
+    assert mm.flex_remote_node_copies(256, 8, 8, 1, 1) == mm.flex_remote_node_copies(256, 8, 8)
+    rng = np.random.default_rng(3)
+    E, k, N, G, M = 96, 6, 8, 12, 3
+    trials, remote = 40_000, 0
+    for _ in range(trials):
+        own = rng.integers(N)
+        groups = rng.choice(G, M, replace=False)
+        pool = np.concatenate([np.arange(g * E // G, (g + 1) * E // G) for g in groups])
+        nodes = set((rng.choice(pool, k, replace=False) // (E // N)).tolist())
+        remote += len(nodes - {own})
+    assert mm.flex_remote_node_copies(E, k, N, G, M) == pytest.approx(remote / trials, rel=0.02)
+    # one group per token: a node of its own, reached with the token's node 1/8 of the time
+    assert mm.flex_remote_node_copies(256, 8, 8, 8, 1) == pytest.approx(7 / 8, rel=1e-12)
+    with pytest.raises(ValueError, match="hold at least top_k"):
+        mm.flex_remote_node_copies(16, 8, 2, 8, 2)  # 2 groups of 2 experts cannot hold 8
+
+
+@pytest.mark.parametrize("fields,where,words", [
+    (dict(moe_router_group_topk=2), "model.moe_router_num_groups", "needs both"),
+    (dict(moe_router_num_groups=3, moe_router_group_topk=1), "model.moe_router_num_groups",
+     "does not divide num_experts=8"),
+    (dict(moe_router_num_groups=4, moe_router_group_topk=5), "model.moe_router_group_topk",
+     "more than moe_router_num_groups=4"),
+    (dict(moe_router_num_groups=8, moe_router_group_topk=1), "model.moe_router_group_topk",
+     "fewer than moe_top_k=2"),
+])
+def test_node_limited_routing_rules(fields, where, words):
+    s = _session(dataclasses.replace(MIXTRAL, **fields))
+    assert words in _errors(s).get(where, ""), _errors(s)
+
+
+def test_node_limited_routing_shortens_a_flex_dispatch_across_nodes():
+    m = dataclasses.replace(MIXTRAL, num_experts=64, moe_top_k=8, moe_ffn_hidden_size=1792)
+    kw = dict(pipeline_parallel=1, data_parallel=32, expert_parallel=32, global_batch_size=64,
+              moe_token_dispatcher_type="flex")
+    free = simulate(_session(m, **kw)).report
+    limited = simulate(_session(dataclasses.replace(m, moe_router_num_groups=4,
+                                                    moe_router_group_topk=2), **kw)).report
+    assert limited.ep_comm_s < free.ep_comm_s
+    # the alltoall dispatcher sends its k copies whatever the groups
+    a2a = dict(kw, moe_token_dispatcher_type="alltoall")
+    assert simulate(_session(dataclasses.replace(m, moe_router_num_groups=4,
+                                                 moe_router_group_topk=2), **a2a)).report \
+        .ep_comm_s == pytest.approx(simulate(_session(m, **a2a)).report.ep_comm_s, rel=1e-12)

@@ -57,6 +57,8 @@ _LABELS = {
     "model.num_shared_experts": "Shared experts",
     "model.moe_layer_frequency": "MoE layer every",
     "model.moe_first_dense_layers": "First dense layers",
+    "model.moe_router_num_groups": "Router groups (MoE)",
+    "model.moe_router_group_topk": "Groups per token (MoE)",
     "model.multi_latent_attention": "Multi-head latent attention",
     "model.q_lora_rank": "Query latent rank (MLA)",
     "model.kv_lora_rank": "Key/value latent rank (MLA)",
