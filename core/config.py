@@ -1727,22 +1727,19 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
     return errs
 
 
-#: Most group choices C(num_groups, group_topk) the node-limited routing model enumerates.
-MAX_GROUP_CHOICES = 1_000_000
-
-
 def _group_routing_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of node-limited routing (Megatron-Core ``TransformerConfig``, ``moe_utils.
-    group_limited_topk``): both fields or neither; the groups split the experts evenly; a token
-    reaches at most ``num_groups`` groups, holding at least ``moe_top_k`` experts; at most
-    :data:`MAX_GROUP_CHOICES` ways to choose the groups (the model enumerates them)."""
+    group_limited_topk``): ``moe_router_group_topk`` needs ``moe_router_num_groups`` ("When
+    using group limited routing, moe_router_num_groups must be specified"; the groups alone
+    limit nothing); the groups split the experts evenly; a token reaches at most
+    ``num_groups`` groups, holding at least ``moe_top_k`` experts."""
     G, M = getattr(m, "moe_router_num_groups", None), getattr(m, "moe_router_group_topk", None)
-    if G is None and M is None:
+    if M is None:
         return []
-    if G is None or M is None:
-        name = "moe_router_num_groups" if G is None else "moe_router_group_topk"  # the missing one
-        return [FieldError(f"model.{name}", "node-limited routing needs both "
-                           "moe_router_num_groups and moe_router_group_topk")]
+    if G is None:
+        return [FieldError("model.moe_router_num_groups", "moe_router_group_topk (node-limited "
+                           "routing) needs moe_router_num_groups (Megatron-Core: it must be "
+                           "specified)")]
     if not all(_is_int(x) and x >= 1 for x in (G, M, m.num_experts, m.moe_top_k)):
         return []  # type and bound errors are reported by section_errors
     E, k = m.num_experts, m.moe_top_k
@@ -1755,10 +1752,6 @@ def _group_routing_errors(m: ModelConfig) -> list[FieldError]:
     if M * (E // G) < k:
         return [FieldError("model.moe_router_group_topk", f"moe_router_group_topk={M} groups of "
                            f"{E // G} experts hold fewer than moe_top_k={k}")]
-    if math.comb(G, M) > MAX_GROUP_CHOICES:
-        return [FieldError("model.moe_router_num_groups", f"{math.comb(G, M):,} ways to choose "
-                           f"{M} of {G} groups: node-limited routing with more than "
-                           f"{MAX_GROUP_CHOICES:,} is not modelled")]
     return []
 
 

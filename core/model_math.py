@@ -1078,15 +1078,19 @@ def flex_remote_node_copies(num_experts: int, top_k: int, num_nodes: int,
 
     Node-limited routing (``num_groups`` G, ``group_topk`` M; Megatron-Core
     ``moe_utils.group_limited_topk``, DeepSeek-V3's "each token is sent to at most 4 nodes"):
-    the experts split into G contiguous groups, a token picks M of them and its k experts among
-    their ``A = M E/G`` experts, taken here as uniform (balanced routing) at both steps. A node
-    holding ``c`` of the chosen groups' experts misses all k with ``C(A - c, k) / C(A, k)``;
+    the experts split into G contiguous groups of ``s = E/G``; a token's M groups are those with
+    the highest sum of their top ``k/M`` scores, and its k experts the top k among them, so
+    nearly every chosen group supplies about ``k/M`` of them. Modelled so: the M groups
+    uniform (balanced routing), ``k/M`` experts uniform within each (with ``k = qM + r``, r
+    groups of ``q + 1``: each group misses a node holding ``o`` of its experts with
+    ``((M - r) C(s - o, q) + r C(s - o, q + 1)) / (M C(s, q))`` on average). A node is missed
+    with the mean over the ``C(G, M)`` group choices of the product of its groups' misses,
+    ``e_M(miss_1 .. miss_G) / C(G, M)`` (the elementary symmetric polynomial, no enumeration);
     the copies are ``(N - 1)/N`` times the sum over the nodes of the chance to be reached (the
-    token's own node is any of the N alike), averaged over the ``C(G, M)`` group choices
-    (enumerated; ``c`` is each node's overlap with the chosen groups). Without groups this is
-    the formula above; DeepSeek-V3 (E = 256, k = 8, G = 8, M = 4) over 8 nodes, a group per
-    node: ``7/8 * 4 (1 - C(96, 8)/C(128, 8)) = 3.18`` copies against 4.63 without the limit and
-    7 with the plain all-to-all.
+    token's own node is any of the N alike). With ``M = G`` (or no groups) the formula above.
+    DeepSeek-V3 (E = 256, k = 8, G = 8, M = 4) over 8 nodes, a group per node: each chosen
+    group's node is reached, ``7/8 * 4 = 3.5`` copies, against 4.63 without the limit and 7
+    with the plain all-to-all (a simulation of Megatron's routing on uniform scores: 3.46).
 
     Raises
     ------
@@ -1107,25 +1111,30 @@ def flex_remote_node_copies(num_experts: int, top_k: int, num_nodes: int,
     if E % G or not 1 <= M <= G or M * (E // G) < k:
         raise ValueError(f"num_groups={G}, group_topk={M}: the groups must split the "
                          f"{E} experts evenly and the chosen ones hold at least top_k={k}")
+    if M == G:  # every group chosen: the top k of all experts
+        return flex_remote_node_copies(E, k, N)
     return _group_limited_copies(E, k, N, G, M)
 
 
 @lru_cache(maxsize=256)
 def _group_limited_copies(E: int, k: int, N: int, G: int, M: int) -> float:
     """:func:`flex_remote_node_copies` with node-limited routing (cached)."""
-    bounds = np.arange(E + 1)
-    node, group = bounds[:-1] // (E // N), bounds[:-1] // (E // G)
+    s = E // G
+    expert = np.arange(E)
     overlap = np.zeros((N, G), np.int64)  # experts of node n in group g
-    np.add.at(overlap, (node, group), 1)
-    A = M * (E // G)
-    miss = np.array([math.comb(A - c, k) for c in range(A + 1)], float) / math.comb(A, k)
-    total = 0.0
-    count = 0
-    for chosen in itertools.combinations(range(G), M):
-        c = overlap[:, list(chosen)].sum(axis=1)  # (N,): each node's experts among the chosen
-        total += float((1.0 - miss[c]).sum())
-        count += 1
-    return (N - 1) / N * total / count
+    np.add.at(overlap, (expert // (E // N), expert // s), 1)
+    q, r = divmod(k, M)
+
+    def miss(n: int) -> np.ndarray:  # a group with o of a node's experts misses it, by o
+        return np.array([math.comb(s - o, n) for o in range(s + 1)], float) / math.comb(s, n)
+    per_group = ((M - r) * miss(q) + r * miss(min(q + 1, s))) / M  # (s + 1,)
+    x = per_group[overlap]  # (N, G): each group's chance to miss each node
+    e = np.zeros((N, M + 1))
+    e[:, 0] = 1.0
+    for g in range(G):  # elementary symmetric polynomials e_j of x[:, :g+1], j <= M
+        e[:, 1:] = e[:, 1:] + e[:, :-1] * x[:, g:g + 1]
+    reached = 1.0 - e[:, M] / math.comb(G, M)
+    return (N - 1) / N * float(reached.sum())
 
 
 def expert_tensor_parallel(plan: ParallelPlan) -> int:

@@ -1009,5 +1009,11 @@ def test_node_limited_routing_round_trips(tmp_path):
         "--moe-token-dispatcher-type alltoall",
         "--moe-token-dispatcher-type alltoall --moe-router-group-topk 2"))).session
     from core.config import validate
-    assert any(e.field == "model.moe_router_num_groups" and "needs both" in e.message
-               for e in validate(half))
+    assert any(e.field == "model.moe_router_num_groups" and "needs moe_router_num_groups"
+               in e.message for e in validate(half))
+    # the groups alone limit nothing (Megatron-Core: group-limited routing needs the top-k)
+    alone = import_file(_write(tmp_path, "alone.sh", MIXTRAL_LAUNCH.replace(
+        "--moe-token-dispatcher-type alltoall",
+        "--moe-token-dispatcher-type alltoall --moe-router-num-groups 4"))).session
+    assert not [e for e in validate(alone) if e.field.startswith("model.")]
+    assert alone.model.moe_router_group_topk is None
