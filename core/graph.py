@@ -1677,7 +1677,8 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
                 fp8_speedup,
                 # the paired share reads m, which d changes (the layout holds every other field)
-                tuple(model_math.ep_overlap_paired_share(session.plan, i) for i in layout.reps))
+                tuple(model_math.ep_overlap_paired_share(session.plan, i) for i in layout.reps)
+                if _ep_overlap(session.plan) else None)
         hit = cache.get(mkey)
         if hit is not None:
             return tuple(a.copy() for a in hit)
@@ -1686,8 +1687,9 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
-        values = ep_overlap_exposed(values, structs, model_math.ep_overlap_paired_share(
-            session.plan, i), _delayed_wgrad_s(session, values))
+        if structs and structs[0].ep_overlap:
+            values = ep_overlap_exposed(values, structs, model_math.ep_overlap_paired_share(
+                session.plan, i), _delayed_wgrad_s(session, values))
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)

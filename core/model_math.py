@@ -755,8 +755,8 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     # (transformer_layer.py: not IdentityOp); the local spec (the unfused path) has both
     # separate. Their outputs are then not kept: under FP8 the linears that read them save
     # their original BF16 input instead of an FP8 copy (set_save_original_input), freed with it.
-    in_separate, mlp_separate = norms_separate(model)
-    shared_recomputed = moe and ("moe" in mods or "shared_experts" in mods)
+    in_separate, mlp_separate = (not flash) or mla, not flash  # norms_separate(model), inline
+    shared_recomputed = moe and bool(mods) and ("moe" in mods or "shared_experts" in mods)
     if "layernorm" in mods:  # (the shared experts' copy once: dropped below when recomputed)
         base -= (norm_in if in_separate else 0.0) + (
             norm_mlp - (shared_copy if (fp8 and shared_recomputed) else 0.0)

@@ -367,6 +367,8 @@ _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "ex
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                  "tp_comm_overlap", "recompute_modules", "first_stage_layers",
                  "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+#: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
+_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-2]
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -459,7 +461,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     field_ok: dict[tuple, bool] = {}
 
     def fields_ok(plan: ParallelPlan) -> bool:
-        for n in _SWEPT_FIELDS:
+        for n in _CHECKED_SWEPT_FIELDS:
             value = getattr(plan, n)
             k = (n, type(value), value)
             ok = field_ok.get(k)
@@ -537,9 +539,13 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                         # the expert all-to-all overlap off, and on where
                                         # the plan allows it (expert parallelism, its rules)
                                         for ov in ovs:
-                                            cand = dataclasses.replace(
-                                                plan, overlap_moe_expert_parallel_comm=ov,
-                                                delay_wgrad_compute=delay and ov)
+                                            cand = plan
+                                            if (ov != plan.overlap_moe_expert_parallel_comm
+                                                    or (delay and ov)
+                                                    != plan.delay_wgrad_compute):
+                                                cand = dataclasses.replace(
+                                                    plan, overlap_moe_expert_parallel_comm=ov,
+                                                    delay_wgrad_compute=delay and ov)
                                             if ov and ep_overlap_errors(m, cand):
                                                 if False in ovs:
                                                     continue  # tried without already
