@@ -857,13 +857,24 @@ def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
             + (f"; {mtp} MTP layer{'s' if mtp > 1 else ''} with the loss" if mtp else ""))
 
 
+def _layout_conflict(plan: ParallelPlan) -> str | None:
+    """Why ``plan``'s custom pipeline layout cannot stand with its other split fields, or None
+    (no layout, or none of them set)."""
+    if pipeline_layout_text(plan) is None or not (
+            plan.first_stage_layers is not None or plan.last_stage_layers is not None
+            or plan.account_for_embedding_in_pipeline_split is True
+            or plan.account_for_loss_in_pipeline_split is True):
+        return None
+    return ("pipeline_model_parallel_layout cannot be combined with first_stage_layers / "
+            "last_stage_layers / account_for_embedding_in_pipeline_split / "
+            "account_for_loss_in_pipeline_split (Megatron-Core refuses them together: the "
+            "layout places every layer)")
+
+
 def _layout_conflicts(plan: ParallelPlan) -> None:
-    if (plan.first_stage_layers is not None or plan.last_stage_layers is not None
-            or _split_flags(plan)):
-        raise ValueError("pipeline_model_parallel_layout cannot be combined with "
-                         "first_stage_layers / last_stage_layers / account_for_embedding_in_"
-                         "pipeline_split / account_for_loss_in_pipeline_split (Megatron-Core "
-                         "refuses them together: the layout places every layer)")
+    why = _layout_conflict(plan)
+    if why is not None:
+        raise ValueError(why)
 
 
 def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
@@ -958,7 +969,7 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     """
     p = plan.pipeline_parallel
     if chunks is None:
-        chunks = (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+        chunks = _layout_chunks(plan)
     v = int(chunks)
     layout = pipeline_layout_text(plan)
     if layout is not None:
@@ -1939,15 +1950,9 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
         v = getattr(pl, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
-    if pipeline_layout_text(pl) is not None and (
-            pl.first_stage_layers is not None or pl.last_stage_layers is not None
-            or pl.account_for_embedding_in_pipeline_split is True
-            or pl.account_for_loss_in_pipeline_split is True):
-        errs.append(FieldError("plan.pipeline_model_parallel_layout", "pipeline_model_parallel_"
-                               "layout cannot be combined with first_stage_layers / "
-                               "last_stage_layers / account_for_embedding_in_pipeline_split / "
-                               "account_for_loss_in_pipeline_split (Megatron-Core refuses them "
-                               "together: the layout places every layer)"))
+    conflict = _layout_conflict(pl)
+    if conflict is not None:
+        errs.append(FieldError("plan.pipeline_model_parallel_layout", conflict))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
             pl.schedule == "interleaved":
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "

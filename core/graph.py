@@ -862,7 +862,7 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                    ep=pl.expert_parallel > 1,
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
                    shared=m.num_shared_experts > 0,
-                   ep_overlap=_ep_overlap(pl))
+                   ep_overlap=model_math.ep_overlap_on(pl))
     return _Structure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first),
                       "core_attn" in recompute_modules(pl),
@@ -1307,9 +1307,7 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     """
     values = _source_values(times, tp, dp, session, moe, fp8_speedup)
     structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
-    values = ep_overlap_exposed(values, structs,
-                                model_math.ep_overlap_paired_share(session.plan, stage),
-                                _delayed_wgrad_s(session, values))
+    values = ep_overlap_exposed(values, structs, session, stage)
     out: tuple[list, list, list] = ([], [], [])
     for st in structs:
         for part, tmpl in zip(out, _stage_templates(st)):
@@ -1678,7 +1676,7 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
                 fp8_speedup,
                 # the paired share reads m, which d changes (the layout holds every other field)
                 tuple(model_math.ep_overlap_paired_share(session.plan, i) for i in layout.reps)
-                if _ep_overlap(session.plan) else None)
+                if model_math.ep_overlap_on(session.plan) else None)
         hit = cache.get(mkey)
         if hit is not None:
             return tuple(a.copy() for a in hit)
@@ -1686,10 +1684,8 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
-        values = _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup)
-        if structs and structs[0].ep_overlap:
-            values = ep_overlap_exposed(values, structs, model_math.ep_overlap_paired_share(
-                session.plan, i), _delayed_wgrad_s(session, values))
+        values = ep_overlap_exposed(
+            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs, session, i)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
@@ -1881,7 +1877,7 @@ def _middle_stages_alike(session: Session) -> bool:
     or ``window_attn_skip_freq`` can differ between stages)."""
     m, pl = session.model, session.plan
     p = pl.pipeline_parallel
-    if p > 3 and _ep_overlap(pl):  # each stage's share of paired items differs (warm-up)
+    if p > 3 and model_math.ep_overlap_on(pl):  # each stage's paired share differs (warm-up)
         return False
     windowed = model_math.window_layer_mask(m)
     if p <= 3 or (not m.is_moe and windowed.all() == windowed.any()
@@ -1956,13 +1952,6 @@ def _layer_segments(tmpl: _Template, layers: tuple[int, ...], src: int
     return out
 
 
-def _ep_overlap(plan) -> bool:
-    """Whether the plan overlaps its expert all-to-alls (``overlap_moe_expert_parallel_comm``
-    with ``ep > 1``)."""
-    return bool(getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
-                and plan.expert_parallel > 1)
-
-
 def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
     """The routed experts' weight gradient of one MoE layer's backward (the ``experts_bwd:W``
     source, :func:`weight_gradient_share`) under ``delay_wgrad_compute``; 0 without it."""
@@ -1971,9 +1960,10 @@ def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
     return float(values[_SRC["experts_bwd:W"]])
 
 
-def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: float = 1.0,
-                       wgrad_s: float = 0.0) -> np.ndarray:
-    """``values`` (:func:`_source_values` of one stage) with the overlapped expert all-to-alls
+def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: Session,
+                       stage: int) -> np.ndarray:
+    """``values`` (:func:`_source_values` of stage ``stage``, whose chunks' structures are
+    ``structs``) with the overlapped expert all-to-alls
     (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
     ``overlap_moe_expert_parallel_comm`` (unchanged without it).
 
@@ -1984,15 +1974,17 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], paired: fl
     computation they sit in; shared experts and the un-permutation with the computation beside
     them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
 
-    ``paired``: the share of the stage's forwards and backwards that run paired
+    Only the stage's paired forwards and backwards hide anything
     (:func:`core.model_math.ep_overlap_paired_share`); the others expose their all-to-alls
     whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
     over the stage's items: the items' durations, not their places in the schedule, are what the
-    pipeline graph takes). ``wgrad_s``: the experts' weight gradient of one layer's backward
-    that ``delay_wgrad_compute`` defers (:func:`ep_overlap_pair`), 0 without it.
+    pipeline graph takes). With ``delay_wgrad_compute`` the experts' weight gradient of a
+    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``).
     """
     if not structs or not structs[0].ep_overlap:
         return values
+    paired = model_math.ep_overlap_paired_share(session.plan, stage)
+    wgrad_s = _delayed_wgrad_s(session, values)
     src_f, src_b = _SRC["ep_all_to_all@fwd"], _SRC["ep_all_to_all@bwd"]
     ef, eb = [], []
     for st in structs:

@@ -29,7 +29,6 @@ is 2 FLOPs).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import operator
 from dataclasses import dataclass
@@ -755,7 +754,7 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     # (transformer_layer.py: not IdentityOp); the local spec (the unfused path) has both
     # separate. Their outputs are then not kept: under FP8 the linears that read them save
     # their original BF16 input instead of an FP8 copy (set_save_original_input), freed with it.
-    in_separate, mlp_separate = (not flash) or mla, not flash  # norms_separate(model), inline
+    in_separate, mlp_separate = _norms_separate(flash, mla)
     shared_recomputed = moe and bool(mods) and ("moe" in mods or "shared_experts" in mods)
     if "layernorm" in mods:  # (the shared experts' copy once: dropped below when recomputed)
         base -= (norm_in if in_separate else 0.0) + (
@@ -806,8 +805,13 @@ def norms_separate(model: ModelConfig) -> tuple[bool, bool]:
     the dense pre-MLP norm into fc1 (``IdentityOp``); the local spec, Megatron's old unfused
     path, keeps both separate. ``--recompute-modules layernorm`` recomputes only the separate
     ones (``TransformerLayer``: a norm that is not ``IdentityOp``)."""
-    te = model.attention_kernel == "flash"
-    return (not te) or getattr(model, "multi_latent_attention", False) is True, not te
+    return _norms_separate(model.attention_kernel == "flash",
+                           getattr(model, "multi_latent_attention", False) is True)
+
+
+def _norms_separate(flash: bool, mla: bool) -> tuple[bool, bool]:
+    """:func:`norms_separate` of the flash path and MLA flags (the activation formulas' own)."""
+    return (not flash) or mla, not flash
 
 
 def _mla_dims(model_or_key: Any) -> tuple[int, int, int, int, int]:
@@ -2254,12 +2258,18 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | 
         _uneven_chunks(plan, model)), model)[stage]
 
 
+def ep_overlap_on(plan: ParallelPlan) -> bool:
+    """Whether the plan overlaps its expert all-to-alls: ``overlap_moe_expert_parallel_comm``
+    with ``ep > 1``."""
+    return bool(getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
+                and plan.expert_parallel > 1)
+
+
 def ep_overlap_paired_share(plan: ParallelPlan, stage: int) -> float:
     """Share of stage ``stage``'s forwards and backwards that run paired under
     ``overlap_moe_expert_parallel_comm`` (:func:`core.schedules.combined_1f1b_paired_share`);
     0 without it (or without expert parallelism)."""
-    if not (getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
-            and plan.expert_parallel > 1):
+    if not ep_overlap_on(plan):
         return 0.0
     return schedules.combined_1f1b_paired_share(plan.schedule, plan.pipeline_parallel,
                                                 plan.num_microbatches, chunks_per_stage(plan),
@@ -2281,8 +2291,7 @@ def _ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...],
       pipelining ``m > 1``).
 
     Raises ValueError without ``model`` when the plan overlaps (the stages' layer counts)."""
-    if not (getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
-            and plan.expert_parallel > 1):
+    if not ep_overlap_on(plan):
         return in_flight
     if model is None:
         raise ValueError("the in-flight activations of the expert all-to-all overlap need the model")

@@ -184,8 +184,7 @@ def _ep_hidden_s(session: Session, graph, st: StageTimes, stage_ep: np.ndarray) 
     """Seconds of expert all-to-all hidden by ``overlap_moe_expert_parallel_comm``, mean over
     stages: each stage's all-to-alls at their whole time (:attr:`StageTimes.moe_comm_s`) less
     their exposed time in the graph (``stage_ep``); 0 without the overlap."""
-    if not (getattr(session.plan, "overlap_moe_expert_parallel_comm", False) is True
-            and st.moe_comm_s and session.plan.expert_parallel > 1):
+    if not (model_math.ep_overlap_on(session.plan) and st.moe_comm_s):
         return 0.0
     p = session.plan.pipeline_parallel
     count = np.bincount(graph.stage[graph.kind == KINDS.index("ep_all_to_all")], minlength=p)
