@@ -626,3 +626,16 @@ def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
     notes = unused_values(s, space, run_sweep(s, space, workers=1))
     assert [e.field for e in notes] == ["--gpus 7"]
     assert notes[0].message.startswith("no t*p*cp*d makes 7 GPUs")
+
+
+@pytest.mark.parametrize("option, text", [
+    ("--tensor-parallel", "1,,2"), ("--micro-batch-sizes", "4,"), ("--recompute", "none,,full"),
+    ("--overlap-moe-expert-parallel-comm", "n,,y"), ("--schedules", ",1f1b"),
+])
+def test_cli_refuses_an_empty_list_item_naming_the_option(option, text, capsys):
+    """``1,,2`` is a typo, not a request for 1 and 2: it exits 2 with one line naming the
+    option (it used to be dropped silently)."""
+    cfg = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(cfg), "--json", option, text]) == 2
+    err = capsys.readouterr().err
+    assert f"{option}: {text!r} has an empty item" in err and "Traceback" not in err

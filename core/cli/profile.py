@@ -308,6 +308,9 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
     except ValueError:
         return _error(f"--sizes {args.sizes!r}: expected comma-separated integers (bytes)")
     kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else None
+    if kinds is not None and not all(kinds):
+        return _error(f"--kinds {args.kinds!r} has an empty item: give collective kinds "
+                      "separated by single commas")
     last = {"saved": 0}
     with _progress_bar(console) as bar:
         on_progress = _progress_updater(bar, bar.add_task("collectives", total=None), last)

@@ -88,11 +88,22 @@ def add_parser(sub: Any) -> None:
                          "cheapest, pareto, ...) instead of tables")
 
 
+def _items(option: str, text: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty item (``1,,2``, a trailing
+    comma) is refused naming ``option`` (ConfigError) rather than dropped."""
+    items = [v.strip() for v in text.split(",")]
+    if any(not v for v in items):
+        raise ConfigError([FieldError(option, f"{text!r} has an empty item: give values "
+                                              "separated by single commas")])
+    return items
+
+
 def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
+    items = _items(option, text)
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in items)
     except ValueError:
         raise ConfigError([FieldError(option, f"{text!r} is not a comma-separated list of "
                                               "integers")]) from None
@@ -109,7 +120,7 @@ def _one_int(option: str, text: str | None) -> int | None:
 
 
 def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
-    values = tuple(v.strip().lower() for v in text.split(",") if v.strip())
+    values = tuple(v.lower() for v in _items(option, text))
     bad = [v for v in values if v not in choices]
     if not values or bad:
         raise ConfigError([FieldError(option, f"{text!r}: choose from {', '.join(choices)}")])
