@@ -42,6 +42,7 @@ import numpy as np
 from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHOICES,
                      ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
                      expand_pipeline_layout, gpu_kind, node_network_gbits_per_s, validate)
+from .bridge_recipes import BRIDGE_VERSION, BridgeRecipe, match_bridge_recipe
 from .config import rename_field
 from .inputs import read_text
 
@@ -456,6 +457,13 @@ ASSUMPTIONS = {
     "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
                       "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
                       "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+    "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
+                          f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
+                          "precision, t, p, v, cp, ep, micro-batch and global batch "
+                          "(core.bridge_recipes): the recipe's recomputation, MoE dispatcher, "
+                          "expert all-to-all overlap, delayed weight gradients, TP "
+                          "communication overlap and MTP layers where the row does not state "
+                          "them; what the recipe runs that is not modelled refuses the row",
     "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
                               "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
@@ -776,6 +784,23 @@ def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
     return words
 
 
+def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, precision: str,
+                   recipe: str | None) -> BridgeRecipe | None:
+    """The Megatron-Bridge performance recipe that ran a Megatron-Bridge row
+    (:func:`core.bridge_recipes.match_bridge_recipe`: every key field equal), or None."""
+    if "bridge" not in framework.lower():
+        return None
+    prec = ("mxfp8" if recipe == "mxfp8" else "fp8" if recipe in (None, "tensorwise") else None) \
+        if precision == "fp8" else precision
+    if prec is None:
+        return None
+    return match_bridge_recipe(
+        gpu_kind(str(get["gpu"])), name, ints["num_gpus"], prec, ints["tensor_parallel"],
+        ints["pipeline_parallel"], max(1, ints["virtual_pipeline_stages"]),
+        opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"],
+        ints["global_batch_size"])
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
@@ -833,12 +858,29 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
         rw.assume("deepseek-v3-router-groups")
 
-    modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
-    recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)
-                 if "recompute" in v else str(get["recompute"]).lower())
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
+    bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
+    if bridge is not None:
+        rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}")
+        if bridge.refuse is not None:
+            rw.refuse(*bridge.refuse)
+        if bridge.mtp_num_layers and any(a.startswith("mtp-not-stated:") for a in rw.assumptions):
+            rw.assumptions = [a for a in rw.assumptions if not a.startswith("mtp-not-stated:")]
+            rw.put(model, "model", "mtp_num_layers", bridge.mtp_num_layers)
+        if rw.dispatcher is None and bridge.dispatcher and model.num_experts:
+            rw.dispatcher = bridge.dispatcher
+        rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
+        rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
+    modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
+    if bridge is not None and not str(v.get("recompute", "")).strip():
+        recompute = bridge.recompute  # the recipe's, which the summary does not print
+        if bridge.recompute_modules:
+            modules_box.recompute_modules = bridge.recompute_modules
+    else:
+        recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)
+                     if "recompute" in v else str(get["recompute"]).lower())
     plan = ParallelPlan(tensor_parallel=ints["tensor_parallel"], pipeline_parallel=ints["pipeline_parallel"],
                         data_parallel=ints["data_parallel"], micro_batch_size=ints["micro_batch_size"],
                         global_batch_size=ints["global_batch_size"],
@@ -957,7 +999,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.assume("bridge-fp8-param-gather")
             plan.fp8_param_gather = True
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
-        if "bridge" in framework.lower() and model.multi_latent_attention is True:
+        if bridge is not None and bridge.tp_comm_overlap is not None:
+            plan.tp_comm_overlap = bridge.tp_comm_overlap  # the recipe's CommOverlapConfig
+        elif "bridge" in framework.lower() and model.multi_latent_attention is True:
             rw.assume("bridge-mla-no-tp-comm-overlap")
         elif "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")

@@ -93,18 +93,21 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
         assert (md.multi_latent_attention, md.q_lora_rank, md.kv_lora_rank, md.qk_head_dim,
                 md.qk_pos_emb_head_dim, md.v_head_dim, md.qk_layernorm) == (
                     True, 1536, 512, 128, 64, 128, True)
-    # row 20 says "w/o MTP"; rows 11 and 19 do not name MTP: none, a named assumption; row 8's
-    # layout holds one MTP layer (m)
+    # row 20 says "w/o MTP" (over its recipe's one layer); row 11 does not name MTP: none, a
+    # named assumption; row 19 takes its Bridge recipe's one MTP layer; row 8's layout holds
+    # one MTP layer (m)
     assert [any(a.startswith("mtp-not-stated") for a in ms[r - 1].assumptions)
-            for r in (8, 11, 19, 20)] == [False, True, True, False]
-    assert [ms[r - 1].session.model.mtp_num_layers for r in (8, 11, 19, 20)] == [1, 0, 0, 0]
+            for r in (8, 11, 19, 20)] == [False, True, False, False]
+    assert [ms[r - 1].session.model.mtp_num_layers for r in (8, 11, 19, 20)] == [1, 0, 1, 0]
     assert ms[7].session.plan.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
     assert "pp-layout-from-notes" in _names(ms[7])
     for row in (11, 19, 20):
         m = ms[row - 1]
         pl = m.session.plan
-        # p*v = 16: E+4t | 14 x 4t | 1t+L (the Bridge deepseek_v3 recipe's map)
-        assert pl.pipeline_model_parallel_layout == "Et*4|(t*4|)*14tL"
+        # p*v = 16: E+4t | 14 x 4t | 1t+L (the Bridge deepseek_v3 recipe's map), row 19's MTP
+        # layer (its recipe's) with the loss
+        assert pl.pipeline_model_parallel_layout == (
+            "Et*4|(t*4|)*14tmL" if row == 19 else "Et*4|(t*4|)*14tL")
         assert "bridge-dsv3-pipeline-layout" in _names(m)
         assert virtual_stage_layer_counts(61, pl) == [4] * 15 + [1]
         assert "uneven pipeline split" not in m.skip_causes
@@ -136,8 +139,11 @@ def test_megatron_bridge_dense_row_policies(published):
             pl.virtual_pipeline_stages, pl.sequence_parallel) == (4, 8, 2, "interleaved", 5, True)
     assert pl.recompute == "none" and pl.zero_stage == 1
     assert pl.overlap_grad_reduce and pl.overlap_param_gather
-    assert {"megatron-recompute-default", "megatron-overlap-default", "gpu-alias", "llama-family",
+    # the recomputation (none) and the TP overlap are its Megatron-Bridge perf recipe's
+    assert {"bridge-perf-recipe", "megatron-overlap-default", "gpu-alias", "llama-family",
             "fp8-label-tensorwise", "distributed-optimizer-zero1"} <= _names(m)
+    assert not {"megatron-recompute-default", "bridge-tp-comm-overlap"} & _names(m)
+    assert pl.tp_comm_overlap
     if "fp8" in PRECISIONS and _has_field(ParallelPlan, "fp8_recipe"):
         assert pl.precision == "fp8" and pl.fp8_recipe == "tensorwise"
     else:
@@ -166,14 +172,16 @@ def test_notes_policies_on_real_rows(published):
     gb = ms[16]  # row 17: Llama3-70B on 64 GB200, Megatron-FSDP, b=2, s=8192, recompute empty
     assert gb.session.plan.zero_stage == 3 and "megatron-fsdp-zero3" in _names(gb)
     assert gb.session.cluster.gpu == "GB200-NVL72" and gb.session.cluster.gpus_per_node == 72
-    # without recomputation it needs far more than the GPU's 186 GiB: the assumed default is
-    # contradicted, so the row is skipped, not predicted without the recomputation it must have had
-    assert gb.skip_causes == ["recompute not stated (none does not fit)"]
-    # (336.5 GiB with the Bridge recipes' bf16 gradients, of them 4.8 the ZeRO-3 peak's
-    # prefetched next layer and unsharded gradients: 80 layers of b*s = 16,384 tokens, whose
-    # projection keeps its BF16 input under tensorwise FP8; the Bridge recipe offloads 40 layers'
-    # activations to the CPU, Megatron-Core --cpu-offloading, not modelled)
-    assert "needs 336.5 GiB per GPU, more than 10% beyond the GPU's 186.0 GiB" in gb.skip_reason
+    # its Megatron-Bridge recipe offloads 40 of the 80 layers' activations to the CPU
+    # (Megatron-Core --cpu-offloading), not modelled: refused by name
+    assert gb.skip_causes == ["CPU activation offloading"]
+    assert "cpu_offloading_num_layers=40" in gb.skip_reason and "bridge-perf-recipe" in _names(gb)
+    # and without it the plan could not run: 336.5 GiB against the GPU's 186 GiB (with the
+    # Bridge recipes' bf16 gradients, of them 4.8 the ZeRO-3 peak's prefetched next layer and
+    # unsharded gradients: 80 layers of b*s = 16,384 tokens, whose projection keeps its BF16
+    # input under tensorwise FP8)
+    from core.simulate import stage_memory
+    assert max(x.total_bytes for x in stage_memory(gb.session)) / 2**30 == pytest.approx(336.5, abs=0.05)
     ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
     assert "precision not stated" in ds.skip_causes
     assert "custom pipeline layout" not in ds.skip_causes  # the layout is read from the notes
@@ -284,7 +292,8 @@ def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
     assert len(out["rows"]) == 43 and out["n"] + out["skipped"] == 43
     r2 = out["rows"][1]
     assert r2["gpu"] == "H100-SXM5-80GB" and r2["kind"] == "dense" and r2["precision"] == "fp8"
-    assert any(a.startswith("megatron-recompute-default:") for a in r2["assumptions"])
+    assert any(a.startswith("bridge-perf-recipe:") and "llama3_70b_pretrain_64gpu_h100_fp8cs_config"
+               in a for a in r2["assumptions"])
     assert set(out["by_group"]) >= {"gpu", "kind", "precision"}
     # the memory model against the runs: each predicted row's need and its GPU's capacity
     from core.simulate import stage_memory
@@ -311,3 +320,46 @@ def test_cross_validate_with_fewer_rows_than_folds_is_leave_one_out(tmp_path, ca
     one = tmp_path / "one.csv"
     one.write_text(MODERN_HEADER + "\n" + _modern_row() + "\n")
     assert main(["validate", str(one), "--cross-validate", "5"]) == 2
+
+
+def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published, tmp_path):
+    """Megatron-Bridge summary rows that match a Bridge 0.6.2 perf recipe on every key field take
+    its recomputation, dispatcher and overlaps (core.bridge_recipes); a row of the same model
+    whose batch differs (an older container's run) matches nothing and keeps the general
+    assumptions; what a recipe runs that is not modelled refuses the row by name."""
+    raw, ms = published
+
+    def recipe(row):
+        return [a for a in ms[row - 1].assumptions if a.startswith("bridge-perf-recipe:")]
+
+    matched = {r for r in range(1, 44) if recipe(r)}
+    assert matched == {1, 2, 3, 4, 6, 9, 12, 13, 16, 17, 18, 19, 20, 21}
+    q235 = ms[5].session.plan  # row 6: qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config
+    assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(6)[0]
+    assert (q235.moe_token_dispatcher_type, q235.overlap_moe_expert_parallel_comm,
+            q235.delay_wgrad_compute, q235.tp_comm_overlap, q235.recompute) == (
+                "alltoall", True, True, False, "none")
+    old = ms[6].session.plan  # row 7: the same recipe at global batch 2048 (25.11): no match
+    assert (old.overlap_moe_expert_parallel_comm, old.tp_comm_overlap) == (False, True)
+    assert "bridge-tp-comm-overlap" in _names(ms[6])
+    assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
+    ds = ms[18].session  # row 19: DeepSeek-V3 on GB200, MXFP8
+    assert (ds.plan.recompute, ds.plan.recompute_modules, ds.model.mtp_num_layers,
+            ds.plan.overlap_moe_expert_parallel_comm, ds.plan.moe_token_dispatcher_type) == (
+                "selective", "mla_up_proj", 1, True, "flex")
+    assert ms[19].session.model.mtp_num_layers == 0  # row 20 states "w/o MTP": the row wins
+    gpt = ms[20].session.plan  # row 21: GPT-OSS on GB200
+    assert (gpt.recompute, gpt.recompute_modules, gpt.overlap_moe_expert_parallel_comm) == (
+        "selective", "layernorm,moe_act", True)
+    assert ms[12].skip_causes == ["FP8 attention (fp8_dot_product_attention)"]  # row 13
+    for r in (1, 2, 3, 4, 6, 9, 12, 16, 18, 19, 20, 21):
+        assert not ms[r - 1].skip_reason, (r, ms[r - 1].skip_reason)
+    # the same settings in another framework's row: no recipe
+    path = tmp_path / "tt.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerow({**raw[5], "framework": "torchtitan", "recompute": "none"})
+    (m,) = read_measurements(path)
+    assert "bridge-perf-recipe" not in _names(m)
+    assert not m.session.plan.overlap_moe_expert_parallel_comm
