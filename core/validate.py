@@ -356,6 +356,10 @@ ASSUMPTIONS = {
                                   "no activation recomputation",
     "megatron-recompute-modules": "recompute empty and the notes name recompute_modules: "
                                   "Megatron-Core's selective recomputation of those modules",
+    "megatron-recompute-method": "a full recomputation label naming Megatron's "
+                                 "--recompute-method: uniform recomputes every layer (its "
+                                 "chunk size changes only the memory kept), block N the "
+                                 "first N layers of each stage (plan.recompute_num_layers)",
     "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
                                 "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
                                 "a sharded optimizer)",
@@ -560,10 +564,28 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
-    if first in ("none", "full") and not re.search(r"\d|block|partial|layers|offload", t):
-        return first  # "full (uniform)", "none (no checkpointing)": the mode, qualified
+    if first == "full" and not re.search(r"partial|offload|fraction|every (other|\d)|alternat", t):
+        # Megatron's --recompute-method: uniform recomputes every layer (in chunks of
+        # --recompute-num-layers: the time of full, the chunks change only the memory kept);
+        # block recomputes the first N layers of each stage (plan.recompute_num_layers)
+        n = re.search(r"(\d+)\s*layers?\b|num[_ -]layers\s*[=:]?\s*(\d+)", t)
+        if "block" in t:
+            if n is None or plan is None or not _has(plan, "recompute_num_layers"):
+                row.refuse("recompute", f"recompute={text!r}: block recomputation without its "
+                           "number of layers per stage")
+                return "full"
+            plan.recompute_num_layers = int(n.group(1) or n.group(2))
+            row.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers "
+                       "per stage")
+            return "full"
+        if "uniform" in t or not re.search(r"\d|layers", t):
+            if "uniform" in t:
+                row.assume("megatron-recompute-method", "uniform: every layer")
+            return "full"  # "full", "full (uniform, 1 layer)"
+    if first == "none" and not re.search(r"\d|block|partial|layers|offload", t):
+        return first  # "none (no checkpointing)": the mode, qualified
     if t.startswith("selective"):
-        if "per-op" in t or "sac" in t.split() or re.search(r"\bsac\b", t):
+        if "per-op" in t or re.search(r"\bsac\b|\(op\)|\bop\b", t):
             row.assume("torchtitan-selective-op")
             return "selective_op"  # validation refuses what it does not model (MoE, ...)
         if "fraction" in t or "block" in t:
@@ -891,6 +913,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                            for c in ("first_stage_layers", "last_stage_layers")})
     if getattr(modules_box, "recompute_modules", None):
         plan.recompute_modules = modules_box.recompute_modules
+    if getattr(modules_box, "recompute_num_layers", None):
+        plan.recompute_num_layers = modules_box.recompute_num_layers
     if precision == "fp8":
         if "fp8" in PRECISIONS:
             plan.precision = "fp8"  # validation refuses it while FP8 is not modelled

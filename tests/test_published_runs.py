@@ -363,3 +363,40 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     (m,) = read_measurements(path)
     assert "bridge-perf-recipe" not in _names(m)
     assert not m.session.plan.overlap_moe_expert_parallel_comm
+
+
+@pytest.mark.parametrize("label, framework, recompute, layers, cause", [
+    ("full (uniform, 1 layer)", "NeMo", "full", None, None),
+    ("full, uniform, recompute_num_layers=4", "Megatron-LM", "full", None, None),
+    ("full (block, 4 layers)", "Megatron-LM", "full", 4, None),
+    ("full block num_layers=2", "Megatron-LM", "full", 2, None),
+    ("full (block)", "Megatron-LM", "full", None, "recompute"),  # how many: not stated
+    ("full (20 layers)", "Megatron-LM", "full", None, "recompute"),  # block or uniform?
+    ("full (every other layer)", "torchtitan", "full", None, "recompute"),
+    ("selective (op)", "torchtitan", "selective_op", None, None),
+    ("selective (2)", "torchtitan", "full", None, "selective recomputation (other than Megatron's)"),
+])
+def test_recompute_labels_naming_megatrons_method_or_torchtitans_option(label, framework, recompute,
+                                                                        layers, cause):
+    """Megatron's --recompute-method in a label: uniform is every layer (full), block N the first
+    N layers of each stage (plan.recompute_num_layers); what does not say how many is refused;
+    torchtitan's selective option 'op' is per-op checkpointing, a layer count is not modelled."""
+    from core.validate import _recompute_policy, _Row
+    row, plan = _Row(), ParallelPlan()
+    assert _recompute_policy(label, framework, "", row, plan) == recompute
+    assert plan.recompute_num_layers == layers
+    assert row.causes == ([cause] if cause else [])
+    if "uniform" in label or "block" in label and cause is None:
+        assert any(a.startswith("megatron-recompute-method:") for a in row.assumptions)
+
+
+def test_block_recompute_label_reaches_the_plan(published, tmp_path):
+    raw, _ = published
+    path = tmp_path / "block.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerow({**raw[1], "recompute": "full (block, 2 layers)"})  # row 2: Llama3-70B, p=8 v=5
+    (m,) = read_measurements(path)
+    assert not m.skip_reason, m.skip_reason
+    assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", 2)
