@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -162,27 +163,21 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
     return nic * cluster.gpus_per_node
 
 
-#: Aliases used by other tools' configuration files and published tables (lower case).
-#: Not aliased on purpose: other variants such as the 96 GB HBM2e H100 (other memory,
-#: bandwidth and power) have no shipped store and are refused by name.
-_GPU_ALIASES = {
-    "a100": "A100-SXM4-80GB",
-    "a100-80gb": "A100-SXM4-80GB",
-    "a100-sxm4-80gb": "A100-SXM4-80GB",
-    "h100": "H100-SXM5-80GB",
-    "h100-80gb": "H100-SXM5-80GB",
-    "h100-sxm-80gb": "H100-SXM5-80GB",
-    "h100-sxm5-80gb": "H100-SXM5-80GB",
-    "h200": "H200-SXM-141GB",
-    "h200-141gb": "H200-SXM-141GB",
-    "h200-sxm-141gb": "H200-SXM-141GB",
-    "b200": "B200-180GB",
-    "b200-180gb": "B200-180GB",
-    "gb200": "GB200-NVL72",
-    "gb200-nvl72": "GB200-NVL72",
-    "gb200 (nvl72)": "GB200-NVL72",
-    "gb200 nvl72": "GB200-NVL72",
+#: How other tools' configuration files and published tables name the shipped GPU kinds: a
+#: name is read as words (letters and digits; ``"NVIDIA DGX H100 SXM5 80GB HBM3"``), the
+#: vendor and system words (:data:`_GPU_NAME_NOISE`) dropped; exactly one family word must
+#: remain (the key here) and every other word must be one the shipped part carries (its form
+#: factor, memory size and type, NVLink domain). Not aliased on purpose: other variants of a
+#: family (the 96 GB HBM2e H100 at 500 W, H100 PCIe / NVL, A100 40 GB, GB200 NVL36 ...: other
+#: memory, bandwidth, power or NVLink domain) keep their name and are refused by name.
+_GPU_FAMILIES = {
+    "a100": ("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e"}),
+    "h100": ("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3"}),
+    "h200": ("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e"}),
+    "b200": ("B200-180GB", {"sxm", "180gb", "hbm3e"}),
+    "gb200": ("GB200-NVL72", {"nvl72", "nvl", "186gb", "hbm3e"}),
 }
+_GPU_NAME_NOISE = {"nvidia", "dgx", "hgx", "tensor", "core", "gpu", "gpus", "superchip"}
 
 
 @dataclass(frozen=True)
@@ -2284,10 +2279,20 @@ def _authors_key_errors(raw: dict) -> list[FieldError]:
 
 
 def gpu_kind(name: str) -> str:
-    """Map a GPU name used by other tools (``"A100"``) to a shipped GPU kind."""
+    """Map a GPU name used by other tools (``"A100"``, ``"DGX-H100"``, ``"H100 SXM5 80GB
+    HBM3"``, ``"GB200 (NVL72)"``) to a shipped GPU kind (:data:`_GPU_FAMILIES`); a name that
+    names another variant, or no shipped family, is returned unchanged (the caller's
+    validation refuses it by name)."""
     if name in GPU_KINDS:
         return name
-    return _GPU_ALIASES.get(name.strip().lower(), name)
+    words = [w for w in re.findall(r"[a-z0-9]+", name.lower()) if w not in _GPU_NAME_NOISE]
+    families = [w for w in words if w in _GPU_FAMILIES]
+    if len(families) != 1:
+        return name
+    kind, allowed = _GPU_FAMILIES[families[0]]
+    if all(w in allowed or w == families[0] for w in words):
+        return kind
+    return name
 
 
 def read_vtrain_config(path: str | Path, *, check_rules: bool = True) -> Session:

@@ -187,9 +187,24 @@ def test_gb200_node_is_its_72_gpu_nvlink_domain():
     ("H200-SXM-141GB", "H200-SXM-141GB"), ("H200", "H200-SXM-141GB"),
     ("B200-180GB", "B200-180GB"), ("B200", "B200-180GB"),
     ("GB200 (NVL72)", "GB200-NVL72"), ("GB200", "GB200-NVL72"), ("A100-SXM4-80GB", "A100-SXM4-80GB"),
+    # as other tables write them: system names, form factor, memory size and type in any order
+    ("DGX-H100", "H100-SXM5-80GB"), ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+    ("H100 SXM", "H100-SXM5-80GB"), ("H100-SXM5-80GB", "H100-SXM5-80GB"), ("DGX H200", "H200-SXM-141GB"),
+    ("H200 SXM 141GB", "H200-SXM-141GB"), ("DGX-B200", "B200-180GB"), ("B200 (180GB)", "B200-180GB"),
+    ("DGX-GB200", "GB200-NVL72"), ("GB200 NVL72", "GB200-NVL72"), ("A100 80GB", "A100-SXM4-80GB"),
 ])
 def test_published_gpu_names_map_to_kinds(name, kind):
     assert gpu_kind(name) == kind
+
+
+@pytest.mark.parametrize("name", [
+    "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "B200 1000W", "GB300", "H800",
+    "MI300X", "h100 h200",
+])
+def test_other_variants_and_families_keep_their_name(name):
+    """Another variant of a family (memory, bandwidth, power or NVLink domain), another
+    family, or two families in one name: no shipped kind, refused by name downstream."""
+    assert gpu_kind(name) == name
 
 
 def test_other_gpu_variants_are_not_aliased_but_refused():
