@@ -300,15 +300,16 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
 
 
 def _flag(text: str) -> bool | None:
-    """A yes/no cell: ``y``, ``yes``, ``true``, ``1`` or text starting ``y:``/``y (`` -> True;
-    ``n``, ``no``, ``false``, ``0``, ``n/a ...``, ``n (...)`` -> False; empty -> None."""
+    """A yes/no cell: ``y``, ``yes``, ``true``, ``on``, ``enabled``, ``1`` or text starting
+    ``y:``/``y (`` -> True; ``n``, ``no``, ``false``, ``off``, ``disabled``, ``0``, ``n/a ...``,
+    ``n (...)`` -> False; empty -> None (and None for anything else: the caller refuses it)."""
     t = text.strip().lower()
     if not t:
         return None
-    word = t.replace(":", " ").replace("(", " ").split()[0]
-    if word in ("y", "yes", "true", "1"):
+    word = t.replace(":", " ").replace("(", " ").replace(",", " ").split()[0]
+    if word in ("y", "yes", "true", "on", "enabled", "1"):
         return True
-    if word in ("n", "no", "false", "0", "n/a", "none"):
+    if word in ("n", "no", "false", "off", "disabled", "0", "n/a", "none"):
         return False
     return None
 

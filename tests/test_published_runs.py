@@ -400,3 +400,13 @@ def test_block_recompute_label_reaches_the_plan(published, tmp_path):
     (m,) = read_measurements(path)
     assert not m.skip_reason, m.skip_reason
     assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", 2)
+
+
+@pytest.mark.parametrize("cell, flag", [
+    ("y", True), ("Yes", True), ("true", True), ("on", True), ("enabled", True), ("1", True),
+    ("y (torchtitan TP plan shards norms/sequence)", True), ("y: HSDP", True),
+    ("n", False), ("off", False), ("disabled", False), ("n/a (FSDP2)", False), ("0", False),
+    ("", None), ("sometimes", None),
+])
+def test_yes_no_cells(cell, flag):
+    assert _flag(cell) is flag
