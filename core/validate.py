@@ -462,6 +462,13 @@ ASSUMPTIONS = {
     "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
                       "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
                       "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+    "bridge-dsv3-flex-dispatcher": "a DeepSeek-V3 Megatron-Bridge row that names no "
+                                   "dispatcher and matches no perf recipe: the flex dispatcher "
+                                   "(HybridEP), as Megatron-Bridge 0.6.2's deepseek_v3 base "
+                                   "recipe sets it (recipes/deepseek/h100/deepseek_v3.py, "
+                                   "moe_flex_dispatcher_backend hybridep, applied on Hopper and "
+                                   "Blackwell by training/flex_dispatcher_backend.py) and every "
+                                   "DeepSeek-V3 perf recipe keeps it",
     "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
                           f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
                           "precision, t, p, v, cp, ep, micro-batch and global batch "
@@ -896,6 +903,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.dispatcher = bridge.dispatcher
         rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
         rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
+    elif ("bridge" in framework.lower() and rw.dispatcher is None and model.num_experts
+          and re.search(r"DeepSeek-V3", name, re.I)):
+        # Megatron-Bridge's deepseek_v3 base recipe, which its perf recipes start from
+        rw.dispatcher = "flex"
+        rw.assume("bridge-dsv3-flex-dispatcher")
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
     if bridge is not None and not str(v.get("recompute", "")).strip():
         recompute = bridge.recompute  # the recipe's, which the summary does not print

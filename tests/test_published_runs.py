@@ -343,6 +343,11 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     assert (old.overlap_moe_expert_parallel_comm, old.tp_comm_overlap) == (False, True)
     assert "bridge-tp-comm-overlap" in _names(ms[6])
     assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
+    # row 11 (DeepSeek-V3 on B200, EP 32 against its recipe's 8): no recipe, but the deepseek_v3
+    # base recipe's HybridEP; a Qwen3 row without a recipe keeps alltoall
+    assert ms[10].session.plan.moe_token_dispatcher_type == "flex" and not recipe(11)
+    assert "bridge-dsv3-flex-dispatcher" in _names(ms[10])
+    assert ms[14].session.plan.moe_token_dispatcher_type == "alltoall" and not recipe(15)
     ds = ms[18].session  # row 19: DeepSeek-V3 on GB200, MXFP8
     assert (ds.plan.recompute, ds.plan.recompute_modules, ds.model.mtp_num_layers,
             ds.plan.overlap_moe_expert_parallel_comm, ds.plan.moe_token_dispatcher_type) == (
