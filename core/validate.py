@@ -469,6 +469,15 @@ ASSUMPTIONS = {
                                    "moe_flex_dispatcher_backend hybridep, applied on Hopper and "
                                    "Blackwell by training/flex_dispatcher_backend.py) and every "
                                    "DeepSeek-V3 perf recipe keeps it",
+    "nemo-recipe-defaults": "a NeMo 2 (not Megatron-Bridge) row: what NeMo 2.4's recipes and "
+                            "performance scripts set and the row leaves unstated "
+                            "(nemo_toolkit 2.4.0: the recipes' DistributedDataParallelConfig "
+                            "overlaps the gradient reduction and the parameter all-gather; "
+                            "scripts/performance/helpers.py set_precision_configs reduces "
+                            "gradients in bf16, takes --fp8_recipe ds, delayed scaling, for a "
+                            "bare FP8, gathers FP8 parameters and, with MXFP8, does not "
+                            "overlap the all-gather; the dense models' performance recipes "
+                            "add MegatronCommOverlapCallback(tp_comm_overlap=True))",
     "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
                           f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
                           "precision, t, p, v, cp, ep, micro-batch and global batch "
@@ -891,6 +900,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
+    nemo = bool(re.search(r"\bnemo\b", framework, re.I)) and "bridge" not in framework.lower()
+    nemo_defaults: list[str] = []  # what the NeMo 2 recipes set that the row leaves unstated
+    if nemo and precision == "fp8" and any(a.startswith("fp8-recipe-unstated:")
+                                           for a in rw.assumptions):
+        rw.assumptions = [a for a in rw.assumptions if not a.startswith("fp8-recipe-unstated:")]
+        recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
+        nemo_defaults.append("FP8 delayed scaling")
     bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
     if bridge is not None:
         rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}")
@@ -1018,6 +1034,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.assume("megatron-overlap-default")
         plan.overlap_grad_reduce = True
         plan.overlap_param_gather = plan.zero_stage >= 1
+    elif "overlap_grad_reduce" not in v and nemo:
+        plan.overlap_grad_reduce = True
+        # MXFP8 reuses the gradient buffer for the parameter all-gather, not overlapped
+        plan.overlap_param_gather = plan.zero_stage >= 1 and recipe != "mxfp8"
+        nemo_defaults.append("overlap_grad_reduce" + (", overlap_param_gather"
+                                                      if plan.overlap_param_gather else ""))
     elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
@@ -1035,6 +1057,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather:
             rw.assume("bridge-fp8-param-gather")
             plan.fp8_param_gather = True
+    elif nemo:
+        if plan.grad_reduce_dtype is None and plan.precision in ("bf16", "fp8"):
+            plan.grad_reduce_dtype = "bf16"
+            nemo_defaults.append("gradients reduced in bf16")
+        if plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather:
+            plan.fp8_param_gather = True
+            nemo_defaults.append("fp8_param_gather")
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if bridge is not None and bridge.tp_comm_overlap is not None:
             plan.tp_comm_overlap = bridge.tp_comm_overlap  # the recipe's CommOverlapConfig
@@ -1043,9 +1072,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif "bridge" in framework.lower():
             rw.assume("bridge-tp-comm-overlap")
             plan.tp_comm_overlap = True
+        elif nemo and not model.num_experts and model.multi_latent_attention is not True:
+            plan.tp_comm_overlap = True  # the dense models' performance recipes
+            nemo_defaults.append("tp_comm_overlap")
         elif re.search(r"async TP", f"{framework} {notes}"):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
+    if nemo_defaults:
+        rw.assume("nemo-recipe-defaults", ", ".join(nemo_defaults))
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):
         rw.assume("bandwidth-per-node-as-printed")
     gpu_text = str(get["gpu"])

@@ -415,3 +415,28 @@ def test_block_recompute_label_reaches_the_plan(published, tmp_path):
 ])
 def test_yes_no_cells(cell, flag):
     assert _flag(cell) is flag
+
+
+def test_nemo_rows_take_the_nemo_2_recipe_defaults(published, tmp_path):
+    """A NeMo 2 row (not Megatron-Bridge) that leaves them unstated: the overlaps of NeMo's
+    recipes, bf16 gradient reduction, FP8 parameter all-gather, a bare FP8 as delayed scaling
+    (the performance scripts' --fp8_recipe ds) and, for a dense model with t > 1 and sequence
+    parallelism, the TP communication overlap; one named assumption lists what it set."""
+    raw, _ = published
+    path = tmp_path / "nemo.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerow({**raw[1], "framework": "NeMo 2.0 (Megatron-Core)", "precision": "fp8", "notes": ""})
+        w.writerow({**raw[1], "framework": "NeMo", "precision": "bf16", "notes": ""})
+        w.writerow({**raw[1], "framework": "NeMo", "precision": "mxfp8", "notes": ""})
+    fp8, bf16, mx = read_measurements(path)
+    pl = fp8.session.plan
+    assert (pl.fp8_recipe, pl.overlap_grad_reduce, pl.overlap_param_gather, pl.grad_reduce_dtype,
+            pl.fp8_param_gather, pl.tp_comm_overlap) == ("delayed", True, True, "bf16", True, True)
+    assert "fp8-recipe-unstated" not in _names(fp8) and "bridge-perf-recipe" not in _names(fp8)
+    (text,) = [a for a in fp8.assumptions if a.startswith("nemo-recipe-defaults:")]
+    assert "(FP8 delayed scaling, overlap_grad_reduce, overlap_param_gather, gradients reduced " \
+           "in bf16, fp8_param_gather, tp_comm_overlap)" in text
+    assert (bf16.session.plan.precision, bf16.session.plan.fp8_param_gather) == ("bf16", False)
+    assert mx.session.plan.fp8_recipe == "mxfp8" and not mx.session.plan.overlap_param_gather
