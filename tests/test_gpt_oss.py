@@ -299,10 +299,12 @@ def published():
 
 def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
     """Rows 3, 12 and 21 (GPT-OSS-120B on H100, B200, GB200): the notes' window, sinks and
-    head size and the label's clamped, biased SwiGLU give the preset's model; rows 3 and 12
-    recompute the notes' modules (layernorm, moe_act)."""
+    head size and the label's clamped, biased SwiGLU give the preset's model; all three
+    recompute layernorm and moe_act (rows 3 and 12: the notes; row 21: its Megatron-Bridge perf
+    recipe, gpt_oss_120b_pretrain_64gpu_gb200_bf16_config)."""
     preset = MODEL_PRESETS["GPT-OSS 120B"]
-    for row, modules in ((3, "layernorm,moe_act"), (12, "layernorm,moe_act"), (21, None)):
+    for row, modules in ((3, "layernorm,moe_act"), (12, "layernorm,moe_act"),
+                         (21, "layernorm,moe_act")):
         m = published[row - 1]
         assert m.skip_reason == "", (row, m.skip_reason)
         assert m.session.model == dataclasses.replace(preset, name="GPT-OSS-120B")
@@ -310,10 +312,8 @@ def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
         assert {"window-from-notes", "attention-sinks-learnable", "clamped-swiglu",
                 "biased-from-activation", "kv-channels-from-notes", "llama-family"} <= names
         pl = m.session.plan
-        if modules:
-            assert (pl.recompute, pl.recompute_modules) == ("selective", modules)
-        else:
-            assert pl.recompute == "none" and "megatron-recompute-default" in names
+        assert (pl.recompute, pl.recompute_modules) == ("selective", modules)
+        assert "megatron-recompute-default" not in names
 
 
 @pytest.mark.parametrize("label,activation,biased,clamp", [
