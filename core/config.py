@@ -109,6 +109,10 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+#: Implementations of Megatron-Core's fused cross-entropy (--cross-entropy-fusion-impl): native
+#: (Megatron-Core's jit-fused vocab-parallel kernels) or te (Transformer Engine's
+#: parallel_cross_entropy, which computes the logits' gradient in the forward).
+CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
 #: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling,
 #: what Megatron-Bridge's FP8 configs and torchao's float8 run. (Megatron-LM's own
 #: ``--fp8-recipe`` default is ``delayed`` in Megatron-Core 0.19, ``TransformerConfig``; the
@@ -521,6 +525,17 @@ class ParallelPlan:
         False, "", "Under overlap_moe_expert_parallel_comm, run the experts' weight gradients "
         "after the backward's dispatch all-to-all has started (Megatron-Core "
         "--delay-wgrad-compute), so it overlaps them too", short="delay_wgrad")
+    cross_entropy_loss_fusion: bool = _f(
+        False, "", "Fuse the vocab-parallel cross-entropy's element-wise steps (Megatron-Core "
+        "--cross-entropy-loss-fusion; on in Megatron-Bridge and NeMo): fewer passes over the "
+        "logits than Megatron's default one kernel per step", short="ce_fusion")
+    cross_entropy_fusion_impl: str = _f(
+        "native", "", "The fused cross-entropy's kernels (Megatron-Core "
+        "--cross-entropy-fusion-impl): native (Megatron-Core's jit-fused kernels on an fp32 copy "
+        "of the logits) or te (Transformer Engine's parallel_cross_entropy on the half-precision "
+        "logits, the gradient computed in the forward and kept in their place; the Megatron-"
+        "Bridge performance recipes' choice); needs cross_entropy_loss_fusion",
+        choices=CROSS_ENTROPY_FUSION_IMPLS, short="ce_impl")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
@@ -2089,6 +2104,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     "plan.overlap_moe_expert_parallel_comm": (
         lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
         "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),
+    "plan.cross_entropy_fusion_impl": (
+        lambda s: s.plan.cross_entropy_loss_fusion is True,
+        "the fused cross-entropy (plan.cross_entropy_loss_fusion)"),
     "plan.delay_wgrad_compute": (
         lambda s: s.plan.overlap_moe_expert_parallel_comm is True,
         "the expert all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),

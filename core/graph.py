@@ -350,6 +350,7 @@ def op_key(session: Session) -> dict:
                g=m.query_groups, act=m.activation, norm=m.normalization,
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
+               ce=model_math.cross_entropy_fusion(pl),
                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
     if m.is_moe:  # the MoE ops' columns (core.model_math.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,

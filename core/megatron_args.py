@@ -215,6 +215,10 @@ ARGUMENTS: dict[str, Arg] = {
         ("plan.delay_wgrad_compute",), False,
         "with --overlap-moe-expert-parallel-comm: the experts' weight gradients beside the "
         "backward's dispatch all-to-all"),
+    "--cross-entropy-loss-fusion": Arg(("plan.cross_entropy_loss_fusion",), False,
+                                       "the loss's fused cross-entropy kernels"),
+    "--cross-entropy-fusion-impl": Arg(("plan.cross_entropy_fusion_impl",), True,
+                                       "native or te: the fused cross-entropy's kernels"),
     "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
     "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
                                                 "gradients accumulated and reduced in fp32"),
@@ -1166,11 +1170,16 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                          ("--tp-comm-overlap", "plan.tp_comm_overlap"),
                          ("--overlap-moe-expert-parallel-comm",
                           "plan.overlap_moe_expert_parallel_comm"),
-                         ("--delay-wgrad-compute", "plan.delay_wgrad_compute")):
+                         ("--delay-wgrad-compute", "plan.delay_wgrad_compute"),
+                         ("--cross-entropy-loss-fusion", "plan.cross_entropy_loss_fusion")):
         if switch(flag):
             mp.set(flag, target, True)
         elif field_exists(target):
             mp.set(flag, target, False)
+    if take("--cross-entropy-fusion-impl"):
+        # Megatron-LM's choices (native, te); validation refuses any other by name
+        mp.set("--cross-entropy-fusion-impl", "plan.cross_entropy_fusion_impl",
+               _one(args, "--cross-entropy-fusion-impl", src))
     if switch("--overlap-moe-expert-parallel-comm") and switch("--moe-shared-expert-overlap"):
         raise MegatronArgsError(f"{src}: --overlap-moe-expert-parallel-comm with "
                                 "--moe-shared-expert-overlap: Megatron-Core refuses them together "
@@ -1458,6 +1467,9 @@ def export_arguments(session: Session) -> list[str]:
         out.append("--overlap-moe-expert-parallel-comm")
     if _get(pl, "delay_wgrad_compute"):
         out.append("--delay-wgrad-compute")
+    if _get(pl, "cross_entropy_loss_fusion"):
+        out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+                str(_get(pl, "cross_entropy_fusion_impl") or "native")]
     gd = _get(pl, "grad_reduce_dtype")
     if gd == "bf16":
         out.append("--grad-reduce-in-bf16")

@@ -66,7 +66,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         --disable-tp-comm-split-ag --disable-tp-comm-split-rs --empty-unused-memory-level
         --deterministic-mode --no-masked-softmax-fusion --no-bias-gelu-fusion
         --no-bias-swiglu-fusion --no-bias-dropout-fusion --no-rope-fusion
-        --cross-entropy-loss-fusion --cross-entropy-fusion-impl --optimizer
+        --optimizer
         --optimizer-cpu-offload --optimizer-offload-fraction --use-torch-optimizer-for-cpu-offload
         --overlap-cpu-optimizer-d2h-h2d --no-pin-cpu-grads --no-pin-cpu-params
         --use-precision-aware-optimizer --main-grads-dtype --main-params-dtype --exp-avg-dtype

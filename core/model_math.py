@@ -231,7 +231,8 @@ def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) ->
 #: without such a column holds GPT ops: it is used only for keys at these values.
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
-                                       "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0}
+                                       "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
+                                       "ce": "unfused"}
 #: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the
 #: query latent's rank (0: no query compression), ``kvlr`` the key/value latent's rank (0: not
 #: MLA), ``qkd``, ``qpe``, ``vd`` the query/key head's channels without and with rotary
@@ -475,26 +476,52 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         return [_mem("dropout_bwd", 2 * tok), _mem("embedding_grad_zero", e * V * h // t),
                 _mem("embedding_grad_scatter_add", 3 * act),
                 _mem("wgrad_accumulate", acc * V * h // t)]
+    fusion = str(key.get("ce") or "unfused")
     if op == "output_fwd":
-        # Megatron's vocab-parallel cross-entropy on fp32 logits, one kernel per step:
-        # .float() copy, max, subtract max, exp, sum, divide (softmax kept for backward).
-        ce = [_mem("logits_to_fp32", to_fp32 * cells)] if to_fp32 else []
+        if fusion == "te":
+            # Transformer Engine's parallel_cross_entropy: one pass for each row's max and
+            # sum of exponentials, one that reads the logits again and writes the loss's
+            # gradient in their place (the gradient is computed in the forward)
+            ce = [_mem("ce_te_stats", e * cells), _mem("ce_te_loss_grad", 2 * e * cells)]
+        elif fusion == "native":
+            # Megatron-Core's fused_vocab_parallel_cross_entropy (jit-fused): the fp32 copy
+            # with the max, the in-place subtract and exp with the sum, the in-place divide
+            ce = [_mem("ce_fp32_max", (e + 4 if to_fp32 else 4) * cells),
+                  _mem("ce_sub_exp_sum", 8 * cells), _mem("ce_softmax_div", 8 * cells)]
+        else:
+            # Megatron's vocab-parallel cross-entropy on fp32 logits, one kernel per step:
+            # .float() copy, max, subtract max, exp, sum, divide (softmax kept for backward).
+            ce = ([_mem("logits_to_fp32", to_fp32 * cells)] if to_fp32 else []) + [
+                _mem("ce_max", 4 * cells), _mem("ce_sub_max", 8 * cells), _mem("ce_exp", 8 * cells),
+                _mem("ce_sum", 4 * cells), _mem("ce_softmax_div", 8 * cells)]
         return [
             _mem(f"final_{norm}", 2 * tok),
             _gemm("logits", T, V // t, h, e),                   # (b*s, h) x (h, V/t)
             *ce,
-            _mem("ce_max", 4 * cells), _mem("ce_sub_max", 8 * cells), _mem("ce_exp", 8 * cells),
-            _mem("ce_sum", 4 * cells), _mem("ce_softmax_div", 8 * cells),
         ]
     # output_bwd: softmax minus one-hot, scaled by the loss gradient in place, then the copy
-    # back to the half-precision logits' gradient
-    ce_bwd = [_mem("ce_grad_to_half", to_fp32 * cells)] if to_fp32 else []
+    # back to the half-precision logits' gradient (Transformer Engine: the forward's
+    # half-precision gradient scaled in place)
+    if fusion == "te":
+        ce_bwd = [_mem("ce_te_grad_scale", 2 * e * cells)]
+    else:
+        ce_bwd = [_mem("ce_grad_scale", 8 * cells)] + (
+            [_mem("ce_grad_to_half", to_fp32 * cells)] if to_fp32 else [])
     return [
-        _mem("ce_grad_scale", 8 * cells), *ce_bwd,
+        *ce_bwd,
         _gemm("logits_dgrad", T, h, V // t, e), _gemm("logits_wgrad", V // t, h, T, e),
         _mem("wgrad_accumulate", acc * V * h // t),
         _mem(f"final_{norm}_bwd", 4 * tok),
     ]
+
+
+def cross_entropy_fusion(plan: ParallelPlan) -> str:
+    """The loss's cross-entropy kernels: ``unfused`` (Megatron's default, one kernel per step on
+    an fp32 copy), or with ``plan.cross_entropy_loss_fusion`` its
+    ``cross_entropy_fusion_impl``, ``native`` or ``te`` (the op key's ``ce`` column)."""
+    if getattr(plan, "cross_entropy_loss_fusion", False) is not True:
+        return "unfused"
+    return str(getattr(plan, "cross_entropy_fusion_impl", "native") or "native")
 
 
 def attended_pairs(s: int, w: int = 0) -> float:
@@ -1459,8 +1486,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
     "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
     "embedding_bwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
-    "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
-    "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm"),
+    "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm", "ce"),
+    "output_bwd": ("b", "s", "h", "V", "t", "dtype", "norm", "ce"),
     "optimizer_step": ("n", "dtype"),
     **{op: MOE_KEY for op in MOE_OPS},
 }
@@ -2439,7 +2466,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
     ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
     for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
-    its backward (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
+    its backward (with Transformer Engine's fused cross-entropy,
+    :func:`cross_entropy_fusion` ``te``, the logits' place holds their gradient instead:
+    ``s*b*V'/t*e`` per such micro-batch) (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
     the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
     :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
     :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
@@ -2488,7 +2517,10 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     # the logits of the output layer and of each MTP layer's (one loss each)
     losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                                       chunks_per_stage(plan))
-    acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+    if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
+        acts[-1] += (1 + n_mtp) * tokens * V / t * e * losses
+    else:
+        acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]

@@ -368,6 +368,11 @@ ASSUMPTIONS = {
                                     "in bf16 (the performance recipes set "
                                     "grad_reduce_in_fp32=False; Megatron-Bridge 0.6 "
                                     "perf_recipes/_common.py)",
+    "bridge-perf-te-cross-entropy": "a Megatron-Bridge perf-summary row: the loss in "
+                                    "Transformer Engine's fused cross-entropy "
+                                    "(cross_entropy_loss_fusion, on by default in Bridge's "
+                                    "GPTModelProvider; _benchmark_common sets "
+                                    "cross_entropy_fusion_impl te)",
     "bridge-fp8-param-gather": "a Megatron-Bridge FP8 row with the distributed optimizer: the "
                                "FP8 weights all-gathered in 1 byte (fp8_param_gather=True in "
                                "Bridge 0.6's FP8 current-scaling and MXFP8 mixed-precision "
@@ -477,7 +482,9 @@ ASSUMPTIONS = {
                             "gradients in bf16, takes --fp8_recipe ds, delayed scaling, for a "
                             "bare FP8, gathers FP8 parameters and, with MXFP8, does not "
                             "overlap the all-gather; the dense models' performance recipes "
-                            "add MegatronCommOverlapCallback(tp_comm_overlap=True))",
+                            "add MegatronCommOverlapCallback(tp_comm_overlap=True); GPTConfig's "
+                            "cross_entropy_loss_fusion is on and set_perf_optimization_configs "
+                            "picks Transformer Engine's kernels)",
     "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
                           f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
                           "precision, t, p, v, cp, ep, micro-batch and global batch "
@@ -1057,7 +1064,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather:
             rw.assume("bridge-fp8-param-gather")
             plan.fp8_param_gather = True
+        if _has(plan, "cross_entropy_loss_fusion") and not plan.cross_entropy_loss_fusion:
+            rw.assume("bridge-perf-te-cross-entropy")
+            plan.cross_entropy_loss_fusion, plan.cross_entropy_fusion_impl = True, "te"
     elif nemo:
+        if _has(plan, "cross_entropy_loss_fusion") and not plan.cross_entropy_loss_fusion:
+            plan.cross_entropy_loss_fusion, plan.cross_entropy_fusion_impl = True, "te"
+            nemo_defaults.append("Transformer Engine's fused cross-entropy")
         if plan.grad_reduce_dtype is None and plan.precision in ("bf16", "fp8"):
             plan.grad_reduce_dtype = "bf16"
             nemo_defaults.append("gradients reduced in bf16")

@@ -176,12 +176,12 @@ def test_notes_policies_on_real_rows(published):
     # (Megatron-Core --cpu-offloading), not modelled: refused by name
     assert gb.skip_causes == ["CPU activation offloading"]
     assert "cpu_offloading_num_layers=40" in gb.skip_reason and "bridge-perf-recipe" in _names(gb)
-    # and without it the plan could not run: 336.5 GiB against the GPU's 186 GiB (with the
-    # Bridge recipes' bf16 gradients, of them 4.8 the ZeRO-3 peak's prefetched next layer and
-    # unsharded gradients: 80 layers of b*s = 16,384 tokens, whose projection keeps its BF16
-    # input under tensorwise FP8)
+    # and without it the plan could not run: 328.6 GiB against the GPU's 186 GiB (with the
+    # Bridge recipes' bf16 gradients and Transformer Engine cross-entropy, of them 4.8 the
+    # ZeRO-3 peak's prefetched next layer and unsharded gradients: 80 layers of b*s = 16,384
+    # tokens, whose projection keeps its BF16 input under tensorwise FP8)
     from core.simulate import stage_memory
-    assert max(x.total_bytes for x in stage_memory(gb.session)) / 2**30 == pytest.approx(336.5, abs=0.05)
+    assert max(x.total_bytes for x in stage_memory(gb.session)) / 2**30 == pytest.approx(328.6, abs=0.05)
     ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
     assert "precision not stated" in ds.skip_causes
     assert "custom pipeline layout" not in ds.skip_causes  # the layout is read from the notes
@@ -343,6 +343,11 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     assert (old.overlap_moe_expert_parallel_comm, old.tp_comm_overlap) == (False, True)
     assert "bridge-tp-comm-overlap" in _names(ms[6])
     assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
+    # every Bridge row: _benchmark_common's Transformer Engine cross-entropy; others: Megatron's
+    for m in ms:
+        bridge = "Bridge" in raw[m.row - 1]["framework"]
+        assert m.session.plan.cross_entropy_loss_fusion is bridge, m.row
+        assert ("bridge-perf-te-cross-entropy" in _names(m)) is bridge, m.row
     # row 11 (DeepSeek-V3 on B200, EP 32 against its recipe's 8): no recipe, but the deepseek_v3
     # base recipe's HybridEP; a Qwen3 row without a recipe keeps alltoall
     assert ms[10].session.plan.moe_token_dispatcher_type == "flex" and not recipe(11)
@@ -436,7 +441,9 @@ def test_nemo_rows_take_the_nemo_2_recipe_defaults(published, tmp_path):
             pl.fp8_param_gather, pl.tp_comm_overlap) == ("delayed", True, True, "bf16", True, True)
     assert "fp8-recipe-unstated" not in _names(fp8) and "bridge-perf-recipe" not in _names(fp8)
     (text,) = [a for a in fp8.assumptions if a.startswith("nemo-recipe-defaults:")]
-    assert "(FP8 delayed scaling, overlap_grad_reduce, overlap_param_gather, gradients reduced " \
-           "in bf16, fp8_param_gather, tp_comm_overlap)" in text
+    assert "(FP8 delayed scaling, overlap_grad_reduce, overlap_param_gather, Transformer " \
+           "Engine's fused cross-entropy, gradients reduced in bf16, fp8_param_gather, " \
+           "tp_comm_overlap)" in text
+    assert (pl.cross_entropy_loss_fusion, pl.cross_entropy_fusion_impl) == (True, "te")
     assert (bf16.session.plan.precision, bf16.session.plan.fp8_param_gather) == ("bf16", False)
     assert mx.session.plan.fp8_recipe == "mxfp8" and not mx.session.plan.overlap_param_gather
