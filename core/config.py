@@ -175,13 +175,15 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 #: family (the 96 GB HBM2e H100 at 500 W, H100 PCIe / NVL, A100 40 GB, GB200 NVL36 ...: other
 #: memory, bandwidth, power or NVLink domain) keep their name and are refused by name.
 _GPU_FAMILIES = {
-    "a100": ("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e"}),
-    "h100": ("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3"}),
-    "h200": ("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e"}),
-    "b200": ("B200-180GB", {"sxm", "180gb", "hbm3e"}),
-    "gb200": ("GB200-NVL72", {"nvl72", "nvl", "186gb", "hbm3e"}),
+    "a100": ("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}),
+    "h100": ("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}),
+    "h200": ("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}),
+    "b200": ("B200-180GB", {"sxm", "180gb", "hbm3e", "1000w"}),
+    # GB200 is the Grace Blackwell superchip itself; NVL72 its rack's NVLink domain
+    "gb200": ("GB200-NVL72", {"nvl72", "186gb", "hbm3e", "1200w", "grace", "blackwell",
+                              "superchip", "rack"}),
 }
-_GPU_NAME_NOISE = {"nvidia", "dgx", "hgx", "tensor", "core", "gpu", "gpus", "superchip"}
+_GPU_NAME_NOISE = {"nvidia", "tesla", "dgx", "hgx", "tensor", "core", "gpu", "gpus"}
 
 
 @dataclass(frozen=True)
@@ -2303,7 +2305,10 @@ def gpu_kind(name: str) -> str:
     validation refuses it by name)."""
     if name in GPU_KINDS:
         return name
-    words = [w for w in re.findall(r"[a-z0-9]+", name.lower()) if w not in _GPU_NAME_NOISE]
+    # "80 GB", "700 W", "NVL 72", "NVL-72" are one word each, as "80GB", "700W", "NVL72"
+    text = re.sub(r"(\d)[\s-]+(gb|w)\b", r"\1\2", name.lower())
+    text = re.sub(r"\bnvl[\s-]+(\d+)\b", r"nvl\1", text)
+    words = [w for w in re.findall(r"[a-z0-9]+", text) if w not in _GPU_NAME_NOISE]
     families = [w for w in words if w in _GPU_FAMILIES]
     if len(families) != 1:
         return name

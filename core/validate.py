@@ -202,6 +202,8 @@ def _check_recipe_siblings(ms: list[Measurement]) -> None:
 
 
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
+    if kind is int and re.fullmatch(r"\s*[+-]?\d+\s*", text):
+        return int(text)  # exactly, however long (bounds are checked by validation)
     try:
         v = float(text)
     except ValueError:
@@ -588,17 +590,24 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
+    if first == "full" and "block" in t and not (megatron or not framework):
+        row.refuse("recompute", f"recompute={text!r}: block recomputation is Megatron's "
+                   f"--recompute-method; {framework} does not say which layers it means")
+        return "full"
     if first == "full" and not re.search(r"partial|offload|fraction|every (other|\d)|alternat", t):
         # Megatron's --recompute-method: uniform recomputes every layer (in chunks of
         # --recompute-num-layers: the time of full, the chunks change only the memory kept);
         # block recomputes the first N layers of each stage (plan.recompute_num_layers)
-        n = re.search(r"(\d+)\s*layers?\b|num[_ -]layers\s*[=:]?\s*(\d+)", t)
+        n = re.search(r"(?<![\w.+-])(\d+)\s*layers?\b|num[_ -]layers\s*[=:]?\s*(\d+)(?![\w.])", t)
         if "block" in t:
-            if n is None or plan is None or not _has(plan, "recompute_num_layers"):
-                row.refuse("recompute", f"recompute={text!r}: block recomputation without its "
-                           "number of layers per stage")
+            count = int(n.group(1) or n.group(2)) if n else 0
+            if (count < 1 or "uniform" in t or plan is None
+                    or not _has(plan, "recompute_num_layers")):
+                row.refuse("recompute", f"recompute={text!r}: block recomputation needs its "
+                           "number of layers per stage, a whole number of at least 1 (and not "
+                           "uniform too)")
                 return "full"
-            plan.recompute_num_layers = int(n.group(1) or n.group(2))
+            plan.recompute_num_layers = count
             row.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers "
                        "per stage")
             return "full"
@@ -609,7 +618,8 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if first == "none" and not re.search(r"\d|block|partial|layers|offload", t):
         return first  # "none (no checkpointing)": the mode, qualified
     if t.startswith("selective"):
-        if "per-op" in t or re.search(r"\bsac\b|\(op\)|\bop\b", t):
+        if "per-op" in t or re.search(r"\bsac\b", t) or (
+                re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I)):
             row.assume("torchtitan-selective-op")
             return "selective_op"  # validation refuses what it does not model (MoE, ...)
         if "fraction" in t or "block" in t:
@@ -652,6 +662,9 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
         if re.search(r"current[- ]scaling|fp8-cs|tensorwise", text_):
             row.assume("fp8-label-tensorwise")
             return "fp8", "tensorwise"
+        if re.search(r"mxfp8|fp8-mx|\bmx\b|microscal", text_):  # "fp8 (mxfp8)"
+            row.assume("fp8-mxfp8")
+            return "fp8", "mxfp8"
         if "rowwise" in text_:
             row.refuse("rowwise FP8 scaling", f"precision={text!r}: rowwise float8 scaling "
                        "(torchao: one scale per row of each operand) is not modelled; the modelled "
@@ -850,6 +863,11 @@ def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
+    missing = [c for c, value in get.items() if value is None]
+    if missing:
+        raise MeasurementFileError(f"{path}: row {row}, column {missing[0]!r} is empty; it is "
+                                   "required (" + ", ".join(c for c, d in GENERAL_COLUMNS.items()
+                                                            if d is None) + ")")
     ints = {c: _num(path, row, c, str(get[c]), int) for c in (
         "num_gpus", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
         "vocab_size", "global_batch_size", "micro_batch_size", "tensor_parallel", "pipeline_parallel",
@@ -907,7 +925,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
-    nemo = bool(re.search(r"\bnemo\b", framework, re.I)) and "bridge" not in framework.lower()
+    nemo = bool(re.search(r"nemo", framework, re.I)) and "bridge" not in framework.lower()
     nemo_defaults: list[str] = []  # what the NeMo 2 recipes set that the row leaves unstated
     if nemo and precision == "fp8" and any(a.startswith("fp8-recipe-unstated:")
                                            for a in rw.assumptions):
@@ -1014,7 +1032,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
         if flag is None and text:
-            rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n")
+            rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
+                      "true/false, on/off, enabled/disabled, 1/0)")
         elif flag and "hsdp" in text.lower():
             if not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
                 rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid "

@@ -192,14 +192,17 @@ def test_gb200_node_is_its_72_gpu_nvlink_domain():
     ("H100 SXM", "H100-SXM5-80GB"), ("H100-SXM5-80GB", "H100-SXM5-80GB"), ("DGX H200", "H200-SXM-141GB"),
     ("H200 SXM 141GB", "H200-SXM-141GB"), ("DGX-B200", "B200-180GB"), ("B200 (180GB)", "B200-180GB"),
     ("DGX-GB200", "GB200-NVL72"), ("GB200 NVL72", "GB200-NVL72"), ("A100 80GB", "A100-SXM4-80GB"),
+    ("NVIDIA H100 80 GB HBM3", "H100-SXM5-80GB"), ("GB200 NVL-72", "GB200-NVL72"),
+    ("GB200 Grace Blackwell Superchip", "GB200-NVL72"), ("Tesla A100", "A100-SXM4-80GB"),
+    ("H100 SXM5 80GB (700 W)", "H100-SXM5-80GB"), ("B200 1000W", "B200-180GB"),  # stock TDPs
 ])
 def test_published_gpu_names_map_to_kinds(name, kind):
     assert gpu_kind(name) == kind
 
 
 @pytest.mark.parametrize("name", [
-    "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "B200 1000W", "GB300", "H800",
-    "MI300X", "h100 h200",
+    "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "H100 (500 W)", "GB300", "H800",
+    "MI300X", "h100 h200", "GB200 NVL", "H100 superchip", "GH200",
 ])
 def test_other_variants_and_families_keep_their_name(name):
     """Another variant of a family (memory, bandwidth, power or NVLink domain), another

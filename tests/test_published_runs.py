@@ -447,3 +447,45 @@ def test_nemo_rows_take_the_nemo_2_recipe_defaults(published, tmp_path):
     assert (pl.cross_entropy_loss_fusion, pl.cross_entropy_fusion_impl) == (True, "te")
     assert (bf16.session.plan.precision, bf16.session.plan.fp8_param_gather) == ("bf16", False)
     assert mx.session.plan.fp8_recipe == "mxfp8" and not mx.session.plan.overlap_param_gather
+
+
+@pytest.mark.parametrize("label, framework, layers, cause", [
+    ("full (block, 0 layers)", "Megatron-LM", None, "recompute"),
+    ("full (block, -2 layers)", "Megatron-LM", None, "recompute"),
+    ("full (block, 4.5 layers)", "Megatron-LM", None, "recompute"),
+    ("full (block, 1e1 layers)", "Megatron-LM", None, "recompute"),
+    ("full (uniform, 1 layer, block)", "Megatron-LM", None, "recompute"),
+    ("full (block, 4 layers)", "torchtitan", None, "recompute"),  # not torchtitan's words
+    ("full (uniform)", "fms-fsdp", None, None),  # every layer, whatever the framework
+    ("selective (op)", "Megatron-Bridge", None, "selective recomputation (other than Megatron's)"),
+])
+def test_recompute_labels_refused_rather_than_misread(label, framework, layers, cause):
+    from core.validate import _recompute_policy, _Row
+    row, plan = _Row(), ParallelPlan()
+    _recompute_policy(label, framework, "", row, plan)
+    assert plan.recompute_num_layers == layers
+    assert row.causes == ([cause] if cause else [])
+
+
+@pytest.mark.parametrize("label, recipe", [
+    ("fp8 (mxfp8)", "mxfp8"), ("FP8 (MXFP8 recipe)", "mxfp8"), ("fp8 (MX)", "mxfp8"),
+    # Megatron-Bridge's own label: current scaling, whatever else the parenthesis mentions
+    ("fp8 (label 'FP8' = per-tensor current-scaling FP8 alongside separate MXFP8 rows)",
+     "tensorwise"),
+])
+def test_fp8_recipe_in_the_labels_parenthesis(label, recipe):
+    from core.validate import _precision_policy, _Row
+    assert _precision_policy(label, _Row()) == ("fp8", recipe)
+
+
+def test_an_empty_required_cell_is_named(published, tmp_path):
+    raw, _ = published
+    path = tmp_path / "empty.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerow({**raw[1], "measured_iteration_time_s": ""})
+    from core.validate import MeasurementFileError
+    with pytest.raises(MeasurementFileError, match=r"row 1, column 'measured_iteration_time_s' is "
+                                                   r"empty; it is required"):
+        read_measurements(path)

@@ -149,6 +149,12 @@ def test_cli_bad_policy_exits_2(capsys):
     assert "--policies" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", ["requested,,efficient", "requested,", ""])
+def test_cli_empty_policy_item_exits_2(capsys, text):
+    assert main(["schedule", str(TRACE), "--gpus", "64", "--policies", text]) == 2
+    assert f"--policies: {text!r} has an empty item" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("policy", ["requested", "efficient", "adaptive"])
 @pytest.mark.parametrize("backfill", [False, True])
 def test_random_traces_never_overcommit_and_keep_fifo_without_backfill(policy, backfill):

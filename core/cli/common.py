@@ -113,6 +113,18 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     return session
 
 
+def list_items(option: str, text: str) -> list[str]:
+    """The comma-separated items of an option's value, stripped; an empty item (``1,,2``, a
+    trailing comma, an empty value) is refused naming ``option`` (ConfigError, exit 2) rather
+    than dropped. Long values are cut in the message."""
+    items = [v.strip() for v in text.split(",")]
+    if any(not v for v in items):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise field_error(option, f"{shown!r} has an empty item: give values separated by "
+                                  "single commas")
+    return items
+
+
 def check_number(option: str, value: float | None, allow_zero: bool = False) -> None:
     """Raise ConfigError naming ``option`` unless ``value`` is None or a finite number above 0
     (at or above 0 with ``allow_zero``)."""

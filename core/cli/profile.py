@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..text import printable
-from .common import UsageError
+from ..config import ConfigError
+from .common import UsageError, list_items
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
     from rich.progress import Progress
@@ -304,13 +305,13 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
     from rich.table import Table
     try:
-        sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
+        sizes = ([int(x) for x in list_items("--sizes", args.sizes)]
+                 if args.sizes is not None else None)
+        kinds = list_items("--kinds", args.kinds) if args.kinds is not None else None
+    except ConfigError as exc:
+        return _error(str(exc.errors[0]))
     except ValueError:
         return _error(f"--sizes {args.sizes!r}: expected comma-separated integers (bytes)")
-    kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else None
-    if kinds is not None and not all(kinds):
-        return _error(f"--kinds {args.kinds!r} has an empty item: give collective kinds "
-                      "separated by single commas")
     last = {"saved": 0}
     with _progress_bar(console) as bar:
         on_progress = _progress_updater(bar, bar.add_task("collectives", total=None), last)

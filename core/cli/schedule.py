@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import check_number, study_progress
+from .common import check_number, list_items, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
     from ..console import Console
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer up to "
                                       f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})")])
     check_number("--min-efficiency", args.min_efficiency)
-    policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    policies = list(dict.fromkeys(list_items("--policies", args.policies)))
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise ConfigError([FieldError("--policies", f"{args.policies!r}: choose from "

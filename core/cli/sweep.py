@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
                       check_all_but_the_plan)
-from .common import SET_HELP, check_number, session_from_args
+from .common import SET_HELP, check_number, list_items, session_from_args
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -88,20 +88,10 @@ def add_parser(sub: Any) -> None:
                          "cheapest, pareto, ...) instead of tables")
 
 
-def _items(option: str, text: str) -> list[str]:
-    """The comma-separated items of ``text``, stripped; an empty item (``1,,2``, a trailing
-    comma) is refused naming ``option`` (ConfigError) rather than dropped."""
-    items = [v.strip() for v in text.split(",")]
-    if any(not v for v in items):
-        raise ConfigError([FieldError(option, f"{text!r} has an empty item: give values "
-                                              "separated by single commas")])
-    return items
-
-
 def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
-    items = _items(option, text)
+    items = list_items(option, text)
     try:
         values = tuple(int(v) for v in items)
     except ValueError:
@@ -120,7 +110,7 @@ def _one_int(option: str, text: str | None) -> int | None:
 
 
 def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
-    values = tuple(v.lower() for v in _items(option, text))
+    values = tuple(v.lower() for v in list_items(option, text))
     bad = [v for v in values if v not in choices]
     if not values or bad:
         raise ConfigError([FieldError(option, f"{text!r}: choose from {', '.join(choices)}")])
