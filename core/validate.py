@@ -202,8 +202,8 @@ def _check_recipe_siblings(ms: list[Measurement]) -> None:
 
 
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
-    if kind is int and re.fullmatch(r"\s*[+-]?\d+\s*", text):
-        return int(text)  # exactly, however long (bounds are checked by validation)
+    if kind is int and re.fullmatch(r"\s*[+-]?\d{1,30}\s*", text):
+        return int(text)  # exactly (validation checks the bounds); longer ones below
     try:
         v = float(text)
     except ValueError:

@@ -16,7 +16,7 @@ from core.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, Para
 from core.simulate import simulate
 
 #: The truth the synthetic runs are simulated with (fractions of each GPU's peaks).
-TRUTH = {"gemm_efficiency_max": 0.62, "memory_efficiency": 0.55, "inter_node_efficiency": 0.45}
+TRUTH = {"gemm_efficiency_max": 0.70, "memory_efficiency": 0.55, "inter_node_efficiency": 0.45}
 
 
 def _session(gpu: str, t: int, d: int, b: int, h: int = 1024, layers: int = 4) -> Session:
@@ -254,3 +254,25 @@ def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
     assert row.generic is None  # the kernel form agreed with the lookups
     (pred,) = predict_linearized([row], dict(b.op_model))
     assert pred == pytest.approx(simulate(s, b).report.iteration_time_s, rel=1e-5)
+
+
+def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware_does():
+    """Runs simulated with an HBM efficiency of 0.25 and a GEMM efficiency of 0.5 (below what any
+    modern GPU does): the runs alone recover them without the shared bounds, and the shared fit
+    stops at its bounds (core.calibrate.SHARED_BOUNDS: 0.4 and 0.65)."""
+    from core.calibrate import SHARED_BOUNDS
+    low = {"gemm_efficiency_max": 0.5, "memory_efficiency": 0.25, "inter_node_efficiency": 0.45}
+    sessions, _, base = _runs()
+    measured = []
+    for s in sessions:
+        b = base(s)
+        measured.append(simulate(s, apply_fit(b, {**b.op_model, **low})).report.iteration_time_s)
+    kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}
+    assert kw["bounds"] == SHARED_BOUNDS == {"memory_efficiency": (0.4, 1.0),
+                                             "gemm_efficiency_max": (0.65, 1.0)}
+    free = fit(sessions, np.array(measured), base, **{**kw, "bounds": None})
+    assert free.op_model["memory_efficiency"] == pytest.approx(0.25, rel=0.02)
+    assert free.op_model["gemm_efficiency_max"] == pytest.approx(0.5, rel=0.02)
+    bounded = fit(sessions, np.array(measured), base, **kw)
+    assert bounded.op_model["memory_efficiency"] == pytest.approx(0.4)
+    assert bounded.op_model["gemm_efficiency_max"] == pytest.approx(0.65)

@@ -216,13 +216,17 @@ def test_all_to_all_volume_of_a_top_k_dispatch():
     from core.comm import DEFAULT_INTRA_LATENCY_S
     kinds = store.collective_kinds()
     alpha = store.ring_model("all_to_all")[0] if kinds.get("all_to_all") else DEFAULT_INTRA_LATENCY_S
-    expect = comm.collective_overhead_s + 3 * alpha + nbytes * 3 / 4 / 450e9
+    # the store's fitted all_to_all_efficiency divides the collective model's time
+    expect = comm.collective_overhead_s + (3 * alpha + nbytes * 3 / 4 / 450e9) / \
+        comm.all_to_all_efficiency
     assert comm.ep_all_to_all(nbytes) == pytest.approx(expect, rel=1e-12)
     # across nodes: etp*ep = 16 ranks > 8 per node: 4 of the 8 peers' blocks leave by the NIC
     wide = dataclasses.replace(s.plan, expert_parallel=8, data_parallel=8)
     far = CommModel(store, wide, cl)
     inter = far.all_to_all(8, 8, nbytes)  # one node
-    assert far.ep_all_to_all(nbytes) == pytest.approx(inter)  # etp=1: 8 ranks fit one node
+    ov = far.collective_overhead_s
+    assert far.ep_all_to_all(nbytes) == pytest.approx(  # etp=1: 8 ranks fit one node
+        ov + (inter - ov) / far.all_to_all_efficiency)
     wide2 = dataclasses.replace(wide, expert_tensor_parallel=2, expert_parallel=4)
     two = CommModel(store, wide2, cl)
     gpu_bw = cl.inter_node_bandwidth_gbits_per_s * 1e9 / 8 / 8 * two.inter_node_efficiency
@@ -421,10 +425,11 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     flex = CommModel(store, flex_plan, s.cluster)
     remote = mm.flex_remote_node_copies(128, 8, 2)
     bw = 3200e9 / 8 / 8  # one GPU's share of its node's NICs, bytes/s
+    eff, ov = plain.all_to_all_efficiency, plain.collective_overhead_s  # the store's fit
     assert plain.ep_all_to_all(nbytes) == pytest.approx(
-        INTER_NODE_LATENCY_S + nbytes * 8 / 16 / bw, rel=1e-9)
+        ov + (INTER_NODE_LATENCY_S + nbytes * 8 / 16 / bw) / eff, rel=1e-9)
     assert flex.ep_all_to_all(nbytes, remote, 8) == pytest.approx(
-        INTER_NODE_LATENCY_S + nbytes * remote / 8 / bw, rel=1e-9)
+        ov + (INTER_NODE_LATENCY_S + nbytes * remote / 8 / bw) / eff, rel=1e-9)
     one_node = dataclasses.replace(flex_plan, expert_parallel=8, data_parallel=8)
     assert CommModel(store, one_node, s.cluster).ep_all_to_all(nbytes, remote, 8) == \
         CommModel(store, dataclasses.replace(one_node, moe_token_dispatcher_type="alltoall"),

@@ -111,7 +111,7 @@ class ShapeGroup:
         profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
-                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1,
+                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1, ce="unfused",
                     **{c: 0 for c in MLA_KEY})  # no multi-head latent attention
 
     def label(self) -> str:
