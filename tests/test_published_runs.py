@@ -30,6 +30,15 @@ def _names(m) -> set[str]:
     return {a.split(":")[0] for a in m.assumptions}
 
 
+def _write_rows(path, raw, *rows):
+    """A published-runs CSV at ``path`` with the shared file's header and ``rows`` (dicts)."""
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def _has_field(cls, name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(cls))
 
@@ -365,11 +374,8 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     for r in (1, 2, 3, 4, 6, 9, 12, 16, 18, 19, 20, 21):
         assert not ms[r - 1].skip_reason, (r, ms[r - 1].skip_reason)
     # the same settings in another framework's row: no recipe
-    path = tmp_path / "tt.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(raw[0]))
-        w.writeheader()
-        w.writerow({**raw[5], "framework": "torchtitan", "recompute": "none"})
+    path = _write_rows(tmp_path / "tt.csv", raw, {**raw[5], "framework": "torchtitan",
+                                                    "recompute": "none"})
     (m,) = read_measurements(path)
     assert "bridge-perf-recipe" not in _names(m)
     assert not m.session.plan.overlap_moe_expert_parallel_comm
@@ -402,11 +408,8 @@ def test_recompute_labels_naming_megatrons_method_or_torchtitans_option(label, f
 
 def test_block_recompute_label_reaches_the_plan(published, tmp_path):
     raw, _ = published
-    path = tmp_path / "block.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(raw[0]))
-        w.writeheader()
-        w.writerow({**raw[1], "recompute": "full (block, 2 layers)"})  # row 2: Llama3-70B, p=8 v=5
+    # row 2: Llama3-70B, p=8 v=5
+    path = _write_rows(tmp_path / "block.csv", raw, {**raw[1], "recompute": "full (block, 2 layers)"})
     (m,) = read_measurements(path)
     assert not m.skip_reason, m.skip_reason
     assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", 2)
@@ -428,13 +431,11 @@ def test_nemo_rows_take_the_nemo_2_recipe_defaults(published, tmp_path):
     (the performance scripts' --fp8_recipe ds) and, for a dense model with t > 1 and sequence
     parallelism, the TP communication overlap; one named assumption lists what it set."""
     raw, _ = published
-    path = tmp_path / "nemo.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(raw[0]))
-        w.writeheader()
-        w.writerow({**raw[1], "framework": "NeMo 2.0 (Megatron-Core)", "precision": "fp8", "notes": ""})
-        w.writerow({**raw[1], "framework": "NeMo", "precision": "bf16", "notes": ""})
-        w.writerow({**raw[1], "framework": "NeMo", "precision": "mxfp8", "notes": ""})
+    path = _write_rows(
+        tmp_path / "nemo.csv", raw,
+        {**raw[1], "framework": "NeMo 2.0 (Megatron-Core)", "precision": "fp8", "notes": ""},
+        {**raw[1], "framework": "NeMo", "precision": "bf16", "notes": ""},
+        {**raw[1], "framework": "NeMo", "precision": "mxfp8", "notes": ""})
     fp8, bf16, mx = read_measurements(path)
     pl = fp8.session.plan
     assert (pl.fp8_recipe, pl.overlap_grad_reduce, pl.overlap_param_gather, pl.grad_reduce_dtype,
@@ -480,11 +481,7 @@ def test_fp8_recipe_in_the_labels_parenthesis(label, recipe):
 
 def test_an_empty_required_cell_is_named(published, tmp_path):
     raw, _ = published
-    path = tmp_path / "empty.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(raw[0]))
-        w.writeheader()
-        w.writerow({**raw[1], "measured_iteration_time_s": ""})
+    path = _write_rows(tmp_path / "empty.csv", raw, {**raw[1], "measured_iteration_time_s": ""})
     from core.validate import MeasurementFileError
     with pytest.raises(MeasurementFileError, match=r"row 1, column 'measured_iteration_time_s' is "
                                                    r"empty; it is required"):
