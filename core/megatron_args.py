@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import (BOUNDS, LAYOUT_RULE, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
-                     Session, expand_pipeline_layout)
+from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
+                     ModelConfig, ParallelPlan, Session, expand_pipeline_layout)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
@@ -1177,9 +1177,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         elif field_exists(target):
             mp.set(flag, target, False)
     if take("--cross-entropy-fusion-impl"):
-        # Megatron-LM's choices (native, te); validation refuses any other by name
-        mp.set("--cross-entropy-fusion-impl", "plan.cross_entropy_fusion_impl",
-               _one(args, "--cross-entropy-fusion-impl", src))
+        impl = _one(args, "--cross-entropy-fusion-impl", src)
+        if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices
+            raise MegatronArgsError(f"{src}: --cross-entropy-fusion-impl {impl!r}: invalid choice "
+                                    f"(choose from {', '.join(CROSS_ENTROPY_FUSION_IMPLS)})")
+        mp.set("--cross-entropy-fusion-impl", "plan.cross_entropy_fusion_impl", impl)
     if switch("--overlap-moe-expert-parallel-comm") and switch("--moe-shared-expert-overlap"):
         raise MegatronArgsError(f"{src}: --overlap-moe-expert-parallel-comm with "
                                 "--moe-shared-expert-overlap: Megatron-Core refuses them together "

@@ -78,3 +78,13 @@ def test_megatron_arguments_round_trip(tmp_path):
     plain = tmp_path / "plain.sh"
     plain.write_text(export_script(_session()))
     assert import_file(plain).session.plan.cross_entropy_loss_fusion is False
+
+
+def test_an_implementation_megatron_does_not_offer_is_an_invalid_choice(tmp_path):
+    from core.megatron_args import MegatronArgsError
+    script = export_script(_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te"))
+    path = tmp_path / "run.sh"
+    path.write_text(script.replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl triton"))
+    with pytest.raises(MegatronArgsError, match=r"--cross-entropy-fusion-impl 'triton': invalid "
+                                                r"choice \(choose from native, te\)"):
+        import_file(path)
