@@ -125,7 +125,8 @@ BRIDGE_PERF_RECIPES: tuple[BridgeRecipe, ...] = (
                  ep_overlap=True, delay_wgrad=True, tp_comm_overlap=False),
 )
 
-_BY_KEY = {r.key: r for r in BRIDGE_PERF_RECIPES}
+#: The recipes by key, the model name in lower case (names compare without case).
+_BY_KEY = {(r.key[0], r.key[1].lower(), *r.key[2:]): r for r in BRIDGE_PERF_RECIPES}
 
 
 def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str, t: int, p: int,
@@ -135,8 +136,5 @@ def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str
 
     ``precision``: ``bf16``, ``fp8`` (per-tensor current scaling) or ``mxfp8``; ``v``, ``cp``
     and ``ep`` are 1 when unused. Model names compare without case."""
-    for key, recipe in _BY_KEY.items():
-        if key[0] == gpu and key[1].lower() == model_name.strip().lower() and key[2:] == (
-                num_gpus, precision, t, p, v, cp, ep, micro_batch, global_batch):
-            return recipe
-    return None
+    return _BY_KEY.get((gpu, model_name.strip().lower(), num_gpus, precision, t, p, v, cp, ep,
+                        micro_batch, global_batch))

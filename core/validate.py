@@ -544,6 +544,12 @@ class _Row:
         if text not in self.assumptions:
             self.assumptions.append(text)
 
+    def withdraw(self, name: str) -> bool:
+        """Drop assumption ``name`` (a better-informed policy replaced it); whether it was made."""
+        kept = [a for a in self.assumptions if not a.startswith(f"{name}:")]
+        made, self.assumptions = len(kept) < len(self.assumptions), kept
+        return made
+
     def put(self, obj: Any, section: str, name: str, value: Any) -> None:
         """Set ``obj.name`` when the session has that field (its validation then judges the
         value); without the field, a value other than the unset one is refused by name."""
@@ -927,9 +933,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     vp = ints["virtual_pipeline_stages"]
     nemo = bool(re.search(r"nemo", framework, re.I)) and "bridge" not in framework.lower()
     nemo_defaults: list[str] = []  # what the NeMo 2 recipes set that the row leaves unstated
-    if nemo and precision == "fp8" and any(a.startswith("fp8-recipe-unstated:")
-                                           for a in rw.assumptions):
-        rw.assumptions = [a for a in rw.assumptions if not a.startswith("fp8-recipe-unstated:")]
+    if nemo and precision == "fp8" and rw.withdraw("fp8-recipe-unstated"):
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
         nemo_defaults.append("FP8 delayed scaling")
     bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
@@ -937,8 +941,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}")
         if bridge.refuse is not None:
             rw.refuse(*bridge.refuse)
-        if bridge.mtp_num_layers and any(a.startswith("mtp-not-stated:") for a in rw.assumptions):
-            rw.assumptions = [a for a in rw.assumptions if not a.startswith("mtp-not-stated:")]
+        if bridge.mtp_num_layers and rw.withdraw("mtp-not-stated"):
             rw.put(model, "model", "mtp_num_layers", bridge.mtp_num_layers)
         if rw.dispatcher is None and bridge.dispatcher and model.num_experts:
             rw.dispatcher = bridge.dispatcher
