@@ -6,12 +6,16 @@ GPUs, precision, parallel sizes and batch, but not its recomputation, MoE dispat
 overlaps. Each of its runs is one function of Megatron-Bridge's ``perf_recipes`` package
 (``<family>/<gpu>/<model>.py``), which sets them. :data:`BRIDGE_PERF_RECIPES` holds, for the
 recipes of Megatron-Bridge 0.6.2 that match a published row on **all** of GPU kind, model,
-GPU count, precision, ``t``, ``p``, ``v``, ``cp``, ``ep``, micro-batch and global batch size,
-the effective values of the settings that change a prediction (read from the recipe function
-and every helper it calls: ``_benchmark_common``, ``_perf_precision``, the model's base
-recipe, ``CommOverlapConfig``'s defaults; Megatron-Core 0.19.2 semantics). A row of another
-container whose layout or batch differs matches nothing: its release may have run other
-settings, and the reader's general assumptions apply (docs/accuracy.md).
+GPU count, precision, ``t``, ``p``, ``v``, ``cp``, ``ep`` and micro-batch size, the effective
+values of the settings that change a prediction (read from the recipe function and every
+helper it calls: ``_benchmark_common``, ``_perf_precision``, the model's base recipe,
+``CommOverlapConfig``'s defaults; Megatron-Core 0.19.2 semantics). The global batch size is
+not a key: it sets how many micro-batches an iteration runs and nothing a micro-batch does;
+Bridge's performance scripts take it as a command-line override of the recipe, and its
+recipes vary it alone (``qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_large_scale_config`` is
+the H100 Qwen3-235B recipe at global batch 512). A row whose layout differs matches nothing:
+a layout sets the memory, and so the recomputation and overlaps a recipe picks, and the
+reader's general assumptions apply (docs/accuracy.md).
 
 What a recipe sets that is not modelled and changes the time refuses the row by name
 (``refuse``): FP8 attention (``fp8_dot_product_attention``) and CPU activation offloading.
@@ -38,7 +42,7 @@ class BridgeRecipe:
 
     ``key``: (GPU kind, model name as the summary writes it, GPUs, precision ``bf16`` /
     ``fp8`` / ``mxfp8``, t, p, v (1: no interleaving), cp, ep (1: dense), micro-batch, global
-    batch). ``recompute``: ``none`` or ``selective`` with ``recompute_modules``;
+    batch as the recipe sets it). ``recompute``: ``none`` or ``selective`` with ``recompute_modules``;
     ``dispatcher``: the MoE token dispatcher (``alltoall``; ``flex`` for HybridEP / DeepEP);
     ``ep_overlap`` / ``delay_wgrad``: ``overlap_moe_expert_parallel_comm`` /
     ``delay_wgrad_compute``; ``tp_comm_overlap``: as the recipe's ``CommOverlapConfig`` asks
@@ -125,16 +129,18 @@ BRIDGE_PERF_RECIPES: tuple[BridgeRecipe, ...] = (
                  ep_overlap=True, delay_wgrad=True, tp_comm_overlap=False),
 )
 
-#: The recipes by key, the model name in lower case (names compare without case).
-_BY_KEY = {(r.key[0], r.key[1].lower(), *r.key[2:]): r for r in BRIDGE_PERF_RECIPES}
+#: The recipes by key without the global batch, the model name in lower case (names compare
+#: without case; the global batch is an override, module doc).
+_BY_KEY = {(r.key[0], r.key[1].lower(), *r.key[2:-1]): r for r in BRIDGE_PERF_RECIPES}
+assert len(_BY_KEY) == len(BRIDGE_PERF_RECIPES), "two recipes differ only in the global batch"
 
 
 def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str, t: int, p: int,
-                        v: int, cp: int, ep: int, micro_batch: int,
-                        global_batch: int) -> BridgeRecipe | None:
-    """The recipe of :data:`BRIDGE_PERF_RECIPES` that matches a row on every key field, or None.
+                        v: int, cp: int, ep: int, micro_batch: int) -> BridgeRecipe | None:
+    """The recipe of :data:`BRIDGE_PERF_RECIPES` that matches a row on every key field but the
+    global batch (``recipe.key[-1]``; the caller says when the row's differs), or None.
 
     ``precision``: ``bf16``, ``fp8`` (per-tensor current scaling) or ``mxfp8``; ``v``, ``cp``
     and ``ep`` are 1 when unused. Model names compare without case."""
     return _BY_KEY.get((gpu, model_name.strip().lower(), num_gpus, precision, t, p, v, cp, ep,
-                        micro_batch, global_batch))
+                        micro_batch))

@@ -489,8 +489,8 @@ ASSUMPTIONS = {
                             "picks Transformer Engine's kernels)",
     "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
                           f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
-                          "precision, t, p, v, cp, ep, micro-batch and global batch "
-                          "(core.bridge_recipes): the recipe's recomputation, MoE dispatcher, "
+                          "precision, t, p, v, cp, ep and micro-batch (the global batch "
+                          "is an override of the recipe; core.bridge_recipes): the recipe's recomputation, MoE dispatcher, "
                           "expert all-to-all overlap, delayed weight gradients, TP "
                           "communication overlap and MTP layers where the row does not state "
                           "them; what the recipe runs that is not modelled refuses the row",
@@ -852,7 +852,8 @@ def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
 def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, precision: str,
                    recipe: str | None) -> BridgeRecipe | None:
     """The Megatron-Bridge performance recipe that ran a Megatron-Bridge row
-    (:func:`core.bridge_recipes.match_bridge_recipe`: every key field equal), or None."""
+    (:func:`core.bridge_recipes.match_bridge_recipe`: every key field but the global batch
+    equal), or None."""
     if "bridge" not in framework.lower():
         return None
     prec = ("mxfp8" if recipe == "mxfp8" else "fp8" if recipe in (None, "tensorwise") else None) \
@@ -862,8 +863,7 @@ def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, 
     return match_bridge_recipe(
         gpu_kind(str(get["gpu"])), name, ints["num_gpus"], prec, ints["tensor_parallel"],
         ints["pipeline_parallel"], max(1, ints["virtual_pipeline_stages"]),
-        opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"],
-        ints["global_batch_size"])
+        opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"])
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
@@ -938,7 +938,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         nemo_defaults.append("FP8 delayed scaling")
     bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
     if bridge is not None:
-        rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}")
+        batch = ints["global_batch_size"]
+        rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}"
+                  + (f" (global batch {batch} in the row, {bridge.key[-1]} in the recipe: an "
+                     "override of the recipe)" if batch != bridge.key[-1] else ""))
         if bridge.refuse is not None:
             rw.refuse(*bridge.refuse)
         if bridge.mtp_num_layers and rw.withdraw("mtp-not-stated"):

@@ -332,9 +332,9 @@ def test_cross_validate_with_fewer_rows_than_folds_is_leave_one_out(tmp_path, ca
 
 
 def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published, tmp_path):
-    """Megatron-Bridge summary rows that match a Bridge 0.6.2 perf recipe on every key field take
-    its recomputation, dispatcher and overlaps (core.bridge_recipes); a row of the same model
-    whose batch differs (an older container's run) matches nothing and keeps the general
+    """Megatron-Bridge summary rows that match a Bridge 0.6.2 perf recipe on every key field but
+    the global batch take its recomputation, dispatcher and overlaps (core.bridge_recipes); a
+    row of the same model whose layout differs matches nothing and keeps the general
     assumptions; what a recipe runs that is not modelled refuses the row by name."""
     raw, ms = published
 
@@ -342,15 +342,23 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
         return [a for a in ms[row - 1].assumptions if a.startswith("bridge-perf-recipe:")]
 
     matched = {r for r in range(1, 44) if recipe(r)}
-    assert matched == {1, 2, 3, 4, 6, 9, 12, 13, 16, 17, 18, 19, 20, 21}
+    assert matched == {1, 2, 3, 4, 6, 7, 9, 12, 13, 16, 17, 18, 19, 20, 21}
     q235 = ms[5].session.plan  # row 6: qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config
     assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(6)[0]
     assert (q235.moe_token_dispatcher_type, q235.overlap_moe_expert_parallel_comm,
             q235.delay_wgrad_compute, q235.tp_comm_overlap, q235.recompute) == (
                 "alltoall", True, True, False, "none")
-    old = ms[6].session.plan  # row 7: the same recipe at global batch 2048 (25.11): no match
-    assert (old.overlap_moe_expert_parallel_comm, old.tp_comm_overlap) == (False, True)
-    assert "bridge-tp-comm-overlap" in _names(ms[6])
+    # row 7: the same recipe at global batch 2048 (25.11): the batch is an override, the
+    # recipe's settings hold and the assumption names both batches
+    old = ms[6].session.plan
+    assert (old.overlap_moe_expert_parallel_comm, old.delay_wgrad_compute, old.tp_comm_overlap,
+            old.global_batch_size) == (True, True, False, 2048)
+    assert "bridge-tp-comm-overlap" not in _names(ms[6])
+    assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(7)[0]
+    assert "global batch 2048 in the row, 8192 in the recipe" in recipe(7)[0]
+    assert "global batch" not in recipe(6)[0].split("(qwen3")[1]
+    # row 5: Qwen3-30B-A3B at another layout (p 2, v 24, ep 8, micro-batch 2): no recipe
+    assert not recipe(5) and not ms[4].session.plan.overlap_moe_expert_parallel_comm
     assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
     # every Bridge row: _benchmark_common's Transformer Engine cross-entropy; others: Megatron's
     for m in ms:
