@@ -445,7 +445,8 @@ class ParallelPlan:
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
     recompute_num_layers: int | None = _f(
-        None, "layers", "With full recomputation: layers per pipeline stage recomputed (Megatron's "
+        None, "layers", "With full recomputation: layers recomputed in each model chunk, the first ones of "
+        "each pipeline stage (of each virtual stage under the interleaved schedule; Megatron's "
         "--recompute-method block --recompute-num-layers); the others keep their activations; "
         "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
     zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
@@ -537,7 +538,7 @@ class ParallelPlan:
         "of the logits) or te (Transformer Engine's parallel_cross_entropy on the half-precision "
         "logits, the gradient computed in the forward and kept in their place; the Megatron-"
         "Bridge performance recipes' choice); needs cross_entropy_loss_fusion",
-        choices=CROSS_ENTROPY_FUSION_IMPLS, short="ce_impl")
+        choices=CROSS_ENTROPY_FUSION_IMPLS, short="ce_impl", label_needs="cross_entropy_loss_fusion")
     pipeline_model_parallel_layout: str | None = _f(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
@@ -571,13 +572,17 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision, the FP8 recipe) too, those that are set.
+        (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
+        metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
+        left out while that field is off: it changes nothing then.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
+                continue
+            if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
                 continue
             if how == "changed" and value == f.default:
                 continue
@@ -1503,11 +1508,25 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                    "backward has no input-gradient part to split from the "
                                    "weight gradient"))
     n = pl.recompute_num_layers
-    if layout is not None and counts is not None:  # a layout may leave a stage empty
-        counts = [c for c in counts if c] or None
-    if counts is not None and n is not None and n > min(counts):
-        errs.append(FieldError("plan.recompute_num_layers", f"recompute_num_layers={n} is more than "
-                               f"the {min(counts)} layers of the smallest pipeline stage"))
+    if counts is not None and _is_int(n):
+        # Megatron's block method counts per model chunk (TransformerBlock): each pipeline stage,
+        # or each of its v virtual stages under the interleaved schedule; a layout may leave one
+        # empty
+        v = _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1
+        try:
+            chunk_counts = virtual_stage_layer_counts(m.num_layers, pl, v) if v > 1 else counts
+        except ValueError:
+            chunk_counts = []  # the split is named by the interleaved schedule's own rule
+        # a chunk with fewer layers recomputes them all (Megatron caps it there); a count above
+        # every chunk reads it per stage
+        most = max(chunk_counts, default=0)
+        if most and n > most:
+            where = (f"the {most} layers of the largest model chunk (Megatron's block method "
+                     f"counts per model chunk: each of a stage's v={v} virtual stages)"
+                     if v > 1 else f"the {most} layers of the largest pipeline stage")
+            errs.append(FieldError("plan.recompute_num_layers",
+                                   f"recompute_num_layers={n} is more than {where}; "
+                                   f"{most} recomputes every layer"))
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))

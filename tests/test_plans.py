@@ -294,6 +294,22 @@ def test_block_recomputation_recomputes_that_many_layers_per_stage():
     assert any(e.field == "plan.recompute_num_layers" for e in errs)
 
 
+def test_block_recomputation_counts_per_model_chunk_under_interleaving():
+    """Megatron applies --recompute-num-layers to each model chunk (TransformerBlock): with
+    p=2, v=2 and 24 layers a chunk holds 6, so 6 recomputes every layer and 8 (a per-stage
+    reading: a stage holds 12) is refused naming the chunk; 4 recomputes 4 of each chunk."""
+    s = small_session(data_parallel=1, global_batch_size=4, pipeline_parallel=2, recompute="full",
+                      schedule="interleaved", virtual_pipeline_stages=2, recompute_num_layers=4)
+    assert validate(s) == []
+    assert model_math.recomputed_layers(s.model, s.plan).tolist() == [8, 8]
+    six = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute_num_layers=6))
+    assert validate(six) == []
+    assert model_math.recomputed_layers(six.model, six.plan).tolist() == [12, 12]
+    errs = validate(dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute_num_layers=8)))
+    assert [e.field for e in errs] == ["plan.recompute_num_layers"]
+    assert "the 6 layers of the largest model chunk" in errs[0].message and "v=2" in errs[0].message
+
+
 # --------------------------------------------------------------------------- uneven pipelines
 
 def test_bloom_layers_on_twelve_stages():
@@ -356,12 +372,19 @@ def test_plan_key_and_label_derive_from_every_field():
                    cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
-        p1 = dataclasses.replace(p0, **{name: value})
-        assert plan_key(p1) != plan_key(p0), name
-        if ParallelPlan.__dataclass_fields__[name].metadata.get("label") != "never":
-            assert p1.label() != p0.label(), name
-        assert p1.label(full=True) != p0.label(full=True), name
+        meta = ParallelPlan.__dataclass_fields__[name].metadata
+        # a field that qualifies another (label_needs) is labelled while that one is on
+        base = dataclasses.replace(p0, **{meta["label_needs"]: True}) if "label_needs" in meta else p0
+        p1 = dataclasses.replace(base, **{name: value})
+        assert plan_key(p1) != plan_key(base), name
+        if meta.get("label") != "never":
+            assert p1.label() != base.label(), name
+        assert p1.label(full=True) != base.label(full=True), name
     assert p0.label() == "t=8 p=16 d=4 b=1 1f1b recompute=none"
+    # the fused cross-entropy's kernels change nothing while the fusion is off: not labelled
+    assert plan(cross_entropy_fusion_impl="te").label() == p0.label()
+    assert plan(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te").label().endswith(
+        "ce_fusion ce_impl=te")
     assert plan(sequence_parallel=True, zero_stage=1).label() == "t=8 p=16 d=4 b=1 1f1b recompute=none sp zero=1"
 
 
