@@ -436,6 +436,9 @@ ASSUMPTIONS = {
     "moe-balanced-routing": "routing balanced (moe_imbalance_factor 1): the notes say routing "
                             "was forced balanced, or say nothing of it",
     "etp-megatron-default": "expert tensor-parallel size not stated: Megatron-Core's default, t",
+    "bridge-moe-etp-1": "a Megatron-Bridge DeepSeek-V3 or Qwen3 MoE row with t > 1 that states no "
+                        "expert tensor-parallel size: 1, as the model's Bridge base recipe sets "
+                        "(expert_tensor_parallel_size=1; Megatron-Core's own default would be t)",
     "etp-forced-1": "expert tensor-parallel size not stated and t*ep exceeds the t*cp*d ranks of "
                     "a pipeline stage: 1, the only size that fits",
     "dispatcher-flex-from-notes": "the notes name DeepEP or HybridEP: "
@@ -866,6 +869,18 @@ def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, 
         opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"])
 
 
+#: Models whose Megatron-Bridge base recipes set expert_tensor_parallel_size=1 (Bridge 0.6.2
+#: recipes/deepseek/h100/deepseek_v3.py:118, recipes/qwen/h100/qwen3_moe.py:60, :174, :255).
+_BRIDGE_ETP1_MODELS = re.compile(r"DeepSeek-V3|Qwen3-\d+B-A\d+B", re.I)
+
+#: Words with which a row's notes would speak of its router groups (node-limited routing):
+#: Hugging Face's n_group / topk_group, Megatron's --moe-router-num-groups /
+#: --moe-router-group-topk, the papers' group- or node-limited routing. Not "query_groups" nor
+#: "GQA", which DeepSeek-V3 rows name to say MLA has none.
+_ROUTER_GROUP_WORDS = re.compile(r"n_group|topk_group|group[_-]topk|router[ _-]*(num[ _-]*)?groups?"
+                                 r"|(group|node)[ -]limited", re.I)
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
@@ -923,7 +938,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     _notes_policy(notes, model, v, opt, rw)
     if (re.search(r"DeepSeek-V3", name, re.I) and model.num_experts == 256
             and model.moe_top_k == 8 and _has(model, "moe_router_num_groups")
-            and not re.search(r"group", notes, re.I)):
+            and not _ROUTER_GROUP_WORDS.search(notes)):
         # the model's own router (DeepSeek-V3's config.json: n_group 8, topk_group 4)
         model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
         rw.assume("deepseek-v3-router-groups")
@@ -1024,7 +1039,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.put(plan, "plan", "expert_parallel", ep)
         t, ranks = ints["tensor_parallel"], ints["tensor_parallel"] * cp * ints["data_parallel"]
         if t > 1 and _has(plan, "expert_tensor_parallel"):
-            if ranks % (t * ep) == 0:
+            if "bridge" in framework.lower() and _BRIDGE_ETP1_MODELS.search(name):
+                plan.expert_tensor_parallel = 1
+                rw.assume("bridge-moe-etp-1")
+            elif ranks % (t * ep) == 0:
                 rw.assume("etp-megatron-default")
             elif ranks % ep == 0:  # ep*t experts' ranks do not fit in a stage's t*cp*d ranks
                 plan.expert_tensor_parallel = 1

@@ -494,3 +494,40 @@ def test_an_empty_required_cell_is_named(published, tmp_path):
     with pytest.raises(MeasurementFileError, match=r"row 1, column 'measured_iteration_time_s' is "
                                                    r"empty; it is required"):
         read_measurements(path)
+
+
+def test_deepseek_v3_rows_take_the_models_router_groups(published, tmp_path):
+    """DeepSeek-V3 rows whose notes say nothing of router groups take the model's node-limited
+    routing (config.json n_group 8, topk_group 4), which cuts the flex dispatcher's copies to
+    other nodes; the notes' "no GQA, query_groups set = heads" is not about the router, and
+    notes that name the router's groups leave them to the row."""
+    raw, ms = published
+    for r in (8, 11, 19, 20):
+        m = ms[r - 1]
+        assert "query_groups" in raw[r - 1]["notes"]
+        assert (m.session.model.moe_router_num_groups, m.session.model.moe_router_group_topk) == (8, 4)
+        assert "deepseek-v3-router-groups" in _names(m)
+    # four B200 nodes (row 11, EP 32): 2.357 copies of a token leave its node, against 2.711
+    # without the groups (core.model_math.flex_remote_node_copies)
+    from core.model_math import flex_remote_node_copies
+    assert flex_remote_node_copies(256, 8, 4, 8, 4) == pytest.approx(33 / 14)
+    assert flex_remote_node_copies(256, 8, 4) == pytest.approx(2.71066, rel=1e-5)
+    for words in ("router groups not stated", "n_group 1", "group-limited routing off"):
+        path = _write_rows(tmp_path / "g.csv", raw, {**raw[10], "notes": raw[10]["notes"] + "; " + words})
+        (m,) = read_measurements(path)
+        assert "deepseek-v3-router-groups" not in _names(m), words
+        assert m.session.model.moe_router_num_groups is None, words
+
+
+def test_bridge_moe_rows_take_their_recipes_expert_tensor_parallel_size(published, tmp_path):
+    """Megatron-Bridge's DeepSeek-V3 and Qwen3 MoE base recipes set expert_tensor_parallel_size=1:
+    row 8 (DeepSeek-V3, t=2, ep=64 on 1,024 GPUs, where t*ep fits) takes 1, not Megatron-Core's
+    default t; the same row from another framework keeps Megatron-Core's default."""
+    raw, ms = published
+    for r in (6, 7, 8):
+        assert ms[r - 1].session.plan.expert_tensor_parallel == 1, r
+        assert "bridge-moe-etp-1" in _names(ms[r - 1]), r
+    path = _write_rows(tmp_path / "m.csv", raw, {**raw[7], "framework": "Megatron-LM",
+                                                   "precision": "fp8"})
+    (m,) = read_measurements(path)
+    assert m.session.plan.expert_tensor_parallel is None and "etp-megatron-default" in _names(m)
