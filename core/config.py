@@ -958,6 +958,27 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     return counts
 
 
+def capped_recompute_layers(plan: ParallelPlan, num_layers: int) -> ParallelPlan:
+    """``plan`` with ``recompute_num_layers`` None when the count reaches the plan's largest
+    model chunk, else ``plan`` itself.
+
+    Megatron's block method applies ``--recompute-num-layers`` to each model chunk
+    (TransformerBlock: a pipeline stage, or a virtual stage under the interleaved schedule)
+    and a chunk with fewer layers recomputes them all, so such a count is "every layer"
+    (the same simulation). Readers of other tools' settings (Megatron arguments, published
+    runs) and the sweep's plans take it through here; :func:`validate` refuses a count above
+    every chunk in a session, where it reads as a per-stage count. A plan whose layers do
+    not split is returned as is (validation names it)."""
+    n = plan.recompute_num_layers
+    if not isinstance(n, int) or isinstance(n, bool):
+        return plan
+    try:
+        most = max(virtual_stage_layer_counts(num_layers, plan))
+    except (ValueError, TypeError, ZeroDivisionError):
+        return plan
+    return dataclasses.replace(plan, recompute_num_layers=None) if n >= most else plan
+
+
 def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int | None = None
                                ) -> list[int]:
     """Transformer layers of each of the ``p*v`` virtual stages, length ``p*v``; virtual stage
@@ -1521,9 +1542,10 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         # every chunk reads it per stage
         most = max(chunk_counts, default=0)
         if most and n > most:
-            where = (f"the {most} layers of the largest model chunk (Megatron's block method "
+            layers = f"{most} layer{'s' if most != 1 else ''}"
+            where = (f"the {layers} of the largest model chunk (Megatron's block method "
                      f"counts per model chunk: each of a stage's v={v} virtual stages)"
-                     if v > 1 else f"the {most} layers of the largest pipeline stage")
+                     if v > 1 else f"the {layers} of the largest pipeline stage")
             errs.append(FieldError("plan.recompute_num_layers",
                                    f"recompute_num_layers={n} is more than {where}; "
                                    f"{most} recomputes every layer"))

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
-                     ModelConfig, ParallelPlan, Session, expand_pipeline_layout)
+                     ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
+                     capped_recompute_layers)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
@@ -232,9 +233,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
                                    "with --checkpoint-activations: layers per checkpoint (uniform)"),
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
-                              "block (some layers per stage) or uniform"),
+                              "block (some layers per model chunk) or uniform"),
     "--recompute-num-layers": Arg(("plan.recompute_num_layers",), True,
-                                  "with block: layers per stage recomputed"),
+                                  "with block: layers recomputed in each model chunk (every layer when it reaches the largest)"),
     "--decoder-first-pipeline-num-layers": Arg(("plan.first_stage_layers",), True,
                                                "layers of the first stage"),
     "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,
@@ -1214,11 +1215,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
              "--recompute-activations" if "--recompute-activations" in args else
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or "none")
-    per_stage = slots // p  # layers of the largest stage (the slots' split)
-    if mp.values["plan"].get("pipeline_model_parallel_layout"):  # the layout's largest stage
-        stages = expand_pipeline_layout(mp.values["plan"]["pipeline_model_parallel_layout"])
-        per_stage = max(sum(st.count("t") for st in stages[i::p]) for i in range(p))
-    if gran == "full" and method == "block" and nrec is not None and nrec < per_stage:
+    if gran == "full" and method == "block" and nrec is not None:
+        # a count at or above the largest model chunk recomputes every layer: set to None
+        # once the plan is whole (below), as Megatron caps it per chunk
         mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
         mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
@@ -1298,9 +1297,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         cluster["gpu"] = gpu
     if nproc:
         cluster["gpus_per_node"] = nproc
+    # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
+    # largest recomputes every layer
+    plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
     session = Session(ModelConfig(**{"name": name or Path(src).stem, **mp.values["model"]}),
-                      ParallelPlan(**mp.values["plan"]), ClusterConfig(**cluster),
-                      CostConfig(**mp.values["cost"]))
+                      plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
     return ImportResult(session, ignored, neutral, launch, notes, [f for f, _ in unknown])
 
 

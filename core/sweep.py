@@ -85,7 +85,8 @@ from . import schedules as pipeline_schedules
 from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                      ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
                      expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
-                     ep_overlap_errors, plan_key, probe_plan, validate)
+                     ep_overlap_errors, plan_key, probe_plan, validate,
+                     capped_recompute_layers)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
@@ -536,6 +537,8 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                             # (Megatron: only with sequence parallelism)
                                             tp_comm_overlap=bool(base.tp_comm_overlap and sp
                                                                  and 1 < t <= cl.gpus_per_node))
+                                        if plan.recompute_num_layers is not None:
+                                            plan = capped_recompute_layers(plan, m.num_layers)
                                         # the expert all-to-all overlap off, and on where
                                         # the plan allows it (expert parallelism, its rules)
                                         for ov in ovs:

@@ -41,7 +41,8 @@ import numpy as np
 
 from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHOICES,
                      ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
-                     expand_pipeline_layout, gpu_kind, node_network_gbits_per_s, validate)
+                     capped_recompute_layers, expand_pipeline_layout, gpu_kind,
+                     node_network_gbits_per_s, validate)
 from .bridge_recipes import BRIDGE_VERSION, BridgeRecipe, match_bridge_recipe
 from .config import rename_field
 from .inputs import read_text
@@ -362,7 +363,9 @@ ASSUMPTIONS = {
     "megatron-recompute-method": "a full recomputation label naming Megatron's "
                                  "--recompute-method: uniform recomputes every layer (its "
                                  "chunk size changes only the memory kept), block N the "
-                                 "first N layers of each stage (plan.recompute_num_layers)",
+                                 "first N layers of each model chunk, a stage or a virtual "
+                                 "stage (plan.recompute_num_layers; every layer when N reaches "
+                                 "the largest chunk)",
     "megatron-overlap-default": "overlap not stated in a Megatron-Bridge row: the Bridge recipes' "
                                 "DDP settings (overlap_grad_reduce, and overlap_param_gather with "
                                 "a sharded optimizer)",
@@ -422,6 +425,10 @@ ASSUMPTIONS = {
                                      "last stages hold one layer fewer)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
+    "router-groups-from-notes": "router groups from the notes (n_group, topk_group): "
+                                "node-limited routing, which changes only a flex dispatch "
+                                "across nodes",
+    "etp-from-notes": "expert tensor-parallel size from the notes",
     "deepseek-v3-router-groups": "a DeepSeek-V3 row whose notes say nothing of its router "
                                  "groups: the model's node-limited routing (its config.json: "
                                  "n_group 8, topk_group 4; a token's experts in 4 of 8 groups), "
@@ -606,19 +613,19 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if first == "full" and not re.search(r"partial|offload|fraction|every (other|\d)|alternat", t):
         # Megatron's --recompute-method: uniform recomputes every layer (in chunks of
         # --recompute-num-layers: the time of full, the chunks change only the memory kept);
-        # block recomputes the first N layers of each stage (plan.recompute_num_layers)
+        # block recomputes the first N layers of each model chunk (plan.recompute_num_layers)
         n = re.search(r"(?<![\w.+-])(\d+)\s*layers?\b|num[_ -]layers\s*[=:]?\s*(\d+)(?![\w.])", t)
         if "block" in t:
             count = int(n.group(1) or n.group(2)) if n else 0
             if (count < 1 or "uniform" in t or plan is None
                     or not _has(plan, "recompute_num_layers")):
                 row.refuse("recompute", f"recompute={text!r}: block recomputation needs its "
-                           "number of layers per stage, a whole number of at least 1 (and not "
+                           "number of layers per model chunk, a whole number of at least 1 (and not "
                            "uniform too)")
                 return "full"
             plan.recompute_num_layers = count
             row.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers "
-                       "per stage")
+                       "per model chunk")
             return "full"
         if "uniform" in t or not re.search(r"\d|layers", t):
             if "uniform" in t:
@@ -795,7 +802,7 @@ def _bridge_dsv3_layout(name: str, framework: str, num_layers: int, p: int, v: i
                         mtp: int) -> str | None:
     """The layout of :data:`BRIDGE_DSV3_LAYOUTS` for a DeepSeek-V3 (61 layers) Megatron-Bridge
     row at ``(p, v)`` with ``mtp`` MTP layers, or None when the rule does not apply."""
-    if (num_layers != 61 or not re.search(r"deepseek[- ]?v3", name, re.I)
+    if (num_layers != 61 or not _DEEPSEEK_V3.search(name)
             or "bridge" not in framework.lower()):
         return None
     layout = BRIDGE_DSV3_LAYOUTS.get((p, max(v, 1)))
@@ -871,14 +878,48 @@ def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, 
 
 #: Models whose Megatron-Bridge base recipes set expert_tensor_parallel_size=1 (Bridge 0.6.2
 #: recipes/deepseek/h100/deepseek_v3.py:118, recipes/qwen/h100/qwen3_moe.py:60, :174, :255).
-_BRIDGE_ETP1_MODELS = re.compile(r"DeepSeek-V3|Qwen3-\d+B-A\d+B", re.I)
+_BRIDGE_ETP1_MODELS = re.compile(r"deepseek[-_ ]?v3|qwen3[-_ ]\d+b[-_ ]a\d+b", re.I)
+
+#: The notes' expert tensor-parallel size (Megatron's --expert-tensor-parallel-size, "ETP 2").
+_ETP_NOTE = re.compile(r"(?:\bexpert[_ -]tensor[_ -](?:model[_ -])?parallel(?:[_ -]size)?|\bETP)"
+                       r"\s*[=:]?\s*(\d+)\b", re.I)
 
 #: Words with which a row's notes would speak of its router groups (node-limited routing):
 #: Hugging Face's n_group / topk_group, Megatron's --moe-router-num-groups /
-#: --moe-router-group-topk, the papers' group- or node-limited routing. Not "query_groups" nor
-#: "GQA", which DeepSeek-V3 rows name to say MLA has none.
-_ROUTER_GROUP_WORDS = re.compile(r"n_group|topk_group|group[_-]topk|router[ _-]*(num[ _-]*)?groups?"
-                                 r"|(group|node)[ -]limited", re.I)
+#: --moe-router-group-topk, router or routing groups, the papers' group-, node- or
+#: device-limited routing. Not "query_groups" nor "GQA", which DeepSeek-V3 rows name to say MLA
+#: has none, nor a process group "limited to" a node.
+_ROUTER_GROUP_WORDS = re.compile(
+    r"\bn_group\b|\btopk[_-]group\b|\bgroup[_-]topk\b|\brout(?:er|ing)[ _-]+(?:num[ _-]+)?groups?\b"
+    r"|\b(?:group|node|device)[ -]limited[ -]routing\b", re.I)
+#: The notes' router-group numbers: groups (n_group, --moe-router-num-groups, "router groups N")
+#: and groups per token (topk_group, --moe-router-group-topk).
+_ROUTER_GROUPS_N = re.compile(r"(?:\bn_group|\brout(?:er|ing)[ _-]+(?:num[ _-]+)?groups?)"
+                              r"\s*[=:]?\s*(\d+)\b", re.I)
+_ROUTER_GROUPS_K = re.compile(r"(?:\btopk[_-]group|\bgroup[_-]topk)\s*[=:]?\s*(\d+)\b", re.I)
+#: DeepSeek-V3 however a row writes it ("DeepSeek-V3", "DeepSeek V3", "deepseek_v3").
+_DEEPSEEK_V3 = re.compile(r"deepseek[-_ ]?v3", re.I)
+
+
+def _router_group_policy(notes: str, name: str, model: ModelConfig, rw: "_Row") -> None:
+    """Router groups of an MoE row (node-limited routing, which only the flex dispatcher's
+    copies to other nodes feel): the notes' n_group and topk_group when they give both;
+    DeepSeek-V3's own (config.json n_group 8, topk_group 4) when they say nothing of router
+    groups; a row whose notes speak of them without both numbers is refused by name."""
+    if not _ROUTER_GROUP_WORDS.search(notes):
+        if _DEEPSEEK_V3.search(name) and model.num_experts == 256 and model.moe_top_k == 8:
+            model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
+            rw.assume("deepseek-v3-router-groups")
+        return
+    n, k = _ROUTER_GROUPS_N.search(notes), _ROUTER_GROUPS_K.search(notes)
+    if n and k:
+        rw.put(model, "model", "moe_router_num_groups", int(n.group(1)))
+        rw.put(model, "model", "moe_router_group_topk", int(k.group(1)))
+        rw.assume("router-groups-from-notes", f"{n.group(0)}, {k.group(0)}")
+    else:
+        rw.refuse("router groups", "the notes speak of the router's groups (node-limited "
+                  f"routing: {_ROUTER_GROUP_WORDS.search(notes).group(0)!r}) without both their "
+                  "number (n_group) and the groups per token (topk_group)")
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
@@ -936,12 +977,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             if opt[c] is not None:
                 rw.put(model, "model", c, opt[c])
     _notes_policy(notes, model, v, opt, rw)
-    if (re.search(r"DeepSeek-V3", name, re.I) and model.num_experts == 256
-            and model.moe_top_k == 8 and _has(model, "moe_router_num_groups")
-            and not _ROUTER_GROUP_WORDS.search(notes)):
-        # the model's own router (DeepSeek-V3's config.json: n_group 8, topk_group 4)
-        model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
-        rw.assume("deepseek-v3-router-groups")
+    if model.num_experts and model.num_experts > 1 and _has(model, "moe_router_num_groups"):
+        _router_group_policy(notes, name, model, rw)
 
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
@@ -955,8 +992,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if bridge is not None:
         batch = ints["global_batch_size"]
         rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}"
-                  + (f" (global batch {batch} in the row, {bridge.key[-1]} in the recipe: an "
-                     "override of the recipe)" if batch != bridge.key[-1] else ""))
+                  + (f"; global batch {batch} in the row, {bridge.key[-1]} in the recipe: an "
+                     "override of the recipe" if batch != bridge.key[-1] else ""))
         if bridge.refuse is not None:
             rw.refuse(*bridge.refuse)
         if bridge.mtp_num_layers and rw.withdraw("mtp-not-stated"):
@@ -966,7 +1003,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
         rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
     elif ("bridge" in framework.lower() and rw.dispatcher is None and model.num_experts
-          and re.search(r"DeepSeek-V3", name, re.I)):
+          and _DEEPSEEK_V3.search(name)):
         # Megatron-Bridge's deepseek_v3 base recipe, which its perf recipes start from
         rw.dispatcher = "flex"
         rw.assume("bridge-dsv3-flex-dispatcher")
@@ -1037,8 +1074,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     ep = opt["expert_parallel"] or 1
     if ep > 1:
         rw.put(plan, "plan", "expert_parallel", ep)
+    if e and e > 1:
         t, ranks = ints["tensor_parallel"], ints["tensor_parallel"] * cp * ints["data_parallel"]
-        if t > 1 and _has(plan, "expert_tensor_parallel"):
+        etp_note = _ETP_NOTE.search(notes)
+        if etp_note:
+            rw.put(plan, "plan", "expert_tensor_parallel", int(etp_note.group(1)))
+            rw.assume("etp-from-notes", etp_note.group(0))
+        elif t > 1 and _has(plan, "expert_tensor_parallel"):
             if "bridge" in framework.lower() and _BRIDGE_ETP1_MODELS.search(name):
                 plan.expert_tensor_parallel = 1
                 rw.assume("bridge-moe-etp-1")
@@ -1149,6 +1191,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                                                 f"per node of {cluster.gpus_per_node}")
     if cluster.gpu != gpu_text and cluster.gpu in GPU_KINDS:
         rw.assume("gpu-alias", f"{gpu_text} -> {cluster.gpu}")
+    if plan.recompute_num_layers is not None:
+        capped = capped_recompute_layers(plan, model.num_layers)
+        if capped is not plan:  # Megatron caps the count per model chunk: every layer
+            rw.withdraw("megatron-recompute-method")
+            rw.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers: at "
+                      "least the largest model chunk, every layer")
+            plan = capped
     session = Session(model, plan, cluster, CostConfig())
     world = ints["tensor_parallel"] * ints["pipeline_parallel"] * ints["data_parallel"] * cp
     if world != ints["num_gpus"]:

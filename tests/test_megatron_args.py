@@ -1017,3 +1017,32 @@ def test_node_limited_routing_round_trips(tmp_path):
         "--moe-token-dispatcher-type alltoall --moe-router-num-groups 4"))).session
     assert not [e for e in validate(alone) if e.field.startswith("model.")]
     assert alone.model.moe_router_group_topk is None
+
+
+@pytest.mark.parametrize("extra, n, expected", [
+    # 96 layers, p=16: 6 per stage; interleaved with 3 per virtual stage: chunks of 3
+    ("--num-layers-per-virtual-pipeline-stage 3", 4, None),  # above a chunk: every layer
+    ("--num-layers-per-virtual-pipeline-stage 3", 3, None),
+    ("--num-layers-per-virtual-pipeline-stage 3", 2, 2),
+    ("", 4, 4), ("", 6, None), ("", 9, None),
+    ("--pipeline-model-parallel-layout 'Et*3|(t*3|)*30t*3L'", 4, None),
+    ("--pipeline-model-parallel-layout 'Et*3|(t*3|)*30t*3L'", 2, 2),
+    # uneven stages: the largest holds 10, so 8 is a count, not every layer
+    ("--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 10", 8, 8),
+    ("--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 10", 10, None),
+])
+def test_block_recompute_num_layers_counts_per_model_chunk(extra, n, expected):
+    """Megatron applies --recompute-num-layers (block) to each model chunk: a count at or above
+    the largest chunk imports as every layer (None), a smaller one as itself; an interleaved
+    launch with a count between the chunk and the stage size imports (Megatron runs it)."""
+    args = ("--num-layers 96 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+            "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64 "
+            "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 16 --vocab-size 50257 "
+            f"--recompute-granularity full --recompute-method block --recompute-num-layers {n} "
+            + extra)
+    res = session_from_launch(read_launch(f"python pretrain_gpt.py {args}\n", "x.sh"),
+                              num_gpus=64)
+    assert res.session.plan.recompute == "full"
+    assert res.session.plan.recompute_num_layers == expected
+    from core.config import validate
+    assert validate(res.session) == []

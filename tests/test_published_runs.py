@@ -416,11 +416,21 @@ def test_recompute_labels_naming_megatrons_method_or_torchtitans_option(label, f
 
 def test_block_recompute_label_reaches_the_plan(published, tmp_path):
     raw, _ = published
-    # row 2: Llama3-70B, p=8 v=5
-    path = _write_rows(tmp_path / "block.csv", raw, {**raw[1], "recompute": "full (block, 2 layers)"})
+    # row 2: Llama3-70B, p=8 v=5: 40 model chunks of 2 layers; Megatron counts per chunk
+    path = _write_rows(tmp_path / "block.csv", raw, {**raw[1], "recompute": "full (block, 1 layers)"})
     (m,) = read_measurements(path)
     assert not m.skip_reason, m.skip_reason
-    assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", 2)
+    assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", 1)
+    assert any("block, 1 layers per model chunk" in a for a in m.assumptions)
+    # a count that reaches the chunk (2) or passes it (4, a per-stage reading; a stage holds
+    # 10) recomputes every layer, as Megatron runs it: predicted, not refused
+    for n in (2, 4):
+        path = _write_rows(tmp_path / "block.csv", raw, {**raw[1], "recompute": f"full (block, {n} layers)"})
+        (m,) = read_measurements(path)
+        assert not m.skip_reason, m.skip_reason
+        assert (m.session.plan.recompute, m.session.plan.recompute_num_layers) == ("full", None)
+        assert [a for a in m.assumptions if a.startswith("megatron-recompute-method:")][0].endswith(
+            f"(block, {n} layers: at least the largest model chunk, every layer)")
 
 
 @pytest.mark.parametrize("cell, flag", [
@@ -512,11 +522,33 @@ def test_deepseek_v3_rows_take_the_models_router_groups(published, tmp_path):
     from core.model_math import flex_remote_node_copies
     assert flex_remote_node_copies(256, 8, 4, 8, 4) == pytest.approx(33 / 14)
     assert flex_remote_node_copies(256, 8, 4) == pytest.approx(2.71066, rel=1e-5)
-    for words in ("router groups not stated", "n_group 1", "group-limited routing off"):
+    def with_notes(words):
         path = _write_rows(tmp_path / "g.csv", raw, {**raw[10], "notes": raw[10]["notes"] + "; " + words})
-        (m,) = read_measurements(path)
+        return read_measurements(path)[0]
+
+    # notes that give both numbers set them, whatever the model
+    for words, groups in (("n_group 4, topk_group 2", (4, 2)), ("n_group=8 topk_group=4", (8, 4)),
+                          ("--moe-router-num-groups 16 --moe-router-group-topk 4", (16, 4))):
+        m = with_notes(words)
+        assert (m.session.model.moe_router_num_groups, m.session.model.moe_router_group_topk) == groups
+        assert "router-groups-from-notes" in _names(m) and "deepseek-v3-router-groups" not in _names(m)
+        assert not m.skip_reason, m.skip_reason
+    # notes that speak of router groups without both numbers: refused by name, not guessed
+    for words in ("router groups not stated", "n_group 1", "topk-group 4",
+                  "node-limited routing", "device-limited routing (M=3)", "routing groups 8"):
+        m = with_notes(words)
+        assert m.skip_causes == ["router groups"], words
         assert "deepseek-v3-router-groups" not in _names(m), words
-        assert m.session.model.moe_router_num_groups is None, words
+    # other groups and limits are not the router's: the model's own groups
+    for words in ("EP group limited to the NVLink domain", "NCCL process group limited to one node",
+                  "HybridEP domain_group of 72 GPUs", "attention_groups = heads"):
+        m = with_notes(words)
+        assert m.session.model.moe_router_num_groups == 8 and "deepseek-v3-router-groups" in _names(m), words
+    # the model's name however it is written
+    path = _write_rows(tmp_path / "n.csv", raw, {**raw[10], "model_name": "DeepSeek V3"})
+    (m,) = read_measurements(path)
+    assert m.session.model.moe_router_num_groups == 8
+    assert m.session.plan.moe_token_dispatcher_type == "flex"
 
 
 def test_bridge_moe_rows_take_their_recipes_expert_tensor_parallel_size(published, tmp_path):
@@ -531,3 +563,13 @@ def test_bridge_moe_rows_take_their_recipes_expert_tensor_parallel_size(publishe
                                                    "precision": "fp8"})
     (m,) = read_measurements(path)
     assert m.session.plan.expert_tensor_parallel is None and "etp-megatron-default" in _names(m)
+    # a size the notes state wins over both
+    for words in ("ETP 2", "expert_tensor_parallel_size=2", "--expert-tensor-parallel-size 2"):
+        path = _write_rows(tmp_path / "e.csv", raw, {**raw[7], "precision": "fp8",
+                                                       "notes": raw[7]["notes"] + "; " + words})
+        (m,) = read_measurements(path)
+        assert m.session.plan.expert_tensor_parallel == 2, words
+        assert "etp-from-notes" in _names(m) and "bridge-moe-etp-1" not in _names(m), words
+    # the model's name however it is written
+    path = _write_rows(tmp_path / "s.csv", raw, {**raw[7], "model_name": "deepseek_v3", "precision": "fp8"})
+    assert read_measurements(path)[0].session.plan.expert_tensor_parallel == 1

@@ -571,6 +571,26 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     assert got == {(1, None, None), (4, 16, 15)}
 
 
+
+def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
+    """The base's recompute_num_layers reaches every full-recomputation plan; Megatron applies
+    it per model chunk, so a plan whose chunks hold no more layers than the count recomputes
+    every layer (None) and stays valid, instead of being refused as above its chunks. 24
+    layers, p = 2: a 12-layer stage keeps 4; interleaved v = 2, 3, 4, 6 (chunks of 6, 4, 3, 2)
+    keep 4, then every layer."""
+    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    m = MODEL_PRESETS["GPT-3 1.3B"]
+    s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=2, data_parallel=1,
+                                micro_batch_size=1, global_batch_size=12, recompute="full",
+                                recompute_num_layers=4, precision="bf16"),
+                ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8))
+    plans = enumerate_plans(s, SweepSpace(num_gpus=2, tensor_parallel=[1], pipeline_parallel=[2],
+                                          micro_batch_sizes=[1], recompute=["full"],
+                                          schedules=["1f1b", "interleaved"]))
+    got = {(p.schedule, p.virtual_pipeline_stages, p.recompute_num_layers) for p in plans}
+    assert got == {("1f1b", None, 4), ("interleaved", 2, 4), ("interleaved", 3, None),
+                   ("interleaved", 4, None), ("interleaved", 6, None)}
+
 def _qwen_session():
     import dataclasses
 
