@@ -445,8 +445,8 @@ class ParallelPlan:
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
     recompute_num_layers: int | None = _f(
-        None, "layers", "With full recomputation: layers recomputed in each model chunk, the first ones of "
-        "each pipeline stage (of each virtual stage under the interleaved schedule; Megatron's "
+        None, "layers", "With full recomputation: layers recomputed in each model chunk, the "
+        "first ones of each pipeline stage (of each virtual stage under the interleaved schedule; Megatron's "
         "--recompute-method block --recompute-num-layers); the others keep their activations; "
         "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
     zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "

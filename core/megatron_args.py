@@ -235,7 +235,8 @@ ARGUMENTS: dict[str, Arg] = {
     "--recompute-method": Arg(("plan.recompute_num_layers",), True,
                               "block (some layers per model chunk) or uniform"),
     "--recompute-num-layers": Arg(("plan.recompute_num_layers",), True,
-                                  "with block: layers recomputed in each model chunk (every layer when it reaches the largest)"),
+                                  "with block: layers recomputed in each model chunk (every "
+                                  "layer when it reaches the largest)"),
     "--decoder-first-pipeline-num-layers": Arg(("plan.first_stage_layers",), True,
                                                "layers of the first stage"),
     "--decoder-last-pipeline-num-layers": Arg(("plan.last_stage_layers",), True,

@@ -500,7 +500,8 @@ ASSUMPTIONS = {
     "bridge-perf-recipe": "a Megatron-Bridge performance-summary row that matches a "
                           f"{BRIDGE_VERSION} performance recipe on GPU, model, GPUs, "
                           "precision, t, p, v, cp, ep and micro-batch (the global batch "
-                          "is an override of the recipe; core.bridge_recipes): the recipe's recomputation, MoE dispatcher, "
+                          "is an override of the recipe; core.bridge_recipes): the recipe's "
+                          "recomputation, MoE dispatcher, "
                           "expert all-to-all overlap, delayed weight gradients, TP "
                           "communication overlap and MTP layers where the row does not state "
                           "them; what the recipe runs that is not modelled refuses the row",
