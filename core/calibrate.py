@@ -106,9 +106,10 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 #: dozen runs over four GPU kinds, shape parameters (``gemm_half_size``) and host overheads
 #: are left at the spec's values: the runs are large-scale and device-bound, and cannot pin them.
 SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency",
-                     "fp8_gemm_efficiency", "all_to_all_efficiency")
+                     "fp8_gemm_efficiency", "all_to_all_efficiency", "flex_all_to_all_efficiency")
 #: Bounds of the optional shared parameters (added to FIT_PARAMS when the op model has them).
-_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0)}
+_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0),
+                    "flex_all_to_all_efficiency": (0.05, 1.0)}
 
 
 def shared_fit_params() -> list[str]:
@@ -304,7 +305,7 @@ class GenericOps:
 
 #: Communication efficiencies of the op model besides the inter-node and pipeline ones, each
 #: linearized as seconds / efficiency when the op model has it.
-_EXTRA_COMM_EFF = ("all_to_all_efficiency",)
+_EXTRA_COMM_EFF = ("all_to_all_efficiency", "flex_all_to_all_efficiency")
 
 
 def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
@@ -855,13 +856,17 @@ def supported_params(sessions: Sequence[Session]) -> list[str]:
     """The shared-fit parameters (:func:`shared_fit_params`) the runs can pin down: the
     half-precision GEMM efficiency only with a bf16/fp16 run, the FP8 one only with an FP8 run
     (FP8 runs alone would otherwise drag the BF16 efficiency to the FP8 rate), the all-to-all
-    efficiency only with an expert-parallel run, the network efficiency only with a run that
+    efficiency only with an expert-parallel run that dispatches with Megatron's alltoall
+    dispatcher, the flex one (DeepEP / HybridEP) only with one that dispatches with flex,
+    the network efficiency only with a run that
     spans nodes; the memory efficiency always. The others keep the spec's values."""
     half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
     fp8 = any(s.plan.precision == "fp8" for s in sessions)
-    ep = any((getattr(s.plan, "expert_parallel", 1) or 1) > 1 for s in sessions)
+    ep = [s for s in sessions if (getattr(s.plan, "expert_parallel", 1) or 1) > 1]
+    flex = [s for s in ep if getattr(s.plan, "moe_token_dispatcher_type", "alltoall") == "flex"]
     multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)
-    keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8, "all_to_all_efficiency": ep,
+    keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8,
+            "all_to_all_efficiency": len(ep) > len(flex), "flex_all_to_all_efficiency": bool(flex),
             "inter_node_efficiency": multi, "memory_efficiency": True}
     return [n for n in shared_fit_params() if keep.get(n, True)]
 

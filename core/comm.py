@@ -139,6 +139,11 @@ class CommModel:
         self.p2p_efficiency = float(p["p2p_efficiency"])
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
         self.all_to_all_efficiency = float(p.get("all_to_all_efficiency", 1.0))
+        # DeepEP / HybridEP's own kernels (the flex dispatcher): a store without a figure of
+        # their own times them as the NCCL all-to-all (stores calibrated before it existed)
+        own = getattr(self.store, "op_model", None) or {}
+        self.flex_all_to_all_efficiency = float(own.get("flex_all_to_all_efficiency",
+                                                        self.all_to_all_efficiency))
 
     @property
     def node_network_gbits_per_s(self) -> float:
@@ -343,11 +348,15 @@ class CommModel:
         per_node = self._expert_node_share(etp, ep)
         fraction = None if remote_copies is None or per_node >= ep else remote_copies / top_k
         t = self.all_to_all(ep, per_node, nbytes, fraction)
-        if t <= 0 or self.all_to_all_efficiency == 1.0:
+        flex = getattr(self.plan, "moe_token_dispatcher_type", "alltoall") == "flex"
+        eff = self.flex_all_to_all_efficiency if flex else self.all_to_all_efficiency
+        if t <= 0 or eff == 1.0:
             return t
-        # the op model's all_to_all_efficiency: what token exchanges achieve of the collective
-        # model's rates (permutation, padding, dispatcher); fitted by the shared calibration
-        return self.collective_overhead_s + (t - self.collective_overhead_s) / self.all_to_all_efficiency
+        # the op model's all_to_all_efficiency (Megatron's alltoall dispatcher: NCCL's
+        # all-to-all with variable splits) or flex_all_to_all_efficiency (DeepEP / HybridEP's
+        # kernels): what token exchanges achieve of the collective model's rates; fitted by
+        # the shared calibration
+        return self.collective_overhead_s + (t - self.collective_overhead_s) / eff
 
     def ep_remote_copies(self, num_experts: int, top_k: int, num_groups: int | None = None,
                          group_topk: int | None = None) -> float | None:

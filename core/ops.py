@@ -104,6 +104,7 @@ DEFAULT_OP_MODEL = {
     "p2p_overhead_s": 0.0,
     "fp8_gemm_efficiency": 1.0,
     "all_to_all_efficiency": 1.0,
+    "flex_all_to_all_efficiency": 1.0,
 }
 
 

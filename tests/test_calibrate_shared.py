@@ -227,6 +227,39 @@ def test_moe_runs_linearize_exactly_and_pin_the_all_to_all_efficiency():
         assert res.op_model[name] == pytest.approx(value, rel=0.03), name
 
 
+def test_flex_runs_pin_their_own_all_to_all_efficiency():
+    """Runs that dispatch with DeepEP / HybridEP (the flex dispatcher) beside runs with
+    Megatron's NCCL alltoall: the shared fit has an efficiency for each (supported only by runs
+    of that dispatcher), the linearized time follows the simulator when either moves, and the
+    fit recovers both."""
+    truth = {**TRUTH, "all_to_all_efficiency": 0.6, "flex_all_to_all_efficiency": 0.9}
+    plain = [_moe_session(g, ep, d, h) for g, ep, d, h in (
+        ("H100-SXM5-80GB", 8, 8, 1024), ("H100-SXM5-80GB", 16, 16, 1024),
+        ("B200-180GB", 16, 32, 1024))]
+    flex = [_moe_session(g, ep, d, h) for g, ep, d, h in (
+        ("H100-SXM5-80GB", 16, 16, 2048), ("B200-180GB", 16, 32, 2048),
+        ("H100-SXM5-80GB", 8, 16, 1024))]
+    for s in flex:
+        s.plan.moe_token_dispatcher_type = "flex"
+    base = analytic_bases()
+    assert "flex_all_to_all_efficiency" not in shared_fit_kwargs(base, plain)["params"]
+    assert "all_to_all_efficiency" not in shared_fit_kwargs(base, flex)["params"]
+    sessions = plain + flex + _runs()[0][:5]
+    kw = shared_fit_kwargs(base, sessions)
+    assert {"all_to_all_efficiency", "flex_all_to_all_efficiency"} <= set(kw["params"])
+    s = flex[1]
+    b = base(s)
+    row = linearize(s, b, {**b.op_model})
+    for name, value in truth.items():
+        moved = {**b.op_model, name: value}
+        assert predict_linearized([row], moved)[0] == pytest.approx(
+            simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
+    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+                         .report.iteration_time_s for x in sessions])
+    res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
+    for name, value in truth.items():
+        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+
 def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
     """One node only: the network efficiency moves no run. Without a prior nothing holds it;
     with the shared prior it stays at the spec's value while the others are fitted."""

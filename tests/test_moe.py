@@ -8,6 +8,7 @@ Communication volumes, kernel lists and memory are checked against closed forms.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -426,14 +427,24 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     remote = mm.flex_remote_node_copies(128, 8, 2)
     bw = 3200e9 / 8 / 8  # one GPU's share of its node's NICs, bytes/s
     eff, ov = plain.all_to_all_efficiency, plain.collective_overhead_s  # the store's fit
+    # DeepEP / HybridEP's own kernels have an efficiency of their own (fitted apart)
+    flex_eff = flex.flex_all_to_all_efficiency
+    assert flex_eff == store.op_model["flex_all_to_all_efficiency"] and flex_eff != eff
     assert plain.ep_all_to_all(nbytes) == pytest.approx(
         ov + (INTER_NODE_LATENCY_S + nbytes * 8 / 16 / bw) / eff, rel=1e-9)
     assert flex.ep_all_to_all(nbytes, remote, 8) == pytest.approx(
-        ov + (INTER_NODE_LATENCY_S + nbytes * remote / 8 / bw) / eff, rel=1e-9)
+        ov + (INTER_NODE_LATENCY_S + nbytes * remote / 8 / bw) / flex_eff, rel=1e-9)
+    # in one node flex is the plain exchange of the same bytes, at its own efficiency
     one_node = dataclasses.replace(flex_plan, expert_parallel=8, data_parallel=8)
+    in_node = CommModel(store, dataclasses.replace(one_node, moe_token_dispatcher_type="alltoall"),
+                        s.cluster).ep_all_to_all(nbytes)
     assert CommModel(store, one_node, s.cluster).ep_all_to_all(nbytes, remote, 8) == \
-        CommModel(store, dataclasses.replace(one_node, moe_token_dispatcher_type="alltoall"),
-                  s.cluster).ep_all_to_all(nbytes)
+        pytest.approx(ov + (in_node - ov) * eff / flex_eff, rel=1e-12)
+    # a store calibrated before the flex efficiency existed times flex as the NCCL exchange
+    old_store = copy.copy(store)
+    old_store.op_model = {k: v for k, v in store.op_model.items()
+                          if k != "flex_all_to_all_efficiency"}
+    assert CommModel(old_store, flex_plan, s.cluster).flex_all_to_all_efficiency == eff
     # the simulated iteration: the expert all-to-all shrinks, nothing else changes
     a, b = simulate(s).report, simulate(Session(s.model, flex_plan, s.cluster)).report
     assert b.ep_comm_s < a.ep_comm_s / 2 and b.compute_s == pytest.approx(a.compute_s, rel=1e-12)
