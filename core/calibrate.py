@@ -44,6 +44,7 @@ from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
 from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
 from .ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
+                  effective_op_model,
                   kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
                   table_covers)
 from .profile_store import ProfileStore
@@ -312,6 +313,9 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
               store: ProfileStore | None = None) -> LinearizedRow:
     """Simulate ``session`` (with ``store``, default the model of ``op_model``) and linearize
     its iteration time around the critical path."""
+    # every parameter explicit: moving the NCCL all-to-all efficiency must not move a flex
+    # efficiency that falls back to it (core.ops.effective_op_model)
+    op_model = effective_op_model(op_model)
     store = store or model_store(base, op_model)
     res = simulate(session, store)
     path = critical_path(res.graph, res.schedule)
@@ -362,7 +366,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     # + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
     # core.comm weighs them; N: pipeline transfers). One more build with each parameter
     # moved gives B, P, C and N.
-    p = {**DEFAULT_OP_MODEL, **op_model}
+    p = effective_op_model(op_model)
     eff, p2p_eff, ov = p["inter_node_efficiency"], p["p2p_efficiency"], p["collective_overhead_s"]
     p2p_ov = p["p2p_overhead_s"]
     now_s = float(res.graph.duration_s[path[comm]].sum())
@@ -436,7 +440,7 @@ def _generic_ops(session: Session, base: ProfileStore, op_model: dict[str, float
     ``base`` with ``op_model``, as :func:`model_store` makes)."""
     from .graph import lookup_op_times, optimizer_time
 
-    probe = model_store(base, {**DEFAULT_OP_MODEL, **op_model})
+    probe = model_store(base, effective_op_model(op_model))
     times = lookup_op_times(session, probe).times
     coef: dict[str, float] = {}
     optimizer: list[tuple[float, float]] = []
@@ -475,7 +479,7 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
 def predict_linearized(rows: Sequence[LinearizedRow], op_model: dict[str, float],
                        corrections: dict[tuple, float] | None = None) -> np.ndarray:
     """Iteration times (s) of linearized rows under ``op_model`` and shape corrections; shape (n,)."""
-    p = {**DEFAULT_OP_MODEL, **op_model}
+    p = effective_op_model(op_model)
     corrections = corrections or {}
     out = np.empty(len(rows))
     for i, r in enumerate(rows):
@@ -529,7 +533,7 @@ def _fit_corrections(rows, measured_s, op_model, ridge, sqrt_w):
     """Log factor per shape measured in at least MIN_ROWS_PER_SHAPE runs (ridge-penalized)."""
     from scipy.optimize import least_squares
 
-    p = {**DEFAULT_OP_MODEL, **op_model}
+    p = effective_op_model(op_model)
     parts = np.array([_parts(r, p) for r in rows])  # (n, 2)
     counts: dict[tuple, int] = {}
     for r in rows:
@@ -600,11 +604,16 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     for n in names:
         _bounds(n)  # KeyError for a parameter without bounds
     say = progress or (lambda _msg: None)
-    current = {**DEFAULT_OP_MODEL, **FIT_START, **(start or {})}
+    current = effective_op_model({**FIT_START, **(start or {})})
+    # a flex (DeepEP / HybridEP) efficiency that starts tied to the NCCL all-to-all's and that
+    # no run pins follows it (core.ops.effective_op_model's fallback)
+    tied = current["flex_all_to_all_efficiency"] == current["all_to_all_efficiency"]
     sqrt_w = np.sqrt(np.ones(len(sessions)) if weights is None else np.asarray(weights, float))
     if names:
         current = _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w,
                                prior, bounds)
+    if tied and "flex_all_to_all_efficiency" not in names:
+        current["flex_all_to_all_efficiency"] = current["all_to_all_efficiency"]
     corr: dict[tuple, float] = {}
     if corrections:
         for rnd in range(rounds):
@@ -877,7 +886,7 @@ def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
     parameters at the base store's (spec) values and the fitted ones starting there."""
     params = supported_params(sessions)
     spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
-    start = {**DEFAULT_OP_MODEL, **spec}  # a parameter the runs barely move stays at the spec's
+    start = effective_op_model(spec)  # a parameter the runs barely move stays at the spec's
     return {"params": params, "corrections": False, "start": start, "prior": SHARED_PRIOR,
             "bounds": SHARED_BOUNDS}
 

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from .config import ClusterConfig, ParallelPlan, node_network_gbits_per_s
-from .ops import DEFAULT_OP_MODEL
+from .ops import effective_op_model
 
 __all__ = ["CommModel", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
 
@@ -133,17 +133,15 @@ class CommModel:
     warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        p = {**DEFAULT_OP_MODEL, **(getattr(self.store, "op_model", None) or {})}
+        p = effective_op_model(getattr(self.store, "op_model", None))
         self.inter_node_efficiency = float(p["inter_node_efficiency"])
         self.collective_overhead_s = float(p["collective_overhead_s"])
         self.p2p_efficiency = float(p["p2p_efficiency"])
         self.p2p_overhead_s = float(p["p2p_overhead_s"])
-        self.all_to_all_efficiency = float(p.get("all_to_all_efficiency", 1.0))
-        # DeepEP / HybridEP's own kernels (the flex dispatcher): a store without a figure of
-        # their own times them as the NCCL all-to-all (stores calibrated before it existed)
-        own = getattr(self.store, "op_model", None) or {}
-        self.flex_all_to_all_efficiency = float(own.get("flex_all_to_all_efficiency",
-                                                        self.all_to_all_efficiency))
+        self.all_to_all_efficiency = float(p["all_to_all_efficiency"])
+        # DeepEP / HybridEP's own kernels (the flex dispatcher); a store without a figure of
+        # their own times them as the NCCL all-to-all (core.ops.effective_op_model)
+        self.flex_all_to_all_efficiency = float(p["flex_all_to_all_efficiency"])
 
     @property
     def node_network_gbits_per_s(self) -> float:

@@ -2038,7 +2038,9 @@ def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple
     # DeepEP / HybridEP (flex): one copy per other node holding one of the token's experts
     remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k, m.moe_router_num_groups,
                                    m.moe_router_group_topk)
-    out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, nbytes["ep_all_to_all"], remote),
+    dispatcher = getattr(session.plan, "moe_token_dispatcher_type", "alltoall")
+    out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, dispatcher, nbytes["ep_all_to_all"],
+                                          remote),
                                   warnings,
                                   _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],
                                              remote, m.moe_top_k))}

@@ -80,7 +80,7 @@ __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
     "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
-    "kernel_peak_flops", "device_key",
+    "kernel_peak_flops", "device_key", "effective_op_model",
 ]
 
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
@@ -106,6 +106,18 @@ DEFAULT_OP_MODEL = {
     "all_to_all_efficiency": 1.0,
     "flex_all_to_all_efficiency": 1.0,
 }
+
+
+def effective_op_model(op_model: Mapping[str, float] | None) -> dict[str, float]:
+    """The op-model parameters a store's ``op_model`` stands for: :data:`DEFAULT_OP_MODEL`
+    overlaid with it, and ``flex_all_to_all_efficiency`` (DeepEP / HybridEP) equal to its
+    ``all_to_all_efficiency`` when it has none of its own (stores and fits that never pinned
+    the flex dispatcher: its exchanges are timed as the NCCL all-to-all's)."""
+    op_model = dict(op_model or {})
+    p = {**DEFAULT_OP_MODEL, **op_model}
+    if "flex_all_to_all_efficiency" not in op_model:
+        p["flex_all_to_all_efficiency"] = p["all_to_all_efficiency"]
+    return p
 
 
 def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gemm: np.ndarray,

@@ -59,7 +59,8 @@ MAX_DEPTH = 8
 MAX_DATASET_ELEMENTS = 10_000_000
 #: Bounds of a store's numbers: (low, high, low inclusive). Peak FLOP/s, memory size and
 #: bandwidth of any accelerator lie far inside them; an efficiency is a share of a peak
-#: (above 0, at most 1); an overhead is a host time (0 to 10 s); a measured time lies
+#: (above 0, at most 1; the FP8 GEMM efficiency, a share of the BF16 curve's, at most 2); an
+#: overhead is a host time (0 to 10 s); a measured time lies
 #: between a picosecond and about 11 days; a collective buffer is at most 1 PiB.
 STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
     "peak_flops": (1e6, 1e19, True),
@@ -68,6 +69,7 @@ STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
     "efficiency": (0.0, 1.0, False),
     "overhead_s": (0.0, 10.0, True),
     "gemm_half_size": (0.0, 1e7, False),
+    "relative_efficiency": (0.0, 2.0, False),
     "time_s": (1e-12, 1e6, True),
     "nbytes": (1.0, 2.0**50, True),
     "group_size": (2, 2**20, True),
@@ -77,6 +79,8 @@ STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
 OP_MODEL_BOUND = {
     "gemm_efficiency_max": "efficiency", "memory_efficiency": "efficiency",
     "inter_node_efficiency": "efficiency", "p2p_efficiency": "efficiency",
+    "all_to_all_efficiency": "efficiency", "flex_all_to_all_efficiency": "efficiency",
+    "fp8_gemm_efficiency": "relative_efficiency",
     "gemm_half_size": "gemm_half_size",
     "kernel_overhead_s": "overhead_s", "op_overhead_s": "overhead_s",
     "kernel_launch_s": "overhead_s", "iteration_overhead_s": "overhead_s",

@@ -244,6 +244,15 @@ def test_flex_runs_pin_their_own_all_to_all_efficiency():
     base = analytic_bases()
     assert "flex_all_to_all_efficiency" not in shared_fit_kwargs(base, plain)["params"]
     assert "all_to_all_efficiency" not in shared_fit_kwargs(base, flex)["params"]
+    # runs of the alltoall dispatcher alone: the unpinned flex efficiency follows the fitted
+    # NCCL one (a store then times flex as it did before the split), not the default 1
+    only = plain + _runs()[0][:3]
+    kw0 = shared_fit_kwargs(base, only)
+    y = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+                  .report.iteration_time_s for x in only])
+    res0 = fit(only, y, base, **{**kw0, "prior": 0.0})
+    assert res0.op_model["all_to_all_efficiency"] == pytest.approx(0.6, rel=0.03)
+    assert res0.op_model["flex_all_to_all_efficiency"] == res0.op_model["all_to_all_efficiency"]
     sessions = plain + flex + _runs()[0][:5]
     kw = shared_fit_kwargs(base, sessions)
     assert {"all_to_all_efficiency", "flex_all_to_all_efficiency"} <= set(kw["params"])

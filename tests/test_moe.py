@@ -440,6 +440,13 @@ def test_flex_dispatcher_sends_one_copy_per_node():
                         s.cluster).ep_all_to_all(nbytes)
     assert CommModel(store, one_node, s.cluster).ep_all_to_all(nbytes, remote, 8) == \
         pytest.approx(ov + (in_node - ov) * eff / flex_eff, rel=1e-12)
+    # one cache shared by plans of both dispatchers keeps their exchanges apart
+    from core.graph import build_graph
+    shared: dict = {}
+    build_graph(Session(s.model, one_node, s.cluster), store, cache=shared)
+    flex_one = dataclasses.replace(one_node, moe_token_dispatcher_type="flex")
+    assert np.array_equal(build_graph(Session(s.model, flex_one, s.cluster), store, cache=shared)[0].duration_s,
+                          build_graph(Session(s.model, flex_one, s.cluster), store, cache={})[0].duration_s)
     # a store calibrated before the flex efficiency existed times flex as the NCCL exchange
     old_store = copy.copy(store)
     old_store.op_model = {k: v for k, v in store.op_model.items()

@@ -287,3 +287,26 @@ def test_open_unknown_group_encoding(tmp_path, full_store):
         f["ops/attn_fwd"].attrs["encoding-type"] = "op-table-sparse"
     with pytest.raises(ProfileStoreError, match="/ops/attn_fwd.*op-table-sparse"):
         ProfileStore.open(path)
+
+
+@pytest.mark.parametrize("name, value, ok", [
+    ("all_to_all_efficiency", 0.65, True), ("all_to_all_efficiency", 0.0, False),
+    ("all_to_all_efficiency", -1.0, False), ("all_to_all_efficiency", 1.5, False),
+    ("flex_all_to_all_efficiency", 1.0, True), ("flex_all_to_all_efficiency", 0.0, False),
+    ("flex_all_to_all_efficiency", 2.0, False),
+    ("fp8_gemm_efficiency", 1.03, True), ("fp8_gemm_efficiency", 0.0, False),
+    ("fp8_gemm_efficiency", 2.5, False),
+])
+def test_a_stores_communication_and_fp8_efficiencies_are_range_checked(name, value, ok):
+    """An all-to-all efficiency (NCCL's or DeepEP / HybridEP's) is a share of a link's rate,
+    above 0 and at most 1; the FP8 GEMM efficiency a share of the BF16 curve's, above 0 and at
+    most 2. A store outside them is refused naming the parameter (an efficiency of 0 divided
+    by zero, a negative one gave negative times)."""
+    def make():
+        return ProfileStore("H100-SXM5-80GB", {"bf16": 989e12}, 80 * 2**30, 3.35e12,
+                            {"method": "analytic"}, op_model={name: value})
+    if ok:
+        assert make().op_model[name] == value
+    else:
+        with pytest.raises(ValueError, match=rf"op_model\['{name}'\]"):
+            make()

@@ -241,14 +241,15 @@ def _print(out: dict, base: Any, console: Any) -> None:
     from rich.table import Table
 
     from ..console import esc
-    from ..ops import DEFAULT_OP_MODEL
+    from ..ops import effective_op_model
 
     console.print(f"[bold]wrote {esc(out['out'])}[/]: calibrated from {esc(base.summary())}")
     t = Table(title="Fitted parameters", title_justify="left")
     for col in ("parameter", "base", "fitted"):
         t.add_column(col, justify="left" if col == "parameter" else "right")
+    own = effective_op_model(base.op_model)  # what the base store times with
     for name, value in out["parameters"].items():
-        before = base.op_model.get(name, DEFAULT_OP_MODEL.get(name))
+        before = own.get(name)
         t.add_row(esc(name), "-" if before is None else f"{before:.4g}", f"{value:.4g}")
     console.print(t)
     console.print(f"{out['num_shape_factors']:,} per-shape op-time factors", highlight=False)
