@@ -201,6 +201,23 @@ def _moe_session(gpu: str, ep: int, d: int, h: int = 1024) -> Session:
     return s
 
 
+def _linearized_follows_and_fit_recovers(sessions, s, base, kw, truth) -> None:
+    """``s``'s linearized time equals the simulator's when each parameter of ``truth`` moves
+    alone, and the shared fit (``kw``, no prior) recovers ``truth`` from the sessions' times
+    simulated under it (within 3 %)."""
+    b = base(s)
+    row = linearize(s, b, {**b.op_model})
+    for name, value in truth.items():
+        moved = {**b.op_model, name: value}
+        assert predict_linearized([row], moved)[0] == pytest.approx(
+            simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
+    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+                         .report.iteration_time_s for x in sessions])
+    res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
+    for name, value in truth.items():
+        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+
+
 def test_moe_runs_linearize_exactly_and_pin_the_all_to_all_efficiency():
     """Expert-parallel runs (token dispatch and combine as all-to-all, within and across nodes):
     the linearized time follows the simulator when the parameters move, and the shared fit
@@ -213,18 +230,9 @@ def test_moe_runs_linearize_exactly_and_pin_the_all_to_all_efficiency():
     base = analytic_bases()
     kw = shared_fit_kwargs(base, sessions)
     assert "all_to_all_efficiency" in kw["params"]
-    s = sessions[1]
-    b = base(s)
-    row = linearize(s, b, {**b.op_model})
-    for name, value in truth.items():  # each term exact (across nodes the all-to-all divides by
-        moved = {**b.op_model, name: value}  # both efficiencies: re-linearized each round)
-        assert predict_linearized([row], moved)[0] == pytest.approx(
-            simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
-    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
-                         .report.iteration_time_s for x in sessions])
-    res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
-    for name, value in truth.items():
-        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+    # each term exact (across nodes the all-to-all divides by both efficiencies: re-linearized
+    # each round)
+    _linearized_follows_and_fit_recovers(sessions, sessions[1], base, kw, truth)
 
 
 def test_flex_runs_pin_their_own_all_to_all_efficiency():
@@ -256,18 +264,8 @@ def test_flex_runs_pin_their_own_all_to_all_efficiency():
     sessions = plain + flex + _runs()[0][:5]
     kw = shared_fit_kwargs(base, sessions)
     assert {"all_to_all_efficiency", "flex_all_to_all_efficiency"} <= set(kw["params"])
-    s = flex[1]
-    b = base(s)
-    row = linearize(s, b, {**b.op_model})
-    for name, value in truth.items():
-        moved = {**b.op_model, name: value}
-        assert predict_linearized([row], moved)[0] == pytest.approx(
-            simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
-    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
-                         .report.iteration_time_s for x in sessions])
-    res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
-    for name, value in truth.items():
-        assert res.op_model[name] == pytest.approx(value, rel=0.03), name
+    _linearized_follows_and_fit_recovers(sessions, flex[1], base, kw, truth)
+
 
 def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
     """One node only: the network efficiency moves no run. Without a prior nothing holds it;
