@@ -597,3 +597,18 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
     assert 'skipped row 3: invalid plan: activation="geglu" is not one of gelu, swiglu' in out
+
+
+def test_calibrating_one_store_on_one_run_prints_null_for_what_one_run_cannot_define(tmp_path,
+                                                                                    capsys):
+    """`vtrain calibrate CSV --profile P --out X --json` on a single run: R^2 is undefined there
+    and prints as null (as the shared fit prints it), not a refusal after the store is written."""
+    csv = tmp_path / "one.csv"
+    csv.write_text(MODERN_HEADER + "\n" + _modern_row() + "\n")
+    out = tmp_path / "one.h5"
+    from tests.conftest import ROOT
+    assert main(["calibrate", str(csv), "--profile", str(ROOT / "profiles" / "H100-SXM5-80GB.h5"), "--out", str(out),
+                 "--folds", "0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["in_sample"]["n"] == 1 and doc["in_sample"]["r2"] is None
+    assert doc["in_sample"]["mape_percent"] >= 0 and out.exists()

@@ -303,3 +303,15 @@ def test_session_shapes_follow_the_stages_layer_counts():
     assert shapes_from_session(Session(m, uneven)).layers == (3, 6, 9)
     layout = dataclasses.replace(even, pipeline_model_parallel_layout="Et*2|t*10|t*10|t*2L")
     assert shapes_from_session(Session(m, layout)).layers == (2, 10)
+
+
+def test_provenance_lines_name_a_short_list_and_count_a_long_one():
+    """`vtrain profile show`: a calibrated store's fitted parameters (a short list of names) print
+    by name, so a reader sees whether the flex all-to-all efficiency was fitted; a long list or
+    one of records prints as its length."""
+    from core.cli.profile import provenance_lines
+    lines = provenance_lines({"fitted_parameters": ["gemm_efficiency_max",
+                                                    "flex_all_to_all_efficiency"],
+                              "sizes": list(range(40)), "rows": [{"a": 1}], "none": []})
+    assert lines == ["fitted_parameters: gemm_efficiency_max, flex_all_to_all_efficiency",
+                     "sizes: (40 entries)", "rows: (1 entry)", "none: (0 entries)"]

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..calibrate import (balanced_weights, calibrated_store, calibration_residuals,
-                             cross_validate_files, fit, measured_sessions)
+                             cross_validate_files, finite_metrics, fit, measured_sessions)
     from ..console import Console, esc
     from ..inputs import strict_dumps
     from ..profile_store import ProfileStore
@@ -116,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     out = {"out": str(args.out), "parameters": result.op_model,
            "num_shape_factors": len(result.corrections), "cross_validation": cv,
            "in_sample": result.train_metrics}
-    if args.json:
-        print(strict_dumps(out, indent=2))
+    if args.json:  # figures a file cannot define (R^2 of one run) as null, as the shared fit's
+        print(strict_dumps({**out, "cross_validation": {k: finite_metrics(v) for k, v in cv.items()},
+                            "in_sample": finite_metrics(result.train_metrics)}, indent=2))
         return 0
     _print(out, base, Console())
     return 0

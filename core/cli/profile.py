@@ -165,12 +165,17 @@ def _value(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+#: Lists of names or numbers up to this long print whole in provenance lines.
+_LIST_NAMED = 12
+
+
 def provenance_lines(provenance: dict[str, Any]) -> list[str]:
     """Readable ``key: value`` lines of a store's provenance.
 
     A dict of scalars prints as ``k=v`` pairs; a dict of dicts (a calibrated
-    store's cross-validation per file) as one indented line per entry; a list
-    as its length.
+    store's cross-validation per file) as one indented line per entry; a list of at most
+    :data:`_LIST_NAMED` names or numbers (a calibrated store's fitted parameters) as those,
+    a longer list or one of other things as its length.
     """
     lines = []
     for k, v in provenance.items():
@@ -180,8 +185,11 @@ def provenance_lines(provenance: dict[str, Any]) -> list[str]:
                       for name, sub in v.items()]
         elif isinstance(v, dict):
             lines.append(f"{k}: " + ", ".join(f"{a}={_value(b)}" for a, b in v.items()))
+        elif isinstance(v, list) and 0 < len(v) <= _LIST_NAMED and all(
+                isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v):
+            lines.append(f"{k}: " + ", ".join(_value(x) for x in v))
         elif isinstance(v, list):
-            lines.append(f"{k}: ({len(v)} entries)")
+            lines.append(f"{k}: ({len(v)} entr{'y' if len(v) == 1 else 'ies'})")
         else:
             lines.append(f"{k}: {_value(v)}")
     return lines
