@@ -571,7 +571,8 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
         session its own (runs on several GPU kinds fitted with shared parameters, which
         are fractions of each device's peaks).
     start : dict, optional
-        Starting parameter values (default :data:`FIT_START`).
+        Starting parameter values (default :data:`FIT_START` for the fitted ones; the others
+        keep ``base``'s own values when ``base`` is a store, else the defaults).
     rounds : int
         Re-linearization rounds for each stage.
     corrections : bool
@@ -604,7 +605,11 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     for n in names:
         _bounds(n)  # KeyError for a parameter without bounds
     say = progress or (lambda _msg: None)
-    current = effective_op_model({**FIT_START, **(start or {})})
+    # what the runs do not fit keeps the base store's value (a calibrated store keeps its FP8 and
+    # all-to-all efficiencies); the fitted ones start at FIT_START, then ``start``
+    own = getattr(base, "op_model", None) or {}
+    kept = {k: v for k, v in own.items() if k not in names}
+    current = effective_op_model({**FIT_START, **kept, **(start or {})})
     # a flex (DeepEP / HybridEP) efficiency that starts tied to the NCCL all-to-all's and that
     # no run pins follows it (core.ops.effective_op_model's fallback)
     tied = current["flex_all_to_all_efficiency"] == current["all_to_all_efficiency"]

@@ -612,3 +612,29 @@ def test_calibrating_one_store_on_one_run_prints_null_for_what_one_run_cannot_de
     doc = json.loads(capsys.readouterr().out)
     assert doc["in_sample"]["n"] == 1 and doc["in_sample"]["r2"] is None
     assert doc["in_sample"]["mape_percent"] >= 0 and out.exists()
+
+
+def test_calibrating_a_store_keeps_what_the_runs_do_not_fit(tmp_path, capsys):
+    """`vtrain calibrate --profile P --out X`: the parameters the fit does not touch (the FP8 GEMM,
+    NCCL and flex all-to-all and point-to-point efficiencies) keep P's values; they used to
+    fall back to the defaults (1), silently changing how X times FP8 GEMMs and expert
+    exchanges."""
+    from core.profile_store import ProfileStore
+    from tests.conftest import ROOT
+    base = ProfileStore.open(ROOT / "profiles" / "H100-SXM5-80GB.h5")
+    base.op_model = {**base.op_model, "fp8_gemm_efficiency": 0.8, "all_to_all_efficiency": 0.5,
+                     "flex_all_to_all_efficiency": 0.9, "p2p_efficiency": 0.7}
+    base_path = tmp_path / "base.h5"
+    base.save(base_path)
+    csv = tmp_path / "runs.csv"
+    csv.write_text(MODERN_HEADER + "\n" + "\n".join(
+        _modern_row(measured_iteration_time_s=t, micro_batch_size=b) for t, b in ((1.0, 1), (1.9, 2)))
+        + "\n")
+    out = tmp_path / "out.h5"
+    assert main(["calibrate", str(csv), "--profile", str(base_path), "--out", str(out),
+                 "--folds", "0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for name, value in (("fp8_gemm_efficiency", 0.8), ("all_to_all_efficiency", 0.5),
+                        ("flex_all_to_all_efficiency", 0.9), ("p2p_efficiency", 0.7)):
+        assert doc["parameters"][name] == value, name
+        assert ProfileStore.open(out).op_model[name] == value, name
