@@ -972,11 +972,19 @@ def capped_recompute_layers(plan: ParallelPlan, num_layers: int) -> ParallelPlan
     n = plan.recompute_num_layers
     if not isinstance(n, int) or isinstance(n, bool):
         return plan
+    most = largest_model_chunk(num_layers, plan)
+    return dataclasses.replace(plan, recompute_num_layers=None) if most and n >= most else plan
+
+
+def largest_model_chunk(num_layers: int, plan: ParallelPlan, chunks: int | None = None
+                        ) -> int | None:
+    """Transformer layers of the plan's largest model chunk (:func:`virtual_stage_layer_counts`
+    with ``chunks``: a pipeline stage, or a virtual stage under the interleaved schedule), or
+    None when the layers do not split (validation names why) or no chunk holds a layer."""
     try:
-        most = max(virtual_stage_layer_counts(num_layers, plan))
+        return max(virtual_stage_layer_counts(num_layers, plan, chunks), default=0) or None
     except (ValueError, TypeError, ZeroDivisionError):
-        return plan
-    return dataclasses.replace(plan, recompute_num_layers=None) if n >= most else plan
+        return None
 
 
 def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int | None = None
@@ -1534,13 +1542,10 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
         # or each of its v virtual stages under the interleaved schedule; a layout may leave one
         # empty
         v = _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1
-        try:
-            chunk_counts = virtual_stage_layer_counts(m.num_layers, pl, v) if v > 1 else counts
-        except ValueError:
-            chunk_counts = []  # the split is named by the interleaved schedule's own rule
-        # a chunk with fewer layers recomputes them all (Megatron caps it there); a count above
-        # every chunk reads it per stage
-        most = max(chunk_counts, default=0)
+        # (a split that fails is named by the interleaved schedule's own rule) a chunk with
+        # fewer layers recomputes them all (Megatron caps it there); a count above every chunk
+        # reads it per stage
+        most = largest_model_chunk(m.num_layers, pl, v) if v > 1 else max(counts, default=0)
         if most and n > most:
             layers = f"{most} layer{'s' if most != 1 else ''}"
             where = (f"the {layers} of the largest model chunk (Megatron's block method "

@@ -907,7 +907,8 @@ def _router_group_policy(notes: str, name: str, model: ModelConfig, rw: "_Row") 
     copies to other nodes feel): the notes' n_group and topk_group when they give both;
     DeepSeek-V3's own (config.json n_group 8, topk_group 4) when they say nothing of router
     groups; a row whose notes speak of them without both numbers is refused by name."""
-    if not _ROUTER_GROUP_WORDS.search(notes):
+    words = _ROUTER_GROUP_WORDS.search(notes)
+    if not words:
         if _DEEPSEEK_V3.search(name) and model.num_experts == 256 and model.moe_top_k == 8:
             model.moe_router_num_groups, model.moe_router_group_topk = 8, 4
             rw.assume("deepseek-v3-router-groups")
@@ -919,7 +920,7 @@ def _router_group_policy(notes: str, name: str, model: ModelConfig, rw: "_Row") 
         rw.assume("router-groups-from-notes", f"{n.group(0)}, {k.group(0)}")
     else:
         rw.refuse("router groups", "the notes speak of the router's groups (node-limited "
-                  f"routing: {_ROUTER_GROUP_WORDS.search(notes).group(0)!r}) without both their "
+                  f"routing: {words.group(0)!r}) without both their "
                   "number (n_group) and the groups per token (topk_group)")
 
 
@@ -984,7 +985,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
-    nemo = bool(re.search(r"nemo", framework, re.I)) and "bridge" not in framework.lower()
+    is_bridge = "bridge" in framework.lower()  # a Megatron-Bridge row
+    nemo = bool(re.search(r"nemo", framework, re.I)) and not is_bridge
     nemo_defaults: list[str] = []  # what the NeMo 2 recipes set that the row leaves unstated
     if nemo and precision == "fp8" and rw.withdraw("fp8-recipe-unstated"):
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
@@ -1003,7 +1005,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.dispatcher = bridge.dispatcher
         rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
         rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
-    elif ("bridge" in framework.lower() and rw.dispatcher is None and model.num_experts
+    elif (is_bridge and rw.dispatcher is None and model.num_experts
           and _DEEPSEEK_V3.search(name)):
         # Megatron-Bridge's deepseek_v3 base recipe, which its perf recipes start from
         rw.dispatcher = "flex"
@@ -1082,7 +1084,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.put(plan, "plan", "expert_tensor_parallel", int(etp_note.group(1)))
             rw.assume("etp-from-notes", etp_note.group(0))
         elif t > 1 and _has(plan, "expert_tensor_parallel"):
-            if "bridge" in framework.lower() and _BRIDGE_ETP1_MODELS.search(name):
+            if is_bridge and _BRIDGE_ETP1_MODELS.search(name):
                 plan.expert_tensor_parallel = 1
                 rw.assume("bridge-moe-etp-1")
             elif ranks % (t * ep) == 0:
@@ -1123,7 +1125,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         plan.zero_stage = 3 if sharded[0] == "fsdp" else 1
         rw.assume("distributed-optimizer-zero1" if plan.zero_stage == 1 else
                   "megatron-fsdp-zero3" if megatron else "fsdp-zero3")
-    if "overlap_grad_reduce" not in v and "bridge" in framework.lower():
+    if "overlap_grad_reduce" not in v and is_bridge:
         rw.assume("megatron-overlap-default")
         plan.overlap_grad_reduce = True
         plan.overlap_param_gather = plan.zero_stage >= 1
@@ -1140,7 +1142,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             and plan.grad_reduce_dtype is None):
         rw.assume("fsdp1-bf16-reduce")
         plan.grad_reduce_dtype = "bf16"
-    if "bridge" in framework.lower():
+    if is_bridge:
         # the performance recipes' precision settings (Megatron-Bridge 0.6 perf_recipes:
         # _benchmark_common and _perf_precision set grad_reduce_in_fp32=False; its FP8
         # current-scaling and MXFP8 mixed-precision configs set fp8_param_gather=True)
@@ -1166,9 +1168,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if bridge is not None and bridge.tp_comm_overlap is not None:
             plan.tp_comm_overlap = bridge.tp_comm_overlap  # the recipe's CommOverlapConfig
-        elif "bridge" in framework.lower() and model.multi_latent_attention is True:
+        elif is_bridge and model.multi_latent_attention is True:
             rw.assume("bridge-mla-no-tp-comm-overlap")
-        elif "bridge" in framework.lower():
+        elif is_bridge:
             rw.assume("bridge-tp-comm-overlap")
             plan.tp_comm_overlap = True
         elif nemo and not model.num_experts and model.multi_latent_attention is not True:
