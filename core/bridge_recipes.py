@@ -4,36 +4,68 @@ NVIDIA's Megatron-Bridge performance summary (``docs/performance-summary*.md``; 
 ``MB_PERF_SUMMARY`` rows of ../shared/data/public-modern/published_runs.csv) gives a run's
 GPUs, precision, parallel sizes and batch, but not its recomputation, MoE dispatcher or
 overlaps. Each of its runs is one function of Megatron-Bridge's ``perf_recipes`` package
-(``<family>/<gpu>/<model>.py``), which sets them. :data:`BRIDGE_PERF_RECIPES` holds, for the
-recipes of Megatron-Bridge 0.6.2 that match a published row on **all** of GPU kind, model,
-GPU count, precision, ``t``, ``p``, ``v``, ``cp``, ``ep`` and micro-batch size, the effective
-values of the settings that change a prediction (read from the recipe function and every
-helper it calls: ``_benchmark_common``, ``_perf_precision``, the model's base recipe,
-``CommOverlapConfig``'s defaults; Megatron-Core 0.19.2 semantics). The global batch size is
-not a key: it sets how many micro-batches an iteration runs and nothing a micro-batch does;
-Bridge's performance scripts take it as a command-line override of the recipe, and its
-recipes vary it alone (``qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_large_scale_config`` is
-the H100 Qwen3-235B recipe at global batch 512). A row whose layout differs matches nothing:
-a layout sets the memory, and so the recomputation and overlaps a recipe picks, and the
-reader's general assumptions apply (docs/accuracy.md).
+(``<family>/<gpu>/<model>.py``), which sets them. ``resources/bridge_perf_recipes.json``
+holds the effective settings of every pretraining performance recipe of Megatron-Bridge 0.6.2
+for the models the summary covers (Llama3-8B, Llama3-70B, Llama3.1-405B, Qwen3-30B-A3B,
+Qwen3-235B-A22B, DeepSeek-V3, GPT-OSS-120B) on H100, B200 and GB200: 119 recipes, read from
+the recipe functions and every helper they call (``_benchmark_common``, ``_perf_precision``,
+the model's base recipe, the family helpers, ``CommOverlapConfig`` and
+``MixedPrecisionConfig`` setup; Megatron-Core 0.19.2 semantics) and cross-checked by running
+them on CPU with torch and Transformer Engine stubbed (the file's ``provenance``).
+:data:`BRIDGE_PERF_RECIPES` holds them as :class:`BridgeRecipe`.
 
-What a recipe sets that is not modelled and changes the time refuses the row by name
-(``refuse``): FP8 attention (``fp8_dot_product_attention``) and CPU activation offloading.
-Settings that the prediction does not represent but that do not change the modelled work are
-listed in ``not_represented`` for the record: CUDA graphs (host launch cost; the calibrated
-modern stores have no host overhead), ``moe_expert_rank_capacity_factor`` 1.5 with forced
-balanced routing (no token is dropped), ``fp8_output_proj`` (no Megatron-Core 0.19.2 field:
-inert), the precision-aware optimizer's BF16 moments (optimizer memory and step only).
+Matching (:func:`match_bridge_recipe`): a published row takes the recipe that matches it on
+**all** of GPU kind, model, GPU count, precision, ``t``, ``p``, ``v``, ``cp``, ``ep`` and
+micro-batch size. The global batch size is not a key: it sets how many micro-batches an
+iteration runs and nothing a micro-batch does; Bridge's performance scripts take it as a
+command-line override of the recipe, and its recipes vary it alone
+(``qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_large_scale_config`` is the H100 Qwen3-235B
+recipe at global batch 512). Where several recipes share a key, the summary's own recipe
+(the plain ``<model>_pretrain_<n>gpu_<gpu>_<precision>_config``, not a ``_dev``,
+``_ncclep``, ``_partial_cg`` or ``_large_scale`` variant) wins, then the one with the row's
+global batch; recipes that still disagree on a setting the prediction uses match nothing.
+
+A row whose layout differs from every recipe's (an older container's run, another GPU count)
+may still take what **all** the summary recipes of its GPU kind, model and precision agree on
+(:func:`bridge_recipe_family`): the recomputation, the MoE dispatcher, the expert all-to-all
+overlap, delayed weight gradients, TP communication overlap and MTP layers, each only where
+every one of them sets the same value. Refusals are never taken from the family: they need
+the row's own recipe.
+
+What a matched recipe runs that is not modelled and changes the time refuses the row by name
+(``refuse``): FP8 attention (``fp8_dot_product_attention``), CPU activation offloading
+(``cpu_offloading_num_layers``, or fine-grained offloading of modules) and precisions other
+than BF16, FP8 current scaling, MXFP8 and FP8 sub-channel (blockwise) scaling. Settings that
+the prediction does not represent but that do not change the modelled work are listed in
+``not_represented`` for the record: CUDA graphs (host launch cost; the calibrated modern
+stores have no host overhead), ``moe_expert_rank_capacity_factor`` with forced balanced routing
+(no token is dropped), ``fp8_output_proj`` (no Megatron-Core 0.19.2 field: inert), the
+precision-aware optimizer (optimizer memory and step only), Transformer Engine's op fuser
+(the same GEMMs, fused).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
-__all__ = ["BridgeRecipe", "BRIDGE_PERF_RECIPES", "BRIDGE_VERSION", "match_bridge_recipe"]
+__all__ = ["BridgeRecipe", "BRIDGE_PERF_RECIPES", "BRIDGE_VERSION", "BRIDGE_RECIPES_FILE",
+           "match_bridge_recipe", "bridge_recipe_family", "load_bridge_recipes", "FAMILY_SETTINGS"]
 
 #: The Megatron-Bridge release the recipes were read from.
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2"
+
+
+#: The recipe table (module doc).
+BRIDGE_RECIPES_FILE = Path(__file__).resolve().parent.parent / "resources" / "bridge_perf_recipes.json"
+
+#: Precision labels of the recipe names (``_perf_precision``) and the reader's names for them:
+#: ``fp8cs`` per-tensor current scaling, ``fp8mx`` MXFP8, ``fp8sc`` sub-channel (blockwise).
+PRECISION_NAMES = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "mxfp8", "fp8sc": "blockwise"}
 
 
 @dataclass(frozen=True)
@@ -41,20 +73,23 @@ class BridgeRecipe:
     """One performance recipe's identity and effective settings.
 
     ``key``: (GPU kind, model name as the summary writes it, GPUs, precision ``bf16`` /
-    ``fp8`` / ``mxfp8``, t, p, v (1: no interleaving), cp, ep (1: dense), micro-batch, global
-    batch as the recipe sets it). ``recompute``: ``none`` or ``selective`` with ``recompute_modules``;
-    ``dispatcher``: the MoE token dispatcher (``alltoall``; ``flex`` for HybridEP / DeepEP);
-    ``ep_overlap`` / ``delay_wgrad``: ``overlap_moe_expert_parallel_comm`` /
-    ``delay_wgrad_compute``; ``tp_comm_overlap``: as the recipe's ``CommOverlapConfig`` asks
-    (Bridge switches it off at run time without tensor parallelism); ``mtp_num_layers``: the
-    base recipe's multi-token prediction layers; ``refuse``: (cause, why) of a setting that is
-    not modelled."""
+    ``fp8`` / ``mxfp8`` / ``fp8sc`` / ``nvfp4``, t, p, v (1: no interleaving), cp, ep (1:
+    dense), micro-batch, global batch as the recipe sets it). ``recompute``: ``none``,
+    ``selective`` with ``recompute_modules`` or ``full`` (``recompute_num_layers``: the
+    block method's layers per chunk; None: every layer); ``dispatcher``: the MoE token
+    dispatcher (``alltoall``; ``flex`` for HybridEP / DeepEP); ``ep_overlap`` /
+    ``delay_wgrad``: ``overlap_moe_expert_parallel_comm`` / ``delay_wgrad_compute``;
+    ``tp_comm_overlap``: in force at run time (off without t > 1 and sequence parallelism);
+    ``mtp_num_layers``: the base recipe's multi-token prediction layers; ``refuse``: (cause,
+    why) of a setting that is not modelled; ``summary``: the plain recipe of its key (not a
+    ``_dev``, ``_ncclep``, ``_partial_cg``, ``_paged_stash`` or ``_large_scale`` variant)."""
 
     function: str
     source: str
     key: tuple
     recompute: str = "none"
     recompute_modules: str | None = None
+    recompute_num_layers: int | None = None
     dispatcher: str | None = None
     ep_overlap: bool = False
     delay_wgrad: bool = False
@@ -62,85 +97,164 @@ class BridgeRecipe:
     mtp_num_layers: int | None = None
     refuse: tuple[str, str] | None = None
     not_represented: tuple[str, ...] = field(default=())
+    summary: bool = True
+
+    def settings(self) -> tuple:
+        """The settings a prediction takes from the recipe (to compare recipes that share a
+        key)."""
+        return (self.recompute, self.recompute_modules, self.recompute_num_layers,
+                self.dispatcher, self.ep_overlap, self.delay_wgrad, self.tp_comm_overlap,
+                self.mtp_num_layers, self.refuse)
 
 
 _FP8_DPA = ("FP8 attention (fp8_dot_product_attention)",
             "the recipe runs the attention core in FP8 (fp8_dot_product_attention=True); FP8 "
             "attention is not modelled (the core is timed in BF16)")
-_FULL_GRAPH = "full-iteration CUDA graph"
-_GPT_OSS_MODULES = "layernorm,moe_act"
+_SUMMARY_NAME = re.compile(r"^[a-z0-9_]+_pretrain_\d+gpu_(h100|b200|gb200)_(bf16|fp8cs|fp8mx|fp8sc|nvfp4)"
+                           r"_config$")
 
-#: Megatron-Bridge 0.6.2 performance recipes that match published rows exactly (module doc).
-#: Paths are relative to ``megatron/bridge/perf_recipes``.
-BRIDGE_PERF_RECIPES: tuple[BridgeRecipe, ...] = (
-    BridgeRecipe("llama31_405b_pretrain_1024gpu_h100_fp8cs_config", "llama/h100/llama31.py:69",
-                 ("H100-SXM5-80GB", "Llama3.1-405B", 1024, "fp8", 8, 8, 8, 2, 1, 1, 1536),
-                 tp_comm_overlap=True),
-    BridgeRecipe("llama3_70b_pretrain_64gpu_h100_fp8cs_config", "llama/h100/llama3.py:157",
-                 ("H100-SXM5-80GB", "Llama3-70B", 64, "fp8", 4, 8, 5, 1, 1, 1, 256),
-                 tp_comm_overlap=True),
-    BridgeRecipe("gpt_oss_120b_pretrain_64gpu_h100_bf16_config", "gpt_oss/h100/gpt_oss.py:27",
-                 ("H100-SXM5-80GB", "GPT-OSS-120B", 64, "bf16", 1, 4, 1, 1, 8, 1, 1280),
-                 recompute="selective", recompute_modules=_GPT_OSS_MODULES, dispatcher="alltoall"),
-    BridgeRecipe("qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config", "qwen/h100/qwen3_moe.py:66",
-                 ("H100-SXM5-80GB", "Qwen3-30B-A3B", 16, "fp8", 1, 1, 1, 1, 16, 1, 1024),
-                 dispatcher="flex"),
-    BridgeRecipe("qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config", "qwen/h100/qwen3_moe.py:170",
-                 ("H100-SXM5-80GB", "Qwen3-235B-A22B", 256, "fp8", 2, 8, 4, 1, 32, 1, 8192),
-                 dispatcher="alltoall", ep_overlap=True, delay_wgrad=True, tp_comm_overlap=False),
-    BridgeRecipe("llama3_8b_pretrain_8gpu_b200_fp8cs_config", "llama/b200/llama3.py:73",
-                 ("B200-180GB", "Llama3-8B", 8, "fp8", 1, 1, 1, 1, 1, 2, 128),
-                 not_represented=(_FULL_GRAPH,)),
-    BridgeRecipe("gpt_oss_120b_pretrain_64gpu_b200_bf16_config", "gpt_oss/b200/gpt_oss.py:27",
-                 ("B200-180GB", "GPT-OSS-120B", 64, "bf16", 1, 1, 1, 1, 8, 4, 1280),
-                 recompute="selective", recompute_modules=_GPT_OSS_MODULES, dispatcher="alltoall"),
-    BridgeRecipe("qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config", "qwen/b200/qwen3_moe.py:284",
-                 ("B200-180GB", "Qwen3-30B-A3B", 8, "mxfp8", 1, 1, 1, 1, 8, 4, 512),
-                 dispatcher="flex", ep_overlap=True, delay_wgrad=True, refuse=_FP8_DPA,
-                 not_represented=(_FULL_GRAPH, "moe_expert_rank_capacity_factor 1.5")),
-    BridgeRecipe("llama31_405b_pretrain_256gpu_gb200_fp8cs_config", "llama/gb200/llama31.py:245",
-                 ("GB200-NVL72", "Llama3.1-405B", 256, "fp8", 4, 16, 4, 1, 1, 1, 1536),
-                 tp_comm_overlap=True),
-    BridgeRecipe("llama3_70b_pretrain_64gpu_gb200_fp8cs_config", "llama/gb200/llama3.py:251",
-                 ("GB200-NVL72", "Llama3-70B", 64, "fp8", 1, 1, 1, 1, 1, 2, 256),
-                 refuse=("CPU activation offloading",
-                         "the recipe offloads the activations of 40 of the 80 layers to CPU "
-                         "memory (cpu_offloading_num_layers=40, Megatron-FSDP); activation "
-                         "offloading is not modelled")),
-    BridgeRecipe("llama3_8b_pretrain_8gpu_gb200_fp8cs_config", "llama/gb200/llama3.py:75",
-                 ("GB200-NVL72", "Llama3-8B", 8, "fp8", 1, 1, 1, 1, 1, 2, 128),
-                 not_represented=(_FULL_GRAPH,)),
-    BridgeRecipe("deepseek_v3_pretrain_256gpu_gb200_fp8mx_config", "deepseek/gb200/deepseek_v3.py:131",
-                 ("GB200-NVL72", "DeepSeek-V3", 256, "mxfp8", 1, 4, 4, 1, 64, 1, 4096),
-                 recompute="selective", recompute_modules="mla_up_proj", dispatcher="flex",
-                 ep_overlap=True, delay_wgrad=True, tp_comm_overlap=False, mtp_num_layers=1,
-                 not_represented=(_FULL_GRAPH, "moe_expert_rank_capacity_factor 1.5",
-                                  "fp8_output_proj (inert in Megatron-Core 0.19.2)",
-                                  "precision-aware optimizer (BF16 moments)")),
-    BridgeRecipe("deepseek_v3_pretrain_256gpu_gb200_bf16_config", "deepseek/gb200/deepseek_v3.py:29",
-                 ("GB200-NVL72", "DeepSeek-V3", 256, "bf16", 1, 4, 4, 1, 64, 1, 4096),
-                 recompute="selective", recompute_modules="mla_up_proj", dispatcher="flex",
-                 tp_comm_overlap=False, mtp_num_layers=1,
-                 not_represented=("CUDA graphs of attention and router",
-                                  "precision-aware optimizer (BF16 moments)")),
-    BridgeRecipe("gpt_oss_120b_pretrain_64gpu_gb200_bf16_config", "gpt_oss/gb200/gpt_oss.py:182",
-                 ("GB200-NVL72", "GPT-OSS-120B", 64, "bf16", 1, 1, 1, 1, 64, 4, 1280),
-                 recompute="selective", recompute_modules=_GPT_OSS_MODULES, dispatcher="alltoall",
-                 ep_overlap=True, delay_wgrad=True, tp_comm_overlap=False),
-)
+
+def _recipe(d: dict[str, Any]) -> BridgeRecipe:
+    """A :class:`BridgeRecipe` from one entry of the recipe file (its raw settings; the rules
+    of the module doc)."""
+    gran = d.get("recompute_granularity")
+    modules = d.get("recompute_modules")
+    recompute, mods, layers = "none", None, None
+    if gran == "selective":
+        recompute = "selective"
+        mods = ",".join(modules) if modules else None
+    elif gran == "full":
+        recompute = "full"
+        # block: the first N layers of each chunk; uniform: every layer, in groups of N
+        layers = int(d["recompute_num_layers"]) if d.get("recompute_method") == "block" else None
+    moe = (d.get("ep") or 1) > 1 or d["model"].startswith(("Qwen3-", "DeepSeek", "GPT-OSS"))
+    refuse = None
+    if d.get("fp8_dot_product_attention"):
+        refuse = _FP8_DPA
+    elif d.get("cpu_offloading_num_layers"):
+        n = int(d["cpu_offloading_num_layers"])
+        refuse = ("CPU activation offloading",
+                  f"the recipe offloads the activations of {n} of the layers to CPU memory "
+                  f"(cpu_offloading_num_layers={n}"
+                  + (", Megatron-FSDP" if d.get("use_megatron_fsdp") else "")
+                  + "); activation offloading is not modelled")
+    elif d.get("fine_grained_activation_offloading") and d.get("offload_modules"):
+        mods_off = ", ".join(d["offload_modules"])
+        refuse = ("CPU activation offloading",
+                  f"the recipe offloads the activations of {mods_off} to CPU memory "
+                  "(fine_grained_activation_offloading); activation offloading is not modelled")
+    elif d["precision"] == "nvfp4":
+        refuse = ("NVFP4", "the recipe trains in NVFP4 (4-bit floating point with block "
+                           "scales); NVFP4 is not modelled")
+    graph = str(d.get("cuda_graph") or "none")
+    notes = []
+    if graph != "none":
+        notes.append("full-iteration CUDA graph" if graph.startswith("full_iteration")
+                     else f"CUDA graphs ({graph})")
+    if d.get("moe_expert_rank_capacity_factor"):
+        notes.append(f"moe_expert_rank_capacity_factor {d['moe_expert_rank_capacity_factor']}")
+    if d.get("fp8_output_proj"):
+        notes.append("fp8_output_proj (inert in Megatron-Core 0.19.2)")
+    if d.get("use_precision_aware_optimizer"):
+        notes.append("precision-aware optimizer")
+    if d.get("use_transformer_engine_op_fuser"):
+        notes.append("Transformer Engine op fuser")
+    key = (d["gpu"], d["model"], int(d["num_gpus"]), d["precision"], int(d["t"]), int(d["p"]),
+           int(d["v"] or 1), int(d["cp"] or 1), int(d["ep"] or 1), int(d["micro_batch"]),
+           int(d["global_batch"]))
+    return BridgeRecipe(
+        d["function"], d["source"], key, recompute, mods, layers,
+        dispatcher=d.get("moe_token_dispatcher_type") if moe else None,
+        ep_overlap=bool(d.get("overlap_moe_expert_parallel_comm")),
+        delay_wgrad=bool(d.get("delay_wgrad_compute")),
+        tp_comm_overlap=d.get("tp_comm_overlap"),
+        mtp_num_layers=d.get("mtp_num_layers") or None,
+        refuse=refuse, not_represented=tuple(notes),
+        summary=bool(_SUMMARY_NAME.match(d["function"])))
+
+
+@lru_cache(maxsize=None)
+def load_bridge_recipes(path: str | None = None) -> tuple[BridgeRecipe, ...]:
+    """The recipes of the recipe file (``path``, default :data:`BRIDGE_RECIPES_FILE`).
+
+    Raises
+    ------
+    OSError, ValueError, KeyError
+        The file is missing or not the recipe table (a packaging fault, not user input)."""
+    doc = json.loads(Path(path or BRIDGE_RECIPES_FILE).read_text())
+    if doc.get("format") != "vtrain-bridge-perf-recipes":
+        raise ValueError(f"{path or BRIDGE_RECIPES_FILE}: not a Megatron-Bridge recipe table")
+    return tuple(_recipe(d) for d in doc["recipes"])
+
+
+#: The recipes of Megatron-Bridge 0.6.2 (module doc).
+BRIDGE_PERF_RECIPES: tuple[BridgeRecipe, ...] = load_bridge_recipes()
+
+
+def _index() -> dict[tuple, list[BridgeRecipe]]:
+    out: dict[tuple, list[BridgeRecipe]] = {}
+    for r in BRIDGE_PERF_RECIPES:
+        out.setdefault((r.key[0], r.key[1].lower(), *r.key[2:-1]), []).append(r)
+    return out
+
 
 #: The recipes by key without the global batch, the model name in lower case (names compare
 #: without case; the global batch is an override, module doc).
-_BY_KEY = {(r.key[0], r.key[1].lower(), *r.key[2:-1]): r for r in BRIDGE_PERF_RECIPES}
-assert len(_BY_KEY) == len(BRIDGE_PERF_RECIPES), "two recipes differ only in the global batch"
+_BY_KEY = _index()
 
 
 def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str, t: int, p: int,
-                        v: int, cp: int, ep: int, micro_batch: int) -> BridgeRecipe | None:
+                        v: int, cp: int, ep: int, micro_batch: int,
+                        global_batch: int | None = None) -> BridgeRecipe | None:
     """The recipe of :data:`BRIDGE_PERF_RECIPES` that matches a row on every key field but the
     global batch (``recipe.key[-1]``; the caller says when the row's differs), or None.
 
-    ``precision``: ``bf16``, ``fp8`` (per-tensor current scaling) or ``mxfp8``; ``v``, ``cp``
-    and ``ep`` are 1 when unused. Model names compare without case."""
-    return _BY_KEY.get((gpu, model_name.strip().lower(), num_gpus, precision, t, p, v, cp, ep,
-                        micro_batch))
+    ``precision``: ``bf16``, ``fp8`` (per-tensor current scaling), ``mxfp8`` or ``fp8sc``
+    (blockwise); ``v``, ``cp`` and ``ep`` are 1 when unused. Model names compare without case.
+    Of several recipes with the key, the summary's plain recipes count first, then those at
+    ``global_batch``; None when those left disagree on a setting (:meth:`BridgeRecipe.settings`)."""
+    found = _BY_KEY.get((gpu, model_name.strip().lower(), num_gpus, precision, t, p, v, cp, ep,
+                         micro_batch), [])
+    found = [r for r in found if r.summary] or found
+    if global_batch is not None:
+        found = [r for r in found if r.key[-1] == global_batch] or found
+    if not found or len({r.settings() for r in found}) > 1:
+        return None
+    return found[0]
+
+
+#: The settings :func:`bridge_recipe_family` reports (BridgeRecipe attribute names).
+FAMILY_SETTINGS = ("recompute", "dispatcher", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
+                   "mtp_num_layers")
+
+
+@dataclass(frozen=True)
+class RecipeFamily:
+    """What all the summary recipes of one GPU kind, model and precision agree on.
+
+    ``recipes``: their function names; ``settings``: setting name (:data:`FAMILY_SETTINGS`)
+    to the value every one of them has; ``recompute`` comes with ``recompute_modules`` and
+    ``recompute_num_layers`` (one setting)."""
+
+    recipes: tuple[str, ...]
+    settings: dict[str, Any]
+
+
+def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFamily | None:
+    """The settings all summary recipes (:attr:`BridgeRecipe.summary`) of ``gpu``,
+    ``model_name`` (any case) and ``precision`` agree on (module doc), or None when there is
+    no such recipe."""
+    name = model_name.strip().lower()
+    rs = [r for r in BRIDGE_PERF_RECIPES if r.summary and r.key[0] == gpu
+          and r.key[1].lower() == name and r.key[3] == precision]
+    if not rs:
+        return None
+    settings: dict[str, Any] = {}
+    for s in FAMILY_SETTINGS:
+        if s == "recompute":
+            vals = {(r.recompute, r.recompute_modules, r.recompute_num_layers) for r in rs}
+        else:
+            vals = {getattr(r, s) for r in rs}
+        if len(vals) == 1:
+            settings[s] = vals.pop()
+    return RecipeFamily(tuple(r.function for r in rs), settings)

@@ -43,7 +43,8 @@ from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHO
                      ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
                      capped_recompute_layers, expand_pipeline_layout, gpu_kind,
                      node_network_gbits_per_s, validate)
-from .bridge_recipes import BRIDGE_VERSION, BridgeRecipe, match_bridge_recipe
+from .bridge_recipes import (BRIDGE_VERSION, BridgeRecipe, RecipeFamily, bridge_recipe_family,
+                             match_bridge_recipe)
 from .config import rename_field
 from .inputs import read_text
 
@@ -505,6 +506,13 @@ ASSUMPTIONS = {
                           "expert all-to-all overlap, delayed weight gradients, TP "
                           "communication overlap and MTP layers where the row does not state "
                           "them; what the recipe runs that is not modelled refuses the row",
+    "bridge-perf-recipe-family": "a Megatron-Bridge performance-summary row that matches no "
+                                 f"{BRIDGE_VERSION} performance recipe (another layout or GPU "
+                                 "count, often an older container's run): what every summary "
+                                 "recipe of its GPU kind, model and precision sets alike "
+                                 "(core.bridge_recipes.bridge_recipe_family), where the row "
+                                 "does not state it; settings the recipes differ on keep the "
+                                 "general assumptions, and nothing is refused on their account",
     "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
                               "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
@@ -860,6 +868,14 @@ def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
     return words
 
 
+def _bridge_precision(precision: str, recipe: str | None) -> str | None:
+    """The recipe table's precision name (core.bridge_recipes) of a row's precision and FP8
+    recipe, or None for an FP8 recipe no Bridge precision names."""
+    if precision != "fp8":
+        return precision
+    return {None: "fp8", "tensorwise": "fp8", "mxfp8": "mxfp8", "blockwise": "fp8sc"}.get(recipe)
+
+
 def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, precision: str,
                    recipe: str | None) -> BridgeRecipe | None:
     """The Megatron-Bridge performance recipe that ran a Megatron-Bridge row
@@ -867,14 +883,24 @@ def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, 
     equal), or None."""
     if "bridge" not in framework.lower():
         return None
-    prec = ("mxfp8" if recipe == "mxfp8" else "fp8" if recipe in (None, "tensorwise") else None) \
-        if precision == "fp8" else precision
+    prec = _bridge_precision(precision, recipe)
     if prec is None:
         return None
     return match_bridge_recipe(
         gpu_kind(str(get["gpu"])), name, ints["num_gpus"], prec, ints["tensor_parallel"],
         ints["pipeline_parallel"], max(1, ints["virtual_pipeline_stages"]),
-        opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"])
+        opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"],
+        ints["global_batch_size"])
+
+
+def _bridge_family(framework: str, get: dict, name: str, precision: str,
+                   recipe: str | None) -> RecipeFamily | None:
+    """What every Megatron-Bridge performance recipe of a Bridge row's GPU kind, model and
+    precision sets alike (:func:`core.bridge_recipes.bridge_recipe_family`), or None."""
+    if "bridge" not in framework.lower():
+        return None
+    prec = _bridge_precision(precision, recipe)
+    return None if prec is None else bridge_recipe_family(gpu_kind(str(get["gpu"])), name, prec)
 
 
 #: Models whose Megatron-Bridge base recipes set expert_tensor_parallel_size=1 (Bridge 0.6.2
@@ -992,6 +1018,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
         nemo_defaults.append("FP8 delayed scaling")
     bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
+    family = (_bridge_family(framework, get, name, precision, recipe) if bridge is None
+              else None)
+    fam = family.settings if family is not None else {}
+    took: list[str] = []  # the settings this row takes from its recipe family
     if bridge is not None:
         batch = ints["global_batch_size"]
         rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}"
@@ -1005,16 +1035,40 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.dispatcher = bridge.dispatcher
         rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
         rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
-    elif (is_bridge and rw.dispatcher is None and model.num_experts
-          and _DEEPSEEK_V3.search(name)):
+    elif family is not None:  # no recipe of this layout: what all of the family's agree on
+        if fam.get("mtp_num_layers") and rw.withdraw("mtp-not-stated"):
+            rw.put(model, "model", "mtp_num_layers", fam["mtp_num_layers"])
+            n = fam["mtp_num_layers"]
+            took.append(f"{n} MTP layer" + ("s" if n > 1 else ""))
+        if model.num_experts and model.num_experts > 1:
+            if rw.dispatcher is None and fam.get("dispatcher"):
+                rw.dispatcher = fam["dispatcher"]
+                took.append(f"dispatcher {rw.dispatcher}")
+            if fam.get("ep_overlap") and not rw.ep_overlap:
+                rw.ep_overlap = True
+                took.append("expert all-to-all overlap")
+            if fam.get("delay_wgrad") and rw.ep_overlap and not rw.delay_wgrad:
+                rw.delay_wgrad = True
+                took.append("delayed weight gradients")
+    if (bridge is None and is_bridge and rw.dispatcher is None and model.num_experts
+            and _DEEPSEEK_V3.search(name)):
         # Megatron-Bridge's deepseek_v3 base recipe, which its perf recipes start from
         rw.dispatcher = "flex"
         rw.assume("bridge-dsv3-flex-dispatcher")
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
-    if bridge is not None and not str(v.get("recompute", "")).strip():
-        recompute = bridge.recompute  # the recipe's, which the summary does not print
-        if bridge.recompute_modules:
-            modules_box.recompute_modules = bridge.recompute_modules
+    stated = bool(str(v.get("recompute", "")).strip())
+    if not stated and (bridge is not None or "recompute" in fam):
+        # the recipe's (or all of its family's), which the summary does not print
+        recompute, mods, layers = ((bridge.recompute, bridge.recompute_modules,
+                                    bridge.recompute_num_layers) if bridge is not None
+                                   else fam["recompute"])
+        if mods:
+            modules_box.recompute_modules = mods
+        if layers:
+            modules_box.recompute_num_layers = layers
+        if bridge is None:
+            took.append(f"recompute {recompute}" + (f" ({mods})" if mods else "")
+                        + (f" ({layers} layers per chunk)" if layers else ""))
     else:
         recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)
                      if "recompute" in v else str(get["recompute"]).lower())
@@ -1168,6 +1222,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
         if bridge is not None and bridge.tp_comm_overlap is not None:
             plan.tp_comm_overlap = bridge.tp_comm_overlap  # the recipe's CommOverlapConfig
+        elif fam.get("tp_comm_overlap") is not None:
+            plan.tp_comm_overlap = fam["tp_comm_overlap"]
+            took.append("TP communication overlap " + ("on" if plan.tp_comm_overlap else "off"))
         elif is_bridge and model.multi_latent_attention is True:
             rw.assume("bridge-mla-no-tp-comm-overlap")
         elif is_bridge:
@@ -1179,6 +1236,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif re.search(r"async TP", f"{framework} {notes}"):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
+    if took:
+        rw.assume("bridge-perf-recipe-family", ", ".join(took) + f": all {len(family.recipes)} "
+                  f"of {', '.join(family.recipes)}")
     if nemo_defaults:
         rw.assume("nemo-recipe-defaults", ", ".join(nemo_defaults))
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):

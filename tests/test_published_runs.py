@@ -102,12 +102,14 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
         assert (md.multi_latent_attention, md.q_lora_rank, md.kv_lora_rank, md.qk_head_dim,
                 md.qk_pos_emb_head_dim, md.v_head_dim, md.qk_layernorm) == (
                     True, 1536, 512, 128, 64, 128, True)
-    # row 20 says "w/o MTP" (over its recipe's one layer); row 11 does not name MTP: none, a
-    # named assumption; row 19 takes its Bridge recipe's one MTP layer; row 8's layout holds
-    # one MTP layer (m)
-    assert [any(a.startswith("mtp-not-stated") for a in ms[r - 1].assumptions)
-            for r in (8, 11, 19, 20)] == [False, True, False, False]
-    assert [ms[r - 1].session.model.mtp_num_layers for r in (8, 11, 19, 20)] == [1, 0, 1, 0]
+    # row 20 says "w/o MTP" (over its recipe's one layer); row 11 does not name MTP and matches
+    # no recipe: the one MTP layer of every B200 MXFP8 DeepSeek-V3 recipe (its family); row 19
+    # takes its Bridge recipe's one MTP layer; row 8's layout holds one MTP layer (m)
+    assert not any(any(a.startswith("mtp-not-stated") for a in ms[r - 1].assumptions)
+                   for r in (8, 11, 19, 20))
+    assert "1 MTP layer," in next(a for a in ms[10].assumptions
+                                  if a.startswith("bridge-perf-recipe-family"))
+    assert [ms[r - 1].session.model.mtp_num_layers for r in (8, 11, 19, 20)] == [1, 1, 1, 0]
     assert ms[7].session.plan.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
     assert "pp-layout-from-notes" in _names(ms[7])
     for row in (11, 19, 20):
@@ -116,7 +118,7 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
         # p*v = 16: E+4t | 14 x 4t | 1t+L (the Bridge deepseek_v3 recipe's map), row 19's MTP
         # layer (its recipe's) with the loss
         assert pl.pipeline_model_parallel_layout == (
-            "Et*4|(t*4|)*14tmL" if row == 19 else "Et*4|(t*4|)*14tL")
+            "Et*4|(t*4|)*14tL" if row == 20 else "Et*4|(t*4|)*14tmL")
         assert "bridge-dsv3-pipeline-layout" in _names(m)
         assert virtual_stage_layer_counts(61, pl) == [4] * 15 + [1]
         assert "uneven pipeline split" not in m.skip_causes
@@ -197,11 +199,12 @@ def test_notes_policies_on_real_rows(published):
     assert virtual_stage_layer_counts(61, ds.session.plan) == [1] + [2] * 30 + [0]
     if _has_field(ParallelPlan, "recompute_modules"):  # the notes' modules, judged by validation
         assert ds.session.plan.recompute_modules == "mla_up_proj,mlp"
-        # FP8 with these modules is modelled, and Bridge's DeepSeek recipes run no TP overlap:
-        # the row is skipped for its unstated precision alone
+        # FP8 with these modules is modelled, and its Bridge recipe
+        # (deepseek_v3_pretrain_1024gpu_h100_fp8cs_config) runs no TP overlap: the row is
+        # skipped for its unstated precision alone
         assert "recompute_modules" not in ds.skip_reason
         assert ds.skip_causes == ["precision not stated"]
-        assert "bridge-mla-no-tp-comm-overlap" in _names(ds)
+        assert "bridge-perf-recipe" in _names(ds)
         assert ds.session.plan.tp_comm_overlap is False
     else:
         assert "recompute_modules=[mla_up_proj, mlp]" in ds.skip_reason
@@ -342,7 +345,7 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
         return [a for a in ms[row - 1].assumptions if a.startswith("bridge-perf-recipe:")]
 
     matched = {r for r in range(1, 44) if recipe(r)}
-    assert matched == {1, 2, 3, 4, 6, 7, 9, 12, 13, 16, 17, 18, 19, 20, 21}
+    assert matched == {1, 2, 3, 4, 6, 7, 8, 9, 12, 13, 16, 17, 18, 19, 20, 21}
     q235 = ms[5].session.plan  # row 6: qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config
     assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(6)[0]
     assert (q235.moe_token_dispatcher_type, q235.overlap_moe_expert_parallel_comm,
@@ -357,8 +360,12 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(7)[0]
     assert "global batch 2048 in the row, 8192 in the recipe" in recipe(7)[0]
     assert "global batch" not in recipe(6)[0].split("(qwen3")[1]
-    # row 5: Qwen3-30B-A3B at another layout (p 2, v 24, ep 8, micro-batch 2): no recipe
+    # row 5: Qwen3-30B-A3B at another layout (p 2, v 24, ep 8, micro-batch 2): no recipe, but
+    # both H100 FP8 recipes of the model dispatch with flex and overlap no expert all-to-all
     assert not recipe(5) and not ms[4].session.plan.overlap_moe_expert_parallel_comm
+    assert ms[4].session.plan.moe_token_dispatcher_type == "flex"
+    assert "dispatcher flex, recompute none: all 2 of qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config" \
+        in next(a for a in ms[4].assumptions if a.startswith("bridge-perf-recipe-family"))
     assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
     # every Bridge row: _benchmark_common's Transformer Engine cross-entropy; others: Megatron's
     for m in ms:
@@ -368,8 +375,12 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     # row 11 (DeepSeek-V3 on B200, EP 32 against its recipe's 8): no recipe, but the deepseek_v3
     # base recipe's HybridEP; a Qwen3 row without a recipe keeps alltoall
     assert ms[10].session.plan.moe_token_dispatcher_type == "flex" and not recipe(11)
-    assert "bridge-dsv3-flex-dispatcher" in _names(ms[10])
+    assert "bridge-perf-recipe-family" in _names(ms[10])
+    # row 15 (B200 Qwen3-235B MXFP8, v 2): the model's two B200 MXFP8 recipes differ on the
+    # dispatcher (alltoall at 64 GPUs, flex at 256): the general alltoall
     assert ms[14].session.plan.moe_token_dispatcher_type == "alltoall" and not recipe(15)
+    assert "dispatcher" not in next(a for a in ms[14].assumptions
+                                    if a.startswith("bridge-perf-recipe-family"))
     ds = ms[18].session  # row 19: DeepSeek-V3 on GB200, MXFP8
     assert (ds.plan.recompute, ds.plan.recompute_modules, ds.model.mtp_num_layers,
             ds.plan.overlap_moe_expert_parallel_comm, ds.plan.moe_token_dispatcher_type) == (
