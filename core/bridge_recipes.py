@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["BridgeRecipe", "BRIDGE_PERF_RECIPES", "BRIDGE_VERSION", "BRIDGE_RECIPES_FILE",
-           "match_bridge_recipe", "bridge_recipe_family", "load_bridge_recipes", "FAMILY_SETTINGS"]
+           "match_bridge_recipe", "bridge_recipe_family", "load_bridge_recipes", "FAMILY_SETTINGS",
+           "model_key"]
 
 #: The Megatron-Bridge release the recipes were read from.
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2"
@@ -82,7 +83,11 @@ class BridgeRecipe:
     ``tp_comm_overlap``: in force at run time (off without t > 1 and sequence parallelism);
     ``mtp_num_layers``: the base recipe's multi-token prediction layers; ``refuse``: (cause,
     why) of a setting that is not modelled; ``summary``: the plain recipe of its key (not a
-    ``_dev``, ``_ncclep``, ``_partial_cg``, ``_paged_stash`` or ``_large_scale`` variant)."""
+    ``_dev``, ``_ncclep``, ``_partial_cg``, ``_paged_stash`` or ``_large_scale`` variant);
+    ``overlap_grad_reduce`` / ``overlap_param_gather``: the DDP overlaps in force;
+    ``fp8_param_gather``: the FP8 parameter all-gather; ``pipeline_layout``: the custom
+    pipeline layout in Megatron's string form (``E`` embedding, ``t`` layer, ``m`` MTP, ``L``
+    loss, ``|`` between virtual stages), None without one."""
 
     function: str
     source: str
@@ -98,13 +103,19 @@ class BridgeRecipe:
     refuse: tuple[str, str] | None = None
     not_represented: tuple[str, ...] = field(default=())
     summary: bool = True
+    sequence_parallel: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    fp8_param_gather: bool | None = None
+    pipeline_layout: str | None = None
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
         key)."""
         return (self.recompute, self.recompute_modules, self.recompute_num_layers,
                 self.dispatcher, self.ep_overlap, self.delay_wgrad, self.tp_comm_overlap,
-                self.mtp_num_layers, self.refuse)
+                self.mtp_num_layers, self.refuse, self.overlap_grad_reduce,
+                self.overlap_param_gather, self.fp8_param_gather, self.pipeline_layout)
 
 
 _FP8_DPA = ("FP8 attention (fp8_dot_product_attention)",
@@ -120,8 +131,8 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
     gran = d.get("recompute_granularity")
     modules = d.get("recompute_modules")
     recompute, mods, layers = "none", None, None
-    if gran == "selective":
-        recompute = "selective"
+    if gran == "selective" and modules != []:  # [] recomputes nothing (Megatron-Core: only
+        recompute = "selective"                 # None becomes [core_attn])
         mods = ",".join(modules) if modules else None
     elif gran == "full":
         recompute = "full"
@@ -170,7 +181,33 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         tp_comm_overlap=d.get("tp_comm_overlap"),
         mtp_num_layers=d.get("mtp_num_layers") or None,
         refuse=refuse, not_represented=tuple(notes),
-        summary=bool(_SUMMARY_NAME.match(d["function"])))
+        summary=bool(_SUMMARY_NAME.match(d["function"])),
+        sequence_parallel=bool(d.get("sequence_parallel")),
+        overlap_grad_reduce=bool(d.get("overlap_grad_reduce", True)),
+        overlap_param_gather=bool(d.get("overlap_param_gather", True)),
+        fp8_param_gather=d.get("fp8_param_gather"),
+        pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")))
+
+
+_LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+
+
+def _layout_string(layout: Any) -> str | None:
+    """A recipe's ``pipeline_model_parallel_layout`` in Megatron's string form: a string as
+    it is, a list of virtual stages (lists of ``embedding``, ``decoder``, ``mtp``, ``loss``)
+    joined with ``|``; None without one."""
+    if not layout:
+        return None
+    if isinstance(layout, str):
+        return layout
+    return "|".join("".join(_LAYOUT_SYMBOLS[x] for x in stage) for stage in layout)
+
+
+def model_key(name: str) -> str:
+    """A model name as recipes are matched: lower case, without spaces, hyphens, underscores
+    and other punctuation but the dot (``Llama-3 70B`` and ``llama3_70b`` are ``llama370b``;
+    ``Llama3.1-405B`` is ``llama3.1405b``)."""
+    return re.sub(r"[^a-z0-9.]", "", name.lower())
 
 
 @lru_cache(maxsize=None)
@@ -194,7 +231,7 @@ BRIDGE_PERF_RECIPES: tuple[BridgeRecipe, ...] = load_bridge_recipes()
 def _index() -> dict[tuple, list[BridgeRecipe]]:
     out: dict[tuple, list[BridgeRecipe]] = {}
     for r in BRIDGE_PERF_RECIPES:
-        out.setdefault((r.key[0], r.key[1].lower(), *r.key[2:-1]), []).append(r)
+        out.setdefault((r.key[0], model_key(r.key[1]), *r.key[2:-1]), []).append(r)
     return out
 
 
@@ -210,10 +247,11 @@ def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str
     global batch (``recipe.key[-1]``; the caller says when the row's differs), or None.
 
     ``precision``: ``bf16``, ``fp8`` (per-tensor current scaling), ``mxfp8`` or ``fp8sc``
-    (blockwise); ``v``, ``cp`` and ``ep`` are 1 when unused. Model names compare without case.
+    (blockwise); ``v``, ``cp`` and ``ep`` are 1 when unused. Model names compare by
+    :func:`model_key`.
     Of several recipes with the key, the summary's plain recipes count first, then those at
     ``global_batch``; None when those left disagree on a setting (:meth:`BridgeRecipe.settings`)."""
-    found = _BY_KEY.get((gpu, model_name.strip().lower(), num_gpus, precision, t, p, v, cp, ep,
+    found = _BY_KEY.get((gpu, model_key(model_name), num_gpus, precision, t, p, v, cp, ep,
                          micro_batch), [])
     found = [r for r in found if r.summary] or found
     if global_batch is not None:
@@ -225,7 +263,7 @@ def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str
 
 #: The settings :func:`bridge_recipe_family` reports (BridgeRecipe attribute names).
 FAMILY_SETTINGS = ("recompute", "dispatcher", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
-                   "mtp_num_layers")
+                   "mtp_num_layers", "overlap_grad_reduce", "overlap_param_gather")
 
 
 @dataclass(frozen=True)
@@ -242,17 +280,22 @@ class RecipeFamily:
 
 def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFamily | None:
     """The settings all summary recipes (:attr:`BridgeRecipe.summary`) of ``gpu``,
-    ``model_name`` (any case) and ``precision`` agree on (module doc), or None when there is
-    no such recipe."""
-    name = model_name.strip().lower()
-    rs = [r for r in BRIDGE_PERF_RECIPES if r.summary and r.key[0] == gpu
-          and r.key[1].lower() == name and r.key[3] == precision]
+    ``model_name`` (:func:`model_key`) and ``precision`` agree on (module doc), or None when
+    there is no such recipe. Recipes refused by name (``refuse``) are not family: what they run
+    is not what the prediction would. The TP communication overlap counts only recipes with
+    ``t > 1`` and sequence parallelism (Bridge switches it off at run time otherwise, whatever
+    the recipe asks)."""
+    name = model_key(model_name)
+    rs = [r for r in BRIDGE_PERF_RECIPES if r.summary and r.refuse is None and r.key[0] == gpu
+          and model_key(r.key[1]) == name and r.key[3] == precision]
     if not rs:
         return None
     settings: dict[str, Any] = {}
     for s in FAMILY_SETTINGS:
         if s == "recompute":
             vals = {(r.recompute, r.recompute_modules, r.recompute_num_layers) for r in rs}
+        elif s == "tp_comm_overlap":
+            vals = {r.tp_comm_overlap for r in rs if r.key[4] > 1 and r.sequence_parallel}
         else:
             vals = {getattr(r, s) for r in rs}
         if len(vals) == 1:

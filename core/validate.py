@@ -449,6 +449,11 @@ ASSUMPTIONS = {
                         "(expert_tensor_parallel_size=1; Megatron-Core's own default would be t)",
     "etp-forced-1": "expert tensor-parallel size not stated and t*ep exceeds the t*cp*d ranks of "
                     "a pipeline stage: 1, the only size that fits",
+    "dispatcher-alltoall-from-notes": "the notes name the alltoall token dispatcher: "
+                                      "Megatron-Core's alltoall (NCCL all-to-all)",
+    "bridge-perf-recipe-layout": "the custom pipeline layout of the row's Megatron-Bridge perf "
+                                 "recipe (pipeline_model_parallel_layout; its MTP layers left "
+                                 "out when the row has none)",
     "dispatcher-flex-from-notes": "the notes name DeepEP or HybridEP: "
                                   "plan.moe_token_dispatcher_type flex (one copy of a token per "
                                   "other node that holds one of its experts, forwarded over "
@@ -504,15 +509,17 @@ ASSUMPTIONS = {
                           "is an override of the recipe; core.bridge_recipes): the recipe's "
                           "recomputation, MoE dispatcher, "
                           "expert all-to-all overlap, delayed weight gradients, TP "
-                          "communication overlap and MTP layers where the row does not state "
+                          "communication overlap, DDP overlaps, FP8 parameter all-gather, "
+                          "custom pipeline layout and MTP layers where the row does not state "
                           "them; what the recipe runs that is not modelled refuses the row",
     "bridge-perf-recipe-family": "a Megatron-Bridge performance-summary row that matches no "
                                  f"{BRIDGE_VERSION} performance recipe (another layout or GPU "
                                  "count, often an older container's run): what every summary "
                                  "recipe of its GPU kind, model and precision sets alike "
-                                 "(core.bridge_recipes.bridge_recipe_family), where the row "
-                                 "does not state it; settings the recipes differ on keep the "
-                                 "general assumptions, and nothing is refused on their account",
+                                 "(core.bridge_recipes.bridge_recipe_family; recipes refused "
+                                 "by name are not family), where the row does not state it and "
+                                 "its layout can run it; settings the recipes differ on keep "
+                                 "the general assumptions",
     "biased-from-activation": "'biased' in the activation label: biases in every linear layer "
                               "(add_bias_linear; GPT-OSS: attention, router and experts)",
 }
@@ -553,6 +560,8 @@ class _Row:
         self.dispatcher: str | None = None  # the notes' MoE token dispatcher (flex: DeepEP...)
         self.ep_overlap = False  # the notes name the expert all-to-all overlap
         self.delay_wgrad = False  # ... and Megatron-Core's delay_wgrad_compute
+        self.ep_overlap_off = False  # the notes say the expert all-to-all overlap is off
+        self.delay_wgrad_off = False  # ... and delay_wgrad_compute
 
     def refuse(self, cause: str, why: str) -> None:
         self.causes.append(cause)
@@ -695,7 +704,7 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
                        "(torchao: one scale per row of each operand) is not modelled; the modelled "
                        "recipes are delayed, tensorwise, mxfp8 and blockwise")
             return "fp8", None
-        if "blockwise" in text_ or "128x128" in text_:
+        if re.search(r"blockwise|128x128|sub-?channel|fp8[-_ ]?sc\b", text_):
             return "fp8", "blockwise"
         if "delayed" in text_:
             return "fp8", "delayed"
@@ -766,22 +775,30 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"HybridEP|DeepEP|flex dispatcher", n, re.I):
         row.assume("dispatcher-flex-from-notes")
         row.dispatcher = "flex"
+    elif re.search(r"all-?to-?all dispatcher|dispatcher[\s:=_a-z]*\ball-?to-?all\b", n, re.I):
+        row.assume("dispatcher-alltoall-from-notes")
+        row.dispatcher = "alltoall"
     elif re.search(r"dispatcher", n, re.I):
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
                    "and flex (DeepEP, HybridEP)")
     negated = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b", re.I)
     clauses = re.split(r"[;\n]", n)
-    for clause in clauses:  # a clause that names it and does not negate it
+    for clause in clauses:  # a clause that names it: on unless it negates it
         if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|"
-                     r"\b(?:A2A|EP|all-to-all) (?:comm(?:unication)? )?overlap", clause, re.I) \
-                and not negated.search(clause):
-            row.assume("ep-a2a-overlap-from-notes")
-            row.ep_overlap = True
+                     r"\b(?:A2A|EP|all-to-all) (?:comm(?:unication)? )?overlap", clause, re.I):
+            if negated.search(clause):
+                row.ep_overlap_off = True  # a recipe's or family's overlap does not apply
+            else:
+                row.assume("ep-a2a-overlap-from-notes")
+                row.ep_overlap = True
             break
     for clause in clauses:
-        if re.search(r"delay[_-]wgrad[_-]compute", clause, re.I) and not negated.search(clause):
-            row.assume("delay-wgrad-from-notes")
-            row.delay_wgrad = True
+        if re.search(r"delay[_-]wgrad[_-]compute|delay(?:ed)? wgrad", clause, re.I):
+            if negated.search(clause):
+                row.delay_wgrad_off = True
+            else:
+                row.assume("delay-wgrad-from-notes")
+                row.delay_wgrad = True
             break
 
 
@@ -1017,9 +1034,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if nemo and precision == "fp8" and rw.withdraw("fp8-recipe-unstated"):
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
         nemo_defaults.append("FP8 delayed scaling")
-    bridge = _bridge_recipe(framework, get, ints, opt, name, precision, recipe)
-    family = (_bridge_family(framework, get, name, precision, recipe) if bridge is None
+    # no recipe for a row whose precision label was refused (NVFP4, rowwise FP8, ...): the
+    # precision it was read as is a placeholder
+    label_ok = not {"precision", "rowwise FP8 scaling", "precision not stated"} & set(rw.causes)
+    bridge = (_bridge_recipe(framework, get, ints, opt, name, precision, recipe) if label_ok
               else None)
+    family = (_bridge_family(framework, get, name, precision, recipe)
+              if bridge is None and label_ok else None)
     fam = family.settings if family is not None else {}
     took: list[str] = []  # the settings this row takes from its recipe family
     if bridge is not None:
@@ -1031,10 +1052,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.refuse(*bridge.refuse)
         if bridge.mtp_num_layers and rw.withdraw("mtp-not-stated"):
             rw.put(model, "model", "mtp_num_layers", bridge.mtp_num_layers)
-        if rw.dispatcher is None and bridge.dispatcher and model.num_experts:
-            rw.dispatcher = bridge.dispatcher
-        rw.ep_overlap = rw.ep_overlap or bridge.ep_overlap
-        rw.delay_wgrad = rw.delay_wgrad or bridge.delay_wgrad
+        if model.num_experts and model.num_experts > 1:
+            if rw.dispatcher is None and bridge.dispatcher:
+                rw.dispatcher = bridge.dispatcher
+            rw.ep_overlap = rw.ep_overlap or (bridge.ep_overlap and not rw.ep_overlap_off)
+            rw.delay_wgrad = rw.delay_wgrad or (bridge.delay_wgrad and not rw.delay_wgrad_off)
     elif family is not None:  # no recipe of this layout: what all of the family's agree on
         if fam.get("mtp_num_layers") and rw.withdraw("mtp-not-stated"):
             rw.put(model, "model", "mtp_num_layers", fam["mtp_num_layers"])
@@ -1044,10 +1066,16 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             if rw.dispatcher is None and fam.get("dispatcher"):
                 rw.dispatcher = fam["dispatcher"]
                 took.append(f"dispatcher {rw.dispatcher}")
-            if fam.get("ep_overlap") and not rw.ep_overlap:
+            # Megatron-Core runs the overlap only with expert parallelism, and with pipeline
+            # parallelism only interleaved: a layout that cannot run it does not take it
+            ep_ok = ((opt["expert_parallel"] or 1) > 1
+                     and (ints["pipeline_parallel"] == 1 or vp > 1)
+                     and "full" not in str(v.get("recompute", "")).lower())
+            if fam.get("ep_overlap") and not rw.ep_overlap and not rw.ep_overlap_off and ep_ok:
                 rw.ep_overlap = True
                 took.append("expert all-to-all overlap")
-            if fam.get("delay_wgrad") and rw.ep_overlap and not rw.delay_wgrad:
+            if (fam.get("delay_wgrad") and rw.ep_overlap and not rw.delay_wgrad
+                    and not rw.delay_wgrad_off):
                 rw.delay_wgrad = True
                 took.append("delayed weight gradients")
     if (bridge is None and is_bridge and rw.dispatcher is None and model.num_experts
@@ -1056,7 +1084,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.dispatcher = "flex"
         rw.assume("bridge-dsv3-flex-dispatcher")
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
-    stated = bool(str(v.get("recompute", "")).strip())
+    stated = bool(str(v.get("recompute", "")).strip()
+                  or re.search(r"recompute_modules\s*=\s*\[", notes))  # the notes' modules
     if not stated and (bridge is not None or "recompute" in fam):
         # the recipe's (or all of its family's), which the summary does not print
         recompute, mods, layers = ((bridge.recompute, bridge.recompute_modules,
@@ -1099,6 +1128,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     # the custom pipeline layout: the notes' pp_layout, or Megatron-Bridge's DeepSeek-V3 default
     L, p = ints["num_layers"], ints["pipeline_parallel"]
     layout = rw.pp_layout
+    if layout is None and bridge is not None and bridge.pipeline_layout:
+        layout = bridge.pipeline_layout
+        if not model.mtp_num_layers:
+            layout = layout.replace("m", "")
+        rw.assume("bridge-perf-recipe-layout", layout)
     if layout is None:
         layout = _bridge_dsv3_layout(name, framework, L, p, vp, model.mtp_num_layers)
         if layout is not None:
@@ -1179,10 +1213,17 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         plan.zero_stage = 3 if sharded[0] == "fsdp" else 1
         rw.assume("distributed-optimizer-zero1" if plan.zero_stage == 1 else
                   "megatron-fsdp-zero3" if megatron else "fsdp-zero3")
-    if "overlap_grad_reduce" not in v and is_bridge:
-        rw.assume("megatron-overlap-default")
-        plan.overlap_grad_reduce = True
-        plan.overlap_param_gather = plan.zero_stage >= 1
+    if "overlap_grad_reduce" not in v and bridge is not None:  # the recipe's DDP overlaps
+        plan.overlap_grad_reduce = bridge.overlap_grad_reduce
+        plan.overlap_param_gather = plan.zero_stage >= 1 and bridge.overlap_param_gather
+    elif "overlap_grad_reduce" not in v and is_bridge:
+        plan.overlap_grad_reduce = fam.get("overlap_grad_reduce", True)
+        plan.overlap_param_gather = plan.zero_stage >= 1 and fam.get("overlap_param_gather", True)
+        if "overlap_grad_reduce" in fam and "overlap_param_gather" in fam:
+            took.append(f"overlap_grad_reduce {plan.overlap_grad_reduce}, overlap_param_gather "
+                        f"{fam['overlap_param_gather']}")
+        else:
+            rw.assume("megatron-overlap-default")
     elif "overlap_grad_reduce" not in v and nemo:
         plan.overlap_grad_reduce = True
         # MXFP8 reuses the gradient buffer for the parameter all-gather, not overlapped
@@ -1203,7 +1244,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if plan.grad_reduce_dtype is None and plan.precision in ("bf16", "fp8"):
             rw.assume("bridge-perf-bf16-grad-reduce")
             plan.grad_reduce_dtype = "bf16"
-        if plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather:
+        if (plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather
+                and bridge is not None and bridge.fp8_param_gather is not None):
+            plan.fp8_param_gather = bool(bridge.fp8_param_gather)  # the recipe's
+        elif (plan.precision == "fp8" and plan.zero_stage >= 1 and not plan.fp8_param_gather
+              and recipe != "blockwise"):
             rw.assume("bridge-fp8-param-gather")
             plan.fp8_param_gather = True
         if _has(plan, "cross_entropy_loss_fusion") and not plan.cross_entropy_loss_fusion:
@@ -1237,8 +1282,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
     if took:
-        rw.assume("bridge-perf-recipe-family", ", ".join(took) + f": all {len(family.recipes)} "
-                  f"of {', '.join(family.recipes)}")
+        rw.assume("bridge-perf-recipe-family", ", ".join(took) + (
+            f": the one recipe {family.recipes[0]}" if len(family.recipes) == 1
+            else f": all {len(family.recipes)} of {', '.join(family.recipes)}"))
     if nemo_defaults:
         rw.assume("nemo-recipe-defaults", ", ".join(nemo_defaults))
     if re.search(r"per-node vs per-GPU not sa|per node vs per GPU not sa", notes, re.I):

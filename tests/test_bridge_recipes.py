@@ -93,11 +93,22 @@ def test_recipe_family_keeps_only_what_all_agree_on():
     assert fam.recipes == ("qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config",)  # no variant
     assert (fam.settings["dispatcher"], fam.settings["ep_overlap"], fam.settings["delay_wgrad"]) \
         == ("alltoall", True, True)
-    # B200 Qwen3-235B MXFP8: alltoall at 64 GPUs, flex with overlap at 256: neither
+    # B200 Qwen3-235B BF16: alltoall at 64 and 256 GPUs, no overlap
+    fam = bridge_recipe_family(B200, "qwen3-235b-a22b", "bf16")
+    assert len(fam.recipes) == 2 and fam.settings["dispatcher"] == "alltoall"
+    # GB200 Qwen3-235B FP8: flex at 64 and 256 GPUs, but the expert all-to-all overlap (t = 1)
+    # and TP overlap (no recipe with t > 1) are not settled by the family
+    fam = bridge_recipe_family(GB200, "Qwen3-235B-A22B", "fp8")
+    assert fam.settings["dispatcher"] == "flex" and "tp_comm_overlap" not in fam.settings
+    # B200 Qwen3-235B MXFP8: the 256-GPU recipe runs FP8 attention (refused): not family; the
+    # 64-GPU one alone (alltoall, no overlap)
     fam = bridge_recipe_family(B200, "qwen3-235b-a22b", "mxfp8")
-    assert len(fam.recipes) == 2
-    assert not {"dispatcher", "ep_overlap", "delay_wgrad"} & set(fam.settings)
-    assert fam.settings["recompute"] == ("none", None, None)
+    assert fam.recipes == ("qwen3_235b_a22b_pretrain_64gpu_b200_fp8mx_config",)
+    assert (fam.settings["dispatcher"], fam.settings["ep_overlap"]) == ("alltoall", False)
+    # families of refused recipes only: none (Qwen3-30B MXFP8 on B200: FP8 attention; Llama3-70B
+    # BF16 on GB200: CPU offloading)
+    assert bridge_recipe_family(B200, "Qwen3-30B-A3B", "mxfp8") is None
+    assert bridge_recipe_family(GB200, "Llama3-70B", "bf16") is None
     # DeepSeek-V3 on H100 in BF16: the two recipes (1024 and 64 GPUs) agree
     fam = bridge_recipe_family(H100, "DeepSeek-V3", "bf16")
     assert fam.settings["recompute"] == ("selective", "mla_up_proj,mlp", None)
@@ -131,8 +142,8 @@ def test_a_row_of_another_layout_takes_its_recipe_family(raw, tmp_path):
     assert "bridge-perf-recipe" not in names and "bridge-perf-recipe-family" in names
     fam = next(a for a in m.assumptions if a.startswith("bridge-perf-recipe-family"))
     assert ("dispatcher alltoall, expert all-to-all overlap, delayed weight gradients, recompute "
-            "none, TP communication overlap off: all 1 of "
-            "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config") in fam
+            "none, overlap_grad_reduce True, overlap_param_gather True, TP communication overlap "
+            "off: the one recipe qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config") in fam
     pl = m.session.plan
     assert (pl.moe_token_dispatcher_type, pl.overlap_moe_expert_parallel_comm,
             pl.delay_wgrad_compute, pl.tp_comm_overlap, pl.recompute) == (
@@ -149,3 +160,77 @@ def test_a_row_of_another_layout_takes_its_recipe_family(raw, tmp_path):
     assert not {a.split(":")[0] for a in m.assumptions} & {"bridge-perf-recipe",
                                                            "bridge-perf-recipe-family"}
     assert not m.session.plan.overlap_moe_expert_parallel_comm
+
+
+def _row(raw, tmp_path, base, **change):
+    rows = [{**raw[base - 1], **change}]
+    path = tmp_path / "r.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (m,) = read_measurements(path)
+    return m, {a.split(":")[0] for a in m.assumptions}
+
+
+def test_what_the_row_states_wins_over_its_recipe(raw, tmp_path):
+    # notes that switch the expert all-to-all overlap or delayed wgrad off (row 21's recipe has both)
+    m, _ = _row(raw, tmp_path, 21, notes=raw[20]["notes"] + "; EP overlap off; no delay_wgrad_compute")
+    assert not m.session.plan.overlap_moe_expert_parallel_comm
+    assert not m.session.plan.delay_wgrad_compute
+    # the notes' recompute_modules over the recipe's [layernorm, moe_act] (row 3)
+    m, names = _row(raw, tmp_path, 3, notes=raw[2]["notes"].replace(
+        "recompute_modules=[layernorm, moe_act]", "recompute_modules=[core_attn]"))
+    assert (m.session.plan.recompute, "megatron-recompute-modules" in names) == ("selective", True)
+    assert m.session.plan.recompute_modules in (None, "core_attn")
+    # notes naming the alltoall dispatcher: read, not refused (row 20's recipe: flex)
+    m, names = _row(raw, tmp_path, 20, notes=raw[19]["notes"] + "; alltoall dispatcher")
+    assert m.session.plan.moe_token_dispatcher_type == "alltoall"
+    assert "dispatcher-alltoall-from-notes" in names and "token dispatcher" not in m.skip_causes
+
+
+def test_a_family_setting_the_rows_layout_cannot_run_is_not_taken(raw, tmp_path):
+    """Row 19 (GB200 DeepSeek-V3 MXFP8) without interleaving: no recipe; its family's expert
+    all-to-all overlap needs the interleaved schedule with p = 4: not taken, not refused."""
+    m, names = _row(raw, tmp_path, 19, virtual_pipeline_stages="1")
+    assert "bridge-perf-recipe-family" in names
+    assert not m.session.plan.overlap_moe_expert_parallel_comm and not m.skip_reason
+    # TP overlap: the GB200 Llama3-70B BF16 recipes (t = 1, CPU offloading) settle nothing: a
+    # t = 2 row keeps Bridge's general TP overlap
+    m, names = _row(raw, tmp_path, 17, precision="bf16", tensor_parallel="2",
+                    pipeline_parallel="4", virtual_pipeline_stages="5", data_parallel="8",
+                    micro_batch_size="1", sequence_parallel="y")
+    assert m.session.plan.tp_comm_overlap and "bridge-tp-comm-overlap" in names
+    assert not {"bridge-perf-recipe", "bridge-perf-recipe-family"} & names
+
+
+def test_recipe_settings_beyond_the_overlaps(raw, tmp_path):
+    """Row 8 (DeepSeek-V3, 1024 H100) stated as FP8 current scaling and without its notes'
+    layout: the H100 recipe's layout, no gradient-reduce overlap; blockwise FP8 (Bridge's
+    fp8sc) at v = 2: the fp8sc recipe, whose FP8 parameter all-gather is off."""
+    notes = raw[7]["notes"]
+    m, names = _row(raw, tmp_path, 8, precision="fp8-cs (per-tensor current scaling)",
+                    notes=notes.replace("pp_layout", "layout"))
+    assert "deepseek_v3_pretrain_1024gpu_h100_fp8cs_config" in next(
+        a for a in m.assumptions if a.startswith("bridge-perf-recipe:"))
+    pl = m.session.plan
+    assert "bridge-perf-recipe-layout" in names and "pp-layout-from-notes" not in names
+    assert pl.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+    assert not pl.overlap_grad_reduce and pl.overlap_param_gather
+    m, names = _row(raw, tmp_path, 8, precision="FP8-SC (sub-channel scaling)",
+                    virtual_pipeline_stages="2", notes="")
+    assert m.session.plan.fp8_recipe == "blockwise"
+    assert "deepseek_v3_pretrain_1024gpu_h100_fp8sc_config" in next(
+        a for a in m.assumptions if a.startswith("bridge-perf-recipe:"))
+    assert not m.session.plan.fp8_param_gather and "bridge-fp8-param-gather" not in names
+
+
+def test_labels_and_names(raw, tmp_path):
+    # an NVFP4 row is refused by its precision and claims no recipe or family
+    m, names = _row(raw, tmp_path, 9, precision="nvfp4")
+    assert m.skip_reason and not {"bridge-perf-recipe", "bridge-perf-recipe-family"} & names
+    # Bridge's own model spelling matches (row 19: deepseek_v3)
+    m, names = _row(raw, tmp_path, 19, model_name="deepseek_v3")
+    assert "bridge-perf-recipe" in names and m.session.model.mtp_num_layers == 1
+    # GB200 GPT-OSS MXFP8: selective with recompute_modules=[] recomputes nothing
+    assert _by_function("gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config").recompute == "none"

@@ -115,11 +115,17 @@ def test_every_row_is_predicted_or_skipped_with_causes_and_every_assumption_is_n
     for row in (11, 19, 20):
         m = ms[row - 1]
         pl = m.session.plan
-        # p*v = 16: E+4t | 14 x 4t | 1t+L (the Bridge deepseek_v3 recipe's map), row 19's MTP
-        # layer (its recipe's) with the loss
-        assert pl.pipeline_model_parallel_layout == (
-            "Et*4|(t*4|)*14tL" if row == 20 else "Et*4|(t*4|)*14tmL")
-        assert "bridge-dsv3-pipeline-layout" in _names(m)
+        # p*v = 16: E+4t | 14 x 4t | 1t+L: rows 19 and 20 their Bridge recipe's layout (row 20
+        # without the MTP layer it states it has not), row 11 (no recipe) the deepseek_v3
+        # recipe's map for (p, v); rows 11 and 19's MTP layer with the loss
+        expect = "Et*4|(t*4|)*14tL" if row == 20 else "Et*4|(t*4|)*14tmL"
+        if row == 11:
+            assert pl.pipeline_model_parallel_layout == expect
+            assert "bridge-dsv3-pipeline-layout" in _names(m)
+        else:
+            assert pl.pipeline_model_parallel_layout == "E" + "|".join(
+                ["tttt"] * 15 + ["t" + ("mL" if row == 19 else "L")])
+            assert "bridge-perf-recipe-layout" in _names(m)
         assert virtual_stage_layer_counts(61, pl) == [4] * 15 + [1]
         assert "uneven pipeline split" not in m.skip_causes
         assert "pipeline_model_parallel_layout" not in m.skip_reason
@@ -151,7 +157,7 @@ def test_megatron_bridge_dense_row_policies(published):
     assert pl.recompute == "none" and pl.zero_stage == 1
     assert pl.overlap_grad_reduce and pl.overlap_param_gather
     # the recomputation (none) and the TP overlap are its Megatron-Bridge perf recipe's
-    assert {"bridge-perf-recipe", "megatron-overlap-default", "gpu-alias", "llama-family",
+    assert {"bridge-perf-recipe", "gpu-alias", "llama-family",
             "fp8-label-tensorwise", "distributed-optimizer-zero1"} <= _names(m)
     assert not {"megatron-recompute-default", "bridge-tp-comm-overlap"} & _names(m)
     assert pl.tp_comm_overlap
@@ -199,12 +205,13 @@ def test_notes_policies_on_real_rows(published):
     assert virtual_stage_layer_counts(61, ds.session.plan) == [1] + [2] * 30 + [0]
     if _has_field(ParallelPlan, "recompute_modules"):  # the notes' modules, judged by validation
         assert ds.session.plan.recompute_modules == "mla_up_proj,mlp"
-        # FP8 with these modules is modelled, and its Bridge recipe
-        # (deepseek_v3_pretrain_1024gpu_h100_fp8cs_config) runs no TP overlap: the row is
-        # skipped for its unstated precision alone
+        # FP8 with these modules is modelled, and Bridge's DeepSeek recipes run no TP overlap:
+        # the row is skipped for its unstated precision alone (and, its precision unknown,
+        # matches no recipe)
         assert "recompute_modules" not in ds.skip_reason
         assert ds.skip_causes == ["precision not stated"]
-        assert "bridge-perf-recipe" in _names(ds)
+        assert "bridge-mla-no-tp-comm-overlap" in _names(ds)
+        assert not {"bridge-perf-recipe", "bridge-perf-recipe-family"} & _names(ds)
         assert ds.session.plan.tp_comm_overlap is False
     else:
         assert "recompute_modules=[mla_up_proj, mlp]" in ds.skip_reason
@@ -345,7 +352,7 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
         return [a for a in ms[row - 1].assumptions if a.startswith("bridge-perf-recipe:")]
 
     matched = {r for r in range(1, 44) if recipe(r)}
-    assert matched == {1, 2, 3, 4, 6, 7, 8, 9, 12, 13, 16, 17, 18, 19, 20, 21}
+    assert matched == {1, 2, 3, 4, 6, 7, 9, 12, 13, 16, 17, 18, 19, 20, 21}
     q235 = ms[5].session.plan  # row 6: qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config
     assert "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config" in recipe(6)[0]
     assert (q235.moe_token_dispatcher_type, q235.overlap_moe_expert_parallel_comm,
@@ -364,7 +371,8 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     # both H100 FP8 recipes of the model dispatch with flex and overlap no expert all-to-all
     assert not recipe(5) and not ms[4].session.plan.overlap_moe_expert_parallel_comm
     assert ms[4].session.plan.moe_token_dispatcher_type == "flex"
-    assert "dispatcher flex, recompute none: all 2 of qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config" \
+    assert ("dispatcher flex, recompute none, overlap_grad_reduce True, overlap_param_gather True: "
+            "all 2 of qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config") \
         in next(a for a in ms[4].assumptions if a.startswith("bridge-perf-recipe-family"))
     assert ms[3].session.plan.moe_token_dispatcher_type == "flex"  # row 4: HybridEP
     # every Bridge row: _benchmark_common's Transformer Engine cross-entropy; others: Megatron's
@@ -376,11 +384,11 @@ def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published,
     # base recipe's HybridEP; a Qwen3 row without a recipe keeps alltoall
     assert ms[10].session.plan.moe_token_dispatcher_type == "flex" and not recipe(11)
     assert "bridge-perf-recipe-family" in _names(ms[10])
-    # row 15 (B200 Qwen3-235B MXFP8, v 2): the model's two B200 MXFP8 recipes differ on the
-    # dispatcher (alltoall at 64 GPUs, flex at 256): the general alltoall
+    # row 15 (B200 Qwen3-235B MXFP8, v 2): of the model's two B200 MXFP8 recipes the 256-GPU one
+    # runs FP8 attention (refused, not family): the 64-GPU recipe's alltoall
     assert ms[14].session.plan.moe_token_dispatcher_type == "alltoall" and not recipe(15)
-    assert "dispatcher" not in next(a for a in ms[14].assumptions
-                                    if a.startswith("bridge-perf-recipe-family"))
+    assert "dispatcher alltoall" in next(a for a in ms[14].assumptions
+                                         if a.startswith("bridge-perf-recipe-family"))
     ds = ms[18].session  # row 19: DeepSeek-V3 on GB200, MXFP8
     assert (ds.plan.recompute, ds.plan.recompute_modules, ds.model.mtp_num_layers,
             ds.plan.overlap_moe_expert_parallel_comm, ds.plan.moe_token_dispatcher_type) == (
