@@ -48,6 +48,7 @@ __all__ = [
     "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "ADAM_BYTES_PER_PARAM", "Kernel",
     "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
+    "causal_model_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
     "stage_memory_arrays", "SELECTIVE_OP_OPS", "SELECTIVE_OP_GEMMS", "selective_op_linears",
     "selective_op_kernels",
@@ -2243,6 +2244,23 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         extra = model.num_layers * selective_op_flops_per_token(model)
     masked = core_passes * core * (1.0 - causal_core_fraction(model))
     return model_flops_per_iteration(model, plan) + tokens * (extra - masked)
+
+
+def causal_model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Model FLOPs of one iteration counting only the attention core under the causal mask:
+    :func:`model_flops_per_iteration` less ``1 - causal_core_fraction`` of the core in each of
+    its three passes (forward, and twice that backward) over every layer and MTP layer, FLOPs.
+
+    Narayanan et al.'s Eq. 3 credits the core's full ``s x s`` square (``4sh`` per token and
+    layer forward); FlashAttention skips the masked half, and Megatron-Core 0.19's
+    ``num_floating_point_operations`` counts only that half (``2 * sum(L^2) * h``), as
+    Meta's Llama 3 paper's MFU does. At long sequences the two differ by most of the core:
+    a 1M-token plan's Eq. 3 MFU counts twice the attention FLOPs the GPUs run."""
+    _, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
+    tokens = plan.global_batch_size * model.seq_length
+    passes = 3.0 * (model.num_layers + mtp_layers(model))
+    return model_flops_per_iteration(model, plan) - tokens * passes * core * (
+        1.0 - causal_core_fraction(model))
 
 
 def causal_core_fraction(model: ModelConfig) -> float:

@@ -132,6 +132,11 @@ class Report:
     #: dtype of the dense peak MFU and HFU divide by (BF16 for FP8 plans, as Megatron-Bridge
     #: reports them; :func:`core.costing.mfu_peak_flops`)
     mfu_peak_dtype: str = "bf16"
+    #: MFU with the model FLOPs counting only the attention core under the causal mask
+    #: (:func:`core.model_math.causal_model_flops_per_iteration`, Megatron-Core 0.19's count):
+    #: below :attr:`mfu` by the masked half of the core's ``s x s`` square, which Eq. 3 credits;
+    #: None in reports written before it existed
+    mfu_causal: float | None = None
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,

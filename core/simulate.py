@@ -382,6 +382,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         cost_usd=cost.cost_usd,
         memory=memory,
         precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
+        mfu_causal=(cost.mfu * model_math.causal_model_flops_per_iteration(session.model, pl) / flops
+                    if flops > 0 else cost.mfu),
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,

@@ -384,3 +384,37 @@ def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
     from core.graph import weight_gradient_share
     b_part = times["attention_bwd"] * (1 - weight_gradient_share("attention_bwd", s))
     assert b_part - times["attention_core_bwd"] > 0
+
+
+@pytest.mark.parametrize("seq", [2048, 32768])
+def test_causal_model_flops_close_form(seq):
+    """GPT-3 175B: Eq. 3 is 72 B s L h^2 (1 + s/(6h) + V'/(12 L h)); counting only the causal
+    half of the attention core (Megatron-Core 0.19) halves the s/(6h) term."""
+    m = dataclasses.replace(MODEL_PRESETS["GPT-3 175B"], seq_length=seq)
+    pl = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
+                      micro_batch_size=1, global_batch_size=4, recompute="none")
+    B, s, L, h = 4, seq, m.num_layers, m.hidden_size
+    V = model_math.padded_vocab_size(m.vocab_size, 8)
+    eq3 = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
+    causal = 72 * B * s * L * h**2 * (1 + s / (12 * h) + V / (12 * L * h))
+    assert model_math.model_flops_per_iteration(m, pl) == pytest.approx(eq3, rel=1e-12)
+    assert model_math.causal_model_flops_per_iteration(m, pl) == pytest.approx(causal, rel=1e-12)
+
+
+def test_long_sequence_report_gives_the_causal_mfu():
+    """A 1M-token Llama 3 8B plan (cp 64): Eq. 3's MFU credits the masked half of the core
+    (most of the FLOPs at this length); the causal MFU divides the FLOPs the GPUs run, and
+    without recomputation equals the HFU (which counts the same causal core)."""
+    m = dataclasses.replace(LLAMA3_8B, seq_length=1 << 20)
+    s = Session(model=m, plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1,
+                                           data_parallel=1, context_parallel=64,
+                                           micro_batch_size=1, global_batch_size=1,
+                                           recompute="none", sequence_parallel=True,
+                                           zero_stage=1),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    r = simulate(s, session_profile(s)).report
+    ratio = (model_math.causal_model_flops_per_iteration(m, s.plan)
+             / model_math.model_flops_per_iteration(m, s.plan))
+    assert ratio < 0.6  # the masked half of the core is over 40 % of Eq. 3 at 1M tokens
+    assert r.mfu_causal == pytest.approx(r.mfu * ratio, rel=1e-12)
+    assert r.mfu_causal == pytest.approx(r.hfu, rel=1e-9)

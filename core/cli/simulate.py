@@ -72,9 +72,13 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     if r.fp8_recipe is not None:
         t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
                                "attention core, embedding and output layer in BF16")
+    causal = getattr(r, "mfu_causal", None)
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}"
               + (f"  [dim](of the {r.mfu_peak_dtype.upper()} dense peak)[/]"
-                 if r.mfu_peak_dtype != r.precision else ""))
+                 if r.mfu_peak_dtype != r.precision else "")
+              + (f"; MFU {causal:.1%} counting only the attention under the causal mask "
+                 "(Megatron-Core 0.19's count; Eq. 3 credits the full s x s square)"
+                 if causal is not None and causal < 0.98 * r.mfu else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
     from ..config import layout_summary
