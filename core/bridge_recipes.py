@@ -272,10 +272,13 @@ class RecipeFamily:
 
     ``recipes``: their function names; ``settings``: setting name (:data:`FAMILY_SETTINGS`)
     to the value every one of them has; ``recompute`` comes with ``recompute_modules`` and
-    ``recompute_num_layers`` (one setting)."""
+    ``recompute_num_layers`` (one setting); ``layouts``: per ``(p, v)``, the custom pipeline
+    layout all of the family's recipes at that ``p`` and ``v`` share."""
 
     recipes: tuple[str, ...]
     settings: dict[str, Any]
+    #: (p, v) to the custom pipeline layout every recipe of the family at that p and v has
+    layouts: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFamily | None:
@@ -300,4 +303,9 @@ def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFam
             vals = {getattr(r, s) for r in rs}
         if len(vals) == 1:
             settings[s] = vals.pop()
-    return RecipeFamily(tuple(r.function for r in rs), settings)
+    layouts: dict[tuple[int, int], str] = {}
+    for pv in {(r.key[5], r.key[6]) for r in rs}:
+        found = {r.pipeline_layout for r in rs if (r.key[5], r.key[6]) == pv}
+        if len(found) == 1 and None not in found:
+            layouts[pv] = found.pop()
+    return RecipeFamily(tuple(r.function for r in rs), settings, layouts)

@@ -2202,10 +2202,12 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     recomputed matmuls, :func:`selective_op_flops_per_token` per layer.
 
     Unlike the model FLOPs, whose Eq. 3 credits the attention core's full ``s x s`` square,
-    these are the FLOPs the GPUs execute: the core of every forward (and recomputed
-    forward) counts only the part under the mask, :func:`causal_core_fraction` of it (half
-    for causal attention, a windowed layer its band; FlashAttention skips the masked
-    blocks), so that HFU stays a share of the peak at long sequences (with the full square
+    these are the FLOPs the GPUs execute: with FlashAttention (``attention_kernel="flash"``)
+    the core of every forward (and recomputed forward) counts only the part under the mask,
+    :func:`causal_core_fraction` of it (half for causal attention, a windowed layer its band;
+    FlashAttention skips the masked blocks), so that HFU stays a share of the peak at long
+    sequences; the unfused path (``baddbmm``, softmax, ``bmm``) computes the whole square,
+    and counts it (Eq. 3's factor 96 for full recomputation) (with the full square
     credited, a 128k-token plan would report more than 100 %). Megatron-LM's own count
     halves the core the same way since Megatron-Core 0.19."""
     layer, core, _ = family_of(model).forward_flops_per_token(model, plan.tensor_parallel)
@@ -2242,7 +2244,10 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         # layernorm and moe_act re-run element-wise kernels only: no GEMM FLOPs
     elif plan.recompute == "selective_op":  # the recomputed matmuls of every (dense) layer
         extra = model.num_layers * selective_op_flops_per_token(model)
-    masked = core_passes * core * (1.0 - causal_core_fraction(model))
+    # FlashAttention skips the masked blocks; the unfused path (baddbmm, softmax, bmm) computes
+    # the whole s x s square
+    flash = getattr(model, "attention_kernel", "flash") == "flash"
+    masked = core_passes * core * (1.0 - causal_core_fraction(model)) if flash else 0.0
     return model_flops_per_iteration(model, plan) + tokens * (extra - masked)
 
 

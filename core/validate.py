@@ -452,8 +452,9 @@ ASSUMPTIONS = {
     "dispatcher-alltoall-from-notes": "the notes name the alltoall token dispatcher: "
                                       "Megatron-Core's alltoall (NCCL all-to-all)",
     "bridge-perf-recipe-layout": "the custom pipeline layout of the row's Megatron-Bridge perf "
-                                 "recipe (pipeline_model_parallel_layout; its MTP layers left "
-                                 "out when the row has none)",
+                                 "recipe, or of every recipe of its family at its p and v "
+                                 "(pipeline_model_parallel_layout; its MTP layers left out when "
+                                 "the row has none)",
     "dispatcher-flex-from-notes": "the notes name DeepEP or HybridEP: "
                                   "plan.moe_token_dispatcher_type flex (one copy of a token per "
                                   "other node that holds one of its experts, forwarded over "
@@ -704,7 +705,7 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
                        "(torchao: one scale per row of each operand) is not modelled; the modelled "
                        "recipes are delayed, tensorwise, mxfp8 and blockwise")
             return "fp8", None
-        if re.search(r"blockwise|128x128|sub-?channel|fp8[-_ ]?sc\b", text_):
+        if re.search(r"blockwise|128x128|sub[- ]?channel|fp8[-_ ]?sc\b", text_):
             return "fp8", "blockwise"
         if "delayed" in text_:
             return "fp8", "delayed"
@@ -1043,6 +1044,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
               if bridge is None and label_ok else None)
     fam = family.settings if family is not None else {}
     took: list[str] = []  # the settings this row takes from its recipe family
+    # Megatron-Core runs the expert all-to-all overlap only with expert parallelism, with
+    # pipeline parallelism only interleaved, and not with full recomputation: a row whose
+    # layout cannot run it does not take it from a recipe or family
+    ep_ok = ((opt["expert_parallel"] or 1) > 1 and (ints["pipeline_parallel"] == 1 or vp > 1)
+             and "full" not in str(v.get("recompute", "")).lower())
     if bridge is not None:
         batch = ints["global_batch_size"]
         rw.assume("bridge-perf-recipe", f"{bridge.function}, perf_recipes/{bridge.source}"
@@ -1050,15 +1056,19 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                      "override of the recipe" if batch != bridge.key[-1] else ""))
         if bridge.refuse is not None:
             rw.refuse(*bridge.refuse)
-        if bridge.mtp_num_layers and rw.withdraw("mtp-not-stated"):
+        if (bridge.mtp_num_layers and (rw.pp_layout is None or "m" in rw.pp_layout)
+                and rw.withdraw("mtp-not-stated")):
             rw.put(model, "model", "mtp_num_layers", bridge.mtp_num_layers)
         if model.num_experts and model.num_experts > 1:
             if rw.dispatcher is None and bridge.dispatcher:
                 rw.dispatcher = bridge.dispatcher
-            rw.ep_overlap = rw.ep_overlap or (bridge.ep_overlap and not rw.ep_overlap_off)
-            rw.delay_wgrad = rw.delay_wgrad or (bridge.delay_wgrad and not rw.delay_wgrad_off)
+            rw.ep_overlap = rw.ep_overlap or (bridge.ep_overlap and not rw.ep_overlap_off
+                                              and ep_ok)
+            rw.delay_wgrad = rw.delay_wgrad or (bridge.delay_wgrad and not rw.delay_wgrad_off
+                                                and rw.ep_overlap)
     elif family is not None:  # no recipe of this layout: what all of the family's agree on
-        if fam.get("mtp_num_layers") and rw.withdraw("mtp-not-stated"):
+        if (fam.get("mtp_num_layers") and (rw.pp_layout is None or "m" in rw.pp_layout)
+                and rw.withdraw("mtp-not-stated")):
             rw.put(model, "model", "mtp_num_layers", fam["mtp_num_layers"])
             n = fam["mtp_num_layers"]
             took.append(f"{n} MTP layer" + ("s" if n > 1 else ""))
@@ -1066,11 +1076,6 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             if rw.dispatcher is None and fam.get("dispatcher"):
                 rw.dispatcher = fam["dispatcher"]
                 took.append(f"dispatcher {rw.dispatcher}")
-            # Megatron-Core runs the overlap only with expert parallelism, and with pipeline
-            # parallelism only interleaved: a layout that cannot run it does not take it
-            ep_ok = ((opt["expert_parallel"] or 1) > 1
-                     and (ints["pipeline_parallel"] == 1 or vp > 1)
-                     and "full" not in str(v.get("recompute", "")).lower())
             if fam.get("ep_overlap") and not rw.ep_overlap and not rw.ep_overlap_off and ep_ok:
                 rw.ep_overlap = True
                 took.append("expert all-to-all overlap")
@@ -1133,6 +1138,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if not model.mtp_num_layers:
             layout = layout.replace("m", "")
         rw.assume("bridge-perf-recipe-layout", layout)
+    if layout is None and family is not None and (p, max(vp, 1)) in family.layouts:
+        layout = family.layouts[(p, max(vp, 1))]
+        if not model.mtp_num_layers:
+            layout = layout.replace("m", "")
+        rw.assume("bridge-perf-recipe-layout", f"{layout}, the layout of every recipe of the "
+                  f"family at p={p}, v={max(vp, 1)}")
     if layout is None:
         layout = _bridge_dsv3_layout(name, framework, L, p, vp, model.mtp_num_layers)
         if layout is not None:
@@ -1213,24 +1224,28 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         plan.zero_stage = 3 if sharded[0] == "fsdp" else 1
         rw.assume("distributed-optimizer-zero1" if plan.zero_stage == 1 else
                   "megatron-fsdp-zero3" if megatron else "fsdp-zero3")
-    if "overlap_grad_reduce" not in v and bridge is not None:  # the recipe's DDP overlaps
-        plan.overlap_grad_reduce = bridge.overlap_grad_reduce
+    ogr_stated = bool(str(v.get("overlap_grad_reduce", "")).strip())  # an empty cell: not stated
+    if bridge is not None:  # the recipe's DDP overlaps (a stated grad-reduce overlap wins)
+        if not ogr_stated:
+            plan.overlap_grad_reduce = bridge.overlap_grad_reduce
         plan.overlap_param_gather = plan.zero_stage >= 1 and bridge.overlap_param_gather
-    elif "overlap_grad_reduce" not in v and is_bridge:
-        plan.overlap_grad_reduce = fam.get("overlap_grad_reduce", True)
+    elif is_bridge:
+        if not ogr_stated:
+            plan.overlap_grad_reduce = fam.get("overlap_grad_reduce", True)
         plan.overlap_param_gather = plan.zero_stage >= 1 and fam.get("overlap_param_gather", True)
         if "overlap_grad_reduce" in fam and "overlap_param_gather" in fam:
-            took.append(f"overlap_grad_reduce {plan.overlap_grad_reduce}, overlap_param_gather "
-                        f"{fam['overlap_param_gather']}")
+            took.append(("" if ogr_stated else
+                         f"overlap_grad_reduce {fam['overlap_grad_reduce']}, ")
+                        + f"overlap_param_gather {fam['overlap_param_gather']}")
         else:
             rw.assume("megatron-overlap-default")
-    elif "overlap_grad_reduce" not in v and nemo:
+    elif not ogr_stated and nemo:
         plan.overlap_grad_reduce = True
         # MXFP8 reuses the gradient buffer for the parameter all-gather, not overlapped
         plan.overlap_param_gather = plan.zero_stage >= 1 and recipe != "mxfp8"
         nemo_defaults.append("overlap_grad_reduce" + (", overlap_param_gather"
                                                       if plan.overlap_param_gather else ""))
-    elif "overlap_grad_reduce" not in v and plan.zero_stage == 3:
+    elif not ogr_stated and plan.zero_stage == 3:
         rw.assume("fsdp-overlap")
         plan.overlap_grad_reduce = plan.overlap_param_gather = True
     if (plan.zero_stage == 3 and re.search(r"FSDP1", framework) and plan.precision == "bf16"

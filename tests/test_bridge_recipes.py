@@ -234,3 +234,49 @@ def test_labels_and_names(raw, tmp_path):
     assert "bridge-perf-recipe" in names and m.session.model.mtp_num_layers == 1
     # GB200 GPT-OSS MXFP8: selective with recompute_modules=[] recomputes nothing
     assert _by_function("gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config").recompute == "none"
+
+
+def test_second_tester_findings(raw, tmp_path):
+    # a notes' layout without MTP sets the MTP count, over the recipe's one layer (row 19)
+    m, names = _row(raw, tmp_path, 19, notes=raw[18]["notes"] + "; pp_layout Et*4|(tttt|)*14tL")
+    assert not m.skip_reason and m.session.model.mtp_num_layers == 0
+    # the overlap switched off in the notes takes the recipe's delayed wgrad with it (row 21)
+    m, _ = _row(raw, tmp_path, 21, notes=raw[20]["notes"] + "; EP overlap disabled")
+    assert not m.skip_reason
+    assert not (m.session.plan.overlap_moe_expert_parallel_comm or m.session.plan.delay_wgrad_compute)
+    # a stated full recomputation: the recipe's overlap cannot run with it, and is not taken
+    m, _ = _row(raw, tmp_path, 21, recompute="full")
+    assert not m.skip_reason and not m.session.plan.overlap_moe_expert_parallel_comm
+    # DeepSeek-V3 BF16 on 512 H100 (p 8, v 4; no recipe of 512 GPUs) without the notes' layout:
+    # the layout every H100 BF16 recipe of the model has at p 8, v 4
+    notes = raw[7]["notes"].replace("pp_layout Et|(tt|)*30mL, ", "").replace(
+        "recompute_modules=[mla_up_proj, mlp], ", "")
+    m, names = _row(raw, tmp_path, 8, precision="bf16", num_gpus="512", data_parallel="32",
+                    notes=notes)
+    assert not m.skip_reason, m.skip_reason
+    assert m.session.plan.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+    assert "bridge-perf-recipe-layout" in names and "bridge-perf-recipe-family" in names
+    # GB200 DeepSeek-V3 MXFP8 at p 8, v 2, ep 32: the family has no layout there: the recalled map
+    m, names = _row(raw, tmp_path, 19, pipeline_parallel="8", virtual_pipeline_stages="2",
+                    data_parallel="32", expert_parallel="32")
+    assert "bridge-dsv3-pipeline-layout" in names and "bridge-perf-recipe-layout" not in names
+    # "sub channel" with a space is blockwise
+    m, _ = _row(raw, tmp_path, 8, precision="FP8 sub channel", virtual_pipeline_stages="2")
+    assert m.session.plan.fp8_recipe == "blockwise"
+
+
+def test_an_empty_overlap_cell_is_not_stated(raw, tmp_path):
+    """A CSV with an overlap_grad_reduce column: an empty cell leaves the recipe's DDP overlaps
+    (row 8 as BF16 at global batch 16384: deepseek_v3_pretrain_1024gpu_h100_bf16_config, no
+    gradient-reduce overlap, parameter all-gather overlapped); 'y' states the first only."""
+    header = list(raw[0]) + ["overlap_grad_reduce"]
+    for cell, expect in (("", (False, True)), ("y", (True, True))):
+        path = tmp_path / f"o{cell}.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=header)
+            w.writeheader()
+            w.writerow({**raw[7], "precision": "bf16", "global_batch_size": "16384",
+                        "overlap_grad_reduce": cell})
+        (m,) = read_measurements(path)
+        assert "bridge-perf-recipe" in {a.split(":")[0] for a in m.assumptions}
+        assert (m.session.plan.overlap_grad_reduce, m.session.plan.overlap_param_gather) == expect

@@ -272,14 +272,15 @@ def test_selective_recomputation_redoes_the_attention_core():
     assert core.sum() == 4 * 24 and (sel.graph.kind[core] == KINDS.index("recompute")).all()
     extra = sel.graph.duration_s[core].sum()
     assert sel.report.iteration_time_s == pytest.approx(none.report.iteration_time_s + extra, rel=1e-9)
-    # HFU counts what runs: the recomputed attention core once more (forward only), and of
-    # every executed core (3 of the model's passes + 1 recomputed) the causal half of the
-    # square that Eq. 3 credits in full (4 s h FLOPs per token and layer)
+    # HFU counts what runs: the recomputed attention core once more (forward only); the
+    # unfused path computes every core's whole s x s square, as Eq. 3 credits it (4 s h FLOPs
+    # per token and layer)
     m, seq, h = sel.session.model, 2048, 2048
     tokens = 4 * seq
     core = 4 * seq * h
+    assert m.attention_kernel == "unfused"
     assert (sel.report.hfu / sel.report.mfu - 1) * sel.report.model_flops_per_iteration == pytest.approx(
-        tokens * 24 * (core - (3 + 1) * core / 2), rel=1e-9)
+        tokens * 24 * core, rel=1e-9)
     assert m.num_layers == 24
 
 

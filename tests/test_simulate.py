@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -65,11 +66,18 @@ def test_recomputation_adds_one_forward_per_layer():
     fwd = 24 * (analytic_op_time("attention_fwd", key, store) + analytic_op_time("mlp_fwd", key, store))
     assert full.iteration_time_s - plain.iteration_time_s == pytest.approx(4 * fwd, rel=1e-3)
     # HFU: the model FLOPs (Eq. 3, the full s x s core credited: 4sh per token and layer) plus
-    # one more forward per layer, less the masked half of every executed core (3 + 1 passes)
+    # one more forward per layer: the unfused attention computes the whole square, so Eq. 3's
+    # factor 96 instead of 72; with FlashAttention, less the masked half of every executed
+    # core (3 + 1 passes)
     model = 3 * 24 * (8 + 16 + 4) * 2048**2 + 6 * 2048 * 50304
     recomputed = 24 * (8 + 16 + 4) * 2048**2
+    assert s.model.attention_kernel == "unfused"
+    assert full.hfu / full.mfu == pytest.approx(1 + recomputed / model, rel=1e-9)
+    flash = dataclasses.replace(s, model=dataclasses.replace(s.model, attention_kernel="flash"),
+                                plan=dataclasses.replace(s.plan, recompute="full"))
+    fr = simulate(flash, store).report
     masked = (3 + 1) * 24 * (4 * 2048 * 2048) / 2
-    assert full.hfu / full.mfu == pytest.approx(1 + (recomputed - masked) / model, rel=1e-9)
+    assert fr.hfu / fr.mfu == pytest.approx(1 + (recomputed - masked) / model, rel=1e-9)
 
 
 def test_report_figures_are_consistent():
