@@ -684,6 +684,10 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if "inferred" in t:
         row.refuse("precision not stated", f"precision={text!r}: the source does not state it")
         return "fp8", None
+    if re.search(r"fp8[- ](?:dot[- ]product[- ])?attention|fp8[_ ]dpa|fp8_dot_product_attention", t):
+        row.refuse("FP8 attention (fp8_dot_product_attention)",
+                   f"precision={text!r}: the attention core in FP8; FP8 attention is not "
+                   "modelled (the core is timed in BF16)")
     if "all-gather" in t:  # FSDP float8 all-gather: plan.fp8_param_gather (_general_row)
         row.assume("fp8-param-gather-from-label")
         row.fp8_param_gather = True

@@ -280,3 +280,10 @@ def test_an_empty_overlap_cell_is_not_stated(raw, tmp_path):
         (m,) = read_measurements(path)
         assert "bridge-perf-recipe" in {a.split(":")[0] for a in m.assumptions}
         assert (m.session.plan.overlap_grad_reduce, m.session.plan.overlap_param_gather) == expect
+
+
+@pytest.mark.parametrize("label", ["bf16 (fp8 attention)", "fp8-cs, FP8 DPA",
+                                   "mxfp8 with fp8_dot_product_attention"])
+def test_fp8_attention_in_the_label_is_refused_by_name(raw, tmp_path, label):
+    m, _ = _row(raw, tmp_path, 9, precision=label)
+    assert "FP8 attention (fp8_dot_product_attention)" in m.skip_causes
