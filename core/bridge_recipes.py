@@ -64,11 +64,6 @@ BRIDGE_VERSION = "Megatron-Bridge 0.6.2"
 #: The recipe table (module doc).
 BRIDGE_RECIPES_FILE = Path(__file__).resolve().parent.parent / "resources" / "bridge_perf_recipes.json"
 
-#: Precision labels of the recipe names (``_perf_precision``) and the reader's names for them:
-#: ``fp8cs`` per-tensor current scaling, ``fp8mx`` MXFP8, ``fp8sc`` sub-channel (blockwise).
-PRECISION_NAMES = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "mxfp8", "fp8sc": "blockwise"}
-
-
 @dataclass(frozen=True)
 class BridgeRecipe:
     """One performance recipe's identity and effective settings.
