@@ -112,6 +112,13 @@ class BridgeRecipe:
                 self.mtp_num_layers, self.refuse, self.overlap_grad_reduce,
                 self.overlap_param_gather, self.fp8_param_gather, self.pipeline_layout)
 
+    def setting(self, name: str) -> Any:
+        """The value of one of :data:`FAMILY_SETTINGS`: the attribute, and for ``recompute``
+        the triple ``(recompute, recompute_modules, recompute_num_layers)``."""
+        if name == "recompute":
+            return self.recompute, self.recompute_modules, self.recompute_num_layers
+        return getattr(self, name)
+
 
 _FP8_DPA = ("FP8 attention (fp8_dot_product_attention)",
             "the recipe runs the attention core in FP8 (fp8_dot_product_attention=True); FP8 "
@@ -133,7 +140,6 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         recompute = "full"
         # block: the first N layers of each chunk; uniform: every layer, in groups of N
         layers = int(d["recompute_num_layers"]) if d.get("recompute_method") == "block" else None
-    moe = (d.get("ep") or 1) > 1 or d["model"].startswith(("Qwen3-", "DeepSeek", "GPT-OSS"))
     refuse = None
     if d.get("fp8_dot_product_attention"):
         refuse = _FP8_DPA
@@ -170,7 +176,7 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
            int(d["global_batch"]))
     return BridgeRecipe(
         d["function"], d["source"], key, recompute, mods, layers,
-        dispatcher=d.get("moe_token_dispatcher_type") if moe else None,
+        dispatcher=d.get("moe_token_dispatcher_type"),  # null for the dense models
         ep_overlap=bool(d.get("overlap_moe_expert_parallel_comm")),
         delay_wgrad=bool(d.get("delay_wgrad_compute")),
         tp_comm_overlap=d.get("tp_comm_overlap"),
@@ -290,12 +296,8 @@ def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFam
         return None
     settings: dict[str, Any] = {}
     for s in FAMILY_SETTINGS:
-        if s == "recompute":
-            vals = {(r.recompute, r.recompute_modules, r.recompute_num_layers) for r in rs}
-        elif s == "tp_comm_overlap":
-            vals = {r.tp_comm_overlap for r in rs if r.key[4] > 1 and r.sequence_parallel}
-        else:
-            vals = {getattr(r, s) for r in rs}
+        vals = {r.setting(s) for r in rs
+                if s != "tp_comm_overlap" or (r.key[4] > 1 and r.sequence_parallel)}
         if len(vals) == 1:
             settings[s] = vals.pop()
     layouts: dict[tuple[int, int], str] = {}

@@ -2246,8 +2246,8 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         extra = model.num_layers * selective_op_flops_per_token(model)
     # FlashAttention skips the masked blocks; the unfused path (baddbmm, softmax, bmm) computes
     # the whole s x s square
-    flash = getattr(model, "attention_kernel", "flash") == "flash"
-    masked = core_passes * core * (1.0 - causal_core_fraction(model)) if flash else 0.0
+    masked = (core_passes * core * (1.0 - causal_core_fraction(model))
+              if model.attention_kernel == "flash" else 0.0)
     return model_flops_per_iteration(model, plan) + tokens * (extra - masked)
 
 

@@ -43,7 +43,7 @@ from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHO
                      ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
                      capped_recompute_layers, expand_pipeline_layout, gpu_kind,
                      node_network_gbits_per_s, validate)
-from .bridge_recipes import (BRIDGE_VERSION, BridgeRecipe, RecipeFamily, bridge_recipe_family,
+from .bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
 from .config import rename_field
 from .inputs import read_text
@@ -898,31 +898,15 @@ def _bridge_precision(precision: str, recipe: str | None) -> str | None:
     return {None: "fp8", "tensorwise": "fp8", "mxfp8": "mxfp8", "blockwise": "fp8sc"}.get(recipe)
 
 
-def _bridge_recipe(framework: str, get: dict, ints: dict, opt: dict, name: str, precision: str,
-                   recipe: str | None) -> BridgeRecipe | None:
-    """The Megatron-Bridge performance recipe that ran a Megatron-Bridge row
-    (:func:`core.bridge_recipes.match_bridge_recipe`: every key field but the global batch
-    equal), or None."""
-    if "bridge" not in framework.lower():
-        return None
-    prec = _bridge_precision(precision, recipe)
-    if prec is None:
-        return None
+def _bridge_recipe(get: dict, ints: dict, opt: dict, name: str, prec: str) -> BridgeRecipe | None:
+    """The Megatron-Bridge performance recipe that ran a Megatron-Bridge row of recipe-table
+    precision ``prec`` (:func:`_bridge_precision`; :func:`core.bridge_recipes.match_bridge_recipe`:
+    every key field but the global batch equal), or None."""
     return match_bridge_recipe(
         gpu_kind(str(get["gpu"])), name, ints["num_gpus"], prec, ints["tensor_parallel"],
         ints["pipeline_parallel"], max(1, ints["virtual_pipeline_stages"]),
         opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"],
         ints["global_batch_size"])
-
-
-def _bridge_family(framework: str, get: dict, name: str, precision: str,
-                   recipe: str | None) -> RecipeFamily | None:
-    """What every Megatron-Bridge performance recipe of a Bridge row's GPU kind, model and
-    precision sets alike (:func:`core.bridge_recipes.bridge_recipe_family`), or None."""
-    if "bridge" not in framework.lower():
-        return None
-    prec = _bridge_precision(precision, recipe)
-    return None if prec is None else bridge_recipe_family(gpu_kind(str(get["gpu"])), name, prec)
 
 
 #: Models whose Megatron-Bridge base recipes set expert_tensor_parallel_size=1 (Bridge 0.6.2
@@ -1042,12 +1026,19 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     # no recipe for a row whose precision label was refused (NVFP4, rowwise FP8, ...): the
     # precision it was read as is a placeholder
     label_ok = not {"precision", "rowwise FP8 scaling", "precision not stated"} & set(rw.causes)
-    bridge = (_bridge_recipe(framework, get, ints, opt, name, precision, recipe) if label_ok
-              else None)
-    family = (_bridge_family(framework, get, name, precision, recipe)
-              if bridge is None and label_ok else None)
-    fam = family.settings if family is not None else {}
+    prec = _bridge_precision(precision, recipe) if is_bridge and label_ok else None
+    bridge = _bridge_recipe(get, ints, opt, name, prec) if prec else None
+    family = (bridge_recipe_family(gpu_kind(str(get["gpu"])), name, prec)
+              if prec and bridge is None else None)
+    # what the row takes where it does not state it: its recipe's settings, or what all of its
+    # family's agree on (FAMILY_SETTINGS names to values)
+    src = ({s: bridge.setting(s) for s in FAMILY_SETTINGS} if bridge is not None
+           else family.settings if family is not None else {})
     took: list[str] = []  # the settings this row takes from its recipe family
+
+    def take(what: str) -> None:  # named in the family's assumption (a recipe's is the recipe)
+        if bridge is None:
+            took.append(what)
     # Megatron-Core runs the expert all-to-all overlap only with expert parallelism, with
     # pipeline parallelism only interleaved, and not with full recomputation: a row whose
     # layout cannot run it does not take it from a recipe or family
@@ -1060,33 +1051,21 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                      "override of the recipe" if batch != bridge.key[-1] else ""))
         if bridge.refuse is not None:
             rw.refuse(*bridge.refuse)
-        if (bridge.mtp_num_layers and (rw.pp_layout is None or "m" in rw.pp_layout)
-                and rw.withdraw("mtp-not-stated")):
-            rw.put(model, "model", "mtp_num_layers", bridge.mtp_num_layers)
-        if model.num_experts and model.num_experts > 1:
-            if rw.dispatcher is None and bridge.dispatcher:
-                rw.dispatcher = bridge.dispatcher
-            rw.ep_overlap = rw.ep_overlap or (bridge.ep_overlap and not rw.ep_overlap_off
-                                              and ep_ok)
-            rw.delay_wgrad = rw.delay_wgrad or (bridge.delay_wgrad and not rw.delay_wgrad_off
-                                                and rw.ep_overlap)
-    elif family is not None:  # no recipe of this layout: what all of the family's agree on
-        if (fam.get("mtp_num_layers") and (rw.pp_layout is None or "m" in rw.pp_layout)
-                and rw.withdraw("mtp-not-stated")):
-            rw.put(model, "model", "mtp_num_layers", fam["mtp_num_layers"])
-            n = fam["mtp_num_layers"]
-            took.append(f"{n} MTP layer" + ("s" if n > 1 else ""))
-        if model.num_experts and model.num_experts > 1:
-            if rw.dispatcher is None and fam.get("dispatcher"):
-                rw.dispatcher = fam["dispatcher"]
-                took.append(f"dispatcher {rw.dispatcher}")
-            if fam.get("ep_overlap") and not rw.ep_overlap and not rw.ep_overlap_off and ep_ok:
-                rw.ep_overlap = True
-                took.append("expert all-to-all overlap")
-            if (fam.get("delay_wgrad") and rw.ep_overlap and not rw.delay_wgrad
-                    and not rw.delay_wgrad_off):
-                rw.delay_wgrad = True
-                took.append("delayed weight gradients")
+    n = src.get("mtp_num_layers")  # a notes' layout without MTP layers says there are none
+    if n and (rw.pp_layout is None or "m" in rw.pp_layout) and rw.withdraw("mtp-not-stated"):
+        rw.put(model, "model", "mtp_num_layers", n)
+        take(f"{n} MTP layer" + ("s" if n > 1 else ""))
+    if model.num_experts and model.num_experts > 1:
+        if rw.dispatcher is None and src.get("dispatcher"):
+            rw.dispatcher = src["dispatcher"]
+            take(f"dispatcher {rw.dispatcher}")
+        if src.get("ep_overlap") and not rw.ep_overlap and not rw.ep_overlap_off and ep_ok:
+            rw.ep_overlap = True
+            take("expert all-to-all overlap")
+        if (src.get("delay_wgrad") and rw.ep_overlap and not rw.delay_wgrad
+                and not rw.delay_wgrad_off):
+            rw.delay_wgrad = True
+            take("delayed weight gradients")
     if (bridge is None and is_bridge and rw.dispatcher is None and model.num_experts
             and _DEEPSEEK_V3.search(name)):
         # Megatron-Bridge's deepseek_v3 base recipe, which its perf recipes start from
@@ -1095,18 +1074,15 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
     stated = bool(str(v.get("recompute", "")).strip()
                   or re.search(r"recompute_modules\s*=\s*\[", notes))  # the notes' modules
-    if not stated and (bridge is not None or "recompute" in fam):
+    if not stated and "recompute" in src:
         # the recipe's (or all of its family's), which the summary does not print
-        recompute, mods, layers = ((bridge.recompute, bridge.recompute_modules,
-                                    bridge.recompute_num_layers) if bridge is not None
-                                   else fam["recompute"])
+        recompute, mods, layers = src["recompute"]
         if mods:
             modules_box.recompute_modules = mods
         if layers:
             modules_box.recompute_num_layers = layers
-        if bridge is None:
-            took.append(f"recompute {recompute}" + (f" ({mods})" if mods else "")
-                        + (f" ({layers} layers per chunk)" if layers else ""))
+        take(f"recompute {recompute}" + (f" ({mods})" if mods else "")
+             + (f" ({layers} layers per chunk)" if layers else ""))
     else:
         recompute = (_recompute_policy(v["recompute"], framework, notes, rw, modules_box)
                      if "recompute" in v else str(get["recompute"]).lower())
@@ -1137,17 +1113,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     # the custom pipeline layout: the notes' pp_layout, or Megatron-Bridge's DeepSeek-V3 default
     L, p = ints["num_layers"], ints["pipeline_parallel"]
     layout = rw.pp_layout
-    if layout is None and bridge is not None and bridge.pipeline_layout:
-        layout = bridge.pipeline_layout
-        if not model.mtp_num_layers:
-            layout = layout.replace("m", "")
-        rw.assume("bridge-perf-recipe-layout", layout)
-    if layout is None and family is not None and (p, max(vp, 1)) in family.layouts:
-        layout = family.layouts[(p, max(vp, 1))]
-        if not model.mtp_num_layers:
-            layout = layout.replace("m", "")
-        rw.assume("bridge-perf-recipe-layout", f"{layout}, the layout of every recipe of the "
-                  f"family at p={p}, v={max(vp, 1)}")
+    recipe_layout = (bridge.pipeline_layout if bridge is not None else
+                     family.layouts.get((p, max(vp, 1))) if family is not None else None)
+    if layout is None and recipe_layout:
+        layout = recipe_layout if model.mtp_num_layers else recipe_layout.replace("m", "")
+        rw.assume("bridge-perf-recipe-layout", layout if bridge is not None else
+                  f"{layout}, the layout of every recipe of the family at p={p}, v={max(vp, 1)}")
     if layout is None:
         layout = _bridge_dsv3_layout(name, framework, L, p, vp, model.mtp_num_layers)
         if layout is not None:
@@ -1229,18 +1200,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.assume("distributed-optimizer-zero1" if plan.zero_stage == 1 else
                   "megatron-fsdp-zero3" if megatron else "fsdp-zero3")
     ogr_stated = bool(str(v.get("overlap_grad_reduce", "")).strip())  # an empty cell: not stated
-    if bridge is not None:  # the recipe's DDP overlaps (a stated grad-reduce overlap wins)
+    if is_bridge:  # the recipe's (family's) DDP overlaps; a stated grad-reduce overlap wins
         if not ogr_stated:
-            plan.overlap_grad_reduce = bridge.overlap_grad_reduce
-        plan.overlap_param_gather = plan.zero_stage >= 1 and bridge.overlap_param_gather
-    elif is_bridge:
-        if not ogr_stated:
-            plan.overlap_grad_reduce = fam.get("overlap_grad_reduce", True)
-        plan.overlap_param_gather = plan.zero_stage >= 1 and fam.get("overlap_param_gather", True)
-        if "overlap_grad_reduce" in fam and "overlap_param_gather" in fam:
-            took.append(("" if ogr_stated else
-                         f"overlap_grad_reduce {fam['overlap_grad_reduce']}, ")
-                        + f"overlap_param_gather {fam['overlap_param_gather']}")
+            plan.overlap_grad_reduce = src.get("overlap_grad_reduce", True)
+        plan.overlap_param_gather = plan.zero_stage >= 1 and src.get("overlap_param_gather", True)
+        if "overlap_grad_reduce" in src and "overlap_param_gather" in src:
+            take(("" if ogr_stated else f"overlap_grad_reduce {src['overlap_grad_reduce']}, ")
+                 + f"overlap_param_gather {src['overlap_param_gather']}")
         else:
             rw.assume("megatron-overlap-default")
     elif not ogr_stated and nemo:
@@ -1284,11 +1250,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             plan.fp8_param_gather = True
             nemo_defaults.append("fp8_param_gather")
     if plan.sequence_parallel and plan.tensor_parallel > 1 and _has(plan, "tp_comm_overlap"):
-        if bridge is not None and bridge.tp_comm_overlap is not None:
-            plan.tp_comm_overlap = bridge.tp_comm_overlap  # the recipe's CommOverlapConfig
-        elif fam.get("tp_comm_overlap") is not None:
-            plan.tp_comm_overlap = fam["tp_comm_overlap"]
-            took.append("TP communication overlap " + ("on" if plan.tp_comm_overlap else "off"))
+        if src.get("tp_comm_overlap") is not None:  # the recipe's (family's) CommOverlapConfig
+            plan.tp_comm_overlap = src["tp_comm_overlap"]
+            take("TP communication overlap " + ("on" if plan.tp_comm_overlap else "off"))
         elif is_bridge and model.multi_latent_attention is True:
             rw.assume("bridge-mla-no-tp-comm-overlap")
         elif is_bridge:

@@ -72,7 +72,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     if r.fp8_recipe is not None:
         t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
                                "attention core, embedding and output layer in BF16")
-    causal = getattr(r, "mfu_causal", None)
+    causal = r.mfu_causal
     t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}"
               + (f"  [dim](of the {r.mfu_peak_dtype.upper()} dense peak)[/]"
                  if r.mfu_peak_dtype != r.precision else "")
