@@ -829,6 +829,44 @@ BRIDGE_DSV3_LAYOUTS = {
 }
 
 
+#: Context-parallel exchanges other than Megatron-Core's ring, named in a row's notes: its
+#: ``--cp-comm-type`` a2a / allgather / a2a+p2p, DeepSpeed-Ulysses' all-to-all, or an all-gather
+#: or all-to-all of K/V said of context parallelism (Llama 3's CP, PyTorch's allgather rotation).
+_CP_COMM_OTHER = re.compile(
+    r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*(a2a\+p2p|a2a|all[_-]?gather|all[_-]?to[_-]?all)"
+    r"|ulysses"
+    r"|(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,40}\b(cp|context[- ]parallel\w*|k/?v)\b"
+    r"|\b(cp|context[- ]parallel\w*)\b[^.;]{0,40}(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)",
+    re.I)
+#: The same in notes that name the ring (Megatron-Core's default ``p2p``).
+_CP_COMM_P2P = re.compile(r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*p2p\b(?!\s*\+)", re.I)
+
+
+def _check_cp_comm(framework: str, notes: str, row: _Row) -> None:
+    """Refuse a context-parallel row whose K/V exchange is not Megatron-Core's ring.
+
+    The simulator models ring attention as Megatron-Core runs it (``--cp-comm-type p2p``, the
+    default: K/V blocks passed around the cp ranks in cp - 1 steps, each overlapped with a
+    step of attention, REFERENCE.md "Context parallelism"). Refused by name: notes naming
+    another exchange (:data:`_CP_COMM_OTHER`: ``a2a``, ``allgather``, ``a2a+p2p``, Ulysses),
+    and a framework other than Megatron-Core / NeMo, whose context parallelism is its own
+    (PyTorch's ``context_parallel`` in torchtitan all-gathers K/V by default; Llama 3's CP
+    all-gathers K/V), unless its notes name the p2p ring.
+    """
+    other = _CP_COMM_OTHER.search(notes)
+    if other:
+        row.refuse("context parallelism other than Megatron-Core's ring",
+                   f"the notes name a context-parallel exchange other than the ring "
+                   f"({other.group(0).strip()!r}); only Megatron-Core's ring attention "
+                   "(cp_comm_type p2p) is modelled")
+    elif framework.strip() and not _MEGATRON.search(framework) and not _CP_COMM_P2P.search(notes):
+        row.refuse("context parallelism other than Megatron-Core's ring",
+                   f"context parallelism in {framework}: its K/V exchange is its own (PyTorch's "
+                   "context_parallel, torchtitan's, all-gathers K/V by default) and the row does "
+                   "not say it is a ring; only Megatron-Core's ring attention (cp_comm_type p2p) "
+                   "is modelled")
+
+
 def _bridge_dsv3_layout(name: str, framework: str, num_layers: int, p: int, v: int,
                         mtp: int) -> str | None:
     """The layout of :data:`BRIDGE_DSV3_LAYOUTS` for a DeepSeek-V3 (61 layers) Megatron-Bridge
@@ -1148,6 +1186,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     cp = opt["context_parallel"] or 1
     if cp > 1:
         rw.put(plan, "plan", "context_parallel", cp)
+        _check_cp_comm(framework, notes, rw)
     ep = opt["expert_parallel"] or 1
     if ep > 1:
         rw.put(plan, "plan", "expert_parallel", ep)

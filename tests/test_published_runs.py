@@ -300,6 +300,45 @@ def test_recompute_policy(text, framework, notes, expect, cause):
         assert row.causes == [cause]
 
 
+_CP_OTHER = "context parallelism other than Megatron-Core's ring"
+
+
+@pytest.mark.parametrize("framework, notes, refused", [
+    ("Megatron-Bridge (Megatron-Core)", "", False),
+    ("Megatron-LM", "cp_comm_type=p2p", False),
+    ("NeMo 2.0", "context parallel 2 (ring); TP all-gather overlapped", False),
+    ("", "", False),                                     # the session's own terms: the ring
+    ("torchtitan (FSDP2)", "", True),                    # PyTorch's context_parallel: all-gather
+    ("torchtitan (FSDP2)", "ring attention, cp_comm_type p2p", False),
+    ("Megatron-Bridge", "cp_comm_type a2a", True),
+    ("Megatron-LM", "cp_comm_type: 'allgather'", True),
+    ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", True),
+    ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", True),
+    ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", True),
+    ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", True),
+])
+def test_context_parallel_other_than_the_ring_is_refused(framework, notes, refused):
+    """Only Megatron-Core's ring (cp_comm_type p2p) is modelled: another exchange named in the
+    notes, or another framework's CP not said to be a ring, refuses the row by name."""
+    from core.validate import _check_cp_comm, _Row
+    row = _Row()
+    _check_cp_comm(framework, notes, row)
+    assert row.causes == ([_CP_OTHER] if refused else [])
+
+
+def test_context_parallel_of_torchtitan_is_refused_and_of_megatron_predicted(published, tmp_path):
+    """End to end: a torchtitan row at cp = 2 is skipped for its CP (PyTorch's all-gather
+    exchange), the same row from Megatron-LM is predicted with the ring."""
+    raw, _ = published
+    tt = dict(raw[33], context_parallel="2", data_parallel="16")  # row 34: 32 H200, torchtitan
+    mg = dict(tt, framework="Megatron-LM", recompute="selective", notes="")
+    ms = read_measurements(_write_rows(tmp_path / "cp.csv", raw, tt, mg))
+    assert ms[0].skip_causes == [_CP_OTHER] and "all-gathers K/V" in ms[0].skip_reason
+    assert not ms[1].skip_reason and ms[1].session.plan.context_parallel == 2
+    from core.simulate import simulate
+    assert 0 < simulate(ms[1].session).report.iteration_time_s < float("inf")
+
+
 def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
     assert main(["validate", str(PUBLISHED), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
