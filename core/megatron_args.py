@@ -176,6 +176,10 @@ ARGUMENTS: dict[str, Arg] = {
     "--pipeline-model-parallel-size": Arg(("plan.pipeline_parallel",), True,
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
+    "--cp-comm-type": Arg(("plan.context_parallel",), True,
+                          "context-parallel K/V exchange: p2p (the ring, Megatron-Core's default) "
+                          "is the one modelled; a2a, allgather and a2a+p2p are refused with "
+                          "cp > 1"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
     "--moe-token-dispatcher-type": Arg(("plan.moe_token_dispatcher_type",), True,
                                        "MoE token dispatcher: alltoall or flex (Megatron's default "
@@ -1043,6 +1047,12 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     cp = _int(args, "--context-parallel-size", src) or 1
     if take("--context-parallel-size") and (cp > 1 or field_exists("plan.context_parallel")):
         mp.set("--context-parallel-size", "plan.context_parallel", cp)
+    if take("--cp-comm-type"):  # one type, or one per layer (Megatron-Core's list form)
+        kinds = {k.strip("[](),'\"") for k in " ".join(args["--cp-comm-type"]).replace(",", " ").split()}
+        kinds.discard("")
+        if cp > 1 and kinds - {"p2p"}:
+            mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds - {'p2p'}))}: only the ring "
+                      "(p2p, Megatron-Core's default) is modelled")
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)

@@ -125,7 +125,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         --no-align-param-gather --no-scatter-gather-tensors-in-pipeline --use-ring-exchange-p2p
         --nccl-ub --use-sharp --use-custom-fsdp --data-parallel-sharding-strategy
         --gradient-reduce-div-fusion --suggested-communication-unit-size
-        --keep-fp8-transpose-cache-when-using-custom-fsdp --cp-comm-type
+        --keep-fp8-transpose-cache-when-using-custom-fsdp
         --hierarchical-context-parallel-sizes --nccl-communicator-config-path
         --use-tp-pp-dp-mapping""",
         """--distributed-backend --distributed-timeout-minutes --local-rank --local_rank

@@ -1046,3 +1046,24 @@ def test_block_recompute_num_layers_counts_per_model_chunk(extra, n, expected):
     assert res.session.plan.recompute_num_layers == expected
     from core.config import validate
     assert validate(res.session) == []
+
+
+@pytest.mark.parametrize("value, refused", [
+    ("p2p", False), ("a2a", True), ("allgather", True), ("a2a+p2p", True),
+    ("\"['p2p','p2p']\"", False), ("\"['p2p','a2a']\"", True),
+])
+def test_cp_comm_type_other_than_the_ring_is_refused(tmp_path, value, refused):
+    """--cp-comm-type: the ring (p2p, Megatron-Core's default) is what context parallelism is
+    timed as; a2a, allgather and a2a+p2p (one type or a per-layer list) refuse the launch by
+    name at cp > 1 and change nothing at cp = 1."""
+    text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2",
+                                  f"--context-parallel-size 2 --cp-comm-type {value}")
+    if refused:
+        with pytest.raises(MegatronArgsError) as err:
+            import_file(_write(tmp_path, "cp.sh", text))
+        assert "--cp-comm-type" in str(err.value) and "only the ring" in str(err.value)
+    else:
+        assert import_file(_write(tmp_path, "cp.sh", text)).session.plan.context_parallel == 2
+    one = import_file(_write(tmp_path, "cp1.sh", text.replace("--context-parallel-size 2",
+                                                              "--context-parallel-size 1")))
+    assert one.session.plan.context_parallel == 1
