@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
+from .gpu_spec import kind_fits_peak_fraction
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
 from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
@@ -106,11 +107,35 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 #: and the FP8 GEMM and all-to-all efficiencies where the op model has them. With a few
 #: dozen runs over four GPU kinds, shape parameters (``gemm_half_size``) and host overheads
 #: are left at the spec's values: the runs are large-scale and device-bound, and cannot pin them.
+#: ``peak_fraction`` is not shared: it is the sustained share of the reference peaks of the
+#: GPU kinds without a data sheet of their own (:func:`fits_peak_fraction`), fitted with the
+#: others on those kinds' runs alone (every other kind keeps 1, :func:`store_op_model`).
 SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency",
-                     "fp8_gemm_efficiency", "all_to_all_efficiency", "flex_all_to_all_efficiency")
+                     "fp8_gemm_efficiency", "all_to_all_efficiency", "flex_all_to_all_efficiency",
+                     "peak_fraction")
 #: Bounds of the optional shared parameters (added to FIT_PARAMS when the op model has them).
 _OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0),
-                    "flex_all_to_all_efficiency": (0.05, 1.0)}
+                    "flex_all_to_all_efficiency": (0.05, 1.0), "peak_fraction": (0.3, 1.0)}
+
+
+def fits_peak_fraction(store: ProfileStore) -> bool:
+    """Whether ``store``'s device has no data sheet of its own, so that its op model's
+    ``peak_fraction`` is fitted (its spec says ``peak_fraction_fitted``, recorded in the
+    analytic store's provenance and in a calibrated store's ``base_provenance``)."""
+    prov = getattr(store, "provenance", None) or {}
+    base = prov.get("base_provenance") or {}
+    return bool(prov.get("peak_fraction_fitted") or base.get("peak_fraction_fitted"))
+
+
+def store_op_model(store: ProfileStore, op_model: dict[str, float]) -> dict[str, float]:
+    """``op_model`` as ``store``'s device runs it: ``peak_fraction`` 1 unless the device has
+    no data sheet of its own (:func:`fits_peak_fraction`). One op model is fitted for every GPU
+    kind; only the kinds without a data sheet sustain a fitted share of their reference peaks."""
+    if op_model.get("peak_fraction", 1.0) != 1.0 and not fits_peak_fraction(store):
+        return {**op_model, "peak_fraction": 1.0}
+    return op_model
+
+
 
 
 def shared_fit_params() -> list[str]:
@@ -176,9 +201,11 @@ def shape_key(session: Session) -> tuple:
 
 
 def model_store(base: ProfileStore, op_model: dict[str, float]) -> ProfileStore:
-    """A copy of ``base`` without op tables (every op from the analytic model) and with ``op_model``."""
+    """A copy of ``base`` without op tables (every op from the analytic model) and with ``op_model``
+    (as ``base``'s device runs it, :func:`store_op_model`)."""
     store = ProfileStore(base.device_name, dict(base.peak_flops), base.memory_bytes,
-                         base.memory_bandwidth_bytes_per_s, dict(base.provenance), dict(op_model))
+                         base.memory_bandwidth_bytes_per_s, dict(base.provenance),
+                         dict(store_op_model(base, op_model)))
     for kind, sizes in base.collective_kinds().items():
         for n in sizes:
             store.add_collective(kind, n, *base.collective_curve(kind, n))
@@ -278,6 +305,7 @@ class LinearizedRow:
     generic: "GenericOps | None" = None
     op_names: list[str] = field(default_factory=list)
     fp8: np.ndarray | None = None  # per kernel: an FP8 GEMM (core.ops.kernel_fp8)
+    peak_fraction_fitted: bool = False  # the device's peak_fraction is fitted (fits_peak_fraction)
 
 
 @dataclass
@@ -295,7 +323,7 @@ class GenericOps:
         """(time of the layer and edge ops, time of the other compute ops) under ``p``, seconds."""
         from .graph import lookup_op_times, optimizer_time
 
-        self.probe.op_model = dict(p)
+        self.probe.op_model = dict(store_op_model(self.probe, p))
         times = lookup_op_times(self.session, self.probe).times
         scaled = sum(c * times[op] for op, c in self.coef.items() if _FAMILY.get(op))
         rest = sum(c * times[op] for op, c in self.coef.items() if not _FAMILY.get(op))
@@ -314,8 +342,9 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     """Simulate ``session`` (with ``store``, default the model of ``op_model``) and linearize
     its iteration time around the critical path."""
     # every parameter explicit: moving the NCCL all-to-all efficiency must not move a flex
-    # efficiency that falls back to it (core.ops.effective_op_model)
-    op_model = effective_op_model(op_model)
+    # efficiency that falls back to it (core.ops.effective_op_model); peak_fraction as the
+    # device runs it (store_op_model)
+    op_model = store_op_model(base, effective_op_model(op_model))
     store = store or model_store(base, op_model)
     res = simulate(session, store)
     path = critical_path(res.graph, res.schedule)
@@ -399,7 +428,8 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                         np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
                         fixed, inter, p2p_inter, num_calls, num_p2p,
                         kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
-                        base.memory_bandwidth_bytes_per_s, extra, None, names, kernel_fp8(kernels))
+                        base.memory_bandwidth_bytes_per_s, extra, None, names, kernel_fp8(kernels),
+                        fits_peak_fraction(base))
     # the kernel form must give each op the time the simulator's lookups give it (from the
     # model, no tables); where it does not (an op model that composes op times otherwise),
     # evaluate through those lookups
@@ -467,6 +497,8 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
     if row.generic is not None:
         scaled, rest = row.generic.parts(p)
         return scaled, rest + _comm_s(row, p)
+    if not row.peak_fraction_fitted:  # the device's own data-sheet peaks (store_op_model)
+        p = {**p, "peak_fraction": 1.0}
     kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p) * row.op_count
@@ -872,16 +904,18 @@ def supported_params(sessions: Sequence[Session]) -> list[str]:
     (FP8 runs alone would otherwise drag the BF16 efficiency to the FP8 rate), the all-to-all
     efficiency only with an expert-parallel run that dispatches with Megatron's alltoall
     dispatcher, the flex one (DeepEP / HybridEP) only with one that dispatches with flex,
-    the network efficiency only with a run that
-    spans nodes; the memory efficiency always. The others keep the spec's values."""
+    the network efficiency only with a run that spans nodes, the peak fraction only with a run
+    on a GPU kind without a data sheet of its own (:func:`kind_fits_peak_fraction`); the
+    memory efficiency always. The others keep the spec's values."""
     half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
     fp8 = any(s.plan.precision == "fp8" for s in sessions)
+    capped = any(kind_fits_peak_fraction(s.cluster.gpu) for s in sessions)
     ep = [s for s in sessions if (getattr(s.plan, "expert_parallel", 1) or 1) > 1]
     flex = [s for s in ep if getattr(s.plan, "moe_token_dispatcher_type", "alltoall") == "flex"]
     multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)
     keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8,
             "all_to_all_efficiency": len(ep) > len(flex), "flex_all_to_all_efficiency": bool(flex),
-            "inter_node_efficiency": multi, "memory_efficiency": True}
+            "inter_node_efficiency": multi, "memory_efficiency": True, "peak_fraction": capped}
     return [n for n in shared_fit_params() if keep.get(n, True)]
 
 
@@ -936,8 +970,9 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
             "method": "calibrated", "date": _dt.date.today().isoformat(),
             "base_profile": b.summary(), "base_provenance": dict(b.provenance),
             "data": "; ".join(data),
-            "parameters": {k: float(v) for k, v in result.op_model.items()},
-            "fitted_parameters": list(fitted),
+            "parameters": {k: float(v) for k, v in store.op_model.items()},
+            "fitted_parameters": [f for f in fitted
+                                  if f != "peak_fraction" or fits_peak_fraction(b)],
             "shared_fit": (
                 "one set of parameters for every GPU kind, as fractions of each kind's data-sheet "
                 "peaks (GEMM FLOP/s per dtype, HBM bandwidth, network bandwidth), fitted on all "
@@ -954,6 +989,12 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
             "fit": "bounded robust least squares on log(predicted/measured), critical-path "
                    "linearization, parameters shared across GPU kinds (core.calibrate)",
         }
+        if fits_peak_fraction(b):
+            store.provenance["peak_fraction"] = (
+                f"{store.op_model.get('peak_fraction', 1.0):.4g} of the reference peaks "
+                f"(peak_flops, the spec's): {kind} has no data sheet of its own; the share it "
+                f"sustains is fitted with the shared parameters on its {n} runs, the other kinds "
+                "keep 1")
         if not n:
             store.provenance["note"] = (f"no run of {kind} in the data: its parameters are the "
                                         "shared fit of the other kinds, applied to its own peaks")
@@ -966,4 +1007,4 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
 
 
 __all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores", "finite_metrics",
-            "supported_params"]
+            "supported_params", "fits_peak_fraction", "store_op_model"]

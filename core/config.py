@@ -125,23 +125,29 @@ ZERO_STAGES = (0, 1, 2, 3)
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: GPU kinds with a shipped profile store; the value is the store's file stem
 #: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
-GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "GB200-NVL72")
+#: ``H100-96GB-HBM2e-500W`` has no data sheet of its own: its store's peaks are the H100 SXM5's,
+#: and the share of them it sustains under its 500 W cap is fitted on its published runs
+#: (``peak_fraction``, docs/accuracy.md).
+GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H100-96GB-HBM2e-500W", "H200-SXM-141GB",
+             "B200-180GB", "GB200-NVL72")
 #: GPUs that reach each other over NVLink, per GPU kind (``gpus_per_nvlink_domain`` of its
 #: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack.
 #: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
-GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H200-SXM-141GB": 8,
-                     "B200-180GB": 8, "GB200-NVL72": 72}
+GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H100-96GB-HBM2e-500W": 8,
+                     "H200-SXM-141GB": 8, "B200-180GB": 8, "GB200-NVL72": 72}
 #: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its
 #: spec file's ``peak_tflops`` (a test keeps the two equal). The A100 (Ampere) has none; Hopper
 #: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
-GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H200-SXM-141GB": ("fp8",),
-                  "B200-180GB": ("fp8", "mxfp8"), "GB200-NVL72": ("fp8", "mxfp8")}
+GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H100-96GB-HBM2e-500W": ("fp8",),
+                  "H200-SXM-141GB": ("fp8",), "B200-180GB": ("fp8", "mxfp8"),
+                  "GB200-NVL72": ("fp8", "mxfp8")}
 #: Scale-out NIC bandwidth per GPU of each shipped GPU kind's reference node, Gb/s: the
 #: ``nic_gbits_per_s`` of its spec file (a test keeps the two equal; sources there: DGX A100
 #: 8 x 200 Gb/s HDR, DGX H100/H200/B200 8 x 400 Gb/s ConnectX-7, GB200 NVL72 one 400 Gb/s NIC
 #: per GPU). :func:`node_network_gbits_per_s` uses it when a session leaves the network empty.
 GPU_NIC_GBITS_PER_GPU = {"A100-SXM4-80GB": 200.0, "H100-SXM5-80GB": 400.0,
-                         "H200-SXM-141GB": 400.0, "B200-180GB": 400.0, "GB200-NVL72": 400.0}
+                         "H100-96GB-HBM2e-500W": 400.0, "H200-SXM-141GB": 400.0,
+                         "B200-180GB": 400.0, "GB200-NVL72": 400.0}
 
 
 def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
@@ -170,18 +176,22 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 #: How other tools' configuration files and published tables name the shipped GPU kinds: a
 #: name is read as words (letters and digits; ``"NVIDIA DGX H100 SXM5 80GB HBM3"``), the
 #: vendor and system words (:data:`_GPU_NAME_NOISE`) dropped; exactly one family word must
-#: remain (the key here) and every other word must be one the shipped part carries (its form
-#: factor, memory size and type, NVLink domain). Not aliased on purpose: other variants of a
-#: family (the 96 GB HBM2e H100 at 500 W, H100 PCIe / NVL, A100 40 GB, GB200 NVL36 ...: other
-#: memory, bandwidth, power or NVLink domain) keep their name and are refused by name.
-_GPU_FAMILIES = {
-    "a100": ("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}),
-    "h100": ("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}),
-    "h200": ("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}),
-    "b200": ("B200-180GB", {"sxm", "180gb", "hbm3e", "1000w"}),
+#: remain (the key here), and the name maps to the one shipped variant of that family whose
+#: required words it has and which carries every other word (its form factor, memory size
+#: and type, power, NVLink domain). Each variant is ``(kind, words it carries, words it
+#: requires)``. Not aliased on purpose: other variants of a family (H100 PCIe / NVL, an H100
+#: at 500 W without its 96 GB, A100 40 GB, GB200 NVL36 ...: other memory, bandwidth, power or
+#: NVLink domain) keep their name and are refused by name.
+_GPU_FAMILIES: dict[str, tuple[tuple[str, set[str], set[str]], ...]] = {
+    "a100": (("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}, set()),),
+    "h100": (("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}, set()),
+             # Meta's Grand Teton H100 (torchtitan's benchmarks): named by its 96 GB and 500 W
+             ("H100-96GB-HBM2e-500W", {"sxm", "sxm5", "96gb", "hbm2e", "500w"}, {"96gb", "500w"})),
+    "h200": (("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}, set()),),
+    "b200": (("B200-180GB", {"sxm", "180gb", "hbm3e", "1000w"}, set()),),
     # GB200 is the Grace Blackwell superchip itself; NVL72 its rack's NVLink domain
-    "gb200": ("GB200-NVL72", {"nvl72", "186gb", "hbm3e", "1200w", "grace", "blackwell",
-                              "superchip", "rack"}),
+    "gb200": (("GB200-NVL72", {"nvl72", "186gb", "hbm3e", "1200w", "grace", "blackwell",
+                               "superchip", "rack"}, set()),),
 }
 _GPU_NAME_NOISE = {"nvidia", "tesla", "dgx", "hgx", "tensor", "core", "gpu", "gpus"}
 
@@ -2358,10 +2368,10 @@ def gpu_kind(name: str) -> str:
     families = [w for w in words if w in _GPU_FAMILIES]
     if len(families) != 1:
         return name
-    kind, allowed = _GPU_FAMILIES[families[0]]
-    if all(w in allowed or w == families[0] for w in words):
-        return kind
-    return name
+    rest = {w for w in words if w != families[0]}
+    kinds = [kind for kind, carried, required in _GPU_FAMILIES[families[0]]
+             if required <= rest and rest <= carried]
+    return kinds[0] if len(kinds) == 1 else name
 
 
 def read_vtrain_config(path: str | Path, *, check_rules: bool = True) -> Session:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from .ops import DEFAULT_OP_MODEL
 
 __all__ = ["GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
            "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
-           "shipped_spec_path", "shipped_specs"]
+           "shipped_spec_path", "shipped_specs", "kind_fits_peak_fraction"]
 
 GPU_SPEC_FORMAT = "vtrain-gpu-spec"
 GPU_SPEC_VERSION = 1
@@ -55,7 +56,7 @@ _SPEC_ONLY = {"nvlink_efficiency": 0.8, "collective_latency_s": 2e-6}
 SPEC_EFFICIENCIES = tuple(DEFAULT_OP_MODEL) + tuple(_SPEC_ONLY)
 _FIELDS = ("format", "version", "name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
            "nvlink_gbytes_per_s_bidirectional", "gpus_per_nvlink_domain", "nic_gbits_per_s",
-           "efficiencies", "source", "sources")
+           "efficiencies", "source", "sources", "peak_fraction_fitted")
 _REQUIRED = ("name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
              "nvlink_gbytes_per_s_bidirectional", "gpus_per_nvlink_domain", "nic_gbits_per_s",
              "sources")
@@ -101,6 +102,12 @@ class GpuSpec:
         Short source line shown with the store.
     sources : dict[str, str]
         Source of each figure (keys :data:`SPEC_SOURCES`).
+    peak_fraction_fitted : bool
+        The part has no data sheet of its own (a power-capped variant): ``peak_tflops`` are
+        the reference part's, and the share of them it sustains (the op model's
+        ``peak_fraction``) is fitted on its measured runs by ``vtrain calibrate``
+        (:mod:`core.calibrate`); False (the default) for a data-sheet part, whose
+        ``peak_fraction`` stays 1.
     path : Path or None
         The file it was read from.
     raw : dict
@@ -117,6 +124,7 @@ class GpuSpec:
     efficiencies: dict[str, float]
     source: str
     sources: dict[str, str]
+    peak_fraction_fitted: bool = False
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -152,7 +160,8 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     ``gpus_per_nvlink_domain`` an integer from 1 to 576; ``efficiencies``
     keys from :data:`SPEC_EFFICIENCIES`, the efficiencies in (0, 1],
     ``gemm_half_size`` above 0, the other (times) at or above 0;
-    ``sources`` a non-empty string for each of :data:`SPEC_SOURCES`.
+    ``sources`` a non-empty string for each of :data:`SPEC_SOURCES`; ``peak_fraction_fitted``
+    (optional) true or false.
 
     Raises
     ------
@@ -218,7 +227,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
                 bad(f"efficiencies.{k}", f"unknown parameter (known: {', '.join(SPEC_EFFICIENCIES)})")
             elif not _is_number(v):
                 bad(f"efficiencies.{k}", f"{v!r} must be a finite number")
-            elif "efficiency" in k and not 0 < v <= 1:
+            elif ("efficiency" in k or k == "peak_fraction") and not 0 < v <= 1:
                 bad(f"efficiencies.{k}", f"{v!r} must be in (0, 1]")
             elif k == "gemm_half_size" and not v > 0:
                 bad(f"efficiencies.{k}", f"{v!r} must be above 0")
@@ -241,6 +250,9 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     source = raw.get("source", sources.get("peak_tflops", ""))
     if "source" in raw and (not isinstance(source, str) or not source.strip()):
         bad("source", f"{source!r} must be a non-empty string")
+    fitted = raw.get("peak_fraction_fitted", False)
+    if not isinstance(fitted, bool):
+        bad("peak_fraction_fitted", f"{fitted!r} must be true or false")
     if errs:
         raise GpuSpecError(errs)
     return GpuSpec(
@@ -248,7 +260,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
         memory_bandwidth_bytes_per_s=_decimal(raw["memory_bandwidth_tbytes_per_s"], 12),
         nvlink_bytes_per_s=_decimal(raw["nvlink_gbytes_per_s_bidirectional"], 9) / 2,
         gpus_per_nvlink_domain=dom, nic_bits_per_s=_decimal(raw["nic_gbits_per_s"], 9),
-        efficiencies=eff, source=source, sources=sources, path=path,
+        efficiencies=eff, source=source, sources=sources, peak_fraction_fitted=fitted, path=path,
         raw=json.loads(json.dumps(raw)))
 
 
@@ -284,3 +296,12 @@ def shipped_spec_path(name: str) -> Path:
 def shipped_specs() -> dict[str, GpuSpec]:
     """Every shipped spec, by GPU kind, read and checked (sorted by file name)."""
     return {s.name: s for s in (read_gpu_spec(p) for p in sorted(GPU_SPECS_DIR.glob("*.json")))}
+
+
+@lru_cache(maxsize=None)
+def kind_fits_peak_fraction(kind: str) -> bool:
+    """Whether GPU kind ``kind``'s shipped spec says ``peak_fraction_fitted`` (a part without a
+    data sheet of its own, whose sustained share of the reference peaks is fitted); False for
+    a kind without a shipped spec."""
+    path = shipped_spec_path(kind)
+    return path.is_file() and read_gpu_spec(path).peak_fraction_fitted

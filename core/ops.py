@@ -42,6 +42,12 @@ the pace; small models are host-bound):
 * host: ``op_overhead_s + num_kernels * kernel_launch_s`` (framework time
   per module call and per kernel launch).
 
+``peak_fraction`` (1 by default) scales every GEMM's efficiency: the share of the
+store's peak FLOP/s the part sustains. It is 1 for a GPU run at its data sheet's
+power; a part without a data sheet of its own (a power-capped H100, whose spec
+holds the 700 W part's peaks and says ``peak_fraction_fitted``) has it fitted on
+its measured runs (:mod:`core.calibrate`, :func:`core.calibrate.store_op_model`).
+
 The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
 work: loss scaling, gradient norm, logging). Attention is the unfused form
 Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm) or, with
@@ -105,6 +111,7 @@ DEFAULT_OP_MODEL = {
     "fp8_gemm_efficiency": 1.0,
     "all_to_all_efficiency": 1.0,
     "flex_all_to_all_efficiency": 1.0,
+    "peak_fraction": 1.0,
 }
 
 
@@ -142,7 +149,7 @@ def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gem
     """
     p = {**DEFAULT_OP_MODEL, **op_model}
     mem_s = nbytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
-    eff = p["gemm_efficiency_max"] * size / (size + p["gemm_half_size"])
+    eff = p["gemm_efficiency_max"] * p["peak_fraction"] * size / (size + p["gemm_half_size"])
     if fp8 is not None:
         eff = np.where(fp8, eff * p["fp8_gemm_efficiency"], eff)
     gemm_s = np.where(is_gemm, flops / (peak_flops * np.where(is_gemm, eff, 1.0)), 0.0)

@@ -80,6 +80,7 @@ OP_MODEL_BOUND = {
     "gemm_efficiency_max": "efficiency", "memory_efficiency": "efficiency",
     "inter_node_efficiency": "efficiency", "p2p_efficiency": "efficiency",
     "all_to_all_efficiency": "efficiency", "flex_all_to_all_efficiency": "efficiency",
+    "peak_fraction": "efficiency",
     "fp8_gemm_efficiency": "relative_efficiency",
     "gemm_half_size": "gemm_half_size",
     "kernel_overhead_s": "overhead_s", "op_overhead_s": "overhead_s",

@@ -90,6 +90,11 @@ def store_from_spec(spec: GpuSpec, date: str | None = None) -> ProfileStore:
         "nic_bits_per_s": spec.nic_bits_per_s,
         "spec_file": spec.path.name if spec.path else "",
     }
+    if spec.peak_fraction_fitted:  # no data sheet of its own: calibration fits peak_fraction
+        provenance["peak_fraction_fitted"] = True
+        provenance["figures"] = ("peaks of the reference part's data sheet, the share of them "
+                                 "this part sustains (peak_fraction) to be fitted on its runs; "
+                                 "efficiencies assumed, not calibrated")
     store = ProfileStore(
         device_name=spec.name, peak_flops=dict(spec.peak_flops), memory_bytes=spec.memory_bytes,
         memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s,

@@ -316,3 +316,41 @@ def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware
     bounded = fit(sessions, np.array(measured), base, **kw)
     assert bounded.op_model["memory_efficiency"] == pytest.approx(0.4)
     assert bounded.op_model["gemm_efficiency_max"] == pytest.approx(0.65)
+
+
+def test_peak_fraction_is_recovered_for_the_kind_without_a_data_sheet_and_stays_1_elsewhere():
+    """Runs on the SXM5 H100 and on the 500 W H100 (whose spec holds the SXM5's peaks and says
+    peak_fraction_fitted) simulated with the 500 W part sustaining 0.7 of them: the fit finds
+    0.7 for that kind only; the SXM5 store keeps 1 and its runs are untouched by it."""
+    from core.calibrate import fits_peak_fraction, store_op_model
+    from core.ops import kernel_times
+    capped = "H100-96GB-HBM2e-500W"
+    plans = [(g, t, d, b, h) for g in ("H100-SXM5-80GB", capped)
+             for t, d, b, h in ((1, 8, 4, 2048), (2, 16, 1, 1024), (4, 2, 2, 2048),
+                                (1, 32, 1, 512), (8, 4, 2, 4096))]
+    sessions = [_session(g, t, d, b, h) for g, t, d, b, h in plans]
+    base = analytic_bases()
+    truth = {**TRUTH, "peak_fraction": 0.7}
+    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **truth}))
+                         .report.iteration_time_s for s in sessions])
+    assert fits_peak_fraction(base(sessions[-1])) and not fits_peak_fraction(base(sessions[0]))
+    assert store_op_model(base(sessions[0]), truth)["peak_fraction"] == 1.0
+    kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}
+    assert "peak_fraction" in kw["params"]
+    assert "peak_fraction" not in supported_params(sessions[:5])  # no run of the capped kind
+    res = fit(sessions, measured, base, **kw)
+    assert res.op_model["peak_fraction"] == pytest.approx(0.7, rel=0.02)
+    assert res.op_model["gemm_efficiency_max"] == pytest.approx(TRUTH["gemm_efficiency_max"],
+                                                                rel=0.02)
+    stores = shared_stores(res, ["H100-SXM5-80GB", capped], base, ["synthetic.csv"], {}, {}, {},
+                           None, kw["params"])
+    assert stores["H100-SXM5-80GB"].op_model["peak_fraction"] == 1.0
+    assert "peak_fraction" not in stores["H100-SXM5-80GB"].provenance["fitted_parameters"]
+    assert stores[capped].op_model["peak_fraction"] == pytest.approx(0.7, rel=0.02)
+    assert "peak_fraction" in stores[capped].provenance["fitted_parameters"]
+    # a compute-bound GEMM takes 1/peak_fraction as long (core.ops.kernel_times, closed form)
+    one = dict(kernel_overhead_s=0.0, gemm_half_size=0.0, gemm_efficiency_max=0.8)
+    args = (np.array([1e15]), np.array([1.0]), np.array([8192.0]), np.array([True]), 1e15, 1e12)
+    t1 = kernel_times(*args, {**one, "peak_fraction": 1.0})[0]
+    assert t1 == pytest.approx(1 / 0.8)
+    assert kernel_times(*args, {**one, "peak_fraction": 0.5})[0] == pytest.approx(2 * t1)

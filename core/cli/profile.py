@@ -95,7 +95,9 @@ def _generate(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.spec or args.gpu}: {exc}") from None
     store.save(args.out)
     peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
-    print(printable(f"wrote {args.out}: {spec.name}, analytic (data-sheet figures, assumed "
+    figures = ("reference part's peaks; its share of them, peak_fraction, to be fitted by "
+               "vtrain calibrate" if spec.peak_fraction_fitted else "data-sheet figures")
+    print(printable(f"wrote {args.out}: {spec.name}, analytic ({figures}, assumed "
                     f"efficiencies); peak TFLOP/s {peaks}; NVLink domain "
                     f"{spec.gpus_per_nvlink_domain} GPUs"))
     return 0
