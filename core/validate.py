@@ -46,6 +46,7 @@ from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHO
 from .bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
 from .config import rename_field
+from .gpu_spec import kind_fits_peak_fraction
 from .inputs import read_text
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
@@ -318,6 +319,18 @@ def _flag(text: str) -> bool | None:
     return None
 
 
+#: How tables say yes in the sharding columns by naming the scheme: fsdp (full sharding,
+#: ZeRO-3: FSDP1/FSDP2 FULL_SHARD, Megatron-FSDP) and distributed_optimizer (Megatron's
+#: distributed optimizer, ZeRO stage 1); other columns name no scheme.
+_SHARDING_WORDS = {
+    "fsdp": re.compile(r"(?i)\s*(?:(?:pytorch|torch|megatron)[- ])?fsdp\s*[12]?\b(?![- ]*n\b)"
+                       r"|\s*full[_ ]shard|\s*zero[- ]?(?:stage[- ]?)?3\b"),
+    "distributed_optimizer": re.compile(r"(?i)\s*zero[- ]?(?:stage[- ]?)?1\b"
+                                        r"|\s*distributed[_ ]optimizer"),
+    "sequence_parallel": re.compile(r"(?!)"), "overlap_grad_reduce": re.compile(r"(?!)"),
+}
+
+
 def _has(obj: Any, name: str) -> bool:
     return any(f.name == name for f in fields(obj))
 
@@ -354,7 +367,25 @@ FIELD_CAUSES = {
 ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "overlaps-from-notes": "the overlaps the notes state (tp_comm_overlap, overlap_grad_reduce, "
+                           "overlap_param_gather) win over recipes, families and framework "
+                           "defaults",
     "gpu-alias": "the GPU name is the shipped kind it aliases (same memory, bandwidth and power)",
+    "gpu-peak-fraction-fitted": "a GPU without a data sheet of its own (the 96 GB HBM2e H100 at "
+                                "500 W): its store's peaks are the H100 SXM5 data sheet's, of "
+                                "which it sustains the share (peak_fraction) fitted on its "
+                                "published runs; its HBM bandwidth is the SXM5's, assumed",
+    "attention-kernel-from-notes": "the notes name a fused attention kernel (FlashAttention, "
+                                   "TE fused / cuDNN attention, SDPA): attention_kernel flash",
+    "fused-attention-framework": "a row of another model family (not SwiGLU + RMSNorm) from a "
+                                 "framework whose attention is a fused kernel (Megatron-Core / "
+                                 "NeMo / Megatron-Bridge: Transformer Engine; torchtitan, "
+                                 "fms-fsdp: SDPA; MLPerf; llm-foundry): attention_kernel flash",
+    "attention-unfused-default": "a row of another model family (not SwiGLU + RMSNorm) whose "
+                                 "framework and notes name no fused attention: the unfused "
+                                 "attention of Megatron-LM's GPT path (the session default)",
+    "qkv-bias-from-notes": "the notes name a bias on the QKV projection (Qwen2-style): "
+                           "model.add_qkv_bias",
     "llama-family": "SwiGLU + RMSNorm rows are Llama-style: RoPE, no linear biases, fused "
                     "(flash) attention",
     "megatron-recompute-default": "recompute empty in a Megatron row: Megatron-Core's default, "
@@ -410,6 +441,9 @@ ASSUMPTIONS = {
     "fp8-label-tensorwise": "an FP8 label naming per-tensor current scaling (Bridge 'FP8', "
                             "'fp8-cs', torchao tensorwise) is fp8_recipe=tensorwise",
     "fp8-mxfp8": "an MXFP8 label (32-element block scaling, 'FP8-MX') is fp8_recipe=mxfp8",
+    "fp8-megatron-delayed": "an FP8 Megatron-LM / Megatron-Core row naming no recipe: delayed "
+                            "scaling, Megatron-LM's --fp8-recipe default (Megatron-Core 0.19 "
+                            "TransformerConfig.fp8_recipe; the amax history, no amax pass)",
     "fp8-recipe-unstated": "an FP8 row naming no recipe: tensorwise (per-tensor current "
                            "scaling, the default of plan.fp8_recipe)",
     "pp-layout-from-notes": "the notes' pp_layout is Megatron-Core's --pipeline-model-parallel-"
@@ -434,6 +468,7 @@ ASSUMPTIONS = {
                                  "groups: the model's node-limited routing (its config.json: "
                                  "n_group 8, topk_group 4; a token's experts in 4 of 8 groups), "
                                  "which only the flex dispatcher's node copies feel",
+    "mtp-from-notes": "the multi-token prediction layers the notes state (model.mtp_num_layers)",
     "mtp-not-stated": "an MLA (DeepSeek) row whose notes do not name multi-token prediction: "
                       "none (model.mtp_num_layers 0), as the rows that state it ('w/o MTP')",
     "mla-from-notes": "multi-head latent attention's ranks and head sizes from the notes "
@@ -591,6 +626,11 @@ class _Row:
 
 
 _MEGATRON = re.compile(r"megatron|nemo", re.I)
+#: Frameworks whose attention is a fused kernel whatever the model (Transformer Engine's
+#: fused / flash attention in Megatron-Core, NeMo and Megatron-Bridge; SDPA in torchtitan and
+#: fms-fsdp; the MLPerf submissions run NeMo / Megatron-Core).
+_MODERN_FRAMEWORK = re.compile(r"megatron[- ]core|mcore|core_r\d|nemo|bridge|torchtitan|fms|"
+                               r"mlperf|llm[- ]foundry|composer", re.I)
 
 
 def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
@@ -624,6 +664,12 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         return "full"
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
+    # "activation checkpointing: full", "recompute: none": the mode after its column's name
+    t = re.sub(r"^(?:full[- ])?(?:activation[- ])?(?:checkpointing|recompute|recomputation)\s*[:=]\s*",
+               "", t) or t
+    if t in ("no", "off", "disabled", "false", "0", "no recompute", "no recomputation",
+             "no checkpointing", "no activation checkpointing"):
+        return "none"  # a yes/no cell's no: nothing recomputed
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
     if first == "full" and "block" in t and not (megatron or not framework):
         row.refuse("recompute", f"recompute={text!r}: block recomputation is Megatron's "
@@ -652,6 +698,10 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
             return "full"  # "full", "full (uniform, 1 layer)"
     if first == "none" and not re.search(r"\d|block|partial|layers|offload", t):
         return first  # "none (no checkpointing)": the mode, qualified
+    if t.startswith("selective") and megatron and re.fullmatch(
+            r"selective\s*[(\[]\s*(?:recompute_modules\s*=\s*)?\[?\s*['\"]?core_attn['\"]?\s*\]?"
+            r"\s*[)\]]", t):
+        return "selective"  # "selective (core_attn)": Megatron's, the attention core
     if t.startswith("selective"):
         if "per-op" in t or re.search(r"\bsac\b", t) or (
                 re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I)):
@@ -669,6 +719,11 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     return "full"
 
 
+#: Dtype words of precision labels -> plan.precision.
+_DTYPE_WORDS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
+                "fp32": "fp32", "float32": "fp32"}
+
+
 def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     """(plan.precision, plan.fp8_recipe) of a published row's precision label."""
     t = text.strip().lower()
@@ -679,6 +734,10 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if not re.search(r"fp8|float8", t):
         if first in PRECISIONS:
             return first, None  # "bf16 mixed precision" is bf16
+        # "bf16-mixed" (Lightning / NeMo), "amp_bf16" (llm-foundry), "bfloat16": one dtype named
+        named = {_DTYPE_WORDS[w] for w in re.findall(r"bfloat16|float16|float32|bf16|fp16|fp32", t)}
+        if len(named) == 1:
+            return named.pop(), None
         row.refuse("precision", f"precision={text!r} is not one of {', '.join(PRECISIONS)}")
         return "bf16", None
     if "inferred" in t:
@@ -751,7 +810,13 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"attention sinks?", n, re.I):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
-    if re.search(r"(?<!w/o )(?<!without )\bMTP\b", n) and not re.search(r"w/o MTP|without MTP", n):
+    mtp_n = _notes_mtp_layers(n)
+    if mtp_n is not None and not row.pp_layout:
+        if mtp_n:  # a count stated ("mtp_num_layers=1", "1 MTP layer"); "w/o MTP" is the 0 rows
+            row.put(model, "model", "mtp_num_layers", mtp_n)  # have always read as none
+            row.assume("mtp-from-notes", f"mtp_num_layers={mtp_n}")
+    elif (re.search(r"(?<!w/o )(?<!without )\bMTP\b|multi-token prediction", n, re.I)
+          and mtp_n is None and not row.pp_layout):
         row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
                    "without its number of layers (model.mtp_num_layers)")
     if re.search(r"pp_layout|pipeline[_ ]layout", n, re.I) and row.pp_layout is None:
@@ -780,12 +845,14 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"HybridEP|DeepEP|flex dispatcher", n, re.I):
         row.assume("dispatcher-flex-from-notes")
         row.dispatcher = "flex"
-    elif re.search(r"all-?to-?all dispatcher|dispatcher[\s:=_a-z]*\ball-?to-?all\b", n, re.I):
+    elif re.search(r"all-?to-?all\s+(?:token\s+)?dispatcher|dispatcher[\s:=_a-z-]*\ball-?to-?all\b",
+                   n, re.I):
         row.assume("dispatcher-alltoall-from-notes")
         row.dispatcher = "alltoall"
     elif re.search(r"dispatcher", n, re.I):
+        said = re.search(r"[^;,.]{0,30}dispatcher[^;,.]{0,30}", n, re.I)
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
-                   "and flex (DeepEP, HybridEP)")
+                   f"and flex (DeepEP, HybridEP): {said.group(0).strip()!r}")
     negated = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b", re.I)
     clauses = re.split(r"[;\n]", n)
     for clause in clauses:  # a clause that names it: on unless it negates it
@@ -805,6 +872,20 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
                 row.assume("delay-wgrad-from-notes")
                 row.delay_wgrad = True
             break
+
+
+def _notes_mtp_layers(notes: str) -> int | None:
+    """Multi-token prediction layers the notes state: ``mtp_num_layers=N``, ``N MTP layer(s)``,
+    ``MTP N layer(s)``, ``MTP layers: N``, ``MTP (N layer)``; 0 for ``w/o MTP``, ``without
+    MTP``, ``no MTP``; None when they state no count."""
+    if re.search(r"\b(?:w/o|without|no)\s+MTP\b", notes, re.I):
+        return 0
+    for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)", r"\b(\d+)\s+MTP\s+layers?\b",
+                r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)\s*(?:layers?)?\b"):
+        m = re.search(pat, notes, re.I)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _layout_mtp(layout: str | None) -> int:
@@ -838,8 +919,44 @@ _CP_COMM_OTHER = re.compile(
     r"|(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,40}\b(cp|context[- ]parallel\w*|k/?v)\b"
     r"|\b(cp|context[- ]parallel\w*)\b[^.;]{0,40}(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)",
     re.I)
-#: The same in notes that name the ring (Megatron-Core's default ``p2p``).
-_CP_COMM_P2P = re.compile(r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*p2p\b(?!\s*\+)", re.I)
+#: Notes that name the ring: Megatron-Core's ``cp_comm_type p2p`` (its default), ring attention,
+#: a p2p ring, or CP said to be a ring.
+_CP_COMM_P2P = re.compile(
+    r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*p2p\b(?!\s*\+)|ring[- ]attention"
+    r"|\bp2p\b[^.;]{0,20}\bring\b|\bring\b[^.;]{0,20}\bp2p\b"
+    r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}\bring\b", re.I)
+#: PyTorch's context_parallel K/V rotation (torchtitan's ``context_parallel_rotate_method``):
+#: ``alltoall`` passes K/V blocks around the ranks as a ring does; ``allgather`` gathers them.
+_CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|all[_-]?gather|p2p)",
+                        re.I)
+
+
+#: How notes name the overlaps a launch sets: Megatron's flags (``--tp-comm-overlap``,
+#: ``--overlap-grad-reduce``, ``--overlap-param-gather``), their config names
+#: (``tp_comm_overlap=False``) and words ("no TP comm overlap").
+_OVERLAP_NAMES = {
+    "tp_comm_overlap": re.compile(r"tp[_-]comm[_-]overlap|\bTP\s+comm(?:unication)?\s+overlap",
+                                  re.I),
+    "overlap_grad_reduce": re.compile(r"overlap[_-]grad[_-]reduce", re.I),
+    "overlap_param_gather": re.compile(r"overlap[_-]param[_-]gather", re.I),
+}
+_OVERLAP_OFF = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b"
+                          r"|--no-", re.I)
+
+
+def _notes_overlaps(notes: str) -> dict[str, bool]:
+    """The overlaps the notes state, name -> on (:data:`_OVERLAP_NAMES`): each clause (split at
+    ``;`` and ``,``) that names one sets it on unless the clause negates it (``off``, ``no``,
+    ``=False``, ``--no-...``). Megatron-Core's ``--overlap-param-gather-with-optimizer-step``
+    is not the parameter all-gather overlap and is skipped."""
+    out: dict[str, bool] = {}
+    for clause in re.split(r"[;,\n]", notes):
+        clause = re.sub(r"overlap[_-]param[_-]gather[_-]with[_-]optimizer[_-]step", "", clause,
+                        flags=re.I)
+        for name, pat in _OVERLAP_NAMES.items():
+            if pat.search(clause) and name not in out:
+                out[name] = not _OVERLAP_OFF.search(clause)
+    return out
 
 
 def _check_cp_comm(framework: str, notes: str, row: _Row) -> None:
@@ -851,9 +968,14 @@ def _check_cp_comm(framework: str, notes: str, row: _Row) -> None:
     another exchange (:data:`_CP_COMM_OTHER`: ``a2a``, ``allgather``, ``a2a+p2p``, Ulysses),
     and a framework other than Megatron-Core / NeMo, whose context parallelism is its own
     (PyTorch's ``context_parallel`` in torchtitan all-gathers K/V by default; Llama 3's CP
-    all-gathers K/V), unless its notes name the p2p ring.
+    all-gathers K/V), unless its notes name the ring (:data:`_CP_COMM_P2P`) or PyTorch's
+    ``alltoall`` rotation (:data:`_CP_ROTATE`), which passes K/V blocks around the ranks as the
+    ring does.
     """
-    other = _CP_COMM_OTHER.search(notes)
+    rotate = _CP_ROTATE.search(notes)
+    if rotate and "gather" not in rotate.group(1).lower():
+        return  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
+    other = rotate or _CP_COMM_OTHER.search(notes)
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "
@@ -903,7 +1025,8 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
     model.qk_layernorm = True
     row.assume("mla-from-notes", ", ".join(f"{t}={getattr(model, t)}" for t in _MLA_NOTES.values()))
-    if not re.search(r"\bMTP\b|multi-token", notes, re.I) and not _layout_mtp(row.pp_layout):
+    if (not re.search(r"\bMTP\b|multi-token", notes, re.I) and _notes_mtp_layers(notes) is None
+            and not _layout_mtp(row.pp_layout)):
         row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 #: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
 _ACTIVATION_QUALIFIERS = ("clamped", "biased")
@@ -994,8 +1117,23 @@ def _router_group_policy(notes: str, name: str, model: ModelConfig, rw: "_Row") 
                   "number (n_group) and the groups per token (topk_group)")
 
 
+#: Numeric columns of the general layout (a cell that only says "not stated" is empty there).
+_NUMERIC_COLUMNS = frozenset({
+    "num_gpus", "gpus_per_node", "inter_node_bandwidth_gbps", "num_layers", "hidden_size",
+    "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size", "global_batch_size",
+    "micro_batch_size", "tensor_parallel", "pipeline_parallel", "data_parallel",
+    "virtual_pipeline_stages", "measured_iteration_time_s", "first_stage_layers",
+    "last_stage_layers", "num_query_groups", "num_experts", "moe_top_k", "moe_ffn_hidden_size",
+    "context_parallel", "expert_parallel"})
+#: How tables write "not stated / not applicable" in a numeric cell: read as an empty cell
+#: (the column's default, or "is empty; it is required"), never as a broken file.
+_NOT_STATED = re.compile(r"(?i)n/?a|none|null|nan|-+|\u2013|\u2014|\?|not (?:stated|given|applicable)"
+                         r"|unknown|unstated")
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
+    v = {h: ("" if h in _NUMERIC_COLUMNS and _NOT_STATED.fullmatch(x) else x) for h, x in v.items()}
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
     missing = [c for c, value in get.items() if value is None]
     if missing:
@@ -1037,6 +1175,22 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if "biased" in qualifiers:
         model.add_bias_linear = True
         rw.assume("biased-from-activation")
+    if model.attention_kernel != "flash":
+        # another family (GPT-style GeLU + LayerNorm ...): the kernel its notes or its
+        # framework name; Megatron-LM without a version keeps the session's (unfused) default
+        if re.search(r"flash[- ]?attn|flash[- ]?attention|fused attention|cudnn attention"
+                     r"|\bsdpa\b|attention[_ -]backend\s*[=:]?\s*(?:flash|fused|auto)", notes, re.I):
+            model.attention_kernel = "flash"
+            rw.assume("attention-kernel-from-notes")
+        elif _MODERN_FRAMEWORK.search(framework):
+            model.attention_kernel = "flash"
+            rw.assume("fused-attention-framework", framework)
+        else:
+            rw.assume("attention-unfused-default")
+    if model.activation == "swiglu" and re.search(r"\bqkv[_ -]bias\b|bias(?:es)? (?:in|on) (?:the )?qkv",
+                                                  notes, re.I):
+        rw.put(model, "model", "add_qkv_bias", True)
+        rw.assume("qkv-bias-from-notes")
     if opt["num_query_groups"] is not None:
         model.num_query_groups = opt["num_query_groups"]
     tied = _flag(v.get("tied_embeddings", ""))
@@ -1061,6 +1215,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if nemo and precision == "fp8" and rw.withdraw("fp8-recipe-unstated"):
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
         nemo_defaults.append("FP8 delayed scaling")
+    elif (not is_bridge and _MEGATRON.search(framework) and precision == "fp8"
+          and rw.withdraw("fp8-recipe-unstated")):
+        recipe = "delayed"  # Megatron-LM's own --fp8-recipe default (Megatron-Core 0.19)
+        rw.assume("fp8-megatron-delayed")
     # no recipe for a row whose precision label was refused (NVFP4, rowwise FP8, ...): the
     # precision it was read as is a placeholder
     label_ok = not {"precision", "rowwise FP8 scaling", "precision not stated"} & set(rw.causes)
@@ -1213,6 +1371,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     for col in ("sequence_parallel", "overlap_grad_reduce", "distributed_optimizer", "fsdp"):
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
+        if flag is None and _SHARDING_WORDS[col].match(text):
+            flag = True  # the column's own words: "FSDP2", "FULL_SHARD", "ZeRO-1" ...
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
                       "true/false, on/off, enabled/disabled, 1/0)")
@@ -1303,6 +1463,30 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif re.search(r"async TP", f"{framework} {notes}"):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
+    said = _notes_overlaps(notes)
+    if "overlap_grad_reduce" in said and ogr_stated:
+        del said["overlap_grad_reduce"]  # the column states it
+    if "tp_comm_overlap" in said and not (plan.sequence_parallel and plan.tensor_parallel > 1
+                                          and _has(plan, "tp_comm_overlap")):
+        del said["tp_comm_overlap"]  # nothing to overlap (Megatron needs t > 1 and SP)
+    if "overlap_param_gather" in said and plan.zero_stage < 1:
+        del said["overlap_param_gather"]  # no parameter all-gather to overlap
+    if said:  # what the notes state wins over recipes, families and framework defaults
+        for k, on in said.items():
+            setattr(plan, k, on)
+        words = {"tp_comm_overlap": ("TP communication overlap", "tp_comm_overlap"),
+                 "overlap_grad_reduce": ("overlap_grad_reduce",),
+                 "overlap_param_gather": ("overlap_param_gather",)}
+        gone = [w for k in said for w in words[k]]
+        took = [x for x in took if not any(w in x for w in gone)]
+        nemo_defaults = [x for x in nemo_defaults if not any(w in x for w in gone)]
+        if "tp_comm_overlap" in said:
+            rw.withdraw("bridge-tp-comm-overlap")
+            rw.withdraw("async-tp-overlap")
+        if {"overlap_grad_reduce", "overlap_param_gather"} & set(said):
+            rw.withdraw("fsdp-overlap")
+            rw.withdraw("megatron-overlap-default")
+        rw.assume("overlaps-from-notes", ", ".join(f"{k} {on}" for k, on in said.items()))
     if took:
         rw.assume("bridge-perf-recipe-family", ", ".join(took) + (
             f": the one recipe {family.recipes[0]}" if len(family.recipes) == 1
@@ -1322,6 +1506,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                                                 f"per node of {cluster.gpus_per_node}")
     if cluster.gpu != gpu_text and cluster.gpu in GPU_KINDS:
         rw.assume("gpu-alias", f"{gpu_text} -> {cluster.gpu}")
+    if cluster.gpu in GPU_KINDS and kind_fits_peak_fraction(cluster.gpu):
+        rw.assume("gpu-peak-fraction-fitted", cluster.gpu)
     if plan.recompute_num_layers is not None:
         capped = capped_recompute_layers(plan, model.num_layers)
         if capped is not plan:  # Megatron caps the count per model chunk: every layer
