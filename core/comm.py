@@ -413,6 +413,18 @@ class CommModel:
                            / self.cluster.gpus_per_node * self.p2p_efficiency)
         return INTER_NODE_LATENCY_S + nbytes / gpu_bytes_per_s
 
+    def cp_all_gather(self, nbytes: float) -> float:
+        """All-gather of K and V among the cp ranks of a context-parallel group (``nbytes`` the
+        gathered buffer, nccl-tests convention), seconds: PyTorch's ``context_parallel`` with its
+        all-gather rotation (``plan.cp_comm_type = "allgather"``). The group's ranks are ``t``
+        apart: all in one node when :meth:`cp_ring_in_node`, else ``gpus_per_node / t`` of
+        them per node (:meth:`hierarchical`)."""
+        cp, t = self.plan.context_parallel, self.plan.tensor_parallel
+        if nbytes <= 0 or cp <= 1:
+            return 0.0
+        per_node = cp if self.cp_ring_in_node() else max(1, min(cp, self.cluster.gpus_per_node // t))
+        return self.hierarchical("all_gather", cp, per_node, nbytes)
+
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""
         if nbytes <= 0:

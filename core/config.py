@@ -44,7 +44,7 @@ __all__ = [
     "check",
     "MODEL_PRESETS",
     "GPU_KINDS",
-    "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "node_network_gbits_per_s",
+    "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "CP_COMM_TYPES", "node_network_gbits_per_s",
     "SCHEDULES",
     "ACTIVATIONS",
     "SOFTMAX_TYPES",
@@ -105,6 +105,14 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: Token dispatchers of MoE layers (Megatron-Core --moe-token-dispatcher-type; its allgather
 #: dispatcher is not modelled).
 MOE_DISPATCHERS = ("alltoall", "flex")
+#: How context parallelism exchanges K and V (plan.cp_comm_type): ``p2p`` the ring (Megatron-Core's
+#: default ``--cp-comm-type p2p``, Transformer Engine's AttnFuncWithCPAndKVP2P; PyTorch's
+#: ``context_parallel`` with the ``alltoall`` rotation is the same ring); ``allgather`` PyTorch's
+#: ``context_parallel`` default (torchtitan's ``context_parallel_rotate_method``): K/V
+#: all-gathered once per pass, overlapped with the first step's attention, the K/V gradients
+#: passed around the ring. Megatron-Core's own ``allgather`` (TE's AttnFuncWithCPAndKVAllGather,
+#: not overlapped) and ``a2a`` are not modelled.
+CP_COMM_TYPES = ("p2p", "allgather")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
@@ -494,6 +502,12 @@ class ParallelPlan:
     context_parallel: int = _f(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
                                "the sequence is split over cp ranks, ring attention exchanges K/V",
                                short="cp", bounds=BOUNDS["parallel"])
+    cp_comm_type: str = _f(
+        "p2p", "", "How context parallelism exchanges K and V: p2p, the ring (Megatron-Core "
+        "--cp-comm-type p2p; PyTorch context_parallel's alltoall rotation), or allgather, PyTorch "
+        "context_parallel's default (torchtitan): K/V all-gathered once per pass under the first "
+        "step's attention, their gradients passed around the ring", choices=CP_COMM_TYPES,
+        short="cp_comm")
     expert_parallel: int = _f(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
                               "experts split over ep ranks inside the data-parallel group",
                               short="ep", bounds=BOUNDS["parallel"])
@@ -2159,6 +2173,8 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                         "a mixture-of-experts model (model.num_experts)")
        for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor",
                     "moe_token_dispatcher_type")},
+    "plan.cp_comm_type": (lambda s: s.plan.context_parallel > 1,
+                          "context parallelism (plan.context_parallel > 1)"),
     "plan.overlap_moe_expert_parallel_comm": (
         lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
         "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),

@@ -1531,6 +1531,27 @@ def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float
             "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
 
 
+def _cp_allgather_times(cp: int, core_fwd_s: float, core_bwd_s: float, gather_s: float,
+                        block_s: float) -> dict[str, float]:
+    """:func:`_cp_ring_times` for ``plan.cp_comm_type = "allgather"``: PyTorch's
+    ``context_parallel`` with its default all-gather rotation (torchtitan;
+    ``torch.distributed.tensor.experimental._attention``, ``_AllGatherRotater``), seconds.
+
+    The core runs in the same ``cp`` steps of ``c = core/cp`` each. Forward: the K/V
+    all-gather of the whole sequence (``gather_s``) starts with the first step and the second
+    step waits for it: ``min(gather, c)`` hidden, the rest exposed. Backward: K/V are
+    all-gathered again under the first step, and the K/V gradients are passed around the ring
+    (PyTorch's ``alltoall`` rotation, one block, ``block_s``) after each step: the first
+    ``cp - 1`` under the next step, the last one waited for after the loop (exposed).
+    """
+    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
+    bwd = np.array([gather_s] + [block_s] * (cp - 1))
+    return {"cp_fwd_hidden": min(gather_s, c_f),
+            "cp_fwd_exposed": max(gather_s - c_f, 0.0),
+            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
+            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum()) + block_s}
+
+
 def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
@@ -1763,10 +1784,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ring = None
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
-        ring = _cp_ring_times(
-            cp, times["attention_core_fwd"], times["attention_core_bwd"],
-            *(_memo(cache, ("cp", ckey, p, n), warnings,
-                    _comm_call(comm, "cp_send_recv", n)) for n in (blk, 2 * blk)))
+        send = [_memo(cache, ("cp", ckey, p, n), warnings, _comm_call(comm, "cp_send_recv", n))
+                for n in (blk, 2 * blk)]
+        if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
+            gather = _memo(cache, ("cp_ag", ckey, p, cp * blk), warnings,
+                           _comm_call(comm, "cp_all_gather", cp * blk))
+            ring = _cp_allgather_times(cp, times["attention_core_fwd"],
+                                       times["attention_core_bwd"], gather, send[0])
+        else:
+            ring = _cp_ring_times(cp, times["attention_core_fwd"], times["attention_core_bwd"],
+                                  *send)
         times = {**times, **ring}
     moe = m.is_moe
     reduces = _reduces_gradients(session)

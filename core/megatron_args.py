@@ -176,10 +176,10 @@ ARGUMENTS: dict[str, Arg] = {
     "--pipeline-model-parallel-size": Arg(("plan.pipeline_parallel",), True,
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
-    "--cp-comm-type": Arg(("plan.context_parallel",), True,
+    "--cp-comm-type": Arg(("plan.cp_comm_type",), True,
                           "context-parallel K/V exchange: p2p (the ring, Megatron-Core's default) "
-                          "is the one modelled; a2a, allgather and a2a+p2p are refused with "
-                          "cp > 1"),
+                          "is plan.cp_comm_type p2p; a2a, allgather (Transformer Engine's, not "
+                          "PyTorch's overlapped one) and a2a+p2p are refused with cp > 1"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
     "--moe-token-dispatcher-type": Arg(("plan.moe_token_dispatcher_type",), True,
                                        "MoE token dispatcher: alltoall or flex (Megatron's default "
@@ -1053,6 +1053,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         if cp > 1 and kinds - {"p2p"}:
             mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds - {'p2p'}))}: only the ring "
                       "(p2p, Megatron-Core's default) is modelled")
+        elif cp > 1:
+            mp.set("--cp-comm-type", "plan.cp_comm_type", "p2p")
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
@@ -1444,6 +1446,11 @@ def export_arguments(session: Session) -> list[str]:
     cp, ep = _get(pl, "context_parallel", 1) or 1, _get(pl, "expert_parallel", 1) or 1
     if cp > 1:
         out += ["--context-parallel-size", str(cp)]
+        if _get(pl, "cp_comm_type", "p2p") != "p2p":
+            raise MegatronArgsError(
+                f"plan.cp_comm_type {pl.cp_comm_type!r}: PyTorch's context_parallel all-gather "
+                "(torchtitan) has no Megatron-LM argument (--cp-comm-type allgather is Transformer "
+                "Engine's, which does not overlap the gather); use p2p, the ring")
     if ep > 1:
         out += ["--expert-model-parallel-size", str(ep)]
     if _get(pl, "expert_tensor_parallel") is not None:

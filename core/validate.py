@@ -165,15 +165,17 @@ def read_measurements(path: str | Path) -> list[Measurement]:
 
 
 def _recipe(m: Measurement) -> tuple:
-    """What fixes a recipe's memory but the batch: source, GPU, model shape, precision and
-    the per-replica parallel layout (t, p, v, cp, ep, etp, b, schedule); the data-parallel size
-    and the global batch may differ between runs of one recipe."""
+    """What fixes a recipe's memory but the batch: source, GPU, model shape, precision, the
+    per-replica parallel layout (t, p, v, cp, ep, etp, b, schedule), sequence parallelism and
+    the sharding (ZeRO stage, shard group); the data-parallel size and the global batch may
+    differ between runs of one recipe."""
     s = m.session
     pl = s.plan
     return (m.group.get("source"), s.cluster.gpu, dataclasses.astuple(s.model), pl.precision,
             pl.fp8_recipe, pl.tensor_parallel, pl.pipeline_parallel, pl.virtual_pipeline_stages,
             pl.context_parallel, pl.expert_parallel, pl.expert_tensor_parallel,
-            pl.micro_batch_size, pl.schedule)
+            pl.micro_batch_size, pl.schedule, pl.sequence_parallel, pl.zero_stage,
+            pl.data_parallel_shard_size)
 
 
 def _check_recipe_siblings(ms: list[Measurement]) -> None:
@@ -367,6 +369,12 @@ FIELD_CAUSES = {
 ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "torchtitan-cp-allgather": "a torchtitan row with context parallelism whose notes name no "
+                               "ring: PyTorch context_parallel's default all-gather rotation "
+                               "(torchtitan's context_parallel_rotate_method 'allgather'): K/V "
+                               "all-gathered once per pass under the first step's attention, "
+                               "their gradients passed around the ring (plan.cp_comm_type "
+                               "allgather)",
     "overlaps-from-notes": "the overlaps the notes state (tp_comm_overlap, overlap_grad_reduce, "
                            "overlap_param_gather) win over recipes, families and framework "
                            "defaults",
@@ -959,34 +967,42 @@ def _notes_overlaps(notes: str) -> dict[str, bool]:
     return out
 
 
-def _check_cp_comm(framework: str, notes: str, row: _Row) -> None:
-    """Refuse a context-parallel row whose K/V exchange is not Megatron-Core's ring.
+def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
+    """``plan.cp_comm_type`` of a context-parallel row, or a refusal by name.
 
-    The simulator models ring attention as Megatron-Core runs it (``--cp-comm-type p2p``, the
-    default: K/V blocks passed around the cp ranks in cp - 1 steps, each overlapped with a
-    step of attention, REFERENCE.md "Context parallelism"). Refused by name: notes naming
-    another exchange (:data:`_CP_COMM_OTHER`: ``a2a``, ``allgather``, ``a2a+p2p``, Ulysses),
-    and a framework other than Megatron-Core / NeMo, whose context parallelism is its own
-    (PyTorch's ``context_parallel`` in torchtitan all-gathers K/V by default; Llama 3's CP
-    all-gathers K/V), unless its notes name the ring (:data:`_CP_COMM_P2P`) or PyTorch's
-    ``alltoall`` rotation (:data:`_CP_ROTATE`), which passes K/V blocks around the ranks as the
-    ring does.
+    Modelled (:data:`core.config.CP_COMM_TYPES`): the ring, as Megatron-Core runs it
+    (``--cp-comm-type p2p``, the default: K/V blocks passed around the cp ranks in cp - 1
+    steps, each overlapped with a step of attention, REFERENCE.md "Context parallelism") and
+    as PyTorch's ``context_parallel`` runs it with its ``alltoall`` rotation; and PyTorch's
+    default all-gather rotation (``allgather``), the CP of torchtitan rows whose notes name
+    no ring (assumption ``torchtitan-cp-allgather``). Refused by name: notes naming another
+    exchange (:data:`_CP_COMM_OTHER`: Megatron's ``a2a``, ``allgather`` (Transformer Engine's,
+    not overlapped), ``a2a+p2p``, Ulysses; an all-gather of K/V outside torchtitan, such as
+    Llama 3's), and CP of another framework than Megatron-Core / NeMo / torchtitan whose notes
+    do not name the ring (:data:`_CP_COMM_P2P`).
     """
+    torchtitan = bool(re.search(r"torchtitan", framework, re.I))
     rotate = _CP_ROTATE.search(notes)
     if rotate and "gather" not in rotate.group(1).lower():
-        return  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
+        return "p2p"  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
+    if torchtitan and (rotate or not (_CP_COMM_OTHER.search(notes) or _CP_COMM_P2P.search(notes))):
+        row.assume("torchtitan-cp-allgather", rotate.group(0) if rotate else "")
+        return "allgather"
     other = rotate or _CP_COMM_OTHER.search(notes)
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "
-                   f"({other.group(0).strip()!r}); only Megatron-Core's ring attention "
-                   "(cp_comm_type p2p) is modelled")
-    elif framework.strip() and not _MEGATRON.search(framework) and not _CP_COMM_P2P.search(notes):
+                   f"({other.group(0).strip()!r}); only the ring (Megatron-Core's cp_comm_type "
+                   "p2p) and PyTorch context_parallel's overlapped all-gather (torchtitan) are "
+                   "modelled")
+    elif (framework.strip() and not _MEGATRON.search(framework) and not torchtitan
+          and not _CP_COMM_P2P.search(notes)):
         row.refuse("context parallelism other than Megatron-Core's ring",
-                   f"context parallelism in {framework}: its K/V exchange is its own (PyTorch's "
-                   "context_parallel, torchtitan's, all-gathers K/V by default) and the row does "
-                   "not say it is a ring; only Megatron-Core's ring attention (cp_comm_type p2p) "
-                   "is modelled")
+                   f"context parallelism in {framework}: its K/V exchange is its own and the row "
+                   "does not say it is a ring; only the ring (Megatron-Core's cp_comm_type p2p) "
+                   "and PyTorch context_parallel's overlapped all-gather (torchtitan) are "
+                   "modelled")
+    return "p2p"
 
 
 def _bridge_dsv3_layout(name: str, framework: str, num_layers: int, p: int, v: int,
@@ -1344,7 +1360,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     cp = opt["context_parallel"] or 1
     if cp > 1:
         rw.put(plan, "plan", "context_parallel", cp)
-        _check_cp_comm(framework, notes, rw)
+        if _check_cp_comm(framework, notes, rw) != "p2p":
+            rw.put(plan, "plan", "cp_comm_type", "allgather")
     ep = opt["expert_parallel"] or 1
     if ep > 1:
         rw.put(plan, "plan", "expert_parallel", ep)

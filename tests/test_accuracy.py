@@ -463,7 +463,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
     ({"recompute": "selective (per-op SAC)"},
      "per-op selective checkpointing (not modelled in this plan)",
      "recompute='selective_op' with tensor_parallel_size=2 needs sequence_parallel"),
-    ({"gpu": "H100-96GB-HBM2e (500 W)"}, "GPU kind without a shipped profile", "H100-96GB-HBM2e"),
+    ({"gpu": "H100 NVL"}, "GPU kind without a shipped profile", "'H100 NVL' has no shipped profile"),
     ({"fsdp": "maybe"}, "unreadable fsdp", "expected y or n"),
     ({"num_gpus": 32}, "GPU count", "num_gpus=32 disagrees with t*p*d=16"),
 ])
@@ -519,12 +519,30 @@ def test_a_recipe_whose_sibling_run_needs_recomputation_is_skipped(tmp_path):
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**big, data_parallel=1, num_gpus=8)
                     + "\n" + _modern_row(**big, data_parallel=64, num_gpus=512) + "\n"
                     + _modern_row(**{**big, "pipeline_parallel": 2}, data_parallel=32, num_gpus=512)
-                    + "\n")
-    small, large, other = read_measurements(path)
+                    + "\n" + _modern_row(**{**big, "distributed_optimizer": "n"}, data_parallel=1,
+                                         num_gpus=8) + "\n")
+    small, large, other, replicated = read_measurements(path)
     assert small.skip_causes == ["recompute not stated (none does not fit)"]
     assert large.skip_causes == ["recompute not stated (a run of the same recipe needs it)"]
     assert "row 1 of the same source" in large.skip_reason
     assert other.skip_reason == ""  # another pipeline size: another recipe
+    assert replicated.skip_causes == ["recompute not stated (none does not fit)"]
+
+
+def test_a_sibling_with_other_sharding_is_another_recipe(tmp_path):
+    """The sharding changes the memory: a replicated run (no distributed optimizer) that does
+    not fit without recomputation says nothing of the sharded run of the same layout, which
+    fits and is predicted."""
+    big = dict(framework="Megatron-LM", recompute="", hidden_size=8192, num_layers=80,
+               num_attention_heads=64, num_query_groups=64, ffn_hidden_size=32768,
+               tensor_parallel=8, pipeline_parallel=1, micro_batch_size=1, global_batch_size=64,
+               data_parallel=64, num_gpus=512)
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**big, distributed_optimizer="n") + "\n"
+                    + _modern_row(**big, distributed_optimizer="y") + "\n")
+    replicated, sharded = read_measurements(path)
+    assert replicated.skip_causes == ["recompute not stated (none does not fit)"]
+    assert sharded.skip_reason == ""
 
 
 def test_hsdp_and_per_op_checkpointing_rows_are_simulated(tmp_path):

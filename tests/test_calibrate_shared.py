@@ -165,6 +165,11 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
     assert main(["calibrate", str(path), "--out-dir", str(out), "--profile", "x.h5"]) == 2
     assert main(["calibrate", str(path), "--out-dir", str(out), "--gpus", "H100-96GB"]) == 2
     assert "H100-96GB: no shipped GPU kind" in capsys.readouterr().err
+    # a kind without a data sheet needs runs of its own: its store is never the reference peaks
+    assert main(["calibrate", str(path), "--out-dir", str(out), "--gpus",
+                 "H100-96GB-HBM2e-500W"]) == 2
+    assert "H100-96GB-HBM2e-500W has no data sheet of its own" in capsys.readouterr().err
+    assert not (out / "H100-96GB-HBM2e-500W.h5").exists()
     assert main(["calibrate", str(path), "--gpus", "H200"]) == 2
 
 

@@ -63,6 +63,34 @@ def test_ring_steps_hide_the_exchange_under_the_core_and_expose_the_rest():
         "cp_fwd_hidden": 0.5, "cp_fwd_exposed": 0.0, "cp_bwd_hidden": 1.0, "cp_bwd_exposed": 0.0}
 
 
+def test_allgather_exchange_hides_the_gather_under_the_first_step_only():
+    """PyTorch's context_parallel all-gather (plan.cp_comm_type allgather), cp=4, core 4 s
+    forward and 8 s backward (1 s and 2 s per step), the K/V all-gather 2.5 s, a dK/dV block
+    1.5 s: forward 1 s of the gather hidden under the first step, 1.5 s exposed; backward the
+    gather under the first step (2 s hidden, 0.5 s exposed), three dK/dV transfers under the
+    next steps (4.5 s hidden) and the last one waited for after the loop (1.5 s exposed)."""
+    from core.graph import _cp_allgather_times
+    assert _cp_allgather_times(4, 4.0, 8.0, 2.5, 1.5) == {
+        "cp_fwd_hidden": 1.0, "cp_fwd_exposed": 1.5, "cp_bwd_hidden": 6.5, "cp_bwd_exposed": 2.0}
+
+
+def test_allgather_is_the_cp_groups_all_gather_of_every_block():
+    """The gathered buffer is cp blocks; inside a node it takes the profile's all-gather of cp
+    GPUs (plus the collective overhead), across nodes the hierarchical one."""
+    from core.comm import CommModel
+    s = _session(seq=131072, cp=4, t=2, gpu="H100-SXM5-80GB", cp_comm_type="allgather")
+    store = session_profile(s)
+    comm = CommModel(store, s.plan, s.cluster)
+    blk = model_math.cp_kv_block_bytes(s.model, s.plan)
+    assert comm.cp_all_gather(4 * blk) == pytest.approx(
+        comm.collective_overhead_s + comm.intra("all_gather", 4, 4 * blk), rel=1e-12)
+    r_ag, r_ring = simulate(s).report, simulate(dataclasses.replace(
+        s, plan=dataclasses.replace(s.plan, cp_comm_type="p2p"))).report
+    # same work, another exchange: only the context-parallel part and what waits on it differ
+    assert r_ag.compute_s == pytest.approx(r_ring.compute_s, rel=1e-9)
+    assert r_ag.iteration_time_s != r_ring.iteration_time_s
+
+
 # --------------------------------------------------------------------------- work per rank
 
 def _flops(op: str, key: dict) -> float:

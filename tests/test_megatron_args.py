@@ -1067,3 +1067,17 @@ def test_cp_comm_type_other_than_the_ring_is_refused(tmp_path, value, refused):
     one = import_file(_write(tmp_path, "cp1.sh", text.replace("--context-parallel-size 2",
                                                               "--context-parallel-size 1")))
     assert one.session.plan.context_parallel == 1
+
+
+def test_export_refuses_pytorchs_allgather_context_parallelism():
+    """plan.cp_comm_type allgather is PyTorch's context_parallel (torchtitan): Megatron's
+    --cp-comm-type allgather is Transformer Engine's other exchange, so the export refuses it
+    by name; the ring exports as Megatron's default (no flag)."""
+    s = Session(ModelConfig("x", 4, 256, 4, None, 128, 1000, attention_kernel="flash"),
+                ParallelPlan(1, 1, 1, 1, 2, "1f1b", "none", "bf16", context_parallel=2,
+                             cp_comm_type="allgather"), ClusterConfig(gpus_per_node=2), CostConfig())
+    with pytest.raises(MegatronArgsError, match="plan.cp_comm_type 'allgather'"):
+        export_arguments(s)
+    s.plan.cp_comm_type = "p2p"
+    args = export_arguments(s)
+    assert args[args.index("--context-parallel-size") + 1] == "2" and "--cp-comm-type" not in args

@@ -313,46 +313,56 @@ def test_recompute_policy(text, framework, notes, expect, cause):
 _CP_OTHER = "context parallelism other than Megatron-Core's ring"
 
 
-@pytest.mark.parametrize("framework, notes, refused", [
-    ("Megatron-Bridge (Megatron-Core)", "", False),
-    ("Megatron-LM", "cp_comm_type=p2p", False),
-    ("NeMo 2.0", "context parallel 2 (ring); TP all-gather overlapped", False),
-    ("", "", False),                                     # the session's own terms: the ring
-    ("torchtitan (FSDP2)", "", True),                    # PyTorch's context_parallel: all-gather
-    ("torchtitan (FSDP2)", "ring attention, cp_comm_type p2p", False),
-    ("torchtitan (FSDP2)", "ring attention (p2p)", False),
-    ("torchtitan (FSDP2)", "CP: ring attention", False),
-    ("torchtitan (FSDP2)", "p2p ring", False),
-    ("torchtitan (FSDP2)", "context_parallel_rotate_method = 'alltoall'", False),  # a ring shift
-    ("torchtitan (FSDP2)", "context_parallel_rotate_method=allgather", True),
-    ("Megatron-LM", "TP ring all-reduce", False),
-    ("Megatron-Bridge", "cp_comm_type a2a", True),
-    ("Megatron-LM", "cp_comm_type: 'allgather'", True),
-    ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", True),
-    ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", True),
-    ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", True),
-    ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", True),
+@pytest.mark.parametrize("framework, notes, expect", [
+    ("Megatron-Bridge (Megatron-Core)", "", "p2p"),
+    ("Megatron-LM", "cp_comm_type=p2p", "p2p"),
+    ("NeMo 2.0", "context parallel 2 (ring); TP all-gather overlapped", "p2p"),
+    ("", "", "p2p"),                                     # the session's own terms: the ring
+    ("torchtitan (FSDP2)", "", "allgather"),             # PyTorch's context_parallel default
+    ("torchtitan (FSDP2)", "context_parallel_rotate_method=allgather", "allgather"),
+    ("torchtitan (FSDP2)", "ring attention, cp_comm_type p2p", "p2p"),
+    ("torchtitan (FSDP2)", "ring attention (p2p)", "p2p"),
+    ("torchtitan (FSDP2)", "CP: ring attention", "p2p"),
+    ("torchtitan (FSDP2)", "p2p ring", "p2p"),
+    ("torchtitan (FSDP2)", "context_parallel_rotate_method = 'alltoall'", "p2p"),  # a ring shift
+    ("torchtitan (FSDP2)", "DeepSpeed-Ulysses sequence parallel", None),
+    ("Megatron-LM", "TP ring all-reduce", "p2p"),
+    ("Megatron-Bridge", "cp_comm_type a2a", None),
+    ("Megatron-LM", "cp_comm_type: 'allgather'", None),  # Transformer Engine's, not overlapped
+    ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", None),
+    ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", None),
+    ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", None),
+    ("Meta (Llama 3 paper)", "", None),
+    ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", None),
 ])
-def test_context_parallel_other_than_the_ring_is_refused(framework, notes, refused):
-    """Only Megatron-Core's ring (cp_comm_type p2p) is modelled: another exchange named in the
+def test_context_parallel_exchange_of_a_row(framework, notes, expect):
+    """The ring (Megatron-Core's p2p, PyTorch's alltoall rotation) and PyTorch context_parallel's
+    overlapped all-gather (torchtitan's default) are modelled; another exchange named in the
     notes, or another framework's CP not said to be a ring, refuses the row by name."""
     from core.validate import _check_cp_comm, _Row
     row = _Row()
-    _check_cp_comm(framework, notes, row)
-    assert row.causes == ([_CP_OTHER] if refused else [])
+    got = _check_cp_comm(framework, notes, row)
+    assert row.causes == ([] if expect else [_CP_OTHER])
+    if expect:
+        assert got == expect
+        assert ("torchtitan-cp-allgather" in _names(row)) == (expect == "allgather")
 
 
-def test_context_parallel_of_torchtitan_is_refused_and_of_megatron_predicted(published, tmp_path):
-    """End to end: a torchtitan row at cp = 2 is skipped for its CP (PyTorch's all-gather
-    exchange), the same row from Megatron-LM is predicted with the ring."""
+def test_context_parallel_of_torchtitan_is_the_allgather_and_of_megatron_the_ring(published,
+                                                                                   tmp_path):
+    """End to end: a torchtitan row at cp = 2 is predicted with PyTorch's all-gather exchange,
+    the same row from Meta's framework is refused, from Megatron-LM predicted with the ring."""
     raw, _ = published
     tt = dict(raw[33], context_parallel="2", data_parallel="16")  # row 34: 32 H200, torchtitan
+    meta = dict(tt, framework="Meta internal (PyTorch)")
     mg = dict(tt, framework="Megatron-LM", recompute="selective", notes="")
-    ms = read_measurements(_write_rows(tmp_path / "cp.csv", raw, tt, mg))
-    assert ms[0].skip_causes == [_CP_OTHER] and "all-gathers K/V" in ms[0].skip_reason
-    assert not ms[1].skip_reason and ms[1].session.plan.context_parallel == 2
+    ms = read_measurements(_write_rows(tmp_path / "cp.csv", raw, tt, meta, mg))
+    assert not ms[0].skip_reason and ms[0].session.plan.cp_comm_type == "allgather"
+    assert ms[1].skip_causes == [_CP_OTHER] and "does not say it is a ring" in ms[1].skip_reason
+    assert not ms[2].skip_reason and ms[2].session.plan.cp_comm_type == "p2p"
     from core.simulate import simulate
-    assert 0 < simulate(ms[1].session).report.iteration_time_s < float("inf")
+    assert 0 < simulate(ms[0].session).report.iteration_time_s < float("inf")
+    assert 0 < simulate(ms[2].session).report.iteration_time_s < float("inf")
 
 
 def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):

@@ -91,6 +91,7 @@ _LABELS = {
     "plan.account_for_embedding_in_pipeline_split": "Embedding in split",
     "plan.account_for_loss_in_pipeline_split": "Loss in split",
     "plan.context_parallel": "Context parallel cp",
+    "plan.cp_comm_type": "CP K/V exchange",
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
     "plan.moe_token_dispatcher_type": "Token dispatcher (MoE)",

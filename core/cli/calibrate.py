@@ -158,6 +158,12 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     kw = shared_fit_kwargs(base, sessions)
     kinds_of = np.array([s.cluster.gpu for s in sessions])
     rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
+    from ..gpu_spec import kind_fits_peak_fraction
+    blind = [k for k in extra if kind_fits_peak_fraction(k) and not rows_by_kind.get(k)]
+    if blind:  # its peaks are another part's: without its own runs nothing sets its share
+        raise field_error("--gpus", f"{', '.join(blind)} has no data sheet of its own: its store "
+                                    "needs runs of that GPU in the data to fit the share of the "
+                                    "reference peaks it sustains (peak_fraction)")
     cv: dict[str, dict[str, float]] = {}
     cv_by_kind: dict[str, dict[str, float]] = {}
     residuals = None
