@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from .config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
-from .gpu_spec import kind_fits_peak_fraction
+from .gpu_spec import fits_peak_fraction, kind_fits_peak_fraction
 from .graph import build_graph, op_key, optimizer_params
 from .graph_types import KIND_COMPUTE, OPS
 from .model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
@@ -118,15 +118,6 @@ _OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": 
                     "flex_all_to_all_efficiency": (0.05, 1.0), "peak_fraction": (0.3, 1.0)}
 
 
-def fits_peak_fraction(store: ProfileStore) -> bool:
-    """Whether ``store``'s device has no data sheet of its own, so that its op model's
-    ``peak_fraction`` is fitted (its spec says ``peak_fraction_fitted``, recorded in the
-    analytic store's provenance and in a calibrated store's ``base_provenance``)."""
-    prov = getattr(store, "provenance", None) or {}
-    base = prov.get("base_provenance") or {}
-    return bool(prov.get("peak_fraction_fitted") or base.get("peak_fraction_fitted"))
-
-
 def store_op_model(store: ProfileStore, op_model: dict[str, float]) -> dict[str, float]:
     """``op_model`` as ``store``'s device runs it: ``peak_fraction`` 1 unless the device has
     no data sheet of its own (:func:`fits_peak_fraction`). One op model is fitted for every GPU
@@ -134,8 +125,6 @@ def store_op_model(store: ProfileStore, op_model: dict[str, float]) -> dict[str,
     if op_model.get("peak_fraction", 1.0) != 1.0 and not fits_peak_fraction(store):
         return {**op_model, "peak_fraction": 1.0}
     return op_model
-
-
 
 
 def shared_fit_params() -> list[str]:
@@ -366,6 +355,10 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         is_opt.append(name == OPTIMIZER_OP)
         family.append(_FAMILY.get(name, ""))
 
+    # context parallelism: the graph runs an attention op as its part outside the ring (op
+    # attention_fwd/bwd, core.graph "attention_fwd:pre") and the ring's core steps (op
+    # attention_core_fwd/bwd): the kernel form must not count the core twice
+    cp_split = (getattr(pl, "context_parallel", 1) or 1) > 1
     kinds = res.graph.kind[path]
     compute = np.isin(ops, _COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
     kernel_form = True
@@ -387,7 +380,10 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         elif op_id in _COMPUTE_IDS:
             # a windowed layer's op: the window in its key (as core.graph.lookup_op_times)
             k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
-            add(op_kernels(name, k), float((ops == op_id).sum()), name)
+            ks = op_kernels(name, k)
+            if cp_split and name in _CP_PRE:  # the part outside the ring: the core is its own op
+                ks = _without(ks, op_kernels(_CP_PRE[name], k))
+            add(ks, float((ops == op_id).sum()), name)
         else:  # an op the kernel form does not know: the simulator's own lookups time it
             kernel_form = False
     comm = (ops >= 0) & ~compute
@@ -438,13 +434,32 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     return row
 
 
+#: With context parallelism the attention ops on a path are their parts outside the ring:
+#: the op, and the core it excludes (core.graph: ``attention_fwd:pre``).
+_CP_PRE = {"attention_fwd": "attention_core_fwd", "attention_bwd": "attention_core_bwd"}
+
+
+def _without(kernels: list, part: list) -> list:
+    """``kernels`` less one occurrence of each kernel of ``part`` (equal kernels)."""
+    out = list(kernels)
+    for k in part:
+        if k in out:
+            out.remove(k)
+    return out
+
+
 def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore,
                         p: dict[str, float]) -> bool:
     """Whether the kernel form's op times equal :func:`core.graph.lookup_op_times` on a
-    table-free store with ``p`` (relative 1e-9), op by op."""
+    table-free store with ``p`` (relative 1e-9), op by op (with context parallelism the
+    attention ops as their parts outside the ring)."""
     from .graph import lookup_op_times
 
-    times = lookup_op_times(session, model_store(base, p)).times
+    times = dict(lookup_op_times(session, model_store(base, p)).times)
+    if (getattr(session.plan, "context_parallel", 1) or 1) > 1:
+        for op, core in _CP_PRE.items():
+            if op in times and core in times:
+                times[op] = times[op] - times[core]
     kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p)
@@ -905,11 +920,14 @@ def supported_params(sessions: Sequence[Session]) -> list[str]:
     efficiency only with an expert-parallel run that dispatches with Megatron's alltoall
     dispatcher, the flex one (DeepEP / HybridEP) only with one that dispatches with flex,
     the network efficiency only with a run that spans nodes, the peak fraction only with a run
-    on a GPU kind without a data sheet of its own (:func:`kind_fits_peak_fraction`); the
-    memory efficiency always. The others keep the spec's values."""
+    on a GPU kind without a data sheet of its own (:func:`kind_fits_peak_fraction`) beside
+    runs on data-sheet kinds; the memory efficiency always. The others keep the spec's values."""
     half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
     fp8 = any(s.plan.precision == "fp8" for s in sessions)
-    capped = any(kind_fits_peak_fraction(s.cluster.gpu) for s in sessions)
+    # a kind without a data sheet: its share of the reference peaks is told apart from the GEMM
+    # efficiency only beside runs on data-sheet kinds (alone, the two move its times alike)
+    capped = any(kind_fits_peak_fraction(s.cluster.gpu) for s in sessions) and not all(
+        kind_fits_peak_fraction(s.cluster.gpu) for s in sessions)
     ep = [s for s in sessions if (getattr(s.plan, "expert_parallel", 1) or 1) > 1]
     flex = [s for s in ep if getattr(s.plan, "moe_token_dispatcher_type", "alltoall") == "flex"]
     multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)

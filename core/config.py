@@ -1660,7 +1660,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     :meth:`core.comm.CommModel.cp_ring_in_node`)."""
     cp = pl.context_parallel
     if cp == 1:
-        return []
+        kind = getattr(pl, "cp_comm_type", "p2p")
+        return [] if kind == "p2p" else [FieldError(
+            "plan.cp_comm_type", f"cp_comm_type={kind!r} needs context parallelism "
+            "(plan.context_parallel > 1)")]
     errs: list[FieldError] = []
     s, t = m.seq_length, pl.tensor_parallel
     if s % (2 * cp):

@@ -42,7 +42,7 @@ from .ops import DEFAULT_OP_MODEL
 
 __all__ = ["GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
            "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
-           "shipped_spec_path", "shipped_specs", "kind_fits_peak_fraction"]
+           "shipped_spec_path", "shipped_specs", "kind_fits_peak_fraction", "fits_peak_fraction"]
 
 GPU_SPEC_FORMAT = "vtrain-gpu-spec"
 GPU_SPEC_VERSION = 1
@@ -252,7 +252,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
         bad("source", f"{source!r} must be a non-empty string")
     fitted = raw.get("peak_fraction_fitted", False)
     if not isinstance(fitted, bool):
-        bad("peak_fraction_fitted", f"{fitted!r} must be true or false")
+        bad("peak_fraction_fitted", f"{json.dumps(fitted)[:40]} must be true or false")
     if errs:
         raise GpuSpecError(errs)
     return GpuSpec(
@@ -305,3 +305,18 @@ def kind_fits_peak_fraction(kind: str) -> bool:
     a kind without a shipped spec."""
     path = shipped_spec_path(kind)
     return path.is_file() and read_gpu_spec(path).peak_fraction_fitted
+
+
+def fits_peak_fraction(store: Any) -> bool:
+    """Whether ``store``'s device has no data sheet of its own, so that its op model's
+    ``peak_fraction`` is fitted: its spec said ``peak_fraction_fitted``, which the analytic
+    store's provenance records and every store calibrated from it keeps in its
+    ``base_provenance`` (followed down the whole chain of calibrations)."""
+    prov = getattr(store, "provenance", None) or {}
+    for _ in range(64):  # a chain of calibrated stores, each on the one before
+        if not isinstance(prov, dict):
+            return False
+        if prov.get("peak_fraction_fitted"):
+            return True
+        prov = prov.get("base_provenance")
+    return False

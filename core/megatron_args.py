@@ -1050,6 +1050,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     if take("--cp-comm-type"):  # one type, or one per layer (Megatron-Core's list form)
         kinds = {k.strip("[](),'\"") for k in " ".join(args["--cp-comm-type"]).replace(",", " ").split()}
         kinds.discard("")
+        unknown = sorted(kinds - {"p2p", "a2a", "allgather", "a2a+p2p"})
+        if not kinds or unknown:
+            raise MegatronArgsError(f"{src}: --cp-comm-type {' '.join(args['--cp-comm-type'])!r}: "
+                                    "expected p2p, a2a, allgather or a2a+p2p (one, or one per "
+                                    "layer)")
         if cp > 1 and kinds - {"p2p"}:
             mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds - {'p2p'}))}: only the ring "
                       "(p2p, Megatron-Core's default) is modelled")

@@ -18,6 +18,7 @@ from .config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp
                      recompute_modules, tensor_dtype)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
+from .gpu_spec import fits_peak_fraction
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .interval import DEFAULT_COVERAGE, check_coverage, session_interval
@@ -348,6 +349,10 @@ def simulate(session: Session, store: ProfileStore | None = None,
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
     if not fits:
         warnings.append(reason)
+    if fits_peak_fraction(store) and store.op_model.get("peak_fraction", 1.0) == 1.0:
+        warnings.append(f"profile {store.device_name} has no data sheet of its own and its "
+                        "peak_fraction was never fitted: its GEMMs run at the reference part's "
+                        "peaks (calibrate the store on runs of this GPU: vtrain calibrate)")
     report = Report(
         num_gpus=pl.num_gpus,
         num_microbatches=pl.num_microbatches,
@@ -389,7 +394,9 @@ def simulate(session: Session, store: ProfileStore | None = None,
         fits_in_memory=fits,
         memory_reserve_fraction=reserve,
         profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
-                 "device": store.device_name, "path": str(store.path) if store.path else ""},
+                 "device": store.device_name, "path": str(store.path) if store.path else "",
+                 **({"peak_fraction": float(store.op_model["peak_fraction"])}
+                    if store.op_model.get("peak_fraction", 1.0) != 1.0 else {})},
         warnings=warnings,
         interval=session_interval(session, T, store, coverage),
     )

@@ -370,7 +370,8 @@ ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
     "torchtitan-cp-allgather": "a torchtitan row with context parallelism whose notes name no "
-                               "ring: PyTorch context_parallel's default all-gather rotation "
+                               "ring, or a row whose notes name PyTorch's allgather rotation: "
+                               "PyTorch context_parallel's default all-gather rotation "
                                "(torchtitan's context_parallel_rotate_method 'allgather'): K/V "
                                "all-gathered once per pass under the first step's attention, "
                                "their gradients passed around the ring (plan.cp_comm_type "
@@ -383,8 +384,11 @@ ASSUMPTIONS = {
                                 "500 W): its store's peaks are the H100 SXM5 data sheet's, of "
                                 "which it sustains the share (peak_fraction) fitted on its "
                                 "published runs; its HBM bandwidth is the SXM5's, assumed",
-    "attention-kernel-from-notes": "the notes name a fused attention kernel (FlashAttention, "
-                                   "TE fused / cuDNN attention, SDPA): attention_kernel flash",
+    "attention-kernel-from-notes": "the notes name the attention kernel: a fused one "
+                                   "(FlashAttention, TE fused / cuDNN attention, SDPA, "
+                                   "--attention-backend flash/fused/auto) is attention_kernel "
+                                   "flash, 'unfused' or --attention-backend unfused/local the "
+                                   "unfused kernel",
     "fused-attention-framework": "a row of another model family (not SwiGLU + RMSNorm) from a "
                                  "framework whose attention is a fused kernel (Megatron-Core / "
                                  "NeMo / Megatron-Bridge: Transformer Engine; torchtitan, "
@@ -819,7 +823,10 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
     mtp_n = _notes_mtp_layers(n)
-    if mtp_n is not None and not row.pp_layout:
+    if mtp_n == -1:
+        row.refuse("multi-token prediction", "the notes state contradictory numbers of "
+                   "multi-token prediction (MTP) layers")
+    elif mtp_n is not None and not row.pp_layout:
         if mtp_n:  # a count stated ("mtp_num_layers=1", "1 MTP layer"); "w/o MTP" is the 0 rows
             row.put(model, "model", "mtp_num_layers", mtp_n)  # have always read as none
             row.assume("mtp-from-notes", f"mtp_num_layers={mtp_n}")
@@ -885,15 +892,19 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
 def _notes_mtp_layers(notes: str) -> int | None:
     """Multi-token prediction layers the notes state: ``mtp_num_layers=N``, ``N MTP layer(s)``,
     ``MTP N layer(s)``, ``MTP layers: N``, ``MTP (N layer)``; 0 for ``w/o MTP``, ``without
-    MTP``, ``no MTP``; None when they state no count."""
-    if re.search(r"\b(?:w/o|without|no)\s+MTP\b", notes, re.I):
-        return 0
-    for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)", r"\b(\d+)\s+MTP\s+layers?\b",
-                r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)\s*(?:layers?)?\b"):
-        m = re.search(pat, notes, re.I)
-        if m:
-            return int(m.group(1))
-    return None
+    MTP``, ``no MTP`` (not followed by another word: "no MTP loss logging" is not) and ``MTP:
+    off``; None when they state no count; -1 when they state contradictory ones."""
+    counts = set()
+    for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)(?![\d.])",
+                r"\b(\d+)\s+MTP\s+layers?\b",
+                r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)(?![\d.])\s*(?:layers?)?\b"):
+        counts |= {int(m.group(1)) for m in re.finditer(pat, notes, re.I)}
+    if re.search(r"\b(?:w/o|without|no)\s+MTP\b(?![ \t]+(?!layers?\b)[a-z])|\bMTP\s*[:=]?\s*(?:off|none|disabled|"
+                 r"false)\b", notes, re.I):
+        counts.add(0)
+    if len(counts) > 1:
+        return -1
+    return counts.pop() if counts else None
 
 
 def _layout_mtp(layout: str | None) -> int:
@@ -933,6 +944,8 @@ _CP_COMM_P2P = re.compile(
     r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*p2p\b(?!\s*\+)|ring[- ]attention"
     r"|\bp2p\b[^.;]{0,20}\bring\b|\bring\b[^.;]{0,20}\bp2p\b"
     r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}\bring\b", re.I)
+#: Megatron's ``--cp-comm-type`` stated in notes: its value, one type or a per-layer list.
+_CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*[=:]?\s*(\[[^\]]*\]|\(?['\"]?[\w+]+)", re.I)
 #: PyTorch's context_parallel K/V rotation (torchtitan's ``context_parallel_rotate_method``):
 #: ``alltoall`` passes K/V blocks around the ranks as a ring does; ``allgather`` gathers them.
 _CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|all[_-]?gather|p2p)",
@@ -948,23 +961,32 @@ _OVERLAP_NAMES = {
     "overlap_grad_reduce": re.compile(r"overlap[_-]grad[_-]reduce", re.I),
     "overlap_param_gather": re.compile(r"overlap[_-]param[_-]gather", re.I),
 }
-_OVERLAP_OFF = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b"
-                          r"|--no-", re.I)
 
 
-def _notes_overlaps(notes: str) -> dict[str, bool]:
-    """The overlaps the notes state, name -> on (:data:`_OVERLAP_NAMES`): each clause (split at
-    ``;`` and ``,``) that names one sets it on unless the clause negates it (``off``, ``no``,
-    ``=False``, ``--no-...``). Megatron-Core's ``--overlap-param-gather-with-optimizer-step``
-    is not the parameter all-gather overlap and is skipped."""
-    out: dict[str, bool] = {}
-    for clause in re.split(r"[;,\n]", notes):
-        clause = re.sub(r"overlap[_-]param[_-]gather[_-]with[_-]optimizer[_-]step", "", clause,
-                        flags=re.I)
-        for name, pat in _OVERLAP_NAMES.items():
-            if pat.search(clause) and name not in out:
-                out[name] = not _OVERLAP_OFF.search(clause)
-    return out
+def _negated_at(text: str, start: int, end: int) -> bool:
+    """Whether the mention ``text[start:end]`` is negated where it stands: ``--no-``, ``no``,
+    ``not``, ``without``, ``disable(d)`` just before it, or ``off``, ``=False``, ``: no``,
+    ``disabled`` just after it (a negation elsewhere in the clause is another setting's)."""
+    before, after = text[max(0, start - 16):start], text[end:end + 24]
+    return bool(re.search(r"(?:--no-|\bno\s+|\bnot\s+|\bwithout\s+|\bdisabled?\s+)$", before, re.I)
+                or re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:off|false|0|no|disabled|n)\b",
+                            after, re.I))
+
+
+def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
+    """The overlaps the notes state, name -> on (:data:`_OVERLAP_NAMES`), and the names they
+    state both on and off. Each mention is on unless negated where it stands
+    (:func:`_negated_at`: ``--no-overlap-grad-reduce``, ``tp_comm_overlap off``,
+    ``overlap_param_gather=False``, ``no TP comm overlap``). Megatron-Core's
+    ``--overlap-param-gather-with-optimizer-step`` is not the parameter all-gather overlap and
+    is skipped."""
+    text = re.sub(r"overlap[_-]param[_-]gather[_-]with[_-]optimizer[_-]step", "", notes, flags=re.I)
+    seen: dict[str, set[bool]] = {}
+    for name, pat in _OVERLAP_NAMES.items():
+        for m in pat.finditer(text):
+            seen.setdefault(name, set()).add(not _negated_at(text, m.start(), m.end()))
+    out = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+    return out, sorted(k for k, v in seen.items() if len(v) > 1)
 
 
 def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
@@ -982,26 +1004,37 @@ def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
     do not name the ring (:data:`_CP_COMM_P2P`).
     """
     torchtitan = bool(re.search(r"torchtitan", framework, re.I))
+    other_why = ("only the ring (Megatron-Core's cp_comm_type p2p) and PyTorch context_parallel's "
+                 "overlapped all-gather (torchtitan) are modelled")
+    stated = _CP_COMM_STATED.search(notes)  # Megatron's --cp-comm-type: one type or a list
+    if stated:
+        kinds = set(re.findall(r"a2a\+p2p|p2p\+a2a|a2a|all[_-]?gather|p2p", stated.group(1).lower()))
+        if kinds and kinds <= {"p2p"}:
+            return "p2p"
+        row.refuse("context parallelism other than Megatron-Core's ring",
+                   f"the notes name a context-parallel exchange other than the ring "
+                   f"({stated.group(0).strip()!r}); {other_why}")
+        return "p2p"
     rotate = _CP_ROTATE.search(notes)
     if rotate and "gather" not in rotate.group(1).lower():
         return "p2p"  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
-    if torchtitan and (rotate or not (_CP_COMM_OTHER.search(notes) or _CP_COMM_P2P.search(notes))):
-        row.assume("torchtitan-cp-allgather", rotate.group(0) if rotate else "")
-        return "allgather"
     other = rotate or _CP_COMM_OTHER.search(notes)
+    ring = _CP_COMM_P2P.search(notes)
+    if ring and re.search(r"\bnot\b|\bno\b|\bnon-", ring.group(0), re.I):
+        ring = None  # "CP is not a ring"
+    if (torchtitan and (rotate or (other is None and ring is None)
+                        or (other is not None and "gather" in other.group(0).lower()))
+            or (rotate and not framework.strip())):  # no framework: the session's own terms
+        row.assume("torchtitan-cp-allgather", other.group(0).strip() if other else "")
+        return "allgather"  # PyTorch context_parallel's default, or said so
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "
-                   f"({other.group(0).strip()!r}); only the ring (Megatron-Core's cp_comm_type "
-                   "p2p) and PyTorch context_parallel's overlapped all-gather (torchtitan) are "
-                   "modelled")
-    elif (framework.strip() and not _MEGATRON.search(framework) and not torchtitan
-          and not _CP_COMM_P2P.search(notes)):
+                   f"({other.group(0).strip()!r}); {other_why}")
+    elif framework.strip() and not _MEGATRON.search(framework) and not torchtitan and not ring:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"context parallelism in {framework}: its K/V exchange is its own and the row "
-                   "does not say it is a ring; only the ring (Megatron-Core's cp_comm_type p2p) "
-                   "and PyTorch context_parallel's overlapped all-gather (torchtitan) are "
-                   "modelled")
+                   f"does not say it is a ring; {other_why}")
     return "p2p"
 
 
@@ -1194,17 +1227,23 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if model.attention_kernel != "flash":
         # another family (GPT-style GeLU + LayerNorm ...): the kernel its notes or its
         # framework name; Megatron-LM without a version keeps the session's (unfused) default
-        if re.search(r"flash[- ]?attn|flash[- ]?attention|fused attention|cudnn attention"
-                     r"|\bsdpa\b|attention[_ -]backend\s*[=:]?\s*(?:flash|fused|auto)", notes, re.I):
+        fused = [m for m in re.finditer(
+            r"flash[- ]?attn|flash[- ]?attention|fused attention|cudnn attention|\bsdpa\b"
+            r"|attention[_ -]backend\s*[=:]?\s*(?:flash|fused|auto)", notes, re.I)
+            if not _negated_at(notes, m.start(), m.end())]
+        if re.search(r"attention[_ -]backend\s*[=:]?\s*(?:unfused|local)|\bunfused\b", notes, re.I):
+            rw.assume("attention-kernel-from-notes", "unfused")  # stays the unfused kernel
+        elif fused:
             model.attention_kernel = "flash"
-            rw.assume("attention-kernel-from-notes")
+            rw.assume("attention-kernel-from-notes", "flash")
         elif _MODERN_FRAMEWORK.search(framework):
             model.attention_kernel = "flash"
             rw.assume("fused-attention-framework", framework)
         else:
             rw.assume("attention-unfused-default")
-    if model.activation == "swiglu" and re.search(r"\bqkv[_ -]bias\b|bias(?:es)? (?:in|on) (?:the )?qkv",
-                                                  notes, re.I):
+    qkv_bias = [m for m in re.finditer(r"\bqkv[_ -]bias\b|bias(?:es)? (?:in|on) (?:the )?qkv",
+                                       notes, re.I) if not _negated_at(notes, m.start(), m.end())]
+    if model.activation == "swiglu" and qkv_bias:
         rw.put(model, "model", "add_qkv_bias", True)
         rw.assume("qkv-bias-from-notes")
     if opt["num_query_groups"] is not None:
@@ -1389,7 +1428,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
         if flag is None and _SHARDING_WORDS[col].match(text):
-            flag = True  # the column's own words: "FSDP2", "FULL_SHARD", "ZeRO-1" ...
+            # the column's own words: "FSDP2", "FULL_SHARD", "ZeRO-1" ...; "FSDP: no" says no
+            flag = not (re.match(r"[^(,;]*\b(?:no|not|off|disabled?|false|none|n)\b", text, re.I)
+                        or re.search(r"\bnot used\b|\bunused\b", text, re.I))
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
                       "true/false, on/off, enabled/disabled, 1/0)")
@@ -1480,7 +1521,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif re.search(r"async TP", f"{framework} {notes}"):
             rw.assume("async-tp-overlap")
             plan.tp_comm_overlap = True
-    said = _notes_overlaps(notes)
+    said, torn = _notes_overlaps(notes)
+    if torn:
+        rw.refuse("overlaps stated both on and off", f"the notes state {', '.join(torn)} both on "
+                  "and off")
     if "overlap_grad_reduce" in said and ogr_stated:
         del said["overlap_grad_reduce"]  # the column states it
     if "tp_comm_overlap" in said and not (plan.sequence_parallel and plan.tensor_parallel > 1
@@ -1760,6 +1804,8 @@ def published_columns(session: Session) -> dict[str, Any]:
     for col in ("context_parallel", "expert_parallel"):
         if _has(pl, col):
             out[col] = getattr(pl, col) or 1
+    if cp > 1 and getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's, named
+        out["notes"] = "context_parallel_rotate_method allgather"
     for col in ("num_experts", "moe_top_k", "moe_ffn_hidden_size"):
         if _has(m, col) and getattr(m, "num_experts", None):
             out[col] = getattr(m, col)

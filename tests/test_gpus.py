@@ -382,3 +382,23 @@ def test_store_list_shows_each_device_with_its_peaks():
                                                    "mxfp8 5,000; "
                                                    "HBM 186.0 GiB at 8,000 GB/s")
     assert infos["H200-SXM-141GB"].peak_flops["fp8"] == 1979e12
+
+
+def test_an_unfitted_store_of_a_part_without_a_data_sheet_warns_and_a_chain_keeps_the_flag():
+    """The analytic store of the 500 W H100 holds the SXM5's peaks with peak_fraction 1: a
+    simulation on it says so; a store calibrated on a calibrated one still knows the part has
+    no data sheet (the flag is found down the chain of base provenances)."""
+    from core.gpu_spec import fits_peak_fraction
+    from core.profiles_gen import generate_store
+    analytic = generate_store("H100-96GB-HBM2e-500W")
+    assert fits_peak_fraction(analytic) and analytic.op_model.get("peak_fraction", 1.0) == 1.0
+    s = _session("A100-SXM4-80GB")
+    s.cluster.gpu = "H100-96GB-HBM2e-500W"
+    r = simulate(s, analytic).report
+    assert any("peak_fraction was never fitted" in w for w in r.warnings)
+    shipped = ProfileStore.open(ROOT / "profiles" / "H100-96GB-HBM2e-500W.h5")
+    assert not any("never fitted" in w for w in simulate(s, shipped).report.warnings)
+    chained = type("Store", (), {"provenance": {"method": "calibrated", "base_provenance": {
+        "method": "calibrated", "base_provenance": dict(analytic.provenance)}}})()
+    assert fits_peak_fraction(chained)
+    assert not fits_peak_fraction(ProfileStore.open(ROOT / "profiles" / "H100-SXM5-80GB.h5"))

@@ -1048,6 +1048,14 @@ def test_block_recompute_num_layers_counts_per_model_chunk(extra, n, expected):
     assert validate(res.session) == []
 
 
+@pytest.mark.parametrize("value", ["bogus", "P2P", "\"[]\""])
+def test_cp_comm_type_must_be_one_of_megatrons(tmp_path, value):
+    text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2",
+                                  f"--context-parallel-size 2 --cp-comm-type {value}")
+    with pytest.raises(MegatronArgsError, match="expected p2p, a2a, allgather or a2a\\+p2p"):
+        import_file(_write(tmp_path, "cp.sh", text))
+
+
 @pytest.mark.parametrize("value, refused", [
     ("p2p", False), ("a2a", True), ("allgather", True), ("a2a+p2p", True),
     ("\"['p2p','p2p']\"", False), ("\"['p2p','a2a']\"", True),

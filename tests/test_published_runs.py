@@ -334,6 +334,10 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", None),
     ("Meta (Llama 3 paper)", "", None),
     ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", None),
+    ("Megatron-LM", "cp_comm_type=['p2p','a2a']", None),  # a per-layer list naming a2a
+    ("Megatron-LM", "cp_comm_type=['p2p','p2p']", "p2p"),
+    ("torchtitan (FSDP2)", "CP all-gathers K/V once per pass", "allgather"),
+    ("torchtitan (FSDP2)", "CP is not a ring; K/V all-gathered", "allgather"),
 ])
 def test_context_parallel_exchange_of_a_row(framework, notes, expect):
     """The ring (Megatron-Core's p2p, PyTorch's alltoall rotation) and PyTorch context_parallel's
@@ -693,6 +697,10 @@ def test_precision_label_naming_two_dtypes_is_refused():
     ("fsdp", "Megatron-FSDP", True), ("fsdp", "ZeRO-3", True), ("fsdp", "shard_grad_op", None),
     ("distributed_optimizer", "ZeRO-1", True), ("distributed_optimizer", "zero1", True),
     ("distributed_optimizer", "ZeRO stage 1", True), ("distributed_optimizer", "ZeRO-2", None),
+    # the scheme's name with a no is a no
+    ("fsdp", "FSDP: no", False), ("fsdp", "FSDP off", False), ("fsdp", "fsdp disabled", False),
+    ("fsdp", "ZeRO-3 (not used)", False), ("fsdp", "FSDP2 (full shard, no CPU offload)", True),
+    ("distributed_optimizer", "distributed optimizer: no", False),
 ])
 def test_sharding_columns_read_the_scheme_names(published, tmp_path, col, text, sharded):
     """fsdp and distributed_optimizer cells that name their scheme are a yes (ZeRO-3 / ZeRO-1);
@@ -704,6 +712,8 @@ def test_sharding_columns_read_the_scheme_names(published, tmp_path, col, text, 
     if sharded:
         assert m.session.plan.zero_stage == (3 if col == "fsdp" else 1)
         assert f"unreadable {col}" not in m.skip_causes
+    elif sharded is False:
+        assert m.session.plan.zero_stage == 0 and f"unreadable {col}" not in m.skip_causes
     else:
         assert f"unreadable {col}" in m.skip_causes
 
@@ -726,6 +736,8 @@ def test_notes_name_the_alltoall_dispatcher_in_other_words(published, tmp_path):
     ("mtp_num_layers=1", 1), ("MTP 1 layer", 1), ("1 MTP layer", 1), ("MTP layers: 2", 2),
     ("with MTP (1 layer)", 1), ("no MTP", 0), ("w/o MTP", 0), ("without MTP", 0),
     ("trained with MTP", None), ("", None),
+    ("2 MTP layers; no MTP loss logging", 2), ("MTP 0.3 loss weight", None), ("MTP: off", 0),
+    ("w/o MTP layer", 0), ("mtp_num_layers=1; w/o MTP", -1), ("1 MTP layer; 2 MTP layers", -1),
 ])
 def test_notes_mtp_layer_counts(notes, layers):
     from core.validate import _notes_mtp_layers
@@ -753,10 +765,25 @@ def test_mtp_count_from_notes_reaches_the_model_and_a_bare_mtp_is_refused(publis
      {"tp_comm_overlap": False, "overlap_grad_reduce": True}),
     ("--overlap-param-gather-with-optimizer-step", {}),
     ("--no-overlap-grad-reduce", {"overlap_grad_reduce": False}),
+    # a negation of another flag in the same clause is that flag's
+    ("--tp-comm-overlap --overlap-grad-reduce --no-gradient-accumulation-fusion",
+     {"tp_comm_overlap": True, "overlap_grad_reduce": True}),
+    ("tp_comm_overlap is on (not overlap_param_gather)",
+     {"tp_comm_overlap": True, "overlap_param_gather": False}),
+    ("overlap_grad_reduce: disabled", {"overlap_grad_reduce": False}),
 ])
 def test_notes_overlaps(notes, expect):
     from core.validate import _notes_overlaps
-    assert _notes_overlaps(notes) == expect
+    assert _notes_overlaps(notes) == (expect, [])
+
+
+def test_notes_stating_an_overlap_both_on_and_off_are_refused(published, tmp_path):
+    from core.validate import _notes_overlaps
+    assert _notes_overlaps("tp_comm_overlap=True; tp_comm_overlap=False") == ({}, ["tp_comm_overlap"])
+    raw, _ = published
+    r = dict(raw[1], notes="tp_comm_overlap=True; tp_comm_overlap=False")
+    (m,) = read_measurements(_write_rows(tmp_path / "t.csv", raw, r))
+    assert m.skip_causes == ["overlaps stated both on and off"]
 
 
 def test_overlaps_in_notes_win_over_recipes_and_defaults(published, tmp_path):
@@ -802,9 +829,38 @@ def test_attention_kernel_of_other_model_families(published, tmp_path):
                recompute="full")
     rows = [dict(gpt, framework="NeMo 24.09", notes=""),
             dict(gpt, framework="Megatron-LM", notes="--use-flash-attn"),
-            dict(gpt, framework="Megatron-LM", notes="")]
+            dict(gpt, framework="Megatron-LM", notes=""),
+            dict(gpt, framework="Megatron-LM", notes="no flash attention (unfused)"),
+            dict(gpt, framework="Megatron-LM", notes="attention_backend=unfused")]
     got = read_measurements(_write_rows(tmp_path / "a.csv", raw, *rows))
-    assert [m.session.model.attention_kernel for m in got] == ["flash", "flash", "unfused"]
+    assert [m.session.model.attention_kernel for m in got] == [
+        "flash", "flash", "unfused", "unfused", "unfused"]
     assert "fused-attention-framework" in _names(got[0])
     assert "attention-kernel-from-notes" in _names(got[1])
     assert "attention-unfused-default" in _names(got[2])
+
+
+@pytest.mark.parametrize("notes, bias", [
+    ("QKV bias (Qwen2-style)", True), ("no QKV bias", False), ("qkv_bias=False", False),
+    ("biases in the QKV projection", True), ("", False)])
+def test_qkv_bias_from_notes(published, tmp_path, notes, bias):
+    raw, _ = published
+    (m,) = read_measurements(_write_rows(tmp_path / "q.csv", raw, dict(raw[36], notes=notes)))
+    assert m.session.model.add_qkv_bias is bias
+    assert ("qkv-bias-from-notes" in _names(m)) is bias
+
+
+def test_allgather_context_parallelism_round_trips_through_the_columns(tmp_path):
+    """published_columns names PyTorch's all-gather exchange in the notes; read back, the
+    session has it again."""
+    from tests.test_context_parallel import _session
+    s = _session(seq=131072, cp=8, t=2, gpu="H100-SXM5-80GB", cp_comm_type="allgather")
+    cols = {**published_columns(s), "recompute": "selective", "measured_iteration_time_s": 10}
+    path = tmp_path / "rt.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(cols))
+        w.writeheader()
+        w.writerow(cols)
+    (m,) = read_measurements(path)
+    assert not m.skip_reason and m.session.plan.cp_comm_type == "allgather"
+    assert m.session.plan == s.plan

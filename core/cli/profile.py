@@ -208,6 +208,8 @@ def profile_line(profile: dict[str, Any]) -> str:
             parts.append(f"CUDA {profile['cuda_version']}")
         if profile.get("threads") and profile.get("torch_device", "cpu") == "cpu":
             parts.append(f"{profile['threads']} threads")
+    if profile.get("peak_fraction") is not None:  # a part without a data sheet of its own
+        parts.append(f"sustains {profile['peak_fraction']:.2f} of the reference peaks, fitted")
     return f"profile: {profile.get('device')} ({', '.join(parts)}) {profile.get('path', '')}"
 
 
