@@ -743,6 +743,11 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if not t:
         row.refuse("precision not stated", "precision is empty: the source does not say")
         return "bf16", None
+    if re.search(r"\b(?:bf16|fp16|bfloat16|float16)[- _]true\b|\bpure (?:bf16|bfloat16|fp16)\b", t):
+        row.refuse("precision", f"precision={text!r}: pure half-precision training (weights and "
+                   "optimizer without FP32 master copies, Lightning's '-true') is not modelled; "
+                   "the modelled bf16 / fp16 are mixed precision")
+        return "bf16", None
     if not re.search(r"fp8|float8", t):
         if first in PRECISIONS:
             return first, None  # "bf16 mixed precision" is bf16

@@ -685,6 +685,14 @@ def test_precision_labels_of_other_tables(label, precision):
     assert _precision_policy(label, row) == (precision, None) and not row.causes
 
 
+@pytest.mark.parametrize("label", ["bf16-true", "pure bf16", "fp16-true"])
+def test_pure_half_precision_is_refused(label):
+    from core.validate import _precision_policy, _Row
+    row = _Row()
+    _precision_policy(label, row)
+    assert row.causes == ["precision"] and "FP32 master" in row.reasons[0]
+
+
 def test_precision_label_naming_two_dtypes_is_refused():
     from core.validate import _precision_policy, _Row
     row = _Row()
