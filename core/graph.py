@@ -1784,16 +1784,14 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ring = None
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
-        send = [_memo(cache, ("cp", ckey, p, n), warnings, _comm_call(comm, "cp_send_recv", n))
-                for n in (blk, 2 * blk)]
+        def exchange(method: str, n: float) -> float:
+            return _memo(cache, (method, ckey, p, n), warnings, _comm_call(comm, method, n))
+        core = (times["attention_core_fwd"], times["attention_core_bwd"])
         if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
-            gather = _memo(cache, ("cp_ag", ckey, p, cp * blk), warnings,
-                           _comm_call(comm, "cp_all_gather", cp * blk))
-            ring = _cp_allgather_times(cp, times["attention_core_fwd"],
-                                       times["attention_core_bwd"], gather, send[0])
+            ring = _cp_allgather_times(cp, *core, exchange("cp_all_gather", cp * blk),
+                                       exchange("cp_send_recv", blk))
         else:
-            ring = _cp_ring_times(cp, times["attention_core_fwd"], times["attention_core_bwd"],
-                                  *send)
+            ring = _cp_ring_times(cp, *core, *(exchange("cp_send_recv", n) for n in (blk, 2 * blk)))
         times = {**times, **ring}
     moe = m.is_moe
     reduces = _reduces_gradients(session)

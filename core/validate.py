@@ -329,7 +329,6 @@ _SHARDING_WORDS = {
                        r"|\s*full[_ ]shard|\s*zero[- ]?(?:stage[- ]?)?3\b"),
     "distributed_optimizer": re.compile(r"(?i)\s*zero[- ]?(?:stage[- ]?)?1\b"
                                         r"|\s*distributed[_ ]optimizer"),
-    "sequence_parallel": re.compile(r"(?!)"), "overlap_grad_reduce": re.compile(r"(?!)"),
 }
 
 
@@ -934,23 +933,22 @@ BRIDGE_DSV3_LAYOUTS = {
 }
 
 
-#: Context-parallel exchanges other than Megatron-Core's ring, named in a row's notes: its
-#: ``--cp-comm-type`` a2a / allgather / a2a+p2p, DeepSpeed-Ulysses' all-to-all, or an all-gather
-#: or all-to-all of K/V said of context parallelism (Llama 3's CP, PyTorch's allgather rotation).
+#: Context-parallel exchanges other than the ring, named in a row's notes in words (Megatron's
+#: ``--cp-comm-type`` is :data:`_CP_COMM_STATED`): DeepSpeed-Ulysses' all-to-all, or an
+#: all-gather or all-to-all of K/V said of context parallelism (Llama 3's CP, PyTorch's).
 _CP_COMM_OTHER = re.compile(
-    r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*(a2a\+p2p|a2a|all[_-]?gather|all[_-]?to[_-]?all)"
-    r"|ulysses"
+    r"ulysses"
     r"|(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,40}\b(cp|context[- ]parallel\w*|k/?v)\b"
     r"|\b(cp|context[- ]parallel\w*)\b[^.;]{0,40}(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)",
     re.I)
-#: Notes that name the ring: Megatron-Core's ``cp_comm_type p2p`` (its default), ring attention,
-#: a p2p ring, or CP said to be a ring.
+#: Notes that name the ring in words: ring attention, a p2p ring, or CP said to be a ring.
 _CP_COMM_P2P = re.compile(
-    r"cp[_ -]comm[_ -]type\s*[=:]?\s*[\[('\"]*\s*p2p\b(?!\s*\+)|ring[- ]attention"
+    r"ring[- ]attention"
     r"|\bp2p\b[^.;]{0,20}\bring\b|\bring\b[^.;]{0,20}\bp2p\b"
     r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}\bring\b", re.I)
 #: Megatron's ``--cp-comm-type`` stated in notes: its value, one type or a per-layer list.
-_CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*[=:]?\s*(\[[^\]]*\]|\(?['\"]?[\w+]+)", re.I)
+_CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*(?:[=:]|\bis\b)?\s*(\[[^\]]*\]|\(?['\"]?[\w+]+)",
+                             re.I)
 #: PyTorch's context_parallel K/V rotation (torchtitan's ``context_parallel_rotate_method``):
 #: ``alltoall`` passes K/V blocks around the ranks as a ring does; ``allgather`` gathers them.
 _CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|all[_-]?gather|p2p)",
@@ -1432,7 +1430,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     for col in ("sequence_parallel", "overlap_grad_reduce", "distributed_optimizer", "fsdp"):
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
-        if flag is None and _SHARDING_WORDS[col].match(text):
+        if flag is None and col in _SHARDING_WORDS and _SHARDING_WORDS[col].match(text):
             # the column's own words: "FSDP2", "FULL_SHARD", "ZeRO-1" ...; "FSDP: no" says no
             flag = not (re.match(r"[^(,;]*\b(?:no|not|off|disabled?|false|none|n)\b", text, re.I)
                         or re.search(r"\bnot used\b|\bunused\b", text, re.I))
