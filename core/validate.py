@@ -88,6 +88,15 @@ class MeasurementFileError(ValueError):
     """A measurement CSV cannot be read; the message names the file, row and column."""
 
 
+class _CellError(MeasurementFileError):
+    """A cell of one general-layout row that no prediction can do without is empty or not a
+    number: that row is skipped with this message, the rest of the file is read."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
+
+
 @dataclass
 class Measurement:
     """One measured run.
@@ -159,7 +168,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    out = [_general_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    out = [_general_row_or_skip(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
     _check_recipe_siblings(out)
     return out
 
@@ -212,14 +221,15 @@ def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> A
     try:
         v = float(text)
     except ValueError:
-        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
-                                   "number") from None
+        raise _CellError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a number",
+                         f"unreadable {col}") from None
     if not math.isfinite(v):
-        raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a "
-                                   "finite number")
+        raise _CellError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a finite "
+                         "number", f"unreadable {col}")
     if kind is int:
         if not v.is_integer():
-            raise MeasurementFileError(f"{path}: row {row}, column {col!r}: {text!r} is not an integer")
+            raise _CellError(f"{path}: row {row}, column {col!r}: {text!r} is not an integer",
+                             f"unreadable {col}")
         return int(v)
     return v
 
@@ -368,6 +378,12 @@ FIELD_CAUSES = {
 ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "time-from-throughput": "the iteration time cell is empty: it is derived from the row's "
+                            "tokens_per_s_per_gpu (global batch x sequence / (tokens/s/GPU x "
+                            "GPUs))",
+    "parallel-size-from-gpus": "one of num_gpus, tensor_parallel, pipeline_parallel and "
+                               "data_parallel is empty (or 'n/a'): it is the one that makes "
+                               "num_gpus = t*p*cp*d",
     "torchtitan-cp-allgather": "a torchtitan row with context parallelism whose notes name no "
                                "ring, or a row whose notes name PyTorch's allgather rotation: "
                                "PyTorch context_parallel's default all-gather rotation "
@@ -1179,19 +1195,73 @@ _NUMERIC_COLUMNS = frozenset({
     "context_parallel", "expert_parallel"})
 #: How tables write "not stated / not applicable" in a numeric cell: read as an empty cell
 #: (the column's default, or "is empty; it is required"), never as a broken file.
-_NOT_STATED = re.compile(r"(?i)n/?a|none|null|nan|-+|\u2013|\u2014|\?|not (?:stated|given|applicable)"
-                         r"|unknown|unstated")
+_NOT_STATED = re.compile(r"(?i)(?:n/?a|none|null|nan|-+|\u2013|\u2014|\?|not (?:stated|given|applicable)"
+                         r"|unknown|unstated)(?:\s*\([^()]*\))?")
+
+
+def _general_row_or_skip(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
+    """:func:`_general_row`, or the row skipped with the message of the cell that no
+    prediction can do without (:class:`_CellError`): one such cell never fails the file."""
+    try:
+        return _general_row(path, row, header, r)
+    except _CellError as exc:
+        cells = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
+        group = {"model": cells.get("model_name", "") or "?", "source": cells.get("source_id", "")
+                 or path.name, "gpu": cells.get("gpu", ""), "kind": "", "precision": "",
+                 "t": cells.get("tensor_parallel", ""), "p": cells.get("pipeline_parallel", "")}
+        reason = str(exc).removeprefix(f"{path}: row {row}, ")
+        return Measurement(row, None, math.nan, reason, group, [exc.cause])
+
+
+#: The parallel sizes whose product is the GPU count (context_parallel is optional, default 1).
+_WORLD_COLUMNS = ("num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel")
+
+
+def _derive_cells(path: Path, row: int, v: dict[str, str], assume: Callable[..., None]) -> None:
+    """Fill, in place, the empty required cells that the row's other cells fix: one empty of
+    num_gpus / tensor_parallel / pipeline_parallel / data_parallel from
+    ``num_gpus = t*p*cp*d`` (``parallel-size-from-gpus``), and an empty iteration time from the
+    published ``tokens_per_s_per_gpu`` (``time-from-throughput``: global batch x sequence /
+    (tokens/s/GPU x GPUs)). Cells that do not divide evenly stay empty (the row is then
+    skipped naming the column)."""
+    empty = [c for c in _WORLD_COLUMNS if not v.get(c, "")]
+    if len(empty) == 1:
+        known = {c: _num(path, row, c, v[c], int) for c in _WORLD_COLUMNS if c != empty[0]}
+        cp = _num(path, row, "context_parallel", v["context_parallel"], int) \
+            if v.get("context_parallel", "") else 1
+        if empty[0] == "num_gpus":
+            value = known["tensor_parallel"] * known["pipeline_parallel"] * known["data_parallel"] * cp
+        else:
+            rest = math.prod(x for c, x in known.items() if c != "num_gpus") * cp
+            value = known["num_gpus"] // rest if rest > 0 and known["num_gpus"] % rest == 0 else 0
+        if value > 0:
+            v[empty[0]] = str(value)
+            assume("parallel-size-from-gpus", f"{empty[0]}={value}")
+    if not v.get("measured_iteration_time_s", "") and v.get("tokens_per_s_per_gpu", ""):
+        try:
+            tok = float(v["tokens_per_s_per_gpu"])
+            n = _num(path, row, "num_gpus", v.get("num_gpus", ""), int)
+            gbs = _num(path, row, "global_batch_size", v.get("global_batch_size", ""), int)
+            seq = _num(path, row, "seq_length", v.get("seq_length", ""), int)
+        except (ValueError, MeasurementFileError):
+            return  # the time stays empty; the row is skipped naming it
+        if tok > 0 and math.isfinite(tok) and n > 0:
+            v["measured_iteration_time_s"] = repr(gbs * seq / (tok * n))
+            assume("time-from-throughput", f"{gbs * seq / (tok * n):.6g} s")
 
 
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
-    v = {h: ("" if h in _NUMERIC_COLUMNS and _NOT_STATED.fullmatch(x) else x) for h, x in v.items()}
+    v = {h: ("" if h in _NUMERIC_COLUMNS | {"tokens_per_s_per_gpu"} and _NOT_STATED.fullmatch(x)
+             else x) for h, x in v.items()}
+    rw = _Row()
+    _derive_cells(path, row, v, rw.assume)
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
     missing = [c for c, value in get.items() if value is None]
     if missing:
-        raise MeasurementFileError(f"{path}: row {row}, column {missing[0]!r} is empty; it is "
-                                   "required (" + ", ".join(c for c, d in GENERAL_COLUMNS.items()
-                                                            if d is None) + ")")
+        raise _CellError(f"{path}: row {row}, column {missing[0]!r} is empty; it is required ("
+                         + ", ".join(c for c, d in GENERAL_COLUMNS.items() if d is None) + ")",
+                         f"{missing[0]} empty")
     ints = {c: _num(path, row, c, str(get[c]), int) for c in (
         "num_gpus", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
         "vocab_size", "global_batch_size", "micro_batch_size", "tensor_parallel", "pipeline_parallel",
@@ -1206,7 +1276,6 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                         num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
                         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ffn,
                         seq_length=ints["seq_length"], vocab_size=ints["vocab_size"])
-    rw = _Row()
     if re.search(r"\bDERIVED\b", notes):
         rw.assume("derived-time")
 

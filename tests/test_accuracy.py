@@ -95,9 +95,12 @@ def test_general_layout_missing_column_is_a_clear_error(tmp_path):
     path.write_text("gpu,num_gpus\nA100,8\n")
     with pytest.raises(MeasurementFileError, match="needs columns .*num_layers"):
         read_measurements(path)
-    path.write_text(GENERAL_HEADER + "\nA100,16,8,24,2048,16,1024,64,2,2,2,four,1,n,full,0.5,x\n")
-    with pytest.raises(MeasurementFileError, match="row 1, column 'data_parallel': 'four'"):
-        read_measurements(path)
+    # a cell a prediction cannot do without skips its row, naming it; the file is read
+    path.write_text(GENERAL_HEADER + "\nA100,16,8,24,2048,16,1024,64,2,2,2,four,1,n,full,0.5,x\n"
+                    "A100,16,8,24,2048,16,1024,64,2,2,2,4,1,n,full,0.5,x\n")
+    ms = read_measurements(path)
+    assert ms[0].session is None and ms[0].skip_reason == "column 'data_parallel': 'four' is not a number"
+    assert ms[0].skip_causes == ["unreadable data_parallel"] and ms[1].skip_reason == ""
 
 
 def test_error_metrics_closed_form():
@@ -656,3 +659,40 @@ def test_calibrating_a_store_keeps_what_the_runs_do_not_fit(tmp_path, capsys):
                         ("flex_all_to_all_efficiency", 0.9), ("p2p_efficiency", 0.7)):
         assert doc["parameters"][name] == value, name
         assert ProfileStore.open(out).op_model[name] == value, name
+
+
+def test_empty_parallel_size_or_time_is_derived_else_the_row_is_skipped(tmp_path, capsys):
+    """One empty (or "n/a (FSDP2)") parallel size is the one that makes num_gpus = t*p*cp*d;
+    an empty time comes from tokens_per_s_per_gpu (GBS*seq/(tok/s/GPU*N)); a cell neither fixes
+    skips only its row, naming the column, and the JSON and --out of such a row hold no time."""
+    rows = [_modern_row(data_parallel="n/a (FSDP2)"), _modern_row(tensor_parallel="n/a"),
+            _modern_row(num_gpus=""), _modern_row(measured_iteration_time_s="",
+                                                  tokens_per_s_per_gpu=4096),
+            _modern_row(micro_batch_size="n/a"), _modern_row(data_parallel="", num_gpus=""),
+            _modern_row(data_parallel="", num_gpus=10), _modern_row(measured_iteration_time_s="")]
+    path = tmp_path / "modern.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    for m in ms[:4]:
+        assert m.skip_reason == "", m.skip_reason
+        pl = m.session.plan
+        assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (2, 2, 4)
+    names = [{a.split(":")[0] for a in m.assumptions} for m in ms[:4]]
+    assert all("parallel-size-from-gpus" in n for n in names[:3])
+    assert "data_parallel=4" in " ".join(ms[0].assumptions)
+    # 64 sequences x 2048 tokens / (4096 tokens/s/GPU x 16 GPUs) = 2 s
+    assert ms[3].measured_s == pytest.approx(2.0) and "time-from-throughput" in names[3]
+    assert ms[4].session is None and "column 'micro_batch_size' is empty; it is required" in ms[4].skip_reason
+    assert "column 'num_gpus' is empty" in ms[5].skip_reason  # two unknowns: not derived
+    assert "column 'data_parallel' is empty" in ms[6].skip_reason  # 10 / (2*2) is not whole
+    assert "measured_iteration_time_s' is empty" in ms[7].skip_reason
+    assert ms[7].skip_causes == ["measured_iteration_time_s empty"]
+    from core.cli import main
+    out = tmp_path / "rows.csv"
+    assert main(["validate", str(path), "--json", "--out", str(out)]) == 0
+    import json
+    rec = json.loads(capsys.readouterr().out)["rows"]
+    assert rec[4]["measured_s"] is None and rec[4]["predicted_s"] is None
+    assert rec[0]["predicted_s"] > 0
+    lines = out.read_text().splitlines()
+    assert lines[5].split(",")[8] == ""  # row 5's measured time: empty, not "nan"

@@ -581,12 +581,17 @@ def test_fp8_recipe_in_the_labels_parenthesis(label, recipe):
 
 
 def test_an_empty_required_cell_is_named(published, tmp_path):
+    """An empty time is taken from the row's throughput; without one the row is skipped
+    naming the column, and the file's other rows are read."""
     raw, _ = published
-    path = _write_rows(tmp_path / "empty.csv", raw, {**raw[1], "measured_iteration_time_s": ""})
-    from core.validate import MeasurementFileError
-    with pytest.raises(MeasurementFileError, match=r"row 1, column 'measured_iteration_time_s' is "
-                                                   r"empty; it is required"):
-        read_measurements(path)
+    path = _write_rows(tmp_path / "empty.csv", raw, {**raw[1], "measured_iteration_time_s": ""},
+                       {**raw[1], "measured_iteration_time_s": "", "tokens_per_s_per_gpu": ""},
+                       raw[1])
+    ms = read_measurements(path)
+    assert ms[0].measured_s == pytest.approx(ms[2].measured_s, rel=1e-3)
+    assert any(a.startswith("time-from-throughput") for a in ms[0].assumptions)
+    assert ms[1].skip_reason.startswith("column 'measured_iteration_time_s' is empty; it is required")
+    assert ms[2].skip_reason == ""
 
 
 def test_deepseek_v3_rows_take_the_models_router_groups(published, tmp_path):

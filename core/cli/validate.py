@@ -223,7 +223,8 @@ def _row_records(result) -> list[dict]:
     for m, pred in zip(result.measurements, result.predicted_s):
         ok = not math.isnan(pred)
         mem = row_memory(m) if ok else None
-        out.append({"row": m.row, **m.group, "measured_s": m.measured_s,
+        out.append({"row": m.row, **m.group,
+                    "measured_s": None if math.isnan(m.measured_s) else m.measured_s,
                     "memory_need_gib": mem[0] / 2**30 if mem else None,
                     "memory_capacity_gib": mem[1] / 2**30 if mem else None,
                     "predicted_s": float(pred) if ok else None,
@@ -324,7 +325,8 @@ def _write_rows(result, path: str) -> None:
         w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
-                    pl.global_batch_size if pl else "", f"{m.measured_s:.6g}",
+                    pl.global_batch_size if pl else "",
+                    "" if np.isnan(m.measured_s) else f"{m.measured_s:.6g}",
                     "" if np.isnan(pred) else f"{pred:.6g}", err, *band, m.skip_reason])
     atomic_write_text(path, buf.getvalue())
 
