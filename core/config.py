@@ -75,7 +75,7 @@ __all__ = [
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
 #: the plain softmax; "off-by-one" adds a fixed zero logit to every row's denominator (Miller 2023,
 #: "Attention is off by one"; a buffer, no parameters); "learnable" adds one learned logit per
@@ -289,8 +289,9 @@ class ModelConfig:
         None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
         "attention); empty means one per head (multi-head attention)", min=1,
         bounds=BOUNDS["heads"])
-    activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices) or swiglu (gated, "
-                         "three ffn matrices; --swiglu)", choices=ACTIVATIONS)
+    activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
+                         "three ffn matrices; --swiglu) or squared_relu (relu(x)^2, two ffn "
+                         "matrices, Nemotron-4; --squared-relu)", choices=ACTIVATIONS)
     normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
                             "--normalization RMSNorm)", choices=NORMALIZATIONS)
     position_embedding: str = _f("learned", "", "Position embedding: learned (an s*h table) or "

@@ -347,7 +347,7 @@ def op_key(session: Session) -> dict:
     key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
                a=m.num_attention_heads,
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
-               g=m.query_groups, act=m.activation, norm=m.normalization,
+               g=m.query_groups, act=model_math.activation_key(m.activation), norm=m.normalization,
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
                ce=model_math.cross_entropy_fusion(pl),

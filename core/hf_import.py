@@ -2,7 +2,7 @@
 
 :func:`session_from_hf_config` reads the ``config.json`` of a dense
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
-``Qwen3ForCausalLM`` checkpoint, or of a mixture-of-experts
+``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.config.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
@@ -45,7 +45,9 @@ every layer when ``sliding_window`` is shorter than the sequence. Qwen2's
 ``use_sliding_window`` (windows from layer ``max_window_layers`` on) is refused.
 
 Model-family facts (from the ``transformers`` modelling code of each
-architecture): all have a gated SiLU MLP (``gate_proj``, ``up_proj``,
+architecture): Nemotron-4 has an MLP of ``up_proj`` and ``down_proj`` with ``relu2``
+(squared ReLU, not gated: ``model.activation`` squared_relu), LayerNorm (``LayerNorm1P``:
+weight and bias) and RoPE on ``partial_rotary_factor`` of each head; the others have a gated SiLU MLP (``gate_proj``, ``up_proj``,
 ``down_proj``: SwiGLU; each expert of an MoE layer too), RMSNorm, RoPE and no
 linear biases except Qwen2's (and Qwen2-MoE's) QKV bias; Qwen3 (and Qwen3-MoE)
 adds an RMSNorm over each query and key head (QK-norm). ``head_dim``, when it
@@ -90,7 +92,12 @@ DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
     "MistralForCausalLM": {},
     "Qwen2ForCausalLM": {"add_qkv_bias": True},
     "Qwen3ForCausalLM": {"qk_layernorm": True},
+    # Nemotron-4 (transformers' NemotronForCausalLM): up_proj / down_proj with relu2 (squared
+    # ReLU, not gated), LayerNorm1P (a LayerNorm with weight and bias), partial RoPE
+    "NemotronForCausalLM": {"activation": "squared_relu", "normalization": "layernorm"},
 }
+#: The ``hidden_act`` each architecture's MLP is modelled with (SiLU-gated otherwise).
+_ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2",)}
 #: Mixture-of-experts architectures we import: the model fields their modelling code fixes and
 #: the field that gives the number of experts.
 MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
@@ -136,7 +143,7 @@ USED: dict[str, str] = {
     "vocab_size": "model.vocab_size",
     "max_position_embeddings": "model.seq_length (unless --seq-length)",
     "tie_word_embeddings": "model.tied_embeddings",
-    "hidden_act": "model.activation (silu: SwiGLU)",
+    "hidden_act": "model.activation (silu: SwiGLU; Nemotron's relu2: squared_relu)",
     "head_dim": "model.kv_channels (when it is not hidden_size / num_attention_heads)",
     "num_local_experts": "model.num_experts (Mixtral)",
     "num_experts": "model.num_experts (Qwen2-MoE, Qwen3-MoE)",
@@ -177,6 +184,7 @@ IGNORED: dict[str, str] = {
     "training precision)", "dtype": "storage type (the plan sets the training precision)",
     "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
     "initializer_range": "initialization", "rms_norm_eps": "a constant of RMSNorm",
+    "norm_eps": "a constant of the normalization (Nemotron)",
     "rope_theta": "RoPE's base changes the angles, not the work",
     "rope_scaling": "RoPE scaling changes the angles, not the work",
     "partial_rotary_factor": "RoPE's width on a head changes only a memory-bound kernel's size",
@@ -480,10 +488,11 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
                       "the config gives no head_dim")
     kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
-    act = cfg.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise _refuse(where, "hidden_act", f"{act!r}: only SiLU-gated MLPs (SwiGLU) are modelled "
-                      "for this architecture")
+    act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
+    if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
+        raise _refuse(where, "hidden_act", f"{act!r}: only " + (
+            f"{' or '.join(_ARCH_ACTIVATIONS[arch])} MLPs are" if arch in _ARCH_ACTIVATIONS
+            else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
     biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
     if biased and cfg.get("attention_bias") is not True:
         raise _refuse(where, "attention_bias", f"{cfg.get('attention_bias')!r}: {arch} without "
@@ -519,13 +528,13 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
             or arch.replace("ForCausalLM", ""))
+    family = {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
+              "tied_embeddings": tied, "attention_kernel": "flash", "add_bias_linear": False,
+              **fixed, **window_fields}
     model = ModelConfig(name=name[:200], num_layers=layers, hidden_size=h, num_attention_heads=a,
                         ffn_hidden_size=f, seq_length=s, vocab_size=vocab,
                         num_query_groups=g if g is not None and g != a else None,
-                        kv_channels=kv_channels,
-                        activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                        tied_embeddings=tied, attention_kernel="flash",
-                        **{"add_bias_linear": False, **fixed, **window_fields})
+                        kv_channels=kv_channels, **family)
     if window_note:
         ignored["sliding_window"] = window_note
     if storage:

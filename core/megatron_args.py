@@ -106,6 +106,8 @@ ARGUMENTS: dict[str, Arg] = {
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),
     "--swiglu": Arg(("model.activation",), False, "SwiGLU MLP (model.activation swiglu)"),
+    "--squared-relu": Arg(("model.activation",), False,
+                          "squared-ReLU MLP (Nemotron-4; model.activation squared_relu)"),
     "--normalization": Arg(("model.normalization",), True, "LayerNorm (modelled) or RMSNorm"),
     "--position-embedding-type": Arg(("model.position_embedding",), True,
                                      "learned_absolute (modelled) or rope (yarn: rope, YaRN's "
@@ -939,10 +941,16 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # model families (issue 11): refused by name while the fields are absent
     if switch("--swiglu"):
         mp.set("--swiglu", "model.activation", "swiglu")
-    if switch("--quick-geglu"):
+    if switch("--squared-relu"):
         if "--swiglu" in args:
-            raise MegatronArgsError(f"{src}: --quick-geglu and --swiglu are both given (one "
-                                    "gated activation)")
+            raise MegatronArgsError(f"{src}: --squared-relu and --swiglu are both given (one "
+                                    "MLP activation)")
+        mp.set("--squared-relu", "model.activation", "squared_relu")
+    if switch("--quick-geglu"):
+        other = "--swiglu" if "--swiglu" in args else "--squared-relu"
+        if other in args:
+            raise MegatronArgsError(f"{src}: --quick-geglu and {other} are both given (one "
+                                    "MLP activation)")
         mp.set("--quick-geglu", "model.activation", "swiglu")
         late_ignored.append(("--quick-geglu", "its gate x*sigmoid(1.702x) is timed as SwiGLU's "
                              "x*sigmoid(x): the same GEMMs and the same fused activation "
@@ -1390,6 +1398,8 @@ def export_arguments(session: Session) -> list[str]:
         # Megatron-Core fuses a clamp and a linear offset only with the quick-GELU gate
         # (TransformerConfig: glu_linear_offset needs quick_gelu under bias_activation_fusion)
         out.append("--quick-geglu" if clamp is not None or offset else "--swiglu")
+    elif _get(m, "activation") == "squared_relu":
+        out.append("--squared-relu")
     if clamp is not None:
         out += ["--activation-func-clamp-value", repr(float(clamp))]
     if offset:

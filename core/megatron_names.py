@@ -38,7 +38,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "network size": (
         """--encoder-num-layers --decoder-num-layers --relative-attention-num-buckets
         --relative-attention-max-distance --use-rotary-position-embeddings --no-position-embedding
-        --mrope-section --squared-relu --bert-no-binary-head --is-hybrid-model
+        --mrope-section --bert-no-binary-head --is-hybrid-model
         --heterogeneous-layers-config-path --heterogeneous-layers-config-encoded-json
         --qk-l2-norm""",
         # --max-position-embeddings only sizes the learned position table (its s*h parameters

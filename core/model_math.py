@@ -46,7 +46,7 @@ from .report import StageMemory
 
 __all__ = [
     "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "ADAM_BYTES_PER_PARAM", "Kernel",
-    "ModelFamily", "FAMILIES", "family_of", "op_kernels", "num_parameters", "params_per_gpu",
+    "ModelFamily", "FAMILIES", "family_of", "activation_key", "op_kernels", "num_parameters", "params_per_gpu",
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "causal_model_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
@@ -234,6 +234,17 @@ FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layern
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
                                        "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
                                        "ce": "unfused"}
+def activation_key(activation: str) -> str:
+    """The ``act`` key column that times ``model.activation``'s MLP: the activation itself, but
+    ``squared_relu`` (Nemotron-4's ``relu(x)**2``, Megatron-Core's ``squared_relu`` under
+    ``jit_fuser``: one fused element-wise kernel per pass that reads the fc1 output and writes
+    the activation, and in the backward reads the saved input and the gradient and writes one
+    gradient) is timed as ``gelu``, whose ``bias_gelu`` kernels move the same bytes; both are
+    non-gated (two ffn matrices, the same GEMMs). The FLOPs of the element-wise kernels are
+    not counted in either case (memory-bound)."""
+    return "gelu" if activation == "squared_relu" else activation
+
+
 #: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the
 #: query latent's rank (0: no query compression), ``kvlr`` the key/value latent's rank (0: not
 #: MLA), ``qkd``, ``qpe``, ``vd`` the query/key head's channels without and with rotary

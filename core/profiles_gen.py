@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from .comm import _FACTOR, _STEPS
-from .model_math import mla_key
+from .model_math import activation_key, mla_key
 from .config import MODEL_PRESETS, padded_vocab_size
 from .gpu_spec import GpuSpec, read_gpu_spec, shipped_spec_path, shipped_specs
 from .ops import (ALL_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP, analytic_op_time,
@@ -132,7 +132,8 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
 
 def _family_key(m) -> dict:
     """The family columns of model ``m`` (the values :func:`core.graph.op_key` gives)."""
-    return dict(a=m.num_attention_heads, g=m.query_groups, act=m.activation, norm=m.normalization,
+    return dict(a=m.num_attention_heads, g=m.query_groups, act=activation_key(m.activation),
+                norm=m.normalization,
                 pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                 h=m.hidden_size, kv=m.head_dim, **mla_key(m))
 

@@ -378,6 +378,9 @@ FIELD_CAUSES = {
 ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "nemotron-family": "a squared-ReLU MLP is Nemotron-4's family (Megatron-Core "
+                       "--squared-relu): RoPE and no linear biases; the activation's one fused "
+                       "element-wise kernel per pass is timed as GeLU's (the same bytes)",
     "time-from-throughput": "the iteration time cell is empty: it is derived from the row's "
                             "tokens_per_s_per_gpu (global batch x sequence / (tokens/s/GPU x "
                             "GPUs))",
@@ -1098,6 +1101,9 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
         row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 #: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
 _ACTIVATION_QUALIFIERS = ("clamped", "biased")
+#: How tables write Nemotron-4's squared ReLU (Megatron-Core --squared-relu, HF ``relu2``).
+_SQUARED_RELU = re.compile(r"(?i)\s*(?:squared[-_ ]?relu|relu[-_ ]?squared|relu\s*(?:\^|\*\*)?\s*2"
+                           r"|sq[-_ ]?relu)\s*")
 
 
 def _activation_qualifiers(model: ModelConfig, row: _Row) -> set[str]:
@@ -1285,6 +1291,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if v.get(col, ""):
             setattr(model, col, v[col].lower())
     qualifiers = _activation_qualifiers(model, rw)
+    if _SQUARED_RELU.fullmatch(model.activation):
+        model.activation = "squared_relu"
+    if model.activation == "squared_relu":
+        # Nemotron-4's family (Megatron-Core --squared-relu): RoPE, no linear biases; the
+        # attention kernel follows from the framework or the notes below
+        model.position_embedding, model.add_bias_linear = "rope", False
+        rw.assume("nemotron-family")
     if model.activation == "swiglu" and model.normalization == "rmsnorm":
         # the README's Llama-style rows: the columns do not hold the rest of the family, which
         # every such model shares (RoPE, no linear biases) and every framework of the sources

@@ -23,9 +23,10 @@ def add_source(isub: Any) -> None:
     """Add the ``hf`` source to the ``import`` command's sub-parsers (core/cli/imports.py)."""
     hf = isub.add_parser(
         "hf", help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3 and their "
-                   "MoE variants, DeepSeek-V2/V3, GPT-OSS)",
+                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Nemotron-4)",
         description="Read a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM, the mixture-of-experts "
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, NemotronForCausalLM (squared ReLU), the "
+                    "mixture-of-experts "
                     "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
                     "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (multi-head latent attention, "
                     "multi-token prediction) or GptOssForCausalLM (sliding windows, attention "

@@ -1,0 +1,118 @@
+"""Squared-ReLU MLPs (Nemotron-4; Megatron-Core --squared-relu): parameters, timing, Megatron
+arguments and the published-runs reader."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
+from core.simulate import simulate
+from core.validate import read_measurements
+
+# Nemotron-4 340B (Nemotron-4 340B technical report, Table 1 / its Megatron-Core config):
+# 96 layers, h 18432, 96 heads, 8 KV groups, ffn 73728 (4h), vocabulary 256000, squared ReLU,
+# LayerNorm, RoPE, no linear biases, untied embeddings
+NEMOTRON4_340B = ModelConfig(name="Nemotron-4 340B", num_layers=96, hidden_size=18432,
+                             num_attention_heads=96, num_query_groups=8, ffn_hidden_size=73728,
+                             seq_length=4096, vocab_size=256000, activation="squared_relu",
+                             normalization="layernorm", position_embedding="rope",
+                             add_bias_linear=False, tied_embeddings=False, attention_kernel="flash")
+
+
+def test_nemotron4_340b_parameters_closed_form():
+    """Per layer: QKV h(h + 2 g d) with d = h/a = 192, projection h^2, two ffn matrices 2hf (not
+    gated: no third matrix), two LayerNorms 2 x 2h; plus untied input and output embeddings
+    2Vh and the final LayerNorm 2h: 341.03 B (the report's "340B")."""
+    h, f, g, d, V, L = 18432, 73728, 8, 192, 256000, 96
+    per_layer = h * (h + 2 * g * d) + h * h + 2 * h * f + 2 * 2 * h
+    assert NEMOTRON4_340B.num_parameters() == L * per_layer + 2 * V * h + 2 * h
+    assert NEMOTRON4_340B.num_parameters() == pytest.approx(341.03e9, rel=1e-5)
+    gated = dataclasses.replace(NEMOTRON4_340B, activation="swiglu")
+    assert gated.num_parameters() - NEMOTRON4_340B.num_parameters() == L * h * f
+
+
+def test_squared_relu_is_timed_as_gelu_and_refuses_gated_fields():
+    """One fused element-wise kernel per pass with GeLU's bytes, the same two GEMMs: the
+    iteration time and the memory are GeLU's exactly (core.model_math.activation_key)."""
+    small = dataclasses.replace(NEMOTRON4_340B, num_layers=8, hidden_size=2048,
+                                num_attention_heads=16, ffn_hidden_size=8192)
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
+                        micro_batch_size=1, global_batch_size=16, precision="bf16")
+    runs = [simulate(Session(dataclasses.replace(small, activation=a), plan,
+                             ClusterConfig(gpu="H100-SXM5-80GB"), CostConfig())).report
+            for a in ("squared_relu", "gelu")]
+    assert runs[0].iteration_time_s == runs[1].iteration_time_s > 0
+    assert runs[0].num_parameters == runs[1].num_parameters
+    assert runs[0].max_memory_per_gpu_bytes == runs[1].max_memory_per_gpu_bytes
+    errs = validate(Session(dataclasses.replace(small, activation_func_clamp_value=7.0), plan,
+                            ClusterConfig(), CostConfig()))
+    assert any(e.field == "model.activation_func_clamp_value" for e in errs)
+
+
+LAUNCH = ("--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --ffn-hidden-size 8192 "
+          "--seq-length 4096 --vocab-size 256000 --micro-batch-size 1 --squared-relu "
+          "--position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights "
+          "--group-query-attention --num-query-groups 8 --bf16")
+
+
+def test_megatron_squared_relu_round_trip():
+    r = session_from_launch(read_launch(LAUNCH, "nemotron.sh"), num_gpus=8)
+    assert r.session.model.activation == "squared_relu"
+    args = export_arguments(r.session)
+    assert "--squared-relu" in args and "--swiglu" not in args
+    back = session_from_launch(read_launch(" ".join(args), "back.sh"), num_gpus=8)
+    assert back.session.model == dataclasses.replace(r.session.model, name=back.session.model.name)
+    with pytest.raises(MegatronArgsError, match="--squared-relu and --swiglu are both given"):
+        session_from_launch(read_launch(LAUNCH + " --swiglu", "x"), num_gpus=8)
+    with pytest.raises(MegatronArgsError, match="--quick-geglu and --squared-relu are both given"):
+        session_from_launch(read_launch(LAUNCH + " --quick-geglu", "x"), num_gpus=8)
+
+
+HEADER = ("source_id,gpu,num_gpus,gpus_per_node,inter_node_bandwidth_gbps,framework,model_name,"
+          "num_layers,hidden_size,num_attention_heads,num_query_groups,ffn_hidden_size,activation,"
+          "normalization,seq_length,vocab_size,tied_embeddings,global_batch_size,micro_batch_size,"
+          "tensor_parallel,pipeline_parallel,data_parallel,sequence_parallel,recompute,"
+          "distributed_optimizer,fsdp,precision,measured_iteration_time_s,notes")
+
+
+@pytest.mark.parametrize("label", ["squared-relu", "Squared ReLU", "relu2", "ReLU^2", "relu**2",
+                                   "squared_relu", "relu-squared"])
+def test_reader_reads_squared_relu_as_nemotron(tmp_path, label):
+    row = (f"NEMO,H100-SXM5-80GB,64,8,3200,NeMo 2.0 (Megatron-Core),Nemotron-4-15B,32,6144,48,8,"
+           f"24576,{label},layernorm,4096,256000,n,256,4,4,1,16,y,none,y,n,bf16,2.5,x")
+    path = tmp_path / "runs.csv"
+    path.write_text(HEADER + "\n" + row + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == ""
+    model = m.session.model
+    assert (model.activation, model.position_embedding, model.add_bias_linear) == \
+        ("squared_relu", "rope", False)
+    assert model.attention_kernel == "flash"  # NeMo: a modern framework's fused attention
+    assert any(a.startswith("nemotron-family:") for a in m.assumptions)
+
+
+# Nemotron-4 340B as transformers' NemotronConfig writes it (nvidia's -hf conversions)
+NEMOTRON_HF = {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron",
+               "hidden_act": "relu2", "hidden_size": 18432, "intermediate_size": 73728,
+               "num_attention_heads": 96, "num_hidden_layers": 96, "num_key_value_heads": 8,
+               "head_dim": 192, "max_position_embeddings": 4096, "norm_eps": 1e-05,
+               "partial_rotary_factor": 0.5, "rope_theta": 10000, "tie_word_embeddings": False,
+               "vocab_size": 256000, "torch_dtype": "bfloat16", "attention_bias": False,
+               "mlp_bias": False, "bos_token_id": 2, "eos_token_id": 3}
+
+
+def test_hf_nemotron_import():
+    from core.config import ConfigError
+    from core.hf_import import session_from_hf_config
+    imp = session_from_hf_config(NEMOTRON_HF, where="config.json")
+    m = imp.session.model
+    assert dataclasses.replace(m, name=NEMOTRON4_340B.name) == NEMOTRON4_340B
+    assert {"norm_eps", "partial_rotary_factor"} <= set(imp.ignored)
+    with pytest.raises(ConfigError, match="hidden_act.*'silu': only relu2 MLPs are modelled"):
+        session_from_hf_config({**NEMOTRON_HF, "hidden_act": "silu"}, where="config.json")
+    with pytest.raises(ConfigError, match="hidden_act.*'relu2': only SiLU-gated"):
+        session_from_hf_config({**NEMOTRON_HF, "architectures": ["LlamaForCausalLM"]},
+                               where="config.json")
