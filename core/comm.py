@@ -425,6 +425,20 @@ class CommModel:
         per_node = cp if self.cp_ring_in_node() else max(1, min(cp, self.cluster.gpus_per_node // t))
         return self.hierarchical("all_gather", cp, per_node, nbytes)
 
+    def cp_all_to_all(self, nbytes: float) -> float:
+        """All-to-all among the ranks of one all-to-all group of context parallelism
+        (``plan.cp_comm_type`` a2a: the cp ranks; a2a+p2p: ``plan.cp_a2a_size`` of them,
+        Megatron-Core's inner hierarchical group), ``nbytes`` the send buffer per GPU, seconds
+        (:meth:`all_to_all`). The group's ranks are ``t`` apart: all in one node when the
+        ``t * size`` ranks they span divide the node (or the job fits in one), else
+        ``gpus_per_node / t`` of them per node."""
+        from .model_math import cp_a2a_size
+        n, t, g = cp_a2a_size(self.plan), self.plan.tensor_parallel, self.cluster.gpus_per_node
+        if nbytes <= 0 or n <= 1:
+            return 0.0
+        in_node = t * n <= g and (g % (t * n) == 0 or self.plan.num_gpus <= g)
+        return self.all_to_all(n, n if in_node else max(1, min(n, g // t)), nbytes)
+
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""
         if nbytes <= 0:

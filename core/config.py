@@ -110,9 +110,14 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: ``context_parallel`` with the ``alltoall`` rotation is the same ring); ``allgather`` PyTorch's
 #: ``context_parallel`` default (torchtitan's ``context_parallel_rotate_method``): K/V
 #: all-gathered once per pass, overlapped with the first step's attention, the K/V gradients
-#: passed around the ring. Megatron-Core's own ``allgather`` (TE's AttnFuncWithCPAndKVAllGather,
-#: not overlapped) and ``a2a`` are not modelled.
-CP_COMM_TYPES = ("p2p", "allgather")
+#: passed around the ring; ``a2a`` Megatron-Core's all-to-all exchange (DeepSpeed-Ulysses; TE's
+#: ``AttnFuncWithCPAndKVAll2All``): Q, K, V all-to-all from a sequence split to a head split
+#: before the attention core, which runs on the whole sequence for ``1/cp`` of the heads, and
+#: the output back after it, none of it overlapped; ``a2a+p2p`` Megatron-Core's hierarchical
+#: exchange (``--hierarchical-context-parallel-sizes A P``): all-to-all inside groups of
+#: ``plan.cp_a2a_size`` ranks, the ring over the ``cp / cp_a2a_size`` groups. Megatron-Core's
+#: own ``allgather`` (TE's AttnFuncWithCPAndKVAllGather, not overlapped) is not modelled.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
@@ -507,8 +512,15 @@ class ParallelPlan:
         "p2p", "", "How context parallelism exchanges K and V: p2p, the ring (Megatron-Core "
         "--cp-comm-type p2p; PyTorch context_parallel's alltoall rotation), or allgather, PyTorch "
         "context_parallel's default (torchtitan): K/V all-gathered once per pass under the first "
-        "step's attention, their gradients passed around the ring", choices=CP_COMM_TYPES,
-        short="cp_comm")
+        "step's attention, their gradients passed around the ring; a2a, Megatron-Core's "
+        "all-to-all (Ulysses: heads split over the cp ranks, --cp-comm-type a2a); a2a+p2p, "
+        "all-to-all inside groups of cp_a2a_size ranks and the ring between them",
+        choices=CP_COMM_TYPES, short="cp_comm")
+    cp_a2a_size: int | None = _f(
+        None, "GPUs", "Ranks of each all-to-all group of the a2a+p2p exchange (the first of "
+        "Megatron-Core's --hierarchical-context-parallel-sizes; the ring joins cp / this "
+        "groups); empty for the other exchanges", short="cp_a2a", min=2,
+        bounds=BOUNDS["parallel"])
     expert_parallel: int = _f(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
                               "experts split over ep ranks inside the data-parallel group",
                               short="ep", bounds=BOUNDS["parallel"])
@@ -1648,6 +1660,38 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     return errs
 
 
+def _cp_a2a_errors(m: ModelConfig, pl: ParallelPlan, kind: str, size: int | None
+                   ) -> list[FieldError]:
+    """The all-to-all exchanges' rules (``cp_comm_type`` a2a, a2a+p2p): Transformer Engine's
+    all-to-all splits each tensor-parallel rank's query heads and K/V heads over the
+    all-to-all group (``cp`` ranks for a2a, ``cp_a2a_size`` for a2a+p2p; "The number of
+    attention heads needs to be divisible by CP size"), and a2a+p2p needs its group size, a
+    divisor of ``cp`` between 2 and ``cp/2`` (Megatron-Core: the product of
+    ``--hierarchical-context-parallel-sizes`` is the cp size)."""
+    cp, t = pl.context_parallel, pl.tensor_parallel
+    if kind == "a2a+p2p":
+        if size is None:
+            return [FieldError("plan.cp_a2a_size", "cp_comm_type 'a2a+p2p' needs cp_a2a_size, the "
+                               "all-to-all group's size (Megatron-Core "
+                               "--hierarchical-context-parallel-sizes A P: A)")]
+        if not _is_int(size) or size < 2 or cp % size or size >= cp:
+            return [FieldError("plan.cp_a2a_size", f"cp_a2a_size={size} must divide "
+                               f"context_parallel_size={cp} and be smaller than it (the ring "
+                               "joins at least two all-to-all groups); use a2a for one group")]
+    a = size if kind == "a2a+p2p" else cp
+    errs = []
+    if m.multi_latent_attention is True:
+        return [FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} with multi-head latent "
+                           "attention is not modelled")]
+    heads, groups = m.num_attention_heads // t, m.query_groups // t
+    for what, n in (("query heads", heads), ("K/V heads (query groups)", groups)):
+        if n % a:
+            errs.append(FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} splits each "
+                                   f"tensor-parallel rank's {what} ({n}) over {a} ranks: "
+                                   f"{n} is not divisible by {a}"))
+    return errs
+
+
 def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
                              ) -> list[FieldError]:
     """Megatron-Core's rules of context parallelism (``--context-parallel-size`` cp > 1), each
@@ -1660,12 +1704,19 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     smaller groups that straddle a node boundary are allowed and priced as inter-node,
     :meth:`core.comm.CommModel.cp_ring_in_node`)."""
     cp = pl.context_parallel
+    kind = getattr(pl, "cp_comm_type", "p2p")
+    a2a_size = getattr(pl, "cp_a2a_size", None)
+    errs: list[FieldError] = []
+    if a2a_size is not None and kind != "a2a+p2p":
+        errs.append(FieldError("plan.cp_a2a_size", f"cp_a2a_size={a2a_size} is the all-to-all "
+                               "group of the a2a+p2p exchange (plan.cp_comm_type a2a+p2p); "
+                               f"cp_comm_type is {kind!r}: leave it empty"))
     if cp == 1:
-        kind = getattr(pl, "cp_comm_type", "p2p")
-        return [] if kind == "p2p" else [FieldError(
+        return errs if kind == "p2p" else errs + [FieldError(
             "plan.cp_comm_type", f"cp_comm_type={kind!r} needs context parallelism "
             "(plan.context_parallel > 1)")]
-    errs: list[FieldError] = []
+    if kind in ("a2a", "a2a+p2p"):
+        errs += _cp_a2a_errors(m, pl, kind, a2a_size)
     s, t = m.seq_length, pl.tensor_parallel
     if s % (2 * cp):
         errs.append(FieldError("plan.context_parallel", f"seq_length={s} is not divisible by "
@@ -2179,6 +2230,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                     "moe_token_dispatcher_type")},
     "plan.cp_comm_type": (lambda s: s.plan.context_parallel > 1,
                           "context parallelism (plan.context_parallel > 1)"),
+    "plan.cp_a2a_size": (lambda s: s.plan.context_parallel > 1
+                         and getattr(s.plan, "cp_comm_type", "p2p") == "a2a+p2p",
+                         "the a2a+p2p exchange (plan.cp_comm_type a2a+p2p)"),
     "plan.overlap_moe_expert_parallel_comm": (
         lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
         "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),
@@ -2378,9 +2432,27 @@ def gpu_kind(name: str) -> str:
     """Map a GPU name used by other tools (``"A100"``, ``"DGX-H100"``, ``"H100 SXM5 80GB
     HBM3"``, ``"GB200 (NVL72)"``) to a shipped GPU kind (:data:`_GPU_FAMILIES`); a name that
     names another variant, or no shipped family, is returned unchanged (the caller's
-    validation refuses it by name)."""
+    validation refuses it by name). A parenthesis that only describes the machine (``"GB200
+    NVL72 (4 GPUs per compute tray)"``: no memory, power, form factor, memory type or GPU
+    family in it) is set aside when the name does not map with it."""
     if name in GPU_KINDS:
         return name
+    kind = _gpu_kind_words(name)
+    if kind != name or "(" not in name:
+        return kind
+    bare = re.sub(r"\([^()]*\)", " ", name)
+    outer = set(re.findall(r"[a-z0-9]+", bare.lower())) & set(_GPU_FAMILIES)
+    spec = re.compile(r"\d+\s*-?\s*(?:gb|w|tb)\b|sxm|pcie|nvl|hbm", re.I)
+    for part in re.findall(r"\(([^()]*)\)", name):
+        named = set(re.findall(r"[a-z0-9]+", part.lower())) & set(_GPU_FAMILIES)
+        if spec.search(part) or named - outer:
+            return name  # the parenthesis names a variant (or another GPU): never set aside
+    kind = _gpu_kind_words(bare)
+    return kind if kind in GPU_KINDS else name
+
+
+def _gpu_kind_words(name: str) -> str:
+    """:func:`gpu_kind` on the name's words (parentheses read as words)."""
     # "80 GB", "700 W", "NVL 72", "NVL-72" are one word each, as "80GB", "700W", "NVL72"
     text = re.sub(r"(\d)[\s-]+(gb|w)\b", r"\1\2", name.lower())
     text = re.sub(r"\bnvl[\s-]+(\d+)\b", r"nvl\1", text)

@@ -348,6 +348,7 @@ def op_key(session: Session) -> dict:
                a=m.num_attention_heads,
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                g=m.query_groups, act=model_math.activation_key(m.activation), norm=m.normalization,
+               cpa=model_math.cp_a2a_size(pl),
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
                ce=model_math.cross_entropy_fusion(pl),
@@ -397,7 +398,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
     # nor ring attention (no cp column): a context-parallel attention op scales the row of the
     # same op without context parallelism on the rank's s/cp tokens
-    table_key["cp"] = 1
+    table_key["cp"] = table_key["cpa"] = 1
     plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
@@ -1784,14 +1785,24 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ring = None
     if cp > 1:
         blk = model_math.cp_kv_block_bytes(m, pl)
-        def exchange(method: str, n: float) -> float:
-            return _memo(cache, (method, ckey, p, n), warnings, _comm_call(comm, method, n))
+        def exchange(method: str, n: float) -> float:  # the all-to-all's group: cp_a2a_size
+            return _memo(cache, (method, ckey, p, n, model_math.cp_a2a_size(pl)), warnings,
+                         _comm_call(comm, method, n))
         core = (times["attention_core_fwd"], times["attention_core_bwd"])
+        cpa = model_math.cp_a2a_size(pl)
         if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
             ring = _cp_allgather_times(cp, *core, exchange("cp_all_gather", cp * blk),
                                        exchange("cp_send_recv", blk))
+        elif cp // cpa > 1:  # the ring (between the all-to-all groups of a2a+p2p)
+            ring = _cp_ring_times(cp // cpa, *core, *(exchange("cp_send_recv", n)
+                                                       for n in (blk, 2 * blk)))
         else:
-            ring = _cp_ring_times(cp, *core, *(exchange("cp_send_recv", n) for n in (blk, 2 * blk)))
+            ring = dict.fromkeys(("cp_fwd_hidden", "cp_fwd_exposed", "cp_bwd_hidden",
+                                  "cp_bwd_exposed"), 0.0)
+        if cpa > 1:  # the all-to-alls before and after the core: not overlapped
+            a2a = sum(exchange("cp_all_to_all", n) for n in model_math.cp_a2a_bytes(m, pl))
+            ring["cp_fwd_exposed"] += a2a
+            ring["cp_bwd_exposed"] += a2a
         times = {**times, **ring}
     moe = m.is_moe
     reduces = _reduces_gradients(session)

@@ -179,9 +179,14 @@ ARGUMENTS: dict[str, Arg] = {
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--cp-comm-type": Arg(("plan.cp_comm_type",), True,
-                          "context-parallel K/V exchange: p2p (the ring, Megatron-Core's default) "
-                          "is plan.cp_comm_type p2p; a2a, allgather (Transformer Engine's, not "
-                          "PyTorch's overlapped one) and a2a+p2p are refused with cp > 1"),
+                          "context-parallel exchange: p2p (the ring, Megatron-Core's default), "
+                          "a2a (all-to-all, Ulysses) and a2a+p2p (with "
+                          "--hierarchical-context-parallel-sizes) are plan.cp_comm_type; "
+                          "allgather (Transformer Engine's, not PyTorch's overlapped one) and "
+                          "one type per layer that differ are refused with cp > 1"),
+    "--hierarchical-context-parallel-sizes": Arg(
+        ("plan.cp_a2a_size",), True, "the a2a+p2p exchange's group sizes A P (A * P = cp): "
+        "plan.cp_a2a_size A, the all-to-all group inside the ring"),
     "--expert-model-parallel-size": Arg(("plan.expert_parallel",), True, "expert-parallel size ep"),
     "--moe-token-dispatcher-type": Arg(("plan.moe_token_dispatcher_type",), True,
                                        "MoE token dispatcher: alltoall or flex (Megatron's default "
@@ -1063,11 +1068,30 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
             raise MegatronArgsError(f"{src}: --cp-comm-type {' '.join(args['--cp-comm-type'])!r}: "
                                     "expected p2p, a2a, allgather or a2a+p2p (one, or one per "
                                     "layer)")
-        if cp > 1 and kinds - {"p2p"}:
-            mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds - {'p2p'}))}: only the ring "
-                      "(p2p, Megatron-Core's default) is modelled")
+        if cp > 1 and len(kinds) > 1:
+            mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds))}: one exchange per layer "
+                      "that differ is not modelled (one plan.cp_comm_type for every layer)")
+        elif cp > 1 and kinds == {"allgather"}:
+            mp.refuse("--cp-comm-type", "allgather: Transformer Engine's all-gather exchange "
+                      "(AttnFuncWithCPAndKVAllGather, not overlapped) is not modelled; p2p (the "
+                      "ring), a2a and a2a+p2p are")
         elif cp > 1:
-            mp.set("--cp-comm-type", "plan.cp_comm_type", "p2p")
+            mp.set("--cp-comm-type", "plan.cp_comm_type", next(iter(kinds)))
+    if take("--hierarchical-context-parallel-sizes"):
+        sizes = [x for x in " ".join(args["--hierarchical-context-parallel-sizes"]).replace(
+            ",", " ").strip("[]() ").split() if x.strip("[]()")]
+        try:
+            sizes = [int(x.strip("[]()")) for x in sizes]
+        except ValueError:
+            sizes = []
+        if len(sizes) != 2 or min(sizes) < 1 or sizes[0] * sizes[1] != cp:
+            raise MegatronArgsError(f"{src}: --hierarchical-context-parallel-sizes "
+                                    f"{' '.join(args['--hierarchical-context-parallel-sizes'])!r}: "
+                                    f"expected two sizes A P with A * P = "
+                                    f"--context-parallel-size {cp}")
+        if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p":
+            # (the sizes only matter to a2a+p2p; Megatron-Core builds no groups for the others)
+            mp.set("--hierarchical-context-parallel-sizes", "plan.cp_a2a_size", sizes[0])
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
@@ -1461,11 +1485,20 @@ def export_arguments(session: Session) -> list[str]:
     cp, ep = _get(pl, "context_parallel", 1) or 1, _get(pl, "expert_parallel", 1) or 1
     if cp > 1:
         out += ["--context-parallel-size", str(cp)]
-        if _get(pl, "cp_comm_type", "p2p") != "p2p":
+        kind = _get(pl, "cp_comm_type", "p2p")
+        if kind == "allgather":
             raise MegatronArgsError(
                 f"plan.cp_comm_type {pl.cp_comm_type!r}: PyTorch's context_parallel all-gather "
                 "(torchtitan) has no Megatron-LM argument (--cp-comm-type allgather is Transformer "
                 "Engine's, which does not overlap the gather); use p2p, the ring")
+        if kind != "p2p":
+            out += ["--cp-comm-type", kind]
+        if kind == "a2a+p2p":
+            if not _get(pl, "cp_a2a_size"):
+                raise MegatronArgsError("plan.cp_a2a_size is empty: cp_comm_type 'a2a+p2p' needs "
+                                        "the all-to-all group's size")
+            out += ["--hierarchical-context-parallel-sizes", str(pl.cp_a2a_size),
+                    str(cp // pl.cp_a2a_size)]
     if ep > 1:
         out += ["--expert-model-parallel-size", str(ep)]
     if _get(pl, "expert_tensor_parallel") is not None:

@@ -126,7 +126,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         --nccl-ub --use-sharp --use-custom-fsdp --data-parallel-sharding-strategy
         --gradient-reduce-div-fusion --suggested-communication-unit-size
         --keep-fp8-transpose-cache-when-using-custom-fsdp
-        --hierarchical-context-parallel-sizes --nccl-communicator-config-path
+        --nccl-communicator-config-path
         --use-tp-pp-dp-mapping""",
         """--distributed-backend --distributed-timeout-minutes --local-rank --local_rank
         --lazy-mpu-init --init-model-with-meta-device"""),

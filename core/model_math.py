@@ -61,7 +61,7 @@ __all__ = [
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
     "fp8_scale_bytes", "fp8_cast_kernels", "fp8_weights_per_gpu", "fp8_weight_bytes_per_parameter",
-    "cp_kv_block_bytes", "cp_exchange_bytes",
+    "cp_kv_block_bytes", "cp_exchange_bytes", "cp_a2a_size", "cp_a2a_bytes",
     "MLA_KEY", "mla_key", "mla_forward_flops_per_token", "mla_up_proj_forward_flops_per_token",
     "attention_forward_flops_per_token", "causal_core_fraction", "mla_tp_latent_width",
     "flex_remote_node_copies",
@@ -339,6 +339,15 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     ``--first-last-layers-bf16``, off by default, the first and last transformer layers would
     stay BF16 too, not modelled). The tensors between kernels are BF16.
 
+    All-to-all context parallelism (key ``cpa`` > 1, the all-to-all group's size:
+    ``cp`` for Megatron-Core's ``--cp-comm-type a2a``, DeepSpeed-Ulysses in TE's
+    ``AttnFuncWithCPAndKVAll2All``; ``plan.cp_a2a_size`` for ``a2a+p2p``): Q, K and V go from a
+    sequence split to a head split, so the core runs on ``cpa * s`` tokens for ``1/cpa`` of the
+    rank's heads and K/V heads, in a ring of ``cp/cpa`` steps as below (one kernel per pass for
+    a2a), the same FLOPs as the ring's; TE copies Q, K, V and O (backward dO, dQ, dK, dV) into
+    the exchange's layout, one read and one write of each. The exchanges themselves are
+    communication (:func:`cp_a2a_bytes`, timed by the graph).
+
     Context parallelism (``cp`` > 1; Megatron-Core's ring attention in Transformer Engine,
     ``AttnFuncWithCPAndKVP2P``): ``s`` is the rank's ``s_full/cp`` tokens (every token-wise
     kernel runs on them) and the sequence is split into ``2*cp`` chunks, the rank holding
@@ -389,15 +398,23 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
         cp = int(key.get("cp", 1))
         if key.get("attn") == "flash":
-            causal = 4.0 * b * heads * dh * attended_pairs(s, int(key.get("w", 0) or 0))
-            io_fwd = e * T * dh * (2 * heads + 2 * groups)  # Q, K, V in, O out
-            core = [Kernel("flash_attn", causal, float(io_fwd), s, s, dh, b * heads)]
+            # the all-to-all exchanges (cpa > 1): the core runs on cpa times the tokens for
+            # 1/cpa of the heads, in a ring of cp/cpa steps (one step for a2a)
+            cpa = int(key.get("cpa", 1) or 1)
+            ring, sc, hc, gc = cp // cpa, s * cpa, heads // cpa, groups // cpa
+            causal = 4.0 * b * hc * dh * attended_pairs(sc, int(key.get("w", 0) or 0))
+            io_fwd = e * b * sc * dh * (2 * hc + 2 * gc)  # Q, K, V in, O out
+            core = [Kernel("flash_attn", causal, float(io_fwd), sc, sc, dh, b * hc)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
-                               float(e * T * dh * (4 * heads + 4 * groups)), s, s, dh, b * heads)]
-            if cp > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
-                core = core * cp + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (cp - 1)
-                core_bwd = core_bwd * cp + [_mem("cp_grad_accumulate",
-                                                 3 * e * T * dh * (heads + 2 * groups))] * (cp - 1)
+                               float(e * b * sc * dh * (4 * hc + 4 * gc)), sc, sc, dh, b * hc)]
+            if ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+                core = core * ring + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (ring - 1)
+                core_bwd = core_bwd * ring + [_mem("cp_grad_accumulate", 3 * e * T * dh * (
+                    heads + 2 * groups))] * (ring - 1)
+            if cpa > 1:  # TE's a2a copies Q, K, V and O (dO, dQ, dK, dV) into its exchanges'
+                # layout: each read and written once
+                core = [_mem("cp_a2a_layout", 2.0 * io_fwd), *core]
+                core_bwd = [*core_bwd, _mem("cp_a2a_layout_bwd", 2.0 * io_fwd)]
         elif cp > 1:
             raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
                              "modelled: ring attention runs in FlashAttention / TE fused attention")
@@ -1789,6 +1806,37 @@ def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_a2a_size(plan: ParallelPlan) -> int:
+    """Ranks of each all-to-all group of context parallelism: ``cp`` for ``cp_comm_type`` a2a,
+    ``plan.cp_a2a_size`` for a2a+p2p, 1 for the ring and the all-gather (no all-to-all)."""
+    kind = getattr(plan, "cp_comm_type", "p2p")
+    if plan.context_parallel <= 1:
+        return 1
+    if kind == "a2a":
+        return int(plan.context_parallel)
+    if kind == "a2a+p2p":
+        return int(getattr(plan, "cp_a2a_size", None) or 1)
+    return 1
+
+
+def cp_a2a_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(before, after)`` send buffers, bytes per GPU, of the all-to-alls of one attention
+    forward under all-to-all context parallelism (:func:`cp_a2a_size` > 1; TE's
+    ``flash_attn_a2a_communicate``): before the core Q, K and V of the rank's ``s/cp`` tokens,
+    ``b * s/cp * (a/t + 2 g/t) * kv_channels`` elements; after it the output,
+    ``b * s/cp * (a/t) * kv_channels``; in the tensors' dtype (BF16 under FP8). The backward
+    moves the same two buffers the other way round (dO before its core; dQ, dK, dV after).
+    Each rank keeps ``1/cpa`` of each buffer (nccl-tests' all-to-all convention). (0, 0)
+    without an all-to-all."""
+    if cp_a2a_size(plan) <= 1:
+        return 0.0, 0.0
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    t = plan.tensor_parallel
+    tok = plan.micro_batch_size * (model.seq_length // plan.context_parallel) * model.head_dim * e
+    heads, groups = model.num_attention_heads // t, model.query_groups // t
+    return float(tok * (heads + 2 * groups)), float(tok * heads)
 
 
 def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:

@@ -387,6 +387,12 @@ ASSUMPTIONS = {
     "parallel-size-from-gpus": "one of num_gpus, tensor_parallel, pipeline_parallel and "
                                "data_parallel is empty (or 'n/a'): it is the one that makes "
                                "num_gpus = t*p*cp*d",
+    "cp-comm-type-from-notes": "the notes state Megatron-Core's --cp-comm-type a2a or a2a+p2p "
+                               "(with --hierarchical-context-parallel-sizes): Q, K, V and the "
+                               "output all-to-all over the (inner) cp group, not overlapped",
+    "cp-ulysses-a2a": "the notes name Ulysses (DeepSpeed-Ulysses) context parallelism: the "
+                      "all-to-all exchange over the whole cp group (plan.cp_comm_type a2a, as "
+                      "Megatron-Core's --cp-comm-type a2a)",
     "torchtitan-cp-allgather": "a torchtitan row with context parallelism whose notes name no "
                                "ring, or a row whose notes name PyTorch's allgather rotation: "
                                "PyTorch context_parallel's default all-gather rotation "
@@ -488,6 +494,11 @@ ASSUMPTIONS = {
     "pipeline-split-embedding-loss": "layers not divisible by p*v but L+2 is: Megatron's "
                                      "account_for_embedding/loss_in_pipeline_split (the first and "
                                      "last stages hold one layer fewer)",
+    "torchtitan-pipeline-split": "layers not divisible by the p*v (virtual) stages in a "
+                                 "torchtitan (or Meta, when L+2 divides) row: torchtitan's split, "
+                                 "the embedding and the output layer counted as one layer each "
+                                 "and the remainder on the first stages "
+                                 "(plan.pipeline_model_parallel_layout)",
     "kv-channels-from-notes": "kv_channels from the notes' head_dim",
     "qk-norm-from-notes": "QK-norm from the notes",
     "router-groups-from-notes": "router groups from the notes (n_group, topk_group): "
@@ -968,6 +979,9 @@ _CP_COMM_P2P = re.compile(
 #: Megatron's ``--cp-comm-type`` stated in notes: its value, one type or a per-layer list.
 _CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*(?:[=:]|\bis\b)?\s*(\[[^\]]*\]|\(?['\"]?[\w+]+)",
                              re.I)
+#: Megatron-Core's ``--hierarchical-context-parallel-sizes A P`` in notes: A, the all-to-all group.
+_CP_HIERARCHY = re.compile(r"hierarchical[_ -]context[_ -]parallel[_ -]sizes?\s*[=:]?\s*[\[(]?\s*"
+                           r"(\d+)\s*[, ]\s*(\d+)", re.I)
 #: PyTorch's context_parallel K/V rotation (torchtitan's ``context_parallel_rotate_method``):
 #: ``alltoall`` passes K/V blocks around the ranks as a ring does; ``allgather`` gathers them.
 _CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|all[_-]?gather|p2p)",
@@ -1011,36 +1025,68 @@ def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
     return out, sorted(k for k, v in seen.items() if len(v) > 1)
 
 
-def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
-    """``plan.cp_comm_type`` of a context-parallel row, or a refusal by name.
+def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = None
+                   ) -> tuple[str, int | None]:
+    """``(plan.cp_comm_type, plan.cp_a2a_size)`` of a context-parallel row, or a refusal by
+    name (then ``("p2p", None)``). ``node_cp``: the cp ranks of a node (``gpus_per_node / t``,
+    when that divides cp), the all-to-all group of an a2a+p2p row whose notes say its
+    all-to-all stays inside the node.
 
     Modelled (:data:`core.config.CP_COMM_TYPES`): the ring, as Megatron-Core runs it
     (``--cp-comm-type p2p``, the default: K/V blocks passed around the cp ranks in cp - 1
     steps, each overlapped with a step of attention, REFERENCE.md "Context parallelism") and
-    as PyTorch's ``context_parallel`` runs it with its ``alltoall`` rotation; and PyTorch's
+    as PyTorch's ``context_parallel`` runs it with its ``alltoall`` rotation; PyTorch's
     default all-gather rotation (``allgather``), the CP of torchtitan rows whose notes name
-    no ring (assumption ``torchtitan-cp-allgather``). Refused by name: notes naming another
-    exchange (:data:`_CP_COMM_OTHER`: Megatron's ``a2a``, ``allgather`` (Transformer Engine's,
-    not overlapped), ``a2a+p2p``, Ulysses; an all-gather of K/V outside torchtitan, such as
-    Llama 3's), and CP of another framework than Megatron-Core / NeMo / torchtitan whose notes
-    do not name the ring (:data:`_CP_COMM_P2P`).
+    no ring (assumption ``torchtitan-cp-allgather``); Megatron-Core's all-to-all exchanges
+    stated in the notes (``cp_comm_type a2a``; ``a2a+p2p`` with its
+    ``hierarchical_context_parallel_sizes``), and Ulysses (``cp-ulysses-a2a``). Refused by
+    name: notes naming another exchange (:data:`_CP_COMM_OTHER`: Megatron's ``allgather``
+    (Transformer Engine's, not overlapped), a2a+p2p without its group sizes, one type per
+    layer that differ; an all-gather of K/V outside torchtitan, such as Llama 3's), and CP of
+    another framework than Megatron-Core / NeMo / torchtitan whose notes do not name the
+    ring (:data:`_CP_COMM_P2P`).
     """
     torchtitan = bool(re.search(r"torchtitan", framework, re.I))
-    other_why = ("only the ring (Megatron-Core's cp_comm_type p2p) and PyTorch context_parallel's "
-                 "overlapped all-gather (torchtitan) are modelled")
+    other_why = ("only the ring (Megatron-Core's cp_comm_type p2p), Megatron-Core's all-to-all "
+                 "exchanges (a2a, a2a+p2p with its hierarchical sizes) and PyTorch "
+                 "context_parallel's overlapped all-gather (torchtitan) are modelled")
     stated = _CP_COMM_STATED.search(notes)  # Megatron's --cp-comm-type: one type or a list
     if stated:
-        kinds = set(re.findall(r"a2a\+p2p|p2p\+a2a|a2a|all[_-]?gather|p2p", stated.group(1).lower()))
+        kinds = {k.replace("p2p+a2a", "a2a+p2p").replace("_", "").replace("-", "") for k in
+                 re.findall(r"a2a\+p2p|p2p\+a2a|a2a|all[_-]?gather|p2p", stated.group(1).lower())}
         if kinds and kinds <= {"p2p"}:
-            return "p2p"
+            return "p2p", None
+        if kinds == {"a2a"}:
+            row.assume("cp-comm-type-from-notes", stated.group(0).strip())
+            return "a2a", None
+        if kinds == {"a2a+p2p"}:
+            sizes = _CP_HIERARCHY.search(notes)
+            if sizes:
+                row.assume("cp-comm-type-from-notes", f"{stated.group(0).strip()}, "
+                           f"{sizes.group(0).strip()}")
+                return "a2a+p2p", int(sizes.group(1))
+            inside = re.search(r"a2a\s+(?:inside|within|in)\s+(?:the|a|each)\s+node", notes, re.I)
+            if inside and node_cp and node_cp > 1:
+                row.assume("cp-comm-type-from-notes", f"{stated.group(0).strip()}, "
+                           f"{inside.group(0)}: all-to-all groups of {node_cp}")
+                return "a2a+p2p", node_cp
+            row.refuse("context parallelism a2a+p2p without its group sizes",
+                       f"the notes name {stated.group(0).strip()!r} but not its "
+                       "hierarchical_context_parallel_sizes (the all-to-all group's size)")
+            return "p2p", None
         row.refuse("context parallelism other than Megatron-Core's ring",
-                   f"the notes name a context-parallel exchange other than the ring "
+                   f"the notes name a context-parallel exchange that is not modelled "
                    f"({stated.group(0).strip()!r}); {other_why}")
-        return "p2p"
+        return "p2p", None
     rotate = _CP_ROTATE.search(notes)
     if rotate and "gather" not in rotate.group(1).lower():
-        return "p2p"  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
-    other = rotate or _CP_COMM_OTHER.search(notes)
+        return "p2p", None  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
+    ulysses = re.search(r"\bulysses\b", notes, re.I)
+    if ulysses and not torchtitan and not _negated_at(notes, ulysses.start(), ulysses.end()):
+        row.assume("cp-ulysses-a2a", ulysses.group(0))
+        return "a2a", None
+    other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
+                            if not _negated_at(notes, o.start(), o.end())), None)
     ring = _CP_COMM_P2P.search(notes)
     if ring and re.search(r"\bnot\b|\bno\b|\bnon-", ring.group(0), re.I):
         ring = None  # "CP is not a ring"
@@ -1048,7 +1094,7 @@ def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
                         or (other is not None and "gather" in other.group(0).lower()))
             or (rotate and not framework.strip())):  # no framework: the session's own terms
         row.assume("torchtitan-cp-allgather", other.group(0).strip() if other else "")
-        return "allgather"  # PyTorch context_parallel's default, or said so
+        return "allgather", None  # PyTorch context_parallel's default, or said so
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "
@@ -1057,7 +1103,22 @@ def _check_cp_comm(framework: str, notes: str, row: _Row) -> str:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"context parallelism in {framework}: its K/V exchange is its own and the row "
                    f"does not say it is a ring; {other_why}")
-    return "p2p"
+    return "p2p", None
+
+
+def torchtitan_stage_layers(num_layers: int, stages: int) -> list[int]:
+    """Transformer layers of each of ``stages`` (virtual) pipeline stages as torchtitan splits
+    them (``generate_llm_fqn_per_model_part`` with ``pipeline_parallel_first_stage_less_layers``
+    and ``..._last_stage_less_layers`` 1, their defaults): the embedding and the output layer
+    count as one layer each, the ``L + 2`` effective layers are split evenly with the
+    remainder going to the first stages, and the first and last stage then hold one
+    transformer layer fewer. Llama 3's 126 layers over 16 stages: 7, 14 x 8, 7 (the Llama 3
+    paper's "one Transformer layer fewer in the first and the last stages")."""
+    per, extra = divmod(num_layers + 2, stages)
+    counts = [per + (1 if i < extra else 0) for i in range(stages)]
+    counts[0] -= 1
+    counts[-1] -= 1
+    return counts
 
 
 def _bridge_dsv3_layout(name: str, framework: str, num_layers: int, p: int, v: int,
@@ -1481,11 +1542,27 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             plan.account_for_loss_in_pipeline_split = True
         else:
             plan.first_stage_layers = plan.last_stage_layers = each - 1
+    elif (layout is None and p > 1 and L % stages and plan.first_stage_layers is None
+          and plan.last_stage_layers is None and _has(plan, "pipeline_model_parallel_layout")
+          and (re.search(r"torchtitan", framework, re.I)
+               or (re.search(r"\bmeta\b", framework, re.I) and not (L + 2) % stages))):
+        counts = torchtitan_stage_layers(L, stages)
+        if min(counts) >= 1:
+            layout = "|".join(("E" if i == 0 else "") + f"t*{n}" + ("L" if i == stages - 1 else "")
+                              for i, n in enumerate(counts))
+            rw.put(plan, "plan", "pipeline_model_parallel_layout", layout)
+            rw.assume("torchtitan-pipeline-split", f"{layout} over p={p}" + (
+                f" x v={vp}" if vp > 1 else ""))
     cp = opt["context_parallel"] or 1
     if cp > 1:
         rw.put(plan, "plan", "context_parallel", cp)
-        if _check_cp_comm(framework, notes, rw) != "p2p":
-            rw.put(plan, "plan", "cp_comm_type", "allgather")
+        per_node = ints["gpus_per_node"] // max(ints["tensor_parallel"], 1)
+        kind, a2a_size = _check_cp_comm(framework, notes, rw, per_node if per_node < cp and
+                                        per_node > 0 and cp % per_node == 0 else None)
+        if kind != "p2p":
+            rw.put(plan, "plan", "cp_comm_type", kind)
+        if a2a_size is not None:
+            rw.put(plan, "plan", "cp_a2a_size", a2a_size)
     ep = opt["expert_parallel"] or 1
     if ep > 1:
         rw.put(plan, "plan", "expert_parallel", ep)
@@ -1889,8 +1966,14 @@ def published_columns(session: Session) -> dict[str, Any]:
     for col in ("context_parallel", "expert_parallel"):
         if _has(pl, col):
             out[col] = getattr(pl, col) or 1
-    if cp > 1 and getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's, named
+    kind = getattr(pl, "cp_comm_type", "p2p")
+    if cp > 1 and kind == "allgather":  # PyTorch's, named
         out["notes"] = "context_parallel_rotate_method allgather"
+    elif cp > 1 and kind == "a2a":
+        out["notes"] = "cp_comm_type a2a"
+    elif cp > 1 and kind == "a2a+p2p":
+        out["notes"] = (f"cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes "
+                        f"[{pl.cp_a2a_size}, {cp // pl.cp_a2a_size}]")
     for col in ("num_experts", "moe_top_k", "moe_ffn_hidden_size"):
         if _has(m, col) and getattr(m, "num_experts", None):
             out[col] = getattr(m, col)

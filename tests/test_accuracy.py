@@ -696,3 +696,45 @@ def test_empty_parallel_size_or_time_is_derived_else_the_row_is_skipped(tmp_path
     assert rec[0]["predicted_s"] > 0
     lines = out.read_text().splitlines()
     assert lines[5].split(",")[8] == ""  # row 5's measured time: empty, not "nan"
+
+
+def test_torchtitan_stage_layers_closed_form():
+    """torchtitan's split counts the embedding and the output layer as one layer each and gives
+    the remainder to the first stages; Llama 3 405B's 126 layers over 16 stages are the Llama 3
+    paper's 7, 14 x 8, 7."""
+    from core.validate import torchtitan_stage_layers
+    assert torchtitan_stage_layers(126, 16) == [7] + [8] * 14 + [7]
+    assert torchtitan_stage_layers(61, 4) == [15, 16, 16, 14]  # 63 = 16 + 16 + 16 + 15
+    assert torchtitan_stage_layers(30, 4) == [7, 8, 8, 7]
+    assert sum(torchtitan_stage_layers(77, 6)) == 77
+
+
+@pytest.mark.parametrize("framework, layers, p, vp, layout", [
+    ("torchtitan (FSDP2)", 126, 16, 1, "Et*7|" + "t*8|" * 14 + "t*7L"),
+    ("torchtitan", 126, 8, 2, "Et*7|" + "t*8|" * 14 + "t*7L"),
+    ("torchtitan", 30, 4, 1, "Et*7|t*8|t*8|t*7L"),
+    ("Meta internal (PyTorch)", 126, 16, 1, "Et*7|" + "t*8|" * 14 + "t*7L"),
+    ("Meta internal (PyTorch)", 61, 4, 1, None),  # L + 2 does not divide: Meta's split unknown
+    ("torchtitan", 32, 4, 1, None),  # divisible: the even split, as before
+])
+def test_torchtitan_rows_take_torchtitans_uneven_split(tmp_path, framework, layers, p, vp, layout):
+    row = _modern_row(framework=framework, num_layers=layers, pipeline_parallel=p,
+                      virtual_pipeline_stages=vp, tensor_parallel=1, data_parallel=1, num_gpus=p,
+                      global_batch_size=32, micro_batch_size=1)
+    path = tmp_path / "tt.csv"
+    path.write_text(MODERN_HEADER + "\n" + row + "\n")
+    (m,) = read_measurements(path)
+    named = any(a.startswith("torchtitan-pipeline-split:") for a in m.assumptions)
+    if layout is None:
+        assert not named
+        if layers % p:
+            assert f"num_layers={layers} is not divisible" in m.skip_reason
+        else:
+            assert m.skip_reason == "" and m.session.plan.pipeline_model_parallel_layout is None
+        return
+    assert m.skip_reason == "" and named
+    assert m.session.plan.pipeline_model_parallel_layout == layout
+    from core.graph import virtual_stage_layers
+    import numpy as np
+    from core.validate import torchtitan_stage_layers
+    assert np.diff(virtual_stage_layers(m.session)).tolist() == torchtitan_stage_layers(layers, p * vp)

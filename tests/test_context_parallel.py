@@ -387,6 +387,8 @@ def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
     dict(schedule="interleaved", p=2, virtual_pipeline_stages=2, zero_stage=3,
          overlap_grad_reduce=True, overlap_param_gather=True),
     dict(schedule="1f1b", p=2, recompute="full", zero_stage=2, overlap_grad_reduce=True),
+    dict(schedule="1f1b", p=2, cp_comm_type="a2a"),
+    dict(schedule="zb-h1", p=2, cp_comm_type="a2a+p2p", cp_a2a_size=2),
 ])
 def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
     """The sweep's per-stage spans (side tasks of the ring included) give the op-level graph's
@@ -446,3 +448,120 @@ def test_long_sequence_report_gives_the_causal_mfu():
     assert ratio < 0.6  # the masked half of the core is over 40 % of Eq. 3 at 1M tokens
     assert r.mfu_causal == pytest.approx(r.mfu * ratio, rel=1e-12)
     assert r.mfu_causal == pytest.approx(r.hfu, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- all-to-all exchanges
+
+def test_a2a_buffers_are_the_closed_form():
+    """Megatron-Core's --cp-comm-type a2a (Ulysses): before the core Q, K and V of the rank's
+    s/cp tokens (a/t + 2 g/t heads of kv_channels), after it the output (a/t heads); Llama 3
+    8B at s = 65536, cp = 8, t = 2, b = 1: 8192 tokens x 128 channels x 2 bytes x 24 and x 16
+    heads. No all-to-all for the ring or the all-gather."""
+    s = _session(seq=65536, cp=8, t=2, cp_comm_type="a2a")
+    tok = 8192 * 128 * 2
+    assert model_math.cp_a2a_size(s.plan) == 8
+    assert model_math.cp_a2a_bytes(s.model, s.plan) == (tok * (16 + 2 * 4), tok * 16)
+    h = dataclasses.replace(s.plan, cp_comm_type="a2a+p2p", cp_a2a_size=2)
+    assert model_math.cp_a2a_size(h) == 2
+    assert model_math.cp_a2a_bytes(s.model, h) == model_math.cp_a2a_bytes(s.model, s.plan)
+    for kind in ("p2p", "allgather"):
+        other = dataclasses.replace(s.plan, cp_comm_type=kind)
+        assert model_math.cp_a2a_size(other) == 1
+        assert model_math.cp_a2a_bytes(s.model, other) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("kind, size, steps", [("a2a", None, 1), ("a2a+p2p", 2, 4),
+                                               ("a2a+p2p", 4, 2)])
+def test_a2a_core_is_the_rings_flops_on_cpa_times_the_tokens_for_a_cpath_of_the_heads(
+        kind, size, steps):
+    """The all-to-all turns the sequence split into a head split: the core runs in cp/cpa
+    ring steps of a causal (cpa * s/cp)^2 problem on 1/cpa of the heads (one kernel for a2a),
+    the same FLOPs as the ring's cp steps; the token-wise ops are the ring's."""
+    S, cp = 65536, 8
+    ring = op_key(_session(seq=S, cp=cp, t=2))
+    a2a = op_key(_session(seq=S, cp=cp, t=2, cp_comm_type=kind, cp_a2a_size=size))
+    cpa = cp // steps
+    assert a2a["cpa"] == cpa and ring["cpa"] == 1
+    for core in ("attention_core_fwd", "attention_core_bwd"):
+        assert _flops(core, a2a) == pytest.approx(_flops(core, ring), rel=1e-12)
+        gemms = [k for k in op_kernels(core, a2a) if k.is_gemm]
+        assert len(gemms) == steps
+        assert all((k.m, k.n, k.batch) == (cpa * S // cp, cpa * S // cp, 16 // cpa)
+                   for k in gemms)
+    for op in ("mlp_fwd", "mlp_bwd", "output_fwd"):
+        assert op_kernels(op, a2a) == op_kernels(op, ring)
+
+
+def test_a2a_exchange_is_exposed_before_and_after_every_core():
+    """Nothing of the all-to-alls is hidden: per layer and micro-batch the forward and the
+    backward each wait for the all-to-all of Q, K, V and the one of the output (CommModel's
+    all-to-all over the cp ranks, t apart: in one node at t*cp = 8); the report's exchange is
+    L * m * (forward + backward) without recomputation."""
+    s = _session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type="a2a",
+                 recompute="none")
+    store = session_profile(s)
+    comm = CommModel(store, s.plan, s.cluster)
+    before, after = model_math.cp_a2a_bytes(s.model, s.plan)
+    one = comm.cp_all_to_all(before) + comm.cp_all_to_all(after)
+    assert comm.cp_all_to_all(before) == pytest.approx(
+        comm.collective_overhead_s + comm.intra("all_to_all", 4, before), rel=1e-12)
+    times = stage_times(s, store).op_times_s
+    assert times["cp_fwd_hidden"] == times["cp_bwd_hidden"] == 0.0
+    assert times["cp_fwd_exposed"] == pytest.approx(one, rel=1e-12)
+    assert times["cp_bwd_exposed"] == pytest.approx(one, rel=1e-12)
+    r = simulate(s).report
+    assert r.cp_comm_s == pytest.approx(s.model.num_layers * s.plan.num_microbatches * 2 * one,
+                                        rel=1e-9)
+    total = r.compute_s + r.comm_s + r.pp_comm_s + r.cp_comm_s + r.bubble_s + r.imbalance_s
+    assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
+
+
+def test_a2a_p2p_adds_the_all_to_all_to_a_ring_of_cp_over_cpa_steps():
+    """a2a+p2p with groups of 2 at cp = 8: the ring's part is the ring of 4 steps with the
+    same K/V block (cpa times the tokens, 1/cpa of the K/V heads), plus the exposed
+    all-to-alls over the group of 2."""
+    from core.graph import _cp_ring_times
+    s = _session(seq=65536, cp=8, t=1, d=1, B=1, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
+                 cp_a2a_size=2, recompute="none", sequence_parallel=False)
+    store = session_profile(s)
+    comm = CommModel(store, s.plan, s.cluster)
+    times = stage_times(s, store).op_times_s
+    blk = model_math.cp_kv_block_bytes(s.model, s.plan)
+    ring = _cp_ring_times(4, times["attention_core_fwd"], times["attention_core_bwd"],
+                          comm.cp_send_recv(blk), comm.cp_send_recv(2 * blk))
+    a2a = sum(comm.cp_all_to_all(n) for n in model_math.cp_a2a_bytes(s.model, s.plan))
+    assert comm.cp_all_to_all(1e6) == pytest.approx(
+        comm.collective_overhead_s + comm.intra("all_to_all", 2, 1e6), rel=1e-12)
+    assert times["cp_fwd_hidden"] == pytest.approx(ring["cp_fwd_hidden"], rel=1e-12)
+    assert times["cp_fwd_exposed"] == pytest.approx(ring["cp_fwd_exposed"] + a2a, rel=1e-12)
+    assert times["cp_bwd_exposed"] == pytest.approx(ring["cp_bwd_exposed"] + a2a, rel=1e-12)
+
+
+@pytest.mark.parametrize("change, field, words", [
+    (dict(cp_comm_type="a2a", context_parallel=16, data_parallel=1), "plan.cp_comm_type",
+     "K/V heads (query groups) (8) over 16 ranks"),
+    (dict(cp_comm_type="a2a", tensor_parallel=4), "plan.cp_comm_type",
+     "K/V heads (query groups) (2) over 8 ranks"),
+    (dict(cp_comm_type="a2a+p2p"), "plan.cp_a2a_size", "needs cp_a2a_size"),
+    (dict(cp_comm_type="a2a+p2p", cp_a2a_size=3), "plan.cp_a2a_size", "must divide"),
+    (dict(cp_comm_type="a2a+p2p", cp_a2a_size=8), "plan.cp_a2a_size", "smaller than it"),
+    (dict(cp_comm_type="p2p", cp_a2a_size=2), "plan.cp_a2a_size", "leave it empty"),
+])
+def test_a2a_rules_name_the_field(change, field, words):
+    s = _session(seq=65536, cp=8, t=1, **{"sequence_parallel": False, **change})
+    errs = [e for e in validate(s) if e.field == field]
+    assert errs and words in errs[0].message, [e.message for e in validate(s)]
+
+
+def test_megatron_round_trip_of_the_a2a_exchanges():
+    from core.megatron_args import export_arguments, read_launch, session_from_launch
+    for kind, size in (("a2a", None), ("a2a+p2p", 2)):
+        s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type=kind,
+                     cp_a2a_size=size)
+        check(s)
+        args = export_arguments(s)
+        text = " ".join(args)
+        assert f"--cp-comm-type {kind}" in text
+        assert ("--hierarchical-context-parallel-sizes 2 4" in text) == (size is not None)
+        back = session_from_launch(read_launch(text, "x.sh"), num_gpus=16).session.plan
+        assert (back.cp_comm_type, back.cp_a2a_size, back.context_parallel) == (kind, size, 8)

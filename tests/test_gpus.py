@@ -200,6 +200,9 @@ def test_gb200_node_is_its_72_gpu_nvlink_domain():
     ("NVIDIA H100 80 GB HBM3", "H100-SXM5-80GB"), ("GB200 NVL-72", "GB200-NVL72"),
     ("GB200 Grace Blackwell Superchip", "GB200-NVL72"), ("Tesla A100", "A100-SXM4-80GB"),
     ("H100 SXM5 80GB (700 W)", "H100-SXM5-80GB"), ("B200 1000W", "B200-180GB"),  # stock TDPs
+    # a parenthesis that only describes the machine is set aside
+    ("GB200 NVL72 (4 GPUs per compute tray)", "GB200-NVL72"), ("B200 (HGX, 8 per node)", "B200-180GB"),
+    ("H100 SXM5 80GB (DGX H100 reference)", "H100-SXM5-80GB"),
 ])
 def test_published_gpu_names_map_to_kinds(name, kind):
     assert gpu_kind(name) == kind
@@ -208,6 +211,8 @@ def test_published_gpu_names_map_to_kinds(name, kind):
 @pytest.mark.parametrize("name", [
     "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "H100 (500 W)", "GB300", "H800",
     "MI300X", "h100 h200", "GB200 NVL", "H100 superchip", "GH200",
+    # a parenthesis naming a variant (power, memory, form factor) or another GPU is never set aside
+    "H100 (500W)", "H100 (PCIe)", "A100 (40GB)", "H100 (vs A100 baseline)", "GB200 (NVL36)",
 ])
 def test_other_variants_and_families_keep_their_name(name):
     """Another variant of a family (memory, bandwidth, power or NVLink domain), another

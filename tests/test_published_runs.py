@@ -327,10 +327,16 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("torchtitan (FSDP2)", "context_parallel_rotate_method = 'alltoall'", "p2p"),  # a ring shift
     ("torchtitan (FSDP2)", "DeepSpeed-Ulysses sequence parallel", None),
     ("Megatron-LM", "TP ring all-reduce", "p2p"),
-    ("Megatron-Bridge", "cp_comm_type a2a", None),
+    ("Megatron-Bridge", "cp_comm_type a2a", "a2a"),
     ("Megatron-LM", "cp_comm_type: 'allgather'", None),  # Transformer Engine's, not overlapped
-    ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", None),
-    ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", None),
+    ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", "no sizes"),
+    ("Megatron-LM", "cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes [2, 4]",
+     ("a2a+p2p", 2)),
+    ("Megatron-LM", "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 4 2",
+     ("a2a+p2p", 4)),
+    ("NeMo", "cp_comm_type=a2a+p2p (a2a inside the node, p2p ring across nodes)", ("a2a+p2p", 4)),
+    ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", "a2a"),
+    ("Megatron-LM", "no Ulysses; ring attention", "p2p"),
     ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", None),
     ("Meta (Llama 3 paper)", "", None),
     ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", None),
@@ -340,16 +346,24 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("torchtitan (FSDP2)", "CP is not a ring; K/V all-gathered", "allgather"),
 ])
 def test_context_parallel_exchange_of_a_row(framework, notes, expect):
-    """The ring (Megatron-Core's p2p, PyTorch's alltoall rotation) and PyTorch context_parallel's
-    overlapped all-gather (torchtitan's default) are modelled; another exchange named in the
-    notes, or another framework's CP not said to be a ring, refuses the row by name."""
+    """The ring (Megatron-Core's p2p, PyTorch's alltoall rotation), PyTorch context_parallel's
+    overlapped all-gather (torchtitan's default) and Megatron-Core's all-to-all exchanges (a2a,
+    Ulysses; a2a+p2p with its group size, from the notes' hierarchical sizes or "a2a inside the
+    node": 4 cp ranks of a node here) are modelled; another exchange named in the notes, or
+    another framework's CP not said to be a ring, refuses the row by name."""
     from core.validate import _check_cp_comm, _Row
     row = _Row()
-    got = _check_cp_comm(framework, notes, row)
+    got = _check_cp_comm(framework, notes, row, node_cp=4)
+    if expect == "no sizes":
+        assert row.causes == ["context parallelism a2a+p2p without its group sizes"]
+        return
     assert row.causes == ([] if expect else [_CP_OTHER])
     if expect:
-        assert got == expect
+        assert got == (expect if isinstance(expect, tuple) else (expect, None))
         assert ("torchtitan-cp-allgather" in _names(row)) == (expect == "allgather")
+        kind = got[0]
+        assert bool({"cp-comm-type-from-notes", "cp-ulysses-a2a"} & _names(row)) == \
+            (kind in ("a2a", "a2a+p2p"))
 
 
 def test_context_parallel_of_torchtitan_is_the_allgather_and_of_megatron_the_ring(published,
@@ -863,11 +877,13 @@ def test_qkv_bias_from_notes(published, tmp_path, notes, bias):
     assert ("qkv-bias-from-notes" in _names(m)) is bias
 
 
-def test_allgather_context_parallelism_round_trips_through_the_columns(tmp_path):
-    """published_columns names PyTorch's all-gather exchange in the notes; read back, the
-    session has it again."""
+@pytest.mark.parametrize("kind, size", [("allgather", None), ("a2a", None), ("a2a+p2p", 2)])
+def test_context_parallel_exchanges_round_trip_through_the_columns(tmp_path, kind, size):
+    """published_columns names PyTorch's all-gather exchange and Megatron's all-to-all ones
+    in the notes; read back, the session has them again."""
     from tests.test_context_parallel import _session
-    s = _session(seq=131072, cp=8, t=2, gpu="H100-SXM5-80GB", cp_comm_type="allgather")
+    s = _session(seq=131072, cp=4, t=2, gpu="H100-SXM5-80GB", cp_comm_type=kind,
+                 cp_a2a_size=size)
     cols = {**published_columns(s), "recompute": "selective", "measured_iteration_time_s": 10}
     path = tmp_path / "rt.csv"
     with path.open("w", newline="") as f:
@@ -875,5 +891,5 @@ def test_allgather_context_parallelism_round_trips_through_the_columns(tmp_path)
         w.writeheader()
         w.writerow(cols)
     (m,) = read_measurements(path)
-    assert not m.skip_reason and m.session.plan.cp_comm_type == "allgather"
+    assert not m.skip_reason and m.session.plan.cp_comm_type == kind
     assert m.session.plan == s.plan

@@ -23,7 +23,7 @@ KIND_LABELS = {
     "pp_p2p": "PP send/recv",
     "dp_comm": "DP collective",
     "wgrad": "weight gradient (W)",
-    "cp_p2p": "CP K/V exchange (ring or all-gather)",
+    "cp_p2p": "CP exchange (ring, all-gather or all-to-all)",
     "ep_all_to_all": "EP all-to-all (token dispatch / combine)",
 }
 
