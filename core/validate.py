@@ -856,6 +856,12 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if re.search(r"attention sinks?", n, re.I):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
+    hybrid = _HYBRID_LAYERS.search(f"{model.name} {n}")
+    if hybrid and not _negated_at(f"{model.name} {n}", hybrid.start(), hybrid.end()):
+        row.refuse("hybrid model (Mamba / state-space or linear-attention layers)",
+                   f"the row names {hybrid.group(0)!r}: layers other than attention and MLP "
+                   "(Mamba / state-space, linear attention) are not modelled, and timing them as "
+                   "transformer layers would be another model")
     mtp_n = _notes_mtp_layers(n)
     if mtp_n == -1:
         row.refuse("multi-token prediction", "the notes state contradictory numbers of "
@@ -979,6 +985,11 @@ _CP_COMM_P2P = re.compile(
 #: Megatron's ``--cp-comm-type`` stated in notes: its value, one type or a per-layer list.
 _CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*(?:[=:]|\bis\b)?\s*(\[[^\]]*\]|\(?['\"]?[\w+]+)",
                              re.I)
+#: Models whose layers are not all attention + MLP (Nemotron-H, Jamba, Zamba, Qwen3-Next's
+#: gated DeltaNet, MiniMax's lightning attention): refused, never timed as a transformer.
+_HYBRID_LAYERS = re.compile(r"\bmamba\w*|\bssm\b|state[- ]space|nemotron[- ]h\b|\bjamba\b|\bzamba\w*"
+                            r"|hybrid[- ](?:mamba|ssm|model|architecture)|linear[- ]attention"
+                            r"|gated[- ]?delta[- ]?net|lightning[- ]attention|qwen3[- ]next", re.I)
 #: Megatron-Core's ``--hierarchical-context-parallel-sizes A P`` in notes: A, the all-to-all group.
 _CP_HIERARCHY = re.compile(r"hierarchical[_ -]context[_ -]parallel[_ -]sizes?\s*[=:]?\s*[\[(]?\s*"
                            r"(\d+)\s*[, ]\s*(\d+)", re.I)

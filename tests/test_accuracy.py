@@ -738,3 +738,19 @@ def test_torchtitan_rows_take_torchtitans_uneven_split(tmp_path, framework, laye
     import numpy as np
     from core.validate import torchtitan_stage_layers
     assert np.diff(virtual_stage_layers(m.session)).tolist() == torchtitan_stage_layers(layers, p * vp)
+
+
+@pytest.mark.parametrize("name, notes, refused", [
+    ("Nemotron-H-56B", "squared-ReLU MLP", True),
+    ("Nemotron-4-340B", "squared-ReLU MLP", False),
+    ("Jamba-1.5", "", True),
+    ("Custom 8B", "hybrid Mamba-Transformer (54 Mamba-2 + 10 attention layers)", True),
+    ("Qwen3-Next-80B-A3B", "gated DeltaNet + gated attention", True),
+    ("Llama 3 8B", "no Mamba layers", False),
+])
+def test_hybrid_models_are_refused_never_timed_as_transformers(tmp_path, name, notes, refused):
+    path = tmp_path / "h.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(model_name=name, notes=f'"{notes}"') + "\n")
+    (m,) = read_measurements(path)
+    cause = "hybrid model (Mamba / state-space or linear-attention layers)"
+    assert (cause in m.skip_causes) is refused, m.skip_reason
