@@ -1322,6 +1322,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
     for flag in ("--vocab-file", "--num-query-groups", *_MOE_ONLY):
         used.add(flag)
+    # hybrid models (pretrain_mamba.py: Mamba / state-space layers beside attention and MLP)
+    hybrid = [f for f in _HYBRID_FLAGS if f in args]
+    spec = " ".join(args.get("--spec") or [])
+    if "mamba" in spec.lower():
+        hybrid.append(f"--spec {spec}")
+    if hybrid:
+        mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
+                  "MLP) is not modelled: timing its layers as transformer layers would be "
+                  "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     # ---- the rest
@@ -1353,6 +1362,12 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     session = Session(ModelConfig(**{"name": name or Path(src).stem, **mp.values["model"]}),
                       plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
     return ImportResult(session, ignored, neutral, launch, notes, [f for f, _ in unknown])
+
+
+#: Megatron-LM's arguments of hybrid (Mamba) models: refused, never ignored.
+_HYBRID_FLAGS = ("--is-hybrid-model", "--hybrid-override-pattern", "--hybrid-attention-ratio",
+                 "--hybrid-mlp-ratio", "--mamba-state-dim", "--mamba-head-dim",
+                 "--mamba-num-groups")
 
 
 def import_file(path: str | Path, **kw: Any) -> ImportResult:

@@ -1095,3 +1095,17 @@ def test_export_refuses_pytorchs_allgather_context_parallelism():
     s.plan.cp_comm_type = "p2p"
     args = export_arguments(s)
     assert args[args.index("--context-parallel-size") + 1] == "2" and "--cp-comm-type" not in args
+
+
+@pytest.mark.parametrize("extra, flag", [
+    ("--is-hybrid-model --hybrid-override-pattern M-M-M*-", "--is-hybrid-model"),
+    ("--hybrid-attention-ratio 0.1", "--hybrid-attention-ratio"),
+    ("--mamba-state-dim 128", "--mamba-state-dim"),
+    ("--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec", "--spec"),
+])
+def test_hybrid_mamba_launches_are_refused_never_timed_as_transformers(extra, flag):
+    launch = ("--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+              "--max-position-embeddings 4096 --vocab-size 128256 --micro-batch-size 1 "
+              "--global-batch-size 8 --bf16 " + extra)
+    with pytest.raises(MegatronArgsError, match=f"{flag}.*hybrid model .* is not modelled"):
+        session_from_launch(read_launch(launch, "nemotron_h.sh"), num_gpus=8)
