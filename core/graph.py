@@ -918,7 +918,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
         """Context parallelism: an attention op as its part outside the ring (``pre``, when
         given), the ring's core steps and the exposed part of their K/V exchange, which blocks
-        compute; the hidden part of the exchange runs on the "CP ring" stream beside the core
+        compute; the hidden part of the exchange runs on the "CP exchange" stream beside the core
         (:func:`_cp_ring_times`)."""
         if pre is not None:
             out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")

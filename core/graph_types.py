@@ -68,7 +68,7 @@ OPS = (
 #: draws a lane per stage for each stream a graph uses (compute and comm always;
 #: :attr:`ExecutionGraph.lanes`); the expert all-to-alls of MoE layers (which block the
 #: compute stream as the tensor-parallel collectives do) have a lane of their own.
-STREAMS = ("compute", "comm", "CP ring", "EP all-to-all")
+STREAMS = ("compute", "comm", "CP exchange", "EP all-to-all")
 
 
 @dataclass
@@ -136,7 +136,7 @@ class ExecutionGraph:
     @cached_property
     def lanes(self) -> tuple[int, ...]:
         """Streams the graph uses, sorted (compute and comm always): one timeline lane each per
-        stage, so a graph without context parallelism (expert parallelism) draws no empty "CP ring"
+        stage, so a graph without context parallelism (expert parallelism) draws no empty "CP exchange"
         ("EP all-to-all") lane."""
         used = set(np.unique(self.stream).tolist()) if self.stream.size else set()
         return tuple(sorted(used | {0, 1}))

@@ -43,9 +43,15 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
             args["microbatch"] = mbs[i]
         if layers[i] >= 0:
             args["layer"] = layers[i]
-        events.append({"name": KINDS[kinds[i]], "cat": KINDS[kinds[i]], "ph": "X", "ts": ts[i],
+        name = _EVENT_NAMES.get(KINDS[kinds[i]], KINDS[kinds[i]])
+        events.append({"name": name, "cat": name, "ph": "X", "ts": ts[i],
                        "dur": dur[i], "pid": stages[i], "tid": streams[i], "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+#: Event names that differ from the task kind's: the context-parallel exchange is a ring, an
+#: all-gather or an all-to-all (plan.cp_comm_type), not only the ring's p2p.
+_EVENT_NAMES = {"cp_p2p": "cp_exchange"}
 
 
 def write_trace(graph: ExecutionGraph, schedule: Schedule, path: str | Path) -> None:

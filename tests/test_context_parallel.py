@@ -118,7 +118,7 @@ def test_each_rank_computes_one_cpth_of_the_causal_attention_and_of_every_token_
 def test_with_free_communication_the_ring_is_all_hidden_and_the_core_takes_its_share():
     """cp=2 inside a node at an absurd NVLink bandwidth: no exposed exchange; the graph holds,
     per attention op, its part outside the ring, the core and the hidden exchange on the
-    "CP ring" stream; the times sum to the attention op's."""
+    "CP exchange" stream; the times sum to the attention op's."""
     s = _session(seq=65536, cp=2, t=2, gpu="H100-SXM5-80GB", recompute="none")
     s.cluster.intra_node_bandwidth_gbytes_per_s = 100_000.0
     store = session_profile(s)
@@ -128,7 +128,7 @@ def test_with_free_communication_the_ring_is_all_hidden_and_the_core_takes_its_s
     assert 0 < times["cp_fwd_hidden"] < times["attention_core_fwd"] / 2
     graph, _ = build_graph(s, store, times=st)
     cp_tasks = graph.kind == CP_KIND
-    assert set(graph.stream[cp_tasks].tolist()) == {STREAMS.index("CP ring")}
+    assert set(graph.stream[cp_tasks].tolist()) == {STREAMS.index("CP exchange")}
     assert graph.lanes == (0, 1, 2)
     layers = s.model.num_layers
     m = s.plan.num_microbatches
@@ -565,3 +565,18 @@ def test_megatron_round_trip_of_the_a2a_exchanges():
         assert ("--hierarchical-context-parallel-sizes 2 4" in text) == (size is not None)
         back = session_from_launch(read_launch(text, "x.sh"), num_gpus=16).session.plan
         assert (back.cp_comm_type, back.cp_a2a_size, back.context_parallel) == (kind, size, 8)
+
+
+def test_trace_names_the_cp_exchange_and_its_lane_for_every_exchange(tmp_path):
+    """The Perfetto trace names the exchange's tasks cp_exchange (a ring, an all-gather or an
+    all-to-all) on a "CP exchange" thread."""
+    import json
+    from core.trace import trace_events
+    from core.simulate import simulate
+    for kind in ("p2p", "a2a"):
+        res = simulate(_session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type=kind))
+        trace = trace_events(res.graph, res.schedule)
+        names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+        threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+        assert "cp_exchange" in names and "cp_p2p" not in names and "CP exchange" in threads
+        json.dumps(trace)

@@ -383,7 +383,7 @@ def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypat
 
 
 def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_simulate):
-    """cp=4 (ring attention): each stage gets a third lane, "CP ring", holding the K/V exchange;
+    """cp=4 (ring attention): each stage gets a third lane, "CP exchange", holding the K/V exchange;
     a plan without context parallelism keeps two lanes per stage."""
     import dataclasses
 
@@ -397,7 +397,7 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
     timeline.set_data(graph, result.schedule)
     assert timeline.gantt.num_rows == 2 * 3
     labels = [text for _, text in timeline._ticks]
-    assert labels[:3] == ["stage 0 compute", "stage 0 comm", "stage 0 CP ring"]
+    assert labels[:3] == ["stage 0 compute", "stage 0 comm", "stage 0 CP exchange"]
     ring = np.flatnonzero((graph.kind == KINDS.index("cp_p2p")) & (graph.duration_s > 0))
     assert ring.size and set(graph.row[ring].tolist()) == {2, 5}
     i = int(ring[np.argmax(graph.duration_s[ring])])
