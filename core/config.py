@@ -199,7 +199,8 @@ _GPU_FAMILIES: dict[str, tuple[tuple[str, set[str], set[str]], ...]] = {
     "a100": (("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}, set()),),
     "h100": (("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}, set()),
              # Meta's Grand Teton H100 (torchtitan's benchmarks): named by its 96 GB and 500 W
-             ("H100-96GB-HBM2e-500W", {"sxm", "sxm5", "96gb", "hbm2e", "500w"}, {"96gb", "500w"})),
+             ("H100-96GB-HBM2e-500W", {"sxm", "sxm5", "96gb", "hbm2e", "500w", "grand", "teton"},
+              {"96gb", "500w"})),
     "h200": (("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}, set()),),
     "b200": (("B200-180GB", {"sxm", "180gb", "hbm3e", "1000w"}, set()),),
     # GB200 is the Grace Blackwell superchip itself; NVL72 its rack's NVLink domain
@@ -207,6 +208,12 @@ _GPU_FAMILIES: dict[str, tuple[tuple[str, set[str], set[str]], ...]] = {
                                "superchip", "rack"}, set()),),
 }
 _GPU_NAME_NOISE = {"nvidia", "tesla", "dgx", "hgx", "tensor", "core", "gpu", "gpus"}
+#: Words a parenthesis after a GPU name may hold and still only describe the machine (with
+#: small counts and the name's own family): "(4 GPUs per compute tray)", "(HGX, 8 per node)".
+_GPU_DESCRIPTIVE = _GPU_NAME_NOISE | {
+    "per", "compute", "tray", "trays", "node", "nodes", "server", "servers", "system", "board",
+    "baseboard", "reference", "design", "rack", "racks", "of", "the", "a", "in", "each", "with",
+    "x", "and", "cluster", "platform"}
 
 
 @dataclass(frozen=True)
@@ -1702,7 +1709,9 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
     larger than a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``;
     smaller groups that straddle a node boundary are allowed and priced as inter-node,
-    :meth:`core.comm.CommModel.cp_ring_in_node`)."""
+    :meth:`core.comm.CommModel.cp_ring_in_node`). Without context parallelism
+    ``cp_comm_type`` (and an a2a+p2p group size) has no effect, as in Megatron-Core, so that a
+    study of an all-to-all session keeps its cp = 1 plans."""
     cp = pl.context_parallel
     kind = getattr(pl, "cp_comm_type", "p2p")
     a2a_size = getattr(pl, "cp_a2a_size", None)
@@ -1711,10 +1720,8 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
         errs.append(FieldError("plan.cp_a2a_size", f"cp_a2a_size={a2a_size} is the all-to-all "
                                "group of the a2a+p2p exchange (plan.cp_comm_type a2a+p2p); "
                                f"cp_comm_type is {kind!r}: leave it empty"))
-    if cp == 1:
-        return errs if kind == "p2p" else errs + [FieldError(
-            "plan.cp_comm_type", f"cp_comm_type={kind!r} needs context parallelism "
-            "(plan.context_parallel > 1)")]
+    if cp == 1:  # no exchange: the type has no effect (Megatron ignores --cp-comm-type too)
+        return errs
     if kind in ("a2a", "a2a+p2p"):
         errs += _cp_a2a_errors(m, pl, kind, a2a_size)
     s, t = m.seq_length, pl.tensor_parallel
@@ -2442,11 +2449,11 @@ def gpu_kind(name: str) -> str:
         return kind
     bare = re.sub(r"\([^()]*\)", " ", name)
     outer = set(re.findall(r"[a-z0-9]+", bare.lower())) & set(_GPU_FAMILIES)
-    spec = re.compile(r"\d+\s*-?\s*(?:gb|w|tb)\b|sxm|pcie|nvl|hbm", re.I)
     for part in re.findall(r"\(([^()]*)\)", name):
-        named = set(re.findall(r"[a-z0-9]+", part.lower())) & set(_GPU_FAMILIES)
-        if spec.search(part) or named - outer:
-            return name  # the parenthesis names a variant (or another GPU): never set aside
+        words = re.findall(r"[a-z0-9]+", part.lower())
+        if not all(w in _GPU_DESCRIPTIVE or w in outer or (w.isdigit() and len(w) <= 3)
+                   for w in words):
+            return name  # the parenthesis may name a variant (or another GPU): never set aside
     kind = _gpu_kind_words(bare)
     return kind if kind in GPU_KINDS else name
 
@@ -2456,8 +2463,10 @@ def _gpu_kind_words(name: str) -> str:
     # "80 GB", "700 W", "NVL 72", "NVL-72" are one word each, as "80GB", "700W", "NVL72"
     text = re.sub(r"(\d)[\s-]+(gb|w)\b", r"\1\2", name.lower())
     text = re.sub(r"\bnvl[\s-]+(\d+)\b", r"nvl\1", text)
+    # a count of GPUs in a system name is not a variant: "HGX H100 8-GPU", "8x H100"
+    text = re.sub(r"\b\d{1,3}\s*-?\s*gpus?\b|\b\d{1,3}\s*x\b(?=\s*[a-z])", " ", text)
     words = [w for w in re.findall(r"[a-z0-9]+", text) if w not in _GPU_NAME_NOISE]
-    families = [w for w in words if w in _GPU_FAMILIES]
+    families = sorted({w for w in words if w in _GPU_FAMILIES})  # a family named twice is one
     if len(families) != 1:
         return name
     rest = {w for w in words if w != families[0]}

@@ -1327,7 +1327,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     spec = " ".join(args.get("--spec") or [])
     if "mamba" in spec.lower():
         hybrid.append(f"--spec {spec}")
-    if hybrid:
+    script = Path(launch.script).name if launch.script else ""
+    other_model = re.match(r"pretrain_(mamba|bert|t5|vlm|retro|ict|vision\w*|multimodal\w*|mm\w*)"
+                           r"\.py$", script)
+    if other_model:  # Megatron-LM's other model scripts build other layers than GPT's
+        mp.refuse(script, f"the {other_model.group(1)} model script builds "
+                  + ("Mamba layers (a hybrid or all-Mamba model)" if other_model.group(1) == "mamba"
+                     else "another model than a GPT decoder") + "; only pretrain_gpt.py's decoder "
+                  "is modelled")
+    elif hybrid:
         mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))

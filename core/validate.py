@@ -80,6 +80,8 @@ _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "atte
 _AUTHORS_MULTI = ["Parameters (billion)"] + _AUTHORS_SINGLE
 
 
+#: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
+MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
 #: Most data rows a measurement file may have (the authors' files have 864 and 288).
 MAX_ROWS = 100_000
 
@@ -264,6 +266,11 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
     if not reason and not (measured_s > 0 and math.isfinite(measured_s)):
         reason = f"measured time {measured_s!r} is not a positive number"
         causes = ["measured time not positive"]
+    elif not reason and not MEASURED_TIME_RANGE_S[0] <= measured_s <= MEASURED_TIME_RANGE_S[1]:
+        reason = (f"measured time {measured_s:.4g} s is outside {MEASURED_TIME_RANGE_S[0]:g} s to "
+                  f"{MEASURED_TIME_RANGE_S[1]:g} s (a day): not the time of one training "
+                  "iteration (or a throughput that is not one)")
+        causes = ["measured time out of range"]
     return Measurement(row, session, measured_s, reason, group, list(dict.fromkeys(causes)),
                        list(assumptions or []))
 
@@ -390,9 +397,10 @@ ASSUMPTIONS = {
     "cp-comm-type-from-notes": "the notes state Megatron-Core's --cp-comm-type a2a or a2a+p2p "
                                "(with --hierarchical-context-parallel-sizes): Q, K, V and the "
                                "output all-to-all over the (inner) cp group, not overlapped",
-    "cp-ulysses-a2a": "the notes name Ulysses (DeepSpeed-Ulysses) context parallelism: the "
-                      "all-to-all exchange over the whole cp group (plan.cp_comm_type a2a, as "
-                      "Megatron-Core's --cp-comm-type a2a)",
+    "cp-ulysses-a2a": "the notes name Ulysses (DeepSpeed-Ulysses) or an all-to-all (a2a) "
+                      "context-parallel exchange, used and no ring named: the all-to-all over "
+                      "the whole cp group (plan.cp_comm_type a2a, as Megatron-Core's "
+                      "--cp-comm-type a2a)",
     "torchtitan-cp-allgather": "a torchtitan row with context parallelism whose notes name no "
                                "ring, or a row whose notes name PyTorch's allgather rotation: "
                                "PyTorch context_parallel's default all-gather rotation "
@@ -990,6 +998,33 @@ _CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*(?:[=:]|\bis\b)?\s*(\[[^\]
 _HYBRID_LAYERS = re.compile(r"\bmamba\w*|\bssm\b|state[- ]space|nemotron[- ]h\b|\bjamba\b|\bzamba\w*"
                             r"|hybrid[- ](?:mamba|ssm|model|architecture)|linear[- ]attention"
                             r"|gated[- ]?delta[- ]?net|lightning[- ]attention|qwen3[- ]next", re.I)
+def _said_a2a(notes: str) -> str | None:
+    """The notes' words naming an all-to-all context-parallel exchange that is used: Ulysses,
+    or an all-to-all / a2a beside CP (not PyTorch's alltoall rotation, which is a ring, nor
+    Megatron's cp_comm_type, read on its own); None when each such mention is negated where it
+    stands or in its clause ("Ulysses (not used)", "unlike Ulysses", "no a2a")."""
+    pat = re.compile(r"\b(?:deepspeed[- ])?ulysses\b"
+                     r"|(?:all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,30}\b(?:cp|context[- ]parallel\w*)\b"
+                     r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}(?:all[- ]?to[- ]?all|\ba2a\b)", re.I)
+    for m in pat.finditer(notes):
+        if not re.search(r"rotat|cp[_ -]comm[_ -]type", m.group(0), re.I) and _mention_used(notes, m):
+            return m.group(0)
+    return None
+
+
+def _mention_used(notes: str, m: re.Match) -> bool:
+    """Whether the notes' mention ``m`` of a scheme says it is used: not negated where it
+    stands (:func:`_negated_at`), nor in the rest of its clause ("Ulysses (not used)",
+    "all-gather was not used"), nor contrasted just before it ("unlike Ulysses", "instead
+    of all-to-all")."""
+    clause = re.split(r"[.;,]", notes[m.end():], maxsplit=1)[0]
+    before = notes[max(0, m.start() - 24):m.start()]
+    return not (_negated_at(notes, m.start(), m.end())
+                or re.search(r"\b(?:not|unused|never|disabled|off)\b", clause + m.group(0), re.I)
+                or re.search(r"\b(?:unlike|instead of|rather than|without|not|no)\s+(?:\w+\s+)?$",
+                             before, re.I))
+
+
 #: Megatron-Core's ``--hierarchical-context-parallel-sizes A P`` in notes: A, the all-to-all group.
 _CP_HIERARCHY = re.compile(r"hierarchical[_ -]context[_ -]parallel[_ -]sizes?\s*[=:]?\s*[\[(]?\s*"
                            r"(\d+)\s*[, ]\s*(\d+)", re.I)
@@ -1036,8 +1071,8 @@ def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
     return out, sorted(k for k, v in seen.items() if len(v) > 1)
 
 
-def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = None
-                   ) -> tuple[str, int | None]:
+def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = None,
+                   cp: int | None = None) -> tuple[str, int | None]:
     """``(plan.cp_comm_type, plan.cp_a2a_size)`` of a context-parallel row, or a refusal by
     name (then ``("p2p", None)``). ``node_cp``: the cp ranks of a node (``gpus_per_node / t``,
     when that divides cp), the all-to-all group of an a2a+p2p row whose notes say its
@@ -1072,6 +1107,11 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
             return "a2a", None
         if kinds == {"a2a+p2p"}:
             sizes = _CP_HIERARCHY.search(notes)
+            if sizes and cp is not None and int(sizes.group(1)) * int(sizes.group(2)) != cp:
+                row.refuse("context parallelism a2a+p2p without its group sizes",
+                           f"the notes' {sizes.group(0).strip()!r} do not multiply to "
+                           f"context_parallel={cp} (Megatron-Core: A * P = cp)")
+                return "p2p", None
             if sizes:
                 row.assume("cp-comm-type-from-notes", f"{stated.group(0).strip()}, "
                            f"{sizes.group(0).strip()}")
@@ -1092,12 +1132,15 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     rotate = _CP_ROTATE.search(notes)
     if rotate and "gather" not in rotate.group(1).lower():
         return "p2p", None  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
-    ulysses = re.search(r"\bulysses\b", notes, re.I)
-    if ulysses and not torchtitan and not _negated_at(notes, ulysses.start(), ulysses.end()):
-        row.assume("cp-ulysses-a2a", ulysses.group(0))
+    ring_named = _CP_COMM_P2P.search(notes)
+    if ring_named and re.search(r"\bnot\b|\bno\b|\bnon-", ring_named.group(0), re.I):
+        ring_named = None  # "CP is not a ring"
+    a2a = _said_a2a(notes)
+    if a2a and not torchtitan and not ring_named:
+        row.assume("cp-ulysses-a2a", a2a)
         return "a2a", None
     other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
-                            if not _negated_at(notes, o.start(), o.end())), None)
+                            if _mention_used(notes, o)), None)
     ring = _CP_COMM_P2P.search(notes)
     if ring and re.search(r"\bnot\b|\bno\b|\bnon-", ring.group(0), re.I):
         ring = None  # "CP is not a ring"
@@ -1569,7 +1612,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.put(plan, "plan", "context_parallel", cp)
         per_node = ints["gpus_per_node"] // max(ints["tensor_parallel"], 1)
         kind, a2a_size = _check_cp_comm(framework, notes, rw, per_node if per_node < cp and
-                                        per_node > 0 and cp % per_node == 0 else None)
+                                        per_node > 0 and cp % per_node == 0 else None, cp)
         if kind != "p2p":
             rw.put(plan, "plan", "cp_comm_type", kind)
         if a2a_size is not None:

@@ -754,3 +754,16 @@ def test_hybrid_models_are_refused_never_timed_as_transformers(tmp_path, name, n
     (m,) = read_measurements(path)
     cause = "hybrid model (Mamba / state-space or linear-attention layers)"
     assert (cause in m.skip_causes) is refused, m.skip_reason
+
+
+@pytest.mark.parametrize("cells, words", [
+    (dict(measured_iteration_time_s="", tokens_per_s_per_gpu="1e-300"), "outside 0.0001 s to 86400 s"),
+    (dict(measured_iteration_time_s=1e9), "outside"),
+    (dict(measured_iteration_time_s=1e-9), "outside"),
+])
+def test_an_absurd_time_skips_its_row(tmp_path, cells, words):
+    path = tmp_path / "t.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n" + _modern_row() + "\n")
+    ms = read_measurements(path)
+    assert words in ms[0].skip_reason and ms[0].skip_causes == ["measured time out of range"]
+    assert ms[1].skip_reason == ""

@@ -203,6 +203,10 @@ def test_gb200_node_is_its_72_gpu_nvlink_domain():
     # a parenthesis that only describes the machine is set aside
     ("GB200 NVL72 (4 GPUs per compute tray)", "GB200-NVL72"), ("B200 (HGX, 8 per node)", "B200-180GB"),
     ("H100 SXM5 80GB (DGX H100 reference)", "H100-SXM5-80GB"),
+    # GPU counts of a system are not variants; Meta's Grand Teton 96 GB part at 500 W
+    ("HGX H100 8-GPU", "H100-SXM5-80GB"), ("8x H100", "H100-SXM5-80GB"),
+    ("DGX H100 (8x H100 SXM5)", "H100-SXM5-80GB"),
+    ("Grand Teton H100 96GB HBM2e @500W", "H100-96GB-HBM2e-500W"),
 ])
 def test_published_gpu_names_map_to_kinds(name, kind):
     assert gpu_kind(name) == kind
@@ -213,6 +217,8 @@ def test_published_gpu_names_map_to_kinds(name, kind):
     "MI300X", "h100 h200", "GB200 NVL", "H100 superchip", "GH200",
     # a parenthesis naming a variant (power, memory, form factor) or another GPU is never set aside
     "H100 (500W)", "H100 (PCIe)", "A100 (40GB)", "H100 (vs A100 baseline)", "GB200 (NVL36)",
+    "A100 (40G)", "H100 (94G)", "H100 (95 GiB)", "A100 (AWS p4d.24xlarge)", "H100 (H800)",
+    "A100 (A800)", "H100 (GH200)", "H100 (DGX H800)", "Grand Teton H100",
 ])
 def test_other_variants_and_families_keep_their_name(name):
     """Another variant of a family (memory, bandwidth, power or NVLink domain), another

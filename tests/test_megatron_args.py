@@ -1109,3 +1109,18 @@ def test_hybrid_mamba_launches_are_refused_never_timed_as_transformers(extra, fl
               "--global-batch-size 8 --bf16 " + extra)
     with pytest.raises(MegatronArgsError, match=f"{flag}.*hybrid model .* is not modelled"):
         session_from_launch(read_launch(launch, "nemotron_h.sh"), num_gpus=8)
+
+
+@pytest.mark.parametrize("script", ["pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py",
+                                    "pretrain_vlm.py"])
+def test_other_model_scripts_are_refused(script):
+    """Megatron-LM's other training scripts build other models (pretrain_mamba.py: Mamba layers
+    even without hybrid flags): refused by the script's name, never timed as pretrain_gpt.py's
+    decoder."""
+    launch = ("torchrun --nproc_per_node 8 " + script + " --num-layers 8 --hidden-size 4096 "
+              "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+              "--vocab-size 128256 --micro-batch-size 1 --global-batch-size 8 --bf16")
+    with pytest.raises(MegatronArgsError, match=f"{script}: the .* model script builds"):
+        session_from_launch(read_launch(launch, "x.sh"))
+    ok = read_launch(launch.replace(script, "pretrain_gpt.py"), "x.sh")
+    assert session_from_launch(ok).session.model.num_layers == 8

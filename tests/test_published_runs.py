@@ -337,6 +337,12 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("NeMo", "cp_comm_type=a2a+p2p (a2a inside the node, p2p ring across nodes)", ("a2a+p2p", 4)),
     ("Megatron-LM", "DeepSpeed-Ulysses sequence parallel", "a2a"),
     ("Megatron-LM", "no Ulysses; ring attention", "p2p"),
+    ("Megatron-Core", "Ulysses was not used", "p2p"),
+    ("Megatron-Core", "unlike Ulysses, CP here uses ring attention", "p2p"),
+    ("Megatron-Core", "CP via ring attention; Ulysses (not used)", "p2p"),
+    ("Megatron-Core", "context parallel: all-to-all (a2a)", "a2a"),
+    ("Megatron-Core", "no all-to-all CP", "p2p"),
+    ("Megatron-LM", "cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes [2, 2]", "no sizes"),
     ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", None),
     ("Meta (Llama 3 paper)", "", None),
     ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", None),
@@ -353,7 +359,7 @@ def test_context_parallel_exchange_of_a_row(framework, notes, expect):
     another framework's CP not said to be a ring, refuses the row by name."""
     from core.validate import _check_cp_comm, _Row
     row = _Row()
-    got = _check_cp_comm(framework, notes, row, node_cp=4)
+    got = _check_cp_comm(framework, notes, row, node_cp=4, cp=8)
     if expect == "no sizes":
         assert row.causes == ["context parallelism a2a+p2p without its group sizes"]
         return
