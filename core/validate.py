@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, PRECISIONS, RECOMPUTE_CHOICES,
+from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, MODEL_PRESETS, PRECISIONS, RECOMPUTE_CHOICES,
                      ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
                      capped_recompute_layers, expand_pipeline_layout, gpu_kind,
                      node_network_gbits_per_s, validate)
@@ -47,7 +47,7 @@ from .bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, brid
                              match_bridge_recipe)
 from .config import rename_field
 from .gpu_spec import kind_fits_peak_fraction
-from .inputs import read_text
+from .inputs import read_bytes
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "interval_metrics", "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS",
@@ -132,8 +132,31 @@ class Measurement:
     assumptions: list[str] = field(default_factory=list)
 
 
+def _csv_text(path: Path) -> str:
+    """The text of a measurement CSV: UTF-8 (with or without a BOM), UTF-16 with its BOM
+    (spreadsheets' "Unicode text"), else Windows-1252 (what Excel on Windows writes: a ``µ`` or
+    ``—`` in a note must not cost every row). Raises MeasurementFileError (:mod:`core.inputs`)
+    for an unreadable, non-regular or too large file, or bytes none of these decode."""
+    data = read_bytes(path, MeasurementFileError, "csv")
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        encodings = ("utf-16",)
+    else:
+        encodings = ("utf-8-sig", "cp1252")
+    for enc in encodings:
+        try:
+            return data.decode(enc)
+        except UnicodeDecodeError:
+            continue
+    raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
+
+
 def _norm_header(h: str) -> str:
     return h.strip().lstrip("\ufeff").strip()
+
+
+def _snake(h: str) -> str:
+    """A header as the general layout writes its names: lower case, words joined by ``_``."""
+    return re.sub(r"[\s\-]+", "_", h.strip().lower())
 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
@@ -148,7 +171,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         that reason.
     """
     path = Path(path)
-    text = read_text(path, MeasurementFileError, "csv")
+    text = _csv_text(path)
     try:
         rows = []
         for r in csv.reader(io.StringIO(text, newline="")):
@@ -165,6 +188,9 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     header = [_norm_header(h) for h in rows[0]]
     if header == _AUTHORS_SINGLE or header == _AUTHORS_MULTI:
         return [_authors_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    known = set(GENERAL_COLUMNS) | set(MODERN_COLUMNS) | set(INFO_COLUMNS)
+    # "Num GPUs", "TENSOR_PARALLEL", "seq-length": the general layout's names in other cases
+    header = [h if h in known else _snake(h) if _snake(h) in known else h for h in header]
     missing = [c for c, d in GENERAL_COLUMNS.items() if d is None and c not in header]
     if missing:
         raise MeasurementFileError(
@@ -217,11 +243,50 @@ def _check_recipe_siblings(ms: list[Measurement]) -> None:
             m.skip_causes = ["recompute not stated (a run of the same recipe needs it)"]
 
 
+#: Labels a table may write before a size in its own column ("EP8", "TP = 4", "top-2").
+_CELL_LABELS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp",
+                "context_parallel": "cp", "expert_parallel": "ep", "virtual_pipeline_stages": "vp",
+                "moe_top_k": "top"}
+#: Units a cell may carry, per column: a word (no conversion) or a factor to the column's unit.
+_CELL_UNITS: dict[str, dict[str, float]] = {
+    "num_gpus": {"gpus": 1, "gpu": 1}, "gpus_per_node": {"gpus": 1, "gpu": 1},
+    "num_layers": {"layers": 1}, "seq_length": {"tokens": 1, "k": 1024},
+    "global_batch_size": {"sequences": 1, "samples": 1, "seqs": 1},
+    "micro_batch_size": {"sequences": 1, "samples": 1, "seqs": 1},
+    "num_experts": {"experts": 1}, "virtual_pipeline_stages": {"stages": 1, "chunks": 1},
+    "inter_node_bandwidth_gbps": {"gb/s": 1, "gbps": 1, "gbit/s": 1, "tb/s": 1000, "tbps": 1000,
+                                  "gbytes/s": 8},
+    "measured_iteration_time_s": {"s": 1, "sec": 1, "seconds": 1, "ms": 1e-3},
+}
+
+
+def _clean_cell(col: str, text: str) -> tuple[str, float]:
+    """A numeric cell as tables write it, reduced to the number and the factor to the column's
+    unit: footnote markers (``19.7*``, ``†``), thousands separators (``1,024``), a trailing
+    parenthesis (``5 (interleaved)``), the column's own label (``EP8``, ``top-2``) and unit
+    (``4096 tokens``, ``3.2 Tb/s``, ``1970 ms``). Anything else is left for :func:`_num` to
+    refuse."""
+    t = re.sub(r"[*\u2020\u2021]+$", "", text.strip()).strip()
+    t = re.sub(r"\s*\([^()]*\)$", "", t).strip()
+    if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", t):
+        t = t.replace(",", "")
+    label = _CELL_LABELS.get(col)
+    if label:
+        t = re.sub(rf"(?i)^{label}\s*[-=:]?\s*(?=\d)", "", t)
+    m = re.fullmatch(r"([+-]?[\d.]+(?:e[+-]?\d+)?)\s*([a-z/]+)", t, re.I)
+    if m and m.group(2).lower() in _CELL_UNITS.get(col, {}):
+        return m.group(1), _CELL_UNITS[col][m.group(2).lower()]
+    return t, 1.0
+
+
 def _num(path: Path, row: int, col: str, text: str, kind: Callable = float) -> Any:
     if kind is int and re.fullmatch(r"\s*[+-]?\d{1,30}\s*", text):
         return int(text)  # exactly (validation checks the bounds); longer ones below
+    text, factor = _clean_cell(col, text)
+    if kind is int and factor == 1.0 and re.fullmatch(r"[+-]?\d{1,30}", text):
+        return int(text)
     try:
-        v = float(text)
+        v = float(text) * factor
     except ValueError:
         raise _CellError(f"{path}: row {row}, column {col!r}: {text[:40]!r} is not a number",
                          f"unreadable {col}") from None
@@ -331,9 +396,10 @@ def _flag(text: str) -> bool | None:
     if not t:
         return None
     word = t.replace(":", " ").replace("(", " ").replace(",", " ").split()[0]
-    if word in ("y", "yes", "true", "on", "enabled", "1"):
-        return True
-    if word in ("n", "no", "false", "off", "disabled", "0", "n/a", "none"):
+    if word in ("y", "yes", "true", "on", "enabled", "1", "\u2713", "\u2714", "\u2611"):
+        return True  # ... and check marks
+    if word in ("n", "no", "false", "off", "disabled", "0", "n/a", "none", "\u2717", "\u2718",
+                "\u2715", "\u00d7", "\u2610"):
         return False
     return None
 
@@ -343,7 +409,7 @@ def _flag(text: str) -> bool | None:
 #: distributed optimizer, ZeRO stage 1); other columns name no scheme.
 _SHARDING_WORDS = {
     "fsdp": re.compile(r"(?i)\s*(?:(?:pytorch|torch|megatron)[- ])?fsdp\s*[12]?\b(?![- ]*n\b)"
-                       r"|\s*full[_ ]shard|\s*zero[- ]?(?:stage[- ]?)?3\b"),
+                       r"|\s*full[_ ]shard|\s*zero[- ]?(?:stage[- ]?)?3\b|\s*hsdp\b|\s*hybrid[_ ]shard"),
     "distributed_optimizer": re.compile(r"(?i)\s*zero[- ]?(?:stage[- ]?)?1\b"
                                         r"|\s*distributed[_ ]optimizer"),
 }
@@ -385,6 +451,25 @@ FIELD_CAUSES = {
 ASSUMPTIONS = {
     "derived-time": "the iteration time is derived from the published throughput "
                     "(global batch x sequence / (tokens/s/GPU x GPUs)), as the notes say",
+    "recipe-sequence-parallel": "an empty (or n/a) sequence_parallel cell at t > 1 in a "
+                                "Megatron-Bridge or torchtitan row: on (Bridge's recipes turn "
+                                "it on whenever t > 1; torchtitan's tensor parallelism shards "
+                                "the norms' tokens, Megatron's sequence parallelism)",
+    "recipe-distributed-optimizer": "an empty (or n/a) distributed_optimizer cell in a "
+                                    "Megatron-Bridge row without FSDP: y (its recipes' "
+                                    "use_distributed_optimizer)",
+    "shape-from-model-name": "family cells the row leaves empty (activation, norm, query "
+                             "groups, ffn, vocabulary, tied embeddings, experts) from the "
+                             "shipped preset of the public model the row names, whose layers, "
+                             "hidden size and heads it has (its Hugging Face config)",
+    "untied-llama-family": "an empty tied_embeddings cell of a Llama-style row (SwiGLU, "
+                           "RMSNorm): untied, as every model of the family the README lists",
+    "no-bias-from-notes": "the notes say the linear layers have no biases ('no biases', "
+                          "'--disable-bias-linear', 'bias-free'): model.add_bias_linear off",
+    "silu-is-swiglu": "an activation written 'silu' or 'swish' is the gated SiLU MLP (SwiGLU) "
+                      "of the Llama family (Hugging Face's hidden_act 'silu' names it)",
+    "geglu-as-swiglu": "a gated GELU MLP (GeGLU) is timed as SwiGLU: the same three ffn "
+                       "matrices and one fused element-wise kernel of the same bytes",
     "nemotron-family": "a squared-ReLU MLP is Nemotron-4's family (Megatron-Core "
                        "--squared-relu): RoPE and no linear biases; the activation's one fused "
                        "element-wise kernel per pass is timed as GeLU's (the same bytes)",
@@ -488,6 +573,9 @@ ASSUMPTIONS = {
     "fp8-megatron-delayed": "an FP8 Megatron-LM / Megatron-Core row naming no recipe: delayed "
                             "scaling, Megatron-LM's --fp8-recipe default (Megatron-Core 0.19 "
                             "TransformerConfig.fp8_recipe; the amax history, no amax pass)",
+    "fp8-composer-delayed": "an FP8 (amp_fp8) llm-foundry / Composer row naming no recipe: "
+                            "delayed scaling (Composer's amp_fp8 runs Transformer Engine's "
+                            "DelayedScaling recipe by default)",
     "fp8-recipe-unstated": "an FP8 row naming no recipe: tensorwise (per-tensor current "
                            "scaling, the default of plan.fp8_recipe)",
     "pp-layout-from-notes": "the notes' pp_layout is Megatron-Core's --pipeline-model-parallel-"
@@ -687,6 +775,8 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md); with ``plan``
     a notes' module list goes to ``plan.recompute_modules`` where the plan has that field."""
     t = text.strip().lower()
+    if t not in ("none", "none (no checkpointing)") and _NOT_STATED.fullmatch(t):
+        t = ""  # "n/a", "-", "not stated": as an empty cell ("none" is no recomputation)
     megatron = bool(_MEGATRON.search(framework))
     modules = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", notes)
     if not t and megatron:
@@ -713,9 +803,19 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         return "full"
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t  # without a framework column the cell is in the session's terms
-    # "activation checkpointing: full", "recompute: none": the mode after its column's name
-    t = re.sub(r"^(?:full[- ])?(?:activation[- ])?(?:checkpointing|recompute|recomputation)\s*[:=]\s*",
+    # "activation checkpointing: full", "recompute: none", "AC=full": the mode after its name
+    t = re.sub(r"^(?:full[- ])?(?:activation[- ])?(?:checkpointing|recompute|recomputation|ac)\s*[:=]\s*",
                "", t) or t
+    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
+        return t
+    if re.fullmatch(r"(?:per-?)?op[- _]?sac|sac\s*\(op\)|selective[- _]op", t):
+        row.assume("torchtitan-selective-op", t)
+        return "selective_op"  # torchtitan's per-op selective activation checkpointing
+    cell_modules = re.fullmatch(r"(?:selective\s*[(\[]?\s*)?recompute_modules\s*[=:]\s*\[([^\]]*)\]\s*[)\]]?",
+                                t)
+    if cell_modules and megatron:  # Megatron-Core's module list, in the cell itself
+        return _recompute_policy("", framework, f"recompute_modules=[{cell_modules.group(1)}]",
+                                 row, plan)
     if t in ("no", "off", "disabled", "false", "0", "no recompute", "no recomputation",
              "no checkpointing", "no activation checkpointing"):
         return "none"  # a yes/no cell's no: nothing recomputed
@@ -748,9 +848,9 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     if first == "none" and not re.search(r"\d|block|partial|layers|offload", t):
         return first  # "none (no checkpointing)": the mode, qualified
     if t.startswith("selective") and megatron and re.fullmatch(
-            r"selective\s*[(\[]\s*(?:recompute_modules\s*=\s*)?\[?\s*['\"]?core_attn['\"]?\s*\]?"
-            r"\s*[)\]]", t):
-        return "selective"  # "selective (core_attn)": Megatron's, the attention core
+            r"selective\s*[(\[]\s*(?:recompute_modules\s*=\s*)?\[?\s*['\"]?(?:core_attn|core[- ]attention"
+            r"|attention(?: core)?|attn|self[- ]attention)['\"]?\s*\]?\s*[)\]]", t):
+        return "selective"  # "selective (core_attn)", "(attention)": Megatron's, the attention core
     if t.startswith("selective"):
         if "per-op" in t or re.search(r"\bsac\b", t) or (
                 re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I)):
@@ -785,7 +885,7 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
                    "optimizer without FP32 master copies, Lightning's '-true') is not modelled; "
                    "the modelled bf16 / fp16 are mixed precision")
         return "bf16", None
-    if not re.search(r"fp8|float8", t):
+    if not re.search(r"fp8|float8|e4m3|e5m2", t):
         if first in PRECISIONS:
             return first, None  # "bf16 mixed precision" is bf16
         # "bf16-mixed" (Lightning / NeMo), "amp_bf16" (llm-foundry), "bfloat16": one dtype named
@@ -822,7 +922,7 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
                        "(torchao: one scale per row of each operand) is not modelled; the modelled "
                        "recipes are delayed, tensorwise, mxfp8 and blockwise")
             return "fp8", None
-        if re.search(r"blockwise|128x128|sub[- ]?channel|fp8[-_ ]?sc\b", text_):
+        if re.search(r"blockwise|128x128|sub[- ]?channel|fp8[-_ ]?sc\b|deepseek", text_):
             return "fp8", "blockwise"
         if "delayed" in text_:
             return "fp8", "delayed"
@@ -904,6 +1004,13 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
                        f"{dense.group(2)} differs from ffn_hidden_size={model.ffn}")
         row.put(model, "model", "moe_first_dense_layers", int(dense.group(1)))
     row.assume("moe-from-notes")
+    capacity = re.search(r"capacity[- _]factor\s*[=:]?\s*(?:of\s*)?([\d.]+)", n, re.I)
+    if capacity and not re.search(r"drop[- ]?less|no token[- ]dropp", n, re.I):
+        row.refuse("MoE capacity factor (token dropping)", f"the notes name an expert capacity "
+                   f"factor ({capacity.group(0)!r}): tokens beyond each expert's capacity are "
+                   "dropped (and with padding every expert computes its whole capacity); "
+                   "neither is modelled (routing is dropless, balanced or with "
+                   "plan.moe_imbalance_factor)")
     row.assume("moe-balanced-routing")
     if re.search(r"HybridEP|DeepEP|flex dispatcher", n, re.I):
         row.assume("dispatcher-flex-from-notes")
@@ -1216,6 +1323,38 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
         row.assume("mtp-not-stated")  # DeepSeek-V3 trained with one MTP layer; the run may not
 #: Words an activation label may qualify its gated MLP with: ``"swiglu (clamped, biased)"``.
 _ACTIVATION_QUALIFIERS = ("clamped", "biased")
+#: How tables write the modelled activations and norms (lower case; the activation's
+#: qualifiers already split off).
+_ACTIVATION_WORDS = {
+    "swiglu": re.compile(r"swi[- _]?glu|silu[- _]?glu|swish[- _]?glu|gated[- _](?:silu|swish)"
+                         r"|(?:silu|swish)\s*\(gated\)"),
+    "gelu": re.compile(r"gelu(?:\s*\((?:tanh|erf|approx\w*)\))?|gelu[- _](?:tanh|new|fast)"),
+}
+_NORM_WORDS = {"rmsnorm": re.compile(r"rms[- _]?norm|rms"),
+               "layernorm": re.compile(r"layer[- _]?norm(?:[- _]?1p)?|ln|layernorm1p")}
+
+
+def _family_spellings(model: ModelConfig, row: _Row) -> None:
+    """Map the activation and norm as other tables write them to the session's names
+    (``silu (gated)``, ``swish-glu``, ``rms_norm``, ``LayerNorm1p`` ...). A plain ``silu`` /
+    ``swish`` is SwiGLU (``silu-is-swiglu``: the SiLU MLPs of the Llama family are gated) and
+    ``geglu`` is timed as SwiGLU (``geglu-as-swiglu``: the same three GEMMs and one fused
+    element-wise kernel of the same bytes); anything else stays for validation to name."""
+    act, norm = model.activation.strip(), model.normalization.strip()
+    for name, pat in _ACTIVATION_WORDS.items():
+        if pat.fullmatch(act):
+            model.activation = name
+    if act in ("silu", "swish"):
+        model.activation = "swiglu"
+        row.assume("silu-is-swiglu", act)
+    elif re.fullmatch(r"ge[- _]?glu", act):
+        model.activation = "swiglu"
+        row.assume("geglu-as-swiglu", act)
+    for name, pat in _NORM_WORDS.items():
+        if pat.fullmatch(norm):
+            model.normalization = name
+
+
 #: How tables write Nemotron-4's squared ReLU (Megatron-Core --squared-relu, HF ``relu2``).
 _SQUARED_RELU = re.compile(r"(?i)\s*(?:squared[-_ ]?relu|relu[-_ ]?squared|relu\s*(?:\^|\*\*)?\s*2"
                            r"|sq[-_ ]?relu)\s*")
@@ -1371,12 +1510,62 @@ def _derive_cells(path: Path, row: int, v: dict[str, str], assume: Callable[...,
             assume("time-from-throughput", f"{gbs * seq / (tok * n):.6g} s")
 
 
+#: The family columns a public model's name fixes when its row leaves them empty.
+_NAMED_SHAPE_COLUMNS = ("activation", "normalization", "num_query_groups", "ffn_hidden_size",
+                        "vocab_size", "tied_embeddings", "num_experts", "moe_top_k",
+                        "moe_ffn_hidden_size")
+
+
+def _family_stem(name: str) -> str:
+    """A model name's family and version, letters and digits only: ``llama3`` for "Llama 3
+    8B" and "Meta-Llama-3.1-70B", ``llama2``, ``mixtral``, ``qwen3``, ``deepseekv3``,
+    ``gptoss``, ``gpt3``."""
+    n = re.sub(r"[^a-z0-9]", "", name.lower())
+    m = re.search(r"llama(\d)|mixtral|qwen(\d)|deepseekv(\d)|gptoss|gpt(\d)|mtnlg|nemotron(\d)", n)
+    return m.group(0) if m else ""
+
+
+def _shape_from_name(path: Path, row: int, v: dict[str, str], assume: Callable[..., None]
+                     ) -> None:
+    """Fill, in place, the empty family cells (:data:`_NAMED_SHAPE_COLUMNS`) of a row that
+    names a public model whose shipped preset (:data:`core.config.MODEL_PRESETS`, the Hugging
+    Face configs) has the row's layers, hidden size and heads, from that preset
+    (``shape-from-model-name``): a "Llama3-70B" row with an empty activation is Llama's SwiGLU,
+    not GPT's GeLU. Rows of other models keep the documented defaults."""
+    empty = [c for c in _NAMED_SHAPE_COLUMNS if c in v and not v[c]]
+    stem = _family_stem(v.get("model_name", ""))
+    if not empty or not stem:
+        return
+    try:
+        shape = tuple(_num(path, row, c, v.get(c, ""), int)
+                      for c in ("num_layers", "hidden_size", "num_attention_heads"))
+    except MeasurementFileError:
+        return  # the row is skipped for that cell later
+    found = [m for k, m in MODEL_PRESETS.items() if _family_stem(k) == stem
+             and (m.num_layers, m.hidden_size, m.num_attention_heads) == shape]
+    if len(found) != 1:
+        return
+    m = found[0]
+    values = {"activation": m.activation, "normalization": m.normalization,
+              "num_query_groups": str(m.query_groups), "ffn_hidden_size": str(m.ffn),
+              "vocab_size": str(m.vocab_size), "tied_embeddings": "y" if m.tied_embeddings else "n",
+              "num_experts": str(m.num_experts or ""), "moe_top_k": str(m.moe_top_k)
+              if m.num_experts else "", "moe_ffn_hidden_size": str(m.moe_ffn_hidden_size or m.ffn)
+              if m.num_experts else ""}
+    filled = [c for c in empty if values[c]]
+    for c in filled:
+        v[c] = values[c]
+    if filled:
+        assume("shape-from-model-name", f"{m.name}: " + ", ".join(f"{c}={v[c]}" for c in filled))
+
+
 def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:
     v = {h: (r[i].strip() if i < len(r) else "") for i, h in enumerate(header)}
     v = {h: ("" if h in _NUMERIC_COLUMNS | {"tokens_per_s_per_gpu"} and _NOT_STATED.fullmatch(x)
              else x) for h, x in v.items()}
     rw = _Row()
     _derive_cells(path, row, v, rw.assume)
+    _shape_from_name(path, row, v, rw.assume)
     get = {c: (v.get(c, "") if v.get(c, "") != "" else d) for c, d in GENERAL_COLUMNS.items()}
     missing = [c for c, value in get.items() if value is None]
     if missing:
@@ -1408,6 +1597,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     qualifiers = _activation_qualifiers(model, rw)
     if _SQUARED_RELU.fullmatch(model.activation):
         model.activation = "squared_relu"
+    _family_spellings(model, rw)
     if model.activation == "squared_relu":
         # Nemotron-4's family (Megatron-Core --squared-relu): RoPE, no linear biases; the
         # attention kernel follows from the framework or the notes below
@@ -1446,11 +1636,27 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if model.activation == "swiglu" and qkv_bias:
         rw.put(model, "model", "add_qkv_bias", True)
         rw.assume("qkv-bias-from-notes")
+    no_bias = re.search(r"\bno (?:linear )?bias(?:es)?\b|\bbias[- ]free\b|\bwithout (?:linear )?bias(?:es)?\b"
+                        r"|disable[-_ ]bias[-_ ]linear|add_bias_linear\s*[=:]\s*false", notes, re.I)
+    if no_bias and model.add_bias_linear and "biased" not in qualifiers:
+        model.add_bias_linear = False
+        rw.assume("no-bias-from-notes", no_bias.group(0))
     if opt["num_query_groups"] is not None:
         model.num_query_groups = opt["num_query_groups"]
-    tied = _flag(v.get("tied_embeddings", ""))
+    tied_text = v.get("tied_embeddings", "").strip().lower()
+    tied = _flag(tied_text)
+    if re.fullmatch(r"untied|not[- ]tied|separate(?: \w+)*|independent|unshared|not shared", tied_text):
+        tied = False
+    elif re.fullmatch(r"tied|shared", tied_text):
+        tied = True
     if tied is not None:
         model.tied_embeddings = tied
+    elif tied_text:
+        rw.refuse("unreadable tied_embeddings", f"tied_embeddings={v['tied_embeddings']!r}: "
+                  "expected y or n (tied / untied)")
+    elif "tied_embeddings" in v and model.activation == "swiglu" and model.normalization == "rmsnorm":
+        model.tied_embeddings = False
+        rw.assume("untied-llama-family")
     e = opt["num_experts"]
     if e is not None and e > 1:
         rw.put(model, "model", "num_experts", e)
@@ -1474,6 +1680,10 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
           and rw.withdraw("fp8-recipe-unstated")):
         recipe = "delayed"  # Megatron-LM's own --fp8-recipe default (Megatron-Core 0.19)
         rw.assume("fp8-megatron-delayed")
+    elif (re.search(r"llm[- ]?foundry|composer|mosaic", framework, re.I) and precision == "fp8"
+          and rw.withdraw("fp8-recipe-unstated")):
+        recipe = "delayed"  # Composer's amp_fp8: Transformer Engine's DelayedScaling
+        rw.assume("fp8-composer-delayed")
     # no recipe for a row whose precision label was refused (NVFP4, rowwise FP8, ...): the
     # precision it was read as is a placeholder
     label_ok = not {"precision", "rowwise FP8 scaling", "precision not stated"} & set(rw.causes)
@@ -1640,6 +1850,21 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     # sequence parallelism and overlap are plan fields; the distributed optimizer is ZeRO stage 1
     # (Megatron's --use-distributed-optimizer), FSDP (full sharding) ZeRO stage 3
     sharded = []
+    recipes = is_bridge or nemo  # NeMo 2 / Megatron-Bridge: what their recipes always set
+    unstated = {col for col in ("sequence_parallel", "distributed_optimizer")
+                if col in v and (not v[col] or _NOT_STATED.fullmatch(v[col]))}
+    if recipes and "sequence_parallel" in unstated and ints["tensor_parallel"] > 1:
+        v["sequence_parallel"] = "y"  # sequence parallelism whenever t > 1
+        (nemo_defaults.append("sequence parallelism with t > 1") if nemo else
+         rw.assume("recipe-sequence-parallel", "Megatron-Bridge"))
+    elif ("sequence_parallel" in unstated and ints["tensor_parallel"] > 1
+          and re.search(r"torchtitan", framework, re.I)):
+        v["sequence_parallel"] = "y"  # torchtitan's TP plan shards the norms' tokens too
+        rw.assume("recipe-sequence-parallel", "torchtitan")
+    if recipes and "distributed_optimizer" in unstated and not _flag(v.get("fsdp", "") or "n"):
+        v["distributed_optimizer"] = "y"
+        (nemo_defaults.append("the distributed optimizer") if nemo else
+         rw.assume("recipe-distributed-optimizer"))
     for col in ("sequence_parallel", "overlap_grad_reduce", "distributed_optimizer", "fsdp"):
         text = str(v.get(col, "") or GENERAL_COLUMNS.get(col, "") or "")
         flag = _flag(text)
@@ -1650,7 +1875,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
                       "true/false, on/off, enabled/disabled, 1/0)")
-        elif flag and "hsdp" in text.lower():
+        elif flag and re.search(r"hsdp|hybrid", text, re.I):
             if not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
                 rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid "
                           "sharding over groups other than a node's GPUs is not modelled (the "

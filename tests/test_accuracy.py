@@ -450,7 +450,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
 
 
 @pytest.mark.parametrize("cells, cause, words", [
-    ({"activation": "geglu"}, "invalid plan (model.activation)", 'activation="geglu" is not one of'),
+    ({"activation": "relu"}, "invalid plan (model.activation)", 'activation="relu" is not one of'),
     ({"fsdp": '"y: HSDP (shard size not stated)"'},
      "hybrid sharded data parallelism (HSDP)", "hybrid sharding over groups other than a node"),
     ({"fsdp": '"y: HSDP (shard within 8-GPU node, replicate across nodes)"', "data_parallel": 3,
@@ -612,12 +612,12 @@ def test_sharding_sequence_parallel_and_selective_rows_are_simulated(tmp_path, c
 def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     path = tmp_path / "modern.csv"
     path.write_text(MODERN_HEADER + "\n" + "\n".join([
-        _modern_row(), _modern_row(activation="geglu", gpu="H100-96GB-HBM2e (500 W)"),
-        _modern_row(activation="geglu")]) + "\n")
+        _modern_row(), _modern_row(activation="relu", gpu="H100-96GB-HBM2e (500 W)"),
+        _modern_row(activation="relu")]) + "\n")
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
-    assert 'skipped row 3: invalid plan: activation="geglu" is not one of gelu, swiglu' in out
+    assert 'skipped row 3: invalid plan: activation="relu" is not one of gelu, swiglu' in out
 
 
 def test_calibrating_one_store_on_one_run_prints_null_for_what_one_run_cannot_define(tmp_path,
@@ -767,3 +767,117 @@ def test_an_absurd_time_skips_its_row(tmp_path, cells, words):
     ms = read_measurements(path)
     assert words in ms[0].skip_reason and ms[0].skip_causes == ["measured time out of range"]
     assert ms[1].skip_reason == ""
+
+
+@pytest.mark.parametrize("cells, check", [
+    # numbers as tables write them
+    (dict(num_gpus='"1,024"', data_parallel=256, global_batch_size=1024), lambda m: m.session.plan.num_gpus == 1024),
+    (dict(virtual_pipeline_stages="2 (interleaved)"), lambda m: m.session.plan.virtual_pipeline_stages == 2),
+    (dict(tensor_parallel="TP2"), lambda m: m.session.plan.tensor_parallel == 2),
+    (dict(seq_length="2048 tokens"), lambda m: m.session.model.seq_length == 2048),
+    (dict(inter_node_bandwidth_gbps="3.2 Tb/s"),
+     lambda m: m.session.cluster.inter_node_bandwidth_gbits_per_s == 3200),
+    (dict(measured_iteration_time_s="1500 ms"), lambda m: m.measured_s == pytest.approx(1.5)),
+    (dict(measured_iteration_time_s="1.25*"), lambda m: m.measured_s == 1.25),
+    # the family's words
+    (dict(activation="silu (gated)", normalization="rms_norm"),
+     lambda m: (m.session.model.activation, m.session.model.normalization) == ("swiglu", "rmsnorm")),
+    (dict(activation="SiLU", normalization="RMSNorm"),
+     lambda m: m.session.model.activation == "swiglu" and "silu-is-swiglu" in _assumed(m)),
+    (dict(activation="squared-relu", normalization="LayerNorm1p"),
+     lambda m: (m.session.model.activation, m.session.model.normalization) == ("squared_relu", "layernorm")),
+    (dict(tied_embeddings="untied"), lambda m: m.session.model.tied_embeddings is False),
+    (dict(tied_embeddings="\u2717"), lambda m: m.session.model.tied_embeddings is False),
+    (dict(tied_embeddings="shared"), lambda m: m.session.model.tied_embeddings is True),
+    (dict(tied_embeddings="0.5"), lambda m: "unreadable tied_embeddings" in m.skip_causes),
+    # recompute and precision
+    (dict(recompute="AC=full"), lambda m: m.session.plan.recompute == "full"),
+    (dict(recompute="n/a"), lambda m: m.session.plan.recompute == "none"
+     and "megatron-recompute-default" in _assumed(m)),  # Megatron-LM: its default
+    (dict(recompute="none"), lambda m: m.session.plan.recompute == "none" and not m.skip_reason),
+    (dict(framework="NeMo 2.0", recompute="selective (attention)"),
+     lambda m: m.session.plan.recompute == "selective" and not m.skip_reason),
+    (dict(precision="E4M3/E5M2 hybrid"), lambda m: m.session.plan.precision == "fp8"),
+    (dict(precision="FP8 (DeepSeek recipe)"), lambda m: m.session.plan.fp8_recipe == "blockwise"),
+    (dict(framework="llm-foundry", precision="amp_fp8"), lambda m: m.session.plan.fp8_recipe == "delayed"),
+    # sharding and notes
+    (dict(fsdp="yes (HYBRID_SHARD)"), lambda m: "hybrid sharded data parallelism (HSDP)" in m.skip_causes),
+    (dict(notes='"no biases; GPT-style"'), lambda m: m.session.model.add_bias_linear is False),
+])
+def test_reader_takes_other_tables_spellings(tmp_path, cells, check):
+    path = tmp_path / "s.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
+    (m,) = read_measurements(path)
+    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+
+
+def _assumed(m) -> set[str]:
+    return {a.split(":")[0] for a in m.assumptions}
+
+
+@pytest.mark.parametrize("cells, filled", [
+    (dict(model_name="Llama3-70B", num_layers=80, hidden_size=8192, num_attention_heads=64,
+          activation="", normalization="", num_query_groups="", ffn_hidden_size="",
+          vocab_size="", tied_embeddings="", tensor_parallel=8, pipeline_parallel=2,
+          data_parallel=1, global_batch_size=16),
+     dict(activation="swiglu", normalization="rmsnorm", num_query_groups=8, ffn_hidden_size=28672,
+          vocab_size=128256, tied_embeddings=False)),
+    (dict(model_name="Meta-Llama-3.1-8B", num_layers=32, hidden_size=4096, num_attention_heads=32,
+          vocab_size="", num_query_groups="", ffn_hidden_size=14336, activation="swiglu",
+          normalization="rmsnorm", tied_embeddings="n"),
+     dict(vocab_size=128256, num_query_groups=8)),
+])
+def test_empty_family_cells_of_a_named_public_model_come_from_its_preset(tmp_path, cells, filled):
+    path = tmp_path / "e.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and "shape-from-model-name" in _assumed(m)
+    for k, value in filled.items():
+        assert getattr(m.session.model, k) == value, k
+    # an unknown model keeps the documented defaults, named nowhere as a preset
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "model_name": "Custom"}) + "\n")
+    (m,) = read_measurements(path)
+    assert "shape-from-model-name" not in _assumed(m)
+
+
+def test_recipes_sequence_parallel_and_distributed_optimizer_when_unstated(tmp_path):
+    rows = [_modern_row(framework="NeMo 2.0", sequence_parallel="", distributed_optimizer=""),
+            _modern_row(framework="Megatron-Bridge", sequence_parallel="n/a", distributed_optimizer=""),
+            _modern_row(framework="torchtitan", sequence_parallel="", fsdp="y"),
+            _modern_row(framework="Megatron-LM", sequence_parallel="", distributed_optimizer="")]
+    path = tmp_path / "r.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    pl = [m.session.plan for m in ms]
+    assert pl[0].sequence_parallel and pl[0].zero_stage == 1
+    assert "sequence parallelism with t > 1" in " ".join(ms[0].assumptions)
+    assert pl[1].sequence_parallel and pl[1].zero_stage == 1
+    assert {"recipe-sequence-parallel", "recipe-distributed-optimizer"} <= _assumed(ms[1])
+    assert pl[2].sequence_parallel and pl[2].zero_stage == 3
+    assert not pl[3].sequence_parallel and pl[3].zero_stage == 0  # Megatron-LM's defaults
+
+
+def test_a_windows_1252_file_and_other_header_cases_are_read(tmp_path):
+    header = MODERN_HEADER.replace("num_gpus", "Num GPUs").replace("tensor_parallel", "TENSOR_PARALLEL")
+    text = header + "\n" + _modern_row(notes='"1.2 \u00b5s latency \u2014 measured"') + "\n"
+    path = tmp_path / "w.csv"
+    path.write_bytes(text.encode("cp1252"))
+    (m,) = read_measurements(path)
+    assert m.skip_reason == "" and m.session.plan.num_gpus == 16
+    path.write_bytes(text.encode("utf-16"))
+    (m,) = read_measurements(path)
+    assert m.skip_reason == ""
+
+
+def test_capacity_factor_in_notes_refuses_an_moe_row(tmp_path):
+    moe = dict(num_experts=8, moe_top_k=2, moe_ffn_hidden_size=8192, expert_parallel=2,
+               activation="swiglu", normalization="rmsnorm", sequence_parallel="y")
+    rows = [_modern_row(**moe, notes='"capacity factor 1.25 (token dropping)"'),
+            _modern_row(**moe, notes='"dropless; capacity factor 1.0 for padding only"'),
+            _modern_row(**moe)]
+    path = tmp_path / "c.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    assert ms[0].skip_causes == ["MoE capacity factor (token dropping)"]
+    assert "MoE capacity factor (token dropping)" not in ms[1].skip_causes
+    assert "MoE capacity factor (token dropping)" not in ms[2].skip_causes
