@@ -892,6 +892,9 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
         named = {_DTYPE_WORDS[w] for w in re.findall(r"bfloat16|float16|float32|bf16|fp16|fp32", t)}
         if len(named) == 1:
             return named.pop(), None
+        half = named - {"fp32"}
+        if len(half) == 1 and re.search(r"master|optimi[sz]er|main[- ]?(?:params|weights)", t):
+            return half.pop(), None  # "bf16 with fp32 master weights": mixed precision itself
         row.refuse("precision", f"precision={text!r} is not one of {', '.join(PRECISIONS)}")
         return "bf16", None
     if "inferred" in t:

@@ -881,3 +881,19 @@ def test_capacity_factor_in_notes_refuses_an_moe_row(tmp_path):
     assert ms[0].skip_causes == ["MoE capacity factor (token dropping)"]
     assert "MoE capacity factor (token dropping)" not in ms[1].skip_causes
     assert "MoE capacity factor (token dropping)" not in ms[2].skip_causes
+
+
+@pytest.mark.parametrize("label, precision", [
+    ("bfloat16 with float32 master weights", "bf16"), ("bf16 (fp32 optimizer states)", "bf16"),
+    ("fp16 + fp32 master", "fp16"), ("bf16 compute, fp32 grad reduce", None), ("bf16/fp32", None),
+])
+def test_mixed_precision_labels_naming_the_fp32_master_copy(label, precision):
+    """Mixed precision says its FP32 master weights: one training dtype; an FP32 gradient
+    reduction (plan.grad_reduce_dtype) or two bare dtypes are refused, never guessed."""
+    from core.validate import _precision_policy, _Row
+    row = _Row()
+    got = _precision_policy(label, row)
+    if precision is None:
+        assert row.causes == ["precision"]
+    else:
+        assert got == (precision, None) and not row.causes
