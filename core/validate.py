@@ -464,6 +464,9 @@ ASSUMPTIONS = {
                              "hidden size and heads it has (its Hugging Face config)",
     "untied-llama-family": "an empty tied_embeddings cell of a Llama-style row (SwiGLU, "
                            "RMSNorm): untied, as every model of the family the README lists",
+    "grad-reduce-from-label": "the precision label names an FP32 gradient reduction ('bf16, "
+                              "fp32 grad reduce', grad_reduce_in_fp32): plan.grad_reduce_dtype "
+                              "fp32",
     "no-bias-from-notes": "the notes say the linear layers have no biases ('no biases', "
                           "'--disable-bias-linear', 'bias-free'): model.add_bias_linear off",
     "silu-is-swiglu": "an activation written 'silu' or 'swish' is the gated SiLU MLP (SwiGLU) "
@@ -729,6 +732,7 @@ class _Row:
         self.causes: list[str] = []
         self.assumptions: list[str] = []
         self.fp8_param_gather = False  # the precision label names an FP8 parameter all-gather
+        self.grad_reduce_fp32 = False  # ... or an FP32 gradient reduction
         self.pp_layout: str | None = None  # the notes' custom pipeline layout (pp_layout)
         self.dispatcher: str | None = None  # the notes' MoE token dispatcher (flex: DeepEP...)
         self.ep_overlap = False  # the notes name the expert all-to-all overlap
@@ -880,6 +884,12 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if not t:
         row.refuse("precision not stated", "precision is empty: the source does not say")
         return "bf16", None
+    if re.search(r"(?:fp32|float32)[- ](?:grad(?:ient)?s?[- ]?(?:reduc\w*|all[- ]?reduce|comm\w*)"
+                 r"|reduc\w*)|grad_reduce_in_fp32", t):
+        row.grad_reduce_fp32 = True  # "bf16, fp32 grad reduce": plan.grad_reduce_dtype fp32
+        t = re.sub(r"[,;+]?\s*(?:fp32|float32)[- ](?:grad(?:ient)?s?[- ]?(?:reduc\w*|all[- ]?reduce"
+                   r"|comm\w*)|reduc\w*)|[,;+]?\s*grad_reduce_in_fp32", "", t).strip()
+        first = re.split(r"[\s(]", t, maxsplit=1)[0] if t else ""
     if re.search(r"\b(?:bf16|fp16|bfloat16|float16)[- _]true\b|\bpure (?:bf16|bfloat16|fp16)\b", t):
         row.refuse("precision", f"precision={text!r}: pure half-precision training (weights and "
                    "optimizer without FP32 master copies, Lightning's '-true') is not modelled; "
@@ -1774,6 +1784,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
+    if rw.grad_reduce_fp32 and plan.precision in ("bf16", "fp16", "fp8"):
+        rw.put(plan, "plan", "grad_reduce_dtype", "fp32")
+        rw.assume("grad-reduce-from-label")
     # the custom pipeline layout: the notes' pp_layout, or Megatron-Bridge's DeepSeek-V3 default
     L, p = ints["num_layers"], ints["pipeline_parallel"]
     layout = rw.pp_layout

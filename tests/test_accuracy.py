@@ -885,11 +885,11 @@ def test_capacity_factor_in_notes_refuses_an_moe_row(tmp_path):
 
 @pytest.mark.parametrize("label, precision", [
     ("bfloat16 with float32 master weights", "bf16"), ("bf16 (fp32 optimizer states)", "bf16"),
-    ("fp16 + fp32 master", "fp16"), ("bf16 compute, fp32 grad reduce", None), ("bf16/fp32", None),
+    ("fp16 + fp32 master", "fp16"), ("bf16 compute, fp32 grad reduce", "bf16"), ("bf16/fp32", None),
 ])
 def test_mixed_precision_labels_naming_the_fp32_master_copy(label, precision):
     """Mixed precision says its FP32 master weights: one training dtype; an FP32 gradient
-    reduction (plan.grad_reduce_dtype) or two bare dtypes are refused, never guessed."""
+    reduction is that dtype with plan.grad_reduce_dtype fp32; two bare dtypes are refused."""
     from core.validate import _precision_policy, _Row
     row = _Row()
     got = _precision_policy(label, row)
@@ -897,3 +897,4 @@ def test_mixed_precision_labels_naming_the_fp32_master_copy(label, precision):
         assert row.causes == ["precision"]
     else:
         assert got == (precision, None) and not row.causes
+        assert row.grad_reduce_fp32 is ("grad reduce" in label)
