@@ -245,11 +245,12 @@ def _check_recipe_siblings(ms: list[Measurement]) -> None:
 
 #: Labels a table may write before a size in its own column ("EP8", "TP = 4", "top-2").
 _CELL_LABELS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp",
-                "context_parallel": "cp", "expert_parallel": "ep", "virtual_pipeline_stages": "vp",
-                "moe_top_k": "top"}
+                "context_parallel": "cp", "expert_parallel": "ep", "virtual_pipeline_stages": "vpp?",
+                "moe_top_k": "top", "micro_batch_size": "mbs", "global_batch_size": "gbs"}
 #: Units a cell may carry, per column: a word (no conversion) or a factor to the column's unit.
 _CELL_UNITS: dict[str, dict[str, float]] = {
-    "num_gpus": {"gpus": 1, "gpu": 1}, "gpus_per_node": {"gpus": 1, "gpu": 1},
+    "num_gpus": {"gpus": 1, "gpu": 1}, "gpus_per_node": {"gpus": 1, "gpu": 1, "gpus/node": 1},
+    "tokens_per_s_per_gpu": {"tok/s": 1, "tokens/s": 1, "tok/s/gpu": 1, "tokens/s/gpu": 1},
     "num_layers": {"layers": 1}, "seq_length": {"tokens": 1, "k": 1024},
     "global_batch_size": {"sequences": 1, "samples": 1, "seqs": 1},
     "micro_batch_size": {"sequences": 1, "samples": 1, "seqs": 1},
@@ -268,8 +269,11 @@ def _clean_cell(col: str, text: str) -> tuple[str, float]:
     refuse."""
     t = re.sub(r"[*\u2020\u2021]+$", "", text.strip()).strip()
     t = re.sub(r"\s*\([^()]*\)$", "", t).strip()
-    if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", t):
-        t = t.replace(",", "")
+    t = re.sub(r"^([+-]?\d{1,3}(?:,\d{3})+)(?=\.\d|\s*[a-z/]*$)", lambda m: m.group(1).replace(",", ""),
+               t, flags=re.I)  # "1,024", "9,100 ms"
+    per_link = re.fullmatch(r"(\d+)\s*[x\u00d7]\s*(\d+(?:\.\d+)?)\s*(gb/s|gbps|gbit/s)", t, re.I)
+    if per_link and col == "inter_node_bandwidth_gbps":  # "8x400 Gb/s": the node's NICs
+        return str(int(per_link.group(1)) * float(per_link.group(2))), 1.0
     label = _CELL_LABELS.get(col)
     if label:
         t = re.sub(rf"(?i)^{label}\s*[-=:]?\s*(?=\d)", "", t)
@@ -576,6 +580,19 @@ ASSUMPTIONS = {
     "fp8-megatron-delayed": "an FP8 Megatron-LM / Megatron-Core row naming no recipe: delayed "
                             "scaling, Megatron-LM's --fp8-recipe default (Megatron-Core 0.19 "
                             "TransformerConfig.fp8_recipe; the amax history, no amax pass)",
+    "hsdp-shard-size": "hybrid sharding whose cell or notes state the shard group ('2 "
+                       "replicas x 4 shards', 'shard size 4', torchtitan's dp_shard=4): "
+                       "plan.data_parallel_shard_size",
+    "recompute-from-notes": "an empty (or n/a) recompute cell whose notes state the "
+                            "recomputation ('activation recompute: selective (core attention)', "
+                            "'--recompute-granularity full --recompute-method uniform'): read as "
+                            "the cell would be",
+    "vp-from-notes": "an empty virtual_pipeline_stages cell whose notes state the interleaved "
+                     "schedule's virtual stages per pipeline stage ('VPP 5', 'interleaved 1F1B "
+                     "with 5 virtual stages')",
+    "fp8-recipe-from-notes": "an FP8 label naming no recipe whose notes name one (delayed "
+                             "scaling / amax history, current scaling / tensorwise, MXFP8, "
+                             "blockwise): that recipe",
     "fp8-composer-delayed": "an FP8 (amp_fp8) llm-foundry / Composer row naming no recipe: "
                             "delayed scaling (Composer's amp_fp8 runs Transformer Engine's "
                             "DelayedScaling recipe by default)",
@@ -779,7 +796,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
     """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md); with ``plan``
     a notes' module list goes to ``plan.recompute_modules`` where the plan has that field."""
     t = text.strip().lower()
-    if t not in ("none", "none (no checkpointing)") and _NOT_STATED.fullmatch(t):
+    if not t.startswith("none") and _NOT_STATED.fullmatch(t):
         t = ""  # "n/a", "-", "not stated": as an empty cell ("none" is no recomputation)
     megatron = bool(_MEGATRON.search(framework))
     modules = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", notes)
@@ -812,7 +829,8 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
                "", t) or t
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t
-    if re.fullmatch(r"(?:per-?)?op[- _]?sac|sac\s*\(op\)|selective[- _]op", t):
+    if re.fullmatch(r"(?:per-?)?op(?:[- _]level)?[- _]?sac|sac\s*\(op\)|selective[- _]op"
+                    r"|(?:mode\s*=\s*)?selective,?\s*selective_ac_option\s*=\s*['\"]?op['\"]?", t):
         row.assume("torchtitan-selective-op", t)
         return "selective_op"  # torchtitan's per-op selective activation checkpointing
     cell_modules = re.fullmatch(r"(?:selective\s*[(\[]?\s*)?recompute_modules\s*[=:]\s*\[([^\]]*)\]\s*[)\]]?",
@@ -824,6 +842,13 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
              "no checkpointing", "no activation checkpointing"):
         return "none"  # a yes/no cell's no: nothing recomputed
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
+    if first == "full" and re.fullmatch(r"full\s*\((?:all|every) (?:blocks?|layers?)\)", t):
+        return "full"  # "full (all blocks)": every layer
+    if first == "none" and re.fullmatch(r"none\s*\((?:ac|activation checkpointing|checkpointing|"
+                                        r"recompute|recomputation)?\s*(?:off|disabled|none)?\)"
+                                        r"|none\s*\(no (?:activation )?(?:checkpointing|recompute|"
+                                        r"recomputation)\)", t):
+        return "none"
     if first == "full" and "block" in t and not (megatron or not framework):
         row.refuse("recompute", f"recompute={text!r}: block recomputation is Megatron's "
                    f"--recompute-method; {framework} does not say which layers it means")
@@ -943,37 +968,55 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     return "fp8", "tensorwise"
 
 
+def _notes_fp8_recipe(notes: str) -> str | None:
+    """The FP8 recipe an FP8 row's notes name when its label names none ("fp8 delayed scaling
+    (amax history 1024)", "per-tensor current scaling", "--fp8-recipe mxfp8", "blockwise"):
+    ``delayed``, ``tensorwise``, ``mxfp8``, ``blockwise``, ``rowwise`` (refused by the caller),
+    or None (none, or several)."""
+    found = set()
+    for recipe, pat in (("delayed", r"delayed[- ]scaling|fp8[_ -]recipe\s*[=:]?\s*['\"]?delayed|amax[- ]history"),
+                        ("tensorwise", r"current[- ]scaling|tensorwise|fp8[-_ ]cs\b"),
+                        ("mxfp8", r"mxfp8|fp8[-_ ]mx\b|microscal"),
+                        ("blockwise", r"blockwise|128x128|fp8[-_ ]sc\b"),
+                        ("rowwise", r"rowwise")):
+        if any(_mention_used(notes, m) for m in re.finditer(pat, notes, re.I)):
+            found.add(recipe)
+    return found.pop() if len(found) == 1 else None
+
+
 def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row) -> None:
     """What the notes say of the model that the columns cannot hold (README: MoE particulars,
     latent attention, sliding windows; head size; QK-norm)."""
     n = notes
-    layout = re.search(r"\bpp_layout\s+([EtmL|()*\d,]+)", n)
+    layout = re.search(r"(?:\bpp_layout|pipeline[_ -](?:model[_ -]parallel[_ -])?layout)\s*[:=]?\s*"
+                       r"['\"]?([EtmL|()*\d,]*[EtL][EtmL|()*\d,]*)", n)
     if layout:  # Megatron-Core's layout string (commas are Megatron's optional separators)
         row.pp_layout = layout.group(1).strip(",")
         row.assume("pp-layout-from-notes", row.pp_layout)
         mtp = _layout_mtp(row.pp_layout)
         if mtp:
             row.put(model, "model", "mtp_num_layers", mtp)
-    hd = re.search(r"head_dim\s*(\d+)", n)
-    if hd and int(hd.group(1)) * model.num_attention_heads != model.hidden_size:
-        row.assume("kv-channels-from-notes", f"kv_channels={hd.group(1)}")
-        row.put(model, "model", "kv_channels", int(hd.group(1)))
-    if re.search(r"qk[- ]?norm", n, re.I):
+    heads = {int(m.group(1) or m.group(2)) for m in re.finditer(
+        r"(?<![a-z_])(?:head[_ ]dim|kv[_ ]channels|head size)\s*[=:]?\s*(\d+)"
+        r"|\b(\d+)[- ]dim(?:ensional)? heads\b", n, re.I)}
+    if len(heads) == 1:
+        hd = heads.pop()
+        if hd * model.num_attention_heads != model.hidden_size:
+            row.assume("kv-channels-from-notes", f"kv_channels={hd}")
+            row.put(model, "model", "kv_channels", hd)
+    elif len(heads) > 1:
+        row.refuse("head size", f"the notes state head sizes {sorted(heads)}")
+    qkn = [m for m in re.finditer(r"qk[- _]?(?:layer[- _]?|rms[- _]?)?norm|query[/ -]key (?:layer|rms)?[- ]?norm"
+                                  r"|qk_layernorm", n, re.I)]
+    if any(_mention_used(n, m) and not re.match(r"\s*=\s*(?:false|0)", n[m.end():], re.I)
+           for m in qkn):
         row.assume("qk-norm-from-notes")
         model.qk_layernorm = True
-    if re.search(r"\bMLA\b|latent attention", n, re.I):
+    if re.search(r"\bMLA\b|latent attention|kv_lora", n, re.I):
         _mla_policy(n, model, row)
-    if re.search(r"sliding[- ]window", n, re.I):
-        window = re.search(r"alternates (\d+)-token sliding[- ]window and full causal", n, re.I)
-        if window:  # the one pattern the notes state (GPT-OSS): windowed, full, windowed ...
-            row.put(model, "model", "window_size", int(window.group(1)))
-            row.put(model, "model", "window_attn_skip_freq", 2)
-            row.assume("window-from-notes", f"window_size={window.group(1)}, "
-                       "window_attn_skip_freq=2")
-        else:
-            row.refuse("sliding-window attention", "the notes name sliding-window attention "
-                       "without its window and layer pattern ('alternates N-token sliding "
-                       "window and full causal'; model.window_size)")
+    windows = [m for m in re.finditer(r"sliding[- ]window|\bSWA\b", n, re.I) if _mention_used(n, m)]
+    if windows:
+        _window_policy(n, model, row)
     if re.search(r"attention sinks?", n, re.I):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
@@ -1002,30 +1045,41 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if not (e and e > 1):
         return
     moe_ffn = opt["moe_ffn_hidden_size"] or model.ffn
-    shared = re.search(r"(\d+) shared experts? \((\d+)\)", n)
-    if shared:
-        count, width = int(shared.group(1)), int(shared.group(2))
-        if (count * width) % moe_ffn:
-            row.refuse("mixture of experts (shared experts)", f"shared experts {count} x {width} "
-                       f"wide are not a whole number of experts {moe_ffn} wide")
+    shared = _notes_shared_width(n, moe_ffn)
+    if shared == -1:
+        row.refuse("mixture of experts (shared experts)", "the notes name shared experts in a "
+                   "form not read here, or with contradictory sizes ('N shared experts (W)', "
+                   "'shared expert: N x W', 'N shared + M routed', 'n_shared_experts=N', "
+                   "'moe_shared_expert_intermediate_size=W')")
+    elif shared:
+        if shared % moe_ffn:
+            row.refuse("mixture of experts (shared experts)", f"shared experts {shared} wide in all "
+                       f"are not a whole number of experts {moe_ffn} wide")
         else:
-            row.put(model, "model", "num_shared_experts", count * width // moe_ffn)
-    dense = re.search(r"first (\d+) layers dense(?: FFN (\d+))?", n)
-    if dense:
-        if dense.group(2) and int(dense.group(2)) != model.ffn:
+            row.put(model, "model", "num_shared_experts", shared // moe_ffn)
+    dense, dense_ffn = _notes_dense_layers(n, model.num_layers)
+    if dense == -1:
+        row.refuse("mixture of experts (first dense layers)", "the notes name dense layers in a "
+                   "form not read here, or with contradictory counts ('first N layers dense', "
+                   "'N dense layers then M MoE layers', 'first_k_dense_replace=N', "
+                   "'moe_layer_freq [0]*N+[1]*M')")
+    elif dense:
+        if dense_ffn and dense_ffn != model.ffn:
             row.refuse("mixture of experts (first dense layers)", f"the dense layers' FFN "
-                       f"{dense.group(2)} differs from ffn_hidden_size={model.ffn}")
-        row.put(model, "model", "moe_first_dense_layers", int(dense.group(1)))
+                       f"{dense_ffn} differs from ffn_hidden_size={model.ffn}")
+        row.put(model, "model", "moe_first_dense_layers", dense)
     row.assume("moe-from-notes")
     capacity = re.search(r"capacity[- _]factor\s*[=:]?\s*(?:of\s*)?([\d.]+)", n, re.I)
-    if capacity and not re.search(r"drop[- ]?less|no token[- ]dropp", n, re.I):
+    dropless = [m for m in re.finditer(r"drop[- ]?less|no token[- ]dropp\w*", n, re.I)
+                if _mention_used(n, m)]
+    if capacity and not dropless:
         row.refuse("MoE capacity factor (token dropping)", f"the notes name an expert capacity "
                    f"factor ({capacity.group(0)!r}): tokens beyond each expert's capacity are "
                    "dropped (and with padding every expert computes its whole capacity); "
                    "neither is modelled (routing is dropless, balanced or with "
                    "plan.moe_imbalance_factor)")
     row.assume("moe-balanced-routing")
-    if re.search(r"HybridEP|DeepEP|flex dispatcher", n, re.I):
+    if re.search(r"HybridEP|DeepEP|flex dispatcher|dispatcher[_ a-z]*\s*[=:]\s*['\"]?flex\b", n, re.I):
         row.assume("dispatcher-flex-from-notes")
         row.dispatcher = "flex"
     elif re.search(r"all-?to-?all\s+(?:token\s+)?dispatcher|dispatcher[\s:=_a-z-]*\ball-?to-?all\b",
@@ -1057,6 +1111,166 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
             break
 
 
+#: Number words of notes ("one shared expert", "the first three layers").
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "a": 1, "an": 1, "single": 1}
+_N = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|a|an|single)"
+
+
+def _count(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBER_WORDS[word.lower()]
+
+
+def _notes_dense_layers(notes: str, num_layers: int) -> tuple[int, int | None]:
+    """``(first dense layers, their FFN width or None)`` an MoE row's notes state, in the ways
+    tables write it ("first 3 layers dense FFN 18432", "3 dense layers first then 58 MoE
+    layers", "dense FFN in the first three layers", "first layer dense", "layers 0-2 dense",
+    "first_k_dense_replace=3", "moe_layer_freq [0]*3+[1]*58"); ``(0, None)`` when they name no
+    dense layer, ``(-1, None)`` when they name dense layers in another form or contradict
+    themselves (the caller refuses the row)."""
+    counts: set[int] = set()
+    width = None
+    pats = (rf"first {_N} (?:transformer )?layers? (?:are |is )?dense",
+            rf"{_N} dense (?:FFN |MLP )?layers?(?: first| at the start| then| followed)",
+            rf"dense (?:FFN|MLP) (?:in|for) the first {_N} layers?",
+            r"first[_ ]k[_ ]dense[_ ]replace\s*[=:]?\s*(\d+)",
+            r"layers? 0\s*[-\u2013]\s*(\d+) (?:are )?dense")
+    for i, pat in enumerate(pats):
+        for m in re.finditer(pat, notes, re.I):
+            counts.add(int(m.group(1)) + 1 if i == 4 else _count(m.group(1)))
+    if re.search(r"first (?:transformer )?layer (?:is )?dense", notes, re.I):
+        counts.add(1)
+    freq = re.search(r"moe[_ -]layer[_ -]freq\w*\s*[=:]?\s*[(\[]*\s*\[0\]\s*\*\s*(\d+)\s*\+\s*"
+                     r"\[1\]\s*\*\s*(\d+)", notes, re.I)
+    if freq:
+        counts.add(int(freq.group(1)) if int(freq.group(1)) + int(freq.group(2)) == num_layers
+                   else -1)
+    moe_after = re.search(r"(?:then|other|followed by|and|\+)\s+(\d+)\s+MoE(?: layers)?", notes, re.I)
+    if moe_after and counts:
+        counts.add(num_layers - int(moe_after.group(1)))
+    ffn = re.search(r"dense\D{0,30}?(?:FFN|MLP)\s*(?:of\s*|=\s*|width\s*)?\(?(\d{3,})|"
+                    r"(?:FFN|MLP)\s*\(?(\d{3,})\)?\s*(?:dense|for the dense)", notes, re.I)
+    if ffn:
+        width = int(ffn.group(1) or ffn.group(2))
+    if len(counts) > 1 or -1 in counts:
+        return -1, None
+    if counts:
+        return counts.pop(), width
+    dense_words = [m for m in re.finditer(r"\bdense\b[^.;]{0,40}\blayers?\b|\blayers?\b[^.;]{0,25}"
+                                          r"\bdense\b", notes, re.I) if _mention_used(notes, m)]
+    if dense_words and not re.search(r"every layer (?:is )?MoE|all layers (?:are )?MoE|no dense",
+                                     notes, re.I):
+        return -1, None
+    return 0, None
+
+
+def _notes_shared_width(notes: str, moe_ffn: int) -> int:
+    """The shared experts' total width an MoE row's notes state (Megatron's
+    --moe-shared-expert-intermediate-size), in the ways tables write it ("1 shared expert
+    (2048)", "2 shared experts (1408 each)", "shared expert: 1 x 2048", "one shared expert of
+    width 2048", "1 shared + 256 routed", "n_shared_experts=1", "num_shared_experts: 1",
+    "moe_shared_expert_intermediate_size=2048"); a count without a width is experts of
+    ``moe_ffn`` (DeepSeek's and Megatron's convention). 0 when they name none or say "no shared
+    expert"; -1 when they name shared experts in another form or contradict themselves."""
+    widths: set[int] = set()
+    for m in re.finditer(rf"{_N} shared experts?\s*\(\s*(\d+)(?:\s*each)?\s*\)", notes, re.I):
+        widths.add(_count(m.group(1)) * int(m.group(2)))
+    for m in re.finditer(rf"shared experts?\s*[:=]?\s*(\d+)\s*[x\u00d7*]\s*(\d+)", notes, re.I):
+        widths.add(int(m.group(1)) * int(m.group(2)))
+    for m in re.finditer(rf"{_N} shared experts? (?:of|with) (?:width|size|ffn|hidden size)?\s*(\d+)",
+                         notes, re.I):
+        widths.add(_count(m.group(1)) * int(m.group(2)))
+    for m in re.finditer(rf"{_N} shared(?: experts?)?\s*(?:\+|and|plus)\s*\d+ routed|"
+                         r"n(?:um)?_shared_experts\s*[=:]\s*(\d+)", notes, re.I):
+        widths.add(_count(m.group(1) or m.group(2)) * moe_ffn)
+    for m in re.finditer(r"shared[_ ]expert[_ ]intermediate[_ ]size\s*[=:]?\s*(\d+)", notes, re.I):
+        widths.add(int(m.group(1)))
+    if re.search(r"\bno shared experts?\b|without shared experts?|shared experts?\s*[:=]\s*(?:0|none)\b",
+                 notes, re.I):
+        widths.add(0)
+    if len(widths) > 1:
+        return -1
+    if widths:
+        return widths.pop()
+    plain = [m for m in re.finditer(rf"{_N} shared experts?\b", notes, re.I)]
+    if plain:
+        return _count(plain[0].group(1)) * moe_ffn if len(plain) == 1 else -1
+    named = [m for m in re.finditer(r"shared experts?", notes, re.I) if _mention_used(notes, m)]
+    return -1 if named else 0
+
+
+def _notes_virtual_stages(notes: str, p: int) -> int:
+    """Virtual pipeline stages per pipeline stage the notes state when the row's cell is empty
+    ("VPP 5", "VP=4", "interleaved 1F1B with 5 virtual stages",
+    "virtual_pipeline_model_parallel_size 4"); 0 when they name no interleaving (or say "no
+    interleaving"), -1 when they name it without a number (or with two)."""
+    found = {int(next(g for g in m.groups() if g)) for m in re.finditer(
+        r"\bV?VPP?\s*[=:]?\s*(\d+)\b|virtual[_ ]pipeline(?:[_ ]model[_ ]parallel)?[_ ]size\s*[=:]?\s*(\d+)"
+        r"|(\d+) virtual (?:pipeline )?stages? per (?:pipeline )?(?:stage|rank)"
+        r"|interleaved (?:1F1B )?(?:schedule )?with (\d+) (?:virtual (?:pipeline )?stages|model chunks|chunks)",
+        notes, re.I)}
+    found.discard(1)
+    if len(found) == 1:
+        return found.pop()
+    mentions = list(re.finditer(r"interleav\w*|\bVPP?\b|virtual pipeline", notes, re.I))
+    if not found and any(not _mention_used(notes, m) for m in mentions):
+        return 0  # "no interleaving", "not interleaved"
+    named = [m for m in mentions if _mention_used(notes, m)
+             and not re.match(r"\s*['\"]?(?:n/?a|none|-)", notes[m.end():], re.I)]
+    return -1 if found or named else 0
+
+
+def _notes_recompute(notes: str) -> str | None:
+    """The activation recomputation the notes state, as a recompute cell would say it
+    ("activation recompute: selective (core attention)", "activation checkpointing: full
+    (uniform, 1 layer)", "--recompute-granularity full --recompute-method block
+    --recompute-num-layers 4", "selective activation recomputation (core attention)", "no
+    activation checkpointing"), for :func:`_recompute_policy`; None when they state none."""
+    gran = re.search(r"--recompute-granularity[ =]+(full|selective)", notes, re.I)
+    if gran:
+        method = re.search(r"--recompute-method[ =]+(uniform|block)", notes, re.I)
+        layers = re.search(r"--recompute-num-layers[ =]+(\d+)", notes, re.I)
+        return gran.group(1).lower() + (
+            f" ({method.group(1).lower()}" + (f", {layers.group(1)} layers" if layers else "") + ")"
+            if method else "")
+    said = re.search(r"(?:activation )?(?:recompute|recomputation|checkpointing)\s*[:=]\s*"
+                     r"((?:full|selective|none|no)\b(?:\s*\([^)]*\))?)", notes, re.I)
+    if said:
+        return said.group(1)
+    words = re.search(r"\b(full|selective)(?: activation)? (?:recompute|recomputation|checkpointing)"
+                      r"(\s*\([^)]*\))?", notes, re.I)
+    if words and _mention_used(notes, words):
+        return words.group(1).lower() + (words.group(2) or "")
+    if re.search(r"\bno (?:activation )?(?:recompute|recomputation|checkpointing)\b(?![ \t]+[a-z])",
+                 notes, re.I):  # not "no recompute credit" (a FLOP convention)
+        return "none"
+    return None
+
+
+def _window_policy(notes: str, model: ModelConfig, row: _Row) -> None:
+    """Sliding-window attention named in the notes: its window (``128-token sliding window``,
+    ``sliding window of 128 tokens``, ``window 128``) and its layers (``alternates ... and
+    full causal``, ``every other layer``: Megatron-Core's --window-attn-skip-freq 2; ``every
+    layer`` / ``all layers``: no full layer). Refused by name when either is not stated."""
+    size = re.search(r"(\d+)[- ]token (?:sliding[- ])?window|sliding[- ]window\s*(?:of|size|=|:)?\s*"
+                     r"(\d+)|window(?:[_ ]size)?\s*[=:]?\s*(\d+)", notes, re.I)
+    every_other = re.search(r"alternat\w*|every other layer|every second layer|half (?:of )?the layers",
+                            notes, re.I)
+    every = re.search(r"(?:every|all|each) (?:transformer )?layers?\b(?! other)", notes, re.I)
+    if size and (every_other or every):
+        w = int(next(g for g in size.groups() if g))
+        row.put(model, "model", "window_size", w)
+        if every_other:
+            row.put(model, "model", "window_attn_skip_freq", 2)
+        row.assume("window-from-notes", f"window_size={w}" + (
+            ", window_attn_skip_freq=2" if every_other else ", every layer"))
+    else:
+        row.refuse("sliding-window attention", "the notes name sliding-window attention "
+                   "without its window or its layers ('alternates N-token sliding window and "
+                   "full causal', 'sliding window of N tokens on every other layer'; "
+                   "model.window_size)")
+
+
 def _notes_mtp_layers(notes: str) -> int | None:
     """Multi-token prediction layers the notes state: ``mtp_num_layers=N``, ``N MTP layer(s)``,
     ``MTP N layer(s)``, ``MTP layers: N``, ``MTP (N layer)``; 0 for ``w/o MTP``, ``without
@@ -1064,9 +1278,10 @@ def _notes_mtp_layers(notes: str) -> int | None:
     off``; None when they state no count; -1 when they state contradictory ones."""
     counts = set()
     for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)(?![\d.])",
+                r"\bMTP[_ -]depth\s*[=:]?\s*(\d+)(?![\d.])|num_nextn_predict_layers\s*[=:]?\s*(\d+)",
                 r"\b(\d+)\s+MTP\s+layers?\b",
                 r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)(?![\d.])\s*(?:layers?)?\b"):
-        counts |= {int(m.group(1)) for m in re.finditer(pat, notes, re.I)}
+        counts |= {int(next(g for g in m.groups() if g)) for m in re.finditer(pat, notes, re.I)}
     if re.search(r"\b(?:w/o|without|no)\s+MTP\b(?![ \t]+(?!layers?\b)[a-z])|\bMTP\s*[:=]?\s*(?:off|none|disabled|"
                  r"false)\b", notes, re.I):
         counts.add(0)
@@ -1107,7 +1322,7 @@ _CP_COMM_OTHER = re.compile(
     re.I)
 #: Notes that name the ring in words: ring attention, a p2p ring, or CP said to be a ring.
 _CP_COMM_P2P = re.compile(
-    r"ring[- ]attention"
+    r"ring[- ]attention|\b(?:cp|context[- ]parallel\w*)\s*\d*\s*\(\s*p2p\b"
     r"|\bp2p\b[^.;]{0,20}\bring\b|\bring\b[^.;]{0,20}\bp2p\b"
     r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}\bring\b", re.I)
 #: Megatron's ``--cp-comm-type`` stated in notes: its value, one type or a per-layer list.
@@ -1123,11 +1338,16 @@ def _said_a2a(notes: str) -> str | None:
     or an all-to-all / a2a beside CP (not PyTorch's alltoall rotation, which is a ring, nor
     Megatron's cp_comm_type, read on its own); None when each such mention is negated where it
     stands or in its clause ("Ulysses (not used)", "unlike Ulysses", "no a2a")."""
-    pat = re.compile(r"\b(?:deepspeed[- ])?ulysses\b"
-                     r"|(?:all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,30}\b(?:cp|context[- ]parallel\w*)\b"
-                     r"|\b(?:cp|context[- ]parallel\w*)\b[^.;]{0,30}(?:all[- ]?to[- ]?all|\ba2a\b)", re.I)
-    for m in pat.finditer(notes):
-        if not re.search(r"rotat|cp[_ -]comm[_ -]type", m.group(0), re.I) and _mention_used(notes, m):
+    cp_word = re.compile(r"\b(?:cp|context[- ]parallel\w*)\b", re.I)
+    for m in re.finditer(r"\b(?:deepspeed[- ])?ulysses\b|all[- ]?to[- ]?all|\ba2a\b(?!\+)", notes, re.I):
+        around = notes[max(0, m.start() - 30):m.end() + 30]
+        clause = re.split(r"[.;]", notes[max(0, m.start() - 30):m.start()])[-1] + \
+            re.split(r"[.;]", notes[m.start():m.end() + 30])[0]
+        if not re.search(r"ulysses", m.group(0), re.I) and not cp_word.search(clause):
+            continue  # an all-to-all of something else (the MoE dispatch)
+        if re.search(r"rotat|cp[_ -]comm[_ -]type|dispatch|\bEP\b|expert|\+p2p|p2p\+", around, re.I):
+            continue
+        if _mention_used(notes, m):
             return m.group(0)
     return None
 
@@ -1146,8 +1366,8 @@ def _mention_used(notes: str, m: re.Match) -> bool:
 
 
 #: Megatron-Core's ``--hierarchical-context-parallel-sizes A P`` in notes: A, the all-to-all group.
-_CP_HIERARCHY = re.compile(r"hierarchical[_ -]context[_ -]parallel[_ -]sizes?\s*[=:]?\s*[\[(]?\s*"
-                           r"(\d+)\s*[, ]\s*(\d+)", re.I)
+_CP_HIERARCHY = re.compile(r"hierarchical(?:[_ -]context[_ -]parallel|[_ -]cp)?[_ -]sizes?\s*[=:]?\s*"
+                           r"(?:of\s*)?[\[(]?\s*(\d+)\s*(?:,\s*|\s+and\s+|\s*x\s*|\s+)(\d+)", re.I)
 #: PyTorch's context_parallel K/V rotation (torchtitan's ``context_parallel_rotate_method``):
 #: ``alltoall`` passes K/V blocks around the ranks as a ring does; ``allgather`` gathers them.
 _CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|all[_-]?gather|p2p)",
@@ -1217,6 +1437,9 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
                  "exchanges (a2a, a2a+p2p with its hierarchical sizes) and PyTorch "
                  "context_parallel's overlapped all-gather (torchtitan) are modelled")
     stated = _CP_COMM_STATED.search(notes)  # Megatron's --cp-comm-type: one type or a list
+    if not stated:  # "CP 16 hierarchical (a2a+p2p)": the type named without its argument
+        stated = next((m for m in re.finditer(r"(a2a\+p2p|p2p\+a2a)", notes, re.I)
+                       if _mention_used(notes, m)), None)
     if stated:
         kinds = {k.replace("p2p+a2a", "a2a+p2p").replace("_", "").replace("-", "") for k in
                  re.findall(r"a2a\+p2p|p2p\+a2a|a2a|all[_-]?gather|p2p", stated.group(1).lower())}
@@ -1236,7 +1459,8 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
                 row.assume("cp-comm-type-from-notes", f"{stated.group(0).strip()}, "
                            f"{sizes.group(0).strip()}")
                 return "a2a+p2p", int(sizes.group(1))
-            inside = re.search(r"a2a\s+(?:inside|within|in)\s+(?:the|a|each)\s+node", notes, re.I)
+            inside = re.search(r"(?:a2a|all[- ]?to[- ]?all)\s+(?:inside|within|in)\s+(?:the|a|each)\s+node",
+                               notes, re.I)
             if inside and node_cp and node_cp > 1:
                 row.assume("cp-comm-type-from-notes", f"{stated.group(0).strip()}, "
                            f"{inside.group(0)}: all-to-all groups of {node_cp}")
@@ -1259,8 +1483,10 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     if a2a and not torchtitan and not ring_named:
         row.assume("cp-ulysses-a2a", a2a)
         return "a2a", None
+    kw = re.compile(r"ulysses|all[- ]?gather\w*|all[- ]?to[- ]?all|\ba2a\b", re.I)
     other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
-                            if _mention_used(notes, o)), None)
+                            if _mention_used(notes, kw.search(notes, o.start(), o.end()) or o)),
+                           None)
     ring = _CP_COMM_P2P.search(notes)
     if ring and re.search(r"\bnot\b|\bno\b|\bnon-", ring.group(0), re.I):
         ring = None  # "CP is not a ring"
@@ -1312,6 +1538,23 @@ _MLA_NOTES = {"q_lora": "q_lora_rank", "kv_lora": "kv_lora_rank", "qk_nope": "qk
               "qk_rope": "qk_pos_emb_head_dim", "v_head": "v_head_dim"}
 
 
+#: Other names of the latent attention's sizes: Hugging Face's (``q_lora_rank``,
+#: ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) and Megatron's (``qk_head_dim``,
+#: ``qk_pos_emb_head_dim``).
+_MLA_SIZE_NAMES = {"q_lora": r"q_lora(?:_rank)?", "kv_lora": r"kv_lora(?:_rank)?",
+                   "qk_nope": r"qk_nope(?:_head_dim)?|qk_head_dim",
+                   "qk_rope": r"qk_rope(?:_head_dim)?|qk_pos_emb_head_dim",
+                   "v_head": r"v_head(?:_dim)?"}
+
+
+def _mla_size(notes: str, key: str) -> int | None:
+    """One latent-attention size the notes state (``q_lora 1536``, ``q_lora_rank=1536``,
+    ``qk_rope_head_dim: 64``); None when they do not (or state two different ones)."""
+    found = {int(m.group(1)) for m in re.finditer(
+        rf"(?<![a-z_])(?:{_MLA_SIZE_NAMES[key]})\s*[=:]?\s*(\d+)", notes, re.I)}
+    return found.pop() if len(found) == 1 else None
+
+
 def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     """Multi-head latent attention from the notes: each of :data:`_MLA_NOTES`'s sizes (``name
     N``); a size the notes do not give is refused by name (its default would be a guess), except
@@ -1319,14 +1562,18 @@ def _mla_policy(notes: str, model: ModelConfig, row: _Row) -> None:
     row.put(model, "model", "multi_latent_attention", True)
     if not _has(model, "multi_latent_attention"):
         return
-    sizes = {k: re.search(rf"\b{k}\s+(\d+)", notes) for k in _MLA_NOTES}
+    sizes = {k: _mla_size(notes, k) for k in _MLA_NOTES}
+    no_q = re.search(r"without query compression|no query compression|q_lora(?:_rank)?\s*[=:]?\s*"
+                     r"(?:0|none|null)\b", notes, re.I)
+    if no_q and sizes["q_lora"] in (None, 0):
+        sizes["q_lora"] = 0  # no query compression: the query projection from h
     missing = [k for k, v in sizes.items() if v is None]
     if missing:
         row.refuse("multi-head latent attention (sizes not in the notes)", f"the notes name "
                    f"multi-head latent attention without its {', '.join(missing)} size(s)")
         return
     for k, target in _MLA_NOTES.items():
-        row.put(model, "model", target, int(sizes[k].group(1)))
+        row.put(model, "model", target, sizes[k] or None if k == "q_lora" else sizes[k])
     # DeepSeek-V2/V3 normalize both latents (q_a_layernorm, kv_a_layernorm): Megatron's
     # q_layernorm / kv_layernorm, which Megatron-Bridge's DeepSeek recipes switch on
     model.qk_layernorm = True
@@ -1512,7 +1759,7 @@ def _derive_cells(path: Path, row: int, v: dict[str, str], assume: Callable[...,
             assume("parallel-size-from-gpus", f"{empty[0]}={value}")
     if not v.get("measured_iteration_time_s", "") and v.get("tokens_per_s_per_gpu", ""):
         try:
-            tok = float(v["tokens_per_s_per_gpu"])
+            tok = _num(path, row, "tokens_per_s_per_gpu", v["tokens_per_s_per_gpu"])
             n = _num(path, row, "num_gpus", v.get("num_gpus", ""), int)
             gbs = _num(path, row, "global_batch_size", v.get("global_batch_size", ""), int)
             seq = _num(path, row, "seq_length", v.get("seq_length", ""), int)
@@ -1683,9 +1930,26 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
     vp = ints["virtual_pipeline_stages"]
+    if not v.get("virtual_pipeline_stages", "") and ints["pipeline_parallel"] > 1:
+        said_vp = _notes_virtual_stages(notes, ints["pipeline_parallel"])
+        if said_vp == -1:
+            rw.refuse("virtual pipeline stages not stated", "the notes name an interleaved "
+                      "schedule (virtual pipeline stages) without their number, and the "
+                      "virtual_pipeline_stages cell is empty")
+        elif said_vp:
+            vp = ints["virtual_pipeline_stages"] = said_vp
+            rw.assume("vp-from-notes", f"virtual_pipeline_stages={vp}")
     is_bridge = "bridge" in framework.lower()  # a Megatron-Bridge row
     nemo = bool(re.search(r"nemo", framework, re.I)) and not is_bridge
     nemo_defaults: list[str] = []  # what the NeMo 2 recipes set that the row leaves unstated
+    said_recipe = _notes_fp8_recipe(notes) if precision == "fp8" else None
+    if said_recipe == "rowwise" and "fp8-recipe-unstated" in " ".join(rw.assumptions):
+        rw.withdraw("fp8-recipe-unstated")
+        rw.refuse("rowwise FP8 scaling", "the notes name rowwise float8 scaling, which is not "
+                  "modelled; the modelled recipes are delayed, tensorwise, mxfp8 and blockwise")
+    elif said_recipe and rw.withdraw("fp8-recipe-unstated"):
+        recipe = said_recipe  # the notes name the recipe the label does not
+        rw.assume("fp8-recipe-from-notes", recipe)
     if nemo and precision == "fp8" and rw.withdraw("fp8-recipe-unstated"):
         recipe = "delayed"  # the performance scripts' default --fp8_recipe ds
         nemo_defaults.append("FP8 delayed scaling")
@@ -1746,6 +2010,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.dispatcher = "flex"
         rw.assume("bridge-dsv3-flex-dispatcher")
     modules_box = ParallelPlan()  # receives recompute_modules from the notes, if any
+    cell = str(v.get("recompute", "")).strip()
+    if "recompute" in v and (not cell or (_NOT_STATED.fullmatch(cell) and not
+                                          cell.lower().startswith("none"))):
+        said = _notes_recompute(notes)
+        if said:  # the notes state what the cell leaves empty
+            v["recompute"] = said
+            rw.assume("recompute-from-notes", said)
     stated = bool(str(v.get("recompute", "")).strip()
                   or re.search(r"recompute_modules\s*=\s*\[", notes))  # the notes' modules
     if not stated and "recompute" in src:
@@ -1892,7 +2163,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
                       "true/false, on/off, enabled/disabled, 1/0)")
         elif flag and re.search(r"hsdp|hybrid", text, re.I):
-            if not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
+            shards = re.search(r"(\d+)\s*(?:shards|-way shard\w*|gpus? per shard group)|shard(?:ing)?"
+                               r"[_ ](?:group[_ ])?size\s*[=:]?\s*(\d+)|dp_shard\s*[=:]?\s*(\d+)",
+                               f"{text} {notes}", re.I)
+            if shards:  # "HSDP (2 replicas x 4 shards)", "shard size 4", torchtitan dp_shard=4
+                size = int(next(g for g in shards.groups() if g))
+                rw.assume("hsdp-shard-size", f"data_parallel_shard_size={size}")
+                rw.put(plan, "plan", "data_parallel_shard_size", size)
+            elif not re.search(r"within (an? )?(\d+-gpu )?node", text.lower()):
                 rw.refuse("hybrid sharded data parallelism (HSDP)", f"{col}={text!r}: hybrid "
                           "sharding over groups other than a node's GPUs is not modelled (the "
                           "shard group's size is not stated)")

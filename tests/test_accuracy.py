@@ -898,3 +898,99 @@ def test_mixed_precision_labels_naming_the_fp32_master_copy(label, precision):
     else:
         assert got == (precision, None) and not row.causes
         assert row.grad_reduce_fp32 is ("grad reduce" in label)
+
+
+_MOE = dict(num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048, expert_parallel=2,
+            activation="swiglu", normalization="rmsnorm", num_layers=61, hidden_size=7168,
+            num_attention_heads=128, num_query_groups=128, ffn_hidden_size=18432,
+            vocab_size=129280, tensor_parallel=1, pipeline_parallel=1, data_parallel=16,
+            global_batch_size=64, micro_batch_size=1, recompute="full", framework="Megatron-LM",
+            model_name="MoE-test")
+_MLA = "MLA (q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)"
+
+
+@pytest.mark.parametrize("notes, dense, shared", [
+    ("first 3 layers dense FFN 18432, other 58 MoE; 1 shared expert (2048) + 256 routed", 3, 1),
+    ("3 dense layers first (FFN 18432) then 58 MoE layers; shared expert: 1 x 2048", 3, 1),
+    ("dense FFN in the first three layers; one shared expert of width 2048", 3, 1),
+    ("first layer dense (FFN 18432); 2 shared experts (1024 each)", 1, 1),
+    ("layers 0-2 dense; 1 shared + 256 routed", 3, 1),
+    ("first_k_dense_replace=3, n_shared_experts=1", 3, 1),
+    ("moe_layer_freq [0]*3+[1]*58; moe_shared_expert_intermediate_size=4096", 3, 2),
+    ("every layer MoE; no shared expert", 0, 0),
+    ("dense and MoE layers interleave", None, 0),           # refused: not read
+    ("shared experts in every layer", 0, None),             # refused: no count
+    ("first 3 layers dense; first_k_dense_replace=1", None, 0),  # contradictory: refused
+])
+def test_moe_notes_in_other_wordings(tmp_path, notes, dense, shared):
+    """Dense first layers and shared experts as other tables write them; a mention that is not
+    read (or contradicts itself) refuses the row instead of defaulting to every layer MoE
+    without shared experts."""
+    path = tmp_path / "m.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**_MOE, notes=f'"{notes}"') + "\n")
+    (m,) = read_measurements(path)
+    causes = set(m.skip_causes)
+    if dense is None:
+        assert "mixture of experts (first dense layers)" in causes
+    else:
+        assert "mixture of experts (first dense layers)" not in causes
+        assert m.session.model.moe_first_dense_layers == dense
+    if shared is None:
+        assert "mixture of experts (shared experts)" in causes
+    else:
+        assert "mixture of experts (shared experts)" not in causes
+        assert m.session.model.num_shared_experts == shared
+
+
+@pytest.mark.parametrize("notes, field, value", [
+    (_MLA, "q_lora_rank", 1536),
+    ("MLA without query compression (q_lora_rank 0, kv_lora 512, qk_nope 128, qk_rope 64, "
+     "v_head 128)", "q_lora_rank", None),
+    (_MLA + "; MTP depth 1", "mtp_num_layers", 1),
+    ("head_dim=128", "kv_channels", 128),
+    ("128-dim heads", "kv_channels", 128),
+    ("QK RMSNorm", "qk_layernorm", True),
+    ("qk_layernorm=False", "qk_layernorm", False),
+])
+def test_model_notes_in_other_wordings(tmp_path, notes, field, value):
+    cells = dict(_MOE) if "MLA" in notes else dict(
+        activation="swiglu", normalization="rmsnorm", hidden_size=2048, num_attention_heads=32,
+        num_query_groups=4, model_name="X")
+    path = tmp_path / "n.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells, notes=f'"{notes}"') + "\n")
+    (m,) = read_measurements(path)
+    assert "multi-head latent attention (sizes not in the notes)" not in m.skip_causes
+    assert getattr(m.session.model, field) == value, m.skip_reason
+
+
+@pytest.mark.parametrize("cells, notes, check", [
+    (dict(recompute=""), "activation recompute: selective (core attention)",
+     lambda m: m.session.plan.recompute == "selective"),
+    (dict(recompute=""), "--recompute-granularity full --recompute-method uniform",
+     lambda m: m.session.plan.recompute == "full"),
+    (dict(recompute=""), "Model TFLOP/s (no recompute credit)",
+     lambda m: "recompute-from-notes" not in _assumed(m)),
+    (dict(virtual_pipeline_stages=""), "interleaved 1F1B with 3 virtual stages",
+     lambda m: m.session.plan.virtual_pipeline_stages == 3),
+    (dict(virtual_pipeline_stages=""), "interleaved 1F1B",
+     lambda m: "virtual pipeline stages not stated" in m.skip_causes),
+    (dict(virtual_pipeline_stages=""), "no interleaving",
+     lambda m: m.session.plan.virtual_pipeline_stages is None and not m.skip_reason),
+    (dict(precision="FP8"), "fp8 delayed scaling (amax history 1024)",
+     lambda m: m.session.plan.fp8_recipe == "delayed"),
+    (dict(context_parallel=4, data_parallel=1, seq_length=8192, global_batch_size=16),
+     "CP 4 (P2P, no all-to-all)", lambda m: m.session.plan.cp_comm_type == "p2p"),
+    (dict(context_parallel=4, data_parallel=1, seq_length=8192, global_batch_size=16,
+          tensor_parallel=1, num_gpus=8, gpus_per_node=2),
+     "hierarchical (a2a+p2p): all-to-all inside the node",
+     lambda m: (m.session.plan.cp_comm_type, m.session.plan.cp_a2a_size) == ("a2a+p2p", 2)),
+    (dict(fsdp="HSDP (2 replicas x 4 shards)", framework="torchtitan", tensor_parallel=1,
+          pipeline_parallel=1, data_parallel=8, num_gpus=8, recompute="full"), "",
+     lambda m: m.session.plan.data_parallel_shard_size == 4),
+])
+def test_plan_notes_in_other_wordings(tmp_path, cells, notes, check):
+    path = tmp_path / "p.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{
+        "activation": "swiglu", "normalization": "rmsnorm", **cells, "notes": f'"{notes}"'}) + "\n")
+    (m,) = read_measurements(path)
+    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
