@@ -994,3 +994,13 @@ def test_plan_notes_in_other_wordings(tmp_path, cells, notes, check):
         "activation": "swiglu", "normalization": "rmsnorm", **cells, "notes": f'"{notes}"'}) + "\n")
     (m,) = read_measurements(path)
     assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+
+
+def test_validate_names_each_rows_profile_when_the_gpus_differ(tmp_path, capsys):
+    from core.cli import main
+    path = tmp_path / "two.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row() + "\n"
+                    + _modern_row(gpu="B200-180GB") + "\n")
+    assert main(["validate", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "profiles of each row's GPU: B200-180GB (calibrated), H100-SXM5-80GB (calibrated)" in first

@@ -1124,3 +1124,16 @@ def test_other_model_scripts_are_refused(script):
         session_from_launch(read_launch(launch, "x.sh"))
     ok = read_launch(launch.replace(script, "pretrain_gpt.py"), "x.sh")
     assert session_from_launch(ok).session.model.num_layers == 8
+
+
+def test_import_summary_names_cp_ep_and_the_network_it_did_not_get(tmp_path, capsys):
+    launch = ("torchrun --nnodes 2 --nproc_per_node 8 pretrain_gpt.py --num-layers 8 "
+              "--hidden-size 4096 --num-attention-heads 32 --seq-length 32768 "
+              "--max-position-embeddings 32768 --vocab-size 128256 --micro-batch-size 1 "
+              "--global-batch-size 8 --bf16 --context-parallel-size 4 --use-flash-attn "
+              "--cp-comm-type a2a")
+    src = _write(tmp_path, "cp.sh", launch)
+    assert main(["import", "megatron-args", str(src), "--out", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "16 GPUs (t=1, p=1, cp=4, d=4;" in out
+    assert "network: Megatron's arguments do not give it" in out

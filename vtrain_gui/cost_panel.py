@@ -295,7 +295,16 @@ class CostPanel(QtWidgets.QWidget):
         # an FP8 plan's MFU is of the BF16 peak (core.costing.mfu_peak_flops): say so
         of_peak = (f" of {report.mfu_peak_dtype.upper()} peak"
                    if getattr(report, "mfu_peak_dtype", report.precision) != report.precision else "")
-        v["mfu"].setText(format_fraction(report.mfu) + of_peak)
+        causal = getattr(report, "mfu_causal", None)
+        if causal is not None and causal < 0.97 * report.mfu:  # long sequences: say both counts
+            v["mfu"].setText(format_fraction(report.mfu) + of_peak
+                             + f" ({format_fraction(causal)} causal)")
+            v["mfu"].setToolTip("Narayanan et al.'s Eq. 3 counts the whole s x s attention "
+                                "square, so at long sequences MFU can pass HFU; in parentheses "
+                                "only the causal half, as Megatron-Core 0.19 logs it")
+        else:
+            v["mfu"].setText(format_fraction(report.mfu) + of_peak)
+            v["mfu"].setToolTip("")
         v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))

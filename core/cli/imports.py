@@ -90,10 +90,17 @@ def _megatron(args: argparse.Namespace) -> int:
         return 0
     con = Console()
     pl = res.session.plan
+    cp, ep = getattr(pl, "context_parallel", 1) or 1, getattr(pl, "expert_parallel", 1) or 1
     con.print(f"wrote {esc(str(args.out))}: {esc(res.session.model.name)}, {pl.num_gpus:,} GPUs "
               f"(t={pl.tensor_parallel}, "
-              f"p={pl.pipeline_parallel}, d={pl.data_parallel}; b={pl.micro_batch_size}, "
+              f"p={pl.pipeline_parallel}, " + (f"cp={cp}, " if cp > 1 else "")
+              + f"d={pl.data_parallel}" + (f", ep={ep}" if ep > 1 else "")
+              + f"; b={pl.micro_batch_size}, "
               f"B={pl.global_batch_size}), from {res.launch.launcher}", highlight=False)
+    if res.session.cluster.inter_node_bandwidth_gbits_per_s is None and pl.num_gpus > \
+            res.session.cluster.gpus_per_node:
+        con.print("network: Megatron's arguments do not give it; the GPU's reference node "
+                  "(set cluster.inter_node_bandwidth_gbits_per_s for yours)", highlight=False)
     for about, note in res.notes:
         con.print(f"{esc(about)}: {esc(res.session.model.attention_kernel)} ({esc(note)})"
                   if about == "attention" else f"{esc(about)}: {esc(note)}", highlight=False)

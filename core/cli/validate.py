@@ -22,10 +22,11 @@ def add_parser(sub: Any) -> None:
         "validate", help="predict measured iteration times and report the error",
         description="Predict every row of a measurement CSV (the vTrain authors' single- or "
                     "multi-node layout, or the general layout with named columns; see "
-                    "docs/accuracy.md) and print MAPE, median and max absolute percentage "
+                    "docs/accuracy.md, 'Measurement file layouts') and print MAPE, median and max absolute percentage "
                     "error, R^2 and the error by model size, t and p. Rows the simulator does "
                     "not support are skipped with their reason.")
-    v.add_argument("csv", metavar="CSV", help="measurement CSV (layouts in docs/accuracy.md)")
+    v.add_argument("csv", metavar="CSV", help="measurement CSV (layouts: docs/accuracy.md, "
+                   "'Measurement file layouts')")
     v.add_argument("--profile", metavar="STORE.h5",
                    help="profile store for every row (default: the shipped store of each row's GPU)")
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
@@ -294,6 +295,21 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
     sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
     if not sessions:
         return "no row could be predicted"
+    if not profile:  # each row its own GPU kind's shipped store
+        stores = {}
+        for s in sessions:
+            key = (s.cluster.gpu, s.cluster.profile_path)
+            if key not in stores:
+                stores[key] = session_profile(s)
+        if len(stores) > 1:
+            kinds = sorted({(st.device_name, (st.provenance or {}).get("method", "unknown method"))
+                            for st in stores.values()})
+            note = "profiles of each row's GPU: " + ", ".join(f"{d} ({m})" for d, m in kinds)
+            if any(csv_name in str((st.provenance or {}).get("data", "")) for st in stores.values()
+                   if (st.provenance or {}).get("method") == "calibrated"):
+                note += (", calibrated on this file: in-sample figures (use --cross-validate K "
+                         "for out-of-sample ones)")
+            return note
     store = open_profile(profile) if profile else session_profile(sessions[0])
     prov = store.provenance or {}
     name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
