@@ -124,3 +124,18 @@ def test_overlapped_communication_is_left_out_and_given_apart():
     assert d.terms_b["dp_comm"] == pytest.approx(g.duration_s[dp & ~g.overlapped].sum() / p)
     assert d.overlapped_a == {}
     assert sum(d.terms.values()) == pytest.approx(d.difference_s, rel=1e-9, abs=1e-12)
+
+
+def test_diff_names_the_overlapped_cp_exchange_of_any_type(tmp_path, capsys):
+    from core.cli import main
+    from core.session import save_session
+    from tests.test_context_parallel import _session
+    a = _session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
+                 cp_a2a_size=2)
+    b = _session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB")
+    a.model.num_layers = b.model.num_layers = 4
+    save_session(a, tmp_path / "a.json")
+    save_session(b, tmp_path / "b.json")
+    assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "CP exchange" in out and "cp p2p" not in out

@@ -12,6 +12,11 @@ from .common import fmt_bytes
 __all__ = ["add_parser", "run"]
 
 
+#: Names of overlapped communication kinds in the diff's note (the task kind ``cp_p2p`` is the
+#: context-parallel exchange of any type: ring, all-gather or all-to-all).
+_HIDDEN_NAMES = {"cp_p2p": "CP exchange", "ep_all_to_all": "expert all-to-all",
+                 "tp_comm": "TP collectives", "dp_comm": "DP collectives"}
+
 def add_parser(sub: Any) -> None:
     """Add the ``diff`` subcommand to ``vtrain``'s sub-parsers."""
     d = sub.add_parser(
@@ -89,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         if hidden:
             con.print(f"[dim]{name}: communication overlapped with compute, not in the terms "
                       "(what it does not hide shows as idle): "
-                      + ", ".join(f"{k.replace('_', ' ')} {v:,.3f} s" for k, v in hidden.items())
+                      + ", ".join(f"{_HIDDEN_NAMES.get(k, k.replace('_', ' '))} {v:,.3f} s"
+                                  for k, v in hidden.items())
                       + "[/]", highlight=False)
     o = Table(show_header=True)
     for col in ("", "A", "B", "B - A"):
