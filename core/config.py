@@ -202,7 +202,8 @@ _GPU_FAMILIES: dict[str, tuple[tuple[str, set[str], set[str]], ...]] = {
              ("H100-96GB-HBM2e-500W", {"sxm", "sxm5", "96gb", "hbm2e", "500w", "grand", "teton"},
               {"96gb", "500w"})),
     "h200": (("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}, set()),),
-    "b200": (("B200-180GB", {"sxm", "180gb", "hbm3e", "1000w"}, set()),),
+    # 192 GB is the B200's physical HBM, 180 GB what it exposes; HGX B200 boards take SXM6 modules
+    "b200": (("B200-180GB", {"sxm", "sxm6", "180gb", "192gb", "hbm3e", "1000w"}, set()),),
     # GB200 is the Grace Blackwell superchip itself; NVL72 its rack's NVLink domain
     "gb200": (("GB200-NVL72", {"nvl72", "186gb", "hbm3e", "1200w", "grace", "blackwell",
                                "superchip", "rack"}, set()),),

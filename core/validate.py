@@ -271,9 +271,12 @@ def _clean_cell(col: str, text: str) -> tuple[str, float]:
     t = re.sub(r"\s*\([^()]*\)$", "", t).strip()
     t = re.sub(r"^([+-]?\d{1,3}(?:,\d{3})+)(?=\.\d|\s*[a-z/]*$)", lambda m: m.group(1).replace(",", ""),
                t, flags=re.I)  # "1,024", "9,100 ms"
-    per_link = re.fullmatch(r"(\d+)\s*[x\u00d7]\s*(\d+(?:\.\d+)?)\s*(gb/s|gbps|gbit/s)", t, re.I)
+    per_link = re.fullmatch(r"(\d+)\s*[x\u00d7]\s*(\d+(?:\.\d+)?)\s*(gb/s|gbps|gbit/s|g)", t, re.I)
     if per_link and col == "inter_node_bandwidth_gbps":  # "8x400 Gb/s": the node's NICs
         return str(int(per_link.group(1)) * float(per_link.group(2))), 1.0
+    kilo = re.fullmatch(r"(\d+(?:\.\d+)?)\s*[kK]\s*(?:tokens)?", t)
+    if kilo and col == "seq_length":  # "128K tokens": 131,072
+        return kilo.group(1), 1024.0
     label = _CELL_LABELS.get(col)
     if label:
         t = re.sub(rf"(?i)^{label}\s*[-=:]?\s*(?=\d)", "", t)
@@ -583,6 +586,13 @@ ASSUMPTIONS = {
     "hsdp-shard-size": "hybrid sharding whose cell or notes state the shard group ('2 "
                        "replicas x 4 shards', 'shard size 4', torchtitan's dp_shard=4): "
                        "plan.data_parallel_shard_size",
+    "bandwidth-per-gpu-cell": "an inter_node_bandwidth_gbps cell that says it is per GPU "
+                              "('400 Gb/s (per GPU)'): times the GPUs per node (the column is "
+                              "the node's)",
+    "size-from-notes": "an empty (or n/a) expert_parallel / context_parallel cell whose notes "
+                       "state the size by its label ('EP8', 'CP=4')",
+    "sp-from-notes": "an empty (or n/a) sequence_parallel cell whose notes say it is on or off "
+                     "('no sequence parallelism', 'TP without SequenceParallel', 'SP on')",
     "recompute-from-notes": "an empty (or n/a) recompute cell whose notes state the "
                             "recomputation ('activation recompute: selective (core attention)', "
                             "'--recompute-granularity full --recompute-method uniform'): read as "
@@ -791,6 +801,11 @@ _MODERN_FRAMEWORK = re.compile(r"megatron[- ]core|mcore|core_r\d|nemo|bridge|tor
                                r"mlperf|llm[- ]foundry|composer", re.I)
 
 
+#: Megatron-Core's --recompute-modules names.
+_MEGATRON_RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "mla_up_proj",
+                               "shared_experts")
+
+
 def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
                       plan: Any = None) -> str:
     """plan.recompute of a published row (see ASSUMPTIONS and docs/accuracy.md); with ``plan``
@@ -880,6 +895,11 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
             r"selective\s*[(\[]\s*(?:recompute_modules\s*=\s*)?\[?\s*['\"]?(?:core_attn|core[- ]attention"
             r"|attention(?: core)?|attn|self[- ]attention)['\"]?\s*\]?\s*[)\]]", t):
         return "selective"  # "selective (core_attn)", "(attention)": Megatron's, the attention core
+    listed = re.fullmatch(r"selective\s*[(\[]\s*([a-z_,\s]+)[)\]]", t)
+    names = [x.strip() for x in listed.group(1).split(",") if x.strip()] if listed else []
+    if megatron and names and all(x in _MEGATRON_RECOMPUTE_MODULES for x in names):
+        # "selective (core_attn, mlp)": Megatron-Core's --recompute-modules, in the cell
+        return _recompute_policy("", framework, f"recompute_modules=[{', '.join(names)}]", row, plan)
     if t.startswith("selective"):
         if "per-op" in t or re.search(r"\bsac\b", t) or (
                 re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I)):
@@ -909,6 +929,11 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     if not t:
         row.refuse("precision not stated", "precision is empty: the source does not say")
         return "bf16", None
+    # what a label says it is not: "BF16 (no FP8)", "FP8 (delayed scaling rather than current
+    # scaling)", "FP8 (per-tensor delayed, not MXFP8)"
+    t = re.sub(r"\b(?:no|not|without|rather than|instead of)\s+(?:fp8|float8|mxfp8|fp8-mx|current[- ]scaling"
+               r"|tensorwise|delayed(?: scaling)?|blockwise|rowwise)\b", "", t).strip(" ,;()")
+    first = re.split(r"[\s(]", t, maxsplit=1)[0] if t else ""
     if re.search(r"(?:fp32|float32)[- ](?:grad(?:ient)?s?[- ]?(?:reduc\w*|all[- ]?reduce|comm\w*)"
                  r"|reduc\w*)|grad_reduce_in_fp32", t):
         row.grad_reduce_fp32 = True  # "bf16, fp32 grad reduce": plan.grad_reduce_dtype fp32
@@ -939,7 +964,9 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
         row.refuse("FP8 attention (fp8_dot_product_attention)",
                    f"precision={text!r}: the attention core in FP8; FP8 attention is not "
                    "modelled (the core is timed in BF16)")
-    if "all-gather" in t:  # FSDP float8 all-gather: plan.fp8_param_gather (_general_row)
+    gather = re.search(r"all-gather", t)
+    if gather and not _negated_at(t, gather.start(), gather.end()):
+        # FSDP float8 all-gather: plan.fp8_param_gather (_general_row); not "... all-gather off"
         row.assume("fp8-param-gather-from-label")
         row.fp8_param_gather = True
     # the label itself first ("fp8", "fp8-cs", "mxfp8", "fp8 tensorwise ..."), then, for a bare
@@ -962,7 +989,7 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
             return "fp8", None
         if re.search(r"blockwise|128x128|sub[- ]?channel|fp8[-_ ]?sc\b|deepseek", text_):
             return "fp8", "blockwise"
-        if "delayed" in text_:
+        if "delayed" in text_ or re.search(r"fp8[-_ ]ds\b|\(ds\)", text_):  # NeMo's --fp8_recipe ds
             return "fp8", "delayed"
     row.assume("fp8-recipe-unstated")
     return "fp8", "tensorwise"
@@ -997,7 +1024,7 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         if mtp:
             row.put(model, "model", "mtp_num_layers", mtp)
     heads = {int(m.group(1) or m.group(2)) for m in re.finditer(
-        r"(?<![a-z_])(?:head[_ ]dim|kv[_ ]channels|head size)\s*[=:]?\s*(\d+)"
+        r"(?<![a-z_])(?:head[_ ](?:dim(?:ension)?|size)|kv[_ ]channels)\s*(?:of\s*)?[=:]?\s*(\d+)"
         r"|\b(\d+)[- ]dim(?:ensional)? heads\b", n, re.I)}
     if len(heads) == 1:
         hd = heads.pop()
@@ -1017,7 +1044,7 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     windows = [m for m in re.finditer(r"sliding[- ]window|\bSWA\b", n, re.I) if _mention_used(n, m)]
     if windows:
         _window_policy(n, model, row)
-    if re.search(r"attention sinks?", n, re.I):
+    if any(not _negated_at(n, m.start(), m.end()) for m in re.finditer(r"attention sinks?", n, re.I)):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
     hybrid = _HYBRID_LAYERS.search(f"{model.name} {n}")
@@ -1079,36 +1106,41 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
                    "neither is modelled (routing is dropless, balanced or with "
                    "plan.moe_imbalance_factor)")
     row.assume("moe-balanced-routing")
-    if re.search(r"HybridEP|DeepEP|flex dispatcher|dispatcher[_ a-z]*\s*[=:]\s*['\"]?flex\b", n, re.I):
+    if any(not _negated_at(n, m.start(), m.end()) for m in re.finditer(
+            r"HybridEP|DeepEP|flex dispatcher|dispatcher[_ a-z]*\s*[=:]\s*['\"]?flex\b", n, re.I)):
         row.assume("dispatcher-flex-from-notes")
         row.dispatcher = "flex"
-    elif re.search(r"all-?to-?all\s+(?:token\s+)?dispatcher|dispatcher[\s:=_a-z-]*\ball-?to-?all\b",
-                   n, re.I):
+    elif re.search(r"all-?to-?all\s+(?:token\s+)?dispatcher|dispatcher[\s:=_a-z-]*\ball-?to-?all\b"
+                   r"|\b(?:plain|standard|nccl)\s+all-?to-?all\b", n, re.I):
         row.assume("dispatcher-alltoall-from-notes")
         row.dispatcher = "alltoall"
     elif re.search(r"dispatcher", n, re.I):
         said = re.search(r"[^;,.]{0,30}dispatcher[^;,.]{0,30}", n, re.I)
         row.refuse("token dispatcher", "the notes name a token dispatcher other than alltoall "
                    f"and flex (DeepEP, HybridEP): {said.group(0).strip()!r}")
-    negated = re.compile(r"\b(?:no|not|without|off|disabled?|false)\b|=\s*(?:0|false|n)\b", re.I)
-    clauses = re.split(r"[;\n]", n)
-    for clause in clauses:  # a clause that names it: on unless it negates it
-        if re.search(r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|"
-                     r"\b(?:A2A|EP|all-to-all) (?:comm(?:unication)? )?overlap", clause, re.I):
-            if negated.search(clause):
-                row.ep_overlap_off = True  # a recipe's or family's overlap does not apply
-            else:
-                row.assume("ep-a2a-overlap-from-notes")
-                row.ep_overlap = True
-            break
-    for clause in clauses:
-        if re.search(r"delay[_-]wgrad[_-]compute|delay(?:ed)? wgrad", clause, re.I):
-            if negated.search(clause):
-                row.delay_wgrad_off = True
-            else:
-                row.assume("delay-wgrad-from-notes")
-                row.delay_wgrad = True
-            break
+    # each mention on unless negated where it stands ("EP overlap kept on, no token dropping"
+    # is on; "expert-parallel communication overlap disabled" is off)
+    ep_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
+        r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|\b(?:A2A|EP|all-to-all|"
+        r"expert[- ]parallel(?: all-to-all)?) (?:comm(?:unication)? )?overlap", n, re.I)}
+    if len(ep_said) > 1:
+        row.refuse("overlaps stated both on and off", "the notes state the expert all-to-all "
+                   "overlap both on and off")
+    elif ep_said == {False}:
+        row.ep_overlap_off = True  # a recipe's or family's overlap does not apply
+    elif ep_said == {True}:
+        row.assume("ep-a2a-overlap-from-notes")
+        row.ep_overlap = True
+    wgrad_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
+        r"delay[_-]wgrad[_-]compute|delay(?:ed)? wgrad", n, re.I)}
+    if len(wgrad_said) > 1:
+        row.refuse("overlaps stated both on and off", "the notes state delay_wgrad_compute both "
+                   "on and off")
+    elif wgrad_said == {False}:
+        row.delay_wgrad_off = True
+    elif wgrad_said == {True}:
+        row.assume("delay-wgrad-from-notes")
+        row.delay_wgrad = True
 
 
 #: Number words of notes ("one shared expert", "the first three layers").
@@ -1133,11 +1165,13 @@ def _notes_dense_layers(notes: str, num_layers: int) -> tuple[int, int | None]:
     pats = (rf"first {_N} (?:transformer )?layers? (?:are |is )?dense",
             rf"{_N} dense (?:FFN |MLP )?layers?(?: first| at the start| then| followed)",
             rf"dense (?:FFN|MLP) (?:in|for) the first {_N} layers?",
+            rf"(?:the )?first {_N} layers? (?:use|have|with) (?:a )?dense (?:FFN|MLP)",
             r"first[_ ]k[_ ]dense[_ ]replace\s*[=:]?\s*(\d+)",
-            r"layers? 0\s*[-\u2013]\s*(\d+) (?:are )?dense")
+            r"layers? 0\s*[-\u2013]\s*(\d+) (?:are )?dense",
+            r"dense (?:FFN |MLP )?(?:in )?layers? 1\s*[-\u2013]\s*(\d+)\b")
     for i, pat in enumerate(pats):
         for m in re.finditer(pat, notes, re.I):
-            counts.add(int(m.group(1)) + 1 if i == 4 else _count(m.group(1)))
+            counts.add(int(m.group(1)) + 1 if i == 5 else _count(m.group(1)))
     if re.search(r"first (?:transformer )?layer (?:is )?dense", notes, re.I):
         counts.add(1)
     freq = re.search(r"moe[_ -]layer[_ -]freq\w*\s*[=:]?\s*[(\[]*\s*\[0\]\s*\*\s*(\d+)\s*\+\s*"
@@ -1185,18 +1219,39 @@ def _notes_shared_width(notes: str, moe_ffn: int) -> int:
         widths.add(_count(m.group(1) or m.group(2)) * moe_ffn)
     for m in re.finditer(r"shared[_ ]expert[_ ]intermediate[_ ]size\s*[=:]?\s*(\d+)", notes, re.I):
         widths.add(int(m.group(1)))
-    if re.search(r"\bno shared experts?\b|without shared experts?|shared experts?\s*[:=]\s*(?:0|none)\b",
-                 notes, re.I):
+    if re.search(r"\bno shared experts?\b|without (?:a |any )?shared experts?|shared experts?\s*[:=]\s*"
+                 r"(?:0|none)\b|\b(?:not|never) (?:use|have|has|uses) (?:a |any )?shared experts?", notes, re.I):
         widths.add(0)
     if len(widths) > 1:
         return -1
     if widths:
         return widths.pop()
-    plain = [m for m in re.finditer(rf"{_N} shared experts?\b", notes, re.I)]
+    plain = [m for m in re.finditer(rf"{_N} shared experts?\b", notes, re.I)
+             if not _negated_at(notes, m.start(), m.end())]
     if plain:
         return _count(plain[0].group(1)) * moe_ffn if len(plain) == 1 else -1
     named = [m for m in re.finditer(r"shared experts?", notes, re.I) if _mention_used(notes, m)]
     return -1 if named else 0
+
+
+#: Parallel sizes as notes state them ("TP=8", "PP 2", "EP8", "CP: 4", "VPP 5"): column -> label.
+_NOTES_SIZE_LABELS = {"tensor_parallel": "TP", "pipeline_parallel": "PP", "expert_parallel": "EP",
+                      "context_parallel": "CP", "data_parallel": "DP",
+                      "virtual_pipeline_stages": "V?VPP?"}
+
+
+def _notes_sizes(notes: str) -> dict[str, int]:
+    """The parallel sizes the notes state by their labels (one value each; a label stated with
+    two values is left out), column -> size; checked against the row's cells."""
+    out = {}
+    for col, label in _NOTES_SIZE_LABELS.items():
+        found = {int(m.group(1)) for m in re.finditer(rf"(?<![\w/-]){label}\s*[=:]?\s*(\d+)(?![\w.])",
+                                                     notes)
+                 if not _negated_at(notes, m.start(), m.end())
+                 and not re.search(r"expert[\s_-]*$", notes[max(0, m.start() - 10):m.start()], re.I)}
+        if len(found) == 1:
+            out[col] = found.pop()
+    return out
 
 
 def _notes_virtual_stages(notes: str, p: int) -> int:
@@ -1206,7 +1261,7 @@ def _notes_virtual_stages(notes: str, p: int) -> int:
     interleaving"), -1 when they name it without a number (or with two)."""
     found = {int(next(g for g in m.groups() if g)) for m in re.finditer(
         r"\bV?VPP?\s*[=:]?\s*(\d+)\b|virtual[_ ]pipeline(?:[_ ]model[_ ]parallel)?[_ ]size\s*[=:]?\s*(\d+)"
-        r"|(\d+) virtual (?:pipeline )?stages? per (?:pipeline )?(?:stage|rank)"
+        r"|(\d+) (?:virtual (?:pipeline )?)?stages? per (?:pipeline )?(?:stage|rank)"
         r"|interleaved (?:1F1B )?(?:schedule )?with (\d+) (?:virtual (?:pipeline )?stages|model chunks|chunks)",
         notes, re.I)}
     found.discard(1)
@@ -1234,9 +1289,13 @@ def _notes_recompute(notes: str) -> str | None:
             f" ({method.group(1).lower()}" + (f", {layers.group(1)} layers" if layers else "") + ")"
             if method else "")
     said = re.search(r"(?:activation )?(?:recompute|recomputation|checkpointing)\s*[:=]\s*"
-                     r"((?:full|selective|none|no)\b(?:\s*\([^)]*\))?)", notes, re.I)
+                     r"((?:full|selective|none|no|off)\b(?:\s*\([^)]*\))?)", notes, re.I)
     if said:
-        return said.group(1)
+        return "none" if said.group(1).lower().startswith("off") else said.group(1)
+    off = re.search(r"\b(?:activation )?(?:recompute|recomputation|checkpointing|\bAC\b)\s+(?:is\s+|was\s+)?"
+                    r"(?:off|disabled|not used|turned off)\b", notes, re.I)
+    if off:
+        return "none"
     words = re.search(r"\b(full|selective)(?: activation)? (?:recompute|recomputation|checkpointing)"
                       r"(\s*\([^)]*\))?", notes, re.I)
     if words and _mention_used(notes, words):
@@ -1279,12 +1338,16 @@ def _notes_mtp_layers(notes: str) -> int | None:
     counts = set()
     for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)(?![\d.])",
                 r"\bMTP[_ -]depth\s*[=:]?\s*(\d+)(?![\d.])|num_nextn_predict_layers\s*[=:]?\s*(\d+)",
-                r"\b(\d+)\s+MTP\s+layers?\b",
+                r"\b(\d+)\s+MTP\s+(?:layers?|modules?|depth)\b",
                 r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)(?![\d.])\s*(?:layers?)?\b"):
         counts |= {int(next(g for g in m.groups() if g)) for m in re.finditer(pat, notes, re.I)}
     if re.search(r"\b(?:w/o|without|no)\s+MTP\b(?![ \t]+(?!layers?\b)[a-z])|\bMTP\s*[:=]?\s*(?:off|none|disabled|"
-                 r"false)\b", notes, re.I):
+                 r"false)\b|\bMTP (?:is |was )?(?:not used|unused|disabled)\b"
+                 r"|\b(?:w/o|without|no) multi-token prediction\b", notes, re.I):
         counts.add(0)
+    for m in re.finditer(rf"{_N} MTP (?:layers?|modules?|heads?)\b", notes, re.I):
+        if not m.group(1).isdigit():
+            counts.add(_count(m.group(1)))
     if len(counts) > 1:
         return -1
     return counts.pop() if counts else None
@@ -1333,6 +1396,16 @@ _CP_COMM_STATED = re.compile(r"cp[_ -]comm[_ -]type\s*(?:[=:]|\bis\b)?\s*(\[[^\]
 _HYBRID_LAYERS = re.compile(r"\bmamba\w*|\bssm\b|state[- ]space|nemotron[- ]h\b|\bjamba\b|\bzamba\w*"
                             r"|hybrid[- ](?:mamba|ssm|model|architecture)|linear[- ]attention"
                             r"|gated[- ]?delta[- ]?net|lightning[- ]attention|qwen3[- ]next", re.I)
+def _ring_named(notes: str) -> re.Match | None:
+    """The notes' first mention of the ring (:data:`_CP_COMM_P2P`) that says it is used: not
+    "CP is not a ring", "no ring attention", "rather than ring attention"."""
+    for m in _CP_COMM_P2P.finditer(notes):
+        if not re.search(r"\bnot\b|\bno\b|\bnon-", m.group(0), re.I) and \
+                not _negated_at(notes, m.start(), m.end()):
+            return m
+    return None
+
+
 def _said_a2a(notes: str) -> str | None:
     """The notes' words naming an all-to-all context-parallel exchange that is used: Ulysses,
     or an all-to-all / a2a beside CP (not PyTorch's alltoall rotation, which is a ring, nor
@@ -1378,21 +1451,35 @@ _CP_ROTATE = re.compile(r"rotate[_ -]method\s*[=:]?\s*['\"]?(all[_-]?to[_-]?all|
 #: ``--overlap-grad-reduce``, ``--overlap-param-gather``), their config names
 #: (``tp_comm_overlap=False``) and words ("no TP comm overlap").
 _OVERLAP_NAMES = {
-    "tp_comm_overlap": re.compile(r"tp[_-]comm[_-]overlap|\bTP\s+comm(?:unication)?\s+overlap",
+    "tp_comm_overlap": re.compile(r"tp[_-]comm[_-]overlap|\bTP\s+(?:comm(?:unication)?\s+)?overlap",
                                   re.I),
     "overlap_grad_reduce": re.compile(r"overlap[_-]grad[_-]reduce", re.I),
     "overlap_param_gather": re.compile(r"overlap[_-]param[_-]gather", re.I),
+    "fp8_param_gather": re.compile(r"fp8[_ -]param(?:eter)?s?[_ -](?:all[- ]?)?gather"
+                                   r"|(?:fp8|float8) all[- ]gather", re.I),
+    "sequence_parallel": re.compile(r"sequence[_ -]parallel(?:ism)?|\bSP\b(?![-_])", re.I),
 }
 
 
 def _negated_at(text: str, start: int, end: int) -> bool:
     """Whether the mention ``text[start:end]`` is negated where it stands: ``--no-``, ``no``,
-    ``not``, ``without``, ``disable(d)`` just before it, or ``off``, ``=False``, ``: no``,
-    ``disabled`` just after it (a negation elsewhere in the clause is another setting's)."""
-    before, after = text[max(0, start - 16):start], text[end:end + 24]
-    return bool(re.search(r"(?:--no-|\bno\s+|\bnot\s+|\bwithout\s+|\bdisabled?\s+)$", before, re.I)
-                or re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:off|false|0|no|disabled|n)\b",
-                            after, re.I))
+    ``not``, ``without``, ``neither`` / ``nor``, ``unlike``, ``non-``, ``disable(d)``,
+    ``rather than``, ``instead of`` just before it (also across a short list: "not DeepEP /
+    HybridEP"), ``off``, ``=False``, ``: no`` just after it, or ``off``, ``disabled``, ``not
+    used``, ``turned off`` later in its clause before any word saying it is on ("X and Y
+    disabled", "X was turned off"; a negation in another clause is another setting's)."""
+    before, after = text[max(0, start - 40):start], text[end:end + 60]
+    if re.search(r"(?:--no-|\b(?:no|not|without|neither|nor|unlike|disabled?|disabling|non)[\s-]+"
+                 r"(?:the\s+|a\s+|an\s+|any\s+)?(?:[\w-]+\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?"
+                 r"|\b(?:rather than|instead of)\s+(?:the\s+|a\s+)?)$", before, re.I):
+        return True  # "no X", "without the X", "not DeepEP / X", "neither Y nor X", "rather than X"
+    if re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:off|false|0|no|disabled|n)\b", after, re.I):
+        return True  # "X off", "X=False", "X: no"
+    # "X was turned off", "X and Y disabled", "X not used": a negative word later in its clause,
+    # before any word that says it is on
+    return bool(re.match(r"(?:(?!\b(?:on|enabled|used|true|kept|yes)\b)[^,;.()\[\]])*?\b(?:off|"
+                         r"disabled|not used|unused|not enabled|turned off|switched off|not applied"
+                         r"|removed)\b", after, re.I))
 
 
 def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
@@ -1476,9 +1563,7 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     rotate = _CP_ROTATE.search(notes)
     if rotate and "gather" not in rotate.group(1).lower():
         return "p2p", None  # PyTorch's alltoall rotation: K/V blocks passed around the ranks, a ring
-    ring_named = _CP_COMM_P2P.search(notes)
-    if ring_named and re.search(r"\bnot\b|\bno\b|\bnon-", ring_named.group(0), re.I):
-        ring_named = None  # "CP is not a ring"
+    ring_named = _ring_named(notes)
     a2a = _said_a2a(notes)
     if a2a and not torchtitan and not ring_named:
         row.assume("cp-ulysses-a2a", a2a)
@@ -1487,9 +1572,7 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
                             if _mention_used(notes, kw.search(notes, o.start(), o.end()) or o)),
                            None)
-    ring = _CP_COMM_P2P.search(notes)
-    if ring and re.search(r"\bnot\b|\bno\b|\bnon-", ring.group(0), re.I):
-        ring = None  # "CP is not a ring"
+    ring = _ring_named(notes)
     if (torchtitan and (rotate or (other is None and ring is None)
                         or (other is not None and "gather" in other.group(0).lower()))
             or (rotate and not framework.strip())):  # no framework: the session's own terms
@@ -1663,8 +1746,8 @@ def _bridge_recipe(get: dict, ints: dict, opt: dict, name: str, prec: str) -> Br
 _BRIDGE_ETP1_MODELS = re.compile(r"deepseek[-_ ]?v3|qwen3[-_ ]\d+b[-_ ]a\d+b", re.I)
 
 #: The notes' expert tensor-parallel size (Megatron's --expert-tensor-parallel-size, "ETP 2").
-_ETP_NOTE = re.compile(r"(?:\bexpert[_ -]tensor[_ -](?:model[_ -])?parallel(?:[_ -]size)?|\bETP)"
-                       r"\s*[=:]?\s*(\d+)\b", re.I)
+_ETP_NOTE = re.compile(r"(?:\bexpert[_ -]tensor[_ -](?:model[_ -])?parallel(?:[_ -]size)?|\bETP"
+                       r"|\bexpert[_ -]TP)\s*[=:]?\s*(\d+)\b", re.I)
 
 #: Words with which a row's notes would speak of its router groups (node-limited routing):
 #: Hugging Face's n_group / topk_group, Megatron's --moe-router-num-groups /
@@ -1929,6 +2012,15 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
 
     precision, recipe = (_precision_policy(v["precision"], rw) if "precision" in v
                          else (str(get["precision"]).lower(), None))
+    for col, said_n in _notes_sizes(notes).items():  # "TP=8, PP=2" against the cells
+        if col in opt and not v.get(col, ""):  # "EP8" in the notes, the cell empty: the notes'
+            opt[col] = said_n
+            rw.assume("size-from-notes", f"{col}={said_n}")
+            continue
+        cell = (ints.get(col) if col in ints else opt.get(col)) or 1
+        if said_n != cell and (col != "virtual_pipeline_stages" or v.get(col, "")):
+            rw.refuse("notes contradict the row", f"the notes state {col}={said_n} but the row "
+                      f"has {cell}")
     vp = ints["virtual_pipeline_stages"]
     if not v.get("virtual_pipeline_stages", "") and ints["pipeline_parallel"] > 1:
         said_vp = _notes_virtual_stages(notes, ints["pipeline_parallel"])
@@ -2017,6 +2109,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if said:  # the notes state what the cell leaves empty
             v["recompute"] = said
             rw.assume("recompute-from-notes", said)
+    elif cell and (cell.lower().startswith("none") or not _NOT_STATED.fullmatch(cell)):
+        said = _notes_recompute(notes)
+        mode = {"no": "none", "off": "none"}.get(said.split()[0].lower(), said.split()[0].lower()) \
+            if said else None
+        stated_mode = re.split(r"[\s(:;,]", cell.lower(), maxsplit=1)[0]
+        if mode and stated_mode in ("none", "full", "selective") and mode != stated_mode:
+            rw.refuse("notes contradict the row", f"recompute={cell!r} but the notes state "
+                      f"{said!r}")
     stated = bool(str(v.get("recompute", "")).strip()
                   or re.search(r"recompute_modules\s*=\s*\[", notes))  # the notes' modules
     if not stated and "recompute" in src:
@@ -2055,6 +2155,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
+        fp8_said = [m for m in re.finditer(r"\b(?:fp8|float8|mxfp8)\b", notes, re.I)
+                    if not _negated_at(notes, m.start(), m.end())]
+        if fp8_said and re.search(r"(?:gemms?|linears?|training|matmuls?|recipe)\b[^.;]{0,20}\b(?:in|with)\s+"
+                                  r"(?:fp8|float8|mxfp8)|(?:fp8|float8|mxfp8)\s+(?:training|gemms?|linears?)",
+                                  notes, re.I):
+            rw.refuse("notes contradict the row", f"precision={v.get('precision', precision)!r} but "
+                      "the notes say the GEMMs run in FP8")
     if rw.grad_reduce_fp32 and plan.precision in ("bf16", "fp16", "fp8"):
         rw.put(plan, "plan", "grad_reduce_dtype", "fp32")
         rw.assume("grad-reduce-from-label")
@@ -2140,6 +2247,14 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     recipes = is_bridge or nemo  # NeMo 2 / Megatron-Bridge: what their recipes always set
     unstated = {col for col in ("sequence_parallel", "distributed_optimizer")
                 if col in v and (not v[col] or _NOT_STATED.fullmatch(v[col]))}
+    sp_said = _notes_overlaps(notes)[0].get("sequence_parallel")
+    if sp_said is not None and "sequence_parallel" in unstated:
+        v["sequence_parallel"] = "y" if sp_said else "n"  # the notes say it, the cell does not
+        unstated.discard("sequence_parallel")
+        rw.assume("sp-from-notes", "on" if sp_said else "off")
+    elif sp_said is not None and _flag(str(v.get("sequence_parallel", ""))) not in (None, sp_said):
+        rw.refuse("sequence parallelism stated both on and off", f"sequence_parallel="
+                  f"{v['sequence_parallel']!r} but the notes say it is {'on' if sp_said else 'off'}")
     if recipes and "sequence_parallel" in unstated and ints["tensor_parallel"] > 1:
         v["sequence_parallel"] = "y"  # sequence parallelism whenever t > 1
         (nemo_defaults.append("sequence parallelism with t > 1") if nemo else
@@ -2162,6 +2277,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if flag is None and text:
             rw.refuse(f"unreadable {col}", f"{col}={text!r}: expected y or n (yes/no, "
                       "true/false, on/off, enabled/disabled, 1/0)")
+        elif flag and col == "fsdp" and re.search(r"reshard[_ ]after[_ ]forward\s*[=:]?\s*false|zero[- ]?2"
+                                                  r"|shard[_ ]grad[_ ]op", text, re.I):
+            rw.refuse("unreadable fsdp", f"{col}={text!r}: FSDP that keeps the parameters "
+                      "gathered after the forward (ZeRO-2-like, SHARD_GRAD_OP) is not modelled")
+            sharded.append(col)
         elif flag and re.search(r"hsdp|hybrid", text, re.I):
             shards = re.search(r"(\d+)\s*(?:shards|-way shard\w*|gpus? per shard group)|shard(?:ing)?"
                                r"[_ ](?:group[_ ])?size\s*[=:]?\s*(\d+)|dp_shard\s*[=:]?\s*(\d+)",
@@ -2253,8 +2373,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         elif nemo and not model.num_experts and model.multi_latent_attention is not True:
             plan.tp_comm_overlap = True  # the dense models' performance recipes
             nemo_defaults.append("tp_comm_overlap")
-        elif re.search(r"async TP", f"{framework} {notes}"):
-            rw.assume("async-tp-overlap")
+        elif any(not _negated_at(text_, m.start(), m.end()) for text_ in (framework, notes)
+                 for m in re.finditer(r"async(?:hronous)?[- ]TP", text_, re.I)):
+            rw.assume("async-tp-overlap")  # not "async TP disabled (plain TP)"
             plan.tp_comm_overlap = True
     said, torn = _notes_overlaps(notes)
     if torn:
@@ -2267,12 +2388,17 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         del said["tp_comm_overlap"]  # nothing to overlap (Megatron needs t > 1 and SP)
     if "overlap_param_gather" in said and plan.zero_stage < 1:
         del said["overlap_param_gather"]  # no parameter all-gather to overlap
+    said.pop("sequence_parallel", None)  # read with its column above
+    if "fp8_param_gather" in said and not (plan.precision == "fp8" and plan.zero_stage >= 1
+                                           and _has(plan, "fp8_param_gather")):
+        del said["fp8_param_gather"]  # no FP8 weights to gather
     if said:  # what the notes state wins over recipes, families and framework defaults
         for k, on in said.items():
             setattr(plan, k, on)
         words = {"tp_comm_overlap": ("TP communication overlap", "tp_comm_overlap"),
                  "overlap_grad_reduce": ("overlap_grad_reduce",),
-                 "overlap_param_gather": ("overlap_param_gather",)}
+                 "overlap_param_gather": ("overlap_param_gather",),
+                 "fp8_param_gather": ("fp8_param_gather",)}
         gone = [w for k in said for w in words[k]]
         took = [x for x in took if not any(w in x for w in gone)]
         nemo_defaults = [x for x in nemo_defaults if not any(w in x for w in gone)]
@@ -2282,6 +2408,9 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         if {"overlap_grad_reduce", "overlap_param_gather"} & set(said):
             rw.withdraw("fsdp-overlap")
             rw.withdraw("megatron-overlap-default")
+        if "fp8_param_gather" in said:
+            rw.withdraw("bridge-fp8-param-gather")
+            rw.withdraw("fp8-param-gather-from-label")
         rw.assume("overlaps-from-notes", ", ".join(f"{k} {on}" for k, on in said.items()))
     if took:
         rw.assume("bridge-perf-recipe-family", ", ".join(took) + (
@@ -2293,10 +2422,12 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         rw.assume("bandwidth-per-node-as-printed")
     gpu_text = str(get["gpu"])
     bw_text = str(get["inter_node_bandwidth_gbps"]).strip()
+    bw = _num(path, row, "inter_node_bandwidth_gbps", bw_text) if bw_text else None
+    if bw is not None and re.search(r"per[- ]GPU|/\s*GPU\b", bw_text, re.I):
+        bw *= ints["gpus_per_node"]  # the column is the node's: "400 Gb/s (per GPU)"
+        rw.assume("bandwidth-per-gpu-cell", f"{bw:,.0f} Gb/s per node of {ints['gpus_per_node']}")
     cluster = ClusterConfig(gpu=gpu_kind(gpu_text), gpus_per_node=ints["gpus_per_node"],
-                            inter_node_bandwidth_gbits_per_s=(
-                                _num(path, row, "inter_node_bandwidth_gbps", bw_text)
-                                if bw_text else None))
+                            inter_node_bandwidth_gbits_per_s=bw)
     if not bw_text and cluster.gpu in GPU_NIC_GBITS_PER_GPU:
         rw.assume("network-from-gpu-reference", f"{node_network_gbits_per_s(cluster):,.0f} Gb/s "
                                                 f"per node of {cluster.gpus_per_node}")

@@ -1004,3 +1004,65 @@ def test_validate_names_each_rows_profile_when_the_gpus_differ(tmp_path, capsys)
     assert main(["validate", str(path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "profiles of each row's GPU: B200-180GB (calibrated), H100-SXM5-80GB (calibrated)" in first
+
+
+@pytest.mark.parametrize("cells, notes, check", [
+    # negations and contrasts where they stand
+    (dict(framework="Megatron-Bridge", sequence_parallel="", tensor_parallel=2),
+     "no sequence parallelism (TP without SP)", lambda m: m.session.plan.sequence_parallel is False),
+    (dict(sequence_parallel="y"), "tp_comm_overlap was turned off for this run",
+     lambda m: m.session.plan.tp_comm_overlap is False),
+    (dict(distributed_optimizer="y", overlap_grad_reduce=""),
+     "overlap_grad_reduce and overlap_param_gather disabled",
+     lambda m: not m.session.plan.overlap_grad_reduce and not m.session.plan.overlap_param_gather),
+    (dict(framework="torchtitan", sequence_parallel="y", fsdp="y", distributed_optimizer="n"),
+     "async TP disabled (plain TP)", lambda m: m.session.plan.tp_comm_overlap is False),
+    (dict(), "unlike GPT-OSS there are no attention sinks",
+     lambda m: m.session.model.softmax_type == "vanilla"),
+    (dict(activation="swiglu", normalization="rmsnorm"), "neither QK-norm nor QKV bias",
+     lambda m: not m.session.model.qk_layernorm and not m.session.model.add_qkv_bias),
+    (dict(recompute=""), "recompute off for this run (activation checkpointing disabled)",
+     lambda m: m.session.plan.recompute == "none"),
+    (dict(precision="BF16 (no FP8)"), "", lambda m: m.session.plan.precision == "bf16"),
+    (dict(precision="FP8 (delayed scaling rather than current scaling)"), "",
+     lambda m: m.session.plan.fp8_recipe == "delayed"),
+    (dict(precision="FP8-DS", framework="NeMo 2.0"), "", lambda m: m.session.plan.fp8_recipe == "delayed"),
+    (dict(recompute='"selective (core_attn, mlp)"', framework="Megatron-Core"), "",
+     lambda m: m.session.plan.recompute_modules == "core_attn,mlp"),
+    (dict(inter_node_bandwidth_gbps="400 Gb/s (per GPU)"), "",
+     lambda m: m.session.cluster.inter_node_bandwidth_gbits_per_s == 3200),
+    (dict(inter_node_bandwidth_gbps="8x400G"), "",
+     lambda m: m.session.cluster.inter_node_bandwidth_gbits_per_s == 3200),
+    (dict(seq_length="2K tokens"), "", lambda m: m.session.model.seq_length == 2048),
+    (dict(gpu="NVIDIA B200 SXM6 180GB"), "", lambda m: m.session.cluster.gpu == "B200-180GB"),
+    # contradictions are refused, never resolved by a guess
+    (dict(virtual_pipeline_stages=1), "interleaved schedule, VPP 5",
+     lambda m: "notes contradict the row" in m.skip_causes),
+    (dict(recompute="none"), "full activation recompute of every layer",
+     lambda m: "notes contradict the row" in m.skip_causes),
+    (dict(precision="bf16"), "all GEMMs in FP8 with current scaling",
+     lambda m: "notes contradict the row" in m.skip_causes),
+    (dict(), "TP=8, PP=2 for this run", lambda m: "notes contradict the row" in m.skip_causes),
+    (dict(fsdp='"y (reshard_after_forward=False, ZeRO-2-like)"', distributed_optimizer="n"), "",
+     lambda m: "unreadable fsdp" in m.skip_causes),
+])
+def test_third_round_wordings(tmp_path, cells, notes, check):
+    path = tmp_path / "t.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
+    (m,) = read_measurements(path)
+    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+
+
+def test_moe_notes_negations_and_sizes(tmp_path):
+    rows = [_modern_row(**_MOE, notes='"DeepEP not used (plain alltoall); the model does not use a '
+                                       'shared expert; MTP not used"'),
+            _modern_row(**{**_MOE, "expert_parallel": "n/a"}, notes='"EP2 inside DP"'),
+            _modern_row(**{**_MOE, "framework": "Megatron-Bridge"},
+                        notes='"EP overlap kept on, no token dropping"')]
+    path = tmp_path / "moe.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    assert ms[0].session.plan.moe_token_dispatcher_type != "flex"
+    assert ms[0].session.model.num_shared_experts == 0 and ms[0].session.model.mtp_num_layers == 0
+    assert ms[1].session.plan.expert_parallel == 2 and "size-from-notes" in _assumed(ms[1])
+    assert "ep-a2a-overlap-from-notes" in _assumed(ms[2])
