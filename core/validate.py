@@ -1470,7 +1470,7 @@ def _negated_at(text: str, start: int, end: int) -> bool:
     disabled", "X was turned off"; a negation in another clause is another setting's)."""
     before, after = text[max(0, start - 40):start], text[end:end + 60]
     if re.search(r"(?:--no-|\b(?:no|not|without|neither|nor|unlike|disabled?|disabling|non)[\s-]+"
-                 r"(?:the\s+|a\s+|an\s+|any\s+)?(?:[\w-]+\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?"
+                 r"(?:the\s+|a\s+|an\s+|any\s+)?(?:[\w-]+\s*(?:/|\bor\b|\bnor\b)\s*)?"
                  r"|\b(?:rather than|instead of)\s+(?:the\s+|a\s+)?)$", before, re.I):
         return True  # "no X", "without the X", "not DeepEP / X", "neither Y nor X", "rather than X"
     if re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:off|false|0|no|disabled|n)\b", after, re.I):
