@@ -932,7 +932,8 @@ def _precision_policy(text: str, row: _Row) -> tuple[str, str | None]:
     # what a label says it is not: "BF16 (no FP8)", "FP8 (delayed scaling rather than current
     # scaling)", "FP8 (per-tensor delayed, not MXFP8)"
     t = re.sub(r"\b(?:no|not|without|rather than|instead of)\s+(?:fp8|float8|mxfp8|fp8-mx|current[- ]scaling"
-               r"|tensorwise|delayed(?: scaling)?|blockwise|rowwise)\b", "", t).strip(" ,;()")
+               r"|tensorwise|delayed(?: scaling)?|blockwise|rowwise)\b|\b(?:fp8|float8)\s+(?:not used|off|"
+               r"disabled|unused)\b", "", t).strip(" ,;()")
     first = re.split(r"[\s(]", t, maxsplit=1)[0] if t else ""
     if re.search(r"(?:fp32|float32)[- ](?:grad(?:ient)?s?[- ]?(?:reduc\w*|all[- ]?reduce|comm\w*)"
                  r"|reduc\w*)|grad_reduce_in_fp32", t):
@@ -1006,7 +1007,8 @@ def _notes_fp8_recipe(notes: str) -> str | None:
                         ("mxfp8", r"mxfp8|fp8[-_ ]mx\b|microscal"),
                         ("blockwise", r"blockwise|128x128|fp8[-_ ]sc\b"),
                         ("rowwise", r"rowwise")):
-        if any(_mention_used(notes, m) for m in re.finditer(pat, notes, re.I)):
+        if any(_mention_used(notes, m) and not _about_other_run(notes, m.start(), m.end())
+               for m in re.finditer(pat, notes, re.I)):
             found.add(recipe)
     return found.pop() if len(found) == 1 else None
 
@@ -1122,7 +1124,8 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     # is on; "expert-parallel communication overlap disabled" is off)
     ep_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
         r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|\b(?:A2A|EP|all-to-all|"
-        r"expert[- ]parallel(?: all-to-all)?) (?:comm(?:unication)? )?overlap", n, re.I)}
+        r"expert[- ]parallel(?: all-to-all)?) (?:comm(?:unication)? )?overlap", n, re.I)
+        if not _about_other_run(n, m.start(), m.end())}
     if len(ep_said) > 1:
         row.refuse("overlaps stated both on and off", "the notes state the expert all-to-all "
                    "overlap both on and off")
@@ -1132,7 +1135,8 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         row.assume("ep-a2a-overlap-from-notes")
         row.ep_overlap = True
     wgrad_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
-        r"delay[_-]wgrad[_-]compute|delay(?:ed)? wgrad", n, re.I)}
+        r"delay[_-]wgrad(?:[_-]compute)?|delay(?:ed)? wgrad", n, re.I)
+        if not _about_other_run(n, m.start(), m.end())}
     if len(wgrad_said) > 1:
         row.refuse("overlaps stated both on and off", "the notes state delay_wgrad_compute both "
                    "on and off")
@@ -1219,6 +1223,11 @@ def _notes_shared_width(notes: str, moe_ffn: int) -> int:
         widths.add(_count(m.group(1) or m.group(2)) * moe_ffn)
     for m in re.finditer(r"shared[_ ]expert[_ ]intermediate[_ ]size\s*[=:]?\s*(\d+)", notes, re.I):
         widths.add(int(m.group(1)))
+    # "no shared expert overlap", "no shared experts in the dense layers": not about the MoE
+    # layers' shared experts
+    notes = re.sub(r"(?:no |without )?(?:moe_)?shared[_ ]experts?[_ ]overlap\w*(?:\s*=\s*\w+)?"
+                   r"|\bno shared experts? (?:in|outside) the (?:\d+ )?(?:dense|first|non-MoE|MoE)[^.;,]*", "",
+                   notes, flags=re.I)
     if re.search(r"\bno shared experts?\b|without (?:a |any )?shared experts?|shared experts?\s*[:=]\s*"
                  r"(?:0|none)\b|\b(?:not|never) (?:use|have|has|uses) (?:a |any )?shared experts?", notes, re.I):
         widths.add(0)
@@ -1230,7 +1239,8 @@ def _notes_shared_width(notes: str, moe_ffn: int) -> int:
              if not _negated_at(notes, m.start(), m.end())]
     if plain:
         return _count(plain[0].group(1)) * moe_ffn if len(plain) == 1 else -1
-    named = [m for m in re.finditer(r"shared experts?", notes, re.I) if _mention_used(notes, m)]
+    named = [m for m in re.finditer(r"shared experts?(?![ _-]*overlap)", notes, re.I)
+             if _mention_used(notes, m)]
     return -1 if named else 0
 
 
@@ -1248,7 +1258,8 @@ def _notes_sizes(notes: str) -> dict[str, int]:
         found = {int(m.group(1)) for m in re.finditer(rf"(?<![\w/-]){label}\s*[=:]?\s*(\d+)(?![\w.])",
                                                      notes)
                  if not _negated_at(notes, m.start(), m.end())
-                 and not re.search(r"expert[\s_-]*$", notes[max(0, m.start() - 10):m.start()], re.I)}
+                 and not re.search(r"expert[\s_-]*$", notes[max(0, m.start() - 10):m.start()], re.I)
+                 and not _about_other_run(notes, m.start(), m.end(), size=True)}
         if len(found) == 1:
             out[col] = found.pop()
     return out
@@ -1275,12 +1286,15 @@ def _notes_virtual_stages(notes: str, p: int) -> int:
     return -1 if found or named else 0
 
 
-def _notes_recompute(notes: str) -> str | None:
+def _notes_recompute(notes: str, explicit: bool = False) -> str | None:
     """The activation recomputation the notes state, as a recompute cell would say it
     ("activation recompute: selective (core attention)", "activation checkpointing: full
     (uniform, 1 layer)", "--recompute-granularity full --recompute-method block
     --recompute-num-layers 4", "selective activation recomputation (core attention)", "no
-    activation checkpointing"), for :func:`_recompute_policy`; None when they state none."""
+    activation checkpointing"), for :func:`_recompute_policy`; None when they state none.
+    With ``explicit``, only the forms that state the setting itself (``recompute: X``,
+    ``--recompute-granularity``), which a stated cell is checked against; prose ("full
+    activation checkpointing was too slow, so per-op SAC") only fills an empty cell."""
     gran = re.search(r"--recompute-granularity[ =]+(full|selective)", notes, re.I)
     if gran:
         method = re.search(r"--recompute-method[ =]+(uniform|block)", notes, re.I)
@@ -1292,8 +1306,10 @@ def _notes_recompute(notes: str) -> str | None:
                      r"((?:full|selective|none|no|off)\b(?:\s*\([^)]*\))?)", notes, re.I)
     if said:
         return "none" if said.group(1).lower().startswith("off") else said.group(1)
-    off = re.search(r"\b(?:activation )?(?:recompute|recomputation|checkpointing|\bAC\b)\s+(?:is\s+|was\s+)?"
-                    r"(?:off|disabled|not used|turned off)\b", notes, re.I)
+    if explicit:
+        return None
+    off = re.search(r"\b(?:activation (?:recompute|recomputation|checkpointing)|recompute|recomputation"
+                    r"|\bAC\b)\s+(?:is\s+|was\s+)?(?:off|disabled|not used|turned off)\b", notes, re.I)
     if off:
         return "none"
     words = re.search(r"\b(full|selective)(?: activation)? (?:recompute|recomputation|checkpointing)"
@@ -1340,9 +1356,10 @@ def _notes_mtp_layers(notes: str) -> int | None:
                 r"\bMTP[_ -]depth\s*[=:]?\s*(\d+)(?![\d.])|num_nextn_predict_layers\s*[=:]?\s*(\d+)",
                 r"\b(\d+)\s+MTP\s+(?:layers?|modules?|depth)\b",
                 r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)(?![\d.])\s*(?:layers?)?\b"):
-        counts |= {int(next(g for g in m.groups() if g)) for m in re.finditer(pat, notes, re.I)}
+        counts |= {int(next(g for g in m.groups() if g)) for m in re.finditer(pat, notes, re.I)
+                   if not _about_other_run(notes, m.start(), m.end())}
     if re.search(r"\b(?:w/o|without|no)\s+MTP\b(?![ \t]+(?!layers?\b)[a-z])|\bMTP\s*[:=]?\s*(?:off|none|disabled|"
-                 r"false)\b|\bMTP (?:is |was )?(?:not used|unused|disabled)\b"
+                 r"false)\b|\bMTP (?:is |was )?(?:not used|unused|disabled)\b(?! (?:at|for|in|during) inference)"
                  r"|\b(?:w/o|without|no) multi-token prediction\b", notes, re.I):
         counts.add(0)
     for m in re.finditer(rf"{_N} MTP (?:layers?|modules?|heads?)\b", notes, re.I):
@@ -1418,22 +1435,35 @@ def _said_a2a(notes: str) -> str | None:
             re.split(r"[.;]", notes[m.start():m.end() + 30])[0]
         if not re.search(r"ulysses", m.group(0), re.I) and not cp_word.search(clause):
             continue  # an all-to-all of something else (the MoE dispatch)
-        if re.search(r"rotat|cp[_ -]comm[_ -]type|dispatch|\bEP\b|expert|\+p2p|p2p\+", around, re.I):
-            continue
+        if not re.search(r"ulysses", m.group(0), re.I) and re.search(
+                r"rotat|cp[_ -]comm[_ -]type|dispatch|\bEP\b|expert|\+p2p|p2p\+", around, re.I):
+            continue  # the MoE dispatch's all-to-all, PyTorch's rotation, Megatron's type
         if _mention_used(notes, m):
             return m.group(0)
     return None
 
 
+def _about_other_run(notes: str, start: int, end: int, size: bool = False) -> bool:
+    """Whether the notes' words at ``start:end`` stand in a clause (between ``.``, ``;`` or
+    parentheses) about another run or recipe than the row's ("the 25.11 run had no EP overlap",
+    "the B200 recipe of this model uses EP8"); with ``size``, also a parallel size of another
+    group ("experts use TP=1", "DP=16 nodes x 8 GPUs")."""
+    stops = [m.start() for m in re.finditer(r"[;()]|\.(?=\s|$)", notes)]
+    left = max([i for i in stops if i < start], default=-1)
+    right = min([i for i in stops if i >= end], default=len(notes))
+    clause = notes[left + 1:right]
+    return bool(re.search(r"\brecipes?\b|\bthe \d{2}\.\d{2}\b|\bprevious\b|\bearlier\b|\bother\b|\bran\b"
+                          r"|\bhad\b|\b(?:the|this model'?s?|a) \w+ run\b|\bat inference\b|\bvs\.?\b",
+                          clause, re.I)
+                or (size and re.search(r"\bexperts?\b|\bnodes?\b", clause, re.I)))
+
+
 def _mention_used(notes: str, m: re.Match) -> bool:
     """Whether the notes' mention ``m`` of a scheme says it is used: not negated where it
-    stands (:func:`_negated_at`), nor in the rest of its clause ("Ulysses (not used)",
-    "all-gather was not used"), nor contrasted just before it ("unlike Ulysses", "instead
-    of all-to-all")."""
-    clause = re.split(r"[.;,]", notes[m.end():], maxsplit=1)[0]
+    stands (:func:`_negated_at`: "Ulysses (not used)", "Ulysses was not used", "no a2a") nor
+    contrasted just before it ("unlike Ulysses", "instead of all-to-all")."""
     before = notes[max(0, m.start() - 24):m.start()]
     return not (_negated_at(notes, m.start(), m.end())
-                or re.search(r"\b(?:not|unused|never|disabled|off)\b", clause + m.group(0), re.I)
                 or re.search(r"\b(?:unlike|instead of|rather than|without|not|no)\s+(?:\w+\s+)?$",
                              before, re.I))
 
@@ -1465,21 +1495,24 @@ def _negated_at(text: str, start: int, end: int) -> bool:
     """Whether the mention ``text[start:end]`` is negated where it stands: ``--no-``, ``no``,
     ``not``, ``without``, ``neither`` / ``nor``, ``unlike``, ``non-``, ``disable(d)``,
     ``rather than``, ``instead of`` just before it (also across a short list: "not DeepEP /
-    HybridEP"), ``off``, ``=False``, ``: no`` just after it, or ``off``, ``disabled``, ``not
-    used``, ``turned off`` later in its clause before any word saying it is on ("X and Y
-    disabled", "X was turned off"; a negation in another clause is another setting's)."""
+    HybridEP"), ``off``, ``=False``, ``: no`` (ending its phrase) just after it, ``kept off``,
+    or ``off``, ``disabled``, ``not used``, ``turned off`` after only other names joined to it
+    and a verb ("X and Y disabled", "X was turned off", "X is not used"); "X with Y disabled"
+    and a negation in another clause are another setting's."""
     before, after = text[max(0, start - 40):start], text[end:end + 60]
     if re.search(r"(?:--no-|\b(?:no|not|without|neither|nor|unlike|disabled?|disabling|non)[\s-]+"
                  r"(?:the\s+|a\s+|an\s+|any\s+)?(?:[\w-]+\s*(?:/|\bor\b|\bnor\b)\s*)?"
                  r"|\b(?:rather than|instead of)\s+(?:the\s+|a\s+)?)$", before, re.I):
         return True  # "no X", "without the X", "not DeepEP / X", "neither Y nor X", "rather than X"
-    if re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:off|false|0|no|disabled|n)\b", after, re.I):
-        return True  # "X off", "X=False", "X: no"
-    # "X was turned off", "X and Y disabled", "X not used": a negative word later in its clause,
-    # before any word that says it is on
-    return bool(re.match(r"(?:(?!\b(?:on|enabled|used|true|kept|yes)\b)[^,;.()\[\]])*?\b(?:off|"
-                         r"disabled|not used|unused|not enabled|turned off|switched off|not applied"
-                         r"|removed)\b", after, re.I))
+    if re.match(r"\s*(?:[=:]\s*|\s+is\s+|\s+)?(?:(?:off|false|disabled)\b|(?:0|no|n)\b(?!\s*[a-z0-9]))",
+                after, re.I):
+        return True  # "X off", "X=False", "X: no" (not "X: no token dropping")
+    # "X was turned off", "X and Y disabled", "X not used", "X kept off": only other names
+    # joined to it ("and Y", "/ Y") and a verb between it and the negative word
+    return bool(re.match(r"(?:\s+(?:dispatcher|backend|overlap|kernels?|modules?|layers?)"
+                         r"|(?:\s*(?:and|&|/|,)\s*(?:the\s+)?[\w-]+(?:\s+[\w-]+)?)*)\s*\(?\s*(?:(?:is|was|were|are|"
+                         r"has been|have been|kept|left|stays?|remains?)\s+)?(?:turned\s+|switched\s+)?"
+                         r"(?:off|disabled|not used|unused|not enabled|not applied|removed)\b", after, re.I))
 
 
 def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
@@ -1493,7 +1526,8 @@ def _notes_overlaps(notes: str) -> tuple[dict[str, bool], list[str]]:
     seen: dict[str, set[bool]] = {}
     for name, pat in _OVERLAP_NAMES.items():
         for m in pat.finditer(text):
-            seen.setdefault(name, set()).add(not _negated_at(text, m.start(), m.end()))
+            if not _about_other_run(text, m.start(), m.end()):
+                seen.setdefault(name, set()).add(not _negated_at(text, m.start(), m.end()))
     out = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
     return out, sorted(k for k, v in seen.items() if len(v) > 1)
 
@@ -2110,7 +2144,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             v["recompute"] = said
             rw.assume("recompute-from-notes", said)
     elif cell and (cell.lower().startswith("none") or not _NOT_STATED.fullmatch(cell)):
-        said = _notes_recompute(notes)
+        said = _notes_recompute(notes, explicit=True)
         mode = {"no": "none", "off": "none"}.get(said.split()[0].lower(), said.split()[0].lower()) \
             if said else None
         stated_mode = re.split(r"[\s(:;,]", cell.lower(), maxsplit=1)[0]
@@ -2155,11 +2189,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.put(plan, "plan", "fp8_param_gather", True)
     else:
         plan.precision = precision
-        fp8_said = [m for m in re.finditer(r"\b(?:fp8|float8|mxfp8)\b", notes, re.I)
-                    if not _negated_at(notes, m.start(), m.end())]
-        if fp8_said and re.search(r"(?:gemms?|linears?|training|matmuls?|recipe)\b[^.;]{0,20}\b(?:in|with)\s+"
-                                  r"(?:fp8|float8|mxfp8)|(?:fp8|float8|mxfp8)\s+(?:training|gemms?|linears?)",
-                                  notes, re.I):
+        fp8_said = [m for m in re.finditer(r"\b(?:all |the )?(?:gemms?|linears?|matmuls?)\b[^.;,]{0,12}"
+                                           r"\b(?:in|with)\s+(?:fp8|float8|mxfp8)\b", notes, re.I)
+                    if not _negated_at(notes, m.start(), m.end())
+                    and not _about_other_run(notes, m.start(), m.end())]
+        if fp8_said:
             rw.refuse("notes contradict the row", f"precision={v.get('precision', precision)!r} but "
                       "the notes say the GEMMs run in FP8")
     if rw.grad_reduce_fp32 and plan.precision in ("bf16", "fp16", "fp8"):
@@ -2252,9 +2286,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         v["sequence_parallel"] = "y" if sp_said else "n"  # the notes say it, the cell does not
         unstated.discard("sequence_parallel")
         rw.assume("sp-from-notes", "on" if sp_said else "off")
-    elif sp_said is not None and _flag(str(v.get("sequence_parallel", ""))) not in (None, sp_said):
-        rw.refuse("sequence parallelism stated both on and off", f"sequence_parallel="
-                  f"{v['sequence_parallel']!r} but the notes say it is {'on' if sp_said else 'off'}")
+    # a stated cell wins: notes speak of sequence parallelism in general terms ("on whenever
+    # TP>1", "not applicable at TP=1") as often as of the run
     if recipes and "sequence_parallel" in unstated and ints["tensor_parallel"] > 1:
         v["sequence_parallel"] = "y"  # sequence parallelism whenever t > 1
         (nemo_defaults.append("sequence parallelism with t > 1") if nemo else

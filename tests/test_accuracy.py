@@ -1038,8 +1038,11 @@ def test_validate_names_each_rows_profile_when_the_gpus_differ(tmp_path, capsys)
     # contradictions are refused, never resolved by a guess
     (dict(virtual_pipeline_stages=1), "interleaved schedule, VPP 5",
      lambda m: "notes contradict the row" in m.skip_causes),
-    (dict(recompute="none"), "full activation recompute of every layer",
+    (dict(recompute="none"), "recompute: full (uniform)",
      lambda m: "notes contradict the row" in m.skip_causes),
+    # prose about recomputation only fills an empty cell (it is often about another setting)
+    (dict(recompute="none"), "full activation checkpointing was too slow, so none",
+     lambda m: m.session.plan.recompute == "none" and not m.skip_reason),
     (dict(precision="bf16"), "all GEMMs in FP8 with current scaling",
      lambda m: "notes contradict the row" in m.skip_causes),
     (dict(), "TP=8, PP=2 for this run", lambda m: "notes contradict the row" in m.skip_causes),
@@ -1066,3 +1069,31 @@ def test_moe_notes_negations_and_sizes(tmp_path):
     assert ms[0].session.model.num_shared_experts == 0 and ms[0].session.model.mtp_num_layers == 0
     assert ms[1].session.plan.expert_parallel == 2 and "size-from-notes" in _assumed(ms[1])
     assert "ep-a2a-overlap-from-notes" in _assumed(ms[2])
+
+
+
+@pytest.mark.parametrize("notes, check", [
+    # a negation of another setting in the same clause is that setting's
+    ("HybridEP dispatcher with token dropping disabled", lambda m: m.session.plan.moe_token_dispatcher_type == "flex"),
+    ("DeepEP: no token dropping", lambda m: m.session.plan.moe_token_dispatcher_type == "flex"),
+    ("EP overlap kept off", lambda m: not m.session.plan.overlap_moe_expert_parallel_comm),
+    ("EP overlap on; the 25.11 run had no EP overlap",
+     lambda m: "overlaps stated both on and off" not in m.skip_causes),
+    ("the B200 recipe of this model uses EP8", lambda m: "notes contradict the row" not in m.skip_causes),
+    ("1 MTP layer in training (MTP not used at inference)", lambda m: m.session.model.mtp_num_layers == 1),
+    ("no shared expert overlap (moe_shared_expert_overlap=False); 1 shared expert (2048)",
+     lambda m: m.session.model.num_shared_experts == 1),
+    ("no shared experts in the 3 dense layers; 1 shared expert (2048)",
+     lambda m: m.session.model.num_shared_experts == 1),
+    ("CP 2 via DeepSpeed-Ulysses (all-to-all); 1 shared expert (2048)",
+     lambda m: m.session.plan.cp_comm_type == "a2a"),
+])
+def test_negations_stay_with_their_setting(tmp_path, notes, check):
+    cells = {**_MOE, "num_attention_heads": 128, "num_query_groups": 8}
+    if "CP 2" in notes:
+        cells.update(context_parallel=2, data_parallel=8, seq_length=4096)
+    path = tmp_path / "n.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
+    (m,) = read_measurements(path)
+    assert m.session is not None and check(m), (m.skip_reason, m.session and m.session.plan,
+                                                m.assumptions)
