@@ -1122,29 +1122,20 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
                    f"and flex (DeepEP, HybridEP): {said.group(0).strip()!r}")
     # each mention on unless negated where it stands ("EP overlap kept on, no token dropping"
     # is on; "expert-parallel communication overlap disabled" is off)
-    ep_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
-        r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|\b(?:A2A|EP|all-to-all|"
-        r"expert[- ]parallel(?: all-to-all)?) (?:comm(?:unication)? )?overlap", n, re.I)
-        if not _about_other_run(n, m.start(), m.end())}
-    if len(ep_said) > 1:
-        row.refuse("overlaps stated both on and off", "the notes state the expert all-to-all "
-                   "overlap both on and off")
-    elif ep_said == {False}:
-        row.ep_overlap_off = True  # a recipe's or family's overlap does not apply
-    elif ep_said == {True}:
-        row.assume("ep-a2a-overlap-from-notes")
-        row.ep_overlap = True
-    wgrad_said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(
-        r"delay[_-]wgrad(?:[_-]compute)?|delay(?:ed)? wgrad", n, re.I)
-        if not _about_other_run(n, m.start(), m.end())}
-    if len(wgrad_said) > 1:
-        row.refuse("overlaps stated both on and off", "the notes state delay_wgrad_compute both "
-                   "on and off")
-    elif wgrad_said == {False}:
-        row.delay_wgrad_off = True
-    elif wgrad_said == {True}:
-        row.assume("delay-wgrad-from-notes")
-        row.delay_wgrad = True
+    for attr, what, pattern in (
+            ("ep_overlap", "the expert all-to-all overlap",
+             r"overlap[_-]moe[_-]expert[_-]parallel[_-]comm|moe[_-]a2a[_-]overlap|\b(?:A2A|EP|all-to-all|"
+             r"expert[- ]parallel(?: all-to-all)?) (?:comm(?:unication)? )?overlap"),
+            ("delay_wgrad", "delay_wgrad_compute", r"delay[_-]wgrad(?:[_-]compute)?|delay(?:ed)? wgrad")):
+        said = {not _negated_at(n, m.start(), m.end()) for m in re.finditer(pattern, n, re.I)
+                if not _about_other_run(n, m.start(), m.end())}
+        if len(said) > 1:
+            row.refuse("overlaps stated both on and off", f"the notes state {what} both on and off")
+        elif said == {False}:
+            setattr(row, attr + "_off", True)  # a recipe's or family's setting does not apply
+        elif said == {True}:
+            row.assume("ep-a2a-overlap-from-notes" if attr == "ep_overlap" else "delay-wgrad-from-notes")
+            setattr(row, attr, True)
 
 
 #: Number words of notes ("one shared expert", "the first three layers").
