@@ -580,3 +580,24 @@ def test_trace_names_the_cp_exchange_and_its_lane_for_every_exchange(tmp_path):
         threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
         assert "cp_exchange" in names and "cp_p2p" not in names and "CP exchange" in threads
         json.dumps(trace)
+
+
+def test_cli_sweep_gives_the_causal_mfu_factor_at_long_sequences(tmp_path, capsys):
+    """A 64k-token sweep says its MFU column is Eq. 3's and gives the causal factor (the ratio
+    of the model FLOPs counts, the fastest plan's causal MFU); a 2k one does not."""
+    from core.cli import main
+    from core.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
+    from core.session import save_session
+    for seq, said in ((65536, True), (2048, False)):
+        s = _session(seq=seq, cp=2, t=8, B=8, cp_comm_type="a2a")
+        s.model.num_layers = 4
+        path = tmp_path / f"s{seq}.json"
+        save_session(s, path)
+        assert main(["sweep", str(path), "--gpus", "16", "--tensor-parallel", "8",
+                     "--pipeline-parallel", "1", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+                     "--recompute", "selective", "--context-parallel", "1,2"]) == 0
+        out = capsys.readouterr().out
+        ratio = causal_model_flops_per_iteration(s.model, s.plan) / model_flops_per_iteration(s.model, s.plan)
+        assert ("MFU: Narayanan et al.'s Eq. 3" in out) is said
+        if said:
+            assert f"is {ratio:.2f} x that" in out

@@ -54,3 +54,30 @@ def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
                              cluster=cluster)).report
     panel.set_report(plain)
     assert not name.isVisible() and not value.isVisible()
+
+
+def test_the_cost_panel_gives_the_causal_mfu_beside_eq3s_at_long_sequences(qtbot):
+    """At 64k tokens Eq. 3's MFU (the whole s x s square) is well above the causal count, and
+    the panel says both; at 2k tokens it gives Eq. 3's alone."""
+    import dataclasses
+
+    from core.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.simulate import simulate
+    from vtrain_gui.cost_panel import CostPanel
+    from vtrain_gui.formatting import format_fraction
+
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=65536, num_layers=4)
+    plan = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                        global_batch_size=2, recompute="selective", context_parallel=4)
+    r = simulate(Session(model=model, plan=plan, cluster=ClusterConfig(gpu="H100-SXM5-80GB"))).report
+    assert r.mfu_causal < 0.97 * r.mfu
+    panel.set_report(r)
+    text = panel._values["mfu"].text()
+    assert text == f"{format_fraction(r.mfu)} ({format_fraction(r.mfu_causal)} causal)"
+    short = simulate(Session(model=dataclasses.replace(model, seq_length=2048),
+                             plan=dataclasses.replace(plan, context_parallel=1),
+                             cluster=ClusterConfig(gpu="H100-SXM5-80GB"))).report
+    panel.set_report(short)
+    assert "causal" not in panel._values["mfu"].text()
