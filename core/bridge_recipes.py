@@ -103,6 +103,7 @@ class BridgeRecipe:
     overlap_param_gather: bool = True
     fp8_param_gather: bool | None = None
     pipeline_layout: str | None = None
+    seq_length: int | None = None
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
@@ -187,7 +188,8 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         overlap_grad_reduce=bool(d.get("overlap_grad_reduce", True)),
         overlap_param_gather=bool(d.get("overlap_param_gather", True)),
         fp8_param_gather=d.get("fp8_param_gather"),
-        pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")))
+        pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")),
+        seq_length=int(d["seq_length"]) if d.get("seq_length") else None)
 
 
 _LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
@@ -243,7 +245,8 @@ _BY_KEY = _index()
 
 def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str, t: int, p: int,
                         v: int, cp: int, ep: int, micro_batch: int,
-                        global_batch: int | None = None) -> BridgeRecipe | None:
+                        global_batch: int | None = None,
+                        seq_length: int | None = None) -> BridgeRecipe | None:
     """The recipe of :data:`BRIDGE_PERF_RECIPES` that matches a row on every key field but the
     global batch (``recipe.key[-1]``; the caller says when the row's differs), or None.
 
@@ -254,6 +257,8 @@ def match_bridge_recipe(gpu: str, model_name: str, num_gpus: int, precision: str
     ``global_batch``; None when those left disagree on a setting (:meth:`BridgeRecipe.settings`)."""
     found = _BY_KEY.get((gpu, model_key(model_name), num_gpus, precision, t, p, v, cp, ep,
                          micro_batch), [])
+    if seq_length is not None:  # a run at another sequence length is not the recipe's
+        found = [r for r in found if r.seq_length in (None, seq_length)]
     found = [r for r in found if r.summary] or found
     if global_batch is not None:
         found = [r for r in found if r.key[-1] == global_batch] or found

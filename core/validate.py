@@ -589,6 +589,9 @@ ASSUMPTIONS = {
     "bandwidth-per-gpu-cell": "an inter_node_bandwidth_gbps cell that says it is per GPU "
                               "('400 Gb/s (per GPU)'): times the GPUs per node (the column is "
                               "the node's)",
+    "mtp-deepseek-v3": "a DeepSeek-V3 row whose notes say it trains with MTP without a count "
+                       "('w/ MTP'): the model's one MTP module (config.json "
+                       "num_nextn_predict_layers 1)",
     "size-from-notes": "an empty (or n/a) expert_parallel / context_parallel cell whose notes "
                        "state the size by its label ('EP8', 'CP=4')",
     "sp-from-notes": "an empty (or n/a) sequence_parallel cell whose notes say it is on or off "
@@ -857,8 +860,8 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
              "no checkpointing", "no activation checkpointing"):
         return "none"  # a yes/no cell's no: nothing recomputed
     first = re.split(r"[\s(:;,]", t, maxsplit=1)[0]
-    if first == "full" and re.fullmatch(r"full\s*\((?:all|every) (?:blocks?|layers?)\)", t):
-        return "full"  # "full (all blocks)": every layer
+    if first == "full" and re.match(r"full\s*\((?:all|every) (?:blocks?|layers?)\b", t):
+        return "full"  # "full (all blocks)", "full (every block; ...)": every layer
     if first == "none" and re.fullmatch(r"none\s*\((?:ac|activation checkpointing|checkpointing|"
                                         r"recompute|recomputation)?\s*(?:off|disabled|none)?\)"
                                         r"|none\s*\(no (?:activation )?(?:checkpointing|recompute|"
@@ -885,7 +888,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
             row.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers "
                        "per model chunk")
             return "full"
-        if "uniform" in t or not re.search(r"\d|layers", t):
+        if "uniform" in t or not re.search(r"\d+\s*layers?\b|num[_ -]layers|\blayers\b|\bblock", t):
             if "uniform" in t:
                 row.assume("megatron-recompute-method", "uniform: every layer")
             return "full"  # "full", "full (uniform, 1 layer)"
@@ -1049,6 +1052,21 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if any(not _negated_at(n, m.start(), m.end()) for m in re.finditer(r"attention sinks?", n, re.I)):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
+    offload = [m for m in re.finditer(r"cpu[_ ](?:activation[_ ])?offload\w*|activation offload\w*"
+                                      r"|offload\w* (?:the )?activations?|offloaded to (?:the )?(?:cpu|host)",
+                                      n, re.I)
+               if _mention_used(n, m) and not _about_other_run(n, m.start(), m.end())
+               and not re.match(r"\w*\s*[=:]\s*(?:0|false|none)\b", n[m.end():], re.I)]
+    if offload:
+        row.refuse("CPU activation offloading", f"the notes name activation offloading "
+                   f"({offload[0].group(0)!r}), which is not modelled")
+    fp8_attn = [m for m in re.finditer(r"fp8[_ ]dot[_ ]product[_ ]attention|fp8[- _]dpa\b|fp8 attention",
+                                       n, re.I)
+                if _mention_used(n, m) and not _about_other_run(n, m.start(), m.end())
+                and not re.match(r"\s*[=:]\s*(?:false|0|off)\b", n[m.end():], re.I)]
+    if fp8_attn:
+        row.refuse("FP8 attention (fp8_dot_product_attention)", f"the notes name FP8 attention "
+                   f"({fp8_attn[0].group(0)!r}): the attention core in FP8 is not modelled")
     hybrid = _HYBRID_LAYERS.search(f"{model.name} {n}")
     if hybrid and not _negated_at(f"{model.name} {n}", hybrid.start(), hybrid.end()):
         row.refuse("hybrid model (Mamba / state-space or linear-attention layers)",
@@ -1063,6 +1081,10 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
         if mtp_n:  # a count stated ("mtp_num_layers=1", "1 MTP layer"); "w/o MTP" is the 0 rows
             row.put(model, "model", "mtp_num_layers", mtp_n)  # have always read as none
             row.assume("mtp-from-notes", f"mtp_num_layers={mtp_n}")
+    elif (mtp_n is None and not row.pp_layout and _DEEPSEEK_V3.search(model.name)
+          and re.search(r"\b(?:w/|with)\s+MTP\b|\bMTP\s+(?:on|enabled|used)\b", n, re.I)):
+        row.put(model, "model", "mtp_num_layers", 1)  # the model's one MTP module
+        row.assume("mtp-deepseek-v3", "w/ MTP: num_nextn_predict_layers 1")
     elif (re.search(r"(?<!w/o )(?<!without )\bMTP\b|multi-token prediction", n, re.I)
           and mtp_n is None and not row.pp_layout):
         row.refuse("multi-token prediction", "the notes name multi-token prediction (MTP) "
@@ -1286,10 +1308,10 @@ def _notes_recompute(notes: str, explicit: bool = False) -> str | None:
     With ``explicit``, only the forms that state the setting itself (``recompute: X``,
     ``--recompute-granularity``), which a stated cell is checked against; prose ("full
     activation checkpointing was too slow, so per-op SAC") only fills an empty cell."""
-    gran = re.search(r"--recompute-granularity[ =]+(full|selective)", notes, re.I)
+    gran = re.search(r"(?:--)?recompute[-_]granularity\s*[ =:]\s*['\"]?(full|selective)", notes, re.I)
     if gran:
-        method = re.search(r"--recompute-method[ =]+(uniform|block)", notes, re.I)
-        layers = re.search(r"--recompute-num-layers[ =]+(\d+)", notes, re.I)
+        method = re.search(r"(?:--)?recompute[-_]method\s*[ =:]\s*['\"]?(uniform|block)", notes, re.I)
+        layers = re.search(r"(?:--)?recompute[-_]num[-_]layers\s*[ =:]\s*(\d+)", notes, re.I)
         return gran.group(1).lower() + (
             f" ({method.group(1).lower()}" + (f", {layers.group(1)} layers" if layers else "") + ")"
             if method else "")
@@ -1346,6 +1368,7 @@ def _notes_mtp_layers(notes: str) -> int | None:
     for pat in (r"mtp[_ -]num[_ -]layers\s*[=:]?\s*(\d+)(?![\d.])",
                 r"\bMTP[_ -]depth\s*[=:]?\s*(\d+)(?![\d.])|num_nextn_predict_layers\s*[=:]?\s*(\d+)",
                 r"\b(\d+)\s+MTP\s+(?:layers?|modules?|depth)\b",
+                r"\bMTP\b[^.;()]{0,12}\((\d+) layers?\)",
                 r"\bMTP\s*(?:layers?)?\s*[:=]?\s*\(?\s*(\d+)(?![\d.])\s*(?:layers?)?\b"):
         counts |= {int(next(g for g in m.groups() if g)) for m in re.finditer(pat, notes, re.I)
                    if not _about_other_run(notes, m.start(), m.end())}
@@ -1443,7 +1466,9 @@ def _about_other_run(notes: str, start: int, end: int, size: bool = False) -> bo
     left = max([i for i in stops if i < start], default=-1)
     right = min([i for i in stops if i >= end], default=len(notes))
     clause = notes[left + 1:right]
-    return bool(re.search(r"\brecipes?\b|\bthe \d{2}\.\d{2}\b|\bprevious\b|\bearlier\b|\bother\b|\bran\b"
+    return bool(re.search(r"\b(?:the|a|an|another|older|earlier|its) [\w.-]+ recipes?\b|\brecipes\b"
+                          r"|\brecipe (?:of|for) (?:the|a|another)\b|\bthe \d{2}\.\d{2}\b|\bprevious\b"
+                          r"|\bearlier\b|\bother\b|\bran\b"
                           r"|\bhad\b|\b(?:the|this model'?s?|a) \w+ run\b|\bat inference\b|\bvs\.?\b",
                           clause, re.I)
                 or (size and re.search(r"\bexperts?\b|\bnodes?\b", clause, re.I)))
@@ -1763,7 +1788,7 @@ def _bridge_recipe(get: dict, ints: dict, opt: dict, name: str, prec: str) -> Br
         gpu_kind(str(get["gpu"])), name, ints["num_gpus"], prec, ints["tensor_parallel"],
         ints["pipeline_parallel"], max(1, ints["virtual_pipeline_stages"]),
         opt["context_parallel"] or 1, opt["expert_parallel"] or 1, ints["micro_batch_size"],
-        ints["global_batch_size"])
+        ints["global_batch_size"], ints["seq_length"])
 
 
 #: Models whose Megatron-Bridge base recipes set expert_tensor_parallel_size=1 (Bridge 0.6.2

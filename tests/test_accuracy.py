@@ -1097,3 +1097,40 @@ def test_negations_stay_with_their_setting(tmp_path, notes, check):
     (m,) = read_measurements(path)
     assert m.session is not None and check(m), (m.skip_reason, m.session and m.session.plan,
                                                 m.assumptions)
+
+
+@pytest.mark.parametrize("cells, notes, check", [
+    (dict(), "CPU activation offloading of 5 layers (cpu_offloading_num_layers=5)",
+     lambda m: "CPU activation offloading" in m.skip_causes),
+    (dict(), "activations of 20 layers offloaded to CPU",
+     lambda m: "CPU activation offloading" in m.skip_causes),
+    (dict(), "no CPU offloading", lambda m: "CPU activation offloading" not in m.skip_causes),
+    (dict(precision="fp8"), "FP8 attention (fp8_dot_product_attention=True)",
+     lambda m: "FP8 attention (fp8_dot_product_attention)" in m.skip_causes),
+    (dict(precision="fp8"), "fp8_dot_product_attention=False",
+     lambda m: "FP8 attention (fp8_dot_product_attention)" not in m.skip_causes),
+    (dict(recompute=""), "recompute_granularity=full, recompute_method=uniform, recompute_num_layers=1",
+     lambda m: m.session.plan.recompute == "full"),
+    (dict(recompute="full (toml default for 70B)", framework="torchtitan", fsdp="y",
+          distributed_optimizer="n"), "", lambda m: m.session.plan.recompute == "full"),
+    (dict(recompute="full (every block; selective_checkpointing=1)", framework="torchtitan",
+          fsdp="y", distributed_optimizer="n"), "", lambda m: m.session.plan.recompute == "full"),
+])
+def test_last_round_wordings(tmp_path, cells, notes, check):
+    path = tmp_path / "l.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
+    (m,) = read_measurements(path)
+    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+
+
+def test_mtp_in_words_and_deepseek_v3_with_mtp(tmp_path):
+    dsv3 = {**_MOE, "model_name": "DeepSeek-V3"}
+    rows = [_modern_row(**dsv3, notes=f'"{_MLA}; table says \'w/ MTP\'"'),
+            _modern_row(**_MOE, notes='"w/ MTP"'),
+            _modern_row(**_MOE, notes='"MTP on (1 layer)"')]
+    path = tmp_path / "mtp.csv"
+    path.write_text(MODERN_HEADER + "\n" + "\n".join(rows) + "\n")
+    ms = read_measurements(path)
+    assert ms[0].session.model.mtp_num_layers == 1 and "mtp-deepseek-v3" in _assumed(ms[0])
+    assert "multi-token prediction" in ms[1].skip_causes  # another model: its count is unknown
+    assert ms[2].session.model.mtp_num_layers == 1
