@@ -1052,21 +1052,18 @@ def _notes_policy(notes: str, model: ModelConfig, v: dict, opt: dict, row: _Row)
     if any(not _negated_at(n, m.start(), m.end()) for m in re.finditer(r"attention sinks?", n, re.I)):
         row.put(model, "model", "softmax_type", "learnable")
         row.assume("attention-sinks-learnable")
-    offload = [m for m in re.finditer(r"cpu[_ ](?:activation[_ ])?offload\w*|activation offload\w*"
-                                      r"|offload\w* (?:the )?activations?|offloaded to (?:the )?(?:cpu|host)",
-                                      n, re.I)
-               if _mention_used(n, m) and not _about_other_run(n, m.start(), m.end())
-               and not re.match(r"\w*\s*[=:]\s*(?:0|false|none)\b", n[m.end():], re.I)]
-    if offload:
-        row.refuse("CPU activation offloading", f"the notes name activation offloading "
-                   f"({offload[0].group(0)!r}), which is not modelled")
-    fp8_attn = [m for m in re.finditer(r"fp8[_ ]dot[_ ]product[_ ]attention|fp8[- _]dpa\b|fp8 attention",
-                                       n, re.I)
-                if _mention_used(n, m) and not _about_other_run(n, m.start(), m.end())
-                and not re.match(r"\s*[=:]\s*(?:false|0|off)\b", n[m.end():], re.I)]
-    if fp8_attn:
-        row.refuse("FP8 attention (fp8_dot_product_attention)", f"the notes name FP8 attention "
-                   f"({fp8_attn[0].group(0)!r}): the attention core in FP8 is not modelled")
+    for cause, what, pattern in (  # what no plan field holds: refused, as from a recipe
+            ("CPU activation offloading", "activation offloading",
+             r"cpu[_ ](?:activation[_ ])?offload\w*|activation offload\w*|offload\w* (?:the )?"
+             r"activations?|offloaded to (?:the )?(?:cpu|host)"),
+            ("FP8 attention (fp8_dot_product_attention)", "FP8 attention (the attention core in FP8)",
+             r"fp8[_ ]dot[_ ]product[_ ]attention|fp8[- _]dpa\b|fp8 attention")):
+        named = [m for m in re.finditer(pattern, n, re.I)
+                 if _mention_used(n, m) and not _about_other_run(n, m.start(), m.end())
+                 and not re.match(r"\w*\s*[=:]\s*(?:0|false|none|off)\b", n[m.end():], re.I)]
+        if named:
+            row.refuse(cause, f"the notes name {what} ({named[0].group(0)!r}), which is not "
+                       "modelled")
     hybrid = _HYBRID_LAYERS.search(f"{model.name} {n}")
     if hybrid and not _negated_at(f"{model.name} {n}", hybrid.start(), hybrid.end()):
         row.refuse("hybrid model (Mamba / state-space or linear-attention layers)",

@@ -1006,6 +1006,14 @@ def test_validate_names_each_rows_profile_when_the_gpus_differ(tmp_path, capsys)
     assert "profiles of each row's GPU: B200-180GB (calibrated), H100-SXM5-80GB (calibrated)" in first
 
 
+def _check_one_row(tmp_path, cells, notes, check):
+    """Read one general-layout row (``_modern_row`` with ``cells`` and ``notes``) and check it."""
+    path = tmp_path / "one.csv"
+    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
+    (m,) = read_measurements(path)
+    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+
+
 @pytest.mark.parametrize("cells, notes, check", [
     # negations and contrasts where they stand
     (dict(framework="Megatron-Bridge", sequence_parallel="", tensor_parallel=2),
@@ -1050,10 +1058,7 @@ def test_validate_names_each_rows_profile_when_the_gpus_differ(tmp_path, capsys)
      lambda m: "unreadable fsdp" in m.skip_causes),
 ])
 def test_third_round_wordings(tmp_path, cells, notes, check):
-    path = tmp_path / "t.csv"
-    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
-    (m,) = read_measurements(path)
-    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+    _check_one_row(tmp_path, cells, notes, check)
 
 
 def test_moe_notes_negations_and_sizes(tmp_path):
@@ -1117,10 +1122,7 @@ def test_negations_stay_with_their_setting(tmp_path, notes, check):
           fsdp="y", distributed_optimizer="n"), "", lambda m: m.session.plan.recompute == "full"),
 ])
 def test_last_round_wordings(tmp_path, cells, notes, check):
-    path = tmp_path / "l.csv"
-    path.write_text(MODERN_HEADER + "\n" + _modern_row(**{**cells, "notes": f'"{notes}"'}) + "\n")
-    (m,) = read_measurements(path)
-    assert check(m), (m.skip_reason, m.session and m.session.plan, m.assumptions)
+    _check_one_row(tmp_path, cells, notes, check)
 
 
 def test_mtp_in_words_and_deepseek_v3_with_mtp(tmp_path):
