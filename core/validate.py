@@ -1275,7 +1275,7 @@ def _notes_sizes(notes: str) -> dict[str, int]:
     return out
 
 
-def _notes_virtual_stages(notes: str, p: int) -> int:
+def _notes_virtual_stages(notes: str) -> int:
     """Virtual pipeline stages per pipeline stage the notes state when the row's cell is empty
     ("VPP 5", "VP=4", "interleaved 1F1B with 5 virtual stages",
     "virtual_pipeline_model_parallel_size 4"); 0 when they name no interleaving (or say "no
@@ -1911,7 +1911,7 @@ def _family_stem(name: str) -> str:
     8B" and "Meta-Llama-3.1-70B", ``llama2``, ``mixtral``, ``qwen3``, ``deepseekv3``,
     ``gptoss``, ``gpt3``."""
     n = re.sub(r"[^a-z0-9]", "", name.lower())
-    m = re.search(r"llama(\d)|mixtral|qwen(\d)|deepseekv(\d)|gptoss|gpt(\d)|mtnlg|nemotron(\d)", n)
+    m = re.search(r"llama(\d)|mixtral|qwen(\d)|deepseekv(\d)|gptoss|gpt(\d)|mtnlg", n)
     return m.group(0) if m else ""
 
 
@@ -2070,7 +2070,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                       f"has {cell}")
     vp = ints["virtual_pipeline_stages"]
     if not v.get("virtual_pipeline_stages", "") and ints["pipeline_parallel"] > 1:
-        said_vp = _notes_virtual_stages(notes, ints["pipeline_parallel"])
+        said_vp = _notes_virtual_stages(notes)
         if said_vp == -1:
             rw.refuse("virtual pipeline stages not stated", "the notes name an interleaved "
                       "schedule (virtual pipeline stages) without their number, and the "
@@ -2294,7 +2294,8 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     recipes = is_bridge or nemo  # NeMo 2 / Megatron-Bridge: what their recipes always set
     unstated = {col for col in ("sequence_parallel", "distributed_optimizer")
                 if col in v and (not v[col] or _NOT_STATED.fullmatch(v[col]))}
-    sp_said = _notes_overlaps(notes)[0].get("sequence_parallel")
+    said, torn = _notes_overlaps(notes)  # the settings the notes state (the overlaps below)
+    sp_said = said.get("sequence_parallel")
     if sp_said is not None and "sequence_parallel" in unstated:
         v["sequence_parallel"] = "y" if sp_said else "n"  # the notes say it, the cell does not
         unstated.discard("sequence_parallel")
@@ -2423,7 +2424,6 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                  for m in re.finditer(r"async(?:hronous)?[- ]TP", text_, re.I)):
             rw.assume("async-tp-overlap")  # not "async TP disabled (plain TP)"
             plan.tp_comm_overlap = True
-    said, torn = _notes_overlaps(notes)
     if torn:
         rw.refuse("overlaps stated both on and off", f"the notes state {', '.join(torn)} both on "
                   "and off")
