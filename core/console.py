@@ -4,7 +4,8 @@ rich's own :class:`rich.console.Console` exits with status 1 when the reader of 
 away (``vtrain ... | head``); this one raises :class:`BrokenPipeError` instead, which
 :func:`core.cli.main` turns into a quiet exit with status 0, as for plain output. Written
 to a pipe or a file (and with no ``COLUMNS`` set) it does not hard-wrap text at 80
-columns, so values and warnings stay on one line for ``grep`` and logs.
+columns, so values and warnings stay on one line for ``grep`` and logs, and its lines carry
+no trailing spaces (rich pads every row of a table to the table's width).
 
 Text that comes from files (model names, GPU kinds, job names, paths, provenance, warnings
 quoting them) goes through :func:`esc` before it is put into markup or a table cell.
@@ -12,7 +13,7 @@ quoting them) goes through :func:`esc` before it is put into markup or a table c
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import IO, Any
 
 import rich.console
 import rich.markup
@@ -34,11 +35,41 @@ class Console(rich.console.Console):
         if not self.is_terminal and "COLUMNS" not in os.environ and "width" not in kwargs:
             self.width = PIPE_WIDTH
             self.soft_wrap = True
+            self.file = _StripTrailingSpaces(self.file)
 
     def on_broken_pipe(self) -> None:
         """Stop printing and raise ``BrokenPipeError`` (rich's default raises ``SystemExit(1)``)."""
         self.quiet = True
         raise BrokenPipeError
+
+
+class _StripTrailingSpaces:
+    """A text stream that writes each complete line of what it is given without trailing spaces
+    (what a table padded to its width leaves in a pipe or a file); a line not yet ended is kept
+    until its end arrives or the stream is flushed."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def esc(text: Any) -> str:

@@ -175,3 +175,20 @@ def test_set_overrides_fields_without_editing_the_file(capsys):
     assert main(["sweep", path, "--json", "--workers", "1", "--set", "plan.global_batch_size=64",
                  "--gpus", "8"]) == 0
     assert json.loads(capsys.readouterr().out)["num_plans"] > 0
+
+
+def test_report_into_a_pipe_has_no_trailing_spaces(tmp_path):
+    """`vtrain simulate FILE > out.txt`: each line as long as its text, no wider (rich pads every
+    row of the report's grid to its widest row, 160 columns; tester: padding when piped), and
+    the long error-band line is not hard-wrapped at 80 columns."""
+    from tests.conftest import EXAMPLES
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "simulate",
+                           str(EXAMPLES / "mtnlg_530b.json")], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln for ln in lines if ln != ln.rstrip(" ")] == []
+    params = next(ln for ln in lines if ln.startswith("Parameters"))
+    assert params.endswith("for t=8)") and len(params) < 80
+    assert max(len(ln) for ln in lines) > 100  # the error band's line, wrapped at 160 not 80
