@@ -847,9 +847,17 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
                "", t) or t
     if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
         return t
-    if re.fullmatch(r"(?:per-?)?op(?:[- _]level)?[- _]?sac|sac\s*\(op\)|selective[- _]op"
-                    r"|(?:mode\s*=\s*)?selective,?\s*selective_ac_option\s*=\s*['\"]?op['\"]?", t):
-        row.assume("torchtitan-selective-op", t)
+    named = re.fullmatch(r"(?:per-?)?op(?:[- _]level)?[- _]?sac|sac\s*\(op\)|selective[- _]op"
+                         r"|(?:mode\s*=\s*)?selective,?\s*selective_ac_option\s*=\s*['\"]?op['\"]?", t)
+    per_op = named or (t.startswith("selective") and ("per-op" in t or re.search(r"\bsac\b", t)))
+    if per_op and megatron:
+        row.refuse("selective recomputation (other than Megatron's)",
+                   f"recompute={text!r}: per-op selective activation checkpointing is PyTorch's "
+                   f"(torchtitan); {framework} recomputes by module (--recompute-modules), and the "
+                   "row does not say which")
+        return "full"
+    if per_op:
+        row.assume("torchtitan-selective-op", *([t] if named else []))
         return "selective_op"  # torchtitan's per-op selective activation checkpointing
     cell_modules = re.fullmatch(r"(?:selective\s*[(\[]?\s*)?recompute_modules\s*[=:]\s*\[([^\]]*)\]\s*[)\]]?",
                                 t)
@@ -904,8 +912,7 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         # "selective (core_attn, mlp)": Megatron-Core's --recompute-modules, in the cell
         return _recompute_policy("", framework, f"recompute_modules=[{', '.join(names)}]", row, plan)
     if t.startswith("selective"):
-        if "per-op" in t or re.search(r"\bsac\b", t) or (
-                re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I)):
+        if re.search(r"\(op\)|\bop\b", t) and re.search(r"torchtitan", framework, re.I):
             row.assume("torchtitan-selective-op")
             return "selective_op"  # validation refuses what it does not model (MoE, ...)
         if "fraction" in t or "block" in t:

@@ -288,6 +288,10 @@ def test_fsdp_float8_all_gather_label_sets_fp8_param_gather():
     ("selective (per-op SAC)", "torchtitan", "", "selective_op", None),
     ("selective (per-op SAC, toml default)", "torchtitan (FSDP2)", "", "selective_op", None),
     ("selective_op", "", "", "selective_op", None),
+    # Megatron-Core has no per-op SAC: its selective recomputation is by module (tester)
+    ("selective (per-op SAC)", "Megatron-Bridge (Megatron-Core)", "", None,
+     "selective recomputation (other than Megatron's)"),
+    ("op-SAC", "NeMo 2.0", "", None, "selective recomputation (other than Megatron's)"),
     ("full", "fms-fsdp", "", "full", None),
     ("full (uniform, every layer)", "Megatron-LM", "", "full", None),
     ("full (block, 4 layers)", "Megatron-LM", "", None, "recompute"),
