@@ -416,14 +416,25 @@ class CommModel:
     def cp_all_gather(self, nbytes: float) -> float:
         """All-gather of K and V among the cp ranks of a context-parallel group (``nbytes`` the
         gathered buffer, nccl-tests convention), seconds: PyTorch's ``context_parallel`` with its
-        all-gather rotation (``plan.cp_comm_type = "allgather"``). The group's ranks are ``t``
-        apart: all in one node when :meth:`cp_ring_in_node`, else ``gpus_per_node / t`` of
-        them per node (:meth:`hierarchical`)."""
+        all-gather rotation (``plan.cp_comm_type = "allgather"``) and Megatron-Core's all-gather
+        exchange (``all_gather``). The group's ranks are ``t`` apart: all in one node when
+        :meth:`cp_ring_in_node`, else ``gpus_per_node / t`` of them per node
+        (:meth:`hierarchical`)."""
+        return self._cp_collective("all_gather", nbytes)
+
+    def cp_reduce_scatter(self, nbytes: float) -> float:
+        """Reduce-scatter of the K and V gradients of the whole sequence among the cp ranks
+        (``nbytes`` the full buffer, nccl-tests convention), seconds: the backward of
+        Megatron-Core's all-gather exchange (``plan.cp_comm_type = "all_gather"``); the group as
+        in :meth:`cp_all_gather`."""
+        return self._cp_collective("reduce_scatter", nbytes)
+
+    def _cp_collective(self, kind: str, nbytes: float) -> float:
         cp, t = self.plan.context_parallel, self.plan.tensor_parallel
         if nbytes <= 0 or cp <= 1:
             return 0.0
         per_node = cp if self.cp_ring_in_node() else max(1, min(cp, self.cluster.gpus_per_node // t))
-        return self.hierarchical("all_gather", cp, per_node, nbytes)
+        return self.hierarchical(kind, cp, per_node, nbytes)
 
     def cp_all_to_all(self, nbytes: float) -> float:
         """All-to-all among the ranks of one all-to-all group of context parallelism

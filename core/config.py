@@ -115,9 +115,14 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: before the attention core, which runs on the whole sequence for ``1/cp`` of the heads, and
 #: the output back after it, none of it overlapped; ``a2a+p2p`` Megatron-Core's hierarchical
 #: exchange (``--hierarchical-context-parallel-sizes A P``): all-to-all inside groups of
-#: ``plan.cp_a2a_size`` ranks, the ring over the ``cp / cp_a2a_size`` groups. Megatron-Core's
-#: own ``allgather`` (TE's AttnFuncWithCPAndKVAllGather, not overlapped) is not modelled.
-CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
+#: ``plan.cp_a2a_size`` ranks, the ring over the ``cp / cp_a2a_size`` groups; ``all_gather``
+#: Megatron-Core's all-gather exchange (``--cp-comm-type all_gather``, TE's
+#: ``AttnFuncWithCPAndKVAllGather``, the Llama 3 paper's Sec. 3.3.2): K/V all-gathered before the
+#: core and their gradients reduce-scattered after it, none of it overlapped, the core two
+#: kernels (the rank's two sequence chunks against their K/V prefixes). ``allgather`` (PyTorch's
+#: spelling, torchtitan's) and ``all_gather`` (TE's, which Megatron-Core passes on) name
+#: different exchanges: PyTorch overlaps its gather.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p", "all_gather")
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
@@ -522,7 +527,9 @@ class ParallelPlan:
         "context_parallel's default (torchtitan): K/V all-gathered once per pass under the first "
         "step's attention, their gradients passed around the ring; a2a, Megatron-Core's "
         "all-to-all (Ulysses: heads split over the cp ranks, --cp-comm-type a2a); a2a+p2p, "
-        "all-to-all inside groups of cp_a2a_size ranks and the ring between them",
+        "all-to-all inside groups of cp_a2a_size ranks and the ring between them; all_gather, "
+        "Megatron-Core's (--cp-comm-type all_gather, Transformer Engine's): K/V all-gathered "
+        "before attention and their gradients reduce-scattered after it, not overlapped",
         choices=CP_COMM_TYPES, short="cp_comm")
     cp_a2a_size: int | None = _f(
         None, "GPUs", "Ranks of each all-to-all group of the a2a+p2p exchange (the first of "

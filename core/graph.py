@@ -348,7 +348,7 @@ def op_key(session: Session) -> dict:
                a=m.num_attention_heads,
                f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
                g=m.query_groups, act=model_math.activation_key(m.activation), norm=m.normalization,
-               cpa=model_math.cp_a2a_size(pl),
+               cpa=model_math.cp_a2a_size(pl), cpg=int(model_math.cp_all_gather(pl)),
                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
                kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
                ce=model_math.cross_entropy_fusion(pl),
@@ -399,6 +399,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     # nor ring attention (no cp column): a context-parallel attention op scales the row of the
     # same op without context parallelism on the rank's s/cp tokens
     table_key["cp"] = table_key["cpa"] = 1
+    table_key["cpg"] = 0
     plain = {**table_key, "sp": False}
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
@@ -1793,6 +1794,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
             ring = _cp_allgather_times(cp, *core, exchange("cp_all_gather", cp * blk),
                                        exchange("cp_send_recv", blk))
+        elif model_math.cp_all_gather(pl):  # Megatron-Core's / TE's: nothing overlapped
+            gather = exchange("cp_all_gather", cp * blk)
+            ring = {"cp_fwd_hidden": 0.0, "cp_fwd_exposed": gather, "cp_bwd_hidden": 0.0,
+                    "cp_bwd_exposed": gather + exchange("cp_reduce_scatter", cp * blk)}
         elif cp // cpa > 1:  # the ring (between the all-to-all groups of a2a+p2p)
             ring = _cp_ring_times(cp // cpa, *core, *(exchange("cp_send_recv", n)
                                                        for n in (blk, 2 * blk)))

@@ -180,10 +180,11 @@ ARGUMENTS: dict[str, Arg] = {
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--cp-comm-type": Arg(("plan.cp_comm_type",), True,
                           "context-parallel exchange: p2p (the ring, Megatron-Core's default), "
-                          "a2a (all-to-all, Ulysses) and a2a+p2p (with "
-                          "--hierarchical-context-parallel-sizes) are plan.cp_comm_type; "
-                          "allgather (Transformer Engine's, not PyTorch's overlapped one) and "
-                          "one type per layer that differ are refused with cp > 1"),
+                          "a2a (all-to-all, Ulysses), a2a+p2p (with "
+                          "--hierarchical-context-parallel-sizes) and all_gather (Transformer "
+                          "Engine's, not overlapped; also spelled allgather, as Megatron-LM's "
+                          "help does) are plan.cp_comm_type; one type per layer that differ is "
+                          "refused with cp > 1"),
     "--hierarchical-context-parallel-sizes": Arg(
         ("plan.cp_a2a_size",), True, "the a2a+p2p exchange's group sizes A P (A * P = cp): "
         "plan.cp_a2a_size A, the all-to-all group inside the ring"),
@@ -1063,18 +1064,17 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     if take("--cp-comm-type"):  # one type, or one per layer (Megatron-Core's list form)
         kinds = {k.strip("[](),'\"") for k in " ".join(args["--cp-comm-type"]).replace(",", " ").split()}
         kinds.discard("")
-        unknown = sorted(kinds - {"p2p", "a2a", "allgather", "a2a+p2p"})
+        # Megatron-LM's help spells Transformer Engine's all_gather "allgather": the same exchange
+        # (TE's AttnFuncWithCPAndKVAllGather), not PyTorch's overlapped one (plan "allgather")
+        kinds = {"all_gather" if k == "allgather" else k for k in kinds}
+        unknown = sorted(kinds - {"p2p", "a2a", "all_gather", "a2a+p2p"})
         if not kinds or unknown:
             raise MegatronArgsError(f"{src}: --cp-comm-type {' '.join(args['--cp-comm-type'])!r}: "
-                                    "expected p2p, a2a, allgather or a2a+p2p (one, or one per "
+                                    "expected p2p, a2a, all_gather or a2a+p2p (one, or one per "
                                     "layer)")
         if cp > 1 and len(kinds) > 1:
             mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds))}: one exchange per layer "
                       "that differ is not modelled (one plan.cp_comm_type for every layer)")
-        elif cp > 1 and kinds == {"allgather"}:
-            mp.refuse("--cp-comm-type", "allgather: Transformer Engine's all-gather exchange "
-                      "(AttnFuncWithCPAndKVAllGather, not overlapped) is not modelled; p2p (the "
-                      "ring), a2a and a2a+p2p are")
         elif cp > 1:
             mp.set("--cp-comm-type", "plan.cp_comm_type", next(iter(kinds)))
     if take("--hierarchical-context-parallel-sizes"):
@@ -1512,8 +1512,9 @@ def export_arguments(session: Session) -> list[str]:
         if kind == "allgather":
             raise MegatronArgsError(
                 f"plan.cp_comm_type {pl.cp_comm_type!r}: PyTorch's context_parallel all-gather "
-                "(torchtitan) has no Megatron-LM argument (--cp-comm-type allgather is Transformer "
-                "Engine's, which does not overlap the gather); use p2p, the ring")
+                "(torchtitan) has no Megatron-LM argument (--cp-comm-type all_gather is Transformer "
+                "Engine's, which does not overlap the gather: plan.cp_comm_type all_gather); use "
+                "p2p, the ring")
         if kind != "p2p":
             out += ["--cp-comm-type", kind]
         if kind == "a2a+p2p":

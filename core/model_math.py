@@ -407,7 +407,9 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             core = [Kernel("flash_attn", causal, float(io_fwd), sc, sc, dh, b * hc)]
             core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
                                float(e * b * sc * dh * (4 * hc + 4 * gc)), sc, sc, dh, b * hc)]
-            if ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+            if cp > 1 and int(key.get("cpg", 0) or 0):
+                core, core_bwd = _cp_all_gather_core(b, s, cp, heads, groups, dh, e, causal)
+            elif ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
                 core = core * ring + [_mem("cp_out_correction", 3 * e * T * heads * dh)] * (ring - 1)
                 core_bwd = core_bwd * ring + [_mem("cp_grad_accumulate", 3 * e * T * dh * (
                     heads + 2 * groups))] * (ring - 1)
@@ -551,6 +553,40 @@ def cross_entropy_fusion(plan: ParallelPlan) -> str:
     if getattr(plan, "cross_entropy_loss_fusion", False) is not True:
         return "unfused"
     return str(getattr(plan, "cross_entropy_fusion_impl", "native") or "native")
+
+
+def _cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int, e: int,
+                        step_flops: float) -> tuple[list[Kernel], list[Kernel]]:
+    """The attention core of Megatron-Core's all-gather context parallelism (``--cp-comm-type
+    all_gather``; Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, the Llama 3 paper's
+    Sec. 3.3.2), forward and backward kernel lists for a rank of ``s`` tokens (``s_full/cp``,
+    its two load-balanced chunks), ``heads`` / ``groups`` its query and K/V heads, ``dh`` the
+    head size, ``e`` bytes per element, ``step_flops`` the FLOPs of one causal ``s x s``
+    FlashAttention pass (the ring's step).
+
+    The all-gather (communication, timed by the graph) leaves the whole sequence's K and V on
+    every rank; TE puts its ``2*cp`` chunks in sequence order (an index_select of each: one
+    read and one write of the gathered K and V). Each of the rank's two chunks of ``s/2``
+    queries then attends to the keys up to its own end in one FlashAttention kernel (the two on
+    two streams; their outputs copied into the output, one read and one write of it): as many
+    query-key pairs as the ring's ``cp`` causal steps, ``cp * step_flops`` in all, half per
+    chunk on the rank average (chunk ``r`` and ``2cp-1-r`` attend ``r+1/2`` and ``2cp-r-1/2``
+    chunks of keys). The backward gathers K and V again (TE keeps only the rank's own), runs
+    the two chunks' backward kernels into a zeroed whole-sequence dK and dV (write, then
+    read and write per chunk), and puts those back in chunk order (one read and one write)
+    before their reduce-scatter (communication)."""
+    kv_all = e * b * cp * s * dh * 2 * groups  # the gathered K and V
+    q = e * b * s * dh * heads  # the rank's queries (and its output)
+    half_q, mean_kv = s // 2, cp * s // 2  # a chunk's queries; the keys it attends to, on average
+    io = float(e * b * dh * (half_q * 2 * heads + mean_kv * 2 * groups))
+    fwd = [_mem("cp_ag_reorder", 2 * kv_all),
+           *[Kernel("flash_attn", cp * step_flops / 2, io, half_q, mean_kv, dh, b * heads)] * 2,
+           _mem("cp_ag_out_copy", 2 * q)]
+    bwd = [_mem("cp_ag_reorder", 2 * kv_all), _mem("cp_ag_grad_zero", kv_all),
+           *[Kernel("flash_attn_bwd", 2.5 * cp * step_flops / 2, 2 * io, half_q, mean_kv, dh,
+                    b * heads)] * 2,
+           _mem("cp_ag_grad_accumulate", 2 * kv_all), _mem("cp_ag_grad_reorder", 2 * kv_all)]
+    return fwd, bwd
 
 
 def attended_pairs(s: int, w: int = 0) -> float:
@@ -1806,6 +1842,13 @@ def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
     return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_all_gather(plan: ParallelPlan) -> bool:
+    """Whether the plan's context parallelism is Megatron-Core's all-gather exchange
+    (``plan.cp_comm_type`` ``all_gather``, Transformer Engine's ``AttnFuncWithCPAndKVAllGather``)
+    with ``cp`` > 1 (at cp = 1 the type has no effect)."""
+    return plan.context_parallel > 1 and getattr(plan, "cp_comm_type", "p2p") == "all_gather"
 
 
 def cp_a2a_size(plan: ParallelPlan) -> int:

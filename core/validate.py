@@ -492,6 +492,12 @@ ASSUMPTIONS = {
     "cp-comm-type-from-notes": "the notes state Megatron-Core's --cp-comm-type a2a or a2a+p2p "
                                "(with --hierarchical-context-parallel-sizes): Q, K, V and the "
                                "output all-to-all over the (inner) cp group, not overlapped",
+    "cp-all-gather-exposed": "the notes name an all-gather of K/V for context parallelism in a "
+                             "row that is not torchtitan's (Megatron-Core's --cp-comm-type "
+                             "all_gather, or allgather as its help spells it; Llama 3's CP, Sec. "
+                             "3.3.2, which Transformer Engine's implementation follows): "
+                             "plan.cp_comm_type all_gather, K/V all-gathered before the core and "
+                             "their gradients reduce-scattered after it, not overlapped",
     "cp-ulysses-a2a": "the notes name Ulysses (DeepSpeed-Ulysses) or an all-to-all (a2a) "
                       "context-parallel exchange, used and no ring named: the all-to-all over "
                       "the whole cp group (plan.cp_comm_type a2a, as Megatron-Core's "
@@ -1566,12 +1572,14 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     default all-gather rotation (``allgather``), the CP of torchtitan rows whose notes name
     no ring (assumption ``torchtitan-cp-allgather``); Megatron-Core's all-to-all exchanges
     stated in the notes (``cp_comm_type a2a``; ``a2a+p2p`` with its
-    ``hierarchical_context_parallel_sizes``), and Ulysses (``cp-ulysses-a2a``). Refused by
-    name: notes naming another exchange (:data:`_CP_COMM_OTHER`: Megatron's ``allgather``
-    (Transformer Engine's, not overlapped), a2a+p2p without its group sizes, one type per
-    layer that differ; an all-gather of K/V outside torchtitan, such as Llama 3's), and CP of
-    another framework than Megatron-Core / NeMo / torchtitan whose notes do not name the
-    ring (:data:`_CP_COMM_P2P`).
+    ``hierarchical_context_parallel_sizes``), and Ulysses (``cp-ulysses-a2a``); an all-gather
+    of K/V named in the notes of a row that is not torchtitan's, Megatron-Core's
+    ``cp_comm_type all_gather`` (or ``allgather``, its help's spelling) or Llama 3's
+    (``all_gather``, assumption ``cp-all-gather-exposed``). Refused by name: notes naming
+    another exchange (:data:`_CP_COMM_OTHER`: a2a+p2p without its group sizes, one type per
+    layer that differ), and CP of another framework than
+    Megatron-Core / NeMo / torchtitan whose notes do not name the ring or an all-gather
+    (:data:`_CP_COMM_P2P`).
     """
     torchtitan = bool(re.search(r"torchtitan", framework, re.I))
     other_why = ("only the ring (Megatron-Core's cp_comm_type p2p), Megatron-Core's all-to-all "
@@ -1589,6 +1597,12 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
         if kinds == {"a2a"}:
             row.assume("cp-comm-type-from-notes", stated.group(0).strip())
             return "a2a", None
+        if kinds == {"allgather"} and (_MEGATRON.search(framework) or (
+                not framework.strip() and "all_gather" in stated.group(1).lower())):
+            # Transformer Engine's (Megatron-LM's help spells it allgather); without a framework
+            # the session's terms, where allgather is PyTorch's and stays refused here
+            row.assume("cp-all-gather-exposed", stated.group(0).strip())
+            return "all_gather", None
         if kinds == {"a2a+p2p"}:
             sizes = _CP_HIERARCHY.search(notes)
             if sizes and cp is not None and int(sizes.group(1)) * int(sizes.group(2)) != cp:
@@ -1632,6 +1646,10 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
             or (rotate and not framework.strip())):  # no framework: the session's own terms
         row.assume("torchtitan-cp-allgather", other.group(0).strip() if other else "")
         return "allgather", None  # PyTorch context_parallel's default, or said so
+    if other and other is not rotate and not torchtitan and re.fullmatch(r"all[- ]?gather\w*", (kw.search(
+            notes, other.start(), other.end()) or other).group(0), re.I):
+        row.assume("cp-all-gather-exposed", other.group(0).strip())
+        return "all_gather", None  # Megatron-Core's / TE's, as Llama 3 describes it
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "
@@ -2726,8 +2744,8 @@ def published_columns(session: Session) -> dict[str, Any]:
     kind = getattr(pl, "cp_comm_type", "p2p")
     if cp > 1 and kind == "allgather":  # PyTorch's, named
         out["notes"] = "context_parallel_rotate_method allgather"
-    elif cp > 1 and kind == "a2a":
-        out["notes"] = "cp_comm_type a2a"
+    elif cp > 1 and kind in ("a2a", "all_gather"):
+        out["notes"] = f"cp_comm_type {kind}"
     elif cp > 1 and kind == "a2a+p2p":
         out["notes"] = (f"cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes "
                         f"[{pl.cp_a2a_size}, {cp // pl.cp_a2a_size}]")

@@ -389,6 +389,7 @@ def test_a_cp_group_straddling_a_node_boundary_is_priced_across_nodes():
     dict(schedule="1f1b", p=2, recompute="full", zero_stage=2, overlap_grad_reduce=True),
     dict(schedule="1f1b", p=2, cp_comm_type="a2a"),
     dict(schedule="zb-h1", p=2, cp_comm_type="a2a+p2p", cp_a2a_size=2),
+    dict(schedule="interleaved", p=2, virtual_pipeline_stages=2, cp_comm_type="all_gather"),
 ])
 def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
     """The sweep's per-stage spans (side tasks of the ring included) give the op-level graph's
@@ -567,13 +568,83 @@ def test_megatron_round_trip_of_the_a2a_exchanges():
         assert (back.cp_comm_type, back.cp_a2a_size, back.context_parallel) == (kind, size, 8)
 
 
+# --------------------------------------------------------------------------- all_gather
+
+def test_all_gather_core_is_the_rings_flops_in_two_chunk_kernels():
+    """Megatron-Core's all-gather exchange (TE's AttnFuncWithCPAndKVAllGather): the rank's two
+    chunks of s/(2cp) queries each attend to their K/V prefix in one kernel, as many pairs as the
+    ring's cp causal steps (cp * (s/cp)^2 / 2 in all), plus the gathered K/V's reorder
+    (read and write 2 (s) g/t kv elements of K and V) and the output's copy; the backward
+    adds the gradients' zeroing, accumulation and reorder. The token-wise ops are the ring's."""
+    S, cp = 65536, 8
+    ring = op_key(_session(seq=S, cp=cp, t=2))
+    ag = op_key(_session(seq=S, cp=cp, t=2, cp_comm_type="all_gather"))
+    assert (ag["cpg"], ring["cpg"], ag["cpa"]) == (1, 0, 1)
+    heads, groups, dh, e = 32 // 2, 8 // 2, 128, 2
+    kv_all = e * S * dh * 2 * groups  # the gathered K and V of the whole sequence, bytes
+    for core in ("attention_core_fwd", "attention_core_bwd"):
+        assert _flops(core, ag) == pytest.approx(_flops(core, ring), rel=1e-12)
+        gemms = [k for k in op_kernels(core, ag) if k.is_gemm]
+        assert [(k.m, k.n, k.k, k.batch) for k in gemms] == [(S // cp // 2, S // 2, dh, heads)] * 2
+    fwd_mem = sum(k.bytes for k in op_kernels("attention_core_fwd", ag) if not k.is_gemm)
+    assert fwd_mem == pytest.approx(2 * kv_all + 2 * e * (S // cp) * dh * heads, rel=1e-12)
+    bwd_mem = sum(k.bytes for k in op_kernels("attention_core_bwd", ag) if not k.is_gemm)
+    assert bwd_mem == pytest.approx(7 * kv_all, rel=1e-12)
+    for op in ("mlp_fwd", "mlp_bwd", "output_fwd"):
+        assert op_kernels(op, ag) == op_kernels(op, ring)
+
+
+def test_all_gather_exchange_is_exposed_gather_forward_gather_and_reduce_scatter_backward():
+    """Nothing of it is hidden: per attention op the forward waits for the all-gather of the
+    cp K/V blocks, the backward for the all-gather again and the reduce-scatter of the K/V
+    gradients (CommModel's collectives over the cp ranks, t apart: one node at t*cp = 8); the
+    report's exchange is L * m * (forward + backward) without recomputation."""
+    s = _session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type="all_gather",
+                 recompute="none")
+    check(s)
+    store = session_profile(s)
+    comm = CommModel(store, s.plan, s.cluster)
+    full = 4 * model_math.cp_kv_block_bytes(s.model, s.plan)
+    gather, scatter = comm.cp_all_gather(full), comm.cp_reduce_scatter(full)
+    assert gather == pytest.approx(comm.collective_overhead_s + comm.intra("all_gather", 4, full),
+                                   rel=1e-12)
+    assert scatter == pytest.approx(
+        comm.collective_overhead_s + comm.intra("reduce_scatter", 4, full), rel=1e-12)
+    times = stage_times(s, store).op_times_s
+    assert times["cp_fwd_hidden"] == times["cp_bwd_hidden"] == 0.0
+    assert times["cp_fwd_exposed"] == pytest.approx(gather, rel=1e-12)
+    assert times["cp_bwd_exposed"] == pytest.approx(gather + scatter, rel=1e-12)
+    r = simulate(s).report
+    assert r.cp_comm_s == pytest.approx(
+        s.model.num_layers * s.plan.num_microbatches * (2 * gather + scatter), rel=1e-9)
+    total = r.compute_s + r.comm_s + r.pp_comm_s + r.cp_comm_s + r.bubble_s + r.imbalance_s
+    assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
+
+
+def test_megatron_round_trip_of_the_all_gather_exchange():
+    """plan.cp_comm_type all_gather exports as --cp-comm-type all_gather (Transformer Engine's
+    value, which Megatron-Core passes on) and reads back; PyTorch's allgather has no Megatron
+    argument."""
+    from core.megatron_args import (MegatronArgsError, export_arguments, read_launch,
+                                    session_from_launch)
+    s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type="all_gather")
+    check(s)
+    text = " ".join(export_arguments(s))
+    assert "--cp-comm-type all_gather" in text
+    back = session_from_launch(read_launch(text, "x.sh"), num_gpus=16).session.plan
+    assert (back.cp_comm_type, back.context_parallel) == ("all_gather", 8)
+    with pytest.raises(MegatronArgsError, match="no Megatron-LM argument"):
+        export_arguments(dataclasses.replace(s, plan=dataclasses.replace(
+            s.plan, cp_comm_type="allgather")))
+
+
 def test_trace_names_the_cp_exchange_and_its_lane_for_every_exchange(tmp_path):
     """The Perfetto trace names the exchange's tasks cp_exchange (a ring, an all-gather or an
     all-to-all) on a "CP exchange" thread."""
     import json
     from core.trace import trace_events
     from core.simulate import simulate
-    for kind in ("p2p", "a2a"):
+    for kind in ("p2p", "a2a", "all_gather"):
         res = simulate(_session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type=kind))
         trace = trace_events(res.graph, res.schedule)
         names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}

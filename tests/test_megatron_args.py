@@ -1052,22 +1052,24 @@ def test_block_recompute_num_layers_counts_per_model_chunk(extra, n, expected):
 def test_cp_comm_type_must_be_one_of_megatrons(tmp_path, value):
     text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2",
                                   f"--context-parallel-size 2 --cp-comm-type {value}")
-    with pytest.raises(MegatronArgsError, match="expected p2p, a2a, allgather or a2a\\+p2p"):
+    with pytest.raises(MegatronArgsError, match="expected p2p, a2a, all_gather or a2a\\+p2p"):
         import_file(_write(tmp_path, "cp.sh", text))
 
 
 @pytest.mark.parametrize("value, kind, refused", [
     ("p2p", "p2p", None), ("a2a", "a2a", None),
-    ("allgather", None, "allgather: Transformer Engine's all-gather exchange"),
+    # Transformer Engine's all-gather exchange: TE's name, and Megatron-LM's help's spelling
+    ("all_gather", "all_gather", None), ("allgather", "all_gather", None),
     ("a2a+p2p", None, "cp_comm_type 'a2a+p2p' needs cp_a2a_size"),  # no hierarchical sizes
     ("\"['p2p','p2p']\"", "p2p", None),
     ("\"['p2p','a2a']\"", None, "one exchange per layer that differ is not modelled"),
 ])
 def test_cp_comm_type_other_than_the_modelled_ones_is_refused(tmp_path, value, kind, refused):
-    """--cp-comm-type: the ring (p2p, Megatron-Core's default) and the all-to-all (a2a) are
-    plan.cp_comm_type; Transformer Engine's allgather, a2a+p2p without its hierarchical sizes
-    and a per-layer list of different types refuse the launch by name at cp > 1; nothing
-    changes at cp = 1."""
+    """--cp-comm-type: the ring (p2p, Megatron-Core's default), the all-to-all (a2a) and
+    Transformer Engine's all-gather (all_gather, or allgather as Megatron-LM's help spells it;
+    never PyTorch's overlapped allgather) are plan.cp_comm_type; a2a+p2p without its
+    hierarchical sizes and a per-layer list of different types refuse the launch by name at
+    cp > 1; nothing changes at cp = 1."""
     from core.config import check
     text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2",
                                   f"--context-parallel-size 2 --cp-comm-type {value}")
@@ -1095,6 +1097,9 @@ def test_export_refuses_pytorchs_allgather_context_parallelism():
     s.plan.cp_comm_type = "p2p"
     args = export_arguments(s)
     assert args[args.index("--context-parallel-size") + 1] == "2" and "--cp-comm-type" not in args
+    s.plan.cp_comm_type = "all_gather"  # Transformer Engine's: TE's own name, which TE checks
+    args = export_arguments(s)
+    assert args[args.index("--cp-comm-type") + 1] == "all_gather"
 
 
 @pytest.mark.parametrize("extra, flag", [

@@ -332,7 +332,11 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("torchtitan (FSDP2)", "DeepSpeed-Ulysses sequence parallel", None),
     ("Megatron-LM", "TP ring all-reduce", "p2p"),
     ("Megatron-Bridge", "cp_comm_type a2a", "a2a"),
-    ("Megatron-LM", "cp_comm_type: 'allgather'", None),  # Transformer Engine's, not overlapped
+    # Transformer Engine's all-gather, not overlapped: TE's name and Megatron-LM's help's
+    ("Megatron-LM", "cp_comm_type: 'allgather'", "all_gather"),
+    ("NeMo 2.0", "cp_comm_type=all_gather", "all_gather"),
+    ("", "cp_comm_type all_gather", "all_gather"),       # the session's own terms
+    ("", "cp_comm_type allgather", None),                # ... where allgather is PyTorch's
     ("Megatron-LM", "hierarchical CP, cp_comm_type a2a+p2p", "no sizes"),
     ("Megatron-LM", "cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes [2, 4]",
      ("a2a+p2p", 2)),
@@ -347,9 +351,10 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("Megatron-Core", "context parallel: all-to-all (a2a)", "a2a"),
     ("Megatron-Core", "no all-to-all CP", "p2p"),
     ("Megatron-LM", "cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes [2, 2]", "no sizes"),
-    ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", None),
+    ("Meta (Llama 3 paper)", "CP all-gathers K/V, then local attention", "all_gather"),
     ("Meta (Llama 3 paper)", "", None),
-    ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", None),
+    ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", "all_gather"),
+    ("Megatron-LM", "no all-gather CP; ring attention", "p2p"),
     ("Megatron-LM", "cp_comm_type=['p2p','a2a']", None),  # a per-layer list naming a2a
     ("Megatron-LM", "cp_comm_type=['p2p','p2p']", "p2p"),
     ("torchtitan (FSDP2)", "CP all-gathers K/V once per pass", "allgather"),
@@ -371,6 +376,7 @@ def test_context_parallel_exchange_of_a_row(framework, notes, expect):
     if expect:
         assert got == (expect if isinstance(expect, tuple) else (expect, None))
         assert ("torchtitan-cp-allgather" in _names(row)) == (expect == "allgather")
+        assert ("cp-all-gather-exposed" in _names(row)) == (expect == "all_gather")
         kind = got[0]
         assert bool({"cp-comm-type-from-notes", "cp-ulysses-a2a"} & _names(row)) == \
             (kind in ("a2a", "a2a+p2p"))
@@ -887,7 +893,8 @@ def test_qkv_bias_from_notes(published, tmp_path, notes, bias):
     assert ("qkv-bias-from-notes" in _names(m)) is bias
 
 
-@pytest.mark.parametrize("kind, size", [("allgather", None), ("a2a", None), ("a2a+p2p", 2)])
+@pytest.mark.parametrize("kind, size", [("allgather", None), ("a2a", None), ("a2a+p2p", 2),
+                                        ("all_gather", None)])
 def test_context_parallel_exchanges_round_trip_through_the_columns(tmp_path, kind, size):
     """published_columns names PyTorch's all-gather exchange and Megatron's all-to-all ones
     in the notes; read back, the session has them again."""
