@@ -114,6 +114,20 @@ _LABELS = {
 
 #: Fields shown in another unit: path -> (factor the stored value is divided by, unit shown).
 _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
+#: Tooltips of a choice field's items where the values alone do not tell them apart
+#: (PyTorch's allgather and Transformer Engine's all_gather are different exchanges).
+_CHOICE_TIPS = {"plan.cp_comm_type": {
+    "p2p": "Ring attention: K/V blocks passed around the cp ranks, overlapped with the attention "
+           "steps (Megatron-Core --cp-comm-type p2p, the default)",
+    "allgather": "PyTorch context_parallel's all-gather rotation (torchtitan): K/V gathered "
+                 "under the first attention step, their gradients passed around the ring",
+    "a2a": "All-to-all (DeepSpeed-Ulysses; --cp-comm-type a2a): heads split over the cp ranks, "
+           "not overlapped",
+    "a2a+p2p": "All-to-all inside groups of 'CP all-to-all group' ranks, the ring between the "
+               "groups (--cp-comm-type a2a+p2p)",
+    "all_gather": "Megatron-Core / Transformer Engine all-gather (--cp-comm-type all_gather): "
+                  "K/V gathered before attention and their gradients reduce-scattered after "
+                  "it, not overlapped (the Llama 3 paper's)"}}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",
@@ -208,6 +222,8 @@ class _FieldBinding(QtCore.QObject):
             if spec.optional:  # the first item stands for None
                 w.addItem(_NONE_TEXT.get(spec.path, "default"))
             w.addItems(list(spec.choices))
+            for value, tip in _CHOICE_TIPS.get(spec.path, {}).items():
+                w.setItemData(w.findText(value), tip, QtCore.Qt.ItemDataRole.ToolTipRole)
             w.currentTextChanged.connect(self._on_combo_text_change)
             return w
         if spec.type_name == "int":

@@ -176,3 +176,18 @@ def test_a_greyed_field_with_an_error_stays_editable(editor):
     assert editor.field_widget("plan.fp8_recipe").isEnabled()
     editor.set_field("plan.precision", "fp8")
     assert editor.field_widget("plan.fp8_recipe").isEnabled()
+
+
+def test_cp_exchange_items_say_which_framework_each_is(editor):
+    """PyTorch's allgather and Transformer Engine's all_gather are different exchanges: each
+    item of the CP exchange list says whose it is and whether it overlaps (tester: two values a
+    letter apart)."""
+    from PySide6 import QtCore
+
+    from core.config import CP_COMM_TYPES
+    w = editor.field_widget("plan.cp_comm_type")
+    tips = {w.itemText(i): w.itemData(i, QtCore.Qt.ItemDataRole.ToolTipRole)
+            for i in range(w.count())}
+    assert set(tips) == set(CP_COMM_TYPES) and all(tips.values())
+    assert "torchtitan" in tips["allgather"] and "under the first" in tips["allgather"]
+    assert "Transformer Engine" in tips["all_gather"] and "not overlapped" in tips["all_gather"]
