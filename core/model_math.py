@@ -761,7 +761,8 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     tensor adds it back (``10``); their fc2 input is ``mlp/(4 or 6)`` of ``mlp``.
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
-    no ``s x s`` term; the K/V blocks in flight are transient buffers, not counted).
+    no ``s x s`` term; the exchange's K/V buffers are transient, one layer's at a time:
+    :func:`cp_exchange_buffer_bytes`, added by :func:`stage_memory_arrays`).
 
     Selective recomputation by module (Megatron-Core ``--recompute-modules``,
     :func:`core.config.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
@@ -1893,6 +1894,39 @@ def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, fl
     return n * blk, 2 * n * blk
 
 
+def cp_exchange_buffer_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of the context-parallel exchange's buffers that one GPU holds at once while one
+    attention layer runs (transient: one layer at a time, freed after it; the backward's, the
+    larger), per exchange (``plan.cp_comm_type``), with ``blk`` the K/V block of
+    :func:`cp_kv_block_bytes`:
+
+    * ``p2p`` (Transformer Engine's ring): the K/V block being sent and the one being received,
+      and in the backward those of the dK/dV blocks too, ``4 blk``;
+    * ``allgather`` (PyTorch's): the gathered K/V of the whole sequence, ``cp blk``, and the
+      dK/dV blocks passed around the ring, ``2 blk``;
+    * ``all_gather`` (TE's ``AttnFuncWithCPAndKVAllGather``): the gathered K/V put in sequence
+      order, the whole sequence's dK/dV and their copy put back in chunk order for the
+      reduce-scatter, ``3 cp blk``;
+    * ``a2a``: the all-to-all's send and receive buffers of Q, K and V (the larger of its two,
+      :func:`cp_a2a_bytes`), twice that; ``a2a+p2p`` adds the ring's ``4 blk``.
+
+    0 without context parallelism. Approximate: TE's own temporaries (the softmax statistics,
+    the per-step outputs) are not counted."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    blk = cp_kv_block_bytes(model, plan)
+    kind = getattr(plan, "cp_comm_type", "p2p")
+    if kind == "allgather":
+        return (cp + 2) * blk
+    if kind == "all_gather":
+        return 3 * cp * blk
+    ring = 4 * blk if cp // cp_a2a_size(plan) > 1 else 0.0
+    if cp_a2a_size(plan) > 1:
+        return 2 * max(cp_a2a_bytes(model, plan)) + ring
+    return ring
+
+
 # --------------------------------------------------------------------------- multi-token prediction
 
 
@@ -2607,6 +2641,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
     keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
     ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
+    Context parallelism adds, on every stage with layers, the buffers of the exchange of the
+    attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
     """
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
@@ -2649,6 +2685,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
+    if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
+        acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
     return weights.copy(), grads.copy(), opt.copy(), acts
 
 

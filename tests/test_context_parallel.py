@@ -240,8 +240,37 @@ def test_activation_memory_is_korthikantis_with_s_over_cp():
     s = _session(seq=131072, cp=8, t=4, recompute="none")
     mem = model_math.stage_memory(s.model, s.plan)[-1]
     one = model_math.stage_memory(s.model, dataclasses.replace(s.plan, context_parallel=1))[-1]
-    assert mem.activations_bytes == pytest.approx(one.activations_bytes / 8, rel=1e-12)
+    # plus the ring's buffers of the layer running: K/V and dK/dV, sent and received
+    blk = 1 * (131072 // 8) * 2 * (8 // 4) * 128 * 2
+    assert model_math.cp_kv_block_bytes(s.model, s.plan) == blk
+    assert mem.activations_bytes == pytest.approx(one.activations_bytes / 8 + 4 * blk, rel=1e-12)
     assert mem.weights_bytes == one.weights_bytes  # every cp rank holds the weights
+
+
+@pytest.mark.parametrize("kind, size, blocks", [
+    ("p2p", None, 4), ("allgather", None, 4 + 2), ("all_gather", None, 3 * 4),
+    ("a2a", None, None), ("a2a+p2p", 2, None)])
+def test_exchange_buffers_of_one_layer_are_counted_once_on_every_stage(kind, size, blocks):
+    """The exchange's buffers (transient, one layer's at a time) join every stage's activations
+    once, whatever the micro-batches in flight: the ring's K/V and dK/dV blocks sent and received
+    (4 blocks), PyTorch's gathered K/V plus the ring's dK/dV (cp + 2), TE's reordered gathered
+    K/V, whole dK/dV and its reordered copy (3 cp), the all-to-all's send and receive buffers of
+    Q, K, V (twice the larger buffer; a2a+p2p plus the ring's 4 blocks)."""
+    s = _session(seq=131072, cp=4, t=2, p=2, B=8, recompute="none", cp_comm_type=kind,
+                 cp_a2a_size=size)
+    check(s)
+    blk = model_math.cp_kv_block_bytes(s.model, s.plan)
+    if blocks is None:
+        before = model_math.cp_a2a_bytes(s.model, s.plan)[0]
+        assert before == 1 * (131072 // 4) * (16 + 2 * 4) * 128 * 2  # Q, K, V of the rank
+        expect = 2 * before + (4 * blk if size else 0.0)
+    else:
+        expect = blocks * blk
+    assert model_math.cp_exchange_buffer_bytes(s.model, s.plan) == pytest.approx(expect, rel=1e-12)
+    base = dataclasses.replace(s.plan, cp_comm_type="p2p", cp_a2a_size=None)
+    got = [m.activations_bytes for m in model_math.stage_memory(s.model, s.plan)]
+    ring = [m.activations_bytes for m in model_math.stage_memory(s.model, base)]
+    assert got == pytest.approx([r - 4 * blk + expect for r in ring], rel=1e-12)
 
 
 def test_distributed_optimizer_shards_over_d_times_cp():
