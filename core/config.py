@@ -1758,7 +1758,10 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     if t <= g and t * cp > g and (t * cp) % g:
         errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
                                f"size={t}*{cp}={t * cp} spans nodes unevenly: larger than a node, "
-                               f"it must be a multiple of gpus_per_node={g}"))
+                               f"it must be a multiple of gpus_per_node={g}"
+                               + (" (a job that uses fewer GPUs of each NVLink domain, such as 64 "
+                                  "of a GB200 NVL72 rack, sets cluster.gpus_per_node to those)"
+                                  if g > 8 else "")))
     return errs
 
 

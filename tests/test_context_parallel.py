@@ -215,6 +215,17 @@ def test_megatron_rules_of_context_parallelism_name_the_field(change, words):
     assert words in errs[0].message
 
 
+def test_a_cp_group_across_nvl72_racks_says_how_to_use_64_gpus_of_each():
+    """t*cp = 128 on GB200 NVL72 (72 GPUs per NVLink domain) spans racks unevenly; the message
+    says how a job that uses 64 GPUs of each rack is described; with gpus_per_node 64 it runs."""
+    s = _session(seq=131072, cp=16, t=8, gpu="GB200-NVL72", B=1)
+    s.cluster.gpus_per_node = 72
+    (err,) = validate(s)
+    assert err.field == "plan.context_parallel" and "64 of a GB200 NVL72 rack" in err.message
+    s.cluster.gpus_per_node = 64
+    assert validate(s) == []
+
+
 def test_the_unfused_attention_has_no_ring_and_is_refused_by_name():
     s = _session(cp=2, t=8)
     s.model.attention_kernel = "unfused"
