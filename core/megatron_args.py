@@ -1090,8 +1090,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                                     f"expected two sizes A P with A * P = "
                                     f"--context-parallel-size {cp}")
         if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p":
-            # (the sizes only matter to a2a+p2p; Megatron-Core builds no groups for the others)
             mp.set("--hierarchical-context-parallel-sizes", "plan.cp_a2a_size", sizes[0])
+        else:  # the sizes only matter to a2a+p2p; Megatron-Core builds no groups for the others
+            late_ignored.append(("--hierarchical-context-parallel-sizes", "without "
+                                 "--cp-comm-type a2a+p2p (and --context-parallel-size > 1) it has "
+                                 "no effect"))
     ep = _int(args, "--expert-model-parallel-size", src) or 1
     if take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
         mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
@@ -1399,14 +1402,17 @@ _ALSO_SETS = {"model.attention_kernel": ("--transformer-impl", "--use-legacy-mod
 def field_origin(target: str, given: Any) -> str | None:
     """What set ``section.field`` in an import, for messages: ``"set by --bf16, --fp8-format"``
     naming only the arguments among ``given`` (the launch's ``--names``) that map to it,
-    ``"Megatron-LM's default"`` when the launch gives none of them, None when no Megatron-LM
-    argument maps to the field (the world size, the cluster)."""
+    ``"no --hierarchical-context-parallel-sizes in the launch: Megatron-LM's default"`` when
+    the launch gives none of them (the arguments it could give named), None when no
+    Megatron-LM argument maps to the field (the world size, the cluster)."""
     flags = [f for f, arg in ARGUMENTS.items() if target in arg.targets]
     flags += [f for f in _ALSO_SETS.get(target, ()) if f not in flags]
     if not flags:
         return None
     present = [f for f in flags if f in given]
-    return f"set by {', '.join(present)}" if present else "Megatron-LM's default"
+    if present:
+        return f"set by {', '.join(present)}"
+    return f"no {' or '.join(flags)} in the launch: Megatron-LM's default"
 
 
 # --------------------------------------------------------------------------- mapping out

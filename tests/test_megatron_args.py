@@ -937,7 +937,9 @@ def test_errors_name_only_the_arguments_the_launch_gives(tmp_path, capsys):
     Megatron-LM's default when it gives none."""
     assert field_origin("plan.precision", {"--bf16", "--fp8-format", "--lr"}) == \
         "set by --bf16, --fp8-format"
-    assert field_origin("plan.precision", {"--lr"}) == "Megatron-LM's default"
+    assert field_origin("plan.precision", {"--lr"}).endswith("in the launch: Megatron-LM's default")
+    assert field_origin("plan.cp_a2a_size", {"--lr"}) == (
+        "no --hierarchical-context-parallel-sizes in the launch: Megatron-LM's default")
     assert field_origin("model.attention_kernel", {"--transformer-impl"}) == \
         "set by --transformer-impl"
     assert field_origin("plan.data_parallel", {"--lr"}) is None  # the world size sets it
@@ -1083,6 +1085,19 @@ def test_cp_comm_type_other_than_the_modelled_ones_is_refused(tmp_path, value, k
     one = import_file(_write(tmp_path, "cp1.sh", text.replace("--context-parallel-size 2",
                                                               "--context-parallel-size 1")))
     assert one.session.plan.context_parallel == 1
+
+
+@pytest.mark.parametrize("comm", ["--cp-comm-type p2p ", ""])
+def test_hierarchical_sizes_without_a2a_p2p_are_listed_as_having_no_effect(tmp_path, comm):
+    """--hierarchical-context-parallel-sizes only matters to a2a+p2p: with the ring (given or
+    Megatron's default) it is listed among the ignored arguments, never dropped unsaid
+    (tester)."""
+    text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2", "--context-parallel-size 2 " + comm
+                                  + "--hierarchical-context-parallel-sizes 2 1")
+    res = import_file(_write(tmp_path, "cp.sh", text))
+    assert res.session.plan.cp_a2a_size is None and res.session.plan.cp_comm_type == "p2p"
+    why = dict(res.ignored)["--hierarchical-context-parallel-sizes"]
+    assert "without --cp-comm-type a2a+p2p" in why and "no effect" in why
 
 
 def test_export_refuses_pytorchs_allgather_context_parallelism():
