@@ -4,8 +4,9 @@ rich's own :class:`rich.console.Console` exits with status 1 when the reader of 
 away (``vtrain ... | head``); this one raises :class:`BrokenPipeError` instead, which
 :func:`core.cli.main` turns into a quiet exit with status 0, as for plain output. Written
 to a pipe or a file (and with no ``COLUMNS`` set) it does not hard-wrap text at 80
-columns, so values and warnings stay on one line for ``grep`` and logs, and its lines carry
-no trailing spaces (rich pads every row of a table to the table's width).
+columns, so values and warnings stay on one line for ``grep`` and logs; there its lines
+carry no trailing spaces (rich pads every row of a table to the table's width), with
+``COLUMNS`` set too.
 
 Text that comes from files (model names, GPU kinds, job names, paths, provenance, warnings
 quoting them) goes through :func:`esc` before it is put into markup or a table cell.
@@ -32,9 +33,10 @@ class Console(rich.console.Console):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not self.is_terminal and "COLUMNS" not in os.environ and "width" not in kwargs:
-            self.width = PIPE_WIDTH
-            self.soft_wrap = True
+        if not self.is_terminal:
+            if "COLUMNS" not in os.environ and "width" not in kwargs:
+                self.width = PIPE_WIDTH
+                self.soft_wrap = True
             self.file = _StripTrailingSpaces(self.file)
 
     def on_broken_pipe(self) -> None:

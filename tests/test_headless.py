@@ -192,3 +192,8 @@ def test_report_into_a_pipe_has_no_trailing_spaces(tmp_path):
     params = next(ln for ln in lines if ln.startswith("Parameters"))
     assert params.endswith("for t=8)") and len(params) < 80
     assert max(len(ln) for ln in lines) > 100  # the error band's line, wrapped at 160 not 80
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "simulate",  # COLUMNS: its width
+                           str(EXAMPLES / "mtnlg_530b.json")], cwd=ROOT, capture_output=True,
+                          text=True, env={**env, "COLUMNS": "80"})
+    assert proc.returncode == 0 and [ln for ln in proc.stdout.splitlines()
+                                     if ln != ln.rstrip(" ")] == []
