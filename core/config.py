@@ -626,12 +626,15 @@ class ParallelPlan:
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
         (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
-        left out while that field is off: it changes nothing then.
+        left out while that field is off: it changes nothing then; so are sequence parallelism
+        and the TP communication overlap at ``t = 1``, where they change nothing either.
         """
         parts = []
         for f in dataclasses.fields(self):
             how = f.metadata.get("label", "changed")
             value = getattr(self, f.name)
+            if f.name in ("sequence_parallel", "tp_comm_overlap") and self.tensor_parallel == 1:
+                continue
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):

@@ -222,6 +222,33 @@ class SweepSpace:
             out += ("zero_stage",)
         return out
 
+    def excludes(self, plan: ParallelPlan) -> str | None:
+        """Why ``plan`` is outside this space, in words (the first of its GPU count and its
+        swept sizes that the space does not allow), or None when none of them rules it out
+        (it may still break a configuration rule or not be enumerated for another reason)."""
+        n, counts = plan.num_gpus, self.gpu_counts()
+        if counts is not None and n not in counts:
+            return f"it uses {n:,} GPUs and the sweep {', '.join(f'{c:,}' for c in counts)}"
+        if self.max_gpus is not None and n > self.max_gpus:
+            return f"it uses {n:,} GPUs, more than the sweep's {self.max_gpus:,}"
+        if self.max_data_parallel is not None and plan.data_parallel > self.max_data_parallel:
+            return (f"its data-parallel size {plan.data_parallel} is above the sweep's "
+                    f"{self.max_data_parallel}")
+        for name, values, value in (
+                ("tensor-parallel size", self.tensor_parallel, plan.tensor_parallel),
+                ("pipeline-parallel size", self.pipeline_parallel, plan.pipeline_parallel),
+                ("data-parallel size", self.data_parallel, plan.data_parallel),
+                ("micro-batch size", self.micro_batch_sizes, plan.micro_batch_size),
+                ("schedule", self.schedules, plan.schedule),
+                ("recomputation", self.recompute, plan.recompute),
+                ("context-parallel size", self.context_parallel, plan.context_parallel),
+                ("expert-parallel size", self.expert_parallel, plan.expert_parallel),
+                ("ZeRO stage", self.zero_stages, plan.zero_stage)):
+            if values is not None and value not in tuple(values):
+                return (f"its {name} {value} is not among the sweep's "
+                        f"{', '.join(str(v) for v in values)}")
+        return None
+
     def gpu_counts(self) -> tuple[int, ...] | None:
         """``num_gpus`` as a sorted tuple, or None when unset."""
         if self.num_gpus is None:
@@ -998,11 +1025,13 @@ class SweepResult:
         ``interval_note`` (the error bands' nominal coverage, and why there are none), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
-        plan dict or None); with ``include_all``, ``plans`` (every row).
+        plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or None); with ``include_all``, ``plans`` (every row).
         """
         pick = (lambda i: None if i is None else self.row(i))
         own = self.index_of(self.session.plan)
         config: dict[str, Any] = {"in_sweep": own is not None}
+        if own is None:
+            config["why_not"] = self.space.excludes(self.session.plan)
         if own is not None:
             dom = self.dominated_by(own) if self.fits_in_memory[own] else np.empty(0, np.int64)
             config.update(plan=self.row(own), on_pareto_front=bool(self.pareto[own]),

@@ -388,6 +388,10 @@ def test_plan_key_and_label_derive_from_every_field():
     assert plan(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te").label().endswith(
         "ce_fusion ce_impl=te")
     assert plan(sequence_parallel=True, zero_stage=1).label() == "t=8 p=16 d=4 b=1 1f1b recompute=none sp zero=1"
+    # at t = 1 sequence parallelism and the TP overlap change nothing: not labelled (tester)
+    one = plan(tensor_parallel=1, data_parallel=32)
+    assert plan(tensor_parallel=1, data_parallel=32, sequence_parallel=True,
+                tp_comm_overlap=True).label() == one.label() == "t=1 p=16 d=32 b=1 1f1b recompute=none"
 
 
 def test_stage_time_cache_never_serves_another_plans_times():

@@ -453,7 +453,8 @@ def test_cli_json_names_the_config_plan_and_what_dominates_it(capsys):
         assert dom["training_days"] <= own["plan"]["training_days"]
         assert dom["cost_usd"] <= own["plan"]["cost_usd"]
     assert main(["sweep", str(cfg), "--json", "--micro-batch-sizes", "16"]) == 0
-    assert json.loads(capsys.readouterr().out)["config"] == {"in_sweep": False}
+    assert json.loads(capsys.readouterr().out)["config"] == {
+        "in_sweep": False, "why_not": "its micro-batch size 4 is not among the sweep's 16"}
 
 
 def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(capsys):
@@ -461,7 +462,27 @@ def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(cap
     assert main(["sweep", str(cfg), "--micro-batch-sizes", "16", "--deadline-days", "0.01"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "No plan that fits finishes within 0.01 days; the fastest plan that fits takes" in out
-    assert "The config's own plan (t=2 p=2 d=2 b=4 1f1b recompute=none) is not among" in out
+    assert ("The config's own plan (t=2 p=2 d=2 b=4 1f1b recompute=none) is not among the swept "
+            "plans: its micro-batch size 4 is not among the sweep's 16.") in out
+    assert main(["sweep", str(cfg), "--gpus", "16"]) == 0  # the config's plan has 8 GPUs
+    out = " ".join(capsys.readouterr().out.split())
+    assert "is not among the swept plans: it uses 8 GPUs and the sweep 16." in out
+
+
+def test_space_says_why_it_excludes_a_plan():
+    """SweepSpace.excludes names the first of the plan's GPU count and swept sizes the space
+    does not allow (tester: 'not among the swept plans' gave no reason)."""
+    from core.config import ParallelPlan
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
+                        micro_batch_size=4, global_batch_size=64, context_parallel=1)
+    assert SweepSpace(num_gpus=8).excludes(plan) is None
+    assert SweepSpace(max_gpus=4).excludes(plan) == "it uses 8 GPUs, more than the sweep's 4"
+    assert SweepSpace(num_gpus=8, tensor_parallel=[1, 4]).excludes(plan) == \
+        "its tensor-parallel size 2 is not among the sweep's 1, 4"
+    assert SweepSpace(num_gpus=8, context_parallel=[2]).excludes(plan) == \
+        "its context-parallel size 1 is not among the sweep's 2"
+    assert SweepSpace(num_gpus=8, schedules=["interleaved"]).excludes(plan) == \
+        "its schedule 1f1b is not among the sweep's interleaved"
 
 
 def test_cli_table_output(capsys):

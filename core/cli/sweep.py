@@ -312,8 +312,10 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
     if own is None:
         p = s.plan
-        console.print(f"The config's own plan ({p.label()}) is not among the swept plans: outside "
-                      "the budget or the candidate values, or it breaks a configuration rule.")
+        why = result.space.excludes(p)
+        console.print(f"The config's own plan ({p.label()}) is not among the swept plans: "
+                      + (f"{why}." if why else "outside the budget or the candidate values, or it "
+                         "breaks a configuration rule."))
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
     elif not result.fits_in_memory[own]:
