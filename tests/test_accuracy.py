@@ -463,9 +463,11 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
     ({"recompute": "selective (fraction of blocks not stated)"},
      "selective recomputation (other than Megatron's)", "fraction of the layers"),
     ({"notes": '"x; sliding window"'}, "sliding-window attention", "sliding-window"),
-    ({"recompute": "selective (per-op SAC)"},
+    ({"recompute": "selective (per-op SAC)", "framework": "torchtitan"},
      "per-op selective checkpointing (not modelled in this plan)",
      "recompute='selective_op' with tensor_parallel_size=2 needs sequence_parallel"),
+    ({"recompute": "selective (per-op SAC)"},  # Megatron-LM recomputes by module
+     "selective recomputation (other than Megatron's)", "recomputes by module"),
     ({"gpu": "H100 NVL"}, "GPU kind without a shipped profile", "'H100 NVL' has no shipped profile"),
     ({"fsdp": "maybe"}, "unreadable fsdp", "expected y or n"),
     ({"num_gpus": 32}, "GPU count", "num_gpus=32 disagrees with t*p*d=16"),
