@@ -254,6 +254,22 @@ def schedule_times_without_transfers(session: Session, st: StageTimes
     return out[0], out[1], out[n - 1]
 
 
+def small_nvlink_domain_note(c, n: int) -> str | None:
+    """A warning when cluster ``c``'s nodes are of 8 GPUs or fewer (an HGX board's, a common
+    default) while its GPU kind's NVLink domain has more (a GB200 NVL72 rack: 72) and a job of
+    ``n`` GPUs spans several of them:
+    the groups beyond a node are priced over the network, which on such a system they need not
+    be (``cluster.gpus_per_node`` 8, a common default, kept when the GPU is changed); None
+    otherwise. A job that uses part of each rack (64 of 72) sets ``gpus_per_node`` to that."""
+    from .config import GPU_NVLINK_DOMAIN
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if not domain or domain <= 8 or c.gpus_per_node > 8 or n <= c.gpus_per_node:
+        return None
+    return (f"cluster.gpus_per_node={c.gpus_per_node} is below the {c.gpu}'s NVLink domain of "
+            f"{domain} GPUs: what spans more than {c.gpus_per_node} GPUs is priced over the "
+            f"network; set {domain} (or the GPUs the job uses of each rack, e.g. 64)")
+
+
 def simulate(session: Session, store: ProfileStore | None = None,
              coverage: float = DEFAULT_COVERAGE) -> SimulationResult:
     """Simulate one training iteration of ``session``.
@@ -349,6 +365,9 @@ def simulate(session: Session, store: ProfileStore | None = None,
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
     if not fits:
         warnings.append(reason)
+    small = small_nvlink_domain_note(session.cluster, pl.num_gpus)
+    if small:
+        warnings.append(small)
     if fits_peak_fraction(store) and store.op_model.get("peak_fraction", 1.0) == 1.0:
         warnings.append(f"profile {store.device_name} has no data sheet of its own and its "
                         "peak_fraction was never fitted: its GEMMs run at the reference part's "

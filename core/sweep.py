@@ -90,7 +90,7 @@ from .config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SC
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .graph import build_graph, num_chunks, stage_times
-from .simulate import memory_verdict_arrays, session_profile
+from .simulate import memory_verdict_arrays, session_profile, small_nvlink_domain_note
 from .solver import solve
 from .interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
 
@@ -1501,7 +1501,9 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sorted(w + plans_note([plans[i] for i in sorted(idx)]) for w, idx in warned.items()),
+        warnings=sorted(w + plans_note([plans[i] for i in sorted(idx)]) for w, idx in warned.items())
+        + [w for w in [small_nvlink_domain_note(session.cluster, max(
+            (int(x) for x in num_gpus), default=0))] if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,

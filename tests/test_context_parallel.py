@@ -226,6 +226,24 @@ def test_a_cp_group_across_nvl72_racks_says_how_to_use_64_gpus_of_each():
     assert validate(s) == []
 
 
+def test_gb200_with_8_gpu_nodes_is_simulated_with_a_warning_that_names_the_domain():
+    """A session moved to GB200 NVL72 keeps gpus_per_node 8 (a common default): the report and
+    the sweep warn that what spans more than 8 GPUs is priced over the network (tester: GB200
+    silently modelled as 8-GPU nodes); at 72 (or 64) there is no such warning, nor on an H100."""
+    s = _session(seq=131072, cp=16, t=8, gpu="GB200-NVL72", B=1)
+    r = simulate(s).report
+    assert any("cluster.gpus_per_node=8 is below the GB200-NVL72's NVLink domain of 72" in w
+               for w in r.warnings)
+    space = SweepSpace(num_gpus=128, tensor_parallel=[8], pipeline_parallel=[1],
+                       micro_batch_sizes=[1], context_parallel=[16])
+    from core.sweep import run_sweep
+    assert any("NVLink domain of 72" in w for w in run_sweep(s, space).warnings)
+    s.cluster.gpus_per_node = 64
+    assert not any("NVLink domain" in w for w in simulate(s).report.warnings)
+    h100 = _session(seq=131072, cp=16, t=8, gpu="H100-SXM5-80GB", B=1)
+    assert not any("NVLink domain" in w for w in simulate(h100).report.warnings)
+
+
 def test_the_unfused_attention_has_no_ring_and_is_refused_by_name():
     s = _session(cp=2, t=8)
     s.model.attention_kernel = "unfused"
