@@ -530,7 +530,10 @@ class ParallelPlan:
         "all-to-all inside groups of cp_a2a_size ranks and the ring between them; all_gather, "
         "Megatron-Core's (--cp-comm-type all_gather, Transformer Engine's): K/V all-gathered "
         "before attention and their gradients reduce-scattered after it, not overlapped",
-        choices=CP_COMM_TYPES, short="cp_comm")
+        choices=CP_COMM_TYPES, short="cp_comm",
+        choice_notes={"p2p": "the ring", "allgather": "PyTorch's, overlapped",
+                      "a2a": "all-to-all", "a2a+p2p": "hierarchical",
+                      "all_gather": "Megatron-Core's / Transformer Engine's, not overlapped"})
     cp_a2a_size: int | None = _f(
         None, "GPUs", "Ranks of each all-to-all group of the a2a+p2p exchange (the first of "
         "Megatron-Core's --hierarchical-context-parallel-sizes; the ring joins cp / this "
@@ -1361,7 +1364,9 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name} must be at most {MAX_STRING_LENGTH:,} characters long"
         choices = meta.get("choices")
         if choices and meta.get("check_choices", True) and value not in choices:
-            return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
+            notes = meta.get("choice_notes", {})  # what each value is, where names are alike
+            return f"{name}={shown} is not one of " + ", ".join(
+                f"{c} ({notes[c]})" if c in notes else str(c) for c in choices)
         return None
     if base in ("int", "float"):
         integer = base == "int"

@@ -679,6 +679,15 @@ def test_all_gather_exchange_is_exposed_gather_forward_gather_and_reduce_scatter
     assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
 
 
+def test_an_unknown_exchange_is_refused_saying_what_each_value_is():
+    """allgather and all_gather are a letter apart: the refusal of another spelling says which
+    is PyTorch's and which Transformer Engine's (tester)."""
+    s = _session(seq=65536, cp=4, t=2, cp_comm_type="all-gather")
+    (err,) = [e for e in validate(s) if e.field == "plan.cp_comm_type"]
+    assert ("allgather (PyTorch's, overlapped)" in err.message
+            and "all_gather (Megatron-Core's / Transformer Engine's, not overlapped)" in err.message)
+
+
 def test_megatron_round_trip_of_the_all_gather_exchange():
     """plan.cp_comm_type all_gather exports as --cp-comm-type all_gather (Transformer Engine's
     value, which Megatron-Core passes on) and reads back; PyTorch's allgather has no Megatron
