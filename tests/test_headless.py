@@ -197,3 +197,28 @@ def test_report_into_a_pipe_has_no_trailing_spaces(tmp_path):
                           text=True, env={**env, "COLUMNS": "80"})
     assert proc.returncode == 0 and [ln for ln in proc.stdout.splitlines()
                                      if ln != ln.rstrip(" ")] == []
+
+
+def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path, capsys):
+    """vtrain import preset NAME: the editor's presets from the command line (tester: only
+    reachable in the window), with the default plan of an import, the GPU kind's node as its
+    NVLink domain, names matched without case; an unknown name lists the presets (exit 2)."""
+    import dataclasses
+    import json
+
+    from core.cli import main
+    from core.config import MODEL_PRESETS
+    from core.session import load_session
+    out = tmp_path / "s.json"
+    assert main(["import", "preset", "llama 3 70b", "--gpu", "GB200-NVL72", "--out", str(out),
+                 "--seq-length", "16384"]) == 0
+    s = load_session(out)
+    assert s.model == dataclasses.replace(MODEL_PRESETS["Llama 3 70B"], seq_length=16384)
+    assert (s.cluster.gpu, s.cluster.gpus_per_node, s.plan.num_gpus) == ("GB200-NVL72", 72, 8)
+    assert "Llama 3 70B: plan t=8 p=1 d=1" in capsys.readouterr().out
+    for name in MODEL_PRESETS:
+        assert main(["import", "preset", name, "--out", str(out)]) == 0
+        assert main(["simulate", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["num_gpus"] == 8
+    assert main(["import", "preset", "Llama 4", "--out", str(out)]) == 2
+    assert "'Llama 4' is not a preset; the presets are GPT-3 1.3B" in capsys.readouterr().err

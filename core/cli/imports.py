@@ -20,6 +20,23 @@ def add_parser(sub: Any) -> None:
                          description="Turn another tool's model or launch file into a session file.")
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
     import_hf.add_source(isub)
+    from ..config import GPU_KINDS, MODEL_PRESETS
+    pr = isub.add_parser(
+        "preset", help="a published model shape of the editor's presets (Llama 3, Mixtral, "
+                       "Qwen3, DeepSeek-V3, GPT-OSS, GPT-3 ...)",
+        description="Write a session of one of the editor's model presets with a default plan "
+                    "(one 8-GPU node: tensor parallel over the largest of 8, 4, 2, 1 that divides "
+                    "the heads, groups and MLP sizes, data parallel over the rest, full "
+                    "recomputation, bf16), to simulate or sweep from the command line. Presets: "
+                    + "; ".join(MODEL_PRESETS) + ".")
+    pr.add_argument("name", metavar="PRESET", help="preset name, e.g. \"Llama 3 70B\" (quoted)")
+    pr.add_argument("--out", metavar="SESSION.json", required=True,
+                    help="session file to write (atomically)")
+    pr.add_argument("--gpu", metavar="KIND", help="GPU kind (default A100-SXM4-80GB): "
+                    + ", ".join(GPU_KINDS) + "; the node is the kind's NVLink domain (72 GPUs "
+                    "for GB200-NVL72)")
+    pr.add_argument("--seq-length", type=int, metavar="S",
+                    help="sequence length (default: the preset's)")
     m = isub.add_parser(
         "megatron-args", help="a Megatron-LM launch script or argument list",
         description="Read a Megatron-LM / Megatron-Core launch (a shell script with torchrun or "
@@ -52,7 +69,44 @@ def run(args: argparse.Namespace) -> int:
     if args.import_command == "hf":
         from . import import_hf
         return import_hf.run(args)
+    if args.import_command == "preset":
+        return _preset(args)
     return _megatron(args)
+
+
+def _preset(args: argparse.Namespace) -> int:
+    """``vtrain import preset NAME --out SESSION.json [--gpu KIND] [--seq-length S]``."""
+    import dataclasses
+
+    from ..config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ConfigError,
+                          FieldError, Session, check, gpu_kind)
+    from ..hf_import import default_plan
+    from ..session import save_session
+    from ..text import printable
+    names = {n.lower(): n for n in MODEL_PRESETS}
+    name = names.get(" ".join(args.name.split()).lower())
+    if name is None:
+        raise ConfigError([FieldError("PRESET", f"{args.name!r} is not a preset; the presets are "
+                                      + ", ".join(MODEL_PRESETS))])
+    model = dataclasses.replace(MODEL_PRESETS[name])
+    if args.seq_length is not None:
+        if args.seq_length <= 0:
+            raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive "
+                                          "integer")])
+        model.seq_length = args.seq_length
+    cluster = ClusterConfig()
+    if args.gpu:
+        gpu = gpu_kind(args.gpu)
+        if gpu not in GPU_KINDS:
+            raise ConfigError([FieldError("--gpu", f"{args.gpu!r}: known kinds are "
+                                          + ", ".join(GPU_KINDS))])
+        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
+    save_session(session, args.out)
+    print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
+                    f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
+                    "window)"))
+    return 0
 
 
 def _megatron(args: argparse.Namespace) -> int:
