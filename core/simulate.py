@@ -270,6 +270,22 @@ def small_nvlink_domain_note(c, n: int) -> str | None:
             f"network; set {domain} (or the GPUs the job uses of each rack, e.g. 64)")
 
 
+def cp_straddle_note(session: Session) -> str | None:
+    """A warning when context-parallel groups straddle node boundaries: ``t*cp`` smaller than
+    the node but not dividing it, in a job of several nodes (Megatron-Core's rank order puts
+    each group on ``t*cp`` consecutive ranks, so some groups cross from one node into the next
+    and their rings, priced over the network, set the pace; :meth:`core.comm.CommModel.
+    cp_ring_in_node`); None otherwise."""
+    pl, c = session.plan, session.cluster
+    tc, g = pl.tensor_parallel * pl.context_parallel, c.gpus_per_node
+    if pl.context_parallel <= 1 or tc >= g or g % tc == 0 or pl.num_gpus <= g:
+        return None
+    return (f"context-parallel groups of t*cp={tc} GPUs straddle the {g}-GPU nodes ({tc} does not "
+            f"divide {g}): the exchanges of the groups that cross a node boundary run over the "
+            "network and set the pace" + (" (a job that uses 64 GPUs of each rack sets "
+                                          "cluster.gpus_per_node 64)" if g > 8 else ""))
+
+
 def simulate(session: Session, store: ProfileStore | None = None,
              coverage: float = DEFAULT_COVERAGE) -> SimulationResult:
     """Simulate one training iteration of ``session``.
@@ -365,9 +381,10 @@ def simulate(session: Session, store: ProfileStore | None = None,
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
     if not fits:
         warnings.append(reason)
-    small = small_nvlink_domain_note(session.cluster, pl.num_gpus)
-    if small:
-        warnings.append(small)
+    for note in (small_nvlink_domain_note(session.cluster, pl.num_gpus),
+                 cp_straddle_note(session)):
+        if note:
+            warnings.append(note)
     if fits_peak_fraction(store) and store.op_model.get("peak_fraction", 1.0) == 1.0:
         warnings.append(f"profile {store.device_name} has no data sheet of its own and its "
                         "peak_fraction was never fitted: its GEMMs run at the reference part's "

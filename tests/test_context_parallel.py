@@ -244,6 +244,22 @@ def test_gb200_with_8_gpu_nodes_is_simulated_with_a_warning_that_names_the_domai
     assert not any("NVLink domain" in w for w in simulate(h100).report.warnings)
 
 
+def test_cp_groups_straddling_racks_are_simulated_with_a_warning():
+    """t*cp = 64 on 72-GPU NVL72 racks with d = 2: the second group crosses from the first rack
+    into the second, its ring runs over the network; the report says so (tester: the hidden
+    exchange jumped 14x without a word); with 64 GPUs per node, or one group, no warning."""
+    s = _session(seq=131072, cp=8, t=8, d=2, B=2, gpu="GB200-NVL72")
+    s.cluster.gpus_per_node = 72
+    check(s)
+    (w,) = [w for w in simulate(s).report.warnings if "straddle" in w]
+    assert "t*cp=64 GPUs straddle the 72-GPU nodes" in w and "gpus_per_node 64" in w
+    s.cluster.gpus_per_node = 64
+    assert not any("straddle" in w for w in simulate(s).report.warnings)
+    one = _session(seq=131072, cp=8, t=8, d=1, B=2, gpu="GB200-NVL72")
+    one.cluster.gpus_per_node = 72
+    assert not any("straddle" in w for w in simulate(one).report.warnings)
+
+
 def test_the_unfused_attention_has_no_ring_and_is_refused_by_name():
     s = _session(cp=2, t=8)
     s.model.attention_kernel = "unfused"
