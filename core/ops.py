@@ -52,7 +52,8 @@ The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
 work: loss scaling, gradient norm, logging). Attention is the unfused form
 Megatron-LM used (baddbmm, fused scale-mask-softmax, dropout, bmm) or, with
 ``attn=flash``, one FlashAttention kernel per pass (the kernel lists of each
-family are in :mod:`core.model_math`). Each
+family are in :mod:`core.model_math`); FlashAttention's backward sustains
+:data:`FLASH_BWD_RELATIVE_EFFICIENCY` (0.8) of the forward's efficiency. Each
 backward op also accumulates its weight gradients into the gradient buffer
 (read, read, write: ``6`` bytes per parameter in half precision). The output
 op runs Megatron-LM's vocab-parallel cross-entropy on fp32 logits one kernel
@@ -170,10 +171,22 @@ def kernel_fp8(kernels: list[Kernel]) -> np.ndarray:
     return np.array([bool(k.is_gemm and k.dtype in ("fp8", "mxfp8")) for k in kernels], bool)
 
 
+#: What FlashAttention's backward kernel sustains of the FLOP/s its forward sustains, on the
+#: FLOP counts of each (backward 2.5 times the forward: five matmuls to two). Dao, "FlashAttention-2"
+#: (2023), Sec. 4.1 and Fig. 5-6: on A100 the forward reaches up to 73 % of the peak, the backward
+#: about 63 % (0.86); Shah et al., "FlashAttention-3" (2024), Sec. 4.1, H100 BF16: the forward up
+#: to 740 TFLOP/s, the backward 1.5-1.75 times FlashAttention-2's, some 500-550 (about 0.7-0.75).
+#: The middle, 0.8, applies to every GPU kind (cuDNN's fused attention, which Transformer Engine
+#: runs, behaves alike); no measured run of ours pins it (docs/accuracy.md).
+FLASH_BWD_RELATIVE_EFFICIENCY = 0.8
+
+
 def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str, float],
                       device_name: str = "device") -> np.ndarray:
     """Peak FLOP/s of each kernel, shape (k,): its own ``dtype`` (the FP8 GEMMs of FP8 training)
-    or the op's tensor dtype (:func:`core.config.tensor_dtype` of ``dtype``: BF16 for FP8).
+    or the op's tensor dtype (:func:`core.config.tensor_dtype` of ``dtype``: BF16 for FP8); a
+    FlashAttention backward kernel (``flash_attn_bwd``) at :data:`FLASH_BWD_RELATIVE_EFFICIENCY`
+    of it, so that its efficiency is that share of the forward's.
 
     Raises
     ------
@@ -187,6 +200,8 @@ def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str
         if d not in peak_flops:
             raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r}")
         out[i] = float(peak_flops[d])
+        if k.name == "flash_attn_bwd":
+            out[i] *= FLASH_BWD_RELATIVE_EFFICIENCY
     return out
 
 

@@ -373,3 +373,24 @@ def test_import_notes_the_pre_training_length_of_an_extended_context():
                          "embeddings): give --seq-length 8192 to plan pre-training"]
     assert session_from_hf_config(cfg, seq_length=8192).notes == []
     assert session_from_hf_config(LLAMA3_8B).notes == []
+
+
+def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency():
+    """FlashAttention's backward kernel sustains FLASH_BWD_RELATIVE_EFFICIENCY (0.8, Dao 2023;
+    Shah et al. 2024) of the forward's FLOP/s: its peak is that share of the dtype's, every
+    other kernel keeps the dtype's; so at long sequences, where both kernels are compute-bound,
+    the backward core takes 2.5 / 0.8 times the forward core."""
+    from core.model_math import op_kernels
+    from core.ops import FLASH_BWD_RELATIVE_EFFICIENCY, analytic_op_time, kernel_peak_flops
+    from core.profiles_gen import generate_store
+    assert FLASH_BWD_RELATIVE_EFFICIENCY == 0.8
+    store = generate_store("H100-SXM5-80GB")
+    key = dict(b=1, s=65536, h=4096, a=32, f=14336, t=1, V=128256, dtype="bf16", g=8,
+               act="swiglu", norm="rmsnorm", pos="rope", attn="flash", qkn=0, kv=128, cp=1)
+    fwd, bwd = op_kernels("attention_core_fwd", key), op_kernels("attention_core_bwd", key)
+    peak = float(store.peak_flops["bf16"])
+    assert kernel_peak_flops(fwd, "bf16", store.peak_flops).tolist() == [peak] * len(fwd)
+    assert kernel_peak_flops(bwd, "bf16", store.peak_flops).tolist() == [0.8 * peak] * len(bwd)
+    ratio = (analytic_op_time("attention_core_bwd", key, store)
+             / analytic_op_time("attention_core_fwd", key, store))
+    assert ratio == pytest.approx(2.5 / 0.8, rel=1e-3)
