@@ -206,14 +206,45 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
     tn = bool(key.get("fp8_tn", True))
     e = DTYPE_BYTES[tensor_dtype(str(key["dtype"]))]
+    sp_t = int(key.get("t", 1)) if key.get("sp") else 1
 
     def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
         return _fp8_gemm(name, m, n, k, recipe, batch) if fp8 else _gemm(name, m, n, k, e, batch)
 
-    def cast(name: str, elements: float) -> list[Kernel]:
-        return fp8_cast_kernels(name, elements, recipe, tn) if fp8 else []
+    def cast(name: str, elements: float, gathered: bool = False) -> list[Kernel]:
+        if not fp8:
+            return []
+        if gathered and sp_t > 1:
+            return fp8_gathered_cast_kernels(name, elements, sp_t, recipe, tn)
+        return fp8_cast_kernels(name, elements, recipe, tn)
 
     return linear, cast
+
+
+def fp8_gathered_cast_kernels(name: str, elements: float, t: int, recipe: str,
+                              tn_only: bool) -> list[Kernel]:
+    """The quantization of a tensor that sequence parallelism all-gathers over the ``t``
+    tensor-parallel ranks before its GEMM (the QKV and fc1 inputs; in the backward the
+    projection's and fc2's output gradients), ``elements`` the gathered tensor's: Transformer
+    Engine quantizes the rank's ``elements / t`` before the all-gather, which then moves FP8
+    (TE ``gather_along_first_dim`` with a quantizer; ``grad_output_preprocess`` in the
+    backward), so the cast and the ``tensorwise`` amax read the local shard. The copies the
+    cast writes: with a per-tensor recipe the row-wise one, and on a TN-only GPU (Hopper) the
+    wgrad's transposed copy is made afterwards from the gathered FP8 tensor (TE
+    ``fp8_transpose``: read and write 1 byte per element of it); ``mxfp8`` and ``blockwise``
+    quantize both ways locally (:func:`fp8_copies`). The all-gather itself is communication,
+    still timed at the BF16 tensor's size (an upper bound: TE moves the FP8 copies, half of it
+    with a per-tensor recipe; halving it moved the published FP8 rows by 1-2 %).
+    """
+    local = elements / t
+    per_tensor = recipe not in ("mxfp8", "blockwise")
+    c = 1 if per_tensor else fp8_copies(recipe, tn_only)
+    out = [_mem(f"{name}_cast", local * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe))))]
+    if recipe == "tensorwise":
+        out.insert(0, _mem(f"{name}_amax", 2.0 * local))
+    if per_tensor and tn_only:
+        out.append(_mem(f"{name}_transpose", 2.0 * FP8_BYTES * elements))
+    return out
 
 
 def _fp8_gemm(name: str, m: int, n: int, k: int, recipe: str, batch: int = 1) -> Kernel:
@@ -449,7 +480,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         if op == "attention_fwd":
             return [
                 _mem(norm, 2 * tok),
-                *cast("qkv_input", T * h),
+                *cast("qkv_input", T * h, True),
                 linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
                 *rotary,
                 *core,
@@ -458,7 +489,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            *cast("proj_grad", T * h),
+            *cast("proj_grad", T * h, True),
             linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
             _mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
             *core_bwd,
@@ -477,7 +508,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             return [
                 _mem("bias_dropout_add", 3.5 * tok),
                 _mem(norm, 2 * tok),
-                *cast("fc1_input", T * h),
+                *cast("fc1_input", T * h, True),
                 linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
                 _mem("bias_swiglu", 3 * inner) if gated else _mem("bias_gelu", 2 * inner),
                 *cast("fc2_input", T * (f // t)),
@@ -486,7 +517,7 @@ def _dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
             ]
         return [
             _mem("bias_dropout_add_bwd", 2 * tok),
-            *cast("fc2_grad", T * h),
+            *cast("fc2_grad", T * h, True),
             linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
             _mem("bias_swiglu_bwd", 5 * inner) if gated else _mem("bias_gelu_bwd", 3 * inner),
             *cast("fc1_grad", T * fc1),

@@ -131,6 +131,41 @@ def test_each_linear_layer_quantizes_its_input_and_its_output_gradient():
     assert [(k.name, k.bytes) for k in w] == [("weights_amax", 2000.0), ("weights_cast", 4000.0)]
 
 
+@pytest.mark.parametrize("recipe, tn, kernels", [
+    # (name, bytes per element of the gathered tensor) over t = 4: the rank's quarter is read
+    # (2) and written in FP8 (1 per copy; amax one more read), the transposed copy made from the
+    # gathered FP8 tensor on Hopper (read 1, write 1)
+    ("tensorwise", True, [("x_amax", 2 / 4), ("x_cast", (2 + 1) / 4), ("x_transpose", 2.0)]),
+    ("tensorwise", False, [("x_amax", 2 / 4), ("x_cast", (2 + 1) / 4)]),
+    ("delayed", True, [("x_cast", (2 + 1) / 4), ("x_transpose", 2.0)]),
+    ("mxfp8", False, [("x_cast", (2 + 2 * (1 + 1 / 32)) / 4)]),
+])
+def test_sequence_parallel_inputs_are_quantized_before_their_all_gather(recipe, tn, kernels):
+    """With sequence parallelism Transformer Engine quantizes the rank's shard and all-gathers
+    FP8: the QKV and fc1 inputs and the projection's and fc2's output gradients are cast on
+    T/t tokens (on Hopper the wgrad's transposed copy from the gathered tensor); the tensors
+    that are not gathered keep the full cast; without sequence parallelism nothing changes."""
+    n = 3 * 4096 * 12288
+    got = mm.fp8_gathered_cast_kernels("x", n, 4, recipe, tn)
+    assert [(k.name, k.bytes / n) for k in got] == [(name, pytest.approx(b, rel=1e-15))
+                                                    for name, b in kernels]
+    b, s, h, f, t = 2, 2048, 4096, 16384, 2
+    T = b * s
+    key = dict(b=b, s=s, h=h, a=32, f=f, t=t, V=51200, dtype="fp8", fp8="delayed", fp8_tn=True)
+    casts = lambda k: {x.name: x.bytes for op in ("attention_fwd", "attention_bwd", "mlp_fwd",
+                                                  "mlp_bwd") for x in op_kernels(op, k)
+                       if x.name.endswith(("_cast", "_transpose"))}
+    sp = casts({**key, "sp": True})
+    for name in ("qkv_input", "fc1_input", "proj_grad", "fc2_grad"):
+        assert (sp[name + "_cast"], sp[name + "_transpose"]) == (3 * T * h / t, 2 * T * h)
+    plain = casts(key)
+    assert {k: v for k, v in sp.items() if not k.startswith(("qkv_input", "fc1_input", "proj_grad",
+                                                             "fc2_grad"))} == \
+        {k: v for k, v in plain.items() if not k.startswith(("qkv_input", "fc1_input",
+                                                             "proj_grad", "fc2_grad"))}
+    assert plain["qkv_input_cast"] == 4 * T * h  # without sequence parallelism: as before
+
+
 def test_the_transposed_copies_depend_on_the_gpu():
     assert mm.fp8_tn_only(open_profile(H100).peak_flops) is True
     assert mm.fp8_tn_only(open_profile(B200).peak_flops) is False
