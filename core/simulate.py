@@ -255,12 +255,11 @@ def schedule_times_without_transfers(session: Session, st: StageTimes
 
 
 def small_nvlink_domain_note(c, n: int) -> str | None:
-    """A warning when cluster ``c``'s nodes are of 8 GPUs or fewer (an HGX board's, a common
-    default) while its GPU kind's NVLink domain has more (a GB200 NVL72 rack: 72) and a job of
-    ``n`` GPUs spans several of them:
-    the groups beyond a node are priced over the network, which on such a system they need not
-    be (``cluster.gpus_per_node`` 8, a common default, kept when the GPU is changed); None
-    otherwise. A job that uses part of each rack (64 of 72) sets ``gpus_per_node`` to that."""
+    """A warning when cluster ``c``'s nodes are of 8 GPUs or fewer (an HGX board's, the
+    default, kept when the GPU is changed) while its GPU kind's NVLink domain has more (a GB200
+    NVL72 rack: 72) and a job of ``n`` GPUs spans several nodes: what crosses a node is priced
+    over the network, which on such a system it need not be; None otherwise. A job that uses
+    part of each rack (64 of 72) sets ``gpus_per_node`` to that, and is not warned."""
     from .config import GPU_NVLINK_DOMAIN
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if not domain or domain <= 8 or c.gpus_per_node > 8 or n <= c.gpus_per_node:

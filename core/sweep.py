@@ -1025,7 +1025,8 @@ class SweepResult:
         ``interval_note`` (the error bands' nominal coverage, and why there are none), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
-        plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or None); with ``include_all``, ``plans`` (every row).
+        plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
+        None); with ``include_all``, ``plans`` (every row).
         """
         pick = (lambda i: None if i is None else self.row(i))
         own = self.index_of(self.session.plan)
