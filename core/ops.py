@@ -173,7 +173,7 @@ def kernel_fp8(kernels: list[Kernel]) -> np.ndarray:
 
 #: What FlashAttention's backward kernel sustains of the FLOP/s its forward sustains, on the
 #: FLOP counts of each (backward 2.5 times the forward: five matmuls to two). Dao, "FlashAttention-2"
-#: (2023), Sec. 4.1 and Fig. 5-6: on A100 the forward reaches up to 73 % of the peak, the backward
+#: (2023), Sec. 4.1: on A100 the forward reaches up to 73 % of the peak, the backward
 #: about 63 % (0.86); Shah et al., "FlashAttention-3" (2024), Sec. 4.1, H100 BF16: the forward up
 #: to 740 TFLOP/s, the backward 1.5-1.75 times FlashAttention-2's, some 500-550 (about 0.7-0.75).
 #: The middle, 0.8, applies to every GPU kind (cuDNN's fused attention, which Transformer Engine
