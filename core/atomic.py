@@ -93,11 +93,16 @@ def atomic_target(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
     On any error the temporary file is removed and the previous file at ``path`` is
     left as it was. Orphans of earlier interrupted saves in the folder are removed first
     (:func:`remove_orphans`). Raises ``OSError`` naming ``path`` (never the temporary
-    file) if the folder is not writable, the disk is full or ``path`` is a directory.
+    file) if the folder is not writable, the disk is full, ``path`` is a directory, or it
+    exists and is not a regular file (a device such as ``/dev/null``, a pipe, a socket: the
+    rename would replace it).
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if path.exists() and not path.is_file():
+        raise OSError(errno.EINVAL, "not a regular file: saving there would replace it",
+                      str(path))
     remove_orphans(path.parent if str(path.parent) else ".")
     with _live_lock:  # registered before any other thread's remove_orphans can see it
         try:

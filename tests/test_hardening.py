@@ -547,3 +547,21 @@ def test_hugging_face_config_values_are_bounded_and_named_by_their_keys(tmp_path
     assert_one_line_error(cli("import", "hf", str(tmp_path / "config.json"), "--json", timeout=60),
                           "config.json: num_hidden_layers: num_hidden_layers=9223372036854775808 "
                           "must be at most 10,000")
+
+
+def test_a_save_never_replaces_a_device_or_a_pipe(tmp_path, capsys):
+    """--out naming something that is not a regular file (/dev/null, a FIFO) is refused naming
+    it; the rename would have replaced it (tester: `--out /dev/null` as root turned /dev/null
+    into a regular file). The command exits 2 and the pipe is still a pipe."""
+    import stat
+
+    from core.cli import main
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as err:
+        save_session(Session(), fifo)
+    assert err.value.filename == str(fifo) and "not a regular file" in str(err.value)
+    assert main(["import", "preset", "Llama 3 8B", "--out", str(fifo)]) == 2
+    assert str(fifo) in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
