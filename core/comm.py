@@ -110,6 +110,19 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+def _group_per_node(n: int, t: int, g: int, in_node: bool) -> int:
+    """GPUs per node of a group of ``n`` ranks ``t`` apart (a context-parallel group) on nodes
+    of ``g`` GPUs, for :meth:`CommModel.hierarchical`: all ``n`` when the group stays in a node
+    (``in_node``); ``g / t`` of them when it spans whole nodes; and when it is smaller than a
+    node but straddles a node boundary (``t*n`` not dividing ``g``), half of it on each side,
+    the group that sets the pace (as the ring of :meth:`CommModel.cp_send_recv` is priced)."""
+    if in_node:
+        return n
+    if t * n <= g:  # smaller than a node, across a boundary: split over two nodes
+        return max(1, -(-n // 2))
+    return max(1, min(n, g // t))
+
+
 @dataclass
 class CommModel:
     """Times of the collectives of one plan on one cluster, in seconds.
@@ -433,8 +446,8 @@ class CommModel:
         cp, t = self.plan.context_parallel, self.plan.tensor_parallel
         if nbytes <= 0 or cp <= 1:
             return 0.0
-        per_node = cp if self.cp_ring_in_node() else max(1, min(cp, self.cluster.gpus_per_node // t))
-        return self.hierarchical(kind, cp, per_node, nbytes)
+        return self.hierarchical(kind, cp, _group_per_node(
+            cp, t, self.cluster.gpus_per_node, self.cp_ring_in_node()), nbytes)
 
     def cp_all_to_all(self, nbytes: float) -> float:
         """All-to-all among the ranks of one all-to-all group of context parallelism
@@ -448,7 +461,7 @@ class CommModel:
         if nbytes <= 0 or n <= 1:
             return 0.0
         in_node = t * n <= g and (g % (t * n) == 0 or self.plan.num_gpus <= g)
-        return self.all_to_all(n, n if in_node else max(1, min(n, g // t)), nbytes)
+        return self.all_to_all(n, _group_per_node(n, t, g, in_node), nbytes)
 
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:
         """Send ``nbytes`` from pipeline stage ``stage`` to ``other`` (default ``stage+1``) or back."""

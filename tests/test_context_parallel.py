@@ -244,6 +244,26 @@ def test_gb200_with_8_gpu_nodes_is_simulated_with_a_warning_that_names_the_domai
     assert not any("NVLink domain" in w for w in simulate(h100).report.warnings)
 
 
+def test_gathers_and_all_to_alls_of_a_straddling_cp_group_cross_the_node_too():
+    """A cp group of 4 ranks (t = 1) on 6-GPU nodes: the second group straddles two nodes, its
+    ring's steps are priced over the network, and so are its all-gather, reduce-scatter and
+    all-to-all: half the group on each side (tester: they stayed on NVLink, which made every
+    all-gather exchange look far cheaper than the ring)."""
+    s = _session(seq=65536, cp=4, t=1, d=3, B=3, gpu="H200-SXM-141GB", sequence_parallel=False)
+    s.cluster.gpus_per_node = 6
+    store = session_profile(s)
+    comm = CommModel(store, s.plan, s.cluster)
+    assert not comm.cp_ring_in_node()
+    full = 4 * model_math.cp_kv_block_bytes(s.model, s.plan)
+    for kind, method in (("all_gather", comm.cp_all_gather),
+                         ("reduce_scatter", comm.cp_reduce_scatter)):
+        assert method(full) == pytest.approx(comm.hierarchical(kind, 4, 2, full), rel=1e-12)
+        assert method(full) > comm.collective_overhead_s + comm.intra(kind, 4, full)
+    a2a = CommModel(store, dataclasses.replace(s.plan, cp_comm_type="a2a"), s.cluster)
+    before = model_math.cp_a2a_bytes(s.model, dataclasses.replace(s.plan, cp_comm_type="a2a"))[0]
+    assert a2a.cp_all_to_all(before) == pytest.approx(a2a.all_to_all(4, 2, before), rel=1e-12)
+
+
 def test_cp_groups_straddling_racks_are_simulated_with_a_warning():
     """t*cp = 64 on 72-GPU NVL72 racks with d = 2: the second group crosses from the first rack
     into the second, its ring runs over the network; the report says so (tester: the hidden
