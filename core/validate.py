@@ -1421,9 +1421,13 @@ BRIDGE_DSV3_LAYOUTS = {
 #: all-gather or all-to-all of K/V said of context parallelism (Llama 3's CP, PyTorch's).
 _CP_COMM_OTHER = re.compile(
     r"ulysses"
-    r"|(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,40}\b(cp|context[- ]parallel\w*|k/?v)\b"
-    r"|\b(cp|context[- ]parallel\w*)\b[^.;]{0,40}(all[- ]?gather|all[- ]?to[- ]?all|\ba2a\b)",
+    r"|(all[-_ ]?gather|all[- ]?to[- ]?all|\ba2a\b)[^.;]{0,40}\b(cp|context[-_ ]parallel\w*|k/?v)\b"
+    r"|\b(cp|context[-_ ]parallel\w*|k/?v)\b[^.;]{0,40}(all[-_ ]?gather|all[- ]?to[- ]?all|\ba2a\b)",
     re.I)
+#: Words of a clause that say an all-gather is of the weights or of another parallelism, not of
+#: context parallelism's K/V (FSDP / ZeRO / FP8 parameter gathers, MoE token gathers).
+_NOT_CP_GATHER = re.compile(r"param\w*|weights?\b|\bfsdp|\bzero\b|zero-?\d|optimi[sz]er|grad\w*"
+                            r"|\bexperts?\b|\btokens?\b|dispatch\w*|\bmoe\b|\bdp\b|data[- ]parallel", re.I)
 #: Notes that name the ring in words: ring attention, a p2p ring, or CP said to be a ring.
 _CP_COMM_P2P = re.compile(
     r"ring[- ]attention|\b(?:cp|context[- ]parallel\w*)\s*\d*\s*\(\s*p2p\b"
@@ -1465,6 +1469,38 @@ def _said_a2a(notes: str) -> str | None:
         if _mention_used(notes, m):
             return m.group(0)
     return None
+
+
+def _clause(notes: str, start: int, end: int) -> str:
+    """The clause of ``notes`` around ``start:end``, between ``;``, ``,``, parentheses or a
+    sentence's end."""
+    stops = [m.start() for m in re.finditer(r"[;,()]|\.(?=\s|$)", notes)]
+    left = max([i for i in stops if i < start], default=-1)
+    right = min([i for i in stops if i >= end], default=len(notes))
+    return notes[left + 1:right]
+
+
+def _cp_all_gather_named(notes: str) -> tuple[re.Match | None, bool]:
+    """``(mention, used)`` of an all-gather of context parallelism's K/V in the notes (CP or
+    K/V and an all-gather in one clause, :data:`_CP_COMM_OTHER`; Megatron-Core's ``all_gather``
+    spelling too), skipping the all-gathers of weights, FSDP / ZeRO, gradients or MoE tokens
+    (:data:`_NOT_CP_GATHER`) and those about another run: ``used`` is False when the mention is
+    negated or contrasted in its clause ("was not used", "unlike Llama 3's all-gather CP",
+    "turned off", "without"). (None, False) without one."""
+    for o in _CP_COMM_OTHER.finditer(notes):
+        g = re.search(r"all[-_ ]?gather\w*", o.group(0), re.I)
+        if g is None:
+            continue
+        clause = _clause(notes, o.start(), o.end())
+        if _NOT_CP_GATHER.search(clause) or _about_other_run(notes, o.start(), o.end()):
+            continue
+        at = re.search(re.escape(g.group(0)), notes[o.start():])
+        m = re.compile(re.escape(g.group(0))).search(notes, o.start() + at.start())
+        used = _mention_used(notes, m) and not re.search(
+            r"\b(?:not|no|without|unlike|instead of|rather than|disabled|turned off|off)\b",
+            clause, re.I)
+        return m, used
+    return None, False
 
 
 def _about_other_run(notes: str, start: int, end: int, size: bool = False) -> bool:
@@ -1583,8 +1619,9 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     """
     torchtitan = bool(re.search(r"torchtitan", framework, re.I))
     other_why = ("only the ring (Megatron-Core's cp_comm_type p2p), Megatron-Core's all-to-all "
-                 "exchanges (a2a, a2a+p2p with its hierarchical sizes) and PyTorch "
-                 "context_parallel's overlapped all-gather (torchtitan) are modelled")
+                 "exchanges (a2a, a2a+p2p with its hierarchical sizes) and its all-gather "
+                 "(all_gather, not overlapped), and PyTorch context_parallel's overlapped "
+                 "all-gather (torchtitan) are modelled")
     stated = _CP_COMM_STATED.search(notes)  # Megatron's --cp-comm-type: one type or a list
     if not stated:  # "CP 16 hierarchical (a2a+p2p)": the type named without its argument
         stated = next((m for m in re.finditer(r"(a2a\+p2p|p2p\+a2a)", notes, re.I)
@@ -1636,20 +1673,29 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     if a2a and not torchtitan and not ring_named:
         row.assume("cp-ulysses-a2a", a2a)
         return "a2a", None
-    kw = re.compile(r"ulysses|all[- ]?gather\w*|all[- ]?to[- ]?all|\ba2a\b", re.I)
+    kw = re.compile(r"ulysses|all[-_ ]?gather\w*|all[- ]?to[- ]?all|\ba2a\b", re.I)
+    gather, gather_used = _cp_all_gather_named(notes)
     other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
-                            if _mention_used(notes, kw.search(notes, o.start(), o.end()) or o)),
-                           None)
+                            if _mention_used(notes, kw.search(notes, o.start(), o.end()) or o)
+                            and not re.search(r"all[-_ ]?gather", o.group(0), re.I)), None)
     ring = _ring_named(notes)
+    if not torchtitan and not rotate and gather is not None and gather_used:
+        clause = _clause(notes, gather.start(), gather.end())
+        if ring or re.search(r"overlap", clause, re.I):
+            row.refuse("context parallelism other than Megatron-Core's ring",
+                       f"the notes name an all-gather of K/V ({gather.group(0)!r}) "
+                       + ("and the ring" if ring else "said to be overlapped (Megatron-Core's "
+                          "all_gather is not)") + f"; {other_why}")
+            return "p2p", None
+        row.assume("cp-all-gather-exposed", clause.strip())
+        return "all_gather", None  # Megatron-Core's / TE's, as Llama 3 describes it
+    if torchtitan and not rotate and gather is not None and not gather_used and ring is None:
+        return "p2p", None  # "CP without all-gather": PyTorch's other rotation, the ring
     if (torchtitan and (rotate or (other is None and ring is None)
                         or (other is not None and "gather" in other.group(0).lower()))
             or (rotate and not framework.strip())):  # no framework: the session's own terms
         row.assume("torchtitan-cp-allgather", other.group(0).strip() if other else "")
         return "allgather", None  # PyTorch context_parallel's default, or said so
-    if other and other is not rotate and not torchtitan and re.fullmatch(r"all[- ]?gather\w*", (kw.search(
-            notes, other.start(), other.end()) or other).group(0), re.I):
-        row.assume("cp-all-gather-exposed", other.group(0).strip())
-        return "all_gather", None  # Megatron-Core's / TE's, as Llama 3 describes it
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
                    f"the notes name a context-parallel exchange other than the ring "

@@ -355,6 +355,21 @@ _CP_OTHER = "context parallelism other than Megatron-Core's ring"
     ("Meta (Llama 3 paper)", "", None),
     ("Megatron-LM", "all-gather of K and V across the context-parallel ranks", "all_gather"),
     ("Megatron-LM", "no all-gather CP; ring attention", "p2p"),
+    # all-gathers of weights are not context parallelism's; negated or contrasted mentions
+    # are not used; TE's own spelling; K/V named first (tester)
+    ("Megatron-LM", "context parallel 2, params all-gathered by FSDP", "p2p"),
+    ("Megatron-Bridge (Megatron-Core)", "CP=2 with FSDP all-gather of params", "p2p"),
+    ("NeMo", "CP 2, ZeRO all-gather of params overlapped", "p2p"),
+    ("Megatron-LM", "fp8 param all-gather, CP 2", "p2p"),
+    ("Megatron-LM", "the all-gather CP from Llama 3 was not used", "p2p"),
+    ("Megatron-LM", "all-gather CP turned off; ring", "p2p"),
+    ("Megatron-LM", "unlike Llama 3's all-gather CP, this uses the ring", "p2p"),
+    ("Megatron-LM", "ring attention; all-gather of K/V", None),   # both named: refused
+    ("Megatron-LM", "all-gather CP overlapped with compute", None),  # not TE's exchange
+    ("Megatron-LM", "CP uses all_gather", "all_gather"),
+    ("Megatron-LM", "context_parallel=2 via all_gather", "all_gather"),
+    ("Megatron-LM", "K/V are all-gathered (Llama 3 style)", "all_gather"),
+    ("torchtitan (FSDP2)", "CP without all-gather", "p2p"),
     ("Megatron-LM", "cp_comm_type=['p2p','a2a']", None),  # a per-layer list naming a2a
     ("Megatron-LM", "cp_comm_type=['p2p','p2p']", "p2p"),
     ("torchtitan (FSDP2)", "CP all-gathers K/V once per pass", "allgather"),
