@@ -846,13 +846,12 @@ def _recompute_policy(text: str, framework: str, notes: str, row: _Row,
         row.refuse("recompute not stated", f"recompute is empty: {framework or 'the source'} does "
                    "not say, and the time depends on it")
         return "full"
-    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
-        return t  # without a framework column the cell is in the session's terms
     # "activation checkpointing: full", "recompute: none", "AC=full": the mode after its name
     t = re.sub(r"^(?:full[- ])?(?:activation[- ])?(?:checkpointing|recompute|recomputation|ac)\s*[:=]\s*",
                "", t) or t
-    if t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework):
-        return t
+    if (t in RECOMPUTE_CHOICES and (t != "selective" or megatron or not framework)
+            and not (t == "selective_op" and megatron)):
+        return t  # without a framework column the cell is in the session's terms
     named = re.fullmatch(r"(?:per-?)?op(?:[- _]level)?[- _]?sac|sac\s*\(op\)|selective[- _]op"
                          r"|(?:mode\s*=\s*)?selective,?\s*selective_ac_option\s*=\s*['\"]?op['\"]?", t)
     per_op = named or (t.startswith("selective") and ("per-op" in t or re.search(r"\bsac\b", t)))
@@ -1325,12 +1324,22 @@ def _notes_recompute(notes: str, explicit: bool = False) -> str | None:
         return gran.group(1).lower() + (
             f" ({method.group(1).lower()}" + (f", {layers.group(1)} layers" if layers else "") + ")"
             if method else "")
-    said = re.search(r"(?:activation )?(?:recompute|recomputation|checkpointing)\s*[:=]\s*"
-                     r"((?:full|selective|none|no|off)\b(?:\s*\([^)]*\))?)", notes, re.I)
+    per_op = re.compile(r"\b(?:per-?op|op[- _]level)[- _]?(?:sac\b|selective\b)|\bselective[_ ]op\b"
+                        r"|\bsac\s*\(op\)", re.I)  # PyTorch's per-op selective checkpointing
+    said = re.search(r"(?:activation )?(?:recompute|recomputation|checkpointing|\bAC)\s*[:=]\s*"
+                     r"((?:full|selective|none|no|off)\b(?:\s*\([^)]*\))?|(?:per-?op|op[- _]level)"
+                     r"[- _]?sac\b|selective_op\b)", notes, re.I)
     if said:
-        return "none" if said.group(1).lower().startswith("off") else said.group(1)
+        mode = said.group(1)
+        if per_op.search(mode) or (mode.lower().startswith("selective") and per_op.search(
+                _clause(notes, said.start(), said.end() + 40))):
+            return "selective (per-op SAC)"  # "recompute: selective, per-op SAC"
+        return "none" if mode.lower().startswith("off") else mode
     if explicit:
         return None
+    op_sac = per_op.search(notes)
+    if op_sac and _mention_used(notes, op_sac):
+        return "selective (per-op SAC)"
     off = re.search(r"\b(?:activation (?:recompute|recomputation|checkpointing)|recompute|recomputation"
                     r"|\bAC\b)\s+(?:is\s+|was\s+)?(?:off|disabled|not used|turned off)\b", notes, re.I)
     if off:

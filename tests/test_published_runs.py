@@ -292,6 +292,10 @@ def test_fsdp_float8_all_gather_label_sets_fp8_param_gather():
     ("selective (per-op SAC)", "Megatron-Bridge (Megatron-Core)", "", None,
      "selective recomputation (other than Megatron's)"),
     ("op-SAC", "NeMo 2.0", "", None, "selective recomputation (other than Megatron's)"),
+    # the session's own value and its spellings too (tester)
+    ("selective_op", "Megatron-LM", "", None, "selective recomputation (other than Megatron's)"),
+    ("AC=selective_op", "NeMo", "", None, "selective recomputation (other than Megatron's)"),
+    ("selective_op", "torchtitan", "", "selective_op", None),
     ("full", "fms-fsdp", "", "full", None),
     ("full (uniform, every layer)", "Megatron-LM", "", "full", None),
     ("full (block, 4 layers)", "Megatron-LM", "", None, "recompute"),
@@ -925,3 +929,23 @@ def test_context_parallel_exchanges_round_trip_through_the_columns(tmp_path, kin
     (m,) = read_measurements(path)
     assert not m.skip_reason and m.session.plan.cp_comm_type == kind
     assert m.session.plan == s.plan
+
+
+@pytest.mark.parametrize("notes, said", [
+    ("recompute: selective, per-op SAC", "selective (per-op SAC)"),
+    ("activation checkpointing: op-level SAC", "selective (per-op SAC)"),
+    ("op-level SAC", "selective (per-op SAC)"),
+    ("full activation checkpointing was too slow, so per-op SAC", "selective (per-op SAC)"),
+    ("recompute: selective (core_attn)", "selective (core_attn)"),
+])
+def test_notes_naming_per_op_sac_fill_the_recompute_cell_with_it(notes, said):
+    """Per-op selective checkpointing named in the notes is read as such (tester: "recompute:
+    selective, per-op SAC" was Megatron's selective, "op-level SAC" nothing at all); a Megatron
+    row then refuses it, a torchtitan one predicts selective_op."""
+    from core.validate import _notes_recompute, _recompute_policy, _Row
+    assert _notes_recompute(notes) == said
+    if "per-op" in said:
+        row = _Row()
+        _recompute_policy(said, "Megatron-LM", notes, row)
+        assert row.causes == ["selective recomputation (other than Megatron's)"]
+        assert _recompute_policy(said, "torchtitan", notes, _Row()) == "selective_op"
