@@ -951,11 +951,20 @@ class SweepResult:
         return s
 
     def index_of(self, plan: ParallelPlan) -> int | None:
-        """Row of ``plan`` (every field equal), or None when not in the sweep."""
+        """Row of ``plan`` (every field equal; at ``t = 1`` sequence parallelism and the TP
+        overlap, which change nothing there, need not be), or None when not in the sweep."""
         index = self.__dict__.get("_index")
         if index is None:
             index = self.__dict__["_index"] = {plan_key(pl): i for i, pl in enumerate(self.plans)}
-        return index.get(plan_key(plan))
+        i = index.get(plan_key(plan))
+        if i is None and plan.tensor_parallel == 1 and (plan.sequence_parallel
+                                                         or plan.tp_comm_overlap):
+            for sp, ov in ((False, False), (True, False), (False, True), (True, True)):
+                i = index.get(plan_key(dataclasses.replace(plan, sequence_parallel=sp,
+                                                           tp_comm_overlap=ov)))
+                if i is not None:
+                    break
+        return i
 
     def pareto_indices(self) -> np.ndarray:
         """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""

@@ -680,3 +680,22 @@ def test_cli_refuses_an_empty_list_item_naming_the_option(option, text, capsys):
     assert main(["sweep", str(cfg), "--json", option, text]) == 2
     err = capsys.readouterr().err
     assert f"{option}: {text!r} has an empty item" in err and "Traceback" not in err
+
+
+def test_the_configs_plan_at_t_1_is_found_whatever_its_sequence_parallel_flag():
+    """A config at t = 1 with sequence_parallel on (left from a t > 1 plan) is the swept plan
+    with it off: the flag changes nothing at t = 1 (tester: 'not among the swept plans')."""
+    import dataclasses as dc
+
+    from core.session import load_any
+    from core.sweep import run_sweep
+    s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")
+    s.plan = dc.replace(s.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                        micro_batch_size=1, sequence_parallel=True)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1],
+                       micro_batch_sizes=[1], schedules=[s.plan.schedule],
+                       recompute=[s.plan.recompute], sequence_parallel=[False, True])
+    res = run_sweep(s, space)
+    i = res.index_of(s.plan)
+    assert i is not None and res.plans[i].tensor_parallel == 1
+    assert res.to_dict()["config"]["in_sweep"] is True
