@@ -630,7 +630,8 @@ class ParallelPlan:
         (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
-        and the TP communication overlap at ``t = 1``, where they change nothing either.
+        and the TP communication overlap at ``t = 1``, and the context-parallel exchange at
+        ``cp = 1``, where they change nothing either.
         """
         parts = []
         for f in dataclasses.fields(self):
@@ -638,6 +639,8 @@ class ParallelPlan:
             value = getattr(self, f.name)
             if f.name in ("sequence_parallel", "tp_comm_overlap") and self.tensor_parallel == 1:
                 continue
+            if f.name in ("cp_comm_type", "cp_a2a_size") and self.context_parallel == 1:
+                continue  # no exchange without context parallelism
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):

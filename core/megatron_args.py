@@ -1077,6 +1077,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                       "that differ is not modelled (one plan.cp_comm_type for every layer)")
         elif cp > 1:
             mp.set("--cp-comm-type", "plan.cp_comm_type", next(iter(kinds)))
+        elif kinds != {"p2p"}:  # Megatron-Core ignores it without context parallelism
+            late_ignored.append(("--cp-comm-type", "without --context-parallel-size > 1 it has "
+                                 "no effect"))
     if take("--hierarchical-context-parallel-sizes"):
         sizes = [x for x in " ".join(args["--hierarchical-context-parallel-sizes"]).replace(
             ",", " ").strip("[]() ").split() if x.strip("[]()")]

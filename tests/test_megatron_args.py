@@ -1085,6 +1085,8 @@ def test_cp_comm_type_other_than_the_modelled_ones_is_refused(tmp_path, value, k
     one = import_file(_write(tmp_path, "cp1.sh", text.replace("--context-parallel-size 2",
                                                               "--context-parallel-size 1")))
     assert one.session.plan.context_parallel == 1
+    if "p2p'" not in value and value != "p2p":  # listed as having no effect, never dropped unsaid
+        assert "--cp-comm-type" in dict(one.ignored)
 
 
 @pytest.mark.parametrize("comm", ["--cp-comm-type p2p ", ""])

@@ -377,6 +377,8 @@ def test_plan_key_and_label_derive_from_every_field():
         meta = ParallelPlan.__dataclass_fields__[name].metadata
         # a field that qualifies another (label_needs) is labelled while that one is on
         base = dataclasses.replace(p0, **{meta["label_needs"]: True}) if "label_needs" in meta else p0
+        if name in ("cp_comm_type", "cp_a2a_size"):  # labelled with context parallelism only
+            base = dataclasses.replace(base, context_parallel=2)
         p1 = dataclasses.replace(base, **{name: value})
         assert plan_key(p1) != plan_key(base), name
         if meta.get("label") != "never":
@@ -392,6 +394,10 @@ def test_plan_key_and_label_derive_from_every_field():
     one = plan(tensor_parallel=1, data_parallel=32)
     assert plan(tensor_parallel=1, data_parallel=32, sequence_parallel=True,
                 tp_comm_overlap=True).label() == one.label() == "t=1 p=16 d=32 b=1 1f1b recompute=none"
+    # nor the context-parallel exchange at cp = 1
+    assert plan(cp_comm_type="all_gather").label() == p0.label()
+    assert plan(cp_comm_type="all_gather", context_parallel=2, data_parallel=2).label().endswith(
+        "cp=2 cp_comm=all_gather")
 
 
 def test_stage_time_cache_never_serves_another_plans_times():

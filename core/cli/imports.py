@@ -95,7 +95,7 @@ def _preset(args: argparse.Namespace) -> int:
                                           "integer")])
         model.seq_length = args.seq_length
     cluster = ClusterConfig()
-    if args.gpu:
+    if args.gpu is not None:
         gpu = gpu_kind(args.gpu)
         if gpu not in GPU_KINDS:
             raise ConfigError([FieldError("--gpu", f"{args.gpu!r}: known kinds are "
