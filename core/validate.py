@@ -1687,7 +1687,7 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     other = rotate or next((o for o in _CP_COMM_OTHER.finditer(notes)
                             if _mention_used(notes, kw.search(notes, o.start(), o.end()) or o)
                             and not re.search(r"all[-_ ]?gather", o.group(0), re.I)), None)
-    ring = _ring_named(notes)
+    ring = ring_named
     if not torchtitan and not rotate and gather is not None and gather_used:
         clause = _clause(notes, gather.start(), gather.end())
         if ring or re.search(r"overlap", clause, re.I):
@@ -1703,7 +1703,8 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     if (torchtitan and (rotate or (other is None and ring is None)
                         or (other is not None and "gather" in other.group(0).lower()))
             or (rotate and not framework.strip())):  # no framework: the session's own terms
-        row.assume("torchtitan-cp-allgather", other.group(0).strip() if other else "")
+        said = other or (gather if gather_used else None)
+        row.assume("torchtitan-cp-allgather", said.group(0).strip() if said else "")
         return "allgather", None  # PyTorch context_parallel's default, or said so
     if other:
         row.refuse("context parallelism other than Megatron-Core's ring",
