@@ -110,6 +110,14 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+def groups_in_node(n: int, t: int, g: int, num_gpus: int) -> bool:
+    """Whether every group of ``n`` ranks ``t`` apart (a context-parallel group: the ranks
+    ``tp + t*j`` of a block of ``t*n`` consecutive ranks) lies in one node of ``g`` GPUs: the
+    block divides the node, or the whole job of ``num_gpus`` fits in one node. Otherwise some
+    block straddles a node boundary (or spans nodes)."""
+    return t * n <= g and (g % (t * n) == 0 or num_gpus <= g)
+
+
 def _group_per_node(n: int, t: int, g: int, in_node: bool) -> int:
     """GPUs per node of a group of ``n`` ranks ``t`` apart (a context-parallel group) on nodes
     of ``g`` GPUs, for :meth:`CommModel.hierarchical`: all ``n`` when the group stays in a node
@@ -407,8 +415,8 @@ class CommModel:
         ranks; every block lies in one node when ``t*cp`` divides the GPUs per node or the
         whole job fits in one node. Otherwise a block straddles a node boundary (or spans
         nodes) and, the iteration being synchronous, its ring sets the pace."""
-        tc, g = self.plan.tensor_parallel * self.plan.context_parallel, self.cluster.gpus_per_node
-        return tc <= g and (g % tc == 0 or self.plan.num_gpus <= g)
+        return groups_in_node(self.plan.context_parallel, self.plan.tensor_parallel,
+                              self.cluster.gpus_per_node, self.plan.num_gpus)
 
     def cp_send_recv(self, nbytes: float) -> float:
         """One step of the context-parallel ring: every cp rank sends ``nbytes`` to the next and
@@ -460,7 +468,7 @@ class CommModel:
         n, t, g = cp_a2a_size(self.plan), self.plan.tensor_parallel, self.cluster.gpus_per_node
         if nbytes <= 0 or n <= 1:
             return 0.0
-        in_node = t * n <= g and (g % (t * n) == 0 or self.plan.num_gpus <= g)
+        in_node = groups_in_node(n, t, g, self.plan.num_gpus)
         return self.all_to_all(n, _group_per_node(n, t, g, in_node), nbytes)
 
     def p2p(self, stage: int, nbytes: float, other: int | None = None) -> float:

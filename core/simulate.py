@@ -273,11 +273,13 @@ def cp_straddle_note(session: Session) -> str | None:
     """A warning when context-parallel groups straddle node boundaries: ``t*cp`` smaller than
     the node but not dividing it, in a job of several nodes (Megatron-Core's rank order puts
     each group on ``t*cp`` consecutive ranks, so some groups cross from one node into the next
-    and their rings, priced over the network, set the pace; :meth:`core.comm.CommModel.
-    cp_ring_in_node`); None otherwise."""
+    and their exchanges, priced over the network, set the pace; :func:`core.comm.groups_in_node`);
+    None otherwise."""
+    from .comm import groups_in_node
     pl, c = session.plan, session.cluster
     tc, g = pl.tensor_parallel * pl.context_parallel, c.gpus_per_node
-    if pl.context_parallel <= 1 or tc >= g or g % tc == 0 or pl.num_gpus <= g:
+    if pl.context_parallel <= 1 or tc >= g or groups_in_node(pl.context_parallel,
+                                                              pl.tensor_parallel, g, pl.num_gpus):
         return None
     return (f"context-parallel groups of t*cp={tc} GPUs straddle the {g}-GPU nodes ({tc} does not "
             f"divide {g}): the exchanges of the groups that cross a node boundary run over the "

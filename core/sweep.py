@@ -1512,8 +1512,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=sorted(w + plans_note([plans[i] for i in sorted(idx)]) for w, idx in warned.items())
-        + [w for w in [small_nvlink_domain_note(session.cluster, max(
-            (int(x) for x in num_gpus), default=0))] if w],
+        + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
+           if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,

@@ -1480,12 +1480,12 @@ def _said_a2a(notes: str) -> str | None:
     return None
 
 
-def _clause(notes: str, start: int, end: int) -> str:
-    """The clause of ``notes`` around ``start:end``, between ``;``, ``,``, parentheses or a
-    sentence's end."""
-    stops = [m.start() for m in re.finditer(r"[;,()]|\.(?=\s|$)", notes)]
-    left = max([i for i in stops if i < start], default=-1)
-    right = min([i for i in stops if i >= end], default=len(notes))
+def _clause(notes: str, start: int, end: int, stops: str = r"[;,()]") -> str:
+    """The clause of ``notes`` around ``start:end``, between the characters of ``stops``
+    (``;``, ``,``, parentheses) or a sentence's end."""
+    at = [m.start() for m in re.finditer(stops + r"|\.(?=\s|$)", notes)]
+    left = max([i for i in at if i < start], default=-1)
+    right = min([i for i in at if i >= end], default=len(notes))
     return notes[left + 1:right]
 
 
@@ -1496,15 +1496,14 @@ def _cp_all_gather_named(notes: str) -> tuple[re.Match | None, bool]:
     (:data:`_NOT_CP_GATHER`) and those about another run: ``used`` is False when the mention is
     negated or contrasted in its clause ("was not used", "unlike Llama 3's all-gather CP",
     "turned off", "without"). (None, False) without one."""
+    gather = re.compile(r"all[-_ ]?gather\w*", re.I)
     for o in _CP_COMM_OTHER.finditer(notes):
-        g = re.search(r"all[-_ ]?gather\w*", o.group(0), re.I)
-        if g is None:
+        m = gather.search(notes, o.start(), o.end())  # positions in ``notes``
+        if m is None:
             continue
         clause = _clause(notes, o.start(), o.end())
         if _NOT_CP_GATHER.search(clause) or _about_other_run(notes, o.start(), o.end()):
             continue
-        at = re.search(re.escape(g.group(0)), notes[o.start():])
-        m = re.compile(re.escape(g.group(0))).search(notes, o.start() + at.start())
         used = _mention_used(notes, m) and not re.search(
             r"\b(?:not|no|without|unlike|instead of|rather than|disabled|turned off|off)\b",
             clause, re.I)
@@ -1517,10 +1516,7 @@ def _about_other_run(notes: str, start: int, end: int, size: bool = False) -> bo
     parentheses) about another run or recipe than the row's ("the 25.11 run had no EP overlap",
     "the B200 recipe of this model uses EP8"); with ``size``, also a parallel size of another
     group ("experts use TP=1", "DP=16 nodes x 8 GPUs")."""
-    stops = [m.start() for m in re.finditer(r"[;()]|\.(?=\s|$)", notes)]
-    left = max([i for i in stops if i < start], default=-1)
-    right = min([i for i in stops if i >= end], default=len(notes))
-    clause = notes[left + 1:right]
+    clause = _clause(notes, start, end, r"[;()]")
     return bool(re.search(r"\b(?:the|a|an|another|older|earlier|its) [\w.-]+ recipes?\b|\brecipes\b"
                           r"|\brecipe (?:of|for) (?:the|a|another)\b|\bthe \d{2}\.\d{2}\b|\bprevious\b"
                           r"|\bearlier\b|\bother\b|\bran\b"
