@@ -6,7 +6,43 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StageMemory", "Report"]
+__all__ = ["StageMemory", "Report", "MEMORY_TIGHT_MARGIN", "memory_verdict"]
+
+#: A plan whose peak memory per GPU lies within this share of the usable memory (capacity
+#: less the reserve) is "tight": 5 % of 72 GiB usable is 3.6 GiB, the size of one large
+#: all-gather bucket or a few fragmented allocator blocks, so a small change of the launch
+#: (a NCCL buffer, a longer warm-up) can tip it over. A named margin, not a fitted one.
+MEMORY_TIGHT_MARGIN = 0.05
+
+#: The three verdicts on memory, in order of safety.
+MEMORY_VERDICTS = ("fits", "tight", "does not fit")
+
+
+def memory_verdict(need_bytes: float, usable_bytes: float,
+                   margin: float = MEMORY_TIGHT_MARGIN) -> str:
+    """Whether a plan's peak memory per GPU fits the usable memory.
+
+    Parameters
+    ----------
+    need_bytes : float
+        Modelled peak memory per GPU (the largest stage's), bytes.
+    usable_bytes : float
+        Capacity less the reserve (``cluster.memory_reserve_fraction``), bytes.
+    margin : float
+        Share of ``usable_bytes`` below the limit that counts as tight (default
+        :data:`MEMORY_TIGHT_MARGIN`).
+
+    Returns
+    -------
+    str
+        ``"does not fit"`` when ``need_bytes > usable_bytes``; ``"tight"`` when
+        ``need_bytes > (1 - margin) * usable_bytes``; else ``"fits"``.
+    """
+    if need_bytes > usable_bytes:
+        return "does not fit"
+    if need_bytes > (1.0 - margin) * usable_bytes:
+        return "tight"
+    return "fits"
 
 
 @dataclass
@@ -138,6 +174,17 @@ class Report:
     #: None in reports written before it existed
     mfu_causal: float | None = None
 
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Memory per GPU a plan may use: the capacity less the reserve, bytes."""
+        return self.memory_capacity_bytes * (1.0 - self.memory_reserve_fraction)
+
+    @property
+    def memory_verdict(self) -> str:
+        """``"fits"``, ``"tight"`` or ``"does not fit"`` (:func:`memory_verdict` of the peak
+        memory per GPU against :attr:`usable_memory_bytes`)."""
+        return memory_verdict(self.max_memory_per_gpu_bytes, self.usable_memory_bytes)
+
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,
         dollars) from :attr:`interval`; None when there is no band."""
@@ -149,6 +196,8 @@ class Report:
         for m, obj in zip(d["memory"], self.memory):
             m["total_bytes"] = obj.total_bytes
         iv = self.interval
+        d["usable_memory_bytes"] = self.usable_memory_bytes
+        d["memory_verdict"] = self.memory_verdict
         d["interval"] = iv.to_dict() if iv is not None else None
         d["iteration_time_interval_s"] = ([iv.low_s, iv.high_s] if iv is not None and iv.available
                                           else None)

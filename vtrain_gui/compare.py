@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.diff import PlanDiff, diff_results, plan_label
@@ -36,6 +36,20 @@ _NOTHING_PINNED = ("<p style='font-size:13pt'><b>Nothing pinned yet</b></p>"
 _WAITING = ("<p style='font-size:13pt'><b>Waiting for the editor's plan</b></p>"
             "<p>Plan A is pinned. The comparison appears once the plan in the editor has been "
             "simulated; fix the fields marked in red if there are any.</p>")
+
+
+#: Text colour of the memory verdicts that need attention.
+_VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
+
+
+def _verdict_text(plan: dict) -> str:
+    """``"fits"``, ``"tight (70.1 of 72.0 GiB)"`` or ``"does not fit (87.9 of 72.0 GiB)"`` for
+    one plan of :meth:`core.diff.PlanDiff.to_dict`."""
+    verdict = plan["memory_verdict"]
+    if verdict == "fits":
+        return verdict
+    need, usable = plan["max_memory_per_gpu_bytes"] / 2**30, plan["usable_memory_bytes"] / 2**30
+    return f"{verdict} ({need:,.1f} of {usable:,.1f} GiB)"
 
 
 class CompareTab(QtWidgets.QWidget):
@@ -87,10 +101,10 @@ class CompareTab(QtWidgets.QWidget):
         item.addItem(self._bars)
         item.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#606060")))
 
-        self.table = QtWidgets.QTableWidget(4, 3)
+        self.table = QtWidgets.QTableWidget(5, 3)
         self.table.setHorizontalHeaderLabels(["A (pinned)", "B (editor)", "B − A"])
-        self.table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Training days",
-                                            "Cost"])
+        self.table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Fits in memory",
+                                            "Training days", "Cost"])
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(
             QtWidgets.QHeaderView.ResizeMode.Stretch)
@@ -217,6 +231,8 @@ class CompareTab(QtWidgets.QWidget):
         vb.setRange(xRange=(-0.6, len(names) - 0.4), yRange=(lo - pad, hi + pad), padding=0.0)
 
     def _fill_table(self, diff: PlanDiff) -> None:
+        """Fill the table from :meth:`core.diff.PlanDiff.to_dict` (a plan that does not fit, or
+        fits tightly, says so in its column, with its need and the usable memory on hover)."""
         d = diff.to_dict()
         a, b = d["a"], d["b"]
 
@@ -228,6 +244,7 @@ class CompareTab(QtWidgets.QWidget):
              signed(format_duration(abs(d["difference_s"])), d["difference_s"])),
             (format_bytes(a["max_memory_per_gpu_bytes"]), format_bytes(b["max_memory_per_gpu_bytes"]),
              signed(format_bytes(abs(d["memory_difference_bytes"])), d["memory_difference_bytes"])),
+            (_verdict_text(a), _verdict_text(b), ""),
             (f"{a['training_days']:,.1f}", f"{b['training_days']:,.1f}",
              signed(f"{abs(d['training_days_difference']):,.1f}", d["training_days_difference"])),
             (format_usd(a["cost_usd"]), format_usd(b["cost_usd"]),
@@ -237,10 +254,18 @@ class CompareTab(QtWidgets.QWidget):
             for c, text in enumerate(cells):
                 cell = QtWidgets.QTableWidgetItem(text)
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if r == 2 and c < 2:
+                    verdict = (a, b)[c]["memory_verdict"]
+                    if verdict != "fits":
+                        cell.setForeground(QtGui.QColor(_VERDICT_COLORS[verdict]))
+                        cell.setToolTip(f"{format_bytes((a, b)[c]['max_memory_per_gpu_bytes'])} "
+                                        f"per GPU of {format_bytes((a, b)[c]['usable_memory_bytes'])}"
+                                        " usable (capacity less the reserve)")
                 self.table.setItem(r, c, cell)
 
     def cell_text(self, row: int, column: int) -> str:
-        """Text of the table's cell (rows: iteration time, memory per GPU, training days, cost;
+        """Text of the table's cell (rows: iteration time, memory per GPU, fits in memory,
+        training days, cost;
         columns: A, B, B − A); for tests."""
         item = self.table.item(row, column)
         return item.text() if item is not None else ""

@@ -15,7 +15,7 @@ from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
-           "check_number", "fmt_bytes", "GiB"]
+           "check_number", "fmt_bytes", "GiB", "verdict_markup"]
 
 GiB = 2**30
 
@@ -149,3 +149,10 @@ def study_progress(json_output: bool):
         if name:
             err.print(f"[dim]{done + 1}/{total}: sweeping plans of {esc(name)}[/]", highlight=False)
     return progress
+
+
+def verdict_markup(verdict: str) -> str:
+    """A memory verdict (:func:`core.report.memory_verdict`) as console markup: green fits,
+    yellow tight, red DOES NOT FIT."""
+    return {"fits": "[green]fits[/]", "tight": "[yellow]tight[/]"}.get(
+        verdict, "[red]DOES NOT FIT[/]")

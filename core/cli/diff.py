@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from .common import fmt_bytes
+from ..report import MEMORY_TIGHT_MARGIN
+from .common import fmt_bytes, verdict_markup
 
 __all__ = ["add_parser", "run"]
 
@@ -103,9 +104,20 @@ def run(args: argparse.Namespace) -> int:
     o.add_row("memory per GPU (max)", fmt_bytes(ra.max_memory_per_gpu_bytes),
               fmt_bytes(rb.max_memory_per_gpu_bytes),
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
+    o.add_row("usable memory per GPU", fmt_bytes(ra.usable_memory_bytes),
+              fmt_bytes(rb.usable_memory_bytes), "")
+    o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
     o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
               f"{rb.training_days - ra.training_days:+,.1f}")
     o.add_row("cost", f"${ra.cost_usd:,.0f}", f"${rb.cost_usd:,.0f}",
               f"{'+' if rb.cost_usd >= ra.cost_usd else '-'}${abs(rb.cost_usd - ra.cost_usd):,.0f}")
     con.print(o)
+    for name, r in (("A", ra), ("B", rb)):
+        if r.memory_verdict != "fits":
+            con.print(f"[bold]{name}[/] {verdict_markup(r.memory_verdict)}: "
+                      f"{fmt_bytes(r.max_memory_per_gpu_bytes)} per GPU of "
+                      f"{fmt_bytes(r.usable_memory_bytes)} usable"
+                      + ("; its time and cost cannot be had as planned"
+                         if r.memory_verdict == "does not fit" else
+                         f" (within {MEMORY_TIGHT_MARGIN:.0%} of the limit)"), highlight=False)
     return 0

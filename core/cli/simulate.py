@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import SET_HELP, field_error, fmt_bytes, session_from_args
+from .common import SET_HELP, field_error, fmt_bytes, session_from_args, verdict_markup
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
     from ..console import Console
@@ -107,8 +107,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
               + band(r.cost_usd, lambda x: f"${x:,.0f}"))
-    fit = "[green]fits[/]" if r.fits_in_memory else "[red]DOES NOT FIT[/]"
-    usable = r.memory_capacity_bytes * (1 - r.memory_reserve_fraction)
+    fit = verdict_markup(r.memory_verdict)
+    usable = r.usable_memory_bytes
     t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
                                 f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
                                 f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")

@@ -82,8 +82,9 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     from vtrain_gui.formatting import format_bytes, format_usd
     assert tab.cell_text(1, 0) == format_bytes(pinned.report.max_memory_per_gpu_bytes)
     assert tab.cell_text(1, 1) == format_bytes(b.report.max_memory_per_gpu_bytes)
-    assert tab.cell_text(3, 0) == format_usd(pinned.report.cost_usd)
-    assert tab.cell_text(3, 1) == format_usd(b.report.cost_usd)
+    assert tab.cell_text(4, 0) == format_usd(pinned.report.cost_usd)
+    assert tab.cell_text(4, 1) == format_usd(b.report.cost_usd)
+    assert tab.cell_text(2, 0).startswith(pinned.report.memory_verdict)
 
     window.unpin_plan()
     assert tab.is_empty and tab.pinned is None
@@ -148,3 +149,20 @@ def test_the_pin_is_saved_and_reopened_with_the_session(window, qtbot, real_simu
     d = json.loads(out.getvalue())
     assert d["difference_s"] == pytest.approx(
         window.result.report.iteration_time_s - a.report.iteration_time_s, rel=1e-9)
+
+
+def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
+    """Case s3/compare_unfit_plan_shown_better.json: the editor's plan is faster and cheaper but
+    needs 87.9 of 72.0 usable GiB; the tab says so in its column."""
+    from core.session import load_any
+    from core.simulate import simulate
+    from tests.conftest import case_file
+    from vtrain_gui.compare import CompareTab
+
+    session = load_any(case_file("s3/compare_unfit_plan_shown_better.json"))
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.set_pinned(simulate(session.pinned()))
+    tab.set_current(simulate(session))
+    assert tab.cell_text(2, 0) == "fits"
+    assert tab.cell_text(2, 1) == "does not fit (87.9 of 72.0 GiB)"
