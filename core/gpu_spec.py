@@ -39,6 +39,7 @@ from typing import Any
 
 from .config import ConfigError, FieldError
 from .ops import DEFAULT_OP_MODEL
+from .text import file_name_part
 
 __all__ = ["GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
            "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
@@ -288,9 +289,10 @@ def read_gpu_spec(path: str | Path) -> GpuSpec:
 
 
 def shipped_spec_path(name: str) -> Path:
-    """The shipped spec file of GPU kind ``name`` (``resources/gpu_specs/<name>.json``);
-    it may not exist."""
-    return GPU_SPECS_DIR / f"{name}.json"
+    """The shipped spec file of GPU kind ``name`` (``resources/gpu_specs/<name>.json``, the
+    name made a file name by :func:`core.text.file_name_part`, so it never leaves that
+    folder); it may not exist."""
+    return GPU_SPECS_DIR / f"{file_name_part(name)}.json"
 
 
 def shipped_specs() -> dict[str, GpuSpec]:

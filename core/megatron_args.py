@@ -58,6 +58,7 @@ from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterCon
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
                      capped_recompute_layers)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
+from .text import shell_comment, shell_word
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
            "KNOWN_ARGUMENTS", "Launch", "ImportResult", "read_launch", "parse_arguments",
@@ -1612,8 +1613,12 @@ def export_arguments(session: Session) -> list[str]:
 
 
 def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
-    """A torchrun command that runs the plan, one argument per line (shell text).
+    """A bash script of one torchrun command that runs the plan, one argument per line.
 
+    Text from the session is data, never code: the model and GPU names go into a comment
+    through :func:`core.text.shell_comment` (one line, line breaks escaped), the training
+    script and every argument are single words through :func:`core.text.shell_word`, so
+    the script runs the launch and nothing else, and holds no raw control character.
     The node count is ``ceil(world / gpus_per_node)`` with
     ``min(world, gpus_per_node)`` processes per node; a token budget that is not
     a whole number of sequences is rounded (noted in a comment).
@@ -1626,18 +1631,20 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
                                 f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
     args = export_arguments(session)
-    lines = [f"# {session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
-             f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} d={pl.data_parallel} "
-             "(written by vtrain export megatron-args)",
-             f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} {script} \\"]
+    lines = ["#!/usr/bin/env bash",
+             shell_comment(f"{session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
+                           f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} "
+                           f"d={pl.data_parallel} (written by vtrain export megatron-args)"),
+             f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} "
+             f"{shell_word(script)} \\"]
     i = 0
     while i < len(args):
         j = i + 1
         while j < len(args) and not args[j].startswith("--"):
             j += 1
-        lines.append("    " + " ".join(shlex.quote(a) for a in args[i:j]) + " \\")
+        lines.append("    " + " ".join(shell_word(a) for a in args[i:j]) + " \\")
         i = j
     lines[-1] = lines[-1][:-2]
     if session.cost.training_tokens % session.model.seq_length:
-        lines.insert(1, "# --train-samples rounds the token budget to whole sequences")
+        lines.insert(2, shell_comment("--train-samples rounds the token budget to whole sequences"))
     return "\n".join(lines) + "\n"

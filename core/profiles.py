@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from .profile_store import ProfileStore, ProfileStoreError
 from .simulate import PROFILES_DIR
+from .text import file_name_part
 
 __all__ = ["StoreInfo", "list_stores", "store_info", "user_profiles_dir", "default_profile_path"]
 
@@ -33,8 +34,9 @@ def user_profiles_dir() -> Path:
 
 def default_profile_path(device: str) -> Path:
     """Where a profile of the local ``device`` (``"cpu"``, ``"cuda:0"``) goes by default:
-    ``<user_profiles_dir>/local-<device>.h5`` (``:`` replaced by ``-``)."""
-    return user_profiles_dir() / f"local-{device.replace(':', '-')}.h5"
+    ``<user_profiles_dir>/local-<device>.h5`` (``:`` replaced by ``-``, the rest made a file
+    name by :func:`core.text.file_name_part`)."""
+    return user_profiles_dir() / f"{file_name_part('local-' + device.replace(':', '-'))}.h5"
 
 
 @dataclass

@@ -26,6 +26,7 @@ from .profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
 from .report import Report, StageMemory
 from .schedules import get as get_schedule
 from .solver import solve
+from .text import file_name_part
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
@@ -57,10 +58,12 @@ class SimulationResult:
 
 
 def profile_path(session: Session) -> Path:
-    """The profile store a session uses: ``cluster.profile_path`` or the shipped one for its GPU."""
+    """The profile store a session uses: ``cluster.profile_path`` or the shipped one for its GPU
+    (``profiles/<gpu>.h5``, the GPU kind made a file name by :func:`core.text.file_name_part`:
+    a kind like ``"../x"`` names a missing store in that folder, never a file outside it)."""
     if session.cluster.profile_path:
         return Path(session.cluster.profile_path).expanduser()
-    return PROFILES_DIR / f"{session.cluster.gpu}.h5"
+    return PROFILES_DIR / f"{file_name_part(session.cluster.gpu)}.h5"
 
 
 def session_profile(session: Session) -> ProfileStore:

@@ -1,26 +1,115 @@
-"""Text from files shown safely: control characters as escapes (no third-party imports, so
-the command line's error path loads nothing heavy)."""
+"""User data written safely to each place it goes, one function per destination (no
+third-party imports, so the command line's error path loads nothing heavy).
+
+Names, notes and paths from files are data, never code or terminal commands:
+
+* :func:`printable` / :func:`terminal_text`: a terminal (control characters, Unicode line
+  separators and bidirectional overrides shown as escapes);
+* :func:`shell_word`: one word of a shell script (quoted; never expands or ends the line);
+* :func:`shell_comment`: a shell comment (one line, whatever the text holds);
+* :func:`file_name_part`: one component of a file name (no folder separators, no ``..``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shlex
 from typing import Any
 
-__all__ = ["printable", "format_params"]
+__all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
+           "format_params"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
-# returns, bells) and the Unicode line separators and bidirectional overrides that reorder
-# or hide text.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
+# that reorder or hide text; lone surrogates (JSON's "\\ud800"), which no terminal or UTF-8
+# file can take.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def printable(text: Any) -> str:
     """``str(text)`` with control characters shown as escapes (``\\x1b``, ``\\n``, ``\\u202e``):
-    what a file says is printed literally, never acted on by the terminal."""
+    what a file says is printed literally, never acted on by the terminal. The result is one
+    line (line breaks of every kind are escaped)."""
     def sub(m: re.Match) -> str:
         c = m.group()
         return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
     return _UNSAFE.sub(sub, str(text))
+
+
+def terminal_text(text: Any) -> str:
+    """A block of text for a terminal: each ``\\n``-separated line through :func:`printable`,
+    the ``\\n`` kept (so a script or table prints as its lines, and nothing else in it acts on
+    the terminal: ``\\r``, escape sequences and Unicode line separators are shown as escapes)."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
+
+
+def shell_word(text: Any) -> str:
+    """``str(text)`` as one word of a POSIX shell script (bash, dash, zsh).
+
+    Plain text is :func:`shlex.quote`'d (single quotes: no ``$``, backtick, ``;`` or line
+    break inside acts). Text holding a character :func:`printable` would escape (control
+    characters, Unicode line separators, bidirectional overrides) is written in bash's ANSI-C
+    quoting, ``$'...'``, with each such character as the ``\\xHH`` escapes of its UTF-8 bytes,
+    so the script itself holds none of them raw and prints safely; bash reads back the exact
+    text (a shell without ``$'...'`` reads a literal ``$`` and backslashes: different text,
+    still one word, nothing run). A NUL cannot be in a command's argument; it is written as
+    ``\\x00``, which bash ends the word at.
+    """
+    s = str(text)
+    if not _UNSAFE.search(s):
+        return shlex.quote(s)
+    out = []
+    for c in s:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif _UNSAFE.match(c):
+            out.append("".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def shell_comment(text: Any) -> str:
+    """``# text`` as one line of a shell script: line breaks of every kind (``\\n``, ``\\r``,
+    ``\\v``, ``\\f``, U+0085, U+2028, U+2029) and other control characters are escaped
+    (:func:`printable`), so nothing in ``text`` can end the comment and start a command."""
+    return "# " + printable(text)
+
+
+# Characters not allowed (or with a meaning) in a file name on POSIX or Windows, and the
+# escape character itself so that the mapping stays one-to-one.
+_NAME_UNSAFE = re.compile(r'[%/\\:*?"<>|]')
+_NAME_MAX_BYTES = 200
+
+
+def file_name_part(text: Any) -> str:
+    """``str(text)`` as one component of a file name: folder separators (``/``, ``\\``),
+    characters Windows forbids (``: * ? " < > |``), ``%``, control characters and Unicode
+    separators are written as ``%HH`` (their UTF-8 bytes), as is a leading ``.`` (no ``..``,
+    no hidden file) and a trailing space or dot. A name that needs nothing escaped (every
+    shipped GPU kind) is unchanged; different names give different parts. An empty text gives
+    ``"_"``; one longer than 200 bytes is cut and ends with ``~`` and 16 hex digits of its
+    SHA-256. Never raises."""
+    s = str(text)
+    if not s:
+        return "_"
+
+    def enc(c: str) -> str:
+        return "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+
+    s = _NAME_UNSAFE.sub(lambda m: enc(m.group()), s)
+    s = _UNSAFE.sub(lambda m: enc(m.group()), s)
+    if s.startswith("."):
+        s = enc(".") + s[1:]
+    if s.endswith((" ", ".")):
+        s = s[:-1] + enc(s[-1])
+    if len(s.encode("utf-8", "surrogatepass")) > _NAME_MAX_BYTES:
+        digest = hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        head = s.encode("utf-8", "surrogatepass")[:_NAME_MAX_BYTES - 17].decode("utf-8", "ignore")
+        s = f"{head}~{digest}"
+    return s
 
 
 def format_params(n: float) -> str:

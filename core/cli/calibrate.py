@@ -134,6 +134,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     from ..console import Console, esc
     from ..inputs import strict_dumps
     from ..interval import residual_table_from_cv
+    from ..text import file_name_part
     from ..validate import error_metrics, read_measurements
 
     if args.file_weights:
@@ -202,9 +203,10 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
                            cv_by_kind, residuals, kw["params"])
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = {kind: f"{file_name_part(kind)}.h5" for kind in stores}  # kinds come from the CSVs
     for kind, store in stores.items():
-        store.save(out_dir / f"{kind}.h5")
-    out = {"out_dir": str(out_dir), "stores": [f"{k}.h5" for k in stores],
+        store.save(out_dir / names[kind])
+    out = {"out_dir": str(out_dir), "stores": list(names.values()),
            "parameters": result.op_model, "fitted_parameters": kw["params"],
            "rows_by_kind": rows_by_kind, "cross_validation": cv,
            "cross_validation_by_kind": cv_by_kind,

@@ -1,7 +1,8 @@
 """``vtrain export FORMAT SESSION``: write a session in another tool's form.
 
 ``megatron-args``: the torchrun command and Megatron-LM arguments that run the plan
-(core/megatron_args.py).
+(core/megatron_args.py). Text from the session is data: the script quotes it for the shell
+(:mod:`core.text`), and what reaches the terminal shows control characters as escapes.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain export``; returns the exit status."""
     from ..megatron_args import export_script
     from ..session import atomic_write_text, load_any
+    from ..text import printable, terminal_text
 
     text = export_script(load_any(args.session), args.script)
     if args.out:
         atomic_write_text(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+        print(f"wrote {printable(args.out)}")
+    else:  # the script holds no raw control character; terminal_text keeps it that way
+        print(terminal_text(text), end="")
     return 0

@@ -197,7 +197,7 @@ def test_file_export_megatron_arguments(window, tmp_path, monkeypatch, message_b
     monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",
                         staticmethod(lambda *a, **k: (str(out), "")))
     window.action_export_megatron.trigger()
-    assert out.read_text().startswith("# ") and "torchrun --nnodes 1 --nproc-per-node 8" in out.read_text()
+    assert out.read_text().startswith("#!/usr/bin/env bash\n# ") and "torchrun --nnodes 1 --nproc-per-node 8" in out.read_text()
     back = import_file(out).session
     assert back.plan == window.session().plan and back.model.num_layers == window.session().model.num_layers
     # a plan Megatron cannot run is refused with the reason, and nothing is written
