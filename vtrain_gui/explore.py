@@ -763,9 +763,9 @@ class ExploreTab(QtWidgets.QWidget):
         try:
             tokens = format_count(s.cost.training_tokens / 1e9, 0)
             self._source.setText(
-                f"From the Plan tab: <b>{s.model.name}</b>, global batch "
+                f"From the Plan tab: <b>{html.escape(str(s.model.name))}</b>, global batch "
                 f"B = {format_count(s.plan.global_batch_size)}, {s.plan.precision}; "
-                f"{s.cluster.gpu}, {s.cluster.gpus_per_node} per node; {tokens} billion tokens at "
+                f"{html.escape(str(s.cluster.gpu))}, {s.cluster.gpus_per_node} per node; {tokens} billion tokens at "
                 f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour.")
         except (TypeError, ValueError):
             self._source.setText("From the Plan tab: (invalid inputs)")
