@@ -1311,11 +1311,15 @@ def path_problem(text: str) -> str | None:
     """Why the path ``text`` cannot be resolved, or None.
 
     Lexical and local only (no file is opened, and whether it exists is not told): a NUL
-    byte, or ``~user`` naming a user this machine does not have. A path that is a symlink
+    byte, characters the file system cannot encode, or ``~user`` naming a user this machine does not have. A path that is a symlink
     loop is refused when it is opened, with the message of any unreadable store.
     """
     if "\0" in text:
         return "cannot be resolved: it holds a NUL byte"
+    try:
+        os.fsencode(text)
+    except UnicodeError:  # a lone surrogate (from a JSON escape) is no file name
+        return "cannot be resolved: it holds characters no file name can have"
     if text.startswith("~"):
         try:
             expanded = os.path.expanduser(text)

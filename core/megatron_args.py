@@ -454,8 +454,9 @@ def _quote_state(text: str, state: str | None = None) -> str | None:
     one, ``"\\"`` or ``'"\\'`` after a backslash that ends the text (outside or inside
     double quotes). ``shlex.split`` raises exactly when the state at the end is not None.
 
-    Linear in ``len(text)`` and resumable (the state of ``a + b`` is that of ``b`` started in
-    the state of ``a``), so a statement of many lines is scanned once, not once per line.
+    Linear in ``len(text)`` and resumable where a line ends (the state of ``a + b``, ``b``
+    starting with a newline, is that of ``b`` started in the state of ``a``), so a statement
+    of many lines is scanned once, not once per line.
     """
     i, n = 0, len(text)
     if state in ("\\", '"\\'):  # the escaped character
