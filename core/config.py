@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import operator
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -57,6 +58,8 @@ __all__ = [
     "BOUNDS",
     "Bound",
     "check_value",
+    "path_problem",
+    "MAX_INTEGER",
     "section_errors",
     "rename_field",
     "padded_vocab_size",
@@ -272,7 +275,8 @@ def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
     ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``min``/``max`` (a field's own
     limits, within its bounds), ``choices`` (allowed values, for strings and
     enumerations), ``required`` (a session file must give the field: it has no
-    meaningful default). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
+    meaningful default), ``path`` (a string naming a file: it must be resolvable,
+    :func:`path_problem`). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
     optionally ``| None``).
     """
     return field(default=default, metadata={"unit": unit, "help": help, **kw})
@@ -1118,7 +1122,7 @@ class ClusterConfig:
         "GB200 400 Gb/s per GPU)", bounds=BOUNDS["inter_bw"]
     )
     profile_path: str | None = _f(
-        None, "", "Profile store to use instead of the shipped one for this GPU kind"
+        None, "", "Profile store to use instead of the shipped one for this GPU kind", path=True
     )
     memory_reserve_fraction: float = _f(
         0.1, "", "Share of each GPU's memory kept free for the framework, CUDA context and "
@@ -1298,6 +1302,33 @@ def _pinned_from_dict(compare: Any) -> Session:
 
 #: Longest string a session field may hold (names, GPU kinds, paths).
 MAX_STRING_LENGTH = 4096
+#: Largest magnitude of an integer in any numeric field (int64, as numpy and Megatron-LM hold
+#: counts); every field's own bounds are far less, this one names the rule for the absurd.
+MAX_INTEGER = 2**63 - 1
+
+
+def path_problem(text: str) -> str | None:
+    """Why the path ``text`` cannot be resolved, or None.
+
+    Lexical and local only (no file is opened, and whether it exists is not told): a NUL
+    byte, characters the file system cannot encode, or ``~user`` naming a user this machine does not have. A path that is a symlink
+    loop is refused when it is opened, with the message of any unreadable store.
+    """
+    if "\0" in text:
+        return "cannot be resolved: it holds a NUL byte"
+    try:
+        os.fsencode(text)
+    except UnicodeError:  # a lone surrogate (from a JSON escape) is no file name
+        return "cannot be resolved: it holds characters no file name can have"
+    if text.startswith("~"):
+        try:
+            expanded = os.path.expanduser(text)
+        except (RuntimeError, KeyError, ValueError):  # pragma: no cover - expanduser leaves it
+            expanded = text
+        if expanded.startswith("~"):
+            user = text[1:].split("/", 1)[0] or "the current user"
+            return f"cannot be resolved: no home folder for {user} on this machine"
+    return None
 
 
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
@@ -1331,7 +1362,11 @@ class _Shown:
 
 def _shown(value: Any) -> str:
     """``value`` as JSON writes it (``null``, ``true``, ``"text"``; ``repr`` for what JSON
-    cannot hold), shortened to 60 characters: a value from a file can be anything."""
+    cannot hold), shortened to 60 characters: a value from a file can be anything. A huge
+    integer is described by its digit count (``str`` of 4,300 digits or more raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -10**50 < value < 10**50:
+        from .inputs import describe_number
+        return describe_number(value)
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=True)
     except (TypeError, ValueError):
@@ -1349,7 +1384,11 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
     Driven by the field's annotation and metadata (``bounds``, ``choices``): booleans
     must be ``bool`` (never a string or a number), integers ``int`` (not ``bool``, not
     a float), numbers finite ``int`` or ``float`` inside the field's :class:`Bound`,
-    strings at most :data:`MAX_STRING_LENGTH` long and one of ``choices`` when given.
+    strings at most :data:`MAX_STRING_LENGTH` long and one of ``choices`` when given. An
+    integer is compared as an integer, never converted to a float (``OverflowError``): one
+    beyond the field's bounds, or beyond :data:`MAX_INTEGER` where it has none, is refused by
+    its magnitude; a field marked ``path`` must name a
+    path that can be resolved (:func:`path_problem`).
     The message starts with ``name=value`` (the readers rename it for other formats).
     """
     base, optional = field_kind(f)
@@ -1365,6 +1404,10 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be a string"
         if len(value) > MAX_STRING_LENGTH:
             return f"{name} must be at most {MAX_STRING_LENGTH:,} characters long"
+        if meta.get("path"):
+            problem = path_problem(value)
+            if problem:
+                return f"{name}={shown} {problem}"
         choices = meta.get("choices")
         if choices and meta.get("check_choices", True) and value not in choices:
             notes = meta.get("choice_notes", {})  # what each value is, where names are alike
@@ -1379,7 +1422,7 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             if integer and lo is not None and lo >= 1:
                 return f"{name}={shown} must be a positive integer"
             return f"{name}={shown} must be {'an integer' if integer else 'a number'}"
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return f"{name}={shown} must be a finite number"
         choices = meta.get("choices")
         if choices and value not in choices:
@@ -1388,7 +1431,11 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be at least {_num_text(meta['min'])}"
         if "max" in meta and value > meta["max"]:
             return f"{name}={shown} must be at most {_num_text(meta['max'])}"
+        # integers are compared as integers (exactly), never converted to a float
         if bound is None:
+            if isinstance(value, int) and not -MAX_INTEGER <= value <= MAX_INTEGER:
+                return (f"{name}={shown} is beyond any bound of a field (integers are at most "
+                        f"2^63 - 1 in magnitude)")
             return None
         if value < bound.lo:
             if integer and bound.lo == 1:
@@ -1443,6 +1490,8 @@ def _section_from_dict(cls: type, section: str, data: Any, require: bool = False
 
 
 _TYPE_WORDS = ("int", "float", "str", "bool")
+#: How a message names a field's type.
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
 def _matches_type(base: str, value: Any) -> bool:
@@ -2441,7 +2490,10 @@ def _session_field(path: str) -> dataclasses.Field:
 
 
 def _authors_key_errors(raw: dict) -> list[FieldError]:
-    """Type, bound and choice errors of the authors' keys present in ``raw``, named by key."""
+    """Type, bound and choice errors of the authors' keys present in ``raw``, named by key.
+
+    The format has no null: a key is given with a value of its type or left out (its
+    default), even where the session field it fills may be empty."""
     errs = []
     for key, (target, kind) in _AUTHORS_FIELDS.items():
         if key not in raw:
@@ -2451,6 +2503,12 @@ def _authors_key_errors(raw: dict) -> list[FieldError]:
         else:
             f = dataclasses.field(metadata={"bounds": BOUNDS["parallel"]} if key == "num_gpus" else {})
             f.name, f.type = key, kind
+        if raw[key] is None and field_kind(f)[1]:  # null, where the session field may be empty
+            unit = f.metadata.get("unit")
+            errs.append(FieldError(key, f"{key}=null must be {_TYPE_NAMES[field_kind(f)[0]]}"
+                                        f"{f' ({unit})' if unit else ''}; leave the key out "
+                                        "for its default"))
+            continue
         msg = check_value(key, f, raw[key])
         if msg:
             errs.append(FieldError(key, msg))
@@ -2585,7 +2643,7 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         gpu=gpu_kind(raw.get("gpu_name", "A100")),
         gpus_per_node=raw.get("node_size", 8),
         intra_node_bandwidth_gbytes_per_s=(float(raw["intra_node_bandwidth"])
-                                           if raw.get("intra_node_bandwidth") is not None else None),
+                                           if "intra_node_bandwidth" in raw else None),
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
     )
     session = Session(model=model, plan=plan, cluster=cluster)

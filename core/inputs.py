@@ -10,7 +10,8 @@ nccl-tests output, profile store) comes through here before it parses anything:
   read, so a mistaken path to a disk image cannot exhaust memory;
 * JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused before ``json`` parses
   it (Python's parser recurses and would raise ``RecursionError``); ``NaN`` and
-  ``Infinity``, which are not JSON, are refused by name.
+  ``Infinity``, which are not JSON, are refused by name, and so is an integer beyond
+  the range of a float (:data:`MAX_JSON_INTEGER`), before anything converts it.
 
 Errors are raised as the caller's error class, with one line naming the file and the rule.
 """
@@ -22,12 +23,13 @@ import math
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
-           "NonFiniteError"]
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -35,10 +37,18 @@ MAX_BYTES = {
     "json": 16 * 2**20,
     "csv": 64 * 2**20,
     "text": 64 * 2**20,
+    "launch": 2**20,  # a launch script (core.megatron_args.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
 }
 #: Deepest nesting of arrays and objects a JSON input may have (sessions need 4).
 MAX_JSON_DEPTH = 64
+
+#: Largest magnitude of a JSON integer that is read (the largest float, about 1.8e308): a
+#: larger one cannot be a number of any field (``1e400`` is refused alike), and converting it
+#: to a float would raise ``OverflowError``. Field bounds (``core.config.BOUNDS``) are far less.
+MAX_JSON_INTEGER = int(sys.float_info.max)
+#: Digits of :data:`MAX_JSON_INTEGER`: a longer literal is never turned into an int at all.
+_MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
@@ -128,13 +138,55 @@ def json_depth(data: bytes) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
-def nonfinite_path(doc: Any) -> tuple[str, float] | None:
+class _HugeInteger:
+    """A JSON integer literal of more digits than any number (kept as its digit count only)."""
+
+    __slots__ = ("digits", "negative")
+
+    def __init__(self, text: str):
+        self.negative = text.startswith("-")
+        self.digits = len(text) - self.negative
+
+
+def _parse_int(text: str) -> int | _HugeInteger:
+    """``json``'s integer hook: an int, or a :class:`_HugeInteger` for a literal too long to
+    be a number (never converted: ``int()`` of 4,300 digits or more raises)."""
+    return int(text) if len(text) <= _MAX_INT_DIGITS + 1 else _HugeInteger(text)
+
+
+def _too_large(node: Any) -> bool:
+    """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude."""
+    if isinstance(node, _HugeInteger):
+        return True
+    return (isinstance(node, int) and not isinstance(node, bool)
+            and not -MAX_JSON_INTEGER <= node <= MAX_JSON_INTEGER)
+
+
+def describe_number(value: Any) -> str:
+    """How a message shows a number that cannot be used: ``NaN``, ``Infinity``, ``-Infinity``,
+    or ``an integer of 401 digits`` (never the digits themselves, nor a float conversion)."""
+    if isinstance(value, _HugeInteger) or (isinstance(value, int) and not isinstance(value, bool)):
+        if isinstance(value, _HugeInteger):
+            digits, negative = value.digits, value.negative
+        else:  # digits from the bit length: str() of 4,300 digits or more raises
+            digits = max(1, int(abs(value).bit_length() * 0.30103) + 1)
+            negative = value < 0
+            if abs(value) < 10**18:
+                return str(value)
+        return f"{'a negative' if negative else 'an'} integer of about {digits:,} digits"
+    value = float(value)
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+def nonfinite_path(doc: Any) -> tuple[str, Any] | None:
     """Dotted path (``cost.price_per_gpu_hour_usd``, ``jobs[3].tokens``) and value of the first
-    non-finite number in a parsed document, or None. Iterative (the depth is bounded anyway)."""
+    number in a parsed document that is not finite (``NaN``, ``Infinity``) or is an integer
+    beyond :data:`MAX_JSON_INTEGER` in magnitude, or None. Iterative (the depth is bounded
+    anyway); an integer is compared as an integer, never converted to a float."""
     stack: list[tuple[str, Any]] = [("", doc)]
     while stack:
         where, node = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node) or (
+        if isinstance(node, float) and not math.isfinite(node) or _too_large(node) or (
                 type(node).__module__ == "numpy" and hasattr(node, "dtype")
                 and node.dtype.kind == "f" and not math.isfinite(float(node))):
             return where or "(top level)", node
@@ -145,15 +197,21 @@ def nonfinite_path(doc: Any) -> tuple[str, float] | None:
     return None
 
 
-def _json_number(value: float) -> str:
-    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+def _refusal(value: Any) -> str:
+    """The rule a value found by :func:`nonfinite_path` breaks."""
+    if isinstance(value, (int, _HugeInteger)) and not isinstance(value, bool):
+        return (f"{describe_number(value)} is beyond the range of any number (at most about "
+                "1.8e308 in magnitude)")
+    return f"{describe_number(value)} must be a finite number"
 
 
 def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
-    """Parse JSON text strictly: nesting at most :data:`MAX_JSON_DEPTH`; ``NaN``, ``Infinity``
-    and numbers too large for a float (``1e400``) are refused naming the key that holds them.
+    """Parse JSON text strictly: nesting at most :data:`MAX_JSON_DEPTH`; ``NaN``, ``Infinity``,
+    numbers too large for a float (``1e400``) and integers beyond :data:`MAX_JSON_INTEGER`
+    (a 401-digit literal; it is never converted) are refused naming the key that holds them.
 
-    Raises ``error`` naming ``where`` on any problem (never ``RecursionError``).
+    Raises ``error`` naming ``where`` on any problem (never ``RecursionError`` or
+    ``OverflowError``).
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     depth = json_depth(raw)
@@ -161,18 +219,18 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
         raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
         text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=_parse_int)
     except UnicodeDecodeError as exc:
         raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not a valid JSON file ({exc})") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
+    except ValueError as exc:  # pragma: no cover - long integers are kept as _HugeInteger
         raise error(f"{where}: not a valid JSON file ({exc})") from None
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise error(f"{where}: JSON nested too deeply") from None
     bad = nonfinite_path(doc)
     if bad is not None:
-        raise error(f"{where}: {bad[0]}: {_json_number(bad[1])} must be a finite number")
+        raise error(f"{where}: {bad[0]}: {_refusal(bad[1])}")
     return doc
 
 
@@ -198,5 +256,5 @@ def strict_dumps(doc: Any, what: str = "result", **kwargs: Any) -> str:
     except ValueError:
         bad = nonfinite_path(doc)
         where = f"{what}.{bad[0]}" if bad else what
-        value = _json_number(float(bad[1])) if bad else "a non-finite number"
+        value = describe_number(bad[1]) if bad else "a non-finite number"
         raise NonFiniteError(f"{where} is {value}, not a finite number; nothing written") from None

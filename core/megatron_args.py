@@ -324,6 +324,22 @@ class Launch:
     source: str = "arguments"
 
 
+#: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
+#: Beyond them the script is refused, so that no input makes the reader run for long:
+#: ``A=$A$A`` on twenty lines doubles a value a million times over.
+MAX_LAUNCH_BYTES = 2**20  # the script file, and all its statements once expanded
+MAX_STATEMENT_BYTES = 64 * 2**10  # one statement, as written or expanded
+MAX_STATEMENT_LINES = 1_000  # physical lines of one statement (an unclosed quote or array)
+MAX_ARITH_TOKENS = 512  # numbers, names and operators of one $((...))
+#: Integers of ``$((...))`` and of counts: |x| < 2^63, the range of bash's 64-bit arithmetic.
+ARITH_LIMIT = 2**63
+
+
+class _Unbounded(Exception):
+    """A statement's expansion or arithmetic beyond the bounds above (``read_launch`` names
+    the file and the statement)."""
+
+
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<index>\[[@*]\])?"
                   r"(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
 _ARITH = re.compile(r"\$\(\((?P<expr>[^()]*(?:\([^()]*\)[^()]*)*)\)\)")
@@ -334,26 +350,45 @@ _SEPARATORS = {"2>&1", "1>&2"}
 
 
 def _arith(expr: str) -> int | None:
-    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None."""
+    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
+    when it is not such an expression (it then stays as written).
+
+    Raises :class:`_Unbounded` for more than :data:`MAX_ARITH_TOKENS` tokens, or a number
+    or any intermediate result of :data:`ARITH_LIMIT` or more in magnitude (bash's 64-bit
+    range; no launch means such a number), before Python computes anything larger.
+    """
+    if len(expr) > 32 * MAX_ARITH_TOKENS or \
+            len(re.findall(r"\w+|[^\w\s]", expr)) > MAX_ARITH_TOKENS:
+        raise _Unbounded(f"$(({expr[:20]}...)) has more than {MAX_ARITH_TOKENS} terms and "
+                         "operators, more than a launch's arithmetic needs")
+    if re.search(r"\d{20}", expr):  # a literal of 20 digits or more is 2^63 or more
+        raise _Unbounded("arithmetic on a number of 20 digits or more, outside bash's 64-bit "
+                         "range (|x| < 2^63) and any count a launch can mean")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return None
+
+    def bounded(x: int) -> int:
+        if not -ARITH_LIMIT < x < ARITH_LIMIT:
+            raise _Unbounded("arithmetic with a result outside bash's 64-bit range "
+                             "(|x| < 2^63) and any count a launch can mean")
+        return x
 
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return bounded(node.value)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            return bounded(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         raise ValueError("not integer arithmetic")
 
     try:
         return ev(tree)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, RecursionError):
         return None
 
 
@@ -362,14 +397,27 @@ def _substitute(text: str, env: dict[str, str | list[str]]) -> str:
 
     Variables the script does not set stay as written (a later step names them
     if their value is needed). Arrays expand to their shell-quoted words.
+
+    Raises :class:`_Unbounded` as soon as the values substituted reach
+    :data:`MAX_STATEMENT_BYTES` (counted while substituting, so a statement of many
+    references to a long value is never built), or for arithmetic :func:`_arith` refuses.
     """
+    budget = [MAX_STATEMENT_BYTES]
+
+    def spend(value: str) -> str:
+        budget[0] -= len(value)
+        if budget[0] < 0:
+            raise _Unbounded(f"expands to more than {MAX_STATEMENT_BYTES // 1024} KiB, more "
+                             "than a launch's statement can mean")
+        return value
+
     def var(m: re.Match) -> str:
         name = m.group("braced") or m.group("plain")
         if name in env:
             v = env[name]
-            return " ".join(shlex.quote(x) for x in v) if isinstance(v, list) else v
+            return spend(" ".join(shlex.quote(x) for x in v) if isinstance(v, list) else v)
         if m.group("default") is not None:
-            return m.group("default")
+            return spend(m.group("default"))
         return m.group(0)
 
     out = _VAR.sub(var, text)
@@ -396,22 +444,77 @@ def _open_array(buf: str) -> bool:
     return tail.count(")") < 1 + tail.count("(")
 
 
-def _statements(text: str) -> list[str]:
-    """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole."""
+#: Where the next character that changes the quoting state may be, in each state of
+#: :func:`_quote_state` (None: outside quotes).
+_QUOTING = {None: re.compile(r"['\"\\#]"), "'": re.compile("'"), '"': re.compile(r'["\\]')}
+
+
+def _quote_state(text: str, state: str | None = None) -> str | None:
+    """The quoting state at the end of ``text`` as :func:`shlex.split` (POSIX, comments) reads
+    it, starting in ``state``: None when every quote is closed, ``"'"`` or ``'"'`` inside
+    one, ``"\\"`` or ``'"\\'`` after a backslash that ends the text (outside or inside
+    double quotes). ``shlex.split`` raises exactly when the state at the end is not None.
+
+    Linear in ``len(text)`` and resumable where a line ends (the state of ``a + b``, ``b``
+    starting with a newline, is that of ``b`` started in the state of ``a``), so a statement
+    of many lines is scanned once, not once per line.
+    """
+    i, n = 0, len(text)
+    if state in ("\\", '"\\'):  # the escaped character
+        if n == 0:
+            return state
+        i, state = 1, (None if state == "\\" else '"')
+    while True:
+        m = _QUOTING[state].search(text, i)
+        if m is None:
+            return state
+        c, i = m.group(), m.end()
+        if state is None and c == "#":  # a comment, to the end of the line
+            end = text.find("\n", i)
+            if end < 0:
+                return None
+            i = end + 1
+        elif c == "\\":
+            if i >= n:
+                return "\\" if state is None else '"\\'
+            i += 1
+        elif state is None:
+            state = c
+        else:  # the closing quote
+            state = None
+
+
+def _head(stmt: str) -> str:
+    """The start of a statement, as messages quote it."""
+    text = " ".join(stmt.split())
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _statements(text: str, source: str = "arguments") -> list[str]:
+    """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole.
+
+    Raises MegatronArgsError (naming ``source`` and the statement) for a statement longer than
+    :data:`MAX_STATEMENT_BYTES` or :data:`MAX_STATEMENT_LINES` (an unclosed quote or array).
+    """
     text = re.sub(r"\\\r?\n", " ", text)
     out: list[str] = []
-    buf = ""
+    buf, state, lines = "", None, 0
     for line in text.splitlines():
-        buf = f"{buf}\n{line}" if buf else line
-        try:
-            shlex.split(buf, comments=True)
-        except ValueError:  # an open quotation: the statement goes on
+        state = _quote_state(f"\n{line}" if lines else line, state)
+        buf = f"{buf}\n{line}" if lines else line
+        lines += 1
+        if len(buf) > MAX_STATEMENT_BYTES or lines > MAX_STATEMENT_LINES:
+            raise MegatronArgsError(
+                f"{source}: statement {_head(buf)} is longer than {MAX_STATEMENT_BYTES // 1024} "
+                f"KiB or {MAX_STATEMENT_LINES:,} lines, more than a launch can mean (an unclosed "
+                "quote or array?)")
+        if state is not None:  # an open quotation: the statement goes on
             continue
         if _open_array(buf):
             continue
         out.append(buf)
-        buf = ""
-    if buf:
+        buf, lines = "", 0
+    if lines:
         out.append(buf)
     return out
 
@@ -429,6 +532,9 @@ def _words(stmt: str, source: str) -> list[str]:
 
 def _int_value(text: str, what: str, source: str) -> int:
     if re.fullmatch(r"\d+", text or ""):
+        if len(text.lstrip("0")) > 18:  # int() of 4,300 digits raises; none is a count
+            raise MegatronArgsError(f"{source}: {what} {text[:20]}... ({len(text):,} digits) "
+                                    "is beyond any count a launch can mean (at most 18 digits)")
         return int(text)
     if "$" in text:
         raise MegatronArgsError(f"{source}: {what} {text}: the variable is not set in the file; "
@@ -498,8 +604,16 @@ def read_launch(text: str, source: str = "arguments") -> Launch:
     ------
     MegatronArgsError
         No Megatron arguments found, unbalanced quotes, or a launcher count that
-        is not a number (an unset variable is named).
+        is not a number (an unset variable is named); a script beyond the bounds of what a
+        launch can mean: more than :data:`MAX_LAUNCH_BYTES` as written or once expanded,
+        a statement of more than :data:`MAX_STATEMENT_BYTES` as written or expanded, or
+        arithmetic beyond |x| < 2^63 or :data:`MAX_ARITH_TOKENS` terms (the message names
+        the statement).
     """
+    if len(text) > MAX_LAUNCH_BYTES:
+        raise MegatronArgsError(f"{source}: {len(text):,} characters, more than the "
+                                f"{MAX_LAUNCH_BYTES:,} a launch script may have")
+    statements = _statements(text, source)  # first: it bounds every line's length
     env: dict[str, str | list[str]] = {}
     sbatch: list[str] = []
     for line in text.splitlines():
@@ -510,8 +624,18 @@ def read_launch(text: str, source: str = "arguments") -> Launch:
                 pass
     commands: list[tuple[list[str], list[str], str, str]] = []  # (launcher words, args, launcher, script)
     loose: list[str] = []
-    for stmt in _statements(text):
-        words = _words(_substitute(stmt, env), source)
+    expanded_total = 0
+    for stmt in statements:
+        try:
+            expanded = _substitute(stmt, env)
+        except _Unbounded as exc:
+            raise MegatronArgsError(f"{source}: statement {_head(stmt)}: {exc}") from None
+        expanded_total += len(expanded)
+        if expanded_total > MAX_LAUNCH_BYTES:
+            raise MegatronArgsError(f"{source}: statement {_head(stmt)}: the script expands to "
+                                    f"more than {MAX_LAUNCH_BYTES // 2**20} MiB, more than a "
+                                    "launch can mean")
+        words = _words(expanded, source)
         # leading assignments (NAME=value, export NAME=value, NAME=( ... ))
         j = 0
         while j < len(words):
@@ -1388,13 +1512,13 @@ _HYBRID_FLAGS = ("--is-hybrid-model", "--hybrid-override-pattern", "--hybrid-att
 def import_file(path: str | Path, **kw: Any) -> ImportResult:
     """:func:`read_launch` + :func:`session_from_launch` of a file (keywords go to the latter).
 
-    Raises MegatronArgsError (also for an unreadable file).
+    Raises MegatronArgsError (also for an unreadable file, one that is not a regular file,
+    or one of more than :data:`MAX_LAUNCH_BYTES`).
     """
+    from .inputs import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MegatronArgsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
     return session_from_launch(read_launch(text, str(path)), **kw)
 
 

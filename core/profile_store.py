@@ -109,7 +109,7 @@ def image_cache_dir() -> Path | None:
     """
     env = os.environ.get("VTRAIN_CACHE_DIR")
     if env is not None:
-        return Path(env).expanduser() / "profile-stores" if env.strip() else None
+        return Path(os.path.expanduser(env)) / "profile-stores" if env.strip() else None
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "vtrain" / "profile-stores"
 
@@ -1029,7 +1029,7 @@ def _read_store_bytes(path: Path) -> bytes:
 
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
         raise ProfileStoreError(f"{path}: {NOT_A_STORE}") from None
     try:
         st = os.fstat(fd)

@@ -27,7 +27,7 @@ def user_profiles_dir() -> Path:
     ``$XDG_DATA_HOME/vtrain/profiles`` (``~/.local/share/vtrain/profiles``). Not created here."""
     env = os.environ.get("VTRAIN_PROFILES_DIR")
     if env:
-        return Path(env).expanduser()
+        return Path(os.path.expanduser(env))
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "vtrain" / "profiles"
 
@@ -129,7 +129,10 @@ def list_stores(dirs: Iterable[str | Path] | None = None) -> list[StoreInfo]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.h5")):
-            real = path.resolve()
+            try:
+                real = path.resolve()
+            except (OSError, RuntimeError):  # a symlink loop: listed as itself, opened as none
+                real = path.absolute()
             if real in seen:
                 continue
             seen.add(real)

@@ -141,12 +141,12 @@ def session_from_document(doc: Any, where: str = "session", base: str | Path | N
     except ConfigError as exc:
         raise SessionFileError(f"{where}: {exc}") from None
     path = session.cluster.profile_path
-    if base is not None and path and not Path(path).expanduser().is_absolute():
+    if base is not None and path and not Path(os.path.expanduser(path)).is_absolute():
         session.cluster.profile_path = str(Path(os.path.abspath(Path(base) / path)))
     pinned = (session.compare or {}).get("pinned", {}).get("cluster")
     path = pinned.get("profile_path") if isinstance(pinned, dict) else None
     if base is not None and isinstance(path, str) and path \
-            and not Path(path).expanduser().is_absolute():  # the pinned plan's store alike
+            and not Path(os.path.expanduser(path)).is_absolute():  # the pinned plan's store alike
         pinned["profile_path"] = str(Path(os.path.abspath(Path(base) / path)))
     return session
 

@@ -7,6 +7,7 @@ GPU kind, builds the execution graph, solves it and computes the report.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import model_math
 from .config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
-                     recompute_modules, tensor_dtype)
+                     path_problem, recompute_modules, tensor_dtype)
 from .costing import costing, mfu_peak_flops
 from .fastpath import pipeline_iteration_times
 from .gpu_spec import fits_peak_fraction
@@ -58,11 +59,13 @@ class SimulationResult:
 
 
 def profile_path(session: Session) -> Path:
-    """The profile store a session uses: ``cluster.profile_path`` or the shipped one for its GPU
-    (``profiles/<gpu>.h5``, the GPU kind made a file name by :func:`core.text.file_name_part`:
-    a kind like ``"../x"`` names a missing store in that folder, never a file outside it)."""
+    """The profile store a session uses: ``cluster.profile_path`` (``~`` expanded) or the
+    shipped one for its GPU (``profiles/<gpu>.h5``, the GPU kind made a file name by
+    :func:`core.text.file_name_part`: a kind like ``"../x"`` names a missing store in that
+    folder, never a file outside it). A ``~user`` this machine does not know stays as written
+    (opening it then fails as a missing store does; :func:`core.config.path_problem` names it)."""
     if session.cluster.profile_path:
-        return Path(session.cluster.profile_path).expanduser()
+        return Path(os.path.expanduser(session.cluster.profile_path))
     return PROFILES_DIR / f"{file_name_part(session.cluster.gpu)}.h5"
 
 
@@ -84,6 +87,9 @@ def session_profile(session: Session) -> ProfileStore:
         return open_profile(path)
     source = getattr(session, "source", None)
     field = f"{source}: cluster.profile_path" if source else "cluster.profile_path"
+    problem = path_problem(session.cluster.profile_path)
+    if problem:  # a session built in code or in the window, not checked by a reader
+        raise ProfileStoreError(f"{field}: {session.cluster.profile_path!r} {problem}")
     if path.suffix.lower() not in (".h5", ".hdf5"):
         raise ProfileStoreError(f"{field}: {path}: {NOT_A_STORE} (a store is an .h5 file)")
     try:
@@ -95,15 +101,20 @@ def session_profile(session: Session) -> ProfileStore:
 def open_profile(path: str | Path) -> ProfileStore:
     """Open a profile store, cached by path and modification time (stores are read-only here).
 
+    The cache key is the resolved path; messages (and the store's ``path``) name ``path`` as
+    given, never what a link resolves to.
+
     Raises
     ------
     ProfileStoreError
-        Missing or unreadable store.
+        Missing or unreadable store, or a path that cannot be resolved (a NUL byte, a
+        symlink loop), with the message of any unreadable store.
     """
-    path = Path(path).resolve()
+    path = Path(path)
     try:
-        key = (str(path), path.stat().st_mtime)
-    except OSError:
+        real = path.resolve()
+        key = (str(real), real.stat().st_mtime)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (Python < 3.13)
         return ProfileStore.open(path)  # raises a clear ProfileStoreError
     if key not in _STORE_CACHE:
         _STORE_CACHE[key] = ProfileStore.open(path)

@@ -170,7 +170,7 @@ def test_files_above_their_size_bound_are_refused_before_reading(tmp_path, monke
     ('{"cost": {"training_tokens": 1e400}}', "cost.training_tokens: Infinity must be a finite number"),
     ('[' * 65 + ']' * 65, "nested 65 levels deep"),
     ('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', None),
-    ('1' * 5000, "Exceeds the limit"),
+    ('1' * 5000, "(top level)"),  # refused by magnitude, never converted
 ])
 def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
     if needle is None:  # brackets inside strings do not count

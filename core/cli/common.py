@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 from ..config import ConfigError, CostConfig, FieldError, check_value
@@ -99,7 +100,7 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
             except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
                 raise session.in_its_terms(exc) from None
     if getattr(args, "profile", None):
-        session.cluster.profile_path = str(Path(args.profile).resolve())
+        session.cluster.profile_path = os.path.abspath(args.profile)  # links kept: messages name the path given
     for option, name in (("--tokens", "training_tokens"),
                          ("--price-per-gpu-hour", "price_per_gpu_hour_usd")):
         value = getattr(args, option[2:].replace("-", "_"), None)

@@ -37,6 +37,29 @@ def add_parser(sub: Any) -> None:
                    help="print one JSON object (difference_s, terms, and both plans)")
 
 
+def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
+    """``simulate(session)``; its errors name ``file`` and, for the pinned plan, the field under
+    ``compare.pinned`` (a plan too large to simulate, an unreadable profile store)."""
+    from ..config import ConfigError
+    from ..profile_store import ProfileStoreError
+    from ..simulate import simulate
+
+    try:
+        return simulate(session)
+    except ConfigError as exc:
+        if not pinned:
+            raise session.in_its_terms(exc) from None
+        raise ConfigError([dataclasses.replace(e, field=f"compare.pinned.{e.field}")
+                           if not e.field.startswith("compare.") else e
+                           for e in exc.errors], file) from None
+    except ProfileStoreError as exc:
+        if not pinned:
+            raise
+        text = str(exc)
+        raise ProfileStoreError(f"{file}: compare.pinned.{text}" if text.startswith("cluster.")
+                                else f"{file}: compare.pinned.cluster: {text}") from None
+
+
 def _s(x: float) -> str:
     return f"{x:,.3f} s"
 
@@ -47,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config import ConfigError
     from ..console import Console, esc
-    from ..diff import TERM_LABELS, diff_plans
+    from ..diff import TERM_LABELS, diff_results
     from ..session import load_any
 
     if args.b is None:
@@ -64,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError([dataclasses.replace(e, field=f"compare.pinned.{e.field}")
                                if not e.field.startswith("compare.") else e
                                for e in exc.errors]).in_file(args.a) from None
+        d = diff_results(_simulated(a, args.a, pinned=True), _simulated(b, args.a))
     else:
         a, b = load_any(args.a), load_any(args.b)
-    d = diff_plans(a, b)
+        d = diff_results(_simulated(a, args.a), _simulated(b, args.b))
     if args.json:
         from ..inputs import strict_dumps
         print(strict_dumps(d.to_dict()))

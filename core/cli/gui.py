@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.screenshot:
         import os
         from pathlib import Path
-        folder = Path(args.screenshot).expanduser().resolve().parent
+        folder = Path(os.path.abspath(os.path.expanduser(args.screenshot))).parent
         if not folder.is_dir():
             raise UsageError(f"--screenshot {args.screenshot}: the folder {folder} does not exist")
         if not os.access(folder, os.W_OK):

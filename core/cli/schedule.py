@@ -4,6 +4,7 @@ policies (argument parsing and output). The study itself is :mod:`core.scheduler
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING, Any
 
 from .common import check_number, list_items, study_progress
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = read_jobs(args.trace)
     session = load_any(args.cluster, validate=False) if args.cluster else Session()
     if args.profile:
-        session.cluster.profile_path = str(Path(args.profile).resolve())
+        session.cluster.profile_path = os.path.abspath(args.profile)  # links kept: messages name the path given
     # the jobs bring their own models and batches; the cluster, precision and profile must be valid
     try:
         check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
