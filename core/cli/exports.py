@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .common import refuse_output_is_input
+
 __all__ = ["add_parser", "run"]
 
 
@@ -30,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..megatron_args import export_script
     from ..session import atomic_write_text, load_any
 
+    refuse_output_is_input([("--out", args.out)], [args.session])
     text = export_script(load_any(args.session), args.script)
     if args.out:
         atomic_write_text(args.out, text)
