@@ -389,11 +389,11 @@ def test_reading_and_predicting_rows_report_progress(tmp_path):
 
 def test_progress_goes_to_stderr_when_long_and_never_into_json(tmp_path, capsys):
     from core.cli.common import row_progress
-    with row_progress("predicting rows", json_output=False, long_s=0.0) as progress:
+    with row_progress("predicting", json_output=False, long_s=0.0) as progress:
         progress(5, 10)
     out, err = capsys.readouterr()
     assert out == "" and "5 of 10 rows" in err
-    with row_progress("predicting rows", json_output=True) as progress:
+    with row_progress("predicting", json_output=True) as progress:
         assert progress is None
     code, out, err = run_cli(capsys, "validate", _csv(tmp_path, 3), "--json")
     assert code == 0 and err == "" and json.loads(out)["n"] == 3

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import field_error, refuse_output_is_input
+from .common import field_error, refuse_output_is_input, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     base = ProfileStore.open(args.profile)
     per_file, rows = [], []
     for path in args.csv:
-        ms = read_measurements(path)
+        with row_progress(f"reading {Path(path).name}", args.json) as progress:
+            ms = read_measurements(path, progress)
         sessions, measured = measured_sessions(ms)
         if not sessions:
             raise field_error(path, "no usable rows")
@@ -146,7 +147,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
                                     f"(known: {', '.join(GPU_KINDS)})")
     sessions, measured, names, rows = [], [], [], []
     for path in args.csv:
-        ms = read_measurements(path)
+        with row_progress(f"reading {Path(path).name}", args.json) as progress:
+            ms = read_measurements(path, progress)
         ss, yy = measured_sessions(ms)
         if not ss:
             raise field_error(path, "no usable rows")

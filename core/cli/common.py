@@ -76,7 +76,7 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
     """
     import time
 
-    from ..console import Console, esc
+    from ..console import Console, esc, printable
     if json_output:
         yield None
         return
@@ -96,7 +96,7 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
         now = time.monotonic()
         if now - shown[0] >= long_s:
             shown[0] = now
-            err.print(f"{what}: {done:,} of {total:,} rows ({now - start:,.0f} s)",
+            err.print(f"{printable(what)}: {done:,} of {total:,} rows ({now - start:,.0f} s)",
                       markup=False, highlight=False)
     yield progress
 

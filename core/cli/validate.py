@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise field_error("--cross-validate", "needs at least 2 folds")
     coverage = _check_coverage(args.coverage)
     refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
-    with row_progress("reading rows", args.json) as progress:
+    with row_progress(f"reading {Path(args.csv).name}", args.json) as progress:
         ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         low[used], high[used] = lo_used, hi_used
         result = ValidationResult(ms, pred, low, high, coverage)
     else:
-        with row_progress("predicting rows", args.json) as progress:
+        with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
