@@ -82,8 +82,11 @@ _AUTHORS_MULTI = ["Parameters (billion)"] + _AUTHORS_SINGLE
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
-#: Most data rows a measurement file may have (the authors' files have 864 and 288).
-MAX_ROWS = 100_000
+#: Most data rows a measurement file may have. The largest shipped file has 864 rows; each
+#: row takes milliseconds to read and to predict (about a minute for 10,000), so a file far
+#: beyond this is a mistake (a log, a concatenation) and is refused by name before any row is
+#: read into a plan.
+MAX_ROWS = 10_000
 
 
 class MeasurementFileError(ValueError):
@@ -159,8 +162,11 @@ def _snake(h: str) -> str:
     return re.sub(r"[\s\-]+", "_", h.strip().lower())
 
 
-def read_measurements(path: str | Path) -> list[Measurement]:
+def read_measurements(path: str | Path,
+                      progress: Callable[[int, int], None] | None = None) -> list[Measurement]:
     """Read a measurement CSV in any supported layout (see module doc).
+
+    ``progress(done, total)``, if given, is called as rows are read (every 50 and at the end).
 
     Raises
     ------
@@ -178,7 +184,8 @@ def read_measurements(path: str | Path) -> list[Measurement]:
             if r and any(c.strip() for c in r):
                 rows.append(r)
                 if len(rows) > MAX_ROWS + 1:
-                    raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows")
+                    raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows "
+                                               "(the most a measurement file may have)")
     except csv.Error as exc:
         raise MeasurementFileError(f"{path}: not a readable CSV file ({exc})") from None
     if not rows:
@@ -187,7 +194,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(f"{path}: a header and no data rows")
     header = [_norm_header(h) for h in rows[0]]
     if header == _AUTHORS_SINGLE or header == _AUTHORS_MULTI:
-        return [_authors_row(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+        return _each_row(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
     known = set(GENERAL_COLUMNS) | set(MODERN_COLUMNS) | set(INFO_COLUMNS)
     # "Num GPUs", "TENSOR_PARALLEL", "seq-length": the general layout's names in other cases
     header = [h if h in known else _snake(h) if _snake(h) in known else h for h in header]
@@ -196,8 +203,23 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    out = [_general_row_or_skip(path, i + 1, header, r) for i, r in enumerate(rows[1:])]
+    out = _each_row(rows[1:], lambda i, r: _general_row_or_skip(path, i, header, r), progress)
     _check_recipe_siblings(out)
+    return out
+
+
+#: Rows between two calls of a progress callback.
+_PROGRESS_EVERY = 50
+
+
+def _each_row(rows: list[list[str]], read: Callable[[int, list[str]], Measurement],
+              progress: Callable[[int, int], None] | None) -> list[Measurement]:
+    """``read(row number, cells)`` of every data row (numbered from 1), telling ``progress``."""
+    out = []
+    for i, r in enumerate(rows):
+        out.append(read(i + 1, r))
+        if progress and ((i + 1) % _PROGRESS_EVERY == 0 or i + 1 == len(rows)):
+            progress(i + 1, len(rows))
     return out
 
 
@@ -2727,8 +2749,12 @@ def interval_metrics(measured: np.ndarray, predicted: np.ndarray, low: np.ndarra
             "interval_median_width_percent": float(np.median(width))}
 
 
-def predict_rows(measurements: list[Measurement], predict: Callable[[Session], Any]) -> ValidationResult:
+def predict_rows(measurements: list[Measurement], predict: Callable[[Session], Any],
+                 progress: Callable[[int, int], None] | None = None) -> ValidationResult:
     """Predict every non-skipped row with ``predict(session)``.
+
+    ``progress(done, total)``, if given, is called as rows are predicted (every 50 rows and at
+    the end; ``total`` counts every row, skipped ones too).
 
     ``predict`` returns seconds, or ``(seconds, interval)`` with a
     :class:`core.interval.PredictionInterval` (then the result carries the
@@ -2739,6 +2765,8 @@ def predict_rows(measurements: list[Measurement], predict: Callable[[Session], A
     low, high = np.full(len(measurements), np.nan), np.full(len(measurements), np.nan)
     coverage = None
     for i, m in enumerate(measurements):
+        if progress and i and (i % _PROGRESS_EVERY == 0):
+            progress(i, len(measurements))
         if m.skip_reason:
             continue
         try:
@@ -2753,6 +2781,8 @@ def predict_rows(measurements: list[Measurement], predict: Callable[[Session], A
             if iv.available:
                 low[i], high[i] = iv.low_s, iv.high_s
         out[i] = value
+    if progress:
+        progress(len(measurements), len(measurements))
     if coverage is None:
         return ValidationResult(measurements, out)
     return ValidationResult(measurements, out, low, high, coverage)

@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Slot
 
 from .desktop_check import check_desktop
+from .save_image import save_pixmap
 
 __all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE"]
 
@@ -117,8 +118,10 @@ class _ScreenshotTaker(QtCore.QObject):
         for timeline in self._window.findChildren(TimelineWidget):
             timeline.wait_ready()  # large iterations are laid out in a worker thread
         self._app.processEvents()
-        if not self._window.grab().save(self._out):
-            print(f"vtrain gui: cannot write {self._out}", file=sys.stderr)
+        try:
+            save_pixmap(self._window.grab(), self._out)
+        except OSError as exc:
+            print(f"vtrain gui: cannot write {self._out}: {exc.strerror or exc}", file=sys.stderr)
             self.exit_code = self.exit_code or 4
         self._window.setWindowModified(False)  # never ask to save when closing for a screenshot
         self._window.close()

@@ -40,6 +40,7 @@ from .formatting import (ERROR_STYLE, format_count, format_duration, format_frac
                          format_number_short, format_usd)
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
+from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import COLUMN_INDEX, TABLE_COLUMNS, SweepTableModel
@@ -486,15 +487,11 @@ class ExploreTab(QtWidgets.QWidget):
 
     def export_png(self, path: str | Path) -> bool:
         """Save the plot as a PNG image at ``path`` (atomic); on error show a message."""
-        pixmap = self.plot.grab()
-        out = QtCore.QSaveFile(str(path))
-        ok = out.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-        if ok:
-            ok = pixmap.save(out, "PNG")
-            ok = out.commit() if ok else (out.cancelWriting() or False)
-        if not ok:
+        try:
+            save_pixmap(self.plot.grab(), path)
+        except OSError as exc:
             QtWidgets.QMessageBox.critical(self, "Cannot export PNG",
-                                           f"{path}: {out.errorString() or 'cannot write the image'}")
+                                           f"{path}: {exc.strerror or exc}")
             return False
         self._set_status(f"Saved the plot to {path}")
         return True

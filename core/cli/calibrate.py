@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import field_error
+from .common import field_error, refuse_output_is_input, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -69,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
     for name in ("profile", "out"):
         if not getattr(args, name):
             raise field_error(f"--{name}", "required (or --out-dir for the shared fit)")
+    refuse_output_is_input([("--out", args.out)], [*args.csv, args.profile])
     base = ProfileStore.open(args.profile)
     per_file, rows = [], []
     for path in args.csv:
-        ms = read_measurements(path)
+        with row_progress(f"reading {Path(path).name}", args.json) as progress:
+            ms = read_measurements(path, progress)
         sessions, measured = measured_sessions(ms)
         if not sessions:
             raise field_error(path, "no usable rows")
@@ -146,7 +148,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
                                     f"(known: {', '.join(GPU_KINDS)})")
     sessions, measured, names, rows = [], [], [], []
     for path in args.csv:
-        ms = read_measurements(path)
+        with row_progress(f"reading {Path(path).name}", args.json) as progress:
+            ms = read_measurements(path, progress)
         ss, yy = measured_sessions(ms)
         if not ss:
             raise field_error(path, "no usable rows")
@@ -202,6 +205,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     stores = shared_stores(result, kinds, base, [Path(p).name for p in args.csv], cv, rows_by_kind,
                            cv_by_kind, residuals, kw["params"])
     out_dir = Path(args.out_dir)
+    refuse_output_is_input([("--out-dir", out_dir / f"{k}.h5") for k in stores],
+                           args.csv)
     out_dir.mkdir(parents=True, exist_ok=True)
     names = {kind: f"{file_name_part(kind)}.h5" for kind in stores}  # kinds come from the CSVs
     for kind, store in stores.items():

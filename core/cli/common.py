@@ -10,13 +10,15 @@ import argparse
 import dataclasses
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
-           "check_number", "fmt_bytes", "GiB", "verdict_markup"]
+           "check_number", "fmt_bytes", "GiB", "verdict_markup", "refuse_output_is_input",
+           "session_inputs", "row_progress"]
 
 GiB = 2**30
 
@@ -28,6 +30,76 @@ class UsageError(Exception):
 def field_error(field: str, msg: str) -> ConfigError:
     """A :class:`~core.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
     return ConfigError([FieldError(field, msg)])
+
+
+def refuse_output_is_input(outputs, inputs) -> None:
+    """Refuse, before anything is read or written, an output file that is one of the inputs
+    (or two outputs that are one file).
+
+    ``outputs`` are ``(option, path)`` pairs (``("--out", "train.sh")``), ``inputs`` paths;
+    a None or empty path is left out. Files are compared with :func:`core.atomic.same_file`:
+    through symbolic links and hard links.
+
+    Raises
+    ------
+    ConfigError
+        Named ``OPTION PATH``, naming the input it would replace (exit status 2).
+    """
+    from ..atomic import same_file
+    outs = [(option, str(path)) for option, path in outputs if path]
+    ins = [str(path) for path in inputs if path]
+    for i, (option, out) in enumerate(outs):
+        for inp in ins:
+            if same_file(out, inp):
+                raise field_error(f"{option} {out}", f"is the input {inp} (one file): writing "
+                                                     "it would replace the input; give another file")
+        for other, path in outs[i + 1:]:
+            if same_file(out, path):
+                raise field_error(f"{option} {out}", f"is also the output of {other} {path}: "
+                                                     "give two files")
+
+
+def session_inputs(session) -> list[str]:
+    """The files ``session`` makes a command read besides itself: its profile store, if any."""
+    path = getattr(session.cluster, "profile_path", None)
+    return [path] if path else []
+
+
+@contextmanager
+def row_progress(what: str, json_output: bool, long_s: float = 10.0):
+    """Yield a ``progress(done, total)`` callback for long row-by-row work (``validate``'s
+    reading and predicting), shown on stderr while the block runs.
+
+    On a terminal's stderr: a transient rich bar (``what``, rows done of all, time). Elsewhere
+    (a pipe, a log): one plain line on stderr every ``long_s`` seconds once the work has run
+    that long. With ``json_output`` it yields None and shows nothing (the output is the
+    JSON alone).
+    """
+    import time
+
+    from ..console import Console, esc, printable
+    if json_output:
+        yield None
+        return
+    err = Console(stderr=True)
+    if err.is_terminal:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+        with Progress(TextColumn(esc(what)), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=True) as bar:
+            task = bar.add_task(what, total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    start = time.monotonic()
+    shown = [start]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - shown[0] >= long_s:
+            shown[0] = now
+            err.print(f"{printable(what)}: {done:,} of {total:,} rows ({now - start:,.0f} s)",
+                      markup=False, highlight=False)
+    yield progress
 
 
 def fmt_bytes(n: float) -> str:

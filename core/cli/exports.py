@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .common import refuse_output_is_input
+
 __all__ = ["add_parser", "run"]
 
 
@@ -32,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from ..session import atomic_write_text, load_any
     from ..text import printable, terminal_text
 
+    refuse_output_is_input([("--out", args.out)], [args.session])
     text = export_script(load_any(args.session), args.script)
     if args.out:
         atomic_write_text(args.out, text)

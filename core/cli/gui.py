@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import UsageError
+from .common import UsageError, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         (checked before the window opens, exit status 2), or the GUI libraries are missing.
     """
     if args.screenshot:
+        refuse_output_is_input([("--screenshot", args.screenshot)], [args.path])
         import os
         from pathlib import Path
         folder = Path(os.path.abspath(os.path.expanduser(args.screenshot))).parent

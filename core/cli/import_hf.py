@@ -8,6 +8,8 @@ import dataclasses
 import sys
 from typing import Any
 
+from .common import refuse_output_is_input
+
 __all__ = ["add_parser", "run"]
 
 
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
                                                "model section)")])
     if args.seq_length is not None and args.seq_length <= 0:
         raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive integer")])
+    refuse_output_is_input([("--out", args.out)], [args.config])
     imp = read_hf_config(args.config, seq_length=args.seq_length)
     model = imp.session.model
     if args.out:

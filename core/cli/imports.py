@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .common import refuse_output_is_input
+
 __all__ = ["add_parser", "run"]
 
 
@@ -123,6 +125,7 @@ def _megatron(args: argparse.Namespace) -> int:
         gpu = gpu_kind(args.gpu)
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
+    refuse_output_is_input([("--out", args.out)], [args.file])
     res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu,
                       allow_unknown=args.allow_unknown)
     try:

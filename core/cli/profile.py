@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..text import printable
 from ..config import ConfigError
-from .common import UsageError, list_items
+from .common import UsageError, list_items, refuse_output_is_input
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
     from rich.progress import Progress
@@ -81,6 +81,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ..gpu_spec import read_gpu_spec, shipped_spec_path
     from ..profiles_gen import shipped_gpu_names, store_from_spec
 
+    refuse_output_is_input([("--out", args.out)], [args.spec])
     if args.spec:
         spec = read_gpu_spec(args.spec)
     else:
@@ -236,6 +237,7 @@ def _progress_bar(console: Console) -> Progress:
 
 
 def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
+    refuse_output_is_input([("--out", args.out)], [args.shapes])  # --out is read and extended
     ok, why = profiling.torch_status()
     if not ok:
         raise profiling.ProfilingUnavailable(why)
@@ -357,6 +359,7 @@ def run_import_nccl(args: argparse.Namespace) -> int:
     from ..nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from ..profile_store import ProfileStore
 
+    refuse_output_is_input([("--into", args.into)], args.files)  # --into is read and extended
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:

@@ -6,7 +6,8 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import SET_HELP, field_error, fmt_bytes, session_from_args, verdict_markup
+from .common import (SET_HELP, field_error, fmt_bytes, refuse_output_is_input, session_from_args,
+                     session_inputs, verdict_markup)
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
     from ..console import Console
@@ -153,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..inputs import strict_dumps
     from ..simulate import simulate
+    outputs = [("--trace-out", args.trace_out)]
+    refuse_output_is_input(outputs, [args.path, args.profile])
     session = session_from_args(args)
+    refuse_output_is_input(outputs, session_inputs(session))
     try:
         from ..interval import check_coverage
         check_coverage(args.coverage)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
                       check_all_but_the_plan)
-from .common import SET_HELP, check_number, list_items, session_from_args
+from .common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
+                     session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -158,7 +159,9 @@ def run(args: argparse.Namespace) -> int:
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
+    refuse_output_is_input([("--out", args.out)], [args.path, args.profile])
     session = session_from_args(args, validate=False)
+    refuse_output_is_input([("--out", args.out)], session_inputs(session))
     try:
         check_all_but_the_plan(session)  # the file's own plan is only a starting point
     except ConfigError as exc:  # name the file, in its own terms

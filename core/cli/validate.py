@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import field_error
+from .common import field_error, refuse_output_is_input, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from ..console import Console
@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
     coverage = _check_coverage(args.coverage)
-    ms = read_measurements(args.csv)
+    refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    with row_progress(f"reading {Path(args.csv).name}", args.json) as progress:
+        ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
         from ..calibrate import (analytic_bases, cross_validate, measured_sessions,
@@ -111,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         low[used], high[used] = lo_used, hi_used
         result = ValidationResult(ms, pred, low, high, coverage)
     else:
-        result = predict_rows(ms, _predictor(args.profile, coverage))
+        with row_progress("predicting", args.json) as progress:
+            result = predict_rows(ms, _predictor(args.profile, coverage), progress)
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
     metrics["skipped_by_cause"] = skip_counts(ms)
