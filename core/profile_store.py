@@ -32,7 +32,8 @@ import numpy as np
 from .atomic import atomic_target
 
 __all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
-           "Lookup", "PeakFlops", "ProfileStore"]
+           "Lookup", "PeakFlops", "ProfileStore", "ALLOWED_FILTERS", "CURVE_DIP_TOLERANCE",
+           "PROVENANCE_FLAGS"]
 
 SCHEMA_VERSION = 2
 #: Collective kinds a store can hold curves for.
@@ -416,8 +417,10 @@ class ProfileStore:
     ------
     ValueError
         Unknown provenance method; a peak FLOP/s, memory figure or op-model parameter
-        that is not finite or outside :data:`STORE_BOUNDS` (an efficiency must be above 0
-        and at most 1, an overhead 0 to 10 s).
+        that is not a number (a string or a boolean), not finite or outside
+        :data:`STORE_BOUNDS` (an efficiency 0.01 to 1, the FP8 GEMM efficiency 0.01 to 2,
+        an overhead 0 to 10 s); a provenance flag (:data:`PROVENANCE_FLAGS`) that is not
+        a boolean.
 
     Notes
     -----
@@ -777,8 +780,13 @@ class ProfileStore:
         :mod:`core.inputs`) and parsed from memory; before any value is used, every
         link and dataset is audited (:func:`_audit`): external and soft links, external
         raw storage and virtual datasets are refused, so a store never makes the tool read
-        another file; datasets must have the expected dtype and a bounded size; every
-        number must be finite and inside :data:`STORE_BOUNDS`.
+        another file; a filter other than :data:`ALLOWED_FILTERS` is refused before any
+        chunk is read, and HDF5's plugin folders are emptied (:func:`_h5py`), so a store
+        never makes HDF5 load a library; datasets must have the expected dtype and a
+        bounded size; every stored value must have its type (numbers, not strings or
+        booleans; float times; integer keys; boolean flags), every number must be finite
+        and inside :data:`STORE_BOUNDS`, and collective curves must not fall as the size
+        grows (:data:`CURVE_DIP_TOLERANCE`).
 
         A path that is missing, unreadable, not a regular file, not HDF5 or not a vTrain
         store gives one and the same message, so an error does not tell whether an
