@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ import numpy as np
 from .atomic import atomic_target
 
 __all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
-           "Lookup", "PeakFlops", "ProfileStore"]
+           "Lookup", "PeakFlops", "ProfileStore", "ALLOWED_FILTERS", "CURVE_DIP_TOLERANCE",
+           "PROVENANCE_FLAGS"]
 
 SCHEMA_VERSION = 2
 #: Collective kinds a store can hold curves for.
@@ -57,23 +59,38 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 MAX_OBJECTS = 100_000
 MAX_DEPTH = 8
 MAX_DATASET_ELEMENTS = 10_000_000
+#: Filters a store's datasets may use, by HDF5 filter id: the ones h5py always has (HDF5's
+#: deflate (gzip), shuffle and Fletcher-32, and h5py's own LZF, registered as 32000). Any
+#: other id would make HDF5 look for a plugin library when a chunk is read.
+ALLOWED_FILTERS = {1: "gzip", 2: "shuffle", 3: "fletcher32", 32000: "lzf"}
+#: How far a collective curve's time may fall below the largest time at a smaller size, as a
+#: share of it: moving more bytes cannot take less time, so a curve rises with the size, but a
+#: measured one dips by noise (4.2 % in the shipped A100 curves, more in timings on a loaded
+#: machine) and where NCCL switches protocol or algorithm (LL, LL128, Simple; ring, tree).
+#: A quarter allows those and refuses a curve that falls (a reversed or corrupted one).
+CURVE_DIP_TOLERANCE = 0.25
 #: Bounds of a store's numbers: (low, high, low inclusive). Peak FLOP/s, memory size and
-#: bandwidth of any accelerator lie far inside them; an efficiency is a share of a peak
-#: (above 0, at most 1; the FP8 GEMM efficiency, a share of the BF16 curve's, at most 2); an
-#: overhead is a host time (0 to 10 s); a measured time lies
-#: between a picosecond and about 11 days; a collective buffer is at most 1 PiB.
+#: bandwidth of any accelerator lie far inside them; an efficiency is the share of a peak
+#: (FLOP/s, HBM or link bandwidth) that a kernel or transfer sustains: at most 1 (nothing
+#: runs faster than its peak) and at least 0.01 (no working GEMM, kernel or link sustains
+#: under 1 % of its peak on the large operations of a training step; the calibration's own
+#: bounds start at 5 %, and a smaller number, such as 5e-324, only divides times into
+#: overflow); the FP8 GEMM efficiency, a share of the BF16 curve's, 0.01 to 2 (FP8's peak is
+#: twice BF16's); an overhead is a host time (0 to 10 s); a measured time lies between a
+#: picosecond and about 11 days; a collective buffer is at most 1 PiB; a key of an op table
+#: is a count, size or flag (0 to 2^53).
 STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
     "peak_flops": (1e6, 1e19, True),
     "memory_bytes": (2.0**20, 2.0**50, True),
     "memory_bandwidth_bytes_per_s": (1e6, 1e16, True),
-    "efficiency": (0.0, 1.0, False),
+    "efficiency": (0.01, 1.0, True),
     "overhead_s": (0.0, 10.0, True),
     "gemm_half_size": (0.0, 1e7, False),
-    "relative_efficiency": (0.0, 2.0, False),
+    "relative_efficiency": (0.01, 2.0, True),
     "time_s": (1e-12, 1e6, True),
     "nbytes": (1.0, 2.0**50, True),
     "group_size": (2, 2**20, True),
-    "key": (-2.0**53, 2.0**53, True),
+    "key": (0.0, 2.0**53, True),
 }
 #: Which bound each op-model parameter has; other parameters must be finite.
 OP_MODEL_BOUND = {
@@ -174,17 +191,49 @@ class ProfileStoreError(ValueError):
     """A profile store file cannot be read; the message names the file and the problem."""
 
 
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float (python or numpy), not a bool or a string."""
+    return (isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, (bool, np.bool_)))
+
+
+def _number(what: str, value: Any) -> float:
+    """``value`` as a float; ValueError naming ``what`` unless it is an int or a float (a
+    string such as ``"1.0"`` or a boolean is a value of the wrong type, not a number)."""
+    if not _is_number(value):
+        raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.60}")
+    return float(value)
+
+
 def _in_bound(what: str, value: Any, bound: str) -> float:
-    """``value`` as a float; ValueError naming ``what`` unless finite and inside ``STORE_BOUNDS[bound]``."""
+    """``value`` as a float; ValueError naming ``what`` unless a number (:func:`_number`),
+    finite and inside ``STORE_BOUNDS[bound]``."""
     lo, hi, lo_in = STORE_BOUNDS[bound]
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    v = _number(what, value)
     if not math.isfinite(v) or v > hi or v < lo or (v == lo and not lo_in):
         low = f"{'at least' if lo_in else 'above'} {lo:g}"
         raise ValueError(f"{what} = {v!r} must be finite, {low} and at most {hi:g}")
     return v
+
+
+#: Provenance keys that are flags (true or false); ``peak_fraction_fitted`` is read by
+#: :func:`core.gpu_spec.fits_peak_fraction` down the chain of ``base_provenance``.
+PROVENANCE_FLAGS = ("peak_fraction_fitted",)
+
+
+def _check_flags(provenance: dict[str, Any]) -> None:
+    """ValueError naming the key unless every :data:`PROVENANCE_FLAGS` entry of
+    ``provenance`` and of its chain of ``base_provenance`` dicts is a boolean (the string
+    ``"false"`` would read as true)."""
+    prov, where = provenance, "provenance"
+    for _ in range(64):
+        if not isinstance(prov, dict):
+            return
+        for flag in PROVENANCE_FLAGS:
+            if flag in prov and not isinstance(prov[flag], bool):
+                raise ValueError(f"{where}[{flag!r}] must be true or false, got "
+                                 f"{type(prov[flag]).__name__} {prov[flag]!r:.60}")
+        prov, where = prov.get("base_provenance"), f"{where}['base_provenance']"
 
 
 @dataclass(frozen=True)
@@ -262,7 +311,7 @@ def _as_column(name: str, values: Any, n: int) -> np.ndarray:
     lo, hi, _ = STORE_BOUNDS["key"]
     if arr.dtype.kind in "iuf" and not (np.all(np.isfinite(arr)) and np.all(arr >= lo)
                                         and np.all(arr <= hi)):
-        raise ValueError(f"key column {name!r} must hold finite values from -2^53 to 2^53")
+        raise ValueError(f"key column {name!r} must hold finite values from 0 to 2^53")
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64)
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
@@ -368,8 +417,10 @@ class ProfileStore:
     ------
     ValueError
         Unknown provenance method; a peak FLOP/s, memory figure or op-model parameter
-        that is not finite or outside :data:`STORE_BOUNDS` (an efficiency must be above 0
-        and at most 1, an overhead 0 to 10 s).
+        that is not a number (a string or a boolean), not finite or outside
+        :data:`STORE_BOUNDS` (an efficiency 0.01 to 1, the FP8 GEMM efficiency 0.01 to 2,
+        an overhead 0 to 10 s); a provenance flag (:data:`PROVENANCE_FLAGS`) that is not
+        a boolean.
 
     Notes
     -----
@@ -388,12 +439,13 @@ class ProfileStore:
         self.memory_bytes = _in_bound("memory_bytes", memory_bytes, "memory_bytes")
         self.memory_bandwidth_bytes_per_s = _in_bound(
             "memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")
+        _check_flags(provenance)
         self.provenance = dict(provenance)
         self.op_model = {}
         for k, v in (op_model or {}).items():
             bound = OP_MODEL_BOUND.get(str(k))
             if bound is None:
-                v = float(v)
+                v = _number(f"op_model[{k!r}]", v)
                 if not math.isfinite(v):
                     raise ValueError(f"op_model[{k!r}] = {v!r} must be finite")
             self.op_model[str(k)] = _in_bound(f"op_model[{k!r}]", v, bound) if bound else v
@@ -413,8 +465,9 @@ class ProfileStore:
         op : str
             Operation name (no ``/``).
         keys : dict[str, array_like]
-            Key column name -> values, shape (n_rows,): integers (``b, s, h, a, t``...)
-            or strings (``dtype``). Integral floats are accepted as integers.
+            Key column name -> values, shape (n_rows,): integers from 0 to 2^53 (``b, s,
+            h, a, t``...) or strings (``dtype``). Integral floats are accepted as integers
+            here (a store file must hold integer datasets).
         time_s : array_like
             Time of each row in seconds, shape (n_rows,), positive and finite.
         axis : str
@@ -525,7 +578,9 @@ class ProfileStore:
         Raises
         ------
         ValueError
-            Unknown kind, group size < 2, bad shapes, non-positive or repeated sizes, bad times.
+            Unknown kind, group size < 2, bad shapes, non-positive or repeated sizes, bad times,
+            or a time more than :data:`CURVE_DIP_TOLERANCE` below the largest time at a
+            smaller size (time must not fall as the size grows).
         """
         if kind not in COLLECTIVE_KINDS:
             raise ValueError(f"unknown collective kind {kind!r}; expected one of {COLLECTIVE_KINDS}")
@@ -547,6 +602,12 @@ class ProfileStore:
         tlo, thi, _ = STORE_BOUNDS["time_s"]
         if not np.all(np.isfinite(t) & (t >= tlo) & (t <= thi)):
             raise ValueError(f"{kind}/{group_size}: time_s must be positive and finite, from {tlo:g} to {thi:g} s")
+        floor = np.maximum.accumulate(t) * (1.0 - CURVE_DIP_TOLERANCE)
+        if np.any(t < floor):
+            i = int(np.flatnonzero(t < floor)[0])
+            raise ValueError(f"{kind}/{group_size}: time_s falls as the size grows ({t[i]:.4g} s at "
+                             f"{x[i]:.6g} bytes, more than {CURVE_DIP_TOLERANCE:.0%} below "
+                             f"{float(np.max(t[:i])):.4g} s at a smaller size)")
         self._curves.setdefault(kind, {})[int(group_size)] = (_readonly(x), _readonly(t))
         self._fits = {k: v for k, v in self._fits.items() if k[0] != kind}
 
@@ -672,7 +733,7 @@ class ProfileStore:
         the disk, so a full disk or a failed write is an ``OSError`` naming the file and
         never leaves the library in a state that crashes the process later.
         """
-        import h5py  # on first use only: a cached store needs no HDF5
+        h5py = _h5py()  # on first use only: a cached store needs no HDF5
 
         buf = io.BytesIO()
         with h5py.File(buf, "w", track_order=True) as f:
@@ -680,7 +741,7 @@ class ProfileStore:
         return buf.getvalue()
 
     def _write(self, f: h5py.File) -> None:
-        import h5py
+        h5py = _h5py()
         # the oldest version that holds everything: a store without residuals is a version-1 file
         version = SCHEMA_VERSION if self.residuals is not None else 1
         f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(version),
@@ -719,8 +780,13 @@ class ProfileStore:
         :mod:`core.inputs`) and parsed from memory; before any value is used, every
         link and dataset is audited (:func:`_audit`): external and soft links, external
         raw storage and virtual datasets are refused, so a store never makes the tool read
-        another file; datasets must have the expected dtype and a bounded size; every
-        number must be finite and inside :data:`STORE_BOUNDS`.
+        another file; a filter other than :data:`ALLOWED_FILTERS` is refused before any
+        chunk is read, and HDF5's plugin folders are emptied (:func:`_h5py`), so a store
+        never makes HDF5 load a library; datasets must have the expected dtype and a
+        bounded size; every stored value must have its type (numbers, not strings or
+        booleans; float times; integer keys; boolean flags), every number must be finite
+        and inside :data:`STORE_BOUNDS`, and collective curves must not fall as the size
+        grows (:data:`CURVE_DIP_TOLERANCE`).
 
         A path that is missing, unreadable, not a regular file, not HDF5 or not a vTrain
         store gives one and the same message, so an error does not tell whether an
@@ -748,7 +814,7 @@ class ProfileStore:
     @classmethod
     def _parse(cls, path: Path, data: bytes) -> "ProfileStore":
         """The store of the HDF5 file bytes ``data`` read from ``path`` (audited, checked)."""
-        import h5py  # on first use only: a cached store needs no HDF5
+        h5py = _h5py()  # on first use only: a cached store needs no HDF5
 
         try:
             with h5py.File(io.BytesIO(data), "r") as f:
@@ -858,7 +924,7 @@ class ProfileStore:
 
     @classmethod
     def _read(cls, f: h5py.File) -> "ProfileStore":
-        import h5py
+        h5py = _h5py()
         _check(f, _ROOT_TYPE)
         a = f.attrs
         for name in ("device_name", "memory_bytes", "memory_bandwidth_bytes_per_s"):
@@ -872,19 +938,33 @@ class ProfileStore:
         if not isinstance(device, str) or not 0 < len(device) <= 200:
             raise ProfileStoreError("root attribute 'device_name' must be a name of 1 to 200 "
                                     "characters")
-        store = cls(device, _read_dict(f["peak_flops"]), float(a["memory_bytes"]),
-                    float(a["memory_bandwidth_bytes_per_s"]), _read_dict(f["provenance"]),
-                    _read_dict(f["op_model"]))
+        sizes = {name: _number_attr(f, name) for name in ("memory_bytes", "memory_bandwidth_bytes_per_s")}
+        numbers = {}
+        for name in ("peak_flops", "op_model"):
+            numbers[name] = _read_dict(f[name])
+            for k, v in numbers[name].items():
+                if not _is_number(v):
+                    raise ProfileStoreError(f"/{name}: attribute {k!r} is {_type_name(v)} "
+                                            f"{v!r:.60}, expected a number")
+        provenance = _read_dict(f["provenance"])
+        try:
+            store = cls(device, numbers["peak_flops"], sizes["memory_bytes"],
+                        sizes["memory_bandwidth_bytes_per_s"], provenance, numbers["op_model"])
+        except ValueError as exc:
+            raise ProfileStoreError(str(exc)) from None
         _check(f["ops"], "dict")
         for op, g in f["ops"].items():
             _check(g, "op-table")
             if "axis" not in g.attrs or "time_s" not in g:
                 raise ProfileStoreError(f"{g.name}: missing 'axis' attribute or 'time_s' dataset")
-            _float_dataset(g["time_s"])
-            keys = {c: (ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()])
-                    for c, ds in g.items() if c != "time_s"}
+            axis = g.attrs["axis"]
+            if not isinstance(axis, str):
+                raise ProfileStoreError(f"{g.name}: attribute 'axis' is {_type_name(axis)}, "
+                                        "expected a string")
+            _typed_dataset(g["time_s"], "float")
+            keys = {c: _typed_dataset(ds, "key") for c, ds in g.items() if c != "time_s"}
             try:
-                store.add_op_table(op, keys, g["time_s"][()], str(g.attrs["axis"]))
+                store.add_op_table(op, keys, g["time_s"][()], axis)
             except ValueError as exc:
                 raise ProfileStoreError(f"{g.name}: {exc}") from None
         _check(f["collectives"], "dict")
@@ -892,10 +972,12 @@ class ProfileStore:
             _check(kg, "dict")
             for n, g in kg.items():
                 _check(g, "collective-curve")
+                if not (n.isascii() and n.isdigit() and str(int(n)) == n):
+                    raise ProfileStoreError(f"{g.name}: group name {n!r} is not a decimal rank count")
                 for name in ("bytes", "time_s"):
                     if name not in g:
                         raise ProfileStoreError(f"{g.name}: missing dataset {name!r}")
-                    _float_dataset(g[name])
+                    _typed_dataset(g[name], "float")
                 try:
                     store.add_collective(kind, int(n), g["bytes"][()], g["time_s"][()])
                 except (ValueError, KeyError) as exc:
@@ -905,13 +987,77 @@ class ProfileStore:
         return store
 
 
-def _float_dataset(ds: Any) -> None:
-    """Refuse a dataset that is not floating point (times and sizes are stored as float64)."""
-    import h5py  # on first use only: a cached store needs no HDF5
+def _h5py() -> Any:
+    """The h5py module, with HDF5's plugin folders emptied for this process.
 
-    if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f":
-        raise ProfileStoreError(f"{ds.name}: expected a float dataset, got "
-                                f"{getattr(ds, 'dtype', type(ds).__name__)}")
+    Before h5py is first imported, ``HDF5_PLUGIN_PATH`` is set empty and
+    ``HDF5_PLUGIN_PRELOAD`` to ``"::"`` (HDF5's value for "load no plugin"); after any import
+    (h5py may have been imported first by someone else) the plugin search path is cleared
+    with ``h5py.h5pl``. A store's filters are audited before any chunk is read
+    (:data:`ALLOWED_FILTERS`), so HDF5 never needs a plugin; this keeps any library in a
+    plugin folder from being loaded even if a check missed one. (The installed h5py has no
+    binding of ``H5PLset_loading_state``.)
+    """
+    if "h5py" not in sys.modules:
+        os.environ["HDF5_PLUGIN_PATH"] = ""
+        os.environ["HDF5_PLUGIN_PRELOAD"] = "::"
+    import h5py
+
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
+    return h5py
+
+
+def _type_name(value: Any) -> str:
+    """A short name of ``value``'s type for messages ("a boolean", "a string"...)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(value, (str, bytes, np.str_, np.bytes_)):
+        return "a string"
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape}"
+    return f"a {type(value).__name__}"
+
+
+def _number_attr(node: Any, name: str) -> float:
+    """Attribute ``name`` of ``node`` as a float; ProfileStoreError naming it unless it is a
+    stored int or float (not a string, boolean or array)."""
+    value = node.attrs[name]
+    value = value.item() if isinstance(value, np.generic) else value
+    if not _is_number(value):
+        raise ProfileStoreError(f"{node.name}: attribute {name!r} is {_type_name(value)} "
+                                f"{value!r:.60}, expected a number")
+    return float(value)
+
+
+#: dtype rule of each role of a dataset: ``float`` times, sizes and measured values
+#: (float32 or float64: float16 holds 3 significant digits and tops out at 65504), ``int``
+#: counts (signed or unsigned integers), ``str`` names (HDF5 strings), ``key`` an op-table key
+#: column (integers or strings; floats are not keys).
+_DTYPE_RULES = {"float": "float32 or float64", "int": "integers", "str": "strings",
+                "key": "integers or strings"}
+
+
+def _typed_dataset(ds: Any, role: str) -> np.ndarray:
+    """The values of dataset ``ds`` of ``role`` (a key of :data:`_DTYPE_RULES`): strings
+    decoded as UTF-8 to a str array; ProfileStoreError naming the dataset and the expected
+    dtype when it has another."""
+    h5py = _h5py()
+    if not isinstance(ds, h5py.Dataset):
+        raise ProfileStoreError(f"{ds.name}: expected a dataset of {_DTYPE_RULES[role]}, "
+                                f"got {type(ds).__name__}")
+    dtype = ds.dtype
+    is_str = h5py.check_string_dtype(dtype) is not None
+    ok = {"float": dtype.kind == "f" and dtype.itemsize in (4, 8),
+          "int": dtype.kind in "iu" and not is_str,
+          "str": is_str,
+          "key": is_str or dtype.kind in "iu"}[role]
+    if not ok:
+        got = "strings" if is_str else str(dtype)
+        raise ProfileStoreError(f"{ds.name}: dataset of {got}, expected {_DTYPE_RULES[role]}")
+    if is_str:
+        return np.asarray(ds.asstr()[()], dtype=str)
+    return ds[()]
 
 
 def _check(node: h5py.Group, expected: str) -> None:
@@ -923,6 +1069,10 @@ def _check(node: h5py.Group, expected: str) -> None:
                                 + (" (not a vTrain profile store)" if where == "/" else ""))
     if etype != expected:
         raise ProfileStoreError(f"{where}: encoding-type {etype!r}, expected {expected!r}")
+    ever = ever.item() if isinstance(ever, np.generic) else ever
+    if not isinstance(ever, int) or isinstance(ever, bool):
+        raise ProfileStoreError(f"{where}: attribute {_ENC_VERSION!r} is {_type_name(ever)}, "
+                                "expected an integer")
     newest = _GROUP_VERSIONS[expected]
     if int(ever) > newest:
         raise ProfileStoreError(f"{where}: {expected} encoding-version {int(ever)} is newer than "
@@ -932,11 +1082,14 @@ def _check(node: h5py.Group, expected: str) -> None:
 
 
 _STR_COLUMNS = ("set", "file")
+#: dtype role (:data:`_DTYPE_RULES`) of each residual column; the others are floats.
+_RESIDUAL_ROLES = {"set": "str", "file": "str", "row": "int", "num_gpus": "int",
+                   "gpus_per_node": "int"}
 
 
 def _write_residuals(g: h5py.Group, table: Any) -> None:
     """Write a :class:`core.interval.ResidualTable` as a "residual-table" group."""
-    import h5py  # on first use only: a cached store needs no HDF5
+    h5py = _h5py()  # on first use only: a cached store needs no HDF5
 
     g.attrs.update({_ENC_TYPE: "residual-table", _ENC_VERSION: np.int64(1),
                     "procedure": str(table.procedure)})
@@ -956,9 +1109,13 @@ def _read_residuals(g: h5py.Group) -> Any:
     missing = [c for c in ResidualTable.COLUMNS if c not in g]
     if missing:
         raise ProfileStoreError(f"{g.name}: missing column(s) {', '.join(missing)}")
-    cols = {c: (g[c].asstr()[()] if c in _STR_COLUMNS else g[c][()]) for c in ResidualTable.COLUMNS}
+    cols = {c: _typed_dataset(g[c], _RESIDUAL_ROLES.get(c, "float")) for c in ResidualTable.COLUMNS}
+    procedure = g.attrs.get("procedure", "")
+    if not isinstance(procedure, str):
+        raise ProfileStoreError(f"{g.name}: attribute 'procedure' is {_type_name(procedure)}, "
+                                "expected a string")
     try:
-        return ResidualTable(**cols, procedure=str(g.attrs.get("procedure", "")))
+        return ResidualTable(**cols, procedure=procedure)
     except (ValueError, TypeError) as exc:
         raise ProfileStoreError(f"{g.name}: {exc}") from None
 
@@ -1049,10 +1206,11 @@ def _read_store_bytes(path: Path) -> bytes:
 def _audit(f: h5py.File) -> None:
     """Refuse what a store must not hold before any value is read: external links (a link
     to another file), soft links, external raw storage and virtual datasets (data in other
-    files), committed datatypes, datasets of an unexpected dtype or of more than
+    files), filters other than :data:`ALLOWED_FILTERS` (an unknown one makes HDF5 load
+    plugin libraries), committed datatypes, datasets of an unexpected dtype or of more than
     :data:`MAX_DATASET_ELEMENTS` elements, more than :data:`MAX_OBJECTS` objects or paths
     deeper than :data:`MAX_DEPTH` (a hard-link cycle ends there)."""
-    import h5py  # on first use only: a cached store needs no HDF5
+    h5py = _h5py()  # on first use only: a cached store needs no HDF5
 
     count = 0
     stack: list[h5py.Group] = [f]
@@ -1076,6 +1234,7 @@ def _audit(f: h5py.File) -> None:
             if isinstance(obj, h5py.Group):
                 stack.append(obj)
             elif isinstance(obj, h5py.Dataset):
+                _audit_filters(obj, where)
                 if obj.external:
                     raise ProfileStoreError(f"{where}: dataset stored in external files "
                                             f"{[e[0] for e in obj.external]}; a store must not "
@@ -1094,3 +1253,18 @@ def _audit(f: h5py.File) -> None:
                                             "numbers or strings")
             else:
                 raise ProfileStoreError(f"{where}: unexpected object {type(obj).__name__}")
+
+
+def _audit_filters(ds: Any, where: str) -> None:
+    """Refuse dataset ``ds`` (at path ``where``) if its filter pipeline holds a filter other
+    than :data:`ALLOWED_FILTERS`, naming the filter's id and stored name. Only the dataset's
+    creation property list is read (no chunk), so HDF5 never looks for a filter plugin."""
+    plist = ds.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        fid, _flags, _values, name = plist.get_filter(i)
+        if fid not in ALLOWED_FILTERS:
+            text = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+            text = "".join(c if c.isprintable() else "?" for c in text)[:60]
+            raise ProfileStoreError(
+                f"{where}: filter {fid}{f' ({text})' if text else ''} in the dataset's filter "
+                f"pipeline; a store may use only {', '.join(ALLOWED_FILTERS.values())}")

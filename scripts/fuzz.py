@@ -10,7 +10,8 @@ configs (40 %), mutated by wrong types, out-of-bound and non-finite numbers, mis
 unknown fields, deep nesting, markup in names and extreme sizes (sessions simulated, 50 %, or
 swept, 10 %); files are session files
 corrupted byte-wise (30 %), profile stores with corrupted bytes, values, dtypes, sizes,
-links and external storage (40 %) and measurement CSVs (30 %).
+links, external storage, unknown filters, wrong-typed values, negative keys, falling
+collective curves and tiny efficiencies (40 %) and measurement CSVs (30 %).
 
 Cases run in worker processes (``--jobs``), so that a crash of the interpreter (a
 segmentation fault) counts as a crash of that case and the run goes on; a case that takes

@@ -5,7 +5,7 @@ Every generator takes a :class:`random.Random` and returns the bytes of one file
 an authors'-format config, a profile store or a measurement CSV, valid or mutated by a few
 hostile changes (wrong types, out-of-bound and non-finite numbers, missing and unknown
 fields, deep nesting, markup and control characters in names, corrupted bytes, HDF5 links
-and external storage, wrong dtypes, absurd sizes).
+and external storage, unknown filters, wrong dtypes, absurd sizes).
 
 :func:`run_cli` runs one ``vtrain`` command in this process and classifies the outcome:
 
@@ -192,9 +192,86 @@ def _datasets(f: h5py.File) -> list:
     return found
 
 
+#: Filter ids for the filter-pipeline mutations: h5py's own (allowed) and ids no HDF5 build
+#: registers (refused: reading a chunk would make HDF5 search its plugin folders).
+FILTER_IDS = [1, 2, 3, 32000, 4, 5, 6, 307, 32001, 32004, 32008, 32026, 65535]
+#: Parameters a filter needs to be written at all (szip without them divides by zero, SIGFPE).
+_FILTER_PARAMS = {1: (4,), 4: (32, 8)}
+#: Scalar values of the wrong type for a number attribute.
+WRONG_TYPED = ["1.0", "0.5", "", "nan", True, False, np.bool_(True), b"1", np.float16(0.5)]
+#: Efficiencies just outside and inside the bounds, and the tiny numbers that pass "above 0".
+EFFICIENCIES = [5e-324, 1e-300, 1e-12, 1e-3, 0.0099, 0.01, 0.5, 1.0, 1.0000001, 2.0, 2.1]
+
+
+def _rewrite(ds: Any, data: np.ndarray, dtype: Any = None) -> None:
+    """Replace dataset ``ds`` by one holding ``data`` (as ``dtype``), same name."""
+    parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
+    del parent[name]
+    with np.errstate(over="ignore", invalid="ignore"):  # float16 of a size: inf, on purpose
+        parent.create_dataset(name, data=np.asarray(data) if dtype is None
+                              else np.asarray(data).astype(dtype))
+
+
+def _filtered(ds: Any, filter_ids: list[int]) -> None:
+    """Replace dataset ``ds`` (numbers) by a chunked copy whose filter pipeline holds
+    ``filter_ids`` (optional filters: HDF5 writes the chunks unfiltered when it lacks one,
+    and records the pipeline as given)."""
+    data = np.asarray(ds[()], dtype=np.float64)
+    parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
+    del parent[name]
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((max(1, data.size),))
+    for fid in filter_ids:
+        dcpl.set_filter(fid, h5py.h5z.FLAG_OPTIONAL, _FILTER_PARAMS.get(fid, ()))
+    space = h5py.h5s.create_simple((data.size,))
+    dsid = h5py.h5d.create(parent.id, name.encode(), h5py.h5t.NATIVE_DOUBLE, space, dcpl=dcpl)
+    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(data))
+
+
+def _typed_mutation(f: h5py.File, rng: random.Random) -> None:
+    """One value of the wrong type: a number attribute as a string or boolean, times as
+    float16, integer keys as floats, residual columns as byte strings, a flag as a string."""
+    choice = rng.randrange(6)
+    if choice == 0:
+        holder = rng.choice([f, f["op_model"], f["peak_flops"]])
+        keys = [k for k in holder.attrs if k not in ("encoding-type", "encoding-version", "device_name")]
+        holder.attrs[rng.choice(keys) if keys else "extra"] = rng.choice(WRONG_TYPED)
+    elif choice == 1:
+        ds = rng.choice([d for d in _datasets(f) if d.name.endswith(("/time_s", "/bytes", "_s"))])
+        _rewrite(ds, ds[()], rng.choice([np.float16, np.int64, np.bool_, "S20"]))
+    elif choice == 2:
+        keys = [d for d in _datasets(f) if d.name.startswith("/ops/") and d.dtype.kind in "iu"]
+        ds = rng.choice(keys)
+        _rewrite(ds, ds[()], rng.choice([np.float64, np.float16, np.bool_, "S8"]))
+    elif choice == 3 and "residuals" in f:
+        ds = rng.choice([d for d in _datasets(f) if d.name.startswith("/residuals/")])
+        _rewrite(ds, ds.asstr()[()] if ds.dtype.kind == "O" else ds[()], "S20")
+    elif choice == 4:
+        f["provenance"].attrs["peak_fraction_fitted"] = rng.choice(["false", 0, 1, True, b"no"])
+    else:
+        f.attrs["encoding-version"] = rng.choice([True, "2", 2.0, np.float64(1.0)])
+
+
+def _curve_mutation(f: h5py.File, rng: random.Random) -> None:
+    """A collective curve whose time falls as the size grows (reversed, one point dropped
+    below its neighbours, or a slow decline)."""
+    curves = [g for kg in f["collectives"].values() for g in kg.values()]
+    g = rng.choice(curves)
+    t = g["time_s"][()]
+    choice = rng.randrange(3)
+    if choice == 0:
+        t = t[::-1].copy()
+    elif choice == 1:
+        t[rng.randrange(1, len(t))] *= rng.choice([0.1, 0.5, 0.74, 0.76, 0.9])
+    else:
+        t = t[0] * np.linspace(1.0, rng.choice([0.5, 0.8, 0.99]), len(t))
+    _rewrite(g["time_s"], t)
+
+
 def store_bytes(rng: random.Random, workdir: Path) -> bytes:
     """A profile store: the shipped A100 store with structural mutations (values, dtypes,
-    sizes, links, external storage) or corrupted bytes."""
+    sizes, links, external storage, filter pipelines, wrong-typed values, negative keys,
+    falling collective curves, tiny efficiencies) or corrupted bytes."""
     base = BASE_STORE.read_bytes()
     if rng.random() < 0.4:
         b = bytearray(base)
@@ -211,14 +288,31 @@ def store_bytes(rng: random.Random, workdir: Path) -> bytes:
         for _ in range(rng.randint(1, 3)):
             op = rng.random()
             try:
-                if op < 0.35:
+                if op < 0.25:
                     holder = _any_attr_holder(f, rng)
                     keys = [k for k in holder.attrs]
                     key = rng.choice(keys) if keys and rng.random() < 0.8 else "extra"
                     holder.attrs[key] = rng.choice(
                         [np.nan, np.inf, -1.0, 0.0, 1e300, 5e-324, "text", np.arange(3), 2**62,
-                         "[[[[", "{\"a\": NaN}", "[" * 100 + "]" * 100, b"\xff\xfe", True])
-                elif op < 0.6:
+                         "[[[[", "{\"a\": NaN}", "[" * 100 + "]" * 100, b"\xff\xfe", True, "1.0"])
+                elif op < 0.33:
+                    ds = rng.choice([d for d in _datasets(f) if d.dtype.kind in "iuf"])
+                    _filtered(ds, rng.sample(FILTER_IDS, rng.randint(1, 3)))
+                elif op < 0.41:
+                    _typed_mutation(f, rng)
+                elif op < 0.45:
+                    keys = [d for d in _datasets(f) if d.name.startswith("/ops/") and d.dtype.kind in "iu"]
+                    ds = rng.choice(keys)
+                    v = ds[()].copy()
+                    v[rng.randrange(len(v))] = rng.choice([-1, -2**31, -2**53 - 1])
+                    _rewrite(ds, v)
+                elif op < 0.49:
+                    _curve_mutation(f, rng)
+                elif op < 0.53:
+                    names = [k for k in f["op_model"].attrs if "efficiency" in k or k == "peak_fraction"]
+                    names += ["fp8_gemm_efficiency", "all_to_all_efficiency", "peak_fraction"]
+                    f["op_model"].attrs[rng.choice(names)] = rng.choice(EFFICIENCIES)
+                elif op < 0.65:
                     ds = rng.choice(_datasets(f))
                     parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
                     n = ds.shape[0] if ds.ndim else 1
@@ -239,21 +333,21 @@ def store_bytes(rng: random.Random, workdir: Path) -> bytes:
                         parent.create_dataset(name, data=np.full(n, 1e300))
                     else:
                         parent.create_dataset(name, data=np.arange(n, dtype=np.int8))
-                elif op < 0.7:
+                elif op < 0.73:
                     target = workdir / "secret.h5"
                     with h5py.File(target, "w") as s:
                         s["x"] = np.arange(3.0)
                     g = rng.choice([f["ops"], f["collectives"], f])
                     g[f"link{rng.randrange(9)}"] = rng.choice(
                         [h5py.ExternalLink(str(target), "/x"), h5py.SoftLink("/ops"), h5py.SoftLink("/nope")])
-                elif op < 0.78:
+                elif op < 0.8:
                     raw = workdir / "raw.bin"
                     raw.write_bytes(np.ones(8).tobytes())
                     ds = rng.choice(_datasets(f))
                     parent, name = ds.parent, ds.name.rsplit("/", 1)[1]
                     del parent[name]
                     parent.create_dataset(name, shape=(8,), dtype="f8", external=[(str(raw), 0, 64)])
-                elif op < 0.86:
+                elif op < 0.87:
                     victim = rng.choice(["ops", "collectives", "op_model", "provenance", "peak_flops"])
                     if victim in f:
                         del f[victim]
