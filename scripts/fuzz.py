@@ -6,9 +6,13 @@
     .venv/bin/python scripts/fuzz.py --replay store_file 123 --seed 1   # one case, verbosely
 
 Generators and oracle: ``tests/fuzzing.py``. Configs are sessions and authors'-format
-configs (40 %), mutated by wrong types, out-of-bound and non-finite numbers, missing and
-unknown fields, deep nesting, markup in names and extreme sizes (sessions simulated, 50 %, or
-swept, 10 %); files are session files
+configs (20 %), mutated by wrong types, out-of-bound, non-finite and beyond-float integers,
+missing and unknown fields, deep nesting, markup in names, hostile profile paths and extreme
+sizes (sessions simulated, 30 %, or swept, 5 %); complete sessions with hostile text exported
+as launch scripts and run under a stub torchrun (15 %); launch scripts that expand or compute
+without bound, imported (10 %); complete sessions less one field, which must be refused or
+simulate the same model (15 %); profile paths that are links, loops and FIFOs (5 %). Files
+are session files
 corrupted byte-wise (30 %), profile stores with corrupted bytes, values, dtypes, sizes,
 links, external storage, unknown filters, wrong-typed values, negative keys, falling
 collective curves and tiny efficiencies (40 %) and measurement CSVs (30 %).
@@ -16,8 +20,9 @@ collective curves and tiny efficiencies (40 %) and measurement CSVs (30 %).
 Cases run in worker processes (``--jobs``), so that a crash of the interpreter (a
 segmentation fault) counts as a crash of that case and the run goes on; a case that takes
 longer than ``--timeout`` seconds (four times that for a sweep) counts as a hang. Prints the counts of ok / clean error /
-crash / hang / non-finite result per kind and the first failures with the arguments that
-replay them; exits 1 unless there are no crashes, hangs or non-finite results.
+crash / hang / non-finite result / silently different model / unescaped export per kind and
+the first failures with the arguments that replay them; exits 1 unless there are none of the
+last five.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIG_SHARE = {"session": 0.5, "authors": 0.4, "session_sweep": 0.1}
+CONFIG_SHARE = {"session": 0.3, "authors": 0.2, "session_sweep": 0.05, "export": 0.15,
+                "launch": 0.1, "deletion": 0.15, "profile_path": 0.05}
 FILE_SHARE = {"session_file": 0.3, "store_file": 0.4, "csv_file": 0.3}
 
 
@@ -167,7 +173,7 @@ def main() -> int:
                     for k, n in plan.items()]:
             fut.result()
     wall = time.perf_counter() - t0
-    outcomes = ("ok", "clean_error", "crash", "hang", "non_finite")
+    from tests.fuzzing import OUTCOMES as outcomes
     print(f"\n{'kind':<14}" + "".join(f"{o:>13}" for o in outcomes) + f"{'total':>9}")
     for k in plan:
         row = [counts[(k, o)] for o in outcomes]
@@ -177,13 +183,14 @@ def main() -> int:
     configs = sum(counts[(k, o)] for k in CONFIG_SHARE for o in outcomes)
     files = sum(counts[(k, o)] for k in FILE_SHARE for o in outcomes)
     print(f"\n{configs:,} configs and {files:,} corrupted files in {wall:,.0f} s; clean errors "
-          f"{totals[1]:,}, crashes {totals[2]}, hangs {totals[3]}, non-finite results {totals[4]}")
+          f"{totals[1]:,}, crashes {totals[2]}, hangs {totals[3]}, non-finite results {totals[4]}, "
+          f"silently different models {totals[5]}, unescaped exports {totals[6]}")
     slowest.sort(reverse=True)
     print("slowest cases: " + ", ".join(f"{k} {i} ({s:.2f} s)" for s, k, i in slowest[:5]))
     for kind, index, outcome, note in failures[:20]:
         print(f"{outcome}: {kind} {index} (replay: scripts/fuzz.py --replay {kind} {index} "
               f"--seed {args.seed}): {note}")
-    return 0 if totals[2] + totals[3] + totals[4] == 0 else 1
+    return 0 if sum(totals[2:]) == 0 else 1
 
 
 if __name__ == "__main__":

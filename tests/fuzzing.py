@@ -14,7 +14,12 @@ and external storage, unknown filters, wrong dtypes, absurd sizes).
 ``non_finite``   exit 0 with Infinity or NaN in the result
 ``crash``        anything else: another exit status, a traceback, several lines
 (``hang`` is decided by the caller's clock: :class:`CaseTimeout`, which no handler of the
-program catches.)
+program catches.) Kinds with an oracle of their own (:data:`CHECKS`) add two outcomes:
+
+``silent_model``  a session less one field ran (exit 0) as another model or plan than the
+                  complete session's
+``unescaped``     an exported launch script that ``bash -n`` refuses, that runs anything
+                  but one ``torchrun``, or raw control characters printed to the terminal
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_STORE = ROOT / "profiles" / "A100-SXM4-80GB.h5"
-OUTCOMES = ("ok", "clean_error", "crash", "hang", "non_finite")
+OUTCOMES = ("ok", "clean_error", "crash", "hang", "non_finite", "silent_model", "unescaped")
 
 
 class CaseTimeout(BaseException):
@@ -44,7 +49,15 @@ NASTY: list[Any] = [
     7, 1.5, -0.0, 2**31 - 1, 2**31, 2**53 + 1, 2**63, 2**64 + 1, 10**40, 1e308, 5e-324, 1e-300,
     float("inf"), float("-inf"), float("nan"), [], [1], {}, {"a": 1}, 10_000, 10_001, 1_000_000,
     2**24, 2**20, 0.1, 0.09, 1e16, 1.0000001e16,
+    # integers beyond a float's range (no conversion may overflow): 10**309 and a 401-digit one
+    10**309, -(10**309), 10**400, 2**1100,
 ]
+
+#: profile_path strings that name no file a user could mean (an unknown ~user, a NUL byte, a
+#: lone surrogate, a folder's name cut by NUL, very long components, control characters).
+HOSTILE_PATHS = ["~nosuchuser_xyz/a.h5", "~nosuchuser_xyz", "a\x00b.h5", "\ud800.h5",
+                 "/proc/self/environ", "/proc/self/cwd/x.h5", "x/" * 3000 + "a.h5",
+                 "b" * 300 + ".h5", "\n.h5", "~" * 50, "\x1b[2J.h5", "file:///etc/passwd"]
 
 BASE_SESSION: dict[str, Any] = {
     "format": "vtrain-session", "version": 1,
@@ -120,7 +133,7 @@ def mutate_doc(doc: dict, rng: random.Random, sections: bool = True) -> Any:
         elif kind < 0.95 and sections and isinstance(doc.get("cluster"), dict):
             doc["cluster"]["profile_path"] = rng.choice(
                 ["../x.h5", "/dev/zero", "/etc/passwd", "/", ".", "", "nope.h5", "../../profiles/A100-SXM4-80GB.h5",
-                 str(BASE_STORE), "~/x.h5", "a" * 5000 + ".h5", 3])
+                 str(BASE_STORE), "~/x.h5", "a" * 5000 + ".h5", 3, *HOSTILE_PATHS])
         else:  # extreme but in-bounds sizes that still pass the divisibility rules
             if isinstance(doc.get("model"), dict) and isinstance(doc.get("plan"), dict):
                 m, p = doc["model"], doc["plan"]
@@ -398,9 +411,9 @@ def classify(code: int | None, out: str, err: str, json_out: bool) -> tuple[str,
     return "ok", ""
 
 
-def run_cli(argv: list[str]) -> tuple[str, str]:
-    """Run ``vtrain ARGV`` in this process; return ``(outcome, note)`` (never raises but for
-    ``KeyboardInterrupt`` and the caller's timeout)."""
+def invoke(argv: list[str]) -> tuple[int | None, str, str, str]:
+    """Run ``vtrain ARGV`` in this process; return ``(exit status, stdout, stderr, crash
+    note)``, the note non-empty (and the status None) when an exception escaped ``main``."""
     from core import simulate as simulate_module
     from core.cli import main
 
@@ -413,10 +426,19 @@ def run_cli(argv: list[str]) -> tuple[str, str]:
     except (CaseTimeout, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001 - anything escaping main is a crash
-        return "crash", f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None, out.getvalue(), err.getvalue(), f"{type(exc).__name__}: {str(exc)[:300]}"
     finally:
         simulate_module._STORE_CACHE.clear()  # every case has its own store file
-    return classify(code, out.getvalue(), err.getvalue(), "--json" in argv)
+    return code, out.getvalue(), err.getvalue(), ""
+
+
+def run_cli(argv: list[str]) -> tuple[str, str]:
+    """Run ``vtrain ARGV`` in this process; return ``(outcome, note)`` (never raises but for
+    ``KeyboardInterrupt`` and the caller's timeout)."""
+    code, out, err, crash = invoke(argv)
+    if crash:
+        return "crash", crash
+    return classify(code, out, err, "--json" in argv)
 
 
 #: kind -> (generator of the file's bytes, suffix, command for a path)
@@ -438,11 +460,226 @@ KINDS: dict[str, tuple[Callable, str, Callable[[str], list[str]]]] = {
 
 
 def run_case(kind: str, rng: random.Random, workdir: Path, index: int) -> tuple[str, str]:
-    """Generate one input of ``kind`` in ``workdir`` and run its command."""
+    """Generate one input of ``kind`` in ``workdir`` and run its command (and, for the kinds
+    in :data:`CHECKS`, judge what it wrote with that kind's own oracle)."""
     gen, suffix, command = KINDS[kind]
     path = workdir / f"{kind}_{index}{suffix}"
     path.write_bytes(gen(rng, workdir))
     try:
+        if kind in CHECKS:
+            return CHECKS[kind](command(str(path)), path, workdir)
         return run_cli(command(str(path)))
     finally:
         path.unlink(missing_ok=True)
+        for extra in workdir.glob(f"{path.name}.*"):
+            extra.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- third round
+# Kinds the third round of hardening found (../shared/cases/s3): text written into a launch
+# script, launch scripts that expand without bound, one-field deletions that silently change
+# the model, and profile paths that cannot be resolved.
+
+#: Text that is a command, a quote, an escape or a line break in some destination.
+HOSTILE_TEXT = ["GPT\ntouch PWNED_nl #", "x'; touch PWNED_q; '", 'x"; touch PWNED_dq; "',
+                "$(touch PWNED_subst)", "`touch PWNED_bt`", "; touch PWNED_semi", "\x1b]0;t\x07\x1b[2J",
+                "a\u2028touch PWNED_ls", "a\u2029b", "a\u0085touch PWNED_nel", "a\rtouch PWNED_cr",
+                "\\\ntouch PWNED_bsnl", "a\vb\fc", "\u202egpt", "[/x]", "é ü", "-- --x", "$HOME",
+                "a\ttouch PWNED_tab"]
+
+
+def full_session_doc(rng: random.Random) -> dict:
+    """A complete session (every field written by :meth:`core.config.Session.to_dict`) of a
+    random model preset on 8 GPUs (t=2, d=4, b=1, B=8)."""
+    from core.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.session import session_to_json
+    name = rng.choice(sorted(MODEL_PRESETS))
+    session = Session(model=MODEL_PRESETS[name],
+                      plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,
+                                        micro_batch_size=1, global_batch_size=8))
+    return json.loads(session_to_json(session))
+
+
+def export_session_bytes(rng: random.Random) -> bytes:
+    """A complete session whose free-text fields (and 1 in 4 times any string field) hold
+    :data:`HOSTILE_TEXT`."""
+    doc = full_session_doc(rng)
+    doc["model"]["name"] = rng.choice(HOSTILE_TEXT)
+    doc["notes"] = rng.choice(HOSTILE_TEXT)
+    if rng.random() < 0.5:
+        doc["cluster"]["gpu"] = rng.choice(HOSTILE_TEXT)
+        doc["cluster"]["profile_path"] = str(BASE_STORE)
+    if rng.random() < 0.25:
+        section = rng.choice(["model", "plan", "cluster"])
+        keys = [k for k, v in doc[section].items() if isinstance(v, str)]
+        if keys:
+            doc[section][rng.choice(keys)] = rng.choice(HOSTILE_TEXT)
+    return dumps(doc)
+
+
+def check_export(argv: list[str], path: Path, workdir: Path) -> tuple[str, str]:
+    """``export megatron-args``: a clean refusal, or a script that ``bash -n`` accepts and that,
+    run with a stub ``torchrun`` first on PATH, calls it exactly once and runs nothing else
+    (no ``PWNED_*`` file appears); no raw control character reaches the terminal."""
+    import re
+    import shutil
+    import subprocess
+
+    code, out, err, crash = invoke(argv)
+    if crash:
+        return "crash", crash
+    if re.search(r"[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]", out + err):
+        return "unescaped", "a raw control character in the output"
+    outcome, note = classify(code, out, err, False)
+    bash = shutil.which("bash")
+    if outcome != "ok" or bash is None:
+        return outcome, note
+    run = workdir / f"{path.name}.run"
+    (run / "bin").mkdir(parents=True, exist_ok=True)
+    (run / "bin" / "torchrun").write_text('#!/bin/sh\necho x >> "$STUB_LOG"\n')
+    (run / "bin" / "torchrun").chmod(0o755)
+    script = run / "run.sh"
+    script.write_text(out)
+    env = {"PATH": f"{run / 'bin'}:/usr/bin:/bin", "STUB_LOG": str(run / "calls"), "LC_ALL": "C.UTF-8"}
+    try:
+        if subprocess.run([bash, "-n", str(script)], capture_output=True).returncode != 0:
+            return "unescaped", "bash -n refuses the exported script"
+        subprocess.run([bash, str(script)], cwd=run, env=env, capture_output=True, timeout=20)
+        calls = (run / "calls").read_text().count("x") if (run / "calls").exists() else 0
+        ran = sorted(p.name for p in run.rglob("*PWNED*"))
+        if ran or calls != 1:
+            return "unescaped", f"the script ran {ran or 'nothing else'}, torchrun {calls} times"
+        return "ok", ""
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+#: Launch-script lines that grow, loop or compute without bound, and a valid launch to wrap.
+_LAUNCH_HEAD = ["#!/bin/bash", "GPUS=8", "TP=2", "PP=2"]
+_LAUNCH_TAIL = ["torchrun --nproc-per-node $GPUS pretrain_gpt.py --num-layers 24 --hidden-size 2048 \\",
+                "  --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 \\",
+                "  --micro-batch-size 1 --global-batch-size 16 --tensor-model-parallel-size $TP \\",
+                "  --pipeline-model-parallel-size $PP --bf16 --train-iters 10 --vocab-size 50257"]
+
+
+def _hostile_launch_line(rng: random.Random) -> list[str]:
+    kind = rng.randrange(9)
+    n = rng.choice([1, 5, 20, 40, 200])
+    if kind == 0:  # doubling
+        return ["A=x"] + ["A=$A$A"] * n + ["echo $A"]
+    if kind == 1:  # arithmetic beyond int64 or with many terms
+        return [f"X=$(( {rng.choice(['9' * rng.choice([18, 19, 40, 4300]), '2**62', '(1<<62)*4'])} "
+                f"* {rng.choice(['9' * 30, '2', '10**18'])} ))", "echo $X"]
+    if kind == 2:
+        return ["X=$(( " + " + ".join(["1"] * rng.choice([10, 600, 100_000])) + " ))"]
+    if kind == 3:  # arrays that append, with expansion
+        return ["ARGS=()"] + ["ARGS+=(--x $A ${ARGS[@]})"] * n
+    if kind == 4:  # nested substitutions and quotes
+        return ['A="$(echo "$(echo "$(echo x)")")"', "B='unterminated", "C=${A:-${B:-${C}}}"]
+    if kind == 5:  # a brace expansion and a loop
+        return ["for i in {1..100000}; do A=$A$i; done", "echo {a,b}{c,d}{e,f}" * rng.choice([1, 30])]
+    if kind == 6:  # a long line and odd bytes
+        return ["A=" + "y" * rng.choice([1000, 2_000_000]), "B=\x00\xff", "--tensor-model-parallel-size 9" * 3]
+    if kind == 7:  # recursion through variables
+        return ["A='$B'", "B='$A'", "echo $A $B", "eval echo $A"]
+    return [f"export X{i}=$X{i-1}$X{i-1}" for i in range(1, n + 1)]
+
+
+def launch_bytes(rng: random.Random) -> bytes:
+    """A launch script: a valid ``torchrun pretrain_gpt.py`` launch with 1 to 3 hostile
+    blocks (unbounded expansion, arithmetic, arrays, quotes, loops) before it."""
+    lines = list(_LAUNCH_HEAD)
+    for _ in range(rng.randint(1, 3)):
+        lines += _hostile_launch_line(rng)
+    text = "\n".join(lines + _LAUNCH_TAIL) + "\n"
+    return text.encode("utf-8", "surrogateescape")
+
+
+#: Where :func:`deletion_bytes` writes the complete session that :func:`check_deletion` runs.
+COMPLETE_SESSION = "complete_session.json"
+
+
+def deletion_bytes(rng: random.Random, workdir: Path) -> bytes:
+    """A complete session less one model field; the complete session is written to ``workdir
+    / COMPLETE_SESSION`` for :func:`check_deletion`. (Plan fields are left alone: a plan field
+    not given takes Megatron-LM's default by design, docs/simulator.md "Inputs".)"""
+    doc = full_session_doc(rng)
+    (workdir / COMPLETE_SESSION).write_bytes(dumps(doc))
+    del doc["model"][rng.choice(sorted(doc["model"]))]
+    return dumps(doc)
+
+
+def check_deletion(argv: list[str], path: Path, workdir: Path) -> tuple[str, str]:
+    """A session less one field is refused cleanly, or it simulates the very model and plan of
+    the complete session (same parameter count and iteration time); anything else is a
+    ``silent_model``: a different model run with confidence."""
+    code, out, err, crash = invoke(argv)
+    if crash:
+        return "crash", crash
+    outcome, note = classify(code, out, err, True)
+    if outcome != "ok":
+        return outcome, note
+    got = json.loads(out)
+    code_full, out_full, _err, crash = invoke(["simulate", str(workdir / COMPLETE_SESSION), "--json"])
+    if crash or code_full != 0:
+        return "crash", f"the complete session did not simulate: {crash or code_full}"
+    want = json.loads(out_full)
+    same = (got["num_parameters"] == want["num_parameters"]
+            and abs(got["iteration_time_s"] - want["iteration_time_s"])
+            <= 1e-9 * want["iteration_time_s"])
+    return ("ok", "") if same else (
+        "silent_model", f"exit 0 with {got['num_parameters']:,} parameters, "
+                        f"{got['iteration_time_s']:.4g} s; the complete session has "
+                        f"{want['num_parameters']:,}, {want['iteration_time_s']:.4g} s")
+
+
+def path_session_bytes(rng: random.Random, workdir: Path) -> bytes:
+    """A session whose ``cluster.profile_path`` is a hostile string or a link in ``workdir``
+    (a loop, a dangling link, a link to a folder, to /proc/self/environ or to a FIFO)."""
+    import os
+    doc = json.loads(json.dumps(BASE_SESSION))
+    links = workdir / "links"
+    links.mkdir(exist_ok=True)
+    choice = rng.randrange(6)
+    target = links / f"p{rng.randrange(10**9)}.h5"
+    try:
+        if choice == 0:
+            os.symlink(target.name, target)  # a link to itself: a loop
+        elif choice == 1:
+            os.symlink(links / "nowhere.h5", target)
+        elif choice == 2:
+            os.symlink(workdir, target)
+        elif choice == 3:
+            os.symlink("/proc/self/environ", target)
+        elif choice == 4:
+            os.mkfifo(target)
+        else:
+            target = rng.choice(HOSTILE_PATHS)
+    except OSError:
+        target = rng.choice(HOSTILE_PATHS)
+    doc["cluster"]["profile_path"] = str(target)
+    return dumps(doc)
+
+
+def check_path(argv: list[str], path: Path, workdir: Path) -> tuple[str, str]:
+    """A hostile profile path: a clean refusal that never prints where a link points."""
+    code, out, err, crash = invoke(argv)
+    if crash:
+        return "crash", crash
+    if "environ" in err and "/proc/self/environ" not in path.read_text():
+        return "crash", "the message shows where a link points"
+    return classify(code, out, err, "--json" in argv)
+
+
+
+KINDS.update({
+    "export": (lambda rng, wd: export_session_bytes(rng), ".json",
+               lambda p: ["export", "megatron-args", p]),
+    "launch": (lambda rng, wd: launch_bytes(rng), ".sh",
+               lambda p: ["import", "megatron-args", p, "--out", p + ".out.json"]),
+    "deletion": (deletion_bytes, ".json", lambda p: ["simulate", p, "--json"]),
+    "profile_path": (path_session_bytes, ".json", lambda p: ["simulate", p, "--json"]),
+})
+#: kind -> oracle run instead of :func:`run_cli`: ``(argv, case path, workdir) -> (outcome, note)``
+CHECKS: dict[str, Callable[[list[str], Path, Path], tuple[str, str]]] = {
+    "export": check_export, "deletion": check_deletion, "profile_path": check_path}
