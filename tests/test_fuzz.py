@@ -84,3 +84,29 @@ def test_fuzz_profile_stores(rng, tmp_path_factory):
 @given(rng=st.randoms(use_true_random=False))
 def test_fuzz_measurement_csvs(rng, tmp_path_factory):
     check("csv_file", rng, tmp_path_factory)
+
+
+@fuzz_settings(40)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_exported_launch_scripts(rng, tmp_path_factory):
+    """Hostile text in a session's fields: the exported script passes ``bash -n`` and runs one
+    torchrun and nothing else (``tests.fuzzing.check_export``)."""
+    check("export", rng, tmp_path_factory)
+
+
+@fuzz_settings(40)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_launch_scripts_expand_within_bounds(rng, tmp_path_factory):
+    check("launch", rng, tmp_path_factory)
+
+
+@fuzz_settings(60)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_one_field_deletions_never_run_another_model(rng, tmp_path_factory):
+    check("deletion", rng, tmp_path_factory)
+
+
+@fuzz_settings(30)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_hostile_profile_paths(rng, tmp_path_factory):
+    check("profile_path", rng, tmp_path_factory)
