@@ -60,6 +60,11 @@ __all__ = [
     "check_value",
     "path_problem",
     "MAX_INTEGER",
+    "GPT_SHAPE_FIELDS",
+    "GPT_FAMILY",
+    "LLAMA_FAMILY",
+    "model_from_fields",
+    "missing_required",
     "section_errors",
     "rename_field",
     "padded_vocab_size",
@@ -274,8 +279,9 @@ def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
     Further metadata, checked by every reader and by :func:`validate` (no code per field):
     ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``min``/``max`` (a field's own
     limits, within its bounds), ``choices`` (allowed values, for strings and
-    enumerations), ``required`` (a session file must give the field: it has no
-    meaningful default), ``path`` (a string naming a file: it must be resolvable,
+    enumerations), ``required`` (a session file must give the field, ``null`` where the type
+    allows it: its default is not what a file that leaves it out means; every model field,
+    see :func:`missing_required`), ``path`` (a string naming a file: it must be resolvable,
     :func:`path_problem`). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
     optionally ``| None``).
     """
@@ -291,6 +297,10 @@ class ModelConfig:
     layer, unfused attention); the family fields describe Llama-style models
     (grouped-query attention, SwiGLU, RMSNorm, RoPE, no biases, untied output
     layer, FlashAttention). Their formulas live in :mod:`core.model_math`.
+
+    Every field is ``required`` in a session file (the defaults serve code that builds a
+    GPT model; a file that leaves a field out is refused, never filled with GPT's value),
+    but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`).
     """
 
     name: str = _f("GPT-3 175B", "", "Display name of the model", required=True)
@@ -301,8 +311,8 @@ class ModelConfig:
     num_attention_heads: int = _f(96, "", "Attention heads a (--num-attention-heads)",
                                   bounds=BOUNDS["heads"], required=True)
     ffn_hidden_size: int | None = _f(
-        None, "", "MLP hidden size (--ffn-hidden-size); empty means 4*h", bounds=BOUNDS["ffn"]
-    )
+        None, "", "MLP hidden size (--ffn-hidden-size); empty (null) means 4*h",
+        bounds=BOUNDS["ffn"], required=True)
     seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)", bounds=BOUNDS["seq"],
                          required=True)
     vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding",
@@ -310,107 +320,112 @@ class ModelConfig:
     num_query_groups: int | None = _f(
         None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
         "attention); empty means one per head (multi-head attention)", min=1,
-        bounds=BOUNDS["heads"])
+        bounds=BOUNDS["heads"], required=True)
     activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
                          "three ffn matrices; --swiglu) or squared_relu (relu(x)^2, two ffn "
-                         "matrices, Nemotron-4; --squared-relu)", choices=ACTIVATIONS)
+                         "matrices, Nemotron-4; --squared-relu)", choices=ACTIVATIONS,
+                         required=True)
     normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
-                            "--normalization RMSNorm)", choices=NORMALIZATIONS)
+                            "--normalization RMSNorm)", choices=NORMALIZATIONS, required=True)
     position_embedding: str = _f("learned", "", "Position embedding: learned (an s*h table) or "
                                  "rope (rotary, no parameters; --position-embedding-type rope)",
-                                 choices=POSITION_EMBEDDINGS)
+                                 choices=POSITION_EMBEDDINGS, required=True)
     tied_embeddings: bool = _f(True, "", "Output layer shares the word embedding's weights "
-                               "(false: --untie-embeddings-and-output-weights)")
+                               "(false: --untie-embeddings-and-output-weights)", required=True)
     add_bias_linear: bool = _f(True, "", "Biases in the linear layers (false: "
-                               "--disable-bias-linear)")
+                               "--disable-bias-linear)", required=True)
     add_qkv_bias: bool = _f(False, "", "Bias in the QKV projection even without the other "
-                            "linear biases (--add-qkv-bias, Qwen2)")
+                            "linear biases (--add-qkv-bias, Qwen2)", required=True)
     qk_layernorm: bool = _f(False, "", "Normalize each query and key head before the scores "
-                            "(QK-norm, --qk-layernorm; Qwen3), with the model's normalization")
+                            "(QK-norm, --qk-layernorm; Qwen3), with the model's normalization",
+                            required=True)
     attention_kernel: str = _f("unfused", "", "Attention kernel: unfused (Megatron's baddbmm, "
                                "softmax, bmm; keeps the s*s scores) or flash (FlashAttention, "
                                "no s*s activation memory; --use-flash-attn)",
-                               choices=ATTENTION_KERNELS)
+                               choices=ATTENTION_KERNELS, required=True)
     kv_channels: int | None = _f(
         None, "", "Attention head size (--kv-channels); empty means h/a. Q is a*kv_channels wide, "
-        "K and V g*kv_channels each", bounds=BOUNDS["hidden"])
+        "K and V g*kv_channels each", bounds=BOUNDS["hidden"], required=True)
     num_experts: int | None = _f(
         None, "", "Experts per MoE layer (--num-experts); empty means a dense model",
-        bounds=BOUNDS["experts"])
+        bounds=BOUNDS["experts"], required=True)
     moe_top_k: int = _f(2, "", "Experts each token is routed to (--moe-router-topk)",
-                        bounds=BOUNDS["experts"])
+                        bounds=BOUNDS["experts"], required=True)
     moe_ffn_hidden_size: int | None = _f(
         None, "", "Hidden size of each expert's MLP (--moe-ffn-hidden-size); empty means "
-        "ffn_hidden_size", bounds=BOUNDS["ffn"])
+        "ffn_hidden_size", bounds=BOUNDS["ffn"], required=True)
     num_shared_experts: int = _f(
         0, "", "Shared experts every token passes through, each moe_ffn_hidden_size wide "
         "(Megatron: --moe-shared-expert-intermediate-size = n * moe_ffn_hidden_size)",
-        bounds=BOUNDS["shared_experts"])
+        bounds=BOUNDS["shared_experts"], required=True)
     moe_layer_frequency: int = _f(1, "layers", "Every k-th layer is an MoE layer (--moe-layer-freq "
-                                  "k); the others are dense", bounds=BOUNDS["layers"])
+                                  "k); the others are dense", bounds=BOUNDS["layers"],
+                                  required=True)
     moe_first_dense_layers: int = _f(
         0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
         "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
-        bounds=BOUNDS["dense_layers"])
+        bounds=BOUNDS["dense_layers"], required=True)
     moe_router_num_groups: int | None = _f(
         None, "", "Node-limited routing: the experts split into this many groups (Megatron-Core "
         "--moe-router-num-groups; DeepSeek-V3's n_group 8); empty means none", short="groups",
-        min=1, bounds=BOUNDS["experts"])
+        min=1, bounds=BOUNDS["experts"], required=True)
     moe_router_group_topk: int | None = _f(
         None, "", "Node-limited routing: the groups each token may reach (Megatron-Core "
         "--moe-router-group-topk; DeepSeek-V3's topk_group 4)", short="group_topk", min=1,
-        bounds=BOUNDS["experts"])
+        bounds=BOUNDS["experts"], required=True)
     multi_latent_attention: bool = _f(
         False, "", "Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention; "
         "Megatron-Core MLASelfAttention): queries and keys/values pass through low-rank latents "
         "(q_lora_rank, kv_lora_rank); heads of qk_head_dim + qk_pos_emb_head_dim channels for the "
         "scores and v_head_dim for the values. With qk_layernorm the latents are normalized "
-        "(Megatron's q_layernorm / kv_layernorm). Needs attention_kernel flash")
+        "(Megatron's q_layernorm / kv_layernorm). Needs attention_kernel flash", required=True)
     q_lora_rank: int | None = _f(
         None, "", "With MLA: rank of the query latent (--q-lora-rank; DeepSeek-V3 1536); empty "
         "means no query compression (one h -> a*(qk_head_dim + qk_pos_emb_head_dim) projection)",
-        short="q_lora", bounds=BOUNDS["latent"])
+        short="q_lora", bounds=BOUNDS["latent"], required=True)
     kv_lora_rank: int = _f(512, "", "With MLA: rank of the key/value latent (--kv-lora-rank)",
-                           short="kv_lora", bounds=BOUNDS["latent"])
+                           short="kv_lora", bounds=BOUNDS["latent"], required=True)
     qk_head_dim: int = _f(128, "", "With MLA: channels of each query/key head without the "
                           "rotary part (--qk-head-dim; DeepSeek's qk_nope_head_dim)",
-                          bounds=BOUNDS["mla_head"])
+                          bounds=BOUNDS["mla_head"], required=True)
     qk_pos_emb_head_dim: int = _f(64, "", "With MLA: rotary channels of each query/key head, "
                                   "the key's shared by all heads (--qk-pos-emb-head-dim; "
-                                  "DeepSeek's qk_rope_head_dim)", bounds=BOUNDS["mla_head"])
+                                  "DeepSeek's qk_rope_head_dim)", bounds=BOUNDS["mla_head"],
+                                  required=True)
     v_head_dim: int = _f(128, "", "With MLA: channels of each value head (--v-head-dim); the "
                          "output projection's input is a*v_head_dim wide",
-                         bounds=BOUNDS["mla_head"])
+                         bounds=BOUNDS["mla_head"], required=True)
     mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers on the last pipeline "
                              "stage (--mtp-num-layers; DeepSeek-V3: 1): each embeds the tokens "
                              "shifted once more, projects them with the previous hidden state "
                              "(eh_proj, 2h -> h), runs one transformer layer like the last one "
                              "and the shared output layer with its own loss",
-                             bounds=BOUNDS["mtp_layers"])
+                             bounds=BOUNDS["mtp_layers"], required=True)
     window_size: int | None = _f(
         None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
         "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
-        "attention", short="window", min=1, bounds=BOUNDS["seq"])
+        "attention", short="window", min=1, bounds=BOUNDS["seq"], required=True)
     window_attn_skip_freq: int | None = _f(
         None, "layers", "With a window: every N-th layer (1-based, layer % N == 0) keeps full "
         "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
         "2); empty means every layer is windowed", short="window_skip", min=1,
-        bounds=BOUNDS["layers"])
+        bounds=BOUNDS["layers"], required=True)
     softmax_type: str = _f(
         "vanilla", "", "Attention softmax (Megatron-Core --softmax-type): vanilla; off-by-one "
         "(a fixed zero logit in every row's denominator, no parameters); learnable (attention "
         "sinks: one learned logit per head in the denominator, a parameters per layer; GPT-OSS). "
         "The extra logit per row is negligible work inside the attention kernel",
-        choices=SOFTMAX_TYPES, short="softmax")
+        choices=SOFTMAX_TYPES, short="softmax", required=True)
     activation_func_clamp_value: float | None = _f(
         None, "", "Gated MLP (swiglu): clamp the gate to at most this and the linear half to "
         "-this..this before the activation (Megatron-Core --activation-func-clamp-value; "
         "GPT-OSS: 7); element-wise inside the fused activation kernel, no time of its own; "
-        "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"])
+        "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"], required=True)
     glu_linear_offset: float = _f(
         0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
-        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"])
+        "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
+        required=True)
 
     @property
     def ffn(self) -> int:
@@ -443,6 +458,51 @@ class ModelConfig:
         (:func:`core.model_math.num_parameters`)."""
         from .model_math import num_parameters
         return num_parameters(self, tensor_parallel)
+
+
+#: The model fields of the first release's session files, written before the model families
+#: existed: a model section that gives only these (all but ``ffn_hidden_size``, which may be
+#: left out: 4h) describes a GPT model and takes the GPT values of the other fields (the
+#: defaults of :class:`ModelConfig`). Any other model section gives every model field.
+GPT_SHAPE_FIELDS = ("name", "num_layers", "hidden_size", "num_attention_heads",
+                    "ffn_hidden_size", "seq_length", "vocab_size")
+
+
+#: Megatron-LM's GPT values of every model field but the shape (:data:`GPT_SHAPE_FIELDS`): what
+#: a reader of a format that describes GPT models only (the vTrain authors' JSON and CSVs, job
+#: traces' shapes, a first-release session) gives the fields that format cannot express.
+GPT_FAMILY: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ModelConfig)
+                              if f.name not in GPT_SHAPE_FIELDS}
+
+
+def model_from_fields(values: dict[str, Any]) -> ModelConfig:
+    """A :class:`ModelConfig` from ``values``, which name every model field: a reader states
+    each one from its input (or, for a GPT-only format, from :data:`GPT_FAMILY`), so no field
+    takes GPT's default by omission.
+
+    Raises
+    ------
+    TypeError
+        ``values`` lacks a model field or names one that does not exist (a reader's bug,
+        not a user's input error).
+    """
+    names = [f.name for f in dataclasses.fields(ModelConfig)]
+    missing = [n for n in names if n not in values]
+    unknown = sorted(set(values) - set(names))
+    if missing or unknown:
+        raise TypeError(f"model_from_fields: missing {missing}, unknown {unknown}")
+    return ModelConfig(**values)
+
+
+def missing_required(cls: type, data: dict[str, Any]) -> list[str]:
+    """The fields of dataclass ``cls`` that a session file's section ``data`` must give and
+    lacks, in field order: those whose metadata says ``required``; for :class:`ModelConfig`
+    a section of only :data:`GPT_SHAPE_FIELDS` (a first-release file: a GPT model) needs
+    those but ``ffn_hidden_size``."""
+    names = [f.name for f in dataclasses.fields(cls) if f.metadata.get("required")]
+    if cls is ModelConfig and set(data) <= set(GPT_SHAPE_FIELDS):
+        names = [n for n in GPT_SHAPE_FIELDS if n != "ffn_hidden_size"]
+    return [n for n in names if n not in data]
 
 
 @dataclass
@@ -1466,10 +1526,15 @@ def _section_from_dict(cls: type, section: str, data: Any, require: bool = False
     fields = {f.name: f for f in dataclasses.fields(cls)}
     errors = [FieldError(f"{section}.{k}", "unknown field")
               for k in sorted(set(data) - set(fields), key=str)]
-    if require:
-        errors += [FieldError(f"{section}.{n}", "missing; a session file must give it (no "
-                              "meaningful default)")
-                   for n, f in fields.items() if f.metadata.get("required") and n not in data]
+    missing = missing_required(cls, data) if require else []
+    if len(missing) == 1:
+        errors.append(FieldError(f"{section}.{missing[0]}", "missing; a session file must give "
+                                 "it (no meaningful default)"))
+    elif missing:  # one error naming them all: a file is fixed in one go
+        errors.append(FieldError(section, f"missing {', '.join(missing)}; a session file must "
+                                 "give " + ("every model field (null where a field may be empty)"
+                                            if cls is ModelConfig else "them (no meaningful "
+                                            "default)")))
     kwargs = {}
     for name, value in data.items():
         if name not in fields:
@@ -2369,15 +2434,42 @@ def inactive_fields(session: Session) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- presets
 
+#: Llama's values of every model field but the shape, query groups and head size (Touvron et
+#: al. 2023; Meta Llama 3 model card; the ``transformers`` Llama code, which Mistral, Mixtral,
+#: Qwen2/3 and DeepSeek descend from): SwiGLU, RMSNorm, RoPE, no linear biases, untied output
+#: layer, FlashAttention, no QK-norm; no experts, latent attention, window or sinks (their
+#: sizes inert, Megatron's defaults). The presets and ``vtrain import hf`` start from it and
+#: state what a model changes, so no field takes GPT's default.
+LLAMA_FAMILY: dict[str, Any] = {
+    "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
+    "tied_embeddings": False, "add_bias_linear": False, "add_qkv_bias": False,
+    "qk_layernorm": False, "attention_kernel": "flash", "num_experts": None, "moe_top_k": 2,
+    "moe_ffn_hidden_size": None, "num_shared_experts": 0, "moe_layer_frequency": 1,
+    "moe_first_dense_layers": 0, "moe_router_num_groups": None, "moe_router_group_topk": None,
+    "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 512, "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": 0, "window_size": None,
+    "window_attn_skip_freq": None, "softmax_type": "vanilla", "activation_func_clamp_value": None,
+    "glu_linear_offset": 0.0}
+
+
+def _shape(name: str, layers: int, hidden: int, heads: int, ffn: int | None, seq: int,
+           vocab: int) -> dict[str, Any]:
+    return dict(zip(GPT_SHAPE_FIELDS, (name, layers, hidden, heads, ffn, seq, vocab)))
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, seq: int, vocab: int) -> ModelConfig:
+    """A GPT model of Megatron-LM (:data:`GPT_FAMILY`; the MLP 4h)."""
+    return model_from_fields({**_shape(name, layers, hidden, heads, None, seq, vocab),
+                              **GPT_FAMILY})
+
+
 def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int, seq: int,
            vocab: int, **family: Any) -> ModelConfig:
-    """A Llama-family model: GQA, SwiGLU, RMSNorm, RoPE, no linear biases, untied output layer,
-    FlashAttention (Touvron et al. 2023; Meta Llama 3 model card); ``family`` sets further
-    model fields (experts, head size, QK-norm)."""
-    return ModelConfig(name, layers, hidden, heads, ffn, seq, vocab, num_query_groups=groups,
-                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=False, attention_kernel="flash",
-                       **family)
+    """A Llama-family model (:data:`LLAMA_FAMILY`) with ``groups`` query groups (GQA);
+    ``family`` sets further model fields (experts, head size, QK-norm)."""
+    return model_from_fields({**_shape(name, layers, hidden, heads, ffn, seq, vocab),
+                              "num_query_groups": groups, "kv_channels": None, **LLAMA_FAMILY,
+                              **family})
 
 
 def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
@@ -2386,12 +2478,10 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
     biases in every linear layer, attention sinks (``softmax_type`` learnable), a 128-token
     sliding window alternating with full attention (``--window-attn-skip-freq 2``), a gated MLP
     clamped at 7 with linear offset 1, and ``experts`` experts of 2880, top-4, in every layer."""
-    return ModelConfig(name, layers, 2880, 64, 2880, 4096, 201088, num_query_groups=8,
-                       activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                       tied_embeddings=False, add_bias_linear=True, attention_kernel="flash",
-                       kv_channels=64, num_experts=experts, moe_top_k=4, moe_ffn_hidden_size=2880,
-                       window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
-                       activation_func_clamp_value=7.0, glu_linear_offset=1.0)
+    return _llama(name, layers, 2880, 64, 8, 2880, 4096, 201088, add_bias_linear=True,
+                  kv_channels=64, num_experts=experts, moe_top_k=4, moe_ffn_hidden_size=2880,
+                  window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
+                  activation_func_clamp_value=7.0, glu_linear_offset=1.0)
 
 
 #: Published model shapes. Sources: GPT-3 (Brown et al. 2020, Table 2.1),
@@ -2421,13 +2511,13 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
 MODEL_PRESETS: dict[str, ModelConfig] = {
     p.name: p
     for p in (
-        ModelConfig("GPT-3 1.3B", 24, 2048, 16, None, 2048, 50257),
-        ModelConfig("GPT-3 2.7B", 32, 2560, 32, None, 2048, 50257),
-        ModelConfig("GPT-3 6.7B", 32, 4096, 32, None, 2048, 50257),
-        ModelConfig("GPT-3 13B", 40, 5120, 40, None, 2048, 50257),
-        ModelConfig("GPT-3 175B", 96, 12288, 96, None, 2048, 50257),
-        ModelConfig("MT-NLG 530B", 105, 20480, 128, None, 2048, 50257),
-        ModelConfig("Megatron 1T", 128, 25600, 160, None, 2048, 51200),
+        _gpt("GPT-3 1.3B", 24, 2048, 16, 2048, 50257),
+        _gpt("GPT-3 2.7B", 32, 2560, 32, 2048, 50257),
+        _gpt("GPT-3 6.7B", 32, 4096, 32, 2048, 50257),
+        _gpt("GPT-3 13B", 40, 5120, 40, 2048, 50257),
+        _gpt("GPT-3 175B", 96, 12288, 96, 2048, 50257),
+        _gpt("MT-NLG 530B", 105, 20480, 128, 2048, 50257),
+        _gpt("Megatron 1T", 128, 25600, 160, 2048, 51200),
         _llama("Llama 2 7B", 32, 4096, 32, 32, 11008, 4096, 32000),
         _llama("Llama 2 70B", 80, 8192, 64, 8, 28672, 4096, 32000),
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
@@ -2560,8 +2650,11 @@ def read_vtrain_config(path: str | Path, *, check_rules: bool = True) -> Session
 
     Units in that format: ``inter_node_bandwidth`` in Gb/s per node,
     ``intra_node_bandwidth`` in GB/s; ``max_length`` is the sequence length;
-    ``use_checkpoint`` means full activation recomputation. The vocabulary is
-    not in the format; GPT-2's 50257 is used. ``use_gradient_bucket`` true means
+    ``use_checkpoint`` means full activation recomputation. The format describes GPT
+    models only: the model's family fields take GPT's values (:data:`GPT_FAMILY`), a key
+    the format does not define is refused, and its required keys (:data:`_AUTHORS_REQUIRED`)
+    must be there. The paper's configs give no vocabulary: without ``vocab_size`` GPT-2's
+    50257 is used. ``use_gradient_bucket`` true means
     the gradient all-reduce runs in buckets overlapped with the backward pass
     (``plan.overlap_grad_reduce``); ``trace_path`` is ignored.
 
@@ -2621,12 +2714,12 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
     if errs:
         raise ConfigError(errs)
     sched = raw.get("pipeline_scheduling", "1f1b").lower()
-    model = ModelConfig(
-        name=f"{raw['num_layers']}-layer h={raw['hidden_size']}",
-        num_layers=raw["num_layers"], hidden_size=raw["hidden_size"],
-        num_attention_heads=raw["num_attention_heads"], ffn_hidden_size=raw.get("ffn_hidden_size"),
-        seq_length=raw["max_length"], vocab_size=raw.get("vocab_size", 50257),
-    )
+    model = model_from_fields({  # the format holds GPT models only: GPT's family fields
+        **GPT_FAMILY, "name": f"{raw['num_layers']}-layer h={raw['hidden_size']}",
+        "num_layers": raw["num_layers"], "hidden_size": raw["hidden_size"],
+        "num_attention_heads": raw["num_attention_heads"],
+        "ffn_hidden_size": raw.get("ffn_hidden_size"), "seq_length": raw["max_length"],
+        "vocab_size": raw.get("vocab_size", 50257)})
     for preset in MODEL_PRESETS.values():  # the format holds GPT models only
         if dataclasses.replace(preset, name=model.name, ffn_hidden_size=model.ffn_hidden_size,
                                seq_length=model.seq_length, vocab_size=model.vocab_size) == model:

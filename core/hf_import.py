@@ -80,7 +80,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ClusterConfig, ConfigError, CostConfig, FieldError, ModelConfig, ParallelPlan, Session
+from .config import (ClusterConfig, ConfigError, CostConfig, FieldError, ModelConfig, ParallelPlan,
+                     LLAMA_FAMILY, Session, model_from_fields)
 
 __all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
            "HFImport", "session_from_hf_config", "read_hf_config", "default_plan",
@@ -528,13 +529,11 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
             or arch.replace("ForCausalLM", ""))
-    family = {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
-              "tied_embeddings": tied, "attention_kernel": "flash", "add_bias_linear": False,
-              **fixed, **window_fields}
-    model = ModelConfig(name=name[:200], num_layers=layers, hidden_size=h, num_attention_heads=a,
-                        ffn_hidden_size=f, seq_length=s, vocab_size=vocab,
-                        num_query_groups=g if g is not None and g != a else None,
-                        kv_channels=kv_channels, **family)
+    model = model_from_fields({
+        "name": name[:200], "num_layers": layers, "hidden_size": h, "num_attention_heads": a,
+        "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
+        "num_query_groups": g if g is not None and g != a else None, "kv_channels": kv_channels,
+        **LLAMA_FAMILY, "tied_embeddings": tied, **fixed, **window_fields})
     if window_note:
         ignored["sliding_window"] = window_note
     if storage:

@@ -56,7 +56,7 @@ from typing import Any
 
 from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
-                     capped_recompute_layers)
+                     capped_recompute_layers, model_from_fields)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
 from .text import shell_comment, shell_word
 
@@ -282,6 +282,21 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
                    "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 #: Modelled values of model-family arguments when the family fields do not exist yet.
 _DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
+#: Megatron-LM's value of each model field a launch leaves to it (arguments.py and Megatron-
+#: Core's TransformerConfig defaults: a GPT model), stated field by field and checked against
+#: the model's fields by :func:`core.config.model_from_fields`. The shape and vocabulary are
+#: always given; the attention kernel always set (Megatron-Core's ``auto``: flash);
+#: ``kv_lora_rank`` is required with ``--multi-latent-attention``.
+MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {
+    "ffn_hidden_size": None, "num_query_groups": None, "activation": "gelu",
+    "normalization": "layernorm", "position_embedding": "learned", "tied_embeddings": True,
+    "add_bias_linear": True, "add_qkv_bias": False, "qk_layernorm": False, "kv_channels": None,
+    "num_experts": None, "moe_top_k": 2, "moe_ffn_hidden_size": None, "num_shared_experts": 0,
+    "moe_layer_frequency": 1, "moe_first_dense_layers": 0, "moe_router_num_groups": None,
+    "moe_router_group_topk": None, "multi_latent_attention": False, "q_lora_rank": None,
+    "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+    "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
+    "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0}
 _SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
 
 
@@ -1498,8 +1513,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
     # largest recomputes every layer
     plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
-    session = Session(ModelConfig(**{"name": name or Path(src).stem, **mp.values["model"]}),
-                      plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
+    model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
+                               **mp.values["model"]})
+    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
     return ImportResult(session, ignored, neutral, launch, notes, [f for f, _ in unknown])
 
 

@@ -46,8 +46,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import (BOUNDS, MAX_STRING_LENGTH, MODEL_PRESETS, ConfigError, FieldError, ModelConfig,
-                     Session)
+from .config import (BOUNDS, GPT_FAMILY, MAX_STRING_LENGTH, MODEL_PRESETS, ConfigError, FieldError,
+                     ModelConfig, Session, model_from_fields)
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
            "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study"]
@@ -85,8 +85,9 @@ _JOB_KEYS = {"name", "arrival_h", "model", "num_layers", "hidden_size", "num_att
 
 def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
     """Jobs from a parsed JSON list of objects with the keys ``name`` (optional),
-    ``arrival_h``, ``model`` (a preset name, e.g. ``"GPT-3 13B"``) or ``num_layers``,
-    ``hidden_size`` and ``num_attention_heads`` (optional ``seq_length``, ``vocab_size``),
+    ``arrival_h``, ``model`` (a preset name, e.g. ``"GPT-3 13B"``) or the shape of a GPT model
+    (``num_layers``, ``hidden_size``, ``num_attention_heads``, ``seq_length`` and
+    ``vocab_size``, all required; the family fields are GPT's, :data:`core.config.GPT_FAMILY`),
     ``global_batch_size``, ``tokens`` and ``requested_gpus``.
 
     Raises
@@ -154,12 +155,17 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
                 continue
             model = ModelConfig(**{**model.__dict__})
         else:
-            shape = [num("num_layers", integer=True), num("hidden_size", integer=True),
-                     num("num_attention_heads", integer=True)]
+            # a GPT shape (the trace's keys cannot name another family): every shape key the
+            # model requires must be there, the family fields take GPT's values
+            shape = [num(k, integer=True) for k in ("num_layers", "hidden_size",
+                                                    "num_attention_heads", "seq_length",
+                                                    "vocab_size")]
             if any(not isinstance(v, int) for v in shape):
                 continue
-            model = ModelConfig(f"L={shape[0]} h={shape[1]}", *shape, None,
-                                it.get("seq_length", 2048), it.get("vocab_size", 50257))
+            model = model_from_fields({
+                **GPT_FAMILY, "name": f"L={shape[0]} h={shape[1]}", "ffn_hidden_size": None,
+                **dict(zip(("num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                            "vocab_size"), shape))})
         if len(errs) == n_err:  # the model's own rules, and the batch (any plan splits it by d*b)
             probe = Session(model=model, plan=ParallelPlan(
                 tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,

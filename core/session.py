@@ -9,7 +9,10 @@ A session file is one JSON object::
 
 ``sweep`` (the Explore tab's sweep settings) and ``studies`` (the Studies
 tab's settings) are optional in version 1 and written only when set, so files
-without them load and save unchanged.
+without them load and save unchanged. The writer writes every model field; a
+reader requires them all, except in the first release's version-1 files, whose
+model section holds only the GPT shape (name, L, h, a, f, s, V) and is read as a
+GPT model (docs/simulator.md, "Inputs").
 
 Readers dispatch on ``version``; a newer version than this build knows is a
 clear error. Saving writes a temporary file in the same folder and renames it
@@ -107,9 +110,11 @@ def read_json(path: str | Path, error: type[Exception] = SessionFileError,
 
 
 #: Sections a session file must have (cluster, cost and sweep fall back to defaults).
-#: Inside a section, the fields whose metadata says ``required`` must be given: every
-#: model field but ``ffn_hidden_size`` (None means 4h), and the plan's t, p, d, b, B,
-#: recompute and precision (schedule defaults to Megatron-LM's 1F1B). Cluster and cost
+#: Inside a section, the fields whose metadata says ``required`` must be given
+#: (:func:`core.config.missing_required`): every model field (``null`` where it may be empty:
+#: ``ffn_hidden_size`` null is 4h), and the plan's t, p, d, b, B, recompute and precision
+#: (schedule defaults to Megatron-LM's 1F1B); a first-release file's model section of only
+#: the GPT shape (:data:`core.config.GPT_SHAPE_FIELDS`) is a GPT model. Cluster and cost
 #: fields have documented defaults (docs/simulator.md, "Inputs").
 REQUIRED_SECTIONS = ("model", "plan")
 

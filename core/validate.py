@@ -40,9 +40,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, MODEL_PRESETS, PRECISIONS, RECOMPUTE_CHOICES,
-                     ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
+                     GPT_FAMILY, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
                      capped_recompute_layers, expand_pipeline_layout, gpu_kind,
-                     node_network_gbits_per_s, validate)
+                     model_from_fields, node_network_gbits_per_s, validate)
 from .bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
 from .config import rename_field
@@ -394,11 +394,14 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     v = {h: r[i].strip() for i, h in enumerate(header)}
     ints = {h: _num(path, row, h, v[h], int) for h in _AUTHORS_SINGLE[:-1]}
     multi = "Parameters (billion)" in v
-    model = ModelConfig(name=(f"{v['Parameters (billion)']}B" if multi else
-                              f"h={ints['hidden size']} L={ints['# layers']}"),
-                        num_layers=ints["# layers"], hidden_size=ints["hidden size"],
-                        num_attention_heads=ints["attention heads"], ffn_hidden_size=None,
-                        seq_length=ints["sequence length"], vocab_size=50257)
+    # the authors' measurements are of GPT models (their columns hold the shape only)
+    model = model_from_fields({**GPT_FAMILY, "name": (f"{v['Parameters (billion)']}B" if multi
+                                                      else f"h={ints['hidden size']} "
+                                                      f"L={ints['# layers']}"),
+                               "num_layers": ints["# layers"], "hidden_size": ints["hidden size"],
+                               "num_attention_heads": ints["attention heads"],
+                               "ffn_hidden_size": None, "seq_length": ints["sequence length"],
+                               "vocab_size": 50257})
     plan = ParallelPlan(tensor_parallel=ints["tensor parallelism"],
                         pipeline_parallel=ints["pipeline parallelism"],
                         data_parallel=ints["data parallelism"], micro_batch_size=ints["micro batch"],
@@ -2071,10 +2074,13 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     ffn = _num(path, row, "ffn_hidden_size", get["ffn_hidden_size"], int) if get["ffn_hidden_size"] else None
     name = v.get("model_name", "") or f"h={ints['hidden_size']} L={ints['num_layers']}"
     notes, framework = v.get("notes", ""), v.get("framework", "")
-    model = ModelConfig(name=name,
-                        num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
-                        num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ffn,
-                        seq_length=ints["seq_length"], vocab_size=ints["vocab_size"])
+    # GPT's family until the row's columns (and the named assumptions below) say otherwise:
+    # every family column goes to its field, a Llama-style row takes that family's fields
+    model = model_from_fields({**GPT_FAMILY, "name": name, "num_layers": ints["num_layers"],
+                               "hidden_size": ints["hidden_size"],
+                               "num_attention_heads": ints["num_attention_heads"],
+                               "ffn_hidden_size": ffn, "seq_length": ints["seq_length"],
+                               "vocab_size": ints["vocab_size"]})
     if re.search(r"\bDERIVED\b", notes):
         rw.assume("derived-time")
 

@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import ROOT, case_file
 from core import model_math as mm
-from core.config import (MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan, Session, check,
-                         validate)
+from core.config import (LLAMA_FAMILY, MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan,
+                         Session, check, validate)
 from core.graph import lookup_op_times
 from core.hf_import import session_from_hf_config
 from core.ops import OP_KEYS, analytic_op_time, op_kernels, table_covers
@@ -135,8 +135,9 @@ def test_untied_output_layer_on_the_last_stage():
 
 def _llama2_7b_from_case() -> Session:
     doc = json.loads(case_file("llama2_7b_shape.json").read_text())
-    doc["model"].update(activation="swiglu", normalization="rmsnorm", position_embedding="rope",
-                        tied_embeddings=False, add_bias_linear=False)
+    # the case's GPT shape with Llama's family stated in full (a session gives every model
+    # field); Llama 2 7B has one query group per head
+    doc["model"].update({**LLAMA_FAMILY, "num_query_groups": None, "kv_channels": None})
     from core.session import session_from_document
     return session_from_document(doc, "llama2_7b_shape.json")
 

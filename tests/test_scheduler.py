@@ -198,7 +198,8 @@ def test_trace_rejects_duplicate_names_and_a_preset_with_shape_keys():
     with pytest.raises(ConfigError) as info:
         jobs_from_list([{**base, "name": "a", "model": "GPT-3 1.3B"},
                         {**base, "name": "a", "model": "GPT-3 1.3B", "num_layers": 3},
-                        {**base, "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 15}])
+                        {**base, "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 15,
+                         "seq_length": 2048, "vocab_size": 50257}])
     msgs = [str(e) for e in info.value.errors]
     assert any("trace[1].name" in m and "unique" in m for m in msgs)
     assert any("trace[1].model: give a preset or num_layers, not both" in m for m in msgs)
