@@ -96,6 +96,13 @@ DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
     # Nemotron-4 (transformers' NemotronForCausalLM): up_proj / down_proj with relu2 (squared
     # ReLU, not gated), LayerNorm1P (a LayerNorm with weight and bias), partial RoPE
     "NemotronForCausalLM": {"activation": "squared_relu", "normalization": "layernorm"},
+    # Phi-3, Phi-3.5, Phi-4 (transformers' Phi3ForCausalLM): Llama's layer with Q, K and V in one
+    # qkv_proj and gate and up in one gate_up_proj -- a layout: the same GEMM FLOPs and bytes as
+    # the separate projections (Megatron fuses QKV and fc1 the same way)
+    "Phi3ForCausalLM": {},
+    # OLMo 2 (Olmo2ForCausalLM): RMSNorm after attention and MLP instead of before (the same
+    # kernels) and an RMSNorm over the whole Q and K projections (see _APPROXIMATED)
+    "Olmo2ForCausalLM": {"qk_layernorm": True},
 }
 #: The ``hidden_act`` each architecture's MLP is modelled with (SiLU-gated otherwise).
 _ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2",)}
@@ -126,9 +133,68 @@ _MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                   "v_head_dim": "v_head_dim"}
 #: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
 _DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
-#: Architectures refused by name, with what they have that the simulator does not model.
-REFUSED_ARCHITECTURES: dict[str, str] = {
+#: Architectures refused by name (they wait for the layer-spec refactor: a layer built from named
+#: components), each with the field that has what the simulator does not model and what that
+#: would change in the simulated compute.
+REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "Gemma2ForCausalLM": ("attn_logit_softcapping", "tanh soft-capping of every attention score "
+                          "(FlashAttention's softcap variant, a kernel the profile stores have no "
+                          "times for), with a gated GELU MLP (GeGLU) and four norms per layer"),
+    "Gemma3ForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
+                          "another activation kernel) and four norms per layer (before and after "
+                          "attention and MLP): the layer's elementwise kernels and norm parameters"),
+    "Gemma3ForConditionalGeneration": ("hidden_activation", "Gemma 3 (see Gemma3ForCausalLM): "
+                                       "a gated GELU MLP and four norms per layer, and a vision "
+                                       "tower"),
+    "GemmaForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
+                         "another activation kernel)"),
+    "Llama4ForCausalLM": ("attention_chunk_size", "chunked attention on three layers of four "
+                          "(tokens attend within their chunk: a block-diagonal mask whose "
+                          "attention-core FLOPs and kernel have no op here), RoPE-less layers and "
+                          "MoE layers interleaved with dense ones (interleave_moe_layer_step)"),
+    "Llama4ForConditionalGeneration": ("text_config.attention_chunk_size", "chunked attention on "
+                                       "three layers of four (a block-diagonal mask whose "
+                                       "attention-core FLOPs and kernel have no op here), MoE "
+                                       "layers interleaved with dense ones, and a vision tower"),
+    "NemotronHForCausalLM": ("hybrid_override_pattern", "Mamba-2 layers among the attention and "
+                             "MLP layers (their selective-scan kernels, parameters and state are "
+                             "not modelled; the layer order is not a transformer layer's)"),
 }
+#: Fields the simulator does not model, refused by name with what they would change, and the
+#: values that switch them off (a config with one of those is accepted, the field listed).
+REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "use_sliding_window": ("windows from layer max_window_layers on (Qwen2): the attention core "
+                           "of those layers would cover a band, not the causal triangle; "
+                           "Megatron-Core's --window-attn-skip-freq keeps every N-th layer full "
+                           "and cannot give that pattern", (None, False)),
+    "mlp_bias": ("biases in the MLP's linear layers (f + h parameters per layer and a bias add "
+                 "in each GEMM's epilogue)", (None, False)),
+    "attn_logit_softcapping": ("tanh soft-capping of every attention score: FlashAttention's "
+                               "softcap variant, a kernel the profile stores have no times for",
+                               (None,)),
+    "final_logit_softcapping": ("tanh soft-capping of the (s, V) logits: an elementwise kernel "
+                                "over the largest activation, and its backward", (None,)),
+    "attention_chunk_size": ("chunked attention: tokens attend within their chunk, a "
+                             "block-diagonal mask whose attention-core FLOPs and kernel have no op "
+                             "here", (None,)),
+    "hybrid_override_pattern": ("Mamba-2 layers among the attention and MLP layers: "
+                                "selective-scan kernels, parameters and state not modelled", ()),
+}
+#: Fields that restate what the architecture's modelling code fixes: the config's value must be
+#: the model field's (a config that says otherwise is not the architecture we know: refused).
+_AGREE: dict[str, str] = {"qkv_bias": "add_qkv_bias", "use_qk_norm": "qk_layernorm"}
+#: What an imported model approximates, per architecture (listed with the ignored fields).
+_APPROXIMATED: dict[str, tuple[str, str]] = {
+    "Olmo2ForCausalLM": ("q_norm, k_norm", "OLMo 2 normalizes the whole Q and K projections "
+                         "(RMSNorm over a*d and g*d channels), modelled as Megatron's per-head "
+                         "QK-norm (model.qk_layernorm): the same elementwise kernels over the same "
+                         "bytes; the norms' weights are counted per head (d each, not a*d and "
+                         "g*d: 0.25 M fewer of OLMo 2 7B's 7.30 B) and the sum of squares across "
+                         "tensor-parallel ranks it needs with t > 1 is not timed"),
+}
+#: Architectures whose sliding_window, without layer_types, windows every layer (their
+#: modelling code passes it to every layer's attention).
+_WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                "moe_intermediate_size")
@@ -156,11 +222,12 @@ USED: dict[str, str] = {
     "mlp_only_layers)",
     "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
     "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear)",
-    "mlp_bias": "checked: must be false",
+    "qkv_bias": "checked: must be the architecture's QKV bias (Qwen3-Coder: false)",
+    "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true)",
+    "kv_channels": "model.kv_channels (Nemotron's name for head_dim; must agree with it)",
     "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
     "shorter than the sequence)",
     "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer)",
-    "use_sliding_window": "checked: must be false",
     "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
     "and the FP8 one of DeepSeek-V3: listed as ignored)",
     "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
@@ -188,6 +255,13 @@ IGNORED: dict[str, str] = {
     "norm_eps": "a constant of the normalization (Nemotron)",
     "rope_theta": "RoPE's base changes the angles, not the work",
     "rope_scaling": "RoPE scaling changes the angles, not the work",
+    "rope_parameters": "RoPE's base and scaling (transformers 5's rope_theta and rope_scaling): "
+    "the angles, not the work",
+    "use_mrope": "multimodal RoPE's position ids (Qwen2.5): the angles, not the work",
+    "original_max_position_embeddings": "the context before RoPE scaling extended it to "
+    "max_position_embeddings (Phi-3; give --seq-length to simulate it)",
+    "embd_pdrop": "dropout rate (kernels run either way)",
+    "resid_pdrop": "dropout rate (kernels run either way)",
     "partial_rotary_factor": "RoPE's width on a head changes only a memory-bound kernel's size",
     "use_cache": "inference only", "pretraining_tp": "Meta's tensor-parallel layout at "
     "pre-training: same result, same GEMMs", "attention_dropout": "dropout rate (kernels "
@@ -348,7 +422,8 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
         out["moe_first_dense_layers"] = first
         out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
         return out
-    shared = _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0
+    shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
+              _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
     if shared and arch != "Qwen2MoeForCausalLM":
         raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
                       "expert")
@@ -396,7 +471,7 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
             raise _refuse(where, "layer_types", f"must list sliding_attention or full_attention "
                           f"for each of the {layers} layers")
         flags = [x == "sliding_attention" for x in types]
-    elif arch in ("MistralForCausalLM", "MixtralForCausalLM"):  # no switch: every layer
+    elif arch in _WINDOW_EVERY_LAYER:  # no switch: every layer
         flags = [window is not None] * layers
     elif arch == "GptOssForCausalLM":  # Transformers' GptOssConfig default without layer_types:
         # sliding on layers 1, 3, 5 ... (1-based), full on every second
@@ -419,6 +494,22 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
                       f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
                       "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
     return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _refused_fields(cfg: dict[str, Any], where: str) -> dict[str, str]:
+    """The :data:`REFUSED` fields of ``cfg`` that are switched off (name -> why they are listed).
+
+    Raises ConfigError for the first one that is switched on, naming it and what it would
+    change."""
+    out = {}
+    for key, (change, inert) in REFUSED.items():
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        if not any(value is x or (value == x and type(value) is type(x)) for x in inert):
+            raise _refuse(where, key, f"{value!r}: not modelled: {change}")
+        out[key] = f"{value!r}: off (when on: {change})"
+    return out
 
 
 def session_from_hf_config(cfg: Any, where: str = "config.json", *,
@@ -457,7 +548,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                       f"supported: {', '.join(supported)}")
     arch = archs[0]
     if arch in REFUSED_ARCHITECTURES:
-        raise _refuse(where, "architectures", f"{arch!r}: {REFUSED_ARCHITECTURES[arch]}")
+        key, change = REFUSED_ARCHITECTURES[arch]
+        raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
     if arch not in supported:
         raise _refuse(where, "architectures", f"{arch!r} is not supported; supported: "
                       f"{', '.join(supported)}")
@@ -466,11 +558,12 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if not moe and moe_fields:
         raise _refuse(where, moe_fields[0], f"{arch!r} is a dense architecture; a config with "
                       f"experts ({', '.join(moe_fields)}) is not one we know")
-    unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED)
+    unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED and k not in REFUSED)
     if unknown:
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    ignored = _refused_fields(cfg, where)
     quant = cfg.get("quantization_config")
     storage = (isinstance(quant, dict) and quant.get("quant_method") in
                _STORAGE_QUANTIZATION.get(arch, ()))
@@ -485,9 +578,13 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     max_pos = _int(cfg, "max_position_embeddings", where, required=seq_length is None)
     s = seq_length if seq_length is not None else max_pos
     head_dim = _int(cfg, "head_dim", where, required=False)
+    kv = _int(cfg, "kv_channels", where, required=False)
+    if kv is not None and head_dim is not None and kv != head_dim:
+        raise _refuse(where, "kv_channels", f"{kv} disagrees with head_dim={head_dim}")
+    head_dim = head_dim if head_dim is not None else kv
     if head_dim is None and h % a:
         raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
-                      "the config gives no head_dim")
+                      "the config gives no head_dim (or kv_channels)")
     kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
     if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
@@ -503,16 +600,21 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         if not biased and cfg.get(bias) not in (None, False):
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
-    if cfg.get("use_sliding_window") not in (None, False):
-        raise _refuse(where, "use_sliding_window", "windows from layer max_window_layers on "
-                      "(Qwen2's use_sliding_window) are not modelled: Megatron-Core's "
-                      "--window-attn-skip-freq keeps every N-th layer full")
     window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
     tied = cfg.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
-    ignored = {k: IGNORED[k] for k in cfg if k in IGNORED}
+    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    for key, target in _AGREE.items():
+        want = fixed.get(target, LLAMA_FAMILY[target])
+        if key in cfg and cfg[key] is not want:
+            raise _refuse(where, key, f"{cfg[key]!r}: {arch}'s modelling code has "
+                          f"model.{target} {want!r}; a config that says otherwise is not one we "
+                          "know")
+    if arch in _APPROXIMATED:
+        what, why = _APPROXIMATED[arch]
+        ignored[what] = why
     mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
     if fixed.get("multi_latent_attention"):
         for key, target in _MLA_HF_FIELDS.items():
@@ -556,14 +658,18 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
 def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:
     """A note when ``seq_length`` defaulted to ``max_position_embeddings`` and the config
     names a shorter pre-training context (``rope_scaling.original_max_position_embeddings``:
-    Llama 3.1 8192, DeepSeek-V3 4096; ``initial_context_length``: GPT-OSS 4096), the length
+    Llama 3.1 8192, DeepSeek-V3 4096; the same key of transformers 5's ``rope_parameters``;
+    ``original_max_position_embeddings``: Phi-3 128k 4096; ``initial_context_length``: GPT-OSS
+    4096), the length
     the model was trained at before its context was extended."""
     if seq_length is not None:
         return []
-    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
-    for key, value in (("rope_scaling.original_max_position_embeddings",
-                        scaling.get("original_max_position_embeddings")),
-                       ("initial_context_length", cfg.get("initial_context_length"))):
+    candidates = [(f"{name}.original_max_position_embeddings",
+                   cfg[name].get("original_max_position_embeddings"))
+                  for name in ("rope_scaling", "rope_parameters") if isinstance(cfg.get(name), dict)]
+    candidates += [(key, cfg.get(key)) for key in ("original_max_position_embeddings",
+                                                   "initial_context_length")]
+    for key, value in candidates:
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value < s:
             return [f"seq_length {s:,} is max_position_embeddings, the extended context; the "
                     f"model was pre-trained at {value:,} ({key}): give --seq-length {value} to "

@@ -56,7 +56,7 @@ __all__ = [
     "param_gather_bytes",
     "recomputed_layers", "recomputed_in_chunk", "chunks_per_stage", "FAMILY_KEY_DEFAULTS",
     "family_key_value", "full_op_key", "table_covers", "edge_params_per_gpu",
-    "MOE_OPS", "MOE_KEY", "PART_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
+    "MOE_OPS", "MOE_KEY", "PART_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS", "SWA_OPS", "window_layer_mask", "attended_pairs", "MODULE_OPS", "MOE_DERIVED_OPS", "num_active_parameters", "num_active_parameters_with_embedding", "input_embedding_parameters", "moe_layer_mask", "num_moe_layers", "moe_layer_parameters",
     "MoeLayerParameters", "expert_params_per_gpu", "stage_moe_layer_counts", "moe_ffn",
     "expert_tensor_parallel", "expert_data_parallel", "moe_activation_bytes_per_layer",
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_tn_only", "fp8_gemm_dtype", "fp8_copies",
@@ -2104,11 +2104,33 @@ def num_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
 
 
 def num_active_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
-    """Parameters a token passes through: :func:`num_parameters` with each MoE layer's routed
-    experts counted ``moe_top_k`` times one expert instead of ``num_experts`` times (the
-    router, shared experts, attention and embeddings all count). Equal to
-    :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral AI's
-    announcement: "12.9B active parameters per token")."""
+    """Active parameters as the model cards of OpenAI and DeepSeek publish them: the
+    parameters a token's GEMMs use, :func:`num_active_parameters_with_embedding` less the input
+    embedding (:func:`input_embedding_parameters`, a table lookup: no FLOPs). GPT-OSS 20B:
+    3.61 B (model card, Table 1: 4.19 B with the embedding); DeepSeek-V3: 36.6 B ("37B
+    activated", technical report). Mistral AI's "12.9B" of Mixtral 8x7B and Qwen's "3.3B" of
+    Qwen3-30B-A3B count the input embedding (12.88 B and 3.35 B, 12.75 B and 3.04 B without):
+    compare those with :func:`num_active_parameters_with_embedding`. Model FLOPs (MFU) do not
+    use this count (:func:`model_flops_per_iteration` counts the GEMMs)."""
+    return num_active_parameters_with_embedding(model, tensor_parallel) - \
+        input_embedding_parameters(model, tensor_parallel)
+
+
+def input_embedding_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
+    """The input embedding's own parameters: the word embedding ``V'h`` when the output layer
+    has its own weights (tied, the matrix is the output layer's GEMM weight and stays active)
+    and the learned position table ``s*h`` (RoPE has none). ``V'`` is padded for
+    ``tensor_parallel``."""
+    (word, positions), _ = family_of(model).edge_parameters(model, tensor_parallel)
+    return int(round(positions + (0.0 if model.tied_embeddings else word)))
+
+
+def num_active_parameters_with_embedding(model: ModelConfig, tensor_parallel: int = 1) -> int:
+    """Parameters a token passes through, the input embedding included: :func:`num_parameters`
+    with each MoE layer's routed experts counted ``moe_top_k`` times one expert instead of
+    ``num_experts`` times (the router, shared experts, attention and embeddings all count).
+    Equal to :func:`num_parameters` for a dense model. Mixtral 8x7B: 12.9 B of 46.7 B (Mistral
+    AI's announcement: "12.9B active parameters per token")."""
     total = num_parameters(model, tensor_parallel)
     n_moe = num_moe_layers(model) + (mtp_layers(model) if mtp_layer_is_moe(model) else 0)
     if not n_moe:

@@ -83,7 +83,7 @@ class Report:
     recomputed forward (Eq. 3 as written, factor 96 instead of 72). The peak is
     that of ``mfu_peak_dtype``: BF16 for an FP8 plan (its model FLOPs are the
     model's, and the GEMMs that run in FP8 do not change them). For MoE models the
-    FLOPs count the active parameters only (:attr:`num_active_parameters`).
+    FLOPs count the GEMMs of the active parameters only.
     """
 
     num_gpus: int
@@ -96,8 +96,10 @@ class Report:
     model_flops_per_iteration: float
     mfu: float
     hfu: float
-    #: parameters a token passes through (MoE: ``moe_top_k`` routed experts of each MoE layer;
-    #: equal to num_parameters for dense models), :func:`core.model_math.num_active_parameters`
+    #: active parameters as OpenAI and DeepSeek publish them: those a token's GEMMs use (MoE:
+    #: ``moe_top_k`` routed experts of each MoE layer), without the input embedding (a lookup),
+    #: :func:`core.model_math.num_active_parameters`; the count with it is
+    #: :attr:`num_active_parameters_with_embedding`
     num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
     #: stages, free pipeline transfers and no waits for overlapped communication (1F1B with
@@ -173,6 +175,11 @@ class Report:
     #: below :attr:`mfu` by the masked half of the core's ``s x s`` square, which Eq. 3 credits;
     #: None in reports written before it existed
     mfu_causal: float | None = None
+    #: :attr:`num_active_parameters` with the input embedding (Mistral's and Qwen's convention;
+    #: equal to num_parameters for dense models),
+    #: :func:`core.model_math.num_active_parameters_with_embedding`; 0 in reports written before
+    #: it existed
+    num_active_parameters_with_embedding: int = 0
 
     @property
     def usable_memory_bytes(self) -> float:

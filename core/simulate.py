@@ -411,6 +411,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         tokens_per_s=cost.tokens_per_s,
         num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
         num_active_parameters=model_math.num_active_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters_with_embedding=model_math.num_active_parameters_with_embedding(
+            session.model, pl.tensor_parallel),
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,

@@ -112,14 +112,15 @@ def _hand_count(L: int, E: int) -> tuple[int, int, int]:
 def test_parameter_counts_match_the_model_card(cfg, layers, experts, total_b, active_b):
     """Totals to the model card's last digit. Active: OpenAI counts the unembedding but not the
     input embedding (a table lookup, no FLOPs; Table 1 lists 'Embed + Unembed' apart and
-    5.13 B = 4.55 B of layers + 0.58 B unembedding); num_active_parameters counts both
-    (Mistral's 12.9 B for Mixtral does), so the card's figure is it less the embedding."""
+    5.13 B = 4.55 B of layers + 0.58 B unembedding): num_active_parameters, the same count;
+    num_active_parameters_with_embedding counts both (Mistral's 12.9 B for Mixtral does)."""
     m = _model(cfg)
     total, active, embedding = _hand_count(layers, experts)
     assert mm.num_parameters(m) == total
-    assert mm.num_active_parameters(m) == active
+    assert mm.num_active_parameters_with_embedding(m) == active
+    assert mm.num_active_parameters(m) == active - embedding
     assert round(total / 1e9, 2) == total_b
-    assert round((active - embedding) / 1e9, 2) == active_b
+    assert round(mm.num_active_parameters(m) / 1e9, 2) == active_b
     # the sinks (a per layer) and the router bias (E per layer) are in the count
     vanilla = dataclasses.replace(m, softmax_type="vanilla")
     assert mm.num_parameters(m) - mm.num_parameters(vanilla) == layers * 64

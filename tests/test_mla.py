@@ -37,12 +37,13 @@ def test_deepseek_v3_parameters_match_the_published_671b_and_37b():
     # DeepSeek-V3 Technical Report: 671 B total, 37 B activated per token (the main model; the
     # 14 B multi-token prediction module comes on top, 685 B on Hugging Face)
     total = mm.num_parameters(V3)
-    active = mm.num_active_parameters(V3)
+    active = mm.num_active_parameters_with_embedding(V3)
     assert total == 671_026_404_352
     assert abs(total - 671e9) < 0.05e9
     assert 37e9 <= active < 38e9 and active == 37_552_282_624
-    # DeepSeek's "37B" leaves out the input embedding (a lookup): 36.6 B
-    assert abs(active - 129280 * 7168 - 37e9) < 0.5e9
+    # DeepSeek's "37B" leaves out the input embedding (a lookup): 36.6 B, num_active_parameters
+    assert mm.num_active_parameters(V3) == active - 129280 * 7168
+    assert abs(mm.num_active_parameters(V3) - 37e9) < 0.5e9
     # per layer, by hand: q down 7168*1536, q norm 1536, q up 1536*128*192, kv down 7168*576,
     # kv norm 512, kv up 512*128*256, projection 128*128*7168, input RMSNorm 7168
     sharded, replicated = mm._attention_parameters(V3)
@@ -224,10 +225,11 @@ def test_hf_deepseek_refusals_and_v2_lite():
     # 15.7 B parameters (DeepSeek-V2 paper, Appendix B: "15.7B total parameters, 2.4B activated")
     assert round(mm.num_parameters(model) / 1e9, 1) == 15.7
     # "2.4B activated": DeepSeek counts a token's parameters without the input embedding (a
-    # lookup, no GEMM); this module counts it (num_active_parameters' convention)
+    # lookup, no GEMM): num_active_parameters; num_active_parameters_with_embedding counts it
     emb = 102400 * 2048
-    assert mm.num_active_parameters(model) == 2_661_150_208
-    assert abs(mm.num_active_parameters(model) - emb - 2.4e9) < 0.06e9
+    assert mm.num_active_parameters_with_embedding(model) == 2_661_150_208
+    assert mm.num_active_parameters(model) == 2_661_150_208 - emb
+    assert abs(mm.num_active_parameters(model) - 2.4e9) < 0.06e9
 
 
 # --------------------------------------------------------------------------- multi-token prediction

@@ -57,14 +57,17 @@ def test_mixtral_parameters_total_and_active():
     total = 32 * layer + 2 * 32000 * 4096 + 4096
     assert mm.num_parameters(MIXTRAL) == total == 46_702_792_704
     active = total - 32 * 6 * expert
-    assert mm.num_active_parameters(MIXTRAL) == active
+    # Mistral's 12.9 B counts the input embedding; without it (OpenAI's, DeepSeek's way) 12.75 B
+    assert mm.num_active_parameters_with_embedding(MIXTRAL) == active
+    assert mm.num_active_parameters(MIXTRAL) == active - 32000 * 4096
     assert total == pytest.approx(46.7e9, abs=0.05e9)
     assert active == pytest.approx(12.9e9, abs=0.05e9)
 
 
 def test_dense_model_active_equals_total():
     dense = _llama_like("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256)
-    assert mm.num_active_parameters(dense) == mm.num_parameters(dense) == 8_030_261_248
+    assert mm.num_active_parameters_with_embedding(dense) == mm.num_parameters(dense) == 8_030_261_248
+    assert mm.num_active_parameters(dense) == 8_030_261_248 - 128256 * 4096
 
 
 def test_qwen3_30b_a3b_parameters():
@@ -78,7 +81,8 @@ def test_qwen3_30b_a3b_parameters():
         pytest.skip("kv_channels (head size other than h/a) is not modelled on this branch yet "
                     "(the import helper's branch imp models it)")
     assert mm.num_parameters(m) == pytest.approx(30.5e9, abs=0.05e9)
-    assert mm.num_active_parameters(m) == pytest.approx(3.3e9, abs=0.06e9)
+    # Qwen's "3.3B activated" counts the input embedding (3.04 B without it)
+    assert mm.num_active_parameters_with_embedding(m) == pytest.approx(3.3e9, abs=0.06e9)
 
 
 def test_moe_layer_placement():
@@ -111,7 +115,7 @@ def test_model_flops_count_active_parameters():
     pl = _session().plan
     m = MIXTRAL
     h, s, L = m.hidden_size, m.seq_length, m.num_layers
-    weights = mm.num_active_parameters(m) - 32000 * h - (2 * L + 1) * h  # not the embedding, norms
+    weights = mm.num_active_parameters(m) - (2 * L + 1) * h  # not the norms (nor the embedding)
     expected = 3 * pl.global_batch_size * s * (2 * weights + 4 * s * h * L)
     assert mm.model_flops_per_iteration(m, pl) == pytest.approx(expected, rel=1e-12)
 
@@ -264,6 +268,7 @@ def test_report_names_expert_all_to_all_and_sums_to_the_iteration():
     total = r.compute_s + r.comm_s + r.ep_comm_s + r.pp_comm_s + r.bubble_s + r.imbalance_s
     assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
     assert r.to_dict()["num_active_parameters"] == r.num_active_parameters
+    assert r.num_active_parameters_with_embedding == mm.num_active_parameters_with_embedding(MIXTRAL) == r.num_active_parameters + 32000 * 4096
     # MFU counts the active parameters' FLOPs
     flops = mm.model_flops_per_iteration(s.model, s.plan)
     peak = float(session_profile(s).peak_flops["bf16"])
@@ -393,10 +398,10 @@ def test_calibration_linearizes_moe_ops_as_compute():
 
 def test_calibration_range_size_of_an_moe_model_is_its_active_layers():
     """The error band's model size (core.interval.layer_parameters): an MoE model does the work
-    of its active parameters per token: Mixtral's layers are 12.88 B active less the embedding
-    and output layer (2 V h) and the final norm."""
+    of its active parameters per token: Mixtral's layers are its 12.75 B active (no input
+    embedding) less the output layer (V h) and the final norm."""
     from core.interval import layer_parameters
-    assert layer_parameters(MIXTRAL) == mm.num_active_parameters(MIXTRAL) - 2 * 32000 * 4096 - 4096
+    assert layer_parameters(MIXTRAL) == mm.num_active_parameters(MIXTRAL) - 32000 * 4096 - 4096
 
 
 def test_flex_dispatcher_sends_one_copy_per_node():

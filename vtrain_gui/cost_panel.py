@@ -328,10 +328,12 @@ class CostPanel(QtWidgets.QWidget):
             w.setVisible(report.overlap_wait_s > 0)
         v["imbalance"].setText(format_duration(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
-        active = report.num_active_parameters
+        active, with_embedding = (report.num_active_parameters,
+                                  report.num_active_parameters_with_embedding)
+        moe = with_embedding and with_embedding != report.num_parameters
         v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B" + (
-            f" ({active / 1e9:,.2f} B active; MFU counts these)"
-            if active != report.num_parameters else ""))
+            f" ({active / 1e9:,.2f} B active without the input embedding, "
+            f"{with_embedding / 1e9:,.2f} B with it; MFU counts their GEMMs)" if moe else ""))
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))

@@ -608,9 +608,13 @@ class ConfigEditor(QtWidgets.QWidget):
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
             if model.is_moe:
-                from core.model_math import num_active_parameters
+                from core.model_math import (num_active_parameters,
+                                             num_active_parameters_with_embedding)
                 active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
-                text += f" ({active} billion active per token)"
+                with_emb = format_count(num_active_parameters_with_embedding(
+                    model, plan.tensor_parallel) / 1e9, 1)
+                text += (f" ({active} billion active per token without the input embedding, "
+                         f"{with_emb} with it)")
             size = plan.data_parallel_shard_size
             if size and plan.zero_stage >= 1 and plan.data_parallel % size == 0:
                 from core.config import zero_replicas, zero_shard_size

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from ..hf_import import read_hf_config
     from ..inputs import strict_dumps
     from ..text import printable
-    from ..model_math import num_parameters
+    from ..model_math import (num_active_parameters, num_active_parameters_with_embedding,
+                              num_parameters)
     from ..session import save_session
     if not args.out and not args.json:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
@@ -66,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = sys.stdout
     n = num_parameters(model)
-    print(printable(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters, "
+    active = (f" ({num_active_parameters(model) / 1e9:,.2f} B active without the input embedding, "
+              f"{num_active_parameters_with_embedding(model) / 1e9:,.2f} B with it)"
+              if model.is_moe else "")
+    print(printable(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters{active}, "
                     f"plan {imp.session.plan.label()}" + (f"; wrote {args.out}" if args.out else "")),
           file=out)
     for name, why in imp.ignored.items():

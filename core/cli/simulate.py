@@ -58,9 +58,11 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
-    if r.num_active_parameters != r.num_parameters:
+    if s.model.is_moe:
         t.add_row("Active parameters", f"{r.num_active_parameters / 1e9:,.2f} B per token "
-                                       "(MFU counts these)")
+                  "without the input embedding (as OpenAI and DeepSeek publish them; "
+                  f"{r.num_active_parameters_with_embedding / 1e9:,.2f} B with it); MFU counts "
+                  "their GEMMs")
     iv = r.interval
     band = ((lambda v, fmt: f"  [dim]({iv.coverage:.0%} band {fmt(v * iv.low_factor)} - "
                             f"{fmt(v * iv.high_factor)})[/]")
