@@ -1,7 +1,8 @@
 """``vtrain import SOURCE FILE``: read another tool's files into a session.
 
 ``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/hf_import.py);
-``megatron-args``: a Megatron-LM launch script or argument list (core/megatron_args.py).
+``megatron-args``: a Megatron-LM launch script or argument list (core/megatron_args.py);
+``torchtitan``: a torchtitan job config (core/torchtitan_import.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def add_parser(sub: Any) -> None:
                          description="Turn another tool's model or launch file into a session file.")
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
     import_hf.add_source(isub)
+    add_torchtitan(isub)
     from ..config import GPU_KINDS, MODEL_PRESETS
     pr = isub.add_parser(
         "preset", help="a published model shape of the editor's presets (Llama 3, Mixtral, "
@@ -73,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return import_hf.run(args)
     if args.import_command == "preset":
         return _preset(args)
+    if args.import_command == "torchtitan":
+        return _torchtitan(args)
     return _megatron(args)
 
 
@@ -166,4 +170,46 @@ def _megatron(args: argparse.Namespace) -> int:
     if res.neutral:
         con.print(f"[dim]not used (no effect on the iteration time): {esc(' '.join(res.neutral))}[/]",
                   highlight=False)
+    return 0
+
+
+def add_torchtitan(isub: Any) -> None:
+    """Add the ``torchtitan`` source to the ``import`` command's sub-parsers."""
+    tt = isub.add_parser(
+        "torchtitan", help="a torchtitan job config (train_configs/*.toml)",
+        description="Read a torchtitan job config (TOML: [model] name and flavor, [parallelism] "
+                    "degrees, [training] batch and sequence, [activation_checkpoint], [float8], "
+                    "[compile]) into a session file (core/torchtitan_import.py). Every key is "
+                    "used, listed as changing nothing, or refused by name (exit status 2).")
+    tt.add_argument("config", metavar="CONFIG.toml", help="the job config")
+    tt.add_argument("--out", metavar="SESSION.json", required=True,
+                    help="session file to write (atomically; nothing is written on an error)")
+    tt.add_argument("--num-gpus", type=int, metavar="N", help="world size (torchrun's); needed "
+                    "when data_parallel_shard_degree is -1")
+    tt.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default "
+                    "A100-SXM4-80GB)")
+
+
+def _torchtitan(args: argparse.Namespace) -> int:
+    """``vtrain import torchtitan CONFIG.toml --out SESSION.json [--num-gpus N] [--gpu KIND]``."""
+    from ..config import ConfigError, FieldError, gpu_kind
+    from ..session import save_session
+    from ..text import printable
+    from ..torchtitan_import import read_torchtitan_config
+    if args.num_gpus is not None and args.num_gpus < 1:
+        raise ConfigError([FieldError("--num-gpus", f"{args.num_gpus} must be a positive "
+                                      "integer")])
+    refuse_output_is_input([("--out", args.out)], [args.config])
+    imp = read_torchtitan_config(args.config, num_gpus=args.num_gpus,
+                                 gpu=gpu_kind(args.gpu) if args.gpu else None)
+    save_session(imp.session, args.out)
+    s = imp.session
+    print(printable(f"{s.model.name}: plan {s.plan.label()} on {s.cluster.gpu}; wrote "
+                    f"{args.out}"))
+    for key, what in imp.used.items():
+        print(printable(f"  used {key}: {what}"))
+    for key, why in imp.ignored.items():
+        print(printable(f"  no effect {key}: {why}"))
+    for note in imp.notes:
+        print(printable(f"  note: {note}"))
     return 0

@@ -1,0 +1,156 @@
+"""``vtrain import torchtitan CONFIG.toml`` (core/torchtitan_import.py): torchtitan job configs
+into sessions, the expected sessions spelled out; every key used, listed or refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.config import MODEL_PRESETS, ConfigError, ParallelPlan
+from core.torchtitan_import import (KEYS, load_toml, read_torchtitan_config,
+                                    session_from_torchtitan)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "torchtitan"
+LLAMA3_8B = DATA / "llama3_8b.toml"
+LLAMA3_405B = DATA / "llama3_405b.toml"
+
+
+def _plan(**kw) -> ParallelPlan:
+    """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
+    reduction, PyTorch's all-gather CP rotation) and the fields given."""
+    return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather", **kw})
+
+
+def test_llama3_8b_on_one_node():
+    """The released llama3_8b.toml on 8 GPUs: FSDP over all 8 (ZeRO-3, resharded after the
+    forward, prefetched: overlapped), per-op selective checkpointing, one 8,192-token sequence
+    per GPU, 1,000 steps."""
+    imp = read_torchtitan_config(LLAMA3_8B, num_gpus=8)
+    s = imp.session
+    assert s.model == dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=8192,
+                                          name=s.model.name)
+    assert s.plan == _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                           micro_batch_size=1, global_batch_size=8, schedule="1f1b",
+                           recompute="selective_op", precision="bf16", zero_stage=3,
+                           overlap_grad_reduce=True, overlap_param_gather=True)
+    assert s.cost.training_tokens == 1000 * 8 * 8192
+    # every key of the file is accounted for, once
+    raw = load_toml(LLAMA3_8B)
+    keys = {f"{sec}.{k}" for sec, table in raw.items() for k in table}
+    assert set(imp.used) | set(imp.ignored) == keys
+    assert not set(imp.used) & set(imp.ignored)
+    assert "compile.enable" in imp.ignored and "optimizer.lr" in imp.ignored
+
+
+def test_llama3_405b_hsdp_tp_pp_float8():
+    """512 GPUs: 2 replicas x FSDP 4 (HSDP: shard size 4), TP 8 (sequence-parallel, async:
+    tp_comm_overlap), PP 8 interleaved with two stages per rank, torchtitan's split of 126
+    layers over 16 virtual stages (the embedding and the output layer counted as layers: first
+    and last 7), micro-batches of 1 from the local 16, FP8 tensorwise with the FP8 all-gather;
+    FSDP keeps its parameters with pipelining (torchtitan's default): ZeRO-2."""
+    imp = read_torchtitan_config(LLAMA3_405B, num_gpus=512, gpu="H100-SXM5-80GB")
+    s = imp.session
+    assert s.model.name.startswith("Llama 3.1 405B") and s.model.seq_length == 8192
+    assert s.plan == _plan(
+        tensor_parallel=8, pipeline_parallel=8, data_parallel=8, micro_batch_size=1,
+        global_batch_size=16 * 8, schedule="interleaved", virtual_pipeline_stages=2,
+        recompute="full", precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
+        sequence_parallel=True, tp_comm_overlap=True, zero_stage=2, overlap_grad_reduce=True,
+        data_parallel_shard_size=4,
+        pipeline_model_parallel_layout="Et*7|" + "t*8|" * 14 + "t*7L")
+    assert s.plan.num_gpus == 512 and s.plan.num_microbatches == 16
+    assert any("ZeRO-2" in n for n in imp.notes)
+
+
+def test_degrees_without_minus_one_give_the_world_size():
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["data_parallel_shard_degree"] = 4
+    raw["parallelism"]["tensor_parallel_degree"] = 2
+    s = session_from_torchtitan(raw).session
+    assert (s.plan.num_gpus, s.plan.data_parallel, s.plan.tensor_parallel) == (8, 4, 2)
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=16)
+    assert err.value.errors[0].field == "config.toml: parallelism.data_parallel_shard_degree"
+
+
+def test_moe_flavour_with_expert_parallelism():
+    """DeepSeek-V3 671B (torchtitan trains it without multi-token prediction) with EP 64
+    borrowed from the FSDP ranks; expert tensor parallelism 1 (torchtitan's default)."""
+    raw = load_toml(LLAMA3_8B)
+    raw["model"].update(name="deepseek_v3", flavor="671B")
+    raw["training"]["seq_len"] = 4096
+    raw["parallelism"].update(expert_parallel_degree=64, pipeline_parallel_degree=8)
+    raw["activation_checkpoint"]["mode"] = "full"
+    imp = session_from_torchtitan(raw, num_gpus=512)
+    s = imp.session
+    assert s.model.num_experts == 256 and s.model.mtp_num_layers == 0
+    assert (s.plan.expert_parallel, s.plan.expert_tensor_parallel, s.plan.data_parallel) == \
+        (64, 1, 64)
+    assert s.plan.zero_stage == 2  # FSDP keeps the parameters under pipelining (default)
+    # per-op selective checkpointing of MLA and MoE is refused by the session rules, named by
+    # the file's key
+    raw["activation_checkpoint"]["mode"] = "selective"
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=512)
+    assert err.value.errors[0].field == "config.toml: activation_checkpoint.mode"
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("model", "flavor", "debugmodel"),
+    ("model", "name", "llama4"),
+    ("model", "converters", ["mx"]),
+    ("parallelism", "pipeline_parallel_schedule", "ZBVZeroBubble"),
+    ("parallelism", "disable_loss_parallel", True),
+    ("parallelism", "pipeline_parallel_layers_per_stage", 4),
+    ("activation_checkpoint", "selective_ac_option", "2"),
+    ("activation_checkpoint", "mode", "memory_budget"),
+    ("float8", "recipe_name", "rowwise"),
+    ("float8", "filter_fqns", []),
+    ("training", "enable_cpu_offload", True),
+    ("training", "mixed_precision_param", "float8"),
+    ("optimizer", "name", "Muon"),
+    ("training", "some_new_knob", 3),
+])
+def test_refused_by_key(section, key, value):
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["pipeline_parallel_degree"] = 2
+    raw[section][key] = value
+    if key == "recipe_name":
+        raw["model"]["converters"] = ["float8"]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == f"config.toml: {section}.{key}"
+
+
+def test_session_rules_named_by_the_files_keys():
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["tensor_parallel_degree"] = 3  # 32 heads do not split over 3
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=24)
+    assert "config.toml: parallelism.tensor_parallel_degree" in [e.field for e in
+                                                                  err.value.errors]
+
+
+def test_every_rule_kind_is_known():
+    assert {r.kind for r in KEYS.values()} == {"used", "no_effect", "refused"}
+
+
+def test_cli(tmp_path):
+    out = tmp_path / "s.json"
+    cmd = [sys.executable, "-m", "core.cli", "import", "torchtitan", str(LLAMA3_405B), "--out",
+           str(out)]
+    r = subprocess.run(cmd + ["--num-gpus", "512", "--gpu", "H100"], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(out.read_text())
+    assert s["plan"]["tensor_parallel"] == 8 and s["cluster"]["gpu"] == "H100-SXM5-80GB"
+    never = tmp_path / "never.json"
+    r = subprocess.run(cmd[:-1] + [str(never)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "data_parallel_shard_degree" in r.stderr
+    assert "Traceback" not in r.stderr and not never.exists()
