@@ -11,16 +11,23 @@
 * **ignored**: it does not change the cost of training (:data:`IGNORED`, with
   the reason; RoPE's base and scaling, for example, change the rotation's
   angles, not the work), and it is listed in the result;
-* **refused**: the simulator does not model what it asks for (a sliding
-  attention window that is active, biases other than Qwen2's QKV bias, gated
-  activations other than SiLU, quantization, an MoE layer pattern the session
-  fields cannot express, an architecture we do not know); the error names the
-  field.
+* **refused**: the simulator does not model what it asks for (:data:`REFUSED`, each with
+  what it would change and the values that switch it off, which are accepted and listed:
+  Qwen2's ``use_sliding_window``, MLP biases, soft-capping, chunked attention, Mamba layers;
+  also gated activations other than SiLU, quantization, an MoE layer pattern the session
+  fields cannot express, an architecture we do not know); the error names the field.
 
 A field that is in none of these lists is refused too: we cannot tell
 whether it changes the model. Architectures with something the simulator
-does not model are refused naming it (:data:`REFUSED_ARCHITECTURES`:
-none at present).
+does not model are refused naming the field that has it and what it would change
+(:data:`REFUSED_ARCHITECTURES`: Gemma 2 and 3, Llama 4, Nemotron-H, which wait for the
+layer-spec refactor).
+
+Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
+and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
+the whole projections, modelled per head, :data:`_APPROXIMATED`), Qwen3-Coder's ``qkv_bias``
+and ``use_qk_norm`` (must agree with the architecture), Nemotron's ``kv_channels`` (the head
+size) and transformers 5's ``rope_parameters``.
 
 DeepSeek-V2 and -V3 (``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``; the
 ``transformers`` modelling code): multi-head latent attention (``q_lora_rank``,

@@ -25,9 +25,10 @@ def add_source(isub: Any) -> None:
     """Add the ``hf`` source to the ``import`` command's sub-parsers (core/cli/imports.py)."""
     hf = isub.add_parser(
         "hf", help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3 and their "
-                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Nemotron-4)",
+                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Nemotron-4, Phi-3/4, OLMo 2)",
         description="Read a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM, NemotronForCausalLM (squared ReLU), the "
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, NemotronForCausalLM (squared ReLU), "
+                    "Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4), Olmo2ForCausalLM, the "
                     "mixture-of-experts "
                     "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
                     "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (multi-head latent attention, "
