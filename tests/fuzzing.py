@@ -268,7 +268,10 @@ def _typed_mutation(f: h5py.File, rng: random.Random) -> None:
 def _curve_mutation(f: h5py.File, rng: random.Random) -> None:
     """A collective curve whose time falls as the size grows (reversed, one point dropped
     below its neighbours, or a slow decline)."""
-    curves = [g for kg in f["collectives"].values() for g in kg.values()]
+    curves = [d.parent for d in _datasets(f)
+              if d.name.startswith("/collectives/") and d.name.endswith("/time_s")]
+    if not curves:  # an earlier mutation took the curves away (a link, a deletion)
+        return
     g = rng.choice(curves)
     t = g["time_s"][()]
     choice = rng.randrange(3)
