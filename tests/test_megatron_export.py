@@ -80,6 +80,8 @@ REFUSED = {
                          "cross-entropy-te"),
     "param-gather-without-grad-reduce": (_session(zero_stage=1, overlap_param_gather=True),
                                          "overlap-param-gather-grad-reduce"),
+    "fsdp2-hybrid-shards": (_session(zero_stage=3, data_parallel_shard_size=4),
+                            "distributed-optimizer-instances"),
     "fsdp2-param-gather": (_session(zero_stage=3, overlap_grad_reduce=True,
                                     overlap_param_gather=True), "overlap-param-gather-optimizer"),
 }
