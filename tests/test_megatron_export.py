@@ -421,3 +421,9 @@ def test_into_refuses_a_plan_argument_it_cannot_reach(tmp_path):
                           ).replace("$EXTRA", "--$SP")  # read as --sequence-parallel
     with pytest.raises(MegatronArgsError, match="plan.sequence_parallel"):
         rewrite_script(session, hidden, "train.sh")
+
+
+def test_docs_list_every_rule():
+    text = (ROOT / "docs" / "megatron_args.md").read_text()
+    for name in [r.name for r in RULES] + [r.name for r in ENVIRONMENT_RULES]:
+        assert f"`{name}`" in text, name
