@@ -427,3 +427,11 @@ def test_docs_list_every_rule():
     text = (ROOT / "docs" / "megatron_args.md").read_text()
     for name in [r.name for r in RULES] + [r.name for r in ENVIRONMENT_RULES]:
         assert f"`{name}`" in text, name
+
+
+def test_into_keeps_crlf_line_endings():
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    crlf = TRAIN_SH.replace("\n", "\r\n")
+    new = rewrite_script(session, crlf, "train.sh")
+    assert new.count("\n") == new.count("\r\n")
+    assert new.replace("\r\n", "\n") == rewrite_script(session, TRAIN_SH, "train.sh")
