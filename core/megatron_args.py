@@ -58,6 +58,7 @@ from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterCon
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
                      capped_recompute_layers, model_from_fields)
 from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
+from .cluster_comment import cluster_comment
 from .text import shell_comment, shell_word
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
@@ -1535,7 +1536,9 @@ def import_file(path: str | Path, **kw: Any) -> ImportResult:
 
     path = Path(path)
     text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
-    return session_from_launch(read_launch(text, str(path)), **kw)
+    res = session_from_launch(read_launch(text, str(path)), **kw)
+    from .megatron_export import with_cluster_comment  # the export's comment (another module)
+    return with_cluster_comment(res, text, kw)
 
 
 #: Arguments outside the table that also decide a field (read in session_from_launch).
@@ -1690,8 +1693,8 @@ def export_arguments(session: Session) -> list[str]:
     zero = _get(pl, "zero_stage", 0) or 0
     if zero == 1:
         out.append("--use-distributed-optimizer")
-    elif zero == 3:
-        out.append("--use-torch-fsdp2")
+    elif zero == 3:  # Megatron: FSDP2 runs without gradient accumulation fusion (megatron_rules)
+        out += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
     elif zero:
         raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
                                 "optimizer (1) and FSDP (3), not ZeRO-2")
@@ -1771,10 +1774,13 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
                                 f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
     args = export_arguments(session)
+    from .megatron_export import environment_lines, refuse_megatron_rules
+    refuse_megatron_rules(session, args)
     lines = ["#!/usr/bin/env bash",
              shell_comment(f"{session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
                            f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} "
                            f"d={pl.data_parallel} (written by vtrain export megatron-args)"),
+             cluster_comment(cl), *environment_lines(args, cl.gpu),
              f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} "
              f"{shell_word(script)} \\"]
     i = 0
@@ -1786,5 +1792,5 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         i = j
     lines[-1] = lines[-1][:-2]
     if session.cost.training_tokens % session.model.seq_length:
-        lines.insert(2, shell_comment("--train-samples rounds the token budget to whole sequences"))
+        lines.insert(3, shell_comment("--train-samples rounds the token budget to whole sequences"))
     return "\n".join(lines) + "\n"

@@ -68,11 +68,15 @@ def test_fused_cross_entropy_is_faster_and_validated():
 
 
 def test_megatron_arguments_round_trip(tmp_path):
-    s = _session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
+    # te: current Megatron-LM refuses it, so the export does (tests/test_megatron_export.py)
+    s = _session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native")
     script = export_script(s)
-    assert "--cross-entropy-loss-fusion" in script and "--cross-entropy-fusion-impl te" in script
+    assert "--cross-entropy-loss-fusion" in script and "--cross-entropy-fusion-impl native" in script
     path = tmp_path / "run.sh"
     path.write_text(script)
+    back = import_file(path, name=s.model.name).session
+    assert (back.plan.cross_entropy_loss_fusion, back.plan.cross_entropy_fusion_impl) == (True, "native")
+    path.write_text(script.replace("-impl native", "-impl te"))  # an older Megatron's launch
     back = import_file(path, name=s.model.name).session
     assert (back.plan.cross_entropy_loss_fusion, back.plan.cross_entropy_fusion_impl) == (True, "te")
     plain = tmp_path / "plain.sh"
@@ -82,9 +86,9 @@ def test_megatron_arguments_round_trip(tmp_path):
 
 def test_an_implementation_megatron_does_not_offer_is_an_invalid_choice(tmp_path):
     from core.megatron_args import MegatronArgsError
-    script = export_script(_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te"))
+    script = export_script(_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native"))
     path = tmp_path / "run.sh"
-    path.write_text(script.replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl triton"))
+    path.write_text(script.replace("--cross-entropy-fusion-impl native", "--cross-entropy-fusion-impl triton"))
     with pytest.raises(MegatronArgsError, match=r"--cross-entropy-fusion-impl 'triton': invalid "
                                                 r"choice \(choose from native, te\)"):
         import_file(path)

@@ -406,7 +406,9 @@ def test_defaults_are_unchanged():
 @pytest.mark.parametrize("plan", [
     dict(zero_stage=1, data_parallel_shard_size=8),
     dict(zero_stage=1, data_parallel_shard_size=32),
-    dict(zero_stage=3, data_parallel_shard_size=4, precision="fp8", fp8_param_gather=True),
+    # zero_stage 3 with a shard size: Megatron-LM's FSDP2 has no hybrid sharding (refused at
+    # export, tests/test_megatron_export.py)
+    dict(zero_stage=1, data_parallel_shard_size=4, precision="fp8", fp8_param_gather=True),
     dict(zero_stage=1, precision="fp8", fp8_param_gather=True),
 ])
 def test_megatron_round_trip(tmp_path, plan):

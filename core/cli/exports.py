@@ -1,8 +1,10 @@
 """``vtrain export FORMAT SESSION``: write a session in another tool's form.
 
 ``megatron-args``: the torchrun command and Megatron-LM arguments that run the plan
-(core/megatron_args.py). Text from the session is data: the script quotes it for the shell
-(:mod:`core.text`), and what reaches the terminal shows control characters as escapes.
+(core/megatron_args.py), or, with ``--into train.sh --out new.sh``, the user's own launch script
+with the plan's arguments replaced (core/megatron_export.py). Text from the session is data: the
+script quotes it for the shell (:mod:`core.text`), and what reaches the terminal shows control
+characters as escapes.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import refuse_output_is_input
+from .common import field_error, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -22,9 +24,16 @@ def add_parser(sub: Any) -> None:
     e = esub.add_parser(
         "megatron-args", help="Megatron-LM arguments and the torchrun line that run the plan",
         description="Print the torchrun command with the Megatron-LM arguments that run the "
-                    "session's model and plan (one argument per line).")
+                    "session's model and plan (one argument per line), with the environment "
+                    "Megatron-LM requires. A plan Megatron-LM refuses at start-up is refused, "
+                    "naming Megatron's rule (exit status 2). With --into SCRIPT --out NEW, "
+                    "rewrite your own launch script instead: the plan's arguments replaced, "
+                    "every other line kept, the diff printed.")
     e.add_argument("session", metavar="SESSION.json", help="session file (or vTrain config)")
-    e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead")
+    e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead "
+                   "(atomically; required with --into)")
+    e.add_argument("--into", metavar="SCRIPT.sh", help="your launch script: write it to --out "
+                   "with the plan's arguments in place of its own, and print the diff")
     e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
 
 
@@ -34,11 +43,32 @@ def run(args: argparse.Namespace) -> int:
     from ..session import atomic_write_text, load_any
     from ..text import printable, terminal_text
 
-    refuse_output_is_input([("--out", args.out)], [args.session])
-    text = export_script(load_any(args.session), args.script)
+    if args.into and not args.out:
+        raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
+    refuse_output_is_input([("--out", args.out)], [args.session, args.into])
+    session = load_any(args.session)
+    if args.into:
+        return _into(session, args)
+    text = export_script(session, args.script)
     if args.out:
         atomic_write_text(args.out, text)
         print(f"wrote {printable(args.out)}")
     else:  # the script holds no raw control character; terminal_text keeps it that way
         print(terminal_text(text), end="")
+    return 0
+
+
+def _into(session: Any, args: argparse.Namespace) -> int:
+    """``--into SCRIPT --out NEW``: the user's script with the plan; the diff on stdout."""
+    from ..inputs import read_text
+    from ..megatron_args import MegatronArgsError
+    from ..megatron_export import rewrite_script, unified_diff
+    from ..session import atomic_write_text
+    from ..text import printable, terminal_text
+
+    old = read_text(args.into, MegatronArgsError, "launch", encoding="utf-8")
+    new = rewrite_script(session, old, str(args.into), args.script)
+    atomic_write_text(args.out, new)
+    print(terminal_text(unified_diff(old, new, str(args.into), str(args.out))), end="")
+    print(f"wrote {printable(args.out)}")
     return 0

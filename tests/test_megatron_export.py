@@ -1,0 +1,437 @@
+"""The Megatron-LM export starts Megatron: its scripts parse with Megatron-LM's parser
+(../shared/data/megatron-lm/arguments.json) and keep validate_args' rules (core/megatron_rules.py),
+the environment included; plans Megatron refuses are refused naming the rule; ``--into``
+rewrites the user's script keeping everything else; the cluster survives a round trip."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+from core.cli import main
+from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.megatron_args import (MegatronArgsError, export_arguments, export_script, import_file,
+                                read_launch)
+from core.megatron_export import PLAN_ARGUMENTS, rewrite_script
+from core.megatron_rules import (ENVIRONMENT_RULES, OPTIONS, RULES, broken_rules, namespace,
+                                 parse_problems, violations)
+from core.session import load_any, save_session
+
+ARGUMENTS_JSON = ROOT.parent / "shared" / "data" / "megatron-lm" / "arguments.json"
+BASH = shutil.which("bash")
+
+
+@pytest.fixture(scope="module")
+def parser_spec():
+    """Megatron-LM's parser at the commit of arguments.json (skips when the checkout lacks it)."""
+    if not ARGUMENTS_JSON.exists():
+        pytest.skip(f"shared data not present: {ARGUMENTS_JSON}")
+    return json.loads(ARGUMENTS_JSON.read_text())
+
+
+# --------------------------------------------------------------------------- plans
+
+def _session(gpu="H100-SXM5-80GB", model=None, **plan) -> Session:
+    m = model or ModelConfig("m", 8, 1024, 16, None, 2048, 32000, tied_embeddings=False,
+                             attention_kernel="flash")
+    fields = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
+                  global_batch_size=64, schedule="1f1b", recompute="none", precision="bf16")
+    fields.update(plan)
+    return Session(m, ParallelPlan(**fields), ClusterConfig(gpu, 8),
+                   CostConfig(2.0, 2048 * 64 * 1000))
+
+
+_MOE = ModelConfig("moe", 8, 1024, 16, None, 2048, 32000, tied_embeddings=False,
+                   attention_kernel="flash", num_experts=8, moe_top_k=2)
+_TIED = ModelConfig("tied", 8, 1024, 16, None, 2048, 32000, attention_kernel="flash")
+
+#: Plans the simulator accepts and Megatron-LM starts.
+STARTS = {
+    "t2": _session(tensor_parallel=2, data_parallel=4, sequence_parallel=True),
+    "t2-a100": _session("A100-SXM4-80GB", tensor_parallel=2, data_parallel=4),
+    "t2-h200": _session("H200-SXM-141GB", tensor_parallel=2, data_parallel=4),
+    "t2-b200": _session("B200-180GB", tensor_parallel=2, data_parallel=4),
+    "cp2": _session(context_parallel=2, data_parallel=4),
+    "zero1-overlap": _session(zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
+    "fsdp2": _session(zero_stage=3),
+    "fsdp2-t2": _session(zero_stage=3, tensor_parallel=2, data_parallel=4),
+    "fp8": _session(precision="fp8", zero_stage=1, fp8_param_gather=True, fp8_recipe="delayed"),
+    "interleaved": _session(pipeline_parallel=2, data_parallel=4, schedule="interleaved",
+                            virtual_pipeline_stages=2),
+    "ep2": _session(model=_MOE, expert_parallel=2),
+    "ep2-t2": _session(model=_MOE, expert_parallel=2, tensor_parallel=2, data_parallel=4,
+                       sequence_parallel=True),
+    "selective-tp-overlap": _session(recompute="selective", tensor_parallel=2, data_parallel=4,
+                                     sequence_parallel=True, tp_comm_overlap=True),
+}
+
+#: Plans the simulator accepts and Megatron-LM refuses, with the rule that refuses them.
+REFUSED = {
+    "fsdp2-p2": (_session(zero_stage=3, pipeline_parallel=2, data_parallel=4), "fsdp2-pipeline"),
+    "fsdp2-ep2": (_session(model=_MOE, zero_stage=3, expert_parallel=2), "fsdp2-expert"),
+    "fsdp2-tied": (_session(model=_TIED, zero_stage=3), "fsdp2-untied-embeddings"),
+    "fsdp2-fp16": (_session(zero_stage=3, precision="fp16"), "fsdp2-fp16"),
+    "cross-entropy-te": (_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te"),
+                         "cross-entropy-te"),
+    "param-gather-without-grad-reduce": (_session(zero_stage=1, overlap_param_gather=True),
+                                         "overlap-param-gather-grad-reduce"),
+    "fsdp2-hybrid-shards": (_session(zero_stage=3, data_parallel_shard_size=4),
+                            "distributed-optimizer-instances"),
+    "fsdp2-param-gather": (_session(zero_stage=3, overlap_grad_reduce=True,
+                                    overlap_param_gather=True), "overlap-param-gather-optimizer"),
+}
+
+
+def _examples() -> list[Path]:
+    return sorted(EXAMPLES.glob("*.json"))
+
+
+def _run(script: Path, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Run ``script`` under bash with a stub torchrun; returns (its argv, the environment
+    variables Megatron's rules read, as torchrun sees them)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "torchrun"
+    stub.write_text('#!/bin/sh\nprintf "%s\\0" "$@" > "$LOG/argv"\n'
+                    'printf "%s" "${CUDA_DEVICE_MAX_CONNECTIONS-<unset>}" > "$LOG/cdmc"\n')
+    stub.chmod(0o755)
+    log = tmp / "log"
+    log.mkdir(exist_ok=True)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(log), "LC_ALL": "C.UTF-8",
+           "CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # inherited from the shell: FSDP2 must unset it
+    proc = subprocess.run([BASH, str(script)], cwd=tmp, env=env, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    argv = (log / "argv").read_text().split("\0")[:-1]
+    cdmc = (log / "cdmc").read_text()
+    return argv, ({} if cdmc == "<unset>" else {"CUDA_DEVICE_MAX_CONNECTIONS": cdmc})
+
+
+def _megatron_starts(session: Session, tmp: Path, spec) -> None:
+    """Export ``session``, run the script, and check what torchrun gets against Megatron."""
+    script = tmp / "run.sh"
+    script.write_text(export_script(session))
+    argv, env = _run(script, tmp)
+    args = argv[argv.index("pretrain_gpt.py") + 1:]
+    assert parse_problems(args, spec) == []
+    nnodes, nproc = int(argv[argv.index("--nnodes") + 1]), int(argv[argv.index("--nproc-per-node") + 1])
+    assert violations(args, env, session.cluster.gpu, world_size=nnodes * nproc) == []
+
+
+# --------------------------------------------------------------------------- the rule table
+
+def test_options_are_megatrons(parser_spec):
+    """The options the rules read are arguments.json's: dest, count of values, default."""
+    by_option = {o: a for a in parser_spec["arguments"] for o in a["options"]}
+    for option, (dest, nargs, default) in OPTIONS.items():
+        a = by_option[option]
+        assert (a["dest"], a["nargs"], a["default"]) == (dest, nargs, default), option
+    assert parser_spec["commit"].startswith("d98e8a64")  # the commit the rules are read at
+
+
+def test_every_rule_fires_and_is_kept():
+    """Each rule refuses a minimal argument list that breaks it and passes once fixed."""
+    cases = {
+        "fsdp2-pipeline": ("--use-torch-fsdp2 --no-gradient-accumulation-fusion "
+                           "--untie-embeddings-and-output-weights --pipeline-model-parallel-size 2",
+                           "--pipeline-model-parallel-size 1"),
+        "fsdp2-gradient-accumulation-fusion": ("--use-torch-fsdp2 "
+                                               "--untie-embeddings-and-output-weights",
+                                               "--no-gradient-accumulation-fusion"),
+        "fsdp2-checkpoint-format": ("--use-torch-fsdp2 --no-gradient-accumulation-fusion "
+                                    "--untie-embeddings-and-output-weights --ckpt-format torch",
+                                    "--ckpt-format torch_dist"),
+        "tp-comm-overlap-sequence-parallel": ("--tp-comm-overlap --tensor-model-parallel-size 2",
+                                              "--sequence-parallel"),
+        "expert-parallel-experts": ("--num-experts 6 --expert-model-parallel-size 4",
+                                    "--num-experts 8"),
+        "interleaved-pipeline-size": ("--num-layers 8 --num-virtual-stages-per-pipeline-rank 2 "
+                                      "--pipeline-model-parallel-size 2 "
+                                      "--no-overlap-p2p-communication",
+                                      "--pipeline-model-parallel-size 4"),
+        "pipeline-layers-divisible": ("--num-layers 9 --pipeline-model-parallel-size 2",
+                                      "--account-for-loss-in-pipeline-split"),
+        "recompute-method-selective": ("--recompute-granularity selective --recompute-method "
+                                       "block", "--recompute-granularity full"),
+    }
+    assert set(cases) <= {r.name for r in RULES}
+    for name, (bad, fix) in cases.items():
+        assert name in [r.name for r in broken_rules(bad.split())], name
+        assert name not in [r.name for r in broken_rules((bad + " " + fix).split())], name
+
+
+def test_cuda_device_max_connections_by_gpu_and_plan():
+    (tp_rule, fsdp_rule) = ENVIRONMENT_RULES
+    t2, cp2 = ["--tensor-model-parallel-size", "2"], ["--context-parallel-size", "2"]
+    for args in (t2, cp2):
+        assert violations(args, {}, "H100-SXM5-80GB")  # Hopper: must be 1
+        assert violations(args, {}, "A100-SXM4-80GB")
+        assert not violations(args, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "H200-SXM-141GB")
+        assert not violations(args, {}, "B200-180GB")  # Blackwell has no such requirement
+    assert not violations([], {}, "A100-SXM4-80GB")
+    fsdp = t2 + ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion",
+                 "--untie-embeddings-and-output-weights"]
+    assert not violations(fsdp, {}, "H100-SXM5-80GB")
+    assert violations(fsdp, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "H100-SXM5-80GB")
+
+
+def test_namespace_reads_megatrons_forms():
+    ns = namespace(["--tensor-model-parallel-size=4", "--no-gradient-accumulation-fusion",
+                    "--fp8-format", "hybrid", "--tensor-model-parallel-size", "8"])
+    assert ns["tensor_model_parallel_size"] == 8  # the last one wins, as in argparse
+    assert ns["gradient_accumulation_fusion"] is False and ns["fp8"] == "hybrid"
+    assert ns["pipeline_model_parallel_size"] == 1 and ns["ckpt_format"] == "torch_dist"
+
+
+def test_parse_check_finds_what_argparse_refuses(parser_spec):
+    assert parse_problems(["--tensor-model-parallel-size", "2", "--bf16"], parser_spec) == []
+    bad = parse_problems(["--tensor-model-paralel-size", "2", "--bf16", "x",
+                          "--recompute-method", "blocky", "--micro-batch-size", "two",
+                          "--hierarchical-context-parallel-sizes"], parser_spec)
+    named = [p.split(":")[0] for p in bad]
+    for option in ("--tensor-model-paralel-size", "--bf16", "--recompute-method",
+                   "--micro-batch-size", "--hierarchical-context-parallel-sizes"):
+        assert option in named
+    assert "'2'" in named  # the misspelled option's value has no option
+
+
+# --------------------------------------------------------------------------- exported scripts start
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("example", _examples(), ids=lambda p: p.stem)
+def test_every_example_exports_a_launch_megatron_starts(tmp_path, example, parser_spec):
+    _megatron_starts(load_any(example), tmp_path, parser_spec)
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("name", sorted(STARTS))
+def test_plan_matrix_exports_launches_megatron_starts(tmp_path, name, parser_spec):
+    session = STARTS[name]
+    assert validate(session) == []  # a plan the simulator accepts
+    _megatron_starts(session, tmp_path, parser_spec)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_plans_megatron_refuses_are_refused_naming_the_rule(tmp_path, name, capsys):
+    session, rule = REFUSED[name]
+    assert validate(session) == []  # the simulator simulates it (DeepSpeed, torchtitan ...)
+    with pytest.raises(MegatronArgsError, match=rule):
+        export_script(session)
+    path = tmp_path / "s.json"
+    save_session(session, path)
+    assert main(["export", "megatron-args", str(path), "--out", str(tmp_path / "o.sh")]) == 2
+    err = capsys.readouterr().err
+    assert rule in err and str(path) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o.sh").exists()
+
+
+def test_fsdp2_writes_what_megatron_needs():
+    args = export_arguments(STARTS["fsdp2"])
+    assert "--no-gradient-accumulation-fusion" in args and "--use-torch-fsdp2" in args
+    assert "--use-distributed-optimizer" not in args
+
+
+# --------------------------------------------------------------------------- the cluster
+
+def test_the_network_survives_export_and_import(tmp_path):
+    """GPT-3 175B: 62.0 s simulated, and 62.0 s after export and import (not 61.3 s)."""
+    from core.simulate import simulate
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    before = simulate(session).report.iteration_time_s
+    script = tmp_path / "g.sh"
+    script.write_text(export_script(session))
+    back = import_file(script).session
+    assert back.cluster == session.cluster
+    assert simulate(back).report.iteration_time_s == pytest.approx(before, rel=1e-12)
+    assert round(before, 1) == 62.0
+
+
+def test_an_explicit_gpu_wins_over_the_comment(tmp_path):
+    script = tmp_path / "g.sh"
+    script.write_text(export_script(load_any(EXAMPLES / "gpt3_175b.json")))
+    back = import_file(script, gpu="H100-SXM5-80GB").session
+    assert back.cluster.gpu == "H100-SXM5-80GB"
+    assert back.cluster.inter_node_bandwidth_gbits_per_s == 800.0
+
+
+@pytest.mark.parametrize("comment", ['gpu=H100', 'colour="red"', 'gpus_per_node="8"',
+                                     'inter_node_bandwidth_gbits_per_s=fast'])
+def test_a_malformed_cluster_comment_is_refused(tmp_path, comment, capsys):
+    text = export_script(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"))
+    lines = [f"# vtrain: cluster {comment}" if ln.startswith("# vtrain: cluster") else ln
+             for ln in text.splitlines()]
+    script = tmp_path / "bad.sh"
+    script.write_text("\n".join(lines) + "\n")
+    assert main(["import", "megatron-args", str(script), "--out", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert "line 3" in err and str(script) in err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_hostile_cluster_text_stays_in_its_comment(tmp_path):
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    session.cluster.profile_path = 'x" gpus_per_node=1 \n$(touch PWNED)\u2028'
+    text = export_script(session)
+    assert len([ln for ln in text.splitlines() if "vtrain: cluster" in ln]) == 1
+    from core.cluster_comment import read_cluster_comment
+    assert read_cluster_comment(text)["profile_path"] == session.cluster.profile_path
+    assert read_cluster_comment(text)["gpus_per_node"] == 8
+
+
+# --------------------------------------------------------------------------- --into
+
+TRAIN_SH = r"""#!/bin/bash
+# my GPT-3 175B run
+#SBATCH --job-name=gpt3
+set -euo pipefail
+
+GPUS_PER_NODE=8
+NNODES=64
+CHECKPOINT_PATH=/ckpt/gpt3
+TP=4
+
+GPT_MODEL_ARGS=(
+    --num-layers 96
+    --hidden-size 12288
+    --num-attention-heads 96
+    --seq-length 2048
+    --max-position-embeddings 2048
+    --attention-backend unfused
+)
+
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 1536
+    --train-iters 500000
+    --lr 6.0e-5
+    --lr-decay-style cosine
+    --bf16
+    --tensor-model-parallel-size $TP
+    --use-distributed-optimizer
+)
+
+echo "--sequence-parallel in another command is not the plan"
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py \
+    ${GPT_MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    --pipeline-model-parallel-size=32 \
+    --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt \
+    --save $CHECKPOINT_PATH --sequence-parallel \
+    --recompute-activations
+echo done
+"""
+
+
+def _plan_lines(text: str) -> set[int]:
+    """Lines of ``text`` that hold a plan argument (the ones --into may change)."""
+    return {i for i, ln in enumerate(text.splitlines()) if any(
+        w.split("=")[0] in PLAN_ARGUMENTS for w in ln.split()) and not ln.startswith("echo")}
+
+
+def test_into_replaces_the_plan_and_keeps_every_other_line(tmp_path, capsys):
+    src = tmp_path / "train.sh"
+    src.write_text(TRAIN_SH)
+    session_path = tmp_path / "s.json"
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    save_session(session, session_path)
+    out = tmp_path / "train_new.sh"
+    assert main(["export", "megatron-args", str(session_path), "--into", str(src),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    new = out.read_text()
+    assert src.read_text() == TRAIN_SH  # the input untouched
+    # unrelated lines byte for byte, in order
+    old_lines, new_lines = TRAIN_SH.splitlines(keepends=True), new.splitlines(keepends=True)
+    kept = [ln for i, ln in enumerate(old_lines) if i not in _plan_lines(TRAIN_SH)]
+    it = iter(new_lines)
+    assert all(any(ln == n for n in it) for ln in kept)
+    # the diff printed is the change
+    assert printed.startswith(f"--- {src}\n+++ {out}\n")
+    assert "-    --tensor-model-parallel-size $TP\n" in printed
+    # it reads back as the session's plan, with the user's schedule kept
+    back = import_file(out)
+    assert back.session.plan == import_file(_write(tmp_path, export_script(session))).session.plan
+    assert back.session.cluster == session.cluster
+    args = read_launch(new, "x").arguments
+    assert args[args.index("--train-iters") + 1] == "500000"
+    assert args.count("--tensor-model-parallel-size") == 1
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in new
+    # and run again on its own output it changes nothing but what it must
+    again = rewrite_script(session, new, "train_new.sh")
+    assert again == new
+
+
+def _write(tmp: Path, text: str) -> Path:
+    path = tmp / "export.sh"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_into_output_starts_megatron(tmp_path, parser_spec):
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    new = tmp_path / "new.sh"
+    new.write_text(rewrite_script(session, TRAIN_SH, "train.sh"))
+    argv, env = _run(new, tmp_path)
+    args = argv[argv.index("pretrain_gpt.py") + 1:]
+    assert parse_problems(args, parser_spec) == []
+    assert violations(args, env, session.cluster.gpu, world_size=512) == []
+
+
+def test_into_refusals(tmp_path, capsys):
+    src = tmp_path / "train.sh"
+    src.write_text(TRAIN_SH)
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    path = tmp_path / "s.json"
+    save_session(session, path)
+    # --out is the input, or missing
+    assert main(["export", "megatron-args", str(path), "--into", str(src), "--out", str(src)]) == 2
+    assert main(["export", "megatron-args", str(path), "--into", str(src)]) == 2
+    assert src.read_text() == TRAIN_SH
+    # another world size, another model, a plan Megatron refuses
+    other = load_any(EXAMPLES / "gpt3_175b.json")
+    other.plan.data_parallel = 8
+    other.plan.global_batch_size = 1536
+    with pytest.raises(MegatronArgsError, match="launches 64 x 8 = 512 GPUs"):
+        rewrite_script(other, TRAIN_SH, "train.sh")
+    with pytest.raises(MegatronArgsError, match="model.hidden_size"):
+        rewrite_script(session, TRAIN_SH.replace("--hidden-size 12288", "--hidden-size 8192"),
+                       "train.sh")
+    fsdp = load_any(EXAMPLES / "gpt3_175b.json")
+    fsdp.plan.zero_stage = 3
+    with pytest.raises(MegatronArgsError, match="fsdp2-pipeline"):
+        rewrite_script(fsdp, TRAIN_SH, "train.sh")
+    capsys.readouterr()
+
+
+def test_into_refuses_a_plan_argument_it_cannot_reach(tmp_path):
+    """A plan argument from outside the script (here a variable from the environment) would
+    override the plan: the read-back check refuses rather than write a wrong script."""
+    text = TRAIN_SH.replace("    --recompute-activations\n",
+                            "    --recompute-activations $EXTRA\n").replace(
+        "TP=4\n", "TP=4\nEXTRA=--no-overlap-p2p-communication\n")
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    out = rewrite_script(session, text, "train.sh")  # not a plan field: kept, and fine
+    assert "EXTRA=--no-overlap-p2p-communication" in out
+    hidden = text.replace("EXTRA=--no-overlap-p2p-communication", "SP=sequence-parallel"
+                          ).replace("$EXTRA", "--$SP")  # read as --sequence-parallel
+    with pytest.raises(MegatronArgsError, match="plan.sequence_parallel"):
+        rewrite_script(session, hidden, "train.sh")
+
+
+def test_docs_list_every_rule():
+    text = (ROOT / "docs" / "megatron_args.md").read_text()
+    for name in [r.name for r in RULES] + [r.name for r in ENVIRONMENT_RULES]:
+        assert f"`{name}`" in text, name
+
+
+def test_into_keeps_crlf_line_endings():
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    crlf = TRAIN_SH.replace("\n", "\r\n")
+    new = rewrite_script(session, crlf, "train.sh")
+    assert new.count("\n") == new.count("\r\n")
+    assert new.replace("\r\n", "\n") == rewrite_script(session, TRAIN_SH, "train.sh")
