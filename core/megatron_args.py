@@ -57,7 +57,8 @@ from typing import Any
 from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
                      capped_recompute_layers, model_from_fields)
-from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
+from .megatron_names import (BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
+                              REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from .text import shell_comment, shell_word
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
@@ -272,10 +273,13 @@ ARGUMENTS: dict[str, Arg] = {
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
 
-#: Megatron-LM's arguments that are not mapped (core/megatron_names.py): those that may change
-#: the iteration time are listed as ignored, those that cannot (NEUTRAL_ARGUMENTS) apart; any
-#: other argument is not Megatron-LM's and is refused (or listed, with allow_unknown).
-KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
+#: Megatron-LM's arguments that are not mapped (resources/megatron_arguments.json, read by
+#: core/megatron_names.py): those that may change the iteration time are listed as ignored,
+#: those that cannot (NEUTRAL_ARGUMENTS) apart, those that change the work in a way vtrain does
+#: not model (REFUSED_ARGUMENTS) are refused by name; any other argument is not Megatron-LM's
+#: and is refused (or listed, with allow_unknown).
+KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | frozenset(
+    REFUSED_ARGUMENTS)
 
 #: Vocabulary sizes of Megatron-LM's tokenizers that need no file to know them.
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
@@ -1485,6 +1489,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
+    for flag in args:  # the table's other arguments that change the work in an unmodelled way
+        if flag in REFUSED_ARGUMENTS and flag not in _HYBRID_FLAGS:
+            mp.refuse(flag, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     # ---- the rest

@@ -798,7 +798,10 @@ def test_known_argument_lists():
     """The names are Megatron-LM-style flags, each in one list only, none mapped twice."""
     assert not TIMING_ARGUMENTS & NEUTRAL_ARGUMENTS
     assert not (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS) & set(ARGUMENTS)
-    assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
+    from core.megatron_names import REFUSED_ARGUMENTS
+    assert not set(REFUSED_ARGUMENTS) & (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(ARGUMENTS))
+    assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(
+        REFUSED_ARGUMENTS)
     for flag in KNOWN_ARGUMENTS:
         assert flag.startswith("--") and " " not in flag and flag.strip("-") == flag[2:], flag
     assert len(KNOWN_ARGUMENTS) > 350
