@@ -331,7 +331,8 @@ def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
      "--vocab-size 9 --tensor-model-parallel-size 4", {"num_gpus": 6},
      "world size 6 is not divisible by t*p*cp = 4*1*1"),
     ("torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
-     "--nnodes $NNODES: the variable is not set in the file"),
+     "--nnodes $NNODES: the variable NNODES is not set in the file (or comes from a command "
+     "vtrain does not run); give --var NNODES=VALUE"),
     ("torchrun --nnodes 1:4 --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
      "an elastic range is not a plan"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size x "

@@ -77,3 +77,201 @@ def test_choices_vtrain_validates_agree_with_the_parser(parser):
     for flag, arg in ARGUMENTS.items():  # a switch in the table is a switch in the parser
         if flag in by:
             assert (by[flag]["nargs"] != 0) == arg.value, flag
+
+
+# --------------------------------------------------------------------------- launch scripts
+
+# Megatron-LM's examples/llama style (Llama 3 8B FP8 on one H100 node): positional parameters
+# with defaults, arrays, += appends inside an if on a known value, DDP arguments given twice
+LLAMA3_8B_FP8 = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+CHECKPOINT_PATH=${1:-"checkpoints/llama3_8b_fp8"}
+TENSORBOARD_LOGS_PATH=${2:-"tensorboard_logs/llama3_8b_fp8"}
+TOKENIZER_ARG=${3:-"MOCK"} # Path to tokenizer model, or "MOCK"
+DATA_ARG=${4:-"MOCK"}     # Data prefix, or "MOCK"
+mkdir -p "$(dirname "$CHECKPOINT_PATH")"
+
+GPUS_PER_NODE=8
+NUM_NODES=1
+MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_PORT=${MASTER_PORT:-6000}
+NODE_RANK=${NODE_RANK:-0}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+PRETRAIN_SCRIPT_PATH="pretrain_gpt.py"
+TP_SIZE=1
+CP_SIZE=1
+MICRO_BATCH_SIZE=1
+GLOBAL_BATCH_SIZE=128
+NUM_LAYERS=32
+DTYPE="fp8"
+SEQ_LENGTH=8192
+DATA_CACHE_PATH="${PWD}/benchmark_cache_llama3_8b_fp8"
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+    --node_rank $NODE_RANK
+    --master_addr $MASTER_ADDR
+    --master_port $MASTER_PORT
+)
+MODEL_ARGS=(
+    --use-mcore-models
+    --num-layers $NUM_LAYERS
+    --hidden-size 4096
+    --ffn-hidden-size 14336
+    --num-attention-heads 32
+    --group-query-attention
+    --num-query-groups 8
+    --kv-channels 128
+    --seq-length $SEQ_LENGTH
+    --max-position-embeddings $SEQ_LENGTH
+    --position-embedding-type rope
+    --rotary-base 1000000
+    --rotary-percent 1.0
+    --attention-dropout 0.0
+    --hidden-dropout 0.0
+    --swiglu
+    --normalization RMSNorm
+    --init-method-std 0.0134
+    --attention-backend fused
+    --apply-layernorm-1p
+    --untie-embeddings-and-output-weights
+    --disable-bias-linear
+)
+TRAINING_ARGS=(
+    --micro-batch-size $MICRO_BATCH_SIZE
+    --global-batch-size $GLOBAL_BATCH_SIZE
+    --train-samples 1953125000
+    --lr 0.00015
+    --min-lr 0.00001
+    --lr-decay-style cosine
+    --clip-grad 1.0
+    --weight-decay 0.1
+    --bf16
+    --grad-reduce-in-bf16
+    --cross-entropy-loss-fusion
+    --calculate-per-token-loss
+    --manual-gc
+    --empty-unused-memory-level 1
+    --exit-duration-in-mins 235
+)
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    DTYPE_ARGS+=(
+        "--fp8-format hybrid"
+        "--fp8-amax-history-len 1024"
+        "--fp8-amax-compute-algo max"
+        "--fp8-param-gather"
+    )
+fi
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size $TP_SIZE
+    --context-parallel-size $CP_SIZE
+)
+DDP_ARGS=(
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+)
+TRAINING_ARGS+=("${DDP_ARGS[@]}")
+DATA_ARGS_LIST=()
+if [[ "$TOKENIZER_ARG" == "MOCK" ]] || [[ "$DATA_ARG" == "MOCK" ]] || [[ -z "$TOKENIZER_ARG" ]]; then
+    DATA_ARGS_LIST+=(
+        "--mock-data"
+        "--tokenizer-type NullTokenizer"
+        "--vocab-size 128256"
+        "--data-cache-path ${DATA_CACHE_PATH}"
+        "--tiktoken-pattern v2"
+        "--split '99,1,0'"
+        "--no-create-attention-mask-in-dataloader"
+        "--num-workers 1"
+    )
+else
+    DATA_ARGS_LIST+=(
+        "--data-path $DATA_ARG"
+        "--tokenizer-type HuggingFaceTokenizer"
+        "--tokenizer-model $TOKENIZER_ARG"
+    )
+fi
+EVAL_AND_LOGGING_ARGS=(
+    --log-interval 1
+    --eval-iters 32
+    --eval-interval 100
+    --save-interval 1000
+    --log-throughput
+    --distributed-timeout-minutes 60
+    --save "$CHECKPOINT_PATH"
+    --load "$CHECKPOINT_PATH"
+    --tensorboard-dir "$TENSORBOARD_LOGS_PATH"
+)
+if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then
+    echo "Error: pretrain_gpt.py not found at $PRETRAIN_SCRIPT_PATH"
+    exit 1
+fi
+torchrun ${DISTRIBUTED_ARGS[@]} \
+    "$PRETRAIN_SCRIPT_PATH" \
+    ${MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    ${DTYPE_ARGS[@]} \
+    ${MODEL_PARALLEL_ARGS[@]} \
+    ${DDP_ARGS[@]} \
+    ${DATA_ARGS_LIST[@]} \
+    ${EVAL_AND_LOGGING_ARGS[@]}
+set +x
+"""
+
+
+def test_llama3_8b_fp8_example_keeps_fp8_and_the_distributed_optimizer(tmp_path):
+    res = import_file(_write(tmp_path, "train_llama3_8b_h100_fp8.sh", LLAMA3_8B_FP8))
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
+            m.num_query_groups, m.kv_channels, m.seq_length) == (32, 4096, 14336, 32, 8, 128, 8192)
+    assert m.vocab_size == 128257  # NullTokenizer: --vocab-size plus the end-of-document token
+    assert (m.activation, m.normalization, m.position_embedding, m.tied_embeddings,
+            m.add_bias_linear, m.attention_kernel) == ("swiglu", "rmsnorm", "rope", False, False,
+                                                       "flash")
+    assert (p.tensor_parallel, p.pipeline_parallel, p.context_parallel, p.data_parallel) == (1, 1, 1, 8)
+    assert (p.micro_batch_size, p.global_batch_size) == (1, 128)
+    assert (p.precision, p.fp8_recipe, p.fp8_param_gather) == ("fp8", "delayed", True)
+    assert p.zero_stage == 1  # --use-distributed-optimizer, appended with TRAINING_ARGS+=(...)
+    assert (p.overlap_grad_reduce, p.overlap_param_gather, p.grad_reduce_dtype) == (True, True, "bf16")
+    assert (p.recompute, p.sequence_parallel, p.schedule) == ("none", False, "1f1b")
+    assert p.cross_entropy_loss_fusion is True
+    assert res.session.cluster.gpus_per_node == 8 and res.launch.launcher == "torchrun"
+    assert res.session.cost.training_tokens == 1953125000 * 8192
+    # the file test needs the machine: said, not guessed
+    assert any("-f" in n and "not evaluated" in n for n in res.launch.notes)
+    ignored = dict(res.ignored)
+    assert {"--manual-gc", "--empty-unused-memory-level"} <= set(ignored)
+    assert {"--fp8-amax-history-len", "--lr", "--mock-data", "--save"} <= set(res.neutral)
+
+
+def test_the_else_branch_is_read_when_the_positional_parameters_choose_it(tmp_path):
+    path = _write(tmp_path, "llama.sh", LLAMA3_8B_FP8)
+    # HuggingFaceTokenizer needs --vocab-size: the else branch was taken, not the mock one
+    with pytest.raises(MegatronArgsError, match="--tokenizer-type HuggingFaceTokenizer"):
+        import_file(path, variables={"3": "meta-llama/Meta-Llama-3-8B", "4": "/d/prefix"})
+    shell = read_launch(LLAMA3_8B_FP8, "llama.sh", {"1": "/ck", "3": "/t", "4": "/d"})
+    assert shell.arguments[shell.arguments.index("--save") + 1] == "/ck"
+    assert "--tokenizer-model" in shell.arguments and "--mock-data" not in shell.arguments
+
+
+def test_llama3_8b_fp8_through_the_cli(tmp_path):
+    from tests.test_hardening import cli
+    path = _write(tmp_path, "llama.sh", LLAMA3_8B_FP8.replace("GPUS_PER_NODE=8\nNUM_NODES=1\n",
+                                                              "GPUS_PER_NODE=8\n"))
+    out = tmp_path / "s.json"
+    h100 = ("--gpu", "H100-SXM5-80GB")
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100)
+    assert proc.returncode == 2
+    assert "the variable NUM_NODES is not set in the file" in proc.stderr
+    assert "give --var NUM_NODES=VALUE" in proc.stderr
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100,
+               "--var", "NUM_NODES=4")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["session"]["plan"]
+    assert (plan["data_parallel"], plan["precision"], plan["zero_stage"]) == (32, "fp8", 1)
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100,
+               "--nodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["session"]["plan"]["data_parallel"] == 16
