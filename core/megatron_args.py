@@ -447,8 +447,8 @@ def _training_command(commands: list[list[str]], source: str
         args = []
         for w in words[script + 1:]:  # a value substituted inside quotes may hold many words
             args += shlex.split(w) if w.startswith("-") and re.search(r"\s", w) else [w]
-        launcher = next((Path(w).name for w in words[:script] if Path(w).name in
-                         ("torchrun", "srun", "deepspeed", "mpirun")), "python")
+        launcher = next((Path(w).name for w in reversed(words[:script]) if Path(w).name in
+                         ("torchrun", "srun", "deepspeed", "mpirun")), "python")  # the innermost
         if "torch.distributed.launch" in words[:script] or "torch.distributed.run" in words[:script]:
             launcher = "torchrun"
         data = name in DATA_SCRIPTS or "tools" in Path(words[script]).parts[:-1]

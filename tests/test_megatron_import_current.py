@@ -275,3 +275,140 @@ def test_llama3_8b_fp8_through_the_cli(tmp_path):
                "--nodes", "2")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["session"]["plan"]["data_parallel"] == 16
+
+
+SBATCH_SRUN = r"""#!/bin/bash
+#SBATCH --job-name=gpt-13b
+#SBATCH --nodes=4
+#SBATCH --gpus-per-node=8
+#SBATCH --ntasks-per-node=1
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+cat <<EOF > run_info.txt
+it's a here-document: "not a statement
+EOF
+OPTIONS="--num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 4096 \
+  --max-position-embeddings 4096 --micro-batch-size 2 --global-batch-size 512 \
+  --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --sequence-parallel \
+  --recompute-activations --bf16 --vocab-size 32000 --micro-batch-size 4"
+srun --container-image nvcr.io/nvidia/pytorch:25.01-py3 bash -c "torchrun --nnodes $SLURM_NNODES \
+  --nproc-per-node 8 pretrain_gpt.py ${OPTIONS} --lr 1e-4"
+"""
+
+
+def test_sbatch_with_srun_wrapping_torchrun_and_a_duplicated_argument(tmp_path):
+    res = import_file(_write(tmp_path, "job.sbatch", SBATCH_SRUN))
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size) == (
+        40, 5120, 40, 4096, 32000)
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel, p.num_gpus) == (4, 2, 4, 32)
+    assert p.micro_batch_size == 4  # given twice: the last one wins, as argparse takes it
+    assert (p.global_batch_size, p.precision, p.zero_stage) == (512, "bf16", 0)
+    assert (p.sequence_parallel, p.recompute) == (True, "selective")
+    assert res.launch.launcher == "torchrun" and res.session.cluster.gpus_per_node == 8
+
+
+DEEPSPEED = r"""#!/bin/bash
+python tools/preprocess_data.py --input oscar.jsonl --output-prefix my-gpt2 \
+    --vocab-file gpt2-vocab.json --tokenizer-type GPT2BPETokenizer --merge-file gpt2-merges.txt \
+    --append-eod --workers 8
+NNODES=2
+GPUS=8
+ZERO_STAGE=1
+config_json="./ds_config.json"
+options=" \
+  --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 \
+  --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \
+  --seq-length 2048 --max-position-embeddings 2048 \
+  --micro-batch-size 4 --global-batch-size 256 \
+  --train-iters 1000 --lr 2e-4 --fp16 --checkpoint-activations \
+  --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt --data-path my-gpt2_text_document"
+ds_args=" --deepspeed --deepspeed_config=${config_json} --zero-stage=${ZERO_STAGE}"
+run_cmd="deepspeed --num_nodes ${NNODES} --num_gpus ${GPUS} pretrain_gpt.py $@ ${options} ${ds_args}"
+echo ${run_cmd}
+eval ${run_cmd}
+set +x
+"""
+
+
+def test_megatron_deepspeed_reads_the_training_line_not_the_data_preparation(tmp_path):
+    path = _write(tmp_path, "ds_pretrain_gpt.sh", DEEPSPEED)
+    with pytest.raises(MegatronArgsError, match="--deepspeed is not a Megatron-LM argument"):
+        import_file(path)
+    res = import_file(path, allow_unknown=True)
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size) == (
+        24, 2048, 16, 2048, 50257)
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel) == (2, 2, 4)
+    assert (p.micro_batch_size, p.global_batch_size, p.precision) == (4, 256, "fp16")
+    assert (p.recompute, p.zero_stage) == ("full", 0)
+    assert res.launch.launcher == "deepspeed"
+    assert {"--deepspeed", "--deepspeed_config", "--zero-stage"} <= set(res.unknown)
+    only_data = _write(tmp_path, "prep.sh", DEEPSPEED.split("NNODES=2")[0])
+    with pytest.raises(MegatronArgsError, match="no training command: preprocess_data.py"):
+        import_file(only_data)
+
+
+# Megatron-LM's printed arguments (_print_args), as pasted from a log into an issue
+DUMP = """\
+[rank0]: using world size: 64, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 8, pipeline-model-parallel size: 2
+[rank0]: ------------------------ arguments ------------------------
+[rank0]:   accumulate_allreduce_grads_in_fp32 .............. False
+[rank0]:   add_bias_linear ................................. False
+[rank0]:   attention_backend ............................... AttnBackend.auto
+[rank0]:   bf16 ............................................ True
+[rank0]:   cp_comm_type .................................... ['p2p']
+[rank0]:   data_parallel_size .............................. 4
+[rank0]:   data_path ....................................... ['/data/llama_text_document']
+[rank0]:   ffn_hidden_size ................................. 28672
+[rank0]:   fp16 ............................................ False
+[rank0]:   fp8 ............................................. hybrid
+[rank0]:   global_batch_size ............................... 512
+[rank0]:   group_query_attention ........................... True
+[rank0]:   hidden_dropout .................................. 0.0
+[rank0]:   hidden_size ..................................... 8192
+[rank0]:   kv_channels ..................................... 128
+[rank0]:   lr .............................................. 0.00015
+[rank0]:   micro_batch_size ................................ 1
+[rank0]:   normalization ................................... RMSNorm
+[rank0]:   num_attention_heads ............................. 64
+[rank0]:   num_layers ...................................... 80
+[rank0]:   num_layers_per_virtual_pipeline_stage ........... None
+[rank0]:   num_query_groups ................................ 8
+[rank0]:   overlap_grad_reduce ............................. True
+[rank0]:   padded_vocab_size ............................... 128256
+[rank0]:   params_dtype .................................... torch.bfloat16
+[rank0]:   pipeline_model_parallel_size .................... 2
+[rank0]:   position_embedding_type ......................... rope
+[rank0]:   rank ............................................ 0
+[rank0]:   recompute_granularity ........................... full
+[rank0]:   recompute_method ................................ uniform
+[rank0]:   recompute_num_layers ............................ 1
+[rank0]:   seq_length ...................................... 8192
+[rank0]:   sequence_parallel ............................... True
+[rank0]:   swiglu .......................................... True
+[rank0]:   tensor_model_parallel_size ...................... 8
+[rank0]:   tokenizer_type .................................. HuggingFaceTokenizer
+[rank0]:   transformer_impl ................................ transformer_engine
+[rank0]:   untie_embeddings_and_output_weights ............. True
+[rank0]:   use_distributed_optimizer ....................... True
+[rank0]:   vocab_size ...................................... None
+[rank0]:   world_size ...................................... 64
+[rank0]: -------------------- end of arguments ---------------------
+"""
+
+
+def test_a_printed_argument_dump_is_read_through_the_dests(tmp_path):
+    res = import_file(_write(tmp_path, "issue.log", DUMP), gpu="H100-SXM5-80GB")
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
+            m.num_query_groups, m.seq_length, m.vocab_size) == (80, 8192, 28672, 64, 8, 8192, 128256)
+    assert (m.activation, m.normalization, m.position_embedding, m.tied_embeddings,
+            m.add_bias_linear, m.attention_kernel) == ("swiglu", "rmsnorm", "rope", False, False,
+                                                       "flash")
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel) == (8, 2, 4)
+    assert (p.micro_batch_size, p.global_batch_size) == (1, 512)
+    assert (p.precision, p.zero_stage, p.sequence_parallel, p.recompute) == ("fp8", 1, True, "full")
+    assert p.overlap_grad_reduce is True
+    assert res.launch.launcher == "argument dump"
+    assert {"--lr", "--data-path", "--hidden-dropout"} <= set(res.neutral)
