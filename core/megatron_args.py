@@ -34,8 +34,10 @@ cuDNN fused attention) and ``flash`` are timed as FlashAttention,
 torchrun line) that run a session's plan; a session -> arguments -> session
 round trip is exact for every field Megatron-LM has an argument for.
 
-Argument semantics follow Megatron-LM's ``megatron/training/arguments.py``
-(core_r0.9-r0.12): defaults t = p = cp = 1, ``--global-batch-size`` defaults to
+Argument semantics follow Megatron-LM's ``megatron/training/arguments.py`` (the
+argument table ``resources/megatron_arguments.json`` follows the parser at the commit
+:data:`core.megatron_names.MEGATRON_LM_COMMIT`; shell scripts are read by
+:mod:`core.shell_reader`, printed argument dumps by :func:`read_argument_dump`): defaults t = p = cp = 1, ``--global-batch-size`` defaults to
 ``--micro-batch-size`` times the data-parallel size, d = world / (t * p * cp),
 ``--recompute-activations`` is selective recomputation, and
 ``NullTokenizer``'s vocabulary is ``--vocab-size`` plus one end-of-document
