@@ -34,8 +34,10 @@ cuDNN fused attention) and ``flash`` are timed as FlashAttention,
 torchrun line) that run a session's plan; a session -> arguments -> session
 round trip is exact for every field Megatron-LM has an argument for.
 
-Argument semantics follow Megatron-LM's ``megatron/training/arguments.py``
-(core_r0.9-r0.12): defaults t = p = cp = 1, ``--global-batch-size`` defaults to
+Argument semantics follow Megatron-LM's ``megatron/training/arguments.py`` (the
+argument table ``resources/megatron_arguments.json`` follows the parser at the commit
+:data:`core.megatron_names.MEGATRON_LM_COMMIT`; shell scripts are read by
+:mod:`core.shell_reader`, printed argument dumps by :func:`read_argument_dump`): defaults t = p = cp = 1, ``--global-batch-size`` defaults to
 ``--micro-batch-size`` times the data-parallel size, d = world / (t * p * cp),
 ``--recompute-activations`` is selective recomputation, and
 ``NullTokenizer``'s vocabulary is ``--vocab-size`` plus one end-of-document
@@ -57,7 +59,8 @@ from typing import Any
 from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
                      capped_recompute_layers, model_from_fields)
-from .megatron_names import NEUTRAL_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS
+from .megatron_names import (BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
+                              REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from .cluster_comment import cluster_comment
 from .text import shell_comment, shell_word
 
@@ -273,10 +276,13 @@ ARGUMENTS: dict[str, Arg] = {
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
 
-#: Megatron-LM's arguments that are not mapped (core/megatron_names.py): those that may change
-#: the iteration time are listed as ignored, those that cannot (NEUTRAL_ARGUMENTS) apart; any
-#: other argument is not Megatron-LM's and is refused (or listed, with allow_unknown).
-KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
+#: Megatron-LM's arguments that are not mapped (resources/megatron_arguments.json, read by
+#: core/megatron_names.py): those that may change the iteration time are listed as ignored,
+#: those that cannot (NEUTRAL_ARGUMENTS) apart, those that change the work in a way vtrain does
+#: not model (REFUSED_ARGUMENTS) are refused by name; any other argument is not Megatron-LM's
+#: and is refused (or listed, with allow_unknown).
+KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | frozenset(
+    REFUSED_ARGUMENTS)
 
 #: Vocabulary sizes of Megatron-LM's tokenizers that need no file to know them.
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
@@ -330,6 +336,11 @@ class Launch:
         The training script (``pretrain_gpt.py``), "" for a plain argument list.
     source : str
         The file the launch was read from (for messages).
+    notes : list of str
+        What the reader could not decide (a shell condition it did not evaluate ...).
+    unset_counts : list of str
+        Messages for launcher counts that hold a variable the script does not set (raised
+        when the world size needs them and ``--nodes``/``--num-gpus`` do not give it).
     """
 
     arguments: list[str]
@@ -338,212 +349,20 @@ class Launch:
     launcher: str = "argument list"
     script: str = ""
     source: str = "arguments"
+    notes: list[str] = field(default_factory=list)
+    unset_counts: list[str] = field(default_factory=list)
 
 
-#: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
-#: Beyond them the script is refused, so that no input makes the reader run for long:
-#: ``A=$A$A`` on twenty lines doubles a value a million times over.
-MAX_LAUNCH_BYTES = 2**20  # the script file, and all its statements once expanded
-MAX_STATEMENT_BYTES = 64 * 2**10  # one statement, as written or expanded
-MAX_STATEMENT_LINES = 1_000  # physical lines of one statement (an unclosed quote or array)
-MAX_ARITH_TOKENS = 512  # numbers, names and operators of one $((...))
-#: Integers of ``$((...))`` and of counts: |x| < 2^63, the range of bash's 64-bit arithmetic.
-ARITH_LIMIT = 2**63
+from .shell_reader import (ARITH_LIMIT, MAX_ARITH_TOKENS, MAX_LAUNCH_BYTES,  # noqa: F401
+                           MAX_STATEMENT_BYTES, MAX_STATEMENT_LINES, ShellError,
+                           _BINOPS, _quote_state, _statements, missing_variable, read_shell)
 
 
-class _Unbounded(Exception):
-    """A statement's expansion or arithmetic beyond the bounds above (``read_launch`` names
-    the file and the statement)."""
-
-
-_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<index>\[[@*]\])?"
-                  r"(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
-_ARITH = re.compile(r"\$\(\((?P<expr>[^()]*(?:\([^()]*\)[^()]*)*)\)\)")
-_ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
-_SEPARATORS = {"2>&1", "1>&2"}
-
-
-def _arith(expr: str) -> int | None:
-    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
-    when it is not such an expression (it then stays as written).
-
-    Raises :class:`_Unbounded` for more than :data:`MAX_ARITH_TOKENS` tokens, or a number
-    or any intermediate result of :data:`ARITH_LIMIT` or more in magnitude (bash's 64-bit
-    range; no launch means such a number), before Python computes anything larger.
-    """
-    if len(expr) > 32 * MAX_ARITH_TOKENS or \
-            len(re.findall(r"\w+|[^\w\s]", expr)) > MAX_ARITH_TOKENS:
-        raise _Unbounded(f"$(({expr[:20]}...)) has more than {MAX_ARITH_TOKENS} terms and "
-                         "operators, more than a launch's arithmetic needs")
-    if re.search(r"\d{20}", expr):  # a literal of 20 digits or more is 2^63 or more
-        raise _Unbounded("arithmetic on a number of 20 digits or more, outside bash's 64-bit "
-                         "range (|x| < 2^63) and any count a launch can mean")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return None
-
-    def bounded(x: int) -> int:
-        if not -ARITH_LIMIT < x < ARITH_LIMIT:
-            raise _Unbounded("arithmetic with a result outside bash's 64-bit range "
-                             "(|x| < 2^63) and any count a launch can mean")
-        return x
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return bounded(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return bounded(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError("not integer arithmetic")
-
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-def _substitute(text: str, env: dict[str, str | list[str]]) -> str:
-    """Replace ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${ARR[@]}`` and ``$((...))``.
-
-    Variables the script does not set stay as written (a later step names them
-    if their value is needed). Arrays expand to their shell-quoted words.
-
-    Raises :class:`_Unbounded` as soon as the values substituted reach
-    :data:`MAX_STATEMENT_BYTES` (counted while substituting, so a statement of many
-    references to a long value is never built), or for arithmetic :func:`_arith` refuses.
-    """
-    budget = [MAX_STATEMENT_BYTES]
-
-    def spend(value: str) -> str:
-        budget[0] -= len(value)
-        if budget[0] < 0:
-            raise _Unbounded(f"expands to more than {MAX_STATEMENT_BYTES // 1024} KiB, more "
-                             "than a launch's statement can mean")
-        return value
-
-    def var(m: re.Match) -> str:
-        name = m.group("braced") or m.group("plain")
-        if name in env:
-            v = env[name]
-            return spend(" ".join(shlex.quote(x) for x in v) if isinstance(v, list) else v)
-        if m.group("default") is not None:
-            return spend(m.group("default"))
-        return m.group(0)
-
-    out = _VAR.sub(var, text)
-
-    def arith(m: re.Match) -> str:
-        inner = _VAR.sub(var, m.group("expr"))
-        inner = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\b",
-                       lambda v: str(env[v.group(1)]) if isinstance(env.get(v.group(1)), str)
-                       else v.group(0), inner)
-        value = _arith(inner)
-        return m.group(0) if value is None else str(value)
-
-    return _ARITH.sub(arith, out)
-
-
-def _open_array(buf: str) -> bool:
-    """True while ``buf`` holds a bash array assignment ``NAME=( ...`` not closed yet."""
-    m = re.search(r"(^|[\s;])[A-Za-z_][A-Za-z0-9_]*=\(", buf)
-    if not m:
-        return False
-    tail = re.sub(r"\$\(\(.*?\)\)", "", buf[m.end():])  # arithmetic
-    tail = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"", "", tail)  # quoted words
-    tail = re.sub(r"(^|\s)#[^\n]*", "", tail)  # comments
-    return tail.count(")") < 1 + tail.count("(")
-
-
-#: Where the next character that changes the quoting state may be, in each state of
-#: :func:`_quote_state` (None: outside quotes).
-_QUOTING = {None: re.compile(r"['\"\\#]"), "'": re.compile("'"), '"': re.compile(r'["\\]')}
-
-
-def _quote_state(text: str, state: str | None = None) -> str | None:
-    """The quoting state at the end of ``text`` as :func:`shlex.split` (POSIX, comments) reads
-    it, starting in ``state``: None when every quote is closed, ``"'"`` or ``'"'`` inside
-    one, ``"\\"`` or ``'"\\'`` after a backslash that ends the text (outside or inside
-    double quotes). ``shlex.split`` raises exactly when the state at the end is not None.
-
-    Linear in ``len(text)`` and resumable where a line ends (the state of ``a + b``, ``b``
-    starting with a newline, is that of ``b`` started in the state of ``a``), so a statement
-    of many lines is scanned once, not once per line.
-    """
-    i, n = 0, len(text)
-    if state in ("\\", '"\\'):  # the escaped character
-        if n == 0:
-            return state
-        i, state = 1, (None if state == "\\" else '"')
-    while True:
-        m = _QUOTING[state].search(text, i)
-        if m is None:
-            return state
-        c, i = m.group(), m.end()
-        if state is None and c == "#":  # a comment, to the end of the line
-            end = text.find("\n", i)
-            if end < 0:
-                return None
-            i = end + 1
-        elif c == "\\":
-            if i >= n:
-                return "\\" if state is None else '"\\'
-            i += 1
-        elif state is None:
-            state = c
-        else:  # the closing quote
-            state = None
-
-
-def _head(stmt: str) -> str:
-    """The start of a statement, as messages quote it."""
-    text = " ".join(stmt.split())
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-def _statements(text: str, source: str = "arguments") -> list[str]:
-    """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole.
-
-    Raises MegatronArgsError (naming ``source`` and the statement) for a statement longer than
-    :data:`MAX_STATEMENT_BYTES` or :data:`MAX_STATEMENT_LINES` (an unclosed quote or array).
-    """
-    text = re.sub(r"\\\r?\n", " ", text)
-    out: list[str] = []
-    buf, state, lines = "", None, 0
-    for line in text.splitlines():
-        state = _quote_state(f"\n{line}" if lines else line, state)
-        buf = f"{buf}\n{line}" if lines else line
-        lines += 1
-        if len(buf) > MAX_STATEMENT_BYTES or lines > MAX_STATEMENT_LINES:
-            raise MegatronArgsError(
-                f"{source}: statement {_head(buf)} is longer than {MAX_STATEMENT_BYTES // 1024} "
-                f"KiB or {MAX_STATEMENT_LINES:,} lines, more than a launch can mean (an unclosed "
-                "quote or array?)")
-        if state is not None:  # an open quotation: the statement goes on
-            continue
-        if _open_array(buf):
-            continue
-        out.append(buf)
-        buf, lines = "", 0
-    if lines:
-        out.append(buf)
-    return out
-
-
-def _words(stmt: str, source: str) -> list[str]:
-    lex = shlex.shlex(stmt, posix=True, punctuation_chars=";&|<>()")
-    lex.whitespace_split = True
-    lex.commenters = "#"
-    try:
-        return list(lex)
-    except ValueError as exc:
-        raise MegatronArgsError(f"{source}: cannot split {stmt.strip()[:60]!r} into shell words: "
-                                f"{exc}") from None
+def _unset(source: str, what: str, text: str) -> str:
+    """The message for a value that holds a variable the script does not set."""
+    name = missing_variable(text) or "NAME"
+    return (f"{source}: {what} {text}: the variable {name} is not set in the file (or comes from "
+            f"a command vtrain does not run); give --var {name}=VALUE")
 
 
 def _int_value(text: str, what: str, source: str) -> int:
@@ -553,8 +372,7 @@ def _int_value(text: str, what: str, source: str) -> int:
                                     "is beyond any count a launch can mean (at most 18 digits)")
         return int(text)
     if "$" in text:
-        raise MegatronArgsError(f"{source}: {what} {text}: the variable is not set in the file; "
-                                "write its value in the script or give it to vtrain")
+        raise MegatronArgsError(_unset(source, what, text))
     raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
 
@@ -565,8 +383,7 @@ def _float(args: dict[str, list[str]], flag: str, source: str) -> float | None:
     if v is None:
         return None
     if "$" in v:
-        raise MegatronArgsError(f"{source}: {flag} {v}: the variable is not set in the file; "
-                                "write its value in the script or give it to vtrain")
+        raise MegatronArgsError(_unset(source, flag, v))
     try:
         x = float(v)
     except ValueError:
@@ -576,7 +393,8 @@ def _float(args: dict[str, list[str]], flag: str, source: str) -> float | None:
     return x
 
 
-def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | None, int | None]:
+def _launcher_counts(words: list[str], source: str, deferred: list[str] | None = None
+                     ) -> tuple[int | None, int | None, int | None]:
     """``(nnodes, nproc_per_node, ntasks)`` from launcher options (torchrun, launch, srun,
     deepspeed, #SBATCH)."""
     nnodes = nproc = ntasks = None
@@ -594,6 +412,10 @@ def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | N
             if value is None and i + 1 < len(words):
                 value = words[i + 1]
                 i += 1
+            if deferred is not None and "$" in (value or ""):
+                deferred.append(_unset(source, key, value or ""))  # --nodes/--var may give it
+                i += 1
+                continue
             n = _int_value(value or "", key, source)
             kind = names[key]
             if kind == "n":
@@ -606,127 +428,237 @@ def _launcher_counts(words: list[str], source: str) -> tuple[int | None, int | N
     return nnodes, nproc, ntasks
 
 
-def read_launch(text: str, source: str = "arguments") -> Launch:
-    """Read a launch script or a plain argument list.
+#: Scripts of Megatron-LM (and Megatron-DeepSpeed) that prepare data or convert checkpoints:
+#: never the training command, wherever they stand in a launch script.
+DATA_SCRIPTS = frozenset({"preprocess_data.py", "preprocess_data_nmt.py", "merge_datasets.py",
+                          "preprocess_mmdata.py", "checkpoint_util.py", "convert.py",
+                          "build_sample_idx.py"})
+
+
+def _training_command(commands: list[list[str]], source: str
+                      ) -> tuple[list[str], list[str], str, str] | None:
+    """``(launcher words, arguments, launcher, script)`` of the command that trains: the last
+    one running a ``pretrain_*.py`` script or a script given ``--num-layers``, through torchrun,
+    python, deepspeed or srun; never a data-preparation script (:data:`DATA_SCRIPTS`, or one
+    under ``tools/``). None when the script runs no Python script at all."""
+    found = []
+    for words in commands:
+        script = next((k for k, w in enumerate(words) if w.endswith(".py")), None)
+        if script is None:
+            continue
+        name = Path(words[script]).name
+        args = []
+        for w in words[script + 1:]:  # a value substituted inside quotes may hold many words
+            args += shlex.split(w) if w.startswith("-") and re.search(r"\s", w) else [w]
+        launcher = next((Path(w).name for w in reversed(words[:script]) if Path(w).name in
+                         ("torchrun", "srun", "deepspeed", "mpirun")), "python")  # the innermost
+        if "torch.distributed.launch" in words[:script] or "torch.distributed.run" in words[:script]:
+            launcher = "torchrun"
+        data = name in DATA_SCRIPTS or "tools" in Path(words[script]).parts[:-1]
+        trains = name.startswith("pretrain_") or any(
+            a == "--num-layers" or a.startswith("--num-layers=") for a in args)
+        found.append((0 if data else 2 if trains else 1, words[:script], args, launcher,
+                      words[script]))
+    if not found:
+        return None
+    best = max(k for k, *_ in found)
+    if best == 0:
+        raise MegatronArgsError(f"{source}: no training command: "
+                                f"{', '.join(sorted({Path(c[4]).name for c in found}))} prepares "
+                                "data or converts checkpoints (the training command runs "
+                                "pretrain_*.py)")
+    _, pre, args, launcher, script = [c for c in found if c[0] == best][-1]
+    return pre, args, launcher, script
+
+
+def _sbatch(text: str) -> list[str]:
+    """The words of the script's ``#SBATCH`` directives."""
+    words: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("#SBATCH"):
+            try:
+                words += shlex.split(line.strip()[len("#SBATCH"):], comments=True)
+            except ValueError:
+                pass
+    return words
+
+
+def read_launch(text: str, source: str = "arguments", variables: dict[str, str] | None = None
+                ) -> Launch:
+    """Read a launch script, a plain argument list or a printed argument dump.
 
     Parameters
     ----------
     text : str
-        Shell script text or arguments (``--num-layers 24 --hidden-size 1024 ...``).
+        Shell script text (read by :func:`core.shell_reader.read_shell`: nothing is run),
+        arguments (``--num-layers 24 --hidden-size 1024 ...``), or Megatron-LM's printed
+        ``arguments`` block (:func:`read_argument_dump`).
     source : str
         File name for messages.
+    variables : dict, optional
+        Values of the script's environment variables and positional parameters (``"1"``,
+        ``"2"`` ...), as ``vtrain import megatron-args --var NAME=VALUE`` gives them.
 
     Raises
     ------
     MegatronArgsError
-        No Megatron arguments found, unbalanced quotes, or a launcher count that
-        is not a number (an unset variable is named); a script beyond the bounds of what a
-        launch can mean: more than :data:`MAX_LAUNCH_BYTES` as written or once expanded,
-        a statement of more than :data:`MAX_STATEMENT_BYTES` as written or expanded, or
-        arithmetic beyond |x| < 2^63 or :data:`MAX_ARITH_TOKENS` terms (the message names
-        the statement).
+        No Megatron arguments found, only a data-preparation command, unbalanced quotes, or a
+        launcher count that is not a number (an unset variable is named, with ``--var``); a
+        script beyond the bounds of what a launch can mean: more than :data:`MAX_LAUNCH_BYTES`
+        as written or once expanded, a statement of more than :data:`MAX_STATEMENT_BYTES` as
+        written or expanded, or arithmetic beyond |x| < 2^63 or :data:`MAX_ARITH_TOKENS` terms
+        (the message names the statement).
     """
-    if len(text) > MAX_LAUNCH_BYTES:
-        raise MegatronArgsError(f"{source}: {len(text):,} characters, more than the "
-                                f"{MAX_LAUNCH_BYTES:,} a launch script may have")
-    statements = _statements(text, source)  # first: it bounds every line's length
-    env: dict[str, str | list[str]] = {}
-    sbatch: list[str] = []
-    for line in text.splitlines():
-        if line.strip().startswith("#SBATCH"):
-            try:
-                sbatch += shlex.split(line.strip()[len("#SBATCH"):], comments=True)
-            except ValueError:
-                pass
-    commands: list[tuple[list[str], list[str], str, str]] = []  # (launcher words, args, launcher, script)
+    variables = dict(variables or {})
+    dump = read_argument_dump(text, source)
+    if dump is not None:
+        return dump
+    numbers = [int(k) for k in variables if k.isdigit() and k != "0"]
+    # $1 $2 ...: one not given (a hole before a given one) is unset
+    positional = [variables.pop(str(k), None) for k in range(1, max(numbers, default=0) + 1)]
+    sbatch = _sbatch(text)
+    s_nodes, s_gpus, _ = _launcher_counts([w for w in sbatch if not w.startswith(
+        ("--ntasks", "-n"))], source)
+    for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):  # what sbatch gives the script
+        if s_nodes is not None:
+            variables.setdefault(name, str(s_nodes))
+    if s_gpus is not None:
+        variables.setdefault("SLURM_GPUS_PER_NODE", str(s_gpus))
+    try:
+        shell = read_shell(text, source, variables, positional)
+    except ShellError as exc:
+        raise MegatronArgsError(str(exc)) from None
     loose: list[str] = []
-    expanded_total = 0
-    for stmt in statements:
-        try:
-            expanded = _substitute(stmt, env)
-        except _Unbounded as exc:
-            raise MegatronArgsError(f"{source}: statement {_head(stmt)}: {exc}") from None
-        expanded_total += len(expanded)
-        if expanded_total > MAX_LAUNCH_BYTES:
-            raise MegatronArgsError(f"{source}: statement {_head(stmt)}: the script expands to "
-                                    f"more than {MAX_LAUNCH_BYTES // 2**20} MiB, more than a "
-                                    "launch can mean")
-        words = _words(expanded, source)
-        # leading assignments (NAME=value, export NAME=value, NAME=( ... ))
-        j = 0
-        while j < len(words):
-            if words[j] in ("export", "declare", "local", "readonly") and j + 1 < len(words):
-                j += 1
-                continue
-            m = _ASSIGN.match(words[j])
-            if not m:
-                break
-            if m.group("value") == "" and j + 1 < len(words) and words[j + 1] == "(":
-                end = words.index(")", j + 2) if ")" in words[j + 2:] else len(words)
-                env[m.group("name")] = words[j + 2:end]
-                j = end + 1
-            else:
-                env[m.group("name")] = m.group("value")
-                j += 1
-        rest = words[j:]
-        if not rest:
-            continue
-        # a value substituted inside quotes may hold several arguments: split it again
-        flat: list[str] = []
-        for w in rest:
-            flat += shlex.split(w) if w.startswith("-") and re.search(r"\s", w) else [w]
-        script = next((k for k, w in enumerate(flat) if w.endswith(".py")), None)
-        if script is not None:
-            args = []
-            for w in flat[script + 1:]:
-                if w in _SEPARATORS or set(w) <= set(";&|<>()"):
-                    if w[:1] in "<>" and args and args[-1].isdigit():
-                        args.pop()  # the file descriptor of a redirection (2>&1)
-                    break
-                args.append(w)
-            launcher = next((w for w in flat[:script] if Path(w).name in
-                             ("torchrun", "srun", "deepspeed", "mpirun")), "python")
-            if "torch.distributed.launch" in flat[:script] or "torch.distributed.run" in flat[:script]:
-                launcher = "torchrun"
-            commands.append((flat[:script], args, Path(launcher).name, flat[script]))
-        elif any(w.startswith("--") for w in flat):
-            loose += flat
-        elif len(flat) == 1 and loose and loose[-1].startswith("--"):
-            loose += flat  # an argument file with one word per line: the value of the flag above
-    if commands:
-        with_model = [c for c in commands if "--num-layers" in c[1] or any(
-            a.startswith("--num-layers=") for a in c[1])]
-        pre, args, launcher, script = (with_model or commands)[-1]
+    for words in shell.commands:
+        if any(w.startswith("--") for w in words) and words[0].startswith("-"):
+            loose += words
+        elif len(words) == 1 and loose and loose[-1].startswith("--"):
+            loose += words  # an argument file with one word per line: the value of the flag above
+    picked = _training_command(shell.commands, source)
+    deferred: list[str] = []  # counts that hold a variable the script does not set
+    if picked is not None:
+        pre, args, launcher, script = picked
         # srun may launch torchrun: both parts count, torchrun's last
-        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source)
+        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source, deferred)
     elif loose:
         args, launcher, script = loose, "argument list", ""
-        nnodes, nproc, ntasks = _launcher_counts(sbatch, source)
+        nnodes, nproc, ntasks = _launcher_counts(sbatch, source, deferred)
     else:
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
     if nproc is None and ntasks is not None and nnodes:
         nproc = ntasks // nnodes
-    if nnodes is None and nproc is not None:
+    if nnodes is None and nproc is not None and not deferred:
         nnodes = 1
-    return Launch(args, nnodes, nproc, launcher, script, source)
+    return Launch(args, nnodes, nproc, launcher, script, source, notes=list(shell.notes),
+                  unset_counts=deferred)
+
+
+#: The lines that open and close Megatron-LM's printed arguments (``_print_args``).
+_DUMP_OPEN = re.compile(r"-{3,} arguments -{3,}")
+_DUMP_CLOSE = re.compile(r"-{3,} end of arguments -{3,}")
+#: One line of the block: ``  tensor_model_parallel_size ...... 8`` (a log prefix may precede).
+_DUMP_LINE = re.compile(r"(?:^|\s)(?P<dest>[A-Za-z_][A-Za-z0-9_]*) \.{2,}(?: (?P<value>.*))?$")
+
+
+def _dump_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return text
+
+
+def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
+    """A launch from Megatron-LM's printed argument dump (the ``---- arguments ----`` block a
+    training log starts with, as users paste it in issues), or None when ``text`` has none.
+
+    Each line is ``dest .... value``; the dest is mapped back to its option through the
+    argument table (:data:`core.megatron_names.BY_DEST`): a switch that is on (off for a
+    ``store_false`` one) gives its option, a value that differs from Megatron-LM's default
+    gives ``--option value`` (a list one word per element; an enum ``AttnBackend.flash`` its
+    name). Values Megatron-LM derives (``world_size``, ``data_parallel_size``, ``params_dtype``
+    ...) are not arguments; ``world_size`` gives the world size, and ``padded_vocab_size`` the
+    vocabulary when the dump has no ``vocab_size``. Dests the table does not know are noted.
+    """
+    lines = text.splitlines()
+    start = next((k for k, line in enumerate(lines) if _DUMP_OPEN.search(line)), None)
+    if start is None:
+        return None
+    values: dict[str, str] = {}
+    for line in lines[start + 1:]:
+        if _DUMP_CLOSE.search(line):
+            break
+        m = _DUMP_LINE.search(line.rstrip())
+        if m:
+            values[m.group("dest")] = (m.group("value") or "").strip()
+    args: list[str] = []
+    unknown = []
+    for dest, raw in values.items():
+        entries = BY_DEST.get(dest)
+        if not entries:
+            if dest not in _DERIVED_DESTS:
+                unknown.append(dest)
+            continue
+        value = _dump_value(raw)
+        for e in entries:
+            option = e.options[0]
+            if e.action == "store_true" and value is True and e.default is not True:
+                args.append(option)
+            elif e.action == "store_false" and value is False and e.default is not False:
+                args.append(option)
+            elif e.action == "boolean_optional" and isinstance(value, bool) and value != e.default:
+                args.append(option if value else e.options[1])
+            elif e.action == "store" and value is not None and value != e.default and \
+                    raw != str(e.default):
+                if isinstance(value, str) and re.fullmatch(r"[A-Za-z]+\.[A-Za-z0-9_]+", value) \
+                        and str(e.default).startswith("<"):
+                    value = value.split(".", 1)[1]  # an enum: AttnBackend.flash
+                    if f".{value}:" in str(e.default):
+                        continue
+                words = [str(v) for v in value] if isinstance(value, (list, tuple)) and \
+                    e.nargs not in (None, 0) else [raw if isinstance(value, str) else str(value)]
+                if e.nargs is None and isinstance(value, (list, tuple)):
+                    words = [raw]
+                args += [option] + words
+            break
+    if "vocab_size" not in values or values.get("vocab_size") == "None":
+        padded = values.get("padded_vocab_size", "")
+        if padded.isdigit():
+            args += ["--vocab-size", padded]
+    world = values.get("world_size", "")
+    notes = [f"argument dump entries that are not arguments of Megatron-LM {MEGATRON_LM_COMMIT[:7]} "
+             f"(not read): {' '.join(unknown)}"] if unknown else []
+    return Launch(args, 1 if world.isdigit() else None, int(world) if world.isdigit() else None,
+                  "argument dump", "", source, notes=notes)
+
+
+#: Values Megatron-LM's validate_args and initialization add to the printed arguments.
+_DERIVED_DESTS = frozenset(
+    "world_size rank local_rank data_parallel_size params_dtype padded_vocab_size "
+    "consumed_train_samples consumed_valid_samples virtual_pipeline_model_parallel_size "
+    "transformer_pipeline_model_parallel_size variable_seq_lengths model_parallel_size "
+    "iteration curr_iteration do_train do_valid do_test train_iters_derived "
+    "global_batch_size_derived expert_data_parallel_size async_tensor_model_parallel_allreduce "
+    "num_floating_point_operations_so_far pipeline_model_parallel_split_rank encoder_num_layers "
+    "decoder_num_layers encoder_tensor_model_parallel_size encoder_pipeline_model_parallel_size "
+    "save_retain_interval timing_log_option".split())
 
 
 def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, list[str]]:
     """Megatron arguments as ``{"--flag": [values...]}`` (a switch has no values).
 
     ``--flag=value`` and ``--flag value ...`` both work; a flag's values are the
-    words up to the next ``--`` word. Raises MegatronArgsError for a word
-    before the first flag or a flag given twice with different values.
+    words up to the next ``--`` word. A flag given twice is taken as argparse takes it: the
+    last one wins (every Megatron-LM argument is a store action). Raises MegatronArgsError for
+    a word before the first flag.
     """
     out: dict[str, list[str]] = {}
     flag = None
     for w in args:
         if w.startswith("--"):
-            name, _, value = w.partition("=")
-            if name in out and out[name] != ([value] if value else []):
-                raise MegatronArgsError(f"{source}: {name} is given twice")
-            out[name] = [value] if value else []
+            name, eq, value = w.partition("=")
+            out.pop(name, None)  # the last one wins, in the order given
+            out[name] = [value] if eq else []
             flag = name
         elif flag is None:
             raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
@@ -994,7 +926,8 @@ def _moe_arguments(args: dict[str, list[str]], mp: "_Mapper", src: str, L: int, 
 
 def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                         gpus_per_node: int | None = None, gpu: str | None = None,
-                        name: str | None = None, allow_unknown: bool = False) -> ImportResult:
+                        name: str | None = None, allow_unknown: bool = False,
+                        nodes: int | None = None) -> ImportResult:
     """Map a launch's arguments to a session (see :data:`ARGUMENTS`).
 
     Parameters
@@ -1003,6 +936,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     num_gpus, gpus_per_node : int, optional
         World size and GPUs per node when the launch does not give them (they
         override the launcher's counts when given).
+    nodes : int, optional
+        Nodes (overrides the launcher's): the world size is nodes times the GPUs per node
+        (``gpus_per_node``, else the launcher's processes per node).
     gpu : str, optional
         GPU kind of the cluster (default: :class:`ClusterConfig`'s).
     name : str, optional
@@ -1020,6 +956,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         (every such argument is named).
     """
     src = launch.source
+    if launch.unset_counts and num_gpus is None and nodes is None:
+        raise MegatronArgsError(launch.unset_counts[0])  # the launcher's count names its variable
     args = parse_arguments(launch.arguments, src)
     unknown = unknown_arguments(args)
     refused = [(f, hint) for f, hint in unknown if not allow_unknown or f in REMOVED_ARGUMENTS]
@@ -1269,12 +1207,21 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     mp.set("--micro-batch-size", "plan.micro_batch_size", b)
     world = num_gpus
     nproc = gpus_per_node or launch.nproc_per_node
+    if world is None and nodes is not None:
+        if nproc is None and launch.unset_counts:
+            raise MegatronArgsError(launch.unset_counts[0])
+        if nproc is None:
+            raise MegatronArgsError(f"{src}: --nodes {nodes}: the GPUs per node are unknown (the "
+                                    "launch has no --nproc-per-node); give --gpus-per-node G")
+        world = nodes * nproc
     if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
         world = launch.nnodes * launch.nproc_per_node
+    if world is None and launch.unset_counts:
+        raise MegatronArgsError(launch.unset_counts[0])
     if world is None:
         raise MegatronArgsError(f"{src}: the world size is unknown: the launch has no torchrun "
                                 "--nnodes/--nproc-per-node or srun -N/--ntasks-per-node; give "
-                                "--num-gpus N (and --gpus-per-node G)")
+                                "--nodes N --gpus-per-node G (or --num-gpus N)")
     if world % (t * p * cp):
         raise MegatronArgsError(f"{src}: world size {world} is not divisible by t*p*cp = "
                                 f"{t}*{p}*{cp} (Megatron-LM requires it)")
@@ -1486,6 +1433,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
+    for flag in args:  # the table's other arguments that change the work in an unmodelled way
+        if flag in REFUSED_ARGUMENTS and flag not in _HYBRID_FLAGS:
+            mp.refuse(flag, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     # ---- the rest
@@ -1527,7 +1477,8 @@ _HYBRID_FLAGS = ("--is-hybrid-model", "--hybrid-override-pattern", "--hybrid-att
 
 
 def import_file(path: str | Path, **kw: Any) -> ImportResult:
-    """:func:`read_launch` + :func:`session_from_launch` of a file (keywords go to the latter).
+    """:func:`read_launch` + :func:`session_from_launch` of a file (``variables`` goes to the
+    former, the other keywords to the latter).
 
     Raises MegatronArgsError (also for an unreadable file, one that is not a regular file,
     or one of more than :data:`MAX_LAUNCH_BYTES`).
@@ -1536,7 +1487,8 @@ def import_file(path: str | Path, **kw: Any) -> ImportResult:
 
     path = Path(path)
     text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
-    res = session_from_launch(read_launch(text, str(path)), **kw)
+    variables = kw.pop("variables", None)
+    res = session_from_launch(read_launch(text, str(path), variables), **kw)
     from .megatron_export import with_cluster_comment  # the export's comment (another module)
     return with_cluster_comment(res, text, kw)
 

@@ -332,7 +332,8 @@ def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
      "--vocab-size 9 --tensor-model-parallel-size 4", {"num_gpus": 6},
      "world size 6 is not divisible by t*p*cp = 4*1*1"),
     ("torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
-     "--nnodes $NNODES: the variable is not set in the file"),
+     "--nnodes $NNODES: the variable NNODES is not set in the file (or comes from a command "
+     "vtrain does not run); give --var NNODES=VALUE"),
     ("torchrun --nnodes 1:4 --nproc-per-node 8 pretrain_gpt.py --num-layers 2", {},
      "an elastic range is not a plan"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size x "
@@ -803,7 +804,10 @@ def test_known_argument_lists():
     """The names are Megatron-LM-style flags, each in one list only, none mapped twice."""
     assert not TIMING_ARGUMENTS & NEUTRAL_ARGUMENTS
     assert not (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS) & set(ARGUMENTS)
-    assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS
+    from core.megatron_names import REFUSED_ARGUMENTS
+    assert not set(REFUSED_ARGUMENTS) & (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(ARGUMENTS))
+    assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(
+        REFUSED_ARGUMENTS)
     for flag in KNOWN_ARGUMENTS:
         assert flag.startswith("--") and " " not in flag and flag.strip("-") == flag[2:], flag
     assert len(KNOWN_ARGUMENTS) > 350

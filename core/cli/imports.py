@@ -52,13 +52,22 @@ def add_parser(sub: Any) -> None:
                     "apart. Transformer Engine's fused (cuDNN) attention, the default "
                     "--attention-backend auto, is timed as FlashAttention.")
     m.add_argument("file", metavar="FILE",
-                   help="launch script (torchrun/srun ... pretrain_gpt.py ...) or argument list")
+                   help="launch script (torchrun/srun/deepspeed ... pretrain_gpt.py ..., an sbatch "
+                        "script), argument list, or Megatron-LM's printed argument dump")
     m.add_argument("--out", metavar="SESSION.json", required=True,
                    help="session file to write (atomically; nothing is written on an error)")
     m.add_argument("--num-gpus", type=int, metavar="N",
                    help="world size, when the launch does not give it (or to override it)")
     m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: the "
                    "launcher's processes per node, else 8)")
+    m.add_argument("--nodes", type=int, metavar="N", help="nodes (with the launcher's or "
+                   "--gpus-per-node's GPUs per node: the world size), when the script takes them "
+                   "from its environment")
+    m.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                   help="a value of the script's environment or a positional parameter "
+                        "(--var NNODES=4, --var 1=/data/ckpt); repeatable. The script is read, "
+                        "never run: a variable it sets itself wins, except one it sets from a "
+                        "command's output")
     m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
     m.add_argument("--allow-unknown", action="store_true",
                    help="list arguments that are not Megatron-LM's as ignored (with a close "
@@ -121,7 +130,15 @@ def _megatron(args: argparse.Namespace) -> int:
     from ..megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
     from ..session import save_session
 
-    for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
+    variables = {}
+    for item in args.var:
+        name, eq, value = item.partition("=")
+        if not eq or not (name.isdigit() and name != "0" or name.isidentifier() and name.isascii()):
+            raise MegatronArgsError(f"--var {item!r}: expected NAME=VALUE (a shell variable name "
+                                    "or a positional parameter 1, 2 ...)")
+        variables[name] = value
+    for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node),
+                        ("--nodes", args.nodes)):
         if value is not None and value < 1:
             raise MegatronArgsError(f"{name} {value} must be a positive integer")
     gpu = None
@@ -131,7 +148,7 @@ def _megatron(args: argparse.Namespace) -> int:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
     refuse_output_is_input([("--out", args.out)], [args.file])
     res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu,
-                      allow_unknown=args.allow_unknown)
+                      allow_unknown=args.allow_unknown, nodes=args.nodes, variables=variables)
     try:
         check(res.session)  # the configuration rules, each named (exit 2)
     except ConfigError as exc:  # named with the file and the arguments of the launch that set it
@@ -147,7 +164,7 @@ def _megatron(args: argparse.Namespace) -> int:
                           "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
                           "neutral": res.neutral, "launcher": res.launch.launcher,
                           "notes": [{"about": a, "note": n} for a, n in res.notes],
-                          "unknown": res.unknown}))
+                          "unknown": res.unknown, "reader": res.launch.notes}))
         return 0
     con = Console()
     pl = res.session.plan
@@ -165,6 +182,8 @@ def _megatron(args: argparse.Namespace) -> int:
     for about, note in res.notes:
         con.print(f"{esc(about)}: {esc(res.session.model.attention_kernel)} ({esc(note)})"
                   if about == "attention" else f"{esc(about)}: {esc(note)}", highlight=False)
+    for note in res.launch.notes:
+        con.print(f"[yellow]script:[/] {esc(note)}", highlight=False)
     for arg, why in res.ignored:
         con.print(f"[yellow]ignored:[/] {esc(arg)} ({esc(why)})", highlight=False)
     if res.neutral:

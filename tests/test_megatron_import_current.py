@@ -1,0 +1,414 @@
+"""Megatron import against the current Megatron-LM: the argument table follows the parser's
+arguments.json (../shared/data/megatron-lm), and launch scripts in today's styles (bash arrays
+with +=, sbatch + srun, Megatron-DeepSpeed, printed argument dumps, positional parameters)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.config import CROSS_ENTROPY_FUSION_IMPLS
+from core.megatron_args import (ARGUMENTS, ATTENTION_BACKENDS, KNOWN_ARGUMENTS, MegatronArgsError,
+                                import_file, read_launch, session_from_launch)
+from core.megatron_names import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,
+                                 MODELLED_ARGUMENTS, OLDER_ARGUMENTS, REMOVED_ARGUMENTS)
+from tests.conftest import ROOT
+
+PARSER = ROOT.parent / "shared" / "data" / "megatron-lm" / "arguments.json"
+ACTIONS = {"_StoreAction": "store", "_StoreTrueAction": "store_true",
+           "_StoreFalseAction": "store_false", "BooleanOptionalAction": "boolean_optional",
+           "_HelpAction": "help"}
+
+
+@pytest.fixture(scope="module")
+def parser() -> dict:
+    if not PARSER.is_file():
+        pytest.skip(f"shared data not present: {PARSER}")
+    return json.loads(PARSER.read_text(encoding="utf-8"))
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- the table
+
+def test_every_current_option_is_classified_with_the_parsers_dest_action_and_default(parser):
+    assert MEGATRON_LM_COMMIT == parser["commit"]
+    ours = {e.options: e for e in ENTRIES}
+    assert len(parser["arguments"]) == len(ENTRIES) == 839
+    assert sum(len(a["options"]) for a in parser["arguments"]) == 877
+    for a in parser["arguments"]:
+        e = ours[tuple(a["options"])]
+        assert (e.dest, e.action, e.nargs, e.default) == (
+            a["dest"], ACTIONS[a["action"]], a["nargs"], a["default"]), a["options"]
+        assert e.effect in EFFECTS
+        if e.effect in ("refused", "removed"):
+            assert e.note, a["options"]
+        for option in a["options"]:
+            assert option in KNOWN_ARGUMENTS or option in REMOVED_ARGUMENTS, option
+
+
+def test_the_modelled_arguments_are_the_mapping_table_and_older_names_stay_aliases(parser):
+    current = {o for a in parser["arguments"] for o in a["options"]}
+    assert MODELLED_ARGUMENTS == set(ARGUMENTS)  # the data and the code's mapping agree
+    assert set(REMOVED_ARGUMENTS) <= current and all(
+        BY_OPTION[o].effect == "removed" for o in REMOVED_ARGUMENTS)
+    assert not set(OLDER_ARGUMENTS) & current  # aliases only for names the parser dropped
+    for old in ("--checkpoint-num-layers", "--DDP-impl", "--layernorm-epsilon", "--use-legacy-models"):
+        assert old in OLDER_ARGUMENTS and old in KNOWN_ARGUMENTS
+
+
+def test_choices_vtrain_validates_agree_with_the_parser(parser):
+    by = {o: a for a in parser["arguments"] for o in a["options"]}
+    assert set(by["--cross-entropy-fusion-impl"]["choices"]) == set(CROSS_ENTROPY_FUSION_IMPLS)
+    backends = {c.split(".")[1].split(":")[0] for c in by["--attention-backend"]["choices"]}
+    assert backends == set(ATTENTION_BACKENDS)
+    assert set(by["--recompute-granularity"]["choices"]) == {"full", "selective"}
+    assert set(by["--recompute-method"]["choices"]) == {"block", "uniform"}
+    assert set(by["--fp8-format"]["choices"]) == {"e4m3", "hybrid"}
+    assert set(by["--normalization"]["choices"]) >= {"LayerNorm", "RMSNorm"}
+    for flag in ("--num-layers", "--hidden-size", "--micro-batch-size", "--tensor-model-parallel-size",
+                 "--pipeline-model-parallel-size", "--context-parallel-size", "--num-experts"):
+        assert by[flag]["type"] == "int", flag
+    for flag, arg in ARGUMENTS.items():  # a switch in the table is a switch in the parser
+        if flag in by:
+            assert (by[flag]["nargs"] != 0) == arg.value, flag
+
+
+# --------------------------------------------------------------------------- launch scripts
+
+# Megatron-LM's examples/llama style (Llama 3 8B FP8 on one H100 node): positional parameters
+# with defaults, arrays, += appends inside an if on a known value, DDP arguments given twice
+LLAMA3_8B_FP8 = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+CHECKPOINT_PATH=${1:-"checkpoints/llama3_8b_fp8"}
+TENSORBOARD_LOGS_PATH=${2:-"tensorboard_logs/llama3_8b_fp8"}
+TOKENIZER_ARG=${3:-"MOCK"} # Path to tokenizer model, or "MOCK"
+DATA_ARG=${4:-"MOCK"}     # Data prefix, or "MOCK"
+mkdir -p "$(dirname "$CHECKPOINT_PATH")"
+
+GPUS_PER_NODE=8
+NUM_NODES=1
+MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_PORT=${MASTER_PORT:-6000}
+NODE_RANK=${NODE_RANK:-0}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+PRETRAIN_SCRIPT_PATH="pretrain_gpt.py"
+TP_SIZE=1
+CP_SIZE=1
+MICRO_BATCH_SIZE=1
+GLOBAL_BATCH_SIZE=128
+NUM_LAYERS=32
+DTYPE="fp8"
+SEQ_LENGTH=8192
+DATA_CACHE_PATH="${PWD}/benchmark_cache_llama3_8b_fp8"
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+    --node_rank $NODE_RANK
+    --master_addr $MASTER_ADDR
+    --master_port $MASTER_PORT
+)
+MODEL_ARGS=(
+    --use-mcore-models
+    --num-layers $NUM_LAYERS
+    --hidden-size 4096
+    --ffn-hidden-size 14336
+    --num-attention-heads 32
+    --group-query-attention
+    --num-query-groups 8
+    --kv-channels 128
+    --seq-length $SEQ_LENGTH
+    --max-position-embeddings $SEQ_LENGTH
+    --position-embedding-type rope
+    --rotary-base 1000000
+    --rotary-percent 1.0
+    --attention-dropout 0.0
+    --hidden-dropout 0.0
+    --swiglu
+    --normalization RMSNorm
+    --init-method-std 0.0134
+    --attention-backend fused
+    --apply-layernorm-1p
+    --untie-embeddings-and-output-weights
+    --disable-bias-linear
+)
+TRAINING_ARGS=(
+    --micro-batch-size $MICRO_BATCH_SIZE
+    --global-batch-size $GLOBAL_BATCH_SIZE
+    --train-samples 1953125000
+    --lr 0.00015
+    --min-lr 0.00001
+    --lr-decay-style cosine
+    --clip-grad 1.0
+    --weight-decay 0.1
+    --bf16
+    --grad-reduce-in-bf16
+    --cross-entropy-loss-fusion
+    --calculate-per-token-loss
+    --manual-gc
+    --empty-unused-memory-level 1
+    --exit-duration-in-mins 235
+)
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    DTYPE_ARGS+=(
+        "--fp8-format hybrid"
+        "--fp8-amax-history-len 1024"
+        "--fp8-amax-compute-algo max"
+        "--fp8-param-gather"
+    )
+fi
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size $TP_SIZE
+    --context-parallel-size $CP_SIZE
+)
+DDP_ARGS=(
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+)
+TRAINING_ARGS+=("${DDP_ARGS[@]}")
+DATA_ARGS_LIST=()
+if [[ "$TOKENIZER_ARG" == "MOCK" ]] || [[ "$DATA_ARG" == "MOCK" ]] || [[ -z "$TOKENIZER_ARG" ]]; then
+    DATA_ARGS_LIST+=(
+        "--mock-data"
+        "--tokenizer-type NullTokenizer"
+        "--vocab-size 128256"
+        "--data-cache-path ${DATA_CACHE_PATH}"
+        "--tiktoken-pattern v2"
+        "--split '99,1,0'"
+        "--no-create-attention-mask-in-dataloader"
+        "--num-workers 1"
+    )
+else
+    DATA_ARGS_LIST+=(
+        "--data-path $DATA_ARG"
+        "--tokenizer-type HuggingFaceTokenizer"
+        "--tokenizer-model $TOKENIZER_ARG"
+    )
+fi
+EVAL_AND_LOGGING_ARGS=(
+    --log-interval 1
+    --eval-iters 32
+    --eval-interval 100
+    --save-interval 1000
+    --log-throughput
+    --distributed-timeout-minutes 60
+    --save "$CHECKPOINT_PATH"
+    --load "$CHECKPOINT_PATH"
+    --tensorboard-dir "$TENSORBOARD_LOGS_PATH"
+)
+if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then
+    echo "Error: pretrain_gpt.py not found at $PRETRAIN_SCRIPT_PATH"
+    exit 1
+fi
+torchrun ${DISTRIBUTED_ARGS[@]} \
+    "$PRETRAIN_SCRIPT_PATH" \
+    ${MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    ${DTYPE_ARGS[@]} \
+    ${MODEL_PARALLEL_ARGS[@]} \
+    ${DDP_ARGS[@]} \
+    ${DATA_ARGS_LIST[@]} \
+    ${EVAL_AND_LOGGING_ARGS[@]}
+set +x
+"""
+
+
+def test_llama3_8b_fp8_example_keeps_fp8_and_the_distributed_optimizer(tmp_path):
+    res = import_file(_write(tmp_path, "train_llama3_8b_h100_fp8.sh", LLAMA3_8B_FP8))
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
+            m.num_query_groups, m.kv_channels, m.seq_length) == (32, 4096, 14336, 32, 8, 128, 8192)
+    assert m.vocab_size == 128257  # NullTokenizer: --vocab-size plus the end-of-document token
+    assert (m.activation, m.normalization, m.position_embedding, m.tied_embeddings,
+            m.add_bias_linear, m.attention_kernel) == ("swiglu", "rmsnorm", "rope", False, False,
+                                                       "flash")
+    assert (p.tensor_parallel, p.pipeline_parallel, p.context_parallel, p.data_parallel) == (1, 1, 1, 8)
+    assert (p.micro_batch_size, p.global_batch_size) == (1, 128)
+    assert (p.precision, p.fp8_recipe, p.fp8_param_gather) == ("fp8", "delayed", True)
+    assert p.zero_stage == 1  # --use-distributed-optimizer, appended with TRAINING_ARGS+=(...)
+    assert (p.overlap_grad_reduce, p.overlap_param_gather, p.grad_reduce_dtype) == (True, True, "bf16")
+    assert (p.recompute, p.sequence_parallel, p.schedule) == ("none", False, "1f1b")
+    assert p.cross_entropy_loss_fusion is True
+    assert res.session.cluster.gpus_per_node == 8 and res.launch.launcher == "torchrun"
+    assert res.session.cost.training_tokens == 1953125000 * 8192
+    # the file test needs the machine: said, not guessed
+    assert any("-f" in n and "not evaluated" in n for n in res.launch.notes)
+    ignored = dict(res.ignored)
+    assert {"--manual-gc", "--empty-unused-memory-level"} <= set(ignored)
+    assert {"--fp8-amax-history-len", "--lr", "--mock-data", "--save"} <= set(res.neutral)
+
+
+def test_the_else_branch_is_read_when_the_positional_parameters_choose_it(tmp_path):
+    path = _write(tmp_path, "llama.sh", LLAMA3_8B_FP8)
+    # HuggingFaceTokenizer needs --vocab-size: the else branch was taken, not the mock one
+    with pytest.raises(MegatronArgsError, match="--tokenizer-type HuggingFaceTokenizer"):
+        import_file(path, variables={"3": "meta-llama/Meta-Llama-3-8B", "4": "/d/prefix"})
+    shell = read_launch(LLAMA3_8B_FP8, "llama.sh", {"1": "/ck", "3": "/t", "4": "/d"})
+    assert shell.arguments[shell.arguments.index("--save") + 1] == "/ck"
+    assert "--tokenizer-model" in shell.arguments and "--mock-data" not in shell.arguments
+
+
+def test_llama3_8b_fp8_through_the_cli(tmp_path):
+    from tests.test_hardening import cli
+    path = _write(tmp_path, "llama.sh", LLAMA3_8B_FP8.replace("GPUS_PER_NODE=8\nNUM_NODES=1\n",
+                                                              "GPUS_PER_NODE=8\n"))
+    out = tmp_path / "s.json"
+    h100 = ("--gpu", "H100-SXM5-80GB")
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100)
+    assert proc.returncode == 2
+    assert "the variable NUM_NODES is not set in the file" in proc.stderr
+    assert "give --var NUM_NODES=VALUE" in proc.stderr
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100,
+               "--var", "NUM_NODES=4")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["session"]["plan"]
+    assert (plan["data_parallel"], plan["precision"], plan["zero_stage"]) == (32, "fp8", 1)
+    proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json", *h100,
+               "--nodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["session"]["plan"]["data_parallel"] == 16
+
+
+SBATCH_SRUN = r"""#!/bin/bash
+#SBATCH --job-name=gpt-13b
+#SBATCH --nodes=4
+#SBATCH --gpus-per-node=8
+#SBATCH --ntasks-per-node=1
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+cat <<EOF > run_info.txt
+it's a here-document: "not a statement
+EOF
+OPTIONS="--num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 4096 \
+  --max-position-embeddings 4096 --micro-batch-size 2 --global-batch-size 512 \
+  --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --sequence-parallel \
+  --recompute-activations --bf16 --vocab-size 32000 --micro-batch-size 4"
+srun --container-image nvcr.io/nvidia/pytorch:25.01-py3 bash -c "torchrun --nnodes $SLURM_NNODES \
+  --nproc-per-node 8 pretrain_gpt.py ${OPTIONS} --lr 1e-4"
+"""
+
+
+def test_sbatch_with_srun_wrapping_torchrun_and_a_duplicated_argument(tmp_path):
+    res = import_file(_write(tmp_path, "job.sbatch", SBATCH_SRUN))
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size) == (
+        40, 5120, 40, 4096, 32000)
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel, p.num_gpus) == (4, 2, 4, 32)
+    assert p.micro_batch_size == 4  # given twice: the last one wins, as argparse takes it
+    assert (p.global_batch_size, p.precision, p.zero_stage) == (512, "bf16", 0)
+    assert (p.sequence_parallel, p.recompute) == (True, "selective")
+    assert res.launch.launcher == "torchrun" and res.session.cluster.gpus_per_node == 8
+
+
+DEEPSPEED = r"""#!/bin/bash
+python tools/preprocess_data.py --input oscar.jsonl --output-prefix my-gpt2 \
+    --vocab-file gpt2-vocab.json --tokenizer-type GPT2BPETokenizer --merge-file gpt2-merges.txt \
+    --append-eod --workers 8
+NNODES=2
+GPUS=8
+ZERO_STAGE=1
+config_json="./ds_config.json"
+options=" \
+  --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 \
+  --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \
+  --seq-length 2048 --max-position-embeddings 2048 \
+  --micro-batch-size 4 --global-batch-size 256 \
+  --train-iters 1000 --lr 2e-4 --fp16 --checkpoint-activations \
+  --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt --data-path my-gpt2_text_document"
+ds_args=" --deepspeed --deepspeed_config=${config_json} --zero-stage=${ZERO_STAGE}"
+run_cmd="deepspeed --num_nodes ${NNODES} --num_gpus ${GPUS} pretrain_gpt.py $@ ${options} ${ds_args}"
+echo ${run_cmd}
+eval ${run_cmd}
+set +x
+"""
+
+
+def test_megatron_deepspeed_reads_the_training_line_not_the_data_preparation(tmp_path):
+    path = _write(tmp_path, "ds_pretrain_gpt.sh", DEEPSPEED)
+    with pytest.raises(MegatronArgsError, match="--deepspeed is not a Megatron-LM argument"):
+        import_file(path)
+    res = import_file(path, allow_unknown=True)
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size) == (
+        24, 2048, 16, 2048, 50257)
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel) == (2, 2, 4)
+    assert (p.micro_batch_size, p.global_batch_size, p.precision) == (4, 256, "fp16")
+    assert (p.recompute, p.zero_stage) == ("full", 0)
+    assert res.launch.launcher == "deepspeed"
+    assert {"--deepspeed", "--deepspeed_config", "--zero-stage"} <= set(res.unknown)
+    only_data = _write(tmp_path, "prep.sh", DEEPSPEED.split("NNODES=2")[0])
+    with pytest.raises(MegatronArgsError, match="no training command: preprocess_data.py"):
+        import_file(only_data)
+
+
+# Megatron-LM's printed arguments (_print_args), as pasted from a log into an issue
+DUMP = """\
+[rank0]: using world size: 64, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 8, pipeline-model-parallel size: 2
+[rank0]: ------------------------ arguments ------------------------
+[rank0]:   accumulate_allreduce_grads_in_fp32 .............. False
+[rank0]:   add_bias_linear ................................. False
+[rank0]:   attention_backend ............................... AttnBackend.auto
+[rank0]:   bf16 ............................................ True
+[rank0]:   cp_comm_type .................................... ['p2p']
+[rank0]:   data_parallel_size .............................. 4
+[rank0]:   data_path ....................................... ['/data/llama_text_document']
+[rank0]:   ffn_hidden_size ................................. 28672
+[rank0]:   fp16 ............................................ False
+[rank0]:   fp8 ............................................. hybrid
+[rank0]:   global_batch_size ............................... 512
+[rank0]:   group_query_attention ........................... True
+[rank0]:   hidden_dropout .................................. 0.0
+[rank0]:   hidden_size ..................................... 8192
+[rank0]:   kv_channels ..................................... 128
+[rank0]:   lr .............................................. 0.00015
+[rank0]:   micro_batch_size ................................ 1
+[rank0]:   normalization ................................... RMSNorm
+[rank0]:   num_attention_heads ............................. 64
+[rank0]:   num_layers ...................................... 80
+[rank0]:   num_layers_per_virtual_pipeline_stage ........... None
+[rank0]:   num_query_groups ................................ 8
+[rank0]:   overlap_grad_reduce ............................. True
+[rank0]:   padded_vocab_size ............................... 128256
+[rank0]:   params_dtype .................................... torch.bfloat16
+[rank0]:   pipeline_model_parallel_size .................... 2
+[rank0]:   position_embedding_type ......................... rope
+[rank0]:   rank ............................................ 0
+[rank0]:   recompute_granularity ........................... full
+[rank0]:   recompute_method ................................ uniform
+[rank0]:   recompute_num_layers ............................ 1
+[rank0]:   seq_length ...................................... 8192
+[rank0]:   sequence_parallel ............................... True
+[rank0]:   swiglu .......................................... True
+[rank0]:   tensor_model_parallel_size ...................... 8
+[rank0]:   tokenizer_type .................................. HuggingFaceTokenizer
+[rank0]:   transformer_impl ................................ transformer_engine
+[rank0]:   untie_embeddings_and_output_weights ............. True
+[rank0]:   use_distributed_optimizer ....................... True
+[rank0]:   vocab_size ...................................... None
+[rank0]:   world_size ...................................... 64
+[rank0]: -------------------- end of arguments ---------------------
+"""
+
+
+def test_a_printed_argument_dump_is_read_through_the_dests(tmp_path):
+    res = import_file(_write(tmp_path, "issue.log", DUMP), gpu="H100-SXM5-80GB")
+    m, p = res.session.model, res.session.plan
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
+            m.num_query_groups, m.seq_length, m.vocab_size) == (80, 8192, 28672, 64, 8, 8192, 128256)
+    assert (m.activation, m.normalization, m.position_embedding, m.tied_embeddings,
+            m.add_bias_linear, m.attention_kernel) == ("swiglu", "rmsnorm", "rope", False, False,
+                                                       "flash")
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel) == (8, 2, 4)
+    assert (p.micro_batch_size, p.global_batch_size) == (1, 512)
+    assert (p.precision, p.zero_stage, p.sequence_parallel, p.recompute) == ("fp8", 1, True, "full")
+    assert p.overlap_grad_reduce is True
+    assert res.launch.launcher == "argument dump"
+    assert {"--lr", "--data-path", "--hidden-dropout"} <= set(res.neutral)
