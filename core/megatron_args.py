@@ -49,7 +49,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import operator
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from typing import Any
 from .config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
                      ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
                      capped_recompute_layers, model_from_fields)
-from .megatron_names import (BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
+from .megatron_names import (BY_DEST, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
                               REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from .cluster_comment import cluster_comment
 from .text import shell_comment, shell_word

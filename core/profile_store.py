@@ -25,11 +25,14 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .atomic import atomic_target
+
+if TYPE_CHECKING:  # annotations only: h5py is loaded through _h5py(), plugins switched off
+    import h5py
 
 __all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
            "Lookup", "PeakFlops", "ProfileStore", "ALLOWED_FILTERS", "CURVE_DIP_TOLERANCE",
@@ -924,7 +927,7 @@ class ProfileStore:
 
     @classmethod
     def _read(cls, f: h5py.File) -> "ProfileStore":
-        h5py = _h5py()
+        _h5py()  # the plugin search list emptied again before any chunk is read
         _check(f, _ROOT_TYPE)
         a = f.attrs
         for name in ("device_name", "memory_bytes", "memory_bandwidth_bytes_per_s"):

@@ -1260,7 +1260,7 @@ def _notes_shared_width(notes: str, moe_ffn: int) -> int:
     widths: set[int] = set()
     for m in re.finditer(rf"{_N} shared experts?\s*\(\s*(\d+)(?:\s*each)?\s*\)", notes, re.I):
         widths.add(_count(m.group(1)) * int(m.group(2)))
-    for m in re.finditer(rf"shared experts?\s*[:=]?\s*(\d+)\s*[x\u00d7*]\s*(\d+)", notes, re.I):
+    for m in re.finditer(r"shared experts?\s*[:=]?\s*(\d+)\s*[x\u00d7*]\s*(\d+)", notes, re.I):
         widths.add(int(m.group(1)) * int(m.group(2)))
     for m in re.finditer(rf"{_N} shared experts? (?:of|with) (?:width|size|ffn|hidden size)?\s*(\d+)",
                          notes, re.I):

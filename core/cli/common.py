@@ -11,7 +11,6 @@ import dataclasses
 import math
 import os
 from contextlib import contextmanager
-from pathlib import Path
 
 from ..config import ConfigError, CostConfig, FieldError, check_value
 from ..session import load_any
