@@ -51,7 +51,7 @@ import numpy as np
 
 __all__ = ["CheckpointSize", "checkpoint_size", "checkpoint_bytes_per_parameter",
            "young_interval_s", "daly_interval_s", "segment_expected_s", "Goodput", "goodput",
-           "sample_run_times", "run_goodput", "EXACT_DRAWS", "SPREAD_SAMPLES", "SPREAD_SEED"]
+           "sample_run_times", "run_goodput", "EXACT_DRAWS", "MAX_FAILURES_EXPONENT", "SPREAD_SAMPLES", "SPREAD_SEED"]
 
 #: Monte Carlo samples of the run's time for its 10th-90th percentile spread, and their seed
 #: (fixed: the same session always reports the same spread).
@@ -60,6 +60,10 @@ SPREAD_SEED = 20240731
 #: Most truncated-exponential draws the spread's Monte Carlo makes exactly; beyond, each
 #: sample's sum of wasted times is drawn from its normal limit (see the module doc).
 EXACT_DRAWS = 4_000_000
+#: Largest ``(R + x) / M`` (restart and segment over the mean time between interruptions) a run
+#: may have: a segment then takes about e^30 = 1e13 attempts, a run that never finishes (and
+#: beyond it the counts of failures leave int64). Such a session is refused naming the rate.
+MAX_FAILURES_EXPONENT = 30.0
 
 
 # ----------------------------------------------------------------------------- checkpoint size
@@ -307,6 +311,14 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
         k = max(k, math.ceil(write_s / T))
     k = min(k, n)
     segs = _segments(n, k, T, C)
+    longest = max(x for x, _ in segs) + R
+    if longest / M > MAX_FAILURES_EXPONENT:
+        from .config import ConfigError, FieldError
+        raise ConfigError([FieldError("reliability.failure_rate_per_gpu_hour", (
+            f"failure_rate_per_gpu_hour={rel.failure_rate_per_gpu_hour:g} on {num_gpus:,} GPUs "
+            f"interrupts the job every {M:,.3g} s, against {longest:,.3g} s of restart, work and "
+            f"save between checkpoints: the run would never finish (e^{longest / M:,.0f} "
+            "attempts per segment)"))])
     num_ckpt = sum(c for _, c in segs)
     expected = float(sum(c * segment_expected_s(x, M, R) for x, c in segs))
     if math.isfinite(M):

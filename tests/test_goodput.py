@@ -234,3 +234,14 @@ def test_set_reaches_reliability(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["run"]["mtbi_s"] is None and doc["run"]["goodput"] < 1
     assert doc["energy"]["energy_kwh"] > 0
+
+
+def test_a_job_that_never_finishes_is_refused(tmp_path, capsys):
+    from core.cli import main
+    from core.session import session_to_json
+    doc = json.loads(session_to_json(llama3_405b_session(failure_rate_per_gpu_hour=0.5)))
+    path = tmp_path / "doomed.json"
+    path.write_text(json.dumps(doc))
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "reliability.failure_rate_per_gpu_hour" in err and len(err.strip().splitlines()) == 1
