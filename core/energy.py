@@ -27,8 +27,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GPU_BOARD_POWER_W", "NODE_OVERHEAD_W_PER_GPU", "IDLE_POWER_FRACTION",
-           "POWER_SOURCES", "gpu_power_w", "Energy", "energy", "run_energy"]
+__all__ = [
+    "GPU_BOARD_POWER_W",
+    "IDLE_POWER_FRACTION",
+    "NODE_OVERHEAD_W_PER_GPU",
+    "POWER_SOURCES",
+    "Energy",
+    "energy",
+    "gpu_power_w",
+    "run_energy",
+]
 
 #: Board power (TDP) per GPU kind, watts; sources in :data:`POWER_SOURCES`.
 GPU_BOARD_POWER_W = {"A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,

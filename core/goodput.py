@@ -49,9 +49,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CheckpointSize", "checkpoint_size", "checkpoint_bytes_per_parameter",
-           "young_interval_s", "daly_interval_s", "segment_expected_s", "Goodput", "goodput",
-           "sample_run_times", "run_goodput", "EXACT_DRAWS", "MAX_FAILURES_EXPONENT", "SPREAD_SAMPLES", "SPREAD_SEED"]
+__all__ = [
+    "EXACT_DRAWS",
+    "MAX_FAILURES_EXPONENT",
+    "SPREAD_SAMPLES",
+    "SPREAD_SEED",
+    "CheckpointSize",
+    "Goodput",
+    "checkpoint_bytes_per_parameter",
+    "checkpoint_size",
+    "daly_interval_s",
+    "goodput",
+    "run_goodput",
+    "sample_run_times",
+    "segment_expected_s",
+    "young_interval_s",
+]
 
 #: Monte Carlo samples of the run's time for its 10th-90th percentile spread, and their seed
 #: (fixed: the same session always reports the same spread).
@@ -108,7 +121,11 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     one stage when ``t * cp * d`` is a multiple of its GPUs, as Megatron places ranks).
     A tied embedding's copy on the last stage counts, as the memory model holds it.
     """
-    from .model_math import expert_params_per_gpu, expert_tensor_parallel, params_per_gpu
+    from .model_math import (
+        expert_params_per_gpu,
+        expert_tensor_parallel,
+        params_per_gpu,
+    )
     per_param = checkpoint_bytes_per_parameter(plan.precision)
     experts = expert_params_per_gpu(model, plan)
     dense = params_per_gpu(model, plan) - experts

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from core.config import GPU_KINDS
-from core.energy import (GPU_BOARD_POWER_W, IDLE_POWER_FRACTION, NODE_OVERHEAD_W_PER_GPU,
-                         POWER_SOURCES, energy, gpu_power_w)
+from core.energy import (
+    GPU_BOARD_POWER_W,
+    IDLE_POWER_FRACTION,
+    NODE_OVERHEAD_W_PER_GPU,
+    POWER_SOURCES,
+    energy,
+    gpu_power_w,
+)
 
 
 def test_every_gpu_kind_has_power_figures_and_a_source():

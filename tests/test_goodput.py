@@ -6,7 +6,6 @@ against the memory model, and the Llama 3 405B interruption interval (Dubey et a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -14,11 +13,26 @@ import numpy as np
 import pytest
 
 from core import model_math
-from core.config import (LLAMA3_FAILURES_PER_GPU_HOUR, MODEL_PRESETS, ClusterConfig, ConfigError,
-                         CostConfig, ParallelPlan, ReliabilityConfig, Session)
-from core.goodput import (CheckpointSize, checkpoint_bytes_per_parameter, checkpoint_size,
-                          daly_interval_s, goodput, sample_run_times, segment_expected_s,
-                          young_interval_s)
+from core.config import (
+    LLAMA3_FAILURES_PER_GPU_HOUR,
+    MODEL_PRESETS,
+    ClusterConfig,
+    ConfigError,
+    CostConfig,
+    ParallelPlan,
+    ReliabilityConfig,
+    Session,
+)
+from core.goodput import (
+    CheckpointSize,
+    checkpoint_bytes_per_parameter,
+    checkpoint_size,
+    daly_interval_s,
+    goodput,
+    sample_run_times,
+    segment_expected_s,
+    young_interval_s,
+)
 
 
 def _event_simulation(segments, M, R, runs, seed):
@@ -127,8 +141,9 @@ def test_terms_sum_and_goodput():
 # ----------------------------------------------------------------------------- checkpoint size
 
 def _plan(**kw):
-    base = dict(tensor_parallel=8, pipeline_parallel=4, data_parallel=4, micro_batch_size=1,
-                global_batch_size=64, recompute="full", precision="bf16")
+    base = {"tensor_parallel": 8, "pipeline_parallel": 4, "data_parallel": 4,
+            "micro_batch_size": 1, "global_batch_size": 64, "recompute": "full",
+            "precision": "bf16"}
     return ParallelPlan(**{**base, **kw})
 
 
