@@ -29,6 +29,7 @@ __all__ = [
     "ParallelPlan",
     "ClusterConfig",
     "CostConfig",
+    "ReliabilityConfig", "LLAMA3_FAILURES_PER_GPU_HOUR",
     "Session",
     "FieldError",
     "ConfigError",
@@ -1198,6 +1199,63 @@ class CostConfig:
                                        bounds=BOUNDS["price"])
     training_tokens: float = _f(300e9, "tokens", "Tokens to train on (token budget)",
                                 bounds=BOUNDS["tokens"])
+    price_per_kwh_usd: float = _f(
+        0.08, "USD/kWh", "Price of electricity (the energy of the run, core.energy); default the "
+        "US average industrial price of 2023, about 8 cents (EIA, Electric Power Monthly, "
+        "Table 5.3)", min=0.0, max=100.0)
+    power_usage_effectiveness: float = _f(
+        1.1, "", "Facility energy over IT energy (PUE: cooling, power conversion); default 1.10, "
+        "the fleet-wide figure hyperscale operators report (Google 2024 Environmental Report, "
+        "2023 fleet PUE 1.10); 1 counts the machines only", min=1.0, max=5.0)
+
+
+#: Unexpected interruptions of the Llama 3 405B pre-training run per GPU-hour: 419 in 54 days
+#: on 16,384 H100 GPUs (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.4 and
+#: Table 5): 419 / (54 * 24 * 16,384) = 1.97e-5 per GPU-hour, 3.79e-3 per 8-GPU node-day;
+#: at 16,384 GPUs one interruption every 3.1 hours. The 47 planned interruptions (maintenance,
+#: firmware) are left out: a job schedules them.
+LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16_384)
+
+
+@dataclass
+class ReliabilityConfig:
+    """Failures, restarts and checkpoints of a long run (:mod:`core.goodput`, docs/goodput.md).
+
+    Optional in a session file: a file without it takes these defaults, each with its source.
+    Failures form a Poisson process whose rate grows with the GPUs of the job (the per-GPU rate
+    times the world size): Kokolis et al. 2024 ("Revisiting Reliability in Large-Scale Machine
+    Learning Research Clusters", arXiv 2410.21680) measure the effective training time ratio
+    falling with job size on Meta's clusters in this way.
+    """
+
+    failure_rate_per_gpu_hour: float = _f(
+        LLAMA3_FAILURES_PER_GPU_HOUR, "per GPU-hour",
+        "Job interruptions per GPU-hour (a job of N GPUs fails N times as often); per node-day "
+        "it is this times 24 times the GPUs per node. Default: Llama 3 405B's 419 unexpected "
+        "interruptions in 54 days on 16,384 H100s (Dubey et al. 2024, Sec. 3.3.4), 1.97e-5, "
+        "one interruption every 3.1 hours at that size; 0 means no failures", min=0.0, max=1.0)
+    restart_time_s: float = _f(
+        600.0, "s", "Time from an interruption to training again: rescheduling and replacing the "
+        "node, starting the processes, NCCL initialisation, loading the last checkpoint and "
+        "warming up. Default 10 minutes, an assumption of this order for jobs of thousands of "
+        "GPUs (no published figure for Llama 3's); failures may strike during it too",
+        min=0.0, max=7 * 86400.0)
+    checkpoint_write_gbytes_per_s_per_node: float = _f(
+        1.0, "GB/s", "Sustained checkpoint write bandwidth of one node to the storage system. "
+        "Default 1 GB/s: Llama 3's Tectonic storage sustains 2 TB/s for 16,384 GPUs, 2,048 "
+        "nodes (Dubey et al. 2024, Sec. 3.1.1)", min=1e-3, max=1e4)
+    async_save: bool = _f(
+        False, "", "Asynchronous checkpointing (Megatron-LM --async-save, PyTorch DCP async_save): "
+        "training stalls only while the state is copied to host memory and the write goes on "
+        "in the background. Default false, Megatron-LM's default")
+    host_copy_gbytes_per_s_per_gpu: float = _f(
+        25.0, "GB/s", "Device-to-host copy bandwidth of one GPU, the stall of an asynchronous "
+        "save. Default 25 GB/s: what a PCIe Gen4 x16 link moves in practice (32 GB/s nominal; "
+        "Gen5 on H100 doubles it)", min=0.1, max=1e4)
+    checkpoint_interval_iterations: int | None = _f(
+        None, "iterations", "Iterations between checkpoints (Megatron-LM --save-interval); empty "
+        "means the optimum of Young (1974) and Daly (2006) from the failure rate and the "
+        "checkpoint's cost", min=1, max=2**40)
 
 
 @dataclass
@@ -1226,6 +1284,9 @@ class Session:
     plan: ParallelPlan = field(default_factory=ParallelPlan)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    #: Failures, restarts and checkpoints (:mod:`core.goodput`); optional in a session file
+    #: (a file without it takes the defaults), always written
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     notes: str = ""
     #: Settings of the design-space sweep (the GUI's Explore tab), plain JSON:
     #: ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``. Optional:
@@ -1291,7 +1352,8 @@ class Session:
                     _pinned_from_dict(kwargs[name])  # raises naming compare.pinned.<field>
                 continue
             section_cls = {"model": ModelConfig, "plan": ParallelPlan,
-                           "cluster": ClusterConfig, "cost": CostConfig}[name]
+                           "cluster": ClusterConfig, "cost": CostConfig,
+                           "reliability": ReliabilityConfig}[name]
             try:
                 kwargs[name] = _section_from_dict(section_cls, name, data[name], require)
             except ConfigError as exc:  # every section's errors in one message
@@ -1607,7 +1669,8 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
     return -(-vocab_size // multiple) * multiple
 
 
-def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost"),
+def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost",
+                                                               "reliability"),
              model_checked: bool = False) -> list[FieldError]:
     """Return every rule the session breaks (empty list when valid).
 
@@ -1632,7 +1695,8 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
     errs: list[FieldError] = []
 
-    for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost)):
+    for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost),
+                         ("reliability", session.reliability)):
         if section in sections:
             errs += section_errors(section, obj)
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error

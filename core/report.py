@@ -180,6 +180,13 @@ class Report:
     #: :func:`core.model_math.num_active_parameters_with_embedding`; 0 in reports written before
     #: it existed
     num_active_parameters_with_embedding: int = 0
+    #: the whole run with failures, restarts and checkpoints (:class:`core.goodput.Goodput`:
+    #: expected time, its 10th-90th percentile spread, goodput, GPU-hours and dollars lost by
+    #: cause, checkpoint size and interval, mean time between interruptions); None in reports
+    #: written before it existed
+    run: Any = None
+    #: energy of that run (:class:`core.energy.Energy`: kWh and USD); None likewise
+    energy: Any = None
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -208,6 +215,7 @@ class Report:
         d["interval"] = iv.to_dict() if iv is not None else None
         d["iteration_time_interval_s"] = ([iv.low_s, iv.high_s] if iv is not None and iv.available
                                           else None)
+        d["run"] = self.run.to_dict() if self.run is not None else None
         for name in ("training_days", "gpu_hours", "cost_usd"):
             b = self.band(getattr(self, name))
             d[f"{name}_interval"] = list(b) if b else None

@@ -3,11 +3,14 @@
 A session file is one JSON object::
 
     {"format": "vtrain-session", "version": 1,
-     "model": {...}, "plan": {...}, "cluster": {...}, "cost": {...}, "notes": "",
+     "model": {...}, "plan": {...}, "cluster": {...}, "cost": {...}, "reliability": {...},
+     "notes": "",
      "sweep": {"space": {...}, "deadline_days": ...},
      "studies": {"optimal": {...}, "schedule": {...}}}
 
-``sweep`` (the Explore tab's sweep settings) and ``studies`` (the Studies
+``reliability`` (failures, restarts and checkpoints, :class:`core.config.ReliabilityConfig`)
+is optional: a file without it takes the documented defaults (docs/goodput.md); the writer
+always writes it. ``sweep`` (the Explore tab's sweep settings) and ``studies`` (the Studies
 tab's settings) are optional in version 1 and written only when set, so files
 without them load and save unchanged. The writer writes every model field; a
 reader requires them all, except in the first release's version-1 files, whose

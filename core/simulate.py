@@ -6,6 +6,7 @@ GPU kind, builds the execution graph, solves it and computes the report.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -18,8 +19,10 @@ from . import model_math
 from .config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
                      path_problem, recompute_modules, tensor_dtype)
 from .costing import costing, mfu_peak_flops
+from .energy import run_energy
 from .fastpath import pipeline_iteration_times
 from .gpu_spec import fits_peak_fraction
+from .goodput import run_goodput
 from .graph import StageTimes, build_graph, build_pipeline_graph, stage_times
 from .graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from .interval import DEFAULT_COVERAGE, check_coverage, session_interval
@@ -453,6 +456,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
         warnings=warnings,
         interval=session_interval(session, T, store, coverage),
     )
+    report.run = run_goodput(session, report)  # the whole run: failures, checkpoints, energy
+    report.energy = run_energy(session, report, report.run)
     check_finite(report)
     timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
     return SimulationResult(session, graph, schedule, report, timings)
@@ -523,6 +528,8 @@ def _all_finite(report: Report) -> bool:
             return all(ok(v) for v in value)
         if isinstance(value, StageMemory):
             return ok(list(vars(value).values())) and ok(value.total_bytes)
+        if dataclasses.is_dataclass(value):  # the run's and the energy's figures
+            return ok(list(vars(value).values()))
         return True
 
     iv = report.interval

@@ -32,7 +32,7 @@ _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP com
               ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
-                "cost_usd")
+                "cost_usd", "run_days")
 _NO_FIT_COLOR = "#C62828"
 _CAPACITY_COLOR = "#D62728"
 
@@ -93,7 +93,7 @@ class CostPanel(QtWidgets.QWidget):
         grid = QtWidgets.QGridLayout(figures)
         grid.setContentsMargins(6, 6, 6, 6)
         grid.setHorizontalSpacing(14)
-        grid.setVerticalSpacing(3)
+        grid.setVerticalSpacing(2)  # 2, not 3: the run with failures fits at 1,600 x 1,000
         rows = [
             ("Iteration", None),
             ("iteration_time", "Iteration time"),
@@ -122,6 +122,7 @@ class CostPanel(QtWidgets.QWidget):
             ("gpu_hours", "GPU-hours"),
             ("cost_usd", "Cost"),
             ("run_band", "    band"),
+            ("run_days", "With failures"),
             ("Profile", None),
             ("profile", ""),
         ]
@@ -353,7 +354,48 @@ class CostPanel(QtWidgets.QWidget):
             self._warnings.setText("")
         self._set_memory(report)
         self._flag_no_fit(not report.fits_in_memory, report)
+        self._set_run(report)  # after the flag: its tooltips add to the flag's
         self._fit_figures_width()
+
+    def _set_run(self, report: Report) -> None:
+        """The run with failures and checkpoints (:mod:`core.goodput`) and, beside the GPU-hours,
+        the energy of the run without them (:mod:`core.energy`); the terms in the tooltips.
+        Nothing for a report without them (written before they existed)."""
+        v, g, e = self._values, getattr(report, "run", None), getattr(report, "energy", None)
+        if g is None or e is None:
+            v["run_days"].setText("–")
+            return
+        d = 86400.0
+        v["run_days"].setText(f"{format_count(g.expected_time_s / d, 1)} days "
+                              f"({format_count(g.p10_time_s / d, 1)}–"
+                              f"{format_count(g.p90_time_s / d, 1)}), "
+                              f"goodput {format_fraction(g.goodput)}")
+        mtbi = (f"one interruption every {g.mtbi_s / 3600:,.1f} h, "
+                f"{g.expected_interruptions:,.0f} expected" if g.mtbi_s is not None
+                else "no failures")
+        self._add_tip(v["run_days"], (
+            f"Expected time with failures (10th–90th percentile): {mtbi}; work "
+            f"{g.work_s / d:,.1f} d + checkpoints {g.checkpoint_s / d:,.1f} d (every "
+            f"{g.checkpoint_interval_iterations:,} iterations, {format_bytes(g.checkpoint_bytes)}) "
+            f"+ restarts {g.restart_s / d:,.1f} d + lost work {g.lost_work_s / d:,.1f} d; lost "
+            f"{format_count(g.gpu_hours_checkpoints + g.gpu_hours_failures)} GPU-hours, "
+            f"{format_usd(g.cost_usd_checkpoints + g.cost_usd_failures)}. With failures the run "
+            f"takes {e.energy_kwh / 1e3:,.0f} MWh, {format_usd(e.energy_cost_usd)} "
+            "(docs/goodput.md)"))
+        price = e.energy_cost_usd / e.energy_kwh if e.energy_kwh > 0 else 0.0
+        kwh = e.energy_kwh_without_failures
+        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_count(kwh / 1e3)} MWh, "
+                               f"{format_usd(kwh * price)}")
+        self._add_tip(v["gpu_hours"], (
+            f"Energy without failures; with them: GPUs {e.gpu_kwh / 1e3:,.0f} MWh "
+            f"({e.gpu_power_w:,.0f} W at {e.busy_fraction:.0%} busy) + node overhead "
+            f"{e.node_kwh / 1e3:,.0f} MWh + facility {e.facility_kwh / 1e3:,.0f} MWh (PUE "
+            f"{e.power_usage_effectiveness:g}); {e.source}"))
+
+    @staticmethod
+    def _add_tip(label: QtWidgets.QLabel, tip: str) -> None:
+        """Add ``tip`` under the tooltip ``label`` has (the no-fit flag's)."""
+        label.setToolTip(f"{label.toolTip()}\n{tip}" if label.toolTip() else tip)
 
     def _set_band(self, report: Report) -> None:
         """The error band of the iteration time, days and dollars, and where it comes from."""

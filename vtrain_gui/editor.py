@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
-                         ParallelPlan, Session, inactive_fields, validate)
+                         ParallelPlan, ReliabilityConfig, Session, inactive_fields, validate)
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -34,6 +34,7 @@ _SECTIONS = (
     ("plan", ParallelPlan, "Parallel plan"),
     ("cluster", ClusterConfig, "Cluster"),
     ("cost", CostConfig, "Cost"),
+    ("reliability", ReliabilityConfig, "Reliability (failures and checkpoints)"),
 )
 
 #: Short labels; the long explanation is the field's ``help`` (tooltip).
@@ -110,10 +111,19 @@ _LABELS = {
     "cluster.profile_path": "Profile store",
     "cost.price_per_gpu_hour_usd": "Price",
     "cost.training_tokens": "Training tokens",
+    "cost.price_per_kwh_usd": "Electricity price",
+    "cost.power_usage_effectiveness": "PUE",
+    "reliability.failure_rate_per_gpu_hour": "Failure rate",
+    "reliability.restart_time_s": "Restart time",
+    "reliability.checkpoint_write_gbytes_per_s_per_node": "Checkpoint write per node",
+    "reliability.async_save": "Asynchronous save",
+    "reliability.host_copy_gbytes_per_s_per_gpu": "Copy to host per GPU",
+    "reliability.checkpoint_interval_iterations": "Checkpoint interval",
 }
 
 #: Fields shown in another unit: path -> (factor the stored value is divided by, unit shown).
-_DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens")}
+_DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens"),
+                  "reliability.failure_rate_per_gpu_hour": (1e-6, "per million GPU-hours")}
 #: Tooltips of a choice field's items where the values alone do not tell them apart
 #: (PyTorch's allgather and Transformer Engine's all_gather are different exchanges).
 _CHOICE_TIPS = {"plan.cp_comm_type": {
@@ -148,9 +158,11 @@ _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "plan.last_stage_layers": "even split",
               "plan.grad_reduce_dtype": "default (Megatron)",
               "plan.fp8_recipe": "default (tensorwise)",
-              "plan.data_parallel_shard_size": "all d (no HSDP)"}
+              "plan.data_parallel_shard_size": "all d (no HSDP)",
+              "reliability.checkpoint_interval_iterations": "Young/Daly optimum"}
 #: Decimals of floating-point spin boxes.
-_DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3}
+_DECIMALS = {"cost.price_per_gpu_hour_usd": 3, "cost.training_tokens": 3,
+             "cost.price_per_kwh_usd": 3, "reliability.failure_rate_per_gpu_hour": 3}
 #: Singular of the plural units integer fields carry, for a value of 1 ("1 stage").
 _SINGULAR = {"sequences": "sequence", "stages": "stage", "replicas": "replica", "GPUs": "GPU",
              "tokens": "token", "layers": "layer"}

@@ -107,6 +107,9 @@ def fmt_bytes(n: float) -> str:
 
 
 #: Help of the ``--set`` option of the commands that read a session.
+#: The sections ``--set`` may change (the session's dataclass sections).
+_SET_SECTIONS = ("model", "plan", "cluster", "cost", "reliability")
+
 SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g. "
             "--set plan.tensor_parallel=4 --set cluster.gpu=H100-SXM5-80GB; the value is read "
             "as JSON (4, true, null, \"x\") or else as text; the file is not changed")
@@ -136,9 +139,9 @@ def apply_sets(session, sets: list[str] | None):
     for item in sets:
         path, eq, text = item.partition("=")
         section, dot, name = path.strip().partition(".")
-        if not eq or not dot or not name or section not in ("model", "plan", "cluster", "cost"):
+        if not eq or not dot or not name or section not in _SET_SECTIONS:
             raise ConfigError([FieldError(f"--set {item}", "give SECTION.FIELD=VALUE with "
-                                          "SECTION one of model, plan, cluster, cost")])
+                                          "SECTION one of " + ", ".join(_SET_SECTIONS))])
         try:
             value = json.loads(text)
         except ValueError:

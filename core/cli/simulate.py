@@ -116,6 +116,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                                 f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
                                 f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")
     console.print(t)
+    if r.run is not None:
+        console.print(_run_table(r, s))
     mem = Table(title="Memory per GPU by pipeline stage", title_justify="left")
     for col in ("stage", "weights", "gradients", "optimizer", "activations", "total"):
         mem.add_column(col, justify="right")
@@ -132,6 +134,66 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
         console.print(f"[yellow]warning:[/] {esc(w)}")
     console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
                   + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:,.1f} days"
+
+
+def _run_table(r, s):
+    """The "Run" table: the whole run with failures, checkpoints and energy, term by term
+    (:mod:`core.goodput`, :mod:`core.energy`)."""
+    from rich.table import Table
+    g, e, rel = r.run, r.energy, s.reliability
+    t = Table(title="Run with failures and checkpoints (docs/goodput.md)", title_justify="left",
+              show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    gpus = r.num_gpus
+    if g.mtbi_s is None:
+        t.add_row("Interruptions", "none (reliability.failure_rate_per_gpu_hour is 0)")
+    else:
+        t.add_row("Interruptions", f"one every {g.mtbi_s / 3600:,.2f} h ({gpus:,} GPUs x "
+                                   f"{rel.failure_rate_per_gpu_hour:.3g} per GPU-hour); "
+                                   f"{g.expected_interruptions:,.0f} expected in the run")
+    mode = ("async: stall to copy to host memory, "
+            f"{g.checkpoint_write_s:,.1f} s write in the background" if g.async_save
+            else "sync: the node's share over its write bandwidth")
+    t.add_row("Checkpoint", f"{fmt_bytes(g.checkpoint_bytes)} (weights and optimizer state), "
+                            f"{fmt_bytes(g.checkpoint_bytes_per_node)} per node; "
+                            f"{g.checkpoint_save_s:,.1f} s per save ({mode})")
+    rule = {"given": "given", "no failures": "once, at the end (no failures)"}.get(
+        g.checkpoint_interval_rule,
+        f"Daly 2006 optimum {g.daly_interval_s:,.0f} s, Young 1974 {g.young_interval_s:,.0f} s, "
+        "rounded to whole iterations")
+    t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "
+                                     f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "
+                                     f"{g.num_checkpoints:,} saves")
+    t.add_row("Expected time", f"{_days(g.expected_time_s)} (10th-90th percentile "
+                               f"{g.p10_time_s / 86400:,.1f} - {g.p90_time_s / 86400:,.1f}) = "
+                               f"work {_days(g.work_s)} + checkpoints {_days(g.checkpoint_s)} + "
+                               f"restarts {_days(g.restart_s)} + lost work "
+                               f"{_days(g.lost_work_s)}")
+    t.add_row("Goodput", f"{g.goodput:.1%} of the time trains (work / expected time): "
+                         f"checkpoints cost {g.checkpoint_s / g.expected_time_s:.1%}, restarts "
+                         f"{g.restart_s / g.expected_time_s:.1%}, work lost to failures "
+                         f"{g.lost_work_s / g.expected_time_s:.1%}")
+    price = s.cost.price_per_gpu_hour_usd
+    t.add_row("Lost", f"checkpoints {g.gpu_hours_checkpoints:,.0f} GPU-hours "
+                      f"(${g.cost_usd_checkpoints:,.0f}), failures {g.gpu_hours_failures:,.0f} "
+                      f"GPU-hours (${g.cost_usd_failures:,.0f}) at ${price:,.2f}/GPU-hour")
+    total_h = g.expected_time_s * gpus / 3600
+    t.add_row("GPU-hours, energy", f"{total_h:,.0f} GPU-hours (${total_h * price:,.0f}); "
+                                   f"{e.energy_kwh / 1e3:,.0f} MWh (${e.energy_cost_usd:,.0f} at "
+                                   f"${s.cost.price_per_kwh_usd:,.3f}/kWh)")
+    t.add_row("Energy terms", f"GPUs {e.gpu_kwh / 1e3:,.0f} MWh ({e.gpu_power_w:,.0f} W training "
+                              f"at {e.busy_fraction:.0%} busy, {e.gpu_idle_power_w:,.0f} W "
+                              f"waiting) + node overhead {e.node_kwh / 1e3:,.0f} MWh "
+                              f"({e.node_overhead_w_per_gpu:,.0f} W per GPU at board power, "
+                              "following the GPUs' load) + facility "
+                              f"{e.facility_kwh / 1e3:,.0f} MWh (PUE "
+                              f"{e.power_usage_effectiveness:g})")
+    return t
 
 
 def _json_report(result, wall_s: float) -> dict:
