@@ -1026,3 +1026,44 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
 
 __all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores", "finite_metrics",
             "supported_params", "fits_peak_fraction", "store_op_model"]
+
+
+# --------------------------------------------------------------------------- kinds without runs
+
+def transferred_store(base: ProfileStore, reference: ProfileStore) -> ProfileStore:
+    """``base``'s device (an analytic store of a GPU kind no run measures) with the parameters
+    fitted for ``reference`` (a calibrated store of the same architecture), as
+    :func:`shared_stores` gives a kind without runs the shared fit: the A800 takes the A100's.
+
+    The parameters are fractions of each device's own data-sheet figures (GEMM FLOP/s per dtype,
+    HBM, NVLink and network bandwidth), so they carry over to a part of the same architecture;
+    ``reference``'s per-shape factors and error band (residuals of *its* runs) do not: the store
+    has neither, and its provenance says so.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not a calibrated store (nothing was fitted to transfer).
+    """
+    p = reference.provenance
+    if p.get("method") != "calibrated":
+        raise ValueError(f"{reference.summary()}: not a calibrated store (method "
+                         f"{p.get('method')!r}); its parameters were never fitted")
+    store = apply_fit(base, reference.op_model, None)
+    store.provenance = {
+        "method": "calibrated", "date": _dt.date.today().isoformat(),
+        "base_profile": base.summary(), "base_provenance": dict(base.provenance),
+        "data": p.get("data", ""),
+        "parameters": {k: float(v) for k, v in store.op_model.items()},
+        "parameters_from": reference.summary(),
+        "rows_of_this_kind": 0,
+        "num_shape_factors": 0,
+        "note": (f"no run of {base.device_name} in the data: its parameters are those fitted for "
+                 f"{reference.device_name} on that data (the same architecture), applied to its "
+                 f"own data-sheet figures; {reference.device_name}'s per-shape factors "
+                 f"({p.get('num_shape_factors', 0)}) and error band are not carried over"),
+    }
+    return store
+
+
+__all__ += ["transferred_store"]

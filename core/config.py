@@ -154,27 +154,40 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: (``profiles/<kind>.h5``, built from ``resources/gpu_specs/<kind>.json``).
 #: ``H100-96GB-HBM2e-500W`` has no data sheet of its own: its store's peaks are the H100 SXM5's,
 #: and the share of them it sustains under its 500 W cap is fitted on its published runs
-#: (``peak_fraction``, docs/accuracy.md).
-GPU_KINDS = ("A100-SXM4-80GB", "H100-SXM5-80GB", "H100-96GB-HBM2e-500W", "H200-SXM-141GB",
-             "B200-180GB", "GB200-NVL72")
+#: (``peak_fraction``, docs/accuracy.md). The kinds people rent that no published run measures
+#: (H800 and A800: the H100's and A100's compute with NVLink cut to 400 GB/s; H20, B300, GH200)
+#: take the calibrated parameters of their architecture (the A100's for the A800, the shared
+#: Hopper/Blackwell fit for the others), applied to their own data-sheet figures.
+GPU_KINDS = ("A100-SXM4-80GB", "A800-SXM4-80GB", "H100-SXM5-80GB", "H100-96GB-HBM2e-500W",
+             "H800-SXM5-80GB", "H20-96GB", "H200-SXM-141GB", "GH200-96GB", "B200-180GB",
+             "B300-288GB", "GB200-NVL72")
 #: GPUs that reach each other over NVLink, per GPU kind (``gpus_per_nvlink_domain`` of its
-#: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack.
+#: spec file; a test keeps the two equal): 8 on HGX/DGX boards, 72 in a GB200 NVL72 rack, 256
+#: in a DGX GH200 (its NVLink Switch System; smaller GH200 nodes fit inside it).
 #: ``cluster.gpus_per_node`` may not exceed it: the GPUs of a node talk over NVLink.
-GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "H100-SXM5-80GB": 8, "H100-96GB-HBM2e-500W": 8,
-                     "H200-SXM-141GB": 8, "B200-180GB": 8, "GB200-NVL72": 72}
+GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "A800-SXM4-80GB": 8, "H100-SXM5-80GB": 8,
+                     "H100-96GB-HBM2e-500W": 8, "H800-SXM5-80GB": 8, "H20-96GB": 8,
+                     "H200-SXM-141GB": 8, "GH200-96GB": 256, "B200-180GB": 8, "B300-288GB": 8,
+                     "GB200-NVL72": 72}
 #: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its
 #: spec file's ``peak_tflops`` (a test keeps the two equal). The A100 (Ampere) has none; Hopper
 #: has per-tensor scaled FP8; Blackwell adds MXFP8 (32-element blocks, E8M0 scales).
-GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",), "H100-96GB-HBM2e-500W": ("fp8",),
-                  "H200-SXM-141GB": ("fp8",), "B200-180GB": ("fp8", "mxfp8"),
+GPU_FP8_DTYPES = {"A100-SXM4-80GB": (), "A800-SXM4-80GB": (), "H100-SXM5-80GB": ("fp8",),
+                  "H100-96GB-HBM2e-500W": ("fp8",), "H800-SXM5-80GB": ("fp8",),
+                  "H20-96GB": ("fp8",), "H200-SXM-141GB": ("fp8",), "GH200-96GB": ("fp8",),
+                  "B200-180GB": ("fp8", "mxfp8"), "B300-288GB": ("fp8", "mxfp8"),
                   "GB200-NVL72": ("fp8", "mxfp8")}
 #: Scale-out NIC bandwidth per GPU of each shipped GPU kind's reference node, Gb/s: the
 #: ``nic_gbits_per_s`` of its spec file (a test keeps the two equal; sources there: DGX A100
 #: 8 x 200 Gb/s HDR, DGX H100/H200/B200 8 x 400 Gb/s ConnectX-7, GB200 NVL72 one 400 Gb/s NIC
-#: per GPU). :func:`node_network_gbits_per_s` uses it when a session leaves the network empty.
-GPU_NIC_GBITS_PER_GPU = {"A100-SXM4-80GB": 200.0, "H100-SXM5-80GB": 400.0,
-                         "H100-96GB-HBM2e-500W": 400.0, "H200-SXM-141GB": 400.0,
-                         "B200-180GB": 400.0, "GB200-NVL72": 400.0}
+#: per GPU, DGX GH200 one 400 Gb/s per superchip, DGX B300 8 x 800 Gb/s ConnectX-8; the A800,
+#: H800 and H20 assume their A100/H100 reference nodes'). :func:`node_network_gbits_per_s` uses
+#: it when a session leaves the network empty.
+GPU_NIC_GBITS_PER_GPU = {"A100-SXM4-80GB": 200.0, "A800-SXM4-80GB": 200.0,
+                         "H100-SXM5-80GB": 400.0, "H100-96GB-HBM2e-500W": 400.0,
+                         "H800-SXM5-80GB": 400.0, "H20-96GB": 400.0, "H200-SXM-141GB": 400.0,
+                         "GH200-96GB": 400.0, "B200-180GB": 400.0, "B300-288GB": 800.0,
+                         "GB200-NVL72": 400.0}
 
 
 def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
@@ -211,13 +224,21 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 #: NVLink domain) keep their name and are refused by name.
 _GPU_FAMILIES: dict[str, tuple[tuple[str, set[str], set[str]], ...]] = {
     "a100": (("A100-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}, set()),),
+    "a800": (("A800-SXM4-80GB", {"sxm", "sxm4", "80gb", "hbm2e", "400w"}, set()),),
     "h100": (("H100-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}, set()),
              # Meta's Grand Teton H100 (torchtitan's benchmarks): named by its 96 GB and 500 W
              ("H100-96GB-HBM2e-500W", {"sxm", "sxm5", "96gb", "hbm2e", "500w", "grand", "teton"},
               {"96gb", "500w"})),
+    "h800": (("H800-SXM5-80GB", {"sxm", "sxm5", "80gb", "hbm3", "700w"}, set()),),
+    # the 96 GB HBM3 H20 (HGX H20); its 141 GB HBM3e successor keeps its name (refused)
+    "h20": (("H20-96GB", {"sxm", "96gb", "hbm3", "400w"}, set()),),
     "h200": (("H200-SXM-141GB", {"sxm", "sxm5", "141gb", "hbm3e", "700w"}, set()),),
+    # the 96 GB HBM3 superchip; the 144 GB HBM3e one keeps its name (refused)
+    "gh200": (("GH200-96GB", {"96gb", "hbm3", "grace", "hopper", "superchip"}, set()),),
     # 192 GB is the B200's physical HBM, 180 GB what it exposes; HGX B200 boards take SXM6 modules
     "b200": (("B200-180GB", {"sxm", "sxm6", "180gb", "192gb", "hbm3e", "1000w"}, set()),),
+    # HGX B300 (Blackwell Ultra, 8 GPUs per board); GB300 racks are another kind (refused)
+    "b300": (("B300-288GB", {"sxm", "288gb", "hbm3e", "ultra", "blackwell"}, set()),),
     # GB200 is the Grace Blackwell superchip itself; NVL72 its rack's NVLink domain
     "gb200": (("GB200-NVL72", {"nvl72", "186gb", "hbm3e", "1200w", "grace", "blackwell",
                                "superchip", "rack"}, set()),),

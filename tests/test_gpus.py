@@ -213,8 +213,8 @@ def test_published_gpu_names_map_to_kinds(name, kind):
 
 
 @pytest.mark.parametrize("name", [
-    "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "H100 (500 W)", "GB300", "H800",
-    "MI300X", "h100 h200", "GB200 NVL", "H100 superchip", "GH200",
+    "H100 PCIe", "H100 NVL", "A100-40GB", "H200 NVL", "GB200 NVL36", "H100 (500 W)", "GB300", "H800 PCIe",
+    "MI300X", "h100 h200", "GB200 NVL", "H100 superchip", "GH200 144GB",
     # a parenthesis naming a variant (power, memory, form factor) or another GPU is never set aside
     "H100 (500W)", "H100 (PCIe)", "A100 (40GB)", "H100 (vs A100 baseline)", "GB200 (NVL36)",
     "A100 (40G)", "H100 (94G)", "H100 (95 GiB)", "A100 (AWS p4d.24xlarge)", "H100 (H800)",

@@ -17,7 +17,7 @@ from ..session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "refuse_output_is_input",
-           "session_inputs", "row_progress"]
+           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu"]
 
 GiB = 2**30
 
@@ -29,6 +29,29 @@ class UsageError(Exception):
 def field_error(field: str, msg: str) -> ConfigError:
     """A :class:`~core.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
     return ConfigError([FieldError(field, msg)])
+
+
+#: ``--gpu`` help of the commands that write a session with a default cluster (import hf, preset).
+GPU_HELP = ("GPU kind (default A100-SXM4-80GB; other tools' names such as \"H100 SXM\" are "
+            "read too): {}; the node is the kind's NVLink domain (72 GPUs for GB200-NVL72)")
+
+
+def cluster_of_gpu(text: str, base=None):
+    """The cluster of ``--gpu TEXT``: ``base`` (default: a default
+    :class:`~core.config.ClusterConfig`) on that shipped GPU kind (:func:`core.config.gpu_kind`
+    reads other tools' names), one node its NVLink domain (:data:`core.config.GPU_NVLINK_DOMAIN`).
+
+    Raises
+    ------
+    ConfigError
+        ``--gpu``: no shipped GPU kind (the message lists them).
+    """
+    from ..config import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+    gpu = gpu_kind(text)
+    if gpu not in GPU_KINDS:
+        raise field_error("--gpu", f"{text!r}: known kinds are " + ", ".join(GPU_KINDS))
+    return dataclasses.replace(base if base is not None else ClusterConfig(), gpu=gpu,
+                               gpus_per_node=GPU_NVLINK_DOMAIN[gpu])
 
 
 def refuse_output_is_input(outputs, inputs) -> None:

@@ -1,5 +1,5 @@
-"""``vtrain import hf CONFIG.json --out SESSION.json [--json]``: a Hugging Face model config
-into a session file with a default plan (:mod:`core.hf_import`)."""
+"""``vtrain import hf CONFIG.json --out SESSION.json [--gpu KIND] [--json]``: a Hugging Face
+model config into a session file with a default plan (:mod:`core.hf_import`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from .common import refuse_output_is_input
+from .common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -41,11 +41,13 @@ def add_source(isub: Any) -> None:
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
     hf.add_argument("--seq-length", type=int, metavar="S",
                     help="sequence length to train at (default: max_position_embeddings)")
+    from ..config import GPU_KINDS
+    hf.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
-    from ..config import ConfigError, FieldError
+    from ..config import ConfigError, FieldError, check
     from ..hf_import import read_hf_config
     from ..inputs import strict_dumps
     from ..text import printable
@@ -58,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.seq_length is not None and args.seq_length <= 0:
         raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive integer")])
     refuse_output_is_input([("--out", args.out)], [args.config])
+    cluster = None if args.gpu is None else cluster_of_gpu(args.gpu)  # refused before reading
     imp = read_hf_config(args.config, seq_length=args.seq_length)
+    if cluster is not None:
+        imp.session.cluster = cluster_of_gpu(args.gpu, imp.session.cluster)
+        check(imp.session)  # the plan on that GPU (FP8 needs its tensor cores ...; exit 2)
     model = imp.session.model
     if args.out:
         save_session(imp.session, args.out)
@@ -72,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
               f"{num_active_parameters_with_embedding(model) / 1e9:,.2f} B with it)"
               if model.is_moe else "")
     print(printable(f"{model.name!r}: {imp.architecture}, {n / 1e9:,.2f} B parameters{active}, "
-                    f"plan {imp.session.plan.label()}" + (f"; wrote {args.out}" if args.out else "")),
+                    f"plan {imp.session.plan.label()} on {imp.session.cluster.gpu}"
+                    + (f"; wrote {args.out}" if args.out else "")),
           file=out)
     for name, why in imp.ignored.items():
         print(printable(f"  ignored {name}: {why}"), file=out)

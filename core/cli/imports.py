@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import refuse_output_is_input
+from .common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -36,9 +36,7 @@ def add_parser(sub: Any) -> None:
     pr.add_argument("name", metavar="PRESET", help="preset name, e.g. \"Llama 3 70B\" (quoted)")
     pr.add_argument("--out", metavar="SESSION.json", required=True,
                     help="session file to write (atomically)")
-    pr.add_argument("--gpu", metavar="KIND", help="GPU kind (default A100-SXM4-80GB): "
-                    + ", ".join(GPU_KINDS) + "; the node is the kind's NVLink domain (72 GPUs "
-                    "for GB200-NVL72)")
+    pr.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
     pr.add_argument("--seq-length", type=int, metavar="S",
                     help="sequence length (default: the preset's)")
     m = isub.add_parser(
@@ -93,8 +91,7 @@ def _preset(args: argparse.Namespace) -> int:
     """``vtrain import preset NAME --out SESSION.json [--gpu KIND] [--seq-length S]``."""
     import dataclasses
 
-    from ..config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ConfigError,
-                          FieldError, Session, check, gpu_kind)
+    from ..config import MODEL_PRESETS, ClusterConfig, ConfigError, FieldError, Session, check
     from ..hf_import import default_plan
     from ..session import save_session
     from ..text import printable
@@ -109,13 +106,7 @@ def _preset(args: argparse.Namespace) -> int:
             raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive "
                                           "integer")])
         model.seq_length = args.seq_length
-    cluster = ClusterConfig()
-    if args.gpu is not None:
-        gpu = gpu_kind(args.gpu)
-        if gpu not in GPU_KINDS:
-            raise ConfigError([FieldError("--gpu", f"{args.gpu!r}: known kinds are "
-                                          + ", ".join(GPU_KINDS))])
-        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
     save_session(session, args.out)
     print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "

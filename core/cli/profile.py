@@ -50,6 +50,10 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
     gen.add_argument("--out", required=True, metavar="STORE.h5",
                      help="store to write (atomically; an existing file is replaced)")
+    gen.add_argument("--parameters-from", metavar="CALIBRATED.h5",
+                     help="take the fitted parameters of this calibrated store (a GPU of the same "
+                          "architecture) instead of the spec's assumed efficiencies: how the "
+                          "shipped A800 store takes the A100's")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
     show.add_argument("store", metavar="STORE.h5", nargs="+", help="one or more profile stores")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
@@ -81,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ..gpu_spec import read_gpu_spec, shipped_spec_path
     from ..profiles_gen import shipped_gpu_names, store_from_spec
 
-    refuse_output_is_input([("--out", args.out)], [args.spec])
+    refuse_output_is_input([("--out", args.out)], [args.spec, args.parameters_from])
     if args.spec:
         spec = read_gpu_spec(args.spec)
     else:
@@ -94,6 +98,8 @@ def _generate(args: argparse.Namespace) -> int:
         store = store_from_spec(spec)
     except ValueError as exc:  # a figure beyond what a store may hold (STORE_BOUNDS)
         raise UsageError(f"{args.spec or args.gpu}: {exc}") from None
+    if args.parameters_from:
+        return _transfer(store, args.parameters_from, args.out)
     store.save(args.out)
     peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
     figures = ("reference part's peaks; its share of them, peak_fraction, to be fitted by "
@@ -101,6 +107,20 @@ def _generate(args: argparse.Namespace) -> int:
     print(printable(f"wrote {args.out}: {spec.name}, analytic ({figures}, assumed "
                     f"efficiencies); peak TFLOP/s {peaks}; NVLink domain "
                     f"{spec.gpus_per_nvlink_domain} GPUs"))
+    return 0
+
+
+def _transfer(base: Any, reference_path: str, out: str) -> int:
+    """``--parameters-from``: ``base`` with the parameters fitted for the reference store."""
+    from ..calibrate import transferred_store
+    from ..profile_store import ProfileStore
+    try:
+        store = transferred_store(base, ProfileStore.open(reference_path))
+    except ValueError as exc:
+        raise UsageError(f"--parameters-from {reference_path}: {exc}") from None
+    store.save(out)
+    print(printable(f"wrote {out}: {base.device_name}, its data-sheet figures with the parameters "
+                    f"calibrated for {store.provenance['parameters_from']}"))
     return 0
 
 
