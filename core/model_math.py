@@ -67,6 +67,9 @@ __all__ = [
     "flex_remote_node_copies",
     "MTP_OPS", "MTP_KEY", "mtp_layers", "mtp_layer_is_moe", "mtp_extra_parameters",
     "mtp_tp_collectives", "mtp_edge_parameters",
+    "GEMM_WORKSPACE_BYTES", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
+    "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS", "nccl_communicators",
+    "nccl_buffer_bytes", "StageMemoryArrays", "process_memory_terms",
 ]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -77,6 +80,46 @@ GRAD_ACCUMULATE_BYTES_PER_PARAM = {"bf16": 6, "fp16": 6, "fp32": 12}
 #: master, m, v and the half-precision gradient, write master, m, v and the half-precision
 #: copy, plus gradient scaling (32). fp32: read p, g, m, v and write p, m, v (28).
 ADAM_BYTES_PER_PARAM = {"bf16": 32, "fp16": 32, "fp32": 28}
+
+
+# --- what a training process holds besides the model's tensors (docs/simulator.md, "Memory
+# model"); named constants with their sources, the same for every plan (never fitted per row)
+
+#: GEMM workspaces allocated through PyTorch's caching allocator (so in
+#: ``torch.cuda.max_memory_allocated``), bytes: PyTorch's cuBLAS/cuBLASLt workspace, 32 MiB
+#: on Hopper and later (``CUDABlasHandlePool.cpp``, ``getChosenWorkspaceSize``: ``:4096:8``;
+#: 8.125 MiB before Hopper), and Transformer Engine's, 32 MiB on sm90 and later
+#: (``transformer_engine.pytorch.module.base.get_cublas_workspace_size_bytes``; 4 MiB before).
+#: The Ampere figure (12 MiB in all) is not told apart: 52 MiB, below any figure's precision.
+GEMM_WORKSPACE_BYTES = 2 * 32 * 2**20
+#: Share of the allocated peak (``torch.cuda.max_memory_allocated``) that PyTorch's caching
+#: allocator keeps reserved beyond it (``max_memory_reserved - max_memory_allocated``): blocks
+#: freed by short-lived tensors (activations, their gradients, workspaces) and cached in
+#: segments that later requests split or cannot use (PyTorch docs, "CUDA semantics: memory
+#: management"; ZeRO, Rajbhandari et al. 2020, Sec. 3.2, "memory fragmentation"). An
+#: empirical share, one global constant set on the development data (../shared/data/
+#: measured-memory: 2.8-6.5 % on its 8 SimuMax plans, median 3.3 %; the share is steadier than
+#: one of the activations alone, 0.23-0.88), never fitted per row; ``benchmarks/
+#: bench_memory.py`` prints how it does.
+ALLOCATOR_RESERVE_FRACTION = 0.033
+#: The CUDA context of a training process, bytes: outside PyTorch's allocator, seen by
+#: ``nvidia-smi`` only (PyTorch docs, "CUDA semantics: memory management": memory not managed
+#: by the caching allocator). With lazy module loading (``CUDA_MODULE_LOADING=LAZY``, CUDA
+#: 11.7+, PyTorch's default) and the kernels of PyTorch, cuBLAS, cuDNN, NCCL and Transformer
+#: Engine loaded it is 0.5-1 GiB per GPU; the middle of that range. No measured
+#: ``nvidia-smi`` row checks it yet.
+CUDA_CONTEXT_BYTES = 0.75 * 2**30
+#: NCCL's buffer of one protocol per channel and peer, bytes: ``NCCL_BUFFSIZE``'s default,
+#: 4 MiB (NCCL docs, "Environment variables: NCCL_BUFFSIZE"), allocated by NCCL with
+#: ``cudaMalloc`` outside PyTorch's allocator.
+NCCL_BUFFSIZE_BYTES = 4 * 2**20
+#: Channels NCCL opens per communicator: it picks the count per topology (NCCL docs,
+#: ``NCCL_MIN_NCHANNELS``/``NCCL_MAX_NCHANNELS``); 16 is a typical ring count on NVLink
+#: nodes (nccl-tests' "16 coll channels" on DGX A100/H100 logs). An assumption, named.
+NCCL_CHANNELS = 16
+#: Peers of a rank per channel in NCCL's ring: the one it receives from and the one it sends
+#: to (a buffer each).
+NCCL_RING_PEERS = 2
 
 
 @dataclass(frozen=True)
@@ -2656,10 +2699,77 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
+def nccl_communicators(plan: ParallelPlan) -> int:
+    """NCCL communicators one rank of ``plan`` opens: one per process group with more than one
+    rank that training communicates over (PyTorch creates a group's communicator at its first
+    collective): tensor-parallel (``t > 1``), context-parallel (``cp > 1``), data-parallel
+    (``d*cp > 1``: the gradient reduction and, sharded, the parameter gather), pipeline
+    (``p > 1``: the stage-to-stage sends), the model-parallel group (``t*p > 1`` with ``p > 1``:
+    Megatron-Core's gradient-norm all-reduce, ``parallel_state.get_model_parallel_group``) and
+    expert-parallel (``ep > 1``)."""
+    t, p = plan.tensor_parallel, plan.pipeline_parallel
+    cp = getattr(plan, "context_parallel", 1) or 1
+    ep = getattr(plan, "expert_parallel", 1) or 1
+    return int(t > 1) + int(cp > 1) + int(plan.data_parallel * cp > 1) + int(p > 1) \
+        + int(p > 1 and t * p > 1) + int(ep > 1)
+
+
+def nccl_buffer_bytes(plan: ParallelPlan) -> float:
+    """NCCL's own buffers on one GPU, bytes: :data:`NCCL_BUFFSIZE_BYTES` per channel and ring
+    peer (:data:`NCCL_CHANNELS`, :data:`NCCL_RING_PEERS`) for each of
+    :func:`nccl_communicators` (NCCL docs, ``NCCL_BUFFSIZE``: "the size of the buffer NCCL uses
+    for each pair of ranks" per channel); 128 MiB per communicator."""
+    return nccl_communicators(plan) * NCCL_CHANNELS * NCCL_RING_PEERS * NCCL_BUFFSIZE_BYTES
+
+
+class StageMemoryArrays(tuple):
+    """:func:`stage_memory_arrays`' result: a tuple of the four tensor arrays (weights,
+    gradients, optimizer state, activations; float64, shape (p,)) that unpacks as four, with
+    the process's other terms as attributes, float64 (p,) each: ``workspace``,
+    ``allocator_reserve``, ``cuda_context``, ``nccl_buffers`` (:func:`process_memory_terms`)."""
+
+    workspace: np.ndarray
+    allocator_reserve: np.ndarray
+    cuda_context: np.ndarray
+    nccl_buffers: np.ndarray
+
+    def __new__(cls, tensors: tuple, terms: dict[str, np.ndarray]) -> "StageMemoryArrays":
+        out = super().__new__(cls, tensors)
+        for name, value in terms.items():
+            setattr(out, name, value)
+        return out
+
+    @property
+    def overhead_bytes(self) -> np.ndarray:
+        """The terms beyond the four tensor arrays, summed per stage, float64 (p,)."""
+        return self.workspace + self.allocator_reserve + self.cuda_context + self.nccl_buffers
+
+
+def process_memory_terms(plan: ParallelPlan, tensors: np.ndarray) -> dict[str, np.ndarray]:
+    """What a training process holds on each GPU besides the model's tensors, bytes, float64
+    (p,) each, given the stages' tensor bytes:
+
+    * ``workspace``: :data:`GEMM_WORKSPACE_BYTES` (in ``max_memory_allocated``);
+    * ``allocator_reserve``: :data:`ALLOCATOR_RESERVE_FRACTION` of the allocated memory,
+      ``tensors`` (weights, gradients, optimizer state and activations, shape (p,)) plus the
+      workspaces (``max_memory_reserved`` less ``max_memory_allocated``);
+    * ``cuda_context``: :data:`CUDA_CONTEXT_BYTES`; ``nccl_buffers``: :func:`nccl_buffer_bytes`
+      (outside PyTorch's allocator: ``nvidia-smi`` only).
+    """
+    tensors = np.asarray(tensors, float)
+    workspace = np.full(tensors.shape, float(GEMM_WORKSPACE_BYTES))
+    return {"workspace": workspace,
+            "allocator_reserve": ALLOCATOR_RESERVE_FRACTION * (tensors + workspace),
+            "cuda_context": np.full(tensors.shape, float(CUDA_CONTEXT_BYTES)),
+            "nccl_buffers": np.full(tensors.shape, float(nccl_buffer_bytes(plan)))}
+
+
 def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                        ) -> StageMemoryArrays:
     """Memory of one GPU of each pipeline stage (bytes): weights, gradients, optimizer state and
-    activations, four float64 arrays shape (p,) (:func:`stage_memory` as arrays).
+    activations, four float64 arrays shape (p,) (:func:`stage_memory` as arrays), with the
+    process's other terms as attributes (:class:`StageMemoryArrays`,
+    :func:`process_memory_terms`).
 
     Weights, gradients and optimizer state: :func:`params_per_gpu` times
     :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
@@ -2740,7 +2850,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
     if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
         acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
-    return weights.copy(), grads.copy(), opt.copy(), acts
+    return StageMemoryArrays((weights.copy(), grads.copy(), opt.copy(), acts),
+                             process_memory_terms(plan, weights + grads + opt + acts))
 
 
 #: Plan fields the weights, gradients and optimizer state of :func:`stage_memory_arrays` do
@@ -2803,5 +2914,10 @@ def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) ->
     parts = stage_memory_arrays(model, plan, fp8_tn)
     weights, grads, opt = parts[:3]
     acts = parts[3].tolist()
-    return [StageMemory(i, weights[i], grads[i], opt[i], acts[i]) for i in range(len(acts))]
+    return [StageMemory(i, weights[i], grads[i], opt[i], acts[i],
+                        workspace_bytes=float(parts.workspace[i]),
+                        allocator_reserve_bytes=float(parts.allocator_reserve[i]),
+                        cuda_context_bytes=float(parts.cuda_context[i]),
+                        nccl_buffer_bytes=float(parts.nccl_buffers[i]))
+            for i in range(len(acts))]
 

@@ -232,7 +232,9 @@ class Interleaved(PipelineSchedule):
     Each stage holds ``v`` chunks of ``L/(p*v)`` layers. Megatron-Core's
     ``forward_backward_pipelining_with_interleaving``: ``m*v`` forward and
     ``m*v`` backward items; warm-up ``(p-i-1)*2 + (v-1)*p`` forwards on stage
-    ``i`` (all ``m*v`` when ``m == p``), then one forward and one backward in
+    ``i``, capped at ``m*v`` (Megatron-Core ``schedules.get_pp_rank_microbatches``, with
+    ``microbatch_group_size_per_vp_stage`` at its default ``p``; the older rule that ran every
+    forward first when ``m == p`` is gone from Megatron-Core), then one forward and one backward in
     turn, then the remaining backwards. Item ``k`` in forward order runs chunk
     ``(k mod p*v) // p`` on micro-batch ``(k // (p*v))*p + k mod p``; backward
     items run the chunks in reverse. Megatron requires ``m`` to be a multiple
@@ -248,10 +250,7 @@ class Interleaved(PipelineSchedule):
 
     def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
         total = m * v
-        if m == p:
-            warm = total
-        else:
-            warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
         k = np.arange(total)
         group, within = k // (p * v), k % (p * v)
         mb = group * p + k % p
@@ -269,8 +268,7 @@ class Interleaved(PipelineSchedule):
     def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         total = m * v
         stage = np.arange(p, dtype=np.int64)
-        warm = (np.full(p, total, np.int64) if m == p
-                else np.minimum((p - stage - 1) * 2 + (v - 1) * p, total))
+        warm = np.minimum((p - stage - 1) * 2 + (v - 1) * p, total)
         k = np.arange(total, dtype=np.int64)
         group, within = k // (p * v), k % (p * v)
         mb = group * p + k % p

@@ -160,10 +160,14 @@ def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fra
 def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
                           reserve_fraction: float) -> tuple[float, bool, str]:
     """:func:`memory_verdict` of :func:`core.model_math.stage_memory_arrays`' four arrays
-    (weights, gradients, optimizer state, activations; shape (p,)): the same rule, totals and
-    message."""
+    (weights, gradients, optimizer state, activations; shape (p,)) and, when ``parts`` carries
+    them (:class:`core.model_math.StageMemoryArrays`), the process's other terms: the same
+    rule, totals and message."""
     w, g, o, a = parts
     totals = w + g + o + a  # StageMemory.total_bytes' order
+    if hasattr(parts, "workspace"):  # StageMemory's allocated, reserved, total order
+        totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
+                  + parts.nccl_buffers)
     i = int(np.argmax(totals))  # the first largest, as max() picks
     return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
 

@@ -133,18 +133,18 @@ def test_paired_share_follows_the_warm_up():
     assert mm.ep_overlap_paired_share(_session(False).plan, 0) == 0
     kw = dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
               virtual_pipeline_stages=2)
-    # m = p = 2: Megatron runs every micro-batch in the warm-up (all forwards, then backwards)
-    for B, shares in ((64, ((16 - 5) / 16, (16 - 3) / 16)), (16, (0.0, 0.0))):
+    # m = p = 2: stage 0's warm-up 2 + 2 + 1 takes all 4 items, stage 1's 0 + 2 + 1 leaves one
+    # (Megatron-Core's get_pp_rank_microbatches has no all-warm-up rule for m == p any more)
+    for B, shares in ((64, ((16 - 5) / 16, (16 - 3) / 16)), (16, (0.0, (4 - 3) / 4))):
         pl = _session(True, global_batch_size=B, **kw).plan
         assert tuple(mm.ep_overlap_paired_share(pl, i) for i in range(2)) == shares
 
 
 def test_nothing_hidden_when_nothing_pairs():
-    """One micro-batch without pipelining, or a warm-up that takes every item: the all-to-alls
-    stay whole (the tester's cases: m = 1 at p = 1; p = 2, v = 2, m = 2)."""
-    for kw in (dict(global_batch_size=16),
-               dict(pipeline_parallel=2, data_parallel=8, schedule="interleaved",
-                    virtual_pipeline_stages=2, global_batch_size=16)):
+    """One micro-batch without pipelining: the all-to-alls stay whole (the tester's case m = 1
+    at p = 1; with interleaving the last stage's warm-up, (v-1)p + 1 of m*v >= p*v items, never
+    takes every item, so some always pair)."""
+    for kw in (dict(global_batch_size=16),):
         plain = simulate(_session(False, gpus_per_node=4, **kw)).report
         ov = simulate(_session(True, gpus_per_node=4, **kw)).report
         assert plain.ep_comm_s > 0 and ov.ep_hidden_s == 0

@@ -216,8 +216,8 @@ def test_graph_with_an_empty_virtual_stage_simulates(schedule, v, layout):
     assert np.isfinite(r.iteration_time_s) and r.iteration_time_s > 0
     mem = model_math.stage_memory(m, s.plan)
     for i in np.flatnonzero(counts.sum(axis=1) == 0):  # a stage without layers or edges
-        if 0 < i < 3:
-            assert mem[i].total_bytes == 0
+        if 0 < i < 3:  # no tensors (its process still has a context, workspaces, NCCL)
+            assert mem[i].allocated_bytes - mem[i].workspace_bytes == 0
     # the pipeline still runs every micro-batch through every virtual stage: the transfers stay
     assert (graph.kind == 7).sum() == 2 * (4 * (v or 1) - 1) * s.plan.num_microbatches
 

@@ -22,6 +22,10 @@ _MEMORY_PARTS = (
     ("gradients_bytes", "gradients", "#72B7B2"),
     ("optimizer_bytes", "optimizer state", "#B279A2"),
     ("activations_bytes", "activations", "#F58518"),
+    ("workspace_bytes", "workspaces", "#E45756"),
+    ("allocator_reserve_bytes", "allocator reserve", "#9D755D"),
+    ("cuda_context_bytes", "CUDA context", "#BAB0AC"),
+    ("nccl_buffer_bytes", "NCCL buffers", "#54A24B"),
 )
 _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
               ("pp_comm_s", "pipeline sends", "#EECA3B"),

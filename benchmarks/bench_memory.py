@@ -1,0 +1,162 @@
+"""Memory error on measured per-GPU peaks, per memory scale.
+
+Reads ../shared/data/measured-memory/measured_memory.csv (20 measured peaks with
+their plans; README there), builds each row's session with the explicit mapping
+below, predicts the per-GPU memory of the rank the figure comes from and prints,
+per row and per ``memory_scale`` (``max_allocated``, ``max_reserved``,
+``nvidia-smi``), the modelled and measured GiB, the error and the fit verdict, then
+the median and mean absolute percentage error per scale.
+
+Which modelled quantity each scale is compared with:
+:meth:`core.report.StageMemory.at_scale` (``max_allocated``: the tensors;
+``max_reserved``: plus the caching allocator's reserve; ``nvidia-smi``: plus the
+CUDA context and NCCL's buffers). Which rank: the maximum over the stages, except
+Megatron-LM's CI rows, whose figure is written by the last rank only (README,
+source 3), so the last stage.
+
+Every measured run ran, so the verdict (:func:`core.report.memory_verdict` of the
+whole-process peak against the GPU's whole memory) must say it fits.
+
+Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (a few seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core import model_math  # noqa: E402
+from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, gpu_kind  # noqa: E402
+from core.report import memory_verdict  # noqa: E402
+from core.simulate import session_profile, stage_memory  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
+GiB = 2.0 ** 30
+
+#: Model columns -> ModelConfig fields, read as integers (empty cells keep the field's default:
+#: no query groups = multi-head attention, no ffn = 4h; README of the data).
+MODEL_INTS = {"num_layers": "num_layers", "hidden_size": "hidden_size",
+              "num_attention_heads": "num_attention_heads", "num_query_groups": "num_query_groups",
+              "ffn_hidden_size": "ffn_hidden_size", "seq_length": "seq_length",
+              "vocab_size": "vocab_size"}
+MODEL_TEXT = {"activation": "activation", "normalization": "normalization"}
+#: Plan columns -> ParallelPlan fields.
+PLAN_INTS = {"tensor_parallel": "tensor_parallel", "pipeline_parallel": "pipeline_parallel",
+             "data_parallel": "data_parallel", "micro_batch_size": "micro_batch_size",
+             "global_batch_size": "global_batch_size"}
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() in ("y", "yes", "true", "1")
+
+
+def session_of(row: dict[str, str]) -> Session:
+    """The session of one row. What the columns do not hold comes from the data's README, the
+    same for every row: Transformer Engine's fused attention, untied embeddings; SwiGLU +
+    RMSNorm rows are Llama 3 (RoPE, no biases); GeLU + LayerNorm rows Megatron's GPT (learned
+    absolute positions, biases). SimuMax's ``_cef`` cases fuse the cross-entropy (Megatron-Core
+    ``--cross-entropy-loss-fusion``, native kernels: the default impl); the CI rows overlap the
+    gradient reduce and the parameter gather (their model_config.yaml)."""
+    model = ModelConfig(name=f"h={row['hidden_size']} L={row['num_layers']}")
+    for col, name in MODEL_INTS.items():
+        if row[col].strip():
+            setattr(model, name, int(row[col]))
+    for col, name in MODEL_TEXT.items():
+        setattr(model, name, row[col].strip().lower())
+    model.tied_embeddings = False
+    model.attention_kernel = "flash"
+    if model.activation == "swiglu":
+        model.position_embedding, model.add_bias_linear = "rope", False
+    v = int(row["virtual_pipeline_stages"] or 1)
+    plan = ParallelPlan(**{name: int(row[col]) for col, name in PLAN_INTS.items()},
+                        schedule="interleaved" if v > 1 else "1f1b",
+                        virtual_pipeline_stages=v if v > 1 else None,
+                        sequence_parallel=_flag(row["sequence_parallel"]),
+                        recompute=row["recompute"].strip(), precision=row["precision"].strip(),
+                        zero_stage=1 if _flag(row["distributed_optimizer"]) else 0)
+    source = row["source"]
+    if "_cef" in source:
+        plan.cross_entropy_loss_fusion = True
+    if source.startswith("NVIDIA/Megatron-LM"):
+        plan.overlap_grad_reduce = plan.overlap_param_gather = True
+    cluster = ClusterConfig(gpu=gpu_kind(row["gpu"]), gpus_per_node=int(row["gpus_per_node"]))
+    return Session(model=model, plan=plan, cluster=cluster)
+
+
+def measured_stage(row: dict[str, str], num_stages: int) -> int | None:
+    """The stage whose GPU the figure is of: the last for Megatron-LM's CI rows (the
+    tensorboard writer's rank), None (the maximum over the stages) for the others."""
+    return num_stages - 1 if row["source"].startswith("NVIDIA/Megatron-LM") else None
+
+
+def predict(path: Path) -> list[dict]:
+    """One record per row: session label, GPU, scale, modelled and measured GiB, error (%)
+    and the verdict of the whole-process peak against the GPU's whole memory."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for row in rows:
+        session = session_of(row)
+        mem = stage_memory(session)
+        scale = row["memory_scale"].strip()
+        stage = measured_stage(row, len(mem))
+        picked = [mem[stage]] if stage is not None else mem
+        predicted = max(sm.at_scale(scale) for sm in picked) / GiB
+        measured = float(row["measured_peak_memory_gib"])
+        capacity = float(session_profile(session).memory_bytes)
+        pl = session.plan
+        out.append({"gpu": session.cluster.gpu, "scale": scale, "predicted_gib": predicted,
+                    "measured_gib": measured, "error_percent": (predicted - measured) / measured * 100,
+                    "verdict": memory_verdict(max(sm.total_bytes for sm in mem), capacity),
+                    "plan": (f"t{pl.tensor_parallel} p{pl.pipeline_parallel} d{pl.data_parallel} "
+                             f"v{pl.virtual_pipeline_stages or 1} m{pl.num_microbatches} "
+                             f"L{session.model.num_layers}")})
+    return out
+
+
+def figures(path: Path = DATA) -> dict:
+    """Summary of :func:`predict`: rows, verdicts right (every measured run ran, so each must
+    fit) and, per memory scale, the median absolute error (%)."""
+    recs = predict(path)
+    by: dict[str, list[float]] = {}
+    for r in recs:
+        by.setdefault(r["scale"], []).append(r["error_percent"])
+    return {"rows": len(recs), "verdicts_right": sum(r["verdict"] != "does not fit" for r in recs),
+            "median_abs_error_percent": {s: float(np.median(np.abs(e))) for s, e in by.items()},
+            "errors_percent": by}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=DATA)
+    args = ap.parse_args()
+    if not args.csv.exists():
+        print(f"no data: {args.csv} (the shared checkout lacks it)")
+        return 0
+    recs = predict(args.csv)
+    print(f"{'row':>3} {'gpu':<15} {'plan':<26} {'scale':<13} {'model GiB':>9} "
+          f"{'meas GiB':>8} {'error':>7}  verdict (whole process)")
+    for i, r in enumerate(recs, 1):
+        print(f"{i:>3} {r['gpu']:<15} {r['plan']:<26} {r['scale']:<13} {r['predicted_gib']:>9.2f} "
+              f"{r['measured_gib']:>8.2f} {r['error_percent']:>+6.1f}%  {r['verdict']}")
+    f = figures(args.csv)
+    print()
+    print(f"{'memory_scale':<13} {'rows':>4} {'median |err|':>12} {'mean |err|':>10} "
+          f"{'max |err|':>9} {'median err':>10}")
+    for scale, errs in f["errors_percent"].items():
+        a = np.abs(errs)
+        print(f"{scale:<13} {len(errs):>4} {np.median(a):>11.1f}% {a.mean():>9.1f}% "
+              f"{a.max():>8.1f}% {np.median(errs):>+9.1f}%")
+    print(f"\nverdicts right (every measured run ran): {f['verdicts_right']} of {f['rows']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
