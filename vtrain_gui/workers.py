@@ -57,7 +57,11 @@ def _default_simulate(session: Session) -> Any:
     # looked up at call time so the lead's implementation (or a test's stand-in) is used
     from core import simulate as simulate_module
 
-    return simulate_module.simulate(session)
+    result = simulate_module.simulate(session)
+    # what the timeline asks of the graph first, computed here rather than on the GUI thread
+    # (the lanes sort every task's stream: 0.1 s at 200,000 tasks, 0.5 s at 6 million)
+    getattr(getattr(result, "graph", None), "lanes", None)
+    return result
 
 
 def _new_worker_thread(name: str, worker: QtCore.QObject) -> QtCore.QThread:
