@@ -61,8 +61,8 @@ def may_load() -> bool:
 
 def available() -> bool:
     """Whether the compiled kernel can be used (Numba importable, not disabled by
-    ``VTRAIN_NO_NUMBA``, not kept out of this thread by :func:`kept_out`); imports Numba and compiles the kernel (or loads it from the cache)
-    on the first call."""
+    ``VTRAIN_NO_NUMBA``, not kept out of this thread by :func:`kept_out`); imports Numba and
+    compiles the kernel (or loads it from the cache) on the first call."""
     global _KERNEL, _TRIED
     if not may_load():
         return False  # not on this thread (kept_out): the numpy loop, or a worker process

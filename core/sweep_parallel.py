@@ -198,9 +198,10 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     the other from the light end, where the numpy solver costs least. That is this thread
     (``compiled``), or the pool: one from :func:`start_pool` warmed up with it while the
     plans were enumerated, or any pool when this thread may not load it (a thread of the
-    desktop window's process: :func:`core.fastpath_kernel.kept_out`); this thread then loads the compiled solver too when the
-    numpy solver would cost more on its estimated share of the light end than the loading
-    (:data:`_KERNEL_LOAD_S`), and solves with numpy otherwise. The work starts at once and one
+    desktop window's process: :func:`core.fastpath_kernel.kept_out`); this thread then loads
+    the compiled solver too (when it may) when the numpy solver would cost more on its
+    estimated share of the light end than the loading (:data:`_KERNEL_LOAD_S`), and solves
+    with numpy otherwise. The work starts at once and one
     process fewer is started. Without ``local``, a pool of ``workers`` processes solves chunks
     of :func:`chunk_batches`, largest first.
 
@@ -296,9 +297,9 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     pool_compiled, local_compiled = (None, compiled)
     if pool_heavy:  # this thread loads the compiled solver too when its share makes up for it
         pool_compiled = compiled
-        local_compiled = compiled if here and _light_share_elements(
-            queue, cost_of, left / (procs + 1)) * (
-            _ELEMENT_COST[False] - _ELEMENT_COST[True]) > _KERNEL_LOAD_S else False
+        saved_s = _light_share_elements(queue, cost_of, left / (procs + 1)) * (
+            _ELEMENT_COST[False] - _ELEMENT_COST[True])
+        local_compiled = compiled if here and saved_s > _KERNEL_LOAD_S else False
     data = store_bytes(store) if given else None
     in_flight: dict[Any, list[Batch]] = {}
 

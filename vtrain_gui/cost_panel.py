@@ -477,7 +477,8 @@ class CostPanel(QtWidgets.QWidget):
         if flag and report is not None:
             # one line (the numbers are also over the memory chart); the whole story on hover
             needed = format_bytes(report.max_memory_per_gpu_bytes)
-            usable = format_bytes(report.memory_capacity_bytes * (1 - report.memory_reserve_fraction))
+            usable = format_bytes(report.memory_capacity_bytes
+                                  * (1 - report.memory_reserve_fraction))
             self._no_fit_flag.set_full_text(
                 f"⚠ Does not fit in GPU memory ({needed} needed per GPU, {usable} usable): "
                 "this plan cannot run as set",
