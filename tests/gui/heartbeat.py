@@ -15,10 +15,10 @@ prints one JSON object.
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -33,13 +33,8 @@ class Heartbeat(QtCore.QObject):
     """Records the arrival time (``time.perf_counter``, seconds) of a 10 ms timer's ticks on
     the GUI thread while :meth:`beating`; :attr:`max_gap_s` is the largest stall."""
 
-    def __init__(self, interval_ms: int = TICK_MS, dump_after_s: float | None = None,
-                 dump_file=None) -> None:
-        """``dump_after_s``: when a tick is this late, :mod:`faulthandler` (a C thread that
-        needs no interpreter lock) writes every thread's stack to ``dump_file``: what held the
-        GUI thread up (a diagnostic; off by default)."""
+    def __init__(self, interval_ms: int = TICK_MS) -> None:
         super().__init__()
-        self._dump = (dump_after_s, dump_file) if dump_after_s else None
         self._timer = QtCore.QTimer(self)
         self._timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
         self._timer.setInterval(interval_ms)
@@ -49,8 +44,6 @@ class Heartbeat(QtCore.QObject):
     @QtCore.Slot()
     def _on_tick(self) -> None:
         self.ticks.append(time.perf_counter())
-        if self._dump is not None:
-            faulthandler.dump_traceback_later(self._dump[0], file=self._dump[1])
 
     @contextmanager
     def beating(self) -> Iterator["Heartbeat"]:
@@ -63,8 +56,6 @@ class Heartbeat(QtCore.QObject):
         finally:
             self._timer.stop()
             self.ticks.append(time.perf_counter())
-            if self._dump is not None:
-                faulthandler.cancel_dump_traceback_later()
 
     @property
     def gaps_s(self) -> list[float]:
@@ -102,11 +93,59 @@ def measure(app: QtWidgets.QApplication, action: Callable[[], object], done: Cal
         if settle_s:
             wait_until(app, lambda: False, settle_s)
     out = {"max_gap_ms": round(beat.max_gap_s * 1e3, 1), "ticks": len(beat.ticks),
-           "wall_s": round(time.perf_counter() - t0, 3), "finished": finished}
+           "wall_s": round(time.perf_counter() - t0, 3), "finished": finished,
+           "window": (beat.ticks[0], beat.ticks[-1])}
     if split_at:
         before = [b - a for a, b in zip(beat.ticks, beat.ticks[1:]) if b <= split_at[0]]
         out["before_ms"] = round(max(before, default=0.0) * 1e3, 1)
     return out
+
+
+#: A process that only sleeps 10 ms at a time and prints ``end gap`` (``time.perf_counter``,
+#: the system-wide monotonic clock on Linux and macOS) for every wake-up over 15 ms late:
+#: how long the operating system alone kept a thread that holds no lock waiting.
+_NOISE_PROBE = """
+import sys, time
+last = time.perf_counter()
+while True:
+    time.sleep(0.01)
+    now = time.perf_counter()
+    if now - last > 0.025:
+        print(f"{now} {now - last}", flush=True)
+    last = now
+"""
+
+
+class NoiseProbe:
+    """The machine's scheduling noise while actions run: a sleeping child process's late
+    wake-ups (:data:`_NOISE_PROBE`), read back per time window."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import threading
+        self._proc = subprocess.Popen([sys.executable, "-c", _NOISE_PROBE],
+                                      stdout=subprocess.PIPE, text=True)
+        self._gaps: list[tuple[float, float]] = []  # (end, gap) seconds
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            end, gap = map(float, line.split())
+            self._gaps.append((end, gap))
+
+    def max_gap_ms(self, window: tuple[float, float]) -> float:
+        """The probe's largest gap overlapping ``window`` (perf_counter seconds), ms (10: none
+        late)."""
+        t0, t1 = window
+        return round(max([g for end, g in list(self._gaps) if end > t0 and end - g < t1],
+                         default=0.01) * 1e3, 1)
+
+    def close(self) -> None:
+        """Stop the probe process."""
+        self._proc.kill()
+        self._proc.wait()
+        self._reader.join(5)
 
 
 def idle_baseline(app: QtWidgets.QApplication, seconds: float = 1.0) -> dict:
@@ -118,15 +157,37 @@ def run_scenario(example: str, workers: int | None = None) -> dict:
     """Open ``example`` in a new window and measure, each under the heartbeat: opening it (and
     its first simulation), the first sweep (cold: nothing of the sweep loaded yet), a sweep
     cancelled at once, pinning the plan and showing the Compare tab. Returns the figures
-    and whether Numba was imported into this (the GUI's) process."""
-    from vtrain_gui.main_window import MainWindow
-
+    and whether Numba was imported into this (the GUI's) process; each action's
+    ``noise_ms`` is the largest late wake-up of a process that only sleeps
+    (:class:`NoiseProbe`) meanwhile."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    settings = QtCore.QSettings(os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                             f"vtrain-heartbeat-{os.getpid()}.ini"),
-                                QtCore.QSettings.Format.IniFormat)
+    with tempfile.TemporaryDirectory(prefix="vtrain-heartbeat-") as scratch:
+        settings = QtCore.QSettings(os.path.join(scratch, "settings.ini"),
+                                    QtCore.QSettings.Format.IniFormat)
+        return _scenario(app, settings, example, workers)
+
+
+def _scenario(app: QtWidgets.QApplication, settings: QtCore.QSettings, example: str,
+              workers: int | None) -> dict:
+    """:func:`run_scenario` in a window with private ``settings``."""
     out: dict = {"numba_loaded_at_start": "numba" in sys.modules,
                  "loadavg": os.getloadavg(), "cpus": os.cpu_count()}
+    probe = NoiseProbe()
+    try:
+        _actions(app, settings, example, workers, out)
+    finally:
+        probe.close()
+    for figures in out.values():  # what the machine alone did meanwhile
+        if isinstance(figures, dict) and "window" in figures:
+            figures["noise_ms"] = probe.max_gap_ms(figures.pop("window"))
+    return out
+
+
+def _actions(app: QtWidgets.QApplication, settings: QtCore.QSettings, example: str,
+             workers: int | None, out: dict) -> None:
+    """The measured actions of :func:`run_scenario`; their figures go into ``out``."""
+    from vtrain_gui.main_window import MainWindow
+
     window = MainWindow(settings=settings)
     window.resize(1600, 1000)
     window.show()
@@ -177,7 +238,6 @@ def run_scenario(example: str, workers: int | None = None) -> dict:
     window.close()
     for runner in (window.runner, explore.runner):
         runner.shutdown()
-    return out
 
 
 if __name__ == "__main__":  # python tests/gui/heartbeat.py EXAMPLE.json [WORKERS]
