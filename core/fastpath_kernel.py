@@ -15,26 +15,57 @@ Numba is imported on first use only (about 0.3 s; the compiled code is cached on
 disk, ``cache=True``, so later processes load it instead of compiling, about 1-2 s
 once). :func:`available` says whether it can be used; without Numba, or with
 ``VTRAIN_NO_NUMBA=1`` in the environment, the numpy loop runs.
+
+Loading Numba holds the interpreter lock for seconds at a time (LLVM's start and the
+machine code's loading are C calls), so a thread that loads it stops every other thread
+of its process: in the desktop window, the GUI thread (2.8 to 10.5 s of frozen window
+on the first sweep). The window's worker threads therefore run the core under
+:func:`kept_out`: on such a thread :func:`available` answers False unless the kernel is
+loaded already, and the sweep sends its compiled batches to its worker processes
+(:mod:`core.sweep_parallel`), which load Numba in their own interpreters.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["available", "warm", "loaded", "solve_items"]
+__all__ = ["available", "warm", "loaded", "solve_items", "kept_out", "may_load"]
 
 _KERNEL = None
 _TRIED = False
+_THREAD = threading.local()  # .kept_out: depth of kept_out() blocks on this thread
+
+
+@contextmanager
+def kept_out():
+    """While the block runs, this thread never loads Numba: :func:`available` is False here
+    unless the kernel is loaded already (then it costs nothing to use). For threads that
+    share their process with one that must keep answering (the GUI's workers); other
+    threads and processes are not affected. Nested blocks count."""
+    _THREAD.kept_out = getattr(_THREAD, "kept_out", 0) + 1
+    try:
+        yield
+    finally:
+        _THREAD.kept_out -= 1
+
+
+def may_load() -> bool:
+    """Whether this thread may use the compiled kernel: loaded already, or not in a
+    :func:`kept_out` block (then :func:`available` says whether it can be loaded)."""
+    return _KERNEL is not None or not getattr(_THREAD, "kept_out", 0)
 
 
 def available() -> bool:
     """Whether the compiled kernel can be used (Numba importable, not disabled by
-    ``VTRAIN_NO_NUMBA``); imports Numba and compiles the kernel (or loads it from the cache)
-    on the first call."""
+    ``VTRAIN_NO_NUMBA``, not kept out of this thread by :func:`kept_out`); imports Numba and
+    compiles the kernel (or loads it from the cache) on the first call."""
     global _KERNEL, _TRIED
+    if not may_load():
+        return False  # not on this thread (kept_out): the numpy loop, or a worker process
     if not _TRIED:
         _TRIED = True
         if os.environ.get("VTRAIN_NO_NUMBA", "").strip() not in ("", "0"):

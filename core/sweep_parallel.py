@@ -196,10 +196,12 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     others (:func:`_share_with_pool`): the batches are ordered by the batch solver's elements
     per plan; the side that has the compiled batch solver loaded takes them from the heavy end,
     the other from the light end, where the numpy solver costs least. That is this thread
-    (``compiled``), or, with a ``pool`` from :func:`start_pool` warmed up with it while the
-    plans were enumerated, the pool; this thread then loads the compiled solver too when the
-    numpy solver would cost more on its estimated share of the light end than the loading
-    (:data:`_KERNEL_LOAD_S`), and solves with numpy otherwise. The work starts at once and one
+    (``compiled``), or the pool: one from :func:`start_pool` warmed up with it while the
+    plans were enumerated, or any pool when this thread may not load it (a thread of the
+    desktop window's process: :func:`core.fastpath_kernel.kept_out`); this thread then loads
+    the compiled solver too (when it may) when the numpy solver would cost more on its
+    estimated share of the light end than the loading (:data:`_KERNEL_LOAD_S`), and solves
+    with numpy otherwise. The work starts at once and one
     process fewer is started. Without ``local``, a pool of ``workers`` processes solves chunks
     of :func:`chunk_batches`, largest first.
 
@@ -281,8 +283,13 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     """
     from collections import deque
 
+    from . import fastpath_kernel
     from .sweep import SweepCancelled
-    pool_heavy = given and bool(compiled)  # a warmed pool has the compiled solver loaded
+    # this thread may load the compiled solver (not a GUI worker: fastpath_kernel.kept_out)
+    here = fastpath_kernel.may_load()
+    # a warmed pool has the compiled solver loaded; one not warmed loads it on its first
+    # chunk when this thread may not, in its own processes
+    pool_heavy = bool(compiled) and (given or not here)
     # light to heavy (1F1B and GPipe batches of one (p, m) stay together)
     queue = deque(sorted(batches, key=lambda b: (b[0][0] * b[0][1] * b[0][3], b[0])))
     cost_of = {id(b): _batch_cost(b, bool(compiled)) for b in queue}
@@ -290,8 +297,9 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     pool_compiled, local_compiled = (None, compiled)
     if pool_heavy:  # this thread loads the compiled solver too when its share makes up for it
         pool_compiled = compiled
-        local_compiled = compiled if _light_share_elements(queue, cost_of, left / (procs + 1)) * (
-            _ELEMENT_COST[False] - _ELEMENT_COST[True]) > _KERNEL_LOAD_S else False
+        saved_s = _light_share_elements(queue, cost_of, left / (procs + 1)) * (
+            _ELEMENT_COST[False] - _ELEMENT_COST[True])
+        local_compiled = compiled if here and saved_s > _KERNEL_LOAD_S else False
     data = store_bytes(store) if given else None
     in_flight: dict[Any, list[Batch]] = {}
 

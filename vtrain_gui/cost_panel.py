@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
@@ -38,6 +40,8 @@ _BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP com
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")
 _NO_FIT_COLOR = "#C62828"
+#: Figures whose text can be long: shown on one line, cut to fit (:class:`_OneLineLabel`).
+_ONE_LINE = ("band_note", "profile")
 _CAPACITY_COLOR = "#D62728"
 
 
@@ -73,6 +77,51 @@ class _BreakdownBar(QtWidgets.QWidget):
                              rect.height() - 1, brush)
             x += w
         painter.end()
+
+
+class _OneLineLabel(QtWidgets.QLabel):
+    """A label that always takes one line: its text cut with "…" to the width it gets, a
+    ``suffix`` (e.g. "(+2 more)") kept whole after it, and the whole text in the tooltip.
+
+    Its height never depends on its width (nothing wraps), so the figures' height is known
+    before the layout runs, and a long warning never pushes the figures into a scroll area.
+    """
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self._suffix = ""
+        self._tooltip: str | None = None
+        # takes the width the column has; never widens it
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored,
+                           QtWidgets.QSizePolicy.Policy.Fixed)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+
+    def set_full_text(self, text: str, suffix: str = "", tooltip: str | None = None) -> None:
+        """Show ``text`` (cut to fit) followed by ``suffix``; the tooltip is ``tooltip`` or,
+        when the text is cut, the whole text."""
+        self._full, self._suffix = text, suffix
+        self._tooltip = tooltip
+        self._elide()
+
+    def full_text(self) -> str:
+        """The text before cutting, with its suffix."""
+        return self._full + (f" {self._suffix}" if self._suffix else "")
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        metrics = self.fontMetrics()
+        suffix = f" {self._suffix}" if self._suffix else ""
+        room = max(0, self.contentsRect().width() - metrics.horizontalAdvance(suffix) - 2)
+        shown = metrics.elidedText(self._full, Qt.TextElideMode.ElideRight, room)
+        super().setText(shown + suffix if self._full else "")
+        if self._tooltip is not None:
+            self.setToolTip(self._tooltip)
+        else:
+            self.setToolTip(self._full if shown != self._full else "")
 
 
 class CostPanel(QtWidgets.QWidget):
@@ -127,8 +176,7 @@ class CostPanel(QtWidgets.QWidget):
             ("cost_usd", "Cost"),
             ("run_band", "    band"),
             ("run_days", "With failures"),
-            ("Profile", None),
-            ("profile", ""),
+            ("profile", "Profile"),
         ]
         heading_font = QtGui.QFont(self.font())
         heading_font.setBold(True)
@@ -137,9 +185,8 @@ class CostPanel(QtWidgets.QWidget):
         big_font.setBold(True)
         names: dict[str, QtWidgets.QLabel] = {}
         # a plan that does not fit cannot run: its time and cost carry this flag
-        self._no_fit_flag = QtWidgets.QLabel()
+        self._no_fit_flag = _OneLineLabel()  # the numbers in its tooltip and over the chart
         self._no_fit_flag.setObjectName("no_fit_flag")
-        self._no_fit_flag.setWordWrap(True)
         self._no_fit_flag.setStyleSheet(f"background: #FDECEA; color: {_NO_FIT_COLOR}; "
                                         "padding: 3px; font-weight: bold;")
         self._no_fit_flag.setVisible(False)
@@ -161,12 +208,21 @@ class CostPanel(QtWidgets.QWidget):
                                            "communication) / idle (stage imbalance)")
                 grid.addWidget(self._breakdown, r, 0, 1, 2)
                 continue
-            value = QtWidgets.QLabel("–")
+            # the lines that can be long take one line each, cut to fit, whole in the tooltip
+            value = _OneLineLabel() if key in _ONE_LINE else QtWidgets.QLabel("–")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setObjectName(key)
-            if key in ("profile", "band_note"):
-                value.setWordWrap(True)
+            if key == "band_note":
                 grid.addWidget(value, r, 0, 1, 2)
+            elif key == "profile":  # the name, then the value in all the width left
+                row = QtWidgets.QWidget()
+                row_layout = QtWidgets.QHBoxLayout(row)
+                row_layout.setContentsMargins(0, 0, 0, 0)
+                row_layout.setSpacing(14)
+                row_layout.addWidget(QtWidgets.QLabel(label))
+                value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                row_layout.addWidget(value, 1)
+                grid.addWidget(row, r, 0, 1, 2)
             else:
                 name = names[key] = QtWidgets.QLabel(label)
                 if key in ("iteration_time", "tokens_per_s", "mfu", "training_days", "cost_usd"):
@@ -189,8 +245,10 @@ class CostPanel(QtWidgets.QWidget):
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
-        self._warnings = QtWidgets.QLabel()
-        self._warnings.setWordWrap(True)
+        # one line whatever the number of warnings (the first, cut, and "+N more"); all of them
+        # in the tooltip: the figures keep their height, so they fit under the timeline
+        self._warnings = _OneLineLabel()
+        self._warnings.setObjectName("warnings")
         self._warnings.setStyleSheet("color: #B35C00;")
         grid.addWidget(self._warnings, len(rows), 0, 1, 2)
         grid.setRowStretch(len(rows) + 1, 1)
@@ -264,8 +322,10 @@ class CostPanel(QtWidgets.QWidget):
         return self._report
 
     def value_text(self, key: str) -> str:
-        """Text shown for figure ``key`` (e.g. ``'cost_usd'``, ``'mfu'``); for tests."""
-        return self._values[key].text()
+        """Text of figure ``key`` (e.g. ``'cost_usd'``, ``'mfu'``; whole where the line is cut
+        to fit); for tests."""
+        label = self._values[key]
+        return label.full_text() if isinstance(label, _OneLineLabel) else label.text()
 
     @property
     def fit_text(self) -> str:
@@ -274,16 +334,20 @@ class CostPanel(QtWidgets.QWidget):
 
     @property
     def warnings_text(self) -> str:
-        """Text of the warnings line."""
-        return self._warnings.text()
+        """The report's warnings, one per line, each after "⚠ " ('' when none)."""
+        warnings = self._report.warnings if self._report is not None else []
+        return "\n".join(f"⚠ {w}" for w in warnings)
 
     def clear(self) -> None:
         """Show no report."""
         self._report = None
         for label in self._values.values():
-            label.setText("–")
+            if isinstance(label, _OneLineLabel):
+                label.set_full_text("–" if label.objectName() != "band_note" else "", tooltip="")
+            else:
+                label.setText("–")
         self._breakdown.set_values([])
-        self._warnings.setText("")
+        self._set_warnings([])
         self._fit_label.setText("")
         self._memory_legend.setText(self._legend_parts)
         self._flag_no_fit(False)
@@ -350,12 +414,9 @@ class CostPanel(QtWidgets.QWidget):
         shown = [str(profile[k]) for k in ("device", "method", "date") if profile.get(k)]
         if profile.get("source"):
             shown.append(str(profile["source"]))
-        v["profile"].setText(" · ".join(shown) if shown else "–")
-        v["profile"].setToolTip("\n".join(f"{k}: {val}" for k, val in profile.items()))
-        if report.warnings:
-            self._warnings.setText("⚠ " + "\n⚠ ".join(report.warnings))
-        else:
-            self._warnings.setText("")
+        v["profile"].set_full_text(" · ".join(shown) if shown else "–",
+                                   tooltip="\n".join(f"{k}: {val}" for k, val in profile.items()))
+        self._set_warnings(report.warnings)
         self._set_memory(report)
         self._flag_no_fit(not report.fits_in_memory, report)
         self._set_run(report)  # after the flag: its tooltips add to the flag's
@@ -417,8 +478,7 @@ class CostPanel(QtWidgets.QWidget):
                          if iv.in_calibration_range is False else
                          "the profile has no cross-validated residuals (hover for more)"
                          if iv.in_calibration_range is None else "too few residuals (hover for more)")
-            note.setText(short)
-            note.setToolTip(iv.note if iv is not None else "")
+            note.set_full_text(short, tooltip=iv.note if iv is not None else "")
             note.setStyleSheet("color: #505860;")
             return
         lo, hi = iv.band(report.iteration_time_s)
@@ -433,20 +493,19 @@ class CostPanel(QtWidgets.QWidget):
                   f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "
                   "of the profile)")
         if iv.in_calibration_range:  # one short line; the whole story in the tooltip
-            note.setText(f"from {iv.num_residuals} cross-validated "
-                         f"{iv.group.replace('_', '-')} runs")
+            note.set_full_text(f"from {iv.num_residuals} cross-validated "
+                               f"{iv.group.replace('_', '-')} runs", tooltip=source)
             note.setStyleSheet("color: #505860;")
-            note.setToolTip(source)
         else:
-            note.setText("⚠ outside the calibration range (hover for why)")
+            note.set_full_text("⚠ outside the calibration range (hover for why)",
+                               tooltip=source + ".\n⚠ " + iv.note[0].upper() + iv.note[1:])
             note.setStyleSheet("color: #B35C00;")
-            note.setToolTip(source + ".\n⚠ " + iv.note[0].upper() + iv.note[1:])
 
 
     @property
     def no_fit_text(self) -> str:
         """Text of the flag over the figures of a plan that does not fit ('' when it fits)."""
-        return self._no_fit_flag.text() if not self._no_fit_flag.isHidden() else ""
+        return self._no_fit_flag.full_text() if not self._no_fit_flag.isHidden() else ""
 
     @property
     def is_stale(self) -> bool:
@@ -464,19 +523,33 @@ class CostPanel(QtWidgets.QWidget):
 
     def _flag_no_fit(self, flag: bool, report: Report | None = None) -> None:
         if flag and report is not None:
-            self._no_fit_flag.setText(
-                f"⚠ Does not fit in GPU memory ({format_bytes(report.max_memory_per_gpu_bytes)} "
-                f"needed per GPU, "
-                f"{format_bytes(report.memory_capacity_bytes * (1 - report.memory_reserve_fraction))}"
-                f" usable): "
-                "this plan cannot run as set. The time and cost below are what it would take "
-                "with enough memory.")
+            # one line (the numbers are also over the memory chart); the whole story on hover
+            needed = format_bytes(report.max_memory_per_gpu_bytes)
+            usable = format_bytes(report.memory_capacity_bytes
+                                  * (1 - report.memory_reserve_fraction))
+            self._no_fit_flag.set_full_text(
+                f"⚠ Does not fit in GPU memory ({needed} needed per GPU, {usable} usable): "
+                "this plan cannot run as set",
+                tooltip=f"Does not fit in GPU memory ({needed} needed per GPU, {usable} usable): "
+                        "this plan cannot run as set. The time and cost below are what it would "
+                        "take with enough memory.")
         self._no_fit_flag.setVisible(flag)
         for key in _RUN_FIGURES:
             label = self._values[key]
             label.setStyleSheet(f"color: {_NO_FIT_COLOR};" if flag else "")
             label.setToolTip("This plan does not fit in GPU memory: it cannot run as set"
                              if flag else "")
+
+    def _set_warnings(self, warnings: list[str]) -> None:
+        """The first warning on one line, cut to fit, with "(+N more)"; all of them on hover."""
+        self._warnings.setVisible(bool(warnings))
+        if not warnings:
+            self._warnings.set_full_text("", tooltip="")
+            return
+        more = f"(+{len(warnings) - 1} more, hover)" if len(warnings) > 1 else ""
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+        self._warnings.set_full_text(f"⚠ {warnings[0]}", suffix=more,
+                                     tooltip=f"<b>Warnings</b><ul>{items}</ul>")
 
     def _fit_figures_width(self) -> None:
         """Keep the figures column wide enough for its longest value (no clipping)."""

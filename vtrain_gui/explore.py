@@ -73,6 +73,27 @@ def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> 
     return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
 
 
+def _all_equal(values: np.ndarray) -> bool:
+    """Whether every value of a plan column is the same (as its ``repr``: ``1`` and ``True``,
+    or ``None`` and ``nan``, differ; every ``nan`` is the same). Tens of thousands of plans
+    take about a millisecond: the distinct (type, value) pairs are found by a set, and only
+    those few are compared by ``repr``."""
+    values = np.asarray(values)
+    if values.size <= 1:
+        return True
+    if values.dtype.kind in "biuUS":  # numbers, text: numpy compares (no Python object per plan)
+        return bool((values == values[0]).all())
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        return bool(nan.all() or (not nan.any() and (values == values[0]).all()))
+    items = values.tolist()
+    try:
+        distinct = set(zip(map(type, items), items))
+    except TypeError:  # unhashable values: compare them all
+        return len({repr(v) for v in items}) <= 1
+    return len(distinct) <= 1 or len({repr(v) for _, v in distinct}) <= 1
+
+
 def _same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool:
     """Whether a sweep of ``a`` is also a sweep of ``b``: model, cluster, cost and every plan
     field the sweep does not choose (B, precision, overlap ...) equal."""
@@ -418,13 +439,12 @@ class ExploreTab(QtWidgets.QWidget):
         """Show ``result`` (None clears); the selection is cleared."""
         self._result = result
         self._selected = None
-        self.plot.set_result(result)
+        self.plot.set_result(result, redraw=False)  # drawn once, by _apply_filters below
         self.table_model.set_result(result)
         for i, col in enumerate(TABLE_COLUMNS):  # plan fields equal in every plan: hidden
             field = ParallelPlan.__dataclass_fields__.get(col.attr)
             hide = (field is not None and field.metadata.get("label") != "always"
-                    and result is not None
-                    and len({repr(v) for v in result.plan_columns[col.attr].tolist()}) <= 1)
+                    and result is not None and _all_equal(result.plan_columns[col.attr]))
             self.table.setColumnHidden(i, hide)
         has = result is not None
         if has:

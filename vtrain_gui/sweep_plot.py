@@ -201,15 +201,18 @@ class SweepPlot(pg.PlotWidget):
         self.getPlotItem().setLogMode(x=self._log, y=self._log)
         self._redraw(auto_range=True)
 
-    def set_result(self, result: SweepResult | None) -> None:
-        """Plot ``result`` (every plan, until :meth:`set_view` filters)."""
+    def set_result(self, result: SweepResult | None, redraw: bool = True) -> None:
+        """Plot ``result`` (every plan, until :meth:`set_view` filters); with ``redraw``
+        False the points are drawn by the :meth:`set_view` that follows (tens of thousands
+        of points take tens of milliseconds of the GUI thread each time)."""
         self._result = result
         n = result.num_plans if result is not None else 0
         self._shown = np.arange(n)
         self._front_idx = np.empty(0, np.int64)
         self._marks = {}
         self._selected = self._current = None
-        self._redraw(auto_range=True)
+        if redraw or result is None:
+            self._redraw(auto_range=True)
 
     def set_view(self, shown: np.ndarray, front: np.ndarray, marks: dict[str, int | None],
                  deadline_days: float | None, auto_range: bool = False) -> None:

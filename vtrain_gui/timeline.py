@@ -24,6 +24,11 @@ Drawing is batched and its cost does not grow with the number of tasks:
   data sets are prepared at once and their bands on first use.
 * Zoomed in beyond the finest band (few tasks in view), the visible bars are
   drawn exactly and only those below a pixel are merged, per (row, pixel).
+* **Huge iterations** (at least :data:`SUMMARY_MIN_TASKS` tasks) are summarized
+  first: the worker's first step merges every bar into the bins of the view the
+  first paint asked for (:func:`summary_image`, no sorting), drawn until the
+  layout arrives. A picture of the whole iteration (``--screenshot``:
+  :meth:`TimelineWidget.wait_view_ready`) needs nothing more.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ try:  # zero-copy path: QPainter.drawRects(const QRectF *, int) from numpy memor
 except ImportError:  # pragma: no cover - PySide6 always ships shiboken6
     _HAVE_PTR = False
 
-__all__ = ["GanttItem", "TimelineWidget", "task_description", "kind_color", "SYNC_MAX_TASKS"]
+__all__ = ["GanttItem", "TimelineWidget", "task_description", "kind_color", "SYNC_MAX_TASKS",
+           "SUMMARY_MIN_TASKS", "summary_image"]
 
 #: Bars occupy this part of their row (in row units, y grows downwards).
 _BAR_TOP, _BAR_HEIGHT = 0.12, 0.76
@@ -64,6 +70,11 @@ _CHUNK = 1 << 19
 _SHADES = 5
 #: Data sets with more tasks are prepared in a worker thread (the GUI thread never waits).
 SYNC_MAX_TASKS = 50_000
+#: Iterations with more tasks are summarized first: the picture of the view the first paint
+#: asked for, merged straight from the task arrays (:func:`summary_image`: no sorting, a few
+#: hundred milliseconds for millions of tasks), is drawn until the exact layout arrives (hover,
+#: zoom). A picture (``vtrain gui --screenshot``) of the whole iteration needs no more.
+SUMMARY_MIN_TASKS = 1_000_000
 #: Hover tolerance in device pixels when the mouse is not exactly over a bar.
 _HOVER_TOLERANCE_PX = 3.0
 _LANE_COLORS = (QtGui.QColor("#EEF1F6"), QtGui.QColor("#F7F7F7"))  # compute, comm lanes
@@ -166,6 +177,62 @@ class _KindColumn:
             if hi > lo:
                 out.append(slice(lo, hi))
         return out
+
+
+def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.ndarray,
+                  num_rows: int, t_end: float, nbins: int, colors: np.ndarray) -> np.ndarray:
+    """Every bar merged into ``nbins`` bins of ``t_end / nbins`` seconds per row: uint32
+    ``(num_rows, nbins)`` premultiplied ARGB, as :meth:`_Layout.band_image` merges the narrow
+    bars (the colour of the kind with the most time in the bin, the opacity step of the bin's
+    busy share), but of all bars, wide ones too, and without sorting the tasks.
+
+    Parameters
+    ----------
+    start, end : float64 arrays, shape (n,)
+        Seconds.
+    kind, row : int arrays, shape (n,)
+        Kind (index into :data:`core.graph_types.KINDS`) and row (``0..num_rows-1``).
+    colors : uint32 array, shape (len(KINDS), _SHADES + 1)
+        :func:`_color_table`.
+
+    A bar adds the time it overlaps each bin to that bin's tally of its kind: its first and
+    last bins directly, the whole bins between them through a count per (row, kind, bin)
+    whose running sum over the bins is exact. Works through blocks of :data:`_CHUNK` tasks so
+    that no numpy call holds the interpreter long.
+    """
+    n = start.shape[0]
+    image = np.zeros((num_rows, nbins), np.uint32)
+    if n == 0 or not t_end > 0:
+        return image
+    present = np.flatnonzero(np.bincount(kind, minlength=len(KINDS)))
+    slot = np.zeros(len(KINDS), np.int64)
+    slot[present] = np.arange(present.size)  # kinds present, numbered 0..K-1
+    K, width = present.size, nbins + 1
+    size = num_rows * K * width
+    tally = np.zeros(size)                    # (rows, K, nbins + 1): seconds in the bin
+    whole = np.zeros(size, np.int64)          # bars starting to cover whole bins (+1), ending (-1)
+    w = t_end / nbins
+    for a in range(0, n, _CHUNK):
+        s, e = start[a:a + _CHUNK], end[a:a + _CHUNK]
+        base = (row[a:a + _CHUNK].astype(np.int64) * K + slot[kind[a:a + _CHUNK]]) * width
+        j0 = np.minimum((s / w).astype(np.int64), nbins - 1)
+        j1 = np.maximum(np.minimum((e / w).astype(np.int64), nbins - 1), j0)
+        one = j0 == j1
+        # +tiny: a zero-length task still shows
+        first = np.where(one, e - s, (j0 + 1) * w - s) + 1e-300
+        tally += np.bincount(base + j0, first, minlength=size)
+        two = ~one
+        tally += np.bincount(base[two] + j1[two], e[two] - j1[two] * w, minlength=size)
+        span = j1 - j0 >= 2
+        whole += np.bincount(base[span] + j0[span] + 1, minlength=size)
+        whole -= np.bincount(base[span] + j1[span], minlength=size)
+    per_kind = (tally.reshape(num_rows, K, width)
+                + np.cumsum(whole.reshape(num_rows, K, width), axis=2) * w)[:, :, :nbins]
+    total = per_kind.sum(axis=1)                                          # (rows, nbins)
+    best = present[per_kind.argmax(axis=1)]                               # (rows, nbins)
+    cells = total > 0
+    image[cells] = colors[best[cells], _shade_step(total[cells] / w)]
+    return image
 
 
 def _small_int(a: np.ndarray) -> np.ndarray:
@@ -327,6 +394,7 @@ class _LayoutSignals(QtCore.QObject):
 
     layout = Signal(int, object)  # generation, _Layout
     band = Signal(int, int, object)  # generation, band index, image or None
+    summary = Signal(int, int, object)  # generation, bins, summary_image
 
 
 class _Preparation:
@@ -336,9 +404,12 @@ class _Preparation:
     the others nearest to it. :meth:`cancel` stops it between steps.
     """
 
-    def __init__(self, generation: int, arrays: tuple, colors: np.ndarray, signals: _LayoutSignals):
+    def __init__(self, generation: int, arrays: tuple, colors: np.ndarray, signals: _LayoutSignals,
+                 summary_bins: int = 0):
+        """``summary_bins``: first emit the :func:`summary_image` of that many bins (0: none)."""
         self.generation = generation
         self.wanted = -1
+        self._summary_bins = summary_bins
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(arrays, colors, signals),
                                         name=f"timeline-layout-{generation}", daemon=True)
@@ -364,6 +435,15 @@ class _Preparation:
         return True
 
     def _run(self, arrays: tuple, colors: np.ndarray, signals: _LayoutSignals) -> None:
+        if self._summary_bins:
+            start, end, kind, row, num_rows, duration = arrays
+            row = np.asarray(row() if callable(row) else row)  # once, for both
+            arrays = (start, end, kind, row, num_rows, duration)
+            t_end = float(end.max()) if end.size else 0.0
+            image = summary_image(start, end, kind, row, num_rows, t_end, self._summary_bins,
+                                  colors)
+            if not self._emit(signals.summary, self._summary_bins, image):
+                return
         layout = _Layout(*arrays)
         if not self._emit(signals.layout, layout):
             return
@@ -397,7 +477,8 @@ class GanttItem(pg.GraphicsObject):
         self._signals = _LayoutSignals()
         self._signals.layout.connect(self._on_layout)
         self._signals.band.connect(self._on_band)
-        self._num_rows = 0
+        self._signals.summary.connect(self._on_summary)
+        self._summary: tuple[int, np.ndarray] | None = None  # (bins, image) until the layout        self._num_rows = 0
         #: lanes per pipeline stage (compute, comm and the other streams the graph uses)
         self.streams_per_stage = 2
         self._num_tasks = 0
@@ -457,6 +538,7 @@ class GanttItem(pg.GraphicsObject):
         lanes[:, 3] = 0.92
         self._lanes = lanes
         self._layout = None
+        self._summary = None
         self._pending = None
         self._highlight = None
         self._cache_key = None
@@ -470,11 +552,25 @@ class GanttItem(pg.GraphicsObject):
             self.layout_ready.emit()
         self.update()
 
+    @Slot(int, int, object)
+    def _on_summary(self, generation: int, bins: int, image: np.ndarray) -> None:
+        if generation != self._generation or self._layout is not None:
+            return
+        self._summary = (bins, image)
+        self.update()
+
+    @property
+    def summary(self) -> tuple[int, np.ndarray] | None:
+        """``(bins, image)`` drawn while the layout of a huge iteration is being built
+        (:func:`summary_image`), or None."""
+        return self._summary
+
     @Slot(int, object)
     def _on_layout(self, generation: int, layout: _Layout) -> None:
         if generation != self._generation:
             return
         self._layout = layout
+        self._summary = None
         self._cache_key = None
         if layout.num_bands == 0:
             self._prep = None  # no band images to wait for
@@ -505,7 +601,14 @@ class GanttItem(pg.GraphicsObject):
     def _start_preparation(self) -> None:
         if self._pending is not None:
             arrays, self._pending = self._pending, None
-            self._prep = _Preparation(self._generation, arrays, self._colors, self._signals)
+            bins = 0
+            if self._num_tasks >= SUMMARY_MIN_TASKS:  # the view asked for, summarized first
+                px_s = self.pixelWidth() if self.scene() is not None else 0.0
+                b = (math.floor(math.log2(self._t_end / px_s))
+                     if px_s and math.isfinite(px_s) and self._t_end > 0 else 11)
+                bins = 1 << int(min(max(b, _BAND_MIN), 14))
+            self._prep = _Preparation(self._generation, arrays, self._colors, self._signals,
+                                      summary_bins=bins)
 
     def wait_ready(self, timeout_s: float = 30.0) -> bool:
         """Process events until :attr:`is_ready` (tests, benchmarks, screenshots); True on success."""
@@ -517,6 +620,45 @@ class GanttItem(pg.GraphicsObject):
                 self._prep.join(0.005)
             app.processEvents()
         return self.is_ready
+
+    def _summary_in_view(self) -> bool:
+        """Whether the summary is there and the view shows the whole iteration."""
+        if self._summary is None or self.scene() is None:
+            return False
+        view = self.viewRect()
+        return view is not None and view.left() <= 0.0 and view.right() >= self._t_end
+
+    def view_band(self) -> int | None:
+        """Band the current view paints (``num_bands`` zoomed in beyond the finest), or None
+        before the layout is there or when the item is not in a view."""
+        px_s = self.pixelWidth() if self.scene() is not None else 0.0
+        if self._layout is None or not px_s or not math.isfinite(px_s):
+            return None
+        return self._layout.band_for(px_s)
+
+    @property
+    def view_ready(self) -> bool:
+        """Whether what the current view paints is prepared: the layout and the band in view
+        (the other zoom bands may still be on their way)."""
+        if self._layout is None:
+            return self._summary_in_view()  # a huge iteration's summary, zoomed out
+        i = self.view_band()
+        return i is not None and (i >= self._layout.num_bands or i in self._layout.images)
+
+    def wait_view_ready(self, timeout_s: float = 30.0) -> bool:
+        """Process events until :attr:`view_ready`, the band in view prepared first (a picture
+        of a huge iteration needs one band of the dozen, not all); True on success."""
+        self._start_preparation()
+        deadline = QtCore.QDeadlineTimer(int(timeout_s * 1000))
+        app = QtCore.QCoreApplication.instance()
+        while not self.view_ready and not self.is_ready and not deadline.hasExpired():
+            prep, i = self._prep, self.view_band()
+            if prep is not None:
+                if i is not None:
+                    prep.wanted = i  # next, before the bands nearer the middle
+                prep.join(0.005)
+            app.processEvents()
+        return self.view_ready or self.is_ready
 
     def shutdown(self) -> None:
         """Stop a worker thread that still prepares the layout (the widget is going away)."""
@@ -740,6 +882,18 @@ class GanttItem(pg.GraphicsObject):
                               QtCore.QRectF(0, r, cols, 1))
         del image  # before `pixels`, whose memory it points into
 
+    def _draw_summary(self, painter: QtGui.QPainter) -> None:
+        """Draw the summary image over the whole iteration, one ``drawImage`` per busy row."""
+        bins, pixels = self._summary
+        pixels = np.ascontiguousarray(pixels)
+        rows, cols = pixels.shape
+        image = QtGui.QImage(pixels.data, cols, rows, cols * 4,
+                             QtGui.QImage.Format.Format_ARGB32_Premultiplied)
+        for r in np.flatnonzero(pixels.any(axis=1)).tolist():
+            painter.drawImage(QtCore.QRectF(0.0, r + _BAR_TOP, self._t_end, _BAR_HEIGHT), image,
+                              QtCore.QRectF(0, r, cols, 1))
+        del image  # before `pixels`, whose memory it points into
+
     def paint(self, painter: QtGui.QPainter, option, widget=None) -> None:  # noqa: D102
         if self._num_rows == 0:
             return
@@ -770,6 +924,8 @@ class GanttItem(pg.GraphicsObject):
             self._start_preparation()
             self.last_paint_num_rects = 0
             self.last_paint_band = -1
+            if self._summary is not None:
+                self._draw_summary(painter)
             return
         x0, x1 = view.left(), view.right()
         self._draw_band_image(painter, x0, x1, px_s)
@@ -890,7 +1046,10 @@ class TimelineWidget(QtWidgets.QWidget):
         self.gantt.set_tasks(schedule.start_s, None, graph.kind, lambda: graph.row, num_rows,
                              end_s=schedule.end_s)
         if self.gantt.layout is None:
-            self._info.setText(f"Preparing the timeline of {graph.num_tasks:,} tasks…")
+            self._info.setText(f"{graph.num_tasks:,} tasks: the whole iteration at a glance; "
+                               "preparing zoom and hover…"
+                               if graph.num_tasks >= SUMMARY_MIN_TASKS else
+                               f"Preparing the timeline of {graph.num_tasks:,} tasks…")
 
         self._set_row_ticks(num_rows)
         self._set_legend(np.flatnonzero(np.bincount(graph.kind, minlength=len(KINDS))).tolist())
@@ -921,6 +1080,11 @@ class TimelineWidget(QtWidgets.QWidget):
     def wait_ready(self, timeout_s: float = 30.0) -> bool:
         """Process events until the timeline is fully prepared (see :meth:`GanttItem.wait_ready`)."""
         return self.gantt.wait_ready(timeout_s)
+
+    def wait_view_ready(self, timeout_s: float = 30.0) -> bool:
+        """Process events until what the view shows is prepared (pictures:
+        :meth:`GanttItem.wait_view_ready`); the other zoom bands follow in the background."""
+        return self.gantt.wait_view_ready(timeout_s)
 
     @property
     def is_ready(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, QEvent, Qt
 
 from synthetic import synthetic_report
 from tests.conftest import EXAMPLES
@@ -46,7 +46,10 @@ def test_the_plan_tab_figures_fit_at_1600_by_1000(window, qtbot, real_simulate):
     window.resize(1600, 1000)
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         assert window.open_path(EXAMPLES / "mtnlg_530b.json", as_template=True)
-    qtbot.wait(50)
+    for _ in range(5):  # run the pending layouts (no waiting on the clock); with warnings and
+        # the does-not-fit flag: test_gui_cost_panel_fit.py
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        qtbot.wait(1)
     scroll = window.cost_panel._figures_scroll
     assert scroll.verticalScrollBar().maximum() == 0  # nothing cut off at the bottom
     assert scroll.height() >= window.cost_panel.figures_height()

@@ -1,0 +1,72 @@
+"""The Plan tab's figures fit under the timeline at 1,600 x 1,000 whatever the report says:
+warnings, a plan that does not fit in memory, a long profile line. Long texts take one line
+each (cut with "…", whole on hover), so the figures' height does not depend on the panel's
+width or on how many warnings there are, and the check does not depend on timing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from PySide6 import QtCore, QtWidgets
+
+from synthetic import synthetic_report
+from tests.conftest import EXAMPLES
+from vtrain_gui.cost_panel import CostPanel
+
+LONG = ("all_reduce of 1349.9 MiB on 2 GPUs: beyond the measured sizes (1 MiB to 1024 MiB), "
+        "extrapolated with that curve's latency-bandwidth fit")
+
+
+def _settle() -> None:
+    """Run the pending layouts (deterministic: no waiting on the clock)."""
+    for _ in range(5):
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        QtWidgets.QApplication.processEvents()
+
+
+def test_figures_fit_at_1600_by_1000_with_warnings_and_no_fit_flag(window, qtbot, real_simulate):
+    window.resize(1600, 1000)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.open_path(EXAMPLES / "mtnlg_530b.json", as_template=True)
+    _settle()
+    panel, scroll = window.cost_panel, window.cost_panel._figures_scroll
+    plain = panel.report
+    heights = {}
+    for n_warnings, fits in ((0, True), (1, True), (6, True), (6, False)):
+        # the worst a report can bring: many long warnings and the does-not-fit flag
+        report = dataclasses.replace(plain, warnings=[f"{i}: {LONG}" for i in range(n_warnings)],
+                                     fits_in_memory=fits)
+        window._on_simulation_finish(window.runner.latest_request_id, dataclasses.replace(
+            window._result, report=report), 0.1)
+        _settle()
+        assert scroll.verticalScrollBar().maximum() == 0, (n_warnings, fits)  # nothing cut off
+        assert scroll.height() >= panel.figures_height()
+        assert window.timeline.height() >= 350
+        heights[(n_warnings, fits)] = panel.figures_height()
+    # one line for the warnings however many; one for the flag
+    assert heights[(1, True)] == heights[(6, True)] > heights[(0, True)]
+    assert heights[(6, False)] - heights[(6, True)] < 30
+    assert panel.warnings_text.count("⚠") == 6  # all of them kept, shown on hover
+    assert panel._warnings.toolTip().count("<li>") == 6
+    assert "(+5 more" in panel._warnings.text()
+
+
+def test_long_lines_are_cut_to_the_width_not_wrapped(qtbot):
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    report = dataclasses.replace(synthetic_report(p=4, fits=False), warnings=[LONG, LONG])
+    panel.show()
+    heights = []
+    for width in (1400, 700):
+        panel.resize(width, 700)
+        panel.set_report(report)
+        _settle()
+        heights.append(panel.figures_height())
+        shown = panel._warnings.text()
+        assert shown.endswith("(+1 more, hover)")
+        assert panel._warnings.fontMetrics().horizontalAdvance(shown) <= panel._warnings.width()
+    assert heights[0] == heights[1]  # the height does not depend on the width
+    assert "…" in panel._warnings.text()
+    assert panel.warnings_text == f"⚠ {LONG}\n⚠ {LONG}"
+    assert panel.no_fit_text.startswith("⚠ Does not fit in GPU memory")
+    assert "enough memory" in panel._no_fit_flag.toolTip()
