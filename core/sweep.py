@@ -439,7 +439,13 @@ def _cp_candidates(session: Session, space: SweepSpace) -> list[int]:
     s = session.model.seq_length
     out, cp = [1], 2
     while most is not None and cp <= most and s % (2 * cp) == 0:
-        out.append(cp)
+        # the model's own rules (the attention kernel, sliding windows ...), the other sizes
+        # at 1: a size they refuse is in no plan
+        probe = Session(session.model, probe_plan(session.plan, context_parallel=cp,
+                                                  sequence_parallel=False),
+                        session.cluster, session.cost)
+        if not any(e.field == "plan.context_parallel" for e in validate(probe)):
+            out.append(cp)
         cp *= 2
     return out
 
@@ -723,9 +729,10 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
     Explore tab can read :attr:`SweepResult.dimensions`."""
     out = []
-    for name in PLAN_FIELDS:
-        seen = list(dict.fromkeys(getattr(pl, name) for pl in plans)) if plans else [
-            getattr(session.plan, name)]
+    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
+               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
+    for name, column in zip(PLAN_FIELDS, columns):
+        seen = list(dict.fromkeys(column))
         values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
