@@ -150,3 +150,27 @@ def test_work_estimate_is_a_warning_not_a_refusal(monkeypatch):
     with pytest.raises(ConfigError):
         run_sweep(session, SweepSpace(max_gpus=8, context_parallel=(1,)), max_work=10)
     assert sweep_work(r.plans, session.model.num_layers) > 10
+
+
+def test_cli_pick_writes_the_plan_as_a_session(tmp_path, capsys):
+    cfg = EXAMPLES / "gpt3_1.3b_single_node.json"
+    out = tmp_path / "fast.json"
+    args = ["sweep", str(cfg), "--context-parallel", "1", "--zero-stages", "0,1"]
+    assert main(args + ["--json", "--pick", "fastest", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    picked = load_any(out)
+    fastest = doc["fastest"]
+    assert all(getattr(picked.plan, k) == fastest[k] for k in (
+        "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size", "schedule",
+        "recompute", "sequence_parallel", "zero_stage"))
+    assert picked.model == load_any(cfg).model
+    front = tmp_path / "front2.json"
+    assert main(args + ["--json", "--pick", "2", "--out", str(front)]) == 0
+    second = json.loads(capsys.readouterr().out)["pareto"][1]
+    assert load_any(front).plan.data_parallel == second["data_parallel"]
+    # bad picks: exit 2, nothing written
+    bad = tmp_path / "bad.json"
+    assert main(args + ["--pick", "999", "--out", str(bad)]) == 2
+    assert main(args + ["--pick", "fastest", "--out", str(tmp_path / "x.csv")]) == 2
+    assert main(args + ["--pick", "soonest", "--out", str(bad)]) == 2
+    assert not bad.exists()

@@ -84,7 +84,13 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--deadline-days", type=float, metavar="D",
                     help="also report the cheapest plan that trains within D days")
     sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
-    sw.add_argument("--out", metavar="FILE.csv", help="write every plan to a CSV file")
+    sw.add_argument("--out", metavar="FILE.csv|S.json",
+                    help="write every plan to a CSV file; with --pick, write the picked plan as a "
+                         "session file (.json) instead")
+    sw.add_argument("--pick", metavar="fastest|cheapest|N",
+                    help="with --out S.json: the plan to write as a session (the sweep's model, "
+                         "cluster and cost): the fastest or cheapest plan that fits, or the N-th "
+                         "plan of the Pareto front, fastest first (1 = the fastest)")
     sw.add_argument("--workers", metavar="N",
                     help="processes to sweep on (default: all cores; 1: this process only); with "
                          "--dask local, the size of the local Dask cluster")
@@ -186,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_work is not None and args.max_work < 1:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
+    pick = _pick_arg(args.pick, args.out)
     session = session_from_args(args, validate=False)
     try:
         check_all_but_the_plan(session)  # the file's own plan is only a starting point
@@ -222,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
     unused = unused_values(session, space, result)
-    if args.out:
+    if pick is not None:
+        _write_pick(result, pick, args.out)
+    elif args.out:
         result.write_csv(args.out)
     if args.json:
         doc = result.to_dict()
@@ -230,13 +239,54 @@ def run(args: argparse.Namespace) -> int:
         print(strict_dumps(doc))
     else:
         console = Console()
-        _print_result(result, console, args.out)
+        _print_result(result, console, None if pick is not None else args.out)
+        if pick is not None:
+            console.print(f"[dim]the {pick if isinstance(pick, str) else f'plan {pick} of the front'}"
+                          f" written as a session to {esc(args.out)}[/]")
         if unused:
             from ..console import esc
             console.print("\nValues given but in no valid plan:")
             for e in unused:
                 console.print(f"  {esc(e.field)}: {esc(e.message)}")
     return 0
+
+
+def _pick_arg(text: str | None, out: str | None) -> str | int | None:
+    """``--pick``'s value: ``"fastest"``, ``"cheapest"`` or a 1-based rank on the front; it
+    needs ``--out S.json``."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value not in ("fastest", "cheapest"):
+        try:
+            value = int(value)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ConfigError([FieldError("--pick", f"{text!r}: give fastest, cheapest or a "
+                                                    "positive rank on the Pareto front")])
+    if not out or not out.lower().endswith(".json"):
+        raise ConfigError([FieldError("--out", "--pick writes a session: give --out S.json")])
+    return value
+
+
+def _write_pick(result, pick: str | int, path: str) -> None:
+    """Write the picked plan of ``result`` as a session file at ``path`` (atomically,
+    :func:`core.session.save_session`)."""
+    from ..session import save_session
+    if pick == "fastest":
+        i = result.fastest
+    elif pick == "cheapest":
+        i = result.cheapest
+    else:
+        front = result.pareto_indices()
+        if pick > front.size:
+            raise ConfigError([FieldError("--pick", f"{pick}: the Pareto front has "
+                                                    f"{front.size} plan{'s' if front.size != 1 else ''}")])
+        i = int(front[pick - 1])
+    if i is None:
+        raise ConfigError([FieldError("--pick", f"{pick}: no plan fits in memory")])
+    save_session(result.session_for(i), path)
 
 
 def _money(usd: float) -> str:
