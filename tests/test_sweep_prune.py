@@ -174,3 +174,12 @@ def test_cli_pick_writes_the_plan_as_a_session(tmp_path, capsys):
     assert main(args + ["--pick", "fastest", "--out", str(tmp_path / "x.csv")]) == 2
     assert main(args + ["--pick", "soonest", "--out", str(bad)]) == 2
     assert not bad.exists()
+
+
+def test_best_plan_per_gpu_count_is_exact_under_pruning():
+    session = gpt3_small()
+    space = SweepSpace(num_gpus=(2, 4, 8), context_parallel=(1,), zero_stages=(0, 1),
+                       micro_batch_sizes=(2, 4))
+    pruned, exhaustive = run_sweep(session, space), run_sweep(session, space, prune=False)
+    assert [r["value"] for r in pruned.best_by()["num_gpus"]] == [2, 4, 8]
+    assert pruned.best_by() == exhaustive.best_by()

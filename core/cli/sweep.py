@@ -466,13 +466,12 @@ def _print_best_by(result, console: Console) -> None:
     for name, rows in best.items():
         for r in rows:
             v = r["value"]
-            label = (f"{plan_field_title(name)} "
+            label = (f"{'GPUs' if name == 'num_gpus' else plan_field_title(name)} "
                      f"{'-' if v is None else 'y' if v is True else 'n' if v is False else v}")
             if r["plan"] is None:
                 table.add_row(label, *(["-"] * (len(_plan_fields(result)) + 6)))
             else:
-                table.add_row(label, *_plan_cells(result, result.index_of(result.plans[0])
-                                                  if False else _row_index(result, r["plan"])))
+                table.add_row(label, *_plan_cells(result, _row_index(result, r["plan"])))
     console.print()
     console.print(table)
 
