@@ -1712,9 +1712,19 @@ def _memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
     capacity = float(store.memory_bytes)
     n = len(plans)
     mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
+    # activations do not depend on the data-parallel side (ZeRO, its overlaps): shared
+    act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                    if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
+    acts: dict[tuple, np.ndarray] = {}
     for i, pl in enumerate(plans):
-        mem[i], fits[i], why[i] = memory_verdict_arrays(
-            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity, reserve)
+        k = act_key(plan_key(pl))
+        a = acts.get(k)
+        if a is None:
+            parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
+            acts[k] = parts[3]
+        else:
+            parts = (*model_math.stage_state_bytes(model, pl, fp8_tn), a)
+        mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
     return mem, fits, why
 
 

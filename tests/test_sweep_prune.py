@@ -183,3 +183,18 @@ def test_best_plan_per_gpu_count_is_exact_under_pruning():
     pruned, exhaustive = run_sweep(session, space), run_sweep(session, space, prune=False)
     assert [r["value"] for r in pruned.best_by()["num_gpus"]] == [2, 4, 8]
     assert pruned.best_by() == exhaustive.best_by()
+
+
+def test_activations_do_not_depend_on_the_data_parallel_side():
+    """The sweep shares activations between plans that differ only in ZeRO and its overlaps
+    (core.model_math.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
+    from core import model_math
+    session = gpt3_small()
+    by_key: dict = {}
+    for pl in enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,))):
+        k = repr(dataclasses.replace(pl, zero_stage=0, overlap_grad_reduce=False,
+                                     overlap_param_gather=False))
+        acts = model_math.stage_memory_arrays(session.model, pl)[3]
+        if k in by_key:
+            assert np.array_equal(by_key[k], acts)
+        by_key.setdefault(k, acts)
