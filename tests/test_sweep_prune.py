@@ -131,7 +131,11 @@ def test_cli_json_has_dimensions_best_by_and_no_cap(capsys):
     fastest = doc["fastest"]["iteration_time_s"]
     assert min(row["plan"]["iteration_time_s"] for row in doc["best_by"]["zero_stage"]
                if row["plan"]) == fastest
-    assert doc["num_pruned"] >= 0
+    assert main(["sweep", str(cfg), "--json", "--context-parallel", "1", "--zero-stages",
+                 "0,1", "--exhaustive"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["num_pruned"] == 0 and full["fastest"] == doc["fastest"]
+    assert full["best_by"] == doc["best_by"] and full["pareto"] == doc["pareto"]
     # --max-work refuses by name, exit 2, with the estimate; no limit otherwise
     assert main(["sweep", str(cfg), "--context-parallel", "1", "--max-work", "10"]) == 2
     err = capsys.readouterr().err
