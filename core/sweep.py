@@ -1244,13 +1244,14 @@ class SweepResult:
 
     def best_by(self) -> dict[str, list[dict[str, Any]]]:
         """The fastest plan that fits for each value of each swept dimension of
-        :data:`BEST_BY_FIELDS`, and for each GPU count (``num_gpus``) when there are several:
+        :data:`BEST_BY_FIELDS`, and for each GPU count (``num_gpus``) when the space names
+        several exact counts:
         ``{field: [{"value": v, "plan": row dict}, ...]}`` (values
         sorted; a value whose plans none fits has ``"plan": None``). Exact under pruning: a
         plan is pruned only when a plan of each of its values is already faster than it."""
         out: dict[str, list[dict[str, Any]]] = {}
         swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
-        counts = sorted(set(self.num_gpus.tolist()))
+        counts = list(self.space.gpu_counts() or ())
         if len(counts) > 1:
             out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i))(
                 _best(self.training_days, self.cost_usd, self.fits_in_memory & (self.num_gpus == n)))}
@@ -1527,7 +1528,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     are never simulated. With ``prune`` (default), the plans that fit are simulated in rounds
     by increasing lower bound (:func:`iteration_lower_bound_s`) and a plan whose bound shows
     that it can change neither the (days, cost) front, nor the fastest, cheapest or deadline
-    plan, nor the best plan of any value of :data:`BEST_BY_FIELDS` or GPU count is not simulated (branch
+    plan, nor the best plan of any value of :data:`BEST_BY_FIELDS` or of any of the space's
+    exact GPU counts is not simulated (branch
     and bound; exact: these answers equal an exhaustive sweep's, the tests check it); its row
     has no figures, ``pruned`` True and its bound in ``lower_bound_s``.
 
@@ -1917,7 +1919,9 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
                            price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
 
         lb = figures_of(np.where(np.isfinite(lower), lower, 1.0))
-        codes = [np.unique(num_gpus, return_inverse=True)[1].reshape(-1)]  # per GPU count too
+        codes = []
+        if len(space.gpu_counts() or ()) > 1:  # several exact GPU counts: the best of each too
+            codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
         for name in BEST_BY_FIELDS:
             _, code = np.unique(np.array([repr(getattr(pl, name)) for pl in plans]),
                                 return_inverse=True)
