@@ -52,7 +52,8 @@ def space(variant: str) -> SweepSpace:
     extra = dict(schedules=("1f1b",), recompute=("full",)) if variant == "as-trained" else {}
     if variant == "modern":
         extra = dict(sequence_parallel=(False, True), zero_stages=(0, 1, 2, 3))
-    return SweepSpace(tensor_parallel=(1, 2, 4, 8), max_data_parallel=30, micro_batch_sizes=(1, 2, 4),
+    return SweepSpace(hold_session_values=True, tensor_parallel=(1, 2, 4, 8), max_data_parallel=30,
+                      micro_batch_sizes=(1, 2, 4),
                       **extra)
 
 
@@ -71,12 +72,12 @@ def _same(a, b) -> bool:
 def parallel(workers: int, dask: str) -> None:
     """Serial, process pool and Dask on the example's default CLI space."""
     session = load_any(EXAMPLE, validate=False)
-    sp = SweepSpace(max_gpus=session.plan.num_gpus)
+    sp = SweepSpace(max_gpus=session.plan.num_gpus, hold_session_values=True)
     runs = {}
     for label, kw in (("serial", {}), (f"--workers {workers}", dict(workers=workers)),
                       (f"--dask {dask} --workers {workers}", dict(workers=workers, dask=dask))):
         t0 = time.perf_counter()
-        r = run_sweep(session, sp, **kw)
+        r = run_sweep(session, sp, prune=False, **kw)
         wall = time.perf_counter() - t0
         runs[label] = r
         print(f"{EXAMPLE.name} {label:>26}: num_plans={r.num_plans} wall_s={wall:.2f} "

@@ -85,7 +85,8 @@ def _child(workers: int, log: str) -> None:
     session = load_any(EXAMPLE)
     t_start = time.perf_counter()
     c0 = time.process_time()
-    result = sweep.run_sweep(session, sweep.SweepSpace(max_gpus=session.plan.num_gpus),
+    result = sweep.run_sweep(session, sweep.SweepSpace(max_gpus=session.plan.num_gpus,
+                                                       hold_session_values=True), prune=False,
                              workers=workers)
     t_end = time.perf_counter()
     c_end = time.thread_time()

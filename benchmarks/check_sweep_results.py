@@ -30,7 +30,9 @@ EXAMPLES = sorted((ROOT / "resources" / "examples").glob("*.json"))
 
 def document(path: Path, **kw) -> dict:
     session = load_any(path)
-    result = run_sweep(session, SweepSpace(max_gpus=session.plan.num_gpus), **kw)
+    # the space and the exhaustive run the reference was made with (before the default space grew)
+    result = run_sweep(session, SweepSpace(max_gpus=session.plan.num_gpus, hold_session_values=True),
+                       prune=False, **kw)
     doc = result.to_dict(include_all=True)
     doc.pop("wall_s")
     doc["profile"].pop("path", None)

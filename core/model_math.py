@@ -50,7 +50,7 @@ __all__ = [
     "stage_layers", "stage_chunk_layers", "model_flops_per_iteration", "hardware_flops_per_iteration",
     "causal_model_flops_per_iteration",
     "activation_bytes_per_layer", "in_flight_microbatches", "bytes_per_parameter", "stage_memory",
-    "stage_memory_arrays", "SELECTIVE_OP_OPS", "SELECTIVE_OP_GEMMS", "selective_op_linears",
+    "stage_memory_arrays", "stage_state_bytes", "ACTIVATION_FREE_PLAN_FIELDS", "SELECTIVE_OP_OPS", "SELECTIVE_OP_GEMMS", "selective_op_linears",
     "selective_op_kernels",
     "selective_op_flops_per_token", "fp8_gathers_params", "fp8_linear_params_per_layer",
     "param_gather_bytes",
@@ -2861,6 +2861,19 @@ STATE_FREE_PLAN_FIELDS = ("micro_batch_size", "recompute", "recompute_num_layers
 _STATE_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                    if f not in STATE_FREE_PLAN_FIELDS))
 _STATE: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def stage_state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, gradients and optimizer state of :func:`stage_memory_arrays` (bytes per
+    GPU, float64 (p,) each, read-only; memoized): what the sweep adds to activations it
+    shares between plans that differ only on the data-parallel side."""
+    return _state_bytes(model, plan, fp8_tn)
+
+
+#: Plan fields the activations of :func:`stage_memory_arrays` do not read (the data-parallel
+#: side but d, which sets the micro-batch count): the sweep shares them.
+ACTIVATION_FREE_PLAN_FIELDS = ("zero_stage", "overlap_grad_reduce", "overlap_param_gather")
 
 
 def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool

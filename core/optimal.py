@@ -272,7 +272,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
                         rule_index)
-    space = SweepSpace(num_gpus=num_gpus)
+    space = SweepSpace(num_gpus=num_gpus, hold_session_values=True)  # the session's SP, ZeRO, cp
     for k, model in enumerate(models):
         if progress:
             progress(k, len(models), model.name)

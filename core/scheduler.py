@@ -249,7 +249,8 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             s = session.copy()
             s.model = job.model
             s.plan.global_batch_size = job.global_batch_size
-            res = run_sweep(s, SweepSpace(num_gpus=list(counts)), store=store, cancel=cancel)
+            res = run_sweep(s, SweepSpace(num_gpus=list(counts), hold_session_values=True),
+                            store=store, cancel=cancel)
             tps = np.zeros(len(counts))
             best: list[dict | None] = [None] * len(counts)
             for k, n in enumerate(counts):

@@ -171,12 +171,31 @@ class SweepSpace:
         three (:data:`core.config.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
         asked.
     sequence_parallel : sequence of bool, optional
-        Sequence parallelism off / on. Default: the session plan's setting.
+        Sequence parallelism off / on. Default (None): on wherever t > 1 (and the sequence
+        divides by t), off at t = 1 -- what Megatron-Core users run (``--sequence-parallel``
+        with tensor parallelism: the same communication volume as the all-reduces it
+        replaces, less activation memory and LayerNorm work, Korthikanti et al. 2022), so
+        the default does not also try it off (that would double the space for plans that
+        are not faster); ``(False, True)`` tries both.
     zero_stages : sequence of int, optional
-        ZeRO stages from :data:`core.config.ZERO_STAGES`. Default: the session plan's.
-    context_parallel : sequence of int
-        Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default ``(1,)``:
-        context parallelism is swept only when asked.
+        ZeRO stages from :data:`core.config.ZERO_STAGES`. Default (None): all four, 0, 1
+        (Megatron's distributed optimizer), 2 and 3 (Megatron-FSDP), each where valid.
+    context_parallel : sequence of int, optional
+        Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default (None): the
+        powers of two that split the sequence into ``2*cp`` chunks (Megatron-Core's rule)
+        up to the budget's GPUs, each where the other rules allow it.
+    tp_comm_overlap : sequence of bool, optional
+        The tensor-parallel communication overlap (``--tp-comm-overlap``) off / on, on only
+        where a plan allows it (sequence parallelism, 1 < t <= a node). Default (None): on
+        where allowed (held, not swept).
+    dp_overlap : sequence of bool, optional
+        The data-parallel overlaps (``--overlap-grad-reduce``, and ``--overlap-param-gather``
+        where the optimizer is sharded, ZeRO >= 1) off / on. Default (None): on (held, not
+        swept).
+    hold_session_values : bool
+        Those of the five above left None are held at the session plan's values instead of
+        the defaults (sequence parallelism, ZeRO stage, context-parallel size, TP overlap,
+        data-parallel overlaps): a sweep of the session's own choices only. Default False.
     expert_parallel : sequence of int, optional
         Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
         for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
@@ -204,9 +223,12 @@ class SweepSpace:
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
-    context_parallel: Sequence[int] = (1,)
+    context_parallel: Sequence[int] | None = None
     expert_parallel: Sequence[int] | None = None
     overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
+    tp_comm_overlap: Sequence[bool] | None = None
+    dp_overlap: Sequence[bool] | None = None
+    hold_session_values: bool = False
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
@@ -214,12 +236,15 @@ class SweepSpace:
                "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
                "recompute_modules", "first_stage_layers", "last_stage_layers", "context_parallel",
                "expert_parallel")
-        if self.sequence_parallel is not None:  # with it the TP overlap (enumerate_plans)
+        hold = self.hold_session_values
+        if not hold or self.sequence_parallel is not None or self.tp_comm_overlap is not None:
             out += ("sequence_parallel", "tp_comm_overlap")
+        if not hold or self.zero_stages is not None:
+            out += ("zero_stage",)
+        if not hold or self.dp_overlap is not None:
+            out += ("overlap_grad_reduce", "overlap_param_gather")
         if self.overlap_moe_expert_parallel_comm is not None:
             out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
-        if self.zero_stages is not None:
-            out += ("zero_stage",)
         return out
 
     def excludes(self, plan: ParallelPlan) -> str | None:
@@ -287,6 +312,9 @@ class SweepSpace:
             if v is not None and not pos_int(v):
                 errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer "
                                        f"up to {top:,}"))
+        if not isinstance(self.hold_session_values, bool):
+            errs.append(FieldError("sweep.hold_session_values",
+                                   f"{self.hold_session_values!r} must be true or false"))
         if not isinstance(self.tensor_parallel_across_nodes, bool):
             errs.append(FieldError("sweep.tensor_parallel_across_nodes",
                                    f"{self.tensor_parallel_across_nodes!r} must be true or false"))
@@ -294,7 +322,7 @@ class SweepSpace:
                      "expert_parallel"):
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
-        ints("context_parallel", self.context_parallel, allow_none=False)
+        ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
             values = getattr(self, name)
             values = [values] if isinstance(values, str) else list(values or [])
@@ -306,6 +334,8 @@ class SweepSpace:
         for name, kinds, choices in (("sequence_parallel", (bool, np.bool_), (False, True)),
                                      ("overlap_moe_expert_parallel_comm", (bool, np.bool_),
                                       (False, True)),
+                                     ("tp_comm_overlap", (bool, np.bool_), (False, True)),
+                                     ("dp_overlap", (bool, np.bool_), (False, True)),
                                      ("zero_stages", (int, np.integer), ZERO_STAGES)):
             values = getattr(self, name)
             if values is None:
@@ -362,19 +392,15 @@ def _divisors(n: int) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-#: Most (t, p, d, b, schedule, recompute) candidates a sweep checks; beyond it the space
-#: is refused (narrow it) rather than left to run for hours.
-MAX_SWEEP_CANDIDATES = 2_000_000
-#: Most pipeline steps (``p * m``) of one plan the sweep simulates; larger plans are listed
-#: with this as their reason and no figures (as the op-level graph, see
-#: :data:`core.simulate.MAX_GRAPH_TASKS`).
 MAX_PIPELINE_STEPS = 10_000_000
-#: Most work one sweep may take, in pipeline steps: the sum over plans of ``p * m * v``
-#: (the batch solver's arrays) plus ``10 * L / p`` (the per-layer lookups of each plan's
-#: stage times, about ten steps' time each). The MT-NLG study (9,000 plans) takes about
-#: 6e7 and half a minute; 3e8 is about two minutes. Beyond it the sweep is refused by
-#: name (narrow the space) rather than left to run for hours.
-MAX_SWEEP_WORK = 300_000_000
+#: Pipeline steps (:func:`sweep_work`) one core simulates per second, roughly (the MT-NLG
+#: study, 9,000 plans and about 6e7 steps, took about half a minute before the compiled
+#: solver; 3e8 about two minutes): the time estimate of a large sweep.
+STEPS_PER_S = 2.5e6
+#: Sweeps whose plans that fit need more work than this (about two minutes on one core) say
+#: so before they start, with a time estimate (``run_sweep``'s ``notice``, the result's
+#: warnings); nothing refuses them unless ``max_work`` (``--max-work``) is given.
+LARGE_SWEEP_WORK = 300_000_000
 
 
 def _as_list(values: Any) -> list:
@@ -394,9 +420,34 @@ _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "ex
                  "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                  "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                  "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
-_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-2]
+_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-4]
+
+
+def _cp_candidates(session: Session, space: SweepSpace) -> list[int]:
+    """The context-parallel sizes a sweep of ``space`` tries: the given ones, or the powers of
+    two ``cp`` with ``seq_length`` divisible by ``2*cp`` (Megatron-Core's causal split) up to
+    the budget's largest GPU count (1 alone when the budget bounds no GPU count)."""
+    if space.context_parallel is not None:
+        return sorted(set(_as_list(space.context_parallel)))
+    if space.hold_session_values:
+        return [session.plan.context_parallel]
+    counts = space.gpu_counts()
+    most = max(counts) if counts else space.max_gpus
+    s = session.model.seq_length
+    out, cp = [1], 2
+    while most is not None and cp <= most and s % (2 * cp) == 0:
+        # the model's own rules (the attention kernel, sliding windows ...), the other sizes
+        # at 1: a size they refuse is in no plan
+        probe = Session(session.model, probe_plan(session.plan, context_parallel=cp,
+                                                  sequence_parallel=False),
+                        session.cluster, session.cost)
+        if not any(e.field == "plan.context_parallel" for e in validate(probe)):
+            out.append(cp)
+        cp *= 2
+    return out
 
 
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -444,10 +495,18 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
     scheds = list(dict.fromkeys(_as_list(space.schedules)))
     rcs = list(dict.fromkeys(_as_list(space.recompute)))
+    # sequence parallelism: the space's values, or Megatron-Core's choice (on with t > 1)
+    hold = space.hold_session_values
     sps = (list(dict.fromkeys(bool(v) for v in _as_list(space.sequence_parallel)))
-           if space.sequence_parallel is not None else [base.sequence_parallel])
+           if space.sequence_parallel is not None else [base.sequence_parallel] if hold else None)
     zs = (list(dict.fromkeys(int(v) for v in _as_list(space.zero_stages)))
-          if space.zero_stages is not None else [base.zero_stage])
+          if space.zero_stages is not None else [base.zero_stage] if hold else list(ZERO_STAGES))
+    tpos = (list(dict.fromkeys(bool(v) for v in _as_list(space.tp_comm_overlap)))
+            if space.tp_comm_overlap is not None else [bool(base.tp_comm_overlap)] if hold
+            else [True])
+    dpos = (list(dict.fromkeys(bool(v) for v in _as_list(space.dp_overlap)))
+            if space.dp_overlap is not None else [None] if hold else [True])
+    mla = bool(getattr(m, "multi_latent_attention", False))
     # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
     ovs = (list(dict.fromkeys(bool(v) for v in _as_list(space.overlap_moe_expert_parallel_comm)))
            if space.overlap_moe_expert_parallel_comm is not None
@@ -462,7 +521,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
                                       "overlap_moe_expert_parallel_comm (Megatron-Core: it must "
                                       "be enabled when enabling delay_wgrad_compute)")])
-    cps = sorted(set(_as_list(space.context_parallel)))
+    cps = _cp_candidates(session, space)
     eps = (sorted(set(_as_list(space.expert_parallel))) if space.expert_parallel is not None
            else _divisors(m.num_experts) if m.is_moe else [1])
     vs = (sorted(set(_as_list(space.virtual_pipeline_stages)))
@@ -470,12 +529,6 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     counts = space.gpu_counts()
     d_allowed = set(_as_list(space.data_parallel)) if space.data_parallel is not None else None
     d_divisors = _divisors(B)  # d must divide B (d*b divides B)
-    candidates = (len(ts) * len(ps) * len(cps) * len(eps) * len(d_divisors) * len(bs) * len(scheds)
-                  * len(rcs) * len(ovs))
-    if candidates > MAX_SWEEP_CANDIDATES:
-        raise ConfigError([FieldError("sweep", f"{candidates:,} candidate plans (t x p x cp x ep x d x b x "
-                                      f"schedule x recompute) are more than {MAX_SWEEP_CANDIDATES:,}; "
-                                      "give tensor_parallel, pipeline_parallel or data_parallel values")])
     plans: list[ParallelPlan] = []
     extra_slots = pipeline_split_slots(m.num_layers, base) - m.num_layers  # embedding, loss
     # validate(sections=("plan",)) checks each plan field alone (check_value) and then the
@@ -516,7 +569,10 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                   and (space.max_data_parallel is None or d <= space.max_data_parallel)]
             # sequence parallelism without tensor parallelism and ZeRO without data parallelism
             # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
-            sps_t = sps[:1] if t == 1 else sps
+            if sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
+                sps_t = [t > 1 and m.seq_length % t == 0]
+            else:
+                sps_t = sps[:1] if t == 1 else sps
             # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
             # keep one of them (1F1B when swept)
             scheds_p = scheds if p > 1 else [one_stage_schedule(scheds)]
@@ -542,52 +598,154 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                                     m.num_layers if layout_n is None else None, extra_slots):
                                 continue
                             for rc in rcs:
-                                for sp in sps_t:
-                                    for z in zs_d:
-                                        plan = dataclasses.replace(
-                                            base, tensor_parallel=t, pipeline_parallel=p,
-                                            context_parallel=cp, expert_parallel=ep,
-                                            data_parallel=d, micro_batch_size=b, schedule=sched,
-                                            virtual_pipeline_stages=v, recompute=rc,
-                                            sequence_parallel=sp, zero_stage=z,
-                                            recompute_num_layers=(base.recompute_num_layers
-                                                                  if rc == "full" else None),
-                                            # the base's uneven first / last stages at its own p
-                                            first_stage_layers=(base.first_stage_layers if p ==
-                                                                base.pipeline_parallel else None),
-                                            last_stage_layers=(base.last_stage_layers if p ==
-                                                               base.pipeline_parallel else None),
-                                            # the base's recomputed modules under selective
-                                            recompute_modules=(base.recompute_modules
-                                                               if rc == "selective" else None),
-                                            # the base's TP overlap where the plan allows it
-                                            # (Megatron: only with sequence parallelism)
-                                            tp_comm_overlap=bool(base.tp_comm_overlap and sp
-                                                                 and 1 < t <= cl.gpus_per_node))
-                                        if plan.recompute_num_layers is not None:
-                                            plan = capped_recompute_layers(plan, m.num_layers)
-                                        # the expert all-to-all overlap off, and on where
-                                        # the plan allows it (expert parallelism, its rules)
-                                        for ov in ovs:
-                                            cand = plan
-                                            if (ov != plan.overlap_moe_expert_parallel_comm
-                                                    or (delay and ov)
-                                                    != plan.delay_wgrad_compute):
-                                                cand = dataclasses.replace(
-                                                    plan, overlap_moe_expert_parallel_comm=ov,
-                                                    delay_wgrad_compute=delay and ov)
-                                            if ov and ep_overlap_errors(m, cand):
-                                                if False in ovs:
-                                                    continue  # tried without already
-                                                cand = dataclasses.replace(
-                                                    cand, overlap_moe_expert_parallel_comm=False,
-                                                    delay_wgrad_compute=False)
-                                            # model, cluster and cost were checked above
-                                            if fields_ok(cand) and not validate(
-                                                    Session(m, cand, cl, session.cost),
-                                                    sections=(), model_checked=True):
-                                                plans.append(cand)
+                                for sp, z, tpo, og, op in _overlap_choices(
+                                        sps_t, zs_d, tpos, dpos, t, d * cp,
+                                        1 < t <= cl.gpus_per_node and not mla,
+                                        (base.overlap_grad_reduce, base.overlap_param_gather)):
+                                    plan = dataclasses.replace(
+                                        base, tensor_parallel=t, pipeline_parallel=p,
+                                        context_parallel=cp, expert_parallel=ep,
+                                        data_parallel=d, micro_batch_size=b, schedule=sched,
+                                        virtual_pipeline_stages=v, recompute=rc,
+                                        sequence_parallel=sp, zero_stage=z,
+                                        recompute_num_layers=(base.recompute_num_layers
+                                                              if rc == "full" else None),
+                                        # the base's uneven first / last stages at its own p
+                                        first_stage_layers=(base.first_stage_layers if p ==
+                                                            base.pipeline_parallel else None),
+                                        last_stage_layers=(base.last_stage_layers if p ==
+                                                           base.pipeline_parallel else None),
+                                        # the base's recomputed modules under selective
+                                        recompute_modules=(base.recompute_modules
+                                                           if rc == "selective" else None),
+                                        # the base's TP overlap where the plan allows it
+                                        # (Megatron: only with sequence parallelism)
+                                        tp_comm_overlap=tpo, overlap_grad_reduce=og,
+                                        overlap_param_gather=op)
+                                    if plan.recompute_num_layers is not None:
+                                        plan = capped_recompute_layers(plan, m.num_layers)
+                                    # the expert all-to-all overlap off, and on where
+                                    # the plan allows it (expert parallelism, its rules)
+                                    for ov in ovs:
+                                        cand = plan
+                                        if (ov != plan.overlap_moe_expert_parallel_comm
+                                                or (delay and ov)
+                                                != plan.delay_wgrad_compute):
+                                            cand = dataclasses.replace(
+                                                plan, overlap_moe_expert_parallel_comm=ov,
+                                                delay_wgrad_compute=delay and ov)
+                                        if ov and ep_overlap_errors(m, cand):
+                                            if False in ovs:
+                                                continue  # tried without already
+                                            cand = dataclasses.replace(
+                                                cand, overlap_moe_expert_parallel_comm=False,
+                                                delay_wgrad_compute=False)
+                                        # model, cluster and cost were checked above
+                                        if fields_ok(cand) and not validate(
+                                                Session(m, cand, cl, session.cost),
+                                                sections=(), model_checked=True):
+                                            plans.append(cand)
     return plans
+
+
+def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
+                     t: int, dp_ranks: int, tp_overlap_allowed: bool,
+                     base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
+    """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
+    overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
+    Megatron supports it (the TP overlap with sequence parallelism inside a node; the
+    gradient-reduce overlap with a data-parallel group, the parameter-gather overlap with a
+    sharded optimizer too), each distinct combination once."""
+    out = {}
+    for sp in sps:
+        for z in zs:
+            for tpo in tpos:
+                for dpo in dpos:
+                    if dpo is None:  # the session's flags, as they are
+                        og, op = base_overlaps
+                    else:
+                        og = dpo and dp_ranks > 1
+                        op = bool(og and z >= 1)
+                    out[(sp, z, bool(tpo and sp and tp_overlap_allowed), og, op)] = None
+    return list(out)
+
+
+def _in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s GPU count and data-parallel size are within ``space``'s budget."""
+    counts = space.gpu_counts()
+    return ((counts is None or plan.num_gpus in counts)
+            and (space.max_gpus is None or plan.num_gpus <= space.max_gpus)
+            and (space.max_data_parallel is None or plan.data_parallel <= space.max_data_parallel))
+
+
+def _index_of_plan(plans: list[ParallelPlan], plan: ParallelPlan) -> int | None:
+    """Row of ``plan`` in ``plans`` (every field equal), or None."""
+    key = plan_key(plan)
+    return next((i for i, pl in enumerate(plans) if plan_key(pl) == key), None)
+
+
+#: For each plan field a sweep chooses: the :class:`SweepSpace` attribute that names its values
+#: (None: derived from other choices) and what the default tries.
+_DIMENSION_DEFAULTS = {
+    "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
+    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
+    "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
+    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4 and 8 where the batch divides"),
+    "schedule": ("schedules", "every schedule the model allows"),
+    "virtual_pipeline_stages": ("virtual_pipeline_stages",
+                                "2 to 8 with the interleaved schedule, where p*v divides the "
+                                "layers"),
+    "recompute": ("recompute", "none, selective and full"),
+    "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
+                                             "chunks, up to the budget"),
+    "expert_parallel": ("expert_parallel", "the divisors of the expert count (1 for a dense "
+                                           "model)"),
+    "sequence_parallel": ("sequence_parallel",
+                          "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
+                          "same communication volume as the all-reduces it replaces, less "
+                          "activation memory); --sequence-parallel n,y tries it off too"),
+    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
+    "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
+                                           "1 < t <= a node)"),
+    "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
+    "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
+    "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
+                                         "the session's, where a plan allows it"),
+    "recompute_num_layers": (None, "the session's under full recomputation"),
+    "recompute_modules": (None, "the session's under selective recomputation"),
+    "first_stage_layers": (None, "the session's at its own p"),
+    "last_stage_layers": (None, "the session's at its own p"),
+    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
+}
+
+
+def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
+                     ) -> list[dict[str, Any]]:
+    """What a sweep chose and what it held, one dict per plan field (in
+    :data:`core.config.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
+    more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
+    the values come from (the options given, or what the default tries), or why the field
+    is held (the session's value, a field the sweep does not choose; or the only value valid
+    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
+    Explore tab can read :attr:`SweepResult.dimensions`."""
+    out = []
+    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
+               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
+    for name, column in zip(PLAN_FIELDS, columns):
+        seen = list(dict.fromkeys(column))
+        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+        attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
+        if default is None:
+            why = "the session's value (the sweep does not choose it)"
+        elif attr is not None and getattr(space, attr, None) is not None and (
+                name not in ("data_parallel",) or space.data_parallel is not None):
+            why = "the values given"
+        else:
+            why = f"default: {default}"
+        if len(values) == 1 and default is not None:
+            why = f"the only valid value; {why}"
+        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
+    return out
 
 
 def _layout_stages(plan: ParallelPlan) -> int | None:
@@ -633,7 +791,7 @@ def _gpu_count_errors(session: Session, space: SweepSpace) -> list[FieldError]:
     if space.num_gpus is None:
         return []
     ts, ps = _tp_pp_candidates(session, space)
-    cps = sorted(set(_as_list(space.context_parallel)))
+    cps = _cp_candidates(session, space)
     B = session.plan.global_batch_size
     made = {t * p * cp * d for t in ts for p in ps for cp in cps for d in _divisors(B)}
     return [FieldError(f"--gpus {n}", f"no t*p*cp*d makes {n} GPUs with t in "
@@ -882,6 +1040,15 @@ class SweepResult:
     interval_coverage : float
     interval_note : str
         Why no plan has a band, or "" when the bands exist.
+    pruned : bool array
+        Plans that fit in memory but were not simulated: their lower bound shows they change
+        no answer of the sweep (branch and bound, :func:`run_sweep`); no figures (NaN).
+    lower_bound_s : float64 array
+        The iteration-time lower bound of each plan that fits, seconds (NaN for the others,
+        and for every plan of a sweep without pruning).
+    dimensions : list of dict
+        What the sweep chose and what it held (:func:`sweep_dimensions`): one dict per plan
+        field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
     """
 
     session: Session
@@ -913,9 +1080,16 @@ class SweepResult:
     in_calibration_range: np.ndarray | None = None
     interval_coverage: float = 0.9
     interval_note: str = ""
+    pruned: np.ndarray | None = None
+    lower_bound_s: np.ndarray | None = None
+    dimensions: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
+        if self.pruned is None:
+            self.pruned = np.zeros(n, bool)
+        if self.lower_bound_s is None:
+            self.lower_bound_s = np.full(n, np.nan)
         if self.interval_low_s is None:
             self.interval_low_s = np.full(n, np.nan)
         if self.interval_high_s is None:
@@ -1031,7 +1205,10 @@ class SweepResult:
         ``cheapest``, ``deadline_days``, ``cheapest_within_deadline`` (plan
         dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
         ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``interval_coverage`` and
-        ``interval_note`` (the error bands' nominal coverage, and why there are none), ``config`` (the
+        ``interval_note`` (the error bands' nominal coverage, and why there are none),
+        ``num_pruned`` (plans that fit but were not simulated), ``dimensions``
+        (:attr:`dimensions`: what was swept and what held, and why), ``best_by``
+        (:meth:`best_by`), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
         plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
@@ -1058,10 +1235,41 @@ class SweepResult:
             "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
             "profile": self.profile, "warnings": self.warnings, "config": config,
             "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
+            "num_pruned": int(np.count_nonzero(self.pruned)),
+            "dimensions": self.dimensions, "best_by": self.best_by(),
         }
         if include_all:
             doc["plans"] = self.rows()
         return doc
+
+    def best_by(self) -> dict[str, list[dict[str, Any]]]:
+        """The fastest plan that fits for each value of each swept dimension of
+        :data:`BEST_BY_FIELDS`, and for each GPU count (``num_gpus``) when the space names
+        several exact counts:
+        ``{field: [{"value": v, "plan": row dict}, ...]}`` (values
+        sorted; a value whose plans none fits has ``"plan": None``). Exact under pruning: a
+        plan is pruned only when a plan of each of its values is already faster than it."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
+        counts = list(self.space.gpu_counts() or ())
+        if len(counts) > 1:
+            out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i))(
+                _best(self.training_days, self.cost_usd, self.fits_in_memory & (self.num_gpus == n)))}
+                for n in counts]
+        for name in BEST_BY_FIELDS:
+            if swept is not None and name not in swept:
+                continue
+            col = [getattr(pl, name) for pl in self.plans]
+            if len(set(map(repr, col))) < 2:
+                continue
+            rows = []
+            for value in sorted(set(col), key=lambda v: (v is None, repr(type(v)), v if v is not
+                                                         None else 0)):
+                mask = self.fits_in_memory & np.array([c == value for c in col], bool)
+                i = _best(self.training_days, self.cost_usd, mask)
+                rows.append({"value": value, "plan": None if i is None else self.row(i)})
+            out[name] = rows
+        return out
 
     def csv_text(self) -> str:
         """All rows as CSV text with a header row of :data:`COLUMNS`."""
@@ -1149,7 +1357,8 @@ def _check_workers(workers: Any) -> int:
 
 
 def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
-                store, lookup_cache: dict, compiled: bool | None = None
+                store, lookup_cache: dict, compiled: bool | None = None,
+                known: dict | None = None
                 ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
     """Iteration time and memory of a batch of plans of one pipeline structure.
 
@@ -1166,6 +1375,9 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     compiled : bool, optional
         Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
         sweeps; the same times bit for bit).
+    known : dict, optional
+        Stage times already computed (:func:`_stage_times_key` -> StageTimes; the
+        sweep's bounds computed them), used instead of computing them again.
 
     Returns
     -------
@@ -1194,9 +1406,10 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     shared = kept[1]
     kind = (sched.splits_backward, sched.uses_virtual_stages)
     for j, pl in enumerate(plans):
-        fields = plan_key(pl)
-        skey = (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])  # all but the schedule
+        skey = _stage_times_key(pl, kind)
         st = shared.get(skey)
+        if st is None and known is not None:
+            st = known.get(skey)
         if st is None:
             st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
@@ -1223,6 +1436,65 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     return iteration, max_mem, reason, warnings
 
 
+def _stage_times_key(pl: ParallelPlan, kind: tuple[bool, bool]) -> tuple:
+    """The key of a plan's stage times: every field but the schedule, and the two schedule
+    properties stage times read (``splits_backward``, ``uses_virtual_stages``)."""
+    fields = plan_key(pl)
+    return (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])
+
+
+def _bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
+    """The plan whose compute-stream times bound ``pl``'s from below, shared by many plans:
+    ``pl`` without the data-parallel side (ZeRO 0, no data-parallel overlaps; d = 1 for a
+    dense model, whose work items do not depend on d), which only adds communication to the
+    work items and a tail after them."""
+    d = 1 if not model.is_moe else pl.data_parallel
+    if (pl.zero_stage == 0 and not pl.overlap_grad_reduce and not pl.overlap_param_gather
+            and pl.data_parallel == d and not pl.fp8_param_gather):
+        return pl
+    return dataclasses.replace(pl, zero_stage=0, overlap_grad_reduce=False,
+                               overlap_param_gather=False, data_parallel=d,
+                               fp8_param_gather=False)
+
+
+def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) -> float:
+    """A lower bound of the iteration time the batch solver gives a plan with stage times
+    ``st`` (:class:`core.graph.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
+    seconds: its compute plus the schedule's least bubble (branch and bound's bound).
+
+    Each stage runs its items one after another (:func:`pipeline_iteration_times`). Stage
+    ``i``'s first item is a forward, which waits for micro-batch 0's forward of chunk 0 on
+    every stage before it (``sum_{r<i} F[r, 0]``); the stage then works ``m * sum_c (F + B +
+    W)[i, c]`` (transfers only add), and its tail ``dp_comm_s + optimizer_s`` follows. Its
+    last input-gradient item B comes after all its forwards and backwards (each forward's B
+    follows it), and that micro-batch's B then runs on every stage before it, chunk 0's
+    ``sum_{r<i} B[r, 0]`` at least, before stage 0's tail. So
+
+        T >= max_i max(sum_{r<i} F[r,0] + m sum_c (F+B+W)[i,c] + dp[i] + opt[i],
+                       sum_{r<i} F[r,0] + m sum_c (F+B)[i,c] + sum_{r<i} B[r,0] + dp[0] + opt[0]).
+
+    For 1F1B this is the busiest stage's compute plus the (p - 1)(F + B) bubble of Narayanan
+    et al. 2021; for ZB-H1 it stays below the (p - 1)(F + B - W) bubble plus the W left after
+    the last B (Qi et al. 2024); for the interleaved schedule below the (p - 1)/v bubble. The
+    tests check it against the solver on every plan of several spaces.
+
+    ``busy_only`` bounds every plan that differs from ``st``'s only on the data-parallel
+    side (:func:`_bound_plan`): the compute stream's own time of each item (``busy_*_s``)
+    and no tail.
+    """
+    F, Bw, W = st.fwd_s, st.bwd_s, st.wgrad_s                 # (p, v) each
+    if busy_only and st.busy_fwd_s is not None:
+        F, Bw, W = st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s
+    m = float(num_microbatches)
+    before_f = np.concatenate(([0.0], np.cumsum(F[:-1, 0])))  # (p,)
+    before_b = np.concatenate(([0.0], np.cumsum(Bw[:-1, 0])))
+    tail = (np.zeros(F.shape[0]) if busy_only
+            else st.dp_comm_s + st.optimizer_s)               # (p,)
+    busy = before_f + m * (F + Bw + W).sum(axis=1) + tail
+    chain = before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]
+    return float(max(busy.max(), chain.max()))
+
+
 def _is_cancelled(cancel: Any) -> bool:
     if cancel is None:
         return False
@@ -1247,8 +1519,19 @@ def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
 
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
               progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
-              dask: str | None = None, coverage: float = DEFAULT_COVERAGE) -> SweepResult:
+              dask: str | None = None, coverage: float = DEFAULT_COVERAGE, prune: bool = True,
+              max_work: int | None = None, notice: Callable[[str], None] | None = None
+              ) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
+
+    Plans that do not fit in memory (closed form, :func:`core.model_math.stage_memory_arrays`)
+    are never simulated. With ``prune`` (default), the plans that fit are simulated in rounds
+    by increasing lower bound (:func:`iteration_lower_bound_s`) and a plan whose bound shows
+    that it can change neither the (days, cost) front, nor the fastest, cheapest or deadline
+    plan, nor the best plan of any value of :data:`BEST_BY_FIELDS` or of any of the space's
+    exact GPU counts is not simulated (branch
+    and bound; exact: these answers equal an exhaustive sweep's, the tests check it); its row
+    has no figures, ``pruned`` True and its bound in ``lower_bound_s``.
 
     Parameters
     ----------
@@ -1283,6 +1566,15 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         (the ``dask`` extra). Same result as serial.
     coverage : float
         Nominal coverage of the error bands, in (0, 1) (:mod:`core.interval`).
+    prune : bool
+        Branch and bound (default); False simulates every plan, those that do not fit in
+        memory too (the oracle, and figures for every point of a scatter).
+    max_work : int, optional
+        Refuse (``ConfigError``, field ``sweep.max_work``) when the plans that fit need more
+        than this many pipeline steps (:func:`sweep_work`); default None, no limit.
+    notice : callable ``(str) -> None``, optional
+        Told, before the simulation starts, when the sweep is large (more than
+        :data:`LARGE_SWEEP_WORK` steps), with a time estimate (also in the result's warnings).
 
     Returns
     -------
@@ -1308,6 +1600,10 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
     workers = _check_workers(workers)
+    if max_work is not None and (isinstance(max_work, bool) or not isinstance(
+            max_work, (int, np.integer)) or max_work < 1):
+        raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
+                                      "positive integer (pipeline steps)")])
     if dask is not None and not (isinstance(dask, str) and dask.strip()):
         raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
                                       "(tcp://host:8786) or 'local'")])
@@ -1315,7 +1611,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         early = _early_pool(session, space, workers, dask)
         try:
             return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
-                              dask, coverage, t0, early)
+                              dask, coverage, t0, early, prune, max_work, notice)
         finally:
             if early is not None:
                 early.shutdown(wait=False, cancel_futures=True)
@@ -1385,113 +1681,283 @@ def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | N
     return sweep_parallel.start_pool(workers - 1, compiled=True)
 
 
+def sweep_work(plans: list[ParallelPlan], num_layers: int) -> int:
+    """Work of simulating ``plans``, in pipeline steps: the sum over plans of ``p * m * v``
+    (the batch solver's arrays) plus ``10 * L / p`` (the per-layer lookups of each plan's
+    stage times, about ten steps' time each); plans above :data:`MAX_PIPELINE_STEPS` count 0
+    (they are listed without figures)."""
+    return sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
+               + 10 * num_layers // pl.pipeline_parallel for pl in plans
+               if pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) <= MAX_PIPELINE_STEPS)
+
+
+def work_seconds(work: float) -> float:
+    """Rough wall time of ``work`` pipeline steps on one core, seconds
+    (:data:`STEPS_PER_S`)."""
+    return work / STEPS_PER_S
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:,.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:,.0f} minutes"
+    return f"{seconds / 3600:,.1f} hours"
+
+
+def _memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
+                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Closed-form memory of every plan (:func:`core.model_math.stage_memory_arrays`, the
+    rule and message of :func:`core.simulate.memory_verdict_arrays`): largest bytes per GPU
+    float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built."""
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    capacity = float(store.memory_bytes)
+    n = len(plans)
+    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
+    # activations do not depend on the data-parallel side (ZeRO, its overlaps): shared
+    act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                    if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
+    acts: dict[tuple, np.ndarray] = {}
+    for i, pl in enumerate(plans):
+        k = act_key(plan_key(pl))
+        a = acts.get(k)
+        if a is None:
+            parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
+            acts[k] = parts[3]
+        else:
+            parts = (*model_math.stage_state_bytes(model, pl, fp8_tn), a)
+        mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
+    return mem, fits, why
+
+
+def _group_batches(plans: list[ParallelPlan], rows: Iterable[int]
+                   ) -> list[tuple[tuple[int, int, str, int], list[int]]]:
+    """``rows`` of ``plans`` in batches of one pipeline structure (p, m, schedule, v), sorted by
+    it, each small enough for the batch solver's arrays (about 16 MB)."""
+    groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
+    for i in rows:
+        pl = plans[i]
+        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
+    batches = []
+    for key, group in sorted(groups.items()):
+        p, m, _, v = key
+        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
+        batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
+    return batches
+
+
+#: The plan fields :attr:`SweepResult.best_by` answers for, in the table's order.
+BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+                  "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
+                  "recompute", "sequence_parallel", "zero_stage")
+#: Plans simulated in the first round of branch and bound; each round doubles, up to the last.
+_FIRST_ROUND = 32
+_MAX_ROUND = 4096
+
+
+def _prunable(lb_days: np.ndarray, lb_cost: np.ndarray, lb_time: np.ndarray, rows: np.ndarray,
+              days: np.ndarray, cost: np.ndarray, time_s: np.ndarray, done: np.ndarray,
+              codes: list[np.ndarray]) -> np.ndarray:
+    """Which of ``rows`` (int (k,)) cannot change the result (bool (k,)): a plan simulated and
+    fitting (``done``) is faster than its bound and no more expensive, or no slower and
+    cheaper (so the plan is strictly dominated, off the front, neither fastest, cheapest nor
+    cheapest within a deadline), and for every dimension of :data:`BEST_BY_FIELDS`, a plan
+    with the same value (``codes``, int (n,) each) is already faster than its bound (so it
+    is no dimension value's best either). Exact: the bounds never exceed the figures."""
+    if not done.any() or not rows.size:
+        return np.zeros(rows.size, bool)
+    idx = np.flatnonzero(done)
+    order = idx[np.argsort(days[idx], kind="stable")]
+    d_sorted, c_prefix = days[order], np.minimum.accumulate(cost[order])
+    le = np.searchsorted(d_sorted, lb_days[rows], side="right")    # plans with days <= bound
+    lt = np.searchsorted(d_sorted, lb_days[rows], side="left")     # days < bound
+    best_le = np.where(le > 0, c_prefix[np.maximum(le - 1, 0)], np.inf)
+    best_lt = np.where(lt > 0, c_prefix[np.maximum(lt - 1, 0)], np.inf)
+    out = (best_le < lb_cost[rows]) | (best_lt <= lb_cost[rows])
+    for code in codes:
+        fastest = np.full(int(code.max()) + 1, np.inf)
+        np.minimum.at(fastest, code[idx], time_s[idx])
+        out &= fastest[code[rows]] < lb_time[rows]
+    return out
+
+
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
-               t0, early) -> SweepResult:
+               t0, early, prune=True, max_work=None, notice=None) -> SweepResult:
     """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
     plans = enumerate_plans(session, space)
-    work = sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
-               + 10 * session.model.num_layers // pl.pipeline_parallel for pl in plans
-               if pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) <= MAX_PIPELINE_STEPS)
-    if work > MAX_SWEEP_WORK:
-        raise ConfigError([FieldError("sweep", f"the {len(plans):,} plans need about {work:,} "
-                                      f"pipeline steps to simulate, more than {MAX_SWEEP_WORK:,} "
-                                      "(about two minutes); narrow the space: larger micro-batch "
-                                      "sizes, fewer pipeline-parallel sizes, a smaller GPU budget "
-                                      "or global batch")])
+    dimensions = sweep_dimensions(session, space, plans)
+    # the session's own plan is always simulated: added when the space's values leave it out
+    # (a setting the default holds, such as sequence parallelism off) but it is valid and in
+    # the budget
+    if (plans and _index_of_plan(plans, session.plan) is None
+            and space.excludes(session.plan) is None
+            and _in_budget(space, session.plan) and not validate(session)):
+        plans.append(dataclasses.replace(session.plan))
     session = session.copy()  # the result keeps the inputs it was computed from
     if store is None:
         store = session_profile(session)
     n = len(plans)
+    model, cluster, cost = session.model, session.cluster, session.cost
     num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    iteration = np.zeros(n)
-    max_mem = np.zeros(n)
-    reason = [""] * n
+    iteration = np.full(n, math.nan)
     capacity = float(store.memory_bytes)
-    reserve = float(session.cluster.memory_reserve_fraction)
-    groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
-    for i, pl in enumerate(plans):
-        groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
+    reserve = float(cluster.memory_reserve_fraction)
+    # 1. memory in closed form: plans that do not fit are never simulated
+    max_mem, mem_fits, reason = _memory_verdicts(plans, model, store, reserve)
+    steps = np.array([pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans],
+                     np.int64).reshape(-1)
+    too_large = steps > MAX_PIPELINE_STEPS
+    for i in np.flatnonzero(too_large & mem_fits).tolist():
+        pl = plans[i]
+        reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
+                     f"*virtual_pipeline_stages={pl.pipeline_parallel}*{pl.num_microbatches}"
+                     f"*{num_chunks(pl)}={int(steps[i]):,} is more than {MAX_PIPELINE_STEPS:,}")
+    candidates = np.flatnonzero(mem_fits & ~too_large)
+    work = sweep_work([plans[i] for i in candidates.tolist()], model.num_layers)
+    estimate = (f"the {candidates.size:,} plans that fit in memory need up to {work:,} pipeline "
+                f"steps to simulate, about {_duration_text(work_seconds(work))} on one core"
+                + (" before pruning" if prune else ""))
+    if max_work is not None and work > max_work:
+        raise ConfigError([FieldError("sweep.max_work", f"{estimate}, more than the limit of "
+                                      f"{max_work:,} (raise it, or narrow the space)")])
+    sweep_notes = [f"large sweep: {estimate}"] if work > LARGE_SWEEP_WORK else []
+    if sweep_notes and notice is not None:
+        notice(sweep_notes[0])
+    own = _index_of_plan(plans, session.plan)
     warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
-    # batches of plans in a fixed order: the serial loop and the workers solve the same batches
-    batches: list[tuple[tuple[int, int, str, int], list[int]]] = []
-    too_large: list[tuple[tuple[int, int, str, int], list[int]]] = []
-    for key, group in sorted(groups.items()):
-        p, m, _, v = key
-        if p * m * v > MAX_PIPELINE_STEPS:
-            too_large.append((key, group))
-            continue
-        # chunks of plans keep the (p, K, plans) work arrays near 16 MB each
-        step = max(1, _MAX_BATCH_ELEMENTS // (p * 3 * m * v))
-        batches += [(key, group[start:start + step]) for start in range(0, len(group), step)]
-    model, cluster, cost = session.model, session.cluster, session.cost
-    # the compiled fast path pays for Numba's import (~0.3 s per process) on large sweeps only
-    elements = sum(p * 3 * m * v * len(group) for (p, m, _, v), group in batches)
-    compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
-    done = 0
+    done_n = 0
     if progress is not None:
         progress(0, n)
-    for (p, m, _, v), group in too_large:
-        for i in group:
-            iteration[i] = math.nan
-            max_mem[i] = max(sm.total_bytes for sm in model_math.stage_memory(
-                model, plans[i], model_math.fp8_tn_only(store.peak_flops)))
-            reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
-                         f"*virtual_pipeline_stages={p}*{m}*{v}={p * m * v:,} is more than "
-                         f"{MAX_PIPELINE_STEPS:,}")
-        done += len(group)
-        if progress is not None:
-            progress(done, n)
+    lookup_cache: dict = {}
+    known: dict = {}
 
     def take(idx: list[int], out: tuple) -> None:
-        nonlocal done
-        it, mem, why, warn = out
+        nonlocal done_n
+        it, _, _, warn = out
         iteration[idx] = it
-        max_mem[idx] = mem
-        for i, r in zip(idx, why):
-            reason[i] = r
         for w, local in warn.items():  # batch positions -> plan rows
             warned.setdefault(w, []).extend(idx[j] for j in local)
-        done += len(idx)
+        done_n += len(idx)
         if progress is not None:
-            progress(done, n)
+            progress(done_n, n)
 
-    # What needs only the plans: with workers, computed while the pool starts on its first
-    # chunks (rather than after the last batch, when no other core has work)
     prepared: list[tuple] = []
 
     def prepare() -> None:
         if not prepared:
             prepared.append(_plan_figures(plans, model, store, cluster, num_gpus, coverage))
 
-    if batches and (dask is not None or (workers > 1 and len(batches) > 1
-                                         and n >= _PARALLEL_MIN_PLANS)):
-        from . import sweep_parallel
+    # the compiled fast path pays for Numba's import (~0.3 s per process) on large sweeps only
+    elements = 3 * int(steps[candidates].sum()) if candidates.size else 0
+    compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
 
-        def take_chunk(chunk: list, outs: list) -> None:
-            for (_, idx), out in zip(chunk, outs):
-                take(idx, out)
+    def solve(batches: list) -> None:
+        if not batches:
+            return
+        n_rows = sum(len(idx) for _, idx in batches)
+        if dask is not None or (workers > 1 and len(batches) > 1 and n_rows >= _PARALLEL_MIN_PLANS):
+            from . import sweep_parallel
 
-        if dask is not None:
-            sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost, workers=workers,
-                                       address=dask, cancel=cancel, on_result=take_chunk,
-                                       compiled=compiled, after_submit=prepare)
-        else:  # this thread solves chunks too: a pool of workers - 1 processes
-            lookup_cache: dict = {}
-            sweep_parallel.run_on_pool(
-                batches, plans, store, model, cluster, cost, workers=workers, cancel=cancel,
-                on_result=take_chunk, compiled=compiled,
-                local=lambda jobs, how: [solve_batch(model, cluster, cost, key, pls, store,
-                                                     lookup_cache, how) for key, pls in jobs],
-                pool=early if compiled else None, after_submit=prepare)
-    else:
-        prepare()
-        lookup_cache: dict = {}
+            def take_chunk(chunk: list, outs: list) -> None:
+                for (_, idx), out in zip(chunk, outs):
+                    take(idx, out)
+
+            if dask is not None:
+                sweep_parallel.run_on_dask(batches, plans, store, model, cluster, cost,
+                                           workers=workers, address=dask, cancel=cancel,
+                                           on_result=take_chunk, compiled=compiled,
+                                           after_submit=prepare)
+            else:  # this thread solves chunks too: a pool of workers - 1 processes
+                sweep_parallel.run_on_pool(
+                    batches, plans, store, model, cluster, cost, workers=workers, cancel=cancel,
+                    on_result=take_chunk, compiled=compiled,
+                    local=lambda jobs, how: [solve_batch(model, cluster, cost, key, pls, store,
+                                                         lookup_cache, how, known)
+                                             for key, pls in jobs],
+                    pool=early if compiled else None, after_submit=prepare)
+            return
         for key, idx in batches:
             if _is_cancelled(cancel):
                 raise SweepCancelled("sweep cancelled")
             take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                  lookup_cache, compiled))
+                                  lookup_cache, compiled, known))
+
+    pruned = np.zeros(n, bool)
+    lower = np.full(n, math.nan)
+    if not prune:  # the oracle: every plan simulated, those that do not fit too
+        solve(_group_batches(plans, np.flatnonzero(~too_large).tolist()))
+    else:
+        # 2. a lower bound of each plan that fits (its stage times: no graph), then branch
+        # and bound: simulate in rounds by increasing bound, and drop the plans whose bound
+        # shows they cannot change the front, the best plans or any dimension's best
+        bound_times: dict = {}
+        for i in candidates.tolist():
+            if _is_cancelled(cancel):
+                raise SweepCancelled("sweep cancelled")
+            pl = plans[i]
+            sched = pipeline_schedules.get(pl.schedule)
+            kind = (sched.splits_backward, sched.uses_virtual_stages)
+            base = _bound_plan(pl, model)
+            bkey = _stage_times_key(base, kind)
+            st = bound_times.get(bkey)
+            if st is None:
+                st = bound_times[bkey] = stage_times(Session(model, base, cluster, cost), store,
+                                                     lookup_cache)
+                if base is pl:  # the plan's own stage times: the solver uses them too
+                    known[bkey] = st
+            lower[i] = iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True)
+        prepare()
+        flops, hw_flops = prepared[0][1], prepared[0][2]
+        tokens = session.plan.global_batch_size * model.seq_length
+        peak = mfu_peak_flops(store, session.plan.precision)
+
+        def figures_of(times: np.ndarray):
+            return costing(times, tokens_per_iteration=tokens, model_flops=flops,
+                           hardware_flops=hw_flops, num_gpus=num_gpus, peak_flops_per_gpu=peak,
+                           training_tokens=cost.training_tokens,
+                           price_per_gpu_hour_usd=cost.price_per_gpu_hour_usd)
+
+        lb = figures_of(np.where(np.isfinite(lower), lower, 1.0))
+        codes = []
+        if len(space.gpu_counts() or ()) > 1:  # several exact GPU counts: the best of each too
+            codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
+        for name in BEST_BY_FIELDS:
+            _, code = np.unique(np.array([repr(getattr(pl, name)) for pl in plans]),
+                                return_inverse=True)
+            codes.append(code.reshape(-1))
+        order = candidates[np.argsort(lower[candidates], kind="stable")]
+        if own is not None and mem_fits[own] and not too_large[own]:  # always simulated
+            order = np.concatenate(([own], order[order != own]))
+        pending = np.ones(order.size, bool)
+        size, start = _FIRST_ROUND, 0
+        while start < order.size:
+            chosen = []
+            while start < order.size and len(chosen) < size:
+                if pending[start]:
+                    chosen.append(int(order[start]))
+                    pending[start] = False
+                start += 1
+            solve(_group_batches(plans, chosen))
+            size = min(2 * size, _MAX_ROUND)
+            rest = np.flatnonzero(pending)
+            if not rest.size:
+                break
+            done = np.isfinite(iteration)
+            fig = figures_of(np.where(done, iteration, np.inf))
+            drop = _prunable(lb.training_days, lb.cost_usd, lower, order[rest],
+                             fig.training_days, fig.cost_usd, iteration, done, codes)
+            pending[rest[drop]] = False
+            pruned[order[rest[drop]]] = True
+            done_n += int(drop.sum())
+            if progress is not None and drop.any():
+                progress(done_n, n)
+        for i in np.flatnonzero(pruned).tolist():
+            reason[i] = (f"not simulated: its lower bound {lower[i]:.3f} s per iteration shows "
+                         "it cannot reach the Pareto front nor be the best plan of any of its "
+                         "values")
+    if progress is not None and done_n < n:  # the plans that do not fit, never simulated
+        progress(n, n)
     prepare()
     plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band = prepared[0]
     # Cost, as core.simulate computes it.
@@ -1511,14 +1977,17 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=_best(days, cost_usd, fits), cheapest=_best(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sorted(w + plans_note([plans[i] for i in sorted(idx)]) for w, idx in warned.items())
+        warnings=sweep_notes + sorted(w + plans_note([plans[i] for i in sorted(idx)])
+                                      for w, idx in warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
            if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
         in_calibration_range=in_range, interval_coverage=coverage, interval_note=no_band,
+        pruned=pruned, lower_bound_s=lower,
     )
+    result.dimensions = dimensions
     if deadline_days is not None:
         result.cheapest_within_deadline = result.cheapest_within(deadline_days)
     result.wall_s = time.perf_counter() - t0

@@ -418,13 +418,15 @@ def test_unfused_attention_at_a_million_tokens_is_reported_as_not_fitting():
 
 # --------------------------------------------------------------------------- sweep
 
-def test_the_default_sweep_has_no_cp_and_cp_is_swept_when_asked():
+def test_the_default_sweep_tries_the_cp_the_budget_allows_and_cp_is_swept_when_asked():
     s = _session(seq=16384, cp=1, t=1, B=8)
-    default = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1],
-                                            micro_batch_sizes=[1], schedules=["1f1b"],
-                                            recompute=["selective"]))
-    assert {pl.context_parallel for pl in default} == {1}
-    both = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1],
+    kw = dict(num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1], micro_batch_sizes=[1],
+              schedules=["1f1b"], recompute=["selective"])
+    default = enumerate_plans(s, SweepSpace(**kw))
+    assert {pl.context_parallel for pl in default} == {1, 2}  # t*cp*d = 16 with t = 8
+    held = enumerate_plans(s, SweepSpace(hold_session_values=True, **kw))
+    assert {pl.context_parallel for pl in held} == {1}  # the session's
+    both = enumerate_plans(s, SweepSpace(hold_session_values=True, num_gpus=16, tensor_parallel=[8], pipeline_parallel=[1],
                                          micro_batch_sizes=[1], schedules=["1f1b"],
                                          recompute=["selective"], context_parallel=[1, 2]))
     assert sorted((pl.context_parallel, pl.data_parallel) for pl in both) == [(1, 2), (2, 1)]
@@ -445,7 +447,8 @@ def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
     out = tmp_path / "plans.csv"
     assert main(["sweep", str(path), "--json", "--gpus", "16", "--tensor-parallel", "8",
                  "--pipeline-parallel", "1", "--micro-batch-sizes", "1", "--schedules", "1f1b",
-                 "--recompute", "selective", "--context-parallel", "1,2", "--out", str(out)]) == 0
+                 "--recompute", "selective", "--context-parallel", "1,2", "--zero-stages", "0",
+                 "--out", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["num_plans"] == 2
     with out.open() as fh:
         rows = sorted((r["context_parallel"], r["data_parallel"], r["num_gpus"])

@@ -494,7 +494,7 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
                              micro_batch_size=1, global_batch_size=16, recompute="selective_op",
                              zero_stage=3, precision="bf16"),
                 ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
-    space = SweepSpace(num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
+    space = SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
                        micro_batch_sizes=[1], schedules=["1f1b"])
     assert "selective_op" not in {p.recompute for p in enumerate_plans(s, space)}
     space = dataclasses.replace(space, recompute=["selective_op", "full"])

@@ -348,7 +348,7 @@ def test_moe_presets_simulate(preset):
 
 def test_sweep_adds_expert_parallel_only_for_moe_models():
     from core.sweep import SweepSpace, enumerate_plans
-    space = SweepSpace(num_gpus=64, tensor_parallel=(1, 2), pipeline_parallel=(4,),
+    space = SweepSpace(hold_session_values=True, num_gpus=64, tensor_parallel=(1, 2), pipeline_parallel=(4,),
                        micro_batch_sizes=(1,), schedules=("1f1b",), recompute=("full",),
                        sequence_parallel=(True,))
     dense = _session(dataclasses.replace(MIXTRAL, num_experts=None), expert_parallel=1)

@@ -225,8 +225,8 @@ def test_graph_with_an_empty_virtual_stage_simulates(schedule, v, layout):
 def test_sweep_of_a_layout_plan_equals_simulate():
     m = llama()
     s = session(m, plan(4, "Et|tt|t*4|t*3|t*3|t*2||tL", v=2, d=2, global_batch_size=16))
-    result = run_sweep(s, SweepSpace(tensor_parallel=[8], micro_batch_sizes=[1],
-                                     recompute=["full"], max_gpus=8 * 16))
+    result = run_sweep(s, SweepSpace(hold_session_values=True, tensor_parallel=[8], micro_batch_sizes=[1],
+                                     recompute=["full"], max_gpus=8 * 16), prune=False)
     assert result.num_plans > 0
     for i in range(result.num_plans):
         pl = result.session_for(i).plan
@@ -239,7 +239,7 @@ def test_sweep_of_a_layout_plan_equals_simulate():
 def test_sweep_keeps_the_layout_and_its_virtual_stages():
     m = llama()
     s = session(m, plan(4, "Et|tt|t*4|t*3|t*3|t*2||tL", v=2, d=2, global_batch_size=16))
-    plans = enumerate_plans(s, SweepSpace(tensor_parallel=[8], micro_batch_sizes=[1],
+    plans = enumerate_plans(s, SweepSpace(hold_session_values=True, tensor_parallel=[8], micro_batch_sizes=[1],
                                           recompute=["full"], max_gpus=8 * 64))
     got = {(p.pipeline_parallel, p.virtual_pipeline_stages, p.schedule) for p in plans}
     assert got == {(2, 4, "interleaved"), (4, 2, "interleaved"), (8, None, "1f1b"),

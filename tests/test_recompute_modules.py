@@ -362,7 +362,7 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
                              micro_batch_size=1, global_batch_size=16, recompute="selective",
                              recompute_modules="core_attn,mlp", precision="bf16"),
                 ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
-    space = SweepSpace(num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
+    space = SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1, 2], pipeline_parallel=[1],
                        micro_batch_sizes=[1], schedules=["1f1b"])
     plans = enumerate_plans(s, space)
     assert {(p.recompute, p.recompute_modules) for p in plans} == {

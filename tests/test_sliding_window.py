@@ -188,7 +188,7 @@ def test_sweep_times_windowed_interleaved_plans_as_simulate(moe):
                              micro_batch_size=2, schedule="interleaved", recompute="none",
                              virtual_pipeline_stages=3, sequence_parallel=True)
     s = dataclasses.replace(s, model=dataclasses.replace(s.model, **kw), plan=pl)
-    space = SweepSpace(num_gpus=8, tensor_parallel=[2], pipeline_parallel=[4], data_parallel=[1],
+    space = SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[2], pipeline_parallel=[4], data_parallel=[1],
                        micro_batch_sizes=[2], schedules=["interleaved"], recompute=["none"],
                        virtual_pipeline_stages=[3], sequence_parallel=[True], expert_parallel=[1])
     res = run_sweep(s, space)

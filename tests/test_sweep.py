@@ -44,7 +44,7 @@ def key(plan: ParallelPlan) -> tuple:
 def test_exact_budget_count_by_hand():
     # gpus_per_node=4 -> t in {1,2,4}; L=4 -> p in {1,2,4}; d = 4/(t*p):
     # (t,p,d) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1); b in {1,2}; B=8 divisible by every d*b.
-    space = SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2), schedules=("1f1b",), recompute=("none",))
+    space = SweepSpace(hold_session_values=True, num_gpus=4, micro_batch_sizes=(1, 2), schedules=("1f1b",), recompute=("none",))
     plans = enumerate_plans(tiny_session(8), space)
     assert len(plans) == 12
     assert {(p.tensor_parallel, p.pipeline_parallel, p.data_parallel) for p in plans} == {
@@ -55,20 +55,20 @@ def test_exact_budget_count_by_hand():
     # pipeline: one schedule each, 6 * 3 = 18. The 6 with p > 1: 1f1b, gpipe and zb-h1,
     # 6 * 3 * 3 = 54; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only
     # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12. 84 in all.
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(num_gpus=4, micro_batch_sizes=(1, 2)))) == 84
+    assert len(enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=4, micro_batch_sizes=(1, 2)))) == 84
 
 
 def test_max_budget_count_by_hand():
     # t*p*d <= 4: t=1: p=1 (d 1,2,4), p=2 (d 1,2), p=4 (d 1) -> 6; t=2: p=1 (d 1,2), p=2 (d 1) -> 3;
     # t=4: p=1, d=1 -> 1. Ten (t,p,d) times b in {1,2}.
-    space = SweepSpace(max_gpus=4, micro_batch_sizes=(1, 2), schedules=("gpipe",), recompute=("full",))
+    space = SweepSpace(hold_session_values=True, max_gpus=4, micro_batch_sizes=(1, 2), schedules=("gpipe",), recompute=("full",))
     plans = enumerate_plans(tiny_session(8), space)
     assert len(plans) == 20
     assert all(p.num_gpus <= 4 and p.schedule == "gpipe" and p.recompute == "full" for p in plans)
     # a list of exact counts is the union of the exact sweeps
-    both = enumerate_plans(tiny_session(8), SweepSpace(num_gpus=(2, 4), micro_batch_sizes=(1, 2),
+    both = enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=(2, 4), micro_batch_sizes=(1, 2),
                                                        schedules=("gpipe",), recompute=("full",)))
-    two = enumerate_plans(tiny_session(8), SweepSpace(num_gpus=2, micro_batch_sizes=(1, 2),
+    two = enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=2, micro_batch_sizes=(1, 2),
                                                       schedules=("gpipe",), recompute=("full",)))
     assert len(both) == len(two) + 12 and len(two) == 2 * 3  # (1,1,2) (1,2,1) (2,1,1)
 
@@ -106,13 +106,13 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
 
 
 @pytest.mark.parametrize("space", [
-    SweepSpace(num_gpus=8),
-    SweepSpace(num_gpus=(3, 6, 12), micro_batch_sizes=(1, 3)),
-    SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2, 4)),
-    SweepSpace(max_gpus=16, tensor_parallel_across_nodes=True),
-    SweepSpace(max_data_parallel=5, micro_batch_sizes=(2,)),
-    SweepSpace(max_gpus=12, tensor_parallel=(1, 2, 3), pipeline_parallel=(1, 2, 3)),
-    SweepSpace(data_parallel=(1, 2, 5, 6), micro_batch_sizes=(1, 2)),
+    SweepSpace(hold_session_values=True, num_gpus=8),
+    SweepSpace(hold_session_values=True, num_gpus=(3, 6, 12), micro_batch_sizes=(1, 3)),
+    SweepSpace(hold_session_values=True, max_gpus=16, micro_batch_sizes=(1, 2, 4)),
+    SweepSpace(hold_session_values=True, max_gpus=16, tensor_parallel_across_nodes=True),
+    SweepSpace(hold_session_values=True, max_data_parallel=5, micro_batch_sizes=(2,)),
+    SweepSpace(hold_session_values=True, max_gpus=12, tensor_parallel=(1, 2, 3), pipeline_parallel=(1, 2, 3)),
+    SweepSpace(hold_session_values=True, data_parallel=(1, 2, 5, 6), micro_batch_sizes=(1, 2)),
 ], ids=["exact", "list", "max", "across-nodes", "max-d", "given-t-p", "given-d"])
 def test_enumeration_is_exactly_the_valid_plans(space):
     session = tiny_session(12)
@@ -126,20 +126,20 @@ def test_enumeration_is_exactly_the_valid_plans(space):
 
 def test_space_errors_are_reported_per_field():
     with pytest.raises(ConfigError) as exc:
-        enumerate_plans(tiny_session(), SweepSpace(num_gpus=4, max_gpus=8, micro_batch_sizes=(0,),
+        enumerate_plans(tiny_session(), SweepSpace(hold_session_values=True, num_gpus=4, max_gpus=8, micro_batch_sizes=(0,),
                                                    schedules=("zigzag",)))
     fields = {e.field for e in exc.value.errors}
     assert fields == {"sweep.num_gpus", "sweep.micro_batch_sizes", "sweep.schedules"}
     with pytest.raises(ConfigError, match="no GPU budget"):
-        enumerate_plans(tiny_session(), SweepSpace())
+        enumerate_plans(tiny_session(), SweepSpace(hold_session_values=True))
     bad_model = tiny_session()
     bad_model.model = ModelConfig("bad", 4, 65, 8, None, 32, 1000)  # h not divisible by a
     with pytest.raises(ConfigError, match="hidden_size=65"):
-        enumerate_plans(bad_model, SweepSpace(num_gpus=1))
+        enumerate_plans(bad_model, SweepSpace(hold_session_values=True, num_gpus=1))
 
 
 def test_space_round_trips_through_json():
-    space = SweepSpace(num_gpus=(64, 128), tensor_parallel=(2, 4), micro_batch_sizes=(1, 2),
+    space = SweepSpace(hold_session_values=True, num_gpus=(64, 128), tensor_parallel=(2, 4), micro_batch_sizes=(1, 2),
                        schedules=("1f1b",), max_data_parallel=8)
     again = SweepSpace.from_dict(json.loads(json.dumps(space.to_dict())))
     assert again == space
@@ -295,8 +295,8 @@ def check_against_simulate(result, rows):
 
 
 def test_batch_equals_single_plan_simulate_tiny():
-    result = run_sweep(tiny_session(16), SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2),
-                                                    tensor_parallel_across_nodes=True))
+    result = run_sweep(tiny_session(16), SweepSpace(hold_session_values=True, max_gpus=16, micro_batch_sizes=(1, 2),
+                                                    tensor_parallel_across_nodes=True), prune=False)
     assert result.num_plans > 200
     check_against_simulate(result, range(result.num_plans))
 
@@ -304,7 +304,7 @@ def test_batch_equals_single_plan_simulate_tiny():
 def test_batch_equals_single_plan_simulate_gpt3_1_3b():
     s = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(1, 1, 1, 1, 64, "1f1b", "none", "bf16"),
                 ClusterConfig(), CostConfig(2.5, 26e9))
-    result = run_sweep(s, SweepSpace(num_gpus=(4, 16), micro_batch_sizes=(1, 4)))
+    result = run_sweep(s, SweepSpace(hold_session_values=True, num_gpus=(4, 16), micro_batch_sizes=(1, 4)), prune=False)
     assert result.num_plans > 50 and result.fits_in_memory.any()
     check_against_simulate(result, range(0, result.num_plans, 3))
 
@@ -315,8 +315,8 @@ def test_batch_equals_simulate_over_sequence_parallel_and_zero_stages():
                              global_batch_size=32, schedule="1f1b", recompute="none", precision="bf16",
                              overlap_grad_reduce=True),
                 ClusterConfig(gpus_per_node=4), CostConfig(2.0, 1e9))
-    result = run_sweep(s, SweepSpace(num_gpus=(8,), micro_batch_sizes=(1, 2), sequence_parallel=(False, True),
-                                     zero_stages=(0, 1, 2, 3)))
+    result = run_sweep(s, SweepSpace(hold_session_values=True, num_gpus=(8,), micro_batch_sizes=(1, 2), sequence_parallel=(False, True),
+                                     zero_stages=(0, 1, 2, 3)), prune=False)
     assert set(result.zero_stage.tolist()) == {0, 1, 2, 3}
     assert set(result.sequence_parallel.tolist()) == {False, True}
     assert result.overlap_grad_reduce.all()  # not swept: the session plan's
@@ -326,9 +326,9 @@ def test_batch_equals_simulate_over_sequence_parallel_and_zero_stages():
 def test_batch_equals_simulate_on_mtnlg_plans():
     s = Session(MODEL_PRESETS["MT-NLG 530B"], ParallelPlan(8, 35, 12, 1, 1920, "1f1b", "full", "fp16"),
                 ClusterConfig(intra_node_bandwidth_gbytes_per_s=150.0), CostConfig(2.0, 270e9))
-    result = run_sweep(s, SweepSpace(tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
+    result = run_sweep(s, SweepSpace(hold_session_values=True, tensor_parallel=(4, 8), pipeline_parallel=(15, 35),
                                      data_parallel=(12, 16), micro_batch_sizes=(1, 2),
-                                     max_data_parallel=16, schedules=("1f1b", "gpipe")))
+                                     max_data_parallel=16, schedules=("1f1b", "gpipe")), prune=False)
     assert result.num_plans == 2 * 2 * 2 * 2 * 2 * 3  # t, p, d, b, schedule, recompute
     rows = [result.index_of(s.plan)] + list(range(0, result.num_plans, 9))
     check_against_simulate(result, rows)
@@ -338,9 +338,9 @@ def test_batch_equals_simulate_on_modern_schedules():
     # interleaved (L=24: p=2 with v in 2, 3, 4, 6; p=4 with v=2, 3, 6 and m % p == 0) and zb-h1
     s = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(2, 2, 2, 1, 32, "1f1b", "full", "bf16"),
                 ClusterConfig(), CostConfig(2.0, 1e9))
-    result = run_sweep(s, SweepSpace(num_gpus=(8, 16), tensor_parallel=(1, 2),
+    result = run_sweep(s, SweepSpace(hold_session_values=True, num_gpus=(8, 16), tensor_parallel=(1, 2),
                                      pipeline_parallel=(2, 4), micro_batch_sizes=(1, 4),
-                                     schedules=("interleaved", "zb-h1")))
+                                     schedules=("interleaved", "zb-h1")), prune=False)
     assert set(result.schedule) == {"interleaved", "zb-h1"}
     assert set(result.virtual_pipeline_stages[result.schedule == "interleaved"]) == {2, 3, 4, 6}
     check_against_simulate(result, range(result.num_plans))
@@ -377,7 +377,7 @@ def test_pareto_front_random_with_ties():
 
 def test_sweep_summary_is_consistent():
     s = tiny_session(16, training_tokens=5e10, price_per_gpu_hour_usd=3.0)
-    result = run_sweep(s, SweepSpace(max_gpus=16, micro_batch_sizes=(1, 2, 4)), deadline_days=2.0)
+    result = run_sweep(s, SweepSpace(hold_session_values=True, max_gpus=16, micro_batch_sizes=(1, 2, 4)), deadline_days=2.0)
     fits = result.fits_in_memory
     check_front(result.training_days, result.cost_usd, fits, result.pareto)
     assert result.fastest == int(np.flatnonzero(fits)[np.argmin(result.training_days[fits])])
@@ -398,17 +398,17 @@ def test_sweep_summary_is_consistent():
 
 def test_progress_and_cancel():
     calls = []
-    result = run_sweep(tiny_session(16), SweepSpace(max_gpus=16),
+    result = run_sweep(tiny_session(16), SweepSpace(hold_session_values=True, max_gpus=16),
                        progress=lambda done, total: calls.append((done, total)))
     assert calls[0] == (0, result.num_plans) and calls[-1] == (result.num_plans, result.num_plans)
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
     event = threading.Event()
     event.set()
     with pytest.raises(SweepCancelled):
-        run_sweep(tiny_session(16), SweepSpace(max_gpus=16), cancel=event)
+        run_sweep(tiny_session(16), SweepSpace(hold_session_values=True, max_gpus=16), cancel=event)
     stop_after = iter(range(3))
     with pytest.raises(SweepCancelled):  # a callable works too; stops mid-way
-        run_sweep(tiny_session(16), SweepSpace(max_gpus=16), cancel=lambda: next(stop_after, None) is None)
+        run_sweep(tiny_session(16), SweepSpace(hold_session_values=True, max_gpus=16), cancel=lambda: next(stop_after, None) is None)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -475,13 +475,13 @@ def test_space_says_why_it_excludes_a_plan():
     from core.config import ParallelPlan
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                         micro_batch_size=4, global_batch_size=64, context_parallel=1)
-    assert SweepSpace(num_gpus=8).excludes(plan) is None
-    assert SweepSpace(max_gpus=4).excludes(plan) == "it uses 8 GPUs, more than the sweep's 4"
-    assert SweepSpace(num_gpus=8, tensor_parallel=[1, 4]).excludes(plan) == \
+    assert SweepSpace(hold_session_values=True, num_gpus=8).excludes(plan) is None
+    assert SweepSpace(hold_session_values=True, max_gpus=4).excludes(plan) == "it uses 8 GPUs, more than the sweep's 4"
+    assert SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1, 4]).excludes(plan) == \
         "its tensor-parallel size 2 is not among the sweep's 1, 4"
-    assert SweepSpace(num_gpus=8, context_parallel=[2]).excludes(plan) == \
+    assert SweepSpace(hold_session_values=True, num_gpus=8, context_parallel=[2]).excludes(plan) == \
         "its context-parallel size 1 is not among the sweep's 2"
-    assert SweepSpace(num_gpus=8, schedules=["interleaved"]).excludes(plan) == \
+    assert SweepSpace(hold_session_values=True, num_gpus=8, schedules=["interleaved"]).excludes(plan) == \
         "its schedule 1f1b is not among the sweep's interleaved"
 
 
@@ -541,7 +541,7 @@ def test_warnings_come_from_plans_that_fit():
     from core.session import load_any
     from core.simulate import open_profile, profile_path
     session = load_any(EXAMPLES / "mtnlg_530b.json")
-    result = run_sweep(session, SweepSpace(max_gpus=3360, tensor_parallel=(1, 8),
+    result = run_sweep(session, SweepSpace(hold_session_values=True, max_gpus=3360, tensor_parallel=(1, 8),
                                            micro_batch_sizes=(1,), schedules=("1f1b",)))
     store = open_profile(profile_path(session))
     expect, others = set(), set()
@@ -569,8 +569,8 @@ def test_batch_equals_simulate_with_the_embedding_and_loss_in_the_pipeline_split
                                 account_for_embedding_in_pipeline_split=True,
                                 account_for_loss_in_pipeline_split=True),
                 ClusterConfig(), CostConfig(2.0, 1e9))
-    result = run_sweep(s, SweepSpace(num_gpus=(8,), tensor_parallel=(1, 2), pipeline_parallel=(2, 4),
-                                     micro_batch_sizes=(1,), schedules=("1f1b", "interleaved")))
+    result = run_sweep(s, SweepSpace(hold_session_values=True, num_gpus=(8,), tensor_parallel=(1, 2), pipeline_parallel=(2, 4),
+                                     micro_batch_sizes=(1,), schedules=("1f1b", "interleaved")), prune=False)
     assert set(result.pipeline_parallel.tolist()) == {2, 4}
     assert {2, 3, 6} <= set(result.virtual_pipeline_stages[result.schedule == "interleaved"])
     check_against_simulate(result, range(result.num_plans))
@@ -586,7 +586,7 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
                                 micro_batch_size=1, global_batch_size=16, recompute="full",
                                 first_stage_layers=16, last_stage_layers=15, precision="bf16"),
                 ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
-    plans = enumerate_plans(s, SweepSpace(num_gpus=8, tensor_parallel=[1], micro_batch_sizes=[1],
+    plans = enumerate_plans(s, SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1], micro_batch_sizes=[1],
                                           schedules=["1f1b"], recompute=["full"]))
     got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
     assert got == {(1, None, None), (4, 16, 15)}
@@ -605,7 +605,7 @@ def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
                                 micro_batch_size=1, global_batch_size=12, recompute="full",
                                 recompute_num_layers=4, precision="bf16"),
                 ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8))
-    plans = enumerate_plans(s, SweepSpace(num_gpus=2, tensor_parallel=[1], pipeline_parallel=[2],
+    plans = enumerate_plans(s, SweepSpace(hold_session_values=True, num_gpus=2, tensor_parallel=[1], pipeline_parallel=[2],
                                           micro_batch_sizes=[1], recompute=["full"],
                                           schedules=["1f1b", "interleaved"]))
     got = {(p.schedule, p.virtual_pipeline_stages, p.recompute_num_layers) for p in plans}
@@ -628,13 +628,13 @@ def test_no_plan_reasons_name_the_value_and_its_own_rule():
     and one message repeated per micro-batch size; --gpus 100 said nothing about the count."""
     from core.sweep import SweepSpace, no_plan_errors
     s = _qwen_session()
-    errs = no_plan_errors(s, SweepSpace(num_gpus=16, expert_parallel=[3], recompute=("none",),
+    errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=16, expert_parallel=[3], recompute=("none",),
                                         schedules=("1f1b",)))
     text = [f"{e.field}: {e.message}" for e in errs]
     assert "--expert-parallel 3: num_experts=128 is not divisible by expert_parallel=3" in text
     assert not any("16" in e.field for e in errs[1:])
     assert len(text) == len(set(text))
-    errs = no_plan_errors(s, SweepSpace(num_gpus=100, recompute=("none",)))
+    errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=100, recompute=("none",)))
     assert [e.field for e in errs[1:]] == ["--gpus 100"]
     assert "no t*p*cp*d makes 100 GPUs" in errs[1].message
 
@@ -642,14 +642,14 @@ def test_no_plan_reasons_name_the_value_and_its_own_rule():
 def test_values_in_no_valid_plan_are_named_not_dropped():
     from core.sweep import SweepSpace, run_sweep, unused_values
     s = _qwen_session()
-    space = SweepSpace(num_gpus=16, expert_parallel=[3, 8], recompute=("none",),
+    space = SweepSpace(hold_session_values=True, num_gpus=16, expert_parallel=[3, 8], recompute=("none",),
                        schedules=("1f1b",), micro_batch_sizes=[1])
     result = run_sweep(s, space, workers=1)
     assert set(result.plan_columns["expert_parallel"].tolist()) == {8}
     notes = unused_values(s, space, result)
     assert [(e.field, e.message) for e in notes] == [
         ("--expert-parallel 3", "num_experts=128 is not divisible by expert_parallel=3")]
-    space = SweepSpace(num_gpus=16, expert_parallel=[8], recompute=("none",), schedules=("1f1b",),
+    space = SweepSpace(hold_session_values=True, num_gpus=16, expert_parallel=[8], recompute=("none",), schedules=("1f1b",),
                        micro_batch_sizes=[1])
     assert unused_values(s, space, run_sweep(s, space, workers=1)) == []
 
@@ -659,10 +659,10 @@ def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
     said nothing; --gpus 8,7 dropped 7 without a word."""
     from core.sweep import SweepSpace, no_plan_errors, run_sweep, unused_values
     s = _qwen_session()
-    errs = no_plan_errors(s, SweepSpace(num_gpus=8, expert_parallel=[16], recompute=("none",)))
+    errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=8, expert_parallel=[16], recompute=("none",)))
     assert [(e.field, e.message) for e in errs[1:]] == [
         ("--expert-parallel 16", "more GPUs than the budget allows (at most 8)")]
-    space = SweepSpace(num_gpus=[8, 7], expert_parallel=[8], recompute=("none",),
+    space = SweepSpace(hold_session_values=True, num_gpus=[8, 7], expert_parallel=[8], recompute=("none",),
                        schedules=("1f1b",), micro_batch_sizes=[1])
     notes = unused_values(s, space, run_sweep(s, space, workers=1))
     assert [e.field for e in notes] == ["--gpus 7"]
@@ -692,7 +692,7 @@ def test_the_configs_plan_at_t_1_is_found_whatever_its_sequence_parallel_flag():
     s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")
     s.plan = dc.replace(s.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
                         micro_batch_size=1, sequence_parallel=True)
-    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1],
+    space = SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1],
                        micro_batch_sizes=[1], schedules=[s.plan.schedule],
                        recompute=[s.plan.recompute], sequence_parallel=[False, True])
     res = run_sweep(s, space)

@@ -19,7 +19,7 @@ from tests.conftest import EXAMPLES
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
 #: a few hundred plans of several pipeline structures (p, m, schedule, v)
-SPACE = SweepSpace(max_gpus=8, micro_batch_sizes=(1, 2, 4))
+SPACE = SweepSpace(hold_session_values=True, max_gpus=8, micro_batch_sizes=(1, 2, 4))
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def parallel_always(monkeypatch):
 
 @pytest.fixture(scope="module")
 def serial():
-    return run_sweep(load_any(SMALL), SPACE, deadline_days=5.0)
+    return run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0)
 
 
 def assert_same(a, b):
@@ -57,7 +57,7 @@ def test_several_structures_in_the_small_space(serial):
 
 def test_process_pool_gives_the_serial_result(serial, parallel_always):
     seen = []
-    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2,
+    result = run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0, workers=2,
                        progress=lambda done, total: seen.append((done, total)))
     assert_same(serial, result)
     assert seen[0] == (0, serial.num_plans) and seen[-1] == (serial.num_plans, serial.num_plans)
@@ -66,7 +66,7 @@ def test_process_pool_gives_the_serial_result(serial, parallel_always):
 
 def test_dask_local_cluster_gives_the_serial_result(serial):
     pytest.importorskip("distributed")
-    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2, dask="local")
+    result = run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0, workers=2, dask="local")
     assert_same(serial, result)
 
 
@@ -78,7 +78,7 @@ def test_cancel_with_workers(parallel_always):
 
     t0 = time.perf_counter()
     with pytest.raises(SweepCancelled):
-        run_sweep(load_any(SMALL), SPACE, workers=2, cancel=cancel,
+        run_sweep(load_any(SMALL), SPACE, prune=False, workers=2, cancel=cancel,
                   progress=lambda done, total: calls.append((done, total)))
     assert time.perf_counter() - t0 < 30
     done = [d for d, _ in calls]
@@ -87,7 +87,7 @@ def test_cancel_with_workers(parallel_always):
     event = threading.Event()
     event.set()  # set before the start: nothing is solved
     with pytest.raises(SweepCancelled):
-        run_sweep(load_any(SMALL), SPACE, workers=2, cancel=event)
+        run_sweep(load_any(SMALL), SPACE, prune=False, workers=2, cancel=event)
 
 
 def test_chunks_keep_whole_batches_in_order():
@@ -187,7 +187,7 @@ def test_compiled_sweep_on_processes_gives_the_serial_result(serial, parallel_al
     real_start = sweep_parallel.start_pool
     monkeypatch.setattr(sweep_parallel, "start_pool",
                         lambda *a, **k: started.append(a) or real_start(*a, **k))
-    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
+    result = run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0, workers=2)
     assert bool(started) == early
     assert_same(result, serial)
 
@@ -211,7 +211,7 @@ def test_warmed_pool_beside_this_thread_compiled_or_not_gives_the_serial_result(
                         lambda *a: chosen.append(real_share(*a)) or chosen[-1])
     monkeypatch.setattr(sweep_module, "_plan_figures",
                         lambda *a: prepared.append(1) or real_figures(*a))
-    result = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
+    result = run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0, workers=2)
     assert len(chosen) == 1 and chosen[0] > 0 and len(prepared) == 1
     assert_same(result, serial)
 
@@ -233,3 +233,11 @@ def test_gc_paused_restores_the_collector_and_counts_nesting():
         assert not gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_pruned_sweep_on_a_pool_gives_the_serial_pruned_result(parallel_always):
+    """Branch and bound's rounds on a pool: the serial pruned result, bit for bit."""
+    a = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0)
+    b = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
+    assert_same(a, b)
+    assert np.array_equal(a.pruned, b.pruned)

@@ -60,7 +60,7 @@ def test_swept_times_equal_the_general_solver_on_the_per_op_graph():
     """A sweep (fast path, compiled when Numba is there, shared stage times) against the
     chain-merging solver on each plan's per-op graph, on a sample of the plans of every schedule."""
     session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
-    result = run_sweep(session, SweepSpace(max_gpus=session.plan.num_gpus))
+    result = run_sweep(session, SweepSpace(hold_session_values=True, max_gpus=session.plan.num_gpus), prune=False)
     store = open_profile(profile_path(session))
     rng = np.random.default_rng(3)
     picked = []

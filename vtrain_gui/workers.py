@@ -232,6 +232,9 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
     # looked up at call time so a test's stand-in is used; options: workers, dask
     from core import sweep as sweep_module
 
+    # the scatter and table show every plan's figures (grey where it does not fit): no
+    # branch and bound here unless asked (options "prune")
+    options.setdefault("prune", False)
     result = sweep_module.run_sweep(session, space, deadline_days=deadline_days,
                                     progress=progress, cancel=cancel, **options)
     # the window looks up the editor's plan among the results: the index of every plan

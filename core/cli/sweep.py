@@ -58,7 +58,8 @@ def add_parser(sub: Any) -> None:
                     help=f"recomputation modes to try, of {','.join(RECOMPUTE_CHOICES)} "
                          f"(default {','.join(RECOMPUTE_MODES)})")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
-                    help="sequence parallelism off (n) and/or on (y) (default: CONFIG's setting)")
+                    help="sequence parallelism off (n) and/or on (y) (default: on wherever t > 1, "
+                         "as Megatron-Core users run it; off at t = 1)")
     sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
                     help="expert-parallel sizes to try (default: the divisors of the number of "
                          "experts for a mixture-of-experts model, 1 for a dense one)")
@@ -66,9 +67,17 @@ def add_parser(sub: Any) -> None:
                     help="the expert all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
                          "only where a plan allows it (default: CONFIG's setting)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
-                    help="ZeRO stages to try, of 0,1,2,3 (default: CONFIG's)")
-    sw.add_argument("--context-parallel", metavar="CP[,CP...]", default="1",
-                    help="context-parallel sizes to try (world size t*p*cp*d; default 1)")
+                    help="ZeRO stages to try, of 0,1,2,3 (default: all four, where valid)")
+    sw.add_argument("--tp-comm-overlap", metavar="N|Y[,...]",
+                    help="the tensor-parallel communication overlap off (n) and/or on (y), on only "
+                         "where a plan allows it (default: on where allowed)")
+    sw.add_argument("--dp-overlap", metavar="N|Y[,...]",
+                    help="the data-parallel overlaps (--overlap-grad-reduce, and "
+                         "--overlap-param-gather with ZeRO >= 1) off (n) and/or on (y) "
+                         "(default: on)")
+    sw.add_argument("--context-parallel", metavar="CP[,CP...]",
+                    help="context-parallel sizes to try (world size t*p*cp*d; default: the powers "
+                         "of two that split the sequence in 2*cp chunks, up to the budget)")
     sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
@@ -76,7 +85,13 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--deadline-days", type=float, metavar="D",
                     help="also report the cheapest plan that trains within D days")
     sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
-    sw.add_argument("--out", metavar="FILE.csv", help="write every plan to a CSV file")
+    sw.add_argument("--out", metavar="FILE.csv|S.json",
+                    help="write every plan to a CSV file; with --pick, write the picked plan as a "
+                         "session file (.json) instead")
+    sw.add_argument("--pick", metavar="fastest|cheapest|N",
+                    help="with --out S.json: the plan to write as a session (the sweep's model, "
+                         "cluster and cost): the fastest or cheapest plan that fits, or the N-th "
+                         "plan of the Pareto front, fastest first (1 = the fastest)")
     sw.add_argument("--workers", metavar="N",
                     help="processes to sweep on (default: all cores; 1: this process only); with "
                          "--dask local, the size of the local Dask cluster")
@@ -84,6 +99,14 @@ def add_parser(sub: Any) -> None:
                     help="send the plans to the Dask scheduler at ADDRESS (tcp://host:8786), or "
                          "'local' to start a local Dask cluster of --workers processes; needs "
                          "dask[distributed] (see docs/sweep_parallel.md)")
+    sw.add_argument("--max-work", metavar="STEPS", type=int,
+                    help="refuse the sweep when its plans that fit need more than STEPS pipeline "
+                         "steps to simulate (default: no limit; a sweep of more than "
+                         "300,000,000, about two minutes, is run with a warning and its time "
+                         "estimate)")
+    sw.add_argument("--exhaustive", action="store_true",
+                    help="simulate every plan that fits (no branch and bound; the same answers, "
+                         "slower)")
     sw.add_argument("--json", action="store_true",
                     help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
                          "cheapest, pareto, ...) instead of tables")
@@ -118,6 +141,11 @@ def _names(option: str, text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
+def _flags(option: str, text: str | None) -> tuple[bool, ...] | None:
+    """``"n,y"`` -> ``(False, True)``; None when the option is not given."""
+    return None if text is None else tuple(v == "y" for v in _names(option, text, ("n", "y")))
+
+
 def _space_from_args(args: argparse.Namespace, session) -> Any:
     from ..sweep import SweepSpace
     gpus = _ints("--gpus", args.gpus)
@@ -139,6 +167,8 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
             None if args.overlap_moe_expert_parallel_comm is None else tuple(
                 v == "y" for v in _names("--overlap-moe-expert-parallel-comm",
                                          args.overlap_moe_expert_parallel_comm, ("n", "y")))),
+        tp_comm_overlap=_flags("--tp-comm-overlap", args.tp_comm_overlap),
+        dp_overlap=_flags("--dp-overlap", args.dp_overlap),
         zero_stages=(None if args.zero_stages is None else tuple(
             int(v) for v in _names("--zero-stages", args.zero_stages, ("0", "1", "2", "3")))),
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
@@ -154,12 +184,17 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import Console
     from ..inputs import strict_dumps
+    from ..console import esc
     from ..sweep import no_plan_errors, run_sweep, unused_values
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
     refuse_output_is_input([("--out", args.out)], [args.path, args.profile])
+    if args.max_work is not None and args.max_work < 1:
+        raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
+                                                    "of pipeline steps")])
+    pick = _pick_arg(args.pick, args.out)
     session = session_from_args(args, validate=False)
     refuse_output_is_input([("--out", args.out)], session_inputs(session))
     try:
@@ -178,7 +213,9 @@ def run(args: argparse.Namespace) -> int:
     def sweep(**kw: Any):
         try:
             return run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
-                             dask=dask, **kw)
+                             dask=dask, prune=not args.exhaustive, max_work=args.max_work,
+                             notice=lambda text: err_console.print(
+                                 f"[yellow]warning:[/] {esc(text)}", highlight=False), **kw)
         except ConfigError as exc:  # a rule of the file's plan fields: name the file
             if any(e.field.startswith("plan.") for e in exc.errors):
                 raise session.in_its_terms(exc) from None
@@ -195,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
     unused = unused_values(session, space, result)
-    if args.out:
+    if pick is not None:
+        _write_pick(result, pick, args.out)
+    elif args.out:
         result.write_csv(args.out)
     if args.json:
         doc = result.to_dict()
@@ -203,13 +242,54 @@ def run(args: argparse.Namespace) -> int:
         print(strict_dumps(doc))
     else:
         console = Console()
-        _print_result(result, console, args.out)
+        _print_result(result, console, None if pick is not None else args.out)
+        if pick is not None:
+            console.print(f"[dim]the {pick if isinstance(pick, str) else f'plan {pick} of the front'}"
+                          f" written as a session to {esc(args.out)}[/]")
         if unused:
             from ..console import esc
             console.print("\nValues given but in no valid plan:")
             for e in unused:
                 console.print(f"  {esc(e.field)}: {esc(e.message)}")
     return 0
+
+
+def _pick_arg(text: str | None, out: str | None) -> str | int | None:
+    """``--pick``'s value: ``"fastest"``, ``"cheapest"`` or a 1-based rank on the front; it
+    needs ``--out S.json``."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value not in ("fastest", "cheapest"):
+        try:
+            value = int(value)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ConfigError([FieldError("--pick", f"{text!r}: give fastest, cheapest or a "
+                                                    "positive rank on the Pareto front")])
+    if not out or not out.lower().endswith(".json"):
+        raise ConfigError([FieldError("--out", "--pick writes a session: give --out S.json")])
+    return value
+
+
+def _write_pick(result, pick: str | int, path: str) -> None:
+    """Write the picked plan of ``result`` as a session file at ``path`` (atomically,
+    :func:`core.session.save_session`)."""
+    from ..session import save_session
+    if pick == "fastest":
+        i = result.fastest
+    elif pick == "cheapest":
+        i = result.cheapest
+    else:
+        front = result.pareto_indices()
+        if pick > front.size:
+            raise ConfigError([FieldError("--pick", f"{pick}: the Pareto front has "
+                                                    f"{front.size} plan{'s' if front.size != 1 else ''}")])
+        i = int(front[pick - 1])
+    if i is None:
+        raise ConfigError([FieldError("--pick", f"{pick}: no plan fits in memory")])
+    save_session(result.session_for(i), path)
 
 
 def _money(usd: float) -> str:
@@ -274,8 +354,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                   f"/GPU-hour; budget: {budget_text(result.space)}")
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
-    console.print(f"{result.num_plans:,} valid plans, {result.num_feasible:,} fit in memory; "
-                  f"swept in {result.wall_s:.2f} s")
+    n_pruned = int(np.count_nonzero(result.pruned))
+    console.print(f"{result.num_plans:,} valid plans, {result.num_feasible + n_pruned:,} fit in "
+                  f"memory, {result.num_feasible:,} of them simulated"
+                  + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
+                     if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
+    _print_dimensions(result, console)
     from ..config import expand_pipeline_layout, pipeline_layout_text
     layout = pipeline_layout_text(s.plan)
     if layout is not None:  # every plan keeps it: only its p*v is tried
@@ -347,8 +431,59 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings "
                       f"(all in --json)[/]")
+    _print_best_by(result, console)
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
+
+
+def _print_dimensions(result, console: Console) -> None:
+    """What the sweep chose (each field with its values) and what it held, and why."""
+    from ..config import plan_field_title
+    from ..console import esc
+
+    def text(v: Any) -> str:
+        return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
+
+    swept = [d for d in result.dimensions if d["swept"]]
+    from ..sweep import BEST_BY_FIELDS
+    held = [d for d in result.dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+    if swept:
+        console.print("swept: " + "; ".join(
+            f"{esc(plan_field_title(d['field']))} {esc(', '.join(map(text, d['values'])))}"
+            for d in swept))
+    if held:
+        console.print("held: " + "; ".join(
+            f"{esc(plan_field_title(d['field']))} {esc(text(d['values'][0]))} "
+            f"[dim]({esc(d['why'])})[/]" for d in held))
+    console.print("[dim]every other plan field is the session's (--json: dimensions)[/]")
+
+
+def _print_best_by(result, console: Console) -> None:
+    """The fastest plan that fits for each value of each swept dimension."""
+    from ..config import plan_field_title
+    best = result.best_by()
+    if not best or not result.num_feasible:
+        return
+    table = _plan_table("Fastest plan that fits for each value of each swept dimension", result,
+                        "value")
+    for name, rows in best.items():
+        for r in rows:
+            v = r["value"]
+            label = (f"{'GPUs' if name == 'num_gpus' else plan_field_title(name)} "
+                     f"{'-' if v is None else 'y' if v is True else 'n' if v is False else v}")
+            if r["plan"] is None:
+                table.add_row(label, *(["-"] * (len(_plan_fields(result)) + 6)))
+            else:
+                table.add_row(label, *_plan_cells(result, _row_index(result, r["plan"])))
+    console.print()
+    console.print(table)
+
+
+def _row_index(result, row: dict) -> int:
+    """The row of ``result`` whose plan a ``best_by`` entry names."""
+    from ..config import ParallelPlan
+    plan = ParallelPlan(**{f.name: row[f.name] for f in dataclasses.fields(ParallelPlan)})
+    return result.index_of(plan)
 
 
 def _change(rel: float) -> str:

@@ -41,7 +41,8 @@ def _session_file(tmp_path, source=SMALL, sweep=SMALL_SETTINGS, name="small.json
 @pytest.fixture(scope="module")
 def small_result():
     session = load_any(SMALL)
-    return run_sweep(session, SweepSpace.from_dict(SMALL_SETTINGS["space"]), deadline_days=5.0)
+    return run_sweep(session, SweepSpace.from_dict(SMALL_SETTINGS["space"]), deadline_days=5.0,
+                     prune=False)
 
 
 def _run(window, qtbot, timeout=60_000):
@@ -222,7 +223,8 @@ def test_small_sweep_runs_in_the_background_and_is_drawn(window, qtbot, tmp_path
     assert 50 <= result.num_plans <= 600 and 0 < result.num_feasible < result.num_plans
     # settings without sequence parallelism and ZeRO stages sweep the session plan's values
     assert result.space == dataclasses.replace(SweepSpace.from_dict(SMALL_SETTINGS["space"]),
-                                               sequence_parallel=(False,), zero_stages=(0,))
+                                               sequence_parallel=(False,), zero_stages=(0,),
+                                               context_parallel=(1,))
     assert result.deadline_days == 5.0
     assert f"{result.num_plans:,} plans" in explore.status_text
 
@@ -419,7 +421,7 @@ def test_settings_round_trip_through_a_saved_session(window, qtbot, tmp_path):
     # sequence parallelism and ZeRO stage: the session plan's values, checked by default
     expected = SweepSpace(num_gpus=(4, 8), tensor_parallel=(1, 2, 4), micro_batch_sizes=(1, 2),
                           schedules=("1f1b",), max_data_parallel=4, sequence_parallel=(False,),
-                          zero_stages=(0,))
+                          zero_stages=(0,), context_parallel=(1,))
     assert panel.space() == expected
 
     out = tmp_path / "with_sweep.json"

@@ -1,0 +1,204 @@
+"""The default plan space, branch and bound and the answers per dimension of ``vtrain sweep``.
+
+Pruning must be exact: on small spaces (dense 1F1B, interleaved and ZB-H1, context
+parallelism, expert parallelism) the pruned sweep's front, fastest, cheapest and deadline
+plans and best plan per dimension value equal an exhaustive sweep's (the oracle), and every
+bound is at most the simulated time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.config import MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan, Session
+from core.session import load_any
+from core.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
+from tests.conftest import EXAMPLES, shared_file
+
+
+def gpt3_small(global_batch=64) -> Session:
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.plan = dataclasses.replace(s.plan, global_batch_size=global_batch)
+    return s
+
+
+def moe_session() -> Session:
+    model = dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], seq_length=2048)
+    plan = ParallelPlan(1, 1, 8, 1, 64, "1f1b", "none", "bf16")
+    return Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                   CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+
+
+CASES = {
+    "dense-schedules": (gpt3_small, dict(max_gpus=8, context_parallel=(1,))),
+    "context-parallel": (gpt3_small, dict(num_gpus=8, context_parallel=(1, 2, 4),
+                                          micro_batch_sizes=(1, 2), recompute=("none", "full"))),
+    "expert-parallel": (moe_session, dict(num_gpus=8, pipeline_parallel=(1, 2, 4),
+                                          micro_batch_sizes=(1, 2), context_parallel=(1,),
+                                          zero_stages=(0, 1))),
+}
+
+
+def answers(r) -> dict:
+    """What a sweep answers: the front, the best plans and the best plan per dimension value."""
+    key = (lambda i: None if i is None else r.plans[i].label())
+    return {"front": sorted(r.plans[i].label() for i in r.pareto_indices().tolist()),
+            "fastest": key(r.fastest), "cheapest": key(r.cheapest),
+            "deadline": key(r.cheapest_within_deadline),
+            "best_by": {k: [(row["value"], None if row["plan"] is None else
+                             (row["plan"]["iteration_time_s"], row["plan"]["cost_usd"]))
+                            for row in rows] for k, rows in r.best_by().items()}}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def pair(request):
+    make, kw = CASES[request.param]
+    session, space = make(), SweepSpace(**kw)
+    exhaustive = run_sweep(session, space, prune=False)
+    deadline = float(np.nanmedian(exhaustive.training_days[exhaustive.fits_in_memory]))
+    return (run_sweep(session, space, prune=True, deadline_days=deadline),
+            run_sweep(session, space, prune=False, deadline_days=deadline))
+
+
+def test_pruned_sweep_answers_as_the_exhaustive_one(pair):
+    pruned, exhaustive = pair
+    assert answers(pruned) == answers(exhaustive)
+    # every plan that fits is simulated or pruned
+    assert pruned.best_by() and pruned.num_feasible + int(pruned.pruned.sum()) == \
+        exhaustive.num_feasible
+
+
+def test_simulated_plans_have_the_exhaustive_figures_and_bounds_stay_below(pair):
+    pruned, exhaustive = pair
+    done = np.isfinite(pruned.iteration_time_s)
+    assert np.array_equal(pruned.iteration_time_s[done], exhaustive.iteration_time_s[done])
+    has = np.isfinite(pruned.lower_bound_s)
+    assert has.any()
+    assert np.all(pruned.lower_bound_s[has] <= exhaustive.iteration_time_s[has] * (1 + 1e-12))
+    # pruned plans fit in memory (those that do not are never simulated) and have no figures
+    assert np.all(np.isnan(pruned.iteration_time_s[pruned.pruned]))
+    assert np.all(exhaustive.fits_in_memory[pruned.pruned])
+
+
+def test_pruning_skips_plans_somewhere():
+    make, kw = CASES["dense-schedules"]
+    r = run_sweep(make(), SweepSpace(**kw))
+    assert r.pruned.sum() > 0 and r.num_feasible < int(r.pruned.sum()) + r.num_feasible
+
+
+def test_default_space_sweeps_megatron_choices_and_says_so():
+    session = gpt3_small()
+    plans = enumerate_plans(session, SweepSpace(max_gpus=8))
+    # sequence parallelism on exactly where t > 1; ZeRO 0-3; the overlaps on where allowed
+    assert all(p.sequence_parallel == (p.tensor_parallel > 1) for p in plans)
+    assert {p.zero_stage for p in plans} == {0, 1, 2, 3}
+    flash = session.copy()
+    flash.model = dataclasses.replace(flash.model, attention_kernel="flash")
+    assert {p.context_parallel for p in enumerate_plans(flash, SweepSpace(max_gpus=8))} == {
+        1, 2, 4, 8}  # the powers of two up to the budget (s = 2,048 splits in 2*cp)
+    assert all(p.tp_comm_overlap == (p.tensor_parallel > 1) for p in plans)
+    assert all(p.overlap_grad_reduce == (p.data_parallel * p.context_parallel > 1) for p in plans)
+    assert all(p.overlap_param_gather == (p.overlap_grad_reduce and p.zero_stage >= 1)
+               for p in plans)
+    held = enumerate_plans(session, SweepSpace(max_gpus=8, hold_session_values=True))
+    assert {(p.sequence_parallel, p.zero_stage, p.context_parallel) for p in held} == {
+        (False, 0, 1)}
+
+
+def test_session_plan_outside_the_default_values_is_still_simulated():
+    session = gpt3_small()  # t=2 without sequence parallelism: not a default value
+    r = run_sweep(session, SweepSpace(max_gpus=8, context_parallel=(1,)))
+    own = r.index_of(session.plan)
+    assert own is not None and np.isfinite(r.iteration_time_s[own])
+    dims = {d["field"]: d for d in r.dimensions}
+    assert dims["sequence_parallel"]["values"] == [False, True]  # t = 1 off, t > 1 on
+    assert dims["precision"]["swept"] is False
+
+
+def test_cli_json_has_dimensions_best_by_and_no_cap(capsys):
+    cfg = EXAMPLES / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(cfg), "--json", "--context-parallel", "1", "--zero-stages",
+                 "0,1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    dims = {d["field"]: d for d in doc["dimensions"]}
+    assert dims["zero_stage"]["swept"] and dims["zero_stage"]["values"] == [0, 1]
+    assert not dims["global_batch_size"]["swept"]
+    fastest = doc["fastest"]["iteration_time_s"]
+    assert min(row["plan"]["iteration_time_s"] for row in doc["best_by"]["zero_stage"]
+               if row["plan"]) == fastest
+    assert main(["sweep", str(cfg), "--json", "--context-parallel", "1", "--zero-stages",
+                 "0,1", "--exhaustive"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["num_pruned"] == 0 and full["fastest"] == doc["fastest"]
+    assert full["best_by"] == doc["best_by"] and full["pareto"] == doc["pareto"]
+    # --max-work refuses by name, exit 2, with the estimate; no limit otherwise
+    assert main(["sweep", str(cfg), "--context-parallel", "1", "--max-work", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "max_work" in err and "pipeline steps" in err
+
+
+def test_work_estimate_is_a_warning_not_a_refusal(monkeypatch):
+    from core import sweep as sweep_module
+    monkeypatch.setattr(sweep_module, "LARGE_SWEEP_WORK", 1)
+    told = []
+    session = gpt3_small()
+    r = run_sweep(session, SweepSpace(max_gpus=8, context_parallel=(1,), zero_stages=(1,)),
+                  notice=told.append)
+    assert len(told) == 1 and told[0] in " ".join(r.warnings)
+    assert r.num_feasible > 0
+    with pytest.raises(ConfigError):
+        run_sweep(session, SweepSpace(max_gpus=8, context_parallel=(1,)), max_work=10)
+    assert sweep_work(r.plans, session.model.num_layers) > 10
+
+
+def test_cli_pick_writes_the_plan_as_a_session(tmp_path, capsys):
+    cfg = EXAMPLES / "gpt3_1.3b_single_node.json"
+    out = tmp_path / "fast.json"
+    args = ["sweep", str(cfg), "--context-parallel", "1", "--zero-stages", "0,1"]
+    assert main(args + ["--json", "--pick", "fastest", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    picked = load_any(out)
+    fastest = doc["fastest"]
+    assert all(getattr(picked.plan, k) == fastest[k] for k in (
+        "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size", "schedule",
+        "recompute", "sequence_parallel", "zero_stage"))
+    assert picked.model == load_any(cfg).model
+    front = tmp_path / "front2.json"
+    assert main(args + ["--json", "--pick", "2", "--out", str(front)]) == 0
+    second = json.loads(capsys.readouterr().out)["pareto"][1]
+    assert load_any(front).plan.data_parallel == second["data_parallel"]
+    # bad picks: exit 2, nothing written
+    bad = tmp_path / "bad.json"
+    assert main(args + ["--pick", "999", "--out", str(bad)]) == 2
+    assert main(args + ["--pick", "fastest", "--out", str(tmp_path / "x.csv")]) == 2
+    assert main(args + ["--pick", "soonest", "--out", str(bad)]) == 2
+    assert not bad.exists()
+
+
+def test_best_plan_per_gpu_count_is_exact_under_pruning():
+    session = gpt3_small()
+    space = SweepSpace(num_gpus=(2, 4, 8), context_parallel=(1,), zero_stages=(0, 1),
+                       micro_batch_sizes=(2, 4))
+    pruned, exhaustive = run_sweep(session, space), run_sweep(session, space, prune=False)
+    assert [r["value"] for r in pruned.best_by()["num_gpus"]] == [2, 4, 8]
+    assert pruned.best_by() == exhaustive.best_by()
+
+
+def test_activations_do_not_depend_on_the_data_parallel_side():
+    """The sweep shares activations between plans that differ only in ZeRO and its overlaps
+    (core.model_math.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
+    from core import model_math
+    session = gpt3_small()
+    by_key: dict = {}
+    for pl in enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,))):
+        k = repr(dataclasses.replace(pl, zero_stage=0, overlap_grad_reduce=False,
+                                     overlap_param_gather=False))
+        acts = model_math.stage_memory_arrays(session.model, pl)[3]
+        if k in by_key:
+            assert np.array_equal(by_key[k], acts)
+        by_key.setdefault(k, acts)
