@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 from core.cli import main
 from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
 from core.megatron_args import (MegatronArgsError, export_arguments, export_script, import_file,
