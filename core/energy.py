@@ -41,7 +41,9 @@ __all__ = [
 #: Board power (TDP) per GPU kind, watts; sources in :data:`POWER_SOURCES`.
 GPU_BOARD_POWER_W = {"A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
                      "H100-96GB-HBM2e-500W": 500.0, "H200-SXM-141GB": 700.0,
-                     "B200-180GB": 1000.0, "GB200-NVL72": 1200.0}
+                     "B200-180GB": 1000.0, "GB200-NVL72": 1200.0,
+                     "H800-SXM5-80GB": 700.0, "A800-SXM4-80GB": 400.0, "H20-96GB": 400.0,
+                     "GH200-96GB": 1000.0, "B300-288GB": 1100.0}
 #: Non-GPU power of a node per GPU with its GPUs at board power, watts: the data sheet's maximum
 #: system power less the GPUs' board power, over the GPUs (see :data:`POWER_SOURCES`).
 NODE_OVERHEAD_W_PER_GPU = {"A100-SXM4-80GB": (6500 - 8 * 400) / 8,
@@ -49,7 +51,12 @@ NODE_OVERHEAD_W_PER_GPU = {"A100-SXM4-80GB": (6500 - 8 * 400) / 8,
                            "H100-96GB-HBM2e-500W": (10200 - 8 * 700) / 8,
                            "H200-SXM-141GB": (10200 - 8 * 700) / 8,
                            "B200-180GB": (14300 - 8 * 1000) / 8,
-                           "GB200-NVL72": (120000 - 72 * 1200) / 72}
+                           "GB200-NVL72": (120000 - 72 * 1200) / 72,
+                           "H800-SXM5-80GB": (10200 - 8 * 700) / 8,
+                           "A800-SXM4-80GB": (6500 - 8 * 400) / 8,
+                           "H20-96GB": (10200 - 8 * 700) / 8,
+                           "GH200-96GB": 150.0,
+                           "B300-288GB": (14500 - 8 * 1100) / 8}
 POWER_SOURCES = {
     "A100-SXM4-80GB": "NVIDIA A100 data sheet: 400 W (SXM4); DGX A100 data sheet: 6.5 kW maximum",
     "H100-SXM5-80GB": "NVIDIA H100 data sheet: up to 700 W (SXM5); DGX H100 data sheet: about "
@@ -60,6 +67,17 @@ POWER_SOURCES = {
     "B200-180GB": "NVIDIA HGX B200: 1,000 W per GPU; DGX B200 data sheet: about 14.3 kW maximum",
     "GB200-NVL72": "1,200 W per GPU (a GB200 superchip's two GPUs with a share of its Grace "
                    "CPU); GB200 NVL72 rack about 120 kW (NVIDIA)",
+    "H800-SXM5-80GB": "NVIDIA H800 SXM data sheet: up to 700 W (the H100 SXM board with its "
+                      "NVLink reduced); node overhead taken as DGX H100's (10.2 kW maximum)",
+    "A800-SXM4-80GB": "NVIDIA A800 SXM4 data sheet: 400 W; node overhead taken as DGX A100's "
+                      "(6.5 kW maximum)",
+    "H20-96GB": "HGX H20 partner briefs: 400 W per GPU (no NVIDIA data sheet); node overhead "
+                "taken as DGX H100's (an assumption: an HGX Hopper chassis)",
+    "GH200-96GB": "NVIDIA GH200 data sheet: the superchip is configurable from 450 to 1,000 W "
+                  "for CPU, GPU and memory together (1,000 W taken); node overhead of 150 W per "
+                  "superchip for NICs, fans and storage is an assumption (the Grace CPU is in "
+                  "the module's figure)",
+    "B300-288GB": "NVIDIA HGX B300: 1,100 W per GPU; DGX B300 about 14.5 kW maximum",
 }
 #: Share of board power a GPU draws while it waits (pipeline bubbles, exposed communication,
 #: checkpoint stalls, restarts): an assumption, not a measurement. A waiting GPU keeps its
