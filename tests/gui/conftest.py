@@ -98,6 +98,21 @@ def window(qtbot, settings):
     w.setWindowModified(False)  # closing must not ask
 
 
+@pytest.fixture
+def opened(window, tmp_path):
+    """The window with a copy of the 1.3B example open and then edited (modified): what a
+    failed open must leave as it was."""
+    import shutil
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[2] / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    path = tmp_path / "previous.json"
+    shutil.copy(example, path)
+    assert window.open_path(path)
+    window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.25)
+    assert window.isWindowModified()
+    return path
+
+
 @pytest.fixture(scope="session")
 def real_simulate():
     """``core.simulate.simulate``; skips only while the core still raises NotImplementedError."""

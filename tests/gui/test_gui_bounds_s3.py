@@ -19,17 +19,6 @@ from tests.conftest import CASES, EXAMPLES
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
 
 
-@pytest.fixture
-def opened(window, tmp_path):
-    """The window with a copy of the 1.3B example open and then edited (modified)."""
-    path = tmp_path / "previous.json"
-    shutil.copy(EXAMPLE, path)
-    assert window.open_path(path)
-    window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.25)
-    assert window.isWindowModified()
-    return path
-
-
 def _case(name: str, tmp_path):
     src = CASES / "s3" / name
     if not os.path.lexists(src):

@@ -24,17 +24,6 @@ from vtrain_gui.sweep_settings import _divisors
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
 
 
-@pytest.fixture
-def opened(window, tmp_path):
-    """The window with a copy of the 1.3B example open and then edited (modified)."""
-    path = tmp_path / "previous.json"
-    shutil.copy(EXAMPLE, path)
-    assert window.open_path(path)
-    window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.25)
-    assert window.isWindowModified()
-    return path
-
-
 def _bad_session(tmp_path, name: str, section: str, field: str, value) -> object:
     doc = json.loads(EXAMPLE.read_text())
     doc[section][field] = value
