@@ -241,3 +241,31 @@ def test_pruned_sweep_on_a_pool_gives_the_serial_pruned_result(parallel_always):
     b = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0, workers=2)
     assert_same(a, b)
     assert np.array_equal(a.pruned, b.pruned)
+
+
+def test_yield_interpreter_sleeps_on_worker_threads_only(monkeypatch):
+    """``core.sweep.yield_interpreter``: on a thread other than the main one it sleeps once per
+    ``YIELD_EVERY_S`` of work (so the GUI thread takes the interpreter lock); on the main
+    thread (the command line) never."""
+    import threading
+    import time
+
+    from core import sweep
+
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(sweep.time, "sleep", lambda s: slept.append(s))
+
+    def busy(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            sweep.yield_interpreter()
+
+    busy(0.1)
+    assert slept == []  # the main thread
+    t = threading.Thread(target=busy, args=(0.1,))
+    t.start()
+    t.join()
+    monkeypatch.setattr(sweep.time, "sleep", real_sleep)
+    # 0.1 s of work at one yield per 20 ms: 4 or 5 sleeps of 0.5 ms
+    assert 3 <= len(slept) <= 5 and set(slept) == {0.0005}
