@@ -118,17 +118,21 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     console.print(t)
     if r.run is not None:
         console.print(_run_table(r, s))
-    mem = Table(title="Memory per GPU by pipeline stage", title_justify="left")
-    for col in ("stage", "weights", "gradients", "optimizer", "activations", "total"):
+    mem = Table(title="Memory per GPU by pipeline stage (process: GEMM workspaces, the caching "
+                      "allocator's reserve, the CUDA context and NCCL's buffers)",
+                title_justify="left")
+    for col in ("stage", "weights", "gradients", "optimizer", "activations", "process", "total"):
         mem.add_column(col, justify="right")
     rows = r.memory if p <= 8 else r.memory[:4] + [None] + r.memory[-2:]
     for sm in rows:
         if sm is None:
-            mem.add_row("...", "", "", "", "", "")
+            mem.add_row("...", "", "", "", "", "", "")
             continue
+        process = (sm.workspace_bytes + sm.allocator_reserve_bytes + sm.cuda_context_bytes
+                   + sm.nccl_buffer_bytes)
         mem.add_row(str(sm.stage), fmt_bytes(sm.weights_bytes), fmt_bytes(sm.gradients_bytes),
                     fmt_bytes(sm.optimizer_bytes), fmt_bytes(sm.activations_bytes),
-                    fmt_bytes(sm.total_bytes))
+                    fmt_bytes(process), fmt_bytes(sm.total_bytes))
     console.print(mem)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}")
