@@ -32,7 +32,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core import model_math  # noqa: E402
 from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, gpu_kind  # noqa: E402
 from core.report import memory_verdict  # noqa: E402
 from core.simulate import session_profile, stage_memory  # noqa: E402

@@ -489,7 +489,7 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     if errs:
         raise ConfigError(errs)
     m, cl, base = session.model, session.cluster, session.plan
-    B, g = base.global_batch_size, cl.gpus_per_node
+    B = base.global_batch_size
     ts, ps = _tp_pp_candidates(session, space)
     layout_n = _layout_stages(base)
     bs = sorted(set(_as_list(space.micro_batch_sizes)))
