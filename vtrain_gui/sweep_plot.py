@@ -19,6 +19,7 @@ from core.sweep import SweepResult
 
 from .formatting import (format_bytes, format_count, format_duration, format_fraction,
                          format_number_short, format_usd, format_usd_short)
+from .point_cloud import PointCloudItem
 
 __all__ = ["SweepPlot", "plan_text", "FEASIBLE_COLOR", "INFEASIBLE_COLOR", "FRONT_COLOR",
            "FASTEST_COLOR", "CHEAPEST_COLOR", "DEADLINE_COLOR"]
@@ -129,9 +130,17 @@ class SweepPlot(pg.PlotWidget):
             item.addItem(s)
             return s
 
-        self._infeasible = scatter(0, size=5, pen=None, brush=pg.mkBrush(*INFEASIBLE_COLOR), symbol="o")
-        self._feasible = scatter(1, size=7, pen=pg.mkPen(QtGui.QColor(FEASIBLE_COLOR).darker(140), width=0.6),
-                                 brush=pg.mkBrush(QtGui.QColor(FEASIBLE_COLOR)), symbol="o")
+        def cloud(z: float, **kw: Any) -> PointCloudItem:
+            # the large layers (up to ~100,000 plans): one item painting every point at once
+            c = PointCloudItem(tip=self._tip, **kw)
+            c.setZValue(z)
+            c.sigClicked.connect(self._on_points_click)
+            item.addItem(c)
+            return c
+
+        self._infeasible = cloud(0, size=5, pen=None, brush=pg.mkBrush(*INFEASIBLE_COLOR))
+        self._feasible = cloud(1, size=7, pen=pg.mkPen(QtGui.QColor(FEASIBLE_COLOR).darker(140), width=0.6),
+                               brush=pg.mkBrush(QtGui.QColor(FEASIBLE_COLOR)))
         self._front_line = pg.PlotCurveItem(pen=pg.mkPen(FRONT_COLOR, width=2))
         self._front_line.setZValue(2)
         item.addItem(self._front_line)
@@ -164,7 +173,13 @@ class SweepPlot(pg.PlotWidget):
                                       pen=pg.mkPen("#B0B4BA"))
         front_sample = pg.PlotDataItem(pen=pg.mkPen(FRONT_COLOR, width=2), symbol="o", symbolSize=8,
                                        symbolBrush=pg.mkBrush(FRONT_COLOR), symbolPen=pg.mkPen("w"))
-        self._legend_samples = [front_sample]  # keep alive; not in the plot
+        # the legend draws a ScatterPlotItem's symbol; clicking a sample hides its layer
+        self._layer_samples = {}
+        for layer in (self._feasible, self._infeasible):
+            sample = pg.ScatterPlotItem(**{k: layer.opts[k] for k in ("symbol", "size", "pen", "brush")})
+            sample.visibleChanged.connect(self._on_sample_visible)
+            self._layer_samples[sample] = layer
+        self._legend_samples = [front_sample, *self._layer_samples]  # keep alive; not in the plot
         self._legend_deadline: bool | None = None
         self._fill_legend(with_deadline=False)
         self.setMinimumHeight(220)
@@ -175,8 +190,9 @@ class SweepPlot(pg.PlotWidget):
             return
         legend = self._legend
         legend.clear()
-        legend.addItem(self._feasible, "fits in memory")
-        legend.addItem(self._infeasible, "does not fit")
+        samples = {layer: sample for sample, layer in self._layer_samples.items()}
+        legend.addItem(samples[self._feasible], "fits in memory")
+        legend.addItem(samples[self._infeasible], "does not fit")
         legend.addItem(self._legend_samples[0], "Pareto front")
         legend.addItem(self._mark_items["fastest"], "fastest")
         legend.addItem(self._mark_items["cheapest"], "cheapest")
@@ -243,8 +259,10 @@ class SweepPlot(pg.PlotWidget):
         r = self._result
         return float(self._tx(r.training_days[index])), float(self._tx(r.cost_usd[index]))
 
-    def scatter_items(self) -> dict[str, pg.ScatterPlotItem]:
-        """The scatter items by role (``feasible``, ``infeasible``, ``front``, marks...)."""
+    def scatter_items(self) -> dict[str, pg.ScatterPlotItem | PointCloudItem]:
+        """The scatter items by role (``feasible``, ``infeasible``, ``front``, marks...); the
+        two large layers are :class:`~vtrain_gui.point_cloud.PointCloudItem` (same ``data``
+        fields ``x``, ``y``, ``data``, ``points()`` and ``sigClicked``)."""
         return {"feasible": self._feasible, "infeasible": self._infeasible,
                 "front": self._front_points, "current": self._current_item,
                 "selected": self._selected_item, **self._mark_items}
@@ -268,7 +286,7 @@ class SweepPlot(pg.PlotWidget):
         ok = np.isfinite(x) & np.isfinite(y)
         return x[ok], y[ok], idx[ok]
 
-    def _set_points(self, item: pg.ScatterPlotItem, idx: np.ndarray) -> None:
+    def _set_points(self, item: pg.ScatterPlotItem | PointCloudItem, idx: np.ndarray) -> None:
         if self._result is None or idx.size == 0:
             item.setData(x=[], y=[], data=[])
             return
@@ -335,6 +353,13 @@ class SweepPlot(pg.PlotWidget):
         if r.reason[i]:
             lines.append(r.reason[i])
         return "\n".join(lines)
+
+    @Slot()
+    def _on_sample_visible(self) -> None:
+        sample = self.sender()
+        layer = self._layer_samples.get(sample)
+        if layer is not None:
+            layer.setVisible(sample.isVisible())
 
     @Slot(object, object, object)
     def _on_points_click(self, item: Any, points: Any, event: Any) -> None:
