@@ -66,15 +66,15 @@ class CompareTab(QtWidgets.QWidget):
         self._current = None
         self._diff: PlanDiff | None = None
 
-        self.label_a = QtWidgets.QLabel()
-        self.label_b = QtWidgets.QLabel()
-        for label in (self.label_a, self.label_b):
+        self._w_label_a = QtWidgets.QLabel()
+        self._w_label_b = QtWidgets.QLabel()
+        for label in (self._w_label_a, self._w_label_b):
             label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.timeline_a = TimelineWidget()
-        self.timeline_b = TimelineWidget()
+        self._w_timeline_a = TimelineWidget()
+        self._w_timeline_b = TimelineWidget()
         # one time axis: B follows A's zoom and pan (and A follows B's)
-        self.timeline_b.plot.getPlotItem().setXLink(self.timeline_a.plot.getPlotItem())
+        self._w_timeline_b.plot.getPlotItem().setXLink(self._w_timeline_a.plot.getPlotItem())
 
         def titled(label: QtWidgets.QLabel, timeline: TimelineWidget) -> QtWidgets.QWidget:
             box = QtWidgets.QWidget()
@@ -85,8 +85,8 @@ class CompareTab(QtWidgets.QWidget):
             lay.addWidget(timeline, 1)
             return box
 
-        self.waterfall = pg.PlotWidget(background="w")
-        item = self.waterfall.getPlotItem()
+        self._w_waterfall = pg.PlotWidget(background="w")
+        item = self._w_waterfall.getPlotItem()
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
         item.setTitle("Iteration time B − A, by term (green: makes B faster, red: slower; "
@@ -101,26 +101,26 @@ class CompareTab(QtWidgets.QWidget):
         item.addItem(self._bars)
         item.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#606060")))
 
-        self.table = QtWidgets.QTableWidget(5, 3)
-        self.table.setHorizontalHeaderLabels(["A (pinned)", "B (editor)", "B − A"])
-        self.table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Fits in memory",
+        self._w_table = QtWidgets.QTableWidget(5, 3)
+        self._w_table.setHorizontalHeaderLabels(["A (pinned)", "B (editor)", "B − A"])
+        self._w_table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Fits in memory",
                                             "Training days", "Cost"])
-        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(
+        self._w_table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self._w_table.horizontalHeader().setSectionResizeMode(
             QtWidgets.QHeaderView.ResizeMode.Stretch)
-        self.table.setMinimumWidth(380)
-        self.table.setMaximumWidth(520)
+        self._w_table.setMinimumWidth(380)
+        self._w_table.setMaximumWidth(520)
 
         bottom = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
-        bottom.addWidget(self.waterfall)
-        bottom.addWidget(self.table)
+        bottom.addWidget(self._w_waterfall)
+        bottom.addWidget(self._w_table)
         bottom.setStretchFactor(0, 3)
         bottom.setStretchFactor(1, 1)
         bottom.setChildrenCollapsible(False)
 
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(titled(self.label_a, self.timeline_a))
-        split.addWidget(titled(self.label_b, self.timeline_b))
+        split.addWidget(titled(self._w_label_a, self._w_timeline_a))
+        split.addWidget(titled(self._w_label_b, self._w_timeline_b))
         split.addWidget(bottom)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 2)
@@ -133,6 +133,49 @@ class CompareTab(QtWidgets.QWidget):
         layout.addWidget(self.view)
 
     # ------------------------------------------------------------------ public API
+    # The widgets below are drawn when the tab is shown (or first read): pinning a plan and
+    # every new editor result while the tab is hidden only mark the comparison as due, so
+    # the GUI thread does not diff and lay out two timelines for a tab nobody looks at.
+    @property
+    def label_a(self) -> QtWidgets.QLabel:
+        """Title of plan A's timeline (drawn first if due)."""
+        self._flush()
+        return self._w_label_a
+
+    @property
+    def label_b(self) -> QtWidgets.QLabel:
+        """Title of plan B's timeline (drawn first if due)."""
+        self._flush()
+        return self._w_label_b
+
+    @property
+    def timeline_a(self) -> TimelineWidget:
+        """Plan A's timeline (drawn first if due)."""
+        self._flush()
+        return self._w_timeline_a
+
+    @property
+    def timeline_b(self) -> TimelineWidget:
+        """Plan B's timeline (drawn first if due)."""
+        self._flush()
+        return self._w_timeline_b
+
+    @property
+    def waterfall(self) -> pg.PlotWidget:
+        """The waterfall of the difference's terms (drawn first if due)."""
+        self._flush()
+        return self._w_waterfall
+
+    @property
+    def table(self) -> QtWidgets.QTableWidget:
+        """The table of both plans' figures (drawn first if due)."""
+        self._flush()
+        return self._w_table
+
+    def showEvent(self, event: QtGui.QShowEvent) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self._flush()
+
     @property
     def pinned(self):
         """The pinned ``SimulationResult`` (plan A), or None."""
@@ -141,6 +184,7 @@ class CompareTab(QtWidgets.QWidget):
     @property
     def diff(self) -> PlanDiff | None:
         """The :class:`core.diff.PlanDiff` on screen (None in the empty state)."""
+        self._flush()
         return self._diff
 
     @property
@@ -160,19 +204,23 @@ class CompareTab(QtWidgets.QWidget):
 
     def bar_heights(self) -> list[float]:
         """Heights (seconds) of the waterfall's bars: one per term of the diff, then the total."""
+        self._flush()
         opts = self._bars.opts
         return [float(h) for h in np.asarray(opts.get("height", []), float)]
 
     def bar_bottoms(self) -> list[float]:
         """Bottoms (seconds) of the waterfall's bars, in the order of :meth:`bar_heights`."""
+        self._flush()
         return [float(y) for y in np.asarray(self._bars.opts.get("y0", []), float)]
 
     def bar_names(self) -> list[str]:
         """Names under the waterfall's bars: core.diff's term names, then ``'total'``."""
+        self._flush()
         return list(self._names)
 
     def bar_colors(self) -> list[str]:
         """``'#rrggbb'`` of each bar, in the order of :meth:`bar_heights`."""
+        self._flush()
         return list(self._colors)
 
     # ------------------------------------------------------------------ drawing
@@ -180,6 +228,7 @@ class CompareTab(QtWidgets.QWidget):
     _colors: list[str] = []
 
     def _refresh(self) -> None:
+        self._due = False
         if self._pinned is None:
             self._diff = None
             self.view.set_empty(True, _NOTHING_PINNED)
@@ -188,21 +237,31 @@ class CompareTab(QtWidgets.QWidget):
             self._diff = None
             self.view.set_empty(True, _WAITING)
             return
+        self._diff = None
+        self._due = True
+        self.view.set_empty(False)
+        if self.isVisible():
+            self._flush()
+
+    def _flush(self) -> None:
+        """Draw the comparison if it is due (:meth:`_refresh` marked it)."""
+        if not getattr(self, "_due", False):
+            return
+        self._due = False
         a, b = self._pinned, self._current
         self._diff = diff_results(a, b)
-        self.view.set_empty(False)
-        self.label_a.setText(f"A (pinned): {plan_label(a.session)}  ·  "
+        self._w_label_a.setText(f"A (pinned): {plan_label(a.session)}  ·  "
                              f"{format_duration(a.report.iteration_time_s)} per iteration")
-        self.label_b.setText(f"B (editor): {plan_label(b.session)}  ·  "
+        self._w_label_b.setText(f"B (editor): {plan_label(b.session)}  ·  "
                              f"{format_duration(b.report.iteration_time_s)} per iteration")
-        self.timeline_a.set_data(a.graph, a.schedule)
-        self.timeline_b.set_data(b.graph, b.schedule)
+        self._w_timeline_a.set_data(a.graph, a.schedule)
+        self._w_timeline_b.set_data(b.graph, b.schedule)
         # one time axis: both views may show the longer iteration
-        t_end = max(self.timeline_a.gantt.end_s, self.timeline_b.gantt.end_s, 1e-9)
-        for tl in (self.timeline_a, self.timeline_b):
+        t_end = max(self._w_timeline_a.gantt.end_s, self._w_timeline_b.gantt.end_s, 1e-9)
+        for tl in (self._w_timeline_a, self._w_timeline_b):
             tl.view_box.setLimits(xMin=-0.02 * t_end, xMax=1.02 * t_end,
                                   maxXRange=1.04 * t_end)
-        self.timeline_a.view_box.setXRange(-0.005 * t_end, 1.01 * t_end, padding=0.0)
+        self._w_timeline_a.view_box.setXRange(-0.005 * t_end, 1.01 * t_end, padding=0.0)
         self._draw_waterfall(self._diff)
         self._fill_table(self._diff)
 
@@ -222,12 +281,12 @@ class CompareTab(QtWidgets.QWidget):
         self._bars.setOpts(x=x, y0=bottoms, height=np.asarray(heights, float), width=0.7,
                            brushes=[pg.mkBrush(c) for c in colors],
                            pens=[pg.mkPen(c) for c in colors])
-        axis = self.waterfall.getPlotItem().getAxis("bottom")
+        axis = self._w_waterfall.getPlotItem().getAxis("bottom")
         axis.setTicks([[(float(i), n) for i, n in enumerate(names)]])
         tops = np.concatenate([bottoms, bottoms + np.asarray(heights, float)])
         lo, hi = float(min(tops.min(), 0.0)), float(max(tops.max(), 0.0))
         pad = 0.08 * (hi - lo or 1e-6)
-        vb = self.waterfall.getPlotItem().getViewBox()
+        vb = self._w_waterfall.getPlotItem().getViewBox()
         vb.setRange(xRange=(-0.6, len(names) - 0.4), yRange=(lo - pad, hi + pad), padding=0.0)
 
     def _fill_table(self, diff: PlanDiff) -> None:
@@ -261,11 +320,12 @@ class CompareTab(QtWidgets.QWidget):
                         cell.setToolTip(f"{format_bytes((a, b)[c]['max_memory_per_gpu_bytes'])} "
                                         f"per GPU of {format_bytes((a, b)[c]['usable_memory_bytes'])}"
                                         " usable (capacity less the reserve)")
-                self.table.setItem(r, c, cell)
+                self._w_table.setItem(r, c, cell)
 
     def cell_text(self, row: int, column: int) -> str:
         """Text of the table's cell (rows: iteration time, memory per GPU, fits in memory,
         training days, cost;
         columns: A, B, B − A); for tests."""
-        item = self.table.item(row, column)
+        self._flush()
+        item = self._w_table.item(row, column)
         return item.text() if item is not None else ""
