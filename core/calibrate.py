@@ -804,8 +804,9 @@ __all__ += ["scale_transfer", "calibration_residuals"]
 
 
 def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session], np.ndarray]:
-    """Sessions and measured seconds of the rows that are not skipped."""
-    used = [m for m in measurements if not m.skip_reason]
+    """Sessions and measured seconds of the rows that are not skipped and have a measured time
+    (a row that measured only memory has none)."""
+    used = [m for m in measurements if not m.skip_reason and m.has_time]
     return [m.session for m in used], np.array([m.measured_s for m in used])
 
 

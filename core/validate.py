@@ -48,10 +48,11 @@ from .bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, brid
 from .config import rename_field
 from .gpu_spec import kind_fits_peak_fraction
 from .inputs import read_bytes
+from .report import MEMORY_SCALES
 
 __all__ = ["Measurement", "read_measurements", "ValidationResult", "predict_rows", "error_metrics",
            "interval_metrics", "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS",
-           "MeasurementFileError", "skip_counts", "ASSUMPTIONS", "FIELD_CAUSES", "PUBLISHED_FIELDS"]
+           "MeasurementFileError", "skip_counts", "MEMORY_COLUMNS", "predict_memory", "ASSUMPTIONS", "FIELD_CAUSES", "PUBLISHED_FIELDS"]
 
 #: Required and optional (value = default) columns of the general layout.
 GENERAL_COLUMNS: dict[str, Any] = {
@@ -60,7 +61,7 @@ GENERAL_COLUMNS: dict[str, Any] = {
     "seq_length": None, "vocab_size": 50257, "global_batch_size": None, "micro_batch_size": None,
     "tensor_parallel": None, "pipeline_parallel": None, "data_parallel": None,
     "virtual_pipeline_stages": 1, "sequence_parallel": "n", "recompute": "full",
-    "precision": "fp16", "measured_iteration_time_s": None,
+    "precision": "fp16", "measured_iteration_time_s": "",
     "distributed_optimizer": "n", "fsdp": "n", "overlap_grad_reduce": "n",
     "first_stage_layers": "", "last_stage_layers": "",
 }
@@ -74,6 +75,10 @@ MODERN_COLUMNS = ("num_query_groups", "activation", "normalization", "tied_embed
 #: Columns that only describe a row (labels and published results other than the time).
 INFO_COLUMNS = ("source_id", "framework", "model_name", "tokens_per_s_per_gpu",
                 "model_tflops_per_gpu", "mfu_percent", "notes")
+#: Columns of a measured peak memory per GPU (GiB) and what it counts: one of
+#: :data:`core.report.MEMORY_SCALES` (``max_allocated``, ``max_reserved``, ``nvidia-smi``).
+#: A row needs a measured time, a measured memory, or both.
+MEMORY_COLUMNS = ("measured_peak_memory_gib", "memory_scale")
 _AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
                    "# layers", "sequence length", "tensor parallelism", "data parallelism",
                    "pipeline parallelism", "iteration time (ms)"]
@@ -113,7 +118,7 @@ class Measurement:
     session : Session or None
         The plan, when it could be built.
     measured_s : float
-        Measured iteration time, seconds.
+        Measured iteration time, seconds (NaN when the row measured only memory).
     skip_reason : str
         Why the simulator cannot predict it ("" when it can).
     group : dict
@@ -124,6 +129,10 @@ class Measurement:
     assumptions : list of str
         The named policies (:data:`ASSUMPTIONS`, ``"name: what it assumes (detail)"``) that
         filled in what the row's source leaves unstated.
+    measured_memory_gib : float
+        Measured peak memory per GPU, GiB (NaN when the row measured none).
+    memory_scale : str
+        What that peak counts: one of :data:`core.report.MEMORY_SCALES` ("" without one).
     """
 
     row: int
@@ -133,6 +142,13 @@ class Measurement:
     group: dict[str, str] = field(default_factory=dict)
     skip_causes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    measured_memory_gib: float = math.nan
+    memory_scale: str = ""
+
+    @property
+    def has_time(self) -> bool:
+        """Whether the row has a measured iteration time (a memory-only row has none)."""
+        return not math.isnan(self.measured_s)
 
 
 def _csv_text(path: Path) -> str:
@@ -195,10 +211,16 @@ def read_measurements(path: str | Path,
     header = [_norm_header(h) for h in rows[0]]
     if header == _AUTHORS_SINGLE or header == _AUTHORS_MULTI:
         return _each_row(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
-    known = set(GENERAL_COLUMNS) | set(MODERN_COLUMNS) | set(INFO_COLUMNS)
+    known = set(GENERAL_COLUMNS) | set(MODERN_COLUMNS) | set(INFO_COLUMNS) | set(MEMORY_COLUMNS)
     # "Num GPUs", "TENSOR_PARALLEL", "seq-length": the general layout's names in other cases
     header = [h if h in known else _snake(h) if _snake(h) in known else h for h in header]
     missing = [c for c, d in GENERAL_COLUMNS.items() if d is None and c not in header]
+    if not {"measured_iteration_time_s", "measured_peak_memory_gib"} & set(header):
+        missing.append("measured_iteration_time_s (or measured_peak_memory_gib and memory_scale)")
+    if "measured_peak_memory_gib" in header and "memory_scale" not in header:
+        raise MeasurementFileError(
+            f"{path}: column 'measured_peak_memory_gib' needs a column 'memory_scale' (what the "
+            f"peak counts: one of {', '.join(MEMORY_SCALES)})")
     if missing:
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
@@ -280,6 +302,7 @@ _CELL_UNITS: dict[str, dict[str, float]] = {
     "inter_node_bandwidth_gbps": {"gb/s": 1, "gbps": 1, "gbit/s": 1, "tb/s": 1000, "tbps": 1000,
                                   "gbytes/s": 8},
     "measured_iteration_time_s": {"s": 1, "sec": 1, "seconds": 1, "ms": 1e-3},
+    "measured_peak_memory_gib": {"gib": 1, "gb": 1, "mib": 1 / 1024},
 }
 
 
@@ -343,7 +366,8 @@ _AUTHORS_COLUMNS = {
 def _finish(row: int, session: Session, measured_s: float, group: dict[str, str],
             reason: str = "", causes: list[str] | None = None,
             names: dict[str, str] | None = None, assumptions: list[str] | None = None,
-            always_validate: bool = False) -> Measurement:
+            always_validate: bool = False, memory_gib: float = math.nan,
+            memory_scale: str = "") -> Measurement:
     """The row's :class:`Measurement`: ``reason`` / ``causes`` of the reader's own refusals plus
     (when there are none, or with ``always_validate``) every rule core.config's validation finds
     broken, each named by its session field (``names``: the file's names for them)."""
@@ -357,7 +381,13 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
             reasons.append("invalid plan: " + "; ".join(e.message for e in errs))
             causes += [_cause(e) for e in errs]
     reason = "; ".join(reasons)
-    if not reason and not (measured_s > 0 and math.isfinite(measured_s)):
+    memory_only = math.isnan(measured_s) and not math.isnan(memory_gib)
+    if not reason and not math.isnan(memory_gib) and not memory_gib > 0:
+        reason = f"measured peak memory {memory_gib!r} GiB is not a positive number"
+        causes = ["measured memory not positive"]
+    elif memory_only:
+        pass  # no time to check
+    elif not reason and not (measured_s > 0 and math.isfinite(measured_s)):
         reason = f"measured time {measured_s!r} is not a positive number"
         causes = ["measured time not positive"]
     elif not reason and not MEASURED_TIME_RANGE_S[0] <= measured_s <= MEASURED_TIME_RANGE_S[1]:
@@ -366,7 +396,7 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
                   "iteration (or a throughput that is not one)")
         causes = ["measured time out of range"]
     return Measurement(row, session, measured_s, reason, group, list(dict.fromkeys(causes)),
-                       list(assumptions or []))
+                       list(assumptions or []), memory_gib, memory_scale)
 
 
 def _cause(err: Any) -> str:
@@ -1942,7 +1972,8 @@ _NUMERIC_COLUMNS = frozenset({
     "num_gpus", "gpus_per_node", "inter_node_bandwidth_gbps", "num_layers", "hidden_size",
     "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size", "global_batch_size",
     "micro_batch_size", "tensor_parallel", "pipeline_parallel", "data_parallel",
-    "virtual_pipeline_stages", "measured_iteration_time_s", "first_stage_layers",
+    "virtual_pipeline_stages", "measured_iteration_time_s", "measured_peak_memory_gib",
+    "first_stage_layers",
     "last_stage_layers", "num_query_groups", "num_experts", "moe_top_k", "moe_ffn_hidden_size",
     "context_parallel", "expert_parallel"})
 #: How tables write "not stated / not applicable" in a numeric cell: read as an empty cell
@@ -2000,6 +2031,25 @@ def _derive_cells(path: Path, row: int, v: dict[str, str], assume: Callable[...,
         if tok > 0 and math.isfinite(tok) and n > 0:
             v["measured_iteration_time_s"] = repr(gbs * seq / (tok * n))
             assume("time-from-throughput", f"{gbs * seq / (tok * n):.6g} s")
+
+
+def _memory_cells(path: Path, row: int, v: dict[str, str]) -> tuple[float, str]:
+    """The row's measured peak memory (GiB, NaN when empty) and its ``memory_scale``.
+
+    Raises MeasurementFileError (the whole file: a figure of unknown meaning is no data) for a
+    memory value without a scale or a scale not in :data:`core.report.MEMORY_SCALES`."""
+    text, scale = v.get("measured_peak_memory_gib", ""), v.get("memory_scale", "").strip()
+    if scale and scale not in MEMORY_SCALES:
+        raise MeasurementFileError(
+            f"{path}: row {row}, column 'memory_scale': {scale[:40]!r} is not one of "
+            f"{', '.join(MEMORY_SCALES)}")
+    if not text:
+        return math.nan, scale
+    if not scale:
+        raise MeasurementFileError(
+            f"{path}: row {row}, column 'memory_scale' is empty; a measured_peak_memory_gib needs "
+            f"it (what the peak counts: one of {', '.join(MEMORY_SCALES)})")
+    return _num(path, row, "measured_peak_memory_gib", text), scale
 
 
 #: The family columns a public model's name fixes when its row leaves them empty.
@@ -2064,6 +2114,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
         raise _CellError(f"{path}: row {row}, column {missing[0]!r} is empty; it is required ("
                          + ", ".join(c for c, d in GENERAL_COLUMNS.items() if d is None) + ")",
                          f"{missing[0]} empty")
+    memory_gib, memory_scale = _memory_cells(path, row, v)
+    if not get["measured_iteration_time_s"] and math.isnan(memory_gib):
+        raise _CellError(f"{path}: row {row}, column 'measured_iteration_time_s' is empty; it is "
+                         "required (or a measured_peak_memory_gib with its memory_scale)",
+                         "measured_iteration_time_s empty")
     ints = {c: _num(path, row, c, str(get[c]), int) for c in (
         "num_gpus", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
         "vocab_size", "global_batch_size", "micro_batch_size", "tensor_parallel", "pipeline_parallel",
@@ -2607,10 +2662,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
              "p": str(plan.pipeline_parallel), "source": v.get("source_id", "") or path.name,
              "gpu": cluster.gpu, "kind": "MoE" if moe else "dense",
              "precision": "fp8" if precision == "fp8" else precision}
+    time_text = str(get["measured_iteration_time_s"])
     m = _finish(row, session,
-                _num(path, row, "measured_iteration_time_s", str(get["measured_iteration_time_s"])),
+                _num(path, row, "measured_iteration_time_s", time_text) if time_text else math.nan,
                 group, "; ".join(rw.reasons), rw.causes, assumptions=rw.assumptions,
-                always_validate=True)
+                always_validate=True, memory_gib=memory_gib, memory_scale=memory_scale)
     if not m.skip_reason and plan.recompute == "none" and any(
             a.startswith("megatron-recompute-default:") for a in m.assumptions):
         _check_assumed_recompute(m)
@@ -2679,6 +2735,9 @@ class ValidationResult:
     interval_low_s: np.ndarray | None = None
     interval_high_s: np.ndarray | None = None
     coverage: float | None = None
+    #: predicted peak memory per GPU (GiB) at each row's memory_scale, NaN where the row has no
+    #: measured memory or was skipped; None when not computed (:func:`predict_memory`)
+    predicted_memory_gib: np.ndarray | None = None
 
     @property
     def used(self) -> np.ndarray:
@@ -2686,15 +2745,52 @@ class ValidationResult:
         return ~np.isnan(self.predicted_s)
 
     @property
+    def timed(self) -> np.ndarray:
+        """Boolean mask of predicted rows that have a measured time (the time metrics' rows)."""
+        return self.used & ~np.isnan(self.measured_s)
+
+    @property
+    def measured_memory_gib(self) -> np.ndarray:
+        """Measured peak memory per GPU (GiB) per row, NaN where none, shape (n,)."""
+        return np.array([m.measured_memory_gib for m in self.measurements])
+
+    def memory_errors_percent(self) -> np.ndarray:
+        """Signed memory error per row, (predicted - measured) / measured in percent; NaN
+        where the row has no measured or no predicted memory."""
+        if self.predicted_memory_gib is None:
+            return np.full(len(self.measurements), np.nan)
+        meas = self.measured_memory_gib
+        return (self.predicted_memory_gib - meas) / meas * 100
+
+    def memory_metrics(self) -> dict[str, Any]:
+        """``n`` (rows with measured and predicted memory), MAPE, median and max absolute
+        percentage error (percent; NaN without rows) and the rows per memory scale."""
+        err = self.memory_errors_percent()
+        has = ~np.isnan(err)
+        ape = np.abs(err[has])
+        scales: dict[str, int] = {}
+        for m, h in zip(self.measurements, has):
+            if h:
+                scales[m.memory_scale] = scales.get(m.memory_scale, 0) + 1
+        if not ape.size:
+            return {"n": 0, "mape_percent": math.nan, "median_ape_percent": math.nan,
+                    "max_ape_percent": math.nan, "rows_by_scale": scales}
+        return {"n": int(ape.size), "mape_percent": float(ape.mean()),
+                "median_ape_percent": float(np.median(ape)), "max_ape_percent": float(ape.max()),
+                "rows_by_scale": scales}
+
+    @property
     def measured_s(self) -> np.ndarray:
         """Measured seconds per row, shape (n,)."""
         return np.array([m.measured_s for m in self.measurements])
 
     def metrics(self) -> dict[str, float]:
-        """Error figures over predicted rows (see :func:`error_metrics`)."""
-        used = self.used
+        """Time error figures over predicted rows with a measured time (see
+        :func:`error_metrics`), the skipped count and, under ``memory``, :meth:`memory_metrics`."""
+        used = self.timed
         out = error_metrics(self.predicted_s[used], self.measured_s[used])
-        out["skipped"] = int((~used).sum())
+        out["skipped"] = sum(1 for m in self.measurements if m.skip_reason)
+        out["memory"] = self.memory_metrics()
         if self.interval_low_s is not None and self.interval_high_s is not None:
             out.update(interval_metrics(self.measured_s[used], self.predicted_s[used],
                                         self.interval_low_s[used], self.interval_high_s[used]))
@@ -2789,9 +2885,31 @@ def predict_rows(measurements: list[Measurement], predict: Callable[[Session], A
         out[i] = value
     if progress:
         progress(len(measurements), len(measurements))
+    memory = predict_memory(measurements)
     if coverage is None:
-        return ValidationResult(measurements, out)
-    return ValidationResult(measurements, out, low, high, coverage)
+        return ValidationResult(measurements, out, predicted_memory_gib=memory)
+    return ValidationResult(measurements, out, low, high, coverage, memory)
+
+
+def predict_memory(measurements: list[Measurement]) -> np.ndarray:
+    """Predicted peak memory per GPU (GiB) of every non-skipped row with a measured memory, at
+    the row's ``memory_scale`` (:meth:`core.report.StageMemory.at_scale`), of the fullest GPU:
+    the maximum over the pipeline stages (:func:`core.simulate.stage_memory`). NaN elsewhere,
+    and where the memory model cannot take the plan (the row stays predicted for time).
+
+    A source that measured one rank (Megatron-LM's CI memory tests write the last rank's) is
+    compared with the fullest stage all the same; benchmarks/bench_memory.py picks that rank."""
+    from .simulate import stage_memory
+
+    out = np.full(len(measurements), np.nan)
+    for i, m in enumerate(measurements):
+        if m.skip_reason or m.session is None or math.isnan(m.measured_memory_gib):
+            continue
+        try:
+            out[i] = max(sm.at_scale(m.memory_scale) for sm in stage_memory(m.session)) / 2**30
+        except (ValueError, KeyError):
+            continue
+    return out
 
 
 def published_columns(session: Session) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         if not sessions:
             raise field_error(path, "no usable rows")
         per_file.append((Path(path).name, sessions, measured))
-        rows.append([m.row for m in ms if not m.skip_reason])
+        rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     shares = args.file_weights
     if shares is not None and (len(shares) != len(per_file) or not all(w > 0 for w in shares)):
         raise field_error("--file-weights", f"needs one positive weight per CSV ({len(per_file)}), "
@@ -156,7 +156,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
         sessions += ss
         measured.append(yy)
         names += [Path(path).name] * len(ss)
-        rows += [m.row for m in ms if not m.skip_reason]
+        rows += [m.row for m in ms if not m.skip_reason and m.has_time]
     measured = np.concatenate(measured)
     base = analytic_bases()
     kw = shared_fit_kwargs(base, sessions)

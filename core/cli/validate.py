@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
                                       progress=lambda msg: err.print(esc(msg), highlight=False),
                                       **fit_kw)
-        used = [i for i, m in enumerate(ms) if not m.skip_reason]
+        used = [i for i, m in enumerate(ms) if not m.skip_reason and m.has_time]
         pred = np.full(len(ms), np.nan)
         pred[used] = pred_used
         # each fold's bands from the out-of-fold residuals of the other folds
@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
         low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
         low[used], high[used] = lo_used, hi_used
-        result = ValidationResult(ms, pred, low, high, coverage)
+        from ..validate import predict_memory
+        result = ValidationResult(ms, pred, low, high, coverage, predict_memory(ms))
     else:
         with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
@@ -139,11 +140,15 @@ def run(args: argparse.Namespace) -> int:
                "refitted on the other folds of this file alone")
     else:
         how = _profile_note(args.profile, result, Path(args.csv).name)
-    console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted, "
-                  f"{metrics['skipped']} skipped; {esc(how)}")
+    mem = metrics["memory"]
+    console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted"
+                  + (f" for time, {mem['n']} for memory" if mem["n"] else "")
+                  + f", {metrics['skipped']} skipped; {esc(how)}")
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
-    used = [m for m, u in zip(ms, result.used) if u]
+    if mem["n"]:
+        _print_memory_errors(console, result, mem)
+    used = [m for m in ms if not m.skip_reason]
     over = []  # the memory model against runs that ran
     for m in used:
         mem = row_memory(m)
@@ -218,22 +223,32 @@ def _mfu(session, seconds: float) -> float | None:
 
 
 def _row_records(result) -> list[dict]:
-    """Every row with its prediction, error, MFU at the measured and the predicted time, skip
-    reason and causes, and named assumptions."""
+    """Every row with its prediction, error, MFU at the measured and the predicted time, its
+    measured and predicted peak memory (GiB, at its memory_scale) and memory error, skip reason
+    and causes, and named assumptions."""
     import math
 
     from ..validate import row_memory
     out = []
-    for m, pred in zip(result.measurements, result.predicted_s):
+    mem_pred = result.predicted_memory_gib
+    mem_err = result.memory_errors_percent()
+    for i, (m, pred) in enumerate(zip(result.measurements, result.predicted_s)):
         ok = not math.isnan(pred)
-        mem = row_memory(m) if ok else None
+        timed = ok and m.has_time
+        mem = row_memory(m) if ok or not m.skip_reason else None
+        mp = None if mem_pred is None or math.isnan(mem_pred[i]) else float(mem_pred[i])
         out.append({"row": m.row, **m.group,
                     "measured_s": None if math.isnan(m.measured_s) else m.measured_s,
                     "memory_need_gib": mem[0] / 2**30 if mem else None,
                     "memory_capacity_gib": mem[1] / 2**30 if mem else None,
                     "predicted_s": float(pred) if ok else None,
-                    "error_percent": (pred - m.measured_s) / m.measured_s * 100 if ok else None,
-                    "mfu_at_measured": _mfu(m.session, m.measured_s) if ok else None,
+                    "error_percent": (pred - m.measured_s) / m.measured_s * 100 if timed else None,
+                    "measured_memory_gib": None if math.isnan(m.measured_memory_gib)
+                    else m.measured_memory_gib,
+                    "memory_scale": m.memory_scale or None,
+                    "predicted_memory_gib": mp,
+                    "memory_error_percent": None if mp is None else float(mem_err[i]),
+                    "mfu_at_measured": _mfu(m.session, m.measured_s) if timed else None,
                     "mfu_at_predicted": _mfu(m.session, float(pred)) if ok else None,
                     "skip_reason": m.skip_reason, "skip_causes": m.skip_causes,
                     "assumptions": m.assumptions})
@@ -274,6 +289,40 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
         for label, n, mape, mx in result.by_group(key):
             g.add_row(esc(label), str(n), f"{mape:.2f}", f"{mx:.2f}")
         console.print(g)
+
+
+def _print_memory_errors(console: Console, result, mem: dict) -> None:
+    """The memory error figures (rows with a measured peak) and each such row's error."""
+    import math
+
+    from rich.table import Table
+
+    from ..console import esc
+    scales = ", ".join(f"{n} {s}" for s, n in sorted(mem["rows_by_scale"].items()))
+    t = Table(show_header=False, box=None, title=f"peak memory per GPU ({scales}; the fullest "
+              "stage's GPU at each row's memory_scale)", title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("memory MAPE", f"{mem['mape_percent']:.2f} %")
+    t.add_row("median APE", f"{mem['median_ape_percent']:.2f} %")
+    t.add_row("max APE", f"{mem['max_ape_percent']:.2f} %")
+    console.print(t)
+    rows = Table(title="memory error by row", title_justify="left")
+    for col in ("row", "model", "memory_scale", "measured GiB", "predicted GiB", "error %"):
+        rows.add_column(col, justify="right")
+    err = result.memory_errors_percent()
+    shown = 0
+    for m, pred, e in zip(result.measurements, result.predicted_memory_gib, err):
+        if math.isnan(e):
+            continue
+        shown += 1
+        if shown > _MAX_ROWS_SHOWN:
+            continue
+        rows.add_row(str(m.row), esc(m.group.get("model", "")), esc(m.memory_scale),
+                     f"{m.measured_memory_gib:.2f}", f"{pred:.2f}", f"{e:+.1f}")
+    console.print(rows)
+    if shown > _MAX_ROWS_SHOWN:
+        console.print(f"... and {shown - _MAX_ROWS_SHOWN} more rows (see --json or --out)")
 
 
 def _no_band_reason(profile: str | None, result) -> str:
@@ -332,21 +381,31 @@ def _write_rows(result, path: str) -> None:
     w.writerow(["row", "model", "num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel",
                 "micro_batch_size", "global_batch_size", "measured_iteration_time_s",
                 "predicted_iteration_time_s", "error_percent", "interval_low_s", "interval_high_s",
-                "skip_reason"])
+                "measured_peak_memory_gib", "memory_scale", "predicted_peak_memory_gib",
+                "memory_error_percent", "skip_reason"])
     n = len(result.measurements)
     low = result.interval_low_s if result.interval_low_s is not None else np.full(n, np.nan)
     high = result.interval_high_s if result.interval_high_s is not None else np.full(n, np.nan)
-    for m, pred, lo, hi in zip(result.measurements, result.predicted_s, low, high):
+    mem_pred = result.predicted_memory_gib
+    if mem_pred is None:
+        mem_pred = np.full(n, np.nan)
+    mem_err = result.memory_errors_percent()
+    for m, pred, lo, hi, mp, me in zip(result.measurements, result.predicted_s, low, high,
+                                       mem_pred, mem_err):
         s = m.session
         pl = s.plan if s else None
-        err = "" if np.isnan(pred) else f"{(pred - m.measured_s) / m.measured_s * 100:.3f}"
+        err = "" if np.isnan(pred) or not m.has_time else \
+            f"{(pred - m.measured_s) / m.measured_s * 100:.3f}"
+        memory = ["" if np.isnan(m.measured_memory_gib) else f"{m.measured_memory_gib:.6g}",
+                  m.memory_scale, "" if np.isnan(mp) else f"{mp:.6g}",
+                  "" if np.isnan(me) else f"{me:.3f}"]
         band = ["", ""] if np.isnan(lo) else [f"{lo:.6g}", f"{hi:.6g}"]
         w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
                     pl.global_batch_size if pl else "",
                     "" if np.isnan(m.measured_s) else f"{m.measured_s:.6g}",
-                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band, m.skip_reason])
+                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band, *memory, m.skip_reason])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -357,7 +416,7 @@ def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    used = result.used
+    used = result.timed
     meas = result.measured_s[used]
     pred = result.predicted_s[used]
     fig, ax = plt.subplots(figsize=(5.5, 5.0), dpi=120)

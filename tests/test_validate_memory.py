@@ -1,0 +1,124 @@
+"""`vtrain validate` with a measured peak memory column (measured_peak_memory_gib + memory_scale)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import ROOT
+from core.cli import main
+from core.calibrate import measured_sessions
+from core.report import MEMORY_SCALES
+from core.simulate import session_profile, simulate, stage_memory
+from core.validate import MeasurementFileError, read_measurements
+
+MEMORY_CSV = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
+
+HEADER = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+          "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
+          "recompute,precision,measured_iteration_time_s,measured_peak_memory_gib,memory_scale")
+PLAN = "A100,16,8,24,2048,16,1024,64,2,2,2,4,full,fp16"
+
+
+def _two_rows(tmp_path, scale: str = "max_reserved"):
+    path = tmp_path / "two.csv"
+    path.write_text(f"{HEADER}\n{PLAN},0.5,,\n{PLAN},,30.0,{scale}\n")
+    return path
+
+
+def test_time_only_and_memory_only_rows(tmp_path, capsys):
+    path = _two_rows(tmp_path)
+    ms = read_measurements(path)
+    assert [m.skip_reason for m in ms] == ["", ""]
+    assert ms[0].has_time and math.isnan(ms[0].measured_memory_gib)
+    assert not ms[1].has_time and (ms[1].measured_memory_gib, ms[1].memory_scale) == (30.0, "max_reserved")
+    session = ms[0].session
+    want_s = simulate(session, session_profile(session), 0.9).report.iteration_time_s
+    want_gib = max(sm.at_scale("max_reserved") for sm in stage_memory(ms[1].session)) / 2**30
+    # the memory row's plan is the time row's
+    assert max(sm.reserved_bytes for sm in stage_memory(session)) / 2**30 == pytest.approx(want_gib)
+
+    assert main(["validate", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r0, r1 = out["rows"]
+    assert r0["predicted_s"] == pytest.approx(want_s)
+    assert r0["error_percent"] == pytest.approx((want_s - 0.5) / 0.5 * 100)
+    assert r0["measured_memory_gib"] is None and r0["memory_error_percent"] is None
+    assert r1["measured_s"] is None and r1["error_percent"] is None
+    assert r1["memory_scale"] == "max_reserved" and r1["measured_memory_gib"] == 30.0
+    assert r1["predicted_memory_gib"] == pytest.approx(want_gib)
+    err = (want_gib - 30.0) / 30.0 * 100
+    assert r1["memory_error_percent"] == pytest.approx(err)
+    # time metrics over the timed row only; memory metrics over the memory row
+    assert out["n"] == 1 and out["skipped"] == 0
+    assert out["mape_percent"] == pytest.approx(abs(want_s - 0.5) / 0.5 * 100)
+    assert out["memory"]["n"] == 1 and out["memory"]["rows_by_scale"] == {"max_reserved": 1}
+    assert out["memory"]["mape_percent"] == pytest.approx(abs(err))
+
+    # the table shows both; --out carries the memory columns
+    rows = tmp_path / "rows.csv"
+    assert main(["validate", str(path), "--out", str(rows)]) == 0
+    text = capsys.readouterr().out
+    assert "1 rows predicted for time, 1 for memory" in text and "memory MAPE" in text
+    lines = rows.read_text().splitlines()
+    assert "memory_error_percent" in lines[0]
+    assert f"{err:.3f}" in lines[2]
+
+    # calibration takes the timed rows only
+    sessions, measured = measured_sessions(ms)
+    assert len(sessions) == 1 and measured.tolist() == [0.5]
+
+
+@pytest.mark.parametrize("scale", MEMORY_SCALES)
+def test_each_scale_is_the_memory_models(tmp_path, scale, capsys):
+    path = _two_rows(tmp_path, scale)
+    ms = read_measurements(path)
+    want = max(sm.at_scale(scale) for sm in stage_memory(ms[1].session)) / 2**30
+    assert main(["validate", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][1]["predicted_memory_gib"] == pytest.approx(want)
+
+
+def test_bad_or_missing_memory_scale_is_refused(tmp_path, capsys):
+    path = _two_rows(tmp_path, "peak")
+    with pytest.raises(MeasurementFileError, match="row 2, column 'memory_scale': 'peak' is not one of "
+                                                   "max_allocated, max_reserved, nvidia-smi"):
+        read_measurements(path)
+    assert main(["validate", str(path)]) == 2
+    assert "'peak' is not one of" in capsys.readouterr().err
+    path.write_text(f"{HEADER}\n{PLAN},0.5,30,\n")
+    assert main(["validate", str(path)]) == 2
+    assert "'memory_scale' is empty" in capsys.readouterr().err
+    path.write_text(HEADER.removesuffix(",memory_scale") + f"\n{PLAN},0.5,30\n")
+    assert main(["validate", str(path)]) == 2
+    assert "needs a column 'memory_scale'" in capsys.readouterr().err
+
+
+def test_a_row_needs_a_time_or_a_memory(tmp_path):
+    path = tmp_path / "none.csv"
+    path.write_text(f"{HEADER}\n{PLAN},,,\n{PLAN},,0,max_allocated\n")
+    ms = read_measurements(path)
+    assert ms[0].skip_reason.startswith("column 'measured_iteration_time_s' is empty; it is required")
+    assert ms[0].skip_causes == ["measured_iteration_time_s empty"]
+    assert ms[1].skip_causes == ["measured memory not positive"]
+    # a file without either column is no measurement file
+    path.write_text("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,"
+                    "seq_length,global_batch_size,micro_batch_size,tensor_parallel,"
+                    f"pipeline_parallel,data_parallel\nA100,16,8,24,2048,16,1024,64,2,2,2,4\n")
+    with pytest.raises(MeasurementFileError, match="measured_iteration_time_s \\(or "
+                                                   "measured_peak_memory_gib"):
+        read_measurements(path)
+
+
+def test_shared_measured_memory_file(capsys):
+    """../shared/data/measured-memory/measured_memory.csv: its columns are the general layout's
+    (``source`` is descriptive and ignored); every row is predicted for memory, none for time."""
+    if not MEMORY_CSV.exists():
+        pytest.skip(f"shared data not present: {MEMORY_CSV}")
+    assert main(["validate", str(MEMORY_CSV), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n"] == 0 and out["skipped"] == 0
+    assert out["memory"]["n"] == 20
+    assert out["memory"]["rows_by_scale"] == {"max_allocated": 12, "max_reserved": 8}
+    assert out["memory"]["mape_percent"] < 25
