@@ -822,4 +822,4 @@ class ExploreTab(QtWidgets.QWidget):
         for i, col in enumerate(TABLE_COLUMNS):
             sample = samples.get(col.header, "888" if col.right else "yes")
             w = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(col.header))
-            self.table.setColumnWidth(i, w + 18)
+            self.table.setColumnWidth(i, w + 26)  # room for the sort arrow
