@@ -28,11 +28,12 @@ __all__ = ["ConfigEditor", "FieldSpec", "field_specs", "FLOAT_FIELD_MAX"]
 #: is refused by name rather than shown clipped.
 FLOAT_FIELD_MAX = 1e15
 
-#: Section name -> (dataclass, group title).
+#: Section name -> (dataclass, group title), in the form's order: the parallel plan and the
+#: cluster first, so that a planner sees them without scrolling past the model's 35 fields.
 _SECTIONS = (
-    ("model", ModelConfig, "Model"),
     ("plan", ParallelPlan, "Parallel plan"),
     ("cluster", ClusterConfig, "Cluster"),
+    ("model", ModelConfig, "Model"),
     ("cost", CostConfig, "Cost"),
     ("reliability", ReliabilityConfig, "Reliability (failures and checkpoints)"),
 )

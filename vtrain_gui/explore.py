@@ -526,6 +526,7 @@ class ExploreTab(QtWidgets.QWidget):
         if self._result is None:
             self.plans_view.set_empty(True, _RUNNING_TEXT)
         self._set_status("Enumerating plans…")
+        self._update_summary()
 
     @Slot(int, int, int)
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
@@ -602,6 +603,7 @@ class ExploreTab(QtWidgets.QWidget):
         busy = self.runner.busy
         self.run_button.setEnabled(not busy)
         self.cancel_button.setEnabled(busy)
+        self._update_summary()
 
     # ------------------------------------------------------------------ handlers: widgets
     @Slot()
@@ -718,8 +720,11 @@ class ExploreTab(QtWidgets.QWidget):
 
     def _update_summary(self) -> None:
         r = self._result
+        running = self.runner.busy
         if r is None:
-            self._summary.setText("No sweep yet: set the space on the left and press Run.")
+            self._summary.setText("<b>Sweep running…</b> the plans appear when it finishes."
+                                  if running else
+                                  "No sweep yet: set the space on the left and press Run.")
             return
         deadline = self.settings_panel.deadline_days()
         shown = int(np.count_nonzero(self._shown_mask))
@@ -755,6 +760,8 @@ class ExploreTab(QtWidgets.QWidget):
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
                          f"{format_count(r.training_days[i], 1)} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
+        if running:
+            parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
         self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
 
     def _sync_table_selection(self) -> None:
@@ -808,7 +815,11 @@ class ExploreTab(QtWidgets.QWidget):
                    "error band": "888.8 – 888.8 ms ⚠",
                    "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
                    "memory/GPU": "8,888.8 GiB", "fits": "fits", "front": "front"}
+        # every column as wide as its header and a typical value (the plan's other fields too:
+        # a near-empty ``v`` must not take 100 px), so that memory, fits and front stay on
+        # screen in a 1,600 px window; ``reason`` is last and takes what is left (elided, the
+        # whole text in the row's tooltip)
         for i, col in enumerate(TABLE_COLUMNS):
-            if col.header in samples:
-                w = max(fm.horizontalAdvance(samples[col.header]), fm.horizontalAdvance(col.header))
-                self.table.setColumnWidth(i, w + 26)
+            sample = samples.get(col.header, "888" if col.right else "yes")
+            w = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(col.header))
+            self.table.setColumnWidth(i, w + 26)  # room for the sort arrow

@@ -27,7 +27,7 @@ from .studies import StudiesTab
 from .timeline import TimelineWidget
 from .workers import SimulationRunner
 
-__all__ = ["MainWindow", "MAX_RECENT_FILES", "examples_dir"]
+__all__ = ["MainWindow", "MAX_RECENT_FILES", "examples_dir", "is_shipped_example"]
 
 MAX_RECENT_FILES = 8
 _RECENT_KEY = "recentFiles"
@@ -51,6 +51,14 @@ def _html(text: str) -> str:
 def examples_dir() -> Path:
     """Folder of the shipped example sessions (``resources/examples``)."""
     return Path(core.__file__).resolve().parent.parent / "resources" / "examples"
+
+
+def is_shipped_example(path: str | Path) -> bool:
+    """Whether ``path`` is a file of :func:`examples_dir` (resolved: links and ``..`` too)."""
+    try:
+        return Path(path).resolve().is_relative_to(examples_dir())
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -83,6 +91,7 @@ class MainWindow(QtWidgets.QMainWindow):
         super().__init__(parent)
         self._settings = settings or QtCore.QSettings("vtrain", "vtrain-gui")
         self._path: Path | None = None
+        self._copy_of: str | None = None  # the shipped example an untitled session came from
         self._result: SimulationResult | None = None
         self._last_error: str | None = None
 
@@ -323,9 +332,12 @@ class MainWindow(QtWidgets.QMainWindow):
         on screen changes: when it cannot be opened, the session shown, its
         path (where Save writes) and its modified flag stay as they were. With
         ``as_template`` the window stays untitled (Save asks for a name), as
-        for the shipped example opened at start-up.
+        for the shipped example opened at start-up. A shipped example (a file of
+        :func:`examples_dir`) always opens so: Save asks for a name instead of
+        overwriting it (the README's figures are made from those files).
         """
         path = Path(path)
+        shipped = is_shipped_example(path)
         try:
             # A saved session may be work in progress that breaks a rule: open it and show
             # the messages by the fields. Authors' configs are checked by their reader.
@@ -340,22 +352,23 @@ class MainWindow(QtWidgets.QMainWindow):
             text = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
             QtWidgets.QMessageBox.critical(self, "Cannot open file", text)
             return False
-        before = (self.session(), self._path, self.isWindowModified())
+        before = (self.session(), self._path, self.isWindowModified(), self._copy_of)
         old_pin = self.compare.pinned
         try:
             unusable = self._show_session(session)
         except Exception as exc:  # noqa: BLE001 - a view failed: put the previous session back
-            previous, old_path, modified = before
+            previous, old_path, modified, old_copy_of = before
             self._show_session(previous)
             self.compare.set_pinned(old_pin)  # the very result that was pinned
             self.action_unpin.setEnabled(old_pin is not None)
-            self._set_path(old_path)
+            self._set_path(old_path, copy_of=old_copy_of)
             self.setWindowModified(modified)
             QtWidgets.QMessageBox.critical(self, "Cannot open file",
                                            f"{path}: cannot be shown ({type(exc).__name__}: "
                                            f"{exc}); the previous session is kept")
             return False
-        self._set_path(None if as_template else path)
+        self._set_path(None if as_template or shipped else path,
+                       copy_of=path.name if shipped else None)
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
             self._add_recent(path)
@@ -766,7 +779,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _save_interactive(self, ask_path: bool) -> bool:
         path = self._path
         if ask_path or path is None:
-            start = str(self._path) if self._path else str(Path.home() / "session.json")
+            start = str(self._path if self._path else Path.home() / (self._copy_of or "session.json"))
             chosen, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Save session", start,
                                                               _FILE_FILTER)
             if not chosen:
@@ -776,10 +789,14 @@ class MainWindow(QtWidgets.QMainWindow):
                 path = path.with_suffix(".json")
         return self.save_to(path)
 
-    def _set_path(self, path: Path | None) -> None:
+    def _set_path(self, path: Path | None, copy_of: str | None = None) -> None:
+        """Where Save writes (None: Save asks); ``copy_of`` names the shipped example an
+        untitled session was opened from, for the title."""
         self._path = path
+        self._copy_of = copy_of
         self.setWindowFilePath(str(path) if path else "")
-        self.setWindowTitle(f"vTrain — {path.name if path else 'Untitled'}[*]")
+        name = path.name if path else f"copy of {copy_of}" if copy_of else "Untitled"
+        self.setWindowTitle(f"vTrain — {name}[*]")
 
     def _add_recent(self, path: Path) -> None:
         p = str(Path(path).resolve())

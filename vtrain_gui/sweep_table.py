@@ -54,12 +54,13 @@ def _plan_value_text(value: Any) -> str:
     return str(value)
 
 
-def _plan_columns() -> tuple[_Column, ...]:
+def _plan_columns(always: bool) -> tuple[_Column, ...]:
     """One column per plan field a sweep can vary (not B or the precision), from the field's
-    metadata, with m after b."""
+    metadata, with m after b: those always shown (t, p, d, b, schedule, recompute) with
+    ``always``, the others (hidden when equal in every plan) without."""
     out = []
     for f in dataclasses.fields(ParallelPlan):
-        if f.metadata.get("label") == "never":
+        if f.metadata.get("label") == "never" or (f.metadata.get("label") == "always") != always:
             continue
         right = str(f.type).startswith("int")
         out.append(_Column(plan_field_title(f.name), f.name, f.metadata.get("help", ""),
@@ -73,22 +74,26 @@ def _plan_columns() -> tuple[_Column, ...]:
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
 #: The plan's columns come from its fields; :meth:`vtrain_gui.explore.ExploreTab.set_result`
 #: hides those that are the same for every plan (beyond t, p, d, b, schedule and recompute).
-TABLE_COLUMNS = _plan_columns() + (
+#: Days, cost, memory, fits and front come right after the plan's main fields, before the
+#: fields a sweep may add (sp, ZeRO, overlaps, v, ...), so that they stay on screen in a narrow
+#: window; the long ``reason`` is last (elided, whole in the row's tooltip).
+TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("GPUs", "num_gpus", "World size t·p·cp·d", format_count),
-    _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
-    _Column("error band", "iteration_band",
-            "Error band of the iteration time at its nominal coverage (cross-validated residuals "
-            "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
-            "size beyond the calibrated runs)", lambda v: _band_text(*v)),
     _Column("days", "training_days", "Training time for the token budget (days)",
             lambda v: format_count(v, 1)),
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
-    _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
     _Column("memory/GPU", "max_memory_per_gpu_bytes", "Largest memory per GPU over the stages",
             format_bytes),
     _Column("fits", "fits_in_memory", "Fits in GPU memory", _yes_no, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
+) + _plan_columns(always=False) + (
+    _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
+    _Column("error band", "iteration_band",
+            "Error band of the iteration time at its nominal coverage (cross-validated residuals "
+            "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
+            "size beyond the calibrated runs)", lambda v: _band_text(*v)),
+    _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
     _Column("reason", "reason", "Why the plan does not fit in GPU memory", str, False),
 )
 COLUMN_INDEX = {c.attr: i for i, c in enumerate(TABLE_COLUMNS)}
