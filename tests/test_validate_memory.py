@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from conftest import ROOT
+from tests.conftest import ROOT
 from core.cli import main
 from core.calibrate import measured_sessions
 from core.report import MEMORY_SCALES
