@@ -2739,6 +2739,14 @@ class StageMemoryArrays(tuple):
             setattr(out, name, value)
         return out
 
+    @classmethod
+    def of(cls, plan: ParallelPlan, weights: np.ndarray, grads: np.ndarray, opt: np.ndarray,
+           acts: np.ndarray) -> "StageMemoryArrays":
+        """The four tensor arrays (bytes, float64 (p,) each) with the process's other terms
+        for ``plan`` (:func:`process_memory_terms` of their sum)."""
+        return cls((weights, grads, opt, acts),
+                   process_memory_terms(plan, weights + grads + opt + acts))
+
     @property
     def overhead_bytes(self) -> np.ndarray:
         """The terms beyond the four tensor arrays, summed per stage, float64 (p,)."""
@@ -2850,8 +2858,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
     if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
         acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
-    return StageMemoryArrays((weights.copy(), grads.copy(), opt.copy(), acts),
-                             process_memory_terms(plan, weights + grads + opt + acts))
+    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(), acts)
 
 
 #: Plan fields the weights, gradients and optimizer state of :func:`stage_memory_arrays` do

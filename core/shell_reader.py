@@ -273,6 +273,14 @@ def _closing(text: str, i: int, open_: str, close: str) -> int:
     raise ShellError(f"an unclosed {open_!r}")
 
 
+def _backtick(text: str, i: int, quoted: bool) -> tuple[_Part, int]:
+    """The command substitution `` `...` `` starting at ``text[i]`` (to the end of the text
+    when unclosed) and the index after it."""
+    j = text.find("`", i + 1)
+    j = len(text) - 1 if j < 0 else j
+    return _Part("cmd", text[i:j + 1], quoted), j + 1
+
+
 def _dollar(text: str, i: int, quoted: bool) -> tuple[_Part, int]:
     """The expansion that starts with the ``$`` at ``text[i]`` and the index after it."""
     nxt = text[i + 1:i + 2]
@@ -359,10 +367,8 @@ def _lex(text: str, spaces_literal: bool = False) -> list[_Word | str]:
                     part, i = _dollar(text, i, True)
                     add(part)
                 elif c == "`":
-                    j = text.find("`", i + 1)
-                    j = n - 1 if j < 0 else j
-                    add(_Part("cmd", text[i:j + 1], True))
-                    i = j + 1
+                    part, i = _backtick(text, i, True)
+                    add(part)
                 else:
                     add(_Part("lit", c, True))
                     i += 1
@@ -370,10 +376,8 @@ def _lex(text: str, spaces_literal: bool = False) -> list[_Word | str]:
             part, i = _dollar(text, i, False)
             add(part)
         elif c == "`":
-            j = text.find("`", i + 1)
-            j = n - 1 if j < 0 else j
-            add(_Part("cmd", text[i:j + 1], False))
-            i = j + 1
+            part, i = _backtick(text, i, False)
+            add(part)
         elif c in ";&|()<>" and not spaces_literal:
             if c in "<>" and parts is not None and _Word(parts).literal() is not None and \
                     (_Word(parts).literal() or "x").isdigit():

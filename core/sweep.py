@@ -1753,9 +1753,8 @@ def _memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
             parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
             acts[k] = parts[3]
         else:  # the plan's own weights, gradients and optimizer state, and process terms
-            w, g, o = model_math.stage_state_bytes(model, pl, fp8_tn)
-            parts = model_math.StageMemoryArrays(
-                (w, g, o, a), model_math.process_memory_terms(pl, w + g + o + a))
+            parts = model_math.StageMemoryArrays.of(
+                pl, *model_math.stage_state_bytes(model, pl, fp8_tn), a)
         mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
     return mem, fits, why
 
