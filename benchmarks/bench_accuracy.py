@@ -2,7 +2,7 @@
 
 Steps (every figure printed is out-of-sample):
 
-1. base store: the analytic A100 store (``core.profiles_gen``) plus the NCCL
+1. base store: the analytic A100 store (``core.store.profiles_gen``) plus the NCCL
    all-reduce curves of ../shared/data/vtrain-a100/nccl_allreduce as
    12-knot piecewise log-log fits (the store keeps the fit, not the rows);
 2. 5-fold cross-validation of the shipped store's procedure on each file:
@@ -14,11 +14,11 @@ Steps (every figure printed is out-of-sample):
 5. with ``--write``, fit on both files (weighted by :data:`FILE_WEIGHTS`) and save the
    calibrated store to profiles/A100-SXM4-80GB.h5 with the figures of 2.-4.
    in its provenance and the out-of-sample predictions of 2. and 4. as its
-   residual table (the error band of every prediction, :mod:`core.interval`);
+   residual table (the error band of every prediction, :mod:`core.store.interval`);
 6. with ``--plot DIR``, write predicted-vs-measured plots of the
    cross-validated predictions of 2.;
 7. the error band's coverage on held-out folds of the residuals of 2.
-   (:func:`core.interval.cross_conformal`) and its median width.
+   (:func:`core.store.interval.cross_conformal`) and its median width.
 
 ``--residuals-only`` runs 2. and 4. only and adds their residual table to the
 shipped store without refitting it, after checking that 2. reproduces the
@@ -40,15 +40,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
+from core.accuracy.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
                             calibration_residuals, cross_validate, cross_validate_files, fit,
                             measured_sessions)
-from core.interval import cross_conformal, residual_table_from_cv  # noqa: E402
-from core.profile_store import ProfileStore  # noqa: E402
-from core.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
-from core.profiles_gen import generate_store  # noqa: E402
-from core.simulate import simulate  # noqa: E402
-from core.validate import (ValidationResult, error_metrics, interval_metrics,  # noqa: E402
+from core.store.interval import cross_conformal, residual_table_from_cv  # noqa: E402
+from core.store.profile_store import ProfileStore  # noqa: E402
+from core.store.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
+from core.store.profiles_gen import generate_store  # noqa: E402
+from core.sim.simulate import simulate  # noqa: E402
+from core.accuracy.validate import (ValidationResult, error_metrics, interval_metrics,  # noqa: E402
                            read_measurements)
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
@@ -143,7 +143,7 @@ def main() -> None:
         store.residuals = table
         store.provenance["error_band"] = (
             f"split conformal intervals from the {len(table)} out-of-sample residuals in "
-            "/residuals (core.interval): " + table.procedure)
+            "/residuals (core.store.interval): " + table.procedure)
         store.save(path)
         print(f"added {len(table)} residuals to {path}")
         band_figures(table)

@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, validate  # noqa: E402
-from core.graph import stage_times  # noqa: E402
-from core.simulate import session_profile, simulate  # noqa: E402
+from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, validate  # noqa: E402
+from core.sim.graph import stage_times  # noqa: E402
+from core.sim.simulate import session_profile, simulate  # noqa: E402
 
 CLUSTERS = {
     "H200 x8 nodes": ClusterConfig(gpu="H200-SXM-141GB", gpus_per_node=8,

@@ -9,7 +9,7 @@ configuration the benchmark
 
 1. profiles the CPU for the configuration's shapes (``core.profiling.run_profile``:
    op tables at its micro-batch size, optimizer step at its parameter count),
-2. predicts the iteration time with ``core.simulate.simulate`` (t = p = d = 1,
+2. predicts the iteration time with ``core.sim.simulate.simulate`` (t = p = d = 1,
    fp32, the measured store via ``cluster.profile_path``),
 3. measures real iterations (median of several after warm-up),
 
@@ -52,13 +52,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session  # noqa: E402
-from core.config import padded_vocab_size  # noqa: E402
+from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session  # noqa: E402
+from core.plan.config import padded_vocab_size  # noqa: E402
 from core.profiling import run_collectives, run_profile  # noqa: E402
 from core.profiling.device import keep_freed_memory  # noqa: E402
 from core.profiling.layers import GPTModel, make_optimizer  # noqa: E402
 from core.profiling.shapes import merge_groups, shapes_from_session  # noqa: E402
-from core.simulate import simulate  # noqa: E402
+from core.sim.simulate import simulate  # noqa: E402
 
 VOCAB = 8192
 

@@ -59,8 +59,8 @@ def main() -> None:
         session = Path(tmp) / "mtnlg_huge.json"
         session.write_text(json.dumps(doc))
         sys.path.insert(0, str(root))
-        from core.session import load_any
-        from core.simulate import simulate
+        from core.io.session import load_any
+        from core.sim.simulate import simulate
         tasks = simulate(load_any(session)).graph.num_tasks
         print(f"plan: MT-NLG 530B, global batch {doc['plan']['global_batch_size']:,}, "
               f"{tasks:,} tasks; root {root}")

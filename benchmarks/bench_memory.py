@@ -8,13 +8,13 @@ per row and per ``memory_scale`` (``max_allocated``, ``max_reserved``,
 the median and mean absolute percentage error per scale.
 
 Which modelled quantity each scale is compared with:
-:meth:`core.report.StageMemory.at_scale` (``max_allocated``: the tensors;
+:meth:`core.sim.report.StageMemory.at_scale` (``max_allocated``: the tensors;
 ``max_reserved``: plus the caching allocator's reserve; ``nvidia-smi``: plus the
 CUDA context and NCCL's buffers). Which rank: the maximum over the stages, except
 Megatron-LM's CI rows, whose figure is written by the last rank only (README,
 source 3), so the last stage.
 
-Every measured run ran, so the verdict (:func:`core.report.memory_verdict` of the
+Every measured run ran, so the verdict (:func:`core.sim.report.memory_verdict` of the
 whole-process peak against the GPU's whole memory) must say it fits.
 
 Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (a few seconds).
@@ -32,9 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, gpu_kind  # noqa: E402
-from core.report import memory_verdict  # noqa: E402
-from core.simulate import session_profile, stage_memory  # noqa: E402
+from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, gpu_kind  # noqa: E402
+from core.sim.report import memory_verdict  # noqa: E402
+from core.sim.simulate import session_profile, stage_memory  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
 GiB = 2.0 ** 30

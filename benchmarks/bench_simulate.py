@@ -38,9 +38,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.session import load_any  # noqa: E402
-from core.simulate import simulate  # noqa: E402
-from core.solver import earliest_times, earliest_times_levels, merge_chains  # noqa: E402
+from core.io.session import load_any  # noqa: E402
+from core.sim.simulate import simulate  # noqa: E402
+from core.sim.solver import earliest_times, earliest_times_levels, merge_chains  # noqa: E402
 
 REPORTED_ITERATION_S = 44.4
 EXAMPLES = ROOT / "resources" / "examples"

@@ -5,10 +5,10 @@ phase (``time.thread_time``: unaffected by other processes' load, except through
 caches), measured in fresh processes as the command line runs them (cold: Numba's kernel
 loaded from its cache, the lookup memos empty):
 
-* ``--workers 1`` (the serial sweep): enumeration and validation (:func:`core.sweep.enumerate_plans`),
-  the store, the plans' stage times (:func:`core.graph.stage_times`), their memory
-  (:func:`core.model_math.stage_memory_arrays`), the batch solver
-  (:func:`core.fastpath.pipeline_iteration_times`: the pipeline structures, Numba's load and
+* ``--workers 1`` (the serial sweep): enumeration and validation (:func:`core.studies.sweep.enumerate_plans`),
+  the store, the plans' stage times (:func:`core.sim.graph.stage_times`), their memory
+  (:func:`core.model.model_math.stage_memory_arrays`), the batch solver
+  (:func:`core.sim.fastpath.pipeline_iteration_times`: the pipeline structures, Numba's load and
   the compiled pass), the rest of the batches and the summary after them (costs, Pareto
   front, columns), and the process's CPU in all.
 * ``--workers 2``: the parent's CPU before the first batch, while sharing the batches with
@@ -41,8 +41,12 @@ EXAMPLE = ROOT / "resources" / "examples" / "mtnlg_530b.json"
 def _child(workers: int, log: str) -> None:
     """One sweep of the example in this (fresh) process, its phases timed; prints JSON."""
     sys.path.insert(0, str(ROOT))
-    from core import fastpath, fastpath_kernel, model_math, sweep, sweep_parallel
-    from core.session import load_any
+    from core.sim import fastpath
+    from core.sim import fastpath_kernel
+    from core.model import model_math
+    from core.studies import sweep
+    from core.studies import sweep_parallel
+    from core.io.session import load_any
 
     t_start = time.perf_counter()
     cpu: dict[str, float] = defaultdict(float)

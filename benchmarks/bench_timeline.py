@@ -47,8 +47,8 @@ from vtrain_gui.timeline import TimelineWidget  # noqa: E402
 def build_iteration(num_tasks: int, real: bool):
     """Return ``(graph, schedule, source)``."""
     if real:
-        from core.session import load_any
-        from core.simulate import simulate
+        from core.io.session import load_any
+        from core.sim.simulate import simulate
 
         result = simulate(load_any(ROOT / "resources" / "examples" / "mtnlg_530b.json"))
         return result.graph, result.schedule, "simulate(mtnlg_530b.json)"

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.session import load_any  # noqa: E402
-from core.sweep import SweepSpace, run_sweep  # noqa: E402
+from core.io.session import load_any  # noqa: E402
+from core.studies.sweep import SweepSpace, run_sweep  # noqa: E402
 
 EXAMPLES = sorted((ROOT / "resources" / "examples").glob("*.json"))
 

@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 
 from bench_sweep import DEFAULT_CONFIG, TOKENS, space  # noqa: E402
-from core.session import load_any  # noqa: E402
-from core.sweep import run_sweep  # noqa: E402
+from core.io.session import load_any  # noqa: E402
+from core.studies.sweep import run_sweep  # noqa: E402
 
 
 def plot(result, out: Path, title: str, width: int = 1100) -> None:
-    """Draw ``result`` (a :class:`core.sweep.SweepResult`) into ``out`` (PNG)."""
+    """Draw ``result`` (a :class:`core.studies.sweep.SweepResult`) into ``out`` (PNG)."""
     import pyqtgraph as pg
     import pyqtgraph.exporters
     from PySide6 import QtGui, QtWidgets

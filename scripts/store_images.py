@@ -1,7 +1,7 @@
 """Write the images of the shipped profile stores (``profiles/images``), removing stale ones.
 
 ``ProfileStore.open`` reads a store's image instead of parsing its HDF5 file when it finds
-one named by the file's SHA-256 (``core.profile_store``): in the user's cache, or here for
+one named by the file's SHA-256 (``core.store.profile_store``): in the user's cache, or here for
 the stores the package ships, so that even the first ``vtrain simulate`` after installing
 needs no HDF5. Run this after changing a file in ``profiles/`` (a test fails until then):
 
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.profile_store import SHIPPED_IMAGES, ProfileStore, image_name  # noqa: E402
+from core.store.profile_store import SHIPPED_IMAGES, ProfileStore, image_name  # noqa: E402
 
 
 def main() -> int:

@@ -417,7 +417,7 @@ def classify(code: int | None, out: str, err: str, json_out: bool) -> tuple[str,
 def invoke(argv: list[str]) -> tuple[int | None, str, str, str]:
     """Run ``vtrain ARGV`` in this process; return ``(exit status, stdout, stderr, crash
     note)``, the note non-empty (and the status None) when an exception escaped ``main``."""
-    from core import simulate as simulate_module
+    from core.sim import simulate as simulate_module
     from core.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -492,10 +492,10 @@ HOSTILE_TEXT = ["GPT\ntouch PWNED_nl #", "x'; touch PWNED_q; '", 'x"; touch PWNE
 
 
 def full_session_doc(rng: random.Random) -> dict:
-    """A complete session (every field written by :meth:`core.config.Session.to_dict`) of a
+    """A complete session (every field written by :meth:`core.plan.config.Session.to_dict`) of a
     random model preset on 8 GPUs (t=2, d=4, b=1, B=8)."""
-    from core.config import MODEL_PRESETS, ParallelPlan, Session
-    from core.session import session_to_json
+    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.io.session import session_to_json
     name = rng.choice(sorted(MODEL_PRESETS))
     session = Session(model=MODEL_PRESETS[name],
                       plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,

@@ -7,14 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from core.calibrate import apply_fit, fit, linearize, model_store, predict_linearized
+from core.accuracy.calibrate import apply_fit, fit, linearize, model_store, predict_linearized
 from core.cli import main
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
-from core.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
-from core.ops import DEFAULT_OP_MODEL
-from core.profiles_gen import generate_store
-from core.simulate import simulate
-from core.validate import MeasurementFileError, error_metrics, predict_rows, read_measurements
+from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
+from core.model.ops import DEFAULT_OP_MODEL
+from core.store.profiles_gen import generate_store
+from core.sim.simulate import simulate
+from core.accuracy.validate import MeasurementFileError, error_metrics, predict_rows, read_measurements
+from core.model.model_math import num_parameters
 from tests.conftest import shared_file
 
 GENERAL_HEADER = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
@@ -162,7 +163,7 @@ def test_import_into_store_then_interpolate_and_extrapolate(tmp_path):
     path = tmp_path / "all_reduce_perf.txt"
     path.write_text(NCCL_STDOUT)
     assert main(["profile", "import-nccl-tests", str(path), "--into", str(store_path)]) == 0
-    from core.profile_store import ProfileStore
+    from core.store.profile_store import ProfileStore
     s = ProfileStore.open(store_path)
     inside = s.collective_time("all_reduce", 4, 2048 * 2**0.5)
     assert inside.time_s == pytest.approx(np.exp((np.log(14e-6) + np.log(20e-6)) / 2 - 0 * 1))
@@ -172,7 +173,7 @@ def test_import_into_store_then_interpolate_and_extrapolate(tmp_path):
 
 
 def test_fit_curve_is_exact_on_piecewise_power_law():
-    from core.nccl_tests import CollectiveCurve
+    from core.store.nccl_tests import CollectiveCurve
     n = 2.0 ** np.arange(10, 30.01, 0.25)  # knots at 2^10, 2^15, ..., 2^30
     t = np.where(n < 2**20, 1e-5 * (n / 2**10) ** 0.1, 1e-5 * (2**10) ** 0.1 * (n / 2**20) ** 0.9)
     fitted = fit_curve(CollectiveCurve("all_reduce", 8, n, t), num_knots=5)  # knot at 2^20
@@ -211,7 +212,7 @@ def test_linearization_is_exact_at_its_point():
 
 
 def test_balanced_weights_give_each_file_its_share():
-    from core.calibrate import balanced_weights
+    from core.accuracy.calibrate import balanced_weights
     w = balanced_weights([3, 1])
     np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])  # each file half of the total, 4
     w = balanced_weights([3, 1], [1, 4])
@@ -239,7 +240,7 @@ def test_calibration_recovers_known_parameters():
 
 
 def test_cross_validation_predicts_held_out_runs_of_a_known_model():
-    from core.calibrate import cross_validate
+    from core.accuracy.calibrate import cross_validate
     base = generate_store("A100-SXM4-80GB", date="2026-01-01")
     truth = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.6, "op_overhead_s": 1e-4}
     sessions = small_sessions()
@@ -261,7 +262,7 @@ def test_shape_factors_absorb_a_shape_specific_slowdown():
         twin = slow.copy()
         twin.model.num_layers, twin.plan.global_batch_size = layers, batch
         sessions.append(twin)
-    from core.calibrate import shape_key
+    from core.accuracy.calibrate import shape_key
     truth_corr = {shape_key(slow): 1.3}
     measured = np.array([simulate(s, apply_fit(base, DEFAULT_OP_MODEL, truth_corr)).report.iteration_time_s
                          for s in sessions])
@@ -334,7 +335,7 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
                  "--file-weights", "1", "3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["cross_validation"]) == {"a.csv", "b.csv"}
-    from core.profile_store import ProfileStore
+    from core.store.profile_store import ProfileStore
     store = ProfileStore.open(out)
     assert store.provenance["method"] == "calibrated" and "a.csv" in store.provenance["data"]
     assert store.provenance["file_weights"] == {"a.csv": 1.0, "b.csv": 3.0}
@@ -424,7 +425,7 @@ def test_modern_columns_at_gpt_values_are_predicted_on_the_new_gpu_kinds(tmp_pat
     ({"tied_embeddings": "n"}, "tied_embeddings", False),
 ])
 def test_model_family_columns_are_simulated(tmp_path, cells, field, value):
-    """The dense families are modelled (core.model_math): the family columns set the model."""
+    """The dense families are modelled (core.model.model_math): the family columns set the model."""
     path = tmp_path / "modern.csv"
     path.write_text(MODERN_HEADER + "\n" + _modern_row(**cells) + "\n")
     (m,) = read_measurements(path)
@@ -446,7 +447,7 @@ def test_llama_style_rows_get_the_whole_family(tmp_path):
         "rope", False, "flash")
     h, f, L, V = 2048, 5632, 24, 50432  # V padded for t=2: a multiple of 256
     layer = h * h + 2 * h * (h // 16) * 4 + h * h + 3 * h * f + 2 * h
-    assert model.num_parameters(2) == L * layer + 2 * V * h + h
+    assert num_parameters(model, 2) == L * layer + 2 * V * h + h
 
 
 @pytest.mark.parametrize("cells, cause, words", [
@@ -642,7 +643,7 @@ def test_calibrating_a_store_keeps_what_the_runs_do_not_fit(tmp_path, capsys):
     NCCL and flex all-to-all and point-to-point efficiencies) keep P's values; they used to
     fall back to the defaults (1), silently changing how X times FP8 GEMMs and expert
     exchanges."""
-    from core.profile_store import ProfileStore
+    from core.store.profile_store import ProfileStore
     from tests.conftest import ROOT
     base = ProfileStore.open(ROOT / "profiles" / "H100-SXM5-80GB.h5")
     base.op_model = {**base.op_model, "fp8_gemm_efficiency": 0.8, "all_to_all_efficiency": 0.5,
@@ -704,7 +705,7 @@ def test_torchtitan_stage_layers_closed_form():
     """torchtitan's split counts the embedding and the output layer as one layer each and gives
     the remainder to the first stages; Llama 3 405B's 126 layers over 16 stages are the Llama 3
     paper's 7, 14 x 8, 7."""
-    from core.validate import torchtitan_stage_layers
+    from core.io.torchtitan_import import torchtitan_stage_layers
     assert torchtitan_stage_layers(126, 16) == [7] + [8] * 14 + [7]
     assert torchtitan_stage_layers(61, 4) == [15, 16, 16, 14]  # 63 = 16 + 16 + 16 + 15
     assert torchtitan_stage_layers(30, 4) == [7, 8, 8, 7]
@@ -736,9 +737,9 @@ def test_torchtitan_rows_take_torchtitans_uneven_split(tmp_path, framework, laye
         return
     assert m.skip_reason == "" and named
     assert m.session.plan.pipeline_model_parallel_layout == layout
-    from core.graph import virtual_stage_layers
+    from core.sim.graph import virtual_stage_layers
     import numpy as np
-    from core.validate import torchtitan_stage_layers
+    from core.io.torchtitan_import import torchtitan_stage_layers
     assert np.diff(virtual_stage_layers(m.session)).tolist() == torchtitan_stage_layers(layers, p * vp)
 
 
@@ -892,7 +893,7 @@ def test_capacity_factor_in_notes_refuses_an_moe_row(tmp_path):
 def test_mixed_precision_labels_naming_the_fp32_master_copy(label, precision):
     """Mixed precision says its FP32 master weights: one training dtype; an FP32 gradient
     reduction is that dtype with plan.grad_reduce_dtype fp32; two bare dtypes are refused."""
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     got = _precision_policy(label, row)
     if precision is None:

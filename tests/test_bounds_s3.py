@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
+from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
                          ParallelPlan, Session, field_kind, vtrain_config_from_dict)
-from core.inputs import parse_json
-from core.megatron_args import (MAX_STATEMENT_BYTES, MegatronArgsError, _quote_state,
+from core.util.inputs import parse_json
+from core.io.megatron_args import (MAX_STATEMENT_BYTES, MegatronArgsError, _quote_state,
                                 import_file, read_launch, session_from_launch)
-from core.profile_store import ProfileStoreError
-from core.session import SessionFileError, load_any
-from core.simulate import session_profile
+from core.store.profile_store import ProfileStoreError
+from core.io.session import SessionFileError, load_any
+from core.sim.simulate import session_profile
 from tests.conftest import CASES, EXAMPLES
 from tests.test_hardening import assert_one_line_error, cli
 
@@ -114,7 +114,7 @@ def _numeric_fields() -> list[str]:
 
 
 NUMERIC_FIELDS = _numeric_fields()
-#: The authors' keys that hold numbers (core.config._AUTHORS_FIELDS), and a valid config.
+#: The authors' keys that hold numbers (core.plan.config._AUTHORS_FIELDS), and a valid config.
 AUTHORS_NUMERIC = ["num_gpus", "tensor_parallel_size", "data_parallel_size",
                    "pipeline_parallel_size", "global_batch_size", "micro_batch_size", "num_layers",
                    "hidden_size", "num_attention_heads", "max_length", "ffn_hidden_size",
@@ -220,8 +220,8 @@ def test_json_integers_beyond_a_float_are_refused_with_their_key():
 
 
 def test_readers_of_traces_and_csv_refuse_huge_integers(tmp_path):
-    from core.scheduler import read_jobs
-    from core.validate import MeasurementFileError, read_measurements
+    from core.studies.scheduler import read_jobs
+    from core.accuracy.validate import MeasurementFileError, read_measurements
     trace = tmp_path / "jobs.json"
     trace.write_text('[{"name": "a", "arrival_h": 0, "model": "GPT-3 1.3B", '
                      '"global_batch_size": ' + "9" * 401 + ', "tokens": 1e9, '
@@ -239,7 +239,7 @@ def test_readers_of_traces_and_csv_refuse_huge_integers(tmp_path):
 
 
 def test_hf_import_refuses_huge_integers(tmp_path):
-    from core.hf_import import read_hf_config
+    from core.io.hf_import import read_hf_config
     cfg = tmp_path / "config.json"
     cfg.write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", '
                    '"hidden_size": ' + "9" * 401 + ', "num_hidden_layers": 32}')

@@ -1,4 +1,4 @@
-"""Megatron-Bridge 0.6.2 performance recipes (core.bridge_recipes, resources/bridge_perf_recipes.json):
+"""Megatron-Bridge 0.6.2 performance recipes (core.accuracy.bridge_recipes, resources/bridge_perf_recipes.json):
 the table's settings as the recipe source gives them, how a row picks its recipe among several
 with one key, and what a row of another layout takes from its recipe family."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.bridge_recipes import (BRIDGE_PERF_RECIPES, BRIDGE_RECIPES_FILE, bridge_recipe_family,
+from core.accuracy.bridge_recipes import (BRIDGE_PERF_RECIPES, BRIDGE_RECIPES_FILE, bridge_recipe_family,
                                  load_bridge_recipes, match_bridge_recipe)
-from core.validate import read_measurements
+from core.accuracy.validate import read_measurements
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "data" / "public-modern" / "published_runs.csv"
 H100, B200, GB200 = "H100-SXM5-80GB", "B200-180GB", "GB200-NVL72"

@@ -1,4 +1,4 @@
-"""The shared fit of several GPU kinds (core.calibrate: analytic_bases, shared_fit_kwargs,
+"""The shared fit of several GPU kinds (core.accuracy.calibrate: analytic_bases, shared_fit_kwargs,
 cross_validate_files, shared_stores; ``vtrain calibrate --out-dir``) on synthetic runs whose
 true parameters are known: the fit must recover them and predict held-out runs exactly."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
+from core.accuracy.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
                             linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
                             supported_params, use_shared_fit)
-from core.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
-from core.simulate import simulate
+from core.plan.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.sim.simulate import simulate
 
 #: The truth the synthetic runs are simulated with (fractions of each GPU's peaks).
 TRUTH = {"gemm_efficiency_max": 0.70, "memory_efficiency": 0.55, "inter_node_efficiency": 0.45}
@@ -108,7 +108,7 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
     """Where the kernel form does not reproduce the simulator's op times (an op model that
     composes them otherwise: FP8, MoE ...), compute is evaluated through the simulator's own
     lookups; forced here on a plan the kernel form handles, both agree with the simulator."""
-    import core.calibrate as cal
+    import core.accuracy.calibrate as cal
     sessions, _, base = _runs()
     s = sessions[1]  # t=2, d=16: across two nodes
     b = base(s)
@@ -125,14 +125,14 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
 
 
 def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys):
-    """Synthetic runs written as published-runs rows (core.validate.published_columns), then
+    """Synthetic runs written as published-runs rows (core.accuracy.validate.published_columns), then
     ``vtrain calibrate CSV --out-dir``: one calibrated store per kind, the truth recovered."""
     import csv
     import json
 
     from core.cli import main
-    from core.profile_store import ProfileStore
-    from core.validate import published_columns
+    from core.store.profile_store import ProfileStore
+    from core.accuracy.validate import published_columns
     sessions, measured, _ = _runs()
     rows = []
     for s, y in zip(sessions, measured):
@@ -175,7 +175,7 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
 
 def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
     """BF16 and FP8 runs together pin both GEMM efficiencies; FP8 runs alone leave the BF16 one
-    at the spec's value (core.calibrate.supported_params)."""
+    at the spec's value (core.accuracy.calibrate.supported_params)."""
     truth = {**TRUTH, "fp8_gemm_efficiency": 0.8}
     plans = [("H100-SXM5-80GB", 1, 8, 4, 2048), ("B200-180GB", 2, 16, 1, 1024),
              ("H100-SXM5-80GB", 4, 2, 2, 2048), ("B200-180GB", 1, 32, 2, 512),
@@ -291,7 +291,7 @@ def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
 ])
 def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
     """The kernel form of a plan with sliding-window layers gives the iteration time the
-    simulator gives (their attention ops carry the window, as core.graph.lookup_op_times)."""
+    simulator gives (their attention ops carry the window, as core.sim.graph.lookup_op_times)."""
     s = _session("H100-SXM5-80GB", 2, 2, 1)
     s = dataclasses.replace(s, model=dataclasses.replace(s.model, **extra))
     b = analytic_bases()(s)
@@ -304,8 +304,8 @@ def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
 def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware_does():
     """Runs simulated with an HBM efficiency of 0.25 and a GEMM efficiency of 0.5 (below what any
     modern GPU does): the runs alone recover them without the shared bounds, and the shared fit
-    stops at its bounds (core.calibrate.SHARED_BOUNDS: 0.4 and 0.65)."""
-    from core.calibrate import SHARED_BOUNDS
+    stops at its bounds (core.accuracy.calibrate.SHARED_BOUNDS: 0.4 and 0.65)."""
+    from core.accuracy.calibrate import SHARED_BOUNDS
     low = {"gemm_efficiency_max": 0.5, "memory_efficiency": 0.25, "inter_node_efficiency": 0.45}
     sessions, _, base = _runs()
     measured = []
@@ -327,8 +327,8 @@ def test_peak_fraction_is_recovered_for_the_kind_without_a_data_sheet_and_stays_
     """Runs on the SXM5 H100 and on the 500 W H100 (whose spec holds the SXM5's peaks and says
     peak_fraction_fitted) simulated with the 500 W part sustaining 0.7 of them: the fit finds
     0.7 for that kind only; the SXM5 store keeps 1 and its runs are untouched by it."""
-    from core.calibrate import fits_peak_fraction, store_op_model
-    from core.ops import kernel_times
+    from core.accuracy.calibrate import fits_peak_fraction, store_op_model
+    from core.model.ops import kernel_times
     capped = "H100-96GB-HBM2e-500W"
     plans = [(g, t, d, b, h) for g in ("H100-SXM5-80GB", capped)
              for t, d, b, h in ((1, 8, 4, 2048), (2, 16, 1, 1024), (4, 2, 2, 2048),
@@ -354,7 +354,7 @@ def test_peak_fraction_is_recovered_for_the_kind_without_a_data_sheet_and_stays_
     assert "peak_fraction" not in stores["H100-SXM5-80GB"].provenance["fitted_parameters"]
     assert stores[capped].op_model["peak_fraction"] == pytest.approx(0.7, rel=0.02)
     assert "peak_fraction" in stores[capped].provenance["fitted_parameters"]
-    # a compute-bound GEMM takes 1/peak_fraction as long (core.ops.kernel_times, closed form)
+    # a compute-bound GEMM takes 1/peak_fraction as long (core.model.ops.kernel_times, closed form)
     one = dict(kernel_overhead_s=0.0, gemm_half_size=0.0, gemm_efficiency_max=0.8)
     args = (np.array([1e15]), np.array([1.0]), np.array([8192.0]), np.array([True]), 1e15, 1e12)
     t1 = kernel_times(*args, {**one, "peak_fraction": 1.0})[0]

@@ -1,4 +1,4 @@
-"""core.simulate.check_finite names the first non-finite figure of a report (its quick path for
+"""core.sim.simulate.check_finite names the first non-finite figure of a report (its quick path for
 all-finite reports must not hide one)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from core.config import ConfigError
-from core.session import load_any
-from core.simulate import check_finite, simulate
+from core.plan.config import ConfigError
+from core.io.session import load_any
+from core.sim.simulate import check_finite, simulate
 from tests.conftest import EXAMPLES
 
 

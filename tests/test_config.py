@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from core.config import (ConfigError, ModelConfig, ParallelPlan, Session, padded_vocab_size,
+from core.plan.config import (ConfigError, ModelConfig, ParallelPlan, Session, padded_vocab_size,
                          read_vtrain_config, validate)
+from core.model.model_math import num_parameters
 from tests.conftest import shared_file
 
 
@@ -56,7 +57,7 @@ def test_padded_vocab_matches_megatron():
 
 def test_num_parameters_gpt3_175b():
     # 175B: 96 layers of 12h^2 plus embeddings; Brown et al. report 175.0B.
-    n = ModelConfig().num_parameters()
+    n = num_parameters(ModelConfig())
     assert 174.5e9 < n < 175.5e9
 
 
@@ -126,7 +127,7 @@ def test_inactive_fields_name_what_enables_them():
     """Fields without effect on the session, each with the field that would enable it."""
     import dataclasses
 
-    from core.config import MODEL_PRESETS, Session, inactive_fields
+    from core.plan.config import MODEL_PRESETS, Session, inactive_fields
     s = Session()
     s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"])
     off = inactive_fields(s)
@@ -146,7 +147,7 @@ def test_inactive_fields_name_what_enables_them():
 
 def test_sequence_parallel_needs_the_sequence_divisible_by_t():
     """Megatron-Core scatters the sequence over the t ranks (tester: s = 4095 at t = 2 ran)."""
-    from core.config import ParallelPlan, Session, validate
+    from core.plan.config import ParallelPlan, Session, validate
     s = Session(plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,
                                   sequence_parallel=True))
     s.model.seq_length = 4095

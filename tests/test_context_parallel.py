@@ -12,14 +12,14 @@ import dataclasses
 
 import pytest
 
-from core import model_math
-from core.comm import CommModel
-from core.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, validate)
-from core.graph import _cp_ring_times, build_graph, op_key, stage_times
-from core.graph_types import KINDS, STREAMS
-from core.ops import op_kernels
-from core.simulate import session_profile, simulate
-from core.sweep import SweepSpace, enumerate_plans
+from core.model import model_math
+from core.sim.comm import CommModel
+from core.plan.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, validate)
+from core.sim.graph import _cp_ring_times, build_graph, op_key, stage_times
+from core.sim.graph_types import KINDS, STREAMS
+from core.model.ops import op_kernels
+from core.sim.simulate import session_profile, simulate
+from core.studies.sweep import SweepSpace, enumerate_plans
 
 LLAMA3_8B = MODEL_PRESETS["Llama 3 8B"]
 CP_KIND = KINDS.index("cp_p2p")
@@ -69,7 +69,7 @@ def test_allgather_exchange_hides_the_gather_under_the_first_step_only():
     1.5 s: forward 1 s of the gather hidden under the first step, 1.5 s exposed; backward the
     gather under the first step (2 s hidden, 0.5 s exposed), three dK/dV transfers under the
     next steps (4.5 s hidden) and the last one waited for after the loop (1.5 s exposed)."""
-    from core.graph import _cp_allgather_times
+    from core.sim.graph import _cp_allgather_times
     assert _cp_allgather_times(4, 4.0, 8.0, 2.5, 1.5) == {
         "cp_fwd_hidden": 1.0, "cp_fwd_exposed": 1.5, "cp_bwd_hidden": 6.5, "cp_bwd_exposed": 2.0}
 
@@ -77,7 +77,7 @@ def test_allgather_exchange_hides_the_gather_under_the_first_step_only():
 def test_allgather_is_the_cp_groups_all_gather_of_every_block():
     """The gathered buffer is cp blocks; inside a node it takes the profile's all-gather of cp
     GPUs (plus the collective overhead), across nodes the hierarchical one."""
-    from core.comm import CommModel
+    from core.sim.comm import CommModel
     s = _session(seq=131072, cp=4, t=2, gpu="H100-SXM5-80GB", cp_comm_type="allgather")
     store = session_profile(s)
     comm = CommModel(store, s.plan, s.cluster)
@@ -144,7 +144,7 @@ def test_with_free_communication_the_ring_is_all_hidden_and_the_core_takes_its_s
 
 
 def graph_ops():
-    from core.graph_types import OPS
+    from core.sim.graph_types import OPS
     return OPS
 
 
@@ -236,7 +236,7 @@ def test_gb200_with_8_gpu_nodes_is_simulated_with_a_warning_that_names_the_domai
                for w in r.warnings)
     space = SweepSpace(num_gpus=128, tensor_parallel=[8], pipeline_parallel=[1],
                        micro_batch_sizes=[1], context_parallel=[16])
-    from core.sweep import run_sweep
+    from core.studies.sweep import run_sweep
     assert any("NVLink domain of 72" in w for w in run_sweep(s, space).warnings)
     s.cluster.gpus_per_node = 64
     assert not any("NVLink domain" in w for w in simulate(s).report.warnings)
@@ -373,12 +373,12 @@ _BEFORE = [
 def test_cp_1_is_unchanged_bit_for_bit(session, before, monkeypatch):
     # the values were taken with the analytic stores of the time (the shipped H100/H200 stores
     # are calibrated since): the generator's store of the session's GPU, as then, and the
-    # FlashAttention backward at the forward's efficiency, as then (core.ops)
-    import core.ops
-    monkeypatch.setattr(core.ops, "FLASH_BWD_RELATIVE_EFFICIENCY", 1.0)
+    # FlashAttention backward at the forward's efficiency, as then (core.model.ops)
+    import core.model.ops
+    monkeypatch.setattr(core.model.ops, "FLASH_BWD_RELATIVE_EFFICIENCY", 1.0)
     store = None
     if session.cluster.gpu != "A100-SXM4-80GB":
-        from core.profiles_gen import generate_store
+        from core.store.profiles_gen import generate_store
         store = generate_store(session.cluster.gpu)
     r = simulate(session, store).report
     # the model's tensors (the figure before the process terms, workspaces, allocator reserve,
@@ -440,7 +440,7 @@ def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
     import json
 
     from core.cli import main
-    from core.session import save_session
+    from core.io.session import save_session
 
     path = tmp_path / "llama.json"
     save_session(_session(seq=16384, cp=1, t=8, B=8), path)
@@ -462,7 +462,8 @@ def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
 
 
 def test_megatron_script_round_trip_keeps_cp_and_the_world_size():
-    from core.megatron_args import export_script, read_launch, session_from_launch
+    from core.io.megatron_args import read_launch, session_from_launch
+    from core.io.megatron_export import export_script
 
     s = _session(seq=131072, cp=4, t=2, p=2, d=3, B=6)
     text = export_script(s)
@@ -499,7 +500,7 @@ def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
     """The sweep's per-stage spans (side tasks of the ring included) give the op-level graph's
     iteration time, and every attention op's parts sum to the op (B part of a split backward
     too: the part outside the ring is never clipped at 0 here)."""
-    from core.sweep import run_sweep
+    from core.studies.sweep import run_sweep
     kw = dict(seq=32768, cp=4, t=2, d=2, B=8, gpu="H100-SXM5-80GB")
     kw.update(plan)
     s = _session(**kw)
@@ -516,7 +517,7 @@ def test_the_sweeps_fast_path_equals_the_op_graph_with_the_ring(plan):
     i = res.index_of(s.plan)
     assert i is not None and res.iteration_time_s[i] == pytest.approx(T, rel=1e-9)
     times = stage_times(s, session_profile(s)).op_times_s
-    from core.graph import weight_gradient_share
+    from core.sim.graph import weight_gradient_share
     b_part = times["attention_bwd"] * (1 - weight_gradient_share("attention_bwd", s))
     assert b_part - times["attention_core_bwd"] > 0
 
@@ -625,7 +626,7 @@ def test_a2a_p2p_adds_the_all_to_all_to_a_ring_of_cp_over_cpa_steps():
     """a2a+p2p with groups of 2 at cp = 8: the ring's part is the ring of 4 steps with the
     same K/V block (cpa times the tokens, 1/cpa of the K/V heads), plus the exposed
     all-to-alls over the group of 2."""
-    from core.graph import _cp_ring_times
+    from core.sim.graph import _cp_ring_times
     s = _session(seq=65536, cp=8, t=1, d=1, B=1, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
                  cp_a2a_size=2, recompute="none", sequence_parallel=False)
     store = session_profile(s)
@@ -659,7 +660,7 @@ def test_a2a_rules_name_the_field(change, field, words):
 
 
 def test_megatron_round_trip_of_the_a2a_exchanges():
-    from core.megatron_args import export_arguments, read_launch, session_from_launch
+    from core.io.megatron_args import export_arguments, read_launch, session_from_launch
     for kind, size in (("a2a", None), ("a2a+p2p", 2)):
         s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type=kind,
                      cp_a2a_size=size)
@@ -738,7 +739,7 @@ def test_megatron_round_trip_of_the_all_gather_exchange():
     """plan.cp_comm_type all_gather exports as --cp-comm-type all_gather (Transformer Engine's
     value, which Megatron-Core passes on) and reads back; PyTorch's allgather has no Megatron
     argument."""
-    from core.megatron_args import (MegatronArgsError, export_arguments, read_launch,
+    from core.io.megatron_args import (MegatronArgsError, export_arguments, read_launch,
                                     session_from_launch)
     s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type="all_gather")
     check(s)
@@ -755,8 +756,8 @@ def test_trace_names_the_cp_exchange_and_its_lane_for_every_exchange(tmp_path):
     """The Perfetto trace names the exchange's tasks cp_exchange (a ring, an all-gather or an
     all-to-all) on a "CP exchange" thread."""
     import json
-    from core.trace import trace_events
-    from core.simulate import simulate
+    from core.io.trace import trace_events
+    from core.sim.simulate import simulate
     for kind in ("p2p", "a2a", "all_gather"):
         res = simulate(_session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type=kind))
         trace = trace_events(res.graph, res.schedule)
@@ -770,8 +771,8 @@ def test_cli_sweep_gives_the_causal_mfu_factor_at_long_sequences(tmp_path, capsy
     """A 64k-token sweep says its MFU column is Eq. 3's and gives the causal factor (the ratio
     of the model FLOPs counts, the fastest plan's causal MFU); a 2k one does not."""
     from core.cli import main
-    from core.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
-    from core.session import save_session
+    from core.model.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
+    from core.io.session import save_session
     for seq, said in ((65536, True), (2048, False)):
         s = _session(seq=seq, cp=2, t=8, B=8, cp_comm_type="a2a")
         s.model.num_layers = 4

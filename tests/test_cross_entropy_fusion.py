@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
-from core.graph import op_key
-from core.megatron_args import export_script, import_file
-from core.model_math import cross_entropy_fusion, op_kernels, stage_memory
+from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
+from core.sim.graph import op_key
+from core.io.megatron_args import import_file
+from core.io.megatron_export import export_script
+from core.model.model_math import cross_entropy_fusion, op_kernels, stage_memory
 
 
 def _session(**plan) -> Session:
@@ -57,7 +58,7 @@ def test_te_keeps_the_gradient_in_the_logits_place():
 
 
 def test_fused_cross_entropy_is_faster_and_validated():
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     base = simulate(_session()).report.iteration_time_s
     te = simulate(_session(cross_entropy_loss_fusion=True,
                            cross_entropy_fusion_impl="te")).report.iteration_time_s
@@ -85,7 +86,7 @@ def test_megatron_arguments_round_trip(tmp_path):
 
 
 def test_an_implementation_megatron_does_not_offer_is_an_invalid_choice(tmp_path):
-    from core.megatron_args import MegatronArgsError
+    from core.io.megatron_args import MegatronArgsError
     script = export_script(_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native"))
     path = tmp_path / "run.sh"
     path.write_text(script.replace("--cross-entropy-fusion-impl native", "--cross-entropy-fusion-impl triton"))

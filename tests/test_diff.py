@@ -1,4 +1,4 @@
-"""vtrain diff: the difference of two plans' iteration times, term by term (core/diff.py)."""
+"""vtrain diff: the difference of two plans' iteration times, term by term (core/studies/diff.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from core.cli import main
-from core.diff import TERMS, diff_plans, time_terms
-from core.session import load_any, save_session
-from core.simulate import simulate
+from core.studies.diff import TERMS, diff_plans, time_terms
+from core.io.session import load_any, save_session
+from core.sim.simulate import simulate
 from tests.conftest import EXAMPLES
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"
@@ -65,7 +65,7 @@ def test_recomputation_is_its_own_term_and_compute_is_unchanged():
     # the recompute tasks' busy time
     res = simulate(b)
     g = res.graph
-    from core.graph_types import KINDS
+    from core.sim.graph_types import KINDS
     rec = g.kind == KINDS.index("recompute")
     assert d.terms_b["recomputation"] == pytest.approx(g.duration_s[rec].sum() / b.plan.pipeline_parallel)
 
@@ -115,7 +115,7 @@ def test_overlapped_communication_is_left_out_and_given_apart():
     a, b = (_variant(**kw) for kw in PAIRS["overlapped data-parallel communication"])
     d = diff_plans(a, b)
     g = d.b.graph
-    from core.graph_types import KINDS
+    from core.sim.graph_types import KINDS
     dp = g.kind == KINDS.index("dp_comm")
     hidden = dp & g.overlapped
     assert hidden.any()
@@ -128,7 +128,7 @@ def test_overlapped_communication_is_left_out_and_given_apart():
 
 def test_diff_names_the_overlapped_cp_exchange_of_any_type(tmp_path, capsys):
     from core.cli import main
-    from core.session import save_session
+    from core.io.session import save_session
     from tests.test_context_parallel import _session
     a = _session(seq=65536, cp=4, t=2, B=2, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
                  cp_a2a_size=2)

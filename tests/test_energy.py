@@ -1,11 +1,11 @@
-"""Energy of a run (core/energy.py, docs/goodput.md "Energy"): closed forms and tables."""
+"""Energy of a run (core/sim/energy.py, docs/goodput.md "Energy"): closed forms and tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.config import GPU_KINDS
-from core.energy import (
+from core.plan.config import GPU_KINDS
+from core.sim.energy import (
     GPU_BOARD_POWER_W,
     IDLE_POWER_FRACTION,
     NODE_OVERHEAD_W_PER_GPU,

@@ -9,13 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math as mm
-from core.config import (ClusterConfig, ParallelPlan, Session, ep_overlap_errors, inactive_fields,
+from core.model import model_math as mm
+from core.plan.config import (ClusterConfig, ParallelPlan, Session, ep_overlap_errors, inactive_fields,
                          validate)
-from core.graph import ep_overlap_pair, stage_times
-from core.megatron_args import MegatronArgsError, export_arguments, import_file
-from core.simulate import session_profile, simulate
-from core.sweep import SweepSpace, enumerate_plans
+from core.sim.graph import ep_overlap_pair, stage_times
+from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
+from core.sim.simulate import session_profile, simulate
+from core.studies.sweep import SweepSpace, enumerate_plans
 from tests.test_megatron_args import MIXTRAL_LAUNCH, _write
 from tests.test_moe import MIXTRAL, _errors
 
@@ -262,8 +262,8 @@ def test_sweep_and_studies_of_an_overlapped_session(tmp_path, capsys):
     """The studies check a session but its plan with a probe plan (ep 1, full recomputation):
     the overlap is off there, so an overlapped session sweeps (the tester's exit 2)."""
     from core.cli import main
-    from core.config import check_all_but_the_plan
-    from core.session import save_session
+    from core.plan.config import check_all_but_the_plan
+    from core.io.session import save_session
     s = _session(True, global_batch_size=64)
     assert not check_all_but_the_plan(s)
     path = tmp_path / "ov.json"
@@ -282,7 +282,7 @@ def test_published_row_naming_the_overlap(tmp_path):
     assumption; the same row without it keeps the plain schedule and is predicted slower."""
     import csv
 
-    from core.validate import read_measurements
+    from core.accuracy.validate import read_measurements
     from tests.test_published_runs import PUBLISHED
     if not PUBLISHED.exists():
         pytest.skip(f"shared data not present: {PUBLISHED}")
@@ -340,7 +340,7 @@ def test_cli_sweep_option(tmp_path, capsys):
     import json
 
     from core.cli import main
-    from core.session import save_session
+    from core.io.session import save_session
     path = tmp_path / "s.json"
     save_session(_session(False, global_batch_size=64), path)
     args = ["sweep", str(path), "--gpus", "16", "--micro-batch-sizes", "1", "--tensor-parallel",
@@ -359,8 +359,8 @@ def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
     the overlap off and not swept on: one message naming the option or the file (exit 2), as
     vtrain simulate names it (the tester: both were silently dropped)."""
     from core.cli import main
-    from core.config import ConfigError
-    from core.session import load_any, save_session
+    from core.plan.config import ConfigError
+    from core.io.session import load_any, save_session
     from tests.conftest import EXAMPLES
     dense = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     with pytest.raises(ConfigError, match="on needs a mixture-of-experts model"):

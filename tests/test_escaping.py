@@ -1,5 +1,5 @@
 """User data is data wherever it is written: shell scripts and their comments, the terminal,
-file names (core/text.py, one function per destination).
+file names (core/util/text.py, one function per destination).
 
 The export's script is checked the way it would be used: ``bash -n`` on it, then a run under
 a stub ``torchrun`` on PATH that records its argv: nothing else runs (no PWNED file), torchrun
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from core import cli
-from core.config import GPU_KINDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
-from core.gpu_spec import GPU_SPECS_DIR, shipped_spec_path
-from core.megatron_args import export_arguments
-from core.session import load_any
-from core.simulate import PROFILES_DIR, profile_path
-from core.text import file_name_part, printable, shell_comment, shell_word, terminal_text
+from core.plan.config import GPU_KINDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.store.gpu_spec import GPU_SPECS_DIR, shipped_spec_path
+from core.io.megatron_args import export_arguments
+from core.io.session import load_any
+from core.sim.simulate import PROFILES_DIR, profile_path
+from core.util.text import file_name_part, printable, shell_comment, shell_word, terminal_text
 from tests.conftest import ROOT, case_file
 
 BASH = shutil.which("bash")
@@ -205,7 +205,7 @@ def test_every_string_field_hostile_exports_a_script_that_only_launches(tmp_path
         assert not RAW_CONTROL.search(out) and not RAW_CONTROL.search(err), where
         if rc == 2:  # refused: one line, nothing printed
             # free text must export, but a path that no file name can hold (a NUL byte, a lone
-            # surrogate) is refused by core.config.path_problem
+            # surrogate) is refused by core.plan.config.path_problem
             unnameable = "\0" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)
             assert (section, name) not in FREE_TEXT or (
                 name == "profile_path" and unnameable), (where, err)

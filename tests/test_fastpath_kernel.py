@@ -1,4 +1,4 @@
-"""The compiled fast path (core.fastpath_kernel) gives the numpy sweeps' iteration times bit for
+"""The compiled fast path (core.sim.fastpath_kernel) gives the numpy sweeps' iteration times bit for
 bit, on random stage times of every schedule (with ready times and chunk tails), and both equal
 the general solver on the coarse graph."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import fastpath_kernel
-from core.fastpath import pipeline_iteration_times
+from core.sim import fastpath_kernel
+from core.sim.fastpath import pipeline_iteration_times
 from tests.test_sweep import general_solver_time
 
 needs_numba = pytest.mark.skipif(not fastpath_kernel.available(), reason="Numba is not installed")

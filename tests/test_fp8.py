@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from core import model_math as mm
-from core.config import (GPU_FP8_DTYPES, GPU_KINDS, MODEL_PRESETS, ParallelPlan, fp8_recipe, grad_dtype,
+from core.model import model_math as mm
+from core.plan.config import (GPU_FP8_DTYPES, GPU_KINDS, MODEL_PRESETS, ParallelPlan, fp8_recipe, grad_dtype,
                          validate)
-from core.gpu_spec import shipped_specs
-from core.graph import lookup_op_times, op_key, stage_times
-from core.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
-from core.session import load_any, save_session
-from core.profiles_gen import generate_store
-from core.simulate import simulate
+from core.store.gpu_spec import shipped_specs
+from core.sim.graph import lookup_op_times, op_key, stage_times
+from core.model.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
+from core.io.session import load_any, save_session
+from core.store.profiles_gen import generate_store
+from core.sim.simulate import simulate
 
 H100 = "H100-SXM5-80GB"
 B200 = "B200-180GB"
@@ -307,7 +307,7 @@ def test_a_shared_cache_keeps_fp8_bf16_and_recipes_apart():
 
 
 def test_sweep_over_plans_of_both_precisions_matches_simulate():
-    from core.sweep import SweepSpace, run_sweep
+    from core.studies.sweep import SweepSpace, run_sweep
     for s in (_session(precision="bf16"), _session()):
         res = run_sweep(s, SweepSpace(num_gpus=8, tensor_parallel=(1, 2), pipeline_parallel=(1, 2),
                                       micro_batch_sizes=(1,),
@@ -338,7 +338,7 @@ def test_report_says_precision_and_recipe_and_mfu_is_of_the_bf16_peak():
 # --------------------------------------------------------------------------- Megatron-LM arguments
 
 def _launch(*extra: str):
-    from core.megatron_args import Launch
+    from core.io.megatron_args import Launch
     args = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
             "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "1",
             "--global-batch-size", "64", "--tensor-model-parallel-size", "2", "--vocab-size", "50257",
@@ -354,13 +354,13 @@ def _launch(*extra: str):
     (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "blockwise"], "blockwise"),
 ])
 def test_megatron_fp8_arguments_import_and_round_trip(extra, recipe):
-    from core.megatron_args import export_arguments, parse_arguments, session_from_launch
+    from core.io.megatron_args import export_arguments, parse_arguments, session_from_launch
     s = session_from_launch(_launch(*extra), gpu="B200-180GB").session
     assert (s.plan.precision, s.plan.fp8_recipe) == ("fp8", recipe)
     args = parse_arguments(export_arguments(s))
     assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
     assert args["--fp8-recipe"] == [recipe or "tensorwise"]  # explicit: Megatron's default differs
-    from core.megatron_args import Launch
+    from core.io.megatron_args import Launch
     back = session_from_launch(Launch(export_arguments(s), 1, 8, "torchrun", "pretrain_gpt.py", "x.sh"),
                                gpu="B200-180GB").session
     assert back.plan == s.plan and dataclasses.replace(back.model, name=s.model.name) == s.model
@@ -372,18 +372,18 @@ def test_megatron_fp8_arguments_import_and_round_trip(extra, recipe):
     (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "custom"], "--fp8-recipe: not modelled yet"),
 ])
 def test_megatron_fp8_arguments_refused_by_name(extra, message):
-    from core.megatron_args import MegatronArgsError, session_from_launch
+    from core.io.megatron_args import MegatronArgsError, session_from_launch
     with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
         session_from_launch(_launch(*extra))
 
 
 def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
-    """core.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
+    """core.accuracy.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
     simulated iteration time (the calibration helper fits FP8 runs with it)."""
-    from core.calibrate import linearize, model_store, predict_linearized
-    from core.config import ClusterConfig, CostConfig, ModelConfig, Session
-    from core.ops import DEFAULT_OP_MODEL
-    from core.profiles_gen import generate_store
+    from core.accuracy.calibrate import linearize, model_store, predict_linearized
+    from core.plan.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.model.ops import DEFAULT_OP_MODEL
+    from core.store.profiles_gen import generate_store
     base = generate_store("H100-SXM5-80GB", date="2026-01-01")
     op_model = {**DEFAULT_OP_MODEL, "op_overhead_s": 2e-4, "collective_overhead_s": 3e-5}
     sessions = [Session(ModelConfig("tiny", L, h, 8, None, 512, 50257),
@@ -399,8 +399,8 @@ def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
 def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
     """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
     (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
-    from core.graph import build_graph, weight_gradient_share
-    from core.solver import solve
+    from core.sim.graph import build_graph, weight_gradient_share
+    from core.sim.solver import solve
     s = _session()
     s.plan.schedule = "zb-h1"
     h, sl = s.model.hidden_size, s.model.seq_length
@@ -440,7 +440,7 @@ def test_context_parallel_fp8_plans_pass_bf16_kv_blocks():
                       context_parallel=2)
     f8 = dataclasses.replace(bf, precision="fp8")
     assert mm.cp_kv_block_bytes(m, f8) == mm.cp_kv_block_bytes(m, bf) == 1 * 4096 * 2 * 4 * 128 * 2
-    from core.config import ClusterConfig, CostConfig, Session
+    from core.plan.config import ClusterConfig, CostConfig, Session
     t = [simulate(Session(m, pl, ClusterConfig("H100-SXM5-80GB", 8), CostConfig())).report.iteration_time_s
          for pl in (bf, f8)]
     assert t[1] < t[0]
@@ -501,7 +501,7 @@ def test_moe_activations_keep_the_experts_inputs_in_fp8():
 
 
 def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():
-    from core.config import ClusterConfig, CostConfig, Session
+    from core.plan.config import ClusterConfig, CostConfig, Session
     m = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], seq_length=4096)
     bf = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
                       global_batch_size=64, recompute="selective", precision="bf16", expert_parallel=4,
@@ -518,7 +518,7 @@ def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():
 
 
 def test_diff_of_a_bf16_and_an_fp8_plan_names_the_precision_and_the_compute_gain():
-    from core.diff import diff_plans, plan_label
+    from core.studies.diff import diff_plans, plan_label
     a, b = _session(precision="bf16"), _session(recipe="delayed")
     assert plan_label(b) == plan_label(a) + " precision=fp8 fp8=delayed"
     d = diff_plans(a, b).to_dict()

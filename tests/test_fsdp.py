@@ -9,15 +9,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math as mm
-from core.comm import INTER_NODE_LATENCY_S, CommModel
-from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate,
+from core.model import model_math as mm
+from core.sim.comm import INTER_NODE_LATENCY_S, CommModel
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate,
                          zero_replicas, zero_shard_size)
-from core.graph import _data_parallel, lookup_op_times, stage_times
-from core.megatron_args import MegatronArgsError, export_arguments, export_script, import_file
-from core.ops import device_key, kernel_arrays, kernel_peak_flops, kernel_times
-from core.profiles_gen import generate_store
-from core.simulate import simulate
+from core.sim.graph import _data_parallel, lookup_op_times, stage_times
+from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
+from core.io.megatron_export import export_script
+from core.model.ops import device_key, kernel_arrays, kernel_peak_flops, kernel_times
+from core.store.profiles_gen import generate_store
+from core.sim.simulate import simulate
 
 A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"
 _STORES: dict = {}
@@ -148,7 +149,7 @@ def test_selective_op_order_recomputes_every_second_matmul():
 
 
 def _key(s: Session) -> dict:
-    from core.graph import op_key
+    from core.sim.graph import op_key
     return device_key(op_key(s), store(H100).peak_flops)
 
 
@@ -268,8 +269,8 @@ def test_selective_op_with_tensor_parallelism_gathers_again_in_the_backward(prec
     assert len(k) == 1 and k[0].flops == 2 * 8192 * 4096 * 8 * 128 / 8
     # the per-op graph: per layer and micro-batch (2 here) two more recompute tasks and two
     # more tensor-parallel collectives, within the size estimate
-    from core.graph import K
-    from core.simulate import graph_size_estimate
+    from core.sim.graph import K
+    from core.sim.simulate import graph_size_estimate
     g, g0 = simulate(s).graph, simulate(none).graph
     assert g.num_tasks - g0.num_tasks == 32 * 2 * 4 and g.num_tasks <= graph_size_estimate(s)
     tp = int(K["tp_comm"])
@@ -280,7 +281,7 @@ def test_selective_op_with_async_tp_pipelines_the_recomputed_all_gathers():
     """tp_comm_overlap (torchtitan's async TP): each recomputed all-gather is pipelined with the
     recomputed GEMM its output feeds (k for the attention's, w3 for the MLP's), as the forward
     ones with theirs (tp_overlap_split): only the exposed parts lengthen the backward."""
-    from core.graph import tp_overlap_split
+    from core.sim.graph import tp_overlap_split
     st = store(H100)
     s = _sac_tp(tp_comm_overlap=True)
     assert validate(s) == []
@@ -300,7 +301,7 @@ def test_selective_op_with_async_tp_pipelines_the_recomputed_all_gathers():
         32 * (times["attention_sac_fwd"] + times["mlp_sac_fwd"] + sum(exposed)), rel=1e-9)
     # the hidden parts run beside the recomputed GEMMs: the report's hidden TP time grows by
     # them, per layer and micro-batch (2 here)
-    from core.simulate import graph_size_estimate
+    from core.sim.simulate import graph_size_estimate
     r, r0 = simulate(s, st), simulate(none, st)
     assert r.graph.num_tasks <= graph_size_estimate(s)
     assert r.report.tp_hidden_s - r0.report.tp_hidden_s == pytest.approx(
@@ -486,8 +487,8 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
     """selective_op is not among the default recomputation modes (Megatron's three) and is
     swept when named; its plans at t > 1 without sequence parallelism are refused, so only
     t = 1 plans carry it then; with sequence parallelism the t = 2 plans carry it too."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
-    from core.sweep import SweepSpace, enumerate_plans
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.studies.sweep import SweepSpace, enumerate_plans
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],
                 ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,

@@ -1,4 +1,4 @@
-"""Goodput: failures, restarts and checkpoints of a whole run (core/goodput.py, docs/goodput.md).
+"""Goodput: failures, restarts and checkpoints of a whole run (core/sim/goodput.py, docs/goodput.md).
 
 Closed forms against an event-by-event Monte Carlo, the Young/Daly interval, checkpoint sizes
 against the memory model, and the Llama 3 405B interruption interval (Dubey et al. 2024).
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from core import model_math
-from core.config import (
+from core.model import model_math
+from core.plan.config import (
     LLAMA3_FAILURES_PER_GPU_HOUR,
     MODEL_PRESETS,
     ClusterConfig,
@@ -23,7 +23,7 @@ from core.config import (
     ReliabilityConfig,
     Session,
 )
-from core.goodput import (
+from core.sim.goodput import (
     CheckpointSize,
     checkpoint_bytes_per_parameter,
     checkpoint_size,
@@ -79,7 +79,7 @@ def test_closed_form_against_event_simulation(M, R, tau, C, n):
 
 def test_sampler_normal_limit_matches_exact_draws(monkeypatch):
     """Above EXACT_DRAWS the wasted times are drawn from their normal limit: same spread."""
-    import core.goodput as gp
+    import core.sim.goodput as gp
     segs = [(300.0, 20000)]
     exact = gp.sample_run_times(segs, 3 * 3600.0, 600.0, 3000, seed=3)
     monkeypatch.setattr(gp, "EXACT_DRAWS", 0)
@@ -190,7 +190,7 @@ def llama3_405b_session(**reliability):
 
 
 def test_llama3_405b_interrupted_about_every_three_hours():
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     s = llama3_405b_session()
     r = simulate(s).report
     g = r.run
@@ -212,7 +212,7 @@ def test_llama3_405b_interrupted_about_every_three_hours():
 # ----------------------------------------------------------------------------- session files
 
 def test_session_round_trip_with_and_without_reliability(tmp_path):
-    from core.session import load_session, save_session, session_to_json
+    from core.io.session import load_session, save_session, session_to_json
     s = llama3_405b_session(restart_time_s=0.1 + 0.2, async_save=True,
                             checkpoint_interval_iterations=50)
     path = tmp_path / "s.json"
@@ -232,7 +232,7 @@ def test_session_round_trip_with_and_without_reliability(tmp_path):
     ("bogus", 1)])
 def test_bad_reliability_values_refused(tmp_path, field, value):
     from core.cli import main
-    from core.session import session_to_json
+    from core.io.session import session_to_json
     doc = json.loads(session_to_json(llama3_405b_session()))
     doc["reliability"][field] = value
     path = tmp_path / "bad.json"
@@ -253,7 +253,7 @@ def test_set_reaches_reliability(capsys):
 
 def test_a_job_that_never_finishes_is_refused(tmp_path, capsys):
     from core.cli import main
-    from core.session import session_to_json
+    from core.io.session import session_to_json
     doc = json.loads(session_to_json(llama3_405b_session(failure_rate_per_gpu_hour=0.5)))
     path = tmp_path / "doomed.json"
     path.write_text(json.dumps(doc))

@@ -16,14 +16,14 @@ import sys
 
 import pytest
 
-from core import model_math as mm
-from core.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan,
+from core.model import model_math as mm
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan,
                          Session, validate)
-from core.graph import lookup_op_times
-from core.hf_import import session_from_hf_config
-from core.megatron_args import export_arguments, read_launch, session_from_launch
-from core.profile_store import ProfileStore
-from core.session import load_any
+from core.sim.graph import lookup_op_times
+from core.io.hf_import import session_from_hf_config
+from core.io.megatron_args import export_arguments, read_launch, session_from_launch
+from core.store.profile_store import ProfileStore
+from core.io.session import load_any
 from tests.conftest import ROOT
 from tests.test_llama import MISTRAL_7B_V01
 
@@ -239,7 +239,7 @@ def test_sinks_clamp_and_offset_time_as_their_plain_kernels():
 
 
 def test_simulation_runs_with_gpt_oss():
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     r = simulate(_session(MODEL_PRESETS["GPT-OSS 120B"])).report
     assert r.num_parameters == 116_829_156_672
     assert r.iteration_time_s > 0 and 0 < r.mfu < 1 and r.ep_comm_s > 0
@@ -294,7 +294,7 @@ PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.
 def published():
     if not PUBLISHED.exists():
         pytest.skip(f"shared data not present: {PUBLISHED}")
-    from core.validate import read_measurements
+    from core.accuracy.validate import read_measurements
     return read_measurements(PUBLISHED)
 
 
@@ -327,7 +327,7 @@ def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
 ])
 def test_activation_labels(tmp_path, label, activation, biased, clamp):
     from tests.test_accuracy import MODERN_HEADER, _modern_row
-    from core.validate import read_measurements
+    from core.accuracy.validate import read_measurements
     path = tmp_path / "gpt-oss.csv"
     path.write_text(MODERN_HEADER + "\n" + _modern_row(activation=f'"{label}"',
                                                        normalization="rmsnorm") + "\n")
@@ -347,7 +347,7 @@ def test_activation_labels(tmp_path, label, activation, biased, clamp):
 ])
 def test_window_notes(tmp_path, notes, window, cause):
     from tests.test_accuracy import MODERN_HEADER, _modern_row
-    from core.validate import read_measurements
+    from core.accuracy.validate import read_measurements
     path = tmp_path / "swa.csv"
     path.write_text(MODERN_HEADER + "\n" + _modern_row(
         activation="swiglu", normalization="rmsnorm", notes=f'"{notes}"') + "\n")

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.comm import CommModel
-from core.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ParallelPlan,
+from core.sim.comm import CommModel
+from core.plan.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ParallelPlan,
                          Session, gpu_kind, validate)
-from core.ops import DEFAULT_OP_MODEL
-from core.gpu_spec import GPU_SPECS_DIR, GpuSpecError, read_gpu_spec, shipped_specs
-from core.profile_store import ProfileStore
-from core.profiles_gen import collective_group_sizes, generate_store, store_from_spec
-from core.session import load_any
-from core.simulate import open_profile, simulate
+from core.model.ops import DEFAULT_OP_MODEL
+from core.store.gpu_spec import GPU_SPECS_DIR, GpuSpecError, read_gpu_spec, shipped_specs
+from core.store.profile_store import ProfileStore
+from core.store.profiles_gen import collective_group_sizes, generate_store, store_from_spec
+from core.io.session import load_any
+from core.sim.simulate import open_profile, simulate
 from tests.conftest import EXAMPLES, ROOT
 
 NEW_KINDS = ("H100-SXM5-80GB", "H100-96GB-HBM2e-500W", "H200-SXM-141GB", "B200-180GB",
@@ -108,7 +108,7 @@ def test_shipped_store_is_what_the_spec_file_generates(kind):
     """The shipped (calibrated) store is the spec's analytic store with the fitted parameters:
     its base provenance is the generator's, its tables that model tabulated, its curves the
     spec's."""
-    from core.calibrate import apply_fit
+    from core.accuracy.calibrate import apply_fit
     shipped = ProfileStore.open(ROOT / "profiles" / f"{kind}.h5")
     base = shipped.provenance["base_provenance"]
     fresh = generate_store(kind, date=base["date"])
@@ -386,7 +386,7 @@ def test_precision_without_a_peak_is_refused_by_name_everywhere(capsys):
 
 
 def test_store_list_shows_each_device_with_its_peaks():
-    from core.profiles import list_stores
+    from core.store.profiles import list_stores
     infos = {i.device_name: i for i in list_stores([ROOT / "profiles"])}
     assert set(infos) == set(GPU_KINDS)
     assert infos["GB200-NVL72"].device_line() == ("peak TFLOP/s bf16 2,500, fp16 2,500, fp8 5,000, "
@@ -399,8 +399,8 @@ def test_an_unfitted_store_of_a_part_without_a_data_sheet_warns_and_a_chain_keep
     """The analytic store of the 500 W H100 holds the SXM5's peaks with peak_fraction 1: a
     simulation on it says so; a store calibrated on a calibrated one still knows the part has
     no data sheet (the flag is found down the chain of base provenances)."""
-    from core.gpu_spec import fits_peak_fraction
-    from core.profiles_gen import generate_store
+    from core.store.gpu_spec import fits_peak_fraction
+    from core.store.profiles_gen import generate_store
     analytic = generate_store("H100-96GB-HBM2e-500W")
     assert fits_peak_fraction(analytic) and analytic.op_model.get("peak_fraction", 1.0) == 1.0
     s = _session("A100-SXM4-80GB")

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.comm import CommModel
-from core.config import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
+from core.sim.comm import CommModel
+from core.plan.config import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
                          MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, gpu_kind)
-from core.gpu_spec import shipped_specs
-from core.profile_store import ProfileStore
-from core.profiles_gen import generate_store
-from core.session import load_session
-from core.simulate import open_profile, simulate
+from core.store.gpu_spec import shipped_specs
+from core.store.profile_store import ProfileStore
+from core.store.profiles_gen import generate_store
+from core.io.session import load_session
+from core.sim.simulate import open_profile, simulate
 from tests.conftest import ROOT
 
 GiB = 2**30
@@ -62,7 +62,7 @@ def test_spec_and_store_hold_the_data_sheet_figures(kind):
         assert s.memory_bandwidth_bytes_per_s == pytest.approx(bw * 1e12, rel=1e-15)
     assert spec.nvlink_bytes_per_s == nvl * 1e9 / 2  # one direction: half the data sheet's total
     assert (spec.gpus_per_nvlink_domain, spec.nic_bits_per_s) == (domain, nic * 1e9)
-    # the tables of core.config agree with the spec file
+    # the tables of core.plan.config agree with the spec file
     assert GPU_NVLINK_DOMAIN[kind] == domain and GPU_NIC_GBITS_PER_GPU[kind] == nic
     assert set(GPU_FP8_DTYPES[kind]) == set(spec.peak_flops) & {"fp8", "mxfp8"}
     assert set(spec.sources) == {"peak_tflops", "memory", "nvlink", "nic"}
@@ -95,7 +95,7 @@ def test_shared_fit_kinds_take_the_hopper_blackwell_parameters(kind):
     shipped parameters to about 1e-9 (the least-squares solver's last digits)."""
     store, h100 = _store(kind), _store("H100-SXM5-80GB")
     assert store.op_model == pytest.approx(h100.op_model, rel=1e-8)
-    # the bounds the fit holds (GEMM 0.65, HBM 0.4: core.calibrate.SHARED_BOUNDS) exactly
+    # the bounds the fit holds (GEMM 0.65, HBM 0.4: core.accuracy.calibrate.SHARED_BOUNDS) exactly
     for name in ("gemm_efficiency_max", "memory_efficiency", "gemm_half_size"):
         assert store.op_model[name] == h100.op_model[name]
     p = store.provenance
@@ -197,7 +197,7 @@ def test_the_other_kinds_against_their_reference_parts(reports):
 
 
 def test_fp8_plans_are_refused_on_the_a800_only():
-    from core.config import validate
+    from core.plan.config import validate
     for kind in RENTED:
         s = _llama3_8b(kind)
         s.plan.precision = "fp8"
@@ -206,7 +206,7 @@ def test_fp8_plans_are_refused_on_the_a800_only():
 
 
 def test_gh200_nodes_fit_inside_its_256_gpu_nvlink_domain():
-    from core.config import validate
+    from core.plan.config import validate
     s = _llama3_8b("GH200-96GB")
     for g in (1, 4, 8, 256):  # one superchip per node (rented), quad nodes, ..., a DGX GH200
         s.cluster.gpus_per_node = g

@@ -20,12 +20,14 @@ import h5py
 import numpy as np
 import pytest
 
-from core import atomic, inputs
-from core.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig, ParallelPlan,
+from core.util import atomic
+from core.util import inputs
+from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig, ParallelPlan,
                          Session, check_value, section_errors, validate)
-from core.profile_store import ProfileStore, ProfileStoreError
-from core.session import SessionFileError, load_any, load_session, save_session, session_to_json
-from core.simulate import MAX_GRAPH_TASKS, simulate
+from core.store.profile_store import ProfileStore, ProfileStoreError
+from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
+from core.sim.simulate import MAX_GRAPH_TASKS, simulate
+from core.model.model_math import num_parameters
 from tests.conftest import EXAMPLES, ROOT
 
 CASES = ROOT.parent / "shared" / "cases"
@@ -83,7 +85,7 @@ def test_profile_path_is_resolved_against_the_session_folder_and_tells_nothing(t
     path = case("sec_profile_path_relative.json")
     # resolved against the case's folder (../../profiles from shared/cases), not the working
     # one; ".." taken textually, as the shell's logical paths (os.path.abspath, as
-    # core.session does), so the name is the same when ../shared is a symbolic link
+    # core.io.session does), so the name is the same when ../shared is a symbolic link
     expected = os.path.abspath(path.parent / "../../profiles/A100-SXM4-80GB.h5")
     line = assert_one_line_error(cli("simulate", str(path), cwd=ROOT / "core"))
     assert str(expected) in line and line.endswith("not a readable vTrain profile store")
@@ -247,7 +249,7 @@ def test_a_plan_too_large_to_simulate_is_refused_by_name_at_once():
 
 
 def test_measurement_csv_refuses_non_finite_values(tmp_path):
-    from core.validate import MeasurementFileError, read_measurements
+    from core.accuracy.validate import MeasurementFileError, read_measurements
     header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
               "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
               "iteration time (ms)")
@@ -262,7 +264,7 @@ def test_measurement_csv_refuses_non_finite_values(tmp_path):
 
 
 def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
-    from core.nccl_tests import NcclTestsError, read_nccl_tests
+    from core.store.nccl_tests import NcclTestsError, read_nccl_tests
     path = tmp_path / "all_reduce_8gpu.csv"
     path.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
                     "1024,256,float,inf,1,1,1\n")
@@ -459,7 +461,7 @@ def test_orphaned_temporary_files_are_removed_by_the_next_save(tmp_path):
 
 def test_kill_9_during_save_leaves_an_orphan_that_the_next_save_removes(tmp_path):
     code = ("import os, signal, sys\n"
-            "from core.atomic import atomic_target\n"
+            "from core.util.atomic import atomic_target\n"
             "with atomic_target(sys.argv[1]) as tmp:\n"
             "    open(tmp, 'w').write('partial')\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -506,7 +508,7 @@ def test_every_subcommand_and_argument_has_help():
 
 def test_report_shows_the_parameter_count():
     proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"))
-    n = load_any(EXAMPLES / "gpt3_175b.json").model.num_parameters(8)
+    n = num_parameters(load_any(EXAMPLES / "gpt3_175b.json").model, 8)
     assert n == 174_615_846_912
     assert "Parameters" in proc.stdout and f"{n / 1e9:,.2f} B" in proc.stdout
     proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"), "--json")
@@ -514,7 +516,7 @@ def test_report_shows_the_parameter_count():
 
 
 def test_json_output_is_strict():
-    from core.inputs import NonFiniteError, strict_dumps
+    from core.util.inputs import NonFiniteError, strict_dumps
     with pytest.raises(NonFiniteError, match=r"result.plans\[1\].mfu is NaN"):
         strict_dumps({"plans": [{"mfu": 0.5}, {"mfu": float("nan")}]})
     proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json")
@@ -522,8 +524,8 @@ def test_json_output_is_strict():
 
 
 def test_sweep_warnings_name_the_plans_they_concern():
-    from core.comm import summarize_warnings
-    from core.sweep import SweepSpace, run_sweep
+    from core.sim.comm import summarize_warnings
+    from core.studies.sweep import SweepSpace, run_sweep
     s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     s.plan.global_batch_size = 64  # the data-parallel all-reduce of 1.26 GiB > 1 GiB measured
     res = run_sweep(s, SweepSpace(max_gpus=8, micro_batch_sizes=(16, 32)))

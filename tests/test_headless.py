@@ -12,8 +12,8 @@ import numpy as np
 from pathlib import Path
 import pytest
 
-from core.profile_store import ProfileStore
-from core.profiles_gen import generate_store
+from core.store.profile_store import ProfileStore
+from core.store.profiles_gen import generate_store
 from tests.conftest import EXAMPLES, ROOT
 
 BLOCKER = """
@@ -28,9 +28,9 @@ sys.meta_path.insert(0, Block())
 
 def test_core_imports_and_simulates_without_qt_or_torch():
     code = BLOCKER + f"""
-import core.cli, core.simulate, core.trace, core.profiles_gen
-from core.session import load_any
-r = core.simulate.simulate(load_any({str(EXAMPLES / 'gpt3_1.3b_single_node.json')!r}))
+import core.cli, core.sim.simulate, core.io.trace, core.store.profiles_gen
+from core.io.session import load_any
+r = core.sim.simulate.simulate(load_any({str(EXAMPLES / 'gpt3_1.3b_single_node.json')!r}))
 assert r.report.iteration_time_s > 0
 print('ok')
 """
@@ -49,19 +49,19 @@ with contextlib.redirect_stdout(out):
     except SystemExit as exc:  # --help
         code = exc.code
 heavy = ("numpy", "h5py", "rich", "rich.table", "rich.progress", "matplotlib", "scipy", "networkx",
-         "core.simulate", "core.scheduler", "core.sweep", "core.optimal", "core.calibrate")
+         "core.sim.simulate", "core.studies.scheduler", "core.studies.sweep", "core.studies.optimal", "core.accuracy.calibrate")
 print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules],
                   "out": out.getvalue()}))
 """
 
 
 @pytest.mark.parametrize("args,loaded", [
-    (["--help"], []),  # core.config's schedule rules import numpy only when they run
+    (["--help"], []),  # core.plan.config's schedule rules import numpy only when they run
     (["simulate", "--help"], []),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
-     ["numpy", "core.simulate"]),
+     ["numpy", "core.sim.simulate"]),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json")],
-     ["numpy", "rich", "rich.table", "core.simulate"]),
+     ["numpy", "rich", "rich.table", "core.sim.simulate"]),
 ], ids=["help", "simulate-help", "simulate-json", "simulate-tables"])
 def test_cli_start_up_imports_only_what_the_command_uses(args, loaded, tmp_path):
     """In a fresh process: ``vtrain --help`` loads no h5py, rich or simulator; ``vtrain simulate``
@@ -116,7 +116,7 @@ def test_schema_v1_fixture_still_opens():
 def test_shipped_store_is_what_the_generator_writes(gpu):
     """The shipped store is calibrated from the generator's analytic store (docs/accuracy.md):
     its base is what the generator writes, its tables that model with the fitted parameters."""
-    from core.calibrate import apply_fit
+    from core.accuracy.calibrate import apply_fit
     shipped = ProfileStore.open(ROOT / "profiles" / f"{gpu}.h5")
     fresh = generate_store(gpu, date=shipped.provenance["base_provenance"]["date"])
     assert shipped.provenance["base_provenance"] == fresh.provenance
@@ -207,8 +207,8 @@ def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path,
     import json
 
     from core.cli import main
-    from core.config import MODEL_PRESETS
-    from core.session import load_session
+    from core.plan.config import MODEL_PRESETS
+    from core.io.session import load_session
     out = tmp_path / "s.json"
     assert main(["import", "preset", "llama 3 70b", "--gpu", "GB200-NVL72", "--out", str(out),
                  "--seq-length", "16384"]) == 0

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from core.config import ConfigError
-from core.hf_import import moe_layer_fields, session_from_hf_config
-from core.session import load_any
+from core.plan.config import ConfigError
+from core.io.hf_import import moe_layer_fields, session_from_hf_config
+from core.io.session import load_any
 from tests.conftest import ROOT
 
 from tests.test_llama import MIXTRAL_8X7B  # mistralai/Mixtral-8x7B-v0.1
@@ -177,7 +177,7 @@ def test_session_rules_on_an_moe_import():
 def test_imported_moe_parameter_counts(cfg, total, active, published):
     """Total and active parameters of the imported models (the MoE model math) against the
     published ones, to their last printed digit."""
-    from core import model_math as mm
+    from core.model import model_math as mm
     m = session_from_hf_config(cfg).session.model
     # the publishers of these three count the input embedding in "active"
     assert (mm.num_parameters(m), mm.num_active_parameters_with_embedding(m)) == (total, active)
@@ -211,7 +211,7 @@ def test_moe_presets_match_their_hf_configs():
     """The editor's Mixtral 8x7B and Qwen3-30B-A3B presets are the published configs (names and
     the pre-training context apart)."""
     from dataclasses import replace
-    from core.config import MODEL_PRESETS
+    from core.plan.config import MODEL_PRESETS
     for preset, cfg, s in (("Mixtral 8x7B", MIXTRAL_8X7B, 32768),
                            ("Qwen3-30B-A3B", QWEN3_30B_A3B, 4096)):
         assert MODEL_PRESETS[preset] == replace(_model(cfg, seq_length=s), name=preset)

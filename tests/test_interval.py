@@ -1,4 +1,4 @@
-"""Error band of every prediction (core/interval.py): conformal bounds, groups, store, CLI."""
+"""Error band of every prediction (core/store/interval.py): conformal bounds, groups, store, CLI."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.interval import (ResidualTable, conformal_bounds, cross_conformal, interval_for,
+from core.store.interval import (ResidualTable, conformal_bounds, cross_conformal, interval_for,
                            min_residuals, node_class)
-from core.profile_store import SCHEMA_VERSION, ProfileStore
-from core.profiles_gen import generate_store
-from core.session import load_any
-from core.simulate import PROFILES_DIR, simulate
-from core.validate import interval_metrics, read_measurements
+from core.store.profile_store import SCHEMA_VERSION, ProfileStore
+from core.store.profiles_gen import generate_store
+from core.io.session import load_any
+from core.sim.simulate import PROFILES_DIR, simulate
+from core.accuracy.validate import interval_metrics, read_measurements
 from tests.conftest import EXAMPLES, ROOT, shared_file
 
 

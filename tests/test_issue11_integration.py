@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from core import model_math as mm
-from core.config import MODEL_PRESETS, ParallelPlan, Session, check
-from core.simulate import simulate
+from core.model import model_math as mm
+from core.plan.config import MODEL_PRESETS, ParallelPlan, Session, check
+from core.sim.simulate import simulate
 
 
 def _session(model, **plan) -> Session:
@@ -29,7 +29,7 @@ def test_context_parallel_with_fp8_simulates_and_sends_bf16_k_v():
         1 * 4096 * 2 * 1 * 128 * 2)
     # at the spec's efficiencies (the analytic store; the shipped one is calibrated, and its
     # fitted FP8 GEMM efficiency decides the comparison for a model this small)
-    from core.profiles_gen import generate_store
+    from core.store.profiles_gen import generate_store
     store = generate_store("H100-SXM5-80GB")
     t_fp8, t_bf16 = (simulate(s, store).report.iteration_time_s for s in (fp8, bf16))
     assert 0 < t_fp8 < t_bf16  # the GEMMs at the FP8 rate

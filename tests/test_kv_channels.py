@@ -12,13 +12,13 @@ import dataclasses
 
 import pytest
 
-from core import model_math as mm
-from core.calibrate import shape_key
-from core.config import MODEL_PRESETS, ModelConfig, ParallelPlan, Session, check, validate
-from core.graph import lookup_op_times, op_key
-from core.hf_import import session_from_hf_config
-from core.ops import analytic_op_time, op_kernels, table_covers
-from core.profile_store import ProfileStore
+from core.model import model_math as mm
+from core.accuracy.calibrate import shape_key
+from core.plan.config import MODEL_PRESETS, ModelConfig, ParallelPlan, Session, check, validate
+from core.sim.graph import lookup_op_times, op_key
+from core.io.hf_import import session_from_hf_config
+from core.model.ops import analytic_op_time, op_kernels, table_covers
+from core.store.profile_store import ProfileStore
 from tests.conftest import ROOT
 
 QWEN3 = {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
@@ -185,7 +185,7 @@ def test_op_key_and_stores_keep_the_head_size_apart():
 
 
 def test_wide_heads_simulate_end_to_end():
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     m = session_from_hf_config(QWEN3_4B, seq_length=4096).session.model
     s = Session(model=m, plan=ParallelPlan(tensor_parallel=4, pipeline_parallel=2,
                                            data_parallel=1, global_batch_size=8,

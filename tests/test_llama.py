@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, case_file
-from core import model_math as mm
-from core.config import (LLAMA_FAMILY, MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan,
+from core.model import model_math as mm
+from core.plan.config import (LLAMA_FAMILY, MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan,
                          Session, check, validate)
-from core.graph import lookup_op_times
-from core.hf_import import session_from_hf_config
-from core.ops import OP_KEYS, analytic_op_time, op_kernels, table_covers
-from core.profile_store import ProfileStore
-from core.session import load_any, load_session, save_session
+from core.sim.graph import lookup_op_times
+from core.io.hf_import import session_from_hf_config
+from core.model.ops import OP_KEYS, analytic_op_time, op_kernels, table_covers
+from core.store.profile_store import ProfileStore
+from core.io.session import load_any, load_session, save_session
 
 LLAMA = dict(attention_bias=False, attention_dropout=0.0, hidden_act="silu", initializer_range=0.02,
              model_type="llama", pretraining_tp=1, rms_norm_eps=1e-05, rope_scaling=None,
@@ -138,7 +138,7 @@ def _llama2_7b_from_case() -> Session:
     # the case's GPT shape with Llama's family stated in full (a session gives every model
     # field); Llama 2 7B has one query group per head
     doc["model"].update({**LLAMA_FAMILY, "num_query_groups": None, "kv_channels": None})
-    from core.session import session_from_document
+    from core.io.session import session_from_document
     return session_from_document(doc, "llama2_7b_shape.json")
 
 
@@ -260,7 +260,7 @@ def test_old_store_tables_time_gpt_shapes_only(tmp_path):
 
 def test_llama_simulates_and_fits_where_gpt_does_not():
     """Flash and GQA memory in a whole simulation (H100, t=8, s=8192)."""
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     m = MODEL_PRESETS["Llama 3 8B"]
     pl = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
                       global_batch_size=8, recompute="none")
@@ -381,9 +381,9 @@ def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency()
     Shah et al. 2024) of the forward's FLOP/s: its peak is that share of the dtype's, every
     other kernel keeps the dtype's; so at long sequences, where both kernels are compute-bound,
     the backward core takes 2.5 / 0.8 times the forward core."""
-    from core.model_math import op_kernels
-    from core.ops import FLASH_BWD_RELATIVE_EFFICIENCY, analytic_op_time, kernel_peak_flops
-    from core.profiles_gen import generate_store
+    from core.model.model_math import op_kernels
+    from core.model.ops import FLASH_BWD_RELATIVE_EFFICIENCY, analytic_op_time, kernel_peak_flops
+    from core.store.profiles_gen import generate_store
     assert FLASH_BWD_RELATIVE_EFFICIENCY == 0.8
     store = generate_store("H100-SXM5-80GB")
     key = dict(b=1, s=65536, h=4096, a=32, f=14336, t=1, V=128256, dtype="bf16", g=8,

@@ -1,5 +1,5 @@
 """The Megatron-LM export starts Megatron: its scripts parse with Megatron-LM's parser
-(../shared/data/megatron-lm/arguments.json) and keep validate_args' rules (core/megatron_rules.py),
+(../shared/data/megatron-lm/arguments.json) and keep validate_args' rules (core/io/megatron_rules.py),
 the environment included; plans Megatron refuses are refused naming the rule; ``--into``
 rewrites the user's script keeping everything else; the cluster survives a round trip."""
 
@@ -14,13 +14,13 @@ import pytest
 
 from tests.conftest import EXAMPLES, ROOT
 from core.cli import main
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
-from core.megatron_args import (MegatronArgsError, export_arguments, export_script, import_file,
-                                read_launch)
-from core.megatron_export import PLAN_ARGUMENTS, rewrite_script
-from core.megatron_rules import (ENVIRONMENT_RULES, OPTIONS, RULES, broken_rules, namespace,
+from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.io.megatron_args import MegatronArgsError, export_arguments, import_file, read_launch
+from core.io.megatron_export import export_script
+from core.io.megatron_export import PLAN_ARGUMENTS, rewrite_script
+from core.io.megatron_rules import (ENVIRONMENT_RULES, OPTIONS, RULES, broken_rules, namespace,
                                  parse_problems, violations)
-from core.session import load_any, save_session
+from core.io.session import load_any, save_session
 
 ARGUMENTS_JSON = ROOT.parent / "shared" / "data" / "megatron-lm" / "arguments.json"
 BASH = shutil.which("bash")
@@ -239,7 +239,7 @@ def test_fsdp2_writes_what_megatron_needs():
 
 def test_the_network_survives_export_and_import(tmp_path):
     """GPT-3 175B: 62.0 s simulated, and 62.0 s after export and import (not 61.3 s)."""
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     session = load_any(EXAMPLES / "gpt3_175b.json")
     before = simulate(session).report.iteration_time_s
     script = tmp_path / "g.sh"
@@ -277,7 +277,7 @@ def test_hostile_cluster_text_stays_in_its_comment(tmp_path):
     session.cluster.profile_path = 'x" gpus_per_node=1 \n$(touch PWNED)\u2028'
     text = export_script(session)
     assert len([ln for ln in text.splitlines() if "vtrain: cluster" in ln]) == 1
-    from core.cluster_comment import read_cluster_comment
+    from core.io.cluster_comment import read_cluster_comment
     assert read_cluster_comment(text)["profile_path"] == session.cluster.profile_path
     assert read_cluster_comment(text)["gpus_per_node"] == 8
 

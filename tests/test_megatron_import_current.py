@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from core.config import CROSS_ENTROPY_FUSION_IMPLS
-from core.megatron_args import (ARGUMENTS, ATTENTION_BACKENDS, KNOWN_ARGUMENTS, MegatronArgsError,
+from core.plan.config import CROSS_ENTROPY_FUSION_IMPLS
+from core.io.megatron_args import (ARGUMENTS, ATTENTION_BACKENDS, KNOWN_ARGUMENTS, MegatronArgsError,
                                 import_file, read_launch, session_from_launch)
-from core.megatron_names import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,
+from core.io.megatron_names import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,
                                  MODELLED_ARGUMENTS, OLDER_ARGUMENTS, REMOVED_ARGUMENTS)
 from tests.conftest import ROOT
 

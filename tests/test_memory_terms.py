@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core import model_math as mm
+from core.model import model_math as mm
 from core import schedules
-from core.config import ModelConfig, ParallelPlan
-from core.report import MEMORY_SCALES, StageMemory
+from core.plan.config import ModelConfig, ParallelPlan
+from core.sim.report import MEMORY_SCALES, StageMemory
 
 MiB, GiB = 2.0 ** 20, 2.0 ** 30
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +112,7 @@ def test_stage_memory_carries_the_terms_and_the_arrays_agree():
 
 
 def test_memory_verdict_arrays_counts_the_process_terms():
-    from core.simulate import memory_verdict_arrays
+    from core.sim.simulate import memory_verdict_arrays
     model = ModelConfig(num_layers=8, hidden_size=1024, num_attention_heads=8, seq_length=2048)
     plan = _plan(pipeline_parallel=2, data_parallel=2)
     arrays = mm.stage_memory_arrays(model, plan)

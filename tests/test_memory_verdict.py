@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.report import MEMORY_TIGHT_MARGIN, memory_verdict
+from core.sim.report import MEMORY_TIGHT_MARGIN, memory_verdict
 from tests.conftest import case_file
 
 GiB = 2**30

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from core import model_math as mm
-from core.config import (MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate)
-from core.hf_import import session_from_hf_config
-from core.megatron_args import export_arguments, parse_arguments
+from core.model import model_math as mm
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate)
+from core.io.hf_import import session_from_hf_config
+from core.io.megatron_args import export_arguments, parse_arguments
 
 # the main model (the preset has DeepSeek-V3's one MTP layer, as it was trained)
 V3 = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], mtp_num_layers=0)
@@ -132,8 +132,8 @@ def test_mla_validation_refuses_by_name():
 
 
 def test_mla_simulates_with_latent_tp_collectives():
-    from core.graph import lookup_op_times
-    from core.simulate import simulate
+    from core.sim.graph import lookup_op_times
+    from core.sim.simulate import simulate
     m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1)
     pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=8, micro_batch_size=1,
                       global_batch_size=32, recompute="selective",
@@ -145,13 +145,14 @@ def test_mla_simulates_with_latent_tp_collectives():
     assert r.report.iteration_time_s > 0
     # the MLA attention is timed by the analytic model (no table holds its key) and the up
     # projections' recompute is looked up
-    from core.simulate import session_profile
+    from core.sim.simulate import session_profile
     times = lookup_op_times(s, session_profile(s)).times
     assert 0 < times["mla_up_proj_fwd"] < times["attention_fwd"]
 
 
 def test_megatron_arguments_round_trip_mla(tmp_path):
-    from core.megatron_args import export_script, import_file
+    from core.io.megatron_args import import_file
+    from core.io.megatron_export import export_script
     s = Session(model=V3, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
                                             data_parallel=8, micro_batch_size=1,
                                             global_batch_size=8, recompute="full",
@@ -185,8 +186,8 @@ def test_mla_fp8_activation_bytes():
 
 
 def test_mla_tensor_parallel_collectives_move_the_latents():
-    from core.graph import stage_times
-    from core.simulate import session_profile
+    from core.sim.graph import stage_times
+    from core.sim.simulate import session_profile
     m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
                             moe_router_group_topk=None,
                             num_shared_experts=0, moe_first_dense_layers=0)
@@ -203,7 +204,7 @@ def test_mla_tensor_parallel_collectives_move_the_latents():
 
 
 def test_hf_deepseek_refusals_and_v2_lite():
-    from core.config import ConfigError
+    from core.plan.config import ConfigError
     for change, field in (({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
                           ({"topk_method": "sinkhorn"}, "topk_method"),
                           ({"kv_lora_rank": None}, "kv_lora_rank"),
@@ -285,8 +286,8 @@ def test_mtp_flops_and_memory_closed_form():
 
 
 def test_mtp_graph_runs_its_ops_on_the_last_stage():
-    from core.graph_types import OPS
-    from core.simulate import simulate
+    from core.sim.graph_types import OPS
+    from core.sim.simulate import simulate
     m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1, mtp_num_layers=2)
     pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
                       global_batch_size=16, recompute="full", sequence_parallel=True,
@@ -305,7 +306,7 @@ def test_mtp_graph_runs_its_ops_on_the_last_stage():
     assert count("output_fwd", 1) == count("output_bwd", 1) == 3 * mb
     assert count("embedding_fwd", 1) == 2 * mb  # the shifted tokens' embedding per MTP layer
     assert set(g.layer[(g.op == OPS.index("mtp_proj_fwd"))].tolist()) == {8, 9}
-    from core.simulate import graph_size_estimate
+    from core.sim.simulate import graph_size_estimate
     assert len(g.duration_s) <= graph_size_estimate(s)
     sel = dataclasses.replace(s, plan=dataclasses.replace(
         pl, recompute="selective", recompute_modules="core_attn,mla_up_proj,moe,layernorm",
@@ -317,7 +318,8 @@ def test_mtp_graph_runs_its_ops_on_the_last_stage():
 
 
 def test_mtp_refusals_and_megatron_round_trip(tmp_path):
-    from core.megatron_args import export_script, import_file
+    from core.io.megatron_args import import_file
+    from core.io.megatron_export import export_script
     e = {x.field for x in validate(Session(model=dataclasses.replace(
         MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1), plan=_plan(context_parallel=2)))}
     assert "plan.context_parallel" in e
@@ -335,8 +337,8 @@ def test_mtp_refusals_and_megatron_round_trip(tmp_path):
 
 
 def test_a_shared_cache_keeps_models_with_and_without_mtp_apart():
-    from core.graph import stage_times
-    from core.simulate import session_profile
+    from core.sim.graph import stage_times
+    from core.sim.simulate import session_profile
     m = dataclasses.replace(V3, num_layers=4, moe_first_dense_layers=1)
     pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,
                       global_batch_size=8, recompute="none", expert_parallel=8)

@@ -14,13 +14,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math as mm
-from core.comm import CommModel
-from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
-from core.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
-from core.graph_types import KINDS, OPS, STREAMS
-from core.ops import analytic_op_time, op_kernels
-from core.simulate import session_profile, simulate
+from core.model import model_math as mm
+from core.sim.comm import CommModel
+from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
+from core.sim.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
+from core.sim.graph_types import KINDS, OPS, STREAMS
+from core.model.ops import analytic_op_time, op_kernels
+from core.sim.simulate import session_profile, simulate
 
 
 def _llama_like(name, layers, h, heads, groups, ffn, seq, vocab, **kw) -> ModelConfig:
@@ -157,7 +157,7 @@ def test_expert_groups_inside_tensor_and_data_parallel_ranks():
 # --------------------------------------------------------------------------- kernels
 
 def _key(session):
-    from core.graph import op_key
+    from core.sim.graph import op_key
     return op_key(session)
 
 
@@ -218,7 +218,7 @@ def test_all_to_all_volume_of_a_top_k_dispatch():
                        inter_node_bandwidth_gbits_per_s=800.0)
     store = session_profile(s)
     comm = CommModel(store, s.plan, cl)
-    from core.comm import DEFAULT_INTRA_LATENCY_S
+    from core.sim.comm import DEFAULT_INTRA_LATENCY_S
     kinds = store.collective_kinds()
     alpha = store.ring_model("all_to_all")[0] if kinds.get("all_to_all") else DEFAULT_INTRA_LATENCY_S
     # the store's fitted all_to_all_efficiency divides the collective model's time
@@ -289,7 +289,7 @@ def test_fitted_store_says_moe_ops_use_its_analytic_model():
 def test_coarse_and_fine_graphs_agree_for_moe():
     """The sweep's per-micro-batch spans and the per-op graph give the same iteration time,
     also when MoE layers sit unevenly across stages (first dense layers)."""
-    from core.solver import solve
+    from core.sim.solver import solve
     m = dataclasses.replace(MIXTRAL, moe_first_dense_layers=6, moe_layer_frequency=2)
     s = _session(m, pipeline_parallel=8, data_parallel=8, global_batch_size=32,
                  overlap_grad_reduce=True, zero_stage=1)
@@ -337,7 +337,7 @@ def test_moe_activations_grow_with_top_k():
 @pytest.mark.parametrize("preset", ["Mixtral 8x7B", "Qwen3-30B-A3B"])
 def test_moe_presets_simulate(preset):
     """The editor's MoE presets are modelled: accepted, simulated, MFU on active parameters."""
-    from core.config import MODEL_PRESETS
+    from core.plan.config import MODEL_PRESETS
     m = dataclasses.replace(MODEL_PRESETS[preset], seq_length=4096)
     s = _session(m, pipeline_parallel=2, data_parallel=16, expert_parallel=8)
     assert _errors(s) == {}
@@ -347,7 +347,7 @@ def test_moe_presets_simulate(preset):
 
 
 def test_sweep_adds_expert_parallel_only_for_moe_models():
-    from core.sweep import SweepSpace, enumerate_plans
+    from core.studies.sweep import SweepSpace, enumerate_plans
     space = SweepSpace(hold_session_values=True, num_gpus=64, tensor_parallel=(1, 2), pipeline_parallel=(4,),
                        micro_batch_sizes=(1,), schedules=("1f1b",), recompute=("full",),
                        sequence_parallel=(True,))
@@ -364,7 +364,7 @@ def test_sweep_adds_expert_parallel_only_for_moe_models():
 def test_graph_size_estimate_bounds_moe_graphs():
     """The simulator's task-count guard stays an upper estimate with MoE layers (every MoE
     task: expert tensor parallelism, shared experts, full recomputation, split backward)."""
-    from core.simulate import graph_size_estimate
+    from core.sim.simulate import graph_size_estimate
     m = dataclasses.replace(MIXTRAL, num_shared_experts=1, moe_layer_frequency=2)
     for plan in (dict(tensor_parallel=2, sequence_parallel=True, expert_parallel=4,
                       expert_tensor_parallel=2, recompute="full"),
@@ -379,7 +379,7 @@ def test_graph_size_estimate_bounds_moe_graphs():
 def test_calibration_linearizes_moe_ops_as_compute():
     """The calibration's critical-path linearization counts the MoE ops as compute (their
     kernels scale with the fitted efficiencies), and its prediction is the simulator's."""
-    from core.calibrate import linearize, model_store, predict_linearized, shape_key
+    from core.accuracy.calibrate import linearize, model_store, predict_linearized, shape_key
     s = _session(pipeline_parallel=2, data_parallel=16, global_batch_size=32)
     base = session_profile(s)
     op_model = dict(base.op_model or {})
@@ -397,10 +397,10 @@ def test_calibration_linearizes_moe_ops_as_compute():
 
 
 def test_calibration_range_size_of_an_moe_model_is_its_active_layers():
-    """The error band's model size (core.interval.layer_parameters): an MoE model does the work
+    """The error band's model size (core.store.interval.layer_parameters): an MoE model does the work
     of its active parameters per token: Mixtral's layers are its 12.75 B active (no input
     embedding) less the output layer (V h) and the final norm."""
-    from core.interval import layer_parameters
+    from core.store.interval import layer_parameters
     assert layer_parameters(MIXTRAL) == mm.num_active_parameters(MIXTRAL) - 32000 * 4096 - 4096
 
 
@@ -410,8 +410,8 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     the all-to-all's k(N-1)/N; inside one node both dispatchers are the same all-to-all."""
     import math
 
-    from core.comm import INTER_NODE_LATENCY_S
-    from core.config import MODEL_PRESETS
+    from core.sim.comm import INTER_NODE_LATENCY_S
+    from core.plan.config import MODEL_PRESETS
     assert mm.flex_remote_node_copies(128, 8, 2) == pytest.approx(
         1 - math.comb(64, 8) / math.comb(128, 8), rel=1e-12)
     assert mm.flex_remote_node_copies(256, 8, 4) == pytest.approx(
@@ -446,7 +446,7 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     assert CommModel(store, one_node, s.cluster).ep_all_to_all(nbytes, remote, 8) == \
         pytest.approx(ov + (in_node - ov) * eff / flex_eff, rel=1e-12)
     # one cache shared by plans of both dispatchers keeps their exchanges apart
-    from core.graph import build_graph
+    from core.sim.graph import build_graph
     shared: dict = {}
     build_graph(Session(s.model, one_node, s.cluster), store, cache=shared)
     flex_one = dataclasses.replace(one_node, moe_token_dispatcher_type="flex")

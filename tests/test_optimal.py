@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS, ConfigError
-from core.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
-from core.session import load_any
+from core.plan.config import MODEL_PRESETS, ConfigError
+from core.studies.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
+from core.io.session import load_any
+from core.model.model_math import num_parameters
 from tests.conftest import EXAMPLES
 
 
@@ -46,7 +47,7 @@ def test_gpt_shape_reproduces_gpt3_175b_and_splits_well():
         s = gpt_shape(n)
         assert s.num_attention_heads % 8 == 0 and s.num_layers % (16 if s.num_layers >= 64 else 8) == 0
         assert s.hidden_size == 128 * s.num_attention_heads
-        assert abs(math.log(s.num_parameters() / n)) < math.log(1.6)
+        assert abs(math.log(num_parameters(s) / n)) < math.log(1.6)
 
 
 def test_compute_optimal_ranks_candidates_by_loss_of_what_their_best_plan_trains():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from core import schedules
-from core.graph import StageProgram, build_pipeline_graph, schedule_order
-from core.graph_types import KINDS
-from core.solver import solve
+from core.sim.graph import StageProgram, build_pipeline_graph, schedule_order
+from core.sim.graph_types import KINDS
+from core.sim.solver import solve
 
 
 def uniform(p, tf=1.0, tb=2.0, **kw):

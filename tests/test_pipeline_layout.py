@@ -9,16 +9,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math
-from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session,
+from core.model import model_math
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session,
                          expand_pipeline_layout, layout_summary, stage_layer_counts, validate,
                          virtual_stage_layer_counts)
-from core.graph import build_graph, stage_times
-from core.graph_types import OPS
-from core.megatron_args import MegatronArgsError, export_script, import_file
-from core.session import load_session, save_session
-from core.simulate import open_profile, profile_path, simulate
-from core.sweep import SweepSpace, enumerate_plans, no_plan_errors, run_sweep
+from core.sim.graph import build_graph, stage_times
+from core.sim.graph_types import OPS
+from core.io.megatron_args import MegatronArgsError, import_file
+from core.io.megatron_export import export_script
+from core.io.session import load_session, save_session
+from core.sim.simulate import open_profile, profile_path, simulate
+from core.studies.sweep import SweepSpace, enumerate_plans, no_plan_errors, run_sweep
 
 FIELD = "plan.pipeline_model_parallel_layout"
 DSV3 = "Et|(tt|)*30mL"
@@ -331,7 +332,7 @@ def test_written_counts_come_back(counts):
 
 
 def test_sweep_refuses_a_layout_that_cannot_parse():
-    from core.config import ConfigError
+    from core.plan.config import ConfigError
     s = session(llama(), plan(4, "Et*4|(t*4|t*4|t*4L", d=2, global_batch_size=16))
     with pytest.raises(ConfigError) as exc:
         enumerate_plans(s, SweepSpace(tensor_parallel=[8], micro_batch_sizes=[1], max_gpus=64))

@@ -8,13 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math, schedules
-from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
+from core.model import model_math
+from core import schedules
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
                          Session, stage_layer_counts, validate, virtual_stage_layer_counts)
-from core.graph import stage_times, virtual_stage_layers
-from core.megatron_args import export_script, import_file
-from core.simulate import open_profile, profile_path, simulate
-from core.sweep import SweepSpace, enumerate_plans
+from core.sim.graph import stage_times, virtual_stage_layers
+from core.io.megatron_args import import_file
+from core.io.megatron_export import export_script
+from core.sim.simulate import open_profile, profile_path, simulate
+from core.studies.sweep import SweepSpace, enumerate_plans
 
 FLAGS = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
 

@@ -10,15 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from core import model_math
-from core.config import (MODEL_PRESETS, PLAN_FIELDS, ClusterConfig, CostConfig, ModelConfig,
+from core.model import model_math
+from core.plan.config import (MODEL_PRESETS, PLAN_FIELDS, ClusterConfig, CostConfig, ModelConfig,
                          ParallelPlan, Session, plan_key, stage_layer_counts, validate)
-from core.graph import build_graph, stage_times
-from core.graph_types import KINDS, OPS
-from core.profile_store import ProfileStore
-from core.report import StageMemory
-from core.session import load_any
-from core.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
+from core.sim.graph import build_graph, stage_times
+from core.sim.graph_types import KINDS, OPS
+from core.store.profile_store import ProfileStore
+from core.sim.report import StageMemory
+from core.io.session import load_any
+from core.sim.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
+from core.model.model_math import num_parameters
 from tests.conftest import case_file
 
 GPT3 = MODEL_PRESETS["GPT-3 175B"]
@@ -35,7 +36,7 @@ def plan(**kw) -> ParallelPlan:
 def test_case_bf16_memory_is_18_bytes_per_parameter():
     s = load_any(case_file("bf16_memory_1p3b.json"))
     mem = stage_memory(s)[0]
-    n = s.model.num_parameters(s.plan.tensor_parallel)
+    n = num_parameters(s.model, s.plan.tensor_parallel)
     assert n == pytest.approx(1.316e9, rel=1e-3)
     states = mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes
     # Megatron-LM: bf16 weights 2 + fp32 main gradients 4 + fp32 master weights 4 + Adam 8

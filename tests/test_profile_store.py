@@ -1,4 +1,4 @@
-"""Tests of the HDF5 profile store (core/profile_store.py)."""
+"""Tests of the HDF5 profile store (core/store/profile_store.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from core import profile_store as ps
-from core.profile_store import SCHEMA_VERSION, Lookup, ProfileStore, ProfileStoreError
+from core.store import profile_store as ps
+from core.store.profile_store import SCHEMA_VERSION, Lookup, ProfileStore, ProfileStoreError
 
 
 def _store(method: str = "measured") -> ProfileStore:

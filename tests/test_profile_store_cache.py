@@ -1,4 +1,4 @@
-"""The parsed-store cache (core.profile_store: images keyed by the store file's SHA-256): an
+"""The parsed-store cache (core.store.profile_store: images keyed by the store file's SHA-256): an
 image holds the whole store, a cached open equals a parsed one, any change of the file is a new
 key, a damaged or foreign image is ignored and rewritten, and an empty VTRAIN_CACHE_DIR turns
 the cache off."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import profile_store as ps
-from core.profile_store import ProfileStore
+from core.store import profile_store as ps
+from core.store.profile_store import ProfileStore
 
 ROOT = Path(__file__).resolve().parent.parent
 STORES = sorted((ROOT / "profiles").glob("*.h5"))
@@ -154,7 +154,7 @@ def test_simulate_needs_no_hdf5_with_the_shipped_images(tmp_path):
     (``VTRAIN_CACHE_DIR=``) the HDF5 file is parsed; the same iteration time either way."""
     import os
     import subprocess
-    code = ("import sys; from core.session import load_any; from core.simulate import simulate; "
+    code = ("import sys; from core.io.session import load_any; from core.sim.simulate import simulate; "
             "r = simulate(load_any('resources/examples/mtnlg_530b.json')); "
             "print(repr(r.report.iteration_time_s), 'h5py' in sys.modules)")
     out = []

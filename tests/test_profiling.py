@@ -10,9 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
-from core.ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, full_op_key
-from core.profile_store import ProfileStore
+from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.model.ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, full_op_key
+from core.store.profile_store import ProfileStore
 from tests.conftest import ROOT
 
 TINY = {"s": 16, "h": 32, "a": 2, "vocab_size": 200, "t": [1, 2], "b": [1, 2], "layers": [1, 2]}
@@ -46,7 +46,7 @@ def tiny_store(tmp_path_factory):
 
 
 def test_tiny_profile_run_writes_a_store_the_simulator_reads(tiny_store):
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     out, result, events = tiny_store
     assert not result.cancelled and result.groups_done == result.groups_total == 2
     store = ProfileStore.open(out)
@@ -85,7 +85,7 @@ def test_keys_cover_every_shape_parameter(tiny_store):
 
 
 def test_exact_shape_lookup_equals_table(tiny_store):
-    from core.graph import lookup_op_times
+    from core.sim.graph import lookup_op_times
     out, _, _ = tiny_store
     store = ProfileStore.open(out)
     ops = lookup_op_times(_session(out, t=2, b=1), store)
@@ -97,7 +97,7 @@ def test_exact_shape_lookup_equals_table(tiny_store):
 
 
 def test_unprofiled_shape_falls_back_with_warning(tiny_store):
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     out, _, _ = tiny_store
     s = _session(out)
     s.model.hidden_size, s.model.num_attention_heads = 64, 4
@@ -171,7 +171,7 @@ def test_merge_keeps_rows_and_collectives(tmp_path):
 def test_layer_shard_shapes_follow_megatron():
     torch = _torch()
     from core.profiling.layers import AttentionShard, GPTModel, MLPShard
-    from core.graph import params_per_gpu
+    from core.sim.graph import params_per_gpu
     attn, mlp = AttentionShard(64, 4, 2, 8), MLPShard(64, 256, 2)
     assert attn.qkv_weight.shape == (96, 64) and attn.proj_weight.shape == (64, 32)
     assert mlp.fc1_weight.shape == (128, 64) and mlp.fc2_weight.shape == (64, 128)
@@ -189,7 +189,7 @@ def test_layer_shard_shapes_follow_megatron():
 
 def test_shapes_file_and_sessions(tmp_path):
     from core.profiling.shapes import ShapeFileError, load_shapes
-    from core.session import save_session
+    from core.io.session import save_session
     save_session(_session("x.h5", t=2, b=4, num_layers=2), tmp_path / "sess.json")
     f = tmp_path / "shapes.json"
     f.write_text('[{"s": 16, "h": 32, "a": 2, "vocab_size": 200, "t": [1, 2], "b": [1]}, '
@@ -209,7 +209,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split('.')[0] == 'torch':
             raise ImportError('blocked: ' + name)
 sys.meta_path.insert(0, Block())
-import core.cli, core.profiles, core.cli.profile, core.profiling
+import core.cli, core.store.profiles, core.cli.profile, core.profiling
 core.cli.build_parser().parse_args(['profile', 'run', '--out', 'x.h5'])
 ok, why = core.profiling.torch_status()
 assert not ok or 'blocked' in why, why
@@ -221,7 +221,7 @@ print('ok')
 
 
 def test_list_stores_shows_provenance(tiny_store, tmp_path):
-    from core.profiles import list_stores
+    from core.store.profiles import list_stores
     out, _, _ = tiny_store
     (tmp_path / "broken.h5").write_text("not hdf5")
     infos = list_stores([out.parent, tmp_path])
@@ -293,7 +293,7 @@ def test_session_shapes_follow_the_stages_layer_counts():
     a custom pipeline layout (its largest and smallest stage)."""
     import dataclasses
 
-    from core.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
     from core.profiling import shapes_from_session
     m = MODEL_PRESETS["GPT-3 1.3B"]  # 24 layers
     even = ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=1,

@@ -1,6 +1,6 @@
 """The published-runs layout (../shared/data/public-modern/published_runs.csv) -> sessions:
 round trips on the real rows, and the named policies for what sources leave unstated
-(core.validate, docs/accuracy.md "Published runs: mapping and policies")."""
+(core.accuracy.validate, docs/accuracy.md "Published runs: mapping and policies")."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import json
 import pytest
 
 from core.cli import main
-from core.config import GPU_KINDS, PRECISIONS, ParallelPlan, virtual_stage_layer_counts
-from core.validate import ASSUMPTIONS, _flag, published_columns, read_measurements, skip_counts
+from core.plan.config import GPU_KINDS, PRECISIONS, ParallelPlan, virtual_stage_layer_counts
+from core.accuracy.validate import ASSUMPTIONS, _flag, published_columns, read_measurements, skip_counts
 from tests.conftest import ROOT
 
 PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.csv"
@@ -51,7 +51,7 @@ INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "
 
 
 def test_every_row_round_trips_through_its_session(published):
-    """Each real row's session, written back as columns (core.validate.published_columns), gives
+    """Each real row's session, written back as columns (core.accuracy.validate.published_columns), gives
     the row's own cells: numbers equal, flags equal, the GPU its shipped kind or the raw name."""
     raw, ms = published
     assert len(ms) == len(raw) == 43
@@ -197,7 +197,7 @@ def test_notes_policies_on_real_rows(published):
     # Bridge recipes' bf16 gradients and Transformer Engine cross-entropy, of them 4.8 the
     # ZeRO-3 peak's prefetched next layer and unsharded gradients: 80 layers of b*s = 16,384
     # tokens, whose projection keeps its BF16 input under tensorwise FP8)
-    from core.simulate import stage_memory
+    from core.sim.simulate import stage_memory
     assert max(x.total_bytes for x in stage_memory(gb.session)) / 2**30 == pytest.approx(340.4, abs=0.05)
     ds = ms[7]  # row 8: DeepSeek-V3 on H100: recompute_modules named, pp_layout, precision inferred
     assert "precision not stated" in ds.skip_causes
@@ -253,7 +253,7 @@ def test_notes_policies_on_real_rows(published):
     ("fp8", "tensorwise", "fp8-recipe-unstated"),
 ])
 def test_fp8_labels_map_to_precision_and_recipe(label, recipe, assumption):
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     assert _precision_policy(label, row) == ("fp8", recipe)
     assert [a.split(":")[0] for a in row.assumptions] == ([assumption] if assumption else [])
@@ -267,7 +267,7 @@ def test_fp8_labels_map_to_precision_and_recipe(label, recipe, assumption):
 
 
 def test_fsdp_float8_all_gather_label_sets_fp8_param_gather():
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     label = "fp8 tensorwise (torchao float8 linears, FSDP float8 all-gather) + bf16"
     assert _precision_policy(label, row) == ("fp8", "tensorwise")
@@ -310,7 +310,7 @@ def test_fsdp_float8_all_gather_label_sets_fp8_param_gather():
     ("y", "Megatron-LM", "", None, "recompute"),
 ])
 def test_recompute_policy(text, framework, notes, expect, cause):
-    from core.validate import _recompute_policy, _Row
+    from core.accuracy.validate import _recompute_policy, _Row
     row = _Row()
     got = _recompute_policy(text, framework, notes, row)
     if cause is None:
@@ -386,7 +386,7 @@ def test_context_parallel_exchange_of_a_row(framework, notes, expect):
     Ulysses; a2a+p2p with its group size, from the notes' hierarchical sizes or "a2a inside the
     node": 4 cp ranks of a node here) are modelled; another exchange named in the notes, or
     another framework's CP not said to be a ring, refuses the row by name."""
-    from core.validate import _check_cp_comm, _Row
+    from core.accuracy.validate import _check_cp_comm, _Row
     row = _Row()
     got = _check_cp_comm(framework, notes, row, node_cp=4, cp=8)
     if expect == "no sizes":
@@ -414,7 +414,7 @@ def test_context_parallel_of_torchtitan_is_the_allgather_and_of_megatron_the_rin
     assert not ms[0].skip_reason and ms[0].session.plan.cp_comm_type == "allgather"
     assert ms[1].skip_causes == [_CP_OTHER] and "does not say it is a ring" in ms[1].skip_reason
     assert not ms[2].skip_reason and ms[2].session.plan.cp_comm_type == "p2p"
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     assert 0 < simulate(ms[0].session).report.iteration_time_s < float("inf")
     assert 0 < simulate(ms[2].session).report.iteration_time_s < float("inf")
 
@@ -429,8 +429,8 @@ def test_validate_json_prints_each_row_with_its_assumptions(published, capsys):
                in a for a in r2["assumptions"])
     assert set(out["by_group"]) >= {"gpu", "kind", "precision"}
     # the memory model against the runs: each predicted row's need and its GPU's capacity
-    from core.simulate import stage_memory
-    from core.validate import row_memory
+    from core.sim.simulate import stage_memory
+    from core.accuracy.validate import row_memory
     need, capacity = row_memory(published[1][1])
     assert need == max(x.total_bytes for x in stage_memory(published[1][1].session))
     assert r2["memory_need_gib"] == pytest.approx(need / 2**30)
@@ -457,7 +457,7 @@ def test_cross_validate_with_fewer_rows_than_folds_is_leave_one_out(tmp_path, ca
 
 def test_bridge_perf_recipes_give_the_settings_the_summary_leaves_out(published, tmp_path):
     """Megatron-Bridge summary rows that match a Bridge 0.6.2 perf recipe on every key field but
-    the global batch take its recomputation, dispatcher and overlaps (core.bridge_recipes); a
+    the global batch take its recomputation, dispatcher and overlaps (core.accuracy.bridge_recipes); a
     row of the same model whose layout differs matches nothing and keeps the general
     assumptions; what a recipe runs that is not modelled refuses the row by name."""
     raw, ms = published
@@ -538,7 +538,7 @@ def test_recompute_labels_naming_megatrons_method_or_torchtitans_option(label, f
     """Megatron's --recompute-method in a label: uniform is every layer (full), block N the first
     N layers of each stage (plan.recompute_num_layers); what does not say how many is refused;
     torchtitan's selective option 'op' is per-op checkpointing, a layer count is not modelled."""
-    from core.validate import _recompute_policy, _Row
+    from core.accuracy.validate import _recompute_policy, _Row
     row, plan = _Row(), ParallelPlan()
     assert _recompute_policy(label, framework, "", row, plan) == recompute
     assert plan.recompute_num_layers == layers
@@ -612,7 +612,7 @@ def test_nemo_rows_take_the_nemo_2_recipe_defaults(published, tmp_path):
     ("selective (op)", "Megatron-Bridge", None, "selective recomputation (other than Megatron's)"),
 ])
 def test_recompute_labels_refused_rather_than_misread(label, framework, layers, cause):
-    from core.validate import _recompute_policy, _Row
+    from core.accuracy.validate import _recompute_policy, _Row
     row, plan = _Row(), ParallelPlan()
     _recompute_policy(label, framework, "", row, plan)
     assert plan.recompute_num_layers == layers
@@ -626,7 +626,7 @@ def test_recompute_labels_refused_rather_than_misread(label, framework, layers, 
      "tensorwise"),
 ])
 def test_fp8_recipe_in_the_labels_parenthesis(label, recipe):
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     assert _precision_policy(label, _Row()) == ("fp8", recipe)
 
 
@@ -656,8 +656,8 @@ def test_deepseek_v3_rows_take_the_models_router_groups(published, tmp_path):
         assert (m.session.model.moe_router_num_groups, m.session.model.moe_router_group_topk) == (8, 4)
         assert "deepseek-v3-router-groups" in _names(m)
     # four B200 nodes (row 11, EP 32): 2.357 copies of a token leave its node, against 2.711
-    # without the groups (core.model_math.flex_remote_node_copies)
-    from core.model_math import flex_remote_node_copies
+    # without the groups (core.model.model_math.flex_remote_node_copies)
+    from core.model.model_math import flex_remote_node_copies
     assert flex_remote_node_copies(256, 8, 4, 8, 4) == pytest.approx(33 / 14)
     assert flex_remote_node_copies(256, 8, 4) == pytest.approx(2.71066, rel=1e-5)
     def with_notes(words):
@@ -735,21 +735,21 @@ def test_not_stated_numeric_cells_read_as_empty(published, tmp_path):
     ("fp16-mixed", "fp16"), ("bf16 mixed precision", "bf16"),
 ])
 def test_precision_labels_of_other_tables(label, precision):
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     assert _precision_policy(label, row) == (precision, None) and not row.causes
 
 
 @pytest.mark.parametrize("label", ["bf16-true", "pure bf16", "fp16-true"])
 def test_pure_half_precision_is_refused(label):
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     _precision_policy(label, row)
     assert row.causes == ["precision"] and "FP32 master" in row.reasons[0]
 
 
 def test_precision_label_naming_two_dtypes_is_refused():
-    from core.validate import _precision_policy, _Row
+    from core.accuracy.validate import _precision_policy, _Row
     row = _Row()
     _precision_policy("mixed (bfloat16 / float16)", row)
     assert row.causes == ["precision"]
@@ -803,7 +803,7 @@ def test_notes_name_the_alltoall_dispatcher_in_other_words(published, tmp_path):
     ("w/o MTP layer", 0), ("mtp_num_layers=1; w/o MTP", -1), ("1 MTP layer; 2 MTP layers", -1),
 ])
 def test_notes_mtp_layer_counts(notes, layers):
-    from core.validate import _notes_mtp_layers
+    from core.accuracy.validate import _notes_mtp_layers
     assert _notes_mtp_layers(notes) == layers
 
 
@@ -836,12 +836,12 @@ def test_mtp_count_from_notes_reaches_the_model_and_a_bare_mtp_is_refused(publis
     ("overlap_grad_reduce: disabled", {"overlap_grad_reduce": False}),
 ])
 def test_notes_overlaps(notes, expect):
-    from core.validate import _notes_overlaps
+    from core.accuracy.validate import _notes_overlaps
     assert _notes_overlaps(notes) == (expect, [])
 
 
 def test_notes_stating_an_overlap_both_on_and_off_are_refused(published, tmp_path):
-    from core.validate import _notes_overlaps
+    from core.accuracy.validate import _notes_overlaps
     assert _notes_overlaps("tp_comm_overlap=True; tp_comm_overlap=False") == ({}, ["tp_comm_overlap"])
     raw, _ = published
     r = dict(raw[1], notes="tp_comm_overlap=True; tp_comm_overlap=False")
@@ -867,7 +867,7 @@ def test_overlaps_in_notes_win_over_recipes_and_defaults(published, tmp_path):
     details = [a[len(head):] for a in got[1].assumptions if a.startswith(head)]
     assert details and all("tp_comm_overlap" not in d and "overlap_param_gather" not in d
                            for d in details)  # what the notes switch off is not a default
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     assert (simulate(got[0].session).report.iteration_time_s
             > simulate(ms[1].session).report.iteration_time_s)
 
@@ -943,7 +943,7 @@ def test_notes_naming_per_op_sac_fill_the_recompute_cell_with_it(notes, said):
     """Per-op selective checkpointing named in the notes is read as such (tester: "recompute:
     selective, per-op SAC" was Megatron's selective, "op-level SAC" nothing at all); a Megatron
     row then refuses it, a torchtitan one predicts selective_op."""
-    from core.validate import _notes_recompute, _recompute_policy, _Row
+    from core.accuracy.validate import _notes_recompute, _recompute_policy, _Row
     assert _notes_recompute(notes) == said
     if "per-op" in said:
         row = _Row()

@@ -10,13 +10,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math as mm
-from core.config import (MODEL_PRESETS, ClusterConfig, ModelConfig, ParallelPlan, Session,
+from core.model import model_math as mm
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, ModelConfig, ParallelPlan, Session,
                          parse_recompute_modules, recompute_modules, validate)
-from core.graph import build_graph, lookup_op_times
-from core.graph_types import KINDS, OPS
-from core.profile_store import ProfileStore
-from core.simulate import simulate, stage_memory
+from core.sim.graph import build_graph, lookup_op_times
+from core.sim.graph_types import KINDS, OPS
+from core.store.profile_store import ProfileStore
+from core.sim.simulate import simulate, stage_memory
 
 PEAK, BW, EFF_MEM, OVERHEAD, G_MAX, G_HALF = 1e15, 2e12, 0.75, 4e-6, 0.8, 160.0
 E = 2  # bytes per bf16 element
@@ -254,7 +254,7 @@ def test_norms_fused_on_the_flash_path():
     """Megatron-Core's TE layer spec fuses the input norm into QKV and a dense layer's pre-MLP
     norm into fc1: ``layernorm`` recomputes neither in a dense GQA layer (no task, no byte);
     an MoE layer's pre-MLP norm is its own module (2 sbh), and so is MLA's input norm."""
-    from core.config import MODEL_PRESETS
+    from core.plan.config import MODEL_PRESETS
     assert mm.norms_separate(GPT) == (True, True)  # the unfused path: the local spec
     assert mm.norms_separate(_llama_tiny()) == (False, False)
     assert mm.norms_separate(MODEL_PRESETS["DeepSeek-V3"]) == (True, False)
@@ -318,7 +318,8 @@ def test_recompute_modules_under_fp8(recipe):
 # --------------------------------------------------------------------------- Megatron-LM arguments
 
 def test_megatron_recompute_modules_round_trip(tmp_path):
-    from core.megatron_args import export_script, import_file
+    from core.io.megatron_args import import_file
+    from core.io.megatron_export import export_script
     s = session(recompute_modules="layernorm,mlp")
     script = export_script(s)
     assert "--recompute-modules layernorm mlp" in script
@@ -337,7 +338,7 @@ def test_megatron_recompute_modules_round_trip(tmp_path):
 
 @pytest.mark.parametrize("sp", [True])  # expert with tensor parallelism needs sp
 def test_graph_size_estimate_bounds_every_module(sp):
-    from core.simulate import graph_size_estimate
+    from core.sim.simulate import graph_size_estimate
     all_dense = "core_attn,layernorm,mlp"
     for s in (session(recompute_modules=all_dense, sequence_parallel=sp, schedule="zb-h1"),
               session(recompute_modules=all_dense, schedule="zb-h1"),
@@ -354,8 +355,8 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
     """The studies check the session apart from the plan fields they choose; a session with
     recompute_modules (which need selective recomputation) sweeps, and only its selective
     plans carry the modules."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
-    from core.sweep import SweepSpace, enumerate_plans, run_sweep
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],
                 ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
@@ -374,8 +375,8 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
 def test_why_a_sweep_found_no_plan_is_not_the_recomputed_modules():
     """The reasons of an empty sweep probe each value with the plan's own recomputation: a
     session with recompute_modules gets the rule t = 3 breaks, not a recompute_modules one."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
-    from core.sweep import SweepSpace, no_plan_errors
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.studies.sweep import SweepSpace, no_plan_errors
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],
                 ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,

@@ -10,13 +10,13 @@ import re
 import pytest
 
 from core.cli import main
-from core.config import (GPT_FAMILY, GPT_SHAPE_FIELDS, LLAMA_FAMILY, MODEL_PRESETS, ClusterConfig,
+from core.plan.config import (GPT_FAMILY, GPT_SHAPE_FIELDS, LLAMA_FAMILY, MODEL_PRESETS, ClusterConfig,
                          ConfigError, CostConfig, ModelConfig, ParallelPlan, Session, field_kind,
                          model_from_fields, vtrain_config_from_dict)
-from core.hf_import import session_from_hf_config
-from core.megatron_args import MEGATRON_MODEL_DEFAULTS, read_launch, session_from_launch
-from core.scheduler import jobs_from_list
-from core.session import SessionFileError, session_from_document, session_to_json
+from core.io.hf_import import session_from_hf_config
+from core.io.megatron_args import MEGATRON_MODEL_DEFAULTS, read_launch, session_from_launch
+from core.studies.scheduler import jobs_from_list
+from core.io.session import SessionFileError, session_from_document, session_to_json
 from tests.conftest import ROOT, case_file
 
 MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)]

@@ -4,7 +4,7 @@ An existing file keeps its mode, a new one follows the umask; a save through a s
 link writes the file the link names (the link stays a link); loops and dangling links are
 refused naming the path given; an output that is an input (by name, through a link, through
 a hard link) is refused with exit status 2 before anything is written. Measurement CSVs are
-bounded by row count (``core.validate.MAX_ROWS``) and long validations show progress.
+bounded by row count (``core.accuracy.validate.MAX_ROWS``) and long validations show progress.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from core import atomic
-from core.atomic import atomic_target, same_file, save_target
+from core.util import atomic
+from core.util.atomic import atomic_target, same_file, save_target
 from core.cli import main
-from core.config import Session
-from core.session import load_session, save_session
+from core.plan.config import Session
+from core.io.session import load_session, save_session
 from tests.conftest import EXAMPLES, ROOT
 
 STORE = ROOT / "profiles" / "A100-SXM4-80GB.h5"
@@ -94,7 +94,7 @@ def test_an_exported_script_stays_executable_and_a_store_keeps_its_mode(tmp_path
     store = tmp_path / "a.h5"
     shutil.copyfile(STORE, store)
     os.chmod(store, 0o600)
-    from core.profile_store import ProfileStore
+    from core.store.profile_store import ProfileStore
     ProfileStore.open(store).save(store)
     assert mode_of(store) == 0o600
 
@@ -167,7 +167,7 @@ def test_a_command_writes_through_a_link(tmp_path, capsys):
 
 def test_a_killed_save_through_a_link_leaves_its_orphan_beside_the_target(tmp_path):
     code = ("import os, signal, sys\n"
-            "from core.atomic import atomic_target\n"
+            "from core.util.atomic import atomic_target\n"
             "with atomic_target(sys.argv[1]) as tmp:\n"
             "    open(tmp, 'w').write('partial')\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -324,7 +324,7 @@ def test_every_command_refuses_an_output_that_is_an_input(tmp_path, capsys, make
 def test_the_store_a_session_names_is_an_input_too(tmp_path, capsys):
     store = _store(tmp_path)
     before = store.read_bytes()
-    from core.session import load_any
+    from core.io.session import load_any
     session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     session.cluster.profile_path = str(store)
     path = tmp_path / "s.json"
@@ -357,7 +357,7 @@ def test_same_file_follows_links_and_hard_links(tmp_path):
 # --------------------------------------------------------------------------- measurement rows
 
 def test_a_csv_over_the_row_limit_is_refused_at_once(tmp_path, capsys):
-    from core.validate import MAX_ROWS
+    from core.accuracy.validate import MAX_ROWS
     assert MAX_ROWS == 10_000  # the documented bound (docs/simulator.md, Inputs)
     path = _csv(tmp_path, MAX_ROWS + 1)
     t0 = time.perf_counter()
@@ -370,7 +370,7 @@ def test_a_csv_over_the_row_limit_is_refused_at_once(tmp_path, capsys):
 
 
 def test_the_row_limit_counts_data_rows(tmp_path, monkeypatch):
-    from core import validate
+    from core.accuracy import validate
     monkeypatch.setattr(validate, "MAX_ROWS", 5)
     assert len(validate.read_measurements(_csv(tmp_path, 5))) == 5
     with pytest.raises(validate.MeasurementFileError):
@@ -378,7 +378,7 @@ def test_the_row_limit_counts_data_rows(tmp_path, monkeypatch):
 
 
 def test_reading_and_predicting_rows_report_progress(tmp_path):
-    from core.validate import predict_rows, read_measurements
+    from core.accuracy.validate import predict_rows, read_measurements
     calls = []
     ms = read_measurements(_csv(tmp_path, 120), lambda done, total: calls.append((done, total)))
     assert calls == [(50, 120), (100, 120), (120, 120)]

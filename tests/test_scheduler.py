@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS, ConfigError, Session
-from core.scheduler import (Job, gpu_counts, jobs_from_list, read_jobs, run_schedule, target_index,
+from core.plan.config import MODEL_PRESETS, ConfigError, Session
+from core.studies.scheduler import (Job, gpu_counts, jobs_from_list, read_jobs, run_schedule, target_index,
                             throughput_table)
-from core.simulate import simulate
+from core.sim.simulate import simulate
 from tests.conftest import ROOT
 
 TRACE = ROOT / "resources" / "traces" / "jobs_trace.json"
@@ -219,6 +219,6 @@ def test_cli_plans_carry_no_figures_of_another_token_budget(capsys):
 
 def test_cli_policy_names_are_the_schedulers():
     """The parser spells the policies out (no scheduler import for ``vtrain --help``)."""
-    from core.scheduler import POLICIES
+    from core.studies.scheduler import POLICIES
     from core.cli.schedule import POLICY_NAMES
     assert POLICY_NAMES == POLICIES

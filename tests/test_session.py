@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
-from core.session import (SESSION_VERSION, SessionFileError, load_any, load_session, save_session,
+from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
+from core.io.session import (SESSION_VERSION, SessionFileError, load_any, load_session, save_session,
                           session_to_json)
 from tests.conftest import EXAMPLES
 
@@ -82,7 +82,7 @@ def test_written_version_is_current(tmp_path):
 
 
 def test_sweep_settings_are_optional_and_round_trip(tmp_path):
-    from core.sweep import SweepSpace
+    from core.studies.sweep import SweepSpace
 
     # version 1 files without a "sweep" section load as sweep=None and are written back unchanged
     plain = odd_session()
@@ -147,8 +147,8 @@ def test_pinned_plan_round_trips_and_is_checked(tmp_path):
     """Session.compare holds the Compare tab's plan A: saved, read back, refused by field."""
     import json
 
-    from core.config import ConfigError, ParallelPlan, Session
-    from core.session import SessionFileError, load_session, save_session, session_to_json
+    from core.plan.config import ConfigError, ParallelPlan, Session
+    from core.io.session import SessionFileError, load_session, save_session, session_to_json
     a = Session(plan=ParallelPlan(tensor_parallel=2, data_parallel=4))
     s = Session().with_pinned(a)
     assert set(s.compare["pinned"]) == {"model", "plan", "cluster", "cost"}
@@ -173,8 +173,8 @@ def test_pinned_plan_round_trips_and_is_checked(tmp_path):
 
 def test_diff_of_one_file_without_a_pin_is_refused(tmp_path, capsys):
     from core.cli import main
-    from core.config import Session
-    from core.session import save_session
+    from core.plan.config import Session
+    from core.io.session import save_session
     path = tmp_path / "s.json"
     save_session(Session(), path)
     assert main(["diff", str(path)]) == 2

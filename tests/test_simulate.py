@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
-from core.graph import params_per_gpu
-from core.ops import analytic_op_time
-from core.session import load_any, save_session, session_to_json
-from core.simulate import open_profile, profile_path, simulate, stage_memory
-from core.graph_types import KINDS
-from core.solver import solve
+from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
+from core.sim.graph import params_per_gpu
+from core.model.ops import analytic_op_time
+from core.io.session import load_any, save_session, session_to_json
+from core.sim.simulate import open_profile, profile_path, simulate, stage_memory
+from core.sim.graph_types import KINDS
+from core.sim.solver import solve
 from tests.conftest import EXAMPLES, ROOT, SHARED, case_file, shared_file
 
 
@@ -245,7 +245,7 @@ def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
 
 
 def test_collective_warnings_fold_into_one_line_naming_the_largest():
-    from core.comm import summarize_warnings
+    from core.sim.comm import summarize_warnings
     ws = ["all_gather of 3000.0 MiB on 4 GPUs: beyond the measured sizes (1 KiB to 2 GiB), "
           "extrapolated with that curve's latency-bandwidth fit",
           "does not fit: stage 0 needs 90.0 GiB",
@@ -262,7 +262,7 @@ def test_case_bubble_12_stages_is_the_schedule_idle_share():
     # ../shared/cases/bubble_12_stages.json: 24 layers, p=12, m=128, t=d=1. The bubble is
     # 1F1B's idle share (p-1)/(m+p-1) = 11/139 (7.9 %); the blocking sends are exposed pipeline
     # communication, never bubble; the parts sum to the iteration time.
-    from core.session import load_session
+    from core.io.session import load_session
     r = simulate(load_session(case_file("bubble_12_stages.json"))).report
     assert r.bubble_fraction == pytest.approx(11 / 139, rel=5e-3)  # the optimizer step dilutes it
     assert r.pp_comm_s > 0
@@ -299,8 +299,8 @@ def test_hfu_counts_the_causal_core_and_stays_below_the_peak():
     Closed form: hardware - model = -(3 L) * B s * 4 s h / 2 without recomputation."""
     import dataclasses
 
-    from core import model_math as mm
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.model import model_math as mm
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=131072)
     pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
                       context_parallel=8, micro_batch_size=1, global_batch_size=1,
@@ -322,7 +322,7 @@ def test_idle_time_waiting_for_overlapped_communication_is_not_bubble():
     overlapped parameter all-gathers and gradient reduce-scatters (tester: 'bubble 0.143 s'
     at p = 1). The terms still sum to the iteration time; a plan without overlapped
     communication keeps its bubble and has no such wait."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     s = Session(model=MODEL_PRESETS["Llama 3 8B"],
                 plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=64,
                                   micro_batch_size=1, global_batch_size=512, zero_stage=3,

@@ -10,12 +10,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core import model_math as mm
-from core.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
-from core.graph import build_graph, lookup_op_times, weight_gradient_share
-from core.graph_types import KINDS, OPS
-from core.profile_store import ProfileStore
-from core.simulate import simulate
+from core.model import model_math as mm
+from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
+from core.sim.graph import build_graph, lookup_op_times, weight_gradient_share
+from core.sim.graph_types import KINDS, OPS
+from core.store.profile_store import ProfileStore
+from core.sim.simulate import simulate
 
 PEAK, BW, EFF_MEM, OVERHEAD, G_MAX, G_HALF = 1e15, 2e12, 0.75, 4e-6, 0.8, 160.0
 
@@ -151,7 +151,8 @@ def test_full_model_unchanged_by_the_window_fields():
 
 
 def test_megatron_window_arguments_round_trip(tmp_path):
-    from core.megatron_args import MegatronArgsError, export_script, import_file
+    from core.io.megatron_args import MegatronArgsError, import_file
+    from core.io.megatron_export import export_script
     s = session(model(128, 2))
     script = export_script(s)
     assert "--window-size '(128,0)' \\\n    --window-attn-skip-freq 2 \\" in script
@@ -171,13 +172,13 @@ def test_megatron_window_arguments_round_trip(tmp_path):
 @pytest.mark.parametrize("moe", [False, True])
 def test_sweep_times_windowed_interleaved_plans_as_simulate(moe):
     """With 2 layers per chunk and every third layer full, the stages hold their windowed
-    layers at different places: no stage stands for another (core.graph._middle_stages_alike),
+    layers at different places: no stage stands for another (core.sim.graph._middle_stages_alike),
     and the sweep's fast path gives simulate's time."""
     import dataclasses
 
-    from core.session import load_any
-    from core.simulate import simulate
-    from core.sweep import SweepSpace, run_sweep
+    from core.io.session import load_any
+    from core.sim.simulate import simulate
+    from core.studies.sweep import SweepSpace, run_sweep
     from tests.conftest import ROOT
 
     s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, SHARED
-from core.graph import StageProgram, build_pipeline_graph
-from core.session import load_any
-from core.simulate import simulate
-from core.solver import CycleError, earliest_times, earliest_times_levels, merge_chains
+from core.sim.graph import StageProgram, build_pipeline_graph
+from core.io.session import load_any
+from core.sim.simulate import simulate
+from core.sim.solver import CycleError, earliest_times, earliest_times_levels, merge_chains
 
 SOLVERS = [earliest_times, earliest_times_levels]
 

@@ -7,10 +7,11 @@ import dataclasses
 
 import pytest
 
-from core.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
-from core.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
-from core.simulate import simulate
-from core.validate import read_measurements
+from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.io.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
+from core.sim.simulate import simulate
+from core.accuracy.validate import read_measurements
+from core.model.model_math import num_parameters
 
 # Nemotron-4 340B (Nemotron-4 340B technical report, Table 1 / its Megatron-Core config):
 # 96 layers, h 18432, 96 heads, 8 KV groups, ffn 73728 (4h), vocabulary 256000, squared ReLU,
@@ -28,15 +29,15 @@ def test_nemotron4_340b_parameters_closed_form():
     2Vh and the final LayerNorm 2h: 341.03 B (the report's "340B")."""
     h, f, g, d, V, L = 18432, 73728, 8, 192, 256000, 96
     per_layer = h * (h + 2 * g * d) + h * h + 2 * h * f + 2 * 2 * h
-    assert NEMOTRON4_340B.num_parameters() == L * per_layer + 2 * V * h + 2 * h
-    assert NEMOTRON4_340B.num_parameters() == pytest.approx(341.03e9, rel=1e-5)
+    assert num_parameters(NEMOTRON4_340B) == L * per_layer + 2 * V * h + 2 * h
+    assert num_parameters(NEMOTRON4_340B) == pytest.approx(341.03e9, rel=1e-5)
     gated = dataclasses.replace(NEMOTRON4_340B, activation="swiglu")
-    assert gated.num_parameters() - NEMOTRON4_340B.num_parameters() == L * h * f
+    assert num_parameters(gated) - num_parameters(NEMOTRON4_340B) == L * h * f
 
 
 def test_squared_relu_is_timed_as_gelu_and_refuses_gated_fields():
     """One fused element-wise kernel per pass with GeLU's bytes, the same two GEMMs: the
-    iteration time and the memory are GeLU's exactly (core.model_math.activation_key)."""
+    iteration time and the memory are GeLU's exactly (core.model.model_math.activation_key)."""
     small = dataclasses.replace(NEMOTRON4_340B, num_layers=8, hidden_size=2048,
                                 num_attention_heads=16, ffn_hidden_size=8192)
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
@@ -105,8 +106,8 @@ NEMOTRON_HF = {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron
 
 
 def test_hf_nemotron_import():
-    from core.config import ConfigError
-    from core.hf_import import session_from_hf_config
+    from core.plan.config import ConfigError
+    from core.io.hf_import import session_from_hf_config
     imp = session_from_hf_config(NEMOTRON_HF, where="config.json")
     m = imp.session.model
     assert dataclasses.replace(m, name=NEMOTRON4_340B.name) == NEMOTRON4_340B

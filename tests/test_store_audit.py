@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
-from core.profile_store import (ALLOWED_FILTERS, CURVE_DIP_TOLERANCE, OP_MODEL_BOUND, STORE_BOUNDS,
+from core.store.profile_store import (ALLOWED_FILTERS, CURVE_DIP_TOLERANCE, OP_MODEL_BOUND, STORE_BOUNDS,
                                 ProfileStore, ProfileStoreError)
 from tests.conftest import EXAMPLES, ROOT, case_file
 
@@ -151,7 +151,7 @@ def test_the_audit_reads_no_chunk_and_a_chunk_read_would_load_the_plugin(tmp_pat
     store = copy_case(FILTER_CASE, tmp_path)
     folder, marker = plugin_folder(tmp_path)
     code = f"""
-        import h5py, core.profile_store as ps
+        import h5py, core.store.profile_store as ps
         ps._h5py = lambda: h5py  # keep the plugin folders: test the audit alone
         f = h5py.File({str(store)!r}, "r")
         try:
@@ -179,7 +179,7 @@ def test_plugin_folders_are_emptied_even_when_h5py_was_imported_first(tmp_path):
     code = f"""
         import os, h5py
         print("BEFORE", h5py.h5pl.size())
-        import core.profile_store as ps
+        import core.store.profile_store as ps
         h5 = ps._h5py()
         print("AFTER", h5.h5pl.size())
         try:
@@ -196,7 +196,7 @@ def test_plugin_folders_are_emptied_even_when_h5py_was_imported_first(tmp_path):
 def test_h5py_imported_by_the_store_module_sees_no_plugin_folder():
     code = """
         import os, sys
-        import core.profile_store as ps
+        import core.store.profile_store as ps
         assert "h5py" not in sys.modules
         h5 = ps._h5py()
         print(h5.h5pl.size(), repr(os.environ["HDF5_PLUGIN_PATH"]), os.environ["HDF5_PLUGIN_PRELOAD"])
@@ -372,8 +372,8 @@ def test_efficiencies_have_physical_bounds(tmp_path, name, value, ok):
 def test_the_lowest_efficiencies_simulate_without_numpy_warnings():
     """Every efficiency at its lower bound is accepted and gives a finite, slower iteration
     with no numpy warning (5e-324 passed "above 0" and overflowed into warnings)."""
-    from core.session import load_session
-    from core.simulate import simulate
+    from core.io.session import load_session
+    from core.sim.simulate import simulate
 
     base = ProfileStore.open(STORE)
     lowest = {k: STORE_BOUNDS[b][0] for k, b in OP_MODEL_BOUND.items()

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
                          ParallelPlan, Session, validate)
-from core.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
-from core.graph_types import KINDS
-from core.simulate import open_profile, profile_path, simulate
-from core.solver import solve
-from core.sweep import (one_stage_schedule, SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
+from core.sim.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
+from core.sim.graph_types import KINDS
+from core.sim.simulate import open_profile, profile_path, simulate
+from core.sim.solver import solve
+from core.studies.sweep import (one_stage_schedule, SweepCancelled, SweepSpace, enumerate_plans, pareto_front,
                         pipeline_iteration_times, run_sweep)
 from tests.conftest import EXAMPLES, ROOT, shared_file
 
@@ -472,7 +472,7 @@ def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(cap
 def test_space_says_why_it_excludes_a_plan():
     """SweepSpace.excludes names the first of the plan's GPU count and swept sizes the space
     does not allow (tester: 'not among the swept plans' gave no reason)."""
-    from core.config import ParallelPlan
+    from core.plan.config import ParallelPlan
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                         micro_batch_size=4, global_batch_size=64, context_parallel=1)
     assert SweepSpace(hold_session_values=True, num_gpus=8).excludes(plan) is None
@@ -537,9 +537,9 @@ def test_cli_missing_config_exits_2(tmp_path, capsys):
 
 def test_warnings_come_from_plans_that_fit():
     # a plan that does not fit is never run, so its extrapolated lookups are no one's concern
-    from core.graph import stage_times
-    from core.session import load_any
-    from core.simulate import open_profile, profile_path
+    from core.sim.graph import stage_times
+    from core.io.session import load_any
+    from core.sim.simulate import open_profile, profile_path
     session = load_any(EXAMPLES / "mtnlg_530b.json")
     result = run_sweep(session, SweepSpace(hold_session_values=True, max_gpus=3360, tensor_parallel=(1, 8),
                                            micro_batch_sizes=(1,), schedules=("1f1b",)))
@@ -580,7 +580,7 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     """61 layers (DeepSeek-V3's count) split evenly only over p = 1 or 61; a base plan with
     uneven first and last stages at p = 4 is among the default candidates, with its stages,
     and other p values split evenly."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=61)
     s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=2,
                                 micro_batch_size=1, global_batch_size=16, recompute="full",
@@ -599,7 +599,7 @@ def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
     every layer (None) and stays valid, instead of being refused as above its chunks. 24
     layers, p = 2: a 12-layer stage keeps 4; interleaved v = 2, 3, 4, 6 (chunks of 6, 4, 3, 2)
     keep 4, then every layer."""
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     m = MODEL_PRESETS["GPT-3 1.3B"]
     s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=2, data_parallel=1,
                                 micro_batch_size=1, global_batch_size=12, recompute="full",
@@ -615,7 +615,7 @@ def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
 def _qwen_session():
     import dataclasses
 
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
     return Session(model=dataclasses.replace(MODEL_PRESETS["Qwen3-30B-A3B"], seq_length=4096),
                    plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=16,
                                      micro_batch_size=1, global_batch_size=256,
@@ -626,7 +626,7 @@ def _qwen_session():
 def test_no_plan_reasons_name_the_value_and_its_own_rule():
     """Tester: --expert-parallel 3 was explained by ep=16 (the file's), which was never tried,
     and one message repeated per micro-batch size; --gpus 100 said nothing about the count."""
-    from core.sweep import SweepSpace, no_plan_errors
+    from core.studies.sweep import SweepSpace, no_plan_errors
     s = _qwen_session()
     errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=16, expert_parallel=[3], recompute=("none",),
                                         schedules=("1f1b",)))
@@ -640,7 +640,7 @@ def test_no_plan_reasons_name_the_value_and_its_own_rule():
 
 
 def test_values_in_no_valid_plan_are_named_not_dropped():
-    from core.sweep import SweepSpace, run_sweep, unused_values
+    from core.studies.sweep import SweepSpace, run_sweep, unused_values
     s = _qwen_session()
     space = SweepSpace(hold_session_values=True, num_gpus=16, expert_parallel=[3, 8], recompute=("none",),
                        schedules=("1f1b",), micro_batch_sizes=[1])
@@ -657,7 +657,7 @@ def test_values_in_no_valid_plan_are_named_not_dropped():
 def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
     """Tester: --tensor-parallel 16 on an 8-GPU budget and --expert-parallel 16 with --gpus 8
     said nothing; --gpus 8,7 dropped 7 without a word."""
-    from core.sweep import SweepSpace, no_plan_errors, run_sweep, unused_values
+    from core.studies.sweep import SweepSpace, no_plan_errors, run_sweep, unused_values
     s = _qwen_session()
     errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=8, expert_parallel=[16], recompute=("none",)))
     assert [(e.field, e.message) for e in errs[1:]] == [
@@ -687,8 +687,8 @@ def test_the_configs_plan_at_t_1_is_found_whatever_its_sequence_parallel_flag():
     with it off: the flag changes nothing at t = 1 (tester: 'not among the swept plans')."""
     import dataclasses as dc
 
-    from core.session import load_any
-    from core.sweep import run_sweep
+    from core.io.session import load_any
+    from core.studies.sweep import run_sweep
     s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")
     s.plan = dc.replace(s.plan, tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
                         micro_batch_size=1, sequence_parallel=True)

@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from core import sweep as sweep_module
-from core import sweep_parallel
+from core.studies import sweep as sweep_module
+from core.studies import sweep_parallel
 from core.cli import main
-from core.config import ConfigError
-from core.session import load_any
-from core.sweep import SweepCancelled, SweepSpace, run_sweep
+from core.plan.config import ConfigError
+from core.io.session import load_any
+from core.studies.sweep import SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
@@ -117,7 +117,7 @@ def test_bad_workers_and_dask_arguments(monkeypatch):
 
 
 def test_store_bytes_round_trip_leaves_the_store_alone(serial):
-    from core.simulate import open_profile, profile_path
+    from core.sim.simulate import open_profile, profile_path
     store = open_profile(profile_path(serial.session))
     path = store.path
     data = sweep_parallel.store_bytes(store)
@@ -161,8 +161,9 @@ def test_zb_h1_order_equals_its_rule_item_by_item():
 
 
 def test_in_flight_per_stage_cache_equals_the_schedule_count():
-    from core import model_math, schedules
-    from core.config import ParallelPlan
+    from core.model import model_math
+    from core import schedules
+    from core.plan.config import ParallelPlan
     for sched, v in (("1f1b", None), ("gpipe", None), ("zb-h1", None), ("interleaved", 2)):
         plan = ParallelPlan(2, 4, 2, 1, 64, sched, "none", "bf16", virtual_pipeline_stages=v)
         got = model_math._in_flight(sched, 4, plan.num_microbatches, v or 1)
@@ -177,7 +178,7 @@ def test_compiled_sweep_on_processes_gives_the_serial_result(serial, parallel_al
                                                              early):
     """With the compiled batch solver on the heavy chunks (this thread, or a pool started and
     warmed up before the enumeration) and numpy on the light ones: still the serial result."""
-    from core import fastpath_kernel
+    from core.sim import fastpath_kernel
     if not fastpath_kernel.available():
         pytest.skip("Numba is not installed")
     monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
@@ -198,7 +199,7 @@ def test_warmed_pool_beside_this_thread_compiled_or_not_gives_the_serial_result(
     """Beside a warmed pool this thread loads the compiled solver when its share of the light
     batches would cost more in numpy (_KERNEL_LOAD_S decides): the serial result either way, and
     the plans' own figures (columns, FLOPs, bands) computed once, after the first chunks left."""
-    from core import fastpath_kernel
+    from core.sim import fastpath_kernel
     if not fastpath_kernel.available():
         pytest.skip("Numba is not installed")
     monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
@@ -244,13 +245,13 @@ def test_pruned_sweep_on_a_pool_gives_the_serial_pruned_result(parallel_always):
 
 
 def test_yield_interpreter_sleeps_on_worker_threads_only(monkeypatch):
-    """``core.sweep.yield_interpreter``: on a thread other than the main one it sleeps once per
+    """``core.studies.sweep.yield_interpreter``: on a thread other than the main one it sleeps once per
     ``YIELD_EVERY_S`` of work (so the GUI thread takes the interpreter lock); on the main
     thread (the command line) never."""
     import threading
     import time
 
-    from core import sweep
+    from core.studies import sweep
 
     slept: list[float] = []
     real_sleep = time.sleep

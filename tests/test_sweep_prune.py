@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.config import MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan, Session
-from core.session import load_any
-from core.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
+from core.plan.config import MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan, Session
+from core.io.session import load_any
+from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
 from tests.conftest import EXAMPLES, shared_file
 
 
@@ -143,7 +143,7 @@ def test_cli_json_has_dimensions_best_by_and_no_cap(capsys):
 
 
 def test_work_estimate_is_a_warning_not_a_refusal(monkeypatch):
-    from core import sweep as sweep_module
+    from core.studies import sweep as sweep_module
     monkeypatch.setattr(sweep_module, "LARGE_SWEEP_WORK", 1)
     told = []
     session = gpt3_small()
@@ -191,8 +191,8 @@ def test_best_plan_per_gpu_count_is_exact_under_pruning():
 
 def test_activations_do_not_depend_on_the_data_parallel_side():
     """The sweep shares activations between plans that differ only in ZeRO and its overlaps
-    (core.model_math.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
-    from core import model_math
+    (core.model.model_math.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
+    from core.model import model_math
     session = gpt3_small()
     by_key: dict = {}
     for pl in enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,))):

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from core import schedules
-from core.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
-from core.graph import build_graph, stage_times
-from core.session import load_any
-from core.simulate import open_profile, profile_path
-from core.solver import solve
-from core.sweep import SweepSpace, enumerate_plans, run_sweep
+from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
+from core.sim.graph import build_graph, stage_times
+from core.io.session import load_any
+from core.sim.simulate import open_profile, profile_path
+from core.sim.solver import solve
+from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
 from tests.conftest import EXAMPLES
 
 _BASE = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
@@ -30,7 +30,7 @@ _BASE = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batc
 def test_stage_times_depend_on_the_schedule_only_through_its_two_properties(changes):
     """solve_batch shares stage times between plans whose schedules have the same
     splits_backward and uses_virtual_stages: if this fails, stage_times reads more of the
-    schedule and core.sweep.solve_batch's sharing key must grow."""
+    schedule and core.studies.sweep.solve_batch's sharing key must grow."""
     model = MODEL_PRESETS["GPT-3 1.3B"]
     groups: dict[tuple, list] = {}
     for name in schedules.names():
@@ -83,10 +83,10 @@ def test_swept_times_equal_the_general_solver_on_the_per_op_graph():
     ("DeepSeek-V3", dict(expert_parallel=4, zero_stage=3, sequence_parallel=True, pipeline_parallel=1)),
 ], ids=repr)
 def test_memory_state_does_not_depend_on_the_micro_batch_or_the_recomputation(preset, changes):
-    """core.model_math memoizes the weights, gradients and optimizer state of
+    """core.model.model_math memoizes the weights, gradients and optimizer state of
     stage_memory_arrays without the fields of STATE_FREE_PLAN_FIELDS in the key: if this
     fails, they read one of those fields and the key must take it."""
-    from core import model_math as mm
+    from core.model import model_math as mm
     model = MODEL_PRESETS[preset]
     base = ParallelPlan(**{**_BASE, "data_parallel": 4, **changes})
     variants = [dict(micro_batch_size=b, recompute=rc, recompute_num_layers=n, recompute_modules=mods)

@@ -1,4 +1,4 @@
-"""``vtrain import torchtitan CONFIG.toml`` (core/torchtitan_import.py): torchtitan job configs
+"""``vtrain import torchtitan CONFIG.toml`` (core/io/torchtitan_import.py): torchtitan job configs
 into sessions, the expected sessions spelled out; every key used, listed or refused by name."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config import MODEL_PRESETS, ConfigError, ParallelPlan
-from core.torchtitan_import import (KEYS, load_toml, read_torchtitan_config,
+from core.plan.config import MODEL_PRESETS, ConfigError, ParallelPlan
+from core.io.torchtitan_import import (KEYS, load_toml, read_torchtitan_config,
                                     session_from_torchtitan)
 
 ROOT = Path(__file__).resolve().parents[1]

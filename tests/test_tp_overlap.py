@@ -5,12 +5,13 @@ import dataclasses
 
 import pytest
 
-from core import model_math
-from core.comm import CommModel
-from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate
-from core.graph import lookup_op_times, tp_overlap_split
-from core.megatron_args import export_arguments, export_script, read_launch, session_from_launch
-from core.simulate import open_profile, profile_path, simulate
+from core.model import model_math
+from core.sim.comm import CommModel
+from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate
+from core.sim.graph import lookup_op_times, tp_overlap_split
+from core.io.megatron_args import export_arguments, read_launch, session_from_launch
+from core.io.megatron_export import export_script
+from core.sim.simulate import open_profile, profile_path, simulate
 
 
 def test_overlap_split_is_the_pipelined_pair():
@@ -98,7 +99,7 @@ def test_megatron_flag_round_trip():
 
 
 def test_sweep_keeps_plans_without_sequence_parallelism():
-    from core.sweep import SweepSpace, enumerate_plans
+    from core.studies.sweep import SweepSpace, enumerate_plans
     s = _session(tp_comm_overlap=True, global_batch_size=8)
     space = SweepSpace(tensor_parallel=[1, 2, 4], pipeline_parallel=[1], micro_batch_sizes=[1],
                        sequence_parallel=[False, True], num_gpus=8, schedules=["1f1b"],
@@ -138,7 +139,7 @@ def test_per_op_checkpointing_adds_its_recomputed_all_gathers_to_the_iteration(o
 def test_graph_size_estimate_bounds_overlapped_graphs():
     """The hidden parts of the overlapped collectives are side tasks of the graph: the size
     estimate (the simulator's memory guard) counts them."""
-    from core.simulate import graph_size_estimate
+    from core.sim.simulate import graph_size_estimate
     for recompute in ("none", "selective", "full", "selective_op"):
         s = _session(tp_comm_overlap=True, recompute=recompute, data_parallel=2,
                      global_batch_size=4, zero_stage=3)

@@ -9,10 +9,10 @@ import pytest
 
 from tests.conftest import ROOT
 from core.cli import main
-from core.calibrate import measured_sessions
-from core.report import MEMORY_SCALES
-from core.simulate import session_profile, simulate, stage_memory
-from core.validate import MeasurementFileError, read_measurements
+from core.accuracy.calibrate import measured_sessions
+from core.sim.report import MEMORY_SCALES
+from core.sim.simulate import session_profile, simulate, stage_memory
+from core.accuracy.validate import MeasurementFileError, read_measurements
 
 MEMORY_CSV = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
 

@@ -158,10 +158,10 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
 
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
-        from core.config import ConfigError
-        from core.profile_store import ProfileStoreError
-        from core.session import SessionFileError, load_any
-        from core.simulate import session_profile
+        from core.plan.config import ConfigError
+        from core.store.profile_store import ProfileStoreError
+        from core.io.session import SessionFileError, load_any
+        from core.sim.simulate import session_profile
         try:
             # the store the session names is input too: a broken one is the user's to fix
             # (exit 2, one line naming the file, the field and the rule), as ``simulate`` says

@@ -2,9 +2,9 @@
 
 The two timelines stand one above the other on one linked time axis; the
 difference of their iteration times is drawn as a waterfall of the terms of
-:func:`core.diff.diff_results` (green: the term makes B faster, red: slower; the
+:func:`core.studies.diff.diff_results` (green: the term makes B faster, red: slower; the
 last bar is the total difference), with memory per GPU and cost of both plans
-in a table. Every number comes from :mod:`core.diff`; this module only lays out.
+in a table. Every number comes from :mod:`core.studies.diff`; this module only lays out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.diff import PlanDiff, diff_results, plan_label
+from core.studies.diff import PlanDiff, diff_results, plan_label
 
 from .empty_state import EmptyStack
 from .formatting import format_bytes, format_duration, format_usd
@@ -44,7 +44,7 @@ _VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
 def _verdict_text(plan: dict) -> str:
     """``"fits"``, ``"tight (70.1 of 72.0 GiB)"`` or ``"does not fit (87.9 of 72.0 GiB)"`` for
-    one plan of :meth:`core.diff.PlanDiff.to_dict`."""
+    one plan of :meth:`core.studies.diff.PlanDiff.to_dict`."""
     verdict = plan["memory_verdict"]
     if verdict == "fits":
         return verdict
@@ -55,7 +55,7 @@ def _verdict_text(plan: dict) -> str:
 class CompareTab(QtWidgets.QWidget):
     """Plan A (pinned) against plan B (the editor's latest result).
 
-    Call :meth:`set_pinned` with a ``core.simulate.SimulationResult`` (None clears
+    Call :meth:`set_pinned` with a ``core.sim.simulate.SimulationResult`` (None clears
     the pin) and :meth:`set_current` with each new result of the editor; the view
     redraws when both are there, else shows an empty state saying what to do.
     """
@@ -183,7 +183,7 @@ class CompareTab(QtWidgets.QWidget):
 
     @property
     def diff(self) -> PlanDiff | None:
-        """The :class:`core.diff.PlanDiff` on screen (None in the empty state)."""
+        """The :class:`core.studies.diff.PlanDiff` on screen (None in the empty state)."""
         self._flush()
         return self._diff
 
@@ -214,7 +214,7 @@ class CompareTab(QtWidgets.QWidget):
         return [float(y) for y in np.asarray(self._bars.opts.get("y0", []), float)]
 
     def bar_names(self) -> list[str]:
-        """Names under the waterfall's bars: core.diff's term names, then ``'total'``."""
+        """Names under the waterfall's bars: core.studies.diff's term names, then ``'total'``."""
         self._flush()
         return list(self._names)
 
@@ -290,7 +290,7 @@ class CompareTab(QtWidgets.QWidget):
         vb.setRange(xRange=(-0.6, len(names) - 0.4), yRange=(lo - pad, hi + pad), padding=0.0)
 
     def _fill_table(self, diff: PlanDiff) -> None:
-        """Fill the table from :meth:`core.diff.PlanDiff.to_dict` (a plan that does not fit, or
+        """Fill the table from :meth:`core.studies.diff.PlanDiff.to_dict` (a plan that does not fit, or
         fits tightly, says so in its column, with its need and the usable memory on hover)."""
         d = diff.to_dict()
         a, b = d["a"], d["b"]

@@ -9,7 +9,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.report import Report
+from core.sim.report import Report
 
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_duration,
@@ -18,7 +18,7 @@ from .formatting import (KIND_COLORS, format_bytes, format_count, format_duratio
 __all__ = ["CostPanel"]
 
 _GIB = float(2**30)
-#: Memory parts of :class:`core.report.StageMemory`: attribute, label, colour.
+#: Memory parts of :class:`core.sim.report.StageMemory`: attribute, label, colour.
 _MEMORY_PARTS = (
     ("weights_bytes", "weights", "#4C78A8"),
     ("gradients_bytes", "gradients", "#72B7B2"),
@@ -125,7 +125,7 @@ class _OneLineLabel(QtWidgets.QLabel):
 
 
 class CostPanel(QtWidgets.QWidget):
-    """Figures of a :class:`core.report.Report` and a memory-per-GPU chart by pipeline stage.
+    """Figures of a :class:`core.sim.report.Report` and a memory-per-GPU chart by pipeline stage.
 
     Left: iteration time, tokens/s, MFU, HFU, bubble fraction, the time
     breakdown (compute / exposed communication / bubble, mean over stages),
@@ -361,7 +361,7 @@ class CostPanel(QtWidgets.QWidget):
         v = self._values
         v["iteration_time"].setText(format_duration(report.iteration_time_s))
         v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))
-        # an FP8 plan's MFU is of the BF16 peak (core.costing.mfu_peak_flops): say so
+        # an FP8 plan's MFU is of the BF16 peak (core.sim.costing.mfu_peak_flops): say so
         of_peak = (f" of {report.mfu_peak_dtype.upper()} peak"
                    if getattr(report, "mfu_peak_dtype", report.precision) != report.precision else "")
         causal = getattr(report, "mfu_causal", None)
@@ -423,8 +423,8 @@ class CostPanel(QtWidgets.QWidget):
         self._fit_figures_width()
 
     def _set_run(self, report: Report) -> None:
-        """The run with failures and checkpoints (:mod:`core.goodput`) and, beside the GPU-hours,
-        the energy of the run without them (:mod:`core.energy`); the terms in the tooltips.
+        """The run with failures and checkpoints (:mod:`core.sim.goodput`) and, beside the GPU-hours,
+        the energy of the run without them (:mod:`core.sim.energy`); the terms in the tooltips.
         Nothing for a report without them (written before they existed)."""
         v, g, e = self._values, getattr(report, "run", None), getattr(report, "energy", None)
         if g is None or e is None:

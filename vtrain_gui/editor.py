@@ -1,9 +1,9 @@
-"""Point-and-click form for a :class:`core.config.Session`, generated from the dataclass fields.
+"""Point-and-click form for a :class:`core.plan.config.Session`, generated from the dataclass fields.
 
 Each field's label, unit suffix and tooltip come from the field's metadata
 (``unit``, ``help``, ``choices``). Every edit writes the one field it concerns
 into the editor's session (fields not edited keep their exact values), runs
-:func:`core.config.validate`, shows each error message in red under the field
+:func:`core.plan.config.validate`, shows each error message in red under the field
 it names, and emits :attr:`ConfigEditor.session_changed`.
 """
 
@@ -16,8 +16,9 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
+from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
                          ParallelPlan, ReliabilityConfig, Session, inactive_fields, validate)
+from core.model.model_math import num_parameters
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -529,7 +530,7 @@ class ConfigEditor(QtWidgets.QWidget):
         return self._summary.text()
 
     def set_model_preset(self, name: str) -> None:
-        """Replace the model by preset ``name`` of :data:`core.config.MODEL_PRESETS` (an edit)."""
+        """Replace the model by preset ``name`` of :data:`core.plan.config.MODEL_PRESETS` (an edit)."""
         preset = MODEL_PRESETS[name]
         self._session.model = dataclasses.replace(preset)
         self._updating = True
@@ -614,14 +615,14 @@ class ConfigEditor(QtWidgets.QWidget):
     def _update_derived(self) -> None:
         plan, model = self._session.plan, self._session.model
         try:
-            params = format_count(model.num_parameters(plan.tensor_parallel) / 1e9, 1)
+            params = format_count(num_parameters(model, plan.tensor_parallel) / 1e9, 1)
             cp = "·cp" if plan.context_parallel != 1 else ""
             text = (f"World size t·p{cp}·d = <b>{format_count(plan.num_gpus)}</b> GPUs<br>"
                     f"Micro-batches per iteration m = B/(d·b) = "
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
             if model.is_moe:
-                from core.model_math import (num_active_parameters,
+                from core.model.model_math import (num_active_parameters,
                                              num_active_parameters_with_embedding)
                 active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
                 with_emb = format_count(num_active_parameters_with_embedding(
@@ -630,13 +631,13 @@ class ConfigEditor(QtWidgets.QWidget):
                          f"{with_emb} with it)")
             size = plan.data_parallel_shard_size
             if size and plan.zero_stage >= 1 and plan.data_parallel % size == 0:
-                from core.config import zero_replicas, zero_shard_size
+                from core.plan.config import zero_replicas, zero_shard_size
                 text += (f"<br>Hybrid sharding: shards over <b>{zero_shard_size(plan)}</b> ranks, "
                          f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         try:
-            from core.config import layout_summary
+            from core.plan.config import layout_summary
             summary = layout_summary(model.num_layers, plan)
         except (TypeError, ValueError):  # the field's own error says what is wrong
             summary = None

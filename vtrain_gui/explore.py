@@ -1,9 +1,9 @@
 """The Explore tab: sweep every parallel plan, plot training days against dollars, pick one.
 
-A view over :mod:`core.sweep` (the paper's first case study): the settings
-form builds a :class:`core.sweep.SweepSpace` for the session's model, global
+A view over :mod:`core.studies.sweep` (the paper's first case study): the settings
+form builds a :class:`core.studies.sweep.SweepSpace` for the session's model, global
 batch size, cluster and cost; :class:`~vtrain_gui.workers.SweepRunner` runs
-:func:`core.sweep.run_sweep` off the GUI thread; the result is drawn as a
+:func:`core.studies.sweep.run_sweep` off the GUI thread; the result is drawn as a
 scatter of training days (x) against cost (y), one point per plan, with the
 plans that do not fit in memory greyed, the Pareto front as a line and the
 fastest, cheapest and cheapest-within-deadline plans marked; the same rows are
@@ -12,8 +12,8 @@ in a sortable table. Picking a point or a row emits :attr:`ExploreTab.plan_selec
 timeline comes back to :meth:`ExploreTab.show_simulation`).
 
 Filters (GPU count, fits in memory, deadline) are numpy masks from
-:meth:`core.sweep.SweepResult.select`; the front and the marked plans are
-those of the plans shown (:func:`core.sweep.pareto_front` over the mask), so
+:meth:`core.studies.sweep.SweepResult.select`; the front and the marked plans are
+those of the plans shown (:func:`core.studies.sweep.pareto_front` over the mask), so
 the plot and the table always agree.
 
 The settings form, the table and the plot are views of their own
@@ -32,9 +32,9 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.config import PLAN_FIELDS, ConfigError, ParallelPlan, Session
-from core.simulate import SimulationResult
-from core.sweep import SweepResult, SweepSpace, pareto_front
+from core.plan.config import PLAN_FIELDS, ConfigError, ParallelPlan, Session
+from core.sim.simulate import SimulationResult
+from core.studies.sweep import SweepResult, SweepSpace, pareto_front
 
 from .formatting import (ERROR_STYLE, format_count, format_duration, format_fraction,
                          format_number_short, format_usd)
@@ -64,7 +64,7 @@ _RUNNING_TEXT = ("<p style='font-size:13pt'><b>Sweeping…</b></p>"
 def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """Index minimizing ``primary`` among ``mask`` (ties: smaller ``secondary``, then first).
 
-    The tie rule of :attr:`core.sweep.SweepResult.fastest` and ``cheapest``,
+    The tie rule of :attr:`core.studies.sweep.SweepResult.fastest` and ``cheapest``,
     applied to the plans a filter shows.
     """
     idx = np.flatnonzero(mask)
@@ -122,7 +122,7 @@ class ExploreTab(QtWidgets.QWidget):
     settings_changed()
         The sweep settings changed (they are saved with the session).
     sweep_finished(object)
-        A :class:`core.sweep.SweepResult` is now shown.
+        A :class:`core.studies.sweep.SweepResult` is now shown.
     sweep_failed(str)
         The sweep raised; the message is shown too.
     sweep_cancelled()
@@ -549,7 +549,7 @@ class ExploreTab(QtWidgets.QWidget):
                 f"memory) in {seconds:,.1f} s, {format_count(rate)} plans/s")
         inputs = self._run_inputs
         if result.num_plans == 0 and inputs is not None:  # why, as the command line says it
-            from core.sweep import no_plan_errors
+            from core.studies.sweep import no_plan_errors
             reasons = no_plan_errors(*inputs)
             self._set_status("\n".join(str(e) for e in reasons[:4])
                              + (f"\n(+{len(reasons) - 4} more)" if len(reasons) > 4 else ""),
@@ -557,12 +557,12 @@ class ExploreTab(QtWidgets.QWidget):
             self.sweep_finished.emit(result)
             return
         if result.warnings:
-            from core.comm import summarize_warnings
+            from core.sim.comm import summarize_warnings
             folded = summarize_warnings(result.warnings)
             more = f" (+{len(folded) - 1} more)" if len(folded) > 1 else ""
             text += f"\n⚠ {folded[0]}{more}"
         if inputs is not None:  # values given that no valid plan uses, as the command line
-            from core.sweep import unused_values
+            from core.studies.sweep import unused_values
             for e in unused_values(*inputs, result)[:3]:
                 text += f"\nNot in any valid plan: {e}"
         self._set_status(text)

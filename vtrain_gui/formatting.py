@@ -11,7 +11,7 @@ __all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
 
-#: Display names of :data:`core.graph_types.KINDS`, by kind name.
+#: Display names of :data:`core.sim.graph_types.KINDS`, by kind name.
 KIND_LABELS = {
     "forward": "forward",
     "backward": "backward",

@@ -10,11 +10,12 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 import core
-from core.config import MODEL_PRESETS, ConfigError, Session, validate
-from core.diff import plan_label
-from core.megatron_args import MegatronArgsError, export_script
-from core.session import SessionFileError, atomic_write_text, load_any, save_session
-from core.simulate import SimulationResult
+from core.plan.config import MODEL_PRESETS, ConfigError, Session, validate
+from core.studies.diff import plan_label
+from core.io.megatron_args import MegatronArgsError
+from core.io.megatron_export import export_script
+from core.io.session import SessionFileError, atomic_write_text, load_any, save_session
+from core.sim.simulate import SimulationResult
 
 from .compare import CompareTab
 from .cost_panel import CostPanel
@@ -78,7 +79,7 @@ class MainWindow(QtWidgets.QMainWindow):
     Signals
     -------
     result_shown(object)
-        A :class:`core.simulate.SimulationResult` is now on screen.
+        A :class:`core.sim.simulate.SimulationResult` is now on screen.
     simulation_failed(str)
         The latest simulation raised; the message is in the status bar too.
     """
@@ -376,9 +377,9 @@ class MainWindow(QtWidgets.QMainWindow):
         return True
 
     def import_hf_path(self, path: str | Path) -> bool:
-        """Import a Hugging Face ``config.json`` (:func:`core.hf_import.read_hf_config`) as a new
+        """Import a Hugging Face ``config.json`` (:func:`core.io.hf_import.read_hf_config`) as a new
         untitled, unsaved session; on a refusal or error show the message and change nothing."""
-        from core.hf_import import read_hf_config
+        from core.io.hf_import import read_hf_config
         path = Path(path)
         try:
             imported = read_hf_config(path)
@@ -416,7 +417,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def export_megatron_args(self, path: str | Path) -> bool:
         """Write the torchrun command and Megatron-LM arguments of the editor's plan to ``path``
-        (:func:`core.megatron_args.export_script`, atomic); on error show why, return False."""
+        (:func:`core.io.megatron_export.export_script`, atomic); on error show why, return False."""
         path = Path(path)
         try:
             text = export_script(self.session())
@@ -482,7 +483,7 @@ class MainWindow(QtWidgets.QMainWindow):
         (the Compare tab then shows nothing pinned and the status bar says why)."""
         if session.compare is None:
             return []
-        from core.simulate import simulate
+        from core.sim.simulate import simulate
         try:
             pinned = session.pinned()
             result = simulate(pinned)

@@ -1,8 +1,8 @@
 """The Profiles tab: which profile stores exist, where their numbers came from, and profiling
 this machine in the background.
 
-The list comes from :func:`core.profiles.list_stores` (shipped ``profiles/`` and
-:func:`core.profiles.user_profiles_dir`); a file that cannot be read is listed
+The list comes from :func:`core.store.profiles.list_stores` (shipped ``profiles/`` and
+:func:`core.store.profiles.user_profiles_dir`); a file that cannot be read is listed
 with its error. Selecting a store shows its full provenance. "Use for this
 session" asks the window to set ``cluster.profile_path`` (an edit, so the Plan
 tab re-simulates). "Profile this machine…" runs :func:`core.profiling.run_profile`
@@ -24,8 +24,8 @@ from typing import Any, Callable
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.config import Session
-from core.profiles import StoreInfo, list_stores, user_profiles_dir
+from core.plan.config import Session
+from core.store.profiles import StoreInfo, list_stores, user_profiles_dir
 
 from .workers import ProfileRunner
 

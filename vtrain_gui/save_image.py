@@ -1,4 +1,4 @@
-"""Save a picture of a widget the way every vtrain save is made (:mod:`core.atomic`)."""
+"""Save a picture of a widget the way every vtrain save is made (:mod:`core.util.atomic`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6 import QtGui
 
-from core.atomic import atomic_target
+from core.util.atomic import atomic_target
 
 __all__ = ["save_pixmap"]
 
@@ -15,7 +15,7 @@ __all__ = ["save_pixmap"]
 def save_pixmap(pixmap: QtGui.QPixmap, path: str | Path) -> None:
     """Write ``pixmap`` to ``path`` atomically, in the format its suffix names (PNG when it
     names none Qt knows): an existing file keeps its mode, a symbolic link stays a link
-    (:func:`core.atomic.atomic_target`).
+    (:func:`core.util.atomic.atomic_target`).
 
     Raises
     ------

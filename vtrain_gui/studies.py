@@ -3,7 +3,7 @@ scheduler study, over the session's cluster.
 
 Both run on a worker thread (a :class:`~vtrain_gui.workers.SweepRunner` with the study
 in place of the sweep, so Cancel and progress work the same way) and show only what
-:mod:`core.optimal` and :mod:`core.scheduler` compute; ``vtrain optimal`` and
+:mod:`core.studies.optimal` and :mod:`core.studies.scheduler` compute; ``vtrain optimal`` and
 ``vtrain schedule`` print the same numbers.
 """
 
@@ -19,8 +19,8 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.config import Session
-from core.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
+from core.plan.config import Session
+from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
 from .empty_state import EmptyStack
 from .workers import SweepRunner
@@ -36,7 +36,7 @@ _RUN = "#1565C0"
 
 
 def _cancel_check(cancel: Any) -> None:
-    from core.sweep import SweepCancelled
+    from core.studies.sweep import SweepCancelled
     if cancel is not None and cancel.is_set():
         raise SweepCancelled("study cancelled")
 
@@ -44,7 +44,7 @@ def _cancel_check(cancel: Any) -> None:
 def run_optimal_study(session: Session, settings: dict, _unused: Any,
                       progress: Callable[[int, int], None], cancel: Any) -> Any:
     """Worker-thread body of the compute-optimal study (``settings``: compute_optimal keywords)."""
-    from core.optimal import compute_optimal
+    from core.studies.optimal import compute_optimal
 
     def on_progress(done: int, total: int, _name: str) -> None:
         _cancel_check(cancel)
@@ -58,7 +58,7 @@ def run_optimal_study(session: Session, settings: dict, _unused: Any,
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
                        progress: Callable[[int, int], None], cancel: Any) -> Any:
     """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results)``."""
-    from core.scheduler import read_jobs, schedule_study
+    from core.studies.scheduler import read_jobs, schedule_study
 
     path = settings["trace"] or str(DEFAULT_TRACE)
     jobs = read_jobs(path)
@@ -88,7 +88,7 @@ def _dark_axes(plot: pg.PlotWidget) -> None:
 
 
 def _gpu_spin() -> QtWidgets.QSpinBox:
-    """A GPU-count field: 1 to :data:`core.optimal.MAX_GPUS`, 1,024 to start with."""
+    """A GPU-count field: 1 to :data:`core.studies.optimal.MAX_GPUS`, 1,024 to start with."""
     w = QtWidgets.QSpinBox()
     w.setRange(1, MAX_GPUS)
     w.setValue(1024)
@@ -235,7 +235,7 @@ class _StudyPanel(QtWidgets.QWidget):
     def run(self) -> int | None:
         """Start the study with the form's settings on the session's cluster; returns the run id,
         or None when the Plan tab's configuration cannot run it (the status says why)."""
-        from core.config import ConfigError
+        from core.plan.config import ConfigError
         session = self._session_fn()
         try:
             self.check_session(session)
@@ -295,7 +295,7 @@ class _StudyPanel(QtWidgets.QWidget):
 
 
 class OptimalPanel(_StudyPanel):
-    """Which model trains to the lowest loss on N GPUs in D days (:func:`core.optimal.compute_optimal`)."""
+    """Which model trains to the lowest loss on N GPUs in D days (:func:`core.studies.optimal.compute_optimal`)."""
 
     _empty_text = ("<p style='font-size:13pt'><b>No study yet</b></p>"
                    "<p>Set the GPU budget and the days on the left and press <b>Run</b>.</p>"
@@ -367,8 +367,8 @@ class OptimalPanel(_StudyPanel):
 
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, batch or sequence cannot run the study."""
-        from core.config import check_all_but_the_plan
-        from core.optimal import gpt_shape
+        from core.plan.config import check_all_but_the_plan
+        from core.studies.optimal import gpt_shape
         m = session.model
         check_all_but_the_plan(session, gpt_shape(1e9, m.seq_length, m.vocab_size))
 
@@ -383,14 +383,14 @@ class OptimalPanel(_StudyPanel):
         self._rule.setVisible(False)
 
     def settings(self) -> dict:
-        """The form as :func:`core.optimal.compute_optimal` keywords."""
+        """The form as :func:`core.studies.optimal.compute_optimal` keywords."""
         return {"num_gpus": self.gpus.value(), "days": self.days.value(),
                 "assumed_mfu": self.mfu.value(), "num_candidates": self.candidates.value(),
                 "spread": self.spread.value()}
 
     def show_result(self, result: Any) -> None:
         """Fill the table, the summary and the loss plot from an OptimalResult."""
-        from core.optimal import format_params as fp
+        from core.studies.optimal import format_params as fp
         rows = []
         for k, c in enumerate(result.candidates):
             m = c.model
@@ -419,7 +419,7 @@ class OptimalPanel(_StudyPanel):
         if result.rule_index is None:
             text += " (No candidate shape is within a factor of 2 of N_opt.)"
         if result.best is None:
-            from core.optimal import no_plan_explanation
+            from core.studies.optimal import no_plan_explanation
             text += " " + no_plan_explanation(result, session.plan.global_batch_size)
         else:
             b = result.candidates[result.best]
@@ -431,7 +431,7 @@ class OptimalPanel(_StudyPanel):
                 text += f" (the rule's size: {r.loss:.4f})"
             text += "."
         if result.warnings:
-            from core.comm import summarize_warnings
+            from core.sim.comm import summarize_warnings
             text += f"<br><span style='color:#7A5C00'>⚠ {summarize_warnings(result.warnings)[0]}</span>"
         self.summary.setText(text)
         x = np.array([c.n_params for c in result.candidates], float) / 1e9
@@ -450,7 +450,7 @@ class OptimalPanel(_StudyPanel):
 
 
 class SchedulePanel(_StudyPanel):
-    """A job trace on a shared cluster under GPU-allocation policies (:mod:`core.scheduler`)."""
+    """A job trace on a shared cluster under GPU-allocation policies (:mod:`core.studies.scheduler`)."""
 
     _empty_text = ("<p style='font-size:13pt'><b>No study yet</b></p>"
                    "<p>Choose a job trace on the left (empty: the shipped example trace) and "
@@ -516,8 +516,8 @@ class SchedulePanel(_StudyPanel):
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, precision or profile cannot run the
         study (the jobs bring their own models and batches)."""
-        from core.config import check_all_but_the_plan
-        from core.optimal import gpt_shape
+        from core.plan.config import check_all_but_the_plan
+        from core.studies.optimal import gpt_shape
         check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
 
     def clear_result(self) -> None:

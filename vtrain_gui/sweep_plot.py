@@ -15,7 +15,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.sweep import SweepResult
+from core.studies.sweep import SweepResult
 
 from .formatting import (format_bytes, format_count, format_duration, format_fraction,
                          format_number_short, format_usd, format_usd_short)
@@ -34,7 +34,7 @@ DEADLINE_COLOR = "#F2B701"
 
 
 def plan_text(result: SweepResult, i: int) -> str:
-    """The label of plan ``i`` (:meth:`core.config.ParallelPlan.label`)."""
+    """The label of plan ``i`` (:meth:`core.plan.config.ParallelPlan.label`)."""
     return result.plans[i].label()
 
 

@@ -1,6 +1,6 @@
 """The Explore tab's settings form: the candidate plans of a sweep and a deadline.
 
-Builds a :class:`core.sweep.SweepSpace` for the session's model, global batch
+Builds a :class:`core.studies.sweep.SweepSpace` for the session's model, global batch
 size, cluster and cost (empty fields mean the core's defaults); the settings
 travel in ``Session.sweep``. Used by :class:`vtrain_gui.explore.ExploreTab`.
 """
@@ -17,9 +17,9 @@ import numpy as np
 from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.config import (RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
+from core.plan.config import (RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
                          ParallelPlan, Session, pipeline_split_slots)
-from core.sweep import SweepSpace
+from core.studies.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
@@ -77,7 +77,7 @@ def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
 
 
 class SweepSettingsPanel(QtWidgets.QWidget):
-    """Form for a :class:`core.sweep.SweepSpace` and a deadline.
+    """Form for a :class:`core.studies.sweep.SweepSpace` and a deadline.
 
     Empty candidate fields mean the core's defaults (shown as placeholders for
     the current session). The settings travel in ``Session.sweep`` as
@@ -356,7 +356,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
     def execution(self) -> dict[str, Any]:
         """Where the sweep runs: ``{"workers": int >= 1, "dask": str | None}`` for
-        :func:`core.sweep.run_sweep` (workers 0 in the form: every core)."""
+        :func:`core.studies.sweep.run_sweep` (workers 0 in the form: every core)."""
         dask = self.dask.text().strip() or None
         return {"workers": self.workers.value() or (os.cpu_count() or 1), "dask": dask}
 

@@ -1,6 +1,6 @@
 """The Explore tab's plan table: one row per plan of a sweep, sortable, filtered by a mask.
 
-A :class:`QtCore.QAbstractTableModel` over a :class:`core.sweep.SweepResult`
+A :class:`QtCore.QAbstractTableModel` over a :class:`core.studies.sweep.SweepResult`
 (no copy of its arrays). Used by :class:`vtrain_gui.explore.ExploreTab`.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 from PySide6 import QtCore, QtGui
 from PySide6.QtCore import Qt
 
-from core.config import ParallelPlan, plan_field_title
-from core.sweep import SweepResult
+from core.plan.config import ParallelPlan, plan_field_title
+from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
 

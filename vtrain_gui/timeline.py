@@ -41,7 +41,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
 
 from .formatting import KIND_COLORS, KIND_LABELS, format_duration
 
@@ -83,7 +83,7 @@ _SPARE_COLORS = ("#8CD17D", "#B6992D", "#FF9D9A", "#79706E", "#D37295", "#499894
 
 
 def kind_color(kind: int) -> QtGui.QColor:
-    """Colour of task kind ``kind`` (index into :data:`core.graph_types.KINDS`); kinds without
+    """Colour of task kind ``kind`` (index into :data:`core.sim.graph_types.KINDS`); kinds without
     an entry in ``KIND_COLORS`` get a spare colour, so a new kind draws without a code change."""
     name = KINDS[kind]
     return QtGui.QColor(KIND_COLORS.get(name, _SPARE_COLORS[kind % len(_SPARE_COLORS)]))
@@ -191,7 +191,7 @@ def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.
     start, end : float64 arrays, shape (n,)
         Seconds.
     kind, row : int arrays, shape (n,)
-        Kind (index into :data:`core.graph_types.KINDS`) and row (``0..num_rows-1``).
+        Kind (index into :data:`core.sim.graph_types.KINDS`) and row (``0..num_rows-1``).
     colors : uint32 array, shape (len(KINDS), _SHADES + 1)
         :func:`_color_table`.
 
@@ -248,7 +248,7 @@ class _Layout:
     start, end : float64 arrays, shape (n,)
         Seconds.
     kind : int array, shape (n,)
-        Index into :data:`core.graph_types.KINDS`.
+        Index into :data:`core.sim.graph_types.KINDS`.
     row : int array, shape (n,), or a function returning it
         Row ``0..num_rows-1``.
     num_rows : int

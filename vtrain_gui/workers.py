@@ -1,8 +1,8 @@
-"""Run :func:`core.simulate.simulate` and :func:`core.sweep.run_sweep` off the GUI thread.
+"""Run :func:`core.sim.simulate.simulate` and :func:`core.studies.sweep.run_sweep` off the GUI thread.
 
 No worker thread loads Numba: loading it holds the interpreter lock for seconds, which
 froze the window for 2.8 to 10.5 s on the first sweep. The simulation and sweep workers
-run the core under :func:`core.fastpath_kernel.kept_out`, so a simulation uses the numpy
+run the core under :func:`core.sim.fastpath_kernel.kept_out`, so a simulation uses the numpy
 pass and a sweep's compiled batches go to its worker processes (the Workers setting;
 with one worker, the numpy pass here).
 
@@ -15,7 +15,7 @@ a Qt-free function; the worker never touches a widget.
 :class:`SweepRunner` does the same for design-space sweeps, which take
 seconds: each run gets its own ``threading.Event`` that Cancel (or a newer
 run, or :meth:`SweepRunner.shutdown`) sets; the Qt-free sweep checks it
-between batches and raises :class:`core.sweep.SweepCancelled`. Progress
+between batches and raises :class:`core.studies.sweep.SweepCancelled`. Progress
 ``(done, total)`` comes back through a queued signal, at most every
 :data:`PROGRESS_INTERVAL_S`.
 
@@ -37,8 +37,8 @@ from typing import Any, Callable
 from PySide6 import QtCore
 from PySide6.QtCore import Signal, Slot
 
-from core import fastpath_kernel
-from core.config import Session
+from core.sim import fastpath_kernel
+from core.plan.config import Session
 
 __all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "live_runners", "PROGRESS_INTERVAL_S"]
 
@@ -55,7 +55,7 @@ def live_runners() -> list["SimulationRunner | SweepRunner | ProfileRunner"]:
 
 def _default_simulate(session: Session) -> Any:
     # looked up at call time so the lead's implementation (or a test's stand-in) is used
-    from core import simulate as simulate_module
+    from core.sim import simulate as simulate_module
 
     result = simulate_module.simulate(session)
     # what the timeline asks of the graph first, computed here rather than on the GUI thread
@@ -101,7 +101,7 @@ class _SimulationWorker(QtCore.QObject):
                 result = self._simulate(session)
         except NotImplementedError:
             self.failed.emit(request_id, "the simulator is not implemented in this build "
-                                         "(core.simulate.simulate raised NotImplementedError)")
+                                         "(core.sim.simulate.simulate raised NotImplementedError)")
             return
         except Exception as exc:  # noqa: BLE001 - report any simulator error to the user
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -118,7 +118,7 @@ class SimulationRunner(QtCore.QObject):
     started(int)
         Request ``id`` began simulating.
     finished(int, object, float)
-        Request ``id`` produced a :class:`core.simulate.SimulationResult` in the
+        Request ``id`` produced a :class:`core.sim.simulate.SimulationResult` in the
         given seconds.
     failed(int, str)
         Request ``id`` raised; the message is readable.
@@ -230,7 +230,7 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
                        progress: Callable[[int, int], None], cancel: threading.Event,
                        **options: Any) -> Any:
     # looked up at call time so a test's stand-in is used; options: workers, dask
-    from core import sweep as sweep_module
+    from core.studies import sweep as sweep_module
 
     # the scatter and table show every plan's figures (grey where it does not fit): no
     # branch and bound here unless asked (options "prune")
@@ -244,7 +244,7 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
 
 
 def _error_text(exc: BaseException) -> str:
-    from core.config import ConfigError
+    from core.plan.config import ConfigError
 
     if isinstance(exc, ConfigError):
         return "; ".join(str(e) for e in exc.errors)
@@ -266,7 +266,7 @@ class _SweepWorker(QtCore.QObject):
     @Slot(int, object, object, object, object, object)
     def run(self, run_id: int, session: Session, space: Any, deadline_days: Any,
             cancel: threading.Event, options: Any) -> None:
-        from core.sweep import SweepCancelled
+        from core.studies.sweep import SweepCancelled
 
         last = [-math.inf]
 
@@ -296,7 +296,7 @@ class _SweepWorker(QtCore.QObject):
 
 
 class SweepRunner(QtCore.QObject):
-    """Runs design-space sweeps (:func:`core.sweep.run_sweep`) on a worker thread.
+    """Runs design-space sweeps (:func:`core.studies.sweep.run_sweep`) on a worker thread.
 
     One sweep runs at a time. :meth:`start` while one runs cancels it and
     runs the new one next (latest wins); :meth:`cancel` stops the running one
@@ -310,7 +310,7 @@ class SweepRunner(QtCore.QObject):
     progress(int, int, int)
         Run ``id`` finished ``done`` of ``total`` plans (``total`` is 0 until known).
     finished(int, object, float)
-        Run ``id`` produced a :class:`core.sweep.SweepResult` in the given seconds.
+        Run ``id`` produced a :class:`core.studies.sweep.SweepResult` in the given seconds.
     failed(int, str)
         Run ``id`` raised (invalid settings, missing profile...); the message is readable.
     cancelled(int)

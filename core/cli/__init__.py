@@ -30,20 +30,20 @@ import argparse
 import os
 import sys
 
-from ..text import printable
-from . import (calibrate, diff, exports, gui, imports, optimal, profile, schedule, simulate,
+from core.util.text import printable
+from core.cli import (calibrate, diff, exports, gui, imports, optimal, profile, schedule, simulate,
                sweep, validate)
-from .common import UsageError
+from core.cli.common import UsageError
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
 
 #: Exceptions that are bad input, not bugs (module, class name): one line on stderr, exit
 #: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class exists
 #: only once its module is imported, so no module (numpy, h5py) is imported for this.
-USER_ERRORS = (("core.config", "ConfigError"), ("core.session", "SessionFileError"),
-               ("core.profile_store", "ProfileStoreError"), ("core.validate", "MeasurementFileError"),
-               ("core.nccl_tests", "NcclTestsError"), ("core.inputs", "NonFiniteError"),
-               ("core.megatron_args", "MegatronArgsError"))
+USER_ERRORS = (("core.plan.config", "ConfigError"), ("core.io.session", "SessionFileError"),
+               ("core.store.profile_store", "ProfileStoreError"), ("core.accuracy.validate", "MeasurementFileError"),
+               ("core.store.nccl_tests", "NcclTestsError"), ("core.util.inputs", "NonFiniteError"),
+               ("core.io.megatron_args", "MegatronArgsError"))
 
 # one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
 # the order is the order of ``vtrain --help``

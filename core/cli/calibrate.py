@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import field_error, refuse_output_is_input, row_progress
+from core.cli.common import field_error, refuse_output_is_input, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -51,12 +51,12 @@ def run(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_parser`."""
     import numpy as np
 
-    from ..calibrate import (balanced_weights, calibrated_store, calibration_residuals,
+    from core.accuracy.calibrate import (balanced_weights, calibrated_store, calibration_residuals,
                              cross_validate_files, finite_metrics, fit, measured_sessions)
-    from ..console import Console, esc
-    from ..inputs import strict_dumps
-    from ..profile_store import ProfileStore
-    from ..validate import read_measurements
+    from core.util.console import Console, esc
+    from core.util.inputs import strict_dumps
+    from core.store.profile_store import ProfileStore
+    from core.accuracy.validate import read_measurements
 
     console = Console(stderr=True)
     if args.out_dir:
@@ -130,14 +130,14 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
     import numpy as np
 
-    from ..calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
+    from core.accuracy.calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
                              measured_sessions, shared_fit_kwargs, shared_stores)
-    from ..config import GPU_KINDS, gpu_kind
-    from ..console import Console, esc
-    from ..inputs import strict_dumps
-    from ..interval import residual_table_from_cv
-    from ..text import file_name_part
-    from ..validate import error_metrics, read_measurements
+    from core.plan.config import GPU_KINDS, gpu_kind
+    from core.util.console import Console, esc
+    from core.util.inputs import strict_dumps
+    from core.store.interval import residual_table_from_cv
+    from core.util.text import file_name_part
+    from core.accuracy.validate import error_metrics, read_measurements
 
     if args.file_weights:
         raise field_error("--file-weights", "the shared fit weighs every run alike")
@@ -162,7 +162,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     kw = shared_fit_kwargs(base, sessions)
     kinds_of = np.array([s.cluster.gpu for s in sessions])
     rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
-    from ..gpu_spec import kind_fits_peak_fraction
+    from core.store.gpu_spec import kind_fits_peak_fraction
     blind = [k for k in extra if kind_fits_peak_fraction(k) and not rows_by_kind.get(k)]
     if blind:  # its peaks are another part's: without its own runs nothing sets its share
         raise field_error("--gpus", f"{', '.join(blind)} has no data sheet of its own: its store "
@@ -191,7 +191,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
             sessions, measured, pred, names, rows,
             procedure=f"cross_validated: {args.folds}-fold cross-validation over all runs, folds "
                       "from numpy default_rng(0), each fold fitted with shared parameters on "
-                      "the other folds (core.calibrate.cross_validate_files)")
+                      "the other folds (core.accuracy.calibrate.cross_validate_files)")
     else:
         console.print("no cross-validation (--folds 0): the stores get no error band")
     console.print(f"fitting the shared parameters on all {len(sessions)} rows...")
@@ -227,7 +227,7 @@ def _print_shared(out: dict, console: Any) -> None:
     """The shared fit as tables: parameters, then the cross-validated error by GPU kind."""
     from rich.table import Table
 
-    from ..console import esc
+    from core.util.console import esc
     console.print(f"[bold]wrote {', '.join(esc(s) for s in out['stores'])} to {esc(out['out_dir'])}[/]")
     t = Table(title="Shared parameters (fractions of each GPU's data-sheet peaks)",
               title_justify="left")
@@ -254,8 +254,8 @@ def _print(out: dict, base: Any, console: Any) -> None:
     cross-validated error per file and the in-sample error."""
     from rich.table import Table
 
-    from ..console import esc
-    from ..ops import effective_op_model
+    from core.util.console import esc
+    from core.model.ops import effective_op_model
 
     console.print(f"[bold]wrote {esc(out['out'])}[/]: calibrated from {esc(base.summary())}")
     t = Table(title="Fitted parameters", title_justify="left")

@@ -12,8 +12,8 @@ import math
 import os
 from contextlib import contextmanager
 
-from ..config import ConfigError, CostConfig, FieldError, check_value
-from ..session import load_any
+from core.plan.config import ConfigError, CostConfig, FieldError, check_value
+from core.io.session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "refuse_output_is_input",
@@ -27,7 +27,7 @@ class UsageError(Exception):
 
 
 def field_error(field: str, msg: str) -> ConfigError:
-    """A :class:`~core.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
+    """A :class:`~core.plan.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
     return ConfigError([FieldError(field, msg)])
 
 
@@ -38,15 +38,15 @@ GPU_HELP = ("GPU kind (default A100-SXM4-80GB; other tools' names such as \"H100
 
 def cluster_of_gpu(text: str, base=None):
     """The cluster of ``--gpu TEXT``: ``base`` (default: a default
-    :class:`~core.config.ClusterConfig`) on that shipped GPU kind (:func:`core.config.gpu_kind`
-    reads other tools' names), one node its NVLink domain (:data:`core.config.GPU_NVLINK_DOMAIN`).
+    :class:`~core.plan.config.ClusterConfig`) on that shipped GPU kind (:func:`core.plan.config.gpu_kind`
+    reads other tools' names), one node its NVLink domain (:data:`core.plan.config.GPU_NVLINK_DOMAIN`).
 
     Raises
     ------
     ConfigError
         ``--gpu``: no shipped GPU kind (the message lists them).
     """
-    from ..config import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+    from core.plan.config import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
     gpu = gpu_kind(text)
     if gpu not in GPU_KINDS:
         raise field_error("--gpu", f"{text!r}: known kinds are " + ", ".join(GPU_KINDS))
@@ -59,7 +59,7 @@ def refuse_output_is_input(outputs, inputs) -> None:
     (or two outputs that are one file).
 
     ``outputs`` are ``(option, path)`` pairs (``("--out", "train.sh")``), ``inputs`` paths;
-    a None or empty path is left out. Files are compared with :func:`core.atomic.same_file`:
+    a None or empty path is left out. Files are compared with :func:`core.util.atomic.same_file`:
     through symbolic links and hard links.
 
     Raises
@@ -67,7 +67,7 @@ def refuse_output_is_input(outputs, inputs) -> None:
     ConfigError
         Named ``OPTION PATH``, naming the input it would replace (exit status 2).
     """
-    from ..atomic import same_file
+    from core.util.atomic import same_file
     outs = [(option, str(path)) for option, path in outputs if path]
     ins = [str(path) for path in inputs if path]
     for i, (option, out) in enumerate(outs):
@@ -99,7 +99,7 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
     """
     import time
 
-    from ..console import Console, esc, printable
+    from core.util.console import Console, esc, printable
     if json_output:
         yield None
         return
@@ -143,7 +143,7 @@ def apply_sets(session, sets: list[str] | None):
 
     The value is JSON when it parses (``4``, ``1.5``, ``true``, ``null``, ``"text"``), else
     the text itself. Every value is checked as a session file's would be (type, bounds,
-    choices: :meth:`core.config.Session.from_dict`); the configuration rules are the
+    choices: :meth:`core.plan.config.Session.from_dict`); the configuration rules are the
     caller's to check.
 
     Raises
@@ -154,7 +154,7 @@ def apply_sets(session, sets: list[str] | None):
     """
     import json
 
-    from ..config import Session
+    from core.plan.config import Session
     if not sets:
         return session
     doc = session.to_dict()
@@ -189,7 +189,7 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     sets = getattr(args, "set", None)
     session = load_any(args.path, validate=validate and not sets)
     if sets:
-        from ..config import check
+        from core.plan.config import check
         session = apply_sets(session, sets)
         if validate:
             try:
@@ -238,7 +238,7 @@ def study_progress(json_output: bool):
     """A ``progress(done, total, name)`` callback for the studies (``optimal``, ``schedule``)
     that prints one dim line per model swept to a terminal's stderr; None with ``--json`` or
     when stderr is not a terminal."""
-    from ..console import Console, esc
+    from core.util.console import Console, esc
     err = Console(stderr=True)
     if json_output or not err.is_terminal:
         return None
@@ -250,7 +250,7 @@ def study_progress(json_output: bool):
 
 
 def verdict_markup(verdict: str) -> str:
-    """A memory verdict (:func:`core.report.memory_verdict`) as console markup: green fits,
+    """A memory verdict (:func:`core.sim.report.memory_verdict`) as console markup: green fits,
     yellow tight, red DOES NOT FIT."""
     return {"fits": "[green]fits[/]", "tight": "[yellow]tight[/]"}.get(
         verdict, "[red]DOES NOT FIT[/]")

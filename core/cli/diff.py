@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ..report import MEMORY_TIGHT_MARGIN
-from .common import fmt_bytes, verdict_markup
+from core.sim.report import MEMORY_TIGHT_MARGIN
+from core.cli.common import fmt_bytes, verdict_markup
 
 __all__ = ["add_parser", "run"]
 
@@ -40,9 +40,9 @@ def add_parser(sub: Any) -> None:
 def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
     """``simulate(session)``; its errors name ``file`` and, for the pinned plan, the field under
     ``compare.pinned`` (a plan too large to simulate, an unreadable profile store)."""
-    from ..config import ConfigError
-    from ..profile_store import ProfileStoreError
-    from ..simulate import simulate
+    from core.plan.config import ConfigError
+    from core.store.profile_store import ProfileStoreError
+    from core.sim.simulate import simulate
 
     try:
         return simulate(session)
@@ -68,14 +68,14 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain diff``; returns the exit status."""
     from rich.table import Table
 
-    from ..config import ConfigError
-    from ..console import Console, esc
-    from ..diff import TERM_LABELS, diff_results
-    from ..session import load_any
+    from core.plan.config import ConfigError
+    from core.util.console import Console, esc
+    from core.studies.diff import TERM_LABELS, diff_results
+    from core.io.session import load_any
 
     if args.b is None:
-        from ..config import check
-        from ..session import SessionFileError
+        from core.plan.config import check
+        from core.io.session import SessionFileError
         b = load_any(args.a)
         if b.compare is None:
             raise SessionFileError(f"{args.a}: compare: no pinned plan in this file; give two "
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         a, b = load_any(args.a), load_any(args.b)
         d = diff_results(_simulated(a, args.a), _simulated(b, args.b))
     if args.json:
-        from ..inputs import strict_dumps
+        from core.util.inputs import strict_dumps
         print(strict_dumps(d.to_dict()))
         return 0
     doc = d.to_dict()

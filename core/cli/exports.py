@@ -1,9 +1,9 @@
 """``vtrain export FORMAT SESSION``: write a session in another tool's form.
 
 ``megatron-args``: the torchrun command and Megatron-LM arguments that run the plan
-(core/megatron_args.py), or, with ``--into train.sh --out new.sh``, the user's own launch script
-with the plan's arguments replaced (core/megatron_export.py). Text from the session is data: the
-script quotes it for the shell (:mod:`core.text`), and what reaches the terminal shows control
+(core/io/megatron_args.py), or, with ``--into train.sh --out new.sh``, the user's own launch script
+with the plan's arguments replaced (core/io/megatron_export.py). Text from the session is data: the
+script quotes it for the shell (:mod:`core.util.text`), and what reaches the terminal shows control
 characters as escapes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import field_error, refuse_output_is_input
+from core.cli.common import field_error, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -39,9 +39,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain export``; returns the exit status."""
-    from ..megatron_args import export_script
-    from ..session import atomic_write_text, load_any
-    from ..text import printable, terminal_text
+    from core.io.megatron_export import export_script
+    from core.io.session import atomic_write_text, load_any
+    from core.util.text import printable, terminal_text
 
     if args.into and not args.out:
         raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
@@ -60,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _into(session: Any, args: argparse.Namespace) -> int:
     """``--into SCRIPT --out NEW``: the user's script with the plan; the diff on stdout."""
-    from ..inputs import read_text
-    from ..megatron_args import MegatronArgsError
-    from ..megatron_export import rewrite_script, unified_diff
-    from ..session import atomic_write_text
-    from ..text import printable, terminal_text
+    from core.util.inputs import read_text
+    from core.io.megatron_args import MegatronArgsError
+    from core.io.megatron_export import rewrite_script, unified_diff
+    from core.io.session import atomic_write_text
+    from core.util.text import printable, terminal_text
 
     old = read_text(args.into, MegatronArgsError, "launch", encoding="utf-8")
     new = rewrite_script(session, old, str(args.into), args.script)

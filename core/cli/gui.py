@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import UsageError, refuse_output_is_input
+from core.cli.common import UsageError, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 

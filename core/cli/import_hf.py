@@ -1,5 +1,5 @@
 """``vtrain import hf CONFIG.json --out SESSION.json [--gpu KIND] [--json]``: a Hugging Face
-model config into a session file with a default plan (:mod:`core.hf_import`)."""
+model config into a session file with a default plan (:mod:`core.io.hf_import`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from .common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
+from core.cli.common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
@@ -41,19 +41,19 @@ def add_source(isub: Any) -> None:
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
     hf.add_argument("--seq-length", type=int, metavar="S",
                     help="sequence length to train at (default: max_position_embeddings)")
-    from ..config import GPU_KINDS
+    from core.plan.config import GPU_KINDS
     hf.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
-    from ..config import ConfigError, FieldError, check
-    from ..hf_import import read_hf_config
-    from ..inputs import strict_dumps
-    from ..text import printable
-    from ..model_math import (num_active_parameters, num_active_parameters_with_embedding,
+    from core.plan.config import ConfigError, FieldError, check
+    from core.io.hf_import import read_hf_config
+    from core.util.inputs import strict_dumps
+    from core.util.text import printable
+    from core.model.model_math import (num_active_parameters, num_active_parameters_with_embedding,
                               num_parameters)
-    from ..session import save_session
+    from core.io.session import save_session
     if not args.out and not args.json:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
                                                "model section)")])

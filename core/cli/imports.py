@@ -1,8 +1,8 @@
 """``vtrain import SOURCE FILE``: read another tool's files into a session.
 
-``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/hf_import.py);
-``megatron-args``: a Megatron-LM launch script or argument list (core/megatron_args.py);
-``torchtitan``: a torchtitan job config (core/torchtitan_import.py).
+``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/io/hf_import.py);
+``megatron-args``: a Megatron-LM launch script or argument list (core/io/megatron_args.py);
+``torchtitan``: a torchtitan job config (core/io/torchtitan_import.py).
 """
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
+from core.cli.common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
     """Add the ``import`` subcommand (and its formats) to ``vtrain``'s sub-parsers."""
-    from . import import_hf
+    from core.cli import import_hf
 
     imp = sub.add_parser("import", help="turn another tool's model or launch file into a session",
                          description="Turn another tool's model or launch file into a session file.")
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
     import_hf.add_source(isub)
     add_torchtitan(isub)
-    from ..config import GPU_KINDS, MODEL_PRESETS
+    from core.plan.config import GPU_KINDS, MODEL_PRESETS
     pr = isub.add_parser(
         "preset", help="a published model shape of the editor's presets (Llama 3, Mixtral, "
                        "Qwen3, DeepSeek-V3, GPT-OSS, GPT-3 ...)",
@@ -78,7 +78,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import``; returns the exit status."""
     if args.import_command == "hf":
-        from . import import_hf
+        from core.cli import import_hf
         return import_hf.run(args)
     if args.import_command == "preset":
         return _preset(args)
@@ -91,10 +91,10 @@ def _preset(args: argparse.Namespace) -> int:
     """``vtrain import preset NAME --out SESSION.json [--gpu KIND] [--seq-length S]``."""
     import dataclasses
 
-    from ..config import MODEL_PRESETS, ClusterConfig, ConfigError, FieldError, Session, check
-    from ..hf_import import default_plan
-    from ..session import save_session
-    from ..text import printable
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ConfigError, FieldError, Session, check
+    from core.io.hf_import import default_plan
+    from core.io.session import save_session
+    from core.util.text import printable
     names = {n.lower(): n for n in MODEL_PRESETS}
     name = names.get(" ".join(args.name.split()).lower())
     if name is None:
@@ -116,10 +116,10 @@ def _preset(args: argparse.Namespace) -> int:
 
 
 def _megatron(args: argparse.Namespace) -> int:
-    from ..config import GPU_KINDS, ConfigError, FieldError, check, gpu_kind
-    from ..console import Console, esc
-    from ..megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
-    from ..session import save_session
+    from core.plan.config import GPU_KINDS, ConfigError, FieldError, check, gpu_kind
+    from core.util.console import Console, esc
+    from core.io.megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
+    from core.io.session import save_session
 
     variables = {}
     for item in args.var:
@@ -150,7 +150,7 @@ def _megatron(args: argparse.Namespace) -> int:
                           source=str(args.file)) from None
     save_session(res.session, args.out)
     if args.json:
-        from ..inputs import strict_dumps
+        from core.util.inputs import strict_dumps
         print(strict_dumps({"out": str(args.out), "session": res.session.to_dict(),
                           "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
                           "neutral": res.neutral, "launcher": res.launch.launcher,
@@ -189,7 +189,7 @@ def add_torchtitan(isub: Any) -> None:
         "torchtitan", help="a torchtitan job config (train_configs/*.toml)",
         description="Read a torchtitan job config (TOML: [model] name and flavor, [parallelism] "
                     "degrees, [training] batch and sequence, [activation_checkpoint], [float8], "
-                    "[compile]) into a session file (core/torchtitan_import.py). Every key is "
+                    "[compile]) into a session file (core/io/torchtitan_import.py). Every key is "
                     "used, listed as changing nothing, or refused by name (exit status 2).")
     tt.add_argument("config", metavar="CONFIG.toml", help="the job config")
     tt.add_argument("--out", metavar="SESSION.json", required=True,
@@ -202,10 +202,10 @@ def add_torchtitan(isub: Any) -> None:
 
 def _torchtitan(args: argparse.Namespace) -> int:
     """``vtrain import torchtitan CONFIG.toml --out SESSION.json [--num-gpus N] [--gpu KIND]``."""
-    from ..config import ConfigError, FieldError, gpu_kind
-    from ..session import save_session
-    from ..text import printable
-    from ..torchtitan_import import read_torchtitan_config
+    from core.plan.config import ConfigError, FieldError, gpu_kind
+    from core.io.session import save_session
+    from core.util.text import printable
+    from core.io.torchtitan_import import read_torchtitan_config
     if args.num_gpus is not None and args.num_gpus < 1:
         raise ConfigError([FieldError("--num-gpus", f"{args.num_gpus} must be a positive "
                                       "integer")])

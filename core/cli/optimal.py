@@ -1,6 +1,6 @@
 """``vtrain optimal``: the compute-optimal model for a GPU budget (argument parsing and output).
 
-The study itself is :func:`core.optimal.compute_optimal`.
+The study itself is :func:`core.studies.optimal.compute_optimal`.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import check_number, session_from_args, study_progress
+from core.cli.common import check_number, session_from_args, study_progress
 
-if TYPE_CHECKING:  # rich and numpy (core.optimal) are imported when the command runs
-    from ..console import Console
+if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
+    from core.util.console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -44,15 +44,15 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
-    from ..config import ConfigError
-    from ..console import Console
-    from ..inputs import strict_dumps
-    from ..optimal import compute_optimal
+    from core.plan.config import ConfigError
+    from core.util.console import Console
+    from core.util.inputs import strict_dumps
+    from core.studies.optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     session = session_from_args(args, validate=False)
-    from ..config import check_all_but_the_plan
-    from ..optimal import gpt_shape
+    from core.plan.config import check_all_but_the_plan
+    from core.studies.optimal import gpt_shape
     # the model and plan are the study's; the cluster, batch and sequence must be valid
     try:
         check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
@@ -78,8 +78,8 @@ def _cost(result, session) -> float:
 def _print(result, session, console: Console) -> None:
     from rich.table import Table
 
-    from ..console import esc
-    from ..optimal import format_params
+    from core.util.console import esc
+    from core.studies.optimal import format_params
     s = session
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
@@ -122,7 +122,7 @@ def _print(result, session, console: Console) -> None:
                       f"of 2 of any candidate shape (the smallest is {format_params(smallest)}: L=8, "
                       "h=1024).", highlight=False)
     if result.best is None:
-        from ..optimal import no_plan_explanation
+        from core.studies.optimal import no_plan_explanation
         console.print(f"[red]{esc(no_plan_explanation(result, s.plan.global_batch_size))}[/]",
                       highlight=False)
         return
@@ -136,7 +136,7 @@ def _print(result, session, console: Console) -> None:
             line += (f"; the rule's size ({format_params(r.n_params)}) reaches {r.loss:.4f} on "
                      f"{format_params(r.tokens)} tokens at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
-    from ..comm import summarize_warnings
+    from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)

@@ -13,19 +13,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..text import printable
-from ..config import ConfigError
-from .common import UsageError, list_items, refuse_output_is_input
+from core.util.text import printable
+from core.plan.config import ConfigError
+from core.cli.common import UsageError, list_items, refuse_output_is_input
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
     from rich.progress import Progress
 
-    from ..console import Console
+    from core.util.console import Console
 
 
 def _esc(text: Any) -> str:
-    """:func:`core.console.esc` (rich is imported when something is printed)."""
-    from ..console import esc
+    """:func:`core.util.console.esc` (rich is imported when something is printed)."""
+    from core.util.console import esc
     return esc(text)
 
 
@@ -62,14 +62,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain profile ACTION``; returns the exit status."""
-    from ..profile_store import ProfileStore
+    from core.store.profile_store import ProfileStore
     if args.profile_command == "import-nccl-tests":
         return run_import_nccl(args)
     if args.profile_command in ("run", "collectives"):
         return run_measurement(args)
     if args.profile_command == "generate":
         return _generate(args)
-    from ..console import Console
+    from core.util.console import Console
     stores = [ProfileStore.open(path) for path in args.store]  # all readable before printing
     console = Console()
     for i, store in enumerate(stores):
@@ -81,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     """``vtrain profile generate``: an analytic store from ``--spec FILE`` or ``--gpu KIND``."""
-    from ..config import gpu_kind
-    from ..gpu_spec import read_gpu_spec, shipped_spec_path
-    from ..profiles_gen import shipped_gpu_names, store_from_spec
+    from core.plan.config import gpu_kind
+    from core.store.gpu_spec import read_gpu_spec, shipped_spec_path
+    from core.store.profiles_gen import shipped_gpu_names, store_from_spec
 
     refuse_output_is_input([("--out", args.out)], [args.spec, args.parameters_from])
     if args.spec:
@@ -112,8 +112,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _transfer(base: Any, reference_path: str, out: str) -> int:
     """``--parameters-from``: ``base`` with the parameters fitted for the reference store."""
-    from ..calibrate import transferred_store
-    from ..profile_store import ProfileStore
+    from core.accuracy.calibrate import transferred_store
+    from core.store.profile_store import ProfileStore
     try:
         store = transferred_store(base, ProfileStore.open(reference_path))
     except ValueError as exc:
@@ -236,9 +236,9 @@ def profile_line(profile: dict[str, Any]) -> str:
 
 def run_measurement(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
-    from .. import profiling
-    from ..console import Console
-    from ..profile_store import ProfileStoreError
+    from core import profiling
+    from core.util.console import Console
+    from core.store.profile_store import ProfileStoreError
     console = Console()
     try:
         if args.profile_command == "run":
@@ -376,8 +376,8 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
 
 def run_import_nccl(args: argparse.Namespace) -> int:
     """``vtrain profile import-nccl-tests``: add each file's curve to the store (atomic save)."""
-    from ..nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
-    from ..profile_store import ProfileStore
+    from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
+    from core.store.profile_store import ProfileStore
 
     refuse_output_is_input([("--into", args.into)], args.files)  # --into is read and extended
     store = ProfileStore.open(args.into)

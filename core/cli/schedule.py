@@ -1,5 +1,5 @@
 """``vtrain schedule``: replay a job trace on a shared cluster under several GPU-allocation
-policies (argument parsing and output). The study itself is :mod:`core.scheduler`."""
+policies (argument parsing and output). The study itself is :mod:`core.studies.scheduler`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from .common import check_number, list_items, study_progress
+from core.cli.common import check_number, list_items, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
-    from ..console import Console
+    from core.util.console import Console
 
-#: :data:`core.scheduler.POLICIES`, spelled out so that building the parser does not import the
+#: :data:`core.studies.scheduler.POLICIES`, spelled out so that building the parser does not import the
 #: scheduler; tests/test_scheduler.py checks that the two agree.
 POLICY_NAMES = ("requested", "efficient", "adaptive")
 
@@ -54,14 +54,14 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain schedule``; returns the exit status."""
     from pathlib import Path
 
-    from ..config import ConfigError, FieldError, Session, check_all_but_the_plan
-    from ..console import Console
-    from ..inputs import strict_dumps
-    from ..optimal import gpt_shape
-    from ..scheduler import POLICIES, read_jobs, schedule_study
-    from ..session import load_any
+    from core.plan.config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from core.util.console import Console
+    from core.util.inputs import strict_dumps
+    from core.studies.optimal import gpt_shape
+    from core.studies.scheduler import POLICIES, read_jobs, schedule_study
+    from core.io.session import load_any
 
-    from ..config import BOUNDS
+    from core.plan.config import BOUNDS
     if not 0 < args.gpus <= BOUNDS["parallel"].hi:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer up to "
                                       f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})")])
@@ -115,8 +115,8 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
     import numpy as np
     from rich.table import Table
 
-    from ..console import esc
-    from ..scheduler import target_index
+    from core.util.console import esc
+    from core.studies.scheduler import target_index
     console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
                   f"({session.cluster.gpus_per_node} per node), first come first served"
                   f"{', with backfilling' if args.backfill else ''}", highlight=False)

@@ -6,11 +6,11 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import (SET_HELP, field_error, fmt_bytes, refuse_output_is_input, session_from_args,
+from core.cli.common import (SET_HELP, field_error, fmt_bytes, refuse_output_is_input, session_from_args,
                      session_inputs, verdict_markup)
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
-    from ..console import Console
+    from core.util.console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -37,10 +37,10 @@ def add_parser(sub: Any) -> None:
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
     from rich.table import Table
 
-    from ..console import esc
-    from ..interval import interval_line
+    from core.util.console import esc
+    from core.store.interval import interval_line
 
-    from .profile import profile_line
+    from core.cli.profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
     p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
@@ -50,11 +50,11 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    from ..graph import num_chunks
-    from ..schedules import get as get_schedule
+    from core.sim.graph import num_chunks
+    from core.schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
-    from ..config import padded_vocab_size
+    from core.plan.config import padded_vocab_size
     V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
@@ -84,7 +84,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                  if causal is not None and causal < 0.98 * r.mfu else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
-    from ..config import layout_summary
+    from core.plan.config import layout_summary
     summary = layout_summary(s.model.num_layers, s.plan)
     if summary:
         t.add_row("Pipeline layout", f"{s.plan.pipeline_model_parallel_layout}: {summary} "
@@ -146,7 +146,7 @@ def _days(seconds: float) -> str:
 
 def _run_table(r, s):
     """The "Run" table: the whole run with failures, checkpoints and energy, term by term
-    (:mod:`core.goodput`, :mod:`core.energy`)."""
+    (:mod:`core.sim.goodput`, :mod:`core.sim.energy`)."""
     from rich.table import Table
     g, e, rel = r.run, r.energy, s.reliability
     t = Table(title="Run with failures and checkpoints (docs/goodput.md)", title_justify="left",
@@ -210,7 +210,7 @@ def _json_report(result, wall_s: float) -> dict:
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
         "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
     })
-    from ..config import pipeline_layout_text, virtual_stage_layer_counts
+    from core.plan.config import pipeline_layout_text, virtual_stage_layer_counts
     s = result.session
     if pipeline_layout_text(s.plan) is not None:  # the layers of each virtual stage it places
         doc["virtual_stage_layers"] = virtual_stage_layer_counts(s.model.num_layers, s.plan)
@@ -219,15 +219,15 @@ def _json_report(result, wall_s: float) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain simulate``; returns the exit status."""
-    from ..config import ConfigError
-    from ..inputs import strict_dumps
-    from ..simulate import simulate
+    from core.plan.config import ConfigError
+    from core.util.inputs import strict_dumps
+    from core.sim.simulate import simulate
     outputs = [("--trace-out", args.trace_out)]
     refuse_output_is_input(outputs, [args.path, args.profile])
     session = session_from_args(args)
     refuse_output_is_input(outputs, session_inputs(session))
     try:
-        from ..interval import check_coverage
+        from core.store.interval import check_coverage
         check_coverage(args.coverage)
     except ValueError as exc:
         raise field_error("--coverage", str(exc)) from None
@@ -238,11 +238,11 @@ def run(args: argparse.Namespace) -> int:
         raise session.in_its_terms(exc) from None
     wall = time.perf_counter() - t0
     if args.trace_out:
-        from ..trace import write_trace
+        from core.io.trace import write_trace
         write_trace(result.graph, result.schedule, args.trace_out)
     if args.json:
         print(strict_dumps(_json_report(result, wall)))
     else:
-        from ..console import Console
+        from core.util.console import Console
         _print_report(result, Console(), args.trace_out, wall)
     return 0

@@ -2,7 +2,7 @@
 
 One module of :mod:`core.cli` per subcommand, so that several people can add
 subcommands without touching the same lines. Errors
-are raised as :class:`~core.config.ConfigError` (exit status 2, one line).
+are raised as :class:`~core.plan.config.ConfigError` (exit status 2, one line).
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
+from core.plan.config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
                       check_all_but_the_plan)
-from .common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
+from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
                      session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
 
-    from ..console import Console
+    from core.util.console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -147,7 +147,7 @@ def _flags(option: str, text: str | None) -> tuple[bool, ...] | None:
 
 
 def _space_from_args(args: argparse.Namespace, session) -> Any:
-    from ..sweep import SweepSpace
+    from core.studies.sweep import SweepSpace
     gpus = _ints("--gpus", args.gpus)
     max_gpus = _one_int("--max-gpus", args.max_gpus)
     max_d = _one_int("--max-data-parallel", args.max_data_parallel)
@@ -182,10 +182,10 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..console import Console
-    from ..inputs import strict_dumps
-    from ..console import esc
-    from ..sweep import no_plan_errors, run_sweep, unused_values
+    from core.util.console import Console
+    from core.util.inputs import strict_dumps
+    from core.util.console import esc
+    from core.studies.sweep import no_plan_errors, run_sweep, unused_values
 
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
-    from ..sweep_parallel import default_workers
+    from core.studies.sweep_parallel import default_workers
     workers = _one_int("--workers", args.workers) or default_workers()
     dask = args.dask.strip() if args.dask is not None else None
     if dask is not None and not dask:
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[dim]the {pick if isinstance(pick, str) else f'plan {pick} of the front'}"
                           f" written as a session to {esc(args.out)}[/]")
         if unused:
-            from ..console import esc
+            from core.util.console import esc
             console.print("\nValues given but in no valid plan:")
             for e in unused:
                 console.print(f"  {esc(e.field)}: {esc(e.message)}")
@@ -275,8 +275,8 @@ def _pick_arg(text: str | None, out: str | None) -> str | int | None:
 
 def _write_pick(result, pick: str | int, path: str) -> None:
     """Write the picked plan of ``result`` as a session file at ``path`` (atomically,
-    :func:`core.session.save_session`)."""
-    from ..session import save_session
+    :func:`core.io.session.save_session`)."""
+    from core.io.session import save_session
     if pick == "fastest":
         i = result.fastest
     elif pick == "cheapest":
@@ -303,7 +303,7 @@ def _money(usd: float) -> str:
 def _plan_fields(result) -> list[str]:
     """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
     whose value differs between the swept plans."""
-    from ..config import ParallelPlan
+    from core.plan.config import ParallelPlan
     out = []
     for f in dataclasses.fields(ParallelPlan):
         col = result.plan_columns[f.name]
@@ -330,7 +330,7 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
-    from ..config import plan_field_title
+    from core.plan.config import plan_field_title
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               padding=0)
     if first_col is not None:
@@ -346,8 +346,8 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
 def _print_result(result, console: Console, csv_path: str | None) -> None:
     import numpy as np
 
-    from ..console import esc
-    from ..sweep import budget_text
+    from core.util.console import esc
+    from core.studies.sweep import budget_text
     s = result.session
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
@@ -360,7 +360,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                   + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
                      if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
     _print_dimensions(result, console)
-    from ..config import expand_pipeline_layout, pipeline_layout_text
+    from core.plan.config import expand_pipeline_layout, pipeline_layout_text
     layout = pipeline_layout_text(s.plan)
     if layout is not None:  # every plan keeps it: only its p*v is tried
         n = len(expand_pipeline_layout(layout))
@@ -368,7 +368,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
-    from ..model_math import causal_model_flops_per_iteration, model_flops_per_iteration
+    from core.model.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
     causal = causal_model_flops_per_iteration(s.model, s.plan) / model_flops_per_iteration(s.model, s.plan)
     if causal < 0.97 and result.fastest is not None:  # long sequences: the square vs the mask
         console.print(f"[dim]MFU: Narayanan et al.'s Eq. 3, the whole s x s attention square (it "
@@ -376,8 +376,8 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                       f"half, as Megatron-Core 0.19 logs it, is {causal:.2f} x that (the fastest "
                       f"plan: {result.mfu[result.fastest] * causal:.1%})[/]")
     if s.plan.precision == "fp8":
-        from ..config import fp8_recipe
-        from ..costing import MFU_PEAK_NOTE
+        from core.plan.config import fp8_recipe
+        from core.sim.costing import MFU_PEAK_NOTE
         console.print(f"[dim]precision fp8, recipe {fp8_recipe(s.plan)}; {MFU_PEAK_NOTE}[/]")
     best = _plan_table("Best plans", result, "")
     rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
@@ -424,7 +424,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
-    from ..comm import summarize_warnings
+    from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
@@ -438,14 +438,14 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
 
 def _print_dimensions(result, console: Console) -> None:
     """What the sweep chose (each field with its values) and what it held, and why."""
-    from ..config import plan_field_title
-    from ..console import esc
+    from core.plan.config import plan_field_title
+    from core.util.console import esc
 
     def text(v: Any) -> str:
         return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
 
     swept = [d for d in result.dimensions if d["swept"]]
-    from ..sweep import BEST_BY_FIELDS
+    from core.studies.sweep import BEST_BY_FIELDS
     held = [d for d in result.dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
     if swept:
         console.print("swept: " + "; ".join(
@@ -460,7 +460,7 @@ def _print_dimensions(result, console: Console) -> None:
 
 def _print_best_by(result, console: Console) -> None:
     """The fastest plan that fits for each value of each swept dimension."""
-    from ..config import plan_field_title
+    from core.plan.config import plan_field_title
     best = result.best_by()
     if not best or not result.num_feasible:
         return
@@ -481,7 +481,7 @@ def _print_best_by(result, console: Console) -> None:
 
 def _row_index(result, row: dict) -> int:
     """The row of ``result`` whose plan a ``best_by`` entry names."""
-    from ..config import ParallelPlan
+    from core.plan.config import ParallelPlan
     plan = ParallelPlan(**{f.name: row[f.name] for f in dataclasses.fields(ParallelPlan)})
     return result.index_of(plan)
 

@@ -8,10 +8,10 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import field_error, refuse_output_is_input, row_progress
+from core.cli.common import field_error, refuse_output_is_input, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
-    from ..console import Console
+    from core.util.console import Console
 
 __all__ = ["add_parser", "run"]
 
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _predictor(profile: str | None, coverage: float):
-    from ..simulate import open_profile, session_profile, simulate
+    from core.sim.simulate import open_profile, session_profile, simulate
 
     store = open_profile(profile) if profile else None
 
@@ -53,7 +53,7 @@ def _predictor(profile: str | None, coverage: float):
 
 
 def _check_coverage(value: float) -> float:
-    from ..interval import check_coverage
+    from core.store.interval import check_coverage
     try:
         return check_coverage(value)
     except ValueError as exc:
@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from rich.table import Table
 
-    from ..console import Console, esc
-    from ..inputs import strict_dumps
-    from ..validate import (ValidationResult, predict_rows, read_measurements, row_memory,
+    from core.util.console import Console, esc
+    from core.util.inputs import strict_dumps
+    from core.accuracy.validate import (ValidationResult, predict_rows, read_measurements, row_memory,
                             skip_counts)
 
     if args.cross_validate == 1 or args.cross_validate < 0:
@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
         ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
-        from ..calibrate import (analytic_bases, cross_validate, measured_sessions,
+        from core.accuracy.calibrate import (analytic_bases, cross_validate, measured_sessions,
                                  shared_fit_kwargs, use_shared_fit)
-        from ..simulate import open_profile, session_profile
+        from core.sim.simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         err = Console(stderr=True)
         if len(sessions) < 2:
@@ -105,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
         pred = np.full(len(ms), np.nan)
         pred[used] = pred_used
         # each fold's bands from the out-of-fold residuals of the other folds
-        from ..interval import cross_conformal, residual_table_from_cv
+        from core.store.interval import cross_conformal, residual_table_from_cv
         table = residual_table_from_cv(sessions, measured, pred_used, Path(args.csv).name,
                                        [ms[i].row for i in used])
         lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
         low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
         low[used], high[used] = lo_used, hi_used
-        from ..validate import predict_memory
+        from core.accuracy.validate import predict_memory
         result = ValidationResult(ms, pred, low, high, coverage, predict_memory(ms))
     else:
         with row_progress("predicting", args.json) as progress:
@@ -210,10 +210,10 @@ def _group_keys(ms) -> list[str]:
 
 def _mfu(session, seconds: float) -> float | None:
     """Model FLOPs utilization of ``session`` at ``seconds`` per iteration: Megatron's model
-    FLOPs (:func:`core.simulate.model_flops_per_iteration`) over t*p*cp*d GPUs at the data-sheet
+    FLOPs (:func:`core.sim.simulate.model_flops_per_iteration`) over t*p*cp*d GPUs at the data-sheet
     peak of the plan's precision (None when the store has no such peak)."""
-    from ..simulate import model_flops_per_iteration, session_profile
-    from ..validate import published_columns
+    from core.sim.simulate import model_flops_per_iteration, session_profile
+    from core.accuracy.validate import published_columns
     try:
         peak = session_profile(session).peak_flops[session.plan.precision]
         world = published_columns(session)["num_gpus"]
@@ -228,7 +228,7 @@ def _row_records(result) -> list[dict]:
     and causes, and named assumptions."""
     import math
 
-    from ..validate import row_memory
+    from core.accuracy.validate import row_memory
     out = []
     mem_pred = result.predicted_memory_gib
     mem_err = result.memory_errors_percent()
@@ -263,7 +263,7 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
     """The error figures, the error band's coverage and the error tables by model, t and p."""
     from rich.table import Table
 
-    from ..console import esc
+    from core.util.console import esc
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -297,7 +297,7 @@ def _print_memory_errors(console: Console, result, mem: dict) -> None:
 
     from rich.table import Table
 
-    from ..console import esc
+    from core.util.console import esc
     scales = ", ".join(f"{n} {s}" for s, n in sorted(mem["rows_by_scale"].items()))
     t = Table(show_header=False, box=None, title=f"peak memory per GPU ({scales}; the fullest "
               "stage's GPU at each row's memory_scale)", title_justify="left")
@@ -329,8 +329,8 @@ def _no_band_reason(profile: str | None, result) -> str:
     """Why no row got an error band (the first row's note)."""
     import numpy as np
 
-    from ..interval import session_interval
-    from ..simulate import open_profile, session_profile
+    from core.store.interval import session_interval
+    from core.sim.simulate import open_profile, session_profile
 
     used = [(m, p) for m, p in zip(result.measurements, result.predicted_s) if not np.isnan(p)]
     if not used:
@@ -342,7 +342,7 @@ def _no_band_reason(profile: str | None, result) -> str:
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
     """How the predictions relate to the profile: in-sample when it was calibrated on the file."""
-    from ..simulate import open_profile, session_profile
+    from core.sim.simulate import open_profile, session_profile
 
     sessions = [m.session for m, used in zip(result.measurements, result.used) if used]
     if not sessions:
@@ -374,7 +374,7 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
 def _write_rows(result, path: str) -> None:
     import numpy as np
 
-    from ..session import atomic_write_text
+    from core.io.session import atomic_write_text
 
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -439,7 +439,7 @@ def _plot(result, path: str, metrics: dict) -> None:
                  + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    from ..atomic import atomic_target
+    from core.util.atomic import atomic_target
     with atomic_target(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)

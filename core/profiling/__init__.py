@@ -15,7 +15,7 @@ report progress through a callback and stop on a cancel token, see
 * :func:`shapes_from_session`, :func:`default_shapes`, :func:`load_shapes` —
   what to profile (e.g. the shapes of the session open in the editor).
 
-Listing stores and their provenance needs no torch: :func:`core.profiles.list_stores`.
+Listing stores and their provenance needs no torch: :func:`core.store.profiles.list_stores`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .progress import (CancelToken, CollectiveRunResult, ProfileProgress, ProfileRunResult,
+from core.profiling.progress import (CancelToken, CollectiveRunResult, ProfileProgress, ProfileRunResult,
                        ProgressCallback)
-from .shapes import (ShapeFileError, ShapeGroup, default_shapes, load_shapes, merge_groups,
+from core.profiling.shapes import (ShapeFileError, ShapeGroup, default_shapes, load_shapes, merge_groups,
                      shape_from_dict, shapes_from_session)
 
 __all__ = ["ProfilingUnavailable", "torch_status", "run_profile", "run_collectives",
@@ -88,7 +88,7 @@ def run_profile(out: str | Path, device: str = "cpu",
         Bad device, or ``out`` holds another device's store.
     """
     _require_torch()
-    from .runner import profile_ops
+    from core.profiling.runner import profile_ops
     return profile_ops(out, device, shapes, threads=threads, progress=progress, cancel=cancel,
                        kernels=kernels, merge=merge, timing=timing, keep_memory=keep_memory)
 
@@ -109,8 +109,8 @@ def run_collectives(world_size: int, backend: str = "gloo", *, out: str | Path |
         Bad arguments; a worker failed.
     """
     _require_torch()
-    from ..profile_store import COLLECTIVE_KINDS
-    from .collectives import measure_collectives
+    from core.store.profile_store import COLLECTIVE_KINDS
+    from core.profiling.collectives import measure_collectives
     return measure_collectives(world_size, backend, sizes=sizes,
                                kinds=tuple(kinds) if kinds else COLLECTIVE_KINDS, out=out,
                                progress=progress, cancel=cancel, timing=timing)

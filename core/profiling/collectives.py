@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-from ..profile_store import COLLECTIVE_KINDS, ProfileStore
-from .progress import CancelToken, CollectiveRunResult, ProfileProgress, ProgressCallback
+from core.store.profile_store import COLLECTIVE_KINDS, ProfileStore
+from core.profiling.progress import CancelToken, CollectiveRunResult, ProfileProgress, ProgressCallback
 
 __all__ = ["measure_collectives", "default_sizes", "free_port"]
 
@@ -162,7 +162,7 @@ def measure_collectives(world_size: int, backend: str, *, sizes: Sequence[int] |
     sizes : sequence of int, optional
         Buffer sizes in bytes (nccl-tests convention); default :func:`default_sizes`.
     kinds : sequence of str
-        Subset of :data:`core.profile_store.COLLECTIVE_KINDS`.
+        Subset of :data:`core.store.profile_store.COLLECTIVE_KINDS`.
     out : str or Path, optional
         Store file: curves are added to it (created with a probe of this
         machine's device if missing) and it is saved atomically after each kind.
@@ -189,7 +189,7 @@ def measure_collectives(world_size: int, backend: str, *, sizes: Sequence[int] |
     RuntimeError
         A worker failed (its traceback in the message) or the run timed out.
     """
-    from .device import parse_device, probe_device
+    from core.profiling.device import parse_device, probe_device
 
     if int(world_size) != world_size or world_size < 2:
         raise ValueError(f"world size must be an integer >= 2, got {world_size!r}")

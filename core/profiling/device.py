@@ -221,7 +221,7 @@ def probe_device(device: torch.device, dtypes: tuple[str, ...] = ("fp32",)) -> D
     off; ``tf32`` with it on), 1 GiB copies and the device's total memory.
     Takes a few seconds.
     """
-    from .layers import TORCH_DTYPES
+    from core.profiling.layers import TORCH_DTYPES
 
     cuda = device.type == "cuda"
     n = 8192 if cuda else 2048

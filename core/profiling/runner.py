@@ -12,7 +12,7 @@ and dropout active (training mode):
   accumulate, as with gradient accumulation over micro-batches;
 * ``optimizer_step`` (keyed by the parameter count ``n``): the Adam step over
   the parameters of a pipeline stage of 1, 2, 4, 8 ... layers of the shape
-  (weights, embedding, final norm; :func:`core.graph.params_per_gpu`), on fp32
+  (weights, embedding, final norm; :func:`core.sim.graph.params_per_gpu`), on fp32
   master weights plus the copy into the half-precision weights when the dtype
   is bf16/fp16.
 
@@ -35,15 +35,15 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from ..ops import (ALL_OPS, DEFAULT_OP_MODEL, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP,
+from core.model.ops import (ALL_OPS, DEFAULT_OP_MODEL, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP,
                    analytic_op_time, full_op_key)
-from ..profile_store import ProfileStore
-from .device import (KEEP_MEMORY_NOTE, DeviceInfo, keep_freed_memory, parse_device,
+from core.store.profile_store import ProfileStore
+from core.profiling.device import (KEEP_MEMORY_NOTE, DeviceInfo, keep_freed_memory, parse_device,
                      probe_device, synchronize, time_fn)
-from .layers import (TORCH_DTYPES, AttentionShard, EmbeddingShard, MLPShard, OutputShard,
+from core.profiling.layers import (TORCH_DTYPES, AttentionShard, EmbeddingShard, MLPShard, OutputShard,
                      make_optimizer)
-from .progress import CancelToken, ProfileProgress, ProfileRunResult, ProgressCallback
-from .shapes import ShapeGroup, default_shapes
+from core.profiling.progress import CancelToken, ProfileProgress, ProfileRunResult, ProgressCallback
+from core.profiling.shapes import ShapeGroup, default_shapes
 
 __all__ = ["profile_ops", "GroupBench", "fit_op_model", "kernel_breakdown"]
 
@@ -162,7 +162,7 @@ class GroupBench:
     # ------------------------------------------------------------------ optimizer
     def stage_param_shapes(self, num_layers: int) -> list[tuple[int, ...]]:
         """Shapes of one GPU's parameters for a stage of ``num_layers`` layers plus
-        embedding and final layer norm (:func:`core.graph.params_per_gpu` with p=1)."""
+        embedding and final layer norm (:func:`core.sim.graph.params_per_gpu` with p=1)."""
         layer = [tuple(p.shape) for p in itertools.chain(self.attention.parameters(),
                                                            self.mlp.parameters())]
         g = self.group
@@ -259,7 +259,7 @@ def kernel_breakdown(fn: Callable[[Any], Any], setup: Callable[[], Any] | None,
 # ------------------------------------------------------------------ op model fit
 
 class _Device:
-    """Attributes :func:`core.ops.analytic_op_time` needs."""
+    """Attributes :func:`core.model.ops.analytic_op_time` needs."""
 
     def __init__(self, peak_flops: dict, bw: float, op_model: dict):
         self.peak_flops, self.memory_bandwidth_bytes_per_s, self.op_model = peak_flops, bw, op_model
@@ -271,9 +271,9 @@ def fit_op_model(rows: OpRows, peak_flops: dict[str, float], memory_bandwidth_by
 
     Grid search of ``gemm_efficiency_max``, ``gemm_half_size`` and
     ``memory_efficiency`` minimizing the mean squared ``log(model / measured)``
-    of :func:`core.ops.analytic_op_time` over the forward/backward rows (the
+    of :func:`core.model.ops.analytic_op_time` over the forward/backward rows (the
     optimizer excluded); ``kernel_overhead_s`` is the measured per-op
-    overhead, the other parameters keep :data:`core.ops.DEFAULT_OP_MODEL`.
+    overhead, the other parameters keep :data:`core.model.ops.DEFAULT_OP_MODEL`.
     With fewer than 3 rows, the defaults with the measured overhead.
 
     Returns

@@ -3,7 +3,7 @@
 A *shape group* is one transformer shape on one device for one tensor-parallel
 size and dtype: ``(s, h, a, f, V, t, dtype)`` plus the micro-batch sizes ``b``
 to measure it at and the layer counts whose optimizer step to time. Every op
-table row of the store (see :data:`core.ops.OP_KEYS`) comes from one group.
+table row of the store (see :data:`core.model.ops.OP_KEYS`) comes from one group.
 
 A ``--shapes`` file is a JSON list whose items are either shape dicts or
 paths (relative to the file) of session files / vTrain configs::
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..config import ConfigError, Session, padded_vocab_size, stage_layer_counts
-from ..model_math import MLA_KEY
-from ..ops import DTYPE_BYTES
+from core.plan.config import ConfigError, Session, padded_vocab_size, stage_layer_counts
+from core.model.model_math import MLA_KEY
+from core.model.ops import DTYPE_BYTES
 
 __all__ = ["ShapeGroup", "ShapeFileError", "default_shapes", "load_shapes", "shapes_from_session",
            "shape_from_dict", "merge_groups"]
@@ -107,7 +107,7 @@ class ShapeGroup:
         return (self.s, self.h, self.a, self.f, self.V, self.t, self.dtype)
 
     def key(self, b: int) -> dict[str, Any]:
-        """The store key (every column of :data:`core.ops.OP_KEYS`) at micro-batch ``b``; the
+        """The store key (every column of :data:`core.model.ops.OP_KEYS`) at micro-batch ``b``; the
         profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
@@ -175,7 +175,7 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     """The shape group a session's simulation looks up (its ``t``, ``b``, precision).
 
     ``layers`` holds the distinct layer counts of the pipeline stages
-    (:func:`core.config.stage_layer_counts`: an even split, uneven first / last stages or a
+    (:func:`core.plan.config.stage_layer_counts`: an even split, uneven first / last stages or a
     custom pipeline layout), so the optimizer-step rows match each stage's parameter count
     (stages of equal counts differ by the embedding only). A stage that holds no layer
     counts as one.
@@ -232,7 +232,7 @@ def load_shapes(path: str | Path, default_dtype: str = "fp32") -> list[ShapeGrou
         The file is unreadable, not a JSON list, or an item is invalid; the
         message names the file and the item's index.
     """
-    from ..session import SessionFileError, load_any, read_json  # lazy: sessions only when used
+    from core.io.session import SessionFileError, load_any, read_json  # lazy: sessions only when used
 
     path = Path(path)
     doc = read_json(path, ShapeFileError, "utf-8")

@@ -115,9 +115,9 @@ def opened(window, tmp_path):
 
 @pytest.fixture(scope="session")
 def real_simulate():
-    """``core.simulate.simulate``; skips only while the core still raises NotImplementedError."""
-    from core.config import MODEL_PRESETS, ParallelPlan, Session
-    from core.simulate import simulate
+    """``core.sim.simulate.simulate``; skips only while the core still raises NotImplementedError."""
+    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.sim.simulate import simulate
 
     tiny = Session(model=MODEL_PRESETS["GPT-3 1.3B"],
                    plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
@@ -125,5 +125,5 @@ def real_simulate():
     try:
         simulate(tiny)
     except NotImplementedError:
-        pytest.skip("core.simulate.simulate is not implemented yet")
+        pytest.skip("core.sim.simulate.simulate is not implemented yet")
     return simulate

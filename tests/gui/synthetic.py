@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.config import Session
-from core.graph_types import KINDS, ExecutionGraph, Schedule
-from core.report import Report, StageMemory
-from core.simulate import SimulationResult
+from core.plan.config import Session
+from core.sim.graph_types import KINDS, ExecutionGraph, Schedule
+from core.sim.report import Report, StageMemory
+from core.sim.simulate import SimulationResult
 
 K = {name: i for i, name in enumerate(KINDS)}
 

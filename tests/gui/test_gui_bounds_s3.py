@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from core.session import load_any
+from core.io.session import load_any
 from tests.conftest import CASES, EXAMPLES
 
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"

@@ -1,5 +1,5 @@
 """The Compare tab: a pinned plan against the editor's, timelines on one time axis and the
-difference as a waterfall whose bars are core.diff's terms."""
+difference as a waterfall whose bars are core.studies.diff's terms."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from core.diff import diff_results, plan_label
+from core.studies.diff import diff_results, plan_label
 from vtrain_gui.compare import FASTER_COLOR, SLOWER_COLOR, TOTAL_COLOR
 
 
 def _tiny_session():
-    from core.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
     return Session(model=MODEL_PRESETS["GPT-3 1.3B"],
                    plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                                      micro_batch_size=1, global_batch_size=8))
@@ -60,7 +60,7 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     x0, x1 = item_b.getViewBox().viewRange()[0]
     assert x0 == pytest.approx(0.001, rel=1e-6) and x1 == pytest.approx(0.002, rel=1e-6)
 
-    # the waterfall's bars are core.diff's terms, then the total difference
+    # the waterfall's bars are core.studies.diff's terms, then the total difference
     expected = diff_results(pinned, b)
     assert tab.bar_names() == [*expected.terms, "total"]
     heights = tab.bar_heights()
@@ -116,7 +116,7 @@ def test_explore_pins_the_plan_in_the_editor(window, qtbot, real_simulate):
 def test_the_pin_is_saved_and_reopened_with_the_session(window, qtbot, real_simulate, tmp_path):
     """Save writes the pinned plan A into the session (compare.pinned); opening the file pins
     it again with the same result; `vtrain diff FILE` compares it with the file's plan."""
-    from core.session import load_session
+    from core.io.session import load_session
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         window.editor.set_session(_tiny_session())
         window.simulate_now()
@@ -154,8 +154,8 @@ def test_the_pin_is_saved_and_reopened_with_the_session(window, qtbot, real_simu
 def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     """Case s3/compare_unfit_plan_shown_better.json: the editor's plan is faster and cheaper but
     needs 87.9 of 72.0 usable GiB; the tab says so in its column."""
-    from core.session import load_any
-    from core.simulate import simulate
+    from core.io.session import load_any
+    from core.sim.simulate import simulate
     from tests.conftest import case_file
     from vtrain_gui.compare import CompareTab
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.session import load_any
-from core.sweep import SweepSpace
+from core.io.session import load_any
+from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
 from vtrain_gui.sweep_settings import SweepSettingsPanel
 
@@ -32,8 +32,8 @@ def test_context_parallel_sizes_round_trip_and_are_checked(qtbot):
 def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
     import dataclasses
 
-    from core.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
-    from core.simulate import simulate
+    from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
     from vtrain_gui.formatting import format_duration
 
@@ -61,8 +61,8 @@ def test_the_cost_panel_gives_the_causal_mfu_beside_eq3s_at_long_sequences(qtbot
     the panel says both; at 2k tokens it gives Eq. 3's alone."""
     import dataclasses
 
-    from core.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
-    from core.simulate import simulate
+    from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
     from vtrain_gui.formatting import format_fraction
 

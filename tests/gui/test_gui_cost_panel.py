@@ -54,7 +54,7 @@ def test_clear(panel):
 
 
 def test_real_report(panel, real_simulate):
-    from core.session import load_any
+    from core.io.session import load_any
     from tests.conftest import EXAMPLES
 
     report = real_simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json")).report
@@ -64,8 +64,8 @@ def test_real_report(panel, real_simulate):
 
 
 def test_error_band_of_time_days_and_dollars(panel, real_simulate):
-    from core.profiles_gen import generate_store
-    from core.session import load_any
+    from core.store.profiles_gen import generate_store
+    from core.io.session import load_any
     from tests.conftest import EXAMPLES
 
     report = real_simulate(load_any(EXAMPLES / "gpt3_175b.json")).report
@@ -86,7 +86,7 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     assert "Outside the calibration range: 3,360 GPUs" in panel._values["band_note"].toolTip()
     assert "B35C00" in panel._values["band_note"].styleSheet()
     # a store without residuals: no band, and why
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     plain = simulate(load_any(EXAMPLES / "gpt3_175b.json"),
                      generate_store("A100-SXM4-80GB", date="2026-01-01")).report
     panel.set_report(plain)

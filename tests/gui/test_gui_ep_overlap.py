@@ -3,9 +3,9 @@ ones), saved with the session; the cost panel names its hidden part."""
 
 from __future__ import annotations
 
-from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
-from core.session import load_any
-from core.sweep import SweepSpace
+from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+from core.io.session import load_any
+from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
 from vtrain_gui.sweep_settings import SweepSettingsPanel
 
@@ -45,7 +45,7 @@ def test_overlap_row_round_trips_for_moe_and_stays_out_of_dense_sweeps(qtbot):
 
 
 def test_cost_panel_names_the_hidden_all_to_all(qtbot):
-    from core.simulate import simulate
+    from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
     from vtrain_gui.formatting import format_duration
     panel = CostPanel()

@@ -13,9 +13,9 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.config import Session
-from core.session import load_any, load_session
-from core.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
+from core.plan.config import Session
+from core.io.session import load_any, load_session
+from core.studies.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 from vtrain_gui.sweep_table import TABLE_COLUMNS, SweepTableModel
 from vtrain_gui.main_window import MainWindow
@@ -337,7 +337,7 @@ def test_filters_change_plot_table_front_and_marks(window, qtbot, tmp_path, real
     assert (result.num_gpus[explore.table_model.shown()] == 4).all()
     front = explore.front_mask()
     assert front.any() and not (front & ~mask).any()
-    from core.sweep import pareto_front
+    from core.studies.sweep import pareto_front
     assert np.array_equal(front, pareto_front(result.training_days, result.cost_usd, mask))
     fastest = explore.marks()["fastest"]
     assert fastest == np.flatnonzero(mask)[np.argmin(result.training_days[mask])]
@@ -539,8 +539,8 @@ def test_tab_shortcuts(window):
 def test_table_shows_each_plans_error_band(qtbot, small_result):
     """The band column: the sweep's interval columns, sorted by the upper bound, ⚠ outside the
     calibration range (here: none, every plan is on one node of a calibrated A100 store)."""
-    from core.interval import session_interval
-    from core.simulate import open_profile, profile_path
+    from core.store.interval import session_interval
+    from core.sim.simulate import open_profile, profile_path
     r = small_result
     assert np.all(r.interval_low_s < r.iteration_time_s) and np.all(r.iteration_time_s < r.interval_high_s)
     model = SweepTableModel()

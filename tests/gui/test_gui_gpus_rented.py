@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.config import GPU_KINDS, Session
+from core.plan.config import GPU_KINDS, Session
 from vtrain_gui.editor import ConfigEditor
 
 RENTED = ("H800-SXM5-80GB", "A800-SXM4-80GB", "H20-96GB", "GH200-96GB", "B300-288GB")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from core import model_math
+from core.model import model_math
 from tests.test_llama import LLAMA3_8B
 
 

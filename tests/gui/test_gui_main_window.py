@@ -11,8 +11,8 @@ import sys
 import pytest
 from PySide6 import QtGui, QtWidgets
 
-from core.config import Session
-from core.session import load_any
+from core.plan.config import Session
+from core.io.session import load_any
 from tests.conftest import EXAMPLES, ROOT
 from vtrain_gui.main_window import MAX_RECENT_FILES
 
@@ -114,7 +114,7 @@ def test_simulation_failure_is_shown_and_keeps_the_result(window, qtbot, monkeyp
     def broken(session):
         raise RuntimeError("profile store is missing")
 
-    monkeypatch.setattr("core.simulate.simulate", broken)
+    monkeypatch.setattr("core.sim.simulate.simulate", broken)
     with qtbot.waitSignal(window.simulation_failed, timeout=10_000):
         window.editor.field_widget("cost.price_per_gpu_hour_usd").setValue(3.0)
     assert "profile store is missing" in window.status_text
@@ -191,7 +191,7 @@ def test_screenshot_of_a_file_that_cannot_open_exits_2(tmp_path, content):
 
 def test_file_export_megatron_arguments(window, tmp_path, monkeypatch, message_boxes, example):
     """File > Export > Megatron-LM arguments writes the launch that imports back to the plan."""
-    from core.megatron_args import import_file
+    from core.io.megatron_args import import_file
     window.open_path(example)
     out = tmp_path / "launch.sh"
     monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",

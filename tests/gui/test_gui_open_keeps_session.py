@@ -15,8 +15,8 @@ import pytest
 from PySide6 import QtCore
 from PySide6.QtCore import Qt
 
-from core.config import Session
-from core.session import load_any
+from core.plan.config import Session
+from core.io.session import load_any
 from tests.conftest import EXAMPLES, case_file
 from vtrain_gui.int_spin import INT64_MAX, IntSpinBox
 from vtrain_gui.sweep_settings import _divisors

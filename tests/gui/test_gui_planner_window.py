@@ -8,8 +8,8 @@ import threading
 import pytest
 from PySide6 import QtWidgets
 
-from core.session import load_any
-from core.sweep import SweepSpace, run_sweep
+from core.io.session import load_any
+from core.studies.sweep import SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 from vtrain_gui.explore import ExploreTab
 from vtrain_gui.main_window import examples_dir, is_shipped_example

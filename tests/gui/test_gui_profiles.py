@@ -3,7 +3,7 @@
 
 The profiler is replaced by a fast fake that reports progress, checks the cancel
 event between steps and writes a small measured store through
-:class:`core.profile_store.ProfileStore`, so these tests need no torch.
+:class:`core.store.profile_store.ProfileStore`, so these tests need no torch.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from core import profiling
-from core.config import GPU_KINDS
-from core.profile_store import ProfileStore
+from core.plan.config import GPU_KINDS
+from core.store.profile_store import ProfileStore
 from core.profiling import ProfileProgress, ProfileRunResult
 from vtrain_gui.profiles_view import COLUMNS, ProfilesTab, format_provenance
 from vtrain_gui.workers import ProfileRunner

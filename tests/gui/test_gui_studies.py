@@ -1,5 +1,5 @@
 """The Studies tab: both studies run on the worker thread with the session's cluster and show
-the numbers core.optimal and core.scheduler compute."""
+the numbers core.studies.optimal and core.studies.scheduler compute."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from core.config import Session
-from core.optimal import compute_optimal, format_params
-from core.scheduler import POLICIES
+from core.plan.config import Session
+from core.studies.optimal import compute_optimal, format_params
+from core.studies.scheduler import POLICIES
 from vtrain_gui.studies import DEFAULT_TRACE, StudiesTab
 
 
@@ -77,7 +77,7 @@ def test_window_has_a_studies_tab(window):
 
 
 def test_study_settings_round_trip_through_the_session_file(window, tmp_path, qtbot):
-    from core.session import load_session
+    from core.io.session import load_session
     path = tmp_path / "s.json"
     assert window.save_to(path)
     assert load_session(path).studies is None  # untouched defaults are not written
@@ -96,7 +96,7 @@ def test_study_settings_round_trip_through_the_session_file(window, tmp_path, qt
 
 
 def test_bad_study_settings_in_a_file_are_named_and_left_at_defaults(studies):
-    from core.config import Session
+    from core.plan.config import Session
     s = Session()
     s.studies = {"optimal": {"num_gpus": "many", "days": 7.0, "colour": 1}}
     assert studies.reset(s) == ["optimal.num_gpus", "optimal.colour"]

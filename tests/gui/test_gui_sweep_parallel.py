@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-from core.config import Session
-from core.session import load_any
-from core.sweep import SweepSpace
+from core.plan.config import Session
+from core.io.session import load_any
+from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
 from vtrain_gui.explore import ExploreTab
 from vtrain_gui.sweep_settings import SweepSettingsPanel
@@ -69,7 +69,7 @@ def test_explore_run_passes_workers_and_dask_to_the_sweep(qtbot):
         seen["options"] = options
         seen["thread"] = threading.current_thread()
         progress(0, 1)
-        from core.sweep import run_sweep
+        from core.studies.sweep import run_sweep
         return run_sweep(session, space, deadline_days=deadline_days)
 
     tab = ExploreTab(fake)
@@ -85,7 +85,7 @@ def test_explore_run_passes_workers_and_dask_to_the_sweep(qtbot):
 
 
 def test_explore_sweeps_on_two_workers_like_serial(qtbot, monkeypatch):
-    from core import sweep as sweep_module
+    from core.studies import sweep as sweep_module
     monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
     tab = ExploreTab()
     qtbot.addWidget(tab)

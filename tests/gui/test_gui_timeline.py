@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui
 
-from core.graph_types import KINDS
+from core.sim.graph_types import KINDS
 from synthetic import synthetic_iteration
 from vtrain_gui import timeline as timeline_module
 from vtrain_gui.formatting import KIND_COLORS
@@ -320,7 +320,7 @@ def test_each_zoom_band_draws_wide_bars_as_rectangles_and_narrow_ones_in_its_ima
 
 
 def test_a_kind_added_to_kinds_gets_its_own_colour(monkeypatch):
-    """Colours are keyed by core.graph_types.KINDS: a kind the palette does not know yet (a
+    """Colours are keyed by core.sim.graph_types.KINDS: a kind the palette does not know yet (a
     weight-gradient task, say) is drawn in a spare colour unlike the others."""
     kinds = KINDS + ("weight_grad",)
     monkeypatch.setattr(timeline_module, "KINDS", kinds)
@@ -350,7 +350,7 @@ def test_clear_removes_everything(timeline):
 
 
 def test_real_simulation_shows_every_task(timeline, real_simulate):
-    from core.session import load_any
+    from core.io.session import load_any
     from tests.conftest import EXAMPLES
 
     result = real_simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"))
@@ -387,7 +387,7 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
     a plan without context parallelism keeps two lanes per stage."""
     import dataclasses
 
-    from core.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
 
     model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=16384, num_layers=4)
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=1, micro_batch_size=1,

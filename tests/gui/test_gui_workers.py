@@ -7,7 +7,7 @@ import time
 
 from PySide6 import QtCore
 
-from core.config import Session
+from core.plan.config import Session
 from synthetic import synthetic_result
 from vtrain_gui.workers import SimulationRunner
 

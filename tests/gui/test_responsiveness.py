@@ -5,7 +5,7 @@ each action in a fresh interpreter (so that Numba is really not loaded yet): ope
 session, the first sweep, a cancelled sweep, pinning and comparing. The first sweep used
 to load Numba on a worker thread, which holds the interpreter lock for seconds (2.8 to
 10.5 s of frozen window); the worker threads now never load it
-(:func:`core.fastpath_kernel.kept_out`) and the sweep's compiled batches run in its worker
+(:func:`core.sim.fastpath_kernel.kept_out`) and the sweep's compiled batches run in its worker
 processes.
 
 Timing on a shared machine is noisy (the operating system alone delays a 10 ms timer by
@@ -93,10 +93,11 @@ def test_kept_out_threads_never_load_numba():
 
 
 def test_a_kept_out_thread_gives_the_pool_the_heavy_batches(monkeypatch):
-    """``core.sweep_parallel``: when the calling thread may not load the compiled solver, the
+    """``core.studies.sweep_parallel``: when the calling thread may not load the compiled solver, the
     pool takes the batches from the heavy end with it and this thread solves the light
     ones with numpy (and the result is the serial one)."""
-    from core import fastpath_kernel, sweep_parallel
+    from core.sim import fastpath_kernel
+    from core.studies import sweep_parallel
 
     calls: list = []
 

@@ -29,7 +29,7 @@ def main(workdir: Path) -> int:
     from PySide6.QtTest import QTest
 
     import vtrain_gui  # noqa: F401  (binding work-around first)
-    from core.session import load_any
+    from core.io.session import load_any
     from vtrain_gui.main_window import MainWindow, examples_dir
 
     app = QtWidgets.QApplication(["vtrain-smoke"])

@@ -1,0 +1,5 @@
+"""Files in and out: session files, vTrain JSON, Hugging Face configs, Megatron-LM launches
+(reading, argument table, export and rules), torchtitan, Perfetto traces.
+
+A new input or output format goes here; it builds sessions and reads results, never times.
+"""

@@ -1,0 +1,718 @@
+"""Hugging Face ``config.json`` files of decoders into sessions.
+
+:func:`session_from_hf_config` reads the ``config.json`` of a dense
+``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
+``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
+``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.plan.config.Session` with a default plan
+(:func:`default_plan`). Every field of the file is one of:
+
+* **used**: it fills a model field (:data:`USED`);
+* **ignored**: it does not change the cost of training (:data:`IGNORED`, with
+  the reason; RoPE's base and scaling, for example, change the rotation's
+  angles, not the work), and it is listed in the result;
+* **refused**: the simulator does not model what it asks for (:data:`REFUSED`, each with
+  what it would change and the values that switch it off, which are accepted and listed:
+  Qwen2's ``use_sliding_window``, MLP biases, soft-capping, chunked attention, Mamba layers;
+  also gated activations other than SiLU, quantization, an MoE layer pattern the session
+  fields cannot express, an architecture we do not know); the error names the field.
+
+A field that is in none of these lists is refused too: we cannot tell
+whether it changes the model. Architectures with something the simulator
+does not model are refused naming the field that has it and what it would change
+(:data:`REFUSED_ARCHITECTURES`: Gemma 2 and 3, Llama 4, Nemotron-H, which wait for the
+layer-spec refactor).
+
+Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
+and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
+the whole projections, modelled per head, :data:`_APPROXIMATED`), Qwen3-Coder's ``qkv_bias``
+and ``use_qk_norm`` (must agree with the architecture), Nemotron's ``kv_channels`` (the head
+size) and transformers 5's ``rope_parameters``.
+
+DeepSeek-V2 and -V3 (``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``; the
+``transformers`` modelling code): multi-head latent attention (``q_lora_rank``,
+null for no query compression, ``kv_lora_rank``, ``qk_nope_head_dim``,
+``qk_rope_head_dim``, ``v_head_dim``; the latent RMSNorms ``q_a_layernorm`` and
+``kv_a_layernorm`` are ``model.qk_layernorm``), ``n_routed_experts`` experts of
+``moe_intermediate_size``, ``n_shared_experts`` shared experts of the same width,
+dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th layer
+MoE after them. Group-limited routing (``n_group``, ``topk_group``,
+``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
+reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
+are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
+``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
+weights) is ignored with that reason, any other quantization refused.
+
+Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
+per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
+the layers' pattern as Megatron-Core's ``--window-attn-skip-freq N`` (every
+layer windowed but those with ``(i + 1) % N == 0``; a pattern that is not of
+that form is refused); Mistral and Mixtral, without ``layer_types``, window
+every layer when ``sliding_window`` is shorter than the sequence. Qwen2's
+``use_sliding_window`` (windows from layer ``max_window_layers`` on) is refused.
+
+Model-family facts (from the ``transformers`` modelling code of each
+architecture): Nemotron-4 has an MLP of ``up_proj`` and ``down_proj`` with ``relu2``
+(squared ReLU, not gated: ``model.activation`` squared_relu), LayerNorm (``LayerNorm1P``:
+weight and bias) and RoPE on ``partial_rotary_factor`` of each head; the others have a gated SiLU MLP (``gate_proj``, ``up_proj``,
+``down_proj``: SwiGLU; each expert of an MoE layer too), RMSNorm, RoPE and no
+linear biases except Qwen2's (and Qwen2-MoE's) QKV bias; Qwen3 (and Qwen3-MoE)
+adds an RMSNorm over each query and key head (QK-norm). ``head_dim``, when it
+is not ``h/a``, is the head size (``model.kv_channels``). Mixture of experts:
+Mixtral's experts are ``intermediate_size`` wide (``num_local_experts``,
+``num_experts_per_tok``); Qwen2-MoE and Qwen3-MoE's are
+``moe_intermediate_size`` wide (``num_experts``, ``num_experts_per_tok``), their
+dense layers (``mlp_only_layers``) ``intermediate_size``, layer ``i`` has
+experts when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` is not in
+``mlp_only_layers``; Qwen2-MoE adds one shared expert of
+``shared_expert_intermediate_size`` (``num_shared_experts`` experts of
+``moe_intermediate_size``, Megatron's ``--moe-shared-expert-intermediate-size``).
+
+GPT-OSS (``GptOssForCausalLM``, the ``transformers`` modelling code and Megatron-Bridge's
+``GPTOSSProvider``): every layer has ``num_local_experts`` experts of ``intermediate_size``
+(``num_experts_per_tok``; ``experts_per_token`` must agree); biases in Q, K, V and the output
+projection (``attention_bias``, which must be true), in the router and in both expert
+projections (``add_bias_linear``); one learned sink logit per head (``softmax_type``
+learnable); the experts' gate is ``x sigmoid(1.702 x)`` on the gate clamped at
+``swiglu_limit`` and multiplied by the linear half clamped to ``+-swiglu_limit`` plus one
+(``activation_func_clamp_value``, ``glu_linear_offset`` 1; timed as SwiGLU, the same GEMMs and
+fused kernel bytes); RoPE with YaRN scaling (the angles, not the work). Its released
+checkpoints store the experts in MXFP4 (``quantization_config``, post-training quantization):
+storage, not the training precision, which the plan sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.plan.config import (ClusterConfig, ConfigError, CostConfig, FieldError, ModelConfig, ParallelPlan,
+                     LLAMA_FAMILY, Session, model_from_fields)
+
+__all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
+           "HFImport", "session_from_hf_config", "read_hf_config", "default_plan",
+           "moe_layer_fields"]
+
+#: Dense decoder architectures we import, with the model fields their modelling code fixes.
+DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "LlamaForCausalLM": {},
+    "MistralForCausalLM": {},
+    "Qwen2ForCausalLM": {"add_qkv_bias": True},
+    "Qwen3ForCausalLM": {"qk_layernorm": True},
+    # Nemotron-4 (transformers' NemotronForCausalLM): up_proj / down_proj with relu2 (squared
+    # ReLU, not gated), LayerNorm1P (a LayerNorm with weight and bias), partial RoPE
+    "NemotronForCausalLM": {"activation": "squared_relu", "normalization": "layernorm"},
+    # Phi-3, Phi-3.5, Phi-4 (transformers' Phi3ForCausalLM): Llama's layer with Q, K and V in one
+    # qkv_proj and gate and up in one gate_up_proj -- a layout: the same GEMM FLOPs and bytes as
+    # the separate projections (Megatron fuses QKV and fc1 the same way)
+    "Phi3ForCausalLM": {},
+    # OLMo 2 (Olmo2ForCausalLM): RMSNorm after attention and MLP instead of before (the same
+    # kernels) and an RMSNorm over the whole Q and K projections (see _APPROXIMATED)
+    "Olmo2ForCausalLM": {"qk_layernorm": True},
+}
+#: The ``hidden_act`` each architecture's MLP is modelled with (SiLU-gated otherwise).
+_ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2",)}
+#: Mixture-of-experts architectures we import: the model fields their modelling code fixes and
+#: the field that gives the number of experts.
+MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
+    "MixtralForCausalLM": ({}, "num_local_experts"),
+    "Qwen2MoeForCausalLM": ({"add_qkv_bias": True}, "num_experts"),
+    "Qwen3MoeForCausalLM": ({"qk_layernorm": True}, "num_experts"),
+    # multi-head latent attention with its latent norms (q_a_layernorm, kv_a_layernorm:
+    # Megatron's q_layernorm / kv_layernorm, model.qk_layernorm under MLA)
+    "DeepseekV2ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
+    "DeepseekV3ForCausalLM": ({"multi_latent_attention": True, "qk_layernorm": True},
+                              "n_routed_experts"),
+    "GptOssForCausalLM": ({"add_bias_linear": True, "softmax_type": "learnable",
+                           "glu_linear_offset": 1.0}, "num_local_experts"),
+}
+#: Architectures whose released checkpoints store quantized weights, with the methods (GPT-OSS:
+#: MXFP4 after training; DeepSeek-V3: the 128x128 block-scaled FP8 weights of its FP8 training):
+#: their ``quantization_config`` describes the stored weights, not how the model trains (the
+#: plan's precision and fp8_recipe do).
+_STORAGE_QUANTIZATION: dict[str, tuple[str, ...]] = {"GptOssForCausalLM": ("mxfp4",),
+                                                    "DeepseekV3ForCausalLM": ("fp8",)}
+#: DeepSeek's multi-head latent attention fields -> model fields.
+_MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                  "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
+                  "v_head_dim": "v_head_dim"}
+#: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
+_DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+#: Architectures refused by name (they wait for the layer-spec refactor: a layer built from named
+#: components), each with the field that has what the simulator does not model and what that
+#: would change in the simulated compute.
+REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "Gemma2ForCausalLM": ("attn_logit_softcapping", "tanh soft-capping of every attention score "
+                          "(FlashAttention's softcap variant, a kernel the profile stores have no "
+                          "times for), with a gated GELU MLP (GeGLU) and four norms per layer"),
+    "Gemma3ForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
+                          "another activation kernel) and four norms per layer (before and after "
+                          "attention and MLP): the layer's elementwise kernels and norm parameters"),
+    "Gemma3ForConditionalGeneration": ("hidden_activation", "Gemma 3 (see Gemma3ForCausalLM): "
+                                       "a gated GELU MLP and four norms per layer, and a vision "
+                                       "tower"),
+    "GemmaForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
+                         "another activation kernel)"),
+    "Llama4ForCausalLM": ("attention_chunk_size", "chunked attention on three layers of four "
+                          "(tokens attend within their chunk: a block-diagonal mask whose "
+                          "attention-core FLOPs and kernel have no op here), RoPE-less layers and "
+                          "MoE layers interleaved with dense ones (interleave_moe_layer_step)"),
+    "Llama4ForConditionalGeneration": ("text_config.attention_chunk_size", "chunked attention on "
+                                       "three layers of four (a block-diagonal mask whose "
+                                       "attention-core FLOPs and kernel have no op here), MoE "
+                                       "layers interleaved with dense ones, and a vision tower"),
+    "NemotronHForCausalLM": ("hybrid_override_pattern", "Mamba-2 layers among the attention and "
+                             "MLP layers (their selective-scan kernels, parameters and state are "
+                             "not modelled; the layer order is not a transformer layer's)"),
+}
+#: Fields the simulator does not model, refused by name with what they would change, and the
+#: values that switch them off (a config with one of those is accepted, the field listed).
+REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "use_sliding_window": ("windows from layer max_window_layers on (Qwen2): the attention core "
+                           "of those layers would cover a band, not the causal triangle; "
+                           "Megatron-Core's --window-attn-skip-freq keeps every N-th layer full "
+                           "and cannot give that pattern", (None, False)),
+    "mlp_bias": ("biases in the MLP's linear layers (f + h parameters per layer and a bias add "
+                 "in each GEMM's epilogue)", (None, False)),
+    "attn_logit_softcapping": ("tanh soft-capping of every attention score: FlashAttention's "
+                               "softcap variant, a kernel the profile stores have no times for",
+                               (None,)),
+    "final_logit_softcapping": ("tanh soft-capping of the (s, V) logits: an elementwise kernel "
+                                "over the largest activation, and its backward", (None,)),
+    "attention_chunk_size": ("chunked attention: tokens attend within their chunk, a "
+                             "block-diagonal mask whose attention-core FLOPs and kernel have no op "
+                             "here", (None,)),
+    "hybrid_override_pattern": ("Mamba-2 layers among the attention and MLP layers: "
+                                "selective-scan kernels, parameters and state not modelled", ()),
+}
+#: Fields that restate what the architecture's modelling code fixes: the config's value must be
+#: the model field's (a config that says otherwise is not the architecture we know: refused).
+_AGREE: dict[str, str] = {"qkv_bias": "add_qkv_bias", "use_qk_norm": "qk_layernorm"}
+#: What an imported model approximates, per architecture (listed with the ignored fields).
+_APPROXIMATED: dict[str, tuple[str, str]] = {
+    "Olmo2ForCausalLM": ("q_norm, k_norm", "OLMo 2 normalizes the whole Q and K projections "
+                         "(RMSNorm over a*d and g*d channels), modelled as Megatron's per-head "
+                         "QK-norm (model.qk_layernorm): the same elementwise kernels over the same "
+                         "bytes; the norms' weights are counted per head (d each, not a*d and "
+                         "g*d: 0.25 M fewer of OLMo 2 7B's 7.30 B) and the sum of squares across "
+                         "tensor-parallel ranks it needs with t > 1 is not timed"),
+}
+#: Architectures whose sliding_window, without layer_types, windows every layer (their
+#: modelling code passes it to every layer's attention).
+_WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
+#: Fields that name experts: a dense architecture's config with one of them is refused.
+_MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+               "moe_intermediate_size")
+
+#: Fields that fill the model (HF name -> what it sets).
+USED: dict[str, str] = {
+    "architectures": "the model family",
+    "num_hidden_layers": "model.num_layers",
+    "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads",
+    "num_key_value_heads": "model.num_query_groups",
+    "intermediate_size": "model.ffn_hidden_size",
+    "vocab_size": "model.vocab_size",
+    "max_position_embeddings": "model.seq_length (unless --seq-length)",
+    "tie_word_embeddings": "model.tied_embeddings",
+    "hidden_act": "model.activation (silu: SwiGLU; Nemotron's relu2: squared_relu)",
+    "head_dim": "model.kv_channels (when it is not hidden_size / num_attention_heads)",
+    "num_local_experts": "model.num_experts (Mixtral)",
+    "num_experts": "model.num_experts (Qwen2-MoE, Qwen3-MoE)",
+    "num_experts_per_tok": "model.moe_top_k",
+    "moe_intermediate_size": "model.moe_ffn_hidden_size (Qwen2-MoE, Qwen3-MoE)",
+    "shared_expert_intermediate_size": "model.num_shared_experts (a multiple of "
+    "moe_intermediate_size)",
+    "decoder_sparse_step": "model.moe_layer_frequency and moe_first_dense_layers (with "
+    "mlp_only_layers)",
+    "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
+    "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear)",
+    "qkv_bias": "checked: must be the architecture's QKV bias (Qwen3-Coder: false)",
+    "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true)",
+    "kv_channels": "model.kv_channels (Nemotron's name for head_dim; must agree with it)",
+    "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
+    "shorter than the sequence)",
+    "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer)",
+    "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
+    "and the FP8 one of DeepSeek-V3: listed as ignored)",
+    "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
+    "experts_per_token": "checked: equals num_experts_per_tok (GPT-OSS)",
+    "n_routed_experts": "model.num_experts (DeepSeek)",
+    "n_shared_experts": "model.num_shared_experts (DeepSeek: experts of moe_intermediate_size)",
+    "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek)",
+    "moe_layer_freq": "model.moe_layer_frequency (DeepSeek)",
+    "q_lora_rank": "model.q_lora_rank (DeepSeek MLA; null: no query compression)",
+    "kv_lora_rank": "model.kv_lora_rank (DeepSeek MLA)",
+    "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
+    "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
+    "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
+    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
+    "layers, trained with the model; transformers' inference code does not run them)",
+    "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
+}
+#: Fields that do not change the cost of training, with the reason.
+IGNORED: dict[str, str] = {
+    "_name_or_path": "a name", "model_type": "a name (the architecture decides)",
+    "transformers_version": "a version", "torch_dtype": "storage type (the plan sets the "
+    "training precision)", "dtype": "storage type (the plan sets the training precision)",
+    "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
+    "initializer_range": "initialization", "rms_norm_eps": "a constant of RMSNorm",
+    "norm_eps": "a constant of the normalization (Nemotron)",
+    "rope_theta": "RoPE's base changes the angles, not the work",
+    "rope_scaling": "RoPE scaling changes the angles, not the work",
+    "rope_parameters": "RoPE's base and scaling (transformers 5's rope_theta and rope_scaling): "
+    "the angles, not the work",
+    "use_mrope": "multimodal RoPE's position ids (Qwen2.5): the angles, not the work",
+    "original_max_position_embeddings": "the context before RoPE scaling extended it to "
+    "max_position_embeddings (Phi-3; give --seq-length to simulate it)",
+    "embd_pdrop": "dropout rate (kernels run either way)",
+    "resid_pdrop": "dropout rate (kernels run either way)",
+    "partial_rotary_factor": "RoPE's width on a head changes only a memory-bound kernel's size",
+    "use_cache": "inference only", "pretraining_tp": "Meta's tensor-parallel layout at "
+    "pre-training: same result, same GEMMs", "attention_dropout": "dropout rate (kernels "
+    "run either way)", "max_window_layers": "used only with use_sliding_window",
+    "initial_context_length": "the context of pre-training before YaRN extends it to "
+    "max_position_embeddings (give --seq-length to simulate it)",
+    "output_attentions": "inference only", "output_hidden_states": "inference only",
+    "return_dict": "inference only", "auto_map": "code location", "bias": "see attention_bias",
+    "tokenizer_class": "a name", "model_name": "a name",
+    "norm_topk_prob": "renormalizes the top-k routing weights: a few elementwise operations",
+    "router_aux_loss_coef": "the load-balancing loss's weight (a number)",
+    "output_router_logits": "returns the router logits for the load-balancing loss (a small "
+    "reduction over the router's output)",
+    "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
+    "n_group": "DeepSeek's group-limited routing: experts are picked within the best "
+    "topk_group of n_group groups, a few small operations on the router's (T, E) scores; no "
+    "extra cost is modelled (the dispatch is the same top-k all-to-all)",
+    "topk_group": "see n_group (group-limited routing: no extra cost modelled)",
+    "scoring_func": "DeepSeek's router score function (softmax or sigmoid): elementwise on "
+    "the router's (T, E) logits",
+    "routed_scaling_factor": "a constant scale of the routed experts' output",
+    "aux_loss_alpha": "the load-balancing loss's weight (a number)",
+    "seq_aux": "DeepSeek's sequence-wise balance loss: a small reduction over the router's "
+    "scores",
+    "ep_size": "DeepSeek's reference code's expert-parallel size at inference (the plan sets "
+    "expert_parallel)",
+}
+
+
+
+@dataclass
+class HFImport:
+    """Result of :func:`session_from_hf_config`: the session, the architecture and the fields
+    that were ignored (name -> reason)."""
+
+    session: Session
+    architecture: str
+    ignored: dict[str, str] = field(default_factory=dict)
+    #: What the user should know about the imported session (e.g. the pre-training length
+    #: when the sequence length came from an extended ``max_position_embeddings``).
+    notes: list[str] = field(default_factory=list)
+
+
+def _refuse(where: str, field_name: str, message: str) -> ConfigError:
+    return ConfigError([FieldError(f"{where}: {field_name}", message)])
+
+
+def _int(cfg: dict[str, Any], name: str, where: str, required: bool = True) -> int | None:
+    v = cfg.get(name)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if name not in cfg:
+            raise _refuse(where, name, "missing (a positive integer is needed)")
+        raise _refuse(where, name, f"{v!r} must be a positive integer")
+    return v
+
+
+def moe_layer_fields(pattern: list[bool] | list[int]) -> tuple[int, int] | None:
+    """``(moe_first_dense_layers, moe_layer_frequency)`` whose layers with experts are
+    ``pattern``'s (truthy = MoE), or None when no such pair gives it.
+
+    The session's rule (Megatron-Core's ``--moe-layer-freq`` with first dense layers):
+    layer ``i`` has experts when ``i >= moe_first_dense_layers`` and
+    ``i % moe_layer_frequency == 0``. Of the pairs that give a pattern, the one whose
+    first dense layers end at the first MoE layer is returned (0 when layer 0 has
+    experts), so the integer form ``--moe-layer-freq k`` comes back as ``(0, k)``.
+    """
+    flags = [bool(x) for x in pattern]
+    moe = [i for i, x in enumerate(flags) if x]
+    L = len(flags)
+    if not moe:
+        return None
+    j = moe[0]
+    if len(moe) > 1:
+        candidates = [moe[1] - j]
+    else:  # one MoE layer: the last one, or the next multiple past the end
+        candidates = [1] * (j == L - 1) + [j] * (j > 0) + [max(L, 1)] * (j == 0)
+    for k in candidates:
+        if j % k == 0 and all(x == (i >= j and i % k == 0) for i, x in enumerate(flags)):
+            return j, k
+    return None
+
+
+def default_plan(model: ModelConfig) -> ParallelPlan:
+    """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
+    largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
+    experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
+    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation, bf16.
+    Change it in the editor or the sweep."""
+    experts = model.moe_ffn_hidden_size or model.ffn
+    t = next(x for x in (8, 4, 2, 1) if model.num_attention_heads % x == 0
+             and model.query_groups % x == 0 and model.ffn % x == 0 and experts % x == 0)
+    d = 8 // t
+    return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
+                        global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16")
+
+
+def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
+                ignored: dict[str, str]) -> dict[str, Any]:
+    """The mixture-of-experts model fields of an MoE architecture's config (module doc)."""
+    experts_key = MOE_ARCHITECTURES[arch][1]
+    E = _int(cfg, experts_key, where)
+    k = _int(cfg, "num_experts_per_tok", where)
+    if k > E:
+        raise _refuse(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
+                      f"({experts_key})")
+    out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
+    if arch == "GptOssForCausalLM":
+        other = cfg.get("experts_per_token")
+        if other is not None and other != k:
+            raise _refuse(where, "experts_per_token", f"{other!r} disagrees with "
+                          f"num_experts_per_tok={k}")
+        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+            if cfg.get(name) not in (None, [], 0):
+                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                              "are intermediate_size wide, every layer has them)")
+        out["moe_ffn_hidden_size"] = _int(cfg, "intermediate_size", where)
+        limit = cfg.get("swiglu_limit")
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+                raise _refuse(where, "swiglu_limit", f"{limit!r} must be a positive number")
+            out["activation_func_clamp_value"] = float(limit)
+        ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
+                                 "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
+                                 "activation kernel's bytes)")
+        return out
+    if arch == "MixtralForCausalLM":
+        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+            if cfg.get(name) not in (None, [], 0):
+                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                              "are intermediate_size wide, every layer has them)")
+        return out
+    moe_ffn = _int(cfg, "moe_intermediate_size", where)
+    out["moe_ffn_hidden_size"] = moe_ffn
+    if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
+        method = cfg.get("topk_method", "greedy")
+        if method not in _DEEPSEEK_TOPK_METHODS:
+            raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
+                          f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
+        if method != "greedy":
+            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                      "the same number of experts; no extra cost is modelled")
+        out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
+        if not (isinstance(out["num_shared_experts"], int)
+                and not isinstance(out["num_shared_experts"], bool)
+                and out["num_shared_experts"] >= 0):
+            raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+                          "non-negative integer")
+        # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
+        # i % moe_layer_freq == 0 -- the session's rule (core.model.model_math.moe_layer_mask)
+        first = cfg.get("first_k_dense_replace") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+                          "integer")
+        out["moe_first_dense_layers"] = first
+        out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
+        return out
+    shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
+              _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
+    if shared and arch != "Qwen2MoeForCausalLM":
+        raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
+                      "expert")
+    if shared % moe_ffn:
+        raise _refuse(where, "shared_expert_intermediate_size", f"{shared} is not a multiple of "
+                      f"moe_intermediate_size={moe_ffn}: a shared expert of its own size is not "
+                      "modelled (shared experts are each moe_intermediate_size wide)")
+    out["num_shared_experts"] = shared // moe_ffn
+    if shared:
+        ignored["shared_expert_gate"] = ("Qwen2-MoE's sigmoid gate on the shared expert: h "
+                                         "parameters per layer and an elementwise product, not "
+                                         "counted")
+    step = _int(cfg, "decoder_sparse_step", where, required=False) or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                            and 0 <= i < layers for i in dense)):
+        raise _refuse(where, "mlp_only_layers", f"{dense!r} must be a list of layer indices "
+                      f"0..{layers - 1}")
+    pattern = [(i + 1) % step == 0 and i not in dense for i in range(layers)]
+    fit = moe_layer_fields(pattern)
+    if fit is None:
+        bad = "decoder_sparse_step" if step > 1 and not dense else "mlp_only_layers"
+        raise _refuse(where, bad, f"MoE layers {[i for i, x in enumerate(pattern) if x][:8]}"
+                      f"{' ...' if sum(pattern) > 8 else ''} (decoder_sparse_step={step}, "
+                      f"mlp_only_layers={dense}): only first dense layers followed by every k-th "
+                      "layer from the first MoE layer on (Megatron's --moe-layer-freq) are "
+                      "modelled")
+    out["moe_first_dense_layers"], out["moe_layer_frequency"] = fit
+    return out
+
+
+def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str
+                   ) -> tuple[dict[str, Any], str]:
+    """``(model fields, note for the ignored list)`` of a config's sliding window (module doc):
+    ``window_size`` and ``window_attn_skip_freq`` when some layer is windowed, else a note on
+    why ``sliding_window`` does nothing (empty when the config has none).
+
+    Raises ConfigError for a window that is not a positive integer or a layer pattern Megatron-
+    Core's ``--window-attn-skip-freq`` cannot give."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not (isinstance(types, list) and len(types) == layers and all(
+                x in ("sliding_attention", "full_attention") for x in types)):
+            raise _refuse(where, "layer_types", f"must list sliding_attention or full_attention "
+                          f"for each of the {layers} layers")
+        flags = [x == "sliding_attention" for x in types]
+    elif arch in _WINDOW_EVERY_LAYER:  # no switch: every layer
+        flags = [window is not None] * layers
+    elif arch == "GptOssForCausalLM":  # Transformers' GptOssConfig default without layer_types:
+        # sliding on layers 1, 3, 5 ... (1-based), full on every second
+        flags = [window is not None and (i + 1) % 2 == 1 for i in range(layers)]
+    else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
+        return {}, "inactive (use_sliding_window is false)" if window is not None else ""
+    if not any(flags):
+        return {}, "inactive (every layer has full attention)" if window is not None else ""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise _refuse(where, "sliding_window", f"{window!r}: the window of the sliding_attention "
+                      "layers must be a positive integer")
+    if window >= s:
+        return {}, f"{window}: not shorter than the sequence length"
+    if all(flags):
+        return {"window_size": window}, ""
+    full = [i for i, x in enumerate(flags) if not x]
+    n = full[0] + 1  # Megatron-Core: layer number i+1 keeps full attention when it divides by N
+    if flags != [(i + 1) % n != 0 for i in range(layers)]:
+        raise _refuse(where, "layer_types", f"full attention on layers {full[:8]}"
+                      f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
+                      "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
+    return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _refused_fields(cfg: dict[str, Any], where: str) -> dict[str, str]:
+    """The :data:`REFUSED` fields of ``cfg`` that are switched off (name -> why they are listed).
+
+    Raises ConfigError for the first one that is switched on, naming it and what it would
+    change."""
+    out = {}
+    for key, (change, inert) in REFUSED.items():
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        if not any(value is x or (value == x and type(value) is type(x)) for x in inert):
+            raise _refuse(where, key, f"{value!r}: not modelled: {change}")
+        out[key] = f"{value!r}: off (when on: {change})"
+    return out
+
+
+def session_from_hf_config(cfg: Any, where: str = "config.json", *,
+                           seq_length: int | None = None, name: str | None = None,
+                           check_rules: bool = True) -> HFImport:
+    """A session from a parsed Hugging Face ``config.json`` (see the module doc).
+
+    Parameters
+    ----------
+    cfg : dict
+        The parsed file.
+    where : str
+        The file's name, for messages.
+    seq_length : int, optional
+        Sequence length to train at; default the config's ``max_position_embeddings``.
+    name : str, optional
+        Model name when the config has no ``_name_or_path``; default the architecture's.
+    check_rules : bool
+        Check the session's rules (:func:`core.plan.config.validate`) before returning it
+        (default). Without, the model is returned as the file gives it, also when the
+        session breaks a rule (a default plan that does not fit the model, say).
+
+    Raises
+    ------
+    ConfigError
+        Not a JSON object; a refused or unknown architecture; a field that is refused
+        (named in the message); a missing or bad size; or (``check_rules``) a model that
+        breaks the session rules.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
+    supported = [*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES]
+    archs = cfg.get("architectures")
+    if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
+        raise _refuse(where, "architectures", f"{archs!r} must be a list of one architecture name; "
+                      f"supported: {', '.join(supported)}")
+    arch = archs[0]
+    if arch in REFUSED_ARCHITECTURES:
+        key, change = REFUSED_ARCHITECTURES[arch]
+        raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
+    if arch not in supported:
+        raise _refuse(where, "architectures", f"{arch!r} is not supported; supported: "
+                      f"{', '.join(supported)}")
+    moe = arch in MOE_ARCHITECTURES
+    moe_fields = [f for f in _MOE_FIELDS if cfg.get(f)]
+    if not moe and moe_fields:
+        raise _refuse(where, moe_fields[0], f"{arch!r} is a dense architecture; a config with "
+                      f"experts ({', '.join(moe_fields)}) is not one we know")
+    unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED and k not in REFUSED)
+    if unknown:
+        raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
+                      "it changes the model; remove it if it does not" +
+                      (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    ignored = _refused_fields(cfg, where)
+    quant = cfg.get("quantization_config")
+    storage = (isinstance(quant, dict) and quant.get("quant_method") in
+               _STORAGE_QUANTIZATION.get(arch, ()))
+    if quant is not None and not storage:
+        raise _refuse(where, "quantization_config", "quantized weights are not modelled")
+    layers = _int(cfg, "num_hidden_layers", where)
+    h = _int(cfg, "hidden_size", where)
+    a = _int(cfg, "num_attention_heads", where)
+    g = _int(cfg, "num_key_value_heads", where, required=False)
+    f = _int(cfg, "intermediate_size", where)
+    vocab = _int(cfg, "vocab_size", where)
+    max_pos = _int(cfg, "max_position_embeddings", where, required=seq_length is None)
+    s = seq_length if seq_length is not None else max_pos
+    head_dim = _int(cfg, "head_dim", where, required=False)
+    kv = _int(cfg, "kv_channels", where, required=False)
+    if kv is not None and head_dim is not None and kv != head_dim:
+        raise _refuse(where, "kv_channels", f"{kv} disagrees with head_dim={head_dim}")
+    head_dim = head_dim if head_dim is not None else kv
+    if head_dim is None and h % a:
+        raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
+                      "the config gives no head_dim (or kv_channels)")
+    kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
+    act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
+    if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
+        raise _refuse(where, "hidden_act", f"{act!r}: only " + (
+            f"{' or '.join(_ARCH_ACTIVATIONS[arch])} MLPs are" if arch in _ARCH_ACTIVATIONS
+            else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
+    biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
+    if biased and cfg.get("attention_bias") is not True:
+        raise _refuse(where, "attention_bias", f"{cfg.get('attention_bias')!r}: {arch} without "
+                      "attention biases (its router and experts keep theirs) is not modelled: "
+                      "model.add_bias_linear sets them all")
+    for bias in ("attention_bias", "mlp_bias"):
+        if not biased and cfg.get(bias) not in (None, False):
+            raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
+                          "layers are not modelled for this architecture (only Qwen2's QKV bias)")
+    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
+    tied = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
+    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
+    fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    for key, target in _AGREE.items():
+        want = fixed.get(target, LLAMA_FAMILY[target])
+        if key in cfg and cfg[key] is not want:
+            raise _refuse(where, key, f"{cfg[key]!r}: {arch}'s modelling code has "
+                          f"model.{target} {want!r}; a config that says otherwise is not one we "
+                          "know")
+    if arch in _APPROXIMATED:
+        what, why = _APPROXIMATED[arch]
+        ignored[what] = why
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
+    if fixed.get("multi_latent_attention"):
+        for key, target in _MLA_HF_FIELDS.items():
+            fixed[target] = _int(cfg, key, where, required=key != "q_lora_rank")
+        mtp = cfg.get("num_nextn_predict_layers") or 0
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
+                          "integer")
+        fixed["mtp_num_layers"] = mtp
+    elif mla_fields:
+        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
+                      "multi-token prediction; a config with them is not one we know")
+    if moe:
+        fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
+    name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
+            or arch.replace("ForCausalLM", ""))
+    model = model_from_fields({
+        "name": name[:200], "num_layers": layers, "hidden_size": h, "num_attention_heads": a,
+        "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
+        "num_query_groups": g if g is not None and g != a else None, "kv_channels": kv_channels,
+        **LLAMA_FAMILY, "tied_embeddings": tied, **fixed, **window_fields})
+    if window_note:
+        ignored["sliding_window"] = window_note
+    if storage:
+        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
+                                          "stores its weights (quantized after training); the "
+                                          "plan sets the training precision")
+    session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
+                      cost=CostConfig())
+    session.notes = f"Imported from the Hugging Face config {where} ({arch})."
+    if check_rules:
+        from core.plan.config import rename_field, validate
+        names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
+                 "num_experts"}
+        errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
+        if errs:  # named by the config's own keys
+            raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
+    return HFImport(session, arch, ignored, _length_notes(cfg, seq_length, s))
+
+
+def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:
+    """A note when ``seq_length`` defaulted to ``max_position_embeddings`` and the config
+    names a shorter pre-training context (``rope_scaling.original_max_position_embeddings``:
+    Llama 3.1 8192, DeepSeek-V3 4096; the same key of transformers 5's ``rope_parameters``;
+    ``original_max_position_embeddings``: Phi-3 128k 4096; ``initial_context_length``: GPT-OSS
+    4096), the length
+    the model was trained at before its context was extended."""
+    if seq_length is not None:
+        return []
+    candidates = [(f"{name}.original_max_position_embeddings",
+                   cfg[name].get("original_max_position_embeddings"))
+                  for name in ("rope_scaling", "rope_parameters") if isinstance(cfg.get(name), dict)]
+    candidates += [(key, cfg.get(key)) for key in ("original_max_position_embeddings",
+                                                   "initial_context_length")]
+    for key, value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < s:
+            return [f"seq_length {s:,} is max_position_embeddings, the extended context; the "
+                    f"model was pre-trained at {value:,} ({key}): give --seq-length {value} to "
+                    "plan pre-training"]
+    return []
+
+
+#: Session field -> the Hugging Face key it comes from (for error messages).
+_HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidden_size",
+             "model.num_attention_heads": "num_attention_heads",
+             "model.num_query_groups": "num_key_value_heads",
+             "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
+             "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim",
+             "model.moe_top_k": "num_experts_per_tok",
+             "model.moe_ffn_hidden_size": "moe_intermediate_size",
+             "model.q_lora_rank": "q_lora_rank", "model.kv_lora_rank": "kv_lora_rank",
+             "model.qk_head_dim": "qk_nope_head_dim",
+             "model.qk_pos_emb_head_dim": "qk_rope_head_dim", "model.v_head_dim": "v_head_dim",
+             "model.num_shared_experts": "n_shared_experts",
+             "model.moe_first_dense_layers": "first_k_dense_replace",
+             "model.moe_layer_frequency": "moe_layer_freq",
+             "model.mtp_num_layers": "num_nextn_predict_layers"}
+
+
+def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:
+    """Read a Hugging Face ``config.json`` file (see :func:`session_from_hf_config`).
+
+    Raises
+    ------
+    core.io.session.SessionFileError
+        The file cannot be read or is not JSON.
+    ConfigError
+        The config is refused (the message names the file and the field).
+    """
+    from core.io.session import read_json
+    path = Path(path)
+    raw = read_json(path)
+    folder = path.resolve().parent.name if path.name == "config.json" else path.stem
+    return session_from_hf_config(raw, path.name, seq_length=seq_length, name=folder or None)

@@ -1,0 +1,398 @@
+"""Exporting a plan to Megatron-LM: its start-up rules, its environment, the cluster comment, and
+the rewrite of the user's own launch script (``vtrain export megatron-args S.json --into
+train.sh --out train_new.sh``).
+
+:func:`export_script` writes a fresh script; it calls
+:func:`refuse_megatron_rules` (a plan Megatron-LM refuses at start-up is refused here, naming
+Megatron's rule: :mod:`core.io.megatron_rules`), :func:`environment_lines` (``export
+CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron requires it) and writes the cluster comment
+(:mod:`core.io.cluster_comment`), which :func:`with_cluster_comment` reads back on import.
+
+:func:`rewrite_script` keeps the user's script and replaces only the plan's arguments: the
+script is read with the importer (:func:`core.io.megatron_args.read_launch`,
+:func:`~core.io.megatron_args.session_from_launch`, called as they are); the plan's arguments
+(those whose session field is a ``plan.*`` field in :data:`core.io.megatron_args.ARGUMENTS`) are
+removed from the training command and from the variables and arrays it expands, the exported
+plan's arguments are written right after the training script's name, and every other line and
+argument stays as written, byte for byte. The result is read back with the importer: it must
+give the plan an export gives, or nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from typing import Any
+
+from core.plan.config import Session
+from core.io.cluster_comment import cluster_comment
+from core.io.megatron_args import (ARGUMENTS, MegatronArgsError, export_arguments, read_launch,
+                                   session_from_launch)
+from core.io.megatron_rules import (SESSION_FIELDS, broken_rules, required_environment, violations)
+from core.util.text import shell_comment, shell_word
+
+__all__ = ["refuse_megatron_rules", "environment_lines", "export_script",
+           "PLAN_ARGUMENTS", "rewrite_script", "unified_diff"]
+
+
+def refuse_megatron_rules(session: Session, args: list[str]) -> None:
+    """Raise :class:`MegatronArgsError` when Megatron-LM's start-up refuses ``args``.
+
+    The message is one line: the session's file, the session fields, Megatron's assertion
+    message and where it is (every broken rule, ``;``-separated). The simulator still
+    simulates such a plan (it may be a DeepSpeed or torchtitan plan); only the Megatron-LM
+    export refuses it.
+    """
+    pl = session.plan
+    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
+        pl.data_parallel
+    rules = broken_rules(args)
+    others = [v for v in violations(args, world_size=world) if " rule " not in v or
+              not any(f"rule {r.name})" in v for r in rules)]
+    if not rules and not others:
+        return
+    where = f"{session.source}: " if session.source else ""
+    parts = [f"{SESSION_FIELDS.get(r.name, r.name)}: Megatron-LM refuses it: \"{r.message}\" "
+             f"({r.source}; rule {r.name})" for r in rules]
+    parts += [f"Megatron-LM refuses it: {v}" for v in others]
+    raise MegatronArgsError(where + "; ".join(parts) + " (the simulator still simulates the "
+                            "plan; Megatron-LM cannot run it)")
+
+
+def environment_lines(args: list[str], gpu: str | None) -> list[str]:
+    """Shell lines that give the environment Megatron-LM asserts on for ``args`` on ``gpu``."""
+    out = []
+    for var, value in required_environment(args, gpu).items():
+        out.append(f"export {var}={shell_word(value)}  # Megatron-LM validate_args requires it"
+                   if value is not None else
+                   f"unset {var}  # Megatron-LM validate_args: not 1 with --use-torch-fsdp2")
+    return out
+
+
+# --------------------------------------------------------------------------- rewrite
+
+#: Megatron-LM arguments that set a plan field: the ones ``--into`` replaces.
+PLAN_ARGUMENTS = frozenset(f for f, a in ARGUMENTS.items()
+                           if any(t.startswith("plan.") for t in a.targets))
+#: Plan arguments kept from the user's script when the plan agrees with them (the export has
+#: no argument of its own for them): the flex dispatcher's backend.
+_KEPT_WITH_FLEX = frozenset({"--moe-flex-dispatcher-backend", "--moe-enable-deepep"})
+#: Arguments Megatron needs beside a plan's (added when the script lacks them, never removed).
+_NEEDED_WITH = {"--use-torch-fsdp2": ("--no-gradient-accumulation-fusion",)}
+
+_ASSIGN = re.compile(r"^\s*(?:(?:export|declare|local|readonly)\s+(?:-\w+\s+)*)?"
+                     r"(?P<name>[A-Za-z_]\w*)\+?=")
+_REF = re.compile(r"\$\{?(?P<name>[A-Za-z_]\w*)")
+_FLAG = re.compile(r"(?<![^\s\"'(])(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)(?P<eq>=[^\s\"'()]*)?")
+_VALUE = re.compile(r"[ \t]+(?P<v>\"[^\"]*\"|'[^']*'|(?!--)(?!\\)[^\s\"'()#\\]+)")
+
+
+def _body(line: str) -> tuple[str, str]:
+    """A physical line and its line ending."""
+    body = line.rstrip("\r\n")
+    return body, line[len(body):]
+
+
+def _statements(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, end) line indices of each shell statement: backslash continuations, bash arrays
+    ``NAME=( ... )`` and quotes that span lines join lines."""
+    spans, start, quote, depth = [], 0, None, 0
+    for i, line in enumerate(lines):
+        body, _ = _body(line)
+        j, cont = 0, False
+        while j < len(body):
+            c = body[j]
+            if quote:
+                if c == quote:
+                    quote = None
+                elif c == "\\" and quote == '"':
+                    j += 1
+            elif c in "'\"":
+                quote = c
+            elif c == "\\":
+                if j == len(body) - 1:
+                    cont = True
+                j += 1
+            elif c == "#" and (j == 0 or body[j - 1] in " \t"):
+                break
+            elif c == "(" and j and body[j - 1] == "=":
+                depth += 1
+            elif c == ")" and depth:
+                depth -= 1
+            j += 1
+        if not (cont or quote or depth):
+            spans.append((start, i + 1))
+            start = i + 1
+    if start < len(lines):
+        spans.append((start, len(lines)))
+    return spans
+
+
+def _remove_flags(body: str, remove: frozenset[str]) -> tuple[str, list[str]]:
+    """``body`` without the ``remove`` arguments (and their values); the removed flags."""
+    out, removed, pos = [], [], 0
+    for m in _FLAG.finditer(body):
+        if m.start() < pos:
+            continue
+        if body[:m.start()].count("#") and re.search(r"(^|\s)#", body[:m.start()]):
+            break  # a comment
+        flag = m.group("flag")
+        if flag not in remove:
+            continue
+        end = m.end()
+        if not m.group("eq") and ARGUMENTS[flag].value:
+            while (v := _VALUE.match(body, end)) is not None:
+                end = v.end()
+        start = m.start()
+        while start > pos and body[start - 1] in " \t":
+            start -= 1
+        out.append(body[pos:start])
+        removed.append(flag)
+        pos = end
+    out.append(body[pos:])
+    return "".join(out), removed
+
+
+def _groups(args: list[str]) -> list[list[str]]:
+    """Arguments grouped as ``--flag value ...``."""
+    out: list[list[str]] = []
+    for w in args:
+        if w.startswith("--") or not out:
+            out.append([w])
+        else:
+            out[-1].append(w)
+    return out
+
+
+def _last_assignment(lines: list[str], upto: int, var: str) -> str | None:
+    """The value the script last gives ``var`` before line ``upto`` (None: not set, or unset)."""
+    value = None
+    pat = re.compile(rf"(?:^|[\s;])(?:export\s+)?{var}=(?P<v>\"[^\"]*\"|'[^']*'|[^\s;]*)"
+                     rf"|(?:^|[\s;])unset\s+{var}\b")
+    for line in lines[:upto]:
+        body = _body(line)[0]
+        if body.lstrip().startswith("#"):
+            continue
+        for m in pat.finditer(body):
+            value = m.group("v").strip("\"'") if m.group("v") is not None else None
+    return value
+
+
+def _plan_view(text: str, source: str, num_gpus: int) -> Session:
+    """The session the importer reads from ``text`` (unknown arguments allowed)."""
+    return session_from_launch(read_launch(text, source), num_gpus=num_gpus,
+                               allow_unknown=True).session
+
+
+def _differences(a: Any, b: Any, section: str) -> list[str]:
+    return [f"{section}.{f.name} {getattr(a, f.name)!r} (script) vs {getattr(b, f.name)!r} "
+            "(session)" for f in dataclasses.fields(a)
+            if f.name != "name" and getattr(a, f.name) != getattr(b, f.name)]
+
+
+def rewrite_script(session: Session, text: str, source: str = "train.sh",
+                   script: str = "pretrain_gpt.py") -> str:
+    """``text`` (the user's launch script) with ``session``'s plan in place of its own.
+
+    Parameters
+    ----------
+    session : Session
+        The plan to run (its model must be the script's).
+    text : str
+        The launch script, as read (line endings kept).
+    source : str
+        Its file name, for messages.
+    script : str
+        The training script the export would write (used only to compare with a fresh export).
+
+    Returns
+    -------
+    str
+        The new script: the training command's plan arguments (and those of the variables and
+        arrays it expands) replaced by the plan's, the environment Megatron-LM requires set
+        before the command, the ``# vtrain: cluster`` comment written or replaced; every other
+        line as it was.
+
+    Raises
+    ------
+    MegatronArgsError
+        One line naming the file and the rule: Megatron-LM refuses the plan (its rule named);
+        the script has no training command; it launches another number of GPUs than the plan;
+        its model is not the session's (the fields named); or the rewritten script does not
+        read back as the plan (a plan argument set where the rewrite cannot reach it, e.g. a
+        sourced file), naming the fields.
+    """
+    from core.io.cluster_comment import MARK, cluster_comment
+
+    pl = session.plan
+    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
+        pl.data_parallel
+    exported = export_arguments(session)
+    refuse_megatron_rules(session, exported)
+    launch = read_launch(text, source)
+    if not launch.script:
+        raise MegatronArgsError(f"{source}: --into needs a launch script with the training "
+                                "command (torchrun ... pretrain_gpt.py ...), not an argument list")
+    if launch.nnodes and launch.nproc_per_node and launch.nnodes * launch.nproc_per_node != world:
+        raise MegatronArgsError(
+            f"{source}: the script launches {launch.nnodes} x {launch.nproc_per_node} = "
+            f"{launch.nnodes * launch.nproc_per_node} GPUs (--nnodes x --nproc-per-node) and the "
+            f"plan runs on {world} (t*p*cp*d): change the launcher's counts or the plan")
+    mine = _plan_view(text, source, world)
+    model_diff = _differences(mine.model, session.model, "model")
+    if model_diff:
+        raise MegatronArgsError(f"{source}: the script's model is not the session's: "
+                                + "; ".join(model_diff))
+    flex = (getattr(pl, "moe_token_dispatcher_type", None) == "flex")
+    remove = PLAN_ARGUMENTS - (_KEPT_WITH_FLEX if flex else frozenset())
+    new_args = [g for g in _groups(exported) if g[0] in PLAN_ARGUMENTS]
+    for g in list(new_args):
+        for need in _NEEDED_WITH.get(g[0], ()):
+            new_args.append([need])
+
+    lines = text.splitlines(keepends=True)
+    spans = _statements(lines)
+    word = re.compile(rf"(?<![^\s\"'/]){re.escape(launch.script)}(?![^\s\"';&|)])")
+    train = None
+    for k, (a, b) in enumerate(spans):
+        body = "".join(_body(x)[0] for x in lines[a:b])
+        if not body.lstrip().startswith("#") and word.search(body):
+            train = k
+    if train is None:
+        raise MegatronArgsError(f"{source}: the training command's script {launch.script!r} is "
+                                "not written literally in the script; --into cannot place the "
+                                "plan's arguments")
+    # the statements to edit: the training command and the assignments it expands (transitively)
+    names = set(_REF.findall("".join(lines[spans[train][0]:spans[train][1]])))
+    edit = {train}
+    grew = True
+    while grew:
+        grew = False
+        for k, (a, b) in enumerate(spans[:train]):
+            m = _ASSIGN.match(_body(lines[a])[0])
+            if k not in edit and m and m.group("name") in names:
+                edit.add(k)
+                names |= set(_REF.findall("".join(lines[a:b])))
+                grew = True
+    keep = [True] * len(lines)
+    new_lines = list(lines)
+    for k in sorted(edit):
+        a, b = spans[k]
+        for i in range(a, b):
+            body, end = _body(lines[i])
+            stripped, removed = _remove_flags(body, remove)
+            if not removed:
+                continue
+            if stripped.strip() in ("", "\\"):
+                keep[i] = False
+            else:
+                new_lines[i] = stripped + end
+        kept = [i for i in range(a, b) if keep[i]]
+        if kept and not keep[b - 1] and not _body(lines[b - 1])[0].rstrip().endswith("\\"):
+            last = kept[-1]  # the statement's last line went: its new last line ends it
+            body, end = _body(new_lines[last])
+            new_lines[last] = re.sub(r"[ \t]*\\$", "", body) + end
+    # the plan's arguments right after the training script's name
+    a, b = spans[train]
+    at = next(i for i in range(a, b) if keep[i] and word.search(_body(new_lines[i])[0]))
+    body, end = _body(new_lines[at])
+    m = word.search(body)
+    head, rest = body[:m.end()], body[m.end():]
+    nxt = next((i for i in range(at + 1, b) if keep[i]), None)
+    indent = re.match(r"[ \t]*", _body(new_lines[nxt])[0]).group() if nxt is not None else ""
+    indent = indent or "    "
+    block = [head + " \\"] + [indent + " ".join(shell_word(w) for w in g) + " \\"
+                              for g in new_args]
+    if rest.strip() == "":
+        block[-1] = block[-1][:-2]
+    elif rest.strip() != "\\":
+        block.append(indent + rest.lstrip())
+    else:
+        pass  # the statement goes on: every block line continues it
+    new_lines[at] = "".join(x + end for x in block)
+    # the environment and the cluster comment before the command
+    final = read_launch("".join(x for x, k in zip(new_lines, keep) if k), source).arguments
+    env_lines = []
+    for var, value in required_environment(final, session.cluster.gpu).items():
+        have = _last_assignment([x for x, k in zip(new_lines, keep) if k], len(lines), var)
+        if value is not None and have != value:
+            env_lines.append(f"export {var}={shell_word(value)}  # Megatron-LM validate_args "
+                             "requires it")
+        elif value is None and have is not None:
+            env_lines.append(f"unset {var}  # Megatron-LM validate_args: not 1 with "
+                             "--use-torch-fsdp2")
+    comment = cluster_comment(session.cluster)
+    marked = [i for i, x in enumerate(lines) if keep[i] and
+              re.match(rf"^[ \t]*#[ \t]*{re.escape(MARK)}\b", _body(x)[0])]
+    eol = _body(lines[a])[1] or "\n"
+    if marked:
+        for i in marked:
+            new_lines[i] = comment + _body(lines[i])[1]
+    else:
+        env_lines.insert(0, comment)
+    first = next(i for i in range(a, b) if keep[i])
+    new_lines[first] = "".join(x + eol for x in env_lines) + new_lines[first]
+    out = "".join(x for x, k in zip(new_lines, keep) if k)
+    # read back: the importer must see the plan an export gives, and Megatron's rules must hold
+    back = _plan_view(out, source, world)
+    fresh = _plan_view(export_script(session, script), source, world)
+    diff = _differences(back.plan, fresh.plan, "plan")
+    if diff:
+        raise MegatronArgsError(f"{source}: the rewritten script does not read back as the plan "
+                                "(a plan argument set where --into cannot reach it?): "
+                                + "; ".join(diff))
+    final = read_launch(out, source).arguments
+    broken = broken_rules(final)
+    if broken:
+        raise MegatronArgsError(f"{source}: with the plan, the script's own arguments break "
+                                "Megatron-LM's rules: " + "; ".join(
+                                    f"\"{r.message}\" ({r.source}; rule {r.name})"
+                                    for r in broken))
+    return out
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    """The unified diff (``difflib``) of two scripts."""
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                        new.splitlines(keepends=True), old_name, new_name))
+
+
+def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
+    """A bash script of one torchrun command that runs the plan, one argument per line.
+
+    Text from the session is data, never code: the model and GPU names go into a comment
+    through :func:`core.util.text.shell_comment` (one line, line breaks escaped), the training
+    script and every argument are single words through :func:`core.util.text.shell_word`, so
+    the script runs the launch and nothing else, and holds no raw control character.
+    The node count is ``ceil(world / gpus_per_node)`` with
+    ``min(world, gpus_per_node)`` processes per node; a token budget that is not
+    a whole number of sequences is rounded (noted in a comment).
+    """
+    pl, cl = session.plan, session.cluster
+    cp = pl.context_parallel or 1
+    world = pl.tensor_parallel * pl.pipeline_parallel * cp * pl.data_parallel  # Megatron's t*p*cp*d
+    per_node = min(world, cl.gpus_per_node)
+    if world % per_node:
+        raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
+                                f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
+    args = export_arguments(session)
+    refuse_megatron_rules(session, args)
+    lines = ["#!/usr/bin/env bash",
+             shell_comment(f"{session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
+                           f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} "
+                           f"d={pl.data_parallel} (written by vtrain export megatron-args)"),
+             cluster_comment(cl), *environment_lines(args, cl.gpu),
+             f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} "
+             f"{shell_word(script)} \\"]
+    i = 0
+    while i < len(args):
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        lines.append("    " + " ".join(shell_word(a) for a in args[i:j]) + " \\")
+        i = j
+    lines[-1] = lines[-1][:-2]
+    if session.cost.training_tokens % session.model.seq_length:
+        lines.insert(3, shell_comment("--train-samples rounds the token budget to whole sequences"))
+    return "\n".join(lines) + "\n"

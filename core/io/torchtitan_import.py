@@ -1,0 +1,531 @@
+"""torchtitan job configs (``train_configs/*.toml``) into sessions.
+
+torchtitan (``torchtitan/config/job_config.py``) trains a model named by ``[model] name`` and
+``flavor`` with FSDP2 over ``data_parallel_shard_degree`` ranks (``-1``: the ranks the other
+degrees leave), replicas over ``data_parallel_replicate_degree`` (HSDP when both exceed one),
+tensor parallelism that is always sequence-parallel, pipeline parallelism with
+``torch.distributed.pipelining``'s schedules, context parallelism through PyTorch's
+``context_parallel`` and expert parallelism over the data-parallel ranks.
+:func:`session_from_torchtitan` reads such a file; every key is one of (:data:`KEYS`):
+
+* **used**: it fills a session field (the text says which);
+* **no effect**: it does not change the simulated iteration (logging, checkpoints, paths,
+  the learning rate ...), listed with the reason;
+* **refused**: the simulator does not model what it asks for (named, with what it would
+  change); the values that switch it off are accepted and listed.
+
+A key in no list is refused too: we cannot tell whether it changes the run.
+
+The world size is not in the file (``torchrun`` gives it): ``num_gpus`` must be given when
+``data_parallel_shard_degree`` is ``-1``, else it is the product of the degrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.plan.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ConfigError,
+                     CostConfig, FieldError, ParallelPlan, Session)
+
+__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "TorchtitanImport", "session_from_torchtitan",
+           "read_torchtitan_config", "load_toml"]
+
+#: ``(model name, flavor)`` -> the preset it builds (torchtitan's ``models/*/__init__.py``
+#: flavour tables: the same shapes; the vocabulary is the tokenizer's). torchtitan's
+#: DeepSeek-V3 trains without multi-token prediction: the preset's MTP layer is dropped.
+FLAVOURS: dict[tuple[str, str], str] = {
+    ("llama3", "8B"): "Llama 3 8B", ("llama3", "70B"): "Llama 3 70B",
+    ("llama3", "405B"): "Llama 3.1 405B",
+    ("llama2", "7B"): "Llama 2 7B", ("llama2", "70B"): "Llama 2 70B",
+    ("deepseek_v3", "671B"): "DeepSeek-V3",
+    ("qwen3", "30B-A3B"): "Qwen3-30B-A3B",
+    ("gpt_oss", "20b"): "GPT-OSS 20B", ("gpt_oss", "120b"): "GPT-OSS 120B",
+}
+#: Models torchtitan has that are refused by name, with what they would change.
+_REFUSED_MODELS: dict[str, str] = {
+    "llama4": "chunked attention on three layers of four and MoE layers interleaved with dense "
+              "ones (see the Hugging Face import's Llama 4 refusal)",
+    "flux": "a diffusion transformer, not a decoder LLM",
+}
+#: torchtitan's ``pipeline_parallel_schedule`` -> ``(plan.schedule, model chunks per rank)``
+#: (torchtitan builds two stages per rank for a multi-stage schedule when
+#: ``pipeline_parallel_layers_per_stage`` is not given).
+SCHEDULES: dict[str, tuple[str, int]] = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1),
+                                         "Interleaved1F1B": ("interleaved", 2)}
+_PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+_REDUCE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the importer treats one ``section.key``: ``kind`` "used" (``text`` the session field
+    it fills), "no_effect" (``text`` why) or "refused" (``text`` what it would change; values
+    in ``inert`` switch it off and are accepted)."""
+
+    kind: str
+    text: str
+    inert: tuple[Any, ...] = ()
+
+
+def _used(text: str) -> Rule:
+    return Rule("used", text)
+
+
+def _none(text: str) -> Rule:
+    return Rule("no_effect", text)
+
+
+def _refused(text: str, *inert: Any) -> Rule:
+    return Rule("refused", text, inert)
+
+
+_LOGGING = "logging, not the iteration"
+_CKPT = "checkpoints (saved between iterations; not timed)"
+#: Every key of torchtitan's job config the importer knows; a whole section maps with "*".
+KEYS: dict[str, Rule] = {
+    "job.*": _none("the run's name, folder and printing"),
+    "profiling.*": _none("the PyTorch profiler's schedule (a few profiled iterations)"),
+    "metrics.*": _none(_LOGGING),
+    "checkpoint.*": _none(_CKPT),
+    "comm.*": _none("NCCL timeouts and the flight recorder's buffer: no effect on a healthy "
+                    "iteration"),
+    "optimizer.name": _used("checked: AdamW or Adam (the simulator's optimizer state is Adam's)"),
+    "optimizer.*": _none("the optimizer's constants (learning rate, betas, eps, weight decay, "
+                         "fused or foreach kernels: the same optimizer step)"),
+    "lr_scheduler.*": _none("the learning-rate schedule (a number per step)"),
+    "validation.*": _none("validation runs between training iterations (not timed)"),
+    "model.name": _used("the model (with flavor): a preset"),
+    "model.flavor": _used("the model (with name): a preset"),
+    "model.converters": _used("float8 / quantize.linear.float8: plan.precision fp8; others "
+                              "refused"),
+    "model.tokenizer_path": _none("a path (the vocabulary is the flavour's)"),
+    "model.hf_assets_path": _none("a path (the vocabulary is the flavour's)"),
+    "model.norm_type": _used("checked: rmsnorm (the flavours' norm)"),
+    "model.print_after_conversion": _none(_LOGGING),
+    "training.local_batch_size": _used("plan.micro_batch_size without pipelining; the "
+                                       "pipeline's micro-batches with it"),
+    "training.batch_size": _used("as local_batch_size (torchtitan's older name)"),
+    "training.global_batch_size": _used("plan.global_batch_size (-1: local_batch_size times "
+                                        "the data-parallel degree)"),
+    "training.seq_len": _used("model.seq_length"),
+    "training.steps": _used("cost.training_tokens = steps * global batch * seq_len"),
+    "training.mixed_precision_param": _used("plan.precision (bfloat16: bf16, float32: fp32)"),
+    "training.mixed_precision_reduce": _used("plan.grad_reduce_dtype"),
+    "training.max_norm": _none("gradient clipping: a norm over the gradients (a small "
+                               "reduction), not timed"),
+    "training.warmup_steps": _none("the learning-rate warm-up (older torchtitan)"),
+    "training.dataset": _none("the data (token ids: the same work)"),
+    "training.dataset_path": _none("a path"),
+    "training.gc_freq": _none("Python's garbage collection every few steps"),
+    "training.seed": _none("a seed"), "training.deterministic": _none(
+        "deterministic algorithms (close in speed for GEMMs and FlashAttention; not modelled)"),
+    "training.enable_cpu_offload": _refused("FSDP's CPU offload of parameters, gradients and "
+                                            "the optimizer step: host transfers and a CPU Adam",
+                                            False),
+    "training.dtype": _none("the model's storage type when not mixed precision (the plan sets "
+                            "the training precision)"),
+    "parallelism.data_parallel_replicate_degree": _used("plan.data_parallel (times the shard "
+                                                        "degree); HSDP replicas"),
+    "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas), "
+                                                    "FSDP: plan.zero_stage, "
+                                                    "plan.data_parallel_shard_size"),
+    "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
+                                                "torchtitan's TP always is)"),
+    "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
+                                                  "plan.pipeline_model_parallel_layout)"),
+    "parallelism.context_parallel_degree": _used("plan.context_parallel"),
+    "parallelism.expert_parallel_degree": _used("plan.expert_parallel"),
+    "parallelism.expert_tensor_parallel_degree": _used("plan.expert_tensor_parallel"),
+    "parallelism.pipeline_parallel_schedule": _used("plan.schedule (1F1B, GPipe, "
+                                                    "Interleaved1F1B with two stages per rank)"),
+    "parallelism.pipeline_parallel_microbatch_size": _used("plan.micro_batch_size with "
+                                                           "pipelining"),
+    "parallelism.context_parallel_rotate_method": _used("plan.cp_comm_type (allgather; "
+                                                        "alltoall: the p2p ring)"),
+    "parallelism.enable_async_tensor_parallel": _used("plan.tp_comm_overlap (torchtitan's "
+                                                      "async TP: collective matmuls)"),
+    "parallelism.fsdp_reshard_after_forward": _used("plan.zero_stage: 3 when FSDP re-gathers "
+                                                    "the parameters in the backward (always; "
+                                                    "default without pipelining), 2 when it "
+                                                    "keeps them (never; default with it)"),
+    "parallelism.disable_loss_parallel": _refused("the output layer's logits gathered to every "
+                                                  "tensor-parallel rank instead of the "
+                                                  "vocabulary-parallel loss: (s, V) all-gather "
+                                                  "and memory", False),
+    "parallelism.enable_compiled_autograd": _refused("compiled autograd (a traced backward): "
+                                                     "not modelled", False),
+    "parallelism.pipeline_parallel_layers_per_stage": _refused(
+        "stages of a given number of layers (virtual stages from it): give the session's "
+        "pipeline_model_parallel_layout instead", None),
+    "parallelism.pipeline_parallel_split_points": _refused(
+        "a pipeline split at given layers: give the session's pipeline_model_parallel_layout",
+        None, []),
+    "parallelism.module_fqns_per_model_part": _refused(
+        "a pipeline split by module names: give the session's pipeline_model_parallel_layout",
+        None, []),
+    "parallelism.pipeline_parallel_first_stage_less_layers": _refused(
+        "another first-stage count than torchtitan's default (one layer fewer)", 1),
+    "parallelism.pipeline_parallel_last_stage_less_layers": _refused(
+        "another last-stage count than torchtitan's default (one layer fewer)", 1),
+    "activation_checkpoint.mode": _used("plan.recompute (none, selective, full)"),
+    "activation_checkpoint.selective_ac_option": _used("op: plan.recompute selective_op "
+                                                       "(torchtitan's per-op policy); 1: full; "
+                                                       "another layer interval refused"),
+    "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": _none(
+        "the MoE router's matmul forced into recomputation (a (T, E) GEMM)"),
+    "activation_checkpoint.early_stop": _none("stops the recomputation at the last saved "
+                                              "tensor (the same recomputed ops)"),
+    "activation_checkpoint.preserve_rng_state": _none("the RNG state (no dropout in these "
+                                                      "models)"),
+    "activation_checkpoint.determinism_check": _none("a check mode of checkpointing"),
+    "activation_checkpoint.debug": _none(_LOGGING),
+    "compile.enable": _none("torch.compile: the simulator times the profile store's kernels "
+                            "either way (compile's fusion of norms and activations is not "
+                            "modelled; async TP needs it in torchtitan)"),
+    "compile.components": _none("see compile.enable"),
+    "compile.backend": _none("see compile.enable"),
+    "float8.enable_fsdp_float8_all_gather": _used("plan.fp8_param_gather"),
+    "float8.precompute_float8_dynamic_scale_for_fsdp": _none(
+        "one amax reduction for all parameters instead of one per parameter (a small "
+        "all-reduce)"),
+    "float8.force_recompute_fp8_weight_in_bwd": _none("the weights' FP8 cast again in the "
+                                                      "backward (an elementwise kernel)"),
+    "float8.recipe_name": _used("plan.fp8_recipe (tensorwise); rowwise recipes refused"),
+    "float8.filter_fqns": _refused("FP8 on other modules than the transformer layers' "
+                                   "linears (['output'], torchtitan's default, keeps the output "
+                                   "layer in BF16, as the simulator does)", ["output"]),
+    "float8.emulate": _refused("FP8 emulated in BF16 (a test mode: BF16 GEMMs plus casts)",
+                               False),
+    "float8.moe_fqns_prototype": _refused("FP8 grouped GEMMs of the experts (a prototype)",
+                                          None, []),
+    "float8.enable_float8_linear": _used("plan.precision fp8 (torchtitan's older switch)"),
+    "fault_tolerance.enable": _refused("torchft's fault-tolerant replicas (a quorum each step)",
+                                       False),
+    "fault_tolerance.*": _none("torchft's settings (off)"),
+    "memory_estimation.*": _none("torchtitan's memory estimator (a dry run)"),
+    "experimental.custom_import": _refused("a model or component of your own: the importer "
+                                           "cannot tell what it runs", None, ""),
+    "experimental.custom_args_module": _refused("arguments of your own", None, ""),
+    "debug.*": _none("debugging switches (seeds, determinism)"),
+}
+
+
+@dataclass
+class TorchtitanImport:
+    """Result of :func:`session_from_torchtitan`: the session, and each key of the file with
+    what it set (``used``) or why it changes nothing (``ignored``)."""
+
+    session: Session
+    used: dict[str, str] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _err(where: str, key: str, message: str) -> ConfigError:
+    return ConfigError([FieldError(f"{where}: {key}", message)])
+
+
+def _rule(section: str, key: str) -> Rule | None:
+    return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
+
+
+def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """``({"section.key": value} of the used keys, {"section.key": why} of those that change
+    nothing})``. Raises ConfigError for the first unknown or switched-on refused key."""
+    used, ignored = {}, {}
+    for section, table in cfg.items():
+        if not isinstance(table, dict):
+            raise _err(where, section, f"{table!r}: a top-level key; torchtitan's job config "
+                       "has only [sections]")
+        for key, value in _flatten(table):
+            name = f"{section}.{key}"
+            rule = _rule(section, key.split(".")[0])
+            if rule is None:
+                raise _err(where, name, "is not a key of torchtitan's job config the importer "
+                           "knows, so it cannot tell whether it changes the run")
+            if rule.kind == "refused":
+                if not any(value == x and type(value) is type(x) for x in rule.inert):
+                    raise _err(where, name, f"{value!r}: not modelled: {rule.text}")
+                ignored[name] = f"{value!r}: off (when on: {rule.text})"
+            elif rule.kind == "no_effect":
+                ignored[name] = rule.text
+            else:
+                used[name] = value
+    return used, ignored
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` of a section's leaves (nested tables such as
+    ``[quantize.linear.float8]`` give ``linear.float8.KEY``)."""
+    out = []
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _int(used: dict[str, Any], name: str, where: str, default: int, minimum: int = 1) -> int:
+    v = used.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _err(where, name, f"{v!r} must be an integer of at least {minimum}")
+    return v
+
+
+def _choice(used: dict[str, Any], name: str, where: str, default: Any,
+            choices: dict[Any, Any]) -> Any:
+    v = used.get(name, default)
+    if v not in choices:
+        raise _err(where, name, f"{v!r}: not modelled; the importer knows "
+                   + ", ".join(map(str, choices)))
+    return choices[v]
+
+
+def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: int | None = None,
+                            gpu: str | None = None) -> TorchtitanImport:
+    """A session from a parsed torchtitan job config (see the module doc).
+
+    Parameters
+    ----------
+    cfg : dict
+        The parsed TOML file.
+    where : str
+        The file's name, for messages.
+    num_gpus : int, optional
+        World size (torchrun's ``--nproc_per_node`` times the nodes); required when
+        ``data_parallel_shard_degree`` is -1 (the default), else checked against the product
+        of the degrees.
+    gpu : str, optional
+        GPU kind of the cluster (:data:`core.plan.config.GPU_KINDS`; default the session's).
+
+    Raises
+    ------
+    ConfigError
+        A key that is unknown or refused, an unknown model or flavour, degrees that do not
+        divide the world size, or a session that breaks the configuration rules (each named by
+        the file's key where one set it).
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError([FieldError(where, "must be a TOML table (a torchtitan job config)")])
+    used, ignored = _classify(cfg, where)
+    notes: list[str] = []
+    model = _model(used, where, notes)
+    plan, tokens = _plan(used, model, where, num_gpus, notes)
+    cluster = ClusterConfig()
+    if gpu is not None:
+        if gpu not in GPU_KINDS:
+            raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
+                                          + ", ".join(GPU_KINDS))])
+        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
+    session = Session(model=model, plan=plan, cluster=cluster, cost=cost)
+    session.notes = f"Imported from the torchtitan job config {where}."
+    from core.plan.config import validate
+    errs = validate(session)
+    if errs:
+        names = {**_FIELD_KEYS, **({"plan.precision": "model.converters"}
+                                   if plan.precision == "fp8" else {})}
+        raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message)
+                           for e in errs])
+    described = {k: KEYS.get(k, KEYS.get(k.split(".")[0] + ".*")).text for k in used}
+    return TorchtitanImport(session, described, ignored, notes)
+
+
+#: Session field -> the torchtitan key that sets it (for error messages).
+_FIELD_KEYS = {
+    "plan.tensor_parallel": "parallelism.tensor_parallel_degree",
+    "plan.pipeline_parallel": "parallelism.pipeline_parallel_degree",
+    "plan.context_parallel": "parallelism.context_parallel_degree",
+    "plan.expert_parallel": "parallelism.expert_parallel_degree",
+    "plan.expert_tensor_parallel": "parallelism.expert_tensor_parallel_degree",
+    "plan.data_parallel": "parallelism.data_parallel_shard_degree",
+    "plan.micro_batch_size": "training.local_batch_size",
+    "plan.global_batch_size": "training.global_batch_size",
+    "plan.precision": "training.mixed_precision_param",
+    "plan.fp8_param_gather": "float8.enable_fsdp_float8_all_gather",
+    "plan.tp_comm_overlap": "parallelism.enable_async_tensor_parallel",
+    "model.seq_length": "training.seq_len",
+    "plan.recompute": "activation_checkpoint.mode",
+    "plan.schedule": "parallelism.pipeline_parallel_schedule",
+    "plan.virtual_pipeline_stages": "parallelism.pipeline_parallel_schedule",
+    "plan.pipeline_model_parallel_layout": "parallelism.pipeline_parallel_degree",
+    "plan.cp_comm_type": "parallelism.context_parallel_rotate_method",
+    "plan.zero_stage": "parallelism.data_parallel_shard_degree",
+    "plan.data_parallel_shard_size": "parallelism.data_parallel_shard_degree",
+    "plan.fp8_recipe": "float8.recipe_name",
+    "plan.grad_reduce_dtype": "training.mixed_precision_reduce",
+}
+
+
+def _model(used: dict[str, Any], where: str, notes: list[str]):
+    name = used.get("model.name", "llama3")
+    flavor = used.get("model.flavor", "debugmodel")
+    if name in _REFUSED_MODELS:
+        raise _err(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
+    preset = FLAVOURS.get((name, flavor))
+    if preset is None:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVOURS)
+        key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
+        raise _err(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
+                   f"models and other sizes have no preset); known: {known}")
+    model = dataclasses.replace(MODEL_PRESETS[preset], name=f"{preset} (torchtitan {name} "
+                                f"{flavor})")
+    if model.mtp_num_layers:
+        model.mtp_num_layers = 0
+        notes.append("torchtitan's DeepSeek-V3 trains without multi-token prediction: the "
+                     "preset's MTP layer is left out")
+    if used.get("model.norm_type", "rmsnorm") != "rmsnorm":
+        raise _err(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
+                   "RMSNorm; another norm is not one we know")
+    model.seq_length = _int(used, "training.seq_len", where, 2048)
+    return model
+
+
+def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
+          notes: list[str]) -> tuple[ParallelPlan, int | None]:
+    P = "parallelism."
+    rep = _int(used, P + "data_parallel_replicate_degree", where, 1)
+    shard = used.get(P + "data_parallel_shard_degree", -1)
+    t = _int(used, P + "tensor_parallel_degree", where, 1)
+    p = _int(used, P + "pipeline_parallel_degree", where, 1)
+    cp = _int(used, P + "context_parallel_degree", where, 1)
+    ep = _int(used, P + "expert_parallel_degree", where, 1)
+    others = rep * t * p * cp
+    if shard == -1:
+        if num_gpus is None:
+            raise _err(where, P + "data_parallel_shard_degree", "-1 (the ranks the other "
+                       "degrees leave) needs the world size: give --num-gpus")
+        if num_gpus % others:
+            raise _err(where, P + "data_parallel_shard_degree", f"-1: the world size {num_gpus} "
+                       f"is not divisible by the other degrees' product {others}")
+        shard = num_gpus // others
+    elif isinstance(shard, bool) or not isinstance(shard, int) or shard < 1:
+        raise _err(where, P + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
+                   "positive integer")
+    if num_gpus is not None and num_gpus != others * shard:
+        raise _err(where, P + "data_parallel_shard_degree", f"the degrees give "
+                   f"{others * shard} GPUs, not --num-gpus {num_gpus}")
+    d = rep * shard
+    schedule, chunks = _choice(used, P + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    local = _int(used, "training.local_batch_size", where,
+                 _int(used, "training.batch_size", where, 8))
+    glob = used.get("training.global_batch_size", -1)
+    if glob == -1:
+        glob = local * d
+    elif isinstance(glob, bool) or not isinstance(glob, int) or glob < 1 or glob % (local * d):
+        raise _err(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
+                   f"local_batch_size * data-parallel degree = {local * d} (gradient "
+                   "accumulation steps)")
+    b = local
+    if p > 1:
+        b = _int(used, P + "pipeline_parallel_microbatch_size", where, 1)
+        if local % b:
+            raise _err(where, P + "pipeline_parallel_microbatch_size", f"{b} does not divide "
+                       f"local_batch_size {local}")
+    reshard = used.get(P + "fsdp_reshard_after_forward", "default")
+    if reshard not in ("default", "always", "never"):
+        raise _err(where, P + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
+                   "always, never")
+    keep = reshard == "never" or (reshard == "default" and p > 1)
+    zero = (2 if keep else 3) if shard > 1 else 0
+    if shard > 1 and keep:
+        notes.append("FSDP keeps the gathered parameters from the forward to the backward "
+                     "(fsdp_reshard_after_forward " + reshard + "): modelled as ZeRO-2, one "
+                     "all-gather and one reduce-scatter of the parameters per iteration")
+    mode = _choice(used, "activation_checkpoint.mode", where, "selective",
+                   {"none": "none", "selective": "selective", "full": "full"})
+    if mode == "selective":
+        option = str(used.get("activation_checkpoint.selective_ac_option", "2"))
+        if option not in ("op", "1"):
+            raise _err(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
+                       "checkpointing of every N-th layer is not modelled (the simulator's "
+                       "recompute_num_layers takes the first layers of each stage); op or 1")
+        mode = "selective_op" if option == "op" else "full"
+    _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
+    precision = _choice(used, "training.mixed_precision_param", where, "bfloat16", _PRECISIONS)
+    converters = used.get("model.converters", [])
+    if isinstance(converters, str):
+        converters = [converters]
+    for c in converters:
+        if c not in ("float8", "quantize.linear.float8"):
+            raise _err(where, "model.converters", f"{c!r}: not modelled (float8 is)")
+    fp8 = bool(converters) or used.get("float8.enable_float8_linear") is True
+    recipe = None
+    if fp8:
+        precision = "fp8"
+        recipe = _choice(used, "float8.recipe_name", where, "tensorwise",
+                         {"tensorwise": "tensorwise"})
+    gather = used.get("float8.enable_fsdp_float8_all_gather", False) is True
+    plan = ParallelPlan(
+        tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=b,
+        global_batch_size=glob, schedule=schedule, recompute=mode, precision=precision,
+        virtual_pipeline_stages=chunks if chunks > 1 else None, sequence_parallel=t > 1,
+        zero_stage=zero, overlap_grad_reduce=shard > 1, overlap_param_gather=zero == 3,
+        grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
+                                  _REDUCE_DTYPES),
+        context_parallel=cp,
+        cp_comm_type=_choice(used, P + "context_parallel_rotate_method", where, "allgather",
+                             {"allgather": "allgather", "alltoall": "p2p"}),
+        expert_parallel=ep,
+        tp_comm_overlap=used.get(P + "enable_async_tensor_parallel", False) is True)
+    if model.is_moe:
+        plan.expert_tensor_parallel = _int(used, P + "expert_tensor_parallel_degree", where, 1)
+    if rep > 1 and shard > 1:
+        plan.data_parallel_shard_size = shard
+    if fp8:
+        plan.fp8_recipe = recipe
+        plan.fp8_param_gather = gather and zero >= 1
+    if p > 1:
+        counts = torchtitan_stage_layers(model.num_layers, p * chunks)
+        if min(counts) < 1:
+            raise _err(where, P + "pipeline_parallel_degree", f"{p * chunks} stages leave a "
+                       f"stage without layers of the {model.num_layers}")
+        plan.pipeline_model_parallel_layout = "|".join(
+            ("E" if i == 0 else "") + f"t*{n}" + ("L" if i == len(counts) - 1 else "")
+            for i, n in enumerate(counts))
+    steps = used.get("training.steps")
+    tokens = steps * glob * model.seq_length if isinstance(steps, int) and steps > 0 else None
+    return plan, tokens
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file (:mod:`tomllib`, Python 3.11+; ``tomli`` before).
+
+    Raises ConfigError naming the file when it cannot be read or is not TOML."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError([FieldError(str(path), f"cannot be read: {exc.strerror or exc}")]) \
+            from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError([FieldError(str(path), f"is not TOML: {exc}")]) from None
+
+
+def read_torchtitan_config(path: str | Path, **kw: Any) -> TorchtitanImport:
+    """Read a torchtitan job config file (see :func:`session_from_torchtitan`)."""
+    return session_from_torchtitan(load_toml(path), Path(path).name, **kw)
+
+
+def torchtitan_stage_layers(num_layers: int, stages: int) -> list[int]:
+    """Transformer layers of each of ``stages`` (virtual) pipeline stages as torchtitan splits
+    them (``generate_llm_fqn_per_model_part`` with ``pipeline_parallel_first_stage_less_layers``
+    and ``..._last_stage_less_layers`` 1, their defaults): the embedding and the output layer
+    count as one layer each, the ``L + 2`` effective layers are split evenly with the
+    remainder going to the first stages, and the first and last stage then hold one
+    transformer layer fewer. Llama 3's 126 layers over 16 stages: 7, 14 x 8, 7 (the Llama 3
+    paper's "one Transformer layer fewer in the first and the last stages")."""
+    per, extra = divmod(num_layers + 2, stages)
+    counts = [per + (1 if i < extra else 0) for i in range(stages)]
+    counts[0] -= 1
+    counts[-1] -= 1
+    return counts

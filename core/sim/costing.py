@@ -1,0 +1,103 @@
+"""One costing function: an iteration time becomes throughput, utilization, days and money.
+
+Used by :mod:`core.sim.simulate` (one plan), :mod:`core.studies.sweep` (arrays of plans),
+:mod:`core.studies.optimal` and :mod:`core.studies.scheduler` (through the sweep), so every view
+shows the same figures for the same plan.
+
+Definitions (Narayanan et al. 2021; Chowdhery et al. 2022, App. B for MFU/HFU):
+
+* tokens/s = ``B * s / T`` with ``T`` the iteration time;
+* MFU = model FLOPs per iteration / (``T`` * world size * peak FLOP/s per GPU);
+  HFU the same with the hardware FLOPs (recomputation included). The peak is the dense
+  peak of the training precision's tensors (:func:`mfu_peak_flops`): with FP8 training
+  the BF16 peak, as Megatron-Bridge and NVIDIA's published FP8 results report MFU, so an
+  FP8 and a BF16 plan of one model compare on one scale (the model FLOPs are the model's,
+  whatever precision runs them);
+* iterations = ``ceil(training tokens / (B * s))`` (a partial iteration is still run);
+* days = iterations * ``T`` / 86400; GPU-hours = iterations * ``T`` * world size / 3600;
+  dollars = GPU-hours * price per GPU-hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Costing", "costing", "mfu_peak_flops", "MFU_PEAK_NOTE"]
+
+#: How MFU reads under FP8 training (the report's label and the docs say it).
+MFU_PEAK_NOTE = "MFU and HFU of an FP8 plan are against the BF16 dense peak (as Megatron-Bridge)"
+
+
+def mfu_peak_flops(store, precision: str) -> float:
+    """Peak FLOP/s of one GPU that MFU and HFU divide by: the dense peak of ``precision``'s
+    tensors (:func:`core.plan.config.tensor_dtype`; BF16 for FP8 training, see the module doc).
+
+    Raises
+    ------
+    KeyError
+        The store has no peak for that dtype (its message names the device and dtype).
+    """
+    from core.plan.config import tensor_dtype
+    return float(store.peak_flops[tensor_dtype(precision)])
+
+
+@dataclass
+class Costing:
+    """Figures of one plan (floats) or of many (float64 arrays of one shape).
+
+    ``num_iterations`` is an integer (int64 array for many plans).
+    """
+
+    tokens_per_s: float | np.ndarray
+    mfu: float | np.ndarray
+    hfu: float | np.ndarray
+    num_iterations: int | np.ndarray
+    training_days: float | np.ndarray
+    gpu_hours: float | np.ndarray
+    cost_usd: float | np.ndarray
+
+
+def costing(iteration_time_s: float | np.ndarray, *, tokens_per_iteration: float | np.ndarray,
+            model_flops: float | np.ndarray, hardware_flops: float | np.ndarray,
+            num_gpus: float | np.ndarray, peak_flops_per_gpu: float, training_tokens: float,
+            price_per_gpu_hour_usd: float) -> Costing:
+    """Turn iteration times into :class:`Costing` figures (see the module doc); vectorized.
+
+    Parameters
+    ----------
+    iteration_time_s : float or array, shape (n,)
+        Seconds per iteration (positive).
+    tokens_per_iteration : float or array
+        ``B * s``.
+    model_flops, hardware_flops : float or array
+        FLOPs of one iteration without and with recomputation.
+    num_gpus : float or array
+        World size ``t*p*d``.
+    peak_flops_per_gpu : float
+        Dense peak FLOP/s of one GPU in the plan's precision (:func:`mfu_peak_flops`: BF16 for FP8).
+    training_tokens : float
+        Token budget.
+    price_per_gpu_hour_usd : float
+
+    Returns
+    -------
+    Costing
+        Floats for scalar input, arrays otherwise.
+    """
+    T = np.asarray(iteration_time_s, np.float64)
+    gpus = np.asarray(num_gpus, np.float64)
+    tokens = np.asarray(tokens_per_iteration, np.float64)
+    iterations = np.ceil(training_tokens / tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        peak = peak_flops_per_gpu * gpus
+        out = dict(tokens_per_s=tokens / T, mfu=np.asarray(model_flops, np.float64) / T / peak,
+                   hfu=np.asarray(hardware_flops, np.float64) / T / peak)
+    train_s = iterations * T
+    gpu_hours = train_s * gpus / 3600
+    out.update(training_days=train_s / 86400, gpu_hours=gpu_hours,
+               cost_usd=gpu_hours * price_per_gpu_hour_usd)
+    if T.ndim == 0 and np.ndim(tokens) == 0 and np.ndim(gpus) == 0:
+        return Costing(**{k: float(v) for k, v in out.items()}, num_iterations=int(iterations))
+    return Costing(**out, num_iterations=iterations.astype(np.int64))

@@ -1,0 +1,262 @@
+"""The sweep's fast path: iteration times of many plans of one pipeline structure at once.
+
+Used by :mod:`core.studies.sweep` for every plan of a sweep and by :mod:`core.sim.simulate`
+for the schedule's idle share with free pipeline transfers. It reads the
+schedule's order from :mod:`core.schedules` and equals the general solver on
+the coarse graph of :func:`core.sim.graph.build_pipeline_graph` (tests check it).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from core.sim import fastpath_kernel
+from core import schedules as pipeline_schedules
+
+__all__ = ["pipeline_iteration_times", "COMPILED_MIN_ELEMENTS"]
+
+#: Batches of at least this many (stage, item, plan) elements use the compiled pass by
+#: default (the numpy sweeps take about 45 ns per element, ~0.2 s here; Numba's import 0.3 s).
+COMPILED_MIN_ELEMENTS = 5_000_000
+
+
+@lru_cache(maxsize=32)
+def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
+    """Program order of every stage as arrays (read-only), from :mod:`core.schedules`.
+
+    Returns ``phase``, ``chunk`` (p, K) of each stage's K work items; ``src``
+    (p, K), the row of the flattened ``(p*K + 1, n)`` end-time array that item
+    ``k`` waits for (the F of the same micro-batch on the previous virtual
+    stage, or the B on the next one; the last row, always 0, when it waits for
+    no transfer); ``sends`` (p, K) bool, whether the item's output is sent
+    (an F below the last virtual stage, a B above the first); ``deps``, for
+    each stage the tuple of stages its items wait for.
+    """
+    try:
+        phase, mbs, chunk = pipeline_schedules.work_orders(schedule, p, m, v)
+    except ValueError as exc:  # stages with programs of different lengths: a schedule bug
+        raise AssertionError(str(exc)) from None
+    K = phase.shape[1]
+    stage = np.arange(p)[:, None]
+    # item index of (stage, phase, chunk, mb), flattened
+    pos = np.full(p * 3 * v * m, -1, np.int64)
+    cm = chunk * m + mbs                               # (chunk, mb) part of a flat index
+    pos[((stage * 3 + phase) * (v * m)) + cm] = np.arange(K)
+    vstage = chunk * p + stage                         # virtual stage of each item
+    F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
+    # An F waits for the F of its micro-batch on virtual stage k-1: stage (i-1) mod p, the
+    # previous chunk when i = 0; a B for the B on k+1: stage (i+1) mod p, the next chunk when
+    # i = p-1. Per row (stage) the offsets are constants; the items that wait are masked.
+    i = np.arange(p)
+    src = np.full((p, K), p * K, np.int64)
+    for ph, waits, other, shift in ((F, (phase == F) & (vstage > 0), (i - 1) % p, -(i == 0).astype(np.int64)),
+                                    (B, (phase == B) & (vstage < p * v - 1), (i + 1) % p, (i == p - 1).astype(np.int64))):
+        row = ((other * 3 + ph) * v + shift) * m      # (p,)
+        flat = np.take(pos, row[:, None] + cm, mode="clip")
+        flat += (other * K)[:, None]
+        np.copyto(src, flat, where=waits)
+    sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
+    waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
+    waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
+    waited[i, i] = False
+    rows, cols = np.nonzero(waited[:, :p])           # row-major: each stage's in order
+    cols, ends = cols.tolist(), np.searchsorted(rows, np.arange(p + 1)).tolist()
+    deps = tuple(tuple(cols[ends[j]:ends[j + 1]]) for j in range(p))
+    pos = pos.reshape(p, 3, v, m)
+    # first forward (micro-batch 0) and last weight-gradient item (B, or W when the backward is
+    # split; micro-batch m-1) of each (stage, chunk)
+    grad = pipeline_schedules.PHASE_W if pipeline_schedules.get(schedule).splits_backward else B
+    first_f = pos[:, F, :, 0]                          # (p, v)
+    last_g = pos[:, grad, :, m - 1]                    # (p, v)
+    out = (phase, chunk, src, sends, first_f, last_g)
+    for a in out:
+        a.setflags(write=False)
+    return out + (deps,)
+
+
+def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
+                             bwd_s: np.ndarray, send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
+                             dp_comm_s: np.ndarray, optimizer_s: np.ndarray,
+                             return_updates: bool = False, wgrad_s: np.ndarray | None = None,
+                             ready_s: np.ndarray | None = None,
+                             chunk_tail_s: np.ndarray | None = None,
+                             compiled: bool | None = None
+                             ) -> np.ndarray | tuple[np.ndarray, int]:
+    """Iteration times of many plans with one pipeline structure, without building graphs.
+
+    Equals the critical path of :func:`core.sim.graph.build_pipeline_graph` on
+    stage programs with one task per work item (forward, backward and, for
+    schedules that split it, weight gradient, per virtual chunk), transfers,
+    data-parallel all-reduce and optimizer step, up to float rounding (tests
+    compare with :func:`core.sim.solver.solve`). Sends are blocking there, so each
+    transfer is folded into the item that sends it.
+
+    Method: the end time of item ``k`` of stage ``i`` is
+    ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the end of the item
+    whose transfer it waits for (0 when none). With prefix sums ``S`` of the
+    durations this is ``E[k] = S[k] + max_{l<=k}(R[l] - S[l-1])``, a running
+    maximum over the stage's program. Stages are updated in alternating
+    ascending and descending sweeps, starting from the lower bound ``-inf``,
+    and a stage is recomputed only when a stage it waits for changed since its
+    last update; every update is monotone, so the fixed point reached is the
+    least one, i.e. the longest-path times of the DAG. The iteration time is
+    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+
+    With Numba (:mod:`core.sim.fastpath_kernel`) the same recurrence is evaluated in
+    one compiled pass over the items in dependency order, each item once; the
+    end times are bit for bit those of the sweeps (the same operations per element).
+
+    Parameters
+    ----------
+    schedule : str
+        A schedule of :mod:`core.schedules` with ``fast_path``.
+    num_microbatches : int
+        m >= 1.
+    fwd_s, bwd_s : float array, shape (p, n) or (p, v, n)
+        Forward / backward (B when split) of one micro-batch per stage (rows),
+        virtual chunk and plan (last axis), seconds.
+    send_fwd_s, send_bwd_s : float array, shape (p, n)
+        Transfer from stage i to (i+1) mod p (resp. (i-1) mod p); hops no item
+        uses are ignored.
+    dp_comm_s, optimizer_s : float array, shape (p, n)
+        Tail of each stage after its last work item (0 for a missing all-reduce).
+    return_updates : bool
+        Also return the number of stage updates made (diagnostics).
+    wgrad_s : float array, shape of ``fwd_s``, optional
+        Weight-gradient items W, for schedules that split the backward.
+    ready_s : float array, shape of ``fwd_s``, optional
+        Earliest start of the first forward (micro-batch 0) of each stage and chunk
+        (:attr:`core.sim.graph.StageTimes.ready_s`: its parameters' all-gather from the
+        iteration's start); default 0.
+    chunk_tail_s : float array, shape of ``fwd_s``, optional
+        The stage's tail (``dp_comm_s``, optimizer) also waits until this long after the
+        compute of the chunk's last weight-gradient item (B, or W when split, of
+        micro-batch m-1) ends (:attr:`core.sim.graph.StageTimes.chunk_tail_s`: overlapped
+        gradient buckets); ``-inf`` for none.
+    compiled : bool, optional
+        Use the compiled pass (when Numba is available): True, yes; False, the numpy
+        sweeps; None (default), yes when it is already loaded or the batch has at least
+        :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
+        costs about 0.3 s, so a single simulation never does).
+
+    Returns
+    -------
+    float64 array, shape (n,)
+        Iteration time of each plan, seconds.
+
+    Raises
+    ------
+    ValueError
+        Unknown schedule, one without a fast path, ``m < 1``, arrays of
+        different shapes, or ``wgrad_s`` missing for a split schedule.
+    """
+    sched = pipeline_schedules.get(schedule)
+    if not sched.fast_path:
+        raise ValueError(f"schedule {schedule!r} has no fast path; build its graph")
+    F = np.asarray(fwd_s, np.float64)
+    if F.ndim == 2:
+        F = F[:, None, :]
+    if F.ndim != 3:
+        raise ValueError(f"fwd_s must have shape (p, n) or (p, v, n), got {F.shape}")
+    p, v, n = F.shape
+    Bw = np.asarray(bwd_s, np.float64).reshape(-1, n) if np.ndim(bwd_s) else None
+    Bw = np.asarray(bwd_s, np.float64)
+    Bw = Bw[:, None, :] if Bw.ndim == 2 else Bw
+    if sched.splits_backward and wgrad_s is None:
+        raise ValueError(f"schedule {schedule!r} splits the backward: give wgrad_s")
+    W = np.zeros_like(F) if wgrad_s is None else np.asarray(wgrad_s, np.float64)
+    W = W[:, None, :] if W.ndim == 2 else W
+    arrays = [np.asarray(a, np.float64) for a in (send_fwd_s, send_bwd_s, dp_comm_s, optimizer_s)]
+    if Bw.shape != F.shape or W.shape != F.shape or any(a.shape != (p, n) for a in arrays):
+        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n) or (p, v, n) for "
+                         "the per-chunk ones")
+    cf, cb, dp, opt = arrays
+    m = int(num_microbatches)
+    if m < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+    phase, chunk, src, sends, first_f, last_g, deps = _pipeline_structure(schedule, p, m, v)
+    K = phase.shape[1]
+    # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
+    table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
+    # the hop each phase's send uses (F forward, B backward; W never sends) ...
+    hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    R = None
+    if ready_s is not None:
+        R = np.asarray(ready_s, np.float64)
+        R = R[:, None, :] if R.ndim == 2 else R
+        if R.shape != F.shape:
+            raise ValueError("ready_s must have the shape of fwd_s")
+    if compiled is None:
+        compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
+    if compiled and fastpath_kernel.available():
+        E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
+        E[-1] = 0.0
+        floor_of = np.full((p, K), -1, np.int64)
+        if R is not None:
+            floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
+        fastpath_kernel.solve_items(table, hops, phase, chunk, sends, src, floor_of,
+                                    R if R is not None else np.zeros((p, v, n)), E)
+        return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                     p if return_updates else None)
+    E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
+    E[-1] = 0.0
+    stage = np.arange(p)[:, None]
+    # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
+    with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
+    D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
+    S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
+    Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
+    floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
+    if R is not None:
+        floors = [(first_f[i], R[i] + Q[i, first_f[i]]) for i in range(p)]
+    version = [0] * p                     # changes of each stage so far
+    seen: list[tuple | None] = [None] * p  # versions of a stage's sources at its last update
+    updates = 0
+    sweep = 0
+    up, down = list(range(p)), list(range(p - 1, -1, -1))
+    while True:
+        changed = False
+        for i in (up if sweep % 2 == 0 else down):
+            nbr = tuple([version[j] for j in deps[i]])
+            if seen[i] == nbr:
+                continue  # inputs unchanged since the last update: still a fixed point
+            seen[i] = nbr
+            new = np.take(E, src[i], axis=0)
+            new += Q[i]
+            if floors is not None:  # the first forward of each chunk waits for its ready time
+                k, lower = floors[i]
+                new[k] = np.maximum(new[k], lower)
+            np.maximum.accumulate(new, axis=0, out=new)
+            new += S[i]
+            updates += 1
+            old = E[i * K:(i + 1) * K]
+            if (new != old).any():
+                old[...] = new
+                version[i] += 1
+                changed = True
+        sweep += 1
+        if not changed:
+            break
+    return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+                 updates if return_updates else None)
+
+
+def _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s, updates):
+    """Iteration times from the items' end times ``E`` (see :func:`pipeline_iteration_times`)."""
+    last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
+    if chunk_tail_s is not None:
+        X = np.asarray(chunk_tail_s, np.float64)
+        X = X[:, None, :] if X.ndim == 2 else X
+        if X.shape != F.shape:
+            raise ValueError("chunk_tail_s must have the shape of fwd_s")
+        for c in range(v):
+            k = last_g[:, c]                                                # (p,)
+            rows = np.arange(p) * K + k
+            # E includes the item's (blocking) send; the buckets follow its compute
+            send_of = np.where(sends[np.arange(p), k][:, None],
+                               hops[np.arange(p), phase[np.arange(p), k]], 0.0)
+            last = np.maximum(last, E[rows] - send_of + X[:, c])
+    T = ((last + dp) + opt).max(axis=0)
+    return (T, updates) if updates is not None else T

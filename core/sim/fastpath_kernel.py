@@ -1,0 +1,222 @@
+"""The fast path's stage recurrence compiled with Numba: one topological pass instead of sweeps.
+
+:func:`core.sim.fastpath.pipeline_iteration_times` computes, for every stage ``i``
+and item ``k`` of its program, ``E[i, k] = S[i, k] + M[i, k]`` with the running
+maximum ``M[i, k] = max(M[i, k-1], E[src[i, k]] + Q[i, k])`` (a floor joins the
+maximum for the first forward of each chunk), ``S`` the prefix sums of the item
+durations and ``Q = D - S``. Its numpy loop repeats whole-stage
+updates until nothing changes (about three per stage); :func:`solve_items` here
+visits each item once, in an order where the item it waits for is already
+done (each stage advances while it can, round-robin over the stages), and does
+the same floating-point operations in the same order per element: the end
+times are the numpy loop's, bit for bit (tests compare both).
+
+Numba is imported on first use only (about 0.3 s; the compiled code is cached on
+disk, ``cache=True``, so later processes load it instead of compiling, about 1-2 s
+once). :func:`available` says whether it can be used; without Numba, or with
+``VTRAIN_NO_NUMBA=1`` in the environment, the numpy loop runs.
+
+Loading Numba holds the interpreter lock for seconds at a time (LLVM's start and the
+machine code's loading are C calls), so a thread that loads it stops every other thread
+of its process: in the desktop window, the GUI thread (2.8 to 10.5 s of frozen window
+on the first sweep). The window's worker threads therefore run the core under
+:func:`kept_out`: on such a thread :func:`available` answers False unless the kernel is
+loaded already, and the sweep sends its compiled batches to its worker processes
+(:mod:`core.studies.sweep_parallel`), which load Numba in their own interpreters.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+__all__ = ["available", "warm", "loaded", "solve_items", "kept_out", "may_load"]
+
+_KERNEL = None
+_TRIED = False
+_THREAD = threading.local()  # .kept_out: depth of kept_out() blocks on this thread
+
+
+@contextmanager
+def kept_out():
+    """While the block runs, this thread never loads Numba: :func:`available` is False here
+    unless the kernel is loaded already (then it costs nothing to use). For threads that
+    share their process with one that must keep answering (the GUI's workers); other
+    threads and processes are not affected. Nested blocks count."""
+    _THREAD.kept_out = getattr(_THREAD, "kept_out", 0) + 1
+    try:
+        yield
+    finally:
+        _THREAD.kept_out -= 1
+
+
+def may_load() -> bool:
+    """Whether this thread may use the compiled kernel: loaded already, or not in a
+    :func:`kept_out` block (then :func:`available` says whether it can be loaded)."""
+    return _KERNEL is not None or not getattr(_THREAD, "kept_out", 0)
+
+
+def available() -> bool:
+    """Whether the compiled kernel can be used (Numba importable, not disabled by
+    ``VTRAIN_NO_NUMBA``, not kept out of this thread by :func:`kept_out`); imports Numba and
+    compiles the kernel (or loads it from the cache) on the first call."""
+    global _KERNEL, _TRIED
+    if not may_load():
+        return False  # not on this thread (kept_out): the numpy loop, or a worker process
+    if not _TRIED:
+        _TRIED = True
+        if os.environ.get("VTRAIN_NO_NUMBA", "").strip() not in ("", "0"):
+            return False
+        try:
+            with _blas_check_skipped():
+                kernel = _build()
+                _first_call(kernel)  # the machine code loaded (or compiled) now
+            _KERNEL = kernel
+        except Exception:  # noqa: BLE001 -- any failure to import or compile: the numpy loop
+            _KERNEL = None
+    return _KERNEL is not None
+
+
+def warm() -> bool:
+    """Load the kernel now (Numba's import and the kernel's machine code, from its cache or
+    compiled), so that the first batch does not wait for it; whether it is available."""
+    return available()
+
+
+def _first_call(kernel) -> None:
+    """Run ``kernel`` once on a one-item structure (the argument types of :func:`solve_items`),
+    which makes Numba load its machine code from the cache or compile it."""
+    E = np.zeros((2, 1))
+    kernel(np.zeros((1, 3, 1, 1)), np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64),
+           np.zeros((1, 1), np.int64), np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64),
+           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E)
+
+
+@contextmanager
+def _blas_check_skipped():
+    """Numba's first compilation imports its NumPy support, whose module checks once whether
+    SciPy's BLAS is importable (``numba.np.arraymath._HAVE_BLAS``: for ``np.dot`` and
+    ``np.linalg`` in compiled code, which this kernel does not use) by importing
+    ``scipy.linalg``: about 0.12 s of the 0.3-0.4 s each process spends loading the kernel.
+    While the kernel loads, that check (``numba.np.linalg.ensure_blas`` as the module imports
+    it) answers "no BLAS" without importing SciPy; it is put back afterwards (Numba's linear
+    algebra then works as before, its ``np.dot`` on small vectors without BLAS). Nothing is
+    changed when Numba's NumPy support is loaded already or its layout differs."""
+    try:
+        import sys
+
+        from numba.np import linalg
+        patch = "numba.np.arraymath" not in sys.modules and callable(linalg.ensure_blas)
+    except Exception:  # noqa: BLE001 -- another Numba: load as it does
+        patch = False
+    if not patch:
+        yield
+        return
+    saved = linalg.ensure_blas
+
+    def no_blas_check() -> None:
+        raise ImportError("the pipeline kernel needs no BLAS")
+
+    linalg.ensure_blas = no_blas_check
+    try:
+        yield
+    finally:
+        linalg.ensure_blas = saved
+        arraymath = sys.modules.get("numba.np.arraymath")
+        if getattr(arraymath, "ensure_blas", None) is no_blas_check:
+            arraymath.ensure_blas = saved
+
+
+def loaded() -> bool:
+    """Whether the kernel is loaded in this process already (no import is triggered)."""
+    return _KERNEL is not None
+
+
+def _build():
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def kernel(table, hops, phase, chunk, sends, src, floor_of, ready, E):  # pragma: no cover
+        p, K = src.shape
+        n = E.shape[1]
+        done = np.zeros(p * K + 1, np.bool_)
+        done[p * K] = True
+        ptr = np.zeros(p, np.int64)
+        S = np.zeros((p, n))           # running prefix sum of each stage's durations
+        M = np.full((p, n), -np.inf)   # running maximum of E[src] + Q
+        remaining = p * K
+        while remaining > 0:
+            progressed = False
+            for i in range(p):
+                k = ptr[i]
+                while k < K and done[src[i, k]]:
+                    r = src[i, k]
+                    row = i * K + k
+                    ph = phase[i, k]
+                    ch = chunk[i, k]
+                    c = floor_of[i, k]
+                    send = sends[i, k]
+                    for j in range(n):
+                        # the numpy path's D (table + 0.0, or + the hop), S = cumsum(D), Q = D - S
+                        d = table[i, ph, ch, j] + (hops[i, ph, j] if send else 0.0)
+                        s = S[i, j] + d
+                        S[i, j] = s
+                        q = d - s
+                        v = E[r, j] + q
+                        if c >= 0:
+                            lo = ready[i, c, j] + q
+                            if lo > v:
+                                v = lo
+                        if v > M[i, j]:
+                            M[i, j] = v
+                        E[row, j] = s + M[i, j]
+                    done[row] = True
+                    k += 1
+                    remaining -= 1
+                    progressed = True
+                ptr[i] = k
+            if not progressed:
+                return False  # a cycle: no item can start
+        return True
+
+    return kernel
+
+
+def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: np.ndarray,
+                sends: np.ndarray, src: np.ndarray, floor_of: np.ndarray, ready: np.ndarray,
+                E: np.ndarray) -> None:
+    """Fill ``E`` (float64, shape (p*K + 1, n); rows of stage ``i`` at ``i*K..i*K+K-1``, the
+    last row 0, the others -inf) with the end time of every item of every plan.
+
+    Parameters
+    ----------
+    table : float64 (p, 3, v, n)
+        Duration of one item per stage, phase (F, B, W), chunk and plan, seconds.
+    hops : float64 (p, 3, n)
+        The transfer a sending item of each phase adds (0 for W).
+    phase, chunk : int64 (p, K)
+        Each item's phase and chunk.
+    sends : bool (p, K)
+        Whether the item's output is sent (its duration includes the hop).
+    src : int64 (p, K)
+        Row of ``E`` each item waits for (``p*K``: none).
+    floor_of : int64 (p, K)
+        Chunk whose ready time floors the item's start (its first forward), or -1.
+    ready : float64 (p, v, n)
+        Those ready times.
+
+    Raises
+    ------
+    AssertionError
+        The structure has a cycle (a schedule bug), or the kernel is unavailable.
+    """
+    if not available():
+        raise AssertionError("the compiled fast path is unavailable")
+    c = np.ascontiguousarray
+    if not _KERNEL(c(table, np.float64), c(hops, np.float64), c(phase, np.int64),
+                   c(chunk, np.int64), c(sends, np.bool_), c(src, np.int64),
+                   c(floor_of, np.int64), c(ready, np.float64), E):
+        raise AssertionError("pipeline structure has a cycle")

@@ -1,0 +1,201 @@
+"""The numbers a planner reads: time, throughput, MFU, cost and memory per GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.model.stage_memory import MEMORY_SCALES, StageMemory
+
+__all__ = ["StageMemory", "Report", "MEMORY_TIGHT_MARGIN", "MEMORY_SCALES", "memory_verdict"]
+
+#: A plan whose peak memory per GPU lies within this share of the usable memory (capacity
+#: less the reserve) is "tight": 5 % of 72 GiB usable is 3.6 GiB, the size of one large
+#: all-gather bucket or a few fragmented allocator blocks, so a small change of the launch
+#: (a NCCL buffer, a longer warm-up) can tip it over. A named margin, not a fitted one.
+MEMORY_TIGHT_MARGIN = 0.05
+
+#: The three verdicts on memory, in order of safety.
+MEMORY_VERDICTS = ("fits", "tight", "does not fit")
+
+
+def memory_verdict(need_bytes: float, usable_bytes: float,
+                   margin: float = MEMORY_TIGHT_MARGIN) -> str:
+    """Whether a plan's peak memory per GPU fits the usable memory.
+
+    Parameters
+    ----------
+    need_bytes : float
+        Modelled peak memory per GPU (the largest stage's), bytes.
+    usable_bytes : float
+        Capacity less the reserve (``cluster.memory_reserve_fraction``), bytes.
+    margin : float
+        Share of ``usable_bytes`` below the limit that counts as tight (default
+        :data:`MEMORY_TIGHT_MARGIN`).
+
+    Returns
+    -------
+    str
+        ``"does not fit"`` when ``need_bytes > usable_bytes``; ``"tight"`` when
+        ``need_bytes > (1 - margin) * usable_bytes``; else ``"fits"``.
+    """
+    if need_bytes > usable_bytes:
+        return "does not fit"
+    if need_bytes > (1.0 - margin) * usable_bytes:
+        return "tight"
+    return "fits"
+
+
+@dataclass
+class Report:
+    """Result figures of one simulated iteration and the whole training run.
+
+    ``interval`` is the error band of the iteration time (:mod:`core.store.interval`);
+    days, GPU-hours and dollars scale with the iteration time, so their bands
+    are the same factors (:meth:`band`).
+
+    Times in seconds, memory in bytes, money in USD. MFU uses the model FLOPs
+    of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
+    on GPU Clusters Using Megatron-LM", Eq. 3 without the recomputation term):
+    ``72*B*s*L*h^2 * (1 + s/(6h) + V/(12*L*h))`` per iteration; HFU adds the
+    recomputed forward (Eq. 3 as written, factor 96 instead of 72). The peak is
+    that of ``mfu_peak_dtype``: BF16 for an FP8 plan (its model FLOPs are the
+    model's, and the GEMMs that run in FP8 do not change them). For MoE models the
+    FLOPs count the GEMMs of the active parameters only.
+    """
+
+    num_gpus: int
+    num_microbatches: int
+    iteration_time_s: float
+    tokens_per_s: float
+    #: parameters of the model (a tied word embedding counted once; vocabulary padded for t),
+    #: :func:`core.model.model_math.num_parameters`
+    num_parameters: int
+    model_flops_per_iteration: float
+    mfu: float
+    hfu: float
+    #: active parameters as OpenAI and DeepSeek publish them: those a token's GEMMs use (MoE:
+    #: ``moe_top_k`` routed experts of each MoE layer), without the input embedding (a lookup),
+    #: :func:`core.model.model_math.num_active_parameters`; the count with it is
+    #: :attr:`num_active_parameters_with_embedding`
+    num_active_parameters: int
+    #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
+    #: stages, free pipeline transfers and no waits for overlapped communication (1F1B with
+    #: uniform stages: (p-1)/(m+p-1))
+    bubble_fraction: float
+    #: mean over stages of compute / blocking tensor- and data-parallel communication /
+    #: pipeline bubble time per iteration (seconds); with ep_comm_s, pp_comm_s and imbalance_s
+    #: they sum to the iteration time
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    #: per stage: compute, blocking TP/DP communication, and idle time with free pipeline
+    #: transfers (bubble and imbalance)
+    stage_compute_s: list[float]
+    stage_comm_s: list[float]
+    stage_idle_s: list[float]
+    #: iterations to train on the token budget, rounded up
+    num_iterations: int
+    training_days: float
+    gpu_hours: float
+    cost_usd: float
+    memory: list[StageMemory]
+    memory_capacity_bytes: float
+    max_memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    #: share of the capacity kept free (cluster.memory_reserve_fraction); fits means
+    #: max_memory_per_gpu_bytes <= (1 - memory_reserve_fraction) * memory_capacity_bytes
+    memory_reserve_fraction: float = 0.0
+    #: exposed pipeline communication: what the transfers add to the iteration time (the
+    #: iteration with free transfers is that much shorter); never counted as bubble
+    pp_comm_s: float = 0.0
+    stage_pp_comm_s: list[float] = field(default_factory=list)
+    #: idle time that unequal stages add to the schedule's bubble (mean over stages)
+    imbalance_s: float = 0.0
+    #: idle time waiting for overlapped communication (mean over stages): what the balanced
+    #: schedule's iteration gains when the collectives beside the compute stream (ZeRO-3 /
+    #: FSDP parameter prefetch, bucketed gradient reduce-scatters, the parameter all-gathers
+    #: of overlap_param_gather) are never waited for; in the sum with bubble_s and imbalance_s
+    #: (a plan with one stage has no bubble: its idle time is this)
+    overlap_wait_s: float = 0.0
+    #: the MoE layers' expert all-to-alls (token dispatch and combine, forward and backward;
+    #: they block the compute stream), mean over stages and per stage; 0 for dense models
+    ep_comm_s: float = 0.0
+    stage_ep_comm_s: list[float] = field(default_factory=list)
+    #: exposed context-parallel exchange (mean over stages): the time the ring attention's
+    #: steps wait for their K/V (and dK/dV) transfers beyond the compute they overlap; with
+    #: compute_s, comm_s, bubble_s, pp_comm_s and imbalance_s it sums to the iteration time
+    cp_comm_s: float = 0.0
+    stage_cp_comm_s: list[float] = field(default_factory=list)
+    #: the ring's transfers hidden under the attention core (mean over stages; not in the sum)
+    cp_hidden_s: float = 0.0
+    #: tensor-parallel collectives hidden under their GEMMs by ``plan.tp_comm_overlap`` (mean
+    #: over stages; not in the sum: comm_s holds the exposed part)
+    tp_hidden_s: float = 0.0
+    #: expert all-to-alls hidden under another micro-batch's computation by
+    #: ``plan.overlap_moe_expert_parallel_comm`` (mean over stages; not in the sum: ep_comm_s
+    #: holds the exposed part)
+    ep_hidden_s: float = 0.0
+    profile: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    #: error band of ``iteration_time_s`` (:class:`core.store.interval.PredictionInterval`); None
+    #: only where no band was asked for
+    interval: Any = None
+    #: training precision (plan.precision) and, with fp8, the scaling recipe in effect
+    #: (plan.fp8_recipe or its default, tensorwise); None without FP8
+    precision: str = "bf16"
+    fp8_recipe: str | None = None
+    #: dtype of the dense peak MFU and HFU divide by (BF16 for FP8 plans, as Megatron-Bridge
+    #: reports them; :func:`core.sim.costing.mfu_peak_flops`)
+    mfu_peak_dtype: str = "bf16"
+    #: MFU with the model FLOPs counting only the attention core under the causal mask
+    #: (:func:`core.model.model_math.causal_model_flops_per_iteration`, Megatron-Core 0.19's count):
+    #: below :attr:`mfu` by the masked half of the core's ``s x s`` square, which Eq. 3 credits;
+    #: None in reports written before it existed
+    mfu_causal: float | None = None
+    #: :attr:`num_active_parameters` with the input embedding (Mistral's and Qwen's convention;
+    #: equal to num_parameters for dense models),
+    #: :func:`core.model.model_math.num_active_parameters_with_embedding`; 0 in reports written before
+    #: it existed
+    num_active_parameters_with_embedding: int = 0
+    #: the whole run with failures, restarts and checkpoints (:class:`core.sim.goodput.Goodput`:
+    #: expected time, its 10th-90th percentile spread, goodput, GPU-hours and dollars lost by
+    #: cause, checkpoint size and interval, mean time between interruptions); None in reports
+    #: written before it existed
+    run: Any = None
+    #: energy of that run (:class:`core.sim.energy.Energy`: kWh and USD); None likewise
+    energy: Any = None
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Memory per GPU a plan may use: the capacity less the reserve, bytes."""
+        return self.memory_capacity_bytes * (1.0 - self.memory_reserve_fraction)
+
+    @property
+    def memory_verdict(self) -> str:
+        """``"fits"``, ``"tight"`` or ``"does not fit"`` (:func:`memory_verdict` of the peak
+        memory per GPU against :attr:`usable_memory_bytes`)."""
+        return memory_verdict(self.max_memory_per_gpu_bytes, self.usable_memory_bytes)
+
+    def band(self, value: float) -> tuple[float, float] | None:
+        """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,
+        dollars) from :attr:`interval`; None when there is no band."""
+        return self.interval.band(value) if self.interval is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict; memory stages gain a ``total_bytes`` key."""
+        d = dataclasses.asdict(self)
+        for m, obj in zip(d["memory"], self.memory):
+            m["total_bytes"] = obj.total_bytes
+        iv = self.interval
+        d["usable_memory_bytes"] = self.usable_memory_bytes
+        d["memory_verdict"] = self.memory_verdict
+        d["interval"] = iv.to_dict() if iv is not None else None
+        d["iteration_time_interval_s"] = ([iv.low_s, iv.high_s] if iv is not None and iv.available
+                                          else None)
+        d["run"] = self.run.to_dict() if self.run is not None else None
+        for name in ("training_days", "gpu_hours", "cost_usd"):
+            b = self.band(getattr(self, name))
+            d[f"{name}_interval"] = list(b) if b else None
+        return d

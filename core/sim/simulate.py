@@ -1,0 +1,564 @@
+"""One entry point, the same for the command line and the GUI: session in, result out.
+
+``simulate(session)`` validates the session, opens the profile store of its
+GPU kind, builds the execution graph, solves it and computes the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core.model import model_math
+from core.plan.config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
+                     path_problem, recompute_modules, tensor_dtype)
+from core.sim.costing import costing, mfu_peak_flops
+from core.sim.energy import run_energy
+from core.sim.fastpath import pipeline_iteration_times
+from core.store.gpu_spec import fits_peak_fraction
+from core.sim.goodput import run_goodput
+from core.sim.graph import StageTimes, build_graph, build_pipeline_graph, stage_times
+from core.sim.graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
+from core.store.interval import DEFAULT_COVERAGE, check_coverage, session_interval
+from core.store.profiles import PROFILES_DIR
+from core.store.profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
+from core.sim.report import Report, StageMemory
+from core.schedules import get as get_schedule
+from core.sim.solver import solve
+from core.util.text import file_name_part
+
+__all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
+           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
+
+#: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
+#: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
+#: 1.8 million). Larger plans are refused by name rather than left to exhaust memory.
+MAX_GRAPH_TASKS = 10_000_000
+
+_STORE_CACHE: dict[tuple[str, float], ProfileStore] = {}
+
+
+@dataclass
+class SimulationResult:
+    """A simulated iteration: the inputs, the graph, its solved schedule and the report.
+
+    ``timings_s`` holds the wall time of each step of :func:`simulate` in
+    seconds: ``profile`` (opening the profile store; near 0 when cached),
+    ``graph``, ``solve`` and ``report``.
+    """
+
+    session: Session
+    graph: ExecutionGraph
+    schedule: Schedule
+    report: Report
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+def profile_path(session: Session) -> Path:
+    """The profile store a session uses: ``cluster.profile_path`` (``~`` expanded) or the
+    shipped one for its GPU (``profiles/<gpu>.h5``, the GPU kind made a file name by
+    :func:`core.util.text.file_name_part`: a kind like ``"../x"`` names a missing store in that
+    folder, never a file outside it). A ``~user`` this machine does not know stays as written
+    (opening it then fails as a missing store does; :func:`core.plan.config.path_problem` names it)."""
+    if session.cluster.profile_path:
+        return Path(os.path.expanduser(session.cluster.profile_path))
+    return PROFILES_DIR / f"{file_name_part(session.cluster.gpu)}.h5"
+
+
+def session_profile(session: Session) -> ProfileStore:
+    """Open the profile store ``session`` uses (:func:`profile_path`, cached).
+
+    A store named by ``cluster.profile_path`` must be an ``.h5`` file (nothing else is
+    opened), and its errors name that field; whether the path exists or what it holds
+    otherwise is not told (:data:`core.store.profile_store.NOT_A_STORE`). The session file
+    (``session.source``, set by :func:`core.io.session.load_any`) is named too.
+
+    Raises
+    ------
+    ProfileStoreError
+        Not a readable store, or a corrupted one.
+    """
+    path = profile_path(session)
+    if not session.cluster.profile_path:
+        return open_profile(path)
+    source = getattr(session, "source", None)
+    field = f"{source}: cluster.profile_path" if source else "cluster.profile_path"
+    problem = path_problem(session.cluster.profile_path)
+    if problem:  # a session built in code or in the window, not checked by a reader
+        raise ProfileStoreError(f"{field}: {session.cluster.profile_path!r} {problem}")
+    if path.suffix.lower() not in (".h5", ".hdf5"):
+        raise ProfileStoreError(f"{field}: {path}: {NOT_A_STORE} (a store is an .h5 file)")
+    try:
+        return open_profile(path)
+    except ProfileStoreError as exc:
+        raise ProfileStoreError(f"{field}: {exc}") from None
+
+
+def open_profile(path: str | Path) -> ProfileStore:
+    """Open a profile store, cached by path and modification time (stores are read-only here).
+
+    The cache key is the resolved path; messages (and the store's ``path``) name ``path`` as
+    given, never what a link resolves to.
+
+    Raises
+    ------
+    ProfileStoreError
+        Missing or unreadable store, or a path that cannot be resolved (a NUL byte, a
+        symlink loop), with the message of any unreadable store.
+    """
+    path = Path(path)
+    try:
+        real = path.resolve()
+        key = (str(real), real.stat().st_mtime)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (Python < 3.13)
+        return ProfileStore.open(path)  # raises a clear ProfileStoreError
+    if key not in _STORE_CACHE:
+        _STORE_CACHE[key] = ProfileStore.open(path)
+    return _STORE_CACHE[key]
+
+
+def model_flops_per_iteration(session: Session, recomputed: bool = False) -> float:
+    """Model FLOPs of one iteration of ``session`` (:func:`core.model.model_math.model_flops_per_iteration`);
+    with ``recomputed``, the hardware FLOPs (recomputation included, for HFU)."""
+    if recomputed:
+        return model_math.hardware_flops_per_iteration(session.model, session.plan)
+    return model_math.model_flops_per_iteration(session.model, session.plan)
+
+
+def stage_memory(session: Session, store=None) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (:func:`core.model.model_math.stage_memory`); with FP8,
+    whether the GPU keeps transposed FP8 weight copies comes from ``store``'s peaks, or without
+    a store from the shipped GPU kind (:func:`fp8_tn`)."""
+    return model_math.stage_memory(session.model, session.plan, fp8_tn(session, store))
+
+
+def fp8_tn(session: Session, store=None) -> bool:
+    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model.model_math.fp8_tn_only`):
+    from ``store``'s peaks, else from :data:`core.plan.config.GPU_FP8_DTYPES` of ``cluster.gpu``
+    (true for a kind not listed)."""
+    if store is not None:
+        return model_math.fp8_tn_only(store.peak_flops)
+    return "mxfp8" not in GPU_FP8_DTYPES.get(session.cluster.gpu, ())
+
+
+def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
+                   ) -> tuple[float, bool, str]:
+    """``(largest per-GPU bytes, fits, reason)``: a plan fits when every stage needs at most
+    ``(1 - reserve_fraction) * capacity_bytes`` (the rest is kept for the framework, the CUDA
+    context and fragmentation); ``reason`` is "" when it fits."""
+    worst = max(memory, key=lambda mm: mm.total_bytes)
+    return _verdict(worst.stage, worst.total_bytes, capacity_bytes, reserve_fraction)
+
+
+def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
+                          reserve_fraction: float) -> tuple[float, bool, str]:
+    """:func:`memory_verdict` of :func:`core.model.model_math.stage_memory_arrays`' four arrays
+    (weights, gradients, optimizer state, activations; shape (p,)) and, when ``parts`` carries
+    them (:class:`core.model.model_math.StageMemoryArrays`), the process's other terms: the same
+    rule, totals and message."""
+    w, g, o, a = parts
+    totals = w + g + o + a  # StageMemory.total_bytes' order
+    if hasattr(parts, "workspace"):  # StageMemory's allocated, reserved, total order
+        totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
+                  + parts.nccl_buffers)
+    i = int(np.argmax(totals))  # the first largest, as max() picks
+    return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
+
+
+def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
+             ) -> tuple[float, bool, str]:
+    usable = capacity_bytes * (1 - reserve_fraction)
+    if need <= usable:
+        return need, True, ""
+    return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
+                         f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
+                         f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
+
+
+def _kind_mask(kinds) -> np.ndarray:
+    """Bool lookup table over :data:`KINDS` (shape ``(len(KINDS),)``), True at the indices ``kinds``
+    (index it with ``graph.kind``: one gather instead of ``np.isin``'s sort)."""
+    mask = np.zeros(len(KINDS), bool)
+    mask[list(kinds)] = True
+    return mask
+
+
+#: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
+#: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
+#: transfers and what overlaps the compute stream).
+_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN, _TP_HIDDEN = range(7)
+_CATEGORIES = 7
+_KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
+_KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
+_KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
+_KIND_CATEGORY[KINDS.index("ep_all_to_all")] = _EP
+_KIND_CATEGORY[KINDS.index("cp_p2p")] = _CP
+
+
+def _ep_hidden_s(session: Session, graph, st: StageTimes, stage_ep: np.ndarray) -> float:
+    """Seconds of expert all-to-all hidden by ``overlap_moe_expert_parallel_comm``, mean over
+    stages: each stage's all-to-alls at their whole time (:attr:`StageTimes.moe_comm_s`) less
+    their exposed time in the graph (``stage_ep``); 0 without the overlap."""
+    if not (model_math.ep_overlap_on(session.plan) and st.moe_comm_s):
+        return 0.0
+    p = session.plan.pipeline_parallel
+    count = np.bincount(graph.stage[graph.kind == KINDS.index("ep_all_to_all")], minlength=p)
+    whole = count * float(st.moe_comm_s["ep_all_to_all"])
+    hidden = float((whole - stage_ep).mean())
+    return hidden if hidden > 1e-12 * float(whole.mean()) else 0.0  # not float noise
+
+
+def schedule_times_without_transfers(session: Session, st: StageTimes
+                                     ) -> tuple[float, float, float]:
+    """Iteration time of ``session``'s plan with free pipeline transfers, as planned, with
+    balanced stages, and with balanced stages that never wait for overlapped communication:
+    ``(T0, T_balanced, T_free)``, seconds.
+
+    The same stage programs as :func:`core.sim.graph.build_graph` at work-item
+    granularity (``st``, the plan's :func:`core.sim.graph.stage_times`) with every
+    send set to 0, all solved in one call of
+    :func:`core.sim.fastpath.pipeline_iteration_times` (or by the general solver for
+    schedules without a fast path). ``T_balanced`` gives every stage the mean
+    over stages of each work item's time (and of its data-parallel and
+    optimizer tail); ``T_free`` the mean of each item's busy time (its span
+    without waiting for the overlapped collectives beside it: ZeRO-3 prefetch,
+    bucketed gradient reduce-scatters, the parameter all-gathers of
+    ``overlap_param_gather``). The idle time of ``T_free`` is the schedule's
+    bubble, ``T_balanced - T_free`` the waits for overlapped communication, and
+    ``T0 - T_balanced`` what unequal stages add.
+    """
+    pl = session.plan
+    p = pl.pipeline_parallel
+
+    def mean(a: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(a.mean(axis=0), a.shape)
+
+    spans = [np.asarray(x, np.float64) for x in (st.fwd_s, st.bwd_s, st.wgrad_s)]
+    busy = [st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s]
+    busy = spans if any(b is None for b in busy) else [np.asarray(b, np.float64) for b in busy]
+    ready = np.asarray(st.ready_s, np.float64)
+    over = np.asarray(st.chunk_tail_s, np.float64)
+    # nothing overlapped is waited for (no side tasks): T_free is T_balanced, one solve fewer
+    waits = (any(not np.array_equal(a, b) for a, b in zip(spans, busy)) or np.any(ready != 0)
+             or np.any(over != -np.inf))
+    # the plan as planned (column 0), with balanced stages (1), balanced and free of waits (2)
+    per_chunk = [np.stack([a, mean(a)] + ([mean(b)] if waits else []), axis=-1)
+                 for a, b in zip(spans, busy)]
+    per_chunk += [np.stack([ready, mean(ready)] + ([np.zeros_like(ready)] if waits else []),
+                           axis=-1),
+                  np.stack([over, mean(over)] + ([np.full_like(over, -np.inf)] if waits else []),
+                           axis=-1)]
+    n = 3 if waits else 2
+    tails = [np.stack([a] + [np.full(p, a.mean())] * (n - 1), axis=-1)
+             for a in (np.asarray(x, np.float64) for x in (st.dp_comm_s, st.optimizer_s))]
+    if get_schedule(pl.schedule).fast_path:
+        zero = np.zeros((p, n))
+        fwd, bwd, wgd, ready, over = per_chunk
+        T = pipeline_iteration_times(pl.schedule, pl.num_microbatches, fwd, bwd, zero, zero,
+                                     *tails, wgrad_s=wgd, ready_s=ready, chunk_tail_s=over)
+        return float(T[0]), float(T[1]), float(T[n - 1])
+    zeros = np.zeros(p)
+    out = []
+    for j in range(n):
+        chunks = [a[..., j] for a in per_chunk]
+        programs = StageTimes(*chunks[:3], zeros, zeros, tails[0][:, j], tails[1][:, j],
+                              st.has_dp_comm, chunks[3], chunks[4], zeros, zeros).programs()
+        out.append(solve(build_pipeline_graph(programs, pl.num_microbatches, pl.schedule)
+                         ).iteration_time_s)
+    return out[0], out[1], out[n - 1]
+
+
+def small_nvlink_domain_note(c, n: int) -> str | None:
+    """A warning when cluster ``c``'s nodes are of 8 GPUs or fewer (an HGX board's, the
+    default, kept when the GPU is changed) while its GPU kind's NVLink domain has more (a GB200
+    NVL72 rack: 72) and a job of ``n`` GPUs spans several nodes: what crosses a node is priced
+    over the network, which on such a system it need not be; None otherwise. A job that uses
+    part of each rack (64 of 72) sets ``gpus_per_node`` to that, and is not warned."""
+    from core.plan.config import GPU_NVLINK_DOMAIN
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if not domain or domain <= 8 or c.gpus_per_node > 8 or n <= c.gpus_per_node:
+        return None
+    return (f"cluster.gpus_per_node={c.gpus_per_node} is below the {c.gpu}'s NVLink domain of "
+            f"{domain} GPUs: what spans more than {c.gpus_per_node} GPUs is priced over the "
+            f"network; set {domain} (or the GPUs the job uses of each rack, e.g. 64)")
+
+
+def cp_straddle_note(session: Session) -> str | None:
+    """A warning when context-parallel groups straddle node boundaries: ``t*cp`` smaller than
+    the node but not dividing it, in a job of several nodes (Megatron-Core's rank order puts
+    each group on ``t*cp`` consecutive ranks, so some groups cross from one node into the next
+    and their exchanges, priced over the network, set the pace; :func:`core.sim.comm.groups_in_node`);
+    None otherwise."""
+    from core.sim.comm import groups_in_node
+    pl, c = session.plan, session.cluster
+    tc, g = pl.tensor_parallel * pl.context_parallel, c.gpus_per_node
+    if pl.context_parallel <= 1 or tc >= g or groups_in_node(pl.context_parallel,
+                                                              pl.tensor_parallel, g, pl.num_gpus):
+        return None
+    return (f"context-parallel groups of t*cp={tc} GPUs straddle the {g}-GPU nodes ({tc} does not "
+            f"divide {g}): the exchanges of the groups that cross a node boundary run over the "
+            "network and set the pace" + (" (a job that uses 64 GPUs of each rack sets "
+                                          "cluster.gpus_per_node 64)" if g > 8 else ""))
+
+
+def simulate(session: Session, store: ProfileStore | None = None,
+             coverage: float = DEFAULT_COVERAGE) -> SimulationResult:
+    """Simulate one training iteration of ``session``.
+
+    Parameters
+    ----------
+    session : Session
+    store : ProfileStore, optional
+        Profile to use; by default the one :func:`profile_path` names.
+    coverage : float
+        Nominal coverage of the report's error band (:mod:`core.store.interval`), in (0, 1).
+
+    Raises
+    ------
+    ConfigError
+        The session breaks a configuration rule.
+    ProfileStoreError
+        The profile store cannot be opened.
+    KeyError
+        The profile lacks data the plan needs (dtype peak, collectives).
+    ValueError
+        ``coverage`` outside (0, 1).
+    """
+    check_coverage(coverage)
+    t0 = time.perf_counter()
+    check(session)
+    tasks = graph_size_estimate(session)
+    if tasks > MAX_GRAPH_TASKS:
+        pl = session.plan
+        raise ConfigError([FieldError(
+            "plan.global_batch_size", f"the iteration's graph would have about {tasks:,} tasks "
+            f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
+            f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
+            "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
+    if store is None:
+        store = session_profile(session)
+    t1 = time.perf_counter()
+    cache: dict = {}
+    st = stage_times(session, store, cache)
+    graph, warnings = build_graph(session, store, cache=cache, times=st)
+    t2 = time.perf_counter()
+    if store.device_name != session.cluster.gpu:
+        warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
+                           f"{session.cluster.gpu}: times, MFU and memory capacity are "
+                           f"{store.device_name}'s")
+    schedule = solve(graph)
+    t3 = time.perf_counter()
+    pl = session.plan
+    T = schedule.iteration_time_s
+    p = pl.pipeline_parallel
+    # per stage, the summed durations of each category of _KIND_CATEGORY in one bincount
+    # (each bin adds its tasks in task order, as a masked sum does)
+    category = _KIND_CATEGORY[graph.kind]
+    if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
+        category[graph.overlapped & (category == _CP)] = _CP_HIDDEN
+        category[graph.overlapped & (graph.kind == KINDS.index("tp_comm"))] = _TP_HIDDEN
+        category[graph.overlapped & (category == _COMM)] = _OTHER
+    sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
+                       minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
+    stage_compute = sums[:, _COMPUTE].copy()
+    stage_ep = sums[:, _EP].copy()
+    # the expert all-to-alls block the compute stream: blocking communication, named apart
+    stage_comm = sums[:, _COMM].copy()
+    stage_all_comm = stage_comm + stage_ep  # blocking or exposed
+    # the context-parallel ring's exposed part (what the attention core's steps wait for)
+    stage_cp = sums[:, _CP].copy()
+    # The bubble is the schedule's idle time: each stage's idle time when pipeline transfers
+    # are free (T0). What the transfers add to the iteration, T - T0, is exposed pipeline
+    # communication, the same on every stage, never bubble.
+    T0, T_bal, T_free = schedule_times_without_transfers(session, st)
+    stage_idle = np.maximum(T0 - stage_compute - stage_all_comm - stage_cp, 0.0)
+
+    def clean(x: float) -> float:  # float noise of the differences below is not time
+        return x if x > 1e-12 * T else 0.0
+
+    stage_pp = np.full(p, clean(T - T0))
+    # Of the mean idle time, the balanced schedule's idle time without waits for overlapped
+    # communication is bubble, what those waits add is overlap_wait, the rest imbalance.
+    bubble_s = clean(T_free - float(stage_compute.mean() + stage_all_comm.mean()
+                                    + stage_cp.mean()))
+    overlap_wait_s = clean(T_bal - T_free)
+    imbalance_s = clean(float(stage_idle.mean()) - bubble_s - overlap_wait_s)
+    flops = model_flops_per_iteration(session)
+    hw_flops = model_flops_per_iteration(session, recomputed=True)
+    tokens_per_iter = pl.global_batch_size * session.model.seq_length
+    cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
+                   training_tokens=session.cost.training_tokens,
+                   price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
+    memory = stage_memory(session, store)
+    capacity = float(store.memory_bytes)
+    reserve = float(session.cluster.memory_reserve_fraction)
+    max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
+    if not fits:
+        warnings.append(reason)
+    for note in (small_nvlink_domain_note(session.cluster, pl.num_gpus),
+                 cp_straddle_note(session)):
+        if note:
+            warnings.append(note)
+    if fits_peak_fraction(store) and store.op_model.get("peak_fraction", 1.0) == 1.0:
+        warnings.append(f"profile {store.device_name} has no data sheet of its own and its "
+                        "peak_fraction was never fitted: its GEMMs run at the reference part's "
+                        "peaks (calibrate the store on runs of this GPU: vtrain calibrate)")
+    report = Report(
+        num_gpus=pl.num_gpus,
+        num_microbatches=pl.num_microbatches,
+        iteration_time_s=T,
+        tokens_per_s=cost.tokens_per_s,
+        num_parameters=model_math.num_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters=model_math.num_active_parameters(session.model, pl.tensor_parallel),
+        num_active_parameters_with_embedding=model_math.num_active_parameters_with_embedding(
+            session.model, pl.tensor_parallel),
+        model_flops_per_iteration=flops,
+        mfu=cost.mfu,
+        hfu=cost.hfu,
+        bubble_fraction=bubble_s / T_free if T_free > 0 else 0.0,
+        compute_s=float(stage_compute.mean()),
+        comm_s=float(stage_comm.mean()),
+        ep_comm_s=float(stage_ep.mean()),
+        stage_ep_comm_s=stage_ep.tolist(),
+        pp_comm_s=float(stage_pp.mean()),
+        cp_comm_s=float(stage_cp.mean()),
+        cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
+        tp_hidden_s=float(sums[:, _TP_HIDDEN].sum()) / p,
+        ep_hidden_s=_ep_hidden_s(session, graph, st, stage_ep),
+        stage_cp_comm_s=stage_cp.tolist(),
+        bubble_s=bubble_s,
+        overlap_wait_s=overlap_wait_s,
+        imbalance_s=imbalance_s,
+        stage_compute_s=stage_compute.tolist(),
+        stage_comm_s=stage_comm.tolist(),
+        stage_pp_comm_s=stage_pp.tolist(),
+        stage_idle_s=stage_idle.tolist(),
+        num_iterations=cost.num_iterations,
+        training_days=cost.training_days,
+        gpu_hours=cost.gpu_hours,
+        cost_usd=cost.cost_usd,
+        memory=memory,
+        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
+        mfu_causal=(cost.mfu * model_math.causal_model_flops_per_iteration(session.model, pl) / flops
+                    if flops > 0 else cost.mfu),
+        memory_capacity_bytes=capacity,
+        max_memory_per_gpu_bytes=max_mem,
+        fits_in_memory=fits,
+        memory_reserve_fraction=reserve,
+        profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
+                 "device": store.device_name, "path": str(store.path) if store.path else "",
+                 **({"peak_fraction": float(store.op_model["peak_fraction"])}
+                    if store.op_model.get("peak_fraction", 1.0) != 1.0 else {})},
+        warnings=warnings,
+        interval=session_interval(session, T, store, coverage),
+    )
+    report.run = run_goodput(session, report)  # the whole run: failures, checkpoints, energy
+    report.energy = run_energy(session, report, report.run)
+    check_finite(report)
+    timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
+    return SimulationResult(session, graph, schedule, report, timings)
+
+
+def graph_size_estimate(session: Session) -> int:
+    """Upper estimate of the tasks of :func:`core.sim.graph.build_graph`'s op-level graph.
+
+    Per micro-batch: attention and MLP forward and backward per layer (twice more under
+    full recomputation), each followed by a tensor-parallel all-reduce when ``t > 1``;
+    embedding and output tasks; two pipeline transfers per stage boundary; with context
+    parallelism each attention op's ring (its core, the exposed and the hidden exchange);
+    each MoE layer's MLP half as up to 12 tasks in the forward (router, permutation, two
+    all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
+    experts and their collectives) where the dense MLP has 3, the same in the backward and the
+    recomputed forward, and two more weight-gradient parts; each multi-token prediction layer
+    as one more layer and 16 tasks of its embedding, projection and output layer.
+    """
+    m, pl = session.model, session.plan
+    v = pl.virtual_pipeline_stages or 1
+    per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
+    n_moe = model_math.num_moe_layers(m)
+    mods = recompute_modules(pl)
+    # selectively recomputed MoE modules: the MoE layer (as under full), the shared experts with
+    # their collectives, the experts' activation
+    moe_rec = 9 if (pl.recompute == "full" or "moe" in mods) else (
+        3 * ("shared_experts" in mods) + ("moe_act" in mods))
+    moe_extra = n_moe * (20 + moe_rec)
+    # multi-token prediction: each MTP layer's transformer layer, its embedding, eh_proj and
+    # one more output layer, forward and backward with their collectives and W parts
+    n_mtp = model_math.mtp_layers(m)
+    mtp_extra = n_mtp * (per_layer + 16 + ((20 + moe_rec) if model_math.mtp_layer_is_moe(m) else 0))
+    per_microbatch = (m.num_layers * per_layer + moe_extra + mtp_extra + 8
+                      + 2 * pl.pipeline_parallel * v)
+    return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+def _tasks_per_layer(pl) -> int:
+    """Upper count of one layer's tasks per micro-batch: attention and MLP forward and
+    backward, the weight-gradient halves of a split backward, the recomputed forward;
+    each with its tensor-parallel all-reduce when ``t > 1`` (an all-gather before and a
+    reduce-scatter after with sequence parallelism, and their hidden parts under
+    ``tp_comm_overlap``); selective recomputation's modules: the
+    attention core, the two norms, the MLP module with its collectives, MLA's
+    up-projections; per-op selective checkpointing's two recomputed parts (attention and
+    MLP), each after its all-gather again with sequence parallelism (and the all-gather's
+    hidden part under ``tp_comm_overlap``)."""
+    # the collectives' hidden parts under tp_comm_overlap: two side tasks more
+    overlap = 2 * bool(pl.tp_comm_overlap and pl.sequence_parallel)
+    comm = (1 + (2 + overlap if pl.sequence_parallel else 1)) if pl.tensor_parallel > 1 else 1
+    mods = recompute_modules(pl)
+    return ((6 + (2 if pl.recompute == "full" else 0) + ("mlp" in mods)) * comm
+            + ("core_attn" in mods) + 2 * ("layernorm" in mods) + ("mla_up_proj" in mods)
+            + 2 * (pl.recompute == "selective_op")
+            * (1 + 2 * bool(pl.tensor_parallel > 1 and pl.sequence_parallel)))
+
+
+def _all_finite(report: Report) -> bool:
+    """Whether every float :meth:`Report.to_dict` would hold is finite (a superset is read: the
+    report's attributes, each stage's memory and total, the interval's attributes and the
+    bands of the figures that scale with the iteration time)."""
+    def ok(value: object) -> bool:
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, dict):
+            return all(ok(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(ok(v) for v in value)
+        if isinstance(value, StageMemory):
+            return ok(list(vars(value).values())) and ok(value.total_bytes)
+        if dataclasses.is_dataclass(value):  # the run's and the energy's figures
+            return ok(list(vars(value).values()))
+        return True
+
+    iv = report.interval
+    return (ok([v for k, v in vars(report).items() if k != "interval"])
+            and (iv is None or (ok(iv.to_dict()) and ok([iv.low_s, iv.high_s] if iv.available else [])))
+            and ok([report.band(getattr(report, k)) or () for k in
+                    ("training_days", "gpu_hours", "cost_usd")]))
+
+
+def check_finite(report: Report) -> None:
+    """Raise :class:`ConfigError` naming the first figure of ``report`` that is not a finite
+    number (no result is ever Infinity or NaN)."""
+    def walk(where: str, value: object) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return where
+        if isinstance(value, dict):
+            return next((w for k, v in value.items() if (w := walk(f"{where}.{k}", v))), None)
+        if isinstance(value, (list, tuple)):
+            return next((w for i, v in enumerate(value) if (w := walk(f"{where}[{i}]", v))), None)
+        return None
+
+    if _all_finite(report):  # the common case, without building the report's dict
+        return
+    bad = walk("report", report.to_dict())
+    if bad:
+        raise ConfigError([FieldError(bad, "is not a finite number: the inputs lie beyond what "
+                                           "this simulator can compute (check the sizes, "
+                                           "bandwidths and the profile store)")])

@@ -1,0 +1,214 @@
+"""Why plan B is faster or slower than plan A: the iteration time split into terms.
+
+One plan's iteration time ``T`` is the sum of the report's per-stage means
+(:class:`core.sim.report.Report`): compute + blocking tensor- and data-parallel
+communication + exposed pipeline communication + pipeline bubble + stage
+imbalance. :func:`time_terms` splits the compute and the communication by task
+kind (mean over stages of each kind's busy time):
+
+* ``compute``: forward, backward (input and weight gradients), embedding and
+  output + loss work;
+* ``recomputation``: the recomputed forward of activation recomputation;
+* ``optimizer``: the optimizer step;
+* ``tp_comm``, ``dp_comm`` (and any other communication kind a later model
+  adds, e.g. ``cp_comm`` or ``ep_comm``, by its kind name): communication of
+  that kind that blocks the compute stream. Communication overlapped with
+  compute (``--overlap-grad-reduce`` buckets, on a stream of their own) is
+  left out, as the report leaves it out: it is hidden, and what it does not
+  hide shows as idle time; its busy time is given apart
+  (``overlapped_comm`` of :class:`PlanDiff`);
+* ``pp_comm``: what pipeline transfers add to the iteration (``T`` minus the
+  time with free transfers);
+* ``bubble``: the schedule's idle time with balanced stages;
+* ``imbalance``: the idle time unequal stages add;
+* ``rest``: ``T`` minus the sum of the others, which closes the sum; zero up
+  to rounding while the report's terms sum to ``T`` (they do by construction).
+
+The terms of a plan sum to its ``T`` exactly, so the terms of ``B - A`` sum
+to the difference of the iteration times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.plan.config import Session
+from core.sim.graph_types import KINDS
+
+__all__ = ["TERMS", "time_terms", "PlanDiff", "diff_plans"]
+
+#: Term of each task kind (kinds not listed are their own term, by name).
+KIND_TERM = {"forward": "compute", "backward": "compute", "wgrad": "compute",
+             "embedding": "compute", "output": "compute", "recompute": "recomputation",
+             "optimizer": "optimizer", "tp_comm": "tp_comm", "dp_comm": "dp_comm",
+             "pp_p2p": None}  # pipeline transfers: the report's pp_comm_s
+#: Terms in display order (kinds a later model adds come after ``dp_comm``).
+TERMS = ("compute", "recomputation", "tp_comm", "pp_comm", "dp_comm", "bubble", "overlap_wait",
+         "imbalance", "optimizer", "rest")
+#: What each term means, for tables.
+TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
+               "recomputation": "recomputation", "tp_comm": "exposed tensor-parallel communication",
+               "pp_comm": "exposed pipeline-parallel communication",
+               "dp_comm": "exposed data-parallel communication", "bubble": "pipeline bubble",
+               "overlap_wait": "waiting for overlapped communication (ZeRO/FSDP gathers, "
+                               "bucketed reduce-scatters)",
+               "imbalance": "stage imbalance", "optimizer": "optimizer step",
+               "cp_p2p": "exposed context-parallel exchange",
+               "ep_all_to_all": "expert all-to-all (MoE token dispatch and combine)",
+               "rest": "not attributed (rounding)"}
+
+
+def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
+    """The terms of one simulated iteration (see the module doc).
+
+    Parameters
+    ----------
+    result : core.sim.simulate.SimulationResult
+
+    Returns
+    -------
+    terms : dict[str, float]
+        Term name -> seconds (mean over pipeline stages); they sum to the iteration time.
+    per_stage : dict[str, list[float]]
+        Term name -> seconds per stage (length p), for the terms that are per-stage
+        busy times (compute, recomputation, optimizer, communication kinds).
+    overlapped : dict[str, float]
+        Communication kind term -> mean busy seconds of its tasks overlapped with
+        compute (not in ``terms``); empty when nothing overlaps.
+    """
+    g, r = result.graph, result.report
+    p = result.session.plan.pipeline_parallel
+    beside = getattr(g, "overlapped", None)
+    beside = np.zeros(g.kind.shape, bool) if beside is None else np.asarray(beside, bool)
+    per_stage: dict[str, np.ndarray] = {}
+    overlapped: dict[str, float] = {}
+    for k, name in enumerate(KINDS):
+        term = KIND_TERM.get(name, name)
+        if term is None:
+            continue
+        sel = g.kind == k
+        if not sel.any() and term not in TERMS:
+            continue
+        hidden = sel & beside
+        if hidden.any():
+            overlapped[term] = overlapped.get(term, 0.0) + float(g.duration_s[hidden].sum()) / p
+        sel &= ~beside
+        busy = np.bincount(g.stage[sel], g.duration_s[sel], minlength=p)
+        per_stage[term] = per_stage.get(term, np.zeros(p)) + busy
+    terms = {t: float(v.mean()) for t, v in per_stage.items()}
+    terms.update(pp_comm=float(r.pp_comm_s), bubble=float(r.bubble_s),
+                 overlap_wait=float(r.overlap_wait_s), imbalance=float(r.imbalance_s))
+    ordered = {t: terms.get(t, 0.0) for t in TERMS if t != "rest"}
+    ordered.update({t: v for t, v in terms.items() if t not in ordered})
+    ordered["rest"] = float(r.iteration_time_s) - sum(ordered.values())
+    return ordered, {t: v.tolist() for t, v in per_stage.items()}, overlapped
+
+
+@dataclass
+class PlanDiff:
+    """Plan A against plan B.
+
+    Attributes
+    ----------
+    a, b : core.sim.simulate.SimulationResult
+    terms_a, terms_b : dict[str, float]
+        :func:`time_terms` of each, seconds.
+    terms : dict[str, float]
+        ``terms_b - terms_a`` per term, seconds; sums to :attr:`difference_s`.
+    per_stage_a, per_stage_b : dict[str, list[float]]
+    overlapped_a, overlapped_b : dict[str, float]
+        Busy seconds of communication overlapped with compute, by kind (not in the terms).
+    """
+
+    a: Any
+    b: Any
+    terms_a: dict[str, float]
+    terms_b: dict[str, float]
+    terms: dict[str, float] = field(default_factory=dict)
+    per_stage_a: dict[str, list[float]] = field(default_factory=dict)
+    per_stage_b: dict[str, list[float]] = field(default_factory=dict)
+    overlapped_a: dict[str, float] = field(default_factory=dict)
+    overlapped_b: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def difference_s(self) -> float:
+        """Iteration time of B minus A, seconds."""
+        return float(self.b.report.iteration_time_s - self.a.report.iteration_time_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``vtrain diff --json`` prints: ``difference_s`` (B - A), ``terms`` (name ->
+        seconds, summing to it), and per plan its iteration time, terms, per-stage terms,
+        memory per GPU with the usable memory and the verdict (``memory_verdict``: fits,
+        tight or does not fit, :func:`core.sim.report.memory_verdict`), days and cost."""
+        def plan(res, terms, stages, overlapped) -> dict[str, Any]:
+            r, pl = res.report, res.session.plan
+            return {"label": plan_label(res.session), "iteration_time_s": r.iteration_time_s,
+                    "terms": terms, "per_stage": stages, "overlapped_comm_s": overlapped,
+                    "num_gpus": pl.num_gpus,
+                    "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes,
+                    "fits_in_memory": r.fits_in_memory,
+                    "usable_memory_bytes": r.usable_memory_bytes,
+                    "memory_verdict": r.memory_verdict, "training_days": r.training_days,
+                    "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
+                    "iteration_time_interval_s": (
+                        [r.interval.low_s, r.interval.high_s]
+                        if r.interval is not None and r.interval.available else None)}
+        ra, rb = self.a.report, self.b.report
+        return {"difference_s": self.difference_s, "terms": dict(self.terms),
+                "relative_difference": self.difference_s / ra.iteration_time_s,
+                "memory_difference_bytes": rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes,
+                "cost_difference_usd": rb.cost_usd - ra.cost_usd,
+                "training_days_difference": rb.training_days - ra.training_days,
+                "a": plan(self.a, self.terms_a, self.per_stage_a, self.overlapped_a),
+                "b": plan(self.b, self.terms_b, self.per_stage_b, self.overlapped_b)}
+
+
+def plan_label(session: Session) -> str:
+    """``"t=8 p=16 d=4 b=1 1f1b recompute=full"``-style label of a session's plan; a precision
+    other than bf16 is named (``"... precision=fp8 fp8=delayed"``: two plans that differ in it
+    read apart)."""
+    pl = session.plan
+    if hasattr(pl, "label"):
+        if getattr(pl, "precision", "bf16") == "bf16":
+            return pl.label()
+        from core.plan.config import fp8_recipe
+        recipe = fp8_recipe(pl)
+        return f"{pl.label()} precision={pl.precision}" + (f" fp8={recipe}" if recipe else "")
+    return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "
+            f"b={pl.micro_batch_size} {pl.schedule} recompute={pl.recompute}")
+
+
+def diff_plans(a: Session, b: Session, store_a=None, store_b=None) -> PlanDiff:
+    """Simulate both sessions and split the difference of their iteration times into terms.
+
+    Raises what :func:`core.sim.simulate.simulate` raises (ConfigError, ProfileStoreError, KeyError).
+    """
+    from core.sim.simulate import simulate
+
+    return diff_results(simulate(a, store_a), simulate(b, store_b))
+
+
+def diff_results(ra, rb) -> PlanDiff:
+    """Split the difference of two simulated iterations' times into terms (B minus A).
+
+    Parameters
+    ----------
+    ra, rb : core.sim.simulate.SimulationResult
+        Plan A and plan B, already simulated (the window's pinned and edited plans).
+
+    Returns
+    -------
+    PlanDiff
+        Its ``terms`` sum to ``difference_s`` (seconds).
+    """
+    ta, sa, oa = time_terms(ra)
+    tb, sb, ob = time_terms(rb)
+    names = list(dict.fromkeys([*ta, *tb]))
+    terms = {t: tb.get(t, 0.0) - ta.get(t, 0.0) for t in names}
+    return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
+
+
+__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results"]

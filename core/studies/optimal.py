@@ -1,0 +1,306 @@
+"""Compute-optimal model size for a fixed GPU budget: the vTrain paper's third study.
+
+Given a cluster of ``G`` GPUs for ``T`` days, which model trains to the lowest
+loss? The Chinchilla rule (Hoffmann et al. 2022) answers for a budget of
+FLOPs ``C``: it minimizes the fitted loss
+
+    L(N, D) = E + A / N**alpha + B / D**beta          (Hoffmann et al. 2022, Eq. 2)
+
+under ``C = 6 N D`` (Kaplan et al. 2020), giving
+
+    N_opt = G_c * (C / 6) ** (beta / (alpha + beta)),
+    D_opt = (C / 6) / N_opt,       G_c = (alpha A / (beta B)) ** (1 / (alpha + beta))
+
+(Hoffmann et al. 2022, Eq. 4). The parameters are Besiroglu et al. 2024's
+refit of Hoffmann et al.'s data ("Chinchilla Scaling: A replication
+attempt", Eq. 4: E = 1.8172, A = 482.01, B = 2085.43, alpha = 0.3478,
+beta = 0.3658), whose optimum is the familiar ~20 tokens per parameter; the
+original Approach 3 fit (E = 1.69, A = 406.4, B = 410.7, alpha = 0.34,
+beta = 0.28) puts it near 90, at odds with the paper's own Approaches 1 and 2.
+
+A GPU budget gives ``C`` only through an assumed utilization:
+``C = G * peak * T * MFU``. The MFU a model really reaches depends on its
+shape and on the best plan for it on this cluster, which is what the
+simulator knows (the compute-optimal study of Bang et al. 2024: under a
+wall-clock budget the best model is not the one the FLOP budget suggests).
+So :func:`compute_optimal` sizes candidate GPT models around the rule's
+answer, finds each one's fastest plan that fits on exactly ``G`` GPUs with a
+plan sweep (:func:`core.studies.sweep.run_sweep`), trains it for the tokens that plan
+processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
+
+Parameters ``N`` count every weight (embeddings included, as
+:meth:`core.plan.config.ModelConfig.num_parameters`); tokens ``D`` are training
+tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from core.plan.config import ConfigError, FieldError, ModelConfig, Session
+from core.util.text import format_params
+from core.model.model_math import num_parameters
+
+__all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
+           "no_plan_explanation", "Candidate",
+           "OptimalResult", "compute_optimal"]
+
+#: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
+CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+#: Largest budget :func:`compute_optimal` takes: GPUs, days, candidate size ratio, candidates.
+MAX_GPUS, MAX_DAYS, MAX_SPREAD, MAX_CANDIDATES = 1_000_000, 3650, 1000.0, 100
+#: Head dimension h / a of the generated shapes (GPT-3 175B, MT-NLG: 128).
+HEAD_DIM = 128
+#: Width-to-depth ratio h / L of the generated shapes (GPT-3 175B: 12288 / 96 = 128).
+ASPECT_RATIO = 128
+
+
+def chinchilla_loss(n_params: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
+    """Fitted pre-training loss ``E + A/N^alpha + B/D^beta`` in nats per token (Hoffmann et al.
+    2022, Eq. 2, with :data:`CHINCHILLA`'s parameters). Raises ValueError for a non-positive N or D."""
+    n, d = np.asarray(n_params, float), np.asarray(tokens, float)
+    if np.any(n <= 0) or np.any(d <= 0):
+        raise ValueError("parameters and tokens must be positive")
+    c = CHINCHILLA
+    out = c["E"] + c["A"] / n ** c["alpha"] + c["B"] / d ** c["beta"]
+    return float(out) if out.ndim == 0 else out
+
+
+def chinchilla_optimal(flops: float) -> tuple[float, float]:
+    """``(N_opt, D_opt)`` minimizing :func:`chinchilla_loss` under ``6 N D = flops``
+    (Hoffmann et al. 2022, Eq. 4). Raises ValueError for ``flops <= 0``."""
+    if not flops > 0:
+        raise ValueError("the compute budget must be positive")
+    c = CHINCHILLA
+    a, b = c["alpha"], c["beta"]
+    g = (a * c["A"] / (b * c["B"])) ** (1.0 / (a + b))
+    n = g * (flops / 6.0) ** (b / (a + b))
+    return n, flops / 6.0 / n
+
+
+def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
+              name: str | None = None) -> ModelConfig:
+    """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
+    split well.
+
+    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` (so ``h ≈ ASPECT_RATIO * L`` and
+    ``12 L h^2 ≈ N``), rounded to a multiple of ``8 * HEAD_DIM`` so that the
+    ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8;
+    ``L`` a multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split
+    it, that brings the total,
+    embeddings included, closest to ``n_params``. GPT-3 175B comes out as
+    L=96, h=12288, a=96. Raises ValueError for ``n_params <= 0``.
+    """
+    if not n_params > 0:
+        raise ValueError("n_params must be positive")
+    step = 8 * HEAD_DIM
+    h = max(step, step * round((ASPECT_RATIO * n_params / 12.0) ** (1 / 3) / step))
+
+    def model(layers: int) -> ModelConfig:
+        return ModelConfig("", layers, h, h // HEAD_DIM, None, seq_length, vocab_size)
+
+    per_layer = num_parameters(model(2)) - num_parameters(model(1))
+    rest = num_parameters(model(1)) - per_layer
+    target = (n_params - rest) / per_layer
+    grain = 16 if target >= 64 else 8
+    layers = max(8, grain * round(target / grain))
+    out = model(layers)
+    out.name = name or f"{format_params(num_parameters(out))} (L={layers}, h={h})"
+    return out
+
+
+@dataclass
+class Candidate:
+    """One candidate model and the best it does on the budget.
+
+    ``plan`` is None when no plan of it fits on the GPUs (``reason`` says why);
+    then ``tokens``, ``loss`` and the plan figures are NaN.
+    """
+
+    model: ModelConfig
+    n_params: int
+    plan: dict[str, Any] | None
+    tokens_per_s: float
+    mfu: float
+    tokens: float
+    loss: float
+    reason: str = ""
+
+    @property
+    def tokens_per_parameter(self) -> float:
+        """Training tokens per parameter (Chinchilla's optimum is about 20)."""
+        return self.tokens / self.n_params
+
+
+@dataclass
+class OptimalResult:
+    """What :func:`compute_optimal` found.
+
+    Attributes
+    ----------
+    num_gpus, days : the budget
+    assumed_mfu : float
+        MFU the Chinchilla rule's FLOP budget assumes.
+    budget_flops : float
+        ``num_gpus * peak * days * 86400 * assumed_mfu``.
+    rule_params, rule_tokens : float
+        Chinchilla's ``N_opt`` and ``D_opt`` for ``budget_flops``.
+    candidates : list of Candidate
+        Smallest first, one per distinct shape (sizes below the smallest shape,
+        L=8 and h=1024, all round to it).
+    rule_index : int or None
+        The candidate closest to the rule's ``N_opt`` (in log size), or None
+        when none is within a factor of 2 of it.
+    best : int or None
+        Index of the candidate with the lowest loss (None when no candidate fits).
+    """
+
+    num_gpus: int
+    days: float
+    assumed_mfu: float
+    peak_flops: float
+    budget_flops: float
+    rule_params: float
+    rule_tokens: float
+    rule_index: int | None
+    candidates: list[Candidate] = field(default_factory=list)
+    best: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
+        def cand(c: Candidate) -> dict[str, Any]:
+            m = c.model
+            return {"name": m.name, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+                    "num_attention_heads": m.num_attention_heads, "n_params": c.n_params,
+                    "plan": c.plan, "tokens_per_s": _num(c.tokens_per_s), "mfu": _num(c.mfu),
+                    "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
+                    "loss": _num(c.loss), "reason": c.reason}
+        return {"num_gpus": self.num_gpus, "days": self.days, "assumed_mfu": self.assumed_mfu,
+                "peak_flops_per_gpu": self.peak_flops, "budget_flops": self.budget_flops,
+                "rule_params": self.rule_params, "rule_tokens": self.rule_tokens,
+                "rule_index": self.rule_index, "best": self.best,
+                "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings}
+
+
+def no_plan_explanation(result: "OptimalResult", global_batch_size: int) -> str:
+    """Why no candidate has a plan, for people: the GPU-count rule when no candidate has a
+    plan on exactly this many GPUs, else a pointer to the per-candidate reasons."""
+    if {c.reason for c in result.candidates} == {"no plan on exactly this many GPUs"}:
+        return (f"No candidate has a plan on exactly {result.num_gpus:,} GPUs: a plan needs t*p*d "
+                f"GPUs with t dividing a node and d*b dividing the global batch "
+                f"({global_batch_size}); try another GPU count or global batch.")
+    return "No candidate has a plan that fits on exactly these GPUs (see each candidate's note)."
+
+
+def _num(v: float) -> float | None:
+    return None if not math.isfinite(v) else float(v)
+
+
+def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
+                    num_candidates: int = 9, spread: float = 8.0, store=None,
+                    progress: Callable[[int, int, str], None] | None = None,
+                    cancel: Any = None) -> OptimalResult:
+    """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
+
+    Parameters
+    ----------
+    session : Session
+        Cluster, global batch size, sequence length, vocabulary, precision and
+        profile; its model and plan are not used.
+    num_gpus : int
+        GPUs of the budget (at most :data:`MAX_GPUS`); every plan uses exactly this many.
+    days : float
+        Wall-clock budget (at most :data:`MAX_DAYS`).
+    assumed_mfu : float
+        Utilization the rule's FLOP budget assumes, in (0, 1].
+    num_candidates : int
+        Candidate sizes, geometric from ``N_opt / sqrt(spread)`` to ``N_opt * sqrt(spread)``
+        (2 to :data:`MAX_CANDIDATES`; sizes that round to the same shape are tried once).
+    spread : float
+        Ratio of the largest to the smallest candidate size (above 1, at most :data:`MAX_SPREAD`).
+    store : ProfileStore, optional
+        Default: the session's profile.
+    progress : callable ``(done, total, model_name)``, optional
+    cancel : threading.Event or callable returning bool, optional
+        Passed to each plan sweep (:func:`core.studies.sweep.run_sweep`).
+
+    Raises
+    ------
+    ConfigError
+        A budget argument out of range (named as the CLI option).
+    core.studies.sweep.SweepCancelled
+        ``cancel`` was set.
+    """
+    from core.sim.simulate import session_profile
+    from core.studies.sweep import SweepSpace, run_sweep
+
+    errs = []
+    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and 0 < days <= MAX_DAYS):
+        errs.append(FieldError("--days", f"{days!r} must be a number above 0 and at most {MAX_DAYS:,}"))
+    if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
+        errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
+    if not (isinstance(num_candidates, int) and 2 <= num_candidates <= MAX_CANDIDATES):
+        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer from 2 to "
+                                               f"{MAX_CANDIDATES}"))
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and 1 < spread <= MAX_SPREAD):
+        errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
+    if errs:
+        raise ConfigError(errs)
+    store = store or session_profile(session)
+    precision = session.plan.precision
+    from core.sim.costing import mfu_peak_flops  # the peak MFU is relative to (BF16 for FP8 plans)
+    peak = mfu_peak_flops(store, precision)
+    seconds = days * 86400.0
+    flops = num_gpus * peak * seconds * assumed_mfu
+    n_rule, d_rule = chinchilla_optimal(flops)
+    m = session.model
+    sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
+    models: list[ModelConfig] = []
+    for n in sizes:  # neighbouring sizes can round to one shape: keep it once
+        shape = gpt_shape(n, m.seq_length, m.vocab_size)
+        if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
+                                                                   models[-1].hidden_size):
+            models.append(shape)
+    params = np.array([num_parameters(x) for x in models], float)
+    closest = int(np.argmin(np.abs(np.log(params / n_rule))))
+    rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
+    out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
+                        rule_index)
+    space = SweepSpace(num_gpus=num_gpus, hold_session_values=True)  # the session's SP, ZeRO, cp
+    for k, model in enumerate(models):
+        if progress:
+            progress(k, len(models), model.name)
+        s = session.copy()
+        s.model = model
+        n = num_parameters(model)
+        try:
+            res = run_sweep(s, space, store=store, cancel=cancel)
+        except ConfigError as exc:
+            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
+                                            str(exc)))
+            continue
+        out.warnings += [w for w in res.warnings if w not in out.warnings]
+        i = res.fastest
+        if i is None:
+            reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
+                      else f"none of its {res.num_plans:,} plans fits in GPU memory")
+            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
+                                            reason))
+            continue
+        tps = float(res.tokens_per_s[i])
+        tokens = tps * seconds
+        out.candidates.append(Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
+                                        chinchilla_loss(n, tokens)))
+    if progress:
+        progress(len(models), len(models), "")
+    losses = np.array([c.loss for c in out.candidates])
+    if np.isfinite(losses).any():
+        out.best = int(np.nanargmin(losses))
+    return out

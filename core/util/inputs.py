@@ -1,0 +1,260 @@
+"""Reading input files defensively: regular files only, bounded sizes, bounded JSON nesting.
+
+Every reader of a user's file (session, authors' JSON, job trace, measurement CSV,
+nccl-tests output, profile store) comes through here before it parses anything:
+
+* FIFOs, devices, sockets and folders are refused *before* they are opened for
+  reading (opening a FIFO would block until a writer appears; a device can be
+  endless), and again on the open descriptor (the path could have changed);
+* a file larger than its kind's limit (:data:`MAX_BYTES`) is refused before it is
+  read, so a mistaken path to a disk image cannot exhaust memory;
+* JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused before ``json`` parses
+  it (Python's parser recurses and would raise ``RecursionError``); ``NaN`` and
+  ``Infinity``, which are not JSON, are refused by name, and so is an integer beyond
+  the range of a float (:data:`MAX_JSON_INTEGER`), before anything converts it.
+
+Errors are raised as the caller's error class, with one line naming the file and the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
+           "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number"]
+
+#: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
+#: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
+MAX_BYTES = {
+    "json": 16 * 2**20,
+    "csv": 64 * 2**20,
+    "text": 64 * 2**20,
+    "launch": 2**20,  # a launch script (core.io.megatron_args.MAX_LAUNCH_BYTES): a few KB
+    "store": 512 * 2**20,
+}
+#: Deepest nesting of arrays and objects a JSON input may have (sessions need 4).
+MAX_JSON_DEPTH = 64
+
+#: Largest magnitude of a JSON integer that is read (the largest float, about 1.8e308): a
+#: larger one cannot be a number of any field (``1e400`` is refused alike), and converting it
+#: to a float would raise ``OverflowError``. Field bounds (``core.plan.config.BOUNDS``) are far less.
+MAX_JSON_INTEGER = int(sys.float_info.max)
+#: Digits of :data:`MAX_JSON_INTEGER`: a longer literal is never turned into an int at all.
+_MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def _fail(error: type[Exception], path: Path, rule: str) -> Exception:
+    return error(f"{path}: {rule}")
+
+
+def check_regular_file(path: str | Path, error: type[Exception], max_bytes: int,
+                       st: os.stat_result | None = None) -> os.stat_result:
+    """Raise ``error`` unless ``path`` (or its ``st``) is a regular file of at most ``max_bytes``.
+
+    Returns the ``os.stat`` result. A missing or unreadable path raises ``error`` too.
+    """
+    path = Path(path)
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise _fail(error, path, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _fail(error, path, "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(error, path, "is not a regular file (a FIFO, device or socket is not read)")
+    if st.st_size > max_bytes:
+        raise _fail(error, path, f"is {st.st_size:,} bytes, more than the {max_bytes:,} bytes "
+                                 "a file of this kind may have")
+    return st
+
+
+def read_bytes(path: str | Path, error: type[Exception], kind: str = "json") -> bytes:
+    """The bytes of the regular file ``path``, at most ``MAX_BYTES[kind]`` of them.
+
+    Raises ``error`` (naming the file) for a missing, unreadable, non-regular or too large file.
+    """
+    path = Path(path)
+    limit = MAX_BYTES[kind]
+    check_regular_file(path, error, limit)
+    try:
+        # O_NONBLOCK: should the path have become a FIFO since the check, open does not wait
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise _fail(error, path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        check_regular_file(path, error, limit, os.fstat(fd))
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise _fail(error, path, f"is more than the {limit:,} bytes a file of this kind "
+                                         "may have")
+            chunks.append(chunk)
+    except OSError as exc:
+        raise _fail(error, path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path, error: type[Exception], kind: str = "text",
+              encoding: str = "utf-8-sig") -> str:
+    """The text of ``path`` (see :func:`read_bytes`); ``error`` if it is not ``encoding``."""
+    data = read_bytes(path, error, kind)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise _fail(error, Path(path), f"is not {encoding.replace('-sig', '')} text "
+                                       f"(byte {exc.start})") from None
+
+
+def json_depth(data: bytes) -> int:
+    """Deepest nesting of ``[`` and ``{`` in JSON text ``data`` (brackets in strings ignored).
+
+    Linear in the size, without recursion (numpy over the bytes).
+    """
+    if b"[" not in data and b"{" not in data:
+        return 0
+    import numpy as np  # here: reading a file must not make ``vtrain --help`` load numpy
+
+    stripped = _STRING.sub(b'""', data)
+    a = np.frombuffer(stripped, dtype=np.uint8)
+    step = (np.isin(a, (ord("["), ord("{"))).astype(np.int32)
+            - np.isin(a, (ord("]"), ord("}"))).astype(np.int32))
+    return int(np.cumsum(step).max(initial=0))
+
+
+class _HugeInteger:
+    """A JSON integer literal of more digits than any number (kept as its digit count only)."""
+
+    __slots__ = ("digits", "negative")
+
+    def __init__(self, text: str):
+        self.negative = text.startswith("-")
+        self.digits = len(text) - self.negative
+
+
+def _parse_int(text: str) -> int | _HugeInteger:
+    """``json``'s integer hook: an int, or a :class:`_HugeInteger` for a literal too long to
+    be a number (never converted: ``int()`` of 4,300 digits or more raises)."""
+    return int(text) if len(text) <= _MAX_INT_DIGITS + 1 else _HugeInteger(text)
+
+
+def _too_large(node: Any) -> bool:
+    """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude."""
+    if isinstance(node, _HugeInteger):
+        return True
+    return (isinstance(node, int) and not isinstance(node, bool)
+            and not -MAX_JSON_INTEGER <= node <= MAX_JSON_INTEGER)
+
+
+def describe_number(value: Any) -> str:
+    """How a message shows a number that cannot be used: ``NaN``, ``Infinity``, ``-Infinity``,
+    or ``an integer of 401 digits`` (never the digits themselves, nor a float conversion)."""
+    if isinstance(value, _HugeInteger) or (isinstance(value, int) and not isinstance(value, bool)):
+        if isinstance(value, _HugeInteger):
+            digits, negative = value.digits, value.negative
+        else:  # digits from the bit length: str() of 4,300 digits or more raises
+            digits = max(1, int(abs(value).bit_length() * 0.30103) + 1)
+            negative = value < 0
+            if abs(value) < 10**18:
+                return str(value)
+        return f"{'a negative' if negative else 'an'} integer of about {digits:,} digits"
+    value = float(value)
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+def nonfinite_path(doc: Any) -> tuple[str, Any] | None:
+    """Dotted path (``cost.price_per_gpu_hour_usd``, ``jobs[3].tokens``) and value of the first
+    number in a parsed document that is not finite (``NaN``, ``Infinity``) or is an integer
+    beyond :data:`MAX_JSON_INTEGER` in magnitude, or None. Iterative (the depth is bounded
+    anyway); an integer is compared as an integer, never converted to a float."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node) or _too_large(node) or (
+                type(node).__module__ == "numpy" and hasattr(node, "dtype")
+                and node.dtype.kind == "f" and not math.isfinite(float(node))):
+            return where or "(top level)", node
+        if isinstance(node, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def _refusal(value: Any) -> str:
+    """The rule a value found by :func:`nonfinite_path` breaks."""
+    if isinstance(value, (int, _HugeInteger)) and not isinstance(value, bool):
+        return (f"{describe_number(value)} is beyond the range of any number (at most about "
+                "1.8e308 in magnitude)")
+    return f"{describe_number(value)} must be a finite number"
+
+
+def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
+    """Parse JSON text strictly: nesting at most :data:`MAX_JSON_DEPTH`; ``NaN``, ``Infinity``,
+    numbers too large for a float (``1e400``) and integers beyond :data:`MAX_JSON_INTEGER`
+    (a 401-digit literal; it is never converted) are refused naming the key that holds them.
+
+    Raises ``error`` naming ``where`` on any problem (never ``RecursionError`` or
+    ``OverflowError``).
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
+    try:
+        text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
+        doc = json.loads(text, parse_int=_parse_int)
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not a valid JSON file ({exc})") from None
+    except ValueError as exc:  # pragma: no cover - long integers are kept as _HugeInteger
+        raise error(f"{where}: not a valid JSON file ({exc})") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise error(f"{where}: JSON nested too deeply") from None
+    bad = nonfinite_path(doc)
+    if bad is not None:
+        raise error(f"{where}: {bad[0]}: {_refusal(bad[1])}")
+    return doc
+
+
+def read_json_file(path: str | Path, error: type[Exception]) -> Any:
+    """Read and parse the JSON file ``path`` (:func:`read_bytes`, then :func:`parse_json`)."""
+    return parse_json(read_bytes(path, error, "json"), str(path), error)
+
+
+class NonFiniteError(ValueError):
+    """A document to be written holds Infinity or NaN (which JSON does not allow)."""
+
+
+def strict_dumps(doc: Any, what: str = "result", **kwargs: Any) -> str:
+    """``json.dumps(doc, allow_nan=False, **kwargs)``: strict JSON, never ``Infinity`` or ``NaN``.
+
+    Raises
+    ------
+    NonFiniteError
+        Naming the key (``what.key[3]``) that holds a non-finite number; nothing is written.
+    """
+    try:
+        return json.dumps(doc, allow_nan=False, **kwargs)
+    except ValueError:
+        bad = nonfinite_path(doc)
+        where = f"{what}.{bad[0]}" if bad else what
+        value = describe_number(bad[1]) if bad else "a non-finite number"
+        raise NonFiniteError(f"{where} is {value}, not a finite number; nothing written") from None
