@@ -1,37 +1,63 @@
-"""Energy of a run (core/sim/energy.py, docs/goodput.md "Energy"): closed forms and tables."""
+"""Energy of a run (core/sim/energy.py, docs/goodput.md "Energy"): closed forms and the power
+figures of the GPU spec files."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from core.plan.config import GPU_KINDS
-from core.sim.energy import (
-    GPU_BOARD_POWER_W,
-    IDLE_POWER_FRACTION,
-    NODE_OVERHEAD_W_PER_GPU,
-    POWER_SOURCES,
-    energy,
-    gpu_power_w,
-)
+from core.sim.energy import IDLE_POWER_FRACTION, energy, gpu_power_w, run_energy
+from core.store.gpu_spec import GpuPower, GpuSpecError, gpu_power, gpu_spec_from_dict, shipped_spec_path
+
+H100 = GpuPower(board_w=700.0, node_overhead_w_per_gpu=575.0, source="test")
 
 
 def test_every_gpu_kind_has_power_figures_and_a_source():
-    assert set(GPU_BOARD_POWER_W) == set(NODE_OVERHEAD_W_PER_GPU) == set(POWER_SOURCES) \
-        == set(GPU_KINDS)
-    assert GPU_BOARD_POWER_W["H100-SXM5-80GB"] == 700
-    assert NODE_OVERHEAD_W_PER_GPU["H100-SXM5-80GB"] == (10200 - 5600) / 8  # DGX H100
+    for kind in GPU_KINDS:
+        p = gpu_power(kind)
+        assert p is not None and p.board_w > 0 and p.node_overhead_w_per_gpu >= 0 and p.source
+    assert gpu_power("H100-SXM5-80GB") == GpuPower(700.0, (10200 - 5600) / 8, gpu_power(
+        "H100-SXM5-80GB").source)  # DGX H100: 10.2 kW for 8 GPUs of 700 W
+    assert gpu_power("GB200-NVL72").node_overhead_w_per_gpu == (120000 - 72 * 1200) / 72
+    assert gpu_power("GH200-96GB").node_overhead_w_per_gpu == 150.0  # assumed in its file
+    assert gpu_power("no such GPU") is None
+
+
+def _spec(power):
+    raw = json.loads(shipped_spec_path("H100-SXM5-80GB").read_text())
+    raw["power"] = power
+    return raw
+
+
+@pytest.mark.parametrize("power, field", [
+    ({"board_w": 700, "source": "x"}, "power.system_max_w"),  # neither system nor overhead
+    ({"board_w": 700, "system_max_w": 5000, "gpus_per_system": 8, "source": "x"},
+     "power.system_max_w"),  # below the GPUs' own power
+    ({"board_w": 700, "system_max_w": 10200, "gpus_per_system": 8, "node_overhead_w_per_gpu": 1,
+      "source": "x"}, "power.system_max_w"),  # both
+    ({"board_w": -1, "node_overhead_w_per_gpu": 1, "source": "x"}, "power.board_w"),
+    ({"board_w": 700, "node_overhead_w_per_gpu": 1}, "power.source"),
+    ({"board_w": 700, "node_overhead_w_per_gpu": 1, "source": "x", "idle_w": 3}, "power.idle_w"),
+    ([700], "power"),
+])
+def test_broken_power_figures_are_refused_by_field(power, field):
+    with pytest.raises(GpuSpecError) as err:
+        gpu_spec_from_dict(_spec(power), "h100.json")
+    assert f"h100.json: {field}" in str(err.value)
 
 
 def test_linear_power_model():
-    assert gpu_power_w("H100-SXM5-80GB", 1.0) == (700.0, 700.0 * IDLE_POWER_FRACTION)
-    assert gpu_power_w("H100-SXM5-80GB", 0.0)[0] == 700.0 * IDLE_POWER_FRACTION
-    busy, idle = gpu_power_w("A100-SXM4-80GB", 0.5)
+    assert gpu_power_w(H100, 1.0) == (700.0, 700.0 * IDLE_POWER_FRACTION)
+    assert gpu_power_w(H100, 0.0)[0] == 700.0 * IDLE_POWER_FRACTION
+    busy, idle = gpu_power_w(gpu_power("A100-SXM4-80GB"), 0.5)
     assert busy == pytest.approx(idle + (400 - idle) / 2)
-    assert gpu_power_w("unknown GPU", 2.0)[0] == 700.0  # H100's figures, busy clipped to 1
+    assert gpu_power_w(H100, 2.0)[0] == 700.0  # busy clipped to 1
 
 
 def test_energy_terms():
-    e = energy(gpu="H100-SXM5-80GB", num_gpus=1000, busy=1.0, work_s=3600.0, lost_work_s=0.0,
+    e = energy(power=H100, num_gpus=1000, busy=1.0, work_s=3600.0, lost_work_s=0.0,
                stalled_s=3600.0, pue=1.5, price_per_kwh_usd=0.1)
     gpu = 1000 * (700 + 105) / 1000  # kWh: an hour at 700 W and an hour at 105 W
     assert e.gpu_kwh == pytest.approx(gpu)
@@ -41,6 +67,12 @@ def test_energy_terms():
     assert e.energy_cost_usd == pytest.approx(0.1 * e.energy_kwh)
     assert e.energy_kwh_without_failures == pytest.approx(1.5 * 1000 * (700 + 575) / 1000)
     # Meta's model-card convention is the GPU term at u = 1, no overhead, PUE 1
-    card = energy(gpu="H100-SXM5-80GB", num_gpus=1, busy=1.0, work_s=30.84e6 * 3600,
+    card = energy(power=H100, num_gpus=1, busy=1.0, work_s=30.84e6 * 3600,
                   lost_work_s=0.0, stalled_s=0.0, pue=1.0, price_per_kwh_usd=0.0)
     assert card.gpu_kwh == pytest.approx(21.588e6)  # 30.84 M GPU-hours x 700 W
+
+
+def test_a_gpu_kind_without_power_figures_gets_no_energy_not_another_kinds():
+    from types import SimpleNamespace
+    session = SimpleNamespace(cluster=SimpleNamespace(gpu="my-own-gpu"))
+    assert run_energy(session, None, None) is None

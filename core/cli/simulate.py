@@ -187,6 +187,11 @@ def _run_table(r, s):
                       f"(${g.cost_usd_checkpoints:,.0f}), failures {g.gpu_hours_failures:,.0f} "
                       f"GPU-hours (${g.cost_usd_failures:,.0f}) at ${price:,.2f}/GPU-hour")
     total_h = g.expected_time_s * gpus / 3600
+    if e is None:
+        from core.sim.energy import no_power_figures
+        t.add_row("GPU-hours", f"{total_h:,.0f} GPU-hours (${total_h * price:,.0f}); "
+                               + no_power_figures(s.cluster.gpu))
+        return t
     t.add_row("GPU-hours, energy", f"{total_h:,.0f} GPU-hours (${total_h * price:,.0f}); "
                                    f"{e.energy_kwh / 1e3:,.0f} MWh (${e.energy_cost_usd:,.0f} at "
                                    f"${s.cost.price_per_kwh_usd:,.3f}/kWh)")

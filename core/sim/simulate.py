@@ -19,7 +19,7 @@ from core.model import model_math
 from core.plan.config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
                      path_problem, recompute_modules, tensor_dtype)
 from core.sim.costing import costing, mfu_peak_flops
-from core.sim.energy import run_energy
+from core.sim.energy import no_power_figures, run_energy
 from core.sim.fastpath import pipeline_iteration_times
 from core.store.gpu_spec import fits_peak_fraction
 from core.sim.goodput import run_goodput
@@ -462,6 +462,8 @@ def simulate(session: Session, store: ProfileStore | None = None,
     )
     report.run = run_goodput(session, report)  # the whole run: failures, checkpoints, energy
     report.energy = run_energy(session, report, report.run)
+    if report.energy is None:
+        report.warnings.append(no_power_figures(session.cluster.gpu))
     check_finite(report)
     timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
     return SimulationResult(session, graph, schedule, report, timings)

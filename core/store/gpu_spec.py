@@ -41,7 +41,7 @@ from core.plan.config import ConfigError, FieldError
 from core.model.ops import DEFAULT_OP_MODEL
 from core.util.text import file_name_part
 
-__all__ = ["GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
+__all__ = ["GpuPower", "POWER_FIELDS", "gpu_power", "GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
            "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
            "shipped_spec_path", "shipped_specs", "kind_fits_peak_fraction", "fits_peak_fraction"]
 
@@ -57,7 +57,7 @@ _SPEC_ONLY = {"nvlink_efficiency": 0.8, "collective_latency_s": 2e-6}
 SPEC_EFFICIENCIES = tuple(DEFAULT_OP_MODEL) + tuple(_SPEC_ONLY)
 _FIELDS = ("format", "version", "name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
            "nvlink_gbytes_per_s_bidirectional", "gpus_per_nvlink_domain", "nic_gbits_per_s",
-           "efficiencies", "source", "sources", "peak_fraction_fitted")
+           "efficiencies", "power", "source", "sources", "peak_fraction_fitted")
 _REQUIRED = ("name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
              "nvlink_gbytes_per_s_bidirectional", "gpus_per_nvlink_domain", "nic_gbits_per_s",
              "sources")
@@ -74,6 +74,79 @@ def _decimal(value: float, exponent: int) -> float:
     """``value * 10**exponent`` rounded once from the decimal text (``2.039, 12 -> 2.039e12``
     exactly as the literal would be), so spec figures equal the literals written in code."""
     return float(f"{value!r}e{exponent}")
+
+
+#: Keys of a spec's ``power`` object: ``board_w`` and ``source`` always, and either the data
+#: sheet's whole system (``system_max_w`` with its ``gpus_per_system``) or, without one, an
+#: assumed ``node_overhead_w_per_gpu``.
+POWER_FIELDS = ("board_w", "system_max_w", "gpus_per_system", "node_overhead_w_per_gpu", "source")
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    """Power figures of a GPU kind for the energy of a run (:mod:`core.sim.energy`), watts.
+
+    Attributes
+    ----------
+    board_w : float
+        The data sheet's maximum board power (TDP) of one GPU.
+    node_overhead_w_per_gpu : float
+        The rest of a node (CPUs, memory, NICs, NVSwitches, fans) per GPU with its GPUs at
+        board power: ``(system_max_w - gpus_per_system * board_w) / gpus_per_system`` from
+        the system's data sheet, or the spec's assumed ``node_overhead_w_per_gpu``.
+    source : str
+        Where the figures come from (data sheets; what is assumed).
+    """
+
+    board_w: float
+    node_overhead_w_per_gpu: float
+    source: str
+
+
+def _power(raw: Any, bad: Any) -> GpuPower | None:
+    """The spec's ``power`` object as :class:`GpuPower` (None when absent or broken); each broken
+    rule goes to ``bad(field, message)``: ``board_w`` a positive number; either ``system_max_w``
+    (above ``gpus_per_system * board_w``) with ``gpus_per_system`` (an integer of at least 1)
+    or ``node_overhead_w_per_gpu`` (zero or more), not both; ``source`` a non-empty string."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        bad("power", "must be an object: board_w, system_max_w and gpus_per_system (or "
+                     "node_overhead_w_per_gpu), source")
+        return None
+    errors: list[str] = []
+
+    def no(fld: str, msg: str) -> None:
+        errors.append(fld)
+        bad(f"power.{fld}", msg)
+
+    for k in sorted(set(raw) - set(POWER_FIELDS)):
+        no(k, f"unknown field (known: {', '.join(POWER_FIELDS)})")
+    board = raw.get("board_w")
+    if not _is_number(board) or board <= 0:
+        no("board_w", f"{board!r} must be a positive number (W)")
+    src = raw.get("source")
+    if not isinstance(src, str) or not src.strip():
+        no("source", "missing: name the data sheet (or the assumption) of the power figures")
+    system = "system_max_w" in raw or "gpus_per_system" in raw
+    if system == ("node_overhead_w_per_gpu" in raw):
+        no("system_max_w", "give system_max_w with gpus_per_system, or node_overhead_w_per_gpu "
+                           "(one of the two)")
+    elif system:
+        n, sysw = raw.get("gpus_per_system"), raw.get("system_max_w")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            no("gpus_per_system", f"{n!r} must be an integer of at least 1")
+        elif not _is_number(sysw) or (_is_number(board) and sysw <= n * board):
+            no("system_max_w", f"{sysw!r} must be a number above gpus_per_system x board_w (W)")
+    else:
+        o = raw["node_overhead_w_per_gpu"]
+        if not _is_number(o) or o < 0:
+            no("node_overhead_w_per_gpu", f"{o!r} must be zero or more (W)")
+    if errors:
+        return None
+    overhead = ((raw["system_max_w"] - raw["gpus_per_system"] * board) / raw["gpus_per_system"]
+                if system else raw["node_overhead_w_per_gpu"])
+    return GpuPower(board_w=float(board), node_overhead_w_per_gpu=float(overhead), source=src)
 
 
 @dataclass(frozen=True)
@@ -103,6 +176,9 @@ class GpuSpec:
         Short source line shown with the store.
     sources : dict[str, str]
         Source of each figure (keys :data:`SPEC_SOURCES`).
+    power : GpuPower or None
+        Board and node power for the energy of a run (``power`` in the file; None when it
+        gives none, and then the energy is not computed).
     peak_fraction_fitted : bool
         The part has no data sheet of its own (a power-capped variant): ``peak_tflops`` are
         the reference part's, and the share of them it sustains (the op model's
@@ -126,6 +202,7 @@ class GpuSpec:
     source: str
     sources: dict[str, str]
     peak_fraction_fitted: bool = False
+    power: GpuPower | None = None
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -162,7 +239,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     keys from :data:`SPEC_EFFICIENCIES`, the efficiencies in (0, 1],
     ``gemm_half_size`` above 0, the other (times) at or above 0;
     ``sources`` a non-empty string for each of :data:`SPEC_SOURCES`; ``peak_fraction_fitted``
-    (optional) true or false.
+    (optional) true or false; ``power`` (optional) by the rules of :func:`_power`.
 
     Raises
     ------
@@ -251,6 +328,7 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     source = raw.get("source", sources.get("peak_tflops", ""))
     if "source" in raw and (not isinstance(source, str) or not source.strip()):
         bad("source", f"{source!r} must be a non-empty string")
+    power = _power(raw.get("power"), bad)
     fitted = raw.get("peak_fraction_fitted", False)
     if not isinstance(fitted, bool):
         bad("peak_fraction_fitted", f"{json.dumps(fitted)[:40]} must be true or false")
@@ -261,7 +339,8 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
         memory_bandwidth_bytes_per_s=_decimal(raw["memory_bandwidth_tbytes_per_s"], 12),
         nvlink_bytes_per_s=_decimal(raw["nvlink_gbytes_per_s_bidirectional"], 9) / 2,
         gpus_per_nvlink_domain=dom, nic_bits_per_s=_decimal(raw["nic_gbits_per_s"], 9),
-        efficiencies=eff, source=source, sources=sources, peak_fraction_fitted=fitted, path=path,
+        efficiencies=eff, source=source, sources=sources, peak_fraction_fitted=fitted, power=power,
+        path=path,
         raw=json.loads(json.dumps(raw)))
 
 
@@ -322,3 +401,12 @@ def fits_peak_fraction(store: Any) -> bool:
             return True
         prov = prov.get("base_provenance")
     return False
+
+
+@lru_cache(maxsize=None)
+def gpu_power(kind: str) -> GpuPower | None:
+    """The power figures of GPU kind ``kind`` from its shipped spec file; None when the kind has
+    no shipped spec or its spec gives no ``power`` (the energy of a run is then not computed).
+    Raises GpuSpecError when the shipped file is broken."""
+    path = shipped_spec_path(kind)
+    return read_gpu_spec(path).power if path.is_file() else None
