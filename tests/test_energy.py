@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.plan.config import GPU_KINDS
+from core.plan.cluster import GPU_KINDS
 from core.sim.energy import (
     GPU_BOARD_POWER_W,
     IDLE_POWER_FRACTION,
