@@ -16,10 +16,7 @@ from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 
-__all__ = [
-    "read_vtrain_config",
-    "vtrain_config_from_dict",
-]
+__all__ = ["read_vtrain_config", "vtrain_config_from_dict"]
 
 
 #: How a message names a field's type.

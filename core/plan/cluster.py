@@ -13,18 +13,9 @@ from dataclasses import dataclass
 
 from core.plan.fields import BOUNDS, _f
 
-__all__ = [
-    "GPU_KINDS",
-    "GPU_NVLINK_DOMAIN",
-    "GPU_FP8_DTYPES",
-    "GPU_NIC_GBITS_PER_GPU",
-    "node_network_gbits_per_s",
-    "ClusterConfig",
-    "CostConfig",
-    "LLAMA3_FAILURES_PER_GPU_HOUR",
-    "ReliabilityConfig",
-    "gpu_kind",
-]
+__all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
+           "node_network_gbits_per_s", "ClusterConfig", "CostConfig",
+           "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
 
 #: GPU kinds with a shipped profile store; the value is the store's file stem

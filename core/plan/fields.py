@@ -18,19 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "Bound",
-    "BOUNDS",
-    "MAX_STRING_LENGTH",
-    "MAX_INTEGER",
-    "path_problem",
-    "field_kind",
-    "check_value",
-    "section_errors",
-    "FieldError",
-    "ConfigError",
-    "rename_field",
-]
+__all__ = ["Bound", "BOUNDS", "MAX_STRING_LENGTH", "MAX_INTEGER", "path_problem", "field_kind",
+           "check_value", "section_errors", "FieldError", "ConfigError", "rename_field"]
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,10 @@ from typing import Any
 
 from core.plan.parallel import ParallelPlan
 
-__all__ = [
-    "pipeline_split_slots",
-    "LAYOUT_RULE",
-    "MAX_LAYOUT_SYMBOLS",
-    "pipeline_layout_text",
-    "expand_pipeline_layout",
-    "pipeline_layout_errors",
-    "layout_layer_counts",
-    "layout_summary",
-    "stage_layer_counts",
-    "capped_recompute_layers",
-    "largest_model_chunk",
-    "virtual_stage_layer_counts",
-]
+__all__ = ["pipeline_split_slots", "LAYOUT_RULE", "MAX_LAYOUT_SYMBOLS", "pipeline_layout_text",
+           "expand_pipeline_layout", "pipeline_layout_errors", "layout_layer_counts",
+           "layout_summary", "stage_layer_counts", "capped_recompute_layers", "largest_model_chunk",
+           "virtual_stage_layer_counts"]
 
 
 #: Megatron-Core's rule for the layer-slot split, quoted by the validation messages.

@@ -13,18 +13,9 @@ from typing import Any
 
 from core.plan.fields import BOUNDS, _f
 
-__all__ = [
-    "ACTIVATIONS",
-    "SOFTMAX_TYPES",
-    "NORMALIZATIONS",
-    "POSITION_EMBEDDINGS",
-    "ATTENTION_KERNELS",
-    "ModelConfig",
-    "GPT_SHAPE_FIELDS",
-    "model_from_fields",
-    "missing_required",
-    "padded_vocab_size",
-]
+__all__ = ["ACTIVATIONS", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
+           "ATTENTION_KERNELS", "ModelConfig", "GPT_SHAPE_FIELDS", "model_from_fields",
+           "missing_required", "padded_vocab_size"]
 
 
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).

@@ -19,32 +19,12 @@ from dataclasses import dataclass
 
 from core.plan.fields import BOUNDS, _f
 
-__all__ = [
-    "SCHEDULES",
-    "RECOMPUTE_MODES",
-    "RECOMPUTE_CHOICES",
-    "RECOMPUTE_MODULES",
-    "UNMODELLED_RECOMPUTE_MODULES",
-    "PRECISIONS",
-    "MOE_DISPATCHERS",
-    "CP_COMM_TYPES",
-    "FP8_RECIPES",
-    "CROSS_ENTROPY_FUSION_IMPLS",
-    "FP8_DEFAULT_RECIPE",
-    "ZERO_STAGES",
-    "GRAD_REDUCE_DTYPES",
-    "ParallelPlan",
-    "PLAN_FIELDS",
-    "plan_field_title",
-    "plan_key",
-    "zero_shard_size",
-    "zero_replicas",
-    "grad_dtype",
-    "parse_recompute_modules",
-    "recompute_modules",
-    "fp8_recipe",
-    "tensor_dtype",
-]
+__all__ = ["SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
+           "UNMODELLED_RECOMPUTE_MODULES", "PRECISIONS", "MOE_DISPATCHERS", "CP_COMM_TYPES",
+           "FP8_RECIPES", "CROSS_ENTROPY_FUSION_IMPLS", "FP8_DEFAULT_RECIPE", "ZERO_STAGES",
+           "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
+           "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
+           "recompute_modules", "fp8_recipe", "tensor_dtype"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).

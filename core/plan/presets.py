@@ -12,11 +12,7 @@ from typing import Any
 
 from core.plan.model_config import GPT_SHAPE_FIELDS, ModelConfig, model_from_fields
 
-__all__ = [
-    "GPT_FAMILY",
-    "LLAMA_FAMILY",
-    "MODEL_PRESETS",
-]
+__all__ = ["GPT_FAMILY", "LLAMA_FAMILY", "MODEL_PRESETS"]
 
 
 #: Megatron-LM's GPT values of every model field but the shape (:data:`GPT_SHAPE_FIELDS`): what

@@ -4,9 +4,11 @@
 
 The rules of a plan (parallel sizes, pipeline split and schedule, context and expert
 parallelism, recomputation, ZeRO, precision, the cluster) are here; the rules of the model
-alone are in :mod:`core.plan.model_rules`. Every rule that compares ``plan.schedule`` with a
-schedule's name is in this module (:func:`_plan_flag_errors`, :func:`ep_overlap_errors`,
-:func:`probe_plan`, :data:`_ENABLED_BY`) or is :func:`core.plan.layout._layout_chunks`.
+alone are in :mod:`core.plan.model_rules`. The rules that read ``plan.schedule`` are all in
+this module: the schedule's own rules and the registry's (:func:`_batch_schedule_errors`,
+:func:`_pipeline_split_errors`), and those that compare it with a schedule's name
+(:func:`_plan_flag_errors`, :func:`ep_overlap_errors`, :func:`probe_plan`,
+:data:`_ENABLED_BY`); outside it only :func:`core.plan.layout._layout_chunks` does.
 """
 
 from __future__ import annotations
@@ -27,15 +29,8 @@ from core.plan.parallel import (
     ParallelPlan, fp8_recipe, parse_recompute_modules, recompute_modules)
 from core.plan.session import Session
 
-__all__ = [
-    "validate",
-    "moe_errors",
-    "ep_overlap_errors",
-    "check",
-    "check_all_but_the_plan",
-    "probe_plan",
-    "inactive_fields",
-]
+__all__ = ["validate", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
+           "probe_plan", "inactive_fields"]
 
 
 def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost",
@@ -77,9 +72,21 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
     if errs:  # divisibility rules below need positive integers
         return errs
+    errs += _head_split_errors(m, pl)
+    errs += _model_plan_errors(m, pl)
+    errs += _pipeline_split_errors(m, pl)
+    errs += _batch_schedule_errors(m, pl)
+    errs += _placement_errors(m, pl, c)
+    errs += _cluster_errors(pl, c)
+    return errs
 
-    t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
-                     pl.micro_batch_size, pl.global_batch_size)
+
+def _head_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Megatron-LM's divisibility rules of the attention heads, query groups and MLP: ``h``
+    divisible by ``a`` unless ``kv_channels`` gives the head size; ``a``, the query groups
+    and the MLP hidden size divisible by ``t``."""
+    t = pl.tensor_parallel
+    errs: list[FieldError] = []
     if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
         # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
         errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
@@ -99,6 +106,14 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     if m.ffn % t:
         errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
                                f"by tensor_parallel_size={t}"))
+    return errs
+
+
+def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """The plan's rules for the model's features: expert parallelism (:func:`moe_errors`),
+    latent attention (:func:`_mla_plan_errors`), HSDP and torchtitan's per-op recomputation
+    with the models they do not model."""
+    errs: list[FieldError] = []
     errs += moe_errors(m, pl)
     errs += _mla_plan_errors(m, pl)
     if m.is_moe and pl.data_parallel_shard_size is not None:
@@ -115,6 +130,17 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
                                    "model.attention_kernel = flash: torchtitan saves the output of "
                                    "its fused attention (SDPA); the unfused core's batched GEMMs "
                                    "and softmax are not in its save list (not modelled)"))
+    return errs
+
+
+def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of the layers' split over the pipeline stages: the custom layout
+    (:func:`pipeline_layout_errors`), the stages' layer counts (:func:`stage_layer_counts`,
+    each error named by the field that chose the split), a layout whose first stage holds
+    only the embedding under a schedule that splits the backward, and
+    ``recompute_num_layers`` at most the layers of the largest model chunk."""
+    p = pl.pipeline_parallel
+    errs: list[FieldError] = []
     layout = pipeline_layout_text(pl)
     layout_errs = [] if layout is None else pipeline_layout_errors(
         layout, m.num_layers, m.mtp_num_layers if _is_int(m.mtp_num_layers) else 0, p,
@@ -164,15 +190,36 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
             errs.append(FieldError("plan.recompute_num_layers",
                                    f"recompute_num_layers={n} is more than {where}; "
                                    f"{most} recomputes every layer"))
+    return errs
+
+
+def _batch_schedule_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """``B`` divisible by ``d*b``, then the pipeline schedule's own rules
+    (:func:`core.schedules.schedule_errors`: micro-batches, virtual stages, the layers per
+    virtual stage unless a custom layout places them)."""
+    d, b, B = pl.data_parallel, pl.micro_batch_size, pl.global_batch_size
+    layout = pipeline_layout_text(pl)
+    errs: list[FieldError] = []
     if B % (d * b):
         errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
     else:
         from core.schedules import schedule_errors  # numpy: not on the `vtrain --help` path
         errs += [FieldError(f, msg) for f, msg in schedule_errors(
-            pl.schedule, p, pl.num_microbatches, pl.virtual_pipeline_stages,
+            pl.schedule, pl.pipeline_parallel, pl.num_microbatches, pl.virtual_pipeline_stages,
             None if layout is not None else m.num_layers,  # the layout places the layers
             pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
+    return errs
+
+
+def _placement_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig) -> list[FieldError]:
+    """Rules of the ranks' placement on the nodes: the world size ``t*p*cp*d`` within
+    :data:`BOUNDS`, context parallelism (:func:`_context_parallel_errors`), sequence
+    parallelism's split of ``s`` over ``t``, the tensor-parallel overlap inside one NVLink
+    domain, and ``t`` dividing the GPUs of a node or a multiple of them (tensor parallelism
+    across nodes is allowed, and slow)."""
+    t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
+    errs: list[FieldError] = []
     cp = pl.context_parallel
     if t * p * cp * d > BOUNDS["parallel"].hi:
         errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
@@ -207,6 +254,15 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     elif c.gpus_per_node % t:
         errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
                                f"divisible by tensor_parallel_size={t}"))
+    return errs
+
+
+def _cluster_errors(pl: ParallelPlan, c: ClusterConfig) -> list[FieldError]:
+    """Rules of the plan on its GPU kind: FP8 and MXFP8 need tensor cores for them
+    (:data:`GPU_FP8_DTYPES`), a plan over nodes needs a network (given or the GPU's reference
+    node's) and ``gpus_per_node`` at most the NVLink domain (:data:`GPU_NVLINK_DOMAIN`); the
+    GPU checks are skipped with ``cluster.profile_path``."""
+    errs: list[FieldError] = []
     fp8 = GPU_FP8_DTYPES.get(c.gpu)
     if pl.precision == "fp8" and fp8 is not None and not c.profile_path:
         recipe = fp8_recipe(pl)
@@ -485,7 +541,16 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 
 def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     """Rules of sequence parallelism, recomputation, ZeRO, overlap and gradient dtype
-    (Megatron-LM's argument checks where it has one)."""
+    (Megatron-LM's argument checks where it has one): :func:`_plan_flag_errors`, then
+    :func:`_plan_sharding_precision_errors`."""
+    return _plan_flag_errors(pl) + _plan_sharding_precision_errors(pl)
+
+
+def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
+    """The plan's flags are booleans; the tensor-parallel overlap needs sequence parallelism;
+    the ZeRO stage and the parameter-gather overlap; the layer counts are positive; the custom
+    layout's conflicts; uneven first/last stages are not modelled with the interleaved
+    schedule; the recomputed layers and modules need their recomputation mode."""
     errs: list[FieldError] = []
     for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
@@ -536,6 +601,13 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
                 if n in UNMODELLED_RECOMPUTE_MODULES:
                     errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {n} is "
                                            f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})"))
+    return errs
+
+
+def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
+    """Rules of HSDP's shard size, the FP8 parameter gather, torchtitan's per-op recomputation
+    under tensor parallelism, the FP8 recipe and the gradients' reduction dtype."""
+    errs: list[FieldError] = []
     size = pl.data_parallel_shard_size
     if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
         if pl.data_parallel % size:

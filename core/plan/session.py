@@ -20,9 +20,7 @@ from core.plan.fields import (
 from core.plan.model_config import ModelConfig, missing_required
 from core.plan.parallel import ParallelPlan
 
-__all__ = [
-    "Session",
-]
+__all__ = ["Session"]
 
 
 @dataclass
