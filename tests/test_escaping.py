@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core import cli
-from core.plan.cluster import ClusterConfig, CostConfig, GPU_KINDS
+from core.plan.cluster import GPU_KINDS, ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session

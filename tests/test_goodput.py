@@ -14,7 +14,7 @@ import pytest
 
 from core.model import model_math
 from core.plan.cluster import (
-    ClusterConfig, CostConfig, LLAMA3_FAILURES_PER_GPU_HOUR, ReliabilityConfig)
+    LLAMA3_FAILURES_PER_GPU_HOUR, ClusterConfig, CostConfig, ReliabilityConfig)
 from core.plan.fields import ConfigError
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS

@@ -11,7 +11,7 @@ import pytest
 
 from core.cli import main
 from core.sim.comm import CommModel
-from core.plan.cluster import ClusterConfig, GPU_KINDS, GPU_NVLINK_DOMAIN, gpu_kind
+from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate

@@ -19,7 +19,7 @@ from PySide6.QtCore import Signal, Slot
 
 from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import pipeline_split_slots
-from core.plan.parallel import ParallelPlan, RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES
+from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep import SweepSpace
 

@@ -40,10 +40,10 @@ from typing import Any, Callable
 import numpy as np
 
 from core.plan.cluster import (
-    ClusterConfig, CostConfig, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, gpu_kind, node_network_gbits_per_s)
+    GPU_KINDS, GPU_NIC_GBITS_PER_GPU, ClusterConfig, CostConfig, gpu_kind, node_network_gbits_per_s)
 from core.plan.layout import capped_recompute_layers, expand_pipeline_layout
 from core.plan.model_config import ModelConfig, model_from_fields
-from core.plan.parallel import PRECISIONS, ParallelPlan, RECOMPUTE_CHOICES
+from core.plan.parallel import PRECISIONS, RECOMPUTE_CHOICES, ParallelPlan
 from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session

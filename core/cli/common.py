@@ -47,7 +47,7 @@ def cluster_of_gpu(text: str, base=None):
     ConfigError
         ``--gpu``: no shipped GPU kind (the message lists them).
     """
-    from core.plan.cluster import ClusterConfig, GPU_KINDS, GPU_NVLINK_DOMAIN, gpu_kind
+    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
     gpu = gpu_kind(text)
     if gpu not in GPU_KINDS:
         raise field_error("--gpu", f"{text!r}: known kinds are " + ", ".join(GPU_KINDS))

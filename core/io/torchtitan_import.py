@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.plan.cluster import ClusterConfig, CostConfig, GPU_KINDS, GPU_NVLINK_DOMAIN
+from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS

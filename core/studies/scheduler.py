@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from core.plan.fields import BOUNDS, ConfigError, FieldError, MAX_STRING_LENGTH
+from core.plan.fields import BOUNDS, MAX_STRING_LENGTH, ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
 from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
 from core.plan.session import Session

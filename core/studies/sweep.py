@@ -86,7 +86,7 @@ from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
 from core.plan.layout import (
     capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots)
 from core.plan.parallel import (
-    PLAN_FIELDS, ParallelPlan, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, plan_key)
+    PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ParallelPlan, plan_key)
 from core.plan.rules import ep_overlap_errors, probe_plan, validate
 from core.plan.session import Session
 from core.sim.costing import costing, mfu_peak_flops
