@@ -21,7 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, validate  # noqa: E402
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session  # noqa: E402
 from core.sim.graph import stage_times  # noqa: E402
 from core.sim.simulate import session_profile, simulate  # noqa: E402
 

@@ -52,8 +52,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session  # noqa: E402
-from core.plan.config import padded_vocab_size  # noqa: E402
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session  # noqa: E402
+from core.plan.model_config import padded_vocab_size  # noqa: E402
 from core.profiling import run_collectives, run_profile  # noqa: E402
 from core.profiling.device import keep_freed_memory  # noqa: E402
 from core.profiling.layers import GPTModel, make_optimizer  # noqa: E402

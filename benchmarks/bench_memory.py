@@ -32,7 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, gpu_kind  # noqa: E402
+from core.plan.cluster import ClusterConfig, gpu_kind
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session  # noqa: E402
 from core.sim.report import memory_verdict  # noqa: E402
 from core.sim.simulate import session_profile, stage_memory  # noqa: E402
 

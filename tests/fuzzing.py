@@ -492,9 +492,11 @@ HOSTILE_TEXT = ["GPT\ntouch PWNED_nl #", "x'; touch PWNED_q; '", 'x"; touch PWNE
 
 
 def full_session_doc(rng: random.Random) -> dict:
-    """A complete session (every field written by :meth:`core.plan.config.Session.to_dict`) of a
+    """A complete session (every field written by :meth:`core.plan.session.Session.to_dict`) of a
     random model preset on 8 GPUs (t=2, d=4, b=1, B=8)."""
-    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.io.session import session_to_json
     name = rng.choice(sorted(MODEL_PRESETS))
     session = Session(model=MODEL_PRESETS[name],

@@ -9,7 +9,10 @@ import pytest
 
 from core.accuracy.calibrate import apply_fit, fit, linearize, model_store, predict_linearized
 from core.cli import main
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
 from core.model.ops import DEFAULT_OP_MODEL
 from core.store.profiles_gen import generate_store

@@ -22,8 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
-                         ParallelPlan, Session, field_kind, vtrain_config_from_dict)
+from core.io.vtrain_json import vtrain_config_from_dict
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import BOUNDS, ConfigError, field_kind
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.util.inputs import parse_json
 from core.io.megatron_args import (MAX_STATEMENT_BYTES, MegatronArgsError, _quote_state,
                                 import_file, read_launch, session_from_launch)
@@ -114,7 +118,7 @@ def _numeric_fields() -> list[str]:
 
 
 NUMERIC_FIELDS = _numeric_fields()
-#: The authors' keys that hold numbers (core.plan.config._AUTHORS_FIELDS), and a valid config.
+#: The authors' keys that hold numbers (core.io.vtrain_json._AUTHORS_FIELDS), and a valid config.
 AUTHORS_NUMERIC = ["num_gpus", "tensor_parallel_size", "data_parallel_size",
                    "pipeline_parallel_size", "global_batch_size", "micro_batch_size", "num_layers",
                    "hidden_size", "num_attention_heads", "max_length", "ffn_hidden_size",

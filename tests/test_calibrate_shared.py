@@ -12,7 +12,10 @@ import pytest
 from core.accuracy.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
                             linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
                             supported_params, use_shared_fit)
-from core.plan.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import PRECISIONS, ParallelPlan
+from core.plan.session import Session
 from core.sim.simulate import simulate
 
 #: The truth the synthetic runs are simulated with (fractions of each GPU's peaks).

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from core.plan.config import ConfigError
+from core.plan.fields import ConfigError
 from core.io.session import load_any
 from core.sim.simulate import check_finite, simulate
 from tests.conftest import EXAMPLES

@@ -6,8 +6,12 @@ import json
 
 import pytest
 
-from core.plan.config import (ConfigError, ModelConfig, ParallelPlan, Session, padded_vocab_size,
-                         read_vtrain_config, validate)
+from core.io.vtrain_json import read_vtrain_config
+from core.plan.fields import ConfigError
+from core.plan.model_config import ModelConfig, padded_vocab_size
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.model.model_math import num_parameters
 from tests.conftest import shared_file
 
@@ -127,7 +131,9 @@ def test_inactive_fields_name_what_enables_them():
     """Fields without effect on the session, each with the field that would enable it."""
     import dataclasses
 
-    from core.plan.config import MODEL_PRESETS, Session, inactive_fields
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.rules import inactive_fields
+    from core.plan.session import Session
     s = Session()
     s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"])
     off = inactive_fields(s)
@@ -147,7 +153,9 @@ def test_inactive_fields_name_what_enables_them():
 
 def test_sequence_parallel_needs_the_sequence_divisible_by_t():
     """Megatron-Core scatters the sequence over the t ranks (tester: s = 4095 at t = 2 ran)."""
-    from core.plan.config import ParallelPlan, Session, validate
+    from core.plan.parallel import ParallelPlan
+    from core.plan.rules import validate
+    from core.plan.session import Session
     s = Session(plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=4,
                                   sequence_parallel=True))
     s.model.seq_length = 4095

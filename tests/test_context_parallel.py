@@ -14,7 +14,11 @@ import pytest
 
 from core.model import model_math
 from core.sim.comm import CommModel
-from core.plan.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, validate)
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import check, validate
+from core.plan.session import Session
 from core.sim.graph import _cp_ring_times, build_graph, op_key, stage_times
 from core.sim.graph_types import KINDS, STREAMS
 from core.model.ops import op_kernels

@@ -8,7 +8,11 @@ import dataclasses
 
 import pytest
 
-from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import op_key
 from core.io.megatron_args import import_file
 from core.io.megatron_export import export_script

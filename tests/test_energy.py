@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.plan.config import GPU_KINDS
+from core.plan.cluster import GPU_KINDS
 from core.sim.energy import IDLE_POWER_FRACTION, energy, gpu_power_w, run_energy
 from core.store.gpu_spec import GpuPower, GpuSpecError, gpu_power, gpu_spec_from_dict, shipped_spec_path
 

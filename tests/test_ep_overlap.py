@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import (ClusterConfig, ParallelPlan, Session, ep_overlap_errors, inactive_fields,
-                         validate)
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import ep_overlap_errors, inactive_fields, validate
+from core.plan.session import Session
 from core.sim.graph import ep_overlap_pair, stage_times
 from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
 from core.sim.simulate import session_profile, simulate
@@ -262,7 +264,7 @@ def test_sweep_and_studies_of_an_overlapped_session(tmp_path, capsys):
     """The studies check a session but its plan with a probe plan (ep 1, full recomputation):
     the overlap is off there, so an overlapped session sweeps (the tester's exit 2)."""
     from core.cli import main
-    from core.plan.config import check_all_but_the_plan
+    from core.plan.rules import check_all_but_the_plan
     from core.io.session import save_session
     s = _session(True, global_batch_size=64)
     assert not check_all_but_the_plan(s)
@@ -359,7 +361,7 @@ def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
     the overlap off and not swept on: one message naming the option or the file (exit 2), as
     vtrain simulate names it (the tester: both were silently dropped)."""
     from core.cli import main
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.io.session import load_any, save_session
     from tests.conftest import EXAMPLES
     dense = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")

@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from core import cli
-from core.plan.config import GPU_KINDS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.plan.cluster import GPU_KINDS, ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.store.gpu_spec import GPU_SPECS_DIR, shipped_spec_path
 from core.io.megatron_args import export_arguments
 from core.io.session import load_any
@@ -205,7 +208,7 @@ def test_every_string_field_hostile_exports_a_script_that_only_launches(tmp_path
         assert not RAW_CONTROL.search(out) and not RAW_CONTROL.search(err), where
         if rc == 2:  # refused: one line, nothing printed
             # free text must export, but a path that no file name can hold (a NUL byte, a lone
-            # surrogate) is refused by core.plan.config.path_problem
+            # surrogate) is refused by core.plan.fields.path_problem
             unnameable = "\0" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)
             assert (section, name) not in FREE_TEXT or (
                 name == "profile_path" and unnameable), (where, err)

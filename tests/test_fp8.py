@@ -11,8 +11,10 @@ import pytest
 
 from tests.conftest import ROOT
 from core.model import model_math as mm
-from core.plan.config import (GPU_FP8_DTYPES, GPU_KINDS, MODEL_PRESETS, ParallelPlan, fp8_recipe, grad_dtype,
-                         validate)
+from core.plan.cluster import GPU_FP8_DTYPES, GPU_KINDS
+from core.plan.parallel import ParallelPlan, fp8_recipe, grad_dtype
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
 from core.store.gpu_spec import shipped_specs
 from core.sim.graph import lookup_op_times, op_key, stage_times
 from core.model.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
@@ -381,7 +383,9 @@ def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
     """core.accuracy.calibrate times FP8 kernels at their own peaks: its linearization of FP8 plans gives the
     simulated iteration time (the calibration helper fits FP8 runs with it)."""
     from core.accuracy.calibrate import linearize, model_store, predict_linearized
-    from core.plan.config import ClusterConfig, CostConfig, ModelConfig, Session
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.model_config import ModelConfig
+    from core.plan.session import Session
     from core.model.ops import DEFAULT_OP_MODEL
     from core.store.profiles_gen import generate_store
     base = generate_store("H100-SXM5-80GB", date="2026-01-01")
@@ -440,7 +444,8 @@ def test_context_parallel_fp8_plans_pass_bf16_kv_blocks():
                       context_parallel=2)
     f8 = dataclasses.replace(bf, precision="fp8")
     assert mm.cp_kv_block_bytes(m, f8) == mm.cp_kv_block_bytes(m, bf) == 1 * 4096 * 2 * 4 * 128 * 2
-    from core.plan.config import ClusterConfig, CostConfig, Session
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.session import Session
     t = [simulate(Session(m, pl, ClusterConfig("H100-SXM5-80GB", 8), CostConfig())).report.iteration_time_s
          for pl in (bf, f8)]
     assert t[1] < t[0]
@@ -501,7 +506,8 @@ def test_moe_activations_keep_the_experts_inputs_in_fp8():
 
 
 def test_an_fp8_moe_plan_simulates_faster_and_counts_expert_weight_copies():
-    from core.plan.config import ClusterConfig, CostConfig, Session
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.session import Session
     m = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], seq_length=4096)
     bf = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
                       global_batch_size=64, recompute="selective", precision="bf16", expert_parallel=4,

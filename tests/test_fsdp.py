@@ -11,8 +11,11 @@ import pytest
 
 from core.model import model_math as mm
 from core.sim.comm import INTER_NODE_LATENCY_S, CommModel
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate,
-                         zero_replicas, zero_shard_size)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan, zero_replicas, zero_shard_size
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import _data_parallel, lookup_op_times, stage_times
 from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
 from core.io.megatron_export import export_script
@@ -487,7 +490,10 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
     """selective_op is not among the default recomputation modes (Megatron's three) and is
     swept when named; its plans at t > 1 without sequence parallelism are refused, so only
     t = 1 plans carry it then; with sequence parallelism the t = 2 plans carry it too."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.studies.sweep import SweepSpace, enumerate_plans
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],

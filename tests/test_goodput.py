@@ -13,16 +13,12 @@ import numpy as np
 import pytest
 
 from core.model import model_math
-from core.plan.config import (
-    LLAMA3_FAILURES_PER_GPU_HOUR,
-    MODEL_PRESETS,
-    ClusterConfig,
-    ConfigError,
-    CostConfig,
-    ParallelPlan,
-    ReliabilityConfig,
-    Session,
-)
+from core.plan.cluster import (
+    LLAMA3_FAILURES_PER_GPU_HOUR, ClusterConfig, CostConfig, ReliabilityConfig)
+from core.plan.fields import ConfigError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.sim.goodput import (
     CheckpointSize,
     checkpoint_bytes_per_parameter,

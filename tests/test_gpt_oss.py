@@ -17,8 +17,12 @@ import sys
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan,
-                         Session, validate)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import lookup_op_times
 from core.io.hf_import import session_from_hf_config
 from core.io.megatron_args import export_arguments, read_launch, session_from_launch

@@ -11,8 +11,11 @@ import pytest
 
 from core.cli import main
 from core.sim.comm import CommModel
-from core.plan.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ParallelPlan,
-                         Session, gpu_kind, validate)
+from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.model.ops import DEFAULT_OP_MODEL
 from core.store.gpu_spec import GPU_SPECS_DIR, GpuSpecError, read_gpu_spec, shipped_specs
 from core.store.profile_store import ProfileStore

@@ -14,8 +14,11 @@ import pytest
 
 from core.cli import main
 from core.sim.comm import CommModel
-from core.plan.config import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
-                         MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, gpu_kind)
+from core.plan.cluster import (
+    GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind)
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.store.gpu_spec import shipped_specs
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
@@ -62,7 +65,7 @@ def test_spec_and_store_hold_the_data_sheet_figures(kind):
         assert s.memory_bandwidth_bytes_per_s == pytest.approx(bw * 1e12, rel=1e-15)
     assert spec.nvlink_bytes_per_s == nvl * 1e9 / 2  # one direction: half the data sheet's total
     assert (spec.gpus_per_nvlink_domain, spec.nic_bits_per_s) == (domain, nic * 1e9)
-    # the tables of core.plan.config agree with the spec file
+    # the tables of core.plan.cluster agree with the spec file
     assert GPU_NVLINK_DOMAIN[kind] == domain and GPU_NIC_GBITS_PER_GPU[kind] == nic
     assert set(GPU_FP8_DTYPES[kind]) == set(spec.peak_flops) & {"fp8", "mxfp8"}
     assert set(spec.sources) == {"peak_tflops", "memory", "nvlink", "nic"}
@@ -197,7 +200,7 @@ def test_the_other_kinds_against_their_reference_parts(reports):
 
 
 def test_fp8_plans_are_refused_on_the_a800_only():
-    from core.plan.config import validate
+    from core.plan.rules import validate
     for kind in RENTED:
         s = _llama3_8b(kind)
         s.plan.precision = "fp8"
@@ -206,7 +209,7 @@ def test_fp8_plans_are_refused_on_the_a800_only():
 
 
 def test_gh200_nodes_fit_inside_its_256_gpu_nvlink_domain():
-    from core.plan.config import validate
+    from core.plan.rules import validate
     s = _llama3_8b("GH200-96GB")
     for g in (1, 4, 8, 256):  # one superchip per node (rented), quad nodes, ..., a DGX GH200
         s.cluster.gpus_per_node = g

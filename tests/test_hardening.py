@@ -22,8 +22,12 @@ import pytest
 
 from core.util import atomic
 from core.util import inputs
-from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig, ParallelPlan,
-                         Session, check_value, section_errors, validate)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import BOUNDS, ConfigError, check_value, section_errors
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.store.profile_store import ProfileStore, ProfileStoreError
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate

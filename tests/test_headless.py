@@ -54,7 +54,7 @@ print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules]
 
 
 @pytest.mark.parametrize("args,loaded", [
-    (["--help"], []),  # core.plan.config's schedule rules import numpy only when they run
+    (["--help"], []),  # core.plan.rules' schedule rules import numpy only when they run
     (["simulate", "--help"], []),
     (["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json"],
      ["numpy", "core.sim.simulate"]),
@@ -186,7 +186,7 @@ def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path,
     import json
 
     from core.cli import main
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     from core.io.session import load_session
     out = tmp_path / "s.json"
     assert main(["import", "preset", "llama 3 70b", "--gpu", "GB200-NVL72", "--out", str(out),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import ConfigError
+from core.plan.fields import ConfigError
 from core.io.hf_import import IGNORED, REFUSED, USED, session_from_hf_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,7 +252,7 @@ def test_nemotron_kv_channels_is_the_head_size():
 def test_transformers5_rope_parameters_change_nothing():
     """A transformers-5 config (rope_parameters, dtype) imports as the same model as the
     transformers-4 one, with the pre-training length note read from rope_parameters."""
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     imp = _import(LLAMA31_8B_TF5, seq_length=8192)
     preset = MODEL_PRESETS["Llama 3 8B"]
     assert imp.session.model == type(preset)(**{**preset.__dict__, "name": imp.session.model.name})

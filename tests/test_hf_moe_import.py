@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from core.plan.config import ConfigError
+from core.plan.fields import ConfigError
 from core.io.hf_import import moe_layer_fields, session_from_hf_config
 from core.io.session import load_any
 from tests.conftest import ROOT
@@ -211,7 +211,7 @@ def test_moe_presets_match_their_hf_configs():
     """The editor's Mixtral 8x7B and Qwen3-30B-A3B presets are the published configs (names and
     the pre-training context apart)."""
     from dataclasses import replace
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     for preset, cfg, s in (("Mixtral 8x7B", MIXTRAL_8X7B, 32768),
                            ("Qwen3-30B-A3B", QWEN3_30B_A3B, 4096)):
         assert MODEL_PRESETS[preset] == replace(_model(cfg, seq_length=s), name=preset)

@@ -8,7 +8,10 @@ import dataclasses
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import MODEL_PRESETS, ParallelPlan, Session, check
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import check
+from core.plan.session import Session
 from core.sim.simulate import simulate
 
 

@@ -17,8 +17,12 @@ import pytest
 
 from tests.conftest import ROOT, case_file
 from core.model import model_math as mm
-from core.plan.config import (LLAMA_FAMILY, MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan,
-                         Session, check, validate)
+from core.plan.fields import ConfigError
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import LLAMA_FAMILY, MODEL_PRESETS
+from core.plan.rules import check, validate
+from core.plan.session import Session
 from core.sim.graph import lookup_op_times
 from core.io.hf_import import session_from_hf_config
 from core.model.ops import OP_KEYS, analytic_op_time, op_kernels, table_covers

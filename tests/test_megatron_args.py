@@ -9,7 +9,10 @@ import random
 import pytest
 
 from core.cli import main
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.io.megatron_args import ARGUMENTS, MegatronArgsError, export_arguments, field_exists, import_file, parse_arguments, read_launch, session_from_launch
 from core.io.megatron_export import export_script
 from core.io.megatron_rules import broken_rules
@@ -426,7 +429,7 @@ def _issue11_fields(rng, model, plan, recipe, first_dense: bool) -> None:
 
 def _random_sessions(n: int = 40):
     """Sessions over every plan and model field Megatron has an argument for (seeded)."""
-    from core.plan.config import validate
+    from core.plan.rules import validate
     rng = random.Random(14)
     out = []
     while len(out) < n:  # valid sessions only (the configuration rules of this version)
@@ -509,7 +512,7 @@ def test_round_trip_session_arguments_session(tmp_path, session, capsys):
     # and through the CLI, from a session file
     path = tmp_path / "s.json"
     save_session(session, path)
-    from core.plan.config import validate
+    from core.plan.rules import validate
     refused = validate(session)  # issue 11's fields this version does not model yet
     rc = main(["export", "megatron-args", str(path), "--out", str(tmp_path / "cli.sh")])
     if refused:  # the CLI checks the session first and names what it refuses
@@ -850,7 +853,7 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
     timed as FlashAttention, which multi-head latent attention needs; RoPE's base, YaRN's
     factors, the norm's epsilon and the router's constants do not change the work."""
     res = import_file(_write(tmp_path, "dsv3.sh", DSV3_LAUNCH), gpu="H100-SXM5-80GB")
-    from core.plan.config import validate
+    from core.plan.rules import validate
     assert validate(res.session) == []
     m = res.session.model
     assert (m.attention_kernel, m.multi_latent_attention, m.num_experts) == ("flash", True, 256)
@@ -1019,7 +1022,7 @@ def test_node_limited_routing_round_trips(tmp_path):
     half = import_file(_write(tmp_path, "half.sh", MIXTRAL_LAUNCH.replace(
         "--moe-token-dispatcher-type alltoall",
         "--moe-token-dispatcher-type alltoall --moe-router-group-topk 2"))).session
-    from core.plan.config import validate
+    from core.plan.rules import validate
     assert any(e.field == "model.moe_router_num_groups" and "needs moe_router_num_groups"
                in e.message for e in validate(half))
     # the groups alone limit nothing (Megatron-Core: group-limited routing needs the top-k)
@@ -1055,7 +1058,7 @@ def test_block_recompute_num_layers_counts_per_model_chunk(extra, n, expected):
                               num_gpus=64)
     assert res.session.plan.recompute == "full"
     assert res.session.plan.recompute_num_layers == expected
-    from core.plan.config import validate
+    from core.plan.rules import validate
     assert validate(res.session) == []
 
 
@@ -1081,7 +1084,7 @@ def test_cp_comm_type_other_than_the_modelled_ones_is_refused(tmp_path, value, k
     never PyTorch's overlapped allgather) are plan.cp_comm_type; a2a+p2p without its
     hierarchical sizes and a per-layer list of different types refuse the launch by name at
     cp > 1; nothing changes at cp = 1."""
-    from core.plan.config import check
+    from core.plan.rules import check
     text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2",
                                   f"--context-parallel-size 2 --cp-comm-type {value}")
     if refused:

@@ -14,7 +14,11 @@ import pytest
 
 from tests.conftest import EXAMPLES, ROOT
 from core.cli import main
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.io.megatron_args import MegatronArgsError, export_arguments, import_file, read_launch
 from core.io.megatron_export import export_script
 from core.io.megatron_export import PLAN_ARGUMENTS, rewrite_script

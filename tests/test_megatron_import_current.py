@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from core.plan.config import CROSS_ENTROPY_FUSION_IMPLS
+from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS
 from core.io.megatron_args import (ARGUMENTS, ATTENTION_BACKENDS, KNOWN_ARGUMENTS, MegatronArgsError,
                                 import_file, read_launch, session_from_launch)
 from core.io.megatron_names import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,

@@ -11,7 +11,8 @@ import pytest
 
 from core.model import model_math as mm
 from core import schedules
-from core.plan.config import ModelConfig, ParallelPlan
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
 from core.sim.report import MEMORY_SCALES, StageMemory
 
 MiB, GiB = 2.0 ** 20, 2.0 ** 30

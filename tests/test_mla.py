@@ -8,7 +8,11 @@ import dataclasses
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate)
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.io.hf_import import session_from_hf_config
 from core.io.megatron_args import export_arguments, parse_arguments
 
@@ -204,7 +208,7 @@ def test_mla_tensor_parallel_collectives_move_the_latents():
 
 
 def test_hf_deepseek_refusals_and_v2_lite():
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     for change, field in (({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
                           ({"topk_method": "sinkhorn"}, "topk_method"),
                           ({"kv_lora_rank": None}, "kv_lora_rank"),

@@ -16,7 +16,11 @@ import pytest
 
 from core.model import model_math as mm
 from core.sim.comm import CommModel
-from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
 from core.sim.graph_types import KINDS, OPS, STREAMS
 from core.model.ops import analytic_op_time, op_kernels
@@ -337,7 +341,7 @@ def test_moe_activations_grow_with_top_k():
 @pytest.mark.parametrize("preset", ["Mixtral 8x7B", "Qwen3-30B-A3B"])
 def test_moe_presets_simulate(preset):
     """The editor's MoE presets are modelled: accepted, simulated, MFU on active parameters."""
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     m = dataclasses.replace(MODEL_PRESETS[preset], seq_length=4096)
     s = _session(m, pipeline_parallel=2, data_parallel=16, expert_parallel=8)
     assert _errors(s) == {}
@@ -411,7 +415,7 @@ def test_flex_dispatcher_sends_one_copy_per_node():
     import math
 
     from core.sim.comm import INTER_NODE_LATENCY_S
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     assert mm.flex_remote_node_copies(128, 8, 2) == pytest.approx(
         1 - math.comb(64, 8) / math.comb(128, 8), rel=1e-12)
     assert mm.flex_remote_node_copies(256, 8, 4) == pytest.approx(

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.plan.config import MODEL_PRESETS, ConfigError
+from core.plan.fields import ConfigError
+from core.plan.presets import MODEL_PRESETS
 from core.studies.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
 from core.io.session import load_any
 from core.model.model_math import num_parameters

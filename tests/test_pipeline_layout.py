@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 
 from core.model import model_math
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session,
-                         expand_pipeline_layout, layout_summary, stage_layer_counts, validate,
-                         virtual_stage_layer_counts)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.layout import (
+    expand_pipeline_layout, layout_summary, stage_layer_counts, virtual_stage_layer_counts)
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, stage_times
 from core.sim.graph_types import OPS
 from core.io.megatron_args import MegatronArgsError, import_file
@@ -332,7 +336,7 @@ def test_written_counts_come_back(counts):
 
 
 def test_sweep_refuses_a_layout_that_cannot_parse():
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     s = session(llama(), plan(4, "Et*4|(t*4|t*4|t*4L", d=2, global_batch_size=16))
     with pytest.raises(ConfigError) as exc:
         enumerate_plans(s, SweepSpace(tensor_parallel=[8], micro_batch_sizes=[1], max_gpus=64))

@@ -10,8 +10,13 @@ import pytest
 
 from core.model import model_math
 from core import schedules
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
-                         Session, stage_layer_counts, validate, virtual_stage_layer_counts)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.layout import stage_layer_counts, virtual_stage_layer_counts
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import stage_times, virtual_stage_layers
 from core.io.megatron_args import import_file
 from core.io.megatron_export import export_script

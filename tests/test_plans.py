@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from core.model import model_math
-from core.plan.config import (MODEL_PRESETS, PLAN_FIELDS, ClusterConfig, CostConfig, ModelConfig,
-                         ParallelPlan, Session, plan_key, stage_layer_counts, validate)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.layout import stage_layer_counts
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, stage_times
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore

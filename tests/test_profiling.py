@@ -10,7 +10,10 @@ import threading
 import numpy as np
 import pytest
 
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.model.ops import ALL_OPS, OP_KEYS, OPTIMIZER_OP, full_op_key
 from core.store.profile_store import ProfileStore
 from tests.conftest import ROOT
@@ -293,7 +296,9 @@ def test_session_shapes_follow_the_stages_layer_counts():
     a custom pipeline layout (its largest and smallest stage)."""
     import dataclasses
 
-    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.profiling import shapes_from_session
     m = MODEL_PRESETS["GPT-3 1.3B"]  # 24 layers
     even = ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=1,

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from core.cli import main
-from core.plan.config import GPU_KINDS, PRECISIONS, ParallelPlan, virtual_stage_layer_counts
+from core.plan.cluster import GPU_KINDS
+from core.plan.layout import virtual_stage_layer_counts
+from core.plan.parallel import PRECISIONS, ParallelPlan
 from core.accuracy.validate import ASSUMPTIONS, _flag, published_columns, read_measurements, skip_counts
 from tests.conftest import ROOT
 

@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, ModelConfig, ParallelPlan, Session,
-                         parse_recompute_modules, recompute_modules, validate)
+from core.plan.cluster import ClusterConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan, parse_recompute_modules, recompute_modules
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, lookup_op_times
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
@@ -254,7 +258,7 @@ def test_norms_fused_on_the_flash_path():
     """Megatron-Core's TE layer spec fuses the input norm into QKV and a dense layer's pre-MLP
     norm into fc1: ``layernorm`` recomputes neither in a dense GQA layer (no task, no byte);
     an MoE layer's pre-MLP norm is its own module (2 sbh), and so is MLA's input norm."""
-    from core.plan.config import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS
     assert mm.norms_separate(GPT) == (True, True)  # the unfused path: the local spec
     assert mm.norms_separate(_llama_tiny()) == (False, False)
     assert mm.norms_separate(MODEL_PRESETS["DeepSeek-V3"]) == (True, False)
@@ -355,7 +359,10 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
     """The studies check the session apart from the plan fields they choose; a session with
     recompute_modules (which need selective recomputation) sweeps, and only its selective
     plans carry the modules."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],
@@ -375,7 +382,10 @@ def test_a_sweep_of_a_session_with_recompute_modules_keeps_them_on_its_selective
 def test_why_a_sweep_found_no_plan_is_not_the_recomputed_modules():
     """The reasons of an empty sweep probe each value with the plan's own recomputation: a
     session with recompute_modules gets the rule t = 3 breaks, not a recompute_modules one."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.studies.sweep import SweepSpace, no_plan_errors
 
     s = Session(MODEL_PRESETS["Llama 3 8B"],

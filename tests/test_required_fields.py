@@ -10,9 +10,13 @@ import re
 import pytest
 
 from core.cli import main
-from core.plan.config import (GPT_FAMILY, GPT_SHAPE_FIELDS, LLAMA_FAMILY, MODEL_PRESETS, ClusterConfig,
-                         ConfigError, CostConfig, ModelConfig, ParallelPlan, Session, field_kind,
-                         model_from_fields, vtrain_config_from_dict)
+from core.io.vtrain_json import vtrain_config_from_dict
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError, field_kind
+from core.plan.model_config import GPT_SHAPE_FIELDS, ModelConfig, model_from_fields
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import GPT_FAMILY, LLAMA_FAMILY, MODEL_PRESETS
+from core.plan.session import Session
 from core.io.hf_import import session_from_hf_config
 from core.io.megatron_args import MEGATRON_MODEL_DEFAULTS, read_launch, session_from_launch
 from core.studies.scheduler import jobs_from_list

@@ -23,7 +23,7 @@ import pytest
 from core.util import atomic
 from core.util.atomic import atomic_target, same_file, save_target
 from core.cli import main
-from core.plan.config import Session
+from core.plan.session import Session
 from core.io.session import load_session, save_session
 from tests.conftest import EXAMPLES, ROOT
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.plan.config import MODEL_PRESETS, ConfigError, Session
+from core.plan.fields import ConfigError
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.studies.scheduler import (Job, gpu_counts, jobs_from_list, read_jobs, run_schedule, target_index,
                             throughput_table)
 from core.sim.simulate import simulate

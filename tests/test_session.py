@@ -7,7 +7,10 @@ import os
 
 import pytest
 
-from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.io.session import (SESSION_VERSION, SessionFileError, load_any, load_session, save_session,
                           session_to_json)
 from tests.conftest import EXAMPLES
@@ -147,7 +150,9 @@ def test_pinned_plan_round_trips_and_is_checked(tmp_path):
     """Session.compare holds the Compare tab's plan A: saved, read back, refused by field."""
     import json
 
-    from core.plan.config import ConfigError, ParallelPlan, Session
+    from core.plan.fields import ConfigError
+    from core.plan.parallel import ParallelPlan
+    from core.plan.session import Session
     from core.io.session import SessionFileError, load_session, save_session, session_to_json
     a = Session(plan=ParallelPlan(tensor_parallel=2, data_parallel=4))
     s = Session().with_pinned(a)
@@ -173,7 +178,7 @@ def test_pinned_plan_round_trips_and_is_checked(tmp_path):
 
 def test_diff_of_one_file_without_a_pin_is_refused(tmp_path, capsys):
     from core.cli import main
-    from core.plan.config import Session
+    from core.plan.session import Session
     from core.io.session import save_session
     path = tmp_path / "s.json"
     save_session(Session(), path)

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.sim.graph import params_per_gpu
 from core.model.ops import analytic_op_time
 from core.io.session import load_any, save_session, session_to_json
@@ -300,7 +303,10 @@ def test_hfu_counts_the_causal_core_and_stays_below_the_peak():
     import dataclasses
 
     from core.model import model_math as mm
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=131072)
     pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
                       context_parallel=8, micro_batch_size=1, global_batch_size=1,
@@ -322,7 +328,10 @@ def test_idle_time_waiting_for_overlapped_communication_is_not_bubble():
     overlapped parameter all-gathers and gradient reduce-scatters (tester: 'bubble 0.143 s'
     at p = 1). The terms still sum to the iteration time; a plan without overlapped
     communication keeps its bubble and has no such wait."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     s = Session(model=MODEL_PRESETS["Llama 3 8B"],
                 plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=64,
                                   micro_batch_size=1, global_batch_size=512, zero_stage=3,

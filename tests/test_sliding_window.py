@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 from core.model import model_math as mm
-from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, lookup_op_times, weight_gradient_share
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore

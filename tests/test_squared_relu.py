@@ -7,7 +7,11 @@ import dataclasses
 
 import pytest
 
-from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.io.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
 from core.sim.simulate import simulate
 from core.accuracy.validate import read_measurements
@@ -106,7 +110,7 @@ NEMOTRON_HF = {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron
 
 
 def test_hf_nemotron_import():
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.io.hf_import import session_from_hf_config
     imp = session_from_hf_config(NEMOTRON_HF, where="config.json")
     m = imp.session.model

@@ -14,8 +14,13 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
-                         ParallelPlan, Session, validate)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
 from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
@@ -472,7 +477,7 @@ def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(cap
 def test_space_says_why_it_excludes_a_plan():
     """SweepSpace.excludes names the first of the plan's GPU count and swept sizes the space
     does not allow (tester: 'not among the swept plans' gave no reason)."""
-    from core.plan.config import ParallelPlan
+    from core.plan.parallel import ParallelPlan
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                         micro_batch_size=4, global_batch_size=64, context_parallel=1)
     assert SweepSpace(hold_session_values=True, num_gpus=8).excludes(plan) is None
@@ -580,7 +585,10 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     """61 layers (DeepSeek-V3's count) split evenly only over p = 1 or 61; a base plan with
     uneven first and last stages at p = 4 is among the default candidates, with its stages,
     and other p values split evenly."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=61)
     s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=4, data_parallel=2,
                                 micro_batch_size=1, global_batch_size=16, recompute="full",
@@ -599,7 +607,10 @@ def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
     every layer (None) and stays valid, instead of being refused as above its chunks. 24
     layers, p = 2: a 12-layer stage keeps 4; interleaved v = 2, 3, 4, 6 (chunks of 6, 4, 3, 2)
     keep 4, then every layer."""
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     m = MODEL_PRESETS["GPT-3 1.3B"]
     s = Session(m, ParallelPlan(tensor_parallel=1, pipeline_parallel=2, data_parallel=1,
                                 micro_batch_size=1, global_batch_size=12, recompute="full",
@@ -615,7 +626,10 @@ def test_the_bases_block_recompute_count_is_capped_per_model_chunk():
 def _qwen_session():
     import dataclasses
 
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     return Session(model=dataclasses.replace(MODEL_PRESETS["Qwen3-30B-A3B"], seq_length=4096),
                    plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=16,
                                      micro_batch_size=1, global_batch_size=256,

@@ -12,7 +12,7 @@ import pytest
 from core.studies import sweep as sweep_module
 from core.studies import sweep_parallel
 from core.cli import main
-from core.plan.config import ConfigError
+from core.plan.fields import ConfigError
 from core.io.session import load_any
 from core.studies.sweep import SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
@@ -163,7 +163,7 @@ def test_zb_h1_order_equals_its_rule_item_by_item():
 def test_in_flight_per_stage_cache_equals_the_schedule_count():
     from core.model import model_math
     from core import schedules
-    from core.plan.config import ParallelPlan
+    from core.plan.parallel import ParallelPlan
     for sched, v in (("1f1b", None), ("gpipe", None), ("zb-h1", None), ("interleaved", 2)):
         plan = ParallelPlan(2, 4, 2, 1, 64, sched, "none", "bf16", virtual_pipeline_stages=v)
         got = model_math._in_flight(sched, 4, plan.num_microbatches, v or 1)

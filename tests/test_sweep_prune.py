@@ -15,7 +15,11 @@ import numpy as np
 import pytest
 
 from core.cli import main
-from core.plan.config import MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
 from tests.conftest import EXAMPLES, shared_file

@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 from core import schedules
-from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import build_graph, stage_times
 from core.io.session import load_any
 from core.sim.simulate import open_profile, profile_path

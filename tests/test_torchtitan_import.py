@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.plan.config import MODEL_PRESETS, ConfigError, ParallelPlan
+from core.plan.fields import ConfigError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
 from core.io.torchtitan_import import (KEYS, load_toml, read_torchtitan_config,
                                     session_from_torchtitan)
 

@@ -7,7 +7,11 @@ import pytest
 
 from core.model import model_math
 from core.sim.comm import CommModel
-from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.sim.graph import lookup_op_times, tp_overlap_split
 from core.io.megatron_args import export_arguments, read_launch, session_from_launch
 from core.io.megatron_export import export_script

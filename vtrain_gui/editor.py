@@ -1,9 +1,9 @@
-"""Point-and-click form for a :class:`core.plan.config.Session`, generated from the dataclass fields.
+"""Point-and-click form for a :class:`core.plan.session.Session`, generated from the dataclass fields.
 
 Each field's label, unit suffix and tooltip come from the field's metadata
 (``unit``, ``help``, ``choices``). Every edit writes the one field it concerns
 into the editor's session (fields not edited keep their exact values), runs
-:func:`core.plan.config.validate`, shows each error message in red under the field
+:func:`core.plan.rules.validate`, shows each error message in red under the field
 it names, and emits :attr:`ConfigEditor.session_changed`.
 """
 
@@ -16,8 +16,13 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, FieldError, ModelConfig,
-                         ParallelPlan, ReliabilityConfig, Session, inactive_fields, validate)
+from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
+from core.plan.fields import FieldError
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import inactive_fields, validate
+from core.plan.session import Session
 from core.model.model_math import num_parameters
 
 from .formatting import format_count
@@ -530,7 +535,7 @@ class ConfigEditor(QtWidgets.QWidget):
         return self._summary.text()
 
     def set_model_preset(self, name: str) -> None:
-        """Replace the model by preset ``name`` of :data:`core.plan.config.MODEL_PRESETS` (an edit)."""
+        """Replace the model by preset ``name`` of :data:`core.plan.presets.MODEL_PRESETS` (an edit)."""
         preset = MODEL_PRESETS[name]
         self._session.model = dataclasses.replace(preset)
         self._updating = True
@@ -631,13 +636,13 @@ class ConfigEditor(QtWidgets.QWidget):
                          f"{with_emb} with it)")
             size = plan.data_parallel_shard_size
             if size and plan.zero_stage >= 1 and plan.data_parallel % size == 0:
-                from core.plan.config import zero_replicas, zero_shard_size
+                from core.plan.parallel import zero_replicas, zero_shard_size
                 text += (f"<br>Hybrid sharding: shards over <b>{zero_shard_size(plan)}</b> ranks, "
                          f"<b>{zero_replicas(plan)}</b> replicas")
         except (ZeroDivisionError, TypeError, ValueError):
             text = "World size and micro-batches: enter positive sizes"
         try:
-            from core.plan.config import layout_summary
+            from core.plan.layout import layout_summary
             summary = layout_summary(model.num_layers, plan)
         except (TypeError, ValueError):  # the field's own error says what is wrong
             summary = None

@@ -32,7 +32,9 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.plan.config import PLAN_FIELDS, ConfigError, ParallelPlan, Session
+from core.plan.fields import ConfigError
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan
+from core.plan.session import Session
 from core.sim.simulate import SimulationResult
 from core.studies.sweep import SweepResult, SweepSpace, pareto_front
 

@@ -10,7 +10,10 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 import core
-from core.plan.config import MODEL_PRESETS, ConfigError, Session, validate
+from core.plan.fields import ConfigError
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.studies.diff import plan_label
 from core.io.megatron_args import MegatronArgsError
 from core.io.megatron_export import export_script

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.store.profiles import StoreInfo, list_stores, user_profiles_dir
 
 from .workers import ProfileRunner

@@ -19,7 +19,7 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
 from .empty_state import EmptyStack
@@ -235,7 +235,7 @@ class _StudyPanel(QtWidgets.QWidget):
     def run(self) -> int | None:
         """Start the study with the form's settings on the session's cluster; returns the run id,
         or None when the Plan tab's configuration cannot run it (the status says why)."""
-        from core.plan.config import ConfigError
+        from core.plan.fields import ConfigError
         session = self._session_fn()
         try:
             self.check_session(session)
@@ -367,7 +367,7 @@ class OptimalPanel(_StudyPanel):
 
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, batch or sequence cannot run the study."""
-        from core.plan.config import check_all_but_the_plan
+        from core.plan.rules import check_all_but_the_plan
         from core.studies.optimal import gpt_shape
         m = session.model
         check_all_but_the_plan(session, gpt_shape(1e9, m.seq_length, m.vocab_size))
@@ -516,7 +516,7 @@ class SchedulePanel(_StudyPanel):
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, precision or profile cannot run the
         study (the jobs bring their own models and batches)."""
-        from core.plan.config import check_all_but_the_plan
+        from core.plan.rules import check_all_but_the_plan
         from core.studies.optimal import gpt_shape
         check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
 

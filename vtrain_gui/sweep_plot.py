@@ -34,7 +34,7 @@ DEADLINE_COLOR = "#F2B701"
 
 
 def plan_text(result: SweepResult, i: int) -> str:
-    """The label of plan ``i`` (:meth:`core.plan.config.ParallelPlan.label`)."""
+    """The label of plan ``i`` (:meth:`core.plan.parallel.ParallelPlan.label`)."""
     return result.plans[i].label()
 
 

@@ -17,8 +17,10 @@ import numpy as np
 from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
-from core.plan.config import (RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ConfigError, FieldError,
-                         ParallelPlan, Session, pipeline_split_slots)
+from core.plan.fields import ConfigError, FieldError
+from core.plan.layout import pipeline_split_slots
+from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
+from core.plan.session import Session
 from core.studies.sweep import SweepSpace
 
 from .formatting import ERROR_STYLE

@@ -14,7 +14,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui
 from PySide6.QtCore import Qt
 
-from core.plan.config import ParallelPlan, plan_field_title
+from core.plan.parallel import ParallelPlan, plan_field_title
 from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd

@@ -38,7 +38,7 @@ from PySide6 import QtCore
 from PySide6.QtCore import Signal, Slot
 
 from core.sim import fastpath_kernel
-from core.plan.config import Session
+from core.plan.session import Session
 
 __all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "live_runners", "PROGRESS_INTERVAL_S"]
 
@@ -244,7 +244,7 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
 
 
 def _error_text(exc: BaseException) -> str:
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
 
     if isinstance(exc, ConfigError):
         return "; ".join(str(e) for e in exc.errors)

@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from core.plan.config import Session, fp8_recipe, padded_vocab_size, tensor_dtype
+from core.plan.model_config import padded_vocab_size
+from core.plan.parallel import fp8_recipe, tensor_dtype
+from core.plan.session import Session
 from core.store.gpu_spec import fits_peak_fraction, kind_fits_peak_fraction
 from core.sim.graph import build_graph, op_key, optimizer_params
 from core.sim.graph_types import KIND_COMPUTE, OPS
@@ -974,7 +976,9 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``;
     ``fitted`` names the parameters fitted (the others are the spec's).
     """
-    from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.model_config import ModelConfig
+    from core.plan.parallel import ParallelPlan
 
     cv = {name: finite_metrics(met) for name, met in cv.items()}
     cv_by_kind = {name: finite_metrics(met) for name, met in cv_by_kind.items()}

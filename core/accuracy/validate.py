@@ -39,14 +39,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from core.plan.config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, MODEL_PRESETS, PRECISIONS, RECOMPUTE_CHOICES,
-                     GPT_FAMILY, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session,
-                     capped_recompute_layers, expand_pipeline_layout, gpu_kind,
-                     model_from_fields, node_network_gbits_per_s, validate)
+from core.plan.cluster import (
+    GPU_KINDS, GPU_NIC_GBITS_PER_GPU, ClusterConfig, CostConfig, gpu_kind, node_network_gbits_per_s)
+from core.plan.layout import capped_recompute_layers, expand_pipeline_layout
+from core.plan.model_config import ModelConfig, model_from_fields
+from core.plan.parallel import PRECISIONS, RECOMPUTE_CHOICES, ParallelPlan
+from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
 from core.io.torchtitan_import import torchtitan_stage_layers
 from core.accuracy.bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
-from core.plan.config import rename_field
+from core.plan.fields import rename_field
 from core.store.gpu_spec import kind_fits_peak_fraction
 from core.util.inputs import read_bytes
 from core.sim.report import MEMORY_SCALES
@@ -371,7 +375,7 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
             always_validate: bool = False, memory_gib: float = math.nan,
             memory_scale: str = "") -> Measurement:
     """The row's :class:`Measurement`: ``reason`` / ``causes`` of the reader's own refusals plus
-    (when there are none, or with ``always_validate``) every rule core.plan.config's validation finds
+    (when there are none, or with ``always_validate``) every rule core.plan.rules' validation finds
     broken, each named by its session field (``names``: the file's names for them)."""
     causes = list(causes or ([reason.split(":")[0]] if reason else []))
     reasons = [reason] if reason else []
@@ -484,7 +488,7 @@ def _has(obj: Any, name: str) -> bool:
 
 
 #: Session field -> short cause name of a skipped row (counts per cause), for the refusals
-#: of core.plan.config's validation ("... is not modelled yet") and for fields a session lacks.
+#: of core.plan.rules' validation ("... is not modelled yet") and for fields a session lacks.
 FIELD_CAUSES = {
     "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
     "model.moe_ffn_hidden_size": "mixture of experts",
@@ -627,7 +631,7 @@ ASSUMPTIONS = {
     "async-tp-overlap": "torchtitan's async TP (collective matmul: the TP all-gathers and "
                         "reduce-scatters split and pipelined with their GEMMs) is tp_comm_overlap",
     "network-from-gpu-reference": "the network cell is empty: the GPU's reference node, one "
-                                  "NIC per GPU (core.plan.config.GPU_NIC_GBITS_PER_GPU: DGX A100 "
+                                  "NIC per GPU (core.plan.cluster.GPU_NIC_GBITS_PER_GPU: DGX A100 "
                                   "200 Gb/s, H100/H200/B200/GB200 400 Gb/s per GPU)",
     "bandwidth-per-node-as-printed": "the printed interconnect figure, which the source does "
                                      "not say is per node or per GPU, is the node's total "
@@ -1663,7 +1667,7 @@ def _check_cp_comm(framework: str, notes: str, row: _Row, node_cp: int | None = 
     when that divides cp), the all-to-all group of an a2a+p2p row whose notes say its
     all-to-all stays inside the node.
 
-    Modelled (:data:`core.plan.config.CP_COMM_TYPES`): the ring, as Megatron-Core runs it
+    Modelled (:data:`core.plan.parallel.CP_COMM_TYPES`): the ring, as Megatron-Core runs it
     (``--cp-comm-type p2p``, the default: K/V blocks passed around the cp ranks in cp - 1
     steps, each overlapped with a step of attention, REFERENCE.md "Context parallelism") and
     as PyTorch's ``context_parallel`` runs it with its ``alltoall`` rotation; PyTorch's
@@ -2057,7 +2061,7 @@ def _family_stem(name: str) -> str:
 def _shape_from_name(path: Path, row: int, v: dict[str, str], assume: Callable[..., None]
                      ) -> None:
     """Fill, in place, the empty family cells (:data:`_NAMED_SHAPE_COLUMNS`) of a row that
-    names a public model whose shipped preset (:data:`core.plan.config.MODEL_PRESETS`, the Hugging
+    names a public model whose shipped preset (:data:`core.plan.presets.MODEL_PRESETS`, the Hugging
     Face configs) has the row's layers, hidden size and heads, from that preset
     (``shape-from-model-name``): a "Llama3-70B" row with an empty activation is Llama's SwiGLU,
     not GPT's GeLU. Rows of other models keep the documented defaults."""
@@ -2126,7 +2130,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if re.search(r"\bDERIVED\b", notes):
         rw.assume("derived-time")
 
-    # the model family: every column goes to its session field; core.plan.config's validation
+    # the model family: every column goes to its session field; core.plan.rules' validation
     # refuses what is not modelled, naming it
     for col in ("activation", "normalization"):
         if v.get(col, ""):

@@ -40,7 +40,7 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
 #: Exceptions that are bad input, not bugs (module, class name): one line on stderr, exit
 #: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class exists
 #: only once its module is imported, so no module (numpy, h5py) is imported for this.
-USER_ERRORS = (("core.plan.config", "ConfigError"), ("core.io.session", "SessionFileError"),
+USER_ERRORS = (("core.plan.fields", "ConfigError"), ("core.io.session", "SessionFileError"),
                ("core.store.profile_store", "ProfileStoreError"), ("core.accuracy.validate", "MeasurementFileError"),
                ("core.store.nccl_tests", "NcclTestsError"), ("core.util.inputs", "NonFiniteError"),
                ("core.io.megatron_args", "MegatronArgsError"))

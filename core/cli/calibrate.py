@@ -132,7 +132,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
 
     from core.accuracy.calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
                              measured_sessions, shared_fit_kwargs, shared_stores)
-    from core.plan.config import GPU_KINDS, gpu_kind
+    from core.plan.cluster import GPU_KINDS, gpu_kind
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.interval import residual_table_from_cv

@@ -12,7 +12,8 @@ import math
 import os
 from contextlib import contextmanager
 
-from core.plan.config import ConfigError, CostConfig, FieldError, check_value
+from core.plan.cluster import CostConfig
+from core.plan.fields import ConfigError, FieldError, check_value
 from core.io.session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
@@ -27,7 +28,7 @@ class UsageError(Exception):
 
 
 def field_error(field: str, msg: str) -> ConfigError:
-    """A :class:`~core.plan.config.ConfigError` for one ``field`` (an option or a file) and its rule."""
+    """A :class:`~core.plan.fields.ConfigError` for one ``field`` (an option or a file) and its rule."""
     return ConfigError([FieldError(field, msg)])
 
 
@@ -38,15 +39,15 @@ GPU_HELP = ("GPU kind (default A100-SXM4-80GB; other tools' names such as \"H100
 
 def cluster_of_gpu(text: str, base=None):
     """The cluster of ``--gpu TEXT``: ``base`` (default: a default
-    :class:`~core.plan.config.ClusterConfig`) on that shipped GPU kind (:func:`core.plan.config.gpu_kind`
-    reads other tools' names), one node its NVLink domain (:data:`core.plan.config.GPU_NVLINK_DOMAIN`).
+    :class:`~core.plan.cluster.ClusterConfig`) on that shipped GPU kind (:func:`core.plan.cluster.gpu_kind`
+    reads other tools' names), one node its NVLink domain (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`).
 
     Raises
     ------
     ConfigError
         ``--gpu``: no shipped GPU kind (the message lists them).
     """
-    from core.plan.config import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
     gpu = gpu_kind(text)
     if gpu not in GPU_KINDS:
         raise field_error("--gpu", f"{text!r}: known kinds are " + ", ".join(GPU_KINDS))
@@ -143,7 +144,7 @@ def apply_sets(session, sets: list[str] | None):
 
     The value is JSON when it parses (``4``, ``1.5``, ``true``, ``null``, ``"text"``), else
     the text itself. Every value is checked as a session file's would be (type, bounds,
-    choices: :meth:`core.plan.config.Session.from_dict`); the configuration rules are the
+    choices: :meth:`core.plan.session.Session.from_dict`); the configuration rules are the
     caller's to check.
 
     Raises
@@ -154,7 +155,7 @@ def apply_sets(session, sets: list[str] | None):
     """
     import json
 
-    from core.plan.config import Session
+    from core.plan.session import Session
     if not sets:
         return session
     doc = session.to_dict()
@@ -189,7 +190,7 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     sets = getattr(args, "set", None)
     session = load_any(args.path, validate=validate and not sets)
     if sets:
-        from core.plan.config import check
+        from core.plan.rules import check
         session = apply_sets(session, sets)
         if validate:
             try:

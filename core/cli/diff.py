@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
     """``simulate(session)``; its errors name ``file`` and, for the pinned plan, the field under
     ``compare.pinned`` (a plan too large to simulate, an unreadable profile store)."""
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.store.profile_store import ProfileStoreError
     from core.sim.simulate import simulate
 
@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain diff``; returns the exit status."""
     from rich.table import Table
 
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.util.console import Console, esc
     from core.studies.diff import TERM_LABELS, diff_results
     from core.io.session import load_any
 
     if args.b is None:
-        from core.plan.config import check
+        from core.plan.rules import check
         from core.io.session import SessionFileError
         b = load_any(args.a)
         if b.compare is None:

@@ -41,13 +41,14 @@ def add_source(isub: Any) -> None:
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
     hf.add_argument("--seq-length", type=int, metavar="S",
                     help="sequence length to train at (default: max_position_embeddings)")
-    from core.plan.config import GPU_KINDS
+    from core.plan.cluster import GPU_KINDS
     hf.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
-    from core.plan.config import ConfigError, FieldError, check
+    from core.plan.fields import ConfigError, FieldError
+    from core.plan.rules import check
     from core.io.hf_import import read_hf_config
     from core.util.inputs import strict_dumps
     from core.util.text import printable

@@ -24,7 +24,8 @@ def add_parser(sub: Any) -> None:
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
     import_hf.add_source(isub)
     add_torchtitan(isub)
-    from core.plan.config import GPU_KINDS, MODEL_PRESETS
+    from core.plan.cluster import GPU_KINDS
+    from core.plan.presets import MODEL_PRESETS
     pr = isub.add_parser(
         "preset", help="a published model shape of the editor's presets (Llama 3, Mixtral, "
                        "Qwen3, DeepSeek-V3, GPT-OSS, GPT-3 ...)",
@@ -91,7 +92,11 @@ def _preset(args: argparse.Namespace) -> int:
     """``vtrain import preset NAME --out SESSION.json [--gpu KIND] [--seq-length S]``."""
     import dataclasses
 
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ConfigError, FieldError, Session, check
+    from core.plan.cluster import ClusterConfig
+    from core.plan.fields import ConfigError, FieldError
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.rules import check
+    from core.plan.session import Session
     from core.io.hf_import import default_plan
     from core.io.session import save_session
     from core.util.text import printable
@@ -116,7 +121,9 @@ def _preset(args: argparse.Namespace) -> int:
 
 
 def _megatron(args: argparse.Namespace) -> int:
-    from core.plan.config import GPU_KINDS, ConfigError, FieldError, check, gpu_kind
+    from core.plan.cluster import GPU_KINDS, gpu_kind
+    from core.plan.fields import ConfigError, FieldError
+    from core.plan.rules import check
     from core.util.console import Console, esc
     from core.io.megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
     from core.io.session import save_session
@@ -202,7 +209,8 @@ def add_torchtitan(isub: Any) -> None:
 
 def _torchtitan(args: argparse.Namespace) -> int:
     """``vtrain import torchtitan CONFIG.toml --out SESSION.json [--num-gpus N] [--gpu KIND]``."""
-    from core.plan.config import ConfigError, FieldError, gpu_kind
+    from core.plan.cluster import gpu_kind
+    from core.plan.fields import ConfigError, FieldError
     from core.io.session import save_session
     from core.util.text import printable
     from core.io.torchtitan_import import read_torchtitan_config

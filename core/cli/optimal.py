@@ -44,14 +44,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain optimal``; returns the exit status."""
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.util.console import Console
     from core.util.inputs import strict_dumps
     from core.studies.optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     session = session_from_args(args, validate=False)
-    from core.plan.config import check_all_but_the_plan
+    from core.plan.rules import check_all_but_the_plan
     from core.studies.optimal import gpt_shape
     # the model and plan are the study's; the cluster, batch and sequence must be valid
     try:

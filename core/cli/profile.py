@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.util.text import printable
-from core.plan.config import ConfigError
+from core.plan.fields import ConfigError
 from core.cli.common import UsageError, list_items, refuse_output_is_input
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     """``vtrain profile generate``: an analytic store from ``--spec FILE`` or ``--gpu KIND``."""
-    from core.plan.config import gpu_kind
+    from core.plan.cluster import gpu_kind
     from core.store.gpu_spec import read_gpu_spec, shipped_spec_path
     from core.store.profiles_gen import shipped_gpu_names, store_from_spec
 

@@ -54,14 +54,16 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain schedule``; returns the exit status."""
     from pathlib import Path
 
-    from core.plan.config import ConfigError, FieldError, Session, check_all_but_the_plan
+    from core.plan.fields import ConfigError, FieldError
+    from core.plan.rules import check_all_but_the_plan
+    from core.plan.session import Session
     from core.util.console import Console
     from core.util.inputs import strict_dumps
     from core.studies.optimal import gpt_shape
     from core.studies.scheduler import POLICIES, read_jobs, schedule_study
     from core.io.session import load_any
 
-    from core.plan.config import BOUNDS
+    from core.plan.fields import BOUNDS
     if not 0 < args.gpus <= BOUNDS["parallel"].hi:
         raise ConfigError([FieldError("--gpus", f"{args.gpus!r} must be a positive integer up to "
                                       f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})")])

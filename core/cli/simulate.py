@@ -54,7 +54,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     from core.schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
-    from core.plan.config import padded_vocab_size
+    from core.plan.model_config import padded_vocab_size
     V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
@@ -84,7 +84,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                  if causal is not None and causal < 0.98 * r.mfu else ""))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
-    from core.plan.config import layout_summary
+    from core.plan.layout import layout_summary
     summary = layout_summary(s.model.num_layers, s.plan)
     if summary:
         t.add_row("Pipeline layout", f"{s.plan.pipeline_model_parallel_layout}: {summary} "
@@ -215,7 +215,7 @@ def _json_report(result, wall_s: float) -> dict:
         "training_days": r.training_days, "cost_usd": r.cost_usd, "num_tasks": result.graph.num_tasks,
         "wall_s": wall_s, "wall_parts_s": result.timings_s, "session": result.session.to_dict(),
     })
-    from core.plan.config import pipeline_layout_text, virtual_stage_layer_counts
+    from core.plan.layout import pipeline_layout_text, virtual_stage_layer_counts
     s = result.session
     if pipeline_layout_text(s.plan) is not None:  # the layers of each virtual stage it places
         doc["virtual_stage_layers"] = virtual_stage_layer_counts(s.model.num_layers, s.plan)
@@ -224,7 +224,7 @@ def _json_report(result, wall_s: float) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain simulate``; returns the exit status."""
-    from core.plan.config import ConfigError
+    from core.plan.fields import ConfigError
     from core.util.inputs import strict_dumps
     from core.sim.simulate import simulate
     outputs = [("--trace-out", args.trace_out)]

@@ -2,7 +2,7 @@
 
 One module of :mod:`core.cli` per subcommand, so that several people can add
 subcommands without touching the same lines. Errors
-are raised as :class:`~core.plan.config.ConfigError` (exit status 2, one line).
+are raised as :class:`~core.plan.fields.ConfigError` (exit status 2, one line).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from core.plan.config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
-                      check_all_but_the_plan)
+from core.plan.fields import ConfigError, FieldError
+from core.plan.parallel import RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES
+from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
                      session_inputs)
 
@@ -303,7 +304,7 @@ def _money(usd: float) -> str:
 def _plan_fields(result) -> list[str]:
     """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
     whose value differs between the swept plans."""
-    from core.plan.config import ParallelPlan
+    from core.plan.parallel import ParallelPlan
     out = []
     for f in dataclasses.fields(ParallelPlan):
         col = result.plan_columns[f.name]
@@ -330,7 +331,7 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
-    from core.plan.config import plan_field_title
+    from core.plan.parallel import plan_field_title
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               padding=0)
     if first_col is not None:
@@ -360,7 +361,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                   + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
                      if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
     _print_dimensions(result, console)
-    from core.plan.config import expand_pipeline_layout, pipeline_layout_text
+    from core.plan.layout import expand_pipeline_layout, pipeline_layout_text
     layout = pipeline_layout_text(s.plan)
     if layout is not None:  # every plan keeps it: only its p*v is tried
         n = len(expand_pipeline_layout(layout))
@@ -376,7 +377,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
                       f"half, as Megatron-Core 0.19 logs it, is {causal:.2f} x that (the fastest "
                       f"plan: {result.mfu[result.fastest] * causal:.1%})[/]")
     if s.plan.precision == "fp8":
-        from core.plan.config import fp8_recipe
+        from core.plan.parallel import fp8_recipe
         from core.sim.costing import MFU_PEAK_NOTE
         console.print(f"[dim]precision fp8, recipe {fp8_recipe(s.plan)}; {MFU_PEAK_NOTE}[/]")
     best = _plan_table("Best plans", result, "")
@@ -438,7 +439,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
 
 def _print_dimensions(result, console: Console) -> None:
     """What the sweep chose (each field with its values) and what it held, and why."""
-    from core.plan.config import plan_field_title
+    from core.plan.parallel import plan_field_title
     from core.util.console import esc
 
     def text(v: Any) -> str:
@@ -460,7 +461,7 @@ def _print_dimensions(result, console: Console) -> None:
 
 def _print_best_by(result, console: Console) -> None:
     """The fastest plan that fits for each value of each swept dimension."""
-    from core.plan.config import plan_field_title
+    from core.plan.parallel import plan_field_title
     best = result.best_by()
     if not best or not result.num_feasible:
         return
@@ -481,7 +482,7 @@ def _print_best_by(result, console: Console) -> None:
 
 def _row_index(result, row: dict) -> int:
     """The row of ``result`` whose plan a ``best_by`` entry names."""
-    from core.plan.config import ParallelPlan
+    from core.plan.parallel import ParallelPlan
     plan = ParallelPlan(**{f.name: row[f.name] for f in dataclasses.fields(ParallelPlan)})
     return result.index_of(plan)
 

@@ -7,7 +7,7 @@ comment line::
 
     # vtrain: cluster gpu="A100-SXM4-80GB" gpus_per_node=8 intra_node_bandwidth_gbytes_per_s=null inter_node_bandwidth_gbits_per_s=800.0 memory_reserve_fraction=0.1
 
-``key=value`` pairs, one per field of :class:`core.plan.config.ClusterConfig`; each value is a
+``key=value`` pairs, one per field of :class:`core.plan.cluster.ClusterConfig`; each value is a
 JSON scalar (a number, ``null``, or a string in JSON's ASCII form, so no quote, space or
 control character in a GPU name or path can end the value or the comment; the line also goes
 through :func:`core.util.text.shell_comment`). ``vtrain import megatron-args`` reads it back
@@ -24,7 +24,8 @@ import json
 import re
 from typing import Any
 
-from core.plan.config import ClusterConfig, Session
+from core.plan.cluster import ClusterConfig
+from core.plan.session import Session
 from core.util.text import shell_comment
 
 __all__ = ["MARK", "cluster_comment", "read_cluster_comment", "apply_cluster_comment"]

@@ -4,7 +4,7 @@
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
 ``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
-``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.plan.config.Session` with a default plan
+``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -87,8 +87,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.plan.config import (ClusterConfig, ConfigError, CostConfig, FieldError, ModelConfig, ParallelPlan,
-                     LLAMA_FAMILY, Session, model_from_fields)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError, FieldError
+from core.plan.model_config import ModelConfig, model_from_fields
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import LLAMA_FAMILY
+from core.plan.session import Session
 
 __all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
            "HFImport", "session_from_hf_config", "read_hf_config", "default_plan",
@@ -535,7 +539,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     name : str, optional
         Model name when the config has no ``_name_or_path``; default the architecture's.
     check_rules : bool
-        Check the session's rules (:func:`core.plan.config.validate`) before returning it
+        Check the session's rules (:func:`core.plan.rules.validate`) before returning it
         (default). Without, the model is returned as the file gives it, also when the
         session breaks a rule (a default plan that does not fit the model, say).
 
@@ -653,7 +657,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                       cost=CostConfig())
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
     if check_rules:
-        from core.plan.config import rename_field, validate
+        from core.plan.fields import rename_field
+        from core.plan.rules import validate
         names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
                  "num_experts"}
         errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too

@@ -8,7 +8,7 @@ split by :mod:`shlex`. The world size comes from the launcher: torchrun's (or
 ``torch.distributed.launch``'s) ``--nnodes`` and ``--nproc-per-node``,
 srun's ``-N``/``--nodes`` and ``--ntasks-per-node``, or ``#SBATCH`` lines.
 
-``session_from_launch`` maps the arguments to a :class:`core.plan.config.Session`
+``session_from_launch`` maps the arguments to a :class:`core.plan.session.Session`
 through :data:`ARGUMENTS`, one table of argument -> session field. Fields of
 newer plans and model families (issues 10 and 11: ``plan.zero_stage``,
 ``model.activation`` ...) are written against their fixed names; an argument
@@ -55,9 +55,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.plan.config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, ClusterConfig, CostConfig,
-                     ModelConfig, ParallelPlan, Session, expand_pipeline_layout,
-                     capped_recompute_layers, model_from_fields)
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import BOUNDS
+from core.plan.layout import LAYOUT_RULE, capped_recompute_layers, expand_pipeline_layout
+from core.plan.model_config import ModelConfig, model_from_fields
+from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS, ParallelPlan
+from core.plan.session import Session
 from core.io.megatron_names import (BY_DEST, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
                               REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from core.io.cluster_comment import apply_cluster_comment
@@ -289,7 +292,7 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
 _DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
 #: Megatron-LM's value of each model field a launch leaves to it (arguments.py and Megatron-
 #: Core's TransformerConfig defaults: a GPT model), stated field by field and checked against
-#: the model's fields by :func:`core.plan.config.model_from_fields`. The shape and vocabulary are
+#: the model's fields by :func:`core.plan.model_config.model_from_fields`. The shape and vocabulary are
 #: always given; the attention kernel always set (Megatron-Core's ``auto``: flash);
 #: ``kv_lora_rank`` is required with ``--multi-latent-attention``.
 MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {

@@ -25,7 +25,7 @@ import difflib
 import re
 from typing import Any
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.io.cluster_comment import cluster_comment
 from core.io.megatron_args import (ARGUMENTS, MegatronArgsError, export_arguments, read_launch,
                                    session_from_launch)

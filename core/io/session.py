@@ -8,7 +8,7 @@ A session file is one JSON object::
      "sweep": {"space": {...}, "deadline_days": ...},
      "studies": {"optimal": {...}, "schedule": {...}}}
 
-``reliability`` (failures, restarts and checkpoints, :class:`core.plan.config.ReliabilityConfig`)
+``reliability`` (failures, restarts and checkpoints, :class:`core.plan.cluster.ReliabilityConfig`)
 is optional: a file without it takes the documented defaults (docs/goodput.md); the writer
 always writes it. ``sweep`` (the Explore tab's sweep settings) and ``studies`` (the Studies
 tab's settings) are optional in version 1 and written only when set, so files
@@ -29,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from core.util.atomic import atomic_target
-from core.plan.config import ConfigError, FieldError, Session, check, vtrain_config_from_dict
+from core.io.vtrain_json import vtrain_config_from_dict
+from core.plan.fields import ConfigError, FieldError
+from core.plan.rules import check
+from core.plan.session import Session
 from core.util.inputs import read_json_file, strict_dumps
 
 __all__ = ["SESSION_FORMAT", "SESSION_VERSION", "SessionFileError", "save_session",
@@ -114,10 +117,10 @@ def read_json(path: str | Path, error: type[Exception] = SessionFileError,
 
 #: Sections a session file must have (cluster, cost and sweep fall back to defaults).
 #: Inside a section, the fields whose metadata says ``required`` must be given
-#: (:func:`core.plan.config.missing_required`): every model field (``null`` where it may be empty:
+#: (:func:`core.plan.model_config.missing_required`): every model field (``null`` where it may be empty:
 #: ``ffn_hidden_size`` null is 4h), and the plan's t, p, d, b, B, recompute and precision
 #: (schedule defaults to Megatron-LM's 1F1B); a first-release file's model section of only
-#: the GPT shape (:data:`core.plan.config.GPT_SHAPE_FIELDS`) is a GPT model. Cluster and cost
+#: the GPT shape (:data:`core.plan.model_config.GPT_SHAPE_FIELDS`) is a GPT model. Cluster and cost
 #: fields have documented defaults (docs/simulator.md, "Inputs").
 REQUIRED_SECTIONS = ("model", "plan")
 

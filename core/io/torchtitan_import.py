@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.plan.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ConfigError,
-                     CostConfig, FieldError, ParallelPlan, Session)
+from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
+from core.plan.fields import ConfigError, FieldError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 
 __all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "TorchtitanImport", "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
@@ -300,7 +303,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
         ``data_parallel_shard_degree`` is -1 (the default), else checked against the product
         of the degrees.
     gpu : str, optional
-        GPU kind of the cluster (:data:`core.plan.config.GPU_KINDS`; default the session's).
+        GPU kind of the cluster (:data:`core.plan.cluster.GPU_KINDS`; default the session's).
 
     Raises
     ------
@@ -324,7 +327,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
     session = Session(model=model, plan=plan, cluster=cluster, cost=cost)
     session.notes = f"Imported from the torchtitan job config {where}."
-    from core.plan.config import validate
+    from core.plan.rules import validate
     errs = validate(session)
     if errs:
         names = {**_FIELD_KEYS, **({"plan.precision": "model.converters"}

@@ -38,10 +38,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from core import schedules
-from core.plan.config import (FP8_DEFAULT_RECIPE, PLAN_FIELDS, ModelConfig, ParallelPlan, fp8_recipe,
-                     grad_dtype, padded_vocab_size, pipeline_layout_text, plan_key,
-                     recompute_modules, stage_layer_counts, tensor_dtype,
-                     virtual_stage_layer_counts, zero_shard_size)
+from core.plan.layout import pipeline_layout_text, stage_layer_counts, virtual_stage_layer_counts
+from core.plan.model_config import ModelConfig, padded_vocab_size
+from core.plan.parallel import (
+    FP8_DEFAULT_RECIPE, PLAN_FIELDS, ParallelPlan, fp8_recipe, grad_dtype, plan_key,
+    recompute_modules, tensor_dtype, zero_shard_size)
 from core.model.stage_memory import StageMemory
 
 __all__ = [
@@ -839,7 +840,7 @@ def _dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mo
     :func:`cp_exchange_buffer_bytes`, added by :func:`stage_memory_arrays`).
 
     Selective recomputation by module (Megatron-Core ``--recompute-modules``,
-    :func:`core.plan.config.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
+    :func:`core.plan.parallel.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
     table's ``selective`` row); without it the unfused core keeps that term as with ``none``;
     ``layernorm`` drops the outputs of the norms that are modules of their own
     (:func:`norms_separate`; ``CheckpointWithoutOutput`` discards them and the backward runs
@@ -1520,7 +1521,7 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     ``transformer/moe/experts.py``, ``token_dispatcher.py``). Nor do the permutation and the
     all-to-alls keep their outputs. FP8: the experts' fc1 input and fc2 input are the FP8
     copies TE keeps (``h`` and ``f_e/etp`` bytes per row instead of ``2h`` and ``2 f_e/etp``).
-    Selective recomputation by module (:func:`core.plan.config.recompute_modules`): ``moe``
+    Selective recomputation by module (:func:`core.plan.parallel.recompute_modules`): ``moe``
     (Megatron-Core ``MoELayer`` under ``tensor_parallel.checkpoint``) keeps none of the routed
     part nor the shared experts'; ``moe_act`` (``TEGroupedMLP``'s activation under
     ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row (under FP8
@@ -1907,7 +1908,7 @@ def selective_op_flops_per_token(model: ModelConfig) -> float:
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the tensors' dtype (:func:`core.plan.config.tensor_dtype`: BF16 under FP8, whose attention runs
+    the tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention runs
     in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
     parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
     context parallelism."""
@@ -2184,7 +2185,7 @@ def num_active_parameters_with_embedding(model: ModelConfig, tensor_parallel: in
 
 def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
     """Global layer indices of each pipeline stage, length p (see
-    :func:`core.plan.config.stage_layer_counts`; raises ValueError when the layers do not split)."""
+    :func:`core.plan.layout.stage_layer_counts`; raises ValueError when the layers do not split)."""
     out, start = [], 0
     for c in _stage_counts(model, plan):
         out.append(range(start, start + c))
@@ -2195,7 +2196,7 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
 def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[range]]:
     """Global layer indices of each model chunk of each pipeline stage: ``p`` lists of ``v``
     ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
-    ``c*p + i`` of :func:`core.plan.config.virtual_stage_layer_counts`). Raises ValueError when
+    ``c*p + i`` of :func:`core.plan.layout.virtual_stage_layer_counts`). Raises ValueError when
     the layers do not split."""
     return [list(chunks) for chunks in _chunk_layout(model, plan)[0]]
 
@@ -2214,7 +2215,7 @@ def _layout_key(plan: ParallelPlan) -> tuple | None:
 
 
 def _stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
-    """:func:`core.plan.config.stage_layer_counts` memoized, keyed by every field it reads (the
+    """:func:`core.plan.layout.stage_layer_counts` memoized, keyed by every field it reads (the
     model's layers, ``p``, ``first_stage_layers``, ``last_stage_layers``, the two
     pipeline-split flags as booleans); a tuple. Raises ValueError as it does."""
     key = (model.num_layers, plan.pipeline_parallel, plan.first_stage_layers,
@@ -2235,8 +2236,8 @@ def _chunk_layout(model: ModelConfig, plan: ParallelPlan
     """The chunks of :func:`stage_chunk_layers` (tuples), their layers as a read-only int64
     array shape (p, v) and as tuples, memoized (sweeps ask for the same few layouts often).
 
-    The key is every field :func:`core.plan.config.virtual_stage_layer_counts` reads with ``v``
-    given (and :func:`core.plan.config.stage_layer_counts` for ``v = 1``): the model's layers,
+    The key is every field :func:`core.plan.layout.virtual_stage_layer_counts` reads with ``v``
+    given (and :func:`core.plan.layout.stage_layer_counts` for ``v = 1``): the model's layers,
     ``p``, ``v`` (:func:`chunks_per_stage`), ``first_stage_layers``, ``last_stage_layers``
     and the two pipeline-split flags (read as booleans). Raises ValueError as they do (errors
     are not memoized)."""
@@ -2425,7 +2426,7 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     """Model FLOPs plus the recomputed ones (for HFU): full recomputation runs the forward of
     :func:`recomputed_layers` again (Narayanan et al. 2021, Eq. 3's factor 4 instead of 3
     when every layer is recomputed); selective recomputation the GEMMs of its modules
-    (:func:`core.plan.config.recompute_modules`): ``core_attn`` the attention core, ``4sh``
+    (:func:`core.plan.parallel.recompute_modules`): ``core_attn`` the attention core, ``4sh``
     per token and layer (Korthikanti et al. 2022, Sec. 5), ``mlp`` the dense layers' MLP,
     ``moe`` the MoE layers' router, active experts and shared experts, ``shared_experts``
     those alone, ``mla_up_proj`` MLA's up-projections
@@ -2671,7 +2672,7 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
 
     Megatron-LM (docs, distributed optimizer table): 16-bit weights (4 with fp32),
-    gradients in :func:`core.plan.config.grad_dtype` (fp32 main gradients with bf16), and
+    gradients in :func:`core.plan.parallel.grad_dtype` (fp32 main gradients with bf16), and
     an optimizer holding fp32 master weights (mixed precision only), Adam's two fp32
     moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
     fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
@@ -2685,7 +2686,7 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
     ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
     With hybrid sharding (``plan.data_parallel_shard_size``, HSDP) ``d`` is the shard group's
-    ``size*cp`` (:func:`core.plan.config.zero_shard_size`): the state is replicated over ``d/size``.
+    ``size*cp`` (:func:`core.plan.parallel.zero_shard_size`): the state is replicated over ``d/size``.
     ``data_parallel`` replaces ``d*cp`` (routed experts' parameters shard over the
     expert-data-parallel group, :func:`expert_data_parallel`: Megatron-Core's distributed
     optimizer shards them there).
@@ -2784,7 +2785,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     with the expert-data-parallel size in place of ``d``). Under ZeRO-3 parameters are gathered
     layer by layer (Rajbhandari et al. 2020, Sec. 5.3) and a layer's gradients exist unsharded
     until their reduce-scatter: at the peak a GPU holds the current layer's gathered weights and
-    its unsharded gradients (in :func:`core.plan.config.grad_dtype`, the reduce-scatter's input) and,
+    its unsharded gradients (in :func:`core.plan.parallel.grad_dtype`, the reduce-scatter's input) and,
     with ``overlap_param_gather`` (the next layer's all-gather prefetched under the current
     layer's compute), the next layer's gathered weights too: PyTorch FSDP, ``BackwardPrefetch``
     ("at the peak, it holds the current set of parameters, next set of parameters, and current

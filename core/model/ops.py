@@ -81,7 +81,7 @@ import numpy as np
 from core.model.model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES, FAMILY_KEY_DEFAULTS,  # noqa: F401
                          GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, fp8_tn_only, full_op_key,
                          op_kernels, table_covers)
-from core.plan.config import tensor_dtype
+from core.plan.parallel import tensor_dtype
 
 __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
@@ -184,7 +184,7 @@ FLASH_BWD_RELATIVE_EFFICIENCY = 0.8
 def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str, float],
                       device_name: str = "device") -> np.ndarray:
     """Peak FLOP/s of each kernel, shape (k,): its own ``dtype`` (the FP8 GEMMs of FP8 training)
-    or the op's tensor dtype (:func:`core.plan.config.tensor_dtype` of ``dtype``: BF16 for FP8); a
+    or the op's tensor dtype (:func:`core.plan.parallel.tensor_dtype` of ``dtype``: BF16 for FP8); a
     FlashAttention backward kernel (``flash_attn_bwd``) at :data:`FLASH_BWD_RELATIVE_EFFICIENCY`
     of it, so that its efficiency is that share of the forward's.
 

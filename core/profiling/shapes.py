@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.plan.config import ConfigError, Session, padded_vocab_size, stage_layer_counts
+from core.plan.fields import ConfigError
+from core.plan.layout import stage_layer_counts
+from core.plan.model_config import padded_vocab_size
+from core.plan.session import Session
 from core.model.model_math import MLA_KEY
 from core.model.ops import DTYPE_BYTES
 
@@ -175,7 +178,7 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     """The shape group a session's simulation looks up (its ``t``, ``b``, precision).
 
     ``layers`` holds the distinct layer counts of the pipeline stages
-    (:func:`core.plan.config.stage_layer_counts`: an even split, uneven first / last stages or a
+    (:func:`core.plan.layout.stage_layer_counts`: an even split, uneven first / last stages or a
     custom pipeline layout), so the optimizer-step rows match each stage's parameter count
     (stages of equal counts differ by the embedding only). A stage that holds no layer
     counts as one.

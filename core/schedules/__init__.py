@@ -107,7 +107,7 @@ class PipelineSchedule:
                ) -> list[tuple[str, str]]:
         """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
         the layer slots of the embedding and the loss when they count in the pipeline split
-        (:func:`core.plan.config.pipeline_split_slots`), 0 to 2. ``num_layers`` None: a custom
+        (:func:`core.plan.layout.pipeline_split_slots`), 0 to 2. ``num_layers`` None: a custom
         pipeline layout places the layers (``plan.pipeline_model_parallel_layout``), so no
         divisibility rule applies."""
         if v not in (None, 1):

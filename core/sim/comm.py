@@ -43,7 +43,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from core.plan.config import ClusterConfig, ParallelPlan, node_network_gbits_per_s
+from core.plan.cluster import ClusterConfig, node_network_gbits_per_s
+from core.plan.parallel import ParallelPlan
 from core.model.ops import effective_op_model
 from core.store.nccl_tests import BUS_BANDWIDTH_FACTOR, RING_STEPS
 
@@ -158,7 +159,7 @@ class CommModel:
 
     @property
     def node_network_gbits_per_s(self) -> float:
-        """The node's network bandwidth, Gb/s (:func:`core.plan.config.node_network_gbits_per_s`:
+        """The node's network bandwidth, Gb/s (:func:`core.plan.cluster.node_network_gbits_per_s`:
         the cluster's, or its GPU's reference node when empty). Raises ValueError when
         neither is known, only when a transfer leaves the node."""
         return node_network_gbits_per_s(self.cluster)
@@ -280,7 +281,7 @@ class CommModel:
         Hybrid sharding (``plan.data_parallel_shard_size``, HSDP; Megatron-Core's
         ``--num-distributed-optimizer-instances``, PyTorch FSDP's HYBRID_SHARD, torchtitan's
         dp_shard x dp_replicate): the shard group is the ``S = size*cp`` consecutive ranks
-        ``tp + t*j`` (:func:`core.plan.config.zero_shard_size`; inside a node when ``t*S`` GPUs fit
+        ``tp + t*j`` (:func:`core.plan.parallel.zero_shard_size`; inside a node when ``t*S`` GPUs fit
         in one), replicated over ``R = d/size`` groups ``t*S`` ranks apart. The all-gather runs
         in the shard group; the reduce-scatter runs in it and is followed by an all-reduce of
         the ``nbytes/S`` shard across the ``R`` replicas (Megatron-Core
@@ -288,7 +289,7 @@ class CommModel:
         over the inter-instance group; ``max(1, gpus_per_node // (t*S))`` replicas share a
         node, across nodes when the shard group fills one). An all-reduce (unsharded
         gradients) spans all ``d*cp`` ranks as without hybrid sharding."""
-        from core.plan.config import zero_replicas, zero_shard_size
+        from core.plan.parallel import zero_replicas, zero_shard_size
         t, g = self.plan.tensor_parallel, self.cluster.gpus_per_node
         R = zero_replicas(self.plan)
         if R <= 1 or kind == "all_reduce":

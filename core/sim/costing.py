@@ -32,14 +32,14 @@ MFU_PEAK_NOTE = "MFU and HFU of an FP8 plan are against the BF16 dense peak (as 
 
 def mfu_peak_flops(store, precision: str) -> float:
     """Peak FLOP/s of one GPU that MFU and HFU divide by: the dense peak of ``precision``'s
-    tensors (:func:`core.plan.config.tensor_dtype`; BF16 for FP8 training, see the module doc).
+    tensors (:func:`core.plan.parallel.tensor_dtype`; BF16 for FP8 training, see the module doc).
 
     Raises
     ------
     KeyError
         The store has no peak for that dtype (its message names the device and dtype).
     """
-    from core.plan.config import tensor_dtype
+    from core.plan.parallel import tensor_dtype
     return float(store.peak_flops[tensor_dtype(precision)])
 
 

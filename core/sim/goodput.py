@@ -85,9 +85,9 @@ def checkpoint_bytes_per_parameter(precision: str) -> float:
     """Bytes a checkpoint holds per parameter: the weights in the training dtype, and the
     optimizer state Megatron-LM saves, fp32 main weights (mixed precision only) and Adam's two
     fp32 moments (the distributed optimizer's ``param``, ``exp_avg``, ``exp_avg_sq``); not the
-    gradients. bf16, fp16 and fp8 (BF16 weights, :func:`core.plan.config.tensor_dtype`) 14, fp32 12.
+    gradients. bf16, fp16 and fp8 (BF16 weights, :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12.
     """
-    from core.plan.config import tensor_dtype
+    from core.plan.parallel import tensor_dtype
     from core.model.model_math import DTYPE_BYTES
     e = DTYPE_BYTES[tensor_dtype(precision)]
     return e + (4 if e < 4 else 0) + 8
@@ -300,7 +300,7 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
         Iterations of the run (at least 1).
     num_gpus : int
         World size; the job's failure rate is the per-GPU rate times it.
-    reliability : core.plan.config.ReliabilityConfig
+    reliability : core.plan.cluster.ReliabilityConfig
     size : CheckpointSize
         :func:`checkpoint_size` of the plan.
     price_per_gpu_hour_usd : float
@@ -330,7 +330,7 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
     segs = _segments(n, k, T, C)
     longest = max(x for x, _ in segs) + R
     if longest / M > MAX_FAILURES_EXPONENT:
-        from core.plan.config import ConfigError, FieldError
+        from core.plan.fields import ConfigError, FieldError
         raise ConfigError([FieldError("reliability.failure_rate_per_gpu_hour", (
             f"failure_rate_per_gpu_hour={rel.failure_rate_per_gpu_hour:g} on {num_gpus:,} GPUs "
             f"interrupts the job every {M:,.3g} s, against {longest:,.3g} s of restart, work and "

@@ -34,9 +34,11 @@ import numpy as np
 from core.model import model_math
 from core import schedules
 from core.sim.comm import CommModel
-from core.plan.config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype, padded_vocab_size,
-                     pipeline_layout_text, plan_key, tensor_dtype, virtual_stage_layer_counts,
-                     zero_shard_size)
+from core.plan.layout import pipeline_layout_text, virtual_stage_layer_counts
+from core.plan.model_config import ModelConfig, padded_vocab_size
+from core.plan.parallel import (
+    PLAN_FIELDS, fp8_recipe, grad_dtype, plan_key, tensor_dtype, zero_shard_size)
+from core.plan.session import Session
 from core.sim.graph_types import KINDS, OPS, ExecutionGraph
 from core.model.model_math import FP8_WEIGHT_CAST_OP
 from core.model.ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
@@ -45,7 +47,7 @@ from core.model.model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTI
                          SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_GEMMS, TP_OVERLAP_OPS,
                          expert_data_parallel,
                          expert_tensor_parallel, moe_ffn)
-from core.plan.config import recompute_modules
+from core.plan.parallel import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
@@ -317,7 +319,7 @@ def optimizer_params(session: Session) -> np.ndarray:
     """Parameters the optimizer of one GPU of each stage updates, shape (p,): all it holds, or
     its ``1/(d*cp)`` shard from ZeRO stage 1 on (Megatron's distributed optimizer shards over
     the data-parallel group with the context-parallel ranks; with hybrid sharding over a
-    shard group's ``size*cp``, :func:`core.plan.config.zero_shard_size`; the routed experts'
+    shard group's ``size*cp``, :func:`core.plan.parallel.zero_shard_size`; the routed experts'
     parameters over the expert-data-parallel group instead)."""
     n = params_per_gpu(session)
     if session.plan.zero_stage < 1:
@@ -337,7 +339,7 @@ class OpTimes:
 def op_key(session: Session) -> dict:
     """Key of the session's ops: the profile store's key columns (:data:`core.model.ops.OP_KEYS`) plus
     ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
-    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.plan.config.fp8_recipe`); ``dtype``
+    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.plan.parallel.fp8_recipe`); ``dtype``
     is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
 
     ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
@@ -454,7 +456,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
 
 def optimizer_time(store, num_params: float, dtype: str) -> float:
     """Seconds for the optimizer step over ``num_params`` parameters on one GPU (``dtype`` the
-    training precision; FP8 training steps BF16 weights, :func:`core.plan.config.tensor_dtype`);
+    training precision; FP8 training steps BF16 weights, :func:`core.plan.parallel.tensor_dtype`);
     0 for a GPU without parameters (a stage a custom pipeline layout leaves empty)."""
     if num_params <= 0:
         return 0.0
@@ -483,8 +485,8 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
     Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
     ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
     under the interleaved schedule and 1 otherwise. The counts are
-    :func:`core.plan.config.virtual_stage_layer_counts`: without interleaving the stages of
-    :func:`core.plan.config.stage_layer_counts` (uneven first and last stages included), with it
+    :func:`core.plan.layout.virtual_stage_layer_counts`: without interleaving the stages of
+    :func:`core.plan.layout.stage_layer_counts` (uneven first and last stages included), with it
     an even split of ``L`` over ``p*v``; with the embedding / loss counted in the split
     (Megatron-Core ``account_for_embedding/loss_in_pipeline_split``) the first / last
     virtual stage one layer fewer; with a custom pipeline layout
@@ -796,7 +798,7 @@ class _Structure:
     after; ``"all_reduce"``: without sequence parallelism, every rank holds all tokens and the
     experts' output is all-reduced over ``t`` as a dense MLP's), ``shared`` shared experts.
     ``selective``: selective recomputation runs the attention core again (``core_attn``);
-    ``modules``: the modules it recomputes (:func:`core.plan.config.recompute_modules`).
+    ``modules``: the modules it recomputes (:func:`core.plan.parallel.recompute_modules`).
     ``window_layers``: the chunk's layers with sliding-window attention (global indices;
     :func:`core.model.model_math.window_layer_mask`), whose attention ops are ``attention_swa_*``.
     ``mla``: multi-head latent attention, whose attention ops' input-side tensor-parallel
@@ -1559,7 +1561,7 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
-    Gradients move in :func:`core.plan.config.grad_dtype`, parameters in the training precision
+    Gradients move in :func:`core.plan.parallel.grad_dtype`, parameters in the training precision
     (the FP8 linear weights in 1 byte with ``fp8_param_gather``,
     :func:`core.model.model_math.param_gather_bytes`).
     An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
@@ -1747,7 +1749,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     Parameters
     ----------
     session : Session
-        A valid session (see :func:`core.plan.config.validate`).
+        A valid session (see :func:`core.plan.rules.validate`).
     store : ProfileStore
     cache : dict, optional
         Memo of op lookups and communication times shared between calls; keys

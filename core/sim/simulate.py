@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from core.model import model_math
-from core.plan.config import (GPU_FP8_DTYPES, ConfigError, FieldError, Session, check, fp8_recipe,
-                     path_problem, recompute_modules, tensor_dtype)
+from core.plan.cluster import GPU_FP8_DTYPES
+from core.plan.fields import ConfigError, FieldError, path_problem
+from core.plan.parallel import fp8_recipe, recompute_modules, tensor_dtype
+from core.plan.rules import check
+from core.plan.session import Session
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.energy import no_power_figures, run_energy
 from core.sim.fastpath import pipeline_iteration_times
@@ -66,7 +69,7 @@ def profile_path(session: Session) -> Path:
     shipped one for its GPU (``profiles/<gpu>.h5``, the GPU kind made a file name by
     :func:`core.util.text.file_name_part`: a kind like ``"../x"`` names a missing store in that
     folder, never a file outside it). A ``~user`` this machine does not know stays as written
-    (opening it then fails as a missing store does; :func:`core.plan.config.path_problem` names it)."""
+    (opening it then fails as a missing store does; :func:`core.plan.fields.path_problem` names it)."""
     if session.cluster.profile_path:
         return Path(os.path.expanduser(session.cluster.profile_path))
     return PROFILES_DIR / f"{file_name_part(session.cluster.gpu)}.h5"
@@ -141,7 +144,7 @@ def stage_memory(session: Session, store=None) -> list[StageMemory]:
 
 def fp8_tn(session: Session, store=None) -> bool:
     """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model.model_math.fp8_tn_only`):
-    from ``store``'s peaks, else from :data:`core.plan.config.GPU_FP8_DTYPES` of ``cluster.gpu``
+    from ``store``'s peaks, else from :data:`core.plan.cluster.GPU_FP8_DTYPES` of ``cluster.gpu``
     (true for a kind not listed)."""
     if store is not None:
         return model_math.fp8_tn_only(store.peak_flops)
@@ -281,7 +284,7 @@ def small_nvlink_domain_note(c, n: int) -> str | None:
     NVL72 rack: 72) and a job of ``n`` GPUs spans several nodes: what crosses a node is priced
     over the network, which on such a system it need not be; None otherwise. A job that uses
     part of each rack (64 of 72) sets ``gpus_per_node`` to that, and is not warned."""
-    from core.plan.config import GPU_NVLINK_DOMAIN
+    from core.plan.cluster import GPU_NVLINK_DOMAIN
     domain = GPU_NVLINK_DOMAIN.get(c.gpu)
     if not domain or domain <= 8 or c.gpus_per_node > 8 or n <= c.gpus_per_node:
         return None

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.plan.config import ConfigError, FieldError
+from core.plan.fields import ConfigError, FieldError
 from core.model.ops import DEFAULT_OP_MODEL
 from core.util.text import file_name_part
 
@@ -66,7 +66,7 @@ MAX_NVLINK_DOMAIN = 576
 
 
 class GpuSpecError(ConfigError):
-    """A GPU spec file breaks a rule; each :class:`~core.plan.config.FieldError` names
+    """A GPU spec file breaks a rule; each :class:`~core.plan.fields.FieldError` names
     ``FILE: field`` and the rule (printed as one line, exit status 2, by the CLI)."""
 
 

@@ -58,7 +58,7 @@ import numpy as np
 from core.store.residuals import NODE_CLASSES, RESIDUAL_SETS, ResidualTable, node_class
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.plan.config import Session
+    from core.plan.session import Session
     from core.store.profile_store import ProfileStore
 
 __all__ = ["DEFAULT_COVERAGE", "RESIDUAL_SETS", "NODE_CLASSES", "ResidualTable",

@@ -32,7 +32,8 @@ import numpy as np
 
 from core.store.nccl_tests import BUS_BANDWIDTH_FACTOR, RING_STEPS
 from core.model.model_math import activation_key, mla_key
-from core.plan.config import MODEL_PRESETS, padded_vocab_size
+from core.plan.model_config import padded_vocab_size
+from core.plan.presets import MODEL_PRESETS
 from core.store.gpu_spec import GpuSpec, read_gpu_spec, shipped_spec_path, shipped_specs
 from core.model.ops import (ALL_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)

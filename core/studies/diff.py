@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.sim.graph_types import KINDS
 
 __all__ = ["TERMS", "time_terms", "PlanDiff", "diff_plans"]
@@ -174,7 +174,7 @@ def plan_label(session: Session) -> str:
     if hasattr(pl, "label"):
         if getattr(pl, "precision", "bf16") == "bf16":
             return pl.label()
-        from core.plan.config import fp8_recipe
+        from core.plan.parallel import fp8_recipe
         recipe = fp8_recipe(pl)
         return f"{pl.label()} precision={pl.precision}" + (f" fp8={recipe}" if recipe else "")
     return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "

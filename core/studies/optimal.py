@@ -29,7 +29,7 @@ plan sweep (:func:`core.studies.sweep.run_sweep`), trains it for the tokens that
 processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
 
 Parameters ``N`` count every weight (embeddings included, as
-:meth:`core.plan.config.ModelConfig.num_parameters`); tokens ``D`` are training
+:meth:`core.plan.model_config.ModelConfig.num_parameters`); tokens ``D`` are training
 tokens.
 """
 
@@ -41,7 +41,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from core.plan.config import ConfigError, FieldError, ModelConfig, Session
+from core.plan.fields import ConfigError, FieldError
+from core.plan.model_config import ModelConfig
+from core.plan.session import Session
 from core.util.text import format_params
 from core.model.model_math import num_parameters
 

@@ -46,8 +46,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from core.plan.config import (BOUNDS, GPT_FAMILY, MAX_STRING_LENGTH, MODEL_PRESETS, ConfigError, FieldError,
-                     ModelConfig, Session, model_from_fields)
+from core.plan.fields import BOUNDS, MAX_STRING_LENGTH, ConfigError, FieldError
+from core.plan.model_config import ModelConfig, model_from_fields
+from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
+from core.plan.session import Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
            "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study"]
@@ -57,7 +59,7 @@ POLICIES = ("requested", "efficient", "adaptive")
 MAX_ARRIVAL_H = 1e6
 #: Most jobs a trace may hold (each costs one plan sweep per distinct model and batch).
 MAX_JOBS = 10_000
-#: Bounds of a job's numbers: the session fields' (:data:`core.plan.config.BOUNDS`).
+#: Bounds of a job's numbers: the session fields' (:data:`core.plan.fields.BOUNDS`).
 _JOB_BOUNDS = {"global_batch_size": BOUNDS["global_batch"], "tokens": BOUNDS["tokens"],
                "requested_gpus": BOUNDS["parallel"]}
 
@@ -87,7 +89,7 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
     """Jobs from a parsed JSON list of objects with the keys ``name`` (optional),
     ``arrival_h``, ``model`` (a preset name, e.g. ``"GPT-3 13B"``) or the shape of a GPT model
     (``num_layers``, ``hidden_size``, ``num_attention_heads``, ``seq_length`` and
-    ``vocab_size``, all required; the family fields are GPT's, :data:`core.plan.config.GPT_FAMILY`),
+    ``vocab_size``, all required; the family fields are GPT's, :data:`core.plan.presets.GPT_FAMILY`),
     ``global_batch_size``, ``tokens`` and ``requested_gpus``.
 
     Raises
@@ -95,7 +97,8 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
     ConfigError
         Naming ``source[i].key`` and the rule it breaks.
     """
-    from core.plan.config import ParallelPlan, validate
+    from core.plan.parallel import ParallelPlan
+    from core.plan.rules import validate
 
     if not isinstance(items, list) or not items:
         raise ConfigError([FieldError(source, "must be a non-empty JSON list of jobs")])

@@ -6,7 +6,7 @@ plan (t, p, d, b, schedule, recomputation), predict each plan's iteration
 time, and turn it into days, GPU-hours and dollars for a token budget. The
 time-versus-cost Pareto front then shows which plans are worth considering.
 
-Validity has one source of truth, :func:`core.plan.config.validate`. Plans that do
+Validity has one source of truth, :func:`core.plan.rules.validate`. Plans that do
 not fit in GPU memory are kept and marked with the reason.
 
 Speed
@@ -56,7 +56,7 @@ no global state except read-only caches::
 * Filters: ``result.select(num_gpus=..., fits_only=True, deadline_days=...)``
   returns a boolean mask; ``result.cheapest_within(deadline_days)`` an index.
 * Load a point into the editor: ``result.session_for(i)`` (a new
-  :class:`~core.plan.config.Session` with that plan and the sweep's model, cluster
+  :class:`~core.plan.session.Session` with that plan and the sweep's model, cluster
   and cost); simulate it as usual to show its timeline.
 * Export: ``result.write_csv(path)``; ``result.to_dict()`` is the CLI's JSON.
 * Save the settings: ``space.to_dict()`` / ``SweepSpace.from_dict(d)`` (plain JSON).
@@ -82,11 +82,13 @@ import numpy as np
 
 from core.model import model_math
 from core import schedules as pipeline_schedules
-from core.plan.config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                     ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
-                     expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
-                     ep_overlap_errors, plan_key, probe_plan, validate,
-                     capped_recompute_layers)
+from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
+from core.plan.layout import (
+    capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots)
+from core.plan.parallel import (
+    PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, ParallelPlan, plan_key)
+from core.plan.rules import ep_overlap_errors, probe_plan, validate
+from core.plan.session import Session
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.fastpath import pipeline_iteration_times
 from core.sim.graph import build_graph, num_chunks, stage_times
@@ -99,7 +101,7 @@ __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUM
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
-#: The plan's columns: every field of :class:`~core.plan.config.ParallelPlan`, in its order.
+#: The plan's columns: every field of :class:`~core.plan.parallel.ParallelPlan`, in its order.
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
 COLUMNS = PLAN_COLUMNS + (
@@ -162,13 +164,13 @@ class SweepSpace:
     micro_batch_sizes : sequence of int
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
     schedules : sequence of str
-        Pipeline schedules from :data:`core.plan.config.SCHEDULES`. Default: all.
+        Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default: all.
     virtual_pipeline_stages : sequence of int, optional
         Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
         to 8 for which ``L`` divides by ``p*v``.
     recompute : sequence of str
-        Recomputation modes from :data:`core.plan.config.RECOMPUTE_CHOICES`. Default: Megatron's
-        three (:data:`core.plan.config.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
+        Recomputation modes from :data:`core.plan.parallel.RECOMPUTE_CHOICES`. Default: Megatron's
+        three (:data:`core.plan.parallel.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
         asked.
     sequence_parallel : sequence of bool, optional
         Sequence parallelism off / on. Default (None): on wherever t > 1 (and the sequence
@@ -178,7 +180,7 @@ class SweepSpace:
         the default does not also try it off (that would double the space for plans that
         are not faster); ``(False, True)`` tries both.
     zero_stages : sequence of int, optional
-        ZeRO stages from :data:`core.plan.config.ZERO_STAGES`. Default (None): all four, 0, 1
+        ZeRO stages from :data:`core.plan.parallel.ZERO_STAGES`. Default (None): all four, 0, 1
         (Megatron's distributed optimizer), 2 and 3 (Megatron-FSDP), each where valid.
     context_parallel : sequence of int, optional
         Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default (None): the
@@ -202,7 +204,7 @@ class SweepSpace:
         dense model's sweep does not grow). The expert tensor-parallel size is the session's.
     overlap_moe_expert_parallel_comm : sequence of bool, optional
         The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
-        plans that allow it (:func:`core.plan.config.ep_overlap_errors`; the others are tried
+        plans that allow it (:func:`core.plan.rules.ep_overlap_errors`; the others are tried
         without). Default: the session plan's setting where allowed. ``delay_wgrad_compute``
         is the session's on the plans that overlap.
 
@@ -453,7 +455,7 @@ def _cp_candidates(session: Session, space: SweepSpace) -> list[int]:
 def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
-    A plan is emitted iff :func:`core.plan.config.validate` accepts the session with
+    A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
     that plan and it is within the budget. Candidates that certainly break a
     rule (``B % (d*b) != 0``, the schedule's own rules of
     :func:`core.schedules.schedule_errors`) are pruned before validation, and
@@ -723,7 +725,7 @@ _DIMENSION_DEFAULTS = {
 def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
                      ) -> list[dict[str, Any]]:
     """What a sweep chose and what it held, one dict per plan field (in
-    :data:`core.plan.config.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
+    :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
     more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
     the values come from (the options given, or what the default tries), or why the field
     is held (the session's value, a field the sweep does not choose; or the only value valid
@@ -802,7 +804,7 @@ def _gpu_count_errors(session: Session, space: SweepSpace) -> list[FieldError]:
 
 
 def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
-    """Why a sweep of ``space`` found no plan, as :class:`core.plan.config.FieldError` s (the command
+    """Why a sweep of ``space`` found no plan, as :class:`core.plan.fields.FieldError` s (the command
     line's and the Explore tab's message): the budget, then the rules each value given for t, p,
     b or cp breaks on its own (the others at 1), and each virtual-stage count v no
     pipeline-parallel size tried can hold."""
@@ -889,8 +891,8 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
 def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
                  skip_pipeline: bool = False) -> list[FieldError]:
     """The rules each value given for t, p, b, cp or ep breaks on its own (the other sizes at
-    1, :func:`core.plan.config.probe_plan`; the session's model), one
-    :class:`core.plan.config.FieldError` per option and message, the values that break it named
+    1, :func:`core.plan.rules.probe_plan`; the session's model), one
+    :class:`core.plan.fields.FieldError` per option and message, the values that break it named
     together (``--micro-batch-sizes 1, 2, 4``); a value above the budget's GPUs is named so.
     ``values`` restricts the probe to some values per option (``{"--expert-parallel": {3}}``);
     ``skip_pipeline`` leaves p out (a custom pipeline layout decides it)."""

@@ -33,7 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, Callable
 
-from core.plan.config import ConfigError, FieldError
+from core.plan.fields import ConfigError, FieldError
 
 __all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "run_on_pool", "run_on_dask",
            "CHUNKS_PER_WORKER"]

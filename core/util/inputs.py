@@ -45,7 +45,7 @@ MAX_JSON_DEPTH = 64
 
 #: Largest magnitude of a JSON integer that is read (the largest float, about 1.8e308): a
 #: larger one cannot be a number of any field (``1e400`` is refused alike), and converting it
-#: to a float would raise ``OverflowError``. Field bounds (``core.plan.config.BOUNDS``) are far less.
+#: to a float would raise ``OverflowError``. Field bounds (``core.plan.fields.BOUNDS``) are far less.
 MAX_JSON_INTEGER = int(sys.float_info.max)
 #: Digits of :data:`MAX_JSON_INTEGER`: a longer literal is never turned into an int at all.
 _MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))

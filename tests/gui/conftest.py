@@ -116,7 +116,9 @@ def opened(window, tmp_path):
 @pytest.fixture(scope="session")
 def real_simulate():
     """``core.sim.simulate.simulate``; skips only while the core still raises NotImplementedError."""
-    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.sim.simulate import simulate
 
     tiny = Session(model=MODEL_PRESETS["GPT-3 1.3B"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.sim.graph_types import KINDS, ExecutionGraph, Schedule
 from core.sim.report import Report, StageMemory
 from core.sim.simulate import SimulationResult

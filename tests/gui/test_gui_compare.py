@@ -12,7 +12,9 @@ from vtrain_gui.compare import FASTER_COLOR, SLOWER_COLOR, TOTAL_COLOR
 
 
 def _tiny_session():
-    from core.plan.config import MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     return Session(model=MODEL_PRESETS["GPT-3 1.3B"],
                    plan=ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                                      micro_batch_size=1, global_batch_size=8))

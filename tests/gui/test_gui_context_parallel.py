@@ -32,7 +32,10 @@ def test_context_parallel_sizes_round_trip_and_are_checked(qtbot):
 def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
     import dataclasses
 
-    from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
     from vtrain_gui.formatting import format_duration
@@ -61,7 +64,10 @@ def test_the_cost_panel_gives_the_causal_mfu_beside_eq3s_at_long_sequences(qtbot
     the panel says both; at 2k tokens it gives Eq. 3's alone."""
     import dataclasses
 
-    from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
     from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
     from vtrain_gui.formatting import format_fraction

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6 import QtWidgets
 
-from core.plan.config import MODEL_PRESETS, Session
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from vtrain_gui.editor import ConfigEditor
 
 
@@ -29,7 +30,9 @@ def test_round_trip_without_edits(editor):
 def test_every_field_has_a_widget_with_help_tooltip(editor):
     import dataclasses
 
-    from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.model_config import ModelConfig
+    from core.plan.parallel import ParallelPlan
     for section, cls in (("model", ModelConfig), ("plan", ParallelPlan),
                          ("cluster", ClusterConfig), ("cost", CostConfig)):
         for f in dataclasses.fields(cls):
@@ -137,7 +140,7 @@ def test_unit_suffix_agrees_with_the_number(editor):
 def test_every_preset_loads_into_the_form(editor):
     """Each preset fills the form and round-trips through it, the MoE ones (Mixtral 8x7B,
     Qwen3-30B-A3B) too; no preset breaks a model rule."""
-    from core.plan.config import validate
+    from core.plan.rules import validate
     combo = editor.findChild(QtWidgets.QComboBox, "preset")
     for name in ("Mixtral 8x7B", "Qwen3-30B-A3B", "Llama 3 8B", "Llama 3 70B", "Llama 3.1 405B"):
         assert combo.findText(name) >= 0
@@ -184,7 +187,7 @@ def test_cp_exchange_items_say_which_framework_each_is(editor):
     letter apart)."""
     from PySide6 import QtCore
 
-    from core.plan.config import CP_COMM_TYPES
+    from core.plan.parallel import CP_COMM_TYPES
     w = editor.field_widget("plan.cp_comm_type")
     tips = {w.itemText(i): w.itemData(i, QtCore.Qt.ItemDataRole.ToolTipRole)
             for i in range(w.count())}

@@ -3,7 +3,10 @@ ones), saved with the session; the cost panel names its hidden part."""
 
 from __future__ import annotations
 
-from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES

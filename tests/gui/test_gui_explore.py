@@ -13,7 +13,7 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.io.session import load_any, load_session
 from core.studies.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from core.plan.config import GPU_KINDS, Session
+from core.plan.cluster import GPU_KINDS
+from core.plan.session import Session
 from vtrain_gui.editor import ConfigEditor
 
 RENTED = ("H800-SXM5-80GB", "A800-SXM4-80GB", "H20-96GB", "GH200-96GB", "B300-288GB")

@@ -11,7 +11,7 @@ import sys
 import pytest
 from PySide6 import QtGui, QtWidgets
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.io.session import load_any
 from tests.conftest import EXAMPLES, ROOT
 from vtrain_gui.main_window import MAX_RECENT_FILES

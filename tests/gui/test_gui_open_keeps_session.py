@@ -15,7 +15,7 @@ import pytest
 from PySide6 import QtCore
 from PySide6.QtCore import Qt
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.io.session import load_any
 from tests.conftest import EXAMPLES, case_file
 from vtrain_gui.int_spin import INT64_MAX, IntSpinBox

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from core import profiling
-from core.plan.config import GPU_KINDS
+from core.plan.cluster import GPU_KINDS
 from core.store.profile_store import ProfileStore
 from core.profiling import ProfileProgress, ProfileRunResult
 from vtrain_gui.profiles_view import COLUMNS, ProfilesTab, format_provenance

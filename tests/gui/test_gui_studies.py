@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.plan.config import Session
+from core.plan.session import Session
 from core.studies.optimal import compute_optimal, format_params
 from core.studies.scheduler import POLICIES
 from vtrain_gui.studies import DEFAULT_TRACE, StudiesTab
@@ -96,7 +96,7 @@ def test_study_settings_round_trip_through_the_session_file(window, tmp_path, qt
 
 
 def test_bad_study_settings_in_a_file_are_named_and_left_at_defaults(studies):
-    from core.plan.config import Session
+    from core.plan.session import Session
     s = Session()
     s.studies = {"optimal": {"num_gpus": "many", "days": 7.0, "colour": 1}}
     assert studies.reset(s) == ["optimal.num_gpus", "optimal.colour"]

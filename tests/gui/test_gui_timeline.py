@@ -387,7 +387,10 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
     a plan without context parallelism keeps two lanes per stage."""
     import dataclasses
 
-    from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
 
     model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=16384, num_layers=4)
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=1, micro_batch_size=1,

@@ -7,7 +7,7 @@ import time
 
 from PySide6 import QtCore
 
-from core.plan.config import Session
+from core.plan.session import Session
 from synthetic import synthetic_result
 from vtrain_gui.workers import SimulationRunner
 

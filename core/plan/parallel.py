@@ -1,0 +1,408 @@
+"""The parallel plan record, :class:`ParallelPlan`: how one iteration is split over GPUs, its
+enumerations (schedules, recomputation, precisions, ...) and the small derived quantities every
+layer reads from a plan (ZeRO shard sizes, gradient and tensor dtypes, recomputed modules, the
+FP8 recipe, cache keys).
+
+Terms follow Megatron-LM: tensor-parallel size ``t``, pipeline-parallel size ``p``,
+context-parallel size ``cp``, data-parallel size ``d`` (world size ``t*p*cp*d``), micro-batch
+size ``b``, global batch size ``B`` and number of micro-batches ``m = B / (d*b)``.
+
+A new plan field goes here; how it splits the layers goes to :mod:`core.plan.layout`, its
+rules to :mod:`core.plan.rules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass
+
+from core.plan.fields import BOUNDS, _f
+
+__all__ = ["SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
+           "UNMODELLED_RECOMPUTE_MODULES", "PRECISIONS", "MOE_DISPATCHERS", "CP_COMM_TYPES",
+           "FP8_RECIPES", "CROSS_ENTROPY_FUSION_IMPLS", "FP8_DEFAULT_RECIPE", "ZERO_STAGES",
+           "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
+           "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
+           "recompute_modules", "fp8_recipe", "tensor_dtype"]
+
+
+#: Pipeline schedules (registered in core.schedules; the order of the editor's list).
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
+
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+#: Every value of ``plan.recompute``: :data:`RECOMPUTE_MODES` (Megatron's, the modes a sweep
+#: tries) and ``selective_op``, torchtitan's per-op selective activation checkpointing
+#: (:func:`core.model.model_math.selective_op_linears`; chosen, never swept).
+RECOMPUTE_CHOICES = RECOMPUTE_MODES + ("selective_op",)
+
+
+#: Megatron-Core's ``--recompute-modules`` (``TransformerConfig.recompute_modules``) for
+#: selective recomputation: the attention core, the input layernorms, the dense MLP, the routed
+#: experts' activation, the whole MoE layer, the shared experts and MLA's up-projections.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+
+
+#: Modules of :data:`RECOMPUTE_MODULES` the simulator does not model (refused by name).
+UNMODELLED_RECOMPUTE_MODULES: dict[str, str] = {}
+
+
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+
+
+#: Token dispatchers of MoE layers (Megatron-Core --moe-token-dispatcher-type; its allgather
+#: dispatcher is not modelled).
+MOE_DISPATCHERS = ("alltoall", "flex")
+
+
+#: How context parallelism exchanges K and V (plan.cp_comm_type): ``p2p`` the ring (Megatron-Core's
+#: default ``--cp-comm-type p2p``, Transformer Engine's AttnFuncWithCPAndKVP2P; PyTorch's
+#: ``context_parallel`` with the ``alltoall`` rotation is the same ring); ``allgather`` PyTorch's
+#: ``context_parallel`` default (torchtitan's ``context_parallel_rotate_method``): K/V
+#: all-gathered once per pass, overlapped with the first step's attention, the K/V gradients
+#: passed around the ring; ``a2a`` Megatron-Core's all-to-all exchange (DeepSpeed-Ulysses; TE's
+#: ``AttnFuncWithCPAndKVAll2All``): Q, K, V all-to-all from a sequence split to a head split
+#: before the attention core, which runs on the whole sequence for ``1/cp`` of the heads, and
+#: the output back after it, none of it overlapped; ``a2a+p2p`` Megatron-Core's hierarchical
+#: exchange (``--hierarchical-context-parallel-sizes A P``): all-to-all inside groups of
+#: ``plan.cp_a2a_size`` ranks, the ring over the ``cp / cp_a2a_size`` groups; ``all_gather``
+#: Megatron-Core's all-gather exchange (``--cp-comm-type all_gather``, TE's
+#: ``AttnFuncWithCPAndKVAllGather``, the Llama 3 paper's Sec. 3.3.2): K/V all-gathered before the
+#: core and their gradients reduce-scattered after it, none of it overlapped, the core two
+#: kernels (the rank's two sequence chunks against their K/V prefixes). ``allgather`` (PyTorch's
+#: spelling, torchtitan's) and ``all_gather`` (TE's, which Megatron-Core passes on) name
+#: different exchanges: PyTorch overlaps its gather.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p", "all_gather")
+
+
+#: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
+#: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
+#: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+
+
+#: Implementations of Megatron-Core's fused cross-entropy (--cross-entropy-fusion-impl): native
+#: (Megatron-Core's jit-fused vocab-parallel kernels) or te (Transformer Engine's
+#: parallel_cross_entropy, which computes the logits' gradient in the forward).
+CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
+
+
+#: The recipe of ``precision="fp8"`` when ``fp8_recipe`` is empty: per-tensor current scaling,
+#: what Megatron-Bridge's FP8 configs and torchao's float8 run. (Megatron-LM's own
+#: ``--fp8-recipe`` default is ``delayed`` in Megatron-Core 0.19, ``TransformerConfig``; the
+#: Megatron import reads a launch without the flag as that.)
+FP8_DEFAULT_RECIPE = "tensorwise"
+
+
+#: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
+#: distributed optimizer), 2 gradients too, 3 parameters too (FSDP).
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+#: Data types the data-parallel gradients can be accumulated and reduced in.
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class ParallelPlan:
+    """How one iteration is split over GPUs (Megatron-LM / Megatron-Core arguments).
+
+    The one record of a plan: sweep columns (:data:`PLAN_FIELDS`), cache keys
+    (:func:`plan_key`), labels (:meth:`label`) and the editor's rows all derive
+    from these fields and their metadata (``unit``, ``help``, ``choices``,
+    ``min``/``max``, ``short``: the label's abbreviation; ``label``: ``"always"``
+    to show the field in every label, ``"never"`` to leave it out, otherwise it
+    shows when it differs from its default).
+    """
+
+    tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)",
+                              short="t", label="always", bounds=BOUNDS["parallel"], required=True)
+    pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
+                                short="p", label="always", bounds=BOUNDS["parallel"], required=True)
+    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
+                            short="d", label="always", bounds=BOUNDS["parallel"], required=True)
+    micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
+                               short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
+    global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
+                                short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
+    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients)",
+                       choices=SCHEDULES, short="", label="always")
+    recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
+                        "core, --recompute-activations), full (--recompute-granularity full) or "
+                        "selective_op (torchtitan's per-op selective activation checkpointing: "
+                        "every other matmul and the attention output saved, the rest recomputed)",
+                        choices=RECOMPUTE_CHOICES, label="always", required=True)
+    precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
+                        choices=PRECISIONS, label="never", required=True)
+    virtual_pipeline_stages: int | None = _f(
+        None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
+        "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
+        bounds=BOUNDS["layers"])
+    sequence_parallel: bool = _f(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
+                                 "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
+                                 "and dropout run on s/t tokens", short="sp")
+    recompute_num_layers: int | None = _f(
+        None, "layers", "With full recomputation: layers recomputed in each model chunk, the "
+        "first ones of each pipeline stage (of each virtual stage under the interleaved schedule; Megatron's "
+        "--recompute-method block --recompute-num-layers); the others keep their activations; "
+        "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
+    zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
+                         "state sharded over d), 2 gradients too, 3 parameters too (FSDP)",
+                         short="zero", min=0, max=3)
+    overlap_grad_reduce: bool = _f(False, "", "Overlap the data-parallel gradient reduction with "
+                                   "the backward pass, bucket by bucket (--overlap-grad-reduce)",
+                                   short="overlap_grad")
+    overlap_param_gather: bool = _f(False, "", "Overlap the parameter all-gather of a sharded "
+                                    "optimizer with the forward pass (--overlap-param-gather; "
+                                    "needs zero_stage >= 1)", short="overlap_param")
+    tp_comm_overlap: bool = _f(False, "", "Overlap the tensor-parallel all-gathers and "
+                               "reduce-scatters of the attention and MLP with their GEMMs, split "
+                               "into t chunks (--tp-comm-overlap, Transformer Engine userbuffers; "
+                               "needs sequence parallelism)", short="tp_overlap")
+    grad_reduce_dtype: str | None = _f(
+        None, "", "Data type gradients are accumulated and reduced in; empty means Megatron's "
+        "default: fp32 with bf16 (main gradients), otherwise the training precision",
+        choices=GRAD_REDUCE_DTYPES, short="grad_dtype")
+    first_stage_layers: int | None = _f(
+        None, "layers", "Layers of the first pipeline stage (--decoder-first-pipeline-num-layers); "
+        "empty means an even split", short="first_layers", min=1, bounds=BOUNDS["layers"])
+    last_stage_layers: int | None = _f(
+        None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
+        "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
+    account_for_embedding_in_pipeline_split: bool = _f(
+        False, "", "Count the embedding as one layer slot of the first virtual pipeline stage "
+        "(Megatron-Core --account-for-embedding-in-pipeline-split): num_layers + 1 (+ 1 with the "
+        "loss) slots split evenly over the p*v virtual stages, so the first holds one "
+        "transformer layer fewer", short="emb_split")
+    account_for_loss_in_pipeline_split: bool = _f(
+        False, "", "Count the loss (output layer) as one layer slot of the last virtual pipeline "
+        "stage (Megatron-Core --account-for-loss-in-pipeline-split): the last virtual stage holds "
+        "one transformer layer fewer", short="loss_split")
+    context_parallel: int = _f(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
+                               "the sequence is split over cp ranks, ring attention exchanges K/V",
+                               short="cp", bounds=BOUNDS["parallel"])
+    cp_comm_type: str = _f(
+        "p2p", "", "How context parallelism exchanges K and V: p2p, the ring (Megatron-Core "
+        "--cp-comm-type p2p; PyTorch context_parallel's alltoall rotation), or allgather, PyTorch "
+        "context_parallel's default (torchtitan): K/V all-gathered once per pass under the first "
+        "step's attention, their gradients passed around the ring; a2a, Megatron-Core's "
+        "all-to-all (Ulysses: heads split over the cp ranks, --cp-comm-type a2a); a2a+p2p, "
+        "all-to-all inside groups of cp_a2a_size ranks and the ring between them; all_gather, "
+        "Megatron-Core's (--cp-comm-type all_gather, Transformer Engine's): K/V all-gathered "
+        "before attention and their gradients reduce-scattered after it, not overlapped",
+        choices=CP_COMM_TYPES, short="cp_comm",
+        choice_notes={"p2p": "the ring", "allgather": "PyTorch's, overlapped",
+                      "a2a": "all-to-all", "a2a+p2p": "hierarchical",
+                      "all_gather": "Megatron-Core's / Transformer Engine's, not overlapped"})
+    cp_a2a_size: int | None = _f(
+        None, "GPUs", "Ranks of each all-to-all group of the a2a+p2p exchange (the first of "
+        "Megatron-Core's --hierarchical-context-parallel-sizes; the ring joins cp / this "
+        "groups); empty for the other exchanges", short="cp_a2a", min=2,
+        bounds=BOUNDS["parallel"])
+    expert_parallel: int = _f(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
+                              "experts split over ep ranks inside the data-parallel group",
+                              short="ep", bounds=BOUNDS["parallel"])
+    expert_tensor_parallel: int | None = _f(
+        None, "GPUs", "Tensor-parallel size of the experts (--expert-tensor-parallel-size); "
+        "empty means t", short="etp", bounds=BOUNDS["parallel"])
+    moe_imbalance_factor: float = _f(
+        1.0, "", "Tokens routed to the busiest expert over the mean (1 = balanced routing, "
+        "as Megatron's forced-balance benchmarks)", short="imbalance", label="never",
+        bounds=BOUNDS["imbalance"])
+    fp8_recipe: str | None = _f(
+        None, "", "FP8 scaling recipe with precision fp8 (--fp8-recipe): delayed, tensorwise "
+        "(per-tensor current scaling), mxfp8 or blockwise; empty means tensorwise",
+        choices=FP8_RECIPES, short="fp8", label="never")
+    recompute_modules: str | None = _f(
+        None, "", "With selective recomputation: the modules recomputed, comma-separated as "
+        "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
+        "shared_experts); empty means core_attn", short="recompute_modules", label="never")
+    data_parallel_shard_size: int | None = _f(
+        None, "replicas", "Hybrid sharding (HSDP): the ZeRO/FSDP shards span groups of this many "
+        "data-parallel ranks and are replicated over d/size groups (Megatron: "
+        "--num-distributed-optimizer-instances d/size; torchtitan: dp_shard); empty means "
+        "all d ranks", short="dp_shard", bounds=BOUNDS["parallel"])
+    fp8_param_gather: bool = _f(
+        False, "", "All-gather the FP8 linear layers' weights in FP8, 1 byte instead of 2, and "
+        "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
+        "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
+        short="fp8_gather")
+    moe_token_dispatcher_type: str = _f(
+        "alltoall", "", "How MoE tokens reach their experts (Megatron-Core "
+        "--moe-token-dispatcher-type): alltoall (NCCL all-to-all, k copies of each token to the "
+        "ranks of its k experts) or flex (DeepEP / HybridEP: across nodes one copy per "
+        "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
+        short="dispatcher")
+    overlap_moe_expert_parallel_comm: bool = _f(
+        False, "", "Overlap the expert all-to-alls of one micro-batch with the computation of "
+        "another (Megatron-Core --overlap-moe-expert-parallel-comm, the combined 1F1B schedule: "
+        "each steady-state forward runs layer by layer beside a backward); needs expert_parallel "
+        "> 1, the interleaved schedule when pipeline_parallel > 1, and no full recomputation",
+        short="ep_overlap")
+    delay_wgrad_compute: bool = _f(
+        False, "", "Under overlap_moe_expert_parallel_comm, run the experts' weight gradients "
+        "after the backward's dispatch all-to-all has started (Megatron-Core "
+        "--delay-wgrad-compute), so it overlaps them too", short="delay_wgrad")
+    cross_entropy_loss_fusion: bool = _f(
+        False, "", "Fuse the vocab-parallel cross-entropy's element-wise steps (Megatron-Core "
+        "--cross-entropy-loss-fusion; on in Megatron-Bridge and NeMo): fewer passes over the "
+        "logits than Megatron's default one kernel per step", short="ce_fusion")
+    cross_entropy_fusion_impl: str = _f(
+        "native", "", "The fused cross-entropy's kernels (Megatron-Core "
+        "--cross-entropy-fusion-impl): native (Megatron-Core's jit-fused kernels on an fp32 copy "
+        "of the logits) or te (Transformer Engine's parallel_cross_entropy on the half-precision "
+        "logits, the gradient computed in the forward and kept in their place; the Megatron-"
+        "Bridge performance recipes' choice); needs cross_entropy_loss_fusion",
+        choices=CROSS_ENTROPY_FUSION_IMPLS, short="ce_impl", label_needs="cross_entropy_loss_fusion")
+    pipeline_model_parallel_layout: str | None = _f(
+        None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
+        "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
+        "layer), m (one multi-token prediction layer) and L (loss) in that order; x*N and (...)*N "
+        "repeat, e.g. DeepSeek-V3's 'Et|(tt|)*30mL'. Virtual stage k is chunk k//p of stage k%p; "
+        "empty means Megatron's split (even, or the first/last stage fields)", short="layout")
+
+    @property
+    def num_gpus(self) -> int:
+        """World size ``t*p*cp*d`` (Megatron-Core: the data-parallel size is
+        world / (t*p*cp))."""
+        return (self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+                * self.data_parallel)
+
+    @property
+    def dp_cp_size(self) -> int:
+        """Size ``d*cp`` of the data-parallel group with context parallelism: Megatron-Core
+        reduces gradients and shards the distributed optimizer over it
+        (``parallel_state.get_data_parallel_group(with_context_parallel=True)``: the cp
+        ranks hold the same weights and see other tokens)."""
+        return self.data_parallel * self.context_parallel
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per iteration per pipeline, ``B / (d*b)`` (floor)."""
+        return self.global_batch_size // (self.data_parallel * self.micro_batch_size)
+
+    def label(self, *, full: bool = False) -> str:
+        """Short text naming the plan, e.g. ``"t=8 p=35 d=12 b=1 1f1b recompute=full"``.
+
+        Derived from the fields' metadata: fields marked ``label="always"`` first,
+        then every other field whose value differs from its default (booleans by
+        their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
+        (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
+        metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
+        left out while that field is off: it changes nothing then; so are sequence parallelism
+        and the TP communication overlap at ``t = 1``, and the context-parallel exchange at
+        ``cp = 1``, where they change nothing either.
+        """
+        parts = []
+        for f in dataclasses.fields(self):
+            how = f.metadata.get("label", "changed")
+            value = getattr(self, f.name)
+            if f.name in ("sequence_parallel", "tp_comm_overlap") and self.tensor_parallel == 1:
+                continue
+            if f.name in ("cp_comm_type", "cp_a2a_size") and self.context_parallel == 1:
+                continue  # no exchange without context parallelism
+            if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
+                continue
+            if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
+                continue
+            if how == "changed" and value == f.default:
+                continue
+            short = f.metadata.get("short", f.name)
+            if isinstance(value, bool):
+                parts.append(short if value else f"no-{short}")
+            elif short == "":
+                parts.append(str(value))
+            else:
+                parts.append(f"{short}={value}")
+        return " ".join(parts)
+
+
+#: Names of the plan's fields, in order: the sweep's plan columns and the cache keys.
+PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ParallelPlan))
+
+
+def plan_field_title(name: str) -> str:
+    """Short column title of plan field ``name`` (its ``short`` metadata, else the name)."""
+    f = ParallelPlan.__dataclass_fields__[name]
+    return f.metadata.get("short") or name
+
+
+_PLAN_FIELD_VALUES = operator.attrgetter(*PLAN_FIELDS)  # one C call: sweeps ask per plan
+
+
+def plan_key(plan: ParallelPlan) -> tuple:
+    """Hashable key of every field of ``plan`` (cache keys: no field can be left out)."""
+    return _PLAN_FIELD_VALUES(plan)
+
+
+def zero_shard_size(plan: ParallelPlan) -> int:
+    """Ranks one ZeRO/FSDP shard group spans: ``size*cp`` with hybrid sharding
+    (``plan.data_parallel_shard_size`` = size), else the whole data-parallel group with the
+    context-parallel ranks, ``d*cp`` (Megatron-Core shards the distributed optimizer over
+    ``get_data_parallel_group(with_context_parallel=True)``, and with
+    ``--num-distributed-optimizer-instances`` over the ``d*cp/instances`` ranks of one
+    instance, ``intra_distributed_optimizer_instance_group``)."""
+    size = getattr(plan, "data_parallel_shard_size", None) or plan.data_parallel
+    return size * plan.context_parallel
+
+
+def zero_replicas(plan: ParallelPlan) -> int:
+    """Replicas of each ZeRO/FSDP shard: ``d / data_parallel_shard_size`` with hybrid
+    sharding (HSDP; Megatron's distributed-optimizer instances), 1 otherwise."""
+    size = getattr(plan, "data_parallel_shard_size", None)
+    return plan.data_parallel // size if size else 1
+
+
+def grad_dtype(plan: ParallelPlan) -> str:
+    """Data type of the data-parallel gradients: ``plan.grad_reduce_dtype``, or Megatron's default,
+    fp32 main gradients with bf16 and with fp8, which trains bf16 weights (Megatron-LM forces
+    ``--accumulate-allreduce-grads-in-fp32`` for bf16; Megatron-Core's ``grad_reduce_in_fp32``),
+    and the training precision otherwise."""
+    if plan.grad_reduce_dtype:
+        return plan.grad_reduce_dtype
+    return "fp32" if tensor_dtype(plan.precision) == "bf16" else plan.precision
+
+
+def parse_recompute_modules(text: str | None) -> tuple[str, ...]:
+    """The names of a ``recompute_modules`` text (comma- or space-separated, as Megatron-LM's
+    ``--recompute-modules`` list), in order, without repeats; ``("core_attn",)`` when empty
+    (Megatron-Core's default). Unknown names are kept (:func:`validate` refuses them)."""
+    if text is None or not str(text).strip():
+        return ("core_attn",)
+    out: list[str] = []
+    for name in str(text).replace(",", " ").split():
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def recompute_modules(plan: ParallelPlan) -> tuple[str, ...]:
+    """Modules selective recomputation runs again (:func:`parse_recompute_modules` of
+    ``plan.recompute_modules``); empty unless ``plan.recompute == "selective"``."""
+    if plan.recompute != "selective":
+        return ()
+    return parse_recompute_modules(getattr(plan, "recompute_modules", None))
+
+
+def fp8_recipe(plan: ParallelPlan) -> str | None:
+    """The FP8 scaling recipe of ``plan``: ``plan.fp8_recipe`` or :data:`FP8_DEFAULT_RECIPE` with
+    ``precision="fp8"``, ``None`` otherwise."""
+    if plan.precision != "fp8":
+        return None
+    return plan.fp8_recipe or FP8_DEFAULT_RECIPE
+
+
+def tensor_dtype(precision: str) -> str:
+    """Data type of the tensors between kernels, of the weights the model keeps and of the
+    optimizer's inputs under training precision ``precision``: the precision itself, except
+    ``"bf16"`` for ``"fp8"`` (Transformer Engine runs only the linear layers' GEMMs in FP8; their
+    inputs are quantized from BF16 and their outputs are BF16; Megatron-LM trains FP8 with
+    ``--bf16 --fp8-format ...``)."""
+    return "bf16" if precision == "fp8" else precision
+

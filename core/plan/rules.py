@@ -1,0 +1,782 @@
+"""The rules between a session's fields: :func:`validate` (every rule a session breaks),
+:func:`check`, the checks the studies run before choosing plans (:func:`check_all_but_the_plan`,
+:func:`probe_plan`) and the fields that have no effect (:func:`inactive_fields`).
+
+The rules of a plan (parallel sizes, pipeline split and schedule, context and expert
+parallelism, recomputation, ZeRO, precision, the cluster) are here; the rules of the model
+alone are in :mod:`core.plan.model_rules`. The rules that read ``plan.schedule`` are all in
+this module: the schedule's own rules and the registry's (:func:`_batch_schedule_errors`,
+:func:`_pipeline_split_errors`), and those that compare it with a schedule's name
+(:func:`_plan_flag_errors`, :func:`ep_overlap_errors`, :func:`probe_plan`,
+:data:`_ENABLED_BY`); outside it only :func:`core.plan.layout._layout_chunks` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from core.plan.cluster import (
+    GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN, ClusterConfig)
+from core.plan.fields import BOUNDS, ConfigError, FieldError, _is_int, section_errors
+from core.plan.layout import (
+    _layout_chunks, _layout_conflict, largest_model_chunk, pipeline_layout_errors,
+    pipeline_layout_text, pipeline_split_slots, stage_layer_counts, virtual_stage_layer_counts)
+from core.plan.model_config import ModelConfig
+from core.plan.model_rules import _MLA_FIELDS, _model_feature_errors
+from core.plan.parallel import (
+    GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
+    ParallelPlan, fp8_recipe, parse_recompute_modules, recompute_modules)
+from core.plan.session import Session
+
+__all__ = ["validate", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
+           "probe_plan", "inactive_fields"]
+
+
+def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", "cluster", "cost",
+                                                               "reliability"),
+             model_checked: bool = False) -> list[FieldError]:
+    """Return every rule the session breaks (empty list when valid).
+
+    ``sections``: the sections whose fields are checked one by one (type, bounds,
+    choices); a plan sweep checks the model, cluster and cost once and then only each
+    candidate's plan (the cross-field rules below are always checked). ``model_checked``:
+    the caller has validated this model and found it valid, so the rules of the model alone
+    (:func:`_model_feature_errors`) are not checked again (a plan sweep, once per candidate).
+
+    Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
+    Megatron-LM's argument checks: ``h`` divisible by
+    ``a`` unless ``kv_channels`` gives the head size; ``a`` and the MLP hidden size divisible by ``t``; ``L`` divisible
+    by ``p``; ``B`` divisible by ``d*b``; ``t`` divides the GPUs of a node
+    or is a multiple of them (tensor parallelism across nodes is allowed, and
+    slow); known enumerations; ``gpus_per_node`` at most the NVLink domain of
+    a shipped GPU kind (:data:`GPU_NVLINK_DOMAIN`; not checked with
+    ``cluster.profile_path``); ``precision="fp8"`` only on a shipped GPU kind with FP8 tensor
+    cores and ``fp8_recipe="mxfp8"`` only on one with MXFP8 (:data:`GPU_FP8_DTYPES`; with
+    ``cluster.profile_path`` the store's peaks decide when simulating); the rules of the plan's newer fields
+    (:func:`_plan_feature_errors`) and of mixture of experts (:func:`moe_errors`).
+    """
+    m, pl, c, cost = session.model, session.plan, session.cluster, session.cost
+    errs: list[FieldError] = []
+
+    for section, obj in (("model", m), ("plan", pl), ("cluster", c), ("cost", cost),
+                         ("reliability", session.reliability)):
+        if section in sections:
+            errs += section_errors(section, obj)
+    reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
+    errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
+    if not model_checked:
+        errs += [e for e in _model_feature_errors(m) if e.field not in reported]
+    if c.gpu not in GPU_KINDS and not c.profile_path:
+        errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
+                               f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
+    if errs:  # divisibility rules below need positive integers
+        return errs
+    errs += _head_split_errors(m, pl)
+    errs += _model_plan_errors(m, pl)
+    errs += _pipeline_split_errors(m, pl)
+    errs += _batch_schedule_errors(m, pl)
+    errs += _placement_errors(m, pl, c)
+    errs += _cluster_errors(pl, c)
+    return errs
+
+
+def _head_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Megatron-LM's divisibility rules of the attention heads, query groups and MLP: ``h``
+    divisible by ``a`` unless ``kv_channels`` gives the head size; ``a``, the query groups
+    and the MLP hidden size divisible by ``t``."""
+    t = pl.tensor_parallel
+    errs: list[FieldError] = []
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        # Megatron-LM asserts it only when it derives the head size (no --kv-channels)
+        errs.append(FieldError("model.hidden_size", f"hidden_size={m.hidden_size} is not divisible "
+                               f"by num_attention_heads={m.num_attention_heads} (or set "
+                               "kv_channels, the head size)"))
+    if m.num_attention_heads % t:
+        errs.append(FieldError("plan.tensor_parallel", f"num_attention_heads={m.num_attention_heads} "
+                               f"is not divisible by tensor_parallel_size={t}"))
+    g = m.num_query_groups
+    if g is not None:
+        if m.num_attention_heads % g:
+            errs.append(FieldError("model.num_query_groups", f"num_attention_heads="
+                                   f"{m.num_attention_heads} is not divisible by num_query_groups={g}"))
+        elif g % t:  # Megatron-Core splits the K/V heads over the tensor-parallel ranks
+            errs.append(FieldError("plan.tensor_parallel", f"num_query_groups={g} is not divisible "
+                                   f"by tensor_parallel_size={t}"))
+    if m.ffn % t:
+        errs.append(FieldError("plan.tensor_parallel", f"ffn_hidden_size={m.ffn} is not divisible "
+                               f"by tensor_parallel_size={t}"))
+    return errs
+
+
+def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """The plan's rules for the model's features: expert parallelism (:func:`moe_errors`),
+    latent attention (:func:`_mla_plan_errors`), HSDP and torchtitan's per-op recomputation
+    with the models they do not model."""
+    errs: list[FieldError] = []
+    errs += moe_errors(m, pl)
+    errs += _mla_plan_errors(m, pl)
+    if m.is_moe and pl.data_parallel_shard_size is not None:
+        errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
+                               "mixture-of-experts model is not modelled (the routed experts' "
+                               "expert-data-parallel shards)"))
+    if pl.recompute == "selective_op":
+        if m.is_moe:
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
+                                   "experts model is not modelled (grouped GEMMs and all-to-alls "
+                                   "in torchtitan's save list)"))
+        if m.attention_kernel != "flash":
+            errs.append(FieldError("plan.recompute", "recompute='selective_op' needs "
+                                   "model.attention_kernel = flash: torchtitan saves the output of "
+                                   "its fused attention (SDPA); the unfused core's batched GEMMs "
+                                   "and softmax are not in its save list (not modelled)"))
+    return errs
+
+
+def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of the layers' split over the pipeline stages: the custom layout
+    (:func:`pipeline_layout_errors`), the stages' layer counts (:func:`stage_layer_counts`,
+    each error named by the field that chose the split), a layout whose first stage holds
+    only the embedding under a schedule that splits the backward, and
+    ``recompute_num_layers`` at most the layers of the largest model chunk."""
+    p = pl.pipeline_parallel
+    errs: list[FieldError] = []
+    layout = pipeline_layout_text(pl)
+    layout_errs = [] if layout is None else pipeline_layout_errors(
+        layout, m.num_layers, m.mtp_num_layers if _is_int(m.mtp_num_layers) else 0, p,
+        _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1)
+    errs += [FieldError("plan.pipeline_model_parallel_layout", e) for e in layout_errs]
+    try:
+        counts = None if layout_errs else stage_layer_counts(m.num_layers, pl)
+    except ValueError as exc:
+        uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
+        counts = None
+        field = ("plan.account_for_embedding_in_pipeline_split"
+                 if pl.account_for_embedding_in_pipeline_split else
+                 "plan.account_for_loss_in_pipeline_split" if pl.account_for_loss_in_pipeline_split
+                 else "plan.first_stage_layers" if uneven else "plan.pipeline_parallel")
+        if layout is not None:
+            field = "plan.pipeline_model_parallel_layout"
+        errs.append(FieldError(field, str(exc)))
+    if layout is not None and counts is not None:
+        from core.schedules import get as get_schedule
+        try:
+            splits = get_schedule(pl.schedule).splits_backward
+        except (KeyError, ValueError):
+            splits = False  # an unknown schedule is named by its own rule
+        if splits and virtual_stage_layer_counts(m.num_layers, pl)[0] == 0:
+            # the embedding's backward is all weight gradient: a first stage with nothing
+            # else has no input-gradient pass B for the schedule to split from W
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"schedule="
+                                   f"{pl.schedule!r} with a first stage that holds only the "
+                                   "embedding (no transformer layer) is not modelled: its "
+                                   "backward has no input-gradient part to split from the "
+                                   "weight gradient"))
+    n = pl.recompute_num_layers
+    if counts is not None and _is_int(n):
+        # Megatron's block method counts per model chunk (TransformerBlock): each pipeline stage,
+        # or each of its v virtual stages under the interleaved schedule; a layout may leave one
+        # empty
+        v = _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1
+        # (a split that fails is named by the interleaved schedule's own rule) a chunk with
+        # fewer layers recomputes them all (Megatron caps it there); a count above every chunk
+        # reads it per stage
+        most = largest_model_chunk(m.num_layers, pl, v) if v > 1 else max(counts, default=0)
+        if most and n > most:
+            layers = f"{most} layer{'s' if most != 1 else ''}"
+            where = (f"the {layers} of the largest model chunk (Megatron's block method "
+                     f"counts per model chunk: each of a stage's v={v} virtual stages)"
+                     if v > 1 else f"the {layers} of the largest pipeline stage")
+            errs.append(FieldError("plan.recompute_num_layers",
+                                   f"recompute_num_layers={n} is more than {where}; "
+                                   f"{most} recomputes every layer"))
+    return errs
+
+
+def _batch_schedule_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """``B`` divisible by ``d*b``, then the pipeline schedule's own rules
+    (:func:`core.schedules.schedule_errors`: micro-batches, virtual stages, the layers per
+    virtual stage unless a custom layout places them)."""
+    d, b, B = pl.data_parallel, pl.micro_batch_size, pl.global_batch_size
+    layout = pipeline_layout_text(pl)
+    errs: list[FieldError] = []
+    if B % (d * b):
+        errs.append(FieldError("plan.global_batch_size", f"global_batch_size={B} is not divisible by "
+                               f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
+    else:
+        from core.schedules import schedule_errors  # numpy: not on the `vtrain --help` path
+        errs += [FieldError(f, msg) for f, msg in schedule_errors(
+            pl.schedule, pl.pipeline_parallel, pl.num_microbatches, pl.virtual_pipeline_stages,
+            None if layout is not None else m.num_layers,  # the layout places the layers
+            pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
+    return errs
+
+
+def _placement_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig) -> list[FieldError]:
+    """Rules of the ranks' placement on the nodes: the world size ``t*p*cp*d`` within
+    :data:`BOUNDS`, context parallelism (:func:`_context_parallel_errors`), sequence
+    parallelism's split of ``s`` over ``t``, the tensor-parallel overlap inside one NVLink
+    domain, and ``t`` dividing the GPUs of a node or a multiple of them (tensor parallelism
+    across nodes is allowed, and slow)."""
+    t, p, d = pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel
+    errs: list[FieldError] = []
+    cp = pl.context_parallel
+    if t * p * cp * d > BOUNDS["parallel"].hi:
+        errs.append(FieldError("plan.data_parallel", f"tensor_parallel_size*pipeline_parallel_size*"
+                               f"context_parallel_size*data_parallel_size={t}*{p}*{cp}*{d}="
+                               f"{t * p * cp * d:,} GPUs is more than "
+                               f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
+    errs += _context_parallel_errors(m, pl, c)
+    if (cp == 1 and pl.sequence_parallel is True and t > 1 and _is_int(m.seq_length)
+            and m.seq_length % t):
+        # Megatron-Core scatters the (s, b, h) activations along s over the t ranks
+        # (scatter_to_sequence_parallel_region: "First dimension of the tensor should be
+        # divisible by tensor parallel size")
+        errs.append(FieldError("plan.sequence_parallel", f"seq_length={m.seq_length} is not "
+                               f"divisible by tensor_parallel_size={t} (sequence parallelism "
+                               "splits the sequence over the tensor-parallel ranks)"))
+    if pl.tp_comm_overlap is True and pl.sequence_parallel is True:
+        if t == 1:  # Megatron-LM turns sequence parallelism off at t = 1, then refuses the overlap
+            errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs "
+                                   "tensor_parallel > 1 (Megatron-LM turns sequence parallelism "
+                                   "off at t = 1, and --tp-comm-overlap needs it)"))
+        elif t > c.gpus_per_node:
+            # Transformer Engine's userbuffers exchange over NVLink (CUDA IPC) inside a node
+            errs.append(FieldError("plan.tp_comm_overlap", f"tp_comm_overlap with "
+                                   f"tensor_parallel={t} across nodes of gpus_per_node="
+                                   f"{c.gpus_per_node} is not modelled (Transformer Engine's "
+                                   "userbuffers overlap a tensor-parallel group inside one NVLink "
+                                   "domain)"))
+    if t > c.gpus_per_node:
+        if t % c.gpus_per_node:
+            errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
+                                   f"unevenly: it must be a multiple of gpus_per_node={c.gpus_per_node}"))
+    elif c.gpus_per_node % t:
+        errs.append(FieldError("plan.tensor_parallel", f"gpus_per_node={c.gpus_per_node} is not "
+                               f"divisible by tensor_parallel_size={t}"))
+    return errs
+
+
+def _cluster_errors(pl: ParallelPlan, c: ClusterConfig) -> list[FieldError]:
+    """Rules of the plan on its GPU kind: FP8 and MXFP8 need tensor cores for them
+    (:data:`GPU_FP8_DTYPES`), a plan over nodes needs a network (given or the GPU's reference
+    node's) and ``gpus_per_node`` at most the NVLink domain (:data:`GPU_NVLINK_DOMAIN`); the
+    GPU checks are skipped with ``cluster.profile_path``."""
+    errs: list[FieldError] = []
+    fp8 = GPU_FP8_DTYPES.get(c.gpu)
+    if pl.precision == "fp8" and fp8 is not None and not c.profile_path:
+        recipe = fp8_recipe(pl)
+        if "fp8" not in fp8:
+            errs.append(FieldError("plan.precision", f"precision='fp8' on cluster.gpu={c.gpu!r}: "
+                                   "this GPU has no FP8 tensor cores (its spec gives no FP8 peak); "
+                                   "use bf16 or a Hopper/Blackwell GPU"))
+        elif recipe == "mxfp8" and "mxfp8" not in fp8:
+            errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe='mxfp8' on cluster.gpu={c.gpu!r}: "
+                                   "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
+                                   "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
+    if (c.inter_node_bandwidth_gbits_per_s is None and c.gpu not in GPU_NIC_GBITS_PER_GPU
+            and _is_int(pl.num_gpus) and _is_int(c.gpus_per_node) and pl.num_gpus > c.gpus_per_node):
+        errs.append(FieldError("cluster.inter_node_bandwidth_gbits_per_s",
+                               f"empty, and GPU {c.gpu!r} has no reference node to take the "
+                               f"network from; the plan spans {pl.num_gpus} GPUs over nodes of "
+                               f"{c.gpus_per_node}: set the network bandwidth per node"))
+    domain = GPU_NVLINK_DOMAIN.get(c.gpu)
+    if domain is not None and not c.profile_path and c.gpus_per_node > domain:
+        errs.append(FieldError("cluster.gpus_per_node", f"gpus_per_node={c.gpus_per_node} exceeds "
+                               f"the NVLink domain of {c.gpu} ({domain} GPUs): the GPUs of a node "
+                               "talk over NVLink; use a GPU kind with a larger domain or a store "
+                               "of your own (cluster.profile_path)"))
+    return errs
+
+
+def _cp_a2a_errors(m: ModelConfig, pl: ParallelPlan, kind: str, size: int | None
+                   ) -> list[FieldError]:
+    """The all-to-all exchanges' rules (``cp_comm_type`` a2a, a2a+p2p): Transformer Engine's
+    all-to-all splits each tensor-parallel rank's query heads and K/V heads over the
+    all-to-all group (``cp`` ranks for a2a, ``cp_a2a_size`` for a2a+p2p; "The number of
+    attention heads needs to be divisible by CP size"), and a2a+p2p needs its group size, a
+    divisor of ``cp`` between 2 and ``cp/2`` (Megatron-Core: the product of
+    ``--hierarchical-context-parallel-sizes`` is the cp size)."""
+    cp, t = pl.context_parallel, pl.tensor_parallel
+    if kind == "a2a+p2p":
+        if size is None:
+            return [FieldError("plan.cp_a2a_size", "cp_comm_type 'a2a+p2p' needs cp_a2a_size, the "
+                               "all-to-all group's size (Megatron-Core "
+                               "--hierarchical-context-parallel-sizes A P: A)")]
+        if not _is_int(size) or size < 2 or cp % size or size >= cp:
+            return [FieldError("plan.cp_a2a_size", f"cp_a2a_size={size} must divide "
+                               f"context_parallel_size={cp} and be smaller than it (the ring "
+                               "joins at least two all-to-all groups); use a2a for one group")]
+    a = size if kind == "a2a+p2p" else cp
+    errs = []
+    if m.multi_latent_attention is True:
+        return [FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} with multi-head latent "
+                           "attention is not modelled")]
+    heads, groups = m.num_attention_heads // t, m.query_groups // t
+    for what, n in (("query heads", heads), ("K/V heads (query groups)", groups)):
+        if n % a:
+            errs.append(FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} splits each "
+                                   f"tensor-parallel rank's {what} ({n}) over {a} ranks: "
+                                   f"{n} is not divisible by {a}"))
+    return errs
+
+
+def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
+                             ) -> list[FieldError]:
+    """Megatron-Core's rules of context parallelism (``--context-parallel-size`` cp > 1), each
+    naming its field: the sequence splits into ``2*cp`` chunks for the causal load balance
+    (``seq_length`` divisible by ``2*cp``; with sequence parallelism the rank's ``s/cp``
+    tokens also split over ``t``); ring attention runs in Transformer Engine's fused
+    attention (``attention_kernel`` flash: Megatron's unfused path has no context
+    parallelism); the cp ranks of a tensor-parallel rank sit ``t`` apart, so a cp group
+    larger than a node must fill whole nodes (``t*cp`` a multiple of ``gpus_per_node``;
+    smaller groups that straddle a node boundary are allowed and priced as inter-node,
+    :meth:`core.sim.comm.CommModel.cp_ring_in_node`). Without context parallelism
+    ``cp_comm_type`` (and an a2a+p2p group size) has no effect, as in Megatron-Core, so that a
+    study of an all-to-all session keeps its cp = 1 plans."""
+    cp = pl.context_parallel
+    kind = getattr(pl, "cp_comm_type", "p2p")
+    a2a_size = getattr(pl, "cp_a2a_size", None)
+    errs: list[FieldError] = []
+    if a2a_size is not None and kind != "a2a+p2p":
+        errs.append(FieldError("plan.cp_a2a_size", f"cp_a2a_size={a2a_size} is the all-to-all "
+                               "group of the a2a+p2p exchange (plan.cp_comm_type a2a+p2p); "
+                               f"cp_comm_type is {kind!r}: leave it empty"))
+    if cp == 1:  # no exchange: the type has no effect (Megatron ignores --cp-comm-type too)
+        return errs
+    if kind in ("a2a", "a2a+p2p"):
+        errs += _cp_a2a_errors(m, pl, kind, a2a_size)
+    s, t = m.seq_length, pl.tensor_parallel
+    if s % (2 * cp):
+        errs.append(FieldError("plan.context_parallel", f"seq_length={s} is not divisible by "
+                               f"2*context_parallel_size={2 * cp} (Megatron-Core splits the "
+                               "sequence into 2*cp chunks for the causal load balance)"))
+    elif pl.sequence_parallel and t > 1 and (s // cp) % t:
+        errs.append(FieldError("plan.context_parallel", f"seq_length/context_parallel_size="
+                               f"{s // cp} is not divisible by tensor_parallel_size={t} "
+                               "(sequence parallelism splits each rank's tokens over t)"))
+    if getattr(m, "window_size", None) is not None:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               "sliding-window attention (model.window_size) is not modelled "
+                               "(the ring's steps of a banded mask)"))
+    if getattr(m, "softmax_type", "vanilla") != "vanilla":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               f"softmax_type={m.softmax_type!r} is not modelled (the ring's "
+                               "merge of partial softmaxes with the extra logit)"))
+    if m.attention_kernel != "flash":
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
+                               "model.attention_kernel = flash: Megatron-Core runs ring "
+                               "attention in Transformer Engine's fused attention, the unfused "
+                               "path has no context parallelism"))
+    g = c.gpus_per_node
+    if t <= g and t * cp > g and (t * cp) % g:
+        errs.append(FieldError("plan.context_parallel", f"tensor_parallel_size*context_parallel_"
+                               f"size={t}*{cp}={t * cp} spans nodes unevenly: larger than a node, "
+                               f"it must be a multiple of gpus_per_node={g}"
+                               + (" (a job that uses fewer GPUs of each NVLink domain, such as 64 "
+                                  "of a GB200 NVL72 rack, sets cluster.gpus_per_node to those)"
+                                  if g > 8 else "")))
+    return errs
+
+
+def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of expert parallelism for model ``m`` under plan ``pl`` (Megatron-Core).
+
+    * ``expert_parallel`` > 1, ``expert_tensor_parallel`` or ``moe_imbalance_factor`` other
+      than 1 need an MoE model (``arguments.py``: "num_experts must be non None to use
+      expert model parallelism").
+    * ``num_experts`` divisible by ``expert_parallel`` (each EP rank holds ``E/ep`` experts).
+    * The expert ranks: Megatron-Core's ``parallel_state.initialize_model_parallel`` builds a
+      second rank generator for the experts in the order tp-ep-dp-pp with
+      ``expert_data_parallel = world / (etp * ep * p)``; the world ``t*cp*d*p`` must divide
+      by ``etp*ep*p``, i.e. ``etp*ep`` divides ``t*cp*d``.
+    * Expert parallelism with tensor parallelism needs sequence parallelism (``arguments.py``:
+      "When using expert parallelism and tensor parallelism, sequence parallelism must be
+      used").
+    * Expert parallelism needs bf16 or fp32 (``arguments.py``: "Expert parallelism is not
+      supported with fp16 training"); FP8 with experts is not modelled.
+    * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
+    * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
+      tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
+    """
+    errs: list[FieldError] = []
+    ep, etp_set, imb = pl.expert_parallel, pl.expert_tensor_parallel, pl.moe_imbalance_factor
+    if not m.num_experts:
+        for name, value, default in (("expert_parallel", ep, 1), ("expert_tensor_parallel",
+                                                                  etp_set, None),
+                                     ("moe_imbalance_factor", imb, 1.0),
+                                     ("moe_token_dispatcher_type",
+                                      getattr(pl, "moe_token_dispatcher_type", "alltoall"),
+                                      "alltoall")):
+            if value != default:
+                errs.append(FieldError(f"plan.{name}", f"{name}={value!r} needs a mixture-of-"
+                                       "experts model (model.num_experts)"))
+        return errs + ep_overlap_errors(m, pl)
+    t, d = pl.tensor_parallel, pl.data_parallel
+    cp = getattr(pl, "context_parallel", 1)
+    if not all(_is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
+            (etp_set is not None and not (_is_int(etp_set) and etp_set >= 1)):
+        return errs  # type and bound errors are reported by section_errors
+    etp = etp_set if etp_set is not None else t
+    E = m.num_experts
+    if E % ep:
+        errs.append(FieldError("plan.expert_parallel", f"num_experts={E} is not divisible by "
+                               f"expert_parallel={ep}"))
+    if (t * cp * d) % (etp * ep):
+        errs.append(FieldError("plan.expert_parallel", f"expert_tensor_parallel*expert_parallel="
+                               f"{etp}*{ep}={etp * ep} does not divide tensor_parallel*"
+                               f"context_parallel*data_parallel={t}*{cp}*{d}={t * cp * d} "
+                               "(Megatron-Core places the expert groups inside those ranks)"))
+    if ep > 1 and t > 1 and not pl.sequence_parallel:
+        errs.append(FieldError("plan.sequence_parallel", f"expert_parallel={ep} with "
+                               f"tensor_parallel={t} needs sequence_parallel (Megatron-LM: "
+                               "expert and tensor parallelism need sequence parallelism)"))
+    elif t > 1 and not pl.sequence_parallel and etp != t:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
+                               f"other than tensor_parallel={t} without sequence_parallel is "
+                               "not modelled"))
+    if ep > 1 and pl.precision == "fp16":
+        errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
+                               "Megatron-LM does not support expert parallelism with fp16 "
+                               "training (use bf16)"))
+    fe = m.moe_ffn_hidden_size or m.ffn
+    if _is_int(fe) and fe % etp:
+        errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
+                               f"divisible by expert_tensor_parallel={etp}"))
+    if m.num_shared_experts and _is_int(fe) and (m.num_shared_experts * fe) % t:
+        errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
+                               f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
+                               f" is not divisible by tensor_parallel_size={t}"))
+    errs += ep_overlap_errors(m, pl)
+    return errs
+
+
+def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of ``plan.overlap_moe_expert_parallel_comm`` (Megatron-Core 0.19
+    ``TransformerConfig.__post_init__`` and ``schedules.py``); when the field is off, only that
+    ``plan.delay_wgrad_compute`` needs it.
+
+    * Expert parallelism: ``expert_parallel > 1`` ("only supported with expert model
+      parallelism").
+    * With ``pipeline_parallel > 1`` the interleaved schedule ("virtual_pipeline_model_parallel_size
+      must be specified"); with one stage Megatron's combined 1F1B without pipelining, which
+      the ``1f1b`` schedule names here. GPipe and ZB-H1 have no combined 1F1B.
+    * No full recomputation, and no ``moe`` among the recomputed modules.
+    * At most one multi-token prediction layer.
+    * A bf16 or fp16 model ("only supported with bf16 or fp16 model"; FP8 training keeps bf16
+      parameters): not fp32.
+    * Torchtitan's per-op checkpointing (``selective_op``) is not Megatron-Core's: refused.
+    """
+    if getattr(pl, "overlap_moe_expert_parallel_comm", False) is not True:
+        if getattr(pl, "delay_wgrad_compute", False) is True:
+            return [FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
+                               "overlap_moe_expert_parallel_comm (Megatron-Core: it must be "
+                               "enabled when enabling delay_wgrad_compute)")]
+        return []
+    name = "plan.overlap_moe_expert_parallel_comm"
+    errs: list[FieldError] = []
+    if not m.num_experts or pl.expert_parallel == 1:
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm needs expert parallelism "
+                               "(plan.expert_parallel > 1; Megatron-Core: only supported with "
+                               "expert model parallelism)"))
+    p = pl.pipeline_parallel
+    if _is_int(p) and p > 1 and pl.schedule != "interleaved":
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with pipeline_parallel="
+                               f"{p} needs the interleaved schedule (Megatron-Core: virtual "
+                               f"pipeline stages must be set), not {pl.schedule!r}"))
+    elif _is_int(p) and p == 1 and pl.schedule in ("gpipe", "zb-h1"):
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm runs Megatron-Core's "
+                               f"combined 1F1B schedule, not {pl.schedule!r} (use 1f1b)"))
+    if pl.recompute == "full":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with full recomputation: "
+                               "Megatron-Core needs it disabled"))
+    elif pl.recompute == "selective_op":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with torchtitan's per-op "
+                               "checkpointing (selective_op) is not modelled"))
+    elif pl.recompute == "selective" and "moe" in recompute_modules(pl):
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with the recompute module "
+                               "moe: Megatron-Core needs moe out of recompute_modules"))
+    if pl.precision == "fp32":
+        errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with precision='fp32': "
+                               "Megatron-Core supports it with a bf16 or fp16 model only"))
+    if _is_int(m.mtp_num_layers) and m.mtp_num_layers > 1:
+        errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with mtp_num_layers="
+                               f"{m.mtp_num_layers}: Megatron-Core supports at most one "
+                               "multi-token prediction layer with it"))
+    return errs
+
+
+def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of a plan for multi-head latent attention: the recompute module ``mla_up_proj``
+    (Megatron-Core: MLA's up-projections under ``CheckpointWithoutOutput``) needs an MLA model;
+    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes),
+    nor ``tp_comm_overlap`` (the userbuffer overlap pairs of MLA's latent collectives)."""
+    errs: list[FieldError] = []
+    mla = m.multi_latent_attention is True
+    if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) and not mla \
+            and "mla_up_proj" in parse_recompute_modules(pl.recompute_modules):
+        errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
+                               "model.multi_latent_attention (it recomputes MLA's "
+                               "up-projections)"))
+    if mla and pl.recompute == "selective_op":
+        errs.append(FieldError("plan.recompute", "recompute='selective_op' with multi-head latent "
+                               "attention is not modelled (torchtitan's save list of MLA's "
+                               "matmuls)"))
+    if mla and pl.tp_comm_overlap is True:
+        errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
+                               "attention is not modelled (the overlap of MLA's latent "
+                               "all-gathers and gradient reduce-scatters with its up and down "
+                               "projections)"))
+    mtp = m.mtp_num_layers
+    if _is_int(mtp) and mtp > 0 and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-token prediction "
+                               "(model.mtp_num_layers) is not modelled"))
+    if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
+                               f"{pl.context_parallel} with multi-head latent attention is not "
+                               "modelled"))
+    return errs
+
+
+def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
+    """Rules of sequence parallelism, recomputation, ZeRO, overlap and gradient dtype
+    (Megatron-LM's argument checks where it has one): :func:`_plan_flag_errors`, then
+    :func:`_plan_sharding_precision_errors`."""
+    return _plan_flag_errors(pl) + _plan_sharding_precision_errors(pl)
+
+
+def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
+    """The plan's flags are booleans; the tensor-parallel overlap needs sequence parallelism;
+    the ZeRO stage and the parameter-gather overlap; the layer counts are positive; the custom
+    layout's conflicts; uneven first/last stages are not modelled with the interleaved
+    schedule; the recomputed layers and modules need their recomputation mode."""
+    errs: list[FieldError] = []
+    for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                 "tp_comm_overlap"):
+        if not isinstance(getattr(pl, name), bool):
+            errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
+    if pl.tp_comm_overlap is True and pl.sequence_parallel is not True:
+        # Megatron-LM's arguments.py: "Tensor parallel communication/GEMM overlap can happen
+        # only when sequence parallelism is enabled"
+        errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap needs sequence_parallel "
+                               "(Megatron-LM: --tp-comm-overlap only with --sequence-parallel)"))
+    z = pl.zero_stage
+    if isinstance(z, bool) or z not in ZERO_STAGES:
+        errs.append(FieldError("plan.zero_stage", f"zero_stage={z!r} is not one of 0, 1, 2, 3"))
+    elif pl.overlap_param_gather is True and z == 0:
+        errs.append(FieldError("plan.overlap_param_gather", "overlap_param_gather needs a sharded "
+                               "optimizer (zero_stage >= 1; Megatron: --use-distributed-optimizer)"))
+    for name in ("recompute_num_layers", "first_stage_layers", "last_stage_layers"):
+        v = getattr(pl, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
+    conflict = _layout_conflict(pl)
+    if conflict is not None:
+        errs.append(FieldError("plan.pipeline_model_parallel_layout", conflict))
+    if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
+            pl.schedule == "interleaved":
+        errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
+                               "with the interleaved schedule are not modelled yet"))
+    if pl.recompute_num_layers is not None and pl.recompute != "full":
+        errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
+                               "= full (Megatron's block method)"))
+    if pl.recompute_modules is not None:
+        rm = pl.recompute_modules
+        if not isinstance(rm, str):
+            errs.append(FieldError("plan.recompute_modules", f"recompute_modules={rm!r} must be a "
+                                   "comma-separated list of module names or empty"))
+        elif pl.recompute != "selective":
+            errs.append(FieldError("plan.recompute_modules", "recompute_modules needs recompute = "
+                                   "selective (Megatron-Core: --recompute-modules with "
+                                   "--recompute-granularity selective)"))
+        else:
+            names = parse_recompute_modules(rm)
+            bad = [n for n in names if n not in RECOMPUTE_MODULES]
+            if bad:
+                errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {', '.join(bad)} "
+                                       f"not one of {', '.join(RECOMPUTE_MODULES)}"))
+            for n in names:
+                if n in UNMODELLED_RECOMPUTE_MODULES:
+                    errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {n} is "
+                                           f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})"))
+    return errs
+
+
+def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
+    """Rules of HSDP's shard size, the FP8 parameter gather, torchtitan's per-op recomputation
+    under tensor parallelism, the FP8 recipe and the gradients' reduction dtype."""
+    errs: list[FieldError] = []
+    size = pl.data_parallel_shard_size
+    if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
+        if pl.data_parallel % size:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} does not divide data_parallel={pl.data_parallel} (the "
+                                   "shards are replicated over d/size whole groups; Megatron: d*cp "
+                                   "divisible by --num-distributed-optimizer-instances)"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
+                                   f"{size} needs a sharded optimizer (zero_stage >= 1; Megatron: "
+                                   "--num-distributed-optimizer-instances needs "
+                                   "--use-distributed-optimizer)"))
+    if pl.fp8_param_gather is True:
+        if pl.precision != "fp8":
+            errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather needs precision="
+                                   f"'fp8' (precision is {pl.precision!r}): only FP8 linear "
+                                   "layers' weights can be gathered in FP8"))
+        elif pl.zero_stage in ZERO_STAGES and pl.zero_stage < 1:
+            errs.append(FieldError("plan.fp8_param_gather", "fp8_param_gather needs a sharded "
+                                   "optimizer (zero_stage >= 1: Megatron's --fp8-param-gather "
+                                   "with --use-distributed-optimizer, torchtitan's with FSDP); "
+                                   "zero_stage is 0, nothing is gathered"))
+    elif not isinstance(pl.fp8_param_gather, bool):
+        errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
+                               f"{pl.fp8_param_gather!r} must be true or false"))
+    if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
+            _is_int(pl.tensor_parallel) and pl.sequence_parallel is False:
+        errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
+                               f"tensor_parallel_size={pl.tensor_parallel} needs "
+                               "sequence_parallel (torchtitan's tensor parallelism is sequence-"
+                               "parallel; without it the row-parallel linears' all-reduces, "
+                               "not in the save list, would run again: not modelled)"))
+    if pl.fp8_recipe is not None and pl.precision != "fp8":
+        errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
+                               f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "
+                               "only with --fp8-format)"))
+    g = pl.grad_reduce_dtype
+    if g is not None:
+        if g not in GRAD_REDUCE_DTYPES:
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} is not one of "
+                                   f"{', '.join(GRAD_REDUCE_DTYPES)} or empty"))
+        elif pl.precision == "fp8" and g not in ("fp32", "bf16"):
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
+                                   "'fp8': gradients of FP8 training are bf16 and are reduced in "
+                                   "fp32 (default) or bf16 (--grad-reduce-in-bf16), never in FP8"))
+        elif pl.precision in PRECISIONS and pl.precision != "fp8" and g not in ("fp32", pl.precision):
+            errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
+                                   f"{pl.precision!r}: gradients are reduced in fp32 or in the "
+                                   "training precision"))
+    return errs
+
+
+def check(session: Session) -> Session:
+    """Return ``session`` unchanged, or raise :class:`ConfigError` listing every broken rule."""
+    errs = validate(session)
+    if errs:
+        raise ConfigError(errs)
+    return session
+
+
+def check_all_but_the_plan(session: Session, model: ModelConfig | None = None,
+                           global_batch_size: int | None = None) -> None:
+    """Raise :class:`ConfigError` for the rules ``session`` breaks apart from its plan's
+    t, p, d, b, schedule, recompute and expert parallelism: the studies (sweep, optimal, schedule) choose
+    those themselves (and the fields that depend on p: the first and last stages' layers,
+    the recomputed layers; the context-parallel size, swept only when asked). With ``model``
+    (``global_batch_size``), that model (batch) is
+    checked in place of the session's own."""
+    probe = session.copy()
+    if model is not None:
+        probe.model = model
+    probe.plan = probe_plan(session.plan, global_batch_size=global_batch_size)
+    check(probe)
+
+
+def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
+    """``plan`` with every size a study chooses at 1 (t, p, d, b, cp, ep), the 1F1B schedule,
+    and the fields that depend on them cleared (v, the first/last stages' layers, the
+    recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
+    fixes p*v, the expert all-to-all overlap, which needs ep > 1); recomputation full, or
+    selective when the plan names its modules. Then
+    ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
+    validates, and what the sweep's reasons probe one value at a time."""
+    fields = dict(
+        tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        schedule="1f1b", virtual_pipeline_stages=None,
+        # the recomputed modules are the plan's own under selective recomputation
+        recompute="selective" if plan.recompute_modules is not None else "full",
+        recompute_num_layers=None,
+        first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
+        expert_tensor_parallel=None, data_parallel_shard_size=None,
+        pipeline_model_parallel_layout=None,
+        # needs ep > 1 and no full recomputation: a study decides it with the sizes
+        overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False)
+    fields.update({k: v for k, v in changes.items() if v is not None})
+    return dataclasses.replace(plan, **fields)
+
+
+#: Fields that only take effect when another field enables them: path -> (test of the session,
+#: what enables the field). Megatron-LM ignores these flags in the same situations (e.g.
+#: ``--virtual-pipeline-model-parallel-size`` without the interleaved schedule, the MoE flags
+#: without ``--num-experts``, ``--fp8-recipe`` without ``--fp8-format``).
+_ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
+    **{f"model.{name}": (lambda s: s.model.num_experts is not None,
+                         "a mixture-of-experts model (model.num_experts)")
+       for name in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
+                    "moe_layer_frequency", "moe_first_dense_layers", "moe_router_num_groups",
+                    "moe_router_group_topk")},
+    **{f"plan.{name}": (lambda s: s.model.num_experts is not None,
+                        "a mixture-of-experts model (model.num_experts)")
+       for name in ("expert_parallel", "expert_tensor_parallel", "moe_imbalance_factor",
+                    "moe_token_dispatcher_type")},
+    "plan.cp_comm_type": (lambda s: s.plan.context_parallel > 1,
+                          "context parallelism (plan.context_parallel > 1)"),
+    "plan.cp_a2a_size": (lambda s: s.plan.context_parallel > 1
+                         and getattr(s.plan, "cp_comm_type", "p2p") == "a2a+p2p",
+                         "the a2a+p2p exchange (plan.cp_comm_type a2a+p2p)"),
+    "plan.overlap_moe_expert_parallel_comm": (
+        lambda s: s.model.num_experts is not None and s.plan.expert_parallel > 1,
+        "expert parallelism (plan.expert_parallel > 1 with model.num_experts)"),
+    "plan.cross_entropy_fusion_impl": (
+        lambda s: s.plan.cross_entropy_loss_fusion is True,
+        "the fused cross-entropy (plan.cross_entropy_loss_fusion)"),
+    "plan.delay_wgrad_compute": (
+        lambda s: s.plan.overlap_moe_expert_parallel_comm is True,
+        "the expert all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),
+    **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
+                         "multi-head latent attention (model.multi_latent_attention)")
+       for name in _MLA_FIELDS},
+    "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
+                                    "a sliding window (model.window_size)"),
+    **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
+                         "a gated MLP (model.activation swiglu)")
+       for name in ("activation_func_clamp_value", "glu_linear_offset")},
+    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+                                     "the interleaved schedule (plan.schedule)"),
+    "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
+                                  "full recomputation (plan.recompute)"),
+    "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",
+                               "selective recomputation (plan.recompute)"),
+    **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
+       for name in ("fp8_recipe", "fp8_param_gather")},
+    **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
+                        "a sharded optimizer (plan.zero_stage 1 or more)")
+       for name in ("overlap_param_gather", "data_parallel_shard_size")},
+    "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
+                             "sequence parallelism (plan.sequence_parallel)"),
+}
+
+
+def inactive_fields(session: Session) -> dict[str, str]:
+    """Fields of ``session`` that have no effect on it, each with what would enable it
+    (``{"model.kv_lora_rank": "needs multi-head latent attention (model.multi_latent_attention)",
+    ...}``): the MoE fields of a dense model, the MLA sizes without latent attention, the
+    virtual stages without the interleaved schedule, the FP8 recipe in BF16, and so on
+    (:data:`_ENABLED_BY`). The editor greys them out; their values are kept and saved. A field
+    whose value breaks a rule of :func:`validate` is the user's to fix, so callers keep such
+    fields editable.
+
+    Never raises for a session of the right types; a test that cannot be evaluated (a wrong
+    type left by a bad edit) counts the field as active.
+    """
+    out = {}
+    for path, (enabled, what) in _ENABLED_BY.items():
+        try:
+            active = enabled(session)
+        except (TypeError, AttributeError):
+            active = True
+        if not active:
+            out[path] = f"needs {what}"
+    return out
+
