@@ -93,11 +93,11 @@ def test_kept_out_threads_never_load_numba():
 
 
 def test_a_kept_out_thread_gives_the_pool_the_heavy_batches(monkeypatch):
-    """``core.studies.sweep_parallel``: when the calling thread may not load the compiled solver, the
+    """``core.studies.sweep.parallel``: when the calling thread may not load the compiled solver, the
     pool takes the batches from the heavy end with it and this thread solves the light
     ones with numpy (and the result is the serial one)."""
     from core.sim import fastpath_kernel
-    from core.studies import sweep_parallel
+    from core.studies.sweep import parallel as sweep_parallel
 
     calls: list = []
 
