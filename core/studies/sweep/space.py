@@ -15,7 +15,7 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -376,6 +376,47 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         The space breaks a rule (:meth:`SweepSpace.errors`) or the session breaks
         a rule not about the plan (model, cluster, cost).
     """
+    _check_enumerable(session, space)
+    c = _Choices.of(session, space)
+    fields_ok = _fields_check(session.plan)
+    if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
+        return []
+    m, B = session.model, session.plan.global_batch_size
+    plans: list[ParallelPlan] = []
+    for t in c.ts:
+        for p, cp in ((p, cp) for p in c.ps for cp in c.cps):
+            ds = c.data_parallel_sizes(space, t * p * cp, B)
+            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+            if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
+                sps_t = [t > 1 and m.seq_length % t == 0]
+            else:
+                sps_t = c.sps[:1] if t == 1 else c.sps
+            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
+            # keep one of them (1F1B when swept)
+            scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+            for d, ep in ((d, ep) for d in ds for ep in c.eps):
+                zs_d = c.zs[:1] if d == 1 else c.zs
+                for b in c.bs:
+                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                        continue
+                    for sched in scheds_p:
+                        for v in c.virtual_sizes(space, sched, p):
+                            # the schedule's own rules (part of validate), before building plans
+                            if pipeline_schedules.schedule_errors(
+                                    sched, p, B // (d * b), v,
+                                    m.num_layers if c.layout_n is None else None, c.extra_slots):
+                                continue
+                            yield_interpreter()
+                            plans += _variants(session, c, fields_ok,
+                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    return plans
+
+
+def _check_enumerable(session: Session, space: SweepSpace) -> None:
+    """Raise :class:`ConfigError` with every rule the space breaks and every rule the session
+    breaks not about the plan (model, cluster, cost), and a custom pipeline layout that does
+    not parse (every plan keeps it)."""
     errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
     layout = pipeline_layout_text(session.plan)
     if layout is not None:  # kept in every plan: a layout that cannot parse fits none
@@ -385,57 +426,129 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
             errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
     if errs:
         raise ConfigError(errs)
-    m, cl, base = session.model, session.cluster, session.plan
-    B = base.global_batch_size
-    ts, ps = tp_pp_candidates(session, space)
-    layout_n = layout_stages(base)
-    bs = sorted(set(as_list(space.micro_batch_sizes)))
-    scheds = list(dict.fromkeys(as_list(space.schedules)))
-    rcs = list(dict.fromkeys(as_list(space.recompute)))
-    # sequence parallelism: the space's values, or Megatron-Core's choice (on with t > 1)
-    hold = space.hold_session_values
-    sps = (list(dict.fromkeys(bool(v) for v in as_list(space.sequence_parallel)))
-           if space.sequence_parallel is not None else [base.sequence_parallel] if hold else None)
-    zs = (list(dict.fromkeys(int(v) for v in as_list(space.zero_stages)))
-          if space.zero_stages is not None else [base.zero_stage] if hold else list(ZERO_STAGES))
-    tpos = (list(dict.fromkeys(bool(v) for v in as_list(space.tp_comm_overlap)))
-            if space.tp_comm_overlap is not None else [bool(base.tp_comm_overlap)] if hold
-            else [True])
-    dpos = (list(dict.fromkeys(bool(v) for v in as_list(space.dp_overlap)))
-            if space.dp_overlap is not None else [None] if hold else [True])
-    mla = bool(getattr(m, "multi_latent_attention", False))
-    # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
-    ovs = (list(dict.fromkeys(bool(v) for v in as_list(space.overlap_moe_expert_parallel_comm)))
-           if space.overlap_moe_expert_parallel_comm is not None
-           else [base.overlap_moe_expert_parallel_comm is True])
-    if not m.is_moe:
-        if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
-            raise ConfigError([FieldError(
-                "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts model "
-                "(model.num_experts): a dense model has no expert all-to-alls")])
-        ovs = [False]
-    if base.delay_wgrad_compute is True and True not in ovs:  # what validate says of the file
-        raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
-                                      "overlap_moe_expert_parallel_comm (Megatron-Core: it must "
-                                      "be enabled when enabling delay_wgrad_compute)")])
-    cps = cp_candidates(session, space)
-    eps = (sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
-           else divisors(m.num_experts) if m.is_moe else [1])
-    vs = (sorted(set(as_list(space.virtual_pipeline_stages)))
-          if space.virtual_pipeline_stages is not None else list(range(2, 9)))
-    counts = space.gpu_counts()
-    d_allowed = set(as_list(space.data_parallel)) if space.data_parallel is not None else None
-    d_divisors = divisors(B)  # d must divide B (d*b divides B)
-    plans: list[ParallelPlan] = []
-    extra_slots = pipeline_split_slots(m.num_layers, base) - m.num_layers  # embedding, loss
-    # validate(sections=("plan",)) checks each plan field alone (check_value) and then the
-    # cross-field rules. The fields the loop below does not set keep the base plan's values:
-    # check them once; check the swept fields' values once each (memoized by name, type and
-    # value); run validate's cross-field rules (sections=()) only on plans whose fields pass,
-    # which is what validate(sections=("plan",)) returns for them.
+
+
+@dataclass
+class _Choices:
+    """The candidate values of each field :func:`enumerate_plans` sweeps (lists, in the order
+    tried), and what the loops need of the session: ``sps`` None is Megatron-Core's choice
+    (on with t > 1); ``dpos`` [None] holds the session's data-parallel overlaps."""
+
+    ts: list
+    ps: list
+    cps: list
+    eps: list
+    bs: list
+    scheds: list
+    rcs: list
+    vs: list
+    sps: list | None
+    zs: list
+    tpos: list
+    dpos: list
+    ovs: list
+    layout_n: int | None
+    counts: tuple | None
+    d_allowed: set | None
+    d_divisors: list
+    extra_slots: int
+    mla: bool
+    delay: bool
+
+    @classmethod
+    def of(cls, session: Session, space: SweepSpace) -> "_Choices":
+        """The choices of ``space`` for ``session``.
+
+        Raises
+        ------
+        ConfigError
+            The expert all-to-all overlap asked on for a dense model, or the session's
+            ``delay_wgrad_compute`` without that overlap.
+        """
+        m, base = session.model, session.plan
+        ts, ps = tp_pp_candidates(session, space)
+        # sequence parallelism: the space's values, or Megatron-Core's choice (on with t > 1)
+        hold = space.hold_session_values
+        sps = (list(dict.fromkeys(bool(v) for v in as_list(space.sequence_parallel)))
+               if space.sequence_parallel is not None else [base.sequence_parallel] if hold
+               else None)
+        zs = (list(dict.fromkeys(int(v) for v in as_list(space.zero_stages)))
+              if space.zero_stages is not None else [base.zero_stage] if hold
+              else list(ZERO_STAGES))
+        tpos = (list(dict.fromkeys(bool(v) for v in as_list(space.tp_comm_overlap)))
+                if space.tp_comm_overlap is not None else [bool(base.tp_comm_overlap)] if hold
+                else [True])
+        dpos = (list(dict.fromkeys(bool(v) for v in as_list(space.dp_overlap)))
+                if space.dp_overlap is not None else [None] if hold else [True])
+        # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
+        ovs = (list(dict.fromkeys(bool(v) for v in as_list(space.overlap_moe_expert_parallel_comm)))
+               if space.overlap_moe_expert_parallel_comm is not None
+               else [base.overlap_moe_expert_parallel_comm is True])
+        if not m.is_moe:
+            if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
+                raise ConfigError([FieldError(
+                    "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts "
+                    "model (model.num_experts): a dense model has no expert all-to-alls")])
+            ovs = [False]
+        if base.delay_wgrad_compute is True and True not in ovs:  # what validate says of the file
+            raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
+                                          "overlap_moe_expert_parallel_comm (Megatron-Core: it "
+                                          "must be enabled when enabling delay_wgrad_compute)")])
+        return cls(
+            ts=ts, ps=ps, cps=cp_candidates(session, space),
+            eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
+                 else divisors(m.num_experts) if m.is_moe else [1]),
+            bs=sorted(set(as_list(space.micro_batch_sizes))),
+            scheds=list(dict.fromkeys(as_list(space.schedules))),
+            rcs=list(dict.fromkeys(as_list(space.recompute))),
+            vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
+                if space.virtual_pipeline_stages is not None else list(range(2, 9))),
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, layout_n=layout_stages(base),
+            counts=space.gpu_counts(),
+            d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
+                       else None),
+            d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
+            extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
+            mla=bool(getattr(m, "multi_latent_attention", False)),
+            delay=base.delay_wgrad_compute is True)
+
+    def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
+        """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,
+        dividing the global batch ``B``, among those given."""
+        if self.counts is not None:
+            ds = sorted({n // tp for n in self.counts if n % tp == 0})
+        elif space.max_gpus is not None:
+            ds = [d for d in self.d_divisors if d * tp <= space.max_gpus]
+        else:
+            ds = list(self.d_divisors)
+        return [d for d in ds if B % d == 0
+                and (self.d_allowed is None or d in self.d_allowed)
+                and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+
+    def virtual_sizes(self, space: SweepSpace, sched: str, p: int) -> list:
+        """The v tried under schedule ``sched`` at ``p`` stages (None: the schedule has no
+        virtual stages); with a custom layout of n virtual stages only v = n/p."""
+        virtual = pipeline_schedules.get(sched).uses_virtual_stages
+        n = self.layout_n
+        if n is None:
+            return self.vs if virtual else [None]
+        if virtual:  # the layout's v = n/p, when it is one of those asked
+            return [n // p] if (n // p >= 2 and (space.virtual_pipeline_stages is None
+                                                 or n // p in self.vs)) else []
+        return [None] if p == n else []
+
+
+def _fields_check(base: ParallelPlan) -> Callable[[ParallelPlan], bool] | None:
+    """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
+    cross-field rules. The fields the enumeration does not set keep the base plan's values:
+    they are checked once here (None: one breaks a rule, so every candidate does). The
+    function returned checks a candidate's swept fields' values, each value once (memoized by
+    name, type and value); validate's cross-field rules (sections=()) run only on plans whose
+    fields pass, which is what validate(sections=("plan",)) returns for them."""
     plan_fields = {f.name: f for f in dataclasses.fields(base)}
-    fixed_ok = not any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
-                       if n not in _SWEPT_FIELDS)
+    if any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
+           if n not in _SWEPT_FIELDS):
+        return None
     field_ok: dict[tuple, bool] = {}
 
     def fields_ok(plan: ParallelPlan) -> bool:
@@ -449,101 +562,62 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
                 return False
         return True
 
-    if not fixed_ok:  # every candidate breaks a rule of a field the sweep does not set
-        return plans
-    delay = base.delay_wgrad_compute is True
-    for t in ts:
-        for p, cp in ((p, cp) for p in ps for cp in cps):
-            tp = t * p * cp  # GPUs of one data-parallel replica
-            if counts is not None:
-                ds = sorted({n // tp for n in counts if n % tp == 0})
-            elif space.max_gpus is not None:
-                ds = [d for d in d_divisors if d * tp <= space.max_gpus]
-            else:
-                ds = list(d_divisors)
-            ds = [d for d in ds if B % d == 0
-                  and (d_allowed is None or d in d_allowed)
-                  and (space.max_data_parallel is None or d <= space.max_data_parallel)]
-            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
-            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
-            if sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
-                sps_t = [t > 1 and m.seq_length % t == 0]
-            else:
-                sps_t = sps[:1] if t == 1 else sps
-            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
-            # keep one of them (1F1B when swept)
-            scheds_p = scheds if p > 1 else [one_stage_schedule(scheds)]
-            for d, ep in ((d, ep) for d in ds for ep in eps):
-                zs_d = zs[:1] if d == 1 else zs
-                for b in bs:
-                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
-                        continue
-                    for sched in scheds_p:
-                        virtual = pipeline_schedules.get(sched).uses_virtual_stages
-                        if layout_n is None:
-                            vs_p = vs if virtual else [None]
-                        elif virtual:  # the layout's v = n/p, when it is one of those asked
-                            vs_p = [layout_n // p] if (
-                                layout_n // p >= 2 and (space.virtual_pipeline_stages is None
-                                                        or layout_n // p in vs)) else []
-                        else:
-                            vs_p = [None] if p == layout_n else []
-                        for v in vs_p:
-                            # the schedule's own rules (part of validate), before building plans
-                            if pipeline_schedules.schedule_errors(
-                                    sched, p, B // (d * b), v,
-                                    m.num_layers if layout_n is None else None, extra_slots):
-                                continue
-                            yield_interpreter()
-                            for rc in rcs:
-                                for sp, z, tpo, og, op in _overlap_choices(
-                                        sps_t, zs_d, tpos, dpos, t, d * cp,
-                                        1 < t <= cl.gpus_per_node and not mla,
-                                        (base.overlap_grad_reduce, base.overlap_param_gather)):
-                                    plan = dataclasses.replace(
-                                        base, tensor_parallel=t, pipeline_parallel=p,
-                                        context_parallel=cp, expert_parallel=ep,
-                                        data_parallel=d, micro_batch_size=b, schedule=sched,
-                                        virtual_pipeline_stages=v, recompute=rc,
-                                        sequence_parallel=sp, zero_stage=z,
-                                        recompute_num_layers=(base.recompute_num_layers
-                                                              if rc == "full" else None),
-                                        # the base's uneven first / last stages at its own p
-                                        first_stage_layers=(base.first_stage_layers if p ==
-                                                            base.pipeline_parallel else None),
-                                        last_stage_layers=(base.last_stage_layers if p ==
-                                                           base.pipeline_parallel else None),
-                                        # the base's recomputed modules under selective
-                                        recompute_modules=(base.recompute_modules
-                                                           if rc == "selective" else None),
-                                        # the base's TP overlap where the plan allows it
-                                        # (Megatron: only with sequence parallelism)
-                                        tp_comm_overlap=tpo, overlap_grad_reduce=og,
-                                        overlap_param_gather=op)
-                                    if plan.recompute_num_layers is not None:
-                                        plan = capped_recompute_layers(plan, m.num_layers)
-                                    # the expert all-to-all overlap off, and on where
-                                    # the plan allows it (expert parallelism, its rules)
-                                    for ov in ovs:
-                                        cand = plan
-                                        if (ov != plan.overlap_moe_expert_parallel_comm
-                                                or (delay and ov)
-                                                != plan.delay_wgrad_compute):
-                                            cand = dataclasses.replace(
-                                                plan, overlap_moe_expert_parallel_comm=ov,
-                                                delay_wgrad_compute=delay and ov)
-                                        if ov and ep_overlap_errors(m, cand):
-                                            if False in ovs:
-                                                continue  # tried without already
-                                            cand = dataclasses.replace(
-                                                cand, overlap_moe_expert_parallel_comm=False,
-                                                delay_wgrad_compute=False)
-                                        # model, cluster and cost were checked above
-                                        if fields_ok(cand) and not validate(
-                                                Session(m, cand, cl, session.cost),
-                                                sections=(), model_checked=True):
-                                            plans.append(cand)
-    return plans
+    return fields_ok
+
+
+def _variants(session: Session, c: _Choices, fields_ok: Callable[[ParallelPlan], bool],
+              sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
+    """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v): each
+    recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`_overlap_choices`)
+    and each expert all-to-all overlap, in that order."""
+    t, p, cp, ep, d, b, sched, v = sizes
+    m, cl, base = session.model, session.cluster, session.plan
+    out = []
+    for rc in c.rcs:
+        for sp, z, tpo, og, op in _overlap_choices(
+                sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
+                1 < t <= cl.gpus_per_node and not c.mla,
+                (base.overlap_grad_reduce, base.overlap_param_gather)):
+            plan = dataclasses.replace(
+                base, tensor_parallel=t, pipeline_parallel=p,
+                context_parallel=cp, expert_parallel=ep,
+                data_parallel=d, micro_batch_size=b, schedule=sched,
+                virtual_pipeline_stages=v, recompute=rc,
+                sequence_parallel=sp, zero_stage=z,
+                recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
+                # the base's uneven first / last stages at its own p
+                first_stage_layers=(base.first_stage_layers if p ==
+                                    base.pipeline_parallel else None),
+                last_stage_layers=(base.last_stage_layers if p ==
+                                   base.pipeline_parallel else None),
+                # the base's recomputed modules under selective
+                recompute_modules=(base.recompute_modules if rc == "selective" else None),
+                # the base's TP overlap where the plan allows it
+                # (Megatron: only with sequence parallelism)
+                tp_comm_overlap=tpo, overlap_grad_reduce=og,
+                overlap_param_gather=op)
+            if plan.recompute_num_layers is not None:
+                plan = capped_recompute_layers(plan, m.num_layers)
+            # the expert all-to-all overlap off, and on where the plan allows it (expert
+            # parallelism, its rules)
+            for ov in c.ovs:
+                cand = plan
+                if (ov != plan.overlap_moe_expert_parallel_comm
+                        or (c.delay and ov) != plan.delay_wgrad_compute):
+                    cand = dataclasses.replace(
+                        plan, overlap_moe_expert_parallel_comm=ov,
+                        delay_wgrad_compute=c.delay and ov)
+                if ov and ep_overlap_errors(m, cand):
+                    if False in c.ovs:
+                        continue  # tried without already
+                    cand = dataclasses.replace(
+                        cand, overlap_moe_expert_parallel_comm=False,
+                        delay_wgrad_compute=False)
+                # model, cluster and cost were checked above
+                if fields_ok(cand) and not validate(Session(m, cand, cl, session.cost),
+                                                    sections=(), model_checked=True):
+                    out.append(cand)
+    return out
 
 
 def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
