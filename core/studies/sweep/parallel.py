@@ -56,8 +56,9 @@ _BATCH_COST = 1.5e-3
 _PLAN_COST = 6e-5
 _ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
 #: CPU seconds a process spends loading the compiled batch solver (Numba's import and the
-#: kernel's cached machine code, :func:`core.sim.fastpath_kernel.warm`).
-_KERNEL_LOAD_S = 0.3
+#: kernel's cached machine code, :func:`core.sim.fastpath_kernel.warm`: 0.46-0.53 s CPU measured
+#: on a lightly loaded machine, see that module).
+_KERNEL_LOAD_S = 0.5
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
 #: How long to try to reach a Dask scheduler.
