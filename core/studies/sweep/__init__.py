@@ -21,7 +21,7 @@ per-op graphs:
   data-parallel all-reduce and optimizer times. Op lookups and communication
   times are memoized across plans.
 * Plans with the same pipeline structure (p, m, schedule) are solved together
-  by :func:`pipeline_iteration_times`: stage end times are a max-plus
+  by :func:`core.sim.fastpath.pipeline_iteration_times`: stage end times are a max-plus
   recurrence, solved per stage with a running maximum over that stage's
   program (vectorized over the stage's 2m operations and over plans) and
   Gauss-Seidel sweeps across stages until nothing changes.

@@ -152,7 +152,7 @@ def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) 
     ``st`` (:class:`core.sim.graph.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
     seconds: its compute plus the schedule's least bubble (branch and bound's bound).
 
-    Each stage runs its items one after another (:func:`pipeline_iteration_times`). Stage
+    Each stage runs its items one after another (:func:`core.sim.fastpath.pipeline_iteration_times`). Stage
     ``i``'s first item is a forward, which waits for micro-batch 0's forward of chunk 0 on
     every stage before it (``sum_{r<i} F[r, 0]``); the stage then works ``m * sum_c (F + B +
     W)[i, c]`` (transfers only add), and its tail ``dp_comm_s + optimizer_s`` follows. Its

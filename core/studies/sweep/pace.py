@@ -1,4 +1,4 @@
-"""Pacing a sweep's thread: the garbage collector paused, and the interpreter handed to other threads.
+"""Pacing a sweep's thread: the garbage collector paused, the interpreter handed to others.
 
 A sweep's loops (:mod:`core.studies.sweep.space`, :mod:`core.studies.sweep.batch`,
 :mod:`core.studies.sweep.bound`) call :func:`yield_interpreter` so that the desktop window's

@@ -123,12 +123,12 @@ class SweepResult:
         Why no plan has a band, or "" when the bands exist.
     pruned : bool array
         Plans that fit in memory but were not simulated: their lower bound shows they change
-        no answer of the sweep (branch and bound, :func:`run_sweep`); no figures (NaN).
+        no answer of the sweep (branch and bound, :func:`core.studies.sweep.run.run_sweep`); no figures (NaN).
     lower_bound_s : float64 array
         The iteration-time lower bound of each plan that fits, seconds (NaN for the others,
         and for every plan of a sweep without pruning).
     dimensions : list of dict
-        What the sweep chose and what it held (:func:`sweep_dimensions`): one dict per plan
+        What the sweep chose and what it held (:func:`core.studies.sweep.space.sweep_dimensions`): one dict per plan
         field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
     """
 

@@ -88,14 +88,15 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
               ) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
-    Plans that do not fit in memory (closed form, :func:`core.model.model_math.stage_memory_arrays`)
-    are never simulated. With ``prune`` (default), the plans that fit are simulated in rounds
-    by increasing lower bound (:func:`iteration_lower_bound_s`) and a plan whose bound shows
+    Plans that do not fit in memory (closed form,
+    :func:`core.model.model_math.stage_memory_arrays`) are never simulated. With ``prune``
+    (default), the plans that fit are simulated in rounds by increasing lower bound
+    (:func:`core.studies.sweep.bound.iteration_lower_bound_s`) and a plan whose bound shows
     that it can change neither the (days, cost) front, nor the fastest, cheapest or deadline
-    plan, nor the best plan of any value of :data:`BEST_BY_FIELDS` or of any of the space's
-    exact GPU counts is not simulated (branch
-    and bound; exact: these answers equal an exhaustive sweep's, the tests check it); its row
-    has no figures, ``pruned`` True and its bound in ``lower_bound_s``.
+    plan, nor the best plan of any value of :data:`core.studies.sweep.result.BEST_BY_FIELDS`
+    or of any of the space's exact GPU counts is not simulated (branch and bound; exact:
+    these answers equal an exhaustive sweep's, the tests check it); its row has no figures,
+    ``pruned`` True and its bound in ``lower_bound_s``.
 
     Parameters
     ----------
@@ -116,7 +117,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     cancel : threading.Event or callable returning bool, optional
         Checked between batches (each a few ms to ~0.1 s of work; with ``workers`` or
         ``dask``, every 0.1 s while chunks run: the chunks not started are dropped);
-        when set, :class:`SweepCancelled` is raised.
+        when set, :class:`core.studies.sweep.cancel.SweepCancelled` is raised.
     workers : int
         Processes to solve the batches on (1: this process; default). The batches are
         grouped in chunks, solved by this thread and a pool of ``workers - 1`` processes
@@ -135,10 +136,12 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         memory too (the oracle, and figures for every point of a scatter).
     max_work : int, optional
         Refuse (``ConfigError``, field ``sweep.max_work``) when the plans that fit need more
-        than this many pipeline steps (:func:`sweep_work`); default None, no limit.
+        than this many pipeline steps (:func:`core.studies.sweep.bound.sweep_work`); default
+        None, no limit.
     notice : callable ``(str) -> None``, optional
         Told, before the simulation starts, when the sweep is large (more than
-        :data:`LARGE_SWEEP_WORK` steps), with a time estimate (also in the result's warnings).
+        :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` steps), with a time estimate (also
+        in the result's warnings).
 
     Returns
     -------
