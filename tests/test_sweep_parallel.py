@@ -269,3 +269,31 @@ def test_yield_interpreter_sleeps_on_worker_threads_only(monkeypatch):
     monkeypatch.setattr(pace.time, "sleep", real_sleep)
     # 0.1 s of work at one yield per 20 ms: 4 or 5 sleeps of 0.5 ms
     assert 3 <= len(slept) <= 5 and set(slept) == {0.0005}
+
+
+def test_cancel_is_one_public_check_for_every_driver():
+    """``core.studies.sweep.cancel``: an event, a callable or None; the serial loop, the pool and
+    Dask raise the same :class:`SweepCancelled` through :func:`check_cancelled`."""
+    from core.studies.sweep import cancel
+    ev = threading.Event()
+    assert not cancel.is_cancelled(None) and not cancel.is_cancelled(ev)
+    assert cancel.is_cancelled(lambda: True) and not cancel.is_cancelled(lambda: 0)
+    cancel.check_cancelled(ev)  # not set: nothing
+    ev.set()
+    with pytest.raises(SweepCancelled):
+        cancel.check_cancelled(ev)
+    assert cancel.SweepCancelled is SweepCancelled
+
+
+def test_the_sweep_package_imports_in_no_circle():
+    """No module of ``core.studies.sweep`` reaches itself again through imports (lazy ones
+    inside functions included), and none imports the package's ``__init__``."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("core")
+    modules = {m for m in graph.modules if m.startswith("core.studies.sweep.")}
+    assert {"core.studies.sweep.run", "core.studies.sweep.parallel",
+            "core.studies.sweep.cancel"} <= modules
+    for m in modules:
+        assert "core.studies.sweep" not in graph.find_modules_directly_imported_by(m), m
+        for other in graph.find_modules_directly_imported_by(m):
+            assert not graph.chain_exists(importer=other, imported=m), (m, other)
