@@ -18,7 +18,7 @@ from core.cli import main
 from core.plan.config import MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan, Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
-from tests.conftest import EXAMPLES, shared_file
+from tests.conftest import EXAMPLES
 
 
 def gpt3_small(global_batch=64) -> Session:
