@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.io.session import load_any  # noqa: E402
 from core.studies.sweep import SweepSpace, run_sweep  # noqa: E402
-from core.studies.sweep_parallel import default_workers  # noqa: E402
+from core.studies.sweep.parallel import default_workers  # noqa: E402
 
 STUDIES = {
     "llama": (ROOT.parent / "shared" / "cases" / "s3" / "search_llama3_70b_512_h100.json",

@@ -45,7 +45,10 @@ def _child(workers: int, log: str) -> None:
     from core.sim import fastpath_kernel
     from core.model import model_math
     from core.studies import sweep
-    from core.studies import sweep_parallel
+    from core.studies.sweep import batch as sweep_batch
+    from core.studies.sweep import bound as sweep_bound
+    from core.studies.sweep import parallel as sweep_parallel
+    from core.studies.sweep import run as sweep_run
     from core.io.session import load_any
 
     t_start = time.perf_counter()
@@ -77,12 +80,14 @@ def _child(workers: int, log: str) -> None:
         timed.__qualname__, timed.__module__ = name, mod.__name__  # pickled by name
         setattr(mod, name, timed)
 
-    wrap(sweep, "enumerate_plans", "enumerate")
-    wrap(sweep, "session_profile", "store")
-    wrap(sweep, "stage_times")
-    wrap(sweep, "solve_batch", log_it=True)
+    wrap(sweep_run, "enumerate_plans", "enumerate")
+    wrap(sweep_run, "session_profile", "store")
+    wrap(sweep_batch, "stage_times")
+    wrap(sweep_bound, "stage_times")  # the lower bounds' (a sweep with pruning)
+    wrap(sweep_run, "solve_batch", log_it=True)      # this thread's batches
+    wrap(sweep_parallel, "solve_batch", log_it=True)  # the pool's (inside its chunks)
     wrap(model_math, "stage_memory_arrays", "stage_memory")
-    wrap(sweep, "pipeline_iteration_times", "batch_solver")
+    wrap(sweep_batch, "pipeline_iteration_times", "batch_solver")
     wrap(fastpath, "_pipeline_structure", "pipeline_structure")
     wrap(fastpath_kernel, "warm", log_it=True)
     wrap(sweep_parallel, "solve_chunk", log_it=True)

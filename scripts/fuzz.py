@@ -76,7 +76,7 @@ def worker(kind: str, start: int, stop: int, seed: int, timeout: float) -> None:
 
 
 #: Kinds whose command may legitimately take long: a sweep of a few thousand plans takes
-#: half a minute (no sweep is refused for its size any more: core.studies.sweep.LARGE_SWEEP_WORK only
+#: half a minute (no sweep is refused for its size any more: core.studies.sweep.bound.LARGE_SWEEP_WORK only
 #: warns, about two minutes).
 SLOW_KINDS = {"session_sweep": 4.0}
 

@@ -9,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from core.studies import sweep as sweep_module
-from core.studies import sweep_parallel
+from core.studies.sweep import pace
+from core.studies.sweep import parallel as sweep_parallel
+from core.studies.sweep import run as sweep_run
 from core.cli import main
 from core.plan.fields import ConfigError
 from core.io.session import load_any
@@ -25,7 +26,7 @@ SPACE = SweepSpace(hold_session_values=True, max_gpus=8, micro_batch_sizes=(1, 2
 @pytest.fixture
 def parallel_always(monkeypatch):
     """Use the workers even for a small sweep (the default runs small sweeps in process)."""
-    monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
+    monkeypatch.setattr(sweep_run, "_PARALLEL_MIN_PLANS", 0)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_store_bytes_round_trip_leaves_the_store_alone(serial):
 
 
 def test_cli_workers_and_json(capsys, monkeypatch):
-    monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
+    monkeypatch.setattr(sweep_run, "_PARALLEL_MIN_PLANS", 0)
     docs = []
     for extra in (["--workers", "1"], ["--workers", "2"]):
         assert main(["sweep", str(SMALL), "--max-gpus", "8", "--micro-batch-sizes", "1,2,4",
@@ -181,8 +182,8 @@ def test_compiled_sweep_on_processes_gives_the_serial_result(serial, parallel_al
     from core.sim import fastpath_kernel
     if not fastpath_kernel.available():
         pytest.skip("Numba is not installed")
-    monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
-    monkeypatch.setattr(sweep_module, "_EARLY_POOL_CANDIDATES", 0 if early else 10**12)
+    monkeypatch.setattr(sweep_run, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
+    monkeypatch.setattr(sweep_run, "_EARLY_POOL_CANDIDATES", 0 if early else 10**12)
     monkeypatch.setattr(fastpath_kernel, "loaded", lambda: False)  # as in a fresh process
     started = []
     real_start = sweep_parallel.start_pool
@@ -202,15 +203,15 @@ def test_warmed_pool_beside_this_thread_compiled_or_not_gives_the_serial_result(
     from core.sim import fastpath_kernel
     if not fastpath_kernel.available():
         pytest.skip("Numba is not installed")
-    monkeypatch.setattr(sweep_module, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
-    monkeypatch.setattr(sweep_module, "_EARLY_POOL_CANDIDATES", 0)
+    monkeypatch.setattr(sweep_run, "COMPILED_MIN_SWEEP_ELEMENTS", 0)
+    monkeypatch.setattr(sweep_run, "_EARLY_POOL_CANDIDATES", 0)
     monkeypatch.setattr(fastpath_kernel, "loaded", lambda: False)  # as in a fresh process
     monkeypatch.setattr(sweep_parallel, "_KERNEL_LOAD_S", load_s)
     chosen, prepared = [], []
-    real_share, real_figures = sweep_parallel._light_share_elements, sweep_module._plan_figures
+    real_share, real_figures = sweep_parallel._light_share_elements, sweep_run.plan_figures
     monkeypatch.setattr(sweep_parallel, "_light_share_elements",
                         lambda *a: chosen.append(real_share(*a)) or chosen[-1])
-    monkeypatch.setattr(sweep_module, "_plan_figures",
+    monkeypatch.setattr(sweep_run, "plan_figures",
                         lambda *a: prepared.append(1) or real_figures(*a))
     result = run_sweep(load_any(SMALL), SPACE, prune=False, deadline_days=5.0, workers=2)
     assert len(chosen) == 1 and chosen[0] > 0 and len(prepared) == 1
@@ -222,14 +223,14 @@ def test_gc_paused_restores_the_collector_and_counts_nesting():
     was = gc.isenabled()
     try:
         gc.enable()
-        with sweep_module.gc_paused():
+        with pace.gc_paused():
             assert not gc.isenabled()
-            with sweep_module.gc_paused():
+            with pace.gc_paused():
                 assert not gc.isenabled()
             assert not gc.isenabled()  # the outer pause still holds
         assert gc.isenabled()
         gc.disable()  # a caller that keeps it off: left off
-        with sweep_module.gc_paused():
+        with pace.gc_paused():
             pass
         assert not gc.isenabled()
     finally:
@@ -245,28 +246,54 @@ def test_pruned_sweep_on_a_pool_gives_the_serial_pruned_result(parallel_always):
 
 
 def test_yield_interpreter_sleeps_on_worker_threads_only(monkeypatch):
-    """``core.studies.sweep.yield_interpreter``: on a thread other than the main one it sleeps once per
+    """``core.studies.sweep.pace.yield_interpreter``: on a thread other than the main one it sleeps once per
     ``YIELD_EVERY_S`` of work (so the GUI thread takes the interpreter lock); on the main
     thread (the command line) never."""
     import threading
     import time
 
-    from core.studies import sweep
-
     slept: list[float] = []
     real_sleep = time.sleep
-    monkeypatch.setattr(sweep.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(pace.time, "sleep", lambda s: slept.append(s))
 
     def busy(seconds: float) -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
-            sweep.yield_interpreter()
+            pace.yield_interpreter()
 
     busy(0.1)
     assert slept == []  # the main thread
     t = threading.Thread(target=busy, args=(0.1,))
     t.start()
     t.join()
-    monkeypatch.setattr(sweep.time, "sleep", real_sleep)
+    monkeypatch.setattr(pace.time, "sleep", real_sleep)
     # 0.1 s of work at one yield per 20 ms: 4 or 5 sleeps of 0.5 ms
     assert 3 <= len(slept) <= 5 and set(slept) == {0.0005}
+
+
+def test_cancel_is_one_public_check_for_every_driver():
+    """``core.studies.sweep.cancel``: an event, a callable or None; the serial loop, the pool and
+    Dask raise the same :class:`SweepCancelled` through :func:`check_cancelled`."""
+    from core.studies.sweep import cancel
+    ev = threading.Event()
+    assert not cancel.is_cancelled(None) and not cancel.is_cancelled(ev)
+    assert cancel.is_cancelled(lambda: True) and not cancel.is_cancelled(lambda: 0)
+    cancel.check_cancelled(ev)  # not set: nothing
+    ev.set()
+    with pytest.raises(SweepCancelled):
+        cancel.check_cancelled(ev)
+    assert cancel.SweepCancelled is SweepCancelled
+
+
+def test_the_sweep_package_imports_in_no_circle():
+    """No module of ``core.studies.sweep`` reaches itself again through imports (lazy ones
+    inside functions included), and none imports the package's ``__init__``."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("core")
+    modules = {m for m in graph.modules if m.startswith("core.studies.sweep.")}
+    assert {"core.studies.sweep.run", "core.studies.sweep.parallel",
+            "core.studies.sweep.cancel"} <= modules
+    for m in modules:
+        assert "core.studies.sweep" not in graph.find_modules_directly_imported_by(m), m
+        for other in graph.find_modules_directly_imported_by(m):
+            assert not graph.chain_exists(importer=other, imported=m), (m, other)

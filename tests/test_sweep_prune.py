@@ -22,7 +22,7 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep, sweep_work
-from tests.conftest import EXAMPLES, shared_file
+from tests.conftest import EXAMPLES
 
 
 def gpt3_small(global_batch=64) -> Session:
@@ -147,8 +147,8 @@ def test_cli_json_has_dimensions_best_by_and_no_cap(capsys):
 
 
 def test_work_estimate_is_a_warning_not_a_refusal(monkeypatch):
-    from core.studies import sweep as sweep_module
-    monkeypatch.setattr(sweep_module, "LARGE_SWEEP_WORK", 1)
+    from core.studies.sweep import bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 1)
     told = []
     session = gpt3_small()
     r = run_sweep(session, SweepSpace(max_gpus=8, context_parallel=(1,), zero_stages=(1,)),

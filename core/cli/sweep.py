@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
-    from core.studies.sweep_parallel import default_workers
+    from core.studies.sweep.parallel import default_workers
     workers = _one_int("--workers", args.workers) or default_workers()
     dask = args.dask.strip() if args.dask is not None else None
     if dask is not None and not dask:

@@ -15,7 +15,7 @@ of virtual stage ``k`` goes to virtual stage ``k+1`` (stage ``(i+1) % p``).
 
 Everything that needs a schedule's order reads it here: the graph builder
 (:func:`core.sim.graph.build_pipeline_graph`), the sweep's batch solver
-(:func:`core.studies.sweep.pipeline_iteration_times`) and the memory model
+(:func:`core.sim.fastpath.pipeline_iteration_times`) and the memory model
 (:func:`in_flight_microbatches`). A new schedule is one new class with
 :func:`register`.
 """
@@ -73,7 +73,7 @@ class PipelineSchedule:
     uses_virtual_stages : bool
         Whether ``plan.virtual_pipeline_stages`` (v >= 2) applies.
     fast_path : bool
-        Whether :func:`core.studies.sweep.pipeline_iteration_times` may solve it; the
+        Whether :func:`core.sim.fastpath.pipeline_iteration_times` may solve it; the
         sweep falls back to the general graph solver otherwise.
     """
 

@@ -11,10 +11,20 @@ done (each stage advances while it can, round-robin over the stages), and does
 the same floating-point operations in the same order per element: the end
 times are the numpy loop's, bit for bit (tests compare both).
 
-Numba is imported on first use only (about 0.3 s; the compiled code is cached on
-disk, ``cache=True``, so later processes load it instead of compiling, about 1-2 s
-once). :func:`available` says whether it can be used; without Numba, or with
-``VTRAIN_NO_NUMBA=1`` in the environment, the numpy loop runs.
+Numba is imported on first use only, through its public API alone (``numba.njit(cache=True,
+nogil=True)``): the compiled code is cached on disk, so later processes load it instead of
+compiling (about 1-2 s, once per change of this file). :func:`available` says whether it can be
+used; without Numba, or with ``VTRAIN_NO_NUMBA=1`` in the environment, the numpy loop runs.
+
+Cost of loading it (Numba 0.68.1, NumPy 2.4.6, a warm disk cache; a fresh process each time,
+``import`` + :func:`warm`, which includes the first call; 2 shared cores): 0.46-0.82 s wall,
+0.46-0.53 s CPU with the machine lightly loaded (load 2), 0.56-0.75 s CPU under load 11; the
+first call after it 7-20 ms. This module used to swap ``numba.np.linalg.ensure_blas`` while
+the kernel loaded, so that Numba's NumPy support would not import ``scipy.linalg`` (a check for
+``np.dot`` in compiled code, which the kernel does not use): that saved about 0.13 s CPU per
+process that loads the kernel (0.33-0.43 s CPU, 0.46-0.64 s wall, measured alternately with the
+above at load 2; 0.53-0.60 s CPU at load 11), against a serial MT-NLG sweep of about 3.5 s, but
+it reached into Numba's private modules, which change between releases; it is gone.
 
 Loading Numba holds the interpreter lock for seconds at a time (LLVM's start and the
 machine code's loading are C calls), so a thread that loads it stops every other thread
@@ -22,7 +32,7 @@ of its process: in the desktop window, the GUI thread (2.8 to 10.5 s of frozen w
 on the first sweep). The window's worker threads therefore run the core under
 :func:`kept_out`: on such a thread :func:`available` answers False unless the kernel is
 loaded already, and the sweep sends its compiled batches to its worker processes
-(:mod:`core.studies.sweep_parallel`), which load Numba in their own interpreters.
+(:mod:`core.studies.sweep.parallel`), which load Numba in their own interpreters.
 """
 
 from __future__ import annotations
@@ -71,9 +81,8 @@ def available() -> bool:
         if os.environ.get("VTRAIN_NO_NUMBA", "").strip() not in ("", "0"):
             return False
         try:
-            with _blas_check_skipped():
-                kernel = _build()
-                _first_call(kernel)  # the machine code loaded (or compiled) now
+            kernel = _build()
+            _first_call(kernel)  # the machine code loaded (or compiled) now
             _KERNEL = kernel
         except Exception:  # noqa: BLE001 -- any failure to import or compile: the numpy loop
             _KERNEL = None
@@ -93,41 +102,6 @@ def _first_call(kernel) -> None:
     kernel(np.zeros((1, 3, 1, 1)), np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64),
            np.zeros((1, 1), np.int64), np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64),
            np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E)
-
-
-@contextmanager
-def _blas_check_skipped():
-    """Numba's first compilation imports its NumPy support, whose module checks once whether
-    SciPy's BLAS is importable (``numba.np.arraymath._HAVE_BLAS``: for ``np.dot`` and
-    ``np.linalg`` in compiled code, which this kernel does not use) by importing
-    ``scipy.linalg``: about 0.12 s of the 0.3-0.4 s each process spends loading the kernel.
-    While the kernel loads, that check (``numba.np.linalg.ensure_blas`` as the module imports
-    it) answers "no BLAS" without importing SciPy; it is put back afterwards (Numba's linear
-    algebra then works as before, its ``np.dot`` on small vectors without BLAS). Nothing is
-    changed when Numba's NumPy support is loaded already or its layout differs."""
-    try:
-        import sys
-
-        from numba.np import linalg
-        patch = "numba.np.arraymath" not in sys.modules and callable(linalg.ensure_blas)
-    except Exception:  # noqa: BLE001 -- another Numba: load as it does
-        patch = False
-    if not patch:
-        yield
-        return
-    saved = linalg.ensure_blas
-
-    def no_blas_check() -> None:
-        raise ImportError("the pipeline kernel needs no BLAS")
-
-    linalg.ensure_blas = no_blas_check
-    try:
-        yield
-    finally:
-        linalg.ensure_blas = saved
-        arraymath = sys.modules.get("numba.np.arraymath")
-        if getattr(arraymath, "ensure_blas", None) is no_blas_check:
-            arraymath.ensure_blas = saved
 
 
 def loaded() -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 
-from core.plan.session import Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
@@ -86,7 +85,8 @@ def test_explore_run_passes_workers_and_dask_to_the_sweep(qtbot):
 
 def test_explore_sweeps_on_two_workers_like_serial(qtbot, monkeypatch):
     from core.studies import sweep as sweep_module
-    monkeypatch.setattr(sweep_module, "_PARALLEL_MIN_PLANS", 0)
+    from core.studies.sweep import run as sweep_run
+    monkeypatch.setattr(sweep_run, "_PARALLEL_MIN_PLANS", 0)
     tab = ExploreTab()
     qtbot.addWidget(tab)
     try:

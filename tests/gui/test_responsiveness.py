@@ -77,7 +77,7 @@ def test_kept_out_threads_never_load_numba():
     """On a thread under ``kept_out`` the compiled kernel is unavailable and Numba is not
     imported; other threads of the same process are not affected (fresh interpreter)."""
     code = ("import sys, threading\n"
-            "from core import fastpath_kernel as k\n"
+            "from core.sim import fastpath_kernel as k\n"
             "with k.kept_out():\n"
             "    assert not k.may_load() and not k.available()\n"
             "assert 'numba' not in sys.modules\n"
@@ -93,11 +93,11 @@ def test_kept_out_threads_never_load_numba():
 
 
 def test_a_kept_out_thread_gives_the_pool_the_heavy_batches(monkeypatch):
-    """``core.studies.sweep_parallel``: when the calling thread may not load the compiled solver, the
+    """``core.studies.sweep.parallel``: when the calling thread may not load the compiled solver, the
     pool takes the batches from the heavy end with it and this thread solves the light
     ones with numpy (and the result is the serial one)."""
     from core.sim import fastpath_kernel
-    from core.studies import sweep_parallel
+    from core.studies.sweep import parallel as sweep_parallel
 
     calls: list = []
 

@@ -1,6 +1,6 @@
-"""Sweeps on several processes or a Dask cluster: the batches of :func:`core.studies.sweep.run_sweep` in chunks.
+"""Sweeps on several processes or a Dask cluster: the batches of a sweep in chunks.
 
-:func:`core.studies.sweep.run_sweep` cuts the plans of a sweep into batches of one
+:func:`core.studies.sweep.run.run_sweep` cuts the plans of a sweep into batches of one
 pipeline structure (p, m, schedule, v). Here consecutive batches are grouped
 into chunks (:func:`chunk_batches`: of about equal estimated work; or, when the
 calling thread works beside a local pool, chunks that shrink as the work runs
@@ -21,7 +21,9 @@ single-threaded process (the command line) and started with ``forkserver`` or
 ``spawn`` otherwise: the GUI calls this from a thread, and forking a threaded
 process is unsafe.
 
-Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra).
+Dask is imported only by :func:`run_on_dask` (the optional ``dask`` extra). Cancellation is
+:mod:`core.studies.sweep.cancel`'s (the same check as the serial loop's); the batches are
+solved by :func:`core.studies.sweep.batch.solve_batch`, as in the calling process.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import threading
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, Callable
 
 from core.plan.fields import ConfigError, FieldError
+from core.sim import fastpath_kernel
+from core.studies.sweep.batch import solve_batch
+from core.studies.sweep.cancel import check_cancelled
+from core.studies.sweep.pace import gc_paused
 
 __all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "run_on_pool", "run_on_dask",
            "CHUNKS_PER_WORKER"]
@@ -48,8 +56,9 @@ _BATCH_COST = 1.5e-3
 _PLAN_COST = 6e-5
 _ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
 #: CPU seconds a process spends loading the compiled batch solver (Numba's import and the
-#: kernel's cached machine code, :func:`core.sim.fastpath_kernel.warm`).
-_KERNEL_LOAD_S = 0.3
+#: kernel's cached machine code, :func:`core.sim.fastpath_kernel.warm`: 0.46-0.53 s CPU measured
+#: on a lightly loaded machine, see that module).
+_KERNEL_LOAD_S = 0.5
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
 #: How long to try to reach a Dask scheduler.
@@ -117,22 +126,16 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
     model, cluster, cost : the session's parts
     jobs : list of ((p, m, schedule, v), list of ParallelPlan)
     compiled : bool, optional
-        :func:`core.studies.sweep.solve_batch`'s choice of the batch solver's compiled pass.
+        :func:`core.studies.sweep.batch.solve_batch`'s choice of the batch solver's compiled pass.
 
     Returns
     -------
-    list of :func:`core.studies.sweep.solve_batch` results, one per job, in order.
+    list of :func:`core.studies.sweep.batch.solve_batch` results, one per job, in order.
     """
-    from core.studies.sweep import gc_paused, solve_batch
     store, memo = _open_store(_INIT_DATA if data is None else data)
-    with gc_paused():  # as in the calling process (core.studies.sweep.gc_paused)
+    with gc_paused():  # as in the calling process
         return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
                 for key, plans in jobs]
-
-
-def _cancelled(cancel: Any) -> bool:
-    from core.studies.sweep import _is_cancelled
-    return _is_cancelled(cancel)
 
 
 def _jobs(chunks: list[list[Batch]], plans: list) -> list[list[tuple[tuple, list]]]:
@@ -151,7 +154,6 @@ def _pool_context() -> Any:
     starts at once with everything this process has imported and read), else
     ``forkserver`` (POSIX) or ``spawn``: forking a process with other threads (the GUI's)
     is unsafe."""
-    import threading
     methods = multiprocessing.get_all_start_methods()
     if ("fork" in methods and threading.current_thread() is threading.main_thread()
             and threading.active_count() == 1):
@@ -160,11 +162,10 @@ def _pool_context() -> Any:
 
 
 def _warm(compiled: bool) -> bool:
-    """A worker's first task: import the sweep and, with ``compiled``, load the compiled batch
-    solver (Numba's import and its cached machine code, about 0.3 s) before any chunk comes."""
-    from core.studies import sweep  # noqa: F401
+    """A worker's first task (the sweep is imported when this function is unpickled): with
+    ``compiled``, load the compiled batch solver (Numba's import and its cached machine code,
+    about 0.5 s) before any chunk comes."""
     if compiled:
-        from core.sim import fastpath_kernel
         return fastpath_kernel.warm()
     return False
 
@@ -207,15 +208,12 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
 
     Raises
     ------
-    core.studies.sweep.SweepCancelled
+    core.studies.sweep.cancel.SweepCancelled
         ``cancel`` was set: the chunks not started are dropped (a running one finishes
         in the background, its result unused).
     Exception
         Whatever a chunk raised (as the serial sweep would).
     """
-    from collections import deque
-
-    from core.studies.sweep import SweepCancelled
     given = pool is not None
     if local is not None:
         procs = workers - 1
@@ -241,8 +239,7 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     in_flight: dict[Any, int] = {}
     try:
         while queue or in_flight:
-            if _cancelled(cancel):
-                raise SweepCancelled("sweep cancelled")
+            check_cancelled(cancel)
             # each process has one chunk running and one waiting
             while queue and len(in_flight) < 2 * procs:
                 c = queue.popleft()
@@ -281,10 +278,6 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
     process (at least :data:`_MIN_CHUNK_S`), so the chunks shrink as the queue empties and the
     two sides end close together.
     """
-    from collections import deque
-
-    from core.sim import fastpath_kernel
-    from core.studies.sweep import SweepCancelled
     # this thread may load the compiled solver (not a GUI worker: fastpath_kernel.kept_out)
     here = fastpath_kernel.may_load()
     # a warmed pool has the compiled solver loaded; one not warmed loads it on its first
@@ -319,8 +312,7 @@ def _share_with_pool(batches: list[Batch], plans: list, store, model, cluster, c
         return chunk
 
     while queue or in_flight:
-        if _cancelled(cancel):
-            raise SweepCancelled("sweep cancelled")
+        check_cancelled(cancel)
         while pool is not None and procs > 0 and queue and len(in_flight) < 2 * procs:
             chunk = pool_chunk()
             in_flight[pool.submit(solve_chunk, data, model, cluster, cost, _jobs([chunk], plans)[0],
@@ -367,12 +359,11 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
     ------
     ConfigError
         Dask is not installed, or no scheduler answers at ``address`` (field ``sweep.dask``).
-    core.studies.sweep.SweepCancelled
+    core.studies.sweep.cancel.SweepCancelled
         ``cancel`` was set (the chunks are cancelled on the cluster).
     Exception
         Whatever a chunk raised.
     """
-    from core.studies.sweep import SweepCancelled
     try:
         from dask.distributed import Client, LocalCluster
         from dask.distributed import wait as dask_wait
@@ -406,8 +397,7 @@ def run_on_dask(batches: list[Batch], plans: list, store, model, cluster, cost, 
             after_submit()
         try:
             while pending:
-                if _cancelled(cancel):
-                    raise SweepCancelled("sweep cancelled")
+                check_cancelled(cancel)
                 try:
                     done, pending = dask_wait(list(pending), timeout=_POLL_S,
                                               return_when="FIRST_COMPLETED")

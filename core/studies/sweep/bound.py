@@ -1,0 +1,317 @@
+"""What a sweep costs before it runs, and what it may skip: memory first, then lower bounds.
+
+Every plan's memory is known in closed form (:func:`memory_verdicts`): plans that do not fit
+are never simulated, and plans too large to simulate are named (:func:`mark_too_large`). The
+work of the rest is estimated (:func:`sweep_work`, :func:`work_notes`). Under branch and bound
+each plan that fits gets an iteration-time lower bound from its stage times
+(:func:`fill_lower_bounds`, :func:`iteration_lower_bound_s`), and
+:func:`branch_and_bound` simulates the plans in rounds by increasing bound, dropping those
+whose bound shows they cannot change the sweep's answers (:func:`prunable`). The batches
+themselves are solved by :mod:`core.studies.sweep.batch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from core import schedules as pipeline_schedules
+from core.model import model_math
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.fields import ConfigError, FieldError
+from core.plan.session import Session
+from core.sim.graph import num_chunks, stage_times
+from core.sim.simulate import memory_verdict_arrays
+from core.studies.sweep.batch import stage_times_key
+from core.studies.sweep.cancel import check_cancelled
+from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.result import BEST_BY_FIELDS
+
+__all__ = ["MAX_PIPELINE_STEPS", "STEPS_PER_S", "LARGE_SWEEP_WORK", "sweep_work", "work_seconds",
+           "duration_text", "work_notes", "memory_verdicts", "mark_too_large", "bound_plan",
+           "iteration_lower_bound_s", "fill_lower_bounds", "value_codes", "prunable",
+           "branch_and_bound"]
+
+#: Plans with more pipeline steps than this (``p * m * v``) are listed without figures.
+MAX_PIPELINE_STEPS = 10_000_000
+#: Pipeline steps (:func:`sweep_work`) one core simulates per second, roughly (the MT-NLG
+#: study, 9,000 plans and about 6e7 steps, took about half a minute before the compiled
+#: solver; 3e8 about two minutes): the time estimate of a large sweep.
+STEPS_PER_S = 2.5e6
+#: Sweeps whose plans that fit need more work than this (about two minutes on one core) say
+#: so before they start, with a time estimate (``run_sweep``'s ``notice``, the result's
+#: warnings); nothing refuses them unless ``max_work`` (``--max-work``) is given.
+LARGE_SWEEP_WORK = 300_000_000
+
+def sweep_work(plans: list[ParallelPlan], num_layers: int) -> int:
+    """Work of simulating ``plans``, in pipeline steps: the sum over plans of ``p * m * v``
+    (the batch solver's arrays) plus ``10 * L / p`` (the per-layer lookups of each plan's
+    stage times, about ten steps' time each); plans above :data:`MAX_PIPELINE_STEPS` count 0
+    (they are listed without figures)."""
+    return sum(pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
+               + 10 * num_layers // pl.pipeline_parallel for pl in plans
+               if pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) <= MAX_PIPELINE_STEPS)
+
+
+def work_seconds(work: float) -> float:
+    """Rough wall time of ``work`` pipeline steps on one core, seconds
+    (:data:`STEPS_PER_S`)."""
+    return work / STEPS_PER_S
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` in words for a time estimate: seconds below 90, minutes below 90 minutes,
+    hours above."""
+    if seconds < 90:
+        return f"{seconds:,.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:,.0f} minutes"
+    return f"{seconds / 3600:,.1f} hours"
+
+
+def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, prune: bool,
+               max_work: int | None) -> list[str]:
+    """The sweep's note when the plans ``rows`` (those that fit and are simulated, int (k,))
+    need more than :data:`LARGE_SWEEP_WORK` pipeline steps (:func:`sweep_work`): one string
+    with a time estimate, or none.
+
+    Raises
+    ------
+    ConfigError
+        They need more than ``max_work`` steps (field ``sweep.max_work``).
+    """
+    work = sweep_work([plans[i] for i in rows.tolist()], num_layers)
+    estimate = (f"the {rows.size:,} plans that fit in memory need up to {work:,} pipeline "
+                f"steps to simulate, about {duration_text(work_seconds(work))} on one core"
+                + (" before pruning" if prune else ""))
+    if max_work is not None and work > max_work:
+        raise ConfigError([FieldError("sweep.max_work", f"{estimate}, more than the limit of "
+                                      f"{max_work:,} (raise it, or narrow the space)")])
+    return [f"large sweep: {estimate}"] if work > LARGE_SWEEP_WORK else []
+
+
+def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Each plan's pipeline steps ``p * m * v`` (int64 (n,)) and whether it is too large to
+    simulate (more than :data:`MAX_PIPELINE_STEPS`, bool (n,)); the reason of each such plan
+    that ``fits`` (bool (n,)) in memory is set in ``reason`` (list of n str, changed)."""
+    steps = np.array([pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans],
+                     np.int64).reshape(-1)
+    too_large = steps > MAX_PIPELINE_STEPS
+    for i in np.flatnonzero(too_large & fits).tolist():
+        pl = plans[i]
+        reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
+                     f"*virtual_pipeline_stages={pl.pipeline_parallel}*{pl.num_microbatches}"
+                     f"*{num_chunks(pl)}={int(steps[i]):,} is more than {MAX_PIPELINE_STEPS:,}")
+    return steps, too_large
+
+
+def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
+                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Closed-form memory of every plan (:func:`core.model.model_math.stage_memory_arrays`, the
+    rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
+    float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built."""
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    capacity = float(store.memory_bytes)
+    n = len(plans)
+    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
+    # activations do not depend on the data-parallel side (ZeRO, its overlaps): shared
+    act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                    if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
+    acts: dict[tuple, np.ndarray] = {}
+    for i, pl in enumerate(plans):
+        yield_interpreter()
+        k = act_key(plan_key(pl))
+        a = acts.get(k)
+        if a is None:
+            parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
+            acts[k] = parts[3]
+        else:  # the plan's own weights, gradients and optimizer state, and process terms
+            parts = model_math.StageMemoryArrays.of(
+                pl, *model_math.stage_state_bytes(model, pl, fp8_tn), a)
+        mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
+    return mem, fits, why
+
+def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
+    """The plan whose compute-stream times bound ``pl``'s from below, shared by many plans:
+    ``pl`` without the data-parallel side (ZeRO 0, no data-parallel overlaps; d = 1 for a
+    dense model, whose work items do not depend on d), which only adds communication to the
+    work items and a tail after them."""
+    d = 1 if not model.is_moe else pl.data_parallel
+    if (pl.zero_stage == 0 and not pl.overlap_grad_reduce and not pl.overlap_param_gather
+            and pl.data_parallel == d and not pl.fp8_param_gather):
+        return pl
+    return dataclasses.replace(pl, zero_stage=0, overlap_grad_reduce=False,
+                               overlap_param_gather=False, data_parallel=d,
+                               fp8_param_gather=False)
+
+
+def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) -> float:
+    """A lower bound of the iteration time the batch solver gives a plan with stage times
+    ``st`` (:class:`core.sim.graph.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
+    seconds: its compute plus the schedule's least bubble (branch and bound's bound).
+
+    Each stage runs its items one after another (:func:`core.sim.fastpath.pipeline_iteration_times`). Stage
+    ``i``'s first item is a forward, which waits for micro-batch 0's forward of chunk 0 on
+    every stage before it (``sum_{r<i} F[r, 0]``); the stage then works ``m * sum_c (F + B +
+    W)[i, c]`` (transfers only add), and its tail ``dp_comm_s + optimizer_s`` follows. Its
+    last input-gradient item B comes after all its forwards and backwards (each forward's B
+    follows it), and that micro-batch's B then runs on every stage before it, chunk 0's
+    ``sum_{r<i} B[r, 0]`` at least, before stage 0's tail. So
+
+        T >= max_i max(sum_{r<i} F[r,0] + m sum_c (F+B+W)[i,c] + dp[i] + opt[i],
+                       sum_{r<i} F[r,0] + m sum_c (F+B)[i,c] + sum_{r<i} B[r,0] + dp[0] + opt[0]).
+
+    For 1F1B this is the busiest stage's compute plus the (p - 1)(F + B) bubble of Narayanan
+    et al. 2021; for ZB-H1 it stays below the (p - 1)(F + B - W) bubble plus the W left after
+    the last B (Qi et al. 2024); for the interleaved schedule below the (p - 1)/v bubble. The
+    tests check it against the solver on every plan of several spaces.
+
+    ``busy_only`` bounds every plan that differs from ``st``'s only on the data-parallel
+    side (:func:`bound_plan`): the compute stream's own time of each item (``busy_*_s``)
+    and no tail.
+    """
+    F, Bw, W = st.fwd_s, st.bwd_s, st.wgrad_s                 # (p, v) each
+    if busy_only and st.busy_fwd_s is not None:
+        F, Bw, W = st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s
+    m = float(num_microbatches)
+    before_f = np.concatenate(([0.0], np.cumsum(F[:-1, 0])))  # (p,)
+    before_b = np.concatenate(([0.0], np.cumsum(Bw[:-1, 0])))
+    tail = (np.zeros(F.shape[0]) if busy_only
+            else st.dp_comm_s + st.optimizer_s)               # (p,)
+    busy = before_f + m * (F + Bw + W).sum(axis=1) + tail
+    chain = before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]
+    return float(max(busy.max(), chain.max()))
+
+_FIRST_ROUND = 32
+_MAX_ROUND = 4096
+
+
+def prunable(lb_days: np.ndarray, lb_cost: np.ndarray, lb_time: np.ndarray, rows: np.ndarray,
+              days: np.ndarray, cost: np.ndarray, time_s: np.ndarray, done: np.ndarray,
+              codes: list[np.ndarray]) -> np.ndarray:
+    """Which of ``rows`` (int (k,)) cannot change the result (bool (k,)): a plan simulated and
+    fitting (``done``) is faster than its bound and no more expensive, or no slower and
+    cheaper (so the plan is strictly dominated, off the front, neither fastest, cheapest nor
+    cheapest within a deadline), and for every dimension of :data:`BEST_BY_FIELDS`, a plan
+    with the same value (``codes``, int (n,) each) is already faster than its bound (so it
+    is no dimension value's best either). Exact: the bounds never exceed the figures."""
+    if not done.any() or not rows.size:
+        return np.zeros(rows.size, bool)
+    idx = np.flatnonzero(done)
+    order = idx[np.argsort(days[idx], kind="stable")]
+    d_sorted, c_prefix = days[order], np.minimum.accumulate(cost[order])
+    le = np.searchsorted(d_sorted, lb_days[rows], side="right")    # plans with days <= bound
+    lt = np.searchsorted(d_sorted, lb_days[rows], side="left")     # days < bound
+    best_le = np.where(le > 0, c_prefix[np.maximum(le - 1, 0)], np.inf)
+    best_lt = np.where(lt > 0, c_prefix[np.maximum(lt - 1, 0)], np.inf)
+    out = (best_le < lb_cost[rows]) | (best_lt <= lb_cost[rows])
+    for code in codes:
+        fastest = np.full(int(code.max()) + 1, np.inf)
+        np.minimum.at(fastest, code[idx], time_s[idx])
+        out &= fastest[code[rows]] < lb_time[rows]
+    return out
+
+
+def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.ndarray, model,
+                      cluster, cost, store, lookup_cache: dict, known: dict, cancel: Any) -> None:
+    """Set ``lower[i]`` (float64 (n,), changed) to the iteration-time lower bound of each plan
+    ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` of the stage times
+    of its :func:`bound_plan`, each computed once (memo ``lookup_cache``, as
+    :func:`core.sim.graph.stage_times`). A plan that is its own bound plan leaves its stage
+    times in ``known`` (:func:`core.studies.sweep.batch.stage_times_key` -> StageTimes) for
+    the batch solver.
+
+    Raises
+    ------
+    SweepCancelled
+        ``cancel`` was set (checked before each plan).
+    """
+    bound_times: dict = {}
+    for i in rows.tolist():
+        check_cancelled(cancel)
+        pl = plans[i]
+        sched = pipeline_schedules.get(pl.schedule)
+        kind = (sched.splits_backward, sched.uses_virtual_stages)
+        base = bound_plan(pl, model)
+        bkey = stage_times_key(base, kind)
+        st = bound_times.get(bkey)
+        if st is None:
+            st = bound_times[bkey] = stage_times(Session(model, base, cluster, cost), store,
+                                                 lookup_cache)
+            if base is pl:  # the plan's own stage times: the solver uses them too
+                known[bkey] = st
+        lower[i] = iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True)
+
+
+def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool
+                ) -> list[np.ndarray]:
+    """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
+    GPU count when the space names ``several_counts``), each plan's value as a code (int
+    (n,)): plans of one value share a code. :func:`prunable`'s ``codes``."""
+    codes = []
+    if several_counts:
+        codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
+    for name in BEST_BY_FIELDS:
+        _, code = np.unique(np.array([repr(getattr(pl, name)) for pl in plans]),
+                            return_inverse=True)
+        codes.append(code.reshape(-1))
+    return codes
+
+
+def branch_and_bound(order: np.ndarray, lower: np.ndarray, lb_days: np.ndarray,
+                     lb_cost: np.ndarray, iteration: np.ndarray, codes: list[np.ndarray],
+                     solve_rows: Callable[[list[int]], None],
+                     figures_of: Callable[[np.ndarray], Any],
+                     on_pruned: Callable[[int], None]) -> np.ndarray:
+    """Simulate the plans ``order`` (int (k,), by increasing lower bound) in rounds of
+    :data:`_FIRST_ROUND` plans, doubling up to :data:`_MAX_ROUND`, and after each round drop
+    the plans left that cannot change the result (:func:`prunable`).
+
+    Parameters
+    ----------
+    order : int array (k,)
+        Rows to simulate, the first first.
+    lower : float64 (n,)
+        Each plan's iteration-time lower bound, seconds; ``lb_days``, ``lb_cost`` (float64
+        (n,)) its training days and cost.
+    iteration : float64 (n,)
+        Iteration times, NaN until simulated; ``solve_rows(rows)`` fills those of ``rows``.
+    codes : list of int (n,)
+        :func:`value_codes`.
+    figures_of : callable
+        Iteration times (float64 (n,)) -> their costing (``training_days``, ``cost_usd``).
+    on_pruned : callable
+        Told after each round how many plans it dropped.
+
+    Returns
+    -------
+    bool (n,)
+        The plans dropped (not simulated).
+    """
+    pruned = np.zeros(iteration.shape[0], bool)
+    pending = np.ones(order.size, bool)
+    size, start = _FIRST_ROUND, 0
+    while start < order.size:
+        chosen = []
+        while start < order.size and len(chosen) < size:
+            if pending[start]:
+                chosen.append(int(order[start]))
+                pending[start] = False
+            start += 1
+        solve_rows(chosen)
+        size = min(2 * size, _MAX_ROUND)
+        rest = np.flatnonzero(pending)
+        if not rest.size:
+            break
+        done = np.isfinite(iteration)
+        fig = figures_of(np.where(done, iteration, np.inf))
+        drop = prunable(lb_days, lb_cost, lower, order[rest],
+                        fig.training_days, fig.cost_usd, iteration, done, codes)
+        pending[rest[drop]] = False
+        pruned[order[rest[drop]]] = True
+        on_pruned(int(drop.sum()))
+    return pruned

@@ -1,0 +1,440 @@
+"""A sweep's result: every plan's figures as columns, the Pareto front and the best plans.
+
+:class:`SweepResult` is what :func:`core.studies.sweep.run.run_sweep` returns (the command
+line's tables and JSON, the Explore tab's scatter and table); :func:`pareto_front` the
+(days, cost) front; :func:`plan_figures` what a result needs of its plans alone (their
+columns, FLOPs and error bands), computed while the batches run. No simulation belongs here.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from core.model import model_math
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.session import Session
+from core.store.interval import interval_factors, interval_for, layer_parameters
+from core.studies.sweep.space import SweepSpace, as_list
+
+__all__ = ["SweepResult", "COLUMNS", "PLAN_COLUMNS", "BEST_BY_FIELDS", "pareto_front",
+           "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note"]
+
+PLAN_COLUMNS = PLAN_FIELDS
+#: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
+COLUMNS = PLAN_COLUMNS + (
+    "num_microbatches", "num_gpus", "iteration_time_s", "interval_low_s", "interval_high_s",
+    "in_calibration_range", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
+    "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+
+BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+                  "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
+                  "recompute", "sequence_parallel", "zero_stage")
+
+def pareto_front(days: np.ndarray, cost: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Plans not dominated in (days, cost), both minimized.
+
+    Plan ``j`` dominates ``i`` when ``days[j] <= days[i]`` and ``cost[j] <=
+    cost[i]`` with at least one strict. Plans with identical (days, cost) do not
+    dominate each other, so both are on the front.
+
+    Parameters
+    ----------
+    days, cost : float array, shape (n,)
+    mask : bool array, shape (n,), optional
+        Plans taking part (e.g. those that fit in memory); others are never on the front.
+
+    Returns
+    -------
+    bool array, shape (n,)
+    """
+    days = np.asarray(days, np.float64)
+    cost = np.asarray(cost, np.float64)
+    cand = np.flatnonzero(np.ones(days.shape, bool) if mask is None else np.asarray(mask, bool))
+    out = np.zeros(days.shape, bool)
+    order = cand[np.lexsort((cost[cand], days[cand]))]
+    best_cost = math.inf
+    last: tuple[float, float] | None = None
+    for i in order.tolist():
+        key = (days[i], cost[i])
+        if cost[i] < best_cost:
+            out[i] = True
+            best_cost = cost[i]
+            last = key
+        elif key == last:  # exact duplicate of a front point
+            out[i] = True
+    return out
+
+
+@dataclass
+class SweepResult:
+    """All plans of a sweep as columns (numpy arrays of shape (num_plans,)) plus the summary.
+
+    Attributes
+    ----------
+    session : Session
+        The sweep's input (model, cluster, cost inputs, B, precision).
+    space : SweepSpace
+    plans : list of ParallelPlan
+        The plan of each row.
+    plan_columns : dict of str to array
+        One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
+        attribute (``result.tensor_parallel``): int64 for integers, bool, str
+        arrays; object arrays for fields that may be None.
+    num_microbatches, num_gpus : int64 arrays
+    iteration_time_s : float64 array
+        Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
+    tokens_per_s, mfu, hfu : float64 arrays
+        Throughput (tokens/s), model and hardware FLOPs utilization (0..1).
+    training_days, gpu_hours, cost_usd : float64 arrays
+        For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
+    max_memory_per_gpu_bytes : float64 array
+        Largest per-GPU memory over the stages, bytes.
+    fits_in_memory : bool array
+    reason : list of str
+        Why a plan does not fit ("" when it fits).
+    pareto : bool array
+        On the (days, cost) Pareto front of the plans that fit.
+    fastest, cheapest : int or None
+        Indices among plans that fit (ties: the cheaper, resp. faster, then the first).
+    deadline_days : float or None
+    cheapest_within_deadline : int or None
+        Cheapest plan that fits and trains within ``deadline_days``.
+    wall_s : float
+        Wall time of the sweep, seconds.
+    warnings : list of str
+        Distinct lookup warnings of the plans that fit in memory.
+    profile : dict
+        Device name and provenance of the profile store used.
+    interval_low_s, interval_high_s : float64 arrays
+        Error band of the iteration time at nominal coverage ``interval_coverage``
+        (:mod:`core.store.interval`), seconds; NaN where there is none.
+    in_calibration_range : bool array
+        Plans whose GPU count and model size lie within the profile's calibration runs.
+    interval_coverage : float
+    interval_note : str
+        Why no plan has a band, or "" when the bands exist.
+    pruned : bool array
+        Plans that fit in memory but were not simulated: their lower bound shows they change
+        no answer of the sweep (branch and bound, :func:`core.studies.sweep.run.run_sweep`); no figures (NaN).
+    lower_bound_s : float64 array
+        The iteration-time lower bound of each plan that fits, seconds (NaN for the others,
+        and for every plan of a sweep without pruning).
+    dimensions : list of dict
+        What the sweep chose and what it held (:func:`core.studies.sweep.space.sweep_dimensions`): one dict per plan
+        field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
+    """
+
+    session: Session
+    space: SweepSpace
+    plans: list[ParallelPlan]
+    plan_columns: dict[str, np.ndarray]
+    num_microbatches: np.ndarray
+    num_gpus: np.ndarray
+    iteration_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+    training_days: np.ndarray
+    gpu_hours: np.ndarray
+    cost_usd: np.ndarray
+    max_memory_per_gpu_bytes: np.ndarray
+    fits_in_memory: np.ndarray
+    reason: list[str]
+    pareto: np.ndarray
+    fastest: int | None
+    cheapest: int | None
+    deadline_days: float | None
+    cheapest_within_deadline: int | None
+    wall_s: float
+    warnings: list[str] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
+    interval_low_s: np.ndarray | None = None
+    interval_high_s: np.ndarray | None = None
+    in_calibration_range: np.ndarray | None = None
+    interval_coverage: float = 0.9
+    interval_note: str = ""
+    pruned: np.ndarray | None = None
+    lower_bound_s: np.ndarray | None = None
+    dimensions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = int(np.asarray(self.iteration_time_s).shape[0])
+        if self.pruned is None:
+            self.pruned = np.zeros(n, bool)
+        if self.lower_bound_s is None:
+            self.lower_bound_s = np.full(n, np.nan)
+        if self.interval_low_s is None:
+            self.interval_low_s = np.full(n, np.nan)
+        if self.interval_high_s is None:
+            self.interval_high_s = np.full(n, np.nan)
+        if self.in_calibration_range is None:
+            self.in_calibration_range = np.zeros(n, bool)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # the plan's columns by field name: result.tensor_parallel, result.schedule, ...
+        columns = self.__dict__.get("plan_columns")
+        if columns is not None and name in columns:
+            return columns[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def num_plans(self) -> int:
+        """Number of valid plans (fitting or not)."""
+        return int(self.iteration_time_s.shape[0])
+
+    @property
+    def num_feasible(self) -> int:
+        """Number of plans that fit in GPU memory."""
+        return int(np.count_nonzero(self.fits_in_memory))
+
+    def plan(self, i: int) -> ParallelPlan:
+        """The parallel plan of row ``i`` (a copy)."""
+        return dataclasses.replace(self.plans[i])
+
+    def session_for(self, i: int) -> Session:
+        """A new session: the sweep's model, cluster and cost with the plan of row ``i``."""
+        s = self.session.copy()
+        s.plan = self.plan(i)
+        return s
+
+    def index_of(self, plan: ParallelPlan) -> int | None:
+        """Row of ``plan`` (every field equal; at ``t = 1`` sequence parallelism and the TP
+        overlap, which change nothing there, need not be), or None when not in the sweep."""
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = self.__dict__["_index"] = {plan_key(pl): i for i, pl in enumerate(self.plans)}
+        i = index.get(plan_key(plan))
+        if i is None and plan.tensor_parallel == 1 and (plan.sequence_parallel
+                                                         or plan.tp_comm_overlap):
+            for sp, ov in ((False, False), (True, False), (False, True), (True, True)):
+                i = index.get(plan_key(dataclasses.replace(plan, sequence_parallel=sp,
+                                                           tp_comm_overlap=ov)))
+                if i is not None:
+                    break
+        return i
+
+    def pareto_indices(self) -> np.ndarray:
+        """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
+        idx = np.flatnonzero(self.pareto)
+        return idx[np.lexsort((self.cost_usd[idx], self.training_days[idx]))]
+
+    def dominated_by(self, i: int) -> np.ndarray:
+        """Rows of plans that fit and dominate row ``i`` in (days, cost); int64 (k,)."""
+        d, c = self.training_days, self.cost_usd
+        dom = self.fits_in_memory & (d <= d[i]) & (c <= c[i]) & ((d < d[i]) | (c < c[i]))
+        return np.flatnonzero(dom)
+
+    def select(self, num_gpus: int | Sequence[int] | None = None, max_gpus: int | None = None,
+               fits_only: bool = False, deadline_days: float | None = None,
+               max_cost_usd: float | None = None) -> np.ndarray:
+        """Boolean mask (num_plans,) of the rows passing every given filter."""
+        mask = np.ones(self.num_plans, bool)
+        if num_gpus is not None:
+            mask &= np.isin(self.num_gpus, as_list(num_gpus))
+        if max_gpus is not None:
+            mask &= self.num_gpus <= max_gpus
+        if fits_only:
+            mask &= self.fits_in_memory
+        if deadline_days is not None:
+            mask &= self.training_days <= deadline_days
+        if max_cost_usd is not None:
+            mask &= self.cost_usd <= max_cost_usd
+        return mask
+
+    def cheapest_within(self, deadline_days: float) -> int | None:
+        """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then first)."""
+        return best_row(self.cost_usd, self.training_days, self.select(fits_only=True,
+                                                                     deadline_days=deadline_days))
+
+    def plan_row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` without the figures of the session's token budget (``training_days``,
+        ``gpu_hours``, ``cost_usd``), for studies that train for another budget."""
+        return {k: v for k, v in self.row(i).items()
+                if k not in ("training_days", "gpu_hours", "cost_usd")}
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as a JSON-able dict with the keys :data:`COLUMNS`."""
+        out: dict[str, Any] = {}
+        for c in COLUMNS:
+            if c == "on_pareto_front":
+                out[c] = bool(self.pareto[i])
+            elif c == "reason":
+                out[c] = self.reason[i]
+            else:
+                v = getattr(self, c)[i]
+                v = v.item() if isinstance(v, np.generic) else v
+                # no figures (a plan too large to simulate) or no error band: null, never NaN
+                out[c] = None if isinstance(v, float) and not math.isfinite(v) else v
+        return out
+
+    def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts (all, or ``indices`` in that order)."""
+        return [self.row(i) for i in (range(self.num_plans) if indices is None else indices)]
+
+    def to_dict(self, include_all: bool = False) -> dict[str, Any]:
+        """The summary document ``vtrain sweep --json`` prints.
+
+        Keys: ``num_plans``, ``num_feasible``, ``wall_s``, ``fastest``,
+        ``cheapest``, ``deadline_days``, ``cheapest_within_deadline`` (plan
+        dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
+        ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``interval_coverage`` and
+        ``interval_note`` (the error bands' nominal coverage, and why there are none),
+        ``num_pruned`` (plans that fit but were not simulated), ``dimensions``
+        (:attr:`dimensions`: what was swept and what held, and why), ``best_by``
+        (:meth:`best_by`), ``config`` (the
+        session's own plan: ``in_sweep``, and when in it ``plan``,
+        ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
+        plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
+        None); with ``include_all``, ``plans`` (every row).
+        """
+        pick = (lambda i: None if i is None else self.row(i))
+        own = self.index_of(self.session.plan)
+        config: dict[str, Any] = {"in_sweep": own is not None}
+        if own is None:
+            config["why_not"] = self.space.excludes(self.session.plan)
+        if own is not None:
+            dom = self.dominated_by(own) if self.fits_in_memory[own] else np.empty(0, np.int64)
+            config.update(plan=self.row(own), on_pareto_front=bool(self.pareto[own]),
+                          num_dominating=int(dom.size),
+                          cheapest_dominating=pick(int(dom[np.argmin(self.cost_usd[dom])])
+                                                   if dom.size else None))
+        doc = {
+            "num_plans": self.num_plans, "num_feasible": self.num_feasible, "wall_s": self.wall_s,
+            "fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
+            "deadline_days": self.deadline_days,
+            "cheapest_within_deadline": pick(self.cheapest_within_deadline),
+            "pareto": self.rows(self.pareto_indices().tolist()),
+            "training_tokens": self.session.cost.training_tokens,
+            "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
+            "profile": self.profile, "warnings": self.warnings, "config": config,
+            "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
+            "num_pruned": int(np.count_nonzero(self.pruned)),
+            "dimensions": self.dimensions, "best_by": self.best_by(),
+        }
+        if include_all:
+            doc["plans"] = self.rows()
+        return doc
+
+    def best_by(self) -> dict[str, list[dict[str, Any]]]:
+        """The fastest plan that fits for each value of each swept dimension of
+        :data:`BEST_BY_FIELDS`, and for each GPU count (``num_gpus``) when the space names
+        several exact counts:
+        ``{field: [{"value": v, "plan": row dict}, ...]}`` (values
+        sorted; a value whose plans none fits has ``"plan": None``). Exact under pruning: a
+        plan is pruned only when a plan of each of its values is already faster than it."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
+        counts = list(self.space.gpu_counts() or ())
+        if len(counts) > 1:
+            out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i))(
+                best_row(self.training_days, self.cost_usd, self.fits_in_memory & (self.num_gpus == n)))}
+                for n in counts]
+        for name in BEST_BY_FIELDS:
+            if swept is not None and name not in swept:
+                continue
+            col = [getattr(pl, name) for pl in self.plans]
+            if len(set(map(repr, col))) < 2:
+                continue
+            rows = []
+            for value in sorted(set(col), key=lambda v: (v is None, repr(type(v)), v if v is not
+                                                         None else 0)):
+                mask = self.fits_in_memory & np.array([c == value for c in col], bool)
+                i = best_row(self.training_days, self.cost_usd, mask)
+                rows.append({"value": value, "plan": None if i is None else self.row(i)})
+            out[name] = rows
+        return out
+
+    def csv_text(self) -> str:
+        """All rows as CSV text with a header row of :data:`COLUMNS`."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in self.rows():
+            w.writerow(["" if v is None else repr(v) if isinstance(v, float) else v
+                        for v in r.values()])
+        return buf.getvalue()
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write :meth:`csv_text` to ``path`` atomically. Raises ``OSError`` when not writable."""
+        from core.io.session import atomic_write_text
+        atomic_write_text(path, self.csv_text())
+
+
+def plan_column_arrays(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
+    """One array per plan field: int64, bool or str when every value is one, object otherwise."""
+    out = {}
+    get = operator.attrgetter(*PLAN_COLUMNS)
+    columns = list(zip(*map(get, plans))) if plans else [()] * len(PLAN_COLUMNS)
+    for name, values in zip(PLAN_COLUMNS, columns):
+        values = list(values)
+        kinds = set(map(type, values))
+        if kinds == {bool}:
+            out[name] = np.array(values, bool)
+        elif kinds == {int}:
+            out[name] = np.array(values, np.int64)
+        elif kinds == {str}:
+            out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
+        else:
+            out[name] = np.array(values, dtype=object)
+    return out
+
+
+def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.ndarray,
+                  coverage: float) -> tuple:
+    """What a sweep's result needs of its plans alone: ``(plan columns (:func:`plan_column_arrays`),
+    model FLOPs, hardware FLOPs (float64 (n,) each), error-band factors low, high (float64
+    (n,)), in calibration range (bool (n,)), the note when the store has no bands)``."""
+    plan_columns = plan_column_arrays(plans)
+    # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
+    flops_memo: dict[tuple, tuple[float, float]] = {}
+    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in ("data_parallel", "micro_batch_size")])
+
+    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
+        k = others(plan_key(pl))
+        got = flops_memo.get(k)
+        if got is None:
+            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
+                                   model_math.hardware_flops_per_iteration(model, pl))
+        return got
+
+    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
+    flops, hw_flops = both[:, 0], both[:, 1]
+    residuals = getattr(store, "residuals", None)
+    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
+                                               layer_parameters(model), coverage)
+    no_band = "" if residuals is not None else interval_for(
+        None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
+        f"({store.provenance.get('method', 'unknown method')})").note
+    return plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band
+
+def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
+    """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken
+    by the least ``secondary``, then the first row; None when ``mask`` has none (the fastest
+    plan: days then cost; the cheapest: cost then days)."""
+    idx = np.flatnonzero(mask)
+    if not idx.size:
+        return None
+    return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
+
+def plan_label(pl: ParallelPlan) -> str:
+    """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.
+    ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
+    return pl.label()
+
+
+def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:
+    """``"; in 5 plans: t=8 p=2 ..., ... and 2 more"``: which plans a sweep warning concerns."""
+    n = len(plans)
+    labels = [plan_label(pl) for pl in plans[:shown]]  # only those shown: a warning can concern
+    more = f" and {n - shown} more" if n > shown else ""  # thousands of plans
+    return f"; in {n} plan{'s' if n != 1 else ''}: {', '.join(labels)}{more}"

@@ -1,0 +1,402 @@
+"""Running a sweep: :func:`run_sweep`, from the space to the result, with progress and Cancel.
+
+:func:`run_sweep` enumerates the plans (:mod:`core.studies.sweep.space`), rules out those
+that do not fit in memory (:mod:`core.studies.sweep.bound`), simulates the others in batches
+(:mod:`core.studies.sweep.batch`) in this thread or on processes or Dask
+(:mod:`core.studies.sweep.parallel`), under branch and bound unless told not to, reports
+progress, checks ``cancel`` (:mod:`core.studies.sweep.cancel`) and costs the plans into a
+:class:`core.studies.sweep.result.SweepResult`. The driver belongs here; the pieces it
+drives do not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from core.plan.fields import ConfigError, FieldError
+from core.plan.session import Session
+from core.plan.rules import validate
+from core.sim import fastpath_kernel
+from core.sim.costing import costing, mfu_peak_flops
+from core.sim.simulate import session_profile, small_nvlink_domain_note
+from core.store.interval import DEFAULT_COVERAGE
+from core.studies.sweep import parallel
+from core.studies.sweep.batch import group_batches, solve_batch
+from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_too_large,
+                                      memory_verdicts, value_codes, work_notes)
+from core.studies.sweep.cancel import check_cancelled
+from core.studies.sweep.pace import gc_paused
+from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, plans_note
+from core.studies.sweep.space import (SweepSpace, as_list, divisors, enumerate_plans, in_budget,
+                                      index_of_plan, sweep_dimensions)
+
+__all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
+
+ProgressFn = Callable[[int, int], None]
+#: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
+#: its compiled pass (:mod:`core.sim.fastpath_kernel`, when Numba is installed): about 45 ns per
+#: element saved against Numba's import and cache load, about 0.5 s per process.
+COMPILED_MIN_SWEEP_ELEMENTS = 20_000_000
+#: Sweeps of fewer plans than this run in the calling process whatever ``workers`` says.
+_PARALLEL_MIN_PLANS = 2000
+#: Candidates (t x p x d x b x schedule x recompute, before validation) from which a sweep on
+#: several processes starts its worker processes before it enumerates the plans, so that they
+#: import the compiled batch solver meanwhile (the MT-NLG and GPT-3 examples: about 47,000;
+#: a one-node sweep: about 14,000, about 1,000 plans).
+_EARLY_POOL_CANDIDATES = 30_000
+
+
+def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | None):
+    """A process pool of ``workers - 1`` processes started now, warming up with the compiled
+    batch solver (:func:`core.studies.sweep.parallel.start_pool`), when the sweep will run on several
+    local processes and is large (its candidate count, a cheap upper bound on its plans, is
+    at least :data:`_EARLY_POOL_CANDIDATES`); else None."""
+    if dask is not None or workers < 2 or space.errors():
+        return None
+    try:
+        m, B = session.model, session.plan.global_batch_size
+        ts = (space.tensor_parallel if space.tensor_parallel is not None
+              else divisors(session.cluster.gpus_per_node))
+        ps = (space.pipeline_parallel if space.pipeline_parallel is not None
+              else divisors(m.num_layers))
+        candidates = (len(as_list(ts)) * len(as_list(ps)) * len(divisors(B))
+                      * len(as_list(space.micro_batch_sizes)) * len(as_list(space.schedules))
+                      * len(as_list(space.recompute)))
+    except (TypeError, ValueError, AttributeError):  # an invalid session: enumeration says why
+        return None
+    if candidates < _EARLY_POOL_CANDIDATES:
+        return None
+    if fastpath_kernel.loaded():  # this process has it: it takes the heavy batches itself
+        return None
+    return parallel.start_pool(workers - 1, compiled=True)
+
+
+def _check_workers(workers: Any) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ConfigError([FieldError("sweep.workers", f"workers={workers!r} must be a positive "
+                                      "integer")])
+    return int(workers)
+
+
+def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
+              progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
+              dask: str | None = None, coverage: float = DEFAULT_COVERAGE, prune: bool = True,
+              max_work: int | None = None, notice: Callable[[str], None] | None = None
+              ) -> SweepResult:
+    """Enumerate, simulate and cost every valid plan of ``space``.
+
+    Plans that do not fit in memory (closed form,
+    :func:`core.model.model_math.stage_memory_arrays`) are never simulated. With ``prune``
+    (default), the plans that fit are simulated in rounds by increasing lower bound
+    (:func:`core.studies.sweep.bound.iteration_lower_bound_s`) and a plan whose bound shows
+    that it can change neither the (days, cost) front, nor the fastest, cheapest or deadline
+    plan, nor the best plan of any value of :data:`core.studies.sweep.result.BEST_BY_FIELDS`
+    or of any of the space's exact GPU counts is not simulated (branch and bound; exact:
+    these answers equal an exhaustive sweep's, the tests check it); its row has no figures,
+    ``pruned`` True and its bound in ``lower_bound_s``.
+
+    Parameters
+    ----------
+    session : Session
+        Model, cluster, cost inputs (token budget, price per GPU-hour), global
+        batch size and precision; its plan's t, p, d, b, schedule and recompute
+        are not used.
+    space : SweepSpace
+        Budget and candidate sizes.
+    store : ProfileStore, optional
+        Default: the store :func:`core.sim.simulate.profile_path` names for the session.
+    deadline_days : float, optional
+        Also find the cheapest plan within this many days (> 0).
+    progress : callable ``(done, total) -> None``, optional
+        Called with ``(0, total)`` first, then after each batch of plans with the
+        number of plans finished (``total`` = number of valid plans), from the
+        calling thread. Must not raise.
+    cancel : threading.Event or callable returning bool, optional
+        Checked between batches (each a few ms to ~0.1 s of work; with ``workers`` or
+        ``dask``, every 0.1 s while chunks run: the chunks not started are dropped);
+        when set, :class:`core.studies.sweep.cancel.SweepCancelled` is raised.
+    workers : int
+        Processes to solve the batches on (1: this process; default). The batches are
+        grouped in chunks, solved by this thread and a pool of ``workers - 1`` processes
+        (:mod:`core.studies.sweep.parallel`; each worker opens the profile store itself) and put
+        back in order: the result is the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
+        run here (starting processes would cost more).
+    dask : str, optional
+        Send the chunks to a Dask distributed scheduler at this address
+        (``tcp://host:8786``), or ``"local"`` for a ``LocalCluster`` of ``workers``
+        processes; the profile store travels with the chunks. Needs ``dask[distributed]``
+        (the ``dask`` extra). Same result as serial.
+    coverage : float
+        Nominal coverage of the error bands, in (0, 1) (:mod:`core.store.interval`).
+    prune : bool
+        Branch and bound (default); False simulates every plan, those that do not fit in
+        memory too (the oracle, and figures for every point of a scatter).
+    max_work : int, optional
+        Refuse (``ConfigError``, field ``sweep.max_work``) when the plans that fit need more
+        than this many pipeline steps (:func:`core.studies.sweep.bound.sweep_work`); default
+        None, no limit.
+    notice : callable ``(str) -> None``, optional
+        Told, before the simulation starts, when the sweep is large (more than
+        :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` steps), with a time estimate (also
+        in the result's warnings).
+
+    Returns
+    -------
+    SweepResult
+
+    Raises
+    ------
+    ConfigError
+        Invalid space, model, cluster or cost inputs, or ``deadline_days <= 0``.
+    ProfileStoreError
+        The profile store cannot be opened.
+    KeyError
+        The profile lacks data a plan needs (dtype peak, collectives).
+    SweepCancelled
+        ``cancel`` was set.
+    ConfigError
+        ``workers`` is not a positive integer, or ``dask`` names no reachable scheduler
+        or dask is not installed (field ``sweep.dask``).
+    """
+    t0 = time.perf_counter()
+    if deadline_days is not None and not (isinstance(deadline_days, (int, float))
+                                          and math.isfinite(deadline_days) and deadline_days > 0):
+        raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
+                                      "must be a positive number")])
+    workers = _check_workers(workers)
+    if max_work is not None and (isinstance(max_work, bool) or not isinstance(
+            max_work, (int, np.integer)) or max_work < 1):
+        raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
+                                      "positive integer (pipeline steps)")])
+    if dask is not None and not (isinstance(dask, str) and dask.strip()):
+        raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
+                                      "(tcp://host:8786) or 'local'")])
+    with gc_paused():  # before the pool forks: its processes start with it paused too
+        early = _early_pool(session, space, workers, dask)
+        try:
+            return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
+                              dask, coverage, t0, early, prune, max_work, notice)
+        finally:
+            if early is not None:
+                early.shutdown(wait=False, cancel_futures=True)
+
+
+class _Runner:
+    """A sweep's simulation: the iteration times filled batch by batch (in this thread, on a
+    process pool or on Dask, :meth:`solve`), the warnings of the plans that fit, the progress
+    told, and the figures of the plans alone (:meth:`prepare`, computed once, while a pool
+    starts on its first chunks)."""
+
+    def __init__(self, plans, session: Session, store, *, progress, cancel, workers: int,
+                 dask: str | None, compiled: bool | None, early, num_gpus: np.ndarray,
+                 coverage: float) -> None:
+        self.plans, self.store = plans, store
+        self.model, self.cluster, self.cost = session.model, session.cluster, session.cost
+        self.progress, self.cancel, self.workers, self.dask = progress, cancel, workers, dask
+        self.compiled, self.early = compiled, early
+        self.num_gpus, self.coverage = num_gpus, coverage
+        self.n = len(plans)
+        self.iteration = np.full(self.n, math.nan)
+        self.warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
+        self.done_n = 0
+        self.lookup_cache: dict = {}
+        self.known: dict = {}
+        self.prepared: tuple | None = None
+
+    def take(self, idx: list[int], out: tuple) -> None:
+        """Put a batch's figures (:func:`solve_batch`'s ``out``) at its rows ``idx``."""
+        it, _, _, warn = out
+        self.iteration[idx] = it
+        for w, local in warn.items():  # batch positions -> plan rows
+            self.warned.setdefault(w, []).extend(idx[j] for j in local)
+        self.done_n += len(idx)
+        if self.progress is not None:
+            self.progress(self.done_n, self.n)
+
+    def skip(self, count: int) -> None:
+        """``count`` plans dropped by branch and bound count as done."""
+        self.done_n += count
+        if self.progress is not None and count:
+            self.progress(self.done_n, self.n)
+
+    def prepare(self) -> None:
+        """Compute the figures of the plans alone (:func:`plan_figures`), once."""
+        if self.prepared is None:
+            self.prepared = plan_figures(self.plans, self.model, self.store, self.cluster,
+                                         self.num_gpus, self.coverage)
+
+    def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
+        return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
+                            self.lookup_cache, how, self.known) for key, pls in jobs]
+
+    def _take_chunk(self, chunk: list, outs: list) -> None:
+        for (_, idx), out in zip(chunk, outs):
+            self.take(idx, out)
+
+    def solve(self, batches: list) -> None:
+        """Solve ``batches`` (:func:`group_batches`) and take their figures: on Dask, on this
+        thread and a pool of ``workers - 1`` processes (large sweeps), or here one by one.
+
+        Raises
+        ------
+        SweepCancelled
+            ``cancel`` was set.
+        """
+        if not batches:
+            return
+        plans, store, model, cluster, cost = (self.plans, self.store, self.model, self.cluster,
+                                              self.cost)
+        n_rows = sum(len(idx) for _, idx in batches)
+        if self.dask is not None or (self.workers > 1 and len(batches) > 1
+                                     and n_rows >= _PARALLEL_MIN_PLANS):
+            if self.dask is not None:
+                parallel.run_on_dask(batches, plans, store, model, cluster, cost,
+                                     workers=self.workers, address=self.dask, cancel=self.cancel,
+                                     on_result=self._take_chunk, compiled=self.compiled,
+                                     after_submit=self.prepare)
+            else:  # this thread solves chunks too: a pool of workers - 1 processes
+                parallel.run_on_pool(
+                    batches, plans, store, model, cluster, cost, workers=self.workers,
+                    cancel=self.cancel, on_result=self._take_chunk, compiled=self.compiled,
+                    local=self._solve_here, pool=self.early if self.compiled else None,
+                    after_submit=self.prepare)
+            return
+        for key, idx in batches:
+            check_cancelled(self.cancel)
+            self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
+                                       self.lookup_cache, self.compiled, self.known))
+
+
+def _plans(session: Session, space: SweepSpace) -> tuple[list, list[dict[str, Any]]]:
+    """The sweep's plans (:func:`enumerate_plans`) and :func:`sweep_dimensions`. The session's
+    own plan is always simulated: added when the space's values leave it out (a setting the
+    default holds, such as sequence parallelism off) but it is valid and in the budget."""
+    plans = enumerate_plans(session, space)
+    dimensions = sweep_dimensions(session, space, plans)
+    if (plans and index_of_plan(plans, session.plan) is None
+            and space.excludes(session.plan) is None
+            and in_budget(space, session.plan) and not validate(session)):
+        plans.append(dataclasses.replace(session.plan))
+    return plans, dimensions
+
+
+def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
+               t0, early, prune=True, max_work=None, notice=None) -> SweepResult:
+    """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
+    plans, dimensions = _plans(session, space)
+    session = session.copy()  # the result keeps the inputs it was computed from
+    if store is None:
+        store = session_profile(session)
+    n = len(plans)
+    model = session.model
+    num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    reserve = float(session.cluster.memory_reserve_fraction)
+    # 1. memory in closed form: plans that do not fit are never simulated
+    max_mem, mem_fits, reason = memory_verdicts(plans, model, store, reserve)
+    steps, too_large = mark_too_large(plans, mem_fits, reason)
+    candidates = np.flatnonzero(mem_fits & ~too_large)
+    sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
+    if sweep_notes and notice is not None:
+        notice(sweep_notes[0])
+    own = index_of_plan(plans, session.plan)
+    if progress is not None:
+        progress(0, n)
+    # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only
+    elements = 3 * int(steps[candidates].sum()) if candidates.size else 0
+    compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
+    runner = _Runner(plans, session, store, progress=progress, cancel=cancel, workers=workers,
+                     dask=dask, compiled=compiled, early=early, num_gpus=num_gpus,
+                     coverage=coverage)
+    pruned = np.zeros(n, bool)
+    lower = np.full(n, math.nan)
+    if not prune:  # the oracle: every plan simulated, those that do not fit too
+        runner.solve(group_batches(plans, np.flatnonzero(~too_large).tolist()))
+    else:
+        own_first = own if own is not None and mem_fits[own] and not too_large[own] else None
+        pruned = _branch_and_bound(runner, session, space, lower, candidates, own_first, reason)
+    if progress is not None and runner.done_n < n:  # the plans that do not fit, never simulated
+        progress(n, n)
+    runner.prepare()
+    result = _result(session, space, runner, max_mem, reason, num_mb, sweep_notes,
+                     deadline_days, pruned, lower)
+    result.dimensions = dimensions
+    if deadline_days is not None:
+        result.cheapest_within_deadline = result.cheapest_within(deadline_days)
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _figures(runner: _Runner, session: Session, times: np.ndarray):
+    """:func:`core.sim.costing.costing` of iteration times ``times`` (float64 (n,)) of the
+    sweep's plans, as :mod:`core.sim.simulate` costs one plan."""
+    _, flops, hw_flops = runner.prepared[:3]
+    return costing(times, tokens_per_iteration=session.plan.global_batch_size
+                   * session.model.seq_length,
+                   model_flops=flops, hardware_flops=hw_flops, num_gpus=runner.num_gpus,
+                   peak_flops_per_gpu=mfu_peak_flops(runner.store, session.plan.precision),
+                   training_tokens=session.cost.training_tokens,
+                   price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
+
+
+def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lower: np.ndarray,
+                      candidates: np.ndarray, own: int | None, reason: list[str]) -> np.ndarray:
+    """2. a lower bound of each plan that fits (``candidates``; its stage times: no graph, into
+    ``lower``), then branch and bound (:func:`core.studies.sweep.bound.branch_and_bound`):
+    simulate in rounds by increasing bound (the session's own plan ``own`` first), and drop the
+    plans whose bound shows they cannot change the front, the best plans or any dimension's
+    best. Returns the plans dropped (bool (n,)); their reasons are set in ``reason``."""
+    plans = runner.plans
+    fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
+                      runner.store, runner.lookup_cache, runner.known, runner.cancel)
+    runner.prepare()
+    lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
+    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1)
+    order = candidates[np.argsort(lower[candidates], kind="stable")]
+    if own is not None:  # always simulated
+        order = np.concatenate(([own], order[order != own]))
+    pruned = branch_and_bound(order, lower, lb.training_days, lb.cost_usd, runner.iteration,
+                              codes, lambda rows: runner.solve(group_batches(plans, rows)),
+                              lambda times: _figures(runner, session, times), runner.skip)
+    for i in np.flatnonzero(pruned).tolist():
+        reason[i] = (f"not simulated: its lower bound {lower[i]:.3f} s per iteration shows "
+                     "it cannot reach the Pareto front nor be the best plan of any of its "
+                     "values")
+    return pruned
+
+
+def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.ndarray,
+            reason: list[str], num_mb: np.ndarray, sweep_notes: list[str],
+            deadline_days: float | None, pruned: np.ndarray, lower: np.ndarray) -> SweepResult:
+    """The :class:`SweepResult` of a sweep whose batches are all solved (``runner``)."""
+    plans, store, iteration, num_gpus = runner.plans, runner.store, runner.iteration, runner.num_gpus
+    plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band = runner.prepared
+    figures = _figures(runner, session, iteration)
+    capacity = float(store.memory_bytes)
+    reserve = float(session.cluster.memory_reserve_fraction)
+    fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)
+    days, cost_usd = figures.training_days, figures.cost_usd
+    pareto = pareto_front(days, cost_usd, fits)
+    return SweepResult(
+        session=session, space=space, plans=plans, plan_columns=plan_columns,
+        num_microbatches=num_mb, num_gpus=num_gpus,
+        iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
+        hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
+        max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
+        fastest=best_row(days, cost_usd, fits), cheapest=best_row(cost_usd, days, fits),
+        deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
+        warnings=sweep_notes + sorted(w + plans_note([plans[i] for i in sorted(idx)])
+                                      for w, idx in runner.warned.items())
+        + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
+           if w],
+        profile={"device": store.device_name, "path": str(store.path) if store.path else "",
+                 **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
+        interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
+        in_calibration_range=in_range, interval_coverage=runner.coverage, interval_note=no_band,
+        pruned=pruned, lower_bound_s=lower,
+    )

@@ -1,0 +1,778 @@
+"""The sweep's space: which plans a sweep tries, their enumeration, and what it swept or held.
+
+:class:`SweepSpace` is the user's choice of GPU budget and candidate sizes (the command line's
+options, the Explore tab's form, a session file's ``sweep`` section); :func:`enumerate_plans`
+turns it and a session into every valid plan, with one source of truth for validity,
+:func:`core.plan.rules.validate`; :func:`sweep_dimensions` says which plan fields the plans
+sweep and which they hold, and why. The candidate lists (:func:`tp_pp_candidates`,
+:func:`cp_candidates`) are shared with :mod:`core.studies.sweep.explain`, which says why a
+space yields no plan. No simulation belongs here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from core import schedules as pipeline_schedules
+from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
+from core.plan.parallel import (PLAN_FIELDS,
+    RECOMPUTE_CHOICES,
+    RECOMPUTE_MODES,
+    SCHEDULES,
+    ZERO_STAGES,
+    ParallelPlan,
+    plan_key)
+from core.plan.session import Session
+from core.plan.layout import (capped_recompute_layers,
+    expand_pipeline_layout,
+    pipeline_layout_text,
+    pipeline_split_slots)
+from core.plan.rules import ep_overlap_errors, probe_plan, validate
+from core.studies.sweep.pace import yield_interpreter
+
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans", "sweep_dimensions",
+           "one_stage_schedule", "budget_text", "divisors", "as_list", "cp_candidates",
+           "tp_pp_candidates", "layout_stages", "in_budget", "index_of_plan"]
+
+#: Micro-batch sizes tried when the space does not name them.
+DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
+
+
+@dataclass
+class SweepSpace:
+    """Which plans a sweep tries. Construction validates nothing; see :meth:`errors`.
+
+    The global batch size B, the precision and the model come from the
+    session; the GPU budget and candidate sizes from here. Give exactly one
+    budget: ``num_gpus`` (exact counts), ``max_gpus``, or only a bound on the
+    data-parallel size (``data_parallel`` / ``max_data_parallel``, no GPU bound).
+
+    Attributes
+    ----------
+    num_gpus : int or sequence of int, optional
+        Exact world sizes ``t*p*d`` allowed.
+    max_gpus : int, optional
+        Largest world size allowed.
+    tensor_parallel : sequence of int, optional
+        Candidate t. Default: divisors of ``cluster.gpus_per_node`` (within a node),
+        plus multiples of it when ``tensor_parallel_across_nodes``.
+    tensor_parallel_across_nodes : bool
+        Also try t = k * gpus_per_node (k >= 2), which ``validate`` allows and the
+        communication model prices as a hierarchical all-reduce. Default False.
+    pipeline_parallel : sequence of int, optional
+        Candidate p. Default: divisors of the layer count L (of the layer slots ``L + 1`` or
+        ``L + 2`` when the session's plan counts the embedding / loss in the pipeline split,
+        Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``; the sweep keeps the
+        session's setting of those two flags and does not try them both ways). With a custom
+        pipeline layout (``plan.pipeline_model_parallel_layout``, n virtual stages) every plan
+        keeps the layout, so only p*v = n is tried: p a divisor of n (of those given), v = n/p
+        under the interleaved schedule (when among ``virtual_pipeline_stages``, if given) and
+        p = n under the others; the sweep never drops the layout nor makes one up.
+    data_parallel : sequence of int, optional
+        Candidate d. Default: every d the budget allows.
+    max_data_parallel : int, optional
+        Largest d.
+    micro_batch_sizes : sequence of int
+        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
+    schedules : sequence of str
+        Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default: all.
+    virtual_pipeline_stages : sequence of int, optional
+        Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
+        to 8 for which ``L`` divides by ``p*v``.
+    recompute : sequence of str
+        Recomputation modes from :data:`core.plan.parallel.RECOMPUTE_CHOICES`. Default: Megatron's
+        three (:data:`core.plan.parallel.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
+        asked.
+    sequence_parallel : sequence of bool, optional
+        Sequence parallelism off / on. Default (None): on wherever t > 1 (and the sequence
+        divides by t), off at t = 1 -- what Megatron-Core users run (``--sequence-parallel``
+        with tensor parallelism: the same communication volume as the all-reduces it
+        replaces, less activation memory and LayerNorm work, Korthikanti et al. 2022), so
+        the default does not also try it off (that would double the space for plans that
+        are not faster); ``(False, True)`` tries both.
+    zero_stages : sequence of int, optional
+        ZeRO stages from :data:`core.plan.parallel.ZERO_STAGES`. Default (None): all four, 0, 1
+        (Megatron's distributed optimizer), 2 and 3 (Megatron-FSDP), each where valid.
+    context_parallel : sequence of int, optional
+        Candidate context-parallel sizes cp (world size ``t*p*cp*d``). Default (None): the
+        powers of two that split the sequence into ``2*cp`` chunks (Megatron-Core's rule)
+        up to the budget's GPUs, each where the other rules allow it.
+    tp_comm_overlap : sequence of bool, optional
+        The tensor-parallel communication overlap (``--tp-comm-overlap``) off / on, on only
+        where a plan allows it (sequence parallelism, 1 < t <= a node). Default (None): on
+        where allowed (held, not swept).
+    dp_overlap : sequence of bool, optional
+        The data-parallel overlaps (``--overlap-grad-reduce``, and ``--overlap-param-gather``
+        where the optimizer is sharded, ZeRO >= 1) off / on. Default (None): on (held, not
+        swept).
+    hold_session_values : bool
+        Those of the five above left None are held at the session plan's values instead of
+        the defaults (sequence parallelism, ZeRO stage, context-parallel size, TP overlap,
+        data-parallel overlaps): a sweep of the session's own choices only. Default False.
+    expert_parallel : sequence of int, optional
+        Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
+        for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
+        dense model's sweep does not grow). The expert tensor-parallel size is the session's.
+    overlap_moe_expert_parallel_comm : sequence of bool, optional
+        The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
+        plans that allow it (:func:`core.plan.rules.ep_overlap_errors`; the others are tried
+        without). Default: the session plan's setting where allowed. ``delay_wgrad_compute``
+        is the session's on the plans that overlap.
+
+    Every other plan field (overlap, gradient dtype, uneven first and last
+    stages, recomputed layers under full recomputation) is the session plan's.
+    """
+
+    num_gpus: int | Sequence[int] | None = None
+    max_gpus: int | None = None
+    tensor_parallel: Sequence[int] | None = None
+    tensor_parallel_across_nodes: bool = False
+    pipeline_parallel: Sequence[int] | None = None
+    data_parallel: Sequence[int] | None = None
+    max_data_parallel: int | None = None
+    micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
+    schedules: Sequence[str] = SCHEDULES
+    recompute: Sequence[str] = RECOMPUTE_MODES
+    virtual_pipeline_stages: Sequence[int] | None = None
+    sequence_parallel: Sequence[bool] | None = None
+    zero_stages: Sequence[int] | None = None
+    context_parallel: Sequence[int] | None = None
+    expert_parallel: Sequence[int] | None = None
+    overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
+    tp_comm_overlap: Sequence[bool] | None = None
+    dp_overlap: Sequence[bool] | None = None
+    hold_session_values: bool = False
+
+    def swept_fields(self) -> tuple[str, ...]:
+        """Plan fields this space chooses; every other plan field is the session plan's."""
+        out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+               "schedule", "virtual_pipeline_stages", "recompute", "recompute_num_layers",
+               "recompute_modules", "first_stage_layers", "last_stage_layers", "context_parallel",
+               "expert_parallel")
+        hold = self.hold_session_values
+        if not hold or self.sequence_parallel is not None or self.tp_comm_overlap is not None:
+            out += ("sequence_parallel", "tp_comm_overlap")
+        if not hold or self.zero_stages is not None:
+            out += ("zero_stage",)
+        if not hold or self.dp_overlap is not None:
+            out += ("overlap_grad_reduce", "overlap_param_gather")
+        if self.overlap_moe_expert_parallel_comm is not None:
+            out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+        return out
+
+    def excludes(self, plan: ParallelPlan) -> str | None:
+        """Why ``plan`` is outside this space, in words (the first of its GPU count and its
+        swept sizes that the space does not allow), or None when none of them rules it out
+        (it may still break a configuration rule or not be enumerated for another reason)."""
+        n, counts = plan.num_gpus, self.gpu_counts()
+        if counts is not None and n not in counts:
+            return f"it uses {n:,} GPUs and the sweep {', '.join(f'{c:,}' for c in counts)}"
+        if self.max_gpus is not None and n > self.max_gpus:
+            return f"it uses {n:,} GPUs, more than the sweep's {self.max_gpus:,}"
+        if self.max_data_parallel is not None and plan.data_parallel > self.max_data_parallel:
+            return (f"its data-parallel size {plan.data_parallel} is above the sweep's "
+                    f"{self.max_data_parallel}")
+        for name, values, value in (
+                ("tensor-parallel size", self.tensor_parallel, plan.tensor_parallel),
+                ("pipeline-parallel size", self.pipeline_parallel, plan.pipeline_parallel),
+                ("data-parallel size", self.data_parallel, plan.data_parallel),
+                ("micro-batch size", self.micro_batch_sizes, plan.micro_batch_size),
+                ("schedule", self.schedules, plan.schedule),
+                ("recomputation", self.recompute, plan.recompute),
+                ("context-parallel size", self.context_parallel, plan.context_parallel),
+                ("expert-parallel size", self.expert_parallel, plan.expert_parallel),
+                ("ZeRO stage", self.zero_stages, plan.zero_stage)):
+            if values is not None and value not in tuple(values):
+                return (f"its {name} {value} is not among the sweep's "
+                        f"{', '.join(str(v) for v in values)}")
+        return None
+
+    def gpu_counts(self) -> tuple[int, ...] | None:
+        """``num_gpus`` as a sorted tuple, or None when unset."""
+        if self.num_gpus is None:
+            return None
+        if isinstance(self.num_gpus, (int, np.integer)) and not isinstance(self.num_gpus, bool):
+            return (int(self.num_gpus),)
+        return tuple(sorted(set(self.num_gpus)))
+
+    def errors(self) -> list[FieldError]:
+        """Every rule the space breaks, fields named ``sweep.<attribute>`` (empty when valid)."""
+        errs: list[FieldError] = []
+
+        top = int(BOUNDS["parallel"].hi)
+
+        def pos_int(v: Any) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= top
+
+        def ints(name: str, values: Any, allow_none: bool = True) -> None:
+            if values is None:
+                if not allow_none:
+                    errs.append(FieldError(f"sweep.{name}", "must be given"))
+                return
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                values = [values]
+            values = list(values)
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            bad = [v for v in values if not pos_int(v)]
+            if bad:
+                errs.append(FieldError(f"sweep.{name}", f"{bad[0]!r} is not a positive integer "
+                                       f"up to {top:,}"))
+
+        ints("num_gpus", self.num_gpus)
+        for name in ("max_gpus", "max_data_parallel"):
+            v = getattr(self, name)
+            if v is not None and not pos_int(v):
+                errs.append(FieldError(f"sweep.{name}", f"{name}={v!r} must be a positive integer "
+                                       f"up to {top:,}"))
+        if not isinstance(self.hold_session_values, bool):
+            errs.append(FieldError("sweep.hold_session_values",
+                                   f"{self.hold_session_values!r} must be true or false"))
+        if not isinstance(self.tensor_parallel_across_nodes, bool):
+            errs.append(FieldError("sweep.tensor_parallel_across_nodes",
+                                   f"{self.tensor_parallel_across_nodes!r} must be true or false"))
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
+                     "expert_parallel"):
+            ints(name, getattr(self, name))
+        ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        ints("context_parallel", self.context_parallel)
+        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
+            values = getattr(self, name)
+            values = [values] if isinstance(values, str) else list(values or [])
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            for v in values:
+                if v not in choices:
+                    errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of {', '.join(choices)}"))
+        for name, kinds, choices in (("sequence_parallel", (bool, np.bool_), (False, True)),
+                                     ("overlap_moe_expert_parallel_comm", (bool, np.bool_),
+                                      (False, True)),
+                                     ("tp_comm_overlap", (bool, np.bool_), (False, True)),
+                                     ("dp_overlap", (bool, np.bool_), (False, True)),
+                                     ("zero_stages", (int, np.integer), ZERO_STAGES)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            values = list(values) if isinstance(values, (list, tuple)) else [values]
+            if not values:
+                errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
+            for v in values:
+                ok = isinstance(v, kinds) and (name != "zero_stages" or not isinstance(v, bool))
+                if not ok or v not in choices:
+                    errs.append(FieldError(f"sweep.{name}", f"{v!r} is not one of "
+                                           f"{', '.join(str(c).lower() for c in choices)}"))
+        if self.num_gpus is not None and self.max_gpus is not None:
+            errs.append(FieldError("sweep.num_gpus", "give either num_gpus (exact) or max_gpus, not both"))
+        if (self.num_gpus is None and self.max_gpus is None and self.data_parallel is None
+                and self.max_data_parallel is None):
+            errs.append(FieldError("sweep.max_gpus", "no GPU budget: give num_gpus, max_gpus, "
+                                   "data_parallel or max_data_parallel"))
+        return errs
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (sequences as lists)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple, range)):
+                v = list(v)
+            elif isinstance(v, np.integer):
+                v = int(v)
+            out[name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SweepSpace":
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        ConfigError
+            Not a dict, or an unknown key.
+        """
+        if not isinstance(data, dict):
+            raise ConfigError([FieldError("sweep", "must be a JSON object")])
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**kw)
+
+def divisors(n: int) -> list[int]:
+    """Divisors of ``n`` in increasing order (O(sqrt n))."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
+
+def as_list(values: Any) -> list:
+    """``values`` as a list: a string or a non-iterable as a list of one, any other iterable
+    listed (a space's attribute given as one value or several)."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        return [values]
+    return list(values)
+
+
+def one_stage_schedule(schedules: Sequence[str]) -> str:
+    """The schedule a sweep keeps for single-stage plans (p = 1), where all schedules run the
+    same order: 1F1B when among ``schedules``, else the first."""
+    return "1f1b" if "1f1b" in schedules else schedules[0]
+
+
+_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
+                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
+                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
+                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
+                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                 "overlap_grad_reduce", "overlap_param_gather")
+#: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
+_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-4]
+
+
+def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
+    """The context-parallel sizes a sweep of ``space`` tries: the given ones, or the powers of
+    two ``cp`` with ``seq_length`` divisible by ``2*cp`` (Megatron-Core's causal split) up to
+    the budget's largest GPU count (1 alone when the budget bounds no GPU count)."""
+    if space.context_parallel is not None:
+        return sorted(set(as_list(space.context_parallel)))
+    if space.hold_session_values:
+        return [session.plan.context_parallel]
+    counts = space.gpu_counts()
+    most = max(counts) if counts else space.max_gpus
+    s = session.model.seq_length
+    out, cp = [1], 2
+    while most is not None and cp <= most and s % (2 * cp) == 0:
+        # the model's own rules (the attention kernel, sliding windows ...), the other sizes
+        # at 1: a size they refuse is in no plan
+        probe = Session(session.model, probe_plan(session.plan, context_parallel=cp,
+                                                  sequence_parallel=False),
+                        session.cluster, session.cost)
+        if not any(e.field == "plan.context_parallel" for e in validate(probe)):
+            out.append(cp)
+        cp *= 2
+    return out
+
+def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
+    """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
+
+    A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
+    that plan and it is within the budget. Candidates that certainly break a
+    rule (``B % (d*b) != 0``, the schedule's own rules of
+    :func:`core.schedules.schedule_errors`) are pruned before validation, and
+    candidates are validated with ``sections=("plan",)`` (the model, cluster and
+    cost are checked once, first).
+
+    Parameters
+    ----------
+    session : Session
+        Supplies the model, cluster, cost inputs and the plan fields the space does
+        not sweep (``global_batch_size``, ``precision``, overlap ...).
+    space : SweepSpace
+
+    Returns
+    -------
+    list of ParallelPlan
+        Ordered by t, p, cp, d, ep, b, schedule, recompute, sequence parallel, ZeRO stage (the orders
+        of their candidate lists).
+
+    Raises
+    ------
+    ConfigError
+        The space breaks a rule (:meth:`SweepSpace.errors`) or the session breaks
+        a rule not about the plan (model, cluster, cost).
+    """
+    _check_enumerable(session, space)
+    c = _Choices.of(session, space)
+    fields_ok = _fields_check(session.plan)
+    if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
+        return []
+    m, B = session.model, session.plan.global_batch_size
+    plans: list[ParallelPlan] = []
+    for t in c.ts:
+        for p, cp in ((p, cp) for p in c.ps for cp in c.cps):
+            ds = c.data_parallel_sizes(space, t * p * cp, B)
+            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+            if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
+                sps_t = [t > 1 and m.seq_length % t == 0]
+            else:
+                sps_t = c.sps[:1] if t == 1 else c.sps
+            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
+            # keep one of them (1F1B when swept)
+            scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+            for d, ep in ((d, ep) for d in ds for ep in c.eps):
+                zs_d = c.zs[:1] if d == 1 else c.zs
+                for b in c.bs:
+                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                        continue
+                    for sched in scheds_p:
+                        for v in c.virtual_sizes(space, sched, p):
+                            # the schedule's own rules (part of validate), before building plans
+                            if pipeline_schedules.schedule_errors(
+                                    sched, p, B // (d * b), v,
+                                    m.num_layers if c.layout_n is None else None, c.extra_slots):
+                                continue
+                            yield_interpreter()
+                            plans += _variants(session, c, fields_ok,
+                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    return plans
+
+
+def _check_enumerable(session: Session, space: SweepSpace) -> None:
+    """Raise :class:`ConfigError` with every rule the space breaks and every rule the session
+    breaks not about the plan (model, cluster, cost), and a custom pipeline layout that does
+    not parse (every plan keeps it)."""
+    errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    layout = pipeline_layout_text(session.plan)
+    if layout is not None:  # kept in every plan: a layout that cannot parse fits none
+        try:
+            expand_pipeline_layout(layout)
+        except ValueError as exc:
+            errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
+    if errs:
+        raise ConfigError(errs)
+
+
+@dataclass
+class _Choices:
+    """The candidate values of each field :func:`enumerate_plans` sweeps (lists, in the order
+    tried), and what the loops need of the session: ``sps`` None is Megatron-Core's choice
+    (on with t > 1); ``dpos`` [None] holds the session's data-parallel overlaps."""
+
+    ts: list
+    ps: list
+    cps: list
+    eps: list
+    bs: list
+    scheds: list
+    rcs: list
+    vs: list
+    sps: list | None
+    zs: list
+    tpos: list
+    dpos: list
+    ovs: list
+    layout_n: int | None
+    counts: tuple | None
+    d_allowed: set | None
+    d_divisors: list
+    extra_slots: int
+    mla: bool
+    delay: bool
+
+    @classmethod
+    def of(cls, session: Session, space: SweepSpace) -> "_Choices":
+        """The choices of ``space`` for ``session``.
+
+        Raises
+        ------
+        ConfigError
+            The expert all-to-all overlap asked on for a dense model, or the session's
+            ``delay_wgrad_compute`` without that overlap.
+        """
+        m, base = session.model, session.plan
+        ts, ps = tp_pp_candidates(session, space)
+        # sequence parallelism: the space's values, or Megatron-Core's choice (on with t > 1)
+        hold = space.hold_session_values
+        sps = (list(dict.fromkeys(bool(v) for v in as_list(space.sequence_parallel)))
+               if space.sequence_parallel is not None else [base.sequence_parallel] if hold
+               else None)
+        zs = (list(dict.fromkeys(int(v) for v in as_list(space.zero_stages)))
+              if space.zero_stages is not None else [base.zero_stage] if hold
+              else list(ZERO_STAGES))
+        tpos = (list(dict.fromkeys(bool(v) for v in as_list(space.tp_comm_overlap)))
+                if space.tp_comm_overlap is not None else [bool(base.tp_comm_overlap)] if hold
+                else [True])
+        dpos = (list(dict.fromkeys(bool(v) for v in as_list(space.dp_overlap)))
+                if space.dp_overlap is not None else [None] if hold else [True])
+        # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
+        ovs = (list(dict.fromkeys(bool(v) for v in as_list(space.overlap_moe_expert_parallel_comm)))
+               if space.overlap_moe_expert_parallel_comm is not None
+               else [base.overlap_moe_expert_parallel_comm is True])
+        if not m.is_moe:
+            if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
+                raise ConfigError([FieldError(
+                    "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts "
+                    "model (model.num_experts): a dense model has no expert all-to-alls")])
+            ovs = [False]
+        if base.delay_wgrad_compute is True and True not in ovs:  # what validate says of the file
+            raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
+                                          "overlap_moe_expert_parallel_comm (Megatron-Core: it "
+                                          "must be enabled when enabling delay_wgrad_compute)")])
+        return cls(
+            ts=ts, ps=ps, cps=cp_candidates(session, space),
+            eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
+                 else divisors(m.num_experts) if m.is_moe else [1]),
+            bs=sorted(set(as_list(space.micro_batch_sizes))),
+            scheds=list(dict.fromkeys(as_list(space.schedules))),
+            rcs=list(dict.fromkeys(as_list(space.recompute))),
+            vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
+                if space.virtual_pipeline_stages is not None else list(range(2, 9))),
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, layout_n=layout_stages(base),
+            counts=space.gpu_counts(),
+            d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
+                       else None),
+            d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
+            extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
+            mla=bool(getattr(m, "multi_latent_attention", False)),
+            delay=base.delay_wgrad_compute is True)
+
+    def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
+        """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,
+        dividing the global batch ``B``, among those given."""
+        if self.counts is not None:
+            ds = sorted({n // tp for n in self.counts if n % tp == 0})
+        elif space.max_gpus is not None:
+            ds = [d for d in self.d_divisors if d * tp <= space.max_gpus]
+        else:
+            ds = list(self.d_divisors)
+        return [d for d in ds if B % d == 0
+                and (self.d_allowed is None or d in self.d_allowed)
+                and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+
+    def virtual_sizes(self, space: SweepSpace, sched: str, p: int) -> list:
+        """The v tried under schedule ``sched`` at ``p`` stages (None: the schedule has no
+        virtual stages); with a custom layout of n virtual stages only v = n/p."""
+        virtual = pipeline_schedules.get(sched).uses_virtual_stages
+        n = self.layout_n
+        if n is None:
+            return self.vs if virtual else [None]
+        if virtual:  # the layout's v = n/p, when it is one of those asked
+            return [n // p] if (n // p >= 2 and (space.virtual_pipeline_stages is None
+                                                 or n // p in self.vs)) else []
+        return [None] if p == n else []
+
+
+def _fields_check(base: ParallelPlan) -> Callable[[ParallelPlan], bool] | None:
+    """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
+    cross-field rules. The fields the enumeration does not set keep the base plan's values:
+    they are checked once here (None: one breaks a rule, so every candidate does). The
+    function returned checks a candidate's swept fields' values, each value once (memoized by
+    name, type and value); validate's cross-field rules (sections=()) run only on plans whose
+    fields pass, which is what validate(sections=("plan",)) returns for them."""
+    plan_fields = {f.name: f for f in dataclasses.fields(base)}
+    if any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
+           if n not in _SWEPT_FIELDS):
+        return None
+    field_ok: dict[tuple, bool] = {}
+
+    def fields_ok(plan: ParallelPlan) -> bool:
+        for n in _CHECKED_SWEPT_FIELDS:
+            value = getattr(plan, n)
+            k = (n, type(value), value)
+            ok = field_ok.get(k)
+            if ok is None:
+                ok = field_ok[k] = check_value(n, plan_fields[n], value) is None
+            if not ok:
+                return False
+        return True
+
+    return fields_ok
+
+
+def _variants(session: Session, c: _Choices, fields_ok: Callable[[ParallelPlan], bool],
+              sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
+    """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v): each
+    recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`_overlap_choices`)
+    and each expert all-to-all overlap, in that order."""
+    t, p, cp, ep, d, b, sched, v = sizes
+    m, cl, base = session.model, session.cluster, session.plan
+    out = []
+    for rc in c.rcs:
+        for sp, z, tpo, og, op in _overlap_choices(
+                sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
+                1 < t <= cl.gpus_per_node and not c.mla,
+                (base.overlap_grad_reduce, base.overlap_param_gather)):
+            plan = dataclasses.replace(
+                base, tensor_parallel=t, pipeline_parallel=p,
+                context_parallel=cp, expert_parallel=ep,
+                data_parallel=d, micro_batch_size=b, schedule=sched,
+                virtual_pipeline_stages=v, recompute=rc,
+                sequence_parallel=sp, zero_stage=z,
+                recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
+                # the base's uneven first / last stages at its own p
+                first_stage_layers=(base.first_stage_layers if p ==
+                                    base.pipeline_parallel else None),
+                last_stage_layers=(base.last_stage_layers if p ==
+                                   base.pipeline_parallel else None),
+                # the base's recomputed modules under selective
+                recompute_modules=(base.recompute_modules if rc == "selective" else None),
+                # the base's TP overlap where the plan allows it
+                # (Megatron: only with sequence parallelism)
+                tp_comm_overlap=tpo, overlap_grad_reduce=og,
+                overlap_param_gather=op)
+            if plan.recompute_num_layers is not None:
+                plan = capped_recompute_layers(plan, m.num_layers)
+            # the expert all-to-all overlap off, and on where the plan allows it (expert
+            # parallelism, its rules)
+            for ov in c.ovs:
+                cand = plan
+                if (ov != plan.overlap_moe_expert_parallel_comm
+                        or (c.delay and ov) != plan.delay_wgrad_compute):
+                    cand = dataclasses.replace(
+                        plan, overlap_moe_expert_parallel_comm=ov,
+                        delay_wgrad_compute=c.delay and ov)
+                if ov and ep_overlap_errors(m, cand):
+                    if False in c.ovs:
+                        continue  # tried without already
+                    cand = dataclasses.replace(
+                        cand, overlap_moe_expert_parallel_comm=False,
+                        delay_wgrad_compute=False)
+                # model, cluster and cost were checked above
+                if fields_ok(cand) and not validate(Session(m, cand, cl, session.cost),
+                                                    sections=(), model_checked=True):
+                    out.append(cand)
+    return out
+
+
+def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
+                     t: int, dp_ranks: int, tp_overlap_allowed: bool,
+                     base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
+    """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
+    overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
+    Megatron supports it (the TP overlap with sequence parallelism inside a node; the
+    gradient-reduce overlap with a data-parallel group, the parameter-gather overlap with a
+    sharded optimizer too), each distinct combination once."""
+    out = {}
+    for sp in sps:
+        for z in zs:
+            for tpo in tpos:
+                for dpo in dpos:
+                    if dpo is None:  # the session's flags, as they are
+                        og, op = base_overlaps
+                    else:
+                        og = dpo and dp_ranks > 1
+                        op = bool(og and z >= 1)
+                    out[(sp, z, bool(tpo and sp and tp_overlap_allowed), og, op)] = None
+    return list(out)
+
+
+def in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s GPU count and data-parallel size are within ``space``'s budget."""
+    counts = space.gpu_counts()
+    return ((counts is None or plan.num_gpus in counts)
+            and (space.max_gpus is None or plan.num_gpus <= space.max_gpus)
+            and (space.max_data_parallel is None or plan.data_parallel <= space.max_data_parallel))
+
+
+def index_of_plan(plans: list[ParallelPlan], plan: ParallelPlan) -> int | None:
+    """Row of ``plan`` in ``plans`` (every field equal), or None."""
+    key = plan_key(plan)
+    return next((i for i, pl in enumerate(plans) if plan_key(pl) == key), None)
+
+
+
+_DIMENSION_DEFAULTS = {
+    "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
+    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
+    "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
+    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4 and 8 where the batch divides"),
+    "schedule": ("schedules", "every schedule the model allows"),
+    "virtual_pipeline_stages": ("virtual_pipeline_stages",
+                                "2 to 8 with the interleaved schedule, where p*v divides the "
+                                "layers"),
+    "recompute": ("recompute", "none, selective and full"),
+    "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
+                                             "chunks, up to the budget"),
+    "expert_parallel": ("expert_parallel", "the divisors of the expert count (1 for a dense "
+                                           "model)"),
+    "sequence_parallel": ("sequence_parallel",
+                          "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
+                          "same communication volume as the all-reduces it replaces, less "
+                          "activation memory); --sequence-parallel n,y tries it off too"),
+    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
+    "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
+                                           "1 < t <= a node)"),
+    "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
+    "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
+    "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
+                                         "the session's, where a plan allows it"),
+    "recompute_num_layers": (None, "the session's under full recomputation"),
+    "recompute_modules": (None, "the session's under selective recomputation"),
+    "first_stage_layers": (None, "the session's at its own p"),
+    "last_stage_layers": (None, "the session's at its own p"),
+    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
+}
+
+
+def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
+                     ) -> list[dict[str, Any]]:
+    """What a sweep chose and what it held, one dict per plan field (in
+    :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
+    more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
+    the values come from (the options given, or what the default tries), or why the field
+    is held (the session's value, a field the sweep does not choose; or the only value valid
+    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
+    Explore tab can read :attr:`SweepResult.dimensions`."""
+    out = []
+    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
+               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
+    for name, column in zip(PLAN_FIELDS, columns):
+        seen = list(dict.fromkeys(column))
+        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+        attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
+        if default is None:
+            why = "the session's value (the sweep does not choose it)"
+        elif attr is not None and getattr(space, attr, None) is not None and (
+                name not in ("data_parallel",) or space.data_parallel is not None):
+            why = "the values given"
+        else:
+            why = f"default: {default}"
+        if len(values) == 1 and default is not None:
+            why = f"the only valid value; {why}"
+        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
+    return out
+
+def layout_stages(plan: ParallelPlan) -> int | None:
+    """Virtual stages of ``plan``'s custom pipeline layout (``pipeline_model_parallel_layout``),
+    None without one (or when it does not parse: validation names that)."""
+    text = pipeline_layout_text(plan)
+    if text is None:
+        return None
+    try:
+        return len(expand_pipeline_layout(text))
+    except ValueError:
+        return None
+
+
+def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], list[int]]:
+    """The tensor- and pipeline-parallel sizes a sweep of ``space`` tries: the given ones, or
+    t the divisors of the node's GPUs (and multiples of it up to the heads with
+    ``tensor_parallel_across_nodes``), p the even splits of the layer slots (and the base's
+    own p when its first / last stages are uneven); a custom pipeline layout of ``n``
+    virtual stages keeps the p that divide ``n``."""
+    m, base, g = session.model, session.plan, session.cluster.gpus_per_node
+    if space.tensor_parallel is not None:
+        ts = sorted(set(as_list(space.tensor_parallel)))
+    else:
+        ts = divisors(g)
+        if space.tensor_parallel_across_nodes:
+            ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
+    uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
+    ps = (sorted(set(as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
+          else sorted(set(divisors(pipeline_split_slots(m.num_layers, base)))
+                      | ({base.pipeline_parallel} if uneven else set())))
+    layout_n = layout_stages(base)
+    if layout_n is not None:
+        ps = [p for p in (ps if space.pipeline_parallel is not None else divisors(layout_n))
+              if layout_n % p == 0]
+    return ts, ps
+
+def budget_text(space: SweepSpace) -> str:
+    """The GPU budget of ``space`` in words ('exactly 8 GPUs; d <= 4')."""
+    parts = []
+    if space.num_gpus is not None:
+        parts.append(f"exactly {', '.join(map(str, space.gpu_counts()))} GPUs")
+    if space.max_gpus is not None:
+        parts.append(f"at most {space.max_gpus:,} GPUs")
+    if space.max_data_parallel is not None:
+        parts.append(f"d <= {space.max_data_parallel}")
+    return "; ".join(parts)
+
+
+
+# --------------------------------------------------------------------------- batch solver
