@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
                          ParallelPlan, Session, field_kind, vtrain_config_from_dict)
 from core.util.inputs import parse_json
-from core.io.megatron_args import (MAX_STATEMENT_BYTES, MegatronArgsError, _quote_state,
-                                import_file, read_launch, session_from_launch)
-from core.store.profile_store import ProfileStoreError
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import import_file, session_from_launch
+from core.io.shell_reader import MAX_STATEMENT_BYTES, _quote_state
+from core.store.format import ProfileStoreError
 from core.io.session import SessionFileError, load_any
 from core.sim.simulate import session_profile
 from tests.conftest import CASES, EXAMPLES

@@ -24,7 +24,8 @@ from core.util import atomic
 from core.util import inputs
 from core.plan.config import (BOUNDS, ClusterConfig, ConfigError, CostConfig, ModelConfig, ParallelPlan,
                          Session, check_value, section_errors, validate)
-from core.store.profile_store import ProfileStore, ProfileStoreError
+from core.store.format import ProfileStoreError
+from core.store.profile_store import ProfileStore
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate
 from core.model.model_math import num_parameters

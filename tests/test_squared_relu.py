@@ -8,7 +8,10 @@ import dataclasses
 import pytest
 
 from core.plan.config import ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session, validate
-from core.io.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
 from core.sim.simulate import simulate
 from core.accuracy.validate import read_measurements
 from core.model.model_math import num_parameters

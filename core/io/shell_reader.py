@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["ShellError", "Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES",
            "MAX_STATEMENT_BYTES", "MAX_STATEMENT_LINES", "MAX_ARITH_TOKENS", "ARITH_LIMIT",
-           "MAX_NESTING"]
+           "MAX_NESTING", "BINOPS"]
 
 
 class ShellError(ValueError):
@@ -64,8 +64,11 @@ class _Unbounded(Exception):
     the file and the statement)."""
 
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+#: bash's integer operators as Python functions (``/`` is integer division in bash).
+BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
 def _arith(expr: str) -> int | None:
     """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
     when it is not such an expression (it then stays as written).
@@ -97,8 +100,8 @@ def _arith(expr: str) -> int | None:
             return ev(node.body)
         if isinstance(node, ast.Constant) and type(node.value) is int:
             return bounded(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return bounded(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
+        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
+            return bounded(BINOPS[type(node.op)](ev(node.left), ev(node.right)))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         raise ValueError("not integer arithmetic")

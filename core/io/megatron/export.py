@@ -4,14 +4,14 @@ train.sh --out train_new.sh``).
 
 :func:`export_script` writes a fresh script; it calls
 :func:`refuse_megatron_rules` (a plan Megatron-LM refuses at start-up is refused here, naming
-Megatron's rule: :mod:`core.io.megatron_rules`), :func:`environment_lines` (``export
+Megatron's rule: :mod:`core.io.megatron.rules`), :func:`environment_lines` (``export
 CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron requires it) and writes the cluster comment
 (:mod:`core.io.cluster_comment`), which :func:`with_cluster_comment` reads back on import.
 
 :func:`rewrite_script` keeps the user's script and replaces only the plan's arguments: the
-script is read with the importer (:func:`core.io.megatron_args.read_launch`,
-:func:`~core.io.megatron_args.session_from_launch`, called as they are); the plan's arguments
-(those whose session field is a ``plan.*`` field in :data:`core.io.megatron_args.ARGUMENTS`) are
+script is read with the importer (:func:`core.io.megatron.launch.read_launch`,
+:func:`~core.io.megatron.to_session.session_from_launch`, called as they are); the plan's arguments
+(those whose session field is a ``plan.*`` field in :data:`core.io.megatron.arguments.ARGUMENTS`) are
 removed from the training command and from the variables and arrays it expands, the exported
 plan's arguments are written right after the training script's name, and every other line and
 argument stays as written, byte for byte. The result is read back with the importer: it must
@@ -27,9 +27,11 @@ from typing import Any
 
 from core.plan.config import Session
 from core.io.cluster_comment import cluster_comment
-from core.io.megatron_args import (ARGUMENTS, MegatronArgsError, export_arguments, read_launch,
-                                   session_from_launch)
-from core.io.megatron_rules import (SESSION_FIELDS, broken_rules, required_environment, violations)
+from core.io.megatron.arguments import ARGUMENTS, MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
+from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
 
 __all__ = ["refuse_megatron_rules", "environment_lines", "export_script",
