@@ -23,14 +23,15 @@ The world size is not in the file (``torchrun`` gives it): ``num_gpus`` must be 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io.import_result import ImportResult, refusal, switched_off_or_refuse
 from core.plan.config import (GPU_KINDS, GPU_NVLINK_DOMAIN, MODEL_PRESETS, ClusterConfig, ConfigError,
                      CostConfig, FieldError, ParallelPlan, Session)
 
-__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "TorchtitanImport", "session_from_torchtitan",
+__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
 
 #: ``(model name, flavor)`` -> the preset it builds (torchtitan's ``models/*/__init__.py``
@@ -213,21 +214,6 @@ KEYS: dict[str, Rule] = {
 }
 
 
-@dataclass
-class TorchtitanImport:
-    """Result of :func:`session_from_torchtitan`: the session, and each key of the file with
-    what it set (``used``) or why it changes nothing (``ignored``)."""
-
-    session: Session
-    used: dict[str, str] = field(default_factory=dict)
-    ignored: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-def _err(where: str, key: str, message: str) -> ConfigError:
-    return ConfigError([FieldError(f"{where}: {key}", message)])
-
-
 def _rule(section: str, key: str) -> Rule | None:
     return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
 
@@ -238,18 +224,16 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
     used, ignored = {}, {}
     for section, table in cfg.items():
         if not isinstance(table, dict):
-            raise _err(where, section, f"{table!r}: a top-level key; torchtitan's job config "
+            raise refusal(where, section, f"{table!r}: a top-level key; torchtitan's job config "
                        "has only [sections]")
         for key, value in _flatten(table):
             name = f"{section}.{key}"
             rule = _rule(section, key.split(".")[0])
             if rule is None:
-                raise _err(where, name, "is not a key of torchtitan's job config the importer "
+                raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
             if rule.kind == "refused":
-                if not any(value == x and type(value) is type(x) for x in rule.inert):
-                    raise _err(where, name, f"{value!r}: not modelled: {rule.text}")
-                ignored[name] = f"{value!r}: off (when on: {rule.text})"
+                ignored[name] = switched_off_or_refuse(where, name, value, rule.text, rule.inert)
             elif rule.kind == "no_effect":
                 ignored[name] = rule.text
             else:
@@ -272,7 +256,7 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _int(used: dict[str, Any], name: str, where: str, default: int, minimum: int = 1) -> int:
     v = used.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise _err(where, name, f"{v!r} must be an integer of at least {minimum}")
+        raise refusal(where, name, f"{v!r} must be an integer of at least {minimum}")
     return v
 
 
@@ -280,13 +264,13 @@ def _choice(used: dict[str, Any], name: str, where: str, default: Any,
             choices: dict[Any, Any]) -> Any:
     v = used.get(name, default)
     if v not in choices:
-        raise _err(where, name, f"{v!r}: not modelled; the importer knows "
+        raise refusal(where, name, f"{v!r}: not modelled; the importer knows "
                    + ", ".join(map(str, choices)))
     return choices[v]
 
 
 def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: int | None = None,
-                            gpu: str | None = None) -> TorchtitanImport:
+                            gpu: str | None = None) -> ImportResult:
     """A session from a parsed torchtitan job config (see the module doc).
 
     Parameters
@@ -332,7 +316,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
         raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message)
                            for e in errs])
     described = {k: KEYS.get(k, KEYS.get(k.split(".")[0] + ".*")).text for k in used}
-    return TorchtitanImport(session, described, ignored, notes)
+    return ImportResult(session, described, ignored, notes)
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
@@ -365,12 +349,12 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
     name = used.get("model.name", "llama3")
     flavor = used.get("model.flavor", "debugmodel")
     if name in _REFUSED_MODELS:
-        raise _err(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
+        raise refusal(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
     preset = FLAVOURS.get((name, flavor))
     if preset is None:
         known = ", ".join(f"{n} {f}" for n, f in FLAVOURS)
         key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
-        raise _err(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
+        raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
                    f"models and other sizes have no preset); known: {known}")
     model = dataclasses.replace(MODEL_PRESETS[preset], name=f"{preset} (torchtitan {name} "
                                 f"{flavor})")
@@ -379,7 +363,7 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
         notes.append("torchtitan's DeepSeek-V3 trains without multi-token prediction: the "
                      "preset's MTP layer is left out")
     if used.get("model.norm_type", "rmsnorm") != "rmsnorm":
-        raise _err(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
+        raise refusal(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
                    "RMSNorm; another norm is not one we know")
     model.seq_length = _int(used, "training.seq_len", where, 2048)
     return model
@@ -397,17 +381,17 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     others = rep * t * p * cp
     if shard == -1:
         if num_gpus is None:
-            raise _err(where, P + "data_parallel_shard_degree", "-1 (the ranks the other "
+            raise refusal(where, P + "data_parallel_shard_degree", "-1 (the ranks the other "
                        "degrees leave) needs the world size: give --num-gpus")
         if num_gpus % others:
-            raise _err(where, P + "data_parallel_shard_degree", f"-1: the world size {num_gpus} "
+            raise refusal(where, P + "data_parallel_shard_degree", f"-1: the world size {num_gpus} "
                        f"is not divisible by the other degrees' product {others}")
         shard = num_gpus // others
     elif isinstance(shard, bool) or not isinstance(shard, int) or shard < 1:
-        raise _err(where, P + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
+        raise refusal(where, P + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
                    "positive integer")
     if num_gpus is not None and num_gpus != others * shard:
-        raise _err(where, P + "data_parallel_shard_degree", f"the degrees give "
+        raise refusal(where, P + "data_parallel_shard_degree", f"the degrees give "
                    f"{others * shard} GPUs, not --num-gpus {num_gpus}")
     d = rep * shard
     schedule, chunks = _choice(used, P + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
@@ -417,18 +401,18 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if glob == -1:
         glob = local * d
     elif isinstance(glob, bool) or not isinstance(glob, int) or glob < 1 or glob % (local * d):
-        raise _err(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
+        raise refusal(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
                    f"local_batch_size * data-parallel degree = {local * d} (gradient "
                    "accumulation steps)")
     b = local
     if p > 1:
         b = _int(used, P + "pipeline_parallel_microbatch_size", where, 1)
         if local % b:
-            raise _err(where, P + "pipeline_parallel_microbatch_size", f"{b} does not divide "
+            raise refusal(where, P + "pipeline_parallel_microbatch_size", f"{b} does not divide "
                        f"local_batch_size {local}")
     reshard = used.get(P + "fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
-        raise _err(where, P + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
+        raise refusal(where, P + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
                    "always, never")
     keep = reshard == "never" or (reshard == "default" and p > 1)
     zero = (2 if keep else 3) if shard > 1 else 0
@@ -441,7 +425,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if mode == "selective":
         option = str(used.get("activation_checkpoint.selective_ac_option", "2"))
         if option not in ("op", "1"):
-            raise _err(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
+            raise refusal(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
                        "checkpointing of every N-th layer is not modelled (the simulator's "
                        "recompute_num_layers takes the first layers of each stage); op or 1")
         mode = "selective_op" if option == "op" else "full"
@@ -452,7 +436,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         converters = [converters]
     for c in converters:
         if c not in ("float8", "quantize.linear.float8"):
-            raise _err(where, "model.converters", f"{c!r}: not modelled (float8 is)")
+            raise refusal(where, "model.converters", f"{c!r}: not modelled (float8 is)")
     fp8 = bool(converters) or used.get("float8.enable_float8_linear") is True
     recipe = None
     if fp8:
@@ -482,7 +466,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if p > 1:
         counts = torchtitan_stage_layers(model.num_layers, p * chunks)
         if min(counts) < 1:
-            raise _err(where, P + "pipeline_parallel_degree", f"{p * chunks} stages leave a "
+            raise refusal(where, P + "pipeline_parallel_degree", f"{p * chunks} stages leave a "
                        f"stage without layers of the {model.num_layers}")
         plan.pipeline_model_parallel_layout = "|".join(
             ("E" if i == 0 else "") + f"t*{n}" + ("L" if i == len(counts) - 1 else "")
@@ -511,7 +495,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError([FieldError(str(path), f"is not TOML: {exc}")]) from None
 
 
-def read_torchtitan_config(path: str | Path, **kw: Any) -> TorchtitanImport:
+def read_torchtitan_config(path: str | Path, **kw: Any) -> ImportResult:
     """Read a torchtitan job config file (see :func:`session_from_torchtitan`)."""
     return session_from_torchtitan(load_toml(path), Path(path).name, **kw)
 
