@@ -6,16 +6,18 @@ train.sh --out train_new.sh``).
 :func:`refuse_megatron_rules` (a plan Megatron-LM refuses at start-up is refused here, naming
 Megatron's rule: :mod:`core.io.megatron.rules`), :func:`environment_lines` (``export
 CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron requires it) and writes the cluster comment
-(:mod:`core.io.cluster_comment`), which :func:`with_cluster_comment` reads back on import.
+(:mod:`core.io.cluster_comment`), which
+:func:`core.io.megatron.to_session.with_cluster_comment` reads back on import.
 
 :func:`rewrite_script` keeps the user's script and replaces only the plan's arguments: the
 script is read with the importer (:func:`core.io.megatron.launch.read_launch`,
-:func:`~core.io.megatron.to_session.session_from_launch`, called as they are); the plan's arguments
-(those whose session field is a ``plan.*`` field in :data:`core.io.megatron.arguments.ARGUMENTS`) are
-removed from the training command and from the variables and arrays it expands, the exported
-plan's arguments are written right after the training script's name, and every other line and
-argument stays as written, byte for byte. The result is read back with the importer: it must
-give the plan an export gives, or nothing is written.
+:func:`~core.io.megatron.to_session.session_from_launch`, called as they are); the plan's
+arguments (those whose session field is a ``plan.*`` field in
+:data:`core.io.megatron.arguments.ARGUMENTS`) are removed from the training command and from
+the variables and arrays it expands, the exported plan's arguments are written right after the
+training script's name, and every other line and argument stays as written, byte for byte.
+The result is read back with the importer: it must give the plan an export gives, or nothing
+is written.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from core.io.megatron.arguments import BY_DEST, MEGATRON_LM_COMMIT, MegatronArgsError
-from core.io.shell_reader import ShellError, missing_variable, read_shell
+from core.io.shell_reader import missing_variable, read_shell
+from core.io.shell_words import ShellError
 
 __all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
            "int_value", "DATA_SCRIPTS"]
@@ -199,10 +200,11 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
     MegatronArgsError
         No Megatron arguments found, only a data-preparation command, unbalanced quotes, or a
         launcher count that is not a number (an unset variable is named, with ``--var``); a
-        script beyond the bounds of what a launch can mean: more than :data:`core.io.shell_reader.MAX_LAUNCH_BYTES`
-        as written or once expanded, a statement of more than :data:`core.io.shell_reader.MAX_STATEMENT_BYTES` as
-        written or expanded, or arithmetic beyond |x| < 2^63 or :data:`core.io.shell_reader.MAX_ARITH_TOKENS` terms
-        (the message names the statement).
+        script beyond the bounds of what a launch can mean: more than
+        :data:`core.io.shell_reader.MAX_LAUNCH_BYTES` as written or once expanded, a statement
+        of more than :data:`core.io.shell_words.MAX_STATEMENT_BYTES` as written or expanded, or
+        arithmetic beyond |x| < 2^63 or :data:`core.io.shell_reader.MAX_ARITH_TOKENS` terms (the
+        message names the statement).
     """
     variables = dict(variables or {})
     dump = read_argument_dump(text, source)
