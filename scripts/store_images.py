@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.store.profile_store import SHIPPED_IMAGES, ProfileStore, image_name  # noqa: E402
+from core.store.image import SHIPPED_IMAGES, image_name  # noqa: E402
+from core.store.profile_store import ProfileStore  # noqa: E402
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-# The parsed profile-store cache (core.store.profile_store.image_cache_dir) of this test run: a
+# The parsed profile-store cache (core.store.image.image_cache_dir) of this test run: a
 # fresh folder, so tests never read or write the user's cache (the cache's own tests set
 # VTRAIN_CACHE_DIR themselves).
 _CACHE = tempfile.mkdtemp(prefix="vtrain-test-cache-")

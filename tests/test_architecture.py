@@ -78,3 +78,14 @@ def test_the_cli_runs_from_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-m", "core.cli", "--help"], cwd=ROOT,
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0 and proc.stdout.startswith("usage: vtrain")
+
+
+def test_every_user_error_the_cli_names_exists():
+    """The CLI's bad-input exceptions are named by module and class (so that reporting one
+    imports nothing): each name must resolve, or a moved class would become a traceback."""
+    import importlib
+
+    from core.cli import USER_ERRORS
+    for module, name in USER_ERRORS:
+        cls = getattr(importlib.import_module(module), name)
+        assert isinstance(cls, type) and issubclass(cls, Exception), (module, name)

@@ -29,9 +29,11 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.util.inputs import parse_json
-from core.io.megatron_args import (MAX_STATEMENT_BYTES, MegatronArgsError, _quote_state,
-                                import_file, read_launch, session_from_launch)
-from core.store.profile_store import ProfileStoreError
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import import_file, session_from_launch
+from core.io.shell_words import MAX_STATEMENT_BYTES, quote_state
+from core.store.format import ProfileStoreError
 from core.io.session import SessionFileError, load_any
 from core.sim.simulate import session_profile
 from tests.conftest import CASES, EXAMPLES
@@ -394,11 +396,11 @@ def test_quote_scanner_agrees_with_shlex_and_resumes(text, cut):
         closed = True
     except ValueError:
         closed = False
-    assert (_quote_state(text) is None) == closed
+    assert (quote_state(text) is None) == closed
     cut = text.find("\n", min(cut, len(text)))
     cut = len(text) if cut < 0 else cut
     head, tail = text[:cut], text[cut:]
-    assert _quote_state(tail, _quote_state(head)) == _quote_state(text)
+    assert quote_state(tail, quote_state(head)) == quote_state(text)
 
 
 # --------------------------------------------------------------------------- vtrain diff

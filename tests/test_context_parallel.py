@@ -466,8 +466,9 @@ def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
 
 
 def test_megatron_script_round_trip_keeps_cp_and_the_world_size():
-    from core.io.megatron_args import read_launch, session_from_launch
-    from core.io.megatron_export import export_script
+    from core.io.megatron.launch import read_launch
+    from core.io.megatron.to_session import session_from_launch
+    from core.io.megatron.export import export_script
 
     s = _session(seq=131072, cp=4, t=2, p=2, d=3, B=6)
     text = export_script(s)
@@ -664,7 +665,9 @@ def test_a2a_rules_name_the_field(change, field, words):
 
 
 def test_megatron_round_trip_of_the_a2a_exchanges():
-    from core.io.megatron_args import export_arguments, read_launch, session_from_launch
+    from core.io.megatron.from_session import export_arguments
+    from core.io.megatron.launch import read_launch
+    from core.io.megatron.to_session import session_from_launch
     for kind, size in (("a2a", None), ("a2a+p2p", 2)):
         s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type=kind,
                      cp_a2a_size=size)
@@ -743,8 +746,10 @@ def test_megatron_round_trip_of_the_all_gather_exchange():
     """plan.cp_comm_type all_gather exports as --cp-comm-type all_gather (Transformer Engine's
     value, which Megatron-Core passes on) and reads back; PyTorch's allgather has no Megatron
     argument."""
-    from core.io.megatron_args import (MegatronArgsError, export_arguments, read_launch,
-                                    session_from_launch)
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.from_session import export_arguments
+    from core.io.megatron.launch import read_launch
+    from core.io.megatron.to_session import session_from_launch
     s = _session(seq=65536, cp=8, t=1, d=2, B=4, sequence_parallel=False, cp_comm_type="all_gather")
     check(s)
     text = " ".join(export_arguments(s))

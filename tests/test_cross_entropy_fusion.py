@@ -14,8 +14,8 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.graph import op_key
-from core.io.megatron_args import import_file
-from core.io.megatron_export import export_script
+from core.io.megatron.to_session import import_file
+from core.io.megatron.export import export_script
 from core.model.model_math import cross_entropy_fusion, op_kernels, stage_memory
 
 
@@ -90,7 +90,7 @@ def test_megatron_arguments_round_trip(tmp_path):
 
 
 def test_an_implementation_megatron_does_not_offer_is_an_invalid_choice(tmp_path):
-    from core.io.megatron_args import MegatronArgsError
+    from core.io.megatron.arguments import MegatronArgsError
     script = export_script(_session(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native"))
     path = tmp_path / "run.sh"
     path.write_text(script.replace("--cross-entropy-fusion-impl native", "--cross-entropy-fusion-impl triton"))

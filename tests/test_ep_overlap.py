@@ -15,7 +15,9 @@ from core.plan.parallel import ParallelPlan
 from core.plan.rules import ep_overlap_errors, inactive_fields, validate
 from core.plan.session import Session
 from core.sim.graph import ep_overlap_pair, stage_times
-from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.to_session import import_file
 from core.sim.simulate import session_profile, simulate
 from core.studies.sweep import SweepSpace, enumerate_plans
 from tests.test_megatron_args import MIXTRAL_LAUNCH, _write

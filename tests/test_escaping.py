@@ -24,7 +24,7 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.store.gpu_spec import GPU_SPECS_DIR, shipped_spec_path
-from core.io.megatron_args import export_arguments
+from core.io.megatron.from_session import export_arguments
 from core.io.session import load_any
 from core.sim.simulate import PROFILES_DIR, profile_path
 from core.util.text import file_name_part, printable, shell_comment, shell_word, terminal_text

@@ -340,7 +340,7 @@ def test_report_says_precision_and_recipe_and_mfu_is_of_the_bf16_peak():
 # --------------------------------------------------------------------------- Megatron-LM arguments
 
 def _launch(*extra: str):
-    from core.io.megatron_args import Launch
+    from core.io.megatron.launch import Launch
     args = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
             "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "1",
             "--global-batch-size", "64", "--tensor-model-parallel-size", "2", "--vocab-size", "50257",
@@ -356,13 +356,15 @@ def _launch(*extra: str):
     (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "blockwise"], "blockwise"),
 ])
 def test_megatron_fp8_arguments_import_and_round_trip(extra, recipe):
-    from core.io.megatron_args import export_arguments, parse_arguments, session_from_launch
+    from core.io.megatron.from_session import export_arguments
+    from core.io.megatron.launch import parse_arguments
+    from core.io.megatron.to_session import session_from_launch
     s = session_from_launch(_launch(*extra), gpu="B200-180GB").session
     assert (s.plan.precision, s.plan.fp8_recipe) == ("fp8", recipe)
     args = parse_arguments(export_arguments(s))
     assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
     assert args["--fp8-recipe"] == [recipe or "tensorwise"]  # explicit: Megatron's default differs
-    from core.io.megatron_args import Launch
+    from core.io.megatron.launch import Launch
     back = session_from_launch(Launch(export_arguments(s), 1, 8, "torchrun", "pretrain_gpt.py", "x.sh"),
                                gpu="B200-180GB").session
     assert back.plan == s.plan and dataclasses.replace(back.model, name=s.model.name) == s.model
@@ -374,7 +376,8 @@ def test_megatron_fp8_arguments_import_and_round_trip(extra, recipe):
     (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "custom"], "--fp8-recipe: not modelled yet"),
 ])
 def test_megatron_fp8_arguments_refused_by_name(extra, message):
-    from core.io.megatron_args import MegatronArgsError, session_from_launch
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.to_session import session_from_launch
     with pytest.raises(MegatronArgsError, match=message.replace("(", r"\(")):
         session_from_launch(_launch(*extra))
 

@@ -17,8 +17,10 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.graph import _data_parallel, lookup_op_times, stage_times
-from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
-from core.io.megatron_export import export_script
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.to_session import import_file
+from core.io.megatron.export import export_script
 from core.model.ops import device_key, kernel_arrays, kernel_peak_flops, kernel_times
 from core.store.profiles_gen import generate_store
 from core.sim.simulate import simulate

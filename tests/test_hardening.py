@@ -22,13 +22,14 @@ import pytest
 
 from core.util import atomic
 from core.util import inputs
-from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import BOUNDS, ConfigError, check_value, section_errors
+from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
-from core.plan.rules import validate
 from core.plan.session import Session
-from core.store.profile_store import ProfileStore, ProfileStoreError
+from core.plan.rules import validate
+from core.store.format import ProfileStoreError
+from core.store.profile_store import ProfileStore
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate
 from core.model.model_math import num_parameters

@@ -13,7 +13,8 @@ import pytest
 from core.cli import main
 from core.store.interval import (ResidualTable, conformal_bounds, cross_conformal, interval_for,
                            min_residuals, node_class)
-from core.store.profile_store import SCHEMA_VERSION, ProfileStore
+from core.store.format import SCHEMA_VERSION
+from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
 from core.io.session import load_any
 from core.sim.simulate import PROFILES_DIR, simulate

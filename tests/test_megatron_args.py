@@ -1,4 +1,4 @@
-"""Megatron-LM launch arguments in and out (core/io/megatron_args.py, vtrain import/export)."""
+"""Megatron-LM launch arguments in and out (core/io/megatron/, vtrain import/export)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
-from core.io.megatron_args import ARGUMENTS, MegatronArgsError, export_arguments, field_exists, import_file, parse_arguments, read_launch, session_from_launch
-from core.io.megatron_export import export_script
-from core.io.megatron_rules import broken_rules
+from core.io.megatron.arguments import ARGUMENTS, MegatronArgsError, field_exists
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import parse_arguments, read_launch
+from core.io.megatron.to_session import import_file, session_from_launch
+from core.io.megatron.export import export_script
+from core.io.megatron.rules import broken_rules
 from core.io.session import load_session, save_session
 from core.model.model_math import num_parameters
 
@@ -694,8 +697,8 @@ def test_export_of_issue11_fields():
 
 # --------------------------------------------------------------------------- unknown arguments
 
-from core.io.megatron_args import (KNOWN_ARGUMENTS, NEUTRAL_ARGUMENTS, TIMING_ARGUMENTS,  # noqa: E402
-                                field_origin, unknown_arguments)
+from core.io.megatron.arguments import (KNOWN_ARGUMENTS, NEUTRAL_ARGUMENTS, TIMING_ARGUMENTS,
+                                        field_origin, unknown_arguments)  # noqa: E402
 
 # DeepSeek-V3 with Megatron-Core (Megatron-MoE-ModelZoo style), no attention flag
 DSV3_LAUNCH = r"""torchrun --nproc_per_node 8 --nnodes 128 pretrain_gpt.py \
@@ -807,7 +810,7 @@ def test_known_argument_lists():
     """The names are Megatron-LM-style flags, each in one list only, none mapped twice."""
     assert not TIMING_ARGUMENTS & NEUTRAL_ARGUMENTS
     assert not (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS) & set(ARGUMENTS)
-    from core.io.megatron_names import REFUSED_ARGUMENTS
+    from core.io.megatron.arguments import REFUSED_ARGUMENTS
     assert not set(REFUSED_ARGUMENTS) & (TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(ARGUMENTS))
     assert KNOWN_ARGUMENTS == set(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | set(
         REFUSED_ARGUMENTS)
@@ -867,7 +870,7 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
                            "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
                            "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
-    assert [f for f, _ in res.ignored] == ["--moe-grouped-gemm",
+    assert list(res.ignored) == ["--moe-grouped-gemm",
                                            "--moe-router-dtype", "--moe-permute-fusion"]
 
 

@@ -1,5 +1,5 @@
 """The Megatron-LM export starts Megatron: its scripts parse with Megatron-LM's parser
-(../shared/data/megatron-lm/arguments.json) and keep validate_args' rules (core/io/megatron_rules.py),
+(../shared/data/megatron-lm/arguments.json) and keep validate_args' rules (core/io/megatron/rules.py),
 the environment included; plans Megatron refuses are refused naming the rule; ``--into``
 rewrites the user's script keeping everything else; the cluster survives a round trip."""
 
@@ -17,13 +17,16 @@ from core.cli import main
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
-from core.plan.rules import validate
 from core.plan.session import Session
-from core.io.megatron_args import MegatronArgsError, export_arguments, import_file, read_launch
-from core.io.megatron_export import export_script
-from core.io.megatron_export import PLAN_ARGUMENTS, rewrite_script
-from core.io.megatron_rules import (ENVIRONMENT_RULES, OPTIONS, RULES, broken_rules, namespace,
-                                 parse_problems, violations)
+from core.plan.rules import validate
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import import_file
+from core.io.megatron.export import export_script
+from core.io.megatron.export import PLAN_ARGUMENTS, rewrite_script
+from core.io.megatron.rules import (ENVIRONMENT_RULES, OPTIONS, RULES, broken_rules, namespace,
+                                    parse_problems, violations)
 from core.io.session import load_any, save_session
 
 ARGUMENTS_JSON = ROOT.parent / "shared" / "data" / "megatron-lm" / "arguments.json"

@@ -14,7 +14,8 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.io.hf_import import session_from_hf_config
-from core.io.megatron_args import export_arguments, parse_arguments
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import parse_arguments
 
 # the main model (the preset has DeepSeek-V3's one MTP layer, as it was trained)
 V3 = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], mtp_num_layers=0)
@@ -155,8 +156,8 @@ def test_mla_simulates_with_latent_tp_collectives():
 
 
 def test_megatron_arguments_round_trip_mla(tmp_path):
-    from core.io.megatron_args import import_file
-    from core.io.megatron_export import export_script
+    from core.io.megatron.to_session import import_file
+    from core.io.megatron.export import export_script
     s = Session(model=V3, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
                                             data_parallel=8, micro_batch_size=1,
                                             global_batch_size=8, recompute="full",
@@ -322,8 +323,8 @@ def test_mtp_graph_runs_its_ops_on_the_last_stage():
 
 
 def test_mtp_refusals_and_megatron_round_trip(tmp_path):
-    from core.io.megatron_args import import_file
-    from core.io.megatron_export import export_script
+    from core.io.megatron.to_session import import_file
+    from core.io.megatron.export import export_script
     e = {x.field for x in validate(Session(model=dataclasses.replace(
         MODEL_PRESETS["Llama 3 8B"], mtp_num_layers=1), plan=_plan(context_parallel=2)))}
     assert "plan.context_parallel" in e

@@ -19,8 +19,9 @@ from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.graph import build_graph, stage_times
 from core.sim.graph_types import OPS
-from core.io.megatron_args import MegatronArgsError, import_file
-from core.io.megatron_export import export_script
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.to_session import import_file
+from core.io.megatron.export import export_script
 from core.io.session import load_session, save_session
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.studies.sweep import SweepSpace, enumerate_plans, no_plan_errors, run_sweep

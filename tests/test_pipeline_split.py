@@ -18,8 +18,8 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.graph import stage_times, virtual_stage_layers
-from core.io.megatron_args import import_file
-from core.io.megatron_export import export_script
+from core.io.megatron.to_session import import_file
+from core.io.megatron.export import export_script
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.studies.sweep import SweepSpace, enumerate_plans
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from core.store import profile_store as ps
-from core.store.profile_store import SCHEMA_VERSION, Lookup, ProfileStore, ProfileStoreError
+from core.store.format import SCHEMA_VERSION, ProfileStoreError
+from core.store.profile_store import Lookup, ProfileStore
 
 
 def _store(method: str = "measured") -> ProfileStore:

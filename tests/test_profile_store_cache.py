@@ -5,13 +5,14 @@ the cache off."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.store import profile_store as ps
+from core.store import image as store_image
 from core.store.profile_store import ProfileStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def test_a_cached_open_equals_a_parsed_one_and_skips_hdf5(cache, monkeypatch, tm
     path = own_store(tmp_path / "a100.h5")  # the calibrated A100 store: residuals too
     first = ProfileStore.open(path)
     images = list(cache.glob("*.img"))
-    assert len(images) == 1 and images[0].name.startswith(ps.hashlib.sha256(
+    assert len(images) == 1 and images[0].name.startswith(hashlib.sha256(
         path.read_bytes()).hexdigest())
 
     def no_parse(*a, **k):
@@ -132,14 +133,14 @@ def test_a_damaged_image_is_ignored_and_rewritten(cache, tmp_path, damage):
 
 def test_empty_cache_dir_setting_turns_the_cache_off(tmp_path, monkeypatch):
     monkeypatch.setenv("VTRAIN_CACHE_DIR", "")
-    assert ps.image_cache_dir() is None
+    assert store_image.image_cache_dir() is None
     path = tmp_path / "store.h5"
     path.write_bytes(STORES[1].read_bytes())
     assert ProfileStore.open(path).device_name
 
 
 def test_cache_keeps_the_newest_images(cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(ps, "IMAGE_CACHE_SIZE", 2)
+    monkeypatch.setattr(store_image, "IMAGE_CACHE_SIZE", 2)
     base = ProfileStore._parse(STORES[1], STORES[1].read_bytes())
     for i in range(4):
         s = ProfileStore.from_image(base.to_image())
@@ -168,10 +169,9 @@ def test_simulate_needs_no_hdf5_with_the_shipped_images(tmp_path):
 
 def test_every_shipped_store_has_its_current_image():
     """Run ``python scripts/store_images.py`` after changing a store in profiles/."""
-    import hashlib
-    names = {ps.image_name(hashlib.sha256(p.read_bytes()).hexdigest()): p for p in STORES}
-    shipped = {p.name for p in ps.SHIPPED_IMAGES.glob("*.img")}
+    names = {store_image.image_name(hashlib.sha256(p.read_bytes()).hexdigest()): p for p in STORES}
+    shipped = {p.name for p in store_image.SHIPPED_IMAGES.glob("*.img")}
     assert shipped == set(names), "profiles/images is stale: run python scripts/store_images.py"
     for name, path in names.items():
-        image = ProfileStore.from_image((ps.SHIPPED_IMAGES / name).read_bytes())
+        image = ProfileStore.from_image((store_image.SHIPPED_IMAGES / name).read_bytes())
         assert_same_store(image, ProfileStore._parse(path, path.read_bytes()))

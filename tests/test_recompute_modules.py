@@ -322,8 +322,8 @@ def test_recompute_modules_under_fp8(recipe):
 # --------------------------------------------------------------------------- Megatron-LM arguments
 
 def test_megatron_recompute_modules_round_trip(tmp_path):
-    from core.io.megatron_args import import_file
-    from core.io.megatron_export import export_script
+    from core.io.megatron.to_session import import_file
+    from core.io.megatron.export import export_script
     s = session(recompute_modules="layernorm,mlp")
     script = export_script(s)
     assert "--recompute-modules layernorm mlp" in script

@@ -18,7 +18,9 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import GPT_FAMILY, LLAMA_FAMILY, MODEL_PRESETS
 from core.plan.session import Session
 from core.io.hf_import import session_from_hf_config
-from core.io.megatron_args import MEGATRON_MODEL_DEFAULTS, read_launch, session_from_launch
+from core.io.megatron.arguments import MEGATRON_MODEL_DEFAULTS
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
 from core.studies.scheduler import jobs_from_list
 from core.io.session import SessionFileError, session_from_document, session_to_json
 from tests.conftest import ROOT, case_file

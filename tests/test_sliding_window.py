@@ -155,8 +155,9 @@ def test_full_model_unchanged_by_the_window_fields():
 
 
 def test_megatron_window_arguments_round_trip(tmp_path):
-    from core.io.megatron_args import MegatronArgsError, import_file
-    from core.io.megatron_export import export_script
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.to_session import import_file
+    from core.io.megatron.export import export_script
     s = session(model(128, 2))
     script = export_script(s)
     assert "--window-size '(128,0)' \\\n    --window-attn-skip-freq 2 \\" in script

@@ -10,9 +10,12 @@ import pytest
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
-from core.plan.rules import validate
 from core.plan.session import Session
-from core.io.megatron_args import MegatronArgsError, export_arguments, read_launch, session_from_launch
+from core.plan.rules import validate
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
 from core.sim.simulate import simulate
 from core.accuracy.validate import read_measurements
 from core.model.model_math import num_parameters

@@ -18,8 +18,8 @@ import h5py
 import numpy as np
 import pytest
 
-from core.store.profile_store import (ALLOWED_FILTERS, CURVE_DIP_TOLERANCE, OP_MODEL_BOUND, STORE_BOUNDS,
-                                ProfileStore, ProfileStoreError)
+from core.store.format import ALLOWED_FILTERS, ProfileStoreError
+from core.store.profile_store import CURVE_DIP_TOLERANCE, OP_MODEL_BOUND, STORE_BOUNDS, ProfileStore
 from tests.conftest import EXAMPLES, ROOT, case_file
 
 STORE = ROOT / "profiles" / "A100-SXM4-80GB.h5"
@@ -151,12 +151,12 @@ def test_the_audit_reads_no_chunk_and_a_chunk_read_would_load_the_plugin(tmp_pat
     store = copy_case(FILTER_CASE, tmp_path)
     folder, marker = plugin_folder(tmp_path)
     code = f"""
-        import h5py, core.store.profile_store as ps
-        ps._h5py = lambda: h5py  # keep the plugin folders: test the audit alone
+        import h5py, core.store.format as fmt
+        fmt.load_h5py = lambda: h5py  # keep the plugin folders: test the audit alone
         f = h5py.File({str(store)!r}, "r")
         try:
-            ps._audit(f)
-        except ps.ProfileStoreError as exc:
+            fmt.audit(f)
+        except fmt.ProfileStoreError as exc:
             print("REFUSED", exc)
         import os
         print("MARKER", os.path.exists({str(marker)!r}))
@@ -179,8 +179,8 @@ def test_plugin_folders_are_emptied_even_when_h5py_was_imported_first(tmp_path):
     code = f"""
         import os, h5py
         print("BEFORE", h5py.h5pl.size())
-        import core.store.profile_store as ps
-        h5 = ps._h5py()
+        import core.store.format as fmt
+        h5 = fmt.load_h5py()
         print("AFTER", h5.h5pl.size())
         try:
             h5.File({str(store)!r}, "r")["ops/mlp_fwd/time_s"][()]
@@ -196,9 +196,9 @@ def test_plugin_folders_are_emptied_even_when_h5py_was_imported_first(tmp_path):
 def test_h5py_imported_by_the_store_module_sees_no_plugin_folder():
     code = """
         import os, sys
-        import core.store.profile_store as ps
+        import core.store.format as fmt
         assert "h5py" not in sys.modules
-        h5 = ps._h5py()
+        h5 = fmt.load_h5py()
         print(h5.h5pl.size(), repr(os.environ["HDF5_PLUGIN_PATH"]), os.environ["HDF5_PLUGIN_PRELOAD"])
         """
     proc = _run_python(code, {"HDF5_PLUGIN_PATH": "/usr/local/hdf5/lib/plugin", "PYTHONPATH": str(ROOT)})

@@ -13,8 +13,10 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.graph import lookup_op_times, tp_overlap_split
-from core.io.megatron_args import export_arguments, read_launch, session_from_launch
-from core.io.megatron_export import export_script
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
+from core.io.megatron.export import export_script
 from core.sim.simulate import open_profile, profile_path, simulate
 
 

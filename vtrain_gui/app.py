@@ -159,7 +159,7 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
         from core.plan.fields import ConfigError
-        from core.store.profile_store import ProfileStoreError
+        from core.store.format import ProfileStoreError
         from core.io.session import SessionFileError, load_any
         from core.sim.simulate import session_profile
         try:

@@ -15,8 +15,8 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 from core.studies.diff import plan_label
-from core.io.megatron_args import MegatronArgsError
-from core.io.megatron_export import export_script
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.export import export_script
 from core.io.session import SessionFileError, atomic_write_text, load_any, save_session
 from core.sim.simulate import SimulationResult
 
@@ -420,7 +420,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def export_megatron_args(self, path: str | Path) -> bool:
         """Write the torchrun command and Megatron-LM arguments of the editor's plan to ``path``
-        (:func:`core.io.megatron_export.export_script`, atomic); on error show why, return False."""
+        (:func:`core.io.megatron.export.export_script`, atomic); on error show why, return False."""
         path = Path(path)
         try:
             text = export_script(self.session())

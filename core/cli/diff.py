@@ -41,7 +41,7 @@ def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
     """``simulate(session)``; its errors name ``file`` and, for the pinned plan, the field under
     ``compare.pinned`` (a plan too large to simulate, an unreadable profile store)."""
     from core.plan.fields import ConfigError
-    from core.store.profile_store import ProfileStoreError
+    from core.store.format import ProfileStoreError
     from core.sim.simulate import simulate
 
     try:

@@ -1,8 +1,8 @@
 """``vtrain export FORMAT SESSION``: write a session in another tool's form.
 
 ``megatron-args``: the torchrun command and Megatron-LM arguments that run the plan
-(core/io/megatron_args.py), or, with ``--into train.sh --out new.sh``, the user's own launch script
-with the plan's arguments replaced (core/io/megatron_export.py). Text from the session is data: the
+(core/io/megatron/from_session.py), or, with ``--into train.sh --out new.sh``, the user's own launch script
+with the plan's arguments replaced (core/io/megatron/export.py). Text from the session is data: the
 script quotes it for the shell (:mod:`core.util.text`), and what reaches the terminal shows control
 characters as escapes.
 """
@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain export``; returns the exit status."""
-    from core.io.megatron_export import export_script
+    from core.io.megatron.export import export_script
     from core.io.session import atomic_write_text, load_any
     from core.util.text import printable, terminal_text
 
@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
 def _into(session: Any, args: argparse.Namespace) -> int:
     """``--into SCRIPT --out NEW``: the user's script with the plan; the diff on stdout."""
     from core.util.inputs import read_text
-    from core.io.megatron_args import MegatronArgsError
-    from core.io.megatron_export import rewrite_script, unified_diff
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.export import rewrite_script, unified_diff
     from core.io.session import atomic_write_text
     from core.util.text import printable, terminal_text
 

@@ -1,7 +1,7 @@
 """``vtrain import SOURCE FILE``: read another tool's files into a session.
 
 ``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/io/hf_import.py);
-``megatron-args``: a Megatron-LM launch script or argument list (core/io/megatron_args.py);
+``megatron-args``: a Megatron-LM launch script or argument list (core/io/megatron/);
 ``torchtitan``: a torchtitan job config (core/io/torchtitan_import.py).
 """
 
@@ -125,7 +125,9 @@ def _megatron(args: argparse.Namespace) -> int:
     from core.plan.fields import ConfigError, FieldError
     from core.plan.rules import check
     from core.util.console import Console, esc
-    from core.io.megatron_args import MegatronArgsError, field_origin, import_file, parse_arguments
+    from core.io.megatron.arguments import MegatronArgsError, field_origin
+    from core.io.megatron.launch import parse_arguments
+    from core.io.megatron.to_session import import_file
     from core.io.session import save_session
 
     variables = {}
@@ -159,7 +161,7 @@ def _megatron(args: argparse.Namespace) -> int:
     if args.json:
         from core.util.inputs import strict_dumps
         print(strict_dumps({"out": str(args.out), "session": res.session.to_dict(),
-                          "ignored": [{"argument": a, "why": w} for a, w in res.ignored],
+                          "ignored": [{"argument": a, "why": w} for a, w in res.ignored.items()],
                           "neutral": res.neutral, "launcher": res.launch.launcher,
                           "notes": [{"about": a, "note": n} for a, n in res.notes],
                           "unknown": res.unknown, "reader": res.launch.notes}))
@@ -182,7 +184,7 @@ def _megatron(args: argparse.Namespace) -> int:
                   if about == "attention" else f"{esc(about)}: {esc(note)}", highlight=False)
     for note in res.launch.notes:
         con.print(f"[yellow]script:[/] {esc(note)}", highlight=False)
-    for arg, why in res.ignored:
+    for arg, why in res.ignored.items():
         con.print(f"[yellow]ignored:[/] {esc(arg)} ({esc(why)})", highlight=False)
     if res.neutral:
         con.print(f"[dim]not used (no effect on the iteration time): {esc(' '.join(res.neutral))}[/]",

@@ -238,7 +238,7 @@ def run_measurement(args: argparse.Namespace) -> int:
     """Run ``vtrain profile run|collectives``; returns the exit status."""
     from core import profiling
     from core.util.console import Console
-    from core.store.profile_store import ProfileStoreError
+    from core.store.format import ProfileStoreError
     console = Console()
     try:
         if args.profile_command == "run":

@@ -83,10 +83,11 @@ storage, not the training precision, which the plan sets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io.import_result import ImportResult, refusal, switched_off_or_refuse
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -304,20 +305,17 @@ IGNORED: dict[str, str] = {
 
 
 @dataclass
-class HFImport:
-    """Result of :func:`session_from_hf_config`: the session, the architecture and the fields
-    that were ignored (name -> reason)."""
+class HFImport(ImportResult):
+    """Result of :func:`session_from_hf_config` (:class:`core.io.import_result.ImportResult`):
+    the session, the fields that were ignored (name -> reason), the notes (e.g. the
+    pre-training length when the sequence length came from an extended
+    ``max_position_embeddings``), and the architecture."""
 
-    session: Session
-    architecture: str
-    ignored: dict[str, str] = field(default_factory=dict)
-    #: What the user should know about the imported session (e.g. the pre-training length
-    #: when the sequence length came from an extended ``max_position_embeddings``).
-    notes: list[str] = field(default_factory=list)
+    architecture: str = ""
 
 
 def _refuse(where: str, field_name: str, message: str) -> ConfigError:
-    return ConfigError([FieldError(f"{where}: {field_name}", message)])
+    return refusal(where, field_name, message)
 
 
 def _int(cfg: dict[str, Any], name: str, where: str, required: bool = True) -> int | None:
@@ -517,9 +515,7 @@ def _refused_fields(cfg: dict[str, Any], where: str) -> dict[str, str]:
         if key not in cfg:
             continue
         value = cfg[key]
-        if not any(value is x or (value == x and type(value) is type(x)) for x in inert):
-            raise _refuse(where, key, f"{value!r}: not modelled: {change}")
-        out[key] = f"{value!r}: off (when on: {change})"
+        out[key] = switched_off_or_refuse(where, key, value, change, inert)
     return out
 
 
@@ -664,7 +660,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
         if errs:  # named by the config's own keys
             raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
-    return HFImport(session, arch, ignored, _length_notes(cfg, seq_length, s))
+    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
+                    architecture=arch)
 
 
 def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:

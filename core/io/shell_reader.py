@@ -24,12 +24,15 @@ positional parameters ``"1"``, ``"2"`` ...), which an assignment the reader cann
 leaves in place.
 
 Bounds (a launch script is a few KB; no input may make the reader run for long): the text at
-most :data:`MAX_LAUNCH_BYTES`; one statement at most :data:`MAX_STATEMENT_BYTES` and
-:data:`MAX_STATEMENT_LINES` lines as written, and :data:`MAX_STATEMENT_BYTES` once expanded
+most :data:`MAX_LAUNCH_BYTES`; one statement at most
+:data:`core.io.shell_words.MAX_STATEMENT_BYTES` and
+:data:`~core.io.shell_words.MAX_STATEMENT_LINES` lines as written, and
+:data:`~core.io.shell_words.MAX_STATEMENT_BYTES` once expanded
 (counted while expanding, so ``A=$A$A`` twenty times is refused at the thirteenth); all
 statements together at most :data:`MAX_LAUNCH_BYTES` expanded; ``$((...))`` at most
 :data:`MAX_ARITH_TOKENS` terms, every value inside bash's 64-bit range. Beyond a bound
-:class:`ShellError` names the source and the statement.
+:class:`core.io.shell_words.ShellError` names the source and the statement. Statements and
+words are split by :mod:`core.io.shell_words`.
 """
 
 from __future__ import annotations
@@ -39,21 +42,17 @@ import operator
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ShellError", "Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES",
-           "MAX_STATEMENT_BYTES", "MAX_STATEMENT_LINES", "MAX_ARITH_TOKENS", "ARITH_LIMIT",
-           "MAX_NESTING"]
+from core.io.shell_words import (ASSIGNMENT, MAX_STATEMENT_BYTES, NAME, PARAMETER, REDIRECTIONS,
+                                 SEPARATORS, Part, ShellError, Word, head, lex, statements)
 
-
-class ShellError(ValueError):
-    """A script cannot be read within the bounds; the message names the source and statement."""
+__all__ = ["Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES", "MAX_ARITH_TOKENS",
+           "ARITH_LIMIT", "MAX_NESTING", "BINOPS"]
 
 
 #: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
 #: Beyond them the script is refused, so that no input makes the reader run for long:
 #: ``A=$A$A`` on twenty lines doubles a value a million times over.
 MAX_LAUNCH_BYTES = 2**20  # the script file, and all its statements once expanded
-MAX_STATEMENT_BYTES = 64 * 2**10  # one statement, as written or expanded
-MAX_STATEMENT_LINES = 1_000  # physical lines of one statement (an unclosed quote or array)
 MAX_ARITH_TOKENS = 512  # numbers, names and operators of one $((...))
 #: Integers of ``$((...))`` and of counts: |x| < 2^63, the range of bash's 64-bit arithmetic.
 ARITH_LIMIT = 2**63
@@ -64,8 +63,11 @@ class _Unbounded(Exception):
     the file and the statement)."""
 
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+#: bash's integer operators as Python functions (``/`` is integer division in bash).
+BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
 def _arith(expr: str) -> int | None:
     """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
     when it is not such an expression (it then stays as written).
@@ -97,8 +99,8 @@ def _arith(expr: str) -> int | None:
             return ev(node.body)
         if isinstance(node, ast.Constant) and type(node.value) is int:
             return bounded(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return bounded(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
+        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
+            return bounded(BINOPS[type(node.op)](ev(node.left), ev(node.right)))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         raise ValueError("not integer arithmetic")
@@ -109,288 +111,10 @@ def _arith(expr: str) -> int | None:
         return None
 
 
-def _open_array(buf: str) -> bool:
-    """True while ``buf`` holds a bash array assignment ``NAME=( ...`` (or ``NAME+=( ...``)
-    not closed yet."""
-    m = re.search(r"(^|[\s;])[A-Za-z_][A-Za-z0-9_]*\+?=\(", buf)
-    if not m:
-        return False
-    tail = re.sub(r"\$\(\(.*?\)\)", "", buf[m.end():])  # arithmetic
-    tail = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"", "", tail)  # quoted words
-    tail = re.sub(r"(^|\s)#[^\n]*", "", tail)  # comments
-    return tail.count(")") < 1 + tail.count("(")
-
-
-#: Where the next character that changes the quoting state may be, in each state of
-#: :func:`_quote_state` (None: outside quotes).
-_QUOTING = {None: re.compile(r"['\"\\#]"), "'": re.compile("'"), '"': re.compile(r'["\\]')}
-
-
-def _quote_state(text: str, state: str | None = None) -> str | None:
-    """The quoting state at the end of ``text`` as :func:`shlex.split` (POSIX, comments) reads
-    it, starting in ``state``: None when every quote is closed, ``"'"`` or ``'"'`` inside
-    one, ``"\\"`` or ``'"\\'`` after a backslash that ends the text (outside or inside
-    double quotes). ``shlex.split`` raises exactly when the state at the end is not None.
-
-    Linear in ``len(text)`` and resumable where a line ends (the state of ``a + b``, ``b``
-    starting with a newline, is that of ``b`` started in the state of ``a``), so a statement
-    of many lines is scanned once, not once per line.
-    """
-    i, n = 0, len(text)
-    if state in ("\\", '"\\'):  # the escaped character
-        if n == 0:
-            return state
-        i, state = 1, (None if state == "\\" else '"')
-    while True:
-        m = _QUOTING[state].search(text, i)
-        if m is None:
-            return state
-        c, i = m.group(), m.end()
-        if state is None and c == "#":  # a comment, to the end of the line
-            end = text.find("\n", i)
-            if end < 0:
-                return None
-            i = end + 1
-        elif c == "\\":
-            if i >= n:
-                return "\\" if state is None else '"\\'
-            i += 1
-        elif state is None:
-            state = c
-        else:  # the closing quote
-            state = None
-
-
-def _head(stmt: str) -> str:
-    """The start of a statement, as messages quote it."""
-    text = " ".join(stmt.split())
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*(['\"]?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-def _statements(text: str, source: str = "arguments") -> list[str]:
-    """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole.
-
-    Raises ShellError (naming ``source`` and the statement) for a statement longer than
-    :data:`MAX_STATEMENT_BYTES` or :data:`MAX_STATEMENT_LINES` (an unclosed quote or array).
-    """
-    text = re.sub(r"\\\r?\n", " ", text)
-    out: list[str] = []
-    buf, state, lines = "", None, 0
-    heredoc = None  # the word that ends a here-document being skipped
-    for line in text.splitlines():
-        if heredoc is not None:
-            if line.strip() == heredoc:
-                heredoc = None
-            continue
-        if state is None and not lines:
-            m = _HEREDOC.search(line)
-            if m:  # a here-document's body is data for a command, not statements
-                heredoc = m.group("word")
-        state = _quote_state(f"\n{line}" if lines else line, state)
-        buf = f"{buf}\n{line}" if lines else line
-        lines += 1
-        if len(buf) > MAX_STATEMENT_BYTES or lines > MAX_STATEMENT_LINES:
-            raise ShellError(
-                f"{source}: statement {_head(buf)} is longer than {MAX_STATEMENT_BYTES // 1024} "
-                f"KiB or {MAX_STATEMENT_LINES:,} lines, more than a launch can mean (an unclosed "
-                "quote or array?)")
-        if state is not None:  # an open quotation: the statement goes on
-            continue
-        if _open_array(buf):
-            continue
-        out.append(buf)
-        buf, lines = "", 0
-    if lines:
-        out.append(buf)
-    return out
-
-
-
-
 # --------------------------------------------------------------------------- words
 
 #: How deep ``eval``, ``bash -c`` and nested ``${A:-${B:-...}}`` defaults may go.
 MAX_NESTING = 8
-#: Operators of a statement, longest first.
-_OPERATORS = ("<<<", "&&", "||", ";;", "|&", "<<", ">>", ">&", "<&", "&>", ";", "&", "|", "(",
-              ")", "<", ">")
-_REDIRECTIONS = {"<<<", "<<", ">>", ">&", "<&", "&>", "<", ">"}
-_SEPARATORS = {";", "&", "&&", "||", "|", "|&", ";;"}
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>\+?=)")
-_PARAMETER = re.compile(r"(?P<length>#)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])"
-                        r"(?:\[(?P<index>[^\]]*)\])?(?:(?P<op>:?[-=+?])(?P<word>.*))?", re.S)
-
-
-@dataclass
-class _Part:
-    """A piece of a word: ``lit`` (text), ``param`` (inside ``${}`` or after ``$``), ``arith``
-    (inside ``$((...))``) or ``cmd`` (a command substitution, never run)."""
-
-    kind: str
-    text: str
-    quoted: bool
-
-
-@dataclass
-class _Word:
-    parts: list[_Part]
-    raw: str = ""  # as written
-
-    def literal(self) -> str | None:
-        """The word's text when it is unquoted literal text only (a keyword, an assignment's
-        name), else None."""
-        if all(p.kind == "lit" and not p.quoted for p in self.parts):
-            return "".join(p.text for p in self.parts)
-        return None
-
-
-def _closing(text: str, i: int, open_: str, close: str) -> int:
-    """Index just after the ``close`` that balances the ``open_`` at ``text[i]`` (quotes are
-    skipped); raises ShellError when there is none."""
-    depth, n, quote = 0, len(text), None
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\" and quote == '"':
-                i += 1
-            elif c == quote:
-                quote = None
-        elif c == "\\":
-            i += 1
-        elif c in "'\"":
-            quote = c
-        elif c == open_:
-            depth += 1
-        elif c == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    raise ShellError(f"an unclosed {open_!r}")
-
-
-def _backtick(text: str, i: int, quoted: bool) -> tuple[_Part, int]:
-    """The command substitution `` `...` `` starting at ``text[i]`` (to the end of the text
-    when unclosed) and the index after it."""
-    j = text.find("`", i + 1)
-    j = len(text) - 1 if j < 0 else j
-    return _Part("cmd", text[i:j + 1], quoted), j + 1
-
-
-def _dollar(text: str, i: int, quoted: bool) -> tuple[_Part, int]:
-    """The expansion that starts with the ``$`` at ``text[i]`` and the index after it."""
-    nxt = text[i + 1:i + 2]
-    if text.startswith("$((", i):
-        end = _closing(text, i + 1, "(", ")")
-        inner = text[i + 2:end - 1]
-        if inner.startswith("(") and inner.endswith(")"):
-            return _Part("arith", inner[1:-1], quoted), end
-        return _Part("cmd", text[i:end], quoted), end
-    if nxt == "(":
-        end = _closing(text, i + 1, "(", ")")
-        return _Part("cmd", text[i:end], quoted), end
-    if nxt == "{":
-        end = _closing(text, i + 1, "{", "}")
-        return _Part("param", text[i + 2:end - 1], quoted), end
-    m = _NAME.match(text, i + 1)
-    if m:
-        return _Part("name", m.group(), quoted), m.end()
-    if nxt and nxt in "0123456789@*#?$!-":
-        return _Part("name", nxt, quoted), i + 2
-    return _Part("lit", "$", quoted), i + 1
-
-
-def _lex(text: str, spaces_literal: bool = False) -> list[_Word | str]:
-    """Words and operators of a statement (bash's quoting: ``'...'``, ``"..."`` with
-    expansions inside, backslashes, ``#`` comments). With ``spaces_literal`` (the word of a
-    ``${NAME:-word}``) blanks and operators are text."""
-    out: list[_Word | str] = []
-    parts: list[_Part] | None = None
-    i, n = 0, len(text)
-    start = 0
-
-    def add(part: _Part) -> None:
-        nonlocal parts, start
-        if parts is None:
-            parts, start = [], i
-        if part.kind == "lit" and parts and parts[-1].kind == "lit" and \
-                parts[-1].quoted == part.quoted:
-            parts[-1] = _Part("lit", parts[-1].text + part.text, part.quoted)
-        else:
-            parts.append(part)
-
-    def end() -> None:
-        nonlocal parts
-        if parts is not None:
-            out.append(_Word(parts, text[start:i]))
-        parts = None
-
-    while i < n:
-        c = text[i]
-        if c in " \t\r\n" and not spaces_literal:
-            end()
-            i += 1
-        elif c == "#" and parts is None and not spaces_literal:
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "\\":
-            if text[i + 1:i + 2] == "\n":
-                i += 2
-                continue
-            add(_Part("lit", text[i + 1:i + 2], True))
-            i += 2
-        elif c == "'":
-            j = text.find("'", i + 1)
-            if j < 0:
-                raise ShellError("an unclosed quote")
-            add(_Part("lit", text[i + 1:j], True))
-            i = j + 1
-        elif c == '"':
-            add(_Part("lit", "", True))
-            i += 1
-            while True:
-                if i >= n:
-                    raise ShellError("an unclosed quote")
-                c = text[i]
-                if c == '"':
-                    i += 1
-                    break
-                if c == "\\" and text[i + 1:i + 2] in ('$', '`', '"', "\\", "\n"):
-                    if text[i + 1] != "\n":
-                        add(_Part("lit", text[i + 1], True))
-                    i += 2
-                elif c == "$":
-                    part, i = _dollar(text, i, True)
-                    add(part)
-                elif c == "`":
-                    part, i = _backtick(text, i, True)
-                    add(part)
-                else:
-                    add(_Part("lit", c, True))
-                    i += 1
-        elif c == "$":
-            part, i = _dollar(text, i, False)
-            add(part)
-        elif c == "`":
-            part, i = _backtick(text, i, False)
-            add(part)
-        elif c in ";&|()<>" and not spaces_literal:
-            if c in "<>" and parts is not None and _Word(parts).literal() is not None and \
-                    (_Word(parts).literal() or "x").isdigit():
-                parts = None  # the file descriptor of a redirection (2>&1)
-            end()
-            op = next(o for o in _OPERATORS if text.startswith(o, i))
-            out.append(op)
-            i += len(op)
-        else:
-            add(_Part("lit", c, False))
-            i += 1
-    end()
-    return out
 
 
 # --------------------------------------------------------------------------- expansion
@@ -494,16 +218,16 @@ class _Reader:
         if depth > MAX_NESTING:
             raise _Unbounded(f"expansions nested more than {MAX_NESTING} deep")
         fields, missing = self._expand_parts(
-            [p for w in _lex(text, spaces_literal=True) if isinstance(w, _Word) for p in w.parts],
+            [p for w in lex(text, spaces_literal=True) if isinstance(w, Word) for p in w.parts],
             split=False, depth=depth)
         if missing:
             raise ValueError(missing[0])
         return "".join(fields)
 
-    def _param(self, part: _Part, depth: int) -> str | list[str] | None:
+    def _param(self, part: Part, depth: int) -> str | list[str] | None:
         """The value of ``$name`` / ``${...}``: a string, a list (``[@]``, ``$@``), or None
         when it is unknown (the caller keeps the text as written)."""
-        m = _PARAMETER.fullmatch(part.text)
+        m = PARAMETER.fullmatch(part.text)
         if not m:
             return None  # ${NAME%pattern} and the like: not read
         name, index, op, word = m.group("name"), m.group("index"), m.group("op"), m.group("word")
@@ -528,7 +252,7 @@ class _Reader:
                 default = self._string(word, depth + 1)
             except ValueError:
                 return None
-            if kind == "=" and _NAME.fullmatch(name):
+            if kind == "=" and NAME.fullmatch(name):
                 self.env[name] = default
             return default
         if kind == "+":
@@ -540,17 +264,17 @@ class _Reader:
                 return None
         return None if empty else value  # ${NAME:?message}
 
-    def _arith(self, part: _Part, depth: int) -> str | None:
+    def _arith(self, part: Part, depth: int) -> str | None:
         try:
             expr = self._string(part.text, depth + 1)
         except ValueError:
             return None
-        expr = _NAME.sub(lambda v: self.env[v.group()] if isinstance(self.env.get(v.group()), str)
+        expr = NAME.sub(lambda v: self.env[v.group()] if isinstance(self.env.get(v.group()), str)
                          else v.group(), expr)
         value = _arith(expr)
         return None if value is None else str(value)
 
-    def _expand_parts(self, parts: list[_Part], split: bool, depth: int = 0
+    def _expand_parts(self, parts: list[Part], split: bool, depth: int = 0
                       ) -> tuple[list[str], list[str]]:
         """Fields of a word (bash: unquoted expansions split at blanks, ``"${A[@]}"`` one
         field per element, a quoted empty string one empty field) and the references it could
@@ -607,7 +331,7 @@ class _Reader:
             fields.append(cur)
         return fields, missing
 
-    def words(self, items: list[_Word], split: bool = True) -> tuple[list[str], list[str]]:
+    def words(self, items: list[Word], split: bool = True) -> tuple[list[str], list[str]]:
         out: list[str] = []
         missing: list[str] = []
         for w in items:
@@ -620,28 +344,28 @@ class _Reader:
     def statement(self, text: str, prefix: list[str] | None = None, depth: int = 0) -> None:
         if depth > MAX_NESTING:
             raise _Unbounded(f"eval or bash -c nested more than {MAX_NESTING} deep")
-        tokens = _lex(text)
+        tokens = lex(text)
         command: list = []
         condition = False
         i = 0
         while i < len(tokens):
             tok = tokens[i]
-            if isinstance(tok, _Word):
+            if isinstance(tok, Word):
                 lit = tok.literal()
                 if lit is not None and command == [] and lit in ("if", "elif", "while", "until"):
                     condition = True
                 if lit is not None and i + 1 < len(tokens) and tokens[i + 1] == "(" and \
-                        _ASSIGNMENT.fullmatch(lit):
+                        ASSIGNMENT.fullmatch(lit):
                     end = next((k for k in range(i + 2, len(tokens)) if tokens[k] == ")"),
                                len(tokens))
                     command.append(("array", lit, [w for w in tokens[i + 2:end]
-                                                   if isinstance(w, _Word)]))
+                                                   if isinstance(w, Word)]))
                     i = end + 1
                     continue
                 command.append(tok)
-            elif tok in _REDIRECTIONS:
+            elif tok in REDIRECTIONS:
                 i += 1  # the redirection's target
-            elif tok in _SEPARATORS and not (condition and tok in ("&&", "||", "|")):
+            elif tok in SEPARATORS and not (condition and tok in ("&&", "||", "|")):
                 self.command(command, prefix, depth)
                 command, condition = [], False
             elif condition and tok in ("&&", "||"):
@@ -653,7 +377,7 @@ class _Reader:
         return all(f[0] is not False for f in self.frames)
 
     def command(self, items: list, prefix: list[str] | None, depth: int) -> None:
-        while items and isinstance(items[0], _Word):
+        while items and isinstance(items[0], Word):
             kw = items[0].literal()
             if kw in ("then", "do", "{", "}", "!", "time", "nohup", "exec", "command", "builtin",
                       "done", "esac"):
@@ -674,7 +398,7 @@ class _Reader:
             item = items[0]
             if isinstance(item, tuple):
                 _, lit, elements = item
-                m = _ASSIGNMENT.fullmatch(lit)
+                m = ASSIGNMENT.fullmatch(lit)
                 values, _ = self.words(elements)  # an unknown element stays as written
                 old = self.env.get(m.group("name"))
                 if m.group("op") == "+=" and not isinstance(old, _Unknown) and old is not None:
@@ -682,12 +406,12 @@ class _Reader:
                 self.env[m.group("name")] = values
                 items = items[1:]
                 continue
-            lit = item.literal() if isinstance(item, _Word) else None
-            first = item.parts[0] if isinstance(item, _Word) and item.parts else None
-            m = _ASSIGNMENT.match(first.text) if first and first.kind == "lit" and \
+            lit = item.literal() if isinstance(item, Word) else None
+            first = item.parts[0] if isinstance(item, Word) and item.parts else None
+            m = ASSIGNMENT.match(first.text) if first and first.kind == "lit" and \
                 not first.quoted else None
             if m:
-                value_parts = [_Part("lit", first.text[m.end():], False)] + item.parts[1:]
+                value_parts = [Part("lit", first.text[m.end():], False)] + item.parts[1:]
                 fields, missing = self._expand_parts(value_parts, split=False)
                 name = m.group("name")
                 value = "".join(fields)
@@ -711,7 +435,7 @@ class _Reader:
             break
         if declare or not items:
             return
-        words, _ = self.words([w for w in items if isinstance(w, _Word)])
+        words, _ = self.words([w for w in items if isinstance(w, Word)])
         if not words:
             return
         head = words[0].rsplit("/", 1)[-1]
@@ -772,7 +496,7 @@ class _Reader:
             if item in ("&&", "||"):
                 groups.append([])
                 ops.append(item)
-            elif isinstance(item, _Word):
+            elif isinstance(item, Word):
                 groups[-1].append(item)
         value = self._test(groups[0])
         for op, group in zip(ops, groups[1:]):
@@ -784,12 +508,12 @@ class _Reader:
                 value = True if True in (value, right) else (None if None in (value, right)
                                                              else False)
         if value is None:
-            text = " ".join(w.raw if isinstance(w, _Word) else w for w in items)
+            text = " ".join(w.raw if isinstance(w, Word) else w for w in items)
             self.shell.notes.append(f"the condition {text[:60]!r} is not evaluated (vtrain runs "
                                     "no shell code): its branches are read in order")
         return value
 
-    def _test(self, words: list[_Word]) -> bool | None:
+    def _test(self, words: list[Word]) -> bool | None:
         negate = False
         if words and words[0].literal() == "!":
             negate, words = True, words[1:]
@@ -866,13 +590,13 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
         raise ShellError(f"{source}: {len(text):,} characters, more than the "
                          f"{MAX_LAUNCH_BYTES:,} a launch script may have")
     reader = _Reader(source, variables or {}, positional or [])
-    for stmt in _statements(text, source):
+    for stmt in statements(text, source):
         reader.budget = _Budget(reader.total)
         try:
             reader.statement(stmt)
         except _Unbounded as exc:
-            raise ShellError(f"{source}: statement {_head(stmt)}: {exc}") from None
+            raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
         except ShellError as exc:
-            raise ShellError(f"{source}: cannot split {_head(stmt)} into shell words: {exc}"
+            raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"
                              ) from None
     return reader.shell

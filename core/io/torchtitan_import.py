@@ -23,17 +23,18 @@ The world size is not in the file (``torchrun`` gives it): ``num_gpus`` must be 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io.import_result import ImportResult, refusal, switched_off_or_refuse
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
+from core.plan.presets import MODEL_PRESETS
 from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import ParallelPlan
-from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
 
-__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "TorchtitanImport", "session_from_torchtitan",
+__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
 
 #: ``(model name, flavor)`` -> the preset it builds (torchtitan's ``models/*/__init__.py``
@@ -216,21 +217,6 @@ KEYS: dict[str, Rule] = {
 }
 
 
-@dataclass
-class TorchtitanImport:
-    """Result of :func:`session_from_torchtitan`: the session, and each key of the file with
-    what it set (``used``) or why it changes nothing (``ignored``)."""
-
-    session: Session
-    used: dict[str, str] = field(default_factory=dict)
-    ignored: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-def _err(where: str, key: str, message: str) -> ConfigError:
-    return ConfigError([FieldError(f"{where}: {key}", message)])
-
-
 def _rule(section: str, key: str) -> Rule | None:
     return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
 
@@ -241,18 +227,16 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
     used, ignored = {}, {}
     for section, table in cfg.items():
         if not isinstance(table, dict):
-            raise _err(where, section, f"{table!r}: a top-level key; torchtitan's job config "
-                       "has only [sections]")
+            raise refusal(where, section, f"{table!r}: a top-level key; torchtitan's job config "
+                          "has only [sections]")
         for key, value in _flatten(table):
             name = f"{section}.{key}"
             rule = _rule(section, key.split(".")[0])
             if rule is None:
-                raise _err(where, name, "is not a key of torchtitan's job config the importer "
+                raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
             if rule.kind == "refused":
-                if not any(value == x and type(value) is type(x) for x in rule.inert):
-                    raise _err(where, name, f"{value!r}: not modelled: {rule.text}")
-                ignored[name] = f"{value!r}: off (when on: {rule.text})"
+                ignored[name] = switched_off_or_refuse(where, name, value, rule.text, rule.inert)
             elif rule.kind == "no_effect":
                 ignored[name] = rule.text
             else:
@@ -275,7 +259,7 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _int(used: dict[str, Any], name: str, where: str, default: int, minimum: int = 1) -> int:
     v = used.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise _err(where, name, f"{v!r} must be an integer of at least {minimum}")
+        raise refusal(where, name, f"{v!r} must be an integer of at least {minimum}")
     return v
 
 
@@ -283,13 +267,13 @@ def _choice(used: dict[str, Any], name: str, where: str, default: Any,
             choices: dict[Any, Any]) -> Any:
     v = used.get(name, default)
     if v not in choices:
-        raise _err(where, name, f"{v!r}: not modelled; the importer knows "
+        raise refusal(where, name, f"{v!r}: not modelled; the importer knows "
                    + ", ".join(map(str, choices)))
     return choices[v]
 
 
 def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: int | None = None,
-                            gpu: str | None = None) -> TorchtitanImport:
+                            gpu: str | None = None) -> ImportResult:
     """A session from a parsed torchtitan job config (see the module doc).
 
     Parameters
@@ -335,7 +319,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
         raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message)
                            for e in errs])
     described = {k: KEYS.get(k, KEYS.get(k.split(".")[0] + ".*")).text for k in used}
-    return TorchtitanImport(session, described, ignored, notes)
+    return ImportResult(session, described, ignored, notes)
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
@@ -368,12 +352,12 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
     name = used.get("model.name", "llama3")
     flavor = used.get("model.flavor", "debugmodel")
     if name in _REFUSED_MODELS:
-        raise _err(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
+        raise refusal(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
     preset = FLAVOURS.get((name, flavor))
     if preset is None:
         known = ", ".join(f"{n} {f}" for n, f in FLAVOURS)
         key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
-        raise _err(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
+        raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
                    f"models and other sizes have no preset); known: {known}")
     model = dataclasses.replace(MODEL_PRESETS[preset], name=f"{preset} (torchtitan {name} "
                                 f"{flavor})")
@@ -382,80 +366,105 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
         notes.append("torchtitan's DeepSeek-V3 trains without multi-token prediction: the "
                      "preset's MTP layer is left out")
     if used.get("model.norm_type", "rmsnorm") != "rmsnorm":
-        raise _err(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
-                   "RMSNorm; another norm is not one we know")
+        raise refusal(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
+                      "RMSNorm; another norm is not one we know")
     model.seq_length = _int(used, "training.seq_len", where, 2048)
     return model
 
 
-def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
-          notes: list[str]) -> tuple[ParallelPlan, int | None]:
-    P = "parallelism."
-    rep = _int(used, P + "data_parallel_replicate_degree", where, 1)
-    shard = used.get(P + "data_parallel_shard_degree", -1)
-    t = _int(used, P + "tensor_parallel_degree", where, 1)
-    p = _int(used, P + "pipeline_parallel_degree", where, 1)
-    cp = _int(used, P + "context_parallel_degree", where, 1)
-    ep = _int(used, P + "expert_parallel_degree", where, 1)
+#: The prefix of torchtitan's ``[parallelism]`` keys.
+_PAR = "parallelism."
+
+
+def _degrees(used: dict[str, Any], where: str, num_gpus: int | None
+             ) -> tuple[int, int, int, int, int, int]:
+    """``(replicate, shard, t, p, cp, ep)``: the parallel degrees; a shard degree of -1 takes
+    the ranks the others leave of ``num_gpus``."""
+    rep = _int(used, _PAR + "data_parallel_replicate_degree", where, 1)
+    shard = used.get(_PAR + "data_parallel_shard_degree", -1)
+    t = _int(used, _PAR + "tensor_parallel_degree", where, 1)
+    p = _int(used, _PAR + "pipeline_parallel_degree", where, 1)
+    cp = _int(used, _PAR + "context_parallel_degree", where, 1)
+    ep = _int(used, _PAR + "expert_parallel_degree", where, 1)
     others = rep * t * p * cp
     if shard == -1:
         if num_gpus is None:
-            raise _err(where, P + "data_parallel_shard_degree", "-1 (the ranks the other "
-                       "degrees leave) needs the world size: give --num-gpus")
+            raise refusal(where, _PAR + "data_parallel_shard_degree", "-1 (the ranks the other "
+                          "degrees leave) needs the world size: give --num-gpus")
         if num_gpus % others:
-            raise _err(where, P + "data_parallel_shard_degree", f"-1: the world size {num_gpus} "
-                       f"is not divisible by the other degrees' product {others}")
+            raise refusal(where, _PAR + "data_parallel_shard_degree", f"-1: the world size "
+                          f"{num_gpus} is not divisible by the other degrees' product {others}")
         shard = num_gpus // others
     elif isinstance(shard, bool) or not isinstance(shard, int) or shard < 1:
-        raise _err(where, P + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
-                   "positive integer")
+        raise refusal(where, _PAR + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
+                      "positive integer")
     if num_gpus is not None and num_gpus != others * shard:
-        raise _err(where, P + "data_parallel_shard_degree", f"the degrees give "
-                   f"{others * shard} GPUs, not --num-gpus {num_gpus}")
-    d = rep * shard
-    schedule, chunks = _choice(used, P + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+        raise refusal(where, _PAR + "data_parallel_shard_degree", f"the degrees give "
+                      f"{others * shard} GPUs, not --num-gpus {num_gpus}")
+    return rep, shard, t, p, cp, ep
+
+
+def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int]:
+    """``(b, B)``: the micro-batch (the pipeline's, else the local batch) and the global batch
+    (-1: the local batch times d)."""
     local = _int(used, "training.local_batch_size", where,
                  _int(used, "training.batch_size", where, 8))
     glob = used.get("training.global_batch_size", -1)
     if glob == -1:
         glob = local * d
     elif isinstance(glob, bool) or not isinstance(glob, int) or glob < 1 or glob % (local * d):
-        raise _err(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
-                   f"local_batch_size * data-parallel degree = {local * d} (gradient "
-                   "accumulation steps)")
+        raise refusal(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
+                      f"local_batch_size * data-parallel degree = {local * d} (gradient "
+                      "accumulation steps)")
     b = local
     if p > 1:
-        b = _int(used, P + "pipeline_parallel_microbatch_size", where, 1)
+        b = _int(used, _PAR + "pipeline_parallel_microbatch_size", where, 1)
         if local % b:
-            raise _err(where, P + "pipeline_parallel_microbatch_size", f"{b} does not divide "
-                       f"local_batch_size {local}")
-    reshard = used.get(P + "fsdp_reshard_after_forward", "default")
+            raise refusal(where, _PAR + "pipeline_parallel_microbatch_size", f"{b} does not divide "
+                          f"local_batch_size {local}")
+    return b, glob
+
+
+def _fsdp_zero(used: dict[str, Any], where: str, shard: int, p: int, notes: list[str]) -> int:
+    """The ZeRO stage FSDP over ``shard`` ranks is: 3, or 2 when the gathered parameters are
+    kept from the forward to the backward (``fsdp_reshard_after_forward``), 0 unsharded."""
+    reshard = used.get(_PAR + "fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
-        raise _err(where, P + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
-                   "always, never")
+        raise refusal(where, _PAR + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
+                      "always, never")
     keep = reshard == "never" or (reshard == "default" and p > 1)
     zero = (2 if keep else 3) if shard > 1 else 0
     if shard > 1 and keep:
         notes.append("FSDP keeps the gathered parameters from the forward to the backward "
                      "(fsdp_reshard_after_forward " + reshard + "): modelled as ZeRO-2, one "
                      "all-gather and one reduce-scatter of the parameters per iteration")
+    return zero
+
+
+def _checkpointing(used: dict[str, Any], where: str) -> str:
+    """``plan.recompute`` of ``[activation_checkpoint]``: none, full, or per-op selective."""
     mode = _choice(used, "activation_checkpoint.mode", where, "selective",
                    {"none": "none", "selective": "selective", "full": "full"})
     if mode == "selective":
         option = str(used.get("activation_checkpoint.selective_ac_option", "2"))
         if option not in ("op", "1"):
-            raise _err(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
-                       "checkpointing of every N-th layer is not modelled (the simulator's "
-                       "recompute_num_layers takes the first layers of each stage); op or 1")
+            raise refusal(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
+                          "checkpointing of every N-th layer is not modelled (the simulator's "
+                          "recompute_num_layers takes the first layers of each stage); op or 1")
         mode = "selective_op" if option == "op" else "full"
-    _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
+    return mode
+
+
+def _precision(used: dict[str, Any], where: str) -> tuple[str, bool, str | None, bool]:
+    """``(precision, fp8, fp8 recipe, fp8 all-gather)`` of the mixed precision and the float8
+    converters."""
     precision = _choice(used, "training.mixed_precision_param", where, "bfloat16", _PRECISIONS)
     converters = used.get("model.converters", [])
     if isinstance(converters, str):
         converters = [converters]
     for c in converters:
         if c not in ("float8", "quantize.linear.float8"):
-            raise _err(where, "model.converters", f"{c!r}: not modelled (float8 is)")
+            raise refusal(where, "model.converters", f"{c!r}: not modelled (float8 is)")
     fp8 = bool(converters) or used.get("float8.enable_float8_linear") is True
     recipe = None
     if fp8:
@@ -463,6 +472,20 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         recipe = _choice(used, "float8.recipe_name", where, "tensorwise",
                          {"tensorwise": "tensorwise"})
     gather = used.get("float8.enable_fsdp_float8_all_gather", False) is True
+    return precision, fp8, recipe, gather
+
+
+def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
+          notes: list[str]) -> tuple[ParallelPlan, int | None]:
+    """The plan and the token budget (None without ``training.steps``)."""
+    rep, shard, t, p, cp, ep = _degrees(used, where, num_gpus)
+    d = rep * shard
+    schedule, chunks = _choice(used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    b, glob = _batch(used, where, d, p)
+    zero = _fsdp_zero(used, where, shard, p, notes)
+    mode = _checkpointing(used, where)
+    _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
+    precision, fp8, recipe, gather = _precision(used, where)
     plan = ParallelPlan(
         tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=b,
         global_batch_size=glob, schedule=schedule, recompute=mode, precision=precision,
@@ -471,12 +494,12 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
-        cp_comm_type=_choice(used, P + "context_parallel_rotate_method", where, "allgather",
+        cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=used.get(P + "enable_async_tensor_parallel", False) is True)
+        tp_comm_overlap=used.get(_PAR + "enable_async_tensor_parallel", False) is True)
     if model.is_moe:
-        plan.expert_tensor_parallel = _int(used, P + "expert_tensor_parallel_degree", where, 1)
+        plan.expert_tensor_parallel = _int(used, _PAR + "expert_tensor_parallel_degree", where, 1)
     if rep > 1 and shard > 1:
         plan.data_parallel_shard_size = shard
     if fp8:
@@ -485,8 +508,8 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if p > 1:
         counts = torchtitan_stage_layers(model.num_layers, p * chunks)
         if min(counts) < 1:
-            raise _err(where, P + "pipeline_parallel_degree", f"{p * chunks} stages leave a "
-                       f"stage without layers of the {model.num_layers}")
+            raise refusal(where, _PAR + "pipeline_parallel_degree", f"{p * chunks} stages leave a "
+                          f"stage without layers of the {model.num_layers}")
         plan.pipeline_model_parallel_layout = "|".join(
             ("E" if i == 0 else "") + f"t*{n}" + ("L" if i == len(counts) - 1 else "")
             for i, n in enumerate(counts))
@@ -514,7 +537,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError([FieldError(str(path), f"is not TOML: {exc}")]) from None
 
 
-def read_torchtitan_config(path: str | Path, **kw: Any) -> TorchtitanImport:
+def read_torchtitan_config(path: str | Path, **kw: Any) -> ImportResult:
     """Read a torchtitan job config file (see :func:`session_from_torchtitan`)."""
     return session_from_torchtitan(load_toml(path), Path(path).name, **kw)
 

@@ -30,7 +30,8 @@ from core.sim.graph import StageTimes, build_graph, build_pipeline_graph, stage_
 from core.sim.graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from core.store.interval import DEFAULT_COVERAGE, check_coverage, session_interval
 from core.store.profiles import PROFILES_DIR
-from core.store.profile_store import NOT_A_STORE, ProfileStore, ProfileStoreError
+from core.store.format import NOT_A_STORE, ProfileStoreError
+from core.store.profile_store import ProfileStore
 from core.sim.report import Report, StageMemory
 from core.schedules import get as get_schedule
 from core.sim.solver import solve
@@ -80,7 +81,7 @@ def session_profile(session: Session) -> ProfileStore:
 
     A store named by ``cluster.profile_path`` must be an ``.h5`` file (nothing else is
     opened), and its errors name that field; whether the path exists or what it holds
-    otherwise is not told (:data:`core.store.profile_store.NOT_A_STORE`). The session file
+    otherwise is not told (:data:`core.store.format.NOT_A_STORE`). The session file
     (``session.source``, set by :func:`core.io.session.load_any`) is named too.
 
     Raises

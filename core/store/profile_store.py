@@ -1,11 +1,16 @@
-"""HDF5 profile store: measured or modelled times of one GPU kind (schema version 2).
+"""Profile store: measured or modelled times of one GPU kind, held in memory, and its lookups.
 
-One file per device kind holds the device's peak FLOP/s, HBM size and bandwidth,
+One store per device kind holds the device's peak FLOP/s, HBM size and bandwidth,
 how the numbers were obtained (provenance), per-operation timing tables keyed by
 the shapes that change them, and collective-communication curves (bytes ->
 seconds) per group size and, for a calibrated store, the out-of-sample
-residuals of its calibration runs (the error band, :mod:`core.store.interval`). The file
-layout is specified in ``docs/profile_store.md``.
+residuals of its calibration runs (the error band, :mod:`core.store.interval`).
+
+What belongs here: :class:`ProfileStore` (its values and their bounds, and the lookups:
+op times, collective times, ring fits) and the checks of the values it holds. The file
+format is :mod:`core.store.format` (HDF5, specified in ``docs/profile_store.md``), the
+cached image :mod:`core.store.image`; :meth:`ProfileStore.open` and
+:meth:`ProfileStore.save` use them.
 
 :meth:`ProfileStore.open` reads everything into memory and closes the file, so a
 store never holds an HDF5 handle; :meth:`ProfileStore.save` writes a temporary
@@ -17,56 +22,26 @@ shape and reuses the times) and say when they extrapolate.
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import math
 import os
-import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from core.store.residuals import ResidualTable
+from core.store import format as store_format
+from core.store import image as store_image
+from core.store.format import is_number
 from core.util.atomic import atomic_target
 
-if TYPE_CHECKING:  # annotations only: h5py is loaded through _h5py(), plugins switched off
-    import h5py
+__all__ = ["COLLECTIVE_KINDS", "PROVENANCE_METHODS", "Lookup", "PeakFlops", "ProfileStore",
+           "CURVE_DIP_TOLERANCE", "STORE_BOUNDS", "OP_MODEL_BOUND", "PROVENANCE_FLAGS"]
 
-__all__ = ["IMAGE_VERSION", "image_cache_dir", "image_name", "SHIPPED_IMAGES", "SCHEMA_VERSION", "COLLECTIVE_KINDS", "PROVENANCE_METHODS", "ProfileStoreError",
-           "Lookup", "PeakFlops", "ProfileStore", "ALLOWED_FILTERS", "CURVE_DIP_TOLERANCE",
-           "PROVENANCE_FLAGS"]
-
-SCHEMA_VERSION = 2
 #: Collective kinds a store can hold curves for.
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 #: Allowed values of ``provenance["method"]``.
 PROVENANCE_METHODS = ("measured", "analytic", "calibrated")
-
-_ROOT_TYPE = "vtrain-profile-store"
-_ENC_TYPE, _ENC_VERSION = "encoding-type", "encoding-version"
-_JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hold JSON text
-_RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
-# encoding-type -> newest encoding-version this build reads
-_GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1,
-                   "residual-table": 1}
-
-
-#: The one message for a path that is not a readable store (missing, unreadable, not a
-#: regular file, not HDF5, not a vTrain store): errors must not tell whether a path exists.
-NOT_A_STORE = "not a readable vTrain profile store"
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-#: Most objects (groups and datasets), deepest path and largest dataset a store may have
-#: (the shipped stores have about 100 objects, depth 4 and datasets of a few hundred rows).
-MAX_OBJECTS = 100_000
-MAX_DEPTH = 8
-MAX_DATASET_ELEMENTS = 10_000_000
-#: Filters a store's datasets may use, by HDF5 filter id: the ones h5py always has (HDF5's
-#: deflate (gzip), shuffle and Fletcher-32, and h5py's own LZF, registered as 32000). Any
-#: other id would make HDF5 look for a plugin library when a chunk is read.
-ALLOWED_FILTERS = {1: "gzip", 2: "shuffle", 3: "fletcher32", 32000: "lzf"}
 #: How far a collective curve's time may fall below the largest time at a smaller size, as a
 #: share of it: moving more bytes cannot take less time, so a curve rises with the size, but a
 #: measured one dips by noise (4.2 % in the shipped A100 curves, more in timings on a loaded
@@ -110,101 +85,11 @@ OP_MODEL_BOUND = {
 }
 
 
-#: First bytes of :meth:`ProfileStore.to_image`; its version (a change of layout invalidates
-#: the cached images, which are keyed by it too).
-IMAGE_MAGIC = b"vtrain-store-image\n"
-IMAGE_VERSION = 1
-#: Most parsed-store images kept in the cache folder (:func:`image_cache_dir`); older ones
-#: are removed.
-IMAGE_CACHE_SIZE = 32
-
-
-def image_cache_dir() -> Path | None:
-    """Folder of the cached images of parsed stores: ``$VTRAIN_CACHE_DIR/profile-stores``, else
-    ``$XDG_CACHE_HOME/vtrain/profile-stores`` or ``~/.cache/vtrain/profile-stores``; None
-    when ``VTRAIN_CACHE_DIR`` is set but empty (no cache).
-
-    Reading an HDF5 store costs about 0.1 s (h5py's import and its per-object overhead);
-    a cached image, keyed by the SHA-256 of the store file's bytes (so any change of the
-    file is a new key), is read in a few milliseconds and checked as a store is.
-    """
-    env = os.environ.get("VTRAIN_CACHE_DIR")
-    if env is not None:
-        return Path(os.path.expanduser(env)) / "profile-stores" if env.strip() else None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vtrain" / "profile-stores"
-
-
-#: Images of the shipped stores (``profiles/*.h5``), named like the cache's: the first run
-#: after installing needs no HDF5 either (``scripts/store_images.py`` writes them; a test
-#: checks that they match the stores).
-SHIPPED_IMAGES = Path(__file__).resolve().parents[2] / "profiles" / "images"
-
-
-def image_name(digest: str) -> str:
-    """File name of the image of a store file whose bytes have SHA-256 ``digest`` (hex)."""
-    return f"{digest}.v{IMAGE_VERSION}.img"
-
-
-def _image_path(digest: str) -> Path | None:
-    folder = image_cache_dir()
-    return None if folder is None else folder / image_name(digest)
-
-
-def _cached_image(digest: str) -> "ProfileStore | None":
-    """The store of the cached (else shipped) image for a store file of SHA-256 ``digest``;
-    None when the cache is off, there is none or it cannot be used (unreadable, of another
-    version, invalid: it is then ignored, and the caller parses the store and rewrites it)."""
-    path = _image_path(digest)
-    if path is None:
-        return None
-    for candidate in (path, SHIPPED_IMAGES / image_name(digest)):
-        try:
-            with open(candidate, "rb") as fh:
-                data = fh.read(MAX_IMAGE_BYTES + 1)
-            if len(data) <= MAX_IMAGE_BYTES:
-                return ProfileStore.from_image(data)
-        except Exception:  # noqa: BLE001 -- a cache: any fault means "parse the store"
-            continue
-    return None
-
-
-def _cache_image(digest: str, store: "ProfileStore") -> None:
-    """Write ``store``'s image for ``digest`` atomically (best effort: a folder that cannot be
-    written means no cache); keep the newest :data:`IMAGE_CACHE_SIZE` images."""
-    path = _image_path(digest)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_target(path) as tmp:
-            with open(tmp, "wb") as fh:
-                fh.write(store.to_image())
-        images = sorted(path.parent.glob("*.img"), key=lambda q: q.stat().st_mtime)
-        for old in images[:-IMAGE_CACHE_SIZE]:
-            old.unlink()
-    except (OSError, ValueError, TypeError):
-        pass
-
-
-#: Largest cached image read (a store file is at most ``MAX_BYTES["store"]``; its image is smaller).
-MAX_IMAGE_BYTES = 512 * 2**20
-
-
-class ProfileStoreError(ValueError):
-    """A profile store file cannot be read; the message names the file and the problem."""
-
-
-def _is_number(value: Any) -> bool:
-    """Whether ``value`` is an int or float (python or numpy), not a bool or a string."""
-    return (isinstance(value, (int, float, np.integer, np.floating))
-            and not isinstance(value, (bool, np.bool_)))
-
 
 def _number(what: str, value: Any) -> float:
     """``value`` as a float; ValueError naming ``what`` unless it is an int or a float (a
     string such as ``"1.0"`` or a boolean is a value of the wrong type, not a number)."""
-    if not _is_number(value):
+    if not is_number(value):
         raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.60}")
     return float(value)
 
@@ -731,50 +616,18 @@ class ProfileStore:
         self.path = path
 
     def to_bytes(self) -> bytes:
-        """The store as the bytes of an HDF5 file (built in memory).
+        """The store as the bytes of an HDF5 file (built in memory:
+        :func:`core.store.format.store_bytes`)."""
+        return store_format.store_bytes(self)
 
-        Saving writes these bytes with plain file I/O: the HDF5 library never writes to
-        the disk, so a full disk or a failed write is an ``OSError`` naming the file and
-        never leaves the library in a state that crashes the process later.
-        """
-        h5py = _h5py()  # on first use only: a cached store needs no HDF5
+    def op_tables(self) -> list[tuple[str, dict[str, np.ndarray], np.ndarray, str]]:
+        """``(op, keys, time_s, axis)`` of every op table, in insertion order (what a store
+        file and an image hold; read-only arrays of shape (n_rows,))."""
+        return [(op, dict(tab.keys), tab.time_s, tab.axis) for op, tab in self._ops.items()]
 
-        buf = io.BytesIO()
-        with h5py.File(buf, "w", track_order=True) as f:
-            self._write(f)
-        return buf.getvalue()
-
-    def _write(self, f: h5py.File) -> None:
-        h5py = _h5py()
-        # the oldest version that holds everything: a store without residuals is a version-1 file
-        version = SCHEMA_VERSION if self.residuals is not None else 1
-        f.attrs.update({_ENC_TYPE: _ROOT_TYPE, _ENC_VERSION: np.int64(version),
-                        "device_name": self.device_name,
-                        "memory_bytes": self.memory_bytes,
-                        "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s})
-        for name, d in (("peak_flops", self.peak_flops), ("provenance", self.provenance),
-                        ("op_model", self.op_model)):
-            _write_dict(f.create_group(name, track_order=True), d)
-        ops = _write_dict(f.create_group("ops", track_order=True), {})
-        for op, tab in self._ops.items():
-            g = ops.create_group(op, track_order=True)
-            g.attrs.update({_ENC_TYPE: "op-table", _ENC_VERSION: np.int64(1), "axis": tab.axis})
-            for c, v in tab.keys.items():
-                if v.dtype.kind == "U":
-                    g.create_dataset(c, data=v.astype(object), dtype=h5py.string_dtype("utf-8"))
-                else:
-                    g.create_dataset(c, data=v)
-            g.create_dataset("time_s", data=tab.time_s)
-        coll = _write_dict(f.create_group("collectives", track_order=True), {})
-        for kind, curves in self._curves.items():
-            kg = _write_dict(coll.create_group(kind, track_order=True), {})
-            for n, (x, t) in sorted(curves.items()):
-                g = kg.create_group(str(n))
-                g.attrs.update({_ENC_TYPE: "collective-curve", _ENC_VERSION: np.int64(1)})
-                g.create_dataset("bytes", data=x)
-                g.create_dataset("time_s", data=t)
-        if self.residuals is not None:
-            _write_residuals(f.create_group("residuals", track_order=True), self.residuals)
+    def curves(self) -> dict[str, dict[int, tuple[np.ndarray, np.ndarray]]]:
+        """Kind -> group size -> ``(nbytes, time_s)``, in insertion order (read-only arrays)."""
+        return {kind: dict(c) for kind, c in self._curves.items()}
 
     @classmethod
     def open(cls, path: str | Path) -> "ProfileStore":
@@ -782,10 +635,11 @@ class ProfileStore:
 
         The file is read as bytes (a regular file of at most ``MAX_BYTES["store"]``,
         :mod:`core.util.inputs`) and parsed from memory; before any value is used, every
-        link and dataset is audited (:func:`_audit`): external and soft links, external
-        raw storage and virtual datasets are refused, so a store never makes the tool read
-        another file; a filter other than :data:`ALLOWED_FILTERS` is refused before any
-        chunk is read, and HDF5's plugin folders are emptied (:func:`_h5py`), so a store
+        link and dataset is audited (:func:`core.store.format.audit`): external and soft
+        links, external raw storage and virtual datasets are refused, so a store never makes
+        the tool read another file; a filter other than
+        :data:`core.store.format.ALLOWED_FILTERS` is refused before any chunk is read, and
+        HDF5's plugin folders are emptied (:func:`core.store.format.load_h5py`), so a store
         never makes HDF5 load a library; datasets must have the expected dtype and a
         bounded size; every stored value must have its type (numbers, not strings or
         booleans; float times; integer keys; boolean flags), every number must be finite
@@ -804,468 +658,35 @@ class ProfileStore:
             part and the rule.
         """
         path = Path(path)
-        data = _read_store_bytes(path)
+        data = store_format.read_store_bytes(path)
         digest = hashlib.sha256(data).hexdigest()
-        store = _cached_image(digest)
+        store = store_image.cached_image(digest, cls)
         if store is not None:
             store.path = path
             return store
         store = cls._parse(path, data)
-        _cache_image(digest, store)
+        store_image.cache_image(digest, store)
         store.path = path
         return store
 
     @classmethod
     def _parse(cls, path: Path, data: bytes) -> "ProfileStore":
         """The store of the HDF5 file bytes ``data`` read from ``path`` (audited, checked)."""
-        h5py = _h5py()  # on first use only: a cached store needs no HDF5
+        return store_format.parse_store(path, data, cls)
 
-        try:
-            with h5py.File(io.BytesIO(data), "r") as f:
-                if f.attrs.get(_ENC_TYPE) != _ROOT_TYPE:
-                    raise ProfileStoreError(f"{path}: {NOT_A_STORE}")
-                _audit(f)
-                store = cls._read(f)
-        except ProfileStoreError as exc:
-            raise ProfileStoreError(str(exc) if str(exc).startswith(str(path))
-                                    else f"{path}: {exc}") from None
-        except (OSError, KeyError, ValueError, TypeError, RuntimeError, AttributeError,
-                IndexError, OverflowError, RecursionError) as exc:
-            raise ProfileStoreError(f"{path}: corrupted profile store: "
-                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                                    ) from None
-        return store
-
-    # ------------------------------------------------------------ memory image
     def to_image(self) -> bytes:
-        """The store as a compact image (no HDF5): what :meth:`from_image` reads back.
-
-        Layout: :data:`IMAGE_MAGIC`, the length of a JSON header (8 bytes, little
-        endian), the header (UTF-8; scalars, dicts, string key columns and the layout
-        of the arrays) and the arrays' raw little-endian bytes. It holds everything
-        the store holds, in the same order; no pickle. Used for the on-disk cache of
-        parsed stores (:meth:`open`) and to send a store to sweep workers.
-        """
-        blobs: list[bytes] = []
-        offset = 0
-
-        def put(a: np.ndarray) -> dict[str, Any]:
-            nonlocal offset
-            if a.dtype.kind in "US":
-                values, codes = np.unique(a, return_inverse=True)
-                return {"str": values.tolist(), "codes": put(codes.reshape(-1).astype("<i8"))}
-            a = np.ascontiguousarray(a, "<i8" if a.dtype.kind in "iub" else "<f8")
-            ref = {"dtype": a.dtype.str, "offset": offset, "count": int(a.size)}
-            blobs.append(a.tobytes())
-            offset += a.nbytes
-            return ref
-
-        header: dict[str, Any] = {
-            "version": IMAGE_VERSION, "device_name": self.device_name,
-            "peak_flops": dict(self.peak_flops), "memory_bytes": self.memory_bytes,
-            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
-            "provenance": self.provenance, "op_model": self.op_model,
-            "ops": [{"op": op, "axis": tab.axis, "keys": [[c, put(v)] for c, v in tab.keys.items()],
-                     "time_s": put(tab.time_s)} for op, tab in self._ops.items()],
-            "collectives": [{"kind": kind, "curves": [[n, put(x), put(t)] for n, (x, t) in c.items()]}
-                            for kind, c in self._curves.items()],
-            "residuals": None if self.residuals is None else {
-                "procedure": str(self.residuals.procedure),
-                "columns": [[c, put(np.asarray(getattr(self.residuals, c)))]
-                            for c in self.residuals.COLUMNS]},
-        }
-        text = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
-        return IMAGE_MAGIC + len(text).to_bytes(8, "little") + text + b"".join(blobs)
+        """The store as a compact image without HDF5 (:func:`core.store.image.to_image`): the
+        on-disk cache of parsed stores (:meth:`open`) and what sweep workers receive."""
+        return store_image.to_image(self)
 
     @classmethod
     def from_image(cls, data: bytes) -> "ProfileStore":
-        """Inverse of :meth:`to_image`; every value goes through the same checks as a store
-        read from HDF5 (constructor, :meth:`add_op_table`, :meth:`add_collective`).
+        """Inverse of :meth:`to_image` (:func:`core.store.image.from_image`); every value goes
+        through the same checks as a store read from HDF5.
 
         Raises
         ------
         ValueError
             Not an image of this version, truncated, or holding invalid values.
         """
-        if not data.startswith(IMAGE_MAGIC):
-            raise ValueError("not a profile store image")
-        start = len(IMAGE_MAGIC) + 8
-        size = int.from_bytes(data[len(IMAGE_MAGIC):start], "little")
-        try:
-            header = json.loads(data[start:start + size].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"profile store image header: {exc}") from None
-        if not isinstance(header, dict) or header.get("version") != IMAGE_VERSION:
-            raise ValueError("profile store image of another version")
-        body = memoryview(data)[start + size:]
-
-        def get(ref: dict[str, Any]) -> np.ndarray:
-            if "str" in ref:
-                return np.asarray(ref["str"], dtype=str)[get(ref["codes"])]
-            dtype = np.dtype(ref["dtype"])
-            if dtype.str not in ("<i8", "<f8"):
-                raise ValueError(f"profile store image: dtype {ref['dtype']!r}")
-            count, off = int(ref["count"]), int(ref["offset"])
-            if off < 0 or count < 0 or off + count * 8 > len(body):
-                raise ValueError("profile store image is truncated")
-            return np.frombuffer(body, dtype, count, off).copy()
-
-        store = cls(header["device_name"], header["peak_flops"], header["memory_bytes"],
-                    header["memory_bandwidth_bytes_per_s"], header["provenance"],
-                    header["op_model"])
-        for entry in header["ops"]:
-            store.add_op_table(entry["op"], {c: get(ref) for c, ref in entry["keys"]},
-                               get(entry["time_s"]), entry["axis"])
-        for entry in header["collectives"]:
-            for n, x, t in entry["curves"]:
-                store.add_collective(entry["kind"], int(n), get(x), get(t))
-        res = header["residuals"]
-        if res is not None:
-            store.residuals = ResidualTable(**{c: get(ref) for c, ref in res["columns"]},
-                                            procedure=res["procedure"])
-        return store
-
-    @classmethod
-    def _read(cls, f: h5py.File) -> "ProfileStore":
-        _h5py()  # the plugin search list emptied again before any chunk is read
-        _check(f, _ROOT_TYPE)
-        a = f.attrs
-        for name in ("device_name", "memory_bytes", "memory_bandwidth_bytes_per_s"):
-            if name not in a:
-                raise ProfileStoreError(f"missing root attribute {name!r}")
-        for name in ("peak_flops", "provenance", "op_model", "ops", "collectives"):
-            if name not in f:
-                raise ProfileStoreError(f"missing group /{name}")
-        device = a["device_name"]
-        device = device.decode("utf-8", "replace") if isinstance(device, bytes) else device
-        if not isinstance(device, str) or not 0 < len(device) <= 200:
-            raise ProfileStoreError("root attribute 'device_name' must be a name of 1 to 200 "
-                                    "characters")
-        sizes = {name: _number_attr(f, name) for name in ("memory_bytes", "memory_bandwidth_bytes_per_s")}
-        numbers = {}
-        for name in ("peak_flops", "op_model"):
-            numbers[name] = _read_dict(f[name])
-            for k, v in numbers[name].items():
-                if not _is_number(v):
-                    raise ProfileStoreError(f"/{name}: attribute {k!r} is {_type_name(v)} "
-                                            f"{v!r:.60}, expected a number")
-        provenance = _read_dict(f["provenance"])
-        try:
-            store = cls(device, numbers["peak_flops"], sizes["memory_bytes"],
-                        sizes["memory_bandwidth_bytes_per_s"], provenance, numbers["op_model"])
-        except ValueError as exc:
-            raise ProfileStoreError(str(exc)) from None
-        _check(f["ops"], "dict")
-        for op, g in f["ops"].items():
-            _check(g, "op-table")
-            if "axis" not in g.attrs or "time_s" not in g:
-                raise ProfileStoreError(f"{g.name}: missing 'axis' attribute or 'time_s' dataset")
-            axis = g.attrs["axis"]
-            if not isinstance(axis, str):
-                raise ProfileStoreError(f"{g.name}: attribute 'axis' is {_type_name(axis)}, "
-                                        "expected a string")
-            _typed_dataset(g["time_s"], "float")
-            keys = {c: _typed_dataset(ds, "key") for c, ds in g.items() if c != "time_s"}
-            try:
-                store.add_op_table(op, keys, g["time_s"][()], axis)
-            except ValueError as exc:
-                raise ProfileStoreError(f"{g.name}: {exc}") from None
-        _check(f["collectives"], "dict")
-        for kind, kg in f["collectives"].items():
-            _check(kg, "dict")
-            for n, g in kg.items():
-                _check(g, "collective-curve")
-                if not (n.isascii() and n.isdigit() and str(int(n)) == n):
-                    raise ProfileStoreError(f"{g.name}: group name {n!r} is not a decimal rank count")
-                for name in ("bytes", "time_s"):
-                    if name not in g:
-                        raise ProfileStoreError(f"{g.name}: missing dataset {name!r}")
-                    _typed_dataset(g[name], "float")
-                try:
-                    store.add_collective(kind, int(n), g["bytes"][()], g["time_s"][()])
-                except (ValueError, KeyError) as exc:
-                    raise ProfileStoreError(f"{g.name}: {exc}") from None
-        if "residuals" in f:  # schema 2, optional
-            store.residuals = _read_residuals(f["residuals"])
-        return store
-
-
-def _h5py() -> Any:
-    """The h5py module, with HDF5's plugin folders emptied for this process.
-
-    Before h5py is first imported, ``HDF5_PLUGIN_PATH`` is set empty and
-    ``HDF5_PLUGIN_PRELOAD`` to ``"::"`` (HDF5's value for "load no plugin"); after any import
-    (h5py may have been imported first by someone else) the plugin search path is cleared
-    with ``h5py.h5pl``. A store's filters are audited before any chunk is read
-    (:data:`ALLOWED_FILTERS`), so HDF5 never needs a plugin; this keeps any library in a
-    plugin folder from being loaded even if a check missed one. (The installed h5py has no
-    binding of ``H5PLset_loading_state``.)
-    """
-    if "h5py" not in sys.modules:
-        os.environ["HDF5_PLUGIN_PATH"] = ""
-        os.environ["HDF5_PLUGIN_PRELOAD"] = "::"
-    import h5py
-
-    while h5py.h5pl.size():
-        h5py.h5pl.remove(0)
-    return h5py
-
-
-def _type_name(value: Any) -> str:
-    """A short name of ``value``'s type for messages ("a boolean", "a string"...)."""
-    if isinstance(value, (bool, np.bool_)):
-        return "a boolean"
-    if isinstance(value, (str, bytes, np.str_, np.bytes_)):
-        return "a string"
-    if isinstance(value, np.ndarray):
-        return f"an array of shape {value.shape}"
-    return f"a {type(value).__name__}"
-
-
-def _number_attr(node: Any, name: str) -> float:
-    """Attribute ``name`` of ``node`` as a float; ProfileStoreError naming it unless it is a
-    stored int or float (not a string, boolean or array)."""
-    value = node.attrs[name]
-    value = value.item() if isinstance(value, np.generic) else value
-    if not _is_number(value):
-        raise ProfileStoreError(f"{node.name}: attribute {name!r} is {_type_name(value)} "
-                                f"{value!r:.60}, expected a number")
-    return float(value)
-
-
-#: dtype rule of each role of a dataset: ``float`` times, sizes and measured values
-#: (float32 or float64: float16 holds 3 significant digits and tops out at 65504), ``int``
-#: counts (signed or unsigned integers), ``str`` names (HDF5 strings), ``key`` an op-table key
-#: column (integers or strings; floats are not keys).
-_DTYPE_RULES = {"float": "float32 or float64", "int": "integers", "str": "strings",
-                "key": "integers or strings"}
-
-
-def _typed_dataset(ds: Any, role: str) -> np.ndarray:
-    """The values of dataset ``ds`` of ``role`` (a key of :data:`_DTYPE_RULES`): strings
-    decoded as UTF-8 to a str array; ProfileStoreError naming the dataset and the expected
-    dtype when it has another."""
-    h5py = _h5py()
-    if not isinstance(ds, h5py.Dataset):
-        raise ProfileStoreError(f"{ds.name}: expected a dataset of {_DTYPE_RULES[role]}, "
-                                f"got {type(ds).__name__}")
-    dtype = ds.dtype
-    is_str = h5py.check_string_dtype(dtype) is not None
-    ok = {"float": dtype.kind == "f" and dtype.itemsize in (4, 8),
-          "int": dtype.kind in "iu" and not is_str,
-          "str": is_str,
-          "key": is_str or dtype.kind in "iu"}[role]
-    if not ok:
-        got = "strings" if is_str else str(dtype)
-        raise ProfileStoreError(f"{ds.name}: dataset of {got}, expected {_DTYPE_RULES[role]}")
-    if is_str:
-        return np.asarray(ds.asstr()[()], dtype=str)
-    return ds[()]
-
-
-def _check(node: h5py.Group, expected: str) -> None:
-    """Dispatch check: ``node`` must carry ``expected`` encoding-type at a known version."""
-    where = node.name
-    etype, ever = node.attrs.get(_ENC_TYPE), node.attrs.get(_ENC_VERSION)
-    if etype is None or ever is None:
-        raise ProfileStoreError(f"{where}: missing '{_ENC_TYPE}' or '{_ENC_VERSION}' attribute"
-                                + (" (not a vTrain profile store)" if where == "/" else ""))
-    if etype != expected:
-        raise ProfileStoreError(f"{where}: encoding-type {etype!r}, expected {expected!r}")
-    ever = ever.item() if isinstance(ever, np.generic) else ever
-    if not isinstance(ever, int) or isinstance(ever, bool):
-        raise ProfileStoreError(f"{where}: attribute {_ENC_VERSION!r} is {_type_name(ever)}, "
-                                "expected an integer")
-    newest = _GROUP_VERSIONS[expected]
-    if int(ever) > newest:
-        raise ProfileStoreError(f"{where}: {expected} encoding-version {int(ever)} is newer than "
-                                f"this program supports (version {newest}); update vtrain")
-    if int(ever) < 1:
-        raise ProfileStoreError(f"{where}: unknown {expected} encoding-version {int(ever)}")
-
-
-_STR_COLUMNS = ("set", "file")
-#: dtype role (:data:`_DTYPE_RULES`) of each residual column; the others are floats.
-_RESIDUAL_ROLES = {"set": "str", "file": "str", "row": "int", "num_gpus": "int",
-                   "gpus_per_node": "int"}
-
-
-def _write_residuals(g: h5py.Group, table: Any) -> None:
-    """Write a :class:`core.store.interval.ResidualTable` as a "residual-table" group."""
-    h5py = _h5py()  # on first use only: a cached store needs no HDF5
-
-    g.attrs.update({_ENC_TYPE: "residual-table", _ENC_VERSION: np.int64(1),
-                    "procedure": str(table.procedure)})
-    for c in table.COLUMNS:
-        v = getattr(table, c)
-        if c in _STR_COLUMNS:
-            g.create_dataset(c, data=v.astype(object), dtype=h5py.string_dtype("utf-8"))
-        else:
-            g.create_dataset(c, data=v)
-
-
-def _read_residuals(g: h5py.Group) -> Any:
-    """Inverse of :func:`_write_residuals`; ProfileStoreError naming the group when invalid."""
-    _check(g, "residual-table")
-    missing = [c for c in ResidualTable.COLUMNS if c not in g]
-    if missing:
-        raise ProfileStoreError(f"{g.name}: missing column(s) {', '.join(missing)}")
-    cols = {c: _typed_dataset(g[c], _RESIDUAL_ROLES.get(c, "float")) for c in ResidualTable.COLUMNS}
-    procedure = g.attrs.get("procedure", "")
-    if not isinstance(procedure, str):
-        raise ProfileStoreError(f"{g.name}: attribute 'procedure' is {_type_name(procedure)}, "
-                                "expected a string")
-    try:
-        return ResidualTable(**cols, procedure=procedure)
-    except (ValueError, TypeError) as exc:
-        raise ProfileStoreError(f"{g.name}: {exc}") from None
-
-
-def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:
-    """Store ``d`` as attributes of a "dict" group; non-scalar values as JSON text."""
-    g.attrs.update({_ENC_TYPE: "dict", _ENC_VERSION: np.int64(1)})
-    json_keys = []
-    for k, v in d.items():
-        if k in _RESERVED or "/" in k:
-            raise ValueError(f"{g.name}: key {k!r} is reserved or invalid")
-        if isinstance(v, str):
-            g.attrs[k] = str(v)  # plain str: h5py cannot write str subclasses (torch's version)
-        elif isinstance(v, (bool, int, float, np.generic)):
-            g.attrs[k] = v
-        else:
-            g.attrs[k] = json.dumps(v)
-            json_keys.append(k)
-    if json_keys:
-        g.attrs[_JSON_KEYS] = json.dumps(json_keys)
-    return g
-
-
-def _read_dict(g: h5py.Group) -> dict[str, Any]:
-    """Inverse of :func:`_write_dict`: scalar attributes (str, bool, int, float) and JSON text
-    (bounded nesting, finite numbers); any other attribute is refused."""
-    _check(g, "dict")
-    json_keys = _parse_attr_json(g, _JSON_KEYS, g.attrs.get(_JSON_KEYS, "[]"))
-    if not isinstance(json_keys, list) or not all(isinstance(k, str) for k in json_keys):
-        raise ProfileStoreError(f"{g.name}: attribute {_JSON_KEYS!r} must be a JSON list of names")
-    out = {}
-    for k, v in g.attrs.items():
-        if k in _RESERVED:
-            continue
-        v = v.item() if isinstance(v, np.generic) else v
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        if k in json_keys:
-            out[k] = _parse_attr_json(g, k, v)
-        elif isinstance(v, (str, bool, int)):
-            out[k] = v
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                raise ProfileStoreError(f"{g.name}: attribute {k!r} is {v!r}, not a finite number")
-            out[k] = v
-        else:
-            raise ProfileStoreError(f"{g.name}: attribute {k!r} is not a scalar "
-                                    f"(got {type(v).__name__})")
-    return out
-
-
-def _parse_attr_json(g: h5py.Group, key: str, text: Any) -> Any:
-    from core.util.inputs import parse_json
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    if not isinstance(text, str):
-        raise ProfileStoreError(f"{g.name}: attribute {key!r} must be JSON text")
-    return parse_json(text, f"{g.name}: attribute {key!r}", ProfileStoreError)
-
-
-def _read_store_bytes(path: Path) -> bytes:
-    """The bytes of a store file; :data:`NOT_A_STORE` for anything that is not a readable
-    regular HDF5 file (missing, unreadable, a folder, a FIFO, another kind of file)."""
-    from core.util.inputs import read_bytes
-
-    class _Unreadable(Exception):
-        pass
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except (OSError, ValueError):  # ValueError: a NUL byte in the path
-        raise ProfileStoreError(f"{path}: {NOT_A_STORE}") from None
-    try:
-        st = os.fstat(fd)
-        head = os.read(fd, len(_HDF5_SIGNATURE)) if stat.S_ISREG(st.st_mode) else b""
-    except OSError:
-        head = b""
-    finally:
-        os.close(fd)
-    if head != _HDF5_SIGNATURE:
-        raise ProfileStoreError(f"{path}: {NOT_A_STORE}")
-    try:
-        return read_bytes(path, _Unreadable, "store")
-    except _Unreadable as exc:
-        raise ProfileStoreError(str(exc)) from None
-
-
-def _audit(f: h5py.File) -> None:
-    """Refuse what a store must not hold before any value is read: external links (a link
-    to another file), soft links, external raw storage and virtual datasets (data in other
-    files), filters other than :data:`ALLOWED_FILTERS` (an unknown one makes HDF5 load
-    plugin libraries), committed datatypes, datasets of an unexpected dtype or of more than
-    :data:`MAX_DATASET_ELEMENTS` elements, more than :data:`MAX_OBJECTS` objects or paths
-    deeper than :data:`MAX_DEPTH` (a hard-link cycle ends there)."""
-    h5py = _h5py()  # on first use only: a cached store needs no HDF5
-
-    count = 0
-    stack: list[h5py.Group] = [f]
-    while stack:
-        g = stack.pop()
-        for name in list(g.keys()):
-            where = f"{g.name.rstrip('/')}/{name}"
-            link = g.get(name, getlink=True)
-            if isinstance(link, h5py.ExternalLink):
-                raise ProfileStoreError(f"{where}: an external link to another file "
-                                        f"({link.filename!r}); a store must not pull in other files")
-            if isinstance(link, h5py.SoftLink):
-                raise ProfileStoreError(f"{where}: a soft link ({link.path!r}); a store holds "
-                                        "only its own groups and datasets")
-            count += 1
-            if count > MAX_OBJECTS:
-                raise ProfileStoreError(f"more than {MAX_OBJECTS:,} objects")
-            if where.count("/") > MAX_DEPTH:
-                raise ProfileStoreError(f"{where}: nested deeper than {MAX_DEPTH} groups")
-            obj = g[name]
-            if isinstance(obj, h5py.Group):
-                stack.append(obj)
-            elif isinstance(obj, h5py.Dataset):
-                _audit_filters(obj, where)
-                if obj.external:
-                    raise ProfileStoreError(f"{where}: dataset stored in external files "
-                                            f"{[e[0] for e in obj.external]}; a store must not "
-                                            "pull in other files")
-                if obj.is_virtual:
-                    raise ProfileStoreError(f"{where}: a virtual dataset (data in other files); "
-                                            "a store must not pull in other files")
-                if obj.ndim != 1:
-                    raise ProfileStoreError(f"{where}: dataset of shape {obj.shape}, expected 1-D")
-                if obj.size > MAX_DATASET_ELEMENTS:
-                    raise ProfileStoreError(f"{where}: dataset of {obj.size:,} elements, more than "
-                                            f"{MAX_DATASET_ELEMENTS:,}")
-                kind = obj.dtype.kind
-                if not (kind in "iuf" or h5py.check_string_dtype(obj.dtype) is not None):
-                    raise ProfileStoreError(f"{where}: dataset of dtype {obj.dtype}, expected "
-                                            "numbers or strings")
-            else:
-                raise ProfileStoreError(f"{where}: unexpected object {type(obj).__name__}")
-
-
-def _audit_filters(ds: Any, where: str) -> None:
-    """Refuse dataset ``ds`` (at path ``where``) if its filter pipeline holds a filter other
-    than :data:`ALLOWED_FILTERS`, naming the filter's id and stored name. Only the dataset's
-    creation property list is read (no chunk), so HDF5 never looks for a filter plugin."""
-    plist = ds.id.get_create_plist()
-    for i in range(plist.get_nfilters()):
-        fid, _flags, _values, name = plist.get_filter(i)
-        if fid not in ALLOWED_FILTERS:
-            text = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-            text = "".join(c if c.isprintable() else "?" for c in text)[:60]
-            raise ProfileStoreError(
-                f"{where}: filter {fid}{f' ({text})' if text else ''} in the dataset's filter "
-                f"pipeline; a store may use only {', '.join(ALLOWED_FILTERS.values())}")
+        return store_image.from_image(data, cls)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.store.profile_store import ProfileStore, ProfileStoreError
+from core.store.format import ProfileStoreError
+from core.store.profile_store import ProfileStore
 from core.util.text import file_name_part
 
 __all__ = ["PROFILES_DIR", "StoreInfo", "list_stores", "store_info", "user_profiles_dir", "default_profile_path"]

@@ -37,7 +37,7 @@ MAX_BYTES = {
     "json": 16 * 2**20,
     "csv": 64 * 2**20,
     "text": 64 * 2**20,
-    "launch": 2**20,  # a launch script (core.io.megatron_args.MAX_LAUNCH_BYTES): a few KB
+    "launch": 2**20,  # a launch script (core.io.shell_reader.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
 }
 #: Deepest nesting of arrays and objects a JSON input may have (sessions need 4).

@@ -191,7 +191,7 @@ def test_screenshot_of_a_file_that_cannot_open_exits_2(tmp_path, content):
 
 def test_file_export_megatron_arguments(window, tmp_path, monkeypatch, message_boxes, example):
     """File > Export > Megatron-LM arguments writes the launch that imports back to the plan."""
-    from core.io.megatron_args import import_file
+    from core.io.megatron.to_session import import_file
     window.open_path(example)
     out = tmp_path / "launch.sh"
     monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",

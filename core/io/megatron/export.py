@@ -4,18 +4,20 @@ train.sh --out train_new.sh``).
 
 :func:`export_script` writes a fresh script; it calls
 :func:`refuse_megatron_rules` (a plan Megatron-LM refuses at start-up is refused here, naming
-Megatron's rule: :mod:`core.io.megatron_rules`), :func:`environment_lines` (``export
+Megatron's rule: :mod:`core.io.megatron.rules`), :func:`environment_lines` (``export
 CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron requires it) and writes the cluster comment
-(:mod:`core.io.cluster_comment`), which :func:`with_cluster_comment` reads back on import.
+(:mod:`core.io.cluster_comment`), which
+:func:`core.io.megatron.to_session.with_cluster_comment` reads back on import.
 
 :func:`rewrite_script` keeps the user's script and replaces only the plan's arguments: the
-script is read with the importer (:func:`core.io.megatron_args.read_launch`,
-:func:`~core.io.megatron_args.session_from_launch`, called as they are); the plan's arguments
-(those whose session field is a ``plan.*`` field in :data:`core.io.megatron_args.ARGUMENTS`) are
-removed from the training command and from the variables and arrays it expands, the exported
-plan's arguments are written right after the training script's name, and every other line and
-argument stays as written, byte for byte. The result is read back with the importer: it must
-give the plan an export gives, or nothing is written.
+script is read with the importer (:func:`core.io.megatron.launch.read_launch`,
+:func:`~core.io.megatron.to_session.session_from_launch`, called as they are); the plan's
+arguments (those whose session field is a ``plan.*`` field in
+:data:`core.io.megatron.arguments.ARGUMENTS`) are removed from the training command and from
+the variables and arrays it expands, the exported plan's arguments are written right after the
+training script's name, and every other line and argument stays as written, byte for byte.
+The result is read back with the importer: it must give the plan an export gives, or nothing
+is written.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from typing import Any
 
 from core.plan.session import Session
 from core.io.cluster_comment import cluster_comment
-from core.io.megatron_args import (ARGUMENTS, MegatronArgsError, export_arguments, read_launch,
-                                   session_from_launch)
-from core.io.megatron_rules import (SESSION_FIELDS, broken_rules, required_environment, violations)
+from core.io.megatron.arguments import ARGUMENTS, MegatronArgsError
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
+from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
 
 __all__ = ["refuse_megatron_rules", "environment_lines", "export_script",
@@ -223,14 +227,36 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
         read back as the plan (a plan argument set where the rewrite cannot reach it, e.g. a
         sourced file), naming the fields.
     """
-    from core.io.cluster_comment import MARK, cluster_comment
-
     pl = session.plan
     world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
         pl.data_parallel
     exported = export_arguments(session)
     refuse_megatron_rules(session, exported)
     launch = read_launch(text, source)
+    _check_script(session, text, source, world, launch)
+    flex = (getattr(pl, "moe_token_dispatcher_type", None) == "flex")
+    remove = PLAN_ARGUMENTS - (_KEPT_WITH_FLEX if flex else frozenset())
+    new_args = [g for g in _groups(exported) if g[0] in PLAN_ARGUMENTS]
+    for g in list(new_args):
+        for need in _NEEDED_WITH.get(g[0], ()):
+            new_args.append([need])
+
+    lines = text.splitlines(keepends=True)
+    spans = _statements(lines)
+    word = re.compile(rf"(?<![^\s\"'/]){re.escape(launch.script)}(?![^\s\"';&|)])")
+    train = _training_statement(lines, spans, word, launch.script, source)
+    keep, new_lines = _remove_plan_flags(lines, spans, _statements_to_edit(lines, spans, train),
+                                         remove)
+    _place_plan_arguments(new_lines, keep, spans[train], word, new_args)
+    _environment_and_comment(session, lines, new_lines, keep, spans[train], source)
+    out = "".join(x for x, k in zip(new_lines, keep) if k)
+    _check_read_back(session, out, source, world, script)
+    return out
+
+
+def _check_script(session: Session, text: str, source: str, world: int, launch: Any) -> None:
+    """Refuse a script ``--into`` cannot rewrite for ``session``: an argument list, another
+    number of GPUs than the plan's ``world``, or another model than the session's."""
     if not launch.script:
         raise MegatronArgsError(f"{source}: --into needs a launch script with the training "
                                 "command (torchrun ... pretrain_gpt.py ...), not an argument list")
@@ -244,26 +270,26 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
     if model_diff:
         raise MegatronArgsError(f"{source}: the script's model is not the session's: "
                                 + "; ".join(model_diff))
-    flex = (getattr(pl, "moe_token_dispatcher_type", None) == "flex")
-    remove = PLAN_ARGUMENTS - (_KEPT_WITH_FLEX if flex else frozenset())
-    new_args = [g for g in _groups(exported) if g[0] in PLAN_ARGUMENTS]
-    for g in list(new_args):
-        for need in _NEEDED_WITH.get(g[0], ()):
-            new_args.append([need])
 
-    lines = text.splitlines(keepends=True)
-    spans = _statements(lines)
-    word = re.compile(rf"(?<![^\s\"'/]){re.escape(launch.script)}(?![^\s\"';&|)])")
+
+def _training_statement(lines: list[str], spans: list[tuple[int, int]], word: re.Pattern,
+                        script: str, source: str) -> int:
+    """Index in ``spans`` of the last statement that runs the training script (``word``)."""
     train = None
     for k, (a, b) in enumerate(spans):
         body = "".join(_body(x)[0] for x in lines[a:b])
         if not body.lstrip().startswith("#") and word.search(body):
             train = k
     if train is None:
-        raise MegatronArgsError(f"{source}: the training command's script {launch.script!r} is "
+        raise MegatronArgsError(f"{source}: the training command's script {script!r} is "
                                 "not written literally in the script; --into cannot place the "
                                 "plan's arguments")
-    # the statements to edit: the training command and the assignments it expands (transitively)
+    return train
+
+
+def _statements_to_edit(lines: list[str], spans: list[tuple[int, int]], train: int) -> set[int]:
+    """The training command and the assignments it expands (transitively), as indices in
+    ``spans``."""
     names = set(_REF.findall("".join(lines[spans[train][0]:spans[train][1]])))
     edit = {train}
     grew = True
@@ -275,6 +301,13 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
                 edit.add(k)
                 names |= set(_REF.findall("".join(lines[a:b])))
                 grew = True
+    return edit
+
+
+def _remove_plan_flags(lines: list[str], spans: list[tuple[int, int]], edit: set[int],
+                       remove: frozenset[str]) -> tuple[list[bool], list[str]]:
+    """``(keep, new_lines)``: the lines of the ``edit`` statements without the ``remove``
+    flags (a line left empty dropped, a statement's new last line ending it)."""
     keep = [True] * len(lines)
     new_lines = list(lines)
     for k in sorted(edit):
@@ -293,8 +326,13 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
             last = kept[-1]  # the statement's last line went: its new last line ends it
             body, end = _body(new_lines[last])
             new_lines[last] = re.sub(r"[ \t]*\\$", "", body) + end
-    # the plan's arguments right after the training script's name
-    a, b = spans[train]
+    return keep, new_lines
+
+
+def _place_plan_arguments(new_lines: list[str], keep: list[bool], span: tuple[int, int],
+                          word: re.Pattern, new_args: list[list[str]]) -> None:
+    """Write the plan's arguments right after the training script's name (in place)."""
+    a, b = span
     at = next(i for i in range(a, b) if keep[i] and word.search(_body(new_lines[i])[0]))
     body, end = _body(new_lines[at])
     m = word.search(body)
@@ -311,7 +349,15 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
     else:
         pass  # the statement goes on: every block line continues it
     new_lines[at] = "".join(x + end for x in block)
-    # the environment and the cluster comment before the command
+
+
+def _environment_and_comment(session: Session, lines: list[str], new_lines: list[str],
+                             keep: list[bool], span: tuple[int, int], source: str) -> None:
+    """Write the environment Megatron-LM requires and the cluster comment before the training
+    command (``span``), or replace the script's cluster comment (in place)."""
+    from core.io.cluster_comment import MARK
+
+    a, b = span
     final = read_launch("".join(x for x, k in zip(new_lines, keep) if k), source).arguments
     env_lines = []
     for var, value in required_environment(final, session.cluster.gpu).items():
@@ -333,8 +379,11 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
         env_lines.insert(0, comment)
     first = next(i for i in range(a, b) if keep[i])
     new_lines[first] = "".join(x + eol for x in env_lines) + new_lines[first]
-    out = "".join(x for x, k in zip(new_lines, keep) if k)
-    # read back: the importer must see the plan an export gives, and Megatron's rules must hold
+
+
+def _check_read_back(session: Session, out: str, source: str, world: int, script: str) -> None:
+    """Read the rewritten script back: the importer must see the plan an export gives, and
+    Megatron's rules must hold."""
     back = _plan_view(out, source, world)
     fresh = _plan_view(export_script(session, script), source, world)
     diff = _differences(back.plan, fresh.plan, "plan")
@@ -349,7 +398,6 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
                                 "Megatron-LM's rules: " + "; ".join(
                                     f"\"{r.message}\" ({r.source}; rule {r.name})"
                                     for r in broken))
-    return out
 
 
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:

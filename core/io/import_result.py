@@ -1,0 +1,84 @@
+"""What an importer returns, and how it refuses: shared by the Hugging Face, Megatron-LM and
+torchtitan importers.
+
+What belongs here: :class:`ImportResult` (the session an importer read and what it did with
+the rest of its input: which keys it used, which it lists as ignored and why, what it
+noted), and the one refusal rule the importers share: a key the simulator does not model is
+refused by name (:func:`refusal`) unless its value switches it off
+(:func:`switched_off_or_refuse`), in which case it is listed with what it would change.
+Importer-specific results add their own fields (:class:`core.io.hf_import.HFImport`: the
+architecture; :class:`core.io.megatron.to_session.MegatronImport`: the launch and the
+neutral and unknown arguments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.plan.fields import ConfigError, FieldError
+from core.plan.session import Session
+
+__all__ = ["ImportResult", "refusal", "switched_off", "switched_off_or_refuse"]
+
+
+@dataclass
+class ImportResult:
+    """A session read by an importer, and what of its input it does not use.
+
+    Attributes
+    ----------
+    session : Session
+    used : dict of str to str
+        Input key -> what it set (the session field, or the check it passed), in the
+        input's order.
+    ignored : dict of str to str
+        Input key -> why it is not modelled (it may change the iteration time) or changes
+        nothing, in the order the importer met them.
+    notes : list
+        What the reader should know about the session (an assumption, how an input whose
+        meaning needs saying was read): text, one entry each (the Megatron importer's
+        entries are ``(about, text)`` pairs).
+    """
+
+    session: Session
+    used: dict[str, str] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+    notes: list[Any] = field(default_factory=list)
+
+
+def refusal(where: str, key: str, message: str) -> ConfigError:
+    """The error that refuses ``key`` of the file ``where`` (the field named ``where: key``)."""
+    return ConfigError([FieldError(f"{where}: {key}", message)])
+
+
+def switched_off(value: Any, inert: tuple[Any, ...]) -> bool:
+    """Whether ``value`` is one of the ``inert`` values that switch a refused key off (the
+    same object, or equal and of the same type: ``0`` does not switch off a key whose off
+    value is ``False``)."""
+    return any(value is x or (value == x and type(value) is type(x)) for x in inert)
+
+
+def switched_off_or_refuse(where: str, key: str, value: Any, change: str,
+                           inert: tuple[Any, ...]) -> str:
+    """Why a refused key is listed when its ``value`` switches it off.
+
+    Parameters
+    ----------
+    where, key : str
+        The file and the key (for the message).
+    value : Any
+        The key's value in the file.
+    change : str
+        What the key would change when on (what the simulator does not model).
+    inert : tuple
+        The values that switch it off (:func:`switched_off`).
+
+    Raises
+    ------
+    ConfigError
+        ``value`` switches it on: refused by name (:func:`refusal`), with what it would change.
+    """
+    if not switched_off(value, inert):
+        raise refusal(where, key, f"{value!r}: not modelled: {change}")
+    return f"{value!r}: off (when on: {change})"

@@ -1,0 +1,250 @@
+"""A session's model and plan as Megatron-LM arguments (``vtrain export megatron-args``).
+
+What belongs here: :func:`export_arguments`, the inverse of
+:func:`core.io.megatron.to_session.session_from_launch` through the same table
+(:data:`~core.io.megatron.arguments.ARGUMENTS`): a session -> arguments -> session round trip is
+exact for every field Megatron-LM has an argument for; a plan Megatron-LM's arguments cannot
+express is refused naming the field. The script around them (torchrun line, environment,
+start-up rules, rewriting the user's script) is :mod:`core.io.megatron.export`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError
+from core.plan.session import Session
+
+__all__ = ["export_arguments"]
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    return getattr(obj, name, default)
+
+
+def _shape_words(m: Any) -> list[str]:
+    """The model's shape, sequence length, vocabulary (a tokenizer) and query groups."""
+    out = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+           "--num-attention-heads", str(m.num_attention_heads)]
+    if m.ffn_hidden_size or _get(m, "activation") == "swiglu":  # SwiGLU's default is not 4h
+        out += ["--ffn-hidden-size", str(m.ffn)]
+    out += ["--seq-length", str(m.seq_length), "--max-position-embeddings", str(m.seq_length)]
+    if m.vocab_size == TOKENIZER_VOCAB["GPT2BPETokenizer"]:  # the files are the user's to place
+        out += ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json",
+                "--merge-file", "gpt2-merges.txt"]
+    else:
+        out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+    if _get(m, "kv_channels") is not None:
+        out += ["--kv-channels", str(m.kv_channels)]
+    g = _get(m, "num_query_groups")
+    if g is not None and g != m.num_attention_heads:
+        out += ["--group-query-attention", "--num-query-groups", str(g)]
+    return out
+
+
+def _layer_words(m: Any) -> list[str]:
+    """The MLP activation, norms, biases, attention kernel, sliding window, multi-latent
+    attention and multi-token prediction."""
+    out: list[str] = []
+    clamp, offset = _get(m, "activation_func_clamp_value"), _get(m, "glu_linear_offset") or 0.0
+    if _get(m, "activation") == "swiglu":
+        # Megatron-Core fuses a clamp and a linear offset only with the quick-GELU gate
+        # (TransformerConfig: glu_linear_offset needs quick_gelu under bias_activation_fusion)
+        out.append("--quick-geglu" if clamp is not None or offset else "--swiglu")
+    elif _get(m, "activation") == "squared_relu":
+        out.append("--squared-relu")
+    if clamp is not None:
+        out += ["--activation-func-clamp-value", repr(float(clamp))]
+    if offset:
+        out += ["--glu-linear-offset", repr(float(offset))]
+    if (_get(m, "softmax_type") or "vanilla") != "vanilla":
+        out += ["--softmax-type", m.softmax_type]
+    if _get(m, "normalization") == "rmsnorm":
+        out += ["--normalization", "RMSNorm"]
+    if _get(m, "position_embedding") == "rope":
+        out += ["--position-embedding-type", "rope"]
+    if _get(m, "tied_embeddings") is False:
+        out.append("--untie-embeddings-and-output-weights")
+    if _get(m, "add_bias_linear") is False:
+        out.append("--disable-bias-linear")
+    if _get(m, "add_qkv_bias"):
+        out.append("--add-qkv-bias")
+    if _get(m, "qk_layernorm"):
+        out.append("--qk-layernorm")
+    if _get(m, "attention_kernel") is not None:
+        out += ["--attention-backend", m.attention_kernel]
+    if _get(m, "window_size"):
+        out += ["--window-size", f"({m.window_size},0)"]
+        if _get(m, "window_attn_skip_freq"):
+            out += ["--window-attn-skip-freq", str(m.window_attn_skip_freq)]
+    if _get(m, "multi_latent_attention"):
+        out.append("--multi-latent-attention")
+        if m.q_lora_rank:
+            out += ["--q-lora-rank", str(m.q_lora_rank)]
+        out += ["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_head_dim),
+                "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim),
+                "--v-head-dim", str(m.v_head_dim)]
+    if _get(m, "mtp_num_layers"):
+        out += ["--mtp-num-layers", str(m.mtp_num_layers)]
+    return out
+
+
+def _expert_words(m: Any, pl: Any) -> list[str]:
+    """The experts, their router and token dispatcher, and the MoE layer pattern."""
+    out: list[str] = []
+    E = _get(m, "num_experts")
+    if E:
+        out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k),
+                "--moe-token-dispatcher-type", str(_get(pl, "moe_token_dispatcher_type")
+                                                   or "alltoall")]
+        if m.moe_ffn_hidden_size:
+            out += ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]
+        if m.num_shared_experts:
+            width = m.moe_ffn_hidden_size or m.ffn
+            out += ["--moe-shared-expert-intermediate-size", str(m.num_shared_experts * width)]
+        first, freq = m.moe_first_dense_layers, m.moe_layer_frequency
+        if first:  # Megatron's list form; the first dense layers end where MoE starts
+            L = m.num_layers
+            out += ["--moe-layer-freq", f"([0]*{first}+[1]*{L - first})" if freq == 1 else
+                    "[" + ",".join("1" if i >= first and i % freq == 0 else "0"
+                                   for i in range(L)) + "]"]
+        elif freq != 1:
+            out += ["--moe-layer-freq", str(freq)]
+        if getattr(m, "moe_router_num_groups", None):
+            out += ["--moe-router-num-groups", str(m.moe_router_num_groups),
+                    "--moe-router-group-topk", str(m.moe_router_group_topk)]
+    return out
+
+
+def _parallel_words(pl: Any) -> list[str]:
+    """The batch, the parallel sizes, context parallelism's exchange, and the pipeline
+    schedule (Megatron-LM has 1F1B and interleaved 1F1B only)."""
+    out: list[str] = []
+    out += ["--micro-batch-size", str(pl.micro_batch_size),
+            "--global-batch-size", str(pl.global_batch_size),
+            "--tensor-model-parallel-size", str(pl.tensor_parallel),
+            "--pipeline-model-parallel-size", str(pl.pipeline_parallel)]
+    cp, ep = _get(pl, "context_parallel", 1) or 1, _get(pl, "expert_parallel", 1) or 1
+    if cp > 1:
+        out += ["--context-parallel-size", str(cp)]
+        kind = _get(pl, "cp_comm_type", "p2p")
+        if kind == "allgather":
+            raise MegatronArgsError(
+                f"plan.cp_comm_type {pl.cp_comm_type!r}: PyTorch's context_parallel all-gather "
+                "(torchtitan) has no Megatron-LM argument (--cp-comm-type all_gather is Transformer "
+                "Engine's, which does not overlap the gather: plan.cp_comm_type all_gather); use "
+                "p2p, the ring")
+        if kind != "p2p":
+            out += ["--cp-comm-type", kind]
+        if kind == "a2a+p2p":
+            if not _get(pl, "cp_a2a_size"):
+                raise MegatronArgsError("plan.cp_a2a_size is empty: cp_comm_type 'a2a+p2p' needs "
+                                        "the all-to-all group's size")
+            out += ["--hierarchical-context-parallel-sizes", str(pl.cp_a2a_size),
+                    str(cp // pl.cp_a2a_size)]
+    if ep > 1:
+        out += ["--expert-model-parallel-size", str(ep)]
+    if _get(pl, "expert_tensor_parallel") is not None:
+        out += ["--expert-tensor-parallel-size", str(pl.expert_tensor_parallel)]
+    layout = _get(pl, "pipeline_model_parallel_layout")
+    if layout and str(layout).strip():  # Megatron-Core derives v from the layout
+        out += ["--pipeline-model-parallel-layout", str(layout).strip()]
+    elif pl.schedule == "interleaved":
+        out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
+    if pl.schedule not in ("1f1b", "interleaved"):
+        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
+                                "1F1B and interleaved 1F1B only")
+    return out
+
+
+def _sharding_words(pl: Any) -> list[str]:
+    """Sequence parallelism, the distributed optimizer or FSDP, hybrid sharding, overlaps,
+    fusions and the gradient-reduction dtype."""
+    out: list[str] = []
+    if _get(pl, "sequence_parallel"):
+        out.append("--sequence-parallel")
+    zero = _get(pl, "zero_stage", 0) or 0
+    if zero == 1:
+        out.append("--use-distributed-optimizer")
+    elif zero == 3:  # Megatron: FSDP2 runs without gradient accumulation fusion (core.io.megatron.rules)
+        out += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+    elif zero:
+        raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
+                                "optimizer (1) and FSDP (3), not ZeRO-2")
+    size = _get(pl, "data_parallel_shard_size")
+    if size:  # hybrid sharding: d/size instances of the distributed optimizer
+        out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]
+    if _get(pl, "fp8_param_gather"):
+        out.append("--fp8-param-gather")
+    if _get(pl, "overlap_grad_reduce"):
+        out.append("--overlap-grad-reduce")
+    if _get(pl, "overlap_param_gather"):
+        out.append("--overlap-param-gather")
+    if _get(pl, "tp_comm_overlap"):
+        out.append("--tp-comm-overlap")
+    if _get(pl, "overlap_moe_expert_parallel_comm"):
+        out.append("--overlap-moe-expert-parallel-comm")
+    if _get(pl, "delay_wgrad_compute"):
+        out.append("--delay-wgrad-compute")
+    if _get(pl, "cross_entropy_loss_fusion"):
+        out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+                str(_get(pl, "cross_entropy_fusion_impl") or "native")]
+    gd = _get(pl, "grad_reduce_dtype")
+    if gd == "bf16":
+        out.append("--grad-reduce-in-bf16")
+    elif gd == "fp32":
+        out.append("--accumulate-allreduce-grads-in-fp32")
+    elif gd is not None:
+        raise MegatronArgsError(f"plan.grad_reduce_dtype {gd!r}: Megatron-LM reduces gradients "
+                                "in fp32 or bf16")
+    return out
+
+
+def _recompute_and_precision_words(session: Session) -> list[str]:
+    """Recomputation, the uneven pipeline split, precision (FP8's recipe always explicit)
+    and the token budget."""
+    m, pl = session.model, session.plan
+    out: list[str] = []
+    if pl.recompute == "full":
+        n = _get(pl, "recompute_num_layers")
+        out += ["--recompute-granularity", "full"]
+        out += ["--recompute-method", "block", "--recompute-num-layers", str(n)] if n else [
+            "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif pl.recompute == "selective_op":
+        raise MegatronArgsError("plan.recompute 'selective_op': torchtitan's per-op selective "
+                                "activation checkpointing has no Megatron-LM argument")
+    elif pl.recompute == "selective":
+        out += ["--recompute-granularity", "selective"]
+        if _get(pl, "recompute_modules"):
+            out += ["--recompute-modules", *_get(pl, "recompute_modules").replace(",", " ").split()]
+    for name, flag in (("first_stage_layers", "--decoder-first-pipeline-num-layers"),
+                       ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
+        if _get(pl, name):
+            out += [flag, str(getattr(pl, name))]
+    for name, flag in (("account_for_embedding_in_pipeline_split",
+                        "--account-for-embedding-in-pipeline-split"),
+                       ("account_for_loss_in_pipeline_split", "--account-for-loss-in-pipeline-split")):
+        if _get(pl, name):
+            out.append(flag)
+    if pl.precision in ("bf16", "fp16"):
+        out.append(f"--{pl.precision}")
+    elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
+        out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
+                _get(pl, "fp8_recipe") or "tensorwise"]
+    samples = session.cost.training_tokens / m.seq_length
+    out += ["--train-samples", str(int(round(samples)))]
+    return out
+
+
+def export_arguments(session: Session) -> list[str]:
+    """Megatron-LM arguments that run ``session``'s model and plan (shell words).
+
+    Raises
+    ------
+    MegatronArgsError
+        The plan has something Megatron-LM's arguments cannot express (GPipe,
+        ZB-H1, ZeRO-2), naming the field.
+    """
+    m, pl = session.model, session.plan
+    return (_shape_words(m) + _layer_words(m) + _expert_words(m, pl) + _parallel_words(pl)
+            + _sharding_words(pl) + _recompute_and_precision_words(session))

@@ -1,0 +1,365 @@
+"""Reading a Megatron-LM launch into its arguments (nothing is run).
+
+What belongs here: :func:`read_launch` and what it needs. It reads a Megatron-LM /
+Megatron-Core launch: a shell script (``torchrun ... pretrain_gpt.py --num-layers ...``, with
+line continuations, variables and bash arrays assigned in the script, ``$((...))`` integer
+arithmetic, ``#SBATCH`` directives; read by :mod:`core.io.shell_reader`), a plain argument
+list, or Megatron-LM's printed argument dump (:func:`read_argument_dump`). Shell words are
+split by :mod:`shlex`. The world size comes from the launcher: torchrun's (or
+``torch.distributed.launch``'s) ``--nnodes`` and ``--nproc-per-node``, srun's
+``-N``/``--nodes`` and ``--ntasks-per-node``, or ``#SBATCH`` lines. :func:`parse_arguments`
+turns the words into ``{"--flag": [values]}`` as Megatron-LM's argparse reads them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.io.megatron.arguments import BY_DEST, MEGATRON_LM_COMMIT, MegatronArgsError
+from core.io.shell_reader import missing_variable, read_shell
+from core.io.shell_words import ShellError
+
+__all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
+           "int_value", "DATA_SCRIPTS"]
+
+
+@dataclass
+class Launch:
+    """A launch read from a file.
+
+    Attributes
+    ----------
+    arguments : list of str
+        The training script's arguments (shell words, variables substituted).
+    nnodes, nproc_per_node : int or None
+        Nodes and processes (GPUs) per node from the launcher, when it says.
+    launcher : str
+        ``torchrun``, ``srun``, ``python``, or ``argument list``.
+    script : str
+        The training script (``pretrain_gpt.py``), "" for a plain argument list.
+    source : str
+        The file the launch was read from (for messages).
+    notes : list of str
+        What the reader could not decide (a shell condition it did not evaluate ...).
+    unset_counts : list of str
+        Messages for launcher counts that hold a variable the script does not set (raised
+        when the world size needs them and ``--nodes``/``--num-gpus`` do not give it).
+    """
+
+    arguments: list[str]
+    nnodes: int | None = None
+    nproc_per_node: int | None = None
+    launcher: str = "argument list"
+    script: str = ""
+    source: str = "arguments"
+    notes: list[str] = field(default_factory=list)
+    unset_counts: list[str] = field(default_factory=list)
+
+
+def unset_message(source: str, what: str, text: str) -> str:
+    """The message for a value that holds a variable the script does not set (``what``: the
+    flag or launcher option, ``text``: its value as written)."""
+    name = missing_variable(text) or "NAME"
+    return (f"{source}: {what} {text}: the variable {name} is not set in the file (or comes from "
+            f"a command vtrain does not run); give --var {name}=VALUE")
+
+
+def int_value(text: str, what: str, source: str) -> int:
+    """The count ``text`` writes (decimal digits, at most 18 of them).
+
+    Raises
+    ------
+    MegatronArgsError
+        Not a count: an unset variable is named (with ``--var``), an elastic range
+        (``1:4``) is not a plan.
+    """
+    if re.fullmatch(r"\d+", text or ""):
+        if len(text.lstrip("0")) > 18:  # int() of 4,300 digits raises; none is a count
+            raise MegatronArgsError(f"{source}: {what} {text[:20]}... ({len(text):,} digits) "
+                                    "is beyond any count a launch can mean (at most 18 digits)")
+        return int(text)
+    if "$" in text:
+        raise MegatronArgsError(unset_message(source, what, text))
+    raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
+                            + (" (an elastic range is not a plan)" if ":" in text else ""))
+
+
+def _launcher_counts(words: list[str], source: str, deferred: list[str] | None = None
+                     ) -> tuple[int | None, int | None, int | None]:
+    """``(nnodes, nproc_per_node, ntasks)`` from launcher options (torchrun, launch, srun,
+    deepspeed, #SBATCH)."""
+    nnodes = nproc = ntasks = None
+    names = {"--nnodes": "n", "--num-nodes": "n", "--num_nodes": "n", "-N": "n", "--nodes": "n",
+             "--nproc-per-node": "g", "--nproc_per_node": "g", "--ntasks-per-node": "g",
+             "--num_gpus": "g", "--num-gpus": "g", "--gpus-per-node": "g", "--ntasks": "w",
+             "-n": "w"}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        key, value = (w.split("=", 1) + [None])[:2] if w.startswith("--") else (w, None)
+        if key not in names and re.fullmatch(r"-N\d+", w):
+            key, value = "-N", w[2:]
+        if key in names:
+            if value is None and i + 1 < len(words):
+                value = words[i + 1]
+                i += 1
+            if deferred is not None and "$" in (value or ""):
+                deferred.append(unset_message(source, key, value or ""))  # --nodes/--var may give it
+                i += 1
+                continue
+            n = int_value(value or "", key, source)
+            kind = names[key]
+            if kind == "n":
+                nnodes = n
+            elif kind == "g":
+                nproc = n
+            else:
+                ntasks = n
+        i += 1
+    return nnodes, nproc, ntasks
+
+
+#: Scripts of Megatron-LM (and Megatron-DeepSpeed) that prepare data or convert checkpoints:
+#: never the training command, wherever they stand in a launch script.
+DATA_SCRIPTS = frozenset({"preprocess_data.py", "preprocess_data_nmt.py", "merge_datasets.py",
+                          "preprocess_mmdata.py", "checkpoint_util.py", "convert.py",
+                          "build_sample_idx.py"})
+
+
+def _training_command(commands: list[list[str]], source: str
+                      ) -> tuple[list[str], list[str], str, str] | None:
+    """``(launcher words, arguments, launcher, script)`` of the command that trains: the last
+    one running a ``pretrain_*.py`` script or a script given ``--num-layers``, through torchrun,
+    python, deepspeed or srun; never a data-preparation script (:data:`DATA_SCRIPTS`, or one
+    under ``tools/``). None when the script runs no Python script at all."""
+    found = []
+    for words in commands:
+        script = next((k for k, w in enumerate(words) if w.endswith(".py")), None)
+        if script is None:
+            continue
+        name = Path(words[script]).name
+        args = []
+        for w in words[script + 1:]:  # a value substituted inside quotes may hold many words
+            args += shlex.split(w) if w.startswith("-") and re.search(r"\s", w) else [w]
+        launcher = next((Path(w).name for w in reversed(words[:script]) if Path(w).name in
+                         ("torchrun", "srun", "deepspeed", "mpirun")), "python")  # the innermost
+        if "torch.distributed.launch" in words[:script] or "torch.distributed.run" in words[:script]:
+            launcher = "torchrun"
+        data = name in DATA_SCRIPTS or "tools" in Path(words[script]).parts[:-1]
+        trains = name.startswith("pretrain_") or any(
+            a == "--num-layers" or a.startswith("--num-layers=") for a in args)
+        found.append((0 if data else 2 if trains else 1, words[:script], args, launcher,
+                      words[script]))
+    if not found:
+        return None
+    best = max(k for k, *_ in found)
+    if best == 0:
+        raise MegatronArgsError(f"{source}: no training command: "
+                                f"{', '.join(sorted({Path(c[4]).name for c in found}))} prepares "
+                                "data or converts checkpoints (the training command runs "
+                                "pretrain_*.py)")
+    _, pre, args, launcher, script = [c for c in found if c[0] == best][-1]
+    return pre, args, launcher, script
+
+
+def _sbatch(text: str) -> list[str]:
+    """The words of the script's ``#SBATCH`` directives."""
+    words: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("#SBATCH"):
+            try:
+                words += shlex.split(line.strip()[len("#SBATCH"):], comments=True)
+            except ValueError:
+                pass
+    return words
+
+
+def read_launch(text: str, source: str = "arguments", variables: dict[str, str] | None = None
+                ) -> Launch:
+    """Read a launch script, a plain argument list or a printed argument dump.
+
+    Parameters
+    ----------
+    text : str
+        Shell script text (read by :func:`core.io.shell_reader.read_shell`: nothing is run),
+        arguments (``--num-layers 24 --hidden-size 1024 ...``), or Megatron-LM's printed
+        ``arguments`` block (:func:`read_argument_dump`).
+    source : str
+        File name for messages.
+    variables : dict, optional
+        Values of the script's environment variables and positional parameters (``"1"``,
+        ``"2"`` ...), as ``vtrain import megatron-args --var NAME=VALUE`` gives them.
+
+    Raises
+    ------
+    MegatronArgsError
+        No Megatron arguments found, only a data-preparation command, unbalanced quotes, or a
+        launcher count that is not a number (an unset variable is named, with ``--var``); a
+        script beyond the bounds of what a launch can mean: more than
+        :data:`core.io.shell_reader.MAX_LAUNCH_BYTES` as written or once expanded, a statement
+        of more than :data:`core.io.shell_words.MAX_STATEMENT_BYTES` as written or expanded, or
+        arithmetic beyond |x| < 2^63 or :data:`core.io.shell_reader.MAX_ARITH_TOKENS` terms (the
+        message names the statement).
+    """
+    variables = dict(variables or {})
+    dump = read_argument_dump(text, source)
+    if dump is not None:
+        return dump
+    numbers = [int(k) for k in variables if k.isdigit() and k != "0"]
+    # $1 $2 ...: one not given (a hole before a given one) is unset
+    positional = [variables.pop(str(k), None) for k in range(1, max(numbers, default=0) + 1)]
+    sbatch = _sbatch(text)
+    s_nodes, s_gpus, _ = _launcher_counts([w for w in sbatch if not w.startswith(
+        ("--ntasks", "-n"))], source)
+    for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):  # what sbatch gives the script
+        if s_nodes is not None:
+            variables.setdefault(name, str(s_nodes))
+    if s_gpus is not None:
+        variables.setdefault("SLURM_GPUS_PER_NODE", str(s_gpus))
+    try:
+        shell = read_shell(text, source, variables, positional)
+    except ShellError as exc:
+        raise MegatronArgsError(str(exc)) from None
+    loose: list[str] = []
+    for words in shell.commands:
+        if any(w.startswith("--") for w in words) and words[0].startswith("-"):
+            loose += words
+        elif len(words) == 1 and loose and loose[-1].startswith("--"):
+            loose += words  # an argument file with one word per line: the value of the flag above
+    picked = _training_command(shell.commands, source)
+    deferred: list[str] = []  # counts that hold a variable the script does not set
+    if picked is not None:
+        pre, args, launcher, script = picked
+        # srun may launch torchrun: both parts count, torchrun's last
+        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source, deferred)
+    elif loose:
+        args, launcher, script = loose, "argument list", ""
+        nnodes, nproc, ntasks = _launcher_counts(sbatch, source, deferred)
+    else:
+        raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
+                                "'pretrain_*.py --num-layers ...' command nor an argument list)")
+    if nproc is None and ntasks is not None and nnodes:
+        nproc = ntasks // nnodes
+    if nnodes is None and nproc is not None and not deferred:
+        nnodes = 1
+    return Launch(args, nnodes, nproc, launcher, script, source, notes=list(shell.notes),
+                  unset_counts=deferred)
+
+
+#: The lines that open and close Megatron-LM's printed arguments (``_print_args``).
+_DUMP_OPEN = re.compile(r"-{3,} arguments -{3,}")
+_DUMP_CLOSE = re.compile(r"-{3,} end of arguments -{3,}")
+#: One line of the block: ``  tensor_model_parallel_size ...... 8`` (a log prefix may precede).
+_DUMP_LINE = re.compile(r"(?:^|\s)(?P<dest>[A-Za-z_][A-Za-z0-9_]*) \.{2,}(?: (?P<value>.*))?$")
+
+
+def _dump_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return text
+
+
+def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
+    """A launch from Megatron-LM's printed argument dump (the ``---- arguments ----`` block a
+    training log starts with, as users paste it in issues), or None when ``text`` has none.
+
+    Each line is ``dest .... value``; the dest is mapped back to its option through the
+    argument table (:data:`core.io.megatron.arguments.BY_DEST`): a switch that is on (off for a
+    ``store_false`` one) gives its option, a value that differs from Megatron-LM's default
+    gives ``--option value`` (a list one word per element; an enum ``AttnBackend.flash`` its
+    name). Values Megatron-LM derives (``world_size``, ``data_parallel_size``, ``params_dtype``
+    ...) are not arguments; ``world_size`` gives the world size, and ``padded_vocab_size`` the
+    vocabulary when the dump has no ``vocab_size``. Dests the table does not know are noted.
+    """
+    lines = text.splitlines()
+    start = next((k for k, line in enumerate(lines) if _DUMP_OPEN.search(line)), None)
+    if start is None:
+        return None
+    values: dict[str, str] = {}
+    for line in lines[start + 1:]:
+        if _DUMP_CLOSE.search(line):
+            break
+        m = _DUMP_LINE.search(line.rstrip())
+        if m:
+            values[m.group("dest")] = (m.group("value") or "").strip()
+    args: list[str] = []
+    unknown = []
+    for dest, raw in values.items():
+        entries = BY_DEST.get(dest)
+        if not entries:
+            if dest not in _DERIVED_DESTS:
+                unknown.append(dest)
+            continue
+        value = _dump_value(raw)
+        for e in entries:
+            option = e.options[0]
+            if e.action == "store_true" and value is True and e.default is not True:
+                args.append(option)
+            elif e.action == "store_false" and value is False and e.default is not False:
+                args.append(option)
+            elif e.action == "boolean_optional" and isinstance(value, bool) and value != e.default:
+                args.append(option if value else e.options[1])
+            elif e.action == "store" and value is not None and value != e.default and \
+                    raw != str(e.default):
+                if isinstance(value, str) and re.fullmatch(r"[A-Za-z]+\.[A-Za-z0-9_]+", value) \
+                        and str(e.default).startswith("<"):
+                    value = value.split(".", 1)[1]  # an enum: AttnBackend.flash
+                    if f".{value}:" in str(e.default):
+                        continue
+                words = [str(v) for v in value] if isinstance(value, (list, tuple)) and \
+                    e.nargs not in (None, 0) else [raw if isinstance(value, str) else str(value)]
+                if e.nargs is None and isinstance(value, (list, tuple)):
+                    words = [raw]
+                args += [option] + words
+            break
+    if "vocab_size" not in values or values.get("vocab_size") == "None":
+        padded = values.get("padded_vocab_size", "")
+        if padded.isdigit():
+            args += ["--vocab-size", padded]
+    world = values.get("world_size", "")
+    notes = [f"argument dump entries that are not arguments of Megatron-LM {MEGATRON_LM_COMMIT[:7]} "
+             f"(not read): {' '.join(unknown)}"] if unknown else []
+    return Launch(args, 1 if world.isdigit() else None, int(world) if world.isdigit() else None,
+                  "argument dump", "", source, notes=notes)
+
+
+#: Values Megatron-LM's validate_args and initialization add to the printed arguments.
+_DERIVED_DESTS = frozenset(
+    "world_size rank local_rank data_parallel_size params_dtype padded_vocab_size "
+    "consumed_train_samples consumed_valid_samples virtual_pipeline_model_parallel_size "
+    "transformer_pipeline_model_parallel_size variable_seq_lengths model_parallel_size "
+    "iteration curr_iteration do_train do_valid do_test train_iters_derived "
+    "global_batch_size_derived expert_data_parallel_size async_tensor_model_parallel_allreduce "
+    "num_floating_point_operations_so_far pipeline_model_parallel_split_rank encoder_num_layers "
+    "decoder_num_layers encoder_tensor_model_parallel_size encoder_pipeline_model_parallel_size "
+    "save_retain_interval timing_log_option".split())
+
+
+def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, list[str]]:
+    """Megatron arguments as ``{"--flag": [values...]}`` (a switch has no values).
+
+    ``--flag=value`` and ``--flag value ...`` both work; a flag's values are the
+    words up to the next ``--`` word. A flag given twice is taken as argparse takes it: the
+    last one wins (every Megatron-LM argument is a store action). Raises MegatronArgsError for
+    a word before the first flag.
+    """
+    out: dict[str, list[str]] = {}
+    flag = None
+    for w in args:
+        if w.startswith("--"):
+            name, eq, value = w.partition("=")
+            out.pop(name, None)  # the last one wins, in the order given
+            out[name] = [value] if eq else []
+            flag = name
+        elif flag is None:
+            raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
+        else:
+            out[flag].append(w)
+    return out
+

@@ -1,0 +1,396 @@
+"""Mapping a launch's model arguments to ``model.*`` fields (Megatron-Core's rules).
+
+What belongs here: one function per concern of the model (shape and vocabulary, MLP
+activation, attention and norms, mixture of experts, sliding windows, multi-latent attention),
+each reading its arguments through a :class:`~core.io.megatron.mapping.Mapper`, and
+:func:`map_model`, which calls them in Megatron-LM's order. Fields of newer model families
+(issue 11: ``model.activation`` ...) are written against their fixed names; an argument whose
+target field (or value) this version's records do not have is refused by name.
+
+The attention kernel follows Megatron-Core: ``--attention-backend`` (default ``auto``:
+Transformer Engine picks its fused or flash attention) wins over the deprecated
+``--use-flash-attn``; ``auto``, ``fused`` (TE's cuDNN fused attention) and ``flash`` are timed
+as FlashAttention, ``unfused`` and ``local`` as the unfused kernel. ``NullTokenizer``'s
+vocabulary is ``--vocab-size`` plus one end-of-document token
+(``megatron/training/tokenizer/tokenizer.py``, ``_NullTokenizer``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError, field_exists
+from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
+from core.io.shell_reader import BINOPS
+from core.plan.fields import BOUNDS
+
+__all__ = ["ATTENTION_BACKENDS", "MOE_ONLY", "attention_kernel", "layer_pattern", "map_model"]
+
+#: Modelled values of model-family arguments when the family fields do not exist yet.
+_DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
+
+#: Attention backends of Megatron-Core's --attention-backend (AttnBackend) -> attention_kernel:
+#: Transformer Engine's flash and fused (cuDNN) attention and auto (TE picks one of them) are
+#: timed as FlashAttention; unfused (TE's unfused) and local (Megatron-Core's own) as unfused.
+ATTENTION_BACKENDS = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused",
+                      "local": "unfused"}
+
+
+def attention_kernel(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:
+    """``(attention_kernel, flag that chose it, why)`` for the summary (Megatron-Core rules).
+
+    ``--attention-backend`` (:data:`ATTENTION_BACKENDS`) wins over the deprecated
+    ``--use-flash-attn``; with neither, Megatron-Core's default ``auto`` (flash). Megatron-Core's
+    local layer spec (``--transformer-impl local``: ``get_gpt_layer_local_spec``, core attention
+    ``DotProductAttention``) runs its own unfused attention whatever picks Transformer Engine's;
+    the legacy model (``--use-legacy-models``) without an attention argument runs its unfused
+    ``CoreAttention``.
+
+    Raises
+    ------
+    MegatronArgsError
+        ``--attention-backend`` is not one of Megatron-Core's backends.
+    """
+    backend = one_value(args, "--attention-backend", src)
+    old = "--use-flash-attn" in args
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        raise MegatronArgsError(f"{src}: --attention-backend {backend!r}: expected one of "
+                                f"Megatron-Core's {', '.join(ATTENTION_BACKENDS)}")
+    legacy = "--use-legacy-models" in args
+    if one_value(args, "--transformer-impl", src) == "local" and not legacy:
+        over = [f"--attention-backend {backend}"] if backend in ("auto", "flash", "fused") else []
+        over += ["--use-flash-attn"] if old else []
+        return "unfused", "--transformer-impl", (
+            "--transformer-impl local: Megatron-Core's local layer spec runs its own unfused "
+            "attention (DotProductAttention), timed as the unfused kernel" + (
+                f"; it wins over {' and '.join(over)}, which pick Transformer Engine's attention"
+                if over else ""))
+    timed = {"flash": "timed as FlashAttention", "unfused": "timed as the unfused kernel"}
+    if backend is not None:
+        kernel = ATTENTION_BACKENDS[backend]
+        what = {"auto": "Transformer Engine picks its fused (cuDNN) or flash attention",
+                "flash": "Transformer Engine's flash backend",
+                "fused": "Transformer Engine's fused (cuDNN) attention",
+                "unfused": "Transformer Engine's unfused attention",
+                "local": "Megatron-Core's own unfused attention"}[backend]
+        why = f"--attention-backend {backend}: {what}, {timed[kernel]}"
+        if old and backend != "flash":
+            why += ("; it wins over --use-flash-attn (Megatron-Core reads --attention-backend; "
+                    "--use-flash-attn is deprecated)")
+        return kernel, "--attention-backend", why
+    if old:
+        return "flash", "--use-flash-attn", "--use-flash-attn: FlashAttention"
+    if legacy:
+        return "unfused", "--use-legacy-models", (
+            "--use-legacy-models without --attention-backend or --use-flash-attn: the legacy "
+            "model's own unfused attention, timed as the unfused kernel")
+    return "flash", "attention", ("Megatron-Core's default --attention-backend auto: Transformer "
+                                  "Engine picks its fused (cuDNN) or flash attention, timed as "
+                                  "FlashAttention")
+
+
+
+#: Mixture-of-experts arguments that mean something only with --num-experts.
+MOE_ONLY = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+             "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-enable-deepep",
+             "--moe-flex-dispatcher-backend", "--moe-router-num-groups", "--moe-router-group-topk")
+
+
+def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list[int]:
+    """The MoE layer pattern of Megatron-Core's ``--moe-layer-freq`` list form: a Python list
+    expression of 0 (dense) and 1 (MoE) such as ``([0]*3+[1]*58)`` or ``[1,0]*24``, one entry
+    per layer. Evaluated from its syntax tree (lists of integer literals, ``+`` of lists,
+    ``*`` of a list by an integer expression), never by ``eval``.
+
+    Raises
+    ------
+    MegatronArgsError
+        Not such an expression, entries other than 0 and 1, or not ``num_layers`` long.
+    """
+    limit = int(BOUNDS["layers"].hi)
+    bad = MegatronArgsError(f"{source}: --moe-layer-freq {text!r}: expected an integer or a list "
+                            "pattern of 0 and 1 such as ([0]*3+[1]*58)")
+
+    def num(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult):
+            return BINOPS[type(node.op)](num(node.left), num(node.right))
+        raise bad
+
+    def lst(node: ast.AST) -> list[int]:
+        if isinstance(node, ast.List):
+            return [num(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return lst(node.left) + lst(node.right)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            if _is_list(node.left):
+                items, n = lst(node.left), num(node.right)
+            elif _is_list(node.right):
+                items, n = lst(node.right), num(node.left)
+            else:
+                raise bad
+            if n < 0 or len(items) * n > limit:
+                raise bad
+            return items * n
+        raise bad
+
+    try:
+        pattern = lst(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, RecursionError, ValueError):
+        raise bad from None
+    if any(x not in (0, 1) for x in pattern):
+        raise bad
+    if len(pattern) != num_layers:
+        raise MegatronArgsError(f"{source}: --moe-layer-freq {text!r} has {len(pattern)} entries "
+                                f"for {num_layers} layers (--num-layers)")
+    return pattern
+
+
+def _is_list(node: ast.AST) -> bool:
+    """Whether ``node`` is a list expression (a list literal, or ``+``/``*`` of one)."""
+    if isinstance(node, ast.List):
+        return True
+    return isinstance(node, ast.BinOp) and (_is_list(node.left) or _is_list(node.right))
+
+
+
+def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
+    """Map ``--num-experts`` and the MoE arguments that go with it (Megatron-Core defaults:
+    top-k 2, experts ``--ffn-hidden-size`` wide, no shared experts, every layer MoE)."""
+    from core.io.hf_import import moe_layer_fields
+    args, src = mp.args, mp.source
+    mp.set("--num-experts", "model.num_experts", int_argument(args, "--num-experts", src))
+    k = int_argument(args, "--moe-router-topk", src) if "--moe-router-topk" in args else 2
+    mp.set("--moe-router-topk", "model.moe_top_k", k)
+    width = ffn
+    if "--moe-ffn-hidden-size" in args:
+        width = int_argument(args, "--moe-ffn-hidden-size", src)
+        mp.set("--moe-ffn-hidden-size", "model.moe_ffn_hidden_size", width)
+    if "--moe-shared-expert-intermediate-size" in args:
+        shared = int_argument(args, "--moe-shared-expert-intermediate-size", src)
+        if shared % width:
+            mp.refuse("--moe-shared-expert-intermediate-size",
+                      f"not modelled ({shared} is not a multiple of the experts' MLP size {width}: "
+                      "shared experts are each moe_ffn_hidden_size wide)")
+        else:
+            mp.set("--moe-shared-expert-intermediate-size", "model.num_shared_experts",
+                   shared // width)
+    for flag, target in (("--moe-router-num-groups", "model.moe_router_num_groups"),
+                         ("--moe-router-group-topk", "model.moe_router_group_topk")):
+        if flag in args:  # node-limited routing (validation checks the two go together)
+            mp.set(flag, target, int_argument(args, flag, src))
+    if "--moe-layer-freq" in args:
+        text = one_value(args, "--moe-layer-freq", src) or ""
+        if "[" not in text:
+            freq = int_argument(args, "--moe-layer-freq", src)
+            mp.set("--moe-layer-freq", "model.moe_layer_frequency", freq)
+            return
+        pattern = layer_pattern(text, L, src)
+        fit = moe_layer_fields(pattern)
+        if fit is None:
+            mp.refuse("--moe-layer-freq", f"the pattern {text} is not modelled (only first dense "
+                                          "layers, then every k-th layer from the first MoE "
+                                          "layer on)")
+        else:
+            mp.set("--moe-layer-freq", "model.moe_first_dense_layers", fit[0])
+            mp.set("--moe-layer-freq", "model.moe_layer_frequency", fit[1])
+
+
+def _model_shape(mp: Mapper) -> tuple[int, int, int]:
+    """``(L, h, s)``: the layers, hidden size, heads and sequence length Megatron-LM needs,
+    and the MLP and head sizes when given."""
+    args, src = mp.args, mp.source
+    missing = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
+                           "--micro-batch-size", "--seq-length") if f not in args]
+    if missing:
+        raise MegatronArgsError(f"{src}: missing {', '.join(missing)} (Megatron-LM needs "
+                                f"{'it' if len(missing) == 1 else 'them'} to build the model)")
+    # ---- model
+    L = int_argument(args, "--num-layers", src)
+    h = int_argument(args, "--hidden-size", src)
+    a = int_argument(args, "--num-attention-heads", src)
+    s = int_argument(args, "--seq-length", src)
+    for flag, target, v in (("--num-layers", "model.num_layers", L), ("--hidden-size",
+                            "model.hidden_size", h), ("--num-attention-heads",
+                            "model.num_attention_heads", a), ("--seq-length", "model.seq_length", s)):
+        mp.take(flag)
+        mp.set(flag, target, v)
+    if mp.take("--ffn-hidden-size"):
+        mp.set("--ffn-hidden-size", "model.ffn_hidden_size", int_argument(args, "--ffn-hidden-size", src))
+    if mp.take("--kv-channels"):
+        mp.set("--kv-channels", "model.kv_channels", int_argument(args, "--kv-channels", src))
+    return L, h, s
+
+
+def _vocabulary(mp: Mapper) -> None:
+    """The vocabulary: ``--vocab-size`` (NullTokenizer: plus one), a tokenizer of known size,
+    or GPT-2 BPE for a ``--vocab-file``; only Megatron's padding to 128 is modelled."""
+    args, src = mp.args, mp.source
+    if mp.take("--make-vocab-size-divisible-by"):
+        if int_argument(args, "--make-vocab-size-divisible-by", src) != 128:
+            mp.refuse("--make-vocab-size-divisible-by", "not modelled yet (vtrain pads the "
+                                                        "vocabulary to a multiple of 128*t)")
+    tok = one_value(args, "--tokenizer-type", src) if mp.take("--tokenizer-type") else None
+    vocab = int_argument(args, "--vocab-size", src) if mp.take("--vocab-size") else None
+    if tok == "NullTokenizer":
+        if vocab is None:
+            raise MegatronArgsError(f"{src}: --tokenizer-type NullTokenizer needs --vocab-size")
+        mp.set("--vocab-size", "model.vocab_size", vocab + 1)  # plus the end-of-document token
+    elif vocab is not None:
+        mp.set("--vocab-size", "model.vocab_size", vocab)
+    elif tok in TOKENIZER_VOCAB:
+        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
+    elif tok is not None:
+        raise MegatronArgsError(f"{src}: --tokenizer-type {tok}: its vocabulary size is in its "
+                                "files, not in the launch; add --vocab-size N to the arguments")
+    elif "--vocab-file" in args:  # Megatron's default tokenizer for a vocab file is GPT-2 BPE
+        mp.set("--vocab-file", "model.vocab_size", TOKENIZER_VOCAB["GPT2BPETokenizer"])
+    else:
+        raise MegatronArgsError(f"{src}: the vocabulary size is unknown: give --vocab-size or "
+                                "--tokenizer-type")
+
+
+def _activation(mp: Mapper) -> None:
+    """The MLP activation (one of SwiGLU, squared ReLU, quick-GEGLU timed as SwiGLU), its
+    clamp and linear offset, and the softmax type."""
+    args, src = mp.args, mp.source
+    # model families (issue 11): refused by name while the fields are absent
+    if mp.switch("--swiglu"):
+        mp.set("--swiglu", "model.activation", "swiglu")
+    if mp.switch("--squared-relu"):
+        if "--swiglu" in args:
+            raise MegatronArgsError(f"{src}: --squared-relu and --swiglu are both given (one "
+                                    "MLP activation)")
+        mp.set("--squared-relu", "model.activation", "squared_relu")
+    if mp.switch("--quick-geglu"):
+        other = "--swiglu" if "--swiglu" in args else "--squared-relu"
+        if other in args:
+            raise MegatronArgsError(f"{src}: --quick-geglu and {other} are both given (one "
+                                    "MLP activation)")
+        mp.set("--quick-geglu", "model.activation", "swiglu")
+        mp.ignored.append(("--quick-geglu", "its gate x*sigmoid(1.702x) is timed as SwiGLU's "
+                             "x*sigmoid(x): the same GEMMs and the same fused activation "
+                             "kernel's bytes (model.activation swiglu)"))
+    for flag, target in (("--activation-func-clamp-value", "model.activation_func_clamp_value"),
+                         ("--glu-linear-offset", "model.glu_linear_offset")):
+        if mp.take(flag):
+            mp.set(flag, target, float_argument(args, flag, src))
+    if mp.take("--softmax-type"):
+        mp.set("--softmax-type", "model.softmax_type", one_value(args, "--softmax-type", src))
+
+
+def _attention_and_norms(mp: Mapper, h: int) -> None:
+    """Query groups, norm, position embedding, biases, the attention kernel (noted), and
+    SwiGLU's default MLP size."""
+    args, src = mp.args, mp.source
+    if mp.switch("--group-query-attention") or mp.take("--num-query-groups"):
+        g = int_argument(args, "--num-query-groups", src) if "--num-query-groups" in args else None
+        if "--group-query-attention" in args:
+            if g is None:
+                raise MegatronArgsError(f"{src}: --group-query-attention needs --num-query-groups")
+            mp.set("--group-query-attention", "model.num_query_groups", g)
+    for flag, target, mapping in (
+            ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
+            ("--position-embedding-type", "model.position_embedding",
+             {"learned_absolute": "learned", "rope": "rope", "yarn": "rope"})):
+        if mp.take(flag):
+            v = one_value(args, flag, src)
+            if v not in mapping:
+                raise MegatronArgsError(f"{src}: {flag} {v!r}: expected one of {', '.join(mapping)}")
+            if v == "yarn":  # GPT-OSS: RoPE with YaRN's frequency scaling
+                mp.ignored.append((flag, "yarn: RoPE whose frequencies YaRN rescales; the "
+                                     "scaling changes the rotation's angles, not the work "
+                                     "(model.position_embedding rope)"))
+            if field_exists(target):
+                mp.set(flag, target, mapping[v])
+            elif v not in _DEFAULT_FAMILY[flag]:
+                mp.set(flag, target, mapping[v])  # refused: the field is absent
+    if mp.switch("--untie-embeddings-and-output-weights"):
+        mp.set("--untie-embeddings-and-output-weights", "model.tied_embeddings", False)
+    if mp.switch("--disable-bias-linear"):
+        mp.set("--disable-bias-linear", "model.add_bias_linear", False)
+    if mp.switch("--add-qkv-bias"):
+        mp.set("--add-qkv-bias", "model.add_qkv_bias", True)
+    if mp.switch("--qk-layernorm"):
+        mp.set("--qk-layernorm", "model.qk_layernorm", True)
+    mp.take("--attention-backend")
+    mp.switch("--use-flash-attn")
+    kernel, flag, why = attention_kernel(args, src)
+    mp.set(flag, "model.attention_kernel", kernel)
+    mp.notes.append(("attention", why))
+    if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
+        # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
+        mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
+
+
+def _window(mp: Mapper) -> None:
+    """Sliding-window attention: ``--window-size (left, right)`` and every N-th layer full."""
+    args, src = mp.args, mp.source
+    if mp.take("--window-size"):  # Megatron-Core: a (left, right) tuple, "(128, 0)" or "128,0"
+        parts = " ".join(args["--window-size"]).strip("()[] ").replace(",", " ").split()
+        try:
+            left, right = (int(x) for x in parts)
+        except ValueError:
+            raise MegatronArgsError(f"{src}: --window-size {' '.join(args['--window-size'])!r}: "
+                                    "expected two integers (left, right)") from None
+        if right != 0 and right != -1:
+            mp.refuse("--window-size", f"a window of {right} tokens to the right (non-causal) "
+                      "is not modelled")
+        elif left >= 1:
+            mp.set("--window-size", "model.window_size", left)
+        elif left != -1:
+            raise MegatronArgsError(f"{src}: --window-size left {left}: expected at least 1 "
+                                    "(or -1, no window)")
+    if mp.take("--window-attn-skip-freq"):
+        raw = " ".join(args["--window-attn-skip-freq"])
+        try:
+            mp.set("--window-attn-skip-freq", "model.window_attn_skip_freq", int(raw))
+        except ValueError:
+            mp.refuse("--window-attn-skip-freq", f"the pattern {raw!r} is not modelled (an integer "
+                      "N only: every N-th layer full)")
+
+
+def _latent_attention(mp: Mapper) -> None:
+    """Multi-latent attention (its ranks and head sizes) and multi-token prediction layers."""
+    args, src = mp.args, mp.source
+    mla_flags = ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+                 "--v-head-dim")
+    if mp.switch("--multi-latent-attention"):
+        mp.set("--multi-latent-attention", "model.multi_latent_attention", True)
+        if "--kv-lora-rank" not in args:
+            raise MegatronArgsError(f"{src}: --multi-latent-attention needs --kv-lora-rank (its "
+                                    "default differs between Megatron-LM's arguments and "
+                                    "Megatron-Core's MLATransformerConfig: give it)")
+        for flag in mla_flags:
+            if mp.take(flag):
+                target = "model." + flag[2:].replace("-", "_")
+                mp.set(flag, target, int_argument(args, flag, src))
+    else:
+        for flag in mla_flags:
+            if mp.take(flag):
+                mp.ignored.append((flag, "without --multi-latent-attention Megatron-LM does "
+                                     "not read it"))
+    if mp.take("--mtp-num-layers"):
+        mp.set("--mtp-num-layers", "model.mtp_num_layers", int_argument(args, "--mtp-num-layers", src))
+
+
+def map_model(mp: Mapper) -> tuple[int, int, int]:
+    """Map the model's arguments into ``mp`` (Megatron-LM's order: an error names the first
+    argument it meets); returns ``(L, h, s)``: layers, hidden size and sequence length.
+
+    Raises
+    ------
+    MegatronArgsError
+        A required argument missing or a value that is not valid; refusals are collected in
+        ``mp.refused``.
+    """
+    L, h, s = _model_shape(mp)
+    _vocabulary(mp)
+    _activation(mp)
+    _attention_and_norms(mp, h)
+    if mp.take("--num-experts"):
+        _moe_arguments(mp, L, mp.values["model"].get("ffn_hidden_size") or 4 * h)
+    _window(mp)
+    _latent_attention(mp)
+    return L, h, s

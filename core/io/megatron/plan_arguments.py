@@ -1,0 +1,388 @@
+"""Mapping a launch's parallelism, schedule, recomputation and precision arguments to
+``plan.*`` fields (Megatron-LM's ``arguments.py`` and Megatron-Core's rules).
+
+What belongs here: one function per concern of the plan (tensor, pipeline and context
+parallelism; experts and their token dispatcher; the world size and the batch; the pipeline
+split and schedule; sharding, overlaps and fusions; recomputation; precision and FP8), each
+reading its arguments through a :class:`~core.io.megatron.mapping.Mapper`, and
+:func:`map_plan`, which calls them in Megatron-LM's order. Megatron-LM's defaults:
+t = p = cp = 1, d = world / (t * p * cp), ``--global-batch-size`` defaults to
+``--micro-batch-size`` times d, ``--recompute-activations`` is selective recomputation.
+"""
+
+from __future__ import annotations
+
+from core.io.megatron.arguments import MegatronArgsError, field_exists
+from core.io.megatron.launch import Launch
+from core.io.megatron.mapping import Mapper, int_argument, one_value
+from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS
+from core.plan.layout import LAYOUT_RULE, expand_pipeline_layout
+
+__all__ = ["map_plan"]
+
+
+def _tensor_and_pipeline(mp: Mapper) -> tuple[int, int]:
+    """``(t, p)``, and the experts' tensor-parallel size when given."""
+    args, src = mp.args, mp.source
+    t = int_argument(args, "--tensor-model-parallel-size", src) or 1
+    p = int_argument(args, "--pipeline-model-parallel-size", src) or 1
+    mp.take("--tensor-model-parallel-size")
+    mp.take("--pipeline-model-parallel-size")
+    mp.set("--tensor-model-parallel-size", "plan.tensor_parallel", t)
+    mp.set("--pipeline-model-parallel-size", "plan.pipeline_parallel", p)
+    if mp.take("--expert-tensor-parallel-size"):
+        mp.set("--expert-tensor-parallel-size", "plan.expert_tensor_parallel",
+               int_argument(args, "--expert-tensor-parallel-size", src))
+    return t, p
+
+
+def _context_parallel(mp: Mapper) -> int:
+    """``cp``, with its exchange (``--cp-comm-type``) and the a2a+p2p group sizes."""
+    args, src = mp.args, mp.source
+    cp = int_argument(args, "--context-parallel-size", src) or 1
+    if mp.take("--context-parallel-size") and (cp > 1 or field_exists("plan.context_parallel")):
+        mp.set("--context-parallel-size", "plan.context_parallel", cp)
+    if mp.take("--cp-comm-type"):  # one type, or one per layer (Megatron-Core's list form)
+        kinds = {k.strip("[](),'\"") for k in " ".join(args["--cp-comm-type"]).replace(",", " ").split()}
+        kinds.discard("")
+        # Megatron-LM's help spells Transformer Engine's all_gather "allgather": the same exchange
+        # (TE's AttnFuncWithCPAndKVAllGather), not PyTorch's overlapped one (plan "allgather")
+        kinds = {"all_gather" if k == "allgather" else k for k in kinds}
+        unknown = sorted(kinds - {"p2p", "a2a", "all_gather", "a2a+p2p"})
+        if not kinds or unknown:
+            raise MegatronArgsError(f"{src}: --cp-comm-type {' '.join(args['--cp-comm-type'])!r}: "
+                                    "expected p2p, a2a, all_gather or a2a+p2p (one, or one per "
+                                    "layer)")
+        if cp > 1 and len(kinds) > 1:
+            mp.refuse("--cp-comm-type", f"{' '.join(sorted(kinds))}: one exchange per layer "
+                      "that differ is not modelled (one plan.cp_comm_type for every layer)")
+        elif cp > 1:
+            mp.set("--cp-comm-type", "plan.cp_comm_type", next(iter(kinds)))
+        elif kinds != {"p2p"}:  # Megatron-Core ignores it without context parallelism
+            mp.ignored.append(("--cp-comm-type", "without --context-parallel-size > 1 it has "
+                                 "no effect"))
+    if mp.take("--hierarchical-context-parallel-sizes"):
+        sizes = [x for x in " ".join(args["--hierarchical-context-parallel-sizes"]).replace(
+            ",", " ").strip("[]() ").split() if x.strip("[]()")]
+        try:
+            sizes = [int(x.strip("[]()")) for x in sizes]
+        except ValueError:
+            sizes = []
+        if len(sizes) != 2 or min(sizes) < 1 or sizes[0] * sizes[1] != cp:
+            raise MegatronArgsError(f"{src}: --hierarchical-context-parallel-sizes "
+                                    f"{' '.join(args['--hierarchical-context-parallel-sizes'])!r}: "
+                                    f"expected two sizes A P with A * P = "
+                                    f"--context-parallel-size {cp}")
+        if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p":
+            mp.set("--hierarchical-context-parallel-sizes", "plan.cp_a2a_size", sizes[0])
+        else:  # the sizes only matter to a2a+p2p; Megatron-Core builds no groups for the others
+            mp.ignored.append(("--hierarchical-context-parallel-sizes", "without "
+                                 "--cp-comm-type a2a+p2p (and --context-parallel-size > 1) it has "
+                                 "no effect"))
+    return cp
+
+
+def _expert_parallel(mp: Mapper) -> None:
+    """The expert-parallel size and the MoE token dispatcher (Megatron-Core 0.19
+    TransformerConfig)."""
+    args, src = mp.args, mp.source
+    ep = int_argument(args, "--expert-model-parallel-size", src) or 1
+    if mp.take("--expert-model-parallel-size") and (ep > 1 or field_exists("plan.expert_parallel")):
+        mp.set("--expert-model-parallel-size", "plan.expert_parallel", ep)
+    # the token dispatcher (Megatron-Core 0.19 TransformerConfig: --moe-enable-deepep, the
+    # deprecated spelling of --moe-flex-dispatcher-backend deepep, needs the flex dispatcher)
+    dispatcher = (one_value(args, "--moe-token-dispatcher-type", src)
+                  if mp.take("--moe-token-dispatcher-type") else None)
+    if mp.switch("--moe-enable-deepep") and dispatcher != "flex":
+        raise MegatronArgsError(f"{src}: --moe-enable-deepep needs --moe-token-dispatcher-type "
+                                "flex (Megatron-Core: \"DeepEP backend is only supported with "
+                                "flex token dispatcher\")")
+    backend = (one_value(args, "--moe-flex-dispatcher-backend", src)
+               if mp.take("--moe-flex-dispatcher-backend") else None)
+    if backend is not None and dispatcher == "flex" and backend not in ("deepep", "hybridep"):
+        raise MegatronArgsError(f"{src}: --moe-flex-dispatcher-backend {backend}: not modelled "
+                                "(deepep and hybridep are: one copy of a token per other node, "
+                                "forwarded over NVLink)")
+    if "--num-experts" in args:
+        if dispatcher is None and ep > 1:
+            raise MegatronArgsError(
+                f"{src}: --moe-token-dispatcher-type is not given: Megatron-Core's default, the "
+                "allgather dispatcher, is not modelled; give --moe-token-dispatcher-type alltoall "
+                "or flex (DeepEP / HybridEP)")
+        if dispatcher is not None:
+            mp.set("--moe-token-dispatcher-type", "plan.moe_token_dispatcher_type", dispatcher)
+
+
+def _world_and_batch(mp: Mapper, launch: Launch, sizes: tuple[int, int, int],
+                     num_gpus: int | None, gpus_per_node: int | None, nodes: int | None
+                     ) -> tuple[int, int, int | None]:
+    """``(d, B, nproc)``: the data-parallel size from the world size (the caller's counts, else
+    the launcher's) over ``sizes`` = (t, p, cp), the global batch, and the GPUs per node.
+
+    Raises
+    ------
+    MegatronArgsError
+        The world size is unknown (an unset launcher variable named) or not divisible by
+        t*p*cp.
+    """
+    args, src = mp.args, mp.source
+    t, p, cp = sizes
+    b = int_argument(args, "--micro-batch-size", src)
+    mp.take("--micro-batch-size")
+    mp.set("--micro-batch-size", "plan.micro_batch_size", b)
+    world = num_gpus
+    nproc = gpus_per_node or launch.nproc_per_node
+    if world is None and nodes is not None:
+        if nproc is None and launch.unset_counts:
+            raise MegatronArgsError(launch.unset_counts[0])
+        if nproc is None:
+            raise MegatronArgsError(f"{src}: --nodes {nodes}: the GPUs per node are unknown (the "
+                                    "launch has no --nproc-per-node); give --gpus-per-node G")
+        world = nodes * nproc
+    if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
+        world = launch.nnodes * launch.nproc_per_node
+    if world is None and launch.unset_counts:
+        raise MegatronArgsError(launch.unset_counts[0])
+    if world is None:
+        raise MegatronArgsError(f"{src}: the world size is unknown: the launch has no torchrun "
+                                "--nnodes/--nproc-per-node or srun -N/--ntasks-per-node; give "
+                                "--nodes N --gpus-per-node G (or --num-gpus N)")
+    if world % (t * p * cp):
+        raise MegatronArgsError(f"{src}: world size {world} is not divisible by t*p*cp = "
+                                f"{t}*{p}*{cp} (Megatron-LM requires it)")
+    d = world // (t * p * cp)
+    mp.set("world size", "plan.data_parallel", d)
+    B = int_argument(args, "--global-batch-size", src) if mp.take("--global-batch-size") else b * d
+    mp.set("--global-batch-size", "plan.global_batch_size", B)
+    return d, B, nproc
+
+
+def _pipeline_schedule(mp: Mapper, L: int, p: int) -> None:
+    """The embedding and loss slots of the split, virtual stages (interleaved 1F1B) or a
+    custom pipeline layout, and the schedule."""
+    args, src = mp.args, mp.source
+    # the embedding and the loss as layer slots of the split (Megatron-Core)
+    slots = L
+    for flag, target in (("--account-for-embedding-in-pipeline-split",
+                          "plan.account_for_embedding_in_pipeline_split"),
+                         ("--account-for-loss-in-pipeline-split",
+                          "plan.account_for_loss_in_pipeline_split")):
+        if mp.switch(flag):
+            mp.set(flag, target, True)
+            slots += 1
+        elif field_exists(target):
+            mp.set(flag, target, False)
+    # schedule
+    v = None
+    if mp.take("--num-layers-per-virtual-pipeline-stage"):
+        per = int_argument(args, "--num-layers-per-virtual-pipeline-stage", src)
+        if slots % (p * per):  # Megatron-LM counts the slots of the embedding and the loss
+            raise MegatronArgsError(f"{src}: --num-layers-per-virtual-pipeline-stage {per}: "
+                                    f"{L} layers{f' + {slots - L} slots' if slots > L else ''} do "
+                                    f"not split into {p} stages of chunks of {per}")
+        v = slots // (p * per)
+    if mp.take("--num-virtual-stages-per-pipeline-rank"):
+        v = int_argument(args, "--num-virtual-stages-per-pipeline-rank", src)
+    flag = ("--num-layers-per-virtual-pipeline-stage"
+            if "--num-layers-per-virtual-pipeline-stage" in args else
+            "--num-virtual-stages-per-pipeline-rank")
+    layout_flag = "--pipeline-model-parallel-layout"
+    if mp.take(layout_flag):  # Megatron-Core: the layout's virtual stages over p give v
+        layout = (one_value(args, layout_flag, src) or "").strip()
+        try:
+            n = len(expand_pipeline_layout(layout))
+        except ValueError as exc:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} {exc} ({LAYOUT_RULE})"
+                                    ) from None
+        if n % p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} has {n} virtual stages, "
+                                    f"not a multiple of --pipeline-model-parallel-size {p}")
+        if v is not None and v != n // p:
+            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} gives {n // p} virtual "
+                                    f"stages per rank ({n} over p={p}); {flag} gives {v}")
+        for other in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                      "--account-for-embedding-in-pipeline-split",
+                      "--account-for-loss-in-pipeline-split"):
+            if other in args:
+                raise MegatronArgsError(f"{src}: {layout_flag} cannot be combined with {other} "
+                                        "(Megatron-Core refuses them together: the layout places "
+                                        "every layer)")
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", layout, check_value=False)
+        v, flag = n // p, layout_flag
+    elif field_exists("plan.pipeline_model_parallel_layout"):
+        mp.set(layout_flag, "plan.pipeline_model_parallel_layout", None, check_value=False)
+    if v is not None and v > 1:
+        mp.set(flag, "plan.schedule", "interleaved")
+        mp.set(flag, "plan.virtual_pipeline_stages", v)
+    else:
+        mp.set("schedule", "plan.schedule", "1f1b")  # Megatron's non-interleaved schedule
+
+
+def _sharding(mp: Mapper, d: int) -> None:
+    """Sequence parallelism, the distributed optimizer or FSDP (zero_stage), hybrid
+    sharding over ``d``, and FP8 parameter gathers."""
+    args, src = mp.args, mp.source
+    if mp.switch("--sequence-parallel"):
+        mp.set("--sequence-parallel", "plan.sequence_parallel", True)
+    elif field_exists("plan.sequence_parallel"):
+        mp.set("--sequence-parallel", "plan.sequence_parallel", False)
+    fsdp, dist = mp.switch("--use-torch-fsdp2"), mp.switch("--use-distributed-optimizer")
+    if fsdp and dist:
+        raise MegatronArgsError(f"{src}: --use-torch-fsdp2 and --use-distributed-optimizer "
+                                "exclude each other")
+    if fsdp or dist:
+        mp.set("--use-torch-fsdp2" if fsdp else "--use-distributed-optimizer", "plan.zero_stage",
+               3 if fsdp else 1)
+    elif field_exists("plan.zero_stage"):
+        mp.set("zero stage", "plan.zero_stage", 0)
+    flag = "--num-distributed-optimizer-instances"
+    if mp.take(flag):  # Megatron-Core: each instance shards over d*cp/n ranks, i.e. d/n of d
+        n = int_argument(args, flag, src)
+        if n < 1 or d % n:
+            raise MegatronArgsError(f"{src}: {flag} {n} does not divide the data-parallel size "
+                                    f"{d} (world / (t*p*cp))")
+        mp.set(flag, "plan.data_parallel_shard_size", d // n)
+    elif field_exists("plan.data_parallel_shard_size"):
+        mp.set(flag, "plan.data_parallel_shard_size", None, check_value=False)
+    if mp.switch("--fp8-param-gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", True)
+    elif field_exists("plan.fp8_param_gather"):
+        mp.set("--fp8-param-gather", "plan.fp8_param_gather", False)
+
+
+def _overlap_and_fusion(mp: Mapper) -> None:
+    """Communication overlaps, the fused cross-entropy, and the gradient-reduction dtype."""
+    args, src = mp.args, mp.source
+    for flag, target in (("--overlap-grad-reduce", "plan.overlap_grad_reduce"),
+                         ("--overlap-param-gather", "plan.overlap_param_gather"),
+                         ("--tp-comm-overlap", "plan.tp_comm_overlap"),
+                         ("--overlap-moe-expert-parallel-comm",
+                          "plan.overlap_moe_expert_parallel_comm"),
+                         ("--delay-wgrad-compute", "plan.delay_wgrad_compute"),
+                         ("--cross-entropy-loss-fusion", "plan.cross_entropy_loss_fusion")):
+        if mp.switch(flag):
+            mp.set(flag, target, True)
+        elif field_exists(target):
+            mp.set(flag, target, False)
+    if mp.take("--cross-entropy-fusion-impl"):
+        impl = one_value(args, "--cross-entropy-fusion-impl", src)
+        if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices
+            raise MegatronArgsError(f"{src}: --cross-entropy-fusion-impl {impl!r}: invalid choice "
+                                    f"(choose from {', '.join(CROSS_ENTROPY_FUSION_IMPLS)})")
+        mp.set("--cross-entropy-fusion-impl", "plan.cross_entropy_fusion_impl", impl)
+    if mp.switch("--overlap-moe-expert-parallel-comm") and mp.switch("--moe-shared-expert-overlap"):
+        raise MegatronArgsError(f"{src}: --overlap-moe-expert-parallel-comm with "
+                                "--moe-shared-expert-overlap: Megatron-Core refuses them together "
+                                "(disable moe_shared_expert_overlap when enabling "
+                                "overlap_moe_expert_parallel_comm)")
+    bf16_grads, fp32_grads = mp.switch("--grad-reduce-in-bf16"), mp.switch("--accumulate-allreduce-grads-in-fp32")
+    if bf16_grads and fp32_grads:
+        raise MegatronArgsError(f"{src}: --grad-reduce-in-bf16 and "
+                                "--accumulate-allreduce-grads-in-fp32 exclude each other")
+    if bf16_grads or fp32_grads:
+        mp.set("--grad-reduce-in-bf16" if bf16_grads else "--accumulate-allreduce-grads-in-fp32",
+               "plan.grad_reduce_dtype", "bf16" if bf16_grads else "fp32")
+    elif field_exists("plan.grad_reduce_dtype"):
+        mp.set("grad reduce dtype", "plan.grad_reduce_dtype", None, check_value=False)
+
+
+def _recompute(mp: Mapper) -> None:
+    """Activation recomputation (granularity, method, layers, modules) and the uneven first
+    and last pipeline stages."""
+    args, src = mp.args, mp.source
+    # recomputation
+    gran = one_value(args, "--recompute-granularity", src) if mp.take("--recompute-granularity") else None
+    if mp.switch("--recompute-activations"):
+        gran = gran or "selective"
+    method = one_value(args, "--recompute-method", src) if mp.take("--recompute-method") else None
+    nrec = int_argument(args, "--recompute-num-layers", src) if mp.take("--recompute-num-layers") else None
+    if mp.switch("--checkpoint-activations"):  # the old name: full, uniform
+        gran, method = gran or "full", method or "uniform"
+        if mp.take("--checkpoint-num-layers"):
+            nrec = int_argument(args, "--checkpoint-num-layers", src)
+    if gran not in (None, "full", "selective"):
+        raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
+    if method not in (None, "block", "uniform"):
+        raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
+    rflag = ("--recompute-granularity" if "--recompute-granularity" in args else
+             "--recompute-activations" if "--recompute-activations" in args else
+             "--checkpoint-activations")
+    mp.set(rflag, "plan.recompute", gran or "none")
+    if gran == "full" and method == "block" and nrec is not None:
+        # a count at or above the largest model chunk recomputes every layer: set to None
+        # once the plan is whole (below), as Megatron caps it per chunk
+        mp.set("--recompute-num-layers", "plan.recompute_num_layers", nrec)
+    elif gran == "full" and method == "uniform" and nrec not in (None, 1):
+        mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
+                                                "layers; vtrain keeps every layer's input)")
+    if mp.take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
+        mods = " ".join(args["--recompute-modules"]).replace(",", " ").split()
+        if gran == "selective" and mods:
+            mp.set("--recompute-modules", "plan.recompute_modules", ",".join(mods),
+                   check_value=False)
+        elif mods and mods != ["core_attn"]:
+            mp.refuse("--recompute-modules", "needs --recompute-granularity selective (Megatron-Core "
+                      "recomputes the modules only with selective granularity)")
+    # full without a method, uniform by 1, or a block of the whole stage: every layer recomputed
+    if field_exists("plan.recompute_num_layers") and "recompute_num_layers" not in mp.values["plan"]:
+        mp.values["plan"]["recompute_num_layers"] = None
+    # uneven pipelines (Megatron-Core's --decoder-first/last-pipeline-num-layers)
+    for flag, target in (("--decoder-first-pipeline-num-layers", "plan.first_stage_layers"),
+                         ("--decoder-last-pipeline-num-layers", "plan.last_stage_layers")):
+        if mp.take(flag):
+            mp.set(flag, target, int_argument(args, flag, src))
+
+
+def _precision(mp: Mapper) -> None:
+    """bf16, fp16 or fp32, and FP8 (format and recipe) on bf16 weights."""
+    args, src = mp.args, mp.source
+    # precision
+    fp8 = one_value(args, "--fp8-format", src) if mp.take("--fp8-format") else None
+    bf16, fp16 = mp.switch("--bf16"), mp.switch("--fp16")
+    if bf16 and fp16:
+        raise MegatronArgsError(f"{src}: --bf16 and --fp16 exclude each other")
+    recipe = one_value(args, "--fp8-recipe", src) if mp.take("--fp8-recipe") else None
+    if fp8 is not None:
+        # E4M3 everywhere or E5M2 gradients (hybrid): the same FP8 tensor-core rate, one model
+        if fp8 not in ("hybrid", "e4m3"):
+            mp.refuse("--fp8-format", f"{fp8!r} is not one of Megatron-LM's formats hybrid, e4m3")
+        elif fp16:
+            mp.refuse("--fp8-format", "with --fp16 is not modelled yet (vtrain models FP8 training "
+                                      "on bf16 weights, --bf16)")
+        elif not bf16:
+            mp.refuse("--fp8-format", "without --bf16 (fp32 weights) is not modelled yet (vtrain "
+                                      "models FP8 training on bf16 weights, --bf16)")
+        else:
+            mp.set("--fp8-format", "plan.precision", "fp8")
+            # Megatron-Core's TransformerConfig.fp8_recipe defaults to delayed; vtrain's empty
+            # fp8_recipe is tensorwise (per-tensor current scaling)
+            recipe = recipe or "delayed"
+            mp.set("--fp8-recipe", "plan.fp8_recipe", None if recipe == "tensorwise" else recipe)
+    else:
+        mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
+               "bf16" if bf16 else "fp16" if fp16 else "fp32")
+
+
+def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
+             gpus_per_node: int | None = None, nodes: int | None = None
+             ) -> tuple[int, int | None]:
+    """Map the plan's arguments into ``mp`` (Megatron-LM's order: an error names the first
+    argument it meets) for a model of ``L`` layers; returns ``(B, nproc)``: the global batch
+    and the GPUs per node (None when neither the caller nor the launcher gives them).
+
+    Raises
+    ------
+    MegatronArgsError
+        A value that is not valid, arguments that exclude each other, or an unknown world
+        size; refusals are collected in ``mp.refused``.
+    """
+    t, p = _tensor_and_pipeline(mp)
+    cp = _context_parallel(mp)
+    _expert_parallel(mp)
+    d, B, nproc = _world_and_batch(mp, launch, (t, p, cp), num_gpus, gpus_per_node, nodes)
+    _pipeline_schedule(mp, L, p)
+    _sharding(mp, d)
+    _overlap_and_fusion(mp)
+    _recompute(mp)
+    _precision(mp)
+    return B, nproc

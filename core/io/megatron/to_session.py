@@ -1,0 +1,256 @@
+"""A Megatron-LM launch's arguments into a session (``vtrain import megatron-args``).
+
+What belongs here: :func:`session_from_launch` (the walk over the arguments: the unknown ones
+refused, the model's and the plan's mapped by :mod:`.model_arguments` and
+:mod:`.plan_arguments`, the token budget, other model scripts refused, the rest listed),
+:class:`MegatronImport` (its result), and :func:`import_file` (a file read with
+:func:`~core.io.megatron.launch.read_launch`, its cluster comment applied).
+
+The arguments map to a :class:`core.plan.session.Session` through
+:data:`~core.io.megatron.arguments.ARGUMENTS`, one table of argument -> session field. An
+argument whose target field (or value) this version's dataclasses do not have is **refused by
+name** ("not modelled yet", exit status 2), never dropped: a Llama launch simulated as a GPT
+model would be the worst defect a planner can have. Megatron-LM's other arguments are sorted
+into those that may change the iteration time
+(:data:`~core.io.megatron.arguments.TIMING_ARGUMENTS`, listed as *ignored*) and those that
+cannot (:data:`~core.io.megatron.arguments.NEUTRAL_ARGUMENTS`, listed apart). An argument
+Megatron-LM does not define is refused by name with a close match (Megatron-LM's argparse
+stops on it), or listed with ``allow_unknown``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.io.cluster_comment import apply_cluster_comment
+from core.io.import_result import ImportResult
+from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
+                                        REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
+                                        unknown_arguments)
+from core.io.megatron.launch import Launch, parse_arguments, read_launch
+from core.io.megatron.mapping import Mapper, int_argument
+from core.io.megatron.model_arguments import MOE_ONLY, map_model
+from core.io.megatron.plan_arguments import map_plan
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
+from core.plan.layout import capped_recompute_layers
+from core.plan.model_config import model_from_fields
+
+__all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment"]
+
+
+@dataclass
+class MegatronImport(ImportResult):
+    """A session read from a launch, and what of the launch it does not use.
+
+    Attributes
+    ----------
+    session : Session
+    used : dict of str to str
+        Arguments of :data:`~core.io.megatron.arguments.ARGUMENTS` the launch gives -> the
+        session fields they map to.
+    ignored : dict of str to str
+        Arguments that may change the iteration time but are not modelled -> why.
+    notes : list of (str, str)
+        How the import read arguments whose meaning needs saying: ``("attention", why)``
+        names the kernel, the argument (or Megatron-LM's default) that chose it, and which
+        argument wins when two disagree; ``("cluster", note)`` the launch's cluster comment.
+    neutral : list of str
+        Arguments that do not change it (logging, paths, learning rate, numerics ...).
+    launch : Launch
+    unknown : list of str
+        Arguments Megatron-LM does not define, read with ``allow_unknown`` (also in ``ignored``).
+    """
+
+    neutral: list[str] = field(default_factory=list)
+    launch: Launch | None = None
+    unknown: list[str] = field(default_factory=list)
+
+
+def _refuse_unknown(args: dict[str, list[str]], allow_unknown: bool, src: str
+                    ) -> list[tuple[str, str]]:
+    """The arguments Megatron-LM does not define, with hints (listed with ``allow_unknown``).
+
+    Raises
+    ------
+    MegatronArgsError
+        Any of them without ``allow_unknown``, or one Megatron-LM no longer accepts.
+    """
+    unknown = unknown_arguments(args)
+    refused = [(f, hint) for f, hint in unknown if not allow_unknown or f in REMOVED_ARGUMENTS]
+    if refused:  # Megatron-LM's argparse stops on an argument it does not define
+        raise MegatronArgsError(f"{src}: " + "; ".join(
+            f"{f} is not a Megatron-LM argument" + (f" ({hint})" if hint else "")
+            if f not in REMOVED_ARGUMENTS else f"{f}: {hint}" for f, hint in refused) + (
+            "" if all(f in REMOVED_ARGUMENTS for f, _ in refused) else
+            " (Megatron-LM's argparse stops on an argument it does not define; give "
+            "--allow-unknown to list such arguments as ignored)"))
+    return unknown
+
+
+def _token_budget(mp: Mapper, s: int, B: int) -> None:
+    """``cost.training_tokens``: ``--train-samples`` times s, or ``--train-iters`` times B*s."""
+    args, src = mp.args, mp.source
+    samples = int_argument(args, "--train-samples", src) if mp.take("--train-samples") else None
+    iters = int_argument(args, "--train-iters", src) if mp.take("--train-iters") else None
+    if samples is not None:
+        mp.set("--train-samples", "cost.training_tokens", float(samples * s))
+    elif iters is not None:
+        mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
+
+
+#: Megatron-LM's arguments of hybrid (Mamba) models: refused, never ignored.
+_HYBRID_FLAGS = ("--is-hybrid-model", "--hybrid-override-pattern", "--hybrid-attention-ratio",
+                 "--hybrid-mlp-ratio", "--mamba-state-dim", "--mamba-head-dim",
+                 "--mamba-num-groups")
+
+
+def _refuse_other_models(mp: Mapper, launch: Launch) -> None:
+    """Refuse Megatron-LM's other model scripts, hybrid (Mamba) models and the table's other
+    arguments that change the work in a way vtrain does not model."""
+    args = mp.args
+    # hybrid models (pretrain_mamba.py: Mamba / state-space layers beside attention and MLP)
+    hybrid = [f for f in _HYBRID_FLAGS if f in args]
+    spec = " ".join(args.get("--spec") or [])
+    if "mamba" in spec.lower():
+        hybrid.append(f"--spec {spec}")
+    script = Path(launch.script).name if launch.script else ""
+    other_model = re.match(r"pretrain_(mamba|bert|t5|vlm|retro|ict|vision\w*|multimodal\w*|mm\w*)"
+                           r"\.py$", script)
+    if other_model:  # Megatron-LM's other model scripts build other layers than GPT's
+        mp.refuse(script, f"the {other_model.group(1)} model script builds "
+                  + ("Mamba layers (a hybrid or all-Mamba model)" if other_model.group(1) == "mamba"
+                     else "another model than a GPT decoder") + "; only pretrain_gpt.py's decoder "
+                  "is modelled")
+    elif hybrid:
+        mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
+                  "MLP) is not modelled: timing its layers as transformer layers would be "
+                  "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
+    for flag in args:  # the table's other arguments that change the work in an unmodelled way
+        if flag in REFUSED_ARGUMENTS and flag not in _HYBRID_FLAGS:
+            mp.refuse(flag, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
+
+
+def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
+    """``(ignored, neutral)``: the arguments no mapping read, those that may change the
+    iteration time with why, those that cannot apart."""
+    args = mp.args
+    for flag in ("--vocab-file", "--num-query-groups", *MOE_ONLY):
+        mp.used.add(flag)
+    ignored, neutral = dict(mp.ignored), []
+    hints = dict(unknown)
+    for flag in args:
+        if flag in mp.used or flag in ARGUMENTS:
+            continue
+        if flag in NEUTRAL_ARGUMENTS:
+            neutral.append(flag)
+        elif flag in hints:  # allow_unknown
+            ignored[flag] = "not a Megatron-LM argument vtrain knows" + (
+                f" ({hints[flag]})" if hints[flag] else "") + "; may change the iteration time"
+        else:
+            ignored[flag] = "not modelled; may change the iteration time"
+    if "--num-experts" not in args:
+        ignored.update((flag, "without --num-experts it has no effect") for flag in MOE_ONLY
+                       if flag in args)
+    if "--fp8-recipe" in args and "--fp8-format" not in args:
+        ignored["--fp8-recipe"] = "without --fp8-format it has no effect"
+    return ignored, neutral
+
+
+def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
+                        gpus_per_node: int | None = None, gpu: str | None = None,
+                        name: str | None = None, allow_unknown: bool = False,
+                        nodes: int | None = None) -> MegatronImport:
+    """Map a launch's arguments to a session (see :data:`~core.io.megatron.arguments.ARGUMENTS`).
+
+    Parameters
+    ----------
+    launch : Launch
+    num_gpus, gpus_per_node : int, optional
+        World size and GPUs per node when the launch does not give them (they
+        override the launcher's counts when given).
+    nodes : int, optional
+        Nodes (overrides the launcher's): the world size is nodes times the GPUs per node
+        (``gpus_per_node``, else the launcher's processes per node).
+    gpu : str, optional
+        GPU kind of the cluster (default: :class:`ClusterConfig`'s).
+    name : str, optional
+        Model name (default: the file's stem).
+    allow_unknown : bool
+        List arguments Megatron-LM does not define as ignored instead of refusing them.
+
+    Raises
+    ------
+    MegatronArgsError
+        An argument Megatron-LM does not define (each named, with a close match;
+        unless ``allow_unknown``) or no longer accepts, a required argument is
+        missing, a value is not valid, the world size is unknown or does not
+        divide by t*p*cp, or arguments target fields this version does not model
+        (every such argument is named).
+    """
+    src = launch.source
+    if launch.unset_counts and num_gpus is None and nodes is None:
+        raise MegatronArgsError(launch.unset_counts[0])  # the launcher's count names its variable
+    args = parse_arguments(launch.arguments, src)
+    unknown = _refuse_unknown(args, allow_unknown, src)
+    mp = Mapper(src, args)
+    L, h, s = map_model(mp)
+    B, nproc = map_plan(mp, launch, L, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                        nodes=nodes)
+    _token_budget(mp, s, B)
+    _refuse_other_models(mp, launch)
+    if mp.refused:
+        raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
+    ignored, neutral = _unused(mp, unknown)
+    cluster = dict(mp.values["cluster"])
+    if gpu:
+        cluster["gpu"] = gpu
+    if nproc:
+        cluster["gpus_per_node"] = nproc
+    # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
+    # largest recomputes every layer
+    plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
+    model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
+                               **mp.values["model"]})
+    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
+    used = {f: ", ".join(ARGUMENTS[f].targets) for f in args if f in ARGUMENTS}
+    return MegatronImport(session, used, ignored, mp.notes, neutral=neutral, launch=launch,
+                          unknown=[f for f, _ in unknown])
+
+
+def with_cluster_comment(res: MegatronImport, text: str, kw: dict[str, Any]) -> MegatronImport:
+    """``res`` with the cluster of the launch's ``# vtrain: cluster`` comment (written by the
+    export; :mod:`core.io.cluster_comment`), noted in ``res.notes``. ``kw``: the import's keywords
+    (an explicit ``gpu`` / ``gpus_per_node`` wins over the comment)."""
+    src = res.launch.source if res.launch else "launch"
+    try:
+        session, note = apply_cluster_comment(
+            res.session, text, src, launcher_nproc=res.launch.nproc_per_node if res.launch
+            else None, gpu=kw.get("gpu"), gpus_per_node=kw.get("gpus_per_node"))
+    except ValueError as exc:
+        raise MegatronArgsError(str(exc)) from None
+    res.session = session
+    if note:
+        res.notes.append(("cluster", note))
+    return res
+
+
+def import_file(path: str | Path, **kw: Any) -> MegatronImport:
+    """:func:`read_launch` + :func:`session_from_launch` of a file (``variables`` goes to the
+    former, the other keywords to the latter).
+
+    Raises MegatronArgsError (also for an unreadable file, one that is not a regular file,
+    or one of more than :data:`core.io.shell_reader.MAX_LAUNCH_BYTES`).
+    """
+    from core.util.inputs import read_text
+
+    path = Path(path)
+    text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
+    variables = kw.pop("variables", None)
+    res = session_from_launch(read_launch(text, str(path), variables), **kw)
+    return with_cluster_comment(res, text, kw)
+

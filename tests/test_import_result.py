@@ -1,0 +1,63 @@
+"""The importers' shared result and refusal rule (core/io/import_result.py): Hugging Face,
+Megatron-LM and torchtitan imports return an ImportResult and refuse a switched-on key the same
+way."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.io.hf_import import HFImport, session_from_hf_config
+from core.io.import_result import ImportResult, refusal, switched_off, switched_off_or_refuse
+from core.io.megatron.arguments import ARGUMENTS
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import MegatronImport, session_from_launch
+from core.io.torchtitan_import import read_torchtitan_config
+from core.plan.fields import ConfigError
+from tests.conftest import ROOT
+
+LAUNCH = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+          "--micro-batch-size 1 --vocab-size 5 --bf16")
+
+
+def test_switched_off_needs_the_same_type():
+    assert switched_off(False, (None, False)) and switched_off(None, (None, False))
+    assert not switched_off(0, (False,))  # 0 == False, but not an off switch of a flag
+    assert not switched_off(1.0, (1,)) and switched_off([], ([],))
+
+
+def test_switched_off_or_refuse_lists_an_off_key_and_refuses_an_on_one():
+    assert switched_off_or_refuse("c.json", "k", False, "a thing", (False,)) == \
+        "False: off (when on: a thing)"
+    with pytest.raises(ConfigError) as info:
+        switched_off_or_refuse("c.json", "k", True, "a thing", (False,))
+    [err] = info.value.errors
+    assert err.field == "c.json: k" and err == refusal("c.json", "k", err.message).errors[0]
+
+
+def test_every_importer_returns_the_shared_result():
+    tt = read_torchtitan_config(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml",
+                                num_gpus=8)
+    assert type(tt) is ImportResult and tt.used and tt.ignored
+    hf = session_from_hf_config({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+                                 "hidden_size": 64, "num_attention_heads": 4,
+                                 "intermediate_size": 128, "vocab_size": 128,
+                                 "max_position_embeddings": 32})
+    assert isinstance(hf, HFImport) and isinstance(hf, ImportResult)
+    assert hf.architecture == "LlamaForCausalLM"
+    mg = session_from_launch(read_launch(LAUNCH + " --lr 1e-4 --moe-grouped-gemm", "x"),
+                             num_gpus=1)
+    assert isinstance(mg, MegatronImport) and isinstance(mg, ImportResult)
+    assert mg.ignored == {"--moe-grouped-gemm": "not modelled; may change the iteration time"}
+    assert mg.neutral == ["--lr"]
+    # used: each table argument the launch gives -> the fields it sets
+    assert mg.used["--bf16"] == "plan.precision"
+    assert set(mg.used) == {f for f in read_launch(LAUNCH, "x").arguments if f in ARGUMENTS}
+
+
+def test_unknown_arguments_stay_listed_with_a_cp_comm_type():
+    """--cp-comm-type's own check once reused the name of the unknown-argument list, so an
+    import with --allow-unknown and --cp-comm-type listed no unknown argument."""
+    launch = read_launch(LAUNCH + " --cp-comm-type p2p --zero-stage 1", "x")
+    res = session_from_launch(launch, num_gpus=1, allow_unknown=True)
+    assert res.unknown == ["--zero-stage"]
+    assert res.ignored["--zero-stage"].startswith("not a Megatron-LM argument vtrain knows")
