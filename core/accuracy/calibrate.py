@@ -51,7 +51,8 @@ from core.model.ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate
 from core.sim.solver import critical_path
-from core.accuracy.validate import Measurement, error_metrics
+from core.accuracy.measured import MeasuredRun
+from core.accuracy.metrics import error_metrics
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.store.interval import ResidualTable
@@ -687,7 +688,7 @@ def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
     -------
     predicted_s : float array, shape (n,)
     metrics : dict
-        :func:`core.accuracy.validate.error_metrics` of the out-of-fold predictions.
+        :func:`core.accuracy.metrics.error_metrics` of the out-of-fold predictions.
     """
     # one file: its runs all weigh 1, as in an unweighted fit
     return cross_validate_files([(sessions, measured_s)], 0, base, folds=folds, seed=seed,
@@ -803,11 +804,11 @@ def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarr
 __all__ += ["scale_transfer", "calibration_residuals"]
 
 
-def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session], np.ndarray]:
-    """Sessions and measured seconds of the rows that are not skipped and have a measured time
-    (a row that measured only memory has none)."""
-    used = [m for m in measurements if not m.skip_reason and m.has_time]
-    return [m.session for m in used], np.array([m.measured_s for m in used])
+def measured_sessions(runs: Sequence[MeasuredRun]) -> tuple[list[Session], np.ndarray]:
+    """Sessions and measured seconds of the runs that are not skipped and have a measured time
+    (a run that measured only memory has none)."""
+    used = [m for m in runs if not m.skip_reason and m.has_time]
+    return [m.session for m in used], np.array([m.measured_iteration_time_s for m in used])
 
 
 def balanced_weights(sizes: Sequence[int], shares: Sequence[float] | None = None) -> np.ndarray:
@@ -844,7 +845,7 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
     -------
     predicted_s : float array, shape (len(files[target][0]),)
     metrics : dict
-        :func:`core.accuracy.validate.error_metrics` of the out-of-fold predictions.
+        :func:`core.accuracy.metrics.error_metrics` of the out-of-fold predictions.
     """
     sessions, measured = files[target][0], np.asarray(files[target][1], float)
     if len(sessions) < folds:

@@ -21,8 +21,9 @@ def add_parser(sub: Any) -> None:
                     "says otherwise), report per file the "
                     "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="CSV", nargs="+",
-                   help="measurement CSVs (the layouts of vtrain validate, docs/accuracy.md)")
+    c.add_argument("csv", metavar="FILE", nargs="+",
+                   help="measurement files, CSV or JSON lines (the layouts of vtrain validate, "
+                        "docs/accuracy.md)")
     c.add_argument("--profile", metavar="STORE.h5",
                    help="store to start from (one GPU kind; with --out)")
     c.add_argument("--out", metavar="STORE.h5",
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.profile_store import ProfileStore
-    from core.accuracy.validate import read_measurements
+    from core.accuracy.measured import read_measurements
 
     console = Console(stderr=True)
     if args.out_dir:
@@ -137,7 +138,8 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     from core.util.inputs import strict_dumps
     from core.store.interval import residual_table_from_cv
     from core.util.text import file_name_part
-    from core.accuracy.validate import error_metrics, read_measurements
+    from core.accuracy.measured import read_measurements
+    from core.accuracy.metrics import error_metrics
 
     if args.file_weights:
         raise field_error("--file-weights", "the shared fit weighs every run alike")
