@@ -48,7 +48,7 @@ from core.sim.report import MEMORY_SCALES
 from core.util.inputs import read_bytes
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_counts",
-           "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "MEASURED_TIME_RANGE_S",
+           "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
            "MAX_ROWS"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
@@ -79,6 +79,31 @@ _AUTHORS_COLUMNS = {
     "plan.tensor_parallel": "tensor parallelism", "plan.data_parallel": "data parallelism",
     "plan.pipeline_parallel": "pipeline parallelism", "plan.micro_batch_size": "micro batch",
     "plan.global_batch_size": "global batch",
+}
+#: Session field -> short cause name of a skipped run (counts per cause), for the refusals
+#: of core.plan.config's validation ("... is not modelled yet").
+FIELD_CAUSES = {
+    "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
+    "model.moe_ffn_hidden_size": "mixture of experts",
+    "model.num_shared_experts": "mixture of experts (shared experts)",
+    "model.moe_layer_frequency": "mixture of experts (layer frequency)",
+    "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
+    "model.multi_latent_attention": "multi-head latent attention",
+    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
+    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
+    "model.kv_channels": "kv_channels (head size other than h/a)",
+    "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
+    "model.normalization": "model family (normalization)",
+    "plan.context_parallel": "context parallelism", "plan.expert_parallel": "expert parallelism",
+    "plan.expert_tensor_parallel": "expert parallelism",
+    "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
+    "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
+    "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "plan.pipeline_model_parallel_layout": "custom pipeline layout",
+    "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
+    "plan.fp8_param_gather": "FP8 parameter all-gather",
+    "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
+    "cluster.gpu": "GPU kind without a shipped profile",
 }
 #: Rows between two calls of a progress callback.
 PROGRESS_EVERY = 50
@@ -215,11 +240,10 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRu
     if run.skip_reason:
         return run
     errs = validate(run.session)
-    if names:
-        errs = [rename_field(e, names) for e in errs]
     t, mem = run.measured_iteration_time_s, run.measured_memory_gib
     if errs:
-        run.skip_reason = "invalid plan: " + "; ".join(e.message for e in errs)
+        shown = [rename_field(e, names) for e in errs] if names else errs  # the file's names
+        run.skip_reason = "invalid plan: " + "; ".join(e.message for e in shown)
         run.skip_causes = list(dict.fromkeys(_cause(e) for e in errs))
     elif not math.isnan(mem) and not mem > 0:
         run.skip_reason = f"measured peak memory {mem!r} GiB is not a positive number"
@@ -240,7 +264,7 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRu
 def _cause(err: Any) -> str:
     """Short cause name of a validation error (counts per cause)."""
     if "not modelled" in err.message or err.field == "cluster.gpu":
-        return f"{err.field} not modelled"
+        return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")
     if "is not divisible by pipeline_parallel_size" in err.message:
         return "uneven pipeline split"
     return f"invalid plan ({err.field})"
@@ -256,10 +280,11 @@ def skip_counts(runs: list[MeasuredRun]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _group(session: Session, source: str) -> dict[str, str]:
-    """Error-table labels of a session-column or JSON-lines run (see :class:`MeasuredRun`)."""
+def _group(session: Session, source: str, named: bool = True) -> dict[str, str]:
+    """Error-table labels of a session-column or JSON-lines run (see :class:`MeasuredRun`): the
+    model's name, or (not ``named``, or no name) its size in billions of parameters."""
     m, pl = session.model, session.plan
-    name = m.name
+    name = m.name if named else ""
     if not name:
         try:
             name = f"{num_parameters(m) / 1e9:.1f}B"
@@ -415,7 +440,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     if recipe is not None:
         assumptions.append(f"bridge-perf-recipe: {recipe.function} ({recipe.source})")
     out = MeasuredRun(session, time_s, memory, scale, source, assumptions, row,
-                      group=_group(session, source))
+                      group=_group(session, source, "name" in body["model"]))
     if recipe is not None and recipe.refuse is not None:
         out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
     return _finish(out, names)
