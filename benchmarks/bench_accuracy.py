@@ -48,8 +48,9 @@ from core.store.profile_store import ProfileStore  # noqa: E402
 from core.store.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
 from core.store.profiles_gen import generate_store  # noqa: E402
 from core.sim.simulate import simulate  # noqa: E402
-from core.accuracy.validate import (ValidationResult, error_metrics, interval_metrics,  # noqa: E402
-                           read_measurements)
+from core.accuracy.measured import read_measurements  # noqa: E402
+from core.accuracy.metrics import error_metrics, interval_metrics  # noqa: E402
+from core.accuracy.validate import ValidationResult  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
 FILES = ("measured_single_node.csv", "measured_multi_node.csv")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core.accuracy.calibrate import apply_fit, fit, linearize, model_store, predict_linearized
-from core.accuracy.measured import MeasurementFileError, read_measurements
+from core.accuracy.measured import MeasurementFileError, read_measurements, session_columns
 from core.accuracy.metrics import error_metrics
 from core.accuracy.validate import predict_rows
 from core.cli import main
@@ -299,17 +299,11 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     sessions = small_sessions()
     paths = []
     for name, part in (("a.csv", sessions[:6]), ("b.csv", sessions[6:])):
-        lines = [SESSION_HEADER.replace("gpus_per_node,", "gpus_per_node,inter_node_bandwidth_gbits_per_s,"
-                                        ).replace("num_layers,", "name,vocab_size,num_layers,")]
-        for s in part:
-            m, pl = s.model, s.plan
-            t = simulate(s, truth_store).report.iteration_time_s
-            lines.append(f"A100-SXM4-80GB,{s.cluster.gpus_per_node},"
-                         f"{s.cluster.inter_node_bandwidth_gbits_per_s},{m.name},{m.vocab_size},"
-                         f"{m.num_layers},{m.hidden_size},"
-                         f"{m.num_attention_heads},{m.seq_length},{pl.global_batch_size},"
-                         f"{pl.micro_batch_size},{pl.tensor_parallel},{pl.pipeline_parallel},"
-                         f"{pl.data_parallel},1f1b,,n,full,{t!r},x")
+        records = [{**session_columns(s),
+                    "measured_iteration_time_s": repr(simulate(s, truth_store).report.iteration_time_s)}
+                   for s in part]
+        cols = list(dict.fromkeys(k for r in records for k in r))
+        lines = [",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in records]
         (tmp_path / name).write_text("\n".join(lines) + "\n")
         paths.append(str(tmp_path / name))
     out = tmp_path / "calibrated.h5"

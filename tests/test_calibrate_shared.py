@@ -125,24 +125,22 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
 
 
 def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys):
-    """Synthetic runs written as published-runs rows (core.accuracy.validate.published_columns), then
+    """Synthetic runs written as session-column rows (core.accuracy.measured.session_columns), then
     ``vtrain calibrate CSV --out-dir``: one calibrated store per kind, the truth recovered."""
     import csv
     import json
 
     from core.cli import main
     from core.store.profile_store import ProfileStore
-    from core.accuracy.validate import published_columns
+    from core.accuracy.measured import session_columns
     sessions, measured, _ = _runs()
     rows = []
     for s, y in zip(sessions, measured):
-        cols = published_columns(s)
-        cols.update(framework="synthetic", recompute="none", precision="bf16",
-                    measured_iteration_time_s=repr(float(y)))
-        rows.append(cols)
+        rows.append({**session_columns(s), "source": "synthetic",
+                     "measured_iteration_time_s": repr(float(y))})
     path = tmp_path / "synthetic.csv"
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "stores"
