@@ -1,5 +1,5 @@
-"""The shared fit of several GPU kinds (core.accuracy.calibrate: analytic_bases, shared_fit_kwargs,
-cross_validate_files, shared_stores; ``vtrain calibrate --out-dir``) on synthetic runs whose
+"""The shared fit of several GPU kinds (core.accuracy.shared_fit: analytic_bases, shared_fit_kwargs,
+shared_stores; core.accuracy.calibrate.cross_validate_files; ``vtrain calibrate --out-dir``) on synthetic runs whose
 true parameters are known: the fit must recover them and predict held-out runs exactly."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core.accuracy.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
-                            linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
-                            supported_params, use_shared_fit)
+from core.accuracy.calibrate import (apply_fit, cross_validate, fit, linearize, predict_linearized,
+                                     shared_fit_params)
+from core.accuracy.shared_fit import (analytic_bases, shared_fit_kwargs, shared_stores,
+                                      supported_params, use_shared_fit)
 from core.plan.config import PRECISIONS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan, Session
 from core.sim.simulate import simulate
 
@@ -173,7 +174,7 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
 
 def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
     """BF16 and FP8 runs together pin both GEMM efficiencies; FP8 runs alone leave the BF16 one
-    at the spec's value (core.accuracy.calibrate.supported_params)."""
+    at the spec's value (core.accuracy.shared_fit.supported_params)."""
     truth = {**TRUTH, "fp8_gemm_efficiency": 0.8}
     plans = [("H100-SXM5-80GB", 1, 8, 4, 2048), ("B200-180GB", 2, 16, 1, 1024),
              ("H100-SXM5-80GB", 4, 2, 2, 2048), ("B200-180GB", 1, 32, 2, 512),
@@ -302,8 +303,8 @@ def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
 def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware_does():
     """Runs simulated with an HBM efficiency of 0.25 and a GEMM efficiency of 0.5 (below what any
     modern GPU does): the runs alone recover them without the shared bounds, and the shared fit
-    stops at its bounds (core.accuracy.calibrate.SHARED_BOUNDS: 0.4 and 0.65)."""
-    from core.accuracy.calibrate import SHARED_BOUNDS
+    stops at its bounds (core.accuracy.shared_fit.SHARED_BOUNDS: 0.4 and 0.65)."""
+    from core.accuracy.shared_fit import SHARED_BOUNDS
     low = {"gemm_efficiency_max": 0.5, "memory_efficiency": 0.25, "inter_node_efficiency": 0.45}
     sessions, _, base = _runs()
     measured = []

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from core.accuracy.calibrate import (balanced_weights, calibrated_store, calibration_residuals,
-                             cross_validate_files, finite_metrics, fit, measured_sessions)
+                                         cross_validate_files, fit, measured_sessions)
+    from core.accuracy.shared_fit import finite_metrics
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.profile_store import ProfileStore
@@ -131,8 +132,9 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
     import numpy as np
 
-    from core.accuracy.calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
-                             measured_sessions, shared_fit_kwargs, shared_stores)
+    from core.accuracy.calibrate import cross_validate_files, fit, measured_sessions
+    from core.accuracy.shared_fit import (analytic_bases, finite_metrics, shared_fit_kwargs,
+                                          shared_stores)
     from core.plan.config import GPU_KINDS, gpu_kind
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps

@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
-        from core.accuracy.calibrate import (analytic_bases, cross_validate, measured_sessions,
-                                 shared_fit_kwargs, use_shared_fit)
+        from core.accuracy.calibrate import cross_validate, measured_sessions
+        from core.accuracy.shared_fit import analytic_bases, shared_fit_kwargs, use_shared_fit
         from core.sim.simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         err = Console(stderr=True)
