@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import math
 import re
 from collections import defaultdict
@@ -45,7 +44,7 @@ from core.plan.config import (GPT_FAMILY, ClusterConfig, ConfigError, CostConfig
                               ParallelPlan, Session, field_kind, model_from_fields, rename_field,
                               validate)
 from core.sim.report import MEMORY_SCALES
-from core.util.inputs import read_bytes
+from core.util.inputs import parse_json, read_bytes
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
@@ -528,17 +527,10 @@ def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | No
     return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def _jsonl_run(path: Path, line: int, text: str) -> MeasuredRun:
     """One record of a JSON-lines file."""
     where = f"{path}: line {line}"
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise MeasurementFileError(f"{where}: not a JSON object ({exc})") from None
+    doc = parse_json(text, where, MeasurementFileError)  # NaN, huge numbers, deep nesting named
     if not isinstance(doc, dict):
         raise MeasurementFileError(f"{where}: not a JSON object")
     unknown = [k for k in doc if k not in _JSONL_KEYS]
