@@ -41,15 +41,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.accuracy.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
-                            calibration_residuals, cross_validate, cross_validate_files, fit,
-                            measured_sessions)
+                                     calibration_residuals, cross_validate, cross_validate_files,
+                                     fit, measured_sessions)
 from core.store.interval import cross_conformal, residual_table_from_cv  # noqa: E402
 from core.store.profile_store import ProfileStore  # noqa: E402
 from core.store.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
 from core.store.profiles_gen import generate_store  # noqa: E402
 from core.sim.simulate import simulate  # noqa: E402
-from core.accuracy.validate import (ValidationResult, error_metrics, interval_metrics,  # noqa: E402
-                           read_measurements)
+from core.accuracy.measured import read_measurements  # noqa: E402
+from core.accuracy.metrics import error_metrics, interval_metrics  # noqa: E402
+from core.accuracy.validate import ValidationResult  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain-a100"
 FILES = ("measured_single_node.csv", "measured_multi_node.csv")

@@ -1,12 +1,12 @@
 """Out-of-sample accuracy on the published runs of modern GPUs, row by row, as a Markdown table.
 
-Runs ``vtrain validate ../shared/data/public-modern/published_runs.csv --cross-validate K
+Runs ``vtrain validate ../shared/data/public-modern/published_runs.sessions.jsonl --cross-validate K
 --json`` (the shared fit of the GPU kinds, docs/accuracy.md) and prints, per predicted row, the
 GPU, model, precision, measured and held-out predicted times, the error and the MFU at both
 times (Megatron's model FLOPs over the data-sheet peak of the row's precision: the sanity
 check, 30-60 % for large runs), then the figures by group and the skipped rows' causes.
 
-Run: ``python benchmarks/bench_published.py [--folds 5] [--csv FILE]`` (a minute or two).
+Run: ``python benchmarks/bench_published.py [--folds 5] [--runs FILE]`` (a minute or two).
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CSV = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.csv"
+RUNS = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
 
 
 def main() -> int:
     """Print the tables (see module doc)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--csv", default=str(CSV))
+    ap.add_argument("--runs", default=str(RUNS), help="measurement file (default: the published "
+                    "runs' sessions, JSON lines)")
     args = ap.parse_args()
     from core.cli import main as vtrain
     buf = io.StringIO()
-    argv = ["validate", args.csv, "--json"] + (["--cross-validate", str(args.folds)] if args.folds else [])
+    argv = ["validate", args.runs, "--json"] + (["--cross-validate", str(args.folds)] if args.folds else [])
     with redirect_stdout(buf):
         rc = vtrain(argv)
     if rc:

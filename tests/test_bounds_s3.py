@@ -227,7 +227,7 @@ def test_json_integers_beyond_a_float_are_refused_with_their_key():
 
 def test_readers_of_traces_and_csv_refuse_huge_integers(tmp_path):
     from core.studies.scheduler import read_jobs
-    from core.accuracy.validate import MeasurementFileError, read_measurements
+    from core.accuracy.measured import MeasurementFileError, read_measurements
     trace = tmp_path / "jobs.json"
     trace.write_text('[{"name": "a", "arrival_h": 0, "model": "GPT-3 1.3B", '
                      '"global_batch_size": ' + "9" * 401 + ', "tokens": 1e9, '

@@ -1,5 +1,5 @@
-"""The shared fit of several GPU kinds (core.accuracy.calibrate: analytic_bases, shared_fit_kwargs,
-cross_validate_files, shared_stores; ``vtrain calibrate --out-dir``) on synthetic runs whose
+"""The shared fit of several GPU kinds (core.accuracy.shared_fit: analytic_bases, shared_fit_kwargs,
+shared_stores; core.accuracy.calibrate.cross_validate_files; ``vtrain calibrate --out-dir``) on synthetic runs whose
 true parameters are known: the fit must recover them and predict held-out runs exactly."""
 
 from __future__ import annotations
@@ -9,12 +9,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core.accuracy.calibrate import (analytic_bases, apply_fit, cross_validate, fit, predict_linearized,
-                            linearize, shared_fit_kwargs, shared_fit_params, shared_stores,
-                            supported_params, use_shared_fit)
+from core.accuracy.calibrate import (apply_fit,
+    cross_validate,
+    fit,
+    linearize,
+    predict_linearized,
+    shared_fit_params)
+from core.accuracy.shared_fit import (analytic_bases, shared_fit_kwargs, shared_stores,
+                                      supported_params, use_shared_fit)
+from core.plan.parallel import PRECISIONS, ParallelPlan
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
-from core.plan.parallel import PRECISIONS, ParallelPlan
 from core.plan.session import Session
 from core.sim.simulate import simulate
 
@@ -128,24 +133,22 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
 
 
 def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys):
-    """Synthetic runs written as published-runs rows (core.accuracy.validate.published_columns), then
+    """Synthetic runs written as session-column rows (core.accuracy.measured.session_columns), then
     ``vtrain calibrate CSV --out-dir``: one calibrated store per kind, the truth recovered."""
     import csv
     import json
 
     from core.cli import main
     from core.store.profile_store import ProfileStore
-    from core.accuracy.validate import published_columns
+    from core.accuracy.measured import session_columns
     sessions, measured, _ = _runs()
     rows = []
     for s, y in zip(sessions, measured):
-        cols = published_columns(s)
-        cols.update(framework="synthetic", recompute="none", precision="bf16",
-                    measured_iteration_time_s=repr(float(y)))
-        rows.append(cols)
+        rows.append({**session_columns(s), "source": "synthetic",
+                     "measured_iteration_time_s": repr(float(y))})
     path = tmp_path / "synthetic.csv"
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "stores"
@@ -178,7 +181,7 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
 
 def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
     """BF16 and FP8 runs together pin both GEMM efficiencies; FP8 runs alone leave the BF16 one
-    at the spec's value (core.accuracy.calibrate.supported_params)."""
+    at the spec's value (core.accuracy.shared_fit.supported_params)."""
     truth = {**TRUTH, "fp8_gemm_efficiency": 0.8}
     plans = [("H100-SXM5-80GB", 1, 8, 4, 2048), ("B200-180GB", 2, 16, 1, 1024),
              ("H100-SXM5-80GB", 4, 2, 2, 2048), ("B200-180GB", 1, 32, 2, 512),
@@ -307,8 +310,8 @@ def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
 def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware_does():
     """Runs simulated with an HBM efficiency of 0.25 and a GEMM efficiency of 0.5 (below what any
     modern GPU does): the runs alone recover them without the shared bounds, and the shared fit
-    stops at its bounds (core.accuracy.calibrate.SHARED_BOUNDS: 0.4 and 0.65)."""
-    from core.accuracy.calibrate import SHARED_BOUNDS
+    stops at its bounds (core.accuracy.shared_fit.SHARED_BOUNDS: 0.4 and 0.65)."""
+    from core.accuracy.shared_fit import SHARED_BOUNDS
     low = {"gemm_efficiency_max": 0.5, "memory_efficiency": 0.25, "inter_node_efficiency": 0.45}
     sessions, _, base = _runs()
     measured = []

@@ -293,20 +293,21 @@ def test_megatron_bridge_style_launch():
 
 # --------------------------------------------------------------------------- published runs
 
-PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.csv"
+PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
 
 
 @pytest.fixture(scope="module")
 def published():
     if not PUBLISHED.exists():
         pytest.skip(f"shared data not present: {PUBLISHED}")
-    from core.accuracy.validate import read_measurements
+    from core.accuracy.measured import read_measurements
     return read_measurements(PUBLISHED)
 
 
 def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
-    """Rows 3, 12 and 21 (GPT-OSS-120B on H100, B200, GB200): the notes' window, sinks and
-    head size and the label's clamped, biased SwiGLU give the preset's model; all three
+    """Rows 3, 12 and 21 (GPT-OSS-120B on H100, B200, GB200) of the published sessions: the
+    notes' window, sinks and head size and the label's clamped, biased SwiGLU gave the preset's
+    model; all three
     recompute layernorm and moe_act (rows 3 and 12: the notes; row 21: its Megatron-Bridge perf
     recipe, gpt_oss_120b_pretrain_64gpu_gb200_bf16_config)."""
     preset = MODEL_PRESETS["GPT-OSS 120B"]
@@ -321,42 +322,3 @@ def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
         pl = m.session.plan
         assert (pl.recompute, pl.recompute_modules) == ("selective", modules)
         assert "megatron-recompute-default" not in names
-
-
-@pytest.mark.parametrize("label,activation,biased,clamp", [
-    ("swiglu (clamped, biased)", "swiglu", True, 7.0),
-    ("swiglu (biased)", "swiglu", True, None),
-    ("swiglu (clamped)", "swiglu", False, 7.0),
-    ("swiglu", "swiglu", False, None),
-    # left for validation to name; not a Llama-style row, so GPT's default biases
-    ("swiglu (squared)", "swiglu (squared)", True, None),
-])
-def test_activation_labels(tmp_path, label, activation, biased, clamp):
-    from tests.test_accuracy import MODERN_HEADER, _modern_row
-    from core.accuracy.validate import read_measurements
-    path = tmp_path / "gpt-oss.csv"
-    path.write_text(MODERN_HEADER + "\n" + _modern_row(activation=f'"{label}"',
-                                                       normalization="rmsnorm") + "\n")
-    (m,) = read_measurements(path)
-    mo = m.session.model
-    assert (mo.activation, mo.add_bias_linear, mo.activation_func_clamp_value) == (
-        activation, biased, clamp)
-    assert mo.glu_linear_offset == (1.0 if clamp else 0.0)
-    if activation != "swiglu":
-        assert m.skip_causes == ["invalid plan (model.activation)"]
-
-
-@pytest.mark.parametrize("notes,window,cause", [
-    ("x; attention alternates 128-token sliding window and full causal", (128, 2), None),
-    ("x; attention alternates 4096-token sliding window and full causal", (4096, 2), None),
-    ("x; sliding window", (None, None), "sliding-window attention"),
-])
-def test_window_notes(tmp_path, notes, window, cause):
-    from tests.test_accuracy import MODERN_HEADER, _modern_row
-    from core.accuracy.validate import read_measurements
-    path = tmp_path / "swa.csv"
-    path.write_text(MODERN_HEADER + "\n" + _modern_row(
-        activation="swiglu", normalization="rmsnorm", notes=f'"{notes}"') + "\n")
-    (m,) = read_measurements(path)
-    assert (m.session.model.window_size, m.session.model.window_attn_skip_freq) == window
-    assert m.skip_causes == ([cause] if cause else [])

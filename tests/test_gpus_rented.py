@@ -98,7 +98,7 @@ def test_shared_fit_kinds_take_the_hopper_blackwell_parameters(kind):
     shipped parameters to about 1e-9 (the least-squares solver's last digits)."""
     store, h100 = _store(kind), _store("H100-SXM5-80GB")
     assert store.op_model == pytest.approx(h100.op_model, rel=1e-8)
-    # the bounds the fit holds (GEMM 0.65, HBM 0.4: core.accuracy.calibrate.SHARED_BOUNDS) exactly
+    # the bounds the fit holds (GEMM 0.65, HBM 0.4: core.accuracy.shared_fit.SHARED_BOUNDS) exactly
     for name in ("gemm_efficiency_max", "memory_efficiency", "gemm_half_size"):
         assert store.op_model[name] == h100.op_model[name]
     p = store.provenance

@@ -254,7 +254,7 @@ def test_a_plan_too_large_to_simulate_is_refused_by_name_at_once():
 
 
 def test_measurement_csv_refuses_non_finite_values(tmp_path):
-    from core.accuracy.validate import MeasurementFileError, read_measurements
+    from core.accuracy.measured import MeasurementFileError, read_measurements
     header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
               "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
               "iteration time (ms)")

@@ -18,7 +18,8 @@ from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
 from core.io.session import load_any
 from core.sim.simulate import PROFILES_DIR, simulate
-from core.accuracy.validate import interval_metrics, read_measurements
+from core.accuracy.measured import read_measurements
+from core.accuracy.metrics import interval_metrics
 from tests.conftest import EXAMPLES, ROOT, shared_file
 
 
@@ -214,7 +215,7 @@ def test_shipped_a100_residuals_are_the_shared_data_and_cover_held_out_folds():
         ms = [m for m in read_measurements(shared_file(name)) if not m.skip_reason]
         sel = cv & (table.file == name)
         assert sel.sum() == len(ms)
-        measured = {m.row: m.measured_s for m in ms}
+        measured = {m.row: m.measured_iteration_time_s for m in ms}
         np.testing.assert_allclose(table.measured_s[sel], [measured[r] for r in table.row[sel]])
     assert (table.set == "scale_transfer").sum() == 65
     # the out-of-fold predictions are the shipped CV figures (same procedure)

@@ -4,7 +4,7 @@ An existing file keeps its mode, a new one follows the umask; a save through a s
 link writes the file the link names (the link stays a link); loops and dangling links are
 refused naming the path given; an output that is an input (by name, through a link, through
 a hard link) is refused with exit status 2 before anything is written. Measurement CSVs are
-bounded by row count (``core.accuracy.validate.MAX_ROWS``) and long validations show progress.
+bounded by row count (``core.accuracy.measured.MAX_ROWS``) and long validations show progress.
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ def test_same_file_follows_links_and_hard_links(tmp_path):
 # --------------------------------------------------------------------------- measurement rows
 
 def test_a_csv_over_the_row_limit_is_refused_at_once(tmp_path, capsys):
-    from core.accuracy.validate import MAX_ROWS
+    from core.accuracy.measured import MAX_ROWS
     assert MAX_ROWS == 10_000  # the documented bound (docs/simulator.md, Inputs)
     path = _csv(tmp_path, MAX_ROWS + 1)
     t0 = time.perf_counter()
@@ -370,15 +370,16 @@ def test_a_csv_over_the_row_limit_is_refused_at_once(tmp_path, capsys):
 
 
 def test_the_row_limit_counts_data_rows(tmp_path, monkeypatch):
-    from core.accuracy import validate
-    monkeypatch.setattr(validate, "MAX_ROWS", 5)
-    assert len(validate.read_measurements(_csv(tmp_path, 5))) == 5
-    with pytest.raises(validate.MeasurementFileError):
-        validate.read_measurements(_csv(tmp_path, 6))
+    from core.accuracy import measured
+    monkeypatch.setattr(measured, "MAX_ROWS", 5)
+    assert len(measured.read_measurements(_csv(tmp_path, 5))) == 5
+    with pytest.raises(measured.MeasurementFileError):
+        measured.read_measurements(_csv(tmp_path, 6))
 
 
 def test_reading_and_predicting_rows_report_progress(tmp_path):
-    from core.accuracy.validate import predict_rows, read_measurements
+    from core.accuracy.measured import read_measurements
+    from core.accuracy.validate import predict_rows
     calls = []
     ms = read_measurements(_csv(tmp_path, 120), lambda done, total: calls.append((done, total)))
     assert calls == [(50, 120), (100, 120), (120, 120)]

@@ -1,4 +1,4 @@
-"""`vtrain validate` with a measured peak memory column (measured_peak_memory_gib + memory_scale)."""
+"""`vtrain validate` with a measured peak memory column (measured_memory_gib + memory_scale)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from core.cli import main
 from core.accuracy.calibrate import measured_sessions
 from core.sim.report import MEMORY_SCALES
 from core.sim.simulate import session_profile, simulate, stage_memory
-from core.accuracy.validate import MeasurementFileError, read_measurements
+from core.accuracy.measured import MeasurementFileError, read_measurements
 
 MEMORY_CSV = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
 
-HEADER = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+HEADER = ("gpu,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
           "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
-          "recompute,precision,measured_iteration_time_s,measured_peak_memory_gib,memory_scale")
-PLAN = "A100,16,8,24,2048,16,1024,64,2,2,2,4,full,fp16"
+          "recompute,precision,measured_iteration_time_s,measured_memory_gib,memory_scale")
+PLAN = "A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,full,fp16"
 
 
 def _two_rows(tmp_path, scale: str = "max_reserved"):
@@ -89,7 +89,7 @@ def test_bad_or_missing_memory_scale_is_refused(tmp_path, capsys):
     assert "'peak' is not one of" in capsys.readouterr().err
     path.write_text(f"{HEADER}\n{PLAN},0.5,30,\n")
     assert main(["validate", str(path)]) == 2
-    assert "'memory_scale' is empty" in capsys.readouterr().err
+    assert "row 1, column 'memory_scale': '' is not one of" in capsys.readouterr().err
     path.write_text(HEADER.removesuffix(",memory_scale") + f"\n{PLAN},0.5,30\n")
     assert main(["validate", str(path)]) == 2
     assert "needs a column 'memory_scale'" in capsys.readouterr().err
@@ -97,26 +97,33 @@ def test_bad_or_missing_memory_scale_is_refused(tmp_path, capsys):
 
 def test_a_row_needs_a_time_or_a_memory(tmp_path):
     path = tmp_path / "none.csv"
-    path.write_text(f"{HEADER}\n{PLAN},,,\n{PLAN},,0,max_allocated\n")
-    ms = read_measurements(path)
-    assert ms[0].skip_reason.startswith("column 'measured_iteration_time_s' is empty; it is required")
-    assert ms[0].skip_causes == ["measured_iteration_time_s empty"]
-    assert ms[1].skip_causes == ["measured memory not positive"]
+    path.write_text(f"{HEADER}\n{PLAN},,0,max_allocated\n")
+    (m,) = read_measurements(path)
+    assert m.skip_causes == ["measured memory not positive"]
+    path.write_text(f"{HEADER}\n{PLAN},,0,max_allocated\n{PLAN},,,\n")
+    with pytest.raises(MeasurementFileError, match="row 2: neither measured_iteration_time_s nor "
+                                                   "measured_memory_gib"):
+        read_measurements(path)
     # a file without either column is no measurement file
-    path.write_text("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,"
-                    "seq_length,global_batch_size,micro_batch_size,tensor_parallel,"
-                    f"pipeline_parallel,data_parallel\nA100,16,8,24,2048,16,1024,64,2,2,2,4\n")
-    with pytest.raises(MeasurementFileError, match="measured_iteration_time_s \\(or "
-                                                   "measured_peak_memory_gib"):
+    path.write_text("gpu,num_layers\nA100-SXM4-80GB,24\n")
+    with pytest.raises(MeasurementFileError, match="needs a column measured_iteration_time_s \\(or "
+                                                   "measured_memory_gib"):
         read_measurements(path)
 
 
-def test_shared_measured_memory_file(capsys):
-    """../shared/data/measured-memory/measured_memory.csv: its columns are the general layout's
-    (``source`` is descriptive and ignored); every row is predicted for memory, none for time."""
+def test_shared_measured_memory_file(capsys, tmp_path):
+    """../shared/data/measured-memory/measured_memory.csv (the retired general layout), curated
+    into measured runs (scripts/curate_runs.py): every row is predicted for memory, none for
+    time."""
     if not MEMORY_CSV.exists():
         pytest.skip(f"shared data not present: {MEMORY_CSV}")
-    assert main(["validate", str(MEMORY_CSV), "--json"]) == 0
+    import subprocess
+    import sys
+    runs = tmp_path / "memory.jsonl"
+    runs.write_text(subprocess.run([sys.executable, str(ROOT / "scripts" / "curate_runs.py"),
+                                    str(MEMORY_CSV)], check=True, capture_output=True,
+                                   text=True).stdout)
+    assert main(["validate", str(runs), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n"] == 0 and out["skipped"] == 0
     assert out["memory"]["n"] == 20

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from core.plan.model_config import padded_vocab_size
-from core.plan.parallel import fp8_recipe, tensor_dtype
 from core.plan.session import Session
-from core.store.gpu_spec import fits_peak_fraction, kind_fits_peak_fraction
+from core.plan.parallel import fp8_recipe, tensor_dtype
+from core.plan.model_config import padded_vocab_size
+from core.store.gpu_spec import fits_peak_fraction
 from core.sim.graph import build_graph, op_key, optimizer_params
 from core.sim.graph_types import KIND_COMPUTE, OPS
 from core.model.model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
@@ -53,7 +53,8 @@ from core.model.ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate
 from core.sim.solver import critical_path
-from core.accuracy.validate import Measurement, error_metrics
+from core.accuracy.measured import MeasuredRun
+from core.accuracy.metrics import error_metrics
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.store.interval import ResidualTable
@@ -635,10 +636,11 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
         Weight of a log-normal prior on each fitted parameter, centred on its start value:
         the residual ``sqrt(prior) * log(value / start)`` joins the runs' log errors, so with
         ``prior=1`` a parameter 20 % off its start costs what one run 20 % off costs. 0 (the
-        default) fits the runs alone; the shared fit of a few runs uses :data:`SHARED_PRIOR`.
+        default) fits the runs alone; the shared fit of a few runs uses
+        :data:`core.accuracy.shared_fit.SHARED_PRIOR`.
     bounds : dict, optional
         Bounds that replace :data:`FIT_PARAMS`' for some parameters (the shared fit's
-        :data:`SHARED_BOUNDS`).
+        :data:`core.accuracy.shared_fit.SHARED_BOUNDS`).
 
     Raises
     ------
@@ -689,7 +691,7 @@ def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
     -------
     predicted_s : float array, shape (n,)
     metrics : dict
-        :func:`core.accuracy.validate.error_metrics` of the out-of-fold predictions.
+        :func:`core.accuracy.metrics.error_metrics` of the out-of-fold predictions.
     """
     # one file: its runs all weigh 1, as in an unweighted fit
     return cross_validate_files([(sessions, measured_s)], 0, base, folds=folds, seed=seed,
@@ -805,11 +807,11 @@ def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarr
 __all__ += ["scale_transfer", "calibration_residuals"]
 
 
-def measured_sessions(measurements: Sequence[Measurement]) -> tuple[list[Session], np.ndarray]:
-    """Sessions and measured seconds of the rows that are not skipped and have a measured time
-    (a row that measured only memory has none)."""
-    used = [m for m in measurements if not m.skip_reason and m.has_time]
-    return [m.session for m in used], np.array([m.measured_s for m in used])
+def measured_sessions(runs: Sequence[MeasuredRun]) -> tuple[list[Session], np.ndarray]:
+    """Sessions and measured seconds of the runs that are not skipped and have a measured time
+    (a run that measured only memory has none)."""
+    used = [m for m in runs if not m.skip_reason and m.has_time]
+    return [m.session for m in used], np.array([m.measured_iteration_time_s for m in used])
 
 
 def balanced_weights(sizes: Sequence[int], shares: Sequence[float] | None = None) -> np.ndarray:
@@ -846,7 +848,7 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
     -------
     predicted_s : float array, shape (len(files[target][0]),)
     metrics : dict
-        :func:`core.accuracy.validate.error_metrics` of the out-of-fold predictions.
+        :func:`core.accuracy.metrics.error_metrics` of the out-of-fold predictions.
     """
     sessions, measured = files[target][0], np.asarray(files[target][1], float)
     if len(sessions) < folds:
@@ -876,199 +878,3 @@ __all__ += ["balanced_weights", "cross_validate_files", "SHARED_FIT_PARAMS", "sh
 
 
 # --------------------------------------------------------------------------- shared fit of GPU kinds
-
-def analytic_bases() -> Callable[[Session], ProfileStore]:
-    """Each session's base store: the analytic store of its GPU kind, generated from the
-    shipped spec file (:func:`core.store.profiles_gen.generate_store`; one per kind, cached).
-
-    Raises
-    ------
-    KeyError
-        A session's GPU kind has no shipped spec.
-    """
-    from core.store.profiles_gen import generate_store
-
-    made: dict[str, ProfileStore] = {}
-
-    def base(session: Session) -> ProfileStore:
-        kind = session.cluster.gpu
-        if kind not in made:
-            made[kind] = generate_store(kind)
-        return made[kind]
-    return base
-
-
-#: Prior weight of the shared fit (:func:`fit`'s ``prior``): a tenth of a run per parameter at the
-#: spec's value. With a handful of runs and several parameters, the runs alone cannot tell
-#: parameters apart that move times alike (3 FP8 runs traded the HBM efficiency down to 0.31
-#: against an FP8 GEMM efficiency at its bound); the prior keeps what the runs do not decide
-#: at the data-sheet assumption and lets many runs outweigh it.
-SHARED_PRIOR = 0.1
-#: Bounds of the shared fit that are narrower than :data:`FIT_PARAMS`', from what the hardware
-#: does: a large BF16/FP16 GEMM reaches at least 0.65 of the dense peak (cuBLAS on A100, H100
-#: and B200 reaches 0.7-0.8), an element-wise kernel streams at least 0.4 of the data-sheet HBM
-#: bandwidth (0.6-0.9 in practice). The published rows alone push both lower: the MoE rows are
-#: slower than the model makes them, and these two parameters are the only ones that can slow
-#: them, at the cost of every dense plan (at the 22 rows' own optimum, HBM 0.23, GPT-3 1.3B on
-#: an H100 comes out barely faster than on an A100, 4.46 s against 4.98 s, which no
-#: measurement supports). Bounded, the MoE rows keep their error in sight (docs/accuracy.md).
-SHARED_BOUNDS: dict[str, tuple[float, float]] = {"memory_efficiency": (0.4, 1.0),
-                                                 "gemm_efficiency_max": (0.65, 1.0)}
-
-
-def supported_params(sessions: Sequence[Session]) -> list[str]:
-    """The shared-fit parameters (:func:`shared_fit_params`) the runs can pin down: the
-    half-precision GEMM efficiency only with a bf16/fp16 run, the FP8 one only with an FP8 run
-    (FP8 runs alone would otherwise drag the BF16 efficiency to the FP8 rate), the all-to-all
-    efficiency only with an expert-parallel run that dispatches with Megatron's alltoall
-    dispatcher, the flex one (DeepEP / HybridEP) only with one that dispatches with flex,
-    the network efficiency only with a run that spans nodes, the peak fraction only with a run
-    on a GPU kind without a data sheet of its own (:func:`kind_fits_peak_fraction`) beside
-    runs on data-sheet kinds; the memory efficiency always. The others keep the spec's values."""
-    half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
-    fp8 = any(s.plan.precision == "fp8" for s in sessions)
-    # a kind without a data sheet: its share of the reference peaks is told apart from the GEMM
-    # efficiency only beside runs on data-sheet kinds (alone, the two move its times alike)
-    capped = any(kind_fits_peak_fraction(s.cluster.gpu) for s in sessions) and not all(
-        kind_fits_peak_fraction(s.cluster.gpu) for s in sessions)
-    ep = [s for s in sessions if (getattr(s.plan, "expert_parallel", 1) or 1) > 1]
-    flex = [s for s in ep if getattr(s.plan, "moe_token_dispatcher_type", "alltoall") == "flex"]
-    multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)
-    keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8,
-            "all_to_all_efficiency": len(ep) > len(flex), "flex_all_to_all_efficiency": bool(flex),
-            "inter_node_efficiency": multi, "memory_efficiency": True, "peak_fraction": capped}
-    return [n for n in shared_fit_params() if keep.get(n, True)]
-
-
-def shared_fit_kwargs(base, sessions: Sequence[Session]) -> dict:
-    """:func:`fit` keywords of the shared fit: the parameters the runs support
-    (:func:`supported_params`), no per-shape factors (never tuned to single runs), the other
-    parameters at the base store's (spec) values and the fitted ones starting there."""
-    params = supported_params(sessions)
-    spec = dict(base_of(base, sessions[0]).op_model or {}) if sessions else {}
-    start = effective_op_model(spec)  # a parameter the runs barely move stays at the spec's
-    return {"params": params, "corrections": False, "start": start, "prior": SHARED_PRIOR,
-            "bounds": SHARED_BOUNDS}
-
-
-def use_shared_fit(sessions: Sequence[Session]) -> bool:
-    """Whether measured runs are calibrated with the shared fit: any run on a GPU kind other
-    than the A100 (whose store is fitted with the full procedure on the vTrain authors' data)."""
-    return any(s.cluster.gpu != "A100-SXM4-80GB" for s in sessions)
-
-
-def finite_metrics(met: dict) -> dict:
-    """``met`` with every non-finite figure as None (R^2 of one run is NaN): stores and JSON
-    hold only finite numbers."""
-    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in met.items()}
-
-
-def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[str],
-                  cv: dict[str, dict[str, float]], rows_by_kind: dict[str, int],
-                  cv_by_kind: dict[str, dict[str, float]],
-                  residuals: "ResidualTable | None" = None,
-                  fitted: Sequence[str] = ()) -> dict[str, ProfileStore]:
-    """One calibrated store per GPU kind in ``kinds`` from a shared fit (``result``).
-
-    Each store is its kind's analytic base (``base``: a function of a session, or of nothing
-    but the kind via a probe session) with the shared parameters; provenance says so, names
-    the data, the rows of that kind, the cross-validated error overall (``cv``) and on that
-    kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``;
-    ``fitted`` names the parameters fitted (the others are the spec's).
-    """
-    from core.plan.cluster import ClusterConfig, CostConfig
-    from core.plan.model_config import ModelConfig
-    from core.plan.parallel import ParallelPlan
-
-    cv = {name: finite_metrics(met) for name, met in cv.items()}
-    cv_by_kind = {name: finite_metrics(met) for name, met in cv_by_kind.items()}
-    out = {}
-    for kind in kinds:
-        probe = Session(ModelConfig(), ParallelPlan(), ClusterConfig(gpu=kind), CostConfig())
-        b = base_of(base, probe)
-        store = apply_fit(b, result.op_model, None)
-        store.residuals = residuals
-        n = rows_by_kind.get(kind, 0)
-        store.provenance = {
-            "method": "calibrated", "date": _dt.date.today().isoformat(),
-            "base_profile": b.summary(), "base_provenance": dict(b.provenance),
-            "data": "; ".join(data),
-            "parameters": {k: float(v) for k, v in store.op_model.items()},
-            "fitted_parameters": [f for f in fitted
-                                  if f != "peak_fraction" or fits_peak_fraction(b)],
-            "shared_fit": (
-                "one set of parameters for every GPU kind, as fractions of each kind's data-sheet "
-                "peaks (GEMM FLOP/s per dtype, HBM bandwidth, network bandwidth), fitted on all "
-                f"usable runs of the data ({sum(rows_by_kind.values())} runs: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(rows_by_kind.items())) + "); no "
-                "per-shape factors"),
-            "rows_of_this_kind": n,
-            "num_shape_factors": 0,
-            "cross_validation": cv,
-            "cross_validation_this_kind": cv_by_kind.get(kind, {}),
-            "cross_validation_procedure": (
-                "k-fold over all usable runs (folds from numpy default_rng(0)), each fold fitted "
-                "with shared parameters on the other folds (core.accuracy.calibrate.cross_validate_files)"),
-            "fit": "bounded robust least squares on log(predicted/measured), critical-path "
-                   "linearization, parameters shared across GPU kinds (core.accuracy.calibrate)",
-        }
-        if fits_peak_fraction(b):
-            store.provenance["peak_fraction"] = (
-                f"{store.op_model.get('peak_fraction', 1.0):.4g} of the reference peaks "
-                f"(peak_flops, the spec's): {kind} has no data sheet of its own; the share it "
-                f"sustains is fitted with the shared parameters on its {n} runs, the other kinds "
-                "keep 1")
-        if not n:
-            store.provenance["note"] = (f"no run of {kind} in the data: its parameters are the "
-                                        "shared fit of the other kinds, applied to its own peaks")
-        if residuals is not None:
-            store.provenance["error_band"] = (
-                f"split conformal intervals from the {len(residuals)} out-of-sample residuals in "
-                "/residuals (core.store.interval), shared by the kinds: " + residuals.procedure)
-        out[kind] = store
-    return out
-
-
-__all__ += ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores", "finite_metrics",
-            "supported_params", "fits_peak_fraction", "store_op_model"]
-
-
-# --------------------------------------------------------------------------- kinds without runs
-
-def transferred_store(base: ProfileStore, reference: ProfileStore) -> ProfileStore:
-    """``base``'s device (an analytic store of a GPU kind no run measures) with the parameters
-    fitted for ``reference`` (a calibrated store of the same architecture), as
-    :func:`shared_stores` gives a kind without runs the shared fit: the A800 takes the A100's.
-
-    The parameters are fractions of each device's own data-sheet figures (GEMM FLOP/s per dtype,
-    HBM, NVLink and network bandwidth), so they carry over to a part of the same architecture;
-    ``reference``'s per-shape factors and error band (residuals of *its* runs) do not: the store
-    has neither, and its provenance says so.
-
-    Raises
-    ------
-    ValueError
-        ``reference`` is not a calibrated store (nothing was fitted to transfer).
-    """
-    p = reference.provenance
-    if p.get("method") != "calibrated":
-        raise ValueError(f"{reference.summary()}: not a calibrated store (method "
-                         f"{p.get('method')!r}); its parameters were never fitted")
-    store = apply_fit(base, reference.op_model, None)
-    store.provenance = {
-        "method": "calibrated", "date": _dt.date.today().isoformat(),
-        "base_profile": base.summary(), "base_provenance": dict(base.provenance),
-        "data": p.get("data", ""),
-        "parameters": {k: float(v) for k, v in store.op_model.items()},
-        "parameters_from": reference.summary(),
-        "rows_of_this_kind": 0,
-        "num_shape_factors": 0,
-        "note": (f"no run of {base.device_name} in the data: its parameters are those fitted for "
-                 f"{reference.device_name} on that data (the same architecture), applied to its "
-                 f"own data-sheet figures; {reference.device_name}'s per-shape factors "
-                 f"({p.get('num_shape_factors', 0)}) and error band are not carried over"),
-    }
-    return store
-
-
-__all__ += ["transferred_store"]

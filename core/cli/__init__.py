@@ -41,7 +41,7 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
 #: status 2. Looked up in ``sys.modules`` when one is raised: an instance of a class exists
 #: only once its module is imported, so no module (numpy, h5py) is imported for this.
 USER_ERRORS = (("core.plan.fields", "ConfigError"), ("core.io.session", "SessionFileError"),
-               ("core.store.format", "ProfileStoreError"), ("core.accuracy.validate", "MeasurementFileError"),
+               ("core.store.format", "ProfileStoreError"), ("core.accuracy.measured", "MeasurementFileError"),
                ("core.store.nccl_tests", "NcclTestsError"), ("core.util.inputs", "NonFiniteError"),
                ("core.io.megatron.arguments", "MegatronArgsError"))
 

@@ -21,8 +21,9 @@ def add_parser(sub: Any) -> None:
                     "says otherwise), report per file the "
                     "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="CSV", nargs="+",
-                   help="measurement CSVs (the layouts of vtrain validate, docs/accuracy.md)")
+    c.add_argument("csv", metavar="FILE", nargs="+",
+                   help="measurement files, CSV or JSON lines (the layouts of vtrain validate, "
+                        "docs/accuracy.md)")
     c.add_argument("--profile", metavar="STORE.h5",
                    help="store to start from (one GPU kind; with --out)")
     c.add_argument("--out", metavar="STORE.h5",
@@ -51,12 +52,17 @@ def run(args: argparse.Namespace) -> int:
     """``vtrain calibrate``: see :func:`add_parser`."""
     import numpy as np
 
-    from core.accuracy.calibrate import (balanced_weights, calibrated_store, calibration_residuals,
-                             cross_validate_files, finite_metrics, fit, measured_sessions)
+    from core.accuracy.calibrate import (balanced_weights,
+        calibrated_store,
+        calibration_residuals,
+        cross_validate_files,
+        fit,
+        measured_sessions)
+    from core.accuracy.shared_fit import finite_metrics
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.profile_store import ProfileStore
-    from core.accuracy.validate import read_measurements
+    from core.accuracy.measured import read_measurements
 
     console = Console(stderr=True)
     if args.out_dir:
@@ -130,14 +136,16 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
     import numpy as np
 
-    from core.accuracy.calibrate import (analytic_bases, cross_validate_files, finite_metrics, fit,
-                             measured_sessions, shared_fit_kwargs, shared_stores)
+    from core.accuracy.calibrate import cross_validate_files, fit, measured_sessions
+    from core.accuracy.shared_fit import (analytic_bases, finite_metrics, shared_fit_kwargs,
+                                          shared_stores)
     from core.plan.cluster import GPU_KINDS, gpu_kind
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.interval import residual_table_from_cv
     from core.util.text import file_name_part
-    from core.accuracy.validate import error_metrics, read_measurements
+    from core.accuracy.measured import read_measurements
+    from core.accuracy.metrics import error_metrics
 
     if args.file_weights:
         raise field_error("--file-weights", "the shared fit weighs every run alike")

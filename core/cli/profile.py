@@ -112,7 +112,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _transfer(base: Any, reference_path: str, out: str) -> int:
     """``--parameters-from``: ``base`` with the parameters fitted for the reference store."""
-    from core.accuracy.calibrate import transferred_store
+    from core.accuracy.shared_fit import transferred_store
     from core.store.profile_store import ProfileStore
     try:
         store = transferred_store(base, ProfileStore.open(reference_path))

@@ -20,13 +20,14 @@ def add_parser(sub: Any) -> None:
     """Register ``validate`` on ``vtrain``'s sub-parsers."""
     v = sub.add_parser(
         "validate", help="predict measured iteration times and report the error",
-        description="Predict every row of a measurement CSV (the vTrain authors' single- or "
-                    "multi-node layout, or the general layout with named columns; see "
-                    "docs/accuracy.md, 'Measurement file layouts') and print MAPE, median and max absolute percentage "
-                    "error, R^2 and the error by model size, t and p. Rows the simulator does "
-                    "not support are skipped with their reason.")
-    v.add_argument("csv", metavar="CSV", help="measurement CSV (layouts: docs/accuracy.md, "
-                   "'Measurement file layouts')")
+        description="Predict every measured run of a file (the vTrain authors' CSV, a CSV "
+                    "whose columns are session fields, or JSON lines of sessions with their "
+                    "measurements; see docs/accuracy.md, 'Measurement file layouts') and print "
+                    "MAPE, median and max absolute percentage error, R^2 and the error by model "
+                    "size, t and p. Runs the simulator does not support are skipped with their "
+                    "reason; runs the memory model says cannot fit are reported.")
+    v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
+                   "docs/accuracy.md, 'Measurement file layouts')")
     v.add_argument("--profile", metavar="STORE.h5",
                    help="profile store for every row (default: the shipped store of each row's GPU)")
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
-    from core.accuracy.validate import (ValidationResult, predict_rows, read_measurements, row_memory,
-                            skip_counts)
+    from core.accuracy.measured import read_measurements, skip_counts
+    from core.accuracy.validate import ValidationResult, over_capacity, predict_rows
 
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
@@ -78,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
-        from core.accuracy.calibrate import (analytic_bases, cross_validate, measured_sessions,
-                                 shared_fit_kwargs, use_shared_fit)
+        from core.accuracy.calibrate import cross_validate, measured_sessions
+        from core.accuracy.shared_fit import analytic_bases, shared_fit_kwargs, use_shared_fit
         from core.sim.simulate import open_profile, session_profile
         sessions, measured = measured_sessions(ms)
         err = Console(stderr=True)
@@ -119,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     metrics = result.metrics()
     metrics["cross_validated_folds"] = args.cross_validate
     metrics["skipped_by_cause"] = skip_counts(ms)
+    metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
+        {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
+        for m, need, cap in over_capacity(ms)]
     metrics["by_group"] = {key: [{"label": g, "n": n, "mape_percent": mape, "max_ape_percent": mx}
                                  for g, n, mape, mx in result.by_group(key)]
                            for key in _group_keys(ms)}
@@ -149,11 +153,9 @@ def run(args: argparse.Namespace) -> int:
     if mem["n"]:
         _print_memory_errors(console, result, mem)
     used = [m for m in ms if not m.skip_reason]
-    over = []  # the memory model against runs that ran
-    for m in used:
-        mem = row_memory(m)
-        if mem is not None and mem[0] > mem[1]:
-            over.append(f"row {m.row} {mem[0] / 2**30:,.1f} of {mem[1] / 2**30:,.1f} GiB")
+    # the memory model against runs that ran
+    over = [f"row {r['row']} {r['need_gib']:,.1f} of {r['capacity_gib']:,.1f} GiB"
+            for r in metrics["memory_over_capacity"]]
     if over:
         console.print(f"memory model: {len(over)} of {len(used)} predicted rows need more than "
                       f"their GPU's memory, though the runs ran: {esc('; '.join(over))}",
@@ -213,10 +215,9 @@ def _mfu(session, seconds: float) -> float | None:
     FLOPs (:func:`core.sim.simulate.model_flops_per_iteration`) over t*p*cp*d GPUs at the data-sheet
     peak of the plan's precision (None when the store has no such peak)."""
     from core.sim.simulate import model_flops_per_iteration, session_profile
-    from core.accuracy.validate import published_columns
     try:
         peak = session_profile(session).peak_flops[session.plan.precision]
-        world = published_columns(session)["num_gpus"]
+        world = session.plan.num_gpus
         return model_flops_per_iteration(session) / (seconds * world * peak)
     except Exception:  # noqa: BLE001 - a figure for the report only
         return None
@@ -238,17 +239,18 @@ def _row_records(result) -> list[dict]:
         mem = row_memory(m) if ok or not m.skip_reason else None
         mp = None if mem_pred is None or math.isnan(mem_pred[i]) else float(mem_pred[i])
         out.append({"row": m.row, **m.group,
-                    "measured_s": None if math.isnan(m.measured_s) else m.measured_s,
+                    "measured_s": None if not m.has_time else m.measured_iteration_time_s,
                     "memory_need_gib": mem[0] / 2**30 if mem else None,
                     "memory_capacity_gib": mem[1] / 2**30 if mem else None,
                     "predicted_s": float(pred) if ok else None,
-                    "error_percent": (pred - m.measured_s) / m.measured_s * 100 if timed else None,
+                    "error_percent": ((pred - m.measured_iteration_time_s)
+                                      / m.measured_iteration_time_s * 100 if timed else None),
                     "measured_memory_gib": None if math.isnan(m.measured_memory_gib)
                     else m.measured_memory_gib,
                     "memory_scale": m.memory_scale or None,
                     "predicted_memory_gib": mp,
                     "memory_error_percent": None if mp is None else float(mem_err[i]),
-                    "mfu_at_measured": _mfu(m.session, m.measured_s) if timed else None,
+                    "mfu_at_measured": _mfu(m.session, m.measured_iteration_time_s) if timed else None,
                     "mfu_at_predicted": _mfu(m.session, float(pred)) if ok else None,
                     "skip_reason": m.skip_reason, "skip_causes": m.skip_causes,
                     "assumptions": m.assumptions})
@@ -395,7 +397,7 @@ def _write_rows(result, path: str) -> None:
         s = m.session
         pl = s.plan if s else None
         err = "" if np.isnan(pred) or not m.has_time else \
-            f"{(pred - m.measured_s) / m.measured_s * 100:.3f}"
+            f"{(pred - m.measured_iteration_time_s) / m.measured_iteration_time_s * 100:.3f}"
         memory = ["" if np.isnan(m.measured_memory_gib) else f"{m.measured_memory_gib:.6g}",
                   m.memory_scale, "" if np.isnan(mp) else f"{mp:.6g}",
                   "" if np.isnan(me) else f"{me:.3f}"]
@@ -404,7 +406,7 @@ def _write_rows(result, path: str) -> None:
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
                     pl.global_batch_size if pl else "",
-                    "" if np.isnan(m.measured_s) else f"{m.measured_s:.6g}",
+                    f"{m.measured_iteration_time_s:.6g}" if m.has_time else "",
                     "" if np.isnan(pred) else f"{pred:.6g}", err, *band, *memory, m.skip_reason])
     atomic_write_text(path, buf.getvalue())
 

@@ -1,0 +1,581 @@
+"""Measured runs: a session plus what was measured, and the readers of measurement files.
+
+A :class:`MeasuredRun` is a complete session (:class:`core.plan.session.Session`) with its
+measured iteration time (and, optionally, its measured peak memory per GPU), where the
+measurement comes from (``source``) and the named assumptions that filled in what the source
+leaves unstated. Three file formats are read (:func:`read_measurements` tells them apart; the
+layouts are in docs/accuracy.md, "Measurement file layouts"):
+
+* the vTrain authors' CSV (single-node and multi-node layouts: Megatron-DeepSpeed on
+  A100-SXM4-80GB, fp16, full recomputation, 1F1B, GPT with vocabulary 50257, 8 GPUs and
+  800 Gb/s per node for the multi-node runs, as the authors state);
+* a CSV whose columns are session field names (``tensor_parallel``, ``num_layers``,
+  ``gpu`` ...; an absent column or an empty cell is the session default), plus
+  ``measured_iteration_time_s``, ``measured_memory_gib`` / ``memory_scale``, ``source``,
+  ``assumptions``, ``notes`` and ``recipe`` (a Megatron-Bridge performance recipe of
+  :mod:`core.accuracy.bridge_recipes`, the only column that sets more than its own field);
+* JSON lines of ``{session, measured_iteration_time_s, measured_memory_gib?, source,
+  assumptions}`` (``../shared/data/public-modern/published_runs.sessions.jsonl``).
+
+Nothing is inferred from free text, and a reader never runs the simulator or the memory model:
+a row the memory model says cannot fit is predicted and reported by :mod:`core.accuracy.validate`.
+A value of the wrong type, out of bounds or not among a field's choices is bad input
+(:class:`MeasurementFileError`, naming the file, row or line, field and rule); a plan that
+breaks a configuration rule between fields (t*p*d against the GPUs ...) or that the file
+marks as not predictable (``skip_reason``) is kept, skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
+from core.io.session import SessionFileError, session_from_document
+from core.model.model_math import num_parameters
+from core.plan.presets import GPT_FAMILY
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError, field_kind, rename_field
+from core.plan.model_config import ModelConfig, model_from_fields
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
+from core.plan.rules import validate
+from core.sim.report import MEMORY_SCALES
+from core.util.inputs import parse_json, read_bytes
+
+__all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_counts",
+           "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
+           "MAX_ROWS"]
+
+#: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
+MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
+#: Most data rows (lines) a measurement file may have. The largest shipped file has 864 rows;
+#: each takes milliseconds to read and to predict (about a minute for 10,000), so a file far
+#: beyond this is a mistake (a log, a concatenation) and is refused before any row is read.
+MAX_ROWS = 10_000
+#: Session sections whose fields are columns of the session-column CSV.
+SESSION_SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig,
+                    "cost": CostConfig}
+#: Columns of the session-column CSV that are not session fields: the measurement and its record.
+RUN_COLUMNS = ("measured_iteration_time_s", "measured_memory_gib", "memory_scale", "source",
+               "assumptions", "notes", "recipe")
+#: Keys of a JSON-lines record besides ``session``: the measurement, its record and labels
+#: (``row``: the record's own row number; ``source_id``: another name of ``source``;
+#: ``model_name``: a label; ``skip_reason``: why the run cannot be predicted, reviewed).
+_JSONL_KEYS = ("session", "measured_iteration_time_s", "measured_memory_gib", "memory_scale",
+               "source", "source_id", "assumptions", "row", "model_name", "skip_reason")
+_AUTHORS_SINGLE = ["# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
+                   "# layers", "sequence length", "tensor parallelism", "data parallelism",
+                   "pipeline parallelism", "iteration time (ms)"]
+_AUTHORS_MULTI = ["Parameters (billion)"] + _AUTHORS_SINGLE
+#: Session field -> column of the authors' layouts, so skip reasons use the file's names.
+_AUTHORS_COLUMNS = {
+    "model.num_layers": "# layers", "model.hidden_size": "hidden size",
+    "model.num_attention_heads": "attention heads", "model.seq_length": "sequence length",
+    "plan.tensor_parallel": "tensor parallelism", "plan.data_parallel": "data parallelism",
+    "plan.pipeline_parallel": "pipeline parallelism", "plan.micro_batch_size": "micro batch",
+    "plan.global_batch_size": "global batch",
+}
+#: Session field -> short cause name of a skipped run (counts per cause), for the refusals
+#: of core.plan.config's validation ("... is not modelled yet").
+FIELD_CAUSES = {
+    "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
+    "model.moe_ffn_hidden_size": "mixture of experts",
+    "model.num_shared_experts": "mixture of experts (shared experts)",
+    "model.moe_layer_frequency": "mixture of experts (layer frequency)",
+    "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
+    "model.multi_latent_attention": "multi-head latent attention",
+    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
+    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
+    "model.kv_channels": "kv_channels (head size other than h/a)",
+    "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
+    "model.normalization": "model family (normalization)",
+    "plan.context_parallel": "context parallelism", "plan.expert_parallel": "expert parallelism",
+    "plan.expert_tensor_parallel": "expert parallelism",
+    "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
+    "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
+    "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
+    "plan.pipeline_model_parallel_layout": "custom pipeline layout",
+    "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
+    "plan.fp8_param_gather": "FP8 parameter all-gather",
+    "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
+    "cluster.gpu": "GPU kind without a shipped profile",
+}
+#: Rows between two calls of a progress callback.
+PROGRESS_EVERY = 50
+
+
+class MeasurementFileError(ValueError):
+    """A measurement file cannot be read; the message names the file, row (or line), field and
+    the rule broken."""
+
+
+@dataclass
+class MeasuredRun:
+    """One measured run: a session and what was measured of it.
+
+    Attributes
+    ----------
+    session : Session
+        The plan as it ran (None only for a record whose session could not be built).
+    measured_iteration_time_s : float
+        Measured iteration time, seconds (NaN when the run measured only memory).
+    measured_memory_gib : float
+        Measured peak memory per GPU, GiB (NaN when none).
+    memory_scale : str
+        What that peak counts: one of :data:`core.sim.report.MEMORY_SCALES` ("" without one).
+    source : str
+        Where the measurement comes from (a source id or the file's name).
+    assumptions : list of str
+        The named policies (``"name: what it assumes"``) that filled in what the source leaves
+        unstated, as the file records them.
+    row : int
+        1-based data row (CSV) or line (JSON lines) in the file, or the record's own ``row``.
+    skip_reason : str
+        Why the run is not predicted ("" when it is).
+    skip_causes : list of str
+        Short causes of the skip, for counts per cause; empty when not skipped.
+    group : dict
+        Labels for the error tables: ``model``, ``t``, ``p``, ``source`` and (but for the
+        authors' layouts) ``gpu``, ``kind`` (dense / MoE) and ``precision``.
+    """
+
+    session: Session | None
+    measured_iteration_time_s: float
+    measured_memory_gib: float = math.nan
+    memory_scale: str = ""
+    source: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    row: int = 0
+    skip_reason: str = ""
+    skip_causes: list[str] = field(default_factory=list)
+    group: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_time(self) -> bool:
+        """Whether the run has a measured iteration time (a memory-only run has none)."""
+        return not math.isnan(self.measured_iteration_time_s)
+
+
+def read_measurements(path: str | Path,
+                      progress: Callable[[int, int], None] | None = None) -> list[MeasuredRun]:
+    """Read a measurement file: JSON lines (a ``.jsonl`` name, or a first character ``{``), the
+    vTrain authors' CSV (its exact header) or the session-column CSV (any other header).
+
+    ``progress(done, total)``, if given, is called as rows are read (every 50 and at the end).
+
+    Raises
+    ------
+    MeasurementFileError
+        Unreadable, non-regular or too large file (:mod:`core.util.inputs`), not CSV or JSON
+        lines, more than :data:`MAX_ROWS` rows, an unknown column or key, or a value of the
+        wrong type, out of bounds or not among its field's choices (the message names the file,
+        row or line, field and rule). A plan that breaks a rule between fields is kept,
+        skipped with that reason.
+    """
+    path = Path(path)
+    text = _text(path)
+    if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
+        return _read_jsonl(path, text, progress)
+    rows = _csv_rows(path, text)
+    header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
+    if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
+        return _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
+    columns = _session_columns(path, header)
+    return _each(rows[1:], lambda i, r: _session_row(path, i, columns, r), progress)
+
+
+def _text(path: Path) -> str:
+    """The text of a measurement file: UTF-8 (with or without a BOM), UTF-16 with its BOM
+    (spreadsheets' "Unicode text"), else Windows-1252 (what Excel on Windows writes)."""
+    data = read_bytes(path, MeasurementFileError, "csv")
+    encodings = ("utf-16",) if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ("utf-8-sig", "cp1252")
+    for enc in encodings:
+        try:
+            return data.decode(enc)
+        except UnicodeDecodeError:
+            continue
+    raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
+
+
+def _csv_rows(path: Path, text: str) -> list[list[str]]:
+    """The non-blank rows of a CSV text, header first (at least one data row)."""
+    rows = []
+    try:
+        for r in csv.reader(io.StringIO(text, newline="")):
+            if r and any(c.strip() for c in r):
+                rows.append(r)
+                if len(rows) > MAX_ROWS + 1:
+                    raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows "
+                                               "(the most a measurement file may have)")
+    except csv.Error as exc:
+        raise MeasurementFileError(f"{path}: not a readable CSV file ({exc})") from None
+    if not rows:
+        raise MeasurementFileError(f"{path}: empty file")
+    if len(rows) == 1:
+        raise MeasurementFileError(f"{path}: a header and no data rows")
+    return rows
+
+
+def _each(rows: list, read: Callable[[int, Any], MeasuredRun],
+          progress: Callable[[int, int], None] | None) -> list[MeasuredRun]:
+    """``read(row number, row)`` of every data row (numbered from 1), telling ``progress``."""
+    out = []
+    for i, r in enumerate(rows):
+        out.append(read(i + 1, r))
+        if progress and ((i + 1) % PROGRESS_EVERY == 0 or i + 1 == len(rows)):
+            progress(i + 1, len(rows))
+    return out
+
+
+def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRun:
+    """``run`` with the reasons it cannot be predicted: every configuration rule its session
+    breaks (named by session field, or by ``names``: the file's names for them) and a measured
+    time or memory that is not a positive number or a time outside
+    :data:`MEASURED_TIME_RANGE_S`. A run already skipped keeps its reason."""
+    if run.skip_reason:
+        return run
+    errs = validate(run.session)
+    t, mem = run.measured_iteration_time_s, run.measured_memory_gib
+    if errs:
+        shown = [rename_field(e, names) for e in errs] if names else errs  # the file's names
+        run.skip_reason = "invalid plan: " + "; ".join(e.message for e in shown)
+        run.skip_causes = list(dict.fromkeys(_cause(e) for e in errs))
+    elif not math.isnan(mem) and not mem > 0:
+        run.skip_reason = f"measured peak memory {mem!r} GiB is not a positive number"
+        run.skip_causes = ["measured memory not positive"]
+    elif math.isnan(t) and not math.isnan(mem):
+        pass  # a memory-only run: no time to check
+    elif not (t > 0 and math.isfinite(t)):
+        run.skip_reason = f"measured time {t!r} is not a positive number"
+        run.skip_causes = ["measured time not positive"]
+    elif not MEASURED_TIME_RANGE_S[0] <= t <= MEASURED_TIME_RANGE_S[1]:
+        run.skip_reason = (f"measured time {t:.4g} s is outside {MEASURED_TIME_RANGE_S[0]:g} s to "
+                           f"{MEASURED_TIME_RANGE_S[1]:g} s (a day): not the time of one training "
+                           "iteration (or a throughput that is not one)")
+        run.skip_causes = ["measured time out of range"]
+    return run
+
+
+def _cause(err: Any) -> str:
+    """Short cause name of a validation error (counts per cause)."""
+    if "not modelled" in err.message or err.field == "cluster.gpu":
+        return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")
+    if "is not divisible by pipeline_parallel_size" in err.message:
+        return "uneven pipeline split"
+    return f"invalid plan ({err.field})"
+
+
+def skip_counts(runs: list[MeasuredRun]) -> dict[str, int]:
+    """Runs skipped per cause (a run with several causes counts under each), most first."""
+    counts: dict[str, int] = defaultdict(int)
+    for m in runs:
+        if m.skip_reason:
+            for c in m.skip_causes or ["other"]:
+                counts[c] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _group(session: Session, source: str, named: bool = True) -> dict[str, str]:
+    """Error-table labels of a session-column or JSON-lines run (see :class:`MeasuredRun`): the
+    model's name, or (not ``named``, or no name) its size in billions of parameters."""
+    m, pl = session.model, session.plan
+    name = m.name if named else ""
+    if not name:
+        try:
+            name = f"{num_parameters(m) / 1e9:.1f}B"
+        except Exception:  # noqa: BLE001 - a label only; validation names what is wrong
+            name = "nanB"
+    return {"model": name, "t": str(pl.tensor_parallel), "p": str(pl.pipeline_parallel),
+            "source": source, "gpu": session.cluster.gpu,
+            "kind": "MoE" if (m.num_experts or 0) > 1 else "dense", "precision": pl.precision}
+
+
+def _number(where: str, text: str, kind: type = float) -> Any:
+    """``text`` as a finite float or an integer; MeasurementFileError naming ``where``."""
+    t = text.strip()
+    if kind is int:
+        if not re.fullmatch(r"[+-]?\d{1,30}", t):
+            raise MeasurementFileError(f"{where}: {t[:40]!r} is not an integer")
+        return int(t)
+    try:
+        v = float(t)
+    except ValueError:
+        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a number") from None
+    if not math.isfinite(v):
+        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a finite number")
+    return v
+
+
+def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> MeasuredRun:
+    """A row of the vTrain authors' layouts (module doc)."""
+    if len(r) != len(header):
+        raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(header)}")
+    v = {h: r[i].strip() for i, h in enumerate(header)}
+    ints = {h: _number(f"{path}: row {row}, column {h!r}", v[h], int) for h in _AUTHORS_SINGLE[:-1]}
+    multi = "Parameters (billion)" in v
+    # the authors' measurements are of GPT models (their columns hold the shape only)
+    model = model_from_fields({**GPT_FAMILY, "name": (f"{v['Parameters (billion)']}B" if multi
+                                                      else f"h={ints['hidden size']} "
+                                                      f"L={ints['# layers']}"),
+                               "num_layers": ints["# layers"], "hidden_size": ints["hidden size"],
+                               "num_attention_heads": ints["attention heads"],
+                               "ffn_hidden_size": None, "seq_length": ints["sequence length"],
+                               "vocab_size": 50257})
+    plan = ParallelPlan(tensor_parallel=ints["tensor parallelism"],
+                        pipeline_parallel=ints["pipeline parallelism"],
+                        data_parallel=ints["data parallelism"], micro_batch_size=ints["micro batch"],
+                        global_batch_size=ints["global batch"], schedule="1f1b", recompute="full",
+                        precision="fp16")
+    cluster = ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8,
+                            inter_node_bandwidth_gbits_per_s=800.0)
+    source = "multi-node" if multi else "single-node"
+    time_s = _number(f"{path}: row {row}, column 'iteration time (ms)'", v["iteration time (ms)"]) / 1e3
+    run = MeasuredRun(Session(model, plan, cluster, CostConfig()), time_s, source=source, row=row,
+                      group={"model": model.name, "t": str(plan.tensor_parallel),
+                             "p": str(plan.pipeline_parallel), "source": source})
+    if plan.num_gpus != ints["# GPUs"]:
+        run.skip_reason = (f"# GPUs={ints['# GPUs']} disagrees with t*p*d={plan.tensor_parallel}*"
+                           f"{plan.pipeline_parallel}*{plan.data_parallel}")
+        run.skip_causes = ["# GPUs"]
+    return _finish(run, _AUTHORS_COLUMNS)
+
+
+# --- the session-column CSV ------------------------------------------------------------------
+
+
+def _field_columns() -> dict[str, tuple[str, dataclasses.Field]]:
+    """Column name -> (section, field) of every session field: ``field`` and ``section.field``
+    (field names are unique across the sections)."""
+    out: dict[str, tuple[str, dataclasses.Field]] = {}
+    for section, cls in SESSION_SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            out[f.name] = out[f"{section}.{f.name}"] = (section, f)
+    return out
+
+
+def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
+    """``(column, (section, field) or None for a run column)`` per header cell; refuses an
+    unknown or repeated column and a file without a measurement column."""
+    known = _field_columns()
+    out, seen = [], {}
+    for i, h in enumerate(header):
+        if h not in known and h not in RUN_COLUMNS:
+            raise MeasurementFileError(
+                f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
+                f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}")
+        key = known[h][1].name if h in known else h
+        if key in seen:
+            raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
+        seen[key] = h
+        out.append((h, known.get(h)))
+    if "measured_iteration_time_s" not in seen and "measured_memory_gib" not in seen:
+        raise MeasurementFileError(f"{path}: needs a column measured_iteration_time_s (or "
+                                   "measured_memory_gib and memory_scale)")
+    if "measured_memory_gib" in seen and "memory_scale" not in seen:
+        raise MeasurementFileError(f"{path}: column 'measured_memory_gib' needs a column "
+                                   f"'memory_scale' (one of {', '.join(MEMORY_SCALES)})")
+    return out
+
+
+_TRUE, _FALSE = ("true", "yes", "y", "1"), ("false", "no", "n", "0")
+
+
+def _cell_value(where: str, f: dataclasses.Field, text: str) -> Any:
+    """A cell as its field's type: integers, finite numbers, ``true``/``false`` (``yes``/``no``,
+    ``y``/``n``, ``1``/``0``), strings as written; ``null`` for None where the field may be
+    empty."""
+    base, optional = field_kind(f)
+    if optional and text == "null":
+        return None
+    if base == "bool":
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise MeasurementFileError(f"{where}: {text[:40]!r} is not true or false")
+    if base in ("int", "float"):
+        return _number(where, text, int if base == "int" else float)
+    return text
+
+
+def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[str]) -> MeasuredRun:
+    """A row of the session-column CSV (module doc)."""
+    if len(r) != len(columns):
+        raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(columns)}")
+    body: dict[str, dict[str, Any]] = {s: {} for s in SESSION_SECTIONS}
+    run: dict[str, str] = {}
+    for (col, target), cell in zip(columns, r):
+        cell = cell.strip()
+        if not cell:
+            continue  # the session default
+        if target is None:
+            run[col] = cell
+        else:
+            section, f = target
+            body[section][f.name] = _cell_value(f"{path}: row {row}, column {col!r}", f, cell)
+    recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
+    if recipe is not None:
+        _apply_recipe(recipe, body)
+    names = {f"{s}.{f.name}": col for col, t in columns if t for s, f in [t]}
+    try:
+        session = Session.from_dict({**body, **({"notes": run["notes"]} if "notes" in run else {})})
+    except ConfigError as exc:
+        e = exc.errors[0]
+        raise MeasurementFileError(f"{path}: row {row}, column {names.get(e.field, e.field)!r}: "
+                                   f"{e.message}") from None
+    where = f"{path}: row {row}"
+    time_s = (_number(f"{where}, column 'measured_iteration_time_s'", run["measured_iteration_time_s"])
+              if "measured_iteration_time_s" in run else math.nan)
+    memory = (_number(f"{where}, column 'measured_memory_gib'", run["measured_memory_gib"])
+              if "measured_memory_gib" in run else math.nan)
+    scale = _memory_scale(f"{where}, column 'memory_scale'", run.get("memory_scale", ""), memory)
+    if math.isnan(time_s) and math.isnan(memory):
+        raise MeasurementFileError(f"{where}: neither measured_iteration_time_s nor "
+                                   "measured_memory_gib is given")
+    source = run.get("source", path.name)
+    assumptions = [a.strip() for a in run.get("assumptions", "").split(";") if a.strip()]
+    if recipe is not None:
+        assumptions.append(f"bridge-perf-recipe: {recipe.function} ({recipe.source})")
+    out = MeasuredRun(session, time_s, memory, scale, source, assumptions, row,
+                      group=_group(session, source, "name" in body["model"]))
+    if recipe is not None and recipe.refuse is not None:
+        out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
+    return _finish(out, names)
+
+
+def _memory_scale(where: str, scale: str, memory: float) -> str:
+    """The memory scale of a run with a measured memory (one of MEMORY_SCALES); "" without."""
+    if math.isnan(memory):
+        return ""
+    if scale not in MEMORY_SCALES:
+        raise MeasurementFileError(f"{where}: {scale!r} is not one of {', '.join(MEMORY_SCALES)} "
+                                   "(what the measured peak memory counts)")
+    return scale
+
+
+def _recipe_named(path: Path, row: int, name: str) -> BridgeRecipe:
+    """The Megatron-Bridge performance recipe whose function is ``name``."""
+    for r in load_bridge_recipes():
+        if r.function == name:
+            return r
+    raise MeasurementFileError(f"{path}: row {row}, column 'recipe': {name[:80]!r} is no "
+                               "Megatron-Bridge performance recipe of core.accuracy.bridge_recipes "
+                               "(resources/bridge_perf_recipes.json)")
+
+
+def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
+    """The recipe's settings into the session fields the row leaves empty: recomputation
+    (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
+    DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
+    layout (without its MTP layers when the model has none), MTP layers and, for a
+    mixture-of-experts model, the token dispatcher, the expert all-to-all overlap and delayed
+    weight gradients."""
+    plan, model = body["plan"], body["model"]
+    settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
+                "recompute_num_layers": recipe.recompute_num_layers,
+                "sequence_parallel": recipe.sequence_parallel,
+                "overlap_grad_reduce": recipe.overlap_grad_reduce,
+                "overlap_param_gather": recipe.overlap_param_gather,
+                "tp_comm_overlap": recipe.tp_comm_overlap,
+                "fp8_param_gather": recipe.fp8_param_gather}
+    if (model.get("num_experts") or 0) > 1:
+        settings.update(moe_token_dispatcher_type=recipe.dispatcher,
+                        overlap_moe_expert_parallel_comm=recipe.ep_overlap,
+                        delay_wgrad_compute=recipe.delay_wgrad)
+    if recipe.mtp_num_layers is not None:
+        model.setdefault("mtp_num_layers", recipe.mtp_num_layers)
+    layout = recipe.pipeline_layout
+    if layout and not model.get("mtp_num_layers"):
+        layout = layout.replace("m", "")
+    settings["pipeline_model_parallel_layout"] = layout
+    for name, value in settings.items():
+        if value is not None:
+            plan.setdefault(name, value)
+
+
+def session_columns(session: Session) -> dict[str, Any]:
+    """The session-column CSV row of ``session``: every model, plan, cluster and cost field
+    whose value differs from the session default (``null`` for a None that is not the default;
+    booleans ``true``/``false``). Reading the row back gives the session."""
+    default = Session()
+    out: dict[str, Any] = {}
+    for section in SESSION_SECTIONS:
+        own, base = getattr(session, section), getattr(default, section)
+        for f in dataclasses.fields(own):
+            value = getattr(own, f.name)
+            if value == getattr(base, f.name):
+                continue
+            out[f.name] = ("null" if value is None else
+                           ("true" if value else "false") if isinstance(value, bool) else value)
+    return out
+
+
+# --- JSON lines ----------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | None
+                ) -> list[MeasuredRun]:
+    """Every non-blank line of a JSON-lines file as a run (module doc)."""
+    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
+    if not lines:
+        raise MeasurementFileError(f"{path}: empty file")
+    if len(lines) > MAX_ROWS:
+        raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} lines (the most a "
+                                   "measurement file may have)")
+    return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+
+
+def _jsonl_run(path: Path, line: int, text: str) -> MeasuredRun:
+    """One record of a JSON-lines file."""
+    where = f"{path}: line {line}"
+    doc = parse_json(text, where, MeasurementFileError)  # NaN, huge numbers, deep nesting named
+    if not isinstance(doc, dict):
+        raise MeasurementFileError(f"{where}: not a JSON object")
+    unknown = [k for k in doc if k not in _JSONL_KEYS]
+    if unknown:
+        raise MeasurementFileError(f"{where}: unknown key {unknown[0]!r} (keys: "
+                                   f"{', '.join(_JSONL_KEYS)})")
+    if "session" not in doc:
+        raise MeasurementFileError(f"{where}: missing key 'session'")
+    try:
+        session = session_from_document(doc["session"], f"{where}, key 'session'")
+    except SessionFileError as exc:
+        raise MeasurementFileError(str(exc)) from None
+    time_s, memory = (_json_number(where, doc, k) for k in ("measured_iteration_time_s",
+                                                             "measured_memory_gib"))
+    if math.isnan(time_s) and math.isnan(memory):
+        raise MeasurementFileError(f"{where}: needs measured_iteration_time_s (or "
+                                   "measured_memory_gib and memory_scale)")
+    scale = _memory_scale(f"{where}, key 'memory_scale'", doc.get("memory_scale") or "", memory)
+    source = doc.get("source", doc.get("source_id")) or path.name
+    assumptions, row = doc.get("assumptions", []), doc.get("row", line)
+    reason = doc.get("skip_reason") or ""
+    for key, ok, rule in (("source", isinstance(source, str), "a string"),
+                          ("assumptions", isinstance(assumptions, list)
+                           and all(isinstance(a, str) for a in assumptions), "a list of strings"),
+                          ("row", isinstance(row, int) and not isinstance(row, bool) and row >= 1,
+                           "a positive integer"),
+                          ("skip_reason", isinstance(reason, str), "a string or null")):
+        if not ok:
+            raise MeasurementFileError(f"{where}, key {key!r}: must be {rule}")
+    run = MeasuredRun(session, time_s, memory, scale, source, list(assumptions), row,
+                      group=_group(session, source))
+    if reason:  # the file's own, reviewed reason (its text is the cause: runs share it)
+        run.skip_reason, run.skip_causes = reason, [reason]
+    return _finish(run)
+
+
+def _json_number(where: str, doc: dict, key: str) -> float:
+    """A measurement key's value: a number (NaN when absent or null)."""
+    value = doc.get(key)
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MeasurementFileError(f"{where}, key {key!r}: must be a number or null, got {value!r}")
+    return float(value)

@@ -1,0 +1,209 @@
+"""Measured runs (core.accuracy.measured): the JSON-lines sessions of the published runs give
+today's figures, the session-column CSV round-trips sessions, a ``recipe`` column fills in
+its Megatron-Bridge recipe's settings, bad input is one named error, and runs the memory model
+says cannot fit are predicted and reported (docs/accuracy.md, "Measurement file layouts")."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from core.accuracy.calibrate import measured_sessions
+from core.accuracy.measured import (MeasurementFileError, read_measurements, session_columns,
+                                    skip_counts)
+from core.accuracy.validate import over_capacity, predict_rows
+from core.cli import main as vtrain
+from core.cli.validate import _predictor
+from tests.conftest import ROOT
+
+SESSIONS = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
+FIGURES = ROOT / "tests" / "data" / "published_runs_figures.json"
+
+
+@pytest.fixture(scope="module")
+def published():
+    if not SESSIONS.exists():
+        pytest.skip(f"shared data not present: {SESSIONS}")
+    return read_measurements(SESSIONS)
+
+
+@pytest.fixture(scope="module")
+def frozen():
+    return json.loads(FIGURES.read_text())
+
+
+def _close(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None
+                                         and math.isclose(a, b, rel_tol=1e-9))
+
+
+def test_jsonl_reproduces_the_frozen_figures(published, frozen):
+    """Every per-row prediction and band, the summary metrics and the figures by group that
+    `vtrain validate` gave on published_runs.csv before the notes parser went
+    (tests/data/published_runs_figures.json) come back from the sessions, to 1e-9."""
+    res = predict_rows(published, _predictor(None, 0.9))
+    rows = frozen["rows"]
+    assert [m.row for m in published] == [r["row"] for r in rows]
+    for i, (m, r) in enumerate(zip(published, rows)):
+        assert (not m.skip_reason) == r["predicted"], m.row
+        assert m.measured_iteration_time_s == r["measured_s"]
+        assert m.group == r["group"], m.row
+        for got, want in ((res.predicted_s[i], r["predicted_s"]),
+                          (res.interval_low_s[i], r["interval_low_s"]),
+                          (res.interval_high_s[i], r["interval_high_s"])):
+            assert _close(None if np.isnan(got) else float(got), want), (m.row, got, want)
+    met = res.metrics()
+    for key, want in frozen["metrics"].items():
+        assert _close(met[key], want) if isinstance(want, float) else met[key] == want, key
+    for key, groups in frozen["by_group"].items():
+        got = res.by_group(key)
+        assert [(g, n) for g, n, _, _ in got] == [(g, n) for g, n, _, _ in groups]
+        assert all(_close(a, c) and _close(b, d) for (_, _, a, b), (_, _, c, d) in zip(got, groups))
+
+
+def test_jsonl_gives_the_calibration_the_same_runs(published, frozen):
+    """The shared fit (vtrain calibrate --out-dir, scripts/generate_profiles.sh) takes the
+    sessions and measured times of the predicted rows: the same sessions (digests of their
+    documents) and times as the CSV's gave, so the same fitted parameters (the fit is
+    deterministic; frozen in the fixture's "calibrate")."""
+    sessions, measured = measured_sessions(published)
+    want = [r for r in frozen["rows"] if r["predicted"]]
+    assert len(sessions) == len(want) == sum(frozen["calibrate"]["rows_by_kind"].values())
+    for s, t, r in zip(sessions, measured, want):
+        digest = hashlib.sha256(json.dumps(s.to_dict(), sort_keys=True).encode()).hexdigest()
+        assert digest == r["session_sha256"], r["row"]
+        assert t == r["measured_s"]
+
+
+def _write_csv(path, records: list[dict]) -> None:
+    cols = list(dict.fromkeys(k for r in records for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, cols)
+    w.writeheader()
+    w.writerows(records)
+    path.write_text(buf.getvalue())
+
+
+def test_session_columns_round_trip(published, tmp_path):
+    """Each published session written as a session-column CSV row (only its non-default
+    fields) reads back as the same session, with its time, source and assumption names."""
+    runs = [m for m in published if not m.skip_reason]
+    records = [{**session_columns(m.session), "measured_iteration_time_s": repr(m.measured_iteration_time_s),
+                "source": m.source, "assumptions": "; ".join(a.split(":")[0] for a in m.assumptions)}
+               for m in runs]
+    path = tmp_path / "runs.csv"
+    _write_csv(path, records)
+    back = read_measurements(path)
+    assert len(back) == len(runs)
+    for a, b in zip(runs, back):
+        assert b.session.to_dict() == a.session.to_dict(), a.row
+        assert b.measured_iteration_time_s == a.measured_iteration_time_s
+        assert b.source == a.source and b.group == a.group and not b.skip_reason
+        assert b.assumptions == [x.split(":")[0] for x in a.assumptions]
+
+
+def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
+    """A row naming its Megatron-Bridge performance recipe and leaving the recipe's settings
+    out reads as the published session that took them from the same recipe. The rows state
+    the token dispatcher and the MTP layers (some sources name them, against the recipe's; a
+    model without MTP layers then takes the recipe's layout without them)."""
+    recipe_fields = ("recompute", "recompute_modules", "recompute_num_layers", "sequence_parallel",
+                     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                     "fp8_param_gather", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                     "pipeline_model_parallel_layout")
+    cases, records = [], []
+    for m in published:
+        named = [a for a in m.assumptions if a.startswith("bridge-perf-recipe:")]
+        if m.skip_reason or not named:
+            continue
+        function = named[0].split("(")[-1].split(",")[0].strip()
+        cols = {k: v for k, v in session_columns(m.session).items() if k not in recipe_fields}
+        records.append({**cols, "recipe": function, "mtp_num_layers": m.session.model.mtp_num_layers,
+                        "moe_token_dispatcher_type": m.session.plan.moe_token_dispatcher_type,
+                        "measured_iteration_time_s": m.measured_iteration_time_s})
+        cases.append(m)
+    assert len(cases) >= 10
+    path = tmp_path / "recipes.csv"
+    _write_csv(path, records)
+    for a, b in zip(cases, read_measurements(path)):
+        assert b.session.to_dict() == a.session.to_dict(), a.row
+
+
+@pytest.mark.parametrize("header,row,where", [
+    ("tensor_parallel,measured_iteration_time_s", "two,1.0", "row 1, column 'tensor_parallel'"),
+    ("precision,measured_iteration_time_s", "fp7,1.0", "row 1, column 'precision'"),
+    ("sequence_parallel,measured_iteration_time_s", "maybe,1.0", "row 1, column 'sequence_parallel'"),
+    ("tensor_parallel,notes_of_mine,measured_iteration_time_s", "2,x,1.0", "'notes_of_mine'"),
+    ("tensor_parallel,plan.tensor_parallel,measured_iteration_time_s", "2,2,1.0", "same field"),
+    ("tensor_parallel", "2", "measured_iteration_time_s"),
+    ("recipe,measured_iteration_time_s", "no_such_recipe,1.0", "row 1, column 'recipe'"),
+    ("measured_memory_gib,memory_scale,measured_iteration_time_s", "10,peak,1.0",
+     "row 1, column 'memory_scale'"),
+])
+def test_session_csv_bad_input_is_one_named_error(tmp_path, header, row, where):
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(path) in str(exc.value) and where in str(exc.value)
+    assert vtrain(["validate", str(path)]) == 2
+
+
+@pytest.mark.parametrize("line,where", [
+    ('{"measured_iteration_time_s": 1.0}', "line 1: missing key 'session'"),
+    ('{"session": {"format": "vtrain-session", "version": 1, "model": {}, "plan": {"tensor_parallel": 0}},'
+     ' "measured_iteration_time_s": 1.0}', "line 1, key 'session'"),
+    ('{"session": {}, "measured_time": 1.0}', "line 1: unknown key 'measured_time'"),
+    ('[1, 2]', "line 1: not a JSON object"),
+    ('{"session": {}, "measured_iteration_time_s": NaN}', "line 1"),
+])
+def test_jsonl_bad_input_is_one_named_error(tmp_path, line, where):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert where in str(exc.value)
+    assert vtrain(["validate", str(path)]) == 2
+
+
+def test_jsonl_time_bounds_and_skip_reason(published, tmp_path):
+    """A record's time outside 0.1 ms .. a day, or its own skip_reason, skips it by name; the
+    others are read as they are."""
+    doc = json.loads(SESSIONS.read_text().splitlines()[0])
+    lines = [json.dumps({**doc, "measured_iteration_time_s": 1e6}),
+             json.dumps({**doc, "skip_reason": "not modelled: a reviewed reason"}),
+             json.dumps({k: v for k, v in doc.items() if k != "row"})]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ms = read_measurements(path)
+    assert [m.row for m in ms] == [1, 1, 3]
+    assert ms[0].skip_causes == ["measured time out of range"]
+    assert ms[1].skip_reason == "not modelled: a reviewed reason"
+    assert not ms[2].skip_reason and ms[2].measured_iteration_time_s == doc["measured_iteration_time_s"]
+    assert skip_counts(ms) == {"measured time out of range": 1, "not modelled: a reviewed reason": 1}
+
+
+def test_runs_over_memory_are_predicted_and_reported(tmp_path):
+    """A run the memory model says cannot fit (here 175B on 8 GPUs without recomputation) is
+    read and predicted, and listed by over_capacity and by validate --json."""
+    path = tmp_path / "big.csv"
+    path.write_text("num_layers,hidden_size,num_attention_heads,seq_length,tensor_parallel,"
+                    "pipeline_parallel,data_parallel,micro_batch_size,global_batch_size,"
+                    "recompute,gpu,gpus_per_node,measured_iteration_time_s\n"
+                    "96,12288,96,2048,8,1,1,1,8,none,A100-SXM4-80GB,8,30.0\n")
+    ms = read_measurements(path)
+    assert not ms[0].skip_reason
+    over = over_capacity(ms)
+    assert [m.row for m, _, _ in over] == [1] and over[0][1] > over[0][2]
+    out = io.StringIO()
+    from contextlib import redirect_stdout
+    with redirect_stdout(out):
+        assert vtrain(["validate", str(path), "--json"]) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["n"] == 1 and [r["row"] for r in doc["memory_over_capacity"]] == [1]
