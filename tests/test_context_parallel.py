@@ -14,7 +14,8 @@ import pytest
 
 from core.model import model_math
 from core.sim.comm import CommModel
-from core.plan.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, validate)
+from core.plan.config import (ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, check, padded_vocab_size,
+                              validate)
 from core.sim.graph import _cp_ring_times, build_graph, op_key, stage_times
 from core.sim.graph_types import KINDS, STREAMS
 from core.model.ops import op_kernels
@@ -530,7 +531,7 @@ def test_causal_model_flops_close_form(seq):
     pl = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
                       micro_batch_size=1, global_batch_size=4, recompute="none")
     B, s, L, h = 4, seq, m.num_layers, m.hidden_size
-    V = model_math.padded_vocab_size(m.vocab_size, 8)
+    V = padded_vocab_size(m.vocab_size, 8)
     eq3 = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
     causal = 72 * B * s * L * h**2 * (1 + s / (12 * h) + V / (12 * L * h))
     assert model_math.model_flops_per_iteration(m, pl) == pytest.approx(eq3, rel=1e-12)

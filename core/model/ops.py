@@ -76,11 +76,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-# The kernel lists and byte counts live with the rest of the model's formulas (core.model.model_math);
-# they are re-exported here, where the profile store and the profiling code look for them.
-from core.model.model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES, FAMILY_KEY_DEFAULTS,  # noqa: F401
-                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, fp8_tn_only, full_op_key,
-                         op_kernels, table_covers)
+# The kernel lists and byte counts live with the rest of the model's formulas (core.model.base,
+# keys, kernels); they are re-exported here, where the profile store and the profiling code look.
+from core.model.base import (ADAM_BYTES_PER_PARAM, DTYPE_BYTES,  # noqa: F401
+                             GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel)
+from core.model.fp8 import fp8_tn_only
+from core.model.kernels import op_kernels
+from core.model.keys import DERIVED_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, full_op_key, table_covers  # noqa: F401
 from core.plan.config import tensor_dtype
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
     "kernel_peak_flops", "device_key", "effective_op_model",
 ]
+
 
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
 EDGE_OPS = ("embedding_fwd", "embedding_bwd", "output_fwd", "output_bwd")

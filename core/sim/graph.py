@@ -31,10 +31,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from core.model import model_math
+from core.model import kernels, model_math
 from core import schedules
 from core.sim.comm import CommModel
-from core.plan.config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype, padded_vocab_size,
+from core.plan.config import (PLAN_FIELDS, ModelConfig, Session, fp8_recipe, grad_dtype,
                      pipeline_layout_text, plan_key, tensor_dtype, virtual_stage_layer_counts,
                      zero_shard_size)
 from core.sim.graph_types import KINDS, OPS, ExecutionGraph
@@ -44,7 +44,7 @@ from core.model.ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIM
 from core.model.model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
                          SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_GEMMS, TP_OVERLAP_OPS,
                          expert_data_parallel,
-                         expert_tensor_parallel, moe_ffn)
+                         expert_tensor_parallel)
 from core.plan.config import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
@@ -335,30 +335,9 @@ class OpTimes:
 
 
 def op_key(session: Session) -> dict:
-    """Key of the session's ops: the profile store's key columns (:data:`core.model.ops.OP_KEYS`) plus
-    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
-    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.plan.config.fp8_recipe`); ``dtype``
-    is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
-
-    ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
-    parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
-    core attends to the whole sequence in a ring of ``cp`` steps."""
-    m, pl = session.model, session.plan
-    t, cp = pl.tensor_parallel, pl.context_parallel
-    key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
-               a=m.num_attention_heads,
-               f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
-               g=m.query_groups, act=model_math.activation_key(m.activation), norm=m.normalization,
-               cpa=model_math.cp_a2a_size(pl), cpg=int(model_math.cp_all_gather(pl)),
-               pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
-               ce=model_math.cross_entropy_fusion(pl),
-               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
-    if m.is_moe:  # the MoE ops' columns (core.model.model_math.MOE_KEY)
-        key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
-                   etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
-                   imb=float(pl.moe_imbalance_factor))
-    return key
+    """Key of the session's ops: :func:`core.model.kernels.op_key` of its model and plan (the
+    profile store's key columns plus ``sp``, ``cpa``, ``cpg`` and, with FP8, ``fp8``)."""
+    return kernels.op_key(session.model, session.plan)
 
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers

@@ -1,0 +1,1 @@
+"""Gemma 2 and Gemma 3 (placeholder: filled in below)."""
