@@ -5,15 +5,18 @@ where the norms around it are separate modules (Megatron-Core layer specs).
 
 from __future__ import annotations
 
+from typing import Any, Mapping
 
 import numpy as np
 
+from core.model.base import Kernel, gemm, mem
+from core.model.context_parallel import cp_all_gather_core
+from core.model.tokens import OpShape
 from core.plan.config import ModelConfig
 
 __all__ = [
     "attended_pairs", "causal_core_fraction", "norms_separate", "norms_separate_of",
-    "window_layer_mask",
-]
+    "window_layer_mask", "attention_core_kernels", "mha_attention_kernels"]
 
 
 def attended_pairs(s: int, w: int = 0) -> float:
@@ -82,3 +85,109 @@ def causal_core_fraction(model: ModelConfig) -> float:
     W = int(model.window_size) + 1
     swa = (W - W * (W - 1) / (2 * s)) / s if W < s else 0.5
     return (0.5 * (model.num_layers - n_swa) + swa * n_swa) / model.num_layers
+
+
+def attention_core_kernels(key: Mapping[str, Any], b: int, s: int, heads: int, groups: int,
+                           dh: int, e: int) -> tuple[list[Kernel], list[Kernel]]:
+    """``(forward, backward)`` kernels of one rank's attention core (scores, softmax, values)
+    for ``heads`` query and ``groups`` K/V heads of ``dh`` channels over ``s`` tokens: one
+    FlashAttention kernel per pass (with the window, context-parallel ring, all-gather or
+    all-to-all of the key), or Megatron's unfused batched GEMMs and softmax (see
+    :func:`core.model.layer.dense_op_kernels`).
+
+    Raises
+    ------
+    ValueError
+        Context parallelism on the unfused path.
+    """
+    T = b * s
+    kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
+    cp = int(key.get("cp", 1))
+    if key.get("attn") == "flash":
+        # the all-to-all exchanges (cpa > 1): the core runs on cpa times the tokens for
+        # 1/cpa of the heads, in a ring of cp/cpa steps (one step for a2a)
+        cpa = int(key.get("cpa", 1) or 1)
+        ring, sc, hc, gc = cp // cpa, s * cpa, heads // cpa, groups // cpa
+        causal = 4.0 * b * hc * dh * attended_pairs(sc, int(key.get("w", 0) or 0))
+        io_fwd = e * b * sc * dh * (2 * hc + 2 * gc)  # Q, K, V in, O out
+        core = [Kernel("flash_attn", causal, float(io_fwd), sc, sc, dh, b * hc)]
+        core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
+                           float(e * b * sc * dh * (4 * hc + 4 * gc)), sc, sc, dh, b * hc)]
+        if cp > 1 and int(key.get("cpg", 0) or 0):
+            core, core_bwd = cp_all_gather_core(b, s, cp, heads, groups, dh, e, causal)
+        elif ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
+            core = core * ring + [mem("cp_out_correction", 3 * e * T * heads * dh)] * (ring - 1)
+            core_bwd = core_bwd * ring + [mem("cp_grad_accumulate", 3 * e * T * dh * (
+                heads + 2 * groups))] * (ring - 1)
+        if cpa > 1:  # TE's a2a copies Q, K, V and O (dO, dQ, dK, dV) into its exchanges'
+            # layout: each read and written once
+            core = [mem("cp_a2a_layout", 2.0 * io_fwd), *core]
+            core_bwd = [*core_bwd, mem("cp_a2a_layout_bwd", 2.0 * io_fwd)]
+    elif cp > 1:
+        raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
+                         "modelled: ring attention runs in FlashAttention / TE fused attention")
+    else:
+        score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
+        expand = [mem("kv_expand", kv_expand)] if groups < heads else []
+        core = [
+            *expand,
+            gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
+            mem("scale_mask_softmax", 2 * score),
+            mem("attn_dropout", 2.5 * score),
+            gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
+        ]
+        core_bwd = [
+            gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
+            gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
+            mem("attn_dropout_bwd", 2.5 * score),
+            mem("softmax_bwd", 3 * score),
+            gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
+            gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
+            *([mem("kv_expand_bwd", kv_expand)] if groups < heads else []),
+        ]
+    return core, core_bwd
+
+
+def mha_attention_kernels(op: str, sh: OpShape) -> list[Kernel]:
+    """Kernels of one rank's multi-head / grouped-query attention op (``attention_fwd``,
+    ``attention_bwd`` and the core's ``attention_core_fwd`` / ``attention_core_bwd``): the
+    input norm, QKV, RoPE and QK-norm, the core (:func:`attention_core_kernels`), the
+    projection (see :func:`core.model.layer.dense_op_kernels`)."""
+    key, b, s, h, t, e, T = sh.key, sh.b, sh.s, sh.h, sh.t, sh.e, sh.T
+    tok, norm, acc, linear, cast = sh.tok, sh.norm, sh.acc, sh.linear, sh.cast
+    a, g = int(key["a"]), int(key["g"])
+    heads, groups, dh = a // t, g // t, int(key["kv"])
+    qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
+    ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
+    rope = key.get("pos") == "rope"
+    qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
+    core, core_bwd = attention_core_kernels(key, b, s, heads, groups, dh, e)
+    if op == "attention_core_fwd":  # what selective recomputation runs again
+        return core
+    if op == "attention_core_bwd":  # the ring's share of the backward (context parallelism)
+        return core_bwd
+    rotary = [mem("rope", qk_bytes)] if rope else []
+    if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
+        rotary = [mem(f"qk_{norm}", qk_bytes), *rotary]
+    if op == "attention_fwd":
+        return [
+            mem(norm, 2 * tok),
+            *cast("qkv_input", T * h, True),
+            linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
+            *rotary,
+            *core,
+            *cast("proj_input", T * ctx),
+            linear("proj", T, h, ctx),                        # (b*s, a kv/t) x (a kv/t, h)
+        ]
+    return [
+        mem("bias_dropout_add_bwd", 2 * tok),
+        *cast("proj_grad", T * h, True),
+        linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+        mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
+        *core_bwd,
+        *([mem("rope_bwd", qk_bytes)] if rope else []),
+        *([mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
+        *cast("qkv_grad", T * qkv),
+        linear("qkv_dgrad", T, h, qkv), linear("qkv_wgrad", qkv, h, T),
+        mem(f"{norm}_bwd", 4 * tok),
+    ]

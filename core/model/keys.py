@@ -242,7 +242,7 @@ _TP_OVERLAP_KERNELS: dict[tuple[str, str], str] = {
 }
 #: (op, collective) -> the derived op of that GEMM ("attention_qkv_gemm", "mlp_fc1_dgrad_gemm" ...)
 TP_OVERLAP_GEMMS: dict[tuple[str, str], str] = {
-    (base, kind): f"{base.split('_')[0]}_{kernel}gemm"
+    (base, kind): f"{base.split('_')[0]}_{kernel}_gemm"
     for (base, kind), kernel in _TP_OVERLAP_KERNELS.items()}
 for (_base, _kind), _op in TP_OVERLAP_GEMMS.items():
     DERIVED_OPS[_op] = _base

@@ -8,24 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from core.model.attention import attended_pairs, norms_separate_of
-from core.model.base import (ADAM_BYTES_PER_PARAM, DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM,
-                             Kernel, gemm, mem)
-from core.model.context_parallel import cp_all_gather_core
-from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels, linear_kernels
+from core.model.attention import mha_attention_kernels, norms_separate_of
+from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, Kernel, gemm, mem
+from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels
 from core.model.keys import with_family_defaults
 from core.model.mla import (mla_activation_terms, mla_attention_parameters,
                             mla_forward_flops_per_token, mla_op_kernels)
-from core.model.mlp import is_gated, mlp_parameters
+from core.model.mlp import is_gated, mlp_kernels, mlp_parameters
 from core.model.recompute import selective_op_activation_bytes
+from core.model.tokens import OpShape, op_shape
 from core.plan.config import (FP8_DEFAULT_RECIPE, ModelConfig, ParallelPlan, fp8_recipe,
                               padded_vocab_size, recompute_modules, tensor_dtype)
 
 __all__ = [
     "attention_forward_flops_per_token", "attention_parameters",
     "dense_activation_bytes_per_layer", "dense_edge_parameters",
-    "dense_forward_flops_per_token", "dense_layer_parameters", "dense_op_kernels",
-]
+    "dense_forward_flops_per_token", "dense_layer_parameters", "dense_op_kernels", "edge_kernels"]
 
 
 def dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
@@ -106,131 +104,24 @@ def dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
     tn = bool(key.get("fp8_tn", True))
     dtype = tensor_dtype(str(key["dtype"]))
-    e = DTYPE_BYTES[dtype]
-    linear, cast = linear_kernels(key)
     if op == "optimizer_step":
         return [mem("adam", ADAM_BYTES_PER_PARAM[dtype] * float(key["n"]))]
     if op == FP8_WEIGHT_CAST_OP:
         return fp8_cast_kernels("weights", float(key["n"]), recipe, tn, weight=True) if fp8 else []
-    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
-
-    T = b * s  # tokens in the micro-batch
-    act = T * h * e  # bytes of one (b, s, h) activation
-    # Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): LayerNorm and dropout run on
-    # the rank's s/t tokens, (b, s/t, h)
-    tok = act / t if key.get("sp") else act
-    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd") \
-            and int(key.get("kvlr", 0) or 0):
-        return mla_op_kernels(op, key)
     if op in ("attention_fwd", "attention_bwd", "attention_core_fwd", "attention_core_bwd"):
-        a, g = int(key["a"]), int(key["g"])
-        heads, groups, dh = a // t, g // t, int(key["kv"])
-        qkv = (a + 2 * g) * dh // t  # columns of this rank's QKV GEMM (3h/t without GQA)
-        ctx = heads * dh  # this rank's attention output, the projection's input (h/t for GPT)
-        rope = key.get("pos") == "rope"
-        qk_bytes = 2 * T * (heads + groups) * dh * e  # read and write Q and K
-        kv_expand = T * 2 * (heads + groups) * dh * e  # read g/t, write a/t heads of K and V
-        cp = int(key.get("cp", 1))
-        if key.get("attn") == "flash":
-            # the all-to-all exchanges (cpa > 1): the core runs on cpa times the tokens for
-            # 1/cpa of the heads, in a ring of cp/cpa steps (one step for a2a)
-            cpa = int(key.get("cpa", 1) or 1)
-            ring, sc, hc, gc = cp // cpa, s * cpa, heads // cpa, groups // cpa
-            causal = 4.0 * b * hc * dh * attended_pairs(sc, int(key.get("w", 0) or 0))
-            io_fwd = e * b * sc * dh * (2 * hc + 2 * gc)  # Q, K, V in, O out
-            core = [Kernel("flash_attn", causal, float(io_fwd), sc, sc, dh, b * hc)]
-            core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
-                               float(e * b * sc * dh * (4 * hc + 4 * gc)), sc, sc, dh, b * hc)]
-            if cp > 1 and int(key.get("cpg", 0) or 0):
-                core, core_bwd = cp_all_gather_core(b, s, cp, heads, groups, dh, e, causal)
-            elif ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
-                core = core * ring + [mem("cp_out_correction", 3 * e * T * heads * dh)] * (ring - 1)
-                core_bwd = core_bwd * ring + [mem("cp_grad_accumulate", 3 * e * T * dh * (
-                    heads + 2 * groups))] * (ring - 1)
-            if cpa > 1:  # TE's a2a copies Q, K, V and O (dO, dQ, dK, dV) into its exchanges'
-                # layout: each read and written once
-                core = [mem("cp_a2a_layout", 2.0 * io_fwd), *core]
-                core_bwd = [*core_bwd, mem("cp_a2a_layout_bwd", 2.0 * io_fwd)]
-        elif cp > 1:
-            raise ValueError(f"context parallelism (cp={cp}) with attn={key.get('attn')!r} is not "
-                             "modelled: ring attention runs in FlashAttention / TE fused attention")
-        else:
-            score = b * heads * s * s * e  # bytes of one (b, a/t, s, s) score tensor
-            expand = [mem("kv_expand", kv_expand)] if groups < heads else []
-            core = [
-                *expand,
-                gemm("attn_scores", s, s, dh, e, b * heads),       # (b*a/t, s, kv) x (kv, s)
-                mem("scale_mask_softmax", 2 * score),
-                mem("attn_dropout", 2.5 * score),
-                gemm("attn_values", s, dh, s, e, b * heads),       # (b*a/t, s, s) x (s, kv)
-            ]
-            core_bwd = [
-                gemm("attn_values_dgrad_p", s, s, dh, e, b * heads),
-                gemm("attn_values_dgrad_v", s, dh, s, e, b * heads),
-                mem("attn_dropout_bwd", 2.5 * score),
-                mem("softmax_bwd", 3 * score),
-                gemm("attn_scores_dgrad_q", s, dh, s, e, b * heads),
-                gemm("attn_scores_dgrad_k", s, dh, s, e, b * heads),
-                *([mem("kv_expand_bwd", kv_expand)] if groups < heads else []),
-            ]
-        if op == "attention_core_fwd":  # what selective recomputation runs again
-            return core
-        if op == "attention_core_bwd":  # the ring's share of the backward (context parallelism)
-            return core_bwd
-        rotary = [mem("rope", qk_bytes)] if rope else []
-        if int(key.get("qkn", 0)):  # a norm over each query and key head (read and write)
-            rotary = [mem(f"qk_{norm}", qk_bytes), *rotary]
-        if op == "attention_fwd":
-            return [
-                mem(norm, 2 * tok),
-                *cast("qkv_input", T * h, True),
-                linear("qkv", T, qkv, h),                          # (b*s, h) x (h, (a+2g)kv/t)
-                *rotary,
-                *core,
-                *cast("proj_input", T * ctx),
-                linear("proj", T, h, ctx),                        # (b*s, a kv/t) x (a kv/t, h)
-            ]
-        return [
-            mem("bias_dropout_add_bwd", 2 * tok),
-            *cast("proj_grad", T * h, True),
-            linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
-            mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
-            *core_bwd,
-            *([mem("rope_bwd", qk_bytes)] if rope else []),
-            *([mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),
-            *cast("qkv_grad", T * qkv),
-            linear("qkv_dgrad", T, h, qkv), linear("qkv_wgrad", qkv, h, T),
-            mem(f"{norm}_bwd", 4 * tok),
-        ]
+        if int(key.get("kvlr", 0) or 0):
+            return mla_op_kernels(op, key)
+        return mha_attention_kernels(op, op_shape(key))
     if op in ("mlp_fwd", "mlp_bwd"):
-        f = int(key["f"])
-        gated = key.get("act") == "swiglu"
-        fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
-        inner = T * (f // t) * e
-        if op == "mlp_fwd":
-            return [
-                mem("bias_dropout_add", 3.5 * tok),
-                mem(norm, 2 * tok),
-                *cast("fc1_input", T * h, True),
-                linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
-                mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
-                *cast("fc2_input", T * (f // t)),
-                linear("fc2", T, h, f // t),                      # (b*s, f/t) x (f/t, h)
-                mem("bias_dropout_add", 3.5 * tok),
-            ]
-        return [
-            mem("bias_dropout_add_bwd", 2 * tok),
-            *cast("fc2_grad", T * h, True),
-            linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
-            mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
-            *cast("fc1_grad", T * fc1),
-            linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),
-            mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),
-            mem(f"{norm}_bwd", 4 * tok),
-            mem("bias_dropout_add_bwd", 2 * tok),
-        ]
+        return mlp_kernels(op, op_shape(key))
+    return edge_kernels(op, op_shape(key))
+
+
+def edge_kernels(op: str, sh: OpShape) -> list[Kernel]:
+    """Kernels of one rank's embedding and output-layer ops (``embedding_fwd``,
+    ``embedding_bwd``, ``output_fwd``, ``output_bwd``; see :func:`dense_op_kernels`)."""
+    key, h, t, e, T = sh.key, sh.h, sh.t, sh.e, sh.T
+    act, tok, norm, acc = sh.act, sh.tok, sh.norm, sh.acc
     V = int(key["V"])
     cells = T * (V // t)  # logits of this rank: (b*s, V/t)
     to_fp32 = 4 + e if e < 4 else 0  # bytes per logit of the .float() copy (none in fp32)
