@@ -10,13 +10,12 @@ from core.model.base import Kernel
 from core.model.context_parallel import cp_a2a_size, cp_all_gather
 from core.model.families import family_of, family_of_key
 from core.model.fp8 import linear_kernels
-from core.model.keys import (DERIVED_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, PART_OPS,
+from core.model.keys import (DERIVED_OPS, FAMILY_KEY, FAMILY_KEY_DEFAULTS, OP_KEYS, PART_OPS,
                              SELECTIVE_OP_GEMMS, SELECTIVE_OP_OPS, SWA_OPS, UNTABULATED_OP_KEYS,
                              activation_key, cross_entropy_fusion, full_op_key, mla_key,
                              with_family_defaults)
 from core.model.moe import expert_tensor_parallel, moe_ffn
 from core.model.recompute import SELECTIVE_OP_SAVED, selective_op_linears
-from core.model.spec import FAMILY_KEY
 from core.plan.config import ModelConfig, ParallelPlan, fp8_recipe, padded_vocab_size
 
 __all__ = ["op_kernels", "selective_op_kernels", "op_key", "family_key_columns"]
@@ -40,7 +39,7 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     other derived ops (:data:`PART_OPS`) are the base op's kernels that a recomputed module
     runs again (``layernorm_fwd``, ``mlp_core_fwd``, ``router_gate_fwd``,
     ``moe_unpermute_core_fwd``, ``experts_act_fwd``). The kernels are the family's: that of
-    ``model`` when given, else the key's :data:`core.model.spec.FAMILY_KEY` entry (``dense``
+    ``model`` when given, else the key's :data:`core.model.keys.FAMILY_KEY` entry (``dense``
     without one).
 
     Raises
@@ -125,7 +124,7 @@ def family_key_columns(model: ModelConfig) -> dict[str, Any]:
     (:data:`core.model.keys.FAMILY_KEY_DEFAULTS` but ``cp`` and ``ce``, which the plan sets:
     ``g`` query groups, ``act`` the timed activation, ``norm``, ``pos``, ``attn``, ``qkn``,
     ``kv`` the head size, the MLA columns) and, for a family other than ``dense``, its name
-    (:data:`core.model.spec.FAMILY_KEY`; absent for dense models, whose keys predate it)."""
+    (:data:`core.model.keys.FAMILY_KEY`; absent for dense models, whose keys predate it)."""
     out = dict(a=model.num_attention_heads, g=model.query_groups,
                act=activation_key(model.activation), norm=model.normalization,
                pos=model.position_embedding, attn=model.attention_kernel,

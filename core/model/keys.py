@@ -14,7 +14,7 @@ from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.plan.config import ModelConfig, ParallelPlan
 
 __all__ = [
-    "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "MLA_KEY", "MLA_UP_PREFIXES", "MODULE_OPS",
+    "FAMILY_KEY", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "MLA_KEY", "MLA_UP_PREFIXES", "MODULE_OPS",
     "MOE_DERIVED_OPS", "MOE_KEY", "MOE_OPS", "MTP_KEY", "MTP_OPS", "OP_KEYS", "PART_OPS",
     "SELECTIVE_OP_GEMMS", "SELECTIVE_OP_OPS", "SWA_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS",
     "UNTABULATED_OP_KEYS", "activation_key", "cross_entropy_fusion", "family_key_value",
@@ -23,6 +23,12 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- dense decoders
+
+#: The op key's entry naming a model family other than ``dense`` (absent for dense models, so
+#: their keys are unchanged). Not a table column: the profile store's tables hold dense ops, and
+#: another family's op takes the dense row scaled by the ratio of their analytic times
+#: (:func:`core.sim.graph.lookup_op_times`).
+FAMILY_KEY = "fam"
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
 #: GPT (``g``: ``None`` stands for ``a``, full multi-head attention; ``kv``: ``None`` stands for

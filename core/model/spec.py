@@ -23,12 +23,7 @@ from core.model.base import Kernel
 from core.plan.config import ModelConfig, ParallelPlan
 
 __all__ = ["AttentionSpec", "MlpSpec", "NormSpec", "LayerSpec", "ModelFamily", "FAMILIES",
-           "register_family", "FAMILY_KEY"]
-
-
-#: The op key's entry naming a model family other than ``dense`` (absent for dense models, so
-#: their keys and the profile store's tables are unchanged).
-FAMILY_KEY = "fam"
+           "register_family"]
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ __all__ = [
     "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "CP_COMM_TYPES", "node_network_gbits_per_s",
     "SCHEDULES",
     "ACTIVATIONS",
+    "MODEL_FAMILIES",
     "SOFTMAX_TYPES",
     "NORMALIZATIONS",
     "POSITION_EMBEDDINGS",
@@ -83,8 +84,12 @@ __all__ = [
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
-#: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
-ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
+#: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020);
+#: GeGLU is gated with a tanh-approximated GeLU (Gemma).
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "geglu")
+#: Model families (registered in core.model.families): dense (Megatron-Core's GPT layer: GPT,
+#: Llama, MoE, MLA, MTP, GPT-OSS), gemma2 and gemma3 (Gemma 2 / Gemma 3's layer).
+MODEL_FAMILIES = ("dense", "gemma2", "gemma3")
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
 #: the plain softmax; "off-by-one" adds a fixed zero logit to every row's denominator (Miller 2023,
 #: "Attention is off by one"; a buffer, no parameters); "learnable" adds one learned logit per
@@ -322,7 +327,8 @@ class ModelConfig:
 
     Every field is ``required`` in a session file (the defaults serve code that builds a
     GPT model; a file that leaves a field out is refused, never filled with GPT's value),
-    but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`).
+    but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`), and but ``family``
+    (added later: a file without it describes a ``dense`` model, its default).
     """
 
     name: str = _f("GPT-3 175B", "", "Display name of the model", required=True)
@@ -345,7 +351,8 @@ class ModelConfig:
         bounds=BOUNDS["heads"], required=True)
     activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
                          "three ffn matrices; --swiglu) or squared_relu (relu(x)^2, two ffn "
-                         "matrices, Nemotron-4; --squared-relu)", choices=ACTIVATIONS,
+                         "matrices, Nemotron-4; --squared-relu) or geglu (gated, tanh-GeLU gate; Gemma)",
+                         choices=ACTIVATIONS,
                          required=True)
     normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
                             "--normalization RMSNorm)", choices=NORMALIZATIONS, required=True)
@@ -448,6 +455,11 @@ class ModelConfig:
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
         "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
         required=True)
+    family: str = _f("dense", "", "Model family: dense (Megatron-Core's GPT layer: GPT, Llama, "
+                     "MoE, MLA, GPT-OSS), gemma2 or gemma3 (norms after attention and MLP too, "
+                     "embedding scaled by sqrt(h); gemma2 soft-caps attention and output logits). "
+                     "Not required: files written before it describe dense models",
+                     choices=MODEL_FAMILIES)
 
     @property
     def ffn(self) -> int:
@@ -492,9 +504,9 @@ GPT_FAMILY: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Mode
 
 
 def model_from_fields(values: dict[str, Any]) -> ModelConfig:
-    """A :class:`ModelConfig` from ``values``, which name every model field: a reader states
-    each one from its input (or, for a GPT-only format, from :data:`GPT_FAMILY`), so no field
-    takes GPT's default by omission.
+    """A :class:`ModelConfig` from ``values``, which name every required model field: a reader
+    states each one from its input (or, for a GPT-only format, from :data:`GPT_FAMILY`), so no
+    field takes GPT's default by omission (``family``, not required, defaults to ``dense``).
 
     Raises
     ------
@@ -503,7 +515,8 @@ def model_from_fields(values: dict[str, Any]) -> ModelConfig:
         not a user's input error).
     """
     names = [f.name for f in dataclasses.fields(ModelConfig)]
-    missing = [n for n in names if n not in values]
+    missing = [f.name for f in dataclasses.fields(ModelConfig)  # a field not required (family)
+               if f.name not in values and f.metadata.get("required")]  # takes its default
     unknown = sorted(set(values) - set(names))
     if missing or unknown:
         raise TypeError(f"model_from_fields: missing {missing}, unknown {unknown}")

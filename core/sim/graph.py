@@ -374,7 +374,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
-    table_key = {c: v for c, v in key.items() if c != "fp8"}
+    table_key = {c: v for c, v in key.items() if c not in ("fp8", model_math.FAMILY_KEY)}
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
     # nor ring attention (no cp column): a context-parallel attention op scales the row of the
     # same op without context parallelism on the rank's s/cp tokens

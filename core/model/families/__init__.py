@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from core.model.families import dense, gemma
-from core.model.spec import FAMILIES, FAMILY_KEY, LayerSpec, ModelFamily
+from core.model.keys import FAMILY_KEY
+from core.model.spec import FAMILIES, LayerSpec, ModelFamily
 from core.plan.config import ModelConfig
 
 __all__ = ["family_of", "family_of_key", "layer_spec", "dense", "gemma"]
@@ -32,7 +33,7 @@ def family_of(model: ModelConfig | None = None) -> ModelFamily:
 
 
 def family_of_key(key: Mapping[str, Any]) -> ModelFamily:
-    """The family an op key's ops belong to (its :data:`~core.model.spec.FAMILY_KEY` entry;
+    """The family an op key's ops belong to (its :data:`~core.model.keys.FAMILY_KEY` entry;
     ``dense`` without one).
 
     Raises
