@@ -112,6 +112,9 @@ def test_forward_kernels_add_the_post_norm_and_the_capped_scores():
     norm = _by_name(got)["post_attn_rmsnorm"]
     assert (norm.flops, norm.bytes) == (NORM_FLOPS[0] * rows, 2 * 2 * rows)
     mlp = mm.op_kernels("mlp_fwd", key)
+    fc1 = _by_name(mlp)["fc1"]
+    assert (fc1.m, fc1.n, fc1.k) == (8192, 2 * 14336 // 2, 3584)  # GeGLU: gate and up, 2f/t
+    assert "bias_swiglu" in _by_name(mlp)  # the fused gated activation's bytes
     assert [k.name for k in mlp][-2:] == ["post_mlp_rmsnorm", "bias_dropout_add"]
     assert [k.name for k in mlp if k.name != "post_mlp_rmsnorm"] == [
         k.name for k in mm.op_kernels("mlp_fwd", dkey)]

@@ -44,9 +44,11 @@ def activation_key(activation: str) -> str:
     ``jit_fuser``: one fused element-wise kernel per pass that reads the fc1 output and writes
     the activation, and in the backward reads the saved input and the gradient and writes one
     gradient) is timed as ``gelu``, whose ``bias_gelu`` kernels move the same bytes; both are
-    non-gated (two ffn matrices, the same GEMMs). The FLOPs of the element-wise kernels are
-    not counted in either case (memory-bound)."""
-    return "gelu" if activation == "squared_relu" else activation
+    non-gated (two ffn matrices, the same GEMMs). Likewise ``geglu`` (Gemma's gated tanh-GeLU)
+    is timed as ``swiglu``: the same three ffn matrices and one fused kernel that reads ``2f``
+    and writes ``f`` per token. The FLOPs of the element-wise kernels are not counted
+    (memory-bound)."""
+    return {"squared_relu": "gelu", "geglu": "swiglu"}.get(activation, activation)
 
 
 #: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the
