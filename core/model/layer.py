@@ -267,6 +267,10 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
                                       mlp: float | None = None) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
 
+    (One function of ~110 lines on purpose: the terms below interact -- FP8 copies, fused and
+    separate norms, recomputed modules -- and each adjustment reads the ones before it; split
+    apart, the order that keeps the numbers bit-identical would be implicit.)
+
     ``mlp`` replaces the MLP's term (``4f/h``, ``6f/h`` gated; see below) for an MoE layer,
     whose dense MLP is its shared experts' (:func:`moe_activation_bytes_per_layer`).
 

@@ -110,6 +110,8 @@ def mla_tp_latent_width(model: ModelConfig) -> int:
 def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a multi-head latent attention op (``attention_fwd``,
     ``attention_bwd`` and the core's ``attention_core_fwd/bwd`` of a key with ``kvlr > 0``).
+    (Two kernel lists written out in execution order, forward and backward: longer than a
+    screen, read top to bottom against Megatron-Core's module.)
 
     Megatron-Core ``MLASelfAttention`` (``get_query_key_value_tensors``, TE layer spec), per
     micro-batch of ``T = b s`` tokens, ``a/t`` heads per rank: the input norm; the down

@@ -201,7 +201,9 @@ def moe_routed_rows(key: Mapping[str, Any]) -> float:
 
 
 def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
-    """Kernels of one GPU's share of an MoE layer's op (:data:`MOE_OPS`).
+    """Kernels of one GPU's share of an MoE layer's op (:data:`MOE_OPS`). (The ops' kernel lists
+    written out in execution order: longer than a screen, read against Megatron-Core's
+    ``MoELayer``.)
 
     ``T = b s`` tokens; ``T_in = T/t`` enter the layer on a rank with sequence parallelism
     (``T`` without); ``R`` (:func:`moe_routed_rows`) copies reach the rank's ``E/ep``
