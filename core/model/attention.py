@@ -47,8 +47,6 @@ def window_layer_mask(model: ModelConfig) -> np.ndarray:
     return (np.arange(1, L + 1) % n) != 0
 
 
-# --------------------------------------------------------------------------- multi-head latent attention
-
 def norms_separate(model: ModelConfig) -> tuple[bool, bool]:
     """Whether a layer's input norm and a dense layer's pre-MLP norm are modules of their own,
     ``(input, pre_mlp)`` (an MoE layer's pre-MLP norm always is: the router reads its output).

@@ -18,8 +18,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- FP8 (Transformer Engine)
-
 #: Bytes of one FP8 element (E4M3 forward, E5M2 gradients with Megatron's ``--fp8-format hybrid``).
 FP8_BYTES = 1
 #: The per-iteration quantization of the linear layers' weights to FP8 (not a table of the

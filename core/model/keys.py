@@ -22,8 +22,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- dense decoders
-
 #: The op key's entry naming a model family other than ``dense`` (absent for dense models, so
 #: their keys are unchanged). Not a table column: the profile store's tables hold dense ops, and
 #: another family's op takes the dense row scaled by the ratio of their analytic times
@@ -38,6 +36,8 @@ FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layern
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
                                        "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
                                        "ce": "unfused"}
+
+
 def activation_key(activation: str) -> str:
     """The ``act`` key column that times ``model.activation``'s MLP: the activation itself, but
     ``squared_relu`` (Nemotron-4's ``relu(x)**2``, Megatron-Core's ``squared_relu`` under
@@ -66,6 +66,8 @@ def mla_key(model: ModelConfig) -> dict[str, int]:
     return dict(qlr=int(model.q_lora_rank or 0), kvlr=int(model.kv_lora_rank),
                 qkd=int(model.qk_head_dim), qpe=int(model.qk_pos_emb_head_dim),
                 vd=int(model.v_head_dim))
+
+
 #: Family columns whose GPT value derives from the shape columns (``None`` in
 #: :data:`FAMILY_KEY_DEFAULTS`): ``g`` is ``a`` (one query group per head), ``kv`` the head
 #: size ``h/a`` (Megatron's ``--kv-channels`` default).
@@ -109,8 +111,6 @@ MLA_UP_PREFIXES = ("q_latent_", "kv_latent_", "q_up_proj", "kv_up_proj", "q_proj
                     "mla_rope_concat")
 
 
-# --------------------------------------------------------------------------- mixture of experts
-
 #: Ops of an MoE layer's MLP half (Megatron-Core ``MoELayer`` with the all-to-all token
 #: dispatcher, ``--moe-token-dispatcher-type alltoall``), in forward order: the router
 #: (pre-MLP norm, gate GEMM ``h x E``, softmax and top-k), the permutation of each token's
@@ -126,8 +126,6 @@ MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "ex
 MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
            "imb")
 
-
-# --------------------------------------------------------------------------- kernels
 
 #: Key columns of each op (the profile store's op tables use the same names and columns):
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the

@@ -60,8 +60,6 @@ def stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
     return hit
 
 
-
-
 def chunk_layout(model: ModelConfig, plan: ParallelPlan
                   ) -> tuple[tuple[tuple[range, ...], ...], np.ndarray, tuple[tuple[int, ...], ...]]:
     """The chunks of :func:`stage_chunk_layers` (tuples), their layers as a read-only int64

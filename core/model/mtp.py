@@ -16,10 +16,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- multi-token prediction
-
-
-
 def mtp_layers(model: ModelConfig) -> int:
     """Multi-token prediction layers ``N`` (``model.mtp_num_layers``; 0 without)."""
     return int(getattr(model, "mtp_num_layers", 0) or 0)

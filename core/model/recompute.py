@@ -94,8 +94,6 @@ def selective_op_flops_per_token(model: ModelConfig) -> float:
                      for n, again in selective_op_linears(is_gated(model.activation)) if again))
 
 
-# --------------------------------------------------------------------------- FLOPs
-
 def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
     """Layers of a model chunk of ``layers`` layers whose forward full recomputation runs again:
     0 without full recomputation; with Megatron's block method the chunk's first
