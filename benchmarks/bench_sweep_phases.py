@@ -7,7 +7,7 @@ loaded from its cache, the lookup memos empty):
 
 * ``--workers 1`` (the serial sweep): enumeration and validation (:func:`core.studies.sweep.enumerate_plans`),
   the store, the plans' stage times (:func:`core.sim.graph.stage_times`), their memory
-  (:func:`core.model.model_math.stage_memory_arrays`), the batch solver
+  (:func:`core.model.memory.stage_memory_arrays`), the batch solver
   (:func:`core.sim.fastpath.pipeline_iteration_times`: the pipeline structures, Numba's load and
   the compiled pass), the rest of the batches and the summary after them (costs, Pareto
   front, columns), and the process's CPU in all.

@@ -48,7 +48,7 @@ from core.plan.fields import rename_field
 from core.store.gpu_spec import kind_fits_peak_fraction
 from core.util.inputs import read_bytes
 from core.sim.report import MEMORY_SCALES
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 
 __all__ = ["Measurement", "read_measurements", "GENERAL_COLUMNS", "MODERN_COLUMNS", "INFO_COLUMNS",
            "MeasurementFileError", "skip_counts", "MEMORY_COLUMNS", "ASSUMPTIONS", "FIELD_CAUSES", "PUBLISHED_FIELDS"]

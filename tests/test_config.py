@@ -12,7 +12,7 @@ from core.plan.model_config import ModelConfig, padded_vocab_size
 from core.plan.parallel import ParallelPlan
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 from tests.conftest import shared_file
 
 

@@ -15,10 +15,11 @@ import pytest
 from core.model import model_math
 from core.sim.comm import CommModel
 from core.plan.cluster import ClusterConfig
-from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
-from core.plan.rules import check, validate
+from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
+from core.plan.rules import check, validate
+from core.plan.model_config import padded_vocab_size
 from core.sim.graph import _cp_ring_times, build_graph, op_key, stage_times
 from core.sim.graph_types import KINDS, STREAMS
 from core.model.ops import op_kernels
@@ -535,7 +536,7 @@ def test_causal_model_flops_close_form(seq):
     pl = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
                       micro_batch_size=1, global_batch_size=4, recompute="none")
     B, s, L, h = 4, seq, m.num_layers, m.hidden_size
-    V = model_math.padded_vocab_size(m.vocab_size, 8)
+    V = padded_vocab_size(m.vocab_size, 8)
     eq3 = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
     causal = 72 * B * s * L * h**2 * (1 + s / (12 * h) + V / (12 * L * h))
     assert model_math.model_flops_per_iteration(m, pl) == pytest.approx(eq3, rel=1e-12)
@@ -780,7 +781,7 @@ def test_cli_sweep_gives_the_causal_mfu_factor_at_long_sequences(tmp_path, capsy
     """A 64k-token sweep says its MFU column is Eq. 3's and gives the causal factor (the ratio
     of the model FLOPs counts, the fastest plan's causal MFU); a 2k one does not."""
     from core.cli import main
-    from core.model.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
+    from core.model.counts import causal_model_flops_per_iteration, model_flops_per_iteration
     from core.io.session import save_session
     for seq, said in ((65536, True), (2048, False)):
         s = _session(seq=seq, cp=2, t=8, B=8, cp_comm_type="a2a")

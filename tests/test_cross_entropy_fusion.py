@@ -16,7 +16,9 @@ from core.plan.session import Session
 from core.sim.graph import op_key
 from core.io.megatron.to_session import import_file
 from core.io.megatron.export import export_script
-from core.model.model_math import cross_entropy_fusion, op_kernels, stage_memory
+from core.model.keys import cross_entropy_fusion
+from core.model.kernels import op_kernels
+from core.model.memory import stage_memory
 
 
 def _session(**plan) -> Session:

@@ -11,11 +11,12 @@ import pytest
 
 from core.model import model_math as mm
 from core.sim.comm import INTER_NODE_LATENCY_S, CommModel
+from core.plan.presets import MODEL_PRESETS
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.parallel import ParallelPlan, zero_replicas, zero_shard_size
-from core.plan.presets import MODEL_PRESETS
-from core.plan.rules import validate
 from core.plan.session import Session
+from core.plan.rules import validate
+from core.plan.model_config import padded_vocab_size
 from core.sim.graph import _data_parallel, lookup_op_times, stage_times
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.from_session import export_arguments
@@ -198,7 +199,7 @@ def test_selective_op_recompute_time_is_the_sum_of_its_kernels_and_adds_to_each_
         return float(t.sum())
 
     base = {k.name: k for k in mm.op_kernels("attention_fwd", key)}
-    k_proj = mm._fp8_gemm("k", 4096, 1024, 4096, "tensorwise")
+    k_proj = mm.fp8_gemm("k", 4096, 1024, 4096, "tensorwise")
     expected = kernel_sum([base["rmsnorm"], base["qkv_input_cast"], k_proj, base["rope"],
                            base["proj_input_cast"], dataclasses.replace(base["proj"], name="o")])
     times = lookup_op_times(s, st).times
@@ -220,7 +221,7 @@ def test_selective_op_activation_memory_is_what_the_policy_saves():
     assert mm.activation_bytes_per_layer(m, s.plan) == 4096 * per_token
     assert mm.activation_bytes_per_layer(m, s.plan) < mm.activation_bytes_per_layer(m, s.plan, "none")
     _, _, _, acts = mm.stage_memory_arrays(m, s.plan)
-    V = mm.padded_vocab_size(m.vocab_size, 1)
+    V = padded_vocab_size(m.vocab_size, 1)
     assert acts[0] == pytest.approx(32 * 4096 * per_token + 4096 * V * (2 + 4))
 
 
@@ -492,9 +493,9 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
     """selective_op is not among the default recomputation modes (Megatron's three) and is
     swept when named; its plans at t > 1 without sequence parallelism are refused, so only
     t = 1 plans carry it then; with sequence parallelism the t = 2 plans carry it too."""
+    from core.plan.presets import MODEL_PRESETS
     from core.plan.cluster import ClusterConfig
     from core.plan.parallel import ParallelPlan
-    from core.plan.presets import MODEL_PRESETS
     from core.plan.session import Session
     from core.studies.sweep import SweepSpace, enumerate_plans
 

@@ -143,10 +143,10 @@ def test_presets_are_the_published_configs():
 def test_the_sinks_are_split_over_tensor_parallel_ranks():
     """Megatron-Core's softmax_offset has one entry per head of the rank (sharded with them)."""
     m = MODEL_PRESETS["GPT-OSS 120B"]
-    sharded, _ = mm._attention_parameters(m)
-    plain, _ = mm._attention_parameters(dataclasses.replace(m, softmax_type="vanilla"))
+    sharded, _ = mm.attention_parameters(m)
+    plain, _ = mm.attention_parameters(dataclasses.replace(m, softmax_type="vanilla"))
     assert sharded - plain == 64
-    off_by_one, _ = mm._attention_parameters(dataclasses.replace(m, softmax_type="off-by-one"))
+    off_by_one, _ = mm.attention_parameters(dataclasses.replace(m, softmax_type="off-by-one"))
     assert off_by_one == plain  # a zero logit: a buffer, no parameter
 
 

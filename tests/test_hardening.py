@@ -32,7 +32,7 @@ from core.store.format import ProfileStoreError
 from core.store.profile_store import ProfileStore
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 from tests.conftest import EXAMPLES, ROOT
 
 CASES = ROOT.parent / "shared" / "cases"

@@ -385,7 +385,7 @@ def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency()
     Shah et al. 2024) of the forward's FLOP/s: its peak is that share of the dtype's, every
     other kernel keeps the dtype's; so at long sequences, where both kernels are compute-bound,
     the backward core takes 2.5 / 0.8 times the forward core."""
-    from core.model.model_math import op_kernels
+    from core.model.kernels import op_kernels
     from core.model.ops import FLASH_BWD_RELATIVE_EFFICIENCY, analytic_op_time, kernel_peak_flops
     from core.store.profiles_gen import generate_store
     assert FLASH_BWD_RELATIVE_EFFICIENCY == 0.8

@@ -20,7 +20,7 @@ from core.io.megatron.to_session import import_file, session_from_launch
 from core.io.megatron.export import export_script
 from core.io.megatron.rules import broken_rules
 from core.io.session import load_session, save_session
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 
 # Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh, as users run it under Slurm
 GPT3_175B = r"""#!/bin/bash

@@ -51,7 +51,7 @@ def test_deepseek_v3_parameters_match_the_published_671b_and_37b():
     assert abs(mm.num_active_parameters(V3) - 37e9) < 0.5e9
     # per layer, by hand: q down 7168*1536, q norm 1536, q up 1536*128*192, kv down 7168*576,
     # kv norm 512, kv up 512*128*256, projection 128*128*7168, input RMSNorm 7168
-    sharded, replicated = mm._attention_parameters(V3)
+    sharded, replicated = mm.attention_parameters(V3)
     assert sharded == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
     assert replicated == 7168 * 1536 + 7168 * 576 + 1536 + 512 + 7168
     # the HF import of the public config gives the same model
@@ -68,7 +68,7 @@ def test_mla_forward_flops_per_layer_closed_form():
     core = 2 * s * a * 192 + 2 * s * a * 128
     linear, c = mm.mla_forward_flops_per_token(V3)
     assert (linear, c) == (q + kv + proj, core)
-    layer, c2, out = mm._dense_forward_flops_per_token(V3, 1)
+    layer, c2, out = mm.dense_forward_flops_per_token(V3, 1)
     assert layer == q + kv + proj + core + 6 * h * 18432 and c2 == core
     assert out == 2 * h * 129280
     # the attention op's kernels add up to the same GEMM FLOPs (t = 1, b = 1; the core is causal:
@@ -272,7 +272,7 @@ def test_mtp_flops_and_memory_closed_form():
     h, V, s = 7168, 129280, 4096
     pl = _plan(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
                first_stage_layers=31)
-    per_token = (mm._moe_forward_flops_per_token(V3) + 4 * h * h + 2 * h * V)
+    per_token = (mm.moe_forward_flops_per_token(V3) + 4 * h * h + 2 * h * V)
     assert (mm.model_flops_per_iteration(V3_MTP, pl) - mm.model_flops_per_iteration(V3, pl)
             == pytest.approx(4 * s * 3 * per_token, rel=1e-12))
     # the last stage holds the MTP layer, eh_proj, its norms and a copy of the embedding (p > 1)

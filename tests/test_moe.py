@@ -99,9 +99,9 @@ def test_moe_layer_placement():
         assert mm.num_moe_layers(x) == int(mm.moe_layer_mask(x).sum())
     huge = dataclasses.replace(m, num_experts=None, num_layers=2**40)  # the editor asks first
     assert mm.num_moe_layers(huge) == 0 and mm.num_active_parameters(huge) > 0
-    dense_layer = sum(mm._dense_layer_parameters(m))
+    dense_layer = sum(mm.dense_layer_parameters(m))
     moe = mm.moe_layer_parameters(m)
-    first, last = mm._dense_edge_parameters(m, 1)
+    first, last = mm.dense_edge_parameters(m, 1)
     assert mm.num_parameters(m) == 6 * dense_layer + 2 * (moe.sharded + moe.replicated + moe.experts) \
         + sum(first) + sum(last)
     # every GPU holds its stage's layers: stages 0 and 1 dense, 2 and 3 one MoE layer each

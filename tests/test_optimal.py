@@ -13,7 +13,7 @@ from core.plan.fields import ConfigError
 from core.plan.presets import MODEL_PRESETS
 from core.studies.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
 from core.io.session import load_any
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 from tests.conftest import EXAMPLES
 
 

@@ -24,7 +24,7 @@ from core.store.profile_store import ProfileStore
 from core.sim.report import StageMemory
 from core.io.session import load_any
 from core.sim.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 from tests.conftest import case_file
 
 GPT3 = MODEL_PRESETS["GPT-3 175B"]

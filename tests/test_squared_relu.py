@@ -17,7 +17,7 @@ from core.io.megatron.from_session import export_arguments
 from core.io.megatron.launch import read_launch
 from core.io.megatron.to_session import session_from_launch
 from core.sim.simulate import simulate
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 
 # Nemotron-4 340B (Nemotron-4 340B technical report, Table 1 / its Megatron-Core config):
 # 96 layers, h 18432, 96 heads, 8 KV groups, ffn 73728 (4h), vocabulary 256000, squared ReLU,
@@ -43,7 +43,7 @@ def test_nemotron4_340b_parameters_closed_form():
 
 def test_squared_relu_is_timed_as_gelu_and_refuses_gated_fields():
     """One fused element-wise kernel per pass with GeLU's bytes, the same two GEMMs: the
-    iteration time and the memory are GeLU's exactly (core.model.model_math.activation_key)."""
+    iteration time and the memory are GeLU's exactly (core.model.keys.activation_key)."""
     small = dataclasses.replace(NEMOTRON4_340B, num_layers=8, hidden_size=2048,
                                 num_attention_heads=16, ffn_hidden_size=8192)
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,

@@ -167,11 +167,11 @@ def test_in_flight_per_stage_cache_equals_the_schedule_count():
     from core.plan.parallel import ParallelPlan
     for sched, v in (("1f1b", None), ("gpipe", None), ("zb-h1", None), ("interleaved", 2)):
         plan = ParallelPlan(2, 4, 2, 1, 64, sched, "none", "bf16", virtual_pipeline_stages=v)
-        got = model_math._in_flight(sched, 4, plan.num_microbatches, v or 1)
+        got = model_math.schedule_in_flight(sched, 4, plan.num_microbatches, v or 1)
         assert got == tuple(schedules.in_flight_microbatches(sched, 4, plan.num_microbatches, i,
                                                              v or 1) for i in range(4))
     # 1F1B: min(p - i, m) (Korthikanti et al. 2022, Sec. 4.2.3)
-    assert model_math._in_flight("1f1b", 4, 16, 1) == (4.0, 3.0, 2.0, 1.0)
+    assert model_math.schedule_in_flight("1f1b", 4, 16, 1) == (4.0, 3.0, 2.0, 1.0)
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["pool-after-enumeration", "early-warmed-pool"])

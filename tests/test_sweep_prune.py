@@ -195,7 +195,7 @@ def test_best_plan_per_gpu_count_is_exact_under_pruning():
 
 def test_activations_do_not_depend_on_the_data_parallel_side():
     """The sweep shares activations between plans that differ only in ZeRO and its overlaps
-    (core.model.model_math.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
+    (core.model.memory.ACTIVATION_FREE_PLAN_FIELDS): check it on every plan of a space."""
     from core.model import model_math
     session = gpt3_small()
     by_key: dict = {}

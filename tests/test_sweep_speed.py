@@ -103,7 +103,7 @@ def test_memory_state_does_not_depend_on_the_micro_batch_or_the_recomputation(pr
         s = Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8), CostConfig())
         if validate(s):
             continue
-        state = mm._state_bytes_of(model, plan, True)
+        state = mm.state_bytes_of(model, plan, True)
         states.append((v, state))
         # the memoized figures are those computed
         for got, want in zip(mm.stage_memory_arrays(model, plan)[:3], state):

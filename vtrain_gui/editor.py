@@ -23,7 +23,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import inactive_fields, validate
 from core.plan.session import Session
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -627,8 +627,8 @@ class ConfigEditor(QtWidgets.QWidget):
                     f"<b>{format_count(plan.num_microbatches)}</b><br>"
                     f"Parameters ≈ <b>{params} billion</b>")
             if model.is_moe:
-                from core.model.model_math import (num_active_parameters,
-                                             num_active_parameters_with_embedding)
+                from core.model.counts import (num_active_parameters,
+                    num_active_parameters_with_embedding)
                 active = format_count(num_active_parameters(model, plan.tensor_parallel) / 1e9, 1)
                 with_emb = format_count(num_active_parameters_with_embedding(
                     model, plan.tensor_parallel) / 1e9, 1)

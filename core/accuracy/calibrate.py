@@ -45,7 +45,9 @@ from core.plan.model_config import padded_vocab_size
 from core.store.gpu_spec import fits_peak_fraction
 from core.sim.graph import build_graph, op_key, optimizer_params
 from core.sim.graph_types import KIND_COMPUTE, OPS
-from core.model.model_math import FP8_WEIGHT_CAST_OP, MOE_OPS, SWA_OPS, fp8_weights_per_gpu, mla_key
+from core.model.fp8 import FP8_WEIGHT_CAST_OP
+from core.model.keys import MOE_OPS, SWA_OPS, mla_key
+from core.model.memory import fp8_weights_per_gpu
 from core.model.ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
                   effective_op_model,
                   kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
@@ -170,7 +172,7 @@ class _FittedStores:
 
 def shape_key(session: Session) -> tuple:
     """Correction key of a plan: ``("shape", s, h, a, f, V, t, b, dtype)`` (V padded) for a GPT;
-    a model of another family (:data:`core.model.model_math.FAMILY_KEY_DEFAULTS` not at GPT's values)
+    a model of another family (:data:`core.model.keys.FAMILY_KEY_DEFAULTS` not at GPT's values)
     adds its family columns, and :func:`apply_fit` tabulates no correction for it (its ops keep
     the fitted model: a GPT shape's factor never reaches it, nor its factor a GPT)."""
     m, pl = session.model, session.plan

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
 from core.io.session import SessionFileError, session_from_document
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 from core.plan.presets import GPT_FAMILY
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, field_kind, rename_field

@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from core.io.hf_import import read_hf_config
     from core.util.inputs import strict_dumps
     from core.util.text import printable
-    from core.model.model_math import (num_active_parameters, num_active_parameters_with_embedding,
-                              num_parameters)
+    from core.model.counts import (num_active_parameters,
+        num_active_parameters_with_embedding,
+        num_parameters)
     from core.io.session import save_session
     if not args.out and not args.json:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "

@@ -369,7 +369,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
-    from core.model.model_math import causal_model_flops_per_iteration, model_flops_per_iteration
+    from core.model.counts import causal_model_flops_per_iteration, model_flops_per_iteration
     causal = causal_model_flops_per_iteration(s.model, s.plan) / model_flops_per_iteration(s.model, s.plan)
     if causal < 0.97 and result.fastest is not None:  # long sequences: the square vs the mask
         console.print(f"[dim]MFU: Narayanan et al.'s Eq. 3, the whole s x s attention square (it "

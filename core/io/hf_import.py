@@ -20,8 +20,15 @@
 A field that is in none of these lists is refused too: we cannot tell
 whether it changes the model. Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
-(:data:`REFUSED_ARCHITECTURES`: Gemma 2 and 3, Llama 4, Nemotron-H, which wait for the
-layer-spec refactor).
+(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H).
+
+Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text models) are the
+``gemma2`` / ``gemma3`` model families (:mod:`core.model.families.gemma`): ``hidden_activation``
+``gelu_pytorch_tanh`` is GeGLU (``model.activation`` geglu), the output layer is tied unless
+``tie_word_embeddings`` says otherwise, sliding windows on every other layer (Gemma 2) or all
+but every ``sliding_window_pattern``-th (Gemma 3), Gemma 2's ``attn_logit_softcapping`` and
+``final_logit_softcapping`` must be set (modelled; their values do not change the work) and
+Gemma 3's null, Gemma 3 has QK-norm.
 
 Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
 and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
@@ -115,9 +122,20 @@ DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
     # OLMo 2 (Olmo2ForCausalLM): RMSNorm after attention and MLP instead of before (the same
     # kernels) and an RMSNorm over the whole Q and K projections (see _APPROXIMATED)
     "Olmo2ForCausalLM": {"qk_layernorm": True},
+    # Gemma 2 and 3 (core.model.families.gemma): GeGLU (tanh-GeLU gate), RMSNorm before and
+    # after attention and MLP, embedding scaled by sqrt(h), tied output layer; Gemma 2
+    # soft-caps attention scores and logits, Gemma 3 has QK-norm instead
+    "Gemma2ForCausalLM": {"family": "gemma2", "activation": "geglu"},
+    "Gemma3ForCausalLM": {"family": "gemma3", "activation": "geglu", "qk_layernorm": True},
 }
 #: The ``hidden_act`` each architecture's MLP is modelled with (SiLU-gated otherwise).
-_ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2",)}
+_ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2",),
+                                                 "Gemma2ForCausalLM": ("gelu_pytorch_tanh",),
+                                                 "Gemma3ForCausalLM": ("gelu_pytorch_tanh",)}
+#: Gemma's soft-capping fields: set (numbers) for Gemma 2, null or absent for Gemma 3.
+_GEMMA_SOFTCAP = {"Gemma2ForCausalLM": True, "Gemma3ForCausalLM": False}
+#: Architectures whose output layer is tied to the embedding when the config does not say.
+_TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 #: Mixture-of-experts architectures we import: the model fields their modelling code fixes and
 #: the field that gives the number of experts.
 MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
@@ -149,12 +167,6 @@ _DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 #: components), each with the field that has what the simulator does not model and what that
 #: would change in the simulated compute.
 REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "Gemma2ForCausalLM": ("attn_logit_softcapping", "tanh soft-capping of every attention score "
-                          "(FlashAttention's softcap variant, a kernel the profile stores have no "
-                          "times for), with a gated GELU MLP (GeGLU) and four norms per layer"),
-    "Gemma3ForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
-                          "another activation kernel) and four norms per layer (before and after "
-                          "attention and MLP): the layer's elementwise kernels and norm parameters"),
     "Gemma3ForConditionalGeneration": ("hidden_activation", "Gemma 3 (see Gemma3ForCausalLM): "
                                        "a gated GELU MLP and four norms per layer, and a vision "
                                        "tower"),
@@ -214,6 +226,8 @@ _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_expe
 #: Fields that fill the model (HF name -> what it sets).
 USED: dict[str, str] = {
     "architectures": "the model family",
+    "hidden_activation": "checked: gelu_pytorch_tanh (Gemma's GeGLU, model.activation geglu)",
+    "sliding_window_pattern": "model.window_attn_skip_freq (Gemma 3: one global layer in N)",
     "num_hidden_layers": "model.num_layers",
     "hidden_size": "model.hidden_size",
     "num_attention_heads": "model.num_attention_heads",
@@ -266,6 +280,10 @@ IGNORED: dict[str, str] = {
     "initializer_range": "initialization", "rms_norm_eps": "a constant of RMSNorm",
     "norm_eps": "a constant of the normalization (Nemotron)",
     "rope_theta": "RoPE's base changes the angles, not the work",
+    "rope_local_base_freq": "RoPE's base of Gemma 3's sliding layers: the angles, not the work",
+    "query_pre_attn_scalar": "the attention scores' scale (Gemma): a constant, not the work",
+    "cache_implementation": "inference only (Gemma's hybrid KV cache)",
+    "sliding_window_size": "Gemma 2's older name of sliding_window (the same window)",
     "rope_scaling": "RoPE scaling changes the angles, not the work",
     "rope_parameters": "RoPE's base and scaling (transformers 5's rope_theta and rope_scaling): "
     "the angles, not the work",
@@ -423,7 +441,7 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
             raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
                           "non-negative integer")
         # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
-        # i % moe_layer_freq == 0 -- the session's rule (core.model.model_math.moe_layer_mask)
+        # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
         first = cfg.get("first_k_dense_replace") or 0
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
@@ -482,9 +500,15 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
         flags = [x == "sliding_attention" for x in types]
     elif arch in _WINDOW_EVERY_LAYER:  # no switch: every layer
         flags = [window is not None] * layers
-    elif arch == "GptOssForCausalLM":  # Transformers' GptOssConfig default without layer_types:
-        # sliding on layers 1, 3, 5 ... (1-based), full on every second
+    elif arch in ("GptOssForCausalLM", "Gemma2ForCausalLM"):  # Transformers' GptOssConfig
+        # default without layer_types and Gemma 2's: sliding on layers 1, 3, 5 ... (1-based),
+        # full on every second
         flags = [window is not None and (i + 1) % 2 == 1 for i in range(layers)]
+    elif arch == "Gemma3ForCausalLM":  # one global layer every sliding_window_pattern (6)
+        n = cfg.get("sliding_window_pattern", 6)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _refuse(where, "sliding_window_pattern", f"{n!r} must be a positive integer")
+        flags = [window is not None and (i + 1) % n != 0 for i in range(layers)]
     else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
         return {}, "inactive (use_sliding_window is false)" if window is not None else ""
     if not any(flags):
@@ -503,6 +527,27 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
                       f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
                       "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
     return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]:
+    """The soft-capping fields of a Gemma config (name -> note for the ignored list): Gemma 2's
+    must be numbers (its family soft-caps; the cap's value does not change the work), Gemma 3's
+    null or absent.
+
+    Raises ConfigError for one that disagrees with the architecture."""
+    out = {}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = cfg.get(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if _GEMMA_SOFTCAP[arch] != number:
+            raise _refuse(where, key, f"{value!r}: {arch}'s modelling code has "
+                          f"{'a positive cap' if _GEMMA_SOFTCAP[arch] else 'none'}; a config "
+                          "that says otherwise is not one we know")
+        if key in cfg:
+            out[key] = (f"{value!r}: modelled (model.family {arch[:6].lower()}: the cap's "
+                        "elementwise kernels; its value does not change the work)"
+                        if number else f"{value!r}: off")
+    return out
 
 
 def _refused_fields(cfg: dict[str, Any], where: str) -> dict[str, str]:
@@ -570,7 +615,14 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
-    ignored = _refused_fields(cfg, where)
+    if arch in _GEMMA_SOFTCAP:  # the family models Gemma 2's soft-capping
+        ignored = {**_refused_fields({k: v for k, v in cfg.items() if not k.endswith(
+            "_logit_softcapping")}, where), **_gemma_softcap(cfg, arch, where)}
+        if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+            raise _refuse(where, "hidden_activation", f"{cfg['hidden_activation']!r}: only "
+                          "gelu_pytorch_tanh (GeGLU) is modelled for Gemma")
+    else:
+        ignored = _refused_fields(cfg, where)
     quant = cfg.get("quantization_config")
     storage = (isinstance(quant, dict) and quant.get("quant_method") in
                _STORAGE_QUANTIZATION.get(arch, ()))
@@ -608,7 +660,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
     window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
-    tied = cfg.get("tie_word_embeddings", False)
+    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
     ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})

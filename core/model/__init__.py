@@ -1,6 +1,14 @@
 """The model's arithmetic: layer spec and families, parameter and FLOP counts, activation and state
 memory, the operations of a layer and their profile keys.
 
-A new model family or layer component (attention kind, MLP kind, norm) goes here. It imports
-:mod:`core.plan`, :mod:`core.schedules` and :mod:`core.util`.
+A layer is built from named components (:mod:`.spec`: attention, MLP, norms, extras), each
+with its own module: :mod:`.attention` (MHA/GQA, sliding window), :mod:`.mla`, :mod:`.mlp`,
+:mod:`.moe`, :mod:`.mtp`, :mod:`.fp8`, :mod:`.context_parallel`, :mod:`.recompute`;
+:mod:`.layer` is the dense layer built from them, :mod:`.families` the registered families
+(one module each: a new family, say Gemma, is a module there). Whole-model numbers:
+:mod:`.counts` (parameters, FLOPs), :mod:`.memory`, :mod:`.layout` (layers per stage); op
+names and keys :mod:`.keys`, kernels :mod:`.kernels`, their times :mod:`.ops`.
+:mod:`.model_math` re-exports the public API for ``from core.model import model_math as mm``.
+
+It imports :mod:`core.plan`, :mod:`core.schedules` and :mod:`core.util`.
 """

@@ -16,14 +16,14 @@ optimizer_step                 n, dtype
 ``b`` micro-batch size, ``s`` sequence length, ``h`` hidden size, ``a``
 attention heads, ``f`` MLP hidden size, ``V`` padded vocabulary, ``t``
 tensor-parallel size, ``n`` parameters held by one GPU; the model family's
-columns (:data:`core.model.model_math.FAMILY_KEY_DEFAULTS`): ``g`` query groups
+columns (:data:`core.model.keys.FAMILY_KEY_DEFAULTS`): ``g`` query groups
 (grouped-query attention; ``a`` without it), ``norm`` layernorm / rmsnorm,
 ``pos`` learned / rope, ``attn`` unfused / flash, ``qkn`` 1 with QK-norm,
 ``act`` gelu / swiglu, ``kv`` the attention head size (``--kv-channels``;
 ``h/a`` without it). A
 store table without a family column (stores written before the columns
 existed) holds GPT ops: it times GPT shapes only, and the analytic or
-calibrated model times the others (:func:`core.model.model_math.table_covers`).
+calibrated model times the others (:func:`core.model.keys.table_covers`).
 
 Each op is one rank's share under Megatron-LM tensor parallelism
 (Shoeybi et al. 2019, Fig. 3): QKV and the first MLP GEMM are
@@ -65,7 +65,7 @@ FP8 training: ``dtype="fp8"`` with the recipe in an extra key entry ``fp8``
 (and ``fp8_tn``, which the device decides, :func:`device_key`). Each kernel
 runs at the peak of its own dtype (:func:`kernel_peak_flops`): the linear
 layers' GEMMs at the ``fp8`` (or ``mxfp8``) peak, the rest at BF16's; the
-quantization kernels are memory-bound (:func:`core.model.model_math.fp8_cast_kernels`).
+quantization kernels are memory-bound (:func:`core.model.fp8.fp8_cast_kernels`).
 Store tables hold no FP8 rows: :func:`core.sim.graph.lookup_op_times` scales the
 BF16 row by the analytic ratio.
 """
@@ -76,11 +76,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-# The kernel lists and byte counts live with the rest of the model's formulas (core.model.model_math);
-# they are re-exported here, where the profile store and the profiling code look for them.
-from core.model.model_math import (ADAM_BYTES_PER_PARAM, DERIVED_OPS, DTYPE_BYTES, FAMILY_KEY_DEFAULTS,  # noqa: F401
-                         GRAD_ACCUMULATE_BYTES_PER_PARAM, OP_KEYS, Kernel, fp8_tn_only, full_op_key,
-                         op_kernels, table_covers)
+# The kernel lists and byte counts live with the rest of the model's formulas (core.model.base,
+# keys, kernels); they are re-exported here, where the profile store and the profiling code look.
+from core.model.base import (ADAM_BYTES_PER_PARAM, DTYPE_BYTES,  # noqa: F401
+                             GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel)
+from core.model.fp8 import fp8_tn_only
+from core.model.kernels import op_kernels
+from core.model.keys import DERIVED_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, full_op_key, table_covers  # noqa: F401
 from core.plan.parallel import tensor_dtype
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
     "kernel_peak_flops", "device_key", "effective_op_model",
 ]
+
 
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
 EDGE_OPS = ("embedding_fwd", "embedding_bwd", "output_fwd", "output_bwd")
@@ -207,7 +210,7 @@ def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str
 
 def device_key(key: Mapping[str, Any], peak_flops: Mapping[str, float]) -> dict[str, Any]:
     """``key`` with what the device decides added: for an FP8 key, ``fp8_tn`` (whether its FP8
-    GEMMs are TN-only and need transposed copies, :func:`core.model.model_math.fp8_tn_only`)."""
+    GEMMs are TN-only and need transposed copies, :func:`core.model.fp8.fp8_tn_only`)."""
     out = dict(key)
     if str(out.get("dtype")) == "fp8" and "fp8_tn" not in out:
         out["fp8_tn"] = fp8_tn_only(peak_flops)

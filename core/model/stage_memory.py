@@ -1,6 +1,6 @@
 """Memory of one GPU of a pipeline stage, term by term (the record the memory model fills).
 
-:func:`core.model.model_math.stage_memory` computes it; :class:`core.sim.report.Report`
+:func:`core.model.memory.stage_memory` computes it; :class:`core.sim.report.Report`
 carries one per stage.
 """
 
@@ -22,7 +22,7 @@ MEMORY_SCALES = ("max_allocated", "max_reserved", "nvidia-smi")
 class StageMemory:
     """Memory of one GPU of a pipeline stage, in bytes, term by term.
 
-    Formulas and sources in :func:`core.model.model_math.stage_memory` and docs/simulator.md
+    Formulas and sources in :func:`core.model.memory.stage_memory` and docs/simulator.md
     ("Memory model"): bytes per parameter as Megatron-LM keeps them (18 for bf16 with fp32
     main gradients, 20 for fp16 with fp16 gradients, 16 for fp32), divided by ``d`` per ZeRO
     stage (Rajbhandari et al. 2020); activations by Korthikanti et al. 2022, Table 2, for the

@@ -13,13 +13,17 @@ from typing import Any
 
 from core.plan.fields import BOUNDS, _f
 
-__all__ = ["ACTIVATIONS", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
+__all__ = ["ACTIVATIONS", "MODEL_FAMILIES", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
            "ATTENTION_KERNELS", "ModelConfig", "GPT_SHAPE_FIELDS", "model_from_fields",
            "missing_required", "padded_vocab_size"]
 
 
-#: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
-ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
+#: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020);
+#: GeGLU is gated with a tanh-approximated GeLU (Gemma).
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "geglu")
+#: Model families (registered in core.model.families): dense (Megatron-Core's GPT layer: GPT,
+#: Llama, MoE, MLA, MTP, GPT-OSS), gemma2 and gemma3 (Gemma 2 / Gemma 3's layer).
+MODEL_FAMILIES = ("dense", "gemma2", "gemma3")
 
 
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
@@ -55,7 +59,8 @@ class ModelConfig:
 
     Every field is ``required`` in a session file (the defaults serve code that builds a
     GPT model; a file that leaves a field out is refused, never filled with GPT's value),
-    but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`).
+    but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`), and but ``family``
+    (added later: a file without it describes a ``dense`` model, its default).
     """
 
     name: str = _f("GPT-3 175B", "", "Display name of the model", required=True)
@@ -78,7 +83,8 @@ class ModelConfig:
         bounds=BOUNDS["heads"], required=True)
     activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
                          "three ffn matrices; --swiglu) or squared_relu (relu(x)^2, two ffn "
-                         "matrices, Nemotron-4; --squared-relu)", choices=ACTIVATIONS,
+                         "matrices, Nemotron-4; --squared-relu) or geglu (gated, tanh-GeLU gate; Gemma)",
+                         choices=ACTIVATIONS,
                          required=True)
     normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
                             "--normalization RMSNorm)", choices=NORMALIZATIONS, required=True)
@@ -181,6 +187,11 @@ class ModelConfig:
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
         "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
         required=True)
+    family: str = _f("dense", "", "Model family: dense (Megatron-Core's GPT layer: GPT, Llama, "
+                     "MoE, MLA, GPT-OSS), gemma2 or gemma3 (norms after attention and MLP too, "
+                     "embedding scaled by sqrt(h); gemma2 soft-caps attention and output logits). "
+                     "Not required: files written before it describe dense models",
+                     choices=MODEL_FAMILIES)
 
     @property
     def ffn(self) -> int:
@@ -218,9 +229,9 @@ GPT_SHAPE_FIELDS = ("name", "num_layers", "hidden_size", "num_attention_heads",
 
 
 def model_from_fields(values: dict[str, Any]) -> ModelConfig:
-    """A :class:`ModelConfig` from ``values``, which name every model field: a reader states
-    each one from its input (or, for a GPT-only format, from :data:`GPT_FAMILY`), so no field
-    takes GPT's default by omission.
+    """A :class:`ModelConfig` from ``values``, which name every required model field: a reader
+    states each one from its input (or, for a GPT-only format, from :data:`GPT_FAMILY`), so no
+    field takes GPT's default by omission (``family``, not required, defaults to ``dense``).
 
     Raises
     ------
@@ -229,7 +240,8 @@ def model_from_fields(values: dict[str, Any]) -> ModelConfig:
         not a user's input error).
     """
     names = [f.name for f in dataclasses.fields(ModelConfig)]
-    missing = [n for n in names if n not in values]
+    missing = [f.name for f in dataclasses.fields(ModelConfig)  # a field not required (family)
+               if f.name not in values and f.metadata.get("required")]  # takes its default
     unknown = sorted(set(values) - set(names))
     if missing or unknown:
         raise TypeError(f"model_from_fields: missing {missing}, unknown {unknown}")

@@ -36,7 +36,7 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 #: Every value of ``plan.recompute``: :data:`RECOMPUTE_MODES` (Megatron's, the modes a sweep
 #: tries) and ``selective_op``, torchtitan's per-op selective activation checkpointing
-#: (:func:`core.model.model_math.selective_op_linears`; chosen, never swept).
+#: (:func:`core.model.recompute.selective_op_linears`; chosen, never swept).
 RECOMPUTE_CHOICES = RECOMPUTE_MODES + ("selective_op",)
 
 

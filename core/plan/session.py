@@ -71,11 +71,14 @@ class Session:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of all sections (no format header); ``sweep``, ``studies`` and
-        ``compare`` only when set."""
+        ``compare`` only when set, the model's ``family`` only when not ``dense`` (so a dense
+        model's file is what it was before the field existed)."""
         out = dataclasses.asdict(self)
         for name in ("sweep", "studies", "compare"):
             if out[name] is None:
                 del out[name]
+        if out["model"].get("family") == "dense":
+            del out["model"]["family"]
         return out
 
     @classmethod

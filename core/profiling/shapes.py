@@ -33,7 +33,7 @@ from core.plan.fields import ConfigError
 from core.plan.layout import stage_layer_counts
 from core.plan.model_config import padded_vocab_size
 from core.plan.session import Session
-from core.model.model_math import MLA_KEY
+from core.model.keys import MLA_KEY
 from core.model.ops import DTYPE_BYTES
 
 __all__ = ["ShapeGroup", "ShapeFileError", "default_shapes", "load_shapes", "shapes_from_session",

@@ -446,7 +446,7 @@ def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
     stage's program. 1F1B, interleaved 1F1B and ZB-H1: 1 (each loss's backward follows its
     forward); GPipe: ``m`` when ``p > 1`` (all forwards run before the first backward).
     Each such micro-batch keeps its cross entropy's saved softmax
-    (:func:`core.model.model_math.stage_memory_arrays`)."""
+    (:func:`core.model.memory.stage_memory_arrays`)."""
     phase, _, chunk = work_orders(schedule, p, m, v)
     vv = v if get(schedule).uses_virtual_stages else 1
     last = chunk[-1] == vv - 1

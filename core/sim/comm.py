@@ -353,9 +353,9 @@ class CommModel:
         """Token dispatch or combine of one MoE layer over the expert-parallel group: an
         all-to-all of an ``nbytes`` buffer per GPU (``top_k`` copies of each token) among
         ``ep`` ranks ``etp`` apart. ``remote_copies`` (the ``flex`` dispatcher,
-        :func:`core.model.model_math.flex_remote_node_copies`): the copies of a token that leave
+        :func:`core.model.moe.flex_remote_node_copies`): the copies of a token that leave
         its node, ``remote_copies / top_k`` of the buffer, instead of ``(n - k)/n``."""
-        from core.model.model_math import expert_tensor_parallel
+        from core.model.moe import expert_tensor_parallel
         ep, etp = self.plan.expert_parallel, expert_tensor_parallel(self.plan)
         per_node = self._expert_node_share(etp, ep)
         fraction = None if remote_copies is None or per_node >= ep else remote_copies / top_k
@@ -373,11 +373,11 @@ class CommModel:
     def ep_remote_copies(self, num_experts: int, top_k: int, num_groups: int | None = None,
                          group_topk: int | None = None) -> float | None:
         """Copies of one token that leave its node under the ``flex`` dispatcher
-        (:func:`core.model.model_math.flex_remote_node_copies` over the nodes the expert-parallel
+        (:func:`core.model.moe.flex_remote_node_copies` over the nodes the expert-parallel
         group spans, with node-limited routing's ``num_groups`` and ``group_topk`` when set),
         or None when the plan dispatches with ``alltoall`` or the group fits one node (the
         plain all-to-all then)."""
-        from core.model.model_math import expert_tensor_parallel, flex_remote_node_copies
+        from core.model.moe import expert_tensor_parallel, flex_remote_node_copies
         if getattr(self.plan, "moe_token_dispatcher_type", "alltoall") != "flex":
             return None
         ep = self.plan.expert_parallel
@@ -390,7 +390,7 @@ class CommModel:
         among the ``etp`` consecutive ranks of an expert's tensor-parallel group (the tokens
         an expert's shards all process; Megatron-Core's all-to-all dispatcher gathers them
         after the dispatch and reduce-scatters the experts' output)."""
-        from core.model.model_math import expert_tensor_parallel
+        from core.model.moe import expert_tensor_parallel
         etp = expert_tensor_parallel(self.plan)
         return self.hierarchical(kind, etp, min(etp, self.cluster.gpus_per_node), nbytes)
 
@@ -398,7 +398,7 @@ class CommModel:
         """Expert-data-parallel ``kind`` of an ``nbytes`` buffer per GPU: the gradient
         reduction (and sharded parameters' all-gather) of the routed experts' parameters over
         the ``edp`` ranks that hold the same experts, ``etp*ep`` apart."""
-        from core.model.model_math import expert_data_parallel, expert_tensor_parallel
+        from core.model.moe import expert_data_parallel, expert_tensor_parallel
         edp = expert_data_parallel(self.plan)
         stride = expert_tensor_parallel(self.plan) * self.plan.expert_parallel
         return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes)
@@ -457,7 +457,7 @@ class CommModel:
         (:meth:`all_to_all`). The group's ranks are ``t`` apart: all in one node when the
         ``t * size`` ranks they span divide the node (or the job fits in one), else
         ``gpus_per_node / t`` of them per node."""
-        from core.model.model_math import cp_a2a_size
+        from core.model.context_parallel import cp_a2a_size
         n, t, g = cp_a2a_size(self.plan), self.plan.tensor_parallel, self.cluster.gpus_per_node
         if nbytes <= 0 or n <= 1:
             return 0.0

@@ -88,7 +88,7 @@ def checkpoint_bytes_per_parameter(precision: str) -> float:
     gradients. bf16, fp16 and fp8 (BF16 weights, :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12.
     """
     from core.plan.parallel import tensor_dtype
-    from core.model.model_math import DTYPE_BYTES
+    from core.model.base import DTYPE_BYTES
     e = DTYPE_BYTES[tensor_dtype(precision)]
     return e + (4 if e < 4 else 0) + 8
 
@@ -111,8 +111,8 @@ class CheckpointSize:
 def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     """The checkpoint of ``plan`` as its memory model holds the state.
 
-    Each stage holds :func:`core.model.model_math.params_per_gpu` parameters per GPU, split over
-    ``t`` (routed experts over ``ep * etp``, :func:`core.model.model_math.expert_params_per_gpu`) and
+    Each stage holds :func:`core.model.counts.params_per_gpu` parameters per GPU, split over
+    ``t`` (routed experts over ``ep * etp``, :func:`core.model.counts.expert_params_per_gpu`) and
     replicated over the data-parallel (and context-parallel) ranks; the stage's state is those
     parameters once times :func:`checkpoint_bytes_per_parameter`. Megatron-Core's distributed
     checkpoint saves fully in parallel (``--ckpt-fully-parallel-save``, the default): every
@@ -121,11 +121,8 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     one stage when ``t * cp * d`` is a multiple of its GPUs, as Megatron places ranks).
     A tied embedding's copy on the last stage counts, as the memory model holds it.
     """
-    from core.model.model_math import (
-        expert_params_per_gpu,
-        expert_tensor_parallel,
-        params_per_gpu,
-    )
+    from core.model.counts import expert_params_per_gpu, params_per_gpu
+    from core.model.moe import expert_tensor_parallel
     per_param = checkpoint_bytes_per_parameter(plan.precision)
     experts = expert_params_per_gpu(model, plan)
     dense = params_per_gpu(model, plan) - experts

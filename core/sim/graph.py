@@ -31,22 +31,31 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from core.model import model_math
+from core.model import kernels, model_math
 from core import schedules
 from core.sim.comm import CommModel
-from core.plan.layout import pipeline_layout_text, virtual_stage_layer_counts
-from core.plan.model_config import ModelConfig, padded_vocab_size
-from core.plan.parallel import (
-    PLAN_FIELDS, fp8_recipe, grad_dtype, plan_key, tensor_dtype, zero_shard_size)
+from core.plan.parallel import (PLAN_FIELDS,
+    fp8_recipe,
+    grad_dtype,
+    plan_key,
+    tensor_dtype,
+    zero_shard_size)
+from core.plan.model_config import ModelConfig
 from core.plan.session import Session
+from core.plan.layout import pipeline_layout_text, virtual_stage_layer_counts
 from core.sim.graph_types import KINDS, OPS, ExecutionGraph
-from core.model.model_math import FP8_WEIGHT_CAST_OP
+from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.ops import (DERIVED_OPS, DTYPE_BYTES, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from core.model.model_math import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
-                         SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_GEMMS, TP_OVERLAP_OPS,
-                         expert_data_parallel,
-                         expert_tensor_parallel, moe_ffn)
+from core.model.keys import (MODULE_OPS,
+    MOE_DERIVED_OPS,
+    MOE_OPS,
+    SELECTIVE_OP_GEMMS,
+    SELECTIVE_OP_OPS,
+    SWA_OPS,
+    TP_OVERLAP_GEMMS,
+    TP_OVERLAP_OPS)
+from core.model.moe import expert_data_parallel, expert_tensor_parallel
 from core.plan.parallel import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
@@ -311,7 +320,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
 
 def params_per_gpu(session: Session) -> np.ndarray:
     """Parameters held by one GPU of each pipeline stage before ZeRO sharding, shape (p,)
-    (:func:`core.model.model_math.params_per_gpu`)."""
+    (:func:`core.model.counts.params_per_gpu`)."""
     return model_math.params_per_gpu(session.model, session.plan)
 
 
@@ -337,37 +346,16 @@ class OpTimes:
 
 
 def op_key(session: Session) -> dict:
-    """Key of the session's ops: the profile store's key columns (:data:`core.model.ops.OP_KEYS`) plus
-    ``sp`` (sequence parallelism, which changes the LayerNorm and dropout kernels) and, with
-    ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.plan.parallel.fp8_recipe`); ``dtype``
-    is the precision, so FP8 and BF16 op times never share a cache entry or a table row.
-
-    ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
-    parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
-    core attends to the whole sequence in a ring of ``cp`` steps."""
-    m, pl = session.model, session.plan
-    t, cp = pl.tensor_parallel, pl.context_parallel
-    key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=m.hidden_size,
-               a=m.num_attention_heads,
-               f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t), dtype=pl.precision,
-               g=m.query_groups, act=model_math.activation_key(m.activation), norm=m.normalization,
-               cpa=model_math.cp_a2a_size(pl), cpg=int(model_math.cp_all_gather(pl)),
-               pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-               kv=m.head_dim, sp=bool(pl.sequence_parallel and t > 1), **model_math.mla_key(m),
-               ce=model_math.cross_entropy_fusion(pl),
-               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
-    if m.is_moe:  # the MoE ops' columns (core.model.model_math.MOE_KEY)
-        key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
-                   etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
-                   imb=float(pl.moe_imbalance_factor))
-    return key
+    """Key of the session's ops: :func:`core.model.kernels.op_key` of its model and plan (the
+    profile store's key columns plus ``sp``, ``cpa``, ``cpg`` and, with FP8, ``fp8``)."""
+    return kernels.op_key(session.model, session.plan)
 
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers
 #: only for MoE models; those of a recomputed module only when the plan recomputes it).
 _LOOKUP_OPS = (LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
                + model_math.MTP_OPS)
-#: Derived ops only the plans that recompute their module need (core.model.model_math.MODULE_OPS).
+#: Derived ops only the plans that recompute their module need (core.model.keys.MODULE_OPS).
 _MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
 
 
@@ -388,16 +376,16 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     calibrated op time carries over to the kernels it shares with its variant.
     Tables hold no FP8 ops either (no recipe column): an FP8 op takes its BF16
     row's time scaled the same way (FP8 GEMMs and quantization kernels against
-    BF16 GEMMs, :func:`core.model.model_math.op_kernels`); nor context-parallel attention
+    BF16 GEMMs, :func:`core.model.kernels.op_kernels`); nor context-parallel attention
     (no ``cp`` column): it takes the row of the attention op on the rank's ``s/cp``
     tokens without the ring, scaled by the ratio of their analytic times (the core's
     ``cp`` causal steps against one).
-    MoE models add :data:`core.model.model_math.MOE_OPS`; a measured or calibrated store without
+    MoE models add :data:`core.model.keys.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
-    table_key = {c: v for c, v in key.items() if c != "fp8"}
+    table_key = {c: v for c, v in key.items() if c not in ("fp8", model_math.FAMILY_KEY)}
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
     # nor ring attention (no cp column): a context-parallel attention op scales the row of the
     # same op without context parallelism on the rank's s/cp tokens
@@ -436,7 +424,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         # a windowed layer's op: the window in its key; tables hold full attention (no window
         # column): it scales the full op's row by the ratio of their analytic times
         op_key_ = {**key, "w": window} if op in SWA_OPS else key
-        # a table without a family column holds GPT ops only (core.model.model_math.table_covers)
+        # a table without a family column holds GPT ops only (core.model.keys.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
         lk = store.op_time(base, table_key) if covered else None
         if lk is not None:
@@ -467,8 +455,8 @@ def optimizer_time(store, num_params: float, dtype: str) -> float:
 
 def fp8_weight_cast_time(store, num_weights: float, recipe: str) -> float:
     """Seconds to quantize ``num_weights`` BF16 weights of the linear layers to FP8 on one GPU,
-    once per iteration (:data:`core.model.model_math.FP8_WEIGHT_CAST_OP`,
-    :func:`core.model.model_math.fp8_cast_kernels`); the analytic model of ``store``."""
+    once per iteration (:data:`core.model.fp8.FP8_WEIGHT_CAST_OP`,
+    :func:`core.model.fp8.fp8_cast_kernels`); the analytic model of ``store``."""
     if num_weights <= 0:
         return 0.0
     return analytic_op_time(FP8_WEIGHT_CAST_OP, {"n": int(num_weights), "dtype": "fp8",
@@ -522,13 +510,13 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     embedding's backward is all weight gradient. Element-wise work is
     neglected (counted with B). The MoE GEMM ops (router, experts, shared experts) are
     one half, as the MLP. Multi-head latent attention: its linear layers' forward FLOPs
-    ``F_lin`` over ``2 F_lin + 2 F_core`` (:func:`core.model.model_math.mla_forward_flops_per_token`;
+    ``F_lin`` over ``2 F_lin + 2 F_core`` (:func:`core.model.mla.mla_forward_flops_per_token`;
     GPT's ``8h^2`` and ``4sh`` give the ratio above). With FP8 the weight GEMMs run ``fp8_speedup``
     times faster than the BF16 core (the FP8 peak over BF16's): their FLOPs
     count ``1/fp8_speedup``, ``(8h/r) / (16h/r + 8s)``.
     """
     if op == "attention_bwd" and session.model.multi_latent_attention is True:
-        # MLA: its linear layers' and core's FLOPs (core.model.model_math.mla_forward_flops_per_token)
+        # MLA: its linear layers' and core's FLOPs (core.model.mla.mla_forward_flops_per_token)
         linear, core = model_math.mla_forward_flops_per_token(session.model)
         r = fp8_speedup
         return linear / r / (2 * linear / r + 2 * core)
@@ -563,7 +551,7 @@ _TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in _TP_OVERLAP_BLOCKS
                             for kind in ("all_gather", "reduce_scatter") for part in ("", ":hidden"))
 #: Per-op selective checkpointing with tensor parallelism: the all-gather each recomputed op
 #: runs again, by recomputed op, and the recomputed GEMM its output feeds
-#: (:data:`core.model.model_math.SELECTIVE_OP_GEMMS`), which ``tp_comm_overlap`` pipelines it with.
+#: (:data:`core.model.keys.SELECTIVE_OP_GEMMS`), which ``tp_comm_overlap`` pipelines it with.
 _SAC_GATHERS = {src: gemm for gemm, (src, _) in SELECTIVE_OP_GEMMS.items()}
 _SAC_GATHER_SOURCES = tuple(f"tp_all_gather@{op}{part}" for op in _SAC_GATHERS
                             for part in ("", ":hidden"))
@@ -758,7 +746,7 @@ class _DataParallel:
     overlap); ``moe_*``: an MoE layer's bucket (its routed experts' parameters over the
     expert-data-parallel group, the rest over ``d``); ``mtp_*``: the last stage's
     multi-token prediction parameters besides the MTP layers' transformer layers
-    (:func:`core.model.model_math.mtp_edge_parameters`, taken out of ``last_*``).
+    (:func:`core.model.counts.mtp_edge_parameters`, taken out of ``last_*``).
     """
 
     layer_ag: float = 0.0
@@ -800,15 +788,15 @@ class _Structure:
     ``selective``: selective recomputation runs the attention core again (``core_attn``);
     ``modules``: the modules it recomputes (:func:`core.plan.parallel.recompute_modules`).
     ``window_layers``: the chunk's layers with sliding-window attention (global indices;
-    :func:`core.model.model_math.window_layer_mask`), whose attention ops are ``attention_swa_*``.
+    :func:`core.model.attention.window_layer_mask`), whose attention ops are ``attention_swa_*``.
     ``mla``: multi-head latent attention, whose attention ops' input-side tensor-parallel
-    collectives move the latents (``tp_mla_*``, :func:`core.model.model_math.mla_tp_latent_width`).
+    collectives move the latents (``tp_mla_*``, :func:`core.model.mla.mla_tp_latent_width`).
     ``mtp``: the multi-token prediction layers the (last) virtual stage runs after its layers
-    (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model.model_math.mtp_layer_is_moe`);
+    (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model.mtp.mtp_layer_is_moe`);
     ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
     recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
     ``norms``: whether the input norm and a dense layer's pre-MLP norm are modules of their
-    own (:func:`core.model.model_math.norms_separate`), which ``layernorm`` recomputation runs again.
+    own (:func:`core.model.attention.norms_separate`), which ``layernorm`` recomputation runs again.
     ``ep_overlap``: ``overlap_moe_expert_parallel_comm`` with ``ep > 1``: the forward's and the
     backward's expert all-to-alls take their own sources (``ep_all_to_all@fwd``, ``@bwd``),
     timed at their exposed parts (:func:`ep_overlap_exposed`).
@@ -892,7 +880,7 @@ def _structure(session: Session, stage: int, chunk: int = 0,
 def _window_layers(num_layers: int, windowed: bool, skip_freq: int | None, first: int,
                    stop: int) -> tuple[int, ...]:
     """Global indices of the sliding-window layers among ``first..stop-1``
-    (:func:`core.model.model_math.window_layer_mask`, memoized by every model field it reads:
+    (:func:`core.model.attention.window_layer_mask`, memoized by every model field it reads:
     ``num_layers``, whether ``window_size`` is set, ``window_attn_skip_freq``)."""
     model = SimpleNamespace(num_layers=num_layers, window_size=windowed,
                             window_attn_skip_freq=skip_freq)
@@ -942,7 +930,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
         all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
         # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
-        # input; the backward reduces the latents' gradients (core.model.model_math.mla_tp_latent_width;
+        # input; the backward reduces the latents' gradients (core.model.mla.mla_tp_latent_width;
         # validation refuses MLA with tp_comm_overlap)
         latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
         if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
@@ -1563,7 +1551,7 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
     Gradients move in :func:`core.plan.parallel.grad_dtype`, parameters in the training precision
     (the FP8 linear weights in 1 byte with ``fp8_param_gather``,
-    :func:`core.model.model_math.param_gather_bytes`).
+    :func:`core.model.fp8.param_gather_bytes`).
     An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
     (``edp_call``), the rest over ``d`` (``comm_call``)."""
     m, pl = session.model, session.plan
@@ -1628,7 +1616,7 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
     ``reps`` (the stages whose templates are evaluated: :func:`_representatives` when the
     middle stages are alike, else all), ``structs`` (dict: each of those stages -> the
     :class:`_Structure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
-    ``experts`` (:func:`core.model.model_math.expert_params_per_gpu`, (p,)); the arrays read-only.
+    ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only.
     """
     key = _layout_key(session, cache)
     hit = cache.get(("layout", key)) if cache is not None else None
@@ -2020,7 +2008,7 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: S
     them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
 
     Only the stage's paired forwards and backwards hide anything
-    (:func:`core.model.model_math.ep_overlap_paired_share`); the others expose their all-to-alls
+    (:func:`core.model.memory.ep_overlap_paired_share`); the others expose their all-to-alls
     whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
     over the stage's items: the items' durations, not their places in the schedule, are what the
     pipeline graph takes). With ``delay_wgrad_compute`` the experts' weight gradient of a

@@ -45,7 +45,7 @@ OPS = (
     # context parallelism: the attention core's backward (the ring's share of attention_bwd)
     # and the ring's K/V send/recv
     "attention_core_bwd", "cp_send_recv",
-    # mixture of experts (core.model.model_math.MOE_OPS), the expert all-to-alls and the expert
+    # mixture of experts (core.model.keys.MOE_OPS), the expert all-to-alls and the expert
     # tensor-parallel collectives
     "router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "experts_fwd",
     "experts_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd", "shared_experts_fwd",

@@ -70,14 +70,14 @@ class Report:
     iteration_time_s: float
     tokens_per_s: float
     #: parameters of the model (a tied word embedding counted once; vocabulary padded for t),
-    #: :func:`core.model.model_math.num_parameters`
+    #: :func:`core.model.counts.num_parameters`
     num_parameters: int
     model_flops_per_iteration: float
     mfu: float
     hfu: float
     #: active parameters as OpenAI and DeepSeek publish them: those a token's GEMMs use (MoE:
     #: ``moe_top_k`` routed experts of each MoE layer), without the input embedding (a lookup),
-    #: :func:`core.model.model_math.num_active_parameters`; the count with it is
+    #: :func:`core.model.counts.num_active_parameters`; the count with it is
     #: :attr:`num_active_parameters_with_embedding`
     num_active_parameters: int
     #: the schedule's idle share: bubble_s over the iteration time of the plan with balanced
@@ -150,13 +150,13 @@ class Report:
     #: reports them; :func:`core.sim.costing.mfu_peak_flops`)
     mfu_peak_dtype: str = "bf16"
     #: MFU with the model FLOPs counting only the attention core under the causal mask
-    #: (:func:`core.model.model_math.causal_model_flops_per_iteration`, Megatron-Core 0.19's count):
+    #: (:func:`core.model.counts.causal_model_flops_per_iteration`, Megatron-Core 0.19's count):
     #: below :attr:`mfu` by the masked half of the core's ``s x s`` square, which Eq. 3 credits;
     #: None in reports written before it existed
     mfu_causal: float | None = None
     #: :attr:`num_active_parameters` with the input embedding (Mistral's and Qwen's convention;
     #: equal to num_parameters for dense models),
-    #: :func:`core.model.model_math.num_active_parameters_with_embedding`; 0 in reports written before
+    #: :func:`core.model.counts.num_active_parameters_with_embedding`; 0 in reports written before
     #: it existed
     num_active_parameters_with_embedding: int = 0
     #: the whole run with failures, restarts and checkpoints (:class:`core.sim.goodput.Goodput`:

@@ -129,7 +129,7 @@ def open_profile(path: str | Path) -> ProfileStore:
 
 
 def model_flops_per_iteration(session: Session, recomputed: bool = False) -> float:
-    """Model FLOPs of one iteration of ``session`` (:func:`core.model.model_math.model_flops_per_iteration`);
+    """Model FLOPs of one iteration of ``session`` (:func:`core.model.counts.model_flops_per_iteration`);
     with ``recomputed``, the hardware FLOPs (recomputation included, for HFU)."""
     if recomputed:
         return model_math.hardware_flops_per_iteration(session.model, session.plan)
@@ -137,14 +137,14 @@ def model_flops_per_iteration(session: Session, recomputed: bool = False) -> flo
 
 
 def stage_memory(session: Session, store=None) -> list[StageMemory]:
-    """Memory of one GPU of each pipeline stage (:func:`core.model.model_math.stage_memory`); with FP8,
+    """Memory of one GPU of each pipeline stage (:func:`core.model.memory.stage_memory`); with FP8,
     whether the GPU keeps transposed FP8 weight copies comes from ``store``'s peaks, or without
     a store from the shipped GPU kind (:func:`fp8_tn`)."""
     return model_math.stage_memory(session.model, session.plan, fp8_tn(session, store))
 
 
 def fp8_tn(session: Session, store=None) -> bool:
-    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model.model_math.fp8_tn_only`):
+    """Whether the session's GPU runs only TN FP8 GEMMs (Hopper; :func:`core.model.fp8.fp8_tn_only`):
     from ``store``'s peaks, else from :data:`core.plan.cluster.GPU_FP8_DTYPES` of ``cluster.gpu``
     (true for a kind not listed)."""
     if store is not None:
@@ -163,9 +163,9 @@ def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fra
 
 def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
                           reserve_fraction: float) -> tuple[float, bool, str]:
-    """:func:`memory_verdict` of :func:`core.model.model_math.stage_memory_arrays`' four arrays
+    """:func:`memory_verdict` of :func:`core.model.memory.stage_memory_arrays`' four arrays
     (weights, gradients, optimizer state, activations; shape (p,)) and, when ``parts`` carries
-    them (:class:`core.model.model_math.StageMemoryArrays`), the process's other terms: the same
+    them (:class:`core.model.memory.StageMemoryArrays`), the process's other terms: the same
     rule, totals and message."""
     w, g, o, a = parts
     totals = w + g + o + a  # StageMemory.total_bytes' order

@@ -88,7 +88,8 @@ def layer_parameters(model) -> float:
     ``L*(4h^2 + 2hf + f + 9h)``. MoE layers count their active parameters (the router,
     ``moe_top_k`` experts and the shared experts: the work per token).
     """
-    from core.model.model_math import family_of, moe_layer_parameters, num_moe_layers
+    from core.model.families import family_of
+    from core.model.moe import moe_layer_parameters, num_moe_layers
 
     n_moe = num_moe_layers(model)
     out = (model.num_layers - n_moe) * sum(family_of(model).layer_parameters(model))

@@ -31,9 +31,9 @@ from typing import Callable
 import numpy as np
 
 from core.store.nccl_tests import BUS_BANDWIDTH_FACTOR, RING_STEPS
-from core.model.model_math import activation_key, mla_key
-from core.plan.model_config import padded_vocab_size
+from core.model.kernels import family_key_columns
 from core.plan.presets import MODEL_PRESETS
+from core.plan.model_config import padded_vocab_size
 from core.store.gpu_spec import GpuSpec, read_gpu_spec, shipped_spec_path, shipped_specs
 from core.model.ops import (ALL_OPS, FAMILY_KEY_DEFAULTS, OP_KEYS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
@@ -131,14 +131,6 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
     return store_from_spec(read_gpu_spec(path), date)
 
 
-def _family_key(m) -> dict:
-    """The family columns of model ``m`` (the values :func:`core.sim.graph.op_key` gives)."""
-    return dict(a=m.num_attention_heads, g=m.query_groups, act=activation_key(m.activation),
-                norm=m.normalization,
-                pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),
-                h=m.hidden_size, kv=m.head_dim, **mla_key(m))
-
-
 def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
                    factor: Callable[[str, dict], float] | None = None) -> None:
     """Tabulate every op of :mod:`core.model.ops` with ``store``'s analytic model.
@@ -152,9 +144,9 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     tabulated time is the model's times ``factor(op, key)`` (default 1).
 
     The tables hold GPT ops and leave out the model family's key columns
-    (:data:`core.model.model_math.FAMILY_KEY_DEFAULTS`), as stores written before them
+    (:data:`core.model.keys.FAMILY_KEY_DEFAULTS`), as stores written before them
     do: a lookup of another family's shape finds no row and takes the store's
-    model (:func:`core.model.model_math.table_covers`), which is what a table of it
+    model (:func:`core.model.keys.table_covers`), which is what a table of it
     would hold. An extra key of another family is refused.
 
     Raises
@@ -162,8 +154,8 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     ValueError
         An extra key of a model family other than GPT.
     """
-    gpt = [m for m in MODEL_PRESETS.values() if table_covers("attention_fwd", _family_key(m), ())
-           and table_covers("mlp_fwd", _family_key(m), ())]
+    gpt = [m for m in MODEL_PRESETS.values() if table_covers("attention_fwd", family_key_columns(m), ())
+           and table_covers("mlp_fwd", family_key_columns(m), ())]
     shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size) for m in gpt})
     keys = []
     dtypes = [d for d in DTYPES if d in store.peak_flops]  # a spec may give only some

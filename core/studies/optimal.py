@@ -45,7 +45,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig
 from core.plan.session import Session
 from core.util.text import format_params
-from core.model.model_math import num_parameters
+from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "no_plan_explanation", "Candidate",

@@ -111,7 +111,7 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
 
 def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
                      ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Closed-form memory of every plan (:func:`core.model.model_math.stage_memory_arrays`, the
+    """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
     float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)

@@ -91,7 +91,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
     Plans that do not fit in memory (closed form,
-    :func:`core.model.model_math.stage_memory_arrays`) are never simulated. With ``prune``
+    :func:`core.model.memory.stage_memory_arrays`) are never simulated. With ``prune``
     (default), the plans that fit are simulated in rounds by increasing lower bound
     (:func:`core.studies.sweep.bound.iteration_lower_bound_s`) and a plan whose bound shows
     that it can change neither the (days, cost) front, nor the fastest, cheapest or deadline

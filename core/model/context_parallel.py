@@ -1,0 +1,146 @@
+"""Context parallelism (Megatron-Core ``--context-parallel-size``): ring (p2p), all-gather and
+all-to-all attention cores, the K/V blocks and exchanges they move, and their buffers.
+"""
+
+from __future__ import annotations
+
+
+from core.model.base import DTYPE_BYTES, Kernel, mem
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan, tensor_dtype
+
+__all__ = [
+    "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather", "cp_all_gather_core",
+    "cp_exchange_buffer_bytes", "cp_exchange_bytes", "cp_kv_block_bytes",
+]
+
+
+def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int, e: int,
+                        step_flops: float) -> tuple[list[Kernel], list[Kernel]]:
+    """The attention core of Megatron-Core's all-gather context parallelism (``--cp-comm-type
+    all_gather``; Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, the Llama 3 paper's
+    Sec. 3.3.2), forward and backward kernel lists for a rank of ``s`` tokens (``s_full/cp``,
+    its two load-balanced chunks), ``heads`` / ``groups`` its query and K/V heads, ``dh`` the
+    head size, ``e`` bytes per element, ``step_flops`` the FLOPs of one causal ``s x s``
+    FlashAttention pass (the ring's step).
+
+    The all-gather (communication, timed by the graph) leaves the whole sequence's K and V on
+    every rank; TE puts its ``2*cp`` chunks in sequence order (an index_select of each: one
+    read and one write of the gathered K and V). Each of the rank's two chunks of ``s/2``
+    queries then attends to the keys up to its own end in one FlashAttention kernel (the two on
+    two streams; their outputs copied into the output, one read and one write of it): as many
+    query-key pairs as the ring's ``cp`` causal steps, ``cp * step_flops`` in all, half per
+    chunk on the rank average (chunk ``r`` and ``2cp-1-r`` attend ``r+1/2`` and ``2cp-r-1/2``
+    chunks of keys). The backward gathers K and V again (TE keeps only the rank's own), runs
+    the two chunks' backward kernels into a zeroed whole-sequence dK and dV (write, then
+    read and write per chunk), and puts those back in chunk order (one read and one write)
+    before their reduce-scatter (communication)."""
+    kv_all = e * b * cp * s * dh * 2 * groups  # the gathered K and V
+    q = e * b * s * dh * heads  # the rank's queries (and its output)
+    half_q, mean_kv = s // 2, cp * s // 2  # a chunk's queries; the keys it attends to, on average
+    io = float(e * b * dh * (half_q * 2 * heads + mean_kv * 2 * groups))
+    fwd = [mem("cp_ag_reorder", 2 * kv_all),
+           *[Kernel("flash_attn", cp * step_flops / 2, io, half_q, mean_kv, dh, b * heads)] * 2,
+           mem("cp_ag_out_copy", 2 * q)]
+    bwd = [mem("cp_ag_reorder", 2 * kv_all), mem("cp_ag_grad_zero", kv_all),
+           *[Kernel("flash_attn_bwd", 2.5 * cp * step_flops / 2, 2 * io, half_q, mean_kv, dh,
+                    b * heads)] * 2,
+           mem("cp_ag_grad_accumulate", 2 * kv_all), mem("cp_ag_grad_reorder", 2 * kv_all)]
+    return fwd, bwd
+
+
+def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
+    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
+    the tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention runs
+    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
+    context parallelism."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
+    g = model.query_groups // plan.tensor_parallel
+    return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+
+
+def cp_all_gather(plan: ParallelPlan) -> bool:
+    """Whether the plan's context parallelism is Megatron-Core's all-gather exchange
+    (``plan.cp_comm_type`` ``all_gather``, Transformer Engine's ``AttnFuncWithCPAndKVAllGather``)
+    with ``cp`` > 1 (at cp = 1 the type has no effect)."""
+    return plan.context_parallel > 1 and getattr(plan, "cp_comm_type", "p2p") == "all_gather"
+
+
+def cp_a2a_size(plan: ParallelPlan) -> int:
+    """Ranks of each all-to-all group of context parallelism: ``cp`` for ``cp_comm_type`` a2a,
+    ``plan.cp_a2a_size`` for a2a+p2p, 1 for the ring and the all-gather (no all-to-all)."""
+    kind = getattr(plan, "cp_comm_type", "p2p")
+    if plan.context_parallel <= 1:
+        return 1
+    if kind == "a2a":
+        return int(plan.context_parallel)
+    if kind == "a2a+p2p":
+        return int(getattr(plan, "cp_a2a_size", None) or 1)
+    return 1
+
+
+def cp_a2a_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(before, after)`` send buffers, bytes per GPU, of the all-to-alls of one attention
+    forward under all-to-all context parallelism (:func:`cp_a2a_size` > 1; TE's
+    ``flash_attn_a2a_communicate``): before the core Q, K and V of the rank's ``s/cp`` tokens,
+    ``b * s/cp * (a/t + 2 g/t) * kv_channels`` elements; after it the output,
+    ``b * s/cp * (a/t) * kv_channels``; in the tensors' dtype (BF16 under FP8). The backward
+    moves the same two buffers the other way round (dO before its core; dQ, dK, dV after).
+    Each rank keeps ``1/cpa`` of each buffer (nccl-tests' all-to-all convention). (0, 0)
+    without an all-to-all."""
+    if cp_a2a_size(plan) <= 1:
+        return 0.0, 0.0
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    t = plan.tensor_parallel
+    tok = plan.micro_batch_size * (model.seq_length // plan.context_parallel) * model.head_dim * e
+    heads, groups = model.num_attention_heads // t, model.query_groups // t
+    return float(tok * (heads + 2 * groups)), float(tok * heads)
+
+
+def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
+    """``(forward, backward)`` bytes one GPU sends around the context-parallel ring per layer
+    and micro-batch: forward ``cp-1`` K/V blocks (:func:`cp_kv_block_bytes`); backward
+    ``cp-1`` K/V blocks and ``cp-1`` blocks of their gradients dK/dV (Transformer Engine's
+    backward sends K/V in its first ``cp-1`` steps and the accumulated dK/dV in its last
+    ``cp-1``). (0, 0) without context parallelism."""
+    blk = cp_kv_block_bytes(model, plan)
+    n = plan.context_parallel - 1
+    return n * blk, 2 * n * blk
+
+
+def cp_exchange_buffer_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of the context-parallel exchange's buffers that one GPU holds at once while one
+    attention layer runs (transient: one layer at a time, freed after it; the backward's, the
+    larger), per exchange (``plan.cp_comm_type``), with ``blk`` the K/V block of
+    :func:`cp_kv_block_bytes`:
+
+    * ``p2p`` (Transformer Engine's ring): the K/V block being sent and the one being received,
+      and in the backward those of the dK/dV blocks too, ``4 blk``;
+    * ``allgather`` (PyTorch's): the gathered K/V of the whole sequence, ``cp blk``, and the
+      dK/dV blocks passed around the ring, ``2 blk``;
+    * ``all_gather`` (TE's ``AttnFuncWithCPAndKVAllGather``): the gathered K/V put in sequence
+      order, the whole sequence's dK/dV and their copy put back in chunk order for the
+      reduce-scatter, ``3 cp blk``;
+    * ``a2a``: the all-to-all's send and receive buffers of Q, K and V (the larger of its two,
+      :func:`cp_a2a_bytes`), twice that; ``a2a+p2p`` adds the ring's ``4 blk``.
+
+    0 without context parallelism. Approximate: TE's own temporaries (the softmax statistics,
+    the per-step outputs) are not counted."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    blk = cp_kv_block_bytes(model, plan)
+    kind = getattr(plan, "cp_comm_type", "p2p")
+    if kind == "allgather":
+        return (cp + 2) * blk
+    if kind == "all_gather":
+        return 3 * cp * blk
+    ring = 4 * blk if cp // cp_a2a_size(plan) > 1 else 0.0
+    if cp_a2a_size(plan) > 1:
+        return 2 * max(cp_a2a_bytes(model, plan)) + ring
+    return ring

@@ -1,0 +1,483 @@
+"""Memory of a pipeline stage's GPU: activations kept per micro-batch and in flight, weights,
+gradients and optimizer state (ZeRO, FP8 copies), and the process's fixed terms (CUDA
+context, NCCL buffers, GEMM workspaces, allocator reserve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from functools import lru_cache
+
+import numpy as np
+
+from core import schedules
+from core.model.base import DTYPE_BYTES
+from core.model.context_parallel import cp_exchange_buffer_bytes
+from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params_per_gpu,
+                               stage_layers_with_mtp, stage_moe_layer_counts)
+from core.model.families import family_of
+from core.model.fp8 import fp8_gathers_params, fp8_weight_bytes_per_parameter, param_gather_bytes
+from core.model.keys import cross_entropy_fusion
+from core.model.layout import chunk_layout, chunks_per_stage
+from core.model.mla import mla_dims
+from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
+                            moe_activation_bytes_per_layer, moe_layer_parameters)
+from core.model.mtp import mtp_extra_parameters, mtp_layers
+from core.model.recompute import recomputed_layers
+from core.model.stage_memory import StageMemory
+from core.plan.parallel import (PLAN_FIELDS,
+    ParallelPlan,
+    fp8_recipe,
+    grad_dtype,
+    plan_key,
+    tensor_dtype,
+    zero_shard_size)
+from core.plan.model_config import ModelConfig, padded_vocab_size
+from core.plan.layout import pipeline_layout_text, stage_layer_counts
+
+__all__ = [
+    "ACTIVATION_FREE_PLAN_FIELDS", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
+    "GEMM_WORKSPACE_BYTES", "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS",
+    "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
+    "bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
+    "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
+    "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "schedule_in_flight",
+    "stage_memory", "stage_memory_arrays", "stage_state_bytes", "state_bytes_of",
+    "uneven_chunks",
+]
+
+
+# --- what a training process holds besides the model's tensors (docs/simulator.md, "Memory
+# model"); named constants with their sources, the same for every plan (never fitted per row)
+
+#: GEMM workspaces allocated through PyTorch's caching allocator (so in
+#: ``torch.cuda.max_memory_allocated``), bytes: PyTorch's cuBLAS/cuBLASLt workspace, 32 MiB
+#: on Hopper and later (``CUDABlasHandlePool.cpp``, ``getChosenWorkspaceSize``: ``:4096:8``;
+#: 8.125 MiB before Hopper), and Transformer Engine's, 32 MiB on sm90 and later
+#: (``transformer_engine.pytorch.module.base.get_cublas_workspace_size_bytes``; 4 MiB before).
+#: The Ampere figure (12 MiB in all) is not told apart: 52 MiB, below any figure's precision.
+GEMM_WORKSPACE_BYTES = 2 * 32 * 2**20
+#: Share of the allocated peak (``torch.cuda.max_memory_allocated``) that PyTorch's caching
+#: allocator keeps reserved beyond it (``max_memory_reserved - max_memory_allocated``): blocks
+#: freed by short-lived tensors (activations, their gradients, workspaces) and cached in
+#: segments that later requests split or cannot use (PyTorch docs, "CUDA semantics: memory
+#: management"; ZeRO, Rajbhandari et al. 2020, Sec. 3.2, "memory fragmentation"). An
+#: empirical share, one global constant set on the development data (../shared/data/
+#: measured-memory: 2.8-6.5 % on its 8 SimuMax plans, median 3.3 %; the share is steadier than
+#: one of the activations alone, 0.23-0.88), never fitted per row; ``benchmarks/
+#: bench_memory.py`` prints how it does.
+ALLOCATOR_RESERVE_FRACTION = 0.033
+#: The CUDA context of a training process, bytes: outside PyTorch's allocator, seen by
+#: ``nvidia-smi`` only (PyTorch docs, "CUDA semantics: memory management": memory not managed
+#: by the caching allocator). With lazy module loading (``CUDA_MODULE_LOADING=LAZY``, CUDA
+#: 11.7+, PyTorch's default) and the kernels of PyTorch, cuBLAS, cuDNN, NCCL and Transformer
+#: Engine loaded it is 0.5-1 GiB per GPU; the middle of that range. No measured
+#: ``nvidia-smi`` row checks it yet.
+CUDA_CONTEXT_BYTES = 0.75 * 2**30
+#: NCCL's buffer of one protocol per channel and peer, bytes: ``NCCL_BUFFSIZE``'s default,
+#: 4 MiB (NCCL docs, "Environment variables: NCCL_BUFFSIZE"), allocated by NCCL with
+#: ``cudaMalloc`` outside PyTorch's allocator.
+NCCL_BUFFSIZE_BYTES = 4 * 2**20
+#: Channels NCCL opens per communicator: it picks the count per topology (NCCL docs,
+#: ``NCCL_MIN_NCHANNELS``/``NCCL_MAX_NCHANNELS``); 16 is a typical ring count on NVLink
+#: nodes (nccl-tests' "16 coll channels" on DGX A100/H100 logs). An assumption, named.
+NCCL_CHANNELS = 16
+#: Peers of a rank per channel in NCCL's ring: the one it receives from and the one it sends
+#: to (a buffer each).
+NCCL_RING_PEERS = 2
+
+
+# --------------------------------------------------------------------------- memory
+
+def activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str | None = None
+                               ) -> float:
+    """Activation bytes one layer keeps per micro-batch on one GPU under recompute ``mode``
+    (default the plan's), Korthikanti et al. 2022, Table 2 (see the family's formula)."""
+    return family_of(model).activation_bytes_per_layer(model, plan, mode or plan.recompute)
+
+
+def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | None = None
+                           ) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
+    micro-batch through all the stage's layers: the schedule's count
+    (:func:`core.schedules.in_flight_microbatches`; 1F1B ``min(p - stage, m)``, Korthikanti
+    et al. 2022, Sec. 4.2.3; GPipe ``m``). ``model`` is needed (ValueError otherwise) when the
+    embedding / loss take layer slots under interleaving: the chunks' layers weigh the count."""
+    return ep_overlap_in_flight(plan, schedule_in_flight(
+        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
+        uneven_chunks(plan, model)), model)[stage]
+
+
+def ep_overlap_on(plan: ParallelPlan) -> bool:
+    """Whether the plan overlaps its expert all-to-alls: ``overlap_moe_expert_parallel_comm``
+    with ``ep > 1``."""
+    return bool(getattr(plan, "overlap_moe_expert_parallel_comm", False) is True
+                and plan.expert_parallel > 1)
+
+
+def ep_overlap_paired_share(plan: ParallelPlan, stage: int) -> float:
+    """Share of stage ``stage``'s forwards and backwards that run paired under
+    ``overlap_moe_expert_parallel_comm`` (:func:`core.schedules.combined_1f1b_paired_share`);
+    0 without it (or without expert parallelism)."""
+    if not ep_overlap_on(plan):
+        return 0.0
+    return schedules.combined_1f1b_paired_share(plan.schedule, plan.pipeline_parallel,
+                                                plan.num_microbatches, chunks_per_stage(plan),
+                                                stage)
+
+
+def ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...],
+                          model: ModelConfig | None) -> tuple[float, ...]:
+    """``in_flight`` (per stage) under ``overlap_moe_expert_parallel_comm`` (unchanged without
+    it), at most ``m`` in all:
+
+    * with pipelining one forward more before the first backward
+      (``schedules.get_pp_rank_microbatches``: one more warm-up micro-batch chunk with
+      interleaving, ``1/v`` of the stage's layers);
+    * while a forward runs beside a backward (``TransformerModelChunkSchedulePlan.run``: the
+      forward's layer ``i`` with the backward's layer ``n-1-i``, each backward layer freeing
+      what it saved) the two hold one layer more than one micro-batch: ``1/n`` of a stage of
+      ``n`` layers, on stages that pair any items (:func:`ep_overlap_paired_share`; without
+      pipelining ``m > 1``).
+
+    Raises ValueError without ``model`` when the plan overlaps (the stages' layer counts)."""
+    if not ep_overlap_on(plan):
+        return in_flight
+    if model is None:
+        raise ValueError("the in-flight activations of the expert all-to-all overlap need the model")
+    m = plan.num_microbatches
+    counts = stage_layer_counts(model.num_layers, plan)
+    warm = 1.0 / chunks_per_stage(plan) if plan.pipeline_parallel > 1 else 0.0
+    return tuple(min(x + warm + (1.0 / max(n, 1) if ep_overlap_paired_share(plan, i) > 0 else 0.0),
+                     float(m)) for i, (x, n) in enumerate(zip(in_flight, counts)))
+
+
+def uneven_chunks(plan: ParallelPlan, model: ModelConfig | None = None
+                   ) -> tuple[tuple[int, ...], ...] | None:
+    """Layers of each chunk of each stage when the embedding / loss take layer slots under
+    interleaving (chunks of one stage differ), else None."""
+    if chunks_per_stage(plan) == 1 or not (plan.account_for_embedding_in_pipeline_split
+                                           or plan.account_for_loss_in_pipeline_split
+                                           or pipeline_layout_text(plan) is not None):
+        return None
+    if model is None:
+        raise ValueError("the layers of uneven chunks need the model")
+    return chunk_layout(model, plan)[2]
+
+
+@lru_cache(maxsize=1024)
+def schedule_in_flight(schedule: str, p: int, m: int, v: int,
+               chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
+    """:func:`core.schedules.in_flight_microbatches` of every stage (cached: sweeps ask often);
+    ``chunk_layers``: each stage's chunks' layers when they differ."""
+    return schedules.in_flight_all(schedule, p, m, v, chunk_layers)
+
+
+def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Weights of the FP8 linear layers held by one GPU of each stage, shape (p,): the
+    family's sharded layer parameters without biases and attention sinks, over ``t``, times the
+    stage's layers (the embedding, the output layer and the norms stay BF16; see :func:`op_kernels`). MoE
+    layers: attention and shared experts over ``t``, the routed experts over ``ep*etp``
+    (the router's gate stays BF16). Multi-head latent attention adds its replicated down
+    projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  softmax_type="vanilla")  # attention sinks stay BF16 too
+    sharded, _ = family_of(model).layer_parameters(weights)
+    counts = stage_layers_with_mtp(model, plan)
+    moe_counts = stage_moe_layer_counts(model, plan)
+    out = (counts - moe_counts) * sharded / plan.tensor_parallel
+    out[-1] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
+    if getattr(model, "multi_latent_attention", False) is True:
+        # MLA's down projections: replicated TELinear layers, FP8 like the others
+        ql, kvl, _, pe, _ = mla_dims(model)
+        out += counts * model.hidden_size * (ql + kvl + pe)
+    if moe_counts.any():  # MoE layers: attention and shared experts over t, experts over ep*etp
+        moe = moe_layer_parameters(weights)
+        out += moe_counts * (moe.sharded / plan.tensor_parallel
+                             + moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan)))
+    return out
+
+
+def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> float:
+    """Weights of one dense layer's FP8 linear layers on one GPU: the family's sharded layer
+    parameters without biases, over ``t`` (QKV, projection, fc1, fc2; the norms and biases stay
+    BF16, as :func:`fp8_weights_per_gpu`)."""
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    return family_of(model).layer_parameters(weights)[0] / tensor_parallel
+
+
+def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
+                        ) -> tuple[float, float, float]:
+    """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
+
+    Megatron-LM (docs, distributed optimizer table): 16-bit weights (4 with fp32),
+    gradients in :func:`core.plan.parallel.grad_dtype` (fp32 main gradients with bf16), and
+    an optimizer holding fp32 master weights (mixed precision only), Adam's two fp32
+    moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
+    fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
+    optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
+    8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
+
+    FP8 training (Megatron-LM ``--bf16 --fp8-format``) keeps BF16 weights, fp32 main
+    gradients and the same optimizer state as bf16 (18, or 6 + 12/d); the FP8 copies of the
+    linear layers' weights come on top (:func:`fp8_weight_bytes_per_parameter`, added by
+    :func:`stage_memory`): e.g. 20 bytes per linear weight with per-tensor scaling on Hopper
+    (8 + 12/d with the distributed optimizer), 19 on Blackwell. With context parallelism
+    ``d`` is ``d*cp`` (Megatron-Core shards over the data-parallel group with the cp ranks).
+    With hybrid sharding (``plan.data_parallel_shard_size``, HSDP) ``d`` is the shard group's
+    ``size*cp`` (:func:`core.plan.parallel.zero_shard_size`): the state is replicated over ``d/size``.
+    ``data_parallel`` replaces ``d*cp`` (routed experts' parameters shard over the
+    expert-data-parallel group, :func:`expert_data_parallel`: Megatron-Core's distributed
+    optimizer shards them there).
+    """
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    g = DTYPE_BYTES[grad_dtype(plan)]
+    half = e < 4
+    opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
+    # Megatron-Core shards over d*cp; with hybrid sharding over the size*cp of a shard group
+    d, z = data_parallel or zero_shard_size(plan), plan.zero_stage
+    return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
+
+
+def nccl_communicators(plan: ParallelPlan) -> int:
+    """NCCL communicators one rank of ``plan`` opens: one per process group with more than one
+    rank that training communicates over (PyTorch creates a group's communicator at its first
+    collective): tensor-parallel (``t > 1``), context-parallel (``cp > 1``), data-parallel
+    (``d*cp > 1``: the gradient reduction and, sharded, the parameter gather), pipeline
+    (``p > 1``: the stage-to-stage sends), the model-parallel group (``t*p > 1`` with ``p > 1``:
+    Megatron-Core's gradient-norm all-reduce, ``parallel_state.get_model_parallel_group``) and
+    expert-parallel (``ep > 1``)."""
+    t, p = plan.tensor_parallel, plan.pipeline_parallel
+    cp = getattr(plan, "context_parallel", 1) or 1
+    ep = getattr(plan, "expert_parallel", 1) or 1
+    return int(t > 1) + int(cp > 1) + int(plan.data_parallel * cp > 1) + int(p > 1) \
+        + int(p > 1 and t * p > 1) + int(ep > 1)
+
+
+def nccl_buffer_bytes(plan: ParallelPlan) -> float:
+    """NCCL's own buffers on one GPU, bytes: :data:`NCCL_BUFFSIZE_BYTES` per channel and ring
+    peer (:data:`NCCL_CHANNELS`, :data:`NCCL_RING_PEERS`) for each of
+    :func:`nccl_communicators` (NCCL docs, ``NCCL_BUFFSIZE``: "the size of the buffer NCCL uses
+    for each pair of ranks" per channel); 128 MiB per communicator."""
+    return nccl_communicators(plan) * NCCL_CHANNELS * NCCL_RING_PEERS * NCCL_BUFFSIZE_BYTES
+
+
+class StageMemoryArrays(tuple):
+    """:func:`stage_memory_arrays`' result: a tuple of the four tensor arrays (weights,
+    gradients, optimizer state, activations; float64, shape (p,)) that unpacks as four, with
+    the process's other terms as attributes, float64 (p,) each: ``workspace``,
+    ``allocator_reserve``, ``cuda_context``, ``nccl_buffers`` (:func:`process_memory_terms`)."""
+
+    workspace: np.ndarray
+    allocator_reserve: np.ndarray
+    cuda_context: np.ndarray
+    nccl_buffers: np.ndarray
+
+    def __new__(cls, tensors: tuple, terms: dict[str, np.ndarray]) -> "StageMemoryArrays":
+        out = super().__new__(cls, tensors)
+        for name, value in terms.items():
+            setattr(out, name, value)
+        return out
+
+    @classmethod
+    def of(cls, plan: ParallelPlan, weights: np.ndarray, grads: np.ndarray, opt: np.ndarray,
+           acts: np.ndarray) -> "StageMemoryArrays":
+        """The four tensor arrays (bytes, float64 (p,) each) with the process's other terms
+        for ``plan`` (:func:`process_memory_terms` of their sum)."""
+        return cls((weights, grads, opt, acts),
+                   process_memory_terms(plan, weights + grads + opt + acts))
+
+    @property
+    def overhead_bytes(self) -> np.ndarray:
+        """The terms beyond the four tensor arrays, summed per stage, float64 (p,)."""
+        return self.workspace + self.allocator_reserve + self.cuda_context + self.nccl_buffers
+
+
+def process_memory_terms(plan: ParallelPlan, tensors: np.ndarray) -> dict[str, np.ndarray]:
+    """What a training process holds on each GPU besides the model's tensors, bytes, float64
+    (p,) each, given the stages' tensor bytes:
+
+    * ``workspace``: :data:`GEMM_WORKSPACE_BYTES` (in ``max_memory_allocated``);
+    * ``allocator_reserve``: :data:`ALLOCATOR_RESERVE_FRACTION` of the allocated memory,
+      ``tensors`` (weights, gradients, optimizer state and activations, shape (p,)) plus the
+      workspaces (``max_memory_reserved`` less ``max_memory_allocated``);
+    * ``cuda_context``: :data:`CUDA_CONTEXT_BYTES`; ``nccl_buffers``: :func:`nccl_buffer_bytes`
+      (outside PyTorch's allocator: ``nvidia-smi`` only).
+    """
+    tensors = np.asarray(tensors, float)
+    workspace = np.full(tensors.shape, float(GEMM_WORKSPACE_BYTES))
+    return {"workspace": workspace,
+            "allocator_reserve": ALLOCATOR_RESERVE_FRACTION * (tensors + workspace),
+            "cuda_context": np.full(tensors.shape, float(CUDA_CONTEXT_BYTES)),
+            "nccl_buffers": np.full(tensors.shape, float(nccl_buffer_bytes(plan)))}
+
+
+def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
+                        ) -> StageMemoryArrays:
+    """Memory of one GPU of each pipeline stage (bytes): weights, gradients, optimizer state and
+    activations, four float64 arrays shape (p,) (:func:`stage_memory` as arrays), with the
+    process's other terms as attributes (:class:`StageMemoryArrays`,
+    :func:`process_memory_terms`).
+
+    Weights, gradients and optimizer state: :func:`params_per_gpu` times
+    :func:`bytes_per_parameter` (routed experts' parameters, :func:`expert_params_per_gpu`,
+    with the expert-data-parallel size in place of ``d``). Under ZeRO-3 parameters are gathered
+    layer by layer (Rajbhandari et al. 2020, Sec. 5.3) and a layer's gradients exist unsharded
+    until their reduce-scatter: at the peak a GPU holds the current layer's gathered weights and
+    its unsharded gradients (in :func:`core.plan.parallel.grad_dtype`, the reduce-scatter's input) and,
+    with ``overlap_param_gather`` (the next layer's all-gather prefetched under the current
+    layer's compute), the next layer's gathered weights too: PyTorch FSDP, ``BackwardPrefetch``
+    ("at the peak, it holds the current set of parameters, next set of parameters, and current
+    set of gradients in memory"; FSDP2 and Megatron-FSDP's double buffer prefetch alike).
+    Activations: :func:`activation_bytes_per_layer` of each layer times
+    :func:`in_flight_microbatches`; under full recomputation the recomputed layers
+    keep only their input and the layer being recomputed needs its full
+    activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
+    logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
+    ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
+    for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
+    its backward (with Transformer Engine's fused cross-entropy,
+    :func:`cross_entropy_fusion` ``te``, the logits' place holds their gradient instead:
+    ``s*b*V'/t*e`` per such micro-batch) (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
+    the FP8 copies of the linear layers' weights, :func:`fp8_weights_per_gpu` times
+    :func:`fp8_weight_bytes_per_parameter` (``fp8_tn``: the GPU's FP8 GEMMs are TN-only,
+    :func:`fp8_tn_only`; divided by ``d`` under ZeRO-3 as the weights are). With
+    ``fp8_param_gather`` (:func:`fp8_gathers_params`): under ZeRO 1/2 the linear layers' BF16
+    compute weights are not kept, their FP8 copies are (Megatron-LM ``--fp8-param-gather``
+    keeps the compute parameters in FP8: ``e`` bytes less per linear weight); under ZeRO-3 the
+    shards stay BF16 (torchao casts them to float8 for the all-gather) and the gathered layer's
+    linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
+    every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
+    the last stage): their transformer layers count with the stage's layers (checkpointed under
+    full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
+    keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
+    ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
+    Context parallelism adds, on every stage with layers, the buffers of the exchange of the
+    attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
+    """
+    t = plan.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    weights, grads, opt = _state_bytes(model, plan, fp8_tn)
+    counts = stage_layers_with_mtp(model, plan)
+    moe_counts = stage_moe_layer_counts(model, plan)
+    recomputed = recomputed_layers(model, plan)
+    n_mtp = mtp_layers(model)
+    if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
+        recomputed = recomputed.copy()
+        recomputed[-1] += n_mtp
+    keep_mode = "none" if plan.recompute == "full" else plan.recompute
+    keep = activation_bytes_per_layer(model, plan, keep_mode)
+    ckpt = activation_bytes_per_layer(model, plan, "full")
+    working = activation_bytes_per_layer(model, plan, "none")
+    if moe_counts.any():
+        moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
+        working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
+    V = padded_vocab_size(model.vocab_size, t)
+    in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
+        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
+        uneven_chunks(plan, model)), model)
+    # every stage at once (numpy: the same IEEE operations in the same order as one by one)
+    layers = np.array(counts, np.int64)
+    keep_s = np.full(len(counts), keep)
+    if moe_counts.any():  # an MoE model's stage keeps its mean layer's activations
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
+        keep_s = np.where(moe_counts != 0, mean, keep_s)
+    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
+    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    # the logits of the output layer and of each MTP layer's (one loss each)
+    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                      chunks_per_stage(plan))
+    if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
+        acts[-1] += (1 + n_mtp) * tokens * V / t * e * losses
+    else:
+        acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+        sp = plan.sequence_parallel and t > 1
+        acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
+    if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
+        acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
+    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(), acts)
+
+
+#: Plan fields the weights, gradients and optimizer state of :func:`stage_memory_arrays` do
+#: not read (the micro-batch size and the recomputation: activations only).
+STATE_FREE_PLAN_FIELDS = ("micro_batch_size", "recompute", "recompute_num_layers",
+                          "recompute_modules")
+_STATE_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                   if f not in STATE_FREE_PLAN_FIELDS))
+_STATE: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def stage_state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, gradients and optimizer state of :func:`stage_memory_arrays` (bytes per
+    GPU, float64 (p,) each, read-only; memoized): what the sweep adds to activations it
+    shares between plans that differ only on the data-parallel side."""
+    return _state_bytes(model, plan, fp8_tn)
+
+
+#: Plan fields the activations of :func:`stage_memory_arrays` do not read (the data-parallel
+#: side but d, which sets the micro-batch count): the sweep shares them.
+ACTIVATION_FREE_PLAN_FIELDS = ("zero_stage", "overlap_grad_reduce", "overlap_param_gather")
+
+
+def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, gradients and optimizer state of :func:`stage_memory_arrays`, float64 (p,)
+    each (read-only), memoized: a sweep's plans that differ only in the micro-batch size or the
+    recomputation share them. Keyed by every model field, ``fp8_tn`` and every plan field but
+    :data:`STATE_FREE_PLAN_FIELDS` (tests check that none of those changes them)."""
+    key = (MODEL_FIELD_VALUES(model), _STATE_KEY(plan_key(plan)), bool(fp8_tn))
+    hit = _STATE.get(key)
+    if hit is None:
+        if len(_STATE) > 4096:
+            _STATE.clear()
+        hit = _STATE[key] = state_bytes_of(model, plan, fp8_tn)
+        for a in hit:
+            a.setflags(write=False)
+    return hit
+
+
+def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_state_bytes` computed (see :func:`stage_memory_arrays` for the formulas)."""
+    t = plan.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    experts = expert_params_per_gpu(model, plan)
+    n = params_per_gpu(model, plan) - experts
+    w, g, o = bytes_per_parameter(plan)
+    we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
+    sharded, replicated = family_of(model).layer_parameters(model)
+    gathered = gathered_grads = 0.0
+    if plan.zero_stage >= 3:  # the current layer (and, prefetched, the next) unsharded
+        layer_n = sharded / t + replicated
+        live = 2 if plan.overlap_param_gather else 1
+        gathered = live * param_gather_bytes(plan, layer_n, fp8_linear_params_per_layer(model, t))
+        gathered_grads = layer_n * DTYPE_BYTES[grad_dtype(plan)]
+    recipe = fp8_recipe(plan)
+    fp8_w = np.zeros(len(n))
+    if recipe is not None:
+        fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
+        if plan.zero_stage >= 3:
+            fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
+        elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
+            fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
+    return (n * w + experts * we + gathered + fp8_w, n * g + experts * ge + gathered_grads,
+            n * o + experts * oe)
+
+
+def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
+    """Memory of one GPU of each pipeline stage (bytes; see :class:`core.model.stage_memory.StageMemory`):
+    :func:`stage_memory_arrays` stage by stage."""
+    parts = stage_memory_arrays(model, plan, fp8_tn)
+    weights, grads, opt = parts[:3]
+    acts = parts[3].tolist()
+    return [StageMemory(i, weights[i], grads[i], opt[i], acts[i],
+                        workspace_bytes=float(parts.workspace[i]),
+                        allocator_reserve_bytes=float(parts.allocator_reserve[i]),
+                        cuda_context_bytes=float(parts.cuda_context[i]),
+                        nccl_buffer_bytes=float(parts.nccl_buffers[i]))
+            for i in range(len(acts))]

@@ -1,0 +1,252 @@
+"""Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core ``MLASelfAttention``): its
+parameters, FLOPs, kernels and activation terms.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from core.model.attention import attended_pairs
+from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel, mem
+from core.model.fp8 import linear_kernels
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan, tensor_dtype
+
+__all__ = [
+    "mla_activation_terms", "mla_attention_parameters", "mla_dims",
+    "mla_forward_flops_per_token", "mla_op_kernels", "mla_tp_latent_width",
+    "mla_up_proj_forward_flops_per_token",
+]
+
+
+def mla_dims(model_or_key: Any) -> tuple[int, int, int, int, int]:
+    """``(q_lora_rank or 0, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)`` of a
+    model or of an op key (:data:`MLA_KEY`)."""
+    if isinstance(model_or_key, Mapping):
+        k = model_or_key
+        return int(k["qlr"]), int(k["kvlr"]), int(k["qkd"]), int(k["qpe"]), int(k["vd"])
+    m = model_or_key
+    return (int(m.q_lora_rank or 0), int(m.kv_lora_rank), int(m.qk_head_dim),
+            int(m.qk_pos_emb_head_dim), int(m.v_head_dim))
+
+
+def mla_attention_parameters(model: ModelConfig) -> tuple[float, float]:
+    """``(sharded over t, replicated)`` parameters of a layer's multi-head latent attention.
+
+    Megatron-Core ``MLASelfAttention`` with the Transformer Engine layer spec
+    (``gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(multi_latent_attention=True)``):
+    the down projections are ``TELinear`` with ``parallel_mode="duplicated"`` (every
+    tensor-parallel rank holds them whole: replicated), the up projections column-parallel and
+    the output projection row-parallel (sharded over ``t``, their heads split). With ``a``
+    heads, ranks ``q_l`` (0: no query compression), ``kv_l`` and head sizes ``d_qk`` (without
+    rotary), ``d_pe`` (rotary), ``d_v``:
+
+    * sharded: query up-projection ``q_l a (d_qk + d_pe)`` (without compression the query
+      projection ``h a (d_qk + d_pe)``), key/value up-projection ``kv_l a (d_qk + d_v)``,
+      output projection ``a d_v h``;
+    * replicated: query down-projection ``h q_l``, key/value down-projection
+      ``h (kv_l + d_pe)`` (the rotary key is shared by the heads), the latent norms with
+      ``qk_layernorm`` (Megatron's ``q_layernorm`` over ``q_l``, ``kv_layernorm`` over ``kv_l``;
+      twice that with LayerNorm), the input norm and the projection's bias with
+      ``add_bias_linear`` (MLA's other linears have none).
+
+    DeepSeek-V3 (h 7168, 128 heads, q_l 1536, kv_l 512, 128 + 64, v 128, RMSNorm, QK-norm):
+    171,966,464 sharded and 15,148,032 replicated per layer (187,114,496 with the input norm).
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = mla_dims(model)
+    q = ql * a * (qk + pe) if ql else h * a * (qk + pe)
+    sharded = q + kvl * a * (qk + dv) + a * dv * h
+    w = 2 if model.normalization == "layernorm" else 1  # weights per normalized channel
+    latent_norms = w * (ql + kvl) if model.qk_layernorm else 0
+    replicated = (h * ql + h * (kvl + pe) + latent_norms + w * h
+                  + (h if model.add_bias_linear else 0))
+    return sharded, replicated
+
+
+def mla_forward_flops_per_token(model: ModelConfig) -> tuple[float, float]:
+    """``(linear layers, core)`` forward FLOPs per token of multi-head latent attention (2 FLOPs
+    per multiply-add; names as :func:`mla_attention_parameters`).
+
+    Linear: query ``2 q_l (h + a (d_qk + d_pe))`` (without compression ``2 h a (d_qk + d_pe)``),
+    key/value ``2 h (kv_l + d_pe) + 2 kv_l a (d_qk + d_v)``, projection ``2 a d_v h``; core
+    ``2 s a (d_qk + d_pe) + 2 s a d_v`` (scores over heads of ``d_qk + d_pe`` channels, values
+    of ``d_v``; the full ``s x s`` as this module counts dense attention). Megatron-LM's
+    ``num_floating_point_operations`` counts the same GEMMs, but halves the core for the causal
+    mask and adds one FLOP per latent channel for the norms.
+    """
+    h, s, a = model.hidden_size, model.seq_length, model.num_attention_heads
+    ql, kvl, qk, pe, dv = mla_dims(model)
+    q = 2 * ql * (h + a * (qk + pe)) if ql else 2 * h * a * (qk + pe)
+    kv = 2 * h * (kvl + pe) + 2 * kvl * a * (qk + dv)
+    return q + kv + 2 * a * dv * h, 2 * s * a * (qk + pe + dv)
+
+
+def mla_up_proj_forward_flops_per_token(model: ModelConfig) -> float:
+    """Forward FLOPs per token of MLA's up-projections (what recompute module ``mla_up_proj``
+    runs again): ``2 q_l a (d_qk + d_pe) + 2 kv_l a (d_qk + d_v)`` (without query compression
+    the query projection ``2 h a (d_qk + d_pe)``)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = mla_dims(model)
+    return 2 * (ql or h) * a * (qk + pe) + 2 * kvl * a * (qk + dv)
+
+
+def mla_tp_latent_width(model: ModelConfig) -> int:
+    """Channels per token of MLA's tensor-parallel collective on the attention's input side,
+    in place of the dense layer's ``h``: the up projections' inputs, ``(q_l or h) + kv_l``,
+    and the rotary key ``d_pe``.
+
+    Megatron-Core ``MLASelfAttention``: with sequence parallelism the replicated down
+    projections run on the rank's ``s/t`` tokens and the column-parallel up projections
+    all-gather their latents (and the rotary key is all-gathered), instead of the dense
+    layer's all-gather of the ``h``-wide input; the backward reduce-scatters their gradients.
+    Without sequence parallelism the backward all-reduces the gradients of the up projections'
+    inputs and of the rotary key (identical latents on every rank) instead of the ``h``-wide
+    input gradient. Without query compression the query projection's input is the ``h``-wide
+    hidden state."""
+    ql, kvl, _, pe, _ = mla_dims(model)
+    return (ql or model.hidden_size) + kvl + pe
+
+
+def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
+    """Kernels of one GPU's share of a multi-head latent attention op (``attention_fwd``,
+    ``attention_bwd`` and the core's ``attention_core_fwd/bwd`` of a key with ``kvlr > 0``).
+    (Two kernel lists written out in execution order, forward and backward: longer than a
+    screen, read top to bottom against Megatron-Core's module.)
+
+    Megatron-Core ``MLASelfAttention`` (``get_query_key_value_tensors``, TE layer spec), per
+    micro-batch of ``T = b s`` tokens, ``a/t`` heads per rank: the input norm; the down
+    projections, replicated ``TELinear`` layers, on the rank's ``T_in`` tokens (``T/t`` with
+    sequence parallelism: the input is not gathered; ``T`` without, every rank computes them
+    whole): query ``(T_in, h) x (h, q_l)``, key/value ``(T_in, h) x (h, kv_l + d_pe)``; the
+    latent norms with QK-norm (key ``qkn``; Megatron's ``q_layernorm`` / ``kv_layernorm``,
+    fused into the up projections' ``TELayerNormColumnParallelLinear``) on ``T_in`` tokens;
+    the column-parallel up projections on the ``T`` gathered tokens, query ``(T, q_l) x (q_l,
+    a (d_qk + d_pe)/t)`` (without compression the query projection from ``h``), key/value
+    ``(T, kv_l) x (kv_l, a (d_qk + d_v)/t)``; RoPE on the rotary channels and the assembly of
+    Q and K (``a/t`` heads of ``d_qk + d_pe``, the rotary key expanded to every head) and V
+    (``d_v``), one kernel reading the up projections' outputs and writing Q, K, V (Megatron's
+    fused MLA RoPE kernels); the core in FlashAttention (TE fused attention; causal, half the
+    ``s x s`` products: ``2 b (a/t) (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that
+    backward as the dense core); the row-parallel output projection ``(T, a d_v/t) x (a
+    d_v/t, h)``. The backward runs each GEMM's input and weight gradients and accumulates the
+    weight gradients; FP8 quantizes each linear layer's input and output gradient as the dense
+    layer's (:func:`linear_kernels`). The attention is FlashAttention only (validation
+    refuses MLA with the unfused kernel and with context parallelism).
+    """
+    dtype = tensor_dtype(str(key["dtype"]))
+    e = DTYPE_BYTES[dtype]
+    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    linear, cast = linear_kernels(key)
+    b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
+    heads = int(key["a"]) // t
+    ql, kvl, qk, pe, dv = mla_dims(key)
+    dqk = qk + pe
+    T = b * s
+    sp = bool(key.get("sp"))
+    T_in = T // t if sp else T  # the down projections' tokens (replicated layers)
+    tok = T_in * h * e
+    norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
+    qkn = bool(int(key.get("qkn", 0) or 0))
+    q_cols, kv_cols, ctx = heads * dqk, heads * (qk + dv), heads * dv
+    pairs = attended_pairs(s)
+    flops = 2.0 * b * heads * pairs * (dqk + dv)
+    core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
+                   b * heads)]
+    core_bwd = [Kernel("flash_attn_bwd", 2.5 * flops, float(e * T * heads * (4 * dqk + 4 * dv)),
+                       s, s, dqk, b * heads)]
+    if op == "attention_core_fwd":
+        return core
+    if op == "attention_core_bwd":
+        return core_bwd
+    # read the up projections' outputs and the rotary key, write Q, K (a/t heads of d_qk + d_pe)
+    # and V (d_v)
+    assemble = e * T * (q_cols + kv_cols + pe + 2 * q_cols + ctx)
+    q_norm = [mem(f"q_latent_{norm}", 2 * T_in * ql * e)] if (qkn and ql) else []
+    kv_norm = [mem(f"kv_latent_{norm}", 2 * T_in * kvl * e)] if qkn else []
+    if ql:
+        q_up = [*q_norm, *cast("q_up_proj_input", T * ql),
+                linear("q_up_proj", T, q_cols, ql)]             # (b*s, q_l) x (q_l, a dqk/t)
+    else:
+        q_up = [*cast("q_proj_input", T * h), linear("q_proj", T, q_cols, h)]
+    if op == "attention_fwd":
+        return [
+            mem(norm, 2 * tok),
+            *cast("down_proj_input", T_in * h),
+            *([linear("q_down_proj", T_in, ql, h)] if ql else []),   # (T_in, h) x (h, q_l)
+            linear("kv_down_proj", T_in, kvl + pe, h),                # (T_in, h) x (h, kv_l+pe)
+            *q_up,
+            *kv_norm, *cast("kv_up_proj_input", T * kvl),
+            linear("kv_up_proj", T, kv_cols, kvl),                   # (b*s, kv_l) x (kv_l, .)
+            mem("mla_rope_concat", assemble),
+            *core,
+            *cast("proj_input", T * ctx),
+            linear("proj", T, h, ctx),                               # (b*s, a dv/t) x (., h)
+        ]
+    weights = (h * ql + h * (kvl + pe) + (ql * q_cols if ql else h * q_cols) + kvl * kv_cols
+               + ctx * h)
+    if ql:
+        q_up_bwd = [*cast("q_up_proj_grad", T * q_cols),
+                    linear("q_up_proj_dgrad", T, ql, q_cols), linear("q_up_proj_wgrad", q_cols, ql, T),
+                    *([mem(f"q_latent_{norm}_bwd", 4 * T_in * ql * e)] if qkn else [])]
+    else:
+        q_up_bwd = [*cast("q_proj_grad", T * q_cols),
+                    linear("q_proj_dgrad", T, h, q_cols), linear("q_proj_wgrad", q_cols, h, T)]
+    return [
+        mem("bias_dropout_add_bwd", 2 * tok),
+        *cast("proj_grad", T * h),
+        linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
+        mem("wgrad_accumulate", acc * weights),
+        *core_bwd,
+        mem("mla_rope_concat_bwd", assemble),
+        *cast("kv_up_proj_grad", T * kv_cols),
+        linear("kv_up_proj_dgrad", T, kvl, kv_cols), linear("kv_up_proj_wgrad", kv_cols, kvl, T),
+        *([mem(f"kv_latent_{norm}_bwd", 4 * T_in * kvl * e)] if qkn else []),
+        *q_up_bwd,
+        *cast("down_proj_grad", T_in * (ql + kvl + pe)),
+        *([linear("q_down_proj_dgrad", T_in, h, ql), linear("q_down_proj_wgrad", ql, h, T_in)]
+          if ql else []),
+        linear("kv_down_proj_dgrad", T_in, h, kvl + pe),
+        linear("kv_down_proj_wgrad", kvl + pe, h, T_in),
+        mem(f"{norm}_bwd", 4 * tok),
+    ]
+
+
+def mla_activation_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...]
+                          ) -> tuple[float, float]:
+    """``(attention, latent)`` activation terms of multi-head latent attention in the units of
+    :func:`dense_activation_bytes_per_layer` (bytes per token over ``h``, 16-bit tensors):
+    ``attention`` is split over ``t`` (the ``a/t`` heads), ``latent`` is kept whole by every
+    tensor-parallel rank without sequence parallelism (the replicated down projections'
+    outputs) and split with it (each rank's ``s/t`` tokens), as the table's ``10``.
+
+    What Megatron-Core's ``MLASelfAttention`` saves for the backward (TE layer spec):
+
+    * attention: the core's Q and K (``a (d_qk + d_pe)`` each), V and the output, which is
+      the projection's input (``a d_v`` each): ``2a (2 (d_qk + d_pe) + 2 d_v)/h``;
+    * latent: each latent the up projections read, ``q_l + kv_l`` channels, twice with
+      QK-norm (the norm's input and output, ``TELayerNormColumnParallelLinear``): ``4 (q_l +
+      kv_l)/h``, else ``2 (q_l + kv_l)/h``. RoPE and the assembly of Q, K, V keep nothing.
+
+    Selective recomputation ``mla_up_proj`` (Megatron-Core ``CheckpointWithoutOutput`` around
+    the up projections and RoPE): Q, K and V are freed after the core's forward and rebuilt in
+    the backward (attention ``2a d_v/h``: the output only), and the checkpoint keeps its
+    inputs, the latents before their norms and the rotary key: ``2 (q_l + kv_l + d_pe)/h``.
+
+    FP8 (``precision="fp8"``): the up projections keep their input as TE's FP8 copy (1 byte:
+    ``3 (q_l + kv_l)/h`` with QK-norm, ``(q_l + kv_l)/h`` without); the checkpoint's inputs
+    stay BF16. (The input norm's output is read by two TE linears, the two down projections,
+    or the query projection and the key/value down projection, each keeping its FP8 copy:
+    ``2`` as in BF16, applied by the caller, as is the projection input's FP8 rule.)
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    ql, kvl, qk, pe, dv = mla_dims(model)
+    fp8 = plan.precision == "fp8"
+    if "mla_up_proj" in mods:
+        return 2 * a * dv / h, 2 * (ql + kvl + pe) / h
+    attention = 2 * a * (2 * (qk + pe) + 2 * dv) / h
+    if model.qk_layernorm:
+        latent = (3 if fp8 else 4) * (ql + kvl) / h
+    else:
+        latent = (1 if fp8 else 2) * (ql + kvl) / h
+    return attention, latent
