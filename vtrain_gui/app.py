@@ -114,7 +114,7 @@ class _ScreenshotTaker(QtCore.QObject):
 
     @Slot()
     def _on_settled(self) -> None:
-        from .timeline import TimelineWidget
+        from .timeline.widget import TimelineWidget
         for timeline in self._window.findChildren(TimelineWidget):
             # large iterations are laid out in a worker thread: the picture needs the zoom
             # band in view of the timelines on screen, not every band of every timeline (the

@@ -44,7 +44,7 @@ from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import COLUMN_INDEX, TABLE_COLUMNS, SweepTableModel
-from .timeline import TimelineWidget
+from .timeline.widget import TimelineWidget
 from .workers import SweepRunner
 
 __all__ = ["ExploreTab", "best_index"]

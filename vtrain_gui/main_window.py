@@ -25,7 +25,7 @@ from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
 from .studies import StudiesTab
-from .timeline import TimelineWidget
+from .timeline.widget import TimelineWidget
 from .workers import SimulationRunner
 
 __all__ = ["MainWindow", "MAX_RECENT_FILES", "examples_dir", "is_shipped_example"]
@@ -720,6 +720,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
         self.studies.shutdown()
+        for timeline in self.findChildren(TimelineWidget):  # layouts still being prepared
+            timeline.shutdown()
         event.accept()
 
     # ------------------------------------------------------------------ internals
