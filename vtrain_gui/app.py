@@ -154,7 +154,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         Tab shown at start (``"plan"``, ``"explore"``, ``"profiles"``); with
         ``screenshot`` (and without ``explore``) the grabbed tab.
     """
-    from .main_window import MainWindow, examples_dir
+    from .main_window import MainWindow
+    from .session_files import examples_dir
 
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
