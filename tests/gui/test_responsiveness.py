@@ -77,7 +77,7 @@ def test_kept_out_threads_never_load_numba():
     """On a thread under ``kept_out`` the compiled kernel is unavailable and Numba is not
     imported; other threads of the same process are not affected (fresh interpreter)."""
     code = ("import sys, threading\n"
-            "from core import fastpath_kernel as k\n"
+            "from core.sim import fastpath_kernel as k\n"
             "with k.kept_out():\n"
             "    assert not k.may_load() and not k.available()\n"
             "assert 'numba' not in sys.modules\n"
