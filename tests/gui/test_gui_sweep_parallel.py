@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 
-from core.plan.config import Session
 from core.io.session import load_any
 from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
