@@ -12,7 +12,7 @@ resident memory (the child's ``ru_maxrss`` from ``os.wait4``; ``/usr/bin/time -v
 reports the same). ``--root`` runs another checkout (an older commit, for before/after
 figures). The window runs the same simulation as ``simulate``; what it adds is drawing
 the timeline, whose picture of a huge plan is a summary of the whole iteration
-(:func:`vtrain_gui.timeline.summary_image`) while the exact layout follows.
+(:func:`vtrain_gui.timeline.layout.summary_image`) while the exact layout follows.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Usage::
 
 Builds a synthetic 1F1B iteration with about ``--tasks`` tasks (or, with
 ``--real``, simulates the shipped MT-NLG 530B example), shows
-:class:`vtrain_gui.timeline.TimelineWidget` at 1600x900 and
+:class:`vtrain_gui.timeline.widget.TimelineWidget` at 1600x900 and
 
 * **GUI-thread block**: calls ``set_data`` while a 1 ms timer runs in the GUI
   thread's event loop, and runs that loop until the timeline is fully
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests" / "gui"))  # synthetic iteration builder
 import numpy as np  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from vtrain_gui.timeline import TimelineWidget  # noqa: E402
+from vtrain_gui.timeline.widget import TimelineWidget  # noqa: E402
 
 
 def build_iteration(num_tasks: int, real: bool):

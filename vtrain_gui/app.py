@@ -114,7 +114,7 @@ class _ScreenshotTaker(QtCore.QObject):
 
     @Slot()
     def _on_settled(self) -> None:
-        from .timeline import TimelineWidget
+        from .timeline.widget import TimelineWidget
         for timeline in self._window.findChildren(TimelineWidget):
             # large iterations are laid out in a worker thread: the picture needs the zoom
             # band in view of the timelines on screen, not every band of every timeline (the
@@ -154,7 +154,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         Tab shown at start (``"plan"``, ``"explore"``, ``"profiles"``); with
         ``screenshot`` (and without ``explore``) the grabbed tab.
     """
-    from .main_window import MainWindow, examples_dir
+    from .main_window import MainWindow
+    from .session_files import examples_dir
 
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.

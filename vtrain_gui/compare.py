@@ -18,7 +18,7 @@ from core.studies.diff import PlanDiff, diff_results, plan_label
 
 from .empty_state import EmptyStack
 from .formatting import format_bytes, format_duration, format_usd
-from .timeline import TimelineWidget
+from .timeline.widget import TimelineWidget
 
 __all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR"]
 

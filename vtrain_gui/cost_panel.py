@@ -43,6 +43,38 @@ _NO_FIT_COLOR = "#C62828"
 #: Figures whose text can be long: shown on one line, cut to fit (:class:`_OneLineLabel`).
 _ONE_LINE = ("band_note", "profile")
 _CAPACITY_COLOR = "#D62728"
+#: The figures, top to bottom: (key, name); a name of None makes a heading.
+_FIGURE_ROWS = (
+    ("Iteration", None),
+    ("iteration_time", "Iteration time"),
+    ("iteration_band", "Error band"),
+    ("band_note", ""),
+    ("tokens_per_s", "Throughput"),
+    ("mfu", "MFU (model FLOPs utilization)"),
+    ("hfu", "HFU (hardware FLOPs utilization)"),
+    ("bubble_fraction", "Pipeline bubble fraction"),
+    ("Time per iteration (mean over stages)", None),
+    ("compute", "Compute"),
+    ("comm", "Exposed TP/DP communication"),
+    ("pp_comm", "Pipeline sends"),
+    ("cp_comm", "Exposed context-parallel exchange"),
+    ("ep_comm", "Expert all-to-all (MoE)"),
+    ("bubble", "Idle (bubble)"),
+    ("overlap_wait", "Idle (waiting for overlapped comm.)"),
+    ("imbalance", "Idle (stage imbalance)"),
+    ("breakdown", ""),
+    ("Training run", None),
+    ("num_parameters", "Model parameters"),
+    ("gpus", "GPUs"),
+    ("microbatches", "Micro-batches per iteration"),
+    ("iterations", "Iterations"),
+    ("training_days", "Training time"),
+    ("gpu_hours", "GPU-hours"),
+    ("cost_usd", "Cost"),
+    ("run_band", "    band"),
+    ("run_days", "With failures"),
+    ("profile", "Profile"),
+)
 
 
 class _BreakdownBar(QtWidgets.QWidget):
@@ -141,43 +173,26 @@ class CostPanel(QtWidgets.QWidget):
         self._report: Report | None = None
         self._stale = False
         self._values: dict[str, QtWidgets.QLabel] = {}
+        figures_scroll = self._build_figures()
+        chart = self._build_memory_chart()
 
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(figures_scroll, 0)
+        layout.addWidget(chart, 1)
+        self._veil = StaleVeil(self)
+        self.clear()
+        self._fit_figures_width()
+
+    # ------------------------------------------------------------------ building the panel
+    def _build_figures(self) -> QtWidgets.QScrollArea:
+        """The figures column (:data:`_FIGURE_ROWS` under the does-not-fit flag, the warnings
+        last) in a scroll area."""
         figures = QtWidgets.QWidget()
         grid = QtWidgets.QGridLayout(figures)
         grid.setContentsMargins(6, 6, 6, 6)
         grid.setHorizontalSpacing(14)
         grid.setVerticalSpacing(2)  # 2, not 3: the run with failures fits at 1,600 x 1,000
-        rows = [
-            ("Iteration", None),
-            ("iteration_time", "Iteration time"),
-            ("iteration_band", "Error band"),
-            ("band_note", ""),
-            ("tokens_per_s", "Throughput"),
-            ("mfu", "MFU (model FLOPs utilization)"),
-            ("hfu", "HFU (hardware FLOPs utilization)"),
-            ("bubble_fraction", "Pipeline bubble fraction"),
-            ("Time per iteration (mean over stages)", None),
-            ("compute", "Compute"),
-            ("comm", "Exposed TP/DP communication"),
-            ("pp_comm", "Pipeline sends"),
-            ("cp_comm", "Exposed context-parallel exchange"),
-            ("ep_comm", "Expert all-to-all (MoE)"),
-            ("bubble", "Idle (bubble)"),
-            ("overlap_wait", "Idle (waiting for overlapped comm.)"),
-            ("imbalance", "Idle (stage imbalance)"),
-            ("breakdown", ""),
-            ("Training run", None),
-            ("num_parameters", "Model parameters"),
-            ("gpus", "GPUs"),
-            ("microbatches", "Micro-batches per iteration"),
-            ("iterations", "Iterations"),
-            ("training_days", "Training time"),
-            ("gpu_hours", "GPU-hours"),
-            ("cost_usd", "Cost"),
-            ("run_band", "    band"),
-            ("run_days", "With failures"),
-            ("profile", "Profile"),
-        ]
         heading_font = QtGui.QFont(self.font())
         heading_font.setBold(True)
         big_font = QtGui.QFont(self.font())
@@ -191,46 +206,9 @@ class CostPanel(QtWidgets.QWidget):
                                         "padding: 3px; font-weight: bold;")
         self._no_fit_flag.setVisible(False)
         grid.addWidget(self._no_fit_flag, 0, 0, 1, 2)
-        rows = [("", "")] + rows  # row 0: the flag
-        for r, (key, label) in enumerate(rows):
-            if r == 0:
-                continue
-            if label is None:
-                heading = QtWidgets.QLabel(key)
-                heading.setFont(heading_font)
-                heading.setContentsMargins(0, 6 if r else 0, 0, 0)
-                grid.addWidget(heading, r, 0, 1, 2)
-                continue
-            if key == "breakdown":
-                self._breakdown = _BreakdownBar()
-                self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
-                                           "idle (bubble) / idle (waiting for overlapped "
-                                           "communication) / idle (stage imbalance)")
-                grid.addWidget(self._breakdown, r, 0, 1, 2)
-                continue
-            # the lines that can be long take one line each, cut to fit, whole in the tooltip
-            value = _OneLineLabel() if key in _ONE_LINE else QtWidgets.QLabel("–")
-            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            value.setObjectName(key)
-            if key == "band_note":
-                grid.addWidget(value, r, 0, 1, 2)
-            elif key == "profile":  # the name, then the value in all the width left
-                row = QtWidgets.QWidget()
-                row_layout = QtWidgets.QHBoxLayout(row)
-                row_layout.setContentsMargins(0, 0, 0, 0)
-                row_layout.setSpacing(14)
-                row_layout.addWidget(QtWidgets.QLabel(label))
-                value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                row_layout.addWidget(value, 1)
-                grid.addWidget(row, r, 0, 1, 2)
-            else:
-                name = names[key] = QtWidgets.QLabel(label)
-                if key in ("iteration_time", "tokens_per_s", "mfu", "training_days", "cost_usd"):
-                    value.setFont(big_font)
-                value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                grid.addWidget(name, r, 0)
-                grid.addWidget(value, r, 1)
-            self._values[key] = value
+        for r, (key, label) in enumerate(_FIGURE_ROWS, 1):  # row 0: the flag
+            self._add_figure_row(grid, r, key, label, names, heading_font, big_font)
+        last = len(_FIGURE_ROWS) + 1
         self._band_names = {k: names[k] for k in ("iteration_band", "run_band")}
         # shown for context-parallel plans only (the others have no ring)
         self._cp_row = (names["cp_comm"], self._values["cp_comm"])
@@ -250,8 +228,8 @@ class CostPanel(QtWidgets.QWidget):
         self._warnings = _OneLineLabel()
         self._warnings.setObjectName("warnings")
         self._warnings.setStyleSheet("color: #B35C00;")
-        grid.addWidget(self._warnings, len(rows), 0, 1, 2)
-        grid.setRowStretch(len(rows) + 1, 1)
+        grid.addWidget(self._warnings, last, 0, 1, 2)
+        grid.setRowStretch(last + 1, 1)
         grid.setColumnStretch(0, 1)
 
         figures_scroll = QtWidgets.QScrollArea()
@@ -261,8 +239,52 @@ class CostPanel(QtWidgets.QWidget):
         figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._figures = figures
         self._figures_scroll = figures_scroll
+        return figures_scroll
 
-        # memory chart
+    def _add_figure_row(self, grid: QtWidgets.QGridLayout, r: int, key: str, label: str | None,
+                        names: dict[str, QtWidgets.QLabel], heading_font: QtGui.QFont,
+                        big_font: QtGui.QFont) -> None:
+        """Row ``r`` of the figures: a heading, the breakdown bar, or a name and its value
+        (in :attr:`_values`; the name in ``names``)."""
+        if label is None:
+            heading = QtWidgets.QLabel(key)
+            heading.setFont(heading_font)
+            heading.setContentsMargins(0, 6 if r else 0, 0, 0)
+            grid.addWidget(heading, r, 0, 1, 2)
+            return
+        if key == "breakdown":
+            self._breakdown = _BreakdownBar()
+            self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
+                                       "idle (bubble) / idle (waiting for overlapped "
+                                       "communication) / idle (stage imbalance)")
+            grid.addWidget(self._breakdown, r, 0, 1, 2)
+            return
+        # the lines that can be long take one line each, cut to fit, whole in the tooltip
+        value = _OneLineLabel() if key in _ONE_LINE else QtWidgets.QLabel("–")
+        value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        value.setObjectName(key)
+        if key == "band_note":
+            grid.addWidget(value, r, 0, 1, 2)
+        elif key == "profile":  # the name, then the value in all the width left
+            row = QtWidgets.QWidget()
+            row_layout = QtWidgets.QHBoxLayout(row)
+            row_layout.setContentsMargins(0, 0, 0, 0)
+            row_layout.setSpacing(14)
+            row_layout.addWidget(QtWidgets.QLabel(label))
+            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            row_layout.addWidget(value, 1)
+            grid.addWidget(row, r, 0, 1, 2)
+        else:
+            name = names[key] = QtWidgets.QLabel(label)
+            if key in ("iteration_time", "tokens_per_s", "mfu", "training_days", "cost_usd"):
+                value.setFont(big_font)
+            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            grid.addWidget(name, r, 0)
+            grid.addWidget(value, r, 1)
+        self._values[key] = value
+
+    def _build_memory_chart(self) -> QtWidgets.QWidget:
+        """The memory-per-GPU chart: title, fit line, legend, stacked bars, capacity line."""
         self._fit_label = QtWidgets.QLabel()
         self._fit_label.setWordWrap(True)
         self.memory_plot = pg.PlotWidget(background="w")
@@ -306,14 +328,7 @@ class CostPanel(QtWidgets.QWidget):
         chart_layout.addWidget(self._fit_label)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
-
-        layout = QtWidgets.QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(figures_scroll, 0)
-        layout.addWidget(chart, 1)
-        self._veil = StaleVeil(self)
-        self.clear()
-        self._fit_figures_width()
+        return chart
 
     # ------------------------------------------------------------------ API
     @property

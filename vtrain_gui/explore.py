@@ -16,9 +16,10 @@ Filters (GPU count, fits in memory, deadline) are numpy masks from
 those of the plans shown (:func:`core.studies.sweep.pareto_front` over the mask), so
 the plot and the table always agree.
 
-The settings form, the table and the plot are views of their own
-(:mod:`vtrain_gui.sweep_settings`, :mod:`vtrain_gui.sweep_table`,
-:mod:`vtrain_gui.sweep_plot`); this module composes them into the tab.
+The settings form, the table, the plot and the preview of the editor's plan are views of
+their own (:mod:`vtrain_gui.sweep_settings`, :mod:`vtrain_gui.sweep_table`,
+:mod:`vtrain_gui.sweep_plot`, :mod:`vtrain_gui.plan_preview`); this module composes them
+into the tab.
 """
 
 from __future__ import annotations
@@ -32,21 +33,20 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
+from core.plan.parallel import PLAN_FIELDS
 from core.plan.fields import ConfigError
-from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.sim.simulate import SimulationResult
 from core.studies.sweep import SweepResult, SweepSpace, pareto_front
 
-from .formatting import (ERROR_STYLE, format_count, format_duration, format_fraction,
-                         format_number_short, format_usd)
+from .formatting import ERROR_STYLE, format_count, format_number_short, format_usd
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
+from .plan_preview import PlanPreview
 from .sweep_settings import SweepSettingsPanel
-from .sweep_table import COLUMN_INDEX, TABLE_COLUMNS, SweepTableModel
-from .timeline import TimelineWidget
+from .sweep_table import SweepTableModel, SweepTableView
 from .workers import SweepRunner
 
 __all__ = ["ExploreTab", "best_index"]
@@ -73,27 +73,6 @@ def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> 
     if not idx.size:
         return None
     return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
-
-
-def _all_equal(values: np.ndarray) -> bool:
-    """Whether every value of a plan column is the same (as its ``repr``: ``1`` and ``True``,
-    or ``None`` and ``nan``, differ; every ``nan`` is the same). Tens of thousands of plans
-    take about a millisecond: the distinct (type, value) pairs are found by a set, and only
-    those few are compared by ``repr``."""
-    values = np.asarray(values)
-    if values.size <= 1:
-        return True
-    if values.dtype.kind in "biuUS":  # numbers, text: numpy compares (no Python object per plan)
-        return bool((values == values[0]).all())
-    if values.dtype.kind == "f":
-        nan = np.isnan(values)
-        return bool(nan.all() or (not nan.any() and (values == values[0]).all()))
-    items = values.tolist()
-    try:
-        distinct = set(zip(map(type, items), items))
-    except TypeError:  # unhashable values: compare them all
-        return len({repr(v) for v in items}) <= 1
-    return len(distinct) <= 1 or len({repr(v) for _, v in distinct}) <= 1
 
 
 def _same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool:
@@ -156,6 +135,27 @@ class ExploreTab(QtWidgets.QWidget):
         self._syncing = False
         self._export_dir = str(Path.home())
 
+        self._build_runner(sweep_fn)
+        left = self._build_sweep_box()
+        filters = self._build_filters()
+        self._build_summary()
+        self.plot = SweepPlot()
+        self.plot.point_clicked.connect(self._on_plot_point_click)
+        self.table_model = SweepTableModel(self)
+        self.table = SweepTableView(self.table_model)
+        self.table.selectionModel().currentRowChanged.connect(self._on_table_current_row_change)
+        self.table.doubleClicked.connect(self._on_table_double_click)
+        self.plan_preview = PlanPreview()
+        self.preview = self.plan_preview.timeline
+        self.open_button = self.plan_preview.open_button
+        self.pin_button = self.plan_preview.pin_button
+        self.open_button.clicked.connect(self._on_open_click)
+        self.pin_button.clicked.connect(self.pin_requested)
+        self._lay_out(left, filters, self._build_plans_and_preview())
+        self._update_source()
+
+    # ------------------------------------------------------------------ building the tab
+    def _build_runner(self, sweep_fn: Callable[..., Any] | None) -> None:
         self.runner = SweepRunner(sweep_fn, parent=self)
         self.runner.started.connect(self._on_sweep_start)
         self.runner.progress.connect(self._on_sweep_progress)
@@ -163,7 +163,9 @@ class ExploreTab(QtWidgets.QWidget):
         self.runner.failed.connect(self._on_sweep_fail)
         self.runner.cancelled.connect(self._on_sweep_cancel)
 
-        # ---- left: settings, run, progress
+    def _build_sweep_box(self) -> QtWidgets.QScrollArea:
+        """The left column: where the sweep's inputs come from, its settings, Run/Cancel,
+        progress, status and exports."""
         self._source = QtWidgets.QLabel()
         self._source.setObjectName("sweep.source")
         self._source.setWordWrap(True)
@@ -197,6 +199,8 @@ class ExploreTab(QtWidgets.QWidget):
         self.export_png_button.setToolTip("Save the plot as a PNG image")
         for b in (self.export_csv_button, self.export_png_button):
             b.setEnabled(False)
+        self.export_csv_button.clicked.connect(self._on_export_csv_click)
+        self.export_png_button.clicked.connect(self._on_export_png_click)
         settings_box = QtWidgets.QGroupBox("Sweep")
         box_layout = QtWidgets.QVBoxLayout(settings_box)
         box_layout.setContentsMargins(8, 6, 8, 8)
@@ -223,8 +227,10 @@ class ExploreTab(QtWidgets.QWidget):
         left_scroll.setWidgetResizable(True)
         left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         left_scroll.setMinimumWidth(left.sizeHint().width() + 24)
+        return left_scroll
 
-        # ---- right: filters, summary, plot, table, timeline of the editor's plan
+    def _build_filters(self) -> QtWidgets.QHBoxLayout:
+        """The filter row over the plot: GPU count, fits in memory, deadline, log axes."""
         self.gpu_filter_mode = QtWidgets.QComboBox()
         self.gpu_filter_mode.setObjectName("filter.gpu_mode")
         self.gpu_filter_mode.addItems(list(self._GPU_FILTERS))
@@ -247,8 +253,6 @@ class ExploreTab(QtWidgets.QWidget):
         self.fits_only.toggled.connect(self._on_filter_change)
         self.within_deadline.toggled.connect(self._on_filter_change)
         self.log_axes.toggled.connect(self._on_log_axes_toggle)
-        self.export_csv_button.clicked.connect(self._on_export_csv_click)
-        self.export_png_button.clicked.connect(self._on_export_png_click)
         self._filter_widgets = (self.gpu_filter_mode, self.gpu_filter, self.fits_only,
                                 self.within_deadline, self.log_axes)
         filters = QtWidgets.QHBoxLayout()
@@ -262,7 +266,10 @@ class ExploreTab(QtWidgets.QWidget):
         filters.addSpacing(8)
         filters.addWidget(self.log_axes)
         filters.addStretch(1)
+        return filters
 
+    def _build_summary(self) -> None:
+        """The stale-result warning and the summary line (fastest, cheapest...)."""
         self._stale = QtWidgets.QLabel(
             "The model, cluster, cost, batch size or precision changed since this sweep: "
             "press Run to update it. Picking a plan loads the swept inputs.")
@@ -276,52 +283,8 @@ class ExploreTab(QtWidgets.QWidget):
         self._summary.setTextFormat(Qt.TextFormat.RichText)
         self._summary.linkActivated.connect(self._on_summary_link)
 
-        self.plot = SweepPlot()
-        self.plot.point_clicked.connect(self._on_plot_point_click)
-
-        self.table_model = SweepTableModel(self)
-        self.table = QtWidgets.QTableView()
-        self.table.setObjectName("sweep.table")
-        self.table.setModel(self.table_model)
-        self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(COLUMN_INDEX["front"], Qt.SortOrder.DescendingOrder)
-        self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
-        self.table.verticalHeader().setVisible(False)
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.horizontalHeader().setHighlightSections(False)
-        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.selectionModel().currentRowChanged.connect(self._on_table_current_row_change)
-        self.table.doubleClicked.connect(self._on_table_double_click)
-        self._size_columns()
-
-        self.preview = TimelineWidget()
-        self._preview_title = QtWidgets.QLabel("Timeline of the plan in the editor: none yet")
-        self._preview_title.setObjectName("sweep.preview_title")
-        self._preview_title.setWordWrap(True)
-        self.open_button = QtWidgets.QPushButton("Open in Plan tab")
-        self.open_button.setToolTip("Show the plan with the editor, full timeline and cost panel "
-                                    "(or double-click a point or row)")
-        self.open_button.clicked.connect(self._on_open_click)
-        self.pin_button = QtWidgets.QPushButton("Pin for comparison")
-        self.pin_button.setToolTip("Keep this plan as plan A of the Compare tab; pick another plan "
-                                   "to compare it with")
-        self.pin_button.clicked.connect(self.pin_requested)
-        preview_box = QtWidgets.QWidget()
-        preview_layout = QtWidgets.QVBoxLayout(preview_box)
-        preview_layout.setContentsMargins(0, 2, 0, 0)
-        preview_layout.setSpacing(0)
-        head = QtWidgets.QHBoxLayout()
-        head.setContentsMargins(6, 0, 6, 0)
-        head.addWidget(self._preview_title, 1)
-        head.addWidget(self.pin_button)
-        head.addWidget(self.open_button)
-        preview_layout.addLayout(head)
-        preview_layout.addWidget(self.preview, 1)
-
+    def _build_plans_and_preview(self) -> QtWidgets.QSplitter:
+        """Plot over table (or the empty-state text), over the preview of the editor's plan."""
         plans = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         plans.addWidget(self.plot)
         plans.addWidget(self.table)
@@ -333,13 +296,17 @@ class ExploreTab(QtWidgets.QWidget):
         self.plans_view = EmptyStack(plans, _EMPTY_TEXT)
         splitter = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.plans_view)
-        splitter.addWidget(preview_box)
+        splitter.addWidget(self.plan_preview)
         splitter.setChildrenCollapsible(True)
         splitter.setStretchFactor(0, 7)
         splitter.setStretchFactor(1, 2)
         splitter.setSizes([680, 230])
         self._splitter = splitter
+        return splitter
 
+    def _lay_out(self, left: QtWidgets.QWidget, filters: QtWidgets.QLayout,
+                 splitter: QtWidgets.QSplitter) -> None:
+        """Left column beside filters, summary and the plans."""
         right = QtWidgets.QWidget()
         right_layout = QtWidgets.QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -353,7 +320,7 @@ class ExploreTab(QtWidgets.QWidget):
         right_layout.addWidget(splitter, 1)
 
         main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
-        main.addWidget(left_scroll)
+        main.addWidget(left)
         main.addWidget(right)
         main.setStretchFactor(0, 0)
         main.setStretchFactor(1, 1)
@@ -361,7 +328,6 @@ class ExploreTab(QtWidgets.QWidget):
         layout = QtWidgets.QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(main)
-        self._update_source()
 
     # ------------------------------------------------------------------ API: inputs
     @property
@@ -404,8 +370,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.set_result(None)
         self.settings_panel.reset(session)
         self.set_session(session)
-        self.preview.clear()
-        self._preview_title.setText("Timeline of the plan in the editor: none yet")
+        self.plan_preview.clear()
         self._status.setText("Set the space and press Run.")
         self._idle_progress()
 
@@ -443,11 +408,7 @@ class ExploreTab(QtWidgets.QWidget):
         self._selected = None
         self.plot.set_result(result, redraw=False)  # drawn once, by _apply_filters below
         self.table_model.set_result(result)
-        for i, col in enumerate(TABLE_COLUMNS):  # plan fields equal in every plan: hidden
-            field = ParallelPlan.__dataclass_fields__.get(col.attr)
-            hide = (field is not None and field.metadata.get("label") != "always"
-                    and result is not None and _all_equal(result.plan_columns[col.attr]))
-            self.table.setColumnHidden(i, hide)
+        self.table.hide_constant_columns(result)  # plan fields equal in every plan
         has = result is not None
         if has:
             gpus = self._session.plan.num_gpus if isinstance(self._session.plan.num_gpus, int) else 1
@@ -487,13 +448,7 @@ class ExploreTab(QtWidgets.QWidget):
 
     def show_simulation(self, result: SimulationResult) -> None:
         """Show the timeline of the editor's latest simulation under the table."""
-        self.preview.set_data(result.graph, result.schedule)
-        pl, rep = result.session.plan, result.report
-        self._preview_title.setText(
-            f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
-            f" — iteration {format_duration(rep.iteration_time_s)}, "
-            f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
-            f"MFU {format_fraction(rep.mfu)}")
+        self.plan_preview.show_simulation(result)
 
     def export_csv(self, path: str | Path) -> bool:
         """Write every plan of the sweep to ``path`` (atomic); on error show a message."""
@@ -809,19 +764,3 @@ class ExploreTab(QtWidgets.QWidget):
         self._current = index
         self.plot.set_current(index)
         self._update_summary()
-
-    def _size_columns(self) -> None:
-        fm = self.table.fontMetrics()
-        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888", "schedule": "schedule",
-                   "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
-                   "error band": "888.8 – 888.8 ms ⚠",
-                   "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
-                   "memory/GPU": "8,888.8 GiB", "fits": "fits", "front": "front"}
-        # every column as wide as its header and a typical value (the plan's other fields too:
-        # a near-empty ``v`` must not take 100 px), so that memory, fits and front stay on
-        # screen in a 1,600 px window; ``reason`` is last and takes what is left (elided, the
-        # whole text in the row's tooltip)
-        for i, col in enumerate(TABLE_COLUMNS):
-            sample = samples.get(col.header, "888" if col.right else "yes")
-            w = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(col.header))
-            self.table.setColumnWidth(i, w + 26)  # room for the sort arrow

@@ -9,11 +9,10 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-import core
-from core.plan.fields import ConfigError
 from core.plan.presets import MODEL_PRESETS
-from core.plan.rules import validate
+from core.plan.fields import ConfigError
 from core.plan.session import Session
+from core.plan.rules import validate
 from core.studies.diff import plan_label
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.export import export_script
@@ -27,15 +26,13 @@ from .empty_state import EmptyStack, StaleVeil
 from .explore import ExploreTab
 from .formatting import format_count
 from .profiles_view import ProfilesTab
+from .session_files import RecentFiles, examples_dir, is_shipped_example
 from .studies import StudiesTab
-from .timeline import TimelineWidget
+from .timeline.widget import TimelineWidget
 from .workers import SimulationRunner
 
-__all__ = ["MainWindow", "MAX_RECENT_FILES", "examples_dir", "is_shipped_example"]
+__all__ = ["MainWindow"]
 
-MAX_RECENT_FILES = 8
-_RECENT_KEY = "recentFiles"
-_CLEAR_RECENT = "<clear recent files>"
 _DEBOUNCE_MS = 300
 _FILE_FILTER = "vTrain sessions and configs (*.json);;All files (*)"
 #: Texts of the Plan tab's results area while it has no result to show.
@@ -50,19 +47,6 @@ _FAILED_TEXT = ("<p style='font-size:13pt'><b>The simulation failed</b></p><p>{m
 
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def examples_dir() -> Path:
-    """Folder of the shipped example sessions (``resources/examples``)."""
-    return Path(core.__file__).resolve().parent.parent / "resources" / "examples"
-
-
-def is_shipped_example(path: str | Path) -> bool:
-    """Whether ``path`` is a file of :func:`examples_dir` (resolved: links and ``..`` too)."""
-    try:
-        return Path(path).resolve().is_relative_to(examples_dir())
-    except (OSError, RuntimeError, ValueError):
-        return False
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -93,12 +77,26 @@ class MainWindow(QtWidgets.QMainWindow):
     def __init__(self, settings: QtCore.QSettings | None = None,
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self._settings = settings or QtCore.QSettings("vtrain", "vtrain-gui")
+        self._recent = RecentFiles(settings or QtCore.QSettings("vtrain", "vtrain-gui"))
         self._path: Path | None = None
         self._copy_of: str | None = None  # the shipped example an untitled session came from
         self._result: SimulationResult | None = None
         self._last_error: str | None = None
 
+        self.setCentralWidget(self._build_tabs(self._build_plan_tab()))
+        self._build_status_bar_and_runner()
+        self._build_menus()
+        self.resize(1600, 1000)
+        self._splitters[0].setSizes([400, 1200])
+        self._splitters[1].setSizes([560, 400])
+        self._set_path(None)
+        self.editor.set_session(Session())
+        self.explore.reset(Session())
+
+    # ------------------------------------------------------------------ building the window
+    def _build_plan_tab(self) -> QtWidgets.QSplitter:
+        """The Plan tab: the editor on the left; timeline over cost panel on the right (under
+        the stale banner, or the text that says why nothing is drawn yet)."""
         self.editor = ConfigEditor()
         self.editor.session_changed.connect(self._on_editor_session_change)
         editor_scroll = QtWidgets.QScrollArea()
@@ -144,7 +142,10 @@ class MainWindow(QtWidgets.QMainWindow):
         main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
         self._splitters = (main, right)
+        return main
 
+    def _build_tabs(self, plan: QtWidgets.QWidget) -> QtWidgets.QTabWidget:
+        """The tabs: Plan, Explore, Profiles, Studies, Compare."""
         self.explore = ExploreTab()
         self.explore.plan_selected.connect(self._on_explore_plan_select)
         self.explore.open_in_plan_requested.connect(self._on_explore_open_request)
@@ -152,7 +153,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore.settings_changed.connect(self._on_tab_settings_change)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.plan_tab_index = self.tabs.addTab(main, "Plan")
+        self.plan_tab_index = self.tabs.addTab(plan, "Plan")
         self.explore_tab_index = self.tabs.addTab(self.explore, "Explore")
         self.tabs.setTabToolTip(self.plan_tab_index, "Edit one plan; its timeline and cost (Ctrl+1)")
         self.tabs.setTabToolTip(self.explore_tab_index,
@@ -173,8 +174,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabs.setTabToolTip(self.compare_tab_index,
                                 "A pinned plan against the plan in the editor: both timelines on "
                                 "one time axis, the difference by term (Ctrl+5)")
-        self.setCentralWidget(self.tabs)
+        return self.tabs
 
+    def _build_status_bar_and_runner(self) -> None:
+        """The status line, the hover read-out, the edit debounce and the simulation runner."""
         self._status = QtWidgets.QLabel("Ready")
         self._hover = QtWidgets.QLabel()
         self.statusBar().addWidget(self._status, 1)
@@ -190,16 +193,26 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runner.finished.connect(self._on_simulation_finish)
         self.runner.failed.connect(self._on_simulation_fail)
 
-        self._build_menus()
-        self.resize(1600, 1000)
-        main.setSizes([400, 1200])
-        right.setSizes([560, 400])
-        self._set_path(None)
-        self.editor.set_session(Session())
-        self.explore.reset(Session())
-
     # ------------------------------------------------------------------ menus
     def _build_menus(self) -> None:
+        self._build_file_menu()
+        self._build_model_menu()
+        plan_menu = self.menuBar().addMenu("&Plan")
+        self.action_pin = plan_menu.addAction("&Pin plan for comparison")
+        self.action_pin.setShortcut(QtGui.QKeySequence("Ctrl+Shift+P"))
+        self.action_pin.setToolTip("Keep the plan in the editor and its result as plan A of the "
+                                   "Compare tab")
+        self.action_pin.setEnabled(False)  # until a result is on screen
+        self.action_pin.triggered.connect(self.pin_plan)
+        self.action_unpin = plan_menu.addAction("&Unpin")
+        self.action_unpin.setEnabled(False)
+        self.action_unpin.triggered.connect(self.unpin_plan)
+        self._build_view_menu()
+        help_menu = self.menuBar().addMenu("&Help")
+        about = help_menu.addAction("&About vTrain")
+        about.triggered.connect(self._on_about_trigger)
+
+    def _build_file_menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self.action_new = file_menu.addAction("&New", QtGui.QKeySequence.StandardKey.New)
         self.action_new.triggered.connect(self._on_new_trigger)
@@ -228,6 +241,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.action_quit = file_menu.addAction("&Quit", QtGui.QKeySequence.StandardKey.Quit)
         self.action_quit.triggered.connect(self.close)
 
+    def _build_model_menu(self) -> None:
         model_menu = self.menuBar().addMenu("&Model")
         presets = model_menu.addMenu("&Presets")
         self._preset_actions = QtGui.QActionGroup(self)
@@ -242,17 +256,7 @@ class MainWindow(QtWidgets.QMainWindow):
         examples.setEnabled(bool(examples.actions()))
         examples.triggered.connect(self._on_example_menu_trigger)
 
-        plan_menu = self.menuBar().addMenu("&Plan")
-        self.action_pin = plan_menu.addAction("&Pin plan for comparison")
-        self.action_pin.setShortcut(QtGui.QKeySequence("Ctrl+Shift+P"))
-        self.action_pin.setToolTip("Keep the plan in the editor and its result as plan A of the "
-                                   "Compare tab")
-        self.action_pin.setEnabled(False)  # until a result is on screen
-        self.action_pin.triggered.connect(self.pin_plan)
-        self.action_unpin = plan_menu.addAction("&Unpin")
-        self.action_unpin.setEnabled(False)
-        self.action_unpin.triggered.connect(self.unpin_plan)
-
+    def _build_view_menu(self) -> None:
         view_menu = self.menuBar().addMenu("&View")
         show_plan = view_menu.addAction("&Plan tab")
         show_plan.setShortcut(QtGui.QKeySequence("Ctrl+1"))
@@ -273,10 +277,6 @@ class MainWindow(QtWidgets.QMainWindow):
         reset = view_menu.addAction("&Reset timeline zoom")
         reset.setShortcut(QtGui.QKeySequence("Ctrl+0"))
         reset.triggered.connect(self._on_reset_zoom_trigger)
-
-        help_menu = self.menuBar().addMenu("&Help")
-        about = help_menu.addAction("&About vTrain")
-        about.triggered.connect(self._on_about_trigger)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -352,7 +352,7 @@ class MainWindow(QtWidgets.QMainWindow):
         except (SessionFileError, ConfigError, OSError, ValueError, OverflowError,
                 RecursionError, MemoryError) as exc:
             if isinstance(exc, OSError) and not path.exists():
-                self._remove_recent(path)
+                self._recent.remove(path)
             text = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
             QtWidgets.QMessageBox.critical(self, "Cannot open file", text)
             return False
@@ -375,7 +375,7 @@ class MainWindow(QtWidgets.QMainWindow):
                        copy_of=path.name if shipped else None)
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
         if not as_template:
-            self._add_recent(path)
+            self._recent.add(path)
         self._schedule_simulation(immediately=True)
         return True
 
@@ -414,7 +414,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return False
         self._set_path(path)
         self.setWindowModified(False)
-        self._add_recent(path)
+        self._recent.add(path)
         self.statusBar().showMessage(f"Saved {path}", 3000)
         return True
 
@@ -435,11 +435,8 @@ class MainWindow(QtWidgets.QMainWindow):
         return True
 
     def recent_files(self) -> list[str]:
-        """Recently opened or saved files, newest first (at most :data:`MAX_RECENT_FILES`)."""
-        value = self._settings.value(_RECENT_KEY, [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])][:MAX_RECENT_FILES]
+        """Recently opened or saved files, newest first (see :class:`RecentFiles`)."""
+        return self._recent.files()
 
     def maybe_save(self) -> bool:
         """Ask to save unsaved changes; False when the user cancels (or saving fails)."""
@@ -653,23 +650,13 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @Slot()
     def _on_recent_menu_about_to_show(self) -> None:
-        self.recent_menu.clear()
-        files = self.recent_files()
-        for i, f in enumerate(files, 1):
-            action = self.recent_menu.addAction(f"&{i} {Path(f).name}")
-            action.setData(f)
-            action.setToolTip(f)
-        if not files:
-            self.recent_menu.addAction("(none)").setEnabled(False)
-        else:
-            self.recent_menu.addSeparator()
-            self.recent_menu.addAction("Clear list").setData(_CLEAR_RECENT)
+        self._recent.fill_menu(self.recent_menu)
 
     @Slot(QtGui.QAction)
     def _on_recent_menu_trigger(self, action: QtGui.QAction) -> None:
         target = action.data()
-        if target == _CLEAR_RECENT:
-            self._settings.setValue(_RECENT_KEY, [])
+        if target == RecentFiles.CLEAR:
+            self._recent.clear()
         elif target and self.maybe_save():
             self.open_path(target)
 
@@ -723,6 +710,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
         self.studies.shutdown()
+        for timeline in self.findChildren(TimelineWidget):  # layouts still being prepared
+            timeline.shutdown()
         event.accept()
 
     # ------------------------------------------------------------------ internals
@@ -801,12 +790,3 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setWindowFilePath(str(path) if path else "")
         name = path.name if path else f"copy of {copy_of}" if copy_of else "Untitled"
         self.setWindowTitle(f"vTrain — {name}[*]")
-
-    def _add_recent(self, path: Path) -> None:
-        p = str(Path(path).resolve())
-        files = [f for f in self.recent_files() if f != p]
-        self._settings.setValue(_RECENT_KEY, [p, *files][:MAX_RECENT_FILES])
-
-    def _remove_recent(self, path: Path) -> None:
-        p = str(Path(path).resolve())
-        self._settings.setValue(_RECENT_KEY, [f for f in self.recent_files() if f != p])

@@ -171,7 +171,22 @@ class ProfilesTab(QtWidgets.QWidget):
         self._probe_asked = False
         self._out: Path | None = None
 
-        self.runner = runner or ProfileRunner()
+        self._connect_runner(runner or ProfileRunner())
+        top = self._build_toolbar()
+        split = self._build_stores()
+        box = self._build_profiling_box(session_fn)
+
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(split, 1)
+        layout.addWidget(box)
+
+        self.refresh()
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ building the tab
+    def _connect_runner(self, runner: ProfileRunner) -> None:
+        self.runner = runner
         self.runner.setParent(self)
         self.runner.probed.connect(self._on_runner_probe)
         self.runner.started.connect(self._on_runner_start)
@@ -180,7 +195,8 @@ class ProfilesTab(QtWidgets.QWidget):
         self.runner.cancelled.connect(self._on_runner_cancel)
         self.runner.failed.connect(self._on_runner_fail)
 
-        # --- stores: toolbar, table, details
+    def _build_toolbar(self) -> QtWidgets.QHBoxLayout:
+        """Refresh, Use for this session, and the user's profile folder."""
         self.refresh_button = QtWidgets.QPushButton("Refresh")
         self.refresh_button.setToolTip("List the stores again (shipped profiles/ and your folder)")
         self.refresh_button.clicked.connect(self._on_refresh_click)
@@ -196,7 +212,10 @@ class ProfilesTab(QtWidgets.QWidget):
         top.addWidget(self.use_button)
         top.addSpacing(12)
         top.addWidget(self.folder_label, 1)
+        return top
 
+    def _build_stores(self) -> QtWidgets.QSplitter:
+        """The table of stores over the provenance of the selected one."""
         self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("stores")
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
@@ -222,8 +241,10 @@ class ProfilesTab(QtWidgets.QWidget):
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
+        return split
 
-        # --- profiling this machine
+    def _build_profiling_box(self, session_fn: Callable[[], Session] | None) -> QtWidgets.QGroupBox:
+        """Profiling this machine: shapes, threads, Profile/Cancel, progress, status, torch."""
         box = QtWidgets.QGroupBox("Profile this machine (CPU, with torch)")
         self.shapes_combo = QtWidgets.QComboBox()
         self.shapes_combo.addItem("Default small set (about a minute)", _SHAPES_DEFAULT)
@@ -269,14 +290,7 @@ class ProfilesTab(QtWidgets.QWidget):
         box_layout.addWidget(self.progress_bar)
         box_layout.addWidget(self._status)
         box_layout.addWidget(self.torch_label)
-
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(split, 1)
-        layout.addWidget(box)
-
-        self.refresh()
-        self._update_buttons()
+        return box
 
     # ------------------------------------------------------------------ API
     def stores(self) -> list[StoreInfo]:

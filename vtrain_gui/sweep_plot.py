@@ -109,6 +109,13 @@ class SweepPlot(pg.PlotWidget):
         self._deadline: float | None = None
 
         item = self.getPlotItem()
+        self._style_axes(item)
+        self._add_layers(item)
+        self._add_legend(item)
+        self.setMinimumHeight(220)
+
+    def _style_axes(self, item: pg.PlotItem) -> None:
+        """Axis pens, labels, grid and log mode."""
         item.setMenuEnabled(False)
         for name in ("left", "bottom"):
             axis = item.getAxis(name)
@@ -119,6 +126,9 @@ class SweepPlot(pg.PlotWidget):
         item.showGrid(x=True, y=True, alpha=0.18)
         item.setLogMode(x=True, y=True)  # the items get log10 coordinates from _tx
 
+    def _add_layers(self, item: pg.PlotItem) -> None:
+        """The point layers (fitting, not fitting, front, marks, editor's plan, selection) and
+        the deadline line, bottom to top."""
         def scatter(z: float, interactive: bool = True, **kw: Any) -> pg.ScatterPlotItem:
             s = pg.ScatterPlotItem(hoverable=interactive, tip=self._tip if interactive else None, **kw)
             s.setZValue(z)
@@ -167,6 +177,8 @@ class SweepPlot(pg.PlotWidget):
         self._deadline_line.setVisible(False)
         item.addItem(self._deadline_line, ignoreBounds=True)
 
+    def _add_legend(self, item: pg.PlotItem) -> None:
+        """The legend, whose layer samples hide their layer when clicked."""
         # translucent, so points behind it stay visible (and it can be dragged aside)
         self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
                                       brush=pg.mkBrush(255, 255, 255, 170),
@@ -182,7 +194,6 @@ class SweepPlot(pg.PlotWidget):
         self._legend_samples = [front_sample, *self._layer_samples]  # keep alive; not in the plot
         self._legend_deadline: bool | None = None
         self._fill_legend(with_deadline=False)
-        self.setMinimumHeight(220)
 
     def _fill_legend(self, with_deadline: bool) -> None:
         """Legend entries; "cheapest within deadline" only while a deadline is set."""

@@ -111,6 +111,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         form.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.setVerticalSpacing(5)
 
+        self._add_size_rows(form)
+        self._add_choice_rows(form)
+        self._add_run_rows(form)
+        self._connect_edits()
+        self.reset(Session())
+
+    # ------------------------------------------------------------------ building the form
+    def _add_size_rows(self, form: QtWidgets.QFormLayout) -> None:
+        """The GPU budget and the sizes to try: d limit, t, p, ep (MoE), b, cp."""
         self.budget_mode = QtWidgets.QComboBox()
         self.budget_mode.setObjectName("sweep.budget_mode")
         self.budget_mode.addItems([self.AT_MOST, self.EXACTLY])
@@ -170,6 +179,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                          "cp ranks; world size t·p·cp·d); empty: 1 only")
         form.addRow("Context parallel cp", self.context_parallel)
 
+    def _add_choice_rows(self, form: QtWidgets.QFormLayout) -> None:
+        """A check box per value to try: schedules, recomputation, sequence parallel, ZeRO
+        stages, expert all-to-all overlap (MoE)."""
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
         self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_CHOICES, "sweep.recompute")
         self.sp_boxes = _check_box_row(form, "Sequence parallel", ("off", "on"),
@@ -192,6 +204,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                            "gradients, 3 sharded parameters (FSDP)")
         self._plan = ParallelPlan()  # the session's plan: its values are the defaults of the rows above
 
+    def _add_run_rows(self, form: QtWidgets.QFormLayout) -> None:
+        """The deadline, where the sweep runs (workers, Dask) and the error line."""
         self.deadline = QtWidgets.QDoubleSpinBox()
         self.deadline.setObjectName("sweep.deadline_days")
         self.deadline.setRange(0.0, 1e6)
@@ -227,6 +241,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.error_label.setVisible(False)
         form.addRow(self.error_label)
 
+    def _connect_edits(self) -> None:
         for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes,
                   self.context_parallel, self.dask, self.expert_parallel):
             w.textEdited.connect(self._on_text_edit)
@@ -238,7 +253,6 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                     *self.sp_boxes.values(), *self.zero_boxes.values(),
                     *self.ep_overlap_boxes.values()):
             box.toggled.connect(self._on_box_toggle)
-        self.reset(Session())
 
     # ------------------------------------------------------------------ API
     def reset(self, session: Session) -> None:

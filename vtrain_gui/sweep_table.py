@@ -1,7 +1,9 @@
 """The Explore tab's plan table: one row per plan of a sweep, sortable, filtered by a mask.
 
 A :class:`QtCore.QAbstractTableModel` over a :class:`core.studies.sweep.SweepResult`
-(no copy of its arrays). Used by :class:`vtrain_gui.explore.ExploreTab`.
+(no copy of its arrays) and the table view that shows it (:class:`SweepTableView`: columns
+sized to their values, plan fields equal in every plan hidden). Used by
+:class:`vtrain_gui.explore.ExploreTab`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from PySide6 import QtCore, QtGui
+from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.plan.parallel import ParallelPlan, plan_field_title
@@ -19,7 +21,7 @@ from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
 
-__all__ = ["SweepTableModel", "TABLE_COLUMNS", "COLUMN_INDEX"]
+__all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX", "all_equal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,3 +284,70 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._rows = self._perm[self._mask[self._perm]] if n else np.empty(0, np.int64)
         self._row_of = np.full(n, -1, np.int64)
         self._row_of[self._rows] = np.arange(self._rows.size)
+
+
+def all_equal(values: np.ndarray) -> bool:
+    """Whether every value of a plan column is the same (as its ``repr``: ``1`` and ``True``,
+    or ``None`` and ``nan``, differ; every ``nan`` is the same). Tens of thousands of plans
+    take about a millisecond: the distinct (type, value) pairs are found by a set, and only
+    those few are compared by ``repr``."""
+    values = np.asarray(values)
+    if values.size <= 1:
+        return True
+    if values.dtype.kind in "biuUS":  # numbers, text: numpy compares (no Python object per plan)
+        return bool((values == values[0]).all())
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        return bool(nan.all() or (not nan.any() and (values == values[0]).all()))
+    items = values.tolist()
+    try:
+        distinct = set(zip(map(type, items), items))
+    except TypeError:  # unhashable values: compare them all
+        return len({repr(v) for v in items}) <= 1
+    return len(distinct) <= 1 or len({repr(v) for _, v in distinct}) <= 1
+
+
+class SweepTableView(QtWidgets.QTableView):
+    """The table of a sweep's plans: rows selected whole, sortable (Pareto front first),
+    columns as wide as their header and a typical value."""
+
+    def __init__(self, model: SweepTableModel, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sweep.table")
+        self.setModel(model)
+        self.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
+        self.setSortingEnabled(True)
+        self.sortByColumn(COLUMN_INDEX["front"], Qt.SortOrder.DescendingOrder)
+        self.setAlternatingRowColors(True)
+        self.setWordWrap(False)
+        self.verticalHeader().setVisible(False)
+        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
+        self.horizontalHeader().setStretchLastSection(True)
+        self.horizontalHeader().setHighlightSections(False)
+        self.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self._size_columns()
+
+    def hide_constant_columns(self, result: SweepResult | None) -> None:
+        """Hide the plan fields equal in every plan of ``result`` (but those always shown)."""
+        for i, col in enumerate(TABLE_COLUMNS):
+            field = ParallelPlan.__dataclass_fields__.get(col.attr)
+            hide = (field is not None and field.metadata.get("label") != "always"
+                    and result is not None and all_equal(result.plan_columns[col.attr]))
+            self.setColumnHidden(i, hide)
+
+    def _size_columns(self) -> None:
+        fm = self.fontMetrics()
+        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888", "schedule": "schedule",
+                   "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
+                   "error band": "888.8 – 888.8 ms ⚠",
+                   "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
+                   "memory/GPU": "8,888.8 GiB", "fits": "fits", "front": "front"}
+        # every column as wide as its header and a typical value (the plan's other fields too:
+        # a near-empty ``v`` must not take 100 px), so that memory, fits and front stay on
+        # screen in a 1,600 px window; ``reason`` is last and takes what is left (elided, the
+        # whole text in the row's tooltip)
+        for i, col in enumerate(TABLE_COLUMNS):
+            sample = samples.get(col.header, "888" if col.right else "yes")
+            w = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(col.header))
+            self.setColumnWidth(i, w + 26)  # room for the sort arrow

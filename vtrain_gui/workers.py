@@ -1,16 +1,18 @@
-"""Run :func:`core.sim.simulate.simulate` and :func:`core.studies.sweep.run_sweep` off the GUI thread.
+"""The window's background jobs: simulations, sweeps (and studies) and device profiling.
+
+Each runner here is a thin Qt front of one :class:`vtrain_gui.background.BackgroundRunner`
+(one worker thread, results through queued signals) around a Qt-free job function; the
+runners keep the signals their views connect to.
 
 No worker thread loads Numba: loading it holds the interpreter lock for seconds, which
-froze the window for 2.8 to 10.5 s on the first sweep. The simulation and sweep workers
+froze the window for 2.8 to 10.5 s on the first sweep. The simulation and sweep jobs
 run the core under :func:`core.sim.fastpath_kernel.kept_out`, so a simulation uses the numpy
 pass and a sweep's compiled batches go to its worker processes (the Workers setting;
 with one worker, the numpy pass here).
 
-One :class:`SimulationRunner` owns one worker thread. Requests are numbered;
-while a simulation runs, newer requests replace each other and only the latest
-runs next ("latest wins"), so typing into a field never queues a backlog.
-Results come back to the GUI thread through queued signals. The simulator is
-a Qt-free function; the worker never touches a widget.
+:class:`SimulationRunner`: requests are numbered; while a simulation runs, newer requests
+replace each other and only the latest runs next ("latest wins"), so typing into a field
+never queues a backlog.
 
 :class:`SweepRunner` does the same for design-space sweeps, which take
 seconds: each run gets its own ``threading.Event`` that Cancel (or a newer
@@ -31,7 +33,6 @@ import math
 import threading
 import time
 import traceback
-import weakref
 from typing import Any, Callable
 
 from PySide6 import QtCore
@@ -40,17 +41,12 @@ from PySide6.QtCore import Signal, Slot
 from core.sim import fastpath_kernel
 from core.plan.session import Session
 
-__all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "live_runners", "PROGRESS_INTERVAL_S"]
+from .background import BackgroundRunner, Job, JobCancelled, JobFailed
+
+__all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "PROGRESS_INTERVAL_S"]
 
 #: Sweep progress reaches the GUI thread at most this often (plus the first and last report).
 PROGRESS_INTERVAL_S = 0.05
-
-_LIVE: "weakref.WeakSet[SimulationRunner | SweepRunner | ProfileRunner]" = weakref.WeakSet()
-
-
-def live_runners() -> list["SimulationRunner | SweepRunner | ProfileRunner"]:
-    """Runners (simulation, sweep or profile) whose worker thread is still running (tests find leaks)."""
-    return [r for r in list(_LIVE) if r.is_thread_running()]
 
 
 def _default_simulate(session: Session) -> Any:
@@ -64,50 +60,16 @@ def _default_simulate(session: Session) -> Any:
     return result
 
 
-def _new_worker_thread(name: str, worker: QtCore.QObject) -> QtCore.QThread:
-    """A named thread that owns ``worker``; connect the signals, then start it."""
-    thread = QtCore.QThread()
-    thread.setObjectName(name)
-    worker.moveToThread(thread)
-    return thread
-
-
-def _stop_worker_thread(thread: QtCore.QThread, worker: QtCore.QObject, timeout_ms: int) -> bool:
-    """End ``thread``'s event loop and wait; on success schedule both for deletion (the
-    worker's signals still queued for the GUI thread are dropped with it)."""
-    thread.quit()
-    stopped = thread.wait(timeout_ms)
-    if stopped:
-        worker.deleteLater()
-        thread.deleteLater()
-    return stopped
-
-
-class _SimulationWorker(QtCore.QObject):
-    """Lives in the worker thread; runs one simulation per :meth:`run` call."""
-
-    succeeded = Signal(int, object, float)  # request id, SimulationResult, seconds
-    failed = Signal(int, str)  # request id, message
-
-    def __init__(self, simulate_fn: Callable[[Session], Any]) -> None:
-        super().__init__()
-        self._simulate = simulate_fn
-
-    @Slot(int, object)
-    def run(self, request_id: int, session: Session) -> None:
-        t0 = time.perf_counter()
+def _simulation_job(simulate_fn: Callable[[Session], Any], session: Session) -> Job:
+    """The job simulating ``session`` (Qt-free; see :mod:`vtrain_gui.background`)."""
+    def job(report: Callable[[Any], None], cancel: threading.Event) -> Any:
         try:
             with fastpath_kernel.kept_out():  # Numba's loading would freeze the GUI thread
-                result = self._simulate(session)
+                return simulate_fn(session)
         except NotImplementedError:
-            self.failed.emit(request_id, "the simulator is not implemented in this build "
-                                         "(core.sim.simulate.simulate raised NotImplementedError)")
-            return
-        except Exception as exc:  # noqa: BLE001 - report any simulator error to the user
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            self.failed.emit(request_id, detail)
-            return
-        self.succeeded.emit(request_id, result, time.perf_counter() - t0)
+            raise JobFailed("the simulator is not implemented in this build "
+                            "(core.sim.simulate.simulate raised NotImplementedError)") from None
+    return job
 
 
 class SimulationRunner(QtCore.QObject):
@@ -127,101 +89,48 @@ class SimulationRunner(QtCore.QObject):
     started = Signal(int)
     finished = Signal(int, object, float)
     failed = Signal(int, str)
-    _run_requested = Signal(int, object)
 
     def __init__(self, simulate_fn: Callable[[Session], Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self._simulate_fn = simulate_fn or _default_simulate
-        self._thread: QtCore.QThread | None = None
-        self._worker: _SimulationWorker | None = None
-        self._running_id: int | None = None
-        self._pending: tuple[int, Session] | None = None
-        self._next_id = 0
-        self._closed = False
-        _LIVE.add(self)
+        self._runner = BackgroundRunner("simulation", parent=self)
+        self._runner.started.connect(self.started)
+        self._runner.finished.connect(self.finished)
+        self._runner.failed.connect(self.failed)
 
-    # ------------------------------------------------------------------ API
     def request(self, session: Session) -> int:
         """Ask for a simulation of (a copy of) ``session``; returns the request id.
 
         If one is running, this request replaces any earlier waiting one.
+
+        Raises
+        ------
+        RuntimeError
+            The runner is shut down.
         """
-        if self._closed:
-            raise RuntimeError("SimulationRunner is shut down")
-        self._next_id += 1
-        request_id = self._next_id
-        self._pending = (request_id, session.copy())
-        if self._running_id is None:
-            self._start_pending()
-        return request_id
+        return self._runner.submit(_simulation_job(self._simulate_fn, session.copy()))
 
     @property
     def busy(self) -> bool:
         """Whether a simulation is running or waiting."""
-        return self._running_id is not None or self._pending is not None
+        return self._runner.busy
 
     @property
     def latest_request_id(self) -> int:
         """Id of the newest request (0 before the first)."""
-        return self._next_id
+        return self._runner.latest_id
 
     def is_thread_running(self) -> bool:
         """Whether the worker thread exists and runs."""
-        return self._thread is not None and self._thread.isRunning()
+        return self._runner.is_thread_running()
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Drop waiting work, let a running simulation finish, stop the thread.
 
         Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
         """
-        self._closed = True
-        self._pending = None
-        if self._thread is None:
-            return True
-        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
-        if stopped:
-            self._worker = None
-            self._thread = None
-            self._running_id = None
-        return stopped
-
-    # ------------------------------------------------------------------ internals
-    def _ensure_thread(self) -> None:
-        if self._thread is not None:
-            return
-        self._worker = _SimulationWorker(self._simulate_fn)
-        self._thread = _new_worker_thread("vtrain-simulation", self._worker)
-        self._run_requested.connect(self._worker.run)  # queued: worker lives in the thread
-        self._worker.succeeded.connect(self._on_worker_succeeded)
-        self._worker.failed.connect(self._on_worker_failed)
-        self._thread.start()
-
-    def _start_pending(self) -> None:
-        if self._pending is None or self._closed:
-            return
-        self._ensure_thread()
-        request_id, session = self._pending
-        self._pending = None
-        self._running_id = request_id
-        self.started.emit(request_id)
-        self._run_requested.emit(request_id, session)
-
-    @Slot(int, object, float)
-    def _on_worker_succeeded(self, request_id: int, result: object, seconds: float) -> None:
-        self._running_id = None
-        if self._closed:
-            return
-        self.finished.emit(request_id, result, seconds)
-        self._start_pending()
-
-    @Slot(int, str)
-    def _on_worker_failed(self, request_id: int, message: str) -> None:
-        self._running_id = None
-        if self._closed:
-            return
-        self.failed.emit(request_id, message)
-        self._start_pending()
+        return self._runner.shutdown(timeout_ms)
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -251,48 +160,29 @@ def _error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
-class _SweepWorker(QtCore.QObject):
-    """Lives in the worker thread; runs one sweep per :meth:`run` call."""
-
-    progressed = Signal(int, int, int)  # run id, plans done, plans in total
-    succeeded = Signal(int, object, float)  # run id, SweepResult, seconds
-    failed = Signal(int, str)  # run id, message
-    cancelled = Signal(int)  # run id
-
-    def __init__(self, sweep_fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self._sweep = sweep_fn
-
-    @Slot(int, object, object, object, object, object)
-    def run(self, run_id: int, session: Session, space: Any, deadline_days: Any,
-            cancel: threading.Event, options: Any) -> None:
+def _sweep_job(sweep_fn: Callable[..., Any], session: Session, space: Any,
+               deadline_days: float | None, options: dict[str, Any]) -> Job:
+    """The job sweeping ``space`` (Qt-free): progress ``(done, total)`` is reported at most
+    every :data:`PROGRESS_INTERVAL_S` (and always the first and the last report)."""
+    def job(report: Callable[[Any], None], cancel: threading.Event) -> Any:
         from core.studies.sweep import SweepCancelled
 
         last = [-math.inf]
 
-        def progress(done: int, total: int) -> None:  # called on this (worker) thread
+        def progress(done: int, total: int) -> None:  # called on the worker thread
             now = time.monotonic()
             if done == 0 or done >= total or now - last[0] >= PROGRESS_INTERVAL_S:
                 last[0] = now
-                self.progressed.emit(run_id, int(done), int(total))
+                report((int(done), int(total)))
 
-        t0 = time.perf_counter()
         try:
-            if cancel.is_set():
-                raise SweepCancelled("sweep cancelled")
             with fastpath_kernel.kept_out():  # compiled batches go to the worker processes
                 if options:
-                    result = self._sweep(session, space, deadline_days, progress, cancel,
-                                         **options)
-                else:
-                    result = self._sweep(session, space, deadline_days, progress, cancel)
+                    return sweep_fn(session, space, deadline_days, progress, cancel, **options)
+                return sweep_fn(session, space, deadline_days, progress, cancel)
         except SweepCancelled:
-            self.cancelled.emit(run_id)
-            return
-        except Exception as exc:  # noqa: BLE001 - report any sweep error to the user
-            self.failed.emit(run_id, _error_text(exc))
-            return
-        self.succeeded.emit(run_id, result, time.perf_counter() - t0)
+            raise JobCancelled() from None
+    return job
 
 
 class SweepRunner(QtCore.QObject):
@@ -322,21 +212,19 @@ class SweepRunner(QtCore.QObject):
     finished = Signal(int, object, float)
     failed = Signal(int, str)
     cancelled = Signal(int)
-    _run_requested = Signal(int, object, object, object, object, object)
 
     def __init__(self, sweep_fn: Callable[..., Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self._sweep_fn = sweep_fn or _default_run_sweep
-        self._thread: QtCore.QThread | None = None
-        self._worker: _SweepWorker | None = None
-        self._running: tuple[int, threading.Event] | None = None
-        self._pending: tuple[int, Session, Any, float | None, dict] | None = None
-        self._next_id = 0
-        self._closed = False
-        _LIVE.add(self)
+        self._runner = BackgroundRunner("sweep", cancel_running=True, cancel_wins=True,
+                                        describe_error=_error_text, parent=self)
+        self._runner.started.connect(self.started)
+        self._runner.progress.connect(self._on_progress)
+        self._runner.finished.connect(self.finished)
+        self._runner.failed.connect(self.failed)
+        self._runner.cancelled.connect(self._on_cancelled)
 
-    # ------------------------------------------------------------------ API
     def start(self, session: Session, space: Any, deadline_days: float | None = None,
               options: dict[str, Any] | None = None) -> int:
         """Sweep ``space`` for (a copy of) ``session``; returns the run id.
@@ -344,120 +232,52 @@ class SweepRunner(QtCore.QObject):
         ``options`` are passed on to ``run_sweep`` as keywords (``workers``, ``dask``:
         where the sweep runs); none by default. A running sweep is cancelled and this
         one runs when it has stopped.
+
+        Raises
+        ------
+        RuntimeError
+            The runner is shut down.
         """
-        if self._closed:
-            raise RuntimeError("SweepRunner is shut down")
-        self._next_id += 1
-        run_id = self._next_id
-        self._pending = (run_id, session.copy(), copy.deepcopy(space), deadline_days,
-                         dict(options or {}))
-        if self._running is not None:
-            self._running[1].set()
-        else:
-            self._start_pending()
-        return run_id
+        return self._runner.submit(_sweep_job(self._sweep_fn, session.copy(), copy.deepcopy(space),
+                                              deadline_days, dict(options or {})))
 
     def cancel(self) -> None:
         """Drop a waiting sweep and ask the running one to stop (``cancelled`` follows)."""
-        self._pending = None
-        if self._running is not None:
-            self._running[1].set()
+        self._runner.cancel()
 
     @property
     def busy(self) -> bool:
         """Whether a sweep is running or waiting."""
-        return self._running is not None or self._pending is not None
+        return self._runner.busy
 
     @property
     def running_id(self) -> int | None:
         """Id of the running sweep, or None."""
-        return self._running[0] if self._running is not None else None
+        return self._runner.running_id
 
     @property
     def latest_run_id(self) -> int:
         """Id of the newest run (0 before the first)."""
-        return self._next_id
+        return self._runner.latest_id
 
     def is_thread_running(self) -> bool:
         """Whether the worker thread exists and runs."""
-        return self._thread is not None and self._thread.isRunning()
+        return self._runner.is_thread_running()
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Cancel everything, wait for the worker to stop, end the thread.
 
         Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
         """
-        self._closed = True
-        self.cancel()
-        if self._thread is None:
-            return True
-        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
-        if stopped:
-            self._worker = None
-            self._thread = None
-            self._running = None
-        return stopped
+        return self._runner.shutdown(timeout_ms)
 
-    # ------------------------------------------------------------------ internals
-    def _ensure_thread(self) -> None:
-        if self._thread is not None:
-            return
-        self._worker = _SweepWorker(self._sweep_fn)
-        self._thread = _new_worker_thread("vtrain-sweep", self._worker)
-        self._run_requested.connect(self._worker.run)  # queued: worker lives in the thread
-        self._worker.progressed.connect(self._on_worker_progressed)
-        self._worker.succeeded.connect(self._on_worker_succeeded)
-        self._worker.failed.connect(self._on_worker_failed)
-        self._worker.cancelled.connect(self._on_worker_cancelled)
-        self._thread.start()
+    @Slot(int, object)
+    def _on_progress(self, run_id: int, done_total: object) -> None:
+        self.progress.emit(run_id, *done_total)
 
-    def _start_pending(self) -> None:
-        if self._pending is None or self._closed:
-            return
-        self._ensure_thread()
-        run_id, session, space, deadline_days, options = self._pending
-        self._pending = None
-        cancel = threading.Event()
-        self._running = (run_id, cancel)
-        self.started.emit(run_id)
-        self._run_requested.emit(run_id, session, space, deadline_days, cancel, options)
-
-    def _end_run(self, run_id: int) -> bool:
-        """Forget run ``run_id``; whether its outcome should be reported."""
-        if self._running is not None and self._running[0] == run_id:
-            self._running = None
-        return not self._closed
-
-    def _was_cancelled(self, run_id: int) -> bool:
-        return self._running is not None and self._running[0] == run_id and self._running[1].is_set()
-
-    @Slot(int, int, int)
-    def _on_worker_progressed(self, run_id: int, done: int, total: int) -> None:
-        if not self._closed and self.running_id == run_id:
-            self.progress.emit(run_id, done, total)
-
-    @Slot(int, object, float)
-    def _on_worker_succeeded(self, run_id: int, result: object, seconds: float) -> None:
-        # a sweep that finished its last batch just as Cancel was pressed counts as cancelled
-        cancelled = self._was_cancelled(run_id)
-        if self._end_run(run_id):
-            if cancelled:
-                self.cancelled.emit(run_id)
-            else:
-                self.finished.emit(run_id, result, seconds)
-            self._start_pending()
-
-    @Slot(int, str)
-    def _on_worker_failed(self, run_id: int, message: str) -> None:
-        if self._end_run(run_id):
-            self.failed.emit(run_id, message)
-            self._start_pending()
-
-    @Slot(int)
-    def _on_worker_cancelled(self, run_id: int) -> None:
-        if self._end_run(run_id):
-            self.cancelled.emit(run_id)
-            self._start_pending()
+    @Slot(int, object)
+    def _on_cancelled(self, run_id: int, result: object) -> None:
+        self.cancelled.emit(run_id)
 
 
 # --------------------------------------------------------------------------- profiling
@@ -477,52 +297,30 @@ def _default_torch_status() -> tuple[bool, str]:
     return profiling.torch_status()
 
 
-class _ProfileWorker(QtCore.QObject):
-    """Lives in the worker thread; checks for torch and runs one profile per :meth:`run` call."""
-
-    probed = Signal(bool, str)  # torch available, text
-    progressed = Signal(int, object)  # run id, core.profiling.ProfileProgress
-    succeeded = Signal(int, object, float)  # run id, ProfileRunResult, seconds
-    cancelled = Signal(int, object)  # run id, ProfileRunResult (the store keeps finished groups) or None
-    failed = Signal(int, str)  # run id, message
-
-    def __init__(self, profile_fn: Callable[..., Any],
-                 status_fn: Callable[[], tuple[bool, str]]) -> None:
-        super().__init__()
-        self._profile = profile_fn
-        self._status = status_fn
-
-    @Slot()
-    def probe(self) -> None:
-        # torch_status() imports torch (seconds, the first time): done here, not on the GUI thread
+def _profile_job(profile_fn: Callable[..., Any], out: Any, device: str, shapes: Any,
+                 threads: int | None) -> Job:
+    """The job profiling ``device`` (Qt-free): one report per profiling step; a result whose
+    ``cancelled`` is set (the store keeps the groups finished before) ends as cancelled."""
+    def job(report: Callable[[Any], None], cancel: threading.Event) -> Any:
         try:
-            ok, text = self._status()
-        except Exception as exc:  # noqa: BLE001 - report, do not kill the thread
-            ok, text = False, _error_text(exc)
-        self.probed.emit(bool(ok), str(text))
-
-    @Slot(int, object, str, object, object, object)
-    def run(self, run_id: int, out: Any, device: str, shapes: Any, threads: Any,
-            cancel: threading.Event) -> None:
-        def progress(report: Any) -> None:  # called on this (worker) thread, once per step (seconds)
-            self.progressed.emit(run_id, report)
-
-        t0 = time.perf_counter()
-        try:
-            if cancel.is_set():
-                self.cancelled.emit(run_id, None)
-                return
-            result = self._profile(out, device, shapes, threads, progress, cancel)
+            result = profile_fn(out, device, shapes, threads, report, cancel)
         except KeyboardInterrupt:
-            self.cancelled.emit(run_id, None)
-            return
-        except Exception as exc:  # noqa: BLE001 - torch missing, bad device, out of memory...
-            self.failed.emit(run_id, _error_text(exc))
-            return
+            raise JobCancelled() from None
         if getattr(result, "cancelled", False):
-            self.cancelled.emit(run_id, result)
-        else:
-            self.succeeded.emit(run_id, result, time.perf_counter() - t0)
+            raise JobCancelled(result)
+        return result
+    return job
+
+
+def _probe_job(status_fn: Callable[[], tuple[bool, str]]) -> Job:
+    """The job asking whether torch is available (it imports torch: seconds, the first time)."""
+    def job(report: Callable[[Any], None], cancel: threading.Event) -> tuple[bool, str]:
+        try:
+            ok, text = status_fn()
+        except Exception as exc:  # noqa: BLE001 - report, do not fail
+            ok, text = False, _error_text(exc)
+        return bool(ok), str(text)
+    return job
 
 
 class ProfileRunner(QtCore.QObject):
@@ -531,8 +329,8 @@ class ProfileRunner(QtCore.QObject):
     One run at a time. :meth:`cancel` sets the run's ``threading.Event``; the
     Qt-free profiler stops at its next measurement and returns a result whose
     store holds the shape groups finished before (``cancelled`` follows).
-    :meth:`probe` asks :func:`core.profiling.torch_status` on the same thread,
-    because with torch installed it imports torch, which takes seconds.
+    :meth:`probe` asks :func:`core.profiling.torch_status` on a second worker
+    thread, because with torch installed it imports torch, which takes seconds.
 
     ``profile_fn(out, device, shapes, threads, progress, cancel)`` and
     ``status_fn()`` replace the defaults in tests.
@@ -560,8 +358,6 @@ class ProfileRunner(QtCore.QObject):
     finished = Signal(int, object, float)
     cancelled = Signal(int, object)
     failed = Signal(int, str)
-    _probe_requested = Signal()
-    _run_requested = Signal(int, object, str, object, object, object)
 
     def __init__(self, profile_fn: Callable[..., Any] | None = None,
                  status_fn: Callable[[], tuple[bool, str]] | None = None,
@@ -569,20 +365,21 @@ class ProfileRunner(QtCore.QObject):
         super().__init__(parent)
         self._profile_fn = profile_fn or _default_run_profile
         self._status_fn = status_fn or _default_torch_status
-        self._thread: QtCore.QThread | None = None
-        self._worker: _ProfileWorker | None = None
-        self._running: tuple[int, threading.Event] | None = None
-        self._next_id = 0
-        self._closed = False
-        _LIVE.add(self)
+        self._runner = BackgroundRunner("profile", describe_error=_error_text, parent=self)
+        for name in ("started", "progress", "finished", "cancelled", "failed"):
+            getattr(self._runner, name).connect(getattr(self, name))
+        self._prober = BackgroundRunner("profile-probe", stop_when_idle=True, parent=self)
+        self._prober.finished.connect(self._on_probed)
 
-    # ------------------------------------------------------------------ API
     def probe(self) -> None:
-        """Ask whether torch is available (:attr:`probed` answers)."""
-        if self._closed:
-            raise RuntimeError("ProfileRunner is shut down")
-        self._ensure_thread()
-        self._probe_requested.emit()
+        """Ask whether torch is available (:attr:`probed` answers).
+
+        Raises
+        ------
+        RuntimeError
+            The runner is shut down.
+        """
+        self._prober.submit(_probe_job(self._status_fn))
 
     def start(self, out: Any, device: str = "cpu", shapes: Any = None,
               threads: int | None = None) -> int:
@@ -595,104 +392,44 @@ class ProfileRunner(QtCore.QObject):
         RuntimeError
             A run is in progress, or the runner is shut down.
         """
-        if self._closed:
-            raise RuntimeError("ProfileRunner is shut down")
-        if self._running is not None:
+        if self._runner.busy:
             raise RuntimeError("a profile run is in progress")
-        self._ensure_thread()
-        self._next_id += 1
-        run_id = self._next_id
-        cancel = threading.Event()
-        self._running = (run_id, cancel)
-        self.started.emit(run_id)
-        self._run_requested.emit(run_id, out, str(device),
-                                 copy.deepcopy(shapes) if shapes is not None else None,
-                                 threads, cancel)
-        return run_id
+        return self._runner.submit(_profile_job(
+            self._profile_fn, out, str(device),
+            copy.deepcopy(shapes) if shapes is not None else None, threads))
 
     def cancel(self) -> None:
         """Ask the running profile to stop at its next measurement (``cancelled`` follows)."""
-        if self._running is not None:
-            self._running[1].set()
+        self._runner.cancel()
 
     @property
     def busy(self) -> bool:
         """Whether a profile runs."""
-        return self._running is not None
+        return self._runner.busy
 
     @property
     def cancel_requested(self) -> bool:
         """Whether Cancel was asked of the running profile (it has not stopped yet)."""
-        return self._running is not None and self._running[1].is_set()
+        return self._runner.cancel_requested
 
     @property
     def running_id(self) -> int | None:
         """Id of the running profile, or None."""
-        return self._running[0] if self._running is not None else None
+        return self._runner.running_id
 
     def is_thread_running(self) -> bool:
-        """Whether the worker thread exists and runs."""
-        return self._thread is not None and self._thread.isRunning()
+        """Whether a worker thread (profile or probe) exists and runs."""
+        return self._runner.is_thread_running() or self._prober.is_thread_running()
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
-        """Cancel the running profile, wait for it to stop, end the thread.
+        """Cancel the running profile, wait for it to stop, end the threads.
 
-        The store keeps the groups finished before. Returns whether the thread
+        The store keeps the groups finished before. Returns whether the threads
         stopped within ``timeout_ms``. Safe to call twice.
         """
-        self._closed = True
-        self.cancel()
-        if self._thread is None:
-            return True
-        stopped = _stop_worker_thread(self._thread, self._worker, timeout_ms)
-        if stopped:
-            self._worker = None
-            self._thread = None
-            self._running = None
-        return stopped
-
-    # ------------------------------------------------------------------ internals
-    def _ensure_thread(self) -> None:
-        if self._thread is not None:
-            return
-        self._worker = _ProfileWorker(self._profile_fn, self._status_fn)
-        self._thread = _new_worker_thread("vtrain-profile", self._worker)
-        self._probe_requested.connect(self._worker.probe)  # queued: worker lives in the thread
-        self._run_requested.connect(self._worker.run)
-        self._worker.probed.connect(self._on_worker_probed)
-        self._worker.progressed.connect(self._on_worker_progressed)
-        self._worker.succeeded.connect(self._on_worker_succeeded)
-        self._worker.cancelled.connect(self._on_worker_cancelled)
-        self._worker.failed.connect(self._on_worker_failed)
-        self._thread.start()
-
-    def _end_run(self, run_id: int) -> bool:
-        """Forget run ``run_id``; whether its outcome should be reported."""
-        if self._running is not None and self._running[0] == run_id:
-            self._running = None
-        return not self._closed
-
-    @Slot(bool, str)
-    def _on_worker_probed(self, ok: bool, text: str) -> None:
-        if not self._closed:
-            self.probed.emit(ok, text)
-
-    @Slot(int, object)
-    def _on_worker_progressed(self, run_id: int, report: object) -> None:
-        if not self._closed and self.running_id == run_id:
-            self.progress.emit(run_id, report)
+        probe_stopped = self._prober.shutdown(timeout_ms)
+        return self._runner.shutdown(timeout_ms) and probe_stopped
 
     @Slot(int, object, float)
-    def _on_worker_succeeded(self, run_id: int, result: object, seconds: float) -> None:
-        if self._end_run(run_id):
-            self.finished.emit(run_id, result, seconds)
-
-    @Slot(int, object)
-    def _on_worker_cancelled(self, run_id: int, result: object) -> None:
-        if self._end_run(run_id):
-            self.cancelled.emit(run_id, result)
-
-    @Slot(int, str)
-    def _on_worker_failed(self, run_id: int, message: str) -> None:
-        if self._end_run(run_id):
-            self.failed.emit(run_id, message)
+    def _on_probed(self, run_id: int, ok_text: object, seconds: float) -> None:
+        self.probed.emit(*ok_text)

@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 
 import vtrain_gui  # noqa: E402,F401  (applies the binding work-around before any widget)
 from synthetic import synthetic_iteration, synthetic_report, synthetic_result  # noqa: E402,F401
-from vtrain_gui.workers import live_runners  # noqa: E402
+from vtrain_gui.background import live_runners  # noqa: E402
 
 #: Qt-internal top-level widgets that live on by design.
 _IGNORED_WINDOWS = {"QTipLabel"}

@@ -19,7 +19,8 @@ from core.studies.sweep import COLUMNS, SweepCancelled, SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 from vtrain_gui.sweep_table import TABLE_COLUMNS, SweepTableModel
 from vtrain_gui.main_window import MainWindow
-from vtrain_gui.workers import SweepRunner, live_runners
+from vtrain_gui.background import live_runners
+from vtrain_gui.workers import SweepRunner
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
 MTNLG = EXAMPLES / "mtnlg_530b.json"
@@ -149,7 +150,7 @@ def test_sweep_runner_failure_and_shutdown_while_running(qtbot):
     qtbot.waitUntil(runner.is_thread_running, timeout=2000)
     assert runner.shutdown(5000)  # sets the cancel event, so the sweep ends at once
     assert not runner.is_thread_running()
-    assert runner not in live_runners()
+    assert not live_runners()
 
 
 class _Recorder(QtCore.QObject):

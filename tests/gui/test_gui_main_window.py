@@ -14,7 +14,7 @@ from PySide6 import QtGui, QtWidgets
 from core.plan.session import Session
 from core.io.session import load_any
 from tests.conftest import EXAMPLES, ROOT
-from vtrain_gui.main_window import MAX_RECENT_FILES
+from vtrain_gui.session_files import MAX_RECENT_FILES
 
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
 

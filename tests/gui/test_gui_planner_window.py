@@ -12,7 +12,7 @@ from core.io.session import load_any
 from core.studies.sweep import SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 from vtrain_gui.explore import ExploreTab
-from vtrain_gui.main_window import examples_dir, is_shipped_example
+from vtrain_gui.session_files import examples_dir, is_shipped_example
 from vtrain_gui.sweep_table import COLUMN_INDEX
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"

@@ -8,9 +8,13 @@ from PySide6 import QtCore, QtGui
 
 from core.sim.graph_types import KINDS
 from synthetic import synthetic_iteration
-from vtrain_gui import timeline as timeline_module
+from vtrain_gui.timeline import colors as colors_module
+from vtrain_gui.timeline import items as items_module
+from vtrain_gui.timeline import layout as layout_module
 from vtrain_gui.formatting import KIND_COLORS
-from vtrain_gui.timeline import _BAR_HEIGHT, _BAR_TOP, GanttItem, TimelineWidget
+from vtrain_gui.timeline.items import GanttItem
+from vtrain_gui.timeline.layout import BAR_HEIGHT, BAR_TOP
+from vtrain_gui.timeline.widget import TimelineWidget
 
 
 @pytest.fixture
@@ -94,7 +98,7 @@ def _alpha(pixels: np.ndarray) -> np.ndarray:
 def test_200k_tasks_are_laid_out_off_the_gui_thread_and_draw_a_bounded_number_of_rectangles(
         timeline, qtbot):
     graph, schedule = synthetic_iteration(p=16, m=128, layers_per_stage=16)
-    assert graph.num_tasks >= 200_000 > timeline_module.SYNC_MAX_TASKS
+    assert graph.num_tasks >= 200_000 > items_module.SYNC_MAX_TASKS
     timeline.set_data(graph, schedule)
     # set_data returned before the layout: a worker thread builds it, hover waits for it
     assert timeline.gantt.layout is None and timeline.num_tasks == graph.num_tasks
@@ -123,7 +127,7 @@ def test_a_large_iteration_draws_the_same_pixels_prepared_in_a_thread_or_at_once
     graph, schedule = synthetic_iteration(p=4, m=32, layers_per_stage=4)
     pictures = []
     for sync_max in (10**9, 1000):  # at once; then in a worker thread
-        monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", sync_max)
+        monkeypatch.setattr(items_module, "SYNC_MAX_TASKS", sync_max)
         w = TimelineWidget()
         qtbot.addWidget(w)
         w.resize(900, 400)
@@ -144,7 +148,7 @@ def test_a_large_iteration_draws_the_same_pixels_prepared_in_a_thread_or_at_once
 
 
 def test_a_newer_data_set_wins_over_one_still_being_prepared(timeline, monkeypatch):
-    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
+    monkeypatch.setattr(items_module, "SYNC_MAX_TASKS", 100)
     first, s1 = synthetic_iteration(p=4, m=64, layers_per_stage=8)
     second, s2 = synthetic_iteration(p=2, m=4, layers_per_stage=2)
     timeline.set_data(first, s1)
@@ -187,7 +191,7 @@ def test_band_image_marks_every_bin_where_a_sub_bin_bar_starts_and_no_other():
     need = _covered_bins(4, start, row, w, nbins)
     assert ((pixels != 0) == need).all()
     # each coloured bin has the colour of its most frequent kind (all bars equally long)
-    colors = timeline_module._color_table()
+    colors = colors_module.color_table()
     cell = row.astype(int) * nbins + np.minimum((start / w).astype(int), nbins - 1)
     counts = np.zeros((4 * nbins, 3))
     np.add.at(counts, (cell, kind), 1)
@@ -200,7 +204,7 @@ def test_band_image_marks_every_bin_where_a_sub_bin_bar_starts_and_no_other():
 
 def test_zoomed_in_beyond_the_bands_merged_rectangles_cover_every_pixel_that_has_a_task(monkeypatch):
     """Merged rectangles cover each (row, pixel column) holding a sub-pixel bar, and no other."""
-    monkeypatch.setattr(timeline_module, "_BAND_MAX_PIXELS", 1 << 12)  # bands up to 1,024 bins
+    monkeypatch.setattr(layout_module, "_BAND_MAX_PIXELS", 1 << 12)  # bands up to 1,024 bins
     item = GanttItem()
     rng = np.random.default_rng(1)
     n = 50_000
@@ -223,7 +227,7 @@ def test_zoomed_in_beyond_the_bands_merged_rectangles_cover_every_pixel_that_has
         c1 = np.round((rects[:, 0] + rects[:, 2]) / px).astype(int)
         for rr, a, b in zip(r, c0, c1):
             covered[rr, max(a, 0):min(b, columns + 2)] = True
-        assert np.allclose(rects[:, 3], _BAR_HEIGHT) and np.allclose(rects[:, 1] % 1, _BAR_TOP)
+        assert np.allclose(rects[:, 3], BAR_HEIGHT) and np.allclose(rects[:, 1] % 1, BAR_TOP)
     need = np.zeros_like(covered)
     inside = start <= x1
     need[row[inside].astype(int), (start[inside] / px).astype(int)] = True
@@ -263,7 +267,7 @@ def test_zoomed_in_merged_bars_are_shaded_by_the_busy_part_of_their_pixels(n, fu
     """Zoomed in beyond the bands, row 0 busy 10 % of its time and row 1 all of it, both in bars
     below a pixel: row 0 draws at the lowest opacity step; row 1 opaque when merged, and at the
     step of each bar's own width (0.8 px) when few bars are widened one by one."""
-    monkeypatch.setattr(timeline_module, "_BAND_MAX_PIXELS", 1 << 7)  # bands up to 64 bins
+    monkeypatch.setattr(layout_module, "_BAND_MAX_PIXELS", 1 << 7)  # bands up to 64 bins
     item = GanttItem()
     start, dur, row = _busy_rows(n)
     item.set_tasks(start, dur, np.zeros(2 * n, np.int64), row, 2)
@@ -323,11 +327,11 @@ def test_a_kind_added_to_kinds_gets_its_own_colour(monkeypatch):
     """Colours are keyed by core.sim.graph_types.KINDS: a kind the palette does not know yet (a
     weight-gradient task, say) is drawn in a spare colour unlike the others."""
     kinds = KINDS + ("weight_grad",)
-    monkeypatch.setattr(timeline_module, "KINDS", kinds)
-    colors = timeline_module._color_table()
-    assert colors.shape == (len(kinds), timeline_module._SHADES + 1)
-    new = timeline_module.kind_color(len(kinds) - 1).name()
-    assert new not in {timeline_module.kind_color(k).name() for k in range(len(KINDS))}
+    monkeypatch.setattr(colors_module, "KINDS", kinds)
+    colors = colors_module.color_table()
+    assert colors.shape == (len(kinds), layout_module.SHADES + 1)
+    new = colors_module.kind_color(len(kinds) - 1).name()
+    assert new not in {colors_module.kind_color(k).name() for k in range(len(KINDS))}
     item = GanttItem()
     item.set_tasks(np.array([0.0, 1.0]), np.array([1.0, 1e-6]), np.array([len(kinds) - 1] * 2),
                    np.array([0, 0]), 1)
@@ -365,7 +369,7 @@ def test_real_simulation_shows_every_task(timeline, real_simulate):
 def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypatch):
     """Large data given to a view that is not shown (the Explore tab's preview behind the Plan
     tab) starts no worker thread; its first paint (or wait_ready) does."""
-    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
+    monkeypatch.setattr(items_module, "SYNC_MAX_TASKS", 100)
     w = TimelineWidget()
     qtbot.addWidget(w)
     graph, schedule = synthetic_iteration(p=2, m=8, layers_per_stage=2)

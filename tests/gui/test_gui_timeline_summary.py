@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from synthetic import synthetic_iteration
-from vtrain_gui import timeline as timeline_module
-from vtrain_gui.timeline import _Layout, _color_table, summary_image, TimelineWidget
+from vtrain_gui.timeline import items as items_module
+from vtrain_gui.timeline import layout as layout_module
+from vtrain_gui.timeline.colors import color_table
+from vtrain_gui.timeline.layout import Layout, summary_image
+from vtrain_gui.timeline.widget import TimelineWidget
 
 
 def _tasks(n: int, seed: int = 3, width: float = 1e-4):
@@ -25,12 +28,12 @@ def _tasks(n: int, seed: int = 3, width: float = 1e-4):
 @pytest.mark.parametrize("nbins", [256, 1024])
 def test_summary_of_narrow_bars_is_the_band_image(nbins, monkeypatch):
     """Bars narrower than a bin: the summary is the layout's band image (same tallies)."""
-    monkeypatch.setattr(timeline_module, "_CHUNK", 4096)  # several blocks
+    monkeypatch.setattr(layout_module, "_CHUNK", 4096)  # several blocks
     start, end, kind, row = _tasks(40_000)
-    layout = _Layout(start, end, kind, row, 6)
+    layout = Layout(start, end, kind, row, 6)
     i = int(np.log2(nbins)) - layout.band_lo
     assert (layout.rs_group > i).all()  # every bar below a bin
-    colors = _color_table()
+    colors = color_table()
     band = layout.band_image(i, colors)
     summary = summary_image(start, end, kind, row, 6, layout.t_end, nbins, colors)
     assert summary.shape == band.shape == (6, nbins)
@@ -40,13 +43,13 @@ def test_summary_of_narrow_bars_is_the_band_image(nbins, monkeypatch):
 
 def test_summary_counts_the_whole_time_of_wide_bars():
     """A bar over many bins colours each at full opacity; its partial end bins by their share."""
-    colors = _color_table()
+    colors = color_table()
     nbins, t_end = 100, 1.0
     # kind 1 over bins 10.5 .. 40.25 on row 0; kind 2 a quarter of bin 60 on row 1
     start, end = np.array([0.105, 0.6, 0.0]), np.array([0.4025, 0.6025, 1.0])
     kind, row = np.array([1, 2, 0]), np.array([0, 1, 2])
     image = summary_image(start, end, kind, row, 3, t_end, nbins, colors)
-    full = timeline_module._SHADES
+    full = layout_module.SHADES
     assert (image[0, 11:40] == colors[1, full]).all()
     assert image[0, 10] == colors[1, 3] and image[0, 40] == colors[1, 2]  # 1/2, 1/4 of a bin
     assert (image[0, :10] == 0).all() and (image[0, 41:] == 0).all()
@@ -55,8 +58,8 @@ def test_summary_counts_the_whole_time_of_wide_bars():
 
 
 def test_a_huge_iteration_shows_its_summary_before_the_layout(qtbot, monkeypatch):
-    monkeypatch.setattr(timeline_module, "SYNC_MAX_TASKS", 100)
-    monkeypatch.setattr(timeline_module, "SUMMARY_MIN_TASKS", 1000)
+    monkeypatch.setattr(items_module, "SYNC_MAX_TASKS", 100)
+    monkeypatch.setattr(items_module, "SUMMARY_MIN_TASKS", 1000)
     graph, schedule = synthetic_iteration(p=4, m=32, layers_per_stage=4)
     w = TimelineWidget()
     qtbot.addWidget(w)
@@ -65,13 +68,13 @@ def test_a_huge_iteration_shows_its_summary_before_the_layout(qtbot, monkeypatch
     qtbot.waitExposed(w)
     # hold the exact layout back: only the summary can make the view ready
     gate = threading.Event()
-    real_layout = timeline_module._Layout
+    real_layout = layout_module.Layout
 
     def slow_layout(*args, **kwargs):
         gate.wait(30)
         return real_layout(*args, **kwargs)
 
-    monkeypatch.setattr(timeline_module, "_Layout", slow_layout)
+    monkeypatch.setattr(layout_module, "Layout", slow_layout)
     w.set_data(graph, schedule)
     assert "at a glance" in w._info.text()
     assert w.wait_view_ready(timeout_s=30)

@@ -116,10 +116,10 @@ def test_the_timeline_legend_explains_the_shading(window, qtbot, real_simulate):
 def test_blend_of_the_legend_swatches():
     from PySide6 import QtGui
 
-    from vtrain_gui.timeline import _blend
+    from vtrain_gui.timeline.colors import blend
     white, red = QtGui.QColor("#FFFFFF"), QtGui.QColor("#FF0000")
-    assert _blend(red, white, 1.0) == "#FF0000" and _blend(red, white, 0.0) == "#FFFFFF"
-    assert _blend(red, white, 0.2) == "#FFCCCC"
+    assert blend(red, white, 1.0) == "#FF0000" and blend(red, white, 0.0) == "#FFFFFF"
+    assert blend(red, white, 0.2) == "#FFCCCC"
     assert np.isclose(int("CC", 16), 255 * 0.8, atol=0.5)
 
 

@@ -30,7 +30,8 @@ def main(workdir: Path) -> int:
 
     import vtrain_gui  # noqa: F401  (binding work-around first)
     from core.io.session import load_any
-    from vtrain_gui.main_window import MainWindow, examples_dir
+    from vtrain_gui.main_window import MainWindow
+    from vtrain_gui.session_files import examples_dir
 
     app = QtWidgets.QApplication(["vtrain-smoke"])
     t0 = time.perf_counter()

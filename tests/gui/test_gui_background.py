@@ -1,0 +1,137 @@
+"""BackgroundRunner: Qt-free jobs on a worker thread, results and progress on the GUI thread."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6 import QtCore
+
+from vtrain_gui.background import BackgroundRunner, JobCancelled, JobFailed, live_runners
+
+
+class _Recorder(QtCore.QObject):
+    """Bound slots (cross-thread signals) that record what arrives, and on which thread."""
+
+    def __init__(self, runner: BackgroundRunner) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+        self.threads: set[threading.Thread] = set()
+        runner.progress.connect(self.on_progress)
+        runner.finished.connect(self.on_finished)
+        runner.failed.connect(self.on_failed)
+        runner.cancelled.connect(self.on_cancelled)
+
+    def _add(self, *event) -> None:
+        self.threads.add(threading.current_thread())
+        self.events.append(event)
+
+    @QtCore.Slot(int, object)
+    def on_progress(self, run_id, payload):
+        self._add("progress", run_id, payload)
+
+    @QtCore.Slot(int, object, float)
+    def on_finished(self, run_id, result, seconds):
+        self._add("finished", run_id, result)
+
+    @QtCore.Slot(int, str)
+    def on_failed(self, run_id, message):
+        self._add("failed", run_id, message)
+
+    @QtCore.Slot(int, object)
+    def on_cancelled(self, run_id, result):
+        self._add("cancelled", run_id, result)
+
+
+def test_progress_then_result_arrive_in_order_on_the_gui_thread(qtbot):
+    ran_on = []
+
+    def job(report, cancel):
+        ran_on.append(threading.current_thread())
+        for i in range(5):
+            report(i)
+        return sum(range(5))
+
+    runner = BackgroundRunner("test")
+    rec = _Recorder(runner)
+    try:
+        rid = runner.submit(job)
+        qtbot.waitUntil(lambda: bool(rec.events) and rec.events[-1][0] == "finished", timeout=5000)
+        assert rec.events == [("progress", rid, i) for i in range(5)] + [("finished", rid, 10)]
+        assert rec.threads == {threading.main_thread()}
+        assert ran_on[0] is not threading.main_thread()
+        assert not runner.busy and runner.wait_job(0)
+    finally:
+        assert runner.shutdown()
+    assert not runner.is_thread_running()
+
+
+def test_cancel_latest_wins_failure_and_partial_results(qtbot):
+    gate = threading.Event()
+    started = []
+
+    def slow(report, cancel):
+        started.append("slow")
+        gate.wait(5)
+        if cancel.is_set():
+            raise JobCancelled(result="half")
+        return "whole"
+
+    runner = BackgroundRunner("test", cancel_running=True)
+    rec = _Recorder(runner)
+    try:
+        first = runner.submit(slow)
+        qtbot.waitUntil(lambda: started == ["slow"], timeout=2000)
+        runner.submit(lambda report, cancel: "skipped")  # replaced by the next one
+        last = runner.submit(lambda report, cancel: "last")
+        assert runner.cancel_requested and runner.running_id == first
+        gate.set()
+        qtbot.waitUntil(lambda: len(rec.events) == 2, timeout=5000)
+        assert rec.events == [("cancelled", first, "half"), ("finished", last, "last")]
+
+        def broken(report, cancel):
+            raise JobFailed("no profile for this shape")
+
+        failed = runner.submit(broken)
+        qtbot.waitUntil(lambda: len(rec.events) == 3, timeout=5000)
+        assert rec.events[2] == ("failed", failed, "no profile for this shape")
+        errored = runner.submit(lambda report, cancel: 1 / 0)
+        qtbot.waitUntil(lambda: len(rec.events) == 4, timeout=5000)
+        assert rec.events[3] == ("failed", errored, "ZeroDivisionError: division by zero")
+    finally:
+        gate.set()
+        assert runner.shutdown()
+
+
+def test_a_job_returning_after_cancel_counts_as_cancelled_with_cancel_wins(qtbot):
+    gate, running = threading.Event(), threading.Event()
+
+    def job(report, cancel):
+        running.set()
+        gate.wait(5)
+        return "done anyway"
+
+    runner = BackgroundRunner("test", cancel_wins=True)
+    rec = _Recorder(runner)
+    try:
+        rid = runner.submit(job)
+        assert running.wait(5)
+        runner.cancel()
+        gate.set()
+        qtbot.waitUntil(lambda: bool(rec.events), timeout=5000)
+        assert rec.events == [("cancelled", rid, "done anyway")]
+    finally:
+        gate.set()
+        assert runner.shutdown()
+
+
+def test_an_idle_runner_holds_no_thread_with_stop_when_idle(qtbot):
+    runner = BackgroundRunner("test", stop_when_idle=True)
+    rec = _Recorder(runner)
+    for expected in (1, 2):  # the thread starts again with the next job
+        runner.submit(lambda report, cancel, x=expected: x)
+        assert runner.is_thread_running()
+        qtbot.waitUntil(lambda: len(rec.events) == expected, timeout=5000)
+        qtbot.waitUntil(lambda: not runner.is_thread_running(), timeout=5000)
+    assert [e[2] for e in rec.events] == [1, 2]
+    assert runner not in live_runners()
+    assert runner.shutdown() and runner.shutdown()

@@ -1,0 +1,65 @@
+"""The Explore tab's preview: the timeline of the plan in the editor, with Pin and Open buttons."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6 import QtWidgets
+
+from core.sim.simulate import SimulationResult
+
+from .formatting import format_count, format_duration, format_fraction, format_usd
+from .timeline.widget import TimelineWidget
+
+__all__ = ["PlanPreview"]
+
+_NONE_YET = "Timeline of the plan in the editor: none yet"
+
+
+class PlanPreview(QtWidgets.QWidget):
+    """A title line (plan, iteration time, days, cost, MFU), Pin and Open buttons, a timeline.
+
+    Attributes
+    ----------
+    timeline : TimelineWidget
+    pin_button, open_button : QPushButton
+        Connected by the owner (pin for comparison; open in the Plan tab).
+    """
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.timeline = TimelineWidget()
+        self.title = QtWidgets.QLabel(_NONE_YET)
+        self.title.setObjectName("sweep.preview_title")
+        self.title.setWordWrap(True)
+        self.open_button = QtWidgets.QPushButton("Open in Plan tab")
+        self.open_button.setToolTip("Show the plan with the editor, full timeline and cost panel "
+                                    "(or double-click a point or row)")
+        self.pin_button = QtWidgets.QPushButton("Pin for comparison")
+        self.pin_button.setToolTip("Keep this plan as plan A of the Compare tab; pick another plan "
+                                   "to compare it with")
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.setSpacing(0)
+        head = QtWidgets.QHBoxLayout()
+        head.setContentsMargins(6, 0, 6, 0)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.pin_button)
+        head.addWidget(self.open_button)
+        layout.addLayout(head)
+        layout.addWidget(self.timeline, 1)
+
+    def show_simulation(self, result: SimulationResult) -> None:
+        """Show the timeline and the figures of one simulation."""
+        self.timeline.set_data(result.graph, result.schedule)
+        pl, rep = result.session.plan, result.report
+        self.title.setText(
+            f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
+            f" — iteration {format_duration(rep.iteration_time_s)}, "
+            f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
+            f"MFU {format_fraction(rep.mfu)}")
+
+    def clear(self) -> None:
+        """No simulation shown."""
+        self.timeline.clear()
+        self.title.setText(_NONE_YET)

@@ -1,0 +1,339 @@
+"""The timeline view: legend, hover read-out, zoom and pan around one :class:`GanttItem`.
+
+:class:`TimelineWidget` shows one simulated iteration, one row per pipeline stage and lane
+(stage 0 on top); :func:`task_description` is the one-line text of a task that hover shows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt, Signal, Slot
+
+from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+
+from ..formatting import KIND_COLORS, KIND_LABELS, format_duration
+from . import items
+from .colors import LANE_COLORS, blend, kind_color
+from .layout import BAR_HEIGHT, BAR_TOP, SHADES
+
+__all__ = ["TimelineWidget", "task_description"]
+
+#: Hover tolerance in device pixels when the mouse is not exactly over a bar.
+_HOVER_TOLERANCE_PX = 3.0
+
+
+def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> str:
+    """One line describing task ``index``: kind, stage, stream, micro-batch, layer, start, duration."""
+    kind = KINDS[int(graph.kind[index])]
+    parts = [KIND_LABELS.get(kind, kind),
+             f"stage {int(graph.stage[index])} {STREAMS[int(graph.stream[index])]}"]
+    mb = int(graph.microbatch[index])
+    parts.append(f"micro-batch {mb}" if mb >= 0 else "micro-batch –")
+    if graph.num_chunks > 1 and graph.chunk[index] >= 0:
+        # interleaved schedule: the virtual chunk and the virtual stage it runs
+        c = int(graph.chunk[index])
+        parts.append(f"chunk {c} (virtual stage {c * graph.num_stages + int(graph.stage[index])})")
+    layer = int(graph.layer[index])
+    parts.append(f"layer {layer}" if layer >= 0 else "layer –")
+    parts.append(f"start {format_duration(float(schedule.start_s[index]))}")
+    parts.append(f"duration {format_duration(float(graph.duration_s[index]))}")
+    return " · ".join(parts)
+
+
+class TimelineWidget(QtWidgets.QWidget):
+    """Gantt chart of one iteration: rows ``stage s compute`` / ``stage s comm``, stage 0 on top.
+
+    Colour encodes the task kind (legend above the plot); empty lane
+    background between bars is idle time (pipeline bubbles). The mouse wheel
+    and dragging zoom and pan the time axis; hovering a bar shows the task in
+    a tooltip and in the label above the plot and emits :attr:`task_hovered`.
+    """
+
+    #: Index of the task under the mouse, or -1 when none.
+    task_hovered = Signal(int)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._graph: ExecutionGraph | None = None
+        self._schedule: Schedule | None = None
+        self._row_bounds = np.zeros(1, dtype=np.int64)
+        self._row_start = np.empty(0)
+        self._row_end = np.empty(0)
+        self._row_index = np.empty(0, dtype=np.int64)
+        self.hovered_task = -1
+
+        self._legend = QtWidgets.QLabel()
+        self._legend.setTextFormat(Qt.TextFormat.RichText)
+        self._info = QtWidgets.QLabel("Hover a bar for details")
+        self._info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._info.setMinimumWidth(120)
+        self._info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored,
+                                 QtWidgets.QSizePolicy.Policy.Preferred)
+        self._legend.setWordWrap(True)
+        self._info.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self._info.setStyleSheet("color: #303030;")
+        strip = QtWidgets.QVBoxLayout()
+        strip.setContentsMargins(6, 2, 6, 0)
+        strip.setSpacing(0)
+        strip.addWidget(self._legend)
+        strip.addWidget(self._info)
+
+        self.plot = pg.PlotWidget(background="w")
+        item = self.plot.getPlotItem()
+        item.setMenuEnabled(False)
+        self.view_box = item.getViewBox()
+        self.view_box.invertY(True)
+        self.view_box.setMouseEnabled(x=True, y=False)
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(pg.mkPen("#404040"))
+            axis.setTextPen(pg.mkPen("#202020"))
+        item.setLabel("bottom", "time since iteration start", units="s")
+        item.getAxis("bottom").enableAutoSIPrefix(True)
+        self.gantt = items.GanttItem()
+        self.gantt.grid_ticks = self._grid_ticks
+        self.gantt.layout_ready.connect(self._on_layout_ready)
+        item.addItem(self.gantt)
+        self.plot.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
+        self._num_rows = 0
+        self.view_box.sigResized.connect(self._on_view_box_resize)
+
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(strip)
+        layout.addWidget(self.plot, 1)
+        self.clear()
+
+    # ------------------------------------------------------------------ data
+    def set_data(self, graph: ExecutionGraph, schedule: Schedule) -> None:
+        """Show the tasks of ``graph`` at the times of ``schedule`` (arrays of shape (n,))."""
+        self._graph, self._schedule = graph, schedule
+        n_lanes = len(graph.lanes)
+        self._lane_streams = graph.lanes
+        self.gantt.streams_per_stage = n_lanes
+        num_rows = int(graph.num_stages) * n_lanes
+        if graph.num_tasks:  # the largest row (stage * lanes + lane) it could hold
+            num_rows = max(num_rows, (int(graph.stage.max()) + 1) * n_lanes)
+        self._clear_lookup()  # hover finds tasks once the layout is there (_on_layout_ready)
+        # rows and durations are computed with the layout (off the GUI thread when large)
+        self.gantt.set_tasks(schedule.start_s, None, graph.kind, lambda: graph.row, num_rows,
+                             end_s=schedule.end_s)
+        if self.gantt.layout is None:
+            self._info.setText(f"{graph.num_tasks:,} tasks: the whole iteration at a glance; "
+                               "preparing zoom and hover…"
+                               if graph.num_tasks >= items.SUMMARY_MIN_TASKS else
+                               f"Preparing the timeline of {graph.num_tasks:,} tasks…")
+
+        self._set_row_ticks(num_rows)
+        self._set_legend(np.flatnonzero(np.bincount(graph.kind, minlength=len(KINDS))).tolist())
+        t_end = self.gantt.end_s or 1e-9
+        self.view_box.setLimits(xMin=-0.02 * t_end, xMax=1.02 * t_end, yMin=0, yMax=num_rows,
+                                minXRange=t_end * 1e-6, maxXRange=1.04 * t_end)
+        self.reset_view()
+        self._set_hover(-1, None)
+
+    def _clear_lookup(self) -> None:
+        self._row_bounds = np.zeros(1, dtype=np.int64)
+        self._row_start = self._row_end = np.empty(0)
+        self._row_index = np.empty(0, dtype=np.int64)
+
+    @Slot()
+    def _on_layout_ready(self) -> None:
+        """The gantt item has sorted the tasks: use its (row, start) order for hover lookups."""
+        layout = self.gantt.layout
+        if layout is None or self._graph is None or layout.num_tasks != self._graph.num_tasks:
+            return
+        self._row_index = layout.order
+        self._row_start = layout.rs_start
+        self._row_end = layout.rs_end
+        self._row_bounds = layout.row_bounds
+        if self.hovered_task < 0:
+            self._info.setText("Hover a bar for details")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> bool:
+        """Process events until the timeline is fully prepared (see :meth:`GanttItem.wait_ready`)."""
+        return self.gantt.wait_ready(timeout_s)
+
+    def wait_view_ready(self, timeout_s: float = 30.0) -> bool:
+        """Process events until what the view shows is prepared (pictures:
+        :meth:`GanttItem.wait_view_ready`); the other zoom bands follow in the background."""
+        return self.gantt.wait_view_ready(timeout_s)
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the data is laid out and every zoom band prepared."""
+        return self.gantt.is_ready
+
+    def shutdown(self) -> None:
+        """Stop the worker thread that may still prepare the layout (the view is going away)."""
+        self.gantt.shutdown()
+
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 - Qt API
+        """A timeline shown as a window of its own stops its worker when closed."""
+        self.shutdown()
+        super().closeEvent(event)
+
+    def clear(self) -> None:
+        """Remove all bars."""
+        self._graph = self._schedule = None
+        self.gantt.set_tasks(np.empty(0), np.empty(0), np.empty(0, np.int8), np.empty(0), 0)
+        self._clear_lookup()
+        self._set_row_ticks(0)
+        self._legend.setText("<i>No simulation result</i>")
+        self._set_hover(-1, None)
+        # an empty axis reads in seconds (0..1), not in the picoseconds of a zero-length range
+        self.view_box.setLimits(xMin=None, xMax=None, yMin=None, yMax=None,
+                                minXRange=None, maxXRange=None)
+        self.view_box.setRange(xRange=(0.0, 1.0), yRange=(0, 1), padding=0.0)
+
+    def reset_view(self) -> None:
+        """Show the whole iteration and all rows."""
+        rows = max(self.gantt.num_rows, 1)
+        t_end = max(self.gantt.end_s, 1e-9)
+        self.view_box.setRange(xRange=(-0.005 * t_end, 1.01 * t_end), yRange=(0, rows),
+                               padding=0.0)
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks shown (while they are being laid out too)."""
+        return 0 if self._graph is None else int(self._graph.num_tasks)
+
+    # ------------------------------------------------------------------ lookup
+    def task_at(self, x_s: float, y_row: float, tolerance_s: float = 0.0) -> int:
+        """Index of the task drawn at time ``x_s`` in row coordinate ``y_row``, or -1.
+
+        ``y_row`` is a row coordinate (row ``r`` spans ``[r, r+1)``). A bar within
+        ``tolerance_s`` of ``x_s`` counts when no bar covers ``x_s`` exactly.
+        """
+        if self._graph is None or not math.isfinite(y_row) or not math.isfinite(x_s):
+            return -1
+        r = int(math.floor(y_row))
+        if r < 0 or r + 1 >= self._row_bounds.size:
+            return -1
+        if not (BAR_TOP - 0.05 <= y_row - r <= BAR_TOP + BAR_HEIGHT + 0.05):
+            return -1
+        lo, hi = int(self._row_bounds[r]), int(self._row_bounds[r + 1])
+        if lo == hi:
+            return -1
+        starts, ends = self._row_start[lo:hi], self._row_end[lo:hi]
+        i = int(np.searchsorted(starts, x_s, side="right"))  # starts[:i] <= x_s
+        # bars on a stream rarely overlap; look back a few in case they do
+        j = max(0, i - 64)
+        covering = np.flatnonzero(ends[j:i] > x_s)
+        if covering.size:
+            return int(self._row_index[lo + j + covering[-1]])
+        if tolerance_s <= 0:
+            return -1
+        cand = [k for k in (i - 1, i) if 0 <= k < hi - lo]
+        dist = [max(starts[k] - x_s, x_s - ends[k]) for k in cand]
+        best = int(np.argmin(dist))
+        if dist[best] <= tolerance_s:
+            return int(self._row_index[lo + cand[best]])
+        return -1
+
+    def task_text(self, index: int) -> str:
+        """Description of task ``index`` (see :func:`task_description`)."""
+        assert self._graph is not None and self._schedule is not None
+        return task_description(self._graph, self._schedule, index)
+
+    # ------------------------------------------------------------------ handlers
+    @Slot(object)
+    def _on_scene_mouse_moved(self, scene_pos: QtCore.QPointF) -> None:
+        if self._graph is None or not self.view_box.sceneBoundingRect().contains(scene_pos):
+            self._set_hover(-1, None)
+            return
+        p = self.view_box.mapSceneToView(scene_pos)
+        tol = _HOVER_TOLERANCE_PX * self.gantt.pixelWidth()
+        self._set_hover(self.task_at(p.x(), p.y(), tolerance_s=tol), scene_pos)
+
+    def _set_hover(self, index: int, scene_pos: QtCore.QPointF | None) -> None:
+        changed = index != self.hovered_task
+        self.hovered_task = index
+        if index < 0:
+            self.gantt.set_highlight(None)
+            if changed:
+                self._info.setText("Hover a bar for details")
+                QtWidgets.QToolTip.hideText()
+        else:
+            assert self._graph is not None and self._schedule is not None
+            text = self.task_text(index)
+            start = float(self._schedule.start_s[index])
+            dur = float(self._schedule.end_s[index]) - start
+            self.gantt.set_highlight((start, float(self._graph.row[index]) + BAR_TOP, dur,
+                                      BAR_HEIGHT))
+            if changed:
+                self._info.setText(text)
+                if scene_pos is not None:
+                    view_pos = self.plot.mapFromScene(scene_pos)
+                    QtWidgets.QToolTip.showText(
+                        self.plot.viewport().mapToGlobal(view_pos), text.replace(" · ", "\n"),
+                        self.plot)
+        if changed:
+            self.task_hovered.emit(index)
+
+    # ------------------------------------------------------------------ decoration
+    def _grid_ticks(self, x0: float, x1: float) -> list[float]:
+        """Major tick positions of the time axis in ``[x0, x1]`` (seconds)."""
+        axis = self.plot.getPlotItem().getAxis("bottom")
+        scale = axis.scale or 1.0  # the axis ticks in SI-prefixed units (e.g. ms)
+        levels = axis.tickValues(x0 / scale, x1 / scale, max(axis.width(), 1.0))
+        return [v * scale for v in levels[0][1]] if levels else []
+
+    def _set_row_ticks(self, num_rows: int) -> None:
+        """Label rows; when rows are thinner than a line of text, label every k-th stage."""
+        self._num_rows = num_rows
+        axis = self.plot.getPlotItem().getAxis("left")
+        metrics = QtGui.QFontMetrics(axis.style.get("tickFont") or self.font())
+        row_px = self.view_box.height() / max(num_rows, 1)
+        if row_px <= 0 and num_rows:
+            return  # not laid out yet (a hidden tab): labelled on the first resize
+        lane_streams = getattr(self, "_lane_streams", (0, 1))
+        n_streams = len(lane_streams)
+        if row_px >= metrics.height() or num_rows == 0:
+            ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[lane_streams[r % n_streams]]}")
+                     for r in range(num_rows)]
+        else:
+            step = max(1, math.ceil(1.2 * metrics.height() / (row_px * n_streams)))
+            ticks = [(s * n_streams + n_streams / 2, f"stage {s}")
+                     for s in range(0, num_rows // n_streams, step)]
+        if ticks == getattr(self, "_ticks", None):
+            return
+        self._ticks = ticks
+        axis.setTicks([ticks, []])
+        # fixed width from the longest label: the automatic text-space expansion lags one paint
+        longest = max((metrics.horizontalAdvance(t) for _, t in ticks), default=40)
+        axis.setWidth(longest + 16)
+
+    @Slot()
+    def _on_view_box_resize(self) -> None:
+        self._set_row_ticks(self._num_rows)
+
+    def _set_legend(self, kinds: list[int]) -> None:
+        items = []
+        for k in kinds:
+            name = KINDS[k]
+            label = KIND_LABELS.get(name, name).replace(" ", "&nbsp;").replace("-", "&#8209;")
+            items.append(f'<span style="color:{kind_color(k).name()}; font-size:14pt;">&#9632;</span>'
+                         f"&nbsp;{label}")
+        items.append('<span style="color:#DCE1EA; font-size:14pt;">&#9632;</span>&nbsp;idle&nbsp;(bubble)')
+        # bars narrower than a pixel are merged; their opacity is the lane's busy share there
+        base, lane = QtGui.QColor(KIND_COLORS["tp_comm"]), LANE_COLORS[1]
+        swatches = "".join(
+            f'<span style="color:{blend(base, lane, step / SHADES)}; font-size:14pt;">&#9632;</span>'
+            for step in (1, 3, SHADES))
+        items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;busy&nbsp;part&nbsp;of&nbsp;the&nbsp;time")
+        lanes = getattr(self, "_lane_streams", (0, 1))
+        if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
+            items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
+                STREAMS[i].replace(" ", "&nbsp;") for i in lanes))
+        self._legend.setText("&nbsp;&nbsp; ".join(items))
+        self._legend.setToolTip(
+            "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
+            "the share of its time the lane is busy as the opacity (in steps of 1/5): a pale "
+            "stretch of a communication lane is many short collectives with gaps between them, "
+            "not one long one.")
