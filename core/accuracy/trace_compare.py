@@ -231,8 +231,8 @@ def compare(measurement: StepMeasurement, result) -> TraceComparison:
 class MeasuredLanes:
     """A measured iteration laid out for a timeline under the simulated one (no Qt).
 
-    Each rank's lanes (threads or streams) hold their outermost events with a class, and
-    work without one as ``other``; times are seconds from the rank's iteration window start,
+    Each rank's lanes (threads or streams) hold the events that count for their class, and the
+    outermost work that neither holds nor lies in one as ``other``; times are seconds from the rank's iteration window start,
     the simulated iteration's time 0.
 
     Attributes
@@ -261,6 +261,26 @@ class MeasuredLanes:
     names: list[str]
 
 
+def _shown(trace: KinetoTrace, li: np.ndarray, cls: np.ndarray, work: np.ndarray, other: int
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The events of one lane drawn: those that count for their class, and the outermost
+    work that neither holds one nor lies in one (as ``other``)."""
+    start, end = trace.start_s[li], trace.end_s[li]
+    counted = cls >= 0
+    top = attributed(start, end, np.where(work, 0, -1).astype(np.int16)) & ~counted
+    cs, ce = start[counted], end[counted]
+    order = np.argsort(cs, kind="stable")
+    cs, ce = cs[order], ce[order]
+    # a counted event starting inside a top-level one, or one that holds its start
+    holds = np.searchsorted(cs, end[top], "left") > np.searchsorted(cs, start[top], "left")
+    before = np.searchsorted(cs, start[top], "right") - 1
+    inside = (before >= 0) & (ce[np.maximum(before, 0)] > start[top])
+    keep = np.flatnonzero(top)[~holds & ~inside]
+    chosen = np.sort(np.concatenate([np.flatnonzero(counted), keep]))
+    out_cls = np.where(counted[chosen], cls[chosen], other).astype(np.int16)
+    return li[chosen], out_cls
+
+
 def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> MeasuredLanes:
     """The measured events of ``measurement`` on lanes per stage (see :class:`MeasuredLanes`).
 
@@ -283,11 +303,7 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
         stage = rank_stage(rank, plan)
         for lane in np.unique(trace.lane[idx]).tolist():
             li = idx[trace.lane[idx] == lane]
-            cls = measurement.event_class[li].astype(np.int16)
-            shown_cls = np.where((cls < 0) & work[li], other, cls).astype(np.int16)
-            # outermost of the classified and the unclassified work (drawn as other)
-            shown = attributed(trace.start_s[li], trace.end_s[li], shown_cls)
-            li, shown_cls = li[shown], shown_cls[shown]
+            li, shown_cls = _shown(trace, li, measurement.event_class[li], work[li], other)
             if not li.size:
                 continue
             row = len(lane_names)
