@@ -225,6 +225,12 @@ def test_measured_lanes_on_the_simulated_axis(p2, p2_result):
             if cls != "other":
                 got = lanes.duration_s[on & (lanes.cls == c)].sum()
                 assert got == pytest.approx(m.column(cls)[i], rel=1e-9, abs=1e-12), cls
+    # the training loop's ranges name the phase and micro-batch of each event
+    assert len(lanes.ranges) == lanes.lane.size
+    sends = [r for n, r in zip(lanes.names, lanes.ranges) if n == "gloo:send"]
+    assert sorted(sends) == ["backward mb0", "backward mb1", "forward mb0", "forward mb1"]
+    opt = [r for c, r in zip(lanes.cls, lanes.ranges) if lanes.classes[c] == "optimizer"]
+    assert opt and set(opt) == {"optimizer"}
 
 
 def _bad(tmp_path: Path, name: str, content) -> Path:
@@ -312,6 +318,8 @@ def test_device_events_are_measured_over_streams_and_linked_by_correlation(tmp_p
                    "tid": stream, "args": {"correlation": corr}})
     ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 5, "pid": 1,
                "tid": 1})
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "forward mb0", "ts": 5, "dur": 20,
+               "pid": 1, "tid": 1})
     path = _bad(tmp_path, "gpu.json", {"traceEvents": ev})
     trace = read_traces([path])
     assert choose_step(trace) == 2
@@ -324,6 +332,13 @@ def test_device_events_are_measured_over_streams_and_linked_by_correlation(tmp_p
     # no stream busy: 0-40 and 110-115 are covered by nothing
     assert m.column("idle")[0] == pytest.approx(40e-6)
     assert m.column("other")[0] == pytest.approx(0.0, abs=1e-12)
+    lanes = measured_lanes(trace, m, ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
+                                                  data_parallel=1, micro_batch_size=1,
+                                                  global_batch_size=1))
+    got = dict(zip(lanes.names, lanes.ranges))
+    assert sorted(got) == sorted(k[0] for k in kernels[:3])
+    # the range around each kernel's launch (the third is launched after it closed)
+    assert [got[k[0]] for k in kernels[:3]] == ["forward mb0", "forward mb0", ""]
 
 
 def test_cli_json_and_table(capsys):

@@ -248,6 +248,11 @@ class MeasuredLanes:
     classes : tuple of str
     names : list of str
         The operation's name per event.
+    ranges : list of str
+        Per event, the innermost ``record_function`` range around it (``"forward mb0"``; for
+        device work, around the launch that queued it), ``""`` outside any: what a view matches
+        to a phase and micro-batch where the training loop names them. Ranges that count for a
+        class (``Optimizer.step#...``) and ``ProfilerStep#N`` are not ranges here.
     """
 
     lane_names: list[str]
@@ -259,6 +264,42 @@ class MeasuredLanes:
     cls: np.ndarray
     classes: tuple[str, ...]
     names: list[str]
+    ranges: list[str]
+
+
+def _range_names(trace: KinetoTrace, measurement: StepMeasurement, i: int, li: np.ndarray
+                 ) -> list[str]:
+    """Innermost enclosing unclassified ``user_annotation`` of each event ``li`` of rank ``i``
+    (see :attr:`MeasuredLanes.ranges`)."""
+    rank = measurement.ranks[i]
+    t0, t1 = measurement.window_s[i]
+    ann = trace.categories.index("user_annotation") if "user_annotation" in trace.categories else -1
+    step = trace.names.index(f"ProfilerStep#{measurement.step}")
+    r = np.flatnonzero((trace.rank == rank) & (trace.category == ann) & (trace.name != step)
+                       & (measurement.event_class < 0) & (trace.start_s < t1)
+                       & (trace.end_s > t0))
+    if not r.size or not li.size:
+        return [""] * li.size
+    # where and on which host lane each event's work was asked for: a device event's launch
+    lane, at = trace.lane[li].copy(), trace.start_s[li].copy()
+    device = trace.lane_device[lane] & (trace.correlation[li] >= 0)
+    if device.any():
+        host = np.flatnonzero((trace.rank == rank) & ~trace.lane_device[trace.lane]
+                              & (trace.correlation >= 0))
+        order = np.argsort(trace.correlation[host], kind="stable")
+        keys = trace.correlation[host][order]
+        pos = np.searchsorted(keys, trace.correlation[li][device])
+        found = (pos < keys.size) & (keys[np.minimum(pos, keys.size - 1)] == trace.correlation[li][device])
+        launch = host[order][np.minimum(pos, keys.size - 1)]
+        sel = np.flatnonzero(device)[found]
+        lane[sel], at[sel] = trace.lane[launch[found]], trace.start_s[launch[found]]
+    inside = ((trace.lane[r][None, :] == lane[:, None]) & (trace.start_s[r][None, :] <= at[:, None])
+              & (trace.end_s[r][None, :] > at[:, None]))
+    # the innermost: the latest start among the enclosing ranges
+    score = np.where(inside, trace.start_s[r][None, :], -np.inf)
+    best = np.argmax(score, axis=1)
+    has = inside.any(axis=1)
+    return [trace.names[trace.name[r[b]]] if h else "" for b, h in zip(best.tolist(), has.tolist())]
 
 
 def _shown(trace: KinetoTrace, li: np.ndarray, cls: np.ndarray, work: np.ndarray, other: int
@@ -295,7 +336,8 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
     work = trace.category_mask(DEVICE_CATEGORIES | {"cpu_op"})
     order = sorted(range(len(measurement.ranks)),
                    key=lambda i: (rank_stage(measurement.ranks[i], plan), measurement.ranks[i]))
-    cols: dict[str, list] = {"lane": [], "start": [], "dur": [], "cls": [], "name": []}
+    cols: dict[str, list] = {"lane": [], "start": [], "dur": [], "cls": [], "name": [],
+                             "range": []}
     lane_names, lane_stage, lane_rank = [], [], []
     for i in order:
         rank, idx = measurement.ranks[i], measurement.events[i]
@@ -315,6 +357,7 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
             cols["dur"].append(trace.duration_s[li])
             cols["cls"].append(shown_cls)
             cols["name"] += [trace.names[k] for k in trace.name[li].tolist()]
+            cols["range"] += _range_names(trace, measurement, i, li)
 
     def cat(key: str, dtype) -> np.ndarray:
         return np.concatenate(cols[key]).astype(dtype) if cols[key] else np.zeros(0, dtype)
@@ -322,4 +365,5 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
     return MeasuredLanes(lane_names=lane_names, lane_stage=np.array(lane_stage, np.int32),
                          lane_rank=np.array(lane_rank, np.int32), lane=cat("lane", np.int32),
                          start_s=cat("start", np.float64), duration_s=cat("dur", np.float64),
-                         cls=cat("cls", np.int16), classes=classes, names=cols["name"])
+                         cls=cat("cls", np.int16), classes=classes, names=cols["name"],
+                         ranges=cols["range"])
