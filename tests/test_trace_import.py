@@ -257,6 +257,7 @@ def _bad(tmp_path: Path, name: str, content) -> Path:
      "ProfilerStep"),
     (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1}]}', "NaN"),
     (b"\x1f\x8b not gzip", "gzip"),
+    (gzip.compress(b'{"traceEvents": []}')[:-6], "cut short"),
     (b"[" * 100 + b"]" * 100, "nested"),
     (b"{not json", "JSON"),
 ])
@@ -272,6 +273,15 @@ def test_missing_file_folder_and_duplicate_rank_exit_2(tmp_path, capsys):
     for argv in ([str(tmp_path / "missing.json")], [str(tmp_path)], [str(ONE), str(ONE)]):
         assert main(["trace", "import", *argv, "--session", str(SESSION)]) == 2
         assert capsys.readouterr().err.startswith("vtrain: error:")
+
+
+def test_ranks_beyond_the_plan_are_refused(capsys):
+    # two ranks, a plan of one GPU
+    argv = ["trace", "import", *map(str, P2), "--session", str(SESSION), "--set",
+            "plan.tensor_parallel=1", "--set", "plan.data_parallel=1", "--set",
+            "plan.pipeline_parallel=1", "--set", "plan.global_batch_size=8"]
+    assert main(argv) == 2
+    assert "rank 1" in capsys.readouterr().err
 
 
 def test_gzip_bomb_is_refused(tmp_path, monkeypatch):

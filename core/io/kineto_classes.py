@@ -26,7 +26,6 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -94,12 +93,7 @@ def load_class_table(path: str | Path | None = None) -> ClassTable:
         ``classes`` an object of id -> title holding ``other``, each rule a ``class`` among
         them with non-empty ``categories`` and ``names`` lists of text.
     """
-    path = CLASSES_FILE if path is None else Path(path)
-    return _load_class_table(str(path))
-
-
-@lru_cache(maxsize=8)
-def _load_class_table(path: str) -> ClassTable:
+    path = str(CLASSES_FILE if path is None else Path(path))
     doc = read_json_file(path, TraceFileError)
     if not isinstance(doc, dict) or doc.get("format") != "vtrain-trace-classes":
         raise _table_error(path, "format", 'must be "vtrain-trace-classes"')
