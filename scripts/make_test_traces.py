@@ -98,6 +98,7 @@ def one_rank(out: Path, tmp: Path) -> None:
 
 
 def _stage(rank: int, tmp: str, out: str) -> None:
+    torch.set_num_threads(1)  # a spawned process does not inherit the parent's setting
     torch.manual_seed(rank)
     dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"file://{tmp}/pg2")
     model = Block()

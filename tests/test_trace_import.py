@@ -120,6 +120,26 @@ def test_other_idle_and_iteration_add_up(one):
     assert all(0 <= v <= t1 - t0 + 1e-9 for v in m.lane_idle_s.values())
 
 
+def test_one_thread_per_rank_splits_its_iteration(p2):
+    """Each p2 rank works on one thread: its classes, other and idle fill the iteration (to the
+    few microseconds where a posted receive and its wait overlap and both count)."""
+    m = measure_step(p2, 2)
+    for i in range(2):
+        parts = sum(m.column(c)[i] for c in m.rows if c != "iteration")
+        assert parts == pytest.approx(m.column("iteration")[i], rel=0.01)
+
+
+def test_enclosing_and_overlapping_events():
+    from core.io.kineto_classes import attributed
+    start = np.array([0.0, 2.0, 5.0, 20.0, 21.0, 20.0])
+    end = np.array([10.0, 8.0, 15.0, 30.0, 22.0, 30.0])
+    cls = np.array([0, 1, 2, -1, 3, 4], np.int16)
+    # [2, 8) lies in [0, 10); [5, 15) only overlaps it; the first [20, 30) has no class (it is
+    # transparent), the second counts and holds [21, 22)
+    assert attributed(start, end, cls).tolist() == [True, False, True, False, False, True]
+    assert attributed(start[:5], end[:5], cls[:5]).tolist() == [True, False, True, False, True]
+
+
 def test_union_length_counts_overlaps_once():
     assert union_length(np.array([0.0, 1.0, 1.5, 5.0]), np.array([2.0, 1.2, 3.0, 6.0])) == 4.0
     assert union_length(np.zeros(0), np.zeros(0)) == 0.0

@@ -144,26 +144,34 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
     return float((e[last] - s[first]).sum())
 
 
+#: Slack of "ends no later" when an event is tested for enclosing another, seconds: the
+#: microsecond timestamps of a trace, turned into seconds on a clock of days, round at about 1 ns.
+ENCLOSE_SLACK_S = 1e-8
+
+
 def attributed(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """Which events of one lane count for their class: bool (k,).
 
-    An event counts when it has a class (``cls >= 0``) and no enclosing event (one that
-    starts no later and ends no earlier, on the same lane) counts. Events are walked in start
+    An event counts when it has a class (``cls >= 0``) and no enclosing event that counts: one
+    that starts no later and ends no later (:data:`ENCLOSE_SLACK_S`) on the same lane; of two
+    equal intervals the first in the trace encloses the second. Two events that only overlap
+    (one starts inside the other and ends after it) enclose neither. Events are walked in start
     order, longest first at equal starts, with a stack of the open ones.
     """
     k = start.size
     out = np.zeros(k, bool)
     order = np.lexsort((-(end - start), start))
-    stack: list[tuple[float, bool]] = []  # (end, counts) of the open enclosing events
-    counting = 0  # open events that count
+    stack: list[tuple[float, bool]] = []  # (end, counts) of the events open at this start
     for i in order.tolist():
         s, e = start[i], end[i]
         while stack and stack[-1][0] <= s:
-            counting -= stack.pop()[1]
-        mine = bool(cls[i] >= 0 and counting == 0)
+            stack.pop()
+        if cls[i] < 0:
+            stack.append((e, False))
+            continue
+        mine = not any(c and e <= e2 + ENCLOSE_SLACK_S for e2, c in stack)
         out[i] = mine
         stack.append((e, mine))
-        counting += mine
     return out
 
 
