@@ -384,3 +384,29 @@ def test_cli_json_and_table(capsys):
     assert main([*argv, "--step", "1"]) == 0
     out = capsys.readouterr().out
     assert "ProfilerStep#1" in out and "stage 1" in out
+
+
+def test_a_table_of_ones_own_classes(tmp_path, capsys):
+    """--classes: a class the simulator has no figure for is shown with the measurement and
+    says so; the layers' GEMMs moved to it leave the GEMM row."""
+    table = json.loads(CLASSES_FILE.read_text())
+    table["classes"] = {"projection": "linear layers", **table["classes"]}
+    table["rules"].insert(0, {"class": "projection", "categories": ["cpu_op"],
+                              "names": ["aten::linear"]})
+    path = tmp_path / "classes.json"
+    path.write_text(json.dumps(table))
+    trace = read_traces([ONE])
+    m = measure_step(trace, 2, load_class_table(path))
+    base = measure_step(trace, 2)
+    assert m.rows[0] == "projection" and m.column("projection")[0] > 0
+    # aten::linear (and the aten::addmm inside) counted as GEMM before: now as projection
+    assert m.column("gemm")[0] == pytest.approx(base.column("gemm")[0] - m.column("projection")[0],
+                                                abs=1e-12)
+    assert m.column("other")[0] == pytest.approx(base.column("other")[0], abs=1e-12)
+    argv = ["trace", "import", str(ONE), "--session", str(SESSION), "--classes", str(path),
+            "--set", "plan.tensor_parallel=1", "--set", "plan.data_parallel=1", "--set",
+            "plan.pipeline_parallel=1", "--set", "plan.global_batch_size=8", "--json"]
+    assert main(argv) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["class"] == "projection")
+    assert row["predicted_s"] is None and "no projection class" in row["note"]
+

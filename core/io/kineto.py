@@ -252,7 +252,7 @@ class _Builder:
         if i is None:
             i = self.lanes[key] = len(self.lane_names)
             label = labels.get((pid, tid))
-            what = f"stream {tid}" if device and tid.isdigit() else f"thread {tid}"
+            what = (f"stream {tid}" if tid.isdigit() else tid) if device else f"thread {tid}"
             self.lane_names.append(f"rank {rank} {what}" + (f" ({label})" if label else "")
                                    + (f" pid {pid}" if device else ""))
             self.lane_rank.append(rank)
