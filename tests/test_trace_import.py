@@ -278,7 +278,10 @@ def _bad(tmp_path: Path, name: str, content) -> Path:
     (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1}]}', "NaN"),
     (b"\x1f\x8b not gzip", "gzip"),
     (gzip.compress(b'{"traceEvents": []}')[:-6], "cut short"),
-    (b"[" * 100 + b"]" * 100, "nested"),
+    (b"[" * 100 + b"]" * 100, "traceEvents[0]"),
+    (b'{"traceEvents": ' + b"[" * 100000 + b"]" * 100000 + b"}", "nested"),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1e400, "dur": 1, "pid": 1, "tid": 1}]}',
+     "traceEvents[0].ts"),
     (b"{not json", "JSON"),
 ])
 def test_malformed_traces_are_refused_naming_file_and_field(tmp_path, capsys, content, field):

@@ -18,8 +18,8 @@ instant events are skipped. A file may be gzipped (``.json.gz``, or any file sta
 gzip's magic bytes).
 
 Files are read defensively: regular files only, at most ``MAX_BYTES["trace"]`` bytes before
-and after gunzip (:mod:`core.util.inputs`), JSON nesting bounded, ``NaN``/``Infinity``
-refused; an event that breaks a rule is refused with one :class:`TraceFileError` naming the
+and after gunzip (:mod:`core.util.inputs`), deep JSON nesting, ``NaN``/``Infinity`` and
+non-finite times refused; an event that breaks a rule is refused with one :class:`TraceFileError` naming the
 file, the event (``traceEvents[12].dur``) and the rule, never a traceback.
 
 Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs),
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from core.util.inputs import MAX_BYTES, MAX_JSON_DEPTH, json_depth, read_bytes
+from core.util.inputs import MAX_BYTES, read_bytes
 
 __all__ = ["TraceFileError", "KinetoTrace", "read_traces", "step_numbers", "choose_step",
            "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES", "STEP_NAME"]
@@ -157,19 +157,6 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is beyond the range of a number")
-    return value
-
-
-def _int(text: str) -> int | float:
-    if len(text) > 40:  # no field of a trace is that long; int() of thousands of digits is slow
-        raise ValueError(f"an integer of {len(text)} digits is beyond any field's range")
-    return int(text)
-
-
 def read_trace_document(path: str | Path) -> dict:
     """The parsed JSON document of one trace file (gunzipped if need be).
 
@@ -180,22 +167,24 @@ def read_trace_document(path: str | Path) -> dict:
     ------
     TraceFileError
         Missing, unreadable or not a regular file; larger than ``MAX_BYTES["trace"]`` (before or
-        after gunzip); not gzip or JSON; nested too deeply; ``NaN``, ``Infinity`` or numbers
-        beyond a float's range; no ``traceEvents`` list.
+        after gunzip); not gzip or JSON; nested too deeply; ``NaN`` or ``Infinity``; no
+        ``traceEvents`` list. (Times beyond a float's range, ``1e400``, are refused per event by
+        :func:`read_traces`.)
     """
     path = Path(path)
     raw = read_bytes(path, TraceFileError, "trace")
     if raw[:2] == b"\x1f\x8b":
         raw = _decompress(raw, path)
-    depth = json_depth(raw)
-    if depth > MAX_JSON_DEPTH:
-        raise TraceFileError(f"{path}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
-        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant,
-                         parse_float=_finite_float, parse_int=_int)
+        # the nesting is not measured first (core.util.inputs.json_depth): on traces of
+        # hundreds of MB that costs more than the parse; json's C scanner raises
+        # RecursionError on deep nesting, caught here
+        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
     except UnicodeDecodeError as exc:
         raise TraceFileError(f"{path}: not a JSON trace (not UTF-8 text at byte {exc.start})") from None
-    except ValueError as exc:  # JSONDecodeError, and the hooks' refusals
+    except RecursionError:
+        raise TraceFileError(f"{path}: JSON nested too deeply to be a trace") from None
+    except ValueError as exc:  # JSONDecodeError, NaN or Infinity, integers of 4,300+ digits
         raise TraceFileError(f"{path}: not a valid JSON trace ({exc})") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
@@ -209,7 +198,9 @@ def read_trace_document(path: str | Path) -> dict:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite JSON number (no bool; ``1e400`` parses to infinity and is refused)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _lane_id(value: Any) -> str | None:
@@ -272,39 +263,40 @@ class _Builder:
                     labels[(pid, tid)] = re.sub(r"^thread \d+ \((.*)\)$", r"\1", args["name"])
         steps: dict[int, tuple[float, float]] = {}
         c = self.cols
+        def fail(i: int, field: str, rule: str) -> TraceFileError:
+            return TraceFileError(f"{path}: traceEvents[{i}]{field}: {rule}")
+
         for i, ev in enumerate(events):
-            where = f"{path}: traceEvents[{i}]"
             if not isinstance(ev, dict):
-                raise TraceFileError(f"{where}: must be a JSON object (an event)")
+                raise fail(i, "", "must be a JSON object (an event)")
             if ev.get("ph") != "X":
                 continue  # metadata, flow, instant and counter events
             name, cat = ev.get("name"), ev.get("cat", "")
             if not isinstance(name, str):
-                raise TraceFileError(f"{where}.name: must be text (the operation's name)")
+                raise fail(i, ".name", "must be text (the operation's name)")
             if not isinstance(cat, str):
-                raise TraceFileError(f"{where}.cat: must be text (the event's category)")
+                raise fail(i, ".cat", "must be text (the event's category)")
             ts, dur = ev.get("ts"), ev.get("dur", 0)
             if not _number(ts):
-                raise TraceFileError(f"{where}.ts: must be a number (the start, microseconds)")
+                raise fail(i, ".ts", "must be a finite number (the start, microseconds)")
             if not _number(dur) or dur < 0:
-                raise TraceFileError(f"{where}.dur: must be a number at or above 0 (the "
-                                     "duration, microseconds)")
+                raise fail(i, ".dur", "must be a finite number at or above 0 (the duration, "
+                                      "microseconds)")
             pid, tid = _lane_id(ev.get("pid")), _lane_id(ev.get("tid"))
             if pid is None or tid is None:
-                bad = "pid" if pid is None else "tid"
-                raise TraceFileError(f"{where}.{bad}: must be a whole number or text (the "
-                                     "process or thread)")
+                raise fail(i, ".pid" if pid is None else ".tid",
+                           "must be a whole number or text (the process or thread)")
             args = ev.get("args")
             corr = args.get("correlation", -1) if isinstance(args, dict) else -1
             if not isinstance(corr, int) or isinstance(corr, bool):
-                raise TraceFileError(f"{where}.args.correlation: must be a whole number (the "
-                                     "launch it belongs to)")
+                raise fail(i, ".args.correlation", "must be a whole number (the launch it "
+                                                   "belongs to)")
             start, length = ts * 1e-6, dur * 1e-6
             m = STEP_NAME.match(name)
             if m and cat in HOST_CATEGORIES:
                 n = int(m.group(1))
                 if n in steps:
-                    raise TraceFileError(f"{where}.name: {name} appears twice in one trace")
+                    raise fail(i, ".name", f"{name} appears twice in one trace")
                 steps[n] = (start, start + length)
             device = cat in DEVICE_CATEGORIES or cat == "gpu_user_annotation"
             c["rank"].append(rank)
