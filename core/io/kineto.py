@@ -47,8 +47,9 @@ import numpy as np
 
 from core.util.inputs import MAX_BYTES, read_bytes
 
-__all__ = ["TraceFileError", "KinetoTrace", "read_traces", "step_numbers", "choose_step",
-           "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES", "STEP_NAME"]
+__all__ = ["TraceFileError", "KinetoTrace", "read_traces", "read_trace_document", "step_numbers",
+           "choose_step", "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES",
+           "STEP_NAME"]
 
 #: Categories of device work (a GPU stream's lane).
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

@@ -35,7 +35,7 @@ from core.io.kineto import (DEVICE_CATEGORIES, HOST_CATEGORIES, KinetoTrace, Tra
 from core.util.inputs import read_json_file
 
 __all__ = ["CLASSES_FILE", "ClassTable", "load_class_table", "StepMeasurement", "measure_step",
-           "union_length", "EXTRA_ROWS", "attributed"]
+           "union_length", "EXTRA_ROWS", "attributed", "ENCLOSE_SLACK_S"]
 
 #: The shipped class table.
 CLASSES_FILE = Path(__file__).resolve().parents[2] / "resources" / "trace_classes.json"
