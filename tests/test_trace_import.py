@@ -343,7 +343,7 @@ def test_device_events_are_measured_over_streams_and_linked_by_correlation(tmp_p
     for i, (ts, corr) in enumerate([(10, 1), (20, 2), (30, 3), (110, 4)]):
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
                    "dur": 2, "pid": 1, "tid": 1, "args": {"correlation": corr}})
-    kernels = [("sm90_xmma_gemm_x", 7, 40, 30, 1), ("ncclDevKernel_AllReduce_Sum", 20, 50, 60, 2),
+    kernels = [("sm90_xmma_gemm_x", 7, 40, 30, 1), ("ncclDevKernel_AllReduce_Sum", 20, 50, 20, 2),
                ("void at::native::vectorized_elementwise_kernel", 7, 90, 25, 3),
                ("sm90_xmma_gemm_y", 7, 130, 10, 4)]
     for name, stream, ts, dur, corr in kernels:
@@ -359,11 +359,13 @@ def test_device_events_are_measured_over_streams_and_linked_by_correlation(tmp_p
     m = measure_step(trace, 1)
     assert m.source == ["device"]
     assert m.column("gemm")[0] == pytest.approx(30e-6)
-    assert m.column("all_reduce")[0] == pytest.approx(60e-6)
+    assert m.column("all_reduce")[0] == pytest.approx(20e-6)
     assert m.column("norm_elementwise")[0] == pytest.approx(25e-6)
-    assert m.column("iteration")[0] == pytest.approx(115e-6)  # widened to the last kernel's end
-    # no stream busy: 0-40 and 110-115 are covered by nothing
-    assert m.column("idle")[0] == pytest.approx(40e-6)
+    # from the first kernel's start (40) to the last one's end (115), after the host's range
+    assert m.column("iteration")[0] == pytest.approx(75e-6)
+    assert tuple(m.window_s[0]) == pytest.approx((40e-6, 115e-6))
+    # no stream busy from 70 to 90
+    assert m.column("idle")[0] == pytest.approx(20e-6)
     assert m.column("other")[0] == pytest.approx(0.0, abs=1e-12)
     lanes = measured_lanes(trace, m, ParallelPlan(tensor_parallel=1, pipeline_parallel=1,
                                                   data_parallel=1, micro_batch_size=1,

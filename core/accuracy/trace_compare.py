@@ -272,7 +272,8 @@ def _range_names(trace: KinetoTrace, measurement: StepMeasurement, i: int, li: n
     """Innermost enclosing unclassified ``user_annotation`` of each event ``li`` of rank ``i``
     (see :attr:`MeasuredLanes.ranges`)."""
     rank = measurement.ranks[i]
-    t0, t1 = measurement.window_s[i]
+    s0, s1 = trace.steps[rank][measurement.step]  # the host's range, ahead of the device's
+    t0, t1 = min(s0, measurement.window_s[i, 0]), max(s1, measurement.window_s[i, 1])
     ann = trace.categories.index("user_annotation") if "user_annotation" in trace.categories else -1
     step = trace.names.index(f"ProfilerStep#{measurement.step}")
     r = np.flatnonzero((trace.rank == rank) & (trace.category == ann) & (trace.name != step)

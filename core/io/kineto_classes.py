@@ -17,8 +17,11 @@ the first match deciding. :func:`measure_step` sums one iteration per rank:
 * ``idle`` is the time in the iteration's window during which none of the rank's lanes is
   busy (the bubble, when the rank waits for another stage); :attr:`StepMeasurement.lane_idle_s`
   gives each lane's own idle time;
-* ``iteration`` is the window's length: the ``ProfilerStep#N`` range, widened to the end of
-  any of the step's work that outlasts it (device work queued in the step).
+* ``iteration`` is the window's length: on a GPU, from the start of the step's first device
+  work to the end of its last (the host's ``ProfilerStep#N`` range runs ahead of the device
+  by the launch queue, and the device finishes the previous step's work in its first part);
+  without device work, the ``ProfilerStep#N`` range, widened to the end of any of the step's
+  work that outlasts it.
 """
 
 from __future__ import annotations
@@ -267,7 +270,9 @@ def measure_step(trace: KinetoTrace, step: int, table: ClassTable | None = None
         idx = idx[on_device] if source == "device" else idx[host_cat[idx]]
         cls = _class_of_events(trace, table, idx)
         t0, t1 = step_window(trace, rank, step)
-        if idx.size:
+        if idx.size and source == "device":  # the span of the step's device work
+            t0, t1 = float(trace.start_s[idx].min()), float(end[idx].max())
+        elif idx.size:
             t0, t1 = min(t0, float(trace.start_s[idx].min())), max(t1, float(end[idx].max()))
         counts = np.zeros(idx.size, bool)
         busy_total, classed = 0.0, np.zeros(n_cls)
