@@ -412,6 +412,12 @@ def test_a_table_of_ones_own_classes(tmp_path, capsys):
             "--set", "plan.tensor_parallel=1", "--set", "plan.data_parallel=1", "--set",
             "plan.pipeline_parallel=1", "--set", "plan.global_batch_size=8", "--json"]
     assert main(argv) == 0
-    row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["class"] == "projection")
-    assert row["predicted_s"] is None and "no projection class" in row["note"]
+    rows = {r["class"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["projection"]["predicted_s"] is None
+    assert "no projection class" in rows["projection"]["note"]
+    # compute holds every class but the collectives: the table's own too
+    parts = sum(m.column(c)[0] for c in m.rows if c not in ("all_reduce", "all_gather",
+                                                            "reduce_scatter", "send_recv",
+                                                            "all_to_all", "idle", "iteration"))
+    assert rows["compute"]["measured_s"] == pytest.approx(parts, rel=1e-12)
 

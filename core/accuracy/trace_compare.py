@@ -16,7 +16,8 @@ send_recv          ``p2p_fwd``, ``p2p_bwd`` (counted at the sending stage), ``cp
 all_to_all         ``ep_dispatch``, ``ep_combine``
 optimizer          the ``optimizer`` tasks (with the per-iteration framework overhead)
 compute            every compute task (:data:`core.sim.graph_types.KIND_COMPUTE`); measured:
-                   GEMM + attention + norm and elementwise + optimizer + other
+                   every class but the collectives (GEMM + attention + norm and
+                   elementwise + optimizer + other with the shipped table)
 idle               the iteration less the union of the stage's tasks on all its streams
 iteration          the iteration time
 =================  ====================================================================
@@ -64,7 +65,7 @@ NO_FIGURE = {
 _NOTES = {
     "optimizer": "predicted with the per-iteration framework overhead",
     "send_recv": "predicted: the stage's sends; measured: sends, receives and their waits",
-    "compute": "measured: GEMM + attention + norm and elementwise + optimizer + other",
+    "compute": "measured: every class but the collectives, other included",
     "idle": "no stream (predicted) or lane (measured) of the stage busy",
 }
 
@@ -198,8 +199,9 @@ def compare(measurement: StepMeasurement, result) -> TraceComparison:
     titles = dict(zip(measurement.rows, measurement.titles))
     titles["compute"] = "compute (all but collectives)"
     measured = measurement.seconds
-    compute_parts = [rows_of.index(k) for k in ("gemm", "attention", "norm_elementwise",
-                                                "optimizer", "other") if k in rows_of]
+    # every class but the collectives (a class table's own classes too)
+    compute_parts = [i for i, k in enumerate(rows_of[:rows_of.index("idle")])
+                     if k not in OPS_OF_CLASS]
     out: list[ComparisonRow] = []
     for stage in sorted(set(stages.values())):
         idx = [i for i, r in enumerate(measurement.ranks) if stages[r] == stage]
