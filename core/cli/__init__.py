@@ -12,6 +12,7 @@
 ``vtrain import megatron-args FILE``     a Megatron-LM launch into a session
 ``vtrain export megatron-args SESSION``  the Megatron-LM launch of a session
 ``vtrain diff A B``        the difference of two plans' iteration times, term by term
+``vtrain trace import TRACE.json.. --session S``  a measured profiler trace against the prediction
 
 One module of this package per subcommand (``core/cli/<name>.py``, with
 ``add_parser`` and ``run``); shared helpers in :mod:`core.cli.common`.
@@ -32,7 +33,7 @@ import sys
 
 from core.util.text import printable
 from core.cli import (calibrate, diff, exports, gui, imports, optimal, profile, schedule, simulate,
-               sweep, validate)
+               sweep, trace, validate)
 from core.cli.common import UsageError
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
@@ -43,18 +44,19 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS", "USER_ERRORS"]
 USER_ERRORS = (("core.plan.fields", "ConfigError"), ("core.io.session", "SessionFileError"),
                ("core.store.format", "ProfileStoreError"), ("core.accuracy.measured", "MeasurementFileError"),
                ("core.store.nccl_tests", "NcclTestsError"), ("core.util.inputs", "NonFiniteError"),
-               ("core.io.megatron.arguments", "MegatronArgsError"))
+               ("core.io.megatron.arguments", "MegatronArgsError"), ("core.io.kineto", "TraceFileError"))
 
 # one module per subcommand, each with ``add_parser(sub)`` and ``run(args) -> int``;
 # the order is the order of ``vtrain --help``
 SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sweep,
                "optimal": optimal, "schedule": schedule, "validate": validate,
-               "calibrate": calibrate, "import": imports, "export": exports, "diff": diff}
+               "calibrate": calibrate, "import": imports, "export": exports, "diff": diff,
+               "trace": trace}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
-    schedule, validate, calibrate, import, export, diff)."""
+    schedule, validate, calibrate, import, export, diff, trace)."""
     parser = argparse.ArgumentParser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")

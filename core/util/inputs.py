@@ -39,6 +39,8 @@ MAX_BYTES = {
     "text": 64 * 2**20,
     "launch": 2**20,  # a launch script (core.io.shell_reader.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
+    # a PyTorch profiler (Kineto) trace of one rank, after gunzip: tens of MB for a few steps
+    "trace": 256 * 2**20,
 }
 #: Deepest nesting of arrays and objects a JSON input may have (sessions need 4).
 MAX_JSON_DEPTH = 64

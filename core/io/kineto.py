@@ -1,0 +1,439 @@
+"""Reading PyTorch profiler (Kineto) Chrome traces of one or more ranks into arrays.
+
+``torch.profiler.profile(...).export_chrome_trace(path)`` (or a
+``tensorboard_trace_handler``) writes one JSON file per rank: an object whose
+``traceEvents`` list holds complete events (``"ph": "X"``, ``ts`` and ``dur`` in
+microseconds on one clock per process) of the categories
+
+* ``cpu_op`` (an ATen operator or an autograd node on a CPU thread; they nest),
+* ``user_annotation`` (a ``record_function`` range: ``ProfilerStep#N``, the optimizer's
+  ``Optimizer.step#AdamW.step``, a collective's ``nccl:all_reduce`` or ``gloo:all_reduce``),
+* ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (device work, one lane per CUDA stream; they
+  carry the ``correlation`` id of the ``cuda_runtime`` launch that queued them),
+* ``gpu_user_annotation`` (a ``record_function`` range seen on a stream), and others
+  (``python_function``, ``cuda_runtime``, ``cuda_driver``, ...), kept as they are.
+
+Metadata events (``"ph": "M"``: ``thread_name``, ``process_name``) name the lanes; flow and
+instant events are skipped. A file may be gzipped (``.json.gz``, or any file starting with
+gzip's magic bytes).
+
+Files are read defensively: regular files only, at most ``MAX_BYTES["trace"]`` bytes before
+and after gunzip (:mod:`core.util.inputs`), deep JSON nesting, ``NaN``/``Infinity`` and
+non-finite times refused; an event that breaks a rule is refused with one :class:`TraceFileError` naming the
+file, the event (``traceEvents[12].dur``) and the rule, never a traceback.
+
+Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs),
+else the number in ``rank<N>`` in its name (``trace_rank3.json``), else its position among
+the files given. Iterations are the ``ProfilerStep#N`` ranges that ``prof.step()`` records
+(:func:`step_numbers`, :func:`choose_step`).
+
+The classes of operations (GEMM, attention, ...) and their sums per rank are in
+:mod:`core.io.kineto_classes`; the comparison with a prediction in
+:mod:`core.accuracy.trace_compare`. (:mod:`core.io.trace` is the other direction: it *writes*
+a simulated iteration as a Perfetto trace.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.util.inputs import MAX_BYTES, read_bytes
+
+__all__ = ["TraceFileError", "KinetoTrace", "read_traces", "read_trace_document", "step_numbers",
+           "choose_step", "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES",
+           "STEP_NAME"]
+
+#: Categories of device work (a GPU stream's lane).
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: Categories of host work that operation classes are read from in a trace without device work.
+HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
+#: A profiler step's range: ``ProfilerStep#N``.
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+#: A rank number in a file name: ``trace_rank3.json``, ``rank-12.pt.trace.json``.
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+class TraceFileError(ValueError):
+    """A trace file cannot be read; the message names the file, the field and the rule."""
+
+
+@dataclass
+class KinetoTrace:
+    """The complete events of one or more ranks' traces as arrays (one entry per event).
+
+    Attributes
+    ----------
+    files : list of str
+        The files read, in the order given; ``ranks[i]`` is the rank of ``files[i]``.
+    ranks : list of int
+        Rank of each file.
+    rank : int32 array, shape (n,)
+        Rank of each event.
+    lane : int32 array, shape (n,)
+        Index into :attr:`lane_names` (one lane per rank and ``(pid, tid)``: a CPU thread or a
+        GPU stream).
+    lane_names : list of str
+        ``"rank 0 thread 14600 (python)"``, ``"rank 1 stream 7"``, ...
+    lane_rank : int32 array, shape (lanes,)
+        Rank of each lane.
+    lane_device : bool array, shape (lanes,)
+        Whether the lane holds device work (a GPU stream).
+    category : int16 array, shape (n,)
+        Index into :attr:`categories` (``"kernel"``, ``"cpu_op"``, ...; ``""`` for none).
+    name : int32 array, shape (n,)
+        Index into :attr:`names`.
+    start_s, duration_s : float64 arrays, shape (n,)
+        Start (on the rank's own clock) and duration of each event, seconds.
+    correlation : int64 array, shape (n,)
+        The launch correlation id (``args.correlation``) of device work and runtime calls;
+        -1 where there is none.
+    steps : dict of int to dict
+        Per rank, ``{N: (start_s, end_s)}`` of its ``ProfilerStep#N`` ranges.
+    """
+
+    files: list[str]
+    ranks: list[int]
+    rank: np.ndarray
+    lane: np.ndarray
+    lane_names: list[str]
+    lane_rank: np.ndarray
+    lane_device: np.ndarray
+    category: np.ndarray
+    categories: list[str]
+    name: np.ndarray
+    names: list[str]
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    correlation: np.ndarray
+    steps: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def num_events(self) -> int:
+        """Number of events n."""
+        return int(self.start_s.shape[0])
+
+    @property
+    def end_s(self) -> np.ndarray:
+        """End of each event, seconds; float64 (n,)."""
+        return self.start_s + self.duration_s
+
+    def category_mask(self, categories) -> np.ndarray:
+        """Bool (n,): the events whose category is one of ``categories``."""
+        wanted = [i for i, c in enumerate(self.categories) if c in categories]
+        return np.isin(self.category, wanted)
+
+    def file_of(self, rank: int) -> str:
+        """The file that holds ``rank``."""
+        return self.files[self.ranks.index(rank)]
+
+
+# ---------------------------------------------------------------------------- reading
+
+def _decompress(raw: bytes, path: Path) -> bytes:
+    """gunzip ``raw``, refusing output beyond ``MAX_BYTES["trace"]`` (a gzip bomb) or a broken
+    stream."""
+    limit = MAX_BYTES["trace"]
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise TraceFileError(f"{path}: not a valid gzip file ({exc})") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise TraceFileError(f"{path}: holds more than the {limit:,} bytes a trace may have "
+                             "once uncompressed")
+    if not d.eof:
+        raise TraceFileError(f"{path}: the gzip stream is cut short")
+    return out
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_trace_document(path: str | Path) -> dict:
+    """The parsed JSON document of one trace file (gunzipped if need be).
+
+    A file that is a bare event list (the Chrome trace format's array form) is returned as
+    ``{"traceEvents": [...]}``.
+
+    Raises
+    ------
+    TraceFileError
+        Missing, unreadable or not a regular file; larger than ``MAX_BYTES["trace"]`` (before or
+        after gunzip); not gzip or JSON; nested too deeply; ``NaN`` or ``Infinity``; no
+        ``traceEvents`` list. (Times beyond a float's range, ``1e400``, are refused per event by
+        :func:`read_traces`.)
+    """
+    path = Path(path)
+    raw = read_bytes(path, TraceFileError, "trace")
+    if raw[:2] == b"\x1f\x8b":
+        raw = _decompress(raw, path)
+    try:
+        # the nesting is not measured first (core.util.inputs.json_depth): on traces of
+        # hundreds of MB that costs more than the parse; json's C scanner raises
+        # RecursionError on deep nesting, caught here
+        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError as exc:
+        raise TraceFileError(f"{path}: not a JSON trace (not UTF-8 text at byte {exc.start})") from None
+    except RecursionError:
+        raise TraceFileError(f"{path}: JSON nested too deeply to be a trace") from None
+    except ValueError as exc:  # JSONDecodeError, NaN or Infinity, integers of 4,300+ digits
+        raise TraceFileError(f"{path}: not a valid JSON trace ({exc})") from None
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict):
+        raise TraceFileError(f"{path}: (top level): must be a JSON object with a traceEvents "
+                             "list (a PyTorch profiler trace)")
+    if not isinstance(doc.get("traceEvents"), list):
+        raise TraceFileError(f"{path}: traceEvents: must be a list of events (a PyTorch "
+                             "profiler trace, torch.profiler's export_chrome_trace)")
+    return doc
+
+
+def _number(value: Any) -> bool:
+    """A finite JSON number (no bool; ``1e400`` parses to infinity and is refused)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _lane_id(value: Any) -> str | None:
+    """A pid or tid as text (Kineto writes ints, and strings for its own lanes)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, str)):
+        return str(value)
+    return None
+
+
+def _file_rank(doc: dict, path: Path, position: int) -> int:
+    info = doc.get("distributedInfo")
+    if isinstance(info, dict) and "rank" in info:
+        rank = info["rank"]
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise TraceFileError(f"{path}: distributedInfo.rank: {rank!r} must be a whole "
+                                 "number at or above 0")
+        return rank
+    found = _RANK_IN_NAME.findall(path.name)
+    return int(found[-1]) if found else position
+
+
+class _Builder:
+    """Columns of events as lists, while files are read."""
+
+    def __init__(self):
+        self.cols: dict[str, list] = {k: [] for k in ("rank", "lane", "category", "name", "start",
+                                                      "dur", "corr")}
+        self.lanes: dict[tuple[int, str, str], int] = {}
+        self.lane_names: list[str] = []
+        self.lane_rank: list[int] = []
+        self.lane_device: list[bool] = []
+        self.categories: dict[str, int] = {}
+        self.names: dict[str, int] = {}
+
+    def lane(self, rank: int, pid: str, tid: str, device: bool, labels: dict) -> int:
+        key = (rank, pid, tid)
+        i = self.lanes.get(key)
+        if i is None:
+            i = self.lanes[key] = len(self.lane_names)
+            label = labels.get((pid, tid))
+            what = (f"stream {tid}" if tid.isdigit() else tid) if device else f"thread {tid}"
+            self.lane_names.append(f"rank {rank} {what}" + (f" ({label})" if label else "")
+                                   + (f" pid {pid}" if device else ""))
+            self.lane_rank.append(rank)
+            self.lane_device.append(device)
+        elif device:
+            self.lane_device[i] = True
+        return i
+
+    def add_file(self, doc: dict, path: Path, rank: int) -> dict[int, tuple[float, float]]:
+        events = doc["traceEvents"]
+        labels: dict[tuple[str, str], str] = {}
+        for ev in events:
+            if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                args = ev.get("args")
+                pid, tid = _lane_id(ev.get("pid")), _lane_id(ev.get("tid"))
+                if isinstance(args, dict) and isinstance(args.get("name"), str) and pid and tid:
+                    labels[(pid, tid)] = re.sub(r"^thread \d+ \((.*)\)$", r"\1", args["name"])
+        steps: dict[int, tuple[float, float]] = {}
+        c = self.cols
+        def fail(i: int, field: str, rule: str) -> TraceFileError:
+            return TraceFileError(f"{path}: traceEvents[{i}]{field}: {rule}")
+
+        for i, ev in enumerate(events):
+            if not isinstance(ev, dict):
+                raise fail(i, "", "must be a JSON object (an event)")
+            if ev.get("ph") != "X":
+                continue  # metadata, flow, instant and counter events
+            name, cat = ev.get("name"), ev.get("cat", "")
+            if not isinstance(name, str):
+                raise fail(i, ".name", "must be text (the operation's name)")
+            if not isinstance(cat, str):
+                raise fail(i, ".cat", "must be text (the event's category)")
+            ts, dur = ev.get("ts"), ev.get("dur", 0)
+            if not _number(ts):
+                raise fail(i, ".ts", "must be a finite number (the start, microseconds)")
+            if not _number(dur) or dur < 0:
+                raise fail(i, ".dur", "must be a finite number at or above 0 (the duration, "
+                                      "microseconds)")
+            pid, tid = _lane_id(ev.get("pid")), _lane_id(ev.get("tid"))
+            if pid is None or tid is None:
+                raise fail(i, ".pid" if pid is None else ".tid",
+                           "must be a whole number or text (the process or thread)")
+            args = ev.get("args")
+            corr = args.get("correlation", -1) if isinstance(args, dict) else -1
+            if not isinstance(corr, int) or isinstance(corr, bool):
+                raise fail(i, ".args.correlation", "must be a whole number (the launch it "
+                                                   "belongs to)")
+            start, length = ts * 1e-6, dur * 1e-6
+            m = STEP_NAME.match(name)
+            if m and cat in HOST_CATEGORIES:
+                n = int(m.group(1))
+                if n in steps:
+                    raise fail(i, ".name", f"{name} appears twice in one trace")
+                steps[n] = (start, start + length)
+            device = cat in DEVICE_CATEGORIES or cat == "gpu_user_annotation"
+            c["rank"].append(rank)
+            c["lane"].append(self.lane(rank, pid, tid, device, labels))
+            c["category"].append(self.categories.setdefault(cat, len(self.categories)))
+            c["name"].append(self.names.setdefault(name, len(self.names)))
+            c["start"].append(start)
+            c["dur"].append(length)
+            c["corr"].append(corr)
+        return steps
+
+    def build(self, files: list[str], ranks: list[int], steps: dict) -> KinetoTrace:
+        c = self.cols
+        return KinetoTrace(
+            files=files, ranks=ranks, rank=np.array(c["rank"], np.int32),
+            lane=np.array(c["lane"], np.int32), lane_names=self.lane_names,
+            lane_rank=np.array(self.lane_rank, np.int32),
+            lane_device=np.array(self.lane_device, bool),
+            category=np.array(c["category"], np.int16), categories=list(self.categories),
+            name=np.array(c["name"], np.int32), names=list(self.names),
+            start_s=np.array(c["start"], np.float64), duration_s=np.array(c["dur"], np.float64),
+            correlation=np.array(c["corr"], np.int64), steps=steps)
+
+
+def read_traces(paths) -> KinetoTrace:
+    """Read the traces of one or more ranks (one file per rank) into one :class:`KinetoTrace`.
+
+    Parameters
+    ----------
+    paths : sequence of str or Path
+        Chrome trace JSON files of the PyTorch profiler, optionally gzipped.
+
+    Raises
+    ------
+    TraceFileError
+        A file that cannot be read (:func:`read_trace_document`), an event that breaks a rule
+        (named ``FILE: traceEvents[i].FIELD``), two files of one rank, or a file without
+        complete events.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise TraceFileError("no trace file given")
+    b = _Builder()
+    files: list[str] = []
+    ranks: list[int] = []
+    steps: dict[int, dict[int, tuple[float, float]]] = {}
+    for position, path in enumerate(paths):
+        doc = read_trace_document(path)
+        rank = _file_rank(doc, path, position)
+        if rank in ranks:
+            raise TraceFileError(f"{path}: is rank {rank}, as {files[ranks.index(rank)]} is: give "
+                                 "one file per rank")
+        before = len(b.cols["start"])
+        steps[rank] = b.add_file(doc, path, rank)
+        if len(b.cols["start"]) == before:
+            raise TraceFileError(f"{path}: traceEvents: holds no complete event (\"ph\": \"X\"): "
+                                 "not a profiler trace of any work")
+        files.append(str(path))
+        ranks.append(rank)
+    return b.build(files, ranks, steps)
+
+
+# ---------------------------------------------------------------------------- iterations
+
+def step_numbers(trace: KinetoTrace) -> list[int]:
+    """The step numbers ``N`` of ``ProfilerStep#N`` that every rank's trace holds, ascending."""
+    common: set[int] | None = None
+    for rank in trace.ranks:
+        have = set(trace.steps.get(rank, {}))
+        common = have if common is None else common & have
+    return sorted(common or ())
+
+
+def step_window(trace: KinetoTrace, rank: int, step: int) -> tuple[float, float]:
+    """``(start_s, end_s)`` of ``ProfilerStep#step`` on ``rank`` (its host range)."""
+    return trace.steps[rank][step]
+
+
+def step_events(trace: KinetoTrace, rank: int, step: int) -> np.ndarray:
+    """Indices of the events of ``rank`` that belong to ``step``, the step's range excluded.
+
+    Host events belong to the step they start in. Device work belongs to the step of the
+    launch that queued it (the host event with the same ``correlation``, a ``cuda_runtime``
+    call); device work without a correlation belongs to the step it starts in. Returns
+    int64 (k,), in the order of the trace.
+    """
+    t0, t1 = trace.steps[rank][step]
+    on_rank = trace.rank == rank
+    device = trace.lane_device[trace.lane]
+    inside = (trace.start_s >= t0) & (trace.start_s < t1)
+    host = on_rank & ~device & inside
+    step_name = trace.names.index(f"ProfilerStep#{step}")
+    host &= trace.name != step_name
+    dev = on_rank & device
+    linked = dev & (trace.correlation >= 0)
+    if linked.any():
+        launched = trace.correlation[host & (trace.correlation >= 0)]
+        dev_in = linked & np.isin(trace.correlation, launched)
+        dev_in |= dev & (trace.correlation < 0) & inside
+    else:
+        dev_in = dev & inside
+    return np.flatnonzero(host | dev_in)
+
+
+def _holds_work(trace: KinetoTrace, rank: int, step: int) -> bool:
+    idx = step_events(trace, rank, step)
+    work = trace.category_mask(DEVICE_CATEGORIES | {"cpu_op"})
+    return bool(work[idx].any())
+
+
+def choose_step(trace: KinetoTrace, step: int | None = None) -> int:
+    """The iteration to measure: ``step`` if given, else the last complete one.
+
+    A step is complete when every rank's trace holds its ``ProfilerStep#N`` range and work
+    (an operator or device work) in it: the range a profiler opens at its last ``prof.step()``
+    and closes when it stops holds none.
+
+    Raises
+    ------
+    TraceFileError
+        No ``ProfilerStep#N`` range common to all ranks, or ``step`` not among them (the message
+        lists those there are).
+    """
+    numbers = step_numbers(trace)
+    if not numbers:
+        where = trace.files[0] if len(trace.files) == 1 else ", ".join(trace.files)
+        raise TraceFileError(f"{where}: traceEvents: no ProfilerStep#N range common to every "
+                             "rank: record the trace with a profiler schedule or prof.step() "
+                             "after each iteration")
+    if step is not None:
+        if step not in numbers:
+            raise TraceFileError(f"--step {step}: not a step of every trace (there are "
+                                 f"{', '.join(map(str, numbers))})")
+        return step
+    complete = [n for n in numbers if all(_holds_work(trace, r, n) for r in trace.ranks)]
+    if not complete:
+        raise TraceFileError(f"{trace.files[0]}: traceEvents: no ProfilerStep#N range holds "
+                             "work on every rank")
+    return complete[-1]
