@@ -248,17 +248,34 @@ def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
 
 
 def test_collective_warnings_fold_into_one_line_naming_the_largest():
-    from core.sim.comm import summarize_warnings
-    ws = ["all_gather of 3000.0 MiB on 4 GPUs: beyond the measured sizes (1 KiB to 2 GiB), "
-          "extrapolated with that curve's latency-bandwidth fit",
+    from core.sim.comm import CollectiveExtrapolation, summarize_warnings
+    ws = [CollectiveExtrapolation("all_gather", 3000.0, 4, "1 KiB to 2 GiB"),
           "does not fit: stage 0 needs 90.0 GiB",
-          "all_reduce of 5000.5 MiB on 2 GPUs: beyond the measured sizes (1 MiB to 1024 MiB), "
-          "extrapolated with that curve's latency-bandwidth fit"]
+          CollectiveExtrapolation("all_reduce", 5000.5, 2, "1 MiB to 1024 MiB")]
+    assert ws[0] == ("all_gather of 3000.0 MiB on 4 GPUs: beyond the measured sizes (1 KiB to "
+                     "2 GiB), extrapolated with that curve's latency-bandwidth fit")
     out = summarize_warnings(ws)
     assert out == ["2 collective sizes beyond the measured curves (the largest: all_reduce of "
                    "5000.5 MiB on 2 GPUs, measured 1 MiB to 1024 MiB), extrapolated with each "
                    "curve's latency-bandwidth fit", "does not fit: stage 0 needs 90.0 GiB"]
     assert summarize_warnings(ws[:2]) == ws[:2]  # one is left as it is
+    # text that only reads like one is not folded: warnings fold by their fields, not their text
+    assert summarize_warnings([str(ws[0]), str(ws[2])]) == [str(ws[0]), str(ws[2])]
+
+
+def test_collective_warning_keeps_its_fields_through_pickling_and_plan_naming():
+    import pickle
+
+    from core.sim.comm import CollectiveExtrapolation, summarize_warnings
+    w = CollectiveExtrapolation("all_reduce", 1290.2, 8, "1 KiB to 1 GiB")
+    back = pickle.loads(pickle.dumps(w))  # sweep workers return warnings through pickle
+    assert back == w and (back.kind, back.mib, back.gpus) == ("all_reduce", 1290.2, 8)
+    named = back.in_plans(["t=1 p=1 d=8 b=16", "t=2 p=1 d=4 b=16"], 5)
+    assert named.endswith("; in 5 plans: t=1 p=1 d=8 b=16, t=2 p=1 d=4 b=16 and 3 more")
+    other = CollectiveExtrapolation("all_gather", 10.0, 2, "1 KiB to 1 GiB").in_plans(["x"], 1)
+    assert summarize_warnings([named, other])[0].endswith(
+        "; in plans t=1 p=1 d=8 b=16, t=2 p=1 d=4 b=16, x and 3 more (a plan can count more "
+        "than once)")
 
 
 def test_case_bubble_12_stages_is_the_schedule_idle_share():

@@ -40,7 +40,6 @@ lies on the critical path, i.e. roughly ``(m + p - 1)`` of them).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from core.plan.cluster import ClusterConfig, node_network_gbits_per_s
@@ -48,7 +47,7 @@ from core.plan.parallel import ParallelPlan
 from core.model.ops import effective_op_model
 from core.store.nccl_tests import BUS_BANDWIDTH_FACTOR, RING_STEPS
 
-__all__ = ["CommModel", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
+__all__ = ["CommModel", "CollectiveExtrapolation", "summarize_warnings", "INTER_NODE_LATENCY_S", "DEFAULT_INTRA_LATENCY_S"]
 
 #: Latency of one inter-node message step (InfiniBand + NCCL proxy), seconds.
 INTER_NODE_LATENCY_S = 10e-6
@@ -56,37 +55,73 @@ INTER_NODE_LATENCY_S = 10e-6
 DEFAULT_INTRA_LATENCY_S = 8e-6
 
 
-_BEYOND = re.compile(r"^(\w+) of ([\d.]+) MiB on (\d+) GPUs: beyond the measured sizes \((.+?)\), "
-                     r"extrapolated with that curve's latency-bandwidth fit"
-                     r"(?:; in (\d+) plans?: (.+?)(?: and (\d+) more)?)?$")
+class CollectiveExtrapolation(str):
+    """A warning that one collective size lies beyond its measured curve: its text (a ``str``,
+    like every warning) with its figures as fields, so that warnings fold by their fields, never
+    by reading their text back.
+
+    Parameters
+    ----------
+    kind : str
+        Collective kind (``all_reduce``, ...).
+    mib : float
+        Message size per GPU, MiB (2^20 bytes).
+    gpus : int
+        Group size.
+    measured : str
+        The measured sizes of that curve, as shown (``"1 KiB to 2 GiB"``).
+    plans : tuple of str
+        Labels of the first plans of a sweep it concerns (empty for one simulation).
+    plans_total : int
+        How many plans it concerns (0 for one simulation).
+    """
+
+    def __new__(cls, kind: str, mib: float, gpus: int, measured: str,
+                plans: tuple[str, ...] = (), plans_total: int = 0) -> "CollectiveExtrapolation":
+        text = (f"{kind} of {mib:.1f} MiB on {gpus} GPUs: beyond the measured sizes ({measured}), "
+                "extrapolated with that curve's latency-bandwidth fit")
+        if plans_total:
+            more = plans_total - len(plans)
+            text += (f"; in {plans_total} plan{'s' if plans_total != 1 else ''}: "
+                     f"{', '.join(plans)}" + (f" and {more} more" if more > 0 else ""))
+        self = super().__new__(cls, text)
+        self.kind, self.mib, self.gpus, self.measured = kind, float(mib), int(gpus), measured
+        self.plans, self.plans_total = tuple(plans), int(plans_total)
+        return self
+
+    def __getnewargs__(self) -> tuple:  # pickled to and from sweep worker processes
+        return (self.kind, self.mib, self.gpus, self.measured, self.plans, self.plans_total)
+
+    def in_plans(self, labels: list[str], total: int) -> "CollectiveExtrapolation":
+        """The same warning naming the plans of a sweep it concerns: the first ``labels`` of
+        ``total``."""
+        return CollectiveExtrapolation(self.kind, self.mib, self.gpus, self.measured,
+                                       tuple(labels), total)
 
 
 def summarize_warnings(warnings: list[str]) -> list[str]:
-    """``warnings`` with every "beyond the measured sizes" collective warning folded into one
-    line naming how many there are, the largest and, for a sweep's warnings (which end in
-    ``"; in N plans: ..."``, :func:`core.studies.sweep.plans_note`), which plans they concern; the
-    others unchanged, in order."""
-    beyond = [(m, w) for w in warnings if (m := _BEYOND.match(w))]
+    """``warnings`` with every :class:`CollectiveExtrapolation` folded into one line naming how
+    many there are, the largest and, for a sweep's warnings, which plans they concern; the others
+    unchanged, in order. One such warning is left as it is."""
+    beyond = [w for w in warnings if isinstance(w, CollectiveExtrapolation)]
     if len(beyond) < 2:
         return list(warnings)
-    m, _ = max(beyond, key=lambda mw: float(mw[0].group(2)))
-    line = (f"{len(beyond)} collective sizes beyond the measured curves (the largest: {m.group(1)} "
-            f"of {m.group(2)} MiB on {m.group(3)} GPUs, measured {m.group(4)}), extrapolated with "
+    m = max(beyond, key=lambda w: w.mib)
+    line = (f"{len(beyond)} collective sizes beyond the measured curves (the largest: {m.kind} "
+            f"of {m.mib:.1f} MiB on {m.gpus} GPUs, measured {m.measured}), extrapolated with "
             "each curve's latency-bandwidth fit")
     named: list[str] = []
     unnamed = 0
-    for mm, _ in beyond:
-        if mm.group(5):
-            shown = mm.group(6).split(", ")
-            named += [x for x in shown if x not in named]
-            unnamed += int(mm.group(7) or 0)
+    for w in beyond:
+        named += [x for x in w.plans if x not in named]
+        unnamed += max(w.plans_total - len(w.plans), 0)
     if named:
         more = len(named) - 3 + unnamed
         line += (f"; in plans {', '.join(named[:3])}"
                  + (f" and {more} more (a plan can count more than once)" if more > 0 else ""))
     out, placed = [], False
     for w in warnings:
-        if _BEYOND.match(w):
+        if isinstance(w, CollectiveExtrapolation):
             if not placed:
                 out.append(line)
                 placed = True
@@ -203,9 +238,8 @@ class CommModel:
             what = f"{kind} of {nbytes / 2**20:.1f} MiB on {group_size} GPUs"
             if group_size in kinds[kind]:
                 xs = self.store.collective_curve(kind, group_size)[0]
-                self.warnings.append(
-                    f"{what}: beyond the measured sizes ({_size(xs[0])} to {_size(xs[-1])}), "
-                    "extrapolated with that curve's latency-bandwidth fit")
+                self.warnings.append(CollectiveExtrapolation(
+                    kind, nbytes / 2**20, group_size, f"{_size(xs[0])} to {_size(xs[-1])}"))
             else:
                 self.warnings.append(
                     f"{what}: no measured curve for {group_size} GPUs, estimated with the ring "

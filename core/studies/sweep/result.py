@@ -24,9 +24,10 @@ from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
 from core.store.interval import interval_factors, interval_for, layer_parameters
 from core.studies.sweep.space import SweepSpace, as_list
+from core.sim.comm import CollectiveExtrapolation
 
 __all__ = ["SweepResult", "COLUMNS", "PLAN_COLUMNS", "BEST_BY_FIELDS", "pareto_front",
-           "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note"]
+           "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -430,6 +431,15 @@ def plan_label(pl: ParallelPlan) -> str:
     """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.
     ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
     return pl.label()
+
+
+def with_plans(warning: str, plans: list[ParallelPlan], shown: int = 3) -> str:
+    """``warning`` naming the sweep's plans it concerns: a warning with fields
+    (:class:`core.sim.comm.CollectiveExtrapolation`) keeps them, with the plans as fields too;
+    another gets :func:`plans_note` appended."""
+    if isinstance(warning, CollectiveExtrapolation):
+        return warning.in_plans([plan_label(pl) for pl in plans[:shown]], len(plans))
+    return warning + plans_note(plans, shown)
 
 
 def plans_note(plans: list[ParallelPlan], shown: int = 3) -> str:

@@ -31,7 +31,7 @@ from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_
                                       memory_verdicts, value_codes, work_notes)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
-from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, plans_note
+from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, divisors, enumerate_plans, in_budget,
                                       index_of_plan, sweep_dimensions)
 
@@ -390,7 +390,7 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=best_row(days, cost_usd, fits), cheapest=best_row(cost_usd, days, fits),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sweep_notes + sorted(w + plans_note([plans[i] for i in sorted(idx)])
+        warnings=sweep_notes + sorted(with_plans(w, [plans[i] for i in sorted(idx)])
                                       for w, idx in runner.warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
            if w],
