@@ -264,6 +264,7 @@ class ImportOptionsDialog(QtWidgets.QDialog):
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
         self.import_button = buttons.addButton("Import",
                                                QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+        self.import_button.setDefault(True)
         buttons.accepted.connect(self._on_import_click)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
@@ -338,6 +339,10 @@ class ImportReviewDialog(QtWidgets.QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self.open_button.setFocus()  # Enter opens; the notes scroll with the mouse
 
     @staticmethod
     def notes_html(imported: Imported) -> str:
