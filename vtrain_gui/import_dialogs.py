@@ -262,12 +262,18 @@ class ImportOptionsDialog(QtWidgets.QDialog):
             form.addRow(f"{label} ({flag})" if name != "allow_unknown" else "", widget)
         layout.addLayout(form)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
         self.import_button = buttons.addButton("Import",
                                                QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
         self.import_button.setDefault(True)
         buttons.accepted.connect(self._on_import_click)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if self.fields:  # type into the first field; Enter imports
+            next(iter(self.fields.values())).setFocus()
 
     @staticmethod
     def _field(name: str) -> QtWidgets.QWidget:
@@ -333,6 +339,7 @@ class ImportReviewDialog(QtWidgets.QDialog):
         self.notes.setHtml(self.notes_html(imported))
         layout.addWidget(self.notes, 1)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
         self.open_button = buttons.addButton("Open as new session",
                                              QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
         self.open_button.setDefault(True)
