@@ -25,6 +25,7 @@ from .editor import ConfigEditor
 from .empty_state import EmptyStack, StaleVeil
 from .explore import ExploreTab
 from .formatting import format_count
+from .import_dialogs import ImportMenu
 from .profiles_view import ProfilesTab
 from .session_files import RecentFiles, examples_dir, is_shipped_example
 from .studies import StudiesTab
@@ -221,11 +222,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.recent_menu = file_menu.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
         self.recent_menu.triggered.connect(self._on_recent_menu_trigger)
-        self.action_import_hf = file_menu.addAction("&Import Hugging Face config…")
-        self.action_import_hf.setToolTip("Read a model's config.json (Llama, Mistral, Mixtral, Qwen2, "
-                                         "Qwen3 and their MoE variants) "
-                                         "into a new untitled session with a default plan")
-        self.action_import_hf.triggered.connect(self._on_import_hf_trigger)
+        # File > Import: other tools' files, read as the command line reads them
+        self.importer = ImportMenu(self, file_menu.addMenu("&Import"))
         file_menu.addSeparator()
         self.action_save = file_menu.addAction("&Save", QtGui.QKeySequence.StandardKey.Save)
         self.action_save.triggered.connect(self._on_save_trigger)
@@ -379,29 +377,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self._schedule_simulation(immediately=True)
         return True
 
-    def import_hf_path(self, path: str | Path) -> bool:
-        """Import a Hugging Face ``config.json`` (:func:`core.io.hf_import.read_hf_config`) as a new
-        untitled, unsaved session; on a refusal or error show the message and change nothing."""
-        from core.io.hf_import import read_hf_config
-        path = Path(path)
-        try:
-            imported = read_hf_config(path)
-        except (SessionFileError, ConfigError, OSError) as exc:
-            QtWidgets.QMessageBox.critical(self, "Cannot import config", f"{exc}")
-            return False
-        session = imported.session
-        self.editor.set_session(session)
-        self.explore.reset(session)
-        self.studies.reset(session)
+    def open_session(self, session: Session) -> None:
+        """Show ``session`` as a new untitled, unsaved session (File > Import: see
+        :class:`~vtrain_gui.import_dialogs.ImportMenu`); a pinned plan stays pinned."""
+        self._show_session(session)
         self._set_path(None)
         self.setWindowModified(True)  # nothing saved yet
-        ignored = ", ".join(imported.ignored) or "none"
-        notes = "".join(f"; {n}" for n in imported.notes)
-        self.statusBar().showMessage(f"Imported {path.name} ({imported.architecture}); fields "
-                                     f"ignored as they do not change the cost: {ignored}{notes}",
-                                     15000)
         self._schedule_simulation(immediately=True)
-        return True
 
     def save_to(self, path: str | Path) -> bool:
         """Save the session to ``path`` (atomic); on error show a message and return False."""
@@ -638,15 +620,6 @@ class MainWindow(QtWidgets.QMainWindow):
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open session", start, _FILE_FILTER)
         if path:
             self.open_path(path)
-
-    @Slot()
-    def _on_import_hf_trigger(self) -> None:
-        if not self.maybe_save():
-            return
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(
-            self, "Import Hugging Face config", str(Path.home()), "Hugging Face config (*.json)")
-        if path:
-            self.import_hf_path(path)
 
     @Slot()
     def _on_recent_menu_about_to_show(self) -> None:

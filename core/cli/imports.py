@@ -122,21 +122,12 @@ def _preset(args: argparse.Namespace) -> int:
 
 def _megatron(args: argparse.Namespace) -> int:
     from core.plan.cluster import GPU_KINDS, gpu_kind
-    from core.plan.fields import ConfigError, FieldError
-    from core.plan.rules import check
     from core.util.console import Console, esc
-    from core.io.megatron.arguments import MegatronArgsError, field_origin
-    from core.io.megatron.launch import parse_arguments
-    from core.io.megatron.to_session import import_file
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.to_session import import_checked, parse_variable
     from core.io.session import save_session
 
-    variables = {}
-    for item in args.var:
-        name, eq, value = item.partition("=")
-        if not eq or not (name.isdigit() and name != "0" or name.isidentifier() and name.isascii()):
-            raise MegatronArgsError(f"--var {item!r}: expected NAME=VALUE (a shell variable name "
-                                    "or a positional parameter 1, 2 ...)")
-        variables[name] = value
+    variables = dict(parse_variable(item) for item in args.var)
     for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node),
                         ("--nodes", args.nodes)):
         if value is not None and value < 1:
@@ -147,16 +138,9 @@ def _megatron(args: argparse.Namespace) -> int:
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
     refuse_output_is_input([("--out", args.out)], [args.file])
-    res = import_file(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, gpu=gpu,
-                      allow_unknown=args.allow_unknown, nodes=args.nodes, variables=variables)
-    try:
-        check(res.session)  # the configuration rules, each named (exit 2)
-    except ConfigError as exc:  # named with the file and the arguments of the launch that set it
-        given = parse_arguments(res.launch.arguments, str(args.file))
-        origins = [field_origin(e.field, given) for e in exc.errors]
-        raise ConfigError([FieldError(e.field, e.message + (f" ({origin})" if origin else ""))
-                           for e, origin in zip(exc.errors, origins)],
-                          source=str(args.file)) from None
+    res = import_checked(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node,
+                         gpu=gpu, allow_unknown=args.allow_unknown, nodes=args.nodes,
+                         variables=variables)
     save_session(res.session, args.out)
     if args.json:
         from core.util.inputs import strict_dumps

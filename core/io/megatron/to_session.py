@@ -4,7 +4,10 @@ What belongs here: :func:`session_from_launch` (the walk over the arguments: the
 refused, the model's and the plan's mapped by :mod:`.model_arguments` and
 :mod:`.plan_arguments`, the token budget, other model scripts refused, the rest listed),
 :class:`MegatronImport` (its result), and :func:`import_file` (a file read with
-:func:`~core.io.megatron.launch.read_launch`, its cluster comment applied).
+:func:`~core.io.megatron.launch.read_launch`, its cluster comment applied), with
+:func:`import_checked` (that import with the configuration rules checked, each broken rule
+named with the launch's arguments that set the field: what ``vtrain import megatron-args``
+and the window's File > Import both call) and :func:`parse_variable` (one ``--var``).
 
 The arguments map to a :class:`core.plan.session.Session` through
 :data:`~core.io.megatron.arguments.ARGUMENTS`, one table of argument -> session field. An
@@ -29,18 +32,21 @@ from core.io.cluster_comment import apply_cluster_comment
 from core.io.import_result import ImportResult
 from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
-                                        unknown_arguments)
+                                        field_origin, unknown_arguments)
 from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
 from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.fields import ConfigError, FieldError
+from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.layout import capped_recompute_layers
 from core.plan.model_config import model_from_fields
 
-__all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment"]
+__all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
+           "parse_variable", "import_checked"]
 
 
 @dataclass
@@ -254,3 +260,43 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     res = session_from_launch(read_launch(text, str(path), variables), **kw)
     return with_cluster_comment(res, text, kw)
 
+
+
+def parse_variable(item: str) -> tuple[str, str]:
+    """One ``--var NAME=VALUE``: a value of the script's environment (a shell variable name)
+    or a positional parameter (``1``, ``2`` ...), as ``(name, value)``.
+
+    Raises
+    ------
+    MegatronArgsError
+        ``item`` is not ``NAME=VALUE`` with such a name.
+    """
+    name, eq, value = item.partition("=")
+    if not eq or not (name.isdigit() and name != "0" or name.isidentifier() and name.isascii()):
+        raise MegatronArgsError(f"--var {item!r}: expected NAME=VALUE (a shell variable name "
+                                "or a positional parameter 1, 2 ...)")
+    return name, value
+
+
+def import_checked(path: str | Path, **kw: Any) -> MegatronImport:
+    """:func:`import_file` with the session's configuration rules checked
+    (:func:`core.plan.rules.check`).
+
+    Raises
+    ------
+    MegatronArgsError
+        As :func:`import_file`.
+    ConfigError
+        The session breaks a rule: each error names the launch's arguments that set the
+        field (:func:`~core.io.megatron.arguments.field_origin`), in the file ``path``.
+    """
+    res = import_file(path, **kw)
+    try:
+        check(res.session)
+    except ConfigError as exc:  # named with the file and the arguments of the launch that set it
+        given = parse_arguments(res.launch.arguments, str(path))
+        origins = [field_origin(e.field, given) for e in exc.errors]
+        raise ConfigError([FieldError(e.field, e.message + (f" ({origin})" if origin else ""))
+                           for e, origin in zip(exc.errors, origins)],
+                          source=str(path)) from None
+    return res

@@ -1,0 +1,228 @@
+"""File > Import: a Hugging Face config, a Megatron-LM launch script, a torchtitan job config
+and the vTrain authors' JSON, each read by the command line's reader with the options the
+command line takes as flags; the importer's notes shown before the session opens untitled; a
+refusal is the reader's one message and leaves the open session as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6 import QtWidgets
+
+from core.cli import build_parser
+from core.model import model_math
+from tests.test_llama import LLAMA3_8B
+from vtrain_gui.import_dialogs import (OPTIONS, SOURCES, ImportOptions, ImportOptionsDialog,
+                                       ImportReviewDialog)
+
+#: A launch in today's style: a bash array with +=, the node count from the environment.
+LAUNCH = r"""#!/bin/bash
+GPUS_PER_NODE=8
+MODEL_ARGS=(
+  --num-layers 32 --hidden-size 4096 --num-attention-heads 32
+  --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000
+)
+MODEL_ARGS+=(--bf16)
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py "${MODEL_ARGS[@]}" \
+  --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 \
+  --micro-batch-size 1 --global-batch-size 64 --lr 1e-4 --manual-gc
+"""
+
+#: torchtitan's Llama 3 8B: FSDP over every rank (-1: the world size is not in the file).
+TORCHTITAN = """[model]
+name = "llama3"
+flavor = "8B"
+
+[training]
+local_batch_size = 1
+seq_len = 8192
+steps = 1000
+
+[parallelism]
+data_parallel_shard_degree = -1
+
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+
+[compile]
+enable = true
+"""
+
+#: The authors' format: GPT-3 1.3B's shape on 16 GPUs.
+AUTHORS = {"num_gpus": 16, "gpu_name": "A100", "tensor_parallel_size": 4,
+           "data_parallel_size": 2, "pipeline_parallel_size": 2, "global_batch_size": 64,
+           "micro_batch_size": 1, "num_layers": 24, "hidden_size": 2048,
+           "num_attention_heads": 16, "max_length": 2048, "use_checkpoint": True}
+
+
+class Reviews:
+    """Records the notes dialogs shown (title, summary, notes text) and answers them."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, str, str]] = []
+        self.answer = QtWidgets.QDialog.DialogCode.Accepted
+
+    def exec_(self, dialog: ImportReviewDialog) -> QtWidgets.QDialog.DialogCode:
+        self.shown.append((dialog.windowTitle(), dialog.summary.text(), dialog.text()))
+        return self.answer
+
+
+@pytest.fixture
+def reviews(monkeypatch) -> Reviews:
+    rec = Reviews()
+    monkeypatch.setattr(ImportReviewDialog, "exec", lambda self: rec.exec_(self))
+    return rec
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_import_menu_offers_every_source(window):
+    menu_texts = [a.text() for a in window.importer.actions.values()]
+    assert list(window.importer.actions) == ["hf", "megatron", "torchtitan", "vtrain"]
+    assert all(t.endswith("…") for t in menu_texts)
+
+
+@pytest.mark.parametrize("key", [k for k, s in SOURCES.items() if s.options])
+def test_every_option_asked_for_is_the_commands_flag(key, tmp_path):
+    """The dialog asks for the flags of the command that reads the same file: each option's
+    flag parses into the option's field with the command line's own parser."""
+    parser = build_parser()
+    command = SOURCES[key].command.split()[1:]
+    values = {"gpu": "H100-SXM5-80GB", "variables": "NNODES=2", "allow_unknown": None}
+    for name in SOURCES[key].options:
+        flag = OPTIONS[name][1]
+        value = values.get(name, "7")
+        ns = parser.parse_args([*command, "f", "--out", str(tmp_path / "o.json"), flag]
+                               + ([] if value is None else [value]))
+        got = getattr(ns, "var" if name == "variables" else name)
+        assert got == ([value] if name == "variables" else True if value is None
+                       else value if name == "gpu" else 7)
+
+
+def test_hf_config_opens_untitled_after_its_notes(window, qtbot, tmp_path, reviews,
+                                                   message_boxes, real_simulate):
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    path = _write(folder, "config.json", json.dumps(LLAMA3_8B))
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.importer.import_path("hf", path, ImportOptions(gpu="H100-SXM5-80GB"))
+    session = window.session()
+    assert session.model.name == "Meta-Llama-3-8B"
+    assert model_math.num_parameters(session.model) == 8_030_261_248
+    assert (session.cluster.gpu, session.cluster.gpus_per_node) == ("H100-SXM5-80GB", 8)
+    assert window.path is None and window.isWindowModified()
+    (title, summary, notes), = reviews.shown
+    assert "rope_theta" in notes  # a field listed as changing nothing
+    assert "8.03 B" in summary and "H100-SXM5-80GB" in summary
+    assert not message_boxes.of_kind("critical")
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30_000)
+
+
+def test_refused_hf_config_leaves_the_session_untouched(window, tmp_path, reviews,
+                                                        message_boxes):
+    before = window.session().to_dict()
+    path = _write(tmp_path, "config.json",
+                  json.dumps({**LLAMA3_8B, "quantization_config": {"quant_method": "gptq"}}))
+    assert not window.importer.import_path("hf", path)
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert text == "config.json: quantization_config: quantized weights are not modelled"
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path is None
+
+
+def test_cancelling_the_notes_leaves_the_session_untouched(window, tmp_path, reviews):
+    before = window.session().to_dict()
+    reviews.answer = QtWidgets.QDialog.DialogCode.Rejected
+    path = _write(tmp_path, "authors.json", json.dumps(AUTHORS))
+    assert not window.importer.import_path("vtrain", path)
+    assert len(reviews.shown) == 1
+    assert window.session().to_dict() == before and not window.isWindowModified()
+
+
+def test_megatron_launch_through_the_menu_asks_for_the_missing_variable(
+        window, qtbot, tmp_path, reviews, message_boxes, monkeypatch):
+    """File > Import > Megatron-LM launch script: the script takes NNODES from its environment;
+    Import without it shows the reader's refusal and the dialog stays; with NNODES=2 the
+    16-GPU launch opens, its ignored and unused arguments listed."""
+    path = _write(tmp_path, "train_llama.sh", LAUNCH)
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(path), "")))
+    attempts = []
+
+    def exec_(dialog: ImportOptionsDialog):
+        assert list(dialog.fields) == list(SOURCES["megatron"].options)
+        dialog.import_button.click()  # as the file says: NNODES is not set
+        attempts.append(dialog.result())
+        dialog.fields["variables"].setPlainText("NNODES=2\n")
+        dialog.import_button.click()
+        attempts.append(dialog.result())
+        return dialog.result()
+
+    monkeypatch.setattr(ImportOptionsDialog, "exec", exec_)
+    before = window.session().to_dict()
+    window.importer.actions["megatron"].trigger()
+    rejected, accepted = QtWidgets.QDialog.DialogCode.Rejected, QtWidgets.QDialog.DialogCode.Accepted
+    assert attempts == [rejected, accepted]
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert "NNODES" in text and "\n" not in text
+    (title, summary, notes), = reviews.shown
+    assert "--manual-gc" in notes and "--lr" in notes  # ignored; no effect
+    s = window.session()
+    assert s.to_dict() != before and window.path is None and window.isWindowModified()
+    p = s.plan
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel, p.num_gpus) == (4, 2, 2, 16)
+    assert (p.micro_batch_size, p.global_batch_size, p.precision) == (1, 64, "bf16")
+    assert (s.model.num_layers, s.model.hidden_size, s.model.seq_length) == (32, 4096, 4096)
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
+
+
+def test_torchtitan_config_needs_the_world_size(window, qtbot, tmp_path, reviews,
+                                                message_boxes):
+    path = _write(tmp_path, "llama3_8b.toml", TORCHTITAN)
+    before = window.session().to_dict()
+    assert not window.importer.import_path("torchtitan", path)
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert text.startswith("llama3_8b.toml: parallelism.data_parallel_shard_degree")
+    assert window.session().to_dict() == before
+
+    dialog = ImportOptionsDialog(SOURCES["torchtitan"], path,
+                                 lambda o: window.importer.read("torchtitan", path, o), window)
+    dialog.fields["num_gpus"].setValue(8)
+    gpu = dialog.fields["gpu"]
+    gpu.setCurrentIndex(gpu.findData("H100-SXM5-80GB"))
+    assert dialog.options() == ImportOptions(num_gpus=8, gpu="H100-SXM5-80GB")
+    dialog.import_button.click()
+    assert dialog.result() == QtWidgets.QDialog.DialogCode.Accepted
+    assert window.importer.review_and_open("torchtitan", path, dialog.imported)
+    dialog.deleteLater()
+    (title, summary, notes), = reviews.shown
+    assert "compile.enable" in notes and "training.seq_len" in notes  # no effect; used
+    s = window.session()
+    assert (s.plan.data_parallel, s.plan.zero_stage, s.plan.recompute) == (8, 3, "selective_op")
+    assert (s.cluster.gpu, s.model.seq_length) == ("H100-SXM5-80GB", 8192)
+    assert s.cost.training_tokens == 1000 * 8 * 8192
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
+
+
+def test_vtrain_json_opens_untitled_and_a_wrong_key_is_refused(window, qtbot, tmp_path, reviews,
+                                                                message_boxes):
+    path = _write(tmp_path, "authors.json", json.dumps(AUTHORS))
+    assert window.importer.import_path("vtrain", path)
+    s = window.session()
+    assert s.model.name == "GPT-3 1.3B"
+    assert (s.plan.tensor_parallel, s.plan.pipeline_parallel, s.plan.data_parallel,
+            s.plan.recompute) == (4, 2, 2, "full")
+    assert window.path is None  # Save never writes a session over the authors' file
+    bad = _write(tmp_path, "bad.json", json.dumps({**AUTHORS, "tensor_parallel": 4}))
+    after = window.session().to_dict()
+    assert not window.importer.import_path("vtrain", bad)
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert "tensor_parallel" in text and "bad.json" in text
+    assert window.session().to_dict() == after
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)

@@ -1,0 +1,438 @@
+"""File > Import: other tools' files into a new untitled session, through the command line's
+readers.
+
+What belongs here: the import sources the window offers (:data:`SOURCES`: a Hugging Face
+``config.json``, a Megatron-LM launch script, a torchtitan job config, the vTrain authors'
+JSON; the same as ``vtrain import hf | megatron-args | torchtitan`` and the authors' files
+``vtrain simulate`` reads), :func:`read_import` (one file read by the core reader the command
+line calls, with the options the command line takes as flags; nothing is parsed here), the
+dialog that asks for those options when the file does not say (:class:`ImportOptionsDialog`),
+the dialog that shows the importer's notes before the session is opened
+(:class:`ImportReviewDialog`), and :class:`ImportMenu`, the menu entries and the flow that
+joins them. A refusal is the importer's one-line message in an error dialog; the open session
+is untouched until the user accepts the notes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from pathlib import Path
+from typing import Callable
+
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt, Slot
+
+from core.plan.cluster import GPU_KINDS, ClusterConfig, gpu_kind
+from core.plan.fields import ConfigError
+from core.plan.session import Session
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.session import SessionFileError
+from core.util.text import printable
+
+__all__ = ["ImportSource", "SOURCES", "OPTIONS", "ImportOptions", "Imported", "read_import",
+           "ImportOptionsDialog", "ImportReviewDialog", "ImportMenu"]
+
+#: What a reader raises for a file it refuses or cannot read (the command line's bad input).
+IMPORT_ERRORS = (ConfigError, MegatronArgsError, SessionFileError, OSError, ValueError,
+                 RecursionError, MemoryError)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportSource:
+    """One kind of file File > Import reads.
+
+    Attributes
+    ----------
+    key : str
+        ``"hf"``, ``"megatron"``, ``"torchtitan"`` or ``"vtrain"``.
+    menu_text : str
+        The File > Import entry.
+    what : str
+        The file, in words (dialog titles).
+    command : str
+        The command line that reads it the same way.
+    file_filter : str
+        The file dialog's filter.
+    options : tuple of str
+        The :class:`ImportOptions` fields asked for (the command's flags).
+    tooltip : str
+    """
+
+    key: str
+    menu_text: str
+    what: str
+    command: str
+    file_filter: str
+    options: tuple[str, ...]
+    tooltip: str
+
+
+#: The sources of File > Import, in menu order.
+SOURCES: dict[str, ImportSource] = {s.key: s for s in (
+    ImportSource("hf", "&Hugging Face config…", "Hugging Face config", "vtrain import hf",
+                 "Hugging Face config (*.json);;All files (*)", ("gpu", "seq_length"),
+                 "A model's config.json (Llama, Mistral, Mixtral, Qwen, DeepSeek, GPT-OSS, Gemma, "
+                 "Phi, OLMo, Nemotron ...) with a default plan on one node"),
+    ImportSource("megatron", "&Megatron-LM launch script…", "Megatron-LM launch",
+                 "vtrain import megatron-args",
+                 "Launch scripts and argument lists (*.sh *.sbatch *.slurm *.txt *.log);;"
+                 "All files (*)",
+                 ("gpu", "num_gpus", "gpus_per_node", "nodes", "variables", "allow_unknown"),
+                 "A torchrun/srun/sbatch launch of pretrain_gpt.py, an argument list, or "
+                 "Megatron-LM's printed argument dump: the model and the plan it runs"),
+    ImportSource("torchtitan", "&torchtitan job config…", "torchtitan job config",
+                 "vtrain import torchtitan", "torchtitan job configs (*.toml);;All files (*)",
+                 ("gpu", "num_gpus"),
+                 "A torchtitan train_configs/*.toml: model flavour, parallel degrees, "
+                 "checkpointing, float8"),
+    ImportSource("vtrain", "&vTrain JSON…", "vTrain JSON config", "vtrain simulate CONFIG.json",
+                 "vTrain configs (*.json);;All files (*)", (),
+                 "A configuration in the vTrain authors' JSON format (the paper's artifact)"),
+)}
+
+
+#: Option (an :class:`ImportOptions` field) -> (label, the command line's flag, tooltip).
+OPTIONS: dict[str, tuple[str, str, str]] = {
+    "gpu": ("GPU kind", "--gpu", "GPU kind of the cluster; as the file says (else "
+            f"{ClusterConfig().gpu}) unless one is picked"),
+    "num_gpus": ("GPUs (world size)", "--num-gpus", "World size, when the file does not give "
+                 "it (or to override it)"),
+    "gpus_per_node": ("GPUs per node", "--gpus-per-node", "GPUs per node (default: the "
+                      "launcher's processes per node, else 8)"),
+    "nodes": ("Nodes", "--nodes", "Nodes, when the script takes them from its environment "
+              "(with the GPUs per node: the world size)"),
+    "seq_length": ("Sequence length", "--seq-length", "Sequence length to train at "
+                   "(default: max_position_embeddings)"),
+    "variables": ("Script variables", "--var", "Values of the script's environment or its "
+                  "positional parameters, one NAME=VALUE a line (NNODES=4, 1=/data/ckpt). The "
+                  "script is read, never run: a variable it sets itself wins"),
+    "allow_unknown": ("List unknown arguments", "--allow-unknown", "List arguments that are "
+                      "not Megatron-LM's as ignored (with a close match) instead of refusing "
+                      "them: a fork's or another script's own arguments"),
+}
+
+
+@dataclasses.dataclass
+class ImportOptions:
+    """What the command line takes as flags when the file does not say (None: as the file
+    says). ``variables`` are ``--var`` items, ``NAME=VALUE`` each."""
+
+    gpu: str | None = None
+    num_gpus: int | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    seq_length: int | None = None
+    variables: list[str] = dataclasses.field(default_factory=list)
+    allow_unknown: bool = False
+
+
+@dataclasses.dataclass
+class Imported:
+    """A file read by an importer: the session and what the reader should know about it.
+
+    Attributes
+    ----------
+    session : Session
+    summary : str
+        One line: the model, its parameters, the plan and the cluster.
+    sections : list of (str, list of str)
+        Headed lists: the importer's notes (assumptions), the input it ignored and why, what
+        it used; empty lists are left out.
+    """
+
+    session: Session
+    summary: str
+    sections: list[tuple[str, list[str]]]
+
+
+def read_import(source: str, path: str | Path, options: ImportOptions | None = None) -> Imported:
+    """Read ``path`` with the core reader of ``source`` (a key of :data:`SOURCES`), as the
+    command line does with the flags of ``options``.
+
+    Raises
+    ------
+    ConfigError, MegatronArgsError, SessionFileError, OSError, ValueError
+        The reader's refusal (its message names the file, the key and the rule).
+    """
+    opts = options or ImportOptions()
+    readers = {"hf": _read_hf, "megatron": _read_megatron, "torchtitan": _read_torchtitan,
+               "vtrain": _read_vtrain}
+    session, sections = readers[source](Path(path), opts)
+    return Imported(session, _summary(session), [(h, rows) for h, rows in sections if rows])
+
+
+def _read_hf(path: Path, opts: ImportOptions):
+    """``vtrain import hf`` (core/cli/import_hf.py): :func:`core.io.hf_import.read_hf_config`,
+    then the GPU kind's cluster and the rules checked."""
+    from core.cli.common import cluster_of_gpu
+    from core.io.hf_import import read_hf_config
+    from core.plan.rules import check
+    imp = read_hf_config(path, seq_length=opts.seq_length)
+    if opts.gpu:
+        imp.session.cluster = cluster_of_gpu(opts.gpu, imp.session.cluster)
+        check(imp.session)
+    return imp.session, [("Notes", list(imp.notes)),
+                         (f"Ignored ({imp.architecture}: no effect on the cost)",
+                          [f"{k}: {why}" for k, why in imp.ignored.items()])]
+
+
+def _read_megatron(path: Path, opts: ImportOptions):
+    """``vtrain import megatron-args``: :func:`core.io.megatron.to_session.import_checked`."""
+    from core.io.megatron.to_session import import_checked, parse_variable
+    variables = dict(parse_variable(item) for item in opts.variables)
+    res = import_checked(path, num_gpus=opts.num_gpus, gpus_per_node=opts.gpus_per_node,
+                         gpu=gpu_kind(opts.gpu) if opts.gpu else None,
+                         allow_unknown=opts.allow_unknown, nodes=opts.nodes, variables=variables)
+    s = res.session
+    notes = [f"read from: {res.launch.launcher}"]
+    if s.cluster.inter_node_bandwidth_gbits_per_s is None and s.plan.num_gpus > \
+            s.cluster.gpus_per_node:
+        notes.append("network: Megatron's arguments do not give it; the GPU's reference node "
+                     "(set cluster.inter_node_bandwidth_gbits_per_s for yours)")
+    notes += [f"attention: {s.model.attention_kernel} ({note})" if about == "attention"
+              else f"{about}: {note}" for about, note in res.notes]
+    notes += [f"script: {note}" for note in res.launch.notes]
+    return s, [("Notes", notes),
+               ("Ignored (may change the iteration time)",
+                [f"{arg}: {why}" for arg, why in res.ignored.items()]),
+               ("Not used (no effect on the iteration time)", list(res.neutral))]
+
+
+def _read_torchtitan(path: Path, opts: ImportOptions):
+    """``vtrain import torchtitan``: :func:`core.io.torchtitan_import.read_torchtitan_config`."""
+    from core.io.torchtitan_import import read_torchtitan_config
+    imp = read_torchtitan_config(path, num_gpus=opts.num_gpus,
+                                 gpu=gpu_kind(opts.gpu) if opts.gpu else None)
+    return imp.session, [("Notes", list(imp.notes)),
+                         ("No effect", [f"{k}: {why}" for k, why in imp.ignored.items()]),
+                         ("Used", [f"{k}: {what}" for k, what in imp.used.items()])]
+
+
+def _read_vtrain(path: Path, opts: ImportOptions):
+    """The authors' JSON: :func:`core.io.vtrain_json.read_vtrain_config` (what ``vtrain
+    simulate`` reads such a file with)."""
+    from core.io.vtrain_json import read_vtrain_config
+    return read_vtrain_config(path), []
+
+
+def _summary(session: Session) -> str:
+    """``"Llama 3 8B: 8.03 B parameters; plan t=8 ... on 8 A100-SXM4-80GB"``."""
+    from core.model.counts import num_active_parameters, num_parameters
+    m, plan = session.model, session.plan
+    active = (f" ({num_active_parameters(m) / 1e9:,.2f} B active)" if m.is_moe else "")
+    return (f"{m.name}: {num_parameters(m) / 1e9:,.2f} B parameters{active}; plan "
+            f"{plan.label()} on {plan.num_gpus:,} × {session.cluster.gpu}")
+
+
+def error_text(exc: BaseException) -> str:
+    """The reader's message on one line, as the command line prints it after ``vtrain: error:``."""
+    return printable(" ".join(str(exc).split("\n")))
+
+
+class ImportOptionsDialog(QtWidgets.QDialog):
+    """Asks for the options of a source (:attr:`ImportSource.options`) that the file may not
+    say; Import reads the file with them (``read``) and closes only when it is read: a refusal
+    shows its message and the dialog stays, to change the options or cancel.
+
+    ``read(options)`` returns the :class:`Imported` file or None after showing why not.
+    """
+
+    def __init__(self, source: ImportSource, path: Path,
+                 read: Callable[[ImportOptions], Imported | None],
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Import {source.what}")
+        self._read = read
+        self.imported: Imported | None = None
+        self.fields: dict[str, QtWidgets.QWidget] = {}
+        layout = QtWidgets.QVBoxLayout(self)
+        intro = QtWidgets.QLabel(
+            f"<b>{html.escape(path.name)}</b><br>What the file does not say; leave a field as "
+            f"it is to take it from the file (<code>{html.escape(source.command)}</code> takes "
+            "these as flags).")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        form = QtWidgets.QFormLayout()
+        for name in source.options:
+            label, flag, tip = OPTIONS[name]
+            widget = self._field(name)
+            widget.setToolTip(f"{tip} ({flag})")
+            self.fields[name] = widget
+            form.addRow(f"{label} ({flag})" if name != "allow_unknown" else "", widget)
+        layout.addLayout(form)
+        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
+        self.import_button = buttons.addButton("Import",
+                                               QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+        self.import_button.setDefault(True)
+        buttons.accepted.connect(self._on_import_click)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if self.fields:  # type into the first field; Enter imports
+            next(iter(self.fields.values())).setFocus()
+
+    @staticmethod
+    def _field(name: str) -> QtWidgets.QWidget:
+        """The editor of one option: a GPU list, a count (0: from the file), the variables'
+        lines, a check box."""
+        if name == "gpu":
+            box = QtWidgets.QComboBox()
+            box.addItem(f"as the file says (else {ClusterConfig().gpu})", None)
+            for kind in GPU_KINDS:
+                box.addItem(kind, kind)
+            return box
+        if name == "variables":
+            text = QtWidgets.QPlainTextEdit()
+            text.setPlaceholderText("NNODES=4\n1=/data/ckpt")
+            text.setFixedHeight(80)
+            return text
+        if name == "allow_unknown":
+            return QtWidgets.QCheckBox(f"{OPTIONS[name][0]} ({OPTIONS[name][1]})")
+        spin = QtWidgets.QSpinBox()
+        spin.setRange(0, 10_000_000 if name == "seq_length" else 1_000_000)
+        spin.setSpecialValueText("from the file")
+        spin.setGroupSeparatorShown(True)
+        return spin
+
+    def options(self) -> ImportOptions:
+        """The options as set (None for a field left to the file)."""
+        opts = ImportOptions()
+        for name, w in self.fields.items():
+            if isinstance(w, QtWidgets.QComboBox):
+                value = w.currentData()
+            elif isinstance(w, QtWidgets.QPlainTextEdit):
+                value = [ln.strip() for ln in w.toPlainText().splitlines() if ln.strip()]
+            elif isinstance(w, QtWidgets.QCheckBox):
+                value = w.isChecked()
+            else:
+                value = w.value() or None
+            setattr(opts, name, value)
+        return opts
+
+    @Slot()
+    def _on_import_click(self) -> None:
+        self.imported = self._read(self.options())
+        if self.imported is not None:
+            self.accept()
+
+
+class ImportReviewDialog(QtWidgets.QDialog):
+    """The imported session in one line and the importer's notes (assumptions, ignored input
+    and why, what it used), to read before opening it; Open accepts."""
+
+    def __init__(self, imported: Imported, path: Path, source: ImportSource,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Import {path.name}")
+        self.resize(760, 520)
+        layout = QtWidgets.QVBoxLayout(self)
+        self.summary = QtWidgets.QLabel(f"<b>{html.escape(imported.summary)}</b><br>read from "
+                                        f"the {html.escape(source.what)} {html.escape(str(path))}")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.summary)
+        self.notes = QtWidgets.QTextBrowser()
+        self.notes.setHtml(self.notes_html(imported))
+        layout.addWidget(self.notes, 1)
+        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
+        self.open_button = buttons.addButton("Open as new session",
+                                             QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+        self.open_button.setDefault(True)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self.open_button.setFocus()  # Enter opens; the notes scroll with the mouse
+
+    @staticmethod
+    def notes_html(imported: Imported) -> str:
+        """The sections as HTML: a heading and a list each (escaped)."""
+        if not imported.sections:
+            return "<p>The importer has nothing to note: every key of the file set a field.</p>"
+        parts = []
+        for heading, rows in imported.sections:
+            items = "".join(f"<li>{html.escape(r)}</li>" for r in rows)
+            parts.append(f"<h4>{html.escape(heading)} ({len(rows)})</h4><ul>{items}</ul>")
+        return "".join(parts)
+
+    def text(self) -> str:
+        """The notes as plain text (what the user reads)."""
+        return self.notes.toPlainText()
+
+
+class ImportMenu(QtCore.QObject):
+    """File > Import's entries (one per :data:`SOURCES`) and the flow: a file, the options the
+    file may not say, the importer's notes, then the session opened untitled in ``window``
+    (a :class:`~vtrain_gui.main_window.MainWindow`: ``maybe_save`` and ``open_session``)."""
+
+    def __init__(self, window: QtWidgets.QMainWindow, menu: QtWidgets.QMenu) -> None:
+        super().__init__(window)
+        self._window = window
+        self.actions = {}
+        for source in SOURCES.values():
+            action = menu.addAction(source.menu_text)
+            action.setToolTip(f"{source.tooltip} ({source.command})")
+            action.setData(source.key)
+            self.actions[source.key] = action
+        menu.setToolTipsVisible(True)
+        menu.triggered.connect(self._on_menu_trigger)
+
+    def read(self, source: str, path: str | Path,
+             options: ImportOptions | None = None) -> Imported | None:
+        """:func:`read_import`; on a refusal shows the reader's message in an error dialog and
+        returns None."""
+        try:
+            return read_import(source, path, options)
+        except IMPORT_ERRORS as exc:
+            QtWidgets.QMessageBox.critical(self._window, f"Cannot import {Path(path).name}",
+                                           error_text(exc))
+            return None
+
+    def import_path(self, source: str, path: str | Path,
+                    options: ImportOptions | None = None) -> bool:
+        """Read ``path`` as ``source`` with ``options``, show its notes, and open it as a new
+        untitled session when the user accepts; False (the session on screen untouched) on a
+        refusal, a cancel, or unsaved changes the user keeps."""
+        imported = self.read(source, path, options)
+        return imported is not None and self.review_and_open(source, Path(path), imported)
+
+    def review_and_open(self, source: str, path: Path, imported: Imported) -> bool:
+        """Show the notes (:class:`ImportReviewDialog`); on Open, ask to save unsaved changes,
+        then open the session untitled."""
+        dialog = ImportReviewDialog(imported, path, SOURCES[source], self._window)
+        try:
+            if dialog.exec() != QtWidgets.QDialog.DialogCode.Accepted:
+                return False
+        finally:
+            dialog.deleteLater()
+        if not self._window.maybe_save():
+            return False
+        self._window.open_session(imported.session)
+        self._window.statusBar().showMessage(f"Imported {path.name}: {imported.summary}", 15000)
+        return True
+
+    @Slot(QtGui.QAction)
+    def _on_menu_trigger(self, action: QtGui.QAction) -> None:
+        source = SOURCES[action.data()]
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(
+            self._window, f"Import {source.what}", str(Path.home()), source.file_filter)
+        if not path:
+            return
+        if not source.options:
+            self.import_path(source.key, path)
+            return
+        dialog = ImportOptionsDialog(source, Path(path),
+                                     lambda opts: self.read(source.key, path, opts), self._window)
+        try:
+            if dialog.exec() != QtWidgets.QDialog.DialogCode.Accepted:
+                return
+        finally:
+            dialog.deleteLater()
+        self.review_and_open(source.key, Path(path), dialog.imported)
