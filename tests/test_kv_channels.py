@@ -16,7 +16,6 @@ from core.model import model_math as mm
 from core.accuracy.calibrate import shape_key
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
-from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import check, validate
 from core.plan.session import Session
 from core.sim.graph import lookup_op_times, op_key

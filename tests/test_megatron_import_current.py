@@ -12,7 +12,7 @@ from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS
 from core.io.megatron.arguments import ARGUMENTS, KNOWN_ARGUMENTS, MegatronArgsError
 from core.io.megatron.launch import read_launch
 from core.io.megatron.model_arguments import ATTENTION_BACKENDS
-from core.io.megatron.to_session import import_file, session_from_launch
+from core.io.megatron.to_session import import_file
 from core.io.megatron.arguments import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,
                                         MODELLED_ARGUMENTS, OLDER_ARGUMENTS, REMOVED_ARGUMENTS)
 from tests.conftest import ROOT

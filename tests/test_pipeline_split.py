@@ -12,7 +12,6 @@ from core.model import model_math
 from core import schedules
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.layout import stage_layer_counts, virtual_stage_layer_counts
-from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate

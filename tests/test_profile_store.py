@@ -8,7 +8,6 @@ import h5py
 import numpy as np
 import pytest
 
-from core.store import profile_store as ps
 from core.store.format import SCHEMA_VERSION, ProfileStoreError
 from core.store.profile_store import Lookup, ProfileStore
 

@@ -104,7 +104,7 @@ def test_core_attn_alone_is_todays_selective_bit_for_bit():
 
 
 def test_without_core_attn_the_unfused_core_keeps_its_scores():
-    s, b, h, a, t = 2048, 1, 2048, 16, 2
+    s, b, h, t = 2048, 1, 2048, 2
     none = session(recompute="none")
     mlp = session(recompute_modules="mlp")
     # the s x s term 5as/h stays (Korthikanti Table 2); the MLP's 4f/h (= 16) goes
@@ -188,7 +188,7 @@ def test_moe_act_recomputes_the_experts_activation():
     assert not validate(act)
     g = build_graph(act, store())[0]
     d = recomputed(g, "experts_act_fwd")
-    L, T, k, ep, fe = 4, 1024, 2, 4, 512
+    L, T, k, fe = 4, 1024, 2, 512
     assert d.size == L  # every layer is MoE, one micro-batch per GPU
     R = T * k * 1 * 1.0 / 1  # b s k etp imb / t
     assert d == pytest.approx(mem_s(3 * R * fe * E), rel=1e-12)  # SwiGLU reads 2fe, writes fe

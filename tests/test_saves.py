@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from core.util import atomic
 from core.util.atomic import atomic_target, same_file, save_target
 from core.cli import main
 from core.plan.session import Session

@@ -19,7 +19,7 @@ from core.sim.graph import build_graph, stage_times
 from core.io.session import load_any
 from core.sim.simulate import open_profile, profile_path
 from core.sim.solver import solve
-from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
+from core.studies.sweep import SweepSpace, run_sweep
 from tests.conftest import EXAMPLES
 
 _BASE = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
