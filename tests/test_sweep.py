@@ -190,7 +190,7 @@ def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(sche
 def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_stage, j: int) -> float:
     """Iteration time of plan ``j`` of a random fast-path case by the general solver (the
     reference of the fast path's tests)."""
-    split = schedule == "zb-h1"
+    split = schedule in ("zb-h1", "zb-v")
     programs = [StageProgram.from_chunks(
         [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
         [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],

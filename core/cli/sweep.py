@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from core.plan.config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ConfigError, FieldError,
+from core.plan.config import (RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES,
+                              ConfigError, FieldError,
                       check_all_but_the_plan)
 from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
                      session_inputs)
@@ -49,8 +50,9 @@ def add_parser(sub: Any) -> None:
                     help="pipeline-parallel sizes to try (default: divisors of the layer count)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]", default="1,2,4,8",
                     help="micro-batch sizes to try (default 1,2,4,8)")
-    sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
-                    help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SWEEP_SCHEDULES),
+                    help=f"pipeline schedules to try, of {','.join(SCHEDULES)} (default "
+                         f"{','.join(SWEEP_SCHEDULES)}: zb-v only when asked)")
     sw.add_argument("--virtual-pipeline-stages", metavar="V[,V...]",
                     help="virtual stages per rank to try with the interleaved schedule "
                          "(default: 2 to 8 where the layers divide by p*v)")

@@ -61,6 +61,7 @@ from core.plan.config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, C
 from core.io.megatron_names import (BY_DEST, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
                               REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from core.io.cluster_comment import apply_cluster_comment
+from core.schedules import get as get_schedule
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
            "KNOWN_ARGUMENTS", "Launch", "ImportResult", "read_launch", "parse_arguments",
@@ -1649,11 +1650,12 @@ def export_arguments(session: Session) -> list[str]:
     layout = _get(pl, "pipeline_model_parallel_layout")
     if layout and str(layout).strip():  # Megatron-Core derives v from the layout
         out += ["--pipeline-model-parallel-layout", str(layout).strip()]
-    elif pl.schedule == "interleaved":
-        out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
-    if pl.schedule not in ("1f1b", "interleaved"):
-        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
-                                "1F1B and interleaved 1F1B only")
+    try:  # the schedule's own Megatron arguments, or its refusal by name
+        schedule_args = get_schedule(pl.schedule).megatron_args(pl.virtual_pipeline_stages)
+    except ValueError as exc:  # NotInMegatron, or an unknown name
+        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: {exc}") from None
+    if not (layout and str(layout).strip()):
+        out += schedule_args
     if _get(pl, "sequence_parallel"):
         out.append("--sequence-parallel")
     zero = _get(pl, "zero_stage", 0) or 0

@@ -2195,7 +2195,8 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
 def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[range]]:
     """Global layer indices of each model chunk of each pipeline stage: ``p`` lists of ``v``
     ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
-    ``c*p + i`` of :func:`core.plan.config.virtual_stage_layer_counts`). Raises ValueError when
+    ``c*p + i`` of :func:`core.plan.config.virtual_stage_layer_counts`, or as the schedule
+    places it, :meth:`core.schedules.PipelineSchedule.virtual_stages`). Raises ValueError when
     the layers do not split."""
     return [list(chunks) for chunks in _chunk_layout(model, plan)[0]]
 
@@ -2210,7 +2211,7 @@ def _layout_key(plan: ParallelPlan) -> tuple | None:
     layout = pipeline_layout_text(plan)
     if layout is None:
         return None
-    return layout, plan.schedule == "interleaved" and plan.virtual_pipeline_stages
+    return layout, schedules.get(plan.schedule).uses_virtual_stages and plan.virtual_pipeline_stages
 
 
 def _stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
@@ -2241,17 +2242,19 @@ def _chunk_layout(model: ModelConfig, plan: ParallelPlan
     and the two pipeline-split flags (read as booleans). Raises ValueError as they do (errors
     are not memoized)."""
     p, v = plan.pipeline_parallel, chunks_per_stage(plan)
+    sched = schedules.get(plan.schedule)
     key = (model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers,
            bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan))
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
+           sched.placement_kind)
     hit = _LAYOUTS.get(key)
     if hit is None:
         counts = virtual_stage_layer_counts(model.num_layers, plan, v)
         starts = [0]
         for c in counts:
             starts.append(starts[-1] + c)
-        chunks = tuple(tuple(range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v))
-                       for i in range(p))
+        chunks = tuple(tuple(range(starts[k], starts[k + 1]) for k in row)
+                       for row in sched.virtual_stages(p, v).tolist())
         lengths = tuple(tuple(len(r) for r in ch) for ch in chunks)
         arr = np.array(lengths, np.int64).reshape(p, v)
         arr.setflags(write=False)
@@ -2317,7 +2320,7 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """:func:`params_per_gpu`, computed."""
     fam = family_of(model)
-    t, p = plan.tensor_parallel, plan.pipeline_parallel
+    t = plan.tensor_parallel
     sharded, replicated = fam.layer_parameters(model)
     counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
@@ -2325,9 +2328,9 @@ def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     if moe_counts.any():
         moe = moe_layer_parameters(model)
         n += moe_counts * (moe.sharded / t + moe.replicated) + expert_params_per_gpu(model, plan)
-    first, last = edge_params_per_gpu(model, t, p)
+    first, last = edge_params_per_gpu(model, t, edge_stages(plan))
     n[0] += first
-    n[-1] += last
+    n[loss_stage(plan)] += last
     return n
 
 
@@ -2341,7 +2344,7 @@ def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray
     out = np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
                     for chunks in _chunk_layout(model, plan)[0]], float)
     if mtp_layer_is_moe(model):
-        out[-1] += mtp_layers(model)
+        out[loss_stage(plan)] += mtp_layers(model)
     return out
 
 
@@ -2350,7 +2353,7 @@ def _stage_layers_with_mtp(model: ModelConfig, plan: ParallelPlan) -> np.ndarray
     decoder layers (:func:`_stage_counts`) and, on the last stage, the ``N`` MTP layers'
     (Megatron-Core runs the MTP block on the last pipeline stage)."""
     counts = np.array(_stage_counts(model, plan), float)
-    counts[-1] += mtp_layers(model)
+    counts[loss_stage(plan)] += mtp_layers(model)
     return counts
 
 
@@ -2379,11 +2382,22 @@ def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
 
 
 def chunks_per_stage(plan: ParallelPlan) -> int:
-    """Model chunks per pipeline stage: ``virtual_pipeline_stages`` under a schedule that uses
-    virtual stages (interleaved 1F1B), 1 otherwise."""
-    if schedules.get(plan.schedule).uses_virtual_stages:
-        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
-    return 1
+    """Model chunks per pipeline stage (:meth:`core.schedules.PipelineSchedule.chunks`):
+    ``virtual_pipeline_stages`` under a schedule that uses virtual stages (interleaved 1F1B),
+    2 under ZB-V, 1 otherwise."""
+    return schedules.get(plan.schedule).chunks(getattr(plan, "virtual_pipeline_stages", None))
+
+
+def loss_stage(plan: ParallelPlan) -> int:
+    """The pipeline stage that holds the output layer, the loss and the MTP block: ``p - 1``,
+    stage 0 under ZB-V (:meth:`core.schedules.PipelineSchedule.loss_stage`)."""
+    return schedules.get(plan.schedule).loss_stage(plan.pipeline_parallel, chunks_per_stage(plan))
+
+
+def edge_stages(plan: ParallelPlan) -> int:
+    """The ``p`` to give :func:`edge_params_per_gpu`: 1 when the first and the last layers are on
+    one stage (one stage, or ZB-V: no second copy of a tied embedding), else ``p``."""
+    return 1 if loss_stage(plan) == 0 else plan.pipeline_parallel
 
 
 def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
@@ -2618,7 +2632,7 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     counts = _stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
-    out[-1] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
+    out[loss_stage(plan)] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
     if getattr(model, "multi_latent_attention", False) is True:
         # MLA's down projections: replicated TELinear layers, FP8 like the others
         ql, kvl, _, pe, _ = _mla_dims(model)
@@ -2824,7 +2838,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     n_mtp = mtp_layers(model)
     if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
         recomputed = recomputed.copy()
-        recomputed[-1] += n_mtp
+        recomputed[loss_stage(plan)] += n_mtp
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
     keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
@@ -2849,13 +2863,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     # the logits of the output layer and of each MTP layer's (one loss each)
     losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                                       chunks_per_stage(plan))
+    last = loss_stage(plan)
     if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
-        acts[-1] += (1 + n_mtp) * tokens * V / t * e * losses
+        acts[last] += (1 + n_mtp) * tokens * V / t * e * losses
     else:
-        acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+        acts[last] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
-        acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
+        acts[last] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last]
     if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
         acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
     return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(), acts)

@@ -47,7 +47,7 @@ __all__ = [
     "MODEL_PRESETS",
     "GPU_KINDS",
     "GPU_NVLINK_DOMAIN", "GPU_NIC_GBITS_PER_GPU", "CP_COMM_TYPES", "node_network_gbits_per_s",
-    "SCHEDULES",
+    "SCHEDULES", "SWEEP_SCHEDULES",
     "ACTIVATIONS",
     "SOFTMAX_TYPES",
     "NORMALIZATIONS",
@@ -82,7 +82,9 @@ __all__ = [
 ]
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v")
+#: The schedules a sweep tries by default (ZB-V only when asked: ``--schedules``).
+SWEEP_SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020).
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
@@ -850,8 +852,25 @@ MAX_LAYOUT_SYMBOLS = 100_000
 
 
 def _layout_chunks(plan: ParallelPlan) -> int:
-    """``v`` of ``plan``: ``virtual_pipeline_stages`` under the interleaved schedule, else 1."""
-    return (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+    """``v`` of ``plan``: its schedule's model chunks per stage
+    (:meth:`core.schedules.PipelineSchedule.chunks`: ``virtual_pipeline_stages`` under the
+    interleaved schedule, 2 under ZB-V, else 1; 1 for an unknown schedule)."""
+    from core.schedules import get as get_schedule  # numpy: not on the `vtrain --help` path
+    try:
+        return get_schedule(plan.schedule).chunks(plan.virtual_pipeline_stages)
+    except ValueError:
+        return 1
+
+
+def _multi_chunk(schedule: str) -> bool:
+    """Whether ``schedule`` places several model chunks per stage (interleaved 1F1B, ZB-V);
+    False for an unknown name."""
+    from core.schedules import get as get_schedule
+    try:
+        sched = get_schedule(schedule)
+    except ValueError:
+        return False
+    return sched.uses_virtual_stages or sched.fixed_chunks > 1
 
 
 def pipeline_layout_text(plan: Any) -> str | None:
@@ -1061,7 +1080,8 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         _layout_conflicts(plan)
         v = _layout_chunks(plan)
         vc = layout_layer_counts(layout, L, p, v)
-        return [sum(vc[c * p + i] for c in range(v)) for i in range(p)]
+        from core.schedules import get as get_schedule
+        return [sum(vc[k] for k in row) for row in get_schedule(plan.schedule).virtual_stages(p, v).tolist()]
     first, last = plan.first_stage_layers, plan.last_stage_layers
     if _split_flags(plan):
         if first is not None or last is not None:
@@ -2206,7 +2226,8 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
       parallelism").
     * With ``pipeline_parallel > 1`` the interleaved schedule ("virtual_pipeline_model_parallel_size
       must be specified"); with one stage Megatron's combined 1F1B without pipelining, which
-      the ``1f1b`` schedule names here. GPipe and ZB-H1 have no combined 1F1B.
+      the ``1f1b`` schedule names here. Schedules not in Megatron-LM (GPipe, ZB-H1, ZB-V) have
+      no combined 1F1B.
     * No full recomputation, and no ``moe`` among the recomputed modules.
     * At most one multi-token prediction layer.
     * A bf16 or fp16 model ("only supported with bf16 or fp16 model"; FP8 training keeps bf16
@@ -2226,11 +2247,17 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "(plan.expert_parallel > 1; Megatron-Core: only supported with "
                                "expert model parallelism)"))
     p = pl.pipeline_parallel
-    if _is_int(p) and p > 1 and pl.schedule != "interleaved":
+    from core.schedules import get as get_schedule
+    try:
+        sched = get_schedule(pl.schedule)
+    except ValueError:
+        sched = None  # an unknown schedule is named by its own rule
+    if _is_int(p) and p > 1 and not (sched is not None and sched.in_megatron
+                                     and sched.uses_virtual_stages):
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with pipeline_parallel="
                                f"{p} needs the interleaved schedule (Megatron-Core: virtual "
                                f"pipeline stages must be set), not {pl.schedule!r}"))
-    elif _is_int(p) and p == 1 and pl.schedule in ("gpipe", "zb-h1"):
+    elif _is_int(p) and p == 1 and sched is not None and not sched.in_megatron:
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm runs Megatron-Core's "
                                f"combined 1F1B schedule, not {pl.schedule!r} (use 1f1b)"))
     if pl.recompute == "full":
@@ -2313,9 +2340,10 @@ def _plan_feature_errors(pl: ParallelPlan) -> list[FieldError]:
     if conflict is not None:
         errs.append(FieldError("plan.pipeline_model_parallel_layout", conflict))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
-            pl.schedule == "interleaved":
+            _multi_chunk(pl.schedule):
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
-                               "with the interleaved schedule are not modelled yet"))
+                               f"with the {pl.schedule} schedule (several model chunks per stage) "
+                               "are not modelled yet"))
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))

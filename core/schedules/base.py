@@ -91,6 +91,17 @@ class PipelineSchedule:
     fast_path = True
     fixed_chunks = 0
     in_megatron = False
+    #: Names :meth:`virtual_stages` (a memo key): "wrap" (``c*p + i``), "v" (ZB-V's V shape).
+    placement_kind = "wrap"
+
+    @property
+    def stage_times_kind(self) -> tuple:
+        """All that stage times (:func:`core.sim.graph.stage_times`) read of the schedule: whether
+        it splits the backward, uses the plan's ``v``, places a fixed number of chunks and how
+        it places them. Plans whose schedules have the same kind share stage times (the sweep's
+        key; 1F1B and GPipe do)."""
+        return (self.splits_backward, self.uses_virtual_stages, self.fixed_chunks,
+                self.placement_kind)
 
     def chunks(self, v: int | None) -> int:
         """Model chunks per stage for the plan's ``virtual_pipeline_stages`` ``v`` (None or an
@@ -117,6 +128,11 @@ class PipelineSchedule:
         chunk[vs] = np.arange(v, dtype=np.int64)[None, :]
         return stage, chunk
 
+    def loss_stage(self, p: int, v: int) -> int:
+        """The stage that holds the model's last virtual stage (the output layer and the loss;
+        Megatron-Core's multi-token prediction block too): ``p - 1``, stage 0 under ZB-V."""
+        return int(self.placement(p, v)[0][-1])
+
     def megatron_args(self, v: int | None) -> list[str]:
         """Megatron-LM's command-line arguments that select this schedule (``v``: the plan's
         ``virtual_pipeline_stages``).
@@ -126,8 +142,8 @@ class PipelineSchedule:
         NotInMegatron
             Megatron-LM has no such schedule.
         """
-        raise NotInMegatron(f"schedule {self.name!r} ({self.title}) is not in Megatron-LM: its "
-                            "arguments have 1F1B and interleaved 1F1B only")
+        raise NotInMegatron(f"Megatron-LM's arguments have 1F1B and interleaved 1F1B only "
+                            f"({self.title} is not in Megatron-LM)")
 
     def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
         """Program order of ``stage`` (0..p-1) for ``m`` micro-batches and ``v`` chunks."""

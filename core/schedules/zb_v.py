@@ -108,6 +108,7 @@ class ZeroBubbleV(PipelineSchedule):
     name, title = "zb-v", "ZB-V"
     splits_backward = True
     fixed_chunks = 2
+    placement_kind = "v"
 
     def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
         return None  # depends on T_W and on the order's small slack (zbv_unit_schedule)
@@ -138,5 +139,5 @@ class ZeroBubbleV(PipelineSchedule):
         return []
 
     def megatron_args(self, v: int | None) -> list[str]:
-        raise NotInMegatron("schedule 'zb-v' (ZB-V) is not in Megatron-LM: Megatron-LM has no "
-                            "ZB-V schedule (its arguments have 1F1B and interleaved 1F1B only)")
+        raise NotInMegatron("Megatron-LM's arguments have 1F1B and interleaved 1F1B only: "
+                            "Megatron-LM has no ZB-V schedule")

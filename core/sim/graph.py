@@ -49,7 +49,7 @@ from core.plan.config import recompute_modules
 
 __all__ = ["TaskTemplate", "StageProgram", "schedule_order", "build_pipeline_graph", "build_graph",
            "params_per_gpu", "optimizer_params", "op_key", "OpTimes", "StageTimes", "stage_times",
-           "DETAILS", "num_chunks", "virtual_stage_layers", "weight_gradient_share",
+           "DETAILS", "num_chunks", "chunk_virtual_stages", "virtual_stage_layers", "weight_gradient_share",
            "fp8_weight_cast_time", "moe_comm_bytes"]
 
 K = {name: i for i, name in enumerate(KINDS)}
@@ -162,9 +162,11 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
 
     Each stage's tasks form one chain in the program order of
     :func:`core.schedules.work_order`; then its data-parallel all-reduce and
-    optimizer step. Virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``)
-    sends each micro-batch's activation to virtual stage ``k+1`` and its
-    input gradient (B item) to ``k-1``. A transfer depends on the sending
+    optimizer step. Virtual stage ``k`` (chunk ``c`` of stage ``i`` as the schedule
+    places it, :meth:`core.schedules.PipelineSchedule.placement`: ``k = c*p + i``, or ZB-V's
+    V shape) sends each micro-batch's activation to virtual stage ``k+1`` and its
+    input gradient (B item) to ``k-1`` (a transfer between two chunks of one stage takes
+    no time). A transfer depends on the sending
     item's last task and gates the receiving item's first task; sends are
     blocking, so the sender's next task waits for the transfer too.
 
@@ -193,8 +195,9 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     v = programs[0].num_chunks
     if any(pr.num_chunks != v for pr in programs):
         raise ValueError("all stages need the same number of chunks")
-    if v > 1 and not sched.uses_virtual_stages:
-        raise ValueError(f"schedule {schedule!r} runs one chunk per stage, the programs have {v}")
+    if v != sched.chunks(v):
+        raise ValueError(f"schedule {schedule!r} runs {sched.chunks(v)} chunk(s) per stage, the "
+                         f"programs have {v}")
     if sched.splits_backward and any(pr.wgrad is None for pr in programs):
         raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
     # Every stage's templates (then its data-parallel and optimizer tail as one more template)
@@ -246,19 +249,22 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     last[ST[work], PH[work], CH[work], MB[work]] = ends[work] - 1
     if (first[:, :2] < 0).any():
         raise ValueError("a forward or backward template is empty: every item needs a task")
-    # Pipeline transfers between virtual stages k and k+1 (k = c*p + i on stage i, chunk c):
-    # for each k the forward one (activation, k -> k+1), then the backward one (gradient).
+    # Pipeline transfers between virtual stages k and k+1 (placed by the schedule: k = c*p + i
+    # on stage i, chunk c, or ZB-V's V shape): for each k the forward one (activation,
+    # k -> k+1), then the backward one (gradient).
     F, B = schedules.PHASE_F, schedules.PHASE_B
     kk = np.arange(p * v - 1)
-    lo_s, lo_c, hi_s, hi_c = kk % p, kk // p, (kk + 1) % p, (kk + 1) // p
+    stage_of, chunk_of = sched.placement(p, v)
+    lo_s, lo_c, hi_s, hi_c = stage_of[:-1], chunk_of[:-1], stage_of[1:], chunk_of[1:]
     H = kk.size * 2
     sender = np.stack([lo_s, hi_s], 1).ravel()           # (H,): the stage that sends
     sender_c = np.stack([lo_c, hi_c], 1).ravel()
     receiver = np.stack([hi_s, lo_s], 1).ravel()
     receiver_c = np.stack([hi_c, lo_c], 1).ravel()
     phase_h = np.tile([F, B], kk.size)
-    send_s = np.array([float(programs[a].send_fwd_s if ph == F else programs[a].send_bwd_s)
-                       for a, ph in zip(sender.tolist(), phase_h.tolist())], float)
+    send_s = np.array([_send_time(programs[a], ph == F, a, b, p)
+                       for a, b, ph in zip(sender.tolist(), receiver.tolist(), phase_h.tolist())],
+                      float)
     s_from = last[sender, phase_h, sender_c]               # (H, m)
     s_to = first[receiver, phase_h, receiver_c]            # (H, m)
     ids = total + np.arange(H * m).reshape(H, m)
@@ -303,6 +309,18 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         chunk=per_item(CH, np.int16, np.repeat(sender_c, m)),
         phase=per_item(PH, np.int8, np.repeat(phase_h, m)),
     )
+
+
+def _send_time(program: StageProgram, forward: bool, sender: int, receiver: int, p: int) -> float:
+    """Seconds of one pipeline transfer from stage ``sender`` to ``receiver``: the stage's
+    ``send_fwd_s`` (the hop to stage ``sender+1 mod p``) for an activation and ``send_bwd_s``
+    (the hop to ``sender-1 mod p``) for a gradient, each the other hop when the schedule's
+    placement sends the other way (ZB-V's chunk 1), and 0 between two chunks of one stage."""
+    if sender == receiver:
+        return 0.0
+    if forward:
+        return float(program.send_fwd_s if receiver == (sender + 1) % p else program.send_bwd_s)
+    return float(program.send_bwd_s if receiver == (sender - 1) % p else program.send_fwd_s)
 
 
 # --------------------------------------------------------------------------- from a session
@@ -480,9 +498,9 @@ DETAILS = ("op", "microbatch")
 def virtual_stage_layers(session: Session) -> np.ndarray:
     """Layer boundaries of the ``p*v`` virtual stages: int64 array, shape (p*v + 1,).
 
-    Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``) holds layers
-    ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is ``plan.virtual_pipeline_stages``
-    under the interleaved schedule and 1 otherwise. The counts are
+    Virtual stage ``k`` (chunk ``k // p`` of stage ``k % p``, or as the schedule places it:
+    :func:`chunk_virtual_stages`) holds layers ``bounds[k]`` to ``bounds[k+1] - 1``; ``v`` is
+    :func:`num_chunks`. The counts are
     :func:`core.plan.config.virtual_stage_layer_counts`: without interleaving the stages of
     :func:`core.plan.config.stage_layer_counts` (uneven first and last stages included), with it
     an even split of ``L`` over ``p*v``; with the embedding / loss counted in the split
@@ -497,10 +515,15 @@ def virtual_stage_layers(session: Session) -> np.ndarray:
 
 
 def num_chunks(plan) -> int:
-    """Virtual chunks per stage: ``plan.virtual_pipeline_stages`` when the schedule uses them, else 1."""
-    if schedules.get(plan.schedule).uses_virtual_stages:
-        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
-    return 1
+    """Model chunks per stage (:meth:`core.schedules.PipelineSchedule.chunks`):
+    ``plan.virtual_pipeline_stages`` when the schedule uses them, 2 under ZB-V, else 1."""
+    return schedules.get(plan.schedule).chunks(getattr(plan, "virtual_pipeline_stages", None))
+
+
+def chunk_virtual_stages(plan) -> np.ndarray:
+    """Virtual stage of chunk ``c`` of stage ``i``, int64 array (p, v) (the schedule's placement,
+    :meth:`core.schedules.PipelineSchedule.virtual_stages`: ``c*p + i``, or ZB-V's V shape)."""
+    return schedules.get(plan.schedule).virtual_stages(plan.pipeline_parallel, num_chunks(plan))
 
 
 #: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
@@ -851,7 +874,7 @@ def _structure(session: Session, stage: int, chunk: int = 0,
     (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
-    k = chunk * p + stage
+    k = int(chunk_virtual_stages(pl)[stage, chunk])
     if bounds is None:
         bounds = virtual_stage_layers(session)
     first, stop = int(bounds[k]), int(bounds[k + 1])
@@ -1565,16 +1588,17 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
     (``edp_call``), the rest over ``d`` (``comm_call``)."""
     m, pl = session.model, session.plan
-    t, p = pl.tensor_parallel, pl.pipeline_parallel
+    t = pl.tensor_parallel
     g = DTYPE_BYTES[grad_dtype(pl)]
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # FP8 training gathers BF16 weights
     fam = model_math.family_of(m)
     sharded, replicated = fam.layer_parameters(m)
     layer = sharded / t + replicated
-    first_n, last_n = model_math.edge_params_per_gpu(m, t, p)
+    p_edge, loss_stage = model_math.edge_stages(pl), model_math.loss_stage(pl)
+    first_n, last_n = model_math.edge_params_per_gpu(m, t, p_edge)
     first = first_n if stage == 0 else 0.0
-    mtp = model_math.mtp_edge_parameters(m, t, p) if stage == p - 1 else 0.0
-    last = last_n - mtp if stage == p - 1 else 0.0
+    mtp = model_math.mtp_edge_parameters(m, t, p_edge) if stage == loss_stage else 0.0
+    last = last_n - mtp if stage == loss_stage else 0.0
     out = _DataParallel()
     # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
     fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
@@ -1929,10 +1953,10 @@ def _middle_stages_alike(session: Session) -> bool:
     bounds = virtual_stage_layers(session)
     # each layer's kind: 2 * windowed + MoE
     mask = 2 * windowed.astype(np.int64) + (model_math.moe_layer_mask(m) if m.is_moe else 0)
-    v = num_chunks(pl)
+    place = chunk_virtual_stages(pl).tolist()
 
     def pattern(i: int) -> tuple:
-        return tuple(tuple(mask[bounds[c * p + i]:bounds[c * p + i + 1]].tolist()) for c in range(v))
+        return tuple(tuple(mask[bounds[k]:bounds[k + 1]].tolist()) for k in place[i])
 
     first = pattern(1)
     return all(pattern(i) == first for i in range(2, p - 1))

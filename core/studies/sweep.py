@@ -83,7 +83,7 @@ import numpy as np
 from core.model import model_math
 from core import schedules as pipeline_schedules
 from core.plan.config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                     ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
+                     SWEEP_SCHEDULES, ZERO_STAGES, ConfigError, FieldError, ParallelPlan, Session, check_value,
                      expand_pipeline_layout, pipeline_layout_text, pipeline_split_slots,
                      ep_overlap_errors, plan_key, probe_plan, validate,
                      capped_recompute_layers)
@@ -162,7 +162,8 @@ class SweepSpace:
     micro_batch_sizes : sequence of int
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
     schedules : sequence of str
-        Pipeline schedules from :data:`core.plan.config.SCHEDULES`. Default: all.
+        Pipeline schedules from :data:`core.plan.config.SCHEDULES`. Default:
+        :data:`core.plan.config.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
     virtual_pipeline_stages : sequence of int, optional
         Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
         to 8 for which ``L`` divides by ``p*v``.
@@ -218,7 +219,7 @@ class SweepSpace:
     data_parallel: Sequence[int] | None = None
     max_data_parallel: int | None = None
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
-    schedules: Sequence[str] = SCHEDULES
+    schedules: Sequence[str] = SWEEP_SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
@@ -1397,15 +1398,15 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
-    # Stage times read the schedule only through splits_backward and uses_virtual_stages
-    # (core.sim.graph.stage_times; tests/test_sweep_speed.py checks it): plans that differ only in
-    # a schedule of the same two properties (1F1B and GPipe) share them. Batches come sorted
+    # Stage times read the schedule only through its stage_times_kind (core.sim.graph.stage_times;
+    # tests/test_sweep_speed.py checks it): plans that differ only in a schedule of the same
+    # kind (1F1B and GPipe) share them. Batches come sorted
     # by (p, m, schedule, v), so those of one (p, m) follow each other: keep theirs only.
     kept = lookup_cache.get(_SHARED_STAGE_TIMES)
     if kept is None or kept[0] != (p, m):
         kept = lookup_cache[_SHARED_STAGE_TIMES] = ((p, m), {})
     shared = kept[1]
-    kind = (sched.splits_backward, sched.uses_virtual_stages)
+    kind = sched.stage_times_kind
     for j, pl in enumerate(plans):
         yield_interpreter()
         skey = _stage_times_key(pl, kind)
@@ -1438,9 +1439,9 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     return iteration, max_mem, reason, warnings
 
 
-def _stage_times_key(pl: ParallelPlan, kind: tuple[bool, bool]) -> tuple:
-    """The key of a plan's stage times: every field but the schedule, and the two schedule
-    properties stage times read (``splits_backward``, ``uses_virtual_stages``)."""
+def _stage_times_key(pl: ParallelPlan, kind: tuple) -> tuple:
+    """The key of a plan's stage times: every field but the schedule, and what stage times read
+    of the schedule (:attr:`core.schedules.PipelineSchedule.stage_times_kind`)."""
     fields = plan_key(pl)
     return (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])
 
@@ -1927,7 +1928,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
                 raise SweepCancelled("sweep cancelled")
             pl = plans[i]
             sched = pipeline_schedules.get(pl.schedule)
-            kind = (sched.splits_backward, sched.uses_virtual_stages)
+            kind = sched.stage_times_kind
             base = _bound_plan(pl, model)
             bkey = _stage_times_key(base, kind)
             st = bound_times.get(bkey)
