@@ -17,7 +17,8 @@ from core.plan.config import (SCHEDULES, SWEEP_SCHEDULES, ClusterConfig, CostCon
                               ParallelPlan, Session, validate)
 from core.schedules.zb_v import zbv_unit_schedule
 from core.sim.fastpath import pipeline_iteration_times
-from core.sim.graph import stage_times
+from core.sim.graph import StageProgram, build_pipeline_graph, stage_times
+from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.studies.sweep import SweepSpace
 from tests.conftest import EXAMPLES
@@ -230,3 +231,18 @@ def test_sweep_tries_it_only_when_asked():
     assert "zb-v" in SCHEDULES and "zb-v" not in SWEEP_SCHEDULES
     assert tuple(SweepSpace().schedules) == SWEEP_SCHEDULES
     assert all(schedules.get(n).in_megatron or n in ("gpipe", "zb-h1") for n in SWEEP_SCHEDULES)
+
+
+def test_graph_tasks_name_their_virtual_stage():
+    p, m = 3, 4
+    programs = [StageProgram.from_chunks([[(0, 0, 1.0, -1)]] * 2, [[(1, 0, 1.0, -1)]] * 2,
+                                         [[(9, 0, 1.0, -1)]] * 2, send_fwd_s=0.5, send_bwd_s=0.5)
+                for _ in range(p)]
+    g = build_pipeline_graph(programs, m, "zb-v")
+    work = np.flatnonzero((g.chunk >= 0) & (g.phase >= 0))
+    got = {(int(g.stage[k]), int(g.chunk[k])): g.virtual_stage(int(k)) for k in work.tolist()}
+    assert got == {(i, c): (i if c == 0 else 2 * p - 1 - i) for i in range(p) for c in (0, 1)}
+    # the hand-over between the two chunks of stage p-1 costs nothing; the others 0.5 each
+    p2p = g.kind == KINDS.index("pp_p2p")
+    assert np.count_nonzero(p2p & (g.duration_s == 0.0)) == 2 * m   # F and B of each micro-batch
+    assert np.count_nonzero(p2p) == 2 * m * (2 * p - 1)

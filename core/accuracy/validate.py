@@ -44,6 +44,7 @@ from core.plan.config import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, MODEL_PRESETS, P
                      capped_recompute_layers, expand_pipeline_layout, gpu_kind,
                      model_from_fields, node_network_gbits_per_s, validate)
 from core.io.torchtitan_import import torchtitan_stage_layers
+from core.schedules import megatron_schedule
 from core.accuracy.bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
 from core.plan.config import rename_field
@@ -2328,7 +2329,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     plan = ParallelPlan(tensor_parallel=ints["tensor_parallel"], pipeline_parallel=ints["pipeline_parallel"],
                         data_parallel=ints["data_parallel"], micro_batch_size=ints["micro_batch_size"],
                         global_batch_size=ints["global_batch_size"],
-                        schedule="interleaved" if vp > 1 else "1f1b",
+                        schedule=megatron_schedule(vp),
                         recompute=recompute, precision="bf16",
                         virtual_pipeline_stages=vp if vp > 1 else None,
                         **{c: (_num(path, row, c, str(get[c]), int) if str(get[c]).strip() else None)

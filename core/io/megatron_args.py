@@ -61,7 +61,7 @@ from core.plan.config import (BOUNDS, CROSS_ENTROPY_FUSION_IMPLS, LAYOUT_RULE, C
 from core.io.megatron_names import (BY_DEST, MEGATRON_LM_COMMIT, NEUTRAL_ARGUMENTS,
                               REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, TIMING_ARGUMENTS)
 from core.io.cluster_comment import apply_cluster_comment
-from core.schedules import get as get_schedule
+from core.schedules import get as get_schedule, megatron_schedule
 
 __all__ = ["MegatronArgsError", "ARGUMENTS", "NEUTRAL_ARGUMENTS", "TIMING_ARGUMENTS",
            "KNOWN_ARGUMENTS", "Launch", "ImportResult", "read_launch", "parse_arguments",
@@ -1279,10 +1279,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     elif field_exists("plan.pipeline_model_parallel_layout"):
         mp.set(layout_flag, "plan.pipeline_model_parallel_layout", None, check_value=False)
     if v is not None and v > 1:
-        mp.set(flag, "plan.schedule", "interleaved")
+        mp.set(flag, "plan.schedule", megatron_schedule(v))  # interleaved 1F1B
         mp.set(flag, "plan.virtual_pipeline_stages", v)
     else:
-        mp.set("schedule", "plan.schedule", "1f1b")  # Megatron's non-interleaved schedule
+        mp.set("schedule", "plan.schedule", megatron_schedule(None))  # Megatron's 1F1B
     if switch("--sequence-parallel"):
         mp.set("--sequence-parallel", "plan.sequence_parallel", True)
     elif field_exists("plan.sequence_parallel"):

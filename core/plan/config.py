@@ -546,8 +546,9 @@ class ParallelPlan:
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
                                 short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
     schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
-                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
-                       "(zero-bubble, backward split into input and weight gradients)",
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage), zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients) or zb-v "
+                       "(zero-bubble, two chunks per stage placed V-shape; not in Megatron-LM)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
                         "core, --recompute-activations), full (--recompute-granularity full) or "
@@ -871,6 +872,16 @@ def _multi_chunk(schedule: str) -> bool:
     except ValueError:
         return False
     return sched.uses_virtual_stages or sched.fixed_chunks > 1
+
+
+def _uses_virtual_stages(schedule: str) -> bool:
+    """Whether ``schedule`` reads ``plan.virtual_pipeline_stages`` (interleaved 1F1B); False for
+    an unknown name."""
+    from core.schedules import get as get_schedule
+    try:
+        return get_schedule(schedule).uses_virtual_stages
+    except ValueError:
+        return False
 
 
 def pipeline_layout_text(plan: Any) -> str | None:
@@ -2500,7 +2511,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
                          "a gated MLP (model.activation swiglu)")
        for name in ("activation_func_clamp_value", "glu_linear_offset")},
-    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+    "plan.virtual_pipeline_stages": (lambda s: _uses_virtual_stages(s.plan.schedule),
                                      "the interleaved schedule (plan.schedule)"),
     "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
                                   "full recomputation (plan.recompute)"),

@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
            "NotInMegatron", "register", "get", "names", "work_order", "work_orders",
            "in_flight_microbatches", "in_flight_all", "loss_in_flight", "schedule_errors",
-           "combined_1f1b_paired_share", "order_of"]
+           "combined_1f1b_paired_share", "order_of", "megatron_schedule"]
 
 PHASE_F, PHASE_B, PHASE_W = 0, 1, 2
 #: Phase names, indexed by the phase codes above.
@@ -207,6 +207,14 @@ def get(name: str) -> PipelineSchedule:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise ValueError(f"schedule={name!r} is not one of {', '.join(_REGISTRY)}") from None
+
+
+def megatron_schedule(chunks: int | None) -> str:
+    """The registered schedule Megatron-LM runs with ``chunks`` model chunks per rank (its
+    ``--num-virtual-stages-per-pipeline-rank``, None when not given): the one in Megatron-LM that
+    uses virtual stages when ``chunks > 1`` (interleaved 1F1B), else the one that does not (1F1B)."""
+    virtual = chunks is not None and chunks > 1
+    return next(n for n, s in _REGISTRY.items() if s.in_megatron and s.uses_virtual_stages == virtual)
 
 
 def names() -> tuple[str, ...]:

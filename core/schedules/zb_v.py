@@ -102,7 +102,7 @@ class ZeroBubbleV(PipelineSchedule):
     ``i``, chunk 1 is ``2p-1-i``. Peak activations: ``2p`` chunk activations, i.e. ``p``
     micro-batches through all the stage's layers on every stage -- 1F1B's peak (stage 0), for
     ``m >= p``. Megatron-LM has no ZB-V (:meth:`megatron_args` refuses it); torchtitan runs it
-    as ``ZBVZeroBubble``.
+    as ``ZBVZeroBubble`` (its importer does not map it yet).
     """
 
     name, title = "zb-v", "ZB-V"

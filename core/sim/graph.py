@@ -308,6 +308,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         op=column("op", np.int16, np.repeat(op_h, m)),
         chunk=per_item(CH, np.int16, np.repeat(sender_c, m)),
         phase=per_item(PH, np.int8, np.repeat(phase_h, m)),
+        chunk_stages=sched.virtual_stages(p, v),
     )
 
 
@@ -2287,6 +2288,7 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
         chunk=np.concatenate([graph.chunk, col("chunk", np.int16)]),
         phase=np.concatenate([graph.phase, col("phase", np.int8)]),
         overlapped=np.concatenate([np.zeros(n0, bool), col("overlapped", bool)]),
+        chunk_stages=graph.chunk_stages,
     )
 
 
