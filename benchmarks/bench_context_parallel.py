@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.plan.config import ClusterConfig, MODEL_PRESETS, ParallelPlan, Session, validate  # noqa: E402
-from core.sim.graph import stage_times  # noqa: E402
+from core.sim.stages import stage_times  # noqa: E402
 from core.sim.simulate import session_profile, simulate  # noqa: E402
 
 CLUSTERS = {

@@ -737,7 +737,7 @@ def test_torchtitan_rows_take_torchtitans_uneven_split(tmp_path, framework, laye
         return
     assert m.skip_reason == "" and named
     assert m.session.plan.pipeline_model_parallel_layout == layout
-    from core.sim.graph import virtual_stage_layers
+    from core.sim.op_times import virtual_stage_layers
     import numpy as np
     from core.io.torchtitan_import import torchtitan_stage_layers
     assert np.diff(virtual_stage_layers(m.session)).tolist() == torchtitan_stage_layers(layers, p * vp)

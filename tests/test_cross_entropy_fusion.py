@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
-from core.sim.graph import op_key
+from core.sim.op_times import op_key
 from core.io.megatron_args import import_file
 from core.io.megatron_export import export_script
 from core.model.model_math import cross_entropy_fusion, op_kernels, stage_memory

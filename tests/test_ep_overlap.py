@@ -12,7 +12,7 @@ import pytest
 from core.model import model_math as mm
 from core.plan.config import (ClusterConfig, ParallelPlan, Session, ep_overlap_errors, inactive_fields,
                          validate)
-from core.sim.graph import ep_overlap_pair, stage_times
+from core.sim.stages import ep_overlap_pair, stage_times
 from core.io.megatron_args import MegatronArgsError, export_arguments, import_file
 from core.sim.simulate import session_profile, simulate
 from core.studies.sweep import SweepSpace, enumerate_plans

@@ -19,7 +19,7 @@ import pytest
 from core.model import model_math as mm
 from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ParallelPlan,
                          Session, validate)
-from core.sim.graph import lookup_op_times
+from core.sim.op_times import lookup_op_times
 from core.io.hf_import import session_from_hf_config
 from core.io.megatron_args import export_arguments, read_launch, session_from_launch
 from core.store.profile_store import ProfileStore

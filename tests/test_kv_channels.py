@@ -15,7 +15,7 @@ import pytest
 from core.model import model_math as mm
 from core.accuracy.calibrate import shape_key
 from core.plan.config import MODEL_PRESETS, ModelConfig, ParallelPlan, Session, check, validate
-from core.sim.graph import lookup_op_times, op_key
+from core.sim.op_times import lookup_op_times, op_key
 from core.io.hf_import import session_from_hf_config
 from core.model.ops import analytic_op_time, op_kernels, table_covers
 from core.store.profile_store import ProfileStore

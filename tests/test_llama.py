@@ -19,7 +19,7 @@ from tests.conftest import ROOT, case_file
 from core.model import model_math as mm
 from core.plan.config import (LLAMA_FAMILY, MODEL_PRESETS, ConfigError, ModelConfig, ParallelPlan,
                          Session, check, validate)
-from core.sim.graph import lookup_op_times
+from core.sim.op_times import lookup_op_times
 from core.io.hf_import import session_from_hf_config
 from core.model.ops import OP_KEYS, analytic_op_time, op_kernels, table_covers
 from core.store.profile_store import ProfileStore

@@ -17,7 +17,9 @@ import pytest
 from core.model import model_math as mm
 from core.sim.comm import CommModel
 from core.plan.config import ClusterConfig, ModelConfig, ParallelPlan, Session, validate
-from core.sim.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
+from core.sim.op_times import lookup_op_times
+from core.sim.stages import moe_comm_bytes, stage_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import KINDS, OPS, STREAMS
 from core.model.ops import analytic_op_time, op_kernels
 from core.sim.simulate import session_profile, simulate
@@ -157,7 +159,7 @@ def test_expert_groups_inside_tensor_and_data_parallel_ranks():
 # --------------------------------------------------------------------------- kernels
 
 def _key(session):
-    from core.sim.graph import op_key
+    from core.sim.op_times import op_key
     return op_key(session)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core import schedules
-from core.sim.graph import StageProgram, build_pipeline_graph, schedule_order
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph, schedule_order
 from core.sim.graph_types import KINDS
 from core.sim.solver import solve
 

@@ -13,7 +13,8 @@ from core.model import model_math
 from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session,
                          expand_pipeline_layout, layout_summary, stage_layer_counts, validate,
                          virtual_stage_layer_counts)
-from core.sim.graph import build_graph, stage_times
+from core.sim.stages import stage_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import OPS
 from core.io.megatron_args import MegatronArgsError, import_file
 from core.io.megatron_export import export_script

@@ -12,7 +12,8 @@ from core.model import model_math
 from core import schedules
 from core.plan.config import (MODEL_PRESETS, ClusterConfig, CostConfig, ModelConfig, ParallelPlan,
                          Session, stage_layer_counts, validate, virtual_stage_layer_counts)
-from core.sim.graph import stage_times, virtual_stage_layers
+from core.sim.op_times import virtual_stage_layers
+from core.sim.stages import stage_times
 from core.io.megatron_args import import_file
 from core.io.megatron_export import export_script
 from core.sim.simulate import open_profile, profile_path, simulate

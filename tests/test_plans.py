@@ -13,7 +13,8 @@ import pytest
 from core.model import model_math
 from core.plan.config import (MODEL_PRESETS, PLAN_FIELDS, ClusterConfig, CostConfig, ModelConfig,
                          ParallelPlan, Session, plan_key, stage_layer_counts, validate)
-from core.sim.graph import build_graph, stage_times
+from core.sim.stages import stage_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.report import StageMemory

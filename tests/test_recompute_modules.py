@@ -13,7 +13,8 @@ import pytest
 from core.model import model_math as mm
 from core.plan.config import (MODEL_PRESETS, ClusterConfig, ModelConfig, ParallelPlan, Session,
                          parse_recompute_modules, recompute_modules, validate)
-from core.sim.graph import build_graph, lookup_op_times
+from core.sim.op_times import lookup_op_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate, stage_memory

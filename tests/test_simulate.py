@@ -15,7 +15,7 @@ import pytest
 
 from core.cli import main
 from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session
-from core.sim.graph import params_per_gpu
+from core.sim.op_times import params_per_gpu
 from core.model.ops import analytic_op_time
 from core.io.session import load_any, save_session, session_to_json
 from core.sim.simulate import open_profile, profile_path, simulate, stage_memory

@@ -16,7 +16,9 @@ import pytest
 from core.cli import main
 from core.plan.config import (MODEL_PRESETS, ClusterConfig, ConfigError, CostConfig, ModelConfig,
                          ParallelPlan, Session, validate)
-from core.sim.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph
+from core.sim.stages import stage_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.sim.solver import solve
@@ -537,7 +539,7 @@ def test_cli_missing_config_exits_2(tmp_path, capsys):
 
 def test_warnings_come_from_plans_that_fit():
     # a plan that does not fit is never run, so its extrapolated lookups are no one's concern
-    from core.sim.graph import stage_times
+    from core.sim.stages import stage_times
     from core.io.session import load_any
     from core.sim.simulate import open_profile, profile_path
     session = load_any(EXAMPLES / "mtnlg_530b.json")

@@ -11,7 +11,8 @@ import pytest
 
 from core import schedules
 from core.plan.config import MODEL_PRESETS, ClusterConfig, CostConfig, ParallelPlan, Session, validate
-from core.sim.graph import build_graph, stage_times
+from core.sim.stages import stage_times
+from core.sim.graph import build_graph
 from core.io.session import load_any
 from core.sim.simulate import open_profile, profile_path
 from core.sim.solver import solve

@@ -8,7 +8,7 @@ import pytest
 from core.model import model_math
 from core.sim.comm import CommModel
 from core.plan.config import MODEL_PRESETS, ClusterConfig, ParallelPlan, Session, validate
-from core.sim.graph import lookup_op_times, tp_overlap_split
+from core.sim.op_times import lookup_op_times, tp_overlap_split
 from core.io.megatron_args import export_arguments, read_launch, session_from_launch
 from core.io.megatron_export import export_script
 from core.sim.simulate import open_profile, profile_path, simulate

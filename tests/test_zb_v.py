@@ -17,7 +17,8 @@ from core.plan.config import (SCHEDULES, SWEEP_SCHEDULES, ClusterConfig, CostCon
                               ParallelPlan, Session, validate)
 from core.schedules.zb_v import zbv_unit_schedule
 from core.sim.fastpath import pipeline_iteration_times
-from core.sim.graph import StageProgram, build_pipeline_graph, stage_times
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph
+from core.sim.stages import stage_times
 from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.studies.sweep import SweepSpace

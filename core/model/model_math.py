@@ -1660,7 +1660,7 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 
 
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
-#: their share of its analytic time (:func:`core.sim.graph.lookup_op_times`).
+#: their share of its analytic time (:func:`core.sim.op_times.lookup_op_times`).
 DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "attention_core_bwd": "attention_bwd",
                                "layernorm_fwd": "attention_fwd",
@@ -2301,14 +2301,15 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
     Memoized (sweeps ask for the same few layouts often; a new array is returned), keyed by
     every field it reads: all the model's, and the plan's ``t``, ``p``, chunks per stage,
-    uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``.
+    uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``, and
+    the schedule's placement (ZB-V's loss stage is stage 0).
     """
     key = (_MODEL_FIELD_VALUES(model), plan.tensor_parallel,
            plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
            bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
            plan.expert_parallel,
-           expert_tensor_parallel(plan))
+           expert_tensor_parallel(plan), schedules.get(plan.schedule).placement_kind)
     hit = _PARAMS.get(key)
     if hit is None:
         if len(_PARAMS) > 4096:

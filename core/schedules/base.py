@@ -96,7 +96,7 @@ class PipelineSchedule:
 
     @property
     def stage_times_kind(self) -> tuple:
-        """All that stage times (:func:`core.sim.graph.stage_times`) read of the schedule: whether
+        """All that stage times (:func:`core.sim.stages.stage_times`) read of the schedule: whether
         it splits the backward, uses the plan's ``v``, places a fixed number of chunks and how
         it places them. Plans whose schedules have the same kind share stage times (the sweep's
         key; 1F1B and GPipe do)."""

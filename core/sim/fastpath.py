@@ -3,7 +3,7 @@
 Used by :mod:`core.studies.sweep` for every plan of a sweep and by :mod:`core.sim.simulate`
 for the schedule's idle share with free pipeline transfers. It reads the
 schedule's order from :mod:`core.schedules` and equals the general solver on
-the coarse graph of :func:`core.sim.graph.build_pipeline_graph` (tests check it).
+the coarse graph of :func:`core.sim.pipeline_graph.build_pipeline_graph` (tests check it).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
-    Equals the critical path of :func:`core.sim.graph.build_pipeline_graph` on
+    Equals the critical path of :func:`core.sim.pipeline_graph.build_pipeline_graph` on
     stage programs with one task per work item (forward, backward and, for
     schedules that split it, weight gradient, per virtual chunk), transfers,
     data-parallel all-reduce and optimizer step, up to float rounding (tests
@@ -151,12 +151,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         Weight-gradient items W, for schedules that split the backward.
     ready_s : float array, shape of ``fwd_s``, optional
         Earliest start of the first forward (micro-batch 0) of each stage and chunk
-        (:attr:`core.sim.graph.StageTimes.ready_s`: its parameters' all-gather from the
+        (:attr:`core.sim.stages.StageTimes.ready_s`: its parameters' all-gather from the
         iteration's start); default 0.
     chunk_tail_s : float array, shape of ``fwd_s``, optional
         The stage's tail (``dp_comm_s``, optimizer) also waits until this long after the
         compute of the chunk's last weight-gradient item (B, or W when split, of
-        micro-batch m-1) ends (:attr:`core.sim.graph.StageTimes.chunk_tail_s`: overlapped
+        micro-batch m-1) ends (:attr:`core.sim.stages.StageTimes.chunk_tail_s`: overlapped
         gradient buckets); ``-inf`` for none.
     compiled : bool, optional
         Use the compiled pass (when Numba is available): True, yes; False, the numpy

@@ -131,7 +131,7 @@ def generate_store(gpu: str, date: str | None = None) -> ProfileStore:
 
 
 def _family_key(m) -> dict:
-    """The family columns of model ``m`` (the values :func:`core.sim.graph.op_key` gives)."""
+    """The family columns of model ``m`` (the values :func:`core.sim.op_times.op_key` gives)."""
     return dict(a=m.num_attention_heads, g=m.query_groups, act=activation_key(m.activation),
                 norm=m.normalization,
                 pos=m.position_embedding, attn=m.attention_kernel, qkn=int(m.qk_layernorm),

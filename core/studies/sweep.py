@@ -15,7 +15,7 @@ The per-plan iteration time equals :func:`core.sim.simulate.simulate`'s (relativ
 difference below 1e-9; tests check it), but it is computed without building
 per-op graphs:
 
-* :func:`core.sim.graph.stage_times` gives each stage's forward and backward time
+* :func:`core.sim.stages.stage_times` gives each stage's forward and backward time
   of one micro-batch (the per-op chain merged, exact because the compute
   stream is one chain with one entry and one exit per micro-batch), transfer,
   data-parallel all-reduce and optimizer times. Op lookups and communication
@@ -89,7 +89,9 @@ from core.plan.config import (BOUNDS, PLAN_FIELDS, RECOMPUTE_CHOICES, RECOMPUTE_
                      capped_recompute_layers)
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.fastpath import pipeline_iteration_times
-from core.sim.graph import build_graph, num_chunks, stage_times
+from core.sim.op_times import num_chunks
+from core.sim.stages import stage_times
+from core.sim.graph import build_graph
 from core.sim.simulate import memory_verdict_arrays, session_profile, small_nvlink_domain_note
 from core.sim.solver import solve
 from core.store.interval import DEFAULT_COVERAGE, interval_factors, interval_for, layer_parameters
@@ -412,8 +414,10 @@ def _as_list(values: Any) -> list:
 
 def one_stage_schedule(schedules: Sequence[str]) -> str:
     """The schedule a sweep keeps for single-stage plans (p = 1), where all schedules run the
-    same order: 1F1B when among ``schedules``, else the first."""
-    return "1f1b" if "1f1b" in schedules else schedules[0]
+    same order: Megatron's 1F1B (:func:`core.schedules.megatron_schedule`) when among
+    ``schedules``, else the first."""
+    megatron = pipeline_schedules.megatron_schedule(None)
+    return megatron if megatron in schedules else schedules[0]
 
 
 # the plan fields enumerate_plans sets on each candidate (the others keep the base plan's)
@@ -833,7 +837,8 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
     # wrong size makes the count unreachable too: its own rule says more)
     out += values or _gpu_count_errors(session, space)
     # the virtual-stage counts the user gave (the default 2..8 are tried quietly)
-    if ("interleaved" in space.schedules and n is None
+    if (any(pipeline_schedules.get(s).uses_virtual_stages for s in _as_list(space.schedules)
+            if s in pipeline_schedules.names()) and n is None
             and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
         what = (f"num_layers={L}" if L == session.model.num_layers else
@@ -1372,7 +1377,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     plans : list of ParallelPlan, length n
     store : ProfileStore
     lookup_cache : dict
-        Memo of op and communication lookups (:func:`core.sim.graph.stage_times`), shared
+        Memo of op and communication lookups (:func:`core.sim.stages.stage_times`), shared
         between batches of one process.
     compiled : bool, optional
         Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
@@ -1398,7 +1403,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
-    # Stage times read the schedule only through its stage_times_kind (core.sim.graph.stage_times;
+    # Stage times read the schedule only through its stage_times_kind (core.sim.stages.stage_times;
     # tests/test_sweep_speed.py checks it): plans that differ only in a schedule of the same
     # kind (1F1B and GPipe) share them. Batches come sorted
     # by (p, m, schedule, v), so those of one (p, m) follow each other: keep theirs only.
@@ -1462,7 +1467,7 @@ def _bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
 
 def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) -> float:
     """A lower bound of the iteration time the batch solver gives a plan with stage times
-    ``st`` (:class:`core.sim.graph.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
+    ``st`` (:class:`core.sim.stages.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
     seconds: its compute plus the schedule's least bubble (branch and bound's bound).
 
     Each stage runs its items one after another (:func:`pipeline_iteration_times`). Stage
