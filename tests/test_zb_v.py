@@ -247,3 +247,29 @@ def test_graph_tasks_name_their_virtual_stage():
     p2p = g.kind == KINDS.index("pp_p2p")
     assert np.count_nonzero(p2p & (g.duration_s == 0.0)) == 2 * m   # F and B of each micro-batch
     assert np.count_nonzero(p2p) == 2 * m * (2 * p - 1)
+
+
+@pytest.mark.parametrize("name", schedules.names())
+def test_every_schedule_places_each_virtual_stage_once(name):
+    sched = schedules.get(name)
+    for p in (1, 2, 3, 5):
+        v = sched.chunks(3 if sched.uses_virtual_stages else None)
+        vs = sched.virtual_stages(p, v)
+        assert sorted(vs.ravel().tolist()) == list(range(p * v))
+        stage_of, chunk_of = sched.placement(p, v)
+        assert all(vs[s, c] == k for k, (s, c) in enumerate(zip(stage_of.tolist(), chunk_of.tolist())))
+        assert sched.loss_stage(p, v) == stage_of[-1]
+        assert vs[0, 0] == 0  # the embedding is on stage 0
+        if sched.in_megatron:
+            assert isinstance(sched.megatron_args(v), list)
+        else:
+            with pytest.raises(schedules.NotInMegatron, match="1F1B and interleaved 1F1B only"):
+                sched.megatron_args(v)
+
+
+def test_megatron_schedule_and_stage_times_kinds():
+    assert schedules.megatron_schedule(None) == schedules.megatron_schedule(1) == "1f1b"
+    assert schedules.megatron_schedule(4) == "interleaved"
+    kinds = {n: schedules.get(n).stage_times_kind for n in schedules.names()}
+    assert kinds["1f1b"] == kinds["gpipe"]              # they share stage times in a sweep
+    assert len({kinds[n] for n in ("1f1b", "interleaved", "zb-h1", "zb-v")}) == 4

@@ -173,7 +173,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     ------
     ValueError
         Unknown schedule, one without a fast path, ``m < 1``, arrays of
-        different shapes, or ``wgrad_s`` missing for a split schedule.
+        different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
+        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
+
+    Long on purpose: the compiled pass and the numpy sweeps share the checks and the item
+    durations in one place, so their operations per element stay the same (bit for bit).
     """
     sched = pipeline_schedules.get(schedule)
     if not sched.fast_path:

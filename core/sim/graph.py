@@ -68,6 +68,9 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
     its first forward (micro-batch 0), chained across chunks when ``chain_start``; the
     ``last`` tasks follow the chunk's last weight-gradient item (micro-batch m-1) and gate
     the stage's tail.
+
+    Long on purpose: one pass over each stage's work items, adding each side task where its
+    item runs, with the running per-stream predecessors the closures share.
     """
     p = graph.num_stages
     need = any(t.has_side for stage in templates for t in stage.values())

@@ -412,6 +412,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ------
     KeyError
         The profile lacks the dtype or collectives the plan needs.
+
+    Long on purpose: it gathers every input of the stage spans (op times, tensor-parallel,
+    data-parallel, expert and context-parallel collectives, FP8 speed-up, transfers) in the
+    order they depend on each other, each memoized in ``cache`` under its own key.
     """
     m, pl, cl = session.model, session.plan, session.cluster
     # gradients reduce and the optimizer shards over the data-parallel ranks with the

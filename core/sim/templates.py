@@ -357,8 +357,13 @@ def _reduces_gradients(session: Session) -> bool:
 @lru_cache(maxsize=4096)
 def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
     """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
-    templates of one micro-batch on a virtual stage (see :func:`build_graph`;
-    :meth:`_Template.timed` gives them durations)."""
+    templates of one micro-batch on a virtual stage (see :func:`core.sim.graph.build_graph`;
+    :meth:`_Template.timed` gives them durations).
+
+    One long function on purpose: it reads top to bottom in the order the tasks run (embedding,
+    the layers' forwards, MTP, output layer, then the backwards in reverse), and its small
+    closures share the structure's flags and the units built so far; split into functions they
+    would pass a dozen arguments each."""
     sp, zero = st.sp, (st.zero_stage if st.dp else 0)
     wunit: _Unit | None = None  # where the current backward unit's W tasks go
 
