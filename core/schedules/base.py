@@ -111,27 +111,27 @@ class PipelineSchedule:
             return self.fixed_chunks
         return int(v or 1) if self.uses_virtual_stages else 1
 
+    def place(self, p: int, v: int) -> np.ndarray:
+        """The placement rule :meth:`virtual_stages` caches: ``c*p + i`` for chunk ``c`` of stage
+        ``i`` (Megatron's interleaving: the chunks wrap around the stages); schedules with
+        another placement override this method."""
+        return np.arange(v, dtype=np.int64)[None, :] * p + np.arange(p, dtype=np.int64)[:, None]
+
     def virtual_stages(self, p: int, v: int) -> np.ndarray:
         """Virtual stage (0..p*v-1, the model's order of layer blocks) that chunk ``c`` of stage
-        ``i`` holds, int64 array of shape (p, v): ``c*p + i`` (Megatron's interleaving: the
-        chunks wrap around the stages); schedules with another placement override it."""
-        return np.arange(v, dtype=np.int64)[None, :] * p + np.arange(p, dtype=np.int64)[:, None]
+        ``i`` holds, int64 array of shape (p, v) (:meth:`place`; cached, read-only)."""
+        return _placement(self, int(p), int(v))[0]
 
     def placement(self, p: int, v: int) -> tuple[np.ndarray, np.ndarray]:
         """Inverse of :meth:`virtual_stages`: ``(stage, chunk)`` of each virtual stage ``k``,
-        two int64 arrays of shape (p*v,). The activation of virtual stage ``k`` goes to
-        virtual stage ``k+1``, its input gradient back to ``k-1``."""
-        vs = self.virtual_stages(p, v)
-        stage = np.empty(p * v, np.int64)
-        chunk = np.empty(p * v, np.int64)
-        stage[vs] = np.arange(p, dtype=np.int64)[:, None]
-        chunk[vs] = np.arange(v, dtype=np.int64)[None, :]
-        return stage, chunk
+        two int64 arrays of shape (p*v,) (cached, read-only). The activation of virtual stage
+        ``k`` goes to virtual stage ``k+1``, its input gradient back to ``k-1``."""
+        return _placement(self, int(p), int(v))[1:]
 
     def loss_stage(self, p: int, v: int) -> int:
         """The stage that holds the model's last virtual stage (the output layer and the loss;
         Megatron-Core's multi-token prediction block too): ``p - 1``, stage 0 under ZB-V."""
-        return int(self.placement(p, v)[0][-1])
+        return int(_placement(self, int(p), int(v))[1][-1])
 
     def megatron_args(self, v: int | None) -> list[str]:
         """Megatron-LM's command-line arguments that select this schedule (``v``: the plan's
@@ -179,6 +179,21 @@ class PipelineSchedule:
         return []
 
 
+
+
+@lru_cache(maxsize=1024)
+def _placement(sched: PipelineSchedule, p: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``virtual_stages`` (p, v) and its inverse ``stage``, ``chunk`` (p*v,) of ``sched`` (its
+    :meth:`PipelineSchedule.place`), read-only: the graph, the fast path and the memory model
+    ask for them per plan."""
+    vs = np.asarray(sched.place(p, v), np.int64)
+    stage = np.empty(p * v, np.int64)
+    chunk = np.empty(p * v, np.int64)
+    stage[vs] = np.arange(p, dtype=np.int64)[:, None]
+    chunk[vs] = np.arange(v, dtype=np.int64)[None, :]
+    for a in (vs, stage, chunk):
+        a.setflags(write=False)
+    return vs, stage, chunk
 
 
 class NotInMegatron(ValueError):

@@ -113,7 +113,7 @@ class ZeroBubbleV(PipelineSchedule):
     def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
         return None  # depends on T_W and on the order's small slack (zbv_unit_schedule)
 
-    def virtual_stages(self, p: int, v: int) -> np.ndarray:
+    def place(self, p: int, v: int) -> np.ndarray:
         i = np.arange(p, dtype=np.int64)
         return np.stack([i, 2 * p - 1 - i], axis=1)
 
