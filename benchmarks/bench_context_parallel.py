@@ -26,7 +26,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session  # noqa: E402
-from core.sim.graph import stage_times  # noqa: E402
+from core.sim.stages import stage_times  # noqa: E402
 from core.sim.simulate import session_profile, simulate  # noqa: E402
 
 CLUSTERS = {

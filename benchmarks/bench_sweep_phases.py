@@ -6,7 +6,7 @@ caches), measured in fresh processes as the command line runs them (cold: Numba'
 loaded from its cache, the lookup memos empty):
 
 * ``--workers 1`` (the serial sweep): enumeration and validation (:func:`core.studies.sweep.enumerate_plans`),
-  the store, the plans' stage times (:func:`core.sim.graph.stage_times`), their memory
+  the store, the plans' stage times (:func:`core.sim.stages.stage_times`), their memory
   (:func:`core.model.memory.stage_memory_arrays`), the batch solver
   (:func:`core.sim.fastpath.pipeline_iteration_times`: the pipeline structures, Numba's load and
   the compiled pass), the rest of the batches and the summary after them (costs, Pareto

@@ -297,7 +297,7 @@ def test_the_prior_keeps_what_the_runs_do_not_decide_at_the_spec_value():
 ])
 def test_linearized_form_times_windowed_layers_as_the_simulator(extra):
     """The kernel form of a plan with sliding-window layers gives the iteration time the
-    simulator gives (their attention ops carry the window, as core.sim.graph.lookup_op_times)."""
+    simulator gives (their attention ops carry the window, as core.sim.op_times.lookup_op_times)."""
     s = _session("H100-SXM5-80GB", 2, 2, 1)
     s = dataclasses.replace(s, model=dataclasses.replace(s.model, **extra))
     b = analytic_bases()(s)

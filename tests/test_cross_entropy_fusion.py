@@ -13,7 +13,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import op_key
+from core.sim.op_times import op_key
 from core.io.megatron.to_session import import_file
 from core.io.megatron.export import export_script
 from core.model.keys import cross_entropy_fusion

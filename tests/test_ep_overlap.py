@@ -14,7 +14,7 @@ from core.plan.cluster import ClusterConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.rules import ep_overlap_errors, inactive_fields, validate
 from core.plan.session import Session
-from core.sim.graph import ep_overlap_pair, stage_times
+from core.sim.stages import ep_overlap_pair, stage_times
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.to_session import import_file

@@ -16,7 +16,7 @@ needs_numba = pytest.mark.skipif(not fastpath_kernel.available(), reason="Numba 
 
 def _random_case(rng, schedule):
     p = int(rng.integers(1, 7)) if schedule != "interleaved" else int(rng.integers(2, 6))
-    v = int(rng.integers(2, 4)) if schedule == "interleaved" else 1
+    v = int(rng.integers(2, 4)) if schedule == "interleaved" else 2 if schedule == "zb-v" else 1
     m = p * int(rng.integers(1, 4)) if schedule == "interleaved" else int(rng.integers(1, 12))
     n = int(rng.integers(1, 5))
     per_chunk = [rng.uniform(0.1, 3, (p, v, n)), rng.uniform(0.1, 5, (p, v, n)),
@@ -30,10 +30,10 @@ def _random_case(rng, schedule):
 
 
 @needs_numba
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1", "zb-v"])
 def test_compiled_pass_equals_numpy_sweeps_bit_for_bit(schedule):
     rng = np.random.default_rng(23)
-    split = schedule == "zb-h1"
+    split = schedule in ("zb-h1", "zb-v")
     for _ in range(60):
         p, v, m, n, per_chunk, per_stage, ready, tail = _random_case(rng, schedule)
         kw = dict(wgrad_s=per_chunk[2] if split else None, ready_s=ready, chunk_tail_s=tail)
@@ -45,10 +45,10 @@ def test_compiled_pass_equals_numpy_sweeps_bit_for_bit(schedule):
 
 
 @needs_numba
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "interleaved"])
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "interleaved", "zb-v"])
 def test_compiled_pass_equals_the_general_solver(schedule):
     rng = np.random.default_rng(5)
-    split = schedule == "zb-h1"
+    split = schedule in ("zb-h1", "zb-v")
     for _ in range(20):
         p, v, m, n, per_chunk, per_stage, _, _ = _random_case(rng, schedule)
         got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,

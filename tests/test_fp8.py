@@ -16,7 +16,8 @@ from core.plan.parallel import ParallelPlan, fp8_recipe, grad_dtype
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.store.gpu_spec import shipped_specs
-from core.sim.graph import lookup_op_times, op_key, stage_times
+from core.sim.op_times import lookup_op_times, op_key
+from core.sim.stages import stage_times
 from core.model.ops import analytic_op_time, device_key, kernel_arrays, kernel_peak_flops, kernel_times, op_kernels
 from core.io.session import load_any, save_session
 from core.store.profiles_gen import generate_store
@@ -406,7 +407,8 @@ def test_calibration_linearizes_fp8_plans_exactly_at_their_point():
 def test_zero_bubble_splits_an_fp8_backward_by_rate_weighted_flops():
     """ZB-H1's W share of the attention backward counts the FP8 weight GEMMs' FLOPs at 1/r
     (r = FP8 peak / BF16 peak); the per-op graph and the micro-batch graph agree."""
-    from core.sim.graph import build_graph, weight_gradient_share
+    from core.sim.op_times import weight_gradient_share
+    from core.sim.graph import build_graph
     from core.sim.solver import solve
     s = _session()
     s.plan.schedule = "zb-h1"

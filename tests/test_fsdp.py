@@ -17,7 +17,8 @@ from core.plan.parallel import ParallelPlan, zero_replicas, zero_shard_size
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.plan.model_config import padded_vocab_size
-from core.sim.graph import _data_parallel, lookup_op_times, stage_times
+from core.sim.stages import _data_parallel, stage_times
+from core.sim.op_times import lookup_op_times
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.to_session import import_file
@@ -155,7 +156,7 @@ def test_selective_op_order_recomputes_every_second_matmul():
 
 
 def _key(s: Session) -> dict:
-    from core.sim.graph import op_key
+    from core.sim.op_times import op_key
     return device_key(op_key(s), store(H100).peak_flops)
 
 
@@ -275,7 +276,7 @@ def test_selective_op_with_tensor_parallelism_gathers_again_in_the_backward(prec
     assert len(k) == 1 and k[0].flops == 2 * 8192 * 4096 * 8 * 128 / 8
     # the per-op graph: per layer and micro-batch (2 here) two more recompute tasks and two
     # more tensor-parallel collectives, within the size estimate
-    from core.sim.graph import K
+    from core.sim.pipeline_graph import K
     from core.sim.simulate import graph_size_estimate
     g, g0 = simulate(s).graph, simulate(none).graph
     assert g.num_tasks - g0.num_tasks == 32 * 2 * 4 and g.num_tasks <= graph_size_estimate(s)
@@ -287,7 +288,7 @@ def test_selective_op_with_async_tp_pipelines_the_recomputed_all_gathers():
     """tp_comm_overlap (torchtitan's async TP): each recomputed all-gather is pipelined with the
     recomputed GEMM its output feeds (k for the attention's, w3 for the MLP's), as the forward
     ones with theirs (tp_overlap_split): only the exposed parts lengthen the backward."""
-    from core.sim.graph import tp_overlap_split
+    from core.sim.op_times import tp_overlap_split
     st = store(H100)
     s = _sac_tp(tp_comm_overlap=True)
     assert validate(s) == []

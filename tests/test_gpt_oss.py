@@ -23,7 +23,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import lookup_op_times
+from core.sim.op_times import lookup_op_times
 from core.io.hf_import import session_from_hf_config
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.launch import read_launch

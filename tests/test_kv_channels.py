@@ -18,7 +18,7 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.rules import check, validate
 from core.plan.session import Session
-from core.sim.graph import lookup_op_times, op_key
+from core.sim.op_times import lookup_op_times, op_key
 from core.io.hf_import import session_from_hf_config
 from core.model.ops import analytic_op_time, op_kernels, table_covers
 from core.store.profile_store import ProfileStore

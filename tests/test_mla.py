@@ -137,7 +137,7 @@ def test_mla_validation_refuses_by_name():
 
 
 def test_mla_simulates_with_latent_tp_collectives():
-    from core.sim.graph import lookup_op_times
+    from core.sim.op_times import lookup_op_times
     from core.sim.simulate import simulate
     m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=1)
     pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=8, micro_batch_size=1,
@@ -191,7 +191,7 @@ def test_mla_fp8_activation_bytes():
 
 
 def test_mla_tensor_parallel_collectives_move_the_latents():
-    from core.sim.graph import stage_times
+    from core.sim.stages import stage_times
     from core.sim.simulate import session_profile
     m = dataclasses.replace(V3, num_layers=4, num_experts=None, moe_ffn_hidden_size=None, moe_router_num_groups=None,
                             moe_router_group_topk=None,
@@ -342,7 +342,7 @@ def test_mtp_refusals_and_megatron_round_trip(tmp_path):
 
 
 def test_a_shared_cache_keeps_models_with_and_without_mtp_apart():
-    from core.sim.graph import stage_times
+    from core.sim.stages import stage_times
     from core.sim.simulate import session_profile
     m = dataclasses.replace(V3, num_layers=4, moe_first_dense_layers=1)
     pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, micro_batch_size=1,

@@ -21,7 +21,9 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, lookup_op_times, moe_comm_bytes, stage_times
+from core.sim.graph import build_graph
+from core.sim.op_times import lookup_op_times
+from core.sim.stages import moe_comm_bytes, stage_times
 from core.sim.graph_types import KINDS, OPS, STREAMS
 from core.model.ops import analytic_op_time, op_kernels
 from core.sim.simulate import session_profile, simulate
@@ -161,7 +163,7 @@ def test_expert_groups_inside_tensor_and_data_parallel_ranks():
 # --------------------------------------------------------------------------- kernels
 
 def _key(session):
-    from core.sim.graph import op_key
+    from core.sim.op_times import op_key
     return op_key(session)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core import schedules
-from core.sim.graph import StageProgram, build_pipeline_graph, schedule_order
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph, schedule_order
 from core.sim.graph_types import KINDS
 from core.sim.solver import solve
 
@@ -175,7 +175,7 @@ def test_schedule_rules():
     assert fields == ["plan.virtual_pipeline_stages", "plan.global_batch_size"]  # 24 % 16, 6 % 4
     assert schedules.schedule_errors("interleaved", 4, 8, None, 24)[0][0] == "plan.virtual_pipeline_stages"
     assert schedules.schedule_errors("1f1b", 4, 8, 2, 24)[0][0] == "plan.virtual_pipeline_stages"
-    assert "is not one of" in schedules.schedule_errors("zb-v", 4, 8, None, 24)[0][1]
+    assert "is not one of" in schedules.schedule_errors("zb-x", 4, 8, None, 24)[0][1]
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1"])

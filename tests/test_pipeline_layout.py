@@ -17,7 +17,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, stage_times
+from core.sim.graph import build_graph
+from core.sim.stages import stage_times
 from core.sim.graph_types import OPS
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.to_session import import_file

@@ -16,7 +16,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import stage_times, virtual_stage_layers
+from core.sim.stages import stage_times
+from core.sim.op_times import virtual_stage_layers
 from core.io.megatron.to_session import import_file
 from core.io.megatron.export import export_script
 from core.sim.simulate import open_profile, profile_path, simulate

@@ -18,7 +18,8 @@ from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, stage_times
+from core.sim.graph import build_graph
+from core.sim.stages import stage_times
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.report import StageMemory

@@ -88,7 +88,7 @@ def test_keys_cover_every_shape_parameter(tiny_store):
 
 
 def test_exact_shape_lookup_equals_table(tiny_store):
-    from core.sim.graph import lookup_op_times
+    from core.sim.op_times import lookup_op_times
     out, _, _ = tiny_store
     store = ProfileStore.open(out)
     ops = lookup_op_times(_session(out, t=2, b=1), store)
@@ -174,7 +174,7 @@ def test_merge_keeps_rows_and_collectives(tmp_path):
 def test_layer_shard_shapes_follow_megatron():
     torch = _torch()
     from core.profiling.layers import AttentionShard, GPTModel, MLPShard
-    from core.sim.graph import params_per_gpu
+    from core.sim.op_times import params_per_gpu
     attn, mlp = AttentionShard(64, 4, 2, 8), MLPShard(64, 256, 2)
     assert attn.qkv_weight.shape == (96, 64) and attn.proj_weight.shape == (64, 32)
     assert mlp.fc1_weight.shape == (128, 64) and mlp.fc2_weight.shape == (64, 128)

@@ -17,7 +17,8 @@ from core.plan.parallel import ParallelPlan, parse_recompute_modules, recompute_
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, lookup_op_times
+from core.sim.graph import build_graph
+from core.sim.op_times import lookup_op_times
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate, stage_memory

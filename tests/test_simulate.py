@@ -18,7 +18,7 @@ from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
-from core.sim.graph import params_per_gpu
+from core.sim.op_times import params_per_gpu
 from core.model.ops import analytic_op_time
 from core.io.session import load_any, save_session, session_to_json
 from core.sim.simulate import open_profile, profile_path, simulate, stage_memory

@@ -16,7 +16,8 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, lookup_op_times, weight_gradient_share
+from core.sim.graph import build_graph
+from core.sim.op_times import lookup_op_times, weight_gradient_share
 from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate
@@ -177,7 +178,7 @@ def test_megatron_window_arguments_round_trip(tmp_path):
 @pytest.mark.parametrize("moe", [False, True])
 def test_sweep_times_windowed_interleaved_plans_as_simulate(moe):
     """With 2 layers per chunk and every third layer full, the stages hold their windowed
-    layers at different places: no stage stands for another (core.sim.graph._middle_stages_alike),
+    layers at different places: no stage stands for another (core.sim.stages._middle_stages_alike),
     and the sweep's fast path gives simulate's time."""
     import dataclasses
 

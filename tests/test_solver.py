@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES, SHARED
-from core.sim.graph import StageProgram, build_pipeline_graph
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph
 from core.io.session import load_any
 from core.sim.simulate import simulate
 from core.sim.solver import CycleError, earliest_times, earliest_times_levels, merge_chains

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 
+from core import schedules
 from core.cli import main
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError
@@ -21,7 +22,9 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import StageProgram, build_graph, build_pipeline_graph, stage_times
+from core.sim.pipeline_graph import StageProgram, build_pipeline_graph
+from core.sim.graph import build_graph
+from core.sim.stages import stage_times
 from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.sim.solver import solve
@@ -189,7 +192,7 @@ def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(sche
                      rng.uniform(0.0, 2, (p, v, n))]
         per_stage = [rng.uniform(0, 1, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n)),
                      rng.uniform(0, 2, (p, n)) * (rng.random() < 0.7), rng.uniform(0, 1, (p, n))]
-        split = schedule == "zb-h1"
+        split = schedules.get(schedule).splits_backward
         got = pipeline_iteration_times(schedule, m, per_chunk[0], per_chunk[1], *per_stage,
                                        wgrad_s=per_chunk[2] if split else None)
         for j in range(n):
@@ -200,7 +203,7 @@ def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(sche
 def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_stage, j: int) -> float:
     """Iteration time of plan ``j`` of a random fast-path case by the general solver (the
     reference of the fast path's tests)."""
-    split = schedule == "zb-h1"
+    split = schedules.get(schedule).splits_backward
     programs = [StageProgram.from_chunks(
         [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
         [[(1, 0, per_chunk[1][i, c, j], -1)] for c in range(v)],
@@ -547,7 +550,7 @@ def test_cli_missing_config_exits_2(tmp_path, capsys):
 
 def test_warnings_come_from_plans_that_fit():
     # a plan that does not fit is never run, so its extrapolated lookups are no one's concern
-    from core.sim.graph import stage_times
+    from core.sim.stages import stage_times
     from core.io.session import load_any
     from core.sim.simulate import open_profile, profile_path
     session = load_any(EXAMPLES / "mtnlg_530b.json")

@@ -40,6 +40,8 @@ def moe_session() -> Session:
 
 CASES = {
     "dense-schedules": (gpt3_small, dict(max_gpus=8, context_parallel=(1,))),
+    "zb-v": (gpt3_small, dict(max_gpus=8, context_parallel=(1,), schedules=("1f1b", "zb-h1", "zb-v"),
+                              micro_batch_sizes=(1, 2))),
     "context-parallel": (gpt3_small, dict(num_gpus=8, context_parallel=(1, 2, 4),
                                           micro_batch_sizes=(1, 2), recompute=("none", "full"))),
     "expert-parallel": (moe_session, dict(num_gpus=8, pipeline_parallel=(1, 2, 4),

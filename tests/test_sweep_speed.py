@@ -15,7 +15,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import build_graph, stage_times
+from core.sim.graph import build_graph
+from core.sim.stages import stage_times
 from core.io.session import load_any
 from core.sim.simulate import open_profile, profile_path
 from core.sim.solver import solve
@@ -33,7 +34,8 @@ _BASE = dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batc
 ], ids=repr)
 def test_stage_times_depend_on_the_schedule_only_through_its_two_properties(changes):
     """solve_batch shares stage times between plans whose schedules have the same
-    splits_backward and uses_virtual_stages: if this fails, stage_times reads more of the
+    stage_times_kind (splits_backward, uses_virtual_stages, chunks, placement): if this fails,
+    stage_times reads more of the
     schedule and core.studies.sweep.solve_batch's sharing key must grow."""
     model = MODEL_PRESETS["GPT-3 1.3B"]
     groups: dict[tuple, list] = {}
@@ -46,7 +48,7 @@ def test_stage_times_depend_on_the_schedule_only_through_its_two_properties(chan
         if validate(s):
             continue
         st = stage_times(s, open_profile(profile_path(s)))
-        groups.setdefault((sched.splits_backward, sched.uses_virtual_stages), []).append((name, st))
+        groups.setdefault(sched.stage_times_kind, []).append((name, st))
     shared = [g for g in groups.values() if len(g) > 1]
     assert shared, "no two schedules share the properties any more"
     for members in shared:
@@ -64,7 +66,8 @@ def test_swept_times_equal_the_general_solver_on_the_per_op_graph():
     """A sweep (fast path, compiled when Numba is there, shared stage times) against the
     chain-merging solver on each plan's per-op graph, on a sample of the plans of every schedule."""
     session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
-    result = run_sweep(session, SweepSpace(hold_session_values=True, max_gpus=session.plan.num_gpus), prune=False)
+    result = run_sweep(session, SweepSpace(hold_session_values=True, max_gpus=session.plan.num_gpus,
+                                           schedules=schedules.names()), prune=False)
     store = open_profile(profile_path(session))
     rng = np.random.default_rng(3)
     picked = []

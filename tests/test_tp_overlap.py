@@ -12,7 +12,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
-from core.sim.graph import lookup_op_times, tp_overlap_split
+from core.sim.op_times import lookup_op_times, tp_overlap_split
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.launch import read_launch
 from core.io.megatron.to_session import session_from_launch

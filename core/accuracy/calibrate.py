@@ -43,7 +43,8 @@ from core.plan.session import Session
 from core.plan.parallel import fp8_recipe, tensor_dtype
 from core.plan.model_config import padded_vocab_size
 from core.store.gpu_spec import fits_peak_fraction
-from core.sim.graph import build_graph, op_key, optimizer_params
+from core.sim.graph import build_graph
+from core.sim.op_times import op_key, optimizer_params
 from core.sim.graph_types import KIND_COMPUTE, OPS
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.keys import MOE_OPS, SWA_OPS, mla_key
@@ -278,7 +279,7 @@ class LinearizedRow:
     generic : GenericOps or None
         Set when the kernel-level form does not reproduce the simulator's op times (a model
         family or precision whose op times :func:`core.model.ops.analytic_op_time` composes
-        otherwise): compute is then evaluated through :func:`core.sim.graph.lookup_op_times`.
+        otherwise): compute is then evaluated through :func:`core.sim.op_times.lookup_op_times`.
     """
 
     kernels: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -315,7 +316,7 @@ class GenericOps:
 
     def parts(self, p: dict[str, float]) -> tuple[float, float]:
         """(time of the layer and edge ops, time of the other compute ops) under ``p``, seconds."""
-        from core.sim.graph import lookup_op_times, optimizer_time
+        from core.sim.op_times import lookup_op_times, optimizer_time
 
         self.probe.op_model = dict(store_op_model(self.probe, p))
         times = lookup_op_times(self.session, self.probe).times
@@ -383,7 +384,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         elif name == "pass_through":  # an empty virtual stage's items: no kernel, no time
             continue
         elif op_id in _COMPUTE_IDS:
-            # a windowed layer's op: the window in its key (as core.sim.graph.lookup_op_times)
+            # a windowed layer's op: the window in its key (as core.sim.op_times.lookup_op_times)
             k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
             ks = op_kernels(name, k)
             if cp_split and name in _CP_PRE:  # the part outside the ring: the core is its own op
@@ -455,10 +456,10 @@ def _without(kernels: list, part: list) -> list:
 
 def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore,
                         p: dict[str, float]) -> bool:
-    """Whether the kernel form's op times equal :func:`core.sim.graph.lookup_op_times` on a
+    """Whether the kernel form's op times equal :func:`core.sim.op_times.lookup_op_times` on a
     table-free store with ``p`` (relative 1e-9), op by op (with context parallelism the
     attention ops as their parts outside the ring)."""
-    from core.sim.graph import lookup_op_times
+    from core.sim.op_times import lookup_op_times
 
     times = dict(lookup_op_times(session, model_store(base, p)).times)
     if (getattr(session.plan, "context_parallel", 1) or 1) > 1:
@@ -488,7 +489,7 @@ def _generic_ops(session: Session, base: ProfileStore, op_model: dict[str, float
                  compute: np.ndarray, stages: np.ndarray, n_params: np.ndarray) -> GenericOps:
     """:class:`GenericOps` of the compute tasks on ``path`` (times from a table-free copy of
     ``base`` with ``op_model``, as :func:`model_store` makes)."""
-    from core.sim.graph import lookup_op_times, optimizer_time
+    from core.sim.op_times import lookup_op_times, optimizer_time
 
     probe = model_store(base, effective_op_model(op_model))
     times = lookup_op_times(session, probe).times

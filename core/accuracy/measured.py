@@ -84,7 +84,7 @@ _AUTHORS_COLUMNS = {
     "plan.global_batch_size": "global batch",
 }
 #: Session field -> short cause name of a skipped run (counts per cause), for the refusals
-#: of core.plan.config's validation ("... is not modelled yet").
+#: of core.plan.rules' validation ("... is not modelled yet").
 FIELD_CAUSES = {
     "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
     "model.moe_ffn_hidden_size": "mixture of experts",

@@ -50,7 +50,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    from core.sim.graph import num_chunks
+    from core.sim.op_times import num_chunks
     from core.schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))

@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from core.plan.fields import ConfigError, FieldError
-from core.plan.parallel import RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES
+from core.plan.parallel import RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
                      session_inputs)
@@ -50,8 +50,9 @@ def add_parser(sub: Any) -> None:
                     help="pipeline-parallel sizes to try (default: divisors of the layer count)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]", default="1,2,4,8",
                     help="micro-batch sizes to try (default 1,2,4,8)")
-    sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SCHEDULES),
-                    help=f"pipeline schedules to try (default {','.join(SCHEDULES)})")
+    sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SWEEP_SCHEDULES),
+                    help=f"pipeline schedules to try, of {','.join(SCHEDULES)} (default "
+                         f"{','.join(SWEEP_SCHEDULES)}: zb-v only when asked)")
     sw.add_argument("--virtual-pipeline-stages", metavar="V[,V...]",
                     help="virtual stages per rank to try with the interleaved schedule "
                          "(default: 2 to 8 where the layers divide by p*v)")

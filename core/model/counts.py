@@ -10,9 +10,10 @@ import operator
 
 import numpy as np
 
+from core import schedules
 from core.model.attention import causal_core_fraction
 from core.model.families import family_of
-from core.model.layout import chunk_layout, chunks_per_stage, stage_counts
+from core.model.layout import chunk_layout, chunks_per_stage, edge_stages, loss_stage, stage_counts
 from core.model.mla import mla_up_proj_forward_flops_per_token
 from core.model.moe import (expert_tensor_parallel, moe_ffn, moe_forward_flops_per_token,
                             moe_layer_mask, moe_layer_parameters, num_moe_layers)
@@ -171,14 +172,15 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 
     Memoized (sweeps ask for the same few layouts often; a new array is returned), keyed by
     every field it reads: all the model's, and the plan's ``t``, ``p``, chunks per stage,
-    uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``.
+    uneven first / last stages and pipeline-split flags (the layout), ``ep`` and ``etp``, and
+    the schedule's placement (ZB-V's loss stage is stage 0).
     """
     key = (MODEL_FIELD_VALUES(model), plan.tensor_parallel,
            plan.pipeline_parallel, chunks_per_stage(plan), plan.first_stage_layers,
            plan.last_stage_layers, bool(plan.account_for_embedding_in_pipeline_split),
            bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
            plan.expert_parallel,
-           expert_tensor_parallel(plan))
+           expert_tensor_parallel(plan), schedules.get(plan.schedule).placement_kind)
     hit = _PARAMS.get(key)
     if hit is None:
         if len(_PARAMS) > 4096:
@@ -190,7 +192,7 @@ def params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
 def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """:func:`params_per_gpu`, computed."""
     fam = family_of(model)
-    t, p = plan.tensor_parallel, plan.pipeline_parallel
+    t = plan.tensor_parallel
     sharded, replicated = fam.layer_parameters(model)
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
@@ -198,9 +200,9 @@ def _params_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     if moe_counts.any():
         moe = moe_layer_parameters(model)
         n += moe_counts * (moe.sharded / t + moe.replicated) + expert_params_per_gpu(model, plan)
-    first, last = edge_params_per_gpu(model, t, p)
+    first, last = edge_params_per_gpu(model, t, edge_stages(plan))
     n[0] += first
-    n[-1] += last
+    n[loss_stage(plan)] += last
     return n
 
 
@@ -214,7 +216,7 @@ def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray
     out = np.array([sum(mask[r.start:r.stop].sum() for r in chunks)
                     for chunks in chunk_layout(model, plan)[0]], float)
     if mtp_layer_is_moe(model):
-        out[-1] += mtp_layers(model)
+        out[loss_stage(plan)] += mtp_layers(model)
     return out
 
 
@@ -223,7 +225,7 @@ def stage_layers_with_mtp(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     decoder layers (:func:`stage_counts`) and, on the last stage, the ``N`` MTP layers'
     (Megatron-Core runs the MTP block on the last pipeline stage)."""
     counts = np.array(stage_counts(model, plan), float)
-    counts[-1] += mtp_layers(model)
+    counts[loss_stage(plan)] += mtp_layers(model)
     return counts
 
 

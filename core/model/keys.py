@@ -26,7 +26,7 @@ __all__ = [
 #: The op key's entry naming a model family other than ``dense`` (absent for dense models, so
 #: their keys are unchanged). Not a table column: the profile store's tables hold dense ops, and
 #: another family's op takes the dense row scaled by the ratio of their analytic times
-#: (:func:`core.sim.graph.lookup_op_times`).
+#: (:func:`core.sim.op_times.lookup_op_times`).
 FAMILY_KEY = "fam"
 
 #: Key columns the dense family added to the GPT op keys, with the value that is Megatron-LM's
@@ -185,7 +185,7 @@ def table_covers(op: str, key: Mapping[str, Any], columns) -> bool:
 
 
 #: Ops with no table of their own: part of a tabulated op, timed as that op's time scaled by
-#: their share of its analytic time (:func:`core.sim.graph.lookup_op_times`).
+#: their share of its analytic time (:func:`core.sim.op_times.lookup_op_times`).
 DERIVED_OPS: dict[str, str] = {"attention_core_fwd": "attention_fwd",
                                "attention_core_bwd": "attention_bwd",
                                "layernorm_fwd": "attention_fwd",

@@ -12,7 +12,8 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.layout import pipeline_layout_text, stage_layer_counts, virtual_stage_layer_counts
 
-__all__ = ["chunk_layout", "chunks_per_stage", "stage_chunk_layers", "stage_counts", "stage_layers"]
+__all__ = ["chunk_layout", "chunks_per_stage", "edge_stages", "loss_stage", "stage_chunk_layers",
+           "stage_counts", "stage_layers"]
 
 
 def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
@@ -28,7 +29,8 @@ def stage_layers(model: ModelConfig, plan: ParallelPlan) -> list[range]:
 def stage_chunk_layers(model: ModelConfig, plan: ParallelPlan) -> list[list[range]]:
     """Global layer indices of each model chunk of each pipeline stage: ``p`` lists of ``v``
     ranges (``v`` = :func:`chunks_per_stage`; chunk ``c`` of stage ``i`` is virtual stage
-    ``c*p + i`` of :func:`core.plan.layout.virtual_stage_layer_counts`). Raises ValueError when
+    ``c*p + i`` of :func:`core.plan.layout.virtual_stage_layer_counts`, or as the schedule
+    places it, :meth:`core.schedules.PipelineSchedule.virtual_stages`). Raises ValueError when
     the layers do not split."""
     return [list(chunks) for chunks in chunk_layout(model, plan)[0]]
 
@@ -43,7 +45,7 @@ def _layout_key(plan: ParallelPlan) -> tuple | None:
     layout = pipeline_layout_text(plan)
     if layout is None:
         return None
-    return layout, plan.schedule == "interleaved" and plan.virtual_pipeline_stages
+    return layout, schedules.get(plan.schedule).uses_virtual_stages and plan.virtual_pipeline_stages
 
 
 def stage_counts(model: ModelConfig, plan: ParallelPlan) -> tuple[int, ...]:
@@ -72,17 +74,19 @@ def chunk_layout(model: ModelConfig, plan: ParallelPlan
     and the two pipeline-split flags (read as booleans). Raises ValueError as they do (errors
     are not memoized)."""
     p, v = plan.pipeline_parallel, chunks_per_stage(plan)
+    sched = schedules.get(plan.schedule)
     key = (model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers,
            bool(plan.account_for_embedding_in_pipeline_split),
-           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan))
+           bool(plan.account_for_loss_in_pipeline_split), pipeline_layout_text(plan),
+           sched.placement_kind)
     hit = _LAYOUTS.get(key)
     if hit is None:
         counts = virtual_stage_layer_counts(model.num_layers, plan, v)
         starts = [0]
         for c in counts:
             starts.append(starts[-1] + c)
-        chunks = tuple(tuple(range(starts[c * p + i], starts[c * p + i + 1]) for c in range(v))
-                       for i in range(p))
+        chunks = tuple(tuple(range(starts[k], starts[k + 1]) for k in row)
+                       for row in sched.virtual_stages(p, v).tolist())
         lengths = tuple(tuple(len(r) for r in ch) for ch in chunks)
         arr = np.array(lengths, np.int64).reshape(p, v)
         arr.setflags(write=False)
@@ -93,8 +97,20 @@ def chunk_layout(model: ModelConfig, plan: ParallelPlan
 
 
 def chunks_per_stage(plan: ParallelPlan) -> int:
-    """Model chunks per pipeline stage: ``virtual_pipeline_stages`` under a schedule that uses
-    virtual stages (interleaved 1F1B), 1 otherwise."""
-    if schedules.get(plan.schedule).uses_virtual_stages:
-        return int(getattr(plan, "virtual_pipeline_stages", None) or 1)
-    return 1
+    """Model chunks per pipeline stage (:meth:`core.schedules.PipelineSchedule.chunks`):
+    ``virtual_pipeline_stages`` under a schedule that uses virtual stages (interleaved 1F1B),
+    2 under ZB-V, 1 otherwise."""
+    return schedules.get(plan.schedule).chunks(getattr(plan, "virtual_pipeline_stages", None))
+
+
+def loss_stage(plan: ParallelPlan) -> int:
+    """The pipeline stage that holds the output layer, the loss and the MTP block: ``p - 1``,
+    stage 0 under ZB-V (:meth:`core.schedules.PipelineSchedule.loss_stage`)."""
+    return schedules.get(plan.schedule).loss_stage(plan.pipeline_parallel, chunks_per_stage(plan))
+
+
+def edge_stages(plan: ParallelPlan) -> int:
+    """The ``p`` to give :func:`core.model.counts.edge_params_per_gpu`: 1 when the first and the
+    last layers are on one stage (one stage, or ZB-V: no second copy of a tied embedding), else
+    ``p``."""
+    return 1 if loss_stage(plan) == 0 else plan.pipeline_parallel

@@ -19,7 +19,7 @@ from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params
 from core.model.families import family_of
 from core.model.fp8 import fp8_gathers_params, fp8_weight_bytes_per_parameter, param_gather_bytes
 from core.model.keys import cross_entropy_fusion
-from core.model.layout import chunk_layout, chunks_per_stage
+from core.model.layout import chunk_layout, chunks_per_stage, loss_stage
 from core.model.mla import mla_dims
 from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
                             moe_activation_bytes_per_layer, moe_layer_parameters)
@@ -187,7 +187,7 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     out = (counts - moe_counts) * sharded / plan.tensor_parallel
-    out[-1] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
+    out[loss_stage(plan)] += mtp_layers(model) * mtp_extra_parameters(model)[0] / plan.tensor_parallel
     if getattr(model, "multi_latent_attention", False) is True:
         # MLA's down projections: replicated TELinear layers, FP8 like the others
         ql, kvl, _, pe, _ = mla_dims(model)
@@ -365,7 +365,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     n_mtp = mtp_layers(model)
     if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
         recomputed = recomputed.copy()
-        recomputed[-1] += n_mtp
+        recomputed[loss_stage(plan)] += n_mtp
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
     keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
@@ -390,13 +390,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     # the logits of the output layer and of each MTP layer's (one loss each)
     losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                                       chunks_per_stage(plan))
+    last = loss_stage(plan)
     if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
-        acts[-1] += (1 + n_mtp) * tokens * V / t * e * losses
+        acts[last] += (1 + n_mtp) * tokens * V / t * e * losses
     else:
-        acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+        acts[last] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
-        acts[-1] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[-1]
+        acts[last] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last]
     if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
         acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
     return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(), acts)

@@ -66,7 +66,7 @@ FP8 training: ``dtype="fp8"`` with the recipe in an extra key entry ``fp8``
 runs at the peak of its own dtype (:func:`kernel_peak_flops`): the linear
 layers' GEMMs at the ``fp8`` (or ``mxfp8``) peak, the rest at BF16's; the
 quantization kernels are memory-bound (:func:`core.model.fp8.fp8_cast_kernels`).
-Store tables hold no FP8 rows: :func:`core.sim.graph.lookup_op_times` scales the
+Store tables hold no FP8 rows: :func:`core.sim.op_times.lookup_op_times` scales the
 BF16 row by the analytic ratio.
 """
 

@@ -49,8 +49,14 @@ MAX_LAYOUT_SYMBOLS = 100_000
 
 
 def _layout_chunks(plan: ParallelPlan) -> int:
-    """``v`` of ``plan``: ``virtual_pipeline_stages`` under the interleaved schedule, else 1."""
-    return (plan.virtual_pipeline_stages or 1) if plan.schedule == "interleaved" else 1
+    """``v`` of ``plan``: its schedule's model chunks per stage
+    (:meth:`core.schedules.PipelineSchedule.chunks`: ``virtual_pipeline_stages`` under the
+    interleaved schedule, 2 under ZB-V, else 1; 1 for an unknown schedule)."""
+    from core.schedules import get as get_schedule  # numpy: not on the `vtrain --help` path
+    try:
+        return get_schedule(plan.schedule).chunks(plan.virtual_pipeline_stages)
+    except ValueError:
+        return 1
 
 
 def pipeline_layout_text(plan: Any) -> str | None:
@@ -260,7 +266,9 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         _layout_conflicts(plan)
         v = _layout_chunks(plan)
         vc = layout_layer_counts(layout, L, p, v)
-        return [sum(vc[c * p + i] for c in range(v)) for i in range(p)]
+        from core.schedules import get as get_schedule
+        return [sum(vc[k] for k in row)
+                for row in get_schedule(plan.schedule).virtual_stages(p, v).tolist()]
     first, last = plan.first_stage_layers, plan.last_stage_layers
     if _split_flags(plan):
         if first is not None or last is not None:

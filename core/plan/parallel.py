@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from core.plan.fields import BOUNDS, _f
 
-__all__ = ["SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
+__all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
            "UNMODELLED_RECOMPUTE_MODULES", "PRECISIONS", "MOE_DISPATCHERS", "CP_COMM_TYPES",
            "FP8_RECIPES", "CROSS_ENTROPY_FUSION_IMPLS", "FP8_DEFAULT_RECIPE", "ZERO_STAGES",
            "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
@@ -28,7 +28,9 @@ __all__ = ["SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODUL
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v")
+#: The schedules a sweep tries by default (ZB-V only when asked: ``--schedules``).
+SWEEP_SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -130,8 +132,9 @@ class ParallelPlan:
     global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
                                 short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
     schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
-                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage) or zb-h1 "
-                       "(zero-bubble, backward split into input and weight gradients)",
+                       "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage), zb-h1 "
+                       "(zero-bubble, backward split into input and weight gradients) or zb-v "
+                       "(zero-bubble, two chunks per stage placed V-shape; not in Megatron-LM)",
                        choices=SCHEDULES, short="", label="always")
     recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
                         "core, --recompute-activations), full (--recompute-granularity full) or "

@@ -460,7 +460,8 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
       parallelism").
     * With ``pipeline_parallel > 1`` the interleaved schedule ("virtual_pipeline_model_parallel_size
       must be specified"); with one stage Megatron's combined 1F1B without pipelining, which
-      the ``1f1b`` schedule names here. GPipe and ZB-H1 have no combined 1F1B.
+      the ``1f1b`` schedule names here. Schedules not in Megatron-LM (GPipe, ZB-H1, ZB-V) have
+      no combined 1F1B.
     * No full recomputation, and no ``moe`` among the recomputed modules.
     * At most one multi-token prediction layer.
     * A bf16 or fp16 model ("only supported with bf16 or fp16 model"; FP8 training keeps bf16
@@ -480,11 +481,17 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "(plan.expert_parallel > 1; Megatron-Core: only supported with "
                                "expert model parallelism)"))
     p = pl.pipeline_parallel
-    if _is_int(p) and p > 1 and pl.schedule != "interleaved":
+    from core.schedules import get as get_schedule
+    try:
+        sched = get_schedule(pl.schedule)
+    except ValueError:
+        sched = None  # an unknown schedule is named by its own rule
+    if _is_int(p) and p > 1 and not (sched is not None and sched.in_megatron
+                                     and sched.uses_virtual_stages):
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with pipeline_parallel="
                                f"{p} needs the interleaved schedule (Megatron-Core: virtual "
                                f"pipeline stages must be set), not {pl.schedule!r}"))
-    elif _is_int(p) and p == 1 and pl.schedule in ("gpipe", "zb-h1"):
+    elif _is_int(p) and p == 1 and sched is not None and not sched.in_megatron:
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm runs Megatron-Core's "
                                f"combined 1F1B schedule, not {pl.schedule!r} (use 1f1b)"))
     if pl.recompute == "full":
@@ -576,9 +583,10 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
     if conflict is not None:
         errs.append(FieldError("plan.pipeline_model_parallel_layout", conflict))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
-            pl.schedule == "interleaved":
+            _multi_chunk(pl.schedule):
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
-                               "with the interleaved schedule are not modelled yet"))
+                               f"with the {pl.schedule} schedule (several model chunks per stage) "
+                               "are not modelled yet"))
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
@@ -742,7 +750,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
                          "a gated MLP (model.activation swiglu)")
        for name in ("activation_func_clamp_value", "glu_linear_offset")},
-    "plan.virtual_pipeline_stages": (lambda s: s.plan.schedule == "interleaved",
+    "plan.virtual_pipeline_stages": (lambda s: _uses_virtual_stages(s.plan.schedule),
                                      "the interleaved schedule (plan.schedule)"),
     "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
                                   "full recomputation (plan.recompute)"),
@@ -780,3 +788,24 @@ def inactive_fields(session: Session) -> dict[str, str]:
             out[path] = f"needs {what}"
     return out
 
+
+
+def _multi_chunk(schedule: str) -> bool:
+    """Whether ``schedule`` places several model chunks per stage (interleaved 1F1B, ZB-V);
+    False for an unknown name."""
+    from core.schedules import get as get_schedule
+    try:
+        sched = get_schedule(schedule)
+    except ValueError:
+        return False
+    return sched.uses_virtual_stages or sched.fixed_chunks > 1
+
+
+def _uses_virtual_stages(schedule: str) -> bool:
+    """Whether ``schedule`` reads ``plan.virtual_pipeline_stages`` (interleaved 1F1B); False for
+    an unknown name."""
+    from core.schedules import get as get_schedule
+    try:
+        return get_schedule(schedule).uses_virtual_stages
+    except ValueError:
+        return False

@@ -12,7 +12,7 @@ and dropout active (training mode):
   accumulate, as with gradient accumulation over micro-batches;
 * ``optimizer_step`` (keyed by the parameter count ``n``): the Adam step over
   the parameters of a pipeline stage of 1, 2, 4, 8 ... layers of the shape
-  (weights, embedding, final norm; :func:`core.sim.graph.params_per_gpu`), on fp32
+  (weights, embedding, final norm; :func:`core.sim.op_times.params_per_gpu`), on fp32
   master weights plus the copy into the half-precision weights when the dtype
   is bf16/fp16.
 
@@ -162,7 +162,7 @@ class GroupBench:
     # ------------------------------------------------------------------ optimizer
     def stage_param_shapes(self, num_layers: int) -> list[tuple[int, ...]]:
         """Shapes of one GPU's parameters for a stage of ``num_layers`` layers plus
-        embedding and final layer norm (:func:`core.sim.graph.params_per_gpu` with p=1)."""
+        embedding and final layer norm (:func:`core.sim.op_times.params_per_gpu` with p=1)."""
         layer = [tuple(p.shape) for p in itertools.chain(self.attention.parameters(),
                                                            self.mlp.parameters())]
         g = self.group

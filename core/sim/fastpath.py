@@ -3,7 +3,7 @@
 Used by :mod:`core.studies.sweep` for every plan of a sweep and by :mod:`core.sim.simulate`
 for the schedule's idle share with free pipeline transfers. It reads the
 schedule's order from :mod:`core.schedules` and equals the general solver on
-the coarse graph of :func:`core.sim.graph.build_pipeline_graph` (tests check it).
+the coarse graph of :func:`core.sim.pipeline_graph.build_pipeline_graph` (tests check it).
 """
 
 from __future__ import annotations
@@ -44,23 +44,33 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     pos = np.full(p * 3 * v * m, -1, np.int64)
     cm = chunk * m + mbs                               # (chunk, mb) part of a flat index
     pos[((stage * 3 + phase) * (v * m)) + cm] = np.arange(K)
-    vstage = chunk * p + stage                         # virtual stage of each item
+    sched = pipeline_schedules.get(schedule)
+    stage_of, chunk_of = sched.placement(p, v)          # (stage, chunk) of each virtual stage
+    vstage = sched.virtual_stages(p, v)[stage, chunk]   # virtual stage of each item
     F, B = pipeline_schedules.PHASE_F, pipeline_schedules.PHASE_B
-    # An F waits for the F of its micro-batch on virtual stage k-1: stage (i-1) mod p, the
-    # previous chunk when i = 0; a B for the B on k+1: stage (i+1) mod p, the next chunk when
-    # i = p-1. Per row (stage) the offsets are constants; the items that wait are masked.
+    # An F waits for the F of its micro-batch on virtual stage k-1, a B for the B on k+1 (with
+    # Megatron's placement stage (i -/+ 1) mod p, the previous / next chunk at the wrap); the
+    # items that wait are masked.
     i = np.arange(p)
     src = np.full((p, K), p * K, np.int64)
-    for ph, waits, other, shift in ((F, (phase == F) & (vstage > 0), (i - 1) % p, -(i == 0).astype(np.int64)),
-                                    (B, (phase == B) & (vstage < p * v - 1), (i + 1) % p, (i == p - 1).astype(np.int64))):
-        row = ((other * 3 + ph) * v + shift) * m      # (p,)
-        flat = np.take(pos, row[:, None] + cm, mode="clip")
-        flat += (other * K)[:, None]
+    last_vs = p * v - 1
+    for ph, waits, k_other in ((F, (phase == F) & (vstage > 0), vstage - 1),
+                               (B, (phase == B) & (vstage < last_vs), vstage + 1)):
+        k_other = np.clip(k_other, 0, last_vs)
+        other, other_c = stage_of[k_other], chunk_of[k_other]                  # (p, K)
+        flat = np.take(pos, ((other * 3 + ph) * v + other_c) * m + mbs, mode="clip")
+        flat += other * K
         np.copyto(src, flat, where=waits)
-    sends = ((phase == F) & (vstage < p * v - 1)) | ((phase == B) & (vstage > 0))
+    # an item sends its output to another stage (a transfer between two chunks of one stage,
+    # ZB-V's turn on stage p-1, takes no time)
+    to_f = stage_of[np.minimum(vstage + 1, last_vs)]
+    to_b = stage_of[np.maximum(vstage - 1, 0)]
+    sends = (((phase == F) & (vstage < last_vs) & (to_f != stage))
+             | ((phase == B) & (vstage > 0) & (to_b != stage)))
     waited = np.zeros((p, p + 1), bool)                # stage i waits for stage j
     waited[np.broadcast_to(stage, (p, K)), np.minimum(src // K, p)] = True
-    waited[i, i] = False
+    # a stage depends on itself only when an item waits for another of the same stage (ZB-V)
+    waited[i, i] = (src // K == stage).any(axis=1)
     rows, cols = np.nonzero(waited[:, :p])           # row-major: each stage's in order
     cols, ends = cols.tolist(), np.searchsorted(rows, np.arange(p + 1)).tolist()
     deps = tuple(tuple(cols[ends[j]:ends[j + 1]]) for j in range(p))
@@ -70,10 +80,23 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     grad = pipeline_schedules.PHASE_W if pipeline_schedules.get(schedule).splits_backward else B
     first_f = pos[:, F, :, 0]                          # (p, v)
     last_g = pos[:, grad, :, m - 1]                    # (p, v)
+    # the hop each (stage, phase, chunk)'s transfer takes: True for the stage's send_bwd hop
+    # (to stage i-1 mod p), False for send_fwd (to i+1 mod p); None when every F goes up and
+    # every B down (all schedules but ZB-V)
+    vs = sched.virtual_stages(p, v)                                           # (p, v)
+    up = stage_of[np.minimum(vs + 1, last_vs)] == (i[:, None] + 1) % p        # F's receiver
+    down = stage_of[np.maximum(vs - 1, 0)] == (i[:, None] - 1) % p            # B's receiver
+    f_sends = (vs < last_vs) & (stage_of[np.minimum(vs + 1, last_vs)] != i[:, None])
+    b_sends = (vs > 0) & (stage_of[np.maximum(vs - 1, 0)] != i[:, None])
+    flipped = (f_sends & ~up).any() or (b_sends & ~down).any()
+    bwd_hop = None
+    if flipped:
+        bwd_hop = np.stack([~up, down, np.zeros_like(up)], axis=1)            # (p, 3, v)
+        bwd_hop.setflags(write=False)
     out = (phase, chunk, src, sends, first_f, last_g)
     for a in out:
         a.setflags(write=False)
-    return out + (deps,)
+    return out + (deps, bwd_hop)
 
 
 def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
@@ -86,7 +109,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
-    Equals the critical path of :func:`core.sim.graph.build_pipeline_graph` on
+    Equals the critical path of :func:`core.sim.pipeline_graph.build_pipeline_graph` on
     stage programs with one task per work item (forward, backward and, for
     schedules that split it, weight gradient, per virtual chunk), transfers,
     data-parallel all-reduce and optimizer step, up to float rounding (tests
@@ -128,12 +151,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         Weight-gradient items W, for schedules that split the backward.
     ready_s : float array, shape of ``fwd_s``, optional
         Earliest start of the first forward (micro-batch 0) of each stage and chunk
-        (:attr:`core.sim.graph.StageTimes.ready_s`: its parameters' all-gather from the
+        (:attr:`core.sim.stages.StageTimes.ready_s`: its parameters' all-gather from the
         iteration's start); default 0.
     chunk_tail_s : float array, shape of ``fwd_s``, optional
         The stage's tail (``dp_comm_s``, optimizer) also waits until this long after the
         compute of the chunk's last weight-gradient item (B, or W when split, of
-        micro-batch m-1) ends (:attr:`core.sim.graph.StageTimes.chunk_tail_s`: overlapped
+        micro-batch m-1) ends (:attr:`core.sim.stages.StageTimes.chunk_tail_s`: overlapped
         gradient buckets); ``-inf`` for none.
     compiled : bool, optional
         Use the compiled pass (when Numba is available): True, yes; False, the numpy
@@ -150,7 +173,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     ------
     ValueError
         Unknown schedule, one without a fast path, ``m < 1``, arrays of
-        different shapes, or ``wgrad_s`` missing for a split schedule.
+        different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
+        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
+
+    Long on purpose: the compiled pass and the numpy sweeps share the checks and the item
+    durations in one place, so their operations per element stay the same (bit for bit).
     """
     sched = pipeline_schedules.get(schedule)
     if not sched.fast_path:
@@ -164,6 +191,9 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     Bw = np.asarray(bwd_s, np.float64).reshape(-1, n) if np.ndim(bwd_s) else None
     Bw = np.asarray(bwd_s, np.float64)
     Bw = Bw[:, None, :] if Bw.ndim == 2 else Bw
+    if sched.fixed_chunks and v != sched.fixed_chunks:
+        raise ValueError(f"schedule {schedule!r} places {sched.fixed_chunks} chunks per stage: "
+                         f"give per-chunk arrays, shape (p, {sched.fixed_chunks}, n)")
     if sched.splits_backward and wgrad_s is None:
         raise ValueError(f"schedule {schedule!r} splits the backward: give wgrad_s")
     W = np.zeros_like(F) if wgrad_s is None else np.asarray(wgrad_s, np.float64)
@@ -176,12 +206,17 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    phase, chunk, src, sends, first_f, last_g, deps = _pipeline_structure(schedule, p, m, v)
+    phase, chunk, src, sends, first_f, last_g, deps, bwd_hop = _pipeline_structure(schedule, p, m, v)
     K = phase.shape[1]
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
-    # the hop each phase's send uses (F forward, B backward; W never sends) ...
+    # the hop each phase's send uses (F forward, B backward; W never sends), per chunk when
+    # the schedule sends some chunk the other way (ZB-V) ...
     hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    hop4 = hops[:, :, None, :]                                              # (p, 3, 1 or v, n)
+    if bwd_hop is not None:
+        hop4 = np.where(bwd_hop[..., None], cb[:, None, None, :], cf[:, None, None, :])
+        hop4[:, 2] = 0.0
     R = None
     if ready_s is not None:
         R = np.asarray(ready_s, np.float64)
@@ -196,15 +231,21 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         floor_of = np.full((p, K), -1, np.int64)
         if R is not None:
             floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
-        fastpath_kernel.solve_items(table, hops, phase, chunk, sends, src, floor_of,
+        k_table, k_hops, k_sends = table, hops, sends
+        if bwd_hop is not None:  # the kernel takes one hop per phase: fold the sends in
+            item_sends = np.zeros((p, 3, v), bool)
+            item_sends[np.arange(p)[:, None], phase, chunk] = sends
+            k_table = np.where(item_sends[..., None], table + hop4, table)
+            k_hops, k_sends = np.zeros_like(hops), np.zeros_like(sends)
+        fastpath_kernel.solve_items(k_table, k_hops, phase, chunk, k_sends, src, floor_of,
                                     R if R is not None else np.zeros((p, v, n)), E)
-        return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+        return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                      p if return_updates else None)
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
     stage = np.arange(p)[:, None]
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
-    with_send = np.stack([table + 0.0, table + hops[:, :, None, :]], axis=3)  # (p, 3, v, 2, n)
+    with_send = np.stack([table + 0.0, table + hop4], axis=3)               # (p, 3, v, 2, n)
     D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
@@ -239,11 +280,11 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         sweep += 1
         if not changed:
             break
-    return _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s,
+    return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                  updates if return_updates else None)
 
 
-def _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s, updates):
+def _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates):
     """Iteration times from the items' end times ``E`` (see :func:`pipeline_iteration_times`)."""
     last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
     if chunk_tail_s is not None:
@@ -255,8 +296,9 @@ def _tail(E, p, K, v, phase, sends, last_g, hops, F, dp, opt, chunk_tail_s, upda
             k = last_g[:, c]                                                # (p,)
             rows = np.arange(p) * K + k
             # E includes the item's (blocking) send; the buckets follow its compute
-            send_of = np.where(sends[np.arange(p), k][:, None],
-                               hops[np.arange(p), phase[np.arange(p), k]], 0.0)
+            ii = np.arange(p)
+            hop = hop4[ii, phase[ii, k], np.minimum(chunk[ii, k], hop4.shape[2] - 1)]
+            send_of = np.where(sends[ii, k][:, None], hop, 0.0)
             last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
     return (T, updates) if updates is not None else T

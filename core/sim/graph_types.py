@@ -107,6 +107,9 @@ class ExecutionGraph:
         True for communication that runs beside the compute stream instead of
         blocking it (overlapped data-parallel buckets, prefetched all-gathers);
         None when there is none.
+    chunk_stages : int array, shape (p, v), optional
+        Virtual stage that chunk ``c`` of stage ``i`` holds (the schedule's placement,
+        :meth:`core.schedules.PipelineSchedule.virtual_stages`); None: ``c*p + i``.
     """
 
     duration_s: np.ndarray
@@ -122,6 +125,18 @@ class ExecutionGraph:
     chunk: np.ndarray | None = None
     phase: np.ndarray | None = None
     overlapped: np.ndarray | None = None
+    chunk_stages: np.ndarray | None = None
+
+    def virtual_stage(self, index: int) -> int:
+        """Virtual stage (0..p*v-1) that task ``index`` runs, from its stage and chunk
+        (``chunk_stages``; ``c*p + i`` without it); -1 for a per-iteration task or a graph
+        without a ``chunk`` column."""
+        if self.chunk is None or self.chunk[index] < 0:
+            return -1
+        c, i = int(self.chunk[index]), int(self.stage[index])
+        if self.chunk_stages is not None:
+            return int(self.chunk_stages[i, c])
+        return c * self.num_stages + i
 
     @property
     def num_tasks(self) -> int:

@@ -26,7 +26,9 @@ from core.sim.energy import no_power_figures, run_energy
 from core.sim.fastpath import pipeline_iteration_times
 from core.store.gpu_spec import fits_peak_fraction
 from core.sim.goodput import run_goodput
-from core.sim.graph import StageTimes, build_graph, build_pipeline_graph, stage_times
+from core.sim.pipeline_graph import build_pipeline_graph
+from core.sim.stages import StageTimes, stage_times
+from core.sim.graph import build_graph
 from core.sim.graph_types import KIND_COMPUTE, KINDS, ExecutionGraph, Schedule
 from core.store.interval import DEFAULT_COVERAGE, check_coverage, session_interval
 from core.store.profiles import PROFILES_DIR
@@ -226,7 +228,7 @@ def schedule_times_without_transfers(session: Session, st: StageTimes
     ``(T0, T_balanced, T_free)``, seconds.
 
     The same stage programs as :func:`core.sim.graph.build_graph` at work-item
-    granularity (``st``, the plan's :func:`core.sim.graph.stage_times`) with every
+    granularity (``st``, the plan's :func:`core.sim.stages.stage_times`) with every
     send set to 0, all solved in one call of
     :func:`core.sim.fastpath.pipeline_iteration_times` (or by the general solver for
     schedules without a fast path). ``T_balanced`` gives every stage the mean

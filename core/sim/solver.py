@@ -222,7 +222,7 @@ def merge_chains(n: int, src: np.ndarray, dst: np.ndarray) -> Chains:
     (a task without links is a chain of one). Every other edge leaves a
     chain's last task and enters a chain's first task.
 
-    When every link is ``u -> u+1`` (how :func:`core.sim.graph.build_pipeline_graph`
+    When every link is ``u -> u+1`` (how :func:`core.sim.pipeline_graph.build_pipeline_graph`
     numbers a stage's program order) chains are runs of consecutive task
     indices and the grouping is a few O(n) passes; otherwise each task's chain
     head and rank are found by pointer jumping (O(n log k) for chains of at most

@@ -115,9 +115,9 @@ def test_optional_and_scaled_fields(editor):
 
 def test_unknown_choice_from_a_file_is_shown_and_flagged(editor):
     s = Session()
-    s.plan.schedule = "zb-v"
+    s.plan.schedule = "zb-h2"
     editor.set_session(s)
-    assert editor.field_widget("plan.schedule").currentText() == "zb-v"
+    assert editor.field_widget("plan.schedule").currentText() == "zb-h2"
     assert "not one of" in editor.error_text("plan.schedule")
 
 

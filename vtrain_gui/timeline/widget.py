@@ -34,9 +34,9 @@ def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> s
     mb = int(graph.microbatch[index])
     parts.append(f"micro-batch {mb}" if mb >= 0 else "micro-batch –")
     if graph.num_chunks > 1 and graph.chunk[index] >= 0:
-        # interleaved schedule: the virtual chunk and the virtual stage it runs
+        # several chunks per stage (interleaved, ZB-V): the chunk and the virtual stage it runs
         c = int(graph.chunk[index])
-        parts.append(f"chunk {c} (virtual stage {c * graph.num_stages + int(graph.stage[index])})")
+        parts.append(f"chunk {c} (virtual stage {graph.virtual_stage(index)})")
     layer = int(graph.layer[index])
     parts.append(f"layer {layer}" if layer >= 0 else "layer –")
     parts.append(f"start {format_duration(float(schedule.start_s[index]))}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.schedules import get as get_schedule
 from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError
 from core.plan.session import Session
 
@@ -149,11 +150,12 @@ def _parallel_words(pl: Any) -> list[str]:
     layout = _get(pl, "pipeline_model_parallel_layout")
     if layout and str(layout).strip():  # Megatron-Core derives v from the layout
         out += ["--pipeline-model-parallel-layout", str(layout).strip()]
-    elif pl.schedule == "interleaved":
-        out += ["--num-virtual-stages-per-pipeline-rank", str(pl.virtual_pipeline_stages)]
-    if pl.schedule not in ("1f1b", "interleaved"):
-        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: Megatron-LM's arguments have "
-                                "1F1B and interleaved 1F1B only")
+    try:  # the schedule's own Megatron arguments, or its refusal by name
+        schedule_args = get_schedule(pl.schedule).megatron_args(pl.virtual_pipeline_stages)
+    except ValueError as exc:  # NotInMegatron, or an unknown name
+        raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: {exc}") from None
+    if not (layout and str(layout).strip()):
+        out += schedule_args
     return out
 
 

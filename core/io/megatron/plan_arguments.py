@@ -12,6 +12,7 @@ t = p = cp = 1, d = world / (t * p * cp), ``--global-batch-size`` defaults to
 
 from __future__ import annotations
 
+from core.schedules import megatron_schedule
 from core.io.megatron.arguments import MegatronArgsError, field_exists
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
@@ -212,10 +213,10 @@ def _pipeline_schedule(mp: Mapper, L: int, p: int) -> None:
     elif field_exists("plan.pipeline_model_parallel_layout"):
         mp.set(layout_flag, "plan.pipeline_model_parallel_layout", None, check_value=False)
     if v is not None and v > 1:
-        mp.set(flag, "plan.schedule", "interleaved")
+        mp.set(flag, "plan.schedule", megatron_schedule(v))  # interleaved 1F1B
         mp.set(flag, "plan.virtual_pipeline_stages", v)
     else:
-        mp.set("schedule", "plan.schedule", "1f1b")  # Megatron's non-interleaved schedule
+        mp.set("schedule", "plan.schedule", megatron_schedule(None))  # Megatron's 1F1B
 
 
 def _sharding(mp: Mapper, d: int) -> None:

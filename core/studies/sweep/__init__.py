@@ -15,7 +15,7 @@ The per-plan iteration time equals :func:`core.sim.simulate.simulate`'s (relativ
 difference below 1e-9; tests check it), but it is computed without building
 per-op graphs:
 
-* :func:`core.sim.graph.stage_times` gives each stage's forward and backward time
+* :func:`core.sim.stages.stage_times` gives each stage's forward and backward time
   of one micro-batch (the per-op chain merged, exact because the compute
   stream is one chain with one entry and one exit per micro-batch), transfer,
   data-parallel all-reduce and optimizer times. Op lookups and communication

@@ -3,7 +3,7 @@
 :func:`group_batches` cuts a sweep's plans into batches of one pipeline structure
 (p, m, schedule, v); :func:`solve_batch` gives each batch's iteration times (one
 :func:`core.sim.fastpath.pipeline_iteration_times` call over the batch, compiled or numpy,
-from each plan's :func:`core.sim.graph.stage_times`) and closed-form memory. The serial loop
+from each plan's :func:`core.sim.stages.stage_times`) and closed-form memory. The serial loop
 (:mod:`core.studies.sweep.run`) and the worker processes (:mod:`core.studies.sweep.parallel`)
 both solve batches here, so their results are the same bit for bit.
 """
@@ -20,7 +20,9 @@ from core.model import model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
 from core.sim.fastpath import pipeline_iteration_times
-from core.sim.graph import build_graph, num_chunks, stage_times
+from core.sim.graph import build_graph
+from core.sim.op_times import num_chunks
+from core.sim.stages import stage_times
 from core.sim.simulate import memory_verdict_arrays
 from core.sim.solver import solve
 from core.studies.sweep.pace import yield_interpreter
@@ -48,7 +50,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     plans : list of ParallelPlan, length n
     store : ProfileStore
     lookup_cache : dict
-        Memo of op and communication lookups (:func:`core.sim.graph.stage_times`), shared
+        Memo of op and communication lookups (:func:`core.sim.stages.stage_times`), shared
         between batches of one process.
     compiled : bool, optional
         Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
@@ -74,15 +76,15 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     reason = [""] * n
     warnings: dict[str, list[int]] = {}
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
-    # Stage times read the schedule only through splits_backward and uses_virtual_stages
-    # (core.sim.graph.stage_times; tests/test_sweep_speed.py checks it): plans that differ only in
-    # a schedule of the same two properties (1F1B and GPipe) share them. Batches come sorted
+    # Stage times read the schedule only through its stage_times_kind (core.sim.stages.stage_times;
+    # tests/test_sweep_speed.py checks it): plans that differ only in a schedule of the same
+    # kind (1F1B and GPipe) share them. Batches come sorted
     # by (p, m, schedule, v), so those of one (p, m) follow each other: keep theirs only.
     kept = lookup_cache.get(_SHARED_STAGE_TIMES)
     if kept is None or kept[0] != (p, m):
         kept = lookup_cache[_SHARED_STAGE_TIMES] = ((p, m), {})
     shared = kept[1]
-    kind = (sched.splits_backward, sched.uses_virtual_stages)
+    kind = sched.stage_times_kind
     for j, pl in enumerate(plans):
         yield_interpreter()
         skey = stage_times_key(pl, kind)
@@ -115,9 +117,9 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     return iteration, max_mem, reason, warnings
 
 
-def stage_times_key(pl: ParallelPlan, kind: tuple[bool, bool]) -> tuple:
-    """The key of a plan's stage times: every field but the schedule, and the two schedule
-    properties stage times read (``splits_backward``, ``uses_virtual_stages``)."""
+def stage_times_key(pl: ParallelPlan, kind: tuple) -> tuple:
+    """The key of a plan's stage times: every field but the schedule, and what stage times read
+    of the schedule (:attr:`core.schedules.PipelineSchedule.stage_times_kind`)."""
     fields = plan_key(pl)
     return (kind, fields[:_SCHEDULE_FIELD] + fields[_SCHEDULE_FIELD + 1:])
 

@@ -23,7 +23,8 @@ from core.model import model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
-from core.sim.graph import num_chunks, stage_times
+from core.sim.op_times import num_chunks
+from core.sim.stages import stage_times
 from core.sim.simulate import memory_verdict_arrays
 from core.studies.sweep.batch import stage_times_key
 from core.studies.sweep.cancel import check_cancelled
@@ -151,7 +152,7 @@ def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
 
 def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) -> float:
     """A lower bound of the iteration time the batch solver gives a plan with stage times
-    ``st`` (:class:`core.sim.graph.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
+    ``st`` (:class:`core.sim.stages.StageTimes`, shapes (p, v) and (p,)) and m micro-batches,
     seconds: its compute plus the schedule's least bubble (branch and bound's bound).
 
     Each stage runs its items one after another (:func:`core.sim.fastpath.pipeline_iteration_times`). Stage
@@ -221,7 +222,7 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     """Set ``lower[i]`` (float64 (n,), changed) to the iteration-time lower bound of each plan
     ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` of the stage times
     of its :func:`bound_plan`, each computed once (memo ``lookup_cache``, as
-    :func:`core.sim.graph.stage_times`). A plan that is its own bound plan leaves its stage
+    :func:`core.sim.stages.stage_times`). A plan that is its own bound plan leaves its stage
     times in ``known`` (:func:`core.studies.sweep.batch.stage_times_key` -> StageTimes) for
     the batch solver.
 
@@ -235,7 +236,7 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
         check_cancelled(cancel)
         pl = plans[i]
         sched = pipeline_schedules.get(pl.schedule)
-        kind = (sched.splits_backward, sched.uses_virtual_stages)
+        kind = sched.stage_times_kind
         base = bound_plan(pl, model)
         bkey = stage_times_key(base, kind)
         st = bound_times.get(bkey)

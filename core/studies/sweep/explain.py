@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from core import schedules as pipeline_schedules
 from core.plan.fields import FieldError
 from core.plan.session import Session
 from core.plan.layout import pipeline_split_slots
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
-from core.studies.sweep.space import (SweepSpace, budget_text, cp_candidates, divisors,
+from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
                                       layout_stages, tp_pp_candidates)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values"]
@@ -69,7 +70,8 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
     # wrong size makes the count unreachable too: its own rule says more)
     out += values or _gpu_count_errors(session, space)
     # the virtual-stage counts the user gave (the default 2..8 are tried quietly)
-    if ("interleaved" in space.schedules and n is None
+    if (any(pipeline_schedules.get(s).uses_virtual_stages for s in as_list(space.schedules)
+            if s in pipeline_schedules.names()) and n is None
             and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
         what = (f"num_layers={L}" if L == session.model.num_layers else

@@ -21,7 +21,7 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
-from core.plan.parallel import (PLAN_FIELDS,
+from core.plan.parallel import (PLAN_FIELDS, SWEEP_SCHEDULES,
     RECOMPUTE_CHOICES,
     RECOMPUTE_MODES,
     SCHEDULES,
@@ -81,7 +81,8 @@ class SweepSpace:
     micro_batch_sizes : sequence of int
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
     schedules : sequence of str
-        Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default: all.
+        Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default:
+        :data:`core.plan.parallel.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
     virtual_pipeline_stages : sequence of int, optional
         Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
         to 8 for which ``L`` divides by ``p*v``.
@@ -137,7 +138,7 @@ class SweepSpace:
     data_parallel: Sequence[int] | None = None
     max_data_parallel: int | None = None
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
-    schedules: Sequence[str] = SCHEDULES
+    schedules: Sequence[str] = SWEEP_SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
@@ -319,8 +320,10 @@ def as_list(values: Any) -> list:
 
 def one_stage_schedule(schedules: Sequence[str]) -> str:
     """The schedule a sweep keeps for single-stage plans (p = 1), where all schedules run the
-    same order: 1F1B when among ``schedules``, else the first."""
-    return "1f1b" if "1f1b" in schedules else schedules[0]
+    same order: Megatron's 1F1B (:func:`core.schedules.megatron_schedule`) when among
+    ``schedules``, else the first."""
+    megatron = pipeline_schedules.megatron_schedule(None)
+    return megatron if megatron in schedules else schedules[0]
 
 
 _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",

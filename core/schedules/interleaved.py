@@ -1,0 +1,99 @@
+"""Interleaved 1F1B: the :class:`Interleaved` schedule (``v`` chunks per stage, Megatron-Core's
+order and rules).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.schedules.base import PHASE_B, PHASE_F, PipelineSchedule, WorkOrder, order_of
+from core.schedules.one_f_one_b import one_f_one_b_all
+
+__all__ = ["Interleaved"]
+
+
+class Interleaved(PipelineSchedule):
+    """Interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2), in Megatron-Core's order.
+
+    Each stage holds ``v`` chunks of ``L/(p*v)`` layers. Megatron-Core's
+    ``forward_backward_pipelining_with_interleaving``: ``m*v`` forward and
+    ``m*v`` backward items; warm-up ``(p-i-1)*2 + (v-1)*p`` forwards on stage
+    ``i``, capped at ``m*v`` (Megatron-Core ``schedules.get_pp_rank_microbatches``, with
+    ``microbatch_group_size_per_vp_stage`` at its default ``p``; the older rule that ran every
+    forward first when ``m == p`` is gone from Megatron-Core), then one forward and one backward in
+    turn, then the remaining backwards. Item ``k`` in forward order runs chunk
+    ``(k mod p*v) // p`` on micro-batch ``(k // (p*v))*p + k mod p``; backward
+    items run the chunks in reverse. Megatron requires ``m`` to be a multiple
+    of ``p`` for this order. Ideal bubble: ``(p-1)/(v*m)`` of the ideal time.
+    """
+
+    name, title = "interleaved", "Interleaved 1F1B"
+    uses_virtual_stages = True
+    in_megatron = True
+
+    def megatron_args(self, v: int | None) -> list[str]:
+        return ["--num-virtual-stages-per-pipeline-rank", str(v)]
+
+    def ideal_bubble_fraction(self, p: int, m: int, v: int) -> float | None:
+        # bubble (p-1)/(v*m) of the ideal time, i.e. this share of the iteration
+        return (p - 1) / (v * m + p - 1)
+
+    def order(self, p: int, m: int, stage: int, v: int) -> WorkOrder:
+        total = m * v
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        k = np.arange(total)
+        group, within = k // (p * v), k % (p * v)
+        mb = group * p + k % p
+        f_chunk = within // p
+        b_chunk = v - 1 - f_chunk
+        remaining = total - warm
+        is_bwd = np.concatenate([np.zeros(warm, bool), np.tile([False, True], remaining),
+                                 np.ones(warm, bool)])
+        idx = np.concatenate([np.arange(warm),
+                              np.stack([np.arange(warm, total), np.arange(remaining)], 1).ravel(),
+                              np.arange(remaining, total)])
+        return order_of(np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
+                      np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
+
+    def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        total = m * v
+        stage = np.arange(p, dtype=np.int64)
+        warm = np.minimum((p - stage - 1) * 2 + (v - 1) * p, total)
+        k = np.arange(total, dtype=np.int64)
+        group, within = k // (p * v), k % (p * v)
+        mb = group * p + k % p
+        f_chunk = within // p
+        b_chunk = v - 1 - f_chunk
+        is_bwd, idx = one_f_one_b_all(warm, total)
+        return (np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
+                np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
+
+    def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
+               ) -> list[tuple[str, str]]:
+        errs = []
+        if v is None or v < 2:
+            return [("plan.virtual_pipeline_stages",
+                     f"schedule 'interleaved' needs virtual_pipeline_stages >= 2, got {v!r}")]
+        if p < 2:
+            errs.append(("plan.pipeline_parallel",
+                         "schedule 'interleaved' needs pipeline_parallel_size >= 2"))
+        if num_layers is None:  # a custom pipeline layout places the layers
+            pass
+        elif extra_slots and (num_layers + extra_slots) % (p * v):
+            errs.append(("plan.virtual_pipeline_stages",
+                         f"num_layers={num_layers} + embedding + loss = {num_layers + extra_slots} "
+                         f"layer slots are not divisible by pipeline_parallel_size*"
+                         f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron-Core: with "
+                         "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_"
+                         "split, (num_layers + embedding + loss) % (p * v) == 0)"))
+        elif not extra_slots and num_layers is not None and num_layers % (p * v):
+            errs.append(("plan.virtual_pipeline_stages",
+                         f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
+                         f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
+                         "virtual stage must be whole)"))
+        if m % p:
+            errs.append(("plan.global_batch_size",
+                         f"the interleaved schedule needs the number of micro-batches "
+                         f"m=global_batch_size/(data_parallel*micro_batch_size)={m} to be a "
+                         f"multiple of pipeline_parallel_size={p} (Megatron's rule)"))
+        return errs

@@ -1,0 +1,778 @@
+"""Stage times: each stage's forward, backward and weight-gradient time per chunk, its
+transfers, data-parallel tail and optimizer step (:class:`StageTimes`, the coarse graph's and
+the sweep's fast path's inputs), with the communication they wait for (data-parallel buckets,
+context-parallel ring, expert all-to-all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import SimpleNamespace
+
+import numpy as np
+
+from core.model import model_math
+from core.sim.comm import CommModel
+from core.plan.parallel import (PLAN_FIELDS,
+    fp8_recipe,
+    grad_dtype,
+    plan_key,
+    tensor_dtype,
+    zero_shard_size)
+from core.plan.model_config import ModelConfig
+from core.plan.session import Session
+from core.plan.layout import pipeline_layout_text
+from core.model.ops import DTYPE_BYTES
+from core.model.moe import expert_data_parallel, expert_tensor_parallel
+from core.plan.parallel import recompute_modules
+from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
+from core.sim.op_times import (_tp_overlap, chunk_virtual_stages, fp8_weight_cast_time,
+                               lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
+                               virtual_stage_layers)
+from core.sim.templates import (_DataParallel, _SRC, _Structure, _Template, _reduces_gradients,
+                                _source_values, _stage_templates, _structure, _tail_overrun,
+                                _template_times)
+
+__all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
+
+
+@dataclass
+class StageTimes:
+    """Per-stage durations of one plan at work-item granularity (the coarse graph's inputs).
+
+    Each stage's compute stream is one chain and its tensor-parallel
+    collectives block it, so the per-op tasks of one work item run back to
+    back; with the communication that overlaps them (ZeRO-3 prefetch, ZeRO-2/3
+    gradient reduce-scatter), the item ends when both have ended. That span is
+    the duration of the merged task.
+
+    Attributes
+    ----------
+    fwd_s, bwd_s, wgrad_s : float64 array, shape (p, v)
+        Forward, backward (with recomputation; the input-gradient part B when
+        the schedule splits the backward) and weight-gradient part W (0 when
+        not split) of one micro-batch on each stage and virtual chunk, seconds:
+        the spans of the per-op templates of :func:`build_graph`.
+    send_fwd_s, send_bwd_s : float64 array, shape (p,)
+        Pipeline transfer of one micro-batch from stage ``i`` to ``(i+1) mod p``
+        (resp. ``(i-1) mod p``), seconds; the wrap-around hops (last to first
+        and back) are 0 unless the plan has virtual chunks.
+    dp_comm_s : float64 array, shape (p,)
+        Data-parallel communication of each stage's tail, seconds (0 when ``d == 1``):
+        the gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1) after the last
+        work item (``dp_reduce_s``; 0 when overlapped or per micro-batch), plus the
+        parameter all-gather after the optimizer step (``after_optimizer_s``; ZeRO 1/2
+        without ``overlap_param_gather``).
+    optimizer_s : float64 array, shape (p,)
+        Optimizer step of each stage over its (sharded) parameters, seconds.
+    has_dp_comm : bool
+        Whether the graph has a data-parallel tail task (``d > 1``).
+    ready_s : float64 array, shape (p, v)
+        With ``overlap_param_gather`` (ZeRO 1/2): the first forward of each stage and
+        chunk cannot start before this (its parameters are all-gathered from the
+        iteration's start, one chunk after another); zeros otherwise.
+    chunk_tail_s : float64 array, shape (p, v)
+        With ``overlap_grad_reduce`` (ZeRO 0/1): the stage's tail also waits until
+        this long after the compute of the chunk's last weight-gradient item ends
+        (its gradient buckets, reduced under it); ``-inf`` otherwise.
+    op_times_s : dict[str, float]
+        Time of each op of one micro-batch (the per-op templates' durations).
+    tp_comm_s : dict[str, float] or None
+        One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
+    dp : list of _DataParallel or None
+        Per stage: one bucket's collective times (None when no bucket enters the templates).
+    moe_comm_s : dict[str, float] or None
+        MoE models: one expert all-to-all (``ep_all_to_all``) and expert tensor-parallel
+        all-gather and reduce-scatter (``etp_all_gather``, ``etp_reduce_scatter``) of one
+        MoE layer and micro-batch, seconds; None for dense models.
+    warnings : list of str
+        Lookups that extrapolated or fell back to the analytic model.
+    fp8_speedup : float
+        FP8 training: the GPU's FP8 GEMM peak over its BF16 peak (the weight-gradient share of
+        a split backward, :func:`weight_gradient_share`); 1 otherwise.
+    busy_fwd_s, busy_bwd_s, busy_wgrad_s : float64 array, shape (p, v), or None
+        The compute stream's own time in each work item (its tasks' durations, blocking
+        collectives included): the span when the overlapped communication beside it (ZeRO-3
+        prefetch, bucketed reduce-scatters, hidden CP/TP parts) is never waited for. The
+        report splits idle time with them (:func:`core.sim.simulate.schedule_times_without_transfers`).
+    """
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    wgrad_s: np.ndarray
+    send_fwd_s: np.ndarray
+    send_bwd_s: np.ndarray
+    dp_comm_s: np.ndarray
+    optimizer_s: np.ndarray
+    has_dp_comm: bool
+    ready_s: np.ndarray
+    chunk_tail_s: np.ndarray
+    dp_reduce_s: np.ndarray
+    after_optimizer_s: np.ndarray
+    op_times_s: dict[str, float] = field(default_factory=dict)
+    tp_comm_s: dict[str, float] | None = None
+    dp: list[_DataParallel | None] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    moe_comm_s: dict[str, float] | None = None
+    fp8_speedup: float = 1.0
+    busy_fwd_s: np.ndarray | None = None
+    busy_bwd_s: np.ndarray | None = None
+    busy_wgrad_s: np.ndarray | None = None
+
+    @property
+    def tp_all_reduce_s(self) -> float | None:
+        """One tensor-parallel all-reduce of a ``(b, s, h)`` activation; None when ``t == 1``."""
+        return None if self.tp_comm_s is None else self.tp_comm_s["all_reduce"]
+
+    def programs(self) -> list[StageProgram]:
+        """One :class:`StageProgram` per stage with one task per work item (F, B and W per chunk)."""
+        p, v = self.fwd_s.shape
+        split = bool(np.any(self.wgrad_s > 0))
+        return [StageProgram.from_chunks(
+            [[(K["forward"], COMPUTE, float(self.fwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["backward"], COMPUTE, float(self.bwd_s[i, c]), -1)] for c in range(v)],
+            [[(K["wgrad"], COMPUTE, float(self.wgrad_s[i, c]), -1)] for c in range(v)] if split else None,
+            send_fwd_s=float(self.send_fwd_s[i]), send_bwd_s=float(self.send_bwd_s[i]),
+            dp_comm_s=float(self.dp_comm_s[i]) if self.has_dp_comm else None,
+            optimizer_s=float(self.optimizer_s[i]),
+        ) for i in range(p)]
+
+
+def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
+    """``fn(sink)`` memoized in ``cache`` under ``key``; the warnings it produced are replayed on hits."""
+    if cache is None:
+        return fn(warnings)
+    hit = cache.get(key)
+    if hit is None:
+        sink: list[str] = []
+        hit = cache[key] = (fn(sink), tuple(sink))
+    warnings.extend(hit[1])
+    return hit[0]
+
+
+def _comm_call(comm: CommModel, method: str, *args: float):
+    """A function ``sink -> seconds`` calling ``comm.method(*args)`` and moving its warnings to ``sink``."""
+    def run(sink: list[str]) -> float:
+        n = len(comm.warnings)
+        value = getattr(comm, method)(*args)
+        sink.extend(comm.warnings[n:])
+        del comm.warnings[n:]
+        return value
+    return run
+
+
+def _representatives(p: int) -> list[int]:
+    """Stages whose per-op templates differ: first, one middle stage, last."""
+    return sorted({0, min(1, p - 1), p - 1})
+
+
+def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float,
+                   double_s: float) -> dict[str, float]:
+    """The context-parallel ring of one attention op, forward and backward: its exchange's part
+    hidden under the core's steps and its exposed part, seconds (the :data:`_SOURCES` entries
+    ``cp_{fwd,bwd}_{hidden,exposed}``).
+
+    Transformer Engine's ring attention (``AttnFuncWithCPAndKVP2P``, Megatron-Core's
+    ``--context-parallel-size``) runs the core in ``cp`` equal steps (:mod:`core.model.model_math`:
+    each a causal ``s/cp x s/cp`` problem), ``c = core/cp`` each, and starts each step's
+    transfer with the step, so the next step waits for it: a step takes ``max(c, x)``
+    for a transfer of ``x`` seconds, of which ``min(c, x)`` is hidden and ``max(0, x - c)``
+    exposed. Forward: ``cp - 1`` transfers of one K/V block (``block_s``) under the first
+    ``cp - 1`` steps. Backward: ``cp`` transfers under the ``cp`` steps: K/V in the first,
+    K/V with the running dK/dV (two blocks, ``double_s``) in the next ``cp - 2``, dK/dV in
+    the last (the owner needs it before the attention backward ends).
+    """
+    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
+    bwd = np.array([block_s] + [double_s] * (cp - 2) + [block_s])
+    return {"cp_fwd_hidden": (cp - 1) * min(block_s, c_f),
+            "cp_fwd_exposed": (cp - 1) * max(block_s - c_f, 0.0),
+            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
+            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
+
+
+def _cp_allgather_times(cp: int, core_fwd_s: float, core_bwd_s: float, gather_s: float,
+                        block_s: float) -> dict[str, float]:
+    """:func:`_cp_ring_times` for ``plan.cp_comm_type = "allgather"``: PyTorch's
+    ``context_parallel`` with its default all-gather rotation (torchtitan;
+    ``torch.distributed.tensor.experimental._attention``, ``_AllGatherRotater``), seconds.
+
+    The core runs in the same ``cp`` steps of ``c = core/cp`` each. Forward: the K/V
+    all-gather of the whole sequence (``gather_s``) starts with the first step and the second
+    step waits for it: ``min(gather, c)`` hidden, the rest exposed. Backward: K/V are
+    all-gathered again under the first step, and the K/V gradients are passed around the ring
+    (PyTorch's ``alltoall`` rotation, one block, ``block_s``) after each step: the first
+    ``cp - 1`` under the next step, the last one waited for after the loop (exposed).
+    """
+    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
+    bwd = np.array([gather_s] + [block_s] * (cp - 1))
+    return {"cp_fwd_hidden": min(gather_s, c_f),
+            "cp_fwd_exposed": max(gather_s - c_f, 0.0),
+            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
+            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum()) + block_s}
+
+
+def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
+    """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
+    first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
+    ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
+    Gradients move in :func:`core.plan.parallel.grad_dtype`, parameters in the training precision
+    (the FP8 linear weights in 1 byte with ``fp8_param_gather``,
+    :func:`core.model.fp8.param_gather_bytes`).
+    An MoE layer's bucket: its routed experts' parameters over the expert-data-parallel group
+    (``edp_call``), the rest over ``d`` (``comm_call``)."""
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # FP8 training gathers BF16 weights
+    fam = model_math.family_of(m)
+    sharded, replicated = fam.layer_parameters(m)
+    layer = sharded / t + replicated
+    p_edge, loss_stage = model_math.edge_stages(pl), model_math.loss_stage(pl)
+    first_n, last_n = model_math.edge_params_per_gpu(m, t, p_edge)
+    first = first_n if stage == 0 else 0.0
+    mtp = model_math.mtp_edge_parameters(m, t, p_edge) if stage == loss_stage else 0.0
+    last = last_n - mtp if stage == loss_stage else 0.0
+    out = _DataParallel()
+    # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
+    fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
+               if model_math.fp8_gathers_params(pl) else 0.0)
+    for name, n in (("layer", layer), ("first", first), ("last", last), ("mtp", mtp)):
+        if n <= 0:
+            continue
+        setattr(out, f"{name}_ag", comm_call("all_gather", model_math.param_gather_bytes(
+            pl, n, fp8_lin if name == "layer" else 0.0)))
+        setattr(out, f"{name}_rs", comm_call("reduce_scatter", n * g))
+        setattr(out, f"{name}_ar", comm_call("all_reduce", n * g))
+    if m.is_moe and edp_call is not None:
+        moe = model_math.moe_layer_parameters(m)
+        rest = moe.sharded / t + moe.replicated
+        experts = moe.experts / (pl.expert_parallel * expert_tensor_parallel(pl))
+        for kind, short, nb in (("all_gather", "ag", e), ("reduce_scatter", "rs", g),
+                                ("all_reduce", "ar", g)):
+            setattr(out, f"moe_{short}", comm_call(kind, rest * nb) + edp_call(kind, experts * nb))
+    return out
+
+
+_MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
+_D_FIELD = PLAN_FIELDS.index("data_parallel")
+
+
+def _layout_key(session: Session, cache: dict | None = None) -> tuple:
+    """Cache key of :func:`_stage_layout`: every model field, every plan field but the
+    data-parallel size ``d``, and what ``d`` changes in the templates' structure (whether
+    gradients are reduced across GPUs, :func:`_reduces_gradients`). The model's fields are
+    read once per model object and ``cache`` (which keeps the object: a cache's sessions
+    must not change their model in place)."""
+    m, pl = session.model, session.plan
+    hit = cache.get(("model", id(m))) if cache is not None else None
+    if hit is None or hit[0] is not m:
+        hit = (m, _MODEL_FIELD_VALUES(m))
+        if cache is not None:
+            cache[("model", id(m))] = hit
+    fields = plan_key(pl)
+    return (hit[1], fields[:_D_FIELD] + fields[_D_FIELD + 1:], _reduces_gradients(session))
+
+
+def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
+    """What :func:`stage_times` needs of the session that does not depend on ``d`` beyond
+    :func:`_layout_key` (memoized in ``cache`` under that key: a sweep's plans that differ only in
+    ``d`` share it).
+
+    Attributes: ``key`` (:func:`_layout_key`), ``op_key`` (:func:`op_key`) and ``op_key_items``
+    (its sorted items), ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`),
+    ``reps`` (the stages whose templates are evaluated: :func:`_representatives` when the
+    middle stages are alike, else all), ``structs`` (dict: each of those stages -> the
+    :class:`_Structure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
+    ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only.
+    """
+    key = _layout_key(session, cache)
+    hit = cache.get(("layout", key)) if cache is not None else None
+    if hit is not None:
+        return hit
+    pl = session.plan
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    alike = _middle_stages_alike(session)
+    reps = _representatives(p) if alike else list(range(p))
+    bounds = virtual_stage_layers(session)
+    okey = op_key(session)
+    params = params_per_gpu(session)
+    experts = model_math.expert_params_per_gpu(session.model, pl)
+    for a in (params, experts):
+        a.setflags(write=False)
+    out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())), v=v,
+                          alike=alike, reps=reps, params=params, experts=experts,
+                          structs={i: [_structure(session, i, c, bounds) for c in range(v)]
+                                   for i in reps})
+    if cache is not None:
+        cache[("layout", key)] = out
+    return out
+
+
+def _span_structure(st: _Structure) -> _Structure:
+    """``st`` with what changes no span of its templates normalized, so that virtual stages alike
+    share one :func:`_stage_templates` entry: its layers numbered from 0 (the MoE and windowed
+    layers shifted with them) and its virtual stage reduced to whether it is the first and
+    the last (the embedding and the output layer). The templates differ from ``st``'s only in
+    their ``layer`` column, which no duration or span reads."""
+    first, stop = st.layers
+    is_first, is_last = st.vstage == 0, st.vstage == st.num_vstages - 1
+    vstage, num = ((0, 1) if is_first and is_last else (0, 2) if is_first else (1, 2) if is_last
+                   else (1, 3))
+    if (vstage, num, first) == (st.vstage, st.num_vstages, 0):
+        return st
+    return dataclasses.replace(st, vstage=vstage, num_vstages=num, layers=(0, stop - first),
+                               moe_layers=tuple(x - first for x in st.moe_layers),
+                               window_layers=tuple(x - first for x in st.window_layers))
+
+
+@lru_cache(maxsize=4096)
+def _span_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+    """:func:`_stage_templates` of :func:`_span_structure` of ``st`` (cached: a sweep's layouts
+    hold about ten times fewer distinct structures than they have, and normalizing one costs
+    a ``dataclasses.replace``)."""
+    return _stage_templates(_span_structure(st))
+
+
+def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
+                 ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
+                 moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The work items' spans of every stage and chunk: ``fwd_s``, ``bwd_s``, ``wgrad_s``,
+    ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes` and the compute stream's busy time
+    of each item, ``busy_fwd_s``, ``busy_bwd_s``, ``busy_wgrad_s`` (the span without waiting
+    for overlapped communication), float64 (p, v) each (new arrays).
+
+    The per-op templates of ``layout.structs`` timed with the stage's
+    :func:`_source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
+    with the context-parallel ring's times ``ring`` when ``cp > 1``); memoized in ``cache``
+    under the layout (the object: ``cache`` holds it) and every value the durations are made
+    of that ``d`` can change (the ring, tensor-parallel, data-parallel and MoE collectives), so
+    plans that differ only in ``d`` where ``d`` changes none of them share the result.
+    """
+    p, v = session.plan.pipeline_parallel, layout.v
+    mkey = None
+    if cache is not None:
+        mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
+                tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
+                tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
+                fp8_speedup,
+                # the paired share reads m, which d changes (the layout holds every other field)
+                tuple(model_math.ep_overlap_paired_share(session.plan, i) for i in layout.reps)
+                if model_math.ep_overlap_on(session.plan) else None)
+        hit = cache.get(mkey)
+        if hit is not None:
+            return tuple(a.copy() for a in hit)
+    fwd_s, bwd_s, w_s = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
+    for i, structs in layout.structs.items():
+        values = ep_overlap_exposed(
+            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs, session, i)
+        offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
+        for c, struct in enumerate(structs):
+            fwd, bwd, wgd = _span_templates(struct)
+            for tmpl, out, busy in ((fwd, fwd_s, fwd_b), (bwd, bwd_s, bwd_b), (wgd, w_s, w_b)):
+                # the compute stream's own time (blocking collectives included): the span
+                # when nothing beside it is waited for
+                busy[i, c] = tmpl.counts @ values
+                if tmpl.has_side:
+                    out[i, c] = _template_times(tmpl.timed(values))[2]
+                else:  # one chain: the span is the sum of the durations
+                    out[i, c] = busy[i, c]
+            if fwd.start_src.size:
+                timed = fwd.timed(values)
+                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
+                offset += float(timed.start_dur.sum())
+            grads = wgd if struct.split else bwd
+            if grads.last_src.size:
+                over[i, c] = _tail_overrun(grads.timed(values))
+    if p > 2 and layout.alike:
+        for a in (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b):
+            a[1:-1] = a[1]
+    out = (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b)
+    if mkey is not None:
+        cache[mkey] = tuple(a.copy() for a in out)
+    return out
+
+
+def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
+    """Durations of each stage's work at work-item granularity (see :class:`StageTimes`).
+
+    The values are those of the per-op graph of :func:`build_graph` (same
+    lookups, same communication model, same templates).
+
+    Parameters
+    ----------
+    session : Session
+        A valid session (see :func:`core.plan.rules.validate`).
+    store : ProfileStore
+    cache : dict, optional
+        Memo of op lookups and communication times shared between calls; keys
+        hold everything a value depends on (the store's identity, the op key,
+        the cluster and the plan's t and d for communication), so one dict can
+        serve any sessions. Plan sweeps pass one to reuse lookups across plans.
+
+    Raises
+    ------
+    KeyError
+        The profile lacks the dtype or collectives the plan needs.
+
+    Long on purpose: it gathers every input of the stage spans (op times, tensor-parallel,
+    data-parallel, expert and context-parallel collectives, FP8 speed-up, transfers) in the
+    order they depend on each other, each memoized in ``cache`` under its own key.
+    """
+    m, pl, cl = session.model, session.plan, session.cluster
+    # gradients reduce and the optimizer shards over the data-parallel ranks with the
+    # context-parallel ones (Megatron-Core), d*cp in all (d without context parallelism)
+    t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
+    warnings: list[str] = []  # communication lookups
+    layout = _stage_layout(session, cache)
+    key = layout.op_key
+    # the derived ops looked up also follow the recomputed modules, the TP overlap, per-op
+    # selective checkpointing and multi-token prediction (its ops only with MTP layers)
+    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
+            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
+    if cache is None:
+        ops = lookup_op_times(session, store)
+    else:
+        if okey not in cache:
+            cache[okey] = lookup_op_times(session, store)
+        ops = cache[okey]
+    times = ops.times
+    comm = CommModel(store, pl, cl)
+    # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
+    # (and the shard group of hybrid sharding, which data-parallel collectives span)
+    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp,
+            *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
+    ring = None
+    if cp > 1:
+        blk = model_math.cp_kv_block_bytes(m, pl)
+        def exchange(method: str, n: float) -> float:  # the all-to-all's group: cp_a2a_size
+            return _memo(cache, (method, ckey, p, n, model_math.cp_a2a_size(pl)), warnings,
+                         _comm_call(comm, method, n))
+        core = (times["attention_core_fwd"], times["attention_core_bwd"])
+        cpa = model_math.cp_a2a_size(pl)
+        if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
+            ring = _cp_allgather_times(cp, *core, exchange("cp_all_gather", cp * blk),
+                                       exchange("cp_send_recv", blk))
+        elif model_math.cp_all_gather(pl):  # Megatron-Core's / TE's: nothing overlapped
+            gather = exchange("cp_all_gather", cp * blk)
+            ring = {"cp_fwd_hidden": 0.0, "cp_fwd_exposed": gather, "cp_bwd_hidden": 0.0,
+                    "cp_bwd_exposed": gather + exchange("cp_reduce_scatter", cp * blk)}
+        elif cp // cpa > 1:  # the ring (between the all-to-all groups of a2a+p2p)
+            ring = _cp_ring_times(cp // cpa, *core, *(exchange("cp_send_recv", n)
+                                                       for n in (blk, 2 * blk)))
+        else:
+            ring = dict.fromkeys(("cp_fwd_hidden", "cp_fwd_exposed", "cp_bwd_hidden",
+                                  "cp_bwd_exposed"), 0.0)
+        if cpa > 1:  # the all-to-alls before and after the core: not overlapped
+            a2a = sum(exchange("cp_all_to_all", n) for n in model_math.cp_a2a_bytes(m, pl))
+            ring["cp_fwd_exposed"] += a2a
+            ring["cp_bwd_exposed"] += a2a
+        times = {**times, **ring}
+    moe = m.is_moe
+    reduces = _reduces_gradients(session)
+    # the expert groups' placement also reads ep and etp
+    ekey = ckey + ((pl.expert_parallel, expert_tensor_parallel(pl)) if moe else ())
+
+    def tp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "tp_collective", kind, nbytes))
+
+    def dp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
+                     _comm_call(comm, "dp_collective", kind, nbytes))
+
+    def edp_call(kind: str, nbytes: float) -> float:
+        return _memo(cache, ("edp", ekey, kind, nbytes), warnings,
+                     _comm_call(comm, "edp_collective", kind, nbytes))
+
+    act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
+    tp = None
+    if t > 1:
+        kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
+        tp = {k: tp_call(k, act_bytes) for k in kinds}
+        if m.multi_latent_attention is True:  # MLA's latent collectives (mla_tp_latent_width)
+            latent_bytes = act_bytes / m.hidden_size * model_math.mla_tp_latent_width(m)
+            tp.update({"mla_" + k: tp_call(k, latent_bytes) for k in kinds})
+        if model_math.mtp_layers(m):  # eh_proj's collectives (mtp_tp_collectives)
+            per_el = act_bytes / m.hidden_size
+            for phase, colls in zip(("mtp_fwd", "mtp_bwd"),
+                                    model_math.mtp_tp_collectives(m, bool(key["sp"]))):
+                tp[phase] = sum(tp_call(k, per_el * n) for k, n in colls)
+    moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
+    recipe = fp8_recipe(pl)
+    fp8_speedup = 1.0
+    if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
+        fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
+                       / float(store.peak_flops[tensor_dtype(pl.precision)]))
+    v, reps, alike = layout.v, layout.reps, layout.alike
+    dps: list[_DataParallel | None] = [None] * p
+    for i, structs in layout.structs.items():
+        dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
+    if p > 2 and alike:
+        dps[1:-1] = [dps[1]] * (p - 2)
+    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
+        session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
+    p2p_bytes = act_bytes / t
+    # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
+    links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
+    skey = ("share", ckey, p, v > 1)  # rank placement: the cluster, t, d and p
+    share = cache.get(skey) if cache is not None else None
+    if share is None:
+        share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
+        if cache is not None:
+            cache[skey] = share
+    hop = np.zeros(p)
+    for flag in set(share):
+        i = links[share.index(flag)]
+        hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
+            cache, ("p2p", ckey, flag, p2p_bytes), warnings,
+            _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
+    send_fwd = hop.copy()                 # i -> i+1 (mod p)
+    send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
+    experts = layout.experts  # model_math.expert_params_per_gpu: reduced over edp, not d
+    n_params = layout.params - experts  # params_per_gpu(session) but the routed experts
+    # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
+    shards = (n_params / zero_shard_size(pl) + (experts / expert_data_parallel(pl) if moe else 0.0)
+              if pl.zero_stage >= 1 else n_params + experts)
+    # the all-gathered parameters' bytes (FP8 linear weights in 1 byte with fp8_param_gather)
+    gather_bytes = (model_math.param_gather_bytes(pl, n_params, model_math.fp8_weights_per_gpu(m, pl))
+                    if model_math.fp8_gathers_params(pl) else n_params * e)
+    z = pl.zero_stage
+    g = DTYPE_BYTES[grad_dtype(pl)]
+    reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
+    fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
+
+    def both(kind: str, i: int, nbytes: float) -> float:
+        """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
+        the experts' (two collectives one after the other)."""
+        dense = gather_bytes[i] if kind == "all_gather" else n_params[i] * nbytes
+        x = dp_call(kind, dense) if pl.dp_cp_size > 1 else 0.0
+        return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
+
+    for i in reps:
+        if reduces:
+            if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
+                reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
+            if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
+                after_opt[i] = both("all_gather", i, e)
+        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
+                         lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
+        if recipe is not None:  # TE re-quantizes the updated weights once per iteration
+            opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
+                              lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
+    if p > 2 and alike:
+        for a in (reduce_s, opt_s, after_opt):
+            a[1:-1] = a[1]
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
+                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
+                      fwd_b, bwd_b, w_b)
+
+
+def _middle_stages_alike(session: Session) -> bool:
+    """Whether the middle pipeline stages (1 to p-2) have the same work: always for models
+    whose layers are all alike; for MoE models, models with sliding-window layers and under a
+    custom pipeline layout (``plan.pipeline_model_parallel_layout``: its stages' layer counts
+    may differ), when each stage holds as many layers in each chunk, its MoE and windowed
+    layers at the same places (a pattern of ``moe_layer_frequency``, ``moe_first_dense_layers``
+    or ``window_attn_skip_freq`` can differ between stages)."""
+    m, pl = session.model, session.plan
+    p = pl.pipeline_parallel
+    if p > 3 and model_math.ep_overlap_on(pl):  # each stage's paired share differs (warm-up)
+        return False
+    windowed = model_math.window_layer_mask(m)
+    if p <= 3 or (not m.is_moe and windowed.all() == windowed.any()
+                  and pipeline_layout_text(pl) is None):  # a custom layout: compare the counts
+        return True
+    bounds = virtual_stage_layers(session)
+    # each layer's kind: 2 * windowed + MoE
+    mask = 2 * windowed.astype(np.int64) + (model_math.moe_layer_mask(m) if m.is_moe else 0)
+    place = chunk_virtual_stages(pl).tolist()
+
+    def pattern(i: int) -> tuple:
+        return tuple(tuple(mask[bounds[k]:bounds[k + 1]].tolist()) for k in place[i])
+
+    first = pattern(1)
+    return all(pattern(i) == first for i in range(2, p - 1))
+
+
+def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float, float, float],
+                    wgrad: float = 0.0) -> tuple[float, float, float]:
+    """One MoE layer's forward and another's backward run together under Megatron-Core's
+    combined 1F1B (``--overlap-moe-expert-parallel-comm``): their span and the exposed seconds
+    of the forward's and of the backward's all-to-alls, ``(span, exposed_fwd, exposed_bwd)``.
+
+    ``f = (a, d, m, c)``: the forward's computation before its dispatch (attention, router,
+    permutation), its dispatch all-to-all, its experts (with what runs between the two
+    all-to-alls), its combine all-to-all. ``b = (c, m, d, a)``: the backward's combine
+    all-to-all, its experts' backward, its dispatch all-to-all, its computation after the
+    dispatch (permutation, router and attention backward). Seconds each.
+
+    Megatron-Core 0.19 ``TransformerLayerSchedulePlan.run`` issues, on two streams::
+
+        comm: combine_bwd  | dispatch_fwd -> dispatch_bwd | combine_fwd
+        comp: pre_fwd      | mlp_bwd      -> mlp_fwd      | pre_bwd
+
+    each node waiting for its own pass's previous node, so the pair takes four steps of the
+    longer of a computation and an all-to-all:
+    ``max(a_f, c_b) + max(m_b, d_f) + max(m_f, d_b) + max(a_b, c_f)``. The forward's
+    all-to-alls are exposed by ``max(d_f - m_b, 0) + max(c_f - a_b, 0)``, the backward's by
+    ``max(c_b - a_f, 0) + max(d_b - m_f, 0)``; the span is both computations plus both
+    exposures. The streams' contention for SMs and memory bandwidth is not modelled.
+
+    ``wgrad``: with ``--delay-wgrad-compute`` the part of ``m_b`` that is the experts' weight
+    gradient, which runs after ``mlp_bwd`` (``mlp.backward_dw``) while the dispatch all-to-all
+    that needs only the input gradient runs beside it: with ``x = max(a_f, c_b)``,
+    ``e1 = x + m_b - wgrad``, ``e2 = x + d_f``, the forward's dispatch exposes
+    ``max(e2 - e1 - wgrad, 0)``, the backward's ``max(max(e1, e2) + d_b - max(e1 + wgrad, e2)
+    - m_f, 0)`` (0 and the formula above when ``wgrad`` is 0).
+    """
+    af, df, mf, cf = f
+    cb, mb, db, ab = b
+    x = max(af, cb)
+    e1, e2 = x + mb - wgrad, x + df
+    ef = max(e2 - e1 - wgrad, 0.0) + max(cf - ab, 0.0)
+    eb = max(cb - af, 0.0) + max(max(e1, e2) + db - max(e1 + wgrad, e2) - mf, 0.0)
+    return af + mf + mb + ab + ef + eb, ef, eb
+
+
+def _layer_segments(tmpl: _Template, layers: tuple[int, ...], src: int
+                    ) -> list[tuple[float, float, float, float, float]]:
+    """Per layer of ``layers`` with two tasks of source ``src`` among the timed template's
+    compute-stream tasks: the seconds before the first, of the first, between, of the second,
+    after (the layer's own tasks only)."""
+    out = []
+    for x in layers:
+        idx = np.flatnonzero(tmpl.layer == x)
+        dur, hit = tmpl.dur[idx], np.flatnonzero(tmpl.src[idx] == src)
+        if hit.size != 2:
+            continue
+        i, j = int(hit[0]), int(hit[1])
+        out.append((float(dur[:i].sum()), float(dur[i]), float(dur[i + 1:j].sum()),
+                    float(dur[j]), float(dur[j + 1:].sum())))
+    return out
+
+
+def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
+    """The routed experts' weight gradient of one MoE layer's backward (the ``experts_bwd:W``
+    source, :func:`weight_gradient_share`) under ``delay_wgrad_compute``; 0 without it."""
+    if getattr(session.plan, "delay_wgrad_compute", False) is not True:
+        return 0.0
+    return float(values[_SRC["experts_bwd:W"]])
+
+
+def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: Session,
+                       stage: int) -> np.ndarray:
+    """``values`` (:func:`_source_values` of stage ``stage``, whose chunks' structures are
+    ``structs``) with the overlapped expert all-to-alls
+    (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
+    ``overlap_moe_expert_parallel_comm`` (unchanged without it).
+
+    Every MoE layer of the stage's chunks ``structs``: its forward is paired with its own
+    backward (layers alike: Megatron pairs the forward's layer ``i`` with the backward's layer
+    ``n-1-i`` of another micro-batch) by :func:`ep_overlap_pair`, read from the timed
+    templates (tensor-parallel and expert tensor-parallel collectives count with the
+    computation they sit in; shared experts and the un-permutation with the computation beside
+    them). Each of a pass's two all-to-alls is timed at half the pass's mean exposure.
+
+    Only the stage's paired forwards and backwards hide anything
+    (:func:`core.model.memory.ep_overlap_paired_share`); the others expose their all-to-alls
+    whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
+    over the stage's items: the items' durations, not their places in the schedule, are what the
+    pipeline graph takes). With ``delay_wgrad_compute`` the experts' weight gradient of a
+    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``).
+    """
+    if not structs or not structs[0].ep_overlap:
+        return values
+    paired = model_math.ep_overlap_paired_share(session.plan, stage)
+    wgrad_s = _delayed_wgrad_s(session, values)
+    src_f, src_b = _SRC["ep_all_to_all@fwd"], _SRC["ep_all_to_all@bwd"]
+    ef, eb = [], []
+    for st in structs:
+        if not st.moe_layers:
+            continue
+        fwd, bwd, _ = _span_templates(st)
+        layers = _span_structure(st).moe_layers
+        for fs, bs in zip(_layer_segments(fwd.timed(values), layers, src_f),
+                          _layer_segments(bwd.timed(values), layers, src_b)):
+            a, d, mid, c, post = fs
+            pre, cb, midb, db, postb = bs
+            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb),
+                                      wgrad_s)
+            ef.append(x)
+            eb.append(y)
+    if not ef:
+        return values
+    out = values.copy()
+    for src, exposed in ((src_f, ef), (src_b, eb)):
+        out[src] = paired * float(np.mean(exposed)) / 2 + (1.0 - paired) * values[src]
+    return out
+
+
+def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
+                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None,
+                 fp8_speedup: float = 1.0
+                 ) -> tuple[list[_Template], list[_Template], list[_Template]]:
+    """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
+
+    ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
+    (``all_reduce``, ``reduce_scatter``, ``all_gather``), None when ``t == 1``.
+    ``dp``: the stage's data-parallel collectives, None when ``d == 1``. ``moe``: the MoE
+    layers' communication (:attr:`StageTimes.moe_comm_s`).
+    """
+    values = _source_values(times, tp, dp, session, moe, fp8_speedup)
+    structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
+    values = ep_overlap_exposed(values, structs, session, stage)
+    out: tuple[list, list, list] = ([], [], [])
+    for st in structs:
+        for part, tmpl in zip(out, _stage_templates(st)):
+            part.append(tmpl.timed(values))
+    return out
+
+
+def moe_comm_bytes(session: Session) -> dict[str, float]:
+    """Bytes per GPU of one MoE layer's communication per micro-batch, by source.
+
+    ``ep_all_to_all``: the send buffer of one dispatch (or combine) all-to-all, the rank's
+    ``T_in`` tokens (``b s/(cp t)`` with sequence parallelism, ``b s/cp`` without) times ``k`` copies
+    times ``h`` elements, times ``moe_imbalance_factor`` (the busiest rank); ``(ep-1)/ep``
+    of it leaves the rank (:meth:`core.sim.comm.CommModel.all_to_all`). ``etp_all_gather``,
+    ``etp_reduce_scatter``: the whole buffer of the expert tensor-parallel group, ``etp``
+    times the received tokens' (nccl-tests convention).
+    """
+    m, pl = session.model, session.plan
+    t = pl.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # tokens are dispatched in BF16 under FP8 too
+    sp = bool(pl.sequence_parallel and t > 1)
+    T_in = pl.micro_batch_size * (m.seq_length // pl.context_parallel) / (t if sp else 1)
+    a2a = T_in * m.moe_top_k * m.hidden_size * e * float(pl.moe_imbalance_factor)
+    etp = expert_tensor_parallel(pl)
+    return {"ep_all_to_all": a2a, "etp_all_gather": etp * a2a, "etp_reduce_scatter": etp * a2a}
+
+
+def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple,
+              warnings: list[str]) -> dict[str, float]:
+    """Seconds of one MoE layer's expert all-to-all and expert tensor-parallel collectives per
+    micro-batch (:func:`moe_comm_bytes`); 0 for a group of one."""
+    nbytes = moe_comm_bytes(session)
+    m = session.model
+    # DeepEP / HybridEP (flex): one copy per other node holding one of the token's experts
+    remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k, m.moe_router_num_groups,
+                                   m.moe_router_group_topk)
+    dispatcher = getattr(session.plan, "moe_token_dispatcher_type", "alltoall")
+    out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, dispatcher, nbytes["ep_all_to_all"],
+                                          remote),
+                                  warnings,
+                                  _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],
+                                             remote, m.moe_top_k))}
+    for kind in ("all_gather", "reduce_scatter"):
+        name = "etp_" + kind
+        out[name] = _memo(cache, ("etp", ekey, kind, nbytes[name]), warnings,
+                          _comm_call(comm, "etp_collective", kind, nbytes[name]))
+    return out

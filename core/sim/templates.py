@@ -1,0 +1,813 @@
+"""Task templates of one stage: the tasks of one micro-batch's forward, backward and weight
+gradient on one model chunk, built once per stage structure and timed from op times.
+
+What belongs here: the template vocabulary (``_SOURCES``: what each task's duration is),
+:class:`_Structure` (what a chunk's templates depend on), :func:`_stage_templates` (the
+tasks and their order within a template) and the helpers that time a template.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import SimpleNamespace
+
+import numpy as np
+
+from core.model import model_math
+from core import schedules
+from core.plan.session import Session
+from core.model.keys import MOE_DERIVED_OPS, MOE_OPS, TP_OVERLAP_GEMMS
+from core.model.moe import expert_data_parallel, expert_tensor_parallel
+from core.plan.parallel import recompute_modules
+from core.sim.pipeline_graph import (COMM, COMPUTE, CP_RING, EP, K, OP)
+from core.sim.op_times import (_LOOKUP_OPS, _SAC_GATHERS, _SAC_GATHER_SOURCES, _TP_OVERLAP_BLOCKS,
+                               _TP_OVERLAP_SOURCES, _W_OPS, _tp_overlap, chunk_virtual_stages,
+                               num_chunks, tp_overlap_split, virtual_stage_layers,
+                               weight_gradient_share)
+
+# no public names: the graph modules above import what they use
+__all__: list[str] = []
+
+
+#: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
+#: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
+#: collective of one bucket (a layer's, an MoE layer's, or the first or last stage's other
+#: parameters), or the input- (B) and weight-gradient (W) parts of a backward op that a split
+#: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
+#: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
+#: ring's K/V exchange per attention op, split into its part hidden under the core's steps
+#: and its exposed part (:func:`_cp_ring_times`).
+_SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+            "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
+            "tp_mtp_fwd", "tp_mtp_bwd",
+            *(f"{b}_{k}" for b in ("layer", "first", "last", "moe", "mtp")
+              for k in ("ag", "rs", "ar")),
+            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
+            "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
+            *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
+            *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd",
+            "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
+            *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES, "pass_through")
+_SRC = {name: i for i, name in enumerate(_SOURCES)}
+
+
+class _Unit:
+    """Tasks of one piece of a template (a layer's forward, the embedding ...), built once and
+    repeated for every layer it applies to. Indices are local to the unit; see :class:`_Template`."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[int, int, int, int]] = []   # kind, stream, source, op
+        self.side: list[tuple[int, int, int, int, int]] = []  # kind, source, op, after, before
+        self.last: list[tuple[int, int, int, int]] = []       # kind, source, op, after
+        self.start: list[tuple[int, int, int, int]] = []      # kind, source, op, before
+
+    def add(self, kind: int, stream: int, source: str, op: str) -> int:
+        self.tasks.append((kind, stream, _SRC[source], OP[op]))
+        return len(self.tasks) - 1
+
+
+@dataclass
+class _Template:
+    """The tasks of one micro-batch's forward or backward on one stage, as arrays.
+
+    ``src`` (and ``side_src`` ...) name each task's duration in :data:`_SOURCES`;
+    :meth:`timed` fills ``dur`` (and ``side_dur`` ...) from a plan's values. The
+    untimed templates depend only on a :class:`_Structure` and are shared.
+
+    ``kind, stream, dur, layer, op`` (shape (n,)): tasks in program order on the
+    compute stream (blocking collectives included). Side tasks overlap them on the
+    communication stream, ``side_*`` (shape (k,)): each starts after template task
+    ``side_after`` (-1: when the op starts) and after the previous side task of the
+    same collective (one chain per kind, ``side_op``); template task
+    ``side_before`` waits for it (-1: the op ends when it ends). ``last_*``: side
+    tasks that run only in the stage's final backward and that only the iteration's
+    tail waits for (the data-parallel gradient buckets of ``--overlap-grad-reduce``).
+    ``start_*``: side tasks that start with the iteration, before template task
+    ``start_before`` of the stage's first forward (``--overlap-param-gather``).
+    """
+
+    kind: np.ndarray
+    stream: np.ndarray
+    src: np.ndarray
+    layer: np.ndarray
+    op: np.ndarray
+    side_kind: np.ndarray
+    side_src: np.ndarray
+    side_layer: np.ndarray
+    side_op: np.ndarray
+    side_after: np.ndarray
+    side_before: np.ndarray
+    last_kind: np.ndarray
+    last_src: np.ndarray
+    last_layer: np.ndarray
+    last_op: np.ndarray
+    last_after: np.ndarray
+    start_kind: np.ndarray
+    start_src: np.ndarray
+    start_layer: np.ndarray
+    start_op: np.ndarray
+    start_before: np.ndarray
+    dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    side_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    last_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    start_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def timed(self, values: np.ndarray) -> "_Template":
+        """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
+        out = copy.copy(self)  # the untimed arrays shared (read only), as dataclasses.replace does
+        out.dur, out.side_dur = values[self.src], values[self.side_src]
+        out.last_dur, out.start_dur = values[self.last_src], values[self.start_src]
+        return out
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How often each source occurs among the compute-stream tasks, shape (len(_SOURCES),)."""
+        c = self.__dict__.get("_counts")
+        if c is None:
+            c = self.__dict__["_counts"] = np.bincount(self.src, minlength=len(_SOURCES)).astype(float)
+        return c
+
+    @property
+    def has_side(self) -> bool:
+        """Whether any side task (of any of the three sorts) exists."""
+        h = self.__dict__.get("_has_side")
+        if h is None:
+            h = self.__dict__["_has_side"] = bool(self.side_src.size or self.last_src.size
+                                                  or self.start_src.size)
+        return h
+
+    @classmethod
+    def assemble(cls, parts: list[tuple[_Unit, list[int] | range]]) -> "_Template":
+        """Concatenate units, each repeated once per layer of its list (-1: not a layer's)."""
+        cols: dict[str, list[np.ndarray]] = {}
+
+        def put(name: str, values) -> None:
+            cols.setdefault(name, []).append(np.asarray(values))
+
+        base = 0
+        for unit, layers in parts:
+            layers = np.asarray(list(layers), np.int64)
+            k, n = layers.size, len(unit.tasks)
+            if k == 0:
+                continue
+            t = np.array(unit.tasks, np.int64).reshape(-1, 4)
+            put("kind", np.tile(t[:, 0], k))
+            put("stream", np.tile(t[:, 1], k))
+            put("src", np.tile(t[:, 2], k))
+            put("op", np.tile(t[:, 3], k))
+            put("layer", np.repeat(layers, n))
+            offset = base + np.arange(k) * n  # (k,): index of each repetition's first task
+            for name, rows, width in (("side", unit.side, 5), ("last", unit.last, 4),
+                                      ("start", unit.start, 4)):
+                if not rows:
+                    continue
+                r = np.array(rows, np.int64).reshape(-1, width)
+                m = r.shape[0]
+                put(f"{name}_kind", np.tile(r[:, 0], k))
+                put(f"{name}_src", np.tile(r[:, 1], k))
+                put(f"{name}_op", np.tile(r[:, 2], k))
+                put(f"{name}_layer", np.repeat(layers, m))
+                reps = np.repeat(offset, m)
+                for j, col in ((3, "after" if name != "start" else "before"), (4, "before")):
+                    if j >= width:
+                        continue
+                    local = np.tile(r[:, j], k)
+                    put(f"{name}_{col}", np.where(local >= 0, reps + local, -1))
+            base += k * n
+
+        def arr(name: str, dtype) -> np.ndarray:
+            parts_ = cols.get(name)
+            return np.concatenate(parts_).astype(dtype) if parts_ else np.empty(0, dtype)
+
+        return cls(arr("kind", np.int8), arr("stream", np.int8), arr("src", np.int64),
+                   arr("layer", np.int32), arr("op", np.int16),
+                   arr("side_kind", np.int8), arr("side_src", np.int64), arr("side_layer", np.int32),
+                   arr("side_op", np.int16), arr("side_after", np.int64), arr("side_before", np.int64),
+                   arr("last_kind", np.int8), arr("last_src", np.int64), arr("last_layer", np.int32),
+                   arr("last_op", np.int16), arr("last_after", np.int64),
+                   arr("start_kind", np.int8), arr("start_src", np.int64),
+                   arr("start_layer", np.int32), arr("start_op", np.int16),
+                   arr("start_before", np.int64))
+
+
+@dataclass
+class _DataParallel:
+    """Data-parallel communication of one stage (seconds per collective, see :func:`_stage_tasks`).
+
+    ``layer_ag``, ``layer_rs``: one layer's parameter all-gather and gradient
+    reduce-scatter (ZeRO 2/3 per micro-batch, or the buckets of
+    ``--overlap-grad-reduce`` / ``--overlap-param-gather``); ``first_*``, ``last_*``: the
+    same for the first (embedding) and last (output) stage's other parameters;
+    ``layer_ar``, ``first_ar``, ``last_ar``: bucketed all-reduces (ZeRO 0 with
+    overlap); ``moe_*``: an MoE layer's bucket (its routed experts' parameters over the
+    expert-data-parallel group, the rest over ``d``); ``mtp_*``: the last stage's
+    multi-token prediction parameters besides the MTP layers' transformer layers
+    (:func:`core.model.counts.mtp_edge_parameters`, taken out of ``last_*``).
+    """
+
+    layer_ag: float = 0.0
+    layer_rs: float = 0.0
+    layer_ar: float = 0.0
+    first_ag: float = 0.0
+    first_rs: float = 0.0
+    first_ar: float = 0.0
+    last_ag: float = 0.0
+    last_rs: float = 0.0
+    last_ar: float = 0.0
+    moe_ag: float = 0.0
+    moe_rs: float = 0.0
+    moe_ar: float = 0.0
+    mtp_ag: float = 0.0
+    mtp_rs: float = 0.0
+    mtp_ar: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Structure:
+    """Everything that shapes the templates of one virtual stage (not their durations): the
+    cache key of :func:`_stage_templates`, which reads nothing else.
+
+    ``vstage``: the virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``; the stage
+    itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
+    indices ``(first, stop)``; ``recomputed``: how many of its first layers full
+    recomputation recomputes; ``split``: the backward is split into B and W (ZB-H1);
+    ``tp``, ``dp``: whether ``t > 1`` (tensor-parallel collectives), ``d*cp > 1``; ``sp``:
+    sequence parallelism with ``t > 1``; ``buckets``: whether data-parallel buckets enter
+    the templates (ZeRO 2/3, or overlapped reduction or gather); ``cp``: context
+    parallelism (``cp > 1``: ring attention). MoE models:
+    ``moe_layers`` the chunk's MoE layers (global indices; empty for dense models), ``ep``
+    whether ``ep > 1`` (expert all-to-alls), ``etp_mode`` how the experts' tensor
+    parallelism communicates (``"none"`` with ``etp = 1``; ``"gather"``: the dispatched tokens
+    all-gathered over the ``etp`` ranks before the experts and their output reduce-scattered
+    after; ``"all_reduce"``: without sequence parallelism, every rank holds all tokens and the
+    experts' output is all-reduced over ``t`` as a dense MLP's), ``shared`` shared experts.
+    ``selective``: selective recomputation runs the attention core again (``core_attn``);
+    ``modules``: the modules it recomputes (:func:`core.plan.parallel.recompute_modules`).
+    ``window_layers``: the chunk's layers with sliding-window attention (global indices;
+    :func:`core.model.attention.window_layer_mask`), whose attention ops are ``attention_swa_*``.
+    ``mla``: multi-head latent attention, whose attention ops' input-side tensor-parallel
+    collectives move the latents (``tp_mla_*``, :func:`core.model.mla.mla_tp_latent_width`).
+    ``mtp``: the multi-token prediction layers the (last) virtual stage runs after its layers
+    (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model.mtp.mtp_layer_is_moe`);
+    ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
+    recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
+    ``norms``: whether the input norm and a dense layer's pre-MLP norm are modules of their
+    own (:func:`core.model.attention.norms_separate`), which ``layernorm`` recomputation runs again.
+    ``ep_overlap``: ``overlap_moe_expert_parallel_comm`` with ``ep > 1``: the forward's and the
+    backward's expert all-to-alls take their own sources (``ep_all_to_all@fwd``, ``@bwd``),
+    timed at their exposed parts (:func:`ep_overlap_exposed`).
+    """
+
+    vstage: int
+    num_vstages: int
+    layers: tuple[int, int]
+    recomputed: int
+    selective: bool
+    split: bool
+    tp: bool
+    sp: bool
+    dp: bool
+    zero_stage: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    cp: bool = False
+    moe_layers: tuple[int, ...] = ()
+    ep: bool = False
+    etp_mode: str = "none"
+    shared: bool = False
+    modules: tuple[str, ...] = ()
+    window_layers: tuple[int, ...] = ()
+    tp_overlap: bool = False
+    selective_op: bool = False
+    mla: bool = False
+    mtp: int = 0
+    mtp_moe: bool = False
+    mtp_recompute: bool = False
+    ep_overlap: bool = False
+    norms: tuple[bool, bool] = (True, True)
+
+    @property
+    def buckets(self) -> bool:
+        return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
+
+
+def _structure(session: Session, stage: int, chunk: int = 0,
+               bounds: np.ndarray | None = None) -> _Structure:
+    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
+    (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
+    pl = session.plan
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    k = int(chunk_virtual_stages(pl)[stage, chunk])
+    if bounds is None:
+        bounds = virtual_stage_layers(session)
+    first, stop = int(bounds[k]), int(bounds[k + 1])
+    t = pl.tensor_parallel > 1
+    moe: dict = {}
+    m = session.model
+    if m.is_moe:
+        mask = model_math.moe_layer_mask(m)
+        sp = bool(pl.sequence_parallel and t)
+        etp = expert_tensor_parallel(pl)
+        moe = dict(moe_layers=tuple(int(x) for x in np.flatnonzero(mask[first:stop]) + first),
+                   ep=pl.expert_parallel > 1,
+                   etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
+                   shared=m.num_shared_experts > 0,
+                   ep_overlap=model_math.ep_overlap_on(pl))
+    return _Structure(k, p * v, (first, stop),
+                      model_math.recomputed_in_chunk(pl, stop - first),
+                      "core_attn" in recompute_modules(pl),
+                      schedules.get(pl.schedule).splits_backward,
+                      t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
+                      pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
+                      pl.context_parallel > 1, modules=recompute_modules(pl),
+                      window_layers=_window_layers(m.num_layers,
+                                                   bool(getattr(m, "window_size", None)),
+                                                   getattr(m, "window_attn_skip_freq", None),
+                                                   first, stop),
+                      tp_overlap=_tp_overlap(pl), selective_op=pl.recompute == "selective_op",
+                      mla=m.multi_latent_attention is True,
+                      mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
+                      mtp_moe=model_math.mtp_layer_is_moe(m),
+                      mtp_recompute=pl.recompute == "full",
+                      norms=model_math.norms_separate(m), **moe)
+
+
+@lru_cache(maxsize=4096)
+def _window_layers(num_layers: int, windowed: bool, skip_freq: int | None, first: int,
+                   stop: int) -> tuple[int, ...]:
+    """Global indices of the sliding-window layers among ``first..stop-1``
+    (:func:`core.model.attention.window_layer_mask`, memoized by every model field it reads:
+    ``num_layers``, whether ``window_size`` is set, ``window_attn_skip_freq``)."""
+    model = SimpleNamespace(num_layers=num_layers, window_size=windowed,
+                            window_attn_skip_freq=skip_freq)
+    return tuple(int(x) for x in np.flatnonzero(
+        model_math.window_layer_mask(model)[first:stop]) + first)
+
+
+def _reduces_gradients(session: Session) -> bool:
+    """Whether gradients are reduced across GPUs: ``d*cp > 1``, or an MoE model whose routed
+    experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
+    pl = session.plan
+    return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
+
+
+@lru_cache(maxsize=4096)
+def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+    """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
+    templates of one micro-batch on a virtual stage (see :func:`core.sim.graph.build_graph`;
+    :meth:`_Template.timed` gives them durations).
+
+    One long function on purpose: it reads top to bottom in the order the tasks run (embedding,
+    the layers' forwards, MTP, output layer, then the backwards in reverse), and its small
+    closures share the structure's flags and the units built so far; split into functions they
+    would pass a dozen arguments each."""
+    sp, zero = st.sp, (st.zero_stage if st.dp else 0)
+    wunit: _Unit | None = None  # where the current backward unit's W tasks go
+
+    def comm(out: _Unit, kind: str) -> None:
+        # an MLA attention's latent collectives (source tp_mla_*) are tp_* collectives
+        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind.removeprefix("mla_"))
+
+    def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
+        """Context parallelism: an attention op as its part outside the ring (``pre``, when
+        given), the ring's core steps and the exposed part of their K/V exchange, which blocks
+        compute; the hidden part of the exchange runs on the "CP exchange" stream beside the core
+        (:func:`_cp_ring_times`)."""
+        if pre is not None:
+            out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
+        out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],
+                         len(out.tasks) - 1, -1))
+        out.add(kind, COMPUTE, f"attention_core_{phase}", f"attention_core_{phase}")
+        out.add(K["cp_p2p"], CP_RING, f"cp_{phase}_exposed", "cp_send_recv")
+
+    def compute(out: _Unit, kind: int, source: str, op: str) -> None:
+        if st.cp and op in ("attention_fwd", "attention_bwd"):
+            ring(out, kind, "fwd" if op == "attention_fwd" else "bwd", source + ":pre")
+        else:
+            out.add(kind, COMPUTE, source, op)
+
+    def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
+        """The op with the tensor-parallel collectives around it: with sequence parallelism an
+        all-gather before (``before``) and a reduce-scatter after (``after``); without, an
+        all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
+        # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
+        # input; the backward reduces the latents' gradients (core.model.mla.mla_tp_latent_width;
+        # validation refuses MLA with tp_comm_overlap)
+        latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
+        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+            # --tp-comm-overlap: what the GEMMs do not hide blocks; the hidden parts run beside
+            # the op (tp_overlap_split), drawn from its start
+            ag = out.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
+            for coll in ("all_gather", "reduce_scatter"):
+                out.side.append((K["tp_comm"], _SRC[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
+                                 ag, -1))
+        elif st.tp and sp and before:
+            comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
+        if st.split and wunit is not None and op in _W_OPS:
+            wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
+            if op != "embedding_bwd":  # all weight gradient: no B task
+                compute(out, kind, op + ":B", op)
+        else:
+            compute(out, kind, op, op)
+        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+            out.add(K["tp_comm"], COMM, f"tp_reduce_scatter@{op}", "tp_reduce_scatter")
+        elif st.tp and after:
+            comm(out, ("" if op == "attention_fwd" else latent)
+                 + ("reduce_scatter" if sp else "all_reduce"))
+
+    def gather(out: _Unit, bucket: str) -> None:
+        """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
+        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
+        if zero < 3:
+            return
+        if st.overlap_param_gather:
+            out.side.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"], -1,
+                             len(out.tasks)))
+        else:
+            out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
+
+    def reduce(out: _Unit, bucket: str) -> None:
+        """Gradients of what just ran backward (its W part when split): ZeRO 2/3 reduce-scatter
+        them every micro-batch (sharded gradients cannot accumulate locally), blocking or
+        overlapped; ZeRO 0/1 with --overlap-grad-reduce reduce them bucket by bucket in the
+        chunk's last backward only."""
+        if zero >= 2:
+            if st.overlap_grad_reduce:
+                out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
+                                 len(out.tasks) - 1, -1))
+            else:
+                out.add(K["dp_comm"], COMM, bucket + "_rs", "dp_reduce_scatter")
+        elif st.dp and st.overlap_grad_reduce:
+            src, op = (("_rs", "dp_reduce_scatter") if zero == 1 else ("_ar", "dp_all_reduce"))
+            out.last.append((K["dp_comm"], _SRC[bucket + src], OP[op], len(out.tasks) - 1))
+
+    def prefetch(out: _Unit, bucket: str) -> None:
+        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
+        all-gathered from the iteration's start, under the first forward."""
+        if st.dp and zero in (1, 2) and st.overlap_param_gather:
+            out.start.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"],
+                              len(out.tasks)))
+
+    layers = list(range(*st.layers))
+    first, last = st.vstage == 0, st.vstage == st.num_vstages - 1
+    fwd_parts: list[tuple[_Unit, list[int]]] = []
+    bwd_parts: list[tuple[_Unit, list[int]]] = []
+    w_parts: list[tuple[_Unit, list[int]]] = []
+
+    def backward_unit(layer_list: list[int], build, bucket: str | None = None,
+                      reduces: bool = True) -> None:
+        """One backward unit (and its W unit when split), repeated over ``layer_list``;
+        ``reduces``: its gradients complete a bucket (``bucket``)."""
+        nonlocal wunit
+        u, w = _Unit(), _Unit()
+        wunit = w if st.split else None
+        build(u)
+        # the gradients are complete after the W part when split, after the backward otherwise
+        reducer = w if st.split else u
+        if bucket is None:
+            bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
+        if reducer.tasks and reduces:
+            reduce(reducer, bucket)
+        bwd_parts.append((u, layer_list))
+        if st.split:
+            w_parts.append((w, layer_list))
+        wunit = None
+
+    if first:
+        u = _Unit()
+        prefetch(u, "first")
+        gather(u, "first")
+        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
+        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
+        fwd_parts.append((u, [-1]))
+    moe_set = set(st.moe_layers)
+
+    swa_set = set(st.window_layers)
+
+    def runs(layer_list: list[int]) -> list[tuple[bool, bool, list[int]]]:
+        """``layer_list`` cut into runs of layers alike (dense or MoE, windowed attention or
+        not), in order."""
+        out: list[tuple[bool, bool, list[int]]] = []
+        for x in layer_list:
+            is_moe, swa = x in moe_set, x in swa_set
+            if out and out[-1][:2] == (is_moe, swa):
+                out[-1][2].append(x)
+            else:
+                out.append((is_moe, swa, [x]))
+        return out
+
+    def a2a(out: _Unit, op: str, phase: str) -> None:
+        out.add(K["ep_all_to_all"], EP, f"ep_all_to_all@{phase}" if st.ep_overlap
+                else "ep_all_to_all", op)
+
+    mods = set(st.modules)
+
+    def moe_fwd(u: _Unit, kind: int, module: bool = False) -> None:
+        """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
+        permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
+        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts.
+        ``module``: the ``MoELayer`` module alone (what ``--recompute-modules moe`` runs
+        again): the router and un-permutation without the pre-MLP norm and residual add."""
+        router, unpermute = (("router_gate_fwd", "moe_unpermute_core_fwd") if module
+                             else ("router_fwd", "moe_unpermute_fwd"))
+        u.add(kind, COMPUTE, router, router)
+        u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
+        if st.ep:
+            a2a(u, "ep_dispatch", "fwd")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        u.add(kind, COMPUTE, "experts_fwd", "experts_fwd")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
+        if st.ep:
+            a2a(u, "ep_combine", "fwd")
+        u.add(kind, COMPUTE, unpermute, unpermute)
+        if st.etp_mode == "all_reduce":
+            comm(u, "all_reduce")
+        if st.shared:
+            block(u, kind, "shared_experts_fwd", True, True)
+
+    def moe_bwd(u: _Unit) -> None:
+        """The backward of :func:`moe_fwd`, in reverse (the all-to-alls again, four per layer
+        and micro-batch in all). Selective recomputation of ``shared_experts`` runs the shared
+        experts' forward (with its tensor-parallel collectives) before their backward, of
+        ``moe_act`` the experts' activation before their backward."""
+        if st.shared:
+            if "shared_experts" in mods and "moe" not in mods:
+                block(u, K["recompute"], "shared_experts_fwd", True, True)
+            block(u, K["backward"], "shared_experts_bwd", True, True)
+        u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
+        if st.ep:
+            a2a(u, "ep_combine", "bwd")
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
+        if "moe_act" in mods and "moe" not in mods:
+            u.add(K["recompute"], COMPUTE, "experts_act_fwd", "experts_act_fwd")
+        block(u, K["backward"], "experts_bwd", False, False)
+        if st.etp_mode == "gather":
+            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
+        if st.ep:
+            a2a(u, "ep_dispatch", "bwd")
+        u.add(K["backward"], COMPUTE, "moe_permute_bwd", "moe_permute_bwd")
+        if st.etp_mode == "all_reduce":
+            comm(u, "all_reduce")
+        block(u, K["backward"], "router_bwd", False, False)
+
+    def layer_fwd(is_moe: bool, swa: bool) -> _Unit:
+        u = _Unit()
+        bucket = "moe" if is_moe else "layer"
+        prefetch(u, bucket)
+        gather(u, bucket)
+        block(u, K["forward"], "attention_swa_fwd" if swa else "attention_fwd", True, True)
+        if is_moe:
+            moe_fwd(u, K["forward"])
+        else:
+            block(u, K["forward"], "mlp_fwd", True, True)
+        return u
+
+    for is_moe, swa, run in runs(layers):
+        fwd_parts.append((layer_fwd(is_moe, swa), run))
+
+    # multi-token prediction (Megatron-Core MultiTokenPredictionBlock on the last stage): each
+    # MTP layer embeds the tokens shifted once more, projects them with the previous hidden
+    # state (eh_proj and its tensor-parallel collectives, tp_mtp_*) and runs its transformer
+    # layer; then the output layer and loss run once per prediction (1 + N)
+    mtp_list = [st.layers[1] + j for j in range(st.mtp)]  # global indices after the decoder's
+
+    def mtp_comm(u: _Unit, phase: str) -> None:
+        if st.tp:
+            op = "tp_all_gather" if phase == "fwd" or sp else "tp_all_reduce"
+            u.add(K["tp_comm"], COMM, f"tp_mtp_{phase}", op)
+
+    for j, x in enumerate(mtp_list):
+        u = _Unit()
+        if j == 0:
+            prefetch(u, "mtp")
+            gather(u, "mtp")
+        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
+        u.add(K["forward"], COMPUTE, "mtp_proj_fwd", "mtp_proj_fwd")
+        mtp_comm(u, "fwd")
+        fwd_parts.append((u, [x]))
+        fwd_parts.append((layer_fwd(st.mtp_moe, False), [x]))
+
+    def out_bwd(u: _Unit) -> None:
+        gather(u, "last")
+        for _ in range(1 + st.mtp):
+            block(u, K["output"], "output_bwd", before=False, after=True)
+
+    if last:
+        u = _Unit()
+        prefetch(u, "last")
+        gather(u, "last")
+        for _ in range(1 + st.mtp):
+            block(u, K["output"], "output_fwd", before=True, after=False)
+        fwd_parts.append((u, [-1]))
+        backward_unit([-1], out_bwd)
+
+    def layer_backward(u: _Unit, with_recompute: bool, is_moe: bool, swa: bool) -> None:
+        """One layer's backward (its recomputed forward first under full recomputation or the
+        selective modules), with its bucket's ZeRO-3 gather."""
+        attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
+        gather(u, "moe" if is_moe else "layer")
+        if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
+            # ops it did not save run again when its backward starts; with tensor parallelism
+            # the all-gathers before the column-parallel linears too (not in the save list;
+            # the reduce-scatters are), on the TP lane as in the forward, pipelined with the
+            # recomputed GEMM they feed under tp_comm_overlap (torchtitan's async TP)
+            for op in _SAC_GATHERS:
+                if st.tp_overlap:
+                    ag = u.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
+                    u.side.append((K["tp_comm"], _SRC[f"tp_all_gather@{op}:hidden"],
+                                   OP["tp_all_gather"], ag, -1))
+                elif st.tp and sp:
+                    comm(u, "all_gather")
+                u.add(K["recompute"], COMPUTE, op, op)
+        if with_recompute:
+            block(u, K["recompute"], attn + "_fwd", True, True)
+            if is_moe:
+                moe_fwd(u, K["recompute"])
+            else:
+                block(u, K["recompute"], "mlp_fwd", True, True)
+        # selective recomputation by module (Megatron-Core --recompute-modules): the
+        # checkpointed module runs again when the backward reaches its output
+        if is_moe and "moe" in mods:
+            moe_fwd(u, K["recompute"], module=True)
+        elif not is_moe and "mlp" in mods:
+            if not st.norms[1]:  # the pre-MLP norm fused into fc1 runs with it
+                u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+            block(u, K["recompute"], "mlp_core_fwd", True, True)
+        # only the norms that are modules of their own (model_math.norms_separate)
+        if "layernorm" in mods and (is_moe or st.norms[1]):  # the pre-MLP norm's output
+            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+        if is_moe:
+            moe_bwd(u)
+        else:
+            block(u, K["backward"], "mlp_bwd", True, True)
+        if "layernorm" in mods and st.norms[0]:  # the input norm's output, QKV's input
+            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
+        if "mla_up_proj" in mods:  # MLA's Q, K, V rebuilt from the kept latents
+            u.add(K["recompute"], COMPUTE, "mla_up_proj_fwd", "mla_up_proj_fwd")
+        if st.selective and st.cp:  # the core recomputed runs its ring again
+            ring(u, K["recompute"], "fwd", None)
+        elif st.selective:
+            core = "attention_core_swa_fwd" if swa else "attention_core_fwd"
+            u.add(K["recompute"], COMPUTE, core, core)
+        block(u, K["backward"], attn + "_bwd", True, True)
+
+    # the MTP layers' backward first (they ran last): the transformer layer (recomputed under
+    # full recomputation: Megatron-Core's MTP layer checkpoints it), then eh_proj, its
+    # collectives and the shifted tokens' embedding; the "mtp" bucket completes with the first
+    for j in reversed(range(st.mtp)):
+        x = mtp_list[j]
+
+        def mtp_layer_bwd(u: _Unit) -> None:
+            layer_backward(u, st.mtp_recompute, st.mtp_moe, False)
+
+        backward_unit([x], mtp_layer_bwd, "moe" if st.mtp_moe else "layer")
+
+        def mtp_pre_bwd(u: _Unit, j: int = j) -> None:
+            if j == st.mtp - 1:
+                gather(u, "mtp")
+            mtp_comm(u, "bwd")
+            block(u, K["backward"], "mtp_proj_bwd", before=False, after=False)
+            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+
+        backward_unit([x], mtp_pre_bwd, "mtp", reduces=j == 0)
+
+    for with_recompute in (False, True):
+        # reversed layer order; Megatron's block method recomputes the chunk's first layers
+        chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
+        if not chosen:
+            continue
+
+        for is_moe, swa, run in runs(chosen[::-1]):
+            def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
+                          is_moe: bool = is_moe, swa: bool = swa) -> None:
+                layer_backward(u, with_recompute, is_moe, swa)
+
+            backward_unit(run, layer_bwd, "moe" if is_moe else "layer")
+    if first:
+        def emb_bwd(u: _Unit) -> None:
+            # the embedding's backward scatters gradients: it needs no weights (no ZeRO-3 gather)
+            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
+
+        backward_unit([-1], emb_bwd)
+    if not layers and not first and not last and not st.mtp:
+        # a virtual stage without layers (a custom pipeline layout may leave one empty, as
+        # Megatron-Core allows): it receives and sends each micro-batch on, in no time
+        for kind, parts in ((K["forward"], fwd_parts), (K["backward"], bwd_parts)):
+            u = _Unit()
+            u.add(kind, COMPUTE, "pass_through", "pass_through")
+            parts.append((u, [-1]))
+    return (_Template.assemble(fwd_parts), _Template.assemble(bwd_parts),
+            _Template.assemble(w_parts))
+
+
+def _source_values(times: dict[str, float], tp: dict[str, float] | None,
+                   dp: _DataParallel | None, session: Session,
+                   moe: dict[str, float] | None = None, fp8_speedup: float = 1.0) -> np.ndarray:
+    """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
+    ``moe``: the MoE layers' communication by source name (``ep_all_to_all``,
+    ``etp_all_gather``, ``etp_reduce_scatter``); ``fp8_speedup`` see
+    :func:`weight_gradient_share`."""
+    v = np.zeros(len(_SOURCES))
+    for name, sec in times.items():
+        if name in _SRC:
+            v[_SRC[name]] = sec
+    for op in _W_OPS:
+        if op not in times:  # the MoE ops of a dense model
+            continue
+        share = weight_gradient_share(op, session, fp8_speedup)
+        v[_SRC[op + ":W"]] = times[op] * share
+        v[_SRC[op + ":B"]] = times[op] * (1 - share)
+    if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
+        v[_SRC["attention_fwd:pre"]] = times["attention_fwd"] - times["attention_core_fwd"]
+        v[_SRC["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
+        v[_SRC["attention_bwd:B:pre"]] = max(v[_SRC["attention_bwd:B"]]
+                                             - times["attention_core_bwd"], 0.0)
+    for name, sec in (moe or {}).items():
+        v[_SRC[name]] = sec
+    if moe:  # the whole all-to-all until ep_overlap_exposed times the overlapped ones
+        v[_SRC["ep_all_to_all@fwd"]] = v[_SRC["ep_all_to_all@bwd"]] = moe["ep_all_to_all"]
+    for kind, sec in (tp or {}).items():
+        v[_SRC["tp_" + kind]] = sec
+    if tp and _tp_overlap(session.plan):
+        for op, base in _TP_OVERLAP_BLOCKS.items():
+            for kind in ("all_gather", "reduce_scatter"):
+                exposed, hidden = tp_overlap_split(
+                    tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
+                v[_SRC[f"tp_{kind}@{op}"]], v[_SRC[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
+        for op, gemm in _SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
+            if gemm in times:
+                exposed, hidden = tp_overlap_split(tp["all_gather"], times[gemm],
+                                                   session.plan.tensor_parallel)
+                v[_SRC[f"tp_all_gather@{op}"]], v[_SRC[f"tp_all_gather@{op}:hidden"]] = (
+                    exposed, hidden)
+    if dp is not None:
+        for f in dataclasses.fields(dp):
+            v[_SRC[f.name]] = getattr(dp, f.name)
+    return v
+
+
+def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """End times of tasks run one after another per ``code`` (in list order), each no earlier
+    than its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a
+    running maximum over prefix sums (from time 0)."""
+    out = np.empty(dur.size)
+    for c in np.unique(code):
+        idx = np.flatnonzero(code == c)
+        D = np.cumsum(dur[idx])
+        out[idx] = D + np.maximum.accumulate(np.maximum(ready[idx] - (D - dur[idx]), 0.0))
+    return out
+
+
+def _template_times(tmpl: _Template, start_at: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
+    """End times (from the op's start) of a template's tasks and side tasks, and its span.
+
+    The span is when the op ends: its last task and its side tasks that end the
+    op (``side_before`` -1) have ended. With ``start_at`` the op starts at time 0
+    with the iteration and its ``start`` side tasks run one after another from
+    ``start_at`` (the all-gathers of earlier chunks before). Side tasks that
+    start with the op (``side_after`` -1) wait for nothing else; the others end the
+    op (the two sorts the builder makes: prefetched all-gathers, and reductions
+    after a layer's backward).
+    """
+    dur = tmpl.dur
+    S = np.cumsum(dur)
+    with_start = start_at is not None and tmpl.start_dur.size > 0
+    if not tmpl.side_dur.size and not with_start:
+        return S, np.empty(0), float(S[-1]) if S.size else 0.0
+    free = tmpl.side_after < 0
+    if np.any(free & (tmpl.side_before < 0)) or np.any(~free & (tmpl.side_before >= 0)):
+        raise AssertionError("side task neither prefetched nor ending the op")
+    # prefetched side tasks (and the iteration-start ones) do not depend on the compute chain
+    f_dur, f_op, f_before = tmpl.side_dur[free], tmpl.side_op[free], tmpl.side_before[free]
+    f_ready = np.zeros(f_dur.size)
+    if with_start:
+        f_dur = np.concatenate([tmpl.start_dur, f_dur])
+        f_op = np.concatenate([tmpl.start_op, f_op])
+        f_before = np.concatenate([tmpl.start_before, f_before])
+        f_ready = np.concatenate([np.full(tmpl.start_dur.size, float(start_at)), f_ready])
+    f_end = _chain(f_dur, f_ready, f_op)
+    wait = np.zeros(dur.size)
+    np.maximum.at(wait, f_before, f_end)
+    end = S + np.maximum.accumulate(np.maximum(wait - (S - dur), 0.0))
+    side_end = np.empty(tmpl.side_dur.size)
+    side_end[free] = f_end[f_end.size - int(free.sum()):]
+    dep = ~free
+    side_end[dep] = _chain(tmpl.side_dur[dep], end[tmpl.side_after[dep]], tmpl.side_op[dep])
+    span = max(float(end[-1]) if end.size else 0.0,
+               float(side_end[dep].max()) if dep.any() else 0.0)
+    return end, side_end, span
+
+
+def _tail_overrun(tmpl: _Template) -> float:
+    """How long after the item's end its ``last`` side tasks end (negative when earlier): the
+    iteration's tail waits for them."""
+    end, _, span = _template_times(tmpl)
+    finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
+    return float(finish.max()) - span
