@@ -16,7 +16,8 @@ import pytest
 from core.io.hf_import import session_from_hf_config
 from core.io.session import load_session, save_session
 from core.model import model_math as mm
-from core.model.families.gemma import NORM_FLOPS, SOFTCAP_FLOPS
+from core.model.norms import NORM_FLOPS
+from core.model.softcap import SOFTCAP_FLOPS
 from core.model.kernels import op_key
 from core.model.spec import FAMILIES
 from core.plan.model_config import MODEL_FAMILIES
