@@ -398,7 +398,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         acts[-1] += (1 + n_mtp) * tokens * V / t * e * losses
     else:
         acts[-1] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
-    if family_of(model).layer_spec(model).final_logit_softcap:  # the cap's tanh output
+    if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         acts[-1] += final_logit_softcap_bytes(tokens, V, t, e) * losses
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1

@@ -139,7 +139,9 @@ class ModelFamily:
     """A model family: Megatron-Core's GPT layer (``get_gpt_layer_with_transformer_engine_spec``:
     pre-norms only) with the components the family fixes for every model of it. The rest of a
     model's :class:`LayerSpec` (attention kind and sizes, the MLP's activation and experts, the
-    norm kind, multi-token prediction) comes from its fields.
+    norm kind, multi-token prediction) comes from its fields. The formulas read the family's
+    components from the fields below (the ones its :meth:`layer_spec` sets: building a spec on
+    every call would slow the sweeps) and the model's fields for the rest, as the spec does.
 
     Attributes
     ----------
@@ -172,6 +174,19 @@ class ModelFamily:
         return (self.post_attention_norm or self.post_mlp_norm or self.attention_softcap
                 or self.final_logit_softcap or self.embedding_scale)
 
+    @property
+    def post_norms(self) -> int:
+        """Post-norms per layer (the layer spec's ``norm.per_layer - 2``)."""
+        return int(self.post_attention_norm) + int(self.post_mlp_norm)
+
+    def _refuse(self, model: ModelConfig) -> None:
+        """ValueError for a ``dense_only`` family's model with experts, latent attention or
+        multi-token prediction."""
+        if self.dense_only and (model.is_moe or getattr(model, "multi_latent_attention", False)
+                                is True or int(model.mtp_num_layers or 0)):
+            raise ValueError(f"model family {self.name!r} with experts, latent attention or "
+                             "multi-token prediction is not modelled (the family has none)")
+
     def layer_spec(self, model: ModelConfig) -> LayerSpec:
         """The layer spec of ``model``: its fields' attention, MLP, norm kind and multi-token
         prediction with the family's components.
@@ -182,10 +197,8 @@ class ModelFamily:
             A ``dense_only`` family's model with experts, latent attention or multi-token
             prediction.
         """
+        self._refuse(model)
         mla = getattr(model, "multi_latent_attention", False) is True
-        if self.dense_only and (model.is_moe or mla or int(model.mtp_num_layers or 0)):
-            raise ValueError(f"model family {self.name!r} with experts, latent attention or "
-                             "multi-token prediction is not modelled (the family has none)")
         a, g = model.num_attention_heads, model.query_groups
         attention = AttentionSpec(
             kind="mla" if mla else ("gqa" if g < a else "mha"), heads=a, groups=g,
@@ -241,12 +254,13 @@ class ModelFamily:
         (:func:`core.model.layer.dense_layer_parameters`) and the spec's post-norms, replicated
         (:func:`core.model.norms.post_norm_parameters`). Gemma 2 9B (42 layers, h 3584, 16
         heads of 256, 8 groups, f 14336, vocabulary 256000, tied): 9,241,705,984 in all."""
-        spec = self.layer_spec(model)
+        self._refuse(model)
         sharded, replicated = dense_layer_parameters(model)
-        post = spec.norm.per_layer - 2
+        post = self.post_norms
         if not post:
             return sharded, replicated
-        return sharded, replicated + post_norm_parameters(spec.norm.kind, post, model.hidden_size)
+        return sharded, replicated + post_norm_parameters(model.normalization, post,
+                                                          model.hidden_size)
 
     def edge_parameters(self, model: ModelConfig, t: int
                         ) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -271,10 +285,10 @@ class ModelFamily:
         cap's backward reads (:func:`core.model.softcap.softcapped_scores_bytes`), scaled to the
         training precision's bytes. Torchtitan's per-op checkpointing recomputes the norms
         (none kept)."""
-        spec = self.layer_spec(model)
+        self._refuse(model)
         out = dense_activation_bytes_per_layer(model, plan, mode)
-        post = spec.norm.per_layer - 2
-        capped = spec.attention.logit_softcap and not spec.attention.flash
+        post = self.post_norms
+        capped = self.attention_softcap and model.attention_kernel != "flash"
         if not (post or capped) or mode not in ("none", "selective"):
             return out
         s, b, h, t = (model.seq_length // plan.context_parallel, plan.micro_batch_size,
@@ -284,7 +298,7 @@ class ModelFamily:
         mods = recompute_modules(plan) if mode == "selective" else ()
         scores = 0.0
         if capped and (mode == "none" or "core_attn" not in mods):
-            scores = softcapped_scores_bytes(b, s, spec.attention.heads // t)
+            scores = softcapped_scores_bytes(b, s, model.num_attention_heads // t)
         return out + (norms + scores) * scale
 
 
