@@ -16,7 +16,8 @@ import pytest
 from core.io.hf_import import session_from_hf_config
 from core.io.session import load_session, save_session
 from core.model import model_math as mm
-from core.model.families.gemma import NORM_FLOPS, SOFTCAP_FLOPS
+from core.model.norms import NORM_FLOPS
+from core.model.softcap import SOFTCAP_FLOPS
 from core.model.kernels import op_key
 from core.model.spec import FAMILIES
 from core.plan.model_config import MODEL_FAMILIES
@@ -198,3 +199,41 @@ def test_simulation_and_session_round_trip(tmp_path):
     del doc["model"]["family"]
     path.write_text(json.dumps(doc))
     assert load_session(path).model == dense
+
+
+@pytest.mark.parametrize("fusion,schedule,m", [(False, "1f1b", 4), (True, "1f1b", 4),
+                                               (False, "gpipe", 4)])
+def test_final_logit_softcap_keeps_the_tanh_output(fusion, schedule, m):
+    """Gemma 2's capped logits keep the cap's tanh output, s b V'/t e bytes per loss awaiting
+    its backward (core.model.softcap.final_logit_softcap_bytes): the only memory Gemma 2 adds
+    to the same model as Gemma 3 with FlashAttention (no score tensor), on the last stage."""
+    g2 = _model(GEMMA2_9B, seq=4096)
+    g3 = dataclasses.replace(g2, family="gemma3")
+    pl = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=1,
+                      micro_batch_size=1, global_batch_size=m, sequence_parallel=True,
+                      schedule=schedule, cross_entropy_loss_fusion=fusion,
+                      cross_entropy_fusion_impl="te")
+    assert validate(Session(model=g2, plan=pl)) == []
+    a2, a3 = mm.stage_memory(g2, pl), mm.stage_memory(g3, pl)
+    losses = m if schedule == "gpipe" else 1  # the losses awaiting their backward
+    assert a2[0] == a3[0]
+    assert a2[1].activations_bytes - a3[1].activations_bytes == 4096 * 256000 / 2 * 2 * losses
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_megatron_export_refuses_a_family_megatron_has_no_layer_for(family):
+    """Megatron-LM's pretrain_gpt.py builds only Megatron-Core's GPT layer specs: a Gemma
+    session is refused naming model.family (never exported as the dense model it is not);
+    the same shape as a dense model with a GeLU MLP exports."""
+    from core.io.megatron.arguments import MegatronArgsError
+    from core.io.megatron.from_session import export_arguments
+    m, dense, pl = _pair()
+    m = dataclasses.replace(m, family=family)
+    with pytest.raises(MegatronArgsError) as err:
+        export_arguments(Session(model=m, plan=pl))
+    assert str(err.value).startswith("model.family")
+    with pytest.raises(MegatronArgsError) as err:
+        export_arguments(Session(model=dense, plan=pl))
+    assert str(err.value).startswith("model.activation")
+    words = export_arguments(Session(model=dataclasses.replace(dense, activation="gelu"), plan=pl))
+    assert words[words.index("--num-layers") + 1] == "42"

@@ -14,6 +14,7 @@ from core.model.keys import (DERIVED_OPS, FAMILY_KEY, FAMILY_KEY_DEFAULTS, OP_KE
                              SELECTIVE_OP_GEMMS, SELECTIVE_OP_OPS, SWA_OPS, UNTABULATED_OP_KEYS,
                              activation_key, cross_entropy_fusion, full_op_key, mla_key,
                              with_family_defaults)
+from core.model.mlp import is_gated
 from core.model.moe import expert_tensor_parallel, moe_ffn
 from core.model.recompute import SELECTIVE_OP_SAVED, selective_op_linears
 from core.plan.model_config import ModelConfig, padded_vocab_size
@@ -98,7 +99,7 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
     kernels = _family(model, key).op_kernels(base, full_op_key(base, key))
     linear, _ = linear_kernels(full)
     t = int(full["t"])
-    gated = full.get("act") == "swiglu"
+    gated = is_gated(full.get("act"))
     recomputed = {name for name, again in selective_op_linears(gated) if again}
     dh = int(full["kv"])
     f = int(full["f"]) if "f" in full else 0
@@ -125,15 +126,17 @@ def family_key_columns(model: ModelConfig) -> dict[str, Any]:
     (:data:`core.model.keys.FAMILY_KEY_DEFAULTS` but ``cp`` and ``ce``, which the plan sets:
     ``g`` query groups, ``act`` the timed activation, ``norm``, ``pos``, ``attn``, ``qkn``,
     ``kv`` the head size, the MLA columns) and, for a family other than ``dense``, its name
-    (:data:`core.model.keys.FAMILY_KEY`; absent for dense models, whose keys predate it)."""
+    (:data:`core.model.keys.FAMILY_KEY`) when the family's components add kernels
+    (:attr:`core.model.spec.ModelFamily.adds_kernels`; absent for dense models, whose keys
+    predate it, and for any family whose ops are the dense ones)."""
     out = dict(a=model.num_attention_heads, g=model.query_groups,
                act=activation_key(model.activation), norm=model.normalization,
                pos=model.position_embedding, attn=model.attention_kernel,
                qkn=int(model.qk_layernorm), h=model.hidden_size, kv=model.head_dim,
                **mla_key(model))
-    family = getattr(model, "family", None) or "dense"
-    if family != "dense":
-        out[FAMILY_KEY] = family
+    family = family_of(model)
+    if family.adds_kernels:
+        out[FAMILY_KEY] = family.name
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
+from core.model.mlp import ACTIVATION_KINDS
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 
@@ -40,16 +41,12 @@ FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layern
 
 
 def activation_key(activation: str) -> str:
-    """The ``act`` key column that times ``model.activation``'s MLP: the activation itself, but
-    ``squared_relu`` (Nemotron-4's ``relu(x)**2``, Megatron-Core's ``squared_relu`` under
-    ``jit_fuser``: one fused element-wise kernel per pass that reads the fc1 output and writes
-    the activation, and in the backward reads the saved input and the gradient and writes one
-    gradient) is timed as ``gelu``, whose ``bias_gelu`` kernels move the same bytes; both are
-    non-gated (two ffn matrices, the same GEMMs). Likewise ``geglu`` (Gemma's gated tanh-GeLU)
-    is timed as ``swiglu``: the same three ffn matrices and one fused kernel that reads ``2f``
-    and writes ``f`` per token. The FLOPs of the element-wise kernels are not counted
-    (memory-bound)."""
-    return {"squared_relu": "gelu", "geglu": "swiglu"}.get(activation, activation)
+    """The ``act`` key column that times ``model.activation``'s MLP: the registered activation's
+    :attr:`~core.model.mlp.Activation.timed_as` (``squared_relu`` is timed as ``gelu``,
+    ``geglu`` as ``swiglu``: the same GEMMs and fused kernel bytes); an unregistered name
+    itself."""
+    kind = ACTIVATION_KINDS.get(activation)
+    return kind.timed_as if kind is not None else activation
 
 
 #: Key columns of multi-head latent attention (:func:`mla_key`), 0 without MLA: ``qlr`` the

@@ -25,6 +25,7 @@ from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
                             moe_activation_bytes_per_layer, moe_layer_parameters)
 from core.model.mtp import mtp_extra_parameters, mtp_layers
 from core.model.recompute import recomputed_layers
+from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
 from core.plan.parallel import (PLAN_FIELDS,
     ParallelPlan,
@@ -353,6 +354,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
     keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
     ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
+    Soft-capped output logits (Gemma 2, the layer spec's ``final_logit_softcap``) keep the
+    cap's ``tanh`` output too, ``s*b*V'/t*e`` for each micro-batch whose loss awaits its
+    backward (:func:`core.model.softcap.final_logit_softcap_bytes`).
     Context parallelism adds, on every stage with layers, the buffers of the exchange of the
     attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
     """
@@ -395,6 +399,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
         acts[last] += (1 + n_mtp) * tokens * V / t * e * losses
     else:
         acts[last] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+    if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
+        acts[last] += final_logit_softcap_bytes(tokens, V, t, e) * losses
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         acts[last] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last]

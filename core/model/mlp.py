@@ -1,23 +1,106 @@
-"""MLP component: dense (GeLU, squared ReLU) or gated (SwiGLU, GeGLU) MLP; its parameters.
+"""MLP component: its activations (a registry: :func:`register_activation`), dense (GeLU,
+squared ReLU) or gated (SwiGLU, GeGLU) MLPs, their parameters and kernels.
+
+A new activation is one :func:`register_activation` call here (its name must be one of the
+session field's choices, :data:`core.plan.model_config.ACTIVATIONS`): whether it is gated and
+the activation whose profile rows time it (the op key's ``act`` column).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from core.model.base import Kernel, mem
 from core.model.tokens import OpShape
-from core.plan.model_config import ModelConfig
+from core.plan.model_config import ACTIVATIONS, ModelConfig
 
-__all__ = ["GATED_ACTIVATIONS", "is_gated", "mlp_parameters", "mlp_kernels"]
+__all__ = ["Activation", "ACTIVATION_KINDS", "register_activation", "activation_kind", "is_gated",
+           "mlp_parameters", "mlp_kernels"]
 
 
-#: Gated MLP activations (three ffn matrices; fc1 is ``2f`` wide, gate and up fused):
-#: SwiGLU (Shazeer 2020; Llama) and GeGLU (tanh-approximated GeLU gate; Gemma).
-GATED_ACTIVATIONS = ("swiglu", "geglu")
+@dataclass(frozen=True)
+class Activation:
+    """An MLP activation.
+
+    Attributes
+    ----------
+    name : str
+        ``model.activation``'s value.
+    gated : bool
+        Three ffn matrices (gate and up fused in a ``2f``-wide fc1, Megatron-Core), else two.
+    timed_as : str
+        The activation whose ops time it (the op key's ``act`` column): one with the same GEMMs
+        and a fused element-wise kernel that moves the same bytes; itself for a tabulated one.
+    """
+
+    name: str
+    gated: bool
+    timed_as: str
+
+
+#: Registered activations by name (:func:`register_activation`).
+ACTIVATION_KINDS: dict[str, Activation] = {}
+
+
+def register_activation(activation: Activation) -> Activation:
+    """Register ``activation`` and return it.
+
+    Raises
+    ------
+    ValueError
+        Registered already, not a choice of the session field
+        (:data:`core.plan.model_config.ACTIVATIONS`), or timed as an activation that is not
+        registered or is itself timed as another.
+    """
+    name = activation.name
+    if name in ACTIVATION_KINDS:
+        raise ValueError(f"activation {name!r} is registered already")
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation {name!r} is not a choice of model.activation "
+                         "(core.plan.model_config.ACTIVATIONS)")
+    timer = ACTIVATION_KINDS.get(activation.timed_as, activation if activation.timed_as == name
+                                 else None)
+    if timer is None or timer.timed_as != timer.name or timer.gated != activation.gated:
+        raise ValueError(f"activation {name!r}: timed as {activation.timed_as!r}, which is not a "
+                         "registered tabulated activation of the same gating")
+    ACTIVATION_KINDS[name] = activation
+    return activation
+
+
+#: GeLU (two ffn matrices; Megatron-LM's default) and SwiGLU (gated, Shazeer 2020; Llama).
+register_activation(Activation("gelu", gated=False, timed_as="gelu"))
+register_activation(Activation("swiglu", gated=True, timed_as="swiglu"))
+#: Squared ReLU (Nemotron-4's ``relu(x)**2``, Megatron-Core's ``squared_relu`` under
+#: ``jit_fuser``: one fused element-wise kernel per pass that reads the fc1 output and writes
+#: the activation, and in the backward reads the saved input and the gradient and writes one
+#: gradient) is timed as ``gelu``, whose ``bias_gelu`` kernels move the same bytes; both are
+#: non-gated (two ffn matrices, the same GEMMs).
+register_activation(Activation("squared_relu", gated=False, timed_as="gelu"))
+#: GeGLU (Gemma's gated tanh-approximated GeLU) is timed as ``swiglu``: the same three ffn
+#: matrices and one fused kernel that reads ``2f`` and writes ``f`` per token. The FLOPs of
+#: the element-wise kernels are not counted (memory-bound).
+register_activation(Activation("geglu", gated=True, timed_as="swiglu"))
+
+
+def activation_kind(activation: str) -> Activation:
+    """The registered :class:`Activation` of ``activation``.
+
+    Raises
+    ------
+    ValueError
+        Not registered.
+    """
+    if activation not in ACTIVATION_KINDS:
+        raise ValueError(f"activation {activation!r} is not modelled; known: "
+                         f"{', '.join(ACTIVATION_KINDS)}")
+    return ACTIVATION_KINDS[activation]
 
 
 def is_gated(activation: str) -> bool:
-    """Whether the MLP of ``activation`` is gated (:data:`GATED_ACTIVATIONS`)."""
-    return activation in GATED_ACTIVATIONS
+    """Whether the MLP of ``activation`` (a registered activation, or an op key's ``act``) is
+    gated (:class:`Activation`; an unregistered name is not)."""
+    kind = ACTIVATION_KINDS.get(activation)
+    return kind is not None and kind.gated
 
 
 def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
@@ -40,7 +123,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
     key, h, t, e, T = sh.key, sh.h, sh.t, sh.e, sh.T
     tok, norm, acc, linear, cast = sh.tok, sh.norm, sh.acc, sh.linear, sh.cast
     f = int(key["f"])
-    gated = key.get("act") == "swiglu"
+    gated = is_gated(key.get("act"))
     fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
     inner = T * (f // t) * e
     if op == "mlp_fwd":

@@ -237,7 +237,7 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     T_in = T / t if sp else T
     tok = T_in * h * e
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    gated = key.get("act") == "swiglu"
+    gated = is_gated(key.get("act"))
     R = moe_routed_rows(key)
     local = E // ep
     M = R / local

@@ -21,9 +21,17 @@ __all__ = ["ACTIVATIONS", "MODEL_FAMILIES", "SOFTMAX_TYPES", "NORMALIZATIONS", "
 #: MLP activations: GeLU (two ffn matrices) or SwiGLU (gated: three ffn matrices, Shazeer 2020);
 #: GeGLU is gated with a tanh-approximated GeLU (Gemma).
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "geglu")
-#: Model families (registered in core.model.families): dense (Megatron-Core's GPT layer: GPT,
-#: Llama, MoE, MLA, MTP, GPT-OSS), gemma2 and gemma3 (Gemma 2 / Gemma 3's layer).
-MODEL_FAMILIES = ("dense", "gemma2", "gemma3")
+#: Model families, the names ``model.family`` takes, with what each is (shown in the choice
+#: list). The plan holds the names so that it validates a session without the model layer; each
+#: is registered with its formulas by one module of ``core/model/families/``
+#: (:func:`core.model.spec.register_family` refuses a name not listed here, and a test keeps the
+#: two equal). A new family is one entry here.
+MODEL_FAMILIES: dict[str, str] = {
+    "dense": "Megatron-Core's GPT layer: GPT, Llama, MoE, MLA, MTP, GPT-OSS",
+    "gemma2": "norms after attention and MLP too, embedding scaled by sqrt(h), attention "
+              "scores and output logits soft-capped",
+    "gemma3": "gemma2 without soft-capping",
+}
 
 
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):
@@ -187,11 +195,10 @@ class ModelConfig:
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
         "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
         required=True)
-    family: str = _f("dense", "", "Model family: dense (Megatron-Core's GPT layer: GPT, Llama, "
-                     "MoE, MLA, GPT-OSS), gemma2 or gemma3 (norms after attention and MLP too, "
-                     "embedding scaled by sqrt(h); gemma2 soft-caps attention and output logits). "
-                     "Not required: files written before it describe dense models",
-                     choices=MODEL_FAMILIES)
+    family: str = _f("dense", "", "Model family: the layer's components besides the fields "
+                     "above (" + "; ".join(f"{k}: {v}" for k, v in MODEL_FAMILIES.items())
+                     + "). Not required: files written before it describe dense models",
+                     choices=MODEL_FAMILIES, choice_notes=MODEL_FAMILIES)
 
     @property
     def ffn(self) -> int:

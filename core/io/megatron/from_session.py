@@ -47,6 +47,14 @@ def _layer_words(m: Any) -> list[str]:
     """The MLP activation, norms, biases, attention kernel, sliding window, multi-latent
     attention and multi-token prediction."""
     out: list[str] = []
+    family = _get(m, "family") or "dense"
+    if family != "dense":
+        raise MegatronArgsError(f"model.family {family!r}: Megatron-LM's pretrain_gpt.py builds "
+                                "Megatron-Core's GPT layer specs only, which have no such layer "
+                                "(post-norms, embedding scale, soft-capping)")
+    if _get(m, "activation") == "geglu":
+        raise MegatronArgsError("model.activation 'geglu': Megatron-LM has no tanh-GeLU gated "
+                                "MLP argument (--quick-geglu is x*sigmoid(1.702x))")
     clamp, offset = _get(m, "activation_func_clamp_value"), _get(m, "glu_linear_offset") or 0.0
     if _get(m, "activation") == "swiglu":
         # Megatron-Core fuses a clamp and a linear offset only with the quick-GELU gate
@@ -244,8 +252,8 @@ def export_arguments(session: Session) -> list[str]:
     Raises
     ------
     MegatronArgsError
-        The plan has something Megatron-LM's arguments cannot express (GPipe,
-        ZB-H1, ZeRO-2), naming the field.
+        The session has something Megatron-LM's arguments cannot express (GPipe,
+        ZB-H1, ZeRO-2, a model family other than ``dense``), naming the field.
     """
     m, pl = session.model, session.plan
     return (_shape_words(m) + _layer_words(m) + _expert_words(m, pl) + _parallel_words(pl)

@@ -1,21 +1,28 @@
-"""The shipped model families, one module each, and the lookup of a model's family.
+"""The model families, one module each, and the lookup of a model's family.
 
-Importing this package registers every family (:func:`core.model.spec.register_family`):
-``dense`` (:mod:`.dense`: GPT, Llama-style, MoE, MLA, MTP and GPT-OSS models as Megatron-Core
-builds them) and ``gemma2`` / ``gemma3`` (:mod:`.gemma`). A new family is a module here that
-builds its :class:`~core.model.spec.LayerSpec` and registers its formulas.
+Importing this package imports every module in its folder; each registers its families
+(:func:`core.model.spec.register_family`): ``dense`` (:mod:`.dense`: GPT, Llama-style, MoE,
+MLA, MTP and GPT-OSS models as Megatron-Core builds them) and ``gemma2`` / ``gemma3``
+(:mod:`.gemma`). A new family is a module here that registers a
+:class:`~core.model.spec.ModelFamily` naming its components (and its name in
+:data:`core.plan.model_config.MODEL_FAMILIES`, the session field's choices); nothing else
+lists the families.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any, Mapping
 
-from core.model.families import dense, gemma
 from core.model.keys import FAMILY_KEY
 from core.model.spec import FAMILIES, LayerSpec, ModelFamily
 from core.plan.model_config import ModelConfig
 
-__all__ = ["family_of", "family_of_key", "layer_spec", "dense", "gemma"]
+__all__ = ["family_of", "family_of_key", "layer_spec"]
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")  # each module registers its families
 
 
 def family_of(model: ModelConfig | None = None) -> ModelFamily:
