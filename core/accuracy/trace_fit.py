@@ -302,6 +302,41 @@ def _stage_means(measurement: StepMeasurement, session: Session) -> dict[int, np
     return {int(s): measurement.seconds[stages == s].mean(axis=0) for s in np.unique(stages)}
 
 
+def _determined(names: Sequence[str], obs: list[Observation], p0: dict[str, float],
+                predict) -> tuple[list[str], dict[str, str]]:
+    """The candidates ``names`` the observations determine, and every other parameter of
+    ``p0`` with why not (the module's step 1): the Jacobian of each class's log seconds, summed
+    over the stages (stages alone, differing only in the mix of their ops, pin no parameter),
+    per parameter moved across its bounds' width. ``predict(p, moved)`` gives the observations'
+    predicted seconds, shape (len(obs),)."""
+    classes = sorted({o.cls for o in obs}, key=FITTED_CLASSES.index)
+    rows = np.array([[o.cls == c for o in obs] for c in classes], float)  # (classes, obs)
+    not_determined = {k: v for k, v in _NEVER.items() if k in p0}
+    columns: list[np.ndarray] = []
+    kept: list[str] = []
+    for name in names:
+        lo, hi = CANDIDATES[name]
+        if name not in p0:
+            not_determined[name] = "not a parameter of this store's op model"
+            continue
+        h = 1e-3 * (hi - lo)
+        x = min(max(p0[name], lo + h), hi - h)
+        up = rows @ predict({**p0, name: x + h}, [name])
+        down = rows @ predict({**p0, name: x - h}, [name])
+        col = (np.log(up) - np.log(down)) / 2e-3
+        if not np.isfinite(col).all() or np.abs(col).max() < MIN_SINGULAR_VALUE:
+            not_determined[name] = "no measured class depends on it"
+            continue
+        trial = np.column_stack([*columns, col])
+        if np.linalg.svd(trial, compute_uv=False)[-1] < MIN_SINGULAR_VALUE:
+            not_determined[name] = ("the measured classes cannot tell it from "
+                                    + ", ".join(kept))
+            continue
+        columns.append(col)
+        kept.append(name)
+    return kept, not_determined
+
+
 def fit_trace(measurement: StepMeasurement, session: Session, base: ProfileStore,
               candidates: Sequence[str] | None = None) -> TraceFit:
     """Fit ``base``'s op-model parameters to the per-class times of a measured step.
@@ -364,34 +399,8 @@ def fit_trace(measurement: StepMeasurement, session: Session, base: ProfileStore
             values.update({c: before[c] for c in COLLECTIVE_CLASSES})
         return np.array([values[o.cls][o.stage] for o in obs])
 
-    # 1. which parameters the observations determine: the Jacobian of each class's log
-    # seconds (summed over the stages: stages alone, differing only in the mix of their ops,
-    # pin no parameter) per parameter moved across its bounds' width
-    classes = sorted({o.cls for o in obs}, key=FITTED_CLASSES.index)
-    rows = np.array([[o.cls == c for o in obs] for c in classes], float)  # (classes, obs)
-    not_determined = {k: v for k, v in _NEVER.items() if k in p0}
-    columns: list[np.ndarray] = []
-    kept: list[str] = []
-    for name in names:
-        lo, hi = CANDIDATES[name]
-        if name not in p0:
-            not_determined[name] = "not a parameter of this store's op model"
-            continue
-        h = 1e-3 * (hi - lo)
-        x = min(max(p0[name], lo + h), hi - h)
-        up = rows @ predict({**p0, name: x + h}, [name])
-        down = rows @ predict({**p0, name: x - h}, [name])
-        col = (np.log(up) - np.log(down)) / 2e-3
-        if not np.isfinite(col).all() or np.abs(col).max() < MIN_SINGULAR_VALUE:
-            not_determined[name] = "no measured class depends on it"
-            continue
-        trial = np.column_stack([*columns, col])
-        if np.linalg.svd(trial, compute_uv=False)[-1] < MIN_SINGULAR_VALUE:
-            not_determined[name] = ("the measured classes cannot tell it from "
-                                    + ", ".join(kept))
-            continue
-        columns.append(col)
-        kept.append(name)
+    # 1. which parameters the observations determine
+    kept, not_determined = _determined(names, obs, p0, predict)
     # 2. fit the kept ones; the rest keep the base's values
     p = dict(p0)
     if kept:

@@ -108,7 +108,8 @@ class MeasuredItem(pg.GraphicsObject):
         if self.lanes is None or not (np.isfinite(x_s) and np.isfinite(y_row)):
             return -1
         r = int(np.floor(y_row)) - self.first_row
-        if not 0 <= r < self.num_rows or not BAR_TOP - 0.05 <= y_row - np.floor(y_row) <= BAR_TOP + BAR_HEIGHT + 0.05:
+        inside_bar = BAR_TOP - 0.05 <= y_row - np.floor(y_row) <= BAR_TOP + BAR_HEIGHT + 0.05
+        if not 0 <= r < self.num_rows or not inside_bar:
             return -1
         idx = self._order[self._bounds[r]:self._bounds[r + 1]]
         start = self.lanes.start_s[idx]
