@@ -16,7 +16,7 @@ from core.io.kineto import choose_step, read_traces
 from core.io.kineto_classes import measure_step
 from core.io.session import load_any, save_session
 from tests.conftest import EXAMPLES, ROOT
-from vtrain_gui.timeline.measured import CLASS_COLORS, phase_of
+from vtrain_gui.timeline.measured import CLASS_COLORS, LANE_COLOR, phase_of
 
 TRACES = ROOT / "tests" / "data" / "traces"
 P2 = [str(TRACES / "cpu_p2_rank0.json.gz"), str(TRACES / "cpu_p2_rank1.json.gz")]
@@ -120,3 +120,25 @@ def test_unreadable_trace_is_refused_in_a_dialog(window, qtbot, tmp_path, real_s
     box = overlay.dialog
     assert isinstance(box, QtWidgets.QMessageBox) and str(bad) in box.text()
     box.close()
+
+
+def test_gui_trace_option_pictures_the_overlay(tmp_path):
+    """``vtrain gui S.json --trace ... --screenshot OUT.png`` waits for the measured lanes."""
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "p2.json"
+    save_session(apply_sets(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"), P2_SETS), path)
+    out = tmp_path / "overlay.png"
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui", str(path), "--trace", *P2,
+                           "--screenshot", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 0, proc.stderr
+    image = QtGui.QImage(str(out)).convertToFormat(QtGui.QImage.Format.Format_RGB32)
+    arr = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4)
+    rgb = arr[..., 2].astype(int) << 16 | arr[..., 1].astype(int) << 8 | arr[..., 0]
+    lane = rgb == int(LANE_COLOR[1:], 16)  # the measured lanes' background: theirs alone
+    assert lane.sum() > 50
+    rows = np.flatnonzero(lane.any(axis=1))
+    yellow = rgb[rows.min():rows.max() + 1] == int(CLASS_COLORS["send_recv"][1:], 16)
+    assert yellow.sum() > 20  # the measured send/recv on them

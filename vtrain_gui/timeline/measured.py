@@ -20,15 +20,18 @@ from core.sim.graph_types import KINDS, ExecutionGraph, Schedule
 
 from .layout import BAR_HEIGHT, BAR_TOP
 
-__all__ = ["MeasuredItem", "CLASS_COLORS", "class_color", "phase_of", "matched_span"]
+__all__ = ["MeasuredItem", "CLASS_COLORS", "LANE_COLOR", "class_color", "phase_of", "matched_span"]
 
-#: Colour of each operation class of resources/trace_classes.json (others: grey).
+#: Colour of each operation class of resources/trace_classes.json (others: grey): the optimizer
+#: and send/recv as the simulated kinds that run them, the rest apart from the kinds' colours.
 CLASS_COLORS = {
-    "gemm": "#4C78A8", "attention": "#B279A2", "norm_elementwise": "#72B7B2",
+    "gemm": "#2F4B7C", "attention": "#A05195", "norm_elementwise": "#43AA8B",
     "optimizer": "#E45756", "all_reduce": "#54A24B", "all_gather": "#88D27A",
     "reduce_scatter": "#2E7D32", "send_recv": "#EECA3B", "all_to_all": "#6A3D9A",
     "other": "#BAB0AC",
 }
+#: Background of a measured lane (the simulated lanes' are grey-blue).
+LANE_COLOR = "#F3EEE4"
 #: A phase and micro-batch in a range's name: ``forward mb0``, ``bwd_microbatch_3``, ...
 _PHASE = re.compile(r"\b(forward|fwd|backward|bwd)\b\D*?(\d+)", re.IGNORECASE)
 
@@ -141,7 +144,7 @@ class MeasuredItem(pg.GraphicsObject):
         if self.lanes is None:
             return
         painter.setPen(QtCore.Qt.PenStyle.NoPen)
-        lane_brush = QtGui.QBrush(QtGui.QColor("#F3EEE4"))
+        lane_brush = QtGui.QBrush(QtGui.QColor(LANE_COLOR))
         for r in range(self.num_rows):  # the measured lanes' background tells them apart
             painter.fillRect(QtCore.QRectF(0.0, self.first_row + r, self._end_s, 1.0), lane_brush)
         for cls, rects in self._rects.items():
