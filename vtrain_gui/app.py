@@ -103,8 +103,18 @@ class _ScreenshotTaker(QtCore.QObject):
         print("vtrain gui: timed out waiting for the simulation", file=sys.stderr)
         self._finish(3)
 
+    @Slot()
+    def _on_trace_settled(self) -> None:
+        self._finish(0)
+
     def _finish(self, code: int) -> None:
         if self._done:
+            return
+        overlay = self._window.trace_overlay
+        if code == 0 and overlay.busy:  # --trace: picture the measured lanes too
+            if not getattr(self, "_waiting_trace", False):
+                self._waiting_trace = True
+                overlay.settled.connect(self._on_trace_settled)
             return
         self._done = True
         self._timeout.stop()
@@ -133,7 +143,7 @@ class _ScreenshotTaker(QtCore.QObject):
 
 
 def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False,
-            tab: str | None = None) -> int:
+            tab: str | None = None, traces: list[str] | None = None) -> int:
     """Run the GUI; returns the process exit code.
 
     Parameters
@@ -153,6 +163,10 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     tab
         Tab shown at start (``"plan"``, ``"explore"``, ``"profiles"``); with
         ``screenshot`` (and without ``explore``) the grabbed tab.
+    traces
+        PyTorch profiler traces (one per rank) overlaid on the Plan tab's timeline
+        (:class:`vtrain_gui.trace_overlay.TraceOverlay`); with ``screenshot`` the picture
+        waits for them.
     """
     from .main_window import MainWindow
     from .session_files import examples_dir
@@ -202,6 +216,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         opened = example.exists() and window.open_path(example, as_template=True)
         if not example.exists():
             window.new_session()
+    if traces:
+        window.trace_overlay.load(list(traces))
     if screenshot:
         if path and not opened:
             window.close()

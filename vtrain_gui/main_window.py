@@ -30,6 +30,7 @@ from .profiles_view import ProfilesTab
 from .session_files import RecentFiles, examples_dir, is_shipped_example
 from .studies import StudiesTab
 from .timeline.widget import TimelineWidget
+from .trace_overlay import TraceOverlay
 from .workers import SimulationRunner
 
 __all__ = ["MainWindow"]
@@ -235,6 +236,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.action_export_megatron.setToolTip("The torchrun command and Megatron-LM arguments "
                                                "that run this plan (vtrain export megatron-args)")
         self.action_export_megatron.triggered.connect(self._on_export_megatron_trigger)
+        results_layout = self._splitters[1].parentWidget().layout()
+        self.trace_overlay = TraceOverlay(self, file_menu, results_layout)
         file_menu.addSeparator()
         self.action_quit = file_menu.addAction("&Quit", QtGui.QKeySequence.StandardKey.Quit)
         self.action_quit.triggered.connect(self.close)
@@ -533,6 +536,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)
         self.compare.set_current(result)
+        self.trace_overlay.set_result(result)
         self.action_pin.setEnabled(True)
         self._status.setText(f"Simulated in {seconds * 1e3:,.0f} ms, "
                              f"{format_count(result.graph.num_tasks)} tasks")
@@ -680,6 +684,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self._debounce.stop()
         self.runner.shutdown()
+        self.trace_overlay.shutdown()
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
         self.studies.shutdown()

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from core.cli.common import field_error, refuse_output_is_input, row_progress
+from core.cli.common import SET_HELP, field_error, refuse_output_is_input, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -21,11 +21,23 @@ def add_parser(sub: Any) -> None:
                     "says otherwise), report per file the "
                     "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="FILE", nargs="+",
+    c.add_argument("csv", metavar="FILE", nargs="*",
                    help="measurement files, CSV or JSON lines (the layouts of vtrain validate, "
                         "docs/accuracy.md)")
-    c.add_argument("--profile", metavar="STORE.h5",
+    c.add_argument("--profile", "--store", metavar="STORE.h5",
                    help="store to start from (one GPU kind; with --out)")
+    c.add_argument("--trace", metavar="TRACE.json", nargs="+",
+                   help="instead of measurement files: PyTorch profiler traces of one run, one "
+                        "file per rank; fits the op model's efficiencies to the measured time "
+                        "per operation class (with --session, --store and --out; "
+                        "docs/trace_import.md)")
+    c.add_argument("--session", metavar="S.json", help="with --trace: the session the traces "
+                                                       "were taken of")
+    c.add_argument("--step", type=int, metavar="N",
+                   help="with --trace: the ProfilerStep#N to fit (default: the last complete one)")
+    c.add_argument("--classes", metavar="TABLE.json",
+                   help="with --trace: operation class table (default: the shipped one)")
+    c.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     c.add_argument("--out", metavar="STORE.h5",
                    help="calibrated store to write (atomically; an existing file is replaced)")
     c.add_argument("--out-dir", metavar="DIR",
@@ -65,6 +77,14 @@ def run(args: argparse.Namespace) -> int:
     from core.accuracy.measured import read_measurements
 
     console = Console(stderr=True)
+    if args.trace:
+        from core.cli.calibrate_trace import run_trace
+        return run_trace(args)
+    for name in ("session", "step", "classes", "set"):
+        if getattr(args, name) is not None:
+            raise field_error(f"--{name}", "needs --trace")
+    if not args.csv:
+        raise field_error("FILE", "give measurement files (or --trace with profiler traces)")
     if args.out_dir:
         if args.profile or args.out:
             raise field_error("--out-dir", "give either --out-dir (shared fit of the GPU kinds) or "

@@ -17,6 +17,10 @@ def add_parser(sub: Any) -> None:
     gui.add_argument("path", metavar="PATH", nargs="?", help="session file or vTrain config")
     gui.add_argument("--screenshot", metavar="OUT.png",
                      help="simulate, save a picture of the window to OUT.png and exit")
+    gui.add_argument("--trace", metavar="TRACE.json", nargs="+",
+                     help="PyTorch profiler traces of a run of the plan (one file per rank): the "
+                          "measured iteration under the simulated one on the Plan tab's timeline, "
+                          "and the per-class table (docs/trace_import.md)")
     gui.add_argument("--explore", action="store_true",
                      help="with --screenshot: run the plan sweep and picture the Explore tab")
 
@@ -31,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         (checked before the window opens, exit status 2), or the GUI libraries are missing.
     """
     if args.screenshot:
-        refuse_output_is_input([("--screenshot", args.screenshot)], [args.path])
+        refuse_output_is_input([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
         import os
         from pathlib import Path
         folder = Path(os.path.abspath(os.path.expanduser(args.screenshot))).parent
@@ -43,4 +47,4 @@ def run(args: argparse.Namespace) -> int:
         from vtrain_gui.app import run_gui
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
-    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore)
+    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, traces=args.trace)

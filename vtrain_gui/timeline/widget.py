@@ -1,7 +1,9 @@
 """The timeline view: legend, hover read-out, zoom and pan around one :class:`GanttItem`.
 
 :class:`TimelineWidget` shows one simulated iteration, one row per pipeline stage and lane
-(stage 0 on top); :func:`task_description` is the one-line text of a task that hover shows.
+(stage 0 on top), and optionally a measured iteration's lanes under it on the same time axis
+(:class:`vtrain_gui.timeline.measured.MeasuredItem`); :func:`task_description` is the one-line
+text of a task that hover shows.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..formatting import KIND_COLORS, KIND_LABELS, format_duration
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
 from .layout import BAR_HEIGHT, BAR_TOP, SHADES
+from .measured import MeasuredItem, class_color, matched_span, phase_of
 
 __all__ = ["TimelineWidget", "task_description"]
 
@@ -98,6 +101,10 @@ class TimelineWidget(QtWidgets.QWidget):
         self.gantt.grid_ticks = self._grid_ticks
         self.gantt.layout_ready.connect(self._on_layout_ready)
         item.addItem(self.gantt)
+        self.measured = MeasuredItem()
+        item.addItem(self.measured)
+        self.hovered_measured = -1
+        self._sim_rows = 0
         self.plot.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
         self._num_rows = 0
         self.view_box.sigResized.connect(self._on_view_box_resize)
@@ -129,13 +136,29 @@ class TimelineWidget(QtWidgets.QWidget):
                                if graph.num_tasks >= items.SUMMARY_MIN_TASKS else
                                f"Preparing the timeline of {graph.num_tasks:,} tasks…")
 
-        self._set_row_ticks(num_rows)
-        self._set_legend(np.flatnonzero(np.bincount(graph.kind, minlength=len(KINDS))).tolist())
-        t_end = self.gantt.end_s or 1e-9
-        self.view_box.setLimits(xMin=-0.02 * t_end, xMax=1.02 * t_end, yMin=0, yMax=num_rows,
-                                minXRange=t_end * 1e-6, maxXRange=1.04 * t_end)
+        self._sim_rows = num_rows
+        self._kinds_shown = np.flatnonzero(np.bincount(graph.kind, minlength=len(KINDS))).tolist()
+        self._apply_rows()
         self.reset_view()
         self._set_hover(-1, None)
+
+    def set_measured(self, lanes) -> None:
+        """Show a measured iteration (:class:`core.accuracy.trace_compare.MeasuredLanes`) on
+        lanes under the simulated rows, one empty row between; None removes it."""
+        self.measured.set_lanes(lanes, self._sim_rows + 1)
+        self._apply_rows()
+        self.reset_view()
+
+    def _apply_rows(self) -> None:
+        """Row labels, legend and view limits for the simulated rows and the measured lanes."""
+        if self.measured.lanes is not None:
+            self.measured.set_lanes(self.measured.lanes, self._sim_rows + 1)
+        total = self._sim_rows + (self.measured.num_rows + 1 if self.measured.num_rows else 0)
+        self._set_row_ticks(total)
+        self._set_legend(getattr(self, "_kinds_shown", []))
+        t_end = max(self.gantt.end_s, self.measured.end_s) or 1e-9
+        self.view_box.setLimits(xMin=-0.02 * t_end, xMax=1.02 * t_end, yMin=0, yMax=max(total, 1),
+                                minXRange=t_end * 1e-6, maxXRange=1.04 * t_end)
 
     def _clear_lookup(self) -> None:
         self._row_bounds = np.zeros(1, dtype=np.int64)
@@ -181,6 +204,8 @@ class TimelineWidget(QtWidgets.QWidget):
     def clear(self) -> None:
         """Remove all bars."""
         self._graph = self._schedule = None
+        self._sim_rows = 0
+        self.measured.set_lanes(None, 0)
         self.gantt.set_tasks(np.empty(0), np.empty(0), np.empty(0, np.int8), np.empty(0), 0)
         self._clear_lookup()
         self._set_row_ticks(0)
@@ -193,8 +218,9 @@ class TimelineWidget(QtWidgets.QWidget):
 
     def reset_view(self) -> None:
         """Show the whole iteration and all rows."""
-        rows = max(self.gantt.num_rows, 1)
-        t_end = max(self.gantt.end_s, 1e-9)
+        rows = max(self.gantt.num_rows + (self.measured.num_rows + 1 if self.measured.num_rows
+                                          else 0), 1)
+        t_end = max(self.gantt.end_s, self.measured.end_s, 1e-9)
         self.view_box.setRange(xRange=(-0.005 * t_end, 1.01 * t_end), yRange=(0, rows),
                                padding=0.0)
 
@@ -249,7 +275,59 @@ class TimelineWidget(QtWidgets.QWidget):
             return
         p = self.view_box.mapSceneToView(scene_pos)
         tol = _HOVER_TOLERANCE_PX * self.gantt.pixelWidth()
+        if self.measured.num_rows and p.y() >= self.measured.first_row:
+            self._set_hover(-1, None)
+            self._set_measured_hover(self.measured.event_at(p.x(), p.y(), tol), scene_pos)
+            return
+        self._set_measured_hover(-1, None)
         self._set_hover(self.task_at(p.x(), p.y(), tolerance_s=tol), scene_pos)
+
+    def measured_text(self, i: int) -> str:
+        """Measured event ``i`` in one line, with the simulated work its range matches (same
+        stage, phase and micro-batch) where the range names them."""
+        text = self.measured.describe(i)
+        L = self.measured.lanes
+        match = phase_of(L.ranges[i])
+        if match is not None and self._graph is not None and self._schedule is not None:
+            stage = int(L.lane_stage[int(L.lane[i])])
+            span = matched_span(self._graph, self._schedule, stage, *match)
+            if span is not None:
+                text += (f" · simulated stage {stage} {match[0]} micro-batch {match[1]}: "
+                         f"{format_duration(span[0])} to {format_duration(span[1])}")
+        return text
+
+    def _set_measured_hover(self, i: int, scene_pos: QtCore.QPointF | None) -> None:
+        """Hover on the measured lanes: the event's text; its bar and the simulated work its
+        range matches outlined."""
+        if i == self.hovered_measured:
+            return
+        self.hovered_measured = i
+        if i < 0:
+            self.measured.set_highlight(None)
+            self.gantt.set_highlight(None)
+            self._info.setText("Hover a bar for details")
+            QtWidgets.QToolTip.hideText()
+            return
+        L = self.measured.lanes
+        row = self.measured.first_row + int(L.lane[i])
+        self.measured.set_highlight(QtCore.QRectF(float(L.start_s[i]), row + BAR_TOP,
+                                                  float(L.duration_s[i]), BAR_HEIGHT))
+        match = phase_of(L.ranges[i])
+        span = None
+        if match is not None and self._graph is not None and self._schedule is not None:
+            stage = int(L.lane_stage[int(L.lane[i])])
+            span = matched_span(self._graph, self._schedule, stage, *match)
+        if span is not None:  # the stage's compute row (its first lane)
+            y = int(L.lane_stage[int(L.lane[i])]) * len(self._lane_streams) + BAR_TOP
+            self.gantt.set_highlight((span[0], y, span[1] - span[0], BAR_HEIGHT))
+        else:
+            self.gantt.set_highlight(None)
+        text = self.measured_text(i)
+        self._info.setText(text)
+        if scene_pos is not None:
+            view_pos = self.plot.mapFromScene(scene_pos)
+            QtWidgets.QToolTip.showText(self.plot.viewport().mapToGlobal(view_pos),
+                                        text.replace(" · ", "\n"), self.plot)
 
     def _set_hover(self, index: int, scene_pos: QtCore.QPointF | None) -> None:
         changed = index != self.hovered_task
@@ -294,13 +372,21 @@ class TimelineWidget(QtWidgets.QWidget):
             return  # not laid out yet (a hidden tab): labelled on the first resize
         lane_streams = getattr(self, "_lane_streams", (0, 1))
         n_streams = len(lane_streams)
+        sim_rows = min(self._sim_rows, num_rows)
         if row_px >= metrics.height() or num_rows == 0:
             ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[lane_streams[r % n_streams]]}")
-                     for r in range(num_rows)]
+                     for r in range(sim_rows)]
         else:
             step = max(1, math.ceil(1.2 * metrics.height() / (row_px * n_streams)))
             ticks = [(s * n_streams + n_streams / 2, f"stage {s}")
-                     for s in range(0, num_rows // n_streams, step)]
+                     for s in range(0, sim_rows // n_streams, step)]
+        if self.measured.num_rows:  # measured lanes: "measured stage s rank r"
+            L = self.measured.lanes
+            step = 1 if row_px >= metrics.height() else max(1, math.ceil(1.2 * metrics.height()
+                                                                           / max(row_px, 1e-9)))
+            ticks += [(self.measured.first_row + r + 0.5,
+                       f"measured s{int(L.lane_stage[r])} r{int(L.lane_rank[r])}")
+                      for r in range(0, self.measured.num_rows, step)]
         if ticks == getattr(self, "_ticks", None):
             return
         self._ticks = ticks
@@ -327,6 +413,12 @@ class TimelineWidget(QtWidgets.QWidget):
             f'<span style="color:{blend(base, lane, step / SHADES)}; font-size:14pt;">&#9632;</span>'
             for step in (1, 3, SHADES))
         items.append(f"{swatches}&nbsp;paler&nbsp;=&nbsp;busy&nbsp;part&nbsp;of&nbsp;the&nbsp;time")
+        if self.measured.num_rows:  # the measured lanes' classes
+            classes = self.measured.lanes.classes
+            shown = sorted(set(self.measured.lanes.cls.tolist()))
+            items.append("measured:&nbsp;" + "&nbsp; ".join(
+                f'<span style="color:{class_color(classes[c]).name()}; font-size:14pt;">&#9632;'
+                f'</span>&nbsp;{classes[c].replace("_", "&nbsp;")}' for c in shown))
         lanes = getattr(self, "_lane_streams", (0, 1))
         if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
