@@ -62,7 +62,8 @@ from core.model.ops import (ALL_OPS, OPTIMIZER_OP, device_key, effective_op_mode
                             kernel_fp8, kernel_peak_flops, kernel_times, op_kernels)
 from core.plan.parallel import fp8_recipe, tensor_dtype
 from core.plan.session import Session
-from core.sim.graph import build_graph, op_key, optimizer_params
+from core.sim.graph import build_graph
+from core.sim.op_times import op_key, optimizer_params
 from core.sim.graph_types import KIND_COMPUTE, OPS
 from core.store.profile_store import ProfileStore
 
