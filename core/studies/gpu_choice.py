@@ -114,7 +114,8 @@ class GpuChoice:
     front : int64 array
         Points of the combined (expected days, expected dollars) Pareto front, fastest first.
     band : dict of int to dict
-        For each front point (and the best two): ``expected_days_low/high`` and
+        For each front point (and the best two, and each row's fastest and cheapest):
+        ``expected_days_low/high`` and
         ``expected_cost_usd_low/high`` (the iteration time's error band through the goodput
         model; None without a band) and ``days_p10/p90`` (the failures' spread).
     best_by_days, best_by_dollars : int or None
@@ -289,7 +290,11 @@ def combine(sheet: PriceSheet, sweeps: list[SweepResult], coverage: float = DEFA
                        best_by_dollars=best_row(cost_a, days_a, np.ones(row.size, bool)),
                        never_finish=never, coverage=coverage)
     choice.undecided = _undecided(choice)
-    for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars} - {None}:
+    per_row = []
+    for r in range(len(sweeps)):
+        ks = np.flatnonzero(row == r)
+        per_row += [_best(ks, days_a, cost_a), _best(ks, cost_a, days_a)]
+    for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
         choice.band[k] = _band(choice, k)
     return choice
 
