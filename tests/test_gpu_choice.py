@@ -193,3 +193,17 @@ def test_the_shipped_example_sheet_reads_with_sources_and_dates():
     assert all(r.source and r.date and r.price_per_gpu_hour_usd > 0 for r in sheet.rows)
     # a price per GPU is the node's list price over its eight GPUs
     assert sheet.rows[0].price_per_gpu_hour_usd == pytest.approx(68.80 / 8, abs=0.005)
+
+
+def test_overhead_lower_bound_is_below_every_checkpoint_interval():
+    from core.sim.goodput import segment_expected_s
+    from core.studies.gpu_choice import overhead_lower_bound
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        C, M, R = rng.uniform(1, 600), rng.uniform(600, 1e6), rng.uniform(0, 3600)
+        bound = overhead_lower_bound(C, M, R)
+        x = np.geomspace(1e-2, 30 * M, 4001)  # seconds of work per segment
+        per_work = segment_expected_s(x + C, M, R) / x
+        assert bound <= per_work.min() * (1 + 1e-12)
+        assert bound - 1 >= 0.5 * (per_work.min() - 1)  # most of the least overhead
+    assert overhead_lower_bound(60.0, math.inf, 600.0) == 1.0

@@ -16,8 +16,9 @@ Pruning, and what is exact
 --------------------------
 Each sweep prunes with its own branch and bound (exact for that kind's failure-free front and
 best plans). A plan it pruned has a failure-free lower bound ``T_lb`` on its iteration time; its
-expected time with failures is at least the work ``n * T_lb`` (checkpoints, restarts and lost
-work only add), and its expected dollars at least that times its GPUs and price. When some point
+expected time with failures is at least the work ``n * T_lb`` times :func:`overhead_lower_bound`
+(the least expected time per second of work over every checkpoint interval: failures and
+checkpoints only add), and its expected dollars at least that times its GPUs and price. When some point
 of the combined front dominates that bound, the plan cannot reach the combined front: exact.
 The pruned plans no front point rules out this way are counted in
 :attr:`GpuChoice.undecided`; with ``prune=False`` (``--exhaustive``) every plan is simulated
@@ -48,7 +49,8 @@ from core.studies.sweep.result import SweepResult, best_row, pareto_front
 from core.studies.sweep.run import run_sweep
 from core.studies.sweep.space import SweepSpace
 
-__all__ = ["GpuChoice", "choose_gpus", "row_session", "expected_figures", "POINT_KEYS"]
+__all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
+           "overhead_lower_bound", "POINT_KEYS"]
 
 #: Keys of each point of :meth:`GpuChoice.point` (and of ``--json``'s ``front``).
 POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
@@ -299,8 +301,29 @@ def combine(sheet: PriceSheet, sweeps: list[SweepResult], coverage: float = DEFA
     return choice
 
 
+def _dominated(fd: np.ndarray, fc: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Whether a point of the front ``(fd, fc)`` dominates each bound ``(d, c)``; bool (m,)."""
+    return ((fd[None, :] <= d[:, None]) & (fc[None, :] <= c[:, None])
+            & ((fd[None, :] < d[:, None]) | (fc[None, :] < c[:, None]))).any(axis=1)
+
+
+def overhead_lower_bound(checkpoint_s: float, mtbi_s: float, restart_s: float) -> float:
+    """A lower bound of expected time over work, whatever the checkpoint interval: each segment
+    of ``x`` seconds of work and a save ``C`` takes ``M e^{R/M} (e^{(x+C)/M} - 1)`` in
+    expectation (:func:`core.sim.goodput.segment_expected_s`), and ``e^y - 1 >= y + y^2/2`` gives
+    per second of work at least ``e^{R/M} (1 + C/x + (x+C)^2 / (2Mx))``, whose least value over
+    ``x > 0`` is ``e^{R/M} (1 + C/M + sqrt((2C + C^2/M) / M))`` (Young's first-order overhead
+    ``sqrt(2C/M)`` and more). 1 without failures (``mtbi_s`` infinite)."""
+    C, M, R = checkpoint_s, mtbi_s, restart_s
+    if not math.isfinite(M):
+        return 1.0
+    return math.exp(R / M) * (1.0 + C / M + math.sqrt((2.0 * C + C * C / M) / M))
+
+
 def _undecided(choice: GpuChoice) -> int:
-    """Pruned plans whose lower bound no front point dominates (module doc)."""
+    """Pruned plans whose lower bound no front point dominates (module doc): first the work
+    alone, then the work times :func:`overhead_lower_bound` (the plan's checkpoint cost as
+    :func:`core.sim.goodput.goodput` defines it)."""
     fd, fc = choice.expected_days[choice.front], choice.expected_cost_usd[choice.front]
     count = 0
     for res in choice.sweeps:
@@ -308,13 +331,21 @@ def _undecided(choice: GpuChoice) -> int:
         if pr.size == 0:
             continue
         s = res.session
+        rel = s.reliability
         n = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length))
         work = n * res.lower_bound_s[pr]
         d = work / 86400.0
         c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd
-        dom = ((fd[None, :] <= d[:, None]) & (fc[None, :] <= c[:, None])
-               & ((fd[None, :] < d[:, None]) | (fc[None, :] < c[:, None]))).any(axis=1)
-        count += int(np.count_nonzero(~dom))
+        for j in np.flatnonzero(~_dominated(fd, fc, d, c)).tolist():
+            i = int(pr[j])
+            size = checkpoint_size(s.model, res.plans[i], s.cluster.gpus_per_node)
+            C = (size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save
+                 else size.per_node_bytes / (rel.checkpoint_write_gbytes_per_s_per_node * 1e9))
+            rate = rel.failure_rate_per_gpu_hour * int(res.num_gpus[i]) / 3600.0
+            f = overhead_lower_bound(C, 1.0 / rate if rate > 0 else math.inf,
+                                     float(rel.restart_time_s))
+            if not _dominated(fd, fc, d[j:j + 1] * f, c[j:j + 1] * f)[0]:
+                count += 1
     return count
 
 
