@@ -3,7 +3,8 @@
 :class:`GpuChoicePanel` holds a "Load price sheet…" button, a status line and a plot of expected
 days (with failures) against expected dollars: every plan that fits, one colour per GPU kind
 (faint), the combined front over the kinds (bold, joined by a line), a legend of the kinds and
-a hover text naming each point's kind, GPUs, plan, goodput and band. The sweeps run on the one
+each kind's own front (medium points, a thin line of its colour; the view opens on
+the fronts), a hover text naming each point's kind, GPUs, plan, goodput and band. The sweeps run on the one
 background runner (:mod:`vtrain_gui.background`); the work is
 :func:`core.studies.gpu_choice.choose_gpus`. Used by :class:`vtrain_gui.explore.ExploreTab`.
 """
@@ -89,6 +90,7 @@ class GpuChoicePanel(QtWidgets.QWidget):
         item.showGrid(x=True, y=True, alpha=0.18)
         item.setLogMode(x=True, y=True)
         for name in ("left", "bottom"):
+            item.getAxis(name).enableAutoSIPrefix(False)
             item.getAxis(name).setPen(pg.mkPen("#404040"))
             item.getAxis(name).setTextPen(pg.mkPen("#202020"))
         self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
@@ -98,6 +100,7 @@ class GpuChoicePanel(QtWidgets.QWidget):
         self._front_line.setZValue(2)
         item.addItem(self._front_line)
         self._items: list[pg.ScatterPlotItem] = []
+        self._row_lines: list[pg.PlotCurveItem] = []
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.load_button)
         row.addWidget(self.cancel_button)
@@ -172,9 +175,9 @@ class GpuChoicePanel(QtWidgets.QWidget):
         """Show ``choice``: a scatter per kind, the front bold and joined, a legend."""
         self._choice = choice
         item = self.plot.getPlotItem()
-        for s in self._items:
+        for s in [*self._items, *self._row_lines]:
             item.removeItem(s)
-        self._items = []
+        self._items, self._row_lines = [], []
         self._legend.clear()
         if choice is None or choice.num_points == 0:
             self._front_line.setData([], [])
@@ -183,13 +186,22 @@ class GpuChoicePanel(QtWidgets.QWidget):
         y = np.log10(choice.expected_cost_usd)
         on_front = np.zeros(choice.num_points, bool)
         on_front[choice.front] = True
+        own_front = np.zeros(choice.num_points, bool)  # each kind's own front: medium, a thin line
         for r, label in enumerate(choice.sheet.labels):
             color = KIND_COLORS[r % len(KIND_COLORS)]
+            mine = choice.row_front(r)
+            own_front[mine] = True
+            line = pg.PlotCurveItem(x=x[mine], y=y[mine], pen=pg.mkPen(color, width=1.2))
+            line.setZValue(1)
+            item.addItem(line)
+            self._row_lines.append(line)
             ks = np.flatnonzero((choice.row == r) & np.isfinite(x))
-            brushes = [pg.mkBrush(color) if on_front[k] else pg.mkBrush(pg.mkColor(color).lighter(150))
-                       for k in ks]
-            sizes = [11 if on_front[k] else 5 for k in ks]
-            pens = [pg.mkPen("#202020", width=1) if on_front[k] else pg.mkPen(None) for k in ks]
+            brushes = [pg.mkBrush(color) if on_front[k] or own_front[k]
+                       else pg.mkBrush(pg.mkColor(color).lighter(150)) for k in ks]
+            sizes = [12 if on_front[k] else 8 if own_front[k] else 5 for k in ks]
+            pens = [pg.mkPen("#202020", width=1.2) if on_front[k] else
+                    pg.mkPen(pg.mkColor(color).darker(150), width=0.8) if own_front[k]
+                    else pg.mkPen(None) for k in ks]
             s = pg.ScatterPlotItem(x=x[ks], y=y[ks], data=ks, brush=brushes, size=sizes, pen=pens,
                                    hoverable=True, tip=self._tip)
             s.setZValue(3)
@@ -201,7 +213,16 @@ class GpuChoicePanel(QtWidgets.QWidget):
         self._legend_samples = [s for s, _ in self._legend.items]
         self._legend.addItem(self._front_line, "combined front")
         self._front_line.setData(x[choice.front], y[choice.front])
-        self.plot.getPlotItem().getViewBox().autoRange(padding=0.06)
+        # show the kinds' fronts (every plan stays, a zoom out away)
+        fronts = np.concatenate([choice.row_front(r) for r in range(len(choice.sheet.rows))])
+        fx, fy = x[fronts], y[fronts]
+        if fx.size:
+            pad_x = max(float(fx.max() - fx.min()) * 0.08, 0.05)
+            span_y = max(float(fy.max() - fy.min()), 0.1)
+            self.plot.getPlotItem().getViewBox().setRange(  # room above for the legend
+                xRange=(float(fx.min()) - pad_x, float(fx.max()) + pad_x),
+                yRange=(float(fy.min()) - 0.15 * span_y, float(fy.max()) + 0.6 * span_y),
+                padding=0)
         self.status.setText(self._summary(choice))
 
     # ------------------------------------------------------------------ internals
@@ -214,7 +235,7 @@ class GpuChoicePanel(QtWidgets.QWidget):
                 p = choice.point(k)
                 parts.append(f"{name}: {format_count(p['num_gpus'])} {p['gpu']}, "
                              f"{format_count(p['expected_days'], 1)} days, "
-                             f"{format_usd(p['expected_cost_usd'])}")
+                             f"{format_usd_short(p['expected_cost_usd'])}")
         text = "; ".join(parts) or "no plan fits on any GPU kind"
         if choice.undecided:
             text += f" ({format_count(choice.undecided)} pruned plans undecided)"

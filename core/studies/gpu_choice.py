@@ -175,6 +175,14 @@ class GpuChoice:
             "session_row": i,
         }
 
+    def row_front(self, r: int) -> np.ndarray:
+        """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
+        first; int64 (m,)."""
+        ks = np.flatnonzero(self.row == r)
+        on = pareto_front(self.expected_days[ks], self.expected_cost_usd[ks])
+        out = ks[on]
+        return out[np.lexsort((self.expected_cost_usd[out], self.expected_days[out]))]
+
     def session_for(self, k: int) -> Session:
         """The session of point ``k``: its GPUs, price and plan."""
         return self.sweeps[int(self.row[k])].session_for(int(self.index[k]))
