@@ -39,6 +39,7 @@ from core.plan.session import Session
 from core.sim.simulate import SimulationResult
 from core.studies.sweep import SweepResult, SweepSpace, pareto_front
 
+from .gpu_choice_view import GpuChoicePanel
 from .formatting import ERROR_STYLE, format_count, format_number_short, format_usd
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
@@ -295,7 +296,12 @@ class ExploreTab(QtWidgets.QWidget):
         # no sweep: say what to do instead of showing empty axes and an empty table
         self.plans_view = EmptyStack(plans, _EMPTY_TEXT)
         splitter = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.plans_view)
+        # which GPUs to rent: a price sheet's kinds on one front (vtrain_gui/gpu_choice_view.py)
+        self.gpu_choice = GpuChoicePanel()
+        self.plans_tabs = QtWidgets.QTabWidget()
+        self.plans_tabs.addTab(self.plans_view, "Plans")
+        self.plans_tabs.addTab(self.gpu_choice, "GPU choice")
+        splitter.addWidget(self.plans_tabs)
         splitter.addWidget(self.plan_preview)
         splitter.setChildrenCollapsible(True)
         splitter.setStretchFactor(0, 7)
@@ -358,6 +364,7 @@ class ExploreTab(QtWidgets.QWidget):
     def set_session(self, session: Session) -> None:
         """The edited session changed: its model, batch size, cluster and cost feed the next sweep."""
         self._session = session.copy()
+        self.gpu_choice.set_session(self._session)
         self._update_source()
         self.settings_panel.set_defaults_hint(self._session)
         self._update_stale()
@@ -400,7 +407,7 @@ class ExploreTab(QtWidgets.QWidget):
 
     def shutdown(self) -> bool:
         """Stop the sweep thread (window closing)."""
-        return self.runner.shutdown()
+        return self.gpu_choice.shutdown() & self.runner.shutdown()
 
     def set_result(self, result: SweepResult | None) -> None:
         """Show ``result`` (None clears); the selection is cleared."""

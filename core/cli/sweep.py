@@ -112,6 +112,8 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--json", action="store_true",
                     help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
                          "cheapest, pareto, ...) instead of tables")
+    from core.cli.sweep_gpus import add_arguments as add_gpu_choice_arguments
+    add_gpu_choice_arguments(sw)  # --gpus-from: which GPUs to rent (core/cli/sweep_gpus.py)
 
 
 def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -181,6 +183,9 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
+    if getattr(args, "gpus_from", None) is not None:  # which GPUs to rent: its own module
+        from core.cli.sweep_gpus import run_gpu_choice
+        return run_gpu_choice(args)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -1,0 +1,167 @@
+"""``vtrain sweep CONFIG --gpus-from prices.csv``: which GPUs to rent.
+
+The option is registered on ``vtrain sweep``'s parser (:func:`add_arguments`, called by
+:mod:`core.cli.sweep`) and handled here (:func:`run_gpu_choice`): one sweep per row of the
+price sheet (:mod:`core.io.price_sheet`), the combined front of expected days against expected
+dollars across GPU kinds (:mod:`core.studies.gpu_choice`), as a table or ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from core.plan.fields import ConfigError, FieldError
+
+__all__ = ["add_arguments", "run_gpu_choice", "SHEET_OPTIONS_REFUSED"]
+
+#: ``vtrain sweep`` options that make no sense with a price sheet (each row has its own budget,
+#: GPUs, store and price), refused by name.
+SHEET_OPTIONS_REFUSED = (("gpus", "--gpus"), ("max_gpus", "--max-gpus"),
+                         ("profile", "--profile"), ("price_per_gpu_hour", "--price-per-gpu-hour"),
+                         ("pick", "--pick"), ("out", "--out"), ("dask", "--dask"),
+                         ("deadline_days", "--deadline-days"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--gpus-from`` to ``vtrain sweep``'s parser."""
+    parser.add_argument(
+        "--gpus-from", metavar="PRICES.csv",
+        help="which GPUs to rent: sweep CONFIG's model on each GPU kind of a price sheet (CSV "
+             "columns gpu, price_per_gpu_hour_usd, max_gpus, optional gpus_per_node, source, "
+             "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "
+             "days (with failures and checkpoints, CONFIG's reliability section) against "
+             "expected dollars across the kinds; --tokens, --set, --workers, --exhaustive and "
+             "--json apply, the plan-space options do not (each kind's default space)")
+
+
+def _money(usd: float | None) -> str:
+    if usd is None:
+        return "-"
+    if usd >= 1e6:
+        return f"${usd / 1e6:,.2f}M"
+    if usd >= 1e3:
+        return f"${usd / 1e3:,.1f}k"
+    return f"${usd:,.0f}"
+
+
+def _days(d: float | None) -> str:
+    return "-" if d is None else f"{d:,.1f}"
+
+
+def _band(lo: float | None, hi: float | None, fmt) -> str:
+    return "" if lo is None or hi is None else f" ({fmt(lo)}-{fmt(hi)})"
+
+
+def _check(args: argparse.Namespace) -> None:
+    given = [opt for attr, opt in SHEET_OPTIONS_REFUSED if getattr(args, attr, None) is not None]
+    if given:
+        raise ConfigError([FieldError(opt, "does not apply with --gpus-from (each row of the "
+                                           "price sheet has its own GPUs, budget and price)")
+                           for opt in given])
+
+
+def _workers(text: str | None) -> int | None:
+    """``--workers N``: one positive integer, or None when not given."""
+    if text is None:
+        return None
+    try:
+        n = int(text.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError([FieldError("--workers", f"{text!r}: give one positive integer")])
+    return n
+
+
+def run_gpu_choice(args: argparse.Namespace) -> int:
+    """Run ``vtrain sweep CONFIG --gpus-from PRICES.csv``; returns the exit status (errors
+    raise ConfigError and friends: exit 2)."""
+    from core.cli.common import check_number, session_from_args
+    from core.io.price_sheet import read_price_sheet
+    from core.plan.rules import check_all_but_the_plan
+    from core.studies.gpu_choice import choose_gpus
+    from core.util.console import Console
+    from core.util.inputs import strict_dumps
+
+    _check(args)
+    check_number("--tokens", args.tokens)
+    sheet = read_price_sheet(args.gpus_from)
+    session = session_from_args(args, validate=False)
+    try:
+        check_all_but_the_plan(session)
+    except ConfigError as exc:
+        raise session.in_its_terms(exc) from None
+    from core.studies.sweep.parallel import default_workers
+    workers = _workers(args.workers) or default_workers()
+    err = Console(stderr=True)
+    if args.json or not err.is_terminal:
+        choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=err, transient=True) as bar:
+            tasks = [bar.add_task(f"sweeping {lab}", total=None) for lab in sheet.labels]
+            choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
+                                 progress=lambda r, d, t: bar.update(tasks[r], completed=d,
+                                                                     total=t))
+    if args.json:
+        print(strict_dumps(choice.to_dict()))
+    else:
+        print_choice(choice, Console())
+    return 0
+
+
+def print_choice(choice, console: Any) -> None:
+    """The combined front as a rich table, the best by days and by dollars, and what was held."""
+    from rich import box
+    from rich.table import Table
+
+    from core.util.console import esc
+    s = choice.sweeps[0].session if choice.sweeps else None
+    if s is not None:
+        console.print(f"[bold]{esc(s.model.name)}[/], global batch {s.plan.global_batch_size}, "
+                      f"{s.cost.training_tokens / 1e9:,.0f}B tokens; failures "
+                      f"{s.reliability.failure_rate_per_gpu_hour:.3g} per GPU-hour, restart "
+                      f"{s.reliability.restart_time_s:,.0f} s")
+    for r, (row, res) in enumerate(zip(choice.sheet.rows, choice.sweeps)):
+        console.print(esc(f"{choice.sheet.labels[r]}: ${row.price_per_gpu_hour_usd:,.2f}/GPU-hour, "
+                          f"up to {row.max_gpus:,} GPUs ({row.source or 'no source'}"
+                          f"{', ' + row.date if row.date else ''}); {res.num_plans:,} plans, "
+                          f"{res.num_feasible:,} fit and simulated"))
+    cov = f"{choice.coverage:.0%}"
+    t = Table(title=f"Combined front of expected days and dollars: {choice.front.size} plans, "
+                    "fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)
+    for col, just in (("GPU kind", "left"), ("GPUs", "right"), ("plan", "left"),
+                      (f"expected days ({cov} band)", "right"),
+                      (f"expected $ ({cov} band)", "right"), ("goodput", "right"),
+                      ("MFU", "right")):
+        t.add_column(col, justify=just, no_wrap=col != "plan")
+    for k in choice.front.tolist():
+        p = choice.point(k)
+        t.add_row(esc(p["gpu"]), f"{p['num_gpus']:,}", esc(p["plan"]),
+                  _days(p["expected_days"]) + _band(p["expected_days_low"],
+                                                    p["expected_days_high"], _days),
+                  _money(p["expected_cost_usd"]) + _band(p["expected_cost_usd_low"],
+                                                         p["expected_cost_usd_high"], _money),
+                  f"{p['goodput']:.1%}", f"{p['mfu']:.1%}")
+    console.print(t)
+    for name, k in (("fewest days", choice.best_by_days), ("fewest dollars", choice.best_by_dollars)):
+        if k is None:
+            console.print(f"best by {name}: no plan fits")
+            continue
+        p = choice.point(k)
+        console.print(esc(
+            f"best by {name}: {p['num_gpus']:,} {p['gpu']}, {p['plan']}: "
+            f"{p['expected_days']:,.1f} days (failures' 10-90 %: {p['days_p10']:,.1f}-"
+            f"{p['days_p90']:,.1f}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
+    console.print("[dim]expected: with failures, restarts and checkpoints (docs/goodput.md); "
+                  f"band: the iteration time's {cov} error band of each store carried through "
+                  "(none where the store has no calibration runs)[/]")
+    if choice.undecided:
+        console.print(f"[yellow]warning:[/] {choice.undecided:,} plans pruned by their sweep "
+                      "could still reach this front; --exhaustive simulates them")
+    if choice.never_finish:
+        console.print(f"[dim]{choice.never_finish:,} plans that fit never finish at this failure "
+                      "rate and are left out[/]")

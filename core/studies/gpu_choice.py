@@ -1,0 +1,380 @@
+"""Which GPUs to rent: one plan sweep per offer of a price sheet, and the combined front of
+expected days against expected dollars across GPU kinds.
+
+For each row of a :class:`core.io.price_sheet.PriceSheet` the session is put on that GPU
+kind (:func:`row_session`) and swept up to the row's ``max_gpus`` with the default plan space
+(:func:`core.studies.sweep.run.run_sweep`, at the row's price). Each plan that fits is then
+costed with failures and checkpoints (:func:`core.sim.goodput.goodput` with the session's
+``reliability``): expected days = expected wall time of the run, expected dollars = that time
+times the GPUs times the row's price. The combined front is the Pareto front
+(:func:`core.studies.sweep.result.pareto_front`) of (expected days, expected dollars) over the
+plans of every row. Each front point carries its GPU kind, count, plan, goodput, the failures'
+10th-90th percentile spread and the prediction band (the iteration time's error band,
+:mod:`core.store.interval`, carried through the goodput model).
+
+Pruning, and what is exact
+--------------------------
+Each sweep prunes with its own branch and bound (exact for that kind's failure-free front and
+best plans). A plan it pruned has a failure-free lower bound ``T_lb`` on its iteration time; its
+expected time with failures is at least the work ``n * T_lb`` times :func:`overhead_lower_bound`
+(the least expected time per second of work over every checkpoint interval: failures and
+checkpoints only add), and its expected dollars at least that times its GPUs and price. When some point
+of the combined front dominates that bound, the plan cannot reach the combined front: exact.
+The pruned plans no front point rules out this way are counted in
+:attr:`GpuChoice.undecided`; with ``prune=False`` (``--exhaustive``) every plan is simulated
+and there are none.
+
+Held fixed across the rows: the session's model, global batch size, precision, token budget,
+reliability section and memory reserve. A row of another GPU kind than the session's runs on
+that kind's reference node (its NVLink domain, or the row's ``gpus_per_node``; the kind's
+NICs: the session's network bandwidths are left out, they describe the session's own GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from core.io.price_sheet import PriceSheet
+from core.plan.cluster import GPU_NVLINK_DOMAIN
+from core.plan.fields import ConfigError
+from core.plan.session import Session
+from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
+from core.store.interval import DEFAULT_COVERAGE
+from core.studies.sweep.result import SweepResult, best_row, pareto_front
+from core.studies.sweep.run import run_sweep
+from core.studies.sweep.space import SweepSpace
+
+__all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
+           "overhead_lower_bound", "POINT_KEYS"]
+
+#: Keys of each point of :meth:`GpuChoice.point` (and of ``--json``'s ``front``).
+POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
+              "expected_days", "expected_days_low", "expected_days_high", "days_p10", "days_p90",
+              "expected_cost_usd", "expected_cost_usd_low", "expected_cost_usd_high",
+              "training_days_without_failures", "price_per_gpu_hour_usd", "session_row")
+
+
+def row_session(session: Session, row) -> Session:
+    """``session`` on the GPUs of price-sheet row ``row``, at its price.
+
+    The row's GPU kind and store; its ``gpus_per_node`` or else the kind's NVLink domain
+    (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`; 8 for a store of your own). A row of the
+    session's own GPU kind without ``gpus_per_node`` keeps the session's cluster as it is (its
+    network too); any other row runs on its kind's reference network (bandwidths empty).
+    """
+    s = session.copy()
+    c = s.cluster
+    same = (row.gpu == c.gpu and row.profile_path == c.profile_path and row.gpus_per_node is None)
+    if not same:
+        per_node = row.gpus_per_node or GPU_NVLINK_DOMAIN.get(row.gpu, 8)
+        s.cluster = dataclasses.replace(c, gpu=row.gpu, gpus_per_node=per_node,
+                                        intra_node_bandwidth_gbytes_per_s=None,
+                                        inter_node_bandwidth_gbits_per_s=None,
+                                        profile_path=row.profile_path)
+    s.cost = dataclasses.replace(s.cost, price_per_gpu_hour_usd=row.price_per_gpu_hour_usd)
+    return s
+
+
+def expected_figures(result: SweepResult, i: int, iteration_time_s: float | None = None,
+                     num_samples: int = 1):
+    """:func:`core.sim.goodput.goodput` of row ``i`` of a sweep (its session's reliability and
+    price; ``iteration_time_s``: another iteration time, e.g. an end of the error band).
+    ``num_samples``: Monte Carlo draws of the spread (1 when only the mean is needed)."""
+    s = result.session
+    plan = result.plans[i]
+    T = float(result.iteration_time_s[i] if iteration_time_s is None else iteration_time_s)
+    n = int(math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length)))
+    size = checkpoint_size(s.model, plan, s.cluster.gpus_per_node)
+    return goodput(iteration_time_s=T, num_iterations=n, num_gpus=int(result.num_gpus[i]),
+                   reliability=s.reliability, size=size,
+                   price_per_gpu_hour_usd=s.cost.price_per_gpu_hour_usd, num_samples=num_samples)
+
+
+@dataclass
+class GpuChoice:
+    """Every plan that fits, of every row, with its expected figures, and the combined front.
+
+    Point arrays have shape (num_points,): one point per plan that fits and was simulated.
+
+    Attributes
+    ----------
+    sheet : PriceSheet
+    sweeps : list of SweepResult
+        One per row of the sheet (its session on that row's GPUs, at its price).
+    row, index : int64 arrays
+        The sheet row (0-based) and the row of that row's sweep of each point.
+    expected_days, expected_cost_usd : float64 arrays
+        Expected wall time of the run with failures and checkpoints, days; its GPU-hours at
+        the row's price, USD. NaN where the run would never finish (the goodput model refuses).
+    goodput : float64 array
+        Work over expected time (0..1).
+    front : int64 array
+        Points of the combined (expected days, expected dollars) Pareto front, fastest first.
+    band : dict of int to dict
+        For each front point (and the best two, and each row's fastest and cheapest):
+        ``expected_days_low/high`` and
+        ``expected_cost_usd_low/high`` (the iteration time's error band through the goodput
+        model; None without a band) and ``days_p10/p90`` (the failures' spread).
+    best_by_days, best_by_dollars : int or None
+        Points with the fewest expected days (ties: cheaper) and dollars (ties: faster).
+    undecided : int
+        Plans pruned by their sweep that no front point rules out (module doc); 0 is exact.
+    never_finish : int
+        Plans that fit but whose run would never finish at the failure rate (left out).
+    """
+
+    sheet: PriceSheet
+    sweeps: list[SweepResult]
+    row: np.ndarray
+    index: np.ndarray
+    expected_days: np.ndarray
+    expected_cost_usd: np.ndarray
+    goodput: np.ndarray
+    front: np.ndarray
+    band: dict[int, dict[str, Any]] = field(default_factory=dict)
+    best_by_days: int | None = None
+    best_by_dollars: int | None = None
+    undecided: int = 0
+    never_finish: int = 0
+    coverage: float = DEFAULT_COVERAGE
+
+    @property
+    def num_points(self) -> int:
+        """Plans that fit, over every row."""
+        return int(self.row.shape[0])
+
+    def label(self, k: int) -> str:
+        """The GPU kind (the sheet's label) of point ``k``."""
+        return self.sheet.labels[int(self.row[k])]
+
+    def point(self, k: int) -> dict[str, Any]:
+        """Point ``k`` as a JSON-able dict with the keys :data:`POINT_KEYS`; ``plan`` is the
+        sweep's row (:meth:`SweepResult.row`); band and spread keys are None off the front."""
+        r, i = int(self.row[k]), int(self.index[k])
+        res = self.sweeps[r]
+        band = self.band.get(k, {})
+        fin = (lambda v: float(v) if v is not None and math.isfinite(v) else None)
+        return {
+            "gpu": self.label(k), "row": self.sheet.rows[r].row, "num_gpus": int(res.num_gpus[i]),
+            "plan": res.plans[i].label(), "iteration_time_s": fin(res.iteration_time_s[i]),
+            "mfu": fin(res.mfu[i]), "goodput": fin(self.goodput[k]),
+            "expected_days": fin(self.expected_days[k]),
+            "expected_days_low": band.get("expected_days_low"),
+            "expected_days_high": band.get("expected_days_high"),
+            "days_p10": band.get("days_p10"), "days_p90": band.get("days_p90"),
+            "expected_cost_usd": fin(self.expected_cost_usd[k]),
+            "expected_cost_usd_low": band.get("expected_cost_usd_low"),
+            "expected_cost_usd_high": band.get("expected_cost_usd_high"),
+            "training_days_without_failures": fin(res.training_days[i]),
+            "price_per_gpu_hour_usd": self.sheet.rows[r].price_per_gpu_hour_usd,
+            "session_row": i,
+        }
+
+    def row_front(self, r: int) -> np.ndarray:
+        """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
+        first; int64 (m,)."""
+        ks = np.flatnonzero(self.row == r)
+        on = pareto_front(self.expected_days[ks], self.expected_cost_usd[ks])
+        out = ks[on]
+        return out[np.lexsort((self.expected_cost_usd[out], self.expected_days[out]))]
+
+    def session_for(self, k: int) -> Session:
+        """The session of point ``k``: its GPUs, price and plan."""
+        return self.sweeps[int(self.row[k])].session_for(int(self.index[k]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document ``vtrain sweep --gpus-from --json`` prints: ``sheet``, ``rows`` (per
+        row: label, plans, plans that fit, pruned, its fastest and cheapest point by expected
+        figures), ``front`` (points, fastest first), ``best_by_days``, ``best_by_dollars``,
+        ``undecided``, ``never_finish``, ``interval_coverage``, ``training_tokens``."""
+        pick = (lambda k: None if k is None else self.point(k))
+        rows = []
+        for r, res in enumerate(self.sweeps):
+            ks = np.flatnonzero(self.row == r)
+            rows.append({"label": self.sheet.labels[r], "num_plans": res.num_plans,
+                         "num_feasible": res.num_feasible,
+                         "num_pruned": int(np.count_nonzero(res.pruned)),
+                         "profile": res.profile,
+                         "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd)),
+                         "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days))})
+        s = self.sweeps[0].session if self.sweeps else None
+        return {"sheet": self.sheet.to_dict(), "rows": rows,
+                "front": [self.point(k) for k in self.front.tolist()],
+                "best_by_days": pick(self.best_by_days),
+                "best_by_dollars": pick(self.best_by_dollars),
+                "undecided": self.undecided, "never_finish": self.never_finish,
+                "interval_coverage": self.coverage,
+                "training_tokens": s.cost.training_tokens if s is not None else None}
+
+
+def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
+    """Point of ``ks`` least in ``first`` (ties: ``second``), or None."""
+    if ks.size == 0:
+        return None
+    mask = np.zeros(first.shape, bool)
+    mask[ks] = np.isfinite(first[ks])
+    return best_row(first, second, mask)
+
+
+def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, workers: int = 1,
+                coverage: float = DEFAULT_COVERAGE, cancel: Any = None,
+                progress: Callable[[int, int, int], None] | None = None,
+                space_for: Callable[[Any], SweepSpace] | None = None) -> GpuChoice:
+    """Sweep each row of ``sheet`` and combine the rows' plans into one front (module doc).
+
+    Parameters
+    ----------
+    session : Session
+        Model, global batch size, precision, token budget (``cost.training_tokens``) and
+        ``reliability``; its cluster and price are replaced per row (:func:`row_session`).
+    sheet : PriceSheet
+    prune : bool
+        Branch and bound in each sweep (default); False simulates every plan (no undecided).
+    workers : int
+        Processes per sweep (:func:`run_sweep`).
+    coverage : float
+        Nominal coverage of the error bands.
+    cancel : threading.Event or callable, optional
+        Checked by each sweep (:class:`core.studies.sweep.cancel.SweepCancelled`).
+    progress : callable ``(row, done, total) -> None``, optional
+        Each sweep's progress, with its 0-based row.
+    space_for : callable ``(PriceRow) -> SweepSpace``, optional
+        The space of each row; default ``SweepSpace(max_gpus=row.max_gpus)``, the default plan
+        space.
+
+    Returns
+    -------
+    GpuChoice
+
+    Raises
+    ------
+    ConfigError, ProfileStoreError, KeyError, SweepCancelled
+        As :func:`run_sweep`; a ConfigError's fields start with the row's ``gpu:`` label.
+    """
+    sweeps = []
+    for r, price_row in enumerate(sheet.rows):
+        space = space_for(price_row) if space_for else SweepSpace(max_gpus=price_row.max_gpus)
+        tell = None if progress is None else (lambda d, t, r=r: progress(r, d, t))
+        try:
+            sweeps.append(run_sweep(row_session(session, price_row), space, workers=workers,
+                                    prune=prune, coverage=coverage, cancel=cancel,
+                                    progress=tell))
+        except ConfigError as exc:
+            raise ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
+                               for e in exc.errors]) from None
+    return combine(sheet, sweeps, coverage)
+
+
+def combine(sheet: PriceSheet, sweeps: list[SweepResult], coverage: float = DEFAULT_COVERAGE
+            ) -> GpuChoice:
+    """The :class:`GpuChoice` of finished sweeps, one per row of ``sheet`` (module doc)."""
+    rows, idx, days, cost, good = [], [], [], [], []
+    never = 0
+    for r, res in enumerate(sweeps):
+        for i in np.flatnonzero(res.fits_in_memory).tolist():
+            try:
+                g = expected_figures(res, i)
+            except ConfigError:  # the failures never let it finish: not a point
+                never += 1
+                continue
+            rows.append(r)
+            idx.append(i)
+            days.append(g.expected_time_s / 86400.0)
+            cost.append(g.expected_time_s * int(res.num_gpus[i]) / 3600.0
+                        * res.session.cost.price_per_gpu_hour_usd)
+            good.append(g.goodput)
+    row = np.array(rows, np.int64)
+    index = np.array(idx, np.int64)
+    days_a, cost_a = np.array(days, float), np.array(cost, float)
+    on = pareto_front(days_a, cost_a)
+    front = np.flatnonzero(on)
+    front = front[np.lexsort((cost_a[front], days_a[front]))]
+    choice = GpuChoice(sheet=sheet, sweeps=sweeps, row=row, index=index, expected_days=days_a,
+                       expected_cost_usd=cost_a, goodput=np.array(good, float), front=front,
+                       best_by_days=best_row(days_a, cost_a, np.ones(row.size, bool)),
+                       best_by_dollars=best_row(cost_a, days_a, np.ones(row.size, bool)),
+                       never_finish=never, coverage=coverage)
+    choice.undecided = _undecided(choice)
+    per_row = []
+    for r in range(len(sweeps)):
+        ks = np.flatnonzero(row == r)
+        per_row += [_best(ks, days_a, cost_a), _best(ks, cost_a, days_a)]
+    for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
+        choice.band[k] = _band(choice, k)
+    return choice
+
+
+def _dominated(fd: np.ndarray, fc: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Whether a point of the front ``(fd, fc)`` dominates each bound ``(d, c)``; bool (m,)."""
+    return ((fd[None, :] <= d[:, None]) & (fc[None, :] <= c[:, None])
+            & ((fd[None, :] < d[:, None]) | (fc[None, :] < c[:, None]))).any(axis=1)
+
+
+def overhead_lower_bound(checkpoint_s: float, mtbi_s: float, restart_s: float) -> float:
+    """A lower bound of expected time over work, whatever the checkpoint interval: each segment
+    of ``x`` seconds of work and a save ``C`` takes ``M e^{R/M} (e^{(x+C)/M} - 1)`` in
+    expectation (:func:`core.sim.goodput.segment_expected_s`), and ``e^y - 1 >= y + y^2/2`` gives
+    per second of work at least ``e^{R/M} (1 + C/x + (x+C)^2 / (2Mx))``, whose least value over
+    ``x > 0`` is ``e^{R/M} (1 + C/M + sqrt((2C + C^2/M) / M))`` (Young's first-order overhead
+    ``sqrt(2C/M)`` and more). 1 without failures (``mtbi_s`` infinite)."""
+    C, M, R = checkpoint_s, mtbi_s, restart_s
+    if not math.isfinite(M):
+        return 1.0
+    return math.exp(R / M) * (1.0 + C / M + math.sqrt((2.0 * C + C * C / M) / M))
+
+
+def _undecided(choice: GpuChoice) -> int:
+    """Pruned plans whose lower bound no front point dominates (module doc): first the work
+    alone, then the work times :func:`overhead_lower_bound` (the plan's checkpoint cost as
+    :func:`core.sim.goodput.goodput` defines it)."""
+    fd, fc = choice.expected_days[choice.front], choice.expected_cost_usd[choice.front]
+    count = 0
+    for res in choice.sweeps:
+        pr = np.flatnonzero(res.pruned)
+        if pr.size == 0:
+            continue
+        s = res.session
+        rel = s.reliability
+        n = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length))
+        work = n * res.lower_bound_s[pr]
+        d = work / 86400.0
+        c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd
+        for j in np.flatnonzero(~_dominated(fd, fc, d, c)).tolist():
+            i = int(pr[j])
+            size = checkpoint_size(s.model, res.plans[i], s.cluster.gpus_per_node)
+            C = (size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save
+                 else size.per_node_bytes / (rel.checkpoint_write_gbytes_per_s_per_node * 1e9))
+            rate = rel.failure_rate_per_gpu_hour * int(res.num_gpus[i]) / 3600.0
+            f = overhead_lower_bound(C, 1.0 / rate if rate > 0 else math.inf,
+                                     float(rel.restart_time_s))
+            if not _dominated(fd, fc, d[j:j + 1] * f, c[j:j + 1] * f)[0]:
+                count += 1
+    return count
+
+
+def _band(choice: GpuChoice, k: int) -> dict[str, Any]:
+    """Point ``k``'s band: the goodput model at both ends of the iteration time's error band,
+    and the failures' 10th-90th percentile spread (:data:`SPREAD_SAMPLES` draws)."""
+    r, i = int(choice.row[k]), int(choice.index[k])
+    res = choice.sweeps[r]
+    price, gpus = res.session.cost.price_per_gpu_hour_usd, int(res.num_gpus[i])
+    full = expected_figures(res, i, num_samples=SPREAD_SAMPLES)
+    out: dict[str, Any] = {"days_p10": full.p10_time_s / 86400.0,
+                           "days_p90": full.p90_time_s / 86400.0}
+    for end, t in (("low", res.interval_low_s[i]), ("high", res.interval_high_s[i])):
+        if t is None or not math.isfinite(t):
+            out[f"expected_days_{end}"] = out[f"expected_cost_usd_{end}"] = None
+            continue
+        try:
+            g = expected_figures(res, i, float(t))
+        except ConfigError:
+            out[f"expected_days_{end}"] = out[f"expected_cost_usd_{end}"] = None
+            continue
+        out[f"expected_days_{end}"] = g.expected_time_s / 86400.0
+        out[f"expected_cost_usd_{end}"] = g.expected_time_s * gpus / 3600.0 * price
+    return out

@@ -1,0 +1,209 @@
+"""Which GPUs to rent: price sheets, the per-kind sweeps and their combined front of expected
+days against expected dollars (core.io.price_sheet, core.studies.gpu_choice, vtrain sweep
+--gpus-from)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.io.price_sheet import PriceRow, PriceSheet, parse_price_sheet, read_price_sheet
+from core.io.session import save_session
+from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
+from core.plan.fields import ConfigError
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan, plan_key
+from core.plan.session import Session
+from core.sim.goodput import checkpoint_size, goodput, run_goodput
+from core.sim.simulate import simulate
+from core.studies.gpu_choice import choose_gpus, row_session
+from core.studies.sweep import SweepSpace, run_sweep
+from tests.conftest import ROOT
+
+TINY = ModelConfig("tiny", num_layers=4, hidden_size=256, num_attention_heads=8,
+                   ffn_hidden_size=None, seq_length=256, vocab_size=1000)
+HEADER = "gpu,price_per_gpu_hour_usd,max_gpus,gpus_per_node,source,date\n"
+
+
+def tiny_session(gpu="A100-SXM4-80GB") -> Session:
+    # a failure rate high enough that goodput differs between GPU counts
+    return Session(TINY, ParallelPlan(1, 1, 1, 1, 16, "1f1b", "none", "bf16"),
+                   ClusterConfig(gpu=gpu, gpus_per_node=8),
+                   CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=2e11),
+                   ReliabilityConfig(failure_rate_per_gpu_hour=1e-2, restart_time_s=600.0))
+
+
+SHEET = [PriceRow("A100-SXM4-80GB", 0.3, 8, row=2), PriceRow("H100-SXM5-80GB", 2.9, 4, row=3)]
+
+
+def _brute_front(days: np.ndarray, cost: np.ndarray) -> set[int]:
+    """Points no other point dominates (both minimized), by pairwise comparison."""
+    out = set()
+    for i in range(days.size):
+        if not any(days[j] <= days[i] and cost[j] <= cost[i]
+                   and (days[j] < days[i] or cost[j] < cost[i]) for j in range(days.size)):
+            out.add(i)
+    return out
+
+
+def test_combined_front_is_the_front_of_the_union_of_exhaustive_sweeps():
+    session = tiny_session()
+    choice = choose_gpus(session, PriceSheet(SHEET))
+    # independently: each kind's exhaustive sweep, every plan that fits costed with failures
+    keys, days, cost = [], [], []
+    n_iter = math.ceil(2e11 / (16 * 256))
+    for r in SHEET:
+        s = session.copy()
+        s.cluster = ClusterConfig(gpu=r.gpu, gpus_per_node=8)
+        s.cost = dataclasses.replace(s.cost, price_per_gpu_hour_usd=r.price_per_gpu_hour_usd)
+        res = run_sweep(s, SweepSpace(max_gpus=r.max_gpus), prune=False)
+        for i in np.flatnonzero(res.fits_in_memory):
+            g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
+                        num_gpus=int(res.num_gpus[i]), reliability=s.reliability,
+                        size=checkpoint_size(s.model, res.plans[i], 8),
+                        price_per_gpu_hour_usd=r.price_per_gpu_hour_usd, num_samples=1)
+            keys.append((r.gpu, plan_key(res.plans[i])))
+            days.append(g.expected_time_s / 86400)
+            cost.append(g.expected_time_s * res.num_gpus[i] / 3600 * r.price_per_gpu_hour_usd)
+    days_a, cost_a = np.array(days), np.array(cost)
+    want = {keys[i]: (days_a[i], cost_a[i]) for i in _brute_front(days_a, cost_a)}
+    got = {(choice.sheet.rows[int(choice.row[k])].gpu,
+            plan_key(choice.sweeps[int(choice.row[k])].plans[int(choice.index[k])])):
+           (choice.expected_days[k], choice.expected_cost_usd[k]) for k in choice.front}
+    assert choice.undecided == 0
+    assert got.keys() == want.keys()
+    for key, (d, c) in want.items():
+        assert got[key][0] == pytest.approx(d, rel=1e-12)
+        assert got[key][1] == pytest.approx(c, rel=1e-12)
+    kinds = {k for k, _ in got}
+    assert kinds == {"A100-SXM4-80GB", "H100-SXM5-80GB"}  # both kinds reach the front here
+    # fastest first, and the best by days and by dollars are the front's two ends
+    d = choice.expected_days[choice.front]
+    assert np.all(np.diff(d) >= 0)
+    assert choice.best_by_days == choice.front[0]
+    assert choice.best_by_dollars == choice.front[-1]
+
+
+def test_a_front_point_is_what_simulate_and_the_goodput_report_say():
+    choice = choose_gpus(tiny_session(), PriceSheet(SHEET))
+    k = int(choice.front[0])
+    s = choice.session_for(k)
+    assert s.cluster.gpu == choice.sheet.rows[int(choice.row[k])].gpu
+    rep = simulate(s).report
+    g = rep.run  # the report's own goodput section
+    assert g.expected_time_s == run_goodput(s, rep).expected_time_s
+    p = choice.point(k)
+    assert p["iteration_time_s"] == pytest.approx(rep.iteration_time_s, rel=1e-9)
+    assert p["expected_days"] == pytest.approx(g.expected_time_s / 86400, rel=1e-9)
+    assert p["goodput"] == pytest.approx(g.goodput, rel=1e-9)
+    assert p["expected_cost_usd"] == pytest.approx(
+        g.expected_time_s * rep.num_gpus / 3600 * s.cost.price_per_gpu_hour_usd, rel=1e-9)
+    assert p["days_p10"] <= p["days_p90"]
+    assert 0 < p["goodput"] < 1
+
+
+def test_one_kind_sheet_reproduces_vtrain_sweep_at_that_price(tmp_path, capsys):
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    assert main(["sweep", str(cfg), "--max-gpus", "4", "--price-per-gpu-hour", "3.25",
+                 "--json", "--workers", "1"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json", "--workers", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    choice = choose_gpus(session, read_price_sheet(sheet))
+    own = choice.sweeps[0].to_dict()
+    assert [r["cost_usd"] for r in own["pareto"]] == [r["cost_usd"] for r in plain["pareto"]]
+    assert [r["training_days"] for r in own["pareto"]] == [r["training_days"]
+                                                         for r in plain["pareto"]]
+    assert own["price_per_gpu_hour_usd"] == 3.25
+    # the CLI's front is the library's; each point's failure-free days are the sweep's
+    assert [p["expected_days"] for p in doc["front"]] == [choice.point(k)["expected_days"]
+                                                          for k in choice.front]
+    plain_days = {r["training_days"] for r in plain["pareto"]}
+    front_days = {p["training_days_without_failures"] for p in doc["front"]}
+    assert front_days <= {r["training_days"] for r in own["pareto"]} | front_days
+    assert doc["best_by_days"]["expected_days"] == min(p["expected_days"] for p in doc["front"])
+    assert plain_days  # the plain sweep found a front
+    assert doc["undecided"] == 0
+
+
+def test_row_session_keeps_the_sessions_own_cluster_and_resets_another_kinds():
+    s = tiny_session()
+    s.cluster.inter_node_bandwidth_gbits_per_s = 800.0
+    same = row_session(s, PriceRow("A100-SXM4-80GB", 1.0, 8))
+    assert same.cluster == s.cluster and same.cost.price_per_gpu_hour_usd == 1.0
+    other = row_session(s, PriceRow("GB200-NVL72", 9.0, 72))
+    assert (other.cluster.gpu, other.cluster.gpus_per_node) == ("GB200-NVL72", 72)
+    assert other.cluster.inter_node_bandwidth_gbits_per_s is None
+    assert s.cluster.gpu == "A100-SXM4-80GB"  # the session is not changed
+
+
+@pytest.mark.parametrize("line, column", [
+    ("Z100,2,8,,,", "gpu"),
+    ("H100 SXM,abc,8,,,", "price_per_gpu_hour_usd"),
+    ("H100 SXM,0,8,,,", "price_per_gpu_hour_usd"),
+    ("H100 SXM,nan,8,,,", "price_per_gpu_hour_usd"),
+    ("H100 SXM,2,0,,,", "max_gpus"),
+    ("H100 SXM,2,8.5,,,", "max_gpus"),
+    ("H100 SXM,2,,,,", "max_gpus"),
+    ("H100 SXM,2,8,16,,", "gpus_per_node"),
+    ("H100 SXM,2,8,8,,2026-13-01", "date"),
+    ("missing.h5,2,8,,,", "gpu"),
+])
+def test_malformed_rows_are_refused_by_file_row_and_column(tmp_path, line, column):
+    path = tmp_path / "prices.csv"
+    path.write_text(HEADER + "B200,5,8,,ok,2026-01\n" + line + "\n")
+    with pytest.raises(ConfigError) as info:
+        read_price_sheet(path)
+    assert [e.field for e in info.value.errors] == [f"{path}: row 3: {column}"]
+
+
+def test_malformed_header_and_cli_exit_status(tmp_path, capsys):
+    with pytest.raises(ConfigError) as info:
+        parse_price_sheet("gpu,price,max_gpus\nH100,2,8\n", "p.csv")
+    assert {e.field for e in info.value.errors} == {"p.csv: row 1: price",
+                                                   "p.csv: row 1: price_per_gpu_hour_usd"}
+    with pytest.raises(ConfigError) as info:
+        parse_price_sheet(HEADER, "p.csv")
+    assert [e.field for e in info.value.errors] == ["p.csv"]
+    with pytest.raises(ConfigError) as info:
+        parse_price_sheet(HEADER + "H100,2,8,8,a,2026-01,extra\n", "p.csv")
+    assert [e.field for e in info.value.errors] == ["p.csv: row 2"]
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session(), cfg)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + "H100,2,-1,,,\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(bad)]) == 2
+    assert f"{bad}: row 2: max_gpus" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--gpus-from", str(bad), "--max-gpus", "8"]) == 2
+    assert main(["sweep", str(cfg), "--gpus-from", str(tmp_path / "none.csv")]) == 2
+
+
+def test_the_shipped_example_sheet_reads_with_sources_and_dates():
+    sheet = read_price_sheet(ROOT / "resources" / "prices" / "example_2026.csv")
+    assert [r.gpu for r in sheet.rows] == ["B200-180GB", "H200-SXM-141GB", "H100-SXM5-80GB"]
+    assert all(r.source and r.date and r.price_per_gpu_hour_usd > 0 for r in sheet.rows)
+    # a price per GPU is the node's list price over its eight GPUs
+    assert sheet.rows[0].price_per_gpu_hour_usd == pytest.approx(68.80 / 8, abs=0.005)
+
+
+def test_overhead_lower_bound_is_below_every_checkpoint_interval():
+    from core.sim.goodput import segment_expected_s
+    from core.studies.gpu_choice import overhead_lower_bound
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        C, M, R = rng.uniform(1, 600), rng.uniform(600, 1e6), rng.uniform(0, 3600)
+        bound = overhead_lower_bound(C, M, R)
+        x = np.geomspace(1e-2, 30 * M, 4001)  # seconds of work per segment
+        per_work = segment_expected_s(x + C, M, R) / x
+        assert bound <= per_work.min() * (1 + 1e-12)
+        assert bound - 1 >= 0.5 * (per_work.min() - 1)  # most of the least overhead
+    assert overhead_lower_bound(60.0, math.inf, 600.0) == 1.0
