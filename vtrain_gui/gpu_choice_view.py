@@ -25,7 +25,7 @@ from core.studies.gpu_choice import GpuChoice
 
 from .background import BackgroundRunner, JobCancelled
 from .formatting import format_count, format_fraction, format_number_short, format_usd, format_usd_short
-from .sweep_plot import _ValueAxis
+from .sweep_plot import ValueAxis
 
 __all__ = ["GpuChoicePanel", "KIND_COLORS", "point_text"]
 
@@ -81,8 +81,8 @@ class GpuChoicePanel(QtWidgets.QWidget):
         self.status.setObjectName("gpu_choice.status")
         self.status.setWordWrap(True)
         self.plot = pg.PlotWidget(background="w", axisItems={
-            "bottom": _ValueAxis("bottom", format_number_short),
-            "left": _ValueAxis("left", format_usd_short)})
+            "bottom": ValueAxis("bottom", format_number_short),
+            "left": ValueAxis("left", format_usd_short)})
         item = self.plot.getPlotItem()
         item.setMenuEnabled(False)
         item.setLabel("bottom", "expected training time with failures (days)")

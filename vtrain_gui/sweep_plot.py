@@ -21,7 +21,7 @@ from .formatting import (format_bytes, format_count, format_duration, format_fra
                          format_number_short, format_usd, format_usd_short)
 from .point_cloud import PointCloudItem
 
-__all__ = ["SweepPlot", "plan_text", "FEASIBLE_COLOR", "INFEASIBLE_COLOR", "FRONT_COLOR",
+__all__ = ["SweepPlot", "ValueAxis", "plan_text", "FEASIBLE_COLOR", "INFEASIBLE_COLOR", "FRONT_COLOR",
            "FASTEST_COLOR", "CHEAPEST_COLOR", "DEADLINE_COLOR"]
 
 #: Colours of the scatter (feasible plans use the timeline's forward blue).
@@ -47,7 +47,7 @@ _LOG_LABEL_SETS = (((1, 2, 3, 4, 5, 6, 7, 8, 9), math.log10(9 / 8)),
                    ((1,), 1.0))
 
 
-class _ValueAxis(pg.AxisItem):
+class ValueAxis(pg.AxisItem):
     """An axis whose tick labels come from ``formatter(value)``, in linear or log mode.
 
     In log mode every minor tick (2..9 × 10^k) is drawn but only as many are
@@ -97,8 +97,8 @@ class SweepPlot(pg.PlotWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent, background="w",
-                         axisItems={"bottom": _ValueAxis("bottom", format_number_short),
-                                    "left": _ValueAxis("left", format_usd_short)})
+                         axisItems={"bottom": ValueAxis("bottom", format_number_short),
+                                    "left": ValueAxis("left", format_usd_short)})
         self._result: SweepResult | None = None
         self._log = True
         self._shown = np.empty(0, np.int64)
