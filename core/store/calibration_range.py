@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
 
 __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "Departure", "plan_features",
-           "model_family", "precision_label", "feature_departures", "conditioned_rows"]
+           "features_of", "model_family", "precision_label", "feature_departures", "conditioned_rows"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had.
 CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
@@ -62,12 +62,16 @@ def precision_label(plan: Any) -> str:
 def plan_features(session: "Session") -> dict[str, Any]:
     """The features of a session's plan (:data:`core.store.residuals.FEATURE_COLUMNS`): str for
     :data:`CATEGORY_FEATURES`, int for :data:`RANGE_FEATURES`."""
-    p = session.plan
-    return {"gpu": str(session.cluster.gpu), "family": model_family(session.model),
-            "precision": precision_label(p), "recompute": str(p.recompute),
-            "schedule": str(p.schedule), "micro_batch_size": int(p.micro_batch_size),
-            "seq_length": int(session.model.seq_length), "cp": int(p.context_parallel),
-            "ep": int(p.expert_parallel)}
+    return features_of(session.model, session.cluster, session.plan)
+
+
+def features_of(model: Any, cluster: Any, plan: Any) -> dict[str, Any]:
+    """:func:`plan_features` of a model, cluster and parallel plan (a sweep's rows)."""
+    return {"gpu": str(cluster.gpu), "family": model_family(model),
+            "precision": precision_label(plan), "recompute": str(plan.recompute),
+            "schedule": str(plan.schedule), "micro_batch_size": int(plan.micro_batch_size),
+            "seq_length": int(model.seq_length), "cp": int(plan.context_parallel),
+            "ep": int(plan.expert_parallel)}
 
 
 @dataclass(frozen=True)

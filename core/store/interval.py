@@ -445,21 +445,28 @@ def interval_line(iv: PredictionInterval) -> str:
     """
     if not iv.available:
         return iv.note
-    like = ""
-    if iv.conditioned_on or iv.not_conditioned_on:
-        like = " of runs with the same " + (", ".join(_COND_NAMES[c] for c in iv.conditioned_on)
-                                            or "node class only")
-        if iv.not_conditioned_on:
-            like += (" (too few with the same "
-                     + ", ".join(_COND_NAMES[c] for c in iv.not_conditioned_on) + ")")
+    like = band_conditions(iv)
     line = (f"{iv.coverage:.0%} of runs like this one within {100 * (iv.low_factor - 1):+.1f} % / "
             f"{100 * (iv.high_factor - 1):+.1f} % of the prediction ({iv.num_residuals} "
-            f"{iv.group.replace('_', '-')} residuals{like})")
+            f"{iv.group.replace('_', '-')} residuals{', ' + like if like else ''})")
     return line + (f"; {iv.note}" if iv.note else "")
+
+
+def band_conditions(iv: PredictionInterval) -> str:
+    """Which runs the band's residuals are, e.g. ``"runs with the same GPU, family (too few
+    with the same precision, recompute)"``; "" for a band grouped by node class only."""
+    if not (iv.conditioned_on or iv.not_conditioned_on):
+        return ""
+    out = "runs with the same " + (", ".join(_COND_NAMES[c] for c in iv.conditioned_on)
+                                   or "node class only")
+    if iv.not_conditioned_on:
+        out += (" (too few with the same "
+                + ", ".join(_COND_NAMES[c] for c in iv.not_conditioned_on) + ")")
+    return out
 
 
 _COND_NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "cp": "cp use",
                "ep": "ep use", "recompute": "recompute"}
 
 
-__all__ += ["interval_line"]
+__all__ += ["interval_line", "band_conditions"]
