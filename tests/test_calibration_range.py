@@ -73,6 +73,10 @@ def test_the_range_check_names_each_feature_against_the_calibration_runs():
     assert d.to_dict() == {"feature": "recompute", "value": "none", "calibrated": ["full"]}
     (d,) = feature_departures(t, {**BASE, "cp": 8})
     assert d.calibrated == (1,) and "context parallelism" in d.text
+    # bf16 and fp16 count as one precision (the same tensor-core path), in range and conditions
+    assert feature_departures(t, {**BASE, "precision": "fp16"}) == ()
+    assert interval_for(t, 1.0, 64, 8, 1e10, 0.9, features={**BASE, "precision": "fp16"}) == \
+        interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=dict(BASE))
     # inside a range feature's min..max is inside; several at once are all named
     assert feature_departures(t, {**BASE, "micro_batch_size": 3, "seq_length": 3000, "ep": 4}) == ()
     many = feature_departures(t, {**BASE, "recompute": "selective", "cp": 2, "seq_length": 512})

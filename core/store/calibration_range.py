@@ -108,6 +108,15 @@ class Departure:
         return {"feature": self.feature, "value": self.value, "calibrated": list(self.calibrated)}
 
 
+#: Precisions that count as one for the range and the conditions: bf16 and fp16 run the same
+#: 16-bit tensor-core path at the same peak (their store keys differ, their times do not).
+_SAME_PRECISION = {"fp16": "bf16"}
+
+
+def _precision_class(v: Any) -> str:
+    return _SAME_PRECISION.get(str(v), str(v))
+
+
 def _python(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
@@ -116,8 +125,9 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
                        ) -> tuple[Departure, ...]:
     """The features of a plan (:func:`plan_features`) outside the calibration runs of ``table``.
 
-    A category feature departs when its value is none of the calibration runs'; a range
-    feature when it lies outside their min..max. Empty when the table or the features are
+    A category feature departs when its value is none of the calibration runs' (bf16 and
+    fp16 count as one precision: the same tensor-core path and peak); a range feature when it
+    lies outside their min..max. Empty when the table or the features are
     missing or the table has no feature columns (nothing to compare with).
     """
     if table is None or features is None or not table.has_features:
@@ -132,6 +142,8 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
         v = features[name]
         if name in RANGE_FEATURES:
             outside = not (min(cal) <= int(v) <= max(cal))
+        elif name == "precision":
+            outside = _precision_class(v) not in {_precision_class(c) for c in cal}
         else:
             outside = str(v) not in cal
         if outside:
@@ -143,6 +155,9 @@ def _matches(table: ResidualTable, name: str, value: Any) -> np.ndarray:
     col = getattr(table, name)
     if name in ("cp", "ep"):
         return (col > 1) == (int(value) > 1)
+    if name == "precision":
+        return np.array([_precision_class(c) for c in col.tolist()], dtype=str) == \
+            _precision_class(value)
     return col == value
 
 
