@@ -40,7 +40,12 @@ def main() -> int:
     doc = json.loads(buf.getvalue())
     how = f"{args.folds}-fold cross-validated" if args.folds else "shipped stores"
     print(f"{doc['n']} rows predicted ({how}), {doc['skipped']} skipped; "
-          f"MAPE {doc['mape_percent'] if doc['n'] else float('nan'):.2f} %\n")
+          f"MAPE {doc['mape_percent'] if doc['n'] else float('nan'):.2f} %")
+    if doc.get("interval_rows"):  # each row's band from the other folds' residuals
+        print(f"{doc['interval_nominal_coverage']:.0%} error band on {doc['interval_rows']} rows: "
+              f"coverage {100 * doc['interval_coverage']:.1f} %, median width "
+              f"{doc['interval_median_width_percent']:.1f} % of the prediction")
+    print()
     print("| row | GPU | model | precision | measured s | predicted s | error % | MFU measured | MFU predicted |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for r in doc["rows"]:

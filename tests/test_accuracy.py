@@ -327,6 +327,9 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     # predicted by a fit on the single-node runs (scale transfer)
     r = store.residuals
     cv = r.set == "cross_validated"
+    # with each run's features (residual-table version 2; core.store.calibration_range)
+    assert r.has_features and sorted(r.micro_batch_size[cv]) == sorted(
+        s.plan.micro_batch_size for s in sessions)
     multi = [s for s in sessions if s.plan.num_gpus > s.cluster.gpus_per_node]
     assert cv.sum() == len(sessions) and (r.set == "scale_transfer").sum() == len(multi) > 0
     assert sorted(r.file[cv]) == ["a.csv"] * 6 + ["b.csv"] * 6

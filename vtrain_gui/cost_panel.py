@@ -10,6 +10,7 @@ from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.sim.report import Report
+from core.store.interval import band_conditions
 
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_duration,
@@ -506,8 +507,9 @@ class CostPanel(QtWidgets.QWidget):
                                  f"cost {format_usd(c_lo)} – {format_usd(c_hi)}")
         source = (f"{iv.coverage:.0%} of runs like this one measured within the band "
                   f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "
-                  "of the profile)")
-        if iv.in_calibration_range:  # one short line; the whole story in the tooltip
+                  "of the profile" + (f"; {band_conditions(iv)}" if band_conditions(iv) else "")
+                  + ")")
+        if iv.within_calibration:  # one short line; the whole story in the tooltip
             note.set_full_text(f"from {iv.num_residuals} cross-validated "
                                f"{iv.group.replace('_', '-')} runs", tooltip=source)
             note.setStyleSheet("color: #505860;")

@@ -94,7 +94,8 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("error band", "iteration_band",
             "Error band of the iteration time at its nominal coverage (cross-validated residuals "
             "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
-            "size beyond the calibrated runs)", lambda v: _band_text(*v)),
+            "size beyond the calibrated runs, or a feature such as recompute, micro-batch, "
+            "sequence length, precision, cp or ep none of them had)", lambda v: _band_text(*v)),
     _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
     _Column("reason", "reason", "Why the plan does not fit in GPU memory", str, False),
 )
@@ -220,6 +221,8 @@ class SweepTableModel(QtCore.QAbstractTableModel):
             text += ("\n⚠ outside the calibration range (GPU count or model size beyond the "
                      "calibrated runs): the band is the hull of the in-range and scale-transfer "
                      "bands; its coverage this far out is not established")
+        if r.calibration_departures[i]:
+            text += "\n⚠ outside the calibration runs' features: " + r.calibration_departures[i]
         return text
 
     def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
@@ -255,7 +258,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         if attr == "iteration_band":
             r = self._result
             return (float(r.interval_low_s[i]), float(r.interval_high_s[i]),
-                    bool(r.in_calibration_range[i]))
+                    bool(r.within_calibration[i]))
         return getattr(self._result, attr)[i]
 
     def _sort_codes(self, column: int) -> np.ndarray:

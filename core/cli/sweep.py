@@ -326,8 +326,9 @@ def _plan_cells(result, i: int) -> list[str]:
     for name in _plan_fields(result):
         v = getattr(plan, name)
         cells.append("-" if v is None else ("y" if v is True else "n" if v is False else str(v)))
+    outside = "" if result.within_calibration[i] or not result.calibration_departures[i] else " ⚠"
     return [*cells,
-            f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}",
+            f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}{outside}",
             f"{result.training_days[i]:,.1f}",
             _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
             mem if result.fits_in_memory[i] else f"[red]{mem}![/]"]
@@ -431,6 +432,7 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
+        _print_outside_calibration(result, console)
     from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
@@ -441,6 +443,21 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     _print_best_by(result, console)
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
+
+
+def _print_outside_calibration(result, console: Console) -> None:
+    """The plans that fit but leave the features the store was calibrated on (⚠ in the tables),
+    counted, with the front's departures named."""
+    n = result.num_outside_calibration
+    if not n or not any(result.calibration_departures):
+        return
+    from core.util.console import esc
+    named = sorted({result.calibration_departures[i] for i in result.pareto_indices().tolist()
+                    if result.calibration_departures[i]})
+    console.print(f"[yellow]⚠[/] {n:,} plan{'s' if n != 1 else ''} that fit leave what the "
+                  "profile was calibrated on (error band of unknown coverage)"
+                  + (f"; on the front: {esc(' | '.join(named))}" if named else ""),
+                  highlight=False)
 
 
 def _print_dimensions(result, console: Console) -> None:

@@ -145,7 +145,7 @@ def to_image(store: Any) -> bytes:
         "residuals": None if store.residuals is None else {
             "procedure": str(store.residuals.procedure),
             "columns": [[c, put(np.asarray(getattr(store.residuals, c)))]
-                        for c in store.residuals.COLUMNS]},
+                        for c in store.residuals.columns]},
     }
     text = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
     return IMAGE_MAGIC + len(text).to_bytes(8, "little") + text + b"".join(blobs)

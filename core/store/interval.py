@@ -43,6 +43,16 @@ Groups follow what drives the error:
   far out is not established, and the note says so. A store without
   scale-transfer residuals gives no band for such a plan.
 
+Within a node class, a table with the run features
+(:data:`core.store.residuals.FEATURE_COLUMNS`) gives each plan the residuals of calibration
+runs *like it*: the same GPU kind, model family, precision, use of context and expert
+parallelism and recompute mode, each condition applied in that order only where at least the
+conformal minimum of runs (:func:`min_residuals`) remains (:func:`core.store.calibration_range.conditioned_rows`);
+the band names the conditions applied and those left out. The plan's features outside the
+calibration runs (:func:`core.store.calibration_range.feature_departures`) are listed with
+the band. A table without the features (stores written before them) groups by node class only,
+as above.
+
 A store without residuals (an analytic or measured store) gives no interval
 and says why; no band is ever made up.
 """
@@ -55,7 +65,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from core.store.residuals import NODE_CLASSES, RESIDUAL_SETS, ResidualTable, node_class
+from core.store.calibration_range import (Departure, conditioned_rows, feature_departures,
+                                          plan_features)
+from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS, ResidualTable,
+                                  node_class)
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
@@ -150,6 +163,14 @@ class PredictionInterval:
         runs of its node class; None when the store has no residuals.
     note : str
         Why there is no band, or that the plan is outside the calibration range; "" otherwise.
+    departures : tuple of Departure
+        The plan's features outside the store's calibration runs
+        (:func:`core.store.calibration_range.feature_departures`); empty when the store's
+        residuals have no feature columns.
+    conditioned_on, not_conditioned_on : tuple of str
+        The conditions (:data:`core.store.calibration_range.CONDITIONS`) the band's residuals
+        share with the plan, and those left out because too few runs like the plan exist;
+        both empty without feature columns.
     """
 
     coverage: float
@@ -161,11 +182,25 @@ class PredictionInterval:
     num_residuals: int = 0
     in_calibration_range: bool | None = None
     note: str = ""
+    departures: tuple[Departure, ...] = ()
+    conditioned_on: tuple[str, ...] = ()
+    not_conditioned_on: tuple[str, ...] = ()
 
     @property
     def available(self) -> bool:
         """True when there is a band."""
         return self.low_s is not None
+
+    @property
+    def within_calibration(self) -> bool:
+        """False when the plan leaves what the store was calibrated on: its GPU count or model
+        size (:attr:`in_calibration_range` False) or any feature (:attr:`departures`)."""
+        return self.in_calibration_range is not False and not self.departures
+
+    @property
+    def departure_text(self) -> str:
+        """The departures as one clause each, joined by "; " ("" when none)."""
+        return "; ".join(d.text for d in self.departures)
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time, or None."""
@@ -174,8 +209,12 @@ class PredictionInterval:
         return value * self.low_factor, value * self.high_factor
 
     def to_dict(self) -> dict:
-        """JSON-able dict of the attributes."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """JSON-able dict of the attributes (departures as dicts, conditions as lists)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["departures"] = [d.to_dict() for d in self.departures]
+        out["conditioned_on"] = list(self.conditioned_on)
+        out["not_conditioned_on"] = list(self.not_conditioned_on)
+        return out
 
 
 def _fmt_params(n: float) -> str:
@@ -199,13 +238,15 @@ def _range_note(cls: str, num_gpus: int, num_params: float,
 
 
 def _no_band(coverage: float, note: str, in_range: bool | None = None, group: str = "",
-             n: int = 0) -> PredictionInterval:
-    return PredictionInterval(coverage, None, None, None, None, group, n, in_range, note)
+             n: int = 0, departures: tuple = ()) -> PredictionInterval:
+    return PredictionInterval(coverage, None, None, None, None, group, n, in_range, note,
+                              departures)
 
 
 def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
                  gpus_per_node: int, layer_params: float, coverage: float = DEFAULT_COVERAGE,
-                 store_name: str = "the profile store") -> PredictionInterval:
+                 store_name: str = "the profile store", features: dict | None = None
+                 ) -> PredictionInterval:
     """The band of a predicted iteration time (see the module doc for the method).
 
     Parameters
@@ -222,6 +263,10 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
         Nominal coverage in (0, 1).
     store_name : str
         How notes name the store.
+    features : dict, optional
+        The plan's features (:func:`core.store.calibration_range.plan_features`): with a table
+        that has the feature columns, the band is conditioned on them and the features
+        outside the calibration runs are listed; None: grouped by node class only.
 
     Raises
     ------
@@ -236,11 +281,21 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     cls = node_class(num_gpus, gpus_per_node)
     outside = _range_note(cls, num_gpus, layer_params, table.calibration_range(cls))
     groups = table.groups()
+    departures = feature_departures(table, features)
+    used: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    if features is not None and table.has_features and cls in groups:
+        base = (table.set == "cross_validated") & (table.node_class == cls)
+        rows, used, dropped = conditioned_rows(table, base, features, min_residuals(coverage))
+        groups[cls] = np.sort(table.log_residual[rows])
     note = f"outside the calibration range: {outside}" if outside else ""
+    if departures:
+        note += ("; " if note else "") + ("outside the calibration runs' features: "
+                                          + "; ".join(d.text for d in departures))
     names = [cls, "scale_transfer"] if outside else [cls]
     if outside and "scale_transfer" not in groups:
         return _no_band(coverage, note + f"; no error band: {store_name} has no "
-                                         "scale-transfer residuals", False)
+                                         "scale-transfer residuals", False, departures=departures)
     bounds, sizes = [], 0
     for group in names:
         r = groups.get(group, np.empty(0))
@@ -251,7 +306,8 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
             return _no_band(coverage, (note + "; " if note else "") +
                             f"no error band: a {coverage:.0%} band needs at least "
                             f"{min_residuals(coverage)} {group.replace('_', '-')} residuals, "
-                            f"{store_name} has {r.size}", not outside, group, int(r.size))
+                            f"{store_name} has {r.size}", not outside, group, int(r.size),
+                            departures)
         bounds.append(b)
         sizes += int(r.size)
     group = "+".join(g for g in names if g in groups)
@@ -262,13 +318,17 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     lo = math.exp(min(b[0] for b in bounds))
     hi = math.exp(max(b[1] for b in bounds))
     return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
-                              sizes, not outside, note)
+                              sizes, not outside, note, departures, used, dropped)
 
 
 def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
-                     layer_params: float, coverage: float = DEFAULT_COVERAGE
+                     layer_params: float, coverage: float = DEFAULT_COVERAGE,
+                     features: Sequence[dict] | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorized :func:`interval_for` over plans of one model (a sweep's rows).
+
+    ``features`` (one :func:`~core.store.calibration_range.plan_features` dict per plan,
+    optional) conditions each plan's band as :func:`interval_for` does.
 
     Returns
     -------
@@ -279,13 +339,35 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
     """
     g = np.asarray(num_gpus, dtype=np.int64)
     lo, hi, inside = np.full(g.shape, np.nan), np.full(g.shape, np.nan), np.zeros(g.shape, bool)
-    for value in np.unique(g):
-        iv = interval_for(table, 1.0, int(value), gpus_per_node, layer_params, coverage)
-        sel = g == value
+    if features is None or table is None or not table.has_features:
+        keys = g.tolist()
+    else:
+        keys = [(int(n), tuple(sorted(f.items()))) for n, f in zip(g.tolist(), features)]
+    memo: dict = {}
+    for i, key in enumerate(keys):
+        if key not in memo:
+            n, f = (key, None) if isinstance(key, int) else (key[0], dict(key[1]))
+            memo[key] = interval_for(table, 1.0, n, gpus_per_node, layer_params, coverage,
+                                     features=f)
+        iv = memo[key]
         if iv.available:
-            lo[sel], hi[sel] = iv.low_factor, iv.high_factor
-        inside[sel] = bool(iv.in_calibration_range)
+            lo[i], hi[i] = iv.low_factor, iv.high_factor
+        inside[i] = bool(iv.in_calibration_range)
     return lo, hi, inside
+
+
+def plan_departures(table: ResidualTable | None, features: Sequence[dict]) -> list[str]:
+    """Per plan (a sweep's rows), the features outside the calibration runs of ``table`` as
+    one text (:attr:`PredictionInterval.departure_text`; "" when none, and for every plan of
+    a table without feature columns)."""
+    memo: dict = {}
+    out = []
+    for f in features:
+        key = tuple(sorted(f.items()))
+        if key not in memo:
+            memo[key] = "; ".join(d.text for d in feature_departures(table, f))
+        out.append(memo[key])
+    return out
 
 
 def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, folds: int = 5,
@@ -309,7 +391,8 @@ def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, fo
         others = table.subset(fold_of != k)
         for i in np.flatnonzero(fold_of == k):
             iv = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
-                              int(table.gpus_per_node[i]), float(table.layer_parameters[i]), coverage)
+                              int(table.gpus_per_node[i]), float(table.layer_parameters[i]), coverage,
+                              features=table.row_features(i))
             if iv.available:
                 low[i], high[i] = iv.low_s, iv.high_s
     return low, high
@@ -332,12 +415,13 @@ def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray
     set_name : str
         One of :data:`RESIDUAL_SETS`.
     """
+    feats = [plan_features(s) for s in sessions]
     return ResidualTable(
         [set_name] * len(sessions), [file] * len(sessions) if isinstance(file, str) else list(file),
         list(rows),
         [s.plan.num_gpus for s in sessions], [s.cluster.gpus_per_node for s in sessions],
         [layer_parameters(s.model) for s in sessions], measured_s, predicted_s,
-        procedure=procedure)
+        procedure=procedure, **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS})
 
 
 def session_interval(session: "Session", predicted_s: float, store: "ProfileStore",
@@ -346,10 +430,11 @@ def session_interval(session: "Session", predicted_s: float, store: "ProfileStor
     return interval_for(getattr(store, "residuals", None), predicted_s, session.plan.num_gpus,
                         session.cluster.gpus_per_node, layer_parameters(session.model),
                         coverage, store_name=f"the {store.device_name} profile store "
-                        f"({store.provenance.get('method', 'unknown method')})")
+                        f"({store.provenance.get('method', 'unknown method')})",
+                        features=plan_features(session))
 
 
-__all__ += ["min_residuals", "session_interval", "layer_parameters"]
+__all__ += ["min_residuals", "session_interval", "layer_parameters", "plan_departures"]
 
 
 def interval_line(iv: PredictionInterval) -> str:
@@ -360,10 +445,28 @@ def interval_line(iv: PredictionInterval) -> str:
     """
     if not iv.available:
         return iv.note
+    like = band_conditions(iv)
     line = (f"{iv.coverage:.0%} of runs like this one within {100 * (iv.low_factor - 1):+.1f} % / "
             f"{100 * (iv.high_factor - 1):+.1f} % of the prediction ({iv.num_residuals} "
-            f"{iv.group.replace('_', '-')} residuals)")
+            f"{iv.group.replace('_', '-')} residuals{', ' + like if like else ''})")
     return line + (f"; {iv.note}" if iv.note else "")
 
 
-__all__ += ["interval_line"]
+def band_conditions(iv: PredictionInterval) -> str:
+    """Which runs the band's residuals are, e.g. ``"runs with the same GPU, family (too few
+    with the same precision, recompute)"``; "" for a band grouped by node class only."""
+    if not (iv.conditioned_on or iv.not_conditioned_on):
+        return ""
+    out = "runs with the same " + (", ".join(_COND_NAMES[c] for c in iv.conditioned_on)
+                                   or "node class only")
+    if iv.not_conditioned_on:
+        out += (" (too few with the same "
+                + ", ".join(_COND_NAMES[c] for c in iv.not_conditioned_on) + ")")
+    return out
+
+
+_COND_NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "cp": "cp use",
+               "ep": "ep use", "recompute": "recompute"}
+
+
+__all__ += ["interval_line", "band_conditions"]

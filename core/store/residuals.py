@@ -11,13 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "ResidualTable", "node_class"]
+__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "ResidualTable", "node_class"]
 
 #: How a residual row's prediction was obtained.
 RESIDUAL_SETS = ("cross_validated", "scale_transfer")
 #: Residual groups by node count.
 NODE_CLASSES = ("single_node", "multi_node")
-
+#: Optional columns (residual-table encoding version 2): the features of each calibration run
+#: that drive the error (:func:`core.store.calibration_range.plan_features`). A table has all
+#: of them or none (tables written before them).
+FEATURE_COLUMNS = ("gpu", "family", "precision", "recompute", "schedule", "micro_batch_size",
+                   "seq_length", "cp", "ep")
+_STR_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
 
 
 def node_class(num_gpus: int, gpus_per_node: int) -> str:
@@ -47,6 +52,12 @@ class ResidualTable:
         Measured and out-of-sample predicted iteration time, seconds, > 0.
     procedure : str
         How the predictions were obtained (folds, seed, weights).
+    gpu, family, precision, recompute, schedule : str arrays or None
+        Features of the run (:data:`FEATURE_COLUMNS`, optional: all or none): GPU kind, model
+        family (``dense``, ``moe``, ``mla``, ``moe+mla``), precision (``fp8-<recipe>`` for
+        FP8), recompute mode and pipeline schedule.
+    micro_batch_size, seq_length, cp, ep : int arrays or None
+        Micro-batch size b, sequence length s (tokens), context- and expert-parallel sizes.
     """
 
     set: np.ndarray
@@ -58,11 +69,38 @@ class ResidualTable:
     measured_s: np.ndarray
     predicted_s: np.ndarray
     procedure: str = ""
+    gpu: np.ndarray | None = None
+    family: np.ndarray | None = None
+    precision: np.ndarray | None = None
+    recompute: np.ndarray | None = None
+    schedule: np.ndarray | None = None
+    micro_batch_size: np.ndarray | None = None
+    seq_length: np.ndarray | None = None
+    cp: np.ndarray | None = None
+    ep: np.ndarray | None = None
 
     COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "layer_parameters",
                "measured_s", "predicted_s")
 
+    @property
+    def has_features(self) -> bool:
+        """True when the table has the :data:`FEATURE_COLUMNS`."""
+        return self.gpu is not None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The table's columns: :attr:`COLUMNS`, then :data:`FEATURE_COLUMNS` when it has them."""
+        return self.COLUMNS + (FEATURE_COLUMNS if self.has_features else ())
+
     def __post_init__(self) -> None:
+        given = [c for c in FEATURE_COLUMNS if getattr(self, c) is not None]
+        if given and len(given) != len(FEATURE_COLUMNS):
+            missing = [c for c in FEATURE_COLUMNS if c not in given]
+            raise ValueError(f"residual table has feature column(s) {given} but not {missing}: "
+                             "all or none")
+        for name in given:
+            dtype = str if name in _STR_FEATURES else np.int64
+            setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
         self.set = np.asarray(self.set, dtype=str)
         self.file = np.asarray(self.file, dtype=str)
         for name in ("row", "num_gpus", "gpus_per_node"):
@@ -70,7 +108,7 @@ class ResidualTable:
         for name in ("layer_parameters", "measured_s", "predicted_s"):
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
         n = self.set.shape
-        for name in self.COLUMNS:
+        for name in self.columns:
             a = getattr(self, name)
             if a.ndim != 1 or a.shape != n:
                 raise ValueError(f"residual table column {name!r} has shape {a.shape}, "
@@ -85,6 +123,9 @@ class ResidualTable:
                 raise ValueError(f"residual table column {name!r} must be positive and finite")
         if np.any(self.num_gpus < 1) or np.any(self.gpus_per_node < 1):
             raise ValueError("residual table columns 'num_gpus' and 'gpus_per_node' must be >= 1")
+        for name in given:
+            if name not in _STR_FEATURES and np.any(getattr(self, name) < 1):
+                raise ValueError(f"residual table column {name!r} must be >= 1")
 
     def __len__(self) -> int:
         return int(self.set.shape[0])
@@ -99,14 +140,22 @@ class ResidualTable:
         """:func:`node_class` of every row, str array (n,)."""
         return np.where(self.num_gpus <= self.gpus_per_node, "single_node", "multi_node")
 
+    def row_features(self, i: int) -> dict | None:
+        """The features of row ``i`` (:data:`FEATURE_COLUMNS` -> str or int), None without them."""
+        if not self.has_features:
+            return None
+        return {c: getattr(self, c)[i].item() for c in FEATURE_COLUMNS}
+
     def subset(self, mask: np.ndarray) -> "ResidualTable":
         """The rows where ``mask`` (bool (n,) or indices) holds."""
-        return ResidualTable(*(getattr(self, c)[mask] for c in self.COLUMNS), procedure=self.procedure)
+        return ResidualTable(**{c: getattr(self, c)[mask] for c in self.columns},
+                             procedure=self.procedure)
 
     def concat(self, other: "ResidualTable") -> "ResidualTable":
-        """This table's rows followed by ``other``'s."""
-        return ResidualTable(*(np.concatenate([getattr(self, c), getattr(other, c)])
-                               for c in self.COLUMNS), procedure=self.procedure or other.procedure)
+        """This table's rows followed by ``other``'s (with features only when both have them)."""
+        cols = self.COLUMNS + (FEATURE_COLUMNS if self.has_features and other.has_features else ())
+        return ResidualTable(**{c: np.concatenate([getattr(self, c), getattr(other, c)])
+                                for c in cols}, procedure=self.procedure or other.procedure)
 
     def groups(self) -> dict[str, np.ndarray]:
         """Group name -> sorted log residuals: the node classes of ``cross_validated`` rows and

@@ -79,6 +79,17 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     assert panel.value_text("iteration_band").count(" s") == 2
     assert panel.value_text("band_note") == "from 65 cross-validated multi-node runs"
     assert "90% of runs like this one" in panel._values["band_note"].toolTip()
+    # in the calibration range by GPU count and model size, but without recomputation where
+    # the A100 store was calibrated on full-recompute runs only: the note warns, the tooltip
+    # names the feature
+    import dataclasses
+    s = load_any(EXAMPLES / "gpt3_175b.json")
+    none = real_simulate(dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))).report
+    panel.set_report(none)
+    assert [d.feature for d in none.interval.departures] == ["recompute"]
+    assert none.interval.in_calibration_range and none.interval.num_residuals == 65
+    assert panel.value_text("band_note").startswith("⚠")
+    assert "recompute none" in panel._values["band_note"].toolTip()
     # outside the calibration range: the note says so in orange, the tooltip says why
     mt = real_simulate(load_any(EXAMPLES / "mtnlg_530b.json")).report
     panel.set_report(mt)

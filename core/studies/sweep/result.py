@@ -22,7 +22,8 @@ import numpy as np
 from core.model import model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
-from core.store.interval import interval_factors, interval_for, layer_parameters
+from core.store.calibration_range import features_of
+from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 
@@ -33,7 +34,8 @@ PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
 COLUMNS = PLAN_COLUMNS + (
     "num_microbatches", "num_gpus", "iteration_time_s", "interval_low_s", "interval_high_s",
-    "in_calibration_range", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
+    "in_calibration_range", "within_calibration", "calibration_departures", "tokens_per_s",
+    "mfu", "hfu", "training_days", "gpu_hours",
     "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
 
 BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
@@ -120,6 +122,10 @@ class SweepResult:
         (:mod:`core.store.interval`), seconds; NaN where there is none.
     in_calibration_range : bool array
         Plans whose GPU count and model size lie within the profile's calibration runs.
+    calibration_departures : list of str
+        Per plan, its features outside the profile's calibration runs ("" when none, and
+        for every plan of a profile whose residuals have no feature columns;
+        :func:`core.store.calibration_range.feature_departures`).
     interval_coverage : float
     interval_note : str
         Why no plan has a band, or "" when the bands exist.
@@ -161,6 +167,7 @@ class SweepResult:
     interval_low_s: np.ndarray | None = None
     interval_high_s: np.ndarray | None = None
     in_calibration_range: np.ndarray | None = None
+    calibration_departures: list[str] | None = None
     interval_coverage: float = 0.9
     interval_note: str = ""
     pruned: np.ndarray | None = None
@@ -179,6 +186,8 @@ class SweepResult:
             self.interval_high_s = np.full(n, np.nan)
         if self.in_calibration_range is None:
             self.in_calibration_range = np.zeros(n, bool)
+        if self.calibration_departures is None:
+            self.calibration_departures = [""] * n
 
     def __getattr__(self, name: str) -> np.ndarray:
         # the plan's columns by field name: result.tensor_parallel, result.schedule, ...
@@ -191,6 +200,18 @@ class SweepResult:
     def num_plans(self) -> int:
         """Number of valid plans (fitting or not)."""
         return int(self.iteration_time_s.shape[0])
+
+    @property
+    def within_calibration(self) -> np.ndarray:
+        """Plans inside what the profile was calibrated on: GPU count and model size
+        (:attr:`in_calibration_range`) and every feature (no :attr:`calibration_departures`);
+        bool (n,)."""
+        return self.in_calibration_range & (np.asarray(self.calibration_departures, dtype=str) == "")
+
+    @property
+    def num_outside_calibration(self) -> int:
+        """Plans that fit in memory and leave what the profile was calibrated on."""
+        return int(np.count_nonzero(self.fits_in_memory & ~self.within_calibration))
 
     @property
     def num_feasible(self) -> int:
@@ -289,6 +310,7 @@ class SweepResult:
         dicts or None), ``pareto`` (plan dicts sorted by days), ``training_tokens``,
         ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``interval_coverage`` and
         ``interval_note`` (the error bands' nominal coverage, and why there are none),
+        ``num_outside_calibration`` (:attr:`num_outside_calibration`),
         ``num_pruned`` (plans that fit but were not simulated), ``dimensions``
         (:attr:`dimensions`: what was swept and what held, and why), ``best_by``
         (:meth:`best_by`), ``config`` (the
@@ -319,6 +341,7 @@ class SweepResult:
             "profile": self.profile, "warnings": self.warnings, "config": config,
             "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
             "num_pruned": int(np.count_nonzero(self.pruned)),
+            "num_outside_calibration": self.num_outside_calibration,
             "dimensions": self.dimensions, "best_by": self.best_by(),
         }
         if include_all:
@@ -393,7 +416,9 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
                   coverage: float) -> tuple:
     """What a sweep's result needs of its plans alone: ``(plan columns (:func:`plan_column_arrays`),
     model FLOPs, hardware FLOPs (float64 (n,) each), error-band factors low, high (float64
-    (n,)), in calibration range (bool (n,)), the note when the store has no bands)``."""
+    (n,)), in calibration range (bool (n,)), the note when the store has no bands, the
+    features outside the calibration runs (list of str, :attr:`SweepResult.calibration_departures`))``.
+    The bands are conditioned on each plan's features when the store's residuals have them."""
     plan_columns = plan_column_arrays(plans)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
     flops_memo: dict[tuple, tuple[float, float]] = {}
@@ -411,12 +436,16 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
+    feats = None
+    if residuals is not None and residuals.has_features:
+        feats = [features_of(model, cluster, pl) for pl in plans]
     low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
-                                               layer_parameters(model), coverage)
+                                               layer_parameters(model), coverage, features=feats)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
         f"({store.provenance.get('method', 'unknown method')})").note
-    return plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band
+    departures = [""] * len(plans) if feats is None else plan_departures(residuals, feats)
+    return plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band, departures
 
 def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken

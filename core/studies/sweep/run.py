@@ -375,7 +375,7 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
             deadline_days: float | None, pruned: np.ndarray, lower: np.ndarray) -> SweepResult:
     """The :class:`SweepResult` of a sweep whose batches are all solved (``runner``)."""
     plans, store, iteration, num_gpus = runner.plans, runner.store, runner.iteration, runner.num_gpus
-    plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band = runner.prepared
+    plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band, departures = runner.prepared
     figures = _figures(runner, session, iteration)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
@@ -397,6 +397,7 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
-        in_calibration_range=in_range, interval_coverage=runner.coverage, interval_note=no_band,
+        in_calibration_range=in_range, calibration_departures=departures,
+        interval_coverage=runner.coverage, interval_note=no_band,
         pruned=pruned, lower_bound_s=lower,
     )

@@ -1,0 +1,191 @@
+"""What a store was calibrated on, feature by feature, and the residuals of runs like a plan.
+
+What belongs here: the features of a plan that drive the simulator's error
+(:func:`plan_features`: GPU kind, model family, precision with its FP8 recipe, recompute
+mode, pipeline schedule, micro-batch size, sequence length, cp, ep), the check of a plan's
+features against the calibration runs of a residual table (:func:`feature_departures`, data:
+a list of :class:`Departure`, never prose to parse) and the choice of the residuals a plan's
+band is built from (:func:`conditioned_rows`: runs like the plan, wider only where too few).
+The band itself is :mod:`core.store.interval`; the table :mod:`core.store.residuals`.
+
+The calibration runs are the ``cross_validated`` rows of a table with the feature columns
+(:data:`core.store.residuals.FEATURE_COLUMNS`); a table without them (stores written before
+them) has no feature range and its bands are grouped as before (by node class only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from core.plan.parallel import FP8_DEFAULT_RECIPE
+from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.plan.session import Session
+
+__all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "Departure", "plan_features",
+           "features_of", "model_family", "precision_label", "feature_departures", "conditioned_rows"]
+
+#: Features compared by value: a plan's value must be one the calibration runs had.
+CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
+#: Features compared by range: a plan's value must lie within the calibration runs' min..max.
+RANGE_FEATURES = ("micro_batch_size", "seq_length", "cp", "ep")
+#: What a plan's band is conditioned on, most important first (:func:`conditioned_rows`):
+#: the same GPU kind, family and precision, and the same use of context parallelism, expert
+#: parallelism and recomputation. ``cp`` and ``ep`` match on whether the run uses them (> 1).
+CONDITIONS = ("gpu", "family", "precision", "cp", "ep", "recompute")
+
+_NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute": "recompute",
+          "schedule": "schedule", "micro_batch_size": "micro-batch", "seq_length": "sequence length",
+          "cp": "cp", "ep": "ep"}
+_USES = {"cp": "context parallelism", "ep": "expert parallelism"}
+
+
+def model_family(model: Any) -> str:
+    """``"dense"``, ``"moe"``, ``"mla"`` or ``"moe+mla"``: the architecture of ``model`` as it
+    drives the error (experts, multi-latent attention)."""
+    parts = (["moe"] if getattr(model, "num_experts", None) else []) + \
+        (["mla"] if getattr(model, "multi_latent_attention", False) else [])
+    return "+".join(parts) or "dense"
+
+
+def precision_label(plan: Any) -> str:
+    """The plan's precision, FP8 with its scaling recipe: ``bf16``, ``fp8-tensorwise``, ..."""
+    if plan.precision != "fp8":
+        return str(plan.precision)
+    return f"fp8-{plan.fp8_recipe or FP8_DEFAULT_RECIPE}"
+
+
+def plan_features(session: "Session") -> dict[str, Any]:
+    """The features of a session's plan (:data:`core.store.residuals.FEATURE_COLUMNS`): str for
+    :data:`CATEGORY_FEATURES`, int for :data:`RANGE_FEATURES`."""
+    return features_of(session.model, session.cluster, session.plan)
+
+
+def features_of(model: Any, cluster: Any, plan: Any) -> dict[str, Any]:
+    """:func:`plan_features` of a model, cluster and parallel plan (a sweep's rows)."""
+    return {"gpu": str(cluster.gpu), "family": model_family(model),
+            "precision": precision_label(plan), "recompute": str(plan.recompute),
+            "schedule": str(plan.schedule), "micro_batch_size": int(plan.micro_batch_size),
+            "seq_length": int(model.seq_length), "cp": int(plan.context_parallel),
+            "ep": int(plan.expert_parallel)}
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A plan feature outside what the store was calibrated on.
+
+    Attributes
+    ----------
+    feature : str
+        One of :data:`core.store.residuals.FEATURE_COLUMNS`.
+    value : str or int
+        The plan's value.
+    calibrated : tuple
+        The distinct values of the calibration runs, sorted.
+    """
+
+    feature: str
+    value: Any
+    calibrated: tuple
+
+    @property
+    def text(self) -> str:
+        """One clause for reports, e.g. ``"cp 8: no calibration run used context parallelism"``."""
+        name, cal = _NAMES[self.feature], self.calibrated
+        if self.feature in _USES and max(cal) == 1:
+            return f"{name} {self.value}: no calibration run used {_USES[self.feature]}"
+        if self.feature in RANGE_FEATURES:
+            span = f"{cal[0]:,}" if len(cal) == 1 else f"{cal[0]:,}-{cal[-1]:,}"
+            return f"{name} {self.value:,}: the store was calibrated on {span} only"
+        return f"{name} {self.value}: the store was calibrated on {', '.join(map(str, cal))} only"
+
+    def to_dict(self) -> dict:
+        """JSON-able ``{"feature", "value", "calibrated" (list)}``."""
+        return {"feature": self.feature, "value": self.value, "calibrated": list(self.calibrated)}
+
+
+#: Precisions that count as one for the range and the conditions: bf16 and fp16 run the same
+#: 16-bit tensor-core path at the same peak (their store keys differ, their times do not).
+_SAME_PRECISION = {"fp16": "bf16"}
+
+
+def _precision_class(v: Any) -> str:
+    return _SAME_PRECISION.get(str(v), str(v))
+
+
+def _python(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def feature_departures(table: ResidualTable | None, features: dict[str, Any] | None
+                       ) -> tuple[Departure, ...]:
+    """The features of a plan (:func:`plan_features`) outside the calibration runs of ``table``.
+
+    A category feature departs when its value is none of the calibration runs' (bf16 and
+    fp16 count as one precision: the same tensor-core path and peak); a range feature when it
+    lies outside their min..max. Empty when the table or the features are
+    missing or the table has no feature columns (nothing to compare with).
+    """
+    if table is None or features is None or not table.has_features:
+        return ()
+    cv = table.set == "cross_validated"
+    if not cv.any():
+        return ()
+    out = []
+    for name in FEATURE_COLUMNS:
+        values = getattr(table, name)[cv]
+        cal = tuple(_python(v) for v in np.unique(values))
+        v = features[name]
+        if name in RANGE_FEATURES:
+            outside = not (min(cal) <= int(v) <= max(cal))
+        elif name == "precision":
+            outside = _precision_class(v) not in {_precision_class(c) for c in cal}
+        else:
+            outside = str(v) not in cal
+        if outside:
+            out.append(Departure(name, v, cal))
+    return tuple(out)
+
+
+def _matches(table: ResidualTable, name: str, value: Any) -> np.ndarray:
+    col = getattr(table, name)
+    if name in ("cp", "ep"):
+        return (col > 1) == (int(value) > 1)
+    if name == "precision":
+        return np.array([_precision_class(c) for c in col.tolist()], dtype=str) == \
+            _precision_class(value)
+    return col == value
+
+
+def conditioned_rows(table: ResidualTable, base: np.ndarray, features: dict[str, Any] | None,
+                     need: int) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """The rows of ``base`` (bool (n,)) like a plan: conditioned on each of :data:`CONDITIONS`
+    in turn, most important first, where at least ``need`` rows remain.
+
+    Greedy: a condition that would leave fewer than ``need`` rows (the conformal minimum
+    of the band's coverage, :func:`core.store.interval.min_residuals`) is left out and the
+    next one is tried, so the group is as narrow as the data allows.
+
+    Returns
+    -------
+    rows : bool array (n,)
+    used, dropped : tuple of str
+        The conditions applied, and those left out for too few runs like the plan (both
+        empty when the table has no feature columns or no features are given).
+    """
+    rows = np.asarray(base, bool)
+    if features is None or not table.has_features:
+        return rows, (), ()
+    used, dropped = [], []
+    for name in CONDITIONS:
+        narrower = rows & _matches(table, name, features[name])
+        if int(narrower.sum()) >= need:
+            rows = narrower
+            used.append(name)
+        else:
+            dropped.append(name)
+    return rows, tuple(used), tuple(dropped)

@@ -1,0 +1,214 @@
+"""Calibration range per feature and bands conditioned on the plan (core/store/calibration_range.py,
+core/store/interval.py with the residual table's feature columns)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.io.session import load_any
+from core.store.calibration_range import (conditioned_rows, feature_departures, features_of,
+                                          plan_features)
+from core.store.image import from_image, to_image
+from core.store.interval import (conformal_bounds, cross_conformal, interval_factors, interval_for,
+                                 min_residuals, plan_departures, residual_table_from_cv,
+                                 session_interval)
+from core.store.profile_store import ProfileStore
+from core.store.profiles_gen import generate_store
+from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+from tests.conftest import EXAMPLES
+
+#: The features of every crafted calibration run unless a row says otherwise.
+BASE = {"gpu": "A100-SXM4-80GB", "family": "dense", "precision": "bf16", "recompute": "full",
+        "schedule": "1f1b", "micro_batch_size": 1, "seq_length": 2048, "cp": 1, "ep": 1}
+
+
+def _table(rows: list[tuple[float, dict]], num_gpus: int = 64) -> ResidualTable:
+    """Cross-validated multi-node rows (``num_gpus`` GPUs, 8 per node, 1e10 parameters) with
+    the given log residuals and features (``BASE`` updated by each row's dict)."""
+    n = len(rows)
+    feats = [{**BASE, **f} for _, f in rows]
+    pred = np.full(n, 2.0)
+    return ResidualTable(["cross_validated"] * n, ["x.csv"] * n, np.arange(1, n + 1),
+                         [num_gpus] * n, [8] * n, [1e10] * n,
+                         pred * np.exp([r for r, _ in rows]), pred,
+                         **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS})
+
+
+def _strip(t: ResidualTable) -> ResidualTable:
+    return ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS}, procedure=t.procedure)
+
+
+def _crafted() -> ResidualTable:
+    """42 runs: full recompute only, micro-batch 1-4, sequence 2048-8192, no cp; 22 bf16 runs
+    (2 of them MoE with ep 8) and 20 dense fp8 runs whose residuals lie far from the others."""
+    rows = []
+    for i in range(42):
+        f = {"micro_batch_size": 1 + i % 4, "seq_length": (2048, 4096, 8192)[i % 3]}
+        if i >= 22:
+            f.update(precision="fp8-tensorwise")
+        if i in (0, 10):
+            f.update(family="moe", ep=8)
+        rows.append(((0.3 if i >= 22 else 0.0) + 0.001 * i, f))
+    return _table(rows)
+
+
+def test_the_range_check_names_each_feature_against_the_calibration_runs():
+    t = _crafted()
+    assert feature_departures(t, dict(BASE)) == ()
+    cases = {"recompute": "none", "cp": 8, "micro_batch_size": 8, "seq_length": 131072,
+             "precision": "fp8-mxfp8", "family": "mla", "schedule": "interleaved",
+             "gpu": "H100-SXM5-80GB", "ep": 16}
+    for name, value in cases.items():
+        (d,) = feature_departures(t, {**BASE, name: value})
+        assert (d.feature, d.value) == (name, value)
+        assert d.calibrated == tuple(sorted(set(getattr(t, name).tolist())))
+    # the calibrated values, as data
+    (d,) = feature_departures(t, {**BASE, "recompute": "none"})
+    assert d.to_dict() == {"feature": "recompute", "value": "none", "calibrated": ["full"]}
+    (d,) = feature_departures(t, {**BASE, "cp": 8})
+    assert d.calibrated == (1,) and "context parallelism" in d.text
+    # bf16 and fp16 count as one precision (the same tensor-core path), in range and conditions
+    assert feature_departures(t, {**BASE, "precision": "fp16"}) == ()
+    assert interval_for(t, 1.0, 64, 8, 1e10, 0.9, features={**BASE, "precision": "fp16"}) == \
+        interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=dict(BASE))
+    # inside a range feature's min..max is inside; several at once are all named
+    assert feature_departures(t, {**BASE, "micro_batch_size": 3, "seq_length": 3000, "ep": 4}) == ()
+    many = feature_departures(t, {**BASE, "recompute": "selective", "cp": 2, "seq_length": 512})
+    assert [d.feature for d in many] == ["recompute", "seq_length", "cp"]
+    # scale-transfer rows are no calibration runs of their own
+    st = t.concat(dataclasses.replace(t.subset(np.arange(2)), set=np.array(["scale_transfer"] * 2),
+                                      recompute=np.array(["none", "none"])))
+    assert [d.feature for d in feature_departures(st, {**BASE, "recompute": "none"})] == ["recompute"]
+
+
+def test_a_table_without_features_has_no_range_and_bands_as_before():
+    t = _crafted()
+    old = _strip(t)
+    assert not old.has_features and old.row_features(0) is None
+    assert feature_departures(old, dict(BASE)) == ()
+    for feats in (None, dict(BASE), {**BASE, "recompute": "none", "cp": 8}):
+        iv = interval_for(old, 10.0, 64, 8, 1e10, 0.9, features=feats)
+        ref = interval_for(old, 10.0, 64, 8, 1e10, 0.9)
+        assert iv == ref and iv.departures == () and iv.conditioned_on == ()
+    lo, hi = conformal_bounds(np.sort(old.log_residual), 0.9)
+    assert ref.low_factor == pytest.approx(np.exp(lo)) and ref.high_factor == pytest.approx(np.exp(hi))
+
+
+def test_the_band_uses_the_narrower_group_when_enough_residuals_exist():
+    t = _crafted()
+    fp8 = {**BASE, "precision": "fp8-tensorwise"}
+    iv = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=fp8)
+    # 20 dense fp8 runs (>= 19): the band is theirs alone
+    sel = t.precision == "fp8-tensorwise"
+    lo, hi = conformal_bounds(np.sort(t.log_residual[sel]), 0.9)
+    assert iv.num_residuals == 20 and iv.low_factor == pytest.approx(np.exp(lo))
+    assert iv.high_factor == pytest.approx(np.exp(hi))
+    assert iv.conditioned_on == ("gpu", "family", "precision", "cp", "ep", "recompute")
+    assert iv.not_conditioned_on == ()
+    assert iv.within_calibration and iv.note == ""
+    # the bf16 plan gets the 20 dense bf16 runs' band, far narrower than the pooled one
+    bf = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=dict(BASE))
+    pooled = interval_for(_strip(t), 10.0, 64, 8, 1e10, 0.9)
+    assert bf.num_residuals == 20 and pooled.num_residuals == 42
+    assert bf.high_factor / bf.low_factor < pooled.high_factor / pooled.low_factor
+    assert 1.0 < bf.low_factor < bf.high_factor < np.exp(0.03)
+    # the same through conditioned_rows directly, with the conformal minimum; a condition that
+    # leaves too few is skipped and the next one tried (greedy, most important first)
+    rows, used, dropped = conditioned_rows(t, np.ones(len(t), bool), fp8, min_residuals(0.9))
+    assert rows.sum() == 20 and "precision" in used and dropped == ()
+    rows, used, dropped = conditioned_rows(t, np.ones(len(t), bool), fp8, 21)
+    assert rows.sum() == 40 and dropped == ("precision",) and "recompute" in used
+
+
+def test_the_band_falls_back_to_wider_groups_and_says_so():
+    t = _crafted()
+    # no calibration run used cp: that condition is left out, and the plan departs
+    iv = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**BASE, "cp": 4})
+    assert "cp" in iv.not_conditioned_on and iv.available and not iv.within_calibration
+    assert [d.feature for d in iv.departures] == ["cp"] and iv.in_calibration_range
+    assert "context parallelism" in iv.note
+    # a MoE plan: only 4 MoE runs, fewer than 19: the family and ep conditions fall back
+    moe = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**BASE, "family": "moe", "ep": 8})
+    assert {"family", "ep"} <= set(moe.not_conditioned_on) and moe.departures == ()
+    assert moe.num_residuals >= min_residuals(0.9)
+    # at 95 % (39 residuals at least): the 40 dense runs, not the 20 bf16 ones
+    iv95 = interval_for(t, 10.0, 64, 8, 1e10, 0.95, features=dict(BASE))
+    assert iv95.not_conditioned_on == ("precision",) and iv95.num_residuals == 40
+    lo, hi = conformal_bounds(np.sort(t.log_residual[t.family == "dense"]), 0.95)
+    assert (iv95.low_factor, iv95.high_factor) == pytest.approx((np.exp(lo), np.exp(hi)))
+
+
+def test_sweep_factors_and_departures_per_plan():
+    t = _crafted()
+    feats = [dict(BASE), {**BASE, "precision": "fp8-tensorwise"}, {**BASE, "recompute": "none"}]
+    lo, hi, inside = interval_factors(t, np.array([64, 64, 64]), 8, 1e10, 0.9, features=feats)
+    for i, f in enumerate(feats):
+        iv = interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=f)
+        assert (lo[i], hi[i]) == (iv.low_factor, iv.high_factor)
+    assert inside.all()
+    d = plan_departures(t, feats)
+    assert d[:2] == ["", ""] and d[2].startswith("recompute none")
+    assert plan_departures(_strip(t), feats) == ["", "", ""]
+
+
+def test_calibrate_writes_the_features_and_the_store_keeps_them(tmp_path):
+    """residual_table_from_cv (what vtrain calibrate writes) takes each run's features from its
+    session; the store round-trips them through HDF5 and its image; cross_conformal uses them."""
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    plans = [dataclasses.replace(s.plan, recompute=("full", "none")[i % 2],
+                                 micro_batch_size=1 + i % 2) for i in range(24)]
+    sessions = [dataclasses.replace(s, plan=p) for p in plans]
+    measured = np.linspace(1.0, 2.0, 24)
+    table = residual_table_from_cv(sessions, measured, measured * 1.01, "runs.csv",
+                                   list(range(1, 25)))
+    assert table.has_features
+    assert table.recompute.tolist() == [p.recompute for p in plans]
+    assert table.row_features(1) == plan_features(sessions[1])
+    assert plan_features(sessions[0]) == features_of(s.model, s.cluster, plans[0])
+    store = generate_store("A100-SXM4-80GB", date="2026-01-01")
+    store.residuals = table
+    path = tmp_path / "with_features.h5"
+    store.save(path)
+    with h5py.File(path) as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == 2 and "recompute" in f["residuals"]
+    for back in (ProfileStore.open(path).residuals,
+                 from_image(to_image(store), ProfileStore).residuals):
+        for c in table.columns:
+            np.testing.assert_array_equal(getattr(back, c), getattr(table, c))
+    # without features: a version-1 group, as before
+    store.residuals = _strip(table)
+    store.save(tmp_path / "plain.h5")
+    with h5py.File(tmp_path / "plain.h5") as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == 1 and "recompute" not in f["residuals"]
+    assert not ProfileStore.open(tmp_path / "plain.h5").residuals.has_features
+    lo, hi = cross_conformal(table, 0.5, folds=2)
+    assert np.isfinite(lo).all() and np.all(lo <= table.measured_s) and np.all(table.measured_s <= hi)
+    # half-given features are refused
+    with pytest.raises(ValueError, match="all or none"):
+        ResidualTable(**{c: getattr(table, c) for c in table.COLUMNS}, gpu=table.gpu)
+
+
+def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
+    """The A100 store was calibrated on fp16, full-recompute, 1F1B runs: a bf16 plan and a plan
+    without recomputation say so in the report, the JSON and the CLI table."""
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    from core.sim.simulate import open_profile, profile_path
+    store = open_profile(profile_path(s))
+    assert store.residuals.has_features
+    none = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none",
+                                                           precision="fp16"))
+    iv = session_interval(none, 1.0, store)
+    assert [(d.feature, d.value, d.calibrated) for d in iv.departures] == [
+        ("recompute", "none", ("full",))]
+    path = EXAMPLES / "gpt3_1.3b_single_node.json"
+    assert main(["simulate", str(path), "--json", "--set", "plan.recompute=none",
+                 "--set", "plan.precision=fp16"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["interval"]["departures"] == [
+        {"feature": "recompute", "value": "none", "calibrated": ["full"]}]
