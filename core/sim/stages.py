@@ -32,8 +32,9 @@ from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
 from core.sim.op_times import (_tp_overlap, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
+from core.sim.template_builder import _stage_templates
 from core.sim.templates import (_DataParallel, _SRC, _Structure, _Template, _reduces_gradients,
-                                _source_values, _stage_templates, _structure, _tail_overrun,
+                                _source_values, _structure, _tail_overrun,
                                 _template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
