@@ -92,7 +92,7 @@ class _TemplateBuilder:
         """Context parallelism: an attention op as its part outside the ring (``pre``, when
         given), the ring's core steps and the exposed part of their K/V exchange, which blocks
         compute; the hidden part of the exchange runs on the "CP exchange" stream beside the core
-        (:func:`core.sim.stages._cp_ring_times`)."""
+        (:func:`core.sim.stage_comm._cp_ring_times`)."""
         if pre is not None:
             out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
         out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],

@@ -40,7 +40,7 @@ __all__: list[str] = []
 #: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
 #: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
-#: and its exposed part (:func:`_cp_ring_times`).
+#: and its exposed part (:func:`core.sim.stage_comm._cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
             "tp_mtp_fwd", "tp_mtp_bwd",
