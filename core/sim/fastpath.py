@@ -275,9 +275,11 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
     """The items' end times ``E`` (as :func:`_solve_compiled`) by the numpy sweeps of
     :func:`pipeline_iteration_times`' method, and the number of stage updates made.
 
-    The sweep loop stays in this one function: it is the fast path's hot loop (one
-    iteration per stage update, tens per batch), and its per-update work is a handful of
-    numpy calls on (K, n) arrays sharing the locals below."""
+    The sweep loop (one iteration per stage update, 23 to 46 updates for p = 8 to 16 with
+    m = 4p under 1F1B) stays whole here: it fits on a screen, and its body shares the eight
+    arrays set up above. Speed does not force it either way: an update is a handful of numpy
+    calls on (K, n) arrays, measured at about 10 us for one plan (n = 1) and 14 ms for
+    n = 20,000 (p = 8, m = 32), against well under 1 us for a Python call."""
     p, K = phase.shape
     n = table.shape[3]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
