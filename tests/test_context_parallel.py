@@ -20,7 +20,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import check, validate
 from core.plan.model_config import padded_vocab_size
-from core.sim.stages import _cp_ring_times, stage_times
+from core.sim.stage_comm import _cp_ring_times
+from core.sim.stages import stage_times
 from core.sim.graph import build_graph
 from core.sim.op_times import op_key
 from core.sim.graph_types import KINDS, STREAMS
@@ -76,7 +77,7 @@ def test_allgather_exchange_hides_the_gather_under_the_first_step_only():
     1.5 s: forward 1 s of the gather hidden under the first step, 1.5 s exposed; backward the
     gather under the first step (2 s hidden, 0.5 s exposed), three dK/dV transfers under the
     next steps (4.5 s hidden) and the last one waited for after the loop (1.5 s exposed)."""
-    from core.sim.stages import _cp_allgather_times
+    from core.sim.stage_comm import _cp_allgather_times
     assert _cp_allgather_times(4, 4.0, 8.0, 2.5, 1.5) == {
         "cp_fwd_hidden": 1.0, "cp_fwd_exposed": 1.5, "cp_bwd_hidden": 6.5, "cp_bwd_exposed": 2.0}
 
@@ -634,7 +635,7 @@ def test_a2a_p2p_adds_the_all_to_all_to_a_ring_of_cp_over_cpa_steps():
     """a2a+p2p with groups of 2 at cp = 8: the ring's part is the ring of 4 steps with the
     same K/V block (cpa times the tokens, 1/cpa of the K/V heads), plus the exposed
     all-to-alls over the group of 2."""
-    from core.sim.stages import _cp_ring_times
+    from core.sim.stage_comm import _cp_ring_times
     s = _session(seq=65536, cp=8, t=1, d=1, B=1, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
                  cp_a2a_size=2, recompute="none", sequence_parallel=False)
     store = session_profile(s)

@@ -176,33 +176,19 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
         a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
 
-    Long on purpose: the compiled pass and the numpy sweeps share the checks and the item
-    durations in one place, so their operations per element stay the same (bit for bit).
+    Steps: the inputs checked and shaped (:func:`_stage_arrays`), the schedule's structure
+    (:func:`_pipeline_structure`), the items' durations and their sends' hops, shared by
+    the compiled pass (:func:`_solve_compiled`) and the numpy sweeps (:func:`_solve_sweeps`)
+    so that their operations per element stay the same (bit for bit), then the tail
+    (:func:`_tail`).
     """
     sched = pipeline_schedules.get(schedule)
     if not sched.fast_path:
         raise ValueError(f"schedule {schedule!r} has no fast path; build its graph")
-    F = np.asarray(fwd_s, np.float64)
-    if F.ndim == 2:
-        F = F[:, None, :]
-    if F.ndim != 3:
-        raise ValueError(f"fwd_s must have shape (p, n) or (p, v, n), got {F.shape}")
+    F, Bw, W, (cf, cb, dp, opt) = _stage_arrays(
+        schedule, sched, fwd_s, bwd_s, wgrad_s,
+        (send_fwd_s, send_bwd_s, dp_comm_s, optimizer_s))
     p, v, n = F.shape
-    Bw = np.asarray(bwd_s, np.float64).reshape(-1, n) if np.ndim(bwd_s) else None
-    Bw = np.asarray(bwd_s, np.float64)
-    Bw = Bw[:, None, :] if Bw.ndim == 2 else Bw
-    if sched.fixed_chunks and v != sched.fixed_chunks:
-        raise ValueError(f"schedule {schedule!r} places {sched.fixed_chunks} chunks per stage: "
-                         f"give per-chunk arrays, shape (p, {sched.fixed_chunks}, n)")
-    if sched.splits_backward and wgrad_s is None:
-        raise ValueError(f"schedule {schedule!r} splits the backward: give wgrad_s")
-    W = np.zeros_like(F) if wgrad_s is None else np.asarray(wgrad_s, np.float64)
-    W = W[:, None, :] if W.ndim == 2 else W
-    arrays = [np.asarray(a, np.float64) for a in (send_fwd_s, send_bwd_s, dp_comm_s, optimizer_s)]
-    if Bw.shape != F.shape or W.shape != F.shape or any(a.shape != (p, n) for a in arrays):
-        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n) or (p, v, n) for "
-                         "the per-chunk ones")
-    cf, cb, dp, opt = arrays
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
@@ -226,21 +212,76 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     if compiled is None:
         compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
     if compiled and fastpath_kernel.available():
-        E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
-        E[-1] = 0.0
-        floor_of = np.full((p, K), -1, np.int64)
-        if R is not None:
-            floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
-        k_table, k_hops, k_sends = table, hops, sends
-        if bwd_hop is not None:  # the kernel takes one hop per phase: fold the sends in
-            item_sends = np.zeros((p, 3, v), bool)
-            item_sends[np.arange(p)[:, None], phase, chunk] = sends
-            k_table = np.where(item_sends[..., None], table + hop4, table)
-            k_hops, k_sends = np.zeros_like(hops), np.zeros_like(sends)
-        fastpath_kernel.solve_items(k_table, k_hops, phase, chunk, k_sends, src, floor_of,
-                                    R if R is not None else np.zeros((p, v, n)), E)
+        E = _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R)
         return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                      p if return_updates else None)
+    E, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R)
+    return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
+                 updates if return_updates else None)
+
+
+def _stage_arrays(schedule: str, sched, fwd_s, bwd_s, wgrad_s, per_stage: tuple):
+    """The inputs of :func:`pipeline_iteration_times` as float64 arrays, checked: the
+    per-chunk ``F``, ``B``, ``W`` (zeros without ``wgrad_s``) of shape (p, v, n), and the per-stage ``per_stage`` arrays (sends, tail) of shape
+    (p, n). Raises ValueError as :func:`pipeline_iteration_times` says."""
+    F = np.asarray(fwd_s, np.float64)
+    if F.ndim == 2:
+        F = F[:, None, :]
+    if F.ndim != 3:
+        raise ValueError(f"fwd_s must have shape (p, n) or (p, v, n), got {F.shape}")
+    p, v, n = F.shape
+    Bw = np.asarray(bwd_s, np.float64).reshape(-1, n) if np.ndim(bwd_s) else None
+    Bw = np.asarray(bwd_s, np.float64)
+    Bw = Bw[:, None, :] if Bw.ndim == 2 else Bw
+    if sched.fixed_chunks and v != sched.fixed_chunks:
+        raise ValueError(f"schedule {schedule!r} places {sched.fixed_chunks} chunks per stage: "
+                         f"give per-chunk arrays, shape (p, {sched.fixed_chunks}, n)")
+    if sched.splits_backward and wgrad_s is None:
+        raise ValueError(f"schedule {schedule!r} splits the backward: give wgrad_s")
+    W = np.zeros_like(F) if wgrad_s is None else np.asarray(wgrad_s, np.float64)
+    W = W[:, None, :] if W.ndim == 2 else W
+    arrays = [np.asarray(a, np.float64) for a in per_stage]
+    if Bw.shape != F.shape or W.shape != F.shape or any(a.shape != (p, n) for a in arrays):
+        raise ValueError("all stage arrays must have the shape of fwd_s, (p, n) or (p, v, n) for "
+                         "the per-chunk ones")
+    return F, Bw, W, arrays
+
+
+def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R
+                    ) -> np.ndarray:
+    """The items' end times ``E`` (flattened (p, K) rows and a last row of zeros, shape
+    (p*K + 1, n)) by the compiled pass of :mod:`core.sim.fastpath_kernel`, which takes one hop
+    per phase: with per-chunk hops (ZB-V) the sends are folded into the items' durations."""
+    p, K = phase.shape
+    v, n = table.shape[2], table.shape[3]
+    E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
+    E[-1] = 0.0
+    floor_of = np.full((p, K), -1, np.int64)
+    if R is not None:
+        floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
+    k_table, k_hops, k_sends = table, hops, sends
+    if bwd_hop is not None:  # the kernel takes one hop per phase: fold the sends in
+        item_sends = np.zeros((p, 3, v), bool)
+        item_sends[np.arange(p)[:, None], phase, chunk] = sends
+        k_table = np.where(item_sends[..., None], table + hop4, table)
+        k_hops, k_sends = np.zeros_like(hops), np.zeros_like(sends)
+    fastpath_kernel.solve_items(k_table, k_hops, phase, chunk, k_sends, src, floor_of,
+                                R if R is not None else np.zeros((p, v, n)), E)
+    return E
+
+
+def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
+                  ) -> tuple[np.ndarray, int]:
+    """The items' end times ``E`` (as :func:`_solve_compiled`) by the numpy sweeps of
+    :func:`pipeline_iteration_times`' method, and the number of stage updates made.
+
+    The sweep loop (one iteration per stage update, 23 to 46 updates for p = 8 to 16 with
+    m = 4p under 1F1B) stays whole here: it fits on a screen, and its body shares the eight
+    arrays set up above. Speed does not force it either way: an update is a handful of numpy
+    calls on (K, n) arrays, measured at about 10 us for one plan (n = 1) and 14 ms for
+    n = 20,000 (p = 8, m = 32), against well under 1 us for a Python call."""
+    p, K = phase.shape
+    n = table.shape[3]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
     stage = np.arange(p)[:, None]
@@ -280,8 +321,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         sweep += 1
         if not changed:
             break
-    return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
-                 updates if return_updates else None)
+    return E, updates
 
 
 def _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates):

@@ -67,56 +67,91 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
     :meth:`StageTimes.programs` keep the same times. The ``start`` tasks of each chunk gate
     its first forward (micro-batch 0), chained across chunks when ``chain_start``; the
     ``last`` tasks follow the chunk's last weight-gradient item (micro-batch m-1) and gate
-    the stage's tail.
-
-    Long on purpose: one pass over each stage's work items, adding each side task where its
-    item runs, with the running per-stream predecessors the closures share.
+    the stage's tail. One pass over each stage's work items (:class:`_SideTasks`).
     """
-    p = graph.num_stages
     need = any(t.has_side for stage in templates for t in stage.values())
     if after_optimizer_s is not None and np.any(after_optimizer_s > 0):
         need = True
     if not need:
         return graph
-    src, dst = graph.src, graph.dst
-    by_dst = np.argsort(dst, kind="stable")
-    by_src = np.argsort(src, kind="stable")
-    sorted_dst, sorted_src = dst[by_dst], src[by_src]
-    joins: dict[int, list[int]] = {}  # task -> side tasks that end the item before it (added here)
+    side = _SideTasks(graph)
+    grad_phase = {t_phase for stage in templates for (t_phase, _), t in stage.items() if t.last_src.size}
+    for i in range(graph.num_stages):
+        tmpls = templates[i]
+        tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
+        items = _stage_items(graph, i) if any(t.has_side for t in tmpls.values()) else []
+        start_prev: dict[int, int] = {}
+        for phase, chunk, mb, first, last in items:
+            tmpl = tmpls[(phase, chunk)]
+            if tmpl.side_dur.size:
+                side.item_side_tasks(tmpl, i, phase, chunk, mb, first, last)
+            if phase == schedules.PHASE_F and mb == 0 and tmpl.start_dur.size:
+                if not chain_start:
+                    start_prev = {}
+                side.start_tasks(tmpl, i, chunk, first, start_prev)
+            if (phase in grad_phase and mb == num_microbatches - 1 and tmpl.last_dur.size
+                    and tail.size):
+                side.last_tasks(tmpl, i, phase, chunk, mb, first, int(tail[0]))
+        if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
+            x = side.task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1,
+                           False, K["dp_comm"]))
+            side.edges(tail[-1], x)
+    return side.graph_with_tasks()
 
-    def preds(x: int) -> np.ndarray:
-        lo, hi = np.searchsorted(sorted_dst, [x, x + 1])
-        return np.concatenate([src[by_dst[lo:hi]], np.array(joins.get(x, []), np.int64)])
 
-    def succs(x: int) -> np.ndarray:
-        lo, hi = np.searchsorted(sorted_src, [x, x + 1])
-        return dst[by_src[lo:hi]]
+class _SideTasks:
+    """The side tasks added to ``graph`` so far, as columns and edges, and the lookups of its
+    existing edges (predecessors, successors) that placing them needs.
 
-    n0 = graph.num_tasks
-    cols = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped", "kind")
-    new: dict[str, list] = {k: [] for k in cols}
-    e_src: list[np.ndarray] = []
-    e_dst: list[np.ndarray] = []
+    ``joins``: task -> the side tasks that end the item before it (added here), which count
+    among its predecessors for the side tasks that start with it.
+    """
 
-    def task(values: tuple) -> int:
-        for k, v in zip(cols, values):
-            new[k].append(v)
-        return n0 + len(new["dur"]) - 1
+    #: Columns of each added task, in the order :meth:`task` takes them.
+    COLS = ("dur", "stage", "mb", "layer", "op", "chunk", "phase", "overlapped", "kind")
 
-    def edges(a, b) -> None:
+    def __init__(self, graph: ExecutionGraph) -> None:
+        self.graph = graph
+        src, dst = graph.src, graph.dst
+        self.by_dst = np.argsort(dst, kind="stable")
+        self.by_src = np.argsort(src, kind="stable")
+        self.sorted_dst, self.sorted_src = dst[self.by_dst], src[self.by_src]
+        self.joins: dict[int, list[int]] = {}
+        self.n0 = graph.num_tasks
+        self.new: dict[str, list] = {k: [] for k in self.COLS}
+        self.e_src: list[np.ndarray] = []
+        self.e_dst: list[np.ndarray] = []
+        self.side_plan: dict[int, tuple] = {}  # template id -> its side tasks' masks and chain pairs
+
+    def preds(self, x: int) -> np.ndarray:
+        """Predecessors of task ``x``: its edges in the graph and the side tasks joined to it."""
+        lo, hi = np.searchsorted(self.sorted_dst, [x, x + 1])
+        return np.concatenate([self.graph.src[self.by_dst[lo:hi]],
+                               np.array(self.joins.get(x, []), np.int64)])
+
+    def succs(self, x: int) -> np.ndarray:
+        """Successors of task ``x`` in the graph."""
+        lo, hi = np.searchsorted(self.sorted_src, [x, x + 1])
+        return self.graph.dst[self.by_src[lo:hi]]
+
+    def task(self, values: tuple) -> int:
+        """Add one task (``values`` per :attr:`COLS`); its index."""
+        for k, v in zip(self.COLS, values):
+            self.new[k].append(v)
+        return self.n0 + len(self.new["dur"]) - 1
+
+    def edges(self, a, b) -> None:
+        """Add the edges ``a -> b`` (indices or arrays of them, broadcast)."""
         a, b = np.atleast_1d(np.asarray(a, np.int64)), np.atleast_1d(np.asarray(b, np.int64))
         a, b = np.broadcast_arrays(a, b)
-        e_src.append(a.ravel())
-        e_dst.append(b.ravel())
+        self.e_src.append(a.ravel())
+        self.e_dst.append(b.ravel())
 
-    grad_phase = {t_phase for stage in templates for (t_phase, _), t in stage.items() if t.last_src.size}
-    side_plan: dict[int, tuple] = {}  # template id -> its side tasks' masks and chain pairs
-
-    def plan_of(tmpl: _Template) -> tuple:
+    def plan_of(self, tmpl: _Template) -> tuple:
         """What every item of ``tmpl`` repeats: the side tasks that start after a template
         task (``after >= 0``), the chain pairs (each side task after the previous one of its
         collective) and the side tasks that end the item (``before < 0``)."""
-        got = side_plan.get(id(tmpl))
+        got = self.side_plan.get(id(tmpl))
         if got is None:
             ops = tmpl.side_op
             chain_prev, chain_next = [], []
@@ -128,93 +163,92 @@ def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, in
                 last_of[op] = j
             dep = tmpl.side_after >= 0
             ends = tmpl.side_before < 0
-            got = side_plan[id(tmpl)] = (
+            got = self.side_plan[id(tmpl)] = (
                 dep, np.flatnonzero(~dep), np.array(chain_prev, np.int64),
                 np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
         return got
 
-    for i in range(p):
-        tmpls = templates[i]
-        tail = np.flatnonzero((graph.stage == i) & (graph.microbatch < 0) & (graph.kind != K["pp_p2p"]))
-        items = _stage_items(graph, i) if any(t.has_side for t in tmpls.values()) else []
-        start_prev: dict[int, int] = {}
-        for phase, chunk, mb, first, last in items:
-            tmpl = tmpls[(phase, chunk)]
-            k = tmpl.side_dur.size
-            if k:
-                # the item's side tasks, vectorized over the template's k side tasks
-                dep, free, c_prev, c_next, ends, end_idx = plan_of(tmpl)
-                x = n0 + len(new["dur"]) + np.arange(k, dtype=np.int64)
-                for name, values in (("dur", tmpl.side_dur), ("layer", tmpl.side_layer),
-                                     ("op", tmpl.side_op), ("kind", tmpl.side_kind)):
-                    new[name].extend(values.tolist())
-                for name, value in (("stage", i), ("mb", mb), ("chunk", chunk),
-                                    ("phase", phase), ("overlapped", True)):
-                    new[name].extend([value] * k)
-                if dep.any():
-                    edges(first + tmpl.side_after[dep], x[dep])
-                if free.size:
-                    pr = preds(first)
-                    edges(np.repeat(pr, free.size), np.tile(x[free], pr.size))
-                if c_prev.size:
-                    edges(x[c_prev], x[c_next])
-                if end_idx.size < k:
-                    edges(x[~ends], first + tmpl.side_before[~ends])
-                if end_idx.size:
-                    ys = succs(last)
-                    edges(np.repeat(x[end_idx], ys.size), np.tile(ys, end_idx.size))
-                    for y in ys.tolist():
-                        joins.setdefault(y, []).extend(x[end_idx].tolist())
-            if phase == schedules.PHASE_F and mb == 0 and tmpl.start_dur.size:
-                if not chain_start:
-                    start_prev = {}
-                for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
-                                                  tmpl.start_op.tolist(), tmpl.start_before.tolist()):
-                    x = task((dur, i, -1, layer, op, chunk, -1, True, K["dp_comm"]))
-                    if op in start_prev:
-                        edges(start_prev[op], x)
-                    start_prev[op] = x
-                    edges(x, first + before)
-            if (phase in grad_phase and mb == num_microbatches - 1 and tmpl.last_dur.size
-                    and tail.size):
-                prev = {}
-                for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
-                                                 tmpl.last_op.tolist(), tmpl.last_after.tolist()):
-                    x = task((dur, i, mb, layer, op, chunk, phase, True, K["dp_comm"]))
-                    edges(first + after, x)
-                    if op in prev:
-                        edges(prev[op], x)
-                    prev[op] = x
-                    edges(x, tail[0])
-        if after_optimizer_s is not None and after_optimizer_s[i] > 0 and tail.size:
-            x = task((float(after_optimizer_s[i]), i, -1, -1, OP["dp_all_gather"], -1, -1, False,
-                      K["dp_comm"]))
-            edges(tail[-1], x)
-    k = len(new["dur"])
-    if not k:
-        return graph
+    def item_side_tasks(self, tmpl: _Template, stage: int, phase: int, chunk: int, mb: int,
+                        first: int, last: int) -> None:
+        """The side tasks of one work item (its tasks ``first..last``), vectorized over the
+        template's ``k`` side tasks."""
+        new, k = self.new, tmpl.side_dur.size
+        dep, free, c_prev, c_next, ends, end_idx = self.plan_of(tmpl)
+        x = self.n0 + len(new["dur"]) + np.arange(k, dtype=np.int64)
+        for name, values in (("dur", tmpl.side_dur), ("layer", tmpl.side_layer),
+                             ("op", tmpl.side_op), ("kind", tmpl.side_kind)):
+            new[name].extend(values.tolist())
+        for name, value in (("stage", stage), ("mb", mb), ("chunk", chunk),
+                            ("phase", phase), ("overlapped", True)):
+            new[name].extend([value] * k)
+        if dep.any():
+            self.edges(first + tmpl.side_after[dep], x[dep])
+        if free.size:
+            pr = self.preds(first)
+            self.edges(np.repeat(pr, free.size), np.tile(x[free], pr.size))
+        if c_prev.size:
+            self.edges(x[c_prev], x[c_next])
+        if end_idx.size < k:
+            self.edges(x[~ends], first + tmpl.side_before[~ends])
+        if end_idx.size:
+            ys = self.succs(last)
+            self.edges(np.repeat(x[end_idx], ys.size), np.tile(ys, end_idx.size))
+            for y in ys.tolist():
+                self.joins.setdefault(y, []).extend(x[end_idx].tolist())
 
-    def col(name: str, dtype) -> np.ndarray:
-        return np.array(new[name], dtype)
+    def start_tasks(self, tmpl: _Template, stage: int, chunk: int, first: int,
+                    start_prev: dict[int, int]) -> None:
+        """The ``start`` side tasks of a chunk's first forward (task ``first`` on), each after
+        the previous one of its collective (``start_prev``, updated)."""
+        for dur, layer, op, before in zip(tmpl.start_dur.tolist(), tmpl.start_layer.tolist(),
+                                          tmpl.start_op.tolist(), tmpl.start_before.tolist()):
+            x = self.task((dur, stage, -1, layer, op, chunk, -1, True, K["dp_comm"]))
+            if op in start_prev:
+                self.edges(start_prev[op], x)
+            start_prev[op] = x
+            self.edges(x, first + before)
 
-    kinds = col("kind", np.int8)
-    return ExecutionGraph(
-        duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
-        kind=np.concatenate([graph.kind, kinds]),
-        stream=np.concatenate([graph.stream, np.where(kinds == K["cp_p2p"], CP_RING, COMM
-                                                      ).astype(np.int8)]),
-        stage=np.concatenate([graph.stage, col("stage", np.int32)]),
-        microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
-        layer=np.concatenate([graph.layer, col("layer", np.int32)]),
-        src=np.concatenate([src] + e_src).astype(np.int64),
-        dst=np.concatenate([dst] + e_dst).astype(np.int64),
-        num_stages=p,
-        op=np.concatenate([graph.op, col("op", np.int16)]),
-        chunk=np.concatenate([graph.chunk, col("chunk", np.int16)]),
-        phase=np.concatenate([graph.phase, col("phase", np.int8)]),
-        overlapped=np.concatenate([np.zeros(n0, bool), col("overlapped", bool)]),
-        chunk_stages=graph.chunk_stages,
-    )
+    def last_tasks(self, tmpl: _Template, stage: int, phase: int, chunk: int, mb: int,
+                   first: int, tail: int) -> None:
+        """The ``last`` side tasks of a chunk's last gradient item (task ``first`` on), chained
+        per collective, each gating the stage's tail (task ``tail``)."""
+        prev: dict[int, int] = {}
+        for dur, layer, op, after in zip(tmpl.last_dur.tolist(), tmpl.last_layer.tolist(),
+                                         tmpl.last_op.tolist(), tmpl.last_after.tolist()):
+            x = self.task((dur, stage, mb, layer, op, chunk, phase, True, K["dp_comm"]))
+            self.edges(first + after, x)
+            if op in prev:
+                self.edges(prev[op], x)
+            prev[op] = x
+            self.edges(x, tail)
+
+    def graph_with_tasks(self) -> ExecutionGraph:
+        """The graph with the added tasks and edges (the graph itself when none)."""
+        graph, new = self.graph, self.new
+        if not new["dur"]:
+            return graph
+
+        def col(name: str, dtype) -> np.ndarray:
+            return np.array(new[name], dtype)
+
+        kinds = col("kind", np.int8)
+        return ExecutionGraph(
+            duration_s=np.concatenate([graph.duration_s, col("dur", np.float64)]),
+            kind=np.concatenate([graph.kind, kinds]),
+            stream=np.concatenate([graph.stream, np.where(kinds == K["cp_p2p"], CP_RING, COMM
+                                                          ).astype(np.int8)]),
+            stage=np.concatenate([graph.stage, col("stage", np.int32)]),
+            microbatch=np.concatenate([graph.microbatch, col("mb", np.int32)]),
+            layer=np.concatenate([graph.layer, col("layer", np.int32)]),
+            src=np.concatenate([graph.src] + self.e_src).astype(np.int64),
+            dst=np.concatenate([graph.dst] + self.e_dst).astype(np.int64),
+            num_stages=graph.num_stages,
+            op=np.concatenate([graph.op, col("op", np.int16)]),
+            chunk=np.concatenate([graph.chunk, col("chunk", np.int16)]),
+            phase=np.concatenate([graph.phase, col("phase", np.int8)]),
+            overlapped=np.concatenate([np.zeros(self.n0, bool), col("overlapped", bool)]),
+            chunk_stages=graph.chunk_stages,
+        )
 
 
 def build_graph(session: Session, store, detail: str = "op", cache: dict | None = None,
@@ -284,50 +318,71 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
         raise ValueError(f"detail={detail!r} is not one of {', '.join(DETAILS)}")
     pl = session.plan
     st = times if times is not None else stage_times(session, store, cache)
-    p, m, v = pl.pipeline_parallel, pl.num_microbatches, num_chunks(pl)
-    split = schedules.get(pl.schedule).splits_backward
-    F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
+    m = pl.num_microbatches
     if detail == "microbatch":
         graph = build_pipeline_graph(st.programs(), m, pl.schedule)
-        # the parameter all-gathers and gradient buckets that overlap work items, as the time
-        # they add beyond them
-        templates = []
-        for i in range(p):
-            tmpls: dict[tuple[int, int], _Template] = {}
-            for c in range(v):
-                for phase in (F, B, W):
-                    u = _Unit()
-                    u.tasks.append((0, COMPUTE, 0, -1))
-                    if phase == F and st.ready_s[i, c] > 0:
-                        u.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
-                    grads = W if split else B
-                    if phase == grads and st.chunk_tail_s[i, c] > 0:
-                        u.last.append((K["dp_comm"], 0, OP["dp_all_reduce"], 0))
-                    t = _Template.assemble([(u, [-1])])
-                    tmpls[(phase, c)] = dataclasses.replace(
-                        t, start_dur=np.array([st.ready_s[i, c]])[:t.start_src.size],
-                        last_dur=np.array([st.chunk_tail_s[i, c]])[:t.last_src.size])
-            templates.append(tmpls)
-        return (_attach_side_tasks(graph, templates, num_microbatches=m, chain_start=False),
+        return (_attach_side_tasks(graph, _item_side_templates(session, st), num_microbatches=m,
+                                   chain_start=False),
                 st.warnings)
-    reduce_after = _reduces_gradients(session) and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
-    programs, templates = [], []
+    programs, templates = _op_programs(session, st)
+    graph = build_pipeline_graph(programs, m, pl.schedule)
+    return (_attach_side_tasks(graph, templates, st.after_optimizer_s, num_microbatches=m),
+            st.warnings)
+
+
+def _item_side_templates(session: Session, st: StageTimes) -> list[dict[tuple[int, int], _Template]]:
+    """The side templates of the ``"microbatch"`` graph: per stage and (phase, chunk), one task
+    and the parameter all-gathers and gradient buckets that overlap its work items, as the
+    time they add beyond them (``st.ready_s``: a start task before the first forward;
+    ``st.chunk_tail_s``: a last task after the chunk's last gradient item)."""
+    pl = session.plan
+    p, v = pl.pipeline_parallel, num_chunks(pl)
+    split = schedules.get(pl.schedule).splits_backward
+    F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
+    templates = []
     for i in range(p):
+        tmpls: dict[tuple[int, int], _Template] = {}
+        for c in range(v):
+            for phase in (F, B, W):
+                u = _Unit()
+                u.tasks.append((0, COMPUTE, 0, -1))
+                if phase == F and st.ready_s[i, c] > 0:
+                    u.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
+                grads = W if split else B
+                if phase == grads and st.chunk_tail_s[i, c] > 0:
+                    u.last.append((K["dp_comm"], 0, OP["dp_all_reduce"], 0))
+                t = _Template.assemble([(u, [-1])])
+                tmpls[(phase, c)] = dataclasses.replace(
+                    t, start_dur=np.array([st.ready_s[i, c]])[:t.start_src.size],
+                    last_dur=np.array([st.chunk_tail_s[i, c]])[:t.last_src.size])
+        templates.append(tmpls)
+    return templates
+
+
+def _op_programs(session: Session, st: StageTimes
+                 ) -> tuple[list[StageProgram], list[dict[tuple[int, int], _Template]]]:
+    """The ``"op"`` graph's inputs: each stage's program (its timed templates per chunk, sends,
+    data-parallel tail and optimizer step) and its templates by (phase, chunk), whose side
+    tasks :func:`_attach_side_tasks` adds."""
+    pl = session.plan
+    split = schedules.get(pl.schedule).splits_backward
+    F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
+    reduce_after = _reduces_gradients(session) and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+
+    def task_template(t: _Template) -> TaskTemplate:
+        return TaskTemplate(t.kind, t.stream, t.dur, t.layer, t.op)
+
+    programs, templates = [], []
+    for i in range(pl.pipeline_parallel):
         fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
                                         st.moe_comm_s, st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},
                           **{(W, c): t for c, t in enumerate(wgds)}})
-
-        def task_template(t: _Template) -> TaskTemplate:
-            return TaskTemplate(t.kind, t.stream, t.dur, t.layer, t.op)
-
         programs.append(StageProgram(
             [task_template(t) for t in fwds], [task_template(t) for t in bwds],
             [task_template(t) for t in wgds] if split else None,
             send_fwd_s=float(st.send_fwd_s[i]), send_bwd_s=float(st.send_bwd_s[i]),
             dp_comm_s=float(st.dp_reduce_s[i]) if reduce_after else None,
             optimizer_s=float(st.optimizer_s[i])))
-    graph = build_pipeline_graph(programs, m, pl.schedule)
-    return (_attach_side_tasks(graph, templates, st.after_optimizer_s, num_microbatches=m),
-            st.warnings)
+    return programs, templates

@@ -162,14 +162,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     """
     p, m = len(programs), num_microbatches
     sched = schedules.get(schedule)
-    v = programs[0].num_chunks
-    if any(pr.num_chunks != v for pr in programs):
-        raise ValueError("all stages need the same number of chunks")
-    if v != sched.chunks(v):
-        raise ValueError(f"schedule {schedule!r} runs {sched.chunks(v)} chunk(s) per stage, the "
-                         f"programs have {v}")
-    if sched.splits_backward and any(pr.wgrad is None for pr in programs):
-        raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
+    v = _check_programs(programs, sched, schedule)
     flat, tlen_a, G, MB, CH, PH, ST, TAIL = _program_table(programs, schedule, m, v)
     toff = np.cumsum(tlen_a) - tlen_a
     lens = tlen_a[G]
@@ -177,19 +170,9 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     starts = ends - lens
     total = int(ends[-1]) if ends.size else 0
     stage_end = ends[TAIL]  # (p,): one past each stage's last task (its tail item's end)
-    # first / last task of (stage, phase, chunk, micro-batch)
-    first = np.full((p, 3, v, m), -1, np.int64)
-    last = np.full((p, 3, v, m), -1, np.int64)
-    work = ~TAIL & (lens > 0)
-    first[ST[work], PH[work], CH[work], MB[work]] = starts[work]
-    last[ST[work], PH[work], CH[work], MB[work]] = ends[work] - 1
-    if (first[:, :2] < 0).any():
-        raise ValueError("a forward or backward template is empty: every item needs a task")
+    first, last = _item_bounds(starts, ends, lens, (ST, PH, CH, MB), TAIL, (p, 3, v, m))
     H, sender, sender_c, phase_h, send_s, s_from, s_to = _transfers(programs, sched, m, v, first, last)
-    ids = total + np.arange(H * m).reshape(H, m)
-    nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
-    ok = nxt < stage_end[sender][:, None]
-    keep = np.stack([np.ones((H, m), bool), np.ones((H, m), bool), ok], 1)   # (H, 3, m)
+    e_src, e_dst = _edges(total, stage_end, sender, s_from, s_to)
     op_h = np.where(phase_h == schedules.PHASE_F, OP["p2p_fwd"], OP["p2p_bwd"])
     # the columns: the stages' tasks (rows of the flat table), then the transfers
     n = total + H * m
@@ -208,12 +191,6 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         out[total:] = p2p
         return out
 
-    # program order on each stage: every task but a stage's last precedes the next one
-    not_last = np.ones(total, bool)
-    not_last[stage_end[stage_end > 0] - 1] = False
-    chain = np.flatnonzero(not_last)
-    e_src = np.concatenate([chain, np.stack([s_from, ids, ids], 1)[keep]])
-    e_dst = np.concatenate([chain + 1, np.stack([ids, s_to, nxt], 1)[keep]])
     return ExecutionGraph(
         duration_s=column("duration_s", np.float64, np.repeat(send_s, m)),
         kind=column("kind", np.int8, K["pp_p2p"]),
@@ -229,6 +206,58 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         phase=per_item(PH, np.int8, np.repeat(phase_h, m)),
         chunk_stages=sched.virtual_stages(p, v),
     )
+
+
+def _check_programs(programs: list[StageProgram], sched, schedule: str) -> int:
+    """The programs' number of chunks ``v``, after checking that they fit ``sched`` (the
+    schedule named ``schedule``). Raises ValueError as :func:`build_pipeline_graph` says."""
+    v = programs[0].num_chunks
+    if any(pr.num_chunks != v for pr in programs):
+        raise ValueError("all stages need the same number of chunks")
+    if v != sched.chunks(v):
+        raise ValueError(f"schedule {schedule!r} runs {sched.chunks(v)} chunk(s) per stage, the "
+                         f"programs have {v}")
+    if sched.splits_backward and any(pr.wgrad is None for pr in programs):
+        raise ValueError(f"schedule {schedule!r} splits the backward: every stage needs wgrad templates")
+    return v
+
+
+def _item_bounds(starts: np.ndarray, ends: np.ndarray, lens: np.ndarray, where: tuple,
+                 tail: np.ndarray, shape: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """First and last task of each (stage, phase, chunk, micro-batch), shape ``shape`` =
+    (p, 3, v, m), -1 where none: from the items' task ranges ``starts..ends-1`` (``lens``
+    tasks) and their ``where`` = (stage, phase, chunk, micro-batch) arrays, the tail items
+    (``tail``) and empty items left out. Raises ValueError when a forward or backward item
+    has no task."""
+    first = np.full(shape, -1, np.int64)
+    last = np.full(shape, -1, np.int64)
+    work = ~tail & (lens > 0)
+    idx = tuple(a[work] for a in where)
+    first[idx] = starts[work]
+    last[idx] = ends[work] - 1
+    if (first[:, :2] < 0).any():
+        raise ValueError("a forward or backward template is empty: every item needs a task")
+    return first, last
+
+
+def _edges(total: int, stage_end: np.ndarray, sender: np.ndarray, s_from: np.ndarray,
+           s_to: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges ``(src, dst)`` of the iteration: each stage's tasks in program order (every task
+    but a stage's last, ``stage_end - 1``, precedes the next one), and per transfer (task
+    ``total + h*m + mb``, shape (H, m) as ``s_from``) the sending item's last task before it,
+    the receiving item's first task after it, and (a blocking send) the sender's next task
+    after it unless the sender has none."""
+    H, m = s_from.shape
+    ids = total + np.arange(H * m).reshape(H, m)
+    nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
+    ok = nxt < stage_end[sender][:, None]
+    keep = np.stack([np.ones((H, m), bool), np.ones((H, m), bool), ok], 1)   # (H, 3, m)
+    not_last = np.ones(total, bool)
+    not_last[stage_end[stage_end > 0] - 1] = False
+    chain = np.flatnonzero(not_last)
+    e_src = np.concatenate([chain, np.stack([s_from, ids, ids], 1)[keep]])
+    e_dst = np.concatenate([chain + 1, np.stack([ids, s_to, nxt], 1)[keep]])
+    return e_src, e_dst
 
 
 def _program_table(programs: list[StageProgram], schedule: str, m: int, v: int):

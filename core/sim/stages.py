@@ -32,8 +32,10 @@ from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
 from core.sim.op_times import (_tp_overlap, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
+from core.sim.stage_comm import _StageComm, _comm_call, _memo
+from core.sim.template_builder import _stage_templates
 from core.sim.templates import (_DataParallel, _SRC, _Structure, _Template, _reduces_gradients,
-                                _source_values, _stage_templates, _structure, _tail_overrun,
+                                _source_values, _structure, _tail_overrun,
                                 _template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
@@ -141,77 +143,9 @@ class StageTimes:
         ) for i in range(p)]
 
 
-def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
-    """``fn(sink)`` memoized in ``cache`` under ``key``; the warnings it produced are replayed on hits."""
-    if cache is None:
-        return fn(warnings)
-    hit = cache.get(key)
-    if hit is None:
-        sink: list[str] = []
-        hit = cache[key] = (fn(sink), tuple(sink))
-    warnings.extend(hit[1])
-    return hit[0]
-
-
-def _comm_call(comm: CommModel, method: str, *args: float):
-    """A function ``sink -> seconds`` calling ``comm.method(*args)`` and moving its warnings to ``sink``."""
-    def run(sink: list[str]) -> float:
-        n = len(comm.warnings)
-        value = getattr(comm, method)(*args)
-        sink.extend(comm.warnings[n:])
-        del comm.warnings[n:]
-        return value
-    return run
-
-
 def _representatives(p: int) -> list[int]:
     """Stages whose per-op templates differ: first, one middle stage, last."""
     return sorted({0, min(1, p - 1), p - 1})
-
-
-def _cp_ring_times(cp: int, core_fwd_s: float, core_bwd_s: float, block_s: float,
-                   double_s: float) -> dict[str, float]:
-    """The context-parallel ring of one attention op, forward and backward: its exchange's part
-    hidden under the core's steps and its exposed part, seconds (the :data:`_SOURCES` entries
-    ``cp_{fwd,bwd}_{hidden,exposed}``).
-
-    Transformer Engine's ring attention (``AttnFuncWithCPAndKVP2P``, Megatron-Core's
-    ``--context-parallel-size``) runs the core in ``cp`` equal steps (:mod:`core.model.model_math`:
-    each a causal ``s/cp x s/cp`` problem), ``c = core/cp`` each, and starts each step's
-    transfer with the step, so the next step waits for it: a step takes ``max(c, x)``
-    for a transfer of ``x`` seconds, of which ``min(c, x)`` is hidden and ``max(0, x - c)``
-    exposed. Forward: ``cp - 1`` transfers of one K/V block (``block_s``) under the first
-    ``cp - 1`` steps. Backward: ``cp`` transfers under the ``cp`` steps: K/V in the first,
-    K/V with the running dK/dV (two blocks, ``double_s``) in the next ``cp - 2``, dK/dV in
-    the last (the owner needs it before the attention backward ends).
-    """
-    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
-    bwd = np.array([block_s] + [double_s] * (cp - 2) + [block_s])
-    return {"cp_fwd_hidden": (cp - 1) * min(block_s, c_f),
-            "cp_fwd_exposed": (cp - 1) * max(block_s - c_f, 0.0),
-            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
-            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum())}
-
-
-def _cp_allgather_times(cp: int, core_fwd_s: float, core_bwd_s: float, gather_s: float,
-                        block_s: float) -> dict[str, float]:
-    """:func:`_cp_ring_times` for ``plan.cp_comm_type = "allgather"``: PyTorch's
-    ``context_parallel`` with its default all-gather rotation (torchtitan;
-    ``torch.distributed.tensor.experimental._attention``, ``_AllGatherRotater``), seconds.
-
-    The core runs in the same ``cp`` steps of ``c = core/cp`` each. Forward: the K/V
-    all-gather of the whole sequence (``gather_s``) starts with the first step and the second
-    step waits for it: ``min(gather, c)`` hidden, the rest exposed. Backward: K/V are
-    all-gathered again under the first step, and the K/V gradients are passed around the ring
-    (PyTorch's ``alltoall`` rotation, one block, ``block_s``) after each step: the first
-    ``cp - 1`` under the next step, the last one waited for after the loop (exposed).
-    """
-    c_f, c_b = core_fwd_s / cp, core_bwd_s / cp
-    bwd = np.array([gather_s] + [block_s] * (cp - 1))
-    return {"cp_fwd_hidden": min(gather_s, c_f),
-            "cp_fwd_exposed": max(gather_s - c_f, 0.0),
-            "cp_bwd_hidden": float(np.minimum(bwd, c_b).sum()),
-            "cp_bwd_exposed": float(np.maximum(bwd - c_b, 0.0).sum()) + block_s}
 
 
 def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
@@ -402,7 +336,12 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     """Durations of each stage's work at work-item granularity (see :class:`StageTimes`).
 
     The values are those of the per-op graph of :func:`build_graph` (same
-    lookups, same communication model, same templates).
+    lookups, same communication model, same templates). The steps, in the order
+    they depend on each other, each memoized in ``cache`` under its own key: the op
+    times (:func:`_stage_op_times`), the context-parallel exchange, tensor-parallel,
+    expert and data-parallel collectives (:class:`core.sim.stage_comm._StageComm`), the
+    FP8 speed-up, the stage spans (:func:`_stage_spans`), the pipeline transfers and
+    the data-parallel and optimizer tail (:func:`_stage_tails`).
 
     Parameters
     ----------
@@ -419,122 +358,72 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     ------
     KeyError
         The profile lacks the dtype or collectives the plan needs.
-
-    Long on purpose: it gathers every input of the stage spans (op times, tensor-parallel,
-    data-parallel, expert and context-parallel collectives, FP8 speed-up, transfers) in the
-    order they depend on each other, each memoized in ``cache`` under its own key.
     """
-    m, pl, cl = session.model, session.plan, session.cluster
-    # gradients reduce and the optimizer shards over the data-parallel ranks with the
-    # context-parallel ones (Megatron-Core), d*cp in all (d without context parallelism)
-    t, p, d, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.dp_cp_size, pl.context_parallel
+    m, pl = session.model, session.plan
+    t, p, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.context_parallel
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
     warnings: list[str] = []  # communication lookups
     layout = _stage_layout(session, cache)
-    key = layout.op_key
-    # the derived ops looked up also follow the recomputed modules, the TP overlap, per-op
-    # selective checkpointing and multi-token prediction (its ops only with MTP layers)
-    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
-            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
-    if cache is None:
-        ops = lookup_op_times(session, store)
-    else:
-        if okey not in cache:
-            cache[okey] = lookup_op_times(session, store)
-        ops = cache[okey]
+    ops = _stage_op_times(session, store, layout, cache)
     times = ops.times
-    comm = CommModel(store, pl, cl)
-    # CommModel reads the store, the cluster and the plan's t, cp and d (rank placement)
-    # (and the shard group of hybrid sharding, which data-parallel collectives span)
-    ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)), t, d, cp,
-            *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
+    moe = m.is_moe
+    # the expert groups' placement also reads ep and etp
+    sc = _StageComm(session, store, cache, warnings,
+                    (pl.expert_parallel, expert_tensor_parallel(pl)) if moe else ())
     ring = None
     if cp > 1:
-        blk = model_math.cp_kv_block_bytes(m, pl)
-        def exchange(method: str, n: float) -> float:  # the all-to-all's group: cp_a2a_size
-            return _memo(cache, (method, ckey, p, n, model_math.cp_a2a_size(pl)), warnings,
-                         _comm_call(comm, method, n))
-        core = (times["attention_core_fwd"], times["attention_core_bwd"])
-        cpa = model_math.cp_a2a_size(pl)
-        if getattr(pl, "cp_comm_type", "p2p") == "allgather":  # PyTorch's context_parallel
-            ring = _cp_allgather_times(cp, *core, exchange("cp_all_gather", cp * blk),
-                                       exchange("cp_send_recv", blk))
-        elif model_math.cp_all_gather(pl):  # Megatron-Core's / TE's: nothing overlapped
-            gather = exchange("cp_all_gather", cp * blk)
-            ring = {"cp_fwd_hidden": 0.0, "cp_fwd_exposed": gather, "cp_bwd_hidden": 0.0,
-                    "cp_bwd_exposed": gather + exchange("cp_reduce_scatter", cp * blk)}
-        elif cp // cpa > 1:  # the ring (between the all-to-all groups of a2a+p2p)
-            ring = _cp_ring_times(cp // cpa, *core, *(exchange("cp_send_recv", n)
-                                                       for n in (blk, 2 * blk)))
-        else:
-            ring = dict.fromkeys(("cp_fwd_hidden", "cp_fwd_exposed", "cp_bwd_hidden",
-                                  "cp_bwd_exposed"), 0.0)
-        if cpa > 1:  # the all-to-alls before and after the core: not overlapped
-            a2a = sum(exchange("cp_all_to_all", n) for n in model_math.cp_a2a_bytes(m, pl))
-            ring["cp_fwd_exposed"] += a2a
-            ring["cp_bwd_exposed"] += a2a
+        ring = sc.cp_exchange(times)
         times = {**times, **ring}
-    moe = m.is_moe
     reduces = _reduces_gradients(session)
-    # the expert groups' placement also reads ep and etp
-    ekey = ckey + ((pl.expert_parallel, expert_tensor_parallel(pl)) if moe else ())
-
-    def tp_call(kind: str, nbytes: float) -> float:
-        return _memo(cache, ("tp", ckey, kind, nbytes), warnings,
-                     _comm_call(comm, "tp_collective", kind, nbytes))
-
-    def dp_call(kind: str, nbytes: float) -> float:
-        return _memo(cache, ("dp", ckey, kind, nbytes), warnings,
-                     _comm_call(comm, "dp_collective", kind, nbytes))
-
-    def edp_call(kind: str, nbytes: float) -> float:
-        return _memo(cache, ("edp", ekey, kind, nbytes), warnings,
-                     _comm_call(comm, "edp_collective", kind, nbytes))
-
     act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
-    tp = None
-    if t > 1:
-        kinds = ("reduce_scatter", "all_gather", "all_reduce") if key["sp"] else ("all_reduce",)
-        tp = {k: tp_call(k, act_bytes) for k in kinds}
-        if m.multi_latent_attention is True:  # MLA's latent collectives (mla_tp_latent_width)
-            latent_bytes = act_bytes / m.hidden_size * model_math.mla_tp_latent_width(m)
-            tp.update({"mla_" + k: tp_call(k, latent_bytes) for k in kinds})
-        if model_math.mtp_layers(m):  # eh_proj's collectives (mtp_tp_collectives)
-            per_el = act_bytes / m.hidden_size
-            for phase, colls in zip(("mtp_fwd", "mtp_bwd"),
-                                    model_math.mtp_tp_collectives(m, bool(key["sp"]))):
-                tp[phase] = sum(tp_call(k, per_el * n) for k, n in colls)
-    moe_comm = _moe_comm(session, comm, cache, ekey, warnings) if moe else None
+    tp = sc.tp_collectives(act_bytes, bool(layout.op_key["sp"])) if t > 1 else None
+    moe_comm = _moe_comm(session, sc.comm, cache, sc.ekey, warnings) if moe else None
     recipe = fp8_recipe(pl)
     fp8_speedup = 1.0
     if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
         fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
                        / float(store.peak_flops[tensor_dtype(pl.precision)]))
-    v, reps, alike = layout.v, layout.reps, layout.alike
     dps: list[_DataParallel | None] = [None] * p
     for i, structs in layout.structs.items():
-        dps[i] = _data_parallel(session, i, dp_call, edp_call) if structs[0].buckets else None
-    if p > 2 and alike:
+        dps[i] = _data_parallel(session, i, sc.dp_call, sc.edp_call) if structs[0].buckets else None
+    if p > 2 and layout.alike:
         dps[1:-1] = [dps[1]] * (p - 2)
     fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
         session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
-    p2p_bytes = act_bytes / t
-    # hop i -> i+1 for i < p-1, and the wrap-around hop p-1 -> 0 when chunks wrap
-    links = list(range(p - 1)) + ([p - 1] if v > 1 else [])
-    skey = ("share", ckey, p, v > 1)  # rank placement: the cluster, t, d and p
-    share = cache.get(skey) if cache is not None else None
-    if share is None:
-        share = [comm.stages_share_node(i, (i + 1) % p) for i in links]
-        if cache is not None:
-            cache[skey] = share
-    hop = np.zeros(p)
-    for flag in set(share):
-        i = links[share.index(flag)]
-        hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
-            cache, ("p2p", ckey, flag, p2p_bytes), warnings,
-            _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
-    send_fwd = hop.copy()                 # i -> i+1 (mod p)
-    send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
+    send_fwd, send_bwd = sc.sends(act_bytes / t, p, layout.v)
+    reduce_s, opt_s, after_opt = _stage_tails(session, store, layout, sc, reduces, cache)
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
+                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
+                      fwd_b, bwd_b, w_b)
+
+
+def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dict | None):
+    """:func:`lookup_op_times` of ``session``, memoized in ``cache`` under the layout's op key
+    and what else the derived ops looked up follow: the recomputed modules, the TP overlap,
+    per-op selective checkpointing and multi-token prediction (its ops only with MTP layers)."""
+    m, pl = session.model, session.plan
+    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
+            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
+    if cache is None:
+        return lookup_op_times(session, store)
+    if okey not in cache:
+        cache[okey] = lookup_op_times(session, store)
+    return cache[okey]
+
+
+def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: _StageComm, reduces: bool,
+                 cache: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each stage's data-parallel tail and optimizer step, seconds, shape (p,) each:
+    ``(reduce_s, optimizer_s, after_optimizer_s)``: the gradient reduction after the last
+    backward (ZeRO 0/1 without ``overlap_grad_reduce``: an all-reduce, resp. reduce-scatter),
+    the optimizer step over the stage's (sharded) parameters (with the FP8 weights'
+    re-quantization), and the all-gather of the updated shards after it (ZeRO 1/2 without
+    ``overlap_param_gather``). Computed for :func:`_representatives` stages (the layout's
+    ``reps``); the middle stages copy stage 1 when alike."""
+    m, pl = session.model, session.plan
+    p, moe, recipe = pl.pipeline_parallel, m.is_moe, fp8_recipe(pl)
+    e = DTYPE_BYTES[tensor_dtype(pl.precision)]
     experts = layout.experts  # model_math.expert_params_per_gpu: reduced over edp, not d
     n_params = layout.params - experts  # params_per_gpu(session) but the routed experts
     # as optimizer_params: 1/(d*cp) of the rest, 1/edp of the experts from ZeRO 1 on
@@ -547,15 +436,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     g = DTYPE_BYTES[grad_dtype(pl)]
     reduce_s, opt_s, after_opt = np.zeros(p), np.empty(p), np.zeros(p)
     fp8_w = model_math.fp8_weights_per_gpu(m, pl) if recipe is not None else None
+    warnings = sc.warnings
 
     def both(kind: str, i: int, nbytes: float) -> float:
         """``kind`` over d*cp of the stage's parameters but the routed experts', and over edp of
         the experts' (two collectives one after the other)."""
         dense = gather_bytes[i] if kind == "all_gather" else n_params[i] * nbytes
-        x = dp_call(kind, dense) if pl.dp_cp_size > 1 else 0.0
-        return x + (edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
+        x = sc.dp_call(kind, dense) if pl.dp_cp_size > 1 else 0.0
+        return x + (sc.edp_call(kind, experts[i] * nbytes) if experts[i] else 0.0)
 
-    for i in reps:
+    for i in layout.reps:
         if reduces:
             if not pl.overlap_grad_reduce and z <= 1:  # one reduction after the last backward
                 reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
@@ -566,13 +456,10 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
             opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
                               lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
-    if p > 2 and alike:
+    if p > 2 and layout.alike:
         for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]
-    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
-                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
-                      fwd_b, bwd_b, w_b)
+    return reduce_s, opt_s, after_opt
 
 
 def _middle_stages_alike(session: Session) -> bool:

@@ -2,8 +2,9 @@
 gradient on one model chunk, built once per stage structure and timed from op times.
 
 What belongs here: the template vocabulary (``_SOURCES``: what each task's duration is),
-:class:`_Structure` (what a chunk's templates depend on), :func:`_stage_templates` (the
-tasks and their order within a template) and the helpers that time a template.
+:class:`_Structure` (what a chunk's templates depend on) and the helpers that time a
+template. The tasks and their order within a template are built in
+:mod:`core.sim.template_builder`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from core.plan.session import Session
 from core.model.keys import MOE_DERIVED_OPS, MOE_OPS, TP_OVERLAP_GEMMS
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
 from core.plan.parallel import recompute_modules
-from core.sim.pipeline_graph import (COMM, COMPUTE, CP_RING, EP, K, OP)
+from core.sim.pipeline_graph import OP
 from core.sim.op_times import (_LOOKUP_OPS, _SAC_GATHERS, _SAC_GATHER_SOURCES, _TP_OVERLAP_BLOCKS,
                                _TP_OVERLAP_SOURCES, _W_OPS, _tp_overlap, chunk_virtual_stages,
                                num_chunks, tp_overlap_split, virtual_stage_layers,
@@ -39,7 +40,7 @@ __all__: list[str] = []
 #: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
 #: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
-#: and its exposed part (:func:`_cp_ring_times`).
+#: and its exposed part (:func:`core.sim.stage_comm._cp_ring_times`).
 _SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
             "tp_mtp_fwd", "tp_mtp_bwd",
@@ -228,7 +229,7 @@ class _DataParallel:
 @dataclass(frozen=True)
 class _Structure:
     """Everything that shapes the templates of one virtual stage (not their durations): the
-    cache key of :func:`_stage_templates`, which reads nothing else.
+    cache key of :func:`core.sim.template_builder._stage_templates`, which reads nothing else.
 
     ``vstage``: the virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``; the stage
     itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
@@ -352,358 +353,6 @@ def _reduces_gradients(session: Session) -> bool:
     experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
     pl = session.plan
     return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
-
-
-@lru_cache(maxsize=4096)
-def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
-    """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
-    templates of one micro-batch on a virtual stage (see :func:`core.sim.graph.build_graph`;
-    :meth:`_Template.timed` gives them durations).
-
-    One long function on purpose: it reads top to bottom in the order the tasks run (embedding,
-    the layers' forwards, MTP, output layer, then the backwards in reverse), and its small
-    closures share the structure's flags and the units built so far; split into functions they
-    would pass a dozen arguments each."""
-    sp, zero = st.sp, (st.zero_stage if st.dp else 0)
-    wunit: _Unit | None = None  # where the current backward unit's W tasks go
-
-    def comm(out: _Unit, kind: str) -> None:
-        # an MLA attention's latent collectives (source tp_mla_*) are tp_* collectives
-        out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind.removeprefix("mla_"))
-
-    def ring(out: _Unit, kind: int, phase: str, pre: str | None) -> None:
-        """Context parallelism: an attention op as its part outside the ring (``pre``, when
-        given), the ring's core steps and the exposed part of their K/V exchange, which blocks
-        compute; the hidden part of the exchange runs on the "CP exchange" stream beside the core
-        (:func:`_cp_ring_times`)."""
-        if pre is not None:
-            out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
-        out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],
-                         len(out.tasks) - 1, -1))
-        out.add(kind, COMPUTE, f"attention_core_{phase}", f"attention_core_{phase}")
-        out.add(K["cp_p2p"], CP_RING, f"cp_{phase}_exposed", "cp_send_recv")
-
-    def compute(out: _Unit, kind: int, source: str, op: str) -> None:
-        if st.cp and op in ("attention_fwd", "attention_bwd"):
-            ring(out, kind, "fwd" if op == "attention_fwd" else "bwd", source + ":pre")
-        else:
-            out.add(kind, COMPUTE, source, op)
-
-    def block(out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
-        """The op with the tensor-parallel collectives around it: with sequence parallelism an
-        all-gather before (``before``) and a reduce-scatter after (``after``); without, an
-        all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
-        # MLA (Megatron-Core MLASelfAttention): the forward gathers the latents, not the
-        # input; the backward reduces the latents' gradients (core.model.mla.mla_tp_latent_width;
-        # validation refuses MLA with tp_comm_overlap)
-        latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
-        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
-            # --tp-comm-overlap: what the GEMMs do not hide blocks; the hidden parts run beside
-            # the op (tp_overlap_split), drawn from its start
-            ag = out.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
-            for coll in ("all_gather", "reduce_scatter"):
-                out.side.append((K["tp_comm"], _SRC[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
-                                 ag, -1))
-        elif st.tp and sp and before:
-            comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
-        if st.split and wunit is not None and op in _W_OPS:
-            wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
-            if op != "embedding_bwd":  # all weight gradient: no B task
-                compute(out, kind, op + ":B", op)
-        else:
-            compute(out, kind, op, op)
-        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
-            out.add(K["tp_comm"], COMM, f"tp_reduce_scatter@{op}", "tp_reduce_scatter")
-        elif st.tp and after:
-            comm(out, ("" if op == "attention_fwd" else latent)
-                 + ("reduce_scatter" if sp else "all_reduce"))
-
-    def gather(out: _Unit, bucket: str) -> None:
-        """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
-        2020, Sec. 5.3), blocking or prefetched on the communication stream."""
-        if zero < 3:
-            return
-        if st.overlap_param_gather:
-            out.side.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"], -1,
-                             len(out.tasks)))
-        else:
-            out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
-
-    def reduce(out: _Unit, bucket: str) -> None:
-        """Gradients of what just ran backward (its W part when split): ZeRO 2/3 reduce-scatter
-        them every micro-batch (sharded gradients cannot accumulate locally), blocking or
-        overlapped; ZeRO 0/1 with --overlap-grad-reduce reduce them bucket by bucket in the
-        chunk's last backward only."""
-        if zero >= 2:
-            if st.overlap_grad_reduce:
-                out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
-                                 len(out.tasks) - 1, -1))
-            else:
-                out.add(K["dp_comm"], COMM, bucket + "_rs", "dp_reduce_scatter")
-        elif st.dp and st.overlap_grad_reduce:
-            src, op = (("_rs", "dp_reduce_scatter") if zero == 1 else ("_ar", "dp_all_reduce"))
-            out.last.append((K["dp_comm"], _SRC[bucket + src], OP[op], len(out.tasks) - 1))
-
-    def prefetch(out: _Unit, bucket: str) -> None:
-        """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
-        all-gathered from the iteration's start, under the first forward."""
-        if st.dp and zero in (1, 2) and st.overlap_param_gather:
-            out.start.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"],
-                              len(out.tasks)))
-
-    layers = list(range(*st.layers))
-    first, last = st.vstage == 0, st.vstage == st.num_vstages - 1
-    fwd_parts: list[tuple[_Unit, list[int]]] = []
-    bwd_parts: list[tuple[_Unit, list[int]]] = []
-    w_parts: list[tuple[_Unit, list[int]]] = []
-
-    def backward_unit(layer_list: list[int], build, bucket: str | None = None,
-                      reduces: bool = True) -> None:
-        """One backward unit (and its W unit when split), repeated over ``layer_list``;
-        ``reduces``: its gradients complete a bucket (``bucket``)."""
-        nonlocal wunit
-        u, w = _Unit(), _Unit()
-        wunit = w if st.split else None
-        build(u)
-        # the gradients are complete after the W part when split, after the backward otherwise
-        reducer = w if st.split else u
-        if bucket is None:
-            bucket = "layer" if layer_list[0] >= 0 else ("last" if build is out_bwd else "first")
-        if reducer.tasks and reduces:
-            reduce(reducer, bucket)
-        bwd_parts.append((u, layer_list))
-        if st.split:
-            w_parts.append((w, layer_list))
-        wunit = None
-
-    if first:
-        u = _Unit()
-        prefetch(u, "first")
-        gather(u, "first")
-        # vocab-parallel embedding: all-reduce (reduce-scatter into the sequence-parallel region)
-        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
-        fwd_parts.append((u, [-1]))
-    moe_set = set(st.moe_layers)
-
-    swa_set = set(st.window_layers)
-
-    def runs(layer_list: list[int]) -> list[tuple[bool, bool, list[int]]]:
-        """``layer_list`` cut into runs of layers alike (dense or MoE, windowed attention or
-        not), in order."""
-        out: list[tuple[bool, bool, list[int]]] = []
-        for x in layer_list:
-            is_moe, swa = x in moe_set, x in swa_set
-            if out and out[-1][:2] == (is_moe, swa):
-                out[-1][2].append(x)
-            else:
-                out.append((is_moe, swa, [x]))
-        return out
-
-    def a2a(out: _Unit, op: str, phase: str) -> None:
-        out.add(K["ep_all_to_all"], EP, f"ep_all_to_all@{phase}" if st.ep_overlap
-                else "ep_all_to_all", op)
-
-    mods = set(st.modules)
-
-    def moe_fwd(u: _Unit, kind: int, module: bool = False) -> None:
-        """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
-        permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
-        reduce-scatter over etp, combine all-to-all, un-permutation, shared experts.
-        ``module``: the ``MoELayer`` module alone (what ``--recompute-modules moe`` runs
-        again): the router and un-permutation without the pre-MLP norm and residual add."""
-        router, unpermute = (("router_gate_fwd", "moe_unpermute_core_fwd") if module
-                             else ("router_fwd", "moe_unpermute_fwd"))
-        u.add(kind, COMPUTE, router, router)
-        u.add(kind, COMPUTE, "moe_permute_fwd", "moe_permute_fwd")
-        if st.ep:
-            a2a(u, "ep_dispatch", "fwd")
-        if st.etp_mode == "gather":
-            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
-        u.add(kind, COMPUTE, "experts_fwd", "experts_fwd")
-        if st.etp_mode == "gather":
-            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
-        if st.ep:
-            a2a(u, "ep_combine", "fwd")
-        u.add(kind, COMPUTE, unpermute, unpermute)
-        if st.etp_mode == "all_reduce":
-            comm(u, "all_reduce")
-        if st.shared:
-            block(u, kind, "shared_experts_fwd", True, True)
-
-    def moe_bwd(u: _Unit) -> None:
-        """The backward of :func:`moe_fwd`, in reverse (the all-to-alls again, four per layer
-        and micro-batch in all). Selective recomputation of ``shared_experts`` runs the shared
-        experts' forward (with its tensor-parallel collectives) before their backward, of
-        ``moe_act`` the experts' activation before their backward."""
-        if st.shared:
-            if "shared_experts" in mods and "moe" not in mods:
-                block(u, K["recompute"], "shared_experts_fwd", True, True)
-            block(u, K["backward"], "shared_experts_bwd", True, True)
-        u.add(K["backward"], COMPUTE, "moe_unpermute_bwd", "moe_unpermute_bwd")
-        if st.ep:
-            a2a(u, "ep_combine", "bwd")
-        if st.etp_mode == "gather":
-            u.add(K["tp_comm"], COMM, "etp_all_gather", "etp_all_gather")
-        if "moe_act" in mods and "moe" not in mods:
-            u.add(K["recompute"], COMPUTE, "experts_act_fwd", "experts_act_fwd")
-        block(u, K["backward"], "experts_bwd", False, False)
-        if st.etp_mode == "gather":
-            u.add(K["tp_comm"], COMM, "etp_reduce_scatter", "etp_reduce_scatter")
-        if st.ep:
-            a2a(u, "ep_dispatch", "bwd")
-        u.add(K["backward"], COMPUTE, "moe_permute_bwd", "moe_permute_bwd")
-        if st.etp_mode == "all_reduce":
-            comm(u, "all_reduce")
-        block(u, K["backward"], "router_bwd", False, False)
-
-    def layer_fwd(is_moe: bool, swa: bool) -> _Unit:
-        u = _Unit()
-        bucket = "moe" if is_moe else "layer"
-        prefetch(u, bucket)
-        gather(u, bucket)
-        block(u, K["forward"], "attention_swa_fwd" if swa else "attention_fwd", True, True)
-        if is_moe:
-            moe_fwd(u, K["forward"])
-        else:
-            block(u, K["forward"], "mlp_fwd", True, True)
-        return u
-
-    for is_moe, swa, run in runs(layers):
-        fwd_parts.append((layer_fwd(is_moe, swa), run))
-
-    # multi-token prediction (Megatron-Core MultiTokenPredictionBlock on the last stage): each
-    # MTP layer embeds the tokens shifted once more, projects them with the previous hidden
-    # state (eh_proj and its tensor-parallel collectives, tp_mtp_*) and runs its transformer
-    # layer; then the output layer and loss run once per prediction (1 + N)
-    mtp_list = [st.layers[1] + j for j in range(st.mtp)]  # global indices after the decoder's
-
-    def mtp_comm(u: _Unit, phase: str) -> None:
-        if st.tp:
-            op = "tp_all_gather" if phase == "fwd" or sp else "tp_all_reduce"
-            u.add(K["tp_comm"], COMM, f"tp_mtp_{phase}", op)
-
-    for j, x in enumerate(mtp_list):
-        u = _Unit()
-        if j == 0:
-            prefetch(u, "mtp")
-            gather(u, "mtp")
-        block(u, K["embedding"], "embedding_fwd", before=False, after=True)
-        u.add(K["forward"], COMPUTE, "mtp_proj_fwd", "mtp_proj_fwd")
-        mtp_comm(u, "fwd")
-        fwd_parts.append((u, [x]))
-        fwd_parts.append((layer_fwd(st.mtp_moe, False), [x]))
-
-    def out_bwd(u: _Unit) -> None:
-        gather(u, "last")
-        for _ in range(1 + st.mtp):
-            block(u, K["output"], "output_bwd", before=False, after=True)
-
-    if last:
-        u = _Unit()
-        prefetch(u, "last")
-        gather(u, "last")
-        for _ in range(1 + st.mtp):
-            block(u, K["output"], "output_fwd", before=True, after=False)
-        fwd_parts.append((u, [-1]))
-        backward_unit([-1], out_bwd)
-
-    def layer_backward(u: _Unit, with_recompute: bool, is_moe: bool, swa: bool) -> None:
-        """One layer's backward (its recomputed forward first under full recomputation or the
-        selective modules), with its bucket's ZeRO-3 gather."""
-        attn = "attention_swa" if swa else "attention"  # a windowed layer's ops
-        gather(u, "moe" if is_moe else "layer")
-        if st.selective_op:  # torchtitan's per-op checkpointing: the block's forward
-            # ops it did not save run again when its backward starts; with tensor parallelism
-            # the all-gathers before the column-parallel linears too (not in the save list;
-            # the reduce-scatters are), on the TP lane as in the forward, pipelined with the
-            # recomputed GEMM they feed under tp_comm_overlap (torchtitan's async TP)
-            for op in _SAC_GATHERS:
-                if st.tp_overlap:
-                    ag = u.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
-                    u.side.append((K["tp_comm"], _SRC[f"tp_all_gather@{op}:hidden"],
-                                   OP["tp_all_gather"], ag, -1))
-                elif st.tp and sp:
-                    comm(u, "all_gather")
-                u.add(K["recompute"], COMPUTE, op, op)
-        if with_recompute:
-            block(u, K["recompute"], attn + "_fwd", True, True)
-            if is_moe:
-                moe_fwd(u, K["recompute"])
-            else:
-                block(u, K["recompute"], "mlp_fwd", True, True)
-        # selective recomputation by module (Megatron-Core --recompute-modules): the
-        # checkpointed module runs again when the backward reaches its output
-        if is_moe and "moe" in mods:
-            moe_fwd(u, K["recompute"], module=True)
-        elif not is_moe and "mlp" in mods:
-            if not st.norms[1]:  # the pre-MLP norm fused into fc1 runs with it
-                u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
-            block(u, K["recompute"], "mlp_core_fwd", True, True)
-        # only the norms that are modules of their own (model_math.norms_separate)
-        if "layernorm" in mods and (is_moe or st.norms[1]):  # the pre-MLP norm's output
-            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
-        if is_moe:
-            moe_bwd(u)
-        else:
-            block(u, K["backward"], "mlp_bwd", True, True)
-        if "layernorm" in mods and st.norms[0]:  # the input norm's output, QKV's input
-            u.add(K["recompute"], COMPUTE, "layernorm_fwd", "layernorm_fwd")
-        if "mla_up_proj" in mods:  # MLA's Q, K, V rebuilt from the kept latents
-            u.add(K["recompute"], COMPUTE, "mla_up_proj_fwd", "mla_up_proj_fwd")
-        if st.selective and st.cp:  # the core recomputed runs its ring again
-            ring(u, K["recompute"], "fwd", None)
-        elif st.selective:
-            core = "attention_core_swa_fwd" if swa else "attention_core_fwd"
-            u.add(K["recompute"], COMPUTE, core, core)
-        block(u, K["backward"], attn + "_bwd", True, True)
-
-    # the MTP layers' backward first (they ran last): the transformer layer (recomputed under
-    # full recomputation: Megatron-Core's MTP layer checkpoints it), then eh_proj, its
-    # collectives and the shifted tokens' embedding; the "mtp" bucket completes with the first
-    for j in reversed(range(st.mtp)):
-        x = mtp_list[j]
-
-        def mtp_layer_bwd(u: _Unit) -> None:
-            layer_backward(u, st.mtp_recompute, st.mtp_moe, False)
-
-        backward_unit([x], mtp_layer_bwd, "moe" if st.mtp_moe else "layer")
-
-        def mtp_pre_bwd(u: _Unit, j: int = j) -> None:
-            if j == st.mtp - 1:
-                gather(u, "mtp")
-            mtp_comm(u, "bwd")
-            block(u, K["backward"], "mtp_proj_bwd", before=False, after=False)
-            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
-
-        backward_unit([x], mtp_pre_bwd, "mtp", reduces=j == 0)
-
-    for with_recompute in (False, True):
-        # reversed layer order; Megatron's block method recomputes the chunk's first layers
-        chosen = layers[st.recomputed:] if not with_recompute else layers[:st.recomputed]
-        if not chosen:
-            continue
-
-        for is_moe, swa, run in runs(chosen[::-1]):
-            def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
-                          is_moe: bool = is_moe, swa: bool = swa) -> None:
-                layer_backward(u, with_recompute, is_moe, swa)
-
-            backward_unit(run, layer_bwd, "moe" if is_moe else "layer")
-    if first:
-        def emb_bwd(u: _Unit) -> None:
-            # the embedding's backward scatters gradients: it needs no weights (no ZeRO-3 gather)
-            block(u, K["embedding"], "embedding_bwd", before=True, after=False)
-
-        backward_unit([-1], emb_bwd)
-    if not layers and not first and not last and not st.mtp:
-        # a virtual stage without layers (a custom pipeline layout may leave one empty, as
-        # Megatron-Core allows): it receives and sends each micro-batch on, in no time
-        for kind, parts in ((K["forward"], fwd_parts), (K["backward"], bwd_parts)):
-            u = _Unit()
-            u.add(kind, COMPUTE, "pass_through", "pass_through")
-            parts.append((u, [-1]))
-    return (_Template.assemble(fwd_parts), _Template.assemble(bwd_parts),
-            _Template.assemble(w_parts))
 
 
 def _source_values(times: dict[str, float], tp: dict[str, float] | None,
