@@ -34,8 +34,8 @@ from core.sim.graph_types import ExecutionGraph
 from core.sim.pipeline_graph import (COMM, COMPUTE, CP_RING, K, OP, StageProgram, TaskTemplate,
                                      build_pipeline_graph)
 from core.sim.op_times import DETAILS, num_chunks
-from core.sim.templates import (_Template, _Unit, _reduces_gradients)
-from core.sim.stages import (StageTimes, _stage_tasks, stage_times)
+from core.sim.templates import _Template, _Unit, _reduces_gradients
+from core.sim.stages import StageTimes, _stage_tasks, stage_times
 
 __all__ = ["build_graph"]
 

@@ -34,9 +34,15 @@ from core.sim.op_times import (_tp_overlap, chunk_virtual_stages, fp8_weight_cas
                                virtual_stage_layers)
 from core.sim.stage_comm import _StageComm, _comm_call, _memo
 from core.sim.template_builder import _stage_templates
-from core.sim.templates import (_DataParallel, _SRC, _Structure, _Template, _reduces_gradients,
-                                _source_values, _structure, _tail_overrun,
-                                _template_times)
+from core.sim.templates import (_DataParallel,
+    _SRC,
+    _Structure,
+    _Template,
+    _reduces_gradients,
+    _source_values,
+    _structure,
+    _tail_overrun,
+    _template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
 
