@@ -132,18 +132,17 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
     """
     if table is None or features is None or not table.has_features:
         return ()
-    cv = table.set == "cross_validated"
-    if not cv.any():
+    calibrated = _calibrated_values(table)
+    if calibrated is None:
         return ()
     out = []
     for name in FEATURE_COLUMNS:
-        values = getattr(table, name)[cv]
-        cal = tuple(_python(v) for v in np.unique(values))
+        cal, classes = calibrated[name]
         v = features[name]
         if name in RANGE_FEATURES:
             outside = not (min(cal) <= int(v) <= max(cal))
         elif name == "precision":
-            outside = _precision_class(v) not in {_precision_class(c) for c in cal}
+            outside = _precision_class(v) not in classes
         else:
             outside = str(v) not in cal
         if outside:
@@ -151,13 +150,32 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
     return tuple(out)
 
 
+def _calibrated_values(table: ResidualTable) -> dict[str, tuple[tuple, frozenset]] | None:
+    """Per feature column, the distinct values of the ``cross_validated`` rows and (for the
+    precision) their classes; None without such rows. Computed once per table and kept on it
+    (a sweep asks for every plan: thousands of times per table)."""
+    key = "_calibrated_values"
+    if key not in table.__dict__:
+        cv = table.set == "cross_validated"
+        out = None
+        if cv.any():
+            out = {}
+            for name in FEATURE_COLUMNS:
+                cal = tuple(_python(v) for v in np.unique(getattr(table, name)[cv]))
+                out[name] = (cal, frozenset(_precision_class(c) for c in cal))
+        table.__dict__[key] = out
+    return table.__dict__[key]
+
+
 def _matches(table: ResidualTable, name: str, value: Any) -> np.ndarray:
     col = getattr(table, name)
     if name in ("cp", "ep"):
         return (col > 1) == (int(value) > 1)
     if name == "precision":
-        return np.array([_precision_class(c) for c in col.tolist()], dtype=str) == \
-            _precision_class(value)
+        key = "_precision_classes"
+        if key not in table.__dict__:  # once per table, as _calibrated_values
+            table.__dict__[key] = np.array([_precision_class(c) for c in col.tolist()], dtype=str)
+        return table.__dict__[key] == _precision_class(value)
     return col == value
 
 
