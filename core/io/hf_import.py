@@ -398,57 +398,89 @@ def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
                       f"({experts_key})")
     out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
     if arch == "GptOssForCausalLM":
-        other = cfg.get("experts_per_token")
-        if other is not None and other != k:
-            raise _refuse(where, "experts_per_token", f"{other!r} disagrees with "
-                          f"num_experts_per_tok={k}")
-        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
-                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
-            if cfg.get(name) not in (None, [], 0):
-                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
-                              "are intermediate_size wide, every layer has them)")
-        out["moe_ffn_hidden_size"] = _int(cfg, "intermediate_size", where)
-        limit = cfg.get("swiglu_limit")
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-                raise _refuse(where, "swiglu_limit", f"{limit!r} must be a positive number")
-            out["activation_func_clamp_value"] = float(limit)
-        ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
-                                 "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
-                                 "activation kernel's bytes)")
+        out.update(_gpt_oss_expert_fields(cfg, arch, k, where, ignored))
         return out
     if arch == "MixtralForCausalLM":
-        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
-                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
-            if cfg.get(name) not in (None, [], 0):
-                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
-                              "are intermediate_size wide, every layer has them)")
+        _refuse_qwen_expert_fields(cfg, arch, where)
         return out
     moe_ffn = _int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
     if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
-        method = cfg.get("topk_method", "greedy")
-        if method not in _DEEPSEEK_TOPK_METHODS:
-            raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
-                          f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
-        if method != "greedy":
-            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
-                                      "the same number of experts; no extra cost is modelled")
-        out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
-        if not (isinstance(out["num_shared_experts"], int)
-                and not isinstance(out["num_shared_experts"], bool)
-                and out["num_shared_experts"] >= 0):
-            raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
-                          "non-negative integer")
-        # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
-        # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
-        first = cfg.get("first_k_dense_replace") or 0
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
-                          "integer")
-        out["moe_first_dense_layers"] = first
-        out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
-        return out
+        out.update(_deepseek_expert_fields(cfg, where, ignored))
+    else:
+        out.update(_qwen_expert_fields(cfg, arch, layers, moe_ffn, where, ignored))
+    return out
+
+
+def _refuse_qwen_expert_fields(cfg: dict[str, Any], arch: str, where: str) -> None:
+    """Refuse the Qwen-style expert fields in an architecture whose experts are
+    ``intermediate_size`` wide in every layer (Mixtral, GPT-OSS)."""
+    for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                 "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+        if cfg.get(name) not in (None, [], 0):
+            raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                          "are intermediate_size wide, every layer has them)")
+
+
+def _gpt_oss_expert_fields(cfg: dict[str, Any], arch: str, k: int, where: str,
+                           ignored: dict[str, str]) -> dict[str, Any]:
+    """GPT-OSS's expert fields: experts ``intermediate_size`` wide, ``swiglu_limit`` the gated
+    activation's clamp (``k`` the top-k its ``experts_per_token`` must agree with); its quick-GELU
+    gate is noted in ``ignored``."""
+    out: dict[str, Any] = {}
+    other = cfg.get("experts_per_token")
+    if other is not None and other != k:
+        raise _refuse(where, "experts_per_token", f"{other!r} disagrees with "
+                      f"num_experts_per_tok={k}")
+    _refuse_qwen_expert_fields(cfg, arch, where)
+    out["moe_ffn_hidden_size"] = _int(cfg, "intermediate_size", where)
+    limit = cfg.get("swiglu_limit")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+            raise _refuse(where, "swiglu_limit", f"{limit!r} must be a positive number")
+        out["activation_func_clamp_value"] = float(limit)
+    ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
+                             "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
+                             "activation kernel's bytes)")
+    return out
+
+
+def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
+                            ) -> dict[str, Any]:
+    """DeepSeek-V2/V3's expert fields: ``n_shared_experts`` shared experts, the first
+    ``first_k_dense_replace`` layers dense, then every ``moe_layer_freq``-th; a ``topk_method``
+    other than greedy is noted in ``ignored``."""
+    out: dict[str, Any] = {}
+    method = cfg.get("topk_method", "greedy")
+    if method not in _DEEPSEEK_TOPK_METHODS:
+        raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
+                      f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
+    if method != "greedy":
+        ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                  "the same number of experts; no extra cost is modelled")
+    out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
+    if not (isinstance(out["num_shared_experts"], int)
+            and not isinstance(out["num_shared_experts"], bool)
+            and out["num_shared_experts"] >= 0):
+        raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+                      "non-negative integer")
+    # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
+    # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
+    first = cfg.get("first_k_dense_replace") or 0
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+                      "integer")
+    out["moe_first_dense_layers"] = first
+    out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
+    return out
+
+
+def _qwen_expert_fields(cfg: dict[str, Any], arch: str, layers: int, moe_ffn: int, where: str,
+                        ignored: dict[str, str]) -> dict[str, Any]:
+    """Qwen-MoE's expert fields: shared experts from ``shared_expert_intermediate_size`` (a
+    multiple of ``moe_ffn``; Qwen2-MoE only, its gate noted in ``ignored``) and the MoE layers
+    from ``decoder_sparse_step`` and ``mlp_only_layers`` (:func:`moe_layer_fields`)."""
+    out: dict[str, Any] = {}
     shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
               _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
     if shared and arch != "Qwen2MoeForCausalLM":
@@ -593,6 +625,45 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
+    arch = _architecture(cfg, where)
+    moe = arch in MOE_ARCHITECTURES
+    ignored, storage = _ignored_fields(cfg, arch, where)
+    sizes = _sizes(cfg, where, seq_length)
+    layers, s = sizes["num_layers"], sizes["seq_length"]
+    _check_activation_and_biases(cfg, arch, where)
+    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
+    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
+    if not isinstance(tied, bool):
+        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
+    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
+    fixed = _architecture_fields(cfg, arch, layers, where, ignored)
+    name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
+            or arch.replace("ForCausalLM", ""))
+    model = model_from_fields({
+        "name": name[:200], **sizes, **LLAMA_FAMILY, "tied_embeddings": tied, **fixed,
+        **window_fields})
+    if window_note:
+        ignored["sliding_window"] = window_note
+    if storage:
+        quant = cfg["quantization_config"]
+        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
+                                          "stores its weights (quantized after training); the "
+                                          "plan sets the training precision")
+    session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
+                      cost=CostConfig())
+    session.notes = f"Imported from the Hugging Face config {where} ({arch})."
+    if check_rules:
+        _check_session_rules(session, arch, moe, where)
+    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
+                    architecture=arch)
+
+
+def _architecture(cfg: dict[str, Any], where: str) -> str:
+    """The config's one architecture, supported (:data:`DENSE_ARCHITECTURES`,
+    :data:`MOE_ARCHITECTURES`) and with only fields the importer knows.
+
+    Raises ConfigError for a missing, refused or unsupported architecture, experts in a dense
+    one, or an unknown field."""
     supported = [*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES]
     archs = cfg.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
@@ -615,6 +686,16 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    return arch
+
+
+def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[str, str], bool]:
+    """``(ignored, storage)``: the switched-off :data:`REFUSED` fields (name -> why they are
+    listed; Gemma's soft-capping fields by :func:`_gemma_softcap`) and whether the config's
+    ``quantization_config`` is only how the released checkpoint stores its weights.
+
+    Raises ConfigError for a refused field switched on, a Gemma activation other than GeGLU or
+    quantized weights."""
     if arch in _GEMMA_SOFTCAP:  # the family models Gemma 2's soft-capping
         ignored = {**_refused_fields({k: v for k, v in cfg.items() if not k.endswith(
             "_logit_softcapping")}, where), **_gemma_softcap(cfg, arch, where)}
@@ -628,6 +709,18 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                _STORAGE_QUANTIZATION.get(arch, ()))
     if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
+    return ignored, storage
+
+
+def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str, Any]:
+    """The model's size fields from the config (``num_layers``, ``hidden_size``,
+    ``num_attention_heads``, ``ffn_hidden_size``, ``seq_length``, ``vocab_size``,
+    ``num_query_groups``, ``kv_channels``); ``seq_length`` when given, else
+    ``max_position_embeddings``; the head size from ``head_dim`` or ``kv_channels`` (None when it
+    is ``h/a``).
+
+    Raises ConfigError for a missing or bad size, ``kv_channels`` and ``head_dim`` that disagree,
+    or ``h`` not divisible by the heads without a head size."""
     layers = _int(cfg, "num_hidden_layers", where)
     h = _int(cfg, "hidden_size", where)
     a = _int(cfg, "num_attention_heads", where)
@@ -645,6 +738,17 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
                       "the config gives no head_dim (or kv_channels)")
     kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
+    return {"num_layers": layers, "hidden_size": h, "num_attention_heads": a,
+            "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
+            "num_query_groups": g if g is not None and g != a else None,
+            "kv_channels": kv_channels}
+
+
+def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> None:
+    """Check the MLP's activation (``hidden_act``, by architecture) and the linear layers'
+    biases (GPT-OSS must have them, the others may not).
+
+    Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
     if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
         raise _refuse(where, "hidden_act", f"{act!r}: only " + (
@@ -659,11 +763,18 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         if not biased and cfg.get(bias) not in (None, False):
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
-    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
-    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
-    if not isinstance(tied, bool):
-        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
-    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
+
+
+def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
+                         ignored: dict[str, str]) -> dict[str, Any]:
+    """The model fields the architecture fixes (:data:`DENSE_ARCHITECTURES`,
+    :data:`MOE_ARCHITECTURES`) with its multi-head latent attention and multi-token prediction
+    fields and its experts' (:func:`_moe_fields`); the architecture's approximation, if any, is
+    added to ``ignored``.
+
+    Raises ConfigError for a field that disagrees with the architecture's modelling code or
+    MLA fields in an architecture without MLA."""
+    moe = arch in MOE_ARCHITECTURES
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
     for key, target in _AGREE.items():
         want = fixed.get(target, LLAMA_FAMILY[target])
@@ -688,32 +799,21 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                       "multi-token prediction; a config with them is not one we know")
     if moe:
         fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
-    name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
-            or arch.replace("ForCausalLM", ""))
-    model = model_from_fields({
-        "name": name[:200], "num_layers": layers, "hidden_size": h, "num_attention_heads": a,
-        "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
-        "num_query_groups": g if g is not None and g != a else None, "kv_channels": kv_channels,
-        **LLAMA_FAMILY, "tied_embeddings": tied, **fixed, **window_fields})
-    if window_note:
-        ignored["sliding_window"] = window_note
-    if storage:
-        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
-                                          "stores its weights (quantized after training); the "
-                                          "plan sets the training precision")
-    session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
-                      cost=CostConfig())
-    session.notes = f"Imported from the Hugging Face config {where} ({arch})."
-    if check_rules:
-        from core.plan.fields import rename_field
-        from core.plan.rules import validate
-        names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
-                 "num_experts"}
-        errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
-        if errs:  # named by the config's own keys
-            raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
-    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
-                    architecture=arch)
+    return fixed
+
+
+def _check_session_rules(session: Session, arch: str, moe: bool, where: str) -> None:
+    """Check the imported session's rules (:func:`core.plan.rules.validate`), the errors named
+    by the config's own keys.
+
+    Raises ConfigError listing them."""
+    from core.plan.fields import rename_field
+    from core.plan.rules import validate
+    names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
+             "num_experts"}
+    errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
+    if errs:  # named by the config's own keys
+        raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
 
 
 def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:
