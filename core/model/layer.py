@@ -362,7 +362,7 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     return out * scale
 
 
-@dataclass
+@dataclass(slots=True)
 class _LayerTerms:
     """The terms of :func:`dense_activation_bytes_per_layer`, in 16-bit bytes per token over
     ``h`` (``sbh`` multiples), as its steps adjust them in turn.
