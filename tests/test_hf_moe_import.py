@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from core.plan.fields import ConfigError
-from core.io.hf_import import moe_layer_fields, session_from_hf_config
+from core.io.hf_import import session_from_hf_config
+from core.io.hf_moe import moe_layer_fields
 from core.io.session import load_any
 from tests.conftest import ROOT
 

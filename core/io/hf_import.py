@@ -94,7 +94,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.io.import_result import ImportResult, refusal, switched_off_or_refuse
+from core.io.hf_moe import moe_fields
+from core.io.import_result import ImportResult, positive_int, refusal, switched_off_or_refuse
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -103,8 +104,7 @@ from core.plan.presets import LLAMA_FAMILY
 from core.plan.session import Session
 
 __all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
-           "HFImport", "session_from_hf_config", "read_hf_config", "default_plan",
-           "moe_layer_fields"]
+           "HFImport", "session_from_hf_config", "read_hf_config", "default_plan"]
 
 #: Dense decoder architectures we import, with the model fields their modelling code fixes.
 DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -162,7 +162,6 @@ _MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                   "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
                   "v_head_dim": "v_head_dim"}
 #: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
-_DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 #: Architectures refused by name (they wait for the layer-spec refactor: a layer built from named
 #: components), each with the field that has what the simulator does not model and what that
 #: would change in the simulated compute.
@@ -336,43 +335,6 @@ def _refuse(where: str, field_name: str, message: str) -> ConfigError:
     return refusal(where, field_name, message)
 
 
-def _int(cfg: dict[str, Any], name: str, where: str, required: bool = True) -> int | None:
-    v = cfg.get(name)
-    if v is None and not required:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        if name not in cfg:
-            raise _refuse(where, name, "missing (a positive integer is needed)")
-        raise _refuse(where, name, f"{v!r} must be a positive integer")
-    return v
-
-
-def moe_layer_fields(pattern: list[bool] | list[int]) -> tuple[int, int] | None:
-    """``(moe_first_dense_layers, moe_layer_frequency)`` whose layers with experts are
-    ``pattern``'s (truthy = MoE), or None when no such pair gives it.
-
-    The session's rule (Megatron-Core's ``--moe-layer-freq`` with first dense layers):
-    layer ``i`` has experts when ``i >= moe_first_dense_layers`` and
-    ``i % moe_layer_frequency == 0``. Of the pairs that give a pattern, the one whose
-    first dense layers end at the first MoE layer is returned (0 when layer 0 has
-    experts), so the integer form ``--moe-layer-freq k`` comes back as ``(0, k)``.
-    """
-    flags = [bool(x) for x in pattern]
-    moe = [i for i, x in enumerate(flags) if x]
-    L = len(flags)
-    if not moe:
-        return None
-    j = moe[0]
-    if len(moe) > 1:
-        candidates = [moe[1] - j]
-    else:  # one MoE layer: the last one, or the next multiple past the end
-        candidates = [1] * (j == L - 1) + [j] * (j > 0) + [max(L, 1)] * (j == 0)
-    for k in candidates:
-        if j % k == 0 and all(x == (i >= j and i % k == 0) for i, x in enumerate(flags)):
-            return j, k
-    return None
-
-
 def default_plan(model: ModelConfig) -> ParallelPlan:
     """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
     largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
@@ -385,101 +347,6 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
     d = 8 // t
     return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
                         global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16")
-
-
-def _moe_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
-                ignored: dict[str, str]) -> dict[str, Any]:
-    """The mixture-of-experts model fields of an MoE architecture's config (module doc)."""
-    experts_key = MOE_ARCHITECTURES[arch][1]
-    E = _int(cfg, experts_key, where)
-    k = _int(cfg, "num_experts_per_tok", where)
-    if k > E:
-        raise _refuse(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
-                      f"({experts_key})")
-    out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
-    if arch == "GptOssForCausalLM":
-        other = cfg.get("experts_per_token")
-        if other is not None and other != k:
-            raise _refuse(where, "experts_per_token", f"{other!r} disagrees with "
-                          f"num_experts_per_tok={k}")
-        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
-                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
-            if cfg.get(name) not in (None, [], 0):
-                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
-                              "are intermediate_size wide, every layer has them)")
-        out["moe_ffn_hidden_size"] = _int(cfg, "intermediate_size", where)
-        limit = cfg.get("swiglu_limit")
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-                raise _refuse(where, "swiglu_limit", f"{limit!r} must be a positive number")
-            out["activation_func_clamp_value"] = float(limit)
-        ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
-                                 "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
-                                 "activation kernel's bytes)")
-        return out
-    if arch == "MixtralForCausalLM":
-        for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
-                     "decoder_sparse_step", "mlp_only_layers", "num_experts"):
-            if cfg.get(name) not in (None, [], 0):
-                raise _refuse(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
-                              "are intermediate_size wide, every layer has them)")
-        return out
-    moe_ffn = _int(cfg, "moe_intermediate_size", where)
-    out["moe_ffn_hidden_size"] = moe_ffn
-    if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
-        method = cfg.get("topk_method", "greedy")
-        if method not in _DEEPSEEK_TOPK_METHODS:
-            raise _refuse(where, "topk_method", f"{method!r}: expert selection other than "
-                          f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
-        if method != "greedy":
-            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
-                                      "the same number of experts; no extra cost is modelled")
-        out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
-        if not (isinstance(out["num_shared_experts"], int)
-                and not isinstance(out["num_shared_experts"], bool)
-                and out["num_shared_experts"] >= 0):
-            raise _refuse(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
-                          "non-negative integer")
-        # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
-        # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
-        first = cfg.get("first_k_dense_replace") or 0
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise _refuse(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
-                          "integer")
-        out["moe_first_dense_layers"] = first
-        out["moe_layer_frequency"] = _int(cfg, "moe_layer_freq", where, required=False) or 1
-        return out
-    shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
-              _int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
-    if shared and arch != "Qwen2MoeForCausalLM":
-        raise _refuse(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
-                      "expert")
-    if shared % moe_ffn:
-        raise _refuse(where, "shared_expert_intermediate_size", f"{shared} is not a multiple of "
-                      f"moe_intermediate_size={moe_ffn}: a shared expert of its own size is not "
-                      "modelled (shared experts are each moe_intermediate_size wide)")
-    out["num_shared_experts"] = shared // moe_ffn
-    if shared:
-        ignored["shared_expert_gate"] = ("Qwen2-MoE's sigmoid gate on the shared expert: h "
-                                         "parameters per layer and an elementwise product, not "
-                                         "counted")
-    step = _int(cfg, "decoder_sparse_step", where, required=False) or 1
-    dense = cfg.get("mlp_only_layers") or []
-    if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool)
-                                            and 0 <= i < layers for i in dense)):
-        raise _refuse(where, "mlp_only_layers", f"{dense!r} must be a list of layer indices "
-                      f"0..{layers - 1}")
-    pattern = [(i + 1) % step == 0 and i not in dense for i in range(layers)]
-    fit = moe_layer_fields(pattern)
-    if fit is None:
-        bad = "decoder_sparse_step" if step > 1 and not dense else "mlp_only_layers"
-        raise _refuse(where, bad, f"MoE layers {[i for i, x in enumerate(pattern) if x][:8]}"
-                      f"{' ...' if sum(pattern) > 8 else ''} (decoder_sparse_step={step}, "
-                      f"mlp_only_layers={dense}): only first dense layers followed by every k-th "
-                      "layer from the first MoE layer on (Megatron's --moe-layer-freq) are "
-                      "modelled")
-    out["moe_first_dense_layers"], out["moe_layer_frequency"] = fit
-    return out
 
 
 def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str
@@ -593,6 +460,45 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
+    arch = _architecture(cfg, where)
+    moe = arch in MOE_ARCHITECTURES
+    ignored, storage = _ignored_fields(cfg, arch, where)
+    sizes = _sizes(cfg, where, seq_length)
+    layers, s = sizes["num_layers"], sizes["seq_length"]
+    _check_activation_and_biases(cfg, arch, where)
+    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
+    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
+    if not isinstance(tied, bool):
+        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
+    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
+    fixed = _architecture_fields(cfg, arch, layers, where, ignored)
+    name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
+            or arch.replace("ForCausalLM", ""))
+    model = model_from_fields({
+        "name": name[:200], **sizes, **LLAMA_FAMILY, "tied_embeddings": tied, **fixed,
+        **window_fields})
+    if window_note:
+        ignored["sliding_window"] = window_note
+    if storage:
+        quant = cfg["quantization_config"]
+        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
+                                          "stores its weights (quantized after training); the "
+                                          "plan sets the training precision")
+    session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
+                      cost=CostConfig())
+    session.notes = f"Imported from the Hugging Face config {where} ({arch})."
+    if check_rules:
+        _check_session_rules(session, arch, moe, where)
+    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
+                    architecture=arch)
+
+
+def _architecture(cfg: dict[str, Any], where: str) -> str:
+    """The config's one architecture, supported (:data:`DENSE_ARCHITECTURES`,
+    :data:`MOE_ARCHITECTURES`) and with only fields the importer knows.
+
+    Raises ConfigError for a missing, refused or unsupported architecture, experts in a dense
+    one, or an unknown field."""
     supported = [*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES]
     archs = cfg.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
@@ -615,6 +521,16 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
                       "it changes the model; remove it if it does not" +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    return arch
+
+
+def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[str, str], bool]:
+    """``(ignored, storage)``: the switched-off :data:`REFUSED` fields (name -> why they are
+    listed; Gemma's soft-capping fields by :func:`_gemma_softcap`) and whether the config's
+    ``quantization_config`` is only how the released checkpoint stores its weights.
+
+    Raises ConfigError for a refused field switched on, a Gemma activation other than GeGLU or
+    quantized weights."""
     if arch in _GEMMA_SOFTCAP:  # the family models Gemma 2's soft-capping
         ignored = {**_refused_fields({k: v for k, v in cfg.items() if not k.endswith(
             "_logit_softcapping")}, where), **_gemma_softcap(cfg, arch, where)}
@@ -628,16 +544,28 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
                _STORAGE_QUANTIZATION.get(arch, ()))
     if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
-    layers = _int(cfg, "num_hidden_layers", where)
-    h = _int(cfg, "hidden_size", where)
-    a = _int(cfg, "num_attention_heads", where)
-    g = _int(cfg, "num_key_value_heads", where, required=False)
-    f = _int(cfg, "intermediate_size", where)
-    vocab = _int(cfg, "vocab_size", where)
-    max_pos = _int(cfg, "max_position_embeddings", where, required=seq_length is None)
+    return ignored, storage
+
+
+def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str, Any]:
+    """The model's size fields from the config (``num_layers``, ``hidden_size``,
+    ``num_attention_heads``, ``ffn_hidden_size``, ``seq_length``, ``vocab_size``,
+    ``num_query_groups``, ``kv_channels``); ``seq_length`` when given, else
+    ``max_position_embeddings``; the head size from ``head_dim`` or ``kv_channels`` (None when it
+    is ``h/a``).
+
+    Raises ConfigError for a missing or bad size, ``kv_channels`` and ``head_dim`` that disagree,
+    or ``h`` not divisible by the heads without a head size."""
+    layers = positive_int(cfg, "num_hidden_layers", where)
+    h = positive_int(cfg, "hidden_size", where)
+    a = positive_int(cfg, "num_attention_heads", where)
+    g = positive_int(cfg, "num_key_value_heads", where, required=False)
+    f = positive_int(cfg, "intermediate_size", where)
+    vocab = positive_int(cfg, "vocab_size", where)
+    max_pos = positive_int(cfg, "max_position_embeddings", where, required=seq_length is None)
     s = seq_length if seq_length is not None else max_pos
-    head_dim = _int(cfg, "head_dim", where, required=False)
-    kv = _int(cfg, "kv_channels", where, required=False)
+    head_dim = positive_int(cfg, "head_dim", where, required=False)
+    kv = positive_int(cfg, "kv_channels", where, required=False)
     if kv is not None and head_dim is not None and kv != head_dim:
         raise _refuse(where, "kv_channels", f"{kv} disagrees with head_dim={head_dim}")
     head_dim = head_dim if head_dim is not None else kv
@@ -645,6 +573,17 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, "hidden_size", f"{h} is not divisible by num_attention_heads={a} and "
                       "the config gives no head_dim (or kv_channels)")
     kv_channels = head_dim if head_dim is not None and head_dim * a != h else None
+    return {"num_layers": layers, "hidden_size": h, "num_attention_heads": a,
+            "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
+            "num_query_groups": g if g is not None and g != a else None,
+            "kv_channels": kv_channels}
+
+
+def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> None:
+    """Check the MLP's activation (``hidden_act``, by architecture) and the linear layers'
+    biases (GPT-OSS must have them, the others may not).
+
+    Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
     if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
         raise _refuse(where, "hidden_act", f"{act!r}: only " + (
@@ -659,11 +598,18 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         if not biased and cfg.get(bias) not in (None, False):
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
-    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
-    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
-    if not isinstance(tied, bool):
-        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
-    ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
+
+
+def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
+                         ignored: dict[str, str]) -> dict[str, Any]:
+    """The model fields the architecture fixes (:data:`DENSE_ARCHITECTURES`,
+    :data:`MOE_ARCHITECTURES`) with its multi-head latent attention and multi-token prediction
+    fields and its experts' (:func:`core.io.hf_moe.moe_fields`); the architecture's approximation, if any, is
+    added to ``ignored``.
+
+    Raises ConfigError for a field that disagrees with the architecture's modelling code or
+    MLA fields in an architecture without MLA."""
+    moe = arch in MOE_ARCHITECTURES
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
     for key, target in _AGREE.items():
         want = fixed.get(target, LLAMA_FAMILY[target])
@@ -677,7 +623,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
     if fixed.get("multi_latent_attention"):
         for key, target in _MLA_HF_FIELDS.items():
-            fixed[target] = _int(cfg, key, where, required=key != "q_lora_rank")
+            fixed[target] = positive_int(cfg, key, where, required=key != "q_lora_rank")
         mtp = cfg.get("num_nextn_predict_layers") or 0
         if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
             raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
@@ -687,33 +633,23 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
                       "multi-token prediction; a config with them is not one we know")
     if moe:
-        fixed.update(_moe_fields(cfg, arch, layers, where, ignored))
-    name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
-            or arch.replace("ForCausalLM", ""))
-    model = model_from_fields({
-        "name": name[:200], "num_layers": layers, "hidden_size": h, "num_attention_heads": a,
-        "ffn_hidden_size": f, "seq_length": s, "vocab_size": vocab,
-        "num_query_groups": g if g is not None and g != a else None, "kv_channels": kv_channels,
-        **LLAMA_FAMILY, "tied_embeddings": tied, **fixed, **window_fields})
-    if window_note:
-        ignored["sliding_window"] = window_note
-    if storage:
-        ignored["quantization_config"] = (f"{quant['quant_method']}: how the released checkpoint "
-                                          "stores its weights (quantized after training); the "
-                                          "plan sets the training precision")
-    session = Session(model=model, plan=default_plan(model), cluster=ClusterConfig(),
-                      cost=CostConfig())
-    session.notes = f"Imported from the Hugging Face config {where} ({arch})."
-    if check_rules:
-        from core.plan.fields import rename_field
-        from core.plan.rules import validate
-        names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
-                 "num_experts"}
-        errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
-        if errs:  # named by the config's own keys
-            raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
-    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
-                    architecture=arch)
+        fixed.update(moe_fields(cfg, arch, MOE_ARCHITECTURES[arch][1], layers, where,
+                                ignored))
+    return fixed
+
+
+def _check_session_rules(session: Session, arch: str, moe: bool, where: str) -> None:
+    """Check the imported session's rules (:func:`core.plan.rules.validate`), the errors named
+    by the config's own keys.
+
+    Raises ConfigError listing them."""
+    from core.plan.fields import rename_field
+    from core.plan.rules import validate
+    names = {**_HF_NAMES, "model.num_experts": MOE_ARCHITECTURES[arch][1] if moe else
+             "num_experts"}
+    errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
+    if errs:  # named by the config's own keys
+        raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
 
 
 def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 
-__all__ = ["ImportResult", "refusal", "switched_off", "switched_off_or_refuse"]
+__all__ = ["ImportResult", "positive_int", "refusal", "switched_off", "switched_off_or_refuse"]
 
 
 @dataclass
@@ -50,6 +50,21 @@ class ImportResult:
 def refusal(where: str, key: str, message: str) -> ConfigError:
     """The error that refuses ``key`` of the file ``where`` (the field named ``where: key``)."""
     return ConfigError([FieldError(f"{where}: {key}", message)])
+
+
+def positive_int(cfg: dict[str, Any], name: str, where: str, required: bool = True) -> int | None:
+    """``cfg[name]``, a positive integer (None when absent and not ``required``).
+
+    Raises ConfigError (:func:`refusal`) naming the field when it is missing and required or
+    not a positive integer."""
+    v = cfg.get(name)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if name not in cfg:
+            raise refusal(where, name, "missing (a positive integer is needed)")
+        raise refusal(where, name, f"{v!r} must be a positive integer")
+    return v
 
 
 def switched_off(value: Any, inert: tuple[Any, ...]) -> bool:

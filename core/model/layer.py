@@ -6,6 +6,7 @@ add to them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from core.model.attention import mha_attention_kernels, norms_separate_of
@@ -271,9 +272,9 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
                                       mlp: float | None = None) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU.
 
-    (One function of ~110 lines on purpose: the terms below interact -- FP8 copies, fused and
-    separate norms, recomputed modules -- and each adjustment reads the ones before it; split
-    apart, the order that keeps the numbers bit-identical would be implicit.)
+    Computed in steps that adjust the terms in turn, each reading the ones before it: the
+    16-bit terms (:func:`_layer_terms`), FP8's copies (:func:`_fp8_terms`), the recomputed
+    modules (:func:`_recomputed_terms`), then Table 2's row for ``mode``.
 
     ``mlp`` replaces the MLP's term (``4f/h``, ``6f/h`` gated; see below) for an MoE layer,
     whose dense MLP is its shared experts' (:func:`moe_activation_bytes_per_layer`).
@@ -342,9 +343,60 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     t = plan.tensor_parallel
     scale = DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
     sbh = s * b * h
-    sp = plan.sequence_parallel
     flash = model.attention_kernel == "flash"
     mods = recompute_modules(plan) if mode == "selective" else ()
+    terms = _layer_terms(model, plan, mods, mlp)
+    if plan.precision == "fp8":
+        _fp8_terms(terms, model, plan, mode, mods)
+    _recomputed_terms(terms, model, plan, mods)
+    if mode == "full":
+        out = 2 * sbh / t if plan.sequence_parallel else 2 * sbh
+    elif mode in ("none", "selective"):
+        # the unfused core keeps its s x s tensors unless selective recomputation redoes it
+        ss = 5 * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) else 0.0
+        base, split = terms.base, terms.split
+        out = sbh / t * (base + split + ss) if plan.sequence_parallel else sbh * (
+            base + (split + ss) / t)
+    else:
+        raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
+    return out * scale
+
+
+@dataclass(slots=True)
+class _LayerTerms:
+    """The terms of :func:`dense_activation_bytes_per_layer`, in 16-bit bytes per token over
+    ``h`` (``sbh`` multiples), as its steps adjust them in turn.
+
+    ``base`` is the part every rank keeps whole (Korthikanti et al. 2022 Table 2's ``10``: the
+    norms' inputs and outputs, dropout masks), ``split`` the part tensor parallelism splits
+    (the ``24``: Q, K, V, the projection's input, the MLP's); ``norm_in`` and ``norm_mlp`` what
+    the two norms' outputs (QKV's and fc1's inputs) cost, ``mlp_kept`` the MLP's term that
+    ``mlp`` recomputation drops, ``shared_copy`` the shared experts' FP8 copy of their input
+    (0 or 1). ``mla``, ``moe`` (an MoE layer: ``mlp`` given), ``per_f`` (6 gated, 4 plain),
+    ``mlp`` (the MLP's term) and ``proj_width`` (the projection's input width) describe the
+    layer."""
+
+    base: float
+    split: float
+    mla: bool
+    moe: bool
+    per_f: int
+    mlp: float
+    proj_width: int
+    norm_in: float = 2.0
+    norm_mlp: float = 2.0
+    mlp_kept: float = 0.0
+    shared_copy: int = 0
+
+
+def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
+                 mlp: float | None) -> _LayerTerms:
+    """The 16-bit terms of one layer before FP8 and recomputation (see
+    :func:`dense_activation_bytes_per_layer`): the ``10`` (plus MLA's latents,
+    :func:`mla_activation_terms`) and the ``24`` written for the family (grouped-query heads,
+    QK-norm, head size ``kv``, a gated MLP; ``mlp`` replaces the MLP's term in an MoE layer)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    flash = model.attention_kernel == "flash"
     mla = getattr(model, "multi_latent_attention", False) is True
     base = 10.0
     if mla:  # multi-head latent attention: its heads and latents (mla_activation_terms)
@@ -363,47 +415,67 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
         mlp = per_f * model.ffn / h
     split = attn + mlp  # 24 for GPT
     # what the two norms' outputs cost here (QKV's and fc1's inputs), and the MLP's term
-    norm_in, norm_mlp, mlp_kept, shared_copy = 2.0, 2.0, mlp, 0
+    return _LayerTerms(base=base, split=split, mla=mla, moe=moe, per_f=per_f, mlp=mlp,
+                       proj_width=proj_width, mlp_kept=mlp)
+
+
+def _fp8_terms(terms: _LayerTerms, model: ModelConfig, plan: ParallelPlan, mode: str,
+               mods: tuple[str, ...]) -> None:
+    """Adjust ``terms`` in place for FP8 training (``plan.precision == "fp8"``): Transformer
+    Engine keeps the linear layers' inputs as their FP8 copies (1 byte, not 2; see
+    :func:`dense_activation_bytes_per_layer`), the router's BF16 input and the shared experts'
+    copy in an MoE layer, the projection's input by recipe."""
+    flash = model.attention_kernel == "flash"
+    # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
+    # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
+    # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
+    # adds 1 (and without shared experts nothing changes). With a recipe other than delayed
+    # scaling Megatron-Core has the shared experts' fc1 save its original input instead
+    # (shared_experts.py: set_save_original_input unless they are recomputed): no copy
+    delayed = fp8_recipe(plan) == "delayed"
+    qkv_in = 0 if terms.mla else 1
+    terms.shared_copy = shared_copy = 1 if (terms.moe and terms.mlp and delayed) else 0
+    if not terms.moe:
+        terms.base -= qkv_in + 1  # QKV's and fc1's inputs
+        terms.norm_mlp = 1.0
+    else:
+        terms.base -= qkv_in - shared_copy  # QKV's input; the shared experts' FP8 copy
+        terms.norm_mlp = 2.0 + shared_copy
+    terms.norm_in = 2.0 - qkv_in
+    mlp_in = terms.mlp / terms.per_f  # fc2's input, f wide: 2f/h -> f/h
+    terms.mlp_kept = terms.mlp - mlp_in
+    # the projection's input: 2 -> 1; FlashAttention not recomputed keeps its output (the
+    # same tensor) in BF16 for its own backward, so the FP8 copy adds 1. With a recipe other
+    # than delayed scaling the projection saves its original BF16 input (attention.py:
+    # set_save_original_input): 2, as in BF16
+    if not delayed:
+        proj = 0
+    else:
+        proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1
+    terms.split += proj * terms.proj_width / model.hidden_size - mlp_in
+
+
+def _recomputed_terms(terms: _LayerTerms, model: ModelConfig, plan: ParallelPlan,
+                      mods: tuple[str, ...]) -> None:
+    """Adjust ``terms`` in place for selective recomputation by module (``mods``, Megatron-Core
+    ``--recompute-modules``; see :func:`dense_activation_bytes_per_layer`): ``layernorm`` drops
+    the separate norms' outputs, MLA's FP8 query copy and ``mla_up_proj``'s gathered rotary key,
+    ``mlp`` (dense) or ``moe`` / ``shared_experts`` (the shared experts) drop the MLP's share.
+    Runs after :func:`_fp8_terms`, whose costs it reads."""
     fp8 = plan.precision == "fp8"
-    if fp8:  # TE keeps the linear layers' inputs in FP8 (1 byte, not 2)
-        # QKV's input (the first norm's output) 2 -> 1 (MLA: two TE linears read it, two FP8
-        # copies: 2 -> 2); fc1's (the second's) 2 -> 1, but in an MoE layer the router keeps
-        # that tensor in BF16 (its gate is a plain BF16 linear), so the shared experts' FP8 copy
-        # adds 1 (and without shared experts nothing changes). With a recipe other than delayed
-        # scaling Megatron-Core has the shared experts' fc1 save its original input instead
-        # (shared_experts.py: set_save_original_input unless they are recomputed): no copy
-        delayed = fp8_recipe(plan) == "delayed"
-        qkv_in = 0 if mla else 1
-        shared_copy = 1 if (moe and mlp and delayed) else 0
-        if not moe:
-            base -= qkv_in + 1  # QKV's and fc1's inputs
-            norm_mlp = 1.0
-        else:
-            base -= qkv_in - shared_copy  # QKV's input; the shared experts' FP8 copy
-            norm_mlp = 2.0 + shared_copy
-        norm_in = 2.0 - qkv_in
-        mlp_in = mlp / per_f  # fc2's input, f wide: 2f/h -> f/h
-        mlp_kept = mlp - mlp_in
-        # the projection's input: 2 -> 1; FlashAttention not recomputed keeps its output (the
-        # same tensor) in BF16 for its own backward, so the FP8 copy adds 1. With a recipe other
-        # than delayed scaling the projection saves its original BF16 input (attention.py:
-        # set_save_original_input): 2, as in BF16
-        if not delayed:
-            proj = 0
-        else:
-            proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1
-        split += proj * proj_width / h - mlp_in
+    mla, moe, shared_copy = terms.mla, terms.moe, terms.shared_copy
+    t, h = plan.tensor_parallel, model.hidden_size
     # Megatron-Core's TE layer spec (the flash attention path) fuses the input norm into QKV
     # (TELayerNormColumnParallelLinear) except with MLA, and the pre-MLP norm into fc1 except in
     # MoE layers (the router reads it); ``layernorm`` recomputes the separate norms only
     # (transformer_layer.py: not IdentityOp); the local spec (the unfused path) has both
     # separate. Their outputs are then not kept: under FP8 the linears that read them save
     # their original BF16 input instead of an FP8 copy (set_save_original_input), freed with it.
-    in_separate, mlp_separate = norms_separate_of(flash, mla)
+    in_separate, mlp_separate = norms_separate_of(model.attention_kernel == "flash", mla)
     shared_recomputed = moe and bool(mods) and ("moe" in mods or "shared_experts" in mods)
     if "layernorm" in mods:  # (the shared experts' copy once: dropped below when recomputed)
-        base -= (norm_in if in_separate else 0.0) + (
-            norm_mlp - (shared_copy if (fp8 and shared_recomputed) else 0.0)
+        terms.base -= (terms.norm_in if in_separate else 0.0) + (
+            terms.norm_mlp - (shared_copy if (fp8 and shared_recomputed) else 0.0)
             if (moe or mlp_separate) else 0.0)
     if mla and fp8 and not model.q_lora_rank:
         # without query compression (q_lora_rank empty) the query projection reads the input
@@ -414,25 +486,16 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
         # (2) as the checkpoint's input instead of that FP8 copy (1); with both, the norm's
         # output is discarded and the query projection runs inside the checkpoint: nothing kept
         if ("layernorm" in mods and in_separate) != ("mla_up_proj" in mods):
-            base += 1.0
-    if mla and "mla_up_proj" in mods and sp and t > 1:
+            terms.base += 1.0
+    if mla and "mla_up_proj" in mods and plan.sequence_parallel and t > 1:
         # the checkpoint keeps the rotary key gathered to the whole sequence (Megatron-Core
         # gathers k_pos_emb before it): 2 pe per token on every rank, not on s/t tokens
-        base += 2 * model.qk_pos_emb_head_dim * (t - 1) / h
+        terms.base += 2 * model.qk_pos_emb_head_dim * (t - 1) / h
     if "mlp" in mods and not moe:  # the dense MLP under a checkpoint of its input
         if not mlp_separate:  # the residual (kept anyway): fc1's fused norm output is not kept
-            base -= norm_mlp
-        split -= mlp_kept  # nor fc1's and the activation's outputs
+            terms.base -= terms.norm_mlp
+        terms.split -= terms.mlp_kept  # nor fc1's and the activation's outputs
     elif shared_recomputed:
-        split -= mlp_kept  # the shared experts' fc1 and activation outputs (fc2's input)
+        terms.split -= terms.mlp_kept  # the shared experts' fc1 and activation outputs
         if fp8:
-            base -= shared_copy  # and their FP8 copy of their input (the router keeps the BF16)
-    if mode == "full":
-        out = 2 * sbh / t if sp else 2 * sbh
-    elif mode in ("none", "selective"):
-        # the unfused core keeps its s x s tensors unless selective recomputation redoes it
-        ss = 5 * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) else 0.0
-        out = sbh / t * (base + split + ss) if sp else sbh * (base + (split + ss) / t)
-    else:
-        raise ValueError(f"recompute mode {mode!r} is not one of none, selective, full")
-    return out * scale
+            terms.base -= shared_copy  # and their FP8 copy of their input (the router keeps the BF16)

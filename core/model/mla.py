@@ -4,6 +4,7 @@ parameters, FLOPs, kernels and activation terms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from core.model.attention import attended_pairs
@@ -111,8 +112,9 @@ def mla_tp_latent_width(model: ModelConfig) -> int:
 def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of a multi-head latent attention op (``attention_fwd``,
     ``attention_bwd`` and the core's ``attention_core_fwd/bwd`` of a key with ``kvlr > 0``).
-    (Two kernel lists written out in execution order, forward and backward: longer than a
-    screen, read top to bottom against Megatron-Core's module.)
+    (The forward's and the backward's kernel lists are written out in execution order,
+    :func:`_mla_forward_kernels` and :func:`_mla_backward_kernels`, to read top to bottom
+    against Megatron-Core's module.)
 
     Megatron-Core ``MLASelfAttention`` (``get_query_key_value_tensors``, TE layer spec), per
     micro-batch of ``T = b s`` tokens, ``a/t`` heads per rank: the input norm; the down
@@ -134,6 +136,53 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     layer's (:func:`linear_kernels`). The attention is FlashAttention only (validation
     refuses MLA with the unfused kernel and with context parallelism).
     """
+    sh = _mla_shape(key)
+    core, core_bwd = _mla_core_kernels(sh)
+    if op == "attention_core_fwd":
+        return core
+    if op == "attention_core_bwd":
+        return core_bwd
+    if op == "attention_fwd":
+        return _mla_forward_kernels(sh, core)
+    return _mla_backward_kernels(sh, core_bwd)
+
+
+@dataclass(frozen=True)
+class _MlaShape:
+    """One rank's sizes of an MLA op (see :func:`mla_op_kernels`): ``e`` bytes per element and
+    ``acc`` per accumulated weight gradient, ``linear`` / ``cast`` the linear-layer kernel
+    makers (:func:`core.model.fp8.linear_kernels`), ``T = b s`` tokens and ``T_in`` the down
+    projections' (``T/t`` with sequence parallelism), ``tok`` bytes of ``T_in`` hidden states,
+    the MLA widths (:func:`mla_dims`; ``dqk = d_qk + d_pe``), ``q_cols``, ``kv_cols`` and ``ctx``
+    the up projections' and the core output's columns on ``heads = a/t`` heads, ``norm`` the
+    norm kernel's name and ``qkn`` the latent norms (QK-norm)."""
+
+    e: int
+    acc: float
+    linear: Any
+    cast: Any
+    b: int
+    s: int
+    h: int
+    heads: int
+    ql: int
+    kvl: int
+    qk: int
+    pe: int
+    dv: int
+    dqk: int
+    T: int
+    T_in: int
+    tok: int
+    norm: str
+    qkn: bool
+    q_cols: int
+    kv_cols: int
+    ctx: int
+
+
+def _mla_shape(key: Mapping[str, Any]) -> _MlaShape:
+    """The :class:`_MlaShape` of an MLA op key (:data:`core.model.keys.MLA_KEY` columns)."""
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
@@ -149,40 +198,62 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
     qkn = bool(int(key.get("qkn", 0) or 0))
     q_cols, kv_cols, ctx = heads * dqk, heads * (qk + dv), heads * dv
+    return _MlaShape(e=e, acc=acc, linear=linear, cast=cast, b=b, s=s, h=h, heads=heads, ql=ql,
+                     kvl=kvl, qk=qk, pe=pe, dv=dv, dqk=dqk, T=T, T_in=T_in, tok=tok, norm=norm,
+                     qkn=qkn, q_cols=q_cols, kv_cols=kv_cols, ctx=ctx)
+
+
+def _mla_core_kernels(sh: _MlaShape) -> tuple[list[Kernel], list[Kernel]]:
+    """``(forward, backward)`` FlashAttention kernels of the MLA core: causal, ``2 b (a/t)
+    (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that backward (see :func:`mla_op_kernels`)."""
+    b, s, e, T, heads, dqk, dv = sh.b, sh.s, sh.e, sh.T, sh.heads, sh.dqk, sh.dv
     pairs = attended_pairs(s)
     flops = 2.0 * b * heads * pairs * (dqk + dv)
     core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
                    b * heads)]
     core_bwd = [Kernel("flash_attn_bwd", 2.5 * flops, float(e * T * heads * (4 * dqk + 4 * dv)),
                        s, s, dqk, b * heads)]
-    if op == "attention_core_fwd":
-        return core
-    if op == "attention_core_bwd":
-        return core_bwd
-    # read the up projections' outputs and the rotary key, write Q, K (a/t heads of d_qk + d_pe)
-    # and V (d_v)
-    assemble = e * T * (q_cols + kv_cols + pe + 2 * q_cols + ctx)
-    q_norm = [mem(f"q_latent_{norm}", 2 * T_in * ql * e)] if (qkn and ql) else []
-    kv_norm = [mem(f"kv_latent_{norm}", 2 * T_in * kvl * e)] if qkn else []
+    return core, core_bwd
+
+
+def _mla_assemble_bytes(sh: _MlaShape) -> int:
+    """Bytes of the RoPE-and-assembly kernel (either pass): it reads the up projections' outputs
+    and the rotary key and writes Q, K (``a/t`` heads of ``d_qk + d_pe``) and V (``d_v``)."""
+    return sh.e * sh.T * (sh.q_cols + sh.kv_cols + sh.pe + 2 * sh.q_cols + sh.ctx)
+
+
+def _mla_forward_kernels(sh: _MlaShape, core: list[Kernel]) -> list[Kernel]:
+    """``attention_fwd``'s MLA kernels in execution order (see :func:`mla_op_kernels`)."""
+    linear, cast, e, h = sh.linear, sh.cast, sh.e, sh.h
+    T, T_in, ql, kvl, pe, norm = sh.T, sh.T_in, sh.ql, sh.kvl, sh.pe, sh.norm
+    q_norm = [mem(f"q_latent_{norm}", 2 * T_in * ql * e)] if (sh.qkn and ql) else []
+    kv_norm = [mem(f"kv_latent_{norm}", 2 * T_in * kvl * e)] if sh.qkn else []
     if ql:
         q_up = [*q_norm, *cast("q_up_proj_input", T * ql),
-                linear("q_up_proj", T, q_cols, ql)]             # (b*s, q_l) x (q_l, a dqk/t)
+                linear("q_up_proj", T, sh.q_cols, ql)]          # (b*s, q_l) x (q_l, a dqk/t)
     else:
-        q_up = [*cast("q_proj_input", T * h), linear("q_proj", T, q_cols, h)]
-    if op == "attention_fwd":
-        return [
-            mem(norm, 2 * tok),
-            *cast("down_proj_input", T_in * h),
-            *([linear("q_down_proj", T_in, ql, h)] if ql else []),   # (T_in, h) x (h, q_l)
-            linear("kv_down_proj", T_in, kvl + pe, h),                # (T_in, h) x (h, kv_l+pe)
-            *q_up,
-            *kv_norm, *cast("kv_up_proj_input", T * kvl),
-            linear("kv_up_proj", T, kv_cols, kvl),                   # (b*s, kv_l) x (kv_l, .)
-            mem("mla_rope_concat", assemble),
-            *core,
-            *cast("proj_input", T * ctx),
-            linear("proj", T, h, ctx),                               # (b*s, a dv/t) x (., h)
-        ]
+        q_up = [*cast("q_proj_input", T * h), linear("q_proj", T, sh.q_cols, h)]
+    return [
+        mem(norm, 2 * sh.tok),
+        *cast("down_proj_input", T_in * h),
+        *([linear("q_down_proj", T_in, ql, h)] if ql else []),   # (T_in, h) x (h, q_l)
+        linear("kv_down_proj", T_in, kvl + pe, h),                # (T_in, h) x (h, kv_l+pe)
+        *q_up,
+        *kv_norm, *cast("kv_up_proj_input", T * kvl),
+        linear("kv_up_proj", T, sh.kv_cols, kvl),                # (b*s, kv_l) x (kv_l, .)
+        mem("mla_rope_concat", _mla_assemble_bytes(sh)),
+        *core,
+        *cast("proj_input", T * sh.ctx),
+        linear("proj", T, h, sh.ctx),                            # (b*s, a dv/t) x (., h)
+    ]
+
+
+def _mla_backward_kernels(sh: _MlaShape, core_bwd: list[Kernel]) -> list[Kernel]:
+    """``attention_bwd``'s MLA kernels in execution order (see :func:`mla_op_kernels`): each
+    GEMM's input and weight gradients, the weight gradients accumulated once."""
+    linear, cast, e, h = sh.linear, sh.cast, sh.e, sh.h
+    T, T_in, ql, kvl, pe, norm = sh.T, sh.T_in, sh.ql, sh.kvl, sh.pe, sh.norm
+    q_cols, kv_cols, ctx, qkn = sh.q_cols, sh.kv_cols, sh.ctx, sh.qkn
     weights = (h * ql + h * (kvl + pe) + (ql * q_cols if ql else h * q_cols) + kvl * kv_cols
                + ctx * h)
     if ql:
@@ -193,12 +264,12 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
         q_up_bwd = [*cast("q_proj_grad", T * q_cols),
                     linear("q_proj_dgrad", T, h, q_cols), linear("q_proj_wgrad", q_cols, h, T)]
     return [
-        mem("bias_dropout_add_bwd", 2 * tok),
+        mem("bias_dropout_add_bwd", 2 * sh.tok),
         *cast("proj_grad", T * h),
         linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
-        mem("wgrad_accumulate", acc * weights),
+        mem("wgrad_accumulate", sh.acc * weights),
         *core_bwd,
-        mem("mla_rope_concat_bwd", assemble),
+        mem("mla_rope_concat_bwd", _mla_assemble_bytes(sh)),
         *cast("kv_up_proj_grad", T * kv_cols),
         linear("kv_up_proj_dgrad", T, kvl, kv_cols), linear("kv_up_proj_wgrad", kv_cols, kvl, T),
         *([mem(f"kv_latent_{norm}_bwd", 4 * T_in * kvl * e)] if qkn else []),
@@ -208,7 +279,7 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
           if ql else []),
         linear("kv_down_proj_dgrad", T_in, h, kvl + pe),
         linear("kv_down_proj_wgrad", kvl + pe, h, T_in),
-        mem(f"{norm}_bwd", 4 * tok),
+        mem(f"{norm}_bwd", 4 * sh.tok),
     ]
 
 

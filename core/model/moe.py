@@ -203,8 +203,9 @@ def moe_routed_rows(key: Mapping[str, Any]) -> float:
 
 def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     """Kernels of one GPU's share of an MoE layer's op (:data:`MOE_OPS`). (The ops' kernel lists
-    written out in execution order: longer than a screen, read against Megatron-Core's
-    ``MoELayer``.)
+    are written out in execution order, by part: :func:`_moe_routing_kernels`,
+    :func:`_moe_experts_kernels`, :func:`_moe_shared_experts_kernels`; read them against
+    Megatron-Core's ``MoELayer``.)
 
     ``T = b s`` tokens; ``T_in = T/t`` enter the layer on a rank with sequence parallelism
     (``T`` without); ``R`` (:func:`moe_routed_rows`) copies reach the rank's ``E/ep``
@@ -225,6 +226,54 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     stays BF16 (a plain ``torch`` linear in Megatron-Core's ``TopKRouter``), and so do the
     permutations and the all-to-alls' tokens.
     """
+    sh = _moe_shape(key)
+    if op in ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd",
+              "moe_unpermute_fwd", "moe_unpermute_bwd"):
+        return _moe_routing_kernels(op, sh)
+    if op in ("experts_fwd", "experts_bwd"):
+        return _moe_experts_kernels(op, sh)
+    if op in ("shared_experts_fwd", "shared_experts_bwd"):
+        return _moe_shared_experts_kernels(op, sh)
+    raise KeyError(f"unknown MoE op {op!r}")
+
+
+@dataclass(frozen=True)
+class _MoeShape:
+    """One rank's sizes of an MoE layer's ops (see :func:`moe_op_kernels`): ``e`` bytes per
+    element and ``acc`` per accumulated weight gradient, ``linear`` / ``cast`` the linear-layer
+    kernel makers (:func:`core.model.fp8.linear_kernels`), ``T = b s`` tokens and ``T_in`` those
+    entering the layer, ``tok`` bytes of ``T_in`` hidden states, ``E`` experts, top-``k``,
+    ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared experts, ``R`` routed rows
+    (:func:`moe_routed_rows`) over ``local = E/ep`` experts of ``M`` rows, ``fc1`` the experts'
+    fc1 columns, ``inner`` bytes of their activation's output and ``sort`` the chunk sort
+    kernel (``ep > 1``)."""
+
+    e: int
+    acc: float
+    linear: Any
+    cast: Any
+    h: int
+    t: int
+    T: int
+    T_in: float
+    tok: float
+    norm: str
+    gated: bool
+    E: int
+    k: int
+    fe: int
+    etp: int
+    ns: int
+    R: float
+    local: int
+    M: float
+    fc1: int
+    inner: float
+    sort: list
+
+
+def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
+    """The :class:`_MoeShape` of an MoE op key (:data:`core.model.keys.MOE_KEY` columns)."""
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
     acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
@@ -244,6 +293,15 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     fc1 = (2 if gated else 1) * fe // etp
     inner = R * (fe // etp) * e
     sort = [mem("moe_sort_chunks", 2 * R * h * e)] if ep > 1 else []
+    return _MoeShape(e=e, acc=acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
+                     norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
+                     M=M, fc1=fc1, inner=inner, sort=sort)
+
+
+def _moe_routing_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
+    """Kernels of the router (with the residual add and the pre-MLP norm) and of the
+    permutation and un-permutation, forward and backward (see :func:`moe_op_kernels`)."""
+    e, h, E, k, T_in, tok, norm, sort = sh.e, sh.h, sh.E, sh.k, sh.T_in, sh.tok, sh.norm, sh.sort
     if op == "router_fwd":
         return [mem("bias_dropout_add", 3.5 * tok), mem(norm, 2 * tok),
                 gemm("router", T_in, E, h, e),                     # (T_in, h) x (h, E)
@@ -251,50 +309,60 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     if op == "router_bwd":
         return [mem("router_softmax_topk_bwd", T_in * E * (e + 8)),
                 gemm("router_dgrad", T_in, h, E, e), gemm("router_wgrad", E, h, T_in, e),
-                mem("wgrad_accumulate", acc * h * E),
+                mem("wgrad_accumulate", sh.acc * h * E),
                 mem(f"{norm}_bwd", 4 * tok), mem("bias_dropout_add_bwd", 2 * tok)]
     if op == "moe_permute_fwd":
         return [mem("moe_permute", 2 * T_in * k * h * e + 8 * T_in * k), *sort]
     if op == "moe_permute_bwd":
         return [*sort, mem("moe_permute_bwd", (k + 1) * T_in * h * e)]
+    if op == "moe_unpermute_fwd":
+        return [*sort, mem("moe_unpermute", T_in * k * (h * e + 4) + T_in * h * e),
+                mem("bias_dropout_add", 3.5 * tok)]
+    # moe_unpermute_bwd
+    return [mem("bias_dropout_add_bwd", 2 * tok),
+            mem("moe_unpermute_bwd", T_in * h * e + T_in * k * (2 * h * e + 8)), *sort]
+
+
+def _moe_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
+    """Kernels of the routed experts' grouped GEMMs and activation, ``experts_fwd`` or
+    ``experts_bwd`` (see :func:`moe_op_kernels`)."""
+    linear, cast, h, R, M, local = sh.linear, sh.cast, sh.h, sh.R, sh.M, sh.local
+    fe, etp, fc1, inner, gated = sh.fe, sh.etp, sh.fc1, sh.inner, sh.gated
     if op == "experts_fwd":
         return [*cast("experts_fc1_input", R * h),
                 linear("experts_fc1", M, fc1, h, local),              # E/ep x (M, h) x (h, fc1)
                 mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
                 *cast("experts_fc2_input", R * (fe // etp)),
                 linear("experts_fc2", M, h, fe // etp, local)]       # E/ep x (M, fe/etp) x (., h)
-    if op == "experts_bwd":
-        return [*cast("experts_fc2_grad", R * h),
-                linear("experts_fc2_dgrad", M, fe // etp, h, local),
-                linear("experts_fc2_wgrad", fe // etp, h, M, local),
-                mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
-                *cast("experts_fc1_grad", R * fc1),
-                linear("experts_fc1_dgrad", M, h, fc1, local),
-                linear("experts_fc1_wgrad", fc1, h, M, local),
-                mem("wgrad_accumulate", acc * local * (h * fc1 + h * fe // etp))]
-    if op == "moe_unpermute_fwd":
-        return [*sort, mem("moe_unpermute", T_in * k * (h * e + 4) + T_in * h * e),
-                mem("bias_dropout_add", 3.5 * tok)]
-    if op == "moe_unpermute_bwd":
-        return [mem("bias_dropout_add_bwd", 2 * tok),
-                mem("moe_unpermute_bwd", T_in * h * e + T_in * k * (2 * h * e + 8)), *sort]
-    if op in ("shared_experts_fwd", "shared_experts_bwd"):
-        if not ns:
-            return []  # no shared experts: no kernels
-        fs = ns * fe
-        fc1s = (2 if gated else 1) * fs // t
-        inner_s = T * (fs // t) * e
-        if op == "shared_experts_fwd":
-            return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h),
-                    mem("bias_swiglu", 3 * inner_s) if gated else mem("bias_gelu", 2 * inner_s),
-                    *cast("shared_fc2_input", T * (fs // t)), linear("shared_fc2", T, h, fs // t)]
-        return [*cast("shared_fc2_grad", T * h),
-                linear("shared_fc2_dgrad", T, fs // t, h), linear("shared_fc2_wgrad", fs // t, h, T),
-                mem("bias_swiglu_bwd", 5 * inner_s) if gated else mem("bias_gelu_bwd", 3 * inner_s),
-                *cast("shared_fc1_grad", T * fc1s),
-                linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
-                mem("wgrad_accumulate", acc * (h * fc1s + h * fs // t))]
-    raise KeyError(f"unknown MoE op {op!r}")
+    return [*cast("experts_fc2_grad", R * h),
+            linear("experts_fc2_dgrad", M, fe // etp, h, local),
+            linear("experts_fc2_wgrad", fe // etp, h, M, local),
+            mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
+            *cast("experts_fc1_grad", R * fc1),
+            linear("experts_fc1_dgrad", M, h, fc1, local),
+            linear("experts_fc1_wgrad", fc1, h, M, local),
+            mem("wgrad_accumulate", sh.acc * local * (h * fc1 + h * fe // etp))]
+
+
+def _moe_shared_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
+    """Kernels of the shared experts, a dense MLP ``ns f_e`` wide on the ``T`` tokens of the
+    tensor-parallel group; none without shared experts (see :func:`moe_op_kernels`)."""
+    if not sh.ns:
+        return []  # no shared experts: no kernels
+    linear, cast, h, t, T, e, gated = sh.linear, sh.cast, sh.h, sh.t, sh.T, sh.e, sh.gated
+    fs = sh.ns * sh.fe
+    fc1s = (2 if gated else 1) * fs // t
+    inner_s = T * (fs // t) * e
+    if op == "shared_experts_fwd":
+        return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h),
+                mem("bias_swiglu", 3 * inner_s) if gated else mem("bias_gelu", 2 * inner_s),
+                *cast("shared_fc2_input", T * (fs // t)), linear("shared_fc2", T, h, fs // t)]
+    return [*cast("shared_fc2_grad", T * h),
+            linear("shared_fc2_dgrad", T, fs // t, h), linear("shared_fc2_wgrad", fs // t, h, T),
+            mem("bias_swiglu_bwd", 5 * inner_s) if gated else mem("bias_gelu_bwd", 3 * inner_s),
+            *cast("shared_fc1_grad", T * fc1s),
+            linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
+            mem("wgrad_accumulate", sh.acc * (h * fc1s + h * fs // t))]
 
 
 def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:

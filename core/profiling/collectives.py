@@ -147,6 +147,166 @@ def _worker(rank: int, ws: int, backend: str, port: int, sizes: list[int], kinds
         raise
 
 
+def _checked_sizes(world_size: int, backend: str, kinds: Sequence[str],
+                   sizes: Sequence[int] | None) -> list[int]:
+    """The sorted distinct buffer sizes of a collective run (default :func:`default_sizes`),
+    after checking its arguments (see :func:`measure_collectives`).
+
+    Raises
+    ------
+    ValueError
+        Bad world size, backend, kind or sizes; NCCL without enough GPUs."""
+    if int(world_size) != world_size or world_size < 2:
+        raise ValueError(f"world size must be an integer >= 2, got {world_size!r}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: expected gloo or nccl")
+    if not dist.is_available():
+        raise ValueError(f"torch {torch.__version__} was built without torch.distributed")
+    if backend == "nccl" and (not torch.cuda.is_available()
+                              or torch.cuda.device_count() < world_size):
+        raise ValueError(f"nccl with world size {world_size} needs {world_size} GPUs; "
+                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} visible")
+    unknown = [k for k in kinds if k not in COLLECTIVE_KINDS]
+    if unknown:
+        raise ValueError(f"unknown collective kinds {unknown}; expected {COLLECTIVE_KINDS}")
+    sizes = sorted(set(int(s) for s in (sizes or default_sizes(backend))))
+    if not sizes or sizes[0] < 4 * world_size:
+        raise ValueError(f"sizes must be at least {4 * world_size} bytes (one float per rank)")
+    return sizes
+
+
+def _collective_store(out: Path, backend: str) -> ProfileStore:
+    """The measured store the curves go to: ``out``'s, or a new one with a probe of this
+    machine's device (``cuda:0`` for NCCL), saved to ``out``.
+
+    Raises
+    ------
+    ValueError
+        ``out`` holds a store that is not measured."""
+    from core.profiling.device import parse_device, probe_device
+
+    if out.exists():
+        store = ProfileStore.open(out)
+        if store.provenance.get("method") != "measured":
+            raise ValueError(f"{out} is a {store.provenance.get('method')} store of "
+                             f"{store.device_name}; add measured curves to a measured store "
+                             f"(or a new file)")
+        return store
+    dev = parse_device("cuda:0" if backend == "nccl" else "cpu")
+    info = probe_device(dev)
+    store = ProfileStore(info.name, info.peak_flops, info.memory_bytes,
+                         info.memory_bandwidth_bytes_per_s,
+                         {"method": "measured",
+                          "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
+                              timespec="seconds"),
+                          "source": f"vtrain profile collectives ({backend}) with torch "
+                                    f"{torch.__version__}",
+                          "torch_version": str(torch.__version__),
+                          "cuda_version": str(torch.version.cuda or "none"),
+                          "threads": int(info.threads), **info.details},
+                         {"kernel_overhead_s": info.kernel_overhead_s})
+    store.save(out)
+    return store
+
+
+class _CollectiveRun:
+    """The state of a collective run as the workers report: ``done`` of ``total`` points,
+    ``saved`` curves, the ``curves`` (kind -> (sizes, times)) and ``skipped`` kinds (kind ->
+    why); each curve is added to ``store`` (if any) and saved to ``out``."""
+
+    def __init__(self, world_size: int, backend: str, total: int, num_sizes: int,
+                 store: ProfileStore | None, out: Path | None, timing: dict | None,
+                 progress: ProgressCallback | None):
+        self.world_size, self.backend, self.total, self.num_sizes = (world_size, backend, total,
+                                                                     num_sizes)
+        self.store, self.out, self.timing, self.progress = store, out, timing, progress
+        self.done, self.saved = 0, 0
+        self.curves: dict[str, tuple[list[float], list[float]]] = {}
+        self.skipped: dict[str, str] = {}
+
+    def report(self, msg: str) -> None:
+        """Report the run's state with ``msg`` to the progress callback, if any."""
+        if self.progress is not None:
+            self.progress(ProfileProgress(self.done, self.total, msg, self.saved))
+
+    def on_result(self, msg: tuple) -> None:
+        """Take a worker's ``("point", kind, bytes, seconds)``, ``("skip", kind, why)`` or
+        ``("curve", kind, sizes, times)`` message (others are ignored)."""
+        if msg[0] == "point":
+            self.done += 1
+            self.report(f"{msg[1]} {msg[2]:,} bytes on {self.world_size} ranks: "
+                        f"{msg[3] * 1e6:,.1f} us")
+        elif msg[0] == "skip":
+            self.skipped[msg[1]] = msg[2]
+            self.done += self.num_sizes
+            self.report(f"{msg[1]} skipped: {msg[2]}")
+        elif msg[0] == "curve":
+            kind, xs, ts = msg[1], msg[2], msg[3]
+            self.curves[kind] = (xs, ts)
+            store = self.store
+            if store is not None:
+                store.add_collective(kind, self.world_size, np.array(xs, float),
+                                     np.array(ts, float))
+                col = dict(store.provenance.get("collectives", {}))
+                col[f"{kind}/{self.world_size}"] = {
+                    "backend": self.backend, "torch_version": str(torch.__version__),
+                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "timing": f"{(self.timing or {}).get('statistic', 'median')} over "
+                              "repetitions after warm-up, max over ranks; nccl-tests size "
+                              "convention"}
+                store.provenance["collectives"] = col
+                store.save(self.out)
+                self.saved += 1
+            self.report(f"{kind}: {len(xs)} sizes measured" +
+                        (f", saved to {self.out}" if store else ""))
+
+
+def _stop(procs: Any) -> None:
+    """Terminate the worker processes still alive and wait up to 5 s for each."""
+    for p in procs.processes:
+        if p.is_alive():
+            p.terminate()
+    for p in procs.processes:
+        p.join(5)
+
+
+def _collect(procs: Any, q: Any, run: _CollectiveRun, cancel: CancelToken | None,
+             timeout_s: float) -> str | None:
+    """Take the workers' messages from ``q`` into ``run`` until they are done, fail, are
+    cancelled or time out (then they are stopped). Returns the error (None when they finished
+    or were cancelled)."""
+    finished, error = False, None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if cancel is not None and cancel.is_set():
+            _stop(procs)
+            break
+        if time.monotonic() > deadline:
+            _stop(procs)
+            error = f"collective benchmark timed out after {timeout_s:.0f} s"
+            break
+        try:
+            msg = q.get(timeout=0.1)
+        except _queue.Empty:
+            if all(not p.is_alive() for p in procs.processes):
+                if not finished and error is None:
+                    codes = [p.exitcode for p in procs.processes]
+                    error = f"collective workers exited without a result (exit codes {codes})"
+                break
+            continue
+        if msg[0] == "error":
+            error = f"rank {msg[1]} failed:\n{msg[2]}"
+            _stop(procs)
+            break
+        if msg[0] == "done":
+            finished = True
+        else:
+            run.on_result(msg)
+    if finished:
+        procs.join(timeout=30)
+    return error
+
+
 def measure_collectives(world_size: int, backend: str, *, sizes: Sequence[int] | None = None,
                         kinds: Sequence[str] = COLLECTIVE_KINDS, out: str | Path | None = None,
                         progress: ProgressCallback | None = None,
@@ -189,125 +349,26 @@ def measure_collectives(world_size: int, backend: str, *, sizes: Sequence[int] |
     RuntimeError
         A worker failed (its traceback in the message) or the run timed out.
     """
-    from core.profiling.device import parse_device, probe_device
-
-    if int(world_size) != world_size or world_size < 2:
-        raise ValueError(f"world size must be an integer >= 2, got {world_size!r}")
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend {backend!r}: expected gloo or nccl")
-    if not dist.is_available():
-        raise ValueError(f"torch {torch.__version__} was built without torch.distributed")
-    if backend == "nccl" and (not torch.cuda.is_available()
-                              or torch.cuda.device_count() < world_size):
-        raise ValueError(f"nccl with world size {world_size} needs {world_size} GPUs; "
-                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} visible")
-    unknown = [k for k in kinds if k not in COLLECTIVE_KINDS]
-    if unknown:
-        raise ValueError(f"unknown collective kinds {unknown}; expected {COLLECTIVE_KINDS}")
-    sizes = sorted(set(int(s) for s in (sizes or default_sizes(backend))))
-    if not sizes or sizes[0] < 4 * world_size:
-        raise ValueError(f"sizes must be at least {4 * world_size} bytes (one float per rank)")
+    sizes = _checked_sizes(world_size, backend, kinds, sizes)
     t_start = time.perf_counter()
-    store = None
     if out is not None:
         out = Path(out)
-        if out.exists():
-            store = ProfileStore.open(out)
-            if store.provenance.get("method") != "measured":
-                raise ValueError(f"{out} is a {store.provenance.get('method')} store of "
-                                 f"{store.device_name}; add measured curves to a measured store "
-                                 f"(or a new file)")
-        else:
-            dev = parse_device("cuda:0" if backend == "nccl" else "cpu")
-            info = probe_device(dev)
-            store = ProfileStore(info.name, info.peak_flops, info.memory_bytes,
-                                 info.memory_bandwidth_bytes_per_s,
-                                 {"method": "measured",
-                                  "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
-                                      timespec="seconds"),
-                                  "source": f"vtrain profile collectives ({backend}) with torch "
-                                            f"{torch.__version__}",
-                                  "torch_version": str(torch.__version__),
-                                  "cuda_version": str(torch.version.cuda or "none"),
-                                  "threads": int(info.threads), **info.details},
-                                 {"kernel_overhead_s": info.kernel_overhead_s})
-            store.save(out)
-    total = len(kinds) * len(sizes)
-    done, saved = 0, 0
-    curves: dict[str, tuple[list[float], list[float]]] = {}
-    skipped: dict[str, str] = {}
+    store = _collective_store(out, backend) if out is not None else None
+    run = _CollectiveRun(world_size, backend, len(kinds) * len(sizes), len(sizes), store, out,
+                         timing, progress)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     procs = tmp.start_processes(_worker, args=(world_size, backend, free_port(), sizes,
                                                list(kinds), dict(timing or {}), q),
                                 nprocs=world_size, join=False, start_method="spawn")
-
-    def stop() -> None:
-        for p in procs.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in procs.processes:
-            p.join(5)
-
-    def report(msg: str) -> None:
-        if progress is not None:
-            progress(ProfileProgress(done, total, msg, saved))
-
-    finished, error = False, None
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                stop()
-                break
-            if time.monotonic() > deadline:
-                stop()
-                error = f"collective benchmark timed out after {timeout_s:.0f} s"
-                break
-            try:
-                msg = q.get(timeout=0.1)
-            except _queue.Empty:
-                if all(not p.is_alive() for p in procs.processes):
-                    if not finished and error is None:
-                        codes = [p.exitcode for p in procs.processes]
-                        error = f"collective workers exited without a result (exit codes {codes})"
-                    break
-                continue
-            if msg[0] == "point":
-                done += 1
-                report(f"{msg[1]} {msg[2]:,} bytes on {world_size} ranks: {msg[3] * 1e6:,.1f} us")
-            elif msg[0] == "skip":
-                skipped[msg[1]] = msg[2]
-                done += len(sizes)
-                report(f"{msg[1]} skipped: {msg[2]}")
-            elif msg[0] == "curve":
-                kind, xs, ts = msg[1], msg[2], msg[3]
-                curves[kind] = (xs, ts)
-                if store is not None:
-                    store.add_collective(kind, world_size, np.array(xs, float), np.array(ts, float))
-                    col = dict(store.provenance.get("collectives", {}))
-                    col[f"{kind}/{world_size}"] = {
-                        "backend": backend, "torch_version": str(torch.__version__),
-                        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "timing": f"{(timing or {}).get('statistic', 'median')} over repetitions "
-                                  "after warm-up, max over ranks; nccl-tests size convention"}
-                    store.provenance["collectives"] = col
-                    store.save(out)
-                    saved += 1
-                report(f"{kind}: {len(xs)} sizes measured" + (f", saved to {out}" if store else ""))
-            elif msg[0] == "error":
-                error = f"rank {msg[1]} failed:\n{msg[2]}"
-                stop()
-                break
-            elif msg[0] == "done":
-                finished = True
-        if finished:
-            procs.join(timeout=30)
+        error = _collect(procs, q, run, cancel, timeout_s)
     except BaseException:
-        stop()
+        _stop(procs)
         raise
     if error is not None:
         raise RuntimeError(error)
+    curves, skipped = run.curves, run.skipped
     return CollectiveRunResult(curves, skipped, out if store is not None else None, world_size,
                                backend, time.perf_counter() - t_start)
 

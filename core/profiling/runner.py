@@ -342,6 +342,141 @@ def _make_store(info: DeviceInfo, provenance: dict, rows: OpRows, op_model: dict
     return store
 
 
+class _Progress:
+    """A profile run's progress: ``done`` of ``total`` steps, ``saved`` shape groups, reported
+    to the ``progress`` callback (if any) as a :class:`ProfileProgress`."""
+
+    def __init__(self, progress: ProgressCallback | None, total: int):
+        self.progress, self.total, self.done, self.saved = progress, total, 0, 0
+
+    def report(self, message: str) -> None:
+        """Report the current state with ``message``."""
+        if self.progress is not None:
+            self.progress(ProfileProgress(self.done, self.total, message, self.saved))
+
+
+def _set_up_device(dev: torch.device, threads: int | None, keep_memory: bool) -> str | None:
+    """Prepare ``dev`` for timing (see :func:`profile_ops`): on a CPU pin ``threads`` and, with
+    ``keep_memory``, keep freed memory (:func:`keep_freed_memory`); on CUDA select the device and
+    switch TF32 matmuls off. Returns the CPU allocator's provenance note (None on CUDA)."""
+    if threads is not None and dev.type == "cpu":
+        torch.set_num_threads(int(threads))
+    allocator = None
+    if dev.type == "cpu":
+        allocator = (KEEP_MEMORY_NOTE if keep_memory and keep_freed_memory()
+                     else "default malloc (freed memory returned to the system)")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return allocator
+
+
+def _check_previous(previous: ProfileStore | None, out: Path, dev: torch.device,
+                    info: DeviceInfo) -> None:
+    """Refuse to merge into ``previous`` (the store in ``out``) when it profiled another device
+    or, on a CPU, with another number of threads.
+
+    Raises
+    ------
+    ValueError
+        Naming the difference and what to do."""
+    if previous is not None and previous.device_name != info.name:
+        raise ValueError(f"{out} holds a profile of {previous.device_name!r}, not of this "
+                         f"{info.name!r}; choose another --out")
+    if (previous is not None and dev.type == "cpu" and previous.op_names()
+            and previous.provenance.get("threads") not in (None, info.threads)):
+        raise ValueError(f"{out} was profiled with {previous.provenance['threads']} CPU threads, "
+                         f"this run uses {info.threads}; use the same --threads, another --out "
+                         f"or --no-merge")
+
+
+def _provenance(dev: torch.device, info: DeviceInfo, timing: dict | None,
+                allocator: str | None) -> dict[str, Any]:
+    """The store's provenance of a profile run on ``dev`` (without the shapes and the op model's
+    source, added at each save)."""
+    return {
+        "method": "measured",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": f"vtrain profile run on {dev} ({info.name}) with torch {torch.__version__}",
+        "torch_device": str(dev),
+        "torch_version": str(torch.__version__),
+        "cuda_version": str(torch.version.cuda or "none"),
+        "threads": int(info.threads),
+        "timing": f"{(timing or {}).get('statistic', 'median')} of repetitions after warm-up, "
+                  "device synchronized around each (CUDA events on a GPU); backward timed "
+                  "after an untimed forward; clock: "
+                  + ("thread CPU time" if (timing or {}).get("clock") == "thread" else "wall"),
+        "tp_comm": "excluded (one tensor-parallel rank's shard; the simulator adds all-reduces)",
+        "dropout": "hidden 0.1, attention 0.1 (training mode)",
+        "kernel_overhead_s": info.kernel_overhead_s,
+        **info.details,
+        **({"cpu_allocator": allocator} if allocator else {}),
+    }
+
+
+def _time_group_ops(bench: GroupBench, dev: torch.device, where: str, check: Callable[[], None],
+                    prog: _Progress) -> tuple[OpRows, list[int]]:
+    """Time the ops of ``bench``'s shape group at each of its micro-batch sizes: ``(rows, the
+    micro-batch sizes timed)``; a size that runs out of device memory is skipped (and
+    reported). One progress step per size."""
+    g = bench.group
+    new: OpRows = {}
+    fitted_b = []
+    for b in g.b:
+        try:
+            for op, t in bench.time_ops(b, check).items():
+                new.setdefault(op, {})[tuple(g.key(b)[c] for c in OP_KEYS[op])] = t
+            fitted_b.append(b)
+            note = ""
+        except _OOM_ERRORS as exc:
+            if not _is_oom(exc):
+                raise
+            _free(dev)
+            note = " skipped: out of device memory"
+        prog.done += 1
+        prog.report(f"{where} {g.label()}: b={b}{note}")
+    return new, fitted_b
+
+
+def _group_kernels(bench: GroupBench, b: int, dev: torch.device, check: Callable[[], None]
+                   ) -> dict[str, list]:
+    """Per-kernel breakdowns (:func:`kernel_breakdown`, the top 12) of ``bench``'s ops at
+    micro-batch ``b``, keyed ``"<op> <group label> b=<b>"``; a backward's is net of its
+    forward's kernels."""
+    new_kernels = {}
+    forward: list[list] = []
+    with torch.enable_grad():
+        for op, (fn, setup) in bench.callables(b).items():
+            check()
+            # callables come in fwd, bwd pairs; a bwd's setup is that fwd
+            full = kernel_breakdown(fn, setup, dev, top=None,
+                                    minus=forward if setup is not None else None)
+            forward = full if setup is None else []
+            new_kernels[f"{op} {bench.group.label()} b={b}"] = full[:12]
+    return new_kernels
+
+
+def _time_group_optimizer(bench: GroupBench, dev: torch.device, where: str,
+                          check: Callable[[], None], prog: _Progress, new: OpRows) -> None:
+    """Time the optimizer step of each of the group's stage sizes into ``new``
+    (:data:`OPTIMIZER_OP` rows keyed ``(parameters, dtype)``); a size that runs out of device
+    memory is skipped (and reported). One progress step per size."""
+    g = bench.group
+    for L in g.layers:
+        check()
+        try:
+            n, t = bench.time_optimizer(L)
+            new.setdefault(OPTIMIZER_OP, {})[(n, g.dtype)] = t
+            note = f"({n:,} parameters)"
+        except _OOM_ERRORS as exc:
+            if not _is_oom(exc):
+                raise
+            _free(dev)
+            note = "skipped: out of device memory"
+        prog.done += 1
+        prog.report(f"{where}: optimizer step, {L} layers {note}")
+
+
 def profile_ops(out: str | Path, device: str = "cpu", shapes: Iterable[ShapeGroup] | None = None,
                 *, threads: int | None = None, progress: ProgressCallback | None = None,
                 cancel: CancelToken | None = None, kernels: bool | None = None,
@@ -396,66 +531,29 @@ def profile_ops(out: str | Path, device: str = "cpu", shapes: Iterable[ShapeGrou
     t_start = time.perf_counter()
     out = Path(out)
     dev = parse_device(device)
-    if threads is not None and dev.type == "cpu":
-        torch.set_num_threads(int(threads))
-    allocator = None
-    if dev.type == "cpu":
-        allocator = (KEEP_MEMORY_NOTE if keep_memory and keep_freed_memory()
-                     else "default malloc (freed memory returned to the system)")
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-        torch.backends.cuda.matmul.allow_tf32 = False
+    allocator = _set_up_device(dev, threads, keep_memory)
     groups = list(shapes) if shapes is not None else default_shapes(dev.type)
     kernels = (dev.type == "cuda") if kernels is None else kernels
-    total = 1 + sum(len(g.b) + len(g.layers) for g in groups)
-    state = {"done": 0, "saved": 0}
-
-    def report(message: str) -> None:
-        if progress is not None:
-            progress(ProfileProgress(state["done"], total, message, state["saved"]))
+    prog = _Progress(progress, 1 + sum(len(g.b) + len(g.layers) for g in groups))
 
     def check() -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled
 
-    report(f"probing {dev}")
+    prog.report(f"probing {dev}")
     previous = None
     if out.exists() and merge:
         previous = ProfileStore.open(out)
     dtypes = tuple(sorted({g.dtype for g in groups}))
     info = probe_device(dev, dtypes)
-    if previous is not None and previous.device_name != info.name:
-        raise ValueError(f"{out} holds a profile of {previous.device_name!r}, not of this "
-                         f"{info.name!r}; choose another --out")
-    if (previous is not None and dev.type == "cpu" and previous.op_names()
-            and previous.provenance.get("threads") not in (None, info.threads)):
-        raise ValueError(f"{out} was profiled with {previous.provenance['threads']} CPU threads, "
-                         f"this run uses {info.threads}; use the same --threads, another --out "
-                         f"or --no-merge")
+    _check_previous(previous, out, dev, info)
     rows = _rows_from_store(previous) if previous is not None else {}
     shapes_done = list(previous.provenance.get("shapes", [])) if previous is not None else []
     kernel_info: dict[str, Any] = (dict(previous.provenance.get("kernels", {}))
                                    if previous is not None else {})
     if previous is not None:
         info.peak_flops = {**previous.peak_flops, **info.peak_flops}
-    provenance = {
-        "method": "measured",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": f"vtrain profile run on {dev} ({info.name}) with torch {torch.__version__}",
-        "torch_device": str(dev),
-        "torch_version": str(torch.__version__),
-        "cuda_version": str(torch.version.cuda or "none"),
-        "threads": int(info.threads),
-        "timing": f"{(timing or {}).get('statistic', 'median')} of repetitions after warm-up, "
-                  "device synchronized around each (CUDA events on a GPU); backward timed "
-                  "after an untimed forward; clock: "
-                  + ("thread CPU time" if (timing or {}).get("clock") == "thread" else "wall"),
-        "tp_comm": "excluded (one tensor-parallel rank's shard; the simulator adds all-reduces)",
-        "dropout": "hidden 0.1, attention 0.1 (training mode)",
-        "kernel_overhead_s": info.kernel_overhead_s,
-        **info.details,
-        **({"cpu_allocator": allocator} if allocator else {}),
-    }
+    provenance = _provenance(dev, info, timing, allocator)
 
     def save() -> ProfileStore:
         op_model, rms = fit_op_model(rows, info.peak_flops, info.memory_bandwidth_bytes_per_s,
@@ -470,55 +568,20 @@ def profile_ops(out: str | Path, device: str = "cpu", shapes: Iterable[ShapeGrou
         store.save(out)
         return store
 
-    state["done"] += 1
+    prog.done += 1
     store = save()
-    report(f"{info.name}: peak {info.peak_flops.get('fp32', 0) / 1e9:,.0f} GFLOP/s fp32, "
-           f"{info.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
+    prog.report(f"{info.name}: peak {info.peak_flops.get('fp32', 0) / 1e9:,.0f} GFLOP/s fp32, "
+                f"{info.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
     cancelled, groups_done = False, 0
     try:
         for gi, g in enumerate(groups):
             check()
+            where = f"group {gi + 1}/{len(groups)}"
             bench = GroupBench(g, dev, timing)
-            new: OpRows = {}
-            fitted_b = []
-            for b in g.b:
-                try:
-                    for op, t in bench.time_ops(b, check).items():
-                        new.setdefault(op, {})[tuple(g.key(b)[c] for c in OP_KEYS[op])] = t
-                    fitted_b.append(b)
-                    note = ""
-                except _OOM_ERRORS as exc:
-                    if not _is_oom(exc):
-                        raise
-                    _free(dev)
-                    note = " skipped: out of device memory"
-                state["done"] += 1
-                report(f"group {gi + 1}/{len(groups)} {g.label()}: b={b}{note}")
-            new_kernels = {}
-            if kernels and fitted_b:
-                b = fitted_b[-1]
-                forward: list[list] = []
-                with torch.enable_grad():
-                    for op, (fn, setup) in bench.callables(b).items():
-                        check()
-                        # callables come in fwd, bwd pairs; a bwd's setup is that fwd
-                        full = kernel_breakdown(fn, setup, dev, top=None,
-                                                minus=forward if setup is not None else None)
-                        forward = full if setup is None else []
-                        new_kernels[f"{op} {g.label()} b={b}"] = full[:12]
-            for L in g.layers:
-                check()
-                try:
-                    n, t = bench.time_optimizer(L)
-                    new.setdefault(OPTIMIZER_OP, {})[(n, g.dtype)] = t
-                    note = f"({n:,} parameters)"
-                except _OOM_ERRORS as exc:
-                    if not _is_oom(exc):
-                        raise
-                    _free(dev)
-                    note = "skipped: out of device memory"
-                state["done"] += 1
-                report(f"group {gi + 1}/{len(groups)}: optimizer step, {L} layers {note}")
+            new, fitted_b = _time_group_ops(bench, dev, where, check, prog)
+            new_kernels = (_group_kernels(bench, fitted_b[-1], dev, check)
+                           if kernels and fitted_b else {})
+            _time_group_optimizer(bench, dev, where, check, prog, new)
             del bench
             for op, r in new.items():
                 rows.setdefault(op, {}).update(r)
@@ -526,10 +589,10 @@ def profile_ops(out: str | Path, device: str = "cpu", shapes: Iterable[ShapeGrou
             shapes_done.append(g.to_dict())
             store = save()
             groups_done += 1
-            state["saved"] = groups_done
-            report(f"saved {out} ({groups_done}/{len(groups)} shape groups)")
+            prog.saved = groups_done
+            prog.report(f"saved {out} ({groups_done}/{len(groups)} shape groups)")
     except _Cancelled:
         cancelled = True
-        report(f"cancelled; {out} holds {groups_done}/{len(groups)} shape groups")
+        prog.report(f"cancelled; {out} holds {groups_done}/{len(groups)} shape groups")
     return ProfileRunResult(out, store, groups_done, len(groups), cancelled,
                             time.perf_counter() - t_start)

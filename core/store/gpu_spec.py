@@ -227,6 +227,82 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _check_header(raw: dict[str, Any], bad: Any) -> None:
+    """The spec object's envelope (see :func:`gpu_spec_from_dict`): ``format`` and ``version``
+    when given, no unknown field, every required one present; each broken rule goes to
+    ``bad(field, message)``."""
+    if "format" in raw and raw["format"] != GPU_SPEC_FORMAT:
+        bad("format", f"{raw['format']!r} is not {GPU_SPEC_FORMAT!r} (not a GPU spec file)")
+    if "version" in raw:
+        v = raw["version"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            bad("version", f"{v!r} must be a positive integer")
+        elif v > GPU_SPEC_VERSION:
+            bad("version", f"version {v} is newer than this program reads ({GPU_SPEC_VERSION}); "
+                           "update vtrain")
+    for k in sorted(set(raw) - set(_FIELDS)):
+        bad(k, f"unknown field (known: {', '.join(_FIELDS)})")
+    for k in _REQUIRED:
+        if k not in raw:
+            bad(k, "missing required field")
+
+
+def _peaks(pt: Any, bad: Any) -> dict[str, float]:
+    """``peak_tflops`` (dtype -> TFLOP/s, a non-empty object of positive numbers) as dtype ->
+    FLOP/s; the broken entries go to ``bad(field, message)`` and are left out."""
+    peaks: dict[str, float] = {}
+    if not isinstance(pt, dict) or not pt:
+        bad("peak_tflops", "must be a non-empty object: dtype -> dense peak in TFLOP/s")
+    else:
+        for dtype, v in pt.items():
+            if not _is_number(v) or v <= 0:
+                bad(f"peak_tflops.{dtype}", f"{v!r} must be a positive number (TFLOP/s)")
+            else:
+                peaks[str(dtype)] = _decimal(v, 12)
+    return peaks
+
+
+def _efficiencies(e: Any, bad: Any) -> dict[str, float]:
+    """``efficiencies`` (keys from :data:`SPEC_EFFICIENCIES`; efficiencies and ``peak_fraction``
+    in (0, 1], ``gemm_half_size`` above 0, the others at or above 0) as floats; the broken
+    entries go to ``bad(field, message)`` and are left out."""
+    eff: dict[str, float] = {}
+    if not isinstance(e, dict):
+        bad("efficiencies", "must be an object: parameter -> number")
+    else:
+        for k, v in e.items():
+            if k not in SPEC_EFFICIENCIES:
+                bad(f"efficiencies.{k}", f"unknown parameter (known: {', '.join(SPEC_EFFICIENCIES)})")
+            elif not _is_number(v):
+                bad(f"efficiencies.{k}", f"{v!r} must be a finite number")
+            elif ("efficiency" in k or k == "peak_fraction") and not 0 < v <= 1:
+                bad(f"efficiencies.{k}", f"{v!r} must be in (0, 1]")
+            elif k == "gemm_half_size" and not v > 0:
+                bad(f"efficiencies.{k}", f"{v!r} must be above 0")
+            elif v < 0:
+                bad(f"efficiencies.{k}", f"{v!r} must be zero or more")
+            else:
+                eff[k] = float(v)
+    return eff
+
+
+def _sources(src: Any, bad: Any) -> dict[str, str]:
+    """``sources``: a non-empty string for each of :data:`SPEC_SOURCES` and no other key; the
+    broken entries go to ``bad(field, message)`` and are left out."""
+    sources: dict[str, str] = {}
+    if not isinstance(src, dict):
+        bad("sources", f"must be an object naming the source of each of {', '.join(SPEC_SOURCES)}")
+    else:
+        for k in SPEC_SOURCES:
+            if not isinstance(src.get(k), str) or not src[k].strip():
+                bad(f"sources.{k}", "missing: name the data sheet (or measurement) this figure comes from")
+            else:
+                sources[k] = src[k]
+        for k in sorted(set(src) - set(SPEC_SOURCES)):
+            bad(f"sources.{k}", f"unknown figure (known: {', '.join(SPEC_SOURCES)})")
+    return sources
+
+
 def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) -> GpuSpec:
     """Check a parsed spec object and convert it to base units.
 
@@ -253,36 +329,14 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
 
     if not isinstance(raw, dict):
         raise GpuSpecError([FieldError(where, "must be a JSON object (a GPU spec)")])
-    if "format" in raw and raw["format"] != GPU_SPEC_FORMAT:
-        bad("format", f"{raw['format']!r} is not {GPU_SPEC_FORMAT!r} (not a GPU spec file)")
-    if "version" in raw:
-        v = raw["version"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            bad("version", f"{v!r} must be a positive integer")
-        elif v > GPU_SPEC_VERSION:
-            bad("version", f"version {v} is newer than this program reads ({GPU_SPEC_VERSION}); "
-                           "update vtrain")
-    for k in sorted(set(raw) - set(_FIELDS)):
-        bad(k, f"unknown field (known: {', '.join(_FIELDS)})")
-    for k in _REQUIRED:
-        if k not in raw:
-            bad(k, "missing required field")
+    _check_header(raw, bad)
     if errs:
         raise GpuSpecError(errs)
 
     name = raw["name"]
     if not isinstance(name, str) or not name.strip() or "/" in name or "\\" in name:
         bad("name", f"{name!r} must be a non-empty string without '/' (it names the store file)")
-    peaks: dict[str, float] = {}
-    pt = raw["peak_tflops"]
-    if not isinstance(pt, dict) or not pt:
-        bad("peak_tflops", "must be a non-empty object: dtype -> dense peak in TFLOP/s")
-    else:
-        for dtype, v in pt.items():
-            if not _is_number(v) or v <= 0:
-                bad(f"peak_tflops.{dtype}", f"{v!r} must be a positive number (TFLOP/s)")
-            else:
-                peaks[str(dtype)] = _decimal(v, 12)
+    peaks = _peaks(raw["peak_tflops"], bad)
     numbers = {}
     for k, unit in (("memory_gib", "GiB"), ("memory_bandwidth_tbytes_per_s", "TB/s"),
                     ("nvlink_gbytes_per_s_bidirectional", "GB/s, both directions"),
@@ -295,36 +349,8 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
     dom = raw["gpus_per_nvlink_domain"]
     if isinstance(dom, bool) or not isinstance(dom, int) or not 1 <= dom <= MAX_NVLINK_DOMAIN:
         bad("gpus_per_nvlink_domain", f"{dom!r} must be an integer from 1 to {MAX_NVLINK_DOMAIN}")
-    eff: dict[str, float] = {}
-    e = raw.get("efficiencies", {})
-    if not isinstance(e, dict):
-        bad("efficiencies", "must be an object: parameter -> number")
-    else:
-        for k, v in e.items():
-            if k not in SPEC_EFFICIENCIES:
-                bad(f"efficiencies.{k}", f"unknown parameter (known: {', '.join(SPEC_EFFICIENCIES)})")
-            elif not _is_number(v):
-                bad(f"efficiencies.{k}", f"{v!r} must be a finite number")
-            elif ("efficiency" in k or k == "peak_fraction") and not 0 < v <= 1:
-                bad(f"efficiencies.{k}", f"{v!r} must be in (0, 1]")
-            elif k == "gemm_half_size" and not v > 0:
-                bad(f"efficiencies.{k}", f"{v!r} must be above 0")
-            elif v < 0:
-                bad(f"efficiencies.{k}", f"{v!r} must be zero or more")
-            else:
-                eff[k] = float(v)
-    src = raw["sources"]
-    sources: dict[str, str] = {}
-    if not isinstance(src, dict):
-        bad("sources", f"must be an object naming the source of each of {', '.join(SPEC_SOURCES)}")
-    else:
-        for k in SPEC_SOURCES:
-            if not isinstance(src.get(k), str) or not src[k].strip():
-                bad(f"sources.{k}", "missing: name the data sheet (or measurement) this figure comes from")
-            else:
-                sources[k] = src[k]
-        for k in sorted(set(src) - set(SPEC_SOURCES)):
-            bad(f"sources.{k}", f"unknown figure (known: {', '.join(SPEC_SOURCES)})")
+    eff = _efficiencies(raw.get("efficiencies", {}), bad)
+    sources = _sources(raw["sources"], bad)
     source = raw.get("source", sources.get("peak_tflops", ""))
     if "source" in raw and (not isinstance(source, str) or not source.strip()):
         bad("source", f"{source!r} must be a non-empty string")

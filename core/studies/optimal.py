@@ -203,6 +203,77 @@ def _num(v: float) -> float | None:
     return None if not math.isfinite(v) else float(v)
 
 
+def _check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates: int,
+                  spread: float) -> None:
+    """Check :func:`compute_optimal`'s budget arguments.
+
+    Raises
+    ------
+    ConfigError
+        Every argument out of range, named as the CLI option."""
+    errs = []
+    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and 0 < days <= MAX_DAYS):
+        errs.append(FieldError("--days", f"{days!r} must be a number above 0 and at most {MAX_DAYS:,}"))
+    if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
+        errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
+    if not (isinstance(num_candidates, int) and 2 <= num_candidates <= MAX_CANDIDATES):
+        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer from 2 to "
+                                               f"{MAX_CANDIDATES}"))
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and 1 < spread <= MAX_SPREAD):
+        errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
+    if errs:
+        raise ConfigError(errs)
+
+
+def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
+                      ) -> list[ModelConfig]:
+    """GPT shapes (:func:`gpt_shape`, at ``m``'s sequence length and vocabulary) of
+    ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to ``n_rule * sqrt(spread)``
+    parameters; neighbouring sizes that round to one shape are kept once."""
+    sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
+    models: list[ModelConfig] = []
+    for n in sizes:  # neighbouring sizes can round to one shape: keep it once
+        shape = gpt_shape(n, m.seq_length, m.vocab_size)
+        if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
+                                                                   models[-1].hidden_size):
+            models.append(shape)
+    return models
+
+
+def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, cancel: Any,
+               seconds: float, out: OptimalResult) -> Candidate:
+    """``model``'s :class:`Candidate`: its fastest plan of the sweep ``space`` on ``session``
+    with ``model`` (:func:`core.studies.sweep.run_sweep`), the tokens it trains in ``seconds``
+    and their Chinchilla loss; without a plan (a refused model, none on exactly these GPUs or
+    none that fits) the reason and NaNs. The sweep's new warnings are added to ``out``.
+
+    Raises
+    ------
+    core.studies.sweep.SweepCancelled
+        ``cancel`` was set."""
+    from core.studies.sweep import run_sweep
+
+    s = session.copy()
+    s.model = model
+    n = num_parameters(model)
+    try:
+        res = run_sweep(s, space, store=store, cancel=cancel)
+    except ConfigError as exc:
+        return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, str(exc))
+    out.warnings += [w for w in res.warnings if w not in out.warnings]
+    i = res.fastest
+    if i is None:
+        reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
+                  else f"none of its {res.num_plans:,} plans fits in GPU memory")
+        return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, reason)
+    tps = float(res.tokens_per_s[i])
+    tokens = tps * seconds
+    return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
+                     chinchilla_loss(n, tokens))
+
+
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
                     num_candidates: int = 9, spread: float = 8.0, store=None,
                     progress: Callable[[int, int, str], None] | None = None,
@@ -239,22 +310,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         ``cancel`` was set.
     """
     from core.sim.simulate import session_profile
-    from core.studies.sweep import SweepSpace, run_sweep
+    from core.studies.sweep import SweepSpace
 
-    errs = []
-    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
-        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
-    if not (isinstance(days, (int, float)) and math.isfinite(days) and 0 < days <= MAX_DAYS):
-        errs.append(FieldError("--days", f"{days!r} must be a number above 0 and at most {MAX_DAYS:,}"))
-    if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
-        errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
-    if not (isinstance(num_candidates, int) and 2 <= num_candidates <= MAX_CANDIDATES):
-        errs.append(FieldError("--candidates", f"{num_candidates!r} must be an integer from 2 to "
-                                               f"{MAX_CANDIDATES}"))
-    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and 1 < spread <= MAX_SPREAD):
-        errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
-    if errs:
-        raise ConfigError(errs)
+    _check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
     precision = session.plan.precision
     from core.sim.costing import mfu_peak_flops  # the peak MFU is relative to (BF16 for FP8 plans)
@@ -262,14 +320,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     seconds = days * 86400.0
     flops = num_gpus * peak * seconds * assumed_mfu
     n_rule, d_rule = chinchilla_optimal(flops)
-    m = session.model
-    sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
-    models: list[ModelConfig] = []
-    for n in sizes:  # neighbouring sizes can round to one shape: keep it once
-        shape = gpt_shape(n, m.seq_length, m.vocab_size)
-        if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
-                                                                   models[-1].hidden_size):
-            models.append(shape)
+    models = _candidate_models(session.model, n_rule, num_candidates, spread)
     params = np.array([num_parameters(x) for x in models], float)
     closest = int(np.argmin(np.abs(np.log(params / n_rule))))
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
@@ -279,27 +330,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     for k, model in enumerate(models):
         if progress:
             progress(k, len(models), model.name)
-        s = session.copy()
-        s.model = model
-        n = num_parameters(model)
-        try:
-            res = run_sweep(s, space, store=store, cancel=cancel)
-        except ConfigError as exc:
-            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
-                                            str(exc)))
-            continue
-        out.warnings += [w for w in res.warnings if w not in out.warnings]
-        i = res.fastest
-        if i is None:
-            reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
-                      else f"none of its {res.num_plans:,} plans fits in GPU memory")
-            out.candidates.append(Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan,
-                                            reason))
-            continue
-        tps = float(res.tokens_per_s[i])
-        tokens = tps * seconds
-        out.candidates.append(Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
-                                        chinchilla_loss(n, tokens)))
+        out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out))
     if progress:
         progress(len(models), len(models), "")
     losses = np.array([c.loss for c in out.candidates])

@@ -97,9 +97,6 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
     ConfigError
         Naming ``source[i].key`` and the rule it breaks.
     """
-    from core.plan.parallel import ParallelPlan
-    from core.plan.rules import validate
-
     if not isinstance(items, list) or not items:
         raise ConfigError([FieldError(source, "must be a non-empty JSON list of jobs")])
     errs: list[FieldError] = []
@@ -111,75 +108,106 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
             errs.append(FieldError(where, "must be a JSON object"))
             continue
         errs += [FieldError(f"{where}.{k}", "unknown key") for k in sorted(set(it) - _JOB_KEYS)]
-
-        def num(key: str, integer: bool = False, allow_zero: bool = False) -> Any:
-            v = it.get(key)
-            ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else (
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
-            if v is None:
-                errs.append(FieldError(f"{where}.{key}", "missing"))
-            elif not ok or v < 0 or (v == 0 and not allow_zero):
-                kind = "integer" if integer else "number"
-                errs.append(FieldError(f"{where}.{key}", f"{v!r} must be a "
-                                       f"{'non-negative' if allow_zero else 'positive'} {kind}"))
-            elif key in _JOB_BOUNDS and not v <= _JOB_BOUNDS[key].hi:
-                b = _JOB_BOUNDS[key]
-                errs.append(FieldError(f"{where}.{key}", f"{v!r} must be at most {b.hi:,.0f} ({b.why})"))
-            return v
-
         n_err = len(errs)
-        arrival = num("arrival_h", allow_zero=True)
+        arrival = _job_number(it, where, "arrival_h", errs, allow_zero=True)
         if isinstance(arrival, (int, float)) and arrival > MAX_ARRIVAL_H:
             errs.append(FieldError(f"{where}.arrival_h", f"{arrival!r} is more than "
                                    f"{MAX_ARRIVAL_H:,.0f} hours after the trace starts"))
-        batch = num("global_batch_size", integer=True)
-        tokens = num("tokens")
-        gpus = num("requested_gpus", integer=True)
-        name = it.get("name", f"job{i}")
-        if not isinstance(name, str) or not name or len(name) > MAX_STRING_LENGTH:
-            errs.append(FieldError(f"{where}.name", f"{str(name)[:40]!r} must be a non-empty string "
-                                   f"of at most {MAX_STRING_LENGTH:,} characters"))
-        elif name in names:
-            errs.append(FieldError(f"{where}.name", f"{name!r} is also the name of "
-                                   f"{source}[{names[name]}]; names must be unique"))
-        else:
-            names[name] = i
-        shape_keys = sorted(set(it) & {"num_layers", "hidden_size", "num_attention_heads",
-                                       "seq_length", "vocab_size"})
-        if "model" in it:
-            if shape_keys:
-                errs.append(FieldError(f"{where}.model", f"give a preset or {', '.join(shape_keys)}, "
-                                       "not both"))
-            preset = it["model"]
-            model = MODEL_PRESETS.get(preset) if isinstance(preset, str) else None
-            if model is None:
-                errs.append(FieldError(f"{where}.model", f"{preset!r} is not a preset; "
-                                       f"known: {', '.join(MODEL_PRESETS)}"))
-                continue
-            model = ModelConfig(**{**model.__dict__})
-        else:
-            # a GPT shape (the trace's keys cannot name another family): every shape key the
-            # model requires must be there, the family fields take GPT's values
-            shape = [num(k, integer=True) for k in ("num_layers", "hidden_size",
-                                                    "num_attention_heads", "seq_length",
-                                                    "vocab_size")]
-            if any(not isinstance(v, int) for v in shape):
-                continue
-            model = model_from_fields({
-                **GPT_FAMILY, "name": f"L={shape[0]} h={shape[1]}", "ffn_hidden_size": None,
-                **dict(zip(("num_layers", "hidden_size", "num_attention_heads", "seq_length",
-                            "vocab_size"), shape))})
+        batch = _job_number(it, where, "global_batch_size", errs, integer=True)
+        tokens = _job_number(it, where, "tokens", errs)
+        gpus = _job_number(it, where, "requested_gpus", errs, integer=True)
+        name = _job_name(it, i, where, source, names, errs)
+        model = _job_model(it, where, errs)
+        if model is None:
+            continue
         if len(errs) == n_err:  # the model's own rules, and the batch (any plan splits it by d*b)
-            probe = Session(model=model, plan=ParallelPlan(
-                tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
-                global_batch_size=batch, schedule="1f1b", recompute="full"))
-            errs += [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message)
-                     for e in validate(probe) if not e.field.startswith(("cluster", "cost"))]
+            errs += _job_rule_errors(model, batch, where)
         jobs.append(Job(name if isinstance(name, str) else str(name), arrival, model, batch,
                         tokens, gpus))
     if errs:
         raise ConfigError(errs)
     return jobs
+
+
+def _job_number(it: dict[str, Any], where: str, key: str, errs: list[FieldError],
+                integer: bool = False, allow_zero: bool = False) -> Any:
+    """The job's ``key`` as given; an error for it appended to ``errs`` when it is missing, not
+    a positive (``allow_zero``: non-negative) number (``integer``: integer) or above its
+    :data:`_JOB_BOUNDS` bound."""
+    v = it.get(key)
+    ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    if v is None:
+        errs.append(FieldError(f"{where}.{key}", "missing"))
+    elif not ok or v < 0 or (v == 0 and not allow_zero):
+        kind = "integer" if integer else "number"
+        errs.append(FieldError(f"{where}.{key}", f"{v!r} must be a "
+                               f"{'non-negative' if allow_zero else 'positive'} {kind}"))
+    elif key in _JOB_BOUNDS and not v <= _JOB_BOUNDS[key].hi:
+        b = _JOB_BOUNDS[key]
+        errs.append(FieldError(f"{where}.{key}", f"{v!r} must be at most {b.hi:,.0f} ({b.why})"))
+    return v
+
+
+def _job_name(it: dict[str, Any], i: int, where: str, source: str, names: dict[str, int],
+              errs: list[FieldError]) -> Any:
+    """The job's ``name`` (default ``job<i>``), recorded in ``names`` (name -> index); an error
+    appended to ``errs`` when it is not a non-empty string of at most
+    :data:`MAX_STRING_LENGTH` characters or repeats an earlier job's."""
+    name = it.get("name", f"job{i}")
+    if not isinstance(name, str) or not name or len(name) > MAX_STRING_LENGTH:
+        errs.append(FieldError(f"{where}.name", f"{str(name)[:40]!r} must be a non-empty string "
+                               f"of at most {MAX_STRING_LENGTH:,} characters"))
+    elif name in names:
+        errs.append(FieldError(f"{where}.name", f"{name!r} is also the name of "
+                               f"{source}[{names[name]}]; names must be unique"))
+    else:
+        names[name] = i
+    return name
+
+
+def _job_model(it: dict[str, Any], where: str, errs: list[FieldError]) -> ModelConfig | None:
+    """The job's model: a copy of the preset ``model`` or a GPT model of the shape keys (the
+    family fields GPT's); None, with the errors appended to ``errs``, for an unknown preset or a
+    missing or bad shape key (a preset and shape keys together are an error too)."""
+    shape_keys = sorted(set(it) & {"num_layers", "hidden_size", "num_attention_heads",
+                                   "seq_length", "vocab_size"})
+    if "model" in it:
+        if shape_keys:
+            errs.append(FieldError(f"{where}.model", f"give a preset or {', '.join(shape_keys)}, "
+                                   "not both"))
+        preset = it["model"]
+        model = MODEL_PRESETS.get(preset) if isinstance(preset, str) else None
+        if model is None:
+            errs.append(FieldError(f"{where}.model", f"{preset!r} is not a preset; "
+                                   f"known: {', '.join(MODEL_PRESETS)}"))
+            return None
+        return ModelConfig(**{**model.__dict__})
+    # a GPT shape (the trace's keys cannot name another family): every shape key the
+    # model requires must be there, the family fields take GPT's values
+    shape = [_job_number(it, where, k, errs, integer=True)
+             for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                       "vocab_size")]
+    if any(not isinstance(v, int) for v in shape):
+        return None
+    return model_from_fields({
+        **GPT_FAMILY, "name": f"L={shape[0]} h={shape[1]}", "ffn_hidden_size": None,
+        **dict(zip(("num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                    "vocab_size"), shape))})
+
+
+def _job_rule_errors(model: ModelConfig, batch: Any, where: str) -> list[FieldError]:
+    """The session rules (:func:`core.plan.rules.validate`) ``model`` breaks with global batch
+    ``batch`` on one GPU (any plan splits the batch by ``d*b``), named ``<where>.<field>``;
+    the cluster's and the cost's rules are not the trace's."""
+    from core.plan.parallel import ParallelPlan
+    from core.plan.rules import validate
+
+    probe = Session(model=model, plan=ParallelPlan(
+        tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        global_batch_size=batch, schedule="1f1b", recompute="full"))
+    return [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message)
+            for e in validate(probe) if not e.field.startswith(("cluster", "cost"))]
 
 
 def read_jobs(path: str) -> list[Job]:

@@ -158,7 +158,7 @@ def _is_list(node: ast.AST) -> bool:
 def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
     """Map ``--num-experts`` and the MoE arguments that go with it (Megatron-Core defaults:
     top-k 2, experts ``--ffn-hidden-size`` wide, no shared experts, every layer MoE)."""
-    from core.io.hf_import import moe_layer_fields
+    from core.io.hf_moe import moe_layer_fields
     args, src = mp.args, mp.source
     mp.set("--num-experts", "model.num_experts", int_argument(args, "--num-experts", src))
     k = int_argument(args, "--moe-router-topk", src) if "--moe-router-topk" in args else 2

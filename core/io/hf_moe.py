@@ -1,0 +1,172 @@
+"""The mixture-of-experts fields of a Hugging Face ``config.json`` (:mod:`core.io.hf_import`):
+the experts, top-k and expert width of each MoE architecture's layout (Mixtral, GPT-OSS,
+DeepSeek-V2/V3, Qwen-MoE), their shared experts and which layers have experts
+(:func:`moe_layer_fields`, Megatron-Core's ``--moe-layer-freq`` with first dense layers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.io.import_result import positive_int, refusal
+
+__all__ = ["moe_fields", "moe_layer_fields"]
+
+#: DeepSeek's ``topk_method`` values the importer knows (all pick ``k`` experts).
+_DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def moe_layer_fields(pattern: list[bool] | list[int]) -> tuple[int, int] | None:
+    """``(moe_first_dense_layers, moe_layer_frequency)`` whose layers with experts are
+    ``pattern``'s (truthy = MoE), or None when no such pair gives it.
+
+    The session's rule (Megatron-Core's ``--moe-layer-freq`` with first dense layers):
+    layer ``i`` has experts when ``i >= moe_first_dense_layers`` and
+    ``i % moe_layer_frequency == 0``. Of the pairs that give a pattern, the one whose
+    first dense layers end at the first MoE layer is returned (0 when layer 0 has
+    experts), so the integer form ``--moe-layer-freq k`` comes back as ``(0, k)``.
+    """
+    flags = [bool(x) for x in pattern]
+    moe = [i for i, x in enumerate(flags) if x]
+    L = len(flags)
+    if not moe:
+        return None
+    j = moe[0]
+    if len(moe) > 1:
+        candidates = [moe[1] - j]
+    else:  # one MoE layer: the last one, or the next multiple past the end
+        candidates = [1] * (j == L - 1) + [j] * (j > 0) + [max(L, 1)] * (j == 0)
+    for k in candidates:
+        if j % k == 0 and all(x == (i >= j and i % k == 0) for i, x in enumerate(flags)):
+            return j, k
+    return None
+
+
+def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, where: str,
+               ignored: dict[str, str]) -> dict[str, Any]:
+    """The mixture-of-experts model fields of an MoE architecture's config (the module doc of
+    :mod:`core.io.hf_import`): ``num_experts`` from ``experts_key``, ``moe_top_k`` and the
+    fields of the architecture's expert layout; notes on approximations go to ``ignored``.
+
+    Raises ConfigError for a field that is missing, bad or not one of the architecture's."""
+    E = positive_int(cfg, experts_key, where)
+    k = positive_int(cfg, "num_experts_per_tok", where)
+    if k > E:
+        raise refusal(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
+                      f"({experts_key})")
+    out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
+    if arch == "GptOssForCausalLM":
+        out.update(_gpt_oss_expert_fields(cfg, arch, k, where, ignored))
+        return out
+    if arch == "MixtralForCausalLM":
+        _refuse_qwen_expert_fields(cfg, arch, where)
+        return out
+    moe_ffn = positive_int(cfg, "moe_intermediate_size", where)
+    out["moe_ffn_hidden_size"] = moe_ffn
+    if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
+        out.update(_deepseek_expert_fields(cfg, where, ignored))
+    else:
+        out.update(_qwen_expert_fields(cfg, arch, layers, moe_ffn, where, ignored))
+    return out
+
+
+def _refuse_qwen_expert_fields(cfg: dict[str, Any], arch: str, where: str) -> None:
+    """Refuse the Qwen-style expert fields in an architecture whose experts are
+    ``intermediate_size`` wide in every layer (Mixtral, GPT-OSS)."""
+    for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
+                 "decoder_sparse_step", "mlp_only_layers", "num_experts"):
+        if cfg.get(name) not in (None, [], 0):
+            raise refusal(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+                          "are intermediate_size wide, every layer has them)")
+
+
+def _gpt_oss_expert_fields(cfg: dict[str, Any], arch: str, k: int, where: str,
+                           ignored: dict[str, str]) -> dict[str, Any]:
+    """GPT-OSS's expert fields: experts ``intermediate_size`` wide, ``swiglu_limit`` the gated
+    activation's clamp (``k`` the top-k its ``experts_per_token`` must agree with); its quick-GELU
+    gate is noted in ``ignored``."""
+    out: dict[str, Any] = {}
+    other = cfg.get("experts_per_token")
+    if other is not None and other != k:
+        raise refusal(where, "experts_per_token", f"{other!r} disagrees with "
+                      f"num_experts_per_tok={k}")
+    _refuse_qwen_expert_fields(cfg, arch, where)
+    out["moe_ffn_hidden_size"] = positive_int(cfg, "intermediate_size", where)
+    limit = cfg.get("swiglu_limit")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+            raise refusal(where, "swiglu_limit", f"{limit!r} must be a positive number")
+        out["activation_func_clamp_value"] = float(limit)
+    ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
+                             "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
+                             "activation kernel's bytes)")
+    return out
+
+
+def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
+                            ) -> dict[str, Any]:
+    """DeepSeek-V2/V3's expert fields: ``n_shared_experts`` shared experts, the first
+    ``first_k_dense_replace`` layers dense, then every ``moe_layer_freq``-th; a ``topk_method``
+    other than greedy is noted in ``ignored``."""
+    out: dict[str, Any] = {}
+    method = cfg.get("topk_method", "greedy")
+    if method not in _DEEPSEEK_TOPK_METHODS:
+        raise refusal(where, "topk_method", f"{method!r}: expert selection other than "
+                      f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
+    if method != "greedy":
+        ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                  "the same number of experts; no extra cost is modelled")
+    out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
+    if not (isinstance(out["num_shared_experts"], int)
+            and not isinstance(out["num_shared_experts"], bool)
+            and out["num_shared_experts"] >= 0):
+        raise refusal(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+                      "non-negative integer")
+    # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
+    # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
+    first = cfg.get("first_k_dense_replace") or 0
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise refusal(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+                      "integer")
+    out["moe_first_dense_layers"] = first
+    out["moe_layer_frequency"] = positive_int(cfg, "moe_layer_freq", where, required=False) or 1
+    return out
+
+
+def _qwen_expert_fields(cfg: dict[str, Any], arch: str, layers: int, moe_ffn: int, where: str,
+                        ignored: dict[str, str]) -> dict[str, Any]:
+    """Qwen-MoE's expert fields: shared experts from ``shared_expert_intermediate_size`` (a
+    multiple of ``moe_ffn``; Qwen2-MoE only, its gate noted in ``ignored``) and the MoE layers
+    from ``decoder_sparse_step`` and ``mlp_only_layers`` (:func:`moe_layer_fields`)."""
+    out: dict[str, Any] = {}
+    shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
+              positive_int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
+    if shared and arch != "Qwen2MoeForCausalLM":
+        raise refusal(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
+                      "expert")
+    if shared % moe_ffn:
+        raise refusal(where, "shared_expert_intermediate_size", f"{shared} is not a multiple of "
+                      f"moe_intermediate_size={moe_ffn}: a shared expert of its own size is not "
+                      "modelled (shared experts are each moe_intermediate_size wide)")
+    out["num_shared_experts"] = shared // moe_ffn
+    if shared:
+        ignored["shared_expert_gate"] = ("Qwen2-MoE's sigmoid gate on the shared expert: h "
+                                         "parameters per layer and an elementwise product, not "
+                                         "counted")
+    step = positive_int(cfg, "decoder_sparse_step", where, required=False) or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                            and 0 <= i < layers for i in dense)):
+        raise refusal(where, "mlp_only_layers", f"{dense!r} must be a list of layer indices "
+                      f"0..{layers - 1}")
+    pattern = [(i + 1) % step == 0 and i not in dense for i in range(layers)]
+    fit = moe_layer_fields(pattern)
+    if fit is None:
+        bad = "decoder_sparse_step" if step > 1 and not dense else "mlp_only_layers"
+        raise refusal(where, bad, f"MoE layers {[i for i, x in enumerate(pattern) if x][:8]}"
+                      f"{' ...' if sum(pattern) > 8 else ''} (decoder_sparse_step={step}, "
+                      f"mlp_only_layers={dense}): only first dense layers followed by every k-th "
+                      "layer from the first MoE layer on (Megatron's --moe-layer-freq) are "
+                      "modelled")
+    out["moe_first_dense_layers"], out["moe_layer_frequency"] = fit
+    return out
