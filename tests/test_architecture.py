@@ -89,3 +89,17 @@ def test_every_user_error_the_cli_names_exists():
     for module, name in USER_ERRORS:
         cls = getattr(importlib.import_module(module), name)
         assert isinstance(cls, type) and issubclass(cls, Exception), (module, name)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A name another module needs is public where it belongs (STYLE.md: "Private names
+    imported across modules"): no ``from core.x import _name`` in core or the window."""
+    found = []
+    for root in ("core", "vtrain_gui"):
+        for path in (ROOT / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0]
+                                                         in ("core", "vtrain_gui")):
+                    found += [f"{path.relative_to(ROOT)}: {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

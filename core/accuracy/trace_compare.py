@@ -305,7 +305,7 @@ def _range_names(trace: KinetoTrace, measurement: StepMeasurement, i: int, li: n
     return [trace.names[trace.name[r[b]]] if h else "" for b, h in zip(best.tolist(), has.tolist())]
 
 
-def _shown(trace: KinetoTrace, li: np.ndarray, cls: np.ndarray, work: np.ndarray, other: int
+def shown_value(trace: KinetoTrace, li: np.ndarray, cls: np.ndarray, work: np.ndarray, other: int
            ) -> tuple[np.ndarray, np.ndarray]:
     """The events of one lane drawn: those that count for their class, and the outermost
     work that neither holds one nor lies in one (as ``other``)."""
@@ -348,7 +348,7 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
         stage = rank_stage(rank, plan)
         for lane in np.unique(trace.lane[idx]).tolist():
             li = idx[trace.lane[idx] == lane]
-            li, shown_cls = _shown(trace, li, measurement.event_class[li], work[li], other)
+            li, shown_cls = shown_value(trace, li, measurement.event_class[li], work[li], other)
             if not li.size:
                 continue
             row = len(lane_names)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.plan.fields import BOUNDS, _f
+from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
            "node_network_gbits_per_s", "ClusterConfig", "CostConfig",
@@ -134,24 +134,24 @@ _GPU_DESCRIPTIVE = _GPU_NAME_NOISE | {
 class ClusterConfig:
     """The GPUs and the network between them."""
 
-    gpu: str = _f("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS,
+    gpu: str = described_field("A100-SXM4-80GB", "", "GPU kind; selects the profile store", choices=GPU_KINDS,
                   check_choices=False)  # another kind is fine with a profile_path (validate)
-    gpus_per_node: int = _f(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
+    gpus_per_node: int = described_field(8, "GPUs", "GPUs in one node: the NVLink domain (8 on HGX/DGX "
                             "boards, 72 for a GB200 NVL72 rack)", bounds=BOUNDS["gpus_per_node"])
-    intra_node_bandwidth_gbytes_per_s: float | None = _f(
+    intra_node_bandwidth_gbytes_per_s: float | None = described_field(
         None, "GB/s", "Per-GPU NVLink bandwidth inside a node, one direction; empty means "
         "the collective times measured in the GPU's profile", bounds=BOUNDS["intra_bw"]
     )
-    inter_node_bandwidth_gbits_per_s: float | None = _f(
+    inter_node_bandwidth_gbits_per_s: float | None = described_field(
         None, "Gb/s", "Network bandwidth per node (all NICs of the node together; a GB200 NVL72 "
         "rack with one 400 Gb/s NIC per GPU: 72 x 400 = 28,800); empty means the GPU's reference "
         "node, one NIC per GPU as its DGX/HGX design has (A100 200 Gb/s, H100, H200, B200 and "
         "GB200 400 Gb/s per GPU)", bounds=BOUNDS["inter_bw"]
     )
-    profile_path: str | None = _f(
+    profile_path: str | None = described_field(
         None, "", "Profile store to use instead of the shipped one for this GPU kind", path=True
     )
-    memory_reserve_fraction: float = _f(
+    memory_reserve_fraction: float = described_field(
         0.1, "", "Share of each GPU's memory kept free for the framework, CUDA context and "
         "fragmentation: a plan fits when it needs at most (1 - this) of the capacity",
         min=0.0, max=0.9)
@@ -161,15 +161,15 @@ class ClusterConfig:
 class CostConfig:
     """What the training run costs."""
 
-    price_per_gpu_hour_usd: float = _f(2.0, "USD/GPU-hour", "Price of one GPU for one hour",
+    price_per_gpu_hour_usd: float = described_field(2.0, "USD/GPU-hour", "Price of one GPU for one hour",
                                        bounds=BOUNDS["price"])
-    training_tokens: float = _f(300e9, "tokens", "Tokens to train on (token budget)",
+    training_tokens: float = described_field(300e9, "tokens", "Tokens to train on (token budget)",
                                 bounds=BOUNDS["tokens"])
-    price_per_kwh_usd: float = _f(
+    price_per_kwh_usd: float = described_field(
         0.08, "USD/kWh", "Price of electricity (the energy of the run, core.sim.energy); default the "
         "US average industrial price of 2023, about 8 cents (EIA, Electric Power Monthly, "
         "Table 5.3)", min=0.0, max=100.0)
-    power_usage_effectiveness: float = _f(
+    power_usage_effectiveness: float = described_field(
         1.1, "", "Facility energy over IT energy (PUE: cooling, power conversion); default 1.10, "
         "the fleet-wide figure hyperscale operators report (Google 2024 Environmental Report, "
         "2023 fleet PUE 1.10); 1 counts the machines only", min=1.0, max=5.0)
@@ -194,31 +194,31 @@ class ReliabilityConfig:
     falling with job size on Meta's clusters in this way.
     """
 
-    failure_rate_per_gpu_hour: float = _f(
+    failure_rate_per_gpu_hour: float = described_field(
         LLAMA3_FAILURES_PER_GPU_HOUR, "per GPU-hour",
         "Job interruptions per GPU-hour (a job of N GPUs fails N times as often); per node-day "
         "it is this times 24 times the GPUs per node. Default: Llama 3 405B's 419 unexpected "
         "interruptions in 54 days on 16,384 H100s (Dubey et al. 2024, Sec. 3.3.4), 1.97e-5, "
         "one interruption every 3.1 hours at that size; 0 means no failures", min=0.0, max=1.0)
-    restart_time_s: float = _f(
+    restart_time_s: float = described_field(
         600.0, "s", "Time from an interruption to training again: rescheduling and replacing the "
         "node, starting the processes, NCCL initialisation, loading the last checkpoint and "
         "warming up. Default 10 minutes, an assumption of this order for jobs of thousands of "
         "GPUs (no published figure for Llama 3's); failures may strike during it too",
         min=0.0, max=7 * 86400.0)
-    checkpoint_write_gbytes_per_s_per_node: float = _f(
+    checkpoint_write_gbytes_per_s_per_node: float = described_field(
         1.0, "GB/s", "Sustained checkpoint write bandwidth of one node to the storage system. "
         "Default 1 GB/s: Llama 3's Tectonic storage sustains 2 TB/s for 16,384 GPUs, 2,048 "
         "nodes (Dubey et al. 2024, Sec. 3.1.1)", min=1e-3, max=1e4)
-    async_save: bool = _f(
+    async_save: bool = described_field(
         False, "", "Asynchronous checkpointing (Megatron-LM --async-save, PyTorch DCP async_save): "
         "training stalls only while the state is copied to host memory and the write goes on "
         "in the background. Default false, Megatron-LM's default")
-    host_copy_gbytes_per_s_per_gpu: float = _f(
+    host_copy_gbytes_per_s_per_gpu: float = described_field(
         25.0, "GB/s", "Device-to-host copy bandwidth of one GPU, the stall of an asynchronous "
         "save. Default 25 GB/s: what a PCIe Gen4 x16 link moves in practice (32 GB/s nominal; "
         "Gen5 on H100 doubles it)", min=0.1, max=1e4)
-    checkpoint_interval_iterations: int | None = _f(
+    checkpoint_interval_iterations: int | None = described_field(
         None, "iterations", "Iterations between checkpoints (Megatron-LM --save-interval); empty "
         "means the optimum of Young (1974) and Daly (2006) from the failure rate and the "
         "checkpoint's cost", min=1, max=2**40)

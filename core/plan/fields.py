@@ -65,7 +65,7 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-def _f(default: Any, unit: str, help: str, **kw: Any) -> Any:
+def described_field(default: Any, unit: str, help: str, **kw: Any) -> Any:
     """A dataclass field with ``unit`` and ``help`` metadata.
 
     Further metadata, checked by every reader and by :func:`validate` (no code per field):
@@ -128,7 +128,7 @@ def _annotation_kind(annotation: str) -> tuple[str, bool]:
 
 
 class _Shown:
-    """:func:`_shown` of a value, computed only when a message formats it (a valid value,
+    """:func:`shown_value` of a value, computed only when a message formats it (a valid value,
     the common case, is never turned into text; sweeps check millions of them)."""
 
     __slots__ = ("value",)
@@ -137,12 +137,12 @@ class _Shown:
         self.value = value
 
     def __format__(self, spec: str) -> str:
-        return format(_shown(self.value), spec)
+        return format(shown_value(self.value), spec)
 
-    __str__ = __repr__ = lambda self: _shown(self.value)
+    __str__ = __repr__ = lambda self: shown_value(self.value)
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """``value`` as JSON writes it (``null``, ``true``, ``"text"``; ``repr`` for what JSON
     cannot hold), shortened to 60 characters: a value from a file can be anything. A huge
     integer is described by its digit count (``str`` of 4,300 digits or more raises)."""
@@ -242,10 +242,10 @@ def section_errors(section: str, obj: Any) -> list[FieldError]:
     return errs
 
 
-_TYPE_WORDS = ("int", "float", "str", "bool")
+TYPE_WORDS = ("int", "float", "str", "bool")
 
 
-def _matches_type(base: str, value: Any) -> bool:
+def matches_type(base: str, value: Any) -> bool:
     if value is None:
         return True
     if base == "bool":
@@ -283,11 +283,11 @@ class ConfigError(ValueError):
         return ConfigError(self.errors, str(source))
 
 
-def _is_num(x: Any) -> bool:
+def is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

@@ -48,7 +48,7 @@ LAYOUT_RULE = ("Megatron-Core's layout: virtual stages separated by '|', each E 
 MAX_LAYOUT_SYMBOLS = 100_000
 
 
-def _layout_chunks(plan: ParallelPlan) -> int:
+def layout_chunks(plan: ParallelPlan) -> int:
     """``v`` of ``plan``: its schedule's model chunks per stage
     (:meth:`core.schedules.PipelineSchedule.chunks`: ``virtual_pipeline_stages`` under the
     interleaved schedule, 2 under ZB-V, else 1; 1 for an unknown schedule)."""
@@ -220,7 +220,7 @@ def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
             + (f"; {mtp} MTP layer{'s' if mtp > 1 else ''} with the loss" if mtp else ""))
 
 
-def _layout_conflict(plan: ParallelPlan) -> str | None:
+def layout_conflict(plan: ParallelPlan) -> str | None:
     """Why ``plan``'s custom pipeline layout cannot stand with its other split fields, or None
     (no layout, or none of them set)."""
     if pipeline_layout_text(plan) is None or not (
@@ -235,7 +235,7 @@ def _layout_conflict(plan: ParallelPlan) -> str | None:
 
 
 def _layout_conflicts(plan: ParallelPlan) -> None:
-    why = _layout_conflict(plan)
+    why = layout_conflict(plan)
     if why is not None:
         raise ValueError(why)
 
@@ -264,7 +264,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     layout = pipeline_layout_text(plan)
     if layout is not None:
         _layout_conflicts(plan)
-        v = _layout_chunks(plan)
+        v = layout_chunks(plan)
         vc = layout_layer_counts(layout, L, p, v)
         from core.schedules import get as get_schedule
         return [sum(vc[k] for k in row)
@@ -363,7 +363,7 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     """
     p = plan.pipeline_parallel
     if chunks is None:
-        chunks = _layout_chunks(plan)
+        chunks = layout_chunks(plan)
     v = int(chunks)
     layout = pipeline_layout_text(plan)
     if layout is not None:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from core.plan.fields import BOUNDS, _f
+from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["ACTIVATIONS", "MODEL_FAMILIES", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
            "ATTENTION_KERNELS", "ModelConfig", "GPT_SHAPE_FIELDS", "model_from_fields",
@@ -71,131 +71,131 @@ class ModelConfig:
     (added later: a file without it describes a ``dense`` model, its default).
     """
 
-    name: str = _f("GPT-3 175B", "", "Display name of the model", required=True)
-    num_layers: int = _f(96, "", "Number of transformer layers L (--num-layers)",
+    name: str = described_field("GPT-3 175B", "", "Display name of the model", required=True)
+    num_layers: int = described_field(96, "", "Number of transformer layers L (--num-layers)",
                          bounds=BOUNDS["layers"], required=True)
-    hidden_size: int = _f(12288, "", "Hidden size h (--hidden-size)", bounds=BOUNDS["hidden"],
+    hidden_size: int = described_field(12288, "", "Hidden size h (--hidden-size)", bounds=BOUNDS["hidden"],
                           required=True)
-    num_attention_heads: int = _f(96, "", "Attention heads a (--num-attention-heads)",
+    num_attention_heads: int = described_field(96, "", "Attention heads a (--num-attention-heads)",
                                   bounds=BOUNDS["heads"], required=True)
-    ffn_hidden_size: int | None = _f(
+    ffn_hidden_size: int | None = described_field(
         None, "", "MLP hidden size (--ffn-hidden-size); empty (null) means 4*h",
         bounds=BOUNDS["ffn"], required=True)
-    seq_length: int = _f(2048, "tokens", "Sequence length s (--seq-length)", bounds=BOUNDS["seq"],
+    seq_length: int = described_field(2048, "tokens", "Sequence length s (--seq-length)", bounds=BOUNDS["seq"],
                          required=True)
-    vocab_size: int = _f(50257, "tokens", "Vocabulary size V before Megatron's padding",
+    vocab_size: int = described_field(50257, "tokens", "Vocabulary size V before Megatron's padding",
                          bounds=BOUNDS["vocab"], required=True)
-    num_query_groups: int | None = _f(
+    num_query_groups: int | None = described_field(
         None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
         "attention); empty means one per head (multi-head attention)", min=1,
         bounds=BOUNDS["heads"], required=True)
-    activation: str = _f("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
+    activation: str = described_field("gelu", "", "MLP activation: gelu (two ffn matrices), swiglu (gated, "
                          "three ffn matrices; --swiglu) or squared_relu (relu(x)^2, two ffn "
                          "matrices, Nemotron-4; --squared-relu) or geglu (gated, tanh-GeLU gate; Gemma)",
                          choices=ACTIVATIONS,
                          required=True)
-    normalization: str = _f("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
+    normalization: str = described_field("layernorm", "", "Normalization: layernorm or rmsnorm (no bias; "
                             "--normalization RMSNorm)", choices=NORMALIZATIONS, required=True)
-    position_embedding: str = _f("learned", "", "Position embedding: learned (an s*h table) or "
+    position_embedding: str = described_field("learned", "", "Position embedding: learned (an s*h table) or "
                                  "rope (rotary, no parameters; --position-embedding-type rope)",
                                  choices=POSITION_EMBEDDINGS, required=True)
-    tied_embeddings: bool = _f(True, "", "Output layer shares the word embedding's weights "
+    tied_embeddings: bool = described_field(True, "", "Output layer shares the word embedding's weights "
                                "(false: --untie-embeddings-and-output-weights)", required=True)
-    add_bias_linear: bool = _f(True, "", "Biases in the linear layers (false: "
+    add_bias_linear: bool = described_field(True, "", "Biases in the linear layers (false: "
                                "--disable-bias-linear)", required=True)
-    add_qkv_bias: bool = _f(False, "", "Bias in the QKV projection even without the other "
+    add_qkv_bias: bool = described_field(False, "", "Bias in the QKV projection even without the other "
                             "linear biases (--add-qkv-bias, Qwen2)", required=True)
-    qk_layernorm: bool = _f(False, "", "Normalize each query and key head before the scores "
+    qk_layernorm: bool = described_field(False, "", "Normalize each query and key head before the scores "
                             "(QK-norm, --qk-layernorm; Qwen3), with the model's normalization",
                             required=True)
-    attention_kernel: str = _f("unfused", "", "Attention kernel: unfused (Megatron's baddbmm, "
+    attention_kernel: str = described_field("unfused", "", "Attention kernel: unfused (Megatron's baddbmm, "
                                "softmax, bmm; keeps the s*s scores) or flash (FlashAttention, "
                                "no s*s activation memory; --use-flash-attn)",
                                choices=ATTENTION_KERNELS, required=True)
-    kv_channels: int | None = _f(
+    kv_channels: int | None = described_field(
         None, "", "Attention head size (--kv-channels); empty means h/a. Q is a*kv_channels wide, "
         "K and V g*kv_channels each", bounds=BOUNDS["hidden"], required=True)
-    num_experts: int | None = _f(
+    num_experts: int | None = described_field(
         None, "", "Experts per MoE layer (--num-experts); empty means a dense model",
         bounds=BOUNDS["experts"], required=True)
-    moe_top_k: int = _f(2, "", "Experts each token is routed to (--moe-router-topk)",
+    moe_top_k: int = described_field(2, "", "Experts each token is routed to (--moe-router-topk)",
                         bounds=BOUNDS["experts"], required=True)
-    moe_ffn_hidden_size: int | None = _f(
+    moe_ffn_hidden_size: int | None = described_field(
         None, "", "Hidden size of each expert's MLP (--moe-ffn-hidden-size); empty means "
         "ffn_hidden_size", bounds=BOUNDS["ffn"], required=True)
-    num_shared_experts: int = _f(
+    num_shared_experts: int = described_field(
         0, "", "Shared experts every token passes through, each moe_ffn_hidden_size wide "
         "(Megatron: --moe-shared-expert-intermediate-size = n * moe_ffn_hidden_size)",
         bounds=BOUNDS["shared_experts"], required=True)
-    moe_layer_frequency: int = _f(1, "layers", "Every k-th layer is an MoE layer (--moe-layer-freq "
+    moe_layer_frequency: int = described_field(1, "layers", "Every k-th layer is an MoE layer (--moe-layer-freq "
                                   "k); the others are dense", bounds=BOUNDS["layers"],
                                   required=True)
-    moe_first_dense_layers: int = _f(
+    moe_first_dense_layers: int = described_field(
         0, "layers", "The first layers are dense whatever the frequency (DeepSeek's "
         "first_k_dense_replace; Megatron: a --moe-layer-freq pattern)",
         bounds=BOUNDS["dense_layers"], required=True)
-    moe_router_num_groups: int | None = _f(
+    moe_router_num_groups: int | None = described_field(
         None, "", "Node-limited routing: the experts split into this many groups (Megatron-Core "
         "--moe-router-num-groups; DeepSeek-V3's n_group 8); empty means none", short="groups",
         min=1, bounds=BOUNDS["experts"], required=True)
-    moe_router_group_topk: int | None = _f(
+    moe_router_group_topk: int | None = described_field(
         None, "", "Node-limited routing: the groups each token may reach (Megatron-Core "
         "--moe-router-group-topk; DeepSeek-V3's topk_group 4)", short="group_topk", min=1,
         bounds=BOUNDS["experts"], required=True)
-    multi_latent_attention: bool = _f(
+    multi_latent_attention: bool = described_field(
         False, "", "Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention; "
         "Megatron-Core MLASelfAttention): queries and keys/values pass through low-rank latents "
         "(q_lora_rank, kv_lora_rank); heads of qk_head_dim + qk_pos_emb_head_dim channels for the "
         "scores and v_head_dim for the values. With qk_layernorm the latents are normalized "
         "(Megatron's q_layernorm / kv_layernorm). Needs attention_kernel flash", required=True)
-    q_lora_rank: int | None = _f(
+    q_lora_rank: int | None = described_field(
         None, "", "With MLA: rank of the query latent (--q-lora-rank; DeepSeek-V3 1536); empty "
         "means no query compression (one h -> a*(qk_head_dim + qk_pos_emb_head_dim) projection)",
         short="q_lora", bounds=BOUNDS["latent"], required=True)
-    kv_lora_rank: int = _f(512, "", "With MLA: rank of the key/value latent (--kv-lora-rank)",
+    kv_lora_rank: int = described_field(512, "", "With MLA: rank of the key/value latent (--kv-lora-rank)",
                            short="kv_lora", bounds=BOUNDS["latent"], required=True)
-    qk_head_dim: int = _f(128, "", "With MLA: channels of each query/key head without the "
+    qk_head_dim: int = described_field(128, "", "With MLA: channels of each query/key head without the "
                           "rotary part (--qk-head-dim; DeepSeek's qk_nope_head_dim)",
                           bounds=BOUNDS["mla_head"], required=True)
-    qk_pos_emb_head_dim: int = _f(64, "", "With MLA: rotary channels of each query/key head, "
+    qk_pos_emb_head_dim: int = described_field(64, "", "With MLA: rotary channels of each query/key head, "
                                   "the key's shared by all heads (--qk-pos-emb-head-dim; "
                                   "DeepSeek's qk_rope_head_dim)", bounds=BOUNDS["mla_head"],
                                   required=True)
-    v_head_dim: int = _f(128, "", "With MLA: channels of each value head (--v-head-dim); the "
+    v_head_dim: int = described_field(128, "", "With MLA: channels of each value head (--v-head-dim); the "
                          "output projection's input is a*v_head_dim wide",
                          bounds=BOUNDS["mla_head"], required=True)
-    mtp_num_layers: int = _f(0, "layers", "Multi-token prediction layers on the last pipeline "
+    mtp_num_layers: int = described_field(0, "layers", "Multi-token prediction layers on the last pipeline "
                              "stage (--mtp-num-layers; DeepSeek-V3: 1): each embeds the tokens "
                              "shifted once more, projects them with the previous hidden state "
                              "(eh_proj, 2h -> h), runs one transformer layer like the last one "
                              "and the shared output layer with its own loss",
                              bounds=BOUNDS["mtp_layers"], required=True)
-    window_size: int | None = _f(
+    window_size: int | None = described_field(
         None, "tokens", "Sliding-window attention: each query attends to itself and the window_size "
         "tokens before it (Megatron-Core --window-size (w, 0), causal); empty means full causal "
         "attention", short="window", min=1, bounds=BOUNDS["seq"], required=True)
-    window_attn_skip_freq: int | None = _f(
+    window_attn_skip_freq: int | None = described_field(
         None, "layers", "With a window: every N-th layer (1-based, layer % N == 0) keeps full "
         "attention, the others are windowed (Megatron-Core --window-attn-skip-freq N; GPT-OSS: "
         "2); empty means every layer is windowed", short="window_skip", min=1,
         bounds=BOUNDS["layers"], required=True)
-    softmax_type: str = _f(
+    softmax_type: str = described_field(
         "vanilla", "", "Attention softmax (Megatron-Core --softmax-type): vanilla; off-by-one "
         "(a fixed zero logit in every row's denominator, no parameters); learnable (attention "
         "sinks: one learned logit per head in the denominator, a parameters per layer; GPT-OSS). "
         "The extra logit per row is negligible work inside the attention kernel",
         choices=SOFTMAX_TYPES, short="softmax", required=True)
-    activation_func_clamp_value: float | None = _f(
+    activation_func_clamp_value: float | None = described_field(
         None, "", "Gated MLP (swiglu): clamp the gate to at most this and the linear half to "
         "-this..this before the activation (Megatron-Core --activation-func-clamp-value; "
         "GPT-OSS: 7); element-wise inside the fused activation kernel, no time of its own; "
         "empty means no clamp", short="clamp", bounds=BOUNDS["clamp"], required=True)
-    glu_linear_offset: float = _f(
+    glu_linear_offset: float = described_field(
         0.0, "", "Gated MLP (swiglu): activation(gate) * (linear + this) (Megatron-Core "
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
         "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
         required=True)
-    family: str = _f("dense", "", "Model family: the layer's components besides the fields "
+    family: str = described_field("dense", "", "Model family: the layer's components besides the fields "
                      "above (" + "; ".join(f"{k}: {v}" for k, v in MODEL_FAMILIES.items())
                      + "). Not required: files written before it describe dense models",
                      choices=MODEL_FAMILIES, choice_notes=MODEL_FAMILIES)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.plan.fields import FieldError, _is_int, _is_num
+from core.plan.fields import FieldError, is_int, is_num
 from core.plan.model_config import ModelConfig
 
 
 
-def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
+def model_feature_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of the model's mixture-of-experts and attention fields; what the simulator does not
     model is refused by name."""
     errs: list[FieldError] = []
@@ -31,7 +31,7 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.activation_func_clamp_value", "activation_func_clamp_value "
                                "needs a gated MLP (activation = swiglu): the clamp acts on the "
                                "gate and the linear half"))
-    if _is_num(m.glu_linear_offset) and m.glu_linear_offset != 0 and not gated:
+    if is_num(m.glu_linear_offset) and m.glu_linear_offset != 0 and not gated:
         errs.append(FieldError("model.glu_linear_offset", "glu_linear_offset needs a gated MLP "
                                "(activation = swiglu; Megatron-Core: only used with "
                                "gated_linear_unit)"))
@@ -39,7 +39,7 @@ def _model_feature_errors(m: ModelConfig) -> list[FieldError]:
 
 
 #: The MLA fields and their values without MLA (the dataclass defaults).
-_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 
 def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
@@ -60,18 +60,18 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
     """
     errs: list[FieldError] = []
     mtp = m.mtp_num_layers
-    if _is_int(mtp) and mtp > 0 and m.window_size is not None:
+    if is_int(mtp) and mtp > 0 and m.window_size is not None:
         errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp} with sliding-"
                                "window attention is not modelled (which attention the MTP "
                                "layer has)"))
     if m.multi_latent_attention is not True:
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-        for name in _MLA_FIELDS:
+        for name in MLA_FIELDS:
             if getattr(m, name) != defaults[name]:
                 errs.append(FieldError(f"model.{name}", f"{name}={getattr(m, name)!r} needs "
                                        "multi_latent_attention (multi-head latent attention)"))
         return errs
-    if not all(_is_int(getattr(m, n)) for n in _MLA_FIELDS[1:]):
+    if not all(is_int(getattr(m, n)) for n in MLA_FIELDS[1:]):
         return errs  # type errors are reported by section_errors
     qk = m.qk_head_dim + m.qk_pos_emb_head_dim
     if m.kv_channels is not None and m.kv_channels != qk:
@@ -115,7 +115,7 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
                                        "num_experts (a mixture-of-experts model)"))
         return errs
     errs += _group_routing_errors(m)
-    if not all(_is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
+    if not all(is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
                                     m.moe_first_dense_layers, m.num_layers)):
         return errs  # type errors are reported by section_errors
     if m.moe_top_k > E:
@@ -145,7 +145,7 @@ def _group_routing_errors(m: ModelConfig) -> list[FieldError]:
         return [FieldError("model.moe_router_num_groups", "moe_router_group_topk (node-limited "
                            "routing) needs moe_router_num_groups (Megatron-Core: it must be "
                            "specified)")]
-    if not all(_is_int(x) and x >= 1 for x in (G, M, m.num_experts, m.moe_top_k)):
+    if not all(is_int(x) and x >= 1 for x in (G, M, m.num_experts, m.moe_top_k)):
         return []  # type and bound errors are reported by section_errors
     E, k = m.num_experts, m.moe_top_k
     if E % G:

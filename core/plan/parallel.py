@@ -17,7 +17,7 @@ import dataclasses
 import operator
 from dataclasses import dataclass
 
-from core.plan.fields import BOUNDS, _f
+from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
            "UNMODELLED_RECOMPUTE_MODULES", "PRECISIONS", "MOE_DISPATCHERS", "CP_COMM_TYPES",
@@ -121,76 +121,76 @@ class ParallelPlan:
     shows when it differs from its default).
     """
 
-    tensor_parallel: int = _f(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)",
+    tensor_parallel: int = described_field(8, "GPUs", "Tensor-parallel size t (--tensor-model-parallel-size)",
                               short="t", label="always", bounds=BOUNDS["parallel"], required=True)
-    pipeline_parallel: int = _f(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
+    pipeline_parallel: int = described_field(16, "stages", "Pipeline-parallel size p (--pipeline-model-parallel-size)",
                                 short="p", label="always", bounds=BOUNDS["parallel"], required=True)
-    data_parallel: int = _f(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
+    data_parallel: int = described_field(4, "replicas", "Data-parallel size d (world size / (t*p*cp))",
                             short="d", label="always", bounds=BOUNDS["parallel"], required=True)
-    micro_batch_size: int = _f(1, "sequences", "Micro-batch size b (--micro-batch-size)",
+    micro_batch_size: int = described_field(1, "sequences", "Micro-batch size b (--micro-batch-size)",
                                short="b", label="always", bounds=BOUNDS["micro_batch"], required=True)
-    global_batch_size: int = _f(1536, "sequences", "Global batch size B (--global-batch-size)",
+    global_batch_size: int = described_field(1536, "sequences", "Global batch size B (--global-batch-size)",
                                 short="B", label="never", bounds=BOUNDS["global_batch"], required=True)
-    schedule: str = _f("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
+    schedule: str = described_field("1f1b", "", "Pipeline schedule: 1f1b (PipeDream-flush), gpipe, interleaved "
                        "(interleaved 1F1B, --num-layers-per-virtual-pipeline-stage), zb-h1 "
                        "(zero-bubble, backward split into input and weight gradients) or zb-v "
                        "(zero-bubble, two chunks per stage placed V-shape; not in Megatron-LM)",
                        choices=SCHEDULES, short="", label="always")
-    recompute: str = _f("full", "", "Activation recomputation: none, selective (the attention "
+    recompute: str = described_field("full", "", "Activation recomputation: none, selective (the attention "
                         "core, --recompute-activations), full (--recompute-granularity full) or "
                         "selective_op (torchtitan's per-op selective activation checkpointing: "
                         "every other matmul and the attention output saved, the rest recomputed)",
                         choices=RECOMPUTE_CHOICES, label="always", required=True)
-    precision: str = _f("bf16", "", "Training precision (mixed precision with fp32 master weights)",
+    precision: str = described_field("bf16", "", "Training precision (mixed precision with fp32 master weights)",
                         choices=PRECISIONS, label="never", required=True)
-    virtual_pipeline_stages: int | None = _f(
+    virtual_pipeline_stages: int | None = described_field(
         None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
         "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
         bounds=BOUNDS["layers"])
-    sequence_parallel: bool = _f(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
+    sequence_parallel: bool = described_field(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
-    recompute_num_layers: int | None = _f(
+    recompute_num_layers: int | None = described_field(
         None, "layers", "With full recomputation: layers recomputed in each model chunk, the "
         "first ones of each pipeline stage (of each virtual stage under the interleaved schedule; Megatron's "
         "--recompute-method block --recompute-num-layers); the others keep their activations; "
         "empty means all", short="recompute_layers", min=1, bounds=BOUNDS["layers"])
-    zero_stage: int = _f(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
+    zero_stage: int = described_field(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
                          "state sharded over d), 2 gradients too, 3 parameters too (FSDP)",
                          short="zero", min=0, max=3)
-    overlap_grad_reduce: bool = _f(False, "", "Overlap the data-parallel gradient reduction with "
+    overlap_grad_reduce: bool = described_field(False, "", "Overlap the data-parallel gradient reduction with "
                                    "the backward pass, bucket by bucket (--overlap-grad-reduce)",
                                    short="overlap_grad")
-    overlap_param_gather: bool = _f(False, "", "Overlap the parameter all-gather of a sharded "
+    overlap_param_gather: bool = described_field(False, "", "Overlap the parameter all-gather of a sharded "
                                     "optimizer with the forward pass (--overlap-param-gather; "
                                     "needs zero_stage >= 1)", short="overlap_param")
-    tp_comm_overlap: bool = _f(False, "", "Overlap the tensor-parallel all-gathers and "
+    tp_comm_overlap: bool = described_field(False, "", "Overlap the tensor-parallel all-gathers and "
                                "reduce-scatters of the attention and MLP with their GEMMs, split "
                                "into t chunks (--tp-comm-overlap, Transformer Engine userbuffers; "
                                "needs sequence parallelism)", short="tp_overlap")
-    grad_reduce_dtype: str | None = _f(
+    grad_reduce_dtype: str | None = described_field(
         None, "", "Data type gradients are accumulated and reduced in; empty means Megatron's "
         "default: fp32 with bf16 (main gradients), otherwise the training precision",
         choices=GRAD_REDUCE_DTYPES, short="grad_dtype")
-    first_stage_layers: int | None = _f(
+    first_stage_layers: int | None = described_field(
         None, "layers", "Layers of the first pipeline stage (--decoder-first-pipeline-num-layers); "
         "empty means an even split", short="first_layers", min=1, bounds=BOUNDS["layers"])
-    last_stage_layers: int | None = _f(
+    last_stage_layers: int | None = described_field(
         None, "layers", "Layers of the last pipeline stage (--decoder-last-pipeline-num-layers); "
         "empty means an even split", short="last_layers", min=1, bounds=BOUNDS["layers"])
-    account_for_embedding_in_pipeline_split: bool = _f(
+    account_for_embedding_in_pipeline_split: bool = described_field(
         False, "", "Count the embedding as one layer slot of the first virtual pipeline stage "
         "(Megatron-Core --account-for-embedding-in-pipeline-split): num_layers + 1 (+ 1 with the "
         "loss) slots split evenly over the p*v virtual stages, so the first holds one "
         "transformer layer fewer", short="emb_split")
-    account_for_loss_in_pipeline_split: bool = _f(
+    account_for_loss_in_pipeline_split: bool = described_field(
         False, "", "Count the loss (output layer) as one layer slot of the last virtual pipeline "
         "stage (Megatron-Core --account-for-loss-in-pipeline-split): the last virtual stage holds "
         "one transformer layer fewer", short="loss_split")
-    context_parallel: int = _f(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
+    context_parallel: int = described_field(1, "GPUs", "Context-parallel size cp (--context-parallel-size): "
                                "the sequence is split over cp ranks, ring attention exchanges K/V",
                                short="cp", bounds=BOUNDS["parallel"])
-    cp_comm_type: str = _f(
+    cp_comm_type: str = described_field(
         "p2p", "", "How context parallelism exchanges K and V: p2p, the ring (Megatron-Core "
         "--cp-comm-type p2p; PyTorch context_parallel's alltoall rotation), or allgather, PyTorch "
         "context_parallel's default (torchtitan): K/V all-gathered once per pass under the first "
@@ -203,67 +203,67 @@ class ParallelPlan:
         choice_notes={"p2p": "the ring", "allgather": "PyTorch's, overlapped",
                       "a2a": "all-to-all", "a2a+p2p": "hierarchical",
                       "all_gather": "Megatron-Core's / Transformer Engine's, not overlapped"})
-    cp_a2a_size: int | None = _f(
+    cp_a2a_size: int | None = described_field(
         None, "GPUs", "Ranks of each all-to-all group of the a2a+p2p exchange (the first of "
         "Megatron-Core's --hierarchical-context-parallel-sizes; the ring joins cp / this "
         "groups); empty for the other exchanges", short="cp_a2a", min=2,
         bounds=BOUNDS["parallel"])
-    expert_parallel: int = _f(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
+    expert_parallel: int = described_field(1, "GPUs", "Expert-parallel size ep (--expert-model-parallel-size): "
                               "experts split over ep ranks inside the data-parallel group",
                               short="ep", bounds=BOUNDS["parallel"])
-    expert_tensor_parallel: int | None = _f(
+    expert_tensor_parallel: int | None = described_field(
         None, "GPUs", "Tensor-parallel size of the experts (--expert-tensor-parallel-size); "
         "empty means t", short="etp", bounds=BOUNDS["parallel"])
-    moe_imbalance_factor: float = _f(
+    moe_imbalance_factor: float = described_field(
         1.0, "", "Tokens routed to the busiest expert over the mean (1 = balanced routing, "
         "as Megatron's forced-balance benchmarks)", short="imbalance", label="never",
         bounds=BOUNDS["imbalance"])
-    fp8_recipe: str | None = _f(
+    fp8_recipe: str | None = described_field(
         None, "", "FP8 scaling recipe with precision fp8 (--fp8-recipe): delayed, tensorwise "
         "(per-tensor current scaling), mxfp8 or blockwise; empty means tensorwise",
         choices=FP8_RECIPES, short="fp8", label="never")
-    recompute_modules: str | None = _f(
+    recompute_modules: str | None = described_field(
         None, "", "With selective recomputation: the modules recomputed, comma-separated as "
         "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
         "shared_experts); empty means core_attn", short="recompute_modules", label="never")
-    data_parallel_shard_size: int | None = _f(
+    data_parallel_shard_size: int | None = described_field(
         None, "replicas", "Hybrid sharding (HSDP): the ZeRO/FSDP shards span groups of this many "
         "data-parallel ranks and are replicated over d/size groups (Megatron: "
         "--num-distributed-optimizer-instances d/size; torchtitan: dp_shard); empty means "
         "all d ranks", short="dp_shard", bounds=BOUNDS["parallel"])
-    fp8_param_gather: bool = _f(
+    fp8_param_gather: bool = described_field(
         False, "", "All-gather the FP8 linear layers' weights in FP8, 1 byte instead of 2, and "
         "keep them in FP8 (Megatron: --fp8-param-gather with the distributed optimizer; "
         "torchtitan: enable_fsdp_float8_all_gather); needs precision fp8 and zero_stage >= 1",
         short="fp8_gather")
-    moe_token_dispatcher_type: str = _f(
+    moe_token_dispatcher_type: str = described_field(
         "alltoall", "", "How MoE tokens reach their experts (Megatron-Core "
         "--moe-token-dispatcher-type): alltoall (NCCL all-to-all, k copies of each token to the "
         "ranks of its k experts) or flex (DeepEP / HybridEP: across nodes one copy per "
         "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
         short="dispatcher")
-    overlap_moe_expert_parallel_comm: bool = _f(
+    overlap_moe_expert_parallel_comm: bool = described_field(
         False, "", "Overlap the expert all-to-alls of one micro-batch with the computation of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm, the combined 1F1B schedule: "
         "each steady-state forward runs layer by layer beside a backward); needs expert_parallel "
         "> 1, the interleaved schedule when pipeline_parallel > 1, and no full recomputation",
         short="ep_overlap")
-    delay_wgrad_compute: bool = _f(
+    delay_wgrad_compute: bool = described_field(
         False, "", "Under overlap_moe_expert_parallel_comm, run the experts' weight gradients "
         "after the backward's dispatch all-to-all has started (Megatron-Core "
         "--delay-wgrad-compute), so it overlaps them too", short="delay_wgrad")
-    cross_entropy_loss_fusion: bool = _f(
+    cross_entropy_loss_fusion: bool = described_field(
         False, "", "Fuse the vocab-parallel cross-entropy's element-wise steps (Megatron-Core "
         "--cross-entropy-loss-fusion; on in Megatron-Bridge and NeMo): fewer passes over the "
         "logits than Megatron's default one kernel per step", short="ce_fusion")
-    cross_entropy_fusion_impl: str = _f(
+    cross_entropy_fusion_impl: str = described_field(
         "native", "", "The fused cross-entropy's kernels (Megatron-Core "
         "--cross-entropy-fusion-impl): native (Megatron-Core's jit-fused kernels on an fp32 copy "
         "of the logits) or te (Transformer Engine's parallel_cross_entropy on the half-precision "
         "logits, the gradient computed in the forward and kept in their place; the Megatron-"
         "Bridge performance recipes' choice); needs cross_entropy_loss_fusion",
         choices=CROSS_ENTROPY_FUSION_IMPLS, short="ce_impl", label_needs="cross_entropy_loss_fusion")
-    pipeline_model_parallel_layout: str | None = _f(
+    pipeline_model_parallel_layout: str | None = described_field(
         None, "", "Custom pipeline layout (Megatron-Core --pipeline-model-parallel-layout): the "
         "p*v virtual stages separated by '|', each listing E (embedding), t (one transformer "
         "layer), m (one multi-token prediction layer) and L (loss) in that order; x*N and (...)*N "

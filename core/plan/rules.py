@@ -8,7 +8,7 @@ alone are in :mod:`core.plan.model_rules`. The rules that read ``plan.schedule``
 this module: the schedule's own rules and the registry's (:func:`_batch_schedule_errors`,
 :func:`_pipeline_split_errors`), and those that compare it with a schedule's name
 (:func:`_plan_flag_errors`, :func:`ep_overlap_errors`, :func:`probe_plan`,
-:data:`_ENABLED_BY`); outside it only :func:`core.plan.layout._layout_chunks` does.
+:data:`_ENABLED_BY`); outside it only :func:`core.plan.layout.layout_chunks` does.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 from core.plan.cluster import (
     GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN, ClusterConfig)
-from core.plan.fields import BOUNDS, ConfigError, FieldError, _is_int, section_errors
+from core.plan.fields import BOUNDS, ConfigError, FieldError, is_int, section_errors
 from core.plan.layout import (
-    _layout_chunks, _layout_conflict, largest_model_chunk, pipeline_layout_errors,
+    layout_chunks, layout_conflict, largest_model_chunk, pipeline_layout_errors,
     pipeline_layout_text, pipeline_split_slots, stage_layer_counts, virtual_stage_layer_counts)
 from core.plan.model_config import ModelConfig
-from core.plan.model_rules import _MLA_FIELDS, _model_feature_errors
+from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (
     GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
     ParallelPlan, fp8_recipe, parse_recompute_modules, recompute_modules)
@@ -42,7 +42,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     choices); a plan sweep checks the model, cluster and cost once and then only each
     candidate's plan (the cross-field rules below are always checked). ``model_checked``:
     the caller has validated this model and found it valid, so the rules of the model alone
-    (:func:`_model_feature_errors`) are not checked again (a plan sweep, once per candidate).
+    (:func:`model_feature_errors`) are not checked again (a plan sweep, once per candidate).
 
     Rules: every field's type, :data:`BOUNDS` and choices (:func:`section_errors`); then
     Megatron-LM's argument checks: ``h`` divisible by
@@ -66,7 +66,7 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     reported = {e.field for e in errs}  # the cross-field rules, without repeating a type error
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     if not model_checked:
-        errs += [e for e in _model_feature_errors(m) if e.field not in reported]
+        errs += [e for e in model_feature_errors(m) if e.field not in reported]
     if c.gpu not in GPU_KINDS and not c.profile_path:
         errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                                f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
@@ -143,8 +143,8 @@ def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
     errs: list[FieldError] = []
     layout = pipeline_layout_text(pl)
     layout_errs = [] if layout is None else pipeline_layout_errors(
-        layout, m.num_layers, m.mtp_num_layers if _is_int(m.mtp_num_layers) else 0, p,
-        _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1)
+        layout, m.num_layers, m.mtp_num_layers if is_int(m.mtp_num_layers) else 0, p,
+        layout_chunks(pl) if is_int(pl.virtual_pipeline_stages or 1) else 1)
     errs += [FieldError("plan.pipeline_model_parallel_layout", e) for e in layout_errs]
     try:
         counts = None if layout_errs else stage_layer_counts(m.num_layers, pl)
@@ -173,11 +173,11 @@ def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
                                    "backward has no input-gradient part to split from the "
                                    "weight gradient"))
     n = pl.recompute_num_layers
-    if counts is not None and _is_int(n):
+    if counts is not None and is_int(n):
         # Megatron's block method counts per model chunk (TransformerBlock): each pipeline stage,
         # or each of its v virtual stages under the interleaved schedule; a layout may leave one
         # empty
-        v = _layout_chunks(pl) if _is_int(pl.virtual_pipeline_stages or 1) else 1
+        v = layout_chunks(pl) if is_int(pl.virtual_pipeline_stages or 1) else 1
         # (a split that fails is named by the interleaved schedule's own rule) a chunk with
         # fewer layers recomputes them all (Megatron caps it there); a count above every chunk
         # reads it per stage
@@ -227,7 +227,7 @@ def _placement_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig) -> lis
                                f"{t * p * cp * d:,} GPUs is more than "
                                f"{BOUNDS['parallel'].hi:,.0f} ({BOUNDS['parallel'].why})"))
     errs += _context_parallel_errors(m, pl, c)
-    if (cp == 1 and pl.sequence_parallel is True and t > 1 and _is_int(m.seq_length)
+    if (cp == 1 and pl.sequence_parallel is True and t > 1 and is_int(m.seq_length)
             and m.seq_length % t):
         # Megatron-Core scatters the (s, b, h) activations along s over the t ranks
         # (scatter_to_sequence_parallel_region: "First dimension of the tensor should be
@@ -275,7 +275,7 @@ def _cluster_errors(pl: ParallelPlan, c: ClusterConfig) -> list[FieldError]:
                                    "MXFP8 needs Blackwell tensor cores (B200, GB200; the GPU's spec "
                                    "gives no mxfp8 peak); use tensorwise, delayed or blockwise"))
     if (c.inter_node_bandwidth_gbits_per_s is None and c.gpu not in GPU_NIC_GBITS_PER_GPU
-            and _is_int(pl.num_gpus) and _is_int(c.gpus_per_node) and pl.num_gpus > c.gpus_per_node):
+            and is_int(pl.num_gpus) and is_int(c.gpus_per_node) and pl.num_gpus > c.gpus_per_node):
         errs.append(FieldError("cluster.inter_node_bandwidth_gbits_per_s",
                                f"empty, and GPU {c.gpu!r} has no reference node to take the "
                                f"network from; the plan spans {pl.num_gpus} GPUs over nodes of "
@@ -303,7 +303,7 @@ def _cp_a2a_errors(m: ModelConfig, pl: ParallelPlan, kind: str, size: int | None
             return [FieldError("plan.cp_a2a_size", "cp_comm_type 'a2a+p2p' needs cp_a2a_size, the "
                                "all-to-all group's size (Megatron-Core "
                                "--hierarchical-context-parallel-sizes A P: A)")]
-        if not _is_int(size) or size < 2 or cp % size or size >= cp:
+        if not is_int(size) or size < 2 or cp % size or size >= cp:
             return [FieldError("plan.cp_a2a_size", f"cp_a2a_size={size} must divide "
                                f"context_parallel_size={cp} and be smaller than it (the ring "
                                "joins at least two all-to-all groups); use a2a for one group")]
@@ -414,8 +414,8 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         return errs + ep_overlap_errors(m, pl)
     t, d = pl.tensor_parallel, pl.data_parallel
     cp = getattr(pl, "context_parallel", 1)
-    if not all(_is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
-            (etp_set is not None and not (_is_int(etp_set) and etp_set >= 1)):
+    if not all(is_int(x) and x >= 1 for x in (ep, t, d, cp, m.num_experts)) or \
+            (etp_set is not None and not (is_int(etp_set) and etp_set >= 1)):
         return errs  # type and bound errors are reported by section_errors
     etp = etp_set if etp_set is not None else t
     E = m.num_experts
@@ -440,10 +440,10 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "Megatron-LM does not support expert parallelism with fp16 "
                                "training (use bf16)"))
     fe = m.moe_ffn_hidden_size or m.ffn
-    if _is_int(fe) and fe % etp:
+    if is_int(fe) and fe % etp:
         errs.append(FieldError("plan.expert_tensor_parallel", f"moe_ffn_hidden_size={fe} is not "
                                f"divisible by expert_tensor_parallel={etp}"))
-    if m.num_shared_experts and _is_int(fe) and (m.num_shared_experts * fe) % t:
+    if m.num_shared_experts and is_int(fe) and (m.num_shared_experts * fe) % t:
         errs.append(FieldError("plan.tensor_parallel", f"the shared experts' hidden size "
                                f"num_shared_experts*moe_ffn_hidden_size={m.num_shared_experts * fe}"
                                f" is not divisible by tensor_parallel_size={t}"))
@@ -486,12 +486,12 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         sched = get_schedule(pl.schedule)
     except ValueError:
         sched = None  # an unknown schedule is named by its own rule
-    if _is_int(p) and p > 1 and not (sched is not None and sched.in_megatron
+    if is_int(p) and p > 1 and not (sched is not None and sched.in_megatron
                                      and sched.uses_virtual_stages):
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with pipeline_parallel="
                                f"{p} needs the interleaved schedule (Megatron-Core: virtual "
                                f"pipeline stages must be set), not {pl.schedule!r}"))
-    elif _is_int(p) and p == 1 and sched is not None and not sched.in_megatron:
+    elif is_int(p) and p == 1 and sched is not None and not sched.in_megatron:
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm runs Megatron-Core's "
                                f"combined 1F1B schedule, not {pl.schedule!r} (use 1f1b)"))
     if pl.recompute == "full":
@@ -506,7 +506,7 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     if pl.precision == "fp32":
         errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with precision='fp32': "
                                "Megatron-Core supports it with a bf16 or fp16 model only"))
-    if _is_int(m.mtp_num_layers) and m.mtp_num_layers > 1:
+    if is_int(m.mtp_num_layers) and m.mtp_num_layers > 1:
         errs.append(FieldError(name, f"overlap_moe_expert_parallel_comm with mtp_num_layers="
                                f"{m.mtp_num_layers}: Megatron-Core supports at most one "
                                "multi-token prediction layer with it"))
@@ -535,11 +535,11 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "all-gathers and gradient reduce-scatters with its up and down "
                                "projections)"))
     mtp = m.mtp_num_layers
-    if _is_int(mtp) and mtp > 0 and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+    if is_int(mtp) and mtp > 0 and is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-token prediction "
                                "(model.mtp_num_layers) is not modelled"))
-    if mla and _is_int(pl.context_parallel) and pl.context_parallel > 1:
+    if mla and is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-head latent attention is not "
                                "modelled"))
@@ -579,7 +579,7 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
         v = getattr(pl, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             errs.append(FieldError(f"plan.{name}", f"{name}={v!r} must be a positive integer or empty"))
-    conflict = _layout_conflict(pl)
+    conflict = layout_conflict(pl)
     if conflict is not None:
         errs.append(FieldError("plan.pipeline_model_parallel_layout", conflict))
     if (pl.first_stage_layers is not None or pl.last_stage_layers is not None) and \
@@ -617,7 +617,7 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
     under tensor parallelism, the FP8 recipe and the gradients' reduction dtype."""
     errs: list[FieldError] = []
     size = pl.data_parallel_shard_size
-    if size is not None and _is_int(size) and _is_int(pl.data_parallel) and size >= 1:
+    if size is not None and is_int(size) and is_int(pl.data_parallel) and size >= 1:
         if pl.data_parallel % size:
             errs.append(FieldError("plan.data_parallel_shard_size", f"data_parallel_shard_size="
                                    f"{size} does not divide data_parallel={pl.data_parallel} (the "
@@ -642,7 +642,7 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.fp8_param_gather", f"fp8_param_gather="
                                f"{pl.fp8_param_gather!r} must be true or false"))
     if pl.recompute == "selective_op" and pl.tensor_parallel != 1 and \
-            _is_int(pl.tensor_parallel) and pl.sequence_parallel is False:
+            is_int(pl.tensor_parallel) and pl.sequence_parallel is False:
         errs.append(FieldError("plan.recompute", f"recompute='selective_op' with "
                                f"tensor_parallel_size={pl.tensor_parallel} needs "
                                "sequence_parallel (torchtitan's tensor parallelism is sequence-"
@@ -744,7 +744,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
         "the expert all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
-       for name in _MLA_FIELDS},
+       for name in MLA_FIELDS},
     "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
                                     "a sliding window (model.window_size)"),
     **{f"model.{name}": (lambda s: s.model.activation == "swiglu",

@@ -15,7 +15,7 @@ from typing import Any
 
 from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
 from core.plan.fields import (
-    _TYPE_WORDS, ConfigError, FieldError, _matches_type, _shown, check_value, field_kind,
+    TYPE_WORDS, ConfigError, FieldError, matches_type, shown_value, check_value, field_kind,
     rename_field)
 from core.plan.model_config import ModelConfig, missing_required
 from core.plan.parallel import ParallelPlan
@@ -210,9 +210,9 @@ def _section_from_dict(cls: type, section: str, data: Any, require: bool = False
         if name not in fields:
             continue
         base, optional = field_kind(fields[name])
-        if base in _TYPE_WORDS and not _matches_type(base, value):
+        if base in TYPE_WORDS and not matches_type(base, value):
             errors.append(FieldError(f"{section}.{name}", f"must be of type {base}"
-                                     f"{' or null' if optional else ''}, got {_shown(value)}"))
+                                     f"{' or null' if optional else ''}, got {shown_value(value)}"))
             continue
         msg = check_value(name, fields[name], value)
         if msg:

@@ -34,8 +34,8 @@ from core.sim.graph_types import ExecutionGraph
 from core.sim.pipeline_graph import (COMM, COMPUTE, CP_RING, K, OP, StageProgram, TaskTemplate,
                                      build_pipeline_graph)
 from core.sim.op_times import DETAILS, num_chunks
-from core.sim.templates import _Template, _Unit, _reduces_gradients
-from core.sim.stages import StageTimes, _stage_tasks, stage_times
+from core.sim.templates import Template, TemplateUnit, reduces_gradients
+from core.sim.stages import StageTimes, stage_tasks, stage_times
 
 __all__ = ["build_graph"]
 
@@ -53,10 +53,10 @@ def _stage_items(graph: ExecutionGraph, stage: int) -> list[tuple[int, int, int,
             for a, e in zip(starts, ends)]
 
 
-def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, int], _Template]],
+def _attach_side_tasks(graph: ExecutionGraph, templates: list[dict[tuple[int, int], Template]],
                        after_optimizer_s: np.ndarray | None = None, num_microbatches: int = 1,
                        chain_start: bool = True) -> ExecutionGraph:
-    """``graph`` with the communication that overlaps computation (see :class:`_Template`) and the
+    """``graph`` with the communication that overlaps computation (see :class:`Template`) and the
     parameter all-gather after each stage's optimizer step (``after_optimizer_s``, 0: none).
 
     ``templates[i][(phase, chunk)]`` is the template of stage ``i``'s work items of that phase
@@ -147,7 +147,7 @@ class _SideTasks:
         self.e_src.append(a.ravel())
         self.e_dst.append(b.ravel())
 
-    def plan_of(self, tmpl: _Template) -> tuple:
+    def plan_of(self, tmpl: Template) -> tuple:
         """What every item of ``tmpl`` repeats: the side tasks that start after a template
         task (``after >= 0``), the chain pairs (each side task after the previous one of its
         collective) and the side tasks that end the item (``before < 0``)."""
@@ -168,7 +168,7 @@ class _SideTasks:
                 np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
         return got
 
-    def item_side_tasks(self, tmpl: _Template, stage: int, phase: int, chunk: int, mb: int,
+    def item_side_tasks(self, tmpl: Template, stage: int, phase: int, chunk: int, mb: int,
                         first: int, last: int) -> None:
         """The side tasks of one work item (its tasks ``first..last``), vectorized over the
         template's ``k`` side tasks."""
@@ -196,7 +196,7 @@ class _SideTasks:
             for y in ys.tolist():
                 self.joins.setdefault(y, []).extend(x[end_idx].tolist())
 
-    def start_tasks(self, tmpl: _Template, stage: int, chunk: int, first: int,
+    def start_tasks(self, tmpl: Template, stage: int, chunk: int, first: int,
                     start_prev: dict[int, int]) -> None:
         """The ``start`` side tasks of a chunk's first forward (task ``first`` on), each after
         the previous one of its collective (``start_prev``, updated)."""
@@ -208,7 +208,7 @@ class _SideTasks:
             start_prev[op] = x
             self.edges(x, first + before)
 
-    def last_tasks(self, tmpl: _Template, stage: int, phase: int, chunk: int, mb: int,
+    def last_tasks(self, tmpl: Template, stage: int, phase: int, chunk: int, mb: int,
                    first: int, tail: int) -> None:
         """The ``last`` side tasks of a chunk's last gradient item (task ``first`` on), chained
         per collective, each gating the stage's tail (task ``tail``)."""
@@ -268,7 +268,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     (Megatron's scatter-gather optimisation; the all-gather after it is not
     modelled).
 
-    Data parallelism (one bucket per layer; :func:`_stage_tasks`): ZeRO 0
+    Data parallelism (one bucket per layer; :func:`stage_tasks`): ZeRO 0
     all-reduces the gradients and ZeRO 1 (Megatron's distributed optimizer)
     reduce-scatters them after the last backward, or bucket by bucket under
     the final backward with ``overlap_grad_reduce`` (tasks on the
@@ -330,7 +330,7 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
             st.warnings)
 
 
-def _item_side_templates(session: Session, st: StageTimes) -> list[dict[tuple[int, int], _Template]]:
+def _item_side_templates(session: Session, st: StageTimes) -> list[dict[tuple[int, int], Template]]:
     """The side templates of the ``"microbatch"`` graph: per stage and (phase, chunk), one task
     and the parameter all-gathers and gradient buckets that overlap its work items, as the
     time they add beyond them (``st.ready_s``: a start task before the first forward;
@@ -341,17 +341,17 @@ def _item_side_templates(session: Session, st: StageTimes) -> list[dict[tuple[in
     F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
     templates = []
     for i in range(p):
-        tmpls: dict[tuple[int, int], _Template] = {}
+        tmpls: dict[tuple[int, int], Template] = {}
         for c in range(v):
             for phase in (F, B, W):
-                u = _Unit()
+                u = TemplateUnit()
                 u.tasks.append((0, COMPUTE, 0, -1))
                 if phase == F and st.ready_s[i, c] > 0:
                     u.start.append((K["dp_comm"], 0, OP["dp_all_gather"], 0))
                 grads = W if split else B
                 if phase == grads and st.chunk_tail_s[i, c] > 0:
                     u.last.append((K["dp_comm"], 0, OP["dp_all_reduce"], 0))
-                t = _Template.assemble([(u, [-1])])
+                t = Template.assemble([(u, [-1])])
                 tmpls[(phase, c)] = dataclasses.replace(
                     t, start_dur=np.array([st.ready_s[i, c]])[:t.start_src.size],
                     last_dur=np.array([st.chunk_tail_s[i, c]])[:t.last_src.size])
@@ -360,21 +360,21 @@ def _item_side_templates(session: Session, st: StageTimes) -> list[dict[tuple[in
 
 
 def _op_programs(session: Session, st: StageTimes
-                 ) -> tuple[list[StageProgram], list[dict[tuple[int, int], _Template]]]:
+                 ) -> tuple[list[StageProgram], list[dict[tuple[int, int], Template]]]:
     """The ``"op"`` graph's inputs: each stage's program (its timed templates per chunk, sends,
     data-parallel tail and optimizer step) and its templates by (phase, chunk), whose side
     tasks :func:`_attach_side_tasks` adds."""
     pl = session.plan
     split = schedules.get(pl.schedule).splits_backward
     F, B, W = schedules.PHASE_F, schedules.PHASE_B, schedules.PHASE_W
-    reduce_after = _reduces_gradients(session) and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
+    reduce_after = reduces_gradients(session) and pl.zero_stage <= 1 and not pl.overlap_grad_reduce
 
-    def task_template(t: _Template) -> TaskTemplate:
+    def task_template(t: Template) -> TaskTemplate:
         return TaskTemplate(t.kind, t.stream, t.dur, t.layer, t.op)
 
     programs, templates = [], []
     for i in range(pl.pipeline_parallel):
-        fwds, bwds, wgds = _stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
+        fwds, bwds, wgds = stage_tasks(session, i, st.op_times_s, st.tp_comm_s, st.dp[i],
                                         st.moe_comm_s, st.fp8_speedup)
         templates.append({**{(F, c): t for c, t in enumerate(fwds)},
                           **{(B, c): t for c, t in enumerate(bwds)},

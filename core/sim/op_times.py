@@ -71,7 +71,7 @@ def op_key(session: Session) -> dict:
 
 #: Ops every plan looks up (the derived ones are parts of a tabulated op; those of MoE layers
 #: only for MoE models; those of a recomputed module only when the plan recomputes it).
-_LOOKUP_OPS = (LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
+LOOKUP_OPS = (LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in MOE_DERIVED_OPS)
                + model_math.MTP_OPS)
 #: Derived ops only the plans that recompute their module need (core.model.keys.MODULE_OPS).
 _MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
@@ -122,7 +122,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
                             f"not in the {method} profile of {store.device_name}: the store's "
                             "analytic model (its fitted parameters, no measured or per-shape "
                             "times) times them")
-    for op in _LOOKUP_OPS + moe_ops:
+    for op in LOOKUP_OPS + moe_ops:
         if op == "attention_core_bwd" and key["cp"] == 1:
             continue  # only the context-parallel ring splits the attention backward
         if op in _MODULE_ONLY_OPS and op not in needed:
@@ -130,11 +130,11 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         if op in SELECTIVE_OP_OPS and session.plan.recompute != "selective_op":
             continue  # what only per-op selective checkpointing runs again
         if op in SELECTIVE_OP_GEMMS and not (session.plan.recompute == "selective_op"
-                                             and _tp_overlap(session.plan)):
+                                             and tp_overlap_applies(session.plan)):
             continue  # the recomputed GEMMs that overlapped recomputed all-gathers hide
         if op in SWA_OPS and not swa_used:
             continue  # no layer with a sliding window
-        if op in TP_OVERLAP_OPS and not _tp_overlap(session.plan):
+        if op in TP_OVERLAP_OPS and not tp_overlap_applies(session.plan):
             continue  # the GEMMs that overlapped tensor-parallel collectives hide
         if op in model_math.MTP_OPS and not model_math.mtp_layers(session.model):
             continue  # no multi-token prediction
@@ -217,7 +217,7 @@ def chunk_virtual_stages(plan) -> np.ndarray:
 
 
 #: Backward ops a split backward (ZB-H1) divides into B and W; see :func:`weight_gradient_share`.
-_W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd", "experts_bwd",
+W_OPS = ("attention_bwd", "mlp_bwd", "output_bwd", "embedding_bwd", "router_bwd", "experts_bwd",
           "shared_experts_bwd", "attention_swa_bwd", "mtp_proj_bwd")
 
 
@@ -258,7 +258,7 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     return 0.0
 
 
-def _tp_overlap(plan) -> bool:
+def tp_overlap_applies(plan) -> bool:
     """Whether the plan overlaps its tensor-parallel collectives with GEMMs
     (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``)."""
     return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
@@ -266,17 +266,17 @@ def _tp_overlap(plan) -> bool:
 
 #: The layer ops whose sequence-parallel collectives ``tp_comm_overlap`` overlaps with a GEMM,
 #: and the op whose GEMMs they are (a windowed layer's linear layers are the full layer's).
-_TP_OVERLAP_BLOCKS = {"attention_fwd": "attention_fwd", "attention_swa_fwd": "attention_fwd",
+TP_OVERLAP_BLOCKS = {"attention_fwd": "attention_fwd", "attention_swa_fwd": "attention_fwd",
                       "attention_bwd": "attention_bwd", "attention_swa_bwd": "attention_bwd",
                       "mlp_fwd": "mlp_fwd", "mlp_bwd": "mlp_bwd"}
 #: Sources of the overlapped collectives: exposed (``tp_{kind}@{op}``) and hidden parts.
-_TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in _TP_OVERLAP_BLOCKS
+TP_OVERLAP_SOURCES = tuple(f"tp_{kind}@{op}{part}" for op in TP_OVERLAP_BLOCKS
                             for kind in ("all_gather", "reduce_scatter") for part in ("", ":hidden"))
 #: Per-op selective checkpointing with tensor parallelism: the all-gather each recomputed op
 #: runs again, by recomputed op, and the recomputed GEMM its output feeds
 #: (:data:`core.model.keys.SELECTIVE_OP_GEMMS`), which ``tp_comm_overlap`` pipelines it with.
-_SAC_GATHERS = {src: gemm for gemm, (src, _) in SELECTIVE_OP_GEMMS.items()}
-_SAC_GATHER_SOURCES = tuple(f"tp_all_gather@{op}{part}" for op in _SAC_GATHERS
+SAC_GATHERS = {src: gemm for gemm, (src, _) in SELECTIVE_OP_GEMMS.items()}
+SAC_GATHER_SOURCES = tuple(f"tp_all_gather@{op}{part}" for op in SAC_GATHERS
                             for part in ("", ":hidden"))
 
 

@@ -3,8 +3,8 @@ memoized in a sweep's cache: tensor-parallel collectives of one activation, the
 context-parallel exchange of an attention op, data-parallel and expert-data-parallel
 collectives, and the pipeline transfers.
 
-What belongs here: :class:`_StageComm` (one plan's communication calls under their cache
-keys), the memo helpers :func:`_memo` and :func:`_comm_call`, and the closed forms of the
+What belongs here: :class:`StageComm` (one plan's communication calls under their cache
+keys), the memo helpers :func:`memoized` and :func:`cached_comm_call`, and the closed forms of the
 context-parallel exchange (:func:`_cp_ring_times`, :func:`_cp_allgather_times`).
 :func:`core.sim.stages.stage_times` is what uses them.
 """
@@ -23,7 +23,7 @@ from core.sim.comm import CommModel
 __all__: list[str] = []
 
 
-def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
+def memoized(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
     """``fn(sink)`` memoized in ``cache`` under ``key``; the warnings it produced are replayed on hits."""
     if cache is None:
         return fn(warnings)
@@ -35,7 +35,7 @@ def _memo(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
     return hit[0]
 
 
-def _comm_call(comm: CommModel, method: str, *args: float):
+def cached_comm_call(comm: CommModel, method: str, *args: float):
     """A function ``sink -> seconds`` calling ``comm.method(*args)`` and moving its warnings to ``sink``."""
     def run(sink: list[str]) -> float:
         n = len(comm.warnings)
@@ -92,7 +92,7 @@ def _cp_allgather_times(cp: int, core_fwd_s: float, core_bwd_s: float, gather_s:
 
 
 
-class _StageComm:
+class StageComm:
     """One plan's communication calls, each memoized in ``cache`` (None: none) under a key
     that holds everything its value depends on; the warnings of the lookups go to ``warnings``.
 
@@ -114,18 +114,18 @@ class _StageComm:
 
     def tp_call(self, kind: str, nbytes: float) -> float:
         """A tensor-parallel collective ``kind`` of ``nbytes``, seconds."""
-        return _memo(self.cache, ("tp", self.ckey, kind, nbytes), self.warnings,
-                     _comm_call(self.comm, "tp_collective", kind, nbytes))
+        return memoized(self.cache, ("tp", self.ckey, kind, nbytes), self.warnings,
+                     cached_comm_call(self.comm, "tp_collective", kind, nbytes))
 
     def dp_call(self, kind: str, nbytes: float) -> float:
         """A data-parallel collective ``kind`` of ``nbytes`` (over d*cp), seconds."""
-        return _memo(self.cache, ("dp", self.ckey, kind, nbytes), self.warnings,
-                     _comm_call(self.comm, "dp_collective", kind, nbytes))
+        return memoized(self.cache, ("dp", self.ckey, kind, nbytes), self.warnings,
+                     cached_comm_call(self.comm, "dp_collective", kind, nbytes))
 
     def edp_call(self, kind: str, nbytes: float) -> float:
         """An expert-data-parallel collective ``kind`` of ``nbytes``, seconds."""
-        return _memo(self.cache, ("edp", self.ekey, kind, nbytes), self.warnings,
-                     _comm_call(self.comm, "edp_collective", kind, nbytes))
+        return memoized(self.cache, ("edp", self.ekey, kind, nbytes), self.warnings,
+                     cached_comm_call(self.comm, "edp_collective", kind, nbytes))
 
     def cp_exchange(self, times: dict[str, float]) -> dict[str, float]:
         """The context-parallel exchange of one attention op (``cp > 1``), as the
@@ -138,8 +138,8 @@ class _StageComm:
         blk = model_math.cp_kv_block_bytes(m, pl)
 
         def exchange(method: str, n: float) -> float:  # the all-to-all's group: cp_a2a_size
-            return _memo(self.cache, (method, self.ckey, p, n, model_math.cp_a2a_size(pl)),
-                         self.warnings, _comm_call(self.comm, method, n))
+            return memoized(self.cache, (method, self.ckey, p, n, model_math.cp_a2a_size(pl)),
+                         self.warnings, cached_comm_call(self.comm, method, n))
 
         core = (times["attention_core_fwd"], times["attention_core_bwd"])
         cpa = model_math.cp_a2a_size(pl)
@@ -197,9 +197,9 @@ class _StageComm:
         hop = np.zeros(p)
         for flag in set(share):
             i = links[share.index(flag)]
-            hop[[j for j, f in zip(links, share) if f == flag]] = _memo(
+            hop[[j for j, f in zip(links, share) if f == flag]] = memoized(
                 cache, ("p2p", self.ckey, flag, p2p_bytes), self.warnings,
-                _comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
+                cached_comm_call(comm, "p2p", i, p2p_bytes, (i + 1) % p))
         send_fwd = hop.copy()                 # i -> i+1 (mod p)
         send_bwd = np.concatenate([hop[-1:], hop[:-1]])  # i -> i-1 (mod p): the hop between i-1 and i
         return send_fwd, send_bwd

@@ -29,20 +29,20 @@ from core.model.ops import DTYPE_BYTES
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
-from core.sim.op_times import (_tp_overlap, chunk_virtual_stages, fp8_weight_cast_time,
+from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
-from core.sim.stage_comm import _StageComm, _comm_call, _memo
-from core.sim.template_builder import _stage_templates
-from core.sim.templates import (_DataParallel,
-    _SRC,
-    _Structure,
-    _Template,
-    _reduces_gradients,
-    _source_values,
-    _structure,
-    _tail_overrun,
-    _template_times)
+from core.sim.stage_comm import StageComm, cached_comm_call, memoized
+from core.sim.template_builder import stage_templates
+from core.sim.templates import (DataParallel,
+    SOURCE_INDEX,
+    StageStructure,
+    Template,
+    reduces_gradients,
+    source_values,
+    stage_structure,
+    tail_overrun,
+    template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
 
@@ -90,7 +90,7 @@ class StageTimes:
         Time of each op of one micro-batch (the per-op templates' durations).
     tp_comm_s : dict[str, float] or None
         One tensor-parallel collective of a ``(b, s, h)`` activation by kind; None when ``t == 1``.
-    dp : list of _DataParallel or None
+    dp : list of DataParallel or None
         Per stage: one bucket's collective times (None when no bucket enters the templates).
     moe_comm_s : dict[str, float] or None
         MoE models: one expert all-to-all (``ep_all_to_all``) and expert tensor-parallel
@@ -122,7 +122,7 @@ class StageTimes:
     after_optimizer_s: np.ndarray
     op_times_s: dict[str, float] = field(default_factory=dict)
     tp_comm_s: dict[str, float] | None = None
-    dp: list[_DataParallel | None] = field(default_factory=list)
+    dp: list[DataParallel | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     moe_comm_s: dict[str, float] | None = None
     fp8_speedup: float = 1.0
@@ -154,7 +154,7 @@ def _representatives(p: int) -> list[int]:
     return sorted({0, min(1, p - 1), p - 1})
 
 
-def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _DataParallel:
+def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> DataParallel:
     """Collective times of one stage's data-parallel buckets (one bucket per layer, one for the
     first or last stage's other parameters; Megatron's buckets hold about 40M parameters,
     ``--ddp-bucket-size``, i.e. about one layer of a large model per tensor-parallel rank).
@@ -175,7 +175,7 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> _D
     first = first_n if stage == 0 else 0.0
     mtp = model_math.mtp_edge_parameters(m, t, p_edge) if stage == loss_stage else 0.0
     last = last_n - mtp if stage == loss_stage else 0.0
-    out = _DataParallel()
+    out = DataParallel()
     # FP8 parameter all-gather: the layer's linear weights in 1 byte (the edges stay BF16)
     fp8_lin = (model_math.fp8_linear_params_per_layer(m, t)
                if model_math.fp8_gathers_params(pl) else 0.0)
@@ -203,7 +203,7 @@ _D_FIELD = PLAN_FIELDS.index("data_parallel")
 def _layout_key(session: Session, cache: dict | None = None) -> tuple:
     """Cache key of :func:`_stage_layout`: every model field, every plan field but the
     data-parallel size ``d``, and what ``d`` changes in the templates' structure (whether
-    gradients are reduced across GPUs, :func:`_reduces_gradients`). The model's fields are
+    gradients are reduced across GPUs, :func:`reduces_gradients`). The model's fields are
     read once per model object and ``cache`` (which keeps the object: a cache's sessions
     must not change their model in place)."""
     m, pl = session.model, session.plan
@@ -213,7 +213,7 @@ def _layout_key(session: Session, cache: dict | None = None) -> tuple:
         if cache is not None:
             cache[("model", id(m))] = hit
     fields = plan_key(pl)
-    return (hit[1], fields[:_D_FIELD] + fields[_D_FIELD + 1:], _reduces_gradients(session))
+    return (hit[1], fields[:_D_FIELD] + fields[_D_FIELD + 1:], reduces_gradients(session))
 
 
 def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
@@ -225,7 +225,7 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
     (its sorted items), ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`),
     ``reps`` (the stages whose templates are evaluated: :func:`_representatives` when the
     middle stages are alike, else all), ``structs`` (dict: each of those stages -> the
-    :class:`_Structure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
+    :class:`StageStructure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
     ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only.
     """
     key = _layout_key(session, cache)
@@ -244,16 +244,16 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
         a.setflags(write=False)
     out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())), v=v,
                           alike=alike, reps=reps, params=params, experts=experts,
-                          structs={i: [_structure(session, i, c, bounds) for c in range(v)]
+                          structs={i: [stage_structure(session, i, c, bounds) for c in range(v)]
                                    for i in reps})
     if cache is not None:
         cache[("layout", key)] = out
     return out
 
 
-def _span_structure(st: _Structure) -> _Structure:
+def _span_structure(st: StageStructure) -> StageStructure:
     """``st`` with what changes no span of its templates normalized, so that virtual stages alike
-    share one :func:`_stage_templates` entry: its layers numbered from 0 (the MoE and windowed
+    share one :func:`stage_templates` entry: its layers numbered from 0 (the MoE and windowed
     layers shifted with them) and its virtual stage reduced to whether it is the first and
     the last (the embedding and the output layer). The templates differ from ``st``'s only in
     their ``layer`` column, which no duration or span reads."""
@@ -269,11 +269,11 @@ def _span_structure(st: _Structure) -> _Structure:
 
 
 @lru_cache(maxsize=4096)
-def _span_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
-    """:func:`_stage_templates` of :func:`_span_structure` of ``st`` (cached: a sweep's layouts
+def _span_templates(st: StageStructure) -> tuple[Template, Template, Template]:
+    """:func:`stage_templates` of :func:`_span_structure` of ``st`` (cached: a sweep's layouts
     hold about ten times fewer distinct structures than they have, and normalizing one costs
     a ``dataclasses.replace``)."""
-    return _stage_templates(_span_structure(st))
+    return stage_templates(_span_structure(st))
 
 
 def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
@@ -286,7 +286,7 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     for overlapped communication), float64 (p, v) each (new arrays).
 
     The per-op templates of ``layout.structs`` timed with the stage's
-    :func:`_source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
+    :func:`source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
     with the context-parallel ring's times ``ring`` when ``cp > 1``); memoized in ``cache``
     under the layout (the object: ``cache`` holds it) and every value the durations are made
     of that ``d`` can change (the ring, tensor-parallel, data-parallel and MoE collectives), so
@@ -310,7 +310,7 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         values = ep_overlap_exposed(
-            _source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs, session, i)
+            source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs, session, i)
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
@@ -319,16 +319,16 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
                 # when nothing beside it is waited for
                 busy[i, c] = tmpl.counts @ values
                 if tmpl.has_side:
-                    out[i, c] = _template_times(tmpl.timed(values))[2]
+                    out[i, c] = template_times(tmpl.timed(values))[2]
                 else:  # one chain: the span is the sum of the durations
                     out[i, c] = busy[i, c]
             if fwd.start_src.size:
                 timed = fwd.timed(values)
-                ready[i, c] = _template_times(timed, start_at=offset)[2] - fwd_s[i, c]
+                ready[i, c] = template_times(timed, start_at=offset)[2] - fwd_s[i, c]
                 offset += float(timed.start_dur.sum())
             grads = wgd if struct.split else bwd
             if grads.last_src.size:
-                over[i, c] = _tail_overrun(grads.timed(values))
+                over[i, c] = tail_overrun(grads.timed(values))
     if p > 2 and layout.alike:
         for a in (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b):
             a[1:-1] = a[1]
@@ -345,7 +345,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     lookups, same communication model, same templates). The steps, in the order
     they depend on each other, each memoized in ``cache`` under its own key: the op
     times (:func:`_stage_op_times`), the context-parallel exchange, tensor-parallel,
-    expert and data-parallel collectives (:class:`core.sim.stage_comm._StageComm`), the
+    expert and data-parallel collectives (:class:`core.sim.stage_comm.StageComm`), the
     FP8 speed-up, the stage spans (:func:`_stage_spans`), the pipeline transfers and
     the data-parallel and optimizer tail (:func:`_stage_tails`).
 
@@ -374,13 +374,13 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     times = ops.times
     moe = m.is_moe
     # the expert groups' placement also reads ep and etp
-    sc = _StageComm(session, store, cache, warnings,
+    sc = StageComm(session, store, cache, warnings,
                     (pl.expert_parallel, expert_tensor_parallel(pl)) if moe else ())
     ring = None
     if cp > 1:
         ring = sc.cp_exchange(times)
         times = {**times, **ring}
-    reduces = _reduces_gradients(session)
+    reduces = reduces_gradients(session)
     act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e
     tp = sc.tp_collectives(act_bytes, bool(layout.op_key["sp"])) if t > 1 else None
     moe_comm = _moe_comm(session, sc.comm, cache, sc.ekey, warnings) if moe else None
@@ -389,7 +389,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     if recipe is not None:  # the FP8 GEMMs' peak over BF16's (KeyError without them, named)
         fp8_speedup = (float(store.peak_flops[model_math.fp8_gemm_dtype(recipe)])
                        / float(store.peak_flops[tensor_dtype(pl.precision)]))
-    dps: list[_DataParallel | None] = [None] * p
+    dps: list[DataParallel | None] = [None] * p
     for i, structs in layout.structs.items():
         dps[i] = _data_parallel(session, i, sc.dp_call, sc.edp_call) if structs[0].buckets else None
     if p > 2 and layout.alike:
@@ -409,7 +409,7 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     and what else the derived ops looked up follow: the recomputed modules, the TP overlap,
     per-op selective checkpointing and multi-token prediction (its ops only with MTP layers)."""
     m, pl = session.model, session.plan
-    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), _tp_overlap(pl),
+    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), tp_overlap_applies(pl),
             pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
     if cache is None:
         return lookup_op_times(session, store)
@@ -418,7 +418,7 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     return cache[okey]
 
 
-def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: _StageComm, reduces: bool,
+def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: StageComm, reduces: bool,
                  cache: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each stage's data-parallel tail and optimizer step, seconds, shape (p,) each:
     ``(reduce_s, optimizer_s, after_optimizer_s)``: the gradient reduction after the last
@@ -457,10 +457,10 @@ def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: _StageCom
                 reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
             if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
                 after_opt[i] = both("all_gather", i, e)
-        opt_s[i] = _memo(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
+        opt_s[i] = memoized(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
-            opt_s[i] += _memo(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
+            opt_s[i] += memoized(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
                               lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
     if p > 2 and layout.alike:
         for a in (reduce_s, opt_s, after_opt):
@@ -535,7 +535,7 @@ def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float,
     return af + mf + mb + ab + ef + eb, ef, eb
 
 
-def _layer_segments(tmpl: _Template, layers: tuple[int, ...], src: int
+def _layer_segments(tmpl: Template, layers: tuple[int, ...], src: int
                     ) -> list[tuple[float, float, float, float, float]]:
     """Per layer of ``layers`` with two tasks of source ``src`` among the timed template's
     compute-stream tasks: the seconds before the first, of the first, between, of the second,
@@ -557,12 +557,12 @@ def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
     source, :func:`weight_gradient_share`) under ``delay_wgrad_compute``; 0 without it."""
     if getattr(session.plan, "delay_wgrad_compute", False) is not True:
         return 0.0
-    return float(values[_SRC["experts_bwd:W"]])
+    return float(values[SOURCE_INDEX["experts_bwd:W"]])
 
 
-def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: Session,
+def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], session: Session,
                        stage: int) -> np.ndarray:
-    """``values`` (:func:`_source_values` of stage ``stage``, whose chunks' structures are
+    """``values`` (:func:`source_values` of stage ``stage``, whose chunks' structures are
     ``structs``) with the overlapped expert all-to-alls
     (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
     ``overlap_moe_expert_parallel_comm`` (unchanged without it).
@@ -585,7 +585,7 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: S
         return values
     paired = model_math.ep_overlap_paired_share(session.plan, stage)
     wgrad_s = _delayed_wgrad_s(session, values)
-    src_f, src_b = _SRC["ep_all_to_all@fwd"], _SRC["ep_all_to_all@bwd"]
+    src_f, src_b = SOURCE_INDEX["ep_all_to_all@fwd"], SOURCE_INDEX["ep_all_to_all@bwd"]
     ef, eb = [], []
     for st in structs:
         if not st.moe_layers:
@@ -608,10 +608,10 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[_Structure], session: S
     return out
 
 
-def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
-                 dp: _DataParallel | None = None, moe: dict[str, float] | None = None,
+def stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict[str, float] | None,
+                 dp: DataParallel | None = None, moe: dict[str, float] | None = None,
                  fp8_speedup: float = 1.0
-                 ) -> tuple[list[_Template], list[_Template], list[_Template]]:
+                 ) -> tuple[list[Template], list[Template], list[Template]]:
     """Timed forward, backward and weight-gradient templates of every chunk of ``stage``.
 
     ``tp``: one tensor-parallel collective of a ``(b, s, h)`` activation by kind
@@ -619,12 +619,12 @@ def _stage_tasks(session: Session, stage: int, times: dict[str, float], tp: dict
     ``dp``: the stage's data-parallel collectives, None when ``d == 1``. ``moe``: the MoE
     layers' communication (:attr:`StageTimes.moe_comm_s`).
     """
-    values = _source_values(times, tp, dp, session, moe, fp8_speedup)
-    structs = [_structure(session, stage, c) for c in range(num_chunks(session.plan))]
+    values = source_values(times, tp, dp, session, moe, fp8_speedup)
+    structs = [stage_structure(session, stage, c) for c in range(num_chunks(session.plan))]
     values = ep_overlap_exposed(values, structs, session, stage)
     out: tuple[list, list, list] = ([], [], [])
     for st in structs:
-        for part, tmpl in zip(out, _stage_templates(st)):
+        for part, tmpl in zip(out, stage_templates(st)):
             part.append(tmpl.timed(values))
     return out
 
@@ -659,13 +659,13 @@ def _moe_comm(session: Session, comm: CommModel, cache: dict | None, ekey: tuple
     remote = comm.ep_remote_copies(m.num_experts, m.moe_top_k, m.moe_router_num_groups,
                                    m.moe_router_group_topk)
     dispatcher = getattr(session.plan, "moe_token_dispatcher_type", "alltoall")
-    out = {"ep_all_to_all": _memo(cache, ("ep_a2a", ekey, dispatcher, nbytes["ep_all_to_all"],
+    out = {"ep_all_to_all": memoized(cache, ("ep_a2a", ekey, dispatcher, nbytes["ep_all_to_all"],
                                           remote),
                                   warnings,
-                                  _comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],
+                                  cached_comm_call(comm, "ep_all_to_all", nbytes["ep_all_to_all"],
                                              remote, m.moe_top_k))}
     for kind in ("all_gather", "reduce_scatter"):
         name = "etp_" + kind
-        out[name] = _memo(cache, ("etp", ekey, kind, nbytes[name]), warnings,
-                          _comm_call(comm, "etp_collective", kind, nbytes[name]))
+        out[name] = memoized(cache, ("etp", ekey, kind, nbytes[name]), warnings,
+                          cached_comm_call(comm, "etp_collective", kind, nbytes[name]))
     return out

@@ -1,12 +1,12 @@
 """The task order of one stage's templates: which tasks one micro-batch's forward, backward and
 weight gradient on one virtual stage run, and in what order.
 
-What belongs here: :func:`_stage_templates` (the cached entry point) and
+What belongs here: :func:`stage_templates` (the cached entry point) and
 :class:`_TemplateBuilder`, whose methods are its steps (the embedding, a layer's forward and
 backward, an MoE layer's MLP half, multi-token prediction, the output layer) and the
 helpers they share (tensor-parallel collectives around an op, the context-parallel ring,
 the data-parallel gathers and reductions of a bucket). The template vocabulary, the
-:class:`core.sim.templates._Structure` that shapes a template and the timing of templates
+:class:`core.sim.templates.StageStructure` that shapes a template and the timing of templates
 stay in :mod:`core.sim.templates`.
 """
 
@@ -15,22 +15,22 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from core.sim.op_times import _SAC_GATHERS, _TP_OVERLAP_BLOCKS, _W_OPS
+from core.sim.op_times import SAC_GATHERS, TP_OVERLAP_BLOCKS, W_OPS
 from core.sim.pipeline_graph import COMM, COMPUTE, CP_RING, EP, K, OP
-from core.sim.templates import _SRC, _Structure, _Template, _Unit
+from core.sim.templates import SOURCE_INDEX, StageStructure, Template, TemplateUnit
 
 # no public names: core.sim.stages imports what it uses
 __all__: list[str] = []
 
 #: A unit's parts: each unit with the layers it is repeated for (-1: not a layer's).
-_Parts = list[tuple[_Unit, list[int]]]
+_Parts = list[tuple[TemplateUnit, list[int]]]
 
 
 @lru_cache(maxsize=4096)
-def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
+def stage_templates(st: StageStructure) -> tuple[Template, Template, Template]:
     """Untimed forward, backward (B when split) and weight-gradient (W; empty unless split)
     templates of one micro-batch on a virtual stage (see :func:`core.sim.graph.build_graph`;
-    :meth:`_Template.timed` gives them durations). Cached by the structure: a sweep's plans
+    :meth:`Template.timed` gives them durations). Cached by the structure: a sweep's plans
     share a few hundred structures.
 
     Built by :meth:`_TemplateBuilder.build`, in the order the tasks run (embedding, the
@@ -39,7 +39,7 @@ def _stage_templates(st: _Structure) -> tuple[_Template, _Template, _Template]:
 
 
 class _TemplateBuilder:
-    """Builds the templates of one :class:`_Structure`: one method per piece of a template,
+    """Builds the templates of one :class:`StageStructure`: one method per piece of a template,
     sharing the structure's flags and the parts built so far.
 
     ``fwd_parts``, ``bwd_parts``, ``w_parts``: the units of the forward, backward and
@@ -47,11 +47,11 @@ class _TemplateBuilder:
     backward unit being built puts its W tasks (a split backward), None otherwise.
     """
 
-    def __init__(self, st: _Structure) -> None:
+    def __init__(self, st: StageStructure) -> None:
         self.st = st
         self.sp = st.sp
         self.zero = st.zero_stage if st.dp else 0
-        self.wunit: _Unit | None = None
+        self.wunit: TemplateUnit | None = None
         self.layers = list(range(*st.layers))
         self.first, self.last = st.vstage == 0, st.vstage == st.num_vstages - 1
         self.fwd_parts: _Parts = []
@@ -62,7 +62,7 @@ class _TemplateBuilder:
         self.mods = set(st.modules)
         self.mtp_list = [st.layers[1] + j for j in range(st.mtp)]  # global indices after the decoder's
 
-    def build(self) -> tuple[_Template, _Template, _Template]:
+    def build(self) -> tuple[Template, Template, Template]:
         """The forward, backward and weight-gradient templates, built in program order."""
         st = self.st
         if self.first:
@@ -78,36 +78,36 @@ class _TemplateBuilder:
             self.embedding_backward()
         if not self.layers and not self.first and not self.last and not st.mtp:
             self.pass_through()
-        return (_Template.assemble(self.fwd_parts), _Template.assemble(self.bwd_parts),
-                _Template.assemble(self.w_parts))
+        return (Template.assemble(self.fwd_parts), Template.assemble(self.bwd_parts),
+                Template.assemble(self.w_parts))
 
     # ------------------------------------------------------------------ shared helpers
 
-    def comm(self, out: _Unit, kind: str) -> None:
+    def comm(self, out: TemplateUnit, kind: str) -> None:
         """A blocking tensor-parallel collective ``tp_<kind>``; an MLA attention's latent
         collectives (source ``tp_mla_*``) are ``tp_*`` collectives."""
         out.add(K["tp_comm"], COMM, "tp_" + kind, "tp_" + kind.removeprefix("mla_"))
 
-    def ring(self, out: _Unit, kind: int, phase: str, pre: str | None) -> None:
+    def ring(self, out: TemplateUnit, kind: int, phase: str, pre: str | None) -> None:
         """Context parallelism: an attention op as its part outside the ring (``pre``, when
         given), the ring's core steps and the exposed part of their K/V exchange, which blocks
         compute; the hidden part of the exchange runs on the "CP exchange" stream beside the core
         (:func:`core.sim.stage_comm._cp_ring_times`)."""
         if pre is not None:
             out.add(kind, COMPUTE, pre, "attention_fwd" if phase == "fwd" else "attention_bwd")
-        out.side.append((K["cp_p2p"], _SRC[f"cp_{phase}_hidden"], OP["cp_send_recv"],
+        out.side.append((K["cp_p2p"], SOURCE_INDEX[f"cp_{phase}_hidden"], OP["cp_send_recv"],
                          len(out.tasks) - 1, -1))
         out.add(kind, COMPUTE, f"attention_core_{phase}", f"attention_core_{phase}")
         out.add(K["cp_p2p"], CP_RING, f"cp_{phase}_exposed", "cp_send_recv")
 
-    def compute(self, out: _Unit, kind: int, source: str, op: str) -> None:
+    def compute(self, out: TemplateUnit, kind: int, source: str, op: str) -> None:
         """One compute op (an attention op as its ring under context parallelism)."""
         if self.st.cp and op in ("attention_fwd", "attention_bwd"):
             self.ring(out, kind, "fwd" if op == "attention_fwd" else "bwd", source + ":pre")
         else:
             out.add(kind, COMPUTE, source, op)
 
-    def block(self, out: _Unit, kind: int, op: str, before: bool, after: bool) -> None:
+    def block(self, out: TemplateUnit, kind: int, op: str, before: bool, after: bool) -> None:
         """The op with the tensor-parallel collectives around it: with sequence parallelism an
         all-gather before (``before``) and a reduce-scatter after (``after``); without, an
         all-reduce after (``after``). A split backward gives the op's W part to ``wunit``."""
@@ -116,39 +116,39 @@ class _TemplateBuilder:
         # input; the backward reduces the latents' gradients (core.model.mla.mla_tp_latent_width;
         # validation refuses MLA with tp_comm_overlap)
         latent = "mla_" if st.mla and op in ("attention_fwd", "attention_bwd") else ""
-        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+        if st.tp_overlap and op in TP_OVERLAP_BLOCKS:
             # --tp-comm-overlap: what the GEMMs do not hide blocks; the hidden parts run beside
             # the op (tp_overlap_split), drawn from its start
             ag = out.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
             for coll in ("all_gather", "reduce_scatter"):
-                out.side.append((K["tp_comm"], _SRC[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
+                out.side.append((K["tp_comm"], SOURCE_INDEX[f"tp_{coll}@{op}:hidden"], OP["tp_" + coll],
                                  ag, -1))
         elif st.tp and sp and before:
             self.comm(out, ("" if op == "attention_bwd" else latent) + "all_gather")
-        if st.split and self.wunit is not None and op in _W_OPS:
+        if st.split and self.wunit is not None and op in W_OPS:
             self.wunit.add(K["wgrad"], COMPUTE, op + ":W", op)
             if op != "embedding_bwd":  # all weight gradient: no B task
                 self.compute(out, kind, op + ":B", op)
         else:
             self.compute(out, kind, op, op)
-        if st.tp_overlap and op in _TP_OVERLAP_BLOCKS:
+        if st.tp_overlap and op in TP_OVERLAP_BLOCKS:
             out.add(K["tp_comm"], COMM, f"tp_reduce_scatter@{op}", "tp_reduce_scatter")
         elif st.tp and after:
             self.comm(out, ("" if op == "attention_fwd" else latent)
                       + ("reduce_scatter" if sp else "all_reduce"))
 
-    def gather(self, out: _Unit, bucket: str) -> None:
+    def gather(self, out: TemplateUnit, bucket: str) -> None:
         """ZeRO-3: the parameters are all-gathered before they are used (Rajbhandari et al.
         2020, Sec. 5.3), blocking or prefetched on the communication stream."""
         if self.zero < 3:
             return
         if self.st.overlap_param_gather:
-            out.side.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"], -1,
+            out.side.append((K["dp_comm"], SOURCE_INDEX[bucket + "_ag"], OP["dp_all_gather"], -1,
                              len(out.tasks)))
         else:
             out.add(K["dp_comm"], COMM, bucket + "_ag", "dp_all_gather")
 
-    def reduce(self, out: _Unit, bucket: str) -> None:
+    def reduce(self, out: TemplateUnit, bucket: str) -> None:
         """Gradients of what just ran backward (its W part when split): ZeRO 2/3 reduce-scatter
         them every micro-batch (sharded gradients cannot accumulate locally), blocking or
         overlapped; ZeRO 0/1 with --overlap-grad-reduce reduce them bucket by bucket in the
@@ -156,27 +156,27 @@ class _TemplateBuilder:
         st, zero = self.st, self.zero
         if zero >= 2:
             if st.overlap_grad_reduce:
-                out.side.append((K["dp_comm"], _SRC[bucket + "_rs"], OP["dp_reduce_scatter"],
+                out.side.append((K["dp_comm"], SOURCE_INDEX[bucket + "_rs"], OP["dp_reduce_scatter"],
                                  len(out.tasks) - 1, -1))
             else:
                 out.add(K["dp_comm"], COMM, bucket + "_rs", "dp_reduce_scatter")
         elif st.dp and st.overlap_grad_reduce:
             src, op = (("_rs", "dp_reduce_scatter") if zero == 1 else ("_ar", "dp_all_reduce"))
-            out.last.append((K["dp_comm"], _SRC[bucket + src], OP[op], len(out.tasks) - 1))
+            out.last.append((K["dp_comm"], SOURCE_INDEX[bucket + src], OP[op], len(out.tasks) - 1))
 
-    def prefetch(self, out: _Unit, bucket: str) -> None:
+    def prefetch(self, out: TemplateUnit, bucket: str) -> None:
         """ZeRO 1/2 with --overlap-param-gather: the updated parameters of this bucket are
         all-gathered from the iteration's start, under the first forward."""
         if self.st.dp and self.zero in (1, 2) and self.st.overlap_param_gather:
-            out.start.append((K["dp_comm"], _SRC[bucket + "_ag"], OP["dp_all_gather"],
+            out.start.append((K["dp_comm"], SOURCE_INDEX[bucket + "_ag"], OP["dp_all_gather"],
                               len(out.tasks)))
 
-    def backward_unit(self, layer_list: list[int], build: Callable[[_Unit], None], bucket: str,
+    def backward_unit(self, layer_list: list[int], build: Callable[[TemplateUnit], None], bucket: str,
                       reduces: bool = True) -> None:
         """One backward unit built by ``build`` (and its W unit when split), repeated over
         ``layer_list``; ``reduces``: its gradients complete bucket ``bucket``."""
         st = self.st
-        u, w = _Unit(), _Unit()
+        u, w = TemplateUnit(), TemplateUnit()
         self.wunit = w if st.split else None
         build(u)
         # the gradients are complete after the W part when split, after the backward otherwise
@@ -200,7 +200,7 @@ class _TemplateBuilder:
                 out.append((is_moe, swa, [x]))
         return out
 
-    def a2a(self, out: _Unit, op: str, phase: str) -> None:
+    def a2a(self, out: TemplateUnit, op: str, phase: str) -> None:
         """An expert all-to-all (its exposed part's own source under ``ep_overlap``)."""
         out.add(K["ep_all_to_all"], EP, f"ep_all_to_all@{phase}" if self.st.ep_overlap
                 else "ep_all_to_all", op)
@@ -210,13 +210,13 @@ class _TemplateBuilder:
     def embedding_forward(self) -> None:
         """The first stage's embedding: its bucket's gathers, then the vocab-parallel
         embedding with its all-reduce (reduce-scatter into the sequence-parallel region)."""
-        u = _Unit()
+        u = TemplateUnit()
         self.prefetch(u, "first")
         self.gather(u, "first")
         self.block(u, K["embedding"], "embedding_fwd", before=False, after=True)
         self.fwd_parts.append((u, [-1]))
 
-    def moe_fwd(self, u: _Unit, kind: int, module: bool = False) -> None:
+    def moe_fwd(self, u: TemplateUnit, kind: int, module: bool = False) -> None:
         """An MoE layer's MLP half (Megatron-Core MoELayer, all-to-all dispatcher): router,
         permutation, dispatch all-to-all over ep, all-gather over etp, the experts,
         reduce-scatter over etp, combine all-to-all, un-permutation, shared experts.
@@ -242,7 +242,7 @@ class _TemplateBuilder:
         if st.shared:
             self.block(u, kind, "shared_experts_fwd", True, True)
 
-    def moe_bwd(self, u: _Unit) -> None:
+    def moe_bwd(self, u: TemplateUnit) -> None:
         """The backward of :meth:`moe_fwd`, in reverse (the all-to-alls again, four per layer
         and micro-batch in all). Selective recomputation of ``shared_experts`` runs the shared
         experts' forward (with its tensor-parallel collectives) before their backward, of
@@ -269,10 +269,10 @@ class _TemplateBuilder:
             self.comm(u, "all_reduce")
         self.block(u, K["backward"], "router_bwd", False, False)
 
-    def layer_fwd(self, is_moe: bool, swa: bool) -> _Unit:
+    def layer_fwd(self, is_moe: bool, swa: bool) -> TemplateUnit:
         """One layer's forward (attention, then the MLP or MoE half), with its bucket's
         gathers."""
-        u = _Unit()
+        u = TemplateUnit()
         bucket = "moe" if is_moe else "layer"
         self.prefetch(u, bucket)
         self.gather(u, bucket)
@@ -283,7 +283,7 @@ class _TemplateBuilder:
             self.block(u, K["forward"], "mlp_fwd", True, True)
         return u
 
-    def mtp_comm(self, u: _Unit, phase: str) -> None:
+    def mtp_comm(self, u: TemplateUnit, phase: str) -> None:
         """The tensor-parallel collective of an MTP layer's ``eh_proj`` (``tp_mtp_<phase>``)."""
         if self.st.tp:
             op = "tp_all_gather" if phase == "fwd" or self.sp else "tp_all_reduce"
@@ -296,7 +296,7 @@ class _TemplateBuilder:
         transformer layer; the output layer and loss then run once per prediction (1 + N)."""
         st = self.st
         for j, x in enumerate(self.mtp_list):
-            u = _Unit()
+            u = TemplateUnit()
             if j == 0:
                 self.prefetch(u, "mtp")
                 self.gather(u, "mtp")
@@ -310,21 +310,21 @@ class _TemplateBuilder:
         """The last stage's output layer and loss, once per prediction (1 + N with N MTP
         layers): its forward, and its backward as the first backward unit."""
         st = self.st
-        u = _Unit()
+        u = TemplateUnit()
         self.prefetch(u, "last")
         self.gather(u, "last")
         for _ in range(1 + st.mtp):
             self.block(u, K["output"], "output_fwd", before=True, after=False)
         self.fwd_parts.append((u, [-1]))
 
-        def out_bwd(u: _Unit) -> None:
+        def out_bwd(u: TemplateUnit) -> None:
             self.gather(u, "last")
             for _ in range(1 + st.mtp):
                 self.block(u, K["output"], "output_bwd", before=False, after=True)
 
         self.backward_unit([-1], out_bwd, "last")
 
-    def layer_backward(self, u: _Unit, with_recompute: bool, is_moe: bool, swa: bool) -> None:
+    def layer_backward(self, u: TemplateUnit, with_recompute: bool, is_moe: bool, swa: bool) -> None:
         """One layer's backward (its recomputed forward first under full recomputation or the
         selective modules), with its bucket's ZeRO-3 gather."""
         st, mods, sp = self.st, self.mods, self.sp
@@ -335,10 +335,10 @@ class _TemplateBuilder:
             # the all-gathers before the column-parallel linears too (not in the save list;
             # the reduce-scatters are), on the TP lane as in the forward, pipelined with the
             # recomputed GEMM they feed under tp_comm_overlap (torchtitan's async TP)
-            for op in _SAC_GATHERS:
+            for op in SAC_GATHERS:
                 if st.tp_overlap:
                     ag = u.add(K["tp_comm"], COMM, f"tp_all_gather@{op}", "tp_all_gather")
-                    u.side.append((K["tp_comm"], _SRC[f"tp_all_gather@{op}:hidden"],
+                    u.side.append((K["tp_comm"], SOURCE_INDEX[f"tp_all_gather@{op}:hidden"],
                                    OP["tp_all_gather"], ag, -1))
                 elif st.tp and sp:
                     self.comm(u, "all_gather")
@@ -384,12 +384,12 @@ class _TemplateBuilder:
         for j in reversed(range(st.mtp)):
             x = self.mtp_list[j]
 
-            def mtp_layer_bwd(u: _Unit) -> None:
+            def mtp_layer_bwd(u: TemplateUnit) -> None:
                 self.layer_backward(u, st.mtp_recompute, st.mtp_moe, False)
 
             self.backward_unit([x], mtp_layer_bwd, "moe" if st.mtp_moe else "layer")
 
-            def mtp_pre_bwd(u: _Unit, j: int = j) -> None:
+            def mtp_pre_bwd(u: TemplateUnit, j: int = j) -> None:
                 if j == st.mtp - 1:
                     self.gather(u, "mtp")
                 self.mtp_comm(u, "bwd")
@@ -409,7 +409,7 @@ class _TemplateBuilder:
             if not chosen:
                 continue
             for is_moe, swa, run in self.runs(chosen[::-1]):
-                def layer_bwd(u: _Unit, with_recompute: bool = with_recompute,
+                def layer_bwd(u: TemplateUnit, with_recompute: bool = with_recompute,
                               is_moe: bool = is_moe, swa: bool = swa) -> None:
                     self.layer_backward(u, with_recompute, is_moe, swa)
 
@@ -418,7 +418,7 @@ class _TemplateBuilder:
     def embedding_backward(self) -> None:
         """The first stage's embedding backward: it scatters gradients and needs no weights
         (no ZeRO-3 gather)."""
-        def emb_bwd(u: _Unit) -> None:
+        def emb_bwd(u: TemplateUnit) -> None:
             self.block(u, K["embedding"], "embedding_bwd", before=True, after=False)
 
         self.backward_unit([-1], emb_bwd, "first")
@@ -427,6 +427,6 @@ class _TemplateBuilder:
         """A virtual stage without layers (a custom pipeline layout may leave one empty, as
         Megatron-Core allows): it receives and sends each micro-batch on, in no time."""
         for kind, parts in ((K["forward"], self.fwd_parts), (K["backward"], self.bwd_parts)):
-            u = _Unit()
+            u = TemplateUnit()
             u.add(kind, COMPUTE, "pass_through", "pass_through")
             parts.append((u, [-1]))

@@ -2,7 +2,7 @@
 gradient on one model chunk, built once per stage structure and timed from op times.
 
 What belongs here: the template vocabulary (``_SOURCES``: what each task's duration is),
-:class:`_Structure` (what a chunk's templates depend on) and the helpers that time a
+:class:`StageStructure` (what a chunk's templates depend on) and the helpers that time a
 template. The tasks and their order within a template are built in
 :mod:`core.sim.template_builder`.
 """
@@ -24,8 +24,8 @@ from core.model.keys import MOE_DERIVED_OPS, MOE_OPS, TP_OVERLAP_GEMMS
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import OP
-from core.sim.op_times import (_LOOKUP_OPS, _SAC_GATHERS, _SAC_GATHER_SOURCES, _TP_OVERLAP_BLOCKS,
-                               _TP_OVERLAP_SOURCES, _W_OPS, _tp_overlap, chunk_virtual_stages,
+from core.sim.op_times import (LOOKUP_OPS, SAC_GATHERS, SAC_GATHER_SOURCES, TP_OVERLAP_BLOCKS,
+                               TP_OVERLAP_SOURCES, W_OPS, tp_overlap_applies, chunk_virtual_stages,
                                num_chunks, tp_overlap_split, virtual_stage_layers,
                                weight_gradient_share)
 
@@ -33,7 +33,7 @@ from core.sim.op_times import (_LOOKUP_OPS, _SAC_GATHERS, _SAC_GATHER_SOURCES, _
 __all__: list[str] = []
 
 
-#: What a template task's duration is (:func:`_source_values` gives the seconds): an op of
+#: What a template task's duration is (:func:`source_values` gives the seconds): an op of
 #: :func:`lookup_op_times`, a tensor-parallel collective of one activation, or a data-parallel
 #: collective of one bucket (a layer's, an MoE layer's, or the first or last stage's other
 #: parameters), or the input- (B) and weight-gradient (W) parts of a backward op that a split
@@ -41,23 +41,23 @@ __all__: list[str] = []
 #: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
 #: and its exposed part (:func:`core.sim.stage_comm._cp_ring_times`).
-_SOURCES = (*_LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+_SOURCES = (*LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
             "tp_mtp_fwd", "tp_mtp_bwd",
             *(f"{b}_{k}" for b in ("layer", "first", "last", "moe", "mtp")
               for k in ("ag", "rs", "ar")),
-            *(f"{op}:{part}" for op in _W_OPS for part in ("B", "W")),
+            *(f"{op}:{part}" for op in W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
             *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd",
             "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
-            *_TP_OVERLAP_SOURCES, *_SAC_GATHER_SOURCES, "pass_through")
-_SRC = {name: i for i, name in enumerate(_SOURCES)}
+            *TP_OVERLAP_SOURCES, *SAC_GATHER_SOURCES, "pass_through")
+SOURCE_INDEX = {name: i for i, name in enumerate(_SOURCES)}
 
 
-class _Unit:
+class TemplateUnit:
     """Tasks of one piece of a template (a layer's forward, the embedding ...), built once and
-    repeated for every layer it applies to. Indices are local to the unit; see :class:`_Template`."""
+    repeated for every layer it applies to. Indices are local to the unit; see :class:`Template`."""
 
     def __init__(self) -> None:
         self.tasks: list[tuple[int, int, int, int]] = []   # kind, stream, source, op
@@ -66,17 +66,17 @@ class _Unit:
         self.start: list[tuple[int, int, int, int]] = []      # kind, source, op, before
 
     def add(self, kind: int, stream: int, source: str, op: str) -> int:
-        self.tasks.append((kind, stream, _SRC[source], OP[op]))
+        self.tasks.append((kind, stream, SOURCE_INDEX[source], OP[op]))
         return len(self.tasks) - 1
 
 
 @dataclass
-class _Template:
+class Template:
     """The tasks of one micro-batch's forward or backward on one stage, as arrays.
 
     ``src`` (and ``side_src`` ...) name each task's duration in :data:`_SOURCES`;
     :meth:`timed` fills ``dur`` (and ``side_dur`` ...) from a plan's values. The
-    untimed templates depend only on a :class:`_Structure` and are shared.
+    untimed templates depend only on a :class:`StageStructure` and are shared.
 
     ``kind, stream, dur, layer, op`` (shape (n,)): tasks in program order on the
     compute stream (blocking collectives included). Side tasks overlap them on the
@@ -116,7 +116,7 @@ class _Template:
     last_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
     start_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
 
-    def timed(self, values: np.ndarray) -> "_Template":
+    def timed(self, values: np.ndarray) -> "Template":
         """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
         out = copy.copy(self)  # the untimed arrays shared (read only), as dataclasses.replace does
         out.dur, out.side_dur = values[self.src], values[self.side_src]
@@ -141,7 +141,7 @@ class _Template:
         return h
 
     @classmethod
-    def assemble(cls, parts: list[tuple[_Unit, list[int] | range]]) -> "_Template":
+    def assemble(cls, parts: list[tuple[TemplateUnit, list[int] | range]]) -> "Template":
         """Concatenate units, each repeated once per layer of its list (-1: not a layer's)."""
         cols: dict[str, list[np.ndarray]] = {}
 
@@ -195,7 +195,7 @@ class _Template:
 
 
 @dataclass
-class _DataParallel:
+class DataParallel:
     """Data-parallel communication of one stage (seconds per collective, see :func:`_stage_tasks`).
 
     ``layer_ag``, ``layer_rs``: one layer's parameter all-gather and gradient
@@ -227,9 +227,9 @@ class _DataParallel:
 
 
 @dataclass(frozen=True)
-class _Structure:
+class StageStructure:
     """Everything that shapes the templates of one virtual stage (not their durations): the
-    cache key of :func:`core.sim.template_builder._stage_templates`, which reads nothing else.
+    cache key of :func:`core.sim.template_builder.stage_templates`, which reads nothing else.
 
     ``vstage``: the virtual stage ``k = c*p + i`` (chunk ``c`` of stage ``i``; the stage
     itself without interleaving) of ``num_vstages = p*v``; ``layers``: its global layer
@@ -295,9 +295,9 @@ class _Structure:
         return self.dp and (self.zero_stage >= 2 or self.overlap_grad_reduce or self.overlap_param_gather)
 
 
-def _structure(session: Session, stage: int, chunk: int = 0,
-               bounds: np.ndarray | None = None) -> _Structure:
-    """The :class:`_Structure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
+def stage_structure(session: Session, stage: int, chunk: int = 0,
+               bounds: np.ndarray | None = None) -> StageStructure:
+    """The :class:`StageStructure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
     (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
@@ -317,18 +317,18 @@ def _structure(session: Session, stage: int, chunk: int = 0,
                    etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
                    shared=m.num_shared_experts > 0,
                    ep_overlap=model_math.ep_overlap_on(pl))
-    return _Structure(k, p * v, (first, stop),
+    return StageStructure(k, p * v, (first, stop),
                       model_math.recomputed_in_chunk(pl, stop - first),
                       "core_attn" in recompute_modules(pl),
                       schedules.get(pl.schedule).splits_backward,
-                      t, bool(pl.sequence_parallel and t), _reduces_gradients(session),
+                      t, bool(pl.sequence_parallel and t), reduces_gradients(session),
                       pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
                       pl.context_parallel > 1, modules=recompute_modules(pl),
                       window_layers=_window_layers(m.num_layers,
                                                    bool(getattr(m, "window_size", None)),
                                                    getattr(m, "window_attn_skip_freq", None),
                                                    first, stop),
-                      tp_overlap=_tp_overlap(pl), selective_op=pl.recompute == "selective_op",
+                      tp_overlap=tp_overlap_applies(pl), selective_op=pl.recompute == "selective_op",
                       mla=m.multi_latent_attention is True,
                       mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
                       mtp_moe=model_math.mtp_layer_is_moe(m),
@@ -348,15 +348,15 @@ def _window_layers(num_layers: int, windowed: bool, skip_freq: int | None, first
         model_math.window_layer_mask(model)[first:stop]) + first)
 
 
-def _reduces_gradients(session: Session) -> bool:
+def reduces_gradients(session: Session) -> bool:
     """Whether gradients are reduced across GPUs: ``d*cp > 1``, or an MoE model whose routed
     experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
     pl = session.plan
     return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
 
 
-def _source_values(times: dict[str, float], tp: dict[str, float] | None,
-                   dp: _DataParallel | None, session: Session,
+def source_values(times: dict[str, float], tp: dict[str, float] | None,
+                   dp: DataParallel | None, session: Session,
                    moe: dict[str, float] | None = None, fp8_speedup: float = 1.0) -> np.ndarray:
     """Seconds of every :data:`_SOURCES` entry for one stage of a plan (0 where it has none);
     ``moe``: the MoE layers' communication by source name (``ep_all_to_all``,
@@ -364,40 +364,40 @@ def _source_values(times: dict[str, float], tp: dict[str, float] | None,
     :func:`weight_gradient_share`."""
     v = np.zeros(len(_SOURCES))
     for name, sec in times.items():
-        if name in _SRC:
-            v[_SRC[name]] = sec
-    for op in _W_OPS:
+        if name in SOURCE_INDEX:
+            v[SOURCE_INDEX[name]] = sec
+    for op in W_OPS:
         if op not in times:  # the MoE ops of a dense model
             continue
         share = weight_gradient_share(op, session, fp8_speedup)
-        v[_SRC[op + ":W"]] = times[op] * share
-        v[_SRC[op + ":B"]] = times[op] * (1 - share)
+        v[SOURCE_INDEX[op + ":W"]] = times[op] * share
+        v[SOURCE_INDEX[op + ":B"]] = times[op] * (1 - share)
     if "attention_core_bwd" in times:  # context parallelism: the attention ops outside the ring
-        v[_SRC["attention_fwd:pre"]] = times["attention_fwd"] - times["attention_core_fwd"]
-        v[_SRC["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
-        v[_SRC["attention_bwd:B:pre"]] = max(v[_SRC["attention_bwd:B"]]
+        v[SOURCE_INDEX["attention_fwd:pre"]] = times["attention_fwd"] - times["attention_core_fwd"]
+        v[SOURCE_INDEX["attention_bwd:pre"]] = times["attention_bwd"] - times["attention_core_bwd"]
+        v[SOURCE_INDEX["attention_bwd:B:pre"]] = max(v[SOURCE_INDEX["attention_bwd:B"]]
                                              - times["attention_core_bwd"], 0.0)
     for name, sec in (moe or {}).items():
-        v[_SRC[name]] = sec
+        v[SOURCE_INDEX[name]] = sec
     if moe:  # the whole all-to-all until ep_overlap_exposed times the overlapped ones
-        v[_SRC["ep_all_to_all@fwd"]] = v[_SRC["ep_all_to_all@bwd"]] = moe["ep_all_to_all"]
+        v[SOURCE_INDEX["ep_all_to_all@fwd"]] = v[SOURCE_INDEX["ep_all_to_all@bwd"]] = moe["ep_all_to_all"]
     for kind, sec in (tp or {}).items():
-        v[_SRC["tp_" + kind]] = sec
-    if tp and _tp_overlap(session.plan):
-        for op, base in _TP_OVERLAP_BLOCKS.items():
+        v[SOURCE_INDEX["tp_" + kind]] = sec
+    if tp and tp_overlap_applies(session.plan):
+        for op, base in TP_OVERLAP_BLOCKS.items():
             for kind in ("all_gather", "reduce_scatter"):
                 exposed, hidden = tp_overlap_split(
                     tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
-                v[_SRC[f"tp_{kind}@{op}"]], v[_SRC[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
-        for op, gemm in _SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
+                v[SOURCE_INDEX[f"tp_{kind}@{op}"]], v[SOURCE_INDEX[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
+        for op, gemm in SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
             if gemm in times:
                 exposed, hidden = tp_overlap_split(tp["all_gather"], times[gemm],
                                                    session.plan.tensor_parallel)
-                v[_SRC[f"tp_all_gather@{op}"]], v[_SRC[f"tp_all_gather@{op}:hidden"]] = (
+                v[SOURCE_INDEX[f"tp_all_gather@{op}"]], v[SOURCE_INDEX[f"tp_all_gather@{op}:hidden"]] = (
                     exposed, hidden)
     if dp is not None:
         for f in dataclasses.fields(dp):
-            v[_SRC[f.name]] = getattr(dp, f.name)
+            v[SOURCE_INDEX[f.name]] = getattr(dp, f.name)
     return v
 
 
@@ -413,7 +413,7 @@ def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
     return out
 
 
-def _template_times(tmpl: _Template, start_at: float | None = None
+def template_times(tmpl: Template, start_at: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray, float]:
     """End times (from the op's start) of a template's tasks and side tasks, and its span.
 
@@ -454,9 +454,9 @@ def _template_times(tmpl: _Template, start_at: float | None = None
     return end, side_end, span
 
 
-def _tail_overrun(tmpl: _Template) -> float:
+def tail_overrun(tmpl: Template) -> float:
     """How long after the item's end its ``last`` side tasks end (negative when earlier): the
     iteration's tail waits for them."""
-    end, _, span = _template_times(tmpl)
+    end, _, span = template_times(tmpl)
     finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
     return float(finish.max()) - span
