@@ -35,10 +35,12 @@ from core.plan.layout import (capped_recompute_layers,
     pipeline_split_slots)
 from core.plan.rules import ep_overlap_errors, probe_plan, validate
 from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans", "sweep_dimensions",
-           "one_stage_schedule", "budget_text", "divisors", "as_list", "cp_candidates",
-           "tp_pp_candidates", "layout_stages", "in_budget", "index_of_plan"]
+           "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
+           "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
+           "index_of_plan"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -78,8 +80,13 @@ class SweepSpace:
         Candidate d. Default: every d the budget allows.
     max_data_parallel : int, optional
         Largest d.
-    micro_batch_sizes : sequence of int
-        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
+    micro_batch_sizes : sequence of int, optional
+        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES` (kept for the
+        library's callers); None -- the command line's and the Explore tab's default,
+        :meth:`default_for` -- is "up to what memory allows": :func:`core.studies.sweep.run_sweep`
+        tries b = 1, 2, 4, ... while the closed-form memory of the smallest-memory plan of
+        that b fits (:func:`enumerate_plans` alone tries every power of two up to the global
+        batch).
     schedules : sequence of str
         Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default: all.
     virtual_pipeline_stages : sequence of int, optional
@@ -136,7 +143,7 @@ class SweepSpace:
     pipeline_parallel: Sequence[int] | None = None
     data_parallel: Sequence[int] | None = None
     max_data_parallel: int | None = None
-    micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
+    micro_batch_sizes: Sequence[int] | None = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
     virtual_pipeline_stages: Sequence[int] | None = None
@@ -148,6 +155,23 @@ class SweepSpace:
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
     hold_session_values: bool = False
+
+    @classmethod
+    def default_for(cls, session: Session) -> "SweepSpace":
+        """The default space of ``session``: what ``vtrain sweep CONFIG`` sweeps without options
+        and what the Explore tab sweeps with its fields left empty -- at most the session
+        plan's GPU count (a data-parallel bound of 64 when the plan has no valid count), the
+        plan space a Megatron-Core user has (every schedule, recomputation, sequence
+        parallelism on with t > 1, ZeRO stages, cp, ep, overlaps: the attributes' defaults)
+        and micro-batch sizes up to what memory allows (``micro_batch_sizes=None``)."""
+        try:
+            gpus = session.plan.num_gpus
+        except TypeError:
+            gpus = None
+        budget = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 \
+            else None
+        return cls(max_gpus=budget, max_data_parallel=None if budget else 64,
+                   micro_batch_sizes=None)
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
@@ -240,7 +264,7 @@ class SweepSpace:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
                      "expert_parallel"):
             ints(name, getattr(self, name))
-        ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
             values = getattr(self, name)
@@ -309,6 +333,16 @@ def divisors(n: int) -> list[int]:
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
 
+def power_of_two_sizes(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit`` (the micro-batch sizes a space without them tries, before
+    memory stops them)."""
+    out, b = [], 1
+    while b <= limit:
+        out.append(b)
+        b *= 2
+    return out
+
+
 def as_list(values: Any) -> list:
     """``values`` as a list: a string or a non-iterable as a list of one, any other iterable
     listed (a space's attribute given as one value or several)."""
@@ -356,7 +390,8 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
         cp *= 2
     return out
 
-def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
+def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
+                    phase: PhaseFn | None = None) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
     A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
@@ -372,6 +407,12 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         Supplies the model, cluster, cost inputs and the plan fields the space does
         not sweep (``global_batch_size``, ``precision``, overlap ...).
     space : SweepSpace
+    cancel : threading.Event or callable returning bool, optional
+        Checked before each (t, p, cp, d, ep, b, schedule, v) combination's plans are built
+        (a few milliseconds at most): :class:`~core.studies.sweep.cancel.SweepCancelled`.
+    phase : callable ``(phase, done, total) -> None``, optional
+        Told the enumeration's progress (:class:`~core.studies.sweep.phase.PhaseTicker`,
+        phase ``"enumerate"``): ``done`` of ``total`` (t, p, cp) combinations.
 
     Returns
     -------
@@ -384,45 +425,51 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     ConfigError
         The space breaks a rule (:meth:`SweepSpace.errors`) or the session breaks
         a rule not about the plan (model, cluster, cost).
+    SweepCancelled
+        ``cancel`` was set.
     """
-    _check_enumerable(session, space)
+    check_enumerable(session, space)
     c = _Choices.of(session, space)
     fields_ok = _fields_check(session.plan)
     if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
     m, B = session.model, session.plan.global_batch_size
     plans: list[ParallelPlan] = []
-    for t in c.ts:
-        for p, cp in ((p, cp) for p in c.ps for cp in c.cps):
-            ds = c.data_parallel_sizes(space, t * p * cp, B)
-            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
-            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
-            if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
-                sps_t = [t > 1 and m.seq_length % t == 0]
-            else:
-                sps_t = c.sps[:1] if t == 1 else c.sps
-            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
-            # keep one of them (1F1B when swept)
-            scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
-            for d, ep in ((d, ep) for d in ds for ep in c.eps):
-                zs_d = c.zs[:1] if d == 1 else c.zs
-                for b in c.bs:
-                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
-                        continue
-                    for sched in scheds_p:
-                        for v in c.virtual_sizes(space, sched, p):
-                            # the schedule's own rules (part of validate), before building plans
-                            if pipeline_schedules.schedule_errors(
-                                    sched, p, B // (d * b), v,
-                                    m.num_layers if c.layout_n is None else None, c.extra_slots):
-                                continue
-                            yield_interpreter()
-                            plans += _variants(session, c, fields_ok,
-                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    outer = [(t, p, cp) for t in c.ts for p in c.ps for cp in c.cps]
+    ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
+    for step, (t, p, cp) in enumerate(outer):
+        ticker.tick(step)
+        ds = c.data_parallel_sizes(space, t * p * cp, B)
+        # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+        # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+        if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
+            sps_t = [t > 1 and m.seq_length % t == 0]
+        else:
+            sps_t = c.sps[:1] if t == 1 else c.sps
+        # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
+        # keep one of them (1F1B when swept)
+        scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+        for d, ep in ((d, ep) for d in ds for ep in c.eps):
+            zs_d = c.zs[:1] if d == 1 else c.zs
+            for b in c.bs:
+                if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                    continue
+                for sched in scheds_p:
+                    for v in c.virtual_sizes(space, sched, p):
+                        # the schedule's own rules (part of validate), before building plans
+                        if pipeline_schedules.schedule_errors(
+                                sched, p, B // (d * b), v,
+                                m.num_layers if c.layout_n is None else None, c.extra_slots):
+                            continue
+                        yield_interpreter()
+                        ticker.tick(step)
+                        plans += _variants(session, c, fields_ok,
+                                           (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    ticker.finish(len(outer))
     return plans
 
 
-def _check_enumerable(session: Session, space: SweepSpace) -> None:
+def check_enumerable(session: Session, space: SweepSpace) -> None:
     """Raise :class:`ConfigError` with every rule the space breaks and every rule the session
     breaks not about the plan (model, cluster, cost), and a custom pipeline layout that does
     not parse (every plan keeps it)."""
@@ -507,7 +554,9 @@ class _Choices:
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
                  else divisors(m.num_experts) if m.is_moe else [1]),
-            bs=sorted(set(as_list(space.micro_batch_sizes))),
+            bs=(sorted(set(as_list(space.micro_batch_sizes)))
+                if space.micro_batch_sizes is not None
+                else power_of_two_sizes(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
