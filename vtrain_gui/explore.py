@@ -45,6 +45,7 @@ from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .plan_preview import PlanPreview
+from .sweep_header import PHASE_TEXT, dimensions_html
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import SweepTableModel, SweepTableView
 from .workers import SweepRunner
@@ -159,6 +160,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.runner = SweepRunner(sweep_fn, parent=self)
         self.runner.started.connect(self._on_sweep_start)
         self.runner.progress.connect(self._on_sweep_progress)
+        self.runner.phase_progress.connect(self._on_sweep_phase)
         self.runner.finished.connect(self._on_sweep_finish)
         self.runner.failed.connect(self._on_sweep_fail)
         self.runner.cancelled.connect(self._on_sweep_cancel)
@@ -485,10 +487,22 @@ class ExploreTab(QtWidgets.QWidget):
         self._set_status("Enumerating plans…")
         self._update_summary()
 
+    @Slot(int, str, int, int)
+    def _on_sweep_phase(self, run_id: int, phase: str, done: int, total: int) -> None:
+        """The phases before the simulation (enumeration, memory, bounds): their progress."""
+        if run_id != self.runner.latest_run_id or phase == "simulate":
+            return
+        text = PHASE_TEXT.get(phase, phase)
+        self.progress_bar.setFormat(f"{text}: %p%")
+        self.progress_bar.setRange(0, max(total, 1))
+        self.progress_bar.setValue(done)
+        self._set_status(f"{text}…")
+
     @Slot(int, int, int)
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
         if run_id != self.runner.latest_run_id:
             return
+        self.progress_bar.setFormat("%v / %m plans")
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(done)
         self._set_status(f"Simulating {format_count(total)} plans…")
@@ -719,7 +733,9 @@ class ExploreTab(QtWidgets.QWidget):
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
-        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
+        dims = dimensions_html(r.dimensions)  # what the sweep swept and held, and why
+        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:])
+                              + (f"<br><small>{dims}</small>" if dims else ""))
 
     def _sync_table_selection(self) -> None:
         """Select the row of the picked plan without reporting it again."""
