@@ -450,7 +450,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     def _show(self, settings: dict[str, Any]) -> None:
         if not isinstance(settings, dict):
             raise ConfigError([FieldError("sweep", "must be a JSON object")])
-        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask"})
+        # "result": the sweep saved with the session (the Explore tab reads it)
+        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask", "result"})
         if unknown:
             raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
         space = SweepSpace.from_dict(settings.get("space") or {})

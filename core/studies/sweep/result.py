@@ -128,6 +128,10 @@ class SweepResult:
     lower_bound_s : float64 array
         The iteration-time lower bound of each plan that fits, seconds (NaN for the others,
         and for every plan of a sweep without pruning).
+    saved : dict or None
+        For a result read back from a session file (:func:`core.studies.sweep.saved.restore_sweep`,
+        only the rows saved), the whole sweep's ``num_plans``, ``num_feasible``, ``num_pruned``
+        and ``wall_s``; None for a sweep run here.
     dimensions : list of dict
         What the sweep chose and what it held (:func:`core.studies.sweep.space.sweep_dimensions`): one dict per plan
         field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
@@ -165,6 +169,7 @@ class SweepResult:
     pruned: np.ndarray | None = None
     lower_bound_s: np.ndarray | None = None
     dimensions: list[dict[str, Any]] = field(default_factory=list)
+    saved: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
