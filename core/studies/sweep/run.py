@@ -236,7 +236,7 @@ class _Runner:
         """Compute the figures of the plans alone (:func:`plan_figures`), once."""
         if self.prepared is None:
             self.prepared = plan_figures(self.plans, self.model, self.store, self.cluster,
-                                         self.num_gpus, self.coverage)
+                                         self.num_gpus, self.coverage, self.cancel)
 
     def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
         return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
@@ -441,11 +441,12 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
                       runner.store, runner.lookup_cache, runner.known, runner.cancel, phase)
-    if runner.progress is not None:  # the simulation starts
-        runner.progress(0, runner.n)
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
-    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1)
+    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
+                        runner.cancel)
+    if runner.progress is not None:  # the simulation starts
+        runner.progress(0, runner.n)
     order = candidates[np.argsort(lower[candidates], kind="stable")]
     if own is not None:  # always simulated
         order = np.concatenate(([own], order[order != own]))
