@@ -97,7 +97,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     ``{"space": SweepSpace.to_dict(), "deadline_days": float | None, "workers": int | None,
     "dask": str | None}`` (``workers`` and ``dask``, where the sweep runs, are optional:
     files without them run on every core of this computer); space fields this form does
-    not show (``data_parallel``) are kept as loaded.
+    not show (``data_parallel``) are kept as loaded, and so is ``"result"`` (the last sweep,
+    which :class:`vtrain_gui.explore.ExploreTab` reads and writes). Sequence parallelism,
+    ZeRO stages and the expert all-to-all overlap have a "default" box: ticked, the space
+    leaves them None (the command line's default); empty b and cp fields are None too.
 
     Signals
     -------
