@@ -234,10 +234,8 @@ class SweepSpace:
         def pos_int(v: Any) -> bool:
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= top
 
-        def ints(name: str, values: Any, allow_none: bool = True) -> None:
+        def ints(name: str, values: Any) -> None:  # None: the default
             if values is None:
-                if not allow_none:
-                    errs.append(FieldError(f"sweep.{name}", "must be given"))
                 return
             if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
                 values = [values]
