@@ -136,3 +136,13 @@ def test_ctrl_c_exits_130_with_one_line_and_no_traceback():
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert took < 5.0
+
+
+def test_when_no_plan_of_the_smallest_b_fits_its_plans_say_so():
+    session = load_any(MTNLG)  # 530B parameters on at most 8 GPUs: nothing fits
+    result = run_sweep(session, SweepSpace(max_gpus=8, micro_batch_sizes=None,
+                                           schedules=("1f1b",)), workers=1)
+    assert result.num_plans > 0 and result.num_feasible == 0
+    assert set(result.plan_columns["micro_batch_size"].tolist()) == {1}
+    (dim,) = [d for d in result.dimensions if d["field"] == "micro_batch_size"]
+    assert "b = 1" in dim["stopped"]

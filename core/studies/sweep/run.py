@@ -284,7 +284,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
                         cancel: Any, phase: PhaseFn | None) -> tuple[list, tuple, str]:
     """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): b = 1, 2,
     4, ... (:func:`power_of_two_sizes` up to the global batch) while the closed-form memory of
-    the smallest-memory plan of that b fits (a b without valid plans is passed over). Returns
+    the smallest-memory plan of that b fits (a b without valid plans is passed over; when no
+    plan of the smallest b fits, its plans are kept, to say so). Returns
     the plans, their :func:`memory_verdicts` (computed once, here) and where the sizes
     stopped, in words."""
     sizes = power_of_two_sizes(session.plan.global_batch_size)
@@ -302,6 +303,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
         if not mem[1].any():
             stop = (f"stopped at b = {b}: its smallest-memory plan needs "
                     f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
+            if not plans:  # the smallest b, none fits: its plans say so (memory, reasons)
+                plans, mems = part, [mem]
             break
         plans += part
         mems.append(mem)
