@@ -33,7 +33,8 @@ Each module imports only those above it in this list (no circle):
 * :mod:`~core.studies.sweep.cancel` -- :class:`SweepCancelled` and the test of ``cancel``;
 * :mod:`~core.studies.sweep.pace` -- the garbage collector paused, the interpreter yielded;
 * :mod:`~core.studies.sweep.phase` -- each phase's progress and Cancel (:class:`PhaseTicker`);
-* :mod:`~core.studies.sweep.space` -- :class:`SweepSpace`, enumeration, dimensions swept/held;
+* :mod:`~core.studies.sweep.space` -- :class:`SweepSpace`, enumeration;
+* :mod:`~core.studies.sweep.dimensions` -- the dimensions swept and held, and why;
 * :mod:`~core.studies.sweep.result` -- :class:`SweepResult`, the Pareto front, best plans;
 * :mod:`~core.studies.sweep.saved` -- a result saved with its session, read back, stale or not;
 * :mod:`~core.studies.sweep.explain` -- why no plan, or a value given unused;
@@ -94,7 +95,8 @@ from core.studies.sweep.result import (BEST_BY_FIELDS, COLUMNS, PLAN_COLUMNS, Sw
 from core.studies.sweep.run import run_sweep
 from core.studies.sweep.saved import restore_sweep, saved_sweep, stale_reasons
 from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SweepSpace, budget_text,
-                                      enumerate_plans, one_stage_schedule, sweep_dimensions)
+                                      enumerate_plans, one_stage_schedule)
+from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS",
            "DEFAULT_MICRO_BATCH_SIZES", "BEST_BY_FIELDS", "MAX_PIPELINE_STEPS", "LARGE_SWEEP_WORK",

@@ -137,7 +137,7 @@ class SweepResult:
         only the rows saved), the whole sweep's ``num_plans``, ``num_feasible``, ``num_pruned``
         and ``wall_s``; None for a sweep run here.
     dimensions : list of dict
-        What the sweep chose and what it held (:func:`core.studies.sweep.space.sweep_dimensions`): one dict per plan
+        What the sweep chose and what it held (:func:`core.studies.sweep.dimensions.sweep_dimensions`): one dict per plan
         field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
     """
 

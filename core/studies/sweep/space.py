@@ -3,8 +3,8 @@
 :class:`SweepSpace` is the user's choice of GPU budget and candidate sizes (the command line's
 options, the Explore tab's form, a session file's ``sweep`` section); :func:`enumerate_plans`
 turns it and a session into every valid plan, with one source of truth for validity,
-:func:`core.plan.rules.validate`; :func:`sweep_dimensions` says which plan fields the plans
-sweep and which they hold, and why. The candidate lists (:func:`tp_pp_candidates`,
+:func:`core.plan.rules.validate`; :mod:`core.studies.sweep.dimensions` says which plan
+fields the plans sweep and which they hold, and why. The candidate lists (:func:`tp_pp_candidates`,
 :func:`cp_candidates`) are shared with :mod:`core.studies.sweep.explain`, which says why a
 space yields no plan. No simulation belongs here.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -21,8 +20,7 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
-from core.plan.parallel import (PLAN_FIELDS,
-    RECOMPUTE_CHOICES,
+from core.plan.parallel import (RECOMPUTE_CHOICES,
     RECOMPUTE_MODES,
     SCHEDULES,
     ZERO_STAGES,
@@ -37,7 +35,7 @@ from core.plan.rules import ep_overlap_errors, probe_plan, validate
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
-__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans", "sweep_dimensions",
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
@@ -712,67 +710,6 @@ def index_of_plan(plans: list[ParallelPlan], plan: ParallelPlan) -> int | None:
     return next((i for i, pl in enumerate(plans) if plan_key(pl) == key), None)
 
 
-
-_DIMENSION_DEFAULTS = {
-    "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
-    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
-    "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
-    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4 and 8 where the batch divides"),
-    "schedule": ("schedules", "every schedule the model allows"),
-    "virtual_pipeline_stages": ("virtual_pipeline_stages",
-                                "2 to 8 with the interleaved schedule, where p*v divides the "
-                                "layers"),
-    "recompute": ("recompute", "none, selective and full"),
-    "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
-                                             "chunks, up to the budget"),
-    "expert_parallel": ("expert_parallel", "the divisors of the expert count (1 for a dense "
-                                           "model)"),
-    "sequence_parallel": ("sequence_parallel",
-                          "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
-                          "same communication volume as the all-reduces it replaces, less "
-                          "activation memory); --sequence-parallel n,y tries it off too"),
-    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
-    "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
-                                           "1 < t <= a node)"),
-    "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
-    "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
-    "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
-                                         "the session's, where a plan allows it"),
-    "recompute_num_layers": (None, "the session's under full recomputation"),
-    "recompute_modules": (None, "the session's under selective recomputation"),
-    "first_stage_layers": (None, "the session's at its own p"),
-    "last_stage_layers": (None, "the session's at its own p"),
-    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
-}
-
-
-def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
-                     ) -> list[dict[str, Any]]:
-    """What a sweep chose and what it held, one dict per plan field (in
-    :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
-    more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
-    the values come from (the options given, or what the default tries), or why the field
-    is held (the session's value, a field the sweep does not choose; or the only value valid
-    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
-    Explore tab can read :attr:`SweepResult.dimensions`."""
-    out = []
-    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
-               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
-    for name, column in zip(PLAN_FIELDS, columns):
-        seen = list(dict.fromkeys(column))
-        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
-        attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
-        if default is None:
-            why = "the session's value (the sweep does not choose it)"
-        elif attr is not None and getattr(space, attr, None) is not None and (
-                name not in ("data_parallel",) or space.data_parallel is not None):
-            why = "the values given"
-        else:
-            why = f"default: {default}"
-        if len(values) == 1 and default is not None:
-            why = f"the only valid value; {why}"
-        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
-    return out
 
 def layout_stages(plan: ParallelPlan) -> int | None:
     """Virtual stages of ``plan``'s custom pipeline layout (``pipeline_model_parallel_layout``),
