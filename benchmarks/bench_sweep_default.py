@@ -42,7 +42,8 @@ STUDIES = {
 def run(name: str, exhaustive: bool) -> None:
     path, budget, target = STUDIES[name]
     session = load_any(path, validate=False)
-    space = SweepSpace(**(budget or dict(max_gpus=session.plan.num_gpus)))
+    # the command line's default: b up to what memory allows (micro_batch_sizes=None)
+    space = SweepSpace(**(budget or dict(max_gpus=session.plan.num_gpus)), micro_batch_sizes=None)
     runs = [("pruned, --workers 1", dict(workers=1)),
             (f"pruned, --workers {default_workers()}", dict(workers=default_workers()))]
     if exhaustive:

@@ -61,7 +61,9 @@ def test_combined_front_is_the_front_of_the_union_of_exhaustive_sweeps():
         s = session.copy()
         s.cluster = ClusterConfig(gpu=r.gpu, gpus_per_node=8)
         s.cost = dataclasses.replace(s.cost, price_per_gpu_hour_usd=r.price_per_gpu_hour_usd)
-        res = run_sweep(s, SweepSpace(max_gpus=r.max_gpus), prune=False)
+        space = dataclasses.replace(SweepSpace.default_for(s), max_gpus=r.max_gpus,
+                                    max_data_parallel=None)  # the CLI's default space
+        res = run_sweep(s, space, prune=False)
         for i in np.flatnonzero(res.fits_in_memory):
             g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
                         num_gpus=int(res.num_gpus[i]), reliability=s.reliability,

@@ -24,7 +24,7 @@ into the tab.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import html
 from pathlib import Path
 from typing import Any, Callable
@@ -33,11 +33,11 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
-from core.plan.parallel import PLAN_FIELDS
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.simulate import SimulationResult
-from core.studies.sweep import SweepResult, SweepSpace, pareto_front
+from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
+                                saved_sweep, stale_reasons)
 
 from .gpu_choice_view import GpuChoicePanel
 from .formatting import ERROR_STYLE, format_count, format_number_short, format_usd
@@ -46,6 +46,7 @@ from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .plan_preview import PlanPreview
+from .sweep_header import PHASE_TEXT, dimensions_html, same_inputs, stale_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import SweepTableModel, SweepTableView
 from .workers import SweepRunner
@@ -74,16 +75,6 @@ def best_index(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> 
     if not idx.size:
         return None
     return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
-
-
-def _same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool:
-    """Whether a sweep of ``a`` is also a sweep of ``b``: model, cluster, cost and every plan
-    field the sweep does not choose (B, precision, overlap ...) equal."""
-    swept = set((space or SweepSpace()).swept_fields())
-    return (dataclasses.asdict(a.model) == dataclasses.asdict(b.model)
-            and dataclasses.asdict(a.cluster) == dataclasses.asdict(b.cluster)
-            and dataclasses.asdict(a.cost) == dataclasses.asdict(b.cost)
-            and all(getattr(a.plan, f) == getattr(b.plan, f) for f in PLAN_FIELDS if f not in swept))
 
 
 class ExploreTab(QtWidgets.QWidget):
@@ -127,6 +118,7 @@ class ExploreTab(QtWidgets.QWidget):
         self._session = Session()
         self._run_inputs: tuple | None = None  # (session, space) of the latest run
         self._result: SweepResult | None = None
+        self._saved_doc: dict | None = None  # the saved form of the result shown
         self._selected: int | None = None
         self._shown_mask = np.empty(0, bool)
         self._front = np.empty(0, bool)
@@ -160,6 +152,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.runner = SweepRunner(sweep_fn, parent=self)
         self.runner.started.connect(self._on_sweep_start)
         self.runner.progress.connect(self._on_sweep_progress)
+        self.runner.phase_progress.connect(self._on_sweep_phase)
         self.runner.finished.connect(self._on_sweep_finish)
         self.runner.failed.connect(self._on_sweep_fail)
         self.runner.cancelled.connect(self._on_sweep_cancel)
@@ -271,9 +264,7 @@ class ExploreTab(QtWidgets.QWidget):
 
     def _build_summary(self) -> None:
         """The stale-result warning and the summary line (fastest, cheapest...)."""
-        self._stale = QtWidgets.QLabel(
-            "The model, cluster, cost, batch size or precision changed since this sweep: "
-            "press Run to update it. Picking a plan loads the swept inputs.")
+        self._stale = QtWidgets.QLabel(stale_text([]))
         self._stale.setObjectName("sweep.stale")
         self._stale.setWordWrap(True)
         self._stale.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 3px;")
@@ -379,11 +370,34 @@ class ExploreTab(QtWidgets.QWidget):
         self.set_session(session)
         self.plan_preview.clear()
         self._status.setText("Set the space and press Run.")
+        if isinstance(session.sweep, dict) and session.sweep.get("result") is not None:
+            self._show_saved(session.sweep["result"])
         self._idle_progress()
 
     def settings(self) -> dict[str, Any] | None:
-        """Sweep settings for ``Session.sweep`` (None: nothing to save)."""
-        return self.settings_panel.settings()
+        """Sweep settings for ``Session.sweep`` (None: nothing to save), with the sweep shown
+        in compact form under ``"result"`` (:func:`core.studies.sweep.saved_sweep`)."""
+        out = self.settings_panel.settings()
+        if out is None:
+            return None
+        out = {k: v for k, v in out.items() if k != "result"}
+        if self._saved_doc is not None:
+            out["result"] = copy.deepcopy(self._saved_doc)
+        return out
+
+    def _show_saved(self, doc: Any) -> None:
+        """Show the sweep saved with the session (``Session.sweep["result"]``), or say why not."""
+        try:
+            result = restore_sweep(doc)
+        except ConfigError as exc:
+            self._set_status(f"The sweep saved with the session was not understood: "
+                             f"{exc.errors[0]}", error=True)
+            return
+        self.set_result(result, saved_doc=doc)
+        n = result.saved["num_plans"]
+        self._set_status(f"The sweep saved with the session: {format_count(n)} plans, "
+                         f"{format_count(result.num_plans)} shown (the Pareto front and the best "
+                         f"plans); press Run to sweep again.")
 
     # ------------------------------------------------------------------ API: sweep
     def run(self) -> bool:
@@ -409,9 +423,12 @@ class ExploreTab(QtWidgets.QWidget):
         """Stop the sweep thread (window closing)."""
         return self.gpu_choice.shutdown() & self.runner.shutdown()
 
-    def set_result(self, result: SweepResult | None) -> None:
-        """Show ``result`` (None clears); the selection is cleared."""
+    def set_result(self, result: SweepResult | None, saved_doc: dict | None = None) -> None:
+        """Show ``result`` (None clears); the selection is cleared. ``saved_doc``: the saved
+        form it was read from (default: :func:`core.studies.sweep.saved_sweep` of it)."""
         self._result = result
+        self._saved_doc = (saved_doc if saved_doc is not None or result is None
+                           else saved_sweep(result))
         self._selected = None
         self.plot.set_result(result, redraw=False)  # drawn once, by _apply_filters below
         self.table_model.set_result(result)
@@ -492,10 +509,22 @@ class ExploreTab(QtWidgets.QWidget):
         self._set_status("Enumerating plans…")
         self._update_summary()
 
+    @Slot(int, str, int, int)
+    def _on_sweep_phase(self, run_id: int, phase: str, done: int, total: int) -> None:
+        """The phases before the simulation (enumeration, memory, bounds): their progress."""
+        if run_id != self.runner.latest_run_id or phase == "simulate":
+            return
+        text = PHASE_TEXT.get(phase, phase)
+        self.progress_bar.setFormat(f"{text}: %p%")
+        self.progress_bar.setRange(0, max(total, 1))
+        self.progress_bar.setValue(done)
+        self._set_status(f"{text}…")
+
     @Slot(int, int, int)
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
         if run_id != self.runner.latest_run_id:
             return
+        self.progress_bar.setFormat("%v / %m plans")
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(done)
         self._set_status(f"Simulating {format_count(total)} plans…")
@@ -508,6 +537,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.progress_bar.setRange(0, max(result.num_plans, 1))
         self.progress_bar.setValue(result.num_plans)
         self.set_result(result)
+        self.settings_changed.emit()  # the result is saved with the session
         rate = result.num_plans / seconds if seconds > 0 else 0.0
         text = (f"{format_count(result.num_plans)} plans ({format_count(result.num_feasible)} fit in "
                 f"memory) in {seconds:,.1f} s, {format_count(rate)} plans/s")
@@ -726,7 +756,9 @@ class ExploreTab(QtWidgets.QWidget):
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
-        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
+        dims = dimensions_html(r.dimensions)  # what the sweep swept and held, and why
+        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:])
+                              + (f"<br><small>{dims}</small>" if dims else ""))
 
     def _sync_table_selection(self) -> None:
         """Select the row of the picked plan without reporting it again."""
@@ -759,14 +791,16 @@ class ExploreTab(QtWidgets.QWidget):
             self._source.setText("From the Plan tab: (invalid inputs)")
 
     def _update_stale(self) -> None:
-        stale = self._result is not None and not _same_inputs(self._result.session, self._session,
+        stale = self._result is not None and not same_inputs(self._result.session, self._session,
                                                               self._result.space)
+        if stale and self._saved_doc is not None:  # which session fields changed
+            self._stale.setText(stale_text(stale_reasons(self._saved_doc, self._session)))
         self._stale.setVisible(stale)
 
     def _update_current(self) -> None:
         r = self._result
         index = None
-        if r is not None and _same_inputs(r.session, self._session, r.space):
+        if r is not None and same_inputs(r.session, self._session, r.space):
             index = r.index_of(self._session.plan)
         self._current = index
         self.plot.set_current(index)

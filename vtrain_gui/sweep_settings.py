@@ -78,6 +78,17 @@ def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
     return boxes
 
 
+def _defaulted_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str,
+                       default_tip: str) -> tuple[QtWidgets.QCheckBox, dict[str, QtWidgets.QCheckBox]]:
+    """A form row of a "default" check box (object name ``prefix.default``, tooltip
+    ``default_tip``: what the default sweeps) and one check box per name (``prefix.name``),
+    which are used only when "default" is unticked; returns ("default", the boxes by name)."""
+    boxes = _check_box_row(form, label, ("default", *names), prefix)
+    default = boxes.pop("default")
+    default.setToolTip(default_tip)
+    return default, boxes
+
+
 class SweepSettingsPanel(QtWidgets.QWidget):
     """Form for a :class:`core.studies.sweep.SweepSpace` and a deadline.
 
@@ -86,7 +97,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     ``{"space": SweepSpace.to_dict(), "deadline_days": float | None, "workers": int | None,
     "dask": str | None}`` (``workers`` and ``dask``, where the sweep runs, are optional:
     files without them run on every core of this computer); space fields this form does
-    not show (``data_parallel``) are kept as loaded.
+    not show (``data_parallel``) are kept as loaded, and so is ``"result"`` (the last sweep,
+    which :class:`vtrain_gui.explore.ExploreTab` reads and writes). Sequence parallelism,
+    ZeRO stages and the expert all-to-all overlap have a "default" box: ticked, the space
+    leaves them None (the command line's default); empty b and cp fields are None too.
 
     Signals
     -------
@@ -170,13 +184,19 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
         self.micro_batch_sizes = QtWidgets.QLineEdit()
         self.micro_batch_sizes.setObjectName("sweep.micro_batch_sizes")
-        self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences)")
+        self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences); empty: 1, 2, "
+                                          "4, ... while the smallest-memory plan of that b "
+                                          "fits in memory")
+        self.micro_batch_sizes.setPlaceholderText("1, 2, 4, … up to what memory allows")
         form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
 
         self.context_parallel = QtWidgets.QLineEdit()
         self.context_parallel.setObjectName("sweep.context_parallel")
         self.context_parallel.setToolTip("Context-parallel sizes cp to try (ring attention over "
-                                         "cp ranks; world size t·p·cp·d); empty: 1 only")
+                                         "cp ranks; world size t·p·cp·d); empty: the powers of "
+                                         "two that split the sequence in 2·cp chunks, up to the "
+                                         "budget")
+        self.context_parallel.setPlaceholderText("powers of two up to the budget")
         form.addRow("Context parallel cp", self.context_parallel)
 
     def _add_choice_rows(self, form: QtWidgets.QFormLayout) -> None:
@@ -184,13 +204,20 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         stages, expert all-to-all overlap (MoE)."""
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
         self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_CHOICES, "sweep.recompute")
-        self.sp_boxes = _check_box_row(form, "Sequence parallel", ("off", "on"),
-                                       "sweep.sequence_parallel")
-        self.zero_boxes = _check_box_row(form, "ZeRO stages", [str(z) for z in ZERO_STAGES],
-                                         "sweep.zero_stages")
+        # "default": the command line's default (vtrain sweep without the option)
+        self.sp_default, self.sp_boxes = _defaulted_box_row(
+            form, "Sequence parallel", ("off", "on"), "sweep.sequence_parallel",
+            "Default: on wherever t > 1, off at t = 1, as Megatron-Core users run it (untick to "
+            "choose off and/or on)")
+        self.zero_default, self.zero_boxes = _defaulted_box_row(
+            form, "ZeRO stages", [str(z) for z in ZERO_STAGES], "sweep.zero_stages",
+            "Default: 0, 1, 2 and 3 where valid (untick to choose)")
         # mixture-of-experts models only, as the expert-parallel sizes
-        self.ep_overlap_boxes = _check_box_row(form, "EP all-to-all overlap", ("off", "on"),
-                                               "sweep.overlap_moe_expert_parallel_comm")
+        self.ep_overlap_default, self.ep_overlap_boxes = _defaulted_box_row(
+            form, "EP all-to-all overlap", ("off", "on"), "sweep.overlap_moe_expert_parallel_comm",
+            "Default: the session's setting, where a plan allows it (untick to choose)")
+        self._defaults = ((self.sp_default, self.sp_boxes), (self.zero_default, self.zero_boxes),
+                          (self.ep_overlap_default, self.ep_overlap_boxes))
         for box in self.ep_overlap_boxes.values():
             box.setToolTip("Sweep the expert all-to-all overlap (Megatron-Core's combined 1F1B) "
                            "off and/or on; on only where a plan allows it (ep > 1, the "
@@ -251,7 +278,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.workers.valueChanged.connect(self._on_value_change)
         for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
                     *self.sp_boxes.values(), *self.zero_boxes.values(),
-                    *self.ep_overlap_boxes.values()):
+                    *self.ep_overlap_boxes.values(), self.sp_default, self.zero_default,
+                    self.ep_overlap_default):
             box.toggled.connect(self._on_box_toggle)
 
     # ------------------------------------------------------------------ API
@@ -301,7 +329,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.expert_parallel.setPlaceholderText(f"divisors of E={E}: {_join(es)}" if es else "")
         self._moe = bool(es)
         for w in (self.expert_parallel, self._ep_label, self._ep_overlap_label,
-                  *self.ep_overlap_boxes.values()):
+                  self.ep_overlap_default, *self.ep_overlap_boxes.values()):
             if w is not None:
                 w.setVisible(bool(es))
         self.gpus.setPlaceholderText("no limit (set a max data parallel)"
@@ -338,19 +366,14 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         p = ints(self.pipeline_parallel, "pipeline_parallel")
         kw["pipeline_parallel"] = tuple(p) if p else None
         b = ints(self.micro_batch_sizes, "micro_batch_sizes")
-        kw["micro_batch_sizes"] = tuple(b) if b else ()
+        kw["micro_batch_sizes"] = tuple(b) if b else None  # None: up to what memory allows
         ep = ints(self.expert_parallel, "expert_parallel")
         kw["expert_parallel"] = tuple(ep) if ep else None
         c = ints(self.context_parallel, "context_parallel")
-        kw["context_parallel"] = tuple(c) if c else (1,)
+        kw["context_parallel"] = tuple(c) if c else None
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
-        kw["sequence_parallel"] = tuple(n == "on" for n, box in self.sp_boxes.items() if box.isChecked())
-        kw["zero_stages"] = tuple(int(n) for n, box in self.zero_boxes.items() if box.isChecked())
-        # a dense model's sweep has no overlap (the row is hidden): the session's setting
-        kw["overlap_moe_expert_parallel_comm"] = tuple(
-            n == "on" for n, box in self.ep_overlap_boxes.items() if box.isChecked()
-        ) if getattr(self, "_moe", False) else None
+        kw.update(self._defaulted_values())
         space = SweepSpace(**kw)
         errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
         if errors:
@@ -407,10 +430,31 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         return new
 
     # ------------------------------------------------------------------ internals
+    def _defaulted_values(self) -> dict[str, Any]:
+        """Sequence parallelism, ZeRO stages and the expert all-to-all overlap as the space's
+        values: None where "default" is ticked (the command line's default), else the values
+        ticked. A dense model's sweep has no expert overlap (its row is hidden): None."""
+        moe = getattr(self, "_moe", False)
+        return {
+            "sequence_parallel": None if self.sp_default.isChecked() else tuple(
+                n == "on" for n, box in self.sp_boxes.items() if box.isChecked()),
+            "zero_stages": None if self.zero_default.isChecked() else tuple(
+                int(n) for n, box in self.zero_boxes.items() if box.isChecked()),
+            "overlap_moe_expert_parallel_comm": None if (
+                not moe or self.ep_overlap_default.isChecked()) else tuple(
+                n == "on" for n, box in self.ep_overlap_boxes.items() if box.isChecked())}
+
+    def _enable_defaulted(self) -> None:
+        """The value boxes of a row are used only when its "default" is unticked."""
+        for default, boxes in self._defaults:
+            for box in boxes.values():
+                box.setEnabled(not default.isChecked())
+
     def _show(self, settings: dict[str, Any]) -> None:
         if not isinstance(settings, dict):
             raise ConfigError([FieldError("sweep", "must be a JSON object")])
-        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask"})
+        # "result": the sweep saved with the session (the Explore tab reads it)
+        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask", "result"})
         if unknown:
             raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
         space = SweepSpace.from_dict(settings.get("space") or {})
@@ -452,20 +496,24 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             rcs = [space.recompute] if isinstance(space.recompute, str) else list(space.recompute)
             for name, box in self.recompute_boxes.items():
                 box.setChecked(name in rcs)
-            # unset (older files, defaults): the session plan's own value
+            # unset: "default" ticked (the command line's default), the boxes showing it
+            self.sp_default.setChecked(space.sequence_parallel is None)
             sps = (list(space.sequence_parallel) if space.sequence_parallel is not None
-                   else [bool(self._plan.sequence_parallel)])
+                   else [True])
             for name, box in self.sp_boxes.items():
                 box.setChecked((name == "on") in sps)
+            self.zero_default.setChecked(space.zero_stages is None)
             zs = (list(space.zero_stages) if space.zero_stages is not None
-                  else [self._plan.zero_stage])
+                  else list(ZERO_STAGES))
             for name, box in self.zero_boxes.items():
                 box.setChecked(int(name) in zs)
+            self.ep_overlap_default.setChecked(space.overlap_moe_expert_parallel_comm is None)
             ovs = (list(space.overlap_moe_expert_parallel_comm)
                    if space.overlap_moe_expert_parallel_comm is not None
                    else [self._plan.overlap_moe_expert_parallel_comm is True])
             for name, box in self.ep_overlap_boxes.items():
                 box.setChecked((name == "on") in ovs)
+            self._enable_defaulted()
             self.deadline.setValue(float(deadline or 0.0))
             self.workers.setValue(int(workers or 0))
             self.dask.setText(dask or "")
@@ -473,15 +521,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self._updating = False
 
     def _show_defaults(self, session: Session) -> None:
-        try:
-            gpus = session.plan.num_gpus
-        except TypeError:
-            gpus = 0
-        budget = gpus if isinstance(gpus, int) and gpus > 0 else None
-        # the plan's GPU count as the budget; an invalid plan gets a data-parallel bound instead
-        self._show({"space": SweepSpace(max_gpus=budget,
-                                        max_data_parallel=None if budget else 64).to_dict(),
-                    "deadline_days": None})
+        # the command line's default space: the plan's GPU count as the budget (an invalid
+        # plan gets a data-parallel bound instead), every other field its default
+        self._show({"space": SweepSpace.default_for(session).to_dict(), "deadline_days": None})
 
     def check(self) -> list[FieldError]:
         """Show the rules the settings break under the form; return them."""
@@ -521,4 +563,5 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
     @Slot(bool)
     def _on_box_toggle(self, checked: bool) -> None:
+        self._enable_defaulted()
         self._edited()

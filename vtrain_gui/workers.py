@@ -141,11 +141,12 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
     # looked up at call time so a test's stand-in is used; options: workers, dask
     from core.studies import sweep as sweep_module
 
-    # the scatter and table show every plan's figures (grey where it does not fit): no
-    # branch and bound here unless asked (options "prune")
-    options.setdefault("prune", False)
-    result = sweep_module.run_sweep(session, space, deadline_days=deadline_days,
-                                    progress=progress, cancel=cancel, **options)
+    # branch and bound, as the command line (options "prune": False simulates every plan);
+    # every phase (enumeration, memory, bounds, simulation) reports through ``progress``
+    options.setdefault("prune", True)
+    result = sweep_module.run_sweep(
+        session, space, deadline_days=deadline_days, progress=progress, cancel=cancel,
+        phase=lambda name, done, total: progress(done, total, name), **options)
     # the window looks up the editor's plan among the results: the index of every plan
     # (tens of thousands) is built here, not on the GUI thread
     result.index_of(session.plan)
@@ -169,11 +170,11 @@ def _sweep_job(sweep_fn: Callable[..., Any], session: Session, space: Any,
 
         last = [-math.inf]
 
-        def progress(done: int, total: int) -> None:  # called on the worker thread
+        def progress(done: int, total: int, phase: str = "simulate") -> None:  # worker thread
             now = time.monotonic()
             if done == 0 or done >= total or now - last[0] >= PROGRESS_INTERVAL_S:
                 last[0] = now
-                report((int(done), int(total)))
+                report((int(done), int(total), phase))
 
         try:
             with fastpath_kernel.kept_out():  # compiled batches go to the worker processes
@@ -199,6 +200,10 @@ class SweepRunner(QtCore.QObject):
         Run ``id`` began.
     progress(int, int, int)
         Run ``id`` finished ``done`` of ``total`` plans (``total`` is 0 until known).
+    phase_progress(int, str, int, int)
+        Run ``id`` is in phase ``name`` (:data:`core.studies.sweep.phase.PHASES`: enumerate,
+        memory, bound, simulate) and finished ``done`` of its ``total`` steps; the phase
+        "simulate" is also told as ``progress``.
     finished(int, object, float)
         Run ``id`` produced a :class:`core.studies.sweep.SweepResult` in the given seconds.
     failed(int, str)
@@ -209,6 +214,7 @@ class SweepRunner(QtCore.QObject):
 
     started = Signal(int)
     progress = Signal(int, int, int)
+    phase_progress = Signal(int, str, int, int)
     finished = Signal(int, object, float)
     failed = Signal(int, str)
     cancelled = Signal(int)
@@ -273,7 +279,10 @@ class SweepRunner(QtCore.QObject):
 
     @Slot(int, object)
     def _on_progress(self, run_id: int, done_total: object) -> None:
-        self.progress.emit(run_id, *done_total)
+        done, total, phase = done_total
+        self.phase_progress.emit(run_id, phase, done, total)
+        if phase == "simulate":
+            self.progress.emit(run_id, done, total)
 
     @Slot(int, object)
     def _on_cancelled(self, run_id: int, result: object) -> None:

@@ -48,8 +48,9 @@ def add_parser(sub: Any) -> None:
                     help="also try tensor-parallel sizes that are multiples of a node")
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
                     help="pipeline-parallel sizes to try (default: divisors of the layer count)")
-    sw.add_argument("--micro-batch-sizes", metavar="B[,B...]", default="1,2,4,8",
-                    help="micro-batch sizes to try (default 1,2,4,8)")
+    sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
+                    help="micro-batch sizes to try (default: 1, 2, 4, ... while the smallest-memory "
+                         "plan of that size fits in memory)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SWEEP_SCHEDULES),
                     help=f"pipeline schedules to try, of {','.join(SCHEDULES)} (default "
                          f"{','.join(SWEEP_SCHEDULES)}: zb-v only when asked)")
@@ -187,8 +188,6 @@ def run(args: argparse.Namespace) -> int:
         from core.cli.sweep_gpus import run_gpu_choice
         return run_gpu_choice(args)
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from core.util.console import Console
     from core.util.inputs import strict_dumps
     from core.util.console import esc
@@ -228,14 +227,10 @@ def run(args: argparse.Namespace) -> int:
                 raise session.in_its_terms(exc) from None
             raise
 
-    if args.json or not err_console.is_terminal:
-        result = sweep()
-    else:
-        with Progress(TextColumn("sweeping plans"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
-            task = bar.add_task("sweep", total=None)
-            result = sweep(progress=lambda done, total: bar.update(task, completed=done,
-                                                                   total=total))
+    result = _sweep_interruptibly(sweep, err_console, show=not args.json)
+    if result is None:  # Ctrl+C: the sweep stopped cleanly
+        err_console.print("vtrain: sweep cancelled", highlight=False)
+        return 130
     if result.num_plans == 0:
         raise ConfigError(no_plan_errors(session, space))
     unused = unused_values(session, space, result)
@@ -259,6 +254,48 @@ def run(args: argparse.Namespace) -> int:
             for e in unused:
                 console.print(f"  {esc(e.field)}: {esc(e.message)}")
     return 0
+
+
+#: What each phase of a sweep is called on the progress display.
+_PHASE_TEXT = {"enumerate": "enumerating plans", "memory": "memory of each plan",
+               "bound": "lower bound of each plan", "simulate": "simulating plans"}
+
+
+def _sweep_interruptibly(sweep: Any, err_console: Console, show: bool) -> Any:
+    """Run ``sweep(cancel=..., phase=..., progress=...)`` with Ctrl+C as its Cancel: SIGINT sets
+    the sweep's cancel event (on the main thread; the sweep stops within 0.5 s in every phase
+    and shuts its worker processes down), so the command exits with one line and status 130
+    instead of a traceback. With ``show`` and a terminal, a rich progress display names the
+    phase (enumeration, memory, lower bounds, simulation) and its progress. Returns the
+    result, or None when cancelled."""
+    import signal
+    import threading
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    from core.studies.sweep import SweepCancelled
+
+    cancel = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set()) if main else None
+    try:
+        if not show or not err_console.is_terminal:
+            return sweep(cancel=cancel)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task(_PHASE_TEXT["enumerate"], total=None)
+
+            def phase(name: str, done: int, total: int) -> None:
+                bar.update(task, description=_PHASE_TEXT.get(name, name), completed=done,
+                           total=max(total, 1))
+
+            return sweep(cancel=cancel, phase=phase)
+    except SweepCancelled:
+        return None
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _pick_arg(text: str | None, out: str | None) -> str | int | None:
@@ -474,6 +511,7 @@ def _print_dimensions(result, console: Console) -> None:
     if swept:
         console.print("swept: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(', '.join(map(text, d['values'])))}"
+            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "")
             for d in swept))
     if held:
         console.print("held: " + "; ".join(

@@ -5,7 +5,7 @@ A session file is one JSON object::
     {"format": "vtrain-session", "version": 1,
      "model": {...}, "plan": {...}, "cluster": {...}, "cost": {...}, "reliability": {...},
      "notes": "",
-     "sweep": {"space": {...}, "deadline_days": ...},
+     "sweep": {"space": {...}, "deadline_days": ..., "result": {...}},
      "studies": {"optimal": {...}, "schedule": {...}}}
 
 ``reliability`` (failures, restarts and checkpoints, :class:`core.plan.cluster.ReliabilityConfig`)

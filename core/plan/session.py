@@ -54,7 +54,8 @@ class Session:
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     notes: str = ""
     #: Settings of the design-space sweep (the GUI's Explore tab), plain JSON:
-    #: ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``. Optional:
+    #: ``{"space": SweepSpace.to_dict(), "deadline_days": float | None}``, and the last sweep
+    #: under ``"result"`` (:func:`core.studies.sweep.saved_sweep`). Optional:
     #: None (the default) is not written, so files without it stay byte-identical.
     #: Its content is checked by :meth:`core.studies.sweep.SweepSpace.from_dict` where it is used.
     sweep: dict[str, Any] | None = None

@@ -244,7 +244,9 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
     progress : callable ``(row, done, total) -> None``, optional
         Each sweep's progress, with its 0-based row.
     space_for : callable ``(PriceRow) -> SweepSpace``, optional
-        The space of each row; default ``SweepSpace(max_gpus=row.max_gpus)``, the default plan
+        The space of each row; default the command line's default space
+        (:meth:`SweepSpace.default_for`: micro-batch sizes up to what memory allows) up to
+        ``row.max_gpus``, the default plan
         space.
 
     Returns
@@ -258,7 +260,8 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
     """
     sweeps = []
     for r, price_row in enumerate(sheet.rows):
-        space = space_for(price_row) if space_for else SweepSpace(max_gpus=price_row.max_gpus)
+        space = space_for(price_row) if space_for else dataclasses.replace(
+            SweepSpace.default_for(session), max_gpus=price_row.max_gpus, max_data_parallel=None)
         tell = None if progress is None else (lambda d, t, r=r: progress(r, d, t))
         try:
             sweeps.append(run_sweep(row_session(session, price_row), space, workers=workers,

@@ -1,4 +1,5 @@
-"""Explore tab: context-parallel sizes are a sweep setting (default 1 only), saved with the session."""
+"""Explore tab: context-parallel sizes are a sweep setting (default: the command line's, the
+powers of two up to the budget), saved with the session."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def test_context_parallel_sizes_round_trip_and_are_checked(qtbot):
     qtbot.addWidget(panel)
     s = load_any(SMALL)
     panel.reset(s)
-    assert panel.space().context_parallel == (1,)  # the default sweep does not grow
+    assert panel.space().context_parallel is None  # the command line's default
     s.sweep = {"space": SweepSpace(max_gpus=8, context_parallel=(1, 2)).to_dict(),
                "deadline_days": None}
     panel.reset(s)

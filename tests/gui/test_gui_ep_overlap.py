@@ -31,6 +31,8 @@ def test_overlap_row_round_trips_for_moe_and_stays_out_of_dense_sweeps(qtbot):
     s = _moe()
     panel.reset(s)
     assert panel.ep_overlap_boxes["on"].isVisibleTo(panel)
+    assert panel.space().overlap_moe_expert_parallel_comm is None  # the default: the session's
+    panel.ep_overlap_default.setChecked(False)
     assert panel.space().overlap_moe_expert_parallel_comm == (True,)  # the session's setting
     panel.ep_overlap_boxes["off"].setChecked(True)
     assert panel.space().overlap_moe_expert_parallel_comm == (False, True)

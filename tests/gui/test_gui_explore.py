@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import shutil
 import threading
@@ -221,19 +220,20 @@ def test_small_sweep_runs_in_the_background_and_is_drawn(window, qtbot, tmp_path
     assert threading.current_thread() is gui_thread
     assert not explore.runner.busy and explore.run_button.isEnabled()
     assert not explore.cancel_button.isEnabled()
-    assert 50 <= result.num_plans <= 600 and 0 < result.num_feasible < result.num_plans
-    # settings without sequence parallelism and ZeRO stages sweep the session plan's values
-    assert result.space == dataclasses.replace(SweepSpace.from_dict(SMALL_SETTINGS["space"]),
-                                               sequence_parallel=(False,), zero_stages=(0,),
-                                               context_parallel=(1,))
+    assert 50 <= result.num_plans <= 2000 and 0 < result.num_feasible < result.num_plans
+    # settings without sequence parallelism, ZeRO stages and cp sweep the command line's default
+    assert result.space == SweepSpace.from_dict(SMALL_SETTINGS["space"])
     assert result.deadline_days == 5.0
     assert f"{result.num_plans:,} plans" in explore.status_text
 
-    # scatter: every plan once, the ones that do not fit in the grey item
+    # scatter: every simulated plan once, the ones that do not fit in the grey item (branch and
+    # bound, as the command line: the plans pruned or not fitting in memory have no figures)
     items = explore.plot.scatter_items()
     feasible = items["feasible"].data["data"].astype(int)
     infeasible = items["infeasible"].data["data"].astype(int)
-    assert sorted([*feasible, *infeasible]) == list(range(result.num_plans))
+    assert result.pruned.any()
+    assert sorted([*feasible, *infeasible]) == np.flatnonzero(
+        np.isfinite(result.training_days)).tolist()
     assert result.fits_in_memory[feasible].all() and not result.fits_in_memory[infeasible].any()
     # log axes: x is log10(days), y log10(cost)
     i0 = feasible[0]
@@ -372,7 +372,7 @@ def test_cancel_keeps_the_previous_result(window, qtbot, tmp_path, real_simulate
         window.open_path(MTNLG, as_template=True)
     assert explore.result is None  # another session: the old sweep is gone
     explore.set_result(small)  # (shown again to check that a cancel keeps it)
-    with qtbot.waitSignal(explore.runner.progress, timeout=30_000):
+    with qtbot.waitSignal(explore.runner.phase_progress, timeout=30_000):  # enumerating
         assert explore.run()
     assert explore.cancel_button.isEnabled() and not explore.run_button.isEnabled()
     with qtbot.waitSignal(explore.sweep_cancelled, timeout=5_000):
@@ -389,7 +389,7 @@ def test_closing_the_window_stops_a_running_sweep(qtbot, settings, real_simulate
     w.show()
     with qtbot.waitSignal(w.result_shown, timeout=30_000):
         w.open_path(MTNLG, as_template=True)
-    with qtbot.waitSignal(w.explore.runner.progress, timeout=30_000):
+    with qtbot.waitSignal(w.explore.runner.phase_progress, timeout=30_000):
         assert w.explore.run()
     w.setWindowModified(False)
     assert w.close()
@@ -419,10 +419,9 @@ def test_settings_round_trip_through_a_saved_session(window, qtbot, tmp_path):
     panel.max_data_parallel.setValue(4)
     panel.deadline.setValue(12.5)
     assert window.isWindowModified()
-    # sequence parallelism and ZeRO stage: the session plan's values, checked by default
+    # sequence parallelism, ZeRO stage and cp: the command line's defaults ("default" ticked)
     expected = SweepSpace(num_gpus=(4, 8), tensor_parallel=(1, 2, 4), micro_batch_sizes=(1, 2),
-                          schedules=("1f1b",), max_data_parallel=4, sequence_parallel=(False,),
-                          zero_stages=(0,), context_parallel=(1,))
+                          schedules=("1f1b",), max_data_parallel=4)
     assert panel.space() == expected
 
     out = tmp_path / "with_sweep.json"

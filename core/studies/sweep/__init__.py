@@ -32,8 +32,11 @@ Each module imports only those above it in this list (no circle):
 
 * :mod:`~core.studies.sweep.cancel` -- :class:`SweepCancelled` and the test of ``cancel``;
 * :mod:`~core.studies.sweep.pace` -- the garbage collector paused, the interpreter yielded;
-* :mod:`~core.studies.sweep.space` -- :class:`SweepSpace`, enumeration, dimensions swept/held;
+* :mod:`~core.studies.sweep.phase` -- each phase's progress and Cancel (:class:`PhaseTicker`);
+* :mod:`~core.studies.sweep.space` -- :class:`SweepSpace`, enumeration;
+* :mod:`~core.studies.sweep.dimensions` -- the dimensions swept and held, and why;
 * :mod:`~core.studies.sweep.result` -- :class:`SweepResult`, the Pareto front, best plans;
+* :mod:`~core.studies.sweep.saved` -- a result saved with its session, read back, stale or not;
 * :mod:`~core.studies.sweep.explain` -- why no plan, or a value given unused;
 * :mod:`~core.studies.sweep.batch` -- batches of one pipeline structure and their solver;
 * :mod:`~core.studies.sweep.bound` -- closed-form memory, work estimate, lower bounds, pruning;
@@ -75,7 +78,11 @@ no global state except read-only caches::
   :class:`~core.plan.session.Session` with that plan and the sweep's model, cluster
   and cost); simulate it as usual to show its timeline.
 * Export: ``result.write_csv(path)``; ``result.to_dict()`` is the CLI's JSON.
-* Save the settings: ``space.to_dict()`` / ``SweepSpace.from_dict(d)`` (plain JSON).
+* Save the settings: ``space.to_dict()`` / ``SweepSpace.from_dict(d)`` (plain JSON); the
+  result: ``saved_sweep(result)`` (the front, best plans, space and inputs) /
+  ``restore_sweep(doc)``, and ``stale_reasons(doc, session)`` (the session fields changed).
+* Progress of every phase (enumeration, memory, bounds, simulation):
+  ``run_sweep(..., phase=lambda name, done, total: ...)``; ``cancel`` is checked in each.
 """
 
 from core.studies.sweep.batch import solve_batch
@@ -86,12 +93,17 @@ from core.studies.sweep.explain import no_plan_errors, unused_values, value_erro
 from core.studies.sweep.result import (BEST_BY_FIELDS, COLUMNS, PLAN_COLUMNS, SweepResult,
                                        pareto_front, plan_label, plans_note)
 from core.studies.sweep.run import run_sweep
-from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SweepSpace, budget_text,
-                                      enumerate_plans, one_stage_schedule, sweep_dimensions)
+from core.studies.sweep.saved import restore_sweep, saved_sweep, stale_reasons
+from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES,
+    SweepSpace,
+    budget_text,
+    enumerate_plans,
+    one_stage_schedule)
+from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS",
            "DEFAULT_MICRO_BATCH_SIZES", "BEST_BY_FIELDS", "MAX_PIPELINE_STEPS", "LARGE_SWEEP_WORK",
            "enumerate_plans", "sweep_dimensions", "one_stage_schedule", "budget_text",
            "run_sweep", "solve_batch", "pareto_front", "plan_label", "plans_note",
            "no_plan_errors", "value_errors", "unused_values", "sweep_work", "work_seconds",
-           "iteration_lower_bound_s"]
+           "iteration_lower_bound_s", "saved_sweep", "restore_sweep", "stale_reasons"]

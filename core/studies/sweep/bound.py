@@ -29,6 +29,7 @@ from core.sim.simulate import memory_verdict_arrays
 from core.studies.sweep.batch import stage_times_key
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.phase import PhaseFn, PhaseTicker
 from core.studies.sweep.result import BEST_BY_FIELDS
 
 __all__ = ["MAX_PIPELINE_STEPS", "STEPS_PER_S", "LARGE_SWEEP_WORK", "sweep_work", "work_seconds",
@@ -110,11 +111,15 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
     return steps, too_large
 
 
-def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
-                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
+                    cancel: Any = None, phase: PhaseFn | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
-    float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built."""
+    float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built.
+
+    ``cancel`` is checked before each plan (:class:`SweepCancelled`) and ``phase`` told the
+    progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`)."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
     n = len(plans)
@@ -123,8 +128,10 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
     act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
     acts: dict[tuple, np.ndarray] = {}
+    ticker = PhaseTicker("memory", n, cancel, phase)
     for i, pl in enumerate(plans):
         yield_interpreter()
+        ticker.tick(i)
         k = act_key(plan_key(pl))
         a = acts.get(k)
         if a is None:
@@ -134,6 +141,7 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float
             parts = model_math.StageMemoryArrays.of(
                 pl, *model_math.stage_state_bytes(model, pl, fp8_tn), a)
         mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
+    ticker.finish()
     return mem, fits, why
 
 def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
@@ -218,7 +226,8 @@ def prunable(lb_days: np.ndarray, lb_cost: np.ndarray, lb_time: np.ndarray, rows
 
 
 def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.ndarray, model,
-                      cluster, cost, store, lookup_cache: dict, known: dict, cancel: Any) -> None:
+                      cluster, cost, store, lookup_cache: dict, known: dict, cancel: Any,
+                      phase: PhaseFn | None = None) -> None:
     """Set ``lower[i]`` (float64 (n,), changed) to the iteration-time lower bound of each plan
     ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` of the stage times
     of its :func:`bound_plan`, each computed once (memo ``lookup_cache``, as
@@ -229,11 +238,13 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     Raises
     ------
     SweepCancelled
-        ``cancel`` was set (checked before each plan).
+        ``cancel`` was set (checked before each plan; ``phase`` is told the progress, phase
+        ``"bound"``).
     """
     bound_times: dict = {}
-    for i in rows.tolist():
-        check_cancelled(cancel)
+    ticker = PhaseTicker("bound", rows.size, cancel, phase)
+    for step, i in enumerate(rows.tolist()):
+        ticker.tick(step)
         pl = plans[i]
         sched = pipeline_schedules.get(pl.schedule)
         kind = sched.stage_times_kind
@@ -246,17 +257,20 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
             if base is pl:  # the plan's own stage times: the solver uses them too
                 known[bkey] = st
         lower[i] = iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True)
+    ticker.finish()
 
 
-def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool
-                ) -> list[np.ndarray]:
+def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,
+                cancel: Any = None) -> list[np.ndarray]:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
     GPU count when the space names ``several_counts``), each plan's value as a code (int
-    (n,)): plans of one value share a code. :func:`prunable`'s ``codes``."""
+    (n,)): plans of one value share a code. :func:`prunable`'s ``codes``. ``cancel`` is checked
+    before each dimension (:class:`SweepCancelled`)."""
     codes = []
     if several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
     for name in BEST_BY_FIELDS:
+        check_cancelled(cancel)  # each field: about 40 ms per 100,000 plans
         _, code = np.unique(np.array([repr(getattr(pl, name)) for pl in plans]),
                             return_inverse=True)
         codes.append(code.reshape(-1))

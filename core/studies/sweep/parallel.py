@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import signal
 import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
@@ -111,8 +112,15 @@ def _open_store(data: bytes) -> tuple[Any, dict]:
 
 
 def _init_worker(data: bytes) -> None:
+    """A pool process's start: the store's bytes kept, Ctrl+C left to the parent (which
+    cancels the sweep and shuts the pool down; a worker interrupted mid-chunk would only
+    print a traceback)."""
     global _INIT_DATA
     _INIT_DATA = data
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the process's main thread (never in a pool process)
+        pass
 
 
 def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]],

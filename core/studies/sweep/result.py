@@ -24,6 +24,7 @@ from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
 from core.store.calibration_range import features_of
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
+from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 
@@ -37,6 +38,9 @@ COLUMNS = PLAN_COLUMNS + (
     "in_calibration_range", "within_calibration", "calibration_departures", "tokens_per_s",
     "mfu", "hfu", "training_days", "gpu_hours",
     "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+
+#: Plans between two checks of ``cancel`` in :func:`plan_figures` (about 10 ms of work).
+_CANCEL_EVERY = 2048
 
 BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                   "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
@@ -135,8 +139,12 @@ class SweepResult:
     lower_bound_s : float64 array
         The iteration-time lower bound of each plan that fits, seconds (NaN for the others,
         and for every plan of a sweep without pruning).
+    saved : dict or None
+        For a result read back from a session file (:func:`core.studies.sweep.saved.restore_sweep`,
+        only the rows saved), the whole sweep's ``num_plans``, ``num_feasible``, ``num_pruned``
+        and ``wall_s``; None for a sweep run here.
     dimensions : list of dict
-        What the sweep chose and what it held (:func:`core.studies.sweep.space.sweep_dimensions`): one dict per plan
+        What the sweep chose and what it held (:func:`core.studies.sweep.dimensions.sweep_dimensions`): one dict per plan
         field with ``field``, ``swept`` (bool), ``values`` (those of the plans) and ``why``.
     """
 
@@ -173,6 +181,7 @@ class SweepResult:
     pruned: np.ndarray | None = None
     lower_bound_s: np.ndarray | None = None
     dimensions: list[dict[str, Any]] = field(default_factory=list)
+    saved: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
@@ -393,13 +402,13 @@ class SweepResult:
         atomic_write_text(path, self.csv_text())
 
 
-def plan_column_arrays(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
-    """One array per plan field: int64, bool or str when every value is one, object otherwise."""
+def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
+    """One array per plan field: int64, bool or str when every value is one, object otherwise.
+    ``cancel`` is checked before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
     out = {}
-    get = operator.attrgetter(*PLAN_COLUMNS)
-    columns = list(zip(*map(get, plans))) if plans else [()] * len(PLAN_COLUMNS)
-    for name, values in zip(PLAN_COLUMNS, columns):
-        values = list(values)
+    for name in PLAN_COLUMNS:
+        check_cancelled(cancel)
+        values = list(map(operator.attrgetter(name), plans))
         kinds = set(map(type, values))
         if kinds == {bool}:
             out[name] = np.array(values, bool)
@@ -413,13 +422,14 @@ def plan_column_arrays(plans: list[ParallelPlan]) -> dict[str, np.ndarray]:
 
 
 def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.ndarray,
-                  coverage: float) -> tuple:
+                  coverage: float, cancel: Any = None) -> tuple:
     """What a sweep's result needs of its plans alone: ``(plan columns (:func:`plan_column_arrays`),
     model FLOPs, hardware FLOPs (float64 (n,) each), error-band factors low, high (float64
     (n,)), in calibration range (bool (n,)), the note when the store has no bands, the
     features outside the calibration runs (list of str, :attr:`SweepResult.calibration_departures`))``.
-    The bands are conditioned on each plan's features when the store's residuals have them."""
-    plan_columns = plan_column_arrays(plans)
+    The bands are conditioned on each plan's features when the store's residuals have them.
+    ``cancel`` is checked every :data:`_CANCEL_EVERY` plans (:class:`SweepCancelled`)."""
+    plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
     flops_memo: dict[tuple, tuple[float, float]] = {}
     others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
@@ -433,7 +443,11 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
                                    model_math.hardware_flops_per_iteration(model, pl))
         return got
 
-    both = np.array([plan_flops(pl) for pl in plans], dtype=float).reshape(-1, 2)
+    pairs: list[tuple[float, float]] = []
+    for start in range(0, len(plans), _CANCEL_EVERY):
+        check_cancelled(cancel)
+        pairs += map(plan_flops, plans[start:start + _CANCEL_EVERY])
+    both = np.array(pairs, dtype=float).reshape(-1, 2)
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
     feats = None

@@ -31,9 +31,17 @@ from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_
                                       memory_verdicts, value_codes, work_notes)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
+from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
-from core.studies.sweep.space import (SweepSpace, as_list, divisors, enumerate_plans, in_budget,
-                                      index_of_plan, sweep_dimensions)
+from core.studies.sweep.space import (SweepSpace,
+    as_list,
+    check_enumerable,
+    divisors,
+    enumerate_plans,
+    in_budget,
+    index_of_plan,
+    power_of_two_sizes)
+from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
 
@@ -86,8 +94,8 @@ def _check_workers(workers: Any) -> int:
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
               progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
               dask: str | None = None, coverage: float = DEFAULT_COVERAGE, prune: bool = True,
-              max_work: int | None = None, notice: Callable[[str], None] | None = None
-              ) -> SweepResult:
+              max_work: int | None = None, notice: Callable[[str], None] | None = None,
+              phase: PhaseFn | None = None) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
     Plans that do not fit in memory (closed form,
@@ -144,6 +152,12 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         Told, before the simulation starts, when the sweep is large (more than
         :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` steps), with a time estimate (also
         in the result's warnings).
+    phase : callable ``(phase, done, total) -> None``, optional
+        Told the progress of every phase (:data:`core.studies.sweep.phase.PHASES`: the
+        enumeration, the closed-form memory, the lower bounds, the simulation), from the
+        calling thread, at most every 0.05 s per phase and at each phase's start and end.
+        ``cancel`` is checked as often in every phase: a sweep stops within 0.5 s of it.
+        Must not raise.
 
     Returns
     -------
@@ -180,7 +194,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         early = _early_pool(session, space, workers, dask)
         try:
             return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
-                              dask, coverage, t0, early, prune, max_work, notice)
+                              dask, coverage, t0, early, prune, max_work, notice, phase)
         finally:
             if early is not None:
                 early.shutdown(wait=False, cancel_futures=True)
@@ -228,7 +242,7 @@ class _Runner:
         """Compute the figures of the plans alone (:func:`plan_figures`), once."""
         if self.prepared is None:
             self.prepared = plan_figures(self.plans, self.model, self.store, self.cluster,
-                                         self.num_gpus, self.coverage)
+                                         self.num_gpus, self.coverage, self.cancel)
 
     def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
         return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
@@ -272,40 +286,111 @@ class _Runner:
                                        self.lookup_cache, self.compiled, self.known))
 
 
-def _plans(session: Session, space: SweepSpace) -> tuple[list, list[dict[str, Any]]]:
-    """The sweep's plans (:func:`enumerate_plans`) and :func:`sweep_dimensions`. The session's
-    own plan is always simulated: added when the space's values leave it out (a setting the
-    default holds, such as sequence parallelism off) but it is valid and in the budget."""
-    plans = enumerate_plans(session, space)
+def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: float,
+                        cancel: Any, phase: PhaseFn | None) -> tuple[list, tuple, str]:
+    """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): b = 1, 2,
+    4, ... (:func:`power_of_two_sizes` up to the global batch) while the closed-form memory of
+    the smallest-memory plan of that b fits (a b without valid plans is passed over; when no
+    plan of the smallest b fits, its plans are kept, to say so). Returns
+    the plans, their :func:`memory_verdicts` (computed once, here) and where the sizes
+    stopped, in words."""
+    sizes = power_of_two_sizes(session.plan.global_batch_size)
+    plans: list = []
+    mems: list = []
+    stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    for k, b in enumerate(sizes):
+        part_phase = None if phase is None else (
+            lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
+        part = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)),
+                               cancel=cancel, phase=part_phase)
+        if not part:
+            continue
+        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase)
+        if not mem[1].any():
+            stop = (f"stopped at b = {b}: its smallest-memory plan needs "
+                    f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
+            if not plans:  # the smallest b, none fits: its plans say so (memory, reasons)
+                plans, mems = part, [mem]
+            break
+        plans += part
+        mems.append(mem)
+    if phase is not None:
+        phase("enumerate", 1, 1)
+    merged = (np.concatenate([m[0] for m in mems]) if mems else np.zeros(0),
+              np.concatenate([m[1] for m in mems]) if mems else np.zeros(0, bool),
+              [w for m in mems for w in m[2]])
+    return plans, merged, stop
+
+
+def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], reserve: float,
+           cancel: Any = None, phase: PhaseFn | None = None
+           ) -> tuple[list, list[dict[str, Any]], tuple]:
+    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions` and the plans'
+    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons). The session's own plan
+    is always simulated: added when the space's values leave it out (a setting the default
+    holds, such as sequence parallelism off) but it is valid and in the budget. Without
+    micro-batch sizes in the space, b goes up to what memory allows
+    (:func:`_plans_up_to_memory`) and the dimension ``micro_batch_size`` says where it
+    stopped. ``get_store()`` is the profile store (opened after a space with its micro-batch
+    sizes is enumerated: its errors first)."""
+    if space.micro_batch_sizes is None:
+        check_enumerable(session, space)
+        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), reserve, cancel,
+                                               phase)
+    else:
+        plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
+        mem = None
     dimensions = sweep_dimensions(session, space, plans)
+    if space.micro_batch_sizes is None:
+        for d in dimensions:
+            if d["field"] == "micro_batch_size":
+                d["why"] = (("the only valid value; " if len(d["values"]) == 1 else "")
+                            + "default: b = 1, 2, 4, ... while the closed-form memory of the "
+                            f"smallest-memory plan of that b fits; {stop}")
+                d["stopped"] = stop  # where the sizes stopped, in words
     if (plans and index_of_plan(plans, session.plan) is None
             and space.excludes(session.plan) is None
             and in_budget(space, session.plan) and not validate(session)):
         plans.append(dataclasses.replace(session.plan))
-    return plans, dimensions
+        if mem is not None:
+            own = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
+            mem = (np.concatenate([mem[0], own[0]]), np.concatenate([mem[1], own[1]]),
+                   mem[2] + own[2])
+    if mem is None:
+        mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
+                              phase=phase)
+    return plans, dimensions, mem
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
-               t0, early, prune=True, max_work=None, notice=None) -> SweepResult:
+               t0, early, prune=True, max_work=None, notice=None, phase=None) -> SweepResult:
     """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
-    plans, dimensions = _plans(session, space)
     session = session.copy()  # the result keeps the inputs it was computed from
-    if store is None:
-        store = session_profile(session)
+    opened = [store]
+
+    def get_store():
+        if opened[0] is None:
+            opened[0] = session_profile(session)
+        return opened[0]
+
+    reserve = float(session.cluster.memory_reserve_fraction)
+    # 1. memory in closed form: plans that do not fit are never simulated
+    plans, dimensions, (max_mem, mem_fits, reason) = _plans(session, space, get_store, reserve,
+                                                            cancel, phase)
+    store = get_store()
+    if phase is not None:  # the simulation's progress is the phase "simulate" too
+        progress = _with_phase(progress, phase)
     n = len(plans)
     model = session.model
     num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    reserve = float(session.cluster.memory_reserve_fraction)
-    # 1. memory in closed form: plans that do not fit are never simulated
-    max_mem, mem_fits, reason = memory_verdicts(plans, model, store, reserve)
     steps, too_large = mark_too_large(plans, mem_fits, reason)
     candidates = np.flatnonzero(mem_fits & ~too_large)
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
     own = index_of_plan(plans, session.plan)
-    if progress is not None:
+    if progress is not None and not prune:  # with pruning: after the lower bounds
         progress(0, n)
     # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only
     elements = 3 * int(steps[candidates].sum()) if candidates.size else 0
@@ -319,7 +404,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         runner.solve(group_batches(plans, np.flatnonzero(~too_large).tolist()))
     else:
         own_first = own if own is not None and mem_fits[own] and not too_large[own] else None
-        pruned = _branch_and_bound(runner, session, space, lower, candidates, own_first, reason)
+        pruned = _branch_and_bound(runner, session, space, lower, candidates, own_first, reason,
+                                   phase)
     if progress is not None and runner.done_n < n:  # the plans that do not fit, never simulated
         progress(n, n)
     runner.prepare()
@@ -330,6 +416,15 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         result.cheapest_within_deadline = result.cheapest_within(deadline_days)
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _with_phase(progress: ProgressFn | None, phase: PhaseFn) -> ProgressFn:
+    """``progress`` that also tells ``phase`` ``("simulate", done, total)``."""
+    def both(done: int, total: int) -> None:
+        phase("simulate", done, total)
+        if progress is not None:
+            progress(done, total)
+    return both
 
 
 def _figures(runner: _Runner, session: Session, times: np.ndarray):
@@ -345,7 +440,8 @@ def _figures(runner: _Runner, session: Session, times: np.ndarray):
 
 
 def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lower: np.ndarray,
-                      candidates: np.ndarray, own: int | None, reason: list[str]) -> np.ndarray:
+                      candidates: np.ndarray, own: int | None, reason: list[str],
+                      phase: PhaseFn | None = None) -> np.ndarray:
     """2. a lower bound of each plan that fits (``candidates``; its stage times: no graph, into
     ``lower``), then branch and bound (:func:`core.studies.sweep.bound.branch_and_bound`):
     simulate in rounds by increasing bound (the session's own plan ``own`` first), and drop the
@@ -353,10 +449,13 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     best. Returns the plans dropped (bool (n,)); their reasons are set in ``reason``."""
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
-                      runner.store, runner.lookup_cache, runner.known, runner.cancel)
+                      runner.store, runner.lookup_cache, runner.known, runner.cancel, phase)
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
-    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1)
+    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
+                        runner.cancel)
+    if runner.progress is not None:  # the simulation starts
+        runner.progress(0, runner.n)
     order = candidates[np.argsort(lower[candidates], kind="stable")]
     if own is not None:  # always simulated
         order = np.concatenate(([own], order[order != own]))

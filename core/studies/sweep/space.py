@@ -3,8 +3,8 @@
 :class:`SweepSpace` is the user's choice of GPU budget and candidate sizes (the command line's
 options, the Explore tab's form, a session file's ``sweep`` section); :func:`enumerate_plans`
 turns it and a session into every valid plan, with one source of truth for validity,
-:func:`core.plan.rules.validate`; :func:`sweep_dimensions` says which plan fields the plans
-sweep and which they hold, and why. The candidate lists (:func:`tp_pp_candidates`,
+:func:`core.plan.rules.validate`; :mod:`core.studies.sweep.dimensions` says which plan
+fields the plans sweep and which they hold, and why. The candidate lists (:func:`tp_pp_candidates`,
 :func:`cp_candidates`) are shared with :mod:`core.studies.sweep.explain`, which says why a
 space yields no plan. No simulation belongs here.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
-from core.plan.parallel import (PLAN_FIELDS, SWEEP_SCHEDULES,
+from core.plan.parallel import (SWEEP_SCHEDULES,
     RECOMPUTE_CHOICES,
     RECOMPUTE_MODES,
     SCHEDULES,
@@ -35,10 +34,12 @@ from core.plan.layout import (capped_recompute_layers,
     pipeline_split_slots)
 from core.plan.rules import ep_overlap_errors, probe_plan, validate
 from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
-__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans", "sweep_dimensions",
-           "one_stage_schedule", "budget_text", "divisors", "as_list", "cp_candidates",
-           "tp_pp_candidates", "layout_stages", "in_budget", "index_of_plan"]
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
+           "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
+           "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
+           "index_of_plan"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -78,8 +79,13 @@ class SweepSpace:
         Candidate d. Default: every d the budget allows.
     max_data_parallel : int, optional
         Largest d.
-    micro_batch_sizes : sequence of int
-        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES`.
+    micro_batch_sizes : sequence of int, optional
+        Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES` (kept for the
+        library's callers); None -- the command line's and the Explore tab's default,
+        :meth:`default_for` -- is "up to what memory allows": :func:`core.studies.sweep.run_sweep`
+        tries b = 1, 2, 4, ... while the closed-form memory of the smallest-memory plan of
+        that b fits (:func:`enumerate_plans` alone tries every power of two up to the global
+        batch).
     schedules : sequence of str
         Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default:
         :data:`core.plan.parallel.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
@@ -137,7 +143,7 @@ class SweepSpace:
     pipeline_parallel: Sequence[int] | None = None
     data_parallel: Sequence[int] | None = None
     max_data_parallel: int | None = None
-    micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES
+    micro_batch_sizes: Sequence[int] | None = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SWEEP_SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
     virtual_pipeline_stages: Sequence[int] | None = None
@@ -149,6 +155,23 @@ class SweepSpace:
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
     hold_session_values: bool = False
+
+    @classmethod
+    def default_for(cls, session: Session) -> "SweepSpace":
+        """The default space of ``session``: what ``vtrain sweep CONFIG`` sweeps without options
+        and what the Explore tab sweeps with its fields left empty -- at most the session
+        plan's GPU count (a data-parallel bound of 64 when the plan has no valid count), the
+        plan space a Megatron-Core user has (every schedule, recomputation, sequence
+        parallelism on with t > 1, ZeRO stages, cp, ep, overlaps: the attributes' defaults)
+        and micro-batch sizes up to what memory allows (``micro_batch_sizes=None``)."""
+        try:
+            gpus = session.plan.num_gpus
+        except TypeError:
+            gpus = None
+        budget = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 \
+            else None
+        return cls(max_gpus=budget, max_data_parallel=None if budget else 64,
+                   micro_batch_sizes=None)
 
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
@@ -211,10 +234,8 @@ class SweepSpace:
         def pos_int(v: Any) -> bool:
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= top
 
-        def ints(name: str, values: Any, allow_none: bool = True) -> None:
+        def ints(name: str, values: Any) -> None:  # None: the default
             if values is None:
-                if not allow_none:
-                    errs.append(FieldError(f"sweep.{name}", "must be given"))
                 return
             if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
                 values = [values]
@@ -241,7 +262,7 @@ class SweepSpace:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
                      "expert_parallel"):
             ints(name, getattr(self, name))
-        ints("micro_batch_sizes", self.micro_batch_sizes, allow_none=False)
+        ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
             values = getattr(self, name)
@@ -310,6 +331,16 @@ def divisors(n: int) -> list[int]:
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
 
+def power_of_two_sizes(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit`` (the micro-batch sizes a space without them tries, before
+    memory stops them)."""
+    out, b = [], 1
+    while b <= limit:
+        out.append(b)
+        b *= 2
+    return out
+
+
 def as_list(values: Any) -> list:
     """``values`` as a list: a string or a non-iterable as a list of one, any other iterable
     listed (a space's attribute given as one value or several)."""
@@ -359,7 +390,8 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
         cp *= 2
     return out
 
-def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
+def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
+                    phase: PhaseFn | None = None) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
     A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
@@ -375,6 +407,12 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
         Supplies the model, cluster, cost inputs and the plan fields the space does
         not sweep (``global_batch_size``, ``precision``, overlap ...).
     space : SweepSpace
+    cancel : threading.Event or callable returning bool, optional
+        Checked before each (t, p, cp, d, ep, b, schedule, v) combination's plans are built
+        (a few milliseconds at most): :class:`~core.studies.sweep.cancel.SweepCancelled`.
+    phase : callable ``(phase, done, total) -> None``, optional
+        Told the enumeration's progress (:class:`~core.studies.sweep.phase.PhaseTicker`,
+        phase ``"enumerate"``): ``done`` of ``total`` (t, p, cp) combinations.
 
     Returns
     -------
@@ -387,45 +425,51 @@ def enumerate_plans(session: Session, space: SweepSpace) -> list[ParallelPlan]:
     ConfigError
         The space breaks a rule (:meth:`SweepSpace.errors`) or the session breaks
         a rule not about the plan (model, cluster, cost).
+    SweepCancelled
+        ``cancel`` was set.
     """
-    _check_enumerable(session, space)
+    check_enumerable(session, space)
     c = _Choices.of(session, space)
     fields_ok = _fields_check(session.plan)
     if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
     m, B = session.model, session.plan.global_batch_size
     plans: list[ParallelPlan] = []
-    for t in c.ts:
-        for p, cp in ((p, cp) for p in c.ps for cp in c.cps):
-            ds = c.data_parallel_sizes(space, t * p * cp, B)
-            # sequence parallelism without tensor parallelism and ZeRO without data parallelism
-            # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
-            if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
-                sps_t = [t > 1 and m.seq_length % t == 0]
-            else:
-                sps_t = c.sps[:1] if t == 1 else c.sps
-            # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
-            # keep one of them (1F1B when swept)
-            scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
-            for d, ep in ((d, ep) for d in ds for ep in c.eps):
-                zs_d = c.zs[:1] if d == 1 else c.zs
-                for b in c.bs:
-                    if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
-                        continue
-                    for sched in scheds_p:
-                        for v in c.virtual_sizes(space, sched, p):
-                            # the schedule's own rules (part of validate), before building plans
-                            if pipeline_schedules.schedule_errors(
-                                    sched, p, B // (d * b), v,
-                                    m.num_layers if c.layout_n is None else None, c.extra_slots):
-                                continue
-                            yield_interpreter()
-                            plans += _variants(session, c, fields_ok,
-                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    outer = [(t, p, cp) for t in c.ts for p in c.ps for cp in c.cps]
+    ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
+    for step, (t, p, cp) in enumerate(outer):
+        ticker.tick(step)
+        ds = c.data_parallel_sizes(space, t * p * cp, B)
+        # sequence parallelism without tensor parallelism and ZeRO without data parallelism
+        # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+        if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
+            sps_t = [t > 1 and m.seq_length % t == 0]
+        else:
+            sps_t = c.sps[:1] if t == 1 else c.sps
+        # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
+        # keep one of them (1F1B when swept)
+        scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+        for d, ep in ((d, ep) for d in ds for ep in c.eps):
+            zs_d = c.zs[:1] if d == 1 else c.zs
+            for b in c.bs:
+                if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                    continue
+                for sched in scheds_p:
+                    for v in c.virtual_sizes(space, sched, p):
+                        # the schedule's own rules (part of validate), before building plans
+                        if pipeline_schedules.schedule_errors(
+                                sched, p, B // (d * b), v,
+                                m.num_layers if c.layout_n is None else None, c.extra_slots):
+                            continue
+                        yield_interpreter()
+                        ticker.tick(step)
+                        plans += _variants(session, c, fields_ok,
+                                           (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+    ticker.finish(len(outer))
     return plans
 
 
-def _check_enumerable(session: Session, space: SweepSpace) -> None:
+def check_enumerable(session: Session, space: SweepSpace) -> None:
     """Raise :class:`ConfigError` with every rule the space breaks and every rule the session
     breaks not about the plan (model, cluster, cost), and a custom pipeline layout that does
     not parse (every plan keeps it)."""
@@ -510,7 +554,9 @@ class _Choices:
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
                  else divisors(m.num_experts) if m.is_moe else [1]),
-            bs=sorted(set(as_list(space.micro_batch_sizes))),
+            bs=(sorted(set(as_list(space.micro_batch_sizes)))
+                if space.micro_batch_sizes is not None
+                else power_of_two_sizes(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
@@ -668,67 +714,6 @@ def index_of_plan(plans: list[ParallelPlan], plan: ParallelPlan) -> int | None:
     return next((i for i, pl in enumerate(plans) if plan_key(pl) == key), None)
 
 
-
-_DIMENSION_DEFAULTS = {
-    "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
-    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
-    "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
-    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4 and 8 where the batch divides"),
-    "schedule": ("schedules", "every schedule the model allows"),
-    "virtual_pipeline_stages": ("virtual_pipeline_stages",
-                                "2 to 8 with the interleaved schedule, where p*v divides the "
-                                "layers"),
-    "recompute": ("recompute", "none, selective and full"),
-    "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
-                                             "chunks, up to the budget"),
-    "expert_parallel": ("expert_parallel", "the divisors of the expert count (1 for a dense "
-                                           "model)"),
-    "sequence_parallel": ("sequence_parallel",
-                          "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
-                          "same communication volume as the all-reduces it replaces, less "
-                          "activation memory); --sequence-parallel n,y tries it off too"),
-    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
-    "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
-                                           "1 < t <= a node)"),
-    "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
-    "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
-    "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
-                                         "the session's, where a plan allows it"),
-    "recompute_num_layers": (None, "the session's under full recomputation"),
-    "recompute_modules": (None, "the session's under selective recomputation"),
-    "first_stage_layers": (None, "the session's at its own p"),
-    "last_stage_layers": (None, "the session's at its own p"),
-    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
-}
-
-
-def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
-                     ) -> list[dict[str, Any]]:
-    """What a sweep chose and what it held, one dict per plan field (in
-    :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
-    more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
-    the values come from (the options given, or what the default tries), or why the field
-    is held (the session's value, a field the sweep does not choose; or the only value valid
-    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
-    Explore tab can read :attr:`SweepResult.dimensions`."""
-    out = []
-    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
-               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
-    for name, column in zip(PLAN_FIELDS, columns):
-        seen = list(dict.fromkeys(column))
-        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
-        attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
-        if default is None:
-            why = "the session's value (the sweep does not choose it)"
-        elif attr is not None and getattr(space, attr, None) is not None and (
-                name not in ("data_parallel",) or space.data_parallel is not None):
-            why = "the values given"
-        else:
-            why = f"default: {default}"
-        if len(values) == 1 and default is not None:
-            why = f"the only valid value; {why}"
-        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
-    return out
 
 def layout_stages(plan: ParallelPlan) -> int | None:
     """Virtual stages of ``plan``'s custom pipeline layout (``pipeline_model_parallel_layout``),

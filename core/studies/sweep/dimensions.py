@@ -1,0 +1,81 @@
+"""What a sweep swept and what it held, and why: one entry per plan field.
+
+:func:`sweep_dimensions` reads the plans a sweep enumerated (:mod:`core.studies.sweep.space`)
+and its space, and says for each plan field whether the plans take several values (swept) or
+one (held), which, and where they come from (the options given, or what the default tries).
+The command line prints it, ``--json`` has it as ``dimensions`` and the Explore tab shows it.
+Nothing that enumerates or simulates belongs here.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan
+from core.plan.session import Session
+from core.studies.sweep.space import SweepSpace
+
+__all__ = ["sweep_dimensions"]
+
+_DIMENSION_DEFAULTS = {
+    "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
+    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
+    "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
+    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4, ... while the smallest-memory plan of "
+                                              "that b fits"),
+    "schedule": ("schedules", "every schedule the model allows"),
+    "virtual_pipeline_stages": ("virtual_pipeline_stages",
+                                "2 to 8 with the interleaved schedule, where p*v divides the "
+                                "layers"),
+    "recompute": ("recompute", "none, selective and full"),
+    "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
+                                             "chunks, up to the budget"),
+    "expert_parallel": ("expert_parallel", "the divisors of the expert count (1 for a dense "
+                                           "model)"),
+    "sequence_parallel": ("sequence_parallel",
+                          "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
+                          "same communication volume as the all-reduces it replaces, less "
+                          "activation memory); --sequence-parallel n,y tries it off too"),
+    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
+    "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
+                                           "1 < t <= a node)"),
+    "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
+    "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
+    "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
+                                         "the session's, where a plan allows it"),
+    "recompute_num_layers": (None, "the session's under full recomputation"),
+    "recompute_modules": (None, "the session's under selective recomputation"),
+    "first_stage_layers": (None, "the session's at its own p"),
+    "last_stage_layers": (None, "the session's at its own p"),
+    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
+}
+
+
+def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
+                     ) -> list[dict[str, Any]]:
+    """What a sweep chose and what it held, one dict per plan field (in
+    :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
+    more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
+    the values come from (the options given, or what the default tries), or why the field
+    is held (the session's value, a field the sweep does not choose; or the only value valid
+    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
+    Explore tab can read :attr:`SweepResult.dimensions`."""
+    out = []
+    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
+               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
+    for name, column in zip(PLAN_FIELDS, columns):
+        seen = list(dict.fromkeys(column))
+        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+        attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
+        if default is None:
+            why = "the session's value (the sweep does not choose it)"
+        elif attr is not None and getattr(space, attr, None) is not None and (
+                name not in ("data_parallel",) or space.data_parallel is not None):
+            why = "the values given"
+        else:
+            why = f"default: {default}"
+        if len(values) == 1 and default is not None:
+            why = f"the only valid value; {why}"
+        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
+    return out
