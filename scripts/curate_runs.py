@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+from core.accuracy.measured import FIELD_CAUSES  # noqa: E402
+from core.accuracy.validate import row_memory  # noqa: E402
 from core.plan.cluster import (GPU_KINDS,
     GPU_NIC_GBITS_PER_GPU,
     ClusterConfig,
@@ -480,31 +482,7 @@ def _has(obj: Any, name: str) -> bool:
     return any(f.name == name for f in fields(obj))
 
 
-#: Session field -> short cause name of a skipped row (counts per cause), for the refusals
-#: of core.plan.config's validation ("... is not modelled yet") and for fields a session lacks.
-FIELD_CAUSES = {
-    "model.num_experts": "mixture of experts", "model.moe_top_k": "mixture of experts",
-    "model.moe_ffn_hidden_size": "mixture of experts",
-    "model.num_shared_experts": "mixture of experts (shared experts)",
-    "model.moe_layer_frequency": "mixture of experts (layer frequency)",
-    "model.moe_first_dense_layers": "mixture of experts (first dense layers)",
-    "model.multi_latent_attention": "multi-head latent attention",
-    "model.q_lora_rank": "multi-head latent attention", "model.kv_lora_rank":
-    "multi-head latent attention", "model.mtp_num_layers": "multi-token prediction",
-    "model.kv_channels": "kv_channels (head size other than h/a)",
-    "model.qk_layernorm": "QK-norm", "model.activation": "model family (activation)",
-    "model.normalization": "model family (normalization)",
-    "plan.context_parallel": "context parallelism", "plan.expert_parallel": "expert parallelism",
-    "plan.expert_tensor_parallel": "expert parallelism",
-    "plan.moe_imbalance_factor": "mixture of experts (routing imbalance)",
-    "plan.precision": "FP8 precision", "plan.fp8_recipe": "FP8 recipe",
-    "plan.first_stage_layers": "uneven pipeline split", "plan.last_stage_layers": "uneven pipeline split",
-    "plan.pipeline_model_parallel_layout": "custom pipeline layout",
-    "plan.data_parallel_shard_size": "hybrid sharded data parallelism (HSDP)",
-    "plan.fp8_param_gather": "FP8 parameter all-gather",
-    "plan.recompute": "per-op selective checkpointing (not modelled in this plan)",
-    "cluster.gpu": "GPU kind without a shipped profile",
-}
+# FIELD_CAUSES: the product's table (core.accuracy.measured), not a copy of it
 
 #: Named assumptions a row may carry (name -> what it assumes); every policy for what a source
 #: leaves unstated is one of these, printed with the row (``vtrain validate --json``) and
@@ -2657,21 +2635,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     return m
 
 
-def row_memory(m: Measurement) -> tuple[float, float] | None:
-    """``(need, capacity)`` in bytes: what the memory model gives the fullest GPU of a row's plan
-    (:func:`core.sim.simulate.stage_memory`, no reserve) and the GPU's whole memory; None when the
-    row has no session or its store cannot be read. A run that was measured ran: a predicted
-    row whose need exceeds the capacity is a miss of the memory model (or of an assumption)."""
-    from core.sim.simulate import memory_verdict, session_profile, stage_memory
-
-    if m.session is None:
-        return None
-    try:
-        capacity = float(session_profile(m.session).memory_bytes)
-        need, _, _ = memory_verdict(stage_memory(m.session), capacity, 0.0)
-    except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
-        return None
-    return float(need), capacity
+# row_memory: the product's (core.accuracy.validate.row_memory), not a copy of it
 
 
 #: How far beyond a GPU's whole memory a plan under an assumed (not stated) recompute=none may
