@@ -318,6 +318,11 @@ def simulate(session: Session, store: ProfileStore | None = None,
              coverage: float = DEFAULT_COVERAGE) -> SimulationResult:
     """Simulate one training iteration of ``session``.
 
+    The steps: :func:`_check_session` (rules and graph size), the profile store,
+    :func:`_build` (stage times and graph), :func:`core.sim.solver.solve`,
+    :func:`_breakdown` (where each stage's time goes), :func:`_memory_and_notes`,
+    :func:`_assemble_report` and :func:`_whole_run` (goodput, energy, finiteness).
+
     Parameters
     ----------
     session : Session
@@ -339,6 +344,31 @@ def simulate(session: Session, store: ProfileStore | None = None,
     """
     check_coverage(coverage)
     t0 = time.perf_counter()
+    _check_session(session)
+    if store is None:
+        store = session_profile(session)
+    t1 = time.perf_counter()
+    st, graph, warnings = _build(session, store)
+    t2 = time.perf_counter()
+    schedule = solve(graph)
+    t3 = time.perf_counter()
+    T = schedule.iteration_time_s
+    parts = _breakdown(session, graph, st, T)
+    report = _assemble_report(session, store, graph, st, T, parts, warnings, coverage)
+    _whole_run(session, report)
+    timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
+    return SimulationResult(session, graph, schedule, report, timings)
+
+
+def _check_session(session: Session) -> None:
+    """Check ``session`` against the configuration rules and refuse a graph larger than
+    :data:`MAX_GRAPH_TASKS` (by :func:`graph_size_estimate`).
+
+    Raises
+    ------
+    ConfigError
+        A rule is broken, or the graph would be too large (named at ``plan.global_batch_size``).
+    """
     check(session)
     tasks = graph_size_estimate(session)
     if tasks > MAX_GRAPH_TASKS:
@@ -348,22 +378,46 @@ def simulate(session: Session, store: ProfileStore | None = None,
             f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
             f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
             "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
-    if store is None:
-        store = session_profile(session)
-    t1 = time.perf_counter()
+
+
+def _build(session: Session, store: ProfileStore) -> tuple[StageTimes, ExecutionGraph, list[str]]:
+    """The stage times and the execution graph of ``session`` on ``store``, and the
+    graph builder's warnings (first among them, when the profile is of another GPU than
+    ``cluster.gpu``, a warning saying so)."""
     cache: dict = {}
     st = stage_times(session, store, cache)
     graph, warnings = build_graph(session, store, cache=cache, times=st)
-    t2 = time.perf_counter()
     if store.device_name != session.cluster.gpu:
         warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
                            f"{session.cluster.gpu}: times, MFU and memory capacity are "
                            f"{store.device_name}'s")
-    schedule = solve(graph)
-    t3 = time.perf_counter()
-    pl = session.plan
-    T = schedule.iteration_time_s
-    p = pl.pipeline_parallel
+    return st, graph, warnings
+
+
+@dataclass
+class _Breakdown:
+    """Where each pipeline stage's time goes in a solved iteration (seconds; the ``stage_*``
+    arrays have shape ``(p,)``): see :func:`_breakdown`."""
+
+    sums: np.ndarray  # (p, _CATEGORIES): summed durations per stage and category
+    stage_compute: np.ndarray
+    stage_ep: np.ndarray  # expert all-to-alls (blocking the compute stream)
+    stage_comm: np.ndarray  # tensor- and data-parallel communication, blocking or exposed
+    stage_cp: np.ndarray  # the context-parallel ring's exposed part
+    stage_idle: np.ndarray
+    stage_pp: np.ndarray  # exposed pipeline communication, T - T0 on every stage
+    bubble_s: float
+    overlap_wait_s: float
+    imbalance_s: float
+    T_free: float  # the balanced schedule's time without transfers nor overlap waits
+
+
+def _breakdown(session: Session, graph: ExecutionGraph, st: StageTimes, T: float) -> _Breakdown:
+    """Split the iteration time ``T`` of ``graph`` per stage into compute, communication
+    (blocking, expert, context-parallel, pipeline) and idle time, and the mean idle time into
+    bubble, overlap waits and imbalance (the schedule solved again without transfers,
+    :func:`schedule_times_without_transfers`)."""
+    p = session.plan.pipeline_parallel
     # per stage, the summed durations of each category of _KIND_CATEGORY in one bincount
     # (each bin adds its tasks in task order, as a masked sum does)
     category = _KIND_CATEGORY[graph.kind]
@@ -396,20 +450,28 @@ def simulate(session: Session, store: ProfileStore | None = None,
                                     + stage_cp.mean()))
     overlap_wait_s = clean(T_bal - T_free)
     imbalance_s = clean(float(stage_idle.mean()) - bubble_s - overlap_wait_s)
-    flops = model_flops_per_iteration(session)
-    hw_flops = model_flops_per_iteration(session, recomputed=True)
-    tokens_per_iter = pl.global_batch_size * session.model.seq_length
-    cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
-                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
-                   training_tokens=session.cost.training_tokens,
-                   price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
+    return _Breakdown(sums, stage_compute, stage_ep, stage_comm, stage_cp, stage_idle, stage_pp,
+                      bubble_s, overlap_wait_s, imbalance_s, T_free)
+
+
+def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
+                      ) -> tuple[list[StageMemory], float, float, float, bool]:
+    """Each stage's memory and the verdict against ``store``'s capacity less the reserve;
+    appends to ``warnings`` (in place) why the plan does not fit, the notes on small NVLink
+    domains and straddling context-parallel groups, and a note when the profile's
+    ``peak_fraction`` was never fitted.
+
+    Returns
+    -------
+    (memory, capacity_bytes, reserve_fraction, max_memory_per_gpu_bytes, fits)
+    """
     memory = stage_memory(session, store)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
     if not fits:
         warnings.append(reason)
-    for note in (small_nvlink_domain_note(session.cluster, pl.num_gpus),
+    for note in (small_nvlink_domain_note(session.cluster, session.plan.num_gpus),
                  cp_straddle_note(session)):
         if note:
             warnings.append(note)
@@ -417,7 +479,37 @@ def simulate(session: Session, store: ProfileStore | None = None,
         warnings.append(f"profile {store.device_name} has no data sheet of its own and its "
                         "peak_fraction was never fitted: its GEMMs run at the reference part's "
                         "peaks (calibrate the store on runs of this GPU: vtrain calibrate)")
-    report = Report(
+    return memory, capacity, reserve, max_mem, fits
+
+
+def _profile_provenance(store: ProfileStore) -> dict:
+    """The report's ``profile`` entry: ``store``'s scalar provenance, its device and path, and
+    its fitted ``peak_fraction`` when not 1."""
+    return {**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
+            "device": store.device_name, "path": str(store.path) if store.path else "",
+            **({"peak_fraction": float(store.op_model["peak_fraction"])}
+               if store.op_model.get("peak_fraction", 1.0) != 1.0 else {})}
+
+
+def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGraph,
+                     st: StageTimes, T: float, b: _Breakdown, warnings: list[str],
+                     coverage: float) -> Report:
+    """The :class:`Report` of a solved iteration of time ``T`` seconds: the breakdown ``b``,
+    throughput and cost (:func:`core.sim.costing.costing`), parameter counts, memory
+    (:func:`_memory_and_notes`, which adds to ``warnings``) and the error band at
+    ``coverage`` (:func:`core.store.interval.session_interval`); without the whole run's
+    figures (:func:`_whole_run`)."""
+    pl = session.plan
+    p = pl.pipeline_parallel
+    flops = model_flops_per_iteration(session)
+    hw_flops = model_flops_per_iteration(session, recomputed=True)
+    tokens_per_iter = pl.global_batch_size * session.model.seq_length
+    cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
+                   training_tokens=session.cost.training_tokens,
+                   price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
+    memory, capacity, reserve, max_mem, fits = _memory_and_notes(session, store, warnings)
+    return Report(
         num_gpus=pl.num_gpus,
         num_microbatches=pl.num_microbatches,
         iteration_time_s=T,
@@ -429,24 +521,24 @@ def simulate(session: Session, store: ProfileStore | None = None,
         model_flops_per_iteration=flops,
         mfu=cost.mfu,
         hfu=cost.hfu,
-        bubble_fraction=bubble_s / T_free if T_free > 0 else 0.0,
-        compute_s=float(stage_compute.mean()),
-        comm_s=float(stage_comm.mean()),
-        ep_comm_s=float(stage_ep.mean()),
-        stage_ep_comm_s=stage_ep.tolist(),
-        pp_comm_s=float(stage_pp.mean()),
-        cp_comm_s=float(stage_cp.mean()),
-        cp_hidden_s=float(sums[:, _CP_HIDDEN].sum()) / p,
-        tp_hidden_s=float(sums[:, _TP_HIDDEN].sum()) / p,
-        ep_hidden_s=_ep_hidden_s(session, graph, st, stage_ep),
-        stage_cp_comm_s=stage_cp.tolist(),
-        bubble_s=bubble_s,
-        overlap_wait_s=overlap_wait_s,
-        imbalance_s=imbalance_s,
-        stage_compute_s=stage_compute.tolist(),
-        stage_comm_s=stage_comm.tolist(),
-        stage_pp_comm_s=stage_pp.tolist(),
-        stage_idle_s=stage_idle.tolist(),
+        bubble_fraction=b.bubble_s / b.T_free if b.T_free > 0 else 0.0,
+        compute_s=float(b.stage_compute.mean()),
+        comm_s=float(b.stage_comm.mean()),
+        ep_comm_s=float(b.stage_ep.mean()),
+        stage_ep_comm_s=b.stage_ep.tolist(),
+        pp_comm_s=float(b.stage_pp.mean()),
+        cp_comm_s=float(b.stage_cp.mean()),
+        cp_hidden_s=float(b.sums[:, _CP_HIDDEN].sum()) / p,
+        tp_hidden_s=float(b.sums[:, _TP_HIDDEN].sum()) / p,
+        ep_hidden_s=_ep_hidden_s(session, graph, st, b.stage_ep),
+        stage_cp_comm_s=b.stage_cp.tolist(),
+        bubble_s=b.bubble_s,
+        overlap_wait_s=b.overlap_wait_s,
+        imbalance_s=b.imbalance_s,
+        stage_compute_s=b.stage_compute.tolist(),
+        stage_comm_s=b.stage_comm.tolist(),
+        stage_pp_comm_s=b.stage_pp.tolist(),
+        stage_idle_s=b.stage_idle.tolist(),
         num_iterations=cost.num_iterations,
         training_days=cost.training_days,
         gpu_hours=cost.gpu_hours,
@@ -459,20 +551,27 @@ def simulate(session: Session, store: ProfileStore | None = None,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,
         memory_reserve_fraction=reserve,
-        profile={**{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))},
-                 "device": store.device_name, "path": str(store.path) if store.path else "",
-                 **({"peak_fraction": float(store.op_model["peak_fraction"])}
-                    if store.op_model.get("peak_fraction", 1.0) != 1.0 else {})},
+        profile=_profile_provenance(store),
         warnings=warnings,
         interval=session_interval(session, T, store, coverage),
     )
+
+
+def _whole_run(session: Session, report: Report) -> None:
+    """Add the whole run's figures to ``report`` in place (goodput with failures and
+    checkpoints, :func:`core.sim.goodput.run_goodput`; energy, :func:`core.sim.energy.run_energy`,
+    or a warning when the GPU has no power figures) and check every figure is finite.
+
+    Raises
+    ------
+    ConfigError
+        A figure of the report is not finite (:func:`check_finite`).
+    """
     report.run = run_goodput(session, report)  # the whole run: failures, checkpoints, energy
     report.energy = run_energy(session, report, report.run)
     if report.energy is None:
         report.warnings.append(no_power_figures(session.cluster.gpu))
     check_finite(report)
-    timings = {"profile": t1 - t0, "graph": t2 - t1, "solve": t3 - t2, "report": time.perf_counter() - t3}
-    return SimulationResult(session, graph, schedule, report, timings)
 
 
 def graph_size_estimate(session: Session) -> int:
