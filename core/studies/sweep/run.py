@@ -85,10 +85,37 @@ def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | N
 
 
 def _check_workers(workers: Any) -> int:
+    """``workers`` as an int; :class:`ConfigError` (field ``sweep.workers``) unless a positive integer."""
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ConfigError([FieldError("sweep.workers", f"workers={workers!r} must be a positive "
                                       "integer")])
     return int(workers)
+
+
+def _check_arguments(deadline_days: Any, workers: Any, max_work: Any, dask: Any) -> int:
+    """Check :func:`run_sweep`'s arguments other than the session and the space; return
+    ``workers`` as an int.
+
+    Raises
+    ------
+    ConfigError
+        ``deadline_days`` not a positive finite number (field ``sweep.deadline_days``),
+        ``workers`` or ``max_work`` not a positive integer (``sweep.workers``,
+        ``sweep.max_work``), ``dask`` not a non-blank string (``sweep.dask``).
+    """
+    if deadline_days is not None and not (isinstance(deadline_days, (int, float))
+                                          and math.isfinite(deadline_days) and deadline_days > 0):
+        raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
+                                      "must be a positive number")])
+    workers = _check_workers(workers)
+    if max_work is not None and (isinstance(max_work, bool) or not isinstance(
+            max_work, (int, np.integer)) or max_work < 1):
+        raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
+                                      "positive integer (pipeline steps)")])
+    if dask is not None and not (isinstance(dask, str) and dask.strip()):
+        raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
+                                      "(tcp://host:8786) or 'local'")])
+    return workers
 
 
 def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days: float | None = None,
@@ -178,18 +205,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         or dask is not installed (field ``sweep.dask``).
     """
     t0 = time.perf_counter()
-    if deadline_days is not None and not (isinstance(deadline_days, (int, float))
-                                          and math.isfinite(deadline_days) and deadline_days > 0):
-        raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
-                                      "must be a positive number")])
-    workers = _check_workers(workers)
-    if max_work is not None and (isinstance(max_work, bool) or not isinstance(
-            max_work, (int, np.integer)) or max_work < 1):
-        raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
-                                      "positive integer (pipeline steps)")])
-    if dask is not None and not (isinstance(dask, str) and dask.strip()):
-        raise ConfigError([FieldError("sweep.dask", f"dask={dask!r} must be a scheduler address "
-                                      "(tcp://host:8786) or 'local'")])
+    workers = _check_arguments(deadline_days, workers, max_work, dask)
     with gc_paused():  # before the pool forks: its processes start with it paused too
         early = _early_pool(session, space, workers, dask)
         try:
