@@ -335,7 +335,13 @@ _EXTRA_COMM_EFF = ("all_to_all_efficiency", "flex_all_to_all_efficiency")
 def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
               store: ProfileStore | None = None) -> LinearizedRow:
     """Simulate ``session`` (with ``store``, default the model of ``op_model``) and linearize
-    its iteration time around the critical path."""
+    its iteration time around the critical path.
+
+    The steps: the simulation and its critical path, the compute ops on the path in kernel
+    form (:func:`_path_kernels`), the communication on the path as a linear function of the
+    communication parameters (:func:`_path_comm`), and the check that the kernel form gives
+    the simulator's op times (else :func:`_generic_ops`).
+    """
     # every parameter explicit: moving the NCCL all-to-all efficiency must not move a flex
     # efficiency that falls back to it (core.model.ops.effective_op_model); peak_fraction as the
     # device runs it (store_op_model)
@@ -346,39 +352,81 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     ops = res.graph.op[path]
     stages = res.graph.stage[path]
     pl = session.plan
-    key = op_key(session)
     n_params = optimizer_params(session)
-    kernels, kernel_op, counts, num_k, is_opt, family = [], [], [], [], [], []
+    kinds = res.graph.kind[path]
+    compute = np.isin(ops, _COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
+    pk = _path_kernels(session, base, ops, stages, compute, n_params)
+    comm = (ops >= 0) & ~compute
+    p = effective_op_model(op_model)
+    fixed, inter, p2p_inter, num_calls, num_p2p, extra = _path_comm(
+        session, store, op_model, p, float(res.graph.duration_s[path[comm]].sum()), path[comm])
+    kernels = pk.kernels
+    row = LinearizedRow(kernel_arrays(kernels), np.array(pk.kernel_op, np.int64),
+                        np.array(pk.counts, float), np.array(pk.num_k, float),
+                        np.array(pk.is_opt, bool), pk.family, shape_key(session),
+                        fixed, inter, p2p_inter, num_calls, num_p2p,
+                        kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
+                        base.memory_bandwidth_bytes_per_s, extra, None, pk.names, kernel_fp8(kernels),
+                        fits_peak_fraction(base))
+    # the kernel form must give each op the time the simulator's lookups give it (from the
+    # model, no tables); where it does not (an op model that composes op times otherwise),
+    # evaluate through those lookups
+    if not pk.kernel_form or not _kernel_form_agrees(row, session, base, p):
+        row.generic = _generic_ops(session, base, op_model, res.graph, path, compute, stages, n_params)
+    return row
 
-    names: list[str] = []
 
-    def add(ks: list, count: float, name: str) -> None:
-        names.append(name)
-        kernel_op.extend([len(counts)] * len(ks))
-        kernels.extend(ks)
-        counts.append(count)
-        num_k.append(len(ks))
-        is_opt.append(name == OPTIMIZER_OP)
-        family.append(_FAMILY.get(name, ""))
+@dataclass
+class _PathKernels:
+    """The compute ops on a critical path in kernel form (:func:`_path_kernels`): per kernel
+    (length k) its description and its op; per op (length o) its name, count on the path,
+    kernel count, whether it is the optimizer step, its family; ``kernel_form`` False when
+    some op on the path has no kernel form."""
 
+    kernels: list = field(default_factory=list)
+    kernel_op: list[int] = field(default_factory=list)
+    counts: list[float] = field(default_factory=list)
+    num_k: list[int] = field(default_factory=list)
+    is_opt: list[bool] = field(default_factory=list)
+    family: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    kernel_form: bool = True
+
+    def add(self, ks: list, count: float, name: str) -> None:
+        """Append op ``name`` with kernels ``ks``, run ``count`` times on the path."""
+        self.names.append(name)
+        self.kernel_op.extend([len(self.counts)] * len(ks))
+        self.kernels.extend(ks)
+        self.counts.append(count)
+        self.num_k.append(len(ks))
+        self.is_opt.append(name == OPTIMIZER_OP)
+        self.family.append(_FAMILY.get(name, ""))
+
+
+def _path_kernels(session: Session, base: ProfileStore, ops: np.ndarray, stages: np.ndarray,
+                  compute: np.ndarray, n_params) -> _PathKernels:
+    """The distinct compute ops of a critical path (``ops``, ``stages``: the path's op ids and
+    stages, shape (n,); ``compute``: which are compute) with their kernels
+    (:func:`core.model.kernels.op_kernels`) on ``base``'s device: the optimizer step once per
+    stage on the path (``n_params``: parameters per stage) with its FP8 weight cast, the other
+    ops once with their count."""
+    pl = session.plan
+    out = _PathKernels()
     # context parallelism: the graph runs an attention op as its part outside the ring (op
     # attention_fwd/bwd, core.sim.graph "attention_fwd:pre") and the ring's core steps (op
     # attention_core_fwd/bwd): the kernel form must not count the core twice
     cp_split = (getattr(pl, "context_parallel", 1) or 1) > 1
-    kinds = res.graph.kind[path]
-    compute = np.isin(ops, _COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
-    kernel_form = True
-    key = device_key(key, base.peak_flops)  # FP8: whether the GPU needs transposed copies
+    key = device_key(op_key(session), base.peak_flops)  # FP8: whether the GPU needs transposed copies
     recipe = fp8_recipe(pl)
     fp8_w = fp8_weights_per_gpu(session.model, pl) if recipe is not None else None
     for op_id in np.unique(ops[compute]):
         name = OPS[op_id]
         if name == OPTIMIZER_OP:
             for st in stages[ops == op_id]:
-                add(op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)}),
-                    1.0, name)
+                out.add(op_kernels(name, {"n": int(n_params[st]), "dtype": tensor_dtype(pl.precision)}),
+                        1.0, name)
                 if fp8_w is not None:  # the per-iteration FP8 weight quantization runs with it
-                    add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
+                    out.add(op_kernels(FP8_WEIGHT_CAST_OP, device_key(
                         {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)),
                         1.0, FP8_WEIGHT_CAST_OP)
         elif name == "pass_through":  # an empty virtual stage's items: no kernel, no time
@@ -389,28 +437,49 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
             ks = op_kernels(name, k)
             if cp_split and name in _CP_PRE:  # the part outside the ring: the core is its own op
                 ks = _without(ks, op_kernels(_CP_PRE[name], k))
-            add(ks, float((ops == op_id).sum()), name)
+            out.add(ks, float((ops == op_id).sum()), name)
         else:  # an op the kernel form does not know: the simulator's own lookups time it
-            kernel_form = False
-    comm = (ops >= 0) & ~compute
-    # Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
-    # + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
-    # core.sim.comm weighs them; N: pipeline transfers). One more build with each parameter
-    # moved gives B, P, C and N.
-    p = effective_op_model(op_model)
+            out.kernel_form = False
+    return out
+
+
+def _path_comm(session: Session, store: ProfileStore, op_model: dict[str, float],
+               p: dict[str, float], now_s: float, comm_tasks: np.ndarray
+               ) -> tuple[float, float, float, float, float, dict[str, float]]:
+    """The communication on a critical path as a linear function of the parameters.
+
+    Communication along the path is A + B / inter_node_efficiency + P / p2p_efficiency
+    + C * collective_overhead_s + N * p2p_overhead_s (C: collective calls, weighted as
+    core.sim.comm weighs them; N: pipeline transfers), plus seconds / efficiency for each
+    further efficiency of :data:`_EXTRA_COMM_EFF` in ``p``. One more graph build with each
+    parameter moved (``store.op_model`` set for it, restored after) gives B, P, C, N and
+    those seconds; A is what is left of ``now_s``.
+
+    Parameters
+    ----------
+    op_model, p : dict
+        The op model, and its :func:`core.model.ops.effective_op_model`.
+    now_s : float
+        Seconds of the path's communication tasks at ``op_model``.
+    comm_tasks : int array
+        Indices of the path's communication tasks in the graph.
+
+    Returns
+    -------
+    (A, B, P, C, N, extra) : seconds, seconds, seconds, calls, transfers, name -> seconds
+    """
     eff, p2p_eff, ov = p["inter_node_efficiency"], p["p2p_efficiency"], p["collective_overhead_s"]
     p2p_ov = p["p2p_overhead_s"]
-    now_s = float(res.graph.duration_s[path[comm]].sum())
     saved = store.op_model
     try:
         store.op_model = _with(op_model, inter_node_efficiency=eff / 2)
-        half_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+        half_s = float(build_graph(session, store)[0].duration_s[comm_tasks].sum())
         store.op_model = _with(op_model, p2p_efficiency=p2p_eff / 2)
-        half_p2p_s = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+        half_p2p_s = float(build_graph(session, store)[0].duration_s[comm_tasks].sum())
         store.op_model = _with(op_model, collective_overhead_s=ov + 1e-3)
-        num_calls = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
+        num_calls = (float(build_graph(session, store)[0].duration_s[comm_tasks].sum()) - now_s) / 1e-3
         store.op_model = _with(op_model, p2p_overhead_s=p2p_ov + 1e-3)
-        num_p2p = (float(build_graph(session, store)[0].duration_s[path[comm]].sum()) - now_s) / 1e-3
+        num_p2p = (float(build_graph(session, store)[0].duration_s[comm_tasks].sum()) - now_s) / 1e-3
     finally:
         store.op_model = saved
     extra: dict[str, float] = {}
@@ -418,7 +487,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
         for name in _EXTRA_COMM_EFF:
             if name in p:
                 store.op_model = _with(op_model, **{name: p[name] / 2})
-                half = float(build_graph(session, store)[0].duration_s[path[comm]].sum())
+                half = float(build_graph(session, store)[0].duration_s[comm_tasks].sum())
                 extra[name] = (half - now_s) * p[name]
     finally:
         store.op_model = saved
@@ -426,18 +495,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     p2p_inter = (half_p2p_s - now_s) * p2p_eff  # P
     fixed = (now_s - inter / eff - p2p_inter / p2p_eff - num_calls * ov - num_p2p * p2p_ov
              - sum(v / p[k] for k, v in extra.items()))  # A
-    row = LinearizedRow(kernel_arrays(kernels), np.array(kernel_op, np.int64), np.array(counts, float),
-                        np.array(num_k, float), np.array(is_opt, bool), family, shape_key(session),
-                        fixed, inter, p2p_inter, num_calls, num_p2p,
-                        kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
-                        base.memory_bandwidth_bytes_per_s, extra, None, names, kernel_fp8(kernels),
-                        fits_peak_fraction(base))
-    # the kernel form must give each op the time the simulator's lookups give it (from the
-    # model, no tables); where it does not (an op model that composes op times otherwise),
-    # evaluate through those lookups
-    if not kernel_form or not _kernel_form_agrees(row, session, base, p):
-        row.generic = _generic_ops(session, base, op_model, res.graph, path, compute, stages, n_params)
-    return row
+    return fixed, inter, p2p_inter, num_calls, num_p2p, extra
 
 
 #: With context parallelism the attention ops on a path are their parts outside the ring:
