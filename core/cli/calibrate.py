@@ -61,84 +61,43 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``vtrain calibrate``: see :func:`add_parser`."""
-    import numpy as np
+    """``vtrain calibrate``: see :func:`add_parser`.
 
-    from core.accuracy.calibrate import (balanced_weights,
-        calibrated_store,
-        calibration_residuals,
-        cross_validate_files,
-        fit,
-        measured_sessions)
+    Steps: hand ``--trace`` to :func:`core.cli.calibrate_trace.run_trace` and ``--out-dir`` to
+    :func:`_run_shared`; else check the options, read the files, cross-validate each file
+    (``--folds``), fit on every row, write the calibrated store to ``--out`` and print what was
+    fitted (``--json``: one JSON object).
+    """
+    from core.accuracy.calibrate import balanced_weights, calibrated_store, fit
     from core.accuracy.shared_fit import finite_metrics
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
     from core.store.profile_store import ProfileStore
-    from core.accuracy.measured import read_measurements
 
     console = Console(stderr=True)
     if args.trace:
         from core.cli.calibrate_trace import run_trace
         return run_trace(args)
-    for name in ("session", "step", "classes", "set"):
-        if getattr(args, name) is not None:
-            raise field_error(f"--{name}", "needs --trace")
-    if not args.csv:
-        raise field_error("FILE", "give measurement files (or --trace with profiler traces)")
+    _check_measurement_args(args)
     if args.out_dir:
         if args.profile or args.out:
             raise field_error("--out-dir", "give either --out-dir (shared fit of the GPU kinds) or "
                                            "--profile and --out (one store), not both")
         return _run_shared(args, console)
-    if args.gpus:
-        raise field_error("--gpus", "needs --out-dir")
-    for name in ("profile", "out"):
-        if not getattr(args, name):
-            raise field_error(f"--{name}", "required (or --out-dir for the shared fit)")
-    refuse_output_is_input([("--out", args.out)], [*args.csv, args.profile])
+    _check_one_store_args(args)
     base = ProfileStore.open(args.profile)
-    per_file, rows = [], []
-    for path in args.csv:
-        with row_progress(f"reading {Path(path).name}", args.json) as progress:
-            ms = read_measurements(path, progress)
-        sessions, measured = measured_sessions(ms)
-        if not sessions:
-            raise field_error(path, "no usable rows")
-        per_file.append((Path(path).name, sessions, measured))
-        rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
-    shares = args.file_weights
-    if shares is not None and (len(shares) != len(per_file) or not all(w > 0 for w in shares)):
-        raise field_error("--file-weights", f"needs one positive weight per CSV ({len(per_file)}), "
-                                       f"got {' '.join(f'{w:g}' for w in shares)}")
-    cv: dict[str, dict[str, float]] = {}
+    per_file, rows = _read_files(args)
+    shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]
-    cv_pred = []
-    if args.folds:
-        for j, (name, sessions, measured) in enumerate(per_file):
-            console.print(f"cross-validating on {esc(name)} ({len(sessions)} rows, {args.folds} folds)...")
-            pred, met = cross_validate_files(files, j, base, folds=args.folds, shares=shares,
-                                             progress=lambda msg: console.print(f"  {esc(msg)}"))
-            cv_pred.append(pred)
-            cv[name] = {k: float(v) for k, v in met.items()}
-            console.print(f"  {esc(name)}: MAPE {met['mape_percent']:.2f} %, median "
-                          f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
-                          f"R^2 {met['r2']:.4f}")
-    sessions = [s for _, ss, _ in per_file for s in ss]
-    measured = np.concatenate([m for _, _, m in per_file])
+    cv, cv_pred = _cross_validate_each(per_file, base, args.folds, shares, console)
+    sessions, measured = _all_rows(per_file)
     how = ("files weighted equally" if shares is None else
            "file weights " + ", ".join(f"{n} {w:g}" for (n, _, _), w in zip(per_file, shares)))
     console.print(f"fitting on all {len(sessions)} rows ({esc(how)})...")
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
                  progress=lambda msg: console.print(f"  {esc(msg)}"))
-    residuals = None
-    if args.folds:  # the out-of-fold predictions give every prediction its error band
-        residuals = calibration_residuals(
-            [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
-            folds=args.folds, file_weights=shares,
-            progress=lambda msg: console.print(f"  {esc(msg)}"))
-    else:
-        console.print("no cross-validation (--folds 0): the store gets no error band")
+    residuals = _residuals(per_file, rows, cv_pred, base, args.folds, shares, console)
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,
@@ -152,28 +111,208 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_measurement_args(args: argparse.Namespace) -> None:
+    """Refuse the ``--trace``-only options without ``--trace`` and a call without files.
+
+    Raises
+    ------
+    ConfigError
+        Naming the option at fault (:func:`core.cli.common.field_error`).
+    """
+    for name in ("session", "step", "classes", "set"):
+        if getattr(args, name) is not None:
+            raise field_error(f"--{name}", "needs --trace")
+    if not args.csv:
+        raise field_error("FILE", "give measurement files (or --trace with profiler traces)")
+
+
+def _check_one_store_args(args: argparse.Namespace) -> None:
+    """The options of a fit of one store: no ``--gpus``, both ``--profile`` and ``--out``, and an
+    ``--out`` that is none of the inputs.
+
+    Raises
+    ------
+    ConfigError
+        Naming the option at fault.
+    """
+    if args.gpus:
+        raise field_error("--gpus", "needs --out-dir")
+    for name in ("profile", "out"):
+        if not getattr(args, name):
+            raise field_error(f"--{name}", "required (or --out-dir for the shared fit)")
+    refuse_output_is_input([("--out", args.out)], [*args.csv, args.profile])
+
+
+def _read_files(args: argparse.Namespace):
+    """Read every measurement file of ``args.csv``.
+
+    Returns
+    -------
+    (list of (str, list of Session, ndarray), list of list of int)
+        Per file its name, its usable sessions and their measured iteration times (s, shape
+        (rows,)); and per file the row numbers of those sessions.
+
+    Raises
+    ------
+    ConfigError
+        A file without a usable row.
+    """
+    from core.accuracy.calibrate import measured_sessions
+    from core.accuracy.measured import read_measurements
+    per_file, rows = [], []
+    for path in args.csv:
+        with row_progress(f"reading {Path(path).name}", args.json) as progress:
+            ms = read_measurements(path, progress)
+        sessions, measured = measured_sessions(ms)
+        if not sessions:
+            raise field_error(path, "no usable rows")
+        per_file.append((Path(path).name, sessions, measured))
+        rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
+    return per_file, rows
+
+
+def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
+    """``--file-weights`` (None: files weighted equally), checked: one positive weight per file.
+
+    Raises
+    ------
+    ConfigError
+        A count other than ``n_files`` or a weight not above 0.
+    """
+    if shares is not None and (len(shares) != n_files or not all(w > 0 for w in shares)):
+        raise field_error("--file-weights", f"needs one positive weight per CSV ({n_files}), "
+                                       f"got {' '.join(f'{w:g}' for w in shares)}")
+    return shares
+
+
+def _cross_validate_each(per_file, base, folds: int, shares, console: Any):
+    """``folds``-fold cross-validation of each file (fit on the other files and the other folds,
+    :func:`core.accuracy.calibrate.cross_validate_files`), its figures printed to ``console``.
+
+    Returns
+    -------
+    (dict, list of ndarray)
+        Per file name its error metrics (floats); per file its out-of-fold predictions (s).
+        Both empty when ``folds`` is 0.
+    """
+    from core.accuracy.calibrate import cross_validate_files
+    from core.util.console import esc
+    cv: dict[str, dict[str, float]] = {}
+    files = [(ss, yy) for _, ss, yy in per_file]
+    cv_pred = []
+    if folds:
+        for j, (name, sessions, measured) in enumerate(per_file):
+            console.print(f"cross-validating on {esc(name)} ({len(sessions)} rows, {folds} folds)...")
+            pred, met = cross_validate_files(files, j, base, folds=folds, shares=shares,
+                                             progress=lambda msg: console.print(f"  {esc(msg)}"))
+            cv_pred.append(pred)
+            cv[name] = {k: float(v) for k, v in met.items()}
+            console.print(f"  {esc(name)}: MAPE {met['mape_percent']:.2f} %, median "
+                          f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
+                          f"R^2 {met['r2']:.4f}")
+    return cv, cv_pred
+
+
+def _all_rows(per_file):
+    """The sessions of every file in order and their measured times (s, one array)."""
+    import numpy as np
+    sessions = [s for _, ss, _ in per_file for s in ss]
+    measured = np.concatenate([m for _, _, m in per_file])
+    return sessions, measured
+
+
+def _residuals(per_file, rows, cv_pred, base, folds: int, shares, console: Any):
+    """The store's residual table from the out-of-fold predictions
+    (:func:`core.accuracy.calibrate.calibration_residuals`), which gives every prediction its
+    error band; None (with a note) when ``folds`` is 0."""
+    from core.accuracy.calibrate import calibration_residuals
+    from core.util.console import esc
+    if folds:  # the out-of-fold predictions give every prediction its error band
+        return calibration_residuals(
+            [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
+            folds=folds, file_weights=shares,
+            progress=lambda msg: console.print(f"  {esc(msg)}"))
+    console.print("no cross-validation (--folds 0): the store gets no error band")
+    return None
+
+
 def _run_shared(args: argparse.Namespace, console: Any) -> int:
-    """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds."""
+    """``vtrain calibrate CSV... --out-dir DIR``: the shared fit of several GPU kinds.
+
+    Steps: check ``--gpus``, read the files, refuse a kind no run can calibrate, cross-validate
+    the shared fit (``--folds``), fit on every row, write one store per GPU kind and print what
+    was fitted (``--json``: one JSON object).
+    """
     import numpy as np
 
-    from core.accuracy.calibrate import cross_validate_files, fit, measured_sessions
-    from core.accuracy.shared_fit import (analytic_bases, finite_metrics, shared_fit_kwargs,
-                                          shared_stores)
-    from core.plan.cluster import GPU_KINDS, gpu_kind
+    from core.accuracy.calibrate import fit
+    from core.accuracy.shared_fit import analytic_bases, finite_metrics, shared_fit_kwargs
     from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
-    from core.store.interval import residual_table_from_cv
-    from core.util.text import file_name_part
-    from core.accuracy.measured import read_measurements
-    from core.accuracy.metrics import error_metrics
 
     if args.file_weights:
         raise field_error("--file-weights", "the shared fit weighs every run alike")
-    extra = [gpu_kind(g) for g in args.gpus]
-    unknown = [g for g, k in zip(args.gpus, extra) if k not in GPU_KINDS]
+    extra = _extra_kinds(args.gpus)
+    sessions, measured, names, rows = _read_shared(args)
+    base = analytic_bases()
+    kw = shared_fit_kwargs(base, sessions)
+    kinds_of = np.array([s.cluster.gpu for s in sessions])
+    rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
+    _refuse_blind_kinds(extra, rows_by_kind)
+    say = (lambda msg: console.print(f"  {esc(msg)}"))
+    cv, cv_by_kind, residuals = _cross_validate_shared(args, sessions, measured, names, rows,
+                                                       base, kw, kinds_of, rows_by_kind, console)
+    console.print(f"fitting the shared parameters on all {len(sessions)} rows...")
+    result = fit(sessions, measured, base, progress=say, **kw)
+    names = _write_shared(args, result, extra, rows_by_kind, base, cv, cv_by_kind, residuals,
+                          kw["params"], console)
+    out = {"out_dir": str(Path(args.out_dir)), "stores": list(names.values()),
+           "parameters": result.op_model, "fitted_parameters": kw["params"],
+           "rows_by_kind": rows_by_kind, "cross_validation": cv,
+           "cross_validation_by_kind": cv_by_kind,
+           "in_sample": finite_metrics(result.train_metrics)}
+    if args.json:
+        print(strict_dumps(out, indent=2))
+        return 0
+    _print_shared(out, Console())
+    return 0
+
+
+def _extra_kinds(gpus: list[str]) -> list[str]:
+    """The GPU kinds ``--gpus`` names (canonical names; :func:`core.plan.cluster.gpu_kind`).
+
+    Raises
+    ------
+    ConfigError
+        A name that is no shipped GPU kind.
+    """
+    from core.plan.cluster import GPU_KINDS, gpu_kind
+    extra = [gpu_kind(g) for g in gpus]
+    unknown = [g for g, k in zip(gpus, extra) if k not in GPU_KINDS]
     if unknown:
         raise field_error("--gpus", f"{', '.join(unknown)}: no shipped GPU kind "
                                     f"(known: {', '.join(GPU_KINDS)})")
+    return extra
+
+
+def _read_shared(args: argparse.Namespace):
+    """Every usable row of the files of ``args.csv``, pooled.
+
+    Returns
+    -------
+    (list of Session, ndarray, list of str, list of int)
+        The sessions, their measured iteration times (s, shape (rows,)), each row's file name
+        and each row's number in its file.
+
+    Raises
+    ------
+    ConfigError
+        A file without a usable row.
+    """
+    import numpy as np
+
+    from core.accuracy.calibrate import measured_sessions
+    from core.accuracy.measured import read_measurements
     sessions, measured, names, rows = [], [], [], []
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
@@ -185,45 +324,95 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
         measured.append(yy)
         names += [Path(path).name] * len(ss)
         rows += [m.row for m in ms if not m.skip_reason and m.has_time]
-    measured = np.concatenate(measured)
-    base = analytic_bases()
-    kw = shared_fit_kwargs(base, sessions)
-    kinds_of = np.array([s.cluster.gpu for s in sessions])
-    rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
+    return sessions, np.concatenate(measured), names, rows
+
+
+def _refuse_blind_kinds(extra: list[str], rows_by_kind: dict[str, int]) -> None:
+    """Refuse a ``--gpus`` kind without a data sheet of its own (its peaks are another part's)
+    and without runs in the data: nothing would set the share of the peaks it sustains.
+
+    Raises
+    ------
+    ConfigError
+        Naming those kinds (``--gpus``).
+    """
     from core.store.gpu_spec import kind_fits_peak_fraction
     blind = [k for k in extra if kind_fits_peak_fraction(k) and not rows_by_kind.get(k)]
     if blind:  # its peaks are another part's: without its own runs nothing sets its share
         raise field_error("--gpus", f"{', '.join(blind)} has no data sheet of its own: its store "
                                     "needs runs of that GPU in the data to fit the share of the "
                                     "reference peaks it sustains (peak_fraction)")
+
+
+def _cross_validate_shared(args: argparse.Namespace, sessions, measured, names, rows, base, kw,
+                           kinds_of, rows_by_kind: dict[str, int], console: Any):
+    """``args.folds``-fold cross-validation of the shared fit over all rows (each row its own
+    fold when there are fewer rows than folds: ``args.folds`` is lowered, with a note);
+    ``kinds_of`` (array of str, one per row) and ``rows_by_kind`` give the GPU kinds broken out.
+
+    Returns
+    -------
+    (dict, dict, ResidualTable or None)
+        The error metrics over all rows (key ``"all rows"``), the error metrics by GPU kind
+        (non-finite figures as None, :func:`core.accuracy.shared_fit.finite_metrics`), and the
+        residual table of the out-of-fold predictions; empty dicts and None when ``args.folds``
+        is 0.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than 2 usable rows (``--folds``).
+    """
+    from core.accuracy.calibrate import cross_validate_files
+    from core.accuracy.metrics import error_metrics
+    from core.accuracy.shared_fit import finite_metrics
+    from core.store.interval import residual_table_from_cv
+    from core.util.console import esc
     cv: dict[str, dict[str, float]] = {}
     cv_by_kind: dict[str, dict[str, float]] = {}
-    residuals = None
-    say = (lambda msg: console.print(f"  {esc(msg)}"))
-    if args.folds:
-        if len(sessions) < 2:
-            raise field_error("--folds", f"{len(sessions)} usable rows: cross-validation needs 2")
-        if len(sessions) < args.folds:  # each row its own fold (leave-one-out)
-            console.print(f"{args.folds} folds asked, {len(sessions)} usable rows: "
-                          f"{len(sessions)} folds (leave-one-out)")
-            args.folds = len(sessions)
-        console.print(f"cross-validating the shared fit on {len(sessions)} rows ({args.folds} folds)...")
-        pred, met = cross_validate_files([(sessions, measured)], 0, base, folds=args.folds,
-                                         progress=say, **kw)
-        cv["all rows"] = finite_metrics({k: float(v) for k, v in met.items()})
-        for k in rows_by_kind:
-            sel = kinds_of == k
-            cv_by_kind[k] = finite_metrics(
-                {a: float(b) for a, b in error_metrics(pred[sel], measured[sel]).items()})
-        residuals = residual_table_from_cv(
-            sessions, measured, pred, names, rows,
-            procedure=f"cross_validated: {args.folds}-fold cross-validation over all runs, folds "
-                      "from numpy default_rng(0), each fold fitted with shared parameters on "
-                      "the other folds (core.accuracy.calibrate.cross_validate_files)")
-    else:
+    if not args.folds:
         console.print("no cross-validation (--folds 0): the stores get no error band")
-    console.print(f"fitting the shared parameters on all {len(sessions)} rows...")
-    result = fit(sessions, measured, base, progress=say, **kw)
+        return cv, cv_by_kind, None
+    if len(sessions) < 2:
+        raise field_error("--folds", f"{len(sessions)} usable rows: cross-validation needs 2")
+    if len(sessions) < args.folds:  # each row its own fold (leave-one-out)
+        console.print(f"{args.folds} folds asked, {len(sessions)} usable rows: "
+                      f"{len(sessions)} folds (leave-one-out)")
+        args.folds = len(sessions)
+    console.print(f"cross-validating the shared fit on {len(sessions)} rows ({args.folds} folds)...")
+    pred, met = cross_validate_files([(sessions, measured)], 0, base, folds=args.folds,
+                                     progress=lambda msg: console.print(f"  {esc(msg)}"), **kw)
+    cv["all rows"] = finite_metrics({k: float(v) for k, v in met.items()})
+    for k in rows_by_kind:
+        sel = kinds_of == k
+        cv_by_kind[k] = finite_metrics(
+            {a: float(b) for a, b in error_metrics(pred[sel], measured[sel]).items()})
+    residuals = residual_table_from_cv(
+        sessions, measured, pred, names, rows,
+        procedure=f"cross_validated: {args.folds}-fold cross-validation over all runs, folds "
+                  "from numpy default_rng(0), each fold fitted with shared parameters on "
+                  "the other folds (core.accuracy.calibrate.cross_validate_files)")
+    return cv, cv_by_kind, residuals
+
+
+def _write_shared(args: argparse.Namespace, result, extra, rows_by_kind, base, cv, cv_by_kind,
+                  residuals, params, console: Any) -> dict[str, str]:
+    """Write one calibrated store per GPU kind of the data (but the A100's, calibrated on the
+    vTrain authors' data, unless ``--gpus`` names it) and per ``--gpus`` kind into
+    ``--out-dir`` (created; none may overwrite an input).
+
+    Returns
+    -------
+    dict
+        GPU kind -> file name written in ``--out-dir``.
+
+    Raises
+    ------
+    ConfigError
+        A store's path is one of the input files (``--out-dir``).
+    """
+    from core.accuracy.shared_fit import shared_stores
+    from core.util.text import file_name_part
     # the A100's store is fitted with the full procedure on the vTrain authors' data: its runs
     # here inform the shared parameters, its store is written only when --gpus names it
     kinds = list(dict.fromkeys([k for k in rows_by_kind if k != "A100-SXM4-80GB"] + extra))
@@ -231,7 +420,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
         console.print("A100-SXM4-80GB runs inform the shared fit; its store (calibrated on the "
                       "vTrain authors' data) is not written (name it in --gpus to write it)")
     stores = shared_stores(result, kinds, base, [Path(p).name for p in args.csv], cv, rows_by_kind,
-                           cv_by_kind, residuals, kw["params"])
+                           cv_by_kind, residuals, params)
     out_dir = Path(args.out_dir)
     refuse_output_is_input([("--out-dir", out_dir / f"{k}.h5") for k in stores],
                            args.csv)
@@ -239,16 +428,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     names = {kind: f"{file_name_part(kind)}.h5" for kind in stores}  # kinds come from the CSVs
     for kind, store in stores.items():
         store.save(out_dir / names[kind])
-    out = {"out_dir": str(out_dir), "stores": list(names.values()),
-           "parameters": result.op_model, "fitted_parameters": kw["params"],
-           "rows_by_kind": rows_by_kind, "cross_validation": cv,
-           "cross_validation_by_kind": cv_by_kind,
-           "in_sample": finite_metrics(result.train_metrics)}
-    if args.json:
-        print(strict_dumps(out, indent=2))
-        return 0
-    _print_shared(out, Console())
-    return 0
+    return names
 
 
 def _print_shared(out: dict, console: Any) -> None:

@@ -35,26 +35,53 @@ def add_parser(sub: Any) -> None:
 
 
 def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
-    from rich.table import Table
-
+    """The text report of one simulated iteration: the headline (model, GPUs, plan, profile),
+    the summary table, the measured run (when the session has one), the memory per pipeline
+    stage, the warnings and a footer with the task count, ``wall_s`` (seconds) and the trace
+    written to ``trace_path``."""
     from core.util.console import esc
-    from core.store.interval import interval_line
 
     from core.cli.profile import profile_line
     s, r, pl = result.session, result.report, result.session.plan
-    p, m = pl.pipeline_parallel, pl.num_microbatches
     console.print(f"[bold]{esc(s.model.name)}[/] on {pl.num_gpus:,} x {esc(s.cluster.gpu)}  "
-                  f"({esc(pl.label(full=True))}; m={m})")
-    prov = r.profile
-    console.print(esc(profile_line(prov)))
+                  f"({esc(pl.label(full=True))}; m={pl.num_microbatches})")
+    console.print(esc(profile_line(r.profile)))
+    console.print(_summary_table(s, r))
+    if r.run is not None:
+        console.print(_run_table(r, s))
+    console.print(_stage_memory_table(r, pl.pipeline_parallel))
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {esc(w)}")
+    console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
+                  + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
+
+
+def _band(iv):
+    """A formatter of the error band after a figure: ``band(value, fmt)`` gives
+    ``"  (90 % band low - high)"`` (dim markup) with ``value`` times the band's factors formatted
+    by ``fmt``, or ``""`` when ``iv`` (an interval or None) has no band."""
+    return ((lambda v, fmt: f"  [dim]({iv.coverage:.0%} band {fmt(v * iv.low_factor)} - "
+                            f"{fmt(v * iv.high_factor)})[/]")
+            if iv is not None and iv.available else (lambda v, fmt: ""))
+
+
+def _summary_table(s, r):
+    """The report's summary table (a rich Table without header) of session ``s`` and report
+    ``r``: parameters, iteration time with its band, throughput, MFU, bubble, per-stage time,
+    training time and cost, memory per GPU."""
+    from rich.table import Table
+
+    from core.store.interval import interval_line
+    from core.sim.op_times import num_chunks
+    from core.schedules import get as get_schedule
+    from core.plan.model_config import padded_vocab_size
+    pl = s.plan
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    from core.sim.op_times import num_chunks
-    from core.schedules import get as get_schedule
     sched = get_schedule(s.plan.schedule)
-    ideal = sched.ideal_bubble_fraction(p, m, num_chunks(s.plan))
-    from core.plan.model_config import padded_vocab_size
+    ideal = sched.ideal_bubble_fraction(pl.pipeline_parallel, pl.num_microbatches,
+                                        num_chunks(s.plan))
     V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
@@ -64,9 +91,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
                   f"{r.num_active_parameters_with_embedding / 1e9:,.2f} B with it); MFU counts "
                   "their GEMMs")
     iv = r.interval
-    band = ((lambda v, fmt: f"  [dim]({iv.coverage:.0%} band {fmt(v * iv.low_factor)} - "
-                            f"{fmt(v * iv.high_factor)})[/]")
-            if iv is not None and iv.available else (lambda v, fmt: ""))
+    band = _band(iv)
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s"
               + band(r.iteration_time_s, lambda x: f"{x:,.3f} s"))
     if iv is not None:
@@ -75,13 +100,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     if r.fp8_recipe is not None:
         t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
                                "attention core, embedding and output layer in BF16")
-    causal = r.mfu_causal
-    t.add_row("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}"
-              + (f"  [dim](of the {r.mfu_peak_dtype.upper()} dense peak)[/]"
-                 if r.mfu_peak_dtype != r.precision else "")
-              + (f"; MFU {causal:.1%} counting only the attention under the causal mask "
-                 "(Megatron-Core 0.19's count; Eq. 3 credits the full s x s square)"
-                 if causal is not None and causal < 0.98 * r.mfu else ""))
+    t.add_row("MFU / HFU", _mfu_text(r))
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
     from core.plan.layout import layout_summary
@@ -89,21 +108,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     if summary:
         t.add_row("Pipeline layout", f"{s.plan.pipeline_model_parallel_layout}: {summary} "
                                      "(virtual stage k is chunk k//p of stage k%p)")
-    cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
-               "hidden under attention), " if s.plan.context_parallel > 1 else "")
-    tp_part = (f" ({r.tp_hidden_s:,.3f} s more TP hidden under GEMMs)"
-               if r.tp_hidden_s > 0 else "")
-    t.add_row("Per stage (mean)", f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
-                                  f"{r.comm_s:,.3f} s{tp_part}, "
-                                  + (f"expert all-to-all {r.ep_comm_s:,.3f} s"
-                                     + (f" ({r.ep_hidden_s:,.3f} s more hidden under another "
-                                        "micro-batch)" if r.ep_hidden_s > 0 else "") + ", "
-                                     if r.ep_comm_s or r.ep_hidden_s else "")
-                                  + f"pipeline sends {r.pp_comm_s:,.3f} s, "
-                                  f"{cp_part}bubble {r.bubble_s:,.3f} s, "
-                                  + (f"waiting for overlapped communication "
-                                     f"{r.overlap_wait_s:,.3f} s, " if r.overlap_wait_s else "")
-                                  + f"stage imbalance {r.imbalance_s:,.3f} s")
+    t.add_row("Per stage (mean)", _per_stage_text(s, r))
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
                           f"iterations, {r.training_days:,.1f} days"
               + band(r.training_days, lambda x: f"{x:,.1f}"))
@@ -115,9 +120,45 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
                                 f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
                                 f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")
-    console.print(t)
-    if r.run is not None:
-        console.print(_run_table(r, s))
+    return t
+
+
+def _mfu_text(r) -> str:
+    """The MFU / HFU cell: both utilizations, the peak's dtype when it differs from the
+    precision, and the causal-mask MFU when it is below 98 % of the reported one."""
+    causal = r.mfu_causal
+    return (f"{r.mfu:.1%} / {r.hfu:.1%}"
+            + (f"  [dim](of the {r.mfu_peak_dtype.upper()} dense peak)[/]"
+               if r.mfu_peak_dtype != r.precision else "")
+            + (f"; MFU {causal:.1%} counting only the attention under the causal mask "
+               "(Megatron-Core 0.19's count; Eq. 3 credits the full s x s square)"
+               if causal is not None and causal < 0.98 * r.mfu else ""))
+
+
+def _per_stage_text(s, r) -> str:
+    """The per-stage (mean) cell: compute, exposed and hidden communication by kind, bubble,
+    overlap wait and stage imbalance, in seconds."""
+    cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
+               "hidden under attention), " if s.plan.context_parallel > 1 else "")
+    tp_part = (f" ({r.tp_hidden_s:,.3f} s more TP hidden under GEMMs)"
+               if r.tp_hidden_s > 0 else "")
+    return (f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
+            f"{r.comm_s:,.3f} s{tp_part}, "
+            + (f"expert all-to-all {r.ep_comm_s:,.3f} s"
+               + (f" ({r.ep_hidden_s:,.3f} s more hidden under another "
+                  "micro-batch)" if r.ep_hidden_s > 0 else "") + ", "
+               if r.ep_comm_s or r.ep_hidden_s else "")
+            + f"pipeline sends {r.pp_comm_s:,.3f} s, "
+            f"{cp_part}bubble {r.bubble_s:,.3f} s, "
+            + (f"waiting for overlapped communication "
+               f"{r.overlap_wait_s:,.3f} s, " if r.overlap_wait_s else "")
+            + f"stage imbalance {r.imbalance_s:,.3f} s")
+
+
+def _stage_memory_table(r, p: int):
+    """The memory per GPU by pipeline stage (bytes, formatted): every stage when ``p`` <= 8, else
+    the first four and the last two with a ``...`` row between."""
+    from rich.table import Table
     mem = Table(title="Memory per GPU by pipeline stage (process: GEMM workspaces, the caching "
                       "allocator's reserve, the CUDA context and NCCL's buffers)",
                 title_justify="left")
@@ -133,11 +174,7 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
         mem.add_row(str(sm.stage), fmt_bytes(sm.weights_bytes), fmt_bytes(sm.gradients_bytes),
                     fmt_bytes(sm.optimizer_bytes), fmt_bytes(sm.activations_bytes),
                     fmt_bytes(process), fmt_bytes(sm.total_bytes))
-    console.print(mem)
-    for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {esc(w)}")
-    console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
-                  + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
+    return mem
 
 
 def _days(seconds: float) -> str:

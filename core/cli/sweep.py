@@ -389,6 +389,28 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
 
 
 def _print_result(result, console: Console, csv_path: str | None) -> None:
+    """The text report of a sweep: the headline and counts, the notes on MFU and precision,
+    the best plans, where the config's own plan stands, the Pareto front, the warnings, the best
+    plan by each dimension and where the CSV of every plan went (``csv_path``)."""
+    from core.util.console import esc
+    _print_header(result, console)
+    _print_mfu_notes(result, console)
+    best, own = _best_table(result)
+    console.print(best)
+    console.print()
+    _print_own_plan(result, console, own)
+    console.print()
+    _print_front(result, console)
+    _print_warnings(result, console)
+    _print_best_by(result, console)
+    if csv_path:
+        console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
+
+
+def _print_header(result, console: Console) -> None:
+    """The sweep's headline (model, GPU, batch, token budget, price, budget), the profile, the
+    plan counts (valid, fitting, simulated, pruned) with the wall time, the swept dimensions, a
+    kept pipeline layout, and the legend of the tables."""
     import numpy as np
 
     from core.util.console import esc
@@ -413,6 +435,12 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
+
+
+def _print_mfu_notes(result, console: Console) -> None:
+    """Notes on the MFU column: the causal-mask share of the model FLOPs when under 0.97 (long
+    sequences) and the fp8 recipe with the peak MFU is measured against."""
+    s = result.session
     from core.model.counts import causal_model_flops_per_iteration, model_flops_per_iteration
     causal = causal_model_flops_per_iteration(s.model, s.plan) / model_flops_per_iteration(s.model, s.plan)
     if causal < 0.97 and result.fastest is not None:  # long sequences: the square vs the mask
@@ -424,11 +452,17 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
         from core.plan.parallel import fp8_recipe
         from core.sim.costing import MFU_PEAK_NOTE
         console.print(f"[dim]precision fp8, recipe {fp8_recipe(s.plan)}; {MFU_PEAK_NOTE}[/]")
+
+
+def _best_table(result):
+    """The "Best plans" table (fastest, cheapest, cheapest within the deadline when one is set,
+    the config's own plan when swept; ``-`` cells where there is none) and the index of the
+    config's own plan among the swept ones (None when not swept)."""
     best = _plan_table("Best plans", result, "")
     rows = [("fastest", result.fastest), ("cheapest", result.cheapest)]
     if result.deadline_days is not None:
         rows.append((f"<= {result.deadline_days:g} d", result.cheapest_within_deadline))
-    own = result.index_of(s.plan)
+    own = result.index_of(result.session.plan)
     if own is not None:
         rows.append(("config", own))
     for label, i in rows:
@@ -436,14 +470,22 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
             best.add_row(label, *(["-"] * (len(_plan_fields(result)) + 6)))
         else:
             best.add_row(label, *_plan_cells(result, i))
-    console.print(best)
-    console.print()
+    return best, own
+
+
+def _print_own_plan(result, console: Console, own: int | None) -> None:
+    """No plan within the deadline (when one is set), then where the config's own plan (index
+    ``own``, None when not swept) stands: not swept and why, on the Pareto front, not fitting, or
+    dominated (by how many, and the cheapest of them with its time and cost change)."""
+    import numpy as np
+
+    from core.util.console import esc
     if result.deadline_days is not None and result.cheapest_within_deadline is None:
         quick = (f"; the fastest plan that fits takes {result.training_days[result.fastest]:,.1f} days"
                  if result.fastest is not None else "")
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
     if own is None:
-        p = s.plan
+        p = result.session.plan
         why = result.space.excludes(p)
         console.print(f"The config's own plan ({p.label()}) is not among the swept plans: "
                       + (f"{why}." if why else "outside the budget or the candidate values, or it "
@@ -461,7 +503,11 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
             f"{result.plans[j].label()}, "
             f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
             f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
-    console.print()
+
+
+def _print_front(result, console: Console) -> None:
+    """The Pareto front of (days, cost), fastest first, and the plans outside calibration;
+    nothing when no plan was simulated."""
     n_front = int(result.pareto.sum())
     front = _plan_table(f"Pareto front of (days, cost): {n_front} plan{'s' if n_front != 1 else ''}, "
                         f"fastest first", result)
@@ -470,6 +516,11 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if result.num_feasible:
         console.print(front)
         _print_outside_calibration(result, console)
+
+
+def _print_warnings(result, console: Console) -> None:
+    """The first three of the sweep's summarized warnings, the rest counted (all in --json)."""
+    from core.util.console import esc
     from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)
     for w in warnings[:3]:
@@ -477,9 +528,6 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings "
                       f"(all in --json)[/]")
-    _print_best_by(result, console)
-    if csv_path:
-        console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
 
 
 def _print_outside_calibration(result, console: Console) -> None:

@@ -62,70 +62,26 @@ def _check_coverage(value: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``vtrain validate``: see :func:`add_parser`."""
-    import numpy as np
-    from rich.table import Table
+    """``vtrain validate``: see :func:`add_parser`.
 
-    from core.util.console import Console, esc
+    Steps: check the options, read the file, predict every row (in sample, or each fold
+    refitted on the others with ``--cross-validate``), gather the metrics, write ``--out`` and
+    ``--plot``, then print one JSON object (``--json``) or the text report.
+    """
     from core.util.inputs import strict_dumps
-    from core.accuracy.measured import read_measurements, skip_counts
-    from core.accuracy.validate import ValidationResult, over_capacity, predict_rows
+    from core.accuracy.measured import read_measurements
+    from core.accuracy.validate import predict_rows
 
-    if args.cross_validate == 1 or args.cross_validate < 0:
-        raise field_error("--cross-validate", "needs at least 2 folds")
-    coverage = _check_coverage(args.coverage)
-    refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    coverage = _check_args(args)
     with row_progress(f"reading {Path(args.csv).name}", args.json) as progress:
         ms = read_measurements(args.csv, progress)
     shared = False
     if args.cross_validate:
-        from core.accuracy.calibrate import cross_validate, measured_sessions
-        from core.accuracy.shared_fit import analytic_bases, shared_fit_kwargs, use_shared_fit
-        from core.sim.simulate import open_profile, session_profile
-        sessions, measured = measured_sessions(ms)
-        err = Console(stderr=True)
-        if len(sessions) < 2:
-            raise field_error("--cross-validate", f"{len(sessions)} usable rows: cross-validation "
-                                                  "needs at least 2")
-        if len(sessions) < args.cross_validate:  # each row its own fold (leave-one-out)
-            err.print(f"{args.cross_validate} folds asked, {len(sessions)} usable rows: "
-                      f"{len(sessions)} folds (leave-one-out)", highlight=False)
-            args.cross_validate = len(sessions)
-        shared = not args.profile and use_shared_fit(sessions)
-        if args.profile:
-            base, fit_kw = open_profile(args.profile), {}
-        elif shared:  # the procedure of `vtrain calibrate --out-dir` (docs/accuracy.md)
-            base = analytic_bases()
-            fit_kw = shared_fit_kwargs(base, sessions)
-        else:
-            base, fit_kw = session_profile, {}
-        pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
-                                      progress=lambda msg: err.print(esc(msg), highlight=False),
-                                      **fit_kw)
-        used = [i for i, m in enumerate(ms) if not m.skip_reason and m.has_time]
-        pred = np.full(len(ms), np.nan)
-        pred[used] = pred_used
-        # each fold's bands from the out-of-fold residuals of the other folds
-        from core.store.interval import cross_conformal, residual_table_from_cv
-        table = residual_table_from_cv(sessions, measured, pred_used, Path(args.csv).name,
-                                       [ms[i].row for i in used])
-        lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
-        low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
-        low[used], high[used] = lo_used, hi_used
-        from core.accuracy.validate import predict_memory
-        result = ValidationResult(ms, pred, low, high, coverage, predict_memory(ms))
+        result, shared = _cross_validated(args, ms, coverage)
     else:
         with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
-    metrics = result.metrics()
-    metrics["cross_validated_folds"] = args.cross_validate
-    metrics["skipped_by_cause"] = skip_counts(ms)
-    metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
-        {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
-        for m, need, cap in over_capacity(ms)]
-    metrics["by_group"] = {key: [{"label": g, "n": n, "mape_percent": mape, "max_ape_percent": mx}
-                                 for g, n, mape, mx in result.by_group(key)]
-                           for key in _group_keys(ms)}
+    metrics = _metrics(result, ms, args.cross_validate)
     if args.out:
         _write_rows(result, args.out)
     if args.plot and metrics["n"]:
@@ -134,16 +90,124 @@ def run(args: argparse.Namespace) -> int:
         metrics["rows"] = _row_records(result)
         print(strict_dumps(_no_nan(metrics)))
         return 0
-    console = Console()
-    if args.cross_validate and shared:
-        how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the analytic "
-               "stores of its GPU kinds with efficiencies shared across the kinds, refitted on "
-               "the other folds of this file alone")
-    elif args.cross_validate:
-        how = (f"{args.cross_validate}-fold cross-validated: each fold predicted by the profile "
-               "refitted on the other folds of this file alone")
+    _print_report(args, ms, result, metrics, _how(args, shared, result))
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> float:
+    """Refuse a fold count of 1 or below 0 and an ``--out`` / ``--plot`` that would overwrite an
+    input; return the checked ``--coverage``.
+
+    Raises
+    ------
+    ConfigError
+        Naming the option at fault (:func:`core.cli.common.field_error`).
+    """
+    if args.cross_validate == 1 or args.cross_validate < 0:
+        raise field_error("--cross-validate", "needs at least 2 folds")
+    coverage = _check_coverage(args.coverage)
+    refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    return coverage
+
+
+def _cross_validated(args: argparse.Namespace, ms, coverage: float):
+    """Predict the rows of ``ms`` by ``args.cross_validate``-fold cross-validation.
+
+    Each fold is predicted by the profile refitted on the other folds: ``--profile``'s store, or
+    the analytic stores with efficiencies shared across GPU kinds (the procedure of ``vtrain
+    calibrate --out-dir``, docs/accuracy.md) when the rows call for it, or else each row's shipped
+    store. With fewer usable rows than folds each row is its own fold (``args.cross_validate`` is
+    lowered to the row count, with a note on stderr). Each fold's error band comes from the
+    out-of-fold residuals of the other folds (cross-conformal).
+
+    Returns
+    -------
+    (ValidationResult, bool)
+        The predictions (NaN for rows not used) with their bands and memory predictions, and
+        whether the shared fit was used.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than 2 usable rows (``--cross-validate``).
+    """
+    import numpy as np
+
+    from core.util.console import Console, esc
+    from core.accuracy.calibrate import cross_validate, measured_sessions
+    from core.accuracy.shared_fit import analytic_bases, shared_fit_kwargs, use_shared_fit
+    from core.accuracy.validate import ValidationResult
+    from core.sim.simulate import open_profile, session_profile
+    sessions, measured = measured_sessions(ms)
+    err = Console(stderr=True)
+    if len(sessions) < 2:
+        raise field_error("--cross-validate", f"{len(sessions)} usable rows: cross-validation "
+                                              "needs at least 2")
+    if len(sessions) < args.cross_validate:  # each row its own fold (leave-one-out)
+        err.print(f"{args.cross_validate} folds asked, {len(sessions)} usable rows: "
+                  f"{len(sessions)} folds (leave-one-out)", highlight=False)
+        args.cross_validate = len(sessions)
+    shared = not args.profile and use_shared_fit(sessions)
+    if args.profile:
+        base, fit_kw = open_profile(args.profile), {}
+    elif shared:  # the procedure of `vtrain calibrate --out-dir` (docs/accuracy.md)
+        base = analytic_bases()
+        fit_kw = shared_fit_kwargs(base, sessions)
     else:
-        how = _profile_note(args.profile, result, Path(args.csv).name)
+        base, fit_kw = session_profile, {}
+    pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
+                                  progress=lambda msg: err.print(esc(msg), highlight=False),
+                                  **fit_kw)
+    used = [i for i, m in enumerate(ms) if not m.skip_reason and m.has_time]
+    pred = np.full(len(ms), np.nan)
+    pred[used] = pred_used
+    # each fold's bands from the out-of-fold residuals of the other folds
+    from core.store.interval import cross_conformal, residual_table_from_cv
+    table = residual_table_from_cv(sessions, measured, pred_used, Path(args.csv).name,
+                                   [ms[i].row for i in used])
+    lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
+    low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
+    low[used], high[used] = lo_used, hi_used
+    from core.accuracy.validate import predict_memory
+    return ValidationResult(ms, pred, low, high, coverage, predict_memory(ms)), shared
+
+
+def _metrics(result, ms, folds: int) -> dict:
+    """The report's figures: :meth:`ValidationResult.metrics` plus the fold count (0: none),
+    skipped rows by cause, the runs the memory model says cannot fit (GiB) and the error by
+    group (:func:`_group_keys`)."""
+    from core.accuracy.measured import skip_counts
+    from core.accuracy.validate import over_capacity
+    metrics = result.metrics()
+    metrics["cross_validated_folds"] = folds
+    metrics["skipped_by_cause"] = skip_counts(ms)
+    metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
+        {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
+        for m, need, cap in over_capacity(ms)]
+    metrics["by_group"] = {key: [{"label": g, "n": n, "mape_percent": mape, "max_ape_percent": mx}
+                                 for g, n, mape, mx in result.by_group(key)]
+                           for key in _group_keys(ms)}
+    return metrics
+
+
+def _how(args: argparse.Namespace, shared: bool, result) -> str:
+    """How the rows were predicted, for the report's first line: the cross-validation done, or
+    the profile used and whether the figures are in sample (:func:`_profile_note`)."""
+    if args.cross_validate and shared:
+        return (f"{args.cross_validate}-fold cross-validated: each fold predicted by the analytic "
+                "stores of its GPU kinds with efficiencies shared across the kinds, refitted on "
+                "the other folds of this file alone")
+    if args.cross_validate:
+        return (f"{args.cross_validate}-fold cross-validated: each fold predicted by the profile "
+                "refitted on the other folds of this file alone")
+    return _profile_note(args.profile, result, Path(args.csv).name)
+
+
+def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str) -> None:
+    """The text report: the headline, the time and memory errors, the runs the memory model says
+    cannot fit, the named assumptions and the skipped rows."""
+    from core.util.console import Console, esc
+    console = Console()
     mem = metrics["memory"]
     console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted"
                   + (f" for time, {mem['n']} for memory" if mem["n"] else "")
@@ -160,6 +224,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"memory model: {len(over)} of {len(used)} predicted rows need more than "
                       f"their GPU's memory, though the runs ran: {esc('; '.join(over))}",
                       highlight=False)
+    _print_assumptions(console, used)
+    _print_skipped(console, ms, metrics)
+
+
+def _print_assumptions(console: Console, used) -> None:
+    """A table of the named assumptions (docs/accuracy.md) of the predicted rows ``used`` with
+    their row counts, most used first; nothing when none was named."""
+    from rich.table import Table
+
+    from core.util.console import esc
     named: dict[str, int] = {}
     for m in used:
         for a in m.assumptions:
@@ -172,6 +246,14 @@ def run(args: argparse.Namespace) -> int:
         for name, n in sorted(named.items(), key=lambda kv: (-kv[1], kv[0])):
             a.add_row(esc(name), str(n))
         console.print(a)
+
+
+def _print_skipped(console: Console, ms, metrics: dict) -> None:
+    """The skipped rows: a table of their causes, then the first :data:`_MAX_ROWS_SHOWN` rows
+    with their reasons (the rest counted)."""
+    from rich.table import Table
+
+    from core.util.console import esc
     if metrics["skipped"]:
         c = Table(title=f"skipped rows by cause ({metrics['skipped']} rows; a row may have "
                         "several causes)", title_justify="left")
@@ -186,7 +268,6 @@ def run(args: argparse.Namespace) -> int:
     if len(skipped) > _MAX_ROWS_SHOWN:
         console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
                       "(see --out)[/]")
-    return 0
 
 
 def _no_nan(value):
