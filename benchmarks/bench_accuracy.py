@@ -40,14 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.accuracy.calibrate import (apply_fit,
-    balanced_weights,
-    calibrated_store,
-    calibration_residuals,
-    cross_validate,
-    cross_validate_files,
-    fit,
-    measured_sessions)  # noqa: E402
+from core.accuracy.calibrate import (apply_fit, balanced_weights, calibrated_store,  # noqa: E402
+                                     calibration_residuals, cross_validate, cross_validate_files,
+                                     fit, measured_sessions)
 from core.store.interval import cross_conformal, residual_table_from_cv  # noqa: E402
 from core.store.profile_store import ProfileStore  # noqa: E402
 from core.store.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402

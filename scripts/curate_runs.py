@@ -23,20 +23,15 @@ import dataclasses
 import io
 import math
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 
-from core.accuracy.measured import FIELD_CAUSES  # noqa: E402
+from core.accuracy.measured import FIELD_CAUSES, skip_cause, skip_counts  # noqa: E402
 from core.accuracy.validate import row_memory  # noqa: E402
-from core.plan.cluster import (GPU_KINDS,
-    GPU_NIC_GBITS_PER_GPU,
-    ClusterConfig,
-    CostConfig,
-    gpu_kind,
-    node_network_gbits_per_s)
+from core.plan.cluster import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, ClusterConfig, CostConfig,
+                               gpu_kind, node_network_gbits_per_s)
 from core.plan.presets import MODEL_PRESETS, GPT_FAMILY
 from core.plan.parallel import PRECISIONS, RECOMPUTE_CHOICES, ParallelPlan
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -380,7 +375,7 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
             errs = [rename_field(e, names) for e in errs]
         if errs:
             reasons.append("invalid plan: " + "; ".join(e.message for e in errs))
-            causes += [_cause(e) for e in errs]
+            causes += [skip_cause(e) for e in errs]
     reason = "; ".join(reasons)
     memory_only = math.isnan(measured_s) and not math.isnan(memory_gib)
     if not reason and not math.isnan(memory_gib) and not memory_gib > 0:
@@ -400,23 +395,7 @@ def _finish(row: int, session: Session, measured_s: float, group: dict[str, str]
                        list(assumptions or []), memory_gib, memory_scale)
 
 
-def _cause(err: Any) -> str:
-    """Short cause name of a validation error (counts per cause)."""
-    if "not modelled" in err.message or err.field == "cluster.gpu":
-        return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")
-    if "is not divisible by pipeline_parallel_size" in err.message:
-        return "uneven pipeline split"
-    return f"invalid plan ({err.field})"
-
-
-def skip_counts(measurements: list[Measurement]) -> dict[str, int]:
-    """Rows skipped per cause (a row with several causes counts under each), most first."""
-    counts: dict[str, int] = defaultdict(int)
-    for m in measurements:
-        if m.skip_reason:
-            for c in m.skip_causes or ["other"]:
-                counts[c] += 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+# skip_cause and skip_counts: the product's (core.accuracy.measured), not copies
 
 
 def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measurement:

@@ -9,12 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core.accuracy.calibrate import (apply_fit,
-    cross_validate,
-    fit,
-    linearize,
-    predict_linearized,
-    shared_fit_params)
+from core.accuracy.calibrate import (apply_fit, cross_validate, fit, linearize, predict_linearized,
+                                     shared_fit_params)
 from core.accuracy.shared_fit import (analytic_bases, shared_fit_kwargs, shared_stores,
                                       supported_params, use_shared_fit)
 from core.plan.parallel import PRECISIONS, ParallelPlan

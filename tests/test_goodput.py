@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from core.model import model_math
-from core.plan.cluster import (
-    LLAMA3_FAILURES_PER_GPU_HOUR, ClusterConfig, CostConfig, ReliabilityConfig)
+from core.plan.cluster import (LLAMA3_FAILURES_PER_GPU_HOUR, ClusterConfig, CostConfig,
+                               ReliabilityConfig)
 from core.plan.fields import ConfigError
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS

@@ -14,8 +14,8 @@ import pytest
 
 from core.cli import main
 from core.sim.comm import CommModel
-from core.plan.cluster import (
-    GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind)
+from core.plan.cluster import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
+                               ClusterConfig, gpu_kind)
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session

@@ -11,8 +11,8 @@ import pytest
 
 from core.model import model_math
 from core.plan.cluster import ClusterConfig, CostConfig
-from core.plan.layout import (
-    expand_pipeline_layout, layout_summary, stage_layer_counts, virtual_stage_layer_counts)
+from core.plan.layout import (expand_pipeline_layout, layout_summary, stage_layer_counts,
+                              virtual_stage_layer_counts)
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate

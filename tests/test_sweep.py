@@ -29,12 +29,8 @@ from core.sim.graph_types import KINDS
 from core.sim.simulate import open_profile, profile_path, simulate
 from core.sim.solver import solve
 from core.sim.fastpath import pipeline_iteration_times
-from core.studies.sweep import (one_stage_schedule,
-    SweepCancelled,
-    SweepSpace,
-    enumerate_plans,
-    pareto_front,
-    run_sweep)
+from core.studies.sweep import (one_stage_schedule, SweepCancelled, SweepSpace, enumerate_plans,
+                                pareto_front, run_sweep)
 from tests.conftest import EXAMPLES, ROOT, shared_file
 
 TINY = ModelConfig("tiny", num_layers=4, hidden_size=64, num_attention_heads=8, ffn_hidden_size=None,

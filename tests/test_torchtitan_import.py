@@ -14,10 +14,8 @@ import pytest
 from core.plan.fields import ConfigError
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
-from core.io.torchtitan_import import (KEYS,
-    load_toml,
-    read_torchtitan_config,
-    session_from_torchtitan)
+from core.io.torchtitan_import import (KEYS, load_toml, read_torchtitan_config,
+                                       session_from_torchtitan)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "torchtitan"

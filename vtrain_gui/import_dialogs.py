@@ -38,6 +38,20 @@ IMPORT_ERRORS = (ConfigError, MegatronArgsError, SessionFileError, OSError, Valu
                  RecursionError, MemoryError)
 
 
+def _add_buttons(dialog: QtWidgets.QDialog, layout: QtWidgets.QBoxLayout, text: str,
+                 on_accept) -> QtWidgets.QPushButton:
+    """Cancel and the default button ``text`` at the foot of ``dialog``'s ``layout``: Enter
+    presses ``text`` (``on_accept``), never Cancel; returns the ``text`` button."""
+    buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+    buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
+    button = buttons.addButton(text, QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+    button.setDefault(True)
+    buttons.accepted.connect(on_accept)
+    buttons.rejected.connect(dialog.reject)
+    layout.addWidget(buttons)
+    return button
+
+
 @dataclasses.dataclass(frozen=True)
 class ImportSource:
     """One kind of file File > Import reads.
@@ -261,14 +275,7 @@ class ImportOptionsDialog(QtWidgets.QDialog):
             self.fields[name] = widget
             form.addRow(f"{label} ({flag})" if name != "allow_unknown" else "", widget)
         layout.addLayout(form)
-        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
-        self.import_button = buttons.addButton("Import",
-                                               QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
-        self.import_button.setDefault(True)
-        buttons.accepted.connect(self._on_import_click)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        self.import_button = _add_buttons(self, layout, "Import", self._on_import_click)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
@@ -338,14 +345,7 @@ class ImportReviewDialog(QtWidgets.QDialog):
         self.notes = QtWidgets.QTextBrowser()
         self.notes.setHtml(self.notes_html(imported))
         layout.addWidget(self.notes, 1)
-        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
-        self.open_button = buttons.addButton("Open as new session",
-                                             QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
-        self.open_button.setDefault(True)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        self.open_button = _add_buttons(self, layout, "Open as new session", self.accept)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)

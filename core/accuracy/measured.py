@@ -50,7 +50,7 @@ from core.plan.rules import validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import parse_json, read_bytes
 
-__all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_counts",
+__all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
            "MAX_ROWS"]
 
@@ -247,7 +247,7 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRu
     if errs:
         shown = [rename_field(e, names) for e in errs] if names else errs  # the file's names
         run.skip_reason = "invalid plan: " + "; ".join(e.message for e in shown)
-        run.skip_causes = list(dict.fromkeys(_cause(e) for e in errs))
+        run.skip_causes = list(dict.fromkeys(skip_cause(e) for e in errs))
     elif not math.isnan(mem) and not mem > 0:
         run.skip_reason = f"measured peak memory {mem!r} GiB is not a positive number"
         run.skip_causes = ["measured memory not positive"]
@@ -264,7 +264,7 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRu
     return run
 
 
-def _cause(err: Any) -> str:
+def skip_cause(err: Any) -> str:
     """Short cause name of a validation error (counts per cause)."""
     if "not modelled" in err.message or err.field == "cluster.gpu":
         return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")

@@ -11,12 +11,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from core.accuracy.calibrate import (HALF_PRECISIONS,
-    FitResult,
-    apply_fit,
-    base_of,
-    shared_fit_params,
-    store_op_model)
+from core.accuracy.calibrate import (HALF_PRECISIONS, FitResult, apply_fit, base_of,
+                                     shared_fit_params, store_op_model)
 from core.model.ops import effective_op_model
 from core.plan.session import Session
 from core.store.gpu_spec import fits_peak_fraction, kind_fits_peak_fraction

@@ -18,11 +18,8 @@ from core.model.mla import (mla_activation_terms, mla_attention_parameters,
 from core.model.mlp import is_gated, mlp_kernels, mlp_parameters
 from core.model.recompute import selective_op_activation_bytes
 from core.model.tokens import OpShape, op_shape
-from core.plan.parallel import (FP8_DEFAULT_RECIPE,
-    ParallelPlan,
-    fp8_recipe,
-    recompute_modules,
-    tensor_dtype)
+from core.plan.parallel import (FP8_DEFAULT_RECIPE, ParallelPlan, fp8_recipe, recompute_modules,
+                                tensor_dtype)
 from core.plan.model_config import ModelConfig, padded_vocab_size
 
 __all__ = [

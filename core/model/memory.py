@@ -27,13 +27,8 @@ from core.model.mtp import mtp_extra_parameters, mtp_layers
 from core.model.recompute import recomputed_layers
 from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
-from core.plan.parallel import (PLAN_FIELDS,
-    ParallelPlan,
-    fp8_recipe,
-    grad_dtype,
-    plan_key,
-    tensor_dtype,
-    zero_shard_size)
+from core.plan.parallel import (PLAN_FIELDS, ParallelPlan, fp8_recipe, grad_dtype, plan_key,
+                                tensor_dtype, zero_shard_size)
 from core.plan.model_config import ModelConfig, padded_vocab_size
 from core.plan.layout import pipeline_layout_text, stage_layer_counts
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from core.plan.cluster import (
-    GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN, ClusterConfig)
+from core.plan.cluster import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
+                               ClusterConfig)
 from core.plan.fields import BOUNDS, ConfigError, FieldError, is_int, section_errors
-from core.plan.layout import (
-    layout_chunks, layout_conflict, largest_model_chunk, pipeline_layout_errors,
-    pipeline_layout_text, pipeline_split_slots, stage_layer_counts, virtual_stage_layer_counts)
+from core.plan.layout import (layout_chunks, layout_conflict, largest_model_chunk,
+                              pipeline_layout_errors, pipeline_layout_text, pipeline_split_slots,
+                              stage_layer_counts, virtual_stage_layer_counts)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
-from core.plan.parallel import (
-    GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
-    ParallelPlan, fp8_recipe, parse_recompute_modules, recompute_modules)
+from core.plan.parallel import (GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES,
+                                UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES, ParallelPlan, fp8_recipe,
+                                parse_recompute_modules, recompute_modules)
 from core.plan.session import Session
 
 __all__ = ["validate", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
-from core.plan.fields import (
-    TYPE_WORDS, ConfigError, FieldError, matches_type, shown_value, check_value, field_kind,
-    rename_field)
+from core.plan.fields import (TYPE_WORDS, ConfigError, FieldError, matches_type, shown_value,
+                              check_value, field_kind, rename_field)
 from core.plan.model_config import ModelConfig, missing_required
 from core.plan.parallel import ParallelPlan
 

@@ -21,13 +21,8 @@ from core.plan.layout import virtual_stage_layer_counts
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.ops import (DERIVED_OPS, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
-from core.model.keys import (MODULE_OPS,
-    MOE_DERIVED_OPS,
-    MOE_OPS,
-    SELECTIVE_OP_GEMMS,
-    SELECTIVE_OP_OPS,
-    SWA_OPS,
-    TP_OVERLAP_OPS)
+from core.model.keys import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
+                             SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_OPS)
 from core.model.moe import expert_data_parallel
 from core.plan.parallel import recompute_modules
 

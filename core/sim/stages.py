@@ -16,12 +16,8 @@ import numpy as np
 
 from core.model import model_math
 from core.sim.comm import CommModel
-from core.plan.parallel import (PLAN_FIELDS,
-    fp8_recipe,
-    grad_dtype,
-    plan_key,
-    tensor_dtype,
-    zero_shard_size)
+from core.plan.parallel import (PLAN_FIELDS, fp8_recipe, grad_dtype, plan_key, tensor_dtype,
+                                zero_shard_size)
 from core.plan.model_config import ModelConfig
 from core.plan.session import Session
 from core.plan.layout import pipeline_layout_text
@@ -34,15 +30,9 @@ from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_wei
                                virtual_stage_layers)
 from core.sim.stage_comm import StageComm, cached_comm_call, memoized
 from core.sim.template_builder import stage_templates
-from core.sim.templates import (DataParallel,
-    SOURCE_INDEX,
-    StageStructure,
-    Template,
-    reduces_gradients,
-    source_values,
-    stage_structure,
-    tail_overrun,
-    template_times)
+from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
+                                reduces_gradients, source_values, stage_structure, tail_overrun,
+                                template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
 

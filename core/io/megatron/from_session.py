@@ -19,6 +19,11 @@ from core.plan.session import Session
 __all__ = ["export_arguments"]
 
 
+#: Plan switches exported as Megatron-LM's flag of the same name (``--`` and dashes), in order.
+_SWITCHES = ("fp8_param_gather", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+             "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
@@ -184,18 +189,7 @@ def _sharding_words(pl: Any) -> list[str]:
     size = _get(pl, "data_parallel_shard_size")
     if size:  # hybrid sharding: d/size instances of the distributed optimizer
         out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]
-    if _get(pl, "fp8_param_gather"):
-        out.append("--fp8-param-gather")
-    if _get(pl, "overlap_grad_reduce"):
-        out.append("--overlap-grad-reduce")
-    if _get(pl, "overlap_param_gather"):
-        out.append("--overlap-param-gather")
-    if _get(pl, "tp_comm_overlap"):
-        out.append("--tp-comm-overlap")
-    if _get(pl, "overlap_moe_expert_parallel_comm"):
-        out.append("--overlap-moe-expert-parallel-comm")
-    if _get(pl, "delay_wgrad_compute"):
-        out.append("--delay-wgrad-compute")
+    out += [f"--{name.replace('_', '-')}" for name in _SWITCHES if _get(pl, name)]
     if _get(pl, "cross_entropy_loss_fusion"):
         out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
                 str(_get(pl, "cross_entropy_fusion_impl") or "native")]

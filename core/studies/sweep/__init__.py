@@ -94,11 +94,8 @@ from core.studies.sweep.result import (BEST_BY_FIELDS, COLUMNS, PLAN_COLUMNS, Sw
                                        pareto_front, plan_label, plans_note)
 from core.studies.sweep.run import run_sweep
 from core.studies.sweep.saved import restore_sweep, saved_sweep, stale_reasons
-from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES,
-    SweepSpace,
-    budget_text,
-    enumerate_plans,
-    one_stage_schedule)
+from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SweepSpace, budget_text,
+                                      enumerate_plans, one_stage_schedule)
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS",

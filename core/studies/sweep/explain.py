@@ -17,13 +17,8 @@ from core.plan.session import Session
 from core.plan.layout import pipeline_split_slots
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
-from core.studies.sweep.space import (SweepSpace,
-    as_list,
-    budget_text,
-    cp_candidates,
-    divisors,
-    layout_stages,
-    tp_pp_candidates)
+from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
+                                      layout_stages, tp_pp_candidates)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values"]
 

@@ -20,18 +20,11 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
-from core.plan.parallel import (SWEEP_SCHEDULES,
-    RECOMPUTE_CHOICES,
-    RECOMPUTE_MODES,
-    SCHEDULES,
-    ZERO_STAGES,
-    ParallelPlan,
-    plan_key)
+from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
+                                ZERO_STAGES, ParallelPlan, plan_key)
 from core.plan.session import Session
-from core.plan.layout import (capped_recompute_layers,
-    expand_pipeline_layout,
-    pipeline_layout_text,
-    pipeline_split_slots)
+from core.plan.layout import (capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text,
+                              pipeline_split_slots)
 from core.plan.rules import ep_overlap_errors, probe_plan, validate
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
