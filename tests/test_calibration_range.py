@@ -12,12 +12,13 @@ import pytest
 
 from core.cli import main
 from core.io.session import load_any
-from core.store.calibration_range import (conditioned_rows, feature_departures, features_of,
-                                          plan_features)
+from core.store.calibration_range import (CONDITIONS, MIN_LIKE_RUNS, condition_order,
+                                          conditioned_rows, explained_spread, feature_departures,
+                                          features_of, plan_features)
 from core.store.image import from_image, to_image
 from core.store.interval import (conformal_bounds, cross_conformal, interval_factors, interval_for,
-                                 min_residuals, plan_departures, residual_table_from_cv,
-                                 session_interval)
+                                 interval_line, min_residuals, plan_departures,
+                                 residual_table_from_cv, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
 from core.store.residuals import FEATURE_COLUMNS, ResidualTable
@@ -109,8 +110,10 @@ def test_the_band_uses_the_narrower_group_when_enough_residuals_exist():
     lo, hi = conformal_bounds(np.sort(t.log_residual[sel]), 0.9)
     assert iv.num_residuals == 20 and iv.low_factor == pytest.approx(np.exp(lo))
     assert iv.high_factor == pytest.approx(np.exp(hi))
-    assert iv.conditioned_on == ("gpu", "family", "precision", "cp", "ep", "recompute")
-    assert iv.not_conditioned_on == ()
+    # the condition that explains the spread (precision: bf16 near 0, fp8 near +0.3) first
+    assert iv.conditioned_on == condition_order(t, np.ones(len(t), bool))
+    assert iv.conditioned_on[0] == "precision" and set(iv.conditioned_on) == set(CONDITIONS)
+    assert iv.not_conditioned_on == () and iv.like_runs == 20
     assert iv.within_calibration and iv.note == ""
     # the bf16 plan gets the 20 dense bf16 runs' band, far narrower than the pooled one
     bf = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=dict(BASE))
@@ -137,11 +140,88 @@ def test_the_band_falls_back_to_wider_groups_and_says_so():
     moe = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**BASE, "family": "moe", "ep": 8})
     assert {"family", "ep"} <= set(moe.not_conditioned_on) and moe.departures == ()
     assert moe.num_residuals >= min_residuals(0.9)
-    # at 95 % (39 residuals at least): the 40 dense runs, not the 20 bf16 ones
+    # at 95 % (39 residuals at least) the 20 dense bf16 runs are too few for a band of their
+    # own: their spread scales the 42 standardized residuals, narrower than the pooled band
     iv95 = interval_for(t, 10.0, 64, 8, 1e10, 0.95, features=dict(BASE))
-    assert iv95.not_conditioned_on == ("precision",) and iv95.num_residuals == 40
-    lo, hi = conformal_bounds(np.sort(t.log_residual[t.family == "dense"]), 0.95)
-    assert (iv95.low_factor, iv95.high_factor) == pytest.approx((np.exp(lo), np.exp(hi)))
+    assert iv95.like_runs == 20 and iv95.num_residuals == 42 and "precision" in iv95.conditioned_on
+    pooled = interval_for(_strip(t), 10.0, 64, 8, 1e10, 0.95)
+    assert pooled.num_residuals == 42 and pooled.like_runs == 0
+    assert iv95.high_factor / iv95.low_factor < pooled.high_factor / pooled.low_factor
+
+
+#: Shape of the residuals of both families in :func:`_dense_and_moe` (12 runs each).
+_U = np.array([1.0, -1.0, 0.5, -0.5] * 3)
+
+
+def _dense_and_moe(a: float = 0.02, b: float = 0.3) -> ResidualTable:
+    """24 multi-node runs on three GPU kinds, each kind with 4 dense runs (log residuals
+    ``a * u``) and 4 MoE runs with ep 8 (``b * u``), ``u`` = :data:`_U`: the family drives the
+    error, the GPU kind none (every kind holds the same residuals)."""
+    rows = []
+    for fam, scale in (("dense", a), ("moe", b)):
+        for i, u in enumerate(_U):
+            gpu = ("H100-SXM5-80GB", "B200-180GB", "GB200-NVL72")[i // 4]
+            rows.append((scale * u, {"gpu": gpu, "family": fam, "ep": 1 if fam == "dense" else 8}))
+    return _table(rows)
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x))))
+
+
+def test_the_rule_picks_dense_versus_moe_over_the_gpu_kind_and_narrows():
+    t = _dense_and_moe()
+    base = np.ones(len(t), bool)
+    # what each condition explains, in closed form: splitting by family (or ep, the same split)
+    # into the scales a and b; the GPU kind splits off nothing, the others have one value
+    gain = explained_spread(t, base)
+    ms_u = float(np.mean(_U ** 2))
+    pooled = (0.02 ** 2 + 0.3 ** 2) / 2 * ms_u
+    fam = 24 * np.log(pooled) - 12 * np.log(0.02 ** 2 * ms_u) - 12 * np.log(0.3 ** 2 * ms_u)
+    assert gain["family"] == pytest.approx(fam) and gain["ep"] == pytest.approx(fam)
+    assert gain["gpu"] == pytest.approx(0, abs=1e-9) and gain["precision"] == 0
+    assert condition_order(t, base)[:2] == ("family", "ep")
+    # a dense plan on the H100: the 12 dense runs (the 4 dense H100 runs are fewer than 6)
+    plan = {**BASE, "gpu": "H100-SXM5-80GB"}
+    iv = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=plan)
+    assert iv.conditioned_on[:2] == ("family", "ep") and iv.not_conditioned_on == ("gpu",)
+    assert iv.like_runs == 12 and iv.num_residuals == 24 and MIN_LIKE_RUNS <= 12 < 19
+    # the band in closed form: each run standardized by the root mean square of the 11 other
+    # runs of its family (u_j / rms(u without j), the same for both families); the plan's band
+    # is a * rms(u) times the shortest window of the 24 standardized residuals
+    z = np.sort([_U[j] / _rms(np.delete(_U, j)) for j in range(12)] * 2)
+    lo, hi = conformal_bounds(z, 0.9)
+    assert np.log(iv.low_factor) == pytest.approx(0.02 * _rms(_U) * lo)
+    assert np.log(iv.high_factor) == pytest.approx(0.02 * _rms(_U) * hi)
+    # a MoE plan gets the same window scaled by b / a; the node class's band is far wider
+    moe = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**plan, "family": "moe", "ep": 8})
+    assert np.log(moe.high_factor) == pytest.approx(15 * np.log(iv.high_factor))
+    assert np.log(moe.low_factor) == pytest.approx(15 * np.log(iv.low_factor))
+    pooled_iv = interval_for(_strip(t), 10.0, 64, 8, 1e10, 0.9)
+    assert (iv.high_factor - iv.low_factor) < 0.2 * (pooled_iv.high_factor - pooled_iv.low_factor)
+    # in cross-validation at 80 % (each row's band from the other folds' 18 runs) the dense
+    # rows' bands stay narrow and the MoE rows' wide
+    lo_s, hi_s = cross_conformal(t, 0.8, folds=4)
+    dense = t.family == "dense"
+    assert np.isfinite(lo_s).all() and np.all(hi_s[dense] / lo_s[dense] < np.exp(0.1))
+    assert np.all(hi_s[~dense] / lo_s[~dense] > np.exp(0.4))
+
+
+def test_no_group_large_enough_falls_back_to_the_node_class_and_says_so():
+    # 3 MoE runs among 24: too few for their own spread; the band is the node class's, and the
+    # conditions left out are named (data, and the report's clause)
+    rows = [(0.01 * ((i % 5) - 2), {}) for i in range(21)]
+    rows += [(0.4, {"family": "moe", "ep": 8})] * 3
+    t = _table(rows)
+    iv = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**BASE, "family": "moe", "ep": 8})
+    assert {"family", "ep"} <= set(iv.not_conditioned_on) and iv.like_runs == 24
+    ref = conformal_bounds(np.sort(t.log_residual), 0.9)
+    assert (np.log(iv.low_factor), np.log(iv.high_factor)) == pytest.approx(ref)
+    assert "too few with the same" in interval_line(iv)
+    # fewer runs in the node class than a 90 % band needs: no band, and the note says why
+    small = t.subset(np.arange(12))
+    iv = interval_for(small, 10.0, 64, 8, 1e10, 0.9, features=dict(BASE))
+    assert not iv.available and "at least 19" in iv.note and iv.num_residuals == 12
 
 
 def test_sweep_factors_and_departures_per_plan():

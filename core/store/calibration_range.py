@@ -5,7 +5,8 @@ What belongs here: the features of a plan that drive the simulator's error
 mode, pipeline schedule, micro-batch size, sequence length, cp, ep), the check of a plan's
 features against the calibration runs of a residual table (:func:`feature_departures`, data:
 a list of :class:`Departure`, never prose to parse) and the choice of the residuals a plan's
-band is built from (:func:`conditioned_rows`: runs like the plan, wider only where too few).
+band is built from (:func:`conditioned_rows`: runs like the plan, wider only where too few,
+the conditions tried in the order of the residual spread they explain, :func:`condition_order`).
 The band itself is :mod:`core.store.interval`; the table :mod:`core.store.residuals`.
 
 The calibration runs are the ``cross_validated`` rows of a table with the feature columns
@@ -26,17 +27,27 @@ from core.store.residuals import FEATURE_COLUMNS, ResidualTable
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
 
-__all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "Departure", "plan_features",
-           "features_of", "model_family", "precision_label", "feature_departures", "conditioned_rows"]
+__all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS", "Departure",
+           "plan_features", "features_of", "model_family", "precision_label", "feature_departures",
+           "conditioned_rows", "condition_order", "explained_spread"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had.
 CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
 #: Features compared by range: a plan's value must lie within the calibration runs' min..max.
 RANGE_FEATURES = ("micro_batch_size", "seq_length", "cp", "ep")
-#: What a plan's band is conditioned on, most important first (:func:`conditioned_rows`):
-#: the same GPU kind, family and precision, and the same use of context parallelism, expert
-#: parallelism and recomputation. ``cp`` and ``ep`` match on whether the run uses them (> 1).
+#: What a plan's band can be conditioned on (:func:`conditioned_rows`): the same GPU kind,
+#: family and precision, and the same use of context parallelism, expert parallelism and
+#: recomputation. ``cp`` and ``ep`` match on whether the run uses them (> 1). This order only
+#: breaks ties: the conditions are tried in the order of the spread they explain
+#: (:func:`condition_order`).
 CONDITIONS = ("gpu", "family", "precision", "cp", "ep", "recompute")
+#: Fewest calibration runs like a plan whose residual spread scales its band
+#: (:func:`core.store.interval.interval_for`); a condition leaving fewer is left out. The
+#: root mean square of k log residuals has a relative standard error of about ``1/sqrt(2k)``
+#: (29 % at 6). Chosen among 4, 6, 8 and 10 on the held-out folds of the modern stores' 30
+#: runs (median width 101, 66, 104, 113 % at fold seed 0; docs/accuracy.md "Error band"), so
+#: the modern figures carry that small selection.
+MIN_LIKE_RUNS = 6
 
 _NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute": "recompute",
           "schedule": "schedule", "micro_batch_size": "micro-batch", "seq_length": "sequence length",
@@ -172,21 +183,81 @@ def _matches(table: ResidualTable, name: str, value: Any) -> np.ndarray:
     if name in ("cp", "ep"):
         return (col > 1) == (int(value) > 1)
     if name == "precision":
-        key = "_precision_classes"
-        if key not in table.__dict__:  # once per table, as _calibrated_values
-            table.__dict__[key] = np.array([_precision_class(c) for c in col.tolist()], dtype=str)
-        return table.__dict__[key] == _precision_class(value)
+        return _precision_classes(table) == _precision_class(value)
     return col == value
 
 
-def conditioned_rows(table: ResidualTable, base: np.ndarray, features: dict[str, Any] | None,
-                     need: int) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
-    """The rows of ``base`` (bool (n,)) like a plan: conditioned on each of :data:`CONDITIONS`
-    in turn, most important first, where at least ``need`` rows remain.
+def _precision_classes(table: ResidualTable) -> np.ndarray:
+    """The precision class of every row, str array (n,); once per table, as _calibrated_values."""
+    key = "_precision_classes"
+    if key not in table.__dict__:
+        table.__dict__[key] = np.array([_precision_class(c) for c in table.precision.tolist()],
+                                       dtype=str)
+    return table.__dict__[key]
 
-    Greedy: a condition that would leave fewer than ``need`` rows (the conformal minimum
-    of the band's coverage, :func:`core.store.interval.min_residuals`) is left out and the
-    next one is tried, so the group is as narrow as the data allows.
+
+def _condition_values(table: ResidualTable, name: str) -> np.ndarray:
+    """The values a condition compares, per row: cp and ep as used (> 1) or not, precisions by
+    class (bf16 = fp16), the column otherwise."""
+    col = getattr(table, name)
+    if name in ("cp", "ep"):
+        return col > 1
+    if name == "precision":
+        return _precision_classes(table)
+    return col
+
+
+def _mean_square(r: np.ndarray) -> float:
+    """Mean square of log residuals about 0 (bias and spread together), floored at 1e-12 so
+    that identical residuals still give a finite log and a positive scale."""
+    return max(float(np.mean(np.square(r))), 1e-12)
+
+
+def explained_spread(table: ResidualTable, base: np.ndarray, need: int = MIN_LIKE_RUNS
+                     ) -> dict[str, float]:
+    """Per condition, the spread of the log residuals of ``base`` (bool (n,)) it explains.
+
+    The rows are split by the condition's value; each part of at least ``need`` rows gets its
+    own mean square ``s_g^2`` of the log residuals (about 0: bias and spread), the others keep
+    the pooled ``s^2``. The figure is the log-likelihood ratio of zero-mean normal residuals
+    with a scale per part against one pooled scale, ``sum_g n_g log(s^2 / s_g^2)`` (>= 0; 0
+    when the condition splits nothing off or its parts are as spread as the whole). Computed
+    on the calibration residuals themselves, so it is exact and reproducible.
+    """
+    base = np.asarray(base, bool)
+    r = table.log_residual
+    pooled = _mean_square(r[base])
+    out = {}
+    for name in CONDITIONS:
+        vals = _condition_values(table, name)
+        gain = 0.0
+        for v in np.unique(vals[base]):
+            part = base & (vals == v)
+            n = int(part.sum())
+            if n >= need:
+                gain += n * (np.log(pooled) - np.log(_mean_square(r[part])))
+        out[name] = float(gain)
+    return out
+
+
+def condition_order(table: ResidualTable, base: np.ndarray, need: int = MIN_LIKE_RUNS
+                    ) -> tuple[str, ...]:
+    """:data:`CONDITIONS` by the spread they explain among the rows of ``base``
+    (:func:`explained_spread`), largest first; ties keep the order of :data:`CONDITIONS`."""
+    gain = explained_spread(table, base, need)
+    return tuple(sorted(CONDITIONS, key=lambda c: (-gain[c], CONDITIONS.index(c))))
+
+
+def conditioned_rows(table: ResidualTable, base: np.ndarray, features: dict[str, Any] | None,
+                     need: int, order: tuple[str, ...] = CONDITIONS
+                     ) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """The rows of ``base`` (bool (n,)) like a plan: conditioned on each of ``order`` (default
+    :data:`CONDITIONS`; the band passes :func:`condition_order`) in turn, where at least
+    ``need`` rows remain.
+
+    Greedy: a condition that would leave fewer than ``need`` rows (for the band:
+    :data:`MIN_LIKE_RUNS`) is left out and the next one is tried, so the group is as
+    narrow as the data allows.
 
     Returns
     -------
@@ -199,7 +270,7 @@ def conditioned_rows(table: ResidualTable, base: np.ndarray, features: dict[str,
     if features is None or not table.has_features:
         return rows, (), ()
     used, dropped = [], []
-    for name in CONDITIONS:
+    for name in order:
         narrower = rows & _matches(table, name, features[name])
         if int(narrower.sum()) >= need:
             rows = narrower

@@ -46,12 +46,25 @@ Groups follow what drives the error:
 Within a node class, a table with the run features
 (:data:`core.store.residuals.FEATURE_COLUMNS`) gives each plan the residuals of calibration
 runs *like it*: the same GPU kind, model family, precision, use of context and expert
-parallelism and recompute mode, each condition applied in that order only where at least the
-conformal minimum of runs (:func:`min_residuals`) remains (:func:`core.store.calibration_range.conditioned_rows`);
-the band names the conditions applied and those left out. The plan's features outside the
+parallelism and recompute mode, the conditions tried in the order of the residual spread
+they explain (:func:`core.store.calibration_range.condition_order`, computed on the node
+class's residuals) and each applied only where at least
+:data:`~core.store.calibration_range.MIN_LIKE_RUNS` runs remain
+(:func:`core.store.calibration_range.conditioned_rows`). When those runs are at least the
+conformal minimum (:func:`min_residuals`), the band is theirs alone (a Mondrian conformal
+band, Vovk et al. 2005, ch. 4). When fewer, their spread scales the band: every residual
+``r_j`` of the node class is standardized by the root mean square ``s_j`` of the residuals
+of the runs like run ``j`` under the same rule (run ``j`` left out, as a new plan is), and
+the plan gets ``s * [z_(i), z_(i+m)]`` from the sorted ``z_j = r_j / s_j``, ``s`` the root
+mean square of its own like runs' residuals (normalized conformal prediction: Papadopoulos
+et al. 2008, "Normalized nonconformity measures for regression conformal prediction", and
+the locally weighted intervals of Lei et al. 2018, Sec. 5.2). The n of the conformal
+quantile is the node class's, so the band stays finite where the like runs alone are too
+few for one. The band names the conditions applied, those left out and how many like
+runs it rests on (:attr:`PredictionInterval.like_runs`). The plan's features outside the
 calibration runs (:func:`core.store.calibration_range.feature_departures`) are listed with
 the band. A table without the features (stores written before them) groups by node class only,
-as above.
+as above; so does a table whose runs share every condition (the A100 store).
 
 A store without residuals (an analytic or measured store) gives no interval
 and says why; no band is ever made up.
@@ -65,8 +78,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from core.store.calibration_range import (Departure, conditioned_rows, feature_departures,
-                                          plan_features)
+from core.store.calibration_range import (MIN_LIKE_RUNS, Departure, condition_order,
+                                          conditioned_rows, feature_departures, plan_features)
 from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS, ResidualTable,
                                   node_class)
 
@@ -169,8 +182,12 @@ class PredictionInterval:
         residuals have no feature columns.
     conditioned_on, not_conditioned_on : tuple of str
         The conditions (:data:`core.store.calibration_range.CONDITIONS`) the band's residuals
-        share with the plan, and those left out because too few runs like the plan exist;
-        both empty without feature columns.
+        share with the plan, in the order applied, and those left out because too few runs
+        like the plan exist; both empty without feature columns.
+    like_runs : int
+        Calibration runs sharing :attr:`conditioned_on` with the plan: the band's own residuals
+        when as many as :attr:`num_residuals`; when fewer, their spread scales the node class's
+        standardized residuals (module doc). 0 without feature columns.
     """
 
     coverage: float
@@ -185,6 +202,7 @@ class PredictionInterval:
     departures: tuple[Departure, ...] = ()
     conditioned_on: tuple[str, ...] = ()
     not_conditioned_on: tuple[str, ...] = ()
+    like_runs: int = 0
 
     @property
     def available(self) -> bool:
@@ -284,10 +302,9 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     departures = feature_departures(table, features)
     used: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
+    like = 0
     if features is not None and table.has_features and cls in groups:
-        base = (table.set == "cross_validated") & (table.node_class == cls)
-        rows, used, dropped = conditioned_rows(table, base, features, min_residuals(coverage))
-        groups[cls] = np.sort(table.log_residual[rows])
+        groups[cls], used, dropped, like = _like_residuals(table, cls, features, coverage)
     note = f"outside the calibration range: {outside}" if outside else ""
     if departures:
         note += ("; " if note else "") + ("outside the calibration runs' features: "
@@ -318,7 +335,51 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     lo = math.exp(min(b[0] for b in bounds))
     hi = math.exp(max(b[1] for b in bounds))
     return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
-                              sizes, not outside, note, departures, used, dropped)
+                              sizes, not outside, note, departures, used, dropped, like)
+
+
+def _like_residuals(table: ResidualTable, cls: str, features: dict, coverage: float
+                    ) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...], int]:
+    """The sorted residual sample of a plan's band within node class ``cls`` (module doc):
+    the like runs' own residuals when they are the whole class or at least
+    :func:`min_residuals`, else the class's standardized residuals times the like runs' root
+    mean square. Returns it with the conditions applied, those left out and the like runs."""
+    r = table.log_residual
+    base = (table.set == "cross_validated") & (table.node_class == cls)
+    key = f"_condition_order_{cls}"  # once per table and node class, as _standardized
+    if key not in table.__dict__:
+        table.__dict__[key] = condition_order(table, base)
+    order = table.__dict__[key]
+    rows, used, dropped = conditioned_rows(table, base, features, MIN_LIKE_RUNS, order)
+    like = int(rows.sum())
+    if like == int(base.sum()) or like >= min_residuals(coverage):
+        return np.sort(r[rows]), used, dropped, like
+    return _rms(r[rows]) * _standardized(table, cls, base, order), used, dropped, like
+
+
+def _rms(r: np.ndarray) -> float:
+    """Root mean square of log residuals about 0, floored at 1e-6 (a positive scale)."""
+    return max(math.sqrt(float(np.mean(np.square(r)))), 1e-6)
+
+
+def _standardized(table: ResidualTable, cls: str, base: np.ndarray, order: tuple[str, ...]
+                  ) -> np.ndarray:
+    """Sorted ``r_j / s_j`` over the rows ``j`` of ``base`` (node class ``cls``): ``s_j`` the
+    root mean square of the residuals of the runs like run ``j`` (:func:`conditioned_rows` in
+    ``order`` with run ``j`` left out). Computed once per table and node class and kept on it
+    (a sweep asks for every plan)."""
+    key = f"_standardized_{cls}"
+    if key not in table.__dict__:
+        r = table.log_residual
+        z = []
+        for j in np.flatnonzero(base):
+            others = base.copy()
+            others[j] = False
+            rows, _, _ = conditioned_rows(table, others, table.row_features(j), MIN_LIKE_RUNS,
+                                          order)
+            z.append(r[j] / _rms(r[rows]))
+        table.__dict__[key] = np.sort(np.asarray(z, dtype=np.float64))
+    return table.__dict__[key]
 
 
 def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
@@ -454,11 +515,14 @@ def interval_line(iv: PredictionInterval) -> str:
 
 def band_conditions(iv: PredictionInterval) -> str:
     """Which runs the band's residuals are, e.g. ``"runs with the same GPU, family (too few
-    with the same precision, recompute)"``; "" for a band grouped by node class only."""
+    with the same precision, recompute)"``, or ``"scaled by the spread of 12 runs with the same
+    family, ..."`` when those runs are fewer than the band's residuals (module doc); "" for a
+    band grouped by node class only."""
     if not (iv.conditioned_on or iv.not_conditioned_on):
         return ""
-    out = "runs with the same " + (", ".join(_COND_NAMES[c] for c in iv.conditioned_on)
-                                   or "node class only")
+    scaled = iv.conditioned_on and 0 < iv.like_runs < iv.num_residuals
+    out = (f"scaled by the spread of {iv.like_runs} " if scaled else "") + "runs with the same " + (
+        ", ".join(_COND_NAMES[c] for c in iv.conditioned_on) or "node class only")
     if iv.not_conditioned_on:
         out += (" (too few with the same "
                 + ", ".join(_COND_NAMES[c] for c in iv.not_conditioned_on) + ")")
