@@ -220,9 +220,15 @@ def explained_spread(table: ResidualTable, base: np.ndarray, need: int = MIN_LIK
     The rows are split by the condition's value; each part of at least ``need`` rows gets its
     own mean square ``s_g^2`` of the log residuals (about 0: bias and spread), the others keep
     the pooled ``s^2``. The figure is the log-likelihood ratio of zero-mean normal residuals
-    with a scale per part against one pooled scale, ``sum_g n_g log(s^2 / s_g^2)`` (>= 0; 0
-    when the condition splits nothing off or its parts are as spread as the whole). Computed
-    on the calibration residuals themselves, so it is exact and reproducible.
+    with a scale per part against one pooled scale, ``sum_g n_g log(s^2 / s_g^2)``: 0 when the
+    condition splits nothing off or its parts are as spread as the whole, negative when only
+    its more spread parts are large enough to count. Computed on the calibration residuals
+    themselves, so it is exact and reproducible.
+
+    Returns
+    -------
+    dict
+        Condition name (:data:`CONDITIONS`) -> log-likelihood ratio (nats).
     """
     base = np.asarray(base, bool)
     r = table.log_residual
