@@ -366,7 +366,9 @@ def _standardized(table: ResidualTable, cls: str, base: np.ndarray, order: tuple
                   ) -> np.ndarray:
     """Sorted ``r_j / s_j`` over the rows ``j`` of ``base`` (node class ``cls``): ``s_j`` the
     root mean square of the residuals of the runs like run ``j`` (:func:`conditioned_rows` in
-    ``order`` with run ``j`` left out). Computed once per table and node class and kept on it
+    ``order`` with run ``j`` left out). The order is the table's, computed with run ``j``
+    among the residuals (a new plan's is not): a small asymmetry, which the held-out folds of
+    :func:`cross_conformal` include. Computed once per table and node class and kept on it
     (a sweep asks for every plan)."""
     key = f"_standardized_{cls}"
     if key not in table.__dict__:
