@@ -34,7 +34,8 @@ from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
-                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes)
+                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes,
+                                      sweep_verdicts)
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
@@ -308,11 +309,12 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
     plans: list = []
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
     for k, b in enumerate(sizes):
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
         part = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)),
-                               cancel=cancel, phase=part_phase)
+                               cancel=cancel, phase=part_phase, verdicts=verdicts)
         if not part:
             continue
         mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase)

@@ -12,6 +12,7 @@ space yields no plan. No simulation belongs here.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -21,18 +22,19 @@ import numpy as np
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
 from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                                ZERO_STAGES, ParallelPlan, plan_key)
+                                ZERO_STAGES, PLAN_FIELDS, ParallelPlan, plan_key)
 from core.plan.session import Session
 from core.plan.layout import (capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
 from core.plan.rules import ep_overlap_errors, probe_plan, validate
+from core.plan.verdicts import PlanVerdicts
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
-           "index_of_plan"]
+           "index_of_plan", "sweep_verdicts"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -358,6 +360,15 @@ _SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "ex
                  "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
 _CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-4]
+#: Those :func:`_variants` sets per plan of one (t, p, cp, ep, d, b, schedule, v)
+_VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
+                   "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
+                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
+                   "delay_wgrad_compute")
+#: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
+_SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
+                      "virtual_pipeline_stages", "first_stage_layers", "last_stage_layers")
 
 
 def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
@@ -383,8 +394,22 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
         cp *= 2
     return out
 
+def sweep_verdicts(session: Session) -> PlanVerdicts | None:
+    """The validity checks :func:`enumerate_plans` runs on the candidates of ``session``'s
+    sweeps: the values of the fields a sweep sets, each alone, then validate's cross-field
+    rules (the model, cluster and cost are checked once, by :func:`check_enumerable`), each
+    memoized by the fields it reads (:class:`core.plan.verdicts.PlanVerdicts`); one may serve
+    every enumeration of the same session (a sweep's, b by b). None when a field the sweep
+    does not set breaks a rule: no candidate is valid."""
+    checks = _fields_check(session.plan)
+    if checks is None:
+        return None
+    return PlanVerdicts(session.model, session.cluster, extra=checks)
+
+
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
-                    phase: PhaseFn | None = None) -> list[ParallelPlan]:
+                    phase: PhaseFn | None = None,
+                    verdicts: PlanVerdicts | None = None) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
     A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
@@ -406,6 +431,9 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     phase : callable ``(phase, done, total) -> None``, optional
         Told the enumeration's progress (:class:`~core.studies.sweep.phase.PhaseTicker`,
         phase ``"enumerate"``): ``done`` of ``total`` (t, p, cp) combinations.
+    verdicts : PlanVerdicts, optional
+        :func:`sweep_verdicts` of this same session, shared by several enumerations
+        (what one learns, the next need not); default: made here.
 
     Returns
     -------
@@ -423,8 +451,9 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     """
     check_enumerable(session, space)
     c = _Choices.of(session, space)
-    fields_ok = _fields_check(session.plan)
-    if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
+    if verdicts is None:
+        verdicts = sweep_verdicts(session)
+    if verdicts is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
     m, B = session.model, session.plan.global_batch_size
     plans: list[ParallelPlan] = []
@@ -456,7 +485,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                             continue
                         yield_interpreter()
                         ticker.tick(step)
-                        plans += _variants(session, c, fields_ok,
+                        plans += _variants(session, c, verdicts,
                                            (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
     ticker.finish(len(outer))
     return plans
@@ -503,6 +532,8 @@ class _Choices:
     extra_slots: int
     mla: bool
     delay: bool
+    base_values: dict
+    make: Callable[[dict], ParallelPlan]
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -561,7 +592,8 @@ class _Choices:
             d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             mla=bool(getattr(m, "multi_latent_attention", False)),
-            delay=base.delay_wgrad_compute is True)
+            delay=base.delay_wgrad_compute is True,
+            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=_plan_maker(base))
 
     def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
         """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,
@@ -589,65 +621,83 @@ class _Choices:
         return [None] if p == n else []
 
 
-def _fields_check(base: ParallelPlan) -> Callable[[ParallelPlan], bool] | None:
+def _fields_check(base: ParallelPlan) -> tuple[Callable[[ParallelPlan], bool], ...] | None:
     """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
     cross-field rules. The fields the enumeration does not set keep the base plan's values:
     they are checked once here (None: one breaks a rule, so every candidate does). The
-    function returned checks a candidate's swept fields' values, each value once (memoized by
-    name, type and value); validate's cross-field rules (sections=()) run only on plans whose
-    fields pass, which is what validate(sections=("plan",)) returns for them."""
+    functions returned tell whether a candidate's swept fields break a rule alone (True:
+    one does), the sizes (:data:`_SIZE_SWEPT_FIELDS`, the same for every variant of one
+    group) and the rest; :class:`core.plan.verdicts.PlanVerdicts` memoizes them by the values
+    they read, ahead of validate's cross-field rules (sections=()), which run only on plans
+    whose fields pass: what validate(sections=("plan",)) returns for them."""
     plan_fields = {f.name: f for f in dataclasses.fields(base)}
     if any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
            if n not in _SWEPT_FIELDS):
         return None
-    field_ok: dict[tuple, bool] = {}
 
-    def fields_ok(plan: ParallelPlan) -> bool:
-        for n in _CHECKED_SWEPT_FIELDS:
-            value = getattr(plan, n)
-            k = (n, type(value), value)
-            ok = field_ok.get(k)
-            if ok is None:
-                ok = field_ok[k] = check_value(n, plan_fields[n], value) is None
-            if not ok:
-                return False
-        return True
+    def broken(names: tuple[str, ...]) -> Callable[[ParallelPlan], bool]:
+        def fields_broken(plan: ParallelPlan) -> bool:
+            return any(check_value(n, plan_fields[n], getattr(plan, n)) is not None
+                       for n in names)
+        return fields_broken
 
-    return fields_ok
+    # one check per size (memoized by its value alone), one of the variant fields together
+    return (*(broken((n,)) for n in _SIZE_SWEPT_FIELDS),
+            broken(tuple(n for n in _CHECKED_SWEPT_FIELDS if n not in _SIZE_SWEPT_FIELDS)))
 
 
-def _variants(session: Session, c: _Choices, fields_ok: Callable[[ParallelPlan], bool],
+def _plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
+    """A function of a dict of every field's value to the plan with them: what
+    ``dataclasses.replace(base, **values)`` returns, without its call of ``__init__`` per
+    plan (ParallelPlan's ``__init__`` only stores its arguments: no ``__post_init__``), for a
+    ``base`` of exactly :class:`ParallelPlan` (a subclass goes through ``dataclasses.replace``).
+    The dict becomes the plan's own: pass a new one per plan."""
+    cls = type(base)
+    if cls is not ParallelPlan or hasattr(cls, "__post_init__"):
+        return lambda values: dataclasses.replace(base, **values)
+    new = object.__new__
+
+    def make(values: dict) -> ParallelPlan:
+        plan = new(cls)
+        plan.__dict__ = values
+        return plan
+
+    return make
+
+
+def _variants(session: Session, c: _Choices, verdicts: PlanVerdicts,
               sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v): each
     recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`_overlap_choices`)
-    and each expert all-to-all overlap, in that order."""
+    and each expert all-to-all overlap, in that order. ``verdicts``: the swept fields' checks
+    and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
+    those that read none of :data:`_VARIANT_FIELDS` checked once)."""
     t, p, cp, ep, d, b, sched, v = sizes
     m, cl, base = session.model, session.cluster, session.plan
-    out = []
+    make = c.make
+    # the base's uneven first / last stages at its own p
+    own_p = p == base.pipeline_parallel
+    group = dict(c.base_values, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
+                 expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
+                 virtual_pipeline_stages=v,
+                 first_stage_layers=base.first_stage_layers if own_p else None,
+                 last_stage_layers=base.last_stage_layers if own_p else None)
+    overlaps = _overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
+                                1 < t <= cl.gpus_per_node and not c.mla,
+                                (base.overlap_grad_reduce, base.overlap_param_gather))
+    cands = []
     for rc in c.rcs:
-        for sp, z, tpo, og, op in _overlap_choices(
-                sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
-                1 < t <= cl.gpus_per_node and not c.mla,
-                (base.overlap_grad_reduce, base.overlap_param_gather)):
-            plan = dataclasses.replace(
-                base, tensor_parallel=t, pipeline_parallel=p,
-                context_parallel=cp, expert_parallel=ep,
-                data_parallel=d, micro_batch_size=b, schedule=sched,
-                virtual_pipeline_stages=v, recompute=rc,
-                sequence_parallel=sp, zero_stage=z,
-                recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
-                # the base's uneven first / last stages at its own p
-                first_stage_layers=(base.first_stage_layers if p ==
-                                    base.pipeline_parallel else None),
-                last_stage_layers=(base.last_stage_layers if p ==
-                                   base.pipeline_parallel else None),
-                # the base's recomputed modules under selective
-                recompute_modules=(base.recompute_modules if rc == "selective" else None),
-                # the base's TP overlap where the plan allows it
-                # (Megatron: only with sequence parallelism)
-                tp_comm_overlap=tpo, overlap_grad_reduce=og,
-                overlap_param_gather=op)
-            if plan.recompute_num_layers is not None:
+        rnl = base.recompute_num_layers if rc == "full" else None
+        # the base's recomputed modules under selective
+        modules = base.recompute_modules if rc == "selective" else None
+        for sp, z, tpo, og, op in overlaps:
+            # the base's TP overlap where the plan allows it (Megatron: only with sequence
+            # parallelism)
+            plan = make({**group, "recompute": rc, "sequence_parallel": sp, "zero_stage": z,
+                         "recompute_num_layers": rnl, "tp_comm_overlap": tpo,
+                         "recompute_modules": modules, "overlap_grad_reduce": og,
+                         "overlap_param_gather": op})
+            if rnl is not None:
                 plan = capped_recompute_layers(plan, m.num_layers)
             # the expert all-to-all overlap off, and on where the plan allows it (expert
             # parallelism, its rules)
@@ -664,11 +714,9 @@ def _variants(session: Session, c: _Choices, fields_ok: Callable[[ParallelPlan],
                     cand = dataclasses.replace(
                         cand, overlap_moe_expert_parallel_comm=False,
                         delay_wgrad_compute=False)
-                # model, cluster and cost were checked above
-                if fields_ok(cand) and not validate(Session(m, cand, cl, session.cost),
-                                                    sections=(), model_checked=True):
-                    out.append(cand)
-    return out
+                cands.append(cand)
+    # model, cluster and cost were checked above
+    return list(itertools.compress(cands, verdicts.valid_among(cands, _VARIANT_FIELDS)))
 
 
 def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,

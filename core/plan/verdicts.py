@@ -1,0 +1,218 @@
+"""Whether many plans of one model and cluster are valid, each rule's verdict memoized by the
+plan fields it reads: what a plan sweep asks of :func:`core.plan.rules.validate` for every
+candidate, at a fraction of its cost, with the same answer.
+
+A sweep's candidates differ in a few fields each (sizes, schedule, recomputation, sequence
+parallelism, ZeRO stage, overlaps), and each of validate's rules reads only some of them:
+the rules of the ZeRO stage and the overlaps do not read the sizes, the head split reads
+only ``t``. :class:`PlanVerdicts` learns the fields each rule reads by running it once on a
+copy of the plan that records its reads (:class:`_ReadPlan`), and answers a later plan that
+agrees on those fields (same types and values) from memory. The rules stay the one source
+of truth; nothing here knows what they check. Nothing else belongs here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Any, Callable, Iterable, Sequence
+
+from core.plan.cluster import ClusterConfig
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.rules import plan_rules
+
+__all__ = ["PlanVerdicts"]
+
+_FIELD_NAMES = frozenset(PLAN_FIELDS)
+
+
+class _ReadPlan(ParallelPlan):
+    """A copy of a plan that records the first value read of each of its fields in the dict
+    ``_reads`` of its instance (not a field: copies made of it record nothing). Reads through
+    properties (``num_gpus``, ``num_microbatches``) record the fields they read."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name in _FIELD_NAMES:
+            reads = object.__getattribute__(self, "__dict__").get("_reads")
+            if reads is not None and name not in reads:
+                reads[name] = value
+        return value
+
+
+def _reading_copy(plan: ParallelPlan) -> tuple[_ReadPlan, dict]:
+    """A :class:`_ReadPlan` with ``plan``'s field values, and its (empty) dict of reads."""
+    copy = _ReadPlan.__new__(_ReadPlan)
+    copy.__dict__.update(zip(PLAN_FIELDS, plan_key(plan)))
+    reads: dict = {}
+    copy.__dict__["_reads"] = reads
+    return copy, reads
+
+
+class _Memo:
+    """One rule's verdicts: the plan fields it has been seen to read (``fields``, in
+    :data:`PLAN_FIELDS` order), a getter of their values and the verdict of each tuple of
+    values (and their types) met."""
+
+    __slots__ = ("rule", "fields", "key", "seen")
+
+    def __init__(self, rule: Callable[[ParallelPlan], Any]) -> None:
+        self.rule = rule
+        self.fields: frozenset[str] = frozenset()
+        self.key: Callable[[ParallelPlan], tuple] = lambda plan: ()
+        self.seen: dict[tuple, bool] = {}
+
+    def verdict(self, plan: ParallelPlan) -> bool:
+        """Whether ``plan`` passes the rule: remembered, or learnt (:meth:`learn`)."""
+        values = self.key(plan)
+        ok = self.seen.get((values, tuple(map(type, values))))
+        return self.learn(plan) if ok is None else ok
+
+    def learn(self, plan: ParallelPlan) -> bool:
+        """Run the rule on a recording copy of ``plan``; remember and return its verdict (True:
+        the rule passes). When the rule read a field not read before, the fields grow and
+        the verdicts remembered under the old fields are dropped."""
+        copy, reads = _reading_copy(plan)
+        ok = not self.rule(copy)
+        if not reads.keys() <= self.fields:
+            self.fields = self.fields.union(reads)
+            self.key = _getter([f for f in PLAN_FIELDS if f in self.fields])
+            self.seen = {}
+        values = self.key(plan)
+        self.seen[(values, tuple(map(type, values)))] = ok
+        return ok
+
+
+class PlanVerdicts:
+    """Memoized validity of plans under one model and cluster.
+
+    ``PlanVerdicts(model, cluster).valid(plan)`` equals
+    ``not validate(Session(model, plan, cluster, cost), sections=(), model_checked=True)``
+    (the cross-field rules; the fields alone and the model are the caller's to check), and
+    ``extra`` rules (functions of a plan, truthy when it breaks them) are checked first, in
+    order: a sweep's checks of its swept fields' values.
+
+    Exact: each rule (:func:`core.plan.rules.plan_rules`) is a deterministic function of the
+    plan's fields, given the model and cluster, and reads the plan only through its
+    attributes. The first plan with given values of the fields a rule has been seen to read
+    is checked by running the rule on a copy that records its reads; the verdict is kept
+    under those values and their types. A later plan with the same values and types of
+    those fields makes the rule read the same values in the same order, so it takes the same
+    branches and gives the same verdict. When a rule reads a field it had not read before,
+    its set of fields grows and what was kept under the smaller set is dropped.
+
+    Parameters
+    ----------
+    model : ModelConfig
+    cluster : ClusterConfig
+        Neither may change while this object is used.
+    extra : iterable of callables ``plan -> truthy when broken``, optional
+
+    Raises
+    ------
+    Whatever a rule raises for a plan (as validate would).
+    """
+
+    def __init__(self, model: ModelConfig, cluster: ClusterConfig,
+                 extra: Iterable[Callable[[ParallelPlan], Any]] = ()) -> None:
+        self._memos = [_Memo(rule) for rule in (*extra, *plan_rules(model, cluster))]
+        self._varying: dict[tuple, tuple] = {}
+        self._patterns: dict[tuple, list[bool]] = {}
+        self._fixed_getters: dict[tuple, tuple] = {}
+
+    def valid(self, plan: ParallelPlan) -> bool:
+        """Whether ``plan`` passes every rule, the rules checked in order until one fails."""
+        return _all_pass(self._memos, plan)
+
+    def valid_among(self, plans: Sequence[ParallelPlan], varying: Sequence[str]) -> list[bool]:
+        """``[self.valid(plan) for plan in plans]`` for plans equal in every field but those
+        named in ``varying`` (a sweep's variants of one set of sizes), at the cost of a few
+        rules per call rather than per plan.
+
+        The rules are checked on the first plan in order. A rule that reads no field in
+        ``varying`` gives every plan the first's verdict (they agree on every field it reads):
+        when it fails, every plan does. The others (from the first rule the first plan
+        breaks that reads a varying field, all that follow) are checked on each plan, and
+        the list of their verdicts is kept under those rules, the fields outside
+        ``varying`` they have been seen to read (after the check) with the first plan's
+        values and types, and every plan's values and types of the ``varying`` fields: a
+        later call that agrees on all of that gets the same list (each plan agrees with
+        the plan in the same place on every field each of those rules read)."""
+        if not plans:
+            return []
+        vary = self._varying.get(tuple(varying))
+        if vary is None:
+            names = frozenset(varying)
+            vary = self._varying[tuple(varying)] = (names, _getter(
+                [f for f in PLAN_FIELDS if f in names]))
+        names, get_varying = vary
+        each = self._per_plan(plans[0], names)
+        if each is None:
+            return [False] * len(plans)
+        if not each:
+            return [True] * len(plans)
+        rows = tuple(map(get_varying, plans))
+        row_types = tuple(map(type, itertools.chain.from_iterable(rows)))
+        read, get_fixed = self._fixed(each, names)
+        fixed = get_fixed(plans[0])
+        oks = self._patterns.get((read, rows, row_types, fixed, tuple(map(type, fixed))))
+        if oks is not None:
+            return oks
+        oks = [_all_pass(each, plan) for plan in plans]
+        # after the checks: the fields they have read since
+        read, get_fixed = self._fixed(each, names)
+        fixed = get_fixed(plans[0])
+        self._patterns[(read, rows, row_types, fixed, tuple(map(type, fixed)))] = oks
+        return oks
+
+    def _fixed(self, memos: list[_Memo], varying: frozenset[str]) -> tuple[tuple, Callable]:
+        """A key of ``memos`` (each one's identity and the fields it has been seen to read)
+        and a getter of the values of those fields outside ``varying``."""
+        read = tuple((id(m), m.fields) for m in memos)
+        found = self._fixed_getters.get((read, varying))
+        if found is None:
+            names = [f for f in PLAN_FIELDS
+                     if f not in varying and any(f in m.fields for m in memos)]
+            found = self._fixed_getters[(read, varying)] = (read, _getter(names))
+        return found
+
+    def _per_plan(self, plan: ParallelPlan, varying: frozenset[str]) -> list[_Memo] | None:
+        """The rules :meth:`valid_among` checks per plan of ``plan``'s variants (over the
+        fields ``varying``), or None when one that reads none of them fails on ``plan``."""
+        memos = self._memos
+        each: list[_Memo] = []
+        for i, memo in enumerate(memos):
+            values = memo.key(plan)  # memo.verdict(plan), inline: once per rule and call
+            ok = memo.seen.get((values, tuple(map(type, values))))
+            if ok is None:
+                ok = memo.learn(plan)
+            if memo.fields.isdisjoint(varying):
+                if not ok:
+                    return None
+            elif ok:
+                each.append(memo)
+            else:
+                each += memos[i:]
+                break
+        return each
+
+
+def _getter(names: Sequence[str]) -> Callable[[ParallelPlan], tuple]:
+    """A function of a plan to the tuple of its values of fields ``names`` (in C)."""
+    if not names:
+        return lambda plan: ()
+    # attrgetter of one name returns the value, not a tuple: name it twice
+    return operator.attrgetter(*(tuple(names) * 2 if len(names) == 1 else names))
+
+
+def _all_pass(memos: list[_Memo], plan: ParallelPlan) -> bool:
+    """Whether ``plan`` passes the rules of ``memos``, checked in order until one fails."""
+    for memo in memos:
+        values = memo.key(plan)
+        ok = memo.seen.get((values, tuple(map(type, values))))
+        if ok is None:
+            ok = memo.learn(plan)
+        if not ok:
+            return False
+    return True
