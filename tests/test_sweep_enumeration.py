@@ -21,9 +21,10 @@ from core.plan.session import Session
 from core.plan.verdicts import PlanVerdicts
 from core.schedules import schedule_errors
 from core.plan.layout import capped_recompute_layers
-from core.studies.sweep.space import (SweepSpace, _Choices, _fields_check, _overlap_choices,
-                                      check_enumerable, enumerate_plans, one_stage_schedule,
-                                      sweep_verdicts)
+from core.plan.fields import check_value
+from core.studies.sweep.space import (_CHECKED_SWEPT_FIELDS, _SWEPT_FIELDS, SweepSpace, _Choices,
+                                      _overlap_choices, check_enumerable, enumerate_plans,
+                                      one_stage_schedule, sweep_verdicts)
 
 
 def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -32,9 +33,14 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
     validate(sections=())), in the same loops."""
     check_enumerable(session, space)
     c = _Choices.of(session, space)
-    checks = _fields_check(session.plan)
-    if checks is None:
+    base_fields = {f.name: f for f in dataclasses.fields(session.plan)}
+    if any(check_value(n, f, getattr(session.plan, n)) for n, f in base_fields.items()
+           if n not in _SWEPT_FIELDS):
         return []
+
+    def checks(plan):  # each swept field's value alone
+        return all(check_value(n, base_fields[n], getattr(plan, n)) is None
+                   for n in _CHECKED_SWEPT_FIELDS)
     m, cl, base, B = session.model, session.cluster, session.plan, session.plan.global_batch_size
     out: list[ParallelPlan] = []
     for t in c.ts:
@@ -94,7 +100,7 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
                         continue
                     cand = dataclasses.replace(cand, overlap_moe_expert_parallel_comm=False,
                                                delay_wgrad_compute=False)
-                if not any(check(cand) for check in checks) and not validate(
+                if checks(cand) and not validate(
                         Session(m, cand, cl, session.cost), sections=(), model_checked=True):
                     out.append(cand)
     return out

@@ -55,10 +55,11 @@ class _Memo:
     :data:`PLAN_FIELDS` order), a getter of their values and the verdict of each tuple of
     values (and their types) met."""
 
-    __slots__ = ("rule", "fields", "key", "seen")
+    __slots__ = ("rule", "fields", "key", "seen", "growths")
 
-    def __init__(self, rule: Callable[[ParallelPlan], Any]) -> None:
+    def __init__(self, rule: Callable[[ParallelPlan], Any], growths: list[int]) -> None:
         self.rule = rule
+        self.growths = growths  # shared by the rules of one PlanVerdicts: [times grown]
         self.fields: frozenset[str] = frozenset()
         self.key: Callable[[ParallelPlan], tuple] = lambda plan: ()
         self.seen: dict[tuple, bool] = {}
@@ -79,6 +80,7 @@ class _Memo:
             self.fields = self.fields.union(reads)
             self.key = _getter([f for f in PLAN_FIELDS if f in self.fields])
             self.seen = {}
+            self.growths[0] += 1
         values = self.key(plan)
         self.seen[(values, tuple(map(type, values)))] = ok
         return ok
@@ -116,65 +118,83 @@ class PlanVerdicts:
 
     def __init__(self, model: ModelConfig, cluster: ClusterConfig,
                  extra: Iterable[Callable[[ParallelPlan], Any]] = ()) -> None:
-        self._memos = [_Memo(rule) for rule in (*extra, *plan_rules(model, cluster))]
+        self._growths = [0]
+        self._memos = [_Memo(rule, self._growths)
+                       for rule in (*extra, *plan_rules(model, cluster))]
         self._varying: dict[tuple, tuple] = {}
+        self._rows: dict[tuple, int] = {}
         self._patterns: dict[tuple, list[bool]] = {}
-        self._fixed_getters: dict[tuple, tuple] = {}
+        self._fixed_getters: dict[tuple, Callable] = {}
 
     def valid(self, plan: ParallelPlan) -> bool:
         """Whether ``plan`` passes every rule, the rules checked in order until one fails."""
         return _all_pass(self._memos, plan)
 
-    def valid_among(self, plans: Sequence[ParallelPlan], varying: Sequence[str]) -> list[bool]:
+    def rows_of(self, plans: Sequence[ParallelPlan], varying: Sequence[str]) -> int:
+        """A token of the values and types of the fields ``varying`` of ``plans``, plan by
+        plan: two lists of plans have the same token iff they agree on those, place by place.
+        :meth:`valid_among` takes it for plans that agree so (their values not read again)."""
+        names, get_varying = self._vary(varying)
+        rows = tuple(map(get_varying, plans))
+        key = (rows, tuple(map(type, itertools.chain.from_iterable(rows))))
+        return self._rows.setdefault(key, len(self._rows))
+
+    def valid_among(self, plans: Sequence[ParallelPlan], varying: Sequence[str],
+                    rows: int | None = None) -> list[bool]:
         """``[self.valid(plan) for plan in plans]`` for plans equal in every field but those
         named in ``varying`` (a sweep's variants of one set of sizes), at the cost of a few
-        rules per call rather than per plan.
+        rules per call rather than per plan. ``rows``: :meth:`rows_of` of plans that agree with
+        ``plans`` on the ``varying`` fields (default: of ``plans``).
 
         The rules are checked on the first plan in order. A rule that reads no field in
         ``varying`` gives every plan the first's verdict (they agree on every field it reads):
         when it fails, every plan does. The others (from the first rule the first plan
         breaks that reads a varying field, all that follow) are checked on each plan, and
         the list of their verdicts is kept under those rules, the fields outside
-        ``varying`` they have been seen to read (after the check) with the first plan's
-        values and types, and every plan's values and types of the ``varying`` fields: a
-        later call that agrees on all of that gets the same list (each plan agrees with
-        the plan in the same place on every field each of those rules read)."""
+        ``varying`` they have been seen to read (after the check: the count of the rules'
+        growths names them) with the first plan's values and types, and the token of the
+        plans' values of the ``varying`` fields: a later call that agrees on all of that
+        gets the same list (each plan agrees with the plan in the same place on every field
+        each of those rules read)."""
         if not plans:
             return []
-        vary = self._varying.get(tuple(varying))
-        if vary is None:
-            names = frozenset(varying)
-            vary = self._varying[tuple(varying)] = (names, _getter(
-                [f for f in PLAN_FIELDS if f in names]))
-        names, get_varying = vary
+        names, _ = self._vary(varying)
         each = self._per_plan(plans[0], names)
         if each is None:
             return [False] * len(plans)
         if not each:
             return [True] * len(plans)
-        rows = tuple(map(get_varying, plans))
-        row_types = tuple(map(type, itertools.chain.from_iterable(rows)))
-        read, get_fixed = self._fixed(each, names)
-        fixed = get_fixed(plans[0])
-        oks = self._patterns.get((read, rows, row_types, fixed, tuple(map(type, fixed))))
+        if rows is None:
+            rows = self.rows_of(plans, varying)
+        ids = tuple(map(id, each))
+        fixed = self._fixed(each, ids, names)(plans[0])
+        key = (ids, self._growths[0], rows, fixed, tuple(map(type, fixed)))
+        oks = self._patterns.get(key)
         if oks is not None:
             return oks
         oks = [_all_pass(each, plan) for plan in plans]
         # after the checks: the fields they have read since
-        read, get_fixed = self._fixed(each, names)
-        fixed = get_fixed(plans[0])
-        self._patterns[(read, rows, row_types, fixed, tuple(map(type, fixed)))] = oks
+        fixed = self._fixed(each, ids, names)(plans[0])
+        self._patterns[(ids, self._growths[0], rows, fixed, tuple(map(type, fixed)))] = oks
         return oks
 
-    def _fixed(self, memos: list[_Memo], varying: frozenset[str]) -> tuple[tuple, Callable]:
-        """A key of ``memos`` (each one's identity and the fields it has been seen to read)
-        and a getter of the values of those fields outside ``varying``."""
-        read = tuple((id(m), m.fields) for m in memos)
-        found = self._fixed_getters.get((read, varying))
+    def _vary(self, varying: Sequence[str]) -> tuple[frozenset[str], Callable]:
+        """``varying`` as a set, and a getter of those fields' values (in PLAN_FIELDS order)."""
+        found = self._varying.get(tuple(varying))
         if found is None:
-            names = [f for f in PLAN_FIELDS
-                     if f not in varying and any(f in m.fields for m in memos)]
-            found = self._fixed_getters[(read, varying)] = (read, _getter(names))
+            names = frozenset(varying)
+            found = self._varying[tuple(varying)] = (names, _getter(
+                [f for f in PLAN_FIELDS if f in names]))
+        return found
+
+    def _fixed(self, memos: list[_Memo], ids: tuple, varying: frozenset[str]) -> Callable:
+        """A getter of the values of the fields outside ``varying`` that the rules ``memos``
+        (their identities ``ids``) have been seen to read, as they are now."""
+        key = (ids, self._growths[0], varying)
+        found = self._fixed_getters.get(key)
+        if found is None:
+            found = self._fixed_getters[key] = _getter(
+                [f for f in PLAN_FIELDS if f not in varying and any(f in m.fields for m in memos)])
         return found
 
     def _per_plan(self, plan: ParallelPlan, varying: frozenset[str]) -> list[_Memo] | None:

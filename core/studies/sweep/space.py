@@ -455,12 +455,19 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         verdicts = sweep_verdicts(session)
     if verdicts is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
-    m, B = session.model, session.plan.global_batch_size
+    m, base, B = session.model, session.plan, session.plan.global_batch_size
+    ok = _value_check(base)  # the sizes' values alone, each once (a candidate's fields)
     plans: list[ParallelPlan] = []
     outer = [(t, p, cp) for t in c.ts for p in c.ps for cp in c.cps]
     ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
     for step, (t, p, cp) in enumerate(outer):
         ticker.tick(step)
+        own_p = p == base.pipeline_parallel  # the base's uneven first / last stages
+        if not (ok("tensor_parallel", t) and ok("pipeline_parallel", p)
+                and ok("context_parallel", cp)
+                and ok("first_stage_layers", base.first_stage_layers if own_p else None)
+                and ok("last_stage_layers", base.last_stage_layers if own_p else None)):
+            continue
         ds = c.data_parallel_sizes(space, t * p * cp, B)
         # sequence parallelism without tensor parallelism and ZeRO without data parallelism
         # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
@@ -472,12 +479,19 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         # keep one of them (1F1B when swept)
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
         for d, ep in ((d, ep) for d in ds for ep in c.eps):
+            if not (ok("data_parallel", d) and ok("expert_parallel", ep)):
+                continue
             zs_d = c.zs[:1] if d == 1 else c.zs
             for b in c.bs:
-                if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
+                # validate's rule B % (d*b) == 0, before building plans
+                if B % (d * b) or not ok("micro_batch_size", b):
                     continue
                 for sched in scheds_p:
+                    if not ok("schedule", sched):
+                        continue
                     for v in c.virtual_sizes(space, sched, p):
+                        if not ok("virtual_pipeline_stages", v):
+                            continue
                         # the schedule's own rules (part of validate), before building plans
                         if pipeline_schedules.schedule_errors(
                                 sched, p, B // (d * b), v,
@@ -534,6 +548,8 @@ class _Choices:
     delay: bool
     base_values: dict
     make: Callable[[dict], ParallelPlan]
+    plain: bool
+    variants_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -593,7 +609,13 @@ class _Choices:
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             mla=bool(getattr(m, "multi_latent_attention", False)),
             delay=base.delay_wgrad_compute is True,
-            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=_plan_maker(base))
+            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=_plan_maker(base),
+            # every variant of one size as _variants sets it, unchanged: no recomputed layers
+            # to cap, the expert all-to-all overlap the base's (one value, as the base's)
+            plain=(base.recompute_num_layers is None and len(ovs) == 1 and not ovs[0]
+                   and not (ovs[0] != base.overlap_moe_expert_parallel_comm
+                            or (base.delay_wgrad_compute is True and ovs[0])
+                            != base.delay_wgrad_compute)))
 
     def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
         """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,
@@ -621,29 +643,41 @@ class _Choices:
         return [None] if p == n else []
 
 
+def _value_check(base: ParallelPlan) -> Callable[[str, Any], bool]:
+    """Whether a value alone passes the rules of a plan field (:func:`check_value`: type,
+    bounds, choices), as ``value_ok(name, value)``, memoized by name, type and value."""
+    plan_fields = {f.name: f for f in dataclasses.fields(base)}
+    seen: dict[tuple, bool] = {}
+
+    def value_ok(name: str, value: Any) -> bool:
+        k = (name, type(value), value)
+        ok = seen.get(k)
+        if ok is None:
+            ok = seen[k] = check_value(name, plan_fields[name], value) is None
+        return ok
+
+    return value_ok
+
+
 def _fields_check(base: ParallelPlan) -> tuple[Callable[[ParallelPlan], bool], ...] | None:
     """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
     cross-field rules. The fields the enumeration does not set keep the base plan's values:
-    they are checked once here (None: one breaks a rule, so every candidate does). The
-    functions returned tell whether a candidate's swept fields break a rule alone (True:
-    one does), the sizes (:data:`_SIZE_SWEPT_FIELDS`, the same for every variant of one
-    group) and the rest; :class:`core.plan.verdicts.PlanVerdicts` memoizes them by the values
-    they read, ahead of validate's cross-field rules (sections=()), which run only on plans
+    they are checked once here (None: one breaks a rule, so every candidate does). The sizes
+    (:data:`_SIZE_SWEPT_FIELDS`) are checked value by value in :func:`enumerate_plans`'s
+    loops; the function returned tells whether a candidate's other swept fields break a rule
+    alone (True: one does), for :class:`core.plan.verdicts.PlanVerdicts`, which checks it
+    ahead of validate's cross-field rules (sections=()), so that those run only on plans
     whose fields pass: what validate(sections=("plan",)) returns for them."""
-    plan_fields = {f.name: f for f in dataclasses.fields(base)}
-    if any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
-           if n not in _SWEPT_FIELDS):
+    if any(check_value(f.name, f, getattr(base, f.name)) for f in dataclasses.fields(base)
+           if f.name not in _SWEPT_FIELDS):
         return None
+    value_ok = _value_check(base)
+    names = tuple(n for n in _CHECKED_SWEPT_FIELDS if n not in _SIZE_SWEPT_FIELDS)
 
-    def broken(names: tuple[str, ...]) -> Callable[[ParallelPlan], bool]:
-        def fields_broken(plan: ParallelPlan) -> bool:
-            return any(check_value(n, plan_fields[n], getattr(plan, n)) is not None
-                       for n in names)
-        return fields_broken
+    def fields_broken(plan: ParallelPlan) -> bool:
+        return not all(value_ok(n, getattr(plan, n)) for n in names)
 
-    # one check per size (memoized by its value alone), one of the variant fields together
-    return (*(broken((n,)) for n in _SIZE_SWEPT_FIELDS),
-            broken(tuple(n for n in _CHECKED_SWEPT_FIELDS if n not in _SIZE_SWEPT_FIELDS)))
+    return (fields_broken,)
 
 
 def _plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
@@ -682,41 +716,58 @@ def _variants(session: Session, c: _Choices, verdicts: PlanVerdicts,
                  virtual_pipeline_stages=v,
                  first_stage_layers=base.first_stage_layers if own_p else None,
                  last_stage_layers=base.last_stage_layers if own_p else None)
-    overlaps = _overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
-                                1 < t <= cl.gpus_per_node and not c.mla,
-                                (base.overlap_grad_reduce, base.overlap_param_gather))
-    cands = []
-    for rc in c.rcs:
-        rnl = base.recompute_num_layers if rc == "full" else None
-        # the base's recomputed modules under selective
-        modules = base.recompute_modules if rc == "selective" else None
-        for sp, z, tpo, og, op in overlaps:
-            # the base's TP overlap where the plan allows it (Megatron: only with sequence
-            # parallelism)
-            plan = make({**group, "recompute": rc, "sequence_parallel": sp, "zero_stage": z,
-                         "recompute_num_layers": rnl, "tp_comm_overlap": tpo,
-                         "recompute_modules": modules, "overlap_grad_reduce": og,
-                         "overlap_param_gather": op})
-            if rnl is not None:
-                plan = capped_recompute_layers(plan, m.num_layers)
-            # the expert all-to-all overlap off, and on where the plan allows it (expert
-            # parallelism, its rules)
-            for ov in c.ovs:
-                cand = plan
-                if (ov != plan.overlap_moe_expert_parallel_comm
-                        or (c.delay and ov) != plan.delay_wgrad_compute):
-                    cand = dataclasses.replace(
-                        plan, overlap_moe_expert_parallel_comm=ov,
-                        delay_wgrad_compute=c.delay and ov)
-                if ov and ep_overlap_errors(m, cand):
-                    if False in c.ovs:
-                        continue  # tried without already
-                    cand = dataclasses.replace(
-                        cand, overlap_moe_expert_parallel_comm=False,
-                        delay_wgrad_compute=False)
-                cands.append(cand)
+    how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla)
+    known = c.variants_of.get(how)
+    if known is None:
+        overlaps = _overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
+                                    (base.overlap_grad_reduce, base.overlap_param_gather))
+        fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
+                   "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
+                   "tp_comm_overlap": tpo,
+                   # the base's recomputed modules under selective
+                   "recompute_modules": base.recompute_modules if rc == "selective" else None,
+                   "overlap_grad_reduce": og, "overlap_param_gather": op}
+                  for rc in c.rcs for sp, z, tpo, og, op in overlaps]
+        known = c.variants_of[how] = [fields, None]
+    fields, rows = known
+    if c.plain:  # each variant as set: their fields' values the same for every size
+        cands = [make({**group, **f}) for f in fields]
+        if rows is None:
+            rows = known[1] = verdicts.rows_of(cands, _VARIANT_FIELDS)
+    else:
+        cands, rows = _variant_plans(session, c, group, fields), None
     # model, cluster and cost were checked above
-    return list(itertools.compress(cands, verdicts.valid_among(cands, _VARIANT_FIELDS)))
+    return list(itertools.compress(cands, verdicts.valid_among(cands, _VARIANT_FIELDS, rows)))
+
+
+def _variant_plans(session: Session, c: _Choices, group: dict, fields: list[dict]
+                   ) -> list[ParallelPlan]:
+    """The candidates of :func:`_variants` in general: each of ``fields`` (a recomputation
+    and an :func:`_overlap_choices`) on ``group`` (the sizes), its recomputed layers capped,
+    with each expert all-to-all overlap where the plan allows it."""
+    m, make = session.model, c.make
+    cands = []
+    for f in fields:
+        plan = make({**group, **f})
+        if plan.recompute_num_layers is not None:
+            plan = capped_recompute_layers(plan, m.num_layers)
+        # the expert all-to-all overlap off, and on where the plan allows it (expert
+        # parallelism, its rules)
+        for ov in c.ovs:
+            cand = plan
+            if (ov != plan.overlap_moe_expert_parallel_comm
+                    or (c.delay and ov) != plan.delay_wgrad_compute):
+                cand = dataclasses.replace(
+                    plan, overlap_moe_expert_parallel_comm=ov,
+                    delay_wgrad_compute=c.delay and ov)
+            if ov and ep_overlap_errors(m, cand):
+                if False in c.ovs:
+                    continue  # tried without already
+                cand = dataclasses.replace(
+                    cand, overlap_moe_expert_parallel_comm=False,
+                    delay_wgrad_compute=False)
+            cands.append(cand)
+    return cands
 
 
 def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
