@@ -67,7 +67,7 @@ class _Memo:
     def verdict(self, plan: ParallelPlan) -> bool:
         """Whether ``plan`` passes the rule: remembered, or learnt (:meth:`learn`)."""
         values = self.key(plan)
-        ok = self.seen.get((values, tuple(map(type, values))))
+        ok = self.seen.get((values, tuple(map(type, values))) if values else ())
         return self.learn(plan) if ok is None else ok
 
     def learn(self, plan: ParallelPlan) -> bool:
@@ -82,7 +82,7 @@ class _Memo:
             self.seen = {}
             self.growths[0] += 1
         values = self.key(plan)
-        self.seen[(values, tuple(map(type, values)))] = ok
+        self.seen[(values, tuple(map(type, values))) if values else ()] = ok
         return ok
 
 
@@ -125,6 +125,7 @@ class PlanVerdicts:
         self._rows: dict[tuple, int] = {}
         self._patterns: dict[tuple, list[bool]] = {}
         self._fixed_getters: dict[tuple, Callable] = {}
+        self._splits: dict[tuple, tuple] = {}
 
     def valid(self, plan: ParallelPlan) -> bool:
         """Whether ``plan`` passes every rule, the rules checked in order until one fails."""
@@ -146,10 +147,10 @@ class PlanVerdicts:
         rules per call rather than per plan. ``rows``: :meth:`rows_of` of plans that agree with
         ``plans`` on the ``varying`` fields (default: of ``plans``).
 
-        The rules are checked on the first plan in order. A rule that reads no field in
-        ``varying`` gives every plan the first's verdict (they agree on every field it reads):
-        when it fails, every plan does. The others (from the first rule the first plan
-        breaks that reads a varying field, all that follow) are checked on each plan, and
+        The rules seen to read no field in ``varying`` are checked on the first plan, in
+        order: such a rule gives every plan the first's verdict (they agree on every field it
+        reads), and when it fails, every plan does. The others are checked on each plan, in
+        order until one fails, and
         the list of their verdicts is kept under those rules, the fields outside
         ``varying`` they have been seen to read (after the check: the count of the rules'
         growths names them) with the first plan's values and types, and the token of the
@@ -159,14 +160,14 @@ class PlanVerdicts:
         if not plans:
             return []
         names, _ = self._vary(varying)
-        each = self._per_plan(plans[0], names)
-        if each is None:
+        split = self._per_plan(plans[0], names)
+        if split is None:
             return [False] * len(plans)
+        each, ids = split
         if not each:
             return [True] * len(plans)
         if rows is None:
             rows = self.rows_of(plans, varying)
-        ids = tuple(map(id, each))
         fixed = self._fixed(each, ids, names)(plans[0])
         key = (ids, self._growths[0], rows, fixed, tuple(map(type, fixed)))
         oks = self._patterns.get(key)
@@ -197,25 +198,30 @@ class PlanVerdicts:
                 [f for f in PLAN_FIELDS if f not in varying and any(f in m.fields for m in memos)])
         return found
 
-    def _per_plan(self, plan: ParallelPlan, varying: frozenset[str]) -> list[_Memo] | None:
+    def _per_plan(self, plan: ParallelPlan, varying: frozenset[str]
+                  ) -> tuple[list[_Memo], tuple] | None:
         """The rules :meth:`valid_among` checks per plan of ``plan``'s variants (over the
-        fields ``varying``), or None when one that reads none of them fails on ``plan``."""
-        memos = self._memos
-        each: list[_Memo] = []
-        for i, memo in enumerate(memos):
-            values = memo.key(plan)  # memo.verdict(plan), inline: once per rule and call
-            ok = memo.seen.get((values, tuple(map(type, values))))
-            if ok is None:
-                ok = memo.learn(plan)
-            if memo.fields.isdisjoint(varying):
-                if not ok:
+        fields ``varying``: those seen to read one of them) and their identities, or None
+        when a rule that reads none of them fails on ``plan`` (checked in order)."""
+        while True:
+            growths = self._growths[0]
+            split = self._splits.get((growths, varying))
+            if split is None:
+                memos = self._memos
+                each = [m for m in memos if not m.fields.isdisjoint(varying)]
+                split = self._splits[(growths, varying)] = (
+                    [m for m in memos if m.fields.isdisjoint(varying)], each,
+                    tuple(map(id, each)))
+            for memo in split[0]:
+                values = memo.key(plan)  # memo.verdict(plan), inline
+                ok = memo.seen.get((values, tuple(map(type, values))) if values else ())
+                if ok is None:
+                    ok = memo.learn(plan)
+                if not ok and memo.fields.isdisjoint(varying):
                     return None
-            elif ok:
-                each.append(memo)
-            else:
-                each += memos[i:]
-                break
-        return each
+            if self._growths[0] == growths:
+                return split[1], split[2]
+            # a rule read a field it had not read before: split the rules again
 
 
 def _getter(names: Sequence[str]) -> Callable[[ParallelPlan], tuple]:
@@ -230,7 +236,7 @@ def _all_pass(memos: list[_Memo], plan: ParallelPlan) -> bool:
     """Whether ``plan`` passes the rules of ``memos``, checked in order until one fails."""
     for memo in memos:
         values = memo.key(plan)
-        ok = memo.seen.get((values, tuple(map(type, values))))
+        ok = memo.seen.get((values, tuple(map(type, values))) if values else ())
         if ok is None:
             ok = memo.learn(plan)
         if not ok:

@@ -457,6 +457,9 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         return []
     m, base, B = session.model, session.plan, session.plan.global_batch_size
     ok = _value_check(base)  # the sizes' values alone, each once (a candidate's fields)
+    eps = [ep for ep in c.eps if ok("expert_parallel", ep)]
+    bs = [b for b in c.bs if ok("micro_batch_size", b)]
+    schedule_broken: dict[tuple, bool] = {}  # the schedule's rules of (schedule, p, m, v)
     plans: list[ParallelPlan] = []
     outer = [(t, p, cp) for t in c.ts for p in c.ps for cp in c.cps]
     ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
@@ -468,7 +471,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                 and ok("first_stage_layers", base.first_stage_layers if own_p else None)
                 and ok("last_stage_layers", base.last_stage_layers if own_p else None)):
             continue
-        ds = c.data_parallel_sizes(space, t * p * cp, B)
+        ds = [d for d in c.data_parallel_sizes(space, t * p * cp, B) if ok("data_parallel", d)]
         # sequence parallelism without tensor parallelism and ZeRO without data parallelism
         # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
         if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
@@ -478,24 +481,25 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
         # keep one of them (1F1B when swept)
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
-        for d, ep in ((d, ep) for d in ds for ep in c.eps):
-            if not (ok("data_parallel", d) and ok("expert_parallel", ep)):
-                continue
+        # the (schedule, v) of p whose values pass alone, in order
+        sched_vs = [(sched, [v for v in c.virtual_sizes(space, sched, p)
+                             if ok("virtual_pipeline_stages", v)])
+                    for sched in scheds_p if ok("schedule", sched)]
+        for d, ep in ((d, ep) for d in ds for ep in eps):
             zs_d = c.zs[:1] if d == 1 else c.zs
-            for b in c.bs:
-                # validate's rule B % (d*b) == 0, before building plans
-                if B % (d * b) or not ok("micro_batch_size", b):
+            for b in bs:
+                if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                     continue
-                for sched in scheds_p:
-                    if not ok("schedule", sched):
-                        continue
-                    for v in c.virtual_sizes(space, sched, p):
-                        if not ok("virtual_pipeline_stages", v):
-                            continue
+                for sched, vs in sched_vs:
+                    for v in vs:
                         # the schedule's own rules (part of validate), before building plans
-                        if pipeline_schedules.schedule_errors(
+                        k = (sched, p, B // (d * b), v)
+                        broken = schedule_broken.get(k)
+                        if broken is None:
+                            broken = schedule_broken[k] = bool(pipeline_schedules.schedule_errors(
                                 sched, p, B // (d * b), v,
-                                m.num_layers if c.layout_n is None else None, c.extra_slots):
+                                m.num_layers if c.layout_n is None else None, c.extra_slots))
+                        if broken:
                             continue
                         yield_interpreter()
                         ticker.tick(step)
