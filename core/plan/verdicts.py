@@ -5,8 +5,8 @@ candidate, at a fraction of its cost, with the same answer.
 A sweep's candidates differ in a few fields each (sizes, schedule, recomputation, sequence
 parallelism, ZeRO stage, overlaps), and each of validate's rules reads only some of them:
 the rules of the ZeRO stage and the overlaps do not read the sizes, the head split reads
-only ``t``. :class:`PlanVerdicts` learns the fields each rule reads by running it once on a
-copy of the plan that records its reads (:class:`_ReadPlan`), and answers a later plan that
+only ``t``. :class:`PlanVerdicts` learns the fields each rule reads by running it on a copy
+of the plan that records its reads (:class:`_ReadPlan`), and answers a later plan that
 agrees on those fields (same types and values) from memory. The rules stay the one source
 of truth; nothing here knows what they check. Nothing else belongs here.
 """
@@ -24,29 +24,47 @@ from core.plan.rules import plan_rules
 
 __all__ = ["PlanVerdicts"]
 
-_FIELD_NAMES = frozenset(PLAN_FIELDS)
+class _FirstRead:
+    """A non-data descriptor of a plan field on :class:`_ReadPlan`: Python looks in the
+    instance's dict first, so it runs only while the field is not there, on the field's
+    first read; it records the field's name in the instance's ``_reads`` (a set), puts the
+    value (from ``_values``) in the instance's dict, where later reads find it, and returns
+    it."""
 
+    __slots__ = ("name",)
 
-class _ReadPlan(ParallelPlan):
-    """A copy of a plan that records the first value read of each of its fields in the dict
-    ``_reads`` of its instance (not a field: copies made of it record nothing). Reads through
-    properties (``num_gpus``, ``num_microbatches``) record the fields they read."""
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-    def __getattribute__(self, name: str) -> Any:
-        value = object.__getattribute__(self, name)
-        if name in _FIELD_NAMES:
-            reads = object.__getattribute__(self, "__dict__").get("_reads")
-            if reads is not None and name not in reads:
-                reads[name] = value
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        state = obj.__dict__
+        value = state[self.name] = state["_values"][self.name]
+        state["_reads"].add(self.name)
         return value
 
 
-def _reading_copy(plan: ParallelPlan) -> tuple[_ReadPlan, dict]:
-    """A :class:`_ReadPlan` with ``plan``'s field values, and its (empty) dict of reads."""
+class _ReadPlan(ParallelPlan):
+    """A copy of a plan that records which of its fields are read, those not already in its
+    dict (:class:`_FirstRead`; reads through properties such as ``num_gpus`` record the
+    fields they read). Copies made of it (``dataclasses.replace``) hold every field and
+    record nothing."""
+
+
+for _name in PLAN_FIELDS:  # shadows the dataclass's class-level defaults
+    setattr(_ReadPlan, _name, _FirstRead(_name))
+
+
+def _reading_copy(plan: ParallelPlan, known: frozenset[str]) -> tuple[_ReadPlan, set]:
+    """A :class:`_ReadPlan` with ``plan``'s field values, those of ``known`` in its dict (not
+    recorded when read), and the set of the other fields read from it (empty)."""
     copy = _ReadPlan.__new__(_ReadPlan)
-    copy.__dict__.update(zip(PLAN_FIELDS, plan_key(plan)))
-    reads: dict = {}
-    copy.__dict__["_reads"] = reads
+    values = dict(zip(PLAN_FIELDS, plan_key(plan)))
+    state = copy.__dict__
+    state.update({f: values[f] for f in known})
+    reads: set = set()
+    state["_values"], state["_reads"] = values, reads
     return copy, reads
 
 
@@ -74,9 +92,9 @@ class _Memo:
         """Run the rule on a recording copy of ``plan``; remember and return its verdict (True:
         the rule passes). When the rule read a field not read before, the fields grow and
         the verdicts remembered under the old fields are dropped."""
-        copy, reads = _reading_copy(plan)
+        copy, reads = _reading_copy(plan, self.fields)
         ok = not self.rule(copy)
-        if not reads.keys() <= self.fields:
+        if reads:  # fields not read before
             self.fields = self.fields.union(reads)
             self.key = _getter([f for f in PLAN_FIELDS if f in self.fields])
             self.seen = {}
