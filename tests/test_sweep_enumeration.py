@@ -41,7 +41,7 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
     def checks(plan):  # each swept field's value alone
         return all(check_value(n, base_fields[n], getattr(plan, n)) is None
                    for n in _CHECKED_SWEPT_FIELDS)
-    m, cl, base, B = session.model, session.cluster, session.plan, session.plan.global_batch_size
+    m, B = session.model, session.plan.global_batch_size
     out: list[ParallelPlan] = []
     for t in c.ts:
         for p in c.ps:

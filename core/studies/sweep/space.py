@@ -711,7 +711,7 @@ def _variants(session: Session, c: _Choices, verdicts: PlanVerdicts,
     and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
     those that read none of :data:`_VARIANT_FIELDS` checked once)."""
     t, p, cp, ep, d, b, sched, v = sizes
-    m, cl, base = session.model, session.cluster, session.plan
+    cl, base = session.cluster, session.plan
     make = c.make
     # the base's uneven first / last stages at its own p
     own_p = p == base.pipeline_parallel
