@@ -22,9 +22,10 @@ from core.plan.verdicts import PlanVerdicts
 from core.schedules import schedule_errors
 from core.plan.layout import capped_recompute_layers
 from core.plan.fields import check_value
-from core.studies.sweep.space import (_CHECKED_SWEPT_FIELDS, _SWEPT_FIELDS, SweepSpace, _Choices,
-                                      _overlap_choices, check_enumerable, enumerate_plans,
-                                      one_stage_schedule, sweep_verdicts)
+from core.studies.sweep.space import (SweepSpace, _Choices, check_enumerable, enumerate_plans,
+                                      one_stage_schedule)
+from core.studies.sweep.variants import (CHECKED_SWEPT_FIELDS, SWEPT_FIELDS, overlap_choices,
+                                         sweep_verdicts)
 
 
 def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPlan]:
@@ -35,12 +36,12 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
     c = _Choices.of(session, space)
     base_fields = {f.name: f for f in dataclasses.fields(session.plan)}
     if any(check_value(n, f, getattr(session.plan, n)) for n, f in base_fields.items()
-           if n not in _SWEPT_FIELDS):
+           if n not in SWEPT_FIELDS):
         return []
 
     def checks(plan):  # each swept field's value alone
         return all(check_value(n, base_fields[n], getattr(plan, n)) is None
-                   for n in _CHECKED_SWEPT_FIELDS)
+                   for n in CHECKED_SWEPT_FIELDS)
     m, B = session.model, session.plan.global_batch_size
     out: list[ParallelPlan] = []
     for t in c.ts:
@@ -72,7 +73,7 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
     m, cl, base = session.model, session.cluster, session.plan
     out = []
     for rc in c.rcs:
-        for sp, z, tpo, og, op in _overlap_choices(
+        for sp, z, tpo, og, op in overlap_choices(
                 sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
                 1 < t <= cl.gpus_per_node and not c.mla,
                 (base.overlap_grad_reduce, base.overlap_param_gather)):

@@ -34,8 +34,8 @@ from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
-                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes,
-                                      sweep_verdicts)
+                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes)
+from core.studies.sweep.variants import sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]

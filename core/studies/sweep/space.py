@@ -12,7 +12,6 @@ space yields no plan. No simulation belongs here.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -20,21 +19,22 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from core import schedules as pipeline_schedules
-from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
+from core.plan.fields import BOUNDS, ConfigError, FieldError
 from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                                 ZERO_STAGES, PLAN_FIELDS, ParallelPlan, plan_key)
 from core.plan.session import Session
-from core.plan.layout import (capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text,
+from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
-from core.plan.rules import ep_overlap_errors, probe_plan, validate
+from core.plan.rules import probe_plan, validate
 from core.plan.verdicts import PlanVerdicts
+from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdicts, value_check
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
-           "index_of_plan", "sweep_verdicts"]
+           "index_of_plan"]
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -352,25 +352,6 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
     return megatron if megatron in schedules else schedules[0]
 
 
-_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
-                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
-                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
-                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
-                 "overlap_grad_reduce", "overlap_param_gather")
-#: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
-_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-4]
-#: Those :func:`_variants` sets per plan of one (t, p, cp, ep, d, b, schedule, v)
-_VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
-                   "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
-                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
-                   "delay_wgrad_compute")
-#: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
-_SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
-                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
-                      "virtual_pipeline_stages", "first_stage_layers", "last_stage_layers")
-
-
 def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
     """The context-parallel sizes a sweep of ``space`` tries: the given ones, or the powers of
     two ``cp`` with ``seq_length`` divisible by ``2*cp`` (Megatron-Core's causal split) up to
@@ -393,19 +374,6 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
             out.append(cp)
         cp *= 2
     return out
-
-def sweep_verdicts(session: Session) -> PlanVerdicts | None:
-    """The validity checks :func:`enumerate_plans` runs on the candidates of ``session``'s
-    sweeps: the values of the fields a sweep sets, each alone, then validate's cross-field
-    rules (the model, cluster and cost are checked once, by :func:`check_enumerable`), each
-    memoized by the fields it reads (:class:`core.plan.verdicts.PlanVerdicts`); one may serve
-    every enumeration of the same session (a sweep's, b by b). None when a field the sweep
-    does not set breaks a rule: no candidate is valid."""
-    checks = _fields_check(session.plan)
-    if checks is None:
-        return None
-    return PlanVerdicts(session.model, session.cluster, extra=checks)
-
 
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                     phase: PhaseFn | None = None,
@@ -432,8 +400,8 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         Told the enumeration's progress (:class:`~core.studies.sweep.phase.PhaseTicker`,
         phase ``"enumerate"``): ``done`` of ``total`` (t, p, cp) combinations.
     verdicts : PlanVerdicts, optional
-        :func:`sweep_verdicts` of this same session, shared by several enumerations
-        (what one learns, the next need not); default: made here.
+        :func:`core.studies.sweep.variants.sweep_verdicts` of this same session, shared by
+        several enumerations (what one learns, the next need not); default: made here.
 
     Returns
     -------
@@ -456,7 +424,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     if verdicts is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
     m, base, B = session.model, session.plan, session.plan.global_batch_size
-    ok = _value_check(base)  # the sizes' values alone, each once (a candidate's fields)
+    ok = value_check(base)  # the sizes' values alone, each once (a candidate's fields)
     eps = [ep for ep in c.eps if ok("expert_parallel", ep)]
     bs = [b for b in c.bs if ok("micro_batch_size", b)]
     schedule_broken: dict[tuple, bool] = {}  # the schedule's rules of (schedule, p, m, v)
@@ -503,7 +471,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                             continue
                         yield_interpreter()
                         ticker.tick(step)
-                        plans += _variants(session, c, verdicts,
+                        plans += size_variants(session, c, verdicts,
                                            (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
     ticker.finish(len(outer))
     return plans
@@ -613,8 +581,8 @@ class _Choices:
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             mla=bool(getattr(m, "multi_latent_attention", False)),
             delay=base.delay_wgrad_compute is True,
-            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=_plan_maker(base),
-            # every variant of one size as _variants sets it, unchanged: no recomputed layers
+            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
+            # every variant of one size as size_variants sets it, unchanged: no recomputed layers
             # to cap, the expert all-to-all overlap the base's (one value, as the base's)
             plain=(base.recompute_num_layers is None and len(ovs) == 1 and not ovs[0]
                    and not (ovs[0] != base.overlap_moe_expert_parallel_comm
@@ -645,155 +613,6 @@ class _Choices:
             return [n // p] if (n // p >= 2 and (space.virtual_pipeline_stages is None
                                                  or n // p in self.vs)) else []
         return [None] if p == n else []
-
-
-def _value_check(base: ParallelPlan) -> Callable[[str, Any], bool]:
-    """Whether a value alone passes the rules of a plan field (:func:`check_value`: type,
-    bounds, choices), as ``value_ok(name, value)``, memoized by name, type and value."""
-    plan_fields = {f.name: f for f in dataclasses.fields(base)}
-    seen: dict[tuple, bool] = {}
-
-    def value_ok(name: str, value: Any) -> bool:
-        k = (name, type(value), value)
-        ok = seen.get(k)
-        if ok is None:
-            ok = seen[k] = check_value(name, plan_fields[name], value) is None
-        return ok
-
-    return value_ok
-
-
-def _fields_check(base: ParallelPlan) -> tuple[Callable[[ParallelPlan], bool], ...] | None:
-    """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
-    cross-field rules. The fields the enumeration does not set keep the base plan's values:
-    they are checked once here (None: one breaks a rule, so every candidate does). The sizes
-    (:data:`_SIZE_SWEPT_FIELDS`) are checked value by value in :func:`enumerate_plans`'s
-    loops; the function returned tells whether a candidate's other swept fields break a rule
-    alone (True: one does), for :class:`core.plan.verdicts.PlanVerdicts`, which checks it
-    ahead of validate's cross-field rules (sections=()), so that those run only on plans
-    whose fields pass: what validate(sections=("plan",)) returns for them."""
-    if any(check_value(f.name, f, getattr(base, f.name)) for f in dataclasses.fields(base)
-           if f.name not in _SWEPT_FIELDS):
-        return None
-    value_ok = _value_check(base)
-    names = tuple(n for n in _CHECKED_SWEPT_FIELDS if n not in _SIZE_SWEPT_FIELDS)
-
-    def fields_broken(plan: ParallelPlan) -> bool:
-        return not all(value_ok(n, getattr(plan, n)) for n in names)
-
-    return (fields_broken,)
-
-
-def _plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
-    """A function of a dict of every field's value to the plan with them: what
-    ``dataclasses.replace(base, **values)`` returns, without its call of ``__init__`` per
-    plan (ParallelPlan's ``__init__`` only stores its arguments: no ``__post_init__``), for a
-    ``base`` of exactly :class:`ParallelPlan` (a subclass goes through ``dataclasses.replace``).
-    The dict becomes the plan's own: pass a new one per plan."""
-    cls = type(base)
-    if cls is not ParallelPlan or hasattr(cls, "__post_init__"):
-        return lambda values: dataclasses.replace(base, **values)
-    new = object.__new__
-
-    def make(values: dict) -> ParallelPlan:
-        plan = new(cls)
-        plan.__dict__ = values
-        return plan
-
-    return make
-
-
-def _variants(session: Session, c: _Choices, verdicts: PlanVerdicts,
-              sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
-    """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v): each
-    recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`_overlap_choices`)
-    and each expert all-to-all overlap, in that order. ``verdicts``: the swept fields' checks
-    and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
-    those that read none of :data:`_VARIANT_FIELDS` checked once)."""
-    t, p, cp, ep, d, b, sched, v = sizes
-    cl, base = session.cluster, session.plan
-    make = c.make
-    # the base's uneven first / last stages at its own p
-    own_p = p == base.pipeline_parallel
-    group = dict(c.base_values, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
-                 expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
-                 virtual_pipeline_stages=v,
-                 first_stage_layers=base.first_stage_layers if own_p else None,
-                 last_stage_layers=base.last_stage_layers if own_p else None)
-    how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla)
-    known = c.variants_of.get(how)
-    if known is None:
-        overlaps = _overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
-                                    (base.overlap_grad_reduce, base.overlap_param_gather))
-        fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
-                   "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
-                   "tp_comm_overlap": tpo,
-                   # the base's recomputed modules under selective
-                   "recompute_modules": base.recompute_modules if rc == "selective" else None,
-                   "overlap_grad_reduce": og, "overlap_param_gather": op}
-                  for rc in c.rcs for sp, z, tpo, og, op in overlaps]
-        known = c.variants_of[how] = [fields, None]
-    fields, rows = known
-    if c.plain:  # each variant as set: their fields' values the same for every size
-        cands = [make({**group, **f}) for f in fields]
-        if rows is None:
-            rows = known[1] = verdicts.rows_of(cands, _VARIANT_FIELDS)
-    else:
-        cands, rows = _variant_plans(session, c, group, fields), None
-    # model, cluster and cost were checked above
-    return list(itertools.compress(cands, verdicts.valid_among(cands, _VARIANT_FIELDS, rows)))
-
-
-def _variant_plans(session: Session, c: _Choices, group: dict, fields: list[dict]
-                   ) -> list[ParallelPlan]:
-    """The candidates of :func:`_variants` in general: each of ``fields`` (a recomputation
-    and an :func:`_overlap_choices`) on ``group`` (the sizes), its recomputed layers capped,
-    with each expert all-to-all overlap where the plan allows it."""
-    m, make = session.model, c.make
-    cands = []
-    for f in fields:
-        plan = make({**group, **f})
-        if plan.recompute_num_layers is not None:
-            plan = capped_recompute_layers(plan, m.num_layers)
-        # the expert all-to-all overlap off, and on where the plan allows it (expert
-        # parallelism, its rules)
-        for ov in c.ovs:
-            cand = plan
-            if (ov != plan.overlap_moe_expert_parallel_comm
-                    or (c.delay and ov) != plan.delay_wgrad_compute):
-                cand = dataclasses.replace(
-                    plan, overlap_moe_expert_parallel_comm=ov,
-                    delay_wgrad_compute=c.delay and ov)
-            if ov and ep_overlap_errors(m, cand):
-                if False in c.ovs:
-                    continue  # tried without already
-                cand = dataclasses.replace(
-                    cand, overlap_moe_expert_parallel_comm=False,
-                    delay_wgrad_compute=False)
-            cands.append(cand)
-    return cands
-
-
-def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
-                     t: int, dp_ranks: int, tp_overlap_allowed: bool,
-                     base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
-    """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
-    overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
-    Megatron supports it (the TP overlap with sequence parallelism inside a node; the
-    gradient-reduce overlap with a data-parallel group, the parameter-gather overlap with a
-    sharded optimizer too), each distinct combination once."""
-    out = {}
-    for sp in sps:
-        for z in zs:
-            for tpo in tpos:
-                for dpo in dpos:
-                    if dpo is None:  # the session's flags, as they are
-                        og, op = base_overlaps
-                    else:
-                        og = dpo and dp_ranks > 1
-                        op = bool(og and z >= 1)
-                    out[(sp, z, bool(tpo and sp and tp_overlap_allowed), og, op)] = None
-    return list(out)
 
 
 def in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:
