@@ -336,9 +336,10 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
 
 def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], reserve: float,
            cancel: Any = None, phase: PhaseFn | None = None
-           ) -> tuple[list, list[dict[str, Any]], tuple]:
-    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions` and the plans'
-    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons). The session's own plan
+           ) -> tuple[list, list[dict[str, Any]], tuple, int | None]:
+    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions`, the plans'
+    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons) and the row of the
+    session's own plan among them (None when not among them). The session's own plan
     is always simulated: added when the space's values leave it out (a setting the default
     holds, such as sequence parallelism off) but it is valid and in the budget. Without
     micro-batch sizes in the space, b goes up to what memory allows
@@ -360,18 +361,20 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
                             + "default: b = 1, 2, 4, ... while the closed-form memory of the "
                             f"smallest-memory plan of that b fits; {stop}")
                 d["stopped"] = stop  # where the sizes stopped, in words
-    if (plans and index_of_plan(plans, session.plan) is None
+    own = index_of_plan(plans, session.plan) if plans else None
+    if (plans and own is None
             and space.excludes(session.plan) is None
             and in_budget(space, session.plan) and not validate(session)):
         plans.append(dataclasses.replace(session.plan))
+        own = len(plans) - 1
         if mem is not None:
-            own = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
-            mem = (np.concatenate([mem[0], own[0]]), np.concatenate([mem[1], own[1]]),
-                   mem[2] + own[2])
+            more = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
+            mem = (np.concatenate([mem[0], more[0]]), np.concatenate([mem[1], more[1]]),
+                   mem[2] + more[2])
     if mem is None:
         mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
                               phase=phase)
-    return plans, dimensions, mem
+    return plans, dimensions, mem, own
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
@@ -387,8 +390,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
 
     reserve = float(session.cluster.memory_reserve_fraction)
     # 1. memory in closed form: plans that do not fit are never simulated
-    plans, dimensions, (max_mem, mem_fits, reason) = _plans(session, space, get_store, reserve,
-                                                            cancel, phase)
+    plans, dimensions, (max_mem, mem_fits, reason), own = _plans(session, space, get_store,
+                                                                 reserve, cancel, phase)
     store = get_store()
     if phase is not None:  # the simulation's progress is the phase "simulate" too
         progress = _with_phase(progress, phase)
@@ -401,7 +404,6 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
-    own = index_of_plan(plans, session.plan)
     if progress is not None and not prune:  # with pruning: after the lower bounds
         progress(0, n)
     # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only

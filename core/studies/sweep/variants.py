@@ -145,7 +145,7 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         known = c.variants_of[how] = [fields, None]
     fields, rows = known
     if c.plain:  # each variant as set: their fields' values the same for every size
-        cands = [make({**group, **f}) for f in fields]
+        cands = list(map(make, [{**group, **f} for f in fields]))
         if rows is None:
             rows = known[1] = verdicts.rows_of(cands, VARIANT_FIELDS)
     else:
