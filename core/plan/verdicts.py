@@ -24,6 +24,7 @@ from core.plan.rules import plan_rules
 
 __all__ = ["PlanVerdicts"]
 
+
 class _FirstRead:
     """A non-data descriptor of a plan field on :class:`_ReadPlan`: Python looks in the
     instance's dict first, so it runs only while the field is not there, on the field's
@@ -168,13 +169,17 @@ class PlanVerdicts:
         The rules seen to read no field in ``varying`` are checked on the first plan, in
         order: such a rule gives every plan the first's verdict (they agree on every field it
         reads), and when it fails, every plan does. The others are checked on each plan, in
-        order until one fails, and
-        the list of their verdicts is kept under those rules, the fields outside
-        ``varying`` they have been seen to read (after the check: the count of the rules'
-        growths names them) with the first plan's values and types, and the token of the
-        plans' values of the ``varying`` fields: a later call that agrees on all of that
-        gets the same list (each plan agrees with the plan in the same place on every field
-        each of those rules read)."""
+        order until one fails, and the list of their verdicts is kept under those rules, the
+        fields outside ``varying`` they have been seen to read (after the check: the count of
+        the rules' growths names them) with the first plan's values and types, and the token
+        of the plans' values of the ``varying`` fields: a later call that agrees on all of
+        that gets the same list (each plan agrees with the plan in the same place on every
+        field each of those rules read).
+
+        A rule may so run on the first plan after a rule before it in order has refused that
+        plan (validate stops after its first two rules when they refuse one: the later ones
+        need positive integer sizes); the verdicts are the same, as long as the rules do not
+        raise. A sweep checks the sizes' values first."""
         if not plans:
             return []
         names, _ = self._vary(varying)
