@@ -472,7 +472,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                         yield_interpreter()
                         ticker.tick(step)
                         plans += size_variants(session, c, verdicts,
-                                           (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
     ticker.finish(len(outer))
     return plans
 

@@ -113,11 +113,11 @@ def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
 
 
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
-              sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
+                  sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
-    ``c`` (:class:`core.studies.sweep.space._Choices`): each
-    recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`)
-    and each expert all-to-all overlap, in that order. ``verdicts``: the swept fields' checks
+    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each (sequence
+    parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
+    overlap, in that order. ``verdicts``: the swept fields' checks
     and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
     those that read none of :data:`VARIANT_FIELDS` checked once)."""
     t, p, cp, ep, d, b, sched, v = sizes
@@ -130,11 +130,13 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                  virtual_pipeline_stages=v,
                  first_stage_layers=base.first_stage_layers if own_p else None,
                  last_stage_layers=base.last_stage_layers if own_p else None)
+    # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
+    # fields, built once per value of it
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla)
     known = c.variants_of.get(how)
     if known is None:
         overlaps = overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
-                                    (base.overlap_grad_reduce, base.overlap_param_gather))
+                                   (base.overlap_grad_reduce, base.overlap_param_gather))
         fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
                    "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
                    "tp_comm_overlap": tpo,
@@ -185,8 +187,8 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
 
 
 def overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
-                     t: int, dp_ranks: int, tp_overlap_allowed: bool,
-                     base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
+                    t: int, dp_ranks: int, tp_overlap_allowed: bool,
+                    base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
     """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
     overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
     Megatron supports it (the TP overlap with sequence parallelism inside a node; the
