@@ -6,6 +6,8 @@
   line's default for that budget).
 * DeepSeek-V3 (seq 4,096, global batch 15,360, 256 experts) on up to 2,048 H100-SXM5 GPUs:
   the same, with every expert-parallel size.
+* MT-NLG 530B (seq 2,048, global batch 1,920: ``resources/examples/mtnlg_530b.json``) on up to
+  3,360 A100-SXM4-80GB GPUs: the same.
 
 Each runs in a fresh process (``--workers 1``, this process only) once with
 ``VTRAIN_NO_NUMBA=1`` (the numpy batch solver) and once with Numba where installed, under a
@@ -16,7 +18,7 @@ time the phase alone would take at that rate (an extrapolation, said so), and ea
 wall time. On this shared 2-core machine, do not raise the budget far: the issue's target
 (a million plans in under 60 s) is far from reached, and the figures say by how much.
 
-Run: ``python benchmarks/bench_sweep_million.py [--budget-s 120] [--only llama|deepseek]
+Run: ``python benchmarks/bench_sweep_million.py [--budget-s 120] [--only llama|deepseek|mtnlg]
 [--numba only|off|both]``.
 """
 
@@ -32,9 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: case -> (model preset, sequence length, global batch, most GPUs, GPU kind)
 CASES = {
-    "llama": ("Llama 3.1 405B", 8192, 2048, 16384),
-    "deepseek": ("DeepSeek-V3", 4096, 15360, 2048),
+    "llama": ("Llama 3.1 405B", 8192, 2048, 16384, "H100-SXM5-80GB"),
+    "deepseek": ("DeepSeek-V3", 4096, 15360, 2048, "H100-SXM5-80GB"),
+    "mtnlg": ("MT-NLG 530B", 2048, 1920, 3360, "A100-SXM4-80GB"),
 }
 
 
@@ -49,14 +53,28 @@ def _child(case: str, budget_s: float) -> None:
     from core.plan.parallel import ParallelPlan
     from core.plan.presets import MODEL_PRESETS
     from core.plan.session import Session
+    import core.studies.sweep.run as sweep_run
     from core.studies.sweep import SweepCancelled, SweepSpace, run_sweep
 
-    name, seq, batch, gpus = CASES[case]
+    name, seq, batch, gpus, gpu = CASES[case]
+    own = {"wall_s": 0.0, "cpu_s": 0.0, "calls": 0}
+    enumerate_plans = sweep_run.enumerate_plans
+
+    def timed_enumerate(*args, **kwargs):  # the enumeration's own time, b by b
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return enumerate_plans(*args, **kwargs)
+        finally:
+            own["wall_s"] += time.perf_counter() - w0
+            own["cpu_s"] += time.process_time() - c0
+            own["calls"] += 1
+
+    sweep_run.enumerate_plans = timed_enumerate
     model = dataclasses.replace(MODEL_PRESETS[name], seq_length=seq)
     session = Session(model, ParallelPlan(tensor_parallel=8, pipeline_parallel=1,
                                           data_parallel=1, micro_batch_size=1,
                                           global_batch_size=batch),
-                      ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+                      ClusterConfig(gpu=gpu, gpus_per_node=8))
     space = SweepSpace(max_gpus=gpus, micro_batch_sizes=None)
     t0 = time.perf_counter()
     phases: dict[str, dict] = {}
@@ -80,6 +98,7 @@ def _child(case: str, budget_s: float) -> None:
         out["finished"] = False
     out["wall_s"] = time.perf_counter() - t0
     out["phases"] = phases
+    out["enumerate_own"] = own
     import core.sim.fastpath_kernel as kernel
     out["numba_loaded"] = kernel.loaded()
     print(json.dumps(out))
@@ -101,6 +120,10 @@ def _show(doc: dict, label: str) -> None:
             line += (f" (extrapolated: the whole phase about "
                      f"{took * p['total'] / p['done']:.0f} s at this rate)")
         print(line, flush=True)
+    own = doc.get("enumerate_own")
+    if own:
+        print(f"    enumerate_plans alone: {own['wall_s']:.1f} s wall, {own['cpu_s']:.1f} s CPU "
+              f"({own['calls']} calls)", flush=True)
 
 
 def main() -> None:

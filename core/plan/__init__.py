@@ -19,6 +19,9 @@ Modules, lowest first (each imports only those above it in this list):
 * :mod:`core.plan.model_rules`: the rules of a model alone.
 * :mod:`core.plan.rules`: :func:`~core.plan.rules.validate` and every rule that involves the
   plan (the schedule rules among them), :func:`~core.plan.rules.inactive_fields`.
+* :mod:`core.plan.verdicts`: :class:`~core.plan.verdicts.PlanVerdicts`, validate's verdict on
+  many plans of one model and cluster, each rule memoized by the fields it reads (a sweep's
+  candidates).
 
 A change to what a session holds (a new field, a new rule between fields) goes here. Readers of
 other formats are in :mod:`core.io` (the vTrain authors' JSON: :mod:`core.io.vtrain_json`). It

@@ -29,7 +29,7 @@ from core.plan.parallel import (GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULE
                                 parse_recompute_modules, recompute_modules)
 from core.plan.session import Session
 
-__all__ = ["validate", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
+__all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
            "probe_plan", "inactive_fields"]
 
 
@@ -67,18 +67,37 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
     errs += [e for e in _plan_feature_errors(pl) if e.field not in reported]
     if not model_checked:
         errs += [e for e in model_feature_errors(m) if e.field not in reported]
-    if c.gpu not in GPU_KINDS and not c.profile_path:
-        errs.append(FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
-                               f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path"))
+    errs += _gpu_kind_errors(c)
     if errs:  # divisibility rules below need positive integers
         return errs
-    errs += _head_split_errors(m, pl)
-    errs += _model_plan_errors(m, pl)
-    errs += _pipeline_split_errors(m, pl)
-    errs += _batch_schedule_errors(m, pl)
-    errs += _placement_errors(m, pl, c)
-    errs += _cluster_errors(pl, c)
+    for rule in _SIZE_RULES:
+        errs += rule(m, pl, c)
     return errs
+
+
+def _gpu_kind_errors(c: ClusterConfig) -> list[FieldError]:
+    """``cluster.gpu`` a shipped GPU kind, unless ``cluster.profile_path`` names a store."""
+    if c.gpu not in GPU_KINDS and not c.profile_path:
+        return [FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
+                           f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path")]
+    return []
+
+
+def plan_rules(model: ModelConfig, cluster: ClusterConfig
+               ) -> tuple[Callable[[ParallelPlan], list[FieldError]], ...]:
+    """The cross-field rules :func:`validate` checks of a plan under ``model`` and ``cluster``,
+    in its order, each a function of the plan alone (its errors, a list).
+
+    ``validate(Session(model, plan, cluster, cost), sections=(), model_checked=True)`` is
+    empty iff every rule returns empty, the rules called in order (validate calls the third
+    and later, which need positive integer sizes, only when the first two return empty; it
+    returns the errors of all of them). Each rule reads the plan through its attributes only,
+    and the model and cluster it was made with: a plan sweep memoizes each one's verdict by
+    the plan fields it reads (:class:`core.plan.verdicts.PlanVerdicts`)."""
+    def bind(rule):
+        return lambda pl: rule(model, pl, cluster)
+    return ((_plan_feature_errors, lambda pl: _gpu_kind_errors(cluster))
+            + tuple(bind(rule) for rule in _SIZE_RULES))
 
 
 def _head_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
@@ -666,6 +685,18 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
                                    f"{pl.precision!r}: gradients are reduced in fp32 or in the "
                                    "training precision"))
     return errs
+
+
+#: :func:`validate`'s rules that need the plan's sizes to be positive integers, in its order;
+#: each ``(model, plan, cluster) -> errors``.
+_SIZE_RULES: tuple[Callable[[ModelConfig, ParallelPlan, ClusterConfig], list[FieldError]], ...] = (
+    lambda m, pl, c: _head_split_errors(m, pl),
+    lambda m, pl, c: _model_plan_errors(m, pl),
+    lambda m, pl, c: _pipeline_split_errors(m, pl),
+    lambda m, pl, c: _batch_schedule_errors(m, pl),
+    _placement_errors,
+    lambda m, pl, c: _cluster_errors(pl, c),
+)
 
 
 def check(session: Session) -> Session:

@@ -33,6 +33,7 @@ Each module imports only those above it in this list (no circle):
 * :mod:`~core.studies.sweep.cancel` -- :class:`SweepCancelled` and the test of ``cancel``;
 * :mod:`~core.studies.sweep.pace` -- the garbage collector paused, the interpreter yielded;
 * :mod:`~core.studies.sweep.phase` -- each phase's progress and Cancel (:class:`PhaseTicker`);
+* :mod:`~core.studies.sweep.variants` -- one size's variants built as plans and checked;
 * :mod:`~core.studies.sweep.space` -- :class:`SweepSpace`, enumeration;
 * :mod:`~core.studies.sweep.dimensions` -- the dimensions swept and held, and why;
 * :mod:`~core.studies.sweep.result` -- :class:`SweepResult`, the Pareto front, best plans;

@@ -35,6 +35,7 @@ from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan, power_of_two_sizes)
+from core.studies.sweep.variants import sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
@@ -308,11 +309,12 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
     plans: list = []
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
     for k, b in enumerate(sizes):
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
         part = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)),
-                               cancel=cancel, phase=part_phase)
+                               cancel=cancel, phase=part_phase, verdicts=verdicts)
         if not part:
             continue
         mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase)
@@ -334,9 +336,10 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
 
 def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], reserve: float,
            cancel: Any = None, phase: PhaseFn | None = None
-           ) -> tuple[list, list[dict[str, Any]], tuple]:
-    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions` and the plans'
-    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons). The session's own plan
+           ) -> tuple[list, list[dict[str, Any]], tuple, int | None]:
+    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions`, the plans'
+    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons) and the row of the
+    session's own plan among them (None when not among them). The session's own plan
     is always simulated: added when the space's values leave it out (a setting the default
     holds, such as sequence parallelism off) but it is valid and in the budget. Without
     micro-batch sizes in the space, b goes up to what memory allows
@@ -358,18 +361,20 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
                             + "default: b = 1, 2, 4, ... while the closed-form memory of the "
                             f"smallest-memory plan of that b fits; {stop}")
                 d["stopped"] = stop  # where the sizes stopped, in words
-    if (plans and index_of_plan(plans, session.plan) is None
+    own = index_of_plan(plans, session.plan) if plans else None
+    if (plans and own is None
             and space.excludes(session.plan) is None
             and in_budget(space, session.plan) and not validate(session)):
         plans.append(dataclasses.replace(session.plan))
+        own = len(plans) - 1
         if mem is not None:
-            own = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
-            mem = (np.concatenate([mem[0], own[0]]), np.concatenate([mem[1], own[1]]),
-                   mem[2] + own[2])
+            more = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
+            mem = (np.concatenate([mem[0], more[0]]), np.concatenate([mem[1], more[1]]),
+                   mem[2] + more[2])
     if mem is None:
         mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
                               phase=phase)
-    return plans, dimensions, mem
+    return plans, dimensions, mem, own
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
@@ -385,8 +390,8 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
 
     reserve = float(session.cluster.memory_reserve_fraction)
     # 1. memory in closed form: plans that do not fit are never simulated
-    plans, dimensions, (max_mem, mem_fits, reason) = _plans(session, space, get_store, reserve,
-                                                            cancel, phase)
+    plans, dimensions, (max_mem, mem_fits, reason), own = _plans(session, space, get_store,
+                                                                 reserve, cancel, phase)
     store = get_store()
     if phase is not None:  # the simulation's progress is the phase "simulate" too
         progress = _with_phase(progress, phase)
@@ -399,7 +404,6 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
-    own = index_of_plan(plans, session.plan)
     if progress is not None and not prune:  # with pruning: after the lower bounds
         progress(0, n)
     # the compiled fast path pays for Numba's import (~0.5 s per process) on large sweeps only

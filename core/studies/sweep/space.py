@@ -19,13 +19,15 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from core import schedules as pipeline_schedules
-from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
+from core.plan.fields import BOUNDS, ConfigError, FieldError
 from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                                ZERO_STAGES, ParallelPlan, plan_key)
+                                ZERO_STAGES, PLAN_FIELDS, ParallelPlan, plan_key)
 from core.plan.session import Session
-from core.plan.layout import (capped_recompute_layers, expand_pipeline_layout, pipeline_layout_text,
+from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
-from core.plan.rules import ep_overlap_errors, probe_plan, validate
+from core.plan.rules import probe_plan, validate
+from core.plan.verdicts import PlanVerdicts
+from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdicts, value_check
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
@@ -350,16 +352,6 @@ def one_stage_schedule(schedules: Sequence[str]) -> str:
     return megatron if megatron in schedules else schedules[0]
 
 
-_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
-                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
-                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
-                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                 "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
-                 "overlap_grad_reduce", "overlap_param_gather")
-#: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
-_CHECKED_SWEPT_FIELDS = _SWEPT_FIELDS[:-4]
-
-
 def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
     """The context-parallel sizes a sweep of ``space`` tries: the given ones, or the powers of
     two ``cp`` with ``seq_length`` divisible by ``2*cp`` (Megatron-Core's causal split) up to
@@ -384,7 +376,8 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
     return out
 
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
-                    phase: PhaseFn | None = None) -> list[ParallelPlan]:
+                    phase: PhaseFn | None = None,
+                    verdicts: PlanVerdicts | None = None) -> list[ParallelPlan]:
     """Every valid plan of ``space`` for the session's model, batch size, precision and cluster.
 
     A plan is emitted iff :func:`core.plan.rules.validate` accepts the session with
@@ -406,6 +399,9 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     phase : callable ``(phase, done, total) -> None``, optional
         Told the enumeration's progress (:class:`~core.studies.sweep.phase.PhaseTicker`,
         phase ``"enumerate"``): ``done`` of ``total`` (t, p, cp) combinations.
+    verdicts : PlanVerdicts, optional
+        :func:`core.studies.sweep.variants.sweep_verdicts` of this same session, shared by
+        several enumerations (what one learns, the next need not); default: made here.
 
     Returns
     -------
@@ -423,16 +419,27 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     """
     check_enumerable(session, space)
     c = _Choices.of(session, space)
-    fields_ok = _fields_check(session.plan)
-    if fields_ok is None:  # every candidate breaks a rule of a field the sweep does not set
+    if verdicts is None:
+        verdicts = sweep_verdicts(session)
+    if verdicts is None:  # every candidate breaks a rule of a field the sweep does not set
         return []
-    m, B = session.model, session.plan.global_batch_size
+    m, base, B = session.model, session.plan, session.plan.global_batch_size
+    ok = value_check(base)  # the sizes' values alone, each once (a candidate's fields)
+    eps = [ep for ep in c.eps if ok("expert_parallel", ep)]
+    bs = [b for b in c.bs if ok("micro_batch_size", b)]
+    schedule_broken: dict[tuple, bool] = {}  # the schedule's rules of (schedule, p, m, v)
     plans: list[ParallelPlan] = []
     outer = [(t, p, cp) for t in c.ts for p in c.ps for cp in c.cps]
     ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
     for step, (t, p, cp) in enumerate(outer):
         ticker.tick(step)
-        ds = c.data_parallel_sizes(space, t * p * cp, B)
+        own_p = p == base.pipeline_parallel  # the base's uneven first / last stages
+        if not (ok("tensor_parallel", t) and ok("pipeline_parallel", p)
+                and ok("context_parallel", cp)
+                and ok("first_stage_layers", base.first_stage_layers if own_p else None)
+                and ok("last_stage_layers", base.last_stage_layers if own_p else None)):
+            continue
+        ds = [d for d in c.data_parallel_sizes(space, t * p * cp, B) if ok("data_parallel", d)]
         # sequence parallelism without tensor parallelism and ZeRO without data parallelism
         # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
         if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
@@ -442,22 +449,30 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
         # keep one of them (1F1B when swept)
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
-        for d, ep in ((d, ep) for d in ds for ep in c.eps):
+        # the (schedule, v) of p whose values pass alone, in order
+        sched_vs = [(sched, [v for v in c.virtual_sizes(space, sched, p)
+                             if ok("virtual_pipeline_stages", v)])
+                    for sched in scheds_p if ok("schedule", sched)]
+        for d, ep in ((d, ep) for d in ds for ep in eps):
             zs_d = c.zs[:1] if d == 1 else c.zs
-            for b in c.bs:
+            for b in bs:
                 if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                     continue
-                for sched in scheds_p:
-                    for v in c.virtual_sizes(space, sched, p):
+                for sched, vs in sched_vs:
+                    for v in vs:
                         # the schedule's own rules (part of validate), before building plans
-                        if pipeline_schedules.schedule_errors(
+                        k = (sched, p, B // (d * b), v)
+                        broken = schedule_broken.get(k)
+                        if broken is None:
+                            broken = schedule_broken[k] = bool(pipeline_schedules.schedule_errors(
                                 sched, p, B // (d * b), v,
-                                m.num_layers if c.layout_n is None else None, c.extra_slots):
+                                m.num_layers if c.layout_n is None else None, c.extra_slots))
+                        if broken:
                             continue
                         yield_interpreter()
                         ticker.tick(step)
-                        plans += _variants(session, c, fields_ok,
-                                           (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+                        plans += size_variants(session, c, verdicts,
+                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
     ticker.finish(len(outer))
     return plans
 
@@ -503,6 +518,10 @@ class _Choices:
     extra_slots: int
     mla: bool
     delay: bool
+    base_values: dict
+    make: Callable[[dict], ParallelPlan]
+    plain: bool
+    variants_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -561,7 +580,14 @@ class _Choices:
             d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             mla=bool(getattr(m, "multi_latent_attention", False)),
-            delay=base.delay_wgrad_compute is True)
+            delay=base.delay_wgrad_compute is True,
+            base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
+            # every variant of one size as size_variants sets it, unchanged: no recomputed layers
+            # to cap, the expert all-to-all overlap the base's (one value, as the base's)
+            plain=(base.recompute_num_layers is None and len(ovs) == 1 and not ovs[0]
+                   and not (ovs[0] != base.overlap_moe_expert_parallel_comm
+                            or (base.delay_wgrad_compute is True and ovs[0])
+                            != base.delay_wgrad_compute)))
 
     def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
         """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,
@@ -587,110 +613,6 @@ class _Choices:
             return [n // p] if (n // p >= 2 and (space.virtual_pipeline_stages is None
                                                  or n // p in self.vs)) else []
         return [None] if p == n else []
-
-
-def _fields_check(base: ParallelPlan) -> Callable[[ParallelPlan], bool] | None:
-    """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
-    cross-field rules. The fields the enumeration does not set keep the base plan's values:
-    they are checked once here (None: one breaks a rule, so every candidate does). The
-    function returned checks a candidate's swept fields' values, each value once (memoized by
-    name, type and value); validate's cross-field rules (sections=()) run only on plans whose
-    fields pass, which is what validate(sections=("plan",)) returns for them."""
-    plan_fields = {f.name: f for f in dataclasses.fields(base)}
-    if any(check_value(n, f, getattr(base, n)) for n, f in plan_fields.items()
-           if n not in _SWEPT_FIELDS):
-        return None
-    field_ok: dict[tuple, bool] = {}
-
-    def fields_ok(plan: ParallelPlan) -> bool:
-        for n in _CHECKED_SWEPT_FIELDS:
-            value = getattr(plan, n)
-            k = (n, type(value), value)
-            ok = field_ok.get(k)
-            if ok is None:
-                ok = field_ok[k] = check_value(n, plan_fields[n], value) is None
-            if not ok:
-                return False
-        return True
-
-    return fields_ok
-
-
-def _variants(session: Session, c: _Choices, fields_ok: Callable[[ParallelPlan], bool],
-              sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
-    """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v): each
-    recomputation, each (sequence parallel, ZeRO, overlaps) choice (:func:`_overlap_choices`)
-    and each expert all-to-all overlap, in that order."""
-    t, p, cp, ep, d, b, sched, v = sizes
-    m, cl, base = session.model, session.cluster, session.plan
-    out = []
-    for rc in c.rcs:
-        for sp, z, tpo, og, op in _overlap_choices(
-                sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
-                1 < t <= cl.gpus_per_node and not c.mla,
-                (base.overlap_grad_reduce, base.overlap_param_gather)):
-            plan = dataclasses.replace(
-                base, tensor_parallel=t, pipeline_parallel=p,
-                context_parallel=cp, expert_parallel=ep,
-                data_parallel=d, micro_batch_size=b, schedule=sched,
-                virtual_pipeline_stages=v, recompute=rc,
-                sequence_parallel=sp, zero_stage=z,
-                recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
-                # the base's uneven first / last stages at its own p
-                first_stage_layers=(base.first_stage_layers if p ==
-                                    base.pipeline_parallel else None),
-                last_stage_layers=(base.last_stage_layers if p ==
-                                   base.pipeline_parallel else None),
-                # the base's recomputed modules under selective
-                recompute_modules=(base.recompute_modules if rc == "selective" else None),
-                # the base's TP overlap where the plan allows it
-                # (Megatron: only with sequence parallelism)
-                tp_comm_overlap=tpo, overlap_grad_reduce=og,
-                overlap_param_gather=op)
-            if plan.recompute_num_layers is not None:
-                plan = capped_recompute_layers(plan, m.num_layers)
-            # the expert all-to-all overlap off, and on where the plan allows it (expert
-            # parallelism, its rules)
-            for ov in c.ovs:
-                cand = plan
-                if (ov != plan.overlap_moe_expert_parallel_comm
-                        or (c.delay and ov) != plan.delay_wgrad_compute):
-                    cand = dataclasses.replace(
-                        plan, overlap_moe_expert_parallel_comm=ov,
-                        delay_wgrad_compute=c.delay and ov)
-                if ov and ep_overlap_errors(m, cand):
-                    if False in c.ovs:
-                        continue  # tried without already
-                    cand = dataclasses.replace(
-                        cand, overlap_moe_expert_parallel_comm=False,
-                        delay_wgrad_compute=False)
-                # model, cluster and cost were checked above
-                if fields_ok(cand) and not validate(Session(m, cand, cl, session.cost),
-                                                    sections=(), model_checked=True):
-                    out.append(cand)
-    return out
-
-
-def _overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
-                     t: int, dp_ranks: int, tp_overlap_allowed: bool,
-                     base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
-    """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
-    overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
-    Megatron supports it (the TP overlap with sequence parallelism inside a node; the
-    gradient-reduce overlap with a data-parallel group, the parameter-gather overlap with a
-    sharded optimizer too), each distinct combination once."""
-    out = {}
-    for sp in sps:
-        for z in zs:
-            for tpo in tpos:
-                for dpo in dpos:
-                    if dpo is None:  # the session's flags, as they are
-                        og, op = base_overlaps
-                    else:
-                        og = dpo and dp_ranks > 1
-                        op = bool(og and z >= 1)
-                    out[(sp, z, bool(tpo and sp and tp_overlap_allowed), og, op)] = None
-    return list(out)
 
 
 def in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:

@@ -1,0 +1,208 @@
+"""A sweep's candidates of one size (t, p, cp, ep, d, b, schedule, v): their variants
+(recomputation, sequence parallelism, ZeRO stage, overlaps) built as plans
+(:func:`size_variants`) and checked (:func:`sweep_verdicts`: each swept value alone, then
+validate's cross-field rules, memoized by :class:`core.plan.verdicts.PlanVerdicts`).
+:mod:`core.studies.sweep.space` loops over the sizes; which sizes a space tries does not
+belong here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable
+
+from core.plan.fields import check_value
+from core.plan.layout import capped_recompute_layers
+from core.plan.parallel import ParallelPlan
+from core.plan.rules import ep_overlap_errors
+from core.plan.session import Session
+from core.plan.verdicts import PlanVerdicts
+
+__all__ = ["SWEPT_FIELDS", "CHECKED_SWEPT_FIELDS", "SIZE_SWEPT_FIELDS", "VARIANT_FIELDS",
+           "sweep_verdicts", "value_check", "plan_maker", "size_variants", "overlap_choices"]
+
+#: The plan fields a sweep sets; every other field is the session plan's
+SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
+                "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
+                "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
+                "tp_comm_overlap", "recompute_modules", "first_stage_layers",
+                "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                "overlap_grad_reduce", "overlap_param_gather")
+#: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
+CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
+#: Those :func:`size_variants` sets per plan of one (t, p, cp, ep, d, b, schedule, v)
+VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
+                  "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
+                  "overlap_param_gather", "overlap_moe_expert_parallel_comm",
+                  "delay_wgrad_compute")
+#: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
+SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                     "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
+                     "virtual_pipeline_stages", "first_stage_layers", "last_stage_layers")
+
+
+def sweep_verdicts(session: Session) -> PlanVerdicts | None:
+    """The validity checks :func:`core.studies.sweep.space.enumerate_plans` runs on the
+    candidates of ``session``'s sweeps: the values of the fields a sweep sets, each alone,
+    then validate's cross-field rules (the model, cluster and cost are checked once, by
+    :func:`core.studies.sweep.space.check_enumerable`), each memoized by the fields it reads
+    (:class:`core.plan.verdicts.PlanVerdicts`); one may serve every enumeration of the same
+    session (a sweep's, b by b). None when a field the sweep does not set breaks a rule: no
+    candidate is valid."""
+    checks = _fields_check(session.plan)
+    if checks is None:
+        return None
+    return PlanVerdicts(session.model, session.cluster, extra=checks)
+
+
+def value_check(base: ParallelPlan) -> Callable[[str, Any], bool]:
+    """Whether a value alone passes the rules of a plan field (:func:`check_value`: type,
+    bounds, choices), as ``value_ok(name, value)``, memoized by name, type and value."""
+    plan_fields = {f.name: f for f in dataclasses.fields(base)}
+    seen: dict[tuple, bool] = {}
+
+    def value_ok(name: str, value: Any) -> bool:
+        k = (name, type(value), value)
+        ok = seen.get(k)
+        if ok is None:
+            ok = seen[k] = check_value(name, plan_fields[name], value) is None
+        return ok
+
+    return value_ok
+
+
+def _fields_check(base: ParallelPlan) -> tuple[Callable[[ParallelPlan], bool], ...] | None:
+    """``validate(sections=("plan",))`` checks each plan field alone (check_value) and then the
+    cross-field rules. The fields the enumeration does not set keep the base plan's values:
+    they are checked once here (None: one breaks a rule, so every candidate does). The sizes
+    (:data:`SIZE_SWEPT_FIELDS`) are checked value by value in the loops of
+    :func:`core.studies.sweep.space.enumerate_plans`; the function returned tells whether a candidate's other swept fields break a rule
+    alone (True: one does), for :class:`core.plan.verdicts.PlanVerdicts`, which checks it
+    ahead of validate's cross-field rules (sections=()), so that those run only on plans
+    whose fields pass: what validate(sections=("plan",)) returns for them."""
+    if any(check_value(f.name, f, getattr(base, f.name)) for f in dataclasses.fields(base)
+           if f.name not in SWEPT_FIELDS):
+        return None
+    value_ok = value_check(base)
+    names = tuple(n for n in CHECKED_SWEPT_FIELDS if n not in SIZE_SWEPT_FIELDS)
+
+    def fields_broken(plan: ParallelPlan) -> bool:
+        return not all(value_ok(n, getattr(plan, n)) for n in names)
+
+    return (fields_broken,)
+
+
+def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
+    """A function of a dict of every field's value to the plan with them: what
+    ``dataclasses.replace(base, **values)`` returns, without its call of ``__init__`` per
+    plan (ParallelPlan's ``__init__`` only stores its arguments: no ``__post_init__``), for a
+    ``base`` of exactly :class:`ParallelPlan` (a subclass goes through ``dataclasses.replace``).
+    The dict becomes the plan's own: pass a new one per plan."""
+    cls = type(base)
+    if cls is not ParallelPlan or hasattr(cls, "__post_init__"):
+        return lambda values: dataclasses.replace(base, **values)
+    new = object.__new__
+
+    def make(values: dict) -> ParallelPlan:
+        plan = new(cls)
+        plan.__dict__ = values
+        return plan
+
+    return make
+
+
+def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
+                  sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
+    """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
+    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each (sequence
+    parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
+    overlap, in that order. ``verdicts``: the swept fields' checks
+    and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
+    those that read none of :data:`VARIANT_FIELDS` checked once)."""
+    t, p, cp, ep, d, b, sched, v = sizes
+    cl, base = session.cluster, session.plan
+    make = c.make
+    # the base's uneven first / last stages at its own p
+    own_p = p == base.pipeline_parallel
+    group = dict(c.base_values, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
+                 expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
+                 virtual_pipeline_stages=v,
+                 first_stage_layers=base.first_stage_layers if own_p else None,
+                 last_stage_layers=base.last_stage_layers if own_p else None)
+    # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
+    # fields, built once per value of it
+    how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla)
+    known = c.variants_of.get(how)
+    if known is None:
+        overlaps = overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
+                                   (base.overlap_grad_reduce, base.overlap_param_gather))
+        fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
+                   "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
+                   "tp_comm_overlap": tpo,
+                   # the base's recomputed modules under selective
+                   "recompute_modules": base.recompute_modules if rc == "selective" else None,
+                   "overlap_grad_reduce": og, "overlap_param_gather": op}
+                  for rc in c.rcs for sp, z, tpo, og, op in overlaps]
+        known = c.variants_of[how] = [fields, None]
+    fields, rows = known
+    if c.plain:  # each variant as set: their fields' values the same for every size
+        cands = list(map(make, [{**group, **f} for f in fields]))
+        if rows is None:
+            rows = known[1] = verdicts.rows_of(cands, VARIANT_FIELDS)
+    else:
+        cands, rows = _variant_plans(session, c, group, fields), None
+    # model, cluster and cost were checked above
+    return list(itertools.compress(cands, verdicts.valid_among(cands, VARIANT_FIELDS, rows)))
+
+
+def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
+                   ) -> list[ParallelPlan]:
+    """The candidates of :func:`size_variants` in general: each of ``fields`` (a recomputation
+    and an :func:`overlap_choices`) on ``group`` (the sizes), its recomputed layers capped,
+    with each expert all-to-all overlap where the plan allows it."""
+    m, make = session.model, c.make
+    cands = []
+    for f in fields:
+        plan = make({**group, **f})
+        if plan.recompute_num_layers is not None:
+            plan = capped_recompute_layers(plan, m.num_layers)
+        # the expert all-to-all overlap off, and on where the plan allows it (expert
+        # parallelism, its rules)
+        for ov in c.ovs:
+            cand = plan
+            if (ov != plan.overlap_moe_expert_parallel_comm
+                    or (c.delay and ov) != plan.delay_wgrad_compute):
+                cand = dataclasses.replace(
+                    plan, overlap_moe_expert_parallel_comm=ov,
+                    delay_wgrad_compute=c.delay and ov)
+            if ov and ep_overlap_errors(m, cand):
+                if False in c.ovs:
+                    continue  # tried without already
+                cand = dataclasses.replace(
+                    cand, overlap_moe_expert_parallel_comm=False,
+                    delay_wgrad_compute=False)
+            cands.append(cand)
+    return cands
+
+
+def overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
+                    t: int, dp_ranks: int, tp_overlap_allowed: bool,
+                    base_overlaps: tuple[bool, bool] = (False, False)) -> list[tuple]:
+    """``(sequence_parallel, zero_stage, tp_comm_overlap, overlap_grad_reduce,
+    overlap_param_gather)`` of the plans of one (t, d*cp): each overlap asked on only where
+    Megatron supports it (the TP overlap with sequence parallelism inside a node; the
+    gradient-reduce overlap with a data-parallel group, the parameter-gather overlap with a
+    sharded optimizer too), each distinct combination once."""
+    out = {}
+    for sp in sps:
+        for z in zs:
+            for tpo in tpos:
+                for dpo in dpos:
+                    if dpo is None:  # the session's flags, as they are
+                        og, op = base_overlaps
+                    else:
+                        og = dpo and dp_ranks > 1
+                        op = bool(og and z >= 1)
+                    out[(sp, z, bool(tpo and sp and tp_overlap_allowed), og, op)] = None
+    return list(out)

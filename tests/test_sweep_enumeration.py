@@ -1,0 +1,237 @@
+"""The sweep's enumeration is exact: the memoized checks (core.plan.verdicts) and the plans built
+without dataclasses.replace give the plans, in the order, of the enumeration that validated
+every candidate (kept here as the reference), on spaces of every kind: dense, interleaved
+with uneven stages and recomputed layers, context parallel, expert parallel with the expert
+all-to-all overlap, zero-bubble schedules, held session values, a custom pipeline layout,
+numpy sizes; and PlanVerdicts answers validate's question on random plans, valid or not."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import ep_overlap_errors, validate
+from core.plan.session import Session
+from core.plan.verdicts import PlanVerdicts
+from core.schedules import schedule_errors
+from core.plan.layout import capped_recompute_layers
+from core.plan.fields import check_value
+from core.studies.sweep.space import (SweepSpace, _Choices, check_enumerable, enumerate_plans,
+                                      one_stage_schedule)
+from core.studies.sweep.variants import (CHECKED_SWEPT_FIELDS, SWEPT_FIELDS, overlap_choices,
+                                         sweep_verdicts)
+
+
+def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPlan]:
+    """The enumeration before its checks were memoized: every candidate built by
+    dataclasses.replace and validated alone (its swept fields one by one, then
+    validate(sections=())), in the same loops."""
+    check_enumerable(session, space)
+    c = _Choices.of(session, space)
+    base_fields = {f.name: f for f in dataclasses.fields(session.plan)}
+    if any(check_value(n, f, getattr(session.plan, n)) for n, f in base_fields.items()
+           if n not in SWEPT_FIELDS):
+        return []
+
+    def checks(plan):  # each swept field's value alone
+        return all(check_value(n, base_fields[n], getattr(plan, n)) is None
+                   for n in CHECKED_SWEPT_FIELDS)
+    m, B = session.model, session.plan.global_batch_size
+    out: list[ParallelPlan] = []
+    for t in c.ts:
+        for p in c.ps:
+            for cp in c.cps:
+                ds = c.data_parallel_sizes(space, t * p * cp, B)
+                sps_t = ([t > 1 and m.seq_length % t == 0] if c.sps is None
+                         else c.sps[:1] if t == 1 else c.sps)
+                scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+                for d, ep in ((d, ep) for d in ds for ep in c.eps):
+                    zs_d = c.zs[:1] if d == 1 else c.zs
+                    for b in c.bs:
+                        if B % (d * b):
+                            continue
+                        for sched in scheds_p:
+                            for v in c.virtual_sizes(space, sched, p):
+                                if schedule_errors(sched, p, B // (d * b), v,
+                                                   m.num_layers if c.layout_n is None else None,
+                                                   c.extra_slots):
+                                    continue
+                                out += _reference_variants(session, c, checks,
+                                                           (t, p, cp, ep, d, b, sched, v),
+                                                           sps_t, zs_d)
+    return out
+
+
+def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
+    t, p, cp, ep, d, b, sched, v = sizes
+    m, cl, base = session.model, session.cluster, session.plan
+    out = []
+    for rc in c.rcs:
+        for sp, z, tpo, og, op in overlap_choices(
+                sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
+                1 < t <= cl.gpus_per_node and not c.mla,
+                (base.overlap_grad_reduce, base.overlap_param_gather)):
+            plan = dataclasses.replace(
+                base, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
+                expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
+                virtual_pipeline_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=z,
+                recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
+                first_stage_layers=(base.first_stage_layers if p == base.pipeline_parallel
+                                    else None),
+                last_stage_layers=(base.last_stage_layers if p == base.pipeline_parallel
+                                   else None),
+                recompute_modules=(base.recompute_modules if rc == "selective" else None),
+                tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op)
+            if plan.recompute_num_layers is not None:
+                plan = capped_recompute_layers(plan, m.num_layers)
+            for ov in c.ovs:
+                cand = plan
+                if (ov != plan.overlap_moe_expert_parallel_comm
+                        or (c.delay and ov) != plan.delay_wgrad_compute):
+                    cand = dataclasses.replace(plan, overlap_moe_expert_parallel_comm=ov,
+                                               delay_wgrad_compute=c.delay and ov)
+                if ov and ep_overlap_errors(m, cand):
+                    if False in c.ovs:
+                        continue
+                    cand = dataclasses.replace(cand, overlap_moe_expert_parallel_comm=False,
+                                               delay_wgrad_compute=False)
+                if checks(cand) and not validate(
+                        Session(m, cand, cl, session.cost), sections=(), model_checked=True):
+                    out.append(cand)
+    return out
+
+
+def _session(model: str, gpu: str = "H100-SXM5-80GB", seq: int | None = None, **plan) -> Session:
+    m = MODEL_PRESETS[model]
+    if seq is not None:
+        m = dataclasses.replace(m, seq_length=seq)
+    kw = dict(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+              global_batch_size=512)
+    kw.update(plan)
+    return Session(m, ParallelPlan(**kw), ClusterConfig(gpu=gpu, gpus_per_node=8))
+
+
+CASES = {
+    "dense": (_session("GPT-3 13B"), SweepSpace(max_gpus=128, micro_batch_sizes=(1, 2, 4))),
+    "interleaved, uneven, recomputed layers": (
+        _session("Llama 3 8B", pipeline_parallel=4, first_stage_layers=7,
+                 recompute_num_layers=3, recompute_modules="core_attn,mlp"),
+        SweepSpace(max_gpus=64, micro_batch_sizes=(1, 2), schedules=("1f1b", "interleaved"),
+                   sequence_parallel=(False, True), tp_comm_overlap=(False, True))),
+    "context parallel": (_session("Llama 3 8B", seq=32768, global_batch_size=64),
+                         SweepSpace(max_gpus=128, micro_batch_sizes=(1,))),
+    "expert parallel, all-to-all overlap": (
+        _session("Qwen3-30B-A3B", global_batch_size=256, delay_wgrad_compute=True,
+                 overlap_moe_expert_parallel_comm=True),
+        SweepSpace(max_gpus=16, micro_batch_sizes=(2,), expert_parallel=(1, 2, 8),
+                   recompute=("selective", "full"), overlap_moe_expert_parallel_comm=(False, True))),
+    "expert parallel, overlap on only": (
+        _session("Mixtral 8x7B", seq=4096, global_batch_size=128),
+        SweepSpace(max_gpus=32, micro_batch_sizes=(1,),
+                   overlap_moe_expert_parallel_comm=(True,), recompute=("none", "full"))),
+    "zero bubble, overlaps both ways": (
+        _session("GPT-3 6.7B", overlap_grad_reduce=True),
+        SweepSpace(max_gpus=64, micro_batch_sizes=(1, 4), schedules=("zb-h1", "zb-v", "gpipe"),
+                   zero_stages=(0, 3), dp_overlap=(False, True), tp_comm_overlap=(False, True),
+                   sequence_parallel=(False, True))),
+    "held session values": (
+        _session("Llama 2 7B", sequence_parallel=True, zero_stage=1, tp_comm_overlap=True,
+                 overlap_grad_reduce=True),
+        SweepSpace(max_data_parallel=16, micro_batch_sizes=(1, 2), hold_session_values=True)),
+    "custom layout, MLA, MTP": (
+        _session("DeepSeek-V3", global_batch_size=1024, pipeline_parallel=16,
+                 pipeline_model_parallel_layout="Et|(tt|)*30mL"),
+        SweepSpace(max_gpus=1024, micro_batch_sizes=(1,), recompute=("selective", "full"))),
+    "numpy sizes, one exact count": (
+        _session("GPT-3 2.7B", precision="fp16"),
+        SweepSpace(num_gpus=(32,), tensor_parallel=(np.int64(2), 4, 1),
+                   micro_batch_sizes=(1, np.int64(2)), zero_stages=(0, 1))),
+    "a held field breaks a rule": (_session("GPT-3 1.3B", moe_imbalance_factor=2.0),
+                                   SweepSpace(max_gpus=16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_enumeration_equals_the_reference(name):
+    session, space = CASES[name]
+    want = [plan_key(p) for p in _reference_enumerate(session, space)]
+    got_plans = enumerate_plans(session, space)
+    assert [plan_key(p) for p in got_plans] == want
+    assert all(type(p) is ParallelPlan and set(vars(p)) == set(PLAN_FIELDS) for p in got_plans)
+    assert len({id(p) for p in got_plans}) == len(got_plans)  # no plan shared
+    if name != "a held field breaks a rule":
+        assert want, "a space with plans"
+
+
+def test_one_verdict_cache_for_several_enumerations():
+    """One sweep_verdicts for every b (run_sweep's b by b) and every space of a session gives
+    each enumeration its own plans."""
+    session = _session("Llama 3 8B", seq=16384, global_batch_size=128)
+    verdicts = sweep_verdicts(session)
+    for space in (SweepSpace(max_gpus=64, micro_batch_sizes=(b,)) for b in (1, 2, 4)):
+        want = [plan_key(p) for p in _reference_enumerate(session, space)]
+        assert [plan_key(p) for p in enumerate_plans(session, space, verdicts=verdicts)] == want
+    space = SweepSpace(max_gpus=32, micro_batch_sizes=(1, 2), sequence_parallel=(False, True),
+                       schedules=("gpipe", "interleaved"))
+    want = [plan_key(p) for p in _reference_enumerate(session, space)]
+    assert [plan_key(p) for p in enumerate_plans(session, space, verdicts=verdicts)] == want
+
+
+def _random_plan(rng: random.Random) -> ParallelPlan:
+    """A random plan, each field its first value here four times in five (a valid plan
+    now and then), else any."""
+    def pick(values):
+        return values[0] if rng.random() < 0.8 else rng.choice(values)
+    return ParallelPlan(
+        tensor_parallel=pick([1, 2, 4, 8, 16, 3]), pipeline_parallel=pick([1, 2, 4, 8, 5]),
+        data_parallel=pick([1, 2, 3, 4, 8]), micro_batch_size=pick([1, 2, 4]),
+        global_batch_size=pick([64, 96, 128]), schedule=pick(["1f1b", "gpipe", "interleaved",
+                                                              "zb-h1", "zb-v"]),
+        recompute=pick(["none", "selective", "full", "selective_op"]),
+        precision=pick(["bf16", "fp16", "fp8", "fp32"]),
+        virtual_pipeline_stages=pick([None, 2, 3, 4]),
+        sequence_parallel=pick([False, True]), recompute_num_layers=pick([None, 1, 2, 40]),
+        zero_stage=pick([0, 1, 2, 3]), overlap_grad_reduce=pick([False, True]),
+        overlap_param_gather=pick([False, True]), tp_comm_overlap=pick([False, True]),
+        first_stage_layers=pick([None, None, 3]), context_parallel=pick([1, 2, 4]),
+        cp_comm_type=pick(["p2p", "a2a", "a2a+p2p", "all_gather"]),
+        cp_a2a_size=pick([None, 2]), expert_parallel=pick([1, 2, 4]),
+        expert_tensor_parallel=pick([None, 1]), recompute_modules=pick([None, "core_attn,mlp",
+                                                                        "moe", "mla_up_proj"]),
+        data_parallel_shard_size=pick([None, 2]), fp8_param_gather=pick([False, True]),
+        overlap_moe_expert_parallel_comm=pick([False, True]),
+        delay_wgrad_compute=pick([False, True]), fp8_recipe=pick([None, "mxfp8"]),
+        grad_reduce_dtype=pick([None, "bf16", "fp16"]))
+
+
+@pytest.mark.parametrize("model", ["Llama 3 8B", "Qwen3-30B-A3B", "DeepSeek-V3"])
+def test_plan_verdicts_equal_validate_on_random_plans(model):
+    """valid and valid_among against validate(sections=(), model_checked=True) on 3,000 random
+    plans, most of them invalid (every rule group breaks on some), checked in random order so
+    that the verdicts are learnt and recalled in every order."""
+    m = dataclasses.replace(MODEL_PRESETS[model], seq_length=4096)
+    cl = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    rng = random.Random(7)
+    plans = [_random_plan(rng) for _ in range(3000)]
+    want = [not validate(Session(m, p, cl), sections=(), model_checked=True) for p in plans]
+    assert 0 < sum(want) < len(want)
+    verdicts = PlanVerdicts(m, cl)
+    assert [verdicts.valid(p) for p in plans] == want
+    # variants of one set of sizes: every field but a few fixed to one plan's
+    varying = ("recompute", "sequence_parallel", "zero_stage", "tp_comm_overlap",
+               "overlap_grad_reduce", "overlap_param_gather", "recompute_modules")
+    among = PlanVerdicts(m, cl)
+    for k in range(0, len(plans), 10):
+        base = plans[k]
+        group = [dataclasses.replace(base, **{f: getattr(q, f) for f in varying})
+                 for q in plans[k:k + 10]]
+        truth = [not validate(Session(m, q, cl), sections=(), model_checked=True)
+                 for q in group]
+        assert among.valid_among(group, varying) == truth
+        assert among.valid_among(group, varying) == truth  # recalled
