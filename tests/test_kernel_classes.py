@@ -144,3 +144,21 @@ def test_profile_show_names_a_parameter_at_its_bound(tmp_path, capsys):
     # a store without bounds in its provenance (written before they were kept): no line
     assert parameters_at_bound({"parameters": {"gemm_efficiency_max": 0.65},
                                 "fitted_parameters": ["gemm_efficiency_max"]}) == []
+
+
+def test_fp32_plans_are_timed_at_the_fp32_peak_never_bf16():
+    """An fp32 plan's GEMMs run at the store's ``fp32`` peak (PyTorch's default: TF32 matmuls
+    off); the BF16 or TF32 peaks never reach them, and a store without an fp32 peak refuses
+    the plan by name (TF32 training is not modelled: docs/accuracy.md)."""
+    store = generate_store("H100-SXM5-80GB")
+    s = _session("H100-SXM5-80GB", 1, 1, 1, 1024)
+    s.plan.precision = "fp32"
+    key = op_key(s)
+    t = analytic_op_time("mlp_fwd", key, store)
+    store.peak_flops = {**store.peak_flops, "bf16": 1e18, "tf32": 1e18}
+    assert analytic_op_time("mlp_fwd", key, store) == t
+    store.peak_flops = {**store.peak_flops, "fp32": store.peak_flops["fp32"] / 2}
+    assert analytic_op_time("mlp_fwd", key, store) > 1.5 * t
+    store.peak_flops = {k: v for k, v in store.peak_flops.items() if k != "fp32"}
+    with pytest.raises(KeyError, match="fp32"):
+        analytic_op_time("mlp_fwd", key, store)

@@ -42,6 +42,14 @@ the pace; small models are host-bound):
 * host: ``op_overhead_s + num_kernels * kernel_launch_s`` (framework time
   per module call and per kernel launch).
 
+Kernel classes (:func:`kernel_class`) each have an efficiency of their own, so that the shared
+calibration cannot absorb one class's error in another's: a routed experts' grouped GEMM runs at
+the curve (of its per-expert ``M``, ``N``, ``K``) times ``grouped_gemm_efficiency``, a
+FlashAttention kernel at the curve times ``flash_attention_efficiency`` (both 1 by default, the
+dense curve: a store without them times every op as before), element-wise and norm kernels at
+``memory_efficiency``, FP8 GEMMs at the curve times ``fp8_gemm_efficiency``. An fp32 plan's
+GEMMs run at the ``fp32`` peak (PyTorch's default, TF32 matmuls off); TF32 is not modelled.
+
 ``peak_fraction`` (1 by default) scales every GEMM's efficiency: the share of the
 store's peak FLOP/s the part sustains. It is 1 for a GPU run at its data sheet's
 power; a part without a data sheet of its own (a power-capped H100, whose spec
