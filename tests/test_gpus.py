@@ -83,7 +83,9 @@ def test_shipped_store_opens_with_the_spec_peaks_and_provenance(kind):
     # calibrated on the published runs (docs/accuracy.md) from the spec's analytic store: the
     # parameters not fitted keep the spec's (or the op model's default) values
     p = store.provenance
-    assert p["method"] == "calibrated" and "published_runs.csv" in p["data"]
+    assert p["method"] == "calibrated" and "published_runs.sessions.jsonl" in p["data"]
+    # every fitted parameter carries the bounds of its fit (vtrain profile show names those at one)
+    assert set(p["parameter_bounds"]) == set(p["fitted_parameters"])
     base = p["base_provenance"]
     assert base["method"] == "analytic" and base["spec_file"] == f"{kind}.json"
     assert base["sources"] == spec.sources and "assumed" in base["figures"]

@@ -51,7 +51,7 @@ from core.model.keys import MOE_OPS, SWA_OPS, mla_key
 from core.model.memory import fp8_weights_per_gpu
 from core.model.ops import (ALL_OPS, DEFAULT_OP_MODEL, DERIVED_OPS, OPTIMIZER_OP, combine_op_time, device_key,
                   effective_op_model,
-                  kernel_arrays, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
+                  kernel_arrays, kernel_class, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels,
                   table_covers)
 from core.store.profile_store import ProfileStore
 from core.sim.simulate import simulate
@@ -118,10 +118,20 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 #: others on those kinds' runs alone (every other kind keeps 1, :func:`store_op_model`).
 SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_efficiency",
                      "fp8_gemm_efficiency", "all_to_all_efficiency", "flex_all_to_all_efficiency",
-                     "peak_fraction")
+                     "peak_fraction", "grouped_gemm_efficiency", "flash_attention_efficiency")
 #: Bounds of the optional shared parameters (added to FIT_PARAMS when the op model has them).
+#: The kernel classes' relative efficiencies (shares of the dense GEMM curve's,
+#: :func:`core.model.ops.kernel_class`) lie in 0.3-1.2: a grouped expert GEMM (Megatron-Core's
+#: ``TEGroupedMLP``, cuBLASLt / CUTLASS grouped GEMM) runs its experts' GEMMs at the dense rate
+#: of their own size at best (the half-size roll-off already takes the per-expert rows) and
+#: loses to the busiest expert, the grouped launch and the tile waste of ragged row counts;
+#: FlashAttention's forward sustains 50-73 % of the A100's peak (Dao 2023, Sec. 4.1) and up to
+#: 75 % of the H100's BF16 peak (Shah et al. 2024, Sec. 4.1), against 70-80 % for cuBLAS GEMMs,
+#: about 0.7-1.0 of the dense curve; the upper bound 1.2 leaves room where the dense curve
+#: itself sits low (its fitted maximum under what cuBLAS reaches).
 _OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0),
-                    "flex_all_to_all_efficiency": (0.05, 1.0), "peak_fraction": (0.3, 1.0)}
+                    "flex_all_to_all_efficiency": (0.05, 1.0), "peak_fraction": (0.3, 1.0),
+                    "grouped_gemm_efficiency": (0.3, 1.2), "flash_attention_efficiency": (0.3, 1.2)}
 
 
 def store_op_model(store: ProfileStore, op_model: dict[str, float]) -> dict[str, float]:
@@ -137,6 +147,22 @@ def shared_fit_params() -> list[str]:
     """The shared-fit parameters the op model knows (:data:`SHARED_FIT_PARAMS` that are keys of
     :data:`core.model.ops.DEFAULT_OP_MODEL`)."""
     return [n for n in SHARED_FIT_PARAMS if n in DEFAULT_OP_MODEL]
+
+
+def param_bounds(name: str, overrides: dict[str, tuple[float, float]] | None = None
+                 ) -> tuple[float, float]:
+    """Bounds ``(low, high)`` of fit parameter ``name``: ``overrides``' (the shared fit's
+    :data:`core.accuracy.shared_fit.SHARED_BOUNDS`), else :data:`FIT_PARAMS`' or those of the
+    optional shared parameters.
+
+    Raises
+    ------
+    KeyError
+        A parameter without bounds.
+    """
+    if overrides and name in overrides:
+        return tuple(overrides[name])
+    return _bounds(name)
 
 
 def _bounds(name: str) -> tuple[float, float]:
@@ -301,6 +327,7 @@ class LinearizedRow:
     op_names: list[str] = field(default_factory=list)
     fp8: np.ndarray | None = None  # per kernel: an FP8 GEMM (core.model.ops.kernel_fp8)
     peak_fraction_fitted: bool = False  # the device's peak_fraction is fitted (fits_peak_fraction)
+    kclass: np.ndarray | None = None  # per kernel: its class (core.model.ops.kernel_class)
 
 
 @dataclass
@@ -367,7 +394,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
                         fixed, inter, p2p_inter, num_calls, num_p2p,
                         kernel_peak_flops(kernels, pl.precision, base.peak_flops, base.device_name),
                         base.memory_bandwidth_bytes_per_s, extra, None, pk.names, kernel_fp8(kernels),
-                        fits_peak_fraction(base))
+                        fits_peak_fraction(base), kernel_class(kernels))
     # the kernel form must give each op the time the simulator's lookups give it (from the
     # model, no tables); where it does not (an op model that composes op times otherwise),
     # evaluate through those lookups
@@ -524,7 +551,8 @@ def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore
         for op, core in _CP_PRE.items():
             if op in times and core in times:
                 times[op] = times[op] - times[core]
-    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8,
+                      row.kclass)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p)
     names = [n for n in row.op_names]
@@ -578,7 +606,8 @@ def _parts(row: LinearizedRow, p: dict[str, float]) -> tuple[float, float]:
         return scaled, rest + _comm_s(row, p)
     if not row.peak_fraction_fitted:  # the device's own data-sheet peaks (store_op_model)
         p = {**p, "peak_fraction": 1.0}
-    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8)
+    kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8,
+                      row.kclass)
     device_s = np.bincount(row.kernel_op, kt, minlength=row.op_count.size)
     op_s = combine_op_time(device_s, row.op_num_kernels, row.op_is_optimizer, p) * row.op_count
     fam = np.array(row.op_family)
@@ -935,7 +964,7 @@ def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], 
 
 
 __all__ += ["balanced_weights", "cross_validate_files", "SHARED_FIT_PARAMS", "shared_fit_params",
-            "base_of"]
+            "base_of", "param_bounds"]
 
 
 # --------------------------------------------------------------------------- shared fit of GPU kinds

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from core.accuracy.calibrate import (HALF_PRECISIONS, FitResult, apply_fit, base_of,
+from core.accuracy.calibrate import (HALF_PRECISIONS, FitResult, apply_fit, base_of, param_bounds,
                                      shared_fit_params, store_op_model)
 from core.model.ops import effective_op_model
 from core.plan.session import Session
@@ -69,7 +69,10 @@ def supported_params(sessions: Sequence[Session]) -> list[str]:
     dispatcher, the flex one (DeepEP / HybridEP) only with one that dispatches with flex,
     the network efficiency only with a run that spans nodes, the peak fraction only with a run
     on a GPU kind without a data sheet of its own (:func:`kind_fits_peak_fraction`) beside
-    runs on data-sheet kinds; the memory efficiency always. The others keep the spec's values."""
+    runs on data-sheet kinds, the grouped expert GEMM efficiency only with MoE runs beside dense
+    ones, the FlashAttention efficiency only with flash runs at two or more sequence lengths;
+    the memory efficiency always. The others keep the spec's values (1 for the relative ones:
+    the dense curve)."""
     half = any(s.plan.precision in HALF_PRECISIONS for s in sessions)
     fp8 = any(s.plan.precision == "fp8" for s in sessions)
     # a kind without a data sheet: its share of the reference peaks is told apart from the GEMM
@@ -79,9 +82,17 @@ def supported_params(sessions: Sequence[Session]) -> list[str]:
     ep = [s for s in sessions if (getattr(s.plan, "expert_parallel", 1) or 1) > 1]
     flex = [s for s in ep if getattr(s.plan, "moe_token_dispatcher_type", "alltoall") == "flex"]
     multi = any(s.plan.num_gpus > s.cluster.gpus_per_node for s in sessions)
+    # a kernel class's own efficiency only beside runs that time the dense curve apart from it:
+    # grouped expert GEMMs with an MoE run and a dense one; FlashAttention with flash runs at
+    # two or more sequence lengths (attention's share of a layer's FLOPs grows with s: at one
+    # length its efficiency moves the runs' times as the dense curve does)
+    moe = any(s.model.is_moe for s in sessions)
+    dense = any(not s.model.is_moe for s in sessions)
+    flash_s = {s.model.seq_length for s in sessions if s.model.attention_kernel == "flash"}
     keep = {"gemm_efficiency_max": half, "fp8_gemm_efficiency": fp8,
             "all_to_all_efficiency": len(ep) > len(flex), "flex_all_to_all_efficiency": bool(flex),
-            "inter_node_efficiency": multi, "memory_efficiency": True, "peak_fraction": capped}
+            "inter_node_efficiency": multi, "memory_efficiency": True, "peak_fraction": capped,
+            "grouped_gemm_efficiency": moe and dense, "flash_attention_efficiency": len(flash_s) > 1}
     return [n for n in shared_fit_params() if keep.get(n, True)]
 
 
@@ -119,12 +130,15 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     but the kind via a probe session) with the shared parameters; provenance says so, names
     the data, the rows of that kind, the cross-validated error overall (``cv``) and on that
     kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``;
-    ``fitted`` names the parameters fitted (the others are the spec's).
+    ``fitted`` names the parameters fitted (the others are the spec's), ``parameter_bounds``
+    their bounds (:func:`core.accuracy.calibrate.param_bounds` with :data:`SHARED_BOUNDS`:
+    ``vtrain profile show`` names those that ended at one, :func:`parameters_at_bound`).
     """
     from core.plan.cluster import ClusterConfig, CostConfig
     from core.plan.model_config import ModelConfig
     from core.plan.parallel import ParallelPlan
 
+    bounds = {f: param_bounds(f, SHARED_BOUNDS) for f in fitted}
     cv = {name: finite_metrics(met) for name, met in cv.items()}
     cv_by_kind = {name: finite_metrics(met) for name, met in cv_by_kind.items()}
     out = {}
@@ -141,6 +155,8 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
             "parameters": {k: float(v) for k, v in store.op_model.items()},
             "fitted_parameters": [f for f in fitted
                                   if f != "peak_fraction" or fits_peak_fraction(b)],
+            "parameter_bounds": {f: {"low": float(lo), "high": float(hi)} for f, (lo, hi) in bounds.items()
+                                 if f != "peak_fraction" or fits_peak_fraction(b)},
             "shared_fit": (
                 "one set of parameters for every GPU kind, as fractions of each kind's data-sheet "
                 "peaks (GEMM FLOP/s per dtype, HBM bandwidth, network bandwidth), fitted on all "
@@ -174,7 +190,31 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     return out
 
 
-__all__ = ["analytic_bases", "shared_fit_kwargs", "use_shared_fit", "shared_stores", "finite_metrics",
+#: A fitted parameter within this share of its bounds' width from a bound is at that bound.
+AT_BOUND_TOLERANCE = 1e-3
+
+
+def parameters_at_bound(provenance: dict) -> list[str]:
+    """The fitted parameters of a store's ``provenance`` that ended at a bound of their fit,
+    as ``"name = value (lower bound low)"`` lines: a sign of a term the op model lacks (the runs
+    pull the parameter past what the hardware does, docs/accuracy.md). Reads ``parameters``,
+    ``fitted_parameters`` and ``parameter_bounds`` (stores written before the bounds were kept
+    have none: no line)."""
+    params, bounds = provenance.get("parameters") or {}, provenance.get("parameter_bounds") or {}
+    out = []
+    for name in provenance.get("fitted_parameters") or []:
+        if name not in params or not isinstance(bounds.get(name), dict):
+            continue
+        v, lo, hi = float(params[name]), float(bounds[name]["low"]), float(bounds[name]["high"])
+        tol = AT_BOUND_TOLERANCE * (hi - lo)
+        if v <= lo + tol:
+            out.append(f"{name} = {v:.4g} (lower bound {lo:g})")
+        elif v >= hi - tol:
+            out.append(f"{name} = {v:.4g} (upper bound {hi:g})")
+    return out
+
+
+__all__ = ["analytic_bases", "shared_fit_kwargs", "parameters_at_bound", "AT_BOUND_TOLERANCE", "use_shared_fit", "shared_stores", "finite_metrics",
             "supported_params", "fits_peak_fraction", "store_op_model"]
 
 

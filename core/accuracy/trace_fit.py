@@ -59,7 +59,7 @@ from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.keys import DERIVED_OPS, MOE_OPS, SWA_OPS
 from core.model.memory import fp8_weights_per_gpu
 from core.model.ops import (ALL_OPS, OPTIMIZER_OP, device_key, effective_op_model, kernel_arrays,
-                            kernel_fp8, kernel_peak_flops, kernel_times, op_kernels)
+                            kernel_class, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels)
 from core.plan.parallel import fp8_recipe, tensor_dtype
 from core.plan.session import Session
 from core.sim.graph import build_graph
@@ -99,6 +99,10 @@ _NEVER = {
     "peak_fraction": "the sustained share of a device's reference peaks: not fitted from a trace "
                      "(gemm_efficiency_max takes it)",
     "flex_all_to_all_efficiency": "the flex dispatcher's efficiency: not fitted from a trace",
+    "grouped_gemm_efficiency": "the grouped expert GEMMs' efficiency: the trace's gemm class "
+                               "holds them with the dense GEMMs (gemm_efficiency_max takes it)",
+    "flash_attention_efficiency": "FlashAttention's efficiency: not fitted from a trace "
+                                  "(gemm_efficiency_max and the attention class's time take it)",
 }
 _COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
                          if name in ALL_OPS or name in DERIVED_OPS or name in MOE_OPS])
@@ -132,6 +136,8 @@ class ClassForm:
         Index into :data:`COMPUTE_CLASSES`.
     num_stages : int
     memory_bandwidth_bytes_per_s : float
+    kclass : int64 array, shape (k,), optional
+        Each kernel's op-model class (:func:`core.model.ops.kernel_class`).
     """
 
     kernels: tuple
@@ -142,11 +148,12 @@ class ClassForm:
     cls: np.ndarray
     num_stages: int
     memory_bandwidth_bytes_per_s: float
+    kclass: np.ndarray | None = None
 
     def seconds(self, op_model: dict[str, float]) -> np.ndarray:
         """Predicted device seconds per compute class and stage, shape (4, p)."""
         kt = kernel_times(*self.kernels, self.peak_flops, self.memory_bandwidth_bytes_per_s,
-                          op_model, self.fp8) * self.count
+                          op_model, self.fp8, self.kclass) * self.count
         n = len(COMPUTE_CLASSES)
         flat = np.bincount(self.cls * self.num_stages + self.stage, kt,
                            minlength=n * self.num_stages)
@@ -203,7 +210,8 @@ def class_form(session: Session, base: ProfileStore) -> ClassForm:
     return ClassForm(kernel_arrays(ks), kernel_peak_flops(ks, pl.precision, base.peak_flops,
                                                           base.device_name),
                      kernel_fp8(ks), np.array(count, float), np.array(stage, np.int64),
-                     np.array(cls, np.int64), g.num_stages, base.memory_bandwidth_bytes_per_s)
+                     np.array(cls, np.int64), g.num_stages, base.memory_bandwidth_bytes_per_s,
+                     kernel_class(ks))
 
 
 def _collectives(session: Session, base: ProfileStore, op_model: dict[str, float]) -> np.ndarray:

@@ -304,6 +304,10 @@ def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     if provenance:
         for line in provenance_lines(store.provenance):
             console.print(f"  {_esc(line)}", highlight=False)
+        from core.accuracy.shared_fit import parameters_at_bound
+        for line in parameters_at_bound(store.provenance):
+            console.print(f"  [yellow]at a bound of its fit:[/] {_esc(line)}: a sign of a term the "
+                          "op model lacks (docs/accuracy.md)", highlight=False)
     t = Table(title="operations", title_justify="left")
     for col in ("op", "rows", "interpolated over", "time range"):
         t.add_column(col)

@@ -42,6 +42,14 @@ the pace; small models are host-bound):
 * host: ``op_overhead_s + num_kernels * kernel_launch_s`` (framework time
   per module call and per kernel launch).
 
+Kernel classes (:func:`kernel_class`) each have an efficiency of their own, so that the shared
+calibration cannot absorb one class's error in another's: a routed experts' grouped GEMM runs at
+the curve (of its per-expert ``M``, ``N``, ``K``) times ``grouped_gemm_efficiency``, a
+FlashAttention kernel at the curve times ``flash_attention_efficiency`` (both 1 by default, the
+dense curve: a store without them times every op as before), element-wise and norm kernels at
+``memory_efficiency``, FP8 GEMMs at the curve times ``fp8_gemm_efficiency``. An fp32 plan's
+GEMMs run at the ``fp32`` peak (PyTorch's default, TF32 matmuls off); TF32 is not modelled.
+
 ``peak_fraction`` (1 by default) scales every GEMM's efficiency: the share of the
 store's peak FLOP/s the part sustains. It is 1 for a GPU run at its data sheet's
 power; a part without a data sheet of its own (a power-capped H100, whose spec
@@ -89,7 +97,8 @@ __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
     "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
-    "kernel_peak_flops", "device_key", "effective_op_model",
+    "kernel_peak_flops", "device_key", "effective_op_model", "kernel_class", "kernel_fp8",
+    "KERNEL_DENSE_GEMM", "KERNEL_GROUPED_GEMM", "KERNEL_FLASH", "KERNEL_MEMORY",
 ]
 
 
@@ -116,7 +125,18 @@ DEFAULT_OP_MODEL = {
     "all_to_all_efficiency": 1.0,
     "flex_all_to_all_efficiency": 1.0,
     "peak_fraction": 1.0,
+    "grouped_gemm_efficiency": 1.0,
+    "flash_attention_efficiency": 1.0,
 }
+#: Kernel classes of :func:`kernel_class` (each with its own efficiency, so that one class's
+#: error is not absorbed by another's; docs/accuracy.md "Kernel classes"): a dense GEMM (the
+#: curve ``gemm_efficiency_max``, ``gemm_half_size``), a grouped expert GEMM (the curve times
+#: ``grouped_gemm_efficiency``), a FlashAttention kernel, forward or backward (the curve times
+#: ``flash_attention_efficiency``), a memory-bound kernel (``memory_efficiency``).
+KERNEL_DENSE_GEMM, KERNEL_GROUPED_GEMM, KERNEL_FLASH, KERNEL_MEMORY = 0, 1, 2, 3
+#: Name prefixes of the routed experts' grouped GEMMs (:func:`core.model.moe.moe_op_kernels`:
+#: ``experts_fc1``, ``experts_fc2`` and their gradients; Megatron-Core's ``TEGroupedMLP``).
+GROUPED_GEMM_PREFIX = "experts_fc"
 
 
 def effective_op_model(op_model: Mapping[str, float] | None) -> dict[str, float]:
@@ -133,7 +153,8 @@ def effective_op_model(op_model: Mapping[str, float] | None) -> dict[str, float]
 
 def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gemm: np.ndarray,
                  peak_flops: float | np.ndarray, memory_bandwidth_bytes_per_s: float,
-                 op_model: Mapping[str, float], fp8: np.ndarray | None = None) -> np.ndarray:
+                 op_model: Mapping[str, float], fp8: np.ndarray | None = None,
+                 kclass: np.ndarray | None = None) -> np.ndarray:
     """Seconds per kernel under the roofline-with-efficiency model (see module doc), vectorized.
 
     Parameters
@@ -150,12 +171,20 @@ def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gem
         The FP8 (MXFP8) GEMMs: their efficiency is the curve's times ``fp8_gemm_efficiency``
         (what FP8 GEMMs achieve of their peak relative to what BF16 GEMMs achieve of theirs;
         1 by default, fitted by the shared calibration, docs/accuracy.md).
+    kclass : int array, shape (k,), optional
+        Each kernel's class (:func:`kernel_class`): a grouped expert GEMM's efficiency is the
+        curve's times ``grouped_gemm_efficiency``, a FlashAttention kernel's the curve's times
+        ``flash_attention_efficiency`` (both 1 by default: the dense curve). Without it every
+        GEMM is timed as a dense one.
     """
     p = {**DEFAULT_OP_MODEL, **op_model}
     mem_s = nbytes / (memory_bandwidth_bytes_per_s * p["memory_efficiency"])
     eff = p["gemm_efficiency_max"] * p["peak_fraction"] * size / (size + p["gemm_half_size"])
     if fp8 is not None:
         eff = np.where(fp8, eff * p["fp8_gemm_efficiency"], eff)
+    if kclass is not None:
+        eff = np.where(kclass == KERNEL_GROUPED_GEMM, eff * p["grouped_gemm_efficiency"], eff)
+        eff = np.where(kclass == KERNEL_FLASH, eff * p["flash_attention_efficiency"], eff)
     gemm_s = np.where(is_gemm, flops / (peak_flops * np.where(is_gemm, eff, 1.0)), 0.0)
     return np.maximum(gemm_s, mem_s) + p["kernel_overhead_s"]
 
@@ -172,6 +201,21 @@ def kernel_arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray, np.nda
 def kernel_fp8(kernels: list[Kernel]) -> np.ndarray:
     """Whether each kernel is an FP8 (MXFP8) GEMM, shape (k,) (for :func:`kernel_times`)."""
     return np.array([bool(k.is_gemm and k.dtype in ("fp8", "mxfp8")) for k in kernels], bool)
+
+
+def kernel_class(kernels: list[Kernel]) -> np.ndarray:
+    """Each kernel's class for :func:`kernel_times`, int array of shape (k,): a FlashAttention
+    kernel (``flash_attn``, ``flash_attn_bwd``) :data:`KERNEL_FLASH`, a routed experts' grouped
+    GEMM (:data:`GROUPED_GEMM_PREFIX`, FP8 or not) :data:`KERNEL_GROUPED_GEMM`, any other GEMM
+    :data:`KERNEL_DENSE_GEMM` (the unfused attention's batched GEMMs, the shared experts', the
+    router's), the rest :data:`KERNEL_MEMORY`."""
+    def one(k: Kernel) -> int:
+        if k.name.startswith("flash_attn"):
+            return KERNEL_FLASH
+        if not k.is_gemm:
+            return KERNEL_MEMORY
+        return KERNEL_GROUPED_GEMM if k.name.startswith(GROUPED_GEMM_PREFIX) else KERNEL_DENSE_GEMM
+    return np.array([one(k) for k in kernels], np.int64)
 
 
 #: What FlashAttention's backward kernel sustains of the FLOP/s its forward sustains, on the
@@ -244,5 +288,6 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
     if not kernels:
         return 0.0
     times = kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, dtype, device.peak_flops, name),
-                         device.memory_bandwidth_bytes_per_s, op_model, kernel_fp8(kernels))
+                         device.memory_bandwidth_bytes_per_s, op_model, kernel_fp8(kernels),
+                         kernel_class(kernels))
     return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model))

@@ -55,7 +55,7 @@ CURVE_DIP_TOLERANCE = 0.25
 #: under 1 % of its peak on the large operations of a training step; the calibration's own
 #: bounds start at 5 %, and a smaller number, such as 5e-324, only divides times into
 #: overflow); the FP8 GEMM efficiency, a share of the BF16 curve's, 0.01 to 2 (FP8's peak is
-#: twice BF16's); an overhead is a host time (0 to 10 s); a measured time lies between a
+#: twice BF16's), and the grouped-GEMM and FlashAttention efficiencies, shares of the dense curve's, alike; an overhead is a host time (0 to 10 s); a measured time lies between a
 #: picosecond and about 11 days; a collective buffer is at most 1 PiB; a key of an op table
 #: is a count, size or flag (0 to 2^53).
 STORE_BOUNDS: dict[str, tuple[float, float, bool]] = {
@@ -78,6 +78,8 @@ OP_MODEL_BOUND = {
     "all_to_all_efficiency": "efficiency", "flex_all_to_all_efficiency": "efficiency",
     "peak_fraction": "efficiency",
     "fp8_gemm_efficiency": "relative_efficiency",
+    "grouped_gemm_efficiency": "relative_efficiency",
+    "flash_attention_efficiency": "relative_efficiency",
     "gemm_half_size": "gemm_half_size",
     "kernel_overhead_s": "overhead_s", "op_overhead_s": "overhead_s",
     "kernel_launch_s": "overhead_s", "iteration_overhead_s": "overhead_s",
