@@ -53,6 +53,10 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--json", action="store_true",
                    help="print one JSON object (parameters, cross-validation, in-sample figures) "
                         "instead of tables")
+    c.add_argument("--kernel-classes", action="store_true",
+                   help="with --out-dir: also fit the grouped expert GEMM and FlashAttention "
+                        "efficiencies (each kernel class its own; off by default: on the "
+                        "published runs they made the held-out error worse, docs/accuracy.md)")
     c.add_argument("--folds", type=int, default=5, metavar="K",
                    help="cross-validation folds per file (0: skip cross-validation)")
     c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
@@ -255,7 +259,7 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
     extra = _extra_kinds(args.gpus)
     sessions, measured, names, rows = _read_shared(args)
     base = analytic_bases()
-    kw = shared_fit_kwargs(base, sessions)
+    kw = shared_fit_kwargs(base, sessions, args.kernel_classes)
     kinds_of = np.array([s.cluster.gpu for s in sessions])
     rows_by_kind = {k: int((kinds_of == k).sum()) for k in sorted(set(kinds_of))}
     _refuse_blind_kinds(extra, rows_by_kind)

@@ -33,6 +33,10 @@ def add_parser(sub: Any) -> None:
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
+    v.add_argument("--kernel-classes", action="store_true",
+                   help="with --cross-validate on modern GPU runs: the shared fit also fits the "
+                        "grouped expert GEMM and FlashAttention efficiencies (vtrain calibrate "
+                        "--kernel-classes)")
     v.add_argument("--coverage", type=float, default=0.9, metavar="C",
                    help="nominal coverage of each row's error band, between 0 and 1 (default "
                         "0.9); the report gives the share of rows inside their band")
@@ -152,7 +156,7 @@ def _cross_validated(args: argparse.Namespace, ms, coverage: float):
         base, fit_kw = open_profile(args.profile), {}
     elif shared:  # the procedure of `vtrain calibrate --out-dir` (docs/accuracy.md)
         base = analytic_bases()
-        fit_kw = shared_fit_kwargs(base, sessions)
+        fit_kw = shared_fit_kwargs(base, sessions, args.kernel_classes)
     else:
         base, fit_kw = session_profile, {}
     pred_used, _ = cross_validate(sessions, measured, base, folds=args.cross_validate,
