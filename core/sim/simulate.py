@@ -178,6 +178,27 @@ def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
     return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
 
 
+def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
+                        reserve_fraction: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """:func:`memory_verdict_arrays` of ``k`` plans of one stage count at once: ``parts`` holds
+    (k, p) arrays, row ``j`` one plan's (:meth:`core.model.memory.StageMemoryArrays.rows`).
+    Returns each plan's largest bytes per GPU (float64 (k,)), whether it fits (bool (k,)) and
+    its reason ("" when it fits): bit-identical to :func:`memory_verdict_arrays` plan by plan
+    (the same elementwise sums in the same order, the first largest stage, the same message)."""
+    w, g, o, a = parts
+    totals = w + g + o + a
+    if hasattr(parts, "workspace"):
+        totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
+                  + parts.nccl_buffers)
+    stage = np.argmax(totals, axis=1)                       # the first largest of each row
+    need = totals[np.arange(totals.shape[0]), stage]
+    fits = need <= capacity_bytes * (1 - reserve_fraction)
+    why = [""] * need.shape[0]
+    for j in np.flatnonzero(~fits).tolist():
+        why[j] = _verdict(int(stage[j]), need[j], capacity_bytes, reserve_fraction)[2]
+    return need, fits, why
+
+
 def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
              ) -> tuple[float, bool, str]:
     usable = capacity_bytes * (1 - reserve_fraction)

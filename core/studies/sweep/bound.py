@@ -19,14 +19,13 @@ from typing import Any, Callable
 import numpy as np
 
 from core import schedules as pipeline_schedules
-from core.model import model_math
+from core.model import memory, model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
-from core.sim.stages import stage_times
-from core.sim.simulate import memory_verdict_arrays
-from core.studies.sweep.batch import stage_times_key
+from core.sim.stages import stage_busy_times
+from core.sim.simulate import memory_verdict_rows
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
@@ -111,6 +110,10 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
     return steps, too_large
 
 
+#: Plans whose memory :func:`memory_verdicts` adds up at once (numpy arrays of this many rows).
+_MEMORY_ROWS = 8192
+
+
 def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
                     cancel: Any = None, phase: PhaseFn | None = None
                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -118,31 +121,71 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
     float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built.
 
-    ``cancel`` is checked before each plan (:class:`SweepCancelled`) and ``phase`` told the
+    Bit-identical to :func:`core.sim.simulate.memory_verdict_arrays` of
+    :func:`core.model.memory.stage_memory_arrays` plan by plan, computed by parts: the
+    activations once per plan key without :data:`core.model.memory.ACTIVATION_FREE_PLAN_FIELDS`
+    (:func:`core.model.memory.stage_activation_bytes`, its parts shared too), the weights, gradients, optimizer state
+    and NCCL buffers once per key without :data:`core.model.memory.STATE_FREE_PLAN_FIELDS`
+    (:func:`core.model.memory.stage_state_bytes`), then the sums and verdicts of up to
+    :data:`_MEMORY_ROWS` plans of one stage count as (k, p) arrays
+    (:func:`core.sim.simulate.memory_verdict_rows`).
+
+    ``cancel`` is checked every few plans (:class:`SweepCancelled`) and ``phase`` told the
     progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`)."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
     n = len(plans)
-    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
-    # activations do not depend on the data-parallel side (ZeRO, its overlaps): shared
     act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
-                                    if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
-    acts: dict[tuple, np.ndarray] = {}
+                                    if f not in memory.ACTIVATION_FREE_PLAN_FIELDS))
+    state_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                      if f not in memory.STATE_FREE_PLAN_FIELDS))
+    acts: dict[tuple, int] = {}
+    act_list: list[np.ndarray] = []
+    act_parts: dict = {}                     # their parts shared (this model's)
+    states: dict[tuple, int] = {}
+    state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
+    act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
     ticker = PhaseTicker("memory", n, cancel, phase)
     for i, pl in enumerate(plans):
-        yield_interpreter()
-        ticker.tick(i)
-        k = act_key(plan_key(pl))
-        a = acts.get(k)
-        if a is None:
-            parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
-            acts[k] = parts[3]
-        else:  # the plan's own weights, gradients and optimizer state, and process terms
-            parts = model_math.StageMemoryArrays.of(
-                pl, *model_math.stage_state_bytes(model, pl, fp8_tn), a)
-        mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
+        if not i & 31:
+            yield_interpreter()
+            ticker.tick(i)
+        key = plan_key(pl)
+        ka, ks = act_key(key), state_key(key)
+        j = acts.get(ka)
+        if j is None:
+            j = acts[ka] = len(act_list)
+            act_list.append(memory.stage_activation_bytes(model, pl, act_parts))
+        act_of[i] = j
+        j = states.get(ks)
+        if j is None:
+            j = states[ks] = len(state_list)
+            state_list.append((*memory.stage_state_bytes(model, pl, fp8_tn),
+                               float(memory.nccl_buffer_bytes(pl))))
+        state_of[i] = j
+    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
+    stages = np.array([len(s[0]) for s in state_list], np.int64)[state_of] if n else state_of
+    for p in np.unique(stages).tolist():
+        for rows in _chunks(np.flatnonzero(stages == p), _MEMORY_ROWS):
+            check_cancelled(cancel)
+            yield_interpreter()
+            su, si = np.unique(state_of[rows], return_inverse=True)
+            au, ai = np.unique(act_of[rows], return_inverse=True)
+            st = [np.array([state_list[j][c] for j in su.tolist()]) for c in range(4)]
+            parts = memory.StageMemoryArrays.rows(
+                st[0][si], st[1][si], st[2][si], np.array([act_list[j] for j in au.tolist()])[ai],
+                st[3][si].reshape(-1, 1))
+            need, ok, reasons = memory_verdict_rows(parts, capacity, reserve)
+            mem[rows], fits[rows] = need, ok
+            for r, text in zip(rows.tolist(), reasons):
+                why[r] = text
     ticker.finish()
     return mem, fits, why
+
+
+def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
+    """``rows`` (int (k,)) in consecutive pieces of at most ``size``."""
+    return [rows[s:s + size] for s in range(0, rows.size, size)]
 
 def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
     """The plan whose compute-stream times bound ``pl``'s from below, shared by many plans:
@@ -186,11 +229,19 @@ def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) 
     F, Bw, W = st.fwd_s, st.bwd_s, st.wgrad_s                 # (p, v) each
     if busy_only and st.busy_fwd_s is not None:
         F, Bw, W = st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s
-    m = float(num_microbatches)
+    return _lower_bound(F, Bw, W, float(num_microbatches),
+                        None if busy_only else st.dp_comm_s + st.optimizer_s)
+
+
+def _lower_bound(F: np.ndarray, Bw: np.ndarray, W: np.ndarray, m: float,
+                 tail: np.ndarray | None) -> float:
+    """:func:`iteration_lower_bound_s` of forward, backward and weight-gradient times ``F``,
+    ``Bw``, ``W`` (float64 (p, v) each), ``m`` micro-batches and the stages' tails ``tail``
+    (float64 (p,); None: none, as ``busy_only``), seconds."""
     before_f = np.concatenate(([0.0], np.cumsum(F[:-1, 0])))  # (p,)
     before_b = np.concatenate(([0.0], np.cumsum(Bw[:-1, 0])))
-    tail = (np.zeros(F.shape[0]) if busy_only
-            else st.dp_comm_s + st.optimizer_s)               # (p,)
+    if tail is None:
+        tail = np.zeros(F.shape[0])
     busy = before_f + m * (F + Bw + W).sum(axis=1) + tail
     chain = before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]
     return float(max(busy.max(), chain.max()))
@@ -226,14 +277,14 @@ def prunable(lb_days: np.ndarray, lb_cost: np.ndarray, lb_time: np.ndarray, rows
 
 
 def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.ndarray, model,
-                      cluster, cost, store, lookup_cache: dict, known: dict, cancel: Any,
+                      cluster, cost, store, lookup_cache: dict, cancel: Any,
                       phase: PhaseFn | None = None) -> None:
     """Set ``lower[i]`` (float64 (n,), changed) to the iteration-time lower bound of each plan
-    ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` of the stage times
-    of its :func:`bound_plan`, each computed once (memo ``lookup_cache``, as
-    :func:`core.sim.stages.stage_times`). A plan that is its own bound plan leaves its stage
-    times in ``known`` (:func:`core.studies.sweep.batch.stage_times_key` -> StageTimes) for
-    the batch solver.
+    ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` (``busy_only``) of
+    the compute stream's busy times of its :func:`bound_plan`
+    (:func:`core.sim.stages.stage_busy_times`: the figures of
+    :func:`core.sim.stages.stage_times` without the spans, which the bound does not read),
+    each computed once (memo ``lookup_cache``, as :func:`core.sim.stages.stage_times`).
 
     Raises
     ------
@@ -243,21 +294,30 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     """
     bound_times: dict = {}
     ticker = PhaseTicker("bound", rows.size, cancel, phase)
+    zero = {f: v for f, v in _BOUND_FIELDS.items()}
+    if not model.is_moe:
+        zero["data_parallel"] = 1
+    subst = [(PLAN_FIELDS.index(f), v) for f, v in zero.items()]
     for step, i in enumerate(rows.tolist()):
         ticker.tick(step)
         pl = plans[i]
-        sched = pipeline_schedules.get(pl.schedule)
-        kind = sched.stage_times_kind
-        base = bound_plan(pl, model)
-        bkey = stage_times_key(base, kind)
+        fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
+        for j, v in subst:
+            fields[j] = v
+        del fields[_SCHEDULE_FIELD]
+        bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
         st = bound_times.get(bkey)
         if st is None:
-            st = bound_times[bkey] = stage_times(Session(model, base, cluster, cost), store,
-                                                 lookup_cache)
-            if base is pl:  # the plan's own stage times: the solver uses them too
-                known[bkey] = st
-        lower[i] = iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True)
+            st = bound_times[bkey] = stage_busy_times(
+                Session(model, bound_plan(pl, model), cluster, cost), store, lookup_cache)
+        lower[i] = _lower_bound(*st, float(pl.num_microbatches), None)
     ticker.finish()
+
+
+#: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model).
+_BOUND_FIELDS = {"zero_stage": 0, "overlap_grad_reduce": False, "overlap_param_gather": False,
+                 "fp8_param_gather": False}
+_SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 
 
 def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,

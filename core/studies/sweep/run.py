@@ -459,7 +459,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     best. Returns the plans dropped (bool (n,)); their reasons are set in ``reason``."""
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
-                      runner.store, runner.lookup_cache, runner.known, runner.cancel, phase)
+                      runner.store, runner.lookup_cache, runner.cancel, phase)
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
     codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
