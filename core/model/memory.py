@@ -39,7 +39,7 @@ __all__ = [
     "bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
     "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
     "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "process_terms_of",
-    "schedule_in_flight", "stage_activation_bytes", "stage_memory", "stage_memory_arrays",
+    "schedule_in_flight", "stage_activation_bytes", "stage_activation_rows", "stage_memory", "stage_memory_arrays",
     "stage_state_bytes", "state_bytes_of",
     "uneven_chunks",
 ]
@@ -391,12 +391,65 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     (:func:`_layer_activation_parts`, keyed by the plan without
     :data:`_PER_LAYER_FREE_PLAN_FIELDS`); the figures are the same with it or without
     (tests compare)."""
+    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+     adds, cp_buffers) = _activation_inputs(model, plan, memo)
+    return _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working,
+                        moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
+                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers)
+
+
+def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: dict
+                          ) -> np.ndarray:
+    """:func:`stage_activation_bytes` of ``k`` plans of one stage count ``p`` at once, float64
+    (k, p), row ``j`` bit-identical to ``stage_activation_bytes(model, plans[j])``: the same
+    elementwise operations in the same order (:func:`_activations`) on the plans' parts
+    stacked as rows and columns. ``memo`` as there."""
+    cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
+    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+     adds, cp_buffers) = cols
+    col = (lambda xs: np.array(xs, float).reshape(-1, 1))
+    has = np.array(has_moe, bool).reshape(-1, 1)
+    cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
+    return _activations(
+        np.array(layers), np.array(moe_counts), np.array(recomputed), has, col(keep), col(ckpt),
+        col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
+        np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
+        [np.array(a, float) for a in zip(*adds)], cp_on,
+        col([0.0 if c is None else c for c in cp_buffers]))
+
+
+def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep,
+                 in_flight, last, adds, cp_on, cp_buffers) -> np.ndarray:
+    """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
+    python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
+    (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
+    the same IEEE operations in the same order either way."""
+    keep_s = np.full(layers.shape, keep)
+    if np.any(has_moe):  # an MoE model's stage keeps its mean layer's activations
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
+        keep_s = np.where((moe_counts != 0) & has_moe, mean, keep_s)
+    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * in_flight
+    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
+    for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
+        acts[last] += add
+    if np.any(cp_on):  # the exchange's buffers of the layer running (transient)
+        acts = np.where((layers > 0) & cp_on, acts + cp_buffers, acts)
+    return acts
+
+
+def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
+    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, moe_counts,
+    recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers)``
+    (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
+    per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
+    context-parallel buffers, None with ``cp = 1``)."""
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     key = plan_key(plan) if memo is not None else None
-    lay = _memoized(memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
-                    _stage_layer_parts, model, plan)
-    layers, moe_counts, recomputed, last, uneven, has_moe = lay
+    layers, moe_counts, recomputed, last, uneven, has_moe = _memoized(
+        memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
+        _stage_layer_parts, model, plan)
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
         memo, ("layer", _PER_LAYER_KEY(key), has_moe) if key is not None else None,
         _layer_activation_parts, model, plan, has_moe)
@@ -405,30 +458,21 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
         plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
         uneven), model)
-    # every stage at once (numpy: the same IEEE operations in the same order as one by one)
-    keep_s = np.full(len(layers), keep)
-    if has_moe:  # an MoE model's stage keeps its mean layer's activations
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
-        keep_s = np.where(moe_counts != 0, mean, keep_s)
-    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
-    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
     # the logits of the output layer and of each MTP layer's (one loss each)
     losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
                                       chunks_per_stage(plan))
     if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
-        acts[last] += (1 + n_mtp) * tokens * V / t * e * losses
+        adds = [(1 + n_mtp) * tokens * V / t * e * losses]
     else:
-        acts[last] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
+        adds = [(1 + n_mtp) * tokens * V / t * (e + 4 * losses)]
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
-        acts[last] += final_logit_softcap_bytes(tokens, V, t, e) * losses
+        adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
-        acts[last] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last]
-    if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
-        acts = np.where(layers > 0, acts + cp_buffers, acts)
-    return acts
+        adds.append(n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last])
+    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
+            last, tuple(adds), cp_buffers if plan.context_parallel > 1 else None)
 
 
 #: Plan fields the stages' layer counts of :func:`stage_activation_bytes` do not read

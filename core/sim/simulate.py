@@ -194,8 +194,10 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
     need = totals[np.arange(totals.shape[0]), stage]
     fits = need <= capacity_bytes * (1 - reserve_fraction)
     why = [""] * need.shape[0]
-    for j in np.flatnonzero(~fits).tolist():
-        why[j] = _verdict(int(stage[j]), need[j], capacity_bytes, reserve_fraction)[2]
+    bad = np.flatnonzero(~fits)
+    tail = _capacity_text(capacity_bytes, reserve_fraction)
+    for j, s, gib in zip(bad.tolist(), stage[bad].tolist(), (need[bad] / 2**30).tolist()):
+        why[j] = f"does not fit: stage {s} needs {gib:.1f} GiB per GPU, {tail}"
     return need, fits, why
 
 
@@ -205,8 +207,14 @@ def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: f
     if need <= usable:
         return need, True, ""
     return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
-                         f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
-                         f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
+                         f"{_capacity_text(capacity_bytes, reserve_fraction)}")
+
+
+def _capacity_text(capacity_bytes: float, reserve_fraction: float) -> str:
+    """The end of :func:`_verdict`'s message: the GPU's memory, usable and reserved."""
+    usable = capacity_bytes * (1 - reserve_fraction)
+    return (f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
+            f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
 
 
 def _kind_mask(kinds) -> np.ndarray:

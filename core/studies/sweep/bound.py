@@ -124,14 +124,16 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
     Bit-identical to :func:`core.sim.simulate.memory_verdict_arrays` of
     :func:`core.model.memory.stage_memory_arrays` plan by plan, computed by parts: the
     activations once per plan key without :data:`core.model.memory.ACTIVATION_FREE_PLAN_FIELDS`
-    (:func:`core.model.memory.stage_activation_bytes`, its parts shared too), the weights, gradients, optimizer state
-    and NCCL buffers once per key without :data:`core.model.memory.STATE_FREE_PLAN_FIELDS`
+    (:func:`core.model.memory.stage_activation_rows`: many plans' at once, their parts
+    shared), the weights, gradients, optimizer state and NCCL buffers once per key without
+    :data:`core.model.memory.STATE_FREE_PLAN_FIELDS`
     (:func:`core.model.memory.stage_state_bytes`), then the sums and verdicts of up to
     :data:`_MEMORY_ROWS` plans of one stage count as (k, p) arrays
     (:func:`core.sim.simulate.memory_verdict_rows`).
 
-    ``cancel`` is checked every few plans (:class:`SweepCancelled`) and ``phase`` told the
-    progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`)."""
+    ``cancel`` is checked every few plans and before each batch (:class:`SweepCancelled`) and
+    ``phase`` told the progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`:
+    the keys up to a fifth of ``n``, the activations up to four fifths, then the verdicts)."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
     n = len(plans)
@@ -140,8 +142,7 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
     state_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                       if f not in memory.STATE_FREE_PLAN_FIELDS))
     acts: dict[tuple, int] = {}
-    act_list: list[np.ndarray] = []
-    act_parts: dict = {}                     # their parts shared (this model's)
+    act_plans: list[ParallelPlan] = []       # one plan per activation key
     states: dict[tuple, int] = {}
     state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
     act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -149,13 +150,13 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
     for i, pl in enumerate(plans):
         if not i & 31:
             yield_interpreter()
-            ticker.tick(i)
+            ticker.tick(i // 5)
         key = plan_key(pl)
         ka, ks = act_key(key), state_key(key)
         j = acts.get(ka)
         if j is None:
-            j = acts[ka] = len(act_list)
-            act_list.append(memory.stage_activation_bytes(model, pl, act_parts))
+            j = acts[ka] = len(act_plans)
+            act_plans.append(pl)
         act_of[i] = j
         j = states.get(ks)
         if j is None:
@@ -163,17 +164,19 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
             state_list.append((*memory.stage_state_bytes(model, pl, fp8_tn),
                                float(memory.nccl_buffer_bytes(pl))))
         state_of[i] = j
+    tables, act_row = _activation_tables(act_plans, model, n, ticker)
     mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
     stages = np.array([len(s[0]) for s in state_list], np.int64)[state_of] if n else state_of
+    done = 0
     for p in np.unique(stages).tolist():
         for rows in _chunks(np.flatnonzero(stages == p), _MEMORY_ROWS):
-            check_cancelled(cancel)
             yield_interpreter()
+            ticker.tick(4 * n // 5 + done // 5)
+            done += rows.size
             su, si = np.unique(state_of[rows], return_inverse=True)
-            au, ai = np.unique(act_of[rows], return_inverse=True)
             st = [np.array([state_list[j][c] for j in su.tolist()]) for c in range(4)]
             parts = memory.StageMemoryArrays.rows(
-                st[0][si], st[1][si], st[2][si], np.array([act_list[j] for j in au.tolist()])[ai],
+                st[0][si], st[1][si], st[2][si], tables[p][act_row[act_of[rows]]],
                 st[3][si].reshape(-1, 1))
             need, ok, reasons = memory_verdict_rows(parts, capacity, reserve)
             mem[rows], fits[rows] = need, ok
@@ -181,6 +184,35 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
                 why[r] = text
     ticker.finish()
     return mem, fits, why
+
+
+#: Plans whose activations :func:`memory_verdicts` computes at once.
+_ACTIVATION_ROWS = 2048
+
+
+def _activation_tables(act_plans: list[ParallelPlan], model, n: int, ticker: PhaseTicker
+                       ) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """The activations of ``act_plans`` (:func:`core.model.memory.stage_activation_rows`, in
+    batches of :data:`_ACTIVATION_ROWS` plans of one stage count): a table per stage count p
+    (float64 (u, p)) and each plan's row in its table (int (k,)). ``ticker`` (of ``n``
+    plans) is told from a fifth to four fifths of ``n`` and checks Cancel before each batch."""
+    parts: dict = {}                                    # the plans' shared parts (this model)
+    act_p = np.array([pl.pipeline_parallel for pl in act_plans], np.int64)
+    act_row = np.empty(len(act_plans), np.int64)
+    tables: dict[int, np.ndarray] = {}
+    done = 0
+    for p in np.unique(act_p).tolist():
+        idx = np.flatnonzero(act_p == p)
+        act_row[idx] = np.arange(idx.size)
+        table = tables[p] = np.empty((idx.size, p))
+        for start in range(0, idx.size, _ACTIVATION_ROWS):
+            yield_interpreter()
+            ticker.tick(n // 5 + (3 * n * done) // (5 * max(len(act_plans), 1)))
+            chunk = idx[start:start + _ACTIVATION_ROWS]
+            table[start:start + chunk.size] = memory.stage_activation_rows(
+                model, [act_plans[j] for j in chunk.tolist()], parts)
+            done += chunk.size
+    return tables, act_row
 
 
 def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
