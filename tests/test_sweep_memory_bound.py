@@ -10,7 +10,7 @@ computations give: :func:`core.sim.simulate.memory_verdict_arrays` of
 :func:`core.sim.stages.stage_times` of each plan's :func:`bound_plan`. Checked on every plan
 of spaces with dense 1F1B / GPipe / interleaved / ZB-H1 / ZB-V schedules, ZeRO 0-3 with the
 data-parallel overlaps, every recompute mode, context parallelism, an MoE model with expert
-parallelism, and DeepSeek-V3 (MLA, MTP) with every ep.
+parallelism, DeepSeek-V3 (MLA, MTP) with every ep, Gemma 2 (soft caps, post norms) and FP8.
 """
 
 from __future__ import annotations
@@ -55,7 +55,28 @@ def deepseek_session() -> Session:
                    CostConfig())
 
 
+def gemma_session() -> Session:
+    """Gemma 2 9B (soft-capped logits and scores, post norms, sliding windows) at 4k."""
+    from core.io.hf_import import session_from_hf_config
+    from tests.test_gemma import GEMMA2_9B
+    s = session_from_hf_config(GEMMA2_9B, "config.json", seq_length=4096).session
+    s.plan = dataclasses.replace(s.plan, global_batch_size=64)
+    s.cluster = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    return s
+
+
+def fp8_session() -> Session:
+    s = gpt3_small()
+    s.plan = dataclasses.replace(s.plan, precision="fp8")
+    s.cluster = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    return s
+
+
 SPACES = {
+    "gemma-softcap": (gemma_session, dict(max_gpus=8, context_parallel=(1, 2),
+                                          micro_batch_sizes=(1, 2), zero_stages=(0, 3))),
+    "fp8-zero": (fp8_session, dict(max_gpus=8, context_parallel=(1,), micro_batch_sizes=(1, 4),
+                                   zero_stages=(0, 1, 2, 3))),
     "dense-zero-recompute": (gpt3_small, dict(max_gpus=8, context_parallel=(1,),
                                               zero_stages=(0, 1, 2, 3), dp_overlap=(False, True))),
     "schedules": (gpt3_small, dict(max_gpus=8, context_parallel=(1,), micro_batch_sizes=(1, 2),
