@@ -115,8 +115,8 @@ _MEMORY_ROWS = 8192
 
 
 def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
-                    cancel: Any = None, phase: PhaseFn | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                    cancel: Any = None, phase: PhaseFn | None = None,
+                    memo: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
     float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built.
@@ -133,7 +133,10 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
 
     ``cancel`` is checked every few plans and before each batch (:class:`SweepCancelled`) and
     ``phase`` told the progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`:
-    the keys up to a fifth of ``n``, the activations up to four fifths, then the verdicts)."""
+    the keys up to a fifth of ``n``, the activations up to four fifths, then the verdicts).
+    ``memo`` (a dict, empty at first) keeps the weights, gradients, optimizer state and the
+    activations' shared parts for further calls with the same ``model`` and ``store`` (the
+    sweep's calls for each micro-batch size share them)."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
     n = len(plans)
@@ -143,6 +146,8 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
                                       if f not in memory.STATE_FREE_PLAN_FIELDS))
     acts: dict[tuple, int] = {}
     act_plans: list[ParallelPlan] = []       # one plan per activation key
+    memo = {} if memo is None else memo
+    known_states: dict[tuple, tuple] = memo.setdefault("state", {})
     states: dict[tuple, int] = {}
     state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
     act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -161,10 +166,14 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
         j = states.get(ks)
         if j is None:
             j = states[ks] = len(state_list)
-            state_list.append((*memory.stage_state_bytes(model, pl, fp8_tn),
-                               float(memory.nccl_buffer_bytes(pl))))
+            state = known_states.get(ks)
+            if state is None:
+                state = known_states[ks] = (*memory.stage_state_bytes(model, pl, fp8_tn),
+                                            float(memory.nccl_buffer_bytes(pl)))
+            state_list.append(state)
         state_of[i] = j
-    tables, act_row = _activation_tables(act_plans, model, n, ticker)
+    tables, act_row = _activation_tables(act_plans, model, n, ticker,
+                                         memo.setdefault("activation_parts", {}))
     mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
     stages = np.array([len(s[0]) for s in state_list], np.int64)[state_of] if n else state_of
     done = 0
@@ -190,13 +199,13 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
 _ACTIVATION_ROWS = 2048
 
 
-def _activation_tables(act_plans: list[ParallelPlan], model, n: int, ticker: PhaseTicker
-                       ) -> tuple[dict[int, np.ndarray], np.ndarray]:
+def _activation_tables(act_plans: list[ParallelPlan], model, n: int, ticker: PhaseTicker,
+                       parts: dict) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """The activations of ``act_plans`` (:func:`core.model.memory.stage_activation_rows`, in
     batches of :data:`_ACTIVATION_ROWS` plans of one stage count): a table per stage count p
     (float64 (u, p)) and each plan's row in its table (int (k,)). ``ticker`` (of ``n``
-    plans) is told from a fifth to four fifths of ``n`` and checks Cancel before each batch."""
-    parts: dict = {}                                    # the plans' shared parts (this model)
+    plans) is told from a fifth to four fifths of ``n`` and checks Cancel before each batch;
+    ``parts`` is :func:`core.model.memory.stage_activation_rows`' memo (this model's)."""
     act_p = np.array([pl.pipeline_parallel for pl in act_plans], np.int64)
     act_row = np.empty(len(act_plans), np.int64)
     tables: dict[int, np.ndarray] = {}
@@ -269,14 +278,23 @@ def _lower_bound(F: np.ndarray, Bw: np.ndarray, W: np.ndarray, m: float,
                  tail: np.ndarray | None) -> float:
     """:func:`iteration_lower_bound_s` of forward, backward and weight-gradient times ``F``,
     ``Bw``, ``W`` (float64 (p, v) each), ``m`` micro-batches and the stages' tails ``tail``
-    (float64 (p,); None: none, as ``busy_only``), seconds."""
+    (float64 (p,); None: none, as ``busy_only``), seconds (:func:`_lower_bounds` of one m)."""
+    return float(_lower_bounds(F, Bw, W, np.array([float(m)]), tail)[0])
+
+
+def _lower_bounds(F: np.ndarray, Bw: np.ndarray, W: np.ndarray, m: np.ndarray,
+                  tail: np.ndarray | None) -> np.ndarray:
+    """:func:`_lower_bound` of several micro-batch counts ``m`` (float64 (g,)) at once,
+    float64 (g,): each row the same IEEE operations as one count alone."""
     before_f = np.concatenate(([0.0], np.cumsum(F[:-1, 0])))  # (p,)
     before_b = np.concatenate(([0.0], np.cumsum(Bw[:-1, 0])))
     if tail is None:
         tail = np.zeros(F.shape[0])
-    busy = before_f + m * (F + Bw + W).sum(axis=1) + tail
-    chain = before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]
-    return float(max(busy.max(), chain.max()))
+    m = m.reshape(-1, 1)
+    busy = (before_f + m * (F + Bw + W).sum(axis=1) + tail).max(axis=1)
+    chain = (before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]).max(axis=1)
+    return np.where(chain > busy, chain, busy)  # max(busy, chain), the first when equal
+
 
 _FIRST_ROUND = 32
 _MAX_ROUND = 4096
@@ -316,33 +334,47 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     the compute stream's busy times of its :func:`bound_plan`
     (:func:`core.sim.stages.stage_busy_times`: the figures of
     :func:`core.sim.stages.stage_times` without the spans, which the bound does not read),
-    each computed once (memo ``lookup_cache``, as :func:`core.sim.stages.stage_times`).
+    each computed once (memo ``lookup_cache``, as :func:`core.sim.stages.stage_times`), and
+    the bounds of the plans sharing them at once (:func:`_lower_bounds` of their
+    micro-batch counts).
 
     Raises
     ------
     SweepCancelled
-        ``cancel`` was set (checked before each plan; ``phase`` is told the progress, phase
-        ``"bound"``).
+        ``cancel`` was set (checked every few plans and before each bound plan; ``phase`` is
+        told the progress, phase ``"bound"``: the keys up to a fifth, then the bound plans).
     """
-    bound_times: dict = {}
     ticker = PhaseTicker("bound", rows.size, cancel, phase)
-    zero = {f: v for f, v in _BOUND_FIELDS.items()}
+    zero = dict(_BOUND_FIELDS)
     if not model.is_moe:
         zero["data_parallel"] = 1
     subst = [(PLAN_FIELDS.index(f), v) for f, v in zero.items()]
+    groups: dict[tuple, list[int]] = {}
     for step, i in enumerate(rows.tolist()):
-        ticker.tick(step)
+        if not step & 31:
+            yield_interpreter()
+            ticker.tick(step // 5)
         pl = plans[i]
         fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
         for j, v in subst:
             fields[j] = v
         del fields[_SCHEDULE_FIELD]
         bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
-        st = bound_times.get(bkey)
-        if st is None:
-            st = bound_times[bkey] = stage_busy_times(
-                Session(model, bound_plan(pl, model), cluster, cost), store, lookup_cache)
-        lower[i] = _lower_bound(*st, float(pl.num_microbatches), None)
+        group = groups.get(bkey)
+        if group is None:
+            groups[bkey] = [i]
+        else:
+            group.append(i)
+    done = 0
+    for idx in groups.values():
+        yield_interpreter()
+        ticker.tick(rows.size // 5 + 4 * done // 5)
+        done += len(idx)
+        pl = plans[idx[0]]
+        st = stage_busy_times(Session(model, bound_plan(pl, model), cluster, cost), store,
+                              lookup_cache)
+        lower[idx] = _lower_bounds(*st, np.array([float(plans[i].num_microbatches)
+                                                  for i in idx]), None)
     ticker.finish()
 
 

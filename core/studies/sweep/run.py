@@ -308,6 +308,7 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
     plans: list = []
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
@@ -315,7 +316,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
                                cancel=cancel, phase=part_phase)
         if not part:
             continue
-        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase)
+        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase,
+                              memo=memo)
         if not mem[1].any():
             stop = (f"stopped at b = {b}: its smallest-memory plan needs "
                     f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
