@@ -165,3 +165,18 @@ def test_memory_and_bound_phases_cancel_and_report():
     with pytest.raises(SweepCancelled):
         fill_lower_bounds(np.zeros(len(plans)), plans, np.arange(len(plans)), session.model,
                           session.cluster, session.cost, store, {}, stop)
+
+
+def test_value_codes_group_plans_as_their_values_repr(space_plans):
+    """Branch and bound's per-dimension codes: the same partition of the plans as grouping
+    them by each field's ``repr`` (what the codes stand for)."""
+    from core.studies.sweep.bound import value_codes
+    from core.studies.sweep.result import BEST_BY_FIELDS
+    _, plans, _ = space_plans
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    codes = value_codes(plans, num_gpus, True)
+    assert len(codes) == 1 + len(BEST_BY_FIELDS)
+    for code, name in zip(codes, ("num_gpus",) + BEST_BY_FIELDS):
+        values = [repr(getattr(pl, name)) for pl in plans]
+        pairs = set(zip(code.tolist(), values))
+        assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
