@@ -180,3 +180,22 @@ def test_value_codes_group_plans_as_their_values_repr(space_plans):
         values = [repr(getattr(pl, name)) for pl in plans]
         pairs = set(zip(code.tolist(), values))
         assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
+
+
+def test_plan_bands_equal_each_plans_own(space_plans):
+    """The sweep's error bands and departures, evaluated once per distinct GPU count and
+    features, are each plan's own (interval_factors and plan_departures of its features)."""
+    from core.store.calibration_range import features_of
+    from core.store.interval import interval_factors, layer_parameters, plan_departures
+    from core.studies.sweep.result import _plan_bands
+    session, plans, store = space_plans
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    residuals = getattr(store, "residuals", None)
+    got = _plan_bands(plans, session.model, session.cluster, residuals, num_gpus, 0.9)
+    feats = ([features_of(session.model, session.cluster, pl) for pl in plans]
+             if residuals is not None and residuals.has_features else None)
+    want = interval_factors(residuals, num_gpus, session.cluster.gpus_per_node,
+                            layer_parameters(session.model), 0.9, features=feats)
+    for a, b in zip(got[:3], want):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert got[3] == ([""] * len(plans) if feats is None else plan_departures(residuals, feats))
