@@ -501,8 +501,14 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
     pairs, inverse = np.unique(np.stack([num_gpus.reshape(-1), of]), axis=1,
                                return_inverse=True)
-    low, high, inside = interval_factors(residuals, pairs[0], gpn, layer_params, coverage,
-                                         features=[feats[j] for j in pairs[1].tolist()])
+    low, high = np.empty(pairs.shape[1]), np.empty(pairs.shape[1])
+    inside = np.empty(pairs.shape[1], bool)
+    for start in range(0, pairs.shape[1], _CANCEL_EVERY // 8):  # about 0.1 ms each
+        check_cancelled(cancel)
+        part = slice(start, start + _CANCEL_EVERY // 8)
+        low[part], high[part], inside[part] = interval_factors(
+            residuals, pairs[0, part], gpn, layer_params, coverage,
+            features=[feats[j] for j in pairs[1, part].tolist()])
     inverse = inverse.reshape(-1)
     texts = plan_departures(residuals, feats)
     return low[inverse], high[inverse], inside[inverse], [texts[j] for j in of.tolist()]
