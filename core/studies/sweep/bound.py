@@ -396,10 +396,11 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
     for name in BEST_BY_FIELDS:
         check_cancelled(cancel)  # each field: about 15 ms per 100,000 plans
-        seen: dict = {}
-        code = [seen.setdefault((v.__class__, v), len(seen))
-                for v in map(operator.attrgetter(name), plans)]
-        codes.append(np.array(code, np.int64).reshape(-1))
+        keys = list(map(operator.attrgetter(name), plans))
+        if len(set(map(type, keys)) - {type(None)}) > 1:  # 1 == True, 1 == 1.0: told apart
+            keys = list(zip(map(type, keys), keys))
+        index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # by first appearance
+        codes.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
     return codes
 
 
