@@ -15,7 +15,8 @@ wall-clock budget (``--budget-s``, default 120 s each): the sweep reports every 
 progress (:data:`core.studies.sweep.phase.PHASES`) and is cancelled at the budget. Printed:
 the plan counts when it finishes, else the phase it reached, its progress, its rate and the
 time the phase alone would take at that rate (an extrapolation, said so), and each phase's
-wall time. On this shared 2-core machine, do not raise the budget far: the issue's target
+wall and CPU time (``time.process_time``: steadier than wall time on a shared machine; the
+enumeration and memory phases interleave, one per micro-batch size, so their spans overlap). On this shared 2-core machine, do not raise the budget far: the issue's target
 (a million plans in under 60 s) is far from reached, and the figures say by how much.
 
 Run: ``python benchmarks/bench_sweep_million.py [--budget-s 120] [--only llama|deepseek|mtnlg]
@@ -79,10 +80,12 @@ def _child(case: str, budget_s: float) -> None:
     t0 = time.perf_counter()
     phases: dict[str, dict] = {}
 
+    c0 = time.process_time()
+
     def report(phase: str, done: int, total: int) -> None:
-        now = time.perf_counter() - t0
-        p = phases.setdefault(phase, {"start_s": now})
-        p.update(end_s=now, done=done, total=total)
+        now, cpu = time.perf_counter() - t0, time.process_time() - c0
+        p = phases.setdefault(phase, {"start_s": now, "start_cpu_s": cpu})
+        p.update(end_s=now, end_cpu_s=cpu, done=done, total=total)
 
     out: dict = {"case": case, "model": name, "max_gpus": gpus, "global_batch": batch}
     try:
@@ -97,6 +100,7 @@ def _child(case: str, budget_s: float) -> None:
     except SweepCancelled:
         out["finished"] = False
     out["wall_s"] = time.perf_counter() - t0
+    out["cpu_s"] = time.process_time() - c0
     out["phases"] = phases
     out["enumerate_own"] = own
     import core.sim.fastpath_kernel as kernel
@@ -109,13 +113,15 @@ def _show(doc: dict, label: str) -> None:
     if doc["finished"]:
         print(f"{head}: {doc['num_plans']:,} plans, {doc['num_fit']:,} fit, "
               f"{doc['num_simulated']:,} simulated, {doc['num_pruned']:,} pruned in "
-              f"{doc['wall_s']:.1f} s; fastest {doc['fastest']} {doc['fastest_s']:.2f} s/iter",
+              f"{doc['wall_s']:.1f} s (CPU {doc['cpu_s']:.1f} s); fastest {doc['fastest']} "
+              f"{doc['fastest_s']:.2f} s/iter",
               flush=True)
     else:
         print(f"{head}: not finished within {doc['wall_s']:.0f} s", flush=True)
     for phase, p in doc["phases"].items():
         took = p["end_s"] - p["start_s"]
-        line = f"    {phase:>9}: {p['done']:,} of {p['total']:,} in {took:.1f} s"
+        line = (f"    {phase:>9}: {p['done']:,} of {p['total']:,} in {took:.1f} s "
+                f"(CPU {p['end_cpu_s'] - p['start_cpu_s']:.1f} s)")
         if p["done"] < p["total"] and p["done"] > 0 and took > 0:
             line += (f" (extrapolated: the whole phase about "
                      f"{took * p['total'] / p['done']:.0f} s at this rate)")

@@ -38,8 +38,9 @@ __all__ = [
     "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
     "bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
     "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
-    "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "schedule_in_flight",
-    "stage_memory", "stage_memory_arrays", "stage_state_bytes", "state_bytes_of",
+    "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "process_terms_of",
+    "schedule_in_flight", "stage_activation_bytes", "stage_activation_rows", "stage_memory", "stage_memory_arrays",
+    "stage_state_bytes", "state_bytes_of",
     "uneven_chunks",
 ]
 
@@ -284,6 +285,16 @@ class StageMemoryArrays(tuple):
         return cls((weights, grads, opt, acts),
                    process_memory_terms(plan, weights + grads + opt + acts))
 
+    @classmethod
+    def rows(cls, weights: np.ndarray, grads: np.ndarray, opt: np.ndarray, acts: np.ndarray,
+             nccl_bytes: np.ndarray) -> "StageMemoryArrays":
+        """:meth:`of` for ``k`` plans of ``p`` stages at once: the four tensor arrays float64
+        (k, p) each, row ``j`` one plan's, and each plan's :func:`nccl_buffer_bytes` (float64
+        (k, 1)); the process terms are (k, p) arrays (:func:`process_terms_of`), each row
+        bit-identical to :meth:`of` of that plan (the same elementwise operations)."""
+        return cls((weights, grads, opt, acts),
+                   process_terms_of(weights + grads + opt + acts, nccl_bytes))
+
     @property
     def overhead_bytes(self) -> np.ndarray:
         """The terms beyond the four tensor arrays, summed per stage, float64 (p,)."""
@@ -301,12 +312,20 @@ def process_memory_terms(plan: ParallelPlan, tensors: np.ndarray) -> dict[str, n
     * ``cuda_context``: :data:`CUDA_CONTEXT_BYTES`; ``nccl_buffers``: :func:`nccl_buffer_bytes`
       (outside PyTorch's allocator: ``nvidia-smi`` only).
     """
+    return process_terms_of(tensors, float(nccl_buffer_bytes(plan)))
+
+
+def process_terms_of(tensors: np.ndarray, nccl_bytes: float | np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    """:func:`process_memory_terms` of tensor bytes ``tensors`` (float64 (p,), or (k, p) for
+    ``k`` plans) and NCCL buffer bytes ``nccl_bytes`` (:func:`nccl_buffer_bytes`: a float, or
+    float64 (k, 1), one per plan); each term has the shape of ``tensors``."""
     tensors = np.asarray(tensors, float)
     workspace = np.full(tensors.shape, float(GEMM_WORKSPACE_BYTES))
     return {"workspace": workspace,
             "allocator_reserve": ALLOCATOR_RESERVE_FRACTION * (tensors + workspace),
             "cuda_context": np.full(tensors.shape, float(CUDA_CONTEXT_BYTES)),
-            "nccl_buffers": np.full(tensors.shape, float(nccl_buffer_bytes(plan)))}
+            "nccl_buffers": np.full(tensors.shape, nccl_bytes)}
 
 
 def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
@@ -355,9 +374,139 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     Context parallelism adds, on every stage with layers, the buffers of the exchange of the
     attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
     """
+    weights, grads, opt = _state_bytes(model, plan, fp8_tn)
+    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(),
+                                stage_activation_bytes(model, plan))
+
+
+def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | None = None
+                           ) -> np.ndarray:
+    """The activations of :func:`stage_memory_arrays` (bytes per GPU of each stage, float64
+    (p,), a new array; see there for the formulas). They do not read the plan's fields of
+    :data:`ACTIVATION_FREE_PLAN_FIELDS` (the sweep shares them between such plans).
+
+    ``memo`` (a dict the caller keeps for one ``model``, never for two) holds the parts many
+    plans share: the stages' layer counts (:func:`_stage_layer_parts`, keyed by the plan
+    without :data:`_LAYOUT_FREE_PLAN_FIELDS`) and the per-layer bytes
+    (:func:`_layer_activation_parts`, keyed by the plan without
+    :data:`_PER_LAYER_FREE_PLAN_FIELDS`); the figures are the same with it or without
+    (tests compare)."""
+    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+     adds, cp_buffers) = _activation_inputs(model, plan, memo)
+    return _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working,
+                        moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
+                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers)
+
+
+def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: dict
+                          ) -> np.ndarray:
+    """:func:`stage_activation_bytes` of ``k`` plans of one stage count ``p`` at once, float64
+    (k, p), row ``j`` bit-identical to ``stage_activation_bytes(model, plans[j])``: the same
+    elementwise operations in the same order (:func:`_activations`) on the plans' parts
+    stacked as rows and columns. ``memo`` as there."""
+    cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
+    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+     adds, cp_buffers) = cols
+    col = (lambda xs: np.array(xs, float).reshape(-1, 1))
+    has = np.array(has_moe, bool).reshape(-1, 1)
+    cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
+    return _activations(
+        np.array(layers), np.array(moe_counts), np.array(recomputed), has, col(keep), col(ckpt),
+        col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
+        np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
+        [np.array(a, float) for a in zip(*adds)], cp_on,
+        col([0.0 if c is None else c for c in cp_buffers]))
+
+
+def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep,
+                 in_flight, last, adds, cp_on, cp_buffers) -> np.ndarray:
+    """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
+    python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
+    (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
+    the same IEEE operations in the same order either way."""
+    keep_s = np.full(layers.shape, keep)
+    if np.any(has_moe):  # an MoE model's stage keeps its mean layer's activations
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
+        keep_s = np.where((moe_counts != 0) & has_moe, mean, keep_s)
+    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * in_flight
+    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
+    for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
+        acts[last] += add
+    if np.any(cp_on):  # the exchange's buffers of the layer running (transient)
+        acts = np.where((layers > 0) & cp_on, acts + cp_buffers, acts)
+    return acts
+
+
+def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
+    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, moe_counts,
+    recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers)``
+    (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
+    per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
+    context-parallel buffers, None with ``cp = 1``)."""
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
-    weights, grads, opt = _state_bytes(model, plan, fp8_tn)
+    key = plan_key(plan) if memo is not None else None
+    layers, moe_counts, recomputed, last, uneven, has_moe = _memoized(
+        memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
+        _stage_layer_parts, model, plan)
+    keep, ckpt, working, moe_keep, cp_buffers = _memoized(
+        memo, ("layer", _PER_LAYER_KEY(key), has_moe) if key is not None else None,
+        _layer_activation_parts, model, plan, has_moe)
+    n_mtp = mtp_layers(model)
+    V = padded_vocab_size(model.vocab_size, t)
+    in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
+        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
+        uneven), model)
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    # the logits of the output layer and of each MTP layer's (one loss each)
+    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
+                                      chunks_per_stage(plan))
+    if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
+        adds = [(1 + n_mtp) * tokens * V / t * e * losses]
+    else:
+        adds = [(1 + n_mtp) * tokens * V / t * (e + 4 * losses)]
+    if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
+        adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+        sp = plan.sequence_parallel and t > 1
+        adds.append(n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last])
+    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
+            last, tuple(adds), cp_buffers if plan.context_parallel > 1 else None)
+
+
+#: Plan fields the stages' layer counts of :func:`stage_activation_bytes` do not read
+#: (:func:`_stage_layer_parts`: the layout and the recomputed layers).
+_LAYOUT_FREE_PLAN_FIELDS = ("tensor_parallel", "data_parallel", "micro_batch_size",
+                            "sequence_parallel", "context_parallel", "zero_stage",
+                            "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+#: Plan fields the per-layer activation bytes do not read (:func:`_layer_activation_parts`:
+#: the pipeline and the data-parallel side).
+_PER_LAYER_FREE_PLAN_FIELDS = ("pipeline_parallel", "data_parallel", "schedule",
+                               "virtual_pipeline_stages", "zero_stage", "overlap_grad_reduce",
+                               "overlap_param_gather")
+_LAYOUT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                    if f not in _LAYOUT_FREE_PLAN_FIELDS))
+_PER_LAYER_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                       if f not in _PER_LAYER_FREE_PLAN_FIELDS))
+
+
+def _memoized(memo: dict | None, key: tuple | None, fn, *args):
+    """``fn(*args)``, kept in ``memo`` under ``key`` (computed each time without a memo)."""
+    if memo is None:
+        return fn(*args)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = fn(*args)
+    return hit
+
+
+def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
+    """The layer counts of :func:`stage_activation_bytes`: ``(layers, moe_counts, recomputed,
+    last, uneven, has_moe)``: each stage's transformer layers (int64 (p,), with the MTP
+    layers), MoE layers (float (p,)), recomputed layers (with the MTP layers' under full
+    recomputation), the loss stage, :func:`uneven_chunks` and whether any stage has MoE
+    layers (arrays read-only)."""
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
@@ -365,43 +514,29 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
         recomputed = recomputed.copy()
         recomputed[loss_stage(plan)] += n_mtp
+    layers = np.array(counts, np.int64)
+    for a in (layers, moe_counts, recomputed):
+        a.setflags(write=False)
+    return (layers, moe_counts, recomputed, loss_stage(plan), uneven_chunks(plan, model),
+            bool(moe_counts.any()))
+
+
+def _layer_activation_parts(model: ModelConfig, plan: ParallelPlan, has_moe: bool) -> tuple:
+    """The per-layer bytes of :func:`stage_activation_bytes`: ``(keep, ckpt, working,
+    moe_keep, cp_buffers)``: a layer's kept activations under the plan's recomputation
+    (``none`` for full), its checkpoint, the working set of the layer being recomputed (an MoE
+    layer's when larger, ``has_moe``), an MoE layer's kept activations (None without MoE
+    layers) and the context-parallel exchange's buffers (0.0 with ``cp = 1``)."""
     keep_mode = "none" if plan.recompute == "full" else plan.recompute
     keep = activation_bytes_per_layer(model, plan, keep_mode)
     ckpt = activation_bytes_per_layer(model, plan, "full")
     working = activation_bytes_per_layer(model, plan, "none")
-    if moe_counts.any():
+    moe_keep = None
+    if has_moe:
         moe_keep = moe_activation_bytes_per_layer(model, plan, keep_mode)
         working = max(working, moe_activation_bytes_per_layer(model, plan, "none"))
-    V = padded_vocab_size(model.vocab_size, t)
-    in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
-        plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
-        uneven_chunks(plan, model)), model)
-    # every stage at once (numpy: the same IEEE operations in the same order as one by one)
-    layers = np.array(counts, np.int64)
-    keep_s = np.full(len(counts), keep)
-    if moe_counts.any():  # an MoE model's stage keeps its mean layer's activations
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
-        keep_s = np.where(moe_counts != 0, mean, keep_s)
-    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * np.array(in_flight, float)
-    acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
-    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
-    # the logits of the output layer and of each MTP layer's (one loss each)
-    losses = schedules.loss_in_flight(plan.schedule, plan.pipeline_parallel, plan.num_microbatches,
-                                      chunks_per_stage(plan))
-    last = loss_stage(plan)
-    if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
-        acts[last] += (1 + n_mtp) * tokens * V / t * e * losses
-    else:
-        acts[last] += (1 + n_mtp) * tokens * V / t * (e + 4 * losses)
-    if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
-        acts[last] += final_logit_softcap_bytes(tokens, V, t, e) * losses
-    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
-        sp = plan.sequence_parallel and t > 1
-        acts[last] += n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last]
-    if plan.context_parallel > 1:  # the exchange's buffers of the layer running (transient)
-        acts = np.where(layers > 0, acts + cp_exchange_buffer_bytes(model, plan), acts)
-    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(), acts)
+    cp_buffers = cp_exchange_buffer_bytes(model, plan) if plan.context_parallel > 1 else 0.0
+    return keep, ckpt, working, moe_keep, cp_buffers
 
 
 #: Plan fields the weights, gradients and optimizer state of :func:`stage_memory_arrays` do

@@ -191,11 +191,10 @@ def kernel_times(flops: np.ndarray, nbytes: np.ndarray, size: np.ndarray, is_gem
 
 def kernel_arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(flops, nbytes, size, is_gemm)`` arrays of a kernel list for :func:`kernel_times`."""
-    flops = np.array([k.flops for k in kernels], float)
-    nbytes = np.array([k.bytes for k in kernels], float)
-    size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
-    is_gemm = np.array([k.is_gemm for k in kernels], bool)
-    return flops, nbytes, size, is_gemm
+    cols = np.array([(k.flops, k.bytes, (float(k.m) * k.n * k.k) ** (1 / 3), k.m > 0)
+                     for k in kernels], float).reshape(-1, 4)  # one pass; k.m > 0: is_gemm
+    return (np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1]),
+            np.ascontiguousarray(cols[:, 2]), cols[:, 3] != 0)
 
 
 def kernel_fp8(kernels: list[Kernel]) -> np.ndarray:
@@ -241,14 +240,17 @@ def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str
         ``peak_flops`` lacks a dtype a kernel needs (named with the device).
     """
     base = tensor_dtype(dtype)
-    out = np.empty(len(kernels))
-    for i, k in enumerate(kernels):
-        d = k.dtype or base
-        if d not in peak_flops:
-            raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r}")
-        out[i] = float(peak_flops[d])
-        if k.name == "flash_attn_bwd":
-            out[i] *= FLASH_BWD_RELATIVE_EFFICIENCY
+    dtypes = [k.dtype or base for k in kernels]
+    peaks: dict[str, float] = {}
+    for d in dtypes:  # each dtype once, the first missing one named
+        if d not in peaks:
+            if d not in peak_flops:
+                raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r}")
+            peaks[d] = float(peak_flops[d])
+    out = np.array([peaks[d] for d in dtypes], float).reshape(-1)
+    flash = np.array([k.name == "flash_attn_bwd" for k in kernels], bool).reshape(-1)
+    if flash.any():
+        out[flash] *= FLASH_BWD_RELATIVE_EFFICIENCY
     return out
 
 

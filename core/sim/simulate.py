@@ -178,14 +178,43 @@ def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
     return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
 
 
+def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
+                        reserve_fraction: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """:func:`memory_verdict_arrays` of ``k`` plans of one stage count at once: ``parts`` holds
+    (k, p) arrays, row ``j`` one plan's (:meth:`core.model.memory.StageMemoryArrays.rows`).
+    Returns each plan's largest bytes per GPU (float64 (k,)), whether it fits (bool (k,)) and
+    its reason ("" when it fits): bit-identical to :func:`memory_verdict_arrays` plan by plan
+    (the same elementwise sums in the same order, the first largest stage, the same message)."""
+    w, g, o, a = parts
+    totals = w + g + o + a
+    if hasattr(parts, "workspace"):
+        totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
+                  + parts.nccl_buffers)
+    stage = np.argmax(totals, axis=1)                       # the first largest of each row
+    need = totals[np.arange(totals.shape[0]), stage]
+    fits = need <= capacity_bytes * (1 - reserve_fraction)
+    why = [""] * need.shape[0]
+    bad = np.flatnonzero(~fits)
+    tail = _capacity_text(capacity_bytes, reserve_fraction)
+    for j, s, gib in zip(bad.tolist(), stage[bad].tolist(), (need[bad] / 2**30).tolist()):
+        why[j] = f"does not fit: stage {s} needs {gib:.1f} GiB per GPU, {tail}"
+    return need, fits, why
+
+
 def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
              ) -> tuple[float, bool, str]:
     usable = capacity_bytes * (1 - reserve_fraction)
     if need <= usable:
         return need, True, ""
     return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
-                         f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
-                         f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
+                         f"{_capacity_text(capacity_bytes, reserve_fraction)}")
+
+
+def _capacity_text(capacity_bytes: float, reserve_fraction: float) -> str:
+    """The end of :func:`_verdict`'s message: the GPU's memory, usable and reserved."""
+    usable = capacity_bytes * (1 - reserve_fraction)
+    return (f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
+            f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
 
 
 def _kind_mask(kinds) -> np.ndarray:

@@ -34,7 +34,8 @@ from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Temp
                                 reduces_gradients, source_values, stage_structure, tail_overrun,
                                 template_times)
 
-__all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_times"]
+__all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_busy_times",
+           "stage_times"]
 
 
 @dataclass
@@ -268,8 +269,8 @@ def _span_templates(st: StageStructure) -> tuple[Template, Template, Template]:
 
 def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
                  ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
-                 moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None,
+                 busy_only: bool = False) -> tuple[np.ndarray, ...]:
     """The work items' spans of every stage and chunk: ``fwd_s``, ``bwd_s``, ``wgrad_s``,
     ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes` and the compute stream's busy time
     of each item, ``busy_fwd_s``, ``busy_bwd_s``, ``busy_wgrad_s`` (the span without waiting
@@ -281,11 +282,14 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     under the layout (the object: ``cache`` holds it) and every value the durations are made
     of that ``d`` can change (the ring, tensor-parallel, data-parallel and MoE collectives), so
     plans that differ only in ``d`` where ``d`` changes none of them share the result.
+
+    ``busy_only``: only the compute stream's busy times, ``(busy_fwd_s, busy_bwd_s,
+    busy_wgrad_s)``, the same figures without the templates' spans (no side tasks timed).
     """
     p, v = session.plan.pipeline_parallel, layout.v
     mkey = None
     if cache is not None:
-        mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
+        mkey = ("busy" if busy_only else "spans", id(store), id(layout), tuple(ring.items()) if ring else None,
                 tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
                 fp8_speedup,
@@ -304,6 +308,10 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
         for c, struct in enumerate(structs):
             fwd, bwd, wgd = _span_templates(struct)
+            if busy_only:
+                fwd_b[i, c], bwd_b[i, c], w_b[i, c] = (fwd.counts @ values, bwd.counts @ values,
+                                                       wgd.counts @ values)
+                continue
             for tmpl, out, busy in ((fwd, fwd_s, fwd_b), (bwd, bwd_s, bwd_b), (wgd, w_s, w_b)):
                 # the compute stream's own time (blocking collectives included): the span
                 # when nothing beside it is waited for
@@ -319,10 +327,11 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
             grads = wgd if struct.split else bwd
             if grads.last_src.size:
                 over[i, c] = tail_overrun(grads.timed(values))
+    out = ((fwd_b, bwd_b, w_b) if busy_only
+           else (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b))
     if p > 2 and layout.alike:
-        for a in (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b):
+        for a in out:
             a[1:-1] = a[1]
-    out = (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b)
     if mkey is not None:
         cache[mkey] = tuple(a.copy() for a in out)
     return out
@@ -355,10 +364,44 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     KeyError
         The profile lacks the dtype or collectives the plan needs.
     """
+    pl = session.plan
+    p = pl.pipeline_parallel
+    warnings: list[str] = []  # communication lookups
+    layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes = (
+        _span_inputs(session, store, cache, warnings))
+    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
+        session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
+    send_fwd, send_bwd = sc.sends(act_bytes / pl.tensor_parallel, p, layout.v)
+    reduce_s, opt_s, after_opt = _stage_tails(session, store, layout, sc, reduces, cache)
+    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
+                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
+                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
+                      fwd_b, bwd_b, w_b)
+
+
+def stage_busy_times(session: Session, store, cache: dict | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compute stream's busy times of :func:`stage_times` alone, ``(busy_fwd_s,
+    busy_bwd_s, busy_wgrad_s)``, float64 (p, v) each, seconds: the same figures, without the
+    templates' spans, the pipeline transfers and the tails (what a sweep's lower bound reads,
+    :func:`core.studies.sweep.bound.fill_lower_bounds`). Parameters and errors as
+    :func:`stage_times`."""
+    warnings: list[str] = []
+    layout, _, _, times, ring, tp, moe_comm, fp8_speedup, dps, _, _ = _span_inputs(
+        session, store, cache, warnings)
+    return _stage_spans(session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup,
+                        cache, busy_only=True)
+
+
+def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str]) -> tuple:
+    """What :func:`_stage_spans` and the tails of :func:`stage_times` are computed from:
+    ``(layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes)``
+    (the layout, the op times and their dict with the ring's, the collectives, the FP8
+    speed-up, each stage's data-parallel buckets, whether gradients are reduced, the bytes of
+    one micro-batch's activation). Communication lookups append to ``warnings``."""
     m, pl = session.model, session.plan
     t, p, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.context_parallel
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
-    warnings: list[str] = []  # communication lookups
     layout = _stage_layout(session, cache)
     ops = _stage_op_times(session, store, layout, cache)
     times = ops.times
@@ -384,14 +427,7 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
         dps[i] = _data_parallel(session, i, sc.dp_call, sc.edp_call) if structs[0].buckets else None
     if p > 2 and layout.alike:
         dps[1:-1] = [dps[1]] * (p - 2)
-    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
-        session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
-    send_fwd, send_bwd = sc.sends(act_bytes / t, p, layout.v)
-    reduce_s, opt_s, after_opt = _stage_tails(session, store, layout, sc, reduces, cache)
-    return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
-                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
-                      fwd_b, bwd_b, w_b)
+    return layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes
 
 
 def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dict | None):

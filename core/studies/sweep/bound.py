@@ -19,14 +19,13 @@ from typing import Any, Callable
 import numpy as np
 
 from core import schedules as pipeline_schedules
-from core.model import model_math
+from core.model import memory, model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
-from core.sim.stages import stage_times
-from core.sim.simulate import memory_verdict_arrays
-from core.studies.sweep.batch import stage_times_key
+from core.sim.stages import stage_busy_times
+from core.sim.simulate import memory_verdict_rows
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
@@ -111,38 +110,123 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
     return steps, too_large
 
 
+#: Plans whose memory :func:`memory_verdicts` adds up at once (numpy arrays of this many rows).
+_MEMORY_ROWS = 8192
+
+
 def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
-                    cancel: Any = None, phase: PhaseFn | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                    cancel: Any = None, phase: PhaseFn | None = None,
+                    memo: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
     float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built.
 
-    ``cancel`` is checked before each plan (:class:`SweepCancelled`) and ``phase`` told the
-    progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`)."""
+    Bit-identical to :func:`core.sim.simulate.memory_verdict_arrays` of
+    :func:`core.model.memory.stage_memory_arrays` plan by plan, computed by parts: the
+    activations once per plan key without :data:`core.model.memory.ACTIVATION_FREE_PLAN_FIELDS`
+    (:func:`core.model.memory.stage_activation_rows`: many plans' at once, their parts
+    shared), the weights, gradients, optimizer state and NCCL buffers once per key without
+    :data:`core.model.memory.STATE_FREE_PLAN_FIELDS`
+    (:func:`core.model.memory.stage_state_bytes`), then the sums and verdicts of up to
+    :data:`_MEMORY_ROWS` plans of one stage count as (k, p) arrays
+    (:func:`core.sim.simulate.memory_verdict_rows`).
+
+    ``cancel`` is checked every few plans and before each batch (:class:`SweepCancelled`) and
+    ``phase`` told the progress (phase ``"memory"``, :class:`core.studies.sweep.phase.PhaseTicker`:
+    the keys up to a fifth of ``n``, the activations up to four fifths, then the verdicts).
+    ``memo`` (a dict, empty at first) keeps the weights, gradients, optimizer state and the
+    activations' shared parts for further calls with the same ``model`` and ``store`` (the
+    sweep's calls for each micro-batch size share them)."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
     n = len(plans)
-    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
-    # activations do not depend on the data-parallel side (ZeRO, its overlaps): shared
     act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
-                                    if f not in model_math.ACTIVATION_FREE_PLAN_FIELDS))
-    acts: dict[tuple, np.ndarray] = {}
+                                    if f not in memory.ACTIVATION_FREE_PLAN_FIELDS))
+    state_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                      if f not in memory.STATE_FREE_PLAN_FIELDS))
+    acts: dict[tuple, int] = {}
+    act_plans: list[ParallelPlan] = []       # one plan per activation key
+    memo = {} if memo is None else memo
+    known_states: dict[tuple, tuple] = memo.setdefault("state", {})
+    states: dict[tuple, int] = {}
+    state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
+    act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
     ticker = PhaseTicker("memory", n, cancel, phase)
     for i, pl in enumerate(plans):
-        yield_interpreter()
-        ticker.tick(i)
-        k = act_key(plan_key(pl))
-        a = acts.get(k)
-        if a is None:
-            parts = model_math.stage_memory_arrays(model, pl, fp8_tn)
-            acts[k] = parts[3]
-        else:  # the plan's own weights, gradients and optimizer state, and process terms
-            parts = model_math.StageMemoryArrays.of(
-                pl, *model_math.stage_state_bytes(model, pl, fp8_tn), a)
-        mem[i], fits[i], why[i] = memory_verdict_arrays(parts, capacity, reserve)
+        if not i & 31:
+            yield_interpreter()
+            ticker.tick(i // 5)
+        key = plan_key(pl)
+        ka, ks = act_key(key), state_key(key)
+        j = acts.get(ka)
+        if j is None:
+            j = acts[ka] = len(act_plans)
+            act_plans.append(pl)
+        act_of[i] = j
+        j = states.get(ks)
+        if j is None:
+            j = states[ks] = len(state_list)
+            state = known_states.get(ks)
+            if state is None:
+                state = known_states[ks] = (*memory.stage_state_bytes(model, pl, fp8_tn),
+                                            float(memory.nccl_buffer_bytes(pl)))
+            state_list.append(state)
+        state_of[i] = j
+    tables, act_row = _activation_tables(act_plans, model, n, ticker,
+                                         memo.setdefault("activation_parts", {}))
+    mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
+    stages = np.array([len(s[0]) for s in state_list], np.int64)[state_of] if n else state_of
+    done = 0
+    for p in np.unique(stages).tolist():
+        for rows in _chunks(np.flatnonzero(stages == p), _MEMORY_ROWS):
+            yield_interpreter()
+            ticker.tick(4 * n // 5 + done // 5)
+            done += rows.size
+            su, si = np.unique(state_of[rows], return_inverse=True)
+            st = [np.array([state_list[j][c] for j in su.tolist()]) for c in range(4)]
+            parts = memory.StageMemoryArrays.rows(
+                st[0][si], st[1][si], st[2][si], tables[p][act_row[act_of[rows]]],
+                st[3][si].reshape(-1, 1))
+            need, ok, reasons = memory_verdict_rows(parts, capacity, reserve)
+            mem[rows], fits[rows] = need, ok
+            for r, text in zip(rows.tolist(), reasons):
+                why[r] = text
     ticker.finish()
     return mem, fits, why
+
+
+#: Plans whose activations :func:`memory_verdicts` computes at once.
+_ACTIVATION_ROWS = 2048
+
+
+def _activation_tables(act_plans: list[ParallelPlan], model, n: int, ticker: PhaseTicker,
+                       parts: dict) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """The activations of ``act_plans`` (:func:`core.model.memory.stage_activation_rows`, in
+    batches of :data:`_ACTIVATION_ROWS` plans of one stage count): a table per stage count p
+    (float64 (u, p)) and each plan's row in its table (int (k,)). ``ticker`` (of ``n``
+    plans) is told from a fifth to four fifths of ``n`` and checks Cancel before each batch;
+    ``parts`` is :func:`core.model.memory.stage_activation_rows`' memo (this model's)."""
+    act_p = np.array([pl.pipeline_parallel for pl in act_plans], np.int64)
+    act_row = np.empty(len(act_plans), np.int64)
+    tables: dict[int, np.ndarray] = {}
+    done = 0
+    for p in np.unique(act_p).tolist():
+        idx = np.flatnonzero(act_p == p)
+        act_row[idx] = np.arange(idx.size)
+        table = tables[p] = np.empty((idx.size, p))
+        for start in range(0, idx.size, _ACTIVATION_ROWS):
+            yield_interpreter()
+            ticker.tick(n // 5 + (3 * n * done) // (5 * max(len(act_plans), 1)))
+            chunk = idx[start:start + _ACTIVATION_ROWS]
+            table[start:start + chunk.size] = memory.stage_activation_rows(
+                model, [act_plans[j] for j in chunk.tolist()], parts)
+            done += chunk.size
+    return tables, act_row
+
+
+def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
+    """``rows`` (int (k,)) in consecutive pieces of at most ``size``."""
+    return [rows[s:s + size] for s in range(0, rows.size, size)]
 
 def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
     """The plan whose compute-stream times bound ``pl``'s from below, shared by many plans:
@@ -186,14 +270,31 @@ def iteration_lower_bound_s(st, num_microbatches: int, busy_only: bool = False) 
     F, Bw, W = st.fwd_s, st.bwd_s, st.wgrad_s                 # (p, v) each
     if busy_only and st.busy_fwd_s is not None:
         F, Bw, W = st.busy_fwd_s, st.busy_bwd_s, st.busy_wgrad_s
-    m = float(num_microbatches)
+    return _lower_bound(F, Bw, W, float(num_microbatches),
+                        None if busy_only else st.dp_comm_s + st.optimizer_s)
+
+
+def _lower_bound(F: np.ndarray, Bw: np.ndarray, W: np.ndarray, m: float,
+                 tail: np.ndarray | None) -> float:
+    """:func:`iteration_lower_bound_s` of forward, backward and weight-gradient times ``F``,
+    ``Bw``, ``W`` (float64 (p, v) each), ``m`` micro-batches and the stages' tails ``tail``
+    (float64 (p,); None: none, as ``busy_only``), seconds (:func:`_lower_bounds` of one m)."""
+    return float(_lower_bounds(F, Bw, W, np.array([float(m)]), tail)[0])
+
+
+def _lower_bounds(F: np.ndarray, Bw: np.ndarray, W: np.ndarray, m: np.ndarray,
+                  tail: np.ndarray | None) -> np.ndarray:
+    """:func:`_lower_bound` of several micro-batch counts ``m`` (float64 (g,)) at once,
+    float64 (g,): each row the same IEEE operations as one count alone."""
     before_f = np.concatenate(([0.0], np.cumsum(F[:-1, 0])))  # (p,)
     before_b = np.concatenate(([0.0], np.cumsum(Bw[:-1, 0])))
-    tail = (np.zeros(F.shape[0]) if busy_only
-            else st.dp_comm_s + st.optimizer_s)               # (p,)
-    busy = before_f + m * (F + Bw + W).sum(axis=1) + tail
-    chain = before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]
-    return float(max(busy.max(), chain.max()))
+    if tail is None:
+        tail = np.zeros(F.shape[0])
+    m = m.reshape(-1, 1)
+    busy = (before_f + m * (F + Bw + W).sum(axis=1) + tail).max(axis=1)
+    chain = (before_f + m * (F + Bw).sum(axis=1) + before_b + tail[0]).max(axis=1)
+    return np.where(chain > busy, chain, busy)  # max(busy, chain), the first when equal
+
 
 _FIRST_ROUND = 32
 _MAX_ROUND = 4096
@@ -226,54 +327,80 @@ def prunable(lb_days: np.ndarray, lb_cost: np.ndarray, lb_time: np.ndarray, rows
 
 
 def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.ndarray, model,
-                      cluster, cost, store, lookup_cache: dict, known: dict, cancel: Any,
+                      cluster, cost, store, lookup_cache: dict, cancel: Any,
                       phase: PhaseFn | None = None) -> None:
     """Set ``lower[i]`` (float64 (n,), changed) to the iteration-time lower bound of each plan
-    ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` of the stage times
-    of its :func:`bound_plan`, each computed once (memo ``lookup_cache``, as
-    :func:`core.sim.stages.stage_times`). A plan that is its own bound plan leaves its stage
-    times in ``known`` (:func:`core.studies.sweep.batch.stage_times_key` -> StageTimes) for
-    the batch solver.
+    ``i`` of ``rows`` (int (k,)), seconds: :func:`iteration_lower_bound_s` (``busy_only``) of
+    the compute stream's busy times of its :func:`bound_plan`
+    (:func:`core.sim.stages.stage_busy_times`: the figures of
+    :func:`core.sim.stages.stage_times` without the spans, which the bound does not read),
+    each computed once (memo ``lookup_cache``, as :func:`core.sim.stages.stage_times`), and
+    the bounds of the plans sharing them at once (:func:`_lower_bounds` of their
+    micro-batch counts).
 
     Raises
     ------
     SweepCancelled
-        ``cancel`` was set (checked before each plan; ``phase`` is told the progress, phase
-        ``"bound"``).
+        ``cancel`` was set (checked every few plans and before each bound plan; ``phase`` is
+        told the progress, phase ``"bound"``: the keys up to a fifth, then the bound plans).
     """
-    bound_times: dict = {}
     ticker = PhaseTicker("bound", rows.size, cancel, phase)
+    zero = dict(_BOUND_FIELDS)
+    if not model.is_moe:
+        zero["data_parallel"] = 1
+    subst = [(PLAN_FIELDS.index(f), v) for f, v in zero.items()]
+    groups: dict[tuple, list[int]] = {}
     for step, i in enumerate(rows.tolist()):
-        ticker.tick(step)
+        if not step & 31:
+            yield_interpreter()
+            ticker.tick(step // 5)
         pl = plans[i]
-        sched = pipeline_schedules.get(pl.schedule)
-        kind = sched.stage_times_kind
-        base = bound_plan(pl, model)
-        bkey = stage_times_key(base, kind)
-        st = bound_times.get(bkey)
-        if st is None:
-            st = bound_times[bkey] = stage_times(Session(model, base, cluster, cost), store,
-                                                 lookup_cache)
-            if base is pl:  # the plan's own stage times: the solver uses them too
-                known[bkey] = st
-        lower[i] = iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True)
+        fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
+        for j, v in subst:
+            fields[j] = v
+        del fields[_SCHEDULE_FIELD]
+        bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
+        group = groups.get(bkey)
+        if group is None:
+            groups[bkey] = [i]
+        else:
+            group.append(i)
+    done = 0
+    for idx in groups.values():
+        yield_interpreter()
+        ticker.tick(rows.size // 5 + 4 * done // 5)
+        done += len(idx)
+        pl = plans[idx[0]]
+        st = stage_busy_times(Session(model, bound_plan(pl, model), cluster, cost), store,
+                              lookup_cache)
+        lower[idx] = _lower_bounds(*st, np.array([float(plans[i].num_microbatches)
+                                                  for i in idx]), None)
     ticker.finish()
+
+
+#: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model).
+_BOUND_FIELDS = {"zero_stage": 0, "overlap_grad_reduce": False, "overlap_param_gather": False,
+                 "fp8_param_gather": False}
+_SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 
 
 def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,
                 cancel: Any = None) -> list[np.ndarray]:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
     GPU count when the space names ``several_counts``), each plan's value as a code (int
-    (n,)): plans of one value share a code. :func:`prunable`'s ``codes``. ``cancel`` is checked
-    before each dimension (:class:`SweepCancelled`)."""
+    (n,)): plans of one value share a code (numbered by first appearance; values told apart
+    by type too, as their ``repr`` would: ``1`` is not ``True``). :func:`prunable`'s
+    ``codes``. ``cancel`` is checked before each dimension (:class:`SweepCancelled`)."""
     codes = []
     if several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
     for name in BEST_BY_FIELDS:
-        check_cancelled(cancel)  # each field: about 40 ms per 100,000 plans
-        _, code = np.unique(np.array([repr(getattr(pl, name)) for pl in plans]),
-                            return_inverse=True)
-        codes.append(code.reshape(-1))
+        check_cancelled(cancel)  # each field: about 15 ms per 100,000 plans
+        keys = list(map(operator.attrgetter(name), plans))
+        if len(set(map(type, keys)) - {type(None)}) > 1:  # 1 == True, 1 == 1.0: told apart
+            keys = list(zip(map(type, keys), keys))
+        index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # by first appearance
+        codes.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
     return codes
 
 

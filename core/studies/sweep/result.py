@@ -450,16 +450,68 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     both = np.array(pairs, dtype=float).reshape(-1, 2)
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
-    feats = None
-    if residuals is not None and residuals.has_features:
-        feats = [features_of(model, cluster, pl) for pl in plans]
-    low_f, high_f, in_range = interval_factors(residuals, num_gpus, cluster.gpus_per_node,
-                                               layer_parameters(model), coverage, features=feats)
+    low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
+                                                      np.asarray(num_gpus, np.int64), coverage,
+                                                      cancel)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
         f"({store.provenance.get('method', 'unknown method')})").note
-    departures = [""] * len(plans) if feats is None else plan_departures(residuals, feats)
     return plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band, departures
+
+
+#: Plan fields :func:`core.store.calibration_range.features_of` does not read: plans that
+#: differ only in them share their features (tests compare with each plan's own).
+_FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                             "virtual_pipeline_stages", "sequence_parallel", "zero_stage",
+                             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+_FEATURE_KEY = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
+                                     if f not in _FEATURE_FREE_PLAN_FIELDS])
+
+
+def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: np.ndarray,
+                coverage: float, cancel: Any = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Each plan's error-band factors low and high (float64 (n,)), whether it is in the
+    calibration range (bool (n,)) and its departures (list of n str):
+    :func:`core.store.interval.interval_factors` and
+    :func:`core.store.interval.plan_departures` of the plans' GPU counts (int (n,)) and
+    features (:func:`core.store.calibration_range.features_of`, when ``residuals`` has
+    feature columns), evaluated once per distinct (count, features) and spread to the plans
+    (the same figures: each is a function of those alone). ``cancel`` is checked every
+    :data:`_CANCEL_EVERY` plans."""
+    n, gpn, layer_params = len(plans), cluster.gpus_per_node, layer_parameters(model)
+    if residuals is None or not residuals.has_features:
+        counts, inverse = np.unique(num_gpus, return_inverse=True)
+        low, high, inside = interval_factors(residuals, counts, gpn, layer_params, coverage)
+        inverse = inverse.reshape(-1)
+        return low[inverse], high[inverse], inside[inverse], [""] * n
+    keys: dict[tuple, int] = {}
+    feats: list[dict] = []
+    of = np.empty(n, np.int64)
+    for i, pl in enumerate(plans):
+        if not i % _CANCEL_EVERY:
+            check_cancelled(cancel)
+        k = _FEATURE_KEY(plan_key(pl))
+        j = keys.get(k)
+        if j is None:
+            j = keys[k] = len(feats)
+            feats.append(features_of(model, cluster, pl))
+        of[i] = j
+    if not n:
+        return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
+    pairs, inverse = np.unique(np.stack([num_gpus.reshape(-1), of]), axis=1,
+                               return_inverse=True)
+    low, high = np.empty(pairs.shape[1]), np.empty(pairs.shape[1])
+    inside = np.empty(pairs.shape[1], bool)
+    for start in range(0, pairs.shape[1], _CANCEL_EVERY // 8):  # about 0.1 ms each
+        check_cancelled(cancel)
+        part = slice(start, start + _CANCEL_EVERY // 8)
+        low[part], high[part], inside[part] = interval_factors(
+            residuals, pairs[0, part], gpn, layer_params, coverage,
+            features=[feats[j] for j in pairs[1, part].tolist()])
+    inverse = inverse.reshape(-1)
+    texts = plan_departures(residuals, feats)
+    return low[inverse], high[inverse], inside[inverse], [texts[j] for j in of.tolist()]
 
 def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken

@@ -310,6 +310,7 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
     verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
+    memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
@@ -317,7 +318,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
                                cancel=cancel, phase=part_phase, verdicts=verdicts)
         if not part:
             continue
-        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase)
+        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase,
+                              memo=memo)
         if not mem[1].any():
             stop = (f"stopped at b = {b}: its smallest-memory plan needs "
                     f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
@@ -463,7 +465,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     best. Returns the plans dropped (bool (n,)); their reasons are set in ``reason``."""
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
-                      runner.store, runner.lookup_cache, runner.known, runner.cancel, phase)
+                      runner.store, runner.lookup_cache, runner.cancel, phase)
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
     codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,

@@ -1,0 +1,201 @@
+"""The sweep's memory and lower-bound phases, fast paths against their per-plan references.
+
+:func:`core.studies.sweep.bound.memory_verdicts` adds up the memory of many plans at once from
+parts shared between plans, and :func:`core.studies.sweep.bound.fill_lower_bounds` bounds
+each plan from the compute stream's busy times alone
+(:func:`core.sim.stages.stage_busy_times`). Both must give, bit for bit, what the per-plan
+computations give: :func:`core.sim.simulate.memory_verdict_arrays` of
+:func:`core.model.memory.stage_memory_arrays` (bytes, fits, reason), and
+:func:`core.studies.sweep.bound.iteration_lower_bound_s` of the full
+:func:`core.sim.stages.stage_times` of each plan's :func:`bound_plan`. Checked on every plan
+of spaces with dense 1F1B / GPipe / interleaved / ZB-H1 / ZB-V schedules, ZeRO 0-3 with the
+data-parallel overlaps, every recompute mode, context parallelism, an MoE model with expert
+parallelism, DeepSeek-V3 (MLA, MTP) with every ep, Gemma 2 (soft caps, post norms) and FP8.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+from core.model import model_math
+from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.session import Session
+from core.io.session import load_any
+from core.sim.simulate import memory_verdict_arrays, session_profile
+from core.sim.stages import stage_busy_times, stage_times
+from core.studies.sweep import SweepCancelled, SweepSpace, enumerate_plans
+from core.studies.sweep.bound import (bound_plan, fill_lower_bounds, iteration_lower_bound_s,
+                                      memory_verdicts)
+from tests.conftest import EXAMPLES
+
+
+def gpt3_small(global_batch=64) -> Session:
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.plan = dataclasses.replace(s.plan, global_batch_size=global_batch)
+    return s
+
+
+def moe_session() -> Session:
+    model = dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], seq_length=2048)
+    plan = ParallelPlan(1, 1, 8, 1, 64, "1f1b", "none", "bf16")
+    return Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                   CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+
+
+def deepseek_session() -> Session:
+    model = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], seq_length=4096)
+    plan = ParallelPlan(8, 4, 8, 1, 512, "1f1b", "full", "bf16")
+    return Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                   CostConfig())
+
+
+def gemma_session() -> Session:
+    """Gemma 2 9B (soft-capped logits and scores, post norms, sliding windows) at 4k."""
+    from core.io.hf_import import session_from_hf_config
+    from tests.test_gemma import GEMMA2_9B
+    s = session_from_hf_config(GEMMA2_9B, "config.json", seq_length=4096).session
+    s.plan = dataclasses.replace(s.plan, global_batch_size=64)
+    s.cluster = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    return s
+
+
+def fp8_session() -> Session:
+    s = gpt3_small()
+    s.plan = dataclasses.replace(s.plan, precision="fp8")
+    s.cluster = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    return s
+
+
+SPACES = {
+    "gemma-softcap": (gemma_session, dict(max_gpus=8, context_parallel=(1, 2),
+                                          micro_batch_sizes=(1, 2), zero_stages=(0, 3))),
+    "fp8-zero": (fp8_session, dict(max_gpus=8, context_parallel=(1,), micro_batch_sizes=(1, 4),
+                                   zero_stages=(0, 1, 2, 3))),
+    "dense-zero-recompute": (gpt3_small, dict(max_gpus=8, context_parallel=(1,),
+                                              zero_stages=(0, 1, 2, 3), dp_overlap=(False, True))),
+    "schedules": (gpt3_small, dict(max_gpus=8, context_parallel=(1,), micro_batch_sizes=(1, 2),
+                                   schedules=("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v"))),
+    "context-parallel": (gpt3_small, dict(num_gpus=8, context_parallel=(1, 2, 4),
+                                          micro_batch_sizes=(1, 2),
+                                          zero_stages=(0, 1, 3))),
+    "moe-expert-parallel": (moe_session, dict(num_gpus=8, pipeline_parallel=(1, 2, 4),
+                                              micro_batch_sizes=(1, 2), zero_stages=(0, 1, 2, 3))),
+    "deepseek-mla-mtp": (deepseek_session, dict(num_gpus=(256,), tensor_parallel=(4, 8),
+                                                context_parallel=(1,), micro_batch_sizes=(1,),
+                                                zero_stages=(0, 1))),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SPACES))
+def space_plans(request):
+    make, kw = SPACES[request.param]
+    session = make()
+    plans = enumerate_plans(session, SweepSpace(**kw))
+    assert len(plans) >= 20, "too few plans to compare"
+    return session, plans, session_profile(session)
+
+
+def test_memory_verdicts_equal_the_per_plan_verdicts(space_plans):
+    session, plans, store = space_plans
+    reserve = float(session.cluster.memory_reserve_fraction)
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    mem, fits, why = memory_verdicts(plans, session.model, store, reserve)
+    for i, pl in enumerate(plans):
+        want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
+                                     float(store.memory_bytes), reserve)
+        assert (mem[i], bool(fits[i]), why[i]) == want, pl.label()
+    assert mem.dtype == np.float64 and fits.dtype == bool
+
+
+def test_memory_verdicts_of_a_tight_gpu_give_reasons_as_the_per_plan_ones(space_plans):
+    """A GPU so small that most plans do not fit: every reason string as the reference's."""
+    session, plans, store = space_plans
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    need = [memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
+                                  1.0, 0.0)[0] for pl in plans]
+    capacity = float(np.median(need))
+
+    class Small:
+        peak_flops, memory_bytes = store.peak_flops, capacity
+
+    mem, fits, why = memory_verdicts(plans, session.model, Small, 0.1)
+    assert 0 < fits.sum() < len(plans)
+    for i, pl in enumerate(plans):
+        want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
+                                     capacity, 0.1)
+        assert (mem[i], bool(fits[i]), why[i]) == want
+
+
+def test_lower_bounds_equal_the_bound_of_the_full_stage_times(space_plans):
+    session, plans, store = space_plans
+    model = session.model
+    rows = np.arange(len(plans))
+    lower = np.full(len(plans), np.nan)
+    fill_lower_bounds(lower, plans, rows, model, session.cluster, session.cost, store, {}, None)
+    cache: dict = {}
+    for i, pl in enumerate(plans):
+        st = stage_times(Session(model, bound_plan(pl, model), session.cluster, session.cost),
+                         store, cache)
+        assert lower[i] == iteration_lower_bound_s(st, pl.num_microbatches, busy_only=True), \
+            pl.label()
+        if i % 7 == 0:  # the busy times alone are the full stage times' busy times
+            busy = stage_busy_times(Session(model, pl, session.cluster, session.cost), store)
+            full = stage_times(Session(model, pl, session.cluster, session.cost), store)
+            for a, b in zip(busy, (full.busy_fwd_s, full.busy_bwd_s, full.busy_wgrad_s)):
+                assert np.array_equal(a, b)
+
+
+def test_memory_and_bound_phases_cancel_and_report():
+    session = gpt3_small()
+    plans = enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,)))
+    store = session_profile(session)
+    seen: list = []
+    memory_verdicts(plans, session.model, store, 0.0, phase=lambda *a: seen.append(a))
+    assert seen[0] == ("memory", 0, len(plans)) and seen[-1] == ("memory", len(plans), len(plans))
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SweepCancelled):
+        memory_verdicts(plans, session.model, store, 0.0, cancel=stop)
+    with pytest.raises(SweepCancelled):
+        fill_lower_bounds(np.zeros(len(plans)), plans, np.arange(len(plans)), session.model,
+                          session.cluster, session.cost, store, {}, stop)
+
+
+def test_value_codes_group_plans_as_their_values_repr(space_plans):
+    """Branch and bound's per-dimension codes: the same partition of the plans as grouping
+    them by each field's ``repr`` (what the codes stand for)."""
+    from core.studies.sweep.bound import value_codes
+    from core.studies.sweep.result import BEST_BY_FIELDS
+    _, plans, _ = space_plans
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    codes = value_codes(plans, num_gpus, True)
+    assert len(codes) == 1 + len(BEST_BY_FIELDS)
+    for code, name in zip(codes, ("num_gpus",) + BEST_BY_FIELDS):
+        values = [repr(getattr(pl, name)) for pl in plans]
+        pairs = set(zip(code.tolist(), values))
+        assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
+
+
+def test_plan_bands_equal_each_plans_own(space_plans):
+    """The sweep's error bands and departures, evaluated once per distinct GPU count and
+    features, are each plan's own (interval_factors and plan_departures of its features)."""
+    from core.store.calibration_range import features_of
+    from core.store.interval import interval_factors, layer_parameters, plan_departures
+    from core.studies.sweep.result import _plan_bands
+    session, plans, store = space_plans
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    residuals = getattr(store, "residuals", None)
+    got = _plan_bands(plans, session.model, session.cluster, residuals, num_gpus, 0.9)
+    feats = ([features_of(session.model, session.cluster, pl) for pl in plans]
+             if residuals is not None and residuals.has_features else None)
+    want = interval_factors(residuals, num_gpus, session.cluster.gpus_per_node,
+                            layer_parameters(session.model), 0.9, features=feats)
+    for a, b in zip(got[:3], want):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert got[3] == ([""] * len(plans) if feats is None else plan_departures(residuals, feats))
