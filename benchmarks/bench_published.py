@@ -6,7 +6,7 @@ GPU, model, precision, measured and held-out predicted times, the error and the 
 times (Megatron's model FLOPs over the data-sheet peak of the row's precision: the sanity
 check, 30-60 % for large runs), then the figures by group and the skipped rows' causes.
 
-Run: ``python benchmarks/bench_published.py [--folds 5] [--runs FILE]`` (a minute or two).
+Run: ``python benchmarks/bench_published.py [--folds 5] [--runs FILE] [--kernel-classes]`` (a minute or two).
 """
 
 from __future__ import annotations
@@ -29,10 +29,15 @@ def main() -> int:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--runs", default=str(RUNS), help="measurement file (default: the published "
                     "runs' sessions, JSON lines)")
+    ap.add_argument("--kernel-classes", action="store_true", help="the shared fit also fits the "
+                    "grouped expert GEMM and FlashAttention efficiencies (docs/accuracy.md, sixth "
+                    "round)")
     args = ap.parse_args()
     from core.cli import main as vtrain
     buf = io.StringIO()
-    argv = ["validate", args.runs, "--json"] + (["--cross-validate", str(args.folds)] if args.folds else [])
+    argv = (["validate", args.runs, "--json"]
+            + (["--cross-validate", str(args.folds)] if args.folds else [])
+            + (["--kernel-classes"] if args.kernel_classes and args.folds else []))
     with redirect_stdout(buf):
         rc = vtrain(argv)
     if rc:

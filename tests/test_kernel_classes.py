@@ -165,3 +165,17 @@ def test_fp32_plans_are_timed_at_the_fp32_peak_never_bf16():
     store.peak_flops = {k: v for k, v in store.peak_flops.items() if k != "fp32"}
     with pytest.raises(KeyError, match="fp32"):
         analytic_op_time("mlp_fwd", key, store)
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", "runs.csv", "--kernel-classes"],  # no --cross-validate: nothing is fitted
+    ["validate", "runs.csv", "--cross-validate", "5", "--profile", "x.h5", "--kernel-classes"],
+    ["calibrate", "runs.csv", "--profile", "x.h5", "--out", "y.h5", "--kernel-classes"],
+])
+def test_kernel_classes_option_without_a_shared_fit_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """``--kernel-classes`` acts on the shared fit only: elsewhere it would be ignored, so it
+    is refused by name (exit 2) before any file is read."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs.csv").write_text("")
+    assert main(argv) == 2
+    assert "--kernel-classes" in capsys.readouterr().err

@@ -88,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
             raise field_error("--out-dir", "give either --out-dir (shared fit of the GPU kinds) or "
                                            "--profile and --out (one store), not both")
         return _run_shared(args, console)
+    if args.kernel_classes:
+        raise field_error("--kernel-classes", "fits the kernel classes in the shared fit of the "
+                                              "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
     base = ProfileStore.open(args.profile)
     per_file, rows = _read_files(args)

@@ -109,6 +109,9 @@ def _check_args(args: argparse.Namespace) -> float:
     """
     if args.cross_validate == 1 or args.cross_validate < 0:
         raise field_error("--cross-validate", "needs at least 2 folds")
+    if args.kernel_classes and (not args.cross_validate or args.profile):
+        raise field_error("--kernel-classes", "fits the kernel classes in the shared fit: needs "
+                                              "--cross-validate K and no --profile")
     coverage = _check_coverage(args.coverage)
     refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
     return coverage
