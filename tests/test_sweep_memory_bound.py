@@ -26,26 +26,14 @@ from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
-from core.io.session import load_any
 from core.sim.simulate import memory_verdict_arrays, session_profile
 from core.sim.stages import stage_busy_times, stage_times
 from core.studies.sweep import SweepCancelled, SweepSpace, enumerate_plans
 from core.studies.sweep.bound import (bound_plan, fill_lower_bounds, iteration_lower_bound_s,
                                       memory_verdicts)
-from tests.conftest import EXAMPLES
+from tests.test_sweep_prune import gpt3_small, moe_session
 
 
-def gpt3_small(global_batch=64) -> Session:
-    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
-    s.plan = dataclasses.replace(s.plan, global_batch_size=global_batch)
-    return s
-
-
-def moe_session() -> Session:
-    model = dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], seq_length=2048)
-    plan = ParallelPlan(1, 1, 8, 1, 64, "1f1b", "none", "bf16")
-    return Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
-                   CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
 
 
 def deepseek_session() -> Session:
