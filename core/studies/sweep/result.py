@@ -464,8 +464,7 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
 _FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel",
                              "virtual_pipeline_stages", "sequence_parallel", "zero_stage",
                              "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
-_FEATURE_KEY = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                     if f not in _FEATURE_FREE_PLAN_FIELDS])
+_FEATURE_KEY = operator.attrgetter(*[f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS])
 
 
 def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: np.ndarray,
@@ -476,42 +475,31 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     :func:`core.store.interval.interval_factors` and
     :func:`core.store.interval.plan_departures` of the plans' GPU counts (int (n,)) and
     features (:func:`core.store.calibration_range.features_of`, when ``residuals`` has
-    feature columns), evaluated once per distinct (count, features) and spread to the plans
-    (the same figures: each is a function of those alone). ``cancel`` is checked every
-    :data:`_CANCEL_EVERY` plans."""
+    feature columns). The features are made once per distinct value of the plan fields
+    they can read, the departures once per distinct features, and the bands once per
+    distinct :func:`core.store.interval.band_key` (a few dozen in a sweep of 650,000
+    plans), spread to the plans with numpy: the same figures, bit for bit, as each plan's
+    own :func:`core.store.interval.interval_for`. ``cancel`` is checked between the steps."""
     n, gpn, layer_params = len(plans), cluster.gpus_per_node, layer_parameters(model)
+    check_cancelled(cancel)
     if residuals is None or not residuals.has_features:
-        counts, inverse = np.unique(num_gpus, return_inverse=True)
-        low, high, inside = interval_factors(residuals, counts, gpn, layer_params, coverage)
-        inverse = inverse.reshape(-1)
-        return low[inverse], high[inverse], inside[inverse], [""] * n
-    keys: dict[tuple, int] = {}
-    feats: list[dict] = []
-    of = np.empty(n, np.int64)
-    for i, pl in enumerate(plans):
-        if not i % _CANCEL_EVERY:
-            check_cancelled(cancel)
-        k = _FEATURE_KEY(plan_key(pl))
-        j = keys.get(k)
-        if j is None:
-            j = keys[k] = len(feats)
-            feats.append(features_of(model, cluster, pl))
-        of[i] = j
+        low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage)
+        return low, high, inside, [""] * n
     if not n:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
-    pairs, inverse = np.unique(np.stack([num_gpus.reshape(-1), of]), axis=1,
-                               return_inverse=True)
-    low, high = np.empty(pairs.shape[1]), np.empty(pairs.shape[1])
-    inside = np.empty(pairs.shape[1], bool)
-    for start in range(0, pairs.shape[1], _CANCEL_EVERY // 8):  # about 0.1 ms each
-        check_cancelled(cancel)
-        part = slice(start, start + _CANCEL_EVERY // 8)
-        low[part], high[part], inside[part] = interval_factors(
-            residuals, pairs[0, part], gpn, layer_params, coverage,
-            features=[feats[j] for j in pairs[1, part].tolist()])
-    inverse = inverse.reshape(-1)
-    texts = plan_departures(residuals, feats)
-    return low[inverse], high[inverse], inside[inverse], [texts[j] for j in of.tolist()]
+    codes: dict[tuple, int] = {}
+    of = np.fromiter(map(lambda k: codes.setdefault(k, len(codes)), map(_FEATURE_KEY, plans)),
+                     np.int64, count=n)
+    check_cancelled(cancel)
+    # codes in order of first appearance: the first plan of each code, code by code
+    firsts = np.unique(of, return_index=True)[1].tolist()
+    feats = [features_of(model, cluster, plans[i]) for i in firsts]
+    low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
+                                         features=feats, feature_index=of)
+    check_cancelled(cancel)
+    texts = np.array(plan_departures(residuals, feats), dtype=object)
+    return low, high, inside, texts[of].tolist()
+
 
 def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken
