@@ -140,3 +140,25 @@ def test_interval_factors_keep_the_shape_and_empty_input():
                                                   bool(one.in_calibration_range))
     empty = interval_factors(table, np.zeros(0, np.int64), 8, 1e10, 0.9)
     assert [a.shape for a in empty] == [(0,), (0,), (0,)]
+
+
+def test_plan_figures_flops_and_bands_are_each_plans_own(sweep):
+    """plan_figures evaluates the FLOPs once per plan fields but d and b: each plan's own
+    model and hardware FLOPs, bit for bit; its bands are _plan_bands' of the store's residuals."""
+    from core.model import model_math
+    from core.sim.simulate import session_profile
+    from core.studies.sweep.result import plan_figures
+    session, plans = sweep
+    store = session_profile(session)
+    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
+    cols, flops, hw, low, high, inside, note, deps = plan_figures(
+        plans, session.model, store, session.cluster, num_gpus, 0.9)
+    assert flops.tolist() == [model_math.model_flops_per_iteration(session.model, pl)
+                              for pl in plans]
+    assert hw.tolist() == [model_math.hardware_flops_per_iteration(session.model, pl)
+                           for pl in plans]
+    want = _plan_bands(plans, session.model, session.cluster, store.residuals, num_gpus, 0.9)
+    for a, b in zip((low, high, inside), want[:3]):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert deps == want[3] and note == ""
+    assert cols["data_parallel"].tolist() == [pl.data_parallel for pl in plans]

@@ -428,26 +428,19 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     (n,)), in calibration range (bool (n,)), the note when the store has no bands, the
     features outside the calibration runs (list of str, :attr:`SweepResult.calibration_departures`))``.
     The bands are conditioned on each plan's features when the store's residuals have them.
-    ``cancel`` is checked every :data:`_CANCEL_EVERY` plans (:class:`SweepCancelled`)."""
+    ``cancel`` is checked every few tens of milliseconds (:class:`SweepCancelled`)."""
     plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    flops_memo: dict[tuple, tuple[float, float]] = {}
-    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                   if f not in ("data_parallel", "micro_batch_size")])
-
-    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
-        k = others(plan_key(pl))
-        got = flops_memo.get(k)
-        if got is None:
-            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
-                                   model_math.hardware_flops_per_iteration(model, pl))
-        return got
-
-    pairs: list[tuple[float, float]] = []
-    for start in range(0, len(plans), _CANCEL_EVERY):
+    keys: list[tuple] = []
+    for start in range(0, len(plans), 16 * _CANCEL_EVERY):  # the keys: about 50 ms each
         check_cancelled(cancel)
-        pairs += map(plan_flops, plans[start:start + _CANCEL_EVERY])
-    both = np.array(pairs, dtype=float).reshape(-1, 2)
+        keys += map(_FLOPS_KEY, plans[start:start + 16 * _CANCEL_EVERY])
+    of, firsts = _first_appearance_codes(keys)
+    del keys
+    check_cancelled(cancel)
+    both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
+                      model_math.hardware_flops_per_iteration(model, plans[i]))
+                     for i in firsts], dtype=float).reshape(-1, 2)[of]
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
@@ -465,6 +458,19 @@ _FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_paral
                              "virtual_pipeline_stages", "sequence_parallel", "zero_stage",
                              "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 _FEATURE_KEY = operator.attrgetter(*[f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS])
+#: Plan fields but d and b: the FLOPs of an iteration are a function of these (B is the
+#: session's).
+_FLOPS_KEY = operator.attrgetter(*[f for f in PLAN_FIELDS
+                                   if f not in ("data_parallel", "micro_batch_size")])
+
+
+def _first_appearance_codes(keys: list) -> tuple[np.ndarray, list[int]]:
+    """Each of ``keys`` (hashable, n) as a code (int64 (n,)): equal keys (as dict keys are)
+    share one, numbered by first appearance; and the first row of each code, code by code.
+    C loops over a dict of the keys (a sweep has 650,000 plans and a few hundred keys)."""
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    of = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+    return of, np.unique(of, return_index=True)[1].tolist()
 
 
 def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: np.ndarray,
@@ -487,12 +493,8 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
         return low, high, inside, [""] * n
     if not n:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
-    codes: dict[tuple, int] = {}
-    of = np.fromiter(map(lambda k: codes.setdefault(k, len(codes)), map(_FEATURE_KEY, plans)),
-                     np.int64, count=n)
+    of, firsts = _first_appearance_codes(list(map(_FEATURE_KEY, plans)))
     check_cancelled(cancel)
-    # codes in order of first appearance: the first plan of each code, code by code
-    firsts = np.unique(of, return_index=True)[1].tolist()
     feats = [features_of(model, cluster, plans[i]) for i in firsts]
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)
