@@ -431,13 +431,7 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     ``cancel`` is checked every few tens of milliseconds (:class:`SweepCancelled`)."""
     plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    keys: list[tuple] = []
-    for start in range(0, len(plans), 16 * _CANCEL_EVERY):  # the keys: about 50 ms each
-        check_cancelled(cancel)
-        keys += map(_FLOPS_KEY, plans[start:start + 16 * _CANCEL_EVERY])
-    of, firsts = _first_appearance_codes(keys)
-    del keys
-    check_cancelled(cancel)
+    of, firsts = _column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
     both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
                       model_math.hardware_flops_per_iteration(model, plans[i]))
                      for i in firsts], dtype=float).reshape(-1, 2)[of]
@@ -445,7 +439,7 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
                                                       np.asarray(num_gpus, np.int64), coverage,
-                                                      cancel)
+                                                      cancel, plan_columns)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
         f"({store.provenance.get('method', 'unknown method')})").note
@@ -457,32 +451,56 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
 _FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel",
                              "virtual_pipeline_stages", "sequence_parallel", "zero_stage",
                              "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
-_FEATURE_KEY = operator.attrgetter(*[f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS])
+_FEATURE_FIELDS = tuple(f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS)
 #: Plan fields but d and b: the FLOPs of an iteration are a function of these (B is the
 #: session's).
-_FLOPS_KEY = operator.attrgetter(*[f for f in PLAN_FIELDS
-                                   if f not in ("data_parallel", "micro_batch_size")])
+_FLOPS_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("data_parallel", "micro_batch_size"))
 
 
-def _first_appearance_codes(keys: list) -> tuple[np.ndarray, list[int]]:
-    """Each of ``keys`` (hashable, n) as a code (int64 (n,)): equal keys (as dict keys are)
-    share one, numbered by first appearance; and the first row of each code, code by code.
-    C loops over a dict of the keys (a sweep has 650,000 plans and a few hundred keys)."""
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    of = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
-    return of, np.unique(of, return_index=True)[1].tolist()
+def _column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
+                  cancel: Any = None) -> tuple[np.ndarray, list[int]]:
+    """The plans grouped by their values of ``fields``: each plan's group as a code (int64
+    (n,)) and the first plan of each group, code by code.
+
+    ``columns`` are :func:`plan_column_arrays`' (n,) arrays. Plans share a group when each
+    field's values are equal as dict keys are (the tuples of the fields would be the same
+    key): an int64, bool or str column holds values of one Python type, where numpy's
+    equality is Python's; an object column goes through a dict of its values. A column of
+    one value splits nothing and is skipped (most fields of a sweep). ``cancel`` is checked
+    before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
+    code = np.zeros(n, np.int64)
+    if not n:
+        return code, []
+    for name in fields:
+        check_cancelled(cancel)
+        col = columns[name]
+        if col.dtype == object:
+            values = col.tolist()
+            if values.count(values[0]) == n:
+                continue
+            index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+            part, m = np.fromiter(map(index.__getitem__, values), np.int64, n), len(index)
+        else:
+            if bool((col == col[0]).all()):
+                continue
+            distinct, part = np.unique(col, return_inverse=True)
+            part, m = part.reshape(-1), distinct.size
+        code = np.unique(code * m + part, return_inverse=True)[1].reshape(-1)
+    return code, np.unique(code, return_index=True)[1].tolist()
 
 
 def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: np.ndarray,
-                coverage: float, cancel: Any = None
+                coverage: float, cancel: Any = None,
+                plan_columns: dict[str, np.ndarray] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Each plan's error-band factors low and high (float64 (n,)), whether it is in the
     calibration range (bool (n,)) and its departures (list of n str):
     :func:`core.store.interval.interval_factors` and
     :func:`core.store.interval.plan_departures` of the plans' GPU counts (int (n,)) and
     features (:func:`core.store.calibration_range.features_of`, when ``residuals`` has
-    feature columns). The features are made once per distinct value of the plan fields
-    they can read, the departures once per distinct features, and the bands once per
+    feature columns; ``plan_columns``: :func:`plan_column_arrays`' of the plans, made when
+    not given). The features are made once per distinct value of the plan fields they can
+    read, the departures once per distinct features, and the bands once per
     distinct :func:`core.store.interval.band_key` (a few dozen in a sweep of 650,000
     plans), spread to the plans with numpy: the same figures, bit for bit, as each plan's
     own :func:`core.store.interval.interval_for`. ``cancel`` is checked between the steps."""
@@ -493,8 +511,9 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
         return low, high, inside, [""] * n
     if not n:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
-    of, firsts = _first_appearance_codes(list(map(_FEATURE_KEY, plans)))
-    check_cancelled(cancel)
+    if plan_columns is None:
+        plan_columns = plan_column_arrays(plans, cancel)
+    of, firsts = _column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
     feats = [features_of(model, cluster, plans[i]) for i in firsts]
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)
