@@ -404,20 +404,25 @@ class SweepResult:
 
 def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
     """One array per plan field: int64, bool or str when every value is one, object otherwise.
-    ``cancel`` is checked before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
+    A field of one value (most of a sweep's) is filled from it rather than converted value by
+    value: the same array. ``cancel`` is checked before each field
+    (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
     out = {}
     for name in PLAN_COLUMNS:
         check_cancelled(cancel)
         values = list(map(operator.attrgetter(name), plans))
         kinds = set(map(type, values))
+        dtype: Any = object
         if kinds == {bool}:
-            out[name] = np.array(values, bool)
+            dtype = bool
         elif kinds == {int}:
-            out[name] = np.array(values, np.int64)
+            dtype = np.int64
         elif kinds == {str}:
-            out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
+            dtype = f"<U{max(map(len, values))}"
+        if dtype is not object and values.count(values[0]) == len(values):
+            out[name] = np.full(len(values), values[0], dtype)  # one type: equal is the same
         else:
-            out[name] = np.array(values, dtype=object)
+            out[name] = np.array(values, dtype=dtype)
     return out
 
 
