@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS", "Departure",
            "plan_features", "features_of", "model_family", "precision_label", "feature_departures",
-           "conditioned_rows", "condition_order", "explained_spread"]
+           "conditioned_rows", "condition_order", "explained_spread", "condition_key"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had.
 CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
@@ -185,6 +185,22 @@ def _matches(table: ResidualTable, name: str, value: Any) -> np.ndarray:
     if name == "precision":
         return _precision_classes(table) == _precision_class(value)
     return col == value
+
+
+def condition_key(features: dict[str, Any]) -> tuple:
+    """What :func:`conditioned_rows` compares of a plan's features, per :data:`CONDITIONS` in
+    that order: the value (GPU, family, recompute), the precision class (bf16 = fp16) and
+    whether cp and ep are used (> 1), as :func:`_matches` does. Plans with the same key get
+    the same rows of any table, so the same band (:func:`core.store.interval.band_key`).
+
+    Raises
+    ------
+    KeyError
+        A condition missing from ``features``.
+    """
+    return tuple(int(features[c]) > 1 if c in ("cp", "ep") else
+                 _precision_class(features[c]) if c == "precision" else features[c]
+                 for c in CONDITIONS)
 
 
 def _precision_classes(table: ResidualTable) -> np.ndarray:

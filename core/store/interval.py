@@ -78,8 +78,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from core.store.calibration_range import (MIN_LIKE_RUNS, Departure, condition_order,
-                                          conditioned_rows, feature_departures, plan_features)
+from core.store.calibration_range import (MIN_LIKE_RUNS, Departure, condition_key,
+                                          condition_order, conditioned_rows, feature_departures,
+                                          plan_features)
 from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS, ResidualTable,
                                   node_class)
 
@@ -386,12 +387,21 @@ def _standardized(table: ResidualTable, cls: str, base: np.ndarray, order: tuple
 
 def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
                      layer_params: float, coverage: float = DEFAULT_COVERAGE,
-                     features: Sequence[dict] | None = None
+                     features: Sequence[dict] | None = None,
+                     feature_index: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorized :func:`interval_for` over plans of one model (a sweep's rows).
 
     ``features`` (one :func:`~core.store.calibration_range.plan_features` dict per plan,
-    optional) conditions each plan's band as :func:`interval_for` does.
+    optional) conditions each plan's band as :func:`interval_for` does. With
+    ``feature_index`` (int (n,)), ``features`` are distinct dicts and plan ``i`` has
+    ``features[feature_index[i]]`` (a sweep's plans share a few hundred).
+
+    The factors of a plan depend only on its :func:`band_key` (node class, inside the
+    calibration range or not, and the values the conditions compare,
+    :func:`core.store.calibration_range.condition_key`): :func:`interval_for` runs once per
+    distinct key, on the first plan that has it, and numpy spreads its factors to the
+    others. The same numbers as :func:`interval_for` of each plan, bit for bit (tests).
 
     Returns
     -------
@@ -399,24 +409,87 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
         Multiply a predicted time by them; NaN where there is no band.
     in_range : bool array, shape (n,)
         Plans inside the calibration range (False everywhere without residuals).
+
+    Raises
+    ------
+    ValueError
+        ``coverage`` outside (0, 1) (when there is a plan).
     """
     g = np.asarray(num_gpus, dtype=np.int64)
+    flat = g.reshape(-1)
     lo, hi, inside = np.full(g.shape, np.nan), np.full(g.shape, np.nan), np.zeros(g.shape, bool)
-    if features is None or table is None or not table.has_features:
-        keys = g.tolist()
-    else:
-        keys = [(int(n), tuple(sorted(f.items()))) for n, f in zip(g.tolist(), features)]
-    memo: dict = {}
-    for i, key in enumerate(keys):
-        if key not in memo:
-            n, f = (key, None) if isinstance(key, int) else (key[0], dict(key[1]))
-            memo[key] = interval_for(table, 1.0, n, gpus_per_node, layer_params, coverage,
-                                     features=f)
-        iv = memo[key]
+    if not flat.size:
+        return lo, hi, inside
+    conditioned = features is not None and table is not None and table.has_features
+    distinct: Sequence[dict | None] = [None]
+    index = np.zeros(flat.size, np.int64)
+    if conditioned:
+        if feature_index is None:
+            distinct, index = _distinct_features(features)
+        else:
+            distinct, index = features, np.asarray(feature_index, np.int64).reshape(-1)
+    codes: dict = {}
+    cond = np.array([codes.setdefault(condition_key(f) if f is not None else None, len(codes))
+                     for f in distinct], np.int64)[index]
+    counts, count_of = np.unique(flat, return_inverse=True)
+    count_codes: dict = {}
+    per_count = np.array([count_codes.setdefault(
+        _count_key(table, int(c), gpus_per_node, layer_params), len(count_codes))
+        for c in counts.tolist()], np.int64)
+    key = per_count[count_of.reshape(-1)] * len(codes) + cond
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    k_lo, k_hi = np.full(first.size, np.nan), np.full(first.size, np.nan)
+    k_in = np.zeros(first.size, bool)
+    for k, i in enumerate(first.tolist()):
+        iv = interval_for(table, 1.0, int(flat[i]), gpus_per_node, layer_params, coverage,
+                          features=distinct[int(index[i])] if conditioned else None)
         if iv.available:
-            lo[i], hi[i] = iv.low_factor, iv.high_factor
-        inside[i] = bool(iv.in_calibration_range)
+            k_lo[k], k_hi[k] = iv.low_factor, iv.high_factor
+        k_in[k] = bool(iv.in_calibration_range)
+    inverse = inverse.reshape(-1)
+    lo.reshape(-1)[:] = k_lo[inverse]
+    hi.reshape(-1)[:] = k_hi[inverse]
+    inside.reshape(-1)[:] = k_in[inverse]
     return lo, hi, inside
+
+
+def band_key(table: ResidualTable | None, num_gpus: int, gpus_per_node: int,
+             layer_params: float, features: dict | None = None) -> tuple:
+    """What the factors of :func:`interval_for` (``low_factor``, ``high_factor``,
+    ``in_calibration_range``) read of a plan: its node class and whether its GPU count and
+    model size lie in the calibration range of that class (``()`` for a table without
+    residuals: every plan the same), and with features and a table with feature columns the
+    values the conditions compare (:func:`core.store.calibration_range.condition_key`). Two
+    plans with the same key get the same factors; their notes can differ (the departures
+    and the range named in words)."""
+    cond = (condition_key(features) if features is not None and table is not None
+            and table.has_features else None)
+    return _count_key(table, num_gpus, gpus_per_node, layer_params), cond
+
+
+def _count_key(table: ResidualTable | None, num_gpus: int, gpus_per_node: int,
+               layer_params: float) -> tuple:
+    """The part of :func:`band_key` a plan's GPU count decides: ``(node class, outside the
+    calibration range)``, ``()`` without residuals."""
+    if table is None or len(table) == 0:
+        return ()
+    cls = node_class(num_gpus, gpus_per_node)
+    return cls, bool(_range_note(cls, num_gpus, layer_params, table.calibration_range(cls)))
+
+
+def _distinct_features(features: Sequence[dict]) -> tuple[list[dict], np.ndarray]:
+    """The distinct dicts of ``features`` (first of each) and each one's index into them."""
+    seen: dict = {}
+    distinct: list[dict] = []
+    index = np.empty(len(features), np.int64)
+    for i, f in enumerate(features):
+        k = tuple(sorted(f.items()))
+        j = seen.get(k)
+        if j is None:
+            j = seen[k] = len(distinct)
+            distinct.append(f)
+        index[i] = j
+    return distinct, index
 
 
 def plan_departures(table: ResidualTable | None, features: Sequence[dict]) -> list[str]:
@@ -497,7 +570,8 @@ def session_interval(session: "Session", predicted_s: float, store: "ProfileStor
                         features=plan_features(session))
 
 
-__all__ += ["min_residuals", "session_interval", "layer_parameters", "plan_departures"]
+__all__ += ["min_residuals", "session_interval", "layer_parameters", "plan_departures",
+            "band_key"]
 
 
 def interval_line(iv: PredictionInterval) -> str:

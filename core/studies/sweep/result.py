@@ -404,20 +404,25 @@ class SweepResult:
 
 def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
     """One array per plan field: int64, bool or str when every value is one, object otherwise.
-    ``cancel`` is checked before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
+    A field of one value (most of a sweep's) is filled from it rather than converted value by
+    value: the same array. ``cancel`` is checked before each field
+    (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
     out = {}
     for name in PLAN_COLUMNS:
         check_cancelled(cancel)
         values = list(map(operator.attrgetter(name), plans))
         kinds = set(map(type, values))
+        dtype: Any = object
         if kinds == {bool}:
-            out[name] = np.array(values, bool)
+            dtype = bool
         elif kinds == {int}:
-            out[name] = np.array(values, np.int64)
+            dtype = np.int64
         elif kinds == {str}:
-            out[name] = np.array(values, dtype=f"<U{max(map(len, values))}")
+            dtype = f"<U{max(map(len, values))}"
+        if dtype is not object and values.count(values[0]) == len(values):
+            out[name] = np.full(len(values), values[0], dtype)  # one type: equal is the same
         else:
-            out[name] = np.array(values, dtype=object)
+            out[name] = np.array(values, dtype=dtype)
     return out
 
 
@@ -428,31 +433,18 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
     (n,)), in calibration range (bool (n,)), the note when the store has no bands, the
     features outside the calibration runs (list of str, :attr:`SweepResult.calibration_departures`))``.
     The bands are conditioned on each plan's features when the store's residuals have them.
-    ``cancel`` is checked every :data:`_CANCEL_EVERY` plans (:class:`SweepCancelled`)."""
+    ``cancel`` is checked every few tens of milliseconds (:class:`SweepCancelled`)."""
     plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    flops_memo: dict[tuple, tuple[float, float]] = {}
-    others = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                   if f not in ("data_parallel", "micro_batch_size")])
-
-    def plan_flops(pl: ParallelPlan) -> tuple[float, float]:
-        k = others(plan_key(pl))
-        got = flops_memo.get(k)
-        if got is None:
-            got = flops_memo[k] = (model_math.model_flops_per_iteration(model, pl),
-                                   model_math.hardware_flops_per_iteration(model, pl))
-        return got
-
-    pairs: list[tuple[float, float]] = []
-    for start in range(0, len(plans), _CANCEL_EVERY):
-        check_cancelled(cancel)
-        pairs += map(plan_flops, plans[start:start + _CANCEL_EVERY])
-    both = np.array(pairs, dtype=float).reshape(-1, 2)
+    of, firsts = _column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
+    both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
+                      model_math.hardware_flops_per_iteration(model, plans[i]))
+                     for i in firsts], dtype=float).reshape(-1, 2)[of]
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
                                                       np.asarray(num_gpus, np.int64), coverage,
-                                                      cancel)
+                                                      cancel, plan_columns)
     no_band = "" if residuals is not None else interval_for(
         None, 1.0, 1, 1, 1.0, coverage, store_name=f"the {store.device_name} profile store "
         f"({store.provenance.get('method', 'unknown method')})").note
@@ -464,54 +456,76 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
 _FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel",
                              "virtual_pipeline_stages", "sequence_parallel", "zero_stage",
                              "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
-_FEATURE_KEY = operator.itemgetter(*[i for i, f in enumerate(PLAN_FIELDS)
-                                     if f not in _FEATURE_FREE_PLAN_FIELDS])
+_FEATURE_FIELDS = tuple(f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS)
+#: Plan fields but d and b: the FLOPs of an iteration are a function of these (B is the
+#: session's).
+_FLOPS_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("data_parallel", "micro_batch_size"))
+
+
+def _column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
+                  cancel: Any = None) -> tuple[np.ndarray, list[int]]:
+    """The plans grouped by their values of ``fields``: each plan's group as a code (int64
+    (n,)) and the first plan of each group, code by code.
+
+    ``columns`` are :func:`plan_column_arrays`' (n,) arrays. Plans share a group when each
+    field's values are equal as dict keys are (the tuples of the fields would be the same
+    key): an int64, bool or str column holds values of one Python type, where numpy's
+    equality is Python's; an object column goes through a dict of its values. A column of
+    one value splits nothing and is skipped (most fields of a sweep). ``cancel`` is checked
+    before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
+    code = np.zeros(n, np.int64)
+    if not n:
+        return code, []
+    for name in fields:
+        check_cancelled(cancel)
+        col = columns[name]
+        if col.dtype == object:
+            values = col.tolist()
+            if values.count(values[0]) == n:
+                continue
+            index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+            part, m = np.fromiter(map(index.__getitem__, values), np.int64, n), len(index)
+        else:
+            if bool((col == col[0]).all()):
+                continue
+            distinct, part = np.unique(col, return_inverse=True)
+            part, m = part.reshape(-1), distinct.size
+        code = np.unique(code * m + part, return_inverse=True)[1].reshape(-1)
+    return code, np.unique(code, return_index=True)[1].tolist()
 
 
 def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: np.ndarray,
-                coverage: float, cancel: Any = None
+                coverage: float, cancel: Any = None,
+                plan_columns: dict[str, np.ndarray] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Each plan's error-band factors low and high (float64 (n,)), whether it is in the
     calibration range (bool (n,)) and its departures (list of n str):
     :func:`core.store.interval.interval_factors` and
     :func:`core.store.interval.plan_departures` of the plans' GPU counts (int (n,)) and
     features (:func:`core.store.calibration_range.features_of`, when ``residuals`` has
-    feature columns), evaluated once per distinct (count, features) and spread to the plans
-    (the same figures: each is a function of those alone). ``cancel`` is checked every
-    :data:`_CANCEL_EVERY` plans."""
+    feature columns; ``plan_columns``: :func:`plan_column_arrays`' of the plans, made when
+    not given). The features are made once per distinct value of the plan fields they can
+    read, the departures once per distinct features, and the bands once per
+    distinct :func:`core.store.interval.band_key` (a few dozen in a sweep of 650,000
+    plans), spread to the plans with numpy: the same figures, bit for bit, as each plan's
+    own :func:`core.store.interval.interval_for`. ``cancel`` is checked between the steps."""
     n, gpn, layer_params = len(plans), cluster.gpus_per_node, layer_parameters(model)
+    check_cancelled(cancel)
     if residuals is None or not residuals.has_features:
-        counts, inverse = np.unique(num_gpus, return_inverse=True)
-        low, high, inside = interval_factors(residuals, counts, gpn, layer_params, coverage)
-        inverse = inverse.reshape(-1)
-        return low[inverse], high[inverse], inside[inverse], [""] * n
-    keys: dict[tuple, int] = {}
-    feats: list[dict] = []
-    of = np.empty(n, np.int64)
-    for i, pl in enumerate(plans):
-        if not i % _CANCEL_EVERY:
-            check_cancelled(cancel)
-        k = _FEATURE_KEY(plan_key(pl))
-        j = keys.get(k)
-        if j is None:
-            j = keys[k] = len(feats)
-            feats.append(features_of(model, cluster, pl))
-        of[i] = j
+        low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage)
+        return low, high, inside, [""] * n
     if not n:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
-    pairs, inverse = np.unique(np.stack([num_gpus.reshape(-1), of]), axis=1,
-                               return_inverse=True)
-    low, high = np.empty(pairs.shape[1]), np.empty(pairs.shape[1])
-    inside = np.empty(pairs.shape[1], bool)
-    for start in range(0, pairs.shape[1], _CANCEL_EVERY // 8):  # about 0.1 ms each
-        check_cancelled(cancel)
-        part = slice(start, start + _CANCEL_EVERY // 8)
-        low[part], high[part], inside[part] = interval_factors(
-            residuals, pairs[0, part], gpn, layer_params, coverage,
-            features=[feats[j] for j in pairs[1, part].tolist()])
-    inverse = inverse.reshape(-1)
-    texts = plan_departures(residuals, feats)
-    return low[inverse], high[inverse], inside[inverse], [texts[j] for j in of.tolist()]
+    if plan_columns is None:
+        plan_columns = plan_column_arrays(plans, cancel)
+    of, firsts = _column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
+    feats = [features_of(model, cluster, plans[i]) for i in firsts]
+    low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
+                                         features=feats, feature_index=of)
+    check_cancelled(cancel)
+    texts = np.array(plan_departures(residuals, feats), dtype=object)
+    return low, high, inside, texts[of].tolist()
+
 
 def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
     """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken
