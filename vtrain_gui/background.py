@@ -29,7 +29,7 @@ from typing import Any, Callable
 from PySide6 import QtCore
 from PySide6.QtCore import Signal, Slot
 
-__all__ = ["BackgroundRunner", "Job", "JobCancelled", "JobFailed", "live_runners",
+__all__ = ["BackgroundRunner", "Job", "JobCancelled", "JobFailed", "live_runners", "shutdown_all",
            "exception_text"]
 
 #: ``job(report, cancel) -> result``: the Qt-free work a runner runs on its thread.
@@ -44,6 +44,17 @@ _KEEP: "set[BackgroundRunner]" = set()
 def live_runners() -> list["BackgroundRunner"]:
     """Runners whose worker thread is still running (tests find leaks)."""
     return [r for r in list(_LIVE) if r.is_thread_running()]
+
+
+def shutdown_all(timeout_ms: int = 60_000) -> bool:
+    """Shut down every runner whose thread may still run (:meth:`BackgroundRunner.shutdown`),
+    those no view holds any more too (a timeline's cancelled layout of an older data set): the
+    window is closing, and a ``QThread`` destroyed while it runs aborts the process. Returns
+    whether every thread stopped within ``timeout_ms`` each."""
+    ok = True
+    for runner in list(_KEEP):
+        ok = runner.shutdown(timeout_ms) and ok
+    return ok
 
 
 def exception_text(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from core.io.megatron.export import export_script
 from core.io.session import SessionFileError, atomic_write_text, load_any, save_session
 from core.sim.simulate import SimulationResult
 
+from .background import shutdown_all
 from .compare import CompareTab
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
@@ -690,6 +691,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.studies.shutdown()
         for timeline in self.findChildren(TimelineWidget):  # layouts still being prepared
             timeline.shutdown()
+        shutdown_all()  # cancelled jobs no view holds any more (an older timeline's layout)
         event.accept()
 
     # ------------------------------------------------------------------ internals

@@ -6,7 +6,8 @@ import threading
 
 from PySide6 import QtCore
 
-from vtrain_gui.background import BackgroundRunner, JobCancelled, JobFailed, live_runners
+from vtrain_gui.background import (BackgroundRunner, JobCancelled, JobFailed, live_runners,
+                                   shutdown_all)
 
 
 class _Recorder(QtCore.QObject):
@@ -135,3 +136,26 @@ def test_an_idle_runner_holds_no_thread_with_stop_when_idle(qtbot):
     assert [e[2] for e in rec.events] == [1, 2]
     assert runner not in live_runners()
     assert runner.shutdown() and runner.shutdown()
+
+
+def test_shutdown_all_stops_a_cancelled_runner_no_view_holds(qtbot):
+    """A timeline drops its cancelled layout runner while the job still runs (the runner keeps
+    itself alive until its thread ends); closing the window must still stop that thread, or
+    the process aborts ("QThread: Destroyed while thread ... is still running")."""
+    started, release = threading.Event(), threading.Event()
+
+    def job(report, cancel):  # a step that does not look at cancel: it ends when released
+        started.set()
+        release.wait(10)
+        return None
+
+    runner = BackgroundRunner("orphan", stop_when_idle=True)
+    runner.submit(job)
+    assert started.wait(5)
+    runner.cancel()  # what GanttItem._stop_preparation does, then forgets the runner
+    name = runner.objectName()
+    del runner
+    assert any(r.is_thread_running() for r in live_runners())
+    threading.Timer(0.2, release.set).start()  # the step ends while shutdown_all waits
+    assert shutdown_all(5000)
+    assert not live_runners(), name
