@@ -15,6 +15,7 @@ from typing import Any
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep.space import SweepSpace
+from core.studies.sweep.pace import yield_interpreter
 
 __all__ = ["sweep_dimensions"]
 
@@ -62,10 +63,12 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
     Explore tab can read :attr:`SweepResult.dimensions`."""
     out = []
-    columns = (list(zip(*map(operator.attrgetter(*PLAN_FIELDS), plans))) if plans
-               else [(getattr(session.plan, name),) for name in PLAN_FIELDS])
-    for name, column in zip(PLAN_FIELDS, columns):
-        seen = list(dict.fromkeys(column))
+    for name in PLAN_FIELDS:
+        # one field at a time: one transposition of every plan's fields would be one C call
+        # holding the interpreter for a tenth of a second (the window's thread waits on it)
+        yield_interpreter()
+        seen = (list(dict.fromkeys(map(operator.attrgetter(name), plans))) if plans
+                else [getattr(session.plan, name)])
         values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
