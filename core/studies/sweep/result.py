@@ -292,8 +292,10 @@ class SweepResult:
         return {k: v for k, v in self.row(i).items()
                 if k not in ("training_days", "gpu_hours", "cost_usd")}
 
-    def row(self, i: int) -> dict[str, Any]:
-        """Row ``i`` as a JSON-able dict with the keys :data:`COLUMNS`."""
+    def row(self, i: int, columns: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Row ``i`` as a JSON-able dict with the keys :data:`COLUMNS`; ``columns`` (name ->
+        the whole column, :meth:`rows` reads each once) saves computing a derived column (such
+        as :attr:`within_calibration`, of every plan) again for each row."""
         out: dict[str, Any] = {}
         for c in COLUMNS:
             if c == "on_pareto_front":
@@ -301,15 +303,22 @@ class SweepResult:
             elif c == "reason":
                 out[c] = self.reason[i]
             else:
-                v = getattr(self, c)[i]
+                v = (getattr(self, c) if columns is None else columns[c])[i]
                 v = v.item() if isinstance(v, np.generic) else v
                 # no figures (a plan too large to simulate) or no error band: null, never NaN
                 out[c] = None if isinstance(v, float) and not math.isfinite(v) else v
         return out
 
+    def row_columns(self) -> dict[str, Any]:
+        """Every column of :data:`COLUMNS` but ``on_pareto_front`` and ``reason``, by name (the
+        derived ones computed once): what :meth:`row` reads."""
+        return {c: getattr(self, c) for c in COLUMNS if c not in ("on_pareto_front", "reason")}
+
     def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
-        """Rows as dicts (all, or ``indices`` in that order)."""
-        return [self.row(i) for i in (range(self.num_plans) if indices is None else indices)]
+        """Rows as dicts (all, or ``indices`` in that order), each column read once."""
+        columns = self.row_columns()
+        return [self.row(i, columns)
+                for i in (range(self.num_plans) if indices is None else indices)]
 
     def to_dict(self, include_all: bool = False) -> dict[str, Any]:
         """The summary document ``vtrain sweep --json`` prints.
@@ -328,14 +337,15 @@ class SweepResult:
         plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
         None); with ``include_all``, ``plans`` (every row).
         """
-        pick = (lambda i: None if i is None else self.row(i))
+        cols = self.row_columns()
+        pick = (lambda i: None if i is None else self.row(i, cols))
         own = self.index_of(self.session.plan)
         config: dict[str, Any] = {"in_sweep": own is not None}
         if own is None:
             config["why_not"] = self.space.excludes(self.session.plan)
         if own is not None:
             dom = self.dominated_by(own) if self.fits_in_memory[own] else np.empty(0, np.int64)
-            config.update(plan=self.row(own), on_pareto_front=bool(self.pareto[own]),
+            config.update(plan=self.row(own, cols), on_pareto_front=bool(self.pareto[own]),
                           num_dominating=int(dom.size),
                           cheapest_dominating=pick(int(dom[np.argmin(self.cost_usd[dom])])
                                                    if dom.size else None))
@@ -367,8 +377,9 @@ class SweepResult:
         out: dict[str, list[dict[str, Any]]] = {}
         swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
         counts = list(self.space.gpu_counts() or ())
+        cols = self.row_columns()
         if len(counts) > 1:
-            out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i))(
+            out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i, cols))(
                 best_row(self.training_days, self.cost_usd, self.fits_in_memory & (self.num_gpus == n)))}
                 for n in counts]
         for name in BEST_BY_FIELDS:
@@ -382,7 +393,7 @@ class SweepResult:
                                                          None else 0)):
                 mask = self.fits_in_memory & np.array([c == value for c in col], bool)
                 i = best_row(self.training_days, self.cost_usd, mask)
-                rows.append({"value": value, "plan": None if i is None else self.row(i)})
+                rows.append({"value": value, "plan": None if i is None else self.row(i, cols)})
             out[name] = rows
         return out
 
