@@ -37,8 +37,7 @@ _MAX_BATCH_ELEMENTS = 2_000_000
 
 
 def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
-                store, lookup_cache: dict, compiled: bool | None = None,
-                known: dict | None = None
+                store, lookup_cache: dict, compiled: bool | None = None
                 ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
     """Iteration time and memory of a batch of plans of one pipeline structure.
 
@@ -55,9 +54,6 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     compiled : bool, optional
         Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
         sweeps; the same times bit for bit).
-    known : dict, optional
-        Stage times already computed (:func:`stage_times_key` -> StageTimes; the
-        sweep's bounds computed them), used instead of computing them again.
 
     Returns
     -------
@@ -89,8 +85,6 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         yield_interpreter()
         skey = stage_times_key(pl, kind)
         st = shared.get(skey)
-        if st is None and known is not None:
-            st = known.get(skey)
         if st is None:
             st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)

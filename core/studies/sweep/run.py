@@ -230,7 +230,6 @@ class _Runner:
         self.warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
         self.done_n = 0
         self.lookup_cache: dict = {}
-        self.known: dict = {}
         self.prepared: tuple | None = None
 
     def take(self, idx: list[int], out: tuple) -> None:
@@ -257,7 +256,7 @@ class _Runner:
 
     def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
         return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
-                            self.lookup_cache, how, self.known) for key, pls in jobs]
+                            self.lookup_cache, how) for key, pls in jobs]
 
     def _take_chunk(self, chunk: list, outs: list) -> None:
         for (_, idx), out in zip(chunk, outs):
@@ -294,7 +293,7 @@ class _Runner:
         for key, idx in batches:
             check_cancelled(self.cancel)
             self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                       self.lookup_cache, self.compiled, self.known))
+                                       self.lookup_cache, self.compiled))
 
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: float,
