@@ -539,8 +539,10 @@ class ExploreTab(QtWidgets.QWidget):
         self.set_result(result)
         self.settings_changed.emit()  # the result is saved with the session
         rate = result.num_plans / seconds if seconds > 0 else 0.0
-        text = (f"{format_count(result.num_plans)} plans ({format_count(result.num_feasible)} fit in "
-                f"memory) in {seconds:,.1f} s, {format_count(rate)} plans/s")
+        num_fit = result.num_feasible + int(np.count_nonzero(result.pruned))
+        text = (f"{format_count(result.num_plans)} plans ({format_count(num_fit)} fit in memory, "
+                f"{format_count(result.num_feasible)} simulated) in {seconds:,.1f} s, "
+                f"{format_count(rate)} plans/s")
         inputs = self._run_inputs
         if result.num_plans == 0 and inputs is not None:  # why, as the command line says it
             from core.studies.sweep import no_plan_errors
@@ -722,10 +724,12 @@ class ExploreTab(QtWidgets.QWidget):
             return
         deadline = self.settings_panel.deadline_days()
         shown = int(np.count_nonzero(self._shown_mask))
+        # plans that fit: those simulated and those pruned (they fit, but cannot win)
         fit = int(np.count_nonzero(self._shown_mask & r.fits_in_memory))
+        pruned = int(np.count_nonzero(self._shown_mask & r.pruned))
         parts = [f"<b>{format_count(shown)}</b> of {format_count(r.num_plans)} plans shown "
-                 f"({format_count(fit)} fit in memory), {format_count(int(self._front.sum()))} on "
-                 f"the Pareto front"]
+                 f"({format_count(fit + pruned)} fit in memory, {format_count(fit)} simulated), "
+                 f"{format_count(int(self._front.sum()))} on the Pareto front"]
 
         def link(name: str, label: str, color: str) -> None:
             i = self._marks.get(name)
