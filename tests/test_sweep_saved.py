@@ -78,3 +78,40 @@ def test_an_unreadable_saved_sweep_is_a_config_error(bad):
     with pytest.raises(ConfigError) as info:
         restore_sweep(bad)
     assert all(e.field.startswith("sweep.result") for e in info.value.errors)
+
+
+def test_column_is_constant_tells_values_apart_as_repr_does():
+    from core.studies.sweep.result import column_is_constant
+
+    n = 1000
+    assert column_is_constant(np.full(n, 4))
+    assert not column_is_constant(np.r_[np.full(n, 4), 8])
+    assert column_is_constant(np.full(n, np.nan))
+    assert not column_is_constant(np.r_[np.full(n, np.nan), 1.0])
+    assert column_is_constant(np.array(["1f1b"] * n))
+    assert column_is_constant(np.array([None] * n, dtype=object))
+    assert not column_is_constant(np.array([None] * n + [2], dtype=object))
+    # equal under ==, told apart by their type (repr): 1 and True, None and nan
+    assert not column_is_constant(np.array([1] * n + [True], dtype=object))
+    assert not column_is_constant(np.array([None] * n + [float("nan")], dtype=object))
+    assert column_is_constant(np.array([float("nan")] * n, dtype=object))
+    tuples = np.empty(n, dtype=object)
+    tuples[:] = [("core_attn",)] * n
+    assert column_is_constant(tuples)
+    tuples[-1] = ("core_attn", "mlp")
+    assert not column_is_constant(tuples)
+
+
+def test_constant_plan_fields_and_saved_form_are_computed_once(swept):
+    _, r = swept
+    constant = r.constant_plan_fields()
+    assert "tensor_parallel" not in constant and "schedule" not in constant
+    assert "global_batch_size" in constant
+    for f, column in r.plan_columns.items():
+        assert (f in constant) == (len({repr(v) for v in np.asarray(column).tolist()}) == 1), f
+    assert r.constant_plan_fields() is constant
+    assert saved_sweep(r) is saved_sweep(r)
+    assert r.within_calibration is r.within_calibration
+    np.testing.assert_array_equal(
+        r.within_calibration,
+        r.in_calibration_range & (np.asarray(r.calibration_departures, dtype=str) == ""))

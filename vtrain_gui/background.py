@@ -20,6 +20,7 @@ profiling and timeline-layout workers of the window are all built on it
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import traceback
@@ -30,6 +31,7 @@ from PySide6 import QtCore
 from PySide6.QtCore import Signal, Slot
 
 __all__ = ["BackgroundRunner", "Job", "JobCancelled", "JobFailed", "live_runners", "shutdown_all",
+           "keep_gui_responsive",
            "exception_text"]
 
 #: ``job(report, cancel) -> result``: the Qt-free work a runner runs on its thread.
@@ -39,6 +41,19 @@ _LIVE: "weakref.WeakSet[BackgroundRunner]" = weakref.WeakSet()
 #: Runners whose thread may still run: kept referenced until it has ended (a QThread destroyed
 #: while running aborts the process).
 _KEEP: "set[BackgroundRunner]" = set()
+#: The interpreter's thread switch interval, seconds, once a worker thread runs: the GUI thread
+#: takes the interpreter lock back within this of asking (CPython's default, 5 ms, is per
+#: competing thread and per time Qt calls into Python, which several times a frame adds up to
+#: 100 ms stalls with a sweep and two timeline layouts running; benchmarks/bench_gui_heartbeat.py).
+GUI_SWITCH_INTERVAL_S = 0.001
+
+
+def keep_gui_responsive() -> None:
+    """Lower the interpreter's switch interval to :data:`GUI_SWITCH_INTERVAL_S` (never raise it):
+    called before a worker thread of the window starts. The workers lose a little throughput
+    (more lock hand-overs); the sweep's simulation runs in worker processes, unaffected."""
+    if sys.getswitchinterval() > GUI_SWITCH_INTERVAL_S:
+        sys.setswitchinterval(GUI_SWITCH_INTERVAL_S)
 
 
 def live_runners() -> list["BackgroundRunner"]:
@@ -250,6 +265,7 @@ class BackgroundRunner(QtCore.QObject):
         self._worker.failed.connect(self._on_failed)
         self._worker.cancelled.connect(self._on_cancelled)
         _KEEP.add(self)
+        keep_gui_responsive()
         self._thread.start()
 
     def _stop_thread(self, timeout_ms: int) -> bool:

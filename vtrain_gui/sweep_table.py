@@ -21,7 +21,7 @@ from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
 
-__all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX", "all_equal"]
+__all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,27 +289,6 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._row_of[self._rows] = np.arange(self._rows.size)
 
 
-def all_equal(values: np.ndarray) -> bool:
-    """Whether every value of a plan column is the same (as its ``repr``: ``1`` and ``True``,
-    or ``None`` and ``nan``, differ; every ``nan`` is the same). Tens of thousands of plans
-    take about a millisecond: the distinct (type, value) pairs are found by a set, and only
-    those few are compared by ``repr``."""
-    values = np.asarray(values)
-    if values.size <= 1:
-        return True
-    if values.dtype.kind in "biuUS":  # numbers, text: numpy compares (no Python object per plan)
-        return bool((values == values[0]).all())
-    if values.dtype.kind == "f":
-        nan = np.isnan(values)
-        return bool(nan.all() or (not nan.any() and (values == values[0]).all()))
-    items = values.tolist()
-    try:
-        distinct = set(zip(map(type, items), items))
-    except TypeError:  # unhashable values: compare them all
-        return len({repr(v) for v in items}) <= 1
-    return len(distinct) <= 1 or len({repr(v) for _, v in distinct}) <= 1
-
-
 class SweepTableView(QtWidgets.QTableView):
     """The table of a sweep's plans: rows selected whole, sortable (Pareto front first),
     columns as wide as their header and a typical value."""
@@ -333,10 +312,11 @@ class SweepTableView(QtWidgets.QTableView):
 
     def hide_constant_columns(self, result: SweepResult | None) -> None:
         """Hide the plan fields equal in every plan of ``result`` (but those always shown)."""
+        constant = result.constant_plan_fields() if result is not None else frozenset()
         for i, col in enumerate(TABLE_COLUMNS):
             field = ParallelPlan.__dataclass_fields__.get(col.attr)
             hide = (field is not None and field.metadata.get("label") != "always"
-                    and result is not None and all_equal(result.plan_columns[col.attr]))
+                    and col.attr in constant)
             self.setColumnHidden(i, hide)
 
     def _size_columns(self) -> None:

@@ -150,6 +150,9 @@ def _default_run_sweep(session: Session, space: Any, deadline_days: float | None
     # the window looks up the editor's plan among the results: the index of every plan
     # (tens of thousands) is built here, not on the GUI thread
     result.index_of(session.plan)
+    # and what showing it reads of every plan: its saved form, the constant plan fields
+    sweep_module.saved_sweep(result)
+    result.constant_plan_fields()
     return result
 
 

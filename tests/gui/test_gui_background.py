@@ -159,3 +159,59 @@ def test_shutdown_all_stops_a_cancelled_runner_no_view_holds(qtbot):
     threading.Timer(0.2, release.set).start()  # the step ends while shutdown_all waits
     assert shutdown_all(5000)
     assert not live_runners(), name
+
+
+def test_a_worker_thread_lowers_the_switch_interval_for_the_gui_thread(qtbot):
+    """Once a worker thread runs, the GUI thread gets the interpreter back within 1 ms of
+    asking (CPython's 5 ms default, per competing thread, stalled the window 100+ ms)."""
+    import sys
+
+    from vtrain_gui.background import GUI_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    runner = BackgroundRunner("switch")
+    rec = _Recorder(runner)
+    try:
+        runner.submit(lambda report, cancel: 7)
+        qtbot.waitUntil(lambda: any(e[0] == "finished" for e in rec.events), timeout=5000)
+        assert sys.getswitchinterval() == GUI_SWITCH_INTERVAL_S == 0.001
+    finally:
+        runner.shutdown()
+        sys.setswitchinterval(min(before, GUI_SWITCH_INTERVAL_S))
+
+
+def test_timeline_layouts_take_turns(monkeypatch):
+    """Two timelines' layout preparations never compute a step at the same time (each holds
+    the shared turn lock while it computes), so they do not both compete with the GUI thread."""
+    import time
+
+    import numpy as np
+
+    from vtrain_gui.timeline import layout as layout_module
+
+    inside = [0]
+    most = [0]
+    real = layout_module.Layout
+
+    class Slow(real):
+        def __init__(self, *args, **kw):
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.05)
+            super().__init__(*args, **kw)
+            inside[0] -= 1
+
+    monkeypatch.setattr(layout_module, "Layout", Slow)
+    n = 200
+    start = np.linspace(0, 1, n)
+    arrays = (start, start + 0.001, np.zeros(n, np.int64), np.zeros(n, np.int64), 1, None)
+    colors = np.zeros((8, layout_module.SHADES + 1), np.uint32)
+    preps = [layout_module.Preparation(g, arrays, colors) for g in (1, 2)]
+    threads = [threading.Thread(target=p.run, args=(lambda payload: None, threading.Event()))
+               for p in preps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most[0] == 1

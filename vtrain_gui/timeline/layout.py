@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -357,6 +358,14 @@ def small_bar_rects(start: np.ndarray, dur: np.ndarray, row: np.ndarray, kind: n
     return out
 
 
+#: Held by a :class:`Preparation` while it computes one step: the layouts of several timelines
+#: (the Plan and Explore tabs', the Compare tab's two) take turns instead of all competing with
+#: the GUI thread (and a sweep) for the interpreter at once.
+_TURN = threading.Lock()
+#: Seconds a preparation sleeps before each step: the GUI thread runs meanwhile.
+_YIELD_S = 0.002
+
+
 class Preparation:
     """The Qt-free job building a :class:`Layout` and its band images (run on a worker thread).
 
@@ -393,6 +402,10 @@ class Preparation:
             report((self.generation, *payload))
             return True
 
+        def turn() -> Any:  # one timeline's step at a time, and the GUI thread between steps
+            time.sleep(_YIELD_S)
+            return _TURN
+
         arrays, colors = self._arrays, self._colors
         self._arrays = None  # the layout holds what it needs
         if self._summary_bins:
@@ -400,18 +413,21 @@ class Preparation:
             row = np.asarray(row() if callable(row) else row)  # once, for both
             arrays = (start, end, kind, row, num_rows, duration)
             t_end = float(end.max()) if end.size else 0.0
-            image = summary_image(start, end, kind, row, num_rows, t_end, self._summary_bins,
-                                  colors)
+            with turn():
+                image = summary_image(start, end, kind, row, num_rows, t_end,
+                                      self._summary_bins, colors)
             if not emit("summary", self._summary_bins, image):
                 return
-        layout = Layout(*arrays)
+        with turn():
+            layout = Layout(*arrays)
         if not emit("layout", layout):
             return
         remaining = set(range(layout.num_bands))
         last = layout.num_bands // 2
         while remaining and not cancel.is_set():
             i = self.wanted if self.wanted in remaining else min(remaining, key=lambda j: abs(j - last))
-            image = layout.band_image(i, colors)
+            with turn():
+                image = layout.band_image(i, colors)
             if not emit("band", i, image):
                 return
             remaining.discard(i)

@@ -62,15 +62,19 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
     ``interval_coverage``, ``interval_note``, ``rows`` (:meth:`SweepResult.rows` of the Pareto
     front, fastest first, then the fastest, cheapest, deadline and session plans not on it)
     and ``marks`` (``fastest``, ``cheapest``, ``cheapest_within_deadline``, ``config``: their
-    positions in ``rows``, or None).
+    positions in ``rows``, or None). Computed once per result and kept (the window's sweep
+    worker asks for it off the GUI thread): callers copy it before changing it.
     """
+    kept = result.__dict__.get("_saved_sweep")
+    if kept is not None:  # a result does not change once its sweep returned
+        return kept
     own = result.index_of(result.session.plan)
     marks = {"fastest": result.fastest, "cheapest": result.cheapest,
              "cheapest_within_deadline": result.cheapest_within_deadline, "config": own}
     rows = list(dict.fromkeys([*result.pareto_indices().tolist(),
                                *(i for i in marks.values() if i is not None)]))
     where = {i: k for k, i in enumerate(rows)}
-    return _plain({
+    doc = _plain({
         "version": SAVED_VERSION, "inputs": saved_inputs(result.session, result.space),
         "config_plan": dataclasses.asdict(result.session.plan),
         "space": result.space.to_dict(), "deadline_days": result.deadline_days,
@@ -80,6 +84,8 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
         "warnings": list(result.warnings), "interval_coverage": result.interval_coverage,
         "interval_note": result.interval_note, "rows": result.rows(rows),
         "marks": {k: (None if i is None else where[int(i)]) for k, i in marks.items()}})
+    result.__dict__["_saved_sweep"] = doc
+    return doc
 
 
 def _session_of(doc: dict[str, Any]) -> Session:
