@@ -207,3 +207,35 @@ def test_runs_over_memory_are_predicted_and_reported(tmp_path):
         assert vtrain(["validate", str(path), "--json"]) == 0
     doc = json.loads(out.getvalue())
     assert doc["n"] == 1 and [r["row"] for r in doc["memory_over_capacity"]] == [1]
+
+
+def test_skip_causes_come_from_the_kind_of_rule_not_the_message():
+    """A refusal's cause is its rule's kind (``FieldError.rule``) and field: an uneven pipeline
+    split, a feature not modelled, an invalid value; the message text is for people only."""
+    import dataclasses
+
+    from core.accuracy.measured import skip_cause
+    from core.plan.fields import NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, FieldError
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.rules import validate
+    from core.plan.session import Session
+
+    llama = MODEL_PRESETS["Llama 3 8B"]
+    s = Session(model=llama, plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=5,
+                                               data_parallel=1, global_batch_size=20),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB"))  # 32 layers over 5 stages
+    errs = [e for e in validate(s) if e.rule == UNEVEN_PIPELINE_SPLIT]
+    assert [skip_cause(e) for e in errs] == ["uneven pipeline split"]
+    s = Session(model=MODEL_PRESETS["Mixtral 8x7B"],
+                plan=ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                                  global_batch_size=8, recompute="selective_op"),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    refused = [e for e in validate(s) if e.rule == NOT_MODELLED]
+    assert refused and all("not modelled" in e.message for e in refused)
+    # the same words in a message change nothing: the rule decides
+    assert skip_cause(FieldError("plan.tensor_parallel", "is not modelled")) == (
+        "invalid plan (plan.tensor_parallel)")
+    assert skip_cause(FieldError("plan.context_parallel", "x", rule=NOT_MODELLED)) == (
+        "context parallelism")

@@ -42,7 +42,8 @@ from core.io.session import SessionFileError, session_from_document
 from core.model.counts import num_parameters
 from core.plan.presets import GPT_FAMILY
 from core.plan.cluster import ClusterConfig, CostConfig
-from core.plan.fields import ConfigError, field_kind, rename_field
+from core.plan.fields import (NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, ConfigError, field_kind,
+                              rename_field)
 from core.plan.model_config import ModelConfig, model_from_fields
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
@@ -265,11 +266,12 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRu
 
 
 def skip_cause(err: Any) -> str:
-    """Short cause name of a validation error (counts per cause)."""
-    if "not modelled" in err.message or err.field == "cluster.gpu":
+    """Short cause name of a validation error (counts per cause): by its kind of rule
+    (:attr:`core.plan.fields.FieldError.rule`) and field, never by its message's text."""
+    if err.rule == NOT_MODELLED or err.field == "cluster.gpu":
         return FIELD_CAUSES.get(err.field, f"{err.field} not modelled")
-    if "is not divisible by pipeline_parallel_size" in err.message:
-        return "uneven pipeline split"
+    if err.rule == UNEVEN_PIPELINE_SPLIT:
+        return UNEVEN_PIPELINE_SPLIT
     return f"invalid plan ({err.field})"
 
 

@@ -175,7 +175,7 @@ def apply_sets(session, sets: list[str] | None):
     try:
         out = Session.from_dict(doc)
     except ConfigError as exc:
-        raise ConfigError([FieldError(named.get(e.field, e.field), e.message)
+        raise ConfigError([FieldError(named.get(e.field, e.field), e.message, rule=e.rule)
                            for e in exc.errors]) from None
     # later errors name the file as changed (sweeps check the session after this)
     out.source = (f"{session.source} with " + " ".join(f"--set {x}" for x in sets)

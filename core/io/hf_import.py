@@ -649,7 +649,7 @@ def _check_session_rules(session: Session, arch: str, moe: bool, where: str) -> 
              "num_experts"}
     errs = [rename_field(e, names) for e in validate(session)]  # types and bounds too
     if errs:  # named by the config's own keys
-        raise ConfigError([FieldError(f"{where}: {e.field}", e.message) for e in errs])
+        raise ConfigError([FieldError(f"{where}: {e.field}", e.message, rule=e.rule) for e in errs])
 
 
 def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[str]:

@@ -316,7 +316,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
     if errs:
         names = {**_FIELD_KEYS, **({"plan.precision": "model.converters"}
                                    if plan.precision == "fp8" else {})}
-        raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message)
+        raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message, rule=e.rule)
                            for e in errs])
     described = {k: KEYS.get(k, KEYS.get(k.split(".")[0] + ".*")).text for k in used}
     return ImportResult(session, described, ignored, notes)

@@ -255,12 +255,23 @@ def matches_type(base: str, value: Any) -> bool:
     return isinstance(value, {"int": int, "float": (int, float), "str": str}[base])
 
 
+#: :attr:`FieldError.rule` of a refusal because the simulator does not model what is asked
+#: (the input may be right; counted apart, e.g. by ``vtrain validate``'s skip causes).
+NOT_MODELLED = "not modelled"
+#: :attr:`FieldError.rule` of layers that do not divide evenly over the pipeline's stages.
+UNEVEN_PIPELINE_SPLIT = "uneven pipeline split"
+
+
 @dataclass(frozen=True)
 class FieldError:
-    """One broken rule: ``field`` is a dotted path such as ``plan.tensor_parallel``."""
+    """One broken rule: ``field`` is a dotted path such as ``plan.tensor_parallel``;
+    ``message`` says the rule for a person; ``rule`` is the kind of rule for a program
+    (:data:`NOT_MODELLED`, :data:`UNEVEN_PIPELINE_SPLIT`, or empty: the input is invalid), so
+    that nothing reads the message's text to tell them apart."""
 
     field: str
     message: str
+    rule: str = ""
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
@@ -300,5 +311,5 @@ def rename_field(err: FieldError, names: dict[str, str]) -> FieldError:
         return err
     short = err.field.split(".")[-1] + "="
     message = key + "=" + err.message[len(short):] if err.message.startswith(short) else err.message
-    return FieldError(key, message)
+    return FieldError(key, message, rule=err.rule)
 

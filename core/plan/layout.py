@@ -13,7 +13,16 @@ from typing import Any
 
 from core.plan.parallel import ParallelPlan
 
-__all__ = ["pipeline_split_slots", "LAYOUT_RULE", "MAX_LAYOUT_SYMBOLS", "pipeline_layout_text",
+
+class PipelineSplitError(ValueError):
+    """The layers (or layer slots) do not divide evenly over the pipeline's (virtual) stages."""
+
+
+class NotModelledError(ValueError):
+    """A combination of layout fields the simulator does not model (refused, never guessed)."""
+
+__all__ = ["PipelineSplitError", "NotModelledError",
+           "pipeline_split_slots", "LAYOUT_RULE", "MAX_LAYOUT_SYMBOLS", "pipeline_layout_text",
            "expand_pipeline_layout", "pipeline_layout_errors", "layout_layer_counts",
            "layout_summary", "stage_layer_counts", "capped_recompute_layers", "largest_model_chunk",
            "virtual_stage_layer_counts"]
@@ -277,7 +286,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
                              "account_for_loss_in_pipeline_split (Megatron-Core's rule)")
         slots = pipeline_split_slots(L, plan)
         if slots % p:
-            raise ValueError(f"num_layers={L} + embedding + loss = {slots} layer slots are not "
+            raise PipelineSplitError(f"num_layers={L} + embedding + loss = {slots} layer slots are not "
                              f"divisible by pipeline_parallel_size={p} ({_SLOT_RULE})")
         counts = [slots // p] * p
         counts[0] -= int(bool(plan.account_for_embedding_in_pipeline_split))
@@ -285,7 +294,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         return counts
     if first is None and last is None:
         if L % p:
-            raise ValueError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}")
+            raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}")
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")
@@ -295,7 +304,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         raise ValueError(f"first_stage_layers + last_stage_layers = {(first or 0) + (last or 0)} "
                          f"must {'equal' if middle == 0 else 'be less than'} num_layers={L}")
     if middle and (rest == 0 or rest % middle):
-        raise ValueError(f"the {rest} layers left after the first/last stage's do not split evenly "
+        raise PipelineSplitError(f"the {rest} layers left after the first/last stage's do not split evenly "
                          f"over the other {middle} stages")
     each = rest // middle if middle else 0
     counts = [each] * p
@@ -372,13 +381,13 @@ def virtual_stage_layer_counts(num_layers: int, plan: ParallelPlan, chunks: int 
     if v <= 1:
         return stage_layer_counts(num_layers, plan)
     if plan.first_stage_layers is not None or plan.last_stage_layers is not None:
-        raise ValueError("first_stage_layers / last_stage_layers with the interleaved schedule "
+        raise NotModelledError("first_stage_layers / last_stage_layers with the interleaved schedule "
                          "are not modelled yet")
     slots, n = pipeline_split_slots(num_layers, plan), p * v
     if slots % n:
         what = (f"num_layers={num_layers} + embedding + loss = {slots} layer slots"
                 if _split_flags(plan) else f"num_layers={num_layers}")
-        raise ValueError(f"{what} not divisible by pipeline_parallel_size*virtual_pipeline_stages"
+        raise PipelineSplitError(f"{what} not divisible by pipeline_parallel_size*virtual_pipeline_stages"
                          f"={p}*{v}={n}" + (f" ({_SLOT_RULE})" if _split_flags(plan) else ""))
     counts = [slots // n] * n
     counts[0] -= int(bool(plan.account_for_embedding_in_pipeline_split))

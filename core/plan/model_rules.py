@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.plan.fields import FieldError, is_int, is_num
+from core.plan.fields import NOT_MODELLED, FieldError, is_int, is_num
 from core.plan.model_config import ModelConfig
 
 
@@ -63,7 +63,7 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
     if is_int(mtp) and mtp > 0 and m.window_size is not None:
         errs.append(FieldError("model.mtp_num_layers", f"mtp_num_layers={mtp} with sliding-"
                                "window attention is not modelled (which attention the MTP "
-                               "layer has)"))
+                               "layer has)", rule=NOT_MODELLED))
     if m.multi_latent_attention is not True:
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
         for name in MLA_FIELDS:
@@ -92,10 +92,10 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
                                "attention: MLA's projections have no bias"))
     if m.window_size is not None:
         errs.append(FieldError("model.window_size", "sliding-window attention with multi-head "
-                               "latent attention is not modelled"))
+                               "latent attention is not modelled", rule=NOT_MODELLED))
     if getattr(m, "softmax_type", "vanilla") != "vanilla":
         errs.append(FieldError("model.softmax_type", f"softmax_type={m.softmax_type!r} with "
-                               "multi-head latent attention is not modelled"))
+                               "multi-head latent attention is not modelled", rule=NOT_MODELLED))
     return errs
 
 

@@ -18,10 +18,12 @@ from typing import Any, Callable
 
 from core.plan.cluster import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
                                ClusterConfig)
-from core.plan.fields import BOUNDS, ConfigError, FieldError, is_int, section_errors
-from core.plan.layout import (layout_chunks, layout_conflict, largest_model_chunk,
-                              pipeline_layout_errors, pipeline_layout_text, pipeline_split_slots,
-                              stage_layer_counts, virtual_stage_layer_counts)
+from core.plan.fields import (BOUNDS, NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, ConfigError, FieldError,
+                              is_int, section_errors)
+from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunks,
+                              layout_conflict, largest_model_chunk, pipeline_layout_errors,
+                              pipeline_layout_text, pipeline_split_slots, stage_layer_counts,
+                              virtual_stage_layer_counts)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES,
@@ -138,17 +140,17 @@ def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     if m.is_moe and pl.data_parallel_shard_size is not None:
         errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
                                "mixture-of-experts model is not modelled (the routed experts' "
-                               "expert-data-parallel shards)"))
+                               "expert-data-parallel shards)", rule=NOT_MODELLED))
     if pl.recompute == "selective_op":
         if m.is_moe:
             errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
                                    "experts model is not modelled (grouped GEMMs and all-to-alls "
-                                   "in torchtitan's save list)"))
+                                   "in torchtitan's save list)", rule=NOT_MODELLED))
         if m.attention_kernel != "flash":
             errs.append(FieldError("plan.recompute", "recompute='selective_op' needs "
                                    "model.attention_kernel = flash: torchtitan saves the output of "
                                    "its fused attention (SDPA); the unfused core's batched GEMMs "
-                                   "and softmax are not in its save list (not modelled)"))
+                                   "and softmax are not in its save list (not modelled)", rule=NOT_MODELLED))
     return errs
 
 
@@ -176,7 +178,9 @@ def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
                  else "plan.first_stage_layers" if uneven else "plan.pipeline_parallel")
         if layout is not None:
             field = "plan.pipeline_model_parallel_layout"
-        errs.append(FieldError(field, str(exc)))
+        rule = (UNEVEN_PIPELINE_SPLIT if isinstance(exc, PipelineSplitError)
+                else NOT_MODELLED if isinstance(exc, NotModelledError) else "")
+        errs.append(FieldError(field, str(exc), rule=rule))
     if layout is not None and counts is not None:
         from core.schedules import get as get_schedule
         try:
@@ -190,7 +194,7 @@ def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
                                    f"{pl.schedule!r} with a first stage that holds only the "
                                    "embedding (no transformer layer) is not modelled: its "
                                    "backward has no input-gradient part to split from the "
-                                   "weight gradient"))
+                                   "weight gradient", rule=NOT_MODELLED))
     n = pl.recompute_num_layers
     if counts is not None and is_int(n):
         # Megatron's block method counts per model chunk (TransformerBlock): each pipeline stage,
@@ -265,7 +269,7 @@ def _placement_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig) -> lis
                                    f"tensor_parallel={t} across nodes of gpus_per_node="
                                    f"{c.gpus_per_node} is not modelled (Transformer Engine's "
                                    "userbuffers overlap a tensor-parallel group inside one NVLink "
-                                   "domain)"))
+                                   "domain)", rule=NOT_MODELLED))
     if t > c.gpus_per_node:
         if t % c.gpus_per_node:
             errs.append(FieldError("plan.tensor_parallel", f"tensor_parallel_size={t} spans nodes "
@@ -330,7 +334,7 @@ def _cp_a2a_errors(m: ModelConfig, pl: ParallelPlan, kind: str, size: int | None
     errs = []
     if m.multi_latent_attention is True:
         return [FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} with multi-head latent "
-                           "attention is not modelled")]
+                           "attention is not modelled", rule=NOT_MODELLED)]
     heads, groups = m.num_attention_heads // t, m.query_groups // t
     for what, n in (("query heads", heads), ("K/V heads (query groups)", groups)):
         if n % a:
@@ -377,11 +381,11 @@ def _context_parallel_errors(m: ModelConfig, pl: ParallelPlan, c: ClusterConfig
     if getattr(m, "window_size", None) is not None:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
                                "sliding-window attention (model.window_size) is not modelled "
-                               "(the ring's steps of a banded mask)"))
+                               "(the ring's steps of a banded mask)", rule=NOT_MODELLED))
     if getattr(m, "softmax_type", "vanilla") != "vanilla":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
                                f"softmax_type={m.softmax_type!r} is not modelled (the ring's "
-                               "merge of partial softmaxes with the extra logit)"))
+                               "merge of partial softmaxes with the extra logit)", rule=NOT_MODELLED))
     if m.attention_kernel != "flash":
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} needs "
                                "model.attention_kernel = flash: Megatron-Core runs ring "
@@ -453,7 +457,7 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     elif t > 1 and not pl.sequence_parallel and etp != t:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
-                               "not modelled"))
+                               "not modelled", rule=NOT_MODELLED))
     if ep > 1 and pl.precision == "fp16":
         errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
                                "Megatron-LM does not support expert parallelism with fp16 "
@@ -518,7 +522,7 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "Megatron-Core needs it disabled"))
     elif pl.recompute == "selective_op":
         errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with torchtitan's per-op "
-                               "checkpointing (selective_op) is not modelled"))
+                               "checkpointing (selective_op) is not modelled", rule=NOT_MODELLED))
     elif pl.recompute == "selective" and "moe" in recompute_modules(pl):
         errs.append(FieldError(name, "overlap_moe_expert_parallel_comm with the recompute module "
                                "moe: Megatron-Core needs moe out of recompute_modules"))
@@ -547,17 +551,17 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     if mla and pl.recompute == "selective_op":
         errs.append(FieldError("plan.recompute", "recompute='selective_op' with multi-head latent "
                                "attention is not modelled (torchtitan's save list of MLA's "
-                               "matmuls)"))
+                               "matmuls)", rule=NOT_MODELLED))
     if mla and pl.tp_comm_overlap is True:
         errs.append(FieldError("plan.tp_comm_overlap", "tp_comm_overlap with multi-head latent "
                                "attention is not modelled (the overlap of MLA's latent "
                                "all-gathers and gradient reduce-scatters with its up and down "
-                               "projections)"))
+                               "projections)", rule=NOT_MODELLED))
     mtp = m.mtp_num_layers
     if is_int(mtp) and mtp > 0 and is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-token prediction "
-                               "(model.mtp_num_layers) is not modelled"))
+                               "(model.mtp_num_layers) is not modelled", rule=NOT_MODELLED))
     if mla and is_int(pl.context_parallel) and pl.context_parallel > 1:
         errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
                                f"{pl.context_parallel} with multi-head latent attention is not "
@@ -605,7 +609,7 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
             _multi_chunk(pl.schedule):
         errs.append(FieldError("plan.first_stage_layers", "first_stage_layers / last_stage_layers "
                                f"with the {pl.schedule} schedule (several model chunks per stage) "
-                               "are not modelled yet"))
+                               "are not modelled yet", rule=NOT_MODELLED))
     if pl.recompute_num_layers is not None and pl.recompute != "full":
         errs.append(FieldError("plan.recompute_num_layers", "recompute_num_layers needs recompute "
                                "= full (Megatron's block method)"))
@@ -627,7 +631,8 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
             for n in names:
                 if n in UNMODELLED_RECOMPUTE_MODULES:
                     errs.append(FieldError("plan.recompute_modules", f"recompute_modules: {n} is "
-                                           f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})"))
+                                           f"not modelled ({UNMODELLED_RECOMPUTE_MODULES[n]})",
+                                           rule=NOT_MODELLED))
     return errs
 
 
@@ -666,7 +671,7 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
                                f"tensor_parallel_size={pl.tensor_parallel} needs "
                                "sequence_parallel (torchtitan's tensor parallelism is sequence-"
                                "parallel; without it the row-parallel linears' all-reduces, "
-                               "not in the save list, would run again: not modelled)"))
+                               "not in the save list, would run again: not modelled)", rule=NOT_MODELLED))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "

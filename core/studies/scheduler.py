@@ -206,7 +206,7 @@ def _job_rule_errors(model: ModelConfig, batch: Any, where: str) -> list[FieldEr
     probe = Session(model=model, plan=ParallelPlan(
         tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         global_batch_size=batch, schedule="1f1b", recompute="full"))
-    return [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message)
+    return [FieldError(f"{where}.{e.field.split('.')[-1]}", e.message, rule=e.rule)
             for e in validate(probe) if not e.field.startswith(("cluster", "cost"))]
 
 

@@ -296,7 +296,7 @@ def import_checked(path: str | Path, **kw: Any) -> MegatronImport:
     except ConfigError as exc:  # named with the file and the arguments of the launch that set it
         given = parse_arguments(res.launch.arguments, str(path))
         origins = [field_origin(e.field, given) for e in exc.errors]
-        raise ConfigError([FieldError(e.field, e.message + (f" ({origin})" if origin else ""))
+        raise ConfigError([FieldError(e.field, e.message + (f" ({origin})" if origin else ""), rule=e.rule)
                            for e, origin in zip(exc.errors, origins)],
                           source=str(path)) from None
     return res

@@ -141,7 +141,7 @@ def restore_sweep(doc: Any) -> SweepResult:
         result.saved = {k: doc[k] for k in ("num_plans", "num_feasible", "num_pruned", "wall_s")}
         result.pruned = np.zeros(len(rows), bool)  # the rows saved were all simulated
     except ConfigError as exc:
-        raise ConfigError([FieldError(f"sweep.result ({e.field})", e.message)
+        raise ConfigError([FieldError(f"sweep.result ({e.field})", e.message, rule=e.rule)
                            for e in exc.errors]) from None
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ConfigError([FieldError("sweep.result", f"not understood ({exc})")]) from None
