@@ -237,3 +237,21 @@ def test_megatron_export_refuses_a_family_megatron_has_no_layer_for(family):
     assert str(err.value).startswith("model.activation")
     words = export_arguments(Session(model=dataclasses.replace(dense, activation="gelu"), plan=pl))
     assert words[words.index("--num-layers") + 1] == "42"
+
+
+def test_gemma_with_experts_is_refused_by_validation_naming_the_family():
+    """A Gemma family with experts (or MTP) is refused when the session is validated, naming
+    model.family and the rule, not first when it is simulated; the plan layer's list of
+    dense-only families is the model layer's."""
+    from core.plan.fields import NOT_MODELLED
+    from core.plan.model_config import DENSE_ONLY_FAMILIES
+
+    assert DENSE_ONLY_FAMILIES == {name for name, f in FAMILIES.items() if f.dense_only}
+    m, _, pl = _pair()
+    moe = dataclasses.replace(m, num_experts=8, moe_top_k=2, moe_ffn_hidden_size=4096)
+    errs = [e for e in validate(Session(model=moe, plan=pl)) if e.field == "model.family"]
+    assert len(errs) == 1 and errs[0].rule == NOT_MODELLED
+    assert "family='gemma2' with experts (num_experts) is not modelled" in errs[0].message
+    mtp = dataclasses.replace(m, mtp_num_layers=1)
+    assert "model.family" in [e.field for e in validate(Session(model=mtp, plan=pl))
+                              if e.rule == NOT_MODELLED]

@@ -212,7 +212,6 @@ def test_runs_over_memory_are_predicted_and_reported(tmp_path):
 def test_skip_causes_come_from_the_kind_of_rule_not_the_message():
     """A refusal's cause is its rule's kind (``FieldError.rule``) and field: an uneven pipeline
     split, a feature not modelled, an invalid value; the message text is for people only."""
-    import dataclasses
 
     from core.accuracy.measured import skip_cause
     from core.plan.fields import NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, FieldError

@@ -13,7 +13,7 @@ from typing import Any
 
 from core.plan.fields import BOUNDS, described_field
 
-__all__ = ["ACTIVATIONS", "MODEL_FAMILIES", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
+__all__ = ["ACTIVATIONS", "MODEL_FAMILIES", "DENSE_ONLY_FAMILIES", "SOFTMAX_TYPES", "NORMALIZATIONS", "POSITION_EMBEDDINGS",
            "ATTENTION_KERNELS", "ModelConfig", "GPT_SHAPE_FIELDS", "model_from_fields",
            "missing_required", "padded_vocab_size"]
 
@@ -32,6 +32,11 @@ MODEL_FAMILIES: dict[str, str] = {
               "scores and output logits soft-capped",
     "gemma3": "gemma2 without soft-capping",
 }
+
+#: Families whose models are dense transformers only: experts, multi-head latent attention and
+#: multi-token prediction are refused with them (the Gemma reports have none;
+#: :class:`core.model.spec.ModelFamily` ``dense_only``, kept equal by a test).
+DENSE_ONLY_FAMILIES = frozenset({"gemma2", "gemma3"})
 
 
 #: Attention softmax types (Megatron-Core ``--softmax-type``, ``TransformerConfig.softmax_type``):

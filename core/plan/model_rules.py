@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.plan.fields import NOT_MODELLED, FieldError, is_int, is_num
-from core.plan.model_config import ModelConfig
+from core.plan.model_config import DENSE_ONLY_FAMILIES, ModelConfig
 
 
 
@@ -18,6 +18,16 @@ def model_feature_errors(m: ModelConfig) -> list[FieldError]:
     errs: list[FieldError] = []
     errs += _mla_model_errors(m)
     errs += _moe_model_errors(m)
+    if m.family in DENSE_ONLY_FAMILIES:
+        has = [what for what, present in (
+            ("experts (num_experts)", m.is_moe),
+            ("multi-head latent attention", m.multi_latent_attention is True),
+            ("multi-token prediction (mtp_num_layers)", is_int(m.mtp_num_layers)
+             and m.mtp_num_layers > 0)) if present]
+        if has:
+            errs.append(FieldError("model.family", f"family={m.family!r} with "
+                                   f"{' and '.join(has)} is not modelled (the family has none)",
+                                   rule=NOT_MODELLED))
     w, n = m.window_size, m.window_attn_skip_freq
     if n is not None and w is None:
         errs.append(FieldError("model.window_attn_skip_freq", "window_attn_skip_freq needs a "
