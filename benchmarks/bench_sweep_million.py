@@ -16,8 +16,10 @@ progress (:data:`core.studies.sweep.phase.PHASES`) and is cancelled at the budge
 the plan counts when it finishes, else the phase it reached, its progress, its rate and the
 time the phase alone would take at that rate (an extrapolation, said so), and each phase's
 wall and CPU time (``time.process_time``: steadier than wall time on a shared machine; the
-enumeration and memory phases interleave, one per micro-batch size, so their spans overlap). On this shared 2-core machine, do not raise the budget far: the issue's target
-(a million plans in under 60 s) is far from reached, and the figures say by how much.
+enumeration and memory phases interleave, one per micro-batch size, so their spans overlap).
+The target is each complete space in under 60 s wall on 2 cores without Numba
+(docs/sweep_parallel.md, "Figures", has the latest run); on a loaded machine the CPU times
+are the steadier figure.
 
 Run: ``python benchmarks/bench_sweep_million.py [--budget-s 120] [--only llama|deepseek|mtnlg]
 [--numba only|off|both]``.
