@@ -210,3 +210,17 @@ def test_plan_diff_labels_tell_tf32_apart():
     on, off = _session(tf32=True), _session(tf32=False)
     assert plan_label(on) == plan_label(off) + " tf32"
     assert plan_label(_session("bf16", tf32=True)) == plan_label(_session("bf16", tf32=False))
+
+
+def test_the_sweep_command_says_the_held_precision_and_tf32(tmp_path, capsys):
+    from core.cli import main
+    path = tmp_path / "s.json"
+    save_session(_session(h=1024, d=4), path)
+    small = ["--max-gpus", "4", "--tensor-parallel", "1,2", "--micro-batch-sizes", "1",
+             "--schedules", "1f1b", "--recompute", "none"]
+    assert main(["sweep", str(path), *small, "--json"]) == 0
+    dims = {d["field"]: d for d in json.loads(capsys.readouterr().out)["dimensions"]}
+    assert (dims["tf32"]["swept"], dims["tf32"]["values"]) == (False, [True])
+    assert (dims["precision"]["swept"], dims["precision"]["values"]) == (False, ["fp32"])
+    assert main(["sweep", str(path), *small]) == 0
+    assert "precision fp32 with TF32 matmuls" in capsys.readouterr().out
